@@ -1,0 +1,52 @@
+# Tollgate: the targets a newcomer can guess. `make help` lists them.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin
+
+export TOLLGATE_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/tollgate?sslmode=disable
+export TOLLGATE_REDIS_URL    ?= redis://127.0.0.1:6379/0
+# Tests create throwaway databases on this server (one per test, cloned from a template).
+export TOLLGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+export TOLLGATE_TEST_REDIS_URL    ?= $(TOLLGATE_REDIS_URL)
+
+.DEFAULT_GOAL := help
+.PHONY: help build run test lint migrate services services-down generate fuzz bench clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+build: ## build every program into bin/
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+services: ## make Postgres and Redis reachable (starts throwaway local ones when not)
+	@bash deploy/local/ensure-services.sh
+
+services-down: ## stop throwaway services that `make services` started
+	@bash deploy/local/stop-services.sh
+
+run: build services ## build, start services, migrate, run the stack with a seeded demo organization
+	$(BIN)/tollgate dev
+
+migrate: build services ## apply database migrations to TOLLGATE_DATABASE_URL
+	$(BIN)/controlplane migrate
+
+test: ## the whole test suite (what CI runs); needs Postgres and Redis (see `make services`)
+	@TOLLGATE_DATABASE_URL=$(TOLLGATE_TEST_DATABASE_URL) bash deploy/local/ensure-services.sh
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+fuzz: ## run each fuzz test for 20s
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./pkg/typeid
+	$(GO) test -run '^$$' -fuzz FuzzParseUSD -fuzztime 20s ./pkg/money
+	$(GO) test -run '^$$' -fuzz FuzzOf -fuzztime 20s ./pkg/window
+
+bench: ## run the benchmarks
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean: ## remove build output
+	rm -rf $(BIN)

@@ -1,0 +1,54 @@
+// Package cli is the tollgate operator command line. It is the one place allowed to
+// start the control plane and the enforcer together (for `tollgate dev`); it talks to a
+// running installation only through its public and operator interfaces.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/tollgate-dev/tollgate/controlplane/app"
+)
+
+// IO is what the CLI reads and writes.
+type IO = app.IO
+
+const usage = `Usage: tollgate <command> [flags]
+
+Commands:
+  dev       run the control plane locally against Postgres and Redis, seed a demo
+            organization, and print what to call (Ctrl-C stops it)
+  migrate   apply the control plane's database migrations
+  help      this text
+
+Run "tollgate <command> -h" for the flags of a command.
+`
+
+// Run runs one CLI command.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	if len(args) == 0 {
+		fmt.Fprint(stdio.Stderr, usage)
+		return errors.New("a command is required")
+	}
+	cmd, rest := args[0], args[1:]
+	var err error
+	switch cmd {
+	case "dev":
+		err = dev(ctx, rest, getenv, stdio)
+	case "migrate":
+		err = app.Run(ctx, append([]string{"migrate"}, rest...), getenv, stdio)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdio.Stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stdio.Stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}
+

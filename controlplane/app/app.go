@@ -1,0 +1,304 @@
+// Package app is the control plane program: its configuration, its subcommands (serve,
+// migrate, bootstrap-admin) and the lifecycle of its servers. cmd/controlplane only calls
+// Run, so tests start the whole program in-process.
+package app
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
+	"github.com/tollgate-dev/tollgate/controlplane/password"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+)
+
+const usage = `Usage: controlplane [command] [flags]
+
+Commands:
+  serve            serve the REST API, the internal gRPC API and the admin port (default)
+  migrate          apply the embedded database migrations and exit
+  bootstrap-admin  create or reset a platform administrator; password on standard input
+
+Run "controlplane <command> -h" for the flags of a command. Every flag has an
+environment variable default, named in its help.
+`
+
+// IO is what the program reads and writes.
+type IO struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Run runs the control plane with the given arguments (without the program name).
+func Run(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	err := run(ctx, args, getenv, stdio)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the flag package already printed the help
+	}
+	return err
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, getenv, stdio)
+	case "migrate":
+		return migrate(ctx, args, getenv, stdio)
+	case "bootstrap-admin":
+		return bootstrapAdmin(ctx, args, getenv, stdio)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdio.Stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stdio.Stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+func newLogger(c Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func migrate(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	cfg, err := parseConfig("migrate", args, getenv, stdio.Stderr, nil)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stdio.Stderr)
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	applied, err := st.Migrate(ctx, log)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdio.Stdout, "schema at version %d (%d migration(s) applied)\n", store.LatestVersion(), len(applied))
+	return nil
+}
+
+// checkSchema refuses to serve a database whose schema differs from this build's, unless
+// told to migrate it first.
+func checkSchema(ctx context.Context, st *store.Store, log *slog.Logger, autoMigrate bool) error {
+	have, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	want := store.LatestVersion()
+	switch {
+	case have == want:
+		return nil
+	case have > want:
+		return fmt.Errorf("database schema is at version %d, newer than this build's %d: deploy a newer control plane", have, want)
+	case autoMigrate:
+		_, err := st.Migrate(ctx, log)
+		return err
+	}
+	return fmt.Errorf("database schema is at version %d but this build needs %d: run `controlplane migrate` first (or start with --auto-migrate)", have, want)
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	var autoMigrate bool
+	cfg, err := parseConfig("serve", args, getenv, stdio.Stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&autoMigrate, "auto-migrate", false, "apply pending migrations at start instead of refusing to serve")
+	})
+	if err != nil {
+		return err
+	}
+	cfg.AutoMigrate = autoMigrate
+	log := newLogger(cfg, stdio.Stderr)
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close() // last: servers drain first
+	if err := checkSchema(ctx, st, log, cfg.AutoMigrate); err != nil {
+		return err
+	}
+	clk := clock.System{}
+	for _, e := range cfg.PlatformAdminEmails {
+		if _, err := store.AddPlatformAdmin(ctx, st.Pool, e, "environment", clk.Now()); err != nil {
+			return fmt.Errorf("seed platform admins: %w", err)
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	api := httpapi.New(httpapi.Deps{Store: st, Clock: clk, Log: log, Registry: reg, SessionTTL: cfg.SessionTTL,
+		TrustForwardedFor: cfg.TrustForwardedFor})
+
+	var draining atomic.Bool
+	admin := http.NewServeMux()
+	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		pingCtx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if draining.Load() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		if err := st.Pool.Ping(pingCtx); err != nil {
+			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+
+	grpcServer := grpc.NewServer()
+	healthSrv := health.NewServer()
+	healthpb.RegisterHealthServer(grpcServer, healthSrv)
+
+	listeners := map[string]net.Listener{}
+	for _, l := range []struct{ name, addr string }{{"rest", cfg.HTTPAddr}, {"grpc", cfg.GRPCAddr}, {"admin", cfg.AdminAddr}} {
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			for _, open := range listeners {
+				open.Close()
+			}
+			return fmt.Errorf("listen %s on %s: %w", l.name, l.addr, err)
+		}
+		listeners[l.name] = ln
+		log.Info("listening", "server", l.name, "addr", ln.Addr().String())
+	}
+	restSrv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second}
+	adminSrv := &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second}
+
+	errc := make(chan error, 3)
+	go func() { errc <- ignoreClosed(restSrv.Serve(listeners["rest"])) }()
+	go func() { errc <- ignoreClosed(adminSrv.Serve(listeners["admin"])) }()
+	go func() { errc <- grpcServer.Serve(listeners["grpc"]) }()
+	log.Info("control plane started", "schema_version", store.LatestVersion())
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	// Report not-ready first so load balancers stop sending, then drain under a deadline.
+	draining.Store(true)
+	healthSrv.Shutdown()
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	_ = restSrv.Shutdown(shutCtx)
+	stopped := make(chan struct{})
+	go func() { grpcServer.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-shutCtx.Done():
+		grpcServer.Stop()
+	}
+	_ = adminSrv.Shutdown(shutCtx)
+	log.Info("stopped")
+	return runErr
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// bootstrapAdmin creates or resets a platform administrator so a fresh install has its
+// first admin. The password comes from standard input (first line), never from a flag, so
+// it stays out of shell history and process listings.
+func bootstrapAdmin(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	var email, name string
+	cfg, err := parseConfig("bootstrap-admin", args, getenv, stdio.Stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&email, "email", "", "the administrator's email (required)")
+		fs.StringVar(&name, "name", "Platform administrator", "display name when the user is created")
+	})
+	if err != nil {
+		return err
+	}
+	email = strings.ToLower(strings.TrimSpace(email))
+	if !strings.Contains(email, "@") {
+		return errors.New("bootstrap-admin: --email is required and must be an email address")
+	}
+	line, err := bufio.NewReader(stdio.Stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read password from standard input: %w", err)
+	}
+	pw := strings.TrimRight(line, "\r\n")
+	if len([]rune(pw)) < password.MinLength {
+		return fmt.Errorf("bootstrap-admin: the password on standard input must be at least %d characters", password.MinLength)
+	}
+	hash, err := password.Hash(pw)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := checkSchema(ctx, st, newLogger(cfg, stdio.Stderr), false); err != nil {
+		return err
+	}
+	now := clock.System{}.Now()
+	created := false
+	err = st.InTx(ctx, func(tx pgx.Tx) error {
+		u, err := store.UserByEmail(ctx, tx, email)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			created = true
+			u = store.User{ID: typeid.New(typeid.User), Email: email, EmailNormalized: email, Name: name, PasswordHash: hash, CreatedAt: now}
+			if err := store.CreateUser(ctx, tx, u); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		default:
+			if err := store.SetPassword(ctx, tx, u.ID, hash, now); err != nil {
+				return err
+			}
+		}
+		if _, err := store.AddPlatformAdmin(ctx, tx, email, "bootstrap", now); err != nil {
+			return err
+		}
+		return store.RecordAudit(ctx, tx, store.AuditEvent{ID: typeid.New(typeid.AuditEvent), OccurredAt: now,
+			Action: "platform_admin.bootstrap", TargetID: u.ID, Details: map[string]any{"email": email, "created": created}})
+	})
+	if err != nil {
+		return err
+	}
+	verb := "reset the password of"
+	if created {
+		verb = "created"
+	}
+	fmt.Fprintf(stdio.Stdout, "%s platform administrator %s\n", verb, email)
+	return nil
+}

@@ -1,0 +1,160 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is every knob of the control plane. Each field comes from a flag whose default
+// is read from the environment variable named in its help text.
+type Config struct {
+	// DatabaseURL is the Postgres connection URL (TOLLGATE_DATABASE_URL).
+	DatabaseURL string
+	// RedisURL is where the enforcer mirror lives (TOLLGATE_REDIS_URL).
+	RedisURL string
+	// HTTPAddr serves the REST API (TOLLGATE_HTTP_ADDR).
+	HTTPAddr string
+	// GRPCAddr serves the internal API for enforcers (TOLLGATE_GRPC_ADDR).
+	GRPCAddr string
+	// AdminAddr serves /healthz, /readyz and /metrics (TOLLGATE_ADMIN_ADDR).
+	AdminAddr string
+	// PlatformAdminEmails are added to the platform-admin allowlist at start
+	// (TOLLGATE_PLATFORM_ADMIN_EMAILS, comma-separated).
+	PlatformAdminEmails []string
+	// InternalToken is the shared secret enforcers present (TOLLGATE_INTERNAL_TOKEN).
+	InternalToken string
+	// LogFormat is text or json (TOLLGATE_LOG_FORMAT).
+	LogFormat string
+	// LogLevel is debug, info, warn or error (TOLLGATE_LOG_LEVEL).
+	LogLevel string
+	// SessionTTL is how long session tokens live (TOLLGATE_SESSION_TTL).
+	SessionTTL time.Duration
+	// ShutdownTimeout bounds the drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT).
+	ShutdownTimeout time.Duration
+	// TrustForwardedFor keys sign-in throttling on X-Forwarded-For
+	// (TOLLGATE_TRUST_FORWARDED_FOR); enable only behind a proxy that sets it.
+	TrustForwardedFor bool
+	// AutoMigrate applies pending migrations at start instead of refusing to serve.
+	AutoMigrate bool
+}
+
+// Defaults of the address and URL knobs.
+const (
+	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/tollgate?sslmode=disable"
+	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
+	DefaultHTTPAddr    = "127.0.0.1:8080"
+	DefaultGRPCAddr    = "127.0.0.1:8081"
+	DefaultAdminAddr   = "127.0.0.1:9090"
+)
+
+// parseConfig builds the config of a subcommand from its flags and the environment, and
+// validates it, reporting every problem at once.
+func parseConfig(name string, args []string, getenv func(string) string, out io.Writer, extra func(*flag.FlagSet)) (Config, error) {
+	env := func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	var c Config
+	var admins string
+	var problems []string
+	durationEnv := func(key string, def time.Duration) time.Duration {
+		v := getenv(key)
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %q is not a duration like 30s or 168h", key, v))
+			return def
+		}
+		return d
+	}
+	boolEnv := func(key string) bool {
+		v := getenv(key)
+		if v == "" {
+			return false
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %q is not true or false", key, v))
+		}
+		return b
+	}
+	fs := flag.NewFlagSet("controlplane "+name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.DatabaseURL, "database-url", env("TOLLGATE_DATABASE_URL", DefaultDatabaseURL), "Postgres URL (TOLLGATE_DATABASE_URL)")
+	fs.StringVar(&c.RedisURL, "redis-url", env("TOLLGATE_REDIS_URL", DefaultRedisURL), "Redis URL of the enforcer mirror (TOLLGATE_REDIS_URL)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_HTTP_ADDR", DefaultHTTPAddr), "REST API listen address (TOLLGATE_HTTP_ADDR)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", env("TOLLGATE_GRPC_ADDR", DefaultGRPCAddr), "internal gRPC API listen address for enforcers (TOLLGATE_GRPC_ADDR)")
+	fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ADMIN_ADDR)")
+	fs.StringVar(&admins, "platform-admin-emails", getenv("TOLLGATE_PLATFORM_ADMIN_EMAILS"), "comma-separated emails added to the platform-admin allowlist at start (TOLLGATE_PLATFORM_ADMIN_EMAILS)")
+	fs.StringVar(&c.InternalToken, "internal-token", getenv("TOLLGATE_INTERNAL_TOKEN"), "shared secret enforcers present on the internal API (TOLLGATE_INTERNAL_TOKEN)")
+	fs.StringVar(&c.LogFormat, "log-format", env("TOLLGATE_LOG_FORMAT", "text"), "log format: text or json (TOLLGATE_LOG_FORMAT)")
+	fs.StringVar(&c.LogLevel, "log-level", env("TOLLGATE_LOG_LEVEL", "info"), "log level: debug, info, warn or error (TOLLGATE_LOG_LEVEL)")
+	fs.DurationVar(&c.SessionTTL, "session-ttl", durationEnv("TOLLGATE_SESSION_TTL", 7*24*time.Hour), "lifetime of session tokens (TOLLGATE_SESSION_TTL)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT)")
+	fs.BoolVar(&c.TrustForwardedFor, "trust-forwarded-for", boolEnv("TOLLGATE_TRUST_FORWARDED_FOR"), "throttle sign-ins by X-Forwarded-For; only behind a proxy that sets it (TOLLGATE_TRUST_FORWARDED_FOR)")
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		problems = append(problems, fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
+	}
+	for _, e := range strings.Split(admins, ",") {
+		if e = strings.ToLower(strings.TrimSpace(e)); e != "" {
+			if !strings.Contains(e, "@") {
+				problems = append(problems, fmt.Sprintf("TOLLGATE_PLATFORM_ADMIN_EMAILS: %q is not an email", e))
+			}
+			c.PlatformAdminEmails = append(c.PlatformAdminEmails, e)
+		}
+	}
+	problems = append(problems, c.validate()...)
+	if len(problems) > 0 {
+		return c, errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))
+	}
+	return c, nil
+}
+
+func (c Config) validate() []string {
+	var p []string
+	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		p = append(p, "TOLLGATE_DATABASE_URL: must be a postgres:// URL")
+	}
+	if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		p = append(p, "TOLLGATE_REDIS_URL: must be a redis:// or rediss:// URL")
+	}
+	for _, a := range []struct{ name, addr string }{
+		{"TOLLGATE_HTTP_ADDR", c.HTTPAddr}, {"TOLLGATE_GRPC_ADDR", c.GRPCAddr}, {"TOLLGATE_ADMIN_ADDR", c.AdminAddr},
+	} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			p = append(p, fmt.Sprintf("%s: %q is not host:port", a.name, a.addr))
+		}
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		p = append(p, "TOLLGATE_LOG_FORMAT: must be text or json")
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		p = append(p, "TOLLGATE_LOG_LEVEL: must be debug, info, warn or error")
+	}
+	if c.SessionTTL < time.Minute {
+		p = append(p, "TOLLGATE_SESSION_TTL: must be at least 1m")
+	}
+	if c.ShutdownTimeout <= 0 {
+		p = append(p, "TOLLGATE_SHUTDOWN_TIMEOUT: must be positive")
+	}
+	return p
+}

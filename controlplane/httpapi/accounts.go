@@ -1,0 +1,229 @@
+package httpapi
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/fault"
+	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/password"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+)
+
+type sessionAnswer struct {
+	User      userView   `json:"user"`
+	Token     string     `json:"token"`
+	ExpiresAt jsonx.Time `json:"expiresAt"`
+}
+
+// maxPasswordLength bounds the work of one password hash.
+const maxPasswordLength = 1024
+
+func (s *Server) signUp(c *Call) error {
+	var in struct {
+		Email    *string `json:"email"`
+		Password *string `json:"password"`
+		Name     *string `json:"name"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	var p fault.Problems
+	email := normalizeEmail(deref(in.Email))
+	if in.Email == nil {
+		p.Add("is required", "email")
+	} else if !validEmail(email) {
+		p.Add("must be an email address", "email")
+	}
+	if in.Password == nil {
+		p.Add("is required", "password")
+	} else if n := utf8.RuneCountInString(*in.Password); n < password.MinLength || n > maxPasswordLength {
+		p.Add("must be 12 to 1024 characters", "password")
+	}
+	name := trimmedText(&p, in.Name, 1, 255, "name")
+	if err := p.Err(); err != nil {
+		return err
+	}
+	// Administrators are provisioned by an operator (bootstrap-admin); nobody may claim an
+	// allowlisted email by signing up first.
+	if admin, err := store.IsPlatformAdmin(c.Ctx, c.DB(), email); err != nil {
+		return err
+	} else if admin {
+		return fault.Forbiddenf("This email is reserved for a platform administrator; ask your operator for an account.")
+	}
+	hash, err := password.Hash(*in.Password)
+	if err != nil {
+		return err
+	}
+	u := store.User{ID: newID(typeid.User), Email: strings.TrimSpace(*in.Email), EmailNormalized: email, Name: name,
+		PasswordHash: hash, CreatedAt: c.now}
+	var ans sessionAnswer
+	err = c.Tx(func(tx pgx.Tx) error {
+		if err := store.CreateUser(c.Ctx, tx, u); err != nil {
+			return err
+		}
+		ans, err = s.openSession(c, tx, u)
+		return err
+	})
+	if errors.Is(err, store.ErrEmailTaken) {
+		return fault.Conflictf("email_taken", "An account with this email already exists; sign in instead.")
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, ans)
+}
+
+// openSession mints a session token for u inside tx.
+func (s *Server) openSession(c *Call, tx pgx.Tx, u store.User) (sessionAnswer, error) {
+	token, hash := credential.New(credential.SessionPrefix)
+	sess := store.Session{ID: newID(typeid.Session), UserID: u.ID, TokenHash: hash, AuthenticatedAt: c.now,
+		CreatedAt: c.now, ExpiresAt: c.now.Add(s.deps.SessionTTL)}
+	if err := store.CreateSession(c.Ctx, tx, sess); err != nil {
+		return sessionAnswer{}, err
+	}
+	return sessionAnswer{User: viewUser(u), Token: token, ExpiresAt: jsonx.Time(sess.ExpiresAt)}, nil
+}
+
+func (s *Server) signIn(c *Call) error {
+	var in struct {
+		Email    *string `json:"email"`
+		Password *string `json:"password"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	var p fault.Problems
+	if in.Email == nil {
+		p.Add("is required", "email")
+	}
+	if in.Password == nil {
+		p.Add("is required", "password")
+	} else if len(*in.Password) > maxPasswordLength*4 {
+		p.Add("is too long", "password")
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	email := normalizeEmail(*in.Email)
+	keys := []string{"email:" + email, "addr:" + s.clientAddress(c.R)}
+	if wait := s.signIns.Wait(keys...); wait > 0 {
+		return &fault.Error{Kind: fault.TooMany, Code: "too_many_attempts",
+			Message: "Too many failed sign-ins; wait before trying again.", RetryAfter: wait}
+	}
+	u, err := store.UserByEmail(c.Ctx, c.DB(), email)
+	if errors.Is(err, store.ErrNotFound) {
+		password.CheckMissing(*in.Password)
+		s.signIns.Fail(keys...)
+		return fault.ErrUnauthorized
+	}
+	if err != nil {
+		return err
+	}
+	if ok, _ := password.Check(u.PasswordHash, *in.Password); !ok {
+		s.signIns.Fail(keys...)
+		return fault.ErrUnauthorized
+	}
+	s.signIns.Succeed(keys...)
+	var ans sessionAnswer
+	err = c.Tx(func(tx pgx.Tx) error {
+		ans, err = s.openSession(c, tx, u)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ans)
+}
+
+// clientAddress is the address sign-in throttling keys on: the connection's peer, or the
+// first X-Forwarded-For hop when the deployment says a trusted proxy sets it.
+func (s *Server) clientAddress(r *http.Request) string {
+	if s.deps.TrustForwardedFor {
+		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
+			first, _, _ := strings.Cut(xff, ",")
+			return strings.TrimSpace(first)
+		}
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func (s *Server) signOut(c *Call) error {
+	if err := store.RevokeSession(c.Ctx, c.DB(), c.Principal.Session.ID, c.now); err != nil {
+		return err
+	}
+	return c.NoContent()
+}
+
+func (s *Server) me(c *Call) error {
+	p := c.Principal
+	var memberships []store.Membership
+	var active *string
+	if p.IsAPIKey() {
+		// A key acts in its own organization only, so that is all it sees.
+		org, err := store.OrganizationByID(c.Ctx, c.DB(), p.KeyMember.OrganizationID)
+		if err != nil {
+			return err
+		}
+		memberships = []store.Membership{{Organization: org, Member: *p.KeyMember}}
+		active = &org.ID
+	} else {
+		var err error
+		memberships, err = store.MembershipsOfUser(c.Ctx, c.DB(), p.User.ID)
+		if err != nil {
+			return err
+		}
+		active = p.User.ActiveOrganizationID
+	}
+	views := make([]membershipView, len(memberships))
+	for i, m := range memberships {
+		views[i] = membershipView{Organization: viewOrganization(m.Organization), Member: viewMember(m.Member)}
+	}
+	return c.JSON(http.StatusOK, map[string]any{
+		"user":                 viewUser(p.User),
+		"activeOrganizationId": active,
+		"memberships":          views,
+	})
+}
+
+func (s *Server) setActiveOrganization(c *Call) error {
+	var in struct {
+		OrganizationID *string `json:"organizationId"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	if in.OrganizationID == nil {
+		return fault.InvalidAt("is required", "organizationId")
+	}
+	if err := typeid.Check(*in.OrganizationID, typeid.Org); err != nil {
+		return fault.InvalidAt(err.Error(), "organizationId")
+	}
+	if _, err := store.ActiveMember(c.Ctx, c.DB(), *in.OrganizationID, c.Principal.User.ID); errors.Is(err, store.ErrNotFound) {
+		return errOrgNotFound()
+	} else if err != nil {
+		return err
+	}
+	if err := store.SetActiveOrganization(c.Ctx, c.DB(), c.Principal.User.ID, in.OrganizationID, c.now); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"activeOrganizationId": *in.OrganizationID})
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

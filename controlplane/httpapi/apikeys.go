@@ -1,0 +1,97 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/fault"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+)
+
+// keyStartLength is how much of a key is kept in clear to tell keys apart: the prefix and
+// four random characters, far too little to guess the rest.
+const keyStartLength = 8
+
+func (s *Server) createAPIKey(c *Call) error {
+	var in struct {
+		Name          *string `json:"name"`
+		ExpiresInDays *int    `json:"expiresInDays"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	var p fault.Problems
+	name := trimmedText(&p, in.Name, 1, 120, "name")
+	if in.ExpiresInDays != nil && (*in.ExpiresInDays < 1 || *in.ExpiresInDays > 3650) {
+		p.Add("must be 1 to 3650", "expiresInDays")
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	key, hash := credential.New(credential.APIKeyPrefix)
+	k := store.APIKey{ID: newID(typeid.APIKey), OrganizationID: c.OrgID(), MemberID: c.Member.ID, UserID: c.Principal.User.ID,
+		Name: name, KeyHash: hash, Start: key[:keyStartLength], CreatedAt: c.now}
+	if in.ExpiresInDays != nil {
+		exp := c.now.Add(time.Duration(*in.ExpiresInDays) * 24 * time.Hour)
+		k.ExpiresAt = &exp
+	}
+	err := c.Tx(func(tx pgx.Tx) error {
+		if err := store.CreateAPIKey(c.Ctx, tx, k); err != nil {
+			return err
+		}
+		return c.Audit(tx, "api_key.create", k.ID, map[string]any{"name": name})
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, map[string]any{"apiKey": viewAPIKey(k), "key": key})
+}
+
+// listAPIKeys shows members their own keys and managers every key of the organization.
+func (s *Server) listAPIKeys(c *Call) error {
+	only := c.Member.ID
+	if IsManager(c.Member.Role) {
+		only = ""
+	}
+	keys, err := store.ListAPIKeys(c.Ctx, c.DB(), c.OrgID(), only)
+	if err != nil {
+		return err
+	}
+	views := make([]apiKeyView, len(keys))
+	for i, k := range keys {
+		views[i] = viewAPIKey(k)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"apiKeys": views})
+}
+
+// deleteAPIKey revokes a key. A member may revoke their own keys; owners and admins any.
+// Another member's key is "not found" to a plain member, who cannot list it either.
+func (s *Server) deleteAPIKey(c *Call) error {
+	id, err := c.pathID("apiKeyId", typeid.APIKey)
+	if err != nil {
+		return err
+	}
+	err = c.Tx(func(tx pgx.Tx) error {
+		k, err := store.APIKeyInOrg(c.Ctx, tx, c.OrgID(), id)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && k.MemberID != c.Member.ID && !IsManager(c.Member.Role)) {
+			return fault.NotFoundf("api_key_not_found", "No API key with this id.")
+		}
+		if err != nil {
+			return err
+		}
+		if err := store.RevokeAPIKey(c.Ctx, tx, k.ID, c.now); err != nil {
+			return err
+		}
+		return c.Audit(tx, "api_key.revoke", k.ID, nil)
+	})
+	if err != nil {
+		return err
+	}
+	s.events.CredentialsRevoked(c.Ctx, nil, []string{id})
+	return c.NoContent()
+}

@@ -1,0 +1,77 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+)
+
+// Call is one request as a handler sees it: the caller, their organization membership
+// when the route needs one, and helpers to read input and write answers.
+type Call struct {
+	W   http.ResponseWriter
+	R   *http.Request
+	Ctx context.Context
+
+	// Principal is the authenticated caller; nil on public routes.
+	Principal *Principal
+	// Member is the caller's active membership of the request's organization, set on
+	// routes that act inside an organization.
+	Member *store.Member
+
+	s     *Server
+	now   time.Time
+	wrote bool
+}
+
+// Now is the request's instant, read once from the injected clock.
+func (c *Call) Now() time.Time { return c.now }
+
+// Path returns a path parameter.
+func (c *Call) Path(name string) string { return c.R.PathValue(name) }
+
+// OrgID is the request's organization.
+func (c *Call) OrgID() string { return c.Member.OrganizationID }
+
+// Decode reads the strict JSON body into v.
+func (c *Call) Decode(v any) error { return jsonx.Decode(c.R, v) }
+
+// JSON answers with a JSON body.
+func (c *Call) JSON(status int, v any) error {
+	c.wrote = true
+	jsonx.Write(c.W, status, v)
+	return nil
+}
+
+// NoContent answers 204.
+func (c *Call) NoContent() error {
+	c.wrote = true
+	c.W.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// Tx runs fn in a database transaction.
+func (c *Call) Tx(fn func(tx pgx.Tx) error) error { return c.s.store.InTx(c.Ctx, fn) }
+
+// DB is the pool, for reads outside a transaction.
+func (c *Call) DB() store.Querier { return c.s.store.Pool }
+
+// Audit records an audit event in the transaction, attributed to the caller.
+func (c *Call) Audit(tx pgx.Tx, action, targetID string, details any) error {
+	e := store.AuditEvent{
+		ID: newID("aud"), OccurredAt: c.now, Action: action, TargetID: targetID, Details: details,
+	}
+	if c.Principal != nil {
+		e.ActorUserID = c.Principal.User.ID
+	}
+	if c.Member != nil {
+		e.ActorMemberID = c.Member.ID
+		e.OrganizationID = c.Member.OrganizationID
+	}
+	return store.RecordAudit(c.Ctx, tx, e)
+}

@@ -1,0 +1,136 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/fault"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+)
+
+func errMemberNotFound() error {
+	return fault.NotFoundf("member_not_found", "No active member with this id in the organization.")
+}
+
+func (s *Server) listMembers(c *Call) error {
+	ms, err := store.ListMembers(c.Ctx, c.DB(), c.OrgID())
+	if err != nil {
+		return err
+	}
+	views := make([]memberView, len(ms))
+	for i, m := range ms {
+		views[i] = viewMember(m)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"members": views})
+}
+
+// targetMember reads the member named in the path, locked for the transaction.
+func (c *Call) targetMember(tx pgx.Tx) (store.Member, error) {
+	id, err := c.pathID("memberId", typeid.Member)
+	if err != nil {
+		return store.Member{}, err
+	}
+	m, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return m, errMemberNotFound()
+	}
+	return m, err
+}
+
+// guardOwners refuses changes that only owners may make or that would leave the
+// organization without an owner.
+func (c *Call) guardOwners(tx pgx.Tx, target store.Member, newRole string) error {
+	touchesOwner := target.Role == RoleOwner || newRole == RoleOwner
+	if touchesOwner && c.Member.Role != RoleOwner {
+		return fault.Forbiddenf("Only owners can grant, change or remove the owner role.")
+	}
+	if target.Role == RoleOwner && newRole != RoleOwner {
+		n, err := store.CountOwners(c.Ctx, tx, c.OrgID())
+		if err != nil {
+			return err
+		}
+		if n <= 1 {
+			return fault.Conflictf("last_owner", "An organization needs at least one owner; make someone else an owner first.")
+		}
+	}
+	return nil
+}
+
+func (s *Server) updateMember(c *Call) error {
+	var in struct {
+		Role *string `json:"role"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	if in.Role == nil {
+		return fault.InvalidAt("is required", "role")
+	}
+	if *in.Role != RoleOwner && *in.Role != RoleAdmin && *in.Role != RoleMember {
+		return fault.InvalidAt("must be owner, admin or member", "role")
+	}
+	var target store.Member
+	err := c.Tx(func(tx pgx.Tx) error {
+		var err error
+		if target, err = c.targetMember(tx); err != nil {
+			return err
+		}
+		if target.Role == *in.Role {
+			return nil
+		}
+		if err := c.guardOwners(tx, target, *in.Role); err != nil {
+			return err
+		}
+		if err := store.SetMemberRole(c.Ctx, tx, target.ID, *in.Role); err != nil {
+			return err
+		}
+		from := target.Role
+		target.Role = *in.Role
+		return c.Audit(tx, "member.role", target.ID, map[string]any{"from": from, "to": target.Role})
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewMember(target))
+}
+
+func (s *Server) removeMember(c *Call) error {
+	var target store.Member
+	err := c.Tx(func(tx pgx.Tx) error {
+		var err error
+		if target, err = c.targetMember(tx); err != nil {
+			return err
+		}
+		if err := c.guardOwners(tx, target, ""); err != nil {
+			return err
+		}
+		if err := store.RemoveMember(c.Ctx, tx, target.ID, c.now); err != nil {
+			return err
+		}
+		if err := s.onMemberRemoved(c, tx, target); err != nil {
+			return err
+		}
+		return c.Audit(tx, "member.remove", target.ID, nil)
+	})
+	if err != nil {
+		return err
+	}
+	s.events.CredentialsRevoked(c.Ctx, []string{target.ID}, nil)
+	return c.NoContent()
+}
+
+// onMemberRemoved clears the removed user's active organization when it was this one.
+// Later features (usage limits) extend what removal must do in the same transaction.
+func (s *Server) onMemberRemoved(c *Call, tx pgx.Tx, target store.Member) error {
+	u, err := store.UserByID(c.Ctx, tx, target.UserID)
+	if err != nil {
+		return err
+	}
+	if u.ActiveOrganizationID != nil && *u.ActiveOrganizationID == target.OrganizationID {
+		return store.SetActiveOrganization(c.Ctx, tx, u.ID, nil, c.now)
+	}
+	return nil
+}

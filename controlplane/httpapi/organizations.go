@@ -1,0 +1,235 @@
+package httpapi
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/fault"
+	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+)
+
+var slugPattern = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
+
+const (
+	maxSlugLength = 48
+	// invitationTTL is how long an invitation token can be accepted.
+	invitationTTL = 7 * 24 * time.Hour
+)
+
+// slugFrom derives a URL-safe slug from a name: lower-case ASCII letters and digits
+// joined by single hyphens.
+func slugFrom(name string) string {
+	var b strings.Builder
+	hyphen := false
+	for _, r := range strings.ToLower(name) {
+		switch {
+		case r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			if hyphen && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			hyphen = false
+			b.WriteRune(r)
+		default:
+			hyphen = true
+		}
+		if b.Len() >= maxSlugLength-5 {
+			break
+		}
+	}
+	if b.Len() == 0 {
+		return "org"
+	}
+	return b.String()
+}
+
+func (s *Server) createOrganization(c *Call) error {
+	var in struct {
+		Name *string `json:"name"`
+		Slug *string `json:"slug"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	var p fault.Problems
+	name := trimmedText(&p, in.Name, 1, 120, "name")
+	explicitSlug := in.Slug != nil
+	slug := ""
+	if explicitSlug {
+		slug = *in.Slug
+		if len(slug) < 2 || len(slug) > maxSlugLength || !slugPattern.MatchString(slug) {
+			p.Add("must be 2 to 48 lower-case letters, digits and single hyphens", "slug")
+		}
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	if !explicitSlug {
+		slug = slugFrom(name)
+	}
+	org := store.Organization{ID: newID(typeid.Org), Name: name, Slug: slug, CreatedAt: c.now}
+	owner := store.Member{ID: newID(typeid.Member), OrganizationID: org.ID, UserID: c.Principal.User.ID, Role: RoleOwner,
+		CreatedAt: c.now, Name: c.Principal.User.Name, Email: c.Principal.User.Email}
+	err := c.Tx(func(tx pgx.Tx) error {
+		err := store.CreateOrganization(c.Ctx, tx, org)
+		if errors.Is(err, store.ErrSlugTaken) && !explicitSlug {
+			// A derived slug collided: keep it readable and make it unique.
+			var b [2]byte
+			_, _ = rand.Read(b[:])
+			org.Slug = slug + "-" + hex.EncodeToString(b[:])
+			err = store.CreateOrganization(c.Ctx, tx, org)
+		}
+		if err != nil {
+			return err
+		}
+		if err := store.CreateMember(c.Ctx, tx, owner); err != nil {
+			return err
+		}
+		if c.Principal.User.ActiveOrganizationID == nil {
+			if err := store.SetActiveOrganization(c.Ctx, tx, owner.UserID, &org.ID, c.now); err != nil {
+				return err
+			}
+		}
+		c.Member = &owner
+		return c.Audit(tx, "organization.create", org.ID, map[string]any{"name": name, "slug": org.Slug})
+	})
+	if errors.Is(err, store.ErrSlugTaken) {
+		return fault.Conflictf("slug_taken", "Another organization already uses this slug.")
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, map[string]any{"organization": viewOrganization(org), "member": viewMember(owner)})
+}
+
+func (s *Server) listOrganizations(c *Call) error {
+	p := c.Principal
+	var orgs []organizationView
+	if p.IsAPIKey() {
+		org, err := store.OrganizationByID(c.Ctx, c.DB(), p.KeyMember.OrganizationID)
+		if err != nil {
+			return err
+		}
+		orgs = []organizationView{viewOrganization(org)}
+	} else {
+		ms, err := store.MembershipsOfUser(c.Ctx, c.DB(), p.User.ID)
+		if err != nil {
+			return err
+		}
+		orgs = make([]organizationView, len(ms))
+		for i, m := range ms {
+			orgs[i] = viewOrganization(m.Organization)
+		}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"organizations": orgs})
+}
+
+func (s *Server) createInvitation(c *Call) error {
+	var in struct {
+		Email *string `json:"email"`
+		Role  *string `json:"role"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	var p fault.Problems
+	email := normalizeEmail(deref(in.Email))
+	if in.Email == nil {
+		p.Add("is required", "email")
+	} else if !validEmail(email) {
+		p.Add("must be an email address", "email")
+	}
+	if in.Role == nil {
+		p.Add("is required", "role")
+	} else if *in.Role != RoleAdmin && *in.Role != RoleMember {
+		p.Add("must be admin or member", "role")
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	token, hash := credential.New("tgi_")
+	inv := store.Invitation{ID: newID(typeid.Invitation), OrganizationID: c.OrgID(), EmailNormalized: email, Role: *in.Role,
+		TokenHash: hash, InvitedByMemberID: c.Member.ID, CreatedAt: c.now, ExpiresAt: c.now.Add(invitationTTL)}
+	err := c.Tx(func(tx pgx.Tx) error {
+		if u, err := store.UserByEmail(c.Ctx, tx, email); err == nil {
+			if _, err := store.ActiveMember(c.Ctx, tx, inv.OrganizationID, u.ID); err == nil {
+				return fault.Conflictf("already_member", "This person is already a member of the organization.")
+			}
+		}
+		if err := store.CreateInvitation(c.Ctx, tx, inv); err != nil {
+			return err
+		}
+		return c.Audit(tx, "invitation.create", inv.ID, map[string]any{"email": email, "role": inv.Role})
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, map[string]any{"invitation": invitationView{ID: inv.ID, OrganizationID: inv.OrganizationID,
+		Email: email, Role: inv.Role, CreatedAt: jsonx.Time(inv.CreatedAt), ExpiresAt: jsonx.Time(inv.ExpiresAt)}, "token": token})
+}
+
+func (s *Server) acceptInvitation(c *Call) error {
+	var in struct {
+		Token *string `json:"token"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	if in.Token == nil || *in.Token == "" {
+		return fault.InvalidAt("is required", "token")
+	}
+	user := c.Principal.User
+	var org store.Organization
+	var member store.Member
+	err := c.Tx(func(tx pgx.Tx) error {
+		inv, err := store.InvitationByTokenHash(c.Ctx, tx, credential.Hash(*in.Token))
+		if errors.Is(err, store.ErrNotFound) {
+			return fault.NotFoundf("invitation_not_found", "No invitation matches this token.")
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case inv.AcceptedAt != nil:
+			return fault.Conflictf("invitation_used", "This invitation was already accepted.")
+		case !c.now.Before(inv.ExpiresAt):
+			return fault.Conflictf("invitation_expired", "This invitation has expired; ask for a new one.")
+		case inv.EmailNormalized != user.EmailNormalized:
+			return fault.Forbiddenf("This invitation was sent to another email address.")
+		}
+		if _, err := store.ActiveMember(c.Ctx, tx, inv.OrganizationID, user.ID); err == nil {
+			return fault.Conflictf("already_member", "You are already a member of this organization.")
+		}
+		if org, err = store.OrganizationByID(c.Ctx, tx, inv.OrganizationID); err != nil {
+			return err
+		}
+		member = store.Member{ID: newID(typeid.Member), OrganizationID: org.ID, UserID: user.ID, Role: inv.Role,
+			CreatedAt: c.now, Name: user.Name, Email: user.Email}
+		if err := store.CreateMember(c.Ctx, tx, member); err != nil {
+			return err
+		}
+		if err := store.AcceptInvitation(c.Ctx, tx, inv.ID, member.ID, c.now); err != nil {
+			return err
+		}
+		if user.ActiveOrganizationID == nil {
+			if err := store.SetActiveOrganization(c.Ctx, tx, user.ID, &org.ID, c.now); err != nil {
+				return err
+			}
+		}
+		c.Member = &member
+		return c.Audit(tx, "invitation.accept", inv.ID, nil)
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"organization": viewOrganization(org), "member": viewMember(member)})
+}

@@ -1,0 +1,82 @@
+package httpapi
+
+// access says who may call a route at all.
+type access int
+
+const (
+	public        access = iota // no credential
+	authenticated               // a session or an API key
+	sessionOnly                 // a session; API keys get 403
+	platformAdmin               // a session or key of a user on the platform-admin allowlist
+)
+
+// route is one entry of the table below.
+type route struct {
+	method  string
+	pattern string
+	access  access
+	// org: the route acts inside the caller's organization (X-Service-Org-Id, the active
+	// organization, or the API key's organization) and c.Member is set.
+	org bool
+	// roles: the member roles allowed; empty means every member.
+	roles []string
+	// noStore sends "cache-control: private, no-store" with every answer.
+	noStore bool
+	// unavailable is the error code of the 503 answered on unexpected storage failures.
+	unavailable string
+	handle      func(*Call) error
+}
+
+// routeTable is every REST route of the control plane, in one place. Each handler lives in
+// the file of its resource. Every route here must be in the OpenAPI document and the
+// other way round (TestEveryRouteIsDocumented).
+func (s *Server) routeTable() []route {
+	return []route{
+		// Public
+		{method: "GET", pattern: "/health", access: public, handle: s.health},
+		{method: "GET", pattern: "/ready", access: public, handle: s.ready},
+		{method: "GET", pattern: "/openapi.json", access: public, handle: s.openAPI},
+		{method: "GET", pattern: "/docs", access: public, handle: s.docs},
+
+		// Accounts (accounts.go)
+		{method: "POST", pattern: "/v1/auth/sign-up", access: public, handle: s.signUp},
+		{method: "POST", pattern: "/v1/auth/sign-in", access: public, handle: s.signIn},
+		{method: "POST", pattern: "/v1/auth/sign-out", access: sessionOnly, handle: s.signOut},
+		{method: "GET", pattern: "/v1/me", access: authenticated, handle: s.me},
+		{method: "PUT", pattern: "/v1/me/active-organization", access: sessionOnly, handle: s.setActiveOrganization},
+
+		// Organizations and invitations (organizations.go)
+		{method: "POST", pattern: "/v1/organizations", access: sessionOnly, handle: s.createOrganization},
+		{method: "GET", pattern: "/v1/organizations", access: authenticated, handle: s.listOrganizations},
+		{method: "POST", pattern: "/v1/invitations", access: authenticated, org: true, roles: managers, handle: s.createInvitation},
+		{method: "POST", pattern: "/v1/invitations/accept", access: sessionOnly, handle: s.acceptInvitation},
+
+		// Members (members.go)
+		{method: "GET", pattern: "/v1/members", access: authenticated, org: true, handle: s.listMembers},
+		{method: "PATCH", pattern: "/v1/members/{memberId}", access: authenticated, org: true, roles: managers, handle: s.updateMember},
+		{method: "DELETE", pattern: "/v1/members/{memberId}", access: authenticated, org: true, roles: managers, handle: s.removeMember},
+
+		// Teams (teams.go)
+		{method: "POST", pattern: "/v1/teams", access: authenticated, org: true, roles: managers, handle: s.createTeam},
+		{method: "GET", pattern: "/v1/teams", access: authenticated, org: true, handle: s.listTeams},
+		{method: "POST", pattern: "/v1/teams/{teamId}/members", access: authenticated, org: true, roles: managers, handle: s.addTeamMember},
+		{method: "DELETE", pattern: "/v1/teams/{teamId}/members/{memberId}", access: authenticated, org: true, roles: managers, handle: s.removeTeamMember},
+		{method: "DELETE", pattern: "/v1/teams/{teamId}", access: authenticated, org: true, roles: managers, handle: s.deleteTeam},
+
+		// API keys (apikeys.go)
+		{method: "POST", pattern: "/v1/api-keys", access: sessionOnly, org: true, handle: s.createAPIKey},
+		{method: "GET", pattern: "/v1/api-keys", access: authenticated, org: true, handle: s.listAPIKeys},
+		{method: "DELETE", pattern: "/v1/api-keys/{apiKeyId}", access: authenticated, org: true, handle: s.deleteAPIKey},
+
+		// Plugins and marketplaces (plugins.go, marketplaces.go)
+
+		// Gateway usage limits (usage_*.go)
+
+		// Platform administration (admin.go)
+	}
+}
+
+// goneRoutes are removed features: they answer 410 so that old clients fail clearly.
+var goneRoutes = []goneRoute{
+	{method: "GET", pattern: "/v1/gateway/dashboard", message: "The gateway dashboard was removed; it is always enabled. Read usage with GET /v1/gateway/usage-limits/me."},
+}

@@ -1,0 +1,100 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/controlplane/throttle"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+)
+
+// Deps are what the API needs from the program.
+type Deps struct {
+	Store    *store.Store
+	Clock    clock.Clock
+	Log      *slog.Logger
+	Registry prometheus.Registerer
+	// SessionTTL is how long a session token lives.
+	SessionTTL time.Duration
+	// Events receives notifications of changes enforcers must learn about; nil discards.
+	Events Events
+	// TrustForwardedFor makes sign-in throttling key on X-Forwarded-For's first address,
+	// for deployments behind a proxy that sets it.
+	TrustForwardedFor bool
+}
+
+// Events is how the API tells the rest of the system that something an enforcer caches
+// changed. The accounting layer implements it; until then it may be a no-op.
+type Events interface {
+	// CredentialsRevoked: these API key hashes or members must no longer authenticate.
+	CredentialsRevoked(ctx context.Context, memberIDs []string, keyIDs []string)
+}
+
+type noEvents struct{}
+
+func (noEvents) CredentialsRevoked(context.Context, []string, []string) {}
+
+// Server serves the REST API.
+type Server struct {
+	store   *store.Store
+	clock   clock.Clock
+	log     *slog.Logger
+	metrics *metrics
+	signIns *throttle.Limiter
+	events  Events
+	deps    Deps
+	mux     *http.ServeMux
+	routes  []route
+	handler http.Handler
+}
+
+// New builds the server and registers every route of the table.
+func New(d Deps) *Server {
+	if d.SessionTTL == 0 {
+		d.SessionTTL = 7 * 24 * time.Hour
+	}
+	if d.Events == nil {
+		d.Events = noEvents{}
+	}
+	if d.Registry == nil {
+		d.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{
+		store:   d.Store,
+		clock:   d.Clock,
+		log:     d.Log,
+		metrics: newMetrics(d.Registry),
+		// five free failures, then 1s doubling to 5 minutes, per email and per address
+		signIns: throttle.New(d.Clock, 5, time.Second, 5*time.Minute),
+		events:  d.Events,
+		deps:    d,
+		mux:     http.NewServeMux(),
+	}
+	s.routes = s.routeTable()
+	for _, rt := range s.routes {
+		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
+	}
+	for _, g := range goneRoutes {
+		s.mux.Handle(g.method+" "+g.pattern, s.gone(g))
+	}
+	s.mux.HandleFunc("/", s.unmatched)
+	s.handler = s.instrument(s.mux)
+	return s
+}
+
+// ServeHTTP serves one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Routes lists "METHOD /pattern" of every live route, for documentation checks.
+func (s *Server) Routes() []string {
+	out := make([]string, 0, len(s.routes))
+	for _, rt := range s.routes {
+		out = append(out, rt.method+" "+rt.pattern)
+	}
+	return out
+}

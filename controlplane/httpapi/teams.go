@@ -1,0 +1,164 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/fault"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+)
+
+func (s *Server) createTeam(c *Call) error {
+	var in struct {
+		Name *string `json:"name"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	var p fault.Problems
+	name := trimmedText(&p, in.Name, 1, 120, "name")
+	if err := p.Err(); err != nil {
+		return err
+	}
+	t := store.Team{ID: newID(typeid.Team), OrganizationID: c.OrgID(), Name: name, CreatedAt: c.now}
+	err := c.Tx(func(tx pgx.Tx) error {
+		if err := store.CreateTeam(c.Ctx, tx, t); err != nil {
+			return err
+		}
+		return c.Audit(tx, "team.create", t.ID, map[string]any{"name": name})
+	})
+	if errors.Is(err, store.ErrTeamNameTaken) {
+		return fault.Conflictf("team_name_taken", "The organization already has a team with this name.")
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, viewTeam(t))
+}
+
+func (s *Server) listTeams(c *Call) error {
+	ts, err := store.ListTeams(c.Ctx, c.DB(), c.OrgID())
+	if err != nil {
+		return err
+	}
+	views := make([]teamView, len(ts))
+	for i, t := range ts {
+		views[i] = viewTeam(t)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"teams": views})
+}
+
+// targetTeam reads the team named in the path.
+func (c *Call) targetTeam(q store.Querier) (store.Team, error) {
+	id, err := c.pathID("teamId", typeid.Team)
+	if err != nil {
+		return store.Team{}, err
+	}
+	t, err := store.TeamInOrg(c.Ctx, q, c.OrgID(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return t, fault.NotFoundf("team_not_found", "No team with this id in the organization.")
+	}
+	return t, err
+}
+
+func (s *Server) addTeamMember(c *Call) error {
+	var in struct {
+		MemberID *string `json:"memberId"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	if in.MemberID == nil {
+		return fault.InvalidAt("is required", "memberId")
+	}
+	if err := typeid.Check(*in.MemberID, typeid.Member); err != nil {
+		return fault.InvalidAt(err.Error(), "memberId")
+	}
+	var team store.Team
+	err := c.Tx(func(tx pgx.Tx) error {
+		var err error
+		if team, err = c.targetTeam(tx); err != nil {
+			return err
+		}
+		if _, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), *in.MemberID); errors.Is(err, store.ErrNotFound) {
+			return errMemberNotFound()
+		} else if err != nil {
+			return err
+		}
+		added, err := store.AddTeamMember(c.Ctx, tx, team.ID, *in.MemberID, c.now)
+		if err != nil || !added {
+			return err
+		}
+		if err := s.onTeamChanged(c, tx, team.ID, *in.MemberID); err != nil {
+			return err
+		}
+		if err := c.Audit(tx, "team.member.add", team.ID, map[string]any{"memberId": *in.MemberID}); err != nil {
+			return err
+		}
+		team, err = store.TeamInOrg(c.Ctx, tx, c.OrgID(), team.ID)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewTeam(team))
+}
+
+func (s *Server) removeTeamMember(c *Call) error {
+	err := c.Tx(func(tx pgx.Tx) error {
+		team, err := c.targetTeam(tx)
+		if err != nil {
+			return err
+		}
+		memberID, err := c.pathID("memberId", typeid.Member)
+		if err != nil {
+			return err
+		}
+		removed, err := store.RemoveTeamMember(c.Ctx, tx, team.ID, memberID)
+		if err != nil {
+			return err
+		}
+		if !removed {
+			return fault.NotFoundf("team_member_not_found", "This member is not in the team.")
+		}
+		if err := s.onTeamChanged(c, tx, team.ID, memberID); err != nil {
+			return err
+		}
+		return c.Audit(tx, "team.member.remove", team.ID, map[string]any{"memberId": memberID})
+	})
+	if err != nil {
+		return err
+	}
+	return c.NoContent()
+}
+
+func (s *Server) deleteTeam(c *Call) error {
+	err := c.Tx(func(tx pgx.Tx) error {
+		team, err := c.targetTeam(tx)
+		if err != nil {
+			return err
+		}
+		if err := store.DeleteTeam(c.Ctx, tx, team.ID, c.now); err != nil {
+			return err
+		}
+		for _, m := range team.MemberIDs {
+			if err := s.onTeamChanged(c, tx, team.ID, m); err != nil {
+				return err
+			}
+		}
+		return c.Audit(tx, "team.delete", team.ID, map[string]any{"name": team.Name})
+	})
+	if err != nil {
+		return err
+	}
+	return c.NoContent()
+}
+
+// onTeamChanged runs in the transaction of every change of who is in a team. Usage
+// limits hook in here: a team change can change which policy wins for a member.
+func (s *Server) onTeamChanged(c *Call, tx pgx.Tx, teamID, memberID string) error {
+	return nil
+}

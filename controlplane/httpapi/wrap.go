@@ -1,0 +1,120 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/tollgate-dev/tollgate/controlplane/fault"
+	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+)
+
+func contextWithRequestID(r *http.Request, id string) context.Context {
+	return context.WithValue(r.Context(), requestIDKey{}, id)
+}
+
+func newID(prefix typeid.Prefix) string { return typeid.New(prefix) }
+
+// wrap runs the checks of a route's table entry, in a fixed order, before its handler:
+// authenticate, then session-only and platform-admin gates, then the organization, then
+// the role. Handlers validate bodies only after all of these, so a member sending a bad
+// body to an admin route learns nothing but 403.
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &Call{W: w, R: r, Ctx: r.Context(), s: s, now: s.clock.Now()}
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.ErrorContext(r.Context(), "handler panic", "request_id", requestID(r), "route", r.Pattern, "panic", fmt.Sprint(p))
+				if !c.wrote {
+					jsonx.Write(w, http.StatusInternalServerError, errorBody{Error: "internal_error", Message: "Unexpected error."})
+				}
+			}
+		}()
+		if rt.noStore {
+			w.Header().Set("Cache-Control", "private, no-store")
+		}
+		if err := s.admit(c, &rt); err != nil {
+			s.writeError(w, r, &rt, err)
+			return
+		}
+		if err := rt.handle(c); err != nil {
+			if c.wrote {
+				s.log.ErrorContext(r.Context(), "error after answer was written", "request_id", requestID(r), "err", err)
+				return
+			}
+			s.writeError(w, r, &rt, err)
+		}
+	})
+}
+
+func (s *Server) admit(c *Call, rt *route) error {
+	if rt.access == public {
+		return nil
+	}
+	p, err := c.authenticate()
+	if err != nil {
+		return err
+	}
+	c.Principal = p
+	switch rt.access {
+	case sessionOnly:
+		if p.IsAPIKey() {
+			return fault.Forbiddenf("This action needs a signed-in session; API keys cannot perform it.")
+		}
+	case platformAdmin:
+		ok, err := store.IsPlatformAdmin(c.Ctx, c.DB(), p.User.EmailNormalized)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return &fault.Error{Kind: fault.Forbidden, Code: "forbidden"}
+		}
+	}
+	if !rt.org {
+		return nil
+	}
+	m, err := c.resolveMember()
+	if err != nil {
+		return err
+	}
+	c.Member = m
+	if len(rt.roles) > 0 && !slices.Contains(rt.roles, m.Role) {
+		return fault.Forbiddenf("Your role in this organization does not allow this action.")
+	}
+	return nil
+}
+
+// unmatched answers JSON for paths no route serves: 405 with Allow when the path exists
+// under other methods, else 404.
+func (s *Server) unmatched(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		jsonx.Write(w, http.StatusMethodNotAllowed, errorBody{Error: "method_not_allowed",
+			Message: fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path)})
+		return
+	}
+	jsonx.Write(w, http.StatusNotFound, errorBody{Error: "not_found", Message: fmt.Sprintf("No route for %s %s.", r.Method, r.URL.Path)})
+}
+
+// goneRoute is a feature that was removed: old clients get 410 and a pointer onward.
+type goneRoute struct {
+	method, pattern, message string
+}
+
+func (s *Server) gone(g goneRoute) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		jsonx.Write(w, http.StatusGone, errorBody{Error: "gone", Message: g.message})
+	})
+}

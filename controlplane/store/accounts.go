@@ -1,0 +1,456 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Sentinel errors of the accounts tables.
+var (
+	ErrEmailTaken    = errors.New("email already registered")
+	ErrSlugTaken     = errors.New("organization slug already taken")
+	ErrTeamNameTaken = errors.New("team name already taken")
+)
+
+// User is a person who can sign in.
+type User struct {
+	ID                   string
+	Email                string
+	EmailNormalized      string
+	Name                 string
+	PasswordHash         string
+	ActiveOrganizationID *string
+	CreatedAt            time.Time
+}
+
+const userColumns = `id, email, email_normalized, name, password_hash, active_organization_id, created_at`
+
+func scanUser(row pgx.Row) (User, error) {
+	var u User
+	err := row.Scan(&u.ID, &u.Email, &u.EmailNormalized, &u.Name, &u.PasswordHash, &u.ActiveOrganizationID, &u.CreatedAt)
+	return u, notFound(err)
+}
+
+// CreateUser inserts a user; ErrEmailTaken when the normalized email exists.
+func CreateUser(ctx context.Context, q Querier, u User) error {
+	_, err := q.Exec(ctx, `INSERT INTO users (id, email, email_normalized, name, password_hash, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $6)`, u.ID, u.Email, u.EmailNormalized, u.Name, u.PasswordHash, u.CreatedAt)
+	if IsUniqueViolation(err, "users_email_normalized_key") {
+		return ErrEmailTaken
+	}
+	return err
+}
+
+// UserByEmail reads a user by normalized email.
+func UserByEmail(ctx context.Context, q Querier, emailNormalized string) (User, error) {
+	return scanUser(q.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE email_normalized = $1`, emailNormalized))
+}
+
+// UserByID reads a user.
+func UserByID(ctx context.Context, q Querier, id string) (User, error) {
+	return scanUser(q.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE id = $1`, id))
+}
+
+// SetPassword replaces a user's password hash and revokes every session of theirs.
+func SetPassword(ctx context.Context, q Querier, userID, hash string, now time.Time) error {
+	if _, err := q.Exec(ctx, `UPDATE users SET password_hash = $2, updated_at = $3 WHERE id = $1`, userID, hash, now); err != nil {
+		return err
+	}
+	_, err := q.Exec(ctx, `UPDATE sessions SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL`, userID, now)
+	return err
+}
+
+// SetActiveOrganization records the organization a user's sessions act in by default.
+func SetActiveOrganization(ctx context.Context, q Querier, userID string, orgID *string, now time.Time) error {
+	_, err := q.Exec(ctx, `UPDATE users SET active_organization_id = $2, updated_at = $3 WHERE id = $1`, userID, orgID, now)
+	return err
+}
+
+// Session is a signed-in user's bearer token (stored as a hash).
+type Session struct {
+	ID              string
+	UserID          string
+	TokenHash       []byte
+	AuthenticatedAt time.Time
+	CreatedAt       time.Time
+	ExpiresAt       time.Time
+}
+
+// CreateSession stores a new session.
+func CreateSession(ctx context.Context, q Querier, s Session) error {
+	_, err := q.Exec(ctx, `INSERT INTO sessions (id, user_id, token_hash, authenticated_at, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6)`, s.ID, s.UserID, s.TokenHash, s.AuthenticatedAt, s.CreatedAt, s.ExpiresAt)
+	return err
+}
+
+// SessionByTokenHash reads a live session (not revoked, not expired at now) and its user.
+func SessionByTokenHash(ctx context.Context, q Querier, hash []byte, now time.Time) (Session, User, error) {
+	var s Session
+	var u User
+	err := q.QueryRow(ctx, `SELECT s.id, s.user_id, s.authenticated_at, s.created_at, s.expires_at,
+			u.id, u.email, u.email_normalized, u.name, u.password_hash, u.active_organization_id, u.created_at
+		FROM sessions s JOIN users u ON u.id = s.user_id
+		WHERE s.token_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2`, hash, now).
+		Scan(&s.ID, &s.UserID, &s.AuthenticatedAt, &s.CreatedAt, &s.ExpiresAt,
+			&u.ID, &u.Email, &u.EmailNormalized, &u.Name, &u.PasswordHash, &u.ActiveOrganizationID, &u.CreatedAt)
+	return s, u, notFound(err)
+}
+
+// RevokeSession ends a session.
+func RevokeSession(ctx context.Context, q Querier, id string, now time.Time) error {
+	_, err := q.Exec(ctx, `UPDATE sessions SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, id, now)
+	return err
+}
+
+// Organization is a tenant.
+type Organization struct {
+	ID        string
+	Name      string
+	Slug      string
+	CreatedAt time.Time
+}
+
+// CreateOrganization inserts an organization; ErrSlugTaken when the slug exists.
+func CreateOrganization(ctx context.Context, q Querier, o Organization) error {
+	_, err := q.Exec(ctx, `INSERT INTO organizations (id, name, slug, created_at) VALUES ($1, $2, $3, $4)`,
+		o.ID, o.Name, o.Slug, o.CreatedAt)
+	if IsUniqueViolation(err, "organizations_slug_key") {
+		return ErrSlugTaken
+	}
+	return err
+}
+
+// OrganizationByID reads an organization.
+func OrganizationByID(ctx context.Context, q Querier, id string) (Organization, error) {
+	var o Organization
+	err := q.QueryRow(ctx, `SELECT id, name, slug, created_at FROM organizations WHERE id = $1`, id).
+		Scan(&o.ID, &o.Name, &o.Slug, &o.CreatedAt)
+	return o, notFound(err)
+}
+
+// Member is a user's membership of one organization.
+type Member struct {
+	ID             string
+	OrganizationID string
+	UserID         string
+	Role           string
+	CreatedAt      time.Time
+	RemovedAt      *time.Time
+	// Name and Email are the user's, joined for listings.
+	Name  string
+	Email string
+}
+
+const memberColumns = `m.id, m.organization_id, m.user_id, m.role, m.created_at, m.removed_at, u.name, u.email`
+
+func scanMember(row pgx.Row) (Member, error) {
+	var m Member
+	err := row.Scan(&m.ID, &m.OrganizationID, &m.UserID, &m.Role, &m.CreatedAt, &m.RemovedAt, &m.Name, &m.Email)
+	return m, notFound(err)
+}
+
+// CreateMember inserts a membership.
+func CreateMember(ctx context.Context, q Querier, m Member) error {
+	_, err := q.Exec(ctx, `INSERT INTO members (id, organization_id, user_id, role, created_at) VALUES ($1, $2, $3, $4, $5)`,
+		m.ID, m.OrganizationID, m.UserID, m.Role, m.CreatedAt)
+	return err
+}
+
+// ActiveMember reads a user's active membership of an organization.
+func ActiveMember(ctx context.Context, q Querier, orgID, userID string) (Member, error) {
+	return scanMember(q.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m JOIN users u ON u.id = m.user_id
+		WHERE m.organization_id = $1 AND m.user_id = $2 AND m.removed_at IS NULL`, orgID, userID))
+}
+
+// MemberInOrg reads an active member of an organization by member id.
+func MemberInOrg(ctx context.Context, q Querier, orgID, memberID string) (Member, error) {
+	return scanMember(q.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m JOIN users u ON u.id = m.user_id
+		WHERE m.organization_id = $1 AND m.id = $2 AND m.removed_at IS NULL`, orgID, memberID))
+}
+
+// ListMembers lists an organization's active members, oldest first.
+func ListMembers(ctx context.Context, q Querier, orgID string) ([]Member, error) {
+	rows, err := q.Query(ctx, `SELECT `+memberColumns+` FROM members m JOIN users u ON u.id = m.user_id
+		WHERE m.organization_id = $1 AND m.removed_at IS NULL ORDER BY m.created_at, m.id`, orgID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Member, error) { return scanMember(r) })
+}
+
+// CountOwners counts an organization's active owners, locking them so that two
+// concurrent demotions cannot both see a second owner.
+func CountOwners(ctx context.Context, q Querier, orgID string) (int, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM members WHERE organization_id = $1 AND role = 'owner' AND removed_at IS NULL FOR UPDATE`, orgID)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return len(ids), err
+}
+
+// SetMemberRole changes a member's role.
+func SetMemberRole(ctx context.Context, q Querier, memberID, role string) error {
+	_, err := q.Exec(ctx, `UPDATE members SET role = $2 WHERE id = $1`, memberID, role)
+	return err
+}
+
+// RemoveMember ends a membership: the row stays, their API keys stop working, and they
+// leave every team.
+func RemoveMember(ctx context.Context, q Querier, memberID string, now time.Time) error {
+	if _, err := q.Exec(ctx, `UPDATE members SET removed_at = $2 WHERE id = $1 AND removed_at IS NULL`, memberID, now); err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE member_id = $1 AND revoked_at IS NULL`, memberID, now); err != nil {
+		return err
+	}
+	_, err := q.Exec(ctx, `DELETE FROM team_members WHERE member_id = $1`, memberID)
+	return err
+}
+
+// Membership pairs an organization with the caller's member record in it.
+type Membership struct {
+	Organization Organization
+	Member       Member
+}
+
+// MembershipsOfUser lists a user's active memberships, oldest first.
+func MembershipsOfUser(ctx context.Context, q Querier, userID string) ([]Membership, error) {
+	rows, err := q.Query(ctx, `SELECT o.id, o.name, o.slug, o.created_at, `+memberColumns+`
+		FROM members m JOIN organizations o ON o.id = m.organization_id JOIN users u ON u.id = m.user_id
+		WHERE m.user_id = $1 AND m.removed_at IS NULL ORDER BY m.created_at, m.id`, userID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Membership, error) {
+		var ms Membership
+		o, m := &ms.Organization, &ms.Member
+		err := r.Scan(&o.ID, &o.Name, &o.Slug, &o.CreatedAt,
+			&m.ID, &m.OrganizationID, &m.UserID, &m.Role, &m.CreatedAt, &m.RemovedAt, &m.Name, &m.Email)
+		return ms, err
+	})
+}
+
+// Invitation asks someone, by email, to join an organization.
+type Invitation struct {
+	ID                string
+	OrganizationID    string
+	EmailNormalized   string
+	Role              string
+	TokenHash         []byte
+	InvitedByMemberID string
+	CreatedAt         time.Time
+	ExpiresAt         time.Time
+	AcceptedAt        *time.Time
+}
+
+// CreateInvitation stores an invitation.
+func CreateInvitation(ctx context.Context, q Querier, inv Invitation) error {
+	_, err := q.Exec(ctx, `INSERT INTO invitations (id, organization_id, email_normalized, role, token_hash, invited_by_member_id, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, inv.ID, inv.OrganizationID, inv.EmailNormalized, inv.Role, inv.TokenHash,
+		inv.InvitedByMemberID, inv.CreatedAt, inv.ExpiresAt)
+	return err
+}
+
+// InvitationByTokenHash reads an invitation and locks it, so it is accepted at most once.
+func InvitationByTokenHash(ctx context.Context, q Querier, hash []byte) (Invitation, error) {
+	var inv Invitation
+	err := q.QueryRow(ctx, `SELECT id, organization_id, email_normalized, role, invited_by_member_id, created_at, expires_at, accepted_at
+		FROM invitations WHERE token_hash = $1 FOR UPDATE`, hash).
+		Scan(&inv.ID, &inv.OrganizationID, &inv.EmailNormalized, &inv.Role, &inv.InvitedByMemberID, &inv.CreatedAt, &inv.ExpiresAt, &inv.AcceptedAt)
+	return inv, notFound(err)
+}
+
+// AcceptInvitation marks an invitation used by a member.
+func AcceptInvitation(ctx context.Context, q Querier, id, memberID string, now time.Time) error {
+	_, err := q.Exec(ctx, `UPDATE invitations SET accepted_at = $2, accepted_member_id = $3 WHERE id = $1`, id, now, memberID)
+	return err
+}
+
+// Team is a named group of members inside one organization.
+type Team struct {
+	ID             string
+	OrganizationID string
+	Name           string
+	CreatedAt      time.Time
+	MemberIDs      []string
+}
+
+// CreateTeam inserts a team; ErrTeamNameTaken when the name (case-insensitive) exists.
+func CreateTeam(ctx context.Context, q Querier, t Team) error {
+	_, err := q.Exec(ctx, `INSERT INTO teams (id, organization_id, name, created_at) VALUES ($1, $2, $3, $4)`,
+		t.ID, t.OrganizationID, t.Name, t.CreatedAt)
+	if IsUniqueViolation(err, "teams_name_per_org") {
+		return ErrTeamNameTaken
+	}
+	return err
+}
+
+const teamSelect = `SELECT t.id, t.organization_id, t.name, t.created_at,
+		coalesce(array_agg(tm.member_id ORDER BY tm.member_id) FILTER (WHERE tm.member_id IS NOT NULL), '{}')
+	FROM teams t LEFT JOIN team_members tm ON tm.team_id = t.id`
+
+func scanTeam(row pgx.Row) (Team, error) {
+	var t Team
+	err := row.Scan(&t.ID, &t.OrganizationID, &t.Name, &t.CreatedAt, &t.MemberIDs)
+	return t, notFound(err)
+}
+
+// TeamInOrg reads a live team of an organization with its member ids.
+func TeamInOrg(ctx context.Context, q Querier, orgID, teamID string) (Team, error) {
+	return scanTeam(q.QueryRow(ctx, teamSelect+` WHERE t.organization_id = $1 AND t.id = $2 AND t.deleted_at IS NULL
+		GROUP BY t.id`, orgID, teamID))
+}
+
+// ListTeams lists an organization's live teams by name.
+func ListTeams(ctx context.Context, q Querier, orgID string) ([]Team, error) {
+	rows, err := q.Query(ctx, teamSelect+` WHERE t.organization_id = $1 AND t.deleted_at IS NULL
+		GROUP BY t.id ORDER BY lower(t.name), t.id`, orgID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Team, error) { return scanTeam(r) })
+}
+
+// AddTeamMember adds a member to a team; adding twice is a no-op. It reports whether a
+// row was added.
+func AddTeamMember(ctx context.Context, q Querier, teamID, memberID string, now time.Time) (bool, error) {
+	tag, err := q.Exec(ctx, `INSERT INTO team_members (team_id, member_id, created_at) VALUES ($1, $2, $3)
+		ON CONFLICT DO NOTHING`, teamID, memberID, now)
+	return tag.RowsAffected() == 1, err
+}
+
+// RemoveTeamMember removes a member from a team and reports whether they were in it.
+func RemoveTeamMember(ctx context.Context, q Querier, teamID, memberID string) (bool, error) {
+	tag, err := q.Exec(ctx, `DELETE FROM team_members WHERE team_id = $1 AND member_id = $2`, teamID, memberID)
+	return tag.RowsAffected() == 1, err
+}
+
+// DeleteTeam marks a team deleted and empties it.
+func DeleteTeam(ctx context.Context, q Querier, teamID string, now time.Time) error {
+	if _, err := q.Exec(ctx, `UPDATE teams SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL`, teamID, now); err != nil {
+		return err
+	}
+	_, err := q.Exec(ctx, `DELETE FROM team_members WHERE team_id = $1`, teamID)
+	return err
+}
+
+// APIKey is a member's long-lived credential (stored as a hash).
+type APIKey struct {
+	ID             string
+	OrganizationID string
+	MemberID       string
+	UserID         string
+	Name           string
+	KeyHash        []byte
+	Start          string
+	CreatedAt      time.Time
+	ExpiresAt      *time.Time
+	RevokedAt      *time.Time
+}
+
+// CreateAPIKey stores a key.
+func CreateAPIKey(ctx context.Context, q Querier, k APIKey) error {
+	_, err := q.Exec(ctx, `INSERT INTO api_keys (id, organization_id, member_id, user_id, name, key_hash, start, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, k.ID, k.OrganizationID, k.MemberID, k.UserID, k.Name, k.KeyHash, k.Start, k.CreatedAt, k.ExpiresAt)
+	return err
+}
+
+// KeyIdentity is what a live API key resolves to.
+type KeyIdentity struct {
+	Key    APIKey
+	User   User
+	Member Member
+}
+
+// APIKeyByHash resolves a live key: not revoked, not expired, its member still active.
+func APIKeyByHash(ctx context.Context, q Querier, hash []byte, now time.Time) (KeyIdentity, error) {
+	var id KeyIdentity
+	k, u, m := &id.Key, &id.User, &id.Member
+	err := q.QueryRow(ctx, `SELECT k.id, k.organization_id, k.member_id, k.user_id, k.name, k.start, k.created_at, k.expires_at,
+			`+memberColumns+`, u.email_normalized, u.password_hash, u.active_organization_id, u.created_at
+		FROM api_keys k JOIN members m ON m.id = k.member_id AND m.removed_at IS NULL
+		JOIN users u ON u.id = k.user_id
+		WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > $2)`, hash, now).
+		Scan(&k.ID, &k.OrganizationID, &k.MemberID, &k.UserID, &k.Name, &k.Start, &k.CreatedAt, &k.ExpiresAt,
+			&m.ID, &m.OrganizationID, &m.UserID, &m.Role, &m.CreatedAt, &m.RemovedAt, &m.Name, &m.Email,
+			&u.EmailNormalized, &u.PasswordHash, &u.ActiveOrganizationID, &u.CreatedAt)
+	u.ID, u.Name, u.Email = m.UserID, m.Name, m.Email
+	return id, notFound(err)
+}
+
+// ListAPIKeys lists an organization's live keys, of one member when memberID is set.
+func ListAPIKeys(ctx context.Context, q Querier, orgID, memberID string) ([]APIKey, error) {
+	rows, err := q.Query(ctx, `SELECT id, organization_id, member_id, user_id, name, start, created_at, expires_at, revoked_at
+		FROM api_keys WHERE organization_id = $1 AND revoked_at IS NULL AND ($2 = '' OR member_id = $2)
+		ORDER BY created_at, id`, orgID, memberID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (APIKey, error) {
+		var k APIKey
+		err := r.Scan(&k.ID, &k.OrganizationID, &k.MemberID, &k.UserID, &k.Name, &k.Start, &k.CreatedAt, &k.ExpiresAt, &k.RevokedAt)
+		return k, err
+	})
+}
+
+// APIKeyInOrg reads a live key of an organization.
+func APIKeyInOrg(ctx context.Context, q Querier, orgID, keyID string) (APIKey, error) {
+	var k APIKey
+	err := q.QueryRow(ctx, `SELECT id, organization_id, member_id, user_id, name, start, created_at, expires_at
+		FROM api_keys WHERE organization_id = $1 AND id = $2 AND revoked_at IS NULL`, orgID, keyID).
+		Scan(&k.ID, &k.OrganizationID, &k.MemberID, &k.UserID, &k.Name, &k.Start, &k.CreatedAt, &k.ExpiresAt)
+	return k, notFound(err)
+}
+
+// RevokeAPIKey stops a key from working.
+func RevokeAPIKey(ctx context.Context, q Querier, keyID string, now time.Time) error {
+	_, err := q.Exec(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, keyID, now)
+	return err
+}
+
+// IsPlatformAdmin tells whether a normalized email is on the platform-admin allowlist.
+func IsPlatformAdmin(ctx context.Context, q Querier, emailNormalized string) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM platform_admins WHERE email_normalized = $1)`, emailNormalized).Scan(&ok)
+	return ok, err
+}
+
+// AddPlatformAdmin puts a normalized email on the allowlist; it reports whether it was new.
+func AddPlatformAdmin(ctx context.Context, q Querier, emailNormalized, addedBy string, now time.Time) (bool, error) {
+	tag, err := q.Exec(ctx, `INSERT INTO platform_admins (email_normalized, created_at, added_by) VALUES ($1, $2, $3)
+		ON CONFLICT DO NOTHING`, emailNormalized, now, addedBy)
+	return tag.RowsAffected() == 1, err
+}
+
+// AuditEvent is one durable record of who changed what.
+type AuditEvent struct {
+	ID             string
+	OccurredAt     time.Time
+	ActorUserID    string
+	ActorMemberID  string
+	OrganizationID string
+	Action         string
+	TargetID       string
+	Details        any
+}
+
+// RecordAudit writes an audit event in the caller's transaction.
+func RecordAudit(ctx context.Context, q Querier, e AuditEvent) error {
+	details := []byte("{}")
+	if e.Details != nil {
+		b, err := json.Marshal(e.Details)
+		if err != nil {
+			return err
+		}
+		details = b
+	}
+	_, err := q.Exec(ctx, `INSERT INTO audit_events (id, occurred_at, actor_user_id, actor_member_id, organization_id, action, target_id, details)
+		VALUES ($1, $2, nullif($3, ''), nullif($4, ''), nullif($5, ''), $6, nullif($7, ''), $8)`,
+		e.ID, e.OccurredAt, e.ActorUserID, e.ActorMemberID, e.OrganizationID, e.Action, e.TargetID, details)
+	return err
+}

@@ -1,0 +1,10 @@
+DROP TABLE audit_events;
+DROP TABLE platform_admins;
+DROP TABLE api_keys;
+DROP TABLE team_members;
+DROP TABLE teams;
+DROP TABLE invitations;
+DROP TABLE members;
+DROP TABLE organizations;
+DROP TABLE sessions;
+DROP TABLE users;

@@ -1,0 +1,57 @@
+// Package credential owns the shape of bearer secrets (session tokens and API keys): how
+// they are minted and how they are hashed for storage and lookup. Both programs use it, so
+// the enforcer's hash of a presented key always matches the control plane's stored hash.
+// It never stores or logs a secret.
+package credential
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"strings"
+)
+
+// Prefixes tell a reader what kind of secret a string is, and help secret scanners.
+const (
+	SessionPrefix = "tgs_"
+	APIKeyPrefix  = "tgk_"
+)
+
+// entropyBytes is the random part of every secret: 256 bits.
+const entropyBytes = 32
+
+// New mints a secret with the given prefix and returns it with its storage hash.
+func New(prefix string) (secret string, hash []byte) {
+	var b [entropyBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		// crypto/rand never fails on supported platforms; a failure is unrecoverable.
+		panic("credential: crypto/rand failed: " + err.Error())
+	}
+	secret = prefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return secret, Hash(secret)
+}
+
+// Hash is the SHA-256 of a secret: secrets are high-entropy, so a fast hash is enough and
+// lets every request look one up by index.
+func Hash(secret string) []byte {
+	h := sha256.Sum256([]byte(secret))
+	return h[:]
+}
+
+// APIKeyFromHeader validates a raw x-api-key header value. A value starting with "Bearer "
+// is refused: the header carries the raw key only.
+func APIKeyFromHeader(v string) (string, bool) {
+	if v == "" || strings.HasPrefix(v, "Bearer ") || strings.TrimSpace(v) != v {
+		return "", false
+	}
+	return v, true
+}
+
+// BearerFromHeader extracts the token of an "Authorization: Bearer <token>" header.
+func BearerFromHeader(v string) (string, bool) {
+	tok, ok := strings.CutPrefix(v, "Bearer ")
+	if !ok || tok == "" || strings.TrimSpace(tok) != tok {
+		return "", false
+	}
+	return tok, true
+}

@@ -1,0 +1,55 @@
+package credential
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestNewIsUniqueAndHashed(t *testing.T) {
+	a, ha := New(APIKeyPrefix)
+	b, hb := New(APIKeyPrefix)
+	if a == b || bytes.Equal(ha, hb) {
+		t.Fatal("two secrets are equal")
+	}
+	if !strings.HasPrefix(a, APIKeyPrefix) || len(a) != len(APIKeyPrefix)+43 {
+		t.Fatalf("secret %q has the wrong shape", a)
+	}
+	if !bytes.Equal(Hash(a), ha) {
+		t.Fatal("hash of the secret differs from the returned hash")
+	}
+}
+
+func TestHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		ok          bool
+	}{
+		{"raw key", "tgk_abc", true},
+		{"bearer prefixed key refused", "Bearer tgk_abc", false},
+		{"empty", "", false},
+		{"padded", " tgk_abc", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, ok := APIKeyFromHeader(tc.value); ok != tc.ok {
+				t.Fatalf("APIKeyFromHeader(%q) ok=%v, want %v", tc.value, ok, tc.ok)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, value, want string
+		ok                bool
+	}{
+		{"bearer", "Bearer tgs_x", "tgs_x", true},
+		{"lower-case scheme refused", "bearer tgs_x", "", false},
+		{"empty token", "Bearer ", "", false},
+		{"basic", "Basic abc", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := BearerFromHeader(tc.value)
+			if ok != tc.ok || got != tc.want {
+				t.Fatalf("BearerFromHeader(%q) = %q, %v", tc.value, got, ok)
+			}
+		})
+	}
+}
