@@ -87,3 +87,13 @@ func (e *Env) APIKey(t testing.TB, m Member) string {
 
 // As authenticates as m (session) inside m's organization.
 func (m Member) As() []Opt { return []Opt{Session(m.Token), Org(m.OrgID)} }
+
+// SignIn opens a new session for u and returns it with the new token.
+func (e *Env) SignIn(t testing.TB, u User) User {
+	t.Helper()
+	var out struct{ Token string }
+	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": u.Email, "password": Password}).
+		Expect(t, http.StatusOK).Decode(t, &out)
+	u.Token = out.Token
+	return u
+}

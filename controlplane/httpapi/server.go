@@ -90,11 +90,14 @@ func New(d Deps) *Server {
 // ServeHTTP serves one request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
-// Routes lists "METHOD /pattern" of every live route, for documentation checks.
+// Routes lists "METHOD /pattern" of every route, removed ones included, for documentation checks.
 func (s *Server) Routes() []string {
 	out := make([]string, 0, len(s.routes))
 	for _, rt := range s.routes {
 		out = append(out, rt.method+" "+rt.pattern)
+	}
+	for _, g := range goneRoutes {
+		out = append(out, g.method+" "+g.pattern)
 	}
 	return out
 }

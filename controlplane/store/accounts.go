@@ -116,9 +116,10 @@ type Organization struct {
 
 // CreateOrganization inserts an organization; ErrSlugTaken when the slug exists.
 func CreateOrganization(ctx context.Context, q Querier, o Organization) error {
-	_, err := q.Exec(ctx, `INSERT INTO organizations (id, name, slug, created_at) VALUES ($1, $2, $3, $4)`,
-		o.ID, o.Name, o.Slug, o.CreatedAt)
-	if IsUniqueViolation(err, "organizations_slug_key") {
+	// ON CONFLICT keeps the transaction usable, so the caller can retry another slug.
+	tag, err := q.Exec(ctx, `INSERT INTO organizations (id, name, slug, created_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (slug) DO NOTHING`, o.ID, o.Name, o.Slug, o.CreatedAt)
+	if err == nil && tag.RowsAffected() == 0 {
 		return ErrSlugTaken
 	}
 	return err

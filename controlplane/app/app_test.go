@@ -1,0 +1,189 @@
+package app_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestConfigReportsEveryProblem(t *testing.T) {
+	var stderr bytes.Buffer
+	err := app.Run(context.Background(), []string{"serve"}, envOf(map[string]string{
+		"TOLLGATE_DATABASE_URL":          "mysql://x",
+		"TOLLGATE_HTTP_ADDR":             "nonsense",
+		"TOLLGATE_LOG_FORMAT":            "xml",
+		"TOLLGATE_SESSION_TTL":           "forever",
+		"TOLLGATE_PLATFORM_ADMIN_EMAILS": "root@example.test, not-an-email",
+	}), app.IO{Stdout: io.Discard, Stderr: &stderr})
+	if err == nil {
+		t.Fatal("bad configuration accepted")
+	}
+	for _, want := range []string{"TOLLGATE_DATABASE_URL", "TOLLGATE_HTTP_ADDR", "TOLLGATE_LOG_FORMAT", "TOLLGATE_SESSION_TTL", "not-an-email"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s:\n%v", want, err)
+		}
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	err := app.Run(context.Background(), []string{"frobnicate"}, envOf(nil), app.IO{Stdout: io.Discard, Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "frobnicate") {
+		t.Fatalf("err %v", err)
+	}
+	var out bytes.Buffer
+	if err := app.Run(context.Background(), []string{"serve", "-h"}, envOf(nil), app.IO{Stdout: &out, Stderr: &out}); err != nil {
+		t.Fatalf("-h: %v", err)
+	}
+	if !strings.Contains(out.String(), "TOLLGATE_GRPC_ADDR") {
+		t.Fatalf("help does not document the environment: %s", out.String())
+	}
+}
+
+func TestServeRefusesSchemaBehindThenMigrateFixesIt(t *testing.T) {
+	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0",
+		"TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0"})
+	err := app.Run(context.Background(), []string{"serve"}, env, app.IO{Stdout: io.Discard, Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "controlplane migrate") {
+		t.Fatalf("serve on an empty database: %v", err)
+	}
+	var out bytes.Buffer
+	if err := app.Run(context.Background(), []string{"migrate"}, env, app.IO{Stdout: &out, Stderr: io.Discard}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "schema at version") {
+		t.Fatalf("migrate printed %q", out.String())
+	}
+}
+
+// syncBuffer lets the test read logs while the server writes them.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestServeLifecycleAndBootstrapAdmin(t *testing.T) {
+	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0",
+		"TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0",
+		"TOLLGATE_PLATFORM_ADMIN_EMAILS": "Ops@Example.test"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Run(ctx, []string{"serve", "--auto-migrate"}, env, app.IO{Stdout: io.Discard, Stderr: logs})
+	}()
+	addrs := map[string]string{}
+	re := regexp.MustCompile(`msg=listening server=(\w+) addr=(\S+)`)
+	deadline := time.Now().Add(20 * time.Second)
+	for len(addrs) < 3 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		for _, m := range re.FindAllStringSubmatch(logs.String(), -1) {
+			addrs[m[1]] = m[2]
+		}
+	}
+	if len(addrs) < 3 {
+		t.Fatalf("servers did not start: %s", logs.String())
+	}
+	get := func(url string) (int, string) {
+		res, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, _ := get("http://" + addrs["admin"] + "/readyz"); code != 200 {
+		t.Fatalf("readyz %d", code)
+	}
+	if code, _ := get("http://" + addrs["rest"] + "/health"); code != 200 {
+		t.Fatalf("health %d", code)
+	}
+	if code, body := get("http://" + addrs["admin"] + "/metrics"); code != 200 || !strings.Contains(body, `tollgate_http_requests_total{code="200",route="GET /health"} 1`) {
+		t.Fatalf("metrics %d:\n%s", code, body)
+	}
+
+	// The allowlisted email cannot be claimed by signing up...
+	res, err := http.Post("http://"+addrs["rest"]+"/v1/auth/sign-up", "application/json",
+		strings.NewReader(`{"email":"ops@example.test","password":"123456789012","name":"Mallory"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden {
+		t.Fatalf("sign-up of an allowlisted email: %d", res.StatusCode)
+	}
+	// ...but bootstrap-admin provisions it, and resets its password when run again.
+	for i, pw := range []string{"first password 1", "second password 2"} {
+		var out bytes.Buffer
+		err := app.Run(context.Background(), []string{"bootstrap-admin", "--email", "OPS@example.test"}, env,
+			app.IO{Stdin: strings.NewReader(pw + "\n"), Stdout: &out, Stderr: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"created", "reset"}[i]
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("bootstrap %d printed %q", i, out.String())
+		}
+		res, err := http.Post("http://"+addrs["rest"]+"/v1/auth/sign-in", "application/json",
+			strings.NewReader(`{"email":"ops@example.test","password":"`+pw+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("sign-in with bootstrap password %d: %d", i, res.StatusCode)
+		}
+	}
+	err = app.Run(context.Background(), []string{"bootstrap-admin", "--email", "x@example.test"}, env,
+		app.IO{Stdin: strings.NewReader("short\n"), Stdout: io.Discard, Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "at least 12") {
+		t.Fatalf("short password: %v", err)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+	case <-time.After(25 * time.Second):
+		t.Fatal("serve did not stop after cancellation")
+	}
+	sc := bufio.NewScanner(strings.NewReader(logs.String()))
+	stopped := false
+	for sc.Scan() {
+		stopped = stopped || strings.Contains(sc.Text(), "msg=stopped")
+	}
+	if !stopped {
+		t.Fatalf("no shutdown log:\n%s", logs.String())
+	}
+}

@@ -1,0 +1,196 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/controlplane/apitest"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+)
+
+func count(t *testing.T, e *apitest.Env, table string) int {
+	t.Helper()
+	var n int
+	if err := e.Store.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestSignUpValidation(t *testing.T) {
+	e := apitest.New(t)
+	ok := `{"email":"a@example.test","password":"123456789012","name":"A"}`
+	cases := []struct {
+		name, body string
+		path       string // first detail's path, joined with "."
+	}{
+		{"empty body", ``, ""},
+		{"not json", `{"email":`, ""},
+		{"array body", `[]`, ""},
+		{"missing email", `{"password":"123456789012","name":"A"}`, "email"},
+		{"bad email", `{"email":"nope","password":"123456789012","name":"A"}`, "email"},
+		{"short password", `{"email":"a@example.test","password":"short","name":"A"}`, "password"},
+		{"blank name", `{"email":"a@example.test","password":"123456789012","name":"   "}`, "name"},
+		{"wrong type", `{"email":"a@example.test","password":123,"name":"A"}`, "password"},
+		{"unknown field", `{"email":"a@example.test","password":"123456789012","name":"A","admin":true}`, "admin"},
+		{"trailing data", ok + `{}`, ""},
+		{"oversized", `{"email":"a@example.test","password":"123456789012","name":"` + strings.Repeat("x", 1<<20) + `"}`, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.Do(t, "POST", "/v1/auth/sign-up", tc.body).ExpectError(t, http.StatusBadRequest, "invalid_request")
+			details, _ := r["details"].([]any)
+			if len(details) == 0 {
+				t.Fatalf("no details: %v", r)
+			}
+			if tc.path != "" {
+				first := details[0].(map[string]any)
+				path, _ := first["path"].([]any)
+				if len(path) == 0 || path[0] != tc.path {
+					t.Fatalf("detail path %v, want %q", first["path"], tc.path)
+				}
+			}
+		})
+	}
+	if n := count(t, e, "users"); n != 0 {
+		t.Fatalf("refused sign-ups wrote %d users", n)
+	}
+	e.Do(t, "POST", "/v1/auth/sign-up", ok).Expect(t, http.StatusCreated)
+	e.Do(t, "POST", "/v1/auth/sign-up", strings.Replace(ok, "a@example", " A@EXAMPLE", 1)).ExpectError(t, http.StatusConflict, "email_taken")
+}
+
+func TestSignUpRefusesAllowlistedEmail(t *testing.T) {
+	e := apitest.New(t)
+	if _, err := store.AddPlatformAdmin(context.Background(), e.Store.Pool, "root@example.test", "test", apitest.Start); err != nil {
+		t.Fatal(err)
+	}
+	body := map[string]string{"email": "  Root@Example.TEST ", "password": "123456789012", "name": "Mallory"}
+	e.Do(t, "POST", "/v1/auth/sign-up", body).ExpectError(t, http.StatusForbidden, "forbidden")
+	if n := count(t, e, "users"); n != 0 {
+		t.Fatalf("refused sign-up wrote %d users", n)
+	}
+}
+
+func TestSignInAndOut(t *testing.T) {
+	e := apitest.New(t)
+	u := e.SignUp(t, "ann")
+	var out struct{ Token string }
+	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": strings.ToUpper(u.Email), "password": apitest.Password}).
+		Expect(t, http.StatusOK).Decode(t, &out)
+	e.Do(t, "GET", "/v1/me", nil, apitest.Session(out.Token)).Expect(t, http.StatusOK)
+	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": u.Email, "password": "wrong password!"}).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": "nobody@example.test", "password": "wrong password!"}).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+	e.Do(t, "POST", "/v1/auth/sign-out", nil, apitest.Session(out.Token)).Expect(t, http.StatusNoContent)
+	e.Do(t, "GET", "/v1/me", nil, apitest.Session(out.Token)).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+	// The other session is untouched.
+	e.Do(t, "GET", "/v1/me", nil, apitest.Session(u.Token)).Expect(t, http.StatusOK)
+}
+
+func TestSignInIsSlowedDownPerEmailAndAddress(t *testing.T) {
+	e := apitest.New(t)
+	u := e.SignUp(t, "ann")
+	wrong := map[string]string{"email": u.Email, "password": "not the password"}
+	for i := 0; i < 5; i++ {
+		e.Do(t, "POST", "/v1/auth/sign-in", wrong).Expect(t, http.StatusUnauthorized)
+	}
+	e.Do(t, "POST", "/v1/auth/sign-in", wrong).Expect(t, http.StatusUnauthorized) // sixth failure starts the wait
+	r := e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": u.Email, "password": apitest.Password})
+	r.ExpectError(t, http.StatusTooManyRequests, "too_many_attempts")
+	if r.Header.Get("Retry-After") == "" {
+		t.Fatal("429 without Retry-After")
+	}
+	// The same address is slowed down for another email too.
+	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": "other@example.test", "password": "x"}).Expect(t, http.StatusTooManyRequests)
+	e.Clock.Advance(2 * time.Second)
+	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": u.Email, "password": apitest.Password}).Expect(t, http.StatusOK)
+}
+
+func TestCredentials(t *testing.T) {
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	key := e.APIKey(t, o)
+	cases := []struct {
+		name   string
+		opts   []apitest.Opt
+		status int
+	}{
+		{"no credential", nil, 401},
+		{"session", []apitest.Opt{apitest.Session(o.Token)}, 200},
+		{"raw api key", []apitest.Opt{apitest.Key(key)}, 200},
+		{"bearer-prefixed api key refused", []apitest.Opt{apitest.Header("x-api-key", "Bearer "+key)}, 401},
+		{"api key in authorization header refused", []apitest.Opt{apitest.Session(key)}, 401},
+		{"unknown key", []apitest.Opt{apitest.Key("tgk_nope")}, 401},
+		{"bad key wins over good session", []apitest.Opt{apitest.Key("tgk_nope"), apitest.Session(o.Token)}, 401},
+		{"malformed authorization", []apitest.Opt{apitest.Header("Authorization", "Basic abc")}, 401},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.Do(t, "GET", "/v1/me", nil, tc.opts...).Expect(t, tc.status)
+			if tc.status == 401 && strings.TrimSpace(string(r.Body)) != `{"error":"unauthorized"}` {
+				t.Fatalf("401 body %s", r.Body)
+			}
+		})
+	}
+}
+
+func TestSessionExpires(t *testing.T) {
+	e := apitest.New(t)
+	u := e.SignUp(t, "ann")
+	e.Clock.Advance(7*24*time.Hour - time.Second)
+	e.Do(t, "GET", "/v1/me", nil, apitest.Session(u.Token)).Expect(t, http.StatusOK)
+	e.Clock.Advance(time.Second)
+	e.Do(t, "GET", "/v1/me", nil, apitest.Session(u.Token)).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+}
+
+func TestMeAndActiveOrganization(t *testing.T) {
+	e := apitest.New(t)
+	a := e.NewOrg(t, "Acme")
+	b := e.CreateOrg(t, a.User, "Beta")
+	var me struct {
+		ActiveOrganizationID string
+		Memberships          []struct{ Organization struct{ ID string } }
+	}
+	e.Do(t, "GET", "/v1/me", nil, apitest.Session(a.Token)).Expect(t, 200).Decode(t, &me)
+	if me.ActiveOrganizationID != a.OrgID || len(me.Memberships) != 2 {
+		t.Fatalf("me: %+v", me)
+	}
+	e.Do(t, "PUT", "/v1/me/active-organization", map[string]string{"organizationId": b.OrgID}, apitest.Session(a.Token)).Expect(t, 200)
+	e.Do(t, "GET", "/v1/me", nil, apitest.Session(a.Token)).Expect(t, 200).Decode(t, &me)
+	if me.ActiveOrganizationID != b.OrgID {
+		t.Fatalf("active organization not switched: %+v", me)
+	}
+	// Without X-Service-Org-Id the session acts in its active organization.
+	var members struct{ Members []struct{ OrganizationID string } }
+	e.Do(t, "GET", "/v1/members", nil, apitest.Session(a.Token)).Expect(t, 200).Decode(t, &members)
+	if members.Members[0].OrganizationID != b.OrgID {
+		t.Fatalf("members of %s, want the active %s", members.Members[0].OrganizationID, b.OrgID)
+	}
+
+	other := e.NewOrg(t, "Other")
+	e.Do(t, "PUT", "/v1/me/active-organization", map[string]string{"organizationId": other.OrgID}, apitest.Session(a.Token)).
+		ExpectError(t, http.StatusNotFound, "organization_not_found")
+	e.Do(t, "PUT", "/v1/me/active-organization", map[string]string{"organizationId": "org_x"}, apitest.Session(a.Token)).
+		ExpectError(t, http.StatusBadRequest, "invalid_request")
+	key := e.APIKey(t, a)
+	e.Do(t, "PUT", "/v1/me/active-organization", map[string]string{"organizationId": b.OrgID}, apitest.Key(key)).
+		ExpectError(t, http.StatusForbidden, "forbidden")
+	// An API key sees only its own organization.
+	e.Do(t, "GET", "/v1/me", nil, apitest.Key(key)).Expect(t, 200).Decode(t, &me)
+	if me.ActiveOrganizationID != a.OrgID || len(me.Memberships) != 1 {
+		t.Fatalf("key's me: %+v", me)
+	}
+	// A key cannot be pointed at another organization of its user.
+	e.Do(t, "GET", "/v1/members", nil, apitest.Key(key), apitest.Org(b.OrgID)).ExpectError(t, http.StatusNotFound, "organization_not_found")
+}
+
+func TestUserWithoutOrganization(t *testing.T) {
+	e := apitest.New(t)
+	u := e.SignUp(t, "loner")
+	r := e.Do(t, "GET", "/v1/members", nil, apitest.Session(u.Token)).ExpectError(t, http.StatusNotFound, "organization_not_found")
+	if !strings.Contains(r["message"].(string), "X-Service-Org-Id") {
+		t.Fatalf("message does not say how to choose an organization: %v", r["message"])
+	}
+}

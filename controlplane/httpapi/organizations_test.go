@@ -1,0 +1,222 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/controlplane/apitest"
+)
+
+func TestCreateOrganization(t *testing.T) {
+	e := apitest.New(t)
+	u := e.SignUp(t, "ann")
+	var out struct {
+		Organization struct{ ID, Slug string }
+		Member       struct{ Role string }
+	}
+	e.Do(t, "POST", "/v1/organizations", map[string]string{"name": "  Acme Rockets!  "}, apitest.Session(u.Token)).
+		Expect(t, http.StatusCreated).Decode(t, &out)
+	if out.Organization.Slug != "acme-rockets" || out.Member.Role != "owner" {
+		t.Fatalf("created %+v", out)
+	}
+	// A derived slug that collides is made unique; an explicit one is refused.
+	e.Do(t, "POST", "/v1/organizations", map[string]string{"name": "Acme Rockets"}, apitest.Session(u.Token)).Expect(t, http.StatusCreated)
+	e.Do(t, "POST", "/v1/organizations", map[string]string{"name": "X", "slug": "acme-rockets"}, apitest.Session(u.Token)).
+		ExpectError(t, http.StatusConflict, "slug_taken")
+	for _, bad := range []map[string]any{{"name": ""}, {"name": "X", "slug": "Bad Slug"}, {"name": "X", "slug": "-x"}, {"name": 5}, {}} {
+		e.Do(t, "POST", "/v1/organizations", bad, apitest.Session(u.Token)).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	}
+	if n := count(t, e, "organizations"); n != 2 {
+		t.Fatalf("%d organizations, want 2", n)
+	}
+	o := apitest.Member{User: u, OrgID: out.Organization.ID}
+	key := e.APIKey(t, o)
+	e.Do(t, "POST", "/v1/organizations", map[string]string{"name": "Via key"}, apitest.Key(key)).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "POST", "/v1/organizations", map[string]string{"name": "Anon"}).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+
+	var list struct{ Organizations []struct{ ID string } }
+	e.Do(t, "GET", "/v1/organizations", nil, apitest.Session(u.Token)).Expect(t, 200).Decode(t, &list)
+	if len(list.Organizations) != 2 {
+		t.Fatalf("session lists %d organizations", len(list.Organizations))
+	}
+	e.Do(t, "GET", "/v1/organizations", nil, apitest.Key(key)).Expect(t, 200).Decode(t, &list)
+	if len(list.Organizations) != 1 || list.Organizations[0].ID != o.OrgID {
+		t.Fatalf("key lists %+v", list)
+	}
+}
+
+func TestInvitations(t *testing.T) {
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	member := e.AddMember(t, o, "bob", "member")
+	admin := e.AddMember(t, o, "cat", "admin")
+	if member.Role != "member" || admin.Role != "admin" {
+		t.Fatalf("roles %q %q", member.Role, admin.Role)
+	}
+
+	// Only owners and admins invite; the role check comes before body validation.
+	e.Do(t, "POST", "/v1/invitations", map[string]string{"bogus": "x"}, member.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "POST", "/v1/invitations", map[string]string{"email": "x@example.test", "role": "owner"}, admin.As()...).
+		ExpectError(t, http.StatusBadRequest, "invalid_request")
+	e.Do(t, "POST", "/v1/invitations", map[string]string{"email": member.Email, "role": "member"}, admin.As()...).
+		ExpectError(t, http.StatusConflict, "already_member")
+
+	dan := e.SignUp(t, "dan")
+	eve := e.SignUp(t, "eve")
+	var inv struct{ Token string }
+	e.Do(t, "POST", "/v1/invitations", map[string]string{"email": dan.Email, "role": "member"}, admin.As()...).
+		Expect(t, http.StatusCreated).Decode(t, &inv)
+	e.Do(t, "POST", "/v1/invitations/accept", map[string]string{"token": inv.Token}, apitest.Session(eve.Token)).
+		ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "POST", "/v1/invitations/accept", map[string]string{"token": "tgi_unknown"}, apitest.Session(dan.Token)).
+		ExpectError(t, http.StatusNotFound, "invitation_not_found")
+	e.Do(t, "POST", "/v1/invitations/accept", map[string]string{"token": inv.Token}, apitest.Session(dan.Token)).Expect(t, http.StatusOK)
+	e.Do(t, "POST", "/v1/invitations/accept", map[string]string{"token": inv.Token}, apitest.Session(dan.Token)).
+		ExpectError(t, http.StatusConflict, "invitation_used")
+
+	e.Do(t, "POST", "/v1/invitations", map[string]string{"email": eve.Email, "role": "member"}, admin.As()...).
+		Expect(t, http.StatusCreated).Decode(t, &inv)
+	e.Clock.Advance(7 * 24 * time.Hour)
+	eve = e.SignIn(t, eve) // her first session expired too
+	e.Do(t, "POST", "/v1/invitations/accept", map[string]string{"token": inv.Token}, apitest.Session(eve.Token)).
+		ExpectError(t, http.StatusConflict, "invitation_expired")
+	if n := count(t, e, "members"); n != 4 {
+		t.Fatalf("%d members, want 4 (owner, bob, cat, dan)", n)
+	}
+}
+
+func TestMembers(t *testing.T) {
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	admin := e.AddMember(t, o, "cat", "admin")
+	bob := e.AddMember(t, o, "bob", "member")
+	other := e.NewOrg(t, "Other")
+
+	var list struct{ Members []struct{ ID, Role, Email string } }
+	e.Do(t, "GET", "/v1/members", nil, bob.As()...).Expect(t, 200).Decode(t, &list)
+	if len(list.Members) != 3 {
+		t.Fatalf("%d members", len(list.Members))
+	}
+
+	path := "/v1/members/" + bob.MemberID
+	e.Do(t, "PATCH", path, map[string]string{"role": "admin"}, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "PATCH", path, map[string]string{"role": "boss"}, admin.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	e.Do(t, "PATCH", path, map[string]string{"role": "owner"}, admin.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "PATCH", "/v1/members/"+o.MemberID, map[string]string{"role": "member"}, admin.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "PATCH", "/v1/members/"+o.MemberID, map[string]string{"role": "member"}, o.As()...).ExpectError(t, http.StatusConflict, "last_owner")
+	e.Do(t, "PATCH", "/v1/members/"+other.MemberID, map[string]string{"role": "member"}, o.As()...).ExpectError(t, http.StatusNotFound, "member_not_found")
+	e.Do(t, "PATCH", "/v1/members/not-an-id", map[string]string{"role": "member"}, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	var m struct{ Role string }
+	e.Do(t, "PATCH", path, map[string]string{"role": "admin"}, admin.As()...).Expect(t, 200).Decode(t, &m)
+	if m.Role != "admin" {
+		t.Fatalf("role %q", m.Role)
+	}
+	e.Do(t, "PATCH", path, map[string]string{"role": "member"}, admin.As()...).Expect(t, 200)
+
+	// Removal ends the membership and disables the member's keys.
+	key := e.APIKey(t, bob)
+	e.Do(t, "GET", "/v1/me", nil, apitest.Key(key)).Expect(t, 200)
+	e.Do(t, "DELETE", "/v1/members/"+o.MemberID, nil, admin.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "DELETE", "/v1/members/"+o.MemberID, nil, o.As()...).ExpectError(t, http.StatusConflict, "last_owner")
+	e.Do(t, "DELETE", path, nil, admin.As()...).Expect(t, http.StatusNoContent)
+	e.Do(t, "GET", "/v1/me", nil, apitest.Key(key)).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+	e.Do(t, "GET", "/v1/members", nil, bob.As()...).ExpectError(t, http.StatusNotFound, "organization_not_found")
+	e.Do(t, "DELETE", path, nil, admin.As()...).ExpectError(t, http.StatusNotFound, "member_not_found")
+	// The removed user keeps their account; their active organization is cleared.
+	var me struct{ ActiveOrganizationID *string }
+	e.Do(t, "GET", "/v1/me", nil, apitest.Session(bob.Token)).Expect(t, 200).Decode(t, &me)
+	if me.ActiveOrganizationID != nil {
+		t.Fatalf("active organization still %v", *me.ActiveOrganizationID)
+	}
+	// A second owner can be removed by an owner.
+	e.Do(t, "PATCH", "/v1/members/"+admin.MemberID, map[string]string{"role": "owner"}, o.As()...).Expect(t, 200)
+	e.Do(t, "DELETE", "/v1/members/"+admin.MemberID, nil, o.As()...).Expect(t, http.StatusNoContent)
+}
+
+func TestTeams(t *testing.T) {
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	other := e.NewOrg(t, "Other")
+
+	e.Do(t, "POST", "/v1/teams", map[string]string{"name": "Research"}, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "POST", "/v1/teams", map[string]string{"name": ""}, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	var team struct {
+		ID        string
+		MemberIDs []string
+	}
+	e.Do(t, "POST", "/v1/teams", map[string]string{"name": "Research"}, o.As()...).Expect(t, http.StatusCreated).Decode(t, &team)
+	e.Do(t, "POST", "/v1/teams", map[string]string{"name": "research"}, o.As()...).ExpectError(t, http.StatusConflict, "team_name_taken")
+
+	members := "/v1/teams/" + team.ID + "/members"
+	e.Do(t, "POST", members, map[string]string{"memberId": other.MemberID}, o.As()...).ExpectError(t, http.StatusNotFound, "member_not_found")
+	e.Do(t, "POST", members, map[string]string{"memberId": "om_bad"}, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	e.Do(t, "POST", members, map[string]string{"memberId": bob.MemberID}, o.As()...).Expect(t, 200).Decode(t, &team)
+	e.Do(t, "POST", members, map[string]string{"memberId": bob.MemberID}, o.As()...).Expect(t, 200).Decode(t, &team)
+	if len(team.MemberIDs) != 1 || team.MemberIDs[0] != bob.MemberID {
+		t.Fatalf("team members %v", team.MemberIDs)
+	}
+	// Another organization cannot see or change the team.
+	e.Do(t, "POST", members, map[string]string{"memberId": other.MemberID}, other.As()...).ExpectError(t, http.StatusNotFound, "team_not_found")
+	e.Do(t, "DELETE", "/v1/teams/"+team.ID, nil, other.As()...).ExpectError(t, http.StatusNotFound, "team_not_found")
+
+	var list struct{ Teams []struct{ MemberIDs []string } }
+	e.Do(t, "GET", "/v1/teams", nil, bob.As()...).Expect(t, 200).Decode(t, &list)
+	if len(list.Teams) != 1 || len(list.Teams[0].MemberIDs) != 1 {
+		t.Fatalf("teams %+v", list)
+	}
+	e.Do(t, "DELETE", members+"/"+bob.MemberID, nil, o.As()...).Expect(t, http.StatusNoContent)
+	e.Do(t, "DELETE", members+"/"+bob.MemberID, nil, o.As()...).ExpectError(t, http.StatusNotFound, "team_member_not_found")
+	e.Do(t, "DELETE", "/v1/teams/"+team.ID, nil, o.As()...).Expect(t, http.StatusNoContent)
+	e.Do(t, "GET", "/v1/teams", nil, bob.As()...).Expect(t, 200).Decode(t, &list)
+	if len(list.Teams) != 0 {
+		t.Fatalf("deleted team still listed")
+	}
+	// The name is free again.
+	e.Do(t, "POST", "/v1/teams", map[string]string{"name": "Research"}, o.As()...).Expect(t, http.StatusCreated)
+}
+
+func TestAPIKeys(t *testing.T) {
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	cat := e.AddMember(t, o, "cat", "member")
+	ownerKey := e.APIKey(t, o)
+	bobKey := e.APIKey(t, bob)
+	e.APIKey(t, cat)
+
+	e.Do(t, "POST", "/v1/api-keys", map[string]string{"name": "via key"}, apitest.Key(bobKey)).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "POST", "/v1/api-keys", map[string]any{"name": "x", "expiresInDays": 0}, bob.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+
+	var list struct {
+		APIKeys []struct{ ID, MemberID, Start string }
+	}
+	e.Do(t, "GET", "/v1/api-keys", nil, apitest.Key(bobKey)).Expect(t, 200).Decode(t, &list)
+	if len(list.APIKeys) != 1 || list.APIKeys[0].MemberID != bob.MemberID || list.APIKeys[0].Start != bobKey[:8] {
+		t.Fatalf("bob sees %+v", list.APIKeys)
+	}
+	bobKeyID := list.APIKeys[0].ID
+	e.Do(t, "GET", "/v1/api-keys", nil, apitest.Key(ownerKey)).Expect(t, 200).Decode(t, &list)
+	if len(list.APIKeys) != 3 {
+		t.Fatalf("owner sees %d keys", len(list.APIKeys))
+	}
+	var catKeyID string
+	for _, k := range list.APIKeys {
+		if k.MemberID == cat.MemberID {
+			catKeyID = k.ID
+		}
+	}
+	// A member cannot revoke another member's key, and cannot learn it exists.
+	e.Do(t, "DELETE", "/v1/api-keys/"+catKeyID, nil, bob.As()...).ExpectError(t, http.StatusNotFound, "api_key_not_found")
+	e.Do(t, "DELETE", "/v1/api-keys/"+bobKeyID, nil, apitest.Key(bobKey)).Expect(t, http.StatusNoContent)
+	e.Do(t, "GET", "/v1/me", nil, apitest.Key(bobKey)).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+	e.Do(t, "DELETE", "/v1/api-keys/"+catKeyID, nil, o.As()...).Expect(t, http.StatusNoContent)
+
+	// Keys with an expiry stop working at it.
+	var created struct{ Key string }
+	e.Do(t, "POST", "/v1/api-keys", map[string]any{"name": "short", "expiresInDays": 1}, bob.As()...).Expect(t, http.StatusCreated).Decode(t, &created)
+	e.Do(t, "GET", "/v1/me", nil, apitest.Key(created.Key)).Expect(t, 200)
+	e.Clock.Advance(24 * time.Hour)
+	e.Do(t, "GET", "/v1/me", nil, apitest.Key(created.Key)).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+}

@@ -1,0 +1,104 @@
+package store_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func tables(t *testing.T, st *store.Store) []string {
+	t.Helper()
+	rows, err := st.Pool.Query(context.Background(),
+		`SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations' ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestMigrationsUpDownUp applies every migration, reverts them all, and applies them
+// again: each down file must undo its up file completely.
+func TestMigrationsUpDownUp(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.URLFor(storetest.NewDatabase(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if v, err := st.SchemaVersion(ctx); err != nil || v != 0 {
+		t.Fatalf("empty database at version %d, %v", v, err)
+	}
+	applied, err := st.Migrate(ctx, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _ := store.Migrations()
+	if len(applied) != len(ms) {
+		t.Fatalf("applied %v of %d migrations", applied, len(ms))
+	}
+	first := tables(t, st)
+	if len(first) == 0 {
+		t.Fatal("no tables after migrating up")
+	}
+	if again, err := st.Migrate(ctx, quiet()); err != nil || len(again) != 0 {
+		t.Fatalf("second migrate applied %v, %v", again, err)
+	}
+	if _, err := st.MigrateTo(ctx, quiet(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if left := tables(t, st); len(left) != 0 {
+		t.Fatalf("tables left after migrating down: %v", left)
+	}
+	if _, err := st.Migrate(ctx, quiet()); err != nil {
+		t.Fatal(err)
+	}
+	if second := tables(t, st); len(second) != len(first) {
+		t.Fatalf("tables differ after up-down-up: %v vs %v", first, second)
+	}
+	if v, _ := st.SchemaVersion(ctx); v != store.LatestVersion() {
+		t.Fatalf("version %d, want %d", v, store.LatestVersion())
+	}
+}
+
+func TestInTxRetriesSerializationFailures(t *testing.T) {
+	st := storetest.New(t)
+	ctx := context.Background()
+	attempts := 0
+	err := st.InTx(ctx, func(tx pgx.Tx) error {
+		attempts++
+		if attempts < 3 {
+			_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`)
+			return err
+		}
+		return nil
+	})
+	if err != nil || attempts != 3 {
+		t.Fatalf("attempts %d, err %v", attempts, err)
+	}
+	attempts = 0
+	err = st.InTx(ctx, func(tx pgx.Tx) error {
+		attempts++
+		_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'bad' USING ERRCODE = '22000'; END $$`)
+		return err
+	})
+	if err == nil || attempts != 1 {
+		t.Fatalf("a non-retryable error was retried %d times (%v)", attempts, err)
+	}
+}
