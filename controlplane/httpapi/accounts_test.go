@@ -163,7 +163,9 @@ func TestMeAndActiveOrganization(t *testing.T) {
 		t.Fatalf("active organization not switched: %+v", me)
 	}
 	// Without X-Service-Org-Id the session acts in its active organization.
-	var members struct{ Members []struct{ OrganizationID string } }
+	var members struct {
+		Members []struct{ OrganizationID string }
+	}
 	e.Do(t, "GET", "/v1/members", nil, apitest.Session(a.Token)).Expect(t, 200).Decode(t, &members)
 	if members.Members[0].OrganizationID != b.OrgID {
 		t.Fatalf("members of %s, want the active %s", members.Members[0].OrganizationID, b.OrgID)

@@ -93,7 +93,9 @@ func TestMembers(t *testing.T) {
 	bob := e.AddMember(t, o, "bob", "member")
 	other := e.NewOrg(t, "Other")
 
-	var list struct{ Members []struct{ ID, Role, Email string } }
+	var list struct {
+		Members []struct{ ID, Role, Email string }
+	}
 	e.Do(t, "GET", "/v1/members", nil, bob.As()...).Expect(t, 200).Decode(t, &list)
 	if len(list.Members) != 3 {
 		t.Fatalf("%d members", len(list.Members))
@@ -161,7 +163,9 @@ func TestTeams(t *testing.T) {
 	e.Do(t, "POST", members, map[string]string{"memberId": other.MemberID}, other.As()...).ExpectError(t, http.StatusNotFound, "team_not_found")
 	e.Do(t, "DELETE", "/v1/teams/"+team.ID, nil, other.As()...).ExpectError(t, http.StatusNotFound, "team_not_found")
 
-	var list struct{ Teams []struct{ MemberIDs []string } }
+	var list struct {
+		Teams []struct{ MemberIDs []string }
+	}
 	e.Do(t, "GET", "/v1/teams", nil, bob.As()...).Expect(t, 200).Decode(t, &list)
 	if len(list.Teams) != 1 || len(list.Teams[0].MemberIDs) != 1 {
 		t.Fatalf("teams %+v", list)

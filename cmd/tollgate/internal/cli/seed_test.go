@@ -24,7 +24,9 @@ func TestSeedIsIdempotent(t *testing.T) {
 		t.Fatalf("organization %q then %q", first.OrgID, second.OrgID)
 	}
 	c := client{ctx: ctx, base: e.URL}
-	var members struct{ Members []struct{ Email, Role string } }
+	var members struct {
+		Members []struct{ Email, Role string }
+	}
 	if _, err := c.call("GET", "/v1/members", second.Owner.Token, second.OrgID, nil, 200, &members); err != nil {
 		t.Fatal(err)
 	}
