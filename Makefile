@@ -40,6 +40,11 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+generate: ## regenerate committed code (protobuf of the internal API); needs protoc, protoc-gen-go, protoc-gen-go-grpc
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate ./pkg/internalapi/...
+
 fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./pkg/typeid
 	$(GO) test -run '^$$' -fuzz FuzzParseUSD -fuzztime 20s ./pkg/money
@@ -50,3 +55,6 @@ bench: ## run the benchmarks
 
 clean: ## remove build output
 	rm -rf $(BIN)
+
+
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate ./pkg/internalapi/...

@@ -21,6 +21,7 @@ func count(t *testing.T, e *apitest.Env, table string) int {
 }
 
 func TestSignUpValidation(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	ok := `{"email":"a@example.test","password":"123456789012","name":"A"}`
 	cases := []struct {
@@ -63,6 +64,7 @@ func TestSignUpValidation(t *testing.T) {
 }
 
 func TestSignUpRefusesAllowlistedEmail(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	if _, err := store.AddPlatformAdmin(context.Background(), e.Store.Pool, "root@example.test", "test", apitest.Start); err != nil {
 		t.Fatal(err)
@@ -75,6 +77,7 @@ func TestSignUpRefusesAllowlistedEmail(t *testing.T) {
 }
 
 func TestSignInAndOut(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	u := e.SignUp(t, "ann")
 	var out struct{ Token string }
@@ -90,6 +93,7 @@ func TestSignInAndOut(t *testing.T) {
 }
 
 func TestSignInIsSlowedDownPerEmailAndAddress(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	u := e.SignUp(t, "ann")
 	wrong := map[string]string{"email": u.Email, "password": "not the password"}
@@ -109,6 +113,7 @@ func TestSignInIsSlowedDownPerEmailAndAddress(t *testing.T) {
 }
 
 func TestCredentials(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	key := e.APIKey(t, o)
@@ -137,6 +142,7 @@ func TestCredentials(t *testing.T) {
 }
 
 func TestSessionExpires(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	u := e.SignUp(t, "ann")
 	e.Clock.Advance(7*24*time.Hour - time.Second)
@@ -146,6 +152,7 @@ func TestSessionExpires(t *testing.T) {
 }
 
 func TestMeAndActiveOrganization(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	a := e.NewOrg(t, "Acme")
 	b := e.CreateOrg(t, a.User, "Beta")
@@ -189,6 +196,7 @@ func TestMeAndActiveOrganization(t *testing.T) {
 }
 
 func TestUserWithoutOrganization(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	u := e.SignUp(t, "loner")
 	r := e.Do(t, "GET", "/v1/members", nil, apitest.Session(u.Token)).ExpectError(t, http.StatusNotFound, "organization_not_found")

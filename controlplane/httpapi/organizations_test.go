@@ -9,6 +9,7 @@ import (
 )
 
 func TestCreateOrganization(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	u := e.SignUp(t, "ann")
 	var out struct {
@@ -47,6 +48,7 @@ func TestCreateOrganization(t *testing.T) {
 }
 
 func TestInvitations(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	member := e.AddMember(t, o, "bob", "member")
@@ -87,6 +89,7 @@ func TestInvitations(t *testing.T) {
 }
 
 func TestMembers(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	admin := e.AddMember(t, o, "cat", "admin")
@@ -137,6 +140,7 @@ func TestMembers(t *testing.T) {
 }
 
 func TestTeams(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
@@ -182,6 +186,7 @@ func TestTeams(t *testing.T) {
 }
 
 func TestAPIKeys(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")

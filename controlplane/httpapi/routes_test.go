@@ -16,6 +16,7 @@ import (
 // TestEveryRouteIsDocumented keeps the route table and the OpenAPI document in step: a
 // route without documentation, or documentation without a route, fails.
 func TestEveryRouteIsDocumented(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	ops, err := openapi.Operations()
 	if err != nil {
@@ -42,6 +43,7 @@ func TestEveryRouteIsDocumented(t *testing.T) {
 }
 
 func TestUnknownRoutesAnswerJSON(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	r := e.Do(t, "GET", "/v1/nope", nil).ExpectError(t, http.StatusNotFound, "not_found")
 	if !strings.Contains(r["message"].(string), "/v1/nope") {
@@ -56,6 +58,7 @@ func TestUnknownRoutesAnswerJSON(t *testing.T) {
 }
 
 func TestDocsAndOpenAPI(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	doc := e.Do(t, "GET", "/openapi.json", nil).Expect(t, 200).JSON(t)
 	if doc["openapi"] != "3.1.0" || doc["info"].(map[string]any)["version"] != "0.18.46" {
@@ -74,6 +77,7 @@ func TestDocsAndOpenAPI(t *testing.T) {
 }
 
 func TestMetricsByRoutePattern(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	e.Do(t, "GET", "/v1/members/"+o.MemberID, nil, o.As()...) // 405: unmatched

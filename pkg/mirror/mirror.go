@@ -1,0 +1,137 @@
+package mirror
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// Layout names the keys. Prefix isolates installations (and tests) sharing one Redis.
+type Layout struct {
+	Prefix string
+}
+
+// DefaultLayout is what both programs use unless configured otherwise.
+var DefaultLayout = Layout{Prefix: "tg:"}
+
+// MemberKey is the key of a member's record. The member id inside braces is the Redis
+// Cluster hash tag, so everything about one member lives in one slot.
+func (l Layout) MemberKey(memberID string) string {
+	return l.Prefix + "{" + memberID + "}:rec"
+}
+
+// GenerationKey holds the current generation id. Its absence means Redis lost its data.
+func (l Layout) GenerationKey() string { return l.Prefix + "generation" }
+
+// InvalidationChannel carries invalidations (see Invalidation).
+func (l Layout) InvalidationChannel() string { return l.Prefix + "invalidate" }
+
+// Record is a member's mirrored accounting state.
+type Record = internalv1.MirrorRecord
+
+//go:embed write.lua
+var writeSource string
+
+var writeScript = redis.NewScript(writeSource)
+
+// Write stores rec under its member's key unless a record of the same generation with
+// an equal or higher version is already there. It reports whether it wrote.
+func (l Layout) Write(ctx context.Context, rdb redis.Scripter, rec *Record, ttl time.Duration) (bool, error) {
+	if rec.GetEntitlement().GetMemberId() == "" {
+		return false, errors.New("mirror: record without member id")
+	}
+	blob, err := proto.Marshal(rec)
+	if err != nil {
+		return false, err
+	}
+	n, err := writeScript.Run(ctx, rdb, []string{l.MemberKey(rec.GetEntitlement().GetMemberId())},
+		rec.GetVersion(), rec.GetGeneration(), blob, ttl.Milliseconds()).Int()
+	return n == 1, err
+}
+
+// ErrUnknown says the record cannot be trusted: missing, unreadable, or written under
+// another generation. Callers resolve through the control plane.
+var ErrUnknown = errors.New("mirror: record unknown")
+
+// Read returns a member's record if it was written under generation. One round trip.
+func (l Layout) Read(ctx context.Context, rdb redis.Cmdable, memberID, generation string) (*Record, error) {
+	vals, err := rdb.HMGet(ctx, l.MemberKey(memberID), "g", "r").Result()
+	if err != nil {
+		return nil, err
+	}
+	g, _ := vals[0].(string)
+	blob, _ := vals[1].(string)
+	if blob == "" || generation == "" || g != generation {
+		return nil, ErrUnknown
+	}
+	rec := &Record{}
+	if err := proto.Unmarshal([]byte(blob), rec); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnknown, err)
+	}
+	return rec, nil
+}
+
+// Generation reads the current generation; "" when Redis has none (lost its data, or
+// was never synced).
+func (l Layout) Generation(ctx context.Context, rdb redis.Cmdable) (string, error) {
+	g, err := rdb.Get(ctx, l.GenerationKey()).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return g, err
+}
+
+// SetGeneration installs a new generation id. Records of older generations become
+// unknown at once.
+func (l Layout) SetGeneration(ctx context.Context, rdb redis.Cmdable, generation string) error {
+	return rdb.Set(ctx, l.GenerationKey(), generation, 0).Err()
+}
+
+// Invalidation tells enforcers to forget cached identities.
+type Invalidation struct {
+	// Kind is "credential" (ID is the hex SHA-256 of the credential), "member" or "api_key".
+	Kind string
+	ID   string
+}
+
+// Encode renders an invalidation message.
+func (i Invalidation) Encode() string { return i.Kind + ":" + i.ID }
+
+// ParseInvalidation reads a message of the invalidation channel.
+func ParseInvalidation(s string) (Invalidation, error) {
+	kind, id, ok := strings.Cut(s, ":")
+	switch {
+	case !ok || id == "":
+		return Invalidation{}, fmt.Errorf("mirror: malformed invalidation %q", s)
+	case kind != "credential" && kind != "member" && kind != "api_key":
+		return Invalidation{}, fmt.Errorf("mirror: unknown invalidation kind %q", kind)
+	}
+	return Invalidation{Kind: kind, ID: id}, nil
+}
+
+// Publish sends an invalidation to every enforcer.
+func (l Layout) Publish(ctx context.Context, rdb redis.Cmdable, inv Invalidation) error {
+	return rdb.Publish(ctx, l.InvalidationChannel(), inv.Encode()).Err()
+}
+
+// SpendOf returns the used amount of the record for a window, and whether the record
+// knows that window. A record from before a window began does not know it: its spend
+// for the new window is zero only if nothing was charged since, which the reader cannot
+// tell, so it must resolve.
+func SpendOf(rec *Record, timeframe string, windowStart time.Time) (int64, bool) {
+	for _, s := range rec.GetSpend() {
+		if s.GetTimeframe() == timeframe && s.GetWindowStartUnixMs() == windowStart.UnixMilli() {
+			return s.GetUsedMicroUsd(), true
+		}
+	}
+	return 0, false
+}
+

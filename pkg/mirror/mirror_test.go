@@ -1,0 +1,149 @@
+package mirror
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// testRedis connects to TOLLGATE_TEST_REDIS_URL (default local) and gives the test its
+// own key prefix, removed afterwards.
+func testRedis(t *testing.T) (redis.UniversalClient, Layout) {
+	t.Helper()
+	url := os.Getenv("TOLLGATE_TEST_REDIS_URL")
+	if url == "" {
+		url = "redis://127.0.0.1:6379/0"
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Redis is required under CI=true: %v", err)
+		}
+		t.Skipf("Redis unreachable: %v", err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	l := Layout{Prefix: "tgtest:" + hex.EncodeToString(b[:]) + ":"}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, l.Prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+		rdb.Close()
+	})
+	return rdb, l
+}
+
+func record(member string, version int64, gen string, used int64) *Record {
+	return &Record{Version: version, Generation: gen,
+		Entitlement: &internalv1.Entitlement{OrganizationId: "org_x", MemberId: member, CaptureEnabled: true, TrackingVersion: 1},
+		Spend:       []*internalv1.WindowSpend{{Timeframe: "day", WindowStartUnixMs: 1000, UsedMicroUsd: used}},
+	}
+}
+
+func TestWriteIsMonotonicPerGeneration(t *testing.T) {
+	rdb, l := testRedis(t)
+	ctx := context.Background()
+	for _, step := range []struct {
+		name    string
+		rec     *Record
+		written bool
+		used    int64
+	}{
+		{"first write", record("om_a", 5, "g1", 100), true, 100},
+		{"older version ignored", record("om_a", 4, "g1", 50), false, 100},
+		{"same version ignored", record("om_a", 5, "g1", 70), false, 100},
+		{"newer version wins", record("om_a", 6, "g1", 120), true, 120},
+		{"new generation replaces regardless of version", record("om_a", 1, "g2", 10), true, 10},
+	} {
+		ok, err := l.Write(ctx, rdb, step.rec, time.Hour)
+		if err != nil || ok != step.written {
+			t.Fatalf("%s: written=%v err=%v", step.name, ok, err)
+		}
+		got, err := l.Read(ctx, rdb, "om_a", step.rec.Generation)
+		if err != nil {
+			t.Fatalf("%s: read %v", step.name, err)
+		}
+		if used, _ := SpendOf(got, "day", time.UnixMilli(1000)); used != step.used {
+			t.Fatalf("%s: used %d, want %d", step.name, used, step.used)
+		}
+	}
+	if ttl := rdb.PTTL(ctx, l.MemberKey("om_a")).Val(); ttl <= 0 || ttl > time.Hour {
+		t.Fatalf("ttl %v", ttl)
+	}
+}
+
+func TestReadRefusesWhatItCannotTrust(t *testing.T) {
+	rdb, l := testRedis(t)
+	ctx := context.Background()
+	if _, err := l.Read(ctx, rdb, "om_missing", "g1"); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("missing record: %v", err)
+	}
+	if _, err := l.Write(ctx, rdb, record("om_b", 1, "g1", 5), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Read(ctx, rdb, "om_b", "g2"); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("record of another generation: %v", err)
+	}
+	if _, err := l.Read(ctx, rdb, "om_b", ""); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("no current generation: %v", err)
+	}
+	rdb.HSet(ctx, l.MemberKey("om_b"), "r", "not protobuf \xff\xff")
+	if _, err := l.Read(ctx, rdb, "om_b", "g1"); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("corrupt record: %v", err)
+	}
+	if _, ok := SpendOf(record("om_c", 1, "g", 1), "day", time.UnixMilli(2000)); ok {
+		t.Fatal("a record knows a window it was not written for")
+	}
+}
+
+func TestGenerationAndInvalidations(t *testing.T) {
+	rdb, l := testRedis(t)
+	ctx := context.Background()
+	if g, err := l.Generation(ctx, rdb); err != nil || g != "" {
+		t.Fatalf("fresh generation %q %v", g, err)
+	}
+	if err := l.SetGeneration(ctx, rdb, "g7"); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := l.Generation(ctx, rdb); g != "g7" {
+		t.Fatalf("generation %q", g)
+	}
+	sub := rdb.Subscribe(ctx, l.InvalidationChannel())
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Publish(ctx, rdb, Invalidation{Kind: "member", ID: "om_a"}); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := ParseInvalidation(msg.Payload)
+	if err != nil || inv != (Invalidation{Kind: "member", ID: "om_a"}) {
+		t.Fatalf("invalidation %+v %v", inv, err)
+	}
+	for _, bad := range []string{"", "member", "member:", "planet:x"} {
+		if _, err := ParseInvalidation(bad); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+	if k := l.MemberKey("om_a"); k != l.Prefix+"{om_a}:rec" {
+		t.Fatalf("key %q", k)
+	}
+}
