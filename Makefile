@@ -56,5 +56,3 @@ bench: ## run the benchmarks
 clean: ## remove build output
 	rm -rf $(BIN)
 
-
-	PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate ./pkg/internalapi/...
