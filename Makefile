@@ -49,6 +49,8 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./pkg/typeid
 	$(GO) test -run '^$$' -fuzz FuzzParseUSD -fuzztime 20s ./pkg/money
 	$(GO) test -run '^$$' -fuzz FuzzOf -fuzztime 20s ./pkg/window
+	$(GO) test -run '^$$' -fuzz FuzzExtractJSON -fuzztime 20s -fuzzminimizetime 10s ./enforcer/usage
+	$(GO) test -run '^$$' -fuzz FuzzExtractSSE -fuzztime 20s -fuzzminimizetime 10s ./enforcer/usage
 
 bench: ## run the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
