@@ -24,7 +24,11 @@ type route struct {
 	noStore bool
 	// unavailable is the error code of the 503 answered on unexpected storage failures.
 	unavailable string
-	handle      func(*Call) error
+	// messages: every error answer is {error, message} (the gateway usage routes):
+	// invalid-request details are joined into the message, and errors without one (401)
+	// get a default.
+	messages bool
+	handle   func(*Call) error
 }
 
 // routeTable is every REST route of the control plane, in one place. Each handler lives in
@@ -70,10 +74,36 @@ func (s *Server) routeTable() []route {
 
 		// Plugins and marketplaces (plugins.go, marketplaces.go)
 
-		// Gateway usage limits (usage_*.go)
+		// Gateway usage limits (usage_*.go): every route is private, no-store, and answers
+		// {error, message} for every error.
+		gw("GET", "/v1/gateway/usage-limit-policies", managers, s.listUsagePolicies),
+		gw("POST", "/v1/gateway/usage-limit-policies", managers, s.createUsagePolicy),
+		gw("PATCH", "/v1/gateway/usage-limit-policies/{policyId}", managers, s.updateUsagePolicy),
+		gw("POST", "/v1/gateway/usage-limit-policies/{policyId}/archive", managers, s.archiveUsagePolicy),
+		gw("POST", "/v1/gateway/usage-limit-policies/{policyId}/restore", managers, s.restoreUsagePolicy),
+		gw("GET", "/v1/gateway/usage-limit-policies/{policyId}/assignments", managers, s.listUsageAssignments),
+		gw("POST", "/v1/gateway/usage-limit-policies/{policyId}/assignments", managers, s.createUsageAssignment),
+		gw("DELETE", "/v1/gateway/usage-limit-policies/{policyId}/assignments/{assignmentId}", managers, s.deleteUsageAssignment),
+		gw("GET", "/v1/gateway/usage-limits/me", nil, s.usageStatusMe),
+		gw("GET", "/v1/gateway/usage-limits/members/{memberId}", managers, s.usageStatusMember),
+		gw("POST", "/v1/gateway/usage-limit-reset-requests", nil, s.submitResetRequest),
+		gw("GET", "/v1/gateway/usage-limit-reset-requests/me", nil, s.listMyResetRequests),
+		gw("GET", "/v1/gateway/usage-limit-reset-requests", managers, s.listResetRequests),
+		gw("POST", "/v1/gateway/usage-limit-reset-requests/{requestId}/approve", managers, s.approveResetRequest),
+		gw("POST", "/v1/gateway/usage-limit-reset-requests/{requestId}/deny", managers, s.denyResetRequest),
+		gw("GET", "/v1/gateway/model-prices", nil, s.listModelPrices),
+		gw("PUT", "/v1/gateway/model-prices", managers, s.replaceModelPrices),
 
 		// Platform administration (admin.go)
 	}
+}
+
+// gw is a gateway usage route: authenticated, inside the caller's organization, roles
+// (nil: every member) checked before the handler reads the body, never cached, storage
+// failures answered as 503 gateway_usage_unavailable, every error {error, message}.
+func gw(method, pattern string, roles []string, handle func(*Call) error) route {
+	return route{method: method, pattern: pattern, access: authenticated, org: true, roles: roles, noStore: true,
+		unavailable: "gateway_usage_unavailable", messages: true, handle: handle}
 }
 
 // goneRoutes are removed features: they answer 410 so that old clients fail clearly.
