@@ -74,37 +74,31 @@ func (s *Server) routeTable() []route {
 
 		// Plugins and marketplaces (plugins.go, marketplaces.go)
 
-		// Gateway usage limits (usage_*.go): every route is private, no-store, and answers
-		// {error, message} for every error.
-		gw("GET", "/v1/gateway/usage-limit-policies", managers, s.listUsagePolicies),
-		gw("POST", "/v1/gateway/usage-limit-policies", managers, s.createUsagePolicy),
-		gw("PATCH", "/v1/gateway/usage-limit-policies/{policyId}", managers, s.updateUsagePolicy),
-		gw("POST", "/v1/gateway/usage-limit-policies/{policyId}/archive", managers, s.archiveUsagePolicy),
-		gw("POST", "/v1/gateway/usage-limit-policies/{policyId}/restore", managers, s.restoreUsagePolicy),
-		gw("GET", "/v1/gateway/usage-limit-policies/{policyId}/assignments", managers, s.listUsageAssignments),
-		gw("POST", "/v1/gateway/usage-limit-policies/{policyId}/assignments", managers, s.createUsageAssignment),
-		gw("DELETE", "/v1/gateway/usage-limit-policies/{policyId}/assignments/{assignmentId}", managers, s.deleteUsageAssignment),
-		gw("GET", "/v1/gateway/usage-limits/me", nil, s.usageStatusMe),
-		gw("GET", "/v1/gateway/usage-limits/members/{memberId}", managers, s.usageStatusMember),
-		gw("POST", "/v1/gateway/usage-limit-reset-requests", nil, s.submitResetRequest),
-		gw("GET", "/v1/gateway/usage-limit-reset-requests/me", nil, s.listMyResetRequests),
-		gw("GET", "/v1/gateway/usage-limit-reset-requests", managers, s.listResetRequests),
-		gw("POST", "/v1/gateway/usage-limit-reset-requests/{requestId}/approve", managers, s.approveResetRequest),
-		gw("POST", "/v1/gateway/usage-limit-reset-requests/{requestId}/deny", managers, s.denyResetRequest),
-		gw("GET", "/v1/gateway/model-prices", nil, s.listModelPrices),
-		gw("PUT", "/v1/gateway/model-prices", managers, s.replaceModelPrices),
+		// Gateway usage limits (usage_*.go)
+		{method: "GET", pattern: "/v1/gateway/usage-limit-policies", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listUsagePolicies},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-policies", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.createUsagePolicy},
+		{method: "PATCH", pattern: "/v1/gateway/usage-limit-policies/{policyId}", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.updateUsagePolicy},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-policies/{policyId}/archive", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.archiveUsagePolicy},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-policies/{policyId}/restore", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.restoreUsagePolicy},
+		{method: "GET", pattern: "/v1/gateway/usage-limit-policies/{policyId}/assignments", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listUsageAssignments},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-policies/{policyId}/assignments", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.createUsageAssignment},
+		{method: "DELETE", pattern: "/v1/gateway/usage-limit-policies/{policyId}/assignments/{assignmentId}", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.deleteUsageAssignment},
+		{method: "GET", pattern: "/v1/gateway/usage-limits/me", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.usageStatusMe},
+		{method: "GET", pattern: "/v1/gateway/usage-limits/members/{memberId}", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.usageStatusMember},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-reset-requests", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.submitResetRequest},
+		{method: "GET", pattern: "/v1/gateway/usage-limit-reset-requests/me", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listMyResetRequests},
+		{method: "GET", pattern: "/v1/gateway/usage-limit-reset-requests", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listResetRequests},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-reset-requests/{requestId}/approve", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.approveResetRequest},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-reset-requests/{requestId}/deny", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.denyResetRequest},
+		{method: "GET", pattern: "/v1/gateway/model-prices", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listModelPrices},
+		{method: "PUT", pattern: "/v1/gateway/model-prices", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.replaceModelPrices},
 
 		// Platform administration (admin.go)
 	}
 }
 
-// gw is a gateway usage route: authenticated, inside the caller's organization, roles
-// (nil: every member) checked before the handler reads the body, never cached, storage
-// failures answered as 503 gateway_usage_unavailable, every error {error, message}.
-func gw(method, pattern string, roles []string, handle func(*Call) error) route {
-	return route{method: method, pattern: pattern, access: authenticated, org: true, roles: roles, noStore: true,
-		unavailable: "gateway_usage_unavailable", messages: true, handle: handle}
-}
+// usageUnavailable is the 503 code of every gateway usage route.
+const usageUnavailable = "gateway_usage_unavailable"
 
 // goneRoutes are removed features: they answer 410 so that old clients fail clearly.
 var goneRoutes = []goneRoute{
