@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/apitest"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -218,7 +217,3 @@ func (r *recorder) calls() [][]string {
 	defer r.mu.Unlock()
 	return append([][]string(nil), r.changed...)
 }
-
-func ptr[T any](v T) *T { return &v }
-
-var _ = time.Second
