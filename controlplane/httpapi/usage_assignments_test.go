@@ -73,7 +73,7 @@ func TestUsageAssignments(t *testing.T) {
 	if len(list.Assignments) != 3 {
 		t.Fatalf("list %+v", list)
 	}
-	if n := count(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_policy.assign'`); n != 3 {
+	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_policy.assign'`); n != 3 {
 		t.Fatalf("%d assign audit events for 3 new assignments", n)
 	}
 
@@ -129,7 +129,7 @@ func TestUsageAssignments(t *testing.T) {
 	// Unknown policy and malformed ids.
 	e.Do(t, "DELETE", policiesPath+"/ulp_nope/assignments/"+qa.ID, nil, o.As()...).ExpectError(t, http.StatusNotFound, "policy_not_found")
 	e.Do(t, "DELETE", base+"/"+strings.Repeat("z", 65), nil, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
-	if n := count(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_policy.unassign'`); n != 1 {
+	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_policy.unassign'`); n != 1 {
 		t.Fatalf("%d unassign audit events for one removal", n)
 	}
 

@@ -177,8 +177,8 @@ func counter(t *testing.T, e *apitest.Env, m apitest.Member, tf window.Timeframe
 	return used, extension
 }
 
-// count runs a count(*) query.
-func count(t *testing.T, e *apitest.Env, sql string, args ...any) int {
+// usageCount runs a count(*) query.
+func usageCount(t *testing.T, e *apitest.Env, sql string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := e.Store.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {

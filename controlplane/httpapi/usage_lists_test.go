@@ -42,7 +42,7 @@ func readAll(t *testing.T, e *apitest.Env, by apitest.Member, path, view string,
 	return nil
 }
 
-func ids(pages []resetPage) []string {
+func pageIDs(pages []resetPage) []string {
 	var out []string
 	for _, p := range pages {
 		for _, r := range p.Requests {
@@ -91,8 +91,8 @@ func TestUsageResetRequestPagination(t *testing.T) {
 	}
 
 	pages := readAll(t, e, o, resetsPath, "pending", 4)
-	if len(pages) != 3 || !slices.Equal(ids(pages), wantAsc) {
-		t.Fatalf("pending pages %v, want %v", ids(pages), wantAsc)
+	if len(pages) != 3 || !slices.Equal(pageIDs(pages), wantAsc) {
+		t.Fatalf("pending pages %v, want %v", pageIDs(pages), wantAsc)
 	}
 	for _, pg := range pages {
 		if pg.PendingCount != 9 || pg.View != "pending" || pg.Limit != 4 {
@@ -100,7 +100,7 @@ func TestUsageResetRequestPagination(t *testing.T) {
 		}
 	}
 	// Page size 1 walks the same order, ties included.
-	if got := ids(readAll(t, e, o, resetsPath, "pending", 1)); !slices.Equal(got, wantAsc) {
+	if got := pageIDs(readAll(t, e, o, resetsPath, "pending", 1)); !slices.Equal(got, wantAsc) {
 		t.Fatalf("limit 1: %v", got)
 	}
 
@@ -110,12 +110,12 @@ func TestUsageResetRequestPagination(t *testing.T) {
 	}
 	e.Do(t, "POST", resetsPath+"/"+sorted[8].ID+"/deny", nil, o.As()...).Expect(t, http.StatusOK)
 	pending := readAll(t, e, o, resetsPath, "pending", 2)
-	if got := ids(pending); !slices.Equal(got, wantAsc[3:8]) || pending[0].PendingCount != 5 {
+	if got := pageIDs(pending); !slices.Equal(got, wantAsc[3:8]) || pending[0].PendingCount != 5 {
 		t.Fatalf("pending after decisions %v (count %d)", got, pending[0].PendingCount)
 	}
 	history := readAll(t, e, o, resetsPath, "history", 3)
 	wantDesc := []string{wantAsc[8], wantAsc[2], wantAsc[1], wantAsc[0]}
-	if got := ids(history); !slices.Equal(got, wantDesc) || history[0].PendingCount != 5 {
+	if got := pageIDs(history); !slices.Equal(got, wantDesc) || history[0].PendingCount != 5 {
 		t.Fatalf("history %v, want %v", got, wantDesc)
 	}
 
@@ -135,8 +135,8 @@ func TestUsageResetRequestPagination(t *testing.T) {
 			annPending++
 		}
 	}
-	if len(ids(mine)) != annPending || mine[0].PendingCount != int64(annPending) {
-		t.Fatalf("ann's pending %v (count %d), want %d", ids(mine), mine[0].PendingCount, annPending)
+	if len(pageIDs(mine)) != annPending || mine[0].PendingCount != int64(annPending) {
+		t.Fatalf("ann's pending %v (count %d), want %d", pageIDs(mine), mine[0].PendingCount, annPending)
 	}
 
 	// Cursors are bound to their list: another list, another view, another member.
@@ -222,7 +222,7 @@ func TestUsageModelPrices(t *testing.T) {
 	if len(got.Prices) != 0 {
 		t.Fatalf("%+v", got)
 	}
-	if n := count(t, e, `SELECT count(*) FROM audit_events WHERE action = 'model_prices.replace'`); n != 3 {
+	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'model_prices.replace'`); n != 3 {
 		t.Fatalf("%d price audit events", n)
 	}
 }

@@ -44,7 +44,7 @@ func TestUsagePolicyCreateAndList(t *testing.T) {
 	if len(list.Policies) != 2 || list.Policies[0].ID != p.ID || list.Policies[1].ID != q.ID {
 		t.Fatalf("list %+v", list)
 	}
-	if n := count(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_policy.create'`); n != 2 {
+	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_policy.create'`); n != 2 {
 		t.Fatalf("%d create audit events", n)
 	}
 }
@@ -185,7 +185,7 @@ func TestUsagePatchPolicy(t *testing.T) {
 		t.Fatalf("revision %d", final.Revision)
 	}
 	for _, action := range []string{"usage_policy.update", "usage_policy.archive", "usage_policy.restore"} {
-		if n := count(t, e, `SELECT count(*) FROM audit_events WHERE action = $1 AND target_id = $2`, action, p.ID); n != 1 {
+		if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = $1 AND target_id = $2`, action, p.ID); n != 1 {
 			t.Fatalf("%d %s audit events", n, action)
 		}
 	}
@@ -257,7 +257,7 @@ func TestUsageRoleCheckBeforeBody(t *testing.T) {
 		t.Fatal("401 without message")
 	}
 	// Nothing was written by the refused requests.
-	if n := count(t, e, `SELECT count(*) FROM audit_events WHERE action LIKE 'usage%'`); n != 1 {
+	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action LIKE 'usage%'`); n != 1 {
 		t.Fatalf("%d usage audit events, want only the create", n)
 	}
 }

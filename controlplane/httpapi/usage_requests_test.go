@@ -119,7 +119,7 @@ func TestUsageSubmitRefusals(t *testing.T) {
 	} {
 		e.Do(t, "POST", resetsPath, body, bob.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
 	}
-	if n := count(t, e, `SELECT count(*) FROM usage_reset_requests`) + count(t, e, `SELECT count(*) FROM audit_events WHERE action LIKE 'usage_reset%'`); n != 0 {
+	if n := usageCount(t, e, `SELECT count(*) FROM usage_reset_requests`) + usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action LIKE 'usage_reset%'`); n != 0 {
 		t.Fatalf("refused submits wrote %d rows", n)
 	}
 	// A reason of exactly 2000 characters (after trimming) is fine.
@@ -168,10 +168,10 @@ func TestUsageDuplicateAndConcurrentSubmits(t *testing.T) {
 	if again := decodeReset(t, submit(t, e, bob, b, "again").Expect(t, http.StatusOK)); again.ID != first {
 		t.Fatalf("duplicate submit made %s, want %s", again.ID, first)
 	}
-	if c := count(t, e, `SELECT count(*) FROM usage_reset_requests`); c != 1 {
+	if c := usageCount(t, e, `SELECT count(*) FROM usage_reset_requests`); c != 1 {
 		t.Fatalf("%d requests stored", c)
 	}
-	if c := count(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_reset_request.submit'`); c != 1 {
+	if c := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_reset_request.submit'`); c != 1 {
 		t.Fatalf("%d submit audit events", c)
 	}
 }
@@ -209,7 +209,7 @@ func TestUsageConcurrentApprovals(t *testing.T) {
 	if used, ext := counter(t, e, bob, window.Day); ext != 25 || used != 100 {
 		t.Fatalf("used %d extension %d, want 100 and 25", used, ext)
 	}
-	if c := count(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_reset_request.approve'`); c != 1 {
+	if c := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_reset_request.approve'`); c != 1 {
 		t.Fatalf("%d approvals recorded", c)
 	}
 	if s := getStatus(t, e, bob); s.Buckets[0].AllowanceMicroUsd != 125 {
@@ -399,12 +399,12 @@ func TestUsageStaleApprovals(t *testing.T) {
 			t.Fatalf("history %+v", pg)
 		}
 		expectExpired(t, pg.Requests[0], "window_ended")
-		if c := count(t, e, `SELECT count(*) FROM usage_reset_requests WHERE status = 'pending'`); c != 1 {
+		if c := usageCount(t, e, `SELECT count(*) FROM usage_reset_requests WHERE status = 'pending'`); c != 1 {
 			t.Fatal("a read rewrote the request")
 		}
 		expectExpired(t, approve(t, e, o, r.ID), "window_ended")
 		// The old bucket is untouched (no extension on it).
-		if n := count(t, e, `SELECT count(*) FROM usage_buckets WHERE extension_micro_usd <> 0`); n != 0 {
+		if n := usageCount(t, e, `SELECT count(*) FROM usage_buckets WHERE extension_micro_usd <> 0`); n != 0 {
 			t.Fatal("an expired approval granted an extension")
 		}
 	})
@@ -455,7 +455,7 @@ func TestUsageFence(t *testing.T) {
 	if len(calls[0]) != 3 {
 		t.Fatalf("notified %v, want owner, bob and carol", calls[0])
 	}
-	if n := count(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage.fence'`); n < 3 {
+	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage.fence'`); n < 3 {
 		t.Fatalf("%d fence audit records", n)
 	}
 	// A change that changes no winner (a duplicate assignment) notifies nobody.

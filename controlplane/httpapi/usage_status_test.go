@@ -117,15 +117,15 @@ func TestUsageStatusReadsNeverWrite(t *testing.T) {
 	bob := e.AddMember(t, o, "bob", "member")
 	p := dayPolicy(t, e, o, "Daily", "1", nil)
 	assign(t, e, o, p.ID, map[string]any{"organization": true})
-	before := count(t, e, `SELECT count(*) FROM audit_events`)
+	before := usageCount(t, e, `SELECT count(*) FROM audit_events`)
 	for i := 0; i < 3; i++ {
 		getStatus(t, e, bob)
 		e.Do(t, "GET", "/v1/gateway/usage-limits/members/"+bob.MemberID, nil, o.As()...).Expect(t, http.StatusOK)
 		e.Do(t, "GET", resetsPath+"/me", nil, bob.As()...).Expect(t, http.StatusOK)
 		e.Do(t, "GET", resetsPath+"?view=history", nil, o.As()...).Expect(t, http.StatusOK)
 	}
-	if n := count(t, e, `SELECT count(*) FROM usage_buckets`) + count(t, e, `SELECT count(*) FROM usage_member_tracking`) +
-		count(t, e, `SELECT count(*) FROM audit_events`) - before; n != 0 {
+	if n := usageCount(t, e, `SELECT count(*) FROM usage_buckets`) + usageCount(t, e, `SELECT count(*) FROM usage_member_tracking`) +
+		usageCount(t, e, `SELECT count(*) FROM audit_events`) - before; n != 0 {
 		t.Fatalf("reads wrote %d rows", n)
 	}
 }
