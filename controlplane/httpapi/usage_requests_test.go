@@ -471,3 +471,39 @@ func TestUsageFence(t *testing.T) {
 		t.Fatal("a refused change notified the enforcers")
 	}
 }
+
+// TestUsageMemberRemovalFence: removing a member expires their pending requests and
+// removes their current extensions (spend stays), in the removal's transaction.
+func TestUsageMemberRemovalFence(t *testing.T) {
+	rec := &recorder{}
+	e := apitest.NewWith(t, apitest.Options{Events: rec})
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	p := createPolicy(t, e, o, map[string]any{"name": "Both", "limits": []map[string]any{{"timeframe": "day", "costUsd": "0.00001"}, {"timeframe": "month", "costUsd": "0.0001"}}})
+	assign(t, e, o, p.ID, map[string]any{"organization": true})
+	setUsed(t, e, bob, window.Day, 10)
+	setUsed(t, e, bob, window.Month, 100)
+	approve(t, e, o, decodeReset(t, submit(t, e, bob, bucketID(e, bob, window.Day), "day").Expect(t, http.StatusOK)).ID)
+	monthReq := decodeReset(t, submit(t, e, bob, bucketID(e, bob, window.Month), "month").Expect(t, http.StatusOK))
+	before := len(rec.calls())
+	e.Do(t, "DELETE", "/v1/members/"+bob.MemberID, nil, o.As()...).Expect(t, http.StatusNoContent)
+	if used, ext := counter(t, e, bob, window.Day); used != 10 || ext != 0 {
+		t.Fatalf("day used %d extension %d", used, ext)
+	}
+	var pg resetPage
+	e.Do(t, "GET", resetsPath+"?view=history", nil, o.As()...).Expect(t, http.StatusOK).Decode(t, &pg)
+	found := false
+	for _, r := range pg.Requests {
+		if r.ID == monthReq.ID {
+			found = true
+			expectExpired(t, r, "member_removed")
+		}
+	}
+	if !found || pg.PendingCount != 0 {
+		t.Fatalf("history %+v", pg)
+	}
+	calls := rec.calls()[before:]
+	if len(calls) != 1 || len(calls[0]) != 1 || calls[0][0] != bob.MemberID {
+		t.Fatalf("notifications %v", calls)
+	}
+}
