@@ -27,6 +27,9 @@ type Call struct {
 	s     *Server
 	now   time.Time
 	wrote bool
+	// afterCommit runs once the transaction of Tx has committed (notifications that must
+	// never announce a change that was rolled back).
+	afterCommit []func()
 }
 
 // Now is the request's instant, read once from the injected clock.
@@ -55,8 +58,28 @@ func (c *Call) NoContent() error {
 	return nil
 }
 
-// Tx runs fn in a database transaction.
-func (c *Call) Tx(fn func(tx pgx.Tx) error) error { return c.s.store.InTx(c.Ctx, fn) }
+// Tx runs fn in a database transaction, then the functions registered with AfterCommit
+// if it committed. InTx may run fn more than once (serialization retries), so each
+// attempt starts with no registered functions.
+func (c *Call) Tx(fn func(tx pgx.Tx) error) error {
+	err := c.s.store.InTx(c.Ctx, func(tx pgx.Tx) error {
+		c.afterCommit = nil
+		return fn(tx)
+	})
+	hooks := c.afterCommit
+	c.afterCommit = nil
+	if err != nil {
+		return err
+	}
+	for _, f := range hooks {
+		f()
+	}
+	return nil
+}
+
+// AfterCommit registers f to run after the current Tx commits; it is dropped when the
+// transaction rolls back.
+func (c *Call) AfterCommit(f func()) { c.afterCommit = append(c.afterCommit, f) }
 
 // DB is the pool, for reads outside a transaction.
 func (c *Call) DB() store.Querier { return c.s.store.Pool }

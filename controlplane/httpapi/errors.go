@@ -50,6 +50,39 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, rt *route, e
 		secs := int(fe.RetryAfter.Seconds() + 0.999)
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 	}
+	if rt != nil && rt.messages {
+		fe = withMessage(fe)
+	}
 	body := errorBody{Error: fe.Code, Message: fe.Message, Reason: fe.Reason, Details: fe.Details}
 	jsonx.Write(w, statusOf[fe.Kind], body)
+}
+
+// defaultMessages fill the message of errors that have none, on routes whose every error
+// body is {error, message}.
+var defaultMessages = map[fault.Kind]string{
+	fault.Invalid:      "The request is invalid.",
+	fault.Unauthorized: "Sign in, or send a valid API key.",
+	fault.Forbidden:    "You may not do this.",
+	fault.NotFound:     "Not found.",
+	fault.Conflict:     "The request conflicts with the current state.",
+	fault.Gone:         "This feature was removed.",
+	fault.TooMany:      "Too many requests; try again later.",
+	fault.Unavailable:  "The service is temporarily unavailable; try again shortly.",
+}
+
+// withMessage gives an error the {error, message} shape: details are joined into the
+// message, and a missing message gets its kind's default.
+func withMessage(fe *fault.Error) *fault.Error {
+	if m, ok := fault.As(fault.WithMessage(fe)); ok {
+		fe = m
+	}
+	if fe.Message != "" && len(fe.Details) == 0 {
+		return fe
+	}
+	out := *fe
+	out.Details = nil
+	if out.Message == "" {
+		out.Message = defaultMessages[fe.Kind]
+	}
+	return &out
 }

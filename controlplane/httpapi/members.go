@@ -122,15 +122,18 @@ func (s *Server) removeMember(c *Call) error {
 	return c.NoContent()
 }
 
-// onMemberRemoved clears the removed user's active organization when it was this one.
-// Later features (usage limits) extend what removal must do in the same transaction.
+// onMemberRemoved clears the removed user's active organization when it was this one,
+// and runs the usage-limit entitlement fence (their pending extension requests expire,
+// their current buckets lose any extension), all in the removal's transaction.
 func (s *Server) onMemberRemoved(c *Call, tx pgx.Tx, target store.Member) error {
 	u, err := store.UserByID(c.Ctx, tx, target.UserID)
 	if err != nil {
 		return err
 	}
 	if u.ActiveOrganizationID != nil && *u.ActiveOrganizationID == target.OrganizationID {
-		return store.SetActiveOrganization(c.Ctx, tx, u.ID, nil, c.now)
+		if err := store.SetActiveOrganization(c.Ctx, tx, u.ID, nil, c.now); err != nil {
+			return err
+		}
 	}
-	return nil
+	return s.fenceMemberRemoved(c, tx, target)
 }

@@ -24,7 +24,11 @@ type route struct {
 	noStore bool
 	// unavailable is the error code of the 503 answered on unexpected storage failures.
 	unavailable string
-	handle      func(*Call) error
+	// messages: every error answer is {error, message} (the gateway usage routes):
+	// invalid-request details are joined into the message, and errors without one (401)
+	// get a default.
+	messages bool
+	handle   func(*Call) error
 }
 
 // routeTable is every REST route of the control plane, in one place. Each handler lives in
@@ -71,10 +75,30 @@ func (s *Server) routeTable() []route {
 		// Plugins and marketplaces (plugins.go, marketplaces.go)
 
 		// Gateway usage limits (usage_*.go)
+		{method: "GET", pattern: "/v1/gateway/usage-limit-policies", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listUsagePolicies},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-policies", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.createUsagePolicy},
+		{method: "PATCH", pattern: "/v1/gateway/usage-limit-policies/{policyId}", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.updateUsagePolicy},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-policies/{policyId}/archive", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.archiveUsagePolicy},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-policies/{policyId}/restore", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.restoreUsagePolicy},
+		{method: "GET", pattern: "/v1/gateway/usage-limit-policies/{policyId}/assignments", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listUsageAssignments},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-policies/{policyId}/assignments", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.createUsageAssignment},
+		{method: "DELETE", pattern: "/v1/gateway/usage-limit-policies/{policyId}/assignments/{assignmentId}", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.deleteUsageAssignment},
+		{method: "GET", pattern: "/v1/gateway/usage-limits/me", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.usageStatusMe},
+		{method: "GET", pattern: "/v1/gateway/usage-limits/members/{memberId}", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.usageStatusMember},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-reset-requests", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.submitResetRequest},
+		{method: "GET", pattern: "/v1/gateway/usage-limit-reset-requests/me", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listMyResetRequests},
+		{method: "GET", pattern: "/v1/gateway/usage-limit-reset-requests", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listResetRequests},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-reset-requests/{requestId}/approve", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.approveResetRequest},
+		{method: "POST", pattern: "/v1/gateway/usage-limit-reset-requests/{requestId}/deny", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.denyResetRequest},
+		{method: "GET", pattern: "/v1/gateway/model-prices", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listModelPrices},
+		{method: "PUT", pattern: "/v1/gateway/model-prices", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.replaceModelPrices},
 
 		// Platform administration (admin.go)
 	}
 }
+
+// usageUnavailable is the 503 code of every gateway usage route.
+const usageUnavailable = "gateway_usage_unavailable"
 
 // goneRoutes are removed features: they answer 410 so that old clients fail clearly.
 var goneRoutes = []goneRoute{

@@ -33,11 +33,16 @@ type Deps struct {
 type Events interface {
 	// CredentialsRevoked: these API key hashes or members must no longer authenticate.
 	CredentialsRevoked(ctx context.Context, memberIDs []string, keyIDs []string)
+	// EntitlementChanged: the usage-limit entitlement (winners, extensions) of these
+	// members changed; enforcers must drop what they compiled for them. Called after the
+	// change committed.
+	EntitlementChanged(ctx context.Context, orgID string, memberIDs []string)
 }
 
 type noEvents struct{}
 
 func (noEvents) CredentialsRevoked(context.Context, []string, []string) {}
+func (noEvents) EntitlementChanged(context.Context, string, []string)   {}
 
 // Server serves the REST API.
 type Server struct {

@@ -158,7 +158,8 @@ func (s *Server) deleteTeam(c *Call) error {
 }
 
 // onTeamChanged runs in the transaction of every change of who is in a team. Usage
-// limits hook in here: a team change can change which policy wins for a member.
+// limits hook in here: a team change can change which policy wins for a member, so the
+// entitlement fence runs for them.
 func (s *Server) onTeamChanged(c *Call, tx pgx.Tx, teamID, memberID string) error {
-	return nil
+	return s.fenceTeamChange(c, tx, teamID, memberID)
 }

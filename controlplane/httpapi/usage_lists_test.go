@@ -1,0 +1,228 @@
+package httpapi_test
+
+import (
+	"encoding/base64"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/controlplane/apitest"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// readAll follows nextCursor through a list and returns every page.
+func readAll(t *testing.T, e *apitest.Env, by apitest.Member, path, view string, limit int) []resetPage {
+	t.Helper()
+	var pages []resetPage
+	cursor := ""
+	for i := 0; i < 50; i++ {
+		q := url.Values{"view": {view}, "limit": {strconv.Itoa(limit)}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var pg resetPage
+		e.Do(t, "GET", path+"?"+q.Encode(), nil, by.As()...).Expect(t, http.StatusOK).Decode(t, &pg)
+		pages = append(pages, pg)
+		if !pg.HasMore {
+			if pg.NextCursor != nil {
+				t.Fatal("nextCursor on the last page")
+			}
+			return pages
+		}
+		if pg.NextCursor == nil || len(pg.Requests) != limit {
+			t.Fatalf("page %d: %+v", i, pg)
+		}
+		cursor = *pg.NextCursor
+	}
+	t.Fatal("the list never ended")
+	return nil
+}
+
+func pageIDs(pages []resetPage) []string {
+	var out []string
+	for _, p := range pages {
+		for _, r := range p.Requests {
+			out = append(out, r.ID)
+		}
+	}
+	return out
+}
+
+// TestUsageResetRequestPagination: pages across ties in createdAt (the clock stands
+// still while requests are made), in both views and both lists, with pendingCount for
+// the whole queue and cursors bound to their list.
+func TestUsageResetRequestPagination(t *testing.T) {
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	p := createPolicy(t, e, o, map[string]any{"name": "All", "limits": []map[string]any{
+		{"timeframe": "day", "costUsd": "0.000001"}, {"timeframe": "week", "costUsd": "0.000001"}, {"timeframe": "month", "costUsd": "0.000001"}}})
+	assign(t, e, o, p.ID, map[string]any{"organization": true})
+	var members []apitest.Member
+	for _, name := range []string{"ann", "ben", "cat"} {
+		members = append(members, e.AddMember(t, o, name, "member"))
+	}
+	// 3 members x 3 timeframes = 9 requests; the first six share one instant, the last
+	// three another.
+	var all []resetRequest
+	for i, tf := range window.Timeframes {
+		if i == 2 {
+			e.Clock.Advance(time.Second)
+		}
+		for _, m := range members {
+			setUsed(t, e, m, tf, 1)
+			all = append(all, decodeReset(t, submit(t, e, m, bucketID(e, m, tf), "please").Expect(t, http.StatusOK)))
+		}
+	}
+	// The order of a list is (createdAt, id).
+	sorted := slices.Clone(all)
+	slices.SortFunc(sorted, func(a, b resetRequest) int {
+		if c := strings.Compare(a.CreatedAt, b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	var wantAsc []string
+	for _, r := range sorted {
+		wantAsc = append(wantAsc, r.ID)
+	}
+
+	pages := readAll(t, e, o, resetsPath, "pending", 4)
+	if len(pages) != 3 || !slices.Equal(pageIDs(pages), wantAsc) {
+		t.Fatalf("pending pages %v, want %v", pageIDs(pages), wantAsc)
+	}
+	for _, pg := range pages {
+		if pg.PendingCount != 9 || pg.View != "pending" || pg.Limit != 4 {
+			t.Fatalf("page %+v", pg)
+		}
+	}
+	// Page size 1 walks the same order, ties included.
+	if got := pageIDs(readAll(t, e, o, resetsPath, "pending", 1)); !slices.Equal(got, wantAsc) {
+		t.Fatalf("limit 1: %v", got)
+	}
+
+	// Decide four: they move to history, newest first.
+	for _, r := range sorted[:3] {
+		approve(t, e, o, r.ID)
+	}
+	e.Do(t, "POST", resetsPath+"/"+sorted[8].ID+"/deny", nil, o.As()...).Expect(t, http.StatusOK)
+	pending := readAll(t, e, o, resetsPath, "pending", 2)
+	if got := pageIDs(pending); !slices.Equal(got, wantAsc[3:8]) || pending[0].PendingCount != 5 {
+		t.Fatalf("pending after decisions %v (count %d)", got, pending[0].PendingCount)
+	}
+	history := readAll(t, e, o, resetsPath, "history", 3)
+	wantDesc := []string{wantAsc[8], wantAsc[2], wantAsc[1], wantAsc[0]}
+	if got := pageIDs(history); !slices.Equal(got, wantDesc) || history[0].PendingCount != 5 {
+		t.Fatalf("history %v, want %v", got, wantDesc)
+	}
+
+	// A member's own list holds only their requests, with their own pendingCount.
+	ann := members[0]
+	mine := readAll(t, e, ann, resetsPath+"/me", "pending", 1)
+	for _, pg := range mine {
+		for _, r := range pg.Requests {
+			if r.MemberID != ann.MemberID {
+				t.Fatalf("another member's request in /me: %+v", r)
+			}
+		}
+	}
+	var annPending int
+	for _, r := range all[3:8] {
+		if r.MemberID == ann.MemberID {
+			annPending++
+		}
+	}
+	if len(pageIDs(mine)) != annPending || mine[0].PendingCount != int64(annPending) {
+		t.Fatalf("ann's pending %v (count %d), want %d", pageIDs(mine), mine[0].PendingCount, annPending)
+	}
+
+	// Cursors are bound to their list: another list, another view, another member.
+	var first resetPage
+	e.Do(t, "GET", resetsPath+"?limit=1", nil, o.As()...).Expect(t, http.StatusOK).Decode(t, &first)
+	orgCursor := url.QueryEscape(*first.NextCursor)
+	e.Do(t, "GET", resetsPath+"/me?limit=1&cursor="+orgCursor, nil, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	e.Do(t, "GET", resetsPath+"?view=history&limit=1&cursor="+orgCursor, nil, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	e.Do(t, "GET", resetsPath+"?limit=1&cursor="+orgCursor, nil, o.As()...).Expect(t, http.StatusOK)
+	var annFirst resetPage
+	e.Do(t, "GET", resetsPath+"/me?limit=1", nil, ann.As()...).Expect(t, http.StatusOK).Decode(t, &annFirst)
+	if annFirst.NextCursor != nil {
+		e.Do(t, "GET", resetsPath+"/me?limit=1&cursor="+url.QueryEscape(*annFirst.NextCursor), nil, members[1].As()...).
+			ExpectError(t, http.StatusBadRequest, "invalid_request")
+	}
+	other := e.NewOrg(t, "Other")
+	e.Do(t, "GET", resetsPath+"?limit=1&cursor="+orgCursor, nil, other.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	for _, bad := range []string{"garbage", base64.RawURLEncoding.EncodeToString([]byte(`{"l":"org"}`)), strings.Repeat("A", 2000)} {
+		e.Do(t, "GET", resetsPath+"?cursor="+url.QueryEscape(bad), nil, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	}
+	// limit: 1 to 100, digits only; view: pending or history.
+	for _, q := range []string{"limit=0", "limit=101", "limit=abc", "limit=%2B5", "limit=-1", "limit=1.5", "limit=", "view=all", "view=PENDING"} {
+		e.Do(t, "GET", resetsPath+"?"+q, nil, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	}
+	var def resetPage
+	e.Do(t, "GET", resetsPath+"?limit=100", nil, o.As()...).Expect(t, http.StatusOK)
+	e.Do(t, "GET", resetsPath, nil, o.As()...).Expect(t, http.StatusOK).Decode(t, &def)
+	if def.Limit != 50 || def.View != "pending" || def.HasMore {
+		t.Fatalf("defaults %+v", def)
+	}
+}
+
+func TestUsageModelPrices(t *testing.T) {
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	const path = "/v1/gateway/model-prices"
+	type prices struct {
+		Prices []struct {
+			Model                         string
+			InputMicroUsdPerMillion       int64
+			OutputMicroUsdPerMillion      int64
+			CachedInputMicroUsdPerMillion int64
+			UpdatedAt                     string
+		}
+	}
+	var got prices
+	e.Do(t, "GET", path, nil, bob.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if len(got.Prices) != 0 {
+		t.Fatalf("%+v", got)
+	}
+	entry := func(model string, in, out, cached int64) map[string]any {
+		return map[string]any{"model": model, "inputMicroUsdPerMillion": in, "outputMicroUsdPerMillion": out, "cachedInputMicroUsdPerMillion": cached}
+	}
+	e.Do(t, "PUT", path, map[string]any{"prices": []any{entry("gpt-x", 2_500_000, 10_000_000, 1_250_000), entry(" claude-y ", 3_000_000, 15_000_000, 300_000)}},
+		o.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if len(got.Prices) != 2 || got.Prices[0].Model != "claude-y" || got.Prices[1].OutputMicroUsdPerMillion != 10_000_000 {
+		t.Fatalf("%+v", got)
+	}
+	firstUpdate := got.Prices[1].UpdatedAt
+	// Replace: claude-y removed, gpt-x unchanged keeps its updatedAt, a new model added.
+	e.Clock.Advance(time.Minute)
+	e.Do(t, "PUT", path, map[string]any{"prices": []any{entry("gpt-x", 2_500_000, 10_000_000, 1_250_000), entry("new", 0, 0, 0)}},
+		o.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if len(got.Prices) != 2 || got.Prices[0].Model != "gpt-x" || got.Prices[0].UpdatedAt != firstUpdate || got.Prices[1].Model != "new" ||
+		got.Prices[1].UpdatedAt == firstUpdate {
+		t.Fatalf("%+v", got)
+	}
+	for _, body := range []any{
+		map[string]any{},
+		map[string]any{"prices": []any{entry("a", -1, 0, 0)}},
+		map[string]any{"prices": []any{entry("a", 0, 4503599627370496, 0)}},
+		map[string]any{"prices": []any{entry("a", 0, 0, 0), entry("a", 1, 1, 1)}},
+		map[string]any{"prices": []any{entry("  ", 0, 0, 0)}},
+		map[string]any{"prices": []any{map[string]any{"model": "a", "inputMicroUsdPerMillion": 1, "outputMicroUsdPerMillion": 1}}},
+		map[string]any{"prices": []any{map[string]any{"model": "a", "inputMicroUsdPerMillion": 1.5, "outputMicroUsdPerMillion": 1, "cachedInputMicroUsdPerMillion": 1}}},
+	} {
+		e.Do(t, "PUT", path, body, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	}
+	e.Do(t, "PUT", path, map[string]any{"prices": []any{}}, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	// An empty list clears the table.
+	e.Do(t, "PUT", path, map[string]any{"prices": []any{}}, o.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if len(got.Prices) != 0 {
+		t.Fatalf("%+v", got)
+	}
+	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'model_prices.replace'`); n != 3 {
+		t.Fatalf("%d price audit events", n)
+	}
+}

@@ -1,0 +1,575 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/fault"
+	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/controlplane/usage"
+	"github.com/tollgate-dev/tollgate/pkg/money"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// maxRevision is the specification's bound for a policy revision (2^53-1, the largest
+// integer every JSON client reads exactly). A policy at the bound cannot change again.
+const maxRevision int64 = 1<<53 - 1
+
+// maxUsageIDLen bounds the plain-string ids of the gateway usage routes (path parameters
+// and ids in bodies), as the specification does for policyId and assignmentId.
+const maxUsageIDLen = 64
+
+// usagePathID reads a plain-string path id of 1 to 64 characters. Its shape is not
+// checked further: an id of the right length that names nothing is a 404, not a 400.
+func (c *Call) usagePathID(name string) (string, error) {
+	v := c.Path(name)
+	if n := utf8.RuneCountInString(v); n < 1 || n > maxUsageIDLen {
+		return "", fault.InvalidAt(lengthMessage(1, maxUsageIDLen), name)
+	}
+	return v, nil
+}
+
+// usagePlainID checks an id given in a body: a string of 1 to 64 characters.
+func usagePlainID(p *fault.Problems, v string, path ...any) {
+	if n := utf8.RuneCountInString(v); n < 1 || n > maxUsageIDLen {
+		p.Add(lengthMessage(1, maxUsageIDLen), path...)
+	}
+}
+
+func errPolicyNotFound() error {
+	return fault.NotFoundf("policy_not_found", "No usage limit policy with this id in the organization.")
+}
+
+// Views: the specification's Usage limit policy, exactly.
+
+type usagePolicyView struct {
+	ID                string                `json:"id"`
+	Name              string                `json:"name"`
+	HardLimit         bool                  `json:"hardLimit"`
+	AllowRequestReset bool                  `json:"allowRequestReset"`
+	Revision          int64                 `json:"revision"`
+	Limits            []usageLimitView      `json:"limits"`
+	Assignments       []usageAssignmentView `json:"assignments"`
+	// ArchivedAt is null while the policy is active.
+	ArchivedAt *jsonx.Time `json:"archivedAt"`
+}
+
+type usageLimitView struct {
+	Timeframe         string `json:"timeframe"`
+	CostLimitMicroUsd int64  `json:"costLimitMicroUsd"`
+}
+
+type usageAssignmentView struct {
+	ID           string  `json:"id"`
+	MemberID     *string `json:"memberId"`
+	TeamID       *string `json:"teamId"`
+	Organization bool    `json:"organization"`
+}
+
+func viewUsagePolicy(p store.UsagePolicy) usagePolicyView {
+	v := usagePolicyView{ID: p.ID, Name: p.Name, HardLimit: p.HardLimit, AllowRequestReset: p.AllowRequestReset,
+		Revision: p.Revision, Limits: make([]usageLimitView, len(p.Limits)), Assignments: make([]usageAssignmentView, len(p.Assignments)),
+		ArchivedAt: jsonx.TimePtr(p.ArchivedAt)}
+	for i, l := range p.Limits {
+		v.Limits[i] = usageLimitView{Timeframe: string(l.Timeframe), CostLimitMicroUsd: l.MicroUSD}
+	}
+	for i, a := range p.Assignments {
+		v.Assignments[i] = viewUsageAssignment(a)
+	}
+	return v
+}
+
+func viewUsageAssignment(a store.UsageAssignment) usageAssignmentView {
+	return usageAssignmentView{ID: a.ID, MemberID: a.MemberID, TeamID: a.TeamID, Organization: a.Organization}
+}
+
+// Bodies.
+
+// usageLimitBody is one limit of a policy write. The specification's body shows only
+// costUsd; timeframe is ours and may be left out only when exactly one limit is given,
+// which then limits the day (the specification's example timeframe).
+type usageLimitBody struct {
+	Timeframe *string `json:"timeframe"`
+	CostUSD   *string `json:"costUsd"`
+}
+
+// usagePolicyFields are the fields shared by create and the full-replacement PATCH.
+// hardLimit and allowRequestReset default to true when absent (in a PATCH too: a full
+// replacement does not inherit omitted fields).
+type usagePolicyFields struct {
+	Name              *string              `json:"name"`
+	Limits            []usageLimitBody     `json:"limits"`
+	HardLimit         jsonx.Optional[bool] `json:"hardLimit"`
+	AllowRequestReset jsonx.Optional[bool] `json:"allowRequestReset"`
+}
+
+// validate checks the shared fields and returns the policy they describe.
+func (in *usagePolicyFields) validate(p *fault.Problems) store.UsagePolicy {
+	out := store.UsagePolicy{HardLimit: true, AllowRequestReset: true}
+	out.Name = trimmedText(p, in.Name, 1, 120, "name")
+	for _, f := range []struct {
+		o    jsonx.Optional[bool]
+		dst  *bool
+		name string
+	}{{in.HardLimit, &out.HardLimit, "hardLimit"}, {in.AllowRequestReset, &out.AllowRequestReset, "allowRequestReset"}} {
+		if f.o.Set && f.o.Null {
+			p.Add("must be a boolean", f.name)
+		} else if f.o.Set {
+			*f.dst = f.o.Value
+		}
+	}
+	out.Limits = validateLimits(p, in.Limits)
+	return out
+}
+
+func validateLimits(p *fault.Problems, in []usageLimitBody) []store.UsageLimit {
+	if in == nil {
+		p.Add("is required", "limits")
+		return nil
+	}
+	if len(in) < 1 || len(in) > 3 {
+		p.Add("must have 1 to 3 items", "limits")
+		return nil
+	}
+	var out []store.UsageLimit
+	seen := map[window.Timeframe]bool{}
+	for i, l := range in {
+		tf := window.Day
+		switch {
+		case l.Timeframe != nil:
+			t, err := window.ParseTimeframe(*l.Timeframe)
+			if err != nil {
+				p.Add("must be day, week or month", "limits", i, "timeframe")
+				continue
+			}
+			tf = t
+		case len(in) > 1:
+			p.Add("is required when more than one limit is given", "limits", i, "timeframe")
+			continue
+		}
+		if seen[tf] {
+			p.Add("repeats a timeframe; each timeframe may have one limit", "limits", i, "timeframe")
+			continue
+		}
+		seen[tf] = true
+		if l.CostUSD == nil {
+			p.Add("is required", "limits", i, "costUsd")
+			continue
+		}
+		micro, err := money.ParseUSD(*l.CostUSD)
+		if err != nil || micro > money.MaxAllowanceMicroUSD {
+			p.Add("must be a decimal USD string such as \"12.5\" (no sign, at most 6 decimals, at most 32 characters, at most "+
+				money.FormatUSD(money.MaxAllowanceMicroUSD)+")", "limits", i, "costUsd")
+			continue
+		}
+		out = append(out, store.UsageLimit{Timeframe: tf, MicroUSD: micro})
+	}
+	slices.SortFunc(out, func(a, b store.UsageLimit) int { return usage.Index(a.Timeframe) - usage.Index(b.Timeframe) })
+	return out
+}
+
+// revisionField reads a required revision: an integer from 1 to 2^53-1. It is decoded
+// as a number first so that 1.5 or 1e300 get a clear message rather than a type error.
+func revisionField(p *fault.Problems, v jsonx.Optional[jsonNumber]) int64 {
+	if !v.Set || v.Null {
+		p.Add("is required", "revision")
+		return 0
+	}
+	n, err := strconv.ParseInt(string(v.Value), 10, 64)
+	if err != nil || n < 1 || n > maxRevision {
+		p.Add("must be an integer from 1 to "+strconv.FormatInt(maxRevision, 10), "revision")
+		return 0
+	}
+	return n
+}
+
+// jsonNumber keeps a JSON number's text, so integers are read exactly (never through a
+// float) and non-numbers are refused by the decoder.
+type jsonNumber string
+
+func (n *jsonNumber) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
+		return fault.InvalidAt("must be an integer", "revision")
+	}
+	*n = jsonNumber(s)
+	return nil
+}
+
+// Handlers.
+
+func (s *Server) listUsagePolicies(c *Call) error {
+	ps, err := store.ListUsagePolicies(c.Ctx, c.DB(), c.OrgID())
+	if err != nil {
+		return err
+	}
+	views := make([]usagePolicyView, len(ps))
+	for i, p := range ps {
+		views[i] = viewUsagePolicy(p)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"policies": views})
+}
+
+func (s *Server) createUsagePolicy(c *Call) error {
+	var in usagePolicyFields
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	var p fault.Problems
+	pol := in.validate(&p)
+	if err := p.Err(); err != nil {
+		return err
+	}
+	pol.ID = newID(typeid.Policy)
+	pol.OrganizationID = c.OrgID()
+	pol.Revision = 1
+	pol.CreatedAt, pol.UpdatedAt = c.now, c.now
+	var out store.UsagePolicy
+	err := c.Tx(func(tx pgx.Tx) error {
+		// A policy without assignments reaches nobody, so creating one changes no winner
+		// and needs no fence.
+		if err := store.CreateUsagePolicy(c.Ctx, tx, pol); err != nil {
+			return err
+		}
+		if err := c.Audit(tx, "usage_policy.create", pol.ID, policyAudit(pol)); err != nil {
+			return err
+		}
+		var err error
+		out, err = store.UsagePolicyInOrg(c.Ctx, tx, c.OrgID(), pol.ID)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewUsagePolicy(out))
+}
+
+func policyAudit(p store.UsagePolicy) map[string]any {
+	limits := map[string]int64{}
+	for _, l := range p.Limits {
+		limits[string(l.Timeframe)] = l.MicroUSD
+	}
+	return map[string]any{"name": p.Name, "limitsMicroUsd": limits, "hardLimit": p.HardLimit,
+		"allowRequestReset": p.AllowRequestReset, "revision": p.Revision}
+}
+
+// usagePolicyUpdate is the specification's update body: a full replacement that must
+// name the revision it edits.
+type usagePolicyUpdate struct {
+	Name              *string                    `json:"name"`
+	Limits            []usageLimitBody           `json:"limits"`
+	Revision          jsonx.Optional[jsonNumber] `json:"revision"`
+	HardLimit         jsonx.Optional[bool]       `json:"hardLimit"`
+	AllowRequestReset jsonx.Optional[bool]       `json:"allowRequestReset"`
+}
+
+// policyForWrite reads the policy named in the path for a write; the caller holds the
+// usage lock, so the policy cannot change until the transaction ends.
+func (c *Call) policyForWrite(tx pgx.Tx, id string) (store.UsagePolicy, error) {
+	p, err := store.UsagePolicyInOrg(c.Ctx, tx, c.OrgID(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return p, errPolicyNotFound()
+	}
+	return p, err
+}
+
+func errRevisionOverflow() error {
+	return fault.Conflictf("policy_revision_overflow", "The policy reached the largest revision and cannot change again; create a new policy.")
+}
+
+func (s *Server) updateUsagePolicy(c *Call) error {
+	id, err := c.usagePathID("policyId")
+	if err != nil {
+		return err
+	}
+	var in usagePolicyUpdate
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	var p fault.Problems
+	fields := usagePolicyFields{Name: in.Name, Limits: in.Limits, HardLimit: in.HardLimit, AllowRequestReset: in.AllowRequestReset}
+	next := fields.validate(&p)
+	revision := revisionField(&p, in.Revision)
+	if err := p.Err(); err != nil {
+		return err
+	}
+	var out store.UsagePolicy
+	err = c.Tx(func(tx pgx.Tx) error {
+		if err := store.LockUsage(c.Ctx, tx, c.OrgID()); err != nil {
+			return err
+		}
+		cur, err := c.policyForWrite(tx, id)
+		if err != nil {
+			return err
+		}
+		switch {
+		case cur.ArchivedAt != nil:
+			return fault.Conflictf("policy_revision_conflict", "The policy is archived; restore it before editing.")
+		case cur.Revision != revision:
+			return fault.Conflictf("policy_revision_conflict",
+				"The policy changed since revision %d (it is at revision %d); reload it and edit again.", revision, cur.Revision)
+		case cur.Revision >= maxRevision:
+			return errRevisionOverflow()
+		}
+		next.ID, next.OrganizationID = cur.ID, cur.OrganizationID
+		next.Revision = cur.Revision + 1
+		next.UpdatedAt = c.now
+		err = s.fenceChange(c, tx, "usage_policy.update", func() error {
+			return store.ReplaceUsagePolicy(c.Ctx, tx, next)
+		})
+		if err != nil {
+			return err
+		}
+		if err := c.Audit(tx, "usage_policy.update", cur.ID, map[string]any{"from": policyAudit(cur), "to": policyAudit(next)}); err != nil {
+			return err
+		}
+		out, err = store.UsagePolicyInOrg(c.Ctx, tx, c.OrgID(), id)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewUsagePolicy(out))
+}
+
+func (s *Server) archiveUsagePolicy(c *Call) error { return s.setPolicyArchived(c, true) }
+func (s *Server) restoreUsagePolicy(c *Call) error { return s.setPolicyArchived(c, false) }
+
+// setPolicyArchived archives or restores a policy. It is idempotent: a policy already in
+// the wanted state is answered as it is, whatever revision the body names, so a retried
+// request succeeds; otherwise the revision must match.
+func (s *Server) setPolicyArchived(c *Call, archive bool) error {
+	id, err := c.usagePathID("policyId")
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Revision jsonx.Optional[jsonNumber] `json:"revision"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	var p fault.Problems
+	revision := revisionField(&p, in.Revision)
+	if err := p.Err(); err != nil {
+		return err
+	}
+	action := "usage_policy.restore"
+	if archive {
+		action = "usage_policy.archive"
+	}
+	var out store.UsagePolicy
+	err = c.Tx(func(tx pgx.Tx) error {
+		if err := store.LockUsage(c.Ctx, tx, c.OrgID()); err != nil {
+			return err
+		}
+		cur, err := c.policyForWrite(tx, id)
+		if err != nil {
+			return err
+		}
+		out = cur
+		if (cur.ArchivedAt != nil) == archive {
+			return nil
+		}
+		if cur.Revision != revision {
+			return fault.Conflictf("policy_revision_conflict",
+				"The policy changed since revision %d (it is at revision %d); reload it and try again.", revision, cur.Revision)
+		}
+		if cur.Revision >= maxRevision {
+			return errRevisionOverflow()
+		}
+		var at *time.Time
+		if archive {
+			at = &c.now
+		}
+		err = s.fenceChange(c, tx, action, func() error {
+			return store.SetUsagePolicyArchived(c.Ctx, tx, id, at, cur.Revision+1, c.now)
+		})
+		if err != nil {
+			return err
+		}
+		if err := c.Audit(tx, action, id, map[string]any{"revision": cur.Revision + 1}); err != nil {
+			return err
+		}
+		out, err = store.UsagePolicyInOrg(c.Ctx, tx, c.OrgID(), id)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewUsagePolicy(out))
+}
+
+func (s *Server) listUsageAssignments(c *Call) error {
+	id, err := c.usagePathID("policyId")
+	if err != nil {
+		return err
+	}
+	p, err := store.UsagePolicyInOrg(c.Ctx, c.DB(), c.OrgID(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return errPolicyNotFound()
+	}
+	if err != nil {
+		return err
+	}
+	views := make([]usageAssignmentView, len(p.Assignments))
+	for i, a := range p.Assignments {
+		views[i] = viewUsageAssignment(a)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"assignments": views})
+}
+
+func errPolicyArchived() error {
+	return fault.Conflictf("policy_archived", "The policy is archived; restore it before changing its assignments.")
+}
+
+func (s *Server) createUsageAssignment(c *Call) error {
+	id, err := c.usagePathID("policyId")
+	if err != nil {
+		return err
+	}
+	var in struct {
+		MemberID     jsonx.Optional[string] `json:"memberId"`
+		TeamID       jsonx.Optional[string] `json:"teamId"`
+		Organization jsonx.Optional[bool]   `json:"organization"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	// Exactly one target. A null member or team id, or organization:false, names no
+	// target, so {"memberId": "om_...", "teamId": null} is a member assignment.
+	var p fault.Problems
+	a := store.UsageAssignment{ID: newID(typeid.Assignment), PolicyID: id, CreatedAt: c.now}
+	targets := 0
+	if in.MemberID.Set && !in.MemberID.Null {
+		usagePlainID(&p, in.MemberID.Value, "memberId")
+		a.MemberID = &in.MemberID.Value
+		targets++
+	}
+	if in.TeamID.Set && !in.TeamID.Null {
+		usagePlainID(&p, in.TeamID.Value, "teamId")
+		a.TeamID = &in.TeamID.Value
+		targets++
+	}
+	if in.Organization.Set && !in.Organization.Null && in.Organization.Value {
+		a.Organization = true
+		targets++
+	}
+	if targets != 1 {
+		p.Add("give exactly one target: memberId, teamId, or organization: true")
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	var out store.UsagePolicy
+	err = c.Tx(func(tx pgx.Tx) error {
+		if err := store.LockUsage(c.Ctx, tx, c.OrgID()); err != nil {
+			return err
+		}
+		cur, err := c.policyForWrite(tx, id)
+		if err != nil {
+			return err
+		}
+		if cur.ArchivedAt != nil {
+			return errPolicyArchived()
+		}
+		switch {
+		case a.MemberID != nil:
+			ok, err := store.ActiveMemberExists(c.Ctx, tx, c.OrgID(), *a.MemberID)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errMemberNotFound()
+			}
+		case a.TeamID != nil:
+			if _, err := store.TeamInOrg(c.Ctx, tx, c.OrgID(), *a.TeamID); errors.Is(err, store.ErrNotFound) {
+				return fault.NotFoundf("team_not_found", "No team with this id in the organization.")
+			} else if err != nil {
+				return err
+			}
+		}
+		added := false
+		err = s.fenceChange(c, tx, "usage_policy.assign", func() error {
+			var err error
+			added, err = store.CreateUsageAssignment(c.Ctx, tx, c.OrgID(), a)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if added {
+			if err := c.Audit(tx, "usage_policy.assign", id, assignmentAudit(a)); err != nil {
+				return err
+			}
+		}
+		out, err = store.UsagePolicyInOrg(c.Ctx, tx, c.OrgID(), id)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewUsagePolicy(out))
+}
+
+func assignmentAudit(a store.UsageAssignment) map[string]any {
+	return map[string]any{"assignmentId": a.ID, "memberId": a.MemberID, "teamId": a.TeamID, "organization": a.Organization}
+}
+
+// deleteUsageAssignment is the specification's remove-assignment operation. It answers
+// the policy after removal; an assignment id the policy does not have changes nothing
+// and still answers the policy.
+func (s *Server) deleteUsageAssignment(c *Call) error {
+	id, err := c.usagePathID("policyId")
+	if err != nil {
+		return err
+	}
+	assignmentID, err := c.usagePathID("assignmentId")
+	if err != nil {
+		return err
+	}
+	var out store.UsagePolicy
+	err = c.Tx(func(tx pgx.Tx) error {
+		if err := store.LockUsage(c.Ctx, tx, c.OrgID()); err != nil {
+			return err
+		}
+		cur, err := c.policyForWrite(tx, id)
+		if err != nil {
+			return err
+		}
+		if cur.ArchivedAt != nil {
+			return errPolicyArchived()
+		}
+		var removed *store.UsageAssignment
+		err = s.fenceChange(c, tx, "usage_policy.unassign", func() error {
+			a, err := store.DeleteUsageAssignment(c.Ctx, tx, id, assignmentID)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			removed = &a
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if removed != nil {
+			if err := c.Audit(tx, "usage_policy.unassign", id, assignmentAudit(*removed)); err != nil {
+				return err
+			}
+		}
+		out, err = store.UsagePolicyInOrg(c.Ctx, tx, c.OrgID(), id)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewUsagePolicy(out))
+}

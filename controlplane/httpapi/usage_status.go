@@ -1,0 +1,241 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/controlplane/usage"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// memberUsage is one member's usage at an instant: the current windows with their
+// bucket ids, winners, counters and the newest extension request of each bucket.
+type memberUsage struct {
+	OrgID     string
+	MemberID  string
+	Windows   [3]window.Window
+	BucketIDs [3]string
+	Winners   usage.Winners
+	Counters  [3]usage.Counter
+	Latest    map[string]store.UsageRequest
+}
+
+// loadMemberUsage reads a member's usage with plain SELECTs: no lock, no write, and a
+// missing counter reads as zero (rule 19). q may be the pool or a transaction.
+func loadMemberUsage(ctx context.Context, q store.Querier, orgID, memberID string, now time.Time) (memberUsage, error) {
+	mu := memberUsage{OrgID: orgID, MemberID: memberID, Windows: window.Current(now)}
+	for i, w := range mu.Windows {
+		mu.BucketIDs[i] = window.BucketID(orgID, memberID, w.Timeframe, w.Start)
+	}
+	model, subject, err := store.LoadUsageMember(ctx, q, orgID, memberID)
+	if err != nil {
+		return mu, err
+	}
+	mu.Winners = model.Winners(subject)
+	counters, err := store.UsageCounters(ctx, q, mu.BucketIDs[:])
+	if err != nil {
+		return mu, err
+	}
+	for i, id := range mu.BucketIDs {
+		mu.Counters[i] = counters[id]
+	}
+	mu.Latest, err = store.LatestUsageRequests(ctx, q, mu.BucketIDs[:])
+	return mu, err
+}
+
+// Bucket is the status of timeframe i (its winner may be nil: unlimited).
+func (mu memberUsage) Bucket(i int) usage.Bucket {
+	latest, ok := mu.Latest[mu.BucketIDs[i]]
+	return usage.Bucket{ID: mu.BucketIDs[i], Window: mu.Windows[i], Winner: mu.Winners[i], Counter: mu.Counters[i],
+		PendingRequest: ok && latest.Status == "pending"}
+}
+
+// Views.
+
+type usageStatusView struct {
+	OrganizationID string     `json:"organizationId"`
+	MemberID       string     `json:"memberId"`
+	State          string     `json:"state"`
+	EvaluatedAt    jsonx.Time `json:"evaluatedAt"`
+	// Buckets are the limited timeframes (those with a winning policy), day, week, month.
+	Buckets []usageBucketView `json:"buckets"`
+	// Windows are all three current windows with their spend, limited or not: spend is
+	// counted even where no policy applies.
+	Windows  []usageWindowView `json:"windows"`
+	Coverage usageCoverageView `json:"coverage"`
+}
+
+type usageBucketView struct {
+	ID                    string                `json:"id"`
+	Timeframe             string                `json:"timeframe"`
+	PolicyID              string                `json:"policyId"`
+	PolicyName            string                `json:"policyName"`
+	PolicyRevision        int64                 `json:"policyRevision"`
+	Provenance            []usageProvenanceView `json:"provenance"`
+	BaseAllowanceMicroUsd int64                 `json:"baseAllowanceMicroUsd"`
+	ExtensionMicroUsd     int64                 `json:"extensionMicroUsd"`
+	AllowanceMicroUsd     int64                 `json:"allowanceMicroUsd"`
+	UsedMicroUsd          int64                 `json:"usedMicroUsd"`
+	RemainingMicroUsd     int64                 `json:"remainingMicroUsd"`
+	WindowStart           jsonx.Time            `json:"windowStart"`
+	ResetAt               jsonx.Time            `json:"resetAt"`
+	HardLimit             bool                  `json:"hardLimit"`
+	AllowRequestReset     bool                  `json:"allowRequestReset"`
+	CanRequestReset       bool                  `json:"canRequestReset"`
+	// ResetRequestStatus is the status of the bucket's newest extension request; null
+	// when there is none.
+	ResetRequestStatus *string `json:"resetRequestStatus"`
+}
+
+type usageProvenanceView struct {
+	Kind         string  `json:"kind"`
+	AssignmentID string  `json:"assignmentId"`
+	MemberID     *string `json:"memberId"`
+	TeamID       *string `json:"teamId"`
+	TeamName     *string `json:"teamName,omitempty"`
+}
+
+type usageWindowView struct {
+	Timeframe    string     `json:"timeframe"`
+	BucketID     string     `json:"bucketId"`
+	WindowStart  jsonx.Time `json:"windowStart"`
+	ResetAt      jsonx.Time `json:"resetAt"`
+	UsedMicroUsd int64      `json:"usedMicroUsd"`
+	Limited      bool       `json:"limited"`
+}
+
+type usageCoverageView struct {
+	TrackingVersion         int64       `json:"trackingVersion"`
+	CaptureEnabled          bool        `json:"captureEnabled"`
+	PendingRequests         *int64      `json:"pendingRequests"`
+	SettlementReady         bool        `json:"settlementReady"`
+	TrackingStartedAt       *jsonx.Time `json:"trackingStartedAt"`
+	HistoricalCoverage      string      `json:"historicalCoverage"`
+	HistoricalUnknownReason *string     `json:"historicalUnknownReason"`
+	LastSettlementAt        *jsonx.Time `json:"lastSettlementAt"`
+	LastSettlementRequestID *string     `json:"lastSettlementRequestId"`
+	UnpricedRequests        int64       `json:"unpricedRequests"`
+	IncompleteRequests      int64       `json:"incompleteRequests"`
+	Complete                bool        `json:"complete"`
+}
+
+func viewCoverage(cv usage.Coverage) usageCoverageView {
+	return usageCoverageView{TrackingVersion: cv.TrackingVersion, CaptureEnabled: cv.CaptureEnabled,
+		PendingRequests: cv.PendingRequests, SettlementReady: cv.SettlementReady,
+		TrackingStartedAt: jsonx.TimePtr(cv.TrackingStartedAt), HistoricalCoverage: cv.HistoricalCoverage,
+		HistoricalUnknownReason: cv.HistoricalUnknownReason, LastSettlementAt: jsonx.TimePtr(cv.LastSettlementAt),
+		LastSettlementRequestID: cv.LastSettlementRequestID, UnpricedRequests: cv.UnpricedRequests,
+		IncompleteRequests: cv.IncompleteRequests, Complete: cv.Complete}
+}
+
+func viewProvenance(ps []usage.Source) []usageProvenanceView {
+	out := make([]usageProvenanceView, len(ps))
+	for i, p := range ps {
+		v := usageProvenanceView{Kind: string(p.Kind), AssignmentID: p.AssignmentID}
+		switch p.Kind {
+		case usage.Direct:
+			v.MemberID = &p.MemberID
+		case usage.Team:
+			v.TeamID, v.TeamName = &p.TeamID, &p.TeamName
+		}
+		out[i] = v
+	}
+	return out
+}
+
+func viewBucket(b usage.Bucket, latest *store.UsageRequest) (usageBucketView, error) {
+	w := b.Winner
+	allowance, err := b.Allowance()
+	if err != nil {
+		return usageBucketView{}, err
+	}
+	remaining, err := b.Remaining()
+	if err != nil {
+		return usageBucketView{}, err
+	}
+	can, err := usage.CanRequestReset(b)
+	if err != nil {
+		return usageBucketView{}, err
+	}
+	v := usageBucketView{ID: b.ID, Timeframe: string(b.Window.Timeframe), PolicyID: w.Policy.ID, PolicyName: w.Policy.Name,
+		PolicyRevision: w.Policy.Revision, Provenance: viewProvenance(w.Provenance), BaseAllowanceMicroUsd: w.Base,
+		ExtensionMicroUsd: b.Counter.Extension, AllowanceMicroUsd: allowance, UsedMicroUsd: b.Counter.Used,
+		RemainingMicroUsd: remaining, WindowStart: jsonx.Time(b.Window.Start), ResetAt: jsonx.Time(b.Window.End),
+		HardLimit: w.Policy.HardLimit, AllowRequestReset: w.Policy.AllowRequestReset, CanRequestReset: can}
+	if latest != nil {
+		st := latest.Status
+		v.ResetRequestStatus = &st
+	}
+	return v, nil
+}
+
+// statusView renders a member's status at now.
+func (mu memberUsage) statusView(tr *usage.Tracking, now time.Time) (usageStatusView, error) {
+	v := usageStatusView{OrganizationID: mu.OrgID, MemberID: mu.MemberID, EvaluatedAt: jsonx.Time(now),
+		Buckets: []usageBucketView{}, Windows: make([]usageWindowView, 3)}
+	var limited []usage.Bucket
+	for i := range window.Timeframes {
+		b := mu.Bucket(i)
+		w := mu.Windows[i]
+		v.Windows[i] = usageWindowView{Timeframe: string(w.Timeframe), BucketID: b.ID, WindowStart: jsonx.Time(w.Start),
+			ResetAt: jsonx.Time(w.End), UsedMicroUsd: b.Counter.Used, Limited: b.Winner != nil}
+		if b.Winner == nil {
+			continue
+		}
+		limited = append(limited, b)
+		var latest *store.UsageRequest
+		if r, ok := mu.Latest[b.ID]; ok {
+			latest = &r
+		}
+		bv, err := viewBucket(b, latest)
+		if err != nil {
+			return v, err
+		}
+		v.Buckets = append(v.Buckets, bv)
+	}
+	state, err := usage.StateOf(limited)
+	if err != nil {
+		return v, err
+	}
+	v.State = string(state)
+	v.Coverage = viewCoverage(usage.CoverageOf(tr, mu.Windows, mu.Counters))
+	return v, nil
+}
+
+func (s *Server) usageStatusMe(c *Call) error { return s.usageStatus(c, c.Member.ID) }
+
+func (s *Server) usageStatusMember(c *Call) error {
+	id, err := c.usagePathID("memberId")
+	if err != nil {
+		return err
+	}
+	ok, err := store.ActiveMemberExists(c.Ctx, c.DB(), c.OrgID(), id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errMemberNotFound()
+	}
+	return s.usageStatus(c, id)
+}
+
+// usageStatus answers a status read: plain reads of the member-period counters and the
+// tracking row, no lock and no write.
+func (s *Server) usageStatus(c *Call, memberID string) error {
+	mu, err := loadMemberUsage(c.Ctx, c.DB(), c.OrgID(), memberID, c.now)
+	if err != nil {
+		return err
+	}
+	tr, err := store.UsageTracking(c.Ctx, c.DB(), memberID)
+	if err != nil {
+		return err
+	}
+	v, err := mu.statusView(tr, c.now)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}

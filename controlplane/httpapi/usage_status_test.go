@@ -1,0 +1,172 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/controlplane/apitest"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+func TestUsageStatusStates(t *testing.T) {
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+
+	// No policy: unlimited, but spend is still shown for all three windows.
+	setUsed(t, e, bob, window.Month, 42)
+	s := getStatus(t, e, bob)
+	if s.State != "unlimited" || len(s.Buckets) != 0 || len(s.Windows) != 3 || s.Windows[2].UsedMicroUsd != 42 || s.Windows[0].UsedMicroUsd != 0 {
+		t.Fatalf("unlimited status %+v", s)
+	}
+	if s.OrganizationID != o.OrgID || s.MemberID != bob.MemberID {
+		t.Fatalf("ids %+v", s)
+	}
+
+	soft := createPolicy(t, e, o, map[string]any{"name": "Soft", "hardLimit": false, "limits": []map[string]any{{"timeframe": "month", "costUsd": "0.0001"}}})
+	hard := createPolicy(t, e, o, map[string]any{"name": "Hard", "limits": []map[string]any{{"timeframe": "day", "costUsd": "0.00005"}}})
+	assign(t, e, o, soft.ID, map[string]any{"memberId": bob.MemberID})
+	assign(t, e, o, hard.ID, map[string]any{"organization": true})
+
+	// Missing day counter reads as zero.
+	s = getStatus(t, e, bob)
+	d, m := s.Buckets[s.bucketOf(t, "day")], s.Buckets[s.bucketOf(t, "month")]
+	if s.State != "within_limit" || d.UsedMicroUsd != 0 || d.RemainingMicroUsd != 50 || m.UsedMicroUsd != 42 || m.RemainingMicroUsd != 58 {
+		t.Fatalf("within status %+v", s)
+	}
+	if !d.HardLimit || m.HardLimit || d.CanRequestReset || d.ResetRequestStatus != nil || d.ID != bucketID(e, bob, window.Day) {
+		t.Fatalf("buckets %+v", s.Buckets)
+	}
+	// Soft bucket exhausted: over_limit.
+	setUsed(t, e, bob, window.Month, 100)
+	if s = getStatus(t, e, bob); s.State != "over_limit" {
+		t.Fatalf("state %s", s.State)
+	}
+	// Hard bucket exhausted too: blocked (outranks over_limit), remaining negative on overshoot.
+	setUsed(t, e, bob, window.Day, 70)
+	s = getStatus(t, e, bob)
+	d = s.Buckets[s.bucketOf(t, "day")]
+	if s.State != "blocked" || d.RemainingMicroUsd != -20 || d.AllowanceMicroUsd != 50 || !d.CanRequestReset {
+		t.Fatalf("blocked status %+v", s)
+	}
+	// Another member is unaffected by bob's counters.
+	if os := getStatus(t, e, o); os.State != "within_limit" {
+		t.Fatalf("owner state %s", os.State)
+	}
+}
+
+func TestUsageStatusCoverage(t *testing.T) {
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	ctx := context.Background()
+
+	cov := getStatus(t, e, bob).Coverage
+	want := map[string]any{"trackingVersion": float64(0), "captureEnabled": true, "pendingRequests": nil, "settlementReady": false,
+		"trackingStartedAt": nil, "historicalCoverage": "unknown", "historicalUnknownReason": "tracking_not_started",
+		"lastSettlementAt": nil, "lastSettlementRequestId": nil, "unpricedRequests": float64(0), "incompleteRequests": float64(0), "complete": false}
+	for k, v := range want {
+		if cov[k] != v {
+			t.Fatalf("coverage[%s] = %v, want %v (%v)", k, cov[k], v, cov)
+		}
+	}
+	if len(cov) != len(want) {
+		t.Fatalf("coverage has %d fields: %v", len(cov), cov)
+	}
+
+	// Tracking began today: the current periods predate it.
+	_, err := e.Store.Pool.Exec(ctx, `INSERT INTO usage_member_tracking (member_id, organization_id, tracking_version, capture_enabled,
+			pending_requests, tracking_started_at, last_settlement_at, last_settlement_request_id, unpriced_requests, incomplete_requests, created_at, updated_at)
+		VALUES ($1, $2, 2, true, 1, $3, $3, 'req_7', 1, 0, $3, $3)`, bob.MemberID, o.OrgID, apitest.Start.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cov = getStatus(t, e, bob).Coverage
+	if cov["trackingVersion"] != float64(2) || cov["pendingRequests"] != float64(1) || cov["settlementReady"] != false ||
+		cov["historicalUnknownReason"] != "period_predates_tracking" || cov["trackingStartedAt"] != "2026-09-14T11:00:00.000Z" ||
+		cov["lastSettlementRequestId"] != "req_7" || cov["unpricedRequests"] != float64(1) || cov["complete"] != false {
+		t.Fatalf("coverage %v", cov)
+	}
+	// Tracking since before every current window, nothing pending: complete.
+	_, err = e.Store.Pool.Exec(ctx, `UPDATE usage_member_tracking SET pending_requests = 0, tracking_started_at = '2026-08-01T00:00:00Z'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cov = getStatus(t, e, bob).Coverage
+	if cov["settlementReady"] != true || cov["historicalCoverage"] != "tracked_since_epoch" || cov["historicalUnknownReason"] != nil || cov["complete"] != true {
+		t.Fatalf("coverage %v", cov)
+	}
+	// A legacy counter makes history unknown again.
+	setUsed(t, e, bob, window.Week, 1)
+	if _, err := e.Store.Pool.Exec(ctx, `UPDATE usage_buckets SET legacy = true`); err != nil {
+		t.Fatal(err)
+	}
+	cov = getStatus(t, e, bob).Coverage
+	if cov["historicalUnknownReason"] != "legacy_counter" || cov["complete"] != false || cov["settlementReady"] != true {
+		t.Fatalf("coverage %v", cov)
+	}
+}
+
+// TestUsageStatusReadsNeverWrite: a status read of a member with no counters and no
+// tracking row creates neither.
+func TestUsageStatusReadsNeverWrite(t *testing.T) {
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	p := dayPolicy(t, e, o, "Daily", "1", nil)
+	assign(t, e, o, p.ID, map[string]any{"organization": true})
+	before := usageCount(t, e, `SELECT count(*) FROM audit_events`)
+	for i := 0; i < 3; i++ {
+		getStatus(t, e, bob)
+		e.Do(t, "GET", "/v1/gateway/usage-limits/members/"+bob.MemberID, nil, o.As()...).Expect(t, http.StatusOK)
+		e.Do(t, "GET", resetsPath+"/me", nil, bob.As()...).Expect(t, http.StatusOK)
+		e.Do(t, "GET", resetsPath+"?view=history", nil, o.As()...).Expect(t, http.StatusOK)
+	}
+	if n := usageCount(t, e, `SELECT count(*) FROM usage_buckets`) + usageCount(t, e, `SELECT count(*) FROM usage_member_tracking`) +
+		usageCount(t, e, `SELECT count(*) FROM audit_events`) - before; n != 0 {
+		t.Fatalf("reads wrote %d rows", n)
+	}
+}
+
+// TestUsageWindowBoundary: the day resets at 05:00:00 UTC to the second; the bucket of
+// 04:59:59 is the previous day's, and a new window's missing counter reads as zero.
+func TestUsageWindowBoundary(t *testing.T) {
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	p := createPolicy(t, e, o, map[string]any{"name": "All", "limits": []map[string]any{
+		{"timeframe": "day", "costUsd": "1"}, {"timeframe": "week", "costUsd": "5"}, {"timeframe": "month", "costUsd": "20"}}})
+	assign(t, e, o, p.ID, map[string]any{"organization": true})
+
+	e.Clock.Set(time.Date(2026, 9, 15, 4, 59, 59, 0, time.UTC))
+	setUsed(t, e, o, window.Day, 1_000_000)
+	s := getStatus(t, e, o)
+	d := s.Buckets[s.bucketOf(t, "day")]
+	w := s.Buckets[s.bucketOf(t, "week")]
+	if d.WindowStart != "2026-09-14T05:00:00.000Z" || d.ResetAt != "2026-09-15T05:00:00.000Z" || d.UsedMicroUsd != 1_000_000 || s.State != "blocked" {
+		t.Fatalf("before reset: %+v", d)
+	}
+	if w.WindowStart != "2026-09-14T05:00:00.000Z" || w.ResetAt != "2026-09-21T05:00:00.000Z" {
+		t.Fatalf("week %+v", w)
+	}
+	e.Clock.Set(time.Date(2026, 9, 15, 5, 0, 0, 0, time.UTC))
+	s = getStatus(t, e, o)
+	d2 := s.Buckets[s.bucketOf(t, "day")]
+	if d2.WindowStart != "2026-09-15T05:00:00.000Z" || d2.ResetAt != "2026-09-16T05:00:00.000Z" || d2.UsedMicroUsd != 0 || d2.ID == d.ID || s.State != "within_limit" {
+		t.Fatalf("after reset: %+v", d2)
+	}
+	if s.Buckets[s.bucketOf(t, "week")].ID != w.ID {
+		t.Fatal("the week changed at a daily reset")
+	}
+	// The month containing 2026-10-01T04:00Z started 2026-09-01T05:00Z.
+	e.Clock.Set(time.Date(2026, 10, 1, 4, 0, 0, 0, time.UTC))
+	// Sessions last a week: sign in again at the new instant.
+	var in struct{ Token string }
+	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": o.Email, "password": apitest.Password}).Expect(t, http.StatusOK).Decode(t, &in)
+	o.Token = in.Token
+	s = getStatus(t, e, o)
+	if m := s.Buckets[s.bucketOf(t, "month")]; m.WindowStart != "2026-09-01T05:00:00.000Z" || m.ResetAt != "2026-10-01T05:00:00.000Z" {
+		t.Fatalf("month %+v", m)
+	}
+}
