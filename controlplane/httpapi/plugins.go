@@ -454,14 +454,14 @@ func extensionOf(p store.Plugin) (*extensionView, error) {
 		ext.SourceFormat = *p.SourceFormat
 		return ext, nil
 	}
-	var m struct {
-		Source struct {
-			Format string `json:"format"`
-		} `json:"source"`
+	// A map, not a struct: struct fields would also match "FORMAT" or "Source".
+	var m map[string]any
+	err := json.Unmarshal(p.Manifest, &m)
+	src, _ := m["source"].(map[string]any)
+	format, _ := src["format"].(string)
+	if err != nil || !plugin.ValidSourceFormat(format) {
+		return nil, fmt.Errorf("plugin %s: stored manifest has no valid source.format (%v)", p.ID, err)
 	}
-	if err := json.Unmarshal(p.Manifest, &m); err != nil || !plugin.ValidSourceFormat(m.Source.Format) {
-		return nil, fmt.Errorf("plugin %s: stored manifest has no valid source.format: %v", p.ID, err)
-	}
-	ext.SourceFormat = m.Source.Format
+	ext.SourceFormat = format
 	return ext, nil
 }

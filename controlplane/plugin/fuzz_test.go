@@ -43,19 +43,18 @@ func FuzzManifest(f *testing.F) {
 		if msg := referenceCheck(data); msg != "" {
 			t.Fatalf("Validate accepted a document the rules refuse (%s):\n%q", msg, data)
 		}
-		var doc struct {
-			ID, Name, Description string
-			Source                struct {
-				Format, Origin, Reference string
-				Trusted                   bool
-			}
-		}
+		// Keys match exactly (a struct target would match them case-insensitively).
+		var doc map[string]any
 		if err := json.Unmarshal(data, &doc); err != nil {
 			t.Fatalf("accepted but not decodable: %v", err)
 		}
-		if m.ID != doc.ID || m.Name != doc.Name || m.Description != doc.Description || m.Source.Format != doc.Source.Format ||
-			m.Source.Trusted != doc.Source.Trusted || m.Source.Origin != doc.Source.Origin || m.Source.Reference != doc.Source.Reference {
-			t.Fatalf("fields %+v disagree with the document %+v", m, doc)
+		src := doc["source"].(map[string]any)
+		str := func(m map[string]any, k string) string { s, _ := m[k].(string); return s }
+		want := Manifest{ID: str(doc, "id"), Name: str(doc, "name"), Description: str(doc, "description"),
+			Source: Source{Format: str(src, "format"), Trusted: src["trusted"].(bool), Origin: str(src, "origin"),
+				Reference: str(src, "reference")}}
+		if m != want {
+			t.Fatalf("fields %+v disagree with the document's %+v", m, want)
 		}
 	})
 }
