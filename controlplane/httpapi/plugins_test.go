@@ -191,7 +191,9 @@ func TestPluginExtension(t *testing.T) {
 	}
 	r := e.Do(t, "GET", "/v1/plugins/"+item["id"].(string), nil, owner.As()...).Expect(t, http.StatusOK)
 	var out struct {
-		Item struct{ Extension struct{ Manifest json.RawMessage } }
+		Item struct {
+			Extension struct{ Manifest json.RawMessage }
+		}
 	}
 	r.Decode(t, &out)
 	dec = json.NewDecoder(strings.NewReader(string(out.Item.Extension.Manifest)))
@@ -230,7 +232,9 @@ func TestPluginExtension(t *testing.T) {
 	e.Clock.Advance(time.Minute)
 	withManifest := newPluginWith(t, e, owner, map[string]any{"name": "Again", "manifest": json.RawMessage(manifest)})
 	var storedOut struct {
-		Item struct{ Extension struct{ Manifest json.RawMessage } }
+		Item struct {
+			Extension struct{ Manifest json.RawMessage }
+		}
 	}
 	e.Do(t, "GET", "/v1/plugins/"+withManifest["id"].(string), nil, owner.As()...).Expect(t, http.StatusOK).Decode(t, &storedOut)
 	stored := storedOut.Item.Extension.Manifest // raw, so the large number keeps its digits
