@@ -152,7 +152,7 @@ func (s *Server) setMarketplaceAccess(c *Call) error {
 	err = c.Tx(func(tx pgx.Tx) error {
 		// Lock first, so that the rank read below cannot be revoked by a concurrent
 		// change of the same list before this one is written.
-		if err := store.LockMarketplace(c.Ctx, tx, id); err != nil {
+		if err := store.LockMarketplace(c.Ctx, tx, c.OrgID(), id); err != nil {
 			return err
 		}
 		m, err := c.marketplaceForWrite(tx, id, store.RankManager, "Changing who may use a marketplace")

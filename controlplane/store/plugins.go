@@ -257,10 +257,11 @@ func ListMarketplaces(ctx context.Context, q Querier, orgID string, v Viewer) ([
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Marketplace, error) { return scanMarketplace(r) })
 }
 
-// LockMarketplace takes the marketplace's row lock, so that writers of its grants run one
-// after another.
-func LockMarketplace(ctx context.Context, q Querier, id string) error {
-	_, err := q.Exec(ctx, `SELECT 1 FROM marketplaces WHERE id = $1 FOR UPDATE`, id)
+// LockMarketplace takes the row lock of an organization's marketplace, so that writers
+// of its grants run one after another. NO KEY UPDATE does not conflict with the KEY SHARE
+// lock that adding a plugin takes through the foreign key, so adds are not held up.
+func LockMarketplace(ctx context.Context, q Querier, orgID, id string) error {
+	_, err := q.Exec(ctx, `SELECT 1 FROM marketplaces WHERE organization_id = $1 AND id = $2 FOR NO KEY UPDATE`, orgID, id)
 	return err
 }
 
