@@ -44,6 +44,7 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./pkg/typeid
 	$(GO) test -run '^$$' -fuzz FuzzParseUSD -fuzztime 20s ./pkg/money
 	$(GO) test -run '^$$' -fuzz FuzzOf -fuzztime 20s ./pkg/window
+	$(GO) test -run '^$$' -fuzz FuzzManifest -fuzztime 20s ./controlplane/plugin
 
 bench: ## run the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
