@@ -51,6 +51,7 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzOf -fuzztime 20s ./pkg/window
 	$(GO) test -run '^$$' -fuzz FuzzExtractJSON -fuzztime 20s -fuzzminimizetime 10s ./enforcer/usage
 	$(GO) test -run '^$$' -fuzz FuzzExtractSSE -fuzztime 20s -fuzzminimizetime 10s ./enforcer/usage
+	$(GO) test -run '^$$' -fuzz FuzzManifest -fuzztime 20s ./controlplane/plugin
 
 bench: ## run the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...

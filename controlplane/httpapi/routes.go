@@ -72,7 +72,21 @@ func (s *Server) routeTable() []route {
 		{method: "GET", pattern: "/v1/api-keys", access: authenticated, org: true, handle: s.listAPIKeys},
 		{method: "DELETE", pattern: "/v1/api-keys/{apiKeyId}", access: authenticated, org: true, handle: s.deleteAPIKey},
 
-		// Plugins and marketplaces (plugins.go, marketplaces.go)
+		// Plugins and marketplaces (plugins.go, marketplaces.go). Only creation is for
+		// owners and admins by role; the rest depends on marketplace grants, checked by
+		// the handlers after the specification's 400 and 404 checks.
+		{method: "POST", pattern: "/v1/plugins", access: authenticated, org: true, roles: managers, handle: s.createPlugin},
+		{method: "GET", pattern: "/v1/plugins", access: authenticated, org: true, handle: s.listPlugins},
+		{method: "GET", pattern: "/v1/plugins/{pluginId}", access: authenticated, org: true, handle: s.getPlugin},
+		{method: "PATCH", pattern: "/v1/plugins/{pluginId}", access: authenticated, org: true, handle: s.updatePlugin},
+		{method: "DELETE", pattern: "/v1/plugins/{pluginId}", access: authenticated, org: true, handle: s.deletePlugin},
+		{method: "POST", pattern: "/v1/marketplaces", access: authenticated, org: true, roles: managers, handle: s.createMarketplace},
+		{method: "GET", pattern: "/v1/marketplaces", access: authenticated, org: true, handle: s.listMarketplaces},
+		{method: "GET", pattern: "/v1/marketplaces/{marketplaceId}", access: authenticated, org: true, handle: s.getMarketplace},
+		{method: "PUT", pattern: "/v1/marketplaces/{marketplaceId}/access", access: authenticated, org: true, handle: s.setMarketplaceAccess},
+		{method: "GET", pattern: "/v1/marketplaces/{marketplaceId}/plugins", access: authenticated, org: true, handle: s.listMarketplacePlugins},
+		{method: "POST", pattern: "/v1/marketplaces/{marketplaceId}/plugins", access: authenticated, org: true, handle: s.addMarketplacePlugin},
+		{method: "DELETE", pattern: "/v1/marketplaces/{marketplaceId}/plugins/{pluginId}", access: authenticated, org: true, handle: s.removeMarketplacePlugin},
 
 		// Gateway usage limits (usage_*.go)
 		{method: "GET", pattern: "/v1/gateway/usage-limit-policies", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listUsagePolicies},

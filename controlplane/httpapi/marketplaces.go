@@ -1,0 +1,478 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/fault"
+	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+)
+
+// Marketplaces distribute an organization's plugins to the members their grants reach.
+// A grant gives viewer, editor or manager to a member, a team, or the whole
+// organization; a member's rank on a marketplace is the best grant that reaches them.
+// Owners and admins hold the manager rank everywhere without a grant. A marketplace the
+// caller holds no rank on does not exist for them (404), as ids of other organizations.
+//
+// The membership writes (add and remove a plugin, set the grants) need, from owners and
+// admins signed in with a session, a sign-in from the last 15 minutes: their power comes
+// from their role alone, so a stolen, long-lived session must not be enough. API keys
+// are never asked (they cannot re-authenticate), nor members acting through a grant.
+
+// freshAuthWindow is how recent an owner's or admin's sign-in must be for marketplace
+// membership writes.
+const freshAuthWindow = 15 * time.Minute
+
+// maxGrants bounds the access list of one marketplace.
+const maxGrants = 500
+
+var membershipSources = []string{"manual", "connector", "api", "system"}
+
+func errMarketplaceNotFound() error {
+	return fault.NotFoundf("marketplace_not_found", "No marketplace with this id in the organization, or you have no access to it.")
+}
+
+// requireFreshAuth refuses owners and admins whose session proved the password more
+// than freshAuthWindow ago.
+func (c *Call) requireFreshAuth() error {
+	sess := c.Principal.Session
+	if !IsManager(c.Member.Role) || sess == nil || c.Now().Sub(sess.AuthenticatedAt) <= freshAuthWindow {
+		return nil
+	}
+	return &fault.Error{Kind: fault.Forbidden, Code: "reauth", Reason: "fresh_auth_required",
+		Message: "Sign in again: owners and admins must have signed in within the last 15 minutes to change a marketplace."}
+}
+
+// marketplaceForWrite reads a marketplace the caller may see and checks their rank.
+func (c *Call) marketplaceForWrite(q store.Querier, id string, need int, what string) (store.Marketplace, error) {
+	m, err := store.MarketplaceFor(c.Ctx, q, c.OrgID(), id, c.viewer())
+	if errors.Is(err, store.ErrNotFound) {
+		return m, errMarketplaceNotFound()
+	}
+	if err != nil {
+		return m, err
+	}
+	if m.Rank < need {
+		return m, fault.Forbiddenf("%s needs the %s role on this marketplace.", what, store.RoleOfRank(need))
+	}
+	return m, c.requireFreshAuth()
+}
+
+func (s *Server) createMarketplace(c *Call) error {
+	var in struct {
+		Name *string `json:"name"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	var p fault.Problems
+	if in.Name == nil {
+		p.Add("is required", "name")
+	} else {
+		specText(&p, *in.Name, 1, 255, "name")
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	m := store.Marketplace{ID: newID(typeid.Marketplace), OrganizationID: c.OrgID(), Name: *in.Name,
+		CreatedByMemberID: c.Member.ID, CreatedAt: c.now}
+	var view marketplaceView
+	err := c.Tx(func(tx pgx.Tx) error {
+		if err := store.CreateMarketplace(c.Ctx, tx, m); err != nil {
+			return err
+		}
+		if err := c.Audit(tx, "marketplace.create", m.ID, map[string]any{"name": m.Name}); err != nil {
+			return err
+		}
+		var err error
+		view, err = c.readMarketplace(tx, m.ID)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, itemAnswer{OK: true, Item: view})
+}
+
+func (s *Server) listMarketplaces(c *Call) error {
+	ms, err := store.ListMarketplaces(c.Ctx, c.DB(), c.OrgID(), c.viewer())
+	if err != nil {
+		return err
+	}
+	views, err := c.marketplaceViews(c.DB(), ms)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, itemsAnswer[marketplaceView]{OK: true, Items: views})
+}
+
+func (s *Server) getMarketplace(c *Call) error {
+	id, err := c.pathID("marketplaceId", typeid.Marketplace)
+	if err != nil {
+		return err
+	}
+	view, err := c.readMarketplace(c.DB(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, itemAnswer{OK: true, Item: view})
+}
+
+// grantInput is one entry of an access list. It reads back what GET answers (null ids,
+// organization false), so a client can edit the list it was given.
+type grantInput struct {
+	MemberID     jsonx.Optional[string] `json:"memberId"`
+	TeamID       jsonx.Optional[string] `json:"teamId"`
+	Organization *bool                  `json:"organization"`
+	Role         *string                `json:"role"`
+}
+
+func (s *Server) setMarketplaceAccess(c *Call) error {
+	var in struct {
+		Grants *[]grantInput `json:"grants"`
+	}
+	var p fault.Problems
+	id, err := c.decodeWithPath(&in, "marketplaceId", typeid.Marketplace, &p)
+	if err != nil {
+		return err
+	}
+	grants := checkGrants(&p, in.Grants, c.now)
+	if err := p.Err(); err != nil {
+		return err
+	}
+	var view marketplaceView
+	err = c.Tx(func(tx pgx.Tx) error {
+		// Lock first, so that the rank read below cannot be revoked by a concurrent
+		// change of the same list before this one is written.
+		if err := store.LockMarketplace(c.Ctx, tx, c.OrgID(), id); err != nil {
+			return err
+		}
+		m, err := c.marketplaceForWrite(tx, id, store.RankManager, "Changing who may use a marketplace")
+		if err != nil {
+			return err
+		}
+		if err := c.checkGrantTargets(tx, grants); err != nil {
+			return err
+		}
+		if err := store.ReplaceGrants(c.Ctx, tx, m.ID, grants); err != nil {
+			return err
+		}
+		if err := store.TouchMarketplace(c.Ctx, tx, m.ID, c.now); err != nil {
+			return err
+		}
+		if err := c.Audit(tx, "marketplace.access", m.ID, map[string]any{"grants": len(grants)}); err != nil {
+			return err
+		}
+		view, err = c.readMarketplace(tx, m.ID)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, itemAnswer{OK: true, Item: view})
+}
+
+// checkGrants validates the shape of an access list.
+func checkGrants(p *fault.Problems, in *[]grantInput, now time.Time) []store.Grant {
+	if in == nil {
+		p.Add("is required", "grants")
+		return nil
+	}
+	if len(*in) > maxGrants {
+		p.Add("must have at most 500 entries", "grants")
+		return nil
+	}
+	out := make([]store.Grant, 0, len(*in))
+	seen := map[string]int{}
+	for i, g := range *in {
+		var target string
+		targets := 0
+		grant := store.Grant{CreatedAt: now}
+		if g.MemberID.Set && !g.MemberID.Null {
+			targets++
+			target = "member " + g.MemberID.Value
+			grant.MemberID = &g.MemberID.Value
+			if err := typeid.Check(g.MemberID.Value, typeid.Member); err != nil {
+				p.Add(err.Error(), "grants", i, "memberId")
+			}
+		}
+		if g.TeamID.Set && !g.TeamID.Null {
+			targets++
+			target = "team " + g.TeamID.Value
+			grant.TeamID = &g.TeamID.Value
+			if err := typeid.Check(g.TeamID.Value, typeid.Team); err != nil {
+				p.Add(err.Error(), "grants", i, "teamId")
+			}
+		}
+		if g.Organization != nil && *g.Organization {
+			targets++
+			target = "organization"
+			grant.Organization = true
+		}
+		if targets != 1 {
+			p.Add("must name exactly one of memberId, teamId or organization: true", "grants", i)
+		} else if first, dup := seen[target]; dup {
+			p.Add("repeats the target of entry "+strconv.Itoa(first), "grants", i)
+		} else {
+			seen[target] = i
+		}
+		if g.Role == nil || store.RankOf(*g.Role) == store.RankNone {
+			p.Add("must be one of "+strings.Join(store.GrantRoles, ", "), "grants", i, "role")
+		} else {
+			grant.Role = *g.Role
+		}
+		out = append(out, grant)
+	}
+	return out
+}
+
+// checkGrantTargets refuses grants to members and teams that are not (or no longer) in
+// the organization. It runs after the permission check, so only managers learn which
+// ids exist.
+func (c *Call) checkGrantTargets(q store.Querier, grants []store.Grant) error {
+	var memberIDs, teamIDs []string
+	for _, g := range grants {
+		if g.MemberID != nil {
+			memberIDs = append(memberIDs, *g.MemberID)
+		}
+		if g.TeamID != nil {
+			teamIDs = append(teamIDs, *g.TeamID)
+		}
+	}
+	members, err := store.ActiveMemberIDs(c.Ctx, q, c.OrgID(), memberIDs)
+	if err != nil {
+		return err
+	}
+	teams, err := store.LiveTeamIDs(c.Ctx, q, c.OrgID(), teamIDs)
+	if err != nil {
+		return err
+	}
+	var p fault.Problems
+	for i, g := range grants {
+		if g.MemberID != nil && !members[*g.MemberID] {
+			p.Add("is not an active member of the organization", "grants", i, "memberId")
+		}
+		if g.TeamID != nil && !teams[*g.TeamID] {
+			p.Add("is not a team of the organization", "grants", i, "teamId")
+		}
+	}
+	return p.Err()
+}
+
+func (s *Server) listMarketplacePlugins(c *Call) error {
+	id, err := c.pathID("marketplaceId", typeid.Marketplace)
+	if err != nil {
+		return err
+	}
+	m, err := store.MarketplaceFor(c.Ctx, c.DB(), c.OrgID(), id, c.viewer())
+	if errors.Is(err, store.ErrNotFound) {
+		return errMarketplaceNotFound()
+	}
+	if err != nil {
+		return err
+	}
+	mps, err := store.ListMarketplacePlugins(c.Ctx, c.DB(), m.ID)
+	if err != nil {
+		return err
+	}
+	plugins := make([]store.Plugin, len(mps))
+	for i, mp := range mps {
+		plugins[i] = *mp.Plugin
+	}
+	pviews, err := c.pluginViews(c.DB(), plugins)
+	if err != nil {
+		return err
+	}
+	views := make([]membershipItemView, len(mps))
+	for i, mp := range mps {
+		views[i] = viewMarketplacePlugin(mp)
+		views[i].Plugin = &pviews[i]
+	}
+	return c.JSON(http.StatusOK, itemsAnswer[membershipItemView]{OK: true, Items: views})
+}
+
+// addMarketplacePlugin is the specification's operation 1. Its checks run in the order
+// the specification's answers imply: the path and body (400, nothing read), the plugin
+// (404 plugin_not_found, so a missing plugin wins over a missing marketplace), the
+// marketplace (404 marketplace_not_found), the caller's rank (403 forbidden), their
+// sign-in's age (403 reauth); then one upsert.
+func (s *Server) addMarketplacePlugin(c *Call) error {
+	var in struct {
+		PluginID         jsonx.Optional[string] `json:"pluginId"`
+		MembershipSource jsonx.Optional[string] `json:"membershipSource"`
+	}
+	var p fault.Problems
+	marketplaceID, err := c.decodeWithPath(&in, "marketplaceId", typeid.Marketplace, &p)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !in.PluginID.Set:
+		p.Add("is required", "pluginId")
+	case in.PluginID.Null:
+		p.Add("must be a string", "pluginId")
+	default:
+		if err := typeid.Check(in.PluginID.Value, typeid.Plugin); err != nil {
+			p.Add(err.Error(), "pluginId")
+		}
+	}
+	var source *string
+	if ms := in.MembershipSource; ms.Set {
+		if ms.Null || !slices.Contains(membershipSources, ms.Value) {
+			p.Add("must be one of "+strings.Join(membershipSources, ", "), "membershipSource")
+		} else {
+			source = &ms.Value
+		}
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	var out store.MarketplacePlugin
+	err = c.Tx(func(tx pgx.Tx) error {
+		// FOR SHARE: a concurrent deletion of the plugin waits for this add (and then
+		// removes the membership too), or, when it committed first, the plugin is gone.
+		pl, err := store.LivePluginInOrg(c.Ctx, tx, c.OrgID(), in.PluginID.Value, store.ForShare)
+		if errors.Is(err, store.ErrNotFound) {
+			return errPluginNotFound()
+		}
+		if err != nil {
+			return err
+		}
+		m, err := c.marketplaceForWrite(tx, marketplaceID, store.RankEditor, "Adding a plugin to a marketplace")
+		if err != nil {
+			return err
+		}
+		creator := c.Member.ID
+		out, err = store.UpsertMarketplacePlugin(c.Ctx, tx, store.MarketplacePlugin{ID: newID(typeid.Membership),
+			MarketplaceID: m.ID, PluginID: pl.ID, CreatedByMemberID: &creator, CreatedAt: c.now}, source)
+		if err != nil {
+			return err
+		}
+		return c.Audit(tx, "marketplace.plugin.add", m.ID, map[string]any{"pluginId": pl.ID, "membershipId": out.ID,
+			"membershipSource": out.Source})
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, itemAnswer{OK: true, Item: viewMarketplacePlugin(out)})
+}
+
+func (s *Server) removeMarketplacePlugin(c *Call) error {
+	var p fault.Problems
+	marketplaceID, pluginID := c.Path("marketplaceId"), c.Path("pluginId")
+	if err := typeid.Check(marketplaceID, typeid.Marketplace); err != nil {
+		p.Add(err.Error(), "marketplaceId")
+	}
+	if err := typeid.Check(pluginID, typeid.Plugin); err != nil {
+		p.Add(err.Error(), "pluginId")
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	err := c.Tx(func(tx pgx.Tx) error {
+		m, err := c.marketplaceForWrite(tx, marketplaceID, store.RankEditor, "Removing a plugin from a marketplace")
+		if err != nil {
+			return err
+		}
+		removed, err := store.RemoveMarketplacePlugin(c.Ctx, tx, m.ID, pluginID, c.now)
+		if err != nil {
+			return err
+		}
+		if !removed {
+			return fault.NotFoundf("marketplace_membership_not_found", "The plugin is not in this marketplace.")
+		}
+		return c.Audit(tx, "marketplace.plugin.remove", m.ID, map[string]any{"pluginId": pluginID})
+	})
+	if err != nil {
+		return err
+	}
+	return c.NoContent()
+}
+
+// readMarketplace reads one marketplace as the caller sees it.
+func (c *Call) readMarketplace(q store.Querier, id string) (marketplaceView, error) {
+	m, err := store.MarketplaceFor(c.Ctx, q, c.OrgID(), id, c.viewer())
+	if errors.Is(err, store.ErrNotFound) {
+		return marketplaceView{}, errMarketplaceNotFound()
+	}
+	if err != nil {
+		return marketplaceView{}, err
+	}
+	views, err := c.marketplaceViews(q, []store.Marketplace{m})
+	if err != nil {
+		return marketplaceView{}, err
+	}
+	return views[0], nil
+}
+
+func (c *Call) marketplaceViews(q store.Querier, ms []store.Marketplace) ([]marketplaceView, error) {
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	grants, err := store.MarketplaceGrants(c.Ctx, q, ids)
+	if err != nil {
+		return nil, err
+	}
+	views := make([]marketplaceView, len(ms))
+	for i, m := range ms {
+		views[i] = viewMarketplace(m, grants[m.ID])
+	}
+	return views, nil
+}
+
+// marketplaceView is a marketplace. The specification shows only id and name; the rest
+// is ours: callerRole is the caller's rank, access the grants.
+type marketplaceView struct {
+	ID                       string      `json:"id"`
+	OrganizationID           string      `json:"organizationId"`
+	Name                     string      `json:"name"`
+	CreatedByOrgMembershipID string      `json:"createdByOrgMembershipId"`
+	CreatedAt                jsonx.Time  `json:"createdAt"`
+	UpdatedAt                jsonx.Time  `json:"updatedAt"`
+	PluginCount              int64       `json:"pluginCount"`
+	CallerRole               string      `json:"callerRole"`
+	Access                   []grantView `json:"access"`
+}
+
+type grantView struct {
+	MemberID     *string `json:"memberId"`
+	TeamID       *string `json:"teamId"`
+	Organization bool    `json:"organization"`
+	Role         string  `json:"role"`
+}
+
+func viewMarketplace(m store.Marketplace, grants []store.Grant) marketplaceView {
+	access := make([]grantView, len(grants))
+	for i, g := range grants {
+		access[i] = grantView{MemberID: g.MemberID, TeamID: g.TeamID, Organization: g.Organization, Role: g.Role}
+	}
+	return marketplaceView{ID: m.ID, OrganizationID: m.OrganizationID, Name: m.Name,
+		CreatedByOrgMembershipID: m.CreatedByMemberID, CreatedAt: jsonx.Time(m.CreatedAt), UpdatedAt: jsonx.Time(m.UpdatedAt),
+		PluginCount: m.PluginCount, CallerRole: store.RoleOfRank(m.Rank), Access: access}
+}
+
+// membershipItemView is the specification's Marketplace plugin membership.
+type membershipItemView struct {
+	ID                       string      `json:"id"`
+	MarketplaceID            string      `json:"marketplaceId"`
+	PluginID                 string      `json:"pluginId"`
+	MembershipSource         string      `json:"membershipSource"`
+	CreatedByOrgMembershipID *string     `json:"createdByOrgMembershipId"`
+	CreatedAt                jsonx.Time  `json:"createdAt"`
+	RemovedAt                *jsonx.Time `json:"removedAt"`
+	Plugin                   *pluginView `json:"plugin,omitempty"`
+}
+
+func viewMarketplacePlugin(m store.MarketplacePlugin) membershipItemView {
+	return membershipItemView{ID: m.ID, MarketplaceID: m.MarketplaceID, PluginID: m.PluginID, MembershipSource: m.Source,
+		CreatedByOrgMembershipID: m.CreatedByMemberID, CreatedAt: jsonx.Time(m.CreatedAt), RemovedAt: jsonx.TimePtr(m.RemovedAt)}
+}
