@@ -72,7 +72,14 @@ func (s *Server) routeTable() []route {
 
 		// Gateway usage limits (usage_*.go)
 
-		// Platform administration (admin.go)
+		// Platform administration (admin.go). Answers carry every tenant's data, so
+		// nothing may cache them.
+		{method: "GET", pattern: "/v1/admin/organizations", access: platformAdmin, noStore: true, handle: s.adminListOrganizations},
+		{method: "GET", pattern: "/v1/admin/organizations/{organizationId}/capabilities", access: platformAdmin, noStore: true, handle: s.adminGetCapabilities},
+		{method: "PUT", pattern: "/v1/admin/organizations/{organizationId}/capabilities", access: platformAdmin, noStore: true, handle: s.adminSetCapabilities},
+		{method: "GET", pattern: "/v1/admin/platform-admins", access: platformAdmin, noStore: true, handle: s.listPlatformAdmins},
+		{method: "POST", pattern: "/v1/admin/platform-admins", access: platformAdmin, noStore: true, handle: s.addPlatformAdmin},
+		{method: "DELETE", pattern: "/v1/admin/platform-admins/{email}", access: platformAdmin, noStore: true, handle: s.removePlatformAdmin},
 	}
 }
 

@@ -51,4 +51,3 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	}
 	return err
 }
-
