@@ -314,7 +314,7 @@ func TestAdminOrganizationSearchIsLiteralAndCaseInsensitive(t *testing.T) {
 	at := apitest.Start.Add(-time.Hour)
 	ids := map[string]string{}
 	for i, name := range []string{"100% Pure", "100 Percent", "snake_case Inc", "snakeXcase Inc", `back\slash`, "backXslash",
-		"Acme Corp", "École Lumière", "foo"} {
+		"Acme Corp", "École Lumière", "foo", "Multi\nLine"} {
 		ids[name] = insertOrg(t, e, name, at.Add(time.Duration(i)*time.Second))
 	}
 	// A slug to find by, and an organization whose name and slug are adjacent in the
@@ -342,6 +342,7 @@ func TestAdminOrganizationSearchIsLiteralAndCaseInsensitive(t *testing.T) {
 		{"BAR-Q", []string{"foo"}},                              // slug, case-insensitive
 		{acmeID, []string{"Acme Corp"}},                         // the whole id
 		{strings.ToUpper(acmeID[10:22]), []string{"Acme Corp"}}, // part of the id, upper case
+		{"i\nl", []string{"Multi\nLine"}},                       // a line break inside a name matches itself
 		{"foo\nbar", nil},                                       // never matches across name and slug
 		{"foobar", nil},                                         // nor across their join
 		{"nothing", nil},
@@ -362,8 +363,8 @@ func TestAdminOrganizationSearchIsLiteralAndCaseInsensitive(t *testing.T) {
 		})
 	}
 	// "_" is literal too, and every id has one (org_...), so it matches everything.
-	if p := getPage(t, e, admin, searchQuery("_")); p.Page.Total != 9 {
-		t.Fatalf(`search "_": total %d, want 9`, p.Page.Total)
+	if p := getPage(t, e, admin, searchQuery("_")); p.Page.Total != 10 {
+		t.Fatalf(`search "_": total %d, want 10`, p.Page.Total)
 	}
 }
 

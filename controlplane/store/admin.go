@@ -43,10 +43,15 @@ func LikeEscape(s string) string {
 }
 
 // searchFilter selects organizations whose name, slug or id contains the literal pattern
-// in $3 (already escaped, then lower-cased here so both sides use the database's case
-// folding). The search_key condition is the one the trigram index serves; the per-column
-// conditions then drop rows that only matched across search_key's line breaks.
-const searchFilter = `o.search_key LIKE '%' || lower($3::text) || '%'
+// in $3 (already escaped, then lower-cased here so that both sides use the database's
+// case folding). search_key joins the three with line breaks, so a search without a line
+// break can only match inside one of them: this one condition is exact, and both the
+// trigram index and organizations_newest (which carries search_key) can evaluate it.
+const searchFilter = `o.search_key LIKE '%' || lower($3::text) || '%'`
+
+// searchFilterMultiline adds, for a search that contains a line break, a check of each
+// column on its own, so that a match spanning two of them in search_key never counts.
+const searchFilterMultiline = searchFilter + `
 	AND (lower(o.name) LIKE '%' || lower($3::text) || '%'
 		OR lower(o.slug) LIKE '%' || lower($3::text) || '%'
 		OR lower(o.id) LIKE '%' || lower($3::text) || '%')`
@@ -75,15 +80,19 @@ func adminPageSQL(filter string) string {
 var (
 	// Without a search the pattern parameter is '', so the filter folds to true at
 	// planning time; it is still referenced so both statements take the same parameters.
-	adminPageAll    = adminPageSQL(`$3::text = ''`)
-	adminPageSearch = adminPageSQL(searchFilter)
+	adminPageAll             = adminPageSQL(`$3::text = ''`)
+	adminPageSearch          = adminPageSQL(searchFilter)
+	adminPageSearchMultiline = adminPageSQL(searchFilterMultiline)
 )
 
 // AdminListOrganizations reads one page of organizations, newest first (created_at, then
 // id, both descending), with the total number of matches.
 func AdminListOrganizations(ctx context.Context, q Querier, in AdminOrganizationQuery) (AdminOrganizationPage, error) {
 	sql, pattern := adminPageAll, ""
-	if in.Search != "" {
+	switch {
+	case strings.Contains(in.Search, "\n"):
+		sql, pattern = adminPageSearchMultiline, LikeEscape(in.Search)
+	case in.Search != "":
 		sql, pattern = adminPageSearch, LikeEscape(in.Search)
 	}
 	names := in.Capabilities

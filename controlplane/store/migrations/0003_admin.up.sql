@@ -15,9 +15,11 @@ ALTER TABLE organizations
     ADD COLUMN search_key text GENERATED ALWAYS AS (lower(name || E'\n' || slug || E'\n' || id)) STORED;
 CREATE INDEX organizations_search_key_trgm ON organizations USING gin (search_key gin_trgm_ops);
 
--- The page is newest first with the id breaking ties; this index serves both the order
--- and deep offsets (as an index-only scan).
-CREATE INDEX organizations_newest ON organizations (created_at DESC, id DESC);
+-- The page is newest first with the id breaking ties. This index serves the order and
+-- deep offsets as an index-only scan, and carries search_key so that a search can walk
+-- it in page order and test each entry without visiting the table: whether the matches
+-- are recent or old, finding a page costs at most one pass over the index.
+CREATE INDEX organizations_newest ON organizations (created_at DESC, id DESC) INCLUDE (search_key);
 
 -- A stored override wins over the capability's default; no row means the default. The
 -- name is not checked against a list here: the catalogue (live and retired names) lives in
