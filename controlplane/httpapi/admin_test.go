@@ -245,6 +245,10 @@ func TestAdminOrganizationPageQueryRules(t *testing.T) {
 			}
 		})
 	}
+	t.Run("malformed query string", func(t *testing.T) {
+		e.Do(t, "GET", "/v1/admin/organizations?limit=%zz", nil, apitest.Session(admin.Token)).
+			ExpectError(t, http.StatusBadRequest, "invalid_request")
+	})
 	t.Run("several problems at once", func(t *testing.T) {
 		m := e.Do(t, "GET", "/v1/admin/organizations?limit=x&offset=y", nil, apitest.Session(admin.Token)).
 			ExpectError(t, http.StatusBadRequest, "invalid_request")
