@@ -72,8 +72,8 @@ func (s *Server) routeTable() []route {
 
 		// Gateway usage limits (usage_*.go)
 
-		// Platform administration (admin.go). Answers carry every tenant's data, so
-		// nothing may cache them.
+		// Platform administration (admin.go)
+		// (no-store: the answers carry every tenant's data, so nothing may cache them)
 		{method: "GET", pattern: "/v1/admin/organizations", access: platformAdmin, noStore: true, handle: s.adminListOrganizations},
 		{method: "GET", pattern: "/v1/admin/organizations/{organizationId}/capabilities", access: platformAdmin, noStore: true, handle: s.adminGetCapabilities},
 		{method: "PUT", pattern: "/v1/admin/organizations/{organizationId}/capabilities", access: platformAdmin, noStore: true, handle: s.adminSetCapabilities},
