@@ -108,6 +108,13 @@ func (s *Server) routeTable() []route {
 		{method: "PUT", pattern: "/v1/gateway/model-prices", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.replaceModelPrices},
 
 		// Platform administration (admin.go)
+		// (no-store: the answers carry every tenant's data, so nothing may cache them)
+		{method: "GET", pattern: "/v1/admin/organizations", access: platformAdmin, noStore: true, handle: s.adminListOrganizations},
+		{method: "GET", pattern: "/v1/admin/organizations/{organizationId}/capabilities", access: platformAdmin, noStore: true, handle: s.adminGetCapabilities},
+		{method: "PUT", pattern: "/v1/admin/organizations/{organizationId}/capabilities", access: platformAdmin, noStore: true, handle: s.adminSetCapabilities},
+		{method: "GET", pattern: "/v1/admin/platform-admins", access: platformAdmin, noStore: true, handle: s.listPlatformAdmins},
+		{method: "POST", pattern: "/v1/admin/platform-admins", access: platformAdmin, noStore: true, handle: s.addPlatformAdmin},
+		{method: "DELETE", pattern: "/v1/admin/platform-admins/{email}", access: platformAdmin, noStore: true, handle: s.removePlatformAdmin},
 	}
 }
 
