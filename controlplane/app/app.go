@@ -116,16 +116,18 @@ func checkSchema(ctx context.Context, st *store.Store, log *slog.Logger, autoMig
 		return err
 	}
 	want := store.LatestVersion()
-	switch {
-	case have == want:
-		return nil
-	case have > want:
+	if have > want {
 		return fmt.Errorf("database schema is at version %d, newer than this build's %d: deploy a newer control plane", have, want)
-	case autoMigrate:
+	}
+	pending, err := st.Pending(ctx)
+	if err != nil || len(pending) == 0 {
+		return err
+	}
+	if autoMigrate {
 		_, err := st.Migrate(ctx, log)
 		return err
 	}
-	return fmt.Errorf("database schema is at version %d but this build needs %d: run `controlplane migrate` first (or start with --auto-migrate)", have, want)
+	return fmt.Errorf("database schema is missing migration(s) %v of this build (latest %d): run `controlplane migrate` first (or start with --auto-migrate)", pending, want)
 }
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {

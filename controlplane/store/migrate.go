@@ -101,18 +101,57 @@ const createMigrationTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
 	applied_at timestamptz NOT NULL DEFAULT now()
 )`
 
-// SchemaVersion reads the applied schema version (0 for an empty database).
+// SchemaVersion reads the highest applied schema version (0 for an empty database).
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
-	var exists bool
-	if err := s.Pool.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+	applied, err := s.applied(ctx, s.Pool)
+	if err != nil {
 		return 0, err
 	}
-	if !exists {
-		return 0, nil
+	v := 0
+	for a := range applied {
+		v = max(v, a)
 	}
-	var v int
-	err := s.Pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v)
-	return v, err
+	return v, nil
+}
+
+// Pending lists the embedded migrations not yet applied, in version order. A migration
+// numbered below the highest applied one still counts: branches can land out of order.
+func (s *Store) Pending(ctx context.Context) ([]int, error) {
+	applied, err := s.applied(ctx, s.Pool)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, m := range ms {
+		if !applied[m.Version] {
+			out = append(out, m.Version)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) applied(ctx context.Context, q Querier) (map[int]bool, error) {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return nil, err
+	}
+	out := map[int]bool{}
+	if !exists {
+		return out, nil
+	}
+	rows, err := q.Query(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return nil, err
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	for _, v := range versions {
+		out[v] = true
+	}
+	return out, err
 }
 
 // Migrate applies every pending migration, each in its own transaction, and returns the
@@ -142,8 +181,8 @@ func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, target int) ([]
 	if _, err := conn.Exec(ctx, createMigrationTable); err != nil {
 		return nil, err
 	}
-	var current int
-	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+	done, err := s.applied(ctx, conn)
+	if err != nil {
 		return nil, err
 	}
 	var applied []int
@@ -165,7 +204,7 @@ func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, target int) ([]
 		})
 	}
 	for _, m := range ms {
-		if m.Version > current && m.Version <= target {
+		if !done[m.Version] && m.Version <= target {
 			log.Info("applying migration", "version", m.Version, "name", m.Name)
 			if err := step(m, true); err != nil {
 				return applied, err
@@ -175,7 +214,7 @@ func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, target int) ([]
 	}
 	for i := len(ms) - 1; i >= 0; i-- {
 		m := ms[i]
-		if m.Version <= current && m.Version > target {
+		if done[m.Version] && m.Version > target {
 			log.Info("reverting migration", "version", m.Version, "name", m.Name)
 			if err := step(m, false); err != nil {
 				return applied, err

@@ -102,3 +102,32 @@ func TestInTxRetriesSerializationFailures(t *testing.T) {
 		t.Fatalf("a non-retryable error was retried %d times (%v)", attempts, err)
 	}
 }
+
+// TestMigrateAppliesGapsBelowTheHighestVersion: branches land out of order, so a
+// database may have 1 and 4 applied when 3 arrives; 3 must still be applied.
+func TestMigrateAppliesGapsBelowTheHighestVersion(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.New(t)
+	ms, _ := store.Migrations()
+	if len(ms) < 3 {
+		t.Skip("needs at least three migrations")
+	}
+	middle := ms[1]
+	if _, err := st.Pool.Exec(ctx, middle.Down); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pool.Exec(ctx, `DELETE FROM schema_migrations WHERE version = $1`, middle.Version); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := st.Pending(ctx)
+	if err != nil || len(pending) != 1 || pending[0] != middle.Version {
+		t.Fatalf("pending %v, %v; want [%d]", pending, err, middle.Version)
+	}
+	applied, err := st.Migrate(ctx, quiet())
+	if err != nil || len(applied) != 1 || applied[0] != middle.Version {
+		t.Fatalf("applied %v, %v", applied, err)
+	}
+	if pending, _ := st.Pending(ctx); len(pending) != 0 {
+		t.Fatalf("still pending %v", pending)
+	}
+}
