@@ -29,47 +29,25 @@ const kubeVersion = "1.37.0"
 
 var tools struct {
 	once, logOnce     sync.Once
-	dir               string
 	helm, kubeconform string
 	err               error
 	took              time.Duration
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if tools.dir != "" {
-		os.RemoveAll(tools.dir)
-	}
-	os.Exit(code)
-}
-
 // needTools returns the paths of helm and kubeconform, built on first use
-// (once per test binary) from tools/go.mod into a temporary directory. The Go
-// build cache makes later runs cheap. Without them the test is skipped, or
-// fails when CI=true.
+// from the versions pinned in tools/go.mod. `go tool -n` builds a tool into
+// the Go build cache (or finds it there) and prints its path, so only the
+// first run on a machine pays for the build; later runs, and later test
+// binaries, reuse the cached executables. Without them the test is skipped,
+// or fails when CI=true.
 func needTools(t *testing.T) (helm, kubeconform string) {
 	t.Helper()
 	tools.once.Do(func() {
 		start := time.Now()
-		tools.dir, tools.err = os.MkdirTemp("", "tollgate-charttest-")
-		if tools.err != nil {
-			return
+		tools.helm, tools.err = goTool(toolsDir, "helm")
+		if tools.err == nil {
+			tools.kubeconform, tools.err = goTool(toolsDir, "kubeconform")
 		}
-		gobin, err := exec.LookPath("go")
-		if err != nil {
-			gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		cmd := exec.Command(gobin, "build", "-o", tools.dir+string(filepath.Separator),
-			"helm.sh/helm/v3/cmd/helm", "github.com/yannh/kubeconform/cmd/kubeconform")
-		cmd.Dir = toolsDir
-		cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			tools.err = fmt.Errorf("go build in tools/: %v\n%s", err, out)
-			return
-		}
-		tools.helm = filepath.Join(tools.dir, "helm")
-		tools.kubeconform = filepath.Join(tools.dir, "kubeconform")
 		tools.took = time.Since(start)
 	})
 	if tools.err != nil {
@@ -79,9 +57,31 @@ func needTools(t *testing.T) (helm, kubeconform string) {
 		t.Skipf("cannot build the pinned chart tools (set CI=true to make this a failure): %v", tools.err)
 	}
 	tools.logOnce.Do(func() {
-		t.Logf("helm and kubeconform built from tools/go.mod in %s", tools.took.Round(time.Millisecond))
+		t.Logf("helm and kubeconform from tools/go.mod ready in %s", tools.took.Round(time.Millisecond))
 	})
 	return tools.helm, tools.kubeconform
+}
+
+// goTool builds (or finds in the build cache) a tool declared in the go.mod
+// of dir and returns the path of its executable.
+func goTool(dir, name string) (string, error) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(gobin, "tool", "-n", name)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go tool -n %s in %s: %v\n%s", name, dir, err, stderr.String())
+	}
+	path := strings.TrimSpace(stdout.String())
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("go tool -n %s printed %q: %v", name, path, err)
+	}
+	return path, nil
 }
 
 // run executes a tool and returns its standard output; standard error is
