@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -320,4 +322,20 @@ func selectsAny(matchLabels any, deployments []obj) bool {
 		}
 	}
 	return false
+}
+
+// TestEnvContractDocumented: every name of envContract is in the chart
+// README's "Environment contract", which the programs' authors read.
+func TestEnvContractDocumented(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for prog, names := range envContract {
+		for _, n := range names {
+			if !bytes.Contains(readme, []byte("`"+n+"`")) {
+				t.Errorf("%s sets %s, which charts/tollgate/README.md does not document", prog, n)
+			}
+		}
+	}
 }
