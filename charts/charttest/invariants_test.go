@@ -1,0 +1,341 @@
+package charttest
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// envContract is every environment variable the chart may set, per program.
+// It is the contract charts/tollgate/README.md documents for the programs'
+// authors ("Environment contract"); a template that sets anything else fails
+// here, so the two cannot drift apart silently.
+var envContract = map[string][]string{
+	"controlplane": {
+		"TOLLGATE_HTTP_ADDR", "TOLLGATE_GRPC_ADDR", "TOLLGATE_ADMIN_ADDR",
+		"TOLLGATE_PLATFORM_ADMIN_EMAILS", "TOLLGATE_SESSION_TTL", "TOLLGATE_SHUTDOWN_TIMEOUT",
+		"TOLLGATE_TRUST_FORWARDED_FOR", "TOLLGATE_LOG_FORMAT", "TOLLGATE_LOG_LEVEL",
+		"TOLLGATE_DATABASE_URL", "TOLLGATE_INTERNAL_TOKEN",
+		"TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_ADDRS",
+		"TOLLGATE_REDIS_SENTINEL_MASTER", "TOLLGATE_REDIS_SENTINEL_PASSWORD",
+	},
+	"enforcer": {
+		"TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR",
+		"TOLLGATE_CONTROLPLANE_ADDR", "TOLLGATE_FAILURE_MODE", "TOLLGATE_INTERNAL_TOKEN",
+		"TOLLGATE_LOG_FORMAT", "TOLLGATE_LOG_LEVEL",
+		"TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_ADDRS",
+		"TOLLGATE_REDIS_SENTINEL_MASTER", "TOLLGATE_REDIS_SENTINEL_PASSWORD",
+	},
+	"migrate": {"TOLLGATE_LOG_FORMAT", "TOLLGATE_LOG_LEVEL", "TOLLGATE_DATABASE_URL"},
+}
+
+// secretEnv must come from a secretKeyRef, never a literal value.
+var secretEnv = []string{"TOLLGATE_DATABASE_URL", "TOLLGATE_REDIS_URL", "TOLLGATE_INTERNAL_TOKEN", "TOLLGATE_REDIS_SENTINEL_PASSWORD"}
+
+// requiredEnv must be set for each program.
+var requiredEnv = map[string][]string{
+	"controlplane": {"TOLLGATE_HTTP_ADDR", "TOLLGATE_GRPC_ADDR", "TOLLGATE_ADMIN_ADDR", "TOLLGATE_DATABASE_URL", "TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_URL", "TOLLGATE_INTERNAL_TOKEN"},
+	"enforcer":     {"TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR", "TOLLGATE_CONTROLPLANE_ADDR", "TOLLGATE_FAILURE_MODE", "TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_URL", "TOLLGATE_INTERNAL_TOKEN"},
+	"migrate":      {"TOLLGATE_DATABASE_URL"},
+}
+
+type obj = map[string]any
+
+func get(v any, path ...string) any {
+	for _, p := range path {
+		m, ok := v.(obj)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}
+
+func str(v any, path ...string) string { s, _ := get(v, path...).(string); return s }
+
+func list(v any, path ...string) []any { l, _ := get(v, path...).([]any); return l }
+
+func decodeAll(t *testing.T, b []byte) []obj {
+	t.Helper()
+	var docs []obj
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var d obj
+		err := dec.Decode(&d)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("render is not YAML: %v", err)
+		}
+		if d != nil {
+			docs = append(docs, d)
+		}
+	}
+}
+
+// container is one Tollgate container found in a render, with where it was.
+type container struct {
+	where, program string
+	c              obj
+	pod            obj // nil for the sidecar snippet
+}
+
+func TestInvariants(t *testing.T) {
+	helm, _ := needTools(t)
+	cases := valueFiles(t)
+	for _, name := range sortedNames(cases) {
+		t.Run(name, func(t *testing.T) {
+			out, err := render(t, helm, "-f", cases[name])
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs := decodeAll(t, out)
+			kinds := map[string][]obj{}
+			for _, d := range docs {
+				kinds[str(d, "kind")] = append(kinds[str(d, "kind")], d)
+				if str(d, "metadata", "namespace") == "" && str(d, "kind") != "" {
+					t.Errorf("%s %s has no namespace", str(d, "kind"), str(d, "metadata", "name"))
+				}
+			}
+			var containers []container
+			for _, d := range append(kinds["Deployment"], kinds["Job"]...) {
+				pod := get(d, "spec", "template", "spec").(obj)
+				checkPod(t, str(d, "metadata", "name"), pod)
+				for _, c := range list(pod, "containers") {
+					prog := str(c, "name")
+					containers = append(containers, container{str(d, "kind") + " " + str(d, "metadata", "name"), prog, c.(obj), pod})
+				}
+			}
+			sidecar := false
+			for _, cm := range kinds["ConfigMap"] {
+				snippet := str(cm, "data", "container.yaml")
+				if snippet == "" {
+					continue
+				}
+				sidecar = true
+				var l []obj
+				if err := yaml.Unmarshal([]byte(snippet), &l); err != nil || len(l) != 1 {
+					t.Fatalf("sidecar snippet is not a one-container list: %v\n%s", err, snippet)
+				}
+				containers = append(containers, container{"sidecar snippet", "enforcer", l[0], nil})
+			}
+			seen := map[string]bool{}
+			for _, c := range containers {
+				seen[c.program] = true
+				checkContainer(t, c, sidecar)
+			}
+			for _, prog := range []string{"controlplane", "enforcer", "migrate"} {
+				if !seen[prog] {
+					t.Errorf("no %s container rendered", prog)
+				}
+			}
+			checkJob(t, kinds["Job"])
+			checkServices(t, kinds["Service"], kinds["Deployment"])
+			if sidecar {
+				for _, k := range []string{"HorizontalPodAutoscaler"} {
+					if len(kinds[k]) != 0 {
+						t.Errorf("sidecar mode rendered a %s", k)
+					}
+				}
+				for _, d := range append(append(kinds["Deployment"], kinds["Service"]...), kinds["PodDisruptionBudget"]...) {
+					if str(d, "metadata", "labels", "app.kubernetes.io/component") == "enforcer" {
+						t.Errorf("sidecar mode rendered enforcer %s %s", str(d, "kind"), str(d, "metadata", "name"))
+					}
+				}
+			}
+			for _, h := range kinds["HorizontalPodAutoscaler"] {
+				target := str(h, "spec", "scaleTargetRef", "name")
+				for _, d := range kinds["Deployment"] {
+					if str(d, "metadata", "name") == target && get(d, "spec", "replicas") != nil {
+						t.Errorf("Deployment %s is autoscaled but sets replicas (every upgrade would reset the HPA's count)", target)
+					}
+				}
+			}
+			for _, p := range kinds["PodDisruptionBudget"] {
+				if !selectsAny(get(p, "spec", "selector", "matchLabels"), kinds["Deployment"]) {
+					t.Errorf("PodDisruptionBudget %s selects no Deployment's pods", str(p, "metadata", "name"))
+				}
+			}
+		})
+	}
+}
+
+func checkPod(t *testing.T, name string, pod obj) {
+	t.Helper()
+	if get(pod, "securityContext", "runAsNonRoot") != true {
+		t.Errorf("%s: pod securityContext.runAsNonRoot is not true", name)
+	}
+	if str(pod, "securityContext", "seccompProfile", "type") != "RuntimeDefault" {
+		t.Errorf("%s: pod seccompProfile is not RuntimeDefault", name)
+	}
+	if get(pod, "automountServiceAccountToken") != false {
+		t.Errorf("%s: the pod mounts a service account token it never uses", name)
+	}
+}
+
+func checkContainer(t *testing.T, c container, sidecar bool) {
+	t.Helper()
+	where := c.where + " container " + c.program
+	sc := c.c["securityContext"]
+	if get(sc, "readOnlyRootFilesystem") != true || get(sc, "allowPrivilegeEscalation") != false || get(sc, "runAsNonRoot") != true {
+		t.Errorf("%s: securityContext %v: want readOnlyRootFilesystem, no privilege escalation, non-root", where, sc)
+	}
+	if drop := list(sc, "capabilities", "drop"); !slices.Contains(drop, any("ALL")) {
+		t.Errorf("%s: capabilities.drop %v lacks ALL", where, drop)
+	}
+	if get(c.c, "resources", "requests", "cpu") == nil || get(c.c, "resources", "requests", "memory") == nil {
+		t.Errorf("%s: no cpu and memory requests", where)
+	}
+	contract, ok := envContract[c.program]
+	if !ok {
+		t.Fatalf("%s: unknown container name", where)
+	}
+	env := map[string]obj{}
+	for _, e := range list(c.c, "env") {
+		n := str(e, "name")
+		env[n] = e.(obj)
+		if strings.HasPrefix(n, "TOLLGATE_") && !slices.Contains(contract, n) {
+			t.Errorf("%s: sets %s, which is not in the environment contract (README and envContract)", where, n)
+		}
+		if v := str(e, "value"); strings.Contains(v, "://") && strings.Contains(v, "@") {
+			t.Errorf("%s: %s holds a credential in clear", where, n)
+		}
+	}
+	for _, n := range requiredEnv[c.program] {
+		if env[n] == nil {
+			t.Errorf("%s: %s is not set", where, n)
+		}
+	}
+	for _, n := range secretEnv {
+		if e := env[n]; e != nil && (e["value"] != nil || str(e, "valueFrom", "secretKeyRef", "name") == "" || str(e, "valueFrom", "secretKeyRef", "key") == "") {
+			t.Errorf("%s: %s must come from a secretKeyRef with a name and a key, got %v", where, n, e)
+		}
+	}
+	if c.program == "migrate" {
+		if args := list(c.c, "args"); len(args) != 1 || args[0] != "migrate" {
+			t.Errorf("%s: args %v, want [migrate]", where, args)
+		}
+		return
+	}
+	// Long-running programs: listeners, named ports, probes on the admin port.
+	ports := map[string]int{}
+	for _, p := range list(c.c, "ports") {
+		ports[str(p, "name")] = get(p, "containerPort").(int)
+	}
+	addrs := map[string]string{"rest": "TOLLGATE_HTTP_ADDR", "grpc": "TOLLGATE_GRPC_ADDR", "admin": "TOLLGATE_ADMIN_ADDR"}
+	if c.program == "enforcer" {
+		addrs = map[string]string{"grpc": "TOLLGATE_ENFORCER_GRPC_ADDR", "http": "TOLLGATE_ENFORCER_HTTP_ADDR", "admin": "TOLLGATE_ENFORCER_ADMIN_ADDR"}
+	}
+	for port, envName := range addrs {
+		addr := str(env[envName], "value")
+		host, p, _ := strings.Cut(addr, ":")
+		if p != strconv.Itoa(ports[port]) {
+			t.Errorf("%s: %s=%q does not listen on the %q containerPort %d", where, envName, addr, port, ports[port])
+		}
+		wantHost := "0.0.0.0"
+		if sidecar && c.pod == nil && port != "admin" {
+			wantHost = "127.0.0.1" // only Envoy in the same pod calls it
+		}
+		if host != wantHost {
+			t.Errorf("%s: %s=%q, want host %s", where, envName, addr, wantHost)
+		}
+	}
+	for probe, path := range map[string]string{"startupProbe": "/healthz", "livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
+		if str(c.c, probe, "httpGet", "path") != path || str(c.c, probe, "httpGet", "port") != "admin" {
+			t.Errorf("%s: %s is not GET %s on the admin port: %v", where, probe, path, c.c[probe])
+		}
+	}
+}
+
+func checkJob(t *testing.T, jobs []obj) {
+	t.Helper()
+	if len(jobs) != 1 {
+		t.Fatalf("%d Jobs rendered, want the migration Job", len(jobs))
+	}
+	ann := get(jobs[0], "metadata", "annotations")
+	if str(ann, "helm.sh/hook") != "pre-install,pre-upgrade" {
+		t.Errorf("migration Job hook %q, want pre-install,pre-upgrade", str(ann, "helm.sh/hook"))
+	}
+	if p := str(ann, "helm.sh/hook-delete-policy"); !strings.Contains(p, "before-hook-creation") {
+		t.Errorf("migration Job hook-delete-policy %q lacks before-hook-creation (a second upgrade would collide with the old Job)", p)
+	}
+	if str(jobs[0], "spec", "template", "spec", "serviceAccountName") != "" {
+		t.Errorf("migration Job names a ServiceAccount by default; the chart's does not exist yet when pre-install hooks run")
+	}
+}
+
+func checkServices(t *testing.T, services, deployments []obj) {
+	t.Helper()
+	for _, s := range services {
+		sel := get(s, "spec", "selector")
+		var pod obj
+		for _, d := range deployments {
+			if selectsAny(sel, []obj{d}) {
+				pod = get(d, "spec", "template", "spec").(obj)
+			}
+		}
+		if pod == nil {
+			t.Errorf("Service %s selects no Deployment's pods", str(s, "metadata", "name"))
+			continue
+		}
+		named := map[string]bool{}
+		for _, c := range list(pod, "containers") {
+			for _, p := range list(c, "ports") {
+				named[str(p, "name")] = true
+			}
+		}
+		for _, p := range list(s, "spec", "ports") {
+			if !named[str(p, "targetPort")] {
+				t.Errorf("Service %s port %s targets %q, which no container names", str(s, "metadata", "name"), str(p, "name"), str(p, "targetPort"))
+			}
+		}
+	}
+}
+
+// selectsAny reports whether matchLabels selects the pod template of one of
+// the Deployments.
+func selectsAny(matchLabels any, deployments []obj) bool {
+	sel, _ := matchLabels.(obj)
+	if len(sel) == 0 {
+		return false
+	}
+	for _, d := range deployments {
+		labels, _ := get(d, "spec", "template", "metadata", "labels").(obj)
+		all := true
+		for k, v := range sel {
+			if labels[k] != v {
+				all = false
+			}
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// TestEnvContractDocumented: every name of envContract is in the chart
+// README's "Environment contract", which the programs' authors read.
+func TestEnvContractDocumented(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for prog, names := range envContract {
+		for _, n := range names {
+			if !bytes.Contains(readme, []byte("`"+n+"`")) {
+				t.Errorf("%s sets %s, which charts/tollgate/README.md does not document", prog, n)
+			}
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package charttest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Paths, relative to this package's directory (where go test runs it).
+const (
+	repoRoot   = "../.."
+	chartDir   = "../tollgate"
+	toolsDir   = "../../tools"
+	schemasDir = "testdata/schemas"
+	goldenDir  = "testdata/golden"
+)
+
+// kubeVersion is the Kubernetes version the chart is rendered for and
+// validated against: the version of k8s.io/api in tools/k8sschema/go.mod,
+// from which testdata/schemas was generated.
+const kubeVersion = "1.37.0"
+
+var tools struct {
+	once, logOnce     sync.Once
+	helm, kubeconform string
+	err               error
+	took              time.Duration
+}
+
+// needTools returns the paths of helm and kubeconform, built on first use
+// from the versions pinned in tools/go.mod. `go tool -n` builds a tool into
+// the Go build cache (or finds it there) and prints its path, so only the
+// first run on a machine pays for the build; later runs, and later test
+// binaries, reuse the cached executables. Without them the test is skipped,
+// or fails when CI=true.
+func needTools(t *testing.T) (helm, kubeconform string) {
+	t.Helper()
+	tools.once.Do(func() {
+		start := time.Now()
+		tools.helm, tools.err = goTool(toolsDir, "helm")
+		if tools.err == nil {
+			tools.kubeconform, tools.err = goTool(toolsDir, "kubeconform")
+		}
+		tools.took = time.Since(start)
+	})
+	if tools.err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("cannot build the pinned chart tools (CI=true, so this fails instead of skipping): %v", tools.err)
+		}
+		t.Skipf("cannot build the pinned chart tools (set CI=true to make this a failure): %v", tools.err)
+	}
+	tools.logOnce.Do(func() {
+		t.Logf("helm and kubeconform from tools/go.mod ready in %s", tools.took.Round(time.Millisecond))
+	})
+	return tools.helm, tools.kubeconform
+}
+
+// goTool builds (or finds in the build cache) a tool declared in the go.mod
+// of dir and returns the path of its executable.
+func goTool(dir, name string) (string, error) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(gobin, "tool", "-n", name)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go tool -n %s in %s: %v\n%s", name, dir, err, stderr.String())
+	}
+	path := strings.TrimSpace(stdout.String())
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("go tool -n %s printed %q: %v", name, path, err)
+	}
+	return path, nil
+}
+
+// run executes a tool and returns its standard output; standard error is
+// returned in the error.
+func run(name string, args ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// helm must not read or write the user's configuration, cache or
+	// repositories, nor reach a cluster.
+	home, err := os.MkdirTemp("", "tollgate-helm-home-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(home)
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+		"KUBECONFIG="+filepath.Join(home, "kubeconfig"),
+	)
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.Bytes(), nil
+}

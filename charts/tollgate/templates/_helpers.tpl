@@ -1,0 +1,249 @@
+{{/*
+Names. Kubernetes names are at most 63 characters; fullnameOverride is capped
+at 40 by the schema so that "-controlplane" and friends always fit.
+*/}}
+{{- define "tollgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "tollgate.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tollgate.controlplane.fullname" -}}
+{{- printf "%s-controlplane" (include "tollgate.fullname" .) -}}
+{{- end -}}
+
+{{- define "tollgate.enforcer.fullname" -}}
+{{- printf "%s-enforcer" (include "tollgate.fullname" .) -}}
+{{- end -}}
+
+{{- define "tollgate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels every resource carries. */}}
+{{- define "tollgate.labels" -}}
+helm.sh/chart: {{ include "tollgate.chart" . }}
+{{ include "tollgate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tollgate
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "tollgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tollgate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels and selector labels of one component: (dict "ctx" $ "component" "enforcer"). */}}
+{{- define "tollgate.componentLabels" -}}
+{{ include "tollgate.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "tollgate.componentSelectorLabels" -}}
+{{ include "tollgate.selectorLabels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "tollgate.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tollgate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "tollgate.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The Secret one credential comes from: its own name, else secrets.existingSecret.
+Call with (dict "ctx" $ "ref" .Values.secrets.databaseUrl "what" "secrets.databaseUrl").
+*/}}
+{{- define "tollgate.secretName" -}}
+{{- $name := default .ctx.Values.secrets.existingSecret .ref.name -}}
+{{- if not $name -}}
+{{- fail (printf "set secrets.existingSecret (or %s.name): the chart never templates credentials, it reads them from a Secret you create (README: Secrets)" .what) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{- define "tollgate.secretEnv" -}}
+- name: {{ .env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "tollgate.secretName" . }}
+      key: {{ .ref.key }}
+{{- end -}}
+
+{{/*
+Redis environment, the same for both programs (README: "Environment contract").
+*/}}
+{{- define "tollgate.redisEnv" -}}
+{{- $r := .Values.redis -}}
+- name: TOLLGATE_REDIS_MODE
+  value: {{ $r.mode | quote }}
+{{ include "tollgate.secretEnv" (dict "ctx" . "ref" .Values.secrets.redisUrl "what" "secrets.redisUrl" "env" "TOLLGATE_REDIS_URL") }}
+{{- if eq $r.mode "sentinel" }}
+{{- if or (not $r.sentinel.masterName) (not $r.sentinel.addresses) }}
+{{- fail "redis.mode sentinel needs redis.sentinel.masterName and at least one redis.sentinel.addresses entry" }}
+{{- end }}
+- name: TOLLGATE_REDIS_ADDRS
+  value: {{ join "," $r.sentinel.addresses | quote }}
+- name: TOLLGATE_REDIS_SENTINEL_MASTER
+  value: {{ $r.sentinel.masterName | quote }}
+{{- with .Values.secrets.sentinelPassword }}
+{{- if .name }}
+- name: TOLLGATE_REDIS_SENTINEL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ .key }}
+{{- end }}
+{{- end }}
+{{- else if eq $r.mode "cluster" }}
+{{- if not $r.cluster.addresses }}
+{{- fail "redis.mode cluster needs at least one redis.cluster.addresses entry" }}
+{{- end }}
+- name: TOLLGATE_REDIS_ADDRS
+  value: {{ join "," $r.cluster.addresses | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "tollgate.logEnv" -}}
+- name: TOLLGATE_LOG_FORMAT
+  value: {{ .Values.log.format | quote }}
+- name: TOLLGATE_LOG_LEVEL
+  value: {{ .Values.log.level | quote }}
+{{- end -}}
+
+{{/* HTTP probes on the admin port: (dict "probes" .Values.x.probes). */}}
+{{- define "tollgate.probes" -}}
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: admin
+  {{- toYaml .probes.startup | nindent 2 }}
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: admin
+  {{- toYaml .probes.liveness | nindent 2 }}
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: admin
+  {{- toYaml .probes.readiness | nindent 2 }}
+{{- end -}}
+
+{{/* Pod-level scheduling settings shared by both Deployments: (dict "ctx" $ "c" .Values.x "component" "x"). */}}
+{{- define "tollgate.podScheduling" -}}
+{{- with .c.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .c.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .c.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .c.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .c.topologySpreadConstraints }}
+{{- $selector := include "tollgate.componentSelectorLabels" (dict "ctx" .ctx "component" .component) | fromYaml }}
+topologySpreadConstraints:
+{{- range .c.topologySpreadConstraints }}
+  {{- $tsc := deepCopy . }}
+  {{- if not $tsc.labelSelector }}
+  {{- $_ := set $tsc "labelSelector" (dict "matchLabels" $selector) }}
+  {{- end }}
+  - {{ toYaml $tsc | indent 4 | trim }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* PodDisruptionBudget spec fields: (dict "pdb" .Values.x.pdb). */}}
+{{- define "tollgate.pdbBudget" -}}
+{{- if ne (toString .pdb.minAvailable) "" }}
+minAvailable: {{ .pdb.minAvailable }}
+{{- else }}
+maxUnavailable: {{ .pdb.maxUnavailable }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The enforcer container. One definition for the Deployment and for the sidecar
+snippet, so that they cannot drift: (dict "ctx" $ "sidecar" true|false).
+*/}}
+{{- define "tollgate.enforcer.container" -}}
+{{- $root := .ctx -}}
+{{- $e := $root.Values.enforcer -}}
+{{- $bind := "0.0.0.0" -}}
+{{- if and .sidecar $e.sidecar.bindLoopback }}{{ $bind = "127.0.0.1" }}{{ end -}}
+name: enforcer
+image: {{ include "tollgate.image" $root }}
+imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+command:
+  - /usr/local/bin/enforcer
+ports:
+  - name: grpc
+    containerPort: {{ $e.ports.grpc }}
+    protocol: TCP
+  - name: http
+    containerPort: {{ $e.ports.http }}
+    protocol: TCP
+  - name: admin
+    containerPort: {{ $e.ports.admin }}
+    protocol: TCP
+env:
+  - name: TOLLGATE_ENFORCER_GRPC_ADDR
+    value: "{{ $bind }}:{{ $e.ports.grpc }}"
+  - name: TOLLGATE_ENFORCER_HTTP_ADDR
+    value: "{{ $bind }}:{{ $e.ports.http }}"
+  - name: TOLLGATE_ENFORCER_ADMIN_ADDR
+    value: "0.0.0.0:{{ $e.ports.admin }}"
+  - name: TOLLGATE_CONTROLPLANE_ADDR
+    value: {{ default (printf "%s.%s.svc:%v" (include "tollgate.controlplane.fullname" $root) $root.Release.Namespace $root.Values.controlplane.ports.grpc) $e.controlplaneAddress | quote }}
+  - name: TOLLGATE_FAILURE_MODE
+    value: {{ $e.failureMode | quote }}
+  {{- include "tollgate.logEnv" $root | nindent 2 }}
+  {{- include "tollgate.redisEnv" $root | nindent 2 }}
+  {{- include "tollgate.secretEnv" (dict "ctx" $root "ref" $root.Values.secrets.internalToken "what" "secrets.internalToken" "env" "TOLLGATE_INTERNAL_TOKEN") | nindent 2 }}
+  {{- with $e.extraEnv }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with $e.extraEnvFrom }}
+envFrom:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{ include "tollgate.probes" (dict "probes" $e.probes) }}
+{{- with $e.resources }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml $root.Values.securityContext | nindent 2 }}
+{{- end -}}
