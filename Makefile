@@ -10,7 +10,7 @@ export TOLLGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?ssl
 export TOLLGATE_TEST_REDIS_URL    ?= $(TOLLGATE_REDIS_URL)
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test lint migrate services services-down generate fuzz bench clean
+.PHONY: help build run test lint migrate services services-down generate fuzz bench chart-test clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -52,6 +52,12 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzExtractJSON -fuzztime 20s -fuzzminimizetime 10s ./enforcer/usage
 	$(GO) test -run '^$$' -fuzz FuzzExtractSSE -fuzztime 20s -fuzzminimizetime 10s ./enforcer/usage
 	$(GO) test -run '^$$' -fuzz FuzzManifest -fuzztime 20s ./controlplane/plugin
+
+chart-test: ## lint and render the Helm chart, compare with golden files, validate offline (-update: make chart-update)
+	$(GO) test -count=1 ./charts/... ./deploy/...
+
+chart-update: ## refresh the chart's golden renders after a template change
+	$(GO) test -count=1 ./charts/charttest -update
 
 bench: ## run the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -11,7 +11,6 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 )
 
-
 func TestSignUpValidation(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
