@@ -36,12 +36,7 @@ func (s *Server) signUp(c *Call) error {
 		return err
 	}
 	var p fault.Problems
-	email := normalizeEmail(deref(in.Email))
-	if in.Email == nil {
-		p.Add("is required", "email")
-	} else if !validEmail(email) {
-		p.Add("must be an email address", "email")
-	}
+	email := requiredEmail(&p, in.Email, "email")
 	if in.Password == nil {
 		p.Add("is required", "password")
 	} else if n := utf8.RuneCountInString(*in.Password); n < password.MinLength || n > maxPasswordLength {

@@ -142,12 +142,7 @@ func (s *Server) createInvitation(c *Call) error {
 		return err
 	}
 	var p fault.Problems
-	email := normalizeEmail(deref(in.Email))
-	if in.Email == nil {
-		p.Add("is required", "email")
-	} else if !validEmail(email) {
-		p.Add("must be an email address", "email")
-	}
+	email := requiredEmail(&p, in.Email, "email")
 	if in.Role == nil {
 		p.Add("is required", "role")
 	} else if *in.Role != RoleAdmin && *in.Role != RoleMember {

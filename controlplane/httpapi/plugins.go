@@ -268,19 +268,10 @@ func (s *Server) updatePlugin(c *Call) error {
 	}
 	var view pluginView
 	err = c.Tx(func(tx pgx.Tx) error {
-		pl, err := store.PluginInOrg(c.Ctx, tx, c.OrgID(), id, store.ForUpdate)
-		if errors.Is(err, store.ErrNotFound) {
-			return errPluginNotFound()
-		}
+		pl, err := c.pluginForChange(tx, id, store.RankEditor,
+			"Changing a plugin needs an editor or manager grant on a marketplace that contains it.")
 		if err != nil {
 			return err
-		}
-		rank, err := c.pluginRank(tx, pl.ID)
-		if err != nil {
-			return err
-		}
-		if rank < store.RankEditor {
-			return fault.Forbiddenf("Changing a plugin needs an editor or manager grant on a marketplace that contains it.")
 		}
 		if pl.Status == "deleted" {
 			return fault.Conflictf("plugin_deleted", "The plugin is deleted and can no longer be changed.")
@@ -310,19 +301,10 @@ func (s *Server) deletePlugin(c *Call) error {
 	}
 	var view pluginView
 	err = c.Tx(func(tx pgx.Tx) error {
-		pl, err := store.PluginInOrg(c.Ctx, tx, c.OrgID(), id, store.ForUpdate)
-		if errors.Is(err, store.ErrNotFound) {
-			return errPluginNotFound()
-		}
+		pl, err := c.pluginForChange(tx, id, store.RankManager,
+			"Deleting a plugin needs a manager grant on a marketplace that contains it.")
 		if err != nil {
 			return err
-		}
-		rank, err := c.pluginRank(tx, pl.ID)
-		if err != nil {
-			return err
-		}
-		if rank < store.RankManager {
-			return fault.Forbiddenf("Deleting a plugin needs a manager grant on a marketplace that contains it.")
 		}
 		// Deleting twice answers the deleted plugin again, with its first deletedAt.
 		if pl.Status != "deleted" {
@@ -464,4 +446,24 @@ func extensionOf(p store.Plugin) (*extensionView, error) {
 	}
 	ext.SourceFormat = format
 	return ext, nil
+}
+
+// pluginForChange reads and locks the plugin named by id for a write, and refuses callers
+// whose best grant on a marketplace containing it is below need.
+func (c *Call) pluginForChange(tx pgx.Tx, id string, need int, refusal string) (store.Plugin, error) {
+	pl, err := store.PluginInOrg(c.Ctx, tx, c.OrgID(), id, store.ForUpdate)
+	if errors.Is(err, store.ErrNotFound) {
+		return pl, errPluginNotFound()
+	}
+	if err != nil {
+		return pl, err
+	}
+	rank, err := c.pluginRank(tx, pl.ID)
+	if err != nil {
+		return pl, err
+	}
+	if rank < need {
+		return pl, fault.Forbiddenf("%s", refusal)
+	}
+	return pl, nil
 }

@@ -51,6 +51,10 @@ func (s *Server) listTeams(c *Call) error {
 	return c.JSON(http.StatusOK, map[string]any{"teams": views})
 }
 
+func errTeamNotFound() error {
+	return fault.NotFoundf("team_not_found", "No team with this id in the organization.")
+}
+
 // targetTeam reads the team named in the path.
 func (c *Call) targetTeam(q store.Querier) (store.Team, error) {
 	id, err := c.pathID("teamId", typeid.Team)
@@ -59,7 +63,7 @@ func (c *Call) targetTeam(q store.Querier) (store.Team, error) {
 	}
 	t, err := store.TeamInOrg(c.Ctx, q, c.OrgID(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		return t, fault.NotFoundf("team_not_found", "No team with this id in the organization.")
+		return t, errTeamNotFound()
 	}
 	return t, err
 }

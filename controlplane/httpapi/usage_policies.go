@@ -271,9 +271,12 @@ type usagePolicyUpdate struct {
 	AllowRequestReset jsonx.Optional[bool]       `json:"allowRequestReset"`
 }
 
-// policyForWrite reads the policy named in the path for a write; the caller holds the
-// usage lock, so the policy cannot change until the transaction ends.
+// policyForWrite takes the organization's usage lock (every write that can change who
+// wins holds it) and reads the policy named in the path.
 func (c *Call) policyForWrite(tx pgx.Tx, id string) (store.UsagePolicy, error) {
+	if err := store.LockUsage(c.Ctx, tx, c.OrgID()); err != nil {
+		return store.UsagePolicy{}, err
+	}
 	p, err := store.UsagePolicyInOrg(c.Ctx, tx, c.OrgID(), id)
 	if errors.Is(err, store.ErrNotFound) {
 		return p, errPolicyNotFound()
@@ -303,9 +306,6 @@ func (s *Server) updateUsagePolicy(c *Call) error {
 	}
 	var out store.UsagePolicy
 	err = c.Tx(func(tx pgx.Tx) error {
-		if err := store.LockUsage(c.Ctx, tx, c.OrgID()); err != nil {
-			return err
-		}
 		cur, err := c.policyForWrite(tx, id)
 		if err != nil {
 			return err
@@ -368,9 +368,6 @@ func (s *Server) setPolicyArchived(c *Call, archive bool) error {
 	}
 	var out store.UsagePolicy
 	err = c.Tx(func(tx pgx.Tx) error {
-		if err := store.LockUsage(c.Ctx, tx, c.OrgID()); err != nil {
-			return err
-		}
 		cur, err := c.policyForWrite(tx, id)
 		if err != nil {
 			return err
@@ -471,9 +468,6 @@ func (s *Server) createUsageAssignment(c *Call) error {
 	}
 	var out store.UsagePolicy
 	err = c.Tx(func(tx pgx.Tx) error {
-		if err := store.LockUsage(c.Ctx, tx, c.OrgID()); err != nil {
-			return err
-		}
 		cur, err := c.policyForWrite(tx, id)
 		if err != nil {
 			return err
@@ -492,7 +486,7 @@ func (s *Server) createUsageAssignment(c *Call) error {
 			}
 		case a.TeamID != nil:
 			if _, err := store.TeamInOrg(c.Ctx, tx, c.OrgID(), *a.TeamID); errors.Is(err, store.ErrNotFound) {
-				return fault.NotFoundf("team_not_found", "No team with this id in the organization.")
+				return errTeamNotFound()
 			} else if err != nil {
 				return err
 			}
@@ -538,9 +532,6 @@ func (s *Server) deleteUsageAssignment(c *Call) error {
 	}
 	var out store.UsagePolicy
 	err = c.Tx(func(tx pgx.Tx) error {
-		if err := store.LockUsage(c.Ctx, tx, c.OrgID()); err != nil {
-			return err
-		}
 		cur, err := c.policyForWrite(tx, id)
 		if err != nil {
 			return err

@@ -48,3 +48,17 @@ func validEmail(s string) bool {
 	return ok && local != "" && strings.Contains(domain, ".") && !strings.HasPrefix(domain, ".") &&
 		!strings.HasSuffix(domain, ".") && !strings.Contains(domain, "@")
 }
+
+// requiredEmail normalizes a required email field, recording a problem at path when it
+// is absent or not an address.
+func requiredEmail(p *fault.Problems, s *string, path ...any) string {
+	if s == nil {
+		p.Add("is required", path...)
+		return ""
+	}
+	email := normalizeEmail(*s)
+	if !validEmail(email) {
+		p.Add("must be an email address", path...)
+	}
+	return email
+}
