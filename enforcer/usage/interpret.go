@@ -1,0 +1,198 @@
+package usage
+
+import "math"
+
+// The accumulator turns the documents the scanner read into one usage: it
+// recognises the shape of each document, keeps the model and the counts
+// that the shape's rules say are current, and normalises them at the end.
+
+type family uint8
+
+const (
+	famNone family = iota
+	famChat
+	famResponses
+	famAnthropic
+)
+
+type accumulator struct {
+	fam   family
+	sse   bool
+	model capture
+	u     usageFields
+	final bool // the shape's final usage report was seen
+}
+
+func (a *accumulator) switchTo(f family) {
+	if a.fam != f {
+		a.fam = f
+		a.model.reset()
+		a.u = usageFields{}
+		a.final = false
+	}
+}
+
+func (a *accumulator) setModel(m *capture) {
+	if m.ok && len(m.b) > 0 {
+		a.model.reset()
+		a.model.add(m.b)
+		a.model.ok = !a.model.over
+	}
+}
+
+func (u *usageFields) hasTok(t int) bool { return u.has&(1<<t) != 0 }
+
+// sseFamily recognises one event's document and names the root its model
+// sits under.
+func sseFamily(d *docFields) (family, int) {
+	switch {
+	case d.typ.is("message_start"):
+		return famAnthropic, rootMessage
+	case d.typ.is("message_delta"), d.typ.is("message_stop"), d.typ.is("content_block_start"),
+		d.typ.is("content_block_delta"), d.typ.is("content_block_stop"), d.typ.is("ping"):
+		return famAnthropic, rootTop
+	case d.typ.ok && len(d.typ.b) > len("response.") && string(d.typ.b[:len("response.")]) == "response.":
+		return famResponses, rootResponse
+	case d.object.is("chat.completion.chunk"), d.object.is("text_completion"):
+		return famChat, rootTop
+	case d.usage[rootTop].obj && (d.usage[rootTop].hasTok(tokPrompt) || d.usage[rootTop].hasTok(tokCompletion)):
+		return famChat, rootTop
+	}
+	return famNone, 0
+}
+
+func isResponseTerminal(d *docFields) bool {
+	return d.typ.is("response.completed") || d.typ.is("response.incomplete") || d.typ.is("response.failed")
+}
+
+// applySSE takes in one complete JSON value of an event stream.
+func (a *accumulator) applySSE(d *docFields) {
+	a.sse = true
+	fam, root := sseFamily(d)
+	if fam == famNone {
+		return
+	}
+	a.switchTo(fam)
+	a.setModel(&d.model[root])
+	switch fam {
+	case famChat:
+		// Each usage object is a full report; the last one wins.
+		if u := &d.usage[rootTop]; u.obj {
+			a.u = *u
+			a.final = u.hasTok(tokPrompt) && u.hasTok(tokCompletion)
+		}
+	case famResponses:
+		if u := &d.usage[rootResponse]; u.obj {
+			a.u = *u
+			a.final = isResponseTerminal(d) && u.hasTok(tokInput) && u.hasTok(tokOutput)
+		}
+	case famAnthropic:
+		switch {
+		case d.typ.is("message_start"):
+			if u := &d.usage[rootMessage]; u.obj {
+				a.u = *u
+				a.final = false
+			}
+		case d.typ.is("message_delta"):
+			// Cumulative: every count the delta reports replaces the old one.
+			if u := &d.usage[rootTop]; u.obj {
+				a.u.obj = true
+				for t := range nTok {
+					if v, ok := u.get(t); ok {
+						a.u.tok[t] = v
+						a.u.has |= 1 << t
+					}
+				}
+				if u.hasTok(tokOutput) {
+					a.final = true
+				}
+			}
+		}
+	}
+}
+
+// jsonFamily recognises a non-streamed body.
+func jsonFamily(d *docFields) family {
+	switch {
+	case d.object.is("chat.completion"), d.object.is("text_completion"):
+		return famChat
+	case d.object.is("response"):
+		return famResponses
+	case d.typ.is("message"):
+		return famAnthropic
+	}
+	u := &d.usage[rootTop]
+	switch {
+	case !u.obj:
+		return famNone
+	case u.hasTok(tokPrompt) || u.hasTok(tokCompletion):
+		return famChat
+	case u.hasTok(tokCacheRead) || u.hasTok(tokCacheCreation):
+		return famAnthropic
+	case u.hasTok(tokInput) || u.hasTok(tokOutput):
+		return famResponses
+	}
+	return famNone
+}
+
+// fromJSON takes in the (only) document of a JSON body; wellFormed says it
+// was one complete JSON value.
+func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
+	a.sse = false
+	a.switchTo(jsonFamily(d))
+	if a.fam == famNone {
+		return
+	}
+	a.setModel(&d.model[rootTop])
+	a.u = d.usage[rootTop]
+	a.final = wellFormed
+}
+
+var formats = [2][4]string{
+	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages},
+	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE},
+}
+
+// fill writes the normalised usage into u. u.Complete is set as if the
+// stream ended normally.
+func (a *accumulator) fill(u *Usage) {
+	if a.fam == famNone {
+		return
+	}
+	sse := 0
+	if a.sse {
+		sse = 1
+	}
+	u.Format = formats[sse][a.fam]
+	if a.model.ok {
+		u.Model = string(a.model.b)
+	}
+	var inTok, outTok, cachedTok int
+	switch a.fam {
+	case famChat:
+		inTok, outTok, cachedTok = tokPrompt, tokCompletion, tokCachedPrompt
+	case famResponses:
+		inTok, outTok, cachedTok = tokInput, tokOutput, tokCachedInput
+	case famAnthropic:
+		inTok, outTok, cachedTok = tokInput, tokOutput, tokCacheRead
+	}
+	in, hasIn := a.u.get(inTok)
+	out, hasOut := a.u.get(outTok)
+	cached, _ := a.u.get(cachedTok)
+	u.OutputTokens = out
+	u.CachedInputTokens = cached
+	if a.fam == famAnthropic {
+		// Anthropic's input_tokens leaves out cache reads and writes.
+		created, _ := a.u.get(tokCacheCreation)
+		u.CacheCreationInputTokens = created
+		if hasIn {
+			if in > math.MaxInt64-cached || in+cached > math.MaxInt64-created {
+				in, hasIn = 0, false
+			} else {
+				in += cached + created
+			}
+		}
+	}
+	u.InputTokens = in
+	u.Complete = a.final && hasIn && hasOut
+}

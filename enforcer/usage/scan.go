@@ -1,0 +1,828 @@
+package usage
+
+import (
+	"math"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// The scanner is an incremental, push-driven JSON reader. It checks the
+// syntax exactly as encoding/json does (RFC 8259, nesting up to MaxDepth)
+// and, instead of building values, records the few fields usage lives in
+// (see classify) into a docFields. It keeps the path of the current value
+// only down to maxPath levels; deeper values are checked and skipped.
+//
+// Within one document, a field that occurs twice takes its last value, and
+// a value of the wrong type (a string where a count is expected, a
+// non-integer count, a model that is not a string) counts as absent: the
+// same result as decoding the whole document into map[string]any.
+
+const (
+	maxPath       = 4  // deepest path that holds a field we read: response.usage.input_tokens_details.cached_tokens
+	maxKeyBytes   = 32 // longer keys are none of ours
+	maxSmallBytes = 32 // longest "type" / "object" value kept
+)
+
+// Key ids of the object keys we look for.
+const (
+	kOther uint8 = iota
+	kArr         // the "key" of an array element
+	kModel
+	kType
+	kObject
+	kUsage
+	kMessage
+	kResponse
+	kPromptDetails
+	kInputDetails
+	kCachedTokens
+	kTok0 // kTok0+tok for the counts tokPrompt..tokCacheCreation
+)
+
+// Token counts read from a usage object.
+const (
+	tokPrompt        = iota // prompt_tokens (OpenAI chat)
+	tokCompletion           // completion_tokens (OpenAI chat)
+	tokInput                // input_tokens (OpenAI Responses, Anthropic)
+	tokOutput               // output_tokens (OpenAI Responses, Anthropic)
+	tokCacheRead            // cache_read_input_tokens (Anthropic)
+	tokCacheCreation        // cache_creation_input_tokens (Anthropic)
+	tokCachedPrompt         // prompt_tokens_details.cached_tokens (OpenAI chat)
+	tokCachedInput          // input_tokens_details.cached_tokens (OpenAI Responses)
+	nTok
+)
+
+func keyID(b []byte) uint8 {
+	switch string(b) {
+	case "model":
+		return kModel
+	case "type":
+		return kType
+	case "object":
+		return kObject
+	case "usage":
+		return kUsage
+	case "message":
+		return kMessage
+	case "response":
+		return kResponse
+	case "prompt_tokens_details":
+		return kPromptDetails
+	case "input_tokens_details":
+		return kInputDetails
+	case "cached_tokens":
+		return kCachedTokens
+	case "prompt_tokens":
+		return kTok0 + tokPrompt
+	case "completion_tokens":
+		return kTok0 + tokCompletion
+	case "input_tokens":
+		return kTok0 + tokInput
+	case "output_tokens":
+		return kTok0 + tokOutput
+	case "cache_read_input_tokens":
+		return kTok0 + tokCacheRead
+	case "cache_creation_input_tokens":
+		return kTok0 + tokCacheCreation
+	}
+	return kOther
+}
+
+// Roots: where a usage object and a model may sit.
+const (
+	rootTop      = iota // {"model", "usage"}
+	rootMessage         // {"message": {"model", "usage"}} (Anthropic message_start)
+	rootResponse        // {"response": {"model", "usage"}} (OpenAI Responses events)
+	nRoot
+)
+
+// usageFields are the counts of one usage object.
+type usageFields struct {
+	obj bool   // the usage value was an object (not null or absent)
+	has uint16 // bit tok set: tok[tok] was a valid count
+	tok [nTok]int64
+}
+
+// get returns a count and whether it was reported (0 when not).
+func (u *usageFields) get(t int) (int64, bool) {
+	if u.has&(1<<t) == 0 {
+		return 0, false
+	}
+	return u.tok[t], true
+}
+
+// docFields are the fields of one JSON document that usage is read from.
+type docFields struct {
+	typ, object capture
+	model       [nRoot]capture
+	usage       [nRoot]usageFields
+}
+
+func (d *docFields) reset() {
+	d.typ.reset()
+	d.object.reset()
+	for i := range d.model {
+		d.model[i].reset()
+	}
+	d.usage = [nRoot]usageFields{}
+}
+
+// capture collects a decoded string into a buffer whose capacity is its
+// limit, so it never allocates; a longer string sets over.
+type capture struct {
+	b     []byte
+	limit int
+	over  bool
+	ok    bool // a complete string that fits
+}
+
+func (c *capture) reset() {
+	c.b = c.b[:0]
+	c.over = false
+	c.ok = false
+}
+
+func (c *capture) add(p []byte) {
+	if c.over {
+		return
+	}
+	if len(c.b)+len(p) > c.limit {
+		c.over = true
+		return
+	}
+	c.b = append(c.b, p...)
+}
+
+func (c *capture) addByte(b byte) {
+	if c.over {
+		return
+	}
+	if len(c.b) >= c.limit {
+		c.over = true
+		return
+	}
+	c.b = append(c.b, b)
+}
+
+func (c *capture) addRune(r rune) {
+	var a [utf8.UTFMax]byte
+	c.add(a[:utf8.EncodeRune(a[:], r)])
+}
+
+// commit marks a completed string. Like encoding/json, each byte that is not
+// part of valid UTF-8 becomes U+FFFD; the string is kept only if the result
+// fits the limit.
+func (c *capture) commit() {
+	if c.over {
+		return
+	}
+	if !utf8.Valid(c.b) {
+		fixed := make([]byte, 0, len(c.b)+8)
+		for p := c.b; len(p) > 0; {
+			r, n := utf8.DecodeRune(p)
+			fixed = utf8.AppendRune(fixed, r) // RuneError for an invalid byte
+			p = p[n:]
+		}
+		if len(fixed) > c.limit {
+			c.over = true
+			return
+		}
+		c.b = append(c.b[:0], fixed...)
+	}
+	c.ok = true
+}
+
+func (c *capture) is(s string) bool { return c.ok && string(c.b) == s }
+
+// set stores a whole string (used by tests' reference decoder).
+func (c *capture) set(s string) {
+	c.reset()
+	c.add([]byte(s))
+	c.commit()
+}
+
+// Scanner states.
+const (
+	stTop      uint8 = iota // before a top-level value
+	stTopEnd                // after a top-level value
+	stValue                 // a value is required (after ':' or ',' in an array)
+	stArrFirst              // after '[': a value or ']'
+	stObjFirst              // after '{': a key or '}'
+	stObjKey                // after ',' in an object: a key
+	stColon                 // after a key
+	stAfterVal              // after a value in a container: ',' or the close
+	stStr                   // in a string
+	stEsc                   // after '\'
+	stHex                   // in \uXXXX
+	stSurr1                 // after a surrogate escape, expecting '\' of its pair
+	stSurr2                 // expecting 'u' of the pair
+	stSurrHex               // in the pair's XXXX
+	stNumMinus
+	stNumZero
+	stNumInt
+	stNumDot
+	stNumFrac
+	stNumE
+	stNumESign
+	stNumExp
+	stLit
+	stError
+)
+
+// Targets: what the value being read means to us.
+const (
+	tgNone   uint8 = iota
+	tgModel        // a model string of root
+	tgType         // the top-level "type"
+	tgObject       // the top-level "object"
+	tgUsage        // a usage value of root
+	tgRoot         // the "message" or "response" value
+	tgDetail       // a *_tokens_details value of root (tok: its cached count)
+	tgTok          // a count of root
+)
+
+type target struct{ kind, root, tok uint8 }
+
+type scanner struct {
+	multi    bool // a sequence of top-level values (SSE data), not exactly one
+	maxDepth int
+	state    uint8
+	depth    int
+	stack    []uint64       // bit i: the container at depth i+1 is an object
+	keys     [maxPath]uint8 // key id of the current value at depths 1..maxPath
+	doc      docFields
+
+	strKey bool     // the string being read is an object key
+	str    *capture // where the string being read goes, or nil
+	keyCap capture
+	hex    rune
+	hexN   uint8
+	surr   rune // a surrogate waiting for its pair
+	num    int64
+	numOK  bool // the number so far is a non-negative integer that fits int64
+	numTok target
+	lit    string
+	litPos int
+}
+
+func (s *scanner) init(maxDepth int, stack []uint64, key, typ, obj []byte, models [nRoot][]byte, modelLimit int) {
+	s.maxDepth = maxDepth
+	s.stack = stack
+	s.keyCap = capture{b: key, limit: maxKeyBytes}
+	s.doc.typ = capture{b: typ, limit: maxSmallBytes}
+	s.doc.object = capture{b: obj, limit: maxSmallBytes}
+	for i := range s.doc.model {
+		s.doc.model[i] = capture{b: models[i], limit: modelLimit}
+	}
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// feed reads p until its end or until a top-level value is complete, and
+// returns how many bytes it consumed and whether a value was completed (the
+// document is then in s.doc until the next top-level value starts). A number
+// at the top level ends with the byte after it, which is then not consumed.
+func (s *scanner) feed(p []byte) (int, bool) {
+	for i := 0; i < len(p); {
+		c := p[i]
+		switch s.state {
+		case stError:
+			return len(p), false
+
+		case stTop, stTopEnd:
+			if isSpace(c) {
+				i++
+				continue
+			}
+			if s.state == stTopEnd && !s.multi {
+				s.fail()
+				return len(p), false
+			}
+			s.doc.reset()
+			s.valueStart(c)
+			i++
+
+		case stValue, stArrFirst:
+			if isSpace(c) {
+				i++
+				continue
+			}
+			i++
+			if c == ']' && s.state == stArrFirst {
+				if s.pop() {
+					return i, true
+				}
+				continue
+			}
+			s.valueStart(c)
+
+		case stObjFirst, stObjKey:
+			if isSpace(c) {
+				i++
+				continue
+			}
+			i++
+			switch {
+			case c == '"':
+				s.strKey = true
+				s.keyCap.reset()
+				s.str = &s.keyCap
+				s.state = stStr
+			case c == '}' && s.state == stObjFirst:
+				if s.pop() {
+					return i, true
+				}
+			default:
+				s.fail()
+			}
+
+		case stColon:
+			if isSpace(c) {
+				i++
+				continue
+			}
+			i++
+			if c != ':' {
+				s.fail()
+				continue
+			}
+			s.state = stValue
+
+		case stAfterVal:
+			if isSpace(c) {
+				i++
+				continue
+			}
+			i++
+			obj := s.isObject()
+			switch {
+			case c == ',' && obj:
+				s.state = stObjKey
+			case c == ',':
+				s.state = stValue
+			case (c == '}' && obj) || (c == ']' && !obj):
+				if s.pop() {
+					return i, true
+				}
+			default:
+				s.fail()
+			}
+
+		case stStr:
+			j := i
+			for j < len(p) {
+				b := p[j]
+				if b == '"' || b == '\\' || b < 0x20 {
+					break
+				}
+				j++
+			}
+			if s.str != nil && j > i {
+				s.str.add(p[i:j])
+			}
+			if j == len(p) {
+				return len(p), false
+			}
+			i = j + 1
+			switch p[j] {
+			case '"':
+				if s.endString() {
+					return i, true
+				}
+			case '\\':
+				s.state = stEsc
+			default:
+				s.fail() // control character
+			}
+
+		case stEsc:
+			i++
+			var r byte
+			switch c {
+			case '"', '\\', '/':
+				r = c
+			case 'b':
+				r = '\b'
+			case 'f':
+				r = '\f'
+			case 'n':
+				r = '\n'
+			case 'r':
+				r = '\r'
+			case 't':
+				r = '\t'
+			case 'u':
+				s.state, s.hex, s.hexN = stHex, 0, 0
+				continue
+			default:
+				s.fail()
+				continue
+			}
+			if s.str != nil {
+				s.str.addByte(r)
+			}
+			s.state = stStr
+
+		case stHex, stSurrHex:
+			i++
+			h := hexVal(c)
+			if h < 0 {
+				s.fail()
+				continue
+			}
+			s.hex = s.hex<<4 | h
+			if s.hexN++; s.hexN < 4 {
+				continue
+			}
+			if s.state == stSurrHex {
+				// As encoding/json: a surrogate followed by an escape that
+				// does not complete a pair is U+FFFD, and the escape after it
+				// is read on its own.
+				if r := utf16.DecodeRune(s.surr, s.hex); r != utf8.RuneError {
+					s.addRune(r)
+					s.state = stStr
+					continue
+				}
+				s.addRune(utf8.RuneError)
+			}
+			if utf16.IsSurrogate(s.hex) {
+				s.surr = s.hex
+				s.state = stSurr1
+			} else {
+				s.addRune(s.hex)
+				s.state = stStr
+			}
+
+		case stSurr1:
+			if c == '\\' {
+				i++
+				s.state = stSurr2
+				continue
+			}
+			s.addRune(utf8.RuneError)
+			s.state = stStr // c is read as part of the string
+
+		case stSurr2:
+			if c == 'u' {
+				i++
+				s.state, s.hex, s.hexN = stSurrHex, 0, 0
+				continue
+			}
+			s.addRune(utf8.RuneError)
+			s.state = stEsc // c is the escape after the backslash
+
+		case stNumMinus, stNumZero, stNumInt, stNumDot, stNumFrac, stNumE, stNumESign, stNumExp:
+			if s.numByte(c) {
+				i++
+				continue
+			}
+			if !s.numTerminal() {
+				s.fail()
+				continue
+			}
+			if s.endNumber() {
+				return i, true // c belongs to what follows
+			}
+
+		case stLit:
+			i++
+			if c != s.lit[s.litPos] {
+				s.fail()
+				continue
+			}
+			if s.litPos++; s.litPos == len(s.lit) {
+				if s.endValue() {
+					return i, true
+				}
+			}
+		}
+	}
+	return len(p), false
+}
+
+// flush ends the input (end of body, or of an SSE event): a top-level number
+// that was waiting for a delimiter is complete. It reports whether that
+// completed a document.
+func (s *scanner) flush() bool {
+	if s.depth == 0 && s.numTerminal() {
+		return s.endNumber()
+	}
+	return false
+}
+
+// restart forgets any partial value and expects a new top-level value.
+func (s *scanner) restart() {
+	s.state = stTop
+	s.depth = 0
+	s.strKey = false
+	s.str = nil
+	s.numTok = target{}
+}
+
+func (s *scanner) fail() {
+	s.state = stError
+	s.str = nil
+}
+
+func hexVal(c byte) rune {
+	switch {
+	case '0' <= c && c <= '9':
+		return rune(c - '0')
+	case 'a' <= c && c <= 'f':
+		return rune(c - 'a' + 10)
+	case 'A' <= c && c <= 'F':
+		return rune(c - 'A' + 10)
+	}
+	return -1
+}
+
+func (s *scanner) addRune(r rune) {
+	if s.str != nil {
+		s.str.addRune(r)
+	}
+}
+
+func (s *scanner) isObject() bool {
+	i := s.depth - 1
+	return s.stack[i/64]&(1<<(i%64)) != 0
+}
+
+func (s *scanner) push(obj bool) {
+	if s.depth >= s.maxDepth {
+		s.fail()
+		return
+	}
+	i := s.depth
+	if i/64 == len(s.stack) {
+		s.stack = append(s.stack, 0)
+	}
+	if obj {
+		s.stack[i/64] |= 1 << (i % 64)
+		s.state = stObjFirst
+	} else {
+		s.stack[i/64] &^= 1 << (i % 64)
+		s.state = stArrFirst
+	}
+	s.depth++
+	if s.depth <= maxPath {
+		if obj {
+			s.keys[s.depth-1] = kOther
+		} else {
+			s.keys[s.depth-1] = kArr
+		}
+	}
+}
+
+// pop closes the current container; it reports whether that completed a
+// top-level value.
+func (s *scanner) pop() bool {
+	s.depth--
+	return s.endValue()
+}
+
+func (s *scanner) endValue() bool {
+	if s.depth == 0 {
+		s.state = stTopEnd
+		return true
+	}
+	s.state = stAfterVal
+	return false
+}
+
+func (s *scanner) endString() bool {
+	str := s.str
+	s.str = nil
+	if s.strKey {
+		s.strKey = false
+		if s.depth <= maxPath {
+			k := kOther
+			if !s.keyCap.over {
+				k = keyID(s.keyCap.b)
+			}
+			s.keys[s.depth-1] = k
+		}
+		s.state = stColon
+		return false
+	}
+	if str != nil {
+		str.commit()
+	}
+	return s.endValue()
+}
+
+// valueStart begins the value whose first byte is c.
+func (s *scanner) valueStart(c byte) {
+	t := s.classify()
+	d := &s.doc
+	// A field that occurs again starts over, so the last occurrence wins.
+	switch t.kind {
+	case tgModel:
+		d.model[t.root].reset()
+	case tgType:
+		d.typ.reset()
+	case tgObject:
+		d.object.reset()
+	case tgUsage:
+		d.usage[t.root] = usageFields{obj: c == '{'}
+	case tgRoot:
+		d.model[t.root].reset()
+		d.usage[t.root] = usageFields{}
+	case tgDetail, tgTok:
+		d.usage[t.root].has &^= 1 << t.tok
+	}
+	switch {
+	case c == '{':
+		s.push(true)
+	case c == '[':
+		s.push(false)
+	case c == '"':
+		s.str = nil
+		switch t.kind {
+		case tgModel:
+			s.str = &d.model[t.root]
+		case tgType:
+			s.str = &d.typ
+		case tgObject:
+			s.str = &d.object
+		}
+		s.state = stStr
+	case c == '-':
+		s.num, s.numOK, s.numTok = 0, false, t
+		s.state = stNumMinus
+	case c == '0':
+		s.num, s.numOK, s.numTok = 0, true, t
+		s.state = stNumZero
+	case '1' <= c && c <= '9':
+		s.num, s.numOK, s.numTok = int64(c-'0'), true, t
+		s.state = stNumInt
+	case c == 't':
+		s.lit, s.litPos, s.state = "true", 1, stLit
+	case c == 'f':
+		s.lit, s.litPos, s.state = "false", 1, stLit
+	case c == 'n':
+		s.lit, s.litPos, s.state = "null", 1, stLit
+	default:
+		s.fail()
+	}
+}
+
+// numByte advances the number grammar by c, reporting whether c continues
+// the number.
+func (s *scanner) numByte(c byte) bool {
+	digit := '0' <= c && c <= '9'
+	exp := c == 'e' || c == 'E'
+	switch s.state {
+	case stNumMinus:
+		switch {
+		case c == '0':
+			s.state = stNumZero
+		case digit:
+			s.state = stNumInt
+		default:
+			return false
+		}
+	case stNumZero, stNumInt:
+		switch {
+		case digit && s.state == stNumInt:
+			if s.numOK {
+				d := int64(c - '0')
+				if s.num > (math.MaxInt64-d)/10 {
+					s.numOK = false
+				} else {
+					s.num = s.num*10 + d
+				}
+			}
+		case c == '.':
+			s.state, s.numOK = stNumDot, false
+		case exp:
+			s.state, s.numOK = stNumE, false
+		default:
+			return false
+		}
+	case stNumDot:
+		if !digit {
+			return false
+		}
+		s.state = stNumFrac
+	case stNumFrac:
+		switch {
+		case digit:
+		case exp:
+			s.state = stNumE
+		default:
+			return false
+		}
+	case stNumE:
+		switch {
+		case c == '+' || c == '-':
+			s.state = stNumESign
+		case digit:
+			s.state = stNumExp
+		default:
+			return false
+		}
+	case stNumESign, stNumExp:
+		if !digit {
+			return false
+		}
+		s.state = stNumExp
+	}
+	return true
+}
+
+func (s *scanner) numTerminal() bool {
+	switch s.state {
+	case stNumZero, stNumInt, stNumFrac, stNumExp:
+		return true
+	}
+	return false
+}
+
+func (s *scanner) endNumber() bool {
+	if t := s.numTok; t.kind == tgTok && s.numOK {
+		u := &s.doc.usage[t.root]
+		u.tok[t.tok] = s.num
+		u.has |= 1 << t.tok
+	}
+	s.numTok = target{}
+	return s.endValue()
+}
+
+// classify names the value about to start from the keys above it.
+func (s *scanner) classify() target {
+	k := &s.keys
+	switch s.depth {
+	case 1:
+		switch k[0] {
+		case kModel:
+			return target{kind: tgModel, root: rootTop}
+		case kType:
+			return target{kind: tgType}
+		case kObject:
+			return target{kind: tgObject}
+		case kUsage:
+			return target{kind: tgUsage, root: rootTop}
+		case kMessage:
+			return target{kind: tgRoot, root: rootMessage}
+		case kResponse:
+			return target{kind: tgRoot, root: rootResponse}
+		}
+	case 2:
+		if k[0] == kUsage {
+			return usageMember(rootTop, k[1])
+		}
+		if r, ok := rootOf(k[0]); ok {
+			switch k[1] {
+			case kModel:
+				return target{kind: tgModel, root: r}
+			case kUsage:
+				return target{kind: tgUsage, root: r}
+			}
+		}
+	case 3:
+		if k[0] == kUsage {
+			if t, ok := detailTok(k[1]); ok && k[2] == kCachedTokens {
+				return target{kind: tgTok, root: rootTop, tok: t}
+			}
+		} else if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
+			return usageMember(r, k[2])
+		}
+	case 4:
+		if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
+			if t, ok := detailTok(k[2]); ok && k[3] == kCachedTokens {
+				return target{kind: tgTok, root: r, tok: t}
+			}
+		}
+	}
+	return target{}
+}
+
+func usageMember(root, k uint8) target {
+	if k >= kTok0 && k < kTok0+tokCachedPrompt {
+		return target{kind: tgTok, root: root, tok: k - kTok0}
+	}
+	if t, ok := detailTok(k); ok {
+		return target{kind: tgDetail, root: root, tok: t}
+	}
+	return target{}
+}
+
+func rootOf(k uint8) (uint8, bool) {
+	switch k {
+	case kMessage:
+		return rootMessage, true
+	case kResponse:
+		return rootResponse, true
+	}
+	return 0, false
+}
+
+func detailTok(k uint8) (uint8, bool) {
+	switch k {
+	case kPromptDetails:
+		return tokCachedPrompt, true
+	case kInputDetails:
+		return tokCachedInput, true
+	}
+	return 0, false
+}

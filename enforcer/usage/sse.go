@@ -1,0 +1,153 @@
+package usage
+
+// sseReader splits an event stream into lines and fields as the HTML
+// event-stream rules say, without keeping any line: the value of each data
+// line goes straight to the JSON scanner, the other fields and comments are
+// skipped as they pass.
+
+const (
+	lnStart      uint8 = iota // at the start of a line
+	lnField                   // in a field name
+	lnValueStart              // after "data:", an optional space
+	lnData                    // in the value of a data line
+	lnSkip                    // in a comment or a field we do not read
+)
+
+var newline = []byte{'\n'}
+
+const (
+	bom     = "\xef\xbb\xbf"
+	bomDone = 0xff
+)
+
+type sseReader struct {
+	bomPos   uint8 // bytes of a leading UTF-8 BOM matched; bomDone after the first byte that is not one
+	state    uint8
+	fieldPos uint8 // bytes of "data" matched so far
+	fieldOK  bool  // the field name is still a prefix of "data"
+	sawCR    bool  // the last byte ended a line with CR: a LF right after it belongs to it
+	hasData  bool  // the current event has a data line
+}
+
+func (r *sseReader) write(p []byte, e *Extractor) {
+	for i := 0; i < len(p); {
+		c := p[i]
+		if r.bomPos != bomDone {
+			// One BOM at the start of the stream is dropped. A partial one
+			// can only begin a field name that is not "data".
+			if int(r.bomPos) < len(bom) && c == bom[r.bomPos] {
+				r.bomPos++
+				i++
+				if int(r.bomPos) == len(bom) {
+					r.bomPos = bomDone
+				}
+				continue
+			}
+			if r.bomPos > 0 {
+				r.state, r.fieldOK = lnField, false
+			}
+			r.bomPos = bomDone
+		}
+		if r.sawCR {
+			r.sawCR = false
+			if c == '\n' {
+				i++
+				continue
+			}
+		}
+		switch r.state {
+		case lnStart:
+			switch c {
+			case '\n', '\r':
+				// A blank line ends the event.
+				r.endEvent(e)
+				r.sawCR = c == '\r'
+				i++
+			case ':':
+				r.state = lnSkip
+				i++
+			default:
+				r.state, r.fieldPos, r.fieldOK = lnField, 0, true
+			}
+
+		case lnField:
+			i++
+			switch c {
+			case ':':
+				if r.isData() {
+					r.startData(e)
+					r.state = lnValueStart
+				} else {
+					r.state = lnSkip
+				}
+			case '\n', '\r':
+				if r.isData() { // "data" alone is a data line with an empty value
+					r.startData(e)
+				}
+				r.endLine(c)
+			default:
+				if r.fieldOK && r.fieldPos < 4 && c == "data"[r.fieldPos] {
+					r.fieldPos++
+				} else {
+					r.fieldOK = false
+				}
+			}
+
+		case lnValueStart:
+			r.state = lnData
+			if c == ' ' {
+				i++
+			}
+
+		case lnData, lnSkip:
+			j := i
+			for j < len(p) && p[j] != '\n' && p[j] != '\r' {
+				j++
+			}
+			if r.state == lnData {
+				e.feedData(p[i:j])
+			}
+			i = j
+			if j < len(p) {
+				r.endLine(p[j])
+				i++
+			}
+		}
+	}
+}
+
+func (r *sseReader) isData() bool { return r.fieldOK && r.fieldPos == 4 }
+
+func (r *sseReader) endLine(c byte) {
+	r.state = lnStart
+	r.sawCR = c == '\r'
+}
+
+// startData begins a data line; the lines of one event are joined by a
+// newline.
+func (r *sseReader) startData(e *Extractor) {
+	if r.hasData {
+		e.feedData(newline)
+	}
+	r.hasData = true
+}
+
+func (r *sseReader) endEvent(e *Extractor) {
+	if e.scan.flush() {
+		e.onDoc()
+	}
+	e.scan.restart()
+	r.hasData = false
+}
+
+// feedData passes event data to the scanner, handling each JSON value as it
+// completes.
+func (e *Extractor) feedData(p []byte) {
+	for len(p) > 0 {
+		n, done := e.scan.feed(p)
+		if done {
+			e.onDoc()
+		}
+		p = p[n:]
+	}
+}

@@ -1,0 +1,238 @@
+package usage
+
+import (
+	"errors"
+	"strings"
+)
+
+// Format names the shape a response was recognised as (Usage.Format).
+const (
+	FormatOpenAIChat          = "openai-chat"
+	FormatOpenAIResponses     = "openai-responses"
+	FormatAnthropicMessages   = "anthropic-messages"
+	FormatOpenAIChatSSE       = "openai-chat-sse"
+	FormatOpenAIResponsesSSE  = "openai-responses-sse"
+	FormatAnthropicSSE        = "anthropic-sse"
+	FormatUnsupportedEncoding = "unsupported-encoding"
+)
+
+// Response headers (lower-cased) through which an upstream reports its cost.
+const (
+	// HeaderCostMicroUSD holds a non-negative integer number of micro-USD.
+	HeaderCostMicroUSD = "x-upstream-cost-micro-usd"
+	// HeaderCostUSD holds a non-negative decimal amount of USD.
+	HeaderCostUSD = "x-upstream-cost-usd"
+)
+
+// Default limits, used for the zero fields of Limits.
+const (
+	DefaultMaxModelBytes = 256
+	DefaultMaxDepth      = 10000
+)
+
+// ErrFinished is returned by Write after Finish.
+var ErrFinished = errors.New("usage: write after finish")
+
+// Usage is what a response reported about its own cost.
+type Usage struct {
+	// Model is the model the upstream says answered ("" when not reported).
+	Model string
+	// InputTokens counts all input tokens, cached ones included.
+	InputTokens int64
+	// OutputTokens counts output tokens (reasoning tokens included).
+	OutputTokens int64
+	// CachedInputTokens is the part of InputTokens read from a prompt cache.
+	CachedInputTokens int64
+	// CacheCreationInputTokens is the part of InputTokens written to a prompt
+	// cache (Anthropic's cache_creation_input_tokens; 0 elsewhere).
+	CacheCreationInputTokens int64
+	// CostMicroUSD is the cost the upstream reported in a header, if any.
+	CostMicroUSD *int64
+	// Complete is true when the stream ended normally and its final usage
+	// report, with input and output counts, was seen (see the package doc).
+	Complete bool
+	// Format names the recognised shape (the Format constants), or "".
+	Format string
+}
+
+// Limits bound the little state an Extractor keeps. Zero fields take the
+// defaults. Bodies and events are never buffered, so there is no limit on
+// their size: a multi-megabyte response.completed event is read like any
+// other.
+type Limits struct {
+	// MaxModelBytes is the longest model name kept, in bytes after JSON
+	// unescaping; a longer one is reported as "". Default 256.
+	MaxModelBytes int
+	// MaxDepth is the deepest JSON nesting accepted; a deeper document is
+	// treated as malformed, as encoding/json does. Default 10000.
+	MaxDepth int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxModelBytes <= 0 {
+		l.MaxModelBytes = DefaultMaxModelBytes
+	}
+	if l.MaxDepth <= 0 {
+		l.MaxDepth = DefaultMaxDepth
+	}
+	return l
+}
+
+type mode uint8
+
+const (
+	modeSniff mode = iota // content type unknown: decide on the first non-space byte
+	modeJSON
+	modeSSE
+	modeIgnore // unsupported content encoding
+)
+
+// Extractor reads the usage of one response. It is not safe for concurrent
+// use; create one per response with New (it must not be copied).
+type Extractor struct {
+	mode     mode
+	cost     int64
+	hasCost  bool
+	finished bool
+	result   Usage
+
+	scan scanner
+	sse  sseReader
+	acc  accumulator
+
+	// JSON mode: a top-level value was completed.
+	jsonDone bool
+
+	// Backing store for the captured strings, so that capturing never
+	// allocates.
+	keyArr  [maxKeyBytes]byte
+	typArr  [maxSmallBytes]byte
+	objArr  [maxSmallBytes]byte
+	stackAr [4]uint64
+}
+
+// New returns an Extractor for a response with the given Content-Type and
+// headers. Header names must be lower-case (as Envoy passes them); only the
+// content encoding and the cost headers are read.
+func New(contentType string, headers map[string]string, limits Limits) *Extractor {
+	limits = limits.withDefaults()
+	e := &Extractor{}
+	e.cost, e.hasCost = costFromHeaders(headers)
+
+	models := make([]byte, 4*limits.MaxModelBytes)
+	m := limits.MaxModelBytes
+	e.scan.init(limits.MaxDepth, e.stackAr[:0], e.keyArr[:0], e.typArr[:0], e.objArr[:0],
+		[nRoot][]byte{models[0:0:m], models[m : m : 2*m], models[2*m : 2*m : 3*m]}, m)
+	e.acc.model = capture{b: models[3*m : 3*m : 4*m], limit: m}
+
+	mt := mediaType(contentType)
+	switch {
+	case !identityEncoding(headers["content-encoding"]):
+		e.mode = modeIgnore
+	case mt == "text/event-stream":
+		e.mode = modeSSE
+	case strings.HasSuffix(mt, "/json") || strings.HasSuffix(mt, "+json"):
+		e.mode = modeJSON
+	default:
+		e.mode = modeSniff
+	}
+	e.scan.multi = e.mode == modeSSE
+	return e
+}
+
+// mediaType returns the lower-cased media type of a Content-Type value,
+// without parameters.
+func mediaType(ct string) string {
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.ToLower(strings.TrimSpace(ct))
+}
+
+// identityEncoding reports whether a Content-Encoding value leaves the body
+// as it is (absent, empty or only "identity").
+func identityEncoding(v string) bool {
+	for part := range strings.SplitSeq(v, ",") {
+		p := strings.TrimSpace(part)
+		if p != "" && !strings.EqualFold(p, "identity") {
+			return false
+		}
+	}
+	return true
+}
+
+// Write feeds the next body chunk. Chunks may be split anywhere, including
+// inside a UTF-8 sequence, an SSE line or a JSON token. The chunk is not
+// retained. Malformed content is not an error (it only makes the usage
+// incomplete); the only error is ErrFinished.
+func (e *Extractor) Write(chunk []byte) error {
+	if e.finished {
+		return ErrFinished
+	}
+	if e.mode == modeSniff {
+		i := 0
+		for i < len(chunk) && isSpace(chunk[i]) {
+			i++
+		}
+		if i == len(chunk) {
+			return nil
+		}
+		chunk = chunk[i:]
+		if chunk[0] == '{' || chunk[0] == '[' {
+			e.mode = modeJSON
+		} else {
+			e.mode = modeSSE
+		}
+		e.scan.multi = e.mode == modeSSE
+	}
+	switch e.mode {
+	case modeJSON:
+		for len(chunk) > 0 {
+			n, done := e.scan.feed(chunk)
+			if done {
+				e.jsonDone = true
+			}
+			chunk = chunk[n:]
+		}
+	case modeSSE:
+		e.sse.write(chunk, e)
+	}
+	return nil
+}
+
+// Finish ends the response and returns its usage. endOfStream is true when
+// the body ended normally and false when the stream broke off (reset,
+// timeout, client gone); a broken-off stream is never Complete. Later calls
+// return the same Usage.
+func (e *Extractor) Finish(endOfStream bool) Usage {
+	if e.finished {
+		return e.result
+	}
+	e.finished = true
+	u := Usage{}
+	if e.hasCost {
+		c := e.cost
+		u.CostMicroUSD = &c
+	}
+	switch e.mode {
+	case modeIgnore:
+		u.Format = FormatUnsupportedEncoding
+		e.result = u
+		return u
+	case modeJSON:
+		if e.scan.flush() {
+			e.jsonDone = true
+		}
+		wellFormed := e.jsonDone && e.scan.state == stTopEnd
+		e.acc.fromJSON(&e.scan.doc, wellFormed)
+	}
+	e.acc.fill(&u)
+	u.Complete = u.Complete && endOfStream
+	e.result = u
+	return u
+}
+
+// onDoc is called for every complete top-level JSON value of an SSE stream.
+func (e *Extractor) onDoc() {
+	e.acc.applySSE(&e.scan.doc)
+}

@@ -1,0 +1,564 @@
+package usage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const (
+	ctJSON = "application/json"
+	ctSSE  = "text/event-stream; charset=utf-8"
+)
+
+func i64(v int64) *int64 { return &v }
+
+// run feeds chunks to a new Extractor and finishes it. Each chunk is passed
+// through a buffer that is overwritten after Write returns, so a retained
+// slice would show up as a different result.
+func run(ct string, h map[string]string, lim Limits, chunks [][]byte, endOfStream bool) Usage {
+	e := New(ct, h, lim)
+	var buf []byte
+	for _, c := range chunks {
+		buf = append(buf[:0], c...)
+		if err := e.Write(buf); err != nil {
+			panic(err)
+		}
+		for i := range buf {
+			buf[i] = '"'
+		}
+	}
+	return e.Finish(endOfStream)
+}
+
+// splitAt cuts body at the given increasing offsets.
+func splitAt(body []byte, cuts ...int) [][]byte {
+	var out [][]byte
+	prev := 0
+	for _, c := range cuts {
+		out = append(out, body[prev:c])
+		prev = c
+	}
+	return append(out, body[prev:])
+}
+
+// randomSplit cuts body into pieces of random sizes, many of them tiny.
+func randomSplit(body []byte, r *rand.Rand) [][]byte {
+	var out [][]byte
+	for len(body) > 0 {
+		n := 1 + r.IntN(min(len(body), 1+r.IntN(64)))
+		out = append(out, body[:n])
+		body = body[n:]
+	}
+	return out
+}
+
+func bytewise(body []byte) [][]byte {
+	out := make([][]byte, len(body))
+	for i := range body {
+		out[i] = body[i : i+1]
+	}
+	return out
+}
+
+func seedOf(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64()
+}
+
+// checkSplits asserts that every way of cutting body gives want.
+func checkSplits(t *testing.T, ct string, h map[string]string, body []byte, want Usage) {
+	t.Helper()
+	check := func(how string, chunks [][]byte) {
+		t.Helper()
+		if got := run(ct, h, Limits{}, chunks, true); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s:\n got %s\nwant %s", how, show(got), show(want))
+		}
+	}
+	check("whole", [][]byte{body})
+	check("empty chunks", [][]byte{nil, body[:len(body)/2], {}, body[len(body)/2:], nil})
+	check("byte by byte", bytewise(body))
+	for i := 0; i <= len(body); i++ {
+		check(fmt.Sprintf("split at %d", i), splitAt(body, i))
+	}
+	r := rand.New(rand.NewPCG(seedOf(t.Name()), 1))
+	for i := range 200 {
+		check(fmt.Sprintf("random split %d", i), randomSplit(body, r))
+	}
+}
+
+func show(u Usage) string {
+	c := "nil"
+	if u.CostMicroUSD != nil {
+		c = fmt.Sprint(*u.CostMicroUSD)
+	}
+	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d Cost:%s Complete:%v Format:%q}",
+		u.Model, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens, c, u.Complete, u.Format)
+}
+
+func readFixture(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type fixtureCase struct {
+	name    string
+	file    string
+	ct      string
+	headers map[string]string
+	want    Usage
+}
+
+var fixtureCases = []fixtureCase{
+	{
+		name: "openai chat json", file: "openai_chat.json", ct: "application/json",
+		want: Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, CachedInputTokens: 1024, Complete: true, Format: FormatOpenAIChat},
+	},
+	{
+		name: "openai chat json with tool call arguments that mention usage", file: "openai_chat_tools.json", ct: "application/json; charset=utf-8",
+		want: Usage{Model: "gpt-4o-mini-2024-07-18", InputTokens: 82, OutputTokens: 17, Complete: true, Format: FormatOpenAIChat},
+	},
+	{
+		name: "openai legacy completions json", file: "openai_completions.json", ct: "application/json",
+		want: Usage{Model: "gpt-3.5-turbo-instruct", InputTokens: 5, OutputTokens: 7, Complete: true, Format: FormatOpenAIChat},
+	},
+	{
+		name: "openai responses json", file: "openai_responses.json", ct: "application/json",
+		want: Usage{Model: "o4-mini-2025-04-16", InputTokens: 328, OutputTokens: 952, CachedInputTokens: 256, Complete: true, Format: FormatOpenAIResponses},
+	},
+	{
+		name: "anthropic messages json", file: "anthropic_messages.json", ct: "application/json",
+		want: Usage{Model: "claude-sonnet-4-20250514", InputTokens: 12 + 4096 + 2048, OutputTokens: 37, CachedInputTokens: 4096, CacheCreationInputTokens: 2048, Complete: true, Format: FormatAnthropicMessages},
+	},
+	{
+		name: "openai error body has no usage", file: "openai_error.json", ct: "application/json",
+		want: Usage{},
+	},
+	{
+		name: "openai chat sse with include_usage", file: "openai_chat_stream.sse", ct: ctSSE,
+		want: Usage{Model: "gpt-4.1-mini-2025-04-14", InputTokens: 1930, OutputTokens: 12, CachedInputTokens: 1792, Complete: true, Format: FormatOpenAIChatSSE},
+	},
+	{
+		name: "openai chat sse without include_usage", file: "openai_chat_stream_no_usage.sse", ct: ctSSE,
+		want: Usage{Model: "gpt-4.1-mini-2025-04-14", Format: FormatOpenAIChatSSE},
+	},
+	{
+		name: "openai-compatible sse with comments, ids and multi-line data", file: "openai_chat_stream_multiline.sse", ct: "text/event-stream",
+		want: Usage{Model: "meta-llama/llama-3.3-70b-instruct", InputTokens: 31, OutputTokens: 2, Complete: true, Format: FormatOpenAIChatSSE},
+	},
+	{
+		name: "openai responses sse", file: "openai_responses_stream.sse", ct: ctSSE,
+		want: Usage{Model: "gpt-4.1-2025-04-14", InputTokens: 2241, OutputTokens: 9, CachedInputTokens: 2048, Complete: true, Format: FormatOpenAIResponsesSSE},
+	},
+	{
+		name: "openai responses sse ending in response.incomplete", file: "openai_responses_stream_incomplete.sse", ct: ctSSE,
+		want: Usage{Model: "gpt-4.1-nano-2025-04-14", InputTokens: 40, OutputTokens: 16, Complete: true, Format: FormatOpenAIResponsesSSE},
+	},
+	{
+		name: "anthropic sse", file: "anthropic_stream.sse", ct: ctSSE,
+		want: Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 15, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Complete: true, Format: FormatAnthropicSSE},
+	},
+	{
+		name: "anthropic sse whose message_delta reports input counts", file: "anthropic_stream_tools.sse", ct: ctSSE,
+		want: Usage{Model: "claude-opus-4-1-20250805", InputTokens: 412 + 128, OutputTokens: 89, CachedInputTokens: 128, Complete: true, Format: FormatAnthropicSSE},
+	},
+	{
+		name: "anthropic sse ending in an error event", file: "anthropic_stream_error.sse", ct: ctSSE,
+		want: Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 2, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Format: FormatAnthropicSSE},
+	},
+	{
+		name: "json sniffed without content type", file: "anthropic_messages.json", ct: "",
+		want: Usage{Model: "claude-sonnet-4-20250514", InputTokens: 12 + 4096 + 2048, OutputTokens: 37, CachedInputTokens: 4096, CacheCreationInputTokens: 2048, Complete: true, Format: FormatAnthropicMessages},
+	},
+	{
+		name: "sse sniffed under a wrong content type", file: "anthropic_stream.sse", ct: "text/plain",
+		want: Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 15, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Complete: true, Format: FormatAnthropicSSE},
+	},
+	{
+		name: "upstream cost header in USD", file: "openai_chat.json", ct: ctJSON,
+		headers: map[string]string{HeaderCostUSD: "0.0031675", "content-encoding": "identity"},
+		want:    Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, CachedInputTokens: 1024, CostMicroUSD: i64(3168), Complete: true, Format: FormatOpenAIChat},
+	},
+	{
+		name: "upstream cost header in micro-USD wins", file: "anthropic_stream.sse", ct: ctSSE,
+		headers: map[string]string{HeaderCostUSD: "1", HeaderCostMicroUSD: "2707"},
+		want:    Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 15, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, CostMicroUSD: i64(2707), Complete: true, Format: FormatAnthropicSSE},
+	},
+	{
+		name: "gzip body is not read, cost header still is", file: "openai_chat.json", ct: ctJSON,
+		headers: map[string]string{"content-encoding": "gzip", HeaderCostMicroUSD: "99"},
+		want:    Usage{CostMicroUSD: i64(99), Format: FormatUnsupportedEncoding},
+	},
+	{
+		name: "br body is not read", file: "openai_chat_stream.sse", ct: ctSSE,
+		headers: map[string]string{"content-encoding": "identity, br"},
+		want:    Usage{Format: FormatUnsupportedEncoding},
+	},
+}
+
+func TestFixtures(t *testing.T) {
+	for _, tc := range fixtureCases {
+		t.Run(tc.name, func(t *testing.T) {
+			body := readFixture(t, tc.file)
+			checkSplits(t, tc.ct, tc.headers, body, tc.want)
+			if strings.HasSuffix(tc.file, ".sse") {
+				t.Run("CRLF", func(t *testing.T) {
+					crlf := bytes.ReplaceAll(bytes.ReplaceAll(body, []byte("\r\n"), []byte("\n")), []byte("\n"), []byte("\r\n"))
+					checkSplits(t, tc.ct, tc.headers, crlf, tc.want)
+				})
+				t.Run("CR", func(t *testing.T) {
+					cr := bytes.ReplaceAll(bytes.ReplaceAll(body, []byte("\r\n"), []byte("\n")), []byte("\n"), []byte("\r"))
+					checkSplits(t, tc.ct, tc.headers, cr, tc.want)
+				})
+			}
+		})
+	}
+}
+
+// TestFixturesMatchReference compares the incremental reader with the
+// encoding/json reference on every fixture.
+func TestFixturesMatchReference(t *testing.T) {
+	for _, tc := range fixtureCases {
+		if tc.headers != nil || tc.ct == "" || tc.ct == "text/plain" {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			body := readFixture(t, tc.file)
+			var want Usage
+			if strings.HasSuffix(tc.file, ".sse") {
+				want = oracleSSE(body, Limits{})
+			} else {
+				want = oracleJSON(body, Limits{})
+			}
+			if !reflect.DeepEqual(want, tc.want) {
+				t.Fatalf("reference disagrees with the table:\n ref %s\nwant %s", show(want), show(tc.want))
+			}
+		})
+	}
+}
+
+// TestBrokenOff cuts every fixture at every byte: a stream that breaks off is
+// never Complete, and whatever usage it had is reported the same however the
+// prefix was chunked.
+func TestBrokenOff(t *testing.T) {
+	for _, tc := range fixtureCases {
+		t.Run(tc.name, func(t *testing.T) {
+			body := readFixture(t, tc.file)
+			for n := 0; n <= len(body); n++ {
+				prefix := body[:n]
+				got := run(tc.ct, tc.headers, Limits{}, [][]byte{prefix}, false)
+				if got.Complete {
+					t.Fatalf("prefix of %d bytes: Complete after a broken-off stream", n)
+				}
+				if again := run(tc.ct, tc.headers, Limits{}, splitAt(prefix, n/3, 2*n/3), false); !reflect.DeepEqual(got, again) {
+					t.Fatalf("prefix of %d bytes: %s whole, %s in three", n, show(got), show(again))
+				}
+				if n == len(body) {
+					want := tc.want
+					want.Complete = false
+					if !reflect.DeepEqual(got, want) {
+						t.Fatalf("whole body broken off at the end:\n got %s\nwant %s", show(got), show(want))
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestBrokenOffKeepsWhatWasSeen(t *testing.T) {
+	anth := readFixture(t, "anthropic_stream.sse")
+	afterStart := anth[:bytes.Index(anth, []byte("event: content_block_start"))]
+	chat := readFixture(t, "openai_chat.json")
+	midCount := chat[:bytes.Index(chat, []byte(`"completion_tokens": 46`))+len(`"completion_tokens": 4`)]
+	afterCount := chat[:bytes.Index(chat, []byte(`"completion_tokens": 46`))+len(`"completion_tokens": 46,`)]
+	resp := readFixture(t, "openai_responses_stream.sse")
+	beforeCompleted := resp[:bytes.Index(resp, []byte("event: response.completed"))]
+
+	cases := []struct {
+		name string
+		ct   string
+		body []byte
+		eos  bool
+		want Usage
+	}{
+		{"anthropic after message_start", ctSSE, afterStart, false,
+			Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 5080, OutputTokens: 2, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Format: FormatAnthropicSSE}},
+		{"anthropic after message_start, ended normally", ctSSE, afterStart, true,
+			Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 5080, OutputTokens: 2, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Format: FormatAnthropicSSE}},
+		{"json cut inside a count keeps no partial count", ctJSON, midCount, false,
+			Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, Format: FormatOpenAIChat}},
+		{"json cut after the counts", ctJSON, afterCount, false,
+			Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, Format: FormatOpenAIChat}},
+		{"json cut after the counts, ended normally", ctJSON, afterCount, true,
+			Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, Format: FormatOpenAIChat}},
+		{"responses before response.completed", ctSSE, beforeCompleted, false,
+			Usage{Model: "gpt-4.1-2025-04-14", Format: FormatOpenAIResponsesSSE}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, chunks := range [][][]byte{{tc.body}, bytewise(tc.body)} {
+				if got := run(tc.ct, nil, Limits{}, chunks, tc.eos); !reflect.DeepEqual(got, tc.want) {
+					t.Fatalf("\n got %s\nwant %s", show(got), show(tc.want))
+				}
+			}
+		})
+	}
+}
+
+func TestJSONEdgeCases(t *testing.T) {
+	chat := func(in, out int64) Usage {
+		return Usage{InputTokens: in, OutputTokens: out, Complete: true, Format: FormatOpenAIChat}
+	}
+	incomplete := func(u Usage) Usage { u.Complete = false; return u }
+	cases := []struct {
+		name string
+		body string
+		want Usage
+	}{
+		{"minimal", `{"usage":{"prompt_tokens":1,"completion_tokens":2}}`, chat(1, 2)},
+		{"white space everywhere", " \r\n\t{ \"usage\" :\n{ \"prompt_tokens\" : 1 ,\t\"completion_tokens\" : 2 } }\n\n", chat(1, 2)},
+		{"escaped keys", `{"\u0075sage":{"prompt\u005ftokens":1,"completion_tokens":2}}`, chat(1, 2)},
+		{"escaped model", `{"model":"gpt-4o\/mini \"x\" \u00e9\ud83d\ude00","usage":{"prompt_tokens":1,"completion_tokens":2}}`,
+			Usage{Model: "gpt-4o/mini \"x\" é😀", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
+		{"lone surrogate becomes U+FFFD", `{"model":"a\ud800b\udc00\ud800\u0041","usage":{"prompt_tokens":1,"completion_tokens":2}}`,
+			Usage{Model: "a\uFFFDb\uFFFD\uFFFDA", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
+		{"invalid utf-8 in model becomes U+FFFD", "{\"model\":\"m\xff\xfe\",\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}",
+			Usage{Model: "m\uFFFD\uFFFD", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
+		{"model too long is dropped", `{"model":"` + strings.Repeat("m", 257) + `","usage":{"prompt_tokens":1,"completion_tokens":2}}`, chat(1, 2)},
+		{"model of 256 bytes is kept", `{"model":"` + strings.Repeat("m", 256) + `","usage":{"prompt_tokens":1,"completion_tokens":2}}`,
+			Usage{Model: strings.Repeat("m", 256), InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
+		{"model not a string", `{"model":["gpt"],"usage":{"prompt_tokens":1,"completion_tokens":2}}`, chat(1, 2)},
+		{"duplicate usage: the last wins whole", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":{"prompt_tokens":3}}`,
+			Usage{InputTokens: 3, Format: FormatOpenAIChat}},
+		{"duplicate count: the last wins", `{"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens":7}}`, chat(7, 2)},
+		{"count then invalid count", `{"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens":"7"}}`, incomplete(Usage{OutputTokens: 2, Format: FormatOpenAIChat})},
+		{"usage then null", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":null}`, Usage{}},
+		{"usage null", `{"object":"chat.completion","model":"m","usage":null}`, Usage{Model: "m", Format: FormatOpenAIChat}},
+		{"float count", `{"usage":{"prompt_tokens":1.0,"completion_tokens":2}}`, incomplete(Usage{OutputTokens: 2, Format: FormatOpenAIChat})},
+		{"exponent count", `{"usage":{"prompt_tokens":1e2,"completion_tokens":2}}`, incomplete(Usage{OutputTokens: 2, Format: FormatOpenAIChat})},
+		{"negative count", `{"usage":{"prompt_tokens":-1,"completion_tokens":2}}`, incomplete(Usage{OutputTokens: 2, Format: FormatOpenAIChat})},
+		{"largest count", `{"usage":{"prompt_tokens":9223372036854775807,"completion_tokens":2}}`, chat(9223372036854775807, 2)},
+		{"overflowing count", `{"usage":{"prompt_tokens":9223372036854775808,"completion_tokens":2}}`, incomplete(Usage{OutputTokens: 2, Format: FormatOpenAIChat})},
+		{"anthropic input sum overflows", `{"type":"message","usage":{"input_tokens":9223372036854775807,"cache_read_input_tokens":1,"output_tokens":2}}`,
+			Usage{OutputTokens: 2, CachedInputTokens: 1, Format: FormatAnthropicMessages}},
+		{"usage nested deeper is not ours", `{"choices":[{"usage":{"prompt_tokens":1,"completion_tokens":2}}]}`, Usage{}},
+		{"usage in an array at the top", `[{"usage":{"prompt_tokens":1,"completion_tokens":2}}]`, Usage{}},
+		{"responses shape without object", `{"usage":{"input_tokens":5,"output_tokens":6}}`,
+			Usage{InputTokens: 5, OutputTokens: 6, Complete: true, Format: FormatOpenAIResponses}},
+		{"anthropic shape without type", `{"usage":{"input_tokens":5,"cache_read_input_tokens":0,"output_tokens":6}}`,
+			Usage{InputTokens: 5, OutputTokens: 6, Complete: true, Format: FormatAnthropicMessages}},
+		{"trailing garbage", `{"usage":{"prompt_tokens":1,"completion_tokens":2}} x`, incomplete(chat(1, 2))},
+		{"two documents", `{"usage":{"prompt_tokens":1,"completion_tokens":2}}{}`, incomplete(chat(1, 2))},
+		{"missing close", `{"usage":{"prompt_tokens":1,"completion_tokens":2}`, incomplete(chat(1, 2))},
+		{"trailing comma", `{"usage":{"prompt_tokens":1,"completion_tokens":2,}}`, incomplete(chat(1, 2))},
+		{"bad escape", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"x":"\q"}`, incomplete(chat(1, 2))},
+		{"control character in string", "{\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2},\"x\":\"a\nb\"}", incomplete(chat(1, 2))},
+		{"bad literal", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"x":nul}`, incomplete(chat(1, 2))},
+		{"bad number", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"x":01}`, incomplete(chat(1, 2))},
+		{"empty body", ``, Usage{}},
+		{"white space only", " \n ", Usage{}},
+		{"not json", `<html><body>502 Bad Gateway</body></html>`, Usage{}},
+		{"deep nesting within the limit", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"x":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `}`, chat(1, 2)},
+		{"deep nesting past the limit", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"x":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`, incomplete(chat(1, 2))},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(tc.body)
+			if len(body) < 2000 {
+				checkSplits(t, ctJSON, nil, body, tc.want)
+			} else if got := run(ctJSON, nil, Limits{}, randomSplit(body, rand.New(rand.NewPCG(1, 2))), true); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("\n got %s\nwant %s", show(got), show(tc.want))
+			}
+		})
+	}
+}
+
+func TestSSEEdgeCases(t *testing.T) {
+	usage := `{"object":"chat.completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}`
+	done := Usage{Model: "m", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChatSSE}
+	cases := []struct {
+		name string
+		body string
+		want Usage
+	}{
+		{"no space after colon", "data:" + usage + "\n\n", done},
+		{"last event without blank line", "data: " + usage, done},
+		{"events without blank lines between them", "data: {\"object\":\"chat.completion.chunk\",\"usage\":null}\ndata: " + usage + "\ndata: [DONE]\n", done},
+		{"two spaces: JSON does not mind", "data:  " + usage + "\n\n", done},
+		{"field name with trailing space is another field", "data : " + usage + "\n\n", Usage{}},
+		{"event and id fields are skipped", "event: x\nid: 7\nretry: 10\n: comment\ndata: " + usage + "\n\n", done},
+		{"event split over data lines", "data: {\"object\":\"chat.completion.chunk\",\ndata:\"model\":\"m\",\"choices\":[],\ndata\ndata: \"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\n", done},
+		{"malformed event is skipped", "data: {\"object\":\"chat.completion.chunk\",\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6}\n\ndata: [DONE]\n\n",
+			Usage{}},
+		{"an event cut by a blank line is dropped", "data: {\"object\":\"chat.completion.chunk\",\n\ndata: \"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6}}\n\n", Usage{}},
+		{"the last usage wins", "data: " + usage + "\n\ndata: {\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n",
+			Usage{Model: "m", InputTokens: 3, OutputTokens: 4, Complete: true, Format: FormatOpenAIChatSSE}},
+		{"usage null after usage changes nothing", "data: " + usage + "\n\ndata: {\"object\":\"chat.completion.chunk\",\"usage\":null}\n\n", done},
+		{"partial usage is not final", "data: {\"object\":\"chat.completion.chunk\",\"usage\":{\"prompt_tokens\":3}}\n\n",
+			Usage{InputTokens: 3, Format: FormatOpenAIChatSSE}},
+		{"responses usage outside a terminal event is not final",
+			"data: {\"type\":\"response.in_progress\",\"response\":{\"model\":\"r\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n",
+			Usage{Model: "r", InputTokens: 1, OutputTokens: 2, Format: FormatOpenAIResponsesSSE}},
+		{"responses failed with usage is final",
+			"data: {\"type\":\"response.failed\",\"response\":{\"model\":\"r\",\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n",
+			Usage{Model: "r", InputTokens: 1, Complete: true, Format: FormatOpenAIResponsesSSE}},
+		{"anthropic delta without start has no input",
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n",
+			Usage{OutputTokens: 9, Format: FormatAnthropicSSE}},
+		{"anthropic delta with input only",
+			"data: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":4,\"output_tokens\":null}}\n\n",
+			Usage{InputTokens: 4, Format: FormatAnthropicSSE}},
+		{"anthropic start with usage in the wrong place",
+			"data: {\"type\":\"message_start\",\"usage\":{\"input_tokens\":4,\"output_tokens\":1},\"message\":{\"model\":\"c\"}}\n\n",
+			Usage{Model: "c", Format: FormatAnthropicSSE}},
+		{"a shape change starts over",
+			"data: {\"type\":\"message_start\",\"message\":{\"model\":\"c\",\"usage\":{\"input_tokens\":4,\"output_tokens\":1}}}\n\ndata: " + usage + "\n\n", done},
+		{"unknown events change nothing", "data: " + usage + "\n\ndata: {\"type\":\"error\",\"error\":{}}\n\ndata: 42\n\ndata: \"x\"\n\n", done},
+		{"only comments", ": a\n: b\n\n", Usage{}},
+		{"a leading BOM is dropped", "\xef\xbb\xbfdata: " + usage + "\n\n", done},
+		{"only one BOM is dropped", "\xef\xbb\xbf\xef\xbb\xbfdata: " + usage + "\n\n", Usage{}},
+		{"a partial BOM starts another field", "\xef\xbbdata: " + usage + "\n\n", Usage{}},
+		{"a partial BOM alone on its line", "\xef\xbb\ndata: " + usage + "\n\n", done},
+		{"empty", "", Usage{}},
+		{"binary noise", "\x00\xff\xfe\r\r\n\n:::\xef\xbb\xbf", Usage{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			checkSplits(t, ctSSE, nil, []byte(tc.body), tc.want)
+			if ref := oracleSSE([]byte(tc.body), Limits{}); !reflect.DeepEqual(ref, tc.want) {
+				t.Fatalf("reference:\n got %s\nwant %s", show(ref), show(tc.want))
+			}
+		})
+	}
+}
+
+func TestCostHeaders(t *testing.T) {
+	cases := []struct {
+		name    string
+		headers map[string]string
+		want    *int64
+	}{
+		{"none", nil, nil},
+		{"micro", map[string]string{HeaderCostMicroUSD: "1234"}, i64(1234)},
+		{"micro zero", map[string]string{HeaderCostMicroUSD: "0"}, i64(0)},
+		{"micro with spaces", map[string]string{HeaderCostMicroUSD: " 7 "}, i64(7)},
+		{"micro max", map[string]string{HeaderCostMicroUSD: "9223372036854775807"}, i64(9223372036854775807)},
+		{"micro overflow", map[string]string{HeaderCostMicroUSD: "9223372036854775808"}, nil},
+		{"micro negative", map[string]string{HeaderCostMicroUSD: "-5"}, nil},
+		{"micro decimal", map[string]string{HeaderCostMicroUSD: "5.0"}, nil},
+		{"usd whole", map[string]string{HeaderCostUSD: "2"}, i64(2_000_000)},
+		{"usd fraction", map[string]string{HeaderCostUSD: "0.001234"}, i64(1234)},
+		{"usd leading zeros", map[string]string{HeaderCostUSD: "00.5"}, i64(500_000)},
+		{"usd sub-micro rounds up", map[string]string{HeaderCostUSD: "0.0000001"}, i64(1)},
+		{"usd sub-micro zeros are exact", map[string]string{HeaderCostUSD: "0.0012340000"}, i64(1234)},
+		{"usd many digits round up", map[string]string{HeaderCostUSD: "0.00123400000000000001"}, i64(1235)},
+		{"usd exponent", map[string]string{HeaderCostUSD: "1.5e-05"}, i64(15)},
+		{"usd exponent upper case and plus", map[string]string{HeaderCostUSD: "2E+2"}, i64(200_000_000)},
+		{"usd exponent rounds up", map[string]string{HeaderCostUSD: "1.23e-7"}, i64(1)},
+		{"usd tiny exponent rounds up", map[string]string{HeaderCostUSD: "5e-99"}, i64(1)},
+		{"usd zero with exponent", map[string]string{HeaderCostUSD: "0.0e-99"}, i64(0)},
+		{"usd max", map[string]string{HeaderCostUSD: "9223372036854.775807"}, i64(9223372036854775807)},
+		{"usd overflow", map[string]string{HeaderCostUSD: "9223372036854.775808"}, nil},
+		{"usd overflow by rounding", map[string]string{HeaderCostUSD: "9223372036854.7758071"}, nil},
+		{"usd overflow by exponent", map[string]string{HeaderCostUSD: "1e99"}, nil},
+		{"usd negative", map[string]string{HeaderCostUSD: "-0.5"}, nil},
+		{"usd plus sign", map[string]string{HeaderCostUSD: "+0.5"}, nil},
+		{"usd no whole part", map[string]string{HeaderCostUSD: ".5"}, nil},
+		{"usd no fraction digits", map[string]string{HeaderCostUSD: "5."}, nil},
+		{"usd three-digit exponent", map[string]string{HeaderCostUSD: "5e100"}, nil},
+		{"usd empty exponent", map[string]string{HeaderCostUSD: "5e"}, nil},
+		{"usd NaN", map[string]string{HeaderCostUSD: "NaN"}, nil},
+		{"usd Inf", map[string]string{HeaderCostUSD: "Inf"}, nil},
+		{"usd with unit", map[string]string{HeaderCostUSD: "0.5 USD"}, nil},
+		{"usd too long", map[string]string{HeaderCostUSD: "0." + strings.Repeat("0", 70)}, nil},
+		{"invalid micro falls back to usd", map[string]string{HeaderCostMicroUSD: "x", HeaderCostUSD: "0.25"}, i64(250_000)},
+		{"header names are lower-case", map[string]string{"X-Upstream-Cost-USD": "1"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := New(ctJSON, tc.headers, Limits{}).Finish(true).CostMicroUSD
+			if (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
+				g, w := "nil", "nil"
+				if got != nil {
+					g = fmt.Sprint(*got)
+				}
+				if tc.want != nil {
+					w = fmt.Sprint(*tc.want)
+				}
+				t.Fatalf("got %s, want %s", g, w)
+			}
+		})
+	}
+}
+
+func TestFinish(t *testing.T) {
+	e := New(ctJSON, nil, Limits{})
+	if err := e.Write([]byte(`{"usage":{"prompt_tokens":1,"completion_tokens":2}}`)); err != nil {
+		t.Fatal(err)
+	}
+	first := e.Finish(true)
+	if !first.Complete {
+		t.Fatalf("not complete: %s", show(first))
+	}
+	if err := e.Write([]byte(" ")); !errors.Is(err, ErrFinished) {
+		t.Fatalf("Write after Finish: %v, want ErrFinished", err)
+	}
+	if again := e.Finish(false); !reflect.DeepEqual(again, first) {
+		t.Fatalf("second Finish: %s, first %s", show(again), show(first))
+	}
+}
+
+func TestLimits(t *testing.T) {
+	body := []byte(`{"model":"abcdefgh","usage":{"prompt_tokens":1,"completion_tokens":2},"x":[[[]]]}`)
+	cases := []struct {
+		lim  Limits
+		want Usage
+	}{
+		{Limits{MaxModelBytes: 8}, Usage{Model: "abcdefgh", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
+		{Limits{MaxModelBytes: 7}, Usage{InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
+		{Limits{MaxDepth: 4}, Usage{Model: "abcdefgh", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
+		{Limits{MaxDepth: 3}, Usage{Model: "abcdefgh", InputTokens: 1, OutputTokens: 2, Format: FormatOpenAIChat}},
+	}
+	for _, tc := range cases {
+		for _, chunks := range [][][]byte{{body}, bytewise(body)} {
+			if got := run(ctJSON, nil, tc.lim, chunks, true); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("%+v:\n got %s\nwant %s", tc.lim, show(got), show(tc.want))
+			}
+		}
+	}
+}
+
+// TestWriteDoesNotAllocate keeps the per-chunk path free of allocations.
+func TestWriteDoesNotAllocate(t *testing.T) {
+	for _, file := range []string{"openai_chat_stream.sse", "anthropic_stream.sse", "openai_responses_stream.sse", "openai_chat.json"} {
+		body := readFixture(t, file)
+		chunks := randomSplit(body, rand.New(rand.NewPCG(3, 4)))
+		ct := ctSSE
+		if strings.HasSuffix(file, ".json") {
+			ct = ctJSON
+		}
+		var e *Extractor
+		allocs := testing.AllocsPerRun(20, func() {
+			e = New(ct, nil, Limits{})
+			for _, c := range chunks {
+				_ = e.Write(c)
+			}
+		})
+		// New allocates the Extractor and its string buffers; Write nothing.
+		if allocs > 2 {
+			t.Errorf("%s: %v allocations for New and %d writes", file, allocs, len(chunks))
+		}
+	}
+}
