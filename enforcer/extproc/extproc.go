@@ -129,6 +129,7 @@ func (st *stream) finish(endOfStream bool) {
 	if st.ext != nil {
 		got := st.ext.Finish(endOfStream)
 		u.Model, u.InputTokens, u.OutputTokens, u.CachedTokens = got.Model, got.InputTokens, got.OutputTokens, got.CachedInputTokens
+		u.CacheCreationTokens = got.CacheCreationInputTokens
 		u.UpstreamCostMicroUSD = got.CostMicroUSD
 		u.Complete = got.Complete
 	}

@@ -33,8 +33,11 @@ type Request struct {
 
 // Usage is what the end of a response told about its cost.
 type Usage struct {
-	Model                                   string
-	InputTokens, OutputTokens, CachedTokens int64
+	Model                     string
+	InputTokens, OutputTokens int64
+	// CachedTokens and CacheCreationTokens are the parts of InputTokens read from and
+	// written to a prompt cache.
+	CachedTokens, CacheCreationTokens int64
 	// UpstreamCostMicroUSD, when not nil, wins over the catalog price.
 	UpstreamCostMicroUSD *int64
 	// Complete is false when the response broke off or carried no usage.
@@ -121,15 +124,16 @@ func (t *Tracker) Len() int { return int(t.count.Load()) }
 // the control plane's final answer.
 func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 	item := &internalv1.SettleItem{
-		RequestId:            id,
-		Model:                u.Model,
-		InputTokens:          u.InputTokens,
-		OutputTokens:         u.OutputTokens,
-		CachedInputTokens:    u.CachedTokens,
-		UpstreamCostMicroUsd: u.UpstreamCostMicroUSD,
-		Complete:             u.Complete,
-		FinishedAtUnixMs:     t.clk.Now().UnixMilli(),
-		UpstreamStatus:       u.UpstreamStatus,
+		RequestId:                id,
+		Model:                    u.Model,
+		InputTokens:              u.InputTokens,
+		OutputTokens:             u.OutputTokens,
+		CachedInputTokens:        u.CachedTokens,
+		CacheCreationInputTokens: u.CacheCreationTokens,
+		UpstreamCostMicroUsd:     u.UpstreamCostMicroUSD,
+		Complete:                 u.Complete,
+		FinishedAtUnixMs:         t.clk.Now().UnixMilli(),
+		UpstreamStatus:           u.UpstreamStatus,
 	}
 	var res *settleq.Reservation
 	if r := t.take(id); r != nil {
