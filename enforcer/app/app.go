@@ -189,7 +189,7 @@ func New(d Deps) *Enforcer {
 	}
 	cfg, m, log := d.Config, d.Metrics, d.Log
 	e := &Enforcer{cfg: cfg, log: log, reg: d.Registry, rdb: d.Redis, layout: d.Layout, Metrics: m}
-	e.Settle = settleq.New(d.ControlPlane, settleq.Config{Capacity: cfg.SettleCapacity, Workers: d.SettleWorkers}, m, log, d.Clock)
+	e.Settle = settleq.New(d.ControlPlane, settleq.Config{Capacity: cfg.SettleCapacity, Workers: d.SettleWorkers}, m, log)
 	e.Tracker = inflight.New(e.Settle, d.Clock, m, log)
 	e.Starts = startq.New(d.ControlPlane, e.Settle, startq.Config{Capacity: cfg.StartCapacity, PerMember: cfg.StartPerMember,
 		Deadline: cfg.StartDeadline, Workers: d.StartWorkers}, e.Tracker.SettleOrphan, m, log)
@@ -203,7 +203,7 @@ func New(d Deps) *Enforcer {
 	extprocv3.RegisterExternalProcessorServer(e.GRPC, extproc.New(e.Tracker, m, usage.Limits{}))
 	e.Health = health.NewServer()
 	healthpb.RegisterHealthServer(e.GRPC, e.Health)
-	e.HTTP = httpcheck.New(e.Gate, e.Tracker, httpcheck.Config{InternalToken: cfg.InternalToken}, log)
+	e.HTTP = httpcheck.New(e.Gate, e.Tracker, httpcheck.Config{InternalToken: cfg.InternalToken, SettleWait: cfg.SettleWait}, log)
 
 	admin := http.NewServeMux()
 	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
@@ -279,7 +279,9 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	go func() { errc <- ignoreClosed(httpSrv.Serve(lns.HTTP)) }()
 	go func() { errc <- ignoreClosed(adminSrv.Serve(lns.Admin)) }()
 	go func() { errc <- e.GRPC.Serve(lns.GRPC) }()
-	e.Health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName, extprocv3.ExternalProcessor_ServiceDesc.ServiceName} {
+		e.Health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	}
 	e.log.Info("enforcer started", "failure_mode", e.cfg.FailureMode, "controlplane", e.cfg.ControlPlaneAddr)
 
 	var runErr error

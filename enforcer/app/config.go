@@ -62,6 +62,9 @@ type Config struct {
 	// GenerationPoll is how often the mirror's generation marker is checked
 	// (TOLLGATE_ENFORCER_GENERATION_POLL).
 	GenerationPoll time.Duration
+	// SettleWait is how long POST /settle waits for the control plane's receipt before
+	// answering 202 (TOLLGATE_ENFORCER_SETTLE_WAIT).
+	SettleWait time.Duration
 }
 
 // Defaults of the address knobs.
@@ -72,6 +75,16 @@ const (
 	DefaultAdminAddr        = "127.0.0.1:9091"
 	DefaultControlPlaneAddr = "127.0.0.1:8081"
 )
+
+// DefaultConfig is the configuration with every knob at its default (no environment),
+// for tests and harnesses that build an Enforcer with New.
+func DefaultConfig() Config {
+	c, err := parseConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		panic(err) // the defaults are valid; TestDefaultConfig guards it
+	}
+	return c
+}
 
 // FailOpen reports whether infrastructure failures admit.
 func (c Config) FailOpen() bool { return c.FailureMode == "open" }
@@ -135,6 +148,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.IntVar(&c.SettleCapacity, "settle-capacity", intEnv("TOLLGATE_ENFORCER_SETTLE_CAPACITY", 100_000), "most settlements queued plus reserved (TOLLGATE_ENFORCER_SETTLE_CAPACITY)")
 	fs.DurationVar(&c.AbandonAfter, "abandon-after", durationEnv("TOLLGATE_ENFORCER_ABANDON_AFTER", 15*time.Minute), "settle as incomplete an admitted request that nobody reported within this (TOLLGATE_ENFORCER_ABANDON_AFTER)")
 	fs.DurationVar(&c.GenerationPoll, "generation-poll", durationEnv("TOLLGATE_ENFORCER_GENERATION_POLL", time.Second), "how often to check the mirror's generation marker (TOLLGATE_ENFORCER_GENERATION_POLL)")
+	fs.DurationVar(&c.SettleWait, "settle-wait", durationEnv("TOLLGATE_ENFORCER_SETTLE_WAIT", 10*time.Second), "how long POST /settle waits for the receipt before answering 202 (TOLLGATE_ENFORCER_SETTLE_WAIT)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -209,6 +223,7 @@ func (c Config) validate() []string {
 		{"TOLLGATE_ENFORCER_START_DEADLINE: must be positive", c.StartDeadline > 0},
 		{"TOLLGATE_ENFORCER_SETTLE_CAPACITY: must be at least the start capacity (every queued start reserves a settlement)", c.SettleCapacity >= c.StartCapacity},
 		{"TOLLGATE_ENFORCER_ABANDON_AFTER: must be at least 1m", c.AbandonAfter >= time.Minute},
+		{"TOLLGATE_ENFORCER_SETTLE_WAIT: must be positive", c.SettleWait > 0},
 		{"TOLLGATE_ENFORCER_GENERATION_POLL: must be between 10ms and 1m", c.GenerationPoll >= 10*time.Millisecond && c.GenerationPoll <= time.Minute},
 	}
 	for _, x := range positive {

@@ -112,7 +112,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		SettlementLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_enforcer_settlement_lag_seconds",
-			Help:    "Time from a response's end to the control plane's answer for its settlement.",
+			Help:    "Time from queueing a settlement (the response's end) to the control plane's final answer for it.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
 		InflightRequests: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
-	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
@@ -98,7 +97,6 @@ type Queue struct {
 	client  Settler
 	m       *metrics.Metrics
 	log     *slog.Logger
-	clk     clock.Clock
 	signal  chan struct{}
 	workers sync.WaitGroup
 
@@ -122,9 +120,10 @@ type entry struct {
 	solo bool
 }
 
-// New returns a queue; nothing is sent until Run.
-func New(client Settler, cfg Config, m *metrics.Metrics, log *slog.Logger, clk clock.Clock) *Queue {
-	return &Queue{cfg: cfg.withDefaults(), client: client, m: m, log: log, clk: clk,
+// New returns a queue; nothing is sent until Run. Scheduling (backoff, age, lag) uses
+// the wall clock: it is about this process's work, not about accounting time.
+func New(client Settler, cfg Config, m *metrics.Metrics, log *slog.Logger) *Queue {
+	return &Queue{cfg: cfg.withDefaults(), client: client, m: m, log: log,
 		signal: make(chan struct{}, 1), idle: make(chan struct{})}
 }
 
@@ -166,7 +165,7 @@ func (q *Queue) lenLocked() int { return len(q.ready) + len(q.delayed) + q.infli
 // or fails with ErrFull, which is logged loudly and counted here. done, if not nil, is
 // called once with the final result, from a worker goroutine.
 func (q *Queue) Enqueue(item *internalv1.SettleItem, res *Reservation, done func(Result)) error {
-	now := q.clk.Now()
+	now := time.Now()
 	e := &entry{item: item, done: done, queued: now, next: now}
 	q.mu.Lock()
 	if res != nil && res.q == q && res.used.CompareAndSwap(false, true) {
@@ -247,7 +246,7 @@ func (q *Queue) work(ctx context.Context) {
 func (q *Queue) take(force bool) ([]*entry, time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := q.clk.Now()
+	now := time.Now()
 	wait := time.Hour
 	keep := q.delayed[:0]
 	for _, e := range q.delayed {
@@ -292,7 +291,7 @@ func (q *Queue) send(ctx context.Context, batch []*entry) {
 	callCtx, cancel := context.WithTimeout(ctx, q.cfg.CallTimeout)
 	resp, err := q.client.Settle(callCtx, req)
 	cancel()
-	now := q.clk.Now()
+	now := time.Now()
 	if err != nil {
 		solo := status.Code(err) == codes.InvalidArgument
 		if solo && len(batch) == 1 {
@@ -375,11 +374,7 @@ func (q *Queue) finish(e *entry, r Result, now time.Time) {
 	q.mu.Unlock()
 	outcome := outcomeLabel(r.Outcome)
 	q.m.Settlements.WithLabelValues(outcome).Inc()
-	finished := e.queued
-	if ms := e.item.GetFinishedAtUnixMs(); ms > 0 {
-		finished = time.UnixMilli(ms)
-	}
-	q.m.SettlementLag.Observe(now.Sub(finished).Seconds())
+	q.m.SettlementLag.Observe(now.Sub(e.queued).Seconds())
 	switch r.Outcome {
 	case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE,
 		internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED:
@@ -436,7 +431,7 @@ func (q *Queue) Drain(ctx context.Context) {
 			}
 		}
 	}
-	now := q.clk.Now()
+	now := time.Now()
 	for {
 		q.mu.Lock()
 		left := append(q.ready, q.delayed...)
