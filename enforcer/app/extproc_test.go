@@ -213,3 +213,34 @@ func TestSettlementsReachTheNextCheck(t *testing.T) {
 		t.Fatalf("blocked at %d", used)
 	}
 }
+
+func TestShutdownSettlesCutStreamsAsIncomplete(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{Config: func(c *appConfig) { c.ShutdownTimeout = 300 * time.Millisecond }})
+	e.CP.SetPrice("gpt-4o-mini-2024-07-18", 1, 1)
+	w := newMember(e, dayLimit(1*usd, true))
+	reqID, _ := requestID(t, e, w.key)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := e.ExtProc.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: enforcertest.HeaderMap("x-service-request-id", reqID)}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: enforcertest.HeaderMap(":status", "200", "content-type", "text/event-stream")}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(openAISSE[:300])}}},
+	} {
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// SIGTERM while the response is still streaming: the drain waits, then cuts it.
+	e.Stop()
+	rc := e.CP.Receipt(reqID)
+	if rc == nil || rc.Item.GetComplete() || rc.Item.GetModel() != "gpt-4o-mini-2024-07-18" || e.CP.Pending(w.member) != 0 {
+		t.Fatalf("cut stream: %+v", rc)
+	}
+}

@@ -66,6 +66,7 @@ type Env struct {
 	Logs     *SyncBuffer
 
 	GRPCAddr, HTTPURL, AdminURL string
+	stop                        func()
 	Authz                       authv3.AuthorizationClient
 	ExtProc                     extprocv3.ExternalProcessorClient
 }
@@ -131,14 +132,18 @@ func New(t testing.TB, opts Options) *Env {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Enforcer.Serve(ctx, lns) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("enforcer did not stop")
-		}
-	})
+	var once sync.Once
+	e.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Error("enforcer did not stop")
+			}
+		})
+	}
+	t.Cleanup(e.stop)
 	conn, err := grpc.NewClient(e.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +164,9 @@ func New(t testing.TB, opts Options) *Env {
 	}
 	return e
 }
+
+// Stop shuts the enforcer down (SIGTERM) and waits until it has drained.
+func (e *Env) Stop() { e.stop() }
 
 // CheckRequest builds a CheckRequest as Envoy fills it: request attributes with the
 // headers in a map with lower-cased keys, pseudo-headers included.
