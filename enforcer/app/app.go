@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -198,7 +199,7 @@ func New(d Deps) *Enforcer {
 	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
 		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen()})
 
-	e.GRPC = grpc.NewServer()
+	e.GRPC = grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	authv3.RegisterAuthorizationServer(e.GRPC, authz.New(e.Gate))
 	extprocv3.RegisterExternalProcessorServer(e.GRPC, extproc.New(e.Tracker, m, usage.Limits{}))
 	e.Health = health.NewServer()
@@ -269,7 +270,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	startCtx, stopStarts := context.WithCancel(context.WithoutCancel(ctx))
 	startsDone := make(chan struct{})
 	go func() { e.Starts.Run(startCtx); close(startsDone) }()
-	goBG(e.Records.Watch)
+	goBG(e.Records.Run)
 	goBG(func(ctx context.Context) { e.Identity.Watch(ctx, e.rdb, e.layout, nil) })
 	goBG(func(ctx context.Context) { e.Tracker.RunReaper(ctx, time.Minute, e.cfg.AbandonAfter) })
 

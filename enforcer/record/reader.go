@@ -38,11 +38,16 @@ type Config struct {
 	ResolveTimeout time.Duration
 	// LastKnown bounds the per-member records kept for fail-open admission.
 	LastKnown int
+	// PipelineWorkers and PipelineMax shape the read batching: concurrent checks' reads
+	// are sent together, up to PipelineMax per round trip, with at most PipelineWorkers
+	// round trips in flight. PipelineWorkers < 0 turns batching off.
+	PipelineWorkers, PipelineMax int
 }
 
 // DefaultConfig: a flushed Redis is noticed within a second; until then a flushed
 // record is simply missing, which resolves as well.
-var DefaultConfig = Config{GenerationPoll: time.Second, ResolveTimeout: 2 * time.Second, LastKnown: 100_000}
+var DefaultConfig = Config{GenerationPoll: time.Second, ResolveTimeout: 2 * time.Second, LastKnown: 100_000,
+	PipelineWorkers: 4, PipelineMax: 64}
 
 // Reader reads member records.
 type Reader struct {
@@ -57,6 +62,10 @@ type Reader struct {
 	// gen is the generation last seen; nil until the first successful poll.
 	gen   atomic.Pointer[string]
 	nudge chan struct{}
+
+	// reads feeds the pipelining workers while Run is running (batching on).
+	reads    chan *readReq
+	batching atomic.Bool
 
 	seed   maphash.Seed
 	shards [32]lastShard
@@ -81,8 +90,15 @@ func New(rdb redis.UniversalClient, layout mirror.Layout, cp Resolver, cfg Confi
 	if cfg.LastKnown <= 0 {
 		cfg.LastKnown = DefaultConfig.LastKnown
 	}
+	if cfg.PipelineWorkers == 0 {
+		cfg.PipelineWorkers = DefaultConfig.PipelineWorkers
+	}
+	if cfg.PipelineMax <= 0 {
+		cfg.PipelineMax = DefaultConfig.PipelineMax
+	}
 	r := &Reader{rdb: rdb, layout: layout, cp: cp, cfg: cfg, m: m, log: log, nudge: make(chan struct{}, 1),
-		seed: maphash.MakeSeed(), fromRedis: m.RecordReads.WithLabelValues("redis"),
+		reads: make(chan *readReq, 4096),
+		seed:  maphash.MakeSeed(), fromRedis: m.RecordReads.WithLabelValues("redis"),
 		fromResolve: m.RecordReads.WithLabelValues("resolve"), redisErrors: m.RedisErrors,
 		readTime: m.RedisDuration.WithLabelValues("read_record")}
 	for i := range r.shards {
@@ -115,9 +131,7 @@ func (r *Reader) Read(ctx context.Context, orgID, memberID string) (Record, erro
 		// resyncs, so skip the pointless read.
 		return r.Resolve(ctx, orgID, memberID)
 	}
-	start := time.Now()
-	rec, err := r.layout.Read(ctx, r.rdb, memberID, *gen)
-	r.readTime.Observe(time.Since(start).Seconds())
+	rec, err := r.readRedis(ctx, memberID, *gen)
 	switch {
 	case err == nil:
 		r.fromRedis.Inc()
@@ -217,9 +231,121 @@ func (r *Reader) pollGeneration(ctx context.Context) (string, error) {
 	return g, nil
 }
 
-// Watch polls the generation marker until ctx is done, and sooner when a read found a
+type readReq struct {
+	member, gen string
+	done        chan readRes
+}
+
+type readRes struct {
+	rec *mirror.Record
+	err error
+}
+
+// readRedis reads one record: through the pipelining workers while they run, else
+// directly. Either way it is one round trip for this check; under load, one round trip
+// serves many checks, which saves the system calls that dominate a cached check.
+func (r *Reader) readRedis(ctx context.Context, memberID, gen string) (*mirror.Record, error) {
+	if !r.batching.Load() {
+		start := time.Now()
+		rec, err := r.layout.Read(ctx, r.rdb, memberID, gen)
+		r.readTime.Observe(time.Since(start).Seconds())
+		return rec, err
+	}
+	req := &readReq{member: memberID, gen: gen, done: make(chan readRes, 1)}
+	select {
+	case r.reads <- req:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case res := <-req.done:
+		return res.rec, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// pipeline serves read requests: it takes one, then whatever else is already waiting
+// (never waiting for more, so an idle enforcer adds no latency), and reads them all in
+// one round trip.
+func (r *Reader) pipeline(ctx context.Context) {
+	batch := make([]*readReq, 0, r.cfg.PipelineMax)
+	members := make([]string, 0, r.cfg.PipelineMax)
+	for {
+		batch, members = batch[:0], members[:0]
+		select {
+		case <-ctx.Done():
+			return
+		case req := <-r.reads:
+			batch = append(batch, req)
+		}
+	more:
+		for len(batch) < r.cfg.PipelineMax {
+			select {
+			case req := <-r.reads:
+				batch = append(batch, req)
+			default:
+				break more
+			}
+		}
+		// The read outlives any one check: it answers them all. The client's read
+		// timeout bounds it.
+		readCtx := context.WithoutCancel(ctx)
+		start := time.Now()
+		if len(batch) == 1 {
+			rec, err := r.layout.Read(readCtx, r.rdb, batch[0].member, batch[0].gen)
+			r.readTime.Observe(time.Since(start).Seconds())
+			batch[0].done <- readRes{rec, err}
+			continue
+		}
+		// One generation per batch: a request made under another (a resync racing the
+		// batch) may read as unknown and resolve, which is safe.
+		for _, q := range batch {
+			members = append(members, q.member)
+		}
+		recs, errs, err := r.layout.ReadMany(readCtx, r.rdb, members, batch[0].gen)
+		r.readTime.Observe(time.Since(start).Seconds())
+		for i, q := range batch {
+			switch {
+			case err != nil:
+				q.done <- readRes{nil, err}
+			case q.gen != batch[0].gen:
+				q.done <- readRes{nil, mirror.ErrUnknown}
+			default:
+				q.done <- readRes{recs[i], errs[i]}
+			}
+		}
+	}
+}
+
+// Run keeps the generation current and serves batched reads until ctx is done.
+func (r *Reader) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	if r.cfg.PipelineWorkers > 0 {
+		for range r.cfg.PipelineWorkers {
+			wg.Add(1)
+			go func() { defer wg.Done(); r.pipeline(ctx) }()
+		}
+		r.batching.Store(true)
+	}
+	r.watch(ctx)
+	r.batching.Store(false)
+	wg.Wait()
+	// Requests that raced the stop still get an answer.
+	for {
+		select {
+		case q := <-r.reads:
+			rec, err := r.layout.Read(context.Background(), r.rdb, q.member, q.gen)
+			q.done <- readRes{rec, err}
+		default:
+			return
+		}
+	}
+}
+
+// watch polls the generation marker until ctx is done, and sooner when a read found a
 // record of another generation.
-func (r *Reader) Watch(ctx context.Context) {
+func (r *Reader) watch(ctx context.Context) {
 	tick := time.NewTicker(r.cfg.GenerationPoll)
 	defer tick.Stop()
 	for {
