@@ -295,12 +295,16 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	e.log.Info("shutting down", "timeout", e.cfg.ShutdownTimeout)
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ShutdownTimeout)
 	defer cancel()
-	_ = httpSrv.Shutdown(shutCtx)
+	// Requests in flight get three quarters of the budget; the settle queue's drain
+	// keeps at least the last quarter, so a slow stream cannot starve it.
+	serveCtx, cancelServe := context.WithTimeout(shutCtx, e.cfg.ShutdownTimeout*3/4)
+	defer cancelServe()
+	_ = httpSrv.Shutdown(serveCtx)
 	stopped := make(chan struct{})
 	go func() { e.GRPC.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
-	case <-shutCtx.Done():
+	case <-serveCtx.Done():
 		// Streams still open are cut; their ext_proc handlers settle them as incomplete.
 		e.GRPC.Stop()
 		<-stopped

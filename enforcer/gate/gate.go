@@ -129,7 +129,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 				if ctx.Err() != nil {
 					return Answer{}, ctx.Err()
 				}
-				return g.failure("controlplane", &id, nil), nil
+				return g.failure("controlplane", &id, g.Records.LastKnown(id.MemberID)), nil
 			}
 			continue
 		}
