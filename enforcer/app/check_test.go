@@ -399,3 +399,39 @@ func TestCheckEpochChangedResolvesAndRetriesOnce(t *testing.T) {
 		t.Fatalf("%d start items, want the refused one and the retry", e.CP.StartItems.Load())
 	}
 }
+
+func TestCheckAbandonedByEnvoyLeavesItsStartUnsent(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{StartWorkers: 1})
+	slow := newMember(e)
+	w := newMember(e)
+	e.CP.StartDelay.Store(int64(400 * time.Millisecond))
+	// The only start worker is busy with a slow Start call...
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := e.Authz.Check(ctx, enforcertest.CheckRequest(map[string]string{"x-api-key": slow.key}))
+		first <- err
+	}()
+	enforcertest.WaitFor(t, "first start in flight", func() bool { return e.CP.CallCount("Start") == 1 })
+	// ...so this check's start waits in the queue until Envoy's ext_authz timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := e.Authz.Check(ctx, enforcertest.CheckRequest(map[string]string{"x-api-key": w.key}))
+	if status := grpcCode(err); status != codes.DeadlineExceeded && status != codes.Canceled {
+		t.Fatalf("abandoned check: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := e.CP.StartItems.Load(); n != 1 {
+		t.Fatalf("%d starts reached the control plane; the abandoned one must not", n)
+	}
+	if e.CP.Pending(w.member) != 0 || e.Metric("tollgate_enforcer_start_queue_rejections_total", "reason", "cancelled") != 1 {
+		t.Fatal("abandoned start not accounted as cancelled")
+	}
+	if e.Metric("tollgate_enforcer_settle_reserved") != 1 { // only the admitted first request holds one
+		t.Fatalf("reservations %v", e.Metric("tollgate_enforcer_settle_reserved"))
+	}
+}

@@ -1,6 +1,8 @@
 package app_test
 
 import (
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"net/http"
 
 	"github.com/tollgate-dev/tollgate/enforcer/app"
@@ -17,3 +19,5 @@ var (
 	httpNewRequest = func(method, url string) (*http.Request, error) { return http.NewRequest(method, url, nil) }
 	httpDo         = http.DefaultClient.Do
 )
+
+func grpcCode(err error) codes.Code { return status.Code(err) }
