@@ -96,22 +96,29 @@ func BenchmarkCheckLoad(b *testing.B) {
 		req   func(int) *authv3.CheckRequest
 		after func(context.Context, string) error
 		want  int
+		rate  float64
 	}{
 		// No credential: answered without Redis or the control plane, the floor of
 		// gRPC plus this harness on this machine.
-		{"unauthorized_floor", func(int) *authv3.CheckRequest { return noKeyReq }, nil, 401},
-		{"blocked_cached", func(int) *authv3.CheckRequest { return blockedReq }, nil, 429},
-		{"admitted_durable_start", func(i int) *authv3.CheckRequest { return admittedReqs[i%len(admittedReqs)] }, settleAtOnce(e), 200},
+		{"unauthorized_floor", func(int) *authv3.CheckRequest { return noKeyReq }, nil, 401, 0},
+		{"blocked_cached", func(int) *authv3.CheckRequest { return blockedReq }, nil, 429, 0},
+		{"admitted_durable_start", func(i int) *authv3.CheckRequest { return admittedReqs[i%len(admittedReqs)] }, settleAtOnce(e), 200, 0},
+		// The targets, as latency at a given rate rather than at saturation.
+		{"blocked_cached_at_15000_per_s", func(int) *authv3.CheckRequest { return blockedReq }, nil, 429, 15000},
+		{"admitted_durable_start_at_3000_per_s", func(i int) *authv3.CheckRequest { return admittedReqs[i%len(admittedReqs)] }, settleAtOnce(e), 200, 3000},
 	} {
 		for _, conc := range []int{50} {
 			b.Run(fmt.Sprintf("%s/c%d", bc.name, conc), func(b *testing.B) {
-				r := loadgen.Run(context.Background(), client, loadgen.Options{Concurrency: conc, Total: b.N, Request: bc.req, AfterAdmit: bc.after})
+				r := loadgen.Run(context.Background(), client, loadgen.Options{Concurrency: conc, Total: b.N, Request: bc.req, AfterAdmit: bc.after, Rate: bc.rate})
 				if r.Errors > 0 || r.ByStatus[bc.want] != r.Checks {
 					b.Fatalf("%v (first error %v)", r, r.FirstErr)
 				}
 				b.ReportMetric(r.PerSecond(), "checks/s")
 				b.ReportMetric(float64(r.P50.Microseconds())/1000, "p50-ms")
 				b.ReportMetric(float64(r.P99.Microseconds())/1000, "p99-ms")
+				if bc.rate > 0 {
+					b.ReportMetric(float64(r.Late)/float64(r.Checks)*100, "late-%")
+				}
 			})
 		}
 	}

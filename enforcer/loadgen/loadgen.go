@@ -27,6 +27,12 @@ type Options struct {
 	Total int
 	// Request returns the request of call i (it may return the same one each time).
 	Request func(i int) *authv3.CheckRequest
+	// Rate, when positive, paces the calls at this many per second (call i is due at
+	// start + i/Rate), so latency can be read at a given load rather than at saturation.
+	// Latency is measured from sending, as ghz does; Result.Late counts calls sent more
+	// than a millisecond after they were due (the generator could not keep the pace
+	// with its concurrency).
+	Rate float64
 	// AfterAdmit, when set, runs after every admitted check with the upstream request id
 	// (for example to report the response through ext_proc); its time is not counted.
 	AfterAdmit func(ctx context.Context, requestID string) error
@@ -40,6 +46,8 @@ type Result struct {
 	Elapsed  time.Duration
 	P50, P99 time.Duration
 	Max      time.Duration
+	// Late counts paced calls sent more than 1ms after they were due.
+	Late     int
 	FirstErr error
 }
 
@@ -47,8 +55,8 @@ type Result struct {
 func (r Result) PerSecond() float64 { return float64(r.Checks) / r.Elapsed.Seconds() }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d checks in %v: %.0f checks/s, p50 %v, p99 %v, max %v, statuses %v, errors %d",
-		r.Checks, r.Elapsed.Round(time.Millisecond), r.PerSecond(), r.P50, r.P99, r.Max, r.ByStatus, r.Errors)
+	return fmt.Sprintf("%d checks in %v: %.0f checks/s, p50 %v, p99 %v, max %v, statuses %v, errors %d, late %d",
+		r.Checks, r.Elapsed.Round(time.Millisecond), r.PerSecond(), r.P50, r.P99, r.Max, r.ByStatus, r.Errors, r.Late)
 }
 
 // Run drives the load.
@@ -60,6 +68,7 @@ func Run(ctx context.Context, c authv3.AuthorizationClient, o Options) Result {
 		lat      []time.Duration
 		statuses map[int]int
 		errs     int
+		late     int
 		firstErr error
 	}
 	ws := make([]*worker, o.Concurrency)
@@ -91,6 +100,14 @@ func Run(ctx context.Context, c authv3.AuthorizationClient, o Options) Result {
 				i, ok := take()
 				if !ok {
 					return
+				}
+				if o.Rate > 0 {
+					due := start.Add(time.Duration(float64(i) / o.Rate * float64(time.Second)))
+					if wait := time.Until(due); wait > 0 {
+						time.Sleep(wait)
+					} else if wait < -time.Millisecond {
+						wk.late++
+					}
 				}
 				t0 := time.Now()
 				resp, err := c.Check(runCtx, o.Request(i))
@@ -129,6 +146,7 @@ func Run(ctx context.Context, c authv3.AuthorizationClient, o Options) Result {
 	for _, wk := range ws {
 		all = append(all, wk.lat...)
 		r.Errors += wk.errs
+		r.Late += wk.late
 		if r.FirstErr == nil {
 			r.FirstErr = wk.firstErr
 		}

@@ -38,6 +38,7 @@ func main() {
 	dur := flag.Duration("d", 10*time.Second, "duration")
 	conns := flag.Int("conns", 4, "gRPC connections (Envoy opens several)")
 	report := flag.Bool("report", false, "report every admitted response through ext_proc")
+	rate := flag.Float64("rate", 0, "calls per second (0: as fast as the concurrency allows)")
 	flag.Parse()
 	if len(ks) == 0 {
 		fmt.Fprintln(os.Stderr, "checkload: at least one -key is required")
@@ -62,7 +63,7 @@ func main() {
 			Http: &authv3.AttributeContext_HttpRequest{Method: "POST", Path: "/v1/chat/completions", Host: "llm",
 				Headers: map[string]string{":method": "POST", ":path": "/v1/chat/completions", "x-api-key": k, "content-type": "application/json"}}}}}
 	}
-	o := loadgen.Options{Concurrency: *conc, Duration: *dur, Request: func(i int) *authv3.CheckRequest { return reqs[i%len(reqs)] }}
+	o := loadgen.Options{Concurrency: *conc, Duration: *dur, Rate: *rate, Request: func(i int) *authv3.CheckRequest { return reqs[i%len(reqs)] }}
 	if *report {
 		var n atomic.Int64
 		o.AfterAdmit = func(ctx context.Context, id string) error {
