@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/usage"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
 // Server implements extprocv3.ExternalProcessorServer.
@@ -71,7 +72,10 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		if id := headerValue(r.RequestHeaders.GetHeaders(), requestIDHeader); id != "" {
+		// Only an id of ours is followed: ext_authz overwrote whatever the client sent,
+		// so anything else means this route has no ext_authz in front, and settling a
+		// made-up id would only leave junk for the control plane's review.
+		if id := headerValue(r.RequestHeaders.GetHeaders(), requestIDHeader); typeid.Valid(id, gate.RequestPrefix) {
 			st.requestID = id
 			st.s.tracker.Follow(id)
 		}

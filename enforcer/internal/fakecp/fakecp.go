@@ -82,10 +82,10 @@ type Server struct {
 	layout mirror.Layout
 	clk    clock.Clock
 
-	// Fail makes a method ("Authenticate", "Resolve", "Start", "Settle") answer
-	// Unavailable while set to true.
+	// fail: method name ("Authenticate", "Resolve", "Start", "Settle") -> true while
+	// it answers Unavailable (Fail).
 	fail sync.Map
-	// Delay makes every Start call wait this long first.
+	// StartDelay (nanoseconds) makes every Start call wait this long first.
 	StartDelay atomic.Int64
 
 	Calls       sync.Map // method -> *atomic.Int64
@@ -98,7 +98,7 @@ type Server struct {
 	members     map[string]*member
 	starts      map[string]*internalv1.StartItem
 	receipts    map[string]*Receipt
-	// PricePerInputToken and PricePerOutputToken price known models in micro-USD.
+	// prices: model -> micro-USD per input token, per output token (SetPrice).
 	prices map[string][2]int64
 }
 
