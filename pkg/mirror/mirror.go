@@ -67,6 +67,35 @@ func (l Layout) Read(ctx context.Context, rdb redis.Cmdable, memberID, generatio
 	if err != nil {
 		return nil, err
 	}
+	return decode(vals, generation)
+}
+
+// ReadMany reads several members' records in one pipelined round trip (on Redis Cluster,
+// one per node involved), with the same rules as Read for each. records[i] and errs[i]
+// answer memberIDs[i]; err is set when the round trip itself failed.
+func (l Layout) ReadMany(ctx context.Context, rdb redis.Cmdable, memberIDs []string, generation string) (records []*Record, errs []error, err error) {
+	cmds := make([]*redis.SliceCmd, len(memberIDs))
+	pipe := rdb.Pipeline()
+	for i, id := range memberIDs {
+		cmds[i] = pipe.HMGet(ctx, l.MemberKey(id), "g", "r")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, err
+	}
+	records, errs = make([]*Record, len(memberIDs)), make([]error, len(memberIDs))
+	for i, c := range cmds {
+		vals, err := c.Result()
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		records[i], errs[i] = decode(vals, generation)
+	}
+	return records, errs, nil
+}
+
+// decode turns the fields of a member key into a record, or ErrUnknown.
+func decode(vals []any, generation string) (*Record, error) {
 	g, _ := vals[0].(string)
 	blob, _ := vals[1].(string)
 	if blob == "" || generation == "" || g != generation {
@@ -134,4 +163,3 @@ func SpendOf(rec *Record, timeframe string, windowStart time.Time) (int64, bool)
 	}
 	return 0, false
 }
-

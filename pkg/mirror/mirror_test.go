@@ -147,3 +147,27 @@ func TestGenerationAndInvalidations(t *testing.T) {
 		t.Fatalf("key %q", k)
 	}
 }
+
+func TestReadManyMatchesRead(t *testing.T) {
+	rdb, l := testRedis(t)
+	ctx := context.Background()
+	for _, rec := range []*Record{record("om_a", 1, "g1", 10), record("om_b", 1, "g1", 20), record("om_old", 1, "g0", 30)} {
+		if _, err := l.Write(ctx, rdb, rec, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := []string{"om_a", "om_missing", "om_b", "om_old", "om_a"}
+	recs, errs, err := l.ReadMany(ctx, rdb, ids, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		one, oneErr := l.Read(ctx, rdb, id, "g1")
+		if !errors.Is(errs[i], oneErr) && errs[i] != oneErr {
+			t.Fatalf("%s: ReadMany err %v, Read err %v", id, errs[i], oneErr)
+		}
+		if (one == nil) != (recs[i] == nil) || (one != nil && one.GetSpend()[0].GetUsedMicroUsd() != recs[i].GetSpend()[0].GetUsedMicroUsd()) {
+			t.Fatalf("%s: ReadMany %v, Read %v", id, recs[i], one)
+		}
+	}
+}

@@ -1154,8 +1154,12 @@ type SettleItem struct {
 	FinishedAtUnixMs int64 `protobuf:"varint,11,opt,name=finished_at_unix_ms,json=finishedAtUnixMs,proto3" json:"finished_at_unix_ms,omitempty"`
 	// upstream_status is the HTTP status of the upstream response (0 when unknown).
 	UpstreamStatus int32 `protobuf:"varint,12,opt,name=upstream_status,json=upstreamStatus,proto3" json:"upstream_status,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// cache_creation_input_tokens is the part of input_tokens written to a prompt cache
+	// (Anthropic's cache_creation_input_tokens; 0 elsewhere), which providers price
+	// differently from plain input. cached_input_tokens is the part read from one.
+	CacheCreationInputTokens int64 `protobuf:"varint,13,opt,name=cache_creation_input_tokens,json=cacheCreationInputTokens,proto3" json:"cache_creation_input_tokens,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1268,6 +1272,13 @@ func (x *SettleItem) GetFinishedAtUnixMs() int64 {
 func (x *SettleItem) GetUpstreamStatus() int32 {
 	if x != nil {
 		return x.UpstreamStatus
+	}
+	return 0
+}
+
+func (x *SettleItem) GetCacheCreationInputTokens() int64 {
+	if x != nil {
+		return x.CacheCreationInputTokens
 	}
 	return 0
 }
@@ -1598,7 +1609,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12)\n" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x87\x04\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xc6\x04\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -1614,7 +1625,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\bcomplete\x18\n" +
 	" \x01(\bR\bcomplete\x12-\n" +
 	"\x13finished_at_unix_ms\x18\v \x01(\x03R\x10finishedAtUnixMs\x12'\n" +
-	"\x0fupstream_status\x18\f \x01(\x05R\x0eupstreamStatusB\x1a\n" +
+	"\x0fupstream_status\x18\f \x01(\x05R\x0eupstreamStatus\x12=\n" +
+	"\x1bcache_creation_input_tokens\x18\r \x01(\x03R\x18cacheCreationInputTokensB\x1a\n" +
 	"\x18_upstream_cost_micro_usd\"G\n" +
 	"\rSettleRequest\x126\n" +
 	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\xcd\x01\n" +

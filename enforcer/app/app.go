@@ -1,0 +1,333 @@
+// Package app is the enforcer program: its configuration, the wiring of its parts and
+// the lifecycle of its servers (gRPC ext_authz + ext_proc + health, HTTP forward-auth,
+// admin). cmd/enforcer only calls Run; tests and the end-to-end harness either call Run
+// too or build an Enforcer with New from their own Redis and control-plane client.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/tollgate-dev/tollgate/enforcer/authz"
+	"github.com/tollgate-dev/tollgate/enforcer/cpclient"
+	"github.com/tollgate-dev/tollgate/enforcer/extproc"
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/httpcheck"
+	"github.com/tollgate-dev/tollgate/enforcer/identity"
+	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/record"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/startq"
+	"github.com/tollgate-dev/tollgate/enforcer/usage"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+)
+
+// IO is what the program reads and writes.
+type IO struct {
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Run runs the enforcer with the given arguments (without the program name) until ctx
+// ends, then drains.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	if len(args) > 0 && (args[0] == "help" || args[0] == "serve") {
+		if args[0] == "help" {
+			args = []string{"-h"}
+		} else {
+			args = args[1:]
+		}
+	}
+	cfg, err := parseConfig(args, getenv, stdio.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the flag package already printed the help
+	}
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stdio.Stderr)
+	if cfg.InternalToken == "" {
+		log.Warn("TOLLGATE_INTERNAL_TOKEN is empty: the control plane will refuse this enforcer unless it uses mTLS, and /settle accepts loopback callers only")
+	}
+	rdb, err := NewRedis(cfg)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+	cc, err := cpclient.Dial(cfg.ControlPlaneAddr, cpclient.Options{Token: cfg.InternalToken}, m)
+	if err != nil {
+		rdb.Close()
+		return fmt.Errorf("control plane client: %w", err)
+	}
+	e := New(Deps{Config: cfg, Redis: rdb, ControlPlane: cpclient.New(cc), Layout: mirror.Layout{Prefix: cfg.RedisPrefix},
+		Clock: clock.System{}, Log: log, Registry: reg, Metrics: m})
+	lns, err := Listen(cfg, log)
+	if err != nil {
+		cc.Close()
+		rdb.Close()
+		return err
+	}
+	err = e.Serve(ctx, lns)
+	// Pools last: the servers and queues have drained.
+	cc.Close()
+	rdb.Close()
+	log.Info("stopped")
+	return err
+}
+
+func newLogger(c Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// NewRedis builds the Redis client of the configured topology. Every key one check
+// reads shares a hash tag, so cluster mode needs nothing special from the reader.
+func NewRedis(cfg Config) (redis.UniversalClient, error) {
+	opts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("TOLLGATE_REDIS_URL: %w", err)
+	}
+	// Checks have tight budgets: fail fast rather than queue behind a dead server.
+	timeouts := func(dial, read, write *time.Duration) {
+		*dial, *read, *write = 2*time.Second, 500*time.Millisecond, 500*time.Millisecond
+	}
+	switch cfg.RedisMode {
+	case "sentinel":
+		fo := &redis.FailoverOptions{MasterName: cfg.RedisSentinelMaster, SentinelAddrs: cfg.RedisAddrs,
+			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize}
+		timeouts(&fo.DialTimeout, &fo.ReadTimeout, &fo.WriteTimeout)
+		return redis.NewFailoverClient(fo), nil
+	case "cluster":
+		co := &redis.ClusterOptions{Addrs: cfg.RedisAddrs, Username: opts.Username, Password: opts.Password,
+			TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize}
+		timeouts(&co.DialTimeout, &co.ReadTimeout, &co.WriteTimeout)
+		return redis.NewClusterClient(co), nil
+	}
+	timeouts(&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout)
+	return redis.NewClient(opts), nil
+}
+
+// Deps are what New needs.
+type Deps struct {
+	Config       Config
+	Redis        redis.UniversalClient
+	ControlPlane internalv1.AccountingClient
+	Layout       mirror.Layout
+	Clock        clock.Clock
+	Log          *slog.Logger
+	// Registry serves /metrics; Metrics must be registered on it (New creates both
+	// when Metrics is nil).
+	Registry *prometheus.Registry
+	Metrics  *metrics.Metrics
+	// StartWorkers and SettleWorkers override the queues' concurrency (0 = default).
+	StartWorkers, SettleWorkers int
+}
+
+// Enforcer is the assembled program.
+type Enforcer struct {
+	cfg      Config
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	rdb      redis.UniversalClient
+	layout   mirror.Layout
+	draining atomic.Bool
+
+	Metrics  *metrics.Metrics
+	Gate     *gate.Gate
+	Tracker  *inflight.Tracker
+	Settle   *settleq.Queue
+	Starts   *startq.Queue
+	Identity *identity.Cache
+	Records  *record.Reader
+	// GRPC serves ext_authz, ext_proc and health; HTTP serves /check and /settle;
+	// Admin serves /healthz, /readyz, /metrics.
+	GRPC   *grpc.Server
+	Health *health.Server
+	HTTP   http.Handler
+	Admin  http.Handler
+}
+
+// New wires an enforcer. Nothing runs until Serve.
+func New(d Deps) *Enforcer {
+	if d.Registry == nil {
+		d.Registry = prometheus.NewRegistry()
+	}
+	if d.Metrics == nil {
+		d.Metrics = metrics.New(d.Registry)
+	}
+	if d.Clock == nil {
+		d.Clock = clock.System{}
+	}
+	cfg, m, log := d.Config, d.Metrics, d.Log
+	e := &Enforcer{cfg: cfg, log: log, reg: d.Registry, rdb: d.Redis, layout: d.Layout, Metrics: m}
+	e.Settle = settleq.New(d.ControlPlane, settleq.Config{Capacity: cfg.SettleCapacity, Workers: d.SettleWorkers}, m, log)
+	e.Tracker = inflight.New(e.Settle, d.Clock, m, log)
+	e.Starts = startq.New(d.ControlPlane, e.Settle, startq.Config{Capacity: cfg.StartCapacity, PerMember: cfg.StartPerMember,
+		Deadline: cfg.StartDeadline, Workers: d.StartWorkers}, e.Tracker.SettleOrphan, m, log)
+	e.Identity = identity.New(d.ControlPlane, identity.Config{TTL: cfg.IdentityTTL}, d.Clock, m, log)
+	e.Records = record.New(d.Redis, d.Layout, d.ControlPlane, record.Config{GenerationPoll: cfg.GenerationPoll}, m, log)
+	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
+		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen()})
+
+	e.GRPC = grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	authv3.RegisterAuthorizationServer(e.GRPC, authz.New(e.Gate))
+	extprocv3.RegisterExternalProcessorServer(e.GRPC, extproc.New(e.Tracker, m, usage.Limits{}))
+	e.Health = health.NewServer()
+	healthpb.RegisterHealthServer(e.GRPC, e.Health)
+	e.HTTP = httpcheck.New(e.Gate, e.Tracker, httpcheck.Config{InternalToken: cfg.InternalToken, SettleWait: cfg.SettleWait}, log)
+
+	admin := http.NewServeMux()
+	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	admin.HandleFunc("GET /readyz", e.ready)
+	admin.Handle("GET /metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry}))
+	e.Admin = admin
+	return e
+}
+
+// ready: not while draining, and not while Redis is unreachable (in closed mode every
+// check would be a 503; a load balancer should prefer another enforcer).
+func (e *Enforcer) ready(w http.ResponseWriter, r *http.Request) {
+	if e.draining.Load() {
+		http.Error(w, "draining", http.StatusServiceUnavailable)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := e.rdb.Ping(ctx).Err(); err != nil && !e.cfg.FailOpen() {
+		http.Error(w, "redis unreachable", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// Listeners are the three sockets the enforcer serves.
+type Listeners struct{ GRPC, HTTP, Admin net.Listener }
+
+// Listen opens the configured addresses, logging each as `msg=listening server=<name>
+// addr=<host:port>` (tests read the chosen ports from that line).
+func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
+	var l Listeners
+	opened := []*net.Listener{&l.GRPC, &l.HTTP, &l.Admin}
+	for i, x := range []struct{ name, addr string }{{"grpc", cfg.GRPCAddr}, {"http", cfg.HTTPAddr}, {"admin", cfg.AdminAddr}} {
+		ln, err := net.Listen("tcp", x.addr)
+		if err != nil {
+			for _, o := range opened[:i] {
+				(*o).Close()
+			}
+			return Listeners{}, fmt.Errorf("listen %s on %s: %w", x.name, x.addr, err)
+		}
+		*opened[i] = ln
+		log.Info("listening", "server", x.name, "addr", ln.Addr().String())
+	}
+	return l, nil
+}
+
+// Serve runs the servers and the background work until ctx ends, then drains: report
+// not-ready, stop taking checks, let in-flight checks and response streams finish
+// under the shutdown deadline, settle what nobody will report any more, flush the
+// settle queue. It does not close the Redis or control-plane clients.
+func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	var wg sync.WaitGroup
+	goBG := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(bg) }()
+	}
+	settleCtx, stopSettle := context.WithCancel(context.WithoutCancel(ctx))
+	settleDone := make(chan struct{})
+	go func() { e.Settle.Run(settleCtx); close(settleDone) }()
+	startCtx, stopStarts := context.WithCancel(context.WithoutCancel(ctx))
+	startsDone := make(chan struct{})
+	go func() { e.Starts.Run(startCtx); close(startsDone) }()
+	goBG(e.Records.Run)
+	goBG(func(ctx context.Context) { e.Identity.Watch(ctx, e.rdb, e.layout, nil) })
+	goBG(func(ctx context.Context) { e.Tracker.RunReaper(ctx, time.Minute, e.cfg.AbandonAfter) })
+
+	httpSrv := &http.Server{Handler: e.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+	adminSrv := &http.Server{Handler: e.Admin, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 3)
+	go func() { errc <- ignoreClosed(httpSrv.Serve(lns.HTTP)) }()
+	go func() { errc <- ignoreClosed(adminSrv.Serve(lns.Admin)) }()
+	go func() { errc <- e.GRPC.Serve(lns.GRPC) }()
+	for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName, extprocv3.ExternalProcessor_ServiceDesc.ServiceName} {
+		e.Health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	}
+	e.log.Info("enforcer started", "failure_mode", e.cfg.FailureMode, "controlplane", e.cfg.ControlPlaneAddr)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	e.draining.Store(true)
+	e.Health.Shutdown() // every service NOT_SERVING: Envoy's health checks move traffic away
+	e.log.Info("shutting down", "timeout", e.cfg.ShutdownTimeout)
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ShutdownTimeout)
+	defer cancel()
+	// Requests in flight get three quarters of the budget; the settle queue's drain
+	// keeps at least the last quarter, so a slow stream cannot starve it.
+	serveCtx, cancelServe := context.WithTimeout(shutCtx, e.cfg.ShutdownTimeout*3/4)
+	defer cancelServe()
+	_ = httpSrv.Shutdown(serveCtx)
+	stopped := make(chan struct{})
+	go func() { e.GRPC.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-serveCtx.Done():
+		// Streams still open are cut; their ext_proc handlers settle them as incomplete.
+		e.GRPC.Stop()
+		<-stopped
+	}
+	// No more checks: stop the start queue, then settle every admitted request that
+	// nobody will report to this process any more, and flush.
+	stopStarts()
+	<-startsDone
+	if n := e.Tracker.SettleAll(); n > 0 {
+		e.log.Warn("settling unreported requests as incomplete at shutdown", "count", n)
+	}
+	stopSettle()
+	<-settleDone
+	e.Settle.Drain(shutCtx)
+	stopBG()
+	wg.Wait()
+	_ = adminSrv.Shutdown(shutCtx)
+	return runErr
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

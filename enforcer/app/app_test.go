@@ -1,0 +1,160 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/tollgate-dev/tollgate/enforcer/app"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/testredis"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
+)
+
+func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestDefaultConfig(t *testing.T) {
+	c := app.DefaultConfig()
+	if c.GRPCAddr != "127.0.0.1:9001" || c.HTTPAddr != "127.0.0.1:9002" || c.AdminAddr != "127.0.0.1:9091" || c.FailureMode != "closed" || c.RedisMode != "single" {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestConfigReportsEveryProblem(t *testing.T) {
+	err := app.Run(context.Background(), nil, envOf(map[string]string{
+		"TOLLGATE_REDIS_URL":                "http://x",
+		"TOLLGATE_REDIS_MODE":               "sentinel",
+		"TOLLGATE_ENFORCER_GRPC_ADDR":       "nonsense",
+		"TOLLGATE_FAILURE_MODE":             "sideways",
+		"TOLLGATE_ENFORCER_START_DEADLINE":  "soon",
+		"TOLLGATE_ENFORCER_START_CAPACITY":  "many",
+		"TOLLGATE_ENFORCER_SETTLE_CAPACITY": "10",
+	}), app.IO{Stdout: io.Discard, Stderr: io.Discard})
+	if err == nil {
+		t.Fatal("bad configuration accepted")
+	}
+	for _, want := range []string{"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_ADDRS", "TOLLGATE_REDIS_SENTINEL_MASTER", "TOLLGATE_ENFORCER_GRPC_ADDR",
+		"TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_START_DEADLINE", "TOLLGATE_ENFORCER_START_CAPACITY", "TOLLGATE_ENFORCER_SETTLE_CAPACITY"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s:\n%v", want, err)
+		}
+	}
+	// --failure-mode as a flag wins over the environment.
+	if err := app.Run(context.Background(), []string{"--failure-mode", "maybe"}, envOf(nil), app.IO{Stdout: io.Discard, Stderr: io.Discard}); err == nil ||
+		!strings.Contains(err.Error(), "TOLLGATE_FAILURE_MODE") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestHelpDocumentsEveryKnob(t *testing.T) {
+	var out bytes.Buffer
+	if err := app.Run(context.Background(), []string{"-h"}, envOf(nil), app.IO{Stdout: &out, Stderr: &out}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_ADDRS", "TOLLGATE_REDIS_SENTINEL_MASTER",
+		"TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR", "TOLLGATE_CONTROLPLANE_ADDR",
+		"TOLLGATE_INTERNAL_TOKEN", "-failure-mode", "TOLLGATE_FAILURE_MODE"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("help does not mention %s", want)
+		}
+	}
+}
+
+// TestRunServesAndDrains starts the real program (Run) against the fake control plane:
+// the shape the end-to-end test against the real control plane takes.
+func TestRunServesAndDrains(t *testing.T) {
+	rdb, layout := testredis.New(t)
+	clk := clock.NewManual(enforcertest.Start)
+	cp := fakecp.New(t, rdb, layout, clk)
+	key, _ := credential.New(credential.APIKeyPrefix)
+	cp.AddMember("org_run", "om_run")
+	cp.AddKey(key, "org_run", "om_run", "apk_run")
+	env := envOf(map[string]string{
+		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
+		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0",
+		"TOLLGATE_CONTROLPLANE_ADDR": cp.Addr, "TOLLGATE_INTERNAL_TOKEN": fakecp.Token,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &enforcertest.SyncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx, []string{"serve"}, env, app.IO{Stdout: io.Discard, Stderr: logs}) }()
+	addrs := map[string]string{}
+	re := regexp.MustCompile(`msg=listening server=(\w+) addr=(\S+)`)
+	enforcertest.WaitFor(t, "listeners", func() bool {
+		for _, m := range re.FindAllStringSubmatch(logs.String(), -1) {
+			addrs[m[1]] = m[2]
+		}
+		return len(addrs) == 3
+	})
+
+	if code, _ := enforcertest.Get(t, "http://"+addrs["admin"]+"/healthz"); code != 200 {
+		t.Fatal("healthz")
+	}
+	enforcertest.WaitFor(t, "ready", func() bool { code, _ := enforcertest.Get(t, "http://"+addrs["admin"]+"/readyz"); return code == 200 })
+	conn, err := grpc.NewClient(addrs["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, svc := range []string{"", "envoy.service.auth.v3.Authorization", "envoy.service.ext_proc.v3.ExternalProcessor"} {
+		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health %q: %v %v", svc, h, err)
+		}
+	}
+	// An admitted request through the HTTP door that nobody reports...
+	res, body := enforcertest.Get(t, "http://"+addrs["http"]+"/check")
+	if res != 401 || body != `{"error":"unauthorized"}` {
+		t.Fatalf("check without key: %d %s", res, body)
+	}
+	reqID := httpCheckURL(t, "http://"+addrs["http"]+"/check", key)
+	if code, m := enforcertest.Get(t, "http://"+addrs["admin"]+"/metrics"); code != 200 ||
+		!strings.Contains(m, `tollgate_enforcer_decisions_total{decision="admitted",reason="unlimited"} 1`) ||
+		!strings.Contains(m, "go_goroutines") {
+		t.Fatalf("metrics %d:\n%s", code, m)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	// ...is settled as incomplete during the drain, not forgotten.
+	rc := cp.Receipt(reqID)
+	if rc == nil || rc.Item.GetComplete() || cp.Pending("om_run") != 0 {
+		t.Fatalf("unreported request at shutdown: %+v pending %d", rc, cp.Pending("om_run"))
+	}
+	if !strings.Contains(logs.String(), "msg=stopped") {
+		t.Fatalf("no shutdown log:\n%s", logs.String())
+	}
+}
+
+func httpCheckURL(t *testing.T, url, key string) string {
+	t.Helper()
+	req, _ := httpNewRequest("GET", url)
+	req.Header.Set("X-Api-Key", key)
+	res, err := httpDo(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("check %d", res.StatusCode)
+	}
+	return res.Header.Get("X-Service-Request-Id")
+}

@@ -1,0 +1,125 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/enforcer/loadgen"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// benchEnv is an enforcer with one blocked member and 64 admitted members, identities
+// cached (the steady state of a busy enforcer).
+func benchEnv(b *testing.B) (*enforcertest.Env, who, []who) {
+	e := enforcertest.New(b, enforcertest.Options{Quiet: true, Config: func(c *appConfig) { c.GenerationPoll = time.Second }})
+	blocked := newMember(e, dayLimit(1*usd, true))
+	e.CP.SetSpend(blocked.member, window.Day, 2*usd)
+	var admitted []who
+	for range 64 {
+		w := newMember(e, dayLimit(1_000_000*usd, true))
+		admitted = append(admitted, w)
+	}
+	for _, w := range append([]who{blocked}, admitted...) {
+		e.Check(b, map[string]string{"x-api-key": w.key})
+	}
+	return e, blocked, admitted
+}
+
+// settleAtOnce reports every admitted request as finished, so reservations and the
+// inflight table stay bounded as in production (each check has its settlement).
+func settleAtOnce(e *enforcertest.Env) func(context.Context, string) error {
+	return func(_ context.Context, id string) error {
+		return e.Enforcer.Tracker.Finish(id, inflightUsage(100, 20), nil)
+	}
+}
+
+// BenchmarkGateCheck is one check in process (no gRPC in front), with its allocations:
+//
+//	go test -run '^$' -bench GateCheck -benchmem ./enforcer/app
+func BenchmarkGateCheck(b *testing.B) {
+	e, blocked, admitted := benchEnv(b)
+	ctx := context.Background()
+	b.Run("blocked", func(b *testing.B) {
+		cred := gate.Credentials{APIKey: blocked.key}
+		b.ReportAllocs()
+		for b.Loop() {
+			if a, _ := e.Enforcer.Gate.Check(ctx, cred); a.Status != 429 {
+				b.Fatal(a.Status)
+			}
+		}
+	})
+	b.Run("admitted_with_start", func(b *testing.B) {
+		cred := gate.Credentials{APIKey: admitted[0].key}
+		b.ReportAllocs()
+		for b.Loop() {
+			a, _ := e.Enforcer.Gate.Check(ctx, cred)
+			if a.Status != 200 {
+				b.Fatal(a.Status)
+			}
+			_ = e.Enforcer.Tracker.Finish(a.RequestID, inflightUsage(1, 1), nil)
+		}
+	})
+}
+
+// BenchmarkCheckLoad drives concurrent gRPC Check calls through the real server, as
+// Envoy does, and reports checks/s and latency percentiles:
+//
+//	go test -run '^$' -bench CheckLoad -benchtime 20000x ./enforcer/app
+func BenchmarkCheckLoad(b *testing.B) {
+	e, blocked, admitted := benchEnv(b)
+	var clients []authv3.AuthorizationClient
+	for range 4 {
+		cc, err := grpc.NewClient(e.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cc.Close() })
+		clients = append(clients, authv3.NewAuthorizationClient(cc))
+	}
+	client := loadgen.RoundRobin(clients...)
+	blockedReq := enforcertest.CheckRequest(map[string]string{"x-api-key": blocked.key})
+	noKeyReq := enforcertest.CheckRequest(nil)
+	admittedReqs := make([]*authv3.CheckRequest, len(admitted))
+	for i, w := range admitted {
+		admittedReqs[i] = enforcertest.CheckRequest(map[string]string{"x-api-key": w.key})
+	}
+	for _, bc := range []struct {
+		name  string
+		req   func(int) *authv3.CheckRequest
+		after func(context.Context, string) error
+		want  int
+		rate  float64
+	}{
+		// No credential: answered without Redis or the control plane, the floor of
+		// gRPC plus this harness on this machine.
+		{"unauthorized_floor", func(int) *authv3.CheckRequest { return noKeyReq }, nil, 401, 0},
+		{"blocked_cached", func(int) *authv3.CheckRequest { return blockedReq }, nil, 429, 0},
+		{"admitted_durable_start", func(i int) *authv3.CheckRequest { return admittedReqs[i%len(admittedReqs)] }, settleAtOnce(e), 200, 0},
+		// The targets, as latency at a given rate rather than at saturation.
+		{"blocked_cached_at_15000_per_s", func(int) *authv3.CheckRequest { return blockedReq }, nil, 429, 15000},
+		{"admitted_durable_start_at_3000_per_s", func(i int) *authv3.CheckRequest { return admittedReqs[i%len(admittedReqs)] }, settleAtOnce(e), 200, 3000},
+	} {
+		for _, conc := range []int{50} {
+			b.Run(fmt.Sprintf("%s/c%d", bc.name, conc), func(b *testing.B) {
+				r := loadgen.Run(context.Background(), client, loadgen.Options{Concurrency: conc, Total: b.N, Request: bc.req, AfterAdmit: bc.after, Rate: bc.rate})
+				if r.Errors > 0 || r.ByStatus[bc.want] != r.Checks {
+					b.Fatalf("%v (first error %v)", r, r.FirstErr)
+				}
+				b.ReportMetric(r.PerSecond(), "checks/s")
+				b.ReportMetric(float64(r.P50.Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(r.P99.Microseconds())/1000, "p99-ms")
+				if bc.rate > 0 {
+					b.ReportMetric(float64(r.Late)/float64(r.Checks)*100, "late-%")
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package app_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// TestCaddyForwardAuth runs the shipped deploy/caddy/Caddyfile with a real Caddy in front
+// of a small OpenAI-compatible upstream, the enforcer deciding through /check: a client
+// is admitted until its spend passes the hard limit, then gets the 429 with both headers.
+// The upstream reports each response's usage to /settle, as a gateway without ext_proc
+// must.
+func TestCaddyForwardAuth(t *testing.T) {
+	caddy, err := exec.LookPath("caddy")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("caddy is required under CI=true (apt-get install caddy)")
+		}
+		t.Skip("caddy not installed")
+	}
+	e := enforcertest.New(t, enforcertest.Options{})
+	e.CP.SetPrice("gpt-4o-mini", 2_000, 8_000)
+	w := newMember(e, dayLimit(1*usd, true))
+	enforcerAddr := strings.TrimPrefix(e.HTTPURL, "http://")
+
+	var mu sync.Mutex
+	var seenIDs []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Service-Request-Id")
+		mu.Lock()
+		seenIDs = append(seenIDs, id)
+		mu.Unlock()
+		if r.Header.Get("X-Api-Key") == "" {
+			http.Error(rw, "no key forwarded", 400)
+			return
+		}
+		// 100 input + 5 output tokens: 240,000 micro-USD at the prices above.
+		report, _ := json.Marshal(map[string]any{"requestId": id, "model": "gpt-4o-mini", "inputTokens": 100, "outputTokens": 5})
+		res, err := http.Post(e.HTTPURL+"/settle", "application/json", bytes.NewReader(report))
+		if err != nil || res.StatusCode != 200 {
+			http.Error(rw, fmt.Sprintf("settle failed: %v %v", err, res), 500)
+			return
+		}
+		res.Body.Close()
+		rw.Header().Set("Content-Type", "application/json")
+		io.WriteString(rw, `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":5,"total_tokens":105}}`)
+	}))
+	defer upstream.Close()
+
+	caddyAddr := freeAddr(t)
+	caddyfile, err := filepath.Abs("../../deploy/caddy/Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	var caddyLog bytes.Buffer
+	cmd := exec.Command(caddy, "run", "--config", caddyfile, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home,
+		"TOLLGATE_CADDY_ADDR="+caddyAddr, "TOLLGATE_ENFORCER_HTTP_ADDR="+enforcerAddr,
+		"TOLLGATE_UPSTREAM="+strings.TrimPrefix(upstream.URL, "http://"))
+	cmd.Stdout, cmd.Stderr = &caddyLog, &caddyLog
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", caddyAddr, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("caddy did not start:\n%s", caddyLog.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	call := func() (*http.Response, string) {
+		req, _ := http.NewRequest("POST", "http://"+caddyAddr+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","messages":[]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Api-Key", w.key)
+		req.Header.Set("X-Service-Request-Id", "req_chosenbytheclient") // must not reach the upstream
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+	admitted := 0
+	for {
+		res, body := call()
+		if res.StatusCode == 200 {
+			admitted++
+			if res.Header.Get("X-Service-Usage-State") != "within_limit" {
+				t.Fatalf("admitted response usage state %q", res.Header.Get("X-Service-Usage-State"))
+			}
+			if admitted > 10 {
+				t.Fatal("never blocked")
+			}
+			continue
+		}
+		if res.StatusCode != 429 {
+			t.Fatalf("status %d: %s\n%s", res.StatusCode, body, caddyLog.String())
+		}
+		if res.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" || res.Header.Get("X-Service-Usage-State") != "blocked" ||
+			res.Header.Get("Retry-After") != "61200" || !strings.Contains(body, `"type":"usage_limit_error"`) {
+			t.Fatalf("429 through Caddy: %v %s", res.Header, body)
+		}
+		break
+	}
+	if admitted != 5 || e.CP.Spend(w.member, window.Day) != 5*240_000 {
+		t.Fatalf("admitted %d, spend %d", admitted, e.CP.Spend(w.member, window.Day))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range seenIDs {
+		if !strings.HasPrefix(id, "req_") || id == "req_chosenbytheclient" {
+			t.Fatalf("upstream saw request id %q", id)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}

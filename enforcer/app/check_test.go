@@ -1,0 +1,437 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc/codes"
+
+	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// who is one member with one API key.
+type who struct {
+	org, member, key string
+}
+
+func newMember(e *enforcertest.Env, limits ...fakecp.Limit) who {
+	w := who{org: typeid.New(typeid.Org), member: typeid.New(typeid.Member)}
+	w.key, _ = credential.New(credential.APIKeyPrefix)
+	e.CP.AddMember(w.org, w.member, limits...)
+	e.CP.AddKey(w.key, w.org, w.member, typeid.New(typeid.APIKey))
+	return w
+}
+
+const usd = 1_000_000
+
+func dayLimit(base int64, hard bool) fakecp.Limit {
+	return fakecp.Limit{Timeframe: window.Day, PolicyID: "ulp_day", BaseMicroUSD: base, Hard: hard, AllowRequestReset: true, Revision: 3}
+}
+
+func okResponse(t *testing.T, resp *authv3.CheckResponse) *authv3.OkHttpResponse {
+	t.Helper()
+	if resp.GetStatus().GetCode() != int32(codes.OK) || resp.GetOkResponse() == nil {
+		t.Fatalf("want OK, got status %v denied %v", resp.GetStatus(), resp.GetDeniedResponse())
+	}
+	return resp.GetOkResponse()
+}
+
+func denied(t *testing.T, resp *authv3.CheckResponse, status int) *authv3.DeniedHttpResponse {
+	t.Helper()
+	d := resp.GetDeniedResponse()
+	if resp.GetStatus().GetCode() == int32(codes.OK) || d == nil {
+		t.Fatalf("want denial %d, got %v", status, resp)
+	}
+	if int(d.GetStatus().GetCode()) != status {
+		t.Fatalf("want HTTP %d, got %d (%s)", status, d.GetStatus().GetCode(), d.GetBody())
+	}
+	return d
+}
+
+func headerMap(d *authv3.DeniedHttpResponse) map[string]string {
+	m := map[string]string{}
+	for _, h := range d.GetHeaders() {
+		m[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
+	}
+	return m
+}
+
+func TestCheckAdmitsWithinLimitAfterDurableStart(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := newMember(e, dayLimit(1*usd, true))
+	e.CP.SetSpend(w.member, window.Day, 500_000)
+
+	ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key, "x-service-request-id": "req_spoofed"}))
+	if len(ok.GetHeaders()) != 1 {
+		t.Fatalf("upstream headers %v", ok.GetHeaders())
+	}
+	h := ok.GetHeaders()[0]
+	reqID := h.GetHeader().GetValue()
+	if h.GetHeader().GetKey() != "x-service-request-id" || !typeid.Valid(reqID, "req") || h.GetAppendAction().String() != "OVERWRITE_IF_EXISTS_OR_ADD" {
+		t.Fatalf("request id header %v", h)
+	}
+	if got := enforcertest.MustHeader(t, ok.GetResponseHeadersToAdd(), "X-Service-Usage-State"); got != "within_limit" {
+		t.Fatalf("usage state %q", got)
+	}
+	if !e.CP.Started(reqID) || e.CP.Pending(w.member) != 1 {
+		t.Fatalf("start not durable before OK: started=%v pending=%d", e.CP.Started(reqID), e.CP.Pending(w.member))
+	}
+	if e.Metric("tollgate_enforcer_decisions_total", "decision", "admitted", "reason", "within_limit") != 1 {
+		t.Fatal("decision not counted")
+	}
+}
+
+func TestCheckAdmissionSnapshotIsVersion2WithAllWindows(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := newMember(e, dayLimit(1*usd, true))
+	ok := okResponse(t, e.Check(t, map[string]string{"authorization": "Bearer " + w.key}))
+	reqID := ok.GetHeaders()[0].GetHeader().GetValue()
+	// Settle it to read the stored start's snapshot through the fake.
+	e.Enforcer.Tracker.Finish(reqID, inflightUsage(10, 0), nil)
+	enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
+	snap := e.CP.Receipt(reqID).Snapshot
+	if snap.GetVersion() != 2 || snap.GetAdmittedAtUnixMs() != enforcertest.Start.UnixMilli() || snap.GetTrackingVersion() != 1 || len(snap.GetBuckets()) != 3 {
+		t.Fatalf("snapshot %v", snap)
+	}
+	for i, tf := range window.Timeframes {
+		b := snap.GetBuckets()[i]
+		win := window.Of(tf, enforcertest.Start)
+		if b.GetTimeframe() != string(tf) || b.GetWindowStartUnixMs() != win.Start.UnixMilli() || b.GetWindowEndUnixMs() != win.End.UnixMilli() ||
+			b.GetBucketId() != window.BucketID(w.org, w.member, tf, win.Start) {
+			t.Errorf("%s bucket %v", tf, b)
+		}
+		wantPolicy := "unlimited"
+		if tf == window.Day {
+			wantPolicy = "ulp_day"
+		}
+		if b.GetPolicyId() != wantPolicy {
+			t.Errorf("%s policy %q", tf, b.GetPolicyId())
+		}
+	}
+	if b := snap.GetBuckets()[0]; b.GetBaseMicroUsd() != 1*usd || !b.GetHardLimit() || b.GetPolicyRevision() != 3 {
+		t.Errorf("day bucket %v", b)
+	}
+	if b := snap.GetBuckets()[1]; b.GetBaseMicroUsd() != 0 || b.GetPolicyRevision() != 0 {
+		t.Errorf("unlimited bucket %v", b)
+	}
+}
+
+func TestCheckBlockedAnswers429Exactly(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		now        time.Time
+		limits     []fakecp.Limit
+		spend      map[window.Timeframe]int64
+		retryAfter int64
+		retryAt    string
+		exhausted  []string
+	}{
+		{
+			name:   "day exhausted at noon: retry at tomorrow 05:00",
+			now:    enforcertest.Start,
+			limits: []fakecp.Limit{dayLimit(1*usd, true)},
+			spend:  map[window.Timeframe]int64{window.Day: 1 * usd},
+			// 12:00 -> 05:00 next day
+			retryAfter: 17 * 3600, retryAt: "2026-09-17T05:00:00Z", exhausted: []string{"day"},
+		},
+		{
+			name: "day and month exhausted: the latest reset wins",
+			now:  enforcertest.Start,
+			limits: []fakecp.Limit{dayLimit(1*usd, true),
+				{Timeframe: window.Month, PolicyID: "ulp_month", BaseMicroUSD: 20 * usd, Hard: true}},
+			spend:      map[window.Timeframe]int64{window.Day: 2 * usd, window.Month: 25 * usd},
+			retryAfter: int64(time.Date(2026, 10, 1, 5, 0, 0, 0, time.UTC).Sub(enforcertest.Start) / time.Second),
+			retryAt:    "2026-10-01T05:00:00Z", exhausted: []string{"day", "month"},
+		},
+		{
+			name: "exhausted soft week is not listed and does not move retryAt",
+			now:  enforcertest.Start,
+			limits: []fakecp.Limit{dayLimit(1*usd, true),
+				{Timeframe: window.Week, PolicyID: "ulp_week", BaseMicroUSD: 3 * usd, Hard: false}},
+			spend:      map[window.Timeframe]int64{window.Day: 1 * usd, window.Week: 4 * usd},
+			retryAfter: 17 * 3600, retryAt: "2026-09-17T05:00:00Z", exhausted: []string{"day"},
+		},
+		{
+			name:       "a tenth of a second before the reset: Retry-After is at least 1",
+			now:        time.Date(2026, 9, 17, 4, 59, 59, 900_000_000, time.UTC),
+			limits:     []fakecp.Limit{dayLimit(1*usd, true)},
+			spend:      map[window.Timeframe]int64{window.Day: 1 * usd},
+			retryAfter: 1, retryAt: "2026-09-17T05:00:00Z", exhausted: []string{"day"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := enforcertest.New(t, enforcertest.Options{})
+			e.Clock.Set(tc.now)
+			w := newMember(e, tc.limits...)
+			for tf, used := range tc.spend {
+				e.CP.SetSpend(w.member, tf, used)
+			}
+			d := denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
+			hs := headerMap(d)
+			want := map[string]string{"Content-Type": "application/json", "X-Service-Error-Code": "service_gateway_usage_limit_exceeded",
+				"X-Service-Usage-State": "blocked", "Retry-After": strconv.FormatInt(tc.retryAfter, 10)}
+			if len(hs) != len(want) {
+				t.Errorf("headers %v", hs)
+			}
+			for k, v := range want {
+				if hs[k] != v {
+					t.Errorf("header %s = %q, want %q", k, hs[k], v)
+				}
+			}
+			var body struct {
+				Error struct {
+					Type    string `json:"type"`
+					Code    string `json:"code"`
+					Message string `json:"message"`
+					Details struct {
+						ExhaustedBuckets []map[string]any `json:"exhaustedBuckets"`
+						RetryAt          string           `json:"retryAt"`
+					} `json:"details"`
+				} `json:"error"`
+			}
+			dec := json.NewDecoder(strings.NewReader(d.GetBody()))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&body); err != nil {
+				t.Fatalf("body %s: %v", d.GetBody(), err)
+			}
+			if body.Error.Type != "usage_limit_error" || body.Error.Code != "service_gateway_usage_limit_exceeded" || body.Error.Message == "" ||
+				body.Error.Details.RetryAt != tc.retryAt {
+				t.Errorf("body %s", d.GetBody())
+			}
+			if len(body.Error.Details.ExhaustedBuckets) != len(tc.exhausted) {
+				t.Fatalf("exhausted %v", body.Error.Details.ExhaustedBuckets)
+			}
+			for i, tf := range tc.exhausted {
+				b := body.Error.Details.ExhaustedBuckets[i]
+				win := window.Of(window.Timeframe(tf), tc.now)
+				var lim fakecp.Limit
+				for _, l := range tc.limits {
+					if string(l.Timeframe) == tf {
+						lim = l
+					}
+				}
+				want := map[string]any{"bucketId": window.BucketID(w.org, w.member, window.Timeframe(tf), win.Start), "timeframe": tf,
+					"usedMicroUsd": float64(tc.spend[window.Timeframe(tf)]), "allowanceMicroUsd": float64(lim.BaseMicroUSD),
+					"resetAt": win.End.Format(time.RFC3339), "hardLimit": true, "allowRequestReset": lim.AllowRequestReset}
+				if len(b) != len(want) {
+					t.Errorf("bucket %v", b)
+				}
+				for k, v := range want {
+					if b[k] != v {
+						t.Errorf("bucket %d %s = %v, want %v", i, k, b[k], v)
+					}
+				}
+			}
+			if e.CP.StartItems.Load() != 0 {
+				t.Error("a blocked request was started")
+			}
+		})
+	}
+}
+
+func TestCheckExtensionAdmitsAgain(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := newMember(e, dayLimit(1*usd, true))
+	e.CP.SetSpend(w.member, window.Day, 1*usd)
+	denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
+	e.CP.SetExtension(w.member, window.Day, 250_000)
+	ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key}))
+	if got := enforcertest.MustHeader(t, ok.GetResponseHeadersToAdd(), "X-Service-Usage-State"); got != "within_limit" {
+		t.Fatalf("state %q", got)
+	}
+}
+
+func TestCheckUnauthorized(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := newMember(e, dayLimit(1*usd, true))
+	removed := newMember(e)
+	e.CP.Deactivate(removed.member)
+	revoked := newMember(e)
+	okResponse(t, e.Check(t, map[string]string{"x-api-key": revoked.key})) // cached now
+	e.CP.RevokeKey(revoked.key)
+	enforcertest.WaitFor(t, "invalidation", func() bool {
+		return e.Metric("tollgate_enforcer_invalidations_total", "kind", "credential") >= 1
+	})
+	for _, tc := range []struct {
+		name    string
+		headers map[string]string
+	}{
+		{"no credential", nil},
+		{"x-api-key with Bearer prefix", map[string]string{"x-api-key": "Bearer " + w.key}},
+		{"unknown key", map[string]string{"x-api-key": "tgk_unknownunknownunknown"}},
+		{"not a tollgate key", map[string]string{"x-api-key": "sk-proj-abc"}},
+		{"authorization without Bearer", map[string]string{"authorization": w.key}},
+		{"basic auth", map[string]string{"authorization": "Basic dXNlcjpwYXNz"}},
+		{"revoked key after invalidation", map[string]string{"x-api-key": revoked.key}},
+		{"removed member", map[string]string{"x-api-key": removed.key}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := denied(t, e.Check(t, tc.headers), 401)
+			if d.GetBody() != `{"error":"unauthorized"}` {
+				t.Fatalf("body %s", d.GetBody())
+			}
+			if hs := headerMap(d); hs["X-Service-Error-Code"] != "" || hs["X-Service-Usage-State"] != "" {
+				t.Fatalf("401 carries limit headers: %v", hs)
+			}
+		})
+	}
+}
+
+func TestCheckCaptureSuspendedAnswers503(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{FailOpen: true}) // a decision, not a failure: open mode refuses too
+	w := newMember(e, dayLimit(1*usd, true))
+	e.CP.SetCapture(w.member, false)
+	d := denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 503)
+	hs := headerMap(d)
+	if hs["X-Service-Error-Code"] != "service_gateway_accounting_unavailable" || hs["X-Service-Usage-State"] != "" {
+		t.Fatalf("headers %v", hs)
+	}
+	if !strings.Contains(d.GetBody(), `"reason":"capture_suspended"`) {
+		t.Fatalf("body %s", d.GetBody())
+	}
+	if e.CP.StartItems.Load() != 0 {
+		t.Fatal("start sent for a suspended member")
+	}
+}
+
+func TestCheckCaptureSuspendedAtStartAnswers503(t *testing.T) {
+	// The mirror still says capture on (its write after the suspension is late); the
+	// control plane refuses the start.
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := newMember(e, dayLimit(1*usd, true))
+	e.CP.SetCapture(w.member, false)
+	rec, _ := e.Layout.Read(context.Background(), e.Redis, w.member, e.CP.Generation())
+	rec.Entitlement.CaptureEnabled = true
+	rec.Entitlement.TrackingVersion = 2
+	rec.Version += 10
+	if _, err := e.Layout.Write(context.Background(), e.Redis, rec, 0); err != nil {
+		t.Fatal(err)
+	}
+	d := denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 503)
+	if hs := headerMap(d); hs["X-Service-Error-Code"] != "service_gateway_accounting_unavailable" {
+		t.Fatalf("headers %v", hs)
+	}
+}
+
+func TestCheckUnlimitedAndSoftOverLimit(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	free := newMember(e)
+	e.CP.SetSpend(free.member, window.Day, 1_000*usd)
+	soft := newMember(e, dayLimit(1*usd, false))
+	e.CP.SetSpend(soft.member, window.Day, 3*usd)
+	for _, tc := range []struct {
+		name, key, state string
+	}{{"no policy", free.key, "unlimited"}, {"soft limit exhausted", soft.key, "over_limit"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": tc.key}))
+			if got := enforcertest.MustHeader(t, ok.GetResponseHeadersToAdd(), "X-Service-Usage-State"); got != tc.state {
+				t.Fatalf("state %q", got)
+			}
+		})
+	}
+}
+
+func TestCheckOneRedisRoundTripPerCheckOnCacheHit(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{Config: func(c *appConfig) { c.GenerationPoll = time.Minute }})
+	blocked := newMember(e, dayLimit(1*usd, true))
+	e.CP.SetSpend(blocked.member, window.Day, 2*usd)
+	admitted := newMember(e, dayLimit(1*usd, true))
+	// Warm the identity cache.
+	e.Check(t, map[string]string{"x-api-key": blocked.key})
+	e.Check(t, map[string]string{"x-api-key": admitted.key})
+	auth := e.CP.CallCount("Authenticate")
+	resolves := e.CP.CallCount("Resolve")
+	before := e.Counter.RoundTrips.Load()
+	const n = 50
+	for i := range n {
+		key := blocked.key
+		if i%2 == 1 {
+			key = admitted.key
+		}
+		e.Check(t, map[string]string{"x-api-key": key})
+	}
+	if got := e.Counter.RoundTrips.Load() - before; got != n {
+		t.Fatalf("%d Redis round trips for %d checks", got, n)
+	}
+	if e.CP.CallCount("Authenticate") != auth || e.CP.CallCount("Resolve") != resolves {
+		t.Fatal("cache hits called the control plane")
+	}
+}
+
+func TestCheckStaleWindowResolvesInsteadOfReadingZero(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := newMember(e, dayLimit(10*usd, true), fakecp.Limit{Timeframe: window.Week, PolicyID: "ulp_week", BaseMicroUSD: 5 * usd, Hard: true})
+	e.CP.SetSpend(w.member, window.Week, 5*usd)
+	denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
+	// Next day: the mirror's record knows only the previous day's spend, so it cannot
+	// say what today's is (zero only if nothing was charged since). It is resolved, and
+	// the week still blocks.
+	e.Clock.Set(time.Date(2026, 9, 17, 5, 0, 1, 0, time.UTC))
+	before := e.CP.CallCount("Resolve")
+	denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
+	if e.CP.CallCount("Resolve") != before+1 {
+		t.Fatalf("stale record not resolved")
+	}
+	// Next week: a new window, admitted.
+	e.Clock.Set(time.Date(2026, 9, 21, 5, 0, 0, 0, time.UTC))
+	okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key}))
+}
+
+func TestCheckEpochChangedResolvesAndRetriesOnce(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := newMember(e, dayLimit(1*usd, true))
+	e.CP.BumpTrackingVersion(w.member) // the mirror still says version 1
+	ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key}))
+	reqID := ok.GetHeaders()[0].GetHeader().GetValue()
+	if !e.CP.Started(reqID) {
+		t.Fatal("retried start not durable")
+	}
+	if e.CP.StartItems.Load() != 2 {
+		t.Fatalf("%d start items, want the refused one and the retry", e.CP.StartItems.Load())
+	}
+}
+
+func TestCheckAbandonedByEnvoyLeavesItsStartUnsent(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{StartWorkers: 1})
+	slow := newMember(e)
+	w := newMember(e)
+	e.CP.StartDelay.Store(int64(400 * time.Millisecond))
+	// The only start worker is busy with a slow Start call...
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := e.Authz.Check(ctx, enforcertest.CheckRequest(map[string]string{"x-api-key": slow.key}))
+		first <- err
+	}()
+	enforcertest.WaitFor(t, "first start in flight", func() bool { return e.CP.CallCount("Start") == 1 })
+	// ...so this check's start waits in the queue until Envoy's ext_authz timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := e.Authz.Check(ctx, enforcertest.CheckRequest(map[string]string{"x-api-key": w.key}))
+	if status := grpcCode(err); status != codes.DeadlineExceeded && status != codes.Canceled {
+		t.Fatalf("abandoned check: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := e.CP.StartItems.Load(); n != 1 {
+		t.Fatalf("%d starts reached the control plane; the abandoned one must not", n)
+	}
+	if e.CP.Pending(w.member) != 0 || e.Metric("tollgate_enforcer_start_queue_rejections_total", "reason", "cancelled") != 1 {
+		t.Fatal("abandoned start not accounted as cancelled")
+	}
+	if e.Metric("tollgate_enforcer_settle_reserved") != 1 { // only the admitted first request holds one
+		t.Fatalf("reservations %v", e.Metric("tollgate_enforcer_settle_reserved"))
+	}
+}

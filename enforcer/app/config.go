@@ -1,0 +1,235 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is every knob of the enforcer. Each field comes from a flag whose default is
+// read from the environment variable named in its help text.
+type Config struct {
+	// RedisURL is the mirror's Redis (TOLLGATE_REDIS_URL). In sentinel and cluster mode
+	// it still supplies credentials, TLS (rediss://) and, for sentinel, the database.
+	RedisURL string
+	// RedisMode is single, sentinel or cluster (TOLLGATE_REDIS_MODE).
+	RedisMode string
+	// RedisAddrs are the sentinel or cluster seed addresses (TOLLGATE_REDIS_ADDRS).
+	RedisAddrs []string
+	// RedisSentinelMaster names the sentinel master set (TOLLGATE_REDIS_SENTINEL_MASTER).
+	RedisSentinelMaster string
+	// RedisPrefix prefixes every mirror key; it must match the control plane's
+	// (TOLLGATE_REDIS_PREFIX).
+	RedisPrefix string
+	// GRPCAddr serves ext_authz, ext_proc and gRPC health (TOLLGATE_ENFORCER_GRPC_ADDR).
+	GRPCAddr string
+	// HTTPAddr serves /check and /settle (TOLLGATE_ENFORCER_HTTP_ADDR).
+	HTTPAddr string
+	// AdminAddr serves /healthz, /readyz and /metrics (TOLLGATE_ENFORCER_ADMIN_ADDR).
+	AdminAddr string
+	// ControlPlaneAddr is the control plane's internal gRPC API (TOLLGATE_CONTROLPLANE_ADDR).
+	ControlPlaneAddr string
+	// InternalToken is the shared secret presented to the control plane and accepted
+	// on /settle from non-loopback callers (TOLLGATE_INTERNAL_TOKEN).
+	InternalToken string
+	// FailureMode is closed (503 on infrastructure failure) or open (admit)
+	// (TOLLGATE_FAILURE_MODE).
+	FailureMode string
+	// LogFormat is text or json (TOLLGATE_LOG_FORMAT).
+	LogFormat string
+	// LogLevel is debug, info, warn or error (TOLLGATE_LOG_LEVEL).
+	LogLevel string
+	// ShutdownTimeout bounds the drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT).
+	ShutdownTimeout time.Duration
+	// IdentityTTL is how long a credential's identity is cached (TOLLGATE_ENFORCER_IDENTITY_TTL).
+	IdentityTTL time.Duration
+	// StartCapacity, StartPerMember and StartDeadline bound the write-ahead start queue
+	// (TOLLGATE_ENFORCER_START_CAPACITY, _START_PER_MEMBER, _START_DEADLINE).
+	StartCapacity  int
+	StartPerMember int
+	StartDeadline  time.Duration
+	// SettleCapacity bounds queued plus reserved settlements (TOLLGATE_ENFORCER_SETTLE_CAPACITY).
+	SettleCapacity int
+	// AbandonAfter settles as incomplete an admitted request nobody reported within it
+	// (TOLLGATE_ENFORCER_ABANDON_AFTER). Longer than the longest response you serve.
+	AbandonAfter time.Duration
+	// GenerationPoll is how often the mirror's generation marker is checked
+	// (TOLLGATE_ENFORCER_GENERATION_POLL).
+	GenerationPoll time.Duration
+	// SettleWait is how long POST /settle waits for the control plane's receipt before
+	// answering 202 (TOLLGATE_ENFORCER_SETTLE_WAIT).
+	SettleWait time.Duration
+}
+
+// Defaults of the address knobs.
+const (
+	DefaultRedisURL         = "redis://127.0.0.1:6379/0"
+	DefaultGRPCAddr         = "127.0.0.1:9001"
+	DefaultHTTPAddr         = "127.0.0.1:9002"
+	DefaultAdminAddr        = "127.0.0.1:9091"
+	DefaultControlPlaneAddr = "127.0.0.1:8081"
+)
+
+// DefaultConfig is the configuration with every knob at its default (no environment),
+// for tests and harnesses that build an Enforcer with New.
+func DefaultConfig() Config {
+	c, err := parseConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		panic(err) // the defaults are valid; TestDefaultConfig guards it
+	}
+	return c
+}
+
+// FailOpen reports whether infrastructure failures admit.
+func (c Config) FailOpen() bool { return c.FailureMode == "open" }
+
+// parseConfig builds the config from flags and the environment and validates it,
+// reporting every problem at once.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	var c Config
+	var problems []string
+	env := func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	durationEnv := func(key string, def time.Duration) time.Duration {
+		v := getenv(key)
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %q is not a duration like 500ms or 15m", key, v))
+			return def
+		}
+		return d
+	}
+	intEnv := func(key string, def int) int {
+		v := getenv(key)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %q is not a whole number", key, v))
+			return def
+		}
+		return n
+	}
+	var addrs string
+	fs := flag.NewFlagSet("enforcer", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.RedisURL, "redis-url", env("TOLLGATE_REDIS_URL", DefaultRedisURL), "Redis URL of the mirror; in sentinel/cluster mode only its credentials, TLS and database are used (TOLLGATE_REDIS_URL)")
+	fs.StringVar(&c.RedisMode, "redis-mode", env("TOLLGATE_REDIS_MODE", "single"), "Redis topology: single, sentinel or cluster (TOLLGATE_REDIS_MODE)")
+	fs.StringVar(&addrs, "redis-addrs", getenv("TOLLGATE_REDIS_ADDRS"), "comma-separated host:port of the sentinels or cluster seeds (TOLLGATE_REDIS_ADDRS)")
+	fs.StringVar(&c.RedisSentinelMaster, "redis-sentinel-master", getenv("TOLLGATE_REDIS_SENTINEL_MASTER"), "sentinel master set name (TOLLGATE_REDIS_SENTINEL_MASTER)")
+	fs.StringVar(&c.RedisPrefix, "redis-prefix", env("TOLLGATE_REDIS_PREFIX", "tg:"), "prefix of every mirror key, the same as the control plane's (TOLLGATE_REDIS_PREFIX)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", env("TOLLGATE_ENFORCER_GRPC_ADDR", DefaultGRPCAddr), "ext_authz, ext_proc and gRPC health listen address (TOLLGATE_ENFORCER_GRPC_ADDR)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_ENFORCER_HTTP_ADDR", DefaultHTTPAddr), "HTTP /check and /settle listen address (TOLLGATE_ENFORCER_HTTP_ADDR)")
+	fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ENFORCER_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ENFORCER_ADMIN_ADDR)")
+	fs.StringVar(&c.ControlPlaneAddr, "controlplane-addr", env("TOLLGATE_CONTROLPLANE_ADDR", DefaultControlPlaneAddr), "the control plane's internal gRPC address (TOLLGATE_CONTROLPLANE_ADDR)")
+	fs.StringVar(&c.InternalToken, "internal-token", getenv("TOLLGATE_INTERNAL_TOKEN"), "shared secret for the control plane's internal API and for non-loopback /settle callers (TOLLGATE_INTERNAL_TOKEN)")
+	fs.StringVar(&c.FailureMode, "failure-mode", env("TOLLGATE_FAILURE_MODE", "closed"), "on Redis or control-plane failure: closed answers 503, open admits (TOLLGATE_FAILURE_MODE)")
+	fs.StringVar(&c.LogFormat, "log-format", env("TOLLGATE_LOG_FORMAT", "text"), "log format: text or json (TOLLGATE_LOG_FORMAT)")
+	fs.StringVar(&c.LogLevel, "log-level", env("TOLLGATE_LOG_LEVEL", "info"), "log level: debug, info, warn or error (TOLLGATE_LOG_LEVEL)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&c.IdentityTTL, "identity-ttl", durationEnv("TOLLGATE_ENFORCER_IDENTITY_TTL", 30*time.Second), "how long a credential's identity is cached; invalidations usually end it sooner (TOLLGATE_ENFORCER_IDENTITY_TTL)")
+	fs.IntVar(&c.StartCapacity, "start-capacity", intEnv("TOLLGATE_ENFORCER_START_CAPACITY", 4096), "most write-ahead starts queued at once (TOLLGATE_ENFORCER_START_CAPACITY)")
+	fs.IntVar(&c.StartPerMember, "start-per-member", intEnv("TOLLGATE_ENFORCER_START_PER_MEMBER", 256), "most write-ahead starts of one member queued at once (TOLLGATE_ENFORCER_START_PER_MEMBER)")
+	fs.DurationVar(&c.StartDeadline, "start-deadline", durationEnv("TOLLGATE_ENFORCER_START_DEADLINE", 500*time.Millisecond), "longest wait for a durable start; keep it under the proxy's check timeout (TOLLGATE_ENFORCER_START_DEADLINE)")
+	fs.IntVar(&c.SettleCapacity, "settle-capacity", intEnv("TOLLGATE_ENFORCER_SETTLE_CAPACITY", 100_000), "most settlements queued plus reserved (TOLLGATE_ENFORCER_SETTLE_CAPACITY)")
+	fs.DurationVar(&c.AbandonAfter, "abandon-after", durationEnv("TOLLGATE_ENFORCER_ABANDON_AFTER", 15*time.Minute), "settle as incomplete an admitted request that nobody reported within this (TOLLGATE_ENFORCER_ABANDON_AFTER)")
+	fs.DurationVar(&c.GenerationPoll, "generation-poll", durationEnv("TOLLGATE_ENFORCER_GENERATION_POLL", time.Second), "how often to check the mirror's generation marker (TOLLGATE_ENFORCER_GENERATION_POLL)")
+	fs.DurationVar(&c.SettleWait, "settle-wait", durationEnv("TOLLGATE_ENFORCER_SETTLE_WAIT", 10*time.Second), "how long POST /settle waits for the receipt before answering 202 (TOLLGATE_ENFORCER_SETTLE_WAIT)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		problems = append(problems, fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
+	}
+	for _, a := range strings.Split(addrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.RedisAddrs = append(c.RedisAddrs, a)
+		}
+	}
+	problems = append(problems, c.validate()...)
+	if len(problems) > 0 {
+		return c, errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))
+	}
+	return c, nil
+}
+
+func (c Config) validate() []string {
+	var p []string
+	if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		p = append(p, "TOLLGATE_REDIS_URL: must be a redis:// or rediss:// URL")
+	}
+	switch c.RedisMode {
+	case "single":
+	case "sentinel":
+		if len(c.RedisAddrs) == 0 {
+			p = append(p, "TOLLGATE_REDIS_ADDRS: sentinel mode needs the sentinels' addresses")
+		}
+		if c.RedisSentinelMaster == "" {
+			p = append(p, "TOLLGATE_REDIS_SENTINEL_MASTER: sentinel mode needs the master set name")
+		}
+	case "cluster":
+		if len(c.RedisAddrs) == 0 {
+			p = append(p, "TOLLGATE_REDIS_ADDRS: cluster mode needs at least one seed address")
+		}
+	default:
+		p = append(p, "TOLLGATE_REDIS_MODE: must be single, sentinel or cluster")
+	}
+	for _, a := range c.RedisAddrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			p = append(p, fmt.Sprintf("TOLLGATE_REDIS_ADDRS: %q is not host:port", a))
+		}
+	}
+	for _, a := range []struct{ name, addr string }{
+		{"TOLLGATE_ENFORCER_GRPC_ADDR", c.GRPCAddr}, {"TOLLGATE_ENFORCER_HTTP_ADDR", c.HTTPAddr},
+		{"TOLLGATE_ENFORCER_ADMIN_ADDR", c.AdminAddr}, {"TOLLGATE_CONTROLPLANE_ADDR", c.ControlPlaneAddr},
+	} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			p = append(p, fmt.Sprintf("%s: %q is not host:port", a.name, a.addr))
+		}
+	}
+	if c.FailureMode != "closed" && c.FailureMode != "open" {
+		p = append(p, "TOLLGATE_FAILURE_MODE: must be closed or open")
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		p = append(p, "TOLLGATE_LOG_FORMAT: must be text or json")
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		p = append(p, "TOLLGATE_LOG_LEVEL: must be debug, info, warn or error")
+	}
+	positive := []struct {
+		name string
+		ok   bool
+	}{
+		{"TOLLGATE_SHUTDOWN_TIMEOUT: must be positive", c.ShutdownTimeout > 0},
+		{"TOLLGATE_ENFORCER_IDENTITY_TTL: must be positive", c.IdentityTTL > 0},
+		{"TOLLGATE_ENFORCER_START_CAPACITY: must be positive", c.StartCapacity > 0},
+		{"TOLLGATE_ENFORCER_START_PER_MEMBER: must be positive and at most the start capacity", c.StartPerMember > 0 && c.StartPerMember <= c.StartCapacity},
+		{"TOLLGATE_ENFORCER_START_DEADLINE: must be positive", c.StartDeadline > 0},
+		{"TOLLGATE_ENFORCER_SETTLE_CAPACITY: must be at least the start capacity (every queued start reserves a settlement)", c.SettleCapacity >= c.StartCapacity},
+		{"TOLLGATE_ENFORCER_ABANDON_AFTER: must be at least 1m", c.AbandonAfter >= time.Minute},
+		{"TOLLGATE_ENFORCER_SETTLE_WAIT: must be positive", c.SettleWait > 0},
+		{"TOLLGATE_ENFORCER_GENERATION_POLL: must be between 10ms and 1m", c.GenerationPoll >= 10*time.Millisecond && c.GenerationPoll <= time.Minute},
+	}
+	for _, x := range positive {
+		if !x.ok {
+			p = append(p, x.name)
+		}
+	}
+	return p
+}

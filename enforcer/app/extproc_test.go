@@ -1,0 +1,246 @@
+package app_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+const openAISSE = `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}],"usage":null}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini-2024-07-18","choices":[],"usage":{"prompt_tokens":1200,"completion_tokens":300,"total_tokens":1500,"prompt_tokens_details":{"cached_tokens":200}}}
+
+data: [DONE]
+
+`
+
+const anthropicSSE = `event: message_start
+data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-3-5-haiku-20241022","content":[],"usage":{"input_tokens":400,"cache_creation_input_tokens":100,"cache_read_input_tokens":50,"output_tokens":1}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":70}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+`
+
+const openAIJSON = `{"id":"chatcmpl-2","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`
+
+// split cuts s into n roughly equal chunks (the stream arrives in arbitrary pieces).
+func split(s string, n int) [][]byte {
+	var out [][]byte
+	step := (len(s) + n - 1) / n
+	for i := 0; i < len(s); i += step {
+		out = append(out, []byte(s[i:min(i+step, len(s))]))
+	}
+	return out
+}
+
+type streamSpec struct {
+	requestID   string
+	contentType string
+	headers     []string // extra response headers, name/value pairs
+	chunks      [][]byte
+	// breakOff cuts the stream after the chunks instead of ending it.
+	breakOff bool
+	// bodyInHeaders: the response has no body (end_of_stream on the headers).
+	bodyless bool
+}
+
+// runStream plays one response through ext_proc the way Envoy does, checking that
+// every message is answered at once with an unmodified "continue".
+func runStream(t *testing.T, e *enforcertest.Env, s streamSpec) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := e.ExtProc.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange := func(req *extprocv3.ProcessingRequest, check func(*extprocv3.ProcessingResponse) bool) {
+		t.Helper()
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !check(resp) {
+			t.Fatalf("unexpected answer %v", resp)
+		}
+	}
+	reqHeaders := []string{":method", "POST", ":path", "/v1/chat/completions", ":authority", "llm.example.test", "content-type", "application/json"}
+	if s.requestID != "" {
+		reqHeaders = append(reqHeaders, "x-service-request-id", s.requestID)
+	}
+	exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: enforcertest.HeaderMap(reqHeaders...)}}}, func(r *extprocv3.ProcessingResponse) bool {
+		return r.GetRequestHeaders() != nil && r.GetRequestHeaders().GetResponse() == nil
+	})
+	respHeaders := append([]string{":status", "200", "content-type", s.contentType}, s.headers...)
+	exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: enforcertest.HeaderMap(respHeaders...), EndOfStream: s.bodyless}}}, func(r *extprocv3.ProcessingResponse) bool {
+		return r.GetResponseHeaders() != nil && r.GetResponseHeaders().GetResponse() == nil
+	})
+	for i, c := range s.chunks {
+		last := i == len(s.chunks)-1 && !s.breakOff
+		exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+			Body: c, EndOfStream: last}}}, func(r *extprocv3.ProcessingResponse) bool {
+			// Nothing mutated, nothing held: the chunk goes on as it was.
+			return r.GetResponseBody() != nil && r.GetResponseBody().GetResponse() == nil
+		})
+	}
+	if s.breakOff {
+		cancel() // the client went away: Envoy resets the stream
+		return
+	}
+	_ = st.CloseSend()
+}
+
+func TestExtProcSettlesStreams(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		spec       streamSpec
+		complete   bool
+		model      string
+		in, out    int64
+		cached     int64
+		creation   int64
+		costSource string
+		cost       int64
+	}{
+		{name: "OpenAI SSE with include_usage", spec: streamSpec{contentType: "text/event-stream", chunks: split(openAISSE, 7)},
+			complete: true, model: "gpt-4o-mini-2024-07-18", in: 1200, out: 300, cached: 200, costSource: "catalog_estimate", cost: 1200*2 + 300*8},
+		{name: "Anthropic SSE", spec: streamSpec{contentType: "text/event-stream; charset=utf-8", chunks: split(anthropicSSE, 5)},
+			complete: true, model: "claude-3-5-haiku-20241022", in: 550, out: 70, cached: 50, creation: 100, costSource: "catalog_estimate", cost: 550*2 + 70*8},
+		{name: "OpenAI JSON, buffered", spec: streamSpec{contentType: "application/json", chunks: [][]byte{[]byte(openAIJSON)}},
+			complete: true, model: "gpt-4o-mini", in: 10, out: 5, costSource: "catalog_estimate", cost: 10*2 + 5*8},
+		{name: "upstream cost header wins", spec: streamSpec{contentType: "application/json", chunks: [][]byte{[]byte(openAIJSON)},
+			headers: []string{"x-upstream-cost-micro-usd", "777"}},
+			complete: true, model: "gpt-4o-mini", in: 10, out: 5, costSource: "upstream", cost: 777},
+		{name: "broken off mid-stream is incomplete", spec: streamSpec{contentType: "text/event-stream", chunks: split(openAISSE, 7)[:3], breakOff: true},
+			complete: false, model: "gpt-4o-mini-2024-07-18", costSource: "unknown"},
+		{name: "stream without usage is incomplete", spec: streamSpec{contentType: "text/event-stream",
+			chunks: split(strings.Split(openAISSE, "\n\ndata: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[],")[0]+"\n\ndata: [DONE]\n\n", 3)},
+			complete: false, model: "gpt-4o-mini-2024-07-18", costSource: "unknown"},
+		{name: "bodyless response is incomplete", spec: streamSpec{contentType: "application/json", bodyless: true},
+			complete: false, costSource: "unknown"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := enforcertest.New(t, enforcertest.Options{})
+			for _, m := range []string{"gpt-4o-mini-2024-07-18", "gpt-4o-mini", "claude-3-5-haiku-20241022"} {
+				e.CP.SetPrice(m, 2, 8)
+			}
+			w := newMember(e, dayLimit(1*usd, true))
+			reqID, _ := requestID(t, e, w.key)
+			tc.spec.requestID = reqID
+			runStream(t, e, tc.spec)
+			enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
+			rc := e.CP.Receipt(reqID)
+			it := rc.Item
+			if it.GetComplete() != tc.complete || it.GetModel() != tc.model || it.GetInputTokens() != tc.in || it.GetOutputTokens() != tc.out ||
+				it.GetCachedInputTokens() != tc.cached || it.GetCacheCreationInputTokens() != tc.creation || it.GetUpstreamStatus() != 200 {
+				t.Fatalf("settled %v", it)
+			}
+			if it.GetOrganizationId() != w.org || it.GetMemberId() != w.member || it.GetSnapshot() != nil {
+				t.Fatalf("attribution %v (a durable start needs no snapshot)", it)
+			}
+			if rc.CostSource != tc.costSource || rc.Cost != tc.cost {
+				t.Fatalf("cost %d %s", rc.Cost, rc.CostSource)
+			}
+			if e.CP.Pending(w.member) != 0 || e.Enforcer.Tracker.Len() != 0 {
+				t.Fatalf("pending %d tracked %d", e.CP.Pending(w.member), e.Enforcer.Tracker.Len())
+			}
+		})
+	}
+}
+
+func TestExtProcUntrackedStreamSettlesNothing(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	runStream(t, e, streamSpec{contentType: "application/json", chunks: [][]byte{[]byte(openAIJSON)}})
+	enforcertest.WaitFor(t, "stream end", func() bool {
+		return e.Metric("tollgate_enforcer_extproc_streams_total", "result", "untracked") == 1
+	})
+	if e.CP.SettleItems.Load() != 0 {
+		t.Fatal("settled a request nobody admitted")
+	}
+}
+
+func TestSettlementsReachTheNextCheck(t *testing.T) {
+	// The loop of the issue's end-to-end test, against the fake: admitted, spend
+	// reported through ext_proc past the limit, then 429.
+	e := enforcertest.New(t, enforcertest.Options{})
+	e.CP.SetPrice("gpt-4o-mini", 2_000, 8_000) // micro-USD per token: 1 USD = 500 input tokens
+	w := newMember(e, dayLimit(1*usd, true))
+	for i := 0; ; i++ {
+		resp := e.Check(t, map[string]string{"x-api-key": w.key})
+		if resp.GetDeniedResponse() != nil {
+			d := denied(t, resp, 429)
+			if hs := headerMap(d); hs["X-Service-Usage-State"] != "blocked" || hs["X-Service-Error-Code"] != "service_gateway_usage_limit_exceeded" {
+				t.Fatalf("headers %v", hs)
+			}
+			// Each response costs 100*2000 + 5*8000 = 240,000 micro-USD: four leave
+			// 960,000 (< 1 USD, admitted), the fifth overshoots (in-flight work may).
+			if i != 5 {
+				t.Fatalf("blocked after %d admissions, want 5", i)
+			}
+			break
+		}
+		if i > 50 {
+			t.Fatal("never blocked")
+		}
+		reqID := okResponse(t, resp).GetHeaders()[0].GetHeader().GetValue()
+		body := strings.Replace(openAIJSON, `"prompt_tokens":10`, `"prompt_tokens":100`, 1)
+		runStream(t, e, streamSpec{requestID: reqID, contentType: "application/json", chunks: [][]byte{[]byte(body)}})
+		enforcertest.WaitFor(t, "settled", func() bool { return e.CP.Receipt(reqID) != nil })
+	}
+	if used := e.CP.Spend(w.member, window.Day); used < 1*usd {
+		t.Fatalf("blocked at %d", used)
+	}
+}
+
+func TestShutdownSettlesCutStreamsAsIncomplete(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{Config: func(c *appConfig) { c.ShutdownTimeout = 300 * time.Millisecond }})
+	e.CP.SetPrice("gpt-4o-mini-2024-07-18", 1, 1)
+	w := newMember(e, dayLimit(1*usd, true))
+	reqID, _ := requestID(t, e, w.key)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := e.ExtProc.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: enforcertest.HeaderMap("x-service-request-id", reqID)}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: enforcertest.HeaderMap(":status", "200", "content-type", "text/event-stream")}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(openAISSE[:300])}}},
+	} {
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// SIGTERM while the response is still streaming: the drain waits, then cuts it.
+	e.Stop()
+	rc := e.CP.Receipt(reqID)
+	if rc == nil || rc.Item.GetComplete() || rc.Item.GetModel() != "gpt-4o-mini-2024-07-18" || e.CP.Pending(w.member) != 0 {
+		t.Fatalf("cut stream: %+v", rc)
+	}
+}

@@ -1,0 +1,218 @@
+package app_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// settle reports a complete response for reqID and waits for the control plane's receipt.
+func settle(t *testing.T, e *enforcertest.Env, reqID string) {
+	t.Helper()
+	if err := e.Enforcer.Tracker.Finish(reqID, inflightUsage(100, 10), nil); err != nil {
+		t.Fatal(err)
+	}
+	enforcertest.WaitFor(t, "receipt of "+reqID, func() bool { return e.CP.Receipt(reqID) != nil })
+}
+
+func requestID(t *testing.T, e *enforcertest.Env, key string) (string, string) {
+	t.Helper()
+	ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": key}))
+	state := enforcertest.MustHeader(t, ok.GetResponseHeadersToAdd(), "X-Service-Usage-State")
+	if len(ok.GetHeaders()) == 0 {
+		return "", state
+	}
+	return ok.GetHeaders()[0].GetHeader().GetValue(), state
+}
+
+func TestRedisDown(t *testing.T) {
+	for _, mode := range []string{"closed", "open"} {
+		t.Run(mode, func(t *testing.T) {
+			e := enforcertest.New(t, enforcertest.Options{FailOpen: mode == "open", RedisThroughProxy: true})
+			known := newMember(e, dayLimit(1*usd, true))
+			blocked := newMember(e, dayLimit(1*usd, true))
+			e.CP.SetSpend(blocked.member, window.Day, 1*usd)
+			fresh := newMember(e, dayLimit(1*usd, true))
+			e.CP.SetPrice("gpt-test", 1, 1)
+			// Read while Redis is up: the enforcer now knows these members' records.
+			requestID(t, e, known.key)
+			denied(t, e.Check(t, map[string]string{"x-api-key": blocked.key}), 429)
+			e.Proxy.Down()
+
+			if mode == "closed" {
+				for _, w := range []who{known, fresh} {
+					d := denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 503)
+					if hs := headerMap(d); hs["X-Service-Error-Code"] != "service_gateway_accounting_unavailable" || hs["X-Service-Usage-State"] != "" {
+						t.Fatalf("headers %v", hs)
+					}
+				}
+				if e.Metric("tollgate_enforcer_decisions_total", "decision", "unavailable", "reason", "redis") != 2 {
+					t.Fatal("unavailable decisions not counted")
+				}
+				if e.Metric("tollgate_enforcer_redis_errors_total") < 2 {
+					t.Fatal("redis errors not counted")
+				}
+			} else {
+				reqID, state := requestID(t, e, known.key)
+				if state != "within_limit" {
+					t.Fatalf("best-known state %q", state)
+				}
+				if e.Metric("tollgate_enforcer_decisions_total", "decision", "fail_open", "reason", "redis") != 1 {
+					t.Fatal("fail-open admission not counted")
+				}
+				// The best-known record still blocks.
+				denied(t, e.Check(t, map[string]string{"x-api-key": blocked.key}), 429)
+				// No durable start; the settlement carries the admission snapshot.
+				if e.CP.Started(reqID) {
+					t.Fatal("fail-open admission made a start")
+				}
+				settle(t, e, reqID)
+				rc := e.CP.Receipt(reqID)
+				if rc.Item.GetSnapshot() == nil || rc.Item.GetSnapshot().GetVersion() != 2 || rc.Item.GetMemberId() != known.member {
+					t.Fatalf("settlement without snapshot: %v", rc.Item)
+				}
+				if rc.CostSource != "catalog_estimate" {
+					t.Fatalf("receipt %+v", rc)
+				}
+			}
+
+			e.Proxy.Up(t)
+			admitted := e.Metric("tollgate_enforcer_decisions_total", "decision", "admitted")
+			enforcertest.WaitFor(t, "normal admissions after Redis is back", func() bool {
+				_, _ = e.Authz.Check(context.Background(), enforcertest.CheckRequest(map[string]string{"x-api-key": fresh.key}))
+				return e.Metric("tollgate_enforcer_decisions_total", "decision", "admitted") > admitted
+			})
+		})
+	}
+}
+
+func TestRedisDownOpenModeWithoutAnyRecordAdmitsAsUnknown(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{FailOpen: true, RedisThroughProxy: true})
+	w := newMember(e, dayLimit(1*usd, true))
+	e.Proxy.Down()
+	reqID, state := requestID(t, e, w.key)
+	if state != "unknown" || reqID == "" {
+		t.Fatalf("state %q id %q", state, reqID)
+	}
+	settle(t, e, reqID)
+	// Nothing to charge by: recorded for review, never charged as zero or anything else.
+	if rc := e.CP.Receipt(reqID); rc.Item.GetSnapshot() != nil || rc.Item.GetMemberId() != w.member {
+		t.Fatalf("receipt %+v", rc.Item)
+	}
+}
+
+func TestControlPlaneDownDuringStart(t *testing.T) {
+	for _, mode := range []string{"closed", "open"} {
+		t.Run(mode, func(t *testing.T) {
+			e := enforcertest.New(t, enforcertest.Options{FailOpen: mode == "open"})
+			w := newMember(e, dayLimit(1*usd, true))
+			e.CP.SetPrice("gpt-test", 1, 1)
+			e.CP.Fail("Start", true)
+			if mode == "closed" {
+				d := denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 503)
+				if hs := headerMap(d); hs["X-Service-Error-Code"] != "service_gateway_accounting_unavailable" {
+					t.Fatalf("headers %v", hs)
+				}
+				if e.Metric("tollgate_enforcer_decisions_total", "decision", "unavailable", "reason", "controlplane") != 1 {
+					t.Fatal("not counted")
+				}
+				if e.Metric("tollgate_enforcer_settle_reserved") != 0 {
+					t.Fatal("refused start kept its settlement reservation")
+				}
+			} else {
+				reqID, state := requestID(t, e, w.key)
+				if state != "within_limit" {
+					t.Fatalf("state %q", state)
+				}
+				if e.Metric("tollgate_enforcer_decisions_total", "decision", "fail_open", "reason", "controlplane") != 1 {
+					t.Fatal("not counted")
+				}
+				settle(t, e, reqID)
+				rc := e.CP.Receipt(reqID)
+				if e.CP.Started(reqID) || rc.Item.GetSnapshot() == nil || rc.Snapshot == nil || rc.Cost != 110 {
+					t.Fatalf("settlement of a fail-open admission: %+v", rc)
+				}
+				if e.CP.Spend(w.member, window.Day) != 110 {
+					t.Fatalf("spend %d", e.CP.Spend(w.member, window.Day))
+				}
+			}
+			e.CP.Fail("Start", false)
+			if _, state := requestID(t, e, w.key); state != "within_limit" {
+				t.Fatalf("after recovery: %q", state)
+			}
+		})
+	}
+}
+
+func TestControlPlaneDownOnIdentityMiss(t *testing.T) {
+	for _, mode := range []string{"closed", "open"} {
+		t.Run(mode, func(t *testing.T) {
+			e := enforcertest.New(t, enforcertest.Options{FailOpen: mode == "open"})
+			w := newMember(e, dayLimit(1*usd, true))
+			e.CP.Fail("Authenticate", true)
+			if mode == "closed" {
+				denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 503)
+				return
+			}
+			ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key}))
+			// Unattributable: no request id goes upstream (and a client's is removed).
+			if len(ok.GetHeaders()) != 0 || len(ok.GetHeadersToRemove()) != 1 || ok.GetHeadersToRemove()[0] != "x-service-request-id" {
+				t.Fatalf("ok %v", ok)
+			}
+			if enforcertest.MustHeader(t, ok.GetResponseHeadersToAdd(), "X-Service-Usage-State") != "unknown" {
+				t.Fatal("state")
+			}
+		})
+	}
+}
+
+func TestRedisFlushedNeverAdmitsOnAnInventedZero(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := newMember(e, dayLimit(1*usd, true))
+	e.CP.SetSpend(w.member, window.Day, 1*usd)
+	denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
+
+	flush := func() {
+		ctx := context.Background()
+		iter := e.Redis.Scan(ctx, 0, e.Layout.Prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			e.Redis.Del(ctx, iter.Val())
+		}
+	}
+	flush()
+	// Before the watcher notices: the record is simply missing, and resolved.
+	resolves := e.CP.CallCount("Resolve")
+	denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
+	if e.CP.CallCount("Resolve") != resolves+1 {
+		t.Fatal("missing record not resolved")
+	}
+	// The watcher sees the generation gone: every read resolves, even though the
+	// control plane's Resolve just rewrote a record (under a generation that is gone).
+	enforcertest.WaitFor(t, "generation lost", func() bool { return e.Metric("tollgate_enforcer_redis_generation_lost_total") == 1 })
+	flush()
+	for range 3 {
+		denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
+	}
+	if got := e.CP.CallCount("Resolve"); got != resolves+4 {
+		t.Fatalf("%d resolves, want one per check while the generation is lost", got-resolves)
+	}
+	// With the control plane down as well, nothing is known: closed mode refuses.
+	e.CP.Fail("Resolve", true)
+	d := denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 503)
+	if hs := headerMap(d); hs["X-Service-Error-Code"] != "service_gateway_accounting_unavailable" {
+		t.Fatalf("headers %v", hs)
+	}
+	e.CP.Fail("Resolve", false)
+	// After a resync the mirror serves again.
+	if err := e.CP.Resync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	enforcertest.WaitFor(t, "new generation", func() bool { g, _ := e.Enforcer.Records.Generation(); return g == e.CP.Generation() })
+	resolves = e.CP.CallCount("Resolve")
+	denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
+	if e.CP.CallCount("Resolve") != resolves {
+		t.Fatal("resynced mirror not used")
+	}
+}

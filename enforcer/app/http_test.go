@@ -1,0 +1,144 @@
+package app_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+func httpCheck(t *testing.T, e *enforcertest.Env, method string, headers map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, e.HTTPURL+"/check", nil)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+func TestHTTPCheckMatchesTheGRPCAnswers(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	ok := newMember(e, dayLimit(1*usd, true))
+	blocked := newMember(e, dayLimit(1*usd, true))
+	e.CP.SetSpend(blocked.member, window.Day, 1*usd)
+	suspended := newMember(e, dayLimit(1*usd, true))
+	e.CP.SetCapture(suspended.member, false)
+
+	for _, method := range []string{"GET", "POST", "HEAD"} {
+		res, _ := httpCheck(t, e, method, map[string]string{"X-Api-Key": ok.key, "X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/messages"})
+		if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("X-Service-Request-Id"), "req_") || res.Header.Get("X-Service-Usage-State") != "within_limit" {
+			t.Fatalf("%s: %d %v", method, res.StatusCode, res.Header)
+		}
+	}
+	res, body := httpCheck(t, e, "GET", map[string]string{"Authorization": "Bearer " + blocked.key})
+	grpcBody := e.Check(t, map[string]string{"authorization": "Bearer " + blocked.key}).GetDeniedResponse().GetBody()
+	if res.StatusCode != 429 || res.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" ||
+		res.Header.Get("X-Service-Usage-State") != "blocked" || res.Header.Get("Retry-After") != "61200" ||
+		res.Header.Get("Content-Type") != "application/json" || body != grpcBody {
+		t.Fatalf("429: %v %s", res.Header, body)
+	}
+	res, body = httpCheck(t, e, "GET", nil)
+	if res.StatusCode != 401 || body != `{"error":"unauthorized"}` {
+		t.Fatalf("401: %d %s", res.StatusCode, body)
+	}
+	res, _ = httpCheck(t, e, "GET", map[string]string{"X-Api-Key": suspended.key})
+	if res.StatusCode != 503 || res.Header.Get("X-Service-Error-Code") != "service_gateway_accounting_unavailable" || res.Header.Get("X-Service-Usage-State") != "" {
+		t.Fatalf("503: %d %v", res.StatusCode, res.Header)
+	}
+}
+
+func postSettle(t *testing.T, h http.Handler, remote, auth, body string) (int, map[string]any) {
+	t.Helper()
+	req := httptest.NewRequest("POST", "/settle", strings.NewReader(body))
+	req.RemoteAddr = remote
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var out map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatalf("body %q: %v", rec.Body.String(), err)
+	}
+	return rec.Code, out
+}
+
+func TestHTTPSettle(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{Config: func(c *appConfig) { c.SettleWait = 300 * time.Millisecond }})
+	e.CP.SetPrice("gpt-4o", 3, 10)
+	w := newMember(e, dayLimit(1*usd, true))
+	res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.key})
+	reqID := res.Header.Get("X-Service-Request-Id")
+	h := e.Enforcer.HTTP
+	body := `{"requestId":"` + reqID + `","model":"gpt-4o","inputTokens":100,"outputTokens":20,"cachedInputTokens":0}`
+
+	t.Run("refuses callers that are neither local nor holders of the token", func(t *testing.T) {
+		for _, auth := range []string{"", "Bearer wrong", "Bearer " + w.key} {
+			if code, out := postSettle(t, h, "10.1.2.3:4444", auth, body); code != 401 || out["error"] != "unauthorized" {
+				t.Fatalf("%q: %d %v", auth, code, out)
+			}
+		}
+		if e.CP.SettleItems.Load() != 0 {
+			t.Fatal("refused caller settled")
+		}
+	})
+	t.Run("validates", func(t *testing.T) {
+		for _, bad := range []string{`{}`, `{"requestId":"nope"}`, `{"requestId":"` + reqID + `","inputTokens":-1}`,
+			`{"requestId":"` + reqID + `","extra":1}`, `{"requestId":"` + reqID + `"} {}`, `[1]`, `{"requestId":"` + reqID + `","inputTokens":"5"}`} {
+			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
+				t.Fatalf("%s: %d %v", bad, code, out)
+			}
+		}
+	})
+	t.Run("answers the receipt, from loopback", func(t *testing.T) {
+		code, out := postSettle(t, h, "127.0.0.1:5555", "", body)
+		if code != 200 || out["outcome"] != "settled" || out["costMicroUsd"] != float64(500) || out["costSource"] != "catalog_estimate" || out["requestId"] != reqID {
+			t.Fatalf("%d %v", code, out)
+		}
+		if e.CP.Pending(w.member) != 0 {
+			t.Fatal("pending not settled")
+		}
+	})
+	t.Run("idempotent by request id, from anywhere with the token", func(t *testing.T) {
+		code, out := postSettle(t, h, "10.1.2.3:4444", "Bearer "+fakecp.Token, body)
+		if code != 200 || out["outcome"] != "duplicate" || out["costMicroUsd"] != float64(500) {
+			t.Fatalf("%d %v", code, out)
+		}
+		if e.CP.Spend(w.member, window.Day) != 500 {
+			t.Fatalf("charged twice: %d", e.CP.Spend(w.member, window.Day))
+		}
+	})
+	t.Run("a lower cost is a conflict", func(t *testing.T) {
+		code, out := postSettle(t, h, "[::1]:5555", "", `{"requestId":"`+reqID+`","upstreamCostMicroUsd":1}`)
+		if code != 409 || out["error"] != "cost_conflict" {
+			t.Fatalf("%d %v", code, out)
+		}
+	})
+	t.Run("202 while the control plane is down, delivered later", func(t *testing.T) {
+		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.key})
+		id := res.Header.Get("X-Service-Request-Id")
+		e.CP.Fail("Settle", true)
+		code, out := postSettle(t, h, "127.0.0.1:5555", "", `{"requestId":"`+id+`"}`)
+		if code != 202 || out["outcome"] != "queued" {
+			t.Fatalf("%d %v", code, out)
+		}
+		e.CP.Fail("Settle", false)
+		enforcertest.WaitFor(t, "late delivery", func() bool { return e.CP.Receipt(id) != nil })
+		if e.CP.Receipt(id).Item.GetComplete() {
+			t.Fatal("a bare requestId settled as complete")
+		}
+	})
+}

@@ -1,0 +1,109 @@
+package authz
+
+import (
+	"context"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+)
+
+// Server implements authv3.AuthorizationServer.
+type Server struct {
+	authv3.UnimplementedAuthorizationServer
+	gate *gate.Gate
+}
+
+// New returns the ext_authz server of a gate.
+func New(g *gate.Gate) *Server { return &Server{gate: g} }
+
+// requestIDHeader is the lower-case form Envoy uses in header maps.
+var requestIDHeader = strings.ToLower(gate.HeaderRequestID)
+
+// Check answers one ext_authz check.
+func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	a, err := s.gate.Check(ctx, Credentials(req.GetAttributes().GetRequest().GetHttp()))
+	if err != nil {
+		return nil, status.Error(codes.Canceled, "check abandoned by the caller")
+	}
+	return Response(&a), nil
+}
+
+// Credentials reads x-api-key and authorization from a check request. Envoy lower-cases
+// header names in both representations; header_map values come as raw_value bytes.
+func Credentials(h *authv3.AttributeContext_HttpRequest) gate.Credentials {
+	if m := h.GetHeaders(); len(m) > 0 {
+		return gate.Credentials{APIKey: m["x-api-key"], Authorization: m["authorization"]}
+	}
+	var c gate.Credentials
+	for _, hv := range h.GetHeaderMap().GetHeaders() {
+		v := hv.GetValue()
+		if v == "" {
+			v = string(hv.GetRawValue())
+		}
+		switch strings.ToLower(hv.GetKey()) {
+		case "x-api-key":
+			c.APIKey = v
+		case "authorization":
+			c.Authorization = v
+		}
+	}
+	return c
+}
+
+// Response translates a gate answer.
+func Response(a *gate.Answer) *authv3.CheckResponse {
+	if a.Allowed() {
+		ok := &authv3.OkHttpResponse{}
+		if a.RequestID != "" {
+			// Overwrite, so a client cannot smuggle its own request id upstream and
+			// have another request's usage settled under it.
+			ok.Headers = []*corev3.HeaderValueOption{header(requestIDHeader, a.RequestID)}
+		} else {
+			ok.HeadersToRemove = []string{requestIDHeader}
+		}
+		if a.UsageState != "" {
+			ok.ResponseHeadersToAdd = []*corev3.HeaderValueOption{header(gate.HeaderUsageState, a.UsageState)}
+		}
+		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)},
+			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok}}
+	}
+	hs := a.DeniedHeaders()
+	opts := make([]*corev3.HeaderValueOption, len(hs))
+	for i, h := range hs {
+		opts[i] = header(h.Name, h.Value)
+	}
+	return &authv3.CheckResponse{
+		Status: &rpcstatus.Status{Code: int32(grpcCode(a.Status)), Message: a.Reason},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(a.Status)},
+			Headers: opts,
+			Body:    string(a.Body),
+		}},
+	}
+}
+
+func header(k, v string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, Value: v},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}
+}
+
+// grpcCode is the status code of a denial (Envoy reads the HTTP status from the denied
+// response; the code is for logs and access logs that show it).
+func grpcCode(httpStatus int) codes.Code {
+	switch httpStatus {
+	case 401:
+		return codes.Unauthenticated
+	case 429:
+		return codes.ResourceExhausted
+	case 503:
+		return codes.Unavailable
+	}
+	return codes.PermissionDenied
+}

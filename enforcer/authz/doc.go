@@ -1,0 +1,10 @@
+// Package authz owns the Envoy ext_authz front door
+// (envoy.service.auth.v3.Authorization/Check): it reads the credential headers Envoy
+// forwards (attributes.request.http.headers, keys lower-cased; or header_map when Envoy
+// sends raw headers), asks the gate, and translates its answer into a CheckResponse.
+//
+// Refusals (401, 429, 503) are CheckResponses with a DeniedHttpResponse, never gRPC
+// errors: a gRPC error would hand the decision to Envoy's own failure_mode_allow, and
+// the enforcer's failure mode is the single open/closed switch. The only gRPC error is
+// Canceled, when Envoy has already given up on the check.
+package authz

@@ -1,0 +1,76 @@
+package cpclient
+
+import (
+	"context"
+	"path"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// Options configure Dial.
+type Options struct {
+	// Token is TOLLGATE_INTERNAL_TOKEN, sent as "authorization: Bearer <token>".
+	Token string
+	// TLS, when set, secures the connection (and allows mTLS); otherwise the
+	// connection is plaintext, for loopback or a mesh that encrypts.
+	TLS credentials.TransportCredentials
+}
+
+// Dial connects lazily: the first call establishes the connection, so an enforcer can
+// start (and answer 503 or fail open) while the control plane is still down.
+func Dial(addr string, opts Options, m *metrics.Metrics) (*grpc.ClientConn, error) {
+	creds := opts.TLS
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	dialOpts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithUnaryInterceptor(instrument(m)),
+		// Keepalives notice a dead control plane between bursts instead of on the
+		// next check.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	}
+	if opts.Token != "" {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer{token: opts.Token, secure: opts.TLS != nil}))
+	}
+	return grpc.NewClient(addr, dialOpts...)
+}
+
+// New returns the Accounting client of a connection.
+func New(cc grpc.ClientConnInterface) internalv1.AccountingClient {
+	return internalv1.NewAccountingClient(cc)
+}
+
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+// RequireTransportSecurity is false so the token also works over plaintext loopback;
+// across machines, configure TLS.
+func (b bearer) RequireTransportSecurity() bool { return b.secure }
+
+func instrument(m *metrics.Metrics) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		start := time.Now()
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		name := path.Base(method)
+		m.ControlPlaneDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+		if err != nil {
+			m.ControlPlaneErrors.WithLabelValues(name, status.Code(err).String()).Inc()
+		}
+		return err
+	}
+}

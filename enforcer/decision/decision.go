@@ -1,0 +1,226 @@
+package decision
+
+import (
+	"time"
+
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// Result is what to do with a request.
+type Result uint8
+
+// The results of Decide.
+const (
+	// Unknown: the record cannot be decided on (missing entitlement, or it does not
+	// know the spend of a current limited window). Resolve through the control plane.
+	Unknown Result = iota
+	// Admit: forward the request (after a durable start).
+	Admit
+	// Blocked: a hard-limit bucket is exhausted; answer 429.
+	Blocked
+	// Suspended: the member's capture is suspended; answer 503.
+	Suspended
+	// Inactive: the member was removed; answer 401.
+	Inactive
+)
+
+func (r Result) String() string {
+	switch r {
+	case Admit:
+		return "admit"
+	case Blocked:
+		return "blocked"
+	case Suspended:
+		return "suspended"
+	case Inactive:
+		return "inactive"
+	}
+	return "unknown"
+}
+
+// State is the value of X-Service-Usage-State and of the status read's state.
+type State string
+
+// The states of ACCOUNTING.md "Status".
+const (
+	WithinLimit  State = "within_limit"
+	OverLimit    State = "over_limit"
+	Unlimited    State = "unlimited"
+	StateBlocked State = "blocked"
+	// StateUnknown is sent only when an infrastructure failure admitted a request in
+	// open failure mode without a record to judge it by.
+	StateUnknown State = "unknown"
+)
+
+// UnlimitedPolicyID is the policy id of a snapshot bucket that no policy won.
+const UnlimitedPolicyID = "unlimited"
+
+// Bucket is one current window of the member as the decision saw it.
+type Bucket struct {
+	Window window.Window
+	// Limited is false when no policy won the timeframe (spend still counts).
+	Limited           bool
+	PolicyID          string
+	PolicyName        string
+	PolicyRevision    int64
+	Base, Extension   int64
+	Allowance         int64 // Base + Extension
+	Used              int64
+	HardLimit         bool
+	AllowRequestReset bool
+	// Exhausted: Limited and Used >= Allowance. For a hard limit that blocks; for a
+	// soft limit the request is admitted as over_limit.
+	Exhausted bool
+}
+
+// Decision is the outcome of Decide. It is a value: no pointers into the record
+// except the policy strings, which are immutable.
+type Decision struct {
+	Result Result
+	// State is meaningful for Admit (within_limit, over_limit, unlimited) and Blocked.
+	State State
+	// Buckets are day, week, month.
+	Buckets [3]Bucket
+	// RetryAt is the latest reset among the exhausted hard buckets (Blocked only), and
+	// RetryAfter the whole seconds from now until then, at least 1.
+	RetryAt    time.Time
+	RetryAfter int64
+	// TrackingVersion is the capture fence the snapshot will carry.
+	TrackingVersion int64
+}
+
+// Decide applies the admission rule to rec at now. When authoritative is true the record
+// comes straight from the control plane (Resolve), which read Postgres: a window it does
+// not list has no counter yet, and a missing counter reads as zero (rule 19). A mirror
+// record is never authoritative that way: not knowing a window means it was written
+// before the window began, and its spend since is unknown, so Decide answers Unknown.
+func Decide(rec *mirror.Record, now time.Time, authoritative bool) Decision {
+	var d Decision
+	ent := rec.GetEntitlement()
+	if ent == nil || ent.GetMemberId() == "" {
+		return d // Unknown
+	}
+	if !ent.GetMemberActive() {
+		d.Result = Inactive
+		return d
+	}
+	d.TrackingVersion = ent.GetTrackingVersion()
+	windows := window.Current(now)
+	anyLimited, blocked, over := false, false, false
+	for i := range windows {
+		b := &d.Buckets[i]
+		b.Window = windows[i]
+		lim := limitOf(ent, windows[i].Timeframe)
+		if lim == nil || lim.GetUnlimited() {
+			continue
+		}
+		used, known := mirror.SpendOf(rec, string(windows[i].Timeframe), windows[i].Start)
+		if !known && !authoritative {
+			d.Result = Unknown
+			return d
+		}
+		anyLimited = true
+		b.Limited = true
+		b.PolicyID = lim.GetPolicyId()
+		b.PolicyName = lim.GetPolicyName()
+		b.PolicyRevision = lim.GetPolicyRevision()
+		b.Base = lim.GetBaseMicroUsd()
+		b.Extension = lim.GetExtensionMicroUsd()
+		b.Allowance = satAdd(b.Base, b.Extension)
+		b.Used = used
+		b.HardLimit = lim.GetHardLimit()
+		b.AllowRequestReset = lim.GetAllowRequestReset()
+		if used >= b.Allowance {
+			b.Exhausted = true
+			if b.HardLimit {
+				blocked = true
+				if b.Window.End.After(d.RetryAt) {
+					d.RetryAt = b.Window.End
+				}
+			} else {
+				over = true
+			}
+		}
+	}
+	switch {
+	case blocked:
+		d.Result, d.State = Blocked, StateBlocked
+		d.RetryAfter = ceilSeconds(d.RetryAt.Sub(now))
+		return d
+	case !ent.GetCaptureEnabled():
+		d.Result = Suspended
+		return d
+	case !anyLimited:
+		d.State = Unlimited
+	case over:
+		d.State = OverLimit
+	default:
+		d.State = WithinLimit
+	}
+	d.Result = Admit
+	return d
+}
+
+// limitOf finds the limit of a timeframe; entitlements carry three, so a scan is
+// cheaper than a map.
+func limitOf(ent *internalv1.Entitlement, tf window.Timeframe) *internalv1.Limit {
+	for _, l := range ent.GetLimits() {
+		if l.GetTimeframe() == string(tf) {
+			return l
+		}
+	}
+	return nil
+}
+
+// ceilSeconds rounds a positive duration up to whole seconds, and anything below one
+// second (including a reset that has just passed) up to 1: Retry-After 0 would invite
+// an immediate retry storm.
+func ceilSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		return 1
+	}
+	return s
+}
+
+// satAdd adds allowances without wrapping: base and extension are bounded by the
+// control plane, but a corrupt record must not turn an allowance negative.
+func satAdd(a, b int64) int64 {
+	s := a + b
+	if (a >= 0) == (b >= 0) && (s >= 0) != (a >= 0) {
+		if a >= 0 {
+			return 1<<63 - 1
+		}
+		return -1 << 63
+	}
+	return s
+}
+
+// Snapshot builds the version-2 admission snapshot of an admitted decision: admission
+// time (now, the instant of the check), the tracking version, and all three windows,
+// unlimited ones with policy id "unlimited", revision 0 and base 0.
+func (d *Decision) Snapshot(orgID, memberID string, now time.Time) *internalv1.Snapshot {
+	buckets := make([]internalv1.SnapshotBucket, 3)
+	s := &internalv1.Snapshot{
+		Version:          2,
+		AdmittedAtUnixMs: now.UnixMilli(),
+		TrackingVersion:  d.TrackingVersion,
+		Buckets:          []*internalv1.SnapshotBucket{&buckets[0], &buckets[1], &buckets[2]},
+	}
+	for i := range d.Buckets {
+		b := &d.Buckets[i]
+		sb := &buckets[i]
+		sb.Timeframe = string(b.Window.Timeframe)
+		sb.WindowStartUnixMs = b.Window.Start.UnixMilli()
+		sb.WindowEndUnixMs = b.Window.End.UnixMilli()
+		sb.BucketId = window.BucketID(orgID, memberID, b.Window.Timeframe, b.Window.Start)
+		if b.Limited {
+			sb.PolicyId, sb.PolicyRevision, sb.BaseMicroUsd, sb.HardLimit = b.PolicyID, b.PolicyRevision, b.Base, b.HardLimit
+		} else {
+			sb.PolicyId = UnlimitedPolicyID
+		}
+	}
+	return s
+}

@@ -1,0 +1,170 @@
+package decision
+
+import (
+	"testing"
+	"time"
+
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+var noon = time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
+
+type lim struct {
+	tf        window.Timeframe
+	base, ext int64
+	hard      bool
+}
+
+// rec builds a record at now with the given limits (others unlimited) and spend.
+func rec(now time.Time, limits []lim, spend map[window.Timeframe]int64) *mirror.Record {
+	ent := &internalv1.Entitlement{OrganizationId: "org", MemberId: "om", MemberActive: true, TrackingVersion: 4, CaptureEnabled: true}
+	r := &mirror.Record{Entitlement: ent}
+	for _, w := range window.Current(now) {
+		l := &internalv1.Limit{Timeframe: string(w.Timeframe), Unlimited: true}
+		for _, x := range limits {
+			if x.tf == w.Timeframe {
+				l = &internalv1.Limit{Timeframe: string(w.Timeframe), PolicyId: "p_" + string(w.Timeframe), PolicyRevision: 2,
+					BaseMicroUsd: x.base, ExtensionMicroUsd: x.ext, HardLimit: x.hard, AllowRequestReset: true}
+			}
+		}
+		ent.Limits = append(ent.Limits, l)
+		r.Spend = append(r.Spend, &internalv1.WindowSpend{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(), UsedMicroUsd: spend[w.Timeframe]})
+	}
+	return r
+}
+
+func TestDecide(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		now        time.Time
+		rec        *mirror.Record
+		auth       bool
+		result     Result
+		state      State
+		retryAfter int64
+		exhausted  []window.Timeframe
+	}{
+		{name: "no winner anywhere is unlimited", now: noon, rec: rec(noon, nil, map[window.Timeframe]int64{window.Day: 1e12}),
+			result: Admit, state: Unlimited},
+		{name: "under the allowance", now: noon, rec: rec(noon, []lim{{window.Day, 100, 0, true}}, map[window.Timeframe]int64{window.Day: 99}),
+			result: Admit, state: WithinLimit},
+		{name: "used equal to allowance blocks", now: noon, rec: rec(noon, []lim{{window.Day, 100, 0, true}}, map[window.Timeframe]int64{window.Day: 100}),
+			result: Blocked, state: StateBlocked, retryAfter: 17 * 3600, exhausted: []window.Timeframe{window.Day}},
+		{name: "extension raises the allowance", now: noon, rec: rec(noon, []lim{{window.Day, 100, 25, true}}, map[window.Timeframe]int64{window.Day: 110}),
+			result: Admit, state: WithinLimit},
+		{name: "extension used up blocks", now: noon, rec: rec(noon, []lim{{window.Day, 100, 25, true}}, map[window.Timeframe]int64{window.Day: 125}),
+			result: Blocked, state: StateBlocked, retryAfter: 17 * 3600, exhausted: []window.Timeframe{window.Day}},
+		{name: "soft overage is admitted as over_limit", now: noon, rec: rec(noon, []lim{{window.Day, 100, 0, false}}, map[window.Timeframe]int64{window.Day: 500}),
+			result: Admit, state: OverLimit},
+		{name: "hard beats soft", now: noon, rec: rec(noon, []lim{{window.Day, 100, 0, false}, {window.Week, 100, 0, true}}, map[window.Timeframe]int64{window.Day: 500, window.Week: 500}),
+			result: Blocked, state: StateBlocked, retryAfter: int64(time.Date(2026, 9, 21, 5, 0, 0, 0, time.UTC).Sub(noon) / time.Second), exhausted: []window.Timeframe{window.Week}},
+		{name: "latest reset among exhausted", now: noon, rec: rec(noon, []lim{{window.Day, 1, 0, true}, {window.Month, 1, 0, true}}, map[window.Timeframe]int64{window.Day: 1, window.Month: 1}),
+			result: Blocked, state: StateBlocked, retryAfter: int64(time.Date(2026, 10, 1, 5, 0, 0, 0, time.UTC).Sub(noon) / time.Second), exhausted: []window.Timeframe{window.Day, window.Month}},
+		{name: "zero base blocks at once", now: noon, rec: rec(noon, []lim{{window.Day, 0, 0, true}}, nil),
+			result: Blocked, state: StateBlocked, retryAfter: 17 * 3600, exhausted: []window.Timeframe{window.Day}},
+		{name: "Retry-After rounds up and is at least 1", now: time.Date(2026, 9, 17, 4, 59, 59, 1, time.UTC),
+			rec:    rec(time.Date(2026, 9, 17, 4, 59, 59, 1, time.UTC), []lim{{window.Day, 1, 0, true}}, map[window.Timeframe]int64{window.Day: 1}),
+			result: Blocked, state: StateBlocked, retryAfter: 1, exhausted: []window.Timeframe{window.Day}},
+		{name: "record from before the day began is unknown", now: noon.Add(24 * time.Hour),
+			rec: rec(noon, []lim{{window.Day, 100, 0, true}}, nil), result: Unknown},
+		{name: "authoritative record without the window reads zero", now: noon.Add(24 * time.Hour),
+			rec: rec(noon, []lim{{window.Day, 100, 0, true}}, nil), auth: true, result: Admit, state: WithinLimit},
+		{name: "stale unlimited windows do not matter", now: noon.Add(24 * time.Hour),
+			rec: rec(noon, []lim{{window.Month, 100, 0, true}}, nil), result: Admit, state: WithinLimit},
+		{name: "no entitlement is unknown", now: noon, rec: &mirror.Record{}, result: Unknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(tc.rec, tc.now, tc.auth)
+			if d.Result != tc.result || d.State != tc.state || d.RetryAfter != tc.retryAfter {
+				t.Fatalf("got %v %q %d, want %v %q %d", d.Result, d.State, d.RetryAfter, tc.result, tc.state, tc.retryAfter)
+			}
+			var ex []window.Timeframe
+			for _, b := range d.Buckets {
+				if b.Exhausted && b.HardLimit {
+					ex = append(ex, b.Window.Timeframe)
+				}
+			}
+			if len(ex) != len(tc.exhausted) {
+				t.Fatalf("exhausted %v, want %v", ex, tc.exhausted)
+			}
+		})
+	}
+}
+
+func TestDecideSuspendedAndInactive(t *testing.T) {
+	r := rec(noon, []lim{{window.Day, 100, 0, true}}, nil)
+	r.Entitlement.CaptureEnabled = false
+	if d := Decide(r, noon, false); d.Result != Suspended {
+		t.Fatalf("%v", d.Result)
+	}
+	// Blocked is a limit decision and wins over the suspension.
+	r.Spend[0].UsedMicroUsd = 100
+	if d := Decide(r, noon, false); d.Result != Blocked {
+		t.Fatalf("%v", d.Result)
+	}
+	r.Entitlement.MemberActive = false
+	if d := Decide(r, noon, false); d.Result != Inactive {
+		t.Fatalf("%v", d.Result)
+	}
+}
+
+func TestSnapshot(t *testing.T) {
+	d := Decide(rec(noon, []lim{{window.Week, 700, 0, false}}, nil), noon, false)
+	s := d.Snapshot("org", "om", noon)
+	if s.GetVersion() != 2 || s.GetAdmittedAtUnixMs() != noon.UnixMilli() || s.GetTrackingVersion() != 4 || len(s.GetBuckets()) != 3 {
+		t.Fatalf("%v", s)
+	}
+	for i, tf := range window.Timeframes {
+		b := s.GetBuckets()[i]
+		w := window.Of(tf, noon)
+		if b.GetTimeframe() != string(tf) || b.GetWindowStartUnixMs() != w.Start.UnixMilli() || b.GetWindowEndUnixMs() != w.End.UnixMilli() ||
+			b.GetBucketId() != window.BucketID("org", "om", tf, w.Start) {
+			t.Errorf("%s: %v", tf, b)
+		}
+	}
+	if b := s.GetBuckets()[1]; b.GetPolicyId() != "p_week" || b.GetBaseMicroUsd() != 700 || b.GetHardLimit() || b.GetPolicyRevision() != 2 {
+		t.Errorf("week %v", b)
+	}
+	if b := s.GetBuckets()[0]; b.GetPolicyId() != UnlimitedPolicyID || b.GetPolicyRevision() != 0 || b.GetBaseMicroUsd() != 0 {
+		t.Errorf("day %v", b)
+	}
+}
+
+// BenchmarkDecide is the deciding path of every check: it must not allocate.
+//
+//	go test -run '^$' -bench Decide -benchmem ./enforcer/decision
+func BenchmarkDecide(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		rec  *mirror.Record
+	}{
+		{"admit", rec(noon, []lim{{window.Day, 1e6, 0, true}, {window.Week, 5e6, 0, true}, {window.Month, 20e6, 0, false}}, map[window.Timeframe]int64{window.Day: 10})},
+		{"blocked", rec(noon, []lim{{window.Day, 1e6, 0, true}}, map[window.Timeframe]int64{window.Day: 2e6})},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = Decide(bc.rec, noon, false)
+			}
+		})
+	}
+}
+
+// BenchmarkDecideAndSnapshot adds the admission snapshot (three bucket ids, the proto).
+func BenchmarkDecideAndSnapshot(b *testing.B) {
+	r := rec(noon, []lim{{window.Day, 1e6, 0, true}}, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		d := Decide(r, noon, false)
+		_ = d.Snapshot("org_01h455vb4pex5vsknk084sn02q", "om_01h455vb4pex5vsknk084sn02q", noon)
+	}
+}
+
+func TestDecideDoesNotAllocate(t *testing.T) {
+	r := rec(noon, []lim{{window.Day, 1e6, 0, true}, {window.Week, 5e6, 0, true}}, map[window.Timeframe]int64{window.Day: 10})
+	if n := testing.AllocsPerRun(100, func() { _ = Decide(r, noon, false) }); n != 0 {
+		t.Fatalf("%v allocations per decision", n)
+	}
+}

@@ -1,0 +1,165 @@
+package gate
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/decision"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// Header names of the blocking signal and of admissions.
+const (
+	HeaderErrorCode  = "X-Service-Error-Code"
+	HeaderUsageState = "X-Service-Usage-State"
+	HeaderRetryAfter = "Retry-After"
+	// HeaderRequestID is added to the upstream request of an admitted request; ext_proc
+	// and /settle name the request by it.
+	HeaderRequestID = "X-Service-Request-Id"
+)
+
+// Error codes of X-Service-Error-Code.
+const (
+	CodeUsageLimitExceeded    = "service_gateway_usage_limit_exceeded"
+	CodeAccountingUnavailable = "service_gateway_accounting_unavailable"
+)
+
+// Decision labels of metrics and answers.
+const (
+	Admitted     = "admitted"
+	Blocked      = "blocked"
+	Unavailable  = "unavailable"
+	Unauthorized = "unauthorized"
+	FailOpen     = "fail_open"
+)
+
+// Answer is the outcome of a check, protocol-neutral.
+type Answer struct {
+	// Status is 200 (admit), 401, 429 or 503.
+	Status int
+	// Decision and Reason label metrics and logs.
+	Decision, Reason string
+	// RequestID is set when admitted: the upstream request carries it.
+	RequestID string
+	// UsageState is X-Service-Usage-State: sent to the client on admission and on 429.
+	UsageState string
+	// ErrorCode is X-Service-Error-Code (429 and 503).
+	ErrorCode string
+	// RetryAfter is the Retry-After value in seconds (429).
+	RetryAfter string
+	// Body is the JSON body of a refusal.
+	Body []byte
+}
+
+// Header is one response or request header.
+type Header struct{ Name, Value string }
+
+// Allowed reports whether the request may go upstream.
+func (a *Answer) Allowed() bool { return a.Status == 200 }
+
+// DeniedHeaders are the headers of a refusal, in a stable order.
+func (a *Answer) DeniedHeaders() []Header {
+	h := make([]Header, 0, 4)
+	h = append(h, Header{"Content-Type", "application/json"})
+	if a.ErrorCode != "" {
+		h = append(h, Header{HeaderErrorCode, a.ErrorCode})
+	}
+	if a.Status == 429 {
+		h = append(h, Header{HeaderUsageState, a.UsageState}, Header{HeaderRetryAfter, a.RetryAfter})
+	}
+	return h
+}
+
+var (
+	bodyUnauthorized = []byte(`{"error":"unauthorized"}`)
+
+	bodyCaptureSuspended = mustJSON(errorBody{Error: errorObject{Type: "api_error", Code: CodeAccountingUnavailable,
+		Message: "Usage capture is suspended for this member; requests are refused until an operator resumes it.",
+		Details: map[string]string{"reason": "capture_suspended"}}})
+	bodyUnavailable = mustJSON(errorBody{Error: errorObject{Type: "api_error", Code: CodeAccountingUnavailable,
+		Message: "Usage accounting is temporarily unavailable; retry shortly.",
+		Details: map[string]string{"reason": "accounting_unavailable"}}})
+)
+
+type errorBody struct {
+	Error errorObject `json:"error"`
+}
+
+type errorObject struct {
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Details any    `json:"details"`
+}
+
+type blockedDetails struct {
+	ExhaustedBuckets []exhaustedBucket `json:"exhaustedBuckets"`
+	RetryAt          string            `json:"retryAt"`
+}
+
+type exhaustedBucket struct {
+	BucketID          string `json:"bucketId"`
+	Timeframe         string `json:"timeframe"`
+	UsedMicroUSD      int64  `json:"usedMicroUsd"`
+	AllowanceMicroUSD int64  `json:"allowanceMicroUsd"`
+	ResetAt           string `json:"resetAt"`
+	HardLimit         bool   `json:"hardLimit"`
+	AllowRequestReset bool   `json:"allowRequestReset"`
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// timestamp renders instants as the REST API does: RFC 3339, UTC, with Z.
+func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func unauthorized(reason string) Answer {
+	return Answer{Status: 401, Decision: Unauthorized, Reason: reason, Body: bodyUnauthorized}
+}
+
+func unavailable(reason string) Answer {
+	body := bodyUnavailable
+	if reason == "capture_suspended" {
+		body = bodyCaptureSuspended
+	}
+	return Answer{Status: 503, Decision: Unavailable, Reason: reason, ErrorCode: CodeAccountingUnavailable, Body: body}
+}
+
+// blocked renders the 429. Only the hard buckets that are exhausted are listed: they
+// are why the request is refused, and retryAt is the latest of their resets. An
+// exhausted soft bucket does not block and is not listed.
+func blocked(d *decision.Decision, orgID, memberID string) Answer {
+	det := blockedDetails{RetryAt: timestamp(d.RetryAt)}
+	var names []string
+	for i := range d.Buckets {
+		b := &d.Buckets[i]
+		if !b.Exhausted || !b.HardLimit {
+			continue
+		}
+		names = append(names, string(b.Window.Timeframe))
+		det.ExhaustedBuckets = append(det.ExhaustedBuckets, exhaustedBucket{
+			BucketID:          window.BucketID(orgID, memberID, b.Window.Timeframe, b.Window.Start),
+			Timeframe:         string(b.Window.Timeframe),
+			UsedMicroUSD:      b.Used,
+			AllowanceMicroUSD: b.Allowance,
+			ResetAt:           timestamp(b.Window.End),
+			HardLimit:         b.HardLimit,
+			AllowRequestReset: b.AllowRequestReset,
+		})
+	}
+	body := mustJSON(errorBody{Error: errorObject{
+		Type:    "usage_limit_error",
+		Code:    CodeUsageLimitExceeded,
+		Message: "Usage limit exceeded (" + strings.Join(names, ", ") + "); retry at " + det.RetryAt + ".",
+		Details: det,
+	}})
+	return Answer{Status: 429, Decision: Blocked, Reason: "usage_limit", UsageState: string(decision.StateBlocked),
+		ErrorCode: CodeUsageLimitExceeded, RetryAfter: strconv.FormatInt(d.RetryAfter, 10), Body: body}
+}

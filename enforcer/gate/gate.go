@@ -1,0 +1,248 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/decision"
+	"github.com/tollgate-dev/tollgate/enforcer/identity"
+	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/record"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/startq"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+)
+
+// RequestPrefix is the TypeID prefix of request ids.
+const RequestPrefix typeid.Prefix = "req"
+
+// Deps are the parts a gate is made of.
+type Deps struct {
+	Identity *identity.Cache
+	Records  *record.Reader
+	Starts   *startq.Queue
+	// Settle is asked for a settlement slot on fail-open admissions (normal admissions
+	// reserve theirs through the start queue).
+	Settle   *settleq.Queue
+	Inflight *inflight.Tracker
+	Clock    clock.Clock
+	Metrics  *metrics.Metrics
+	Log      *slog.Logger
+	// FailOpen admits on infrastructure failures instead of answering 503.
+	FailOpen bool
+}
+
+// Gate answers checks.
+type Gate struct{ Deps }
+
+// New returns a gate.
+func New(d Deps) *Gate { return &Gate{Deps: d} }
+
+// Credentials are the raw header values a client presented ("" when absent).
+type Credentials struct {
+	APIKey        string // x-api-key
+	Authorization string // authorization
+}
+
+// Check answers one request. The error is non-nil only when ctx ended first (the proxy
+// gave up on the check): then no answer matters and nothing was admitted.
+func (g *Gate) Check(ctx context.Context, cred Credentials) (Answer, error) {
+	start := time.Now()
+	a, err := g.check(ctx, cred)
+	if err != nil {
+		return Answer{}, err
+	}
+	g.Metrics.Decisions.WithLabelValues(a.Decision, a.Reason).Inc()
+	g.Metrics.CheckDuration.WithLabelValues(a.Decision).Observe(time.Since(start).Seconds())
+	return a, nil
+}
+
+// parseCredential picks the credential: x-api-key (a raw API key) when present, else an
+// Authorization bearer, whose kind its prefix tells. Anything malformed is refused
+// without a network call.
+func parseCredential(cred Credentials) (internalv1.CredentialKind, string, bool) {
+	if cred.APIKey != "" {
+		key, ok := credential.APIKeyFromHeader(cred.APIKey)
+		if !ok || !strings.HasPrefix(key, credential.APIKeyPrefix) {
+			return 0, "", false
+		}
+		return internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY, key, true
+	}
+	tok, ok := credential.BearerFromHeader(cred.Authorization)
+	switch {
+	case !ok:
+		return 0, "", false
+	case strings.HasPrefix(tok, credential.APIKeyPrefix):
+		return internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY, tok, true
+	case strings.HasPrefix(tok, credential.SessionPrefix):
+		return internalv1.CredentialKind_CREDENTIAL_KIND_SESSION, tok, true
+	}
+	return 0, "", false
+}
+
+func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
+	kind, secret, ok := parseCredential(cred)
+	if !ok {
+		return unauthorized("no_credential"), nil
+	}
+	id, err := g.Identity.Lookup(ctx, kind, secret)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Answer{}, ctx.Err()
+		}
+		g.Log.Warn("authenticate failed", "error", err)
+		return g.failure("controlplane", nil, nil), nil
+	}
+	if !id.Found {
+		return unauthorized("unknown_credential"), nil
+	}
+	if !id.Active {
+		return unauthorized("inactive_member"), nil
+	}
+
+	rec, err := g.Records.Read(ctx, id.OrganizationID, id.MemberID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Answer{}, ctx.Err()
+		}
+		reason := "controlplane"
+		if errors.Is(err, record.ErrRedis) {
+			reason = "redis"
+		}
+		g.Log.Warn("record read failed", "reason", reason, "error", err)
+		return g.failure(reason, &id, g.Records.LastKnown(id.MemberID)), nil
+	}
+	for attempt := 0; ; attempt++ {
+		now := g.Clock.Now()
+		d := decision.Decide(rec.Record, now, rec.Authoritative)
+		if d.Result == decision.Unknown && !rec.Authoritative {
+			// The mirror does not know a current window (written before it began).
+			if rec, err = g.Records.Resolve(ctx, id.OrganizationID, id.MemberID); err != nil {
+				if ctx.Err() != nil {
+					return Answer{}, ctx.Err()
+				}
+				return g.failure("controlplane", &id, g.Records.LastKnown(id.MemberID)), nil
+			}
+			continue
+		}
+		switch d.Result {
+		case decision.Inactive:
+			return unauthorized("inactive_member"), nil
+		case decision.Blocked:
+			return blocked(&d, id.OrganizationID, id.MemberID), nil
+		case decision.Suspended:
+			return unavailable("capture_suspended"), nil
+		case decision.Unknown:
+			g.Log.Error("control plane resolved a record that cannot be decided on", "member_id", id.MemberID)
+			return g.failure("controlplane", &id, nil), nil
+		}
+
+		a, retry, err := g.admit(ctx, &id, &d, now)
+		if err != nil || !retry {
+			return a, err
+		}
+		if attempt > 0 {
+			// The fence moved twice during one check: a capture cutover is under
+			// way. Refuse rather than chase it.
+			return unavailable("epoch_changed"), nil
+		}
+		// The start was refused for an old tracking version: the mirror is behind the
+		// capture fence. Decide again on the control plane's current record.
+		if rec, err = g.Records.Resolve(ctx, id.OrganizationID, id.MemberID); err != nil {
+			if ctx.Err() != nil {
+				return Answer{}, ctx.Err()
+			}
+			return g.failure("controlplane", &id, nil), nil
+		}
+	}
+}
+
+// admit makes the start durable and answers 200. retry asks the caller to decide again
+// on a fresher record (the start was refused for an old tracking version).
+func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Decision, now time.Time) (Answer, bool, error) {
+	reqID := typeid.New(RequestPrefix)
+	snap := d.Snapshot(id.OrganizationID, id.MemberID, now)
+	item := &internalv1.StartItem{RequestId: reqID, OrganizationId: id.OrganizationID, MemberId: id.MemberID, Snapshot: snap}
+	res, reservation, err := g.Starts.Submit(ctx, item)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Answer{}, false, ctx.Err()
+		}
+		reason := startq.Reason(err)
+		if reason != "controlplane" {
+			reason = "start_queue_" + reason
+		}
+		g.Log.Warn("write-ahead start failed", "reason", reason, "error", err)
+		return g.failOpenAdmit(reason, id, d, snap, reqID), false, nil
+	}
+	switch res.Outcome {
+	case internalv1.StartOutcome_START_OUTCOME_RECORDED, internalv1.StartOutcome_START_OUTCOME_DUPLICATE:
+		g.Inflight.Admitted(&inflight.Request{ID: reqID, OrganizationID: id.OrganizationID, MemberID: id.MemberID,
+			Snapshot: snap, Durable: true, Reservation: reservation, AdmittedAt: now})
+		return Answer{Status: 200, Decision: Admitted, Reason: string(d.State), RequestID: reqID, UsageState: string(d.State)}, false, nil
+	case internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED:
+		return unavailable("capture_suspended"), false, nil
+	case internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED:
+		return Answer{}, true, nil
+	}
+	g.Log.Error("control plane refused a write-ahead start", "request_id", reqID, "outcome", res.Outcome.String(), "message", res.Message)
+	return unavailable("start_refused"), false, nil
+}
+
+// failure answers an infrastructure failure before a decision could be made: 503 in
+// closed mode; in open mode an admission on the best-known record (last), which may
+// also still block.
+func (g *Gate) failure(reason string, id *identity.Identity, last *mirror.Record) Answer {
+	if !g.FailOpen {
+		return unavailable(reason)
+	}
+	if id == nil {
+		// Nobody to charge: admitted, counted, and logged, because this request's
+		// spend is lost to accounting. No request id either, so nothing downstream
+		// tries to settle a request the control plane cannot attribute.
+		g.Log.Warn("fail-open admission of an unidentified request: its spend cannot be recorded", "reason", reason)
+		return Answer{Status: 200, Decision: FailOpen, Reason: reason, UsageState: string(decision.StateUnknown)}
+	}
+	now := g.Clock.Now()
+	if last != nil {
+		d := decision.Decide(last, now, false)
+		switch d.Result {
+		case decision.Blocked:
+			return blocked(&d, id.OrganizationID, id.MemberID)
+		case decision.Suspended:
+			return unavailable("capture_suspended")
+		case decision.Inactive:
+			return unauthorized("inactive_member")
+		case decision.Admit:
+			return g.failOpenAdmit(reason, id, &d, d.Snapshot(id.OrganizationID, id.MemberID, now), typeid.New(RequestPrefix))
+		}
+	}
+	return g.failOpenAdmit(reason, id, nil, nil, typeid.New(RequestPrefix))
+}
+
+// failOpenAdmit admits without a durable start (open mode), or answers 503 (closed).
+// The settlement carries snap, so the control plane creates the event then; with no
+// snapshot at all it is recorded for review and not charged.
+func (g *Gate) failOpenAdmit(reason string, id *identity.Identity, d *decision.Decision, snap *internalv1.Snapshot, reqID string) Answer {
+	if !g.FailOpen {
+		return unavailable(reason)
+	}
+	state := string(decision.StateUnknown)
+	if d != nil {
+		state = string(d.State)
+	}
+	// Try to hold a settlement slot; if even that fails, the settlement may overflow
+	// later, loudly. Admission does not wait on it: that is what open mode means.
+	res, _ := g.Settle.Reserve()
+	g.Inflight.Admitted(&inflight.Request{ID: reqID, OrganizationID: id.OrganizationID, MemberID: id.MemberID,
+		Snapshot: snap, Durable: false, Reservation: res, AdmittedAt: g.Clock.Now()})
+	return Answer{Status: 200, Decision: FailOpen, Reason: reason, RequestID: reqID, UsageState: state}
+}

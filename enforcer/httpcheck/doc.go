@@ -1,0 +1,20 @@
+// Package httpcheck owns the plain-HTTP front door, for proxies that are not Envoy's
+// gRPC ext_authz: Caddy forward_auth, Traefik forwardAuth, nginx auth_request and
+// Envoy's HTTP ext_authz mode.
+//
+//   - /check (any method) reads the client's x-api-key or Authorization header as the
+//     proxy forwards it and answers with the gate's decision: 200 with
+//     X-Service-Request-Id (for the proxy to copy onto the upstream request) and
+//     X-Service-Usage-State to admit; the 401, 429 or 503 response (status, headers,
+//     JSON body) to refuse, which these proxies hand to the client as is.
+//   - POST /settle lets a gateway that cannot run ext_proc report a finished request:
+//     JSON {requestId, model, inputTokens, outputTokens, cachedInputTokens,
+//     cacheCreationInputTokens, upstreamCostMicroUsd, complete}, only requestId
+//     required. It answers the control plane's receipt, or 202 when the control plane
+//     has not answered within the wait (the settlement stays queued and is retried).
+//     It is idempotent by request id (the control plane's rule). Only loopback callers,
+//     or callers presenting the internal token as a bearer, may settle: anyone else
+//     could inflate a member's spend.
+//
+// It renders nothing of its own about limits: bodies and headers come from the gate.
+package httpcheck

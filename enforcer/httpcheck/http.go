@@ -1,0 +1,254 @@
+package httpcheck
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+)
+
+// Config of the HTTP front door.
+type Config struct {
+	// InternalToken lets non-loopback callers use /settle ("" = loopback only).
+	InternalToken string
+	// SettleWait is how long /settle waits for the control plane's receipt before
+	// answering 202.
+	SettleWait time.Duration
+}
+
+// Handler serves /check and /settle.
+type Handler struct {
+	gate    *gate.Gate
+	tracker *inflight.Tracker
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+}
+
+// New returns the handler.
+func New(g *gate.Gate, t *inflight.Tracker, cfg Config, log *slog.Logger) *Handler {
+	if cfg.SettleWait <= 0 {
+		cfg.SettleWait = 10 * time.Second
+	}
+	h := &Handler{gate: g, tracker: t, cfg: cfg, log: log, mux: http.NewServeMux()}
+	h.mux.HandleFunc("/check", h.check)
+	h.mux.HandleFunc("/check/", h.check) // nginx auth_request and Traefik may append the original path
+	h.mux.HandleFunc("POST /settle", h.settle)
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
+	a, err := h.gate.Check(r.Context(), gate.Credentials{APIKey: r.Header.Get("X-Api-Key"), Authorization: r.Header.Get("Authorization")})
+	if err != nil {
+		return // the proxy hung up
+	}
+	hdr := w.Header()
+	hdr.Set("Cache-Control", "no-store")
+	if a.Allowed() {
+		if a.RequestID != "" {
+			hdr.Set(gate.HeaderRequestID, a.RequestID)
+		}
+		if a.UsageState != "" {
+			hdr.Set(gate.HeaderUsageState, a.UsageState)
+		}
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	for _, x := range a.DeniedHeaders() {
+		hdr.Set(x.Name, x.Value)
+	}
+	w.WriteHeader(a.Status)
+	_, _ = w.Write(a.Body)
+}
+
+// settleBody is the JSON of POST /settle. Pointers tell absent from zero.
+type settleBody struct {
+	RequestID                string  `json:"requestId"`
+	Model                    *string `json:"model"`
+	InputTokens              *int64  `json:"inputTokens"`
+	OutputTokens             *int64  `json:"outputTokens"`
+	CachedInputTokens        *int64  `json:"cachedInputTokens"`
+	CacheCreationInputTokens *int64  `json:"cacheCreationInputTokens"`
+	UpstreamCostMicroUSD     *int64  `json:"upstreamCostMicroUsd"`
+	Complete                 *bool   `json:"complete"`
+}
+
+// Receipt is the answer of POST /settle.
+type Receipt struct {
+	RequestID    string `json:"requestId"`
+	Outcome      string `json:"outcome"`
+	CostMicroUSD int64  `json:"costMicroUsd"`
+	CostSource   string `json:"costSource"`
+	Message      string `json:"message,omitempty"`
+	// Error repeats the outcome on refusals, in the {error, message} shape.
+	Error string `json:"error,omitempty"`
+}
+
+type problem struct {
+	Message string `json:"message"`
+	Path    []any  `json:"path,omitempty"`
+}
+
+const maxSettleBody = 64 << 10
+
+func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
+	if !h.maySettle(r) {
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized"})
+		return
+	}
+	var in settleBody
+	if probs := decodeStrict(w, r, &in); len(probs) > 0 {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "details": probs})
+		return
+	}
+	var probs []problem
+	if in.RequestID == "" {
+		probs = append(probs, problem{"requestId is required", []any{"requestId"}})
+	} else if !typeid.Valid(in.RequestID, gate.RequestPrefix) {
+		probs = append(probs, problem{"requestId must be a request id (req_...)", []any{"requestId"}})
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"inputTokens", in.InputTokens}, {"outputTokens", in.OutputTokens}, {"cachedInputTokens", in.CachedInputTokens},
+		{"cacheCreationInputTokens", in.CacheCreationInputTokens}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
+		if f.v != nil && *f.v < 0 {
+			probs = append(probs, problem{f.name + " must not be negative", []any{f.name}})
+		}
+	}
+	if in.Model != nil && len(*in.Model) > 256 {
+		probs = append(probs, problem{"model must be at most 256 characters", []any{"model"}})
+	}
+	if len(probs) > 0 {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "details": probs})
+		return
+	}
+	u := inflight.Usage{UpstreamCostMicroUSD: in.UpstreamCostMicroUSD}
+	reported := in.UpstreamCostMicroUSD != nil
+	for _, f := range []struct {
+		dst *int64
+		src *int64
+	}{{&u.InputTokens, in.InputTokens}, {&u.OutputTokens, in.OutputTokens}, {&u.CachedTokens, in.CachedInputTokens},
+		{&u.CacheCreationTokens, in.CacheCreationInputTokens}} {
+		if f.src != nil {
+			*f.dst = *f.src
+			reported = true
+		}
+	}
+	if in.Model != nil {
+		u.Model = *in.Model
+	}
+	// complete defaults to "some usage was reported": a bare {requestId} says the
+	// request ended without usage, which is exactly an incomplete settlement.
+	u.Complete = reported
+	if in.Complete != nil {
+		u.Complete = *in.Complete
+	}
+
+	done := make(chan settleq.Result, 1)
+	if err := h.tracker.Finish(in.RequestID, u, func(r settleq.Result) { done <- r }); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "settle_queue_full",
+			"message": "the enforcer cannot queue more settlements right now; retry"})
+		return
+	}
+	timer := time.NewTimer(h.cfg.SettleWait)
+	defer timer.Stop()
+	select {
+	case res := <-done:
+		status, rc := receipt(in.RequestID, res)
+		writeJSON(w, status, rc)
+	case <-timer.C:
+		writeJSON(w, http.StatusAccepted, Receipt{RequestID: in.RequestID, Outcome: "queued",
+			Message: "the control plane has not answered yet; the settlement stays queued and will be retried"})
+	case <-r.Context().Done():
+	}
+}
+
+func receipt(id string, res settleq.Result) (int, Receipt) {
+	rc := Receipt{RequestID: id, CostMicroUSD: res.CostMicroUSD, CostSource: res.CostSource, Message: res.Message}
+	if res.Err != nil {
+		rc.Outcome, rc.Error, rc.Message = "abandoned", "abandoned", res.Err.Error()
+		return http.StatusServiceUnavailable, rc
+	}
+	switch res.Outcome {
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED:
+		rc.Outcome = "settled"
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE:
+		rc.Outcome = "duplicate"
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED:
+		rc.Outcome = "promoted"
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT:
+		// Recorded for review, not charged: accepted, and the outcome says so.
+		rc.Outcome = "no_snapshot"
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_COST_CONFLICT:
+		rc.Outcome, rc.Error = "cost_conflict", "cost_conflict"
+		return http.StatusConflict, rc
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED:
+		rc.Outcome, rc.Error = "capture_epoch_changed", "capture_epoch_changed"
+		return http.StatusConflict, rc
+	default:
+		rc.Outcome, rc.Error = "invalid", "invalid_request"
+		return http.StatusBadRequest, rc
+	}
+	return http.StatusOK, rc
+}
+
+// maySettle admits loopback callers and holders of the internal token.
+func (h *Handler) maySettle(r *http.Request) bool {
+	if tok, ok := credential.BearerFromHeader(r.Header.Get("Authorization")); ok && h.cfg.InternalToken != "" {
+		return subtle.ConstantTimeCompare([]byte(tok), []byte(h.cfg.InternalToken)) == 1
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// decodeStrict reads one JSON object: size-capped, unknown fields and trailing data
+// refused.
+func decodeStrict(w http.ResponseWriter, r *http.Request, v any) []problem {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSettleBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return []problem{{Message: "body larger than 64 KiB"}}
+		}
+		return []problem{{Message: "cannot read body"}}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return []problem{{Message: te.Field + " has the wrong type: want " + te.Type.String(), Path: []any{te.Field}}}
+		}
+		return []problem{{Message: "body is not a valid JSON object: " + err.Error()}}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return []problem{{Message: "trailing data after the JSON object"}}
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

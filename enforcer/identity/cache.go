@@ -1,0 +1,270 @@
+package identity
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+	"google.golang.org/grpc"
+
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+)
+
+// Authenticator is the part of the internal API this package calls.
+type Authenticator interface {
+	Authenticate(ctx context.Context, in *internalv1.AuthenticateRequest, opts ...grpc.CallOption) (*internalv1.AuthenticateResponse, error)
+}
+
+// Identity is what a credential stands for.
+type Identity struct {
+	// Found is false for unknown, revoked or expired credentials.
+	Found          bool
+	Active         bool
+	OrganizationID string
+	MemberID       string
+	UserID         string
+	APIKeyID       string
+}
+
+// Config tunes the cache. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// TTL is how long a known credential is trusted without asking again.
+	TTL time.Duration
+	// NegativeTTL is how long an unknown credential is remembered as unknown.
+	NegativeTTL time.Duration
+	// MaxEntries bounds the memory; past it, arbitrary entries are evicted.
+	MaxEntries int
+	// CallTimeout bounds one Authenticate call.
+	CallTimeout time.Duration
+}
+
+// DefaultConfig: a revoked key stops working within 30s even if its invalidation is lost.
+var DefaultConfig = Config{TTL: 30 * time.Second, NegativeTTL: 5 * time.Second, MaxEntries: 100_000, CallTimeout: 2 * time.Second}
+
+// Cache maps credential hashes to identities.
+type Cache struct {
+	cfg    Config
+	cp     Authenticator
+	clk    clock.Clock
+	m      *metrics.Metrics
+	log    *slog.Logger
+	flight singleflight.Group
+	// epoch moves on every invalidation: an answer that was in flight across one is
+	// not cached, since it may predate the revocation.
+	epoch  atomic.Uint64
+	shards [16]shard
+
+	hit, negHit, miss interface{ Inc() }
+}
+
+type shard struct {
+	mu sync.RWMutex
+	m  map[[32]byte]entry
+}
+
+type entry struct {
+	id      Identity
+	expires time.Time
+}
+
+// New returns an empty cache backed by the control plane.
+func New(cp Authenticator, cfg Config, clk clock.Clock, m *metrics.Metrics, log *slog.Logger) *Cache {
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultConfig.TTL
+	}
+	if cfg.NegativeTTL <= 0 {
+		cfg.NegativeTTL = DefaultConfig.NegativeTTL
+	}
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = DefaultConfig.MaxEntries
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultConfig.CallTimeout
+	}
+	c := &Cache{cfg: cfg, cp: cp, clk: clk, m: m, log: log,
+		hit: m.IdentityCache.WithLabelValues("hit"), negHit: m.IdentityCache.WithLabelValues("negative_hit"),
+		miss: m.IdentityCache.WithLabelValues("miss")}
+	for i := range c.shards {
+		c.shards[i].m = map[[32]byte]entry{}
+	}
+	return c
+}
+
+func (c *Cache) shard(h *[32]byte) *shard { return &c.shards[h[0]%byte(len(c.shards))] }
+
+// Lookup returns the identity of a raw credential of the given kind. An error means
+// the control plane could not be asked (infrastructure), never "unknown credential".
+func (c *Cache) Lookup(ctx context.Context, kind internalv1.CredentialKind, secret string) (Identity, error) {
+	h := sha256.Sum256([]byte(secret))
+	s := c.shard(&h)
+	now := c.clk.Now()
+	s.mu.RLock()
+	e, ok := s.m[h]
+	s.mu.RUnlock()
+	if ok && now.Before(e.expires) {
+		if e.id.Found {
+			c.hit.Inc()
+		} else {
+			c.negHit.Inc()
+		}
+		return e.id, nil
+	}
+	c.miss.Inc()
+	epoch := c.epoch.Load()
+	// The call is shared by every caller presenting this credential right now, so it
+	// must not die with the first caller's context; each caller still stops waiting
+	// when its own context ends.
+	ch := c.flight.DoChan(string(h[:]), func() (any, error) {
+		callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CallTimeout)
+		defer cancel()
+		resp, err := c.cp.Authenticate(callCtx, &internalv1.AuthenticateRequest{CredentialHash: h[:], Kind: kind})
+		if err != nil {
+			return nil, err
+		}
+		id := Identity{Found: resp.GetFound(), Active: resp.GetActive(), OrganizationID: resp.GetOrganizationId(),
+			MemberID: resp.GetMemberId(), UserID: resp.GetUserId(), APIKeyID: resp.GetApiKeyId()}
+		if id.Found && (id.OrganizationID == "" || id.MemberID == "") {
+			return nil, errors.New("identity: control plane answered a found credential without organization or member")
+		}
+		c.store(h, id, epoch)
+		return id, nil
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return Identity{}, r.Err
+		}
+		return r.Val.(Identity), nil
+	case <-ctx.Done():
+		return Identity{}, ctx.Err()
+	}
+}
+
+func (c *Cache) store(h [32]byte, id Identity, epoch uint64) {
+	ttl := c.cfg.TTL
+	if !id.Found || !id.Active {
+		ttl = c.cfg.NegativeTTL
+	}
+	s := c.shard(&h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.epoch.Load() != epoch {
+		return
+	}
+	if len(s.m) >= c.cfg.MaxEntries/len(c.shards)+1 {
+		// Evict an arbitrary entry (map iteration order is random): cheap, and any
+		// evicted identity is simply asked for again.
+		for k := range s.m {
+			delete(s.m, k)
+			break
+		}
+	}
+	s.m[h] = entry{id: id, expires: c.clk.Now().Add(ttl)}
+}
+
+// Invalidate forgets what an invalidation names.
+func (c *Cache) Invalidate(inv mirror.Invalidation) {
+	c.epoch.Add(1)
+	switch inv.Kind {
+	case "credential":
+		var h [32]byte
+		if b, err := hex.DecodeString(inv.ID); err == nil && len(b) == len(h) {
+			copy(h[:], b)
+			s := c.shard(&h)
+			s.mu.Lock()
+			delete(s.m, h)
+			s.mu.Unlock()
+		}
+	case "member", "api_key":
+		// Rare events: a scan of the cache is cheaper than keeping reverse indexes up
+		// to date on every check.
+		for i := range c.shards {
+			s := &c.shards[i]
+			s.mu.Lock()
+			for k, e := range s.m {
+				if (inv.Kind == "member" && e.id.MemberID == inv.ID) || (inv.Kind == "api_key" && e.id.APIKeyID == inv.ID) {
+					delete(s.m, k)
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// Flush forgets everything.
+func (c *Cache) Flush() {
+	c.epoch.Add(1)
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		clear(s.m)
+		s.mu.Unlock()
+	}
+}
+
+// Watch applies the control plane's invalidations until ctx is done, resubscribing
+// after failures. ready, if not nil, is closed once the first subscription is live.
+func (c *Cache) Watch(ctx context.Context, rdb redis.UniversalClient, layout mirror.Layout, ready chan<- struct{}) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := c.watchOnce(ctx, rdb, layout, &ready)
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("invalidation subscription lost; identity cache flushed, resubscribing", "error", err, "in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (c *Cache) watchOnce(ctx context.Context, rdb redis.UniversalClient, layout mirror.Layout, ready *chan<- struct{}) error {
+	ps := rdb.Subscribe(ctx, layout.InvalidationChannel())
+	defer ps.Close()
+	// A blocked Receive does not watch ctx; closing the subscription unblocks it.
+	stop := context.AfterFunc(ctx, func() { ps.Close() })
+	defer stop()
+	// Wait for the subscription to be confirmed before trusting the cache again:
+	// anything published before this point was missed, so forget it all.
+	if _, err := ps.Receive(ctx); err != nil {
+		return err
+	}
+	c.Flush()
+	if *ready != nil {
+		close(*ready)
+		*ready = nil
+	}
+	for {
+		// ReceiveMessage reconnects silently, which would hide a gap; Receive
+		// surfaces every (re)subscription so the cache can be flushed.
+		msg, err := ps.Receive(ctx)
+		if err != nil {
+			return err
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			c.Flush()
+		case *redis.Message:
+			inv, err := mirror.ParseInvalidation(m.Payload)
+			if err != nil {
+				c.log.Warn("ignoring malformed invalidation", "error", err)
+				continue
+			}
+			c.m.InvalidationsReceived.WithLabelValues(inv.Kind).Inc()
+			c.Invalidate(inv)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package identity_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tollgate-dev/tollgate/enforcer/identity"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/testredis"
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+)
+
+type authn struct {
+	calls atomic.Int64
+	mu    sync.Mutex
+	known map[string]*internalv1.AuthenticateResponse // by hex hash
+	block chan struct{}
+	err   error
+}
+
+func (a *authn) Authenticate(ctx context.Context, in *internalv1.AuthenticateRequest, _ ...grpc.CallOption) (*internalv1.AuthenticateResponse, error) {
+	a.calls.Add(1)
+	if a.block != nil {
+		<-a.block
+	}
+	if a.err != nil {
+		return nil, a.err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r, ok := a.known[hex.EncodeToString(in.GetCredentialHash())]; ok {
+		return r, nil
+	}
+	return &internalv1.AuthenticateResponse{}, nil
+}
+
+func hashHex(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+
+func setup(t *testing.T) (*identity.Cache, *authn, *clock.Manual) {
+	a := &authn{known: map[string]*internalv1.AuthenticateResponse{
+		hashHex("tgk_alice"): {Found: true, Active: true, OrganizationId: "org_1", MemberId: "om_alice", ApiKeyId: "apk_alice"},
+		hashHex("tgk_bob"):   {Found: true, Active: true, OrganizationId: "org_1", MemberId: "om_bob", ApiKeyId: "apk_bob"},
+	}}
+	clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+	c := identity.New(a, identity.Config{TTL: 30 * time.Second, NegativeTTL: 5 * time.Second}, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return c, a, clk
+}
+
+const apiKey = internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY
+
+func lookup(t *testing.T, c *identity.Cache, secret string) identity.Identity {
+	t.Helper()
+	id, err := c.Lookup(context.Background(), apiKey, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestCacheTTL(t *testing.T) {
+	c, a, clk := setup(t)
+	if id := lookup(t, c, "tgk_alice"); !id.Found || id.MemberID != "om_alice" {
+		t.Fatalf("%+v", id)
+	}
+	lookup(t, c, "tgk_alice")
+	if a.calls.Load() != 1 {
+		t.Fatalf("%d calls", a.calls.Load())
+	}
+	clk.Advance(31 * time.Second)
+	lookup(t, c, "tgk_alice")
+	if a.calls.Load() != 2 {
+		t.Fatal("expired entry not refreshed")
+	}
+	// Unknown credentials are remembered, briefly.
+	if lookup(t, c, "tgk_nobody").Found {
+		t.Fatal("found nobody")
+	}
+	lookup(t, c, "tgk_nobody")
+	if a.calls.Load() != 3 {
+		t.Fatal("negative entry not cached")
+	}
+	clk.Advance(6 * time.Second)
+	lookup(t, c, "tgk_nobody")
+	if a.calls.Load() != 4 {
+		t.Fatal("negative entry lived too long")
+	}
+}
+
+func TestCacheCoalescesConcurrentMisses(t *testing.T) {
+	c, a, _ := setup(t)
+	a.block = make(chan struct{})
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() { defer wg.Done(); lookup(t, c, "tgk_alice") }()
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(a.block)
+	wg.Wait()
+	if a.calls.Load() != 1 {
+		t.Fatalf("%d calls for one credential", a.calls.Load())
+	}
+}
+
+func TestCacheErrorIsNotUnknown(t *testing.T) {
+	c, a, _ := setup(t)
+	a.err = errors.New("control plane down")
+	if _, err := c.Lookup(context.Background(), apiKey, "tgk_alice"); err == nil {
+		t.Fatal("failure read as an answer")
+	}
+	a.err = nil
+	if !lookup(t, c, "tgk_alice").Found {
+		t.Fatal("failure was cached")
+	}
+}
+
+func TestInvalidations(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		inv  mirror.Invalidation
+	}{
+		{"credential", mirror.Invalidation{Kind: "credential", ID: hashHex("tgk_alice")}},
+		{"member", mirror.Invalidation{Kind: "member", ID: "om_alice"}},
+		{"api key", mirror.Invalidation{Kind: "api_key", ID: "apk_alice"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, a, _ := setup(t)
+			lookup(t, c, "tgk_alice")
+			lookup(t, c, "tgk_bob")
+			c.Invalidate(tc.inv)
+			lookup(t, c, "tgk_alice")
+			lookup(t, c, "tgk_bob")
+			if a.calls.Load() != 3 {
+				t.Fatalf("%d calls: want alice asked again, bob still cached", a.calls.Load())
+			}
+		})
+	}
+}
+
+func TestAnswerInFlightAcrossAnInvalidationIsNotCached(t *testing.T) {
+	c, a, _ := setup(t)
+	a.block = make(chan struct{})
+	done := make(chan struct{})
+	go func() { lookup(t, c, "tgk_alice"); close(done) }()
+	time.Sleep(10 * time.Millisecond)
+	c.Invalidate(mirror.Invalidation{Kind: "member", ID: "om_alice"}) // revoked while the answer is on its way
+	close(a.block)
+	<-done
+	a.block = nil
+	lookup(t, c, "tgk_alice")
+	if a.calls.Load() != 2 {
+		t.Fatal("an answer older than the invalidation was cached")
+	}
+}
+
+func TestWatchAppliesPublishedInvalidations(t *testing.T) {
+	rdb, layout := testredis.New(t)
+	c, a, _ := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan struct{})
+	go c.Watch(ctx, rdb, layout, ready)
+	<-ready
+	lookup(t, c, "tgk_alice")
+	if err := layout.Publish(ctx, rdb, mirror.Invalidation{Kind: "credential", ID: hashHex("tgk_alice")}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		lookup(t, c, "tgk_alice")
+		if a.calls.Load() >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("invalidation not applied")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

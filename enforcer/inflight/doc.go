@@ -1,0 +1,17 @@
+// Package inflight owns the life of an admitted request between its admission and the
+// queueing of its settlement: who it belongs to, its admission snapshot, whether its
+// start is durable, and the settlement slot reserved for it. ext_proc and the HTTP
+// /settle endpoint report a request's end here (Finish); the tracker builds the
+// SettleItem and queues it.
+//
+// A request nobody reports within the abandonment timeout (a forward-auth gateway that
+// never calls /settle, an upstream that failed before Envoy ran ext_proc) is settled as
+// incomplete, so the member's pending count returns to zero and the gap is visible, not
+// hidden; a later real settlement still promotes its known cost once. A request whose
+// response is being followed by ext_proc is never reaped, however long it streams.
+//
+// The table is in memory: the enforcer runs as a sidecar of its Envoy, so the ext_authz
+// check and the ext_proc stream of one request reach the same process. A settlement for
+// a request this process does not know is still sent, by request id only, and the
+// control plane uses the stored snapshot of its durable start.
+package inflight

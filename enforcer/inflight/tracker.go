@@ -1,0 +1,229 @@
+package inflight
+
+import (
+	"context"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// Request is one admitted request.
+type Request struct {
+	ID             string
+	OrganizationID string
+	MemberID       string
+	// Snapshot is the admission snapshot. It travels with the settlement only when the
+	// start is not durable (fail-open admission); nil when even that was unknown.
+	Snapshot *internalv1.Snapshot
+	// Durable: the control plane recorded the start.
+	Durable bool
+	// Reservation is the settlement slot (nil when none could be reserved).
+	Reservation *settleq.Reservation
+	AdmittedAt  time.Time
+
+	following atomic.Bool
+}
+
+// Usage is what the end of a response told about its cost.
+type Usage struct {
+	Model                     string
+	InputTokens, OutputTokens int64
+	// CachedTokens and CacheCreationTokens are the parts of InputTokens read from and
+	// written to a prompt cache.
+	CachedTokens, CacheCreationTokens int64
+	// UpstreamCostMicroUSD, when not nil, wins over the catalog price.
+	UpstreamCostMicroUSD *int64
+	// Complete is false when the response broke off or carried no usage.
+	Complete       bool
+	UpstreamStatus int32
+}
+
+// Queue is where settlements go (settleq.Queue).
+type Queue interface {
+	Enqueue(item *internalv1.SettleItem, res *settleq.Reservation, done func(settleq.Result)) error
+}
+
+// Tracker is the table of admitted, unsettled requests.
+type Tracker struct {
+	q     Queue
+	clk   clock.Clock
+	m     *metrics.Metrics
+	log   *slog.Logger
+	seed  maphash.Seed
+	count atomic.Int64
+	// shards spread the lock: every admitted check writes here.
+	shards [32]shard
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]*Request
+}
+
+// New returns an empty tracker that settles into q.
+func New(q Queue, clk clock.Clock, m *metrics.Metrics, log *slog.Logger) *Tracker {
+	t := &Tracker{q: q, clk: clk, m: m, log: log, seed: maphash.MakeSeed()}
+	for i := range t.shards {
+		t.shards[i].m = map[string]*Request{}
+	}
+	return t
+}
+
+func (t *Tracker) shard(id string) *shard {
+	return &t.shards[maphash.String(t.seed, id)%uint64(len(t.shards))]
+}
+
+// Admitted records an admitted request.
+func (t *Tracker) Admitted(r *Request) {
+	s := t.shard(r.ID)
+	s.mu.Lock()
+	s.m[r.ID] = r
+	s.mu.Unlock()
+	t.m.InflightRequests.Set(float64(t.count.Add(1)))
+}
+
+// Follow marks a request as followed by a response stream (it will be reported by
+// Finish, however long it takes) and reports whether this process knows it.
+func (t *Tracker) Follow(id string) bool {
+	s := t.shard(id)
+	s.mu.Lock()
+	r := s.m[id]
+	s.mu.Unlock()
+	if r == nil {
+		return false
+	}
+	r.following.Store(true)
+	return true
+}
+
+func (t *Tracker) take(id string) *Request {
+	s := t.shard(id)
+	s.mu.Lock()
+	r := s.m[id]
+	delete(s.m, id)
+	s.mu.Unlock()
+	if r != nil {
+		t.m.InflightRequests.Set(float64(t.count.Add(-1)))
+	}
+	return r
+}
+
+// Len is the number of tracked requests.
+func (t *Tracker) Len() int { return int(t.count.Load()) }
+
+// Finish queues the settlement of request id. A request this process does not know
+// (admitted by another replica, or already settled) is settled by id only: the control
+// plane knows its durable start, and settlements are idempotent. done, if not nil, gets
+// the control plane's final answer.
+func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
+	item := &internalv1.SettleItem{
+		RequestId:                id,
+		Model:                    u.Model,
+		InputTokens:              u.InputTokens,
+		OutputTokens:             u.OutputTokens,
+		CachedInputTokens:        u.CachedTokens,
+		CacheCreationInputTokens: u.CacheCreationTokens,
+		UpstreamCostMicroUsd:     u.UpstreamCostMicroUSD,
+		Complete:                 u.Complete,
+		FinishedAtUnixMs:         t.clk.Now().UnixMilli(),
+		UpstreamStatus:           u.UpstreamStatus,
+	}
+	var res *settleq.Reservation
+	if r := t.take(id); r != nil {
+		item.OrganizationId, item.MemberId = r.OrganizationID, r.MemberID
+		if !r.Durable {
+			item.Snapshot = r.Snapshot
+		}
+		res = r.Reservation
+	}
+	return t.q.Enqueue(item, res, done)
+}
+
+// SettleOrphan settles a start that became durable after its check was abandoned: the
+// request was never forwarded as far as anyone knows, so its usage is unknown.
+func (t *Tracker) SettleOrphan(item *internalv1.StartItem, res *settleq.Reservation) {
+	_ = t.q.Enqueue(&internalv1.SettleItem{RequestId: item.GetRequestId(), OrganizationId: item.GetOrganizationId(),
+		MemberId: item.GetMemberId(), FinishedAtUnixMs: t.clk.Now().UnixMilli()}, res, nil)
+}
+
+// Reap settles, as incomplete, every request admitted more than after ago that no
+// response stream follows. It returns how many it settled.
+func (t *Tracker) Reap(after time.Duration) int {
+	cutoff := t.clk.Now().Add(-after)
+	var stale []string
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for id, r := range s.m {
+			if !r.following.Load() && r.AdmittedAt.Before(cutoff) {
+				stale = append(stale, id)
+			}
+		}
+		s.mu.Unlock()
+	}
+	n := 0
+	for _, id := range stale {
+		if r := t.take(id); r != nil {
+			n++
+			t.settleIncomplete(r)
+		}
+	}
+	if n > 0 {
+		t.log.Warn("settled requests nobody reported as incomplete", "count", n, "after", after.String())
+	}
+	return n
+}
+
+// settleIncomplete queues the settlement of a taken request whose usage nobody reported;
+// Reap and SettleAll share it.
+func (t *Tracker) settleIncomplete(r *Request) {
+	item := &internalv1.SettleItem{RequestId: r.ID, OrganizationId: r.OrganizationID, MemberId: r.MemberID,
+		FinishedAtUnixMs: t.clk.Now().UnixMilli()}
+	if !r.Durable {
+		item.Snapshot = r.Snapshot
+	}
+	_ = t.q.Enqueue(item, r.Reservation, nil)
+}
+
+// RunReaper reaps every interval until ctx is done.
+func (t *Tracker) RunReaper(ctx context.Context, every, after time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			t.Reap(after)
+		}
+	}
+}
+
+// SettleAll settles every tracked request as incomplete (at shutdown: nobody will report
+// them to this process any more; a later real settlement elsewhere promotes the cost).
+func (t *Tracker) SettleAll() int {
+	var all []string
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for id := range s.m {
+			all = append(all, id)
+		}
+		s.mu.Unlock()
+	}
+	n := 0
+	for _, id := range all {
+		if r := t.take(id); r != nil {
+			n++
+			t.settleIncomplete(r)
+		}
+	}
+	return n
+}

@@ -1,0 +1,139 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics holds the enforcer's collectors.
+type Metrics struct {
+	// Decisions counts answered checks by decision (admitted, blocked, unavailable,
+	// unauthorized, fail_open) and reason (within_limit, over_limit, unlimited,
+	// usage_limit, capture_suspended, redis, controlplane, start_queue, ...).
+	Decisions *prometheus.CounterVec
+	// CheckDuration times a check from request to answer, by decision.
+	CheckDuration *prometheus.HistogramVec
+
+	// IdentityCache counts credential look-ups by result (hit, miss, negative_hit).
+	IdentityCache *prometheus.CounterVec
+	// RecordReads counts member record reads by source (redis, resolve).
+	RecordReads *prometheus.CounterVec
+
+	RedisDuration         *prometheus.HistogramVec
+	RedisErrors           prometheus.Counter
+	RedisGenerationLost   prometheus.Counter
+	ControlPlaneDuration  *prometheus.HistogramVec
+	ControlPlaneErrors    *prometheus.CounterVec
+	StartQueueDepth       prometheus.Gauge
+	StartQueueRejections  *prometheus.CounterVec
+	StartBatchSize        prometheus.Histogram
+	SettleQueueDepth      prometheus.Gauge
+	SettleReserved        prometheus.Gauge
+	Settlements           *prometheus.CounterVec
+	SettleRetries         prometheus.Counter
+	SettlementLag         prometheus.Histogram
+	InflightRequests      prometheus.Gauge
+	ExtProcStreams        *prometheus.CounterVec
+	InvalidationsReceived *prometheus.CounterVec
+}
+
+// latency buckets for calls that should take about a millisecond.
+var fast = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+
+// New registers the enforcer's metrics on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_decisions_total",
+			Help: "Checks answered, by decision (admitted, blocked, unavailable, unauthorized, fail_open) and reason.",
+		}, []string{"decision", "reason"}),
+		CheckDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tollgate_enforcer_check_duration_seconds",
+			Help:    "Time from receiving a check to answering it, by decision.",
+			Buckets: fast,
+		}, []string{"decision"}),
+		IdentityCache: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_identity_cache_total",
+			Help: "Credential look-ups by result: hit, negative_hit (known bad credential) or miss (asked the control plane). Hit ratio = hit / sum.",
+		}, []string{"result"}),
+		RecordReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_record_reads_total",
+			Help: "Member records read, by source: redis (mirror hit) or resolve (read through the control plane).",
+		}, []string{"source"}),
+		RedisDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tollgate_enforcer_redis_duration_seconds",
+			Help:    "Duration of Redis calls, by operation.",
+			Buckets: fast,
+		}, []string{"op"}),
+		RedisErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_redis_errors_total",
+			Help: "Redis calls that failed (connection, timeout, server error).",
+		}),
+		RedisGenerationLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_redis_generation_lost_total",
+			Help: "Times the mirror's generation marker was found missing (Redis lost its data); reads go through the control plane until it resyncs.",
+		}),
+		ControlPlaneDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tollgate_enforcer_controlplane_duration_seconds",
+			Help:    "Duration of internal API calls to the control plane, by method.",
+			Buckets: fast,
+		}, []string{"method"}),
+		ControlPlaneErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_controlplane_errors_total",
+			Help: "Internal API calls that failed, by method and gRPC code.",
+		}, []string{"method", "code"}),
+		StartQueueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_start_queue_depth",
+			Help: "Write-ahead starts waiting to be sent to the control plane.",
+		}),
+		StartQueueRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_start_queue_rejections_total",
+			Help: "Starts refused or abandoned before being recorded, by reason (full, member_share, deadline, cancelled, settle_capacity, closed).",
+		}, []string{"reason"}),
+		StartBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tollgate_enforcer_start_batch_size",
+			Help:    "Starts per Start call to the control plane.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
+		SettleQueueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_settle_queue_depth",
+			Help: "Settlements waiting to be sent (or re-sent) to the control plane.",
+		}),
+		SettleReserved: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_settle_reserved",
+			Help: "Settlement slots reserved by admitted requests that have not settled yet.",
+		}),
+		Settlements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_settlements_total",
+			Help: "Settlements finished, by outcome (settled, duplicate, promoted, cost_conflict, no_snapshot, invalid, epoch_changed, abandoned, overflow).",
+		}, []string{"outcome"}),
+		SettleRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_settle_retries_total",
+			Help: "Settle calls retried after a failure.",
+		}),
+		SettlementLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tollgate_enforcer_settlement_lag_seconds",
+			Help:    "Time from queueing a settlement (the response's end) to the control plane's final answer for it.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+		InflightRequests: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_inflight_requests",
+			Help: "Admitted requests whose settlement has not been queued yet.",
+		}),
+		ExtProcStreams: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_extproc_streams_total",
+			Help: "ext_proc streams finished, by result (complete, incomplete, untracked).",
+		}, []string{"result"}),
+		InvalidationsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_invalidations_total",
+			Help: "Identity invalidations received from the control plane, by kind.",
+		}, []string{"kind"}),
+	}
+	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.RecordReads, m.RedisDuration, m.RedisErrors,
+		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
+		m.StartBatchSize, m.SettleQueueDepth, m.SettleReserved, m.Settlements, m.SettleRetries, m.SettlementLag,
+		m.InflightRequests, m.ExtProcStreams, m.InvalidationsReceived)
+	return m
+}
+
+// Discard returns metrics registered nowhere, for tests and tools that do not serve them.
+func Discard() *Metrics { return New(prometheus.NewRegistry()) }

@@ -1,0 +1,371 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+	"google.golang.org/grpc"
+
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+)
+
+// Resolver is the part of the internal API this package calls.
+type Resolver interface {
+	Resolve(ctx context.Context, in *internalv1.ResolveRequest, opts ...grpc.CallOption) (*internalv1.ResolveResponse, error)
+}
+
+// Errors of Read: infrastructure, never "no such member".
+var (
+	ErrRedis        = errors.New("record: redis unavailable")
+	ErrControlPlane = errors.New("record: control plane unavailable")
+)
+
+// Config tunes the reader. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// GenerationPoll is how often the generation marker is read.
+	GenerationPoll time.Duration
+	// ResolveTimeout bounds one Resolve call.
+	ResolveTimeout time.Duration
+	// LastKnown bounds the per-member records kept for fail-open admission.
+	LastKnown int
+	// PipelineWorkers and PipelineMax shape the read batching: concurrent checks' reads
+	// are sent together, up to PipelineMax per round trip, with at most PipelineWorkers
+	// round trips in flight. PipelineWorkers < 0 turns batching off.
+	PipelineWorkers, PipelineMax int
+}
+
+// DefaultConfig: a flushed Redis is noticed within a second; until then a flushed
+// record is simply missing, which resolves as well.
+var DefaultConfig = Config{GenerationPoll: time.Second, ResolveTimeout: 2 * time.Second, LastKnown: 100_000,
+	PipelineWorkers: 4, PipelineMax: 64}
+
+// Reader reads member records.
+type Reader struct {
+	rdb    redis.UniversalClient
+	layout mirror.Layout
+	cp     Resolver
+	cfg    Config
+	m      *metrics.Metrics
+	log    *slog.Logger
+	flight singleflight.Group
+
+	// gen is the generation last seen; nil until the first successful poll.
+	gen   atomic.Pointer[string]
+	nudge chan struct{}
+
+	// reads feeds the pipelining workers while Run is running (batching on).
+	reads    chan *readReq
+	batching atomic.Bool
+
+	seed   maphash.Seed
+	shards [32]lastShard
+
+	fromRedis, fromResolve, redisErrors interface{ Inc() }
+	readTime                            interface{ Observe(float64) }
+}
+
+type lastShard struct {
+	mu sync.Mutex
+	m  map[string]*mirror.Record
+}
+
+// New returns a reader; call Watch to keep the generation current.
+func New(rdb redis.UniversalClient, layout mirror.Layout, cp Resolver, cfg Config, m *metrics.Metrics, log *slog.Logger) *Reader {
+	if cfg.GenerationPoll <= 0 {
+		cfg.GenerationPoll = DefaultConfig.GenerationPoll
+	}
+	if cfg.ResolveTimeout <= 0 {
+		cfg.ResolveTimeout = DefaultConfig.ResolveTimeout
+	}
+	if cfg.LastKnown <= 0 {
+		cfg.LastKnown = DefaultConfig.LastKnown
+	}
+	if cfg.PipelineWorkers == 0 {
+		cfg.PipelineWorkers = DefaultConfig.PipelineWorkers
+	}
+	if cfg.PipelineMax <= 0 {
+		cfg.PipelineMax = DefaultConfig.PipelineMax
+	}
+	r := &Reader{rdb: rdb, layout: layout, cp: cp, cfg: cfg, m: m, log: log, nudge: make(chan struct{}, 1),
+		reads: make(chan *readReq, 4096),
+		seed:  maphash.MakeSeed(), fromRedis: m.RecordReads.WithLabelValues("redis"),
+		fromResolve: m.RecordReads.WithLabelValues("resolve"), redisErrors: m.RedisErrors,
+		readTime: m.RedisDuration.WithLabelValues("read_record")}
+	for i := range r.shards {
+		r.shards[i].m = map[string]*mirror.Record{}
+	}
+	return r
+}
+
+// Record is a member's record and where it came from.
+type Record struct {
+	*mirror.Record
+	// Authoritative: returned by Resolve, read from Postgres just now.
+	Authoritative bool
+}
+
+// Read returns the member's record: from Redis when the mirror knows it under the
+// current generation, else resolved through the control plane.
+func (r *Reader) Read(ctx context.Context, orgID, memberID string) (Record, error) {
+	gen := r.gen.Load()
+	if gen == nil {
+		// Not polled successfully yet (start-up, or Redis has been down since).
+		g, err := r.pollGeneration(ctx)
+		if err != nil {
+			return Record{}, err
+		}
+		gen = &g
+	}
+	if *gen == "" {
+		// Redis lost its data: every record there is unknown until the control plane
+		// resyncs, so skip the pointless read.
+		return r.Resolve(ctx, orgID, memberID)
+	}
+	rec, err := r.readRedis(ctx, memberID, *gen)
+	switch {
+	case err == nil:
+		r.fromRedis.Inc()
+		r.remember(memberID, rec)
+		return Record{Record: rec}, nil
+	case errors.Is(err, mirror.ErrUnknown):
+		// Perhaps the control plane just resynced under a new generation: look sooner.
+		select {
+		case r.nudge <- struct{}{}:
+		default:
+		}
+		return r.Resolve(ctx, orgID, memberID)
+	default:
+		r.redisErrors.Inc()
+		return Record{}, fmt.Errorf("%w: %v", ErrRedis, err)
+	}
+}
+
+// Resolve asks the control plane for the member's record (which also refreshes Redis).
+func (r *Reader) Resolve(ctx context.Context, orgID, memberID string) (Record, error) {
+	// Shared by every concurrent check of this member; see identity.Cache.Lookup.
+	ch := r.flight.DoChan(memberID, func() (any, error) {
+		callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ResolveTimeout)
+		defer cancel()
+		resp, err := r.cp.Resolve(callCtx, &internalv1.ResolveRequest{OrganizationId: orgID, MemberId: memberID})
+		if err != nil {
+			return nil, err
+		}
+		if resp.GetEntitlement().GetMemberId() == "" {
+			return nil, errors.New("resolve answered without an entitlement")
+		}
+		return &mirror.Record{Version: resp.GetRecordVersion(), Entitlement: resp.GetEntitlement(),
+			Spend: resp.GetSpend(), AsOfUnixMs: resp.GetAsOfUnixMs()}, nil
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return Record{}, fmt.Errorf("%w: %v", ErrControlPlane, res.Err)
+		}
+		rec := res.Val.(*mirror.Record)
+		r.fromResolve.Inc()
+		r.remember(memberID, rec)
+		return Record{Record: rec, Authoritative: true}, nil
+	case <-ctx.Done():
+		return Record{}, ctx.Err()
+	}
+}
+
+func (r *Reader) remember(memberID string, rec *mirror.Record) {
+	s := &r.shards[maphash.String(r.seed, memberID)%uint64(len(r.shards))]
+	s.mu.Lock()
+	if old, ok := s.m[memberID]; !ok || old != rec {
+		if !ok && len(s.m) >= r.cfg.LastKnown/len(r.shards)+1 {
+			for k := range s.m {
+				delete(s.m, k)
+				break
+			}
+		}
+		s.m[memberID] = rec
+	}
+	s.mu.Unlock()
+}
+
+// LastKnown returns the last record read for a member, or nil. Only for deciding in
+// open failure mode: it may be stale.
+func (r *Reader) LastKnown(memberID string) *mirror.Record {
+	s := &r.shards[maphash.String(r.seed, memberID)%uint64(len(r.shards))]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[memberID]
+}
+
+// Generation returns the generation last seen ("" = lost) and whether one was seen.
+func (r *Reader) Generation() (string, bool) {
+	g := r.gen.Load()
+	if g == nil {
+		return "", false
+	}
+	return *g, true
+}
+
+func (r *Reader) pollGeneration(ctx context.Context) (string, error) {
+	start := time.Now()
+	g, err := r.layout.Generation(ctx, r.rdb)
+	r.m.RedisDuration.WithLabelValues("generation").Observe(time.Since(start).Seconds())
+	if err != nil {
+		r.redisErrors.Inc()
+		return "", fmt.Errorf("%w: %v", ErrRedis, err)
+	}
+	old := r.gen.Swap(&g)
+	if g == "" && (old == nil || *old != "") {
+		r.m.RedisGenerationLost.Inc()
+		r.log.Warn("mirror generation missing: Redis lost its data or was never synced; resolving every record through the control plane until it resyncs")
+	} else if old != nil && *old != g {
+		r.log.Info("mirror generation changed", "generation", g)
+	}
+	return g, nil
+}
+
+type readReq struct {
+	member, gen string
+	done        chan readRes
+}
+
+type readRes struct {
+	rec *mirror.Record
+	err error
+}
+
+// readRedis reads one record: through the pipelining workers while they run, else
+// directly. Either way it is one round trip for this check; under load, one round trip
+// serves many checks, which saves the system calls that dominate a cached check.
+func (r *Reader) readRedis(ctx context.Context, memberID, gen string) (*mirror.Record, error) {
+	if !r.batching.Load() {
+		start := time.Now()
+		rec, err := r.layout.Read(ctx, r.rdb, memberID, gen)
+		r.readTime.Observe(time.Since(start).Seconds())
+		return rec, err
+	}
+	req := &readReq{member: memberID, gen: gen, done: make(chan readRes, 1)}
+	select {
+	case r.reads <- req:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case res := <-req.done:
+		return res.rec, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// pipeline serves read requests: it takes one, then whatever else is already waiting
+// (never waiting for more, so an idle enforcer adds no latency), and reads them all in
+// one round trip.
+func (r *Reader) pipeline(ctx context.Context) {
+	batch := make([]*readReq, 0, r.cfg.PipelineMax)
+	members := make([]string, 0, r.cfg.PipelineMax)
+	for {
+		batch, members = batch[:0], members[:0]
+		select {
+		case <-ctx.Done():
+			return
+		case req := <-r.reads:
+			batch = append(batch, req)
+		}
+	more:
+		for len(batch) < r.cfg.PipelineMax {
+			select {
+			case req := <-r.reads:
+				batch = append(batch, req)
+			default:
+				break more
+			}
+		}
+		// The read outlives any one check: it answers them all. The client's read
+		// timeout bounds it.
+		readCtx := context.WithoutCancel(ctx)
+		start := time.Now()
+		if len(batch) == 1 {
+			rec, err := r.layout.Read(readCtx, r.rdb, batch[0].member, batch[0].gen)
+			r.readTime.Observe(time.Since(start).Seconds())
+			batch[0].done <- readRes{rec, err}
+			continue
+		}
+		// One generation per batch: a request made under another (a resync racing the
+		// batch) may read as unknown and resolve, which is safe.
+		for _, q := range batch {
+			members = append(members, q.member)
+		}
+		recs, errs, err := r.layout.ReadMany(readCtx, r.rdb, members, batch[0].gen)
+		r.readTime.Observe(time.Since(start).Seconds())
+		for i, q := range batch {
+			switch {
+			case err != nil:
+				q.done <- readRes{nil, err}
+			case q.gen != batch[0].gen:
+				q.done <- readRes{nil, mirror.ErrUnknown}
+			default:
+				q.done <- readRes{recs[i], errs[i]}
+			}
+		}
+	}
+}
+
+// Run keeps the generation current and serves batched reads until ctx is done.
+func (r *Reader) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	if r.cfg.PipelineWorkers > 0 {
+		for range r.cfg.PipelineWorkers {
+			wg.Add(1)
+			go func() { defer wg.Done(); r.pipeline(ctx) }()
+		}
+		r.batching.Store(true)
+	}
+	r.watch(ctx)
+	r.batching.Store(false)
+	wg.Wait()
+	// Requests that raced the stop still get an answer.
+	for {
+		select {
+		case q := <-r.reads:
+			rec, err := r.layout.Read(context.Background(), r.rdb, q.member, q.gen)
+			q.done <- readRes{rec, err}
+		default:
+			return
+		}
+	}
+}
+
+// watch polls the generation marker until ctx is done, and sooner when a read found a
+// record of another generation.
+func (r *Reader) watch(ctx context.Context) {
+	tick := time.NewTicker(r.cfg.GenerationPoll)
+	defer tick.Stop()
+	for {
+		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.GenerationPoll)
+		if _, err := r.pollGeneration(pollCtx); err != nil && ctx.Err() == nil {
+			r.log.Debug("generation poll failed", "error", err)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-r.nudge:
+			// Members without a record nudge on every check; poll at most every
+			// 100ms for them.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}

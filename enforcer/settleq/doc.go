@@ -1,0 +1,15 @@
+// Package settleq owns the delivery of settlements to the control plane: a bounded
+// in-memory queue, batched into Settle calls, retried with exponential backoff, and
+// never silently dropped. A settlement that finally cannot be delivered (too old, or the
+// process is stopping and the drain deadline passed) is logged at error level with its
+// request id and counted, so an operator can reconcile it (the control plane's
+// abandonment recovery closes its start).
+//
+// Capacity is shared between queued settlements and reservations. Every admitted
+// request reserves its slot at start (Reserve), so start overload can fill the start
+// queue, never this one: a reserved settlement is always accepted. Only settlements
+// without a reservation (rare: fail-open admissions when even the reservation failed,
+// gateways reporting requests this process did not admit) can overflow.
+//
+// It does not build settlements (see package inflight) and does not price anything.
+package settleq

@@ -1,0 +1,486 @@
+package settleq
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// Settler is the part of the internal API this package calls.
+type Settler interface {
+	Settle(ctx context.Context, in *internalv1.SettleRequest, opts ...grpc.CallOption) (*internalv1.SettleResponse, error)
+}
+
+// Config bounds the queue. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// Capacity is the most settlements queued plus reserved at once.
+	Capacity int
+	// MaxBatch is the most items per Settle call.
+	MaxBatch int
+	// Workers is the number of concurrent Settle calls.
+	Workers int
+	// CallTimeout bounds one Settle call.
+	CallTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the wait before a retry; it doubles per attempt.
+	MinBackoff, MaxBackoff time.Duration
+	// MaxAge is how long a settlement is retried before it is given up (loudly).
+	MaxAge time.Duration
+}
+
+// DefaultConfig is what the enforcer runs with unless configured otherwise.
+var DefaultConfig = Config{
+	Capacity:    100_000,
+	MaxBatch:    256,
+	Workers:     2,
+	CallTimeout: 5 * time.Second,
+	MinBackoff:  100 * time.Millisecond,
+	MaxBackoff:  30 * time.Second,
+	MaxAge:      6 * time.Hour,
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig
+	if c.Capacity > 0 {
+		d.Capacity = c.Capacity
+	}
+	if c.MaxBatch > 0 {
+		d.MaxBatch = c.MaxBatch
+	}
+	if c.Workers > 0 {
+		d.Workers = c.Workers
+	}
+	if c.CallTimeout > 0 {
+		d.CallTimeout = c.CallTimeout
+	}
+	if c.MinBackoff > 0 {
+		d.MinBackoff = c.MinBackoff
+	}
+	if c.MaxBackoff > 0 {
+		d.MaxBackoff = c.MaxBackoff
+	}
+	if c.MaxAge > 0 {
+		d.MaxAge = c.MaxAge
+	}
+	return d
+}
+
+// Result is the final answer for one settlement.
+type Result struct {
+	Outcome      internalv1.SettleOutcome
+	Message      string
+	CostMicroUSD int64
+	CostSource   string
+	// Err is set when the settlement was given up (ErrAbandoned) or refused (ErrFull).
+	Err error
+}
+
+// Errors of Enqueue and of abandoned settlements.
+var (
+	ErrFull      = errors.New("settleq: queue full")
+	ErrAbandoned = errors.New("settleq: settlement given up")
+)
+
+// Queue delivers settlements. Create it with New, start it with Run.
+type Queue struct {
+	cfg     Config
+	client  Settler
+	m       *metrics.Metrics
+	log     *slog.Logger
+	signal  chan struct{}
+	workers sync.WaitGroup
+
+	mu       sync.Mutex
+	ready    []*entry // FIFO of entries due now
+	delayed  []*entry // entries waiting for their retry time
+	inflight int      // entries taken by workers
+	reserved int
+	stopping bool
+	idle     chan struct{} // closed and replaced when the queue becomes empty
+}
+
+type entry struct {
+	item     *internalv1.SettleItem
+	done     func(Result)
+	queued   time.Time
+	attempts int
+	next     time.Time
+	// solo entries are sent alone: their batch was refused as a whole, so one of its
+	// items is bad and the others must not share its fate.
+	solo bool
+}
+
+// New returns a queue; nothing is sent until Run. Scheduling (backoff, age, lag) uses
+// the wall clock: it is about this process's work, not about accounting time.
+func New(client Settler, cfg Config, m *metrics.Metrics, log *slog.Logger) *Queue {
+	return &Queue{cfg: cfg.withDefaults(), client: client, m: m, log: log,
+		signal: make(chan struct{}, 1), idle: make(chan struct{})}
+}
+
+// Reservation is one settlement slot held for an admitted request.
+type Reservation struct {
+	q    *Queue
+	used atomic.Bool
+}
+
+// Reserve holds a slot for a future settlement, or reports false when the queue has
+// no capacity left. The caller must either pass the reservation to Enqueue or Release it.
+func (q *Queue) Reserve() (*Reservation, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopping || q.reserved+q.lenLocked() >= q.cfg.Capacity {
+		return nil, false
+	}
+	q.reserved++
+	q.m.SettleReserved.Set(float64(q.reserved))
+	return &Reservation{q: q}, true
+}
+
+// Release gives a reservation back (the request was not admitted after all). It is
+// safe on nil and after Enqueue (then it does nothing).
+func (r *Reservation) Release() {
+	if r == nil || !r.used.CompareAndSwap(false, true) {
+		return
+	}
+	r.q.mu.Lock()
+	r.q.reserved--
+	r.q.m.SettleReserved.Set(float64(r.q.reserved))
+	r.q.mu.Unlock()
+}
+
+func (q *Queue) lenLocked() int { return len(q.ready) + len(q.delayed) + q.inflight }
+
+// Enqueue queues a settlement. With a reservation (unused) it is always accepted, even
+// while stopping (the drain still tries to send it). Without one it takes free capacity
+// or fails with ErrFull, which is logged loudly and counted here. done, if not nil, is
+// called once with the final result, from a worker goroutine.
+func (q *Queue) Enqueue(item *internalv1.SettleItem, res *Reservation, done func(Result)) error {
+	now := time.Now()
+	e := &entry{item: item, done: done, queued: now, next: now}
+	q.mu.Lock()
+	if res != nil && res.q == q && res.used.CompareAndSwap(false, true) {
+		q.reserved--
+		q.m.SettleReserved.Set(float64(q.reserved))
+	} else if q.reserved+q.lenLocked() >= q.cfg.Capacity {
+		q.mu.Unlock()
+		q.m.Settlements.WithLabelValues("overflow").Inc()
+		q.log.Error("SETTLEMENT LOST: settle queue full and no reservation; reconcile this request",
+			"request_id", item.GetRequestId(), "capacity", q.cfg.Capacity)
+		if done != nil {
+			done(Result{Err: ErrFull})
+		}
+		return ErrFull
+	}
+	q.ready = append(q.ready, e)
+	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
+	q.mu.Unlock()
+	q.wake()
+	return nil
+}
+
+func (q *Queue) wake() {
+	select {
+	case q.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Depth is the number of settlements not yet acknowledged.
+func (q *Queue) Depth() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.lenLocked()
+}
+
+// Run sends settlements until ctx is done. Call Drain afterwards to flush what is left.
+func (q *Queue) Run(ctx context.Context) {
+	for range q.cfg.Workers {
+		q.workers.Add(1)
+		go func() {
+			defer q.workers.Done()
+			q.work(ctx)
+		}()
+	}
+	q.workers.Wait()
+}
+
+func (q *Queue) work(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		batch, wait := q.take(false)
+		if len(batch) > 0 {
+			// A stopping Run must not cut a call short: its answer would be lost and the
+			// items sent again by the drain.
+			q.send(context.WithoutCancel(ctx), batch)
+			continue
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.signal:
+		case <-timer.C:
+		}
+	}
+}
+
+// take removes the next batch of due entries. With force, entries waiting for a retry
+// are due at once (the drain). It also returns how long until the next entry is due.
+func (q *Queue) take(force bool) ([]*entry, time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := time.Now()
+	wait := time.Hour
+	keep := q.delayed[:0]
+	for _, e := range q.delayed {
+		if force || !e.next.After(now) {
+			q.ready = append(q.ready, e)
+		} else {
+			keep = append(keep, e)
+			if d := e.next.Sub(now); d < wait {
+				wait = d
+			}
+		}
+	}
+	clear(q.delayed[len(keep):])
+	q.delayed = keep
+	if len(q.ready) == 0 {
+		return nil, wait
+	}
+	n := min(len(q.ready), q.cfg.MaxBatch)
+	if q.ready[0].solo {
+		n = 1
+	} else {
+		for i := 1; i < n; i++ {
+			if q.ready[i].solo {
+				n = i
+				break
+			}
+		}
+	}
+	batch := make([]*entry, n)
+	copy(batch, q.ready[:n])
+	clear(q.ready[:n])
+	q.ready = q.ready[n:]
+	q.inflight += n
+	return batch, 0
+}
+
+func (q *Queue) send(ctx context.Context, batch []*entry) {
+	req := &internalv1.SettleRequest{Items: make([]*internalv1.SettleItem, len(batch))}
+	for i, e := range batch {
+		req.Items[i] = e.item
+	}
+	callCtx, cancel := context.WithTimeout(ctx, q.cfg.CallTimeout)
+	resp, err := q.client.Settle(callCtx, req)
+	cancel()
+	now := time.Now()
+	if err != nil {
+		solo := status.Code(err) == codes.InvalidArgument
+		if solo && len(batch) == 1 {
+			// The control plane refuses this one item outright; retrying cannot help.
+			q.finish(batch[0], Result{Outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID, Message: err.Error()}, now)
+			return
+		}
+		q.log.Warn("settle call failed; will retry", "items", len(batch), "error", err)
+		q.retry(batch, solo, now)
+		return
+	}
+	results := resp.GetResults()
+	var again []*entry
+	for i, e := range batch {
+		r := resultFor(results, i, e.item.GetRequestId())
+		if r == nil || r.GetOutcome() == internalv1.SettleOutcome_SETTLE_OUTCOME_UNSPECIFIED {
+			again = append(again, e)
+			continue
+		}
+		q.finish(e, Result{Outcome: r.GetOutcome(), Message: r.GetMessage(), CostMicroUSD: r.GetCostMicroUsd(), CostSource: r.GetCostSource()}, now)
+	}
+	if len(again) > 0 {
+		q.log.Warn("settle answer missed items; will retry", "items", len(again))
+		q.retry(again, false, now)
+	}
+}
+
+// resultFor finds the result of item i: results come in request order, but a
+// mismatched id means the server did not follow that, so fall back to a search.
+func resultFor(results []*internalv1.SettleResult, i int, id string) *internalv1.SettleResult {
+	if i < len(results) && results[i].GetRequestId() == id {
+		return results[i]
+	}
+	for _, r := range results {
+		if r.GetRequestId() == id {
+			return r
+		}
+	}
+	return nil
+}
+
+func (q *Queue) retry(batch []*entry, solo bool, now time.Time) {
+	var giveUp []*entry
+	q.mu.Lock()
+	for _, e := range batch {
+		e.attempts++
+		e.solo = e.solo || solo
+		if now.Sub(e.queued) >= q.cfg.MaxAge {
+			giveUp = append(giveUp, e)
+			continue
+		}
+		q.m.SettleRetries.Inc()
+		e.next = now.Add(q.backoff(e.attempts))
+		q.delayed = append(q.delayed, e)
+		q.inflight--
+	}
+	q.mu.Unlock()
+	for _, e := range giveUp {
+		q.abandon(e, now, "retried for longer than the maximum age")
+	}
+	q.wake()
+}
+
+// backoff doubles from MinBackoff up to MaxBackoff, with up to 20% jitter so that many
+// enforcers recovering together do not retry in lockstep.
+func (q *Queue) backoff(attempts int) time.Duration {
+	d := q.cfg.MinBackoff
+	for i := 1; i < attempts && d < q.cfg.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, q.cfg.MaxBackoff)
+	return d + time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+func (q *Queue) finish(e *entry, r Result, now time.Time) {
+	q.mu.Lock()
+	q.inflight--
+	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
+	q.signalIdleLocked()
+	q.mu.Unlock()
+	outcome := outcomeLabel(r.Outcome)
+	q.m.Settlements.WithLabelValues(outcome).Inc()
+	q.m.SettlementLag.Observe(now.Sub(e.queued).Seconds())
+	switch r.Outcome {
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE,
+		internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED:
+	default:
+		// Final refusals are not retried (they would be refused again) but must be seen.
+		q.log.Warn("settlement refused by the control plane", "request_id", e.item.GetRequestId(),
+			"outcome", outcome, "message", r.Message)
+	}
+	if e.done != nil {
+		e.done(r)
+	}
+}
+
+func (q *Queue) abandon(e *entry, now time.Time, why string) {
+	q.mu.Lock()
+	q.inflight--
+	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
+	q.signalIdleLocked()
+	q.mu.Unlock()
+	q.m.Settlements.WithLabelValues("abandoned").Inc()
+	q.log.Error("SETTLEMENT NOT DELIVERED: giving up; reconcile this request", "request_id", e.item.GetRequestId(),
+		"organization_id", e.item.GetOrganizationId(), "member_id", e.item.GetMemberId(), "attempts", e.attempts,
+		"queued_for", now.Sub(e.queued).String(), "reason", why)
+	if e.done != nil {
+		e.done(Result{Err: ErrAbandoned})
+	}
+}
+
+func (q *Queue) signalIdleLocked() {
+	if q.lenLocked() == 0 {
+		close(q.idle)
+		q.idle = make(chan struct{})
+	}
+}
+
+// Drain sends everything still queued, retrying without waiting for backoffs, until the
+// queue is empty or ctx ends; whatever is left then is abandoned loudly. Call it after
+// Run has returned and after the servers that enqueue have stopped.
+func (q *Queue) Drain(ctx context.Context) {
+	q.mu.Lock()
+	q.stopping = true
+	q.mu.Unlock()
+	for ctx.Err() == nil {
+		batch, _ := q.take(true)
+		if len(batch) == 0 {
+			break
+		}
+		q.send(ctx, batch)
+		if ctx.Err() == nil && q.Depth() > 0 {
+			// A failed batch went back to the retry list: pause briefly instead of spinning.
+			select {
+			case <-ctx.Done():
+			case <-time.After(q.cfg.MinBackoff):
+			}
+		}
+	}
+	now := time.Now()
+	for {
+		q.mu.Lock()
+		left := append(q.ready, q.delayed...)
+		q.inflight += len(left)
+		q.ready, q.delayed = nil, nil
+		q.mu.Unlock()
+		if len(left) == 0 {
+			return
+		}
+		for _, e := range left {
+			q.abandon(e, now, "the enforcer stopped before the control plane accepted it")
+		}
+	}
+}
+
+// WaitIdle blocks until nothing is queued or ctx ends (for tests and benchmarks).
+func (q *Queue) WaitIdle(ctx context.Context) error {
+	for {
+		q.mu.Lock()
+		if q.lenLocked() == 0 {
+			q.mu.Unlock()
+			return nil
+		}
+		idle := q.idle
+		q.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func outcomeLabel(o internalv1.SettleOutcome) string {
+	switch o {
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED:
+		return "settled"
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE:
+		return "duplicate"
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED:
+		return "promoted"
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_COST_CONFLICT:
+		return "cost_conflict"
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT:
+		return "no_snapshot"
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID:
+		return "invalid"
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED:
+		return "epoch_changed"
+	}
+	return "unknown"
+}

@@ -1,0 +1,222 @@
+package settleq_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-dev/tollgate/enforcer/cpclient"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/testredis"
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *logBuf) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+func fastConfig() settleq.Config {
+	return settleq.Config{Capacity: 100, MaxBatch: 8, Workers: 1, CallTimeout: time.Second, MinBackoff: 5 * time.Millisecond, MaxBackoff: 40 * time.Millisecond}
+}
+
+func TestSettleRetriesUntilTheControlPlaneRecovers(t *testing.T) {
+	rdb, layout := testredis.New(t)
+	clk := clock.NewManual(enforcertest.Start)
+	cp := fakecp.New(t, rdb, layout, clk)
+	cp.AddMember("org_a", "om_a")
+	snap := &internalv1.Snapshot{Version: 2, Buckets: []*internalv1.SnapshotBucket{
+		{Timeframe: "day", WindowStartUnixMs: window.Of(window.Day, enforcertest.Start).Start.UnixMilli()}}}
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	cc, err := cpclient.Dial(cp.Addr, cpclient.Options{Token: fakecp.Token}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	logs := &logBuf{}
+	q := settleq.New(cpclient.New(cc), fastConfig(), m, slog.New(slog.NewTextHandler(logs, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+
+	cp.Fail("Settle", true)
+	results := make(chan settleq.Result, 20)
+	for i := range 20 {
+		res, ok := q.Reserve()
+		if !ok {
+			t.Fatal("no capacity")
+		}
+		cost := int64(10)
+		id := "req_" + string(rune('a'+i))
+		if err := q.Enqueue(&internalv1.SettleItem{RequestId: id, MemberId: "om_a", Snapshot: snap, UpstreamCostMicroUsd: &cost, Complete: true},
+			res, func(r settleq.Result) { results <- r }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enforcertest.WaitFor(t, "several failed attempts", func() bool { return cp.CallCount("Settle") >= 6 })
+	if q.Depth() != 20 || len(results) != 0 {
+		t.Fatalf("depth %d, results %d while failing", q.Depth(), len(results))
+	}
+	cp.Fail("Settle", false)
+	for range 20 {
+		select {
+		case r := <-results:
+			if r.Err != nil || r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUSD != 10 {
+				t.Fatalf("result %+v", r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("settlements not delivered after recovery")
+		}
+	}
+	if got := cp.Spend("om_a", window.Day); got != 200 {
+		t.Fatalf("charged %d, want every settlement exactly once", got)
+	}
+	if enforcertest.Value(reg, "tollgate_enforcer_settle_retries_total") == 0 ||
+		enforcertest.Value(reg, "tollgate_enforcer_settlements_total", "outcome", "settled") != 20 ||
+		enforcertest.Value(reg, "tollgate_enforcer_settlement_lag_seconds") != 20 {
+		t.Fatal("metrics")
+	}
+	if q.Depth() != 0 || enforcertest.Value(reg, "tollgate_enforcer_settle_queue_depth") != 0 || enforcertest.Value(reg, "tollgate_enforcer_settle_reserved") != 0 {
+		t.Fatal("queue not empty")
+	}
+}
+
+// scripted answers Settle calls from a script of errors, then settles.
+type scripted struct {
+	mu    sync.Mutex
+	errs  []error
+	calls [][]string
+}
+
+func (s *scripted) Settle(_ context.Context, in *internalv1.SettleRequest, _ ...grpc.CallOption) (*internalv1.SettleResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for _, it := range in.GetItems() {
+		ids = append(ids, it.GetRequestId())
+	}
+	s.calls = append(s.calls, ids)
+	if len(s.errs) > 0 {
+		err := s.errs[0]
+		s.errs = s.errs[1:]
+		return nil, err
+	}
+	resp := &internalv1.SettleResponse{}
+	for _, id := range ids {
+		if id == "bad" {
+			return nil, status.Error(codes.InvalidArgument, "bad item")
+		}
+		resp.Results = append(resp.Results, &internalv1.SettleResult{RequestId: id, Outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED})
+	}
+	return resp, nil
+}
+
+func TestABatchRefusedAsAWholeIsRetriedItemByItem(t *testing.T) {
+	s := &scripted{}
+	m := metrics.Discard()
+	q := settleq.New(s, fastConfig(), m, slog.New(slog.NewTextHandler(&logBuf{}, nil)))
+	got := map[string]settleq.Result{}
+	var mu sync.Mutex
+	for _, id := range []string{"a", "bad", "c"} {
+		_ = q.Enqueue(&internalv1.SettleItem{RequestId: id}, nil, func(r settleq.Result) { mu.Lock(); got[id] = r; mu.Unlock() })
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	enforcertest.WaitFor(t, "all answered", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 })
+	if got["a"].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || got["c"].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED ||
+		got["bad"].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func TestOverflowWithoutReservationIsLoudAndCounted(t *testing.T) {
+	cfg := fastConfig()
+	cfg.Capacity = 2
+	reg := prometheus.NewRegistry()
+	logs := &logBuf{}
+	q := settleq.New(&scripted{}, cfg, metrics.New(reg), slog.New(slog.NewTextHandler(logs, nil)))
+	r1, _ := q.Reserve()
+	r2, _ := q.Reserve()
+	if _, ok := q.Reserve(); ok {
+		t.Fatal("reserved past capacity")
+	}
+	if err := q.Enqueue(&internalv1.SettleItem{RequestId: "req_unreserved"}, nil, nil); !errors.Is(err, settleq.ErrFull) {
+		t.Fatalf("err %v", err)
+	}
+	if !strings.Contains(logs.String(), "SETTLEMENT LOST") || !strings.Contains(logs.String(), "req_unreserved") ||
+		enforcertest.Value(reg, "tollgate_enforcer_settlements_total", "outcome", "overflow") != 1 {
+		t.Fatalf("overflow not loud: %s", logs.String())
+	}
+	// Reserved ones are always accepted.
+	for _, r := range []*settleq.Reservation{r1, r2} {
+		if err := q.Enqueue(&internalv1.SettleItem{RequestId: "req_reserved"}, r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestDrainGivesUpLoudlyAtTheDeadline(t *testing.T) {
+	down := status.Error(codes.Unavailable, "down")
+	s := &scripted{errs: []error{down, down, down, down, down, down, down, down, down, down, down, down, down, down, down, down, down, down, down, down,
+		down, down, down, down, down, down, down, down, down, down, down, down, down, down, down, down, down, down, down, down}}
+	reg := prometheus.NewRegistry()
+	logs := &logBuf{}
+	q := settleq.New(s, fastConfig(), metrics.New(reg), slog.New(slog.NewTextHandler(logs, nil)))
+	var res settleq.Result
+	_ = q.Enqueue(&internalv1.SettleItem{RequestId: "req_stuck", MemberId: "om_x"}, nil, func(r settleq.Result) { res = r })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	q.Drain(ctx)
+	if !errors.Is(res.Err, settleq.ErrAbandoned) || q.Depth() != 0 {
+		t.Fatalf("result %+v depth %d", res, q.Depth())
+	}
+	if !strings.Contains(logs.String(), "SETTLEMENT NOT DELIVERED") || !strings.Contains(logs.String(), "req_stuck") ||
+		enforcertest.Value(reg, "tollgate_enforcer_settlements_total", "outcome", "abandoned") != 1 {
+		t.Fatalf("abandonment not loud: %s", logs.String())
+	}
+}
+
+func TestSettleGivesUpAfterMaxAge(t *testing.T) {
+	cfg := fastConfig()
+	cfg.MaxAge = 30 * time.Millisecond
+	down := status.Error(codes.Unavailable, "down")
+	errs := make([]error, 1000)
+	for i := range errs {
+		errs[i] = down
+	}
+	reg := prometheus.NewRegistry()
+	q := settleq.New(&scripted{errs: errs}, cfg, metrics.New(reg), slog.New(slog.NewTextHandler(&logBuf{}, nil)))
+	done := make(chan settleq.Result, 1)
+	_ = q.Enqueue(&internalv1.SettleItem{RequestId: "req_old"}, nil, func(r settleq.Result) { done <- r })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	select {
+	case r := <-done:
+		if !errors.Is(r.Err, settleq.ErrAbandoned) {
+			t.Fatalf("%+v", r)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("never gave up")
+	}
+}

@@ -1,0 +1,18 @@
+// Package startq owns the write-ahead start queue: admitted checks hand their start to
+// it and wait until the control plane has made it durable (or refused it), while the
+// queue batches many concurrent starts into one Start call.
+//
+// The queue is bounded three ways (rule 16 of the specification): a global capacity, a
+// per-member share (one member's burst cannot starve the others) and a deadline per
+// start. A start whose caller goes away (Envoy cancelled the check, or the deadline
+// passed) while it is still queued leaves before any work: it is never sent. Before a
+// start is queued it reserves its settlement's slot in the settle queue, so that an
+// admitted request can always be settled however overloaded starts are; the slot is
+// given back when the start is not admitted.
+//
+// A start that was already sent when its caller left may still become durable. Nobody
+// will forward that request, so the queue hands it to an orphan handler, which settles
+// it as incomplete; otherwise it would stay pending until abandonment recovery.
+//
+// It decides nothing about limits and renders no answers.
+package startq

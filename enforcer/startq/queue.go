@@ -1,0 +1,377 @@
+package startq
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// Starter is the part of the internal API this package calls.
+type Starter interface {
+	Start(ctx context.Context, in *internalv1.StartRequest, opts ...grpc.CallOption) (*internalv1.StartResponse, error)
+}
+
+// Reserver hands out settlement slots (settleq.Queue).
+type Reserver interface {
+	Reserve() (*settleq.Reservation, bool)
+}
+
+// Config bounds the queue. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// Capacity is the most starts waiting to be sent, over all members.
+	Capacity int
+	// PerMember is the most starts of one member waiting to be sent.
+	PerMember int
+	// Deadline is the longest a start may wait for its answer, queueing included.
+	Deadline time.Duration
+	// MaxBatch is the most starts per Start call.
+	MaxBatch int
+	// Workers is the number of concurrent Start calls.
+	Workers int
+}
+
+// DefaultConfig is what the enforcer runs with unless configured otherwise. The
+// deadline sits well under the 1s ext_authz timeout of deploy/envoy, so a slow control
+// plane produces our own 503 (or fail-open admission) rather than Envoy's.
+var DefaultConfig = Config{Capacity: 4096, PerMember: 256, Deadline: 500 * time.Millisecond, MaxBatch: 256, Workers: 4}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig
+	if c.Capacity > 0 {
+		d.Capacity = c.Capacity
+	}
+	if c.PerMember > 0 {
+		d.PerMember = c.PerMember
+	}
+	if c.Deadline > 0 {
+		d.Deadline = c.Deadline
+	}
+	if c.MaxBatch > 0 {
+		d.MaxBatch = c.MaxBatch
+	}
+	if c.Workers > 0 {
+		d.Workers = c.Workers
+	}
+	return d
+}
+
+// Rejections: the start was not recorded, and the control plane may not even have
+// seen it. Each names its reason for metrics (Reason).
+var (
+	ErrFull           = errors.New("startq: start queue full")
+	ErrMemberShare    = errors.New("startq: member's share of the start queue used up")
+	ErrDeadline       = errors.New("startq: start deadline passed")
+	ErrSettleCapacity = errors.New("startq: no settlement capacity to reserve")
+	ErrClosed         = errors.New("startq: queue closed")
+)
+
+// Reason names a Submit error for metrics and logs.
+func Reason(err error) string {
+	switch {
+	case errors.Is(err, ErrFull):
+		return "full"
+	case errors.Is(err, ErrMemberShare):
+		return "member_share"
+	case errors.Is(err, ErrDeadline):
+		return "deadline"
+	case errors.Is(err, ErrSettleCapacity):
+		return "settle_capacity"
+	case errors.Is(err, ErrClosed):
+		return "closed"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "cancelled"
+	}
+	return "controlplane"
+}
+
+// Result is the control plane's answer for one start.
+type Result struct {
+	Outcome         internalv1.StartOutcome
+	Message         string
+	TrackingVersion int64
+}
+
+// Admitted reports whether the start is durable (recorded now or before).
+func (r Result) Admitted() bool {
+	return r.Outcome == internalv1.StartOutcome_START_OUTCOME_RECORDED || r.Outcome == internalv1.StartOutcome_START_OUTCOME_DUPLICATE
+}
+
+// OrphanFunc receives a start that became durable after its caller had left, with its
+// settlement reservation, so that it can be settled.
+type OrphanFunc func(item *internalv1.StartItem, res *settleq.Reservation)
+
+// Queue batches starts. Create with New, start workers with Run.
+type Queue struct {
+	cfg      Config
+	client   Starter
+	reserver Reserver
+	orphan   OrphanFunc
+	m        *metrics.Metrics
+	log      *slog.Logger
+	signal   chan struct{}
+
+	mu        sync.Mutex
+	queue     list.List // of *waiter, oldest first
+	perMember map[string]int
+	closed    bool
+}
+
+// waiter states: a waiter is taken by a worker or abandoned by its caller, never both;
+// a taken waiter is then either delivered to its caller or orphaned (caller left).
+const (
+	queued int32 = iota
+	taken
+	abandoned
+	delivered
+	orphaned
+)
+
+type waiter struct {
+	item  *internalv1.StartItem
+	res   *settleq.Reservation
+	state atomic.Int32
+	elem  *list.Element
+	done  chan outcome
+}
+
+type outcome struct {
+	r   Result
+	err error
+}
+
+// New returns a queue. orphan may be nil (orphans then only release their reservation).
+func New(client Starter, reserver Reserver, cfg Config, orphan OrphanFunc, m *metrics.Metrics, log *slog.Logger) *Queue {
+	return &Queue{cfg: cfg.withDefaults(), client: client, reserver: reserver, orphan: orphan, m: m, log: log,
+		signal: make(chan struct{}, 1), perMember: map[string]int{}}
+}
+
+// Submit queues a start and waits for its answer. On an admitted result it returns the
+// settlement reservation, which the caller now owns. Any error means the start was not
+// recorded as far as the caller can know: a queue rejection (ErrFull, ErrMemberShare,
+// ErrDeadline, ErrSettleCapacity, ErrClosed), ctx's error, or the Start call's error.
+func (q *Queue) Submit(ctx context.Context, item *internalv1.StartItem) (Result, *settleq.Reservation, error) {
+	if err := ctx.Err(); err != nil {
+		q.m.StartQueueRejections.WithLabelValues("cancelled").Inc()
+		return Result{}, nil, err
+	}
+	res, ok := q.reserver.Reserve()
+	if !ok {
+		q.m.StartQueueRejections.WithLabelValues("settle_capacity").Inc()
+		return Result{}, nil, ErrSettleCapacity
+	}
+	w := &waiter{item: item, res: res, done: make(chan outcome, 1)}
+	member := item.GetMemberId()
+	q.mu.Lock()
+	var err error
+	switch {
+	case q.closed:
+		err = ErrClosed
+	case q.queue.Len() >= q.cfg.Capacity:
+		err = ErrFull
+	case q.perMember[member] >= q.cfg.PerMember:
+		err = ErrMemberShare
+	default:
+		w.elem = q.queue.PushBack(w)
+		q.perMember[member]++
+		q.m.StartQueueDepth.Set(float64(q.queue.Len()))
+	}
+	q.mu.Unlock()
+	if err != nil {
+		res.Release()
+		q.m.StartQueueRejections.WithLabelValues(Reason(err)).Inc()
+		return Result{}, nil, err
+	}
+	select {
+	case q.signal <- struct{}{}:
+	default:
+	}
+
+	timer := time.NewTimer(q.cfg.Deadline)
+	defer timer.Stop()
+	select {
+	case o := <-w.done:
+		return q.deliver(w, o)
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timer.C:
+		err = ErrDeadline
+	}
+	// The caller is leaving. If the start is still queued it leaves with them, unsent.
+	q.mu.Lock()
+	left := w.state.CompareAndSwap(queued, abandoned)
+	if left {
+		q.removeLocked(w)
+	}
+	q.mu.Unlock()
+	if left {
+		res.Release()
+		q.m.StartQueueRejections.WithLabelValues(Reason(err)).Inc()
+		return Result{}, nil, err
+	}
+	// Already sent: hand it to the worker as an orphan, unless its answer just arrived.
+	if w.state.CompareAndSwap(taken, orphaned) {
+		q.m.StartQueueRejections.WithLabelValues(Reason(err)).Inc()
+		return Result{}, nil, err
+	}
+	return q.deliver(w, <-w.done)
+}
+
+func (q *Queue) deliver(w *waiter, o outcome) (Result, *settleq.Reservation, error) {
+	if o.err != nil || !o.r.Admitted() {
+		w.res.Release()
+		return o.r, nil, o.err
+	}
+	return o.r, w.res, nil
+}
+
+func (q *Queue) removeLocked(w *waiter) {
+	q.queue.Remove(w.elem)
+	m := w.item.GetMemberId()
+	if q.perMember[m] <= 1 {
+		delete(q.perMember, m)
+	} else {
+		q.perMember[m]--
+	}
+	q.m.StartQueueDepth.Set(float64(q.queue.Len()))
+}
+
+// Run sends starts until ctx is done; then queued starts are refused with ErrClosed.
+func (q *Queue) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range q.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				batch := q.take()
+				if len(batch) > 0 {
+					q.send(ctx, batch)
+					continue
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-q.signal:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	q.mu.Lock()
+	q.closed = true
+	var left []*waiter
+	for q.queue.Len() > 0 {
+		w := q.queue.Front().Value.(*waiter)
+		w.state.Store(taken)
+		q.removeLocked(w)
+		left = append(left, w)
+	}
+	q.mu.Unlock()
+	for _, w := range left {
+		q.complete(w, outcome{err: ErrClosed})
+	}
+}
+
+// take claims up to MaxBatch queued starts. Claiming and leaving both happen under the
+// lock, so a caller that leaves concurrently either finds its start claimed (and
+// becomes an orphan) or unclaimed (and removes it): never both.
+func (q *Queue) take() []*waiter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var batch []*waiter
+	for q.queue.Len() > 0 && len(batch) < q.cfg.MaxBatch {
+		// Every listed waiter is still queued: callers that leave remove theirs under
+		// this same lock.
+		w := q.queue.Front().Value.(*waiter)
+		w.state.Store(taken)
+		q.removeLocked(w)
+		batch = append(batch, w)
+	}
+	if q.queue.Len() > 0 {
+		// More work than one batch: wake another worker.
+		select {
+		case q.signal <- struct{}{}:
+		default:
+		}
+	}
+	return batch
+}
+
+func (q *Queue) send(ctx context.Context, batch []*waiter) {
+	q.m.StartBatchSize.Observe(float64(len(batch)))
+	req := &internalv1.StartRequest{Items: make([]*internalv1.StartItem, len(batch))}
+	for i, w := range batch {
+		req.Items[i] = w.item
+	}
+	// The call outlives any one caller (it carries many) and a stopping Run: an
+	// interrupted call leaves starts durable with nobody told.
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.cfg.Deadline)
+	resp, err := q.client.Start(callCtx, req)
+	cancel()
+	if err != nil {
+		for _, w := range batch {
+			q.complete(w, outcome{err: fmt.Errorf("start: %w", err)})
+		}
+		return
+	}
+	results := resp.GetResults()
+	for i, w := range batch {
+		r := resultFor(results, i, w.item.GetRequestId())
+		if r == nil {
+			q.complete(w, outcome{err: fmt.Errorf("start: no result for request %s", w.item.GetRequestId())})
+			continue
+		}
+		q.complete(w, outcome{r: Result{Outcome: r.GetOutcome(), Message: r.GetMessage(), TrackingVersion: r.GetTrackingVersion()}})
+	}
+}
+
+func resultFor(results []*internalv1.StartResult, i int, id string) *internalv1.StartResult {
+	if i < len(results) && results[i].GetRequestId() == id {
+		return results[i]
+	}
+	for _, r := range results {
+		if r.GetRequestId() == id {
+			return r
+		}
+	}
+	return nil
+}
+
+func (q *Queue) complete(w *waiter, o outcome) {
+	if w.state.CompareAndSwap(taken, delivered) {
+		w.done <- o
+		return
+	}
+	// Orphaned: nobody waits. A durable start must still be settled; anything else
+	// only gives its reservation back.
+	if o.err == nil && o.r.Admitted() && q.orphan != nil {
+		q.log.Info("start became durable after its check was abandoned; settling it as incomplete",
+			"request_id", w.item.GetRequestId())
+		q.orphan(w.item, w.res)
+		return
+	}
+	if o.err != nil {
+		// Ambiguous: the start may be durable. Abandonment recovery closes it if so.
+		q.log.Warn("start of an abandoned check failed; if it was recorded, abandonment recovery will close it",
+			"request_id", w.item.GetRequestId(), "error", o.err)
+	}
+	w.res.Release()
+}
+
+// Depth is the number of queued starts.
+func (q *Queue) Depth() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.queue.Len()
+}

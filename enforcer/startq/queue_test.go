@@ -1,0 +1,358 @@
+package startq
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// starter is a control plane whose Start calls block until released, and which
+// records every batch it received.
+type starter struct {
+	mu      sync.Mutex
+	batches [][]string
+	gate    chan struct{} // nil: answer at once
+	entered chan struct{}
+	err     error
+	outcome internalv1.StartOutcome
+}
+
+func (s *starter) Start(ctx context.Context, in *internalv1.StartRequest, _ ...grpc.CallOption) (*internalv1.StartResponse, error) {
+	var ids []string
+	for _, it := range in.GetItems() {
+		ids = append(ids, it.GetRequestId())
+	}
+	s.mu.Lock()
+	s.batches = append(s.batches, ids)
+	s.mu.Unlock()
+	if s.entered != nil {
+		s.entered <- struct{}{}
+	}
+	if s.gate != nil {
+		<-s.gate
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	out := s.outcome
+	if out == 0 {
+		out = internalv1.StartOutcome_START_OUTCOME_RECORDED
+	}
+	resp := &internalv1.StartResponse{}
+	for _, id := range ids {
+		resp.Results = append(resp.Results, &internalv1.StartResult{RequestId: id, Outcome: out})
+	}
+	return resp, nil
+}
+
+func (s *starter) sent() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := map[string]bool{}
+	for _, b := range s.batches {
+		for _, id := range b {
+			m[id] = true
+		}
+	}
+	return m
+}
+
+type settler struct{}
+
+func (settler) Settle(context.Context, *internalv1.SettleRequest, ...grpc.CallOption) (*internalv1.SettleResponse, error) {
+	return &internalv1.SettleResponse{}, nil
+}
+
+type fixture struct {
+	q       *Queue
+	st      *starter
+	settle  *settleq.Queue
+	m       *metrics.Metrics
+	orphans atomic.Int64
+}
+
+func newFixture(t *testing.T, cfg Config, settleCap int, st *starter) *fixture {
+	f := &fixture{st: st, m: metrics.Discard()}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f.settle = settleq.New(settler{}, settleq.Config{Capacity: settleCap}, f.m, log)
+	f.q = New(st, f.settle, cfg, func(it *internalv1.StartItem, res *settleq.Reservation) {
+		f.orphans.Add(1)
+		res.Release()
+	}, f.m, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.q.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		if st.gate != nil {
+			select {
+			case <-st.gate:
+			default:
+				close(st.gate)
+			}
+		}
+		cancel()
+		<-done
+	})
+	return f
+}
+
+func item(id, member string) *internalv1.StartItem {
+	return &internalv1.StartItem{RequestId: id, MemberId: member, OrganizationId: "org"}
+}
+
+func (f *fixture) reserved() int {
+	// Capacity minus what Reserve can still take, measured by the gauge.
+	return int(gaugeValue(f.m))
+}
+
+func gaugeValue(m *metrics.Metrics) float64 {
+	return testGauge(m.SettleReserved)
+}
+
+func TestAdmittedStartKeepsItsSettlementReservation(t *testing.T) {
+	f := newFixture(t, Config{}, 10, &starter{})
+	r, res, err := f.q.Submit(context.Background(), item("a", "m1"))
+	if err != nil || !r.Admitted() || res == nil {
+		t.Fatalf("%v %v %v", r, res, err)
+	}
+	if f.reserved() != 1 {
+		t.Fatalf("reserved %d", f.reserved())
+	}
+	res.Release()
+	if f.reserved() != 0 {
+		t.Fatalf("reserved %d after release", f.reserved())
+	}
+}
+
+func TestRefusedStartReleasesItsReservation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		st   *starter
+	}{
+		{"capture suspended", &starter{outcome: internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED}},
+		{"epoch changed", &starter{outcome: internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED}},
+		{"call failed", &starter{err: errors.New("control plane down")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, Config{}, 10, tc.st)
+			r, res, err := f.q.Submit(context.Background(), item("a", "m1"))
+			if res != nil || (err == nil && r.Admitted()) {
+				t.Fatalf("%v %v %v", r, res, err)
+			}
+			if f.reserved() != 0 {
+				t.Fatalf("reserved %d", f.reserved())
+			}
+		})
+	}
+}
+
+// blockFirst fills the workers with one blocked batch each so later starts stay queued.
+func blockFirst(t *testing.T, f *fixture, workers int) {
+	t.Helper()
+	for i := range workers {
+		go f.q.Submit(context.Background(), item("blocker"+string(rune('0'+i)), "blocker"))
+		<-f.st.entered
+	}
+}
+
+func TestQueueBounds(t *testing.T) {
+	t.Run("global capacity", func(t *testing.T) {
+		st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+		f := newFixture(t, Config{Capacity: 2, PerMember: 2, Workers: 1, Deadline: 5 * time.Second}, 100, st)
+		blockFirst(t, f, 1)
+		for _, id := range []string{"q1", "q2"} {
+			go f.q.Submit(context.Background(), item(id, "m-"+id))
+		}
+		waitDepth(t, f.q, 2)
+		if _, _, err := f.q.Submit(context.Background(), item("over", "m3")); !errors.Is(err, ErrFull) {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("per-member share", func(t *testing.T) {
+		st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+		f := newFixture(t, Config{Capacity: 10, PerMember: 2, Workers: 1, Deadline: 5 * time.Second}, 100, st)
+		blockFirst(t, f, 1)
+		for _, id := range []string{"q1", "q2"} {
+			go f.q.Submit(context.Background(), item(id, "greedy"))
+		}
+		waitDepth(t, f.q, 2)
+		if _, _, err := f.q.Submit(context.Background(), item("q3", "greedy")); !errors.Is(err, ErrMemberShare) {
+			t.Fatalf("err %v", err)
+		}
+		// Another member is not starved by the greedy one.
+		done := make(chan error, 1)
+		go func() { _, _, err := f.q.Submit(context.Background(), item("polite", "other")); done <- err }()
+		waitDepth(t, f.q, 3)
+		close(st.gate)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+		f := newFixture(t, Config{Workers: 1, Deadline: 50 * time.Millisecond}, 100, st)
+		go f.q.Submit(context.Background(), item("blocker", "b"))
+		<-st.entered
+		start := time.Now()
+		_, res, err := f.q.Submit(context.Background(), item("late", "m"))
+		if !errors.Is(err, ErrDeadline) || res != nil || time.Since(start) > time.Second {
+			t.Fatalf("err %v after %v", err, time.Since(start))
+		}
+		close(st.gate)
+		time.Sleep(20 * time.Millisecond)
+		if f.st.sent()["late"] {
+			t.Fatal("a start past its deadline was sent")
+		}
+	})
+	t.Run("settlement capacity", func(t *testing.T) {
+		f := newFixture(t, Config{}, 1, &starter{})
+		_, res, err := f.q.Submit(context.Background(), item("a", "m"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The only settlement slot is held by an admitted request: a new start is refused
+		// rather than admitted without a way to settle it.
+		if _, _, err := f.q.Submit(context.Background(), item("b", "m")); !errors.Is(err, ErrSettleCapacity) {
+			t.Fatalf("err %v", err)
+		}
+		res.Release()
+		if _, _, err := f.q.Submit(context.Background(), item("c", "m")); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestStartOverloadNeverTakesReservedSettlementCapacity(t *testing.T) {
+	st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 64)}
+	f := newFixture(t, Config{Capacity: 4, PerMember: 4, Workers: 1, Deadline: 5 * time.Second}, 8, st)
+	// Two requests admitted: their settlements are reserved.
+	close(st.gate)
+	var held []*settleq.Reservation
+	for _, id := range []string{"a1", "a2"} {
+		_, res, err := f.q.Submit(context.Background(), item(id, "m"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-st.entered
+		held = append(held, res)
+	}
+	// Now the control plane stalls and starts pile up far past every bound.
+	st.gate = make(chan struct{})
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, _, err := f.q.Submit(context.Background(), item("x"+string(rune('A'+i)), "m"+string(rune('A'+i%5)))); err != nil {
+				refused.Add(1)
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	// The admitted requests' settlements are still accepted.
+	for _, res := range held {
+		if err := f.settle.Enqueue(&internalv1.SettleItem{RequestId: "s"}, res, nil); err != nil {
+			t.Fatalf("reserved settlement refused under start overload: %v", err)
+		}
+	}
+	close(st.gate)
+	wg.Wait()
+	if refused.Load() == 0 {
+		t.Fatal("overload refused nothing")
+	}
+}
+
+func TestCancelledCheckLeavesBeforeAnyWork(t *testing.T) {
+	st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
+	go f.q.Submit(context.Background(), item("blocker", "b"))
+	<-st.entered
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, _, err := f.q.Submit(ctx, item("cancelled", "m")); errc <- err }()
+	waitDepth(t, f.q, 1)
+	cancel() // Envoy gave up on the check
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	if f.q.Depth() != 0 || f.reserved() != 1 { // only the blocker's reservation
+		t.Fatalf("depth %d reserved %d", f.q.Depth(), f.reserved())
+	}
+	close(st.gate)
+	time.Sleep(20 * time.Millisecond)
+	if st.sent()["cancelled"] {
+		t.Fatal("a cancelled start reached the control plane")
+	}
+	if f.m != nil && testCounter(f.m.StartQueueRejections.WithLabelValues("cancelled")) != 1 {
+		t.Fatal("cancellation not counted")
+	}
+}
+
+func TestStartDurableAfterItsCallerLeftIsOrphaned(t *testing.T) {
+	st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, _, err := f.q.Submit(ctx, item("sent", "m")); errc <- err }()
+	<-st.entered // the start is on its way to the control plane
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	close(st.gate) // ...and it becomes durable
+	deadline := time.Now().Add(2 * time.Second)
+	for f.orphans.Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("durable start of a gone caller was not handed to the orphan handler")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestStartsAreBatched(t *testing.T) {
+	st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	f := newFixture(t, Config{Workers: 1, MaxBatch: 64, Deadline: 5 * time.Second}, 1000, st)
+	go f.q.Submit(context.Background(), item("blocker", "b"))
+	<-st.entered
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, _, err := f.q.Submit(context.Background(), item("r"+string(rune('A'+i)), "m"+string(rune('A'+i%7)))); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	waitDepth(t, f.q, 40)
+	close(st.gate)
+	wg.Wait()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.batches) != 2 || len(st.batches[1]) != 40 {
+		t.Fatalf("batches %v", st.batches)
+	}
+}
+
+func waitDepth(t *testing.T, q *Queue, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for q.Depth() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("depth %d, want %d", q.Depth(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
