@@ -1,0 +1,50 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"time"
+)
+
+// StartCaddy runs Caddy with the project's Caddyfile (forward_auth to the enforcer) in
+// front of upstream, listening on addr. It returns when Caddy accepts connections; Caddy
+// stops when ctx ends. Its own state lives in a temporary directory.
+func StartCaddy(ctx context.Context, caddyBin, caddyfile, addr, enforcerHTTP, upstream string, logs io.Writer) (wait func() error, err error) {
+	home, err := os.MkdirTemp("", "tollgate-caddy-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, caddyBin, "run", "--config", caddyfile, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home,
+		"TOLLGATE_CADDY_ADDR="+addr, "TOLLGATE_ENFORCER_HTTP_ADDR="+enforcerHTTP, "TOLLGATE_UPSTREAM="+upstream)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(home)
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); os.RemoveAll(home) }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return func() error { return <-done }, nil
+		}
+		select {
+		case err := <-done:
+			return nil, fmt.Errorf("caddy exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			return nil, fmt.Errorf("caddy did not listen on %s within 15s", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

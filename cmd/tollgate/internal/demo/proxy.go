@@ -1,0 +1,63 @@
+package demo
+
+import (
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+)
+
+// Proxy is a minimal forward-auth proxy for machines without Caddy: it asks the
+// enforcer's /check with the client's headers, passes the enforcer's refusal through
+// unchanged, and on 200 forwards the request upstream with the request id added.
+type Proxy struct {
+	CheckURL string
+	Upstream *url.URL
+	Client   *http.Client
+}
+
+// forwarded are the enforcer answer headers copied onto the upstream request on 200,
+// as Caddy's copy_headers does.
+var forwarded = []string{"X-Service-Request-Id", "X-Service-Usage-State"}
+
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	check, err := http.NewRequestWithContext(r.Context(), r.Method, p.CheckURL, nil)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	check.Header = r.Header.Clone()
+	check.Header.Del("X-Service-Request-Id") // a client must not choose its request id
+	check.Header.Set("X-Forwarded-Method", r.Method)
+	check.Header.Set("X-Forwarded-Uri", r.URL.RequestURI())
+	res, err := p.Client.Do(check)
+	if err != nil {
+		http.Error(w, `{"error":{"type":"api_error","code":"service_gateway_accounting_unavailable","message":"the enforcer is unreachable"}}`, http.StatusServiceUnavailable)
+		return
+	}
+	defer res.Body.Close()
+	if res.StatusCode/100 != 2 {
+		for k, vs := range res.Header {
+			w.Header()[k] = vs
+		}
+		w.WriteHeader(res.StatusCode)
+		_, _ = io.Copy(w, res.Body)
+		return
+	}
+	r.Header.Del("X-Service-Request-Id")
+	for _, h := range forwarded {
+		if v := res.Header.Get(h); v != "" {
+			r.Header.Set(h, v)
+		}
+	}
+	state := res.Header.Get("X-Service-Usage-State")
+	rp := httputil.NewSingleHostReverseProxy(p.Upstream)
+	rp.FlushInterval = -1
+	rp.ModifyResponse = func(up *http.Response) error {
+		if state != "" {
+			up.Header.Set("X-Service-Usage-State", state)
+		}
+		return nil
+	}
+	rp.ServeHTTP(w, r)
+}
