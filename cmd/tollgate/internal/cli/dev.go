@@ -5,62 +5,192 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/cmd/tollgate/internal/demo"
+	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
+	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 )
 
-// dev runs the control plane in this process, waits until it answers, seeds the demo
-// organization through the REST API and prints how to use it.
+// devConfig is where each piece of the local stack listens.
+type devConfig struct {
+	HTTPAddr, GRPCAddr, AdminAddr                   string // control plane
+	EnforcerGRPC, EnforcerHTTP, EnforcerAdmin       string
+	UpstreamAddr, ProxyAddr, Caddyfile, CaddyBinary string
+	NoProxy, SeedOnly                               bool
+}
+
+// dev runs the whole stack in this process (control plane, enforcer, a fake upstream and
+// a demo proxy in front of it), seeds the demo organization through the REST API and
+// prints what to call. Everything stops on Ctrl-C.
 func dev(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	var c devConfig
 	fs := flag.NewFlagSet("tollgate dev", flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
-	httpAddr := fs.String("http-addr", envOr(getenv, "TOLLGATE_HTTP_ADDR", app.DefaultHTTPAddr), "REST API address (TOLLGATE_HTTP_ADDR)")
-	seedOnly := fs.Bool("seed-only", false, "seed the demo organization against an already running control plane and exit")
+	fs.Usage = func() {
+		fmt.Fprintln(stdio.Stderr, "Usage: tollgate dev [flags]\n\nRuns the control plane, the enforcer, a fake OpenAI-compatible upstream and a demo proxy\n(Caddy when installed, else a built-in one) against TOLLGATE_DATABASE_URL and\nTOLLGATE_REDIS_URL, seeds a demo organization and prints what to call.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.HTTPAddr, "http-addr", envOr(getenv, "TOLLGATE_HTTP_ADDR", cpapp.DefaultHTTPAddr), "control plane REST address (TOLLGATE_HTTP_ADDR)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", envOr(getenv, "TOLLGATE_GRPC_ADDR", cpapp.DefaultGRPCAddr), "control plane internal API address (TOLLGATE_GRPC_ADDR)")
+	fs.StringVar(&c.AdminAddr, "admin-addr", envOr(getenv, "TOLLGATE_ADMIN_ADDR", cpapp.DefaultAdminAddr), "control plane admin address (TOLLGATE_ADMIN_ADDR)")
+	fs.StringVar(&c.EnforcerGRPC, "enforcer-grpc-addr", envOr(getenv, "TOLLGATE_ENFORCER_GRPC_ADDR", enfapp.DefaultGRPCAddr), "enforcer ext_authz/ext_proc address (TOLLGATE_ENFORCER_GRPC_ADDR)")
+	fs.StringVar(&c.EnforcerHTTP, "enforcer-http-addr", envOr(getenv, "TOLLGATE_ENFORCER_HTTP_ADDR", enfapp.DefaultHTTPAddr), "enforcer /check and /settle address (TOLLGATE_ENFORCER_HTTP_ADDR)")
+	fs.StringVar(&c.EnforcerAdmin, "enforcer-admin-addr", envOr(getenv, "TOLLGATE_ENFORCER_ADMIN_ADDR", enfapp.DefaultAdminAddr), "enforcer admin address (TOLLGATE_ENFORCER_ADMIN_ADDR)")
+	fs.StringVar(&c.UpstreamAddr, "upstream-addr", envOr(getenv, "TOLLGATE_DEMO_UPSTREAM_ADDR", "127.0.0.1:8090"), "fake upstream address (TOLLGATE_DEMO_UPSTREAM_ADDR)")
+	fs.StringVar(&c.ProxyAddr, "proxy-addr", envOr(getenv, "TOLLGATE_DEMO_PROXY_ADDR", "127.0.0.1:8000"), "demo proxy address clients call (TOLLGATE_DEMO_PROXY_ADDR)")
+	fs.StringVar(&c.Caddyfile, "caddyfile", "deploy/caddy/Caddyfile", "Caddyfile for the demo proxy")
+	fs.StringVar(&c.CaddyBinary, "caddy", "caddy", "Caddy binary; when not found, a built-in forward-auth proxy is used")
+	fs.BoolVar(&c.NoProxy, "no-proxy", false, "run only the control plane and the enforcer")
+	fs.BoolVar(&c.SeedOnly, "seed-only", false, "seed the demo organization against an already running control plane and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	base := "http://" + *httpAddr
-	if *seedOnly {
-		demo, err := seed(ctx, base)
+	base := "http://" + c.HTTPAddr
+	if c.SeedOnly {
+		d, err := seed(ctx, base)
 		if err != nil {
 			return err
 		}
-		printDemo(stdio, base, demo)
+		printDemo(stdio.Stdout, base, d, "", "")
 		return nil
+	}
+
+	// The internal API needs a shared secret; a local stack makes a random one.
+	token := getenv("TOLLGATE_INTERNAL_TOKEN")
+	if token == "" {
+		token, _ = credential.New("tgi_")
 	}
 	env := func(k string) string {
 		switch k {
+		case "TOLLGATE_INTERNAL_TOKEN":
+			return token
 		case "TOLLGATE_HTTP_ADDR":
-			return *httpAddr
+			return c.HTTPAddr
+		case "TOLLGATE_GRPC_ADDR", "TOLLGATE_CONTROLPLANE_ADDR":
+			return c.GRPCAddr
+		case "TOLLGATE_ADMIN_ADDR":
+			return c.AdminAddr
+		case "TOLLGATE_ENFORCER_GRPC_ADDR":
+			return c.EnforcerGRPC
+		case "TOLLGATE_ENFORCER_HTTP_ADDR":
+			return c.EnforcerHTTP
+		case "TOLLGATE_ENFORCER_ADMIN_ADDR":
+			return c.EnforcerAdmin
 		case "TOLLGATE_PLATFORM_ADMIN_EMAILS":
-			if v := getenv(k); v != "" {
-				return v
-			}
-			return demoAdminEmail
+			return envOr(getenv, k, demoAdminEmail)
 		}
 		return getenv(k)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		errc <- app.Run(runCtx, []string{"serve", "--auto-migrate"}, env, IO{Stdout: stdio.Stdout, Stderr: stdio.Stderr})
-	}()
-	if err := waitHealthy(ctx, base, errc); err != nil {
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && runCtx.Err() == nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	stop := func(err error) error {
+		cancel()
+		wg.Wait()
 		return err
 	}
-	demo, err := seed(ctx, base)
-	if err != nil {
-		cancel()
-		<-errc
-		return fmt.Errorf("seed demo organization: %w", err)
+	progress := func(msg string) { fmt.Fprintf(stdio.Stdout, "==> %s\n", msg) }
+
+	progress("starting the control plane (migrating the database first)")
+	run("control plane", func() error {
+		return cpapp.Run(runCtx, []string{"serve", "--auto-migrate"}, env, cpapp.IO{Stdout: stdio.Stdout, Stderr: stdio.Stderr})
+	})
+	if err := waitOK(ctx, base+"/ready", errc); err != nil {
+		return stop(err)
 	}
-	printDemo(stdio, base, demo)
+	progress("starting the enforcer")
+	run("enforcer", func() error {
+		return enfapp.Run(runCtx, nil, env, enfapp.IO{Stdout: stdio.Stdout, Stderr: stdio.Stderr})
+	})
+	if err := waitOK(ctx, "http://"+c.EnforcerAdmin+"/healthz", errc); err != nil {
+		return stop(err)
+	}
+	progress("seeding the demo organization")
+	d, err := seed(ctx, base)
+	if err != nil {
+		return stop(fmt.Errorf("seed demo organization: %w", err))
+	}
+	proxyURL := ""
+	if !c.NoProxy {
+		progress("starting the fake upstream and the demo proxy")
+		proxyURL, err = startDemoProxy(runCtx, c, stdio, run)
+		if err != nil {
+			return stop(err)
+		}
+	}
+	printDemo(stdio.Stdout, base, d, proxyURL, token)
 	fmt.Fprintln(stdio.Stdout, "Press Ctrl-C to stop.")
-	return <-errc
+	select {
+	case <-ctx.Done():
+		return stop(nil)
+	case err := <-errc:
+		return stop(err)
+	}
+}
+
+// startDemoProxy starts the fake upstream and, in front of it, Caddy when installed or the
+// built-in forward-auth proxy otherwise. It returns the URL clients call.
+func startDemoProxy(ctx context.Context, c devConfig, stdio IO, run func(string, func() error)) (string, error) {
+	log := slog.New(slog.NewTextHandler(stdio.Stderr, nil))
+	up := &demo.Upstream{SettleURL: "http://" + c.EnforcerHTTP + "/settle", Log: log}
+	if err := serveHTTP(ctx, "fake upstream", c.UpstreamAddr, up, run); err != nil {
+		return "", err
+	}
+	if bin, err := exec.LookPath(c.CaddyBinary); err == nil {
+		if _, statErr := os.Stat(c.Caddyfile); statErr == nil {
+			wait, err := demo.StartCaddy(ctx, bin, c.Caddyfile, c.ProxyAddr, c.EnforcerHTTP, c.UpstreamAddr, io.Discard)
+			if err != nil {
+				return "", fmt.Errorf("start caddy: %w", err)
+			}
+			run("caddy", wait)
+			fmt.Fprintf(stdio.Stdout, "    Caddy (%s) forwards to the enforcer's /check\n", bin)
+			return "http://" + c.ProxyAddr, nil
+		}
+	}
+	upstream, _ := url.Parse("http://" + c.UpstreamAddr)
+	px := &demo.Proxy{CheckURL: "http://" + c.EnforcerHTTP + "/check", Upstream: upstream, Client: &http.Client{Timeout: 30 * time.Second}}
+	if err := serveHTTP(ctx, "demo proxy", c.ProxyAddr, px, run); err != nil {
+		return "", err
+	}
+	fmt.Fprintln(stdio.Stdout, "    Caddy is not installed: using the built-in forward-auth proxy (apt-get install caddy for the real one)")
+	return "http://" + c.ProxyAddr, nil
+}
+
+func serveHTTP(ctx context.Context, name, addr string, h http.Handler, run func(string, func() error)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s: listen on %s: %w", name, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	run(name, func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	return nil
 }
 
 func envOr(getenv func(string) string, k, def string) string {
@@ -70,20 +200,18 @@ func envOr(getenv func(string) string, k, def string) string {
 	return def
 }
 
-func waitHealthy(ctx context.Context, base string, errc <-chan error) error {
-	deadline := time.Now().Add(30 * time.Second)
+// waitOK polls url until it answers 200, a component fails, or 60 s pass.
+func waitOK(ctx context.Context, url string, errc <-chan error) error {
+	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-errc:
-			if err == nil {
-				err = errors.New("control plane stopped")
-			}
 			return err
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
-		res, err := http.Get(base + "/ready")
+		res, err := http.Get(url)
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
@@ -91,24 +219,36 @@ func waitHealthy(ctx context.Context, base string, errc <-chan error) error {
 			}
 		}
 	}
-	return fmt.Errorf("control plane did not become ready at %s within 30s", base)
+	return fmt.Errorf("%s did not answer 200 within 60s", url)
 }
 
-func printDemo(stdio IO, base string, d demoOrg) {
-	w := stdio.Stdout
-	line := strings.Repeat("-", 72)
+func printDemo(w io.Writer, base string, d demoOrg, proxyURL, token string) {
+	line := strings.Repeat("-", 78)
 	fmt.Fprintf(w, "\n%s\nTollgate is running.\n\n", line)
-	fmt.Fprintf(w, "  REST API          %s   (docs: %s/docs)\n", base, base)
-	fmt.Fprintf(w, "  Demo organization %s (%s)\n", d.OrgName, d.OrgID)
-	fmt.Fprintf(w, "  Owner             %s / %s\n", d.Owner.Email, demoPassword)
-	fmt.Fprintf(w, "                    session: %s\n", d.Owner.Token)
-	fmt.Fprintf(w, "                    API key: %s\n", d.OwnerKey)
-	fmt.Fprintf(w, "  Member            %s / %s\n", d.Member.Email, demoPassword)
-	fmt.Fprintf(w, "                    API key: %s\n", d.MemberKey)
-	fmt.Fprintf(w, "\nTry:\n")
+	fmt.Fprintf(w, "  REST API           %s   (docs: %s/docs)\n", base, base)
+	if proxyURL != "" {
+		fmt.Fprintf(w, "  Inference proxy    %s   (enforced; upstream is a fake %s)\n", proxyURL, demo.Model)
+	}
+	if token != "" {
+		fmt.Fprintf(w, "  Internal token     %s\n", token)
+	}
+	fmt.Fprintf(w, "  Demo organization  %s (%s)\n", d.OrgName, d.OrgID)
+	fmt.Fprintf(w, "  Owner              %s / %s\n", d.Owner.Email, demoPassword)
+	fmt.Fprintf(w, "                     session: %s\n", d.Owner.Token)
+	fmt.Fprintf(w, "                     API key: %s\n", d.OwnerKey)
+	fmt.Fprintf(w, "  Member             %s / %s  (hard limit: %s USD a day)\n", d.Member.Email, demoPassword, demoDailyLimitUSD)
+	fmt.Fprintf(w, "                     API key: %s\n", d.MemberKey)
+	fmt.Fprintf(w, "\nTry the REST API:\n")
 	fmt.Fprintf(w, "  curl -s %s/v1/me -H 'x-api-key: %s'\n", base, d.MemberKey)
+	fmt.Fprintf(w, "  curl -s %s/v1/gateway/usage-limits/me -H 'x-api-key: %s'\n", base, d.MemberKey)
 	fmt.Fprintf(w, "  curl -s %s/v1/members -H 'x-api-key: %s'\n", base, d.OwnerKey)
-	fmt.Fprintf(w, "  curl -s %s/v1/teams -H 'Authorization: Bearer %s' -H 'X-Service-Org-Id: %s'\n", base, d.Owner.Token, d.OrgID)
-	fmt.Fprintf(w, "  curl -s -X POST %s/v1/teams -H 'x-api-key: %s' -H 'content-type: application/json' -d '{\"name\":\"Research\"}'\n", base, d.OwnerKey)
+	if proxyURL != "" {
+		call := fmt.Sprintf("curl -s -i %s/v1/chat/completions -H 'x-api-key: %s' -H 'content-type: application/json' -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'",
+			proxyURL, d.MemberKey, demo.Model)
+		fmt.Fprintf(w, "\nOne inference call through the proxy (admitted, 200):\n  %s\n", call)
+		fmt.Fprintf(w, "\nKeep calling until the member's daily limit is spent (ends in 429 with X-Service-Error-Code):\n")
+		fmt.Fprintf(w, "  for i in $(seq 1 10); do curl -s -o /dev/null -D - %s/v1/chat/completions -H 'x-api-key: %s' -d '{\"model\":\"%s\"}' | grep -iE '^HTTP|^x-service'; done\n",
+			proxyURL, d.MemberKey, demo.Model)
+	}
 	fmt.Fprintf(w, "%s\n", line)
 }

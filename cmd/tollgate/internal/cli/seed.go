@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tollgate-dev/tollgate/cmd/tollgate/internal/demo"
 	"io"
 	"net/http"
 )
@@ -18,6 +19,9 @@ const (
 	demoPassword    = "tollgate-demo-password"
 	demoOrgName     = "Demo Inc"
 	demoOrgSlug     = "demo-inc"
+	// The member's hard daily limit: five fake completions at the seeded price.
+	demoDailyLimitUSD = "0.05"
+	demoPolicyName    = "Demo daily cap"
 )
 
 type demoUser struct {
@@ -137,6 +141,9 @@ func seed(ctx context.Context, base string) (demoOrg, error) {
 			return d, err
 		}
 	}
+	if err := c.limitMember(d); err != nil {
+		return d, err
+	}
 	mint := func(u demoUser, name string) (string, error) {
 		var out struct{ Key string }
 		_, err := c.call("POST", "/v1/api-keys", u.Token, d.OrgID, map[string]string{"name": name}, http.StatusCreated, &out)
@@ -147,4 +154,54 @@ func seed(ctx context.Context, base string) (demoOrg, error) {
 	}
 	d.MemberKey, err = mint(d.Member, "demo member key")
 	return d, err
+}
+
+// limitMember prices the demo model (2 USD per million input tokens, 8 per million
+// output: one fake completion of 1000 + 1000 tokens costs 0.01 USD) and gives the member
+// a hard daily limit, so a short loop of calls ends in a 429. Both are idempotent.
+func (c client) limitMember(d demoOrg) error {
+	prices := map[string]any{"prices": []map[string]any{{"model": demo.Model,
+		"inputMicroUsdPerMillion": 2_000_000, "outputMicroUsdPerMillion": 8_000_000, "cachedInputMicroUsdPerMillion": 1_000_000}}}
+	if _, err := c.call("PUT", "/v1/gateway/model-prices", d.Owner.Token, d.OrgID, prices, http.StatusOK, nil); err != nil {
+		return err
+	}
+	var me struct {
+		Memberships []struct {
+			Organization struct{ ID string }
+			Member       struct{ ID string }
+		}
+	}
+	if _, err := c.call("GET", "/v1/me", d.Member.Token, "", nil, http.StatusOK, &me); err != nil {
+		return err
+	}
+	memberID := ""
+	for _, m := range me.Memberships {
+		if m.Organization.ID == d.OrgID {
+			memberID = m.Member.ID
+		}
+	}
+	var list struct {
+		Policies []struct{ ID, Name string }
+	}
+	if _, err := c.call("GET", "/v1/gateway/usage-limit-policies", d.Owner.Token, d.OrgID, nil, http.StatusOK, &list); err != nil {
+		return err
+	}
+	policyID := ""
+	for _, p := range list.Policies {
+		if p.Name == demoPolicyName {
+			policyID = p.ID
+		}
+	}
+	if policyID == "" {
+		var created struct{ ID string }
+		body := map[string]any{"name": demoPolicyName, "hardLimit": true,
+			"limits": []map[string]string{{"timeframe": "day", "costUsd": demoDailyLimitUSD}}}
+		if _, err := c.call("POST", "/v1/gateway/usage-limit-policies", d.Owner.Token, d.OrgID, body, http.StatusOK, &created); err != nil {
+			return err
+		}
+		policyID = created.ID
+	}
+	_, err := c.call("POST", "/v1/gateway/usage-limit-policies/"+policyID+"/assignments", d.Owner.Token, d.OrgID,
+		map[string]string{"memberId": memberID}, http.StatusOK, nil)
+	return err
 }
