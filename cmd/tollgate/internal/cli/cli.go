@@ -21,6 +21,7 @@ Commands:
   dev       run the control plane locally against Postgres and Redis, seed a demo
             organization, and print what to call (Ctrl-C stops it)
   migrate   apply the control plane's database migrations
+  bootstrap first platform administrator, organization and API key of a fresh install
   help      this text
 
 Run "tollgate <command> -h" for the flags of a command.
@@ -37,6 +38,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	switch cmd {
 	case "dev":
 		err = dev(ctx, rest, getenv, stdio)
+	case "bootstrap":
+		err = bootstrap(ctx, rest, getenv, stdio)
 	case "migrate":
 		err = app.Run(ctx, append([]string{"migrate"}, rest...), getenv, stdio)
 	case "help", "-h", "--help":
