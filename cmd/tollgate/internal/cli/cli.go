@@ -22,6 +22,9 @@ Commands:
             organization, and print what to call (Ctrl-C stops it)
   migrate   apply the control plane's database migrations
   bootstrap first platform administrator, organization and API key of a fresh install
+  resync    rebuild the Redis mirror from Postgres (after Redis lost its data)
+  capture   suspend|resume usage capture of members (the capture fence)
+  recover   close abandoned pending starts as unknown/incomplete
   help      this text
 
 Run "tollgate <command> -h" for the flags of a command.
@@ -38,6 +41,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	switch cmd {
 	case "dev":
 		err = dev(ctx, rest, getenv, stdio)
+	case "capture":
+		err = capture(ctx, rest, getenv, stdio)
+	case "recover":
+		err = recoverCmd(ctx, rest, getenv, stdio)
+	case "resync":
+		err = app.Run(ctx, append([]string{"resync"}, rest...), getenv, stdio)
 	case "bootstrap":
 		err = bootstrap(ctx, rest, getenv, stdio)
 	case "migrate":

@@ -39,6 +39,8 @@ type demoOrg struct {
 type client struct {
 	ctx  context.Context
 	base string
+	// apiKey, when set, authenticates every call (x-api-key) instead of a session token.
+	apiKey string
 }
 
 func (c client) call(method, path, token, org string, body any, want int, out any) (int, error) {
@@ -54,6 +56,9 @@ func (c client) call(method, path, token, org string, body any, want int, out an
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if c.apiKey != "" {
+		req.Header.Set("x-api-key", c.apiKey)
 	}
 	if org != "" {
 		req.Header.Set("X-Service-Org-Id", org)
