@@ -562,3 +562,38 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			finished_at = EXCLUDED.finished_at, updated_at = EXCLUDED.updated_at`,
 		ids, orgs, members, costs, sources, models, in, out, cached, statuses, complete, outcomes, promoted, refs, finished, now)
 }
+
+// CredentialIdentity is what a credential hash resolves to for the internal API.
+type CredentialIdentity struct {
+	OrganizationID string
+	MemberID       string
+	UserID         string
+	APIKeyID       string
+	// Active is false when the member was removed.
+	Active bool
+}
+
+// IdentityByAPIKeyHash resolves a live API key (not revoked, not expired) to its
+// member, reporting whether the member is still active.
+func IdentityByAPIKeyHash(ctx context.Context, q Querier, hash []byte, now time.Time) (CredentialIdentity, error) {
+	var id CredentialIdentity
+	err := q.QueryRow(ctx, `SELECT k.organization_id, k.member_id, k.user_id, k.id, m.removed_at IS NULL
+		FROM api_keys k JOIN members m ON m.id = k.member_id
+		WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > $2)`, hash, now).
+		Scan(&id.OrganizationID, &id.MemberID, &id.UserID, &id.APIKeyID, &id.Active)
+	return id, notFound(err)
+}
+
+// IdentityBySessionHash resolves a live session to its user's membership of the user's
+// active organization. A session without an active organization, or whose user was
+// never a member of it, resolves to nothing: there is nobody to charge.
+func IdentityBySessionHash(ctx context.Context, q Querier, hash []byte, now time.Time) (CredentialIdentity, error) {
+	var id CredentialIdentity
+	err := q.QueryRow(ctx, `SELECT m.organization_id, m.id, u.id, m.removed_at IS NULL
+		FROM sessions s JOIN users u ON u.id = s.user_id
+		JOIN members m ON m.user_id = u.id AND m.organization_id = u.active_organization_id
+		WHERE s.token_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2
+		ORDER BY m.removed_at IS NULL DESC, m.created_at DESC LIMIT 1`, hash, now).
+		Scan(&id.OrganizationID, &id.MemberID, &id.UserID, &id.Active)
+	return id, notFound(err)
+}
