@@ -13,8 +13,12 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/controlplane/redistest"
 	"github.com/tollgate-dev/tollgate/controlplane/storetest"
 )
+
+// testToken is the internal token of the servers these tests start.
+const testToken = "test-internal-token-0123"
 
 func envOf(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
@@ -56,7 +60,7 @@ func TestUnknownCommand(t *testing.T) {
 func TestServeRefusesSchemaBehindThenMigrateFixesIt(t *testing.T) {
 	dbURL := storetest.URLFor(storetest.NewDatabase(t))
 	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0",
-		"TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0"})
+		"TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_INTERNAL_TOKEN": testToken})
 	err := app.Run(context.Background(), []string{"serve"}, env, app.IO{Stdout: io.Discard, Stderr: io.Discard})
 	if err == nil || !strings.Contains(err.Error(), "controlplane migrate") {
 		t.Fatalf("serve on an empty database: %v", err)
@@ -90,9 +94,11 @@ func (s *syncBuffer) String() string {
 
 func TestServeLifecycleAndBootstrapAdmin(t *testing.T) {
 	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	_, layout := redistest.New(t)
 	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0",
 		"TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0",
-		"TOLLGATE_PLATFORM_ADMIN_EMAILS": "Ops@Example.test"})
+		"TOLLGATE_PLATFORM_ADMIN_EMAILS": "Ops@Example.test", "TOLLGATE_INTERNAL_TOKEN": testToken,
+		"TOLLGATE_REDIS_URL": redistest.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	logs := &syncBuffer{}

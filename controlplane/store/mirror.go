@@ -177,4 +177,3 @@ func CountPendingStarts(ctx context.Context, q Querier) (int64, error) {
 	err := q.QueryRow(ctx, `SELECT count(*) FROM usage_request_starts WHERE state = 'pending'`).Scan(&n)
 	return n, err
 }
-

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 )
 
 // dev runs the control plane in this process, waits until it answers, seeds the demo
@@ -23,16 +24,27 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 		return err
 	}
 	base := "http://" + *httpAddr
+	grpcAddr := envOr(getenv, "TOLLGATE_GRPC_ADDR", app.DefaultGRPCAddr)
 	if *seedOnly {
 		demo, err := seed(ctx, base)
 		if err != nil {
 			return err
 		}
-		printDemo(stdio, base, demo)
+		printDemo(stdio, base, demo, grpcAddr, "")
 		return nil
+	}
+	// The internal API needs a token; a local stack gets a random one (printed below) so
+	// an enforcer started later can join with the same value.
+	token := getenv("TOLLGATE_INTERNAL_TOKEN")
+	generated := token == ""
+	if generated {
+		s, _ := credential.New("tgi_")
+		token = s
 	}
 	env := func(k string) string {
 		switch k {
+		case "TOLLGATE_INTERNAL_TOKEN":
+			return token
 		case "TOLLGATE_HTTP_ADDR":
 			return *httpAddr
 		case "TOLLGATE_PLATFORM_ADMIN_EMAILS":
@@ -58,7 +70,11 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 		<-errc
 		return fmt.Errorf("seed demo organization: %w", err)
 	}
-	printDemo(stdio, base, demo)
+	shown := token
+	if !generated {
+		shown = "(from TOLLGATE_INTERNAL_TOKEN)"
+	}
+	printDemo(stdio, base, demo, grpcAddr, shown)
 	fmt.Fprintln(stdio.Stdout, "Press Ctrl-C to stop.")
 	return <-errc
 }
@@ -94,11 +110,16 @@ func waitHealthy(ctx context.Context, base string, errc <-chan error) error {
 	return fmt.Errorf("control plane did not become ready at %s within 30s", base)
 }
 
-func printDemo(stdio IO, base string, d demoOrg) {
+func printDemo(stdio IO, base string, d demoOrg, grpcAddr, token string) {
 	w := stdio.Stdout
 	line := strings.Repeat("-", 72)
 	fmt.Fprintf(w, "\n%s\nTollgate is running.\n\n", line)
 	fmt.Fprintf(w, "  REST API          %s   (docs: %s/docs)\n", base, base)
+	if token != "" {
+		fmt.Fprintf(w, "  Internal API      %s (for enforcers)\n", grpcAddr)
+		fmt.Fprintf(w, "  Internal token    %s\n", token)
+		fmt.Fprintf(w, "                    start an enforcer with TOLLGATE_CONTROLPLANE_ADDR=%s TOLLGATE_INTERNAL_TOKEN=<token>\n", grpcAddr)
+	}
 	fmt.Fprintf(w, "  Demo organization %s (%s)\n", d.OrgName, d.OrgID)
 	fmt.Fprintf(w, "  Owner             %s / %s\n", d.Owner.Email, demoPassword)
 	fmt.Fprintf(w, "                    session: %s\n", d.Owner.Token)
