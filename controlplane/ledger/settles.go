@@ -117,6 +117,7 @@ func (l *Ledger) runSettles(ctx context.Context, jobs []*job[*settleJob, *intern
 	l.metrics.BatchDuration.WithLabelValues("settle").Observe(time.Since(began).Seconds())
 	if err != nil {
 		if _, refused := databaseRefusal(err); refused && len(jobs) > 1 {
+			l.log.Warn("settlement batch refused by the database; committing its items one by one", "items", len(jobs), "err", err)
 			for _, j := range jobs {
 				l.runSettles(ctx, []*job[*settleJob, *internalv1.SettleResult]{j})
 			}
@@ -126,6 +127,8 @@ func (l *Ledger) runSettles(ctx context.Context, jobs []*job[*settleJob, *intern
 		for _, j := range jobs {
 			if pgErr, refused := databaseRefusal(err); refused {
 				l.metrics.Settlements.WithLabelValues("invalid").Inc()
+				l.log.Warn("settlement refused by the database", "request_id", j.item.in.GetRequestId(), "code", pgErr.Code,
+					"constraint", pgErr.ConstraintName, "detail", pgErr.Message)
 				j.finish(&internalv1.SettleResult{RequestId: j.item.in.GetRequestId(), Outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID,
 					Message: "refused by the database (" + pgErr.Code + "): a counter would overflow or a value is out of range", CostSource: accounting.SourceUnknown}, nil)
 				continue
@@ -388,8 +391,12 @@ func (s *settlement) quarantine(it *internalv1.SettleItem, reason string) {
 }
 
 // finish turns the accumulated deltas into writes. Several receipts of one batch that
-// charge one bucket become one counter update.
+// charge one bucket become one counter update, and a request settled twice in one batch
+// (a settlement and its promotion) writes its receipt and charges once, as they stand
+// after the last of them: one statement may not update a row twice.
 func (s *settlement) finish() {
+	s.w.Receipts = lastBy(s.w.Receipts, func(r store.ReceiptWrite) string { return r.RequestID })
+	s.w.Charges = lastBy(s.w.Charges, func(c store.ChargeWrite) string { return c.RequestID + "/" + c.BucketID })
 	for _, d := range s.buckets {
 		if d.Used != 0 || d.Unpriced != 0 || d.Incomplete != 0 {
 			s.w.Buckets = append(s.w.Buckets, *d)
@@ -401,4 +408,20 @@ func (s *settlement) finish() {
 	for m := range s.bump {
 		s.w.Bump = append(s.w.Bump, m)
 	}
+}
+
+// lastBy keeps, for each key, the last element with that key, in first-seen order.
+func lastBy[T any](xs []T, key func(T) string) []T {
+	at := make(map[string]int, len(xs))
+	out := xs[:0:0]
+	for _, x := range xs {
+		k := key(x)
+		if i, ok := at[k]; ok {
+			out[i] = x
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, x)
+	}
+	return out
 }

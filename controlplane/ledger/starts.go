@@ -93,6 +93,7 @@ func (l *Ledger) runStarts(ctx context.Context, jobs []*job[*startJob, *internal
 		if _, refused := databaseRefusal(err); refused && len(jobs) > 1 {
 			// Something in the batch upset the database; find it by committing each item
 			// on its own, so the others are not refused with it.
+			l.log.Warn("start batch refused by the database; committing its items one by one", "items", len(jobs), "err", err)
 			for _, j := range jobs {
 				l.runStarts(ctx, []*job[*startJob, *internalv1.StartResult]{j})
 			}

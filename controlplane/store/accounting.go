@@ -484,13 +484,13 @@ func WriteSettlements(ctx context.Context, tx pgx.Tx, w SettleWrites, now time.T
 		}
 		b.Queue(`INSERT INTO usage_buckets AS b (id, organization_id, member_id, timeframe, window_start, window_end,
 				used_micro_usd, unpriced_requests, incomplete_requests, created_at, updated_at)
-			SELECT x.id, x.org, x.member, x.tf, x.ws, x.we, x.used, x.unpriced, x.incomplete, $10, $10
+			SELECT x.id, x.org, x.member, x.tf, x.ws, x.we, x.used, greatest(x.unpriced, 0), greatest(x.incomplete, 0), $10, $10
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[],
 				$7::bigint[], $8::bigint[], $9::bigint[]) WITH ORDINALITY AS x(id, org, member, tf, ws, we, used, unpriced, incomplete, n)
 			ORDER BY x.n
 			ON CONFLICT (id) DO UPDATE SET used_micro_usd = b.used_micro_usd + EXCLUDED.used_micro_usd,
-				unpriced_requests = b.unpriced_requests + EXCLUDED.unpriced_requests,
-				incomplete_requests = b.incomplete_requests + EXCLUDED.incomplete_requests,
+				unpriced_requests = b.unpriced_requests + (SELECT d.v FROM unnest($1::text[], $8::bigint[]) AS d(id, v) WHERE d.id = b.id),
+				incomplete_requests = b.incomplete_requests + (SELECT d.v FROM unnest($1::text[], $9::bigint[]) AS d(id, v) WHERE d.id = b.id),
 				updated_at = EXCLUDED.updated_at`,
 			ids, orgs, members, tfs, starts, ends, used, unpriced, incomplete, now)
 	}
