@@ -597,3 +597,91 @@ func IdentityBySessionHash(ctx context.Context, q Querier, hash []byte, now time
 		Scan(&id.OrganizationID, &id.MemberID, &id.UserID, &id.Active)
 	return id, notFound(err)
 }
+
+// LockTracking locks the tracking rows of members (member id order) and returns them;
+// members without a row are absent.
+func LockTracking(ctx context.Context, tx pgx.Tx, members []string) (map[string]TrackingState, error) {
+	out := map[string]TrackingState{}
+	b := &pgx.Batch{}
+	queueLockTracking(b, sortedUnique(members), out)
+	return out, tx.SendBatch(ctx, b).Close()
+}
+
+// CaptureRow is a member's tracking row as the capture fence reads and writes it.
+type CaptureRow struct {
+	MemberID       string
+	Version        int64
+	CaptureEnabled bool
+	StartedAt      time.Time
+}
+
+// SetCapture moves a member's capture fence: the version, capture on or off, and a new
+// tracking epoch starting now (spend and counts stay). It creates the tracking row
+// when the member has none.
+func SetCapture(ctx context.Context, tx pgx.Tx, orgID, memberID string, version int64, enabled bool, now time.Time) error {
+	_, err := tx.Exec(ctx, `INSERT INTO usage_member_tracking AS t (member_id, organization_id, tracking_version, capture_enabled,
+			tracking_started_at, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $5, $5)
+		ON CONFLICT (member_id) DO UPDATE SET tracking_version = EXCLUDED.tracking_version, capture_enabled = EXCLUDED.capture_enabled,
+			tracking_started_at = EXCLUDED.tracking_started_at, updated_at = EXCLUDED.updated_at`,
+		memberID, orgID, version, enabled, now)
+	return err
+}
+
+// LockStartsInOrg locks the starts of an organization among ids (request id order).
+func LockStartsInOrg(ctx context.Context, tx pgx.Tx, orgID string, ids []string) (map[string]StoredStart, error) {
+	rows, err := tx.Query(ctx, `SELECT request_id, organization_id, member_id, tracking_version, snapshot, state, counted
+		FROM usage_request_starts WHERE organization_id = $1 AND request_id = ANY($2) ORDER BY request_id FOR UPDATE`, orgID, sortedUnique(ids))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]StoredStart{}
+	var s StoredStart
+	_, err = pgx.ForEachRow(rows, []any{&s.RequestID, &s.OrganizationID, &s.MemberID, &s.TrackingVersion, &s.Snapshot, &s.State, &s.Counted},
+		func() error { out[s.RequestID] = s; return nil })
+	return out, err
+}
+
+// PendingStart is a durable start not yet settled, as recovery lists it.
+type PendingStart struct {
+	RequestID       string
+	MemberID        string
+	TrackingVersion int64
+	AdmittedAt      time.Time
+	CreatedAt       time.Time
+	Snapshot        []byte
+}
+
+// PendingStartPage selects one page of an organization's pending starts admitted before
+// a cutoff, oldest first.
+type PendingStartPage struct {
+	OrganizationID string
+	// MemberID limits the page to one member when set.
+	MemberID string
+	Before   time.Time
+	Limit    int
+	// After is the (admitted_at, request_id) of the last row of the previous page.
+	AfterAdmittedAt *time.Time
+	AfterRequestID  string
+}
+
+// ListPendingStarts reads Limit+1 rows (so callers can tell whether more follow) from
+// the partial index of pending starts. A plain read: no lock, no write.
+func ListPendingStarts(ctx context.Context, q Querier, p PendingStartPage) ([]PendingStart, error) {
+	args := []any{p.OrganizationID, p.MemberID, p.Before, p.Limit + 1}
+	where := `organization_id = $1 AND state = 'pending' AND ($2 = '' OR member_id = $2) AND admitted_at < $3`
+	if p.AfterAdmittedAt != nil {
+		where += ` AND (admitted_at, request_id) > ($5, $6)`
+		args = append(args, *p.AfterAdmittedAt, p.AfterRequestID)
+	}
+	rows, err := q.Query(ctx, `SELECT request_id, member_id, tracking_version, admitted_at, created_at, snapshot
+		FROM usage_request_starts WHERE `+where+` ORDER BY admitted_at, request_id LIMIT $4`, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingStart, error) {
+		var s PendingStart
+		err := r.Scan(&s.RequestID, &s.MemberID, &s.TrackingVersion, &s.AdmittedAt, &s.CreatedAt, &s.Snapshot)
+		return s, err
+	})
+}
