@@ -252,4 +252,3 @@ func (e *Env) Tracking(t testing.TB, member string) (version, pending, unpriced,
 
 // ReqID is a fresh request id.
 func ReqID() string { return typeid.New("req") }
-

@@ -171,4 +171,3 @@ func (s *Server) moveCapture(c *Call, enable bool) error {
 
 // maxSafeInteger is 2^53-1, the largest integer JSON clients read exactly.
 const maxSafeInteger = 9007199254740991
-

@@ -188,27 +188,30 @@ func (s *Server) recoverStarts(c *Call) error {
 			}
 			results = append(results, r)
 		}
-		if !apply || len(closing) == 0 {
+		if !apply {
 			return nil
 		}
-		// Lock order: starts (above), then tracking rows, then buckets (in the writes).
-		if _, err := store.LockTracking(c.Ctx, tx, members); err != nil {
-			return err
-		}
-		w, err := ledger.RecoveryWrites(closing, ref, c.now)
-		if err != nil {
-			return err
-		}
-		if _, err := store.WriteSettlements(c.Ctx, tx, w, c.now); err != nil {
-			return err
+		if len(closing) > 0 {
+			// Lock order: starts (above), then tracking rows, then buckets (in the writes).
+			if _, err := store.LockTracking(c.Ctx, tx, members); err != nil {
+				return err
+			}
+			w, err := ledger.RecoveryWrites(closing, ref, c.now)
+			if err != nil {
+				return err
+			}
+			if _, err := store.WriteSettlements(c.Ctx, tx, w, c.now); err != nil {
+				return err
+			}
 		}
 		recovered := make([]string, len(closing))
 		for i, st := range closing {
 			recovered[i] = st.RequestID
 		}
 		slices.Sort(recovered)
+		// Every applied call is audited, even one that found nothing to close.
 		return c.Audit(tx, "usage.recovery.recover", c.OrgID(), map[string]any{"reviewReference": ref, "requestIds": recovered,
-			"count": len(recovered)})
+			"count": len(recovered), "asked": len(ids)})
 	})
 	if err != nil {
 		return err

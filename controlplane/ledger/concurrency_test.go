@@ -48,7 +48,7 @@ func TestConcurrentSettlementsChargeEachReceiptOnce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	now := e.Clock.Now()
 	price := accounting.Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, CachedInputPerMillion: 300_000}
-	want := map[string]int64{}     // request id -> final cost
+	want := map[string]int64{}      // request id -> final cost
 	memberOf := map[string]string{} // request id -> member
 	plans := make([][]op, workers)
 	count := 0
