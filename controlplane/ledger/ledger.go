@@ -143,17 +143,25 @@ func databaseRefusal(err error) (*pgconn.PgError, bool) {
 	return nil, false
 }
 
-// afterCommit refreshes the mirror for the bumped members, then answers the jobs. It
-// runs beside the lane so the next batch can start committing meanwhile.
-func (l *Ledger) afterCommit(ctx context.Context, versions map[string]int64, finish func()) {
+// afterCommit refreshes the mirror for the bumped members and answers the jobs, beside
+// the lane so the next batch can start committing meanwhile. With wait, the answers go
+// out after the refresh (settlements: the enforcer's next check must see the new
+// spend); without, at once (starts: a created tracking row changes nothing an
+// admission decides on).
+func (l *Ledger) afterCommit(ctx context.Context, versions map[string]int64, wait bool, finish func()) {
 	if len(versions) == 0 || l.mirror == nil {
 		finish()
 		return
+	}
+	if !wait {
+		finish()
 	}
 	l.refreshes <- struct{}{}
 	go func() {
 		defer func() { <-l.refreshes }()
 		l.mirror.Refresh(context.WithoutCancel(ctx), versions)
-		finish()
+		if wait {
+			finish()
+		}
 	}()
 }

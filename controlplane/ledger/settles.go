@@ -138,7 +138,7 @@ func (l *Ledger) runSettles(ctx context.Context, jobs []*job[*settleJob, *intern
 		}
 		return
 	}
-	l.afterCommit(ctx, versions, func() {
+	l.afterCommit(ctx, versions, true, func() {
 		for _, j := range jobs {
 			r := results[j.item]
 			l.metrics.Settlements.WithLabelValues(settleResultLabel[r.GetOutcome()]).Inc()

@@ -111,7 +111,7 @@ func (l *Ledger) runStarts(ctx context.Context, jobs []*job[*startJob, *internal
 		}
 		return
 	}
-	l.afterCommit(ctx, versions, func() {
+	l.afterCommit(ctx, versions, false, func() {
 		for _, j := range jobs {
 			r := results[j.item]
 			l.metrics.Starts.WithLabelValues(startResultLabel[r.GetOutcome()]).Inc()
