@@ -51,9 +51,12 @@ func TestUnauthenticatedCallersGetNothing(t *testing.T) {
 					_, err := c.Authenticate(cctx, &internalv1.AuthenticateRequest{CredentialHash: make([]byte, 32)})
 					return err
 				},
-				"Resolve": func() error { _, err := c.Resolve(cctx, &internalv1.ResolveRequest{OrganizationId: "o", MemberId: "m"}); return err },
-				"Start":   func() error { _, err := c.Start(cctx, &internalv1.StartRequest{}); return err },
-				"Settle":  func() error { _, err := c.Settle(cctx, &internalv1.SettleRequest{}); return err },
+				"Resolve": func() error {
+					_, err := c.Resolve(cctx, &internalv1.ResolveRequest{OrganizationId: "o", MemberId: "m"})
+					return err
+				},
+				"Start":  func() error { _, err := c.Start(cctx, &internalv1.StartRequest{}); return err },
+				"Settle": func() error { _, err := c.Settle(cctx, &internalv1.SettleRequest{}); return err },
 			}
 			for name, call := range calls {
 				if err := call(); status.Code(err) != codes.Unauthenticated || status.Convert(err).Message() != "unauthenticated" {
