@@ -193,3 +193,33 @@ func TestServeLifecycleAndBootstrapAdmin(t *testing.T) {
 		t.Fatalf("no shutdown log:\n%s", logs.String())
 	}
 }
+
+func TestServeNeedsAnInternalTokenOrMTLS(t *testing.T) {
+	for _, tc := range []struct{ name, token, want string }{
+		{"empty", "", "TOLLGATE_INTERNAL_TOKEN is empty"},
+		{"short", "short", "at least 16"},
+	} {
+		err := app.Run(context.Background(), []string{"serve"}, envOf(map[string]string{"TOLLGATE_INTERNAL_TOKEN": tc.token}),
+			app.IO{Stdout: io.Discard, Stderr: io.Discard})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s token: %v", tc.name, err)
+		}
+	}
+}
+
+func TestResyncRebuildsTheMirror(t *testing.T) {
+	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	rdb, layout := redistest.New(t)
+	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_URL": redistest.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix})
+	if err := app.Run(context.Background(), []string{"migrate"}, env, app.IO{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := app.Run(context.Background(), []string{"resync"}, env, app.IO{Stdout: &out, Stderr: io.Discard}); err != nil {
+		t.Fatal(err)
+	}
+	gen, err := layout.Generation(context.Background(), rdb)
+	if err != nil || gen == "" || !strings.Contains(out.String(), gen) {
+		t.Fatalf("generation %q (%v) after resync printing %q", gen, err, out.String())
+	}
+}
