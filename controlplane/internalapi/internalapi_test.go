@@ -395,3 +395,42 @@ func TestDuplicateStartRacingItsSettlement(t *testing.T) {
 		}
 	}
 }
+
+// Entitlement changes and revocations reach Redis: the member's record is rewritten
+// under a higher version with the new winner, and invalidations are published.
+func TestEntitlementChangeRewritesTheRecord(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	e.Mirror.EntitlementChanged(ctx, org, []string{m})
+	before, err := e.Layout.Read(ctx, e.Redis, m, e.Mirror.Generation())
+	if err != nil || !before.Entitlement.Limits[0].Unlimited {
+		t.Fatalf("record before %v %v", before, err)
+	}
+	for _, q := range []string{
+		`INSERT INTO usage_policies (id, organization_id, name, hard_limit, allow_request_reset, revision, created_at, updated_at) VALUES ('ulp_d', $1, 'D', false, true, 1, now(), now())`,
+		`INSERT INTO usage_policy_limits SELECT 'ulp_d', 'day', 7 WHERE $1 <> ''`,
+		`INSERT INTO usage_policy_assignments (id, organization_id, policy_id, organization, created_at) VALUES ('ula_d', $1, 'ulp_d', true, now())`,
+	} {
+		if _, err := e.Store.Pool.Exec(ctx, q, org); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub := e.Redis.Subscribe(ctx, e.Layout.InvalidationChannel())
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.Mirror.EntitlementChanged(ctx, org, []string{m})
+	after, err := e.Layout.Read(ctx, e.Redis, m, e.Mirror.Generation())
+	if err != nil || after.Version <= before.Version || after.Entitlement.Limits[0].PolicyId != "ulp_d" || after.Entitlement.Limits[0].HardLimit {
+		t.Fatalf("record after %v %v", after, err)
+	}
+	e.Mirror.CredentialsRevoked(ctx, []string{m}, []string{"apk_x"})
+	for _, want := range []string{"member:" + m, "api_key:apk_x"} {
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil || msg.Payload != want {
+			t.Fatalf("invalidation %v %v, want %s", msg, err, want)
+		}
+	}
+}
