@@ -1,5 +1,5 @@
 // Package app is the control plane program: its configuration, its subcommands (serve,
-// migrate, bootstrap-admin) and the lifecycle of its servers. cmd/controlplane only calls
+// migrate, bootstrap-admin, resync) and the lifecycle of its servers. cmd/controlplane only calls
 // Run, so tests start the whole program in-process.
 package app
 
@@ -25,7 +25,10 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
 	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
+	"github.com/tollgate-dev/tollgate/controlplane/internalapi"
+	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	"github.com/tollgate-dev/tollgate/controlplane/password"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
@@ -37,6 +40,7 @@ const usage = `Usage: controlplane [command] [flags]
 Commands:
   serve            serve the REST API, the internal gRPC API and the admin port (default)
   migrate          apply the embedded database migrations and exit
+  resync           rebuild the Redis mirror from Postgres (new generation) and exit
   bootstrap-admin  create or reset a platform administrator; password on standard input
 
 Run "controlplane <command> -h" for the flags of a command. Every flag has an
@@ -71,6 +75,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdio I
 		return migrate(ctx, args, getenv, stdio)
 	case "bootstrap-admin":
 		return bootstrapAdmin(ctx, args, getenv, stdio)
+	case "resync":
+		return resync(ctx, args, getenv, stdio)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdio.Stdout, usage)
 		return nil
@@ -139,6 +145,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdio
 		return err
 	}
 	cfg.AutoMigrate = autoMigrate
+	if err := checkInternalAuth(cfg); err != nil {
+		return err
+	}
+	grpcCreds, err := grpcCredentials(cfg)
+	if err != nil {
+		return err
+	}
 	log := newLogger(cfg, stdio.Stderr)
 	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
@@ -157,8 +170,33 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdio
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Accounting: the mirror writer, the ledger's lanes and the internal API. Their
+	// background work outlives the servers' drain (settlements in flight still commit)
+	// and stops before the pool closes.
+	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBg()
+	rdb, err := newRedis(cfg)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	acct := acctmetrics.New(reg)
+	mirrorWriter := newMirrorWriter(cfg, st, rdb, log, acct)
+	// A Redis that is down at start is not fatal: the mirror is repaired once it is back.
+	checkCtx, cancelCheck := context.WithTimeout(ctx, 30*time.Second)
+	if err := mirrorWriter.Check(checkCtx); err != nil {
+		log.Warn("mirror: initial check failed; retrying in the background", "err", err)
+	}
+	cancelCheck()
+	go mirrorWriter.Maintain(bg, cfg.MirrorCheckInterval)
+	led := ledger.New(bg, ledger.Deps{Store: st, Clock: clk, Log: log, Metrics: acct, Mirror: mirrorWriter,
+		Config: ledger.Config{Lanes: cfg.AccountingLanes, MaxBatch: cfg.AccountingMaxBatch, MaxDelay: cfg.AccountingMaxDelay}})
+	internal := internalapi.New(internalapi.Deps{Store: st, Ledger: led, Mirror: mirrorWriter, Clock: clk, Log: log, Metrics: acct,
+		Token: cfg.InternalToken, RequireClientCert: cfg.GRPCClientCA != ""})
+
 	api := httpapi.New(httpapi.Deps{Store: st, Clock: clk, Log: log, Registry: reg, SessionTTL: cfg.SessionTTL,
-		TrustForwardedFor: cfg.TrustForwardedFor})
+		TrustForwardedFor: cfg.TrustForwardedFor, Events: mirrorWriter})
 
 	var draining atomic.Bool
 	admin := http.NewServeMux()
@@ -178,9 +216,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdio
 	})
 	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 
-	grpcServer := grpc.NewServer()
+	grpcOpts := internal.ServerOptions()
+	if grpcCreds != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(grpcCreds))
+	}
+	grpcServer := grpc.NewServer(grpcOpts...)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthSrv)
+	internal.Register(grpcServer)
 
 	listeners := map[string]net.Listener{}
 	for _, l := range []struct{ name, addr string }{{"rest", cfg.HTTPAddr}, {"grpc", cfg.GRPCAddr}, {"admin", cfg.AdminAddr}} {

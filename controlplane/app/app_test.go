@@ -13,8 +13,12 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/controlplane/redistest"
 	"github.com/tollgate-dev/tollgate/controlplane/storetest"
 )
+
+// testToken is the internal token of the servers these tests start.
+const testToken = "test-internal-token-0123"
 
 func envOf(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
@@ -56,7 +60,7 @@ func TestUnknownCommand(t *testing.T) {
 func TestServeRefusesSchemaBehindThenMigrateFixesIt(t *testing.T) {
 	dbURL := storetest.URLFor(storetest.NewDatabase(t))
 	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0",
-		"TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0"})
+		"TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_INTERNAL_TOKEN": testToken})
 	err := app.Run(context.Background(), []string{"serve"}, env, app.IO{Stdout: io.Discard, Stderr: io.Discard})
 	if err == nil || !strings.Contains(err.Error(), "controlplane migrate") {
 		t.Fatalf("serve on an empty database: %v", err)
@@ -90,9 +94,11 @@ func (s *syncBuffer) String() string {
 
 func TestServeLifecycleAndBootstrapAdmin(t *testing.T) {
 	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	_, layout := redistest.New(t)
 	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0",
 		"TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0",
-		"TOLLGATE_PLATFORM_ADMIN_EMAILS": "Ops@Example.test"})
+		"TOLLGATE_PLATFORM_ADMIN_EMAILS": "Ops@Example.test", "TOLLGATE_INTERNAL_TOKEN": testToken,
+		"TOLLGATE_REDIS_URL": redistest.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	logs := &syncBuffer{}
@@ -185,5 +191,35 @@ func TestServeLifecycleAndBootstrapAdmin(t *testing.T) {
 	}
 	if !stopped {
 		t.Fatalf("no shutdown log:\n%s", logs.String())
+	}
+}
+
+func TestServeNeedsAnInternalTokenOrMTLS(t *testing.T) {
+	for _, tc := range []struct{ name, token, want string }{
+		{"empty", "", "TOLLGATE_INTERNAL_TOKEN is empty"},
+		{"short", "short", "at least 16"},
+	} {
+		err := app.Run(context.Background(), []string{"serve"}, envOf(map[string]string{"TOLLGATE_INTERNAL_TOKEN": tc.token}),
+			app.IO{Stdout: io.Discard, Stderr: io.Discard})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s token: %v", tc.name, err)
+		}
+	}
+}
+
+func TestResyncRebuildsTheMirror(t *testing.T) {
+	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	rdb, layout := redistest.New(t)
+	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_URL": redistest.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix})
+	if err := app.Run(context.Background(), []string{"migrate"}, env, app.IO{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := app.Run(context.Background(), []string{"resync"}, env, app.IO{Stdout: &out, Stderr: io.Discard}); err != nil {
+		t.Fatal(err)
+	}
+	gen, err := layout.Generation(context.Background(), rdb)
+	if err != nil || gen == "" || !strings.Contains(out.String(), gen) {
+		t.Fatalf("generation %q (%v) after resync printing %q", gen, err, out.String())
 	}
 }

@@ -17,8 +17,33 @@ import (
 type Config struct {
 	// DatabaseURL is the Postgres connection URL (TOLLGATE_DATABASE_URL).
 	DatabaseURL string
-	// RedisURL is where the enforcer mirror lives (TOLLGATE_REDIS_URL).
+	// RedisURL is where the enforcer mirror lives (TOLLGATE_REDIS_URL). In sentinel and
+	// cluster mode it still supplies credentials, TLS (rediss://) and, for sentinel, the
+	// database.
 	RedisURL string
+	// RedisMode is single, sentinel or cluster (TOLLGATE_REDIS_MODE), as the enforcer's.
+	RedisMode string
+	// RedisAddrs are the sentinel or cluster seed addresses (TOLLGATE_REDIS_ADDRS).
+	RedisAddrs []string
+	// RedisSentinelMaster names the sentinel master set (TOLLGATE_REDIS_SENTINEL_MASTER).
+	RedisSentinelMaster string
+	// RedisPrefix prefixes every mirror key; it must match the enforcers'
+	// (TOLLGATE_REDIS_PREFIX).
+	RedisPrefix string
+	// MirrorCheckInterval is how often the mirror's generation is checked and failed
+	// writes repaired (TOLLGATE_MIRROR_CHECK_INTERVAL).
+	MirrorCheckInterval time.Duration
+	// GRPCTLSCert and GRPCTLSKey serve the internal API over TLS
+	// (TOLLGATE_GRPC_TLS_CERT, TOLLGATE_GRPC_TLS_KEY); GRPCClientCA additionally
+	// requires enforcers to present a certificate it signed (TOLLGATE_GRPC_CLIENT_CA).
+	GRPCTLSCert  string
+	GRPCTLSKey   string
+	GRPCClientCA string
+	// AccountingLanes, AccountingMaxBatch and AccountingMaxDelay tune the group commit
+	// of starts and settlements (TOLLGATE_ACCOUNTING_LANES, _MAX_BATCH, _MAX_DELAY).
+	AccountingLanes    int
+	AccountingMaxBatch int
+	AccountingMaxDelay time.Duration
 	// HTTPAddr serves the REST API (TOLLGATE_HTTP_ADDR).
 	HTTPAddr string
 	// GRPCAddr serves the internal API for enforcers (TOLLGATE_GRPC_ADDR).
@@ -64,7 +89,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return def
 	}
 	var c Config
-	var admins string
+	var admins, redisAddrs string
 	var problems []string
 	durationEnv := func(key string, def time.Duration) time.Duration {
 		v := getenv(key)
@@ -77,6 +102,18 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 			return def
 		}
 		return d
+	}
+	intEnv := func(key string, def int) int {
+		v := getenv(key)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %q is not an integer", key, v))
+			return def
+		}
+		return n
 	}
 	boolEnv := func(key string) bool {
 		v := getenv(key)
@@ -93,6 +130,17 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	fs.SetOutput(out)
 	fs.StringVar(&c.DatabaseURL, "database-url", env("TOLLGATE_DATABASE_URL", DefaultDatabaseURL), "Postgres URL (TOLLGATE_DATABASE_URL)")
 	fs.StringVar(&c.RedisURL, "redis-url", env("TOLLGATE_REDIS_URL", DefaultRedisURL), "Redis URL of the enforcer mirror (TOLLGATE_REDIS_URL)")
+	fs.StringVar(&c.RedisMode, "redis-mode", env("TOLLGATE_REDIS_MODE", "single"), "Redis topology: single, sentinel or cluster (TOLLGATE_REDIS_MODE)")
+	fs.StringVar(&redisAddrs, "redis-addrs", getenv("TOLLGATE_REDIS_ADDRS"), "comma-separated host:port of the sentinels or cluster seeds (TOLLGATE_REDIS_ADDRS)")
+	fs.StringVar(&c.RedisSentinelMaster, "redis-sentinel-master", getenv("TOLLGATE_REDIS_SENTINEL_MASTER"), "sentinel master set name (TOLLGATE_REDIS_SENTINEL_MASTER)")
+	fs.StringVar(&c.RedisPrefix, "redis-prefix", env("TOLLGATE_REDIS_PREFIX", "tg:"), "prefix of every mirror key, the same as the enforcers' (TOLLGATE_REDIS_PREFIX)")
+	fs.DurationVar(&c.MirrorCheckInterval, "mirror-check-interval", durationEnv("TOLLGATE_MIRROR_CHECK_INTERVAL", 5*time.Second), "how often the mirror generation is checked and failed Redis writes repaired (TOLLGATE_MIRROR_CHECK_INTERVAL)")
+	fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", getenv("TOLLGATE_GRPC_TLS_CERT"), "PEM certificate of the internal gRPC API; with --grpc-tls-key, serve it over TLS (TOLLGATE_GRPC_TLS_CERT)")
+	fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", getenv("TOLLGATE_GRPC_TLS_KEY"), "PEM private key of --grpc-tls-cert (TOLLGATE_GRPC_TLS_KEY)")
+	fs.StringVar(&c.GRPCClientCA, "grpc-client-ca", getenv("TOLLGATE_GRPC_CLIENT_CA"), "PEM CA bundle; enforcers must present a client certificate it signed (mTLS) (TOLLGATE_GRPC_CLIENT_CA)")
+	fs.IntVar(&c.AccountingLanes, "accounting-lanes", intEnv("TOLLGATE_ACCOUNTING_LANES", 2), "transactions committing starts (and, separately, settlements) at once (TOLLGATE_ACCOUNTING_LANES)")
+	fs.IntVar(&c.AccountingMaxBatch, "accounting-max-batch", intEnv("TOLLGATE_ACCOUNTING_MAX_BATCH", 256), "most starts or settlements in one transaction (TOLLGATE_ACCOUNTING_MAX_BATCH)")
+	fs.DurationVar(&c.AccountingMaxDelay, "accounting-max-delay", durationEnv("TOLLGATE_ACCOUNTING_MAX_DELAY", 500*time.Microsecond), "how long a batch waits for more items when traffic is thin (TOLLGATE_ACCOUNTING_MAX_DELAY)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_HTTP_ADDR", DefaultHTTPAddr), "REST API listen address (TOLLGATE_HTTP_ADDR)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", env("TOLLGATE_GRPC_ADDR", DefaultGRPCAddr), "internal gRPC API listen address for enforcers (TOLLGATE_GRPC_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ADMIN_ADDR)")
@@ -118,6 +166,11 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 				problems = append(problems, fmt.Sprintf("TOLLGATE_PLATFORM_ADMIN_EMAILS: %q is not an email", e))
 			}
 			c.PlatformAdminEmails = append(c.PlatformAdminEmails, e)
+		}
+	}
+	for _, a := range strings.Split(redisAddrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.RedisAddrs = append(c.RedisAddrs, a)
 		}
 	}
 	problems = append(problems, c.validate()...)
@@ -155,6 +208,45 @@ func (c Config) validate() []string {
 	}
 	if c.ShutdownTimeout <= 0 {
 		p = append(p, "TOLLGATE_SHUTDOWN_TIMEOUT: must be positive")
+	}
+	switch c.RedisMode {
+	case "single":
+	case "sentinel":
+		if len(c.RedisAddrs) == 0 {
+			p = append(p, "TOLLGATE_REDIS_ADDRS: sentinel mode needs the sentinels' addresses")
+		}
+		if c.RedisSentinelMaster == "" {
+			p = append(p, "TOLLGATE_REDIS_SENTINEL_MASTER: sentinel mode needs the master set name")
+		}
+	case "cluster":
+		if len(c.RedisAddrs) == 0 {
+			p = append(p, "TOLLGATE_REDIS_ADDRS: cluster mode needs at least one seed address")
+		}
+	default:
+		p = append(p, "TOLLGATE_REDIS_MODE: must be single, sentinel or cluster")
+	}
+	for _, a := range c.RedisAddrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			p = append(p, fmt.Sprintf("TOLLGATE_REDIS_ADDRS: %q is not host:port", a))
+		}
+	}
+	if c.MirrorCheckInterval <= 0 {
+		p = append(p, "TOLLGATE_MIRROR_CHECK_INTERVAL: must be positive")
+	}
+	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
+		p = append(p, "TOLLGATE_GRPC_TLS_CERT and TOLLGATE_GRPC_TLS_KEY: set both or neither")
+	}
+	if c.GRPCClientCA != "" && c.GRPCTLSCert == "" {
+		p = append(p, "TOLLGATE_GRPC_CLIENT_CA: mTLS needs TOLLGATE_GRPC_TLS_CERT and TOLLGATE_GRPC_TLS_KEY too")
+	}
+	if c.AccountingLanes < 1 || c.AccountingLanes > 64 {
+		p = append(p, "TOLLGATE_ACCOUNTING_LANES: must be 1 to 64")
+	}
+	if c.AccountingMaxBatch < 1 || c.AccountingMaxBatch > 10000 {
+		p = append(p, "TOLLGATE_ACCOUNTING_MAX_BATCH: must be 1 to 10000")
+	}
+	if c.AccountingMaxDelay < 0 || c.AccountingMaxDelay > time.Second {
+		p = append(p, "TOLLGATE_ACCOUNTING_MAX_DELAY: must be 0 to 1s")
 	}
 	return p
 }

@@ -107,6 +107,12 @@ func (s *Server) routeTable() []route {
 		{method: "GET", pattern: "/v1/gateway/model-prices", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listModelPrices},
 		{method: "PUT", pattern: "/v1/gateway/model-prices", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.replaceModelPrices},
 
+		// Accounting operations: the capture fence and abandonment recovery (usage_capture.go, usage_recovery.go)
+		{method: "POST", pattern: "/v1/gateway/usage-capture/suspend", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.suspendCapture},
+		{method: "POST", pattern: "/v1/gateway/usage-capture/resume", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.resumeCapture},
+		{method: "GET", pattern: "/v1/gateway/usage-recovery/pending", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listPendingStarts},
+		{method: "POST", pattern: "/v1/gateway/usage-recovery/recover", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.recoverStarts},
+
 		// Platform administration (admin.go)
 		// (no-store: the answers carry every tenant's data, so nothing may cache them)
 		{method: "GET", pattern: "/v1/admin/organizations", access: platformAdmin, noStore: true, handle: s.adminListOrganizations},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,12 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %w", err)
 	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgxpool's default (the number of CPUs, at least 4) is too few for the
+		// accounting lanes, the mirror and the REST API at once on a small machine;
+		// connections are opened lazily, so idle installations do not hold them.
+		cfg.MaxConns = defaultMaxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
@@ -41,6 +48,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	return &Store{Pool: pool}, nil
 }
+
+// defaultMaxConns is the pool size unless the URL sets pool_max_conns.
+const defaultMaxConns = 16
 
 // Close releases every connection.
 func (s *Store) Close() { s.Pool.Close() }

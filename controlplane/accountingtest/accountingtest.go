@@ -1,0 +1,254 @@
+// Package accountingtest assembles the accounting path for tests and benchmarks: a
+// private Postgres database, a Redis key prefix, a manual clock, the mirror writer, the
+// ledger and (optionally) the internal gRPC API on 127.0.0.1:0, plus fixtures
+// (organizations and members written with SQL, version-2 snapshots) and the invariant
+// checks every accounting test ends with. It is for tests only.
+package accountingtest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
+	"github.com/tollgate-dev/tollgate/controlplane/internalapi"
+	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
+	"github.com/tollgate-dev/tollgate/controlplane/redistest"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// Token is the internal token of the test gRPC server.
+const Token = "accounting-test-token-0123456789"
+
+// Start is the instant every fixture clock begins at.
+var Start = time.Date(2026, 9, 14, 12, 0, 0, 0, time.UTC)
+
+// Env is an assembled accounting path.
+type Env struct {
+	Store    *store.Store
+	Clock    *clock.Manual
+	Redis    redis.UniversalClient
+	Layout   mirror.Layout
+	Registry *prometheus.Registry
+	Metrics  *acctmetrics.Metrics
+	Mirror   *mirrorsync.Writer
+	Ledger   *ledger.Ledger
+	Log      *slog.Logger
+	// Addr and Client are set by Serve.
+	Addr   string
+	Client internalv1.AccountingClient
+	Ctx    context.Context
+}
+
+// Options adjust an Env.
+type Options struct {
+	Ledger ledger.Config
+	// Redis replaces the shared test Redis (for tests that stop and restart their own).
+	Redis redis.UniversalClient
+	// Log receives the logs (discarded when nil).
+	Log io.Writer
+}
+
+// New assembles the accounting path on a fresh database.
+func New(t testing.TB, o Options) *Env {
+	t.Helper()
+	st := storetest.New(t)
+	var rdb redis.UniversalClient
+	var layout mirror.Layout
+	if o.Redis != nil {
+		rdb, layout = o.Redis, mirror.Layout{Prefix: redistest.Prefix()}
+	} else {
+		rdb, layout = redistest.New(t)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w := o.Log
+	if w == nil {
+		w = io.Discard
+	}
+	e := &Env{Store: st, Clock: clock.NewManual(Start), Redis: rdb, Layout: layout, Registry: prometheus.NewRegistry(),
+		Log: slog.New(slog.NewTextHandler(w, nil)), Ctx: ctx}
+	e.Metrics = acctmetrics.New(e.Registry)
+	e.Mirror = mirrorsync.New(mirrorsync.Deps{Store: st, Redis: rdb, Layout: layout, Clock: e.Clock, Log: e.Log, Metrics: e.Metrics})
+	if err := e.Mirror.Check(ctx); err != nil {
+		t.Fatalf("mirror check: %v", err)
+	}
+	e.Ledger = ledger.New(ctx, ledger.Deps{Store: st, Clock: e.Clock, Log: e.Log, Metrics: e.Metrics, Mirror: e.Mirror, Config: o.Ledger})
+	return e
+}
+
+// Serve starts the internal gRPC API on 127.0.0.1:0 and connects a client with the
+// token.
+func (e *Env) Serve(t testing.TB) {
+	t.Helper()
+	srv := internalapi.New(internalapi.Deps{Store: e.Store, Ledger: e.Ledger, Mirror: e.Mirror, Clock: e.Clock, Log: e.Log,
+		Metrics: e.Metrics, Token: Token})
+	g := grpc.NewServer(srv.ServerOptions()...)
+	srv.Register(g)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	e.Addr = ln.Addr().String()
+	cc, err := grpc.NewClient(e.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(bearer(Token)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	e.Client = internalv1.NewAccountingClient(cc)
+}
+
+// bearer sends the internal token with every call.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// Org creates an organization with n members (the first is its owner) and returns the
+// organization id and the member ids.
+func (e *Env) Org(t testing.TB, n int) (string, []string) {
+	t.Helper()
+	ctx := context.Background()
+	org := typeid.New(typeid.Org)
+	members := make([]string, n)
+	err := e.Store.InTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO organizations (id, name, slug, created_at) VALUES ($1, $1, $1, $2)`, org, Start); err != nil {
+			return err
+		}
+		for i := range members {
+			user := typeid.New(typeid.User)
+			members[i] = typeid.New(typeid.Member)
+			if _, err := tx.Exec(ctx, `INSERT INTO users (id, email, email_normalized, name, password_hash, created_at, updated_at)
+				VALUES ($1, $1 || '@example.test', $1 || '@example.test', $1, 'x', $2, $2)`, user, Start); err != nil {
+				return err
+			}
+			role := "member"
+			if i == 0 {
+				role = "owner"
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO members (id, organization_id, user_id, role, created_at) VALUES ($1, $2, $3, $4, $5)`,
+				members[i], org, user, role, Start); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return org, members
+}
+
+// Snapshot is a valid version-2 snapshot of a member's request admitted at, with no
+// policy on any timeframe.
+func Snapshot(org, member string, at time.Time, trackingVersion int64) *internalv1.Snapshot {
+	s := &internalv1.Snapshot{Version: 2, AdmittedAtUnixMs: at.UnixMilli(), TrackingVersion: trackingVersion}
+	for _, w := range window.Current(at) {
+		s.Buckets = append(s.Buckets, &internalv1.SnapshotBucket{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(),
+			WindowEndUnixMs: w.End.UnixMilli(), BucketId: window.BucketID(org, member, w.Timeframe, w.Start), PolicyId: "unlimited"})
+	}
+	return s
+}
+
+// StartItem is a start of a request admitted at at.
+func StartItem(id, org, member string, at time.Time, trackingVersion int64) *internalv1.StartItem {
+	return &internalv1.StartItem{RequestId: id, OrganizationId: org, MemberId: member, Snapshot: Snapshot(org, member, at, trackingVersion)}
+}
+
+// Cost returns an upstream cost pointer.
+func Cost(v int64) *int64 { return &v }
+
+// Check verifies the accounting invariants of the whole database: every counter equals
+// the sum of its receipts' charges and counts its unpriced and incomplete receipts;
+// every member's pending count equals its pending starts, and its unpriced and
+// incomplete counts equal its receipts'; no start is pending with a receipt, and every
+// closed start that was settled or recovered has exactly one receipt.
+func Check(t testing.TB, st *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	checks := []struct{ name, sql string }{
+		{"counter differs from the sum of its charges", `SELECT b.id FROM usage_buckets b
+			LEFT JOIN (SELECT bucket_id, sum(charged_micro_usd) AS s FROM usage_receipt_charges GROUP BY bucket_id) c ON c.bucket_id = b.id
+			WHERE b.used_micro_usd <> coalesce(c.s, 0)`},
+		{"charges of a bucket with no counter", `SELECT c.bucket_id FROM usage_receipt_charges c
+			LEFT JOIN usage_buckets b ON b.id = c.bucket_id WHERE b.id IS NULL AND c.charged_micro_usd > 0`},
+		{"bucket unpriced/incomplete counts differ from its receipts", `SELECT b.id FROM usage_buckets b
+			LEFT JOIN (SELECT c.bucket_id, count(*) FILTER (WHERE r.cost_source = 'unknown') AS u, count(*) FILTER (WHERE NOT r.complete) AS i
+				FROM usage_receipt_charges c JOIN usage_receipts r ON r.request_id = c.request_id GROUP BY c.bucket_id) x ON x.bucket_id = b.id
+			WHERE b.unpriced_requests <> coalesce(x.u, 0) OR b.incomplete_requests <> coalesce(x.i, 0)`},
+		{"pending count differs from pending starts", `SELECT t.member_id FROM usage_member_tracking t
+			LEFT JOIN (SELECT member_id, count(*) AS n FROM usage_request_starts WHERE state = 'pending' GROUP BY member_id) s ON s.member_id = t.member_id
+			WHERE t.pending_requests <> coalesce(s.n, 0)`},
+		{"member unpriced/incomplete counts differ from receipts", `SELECT t.member_id FROM usage_member_tracking t
+			LEFT JOIN (SELECT member_id, count(*) FILTER (WHERE cost_source = 'unknown') AS u, count(*) FILTER (WHERE NOT complete) AS i
+				FROM usage_receipts GROUP BY member_id) r ON r.member_id = t.member_id
+			WHERE t.unpriced_requests <> coalesce(r.u, 0) OR t.incomplete_requests <> coalesce(r.i, 0)`},
+		{"pending start with a receipt", `SELECT s.request_id FROM usage_request_starts s JOIN usage_receipts r USING (request_id) WHERE s.state = 'pending'`},
+		{"closed start without a receipt", `SELECT s.request_id FROM usage_request_starts s LEFT JOIN usage_receipts r USING (request_id)
+			WHERE s.state <> 'pending' AND r.request_id IS NULL`},
+		{"receipt without three charges", `SELECT r.request_id FROM usage_receipts r LEFT JOIN usage_receipt_charges c USING (request_id)
+			GROUP BY r.request_id HAVING count(c.bucket_id) <> 3`},
+		{"charges of one receipt differ", `SELECT r.request_id FROM usage_receipts r JOIN usage_receipt_charges c USING (request_id)
+			WHERE c.charged_micro_usd <> r.cost_micro_usd`},
+	}
+	for _, c := range checks {
+		rows, err := st.Pool.Query(ctx, c.sql)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		bad, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if len(bad) > 0 {
+			t.Errorf("%s: %d rows, e.g. %v", c.name, len(bad), bad[:min(3, len(bad))])
+		}
+	}
+}
+
+// Used reads a member's counter of the window of tf containing at (0 when missing).
+func (e *Env) Used(t testing.TB, org, member string, tf window.Timeframe, at time.Time) int64 {
+	t.Helper()
+	var used int64
+	err := e.Store.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(used_micro_usd), 0) FROM usage_buckets WHERE id = $1`,
+		window.BucketID(org, member, tf, window.Of(tf, at).Start)).Scan(&used)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return used
+}
+
+// Tracking reads a member's tracking row.
+func (e *Env) Tracking(t testing.TB, member string) (version, pending, unpriced, incomplete int64, capture bool) {
+	t.Helper()
+	err := e.Store.Pool.QueryRow(context.Background(), `SELECT tracking_version, pending_requests, unpriced_requests, incomplete_requests,
+		capture_enabled FROM usage_member_tracking WHERE member_id = $1`, member).Scan(&version, &pending, &unpriced, &incomplete, &capture)
+	if err != nil {
+		t.Fatalf("tracking of %s: %v", member, err)
+	}
+	return
+}
+
+// ReqID is a fresh request id.
+func ReqID() string { return typeid.New("req") }

@@ -1,0 +1,121 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
+	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+)
+
+// MinInternalTokenLength is the shortest internal token serve accepts: the token is
+// the only thing between the network and every member's spend.
+const MinInternalTokenLength = 16
+
+// checkInternalAuth refuses to serve an internal API that would accept anyone or no
+// one: a token is required unless enforcers authenticate with client certificates.
+func checkInternalAuth(c Config) error {
+	switch {
+	case c.InternalToken == "" && c.GRPCClientCA == "":
+		return errors.New("TOLLGATE_INTERNAL_TOKEN is empty and mTLS is not configured (TOLLGATE_GRPC_CLIENT_CA): " +
+			"enforcers could not authenticate; set a random token of at least 16 characters (the same in every enforcer)")
+	case c.InternalToken != "" && len(c.InternalToken) < MinInternalTokenLength:
+		return fmt.Errorf("TOLLGATE_INTERNAL_TOKEN must be at least %d characters", MinInternalTokenLength)
+	}
+	return nil
+}
+
+// newRedis builds the mirror's Redis client for the configured topology, as the
+// enforcer does: every record is one key, so cluster mode needs nothing special.
+func newRedis(c Config) (redis.UniversalClient, error) {
+	opts, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("TOLLGATE_REDIS_URL: %w", err)
+	}
+	// Writes after commit must not hold a lane for long when Redis is slow or gone: the
+	// repair loop rewrites what failed.
+	const dial, rw = 2 * time.Second, time.Second
+	switch c.RedisMode {
+	case "sentinel":
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: c.RedisSentinelMaster, SentinelAddrs: c.RedisAddrs,
+			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig,
+			DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw}), nil
+	case "cluster":
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.RedisAddrs, Username: opts.Username, Password: opts.Password,
+			TLSConfig: opts.TLSConfig, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw}), nil
+	}
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = dial, rw, rw
+	return redis.NewClient(opts), nil
+}
+
+// grpcCredentials are the internal API's transport credentials: nil for plaintext
+// (loopback, or a mesh that encrypts), TLS with the configured pair, and mTLS when a
+// client CA is configured.
+func grpcCredentials(c Config) (credentials.TransportCredentials, error) {
+	if c.GRPCTLSCert == "" {
+		return nil, nil
+	}
+	pair, err := tls.LoadX509KeyPair(c.GRPCTLSCert, c.GRPCTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("TOLLGATE_GRPC_TLS_CERT/KEY: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	if c.GRPCClientCA != "" {
+		pem, err := os.ReadFile(c.GRPCClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("TOLLGATE_GRPC_CLIENT_CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, errors.New("TOLLGATE_GRPC_CLIENT_CA: no PEM certificate in the file")
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// resync rebuilds the Redis mirror once: a new generation, then every mirrored member's
+// record from Postgres.
+func resync(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	cfg, err := parseConfig("resync", args, getenv, stdio.Stderr, nil)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stdio.Stderr)
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := checkSchema(ctx, st, log, false); err != nil {
+		return err
+	}
+	rdb, err := newRedis(cfg)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	w := newMirrorWriter(cfg, st, rdb, log, acctmetrics.New(nil))
+	if err := w.Resync(ctx); err != nil {
+		return fmt.Errorf("resync: %w", err)
+	}
+	fmt.Fprintf(stdio.Stdout, "mirror rebuilt under generation %s\n", w.Generation())
+	return nil
+}
+
+func newMirrorWriter(cfg Config, st *store.Store, rdb redis.UniversalClient, log *slog.Logger, m *acctmetrics.Metrics) *mirrorsync.Writer {
+	return mirrorsync.New(mirrorsync.Deps{Store: st, Redis: rdb, Layout: mirror.Layout{Prefix: cfg.RedisPrefix}, Clock: clock.System{},
+		Log: log, Metrics: m})
+}

@@ -1,0 +1,220 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/accounting"
+	"github.com/tollgate-dev/tollgate/controlplane/fault"
+	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+)
+
+// Abandonment recovery (operators): list the durable starts still pending that were
+// admitted before a cutoff, and close chosen ones as unknown and incomplete. Closing
+// decrements the member's pending count exactly once and counts an unpriced and
+// incomplete request on the original windows; a real settlement arriving later still
+// promotes its known cost, once.
+
+// defaultRecoveryAge is the cutoff when none is given: a request admitted more than an
+// hour ago and still unsettled is almost surely abandoned.
+const defaultRecoveryAge = time.Hour
+
+type pendingStartView struct {
+	RequestID       string              `json:"requestId"`
+	MemberID        string              `json:"memberId"`
+	AdmittedAt      jsonx.Time          `json:"admittedAt"`
+	RecordedAt      jsonx.Time          `json:"recordedAt"`
+	TrackingVersion int64               `json:"trackingVersion"`
+	Buckets         []pendingBucketView `json:"buckets"`
+}
+
+type pendingBucketView struct {
+	BucketID    string     `json:"bucketId"`
+	Timeframe   string     `json:"timeframe"`
+	WindowStart jsonx.Time `json:"windowStart"`
+	ResetAt     jsonx.Time `json:"resetAt"`
+}
+
+func (s *Server) listPendingStarts(c *Call) error {
+	q := c.R.URL.Query()
+	var p fault.Problems
+	before := c.now.Add(-defaultRecoveryAge)
+	if v := q["before"]; len(v) > 0 {
+		t, err := time.Parse(time.RFC3339Nano, v[0])
+		if len(v) > 1 || err != nil {
+			p.Add("must be an RFC 3339 date-time with an offset", "before")
+		} else {
+			before = t.UTC()
+		}
+	}
+	memberID := ""
+	if v := q["memberId"]; len(v) > 0 {
+		if len(v) > 1 || len(v[0]) < 1 || len(v[0]) > 64 {
+			p.Add("must be 1 to 64 characters", "memberId")
+		} else {
+			memberID = v[0]
+		}
+	}
+	limit := resetPageDefault
+	if v := q["limit"]; len(v) > 0 {
+		n, err := strconv.Atoi(v[0])
+		if len(v) > 1 || !digitsOnly(v[0]) || err != nil || n < 1 || n > resetPageMax {
+			p.Add("must be an integer from 1 to 100, digits only", "limit")
+		} else {
+			limit = n
+		}
+	}
+	want := resetCursor{List: "recovery", View: before.Format(time.RFC3339Nano), Org: c.OrgID(), Member: memberID}
+	var after *store.UsageRequestPosition
+	if v := q["cursor"]; len(v) > 0 && p.Err() == nil {
+		var err error
+		if after, err = decodeCursor(v[0], want); err != nil || len(v) > 1 {
+			p.Add("is not a cursor of this list; start again without a cursor", "cursor")
+		}
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	page := store.PendingStartPage{OrganizationID: c.OrgID(), MemberID: memberID, Before: before, Limit: limit}
+	if after != nil {
+		page.AfterAdmittedAt, page.AfterRequestID = &after.CreatedAt, after.ID
+	}
+	rows, err := store.ListPendingStarts(c.Ctx, c.DB(), page)
+	if err != nil {
+		return err
+	}
+	hasMore := len(rows) > limit
+	if hasMore {
+		rows = rows[:limit]
+	}
+	out := make([]pendingStartView, 0, len(rows))
+	for _, r := range rows {
+		var snap accounting.Snapshot
+		if err := json.Unmarshal(r.Snapshot, &snap); err != nil {
+			return err
+		}
+		v := pendingStartView{RequestID: r.RequestID, MemberID: r.MemberID, AdmittedAt: jsonx.Time(r.AdmittedAt),
+			RecordedAt: jsonx.Time(r.CreatedAt), TrackingVersion: r.TrackingVersion, Buckets: []pendingBucketView{}}
+		for _, b := range snap.Buckets {
+			v.Buckets = append(v.Buckets, pendingBucketView{BucketID: b.BucketID, Timeframe: string(b.Timeframe),
+				WindowStart: jsonx.Time(b.WindowStart()), ResetAt: jsonx.Time(time.UnixMilli(b.WindowEndUnixMs).UTC())})
+		}
+		out = append(out, v)
+	}
+	var next *string
+	if hasMore {
+		last := rows[len(rows)-1]
+		cur := want
+		cur.CreatedAt, cur.ID = last.AdmittedAt.UTC().Format(time.RFC3339Nano), last.RequestID
+		enc := cur.encode()
+		next = &enc
+	}
+	return c.JSON(http.StatusOK, map[string]any{"pending": out, "before": jsonx.Time(before), "hasMore": hasMore, "nextCursor": next})
+}
+
+type recoveryResultView struct {
+	RequestID string `json:"requestId"`
+	// Outcome: recovered (applied), would_recover (preview), not_pending (already closed;
+	// State says how), not_found (no start of this organization has this id).
+	Outcome  string  `json:"outcome"`
+	MemberID *string `json:"memberId"`
+	State    *string `json:"state"`
+}
+
+func (s *Server) recoverStarts(c *Call) error {
+	var in struct {
+		RequestIDs      []*string `json:"requestIds"`
+		ReviewReference *string   `json:"reviewReference"`
+		Apply           *bool     `json:"apply"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	var p fault.Problems
+	ref, apply := reviewFields(&p, in.ReviewReference, in.Apply)
+	switch {
+	case in.RequestIDs == nil:
+		p.Add("is required", "requestIds")
+	case len(in.RequestIDs) == 0 || len(in.RequestIDs) > maxReviewItems:
+		p.Add("must list 1 to 100 request ids", "requestIds")
+	}
+	var ids []string
+	seen := map[string]bool{}
+	for i, id := range in.RequestIDs {
+		switch {
+		case id == nil || !accounting.ValidRequestID(*id):
+			p.Add("must be a request id: 1 to 128 letters, digits and . _ : -", "requestIds", i)
+		case seen[*id]:
+			p.Add("lists a request id twice", "requestIds", i)
+		default:
+			seen[*id] = true
+			ids = append(ids, *id)
+		}
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	var results []recoveryResultView
+	err := c.Tx(func(tx pgx.Tx) error {
+		results = results[:0]
+		starts, err := store.LockStartsInOrg(c.Ctx, tx, c.OrgID(), ids)
+		if err != nil {
+			return err
+		}
+		var closing []store.StoredStart
+		var members []string
+		for _, id := range ids {
+			r := recoveryResultView{RequestID: id}
+			st, ok := starts[id]
+			switch {
+			case !ok:
+				r.Outcome = "not_found"
+			case st.State != "pending":
+				r.Outcome, r.MemberID, r.State = "not_pending", &st.MemberID, &st.State
+			default:
+				r.Outcome, r.MemberID = "would_recover", &st.MemberID
+				if apply {
+					r.Outcome = "recovered"
+				}
+				closing = append(closing, st)
+				members = append(members, st.MemberID)
+			}
+			results = append(results, r)
+		}
+		if !apply {
+			return nil
+		}
+		if len(closing) > 0 {
+			// Lock order: starts (above), then tracking rows, then buckets (in the writes).
+			if _, err := store.LockTracking(c.Ctx, tx, members); err != nil {
+				return err
+			}
+			w, err := ledger.RecoveryWrites(closing, ref, c.now)
+			if err != nil {
+				return err
+			}
+			if _, err := store.WriteSettlements(c.Ctx, tx, w, c.now); err != nil {
+				return err
+			}
+		}
+		recovered := make([]string, len(closing))
+		for i, st := range closing {
+			recovered[i] = st.RequestID
+		}
+		slices.Sort(recovered)
+		// Every applied call is audited, even one that found nothing to close.
+		return c.Audit(tx, "usage.recovery.recover", c.OrgID(), map[string]any{"reviewReference": ref, "requestIds": recovered,
+			"count": len(recovered), "asked": len(ids)})
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"applied": apply, "reviewReference": ref, "results": results})
+}

@@ -1,0 +1,436 @@
+package internalapi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	at "github.com/tollgate-dev/tollgate/controlplane/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/redistest"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+var ctx = context.Background()
+
+func TestUnauthenticatedCallersGetNothing(t *testing.T) {
+	e := at.New(t, at.Options{})
+	e.Serve(t)
+	cc, err := grpc.NewClient(e.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	c := internalv1.NewAccountingClient(cc)
+	for _, md := range []struct {
+		name string
+		md   metadata.MD
+	}{
+		{"no token", nil},
+		{"wrong token", metadata.Pairs("authorization", "Bearer not-the-token-at-all-000000")},
+		{"token without Bearer", metadata.Pairs("authorization", at.Token)},
+		{"token twice", metadata.Pairs("authorization", "Bearer "+at.Token, "authorization", "Bearer "+at.Token)},
+	} {
+		t.Run(md.name, func(t *testing.T) {
+			cctx := metadata.NewOutgoingContext(ctx, md.md)
+			calls := map[string]func() error{
+				"Authenticate": func() error {
+					_, err := c.Authenticate(cctx, &internalv1.AuthenticateRequest{CredentialHash: make([]byte, 32)})
+					return err
+				},
+				"Resolve": func() error {
+					_, err := c.Resolve(cctx, &internalv1.ResolveRequest{OrganizationId: "o", MemberId: "m"})
+					return err
+				},
+				"Start":  func() error { _, err := c.Start(cctx, &internalv1.StartRequest{}); return err },
+				"Settle": func() error { _, err := c.Settle(cctx, &internalv1.SettleRequest{}); return err },
+			}
+			for name, call := range calls {
+				if err := call(); status.Code(err) != codes.Unauthenticated || status.Convert(err).Message() != "unauthenticated" {
+					t.Fatalf("%s: %v", name, err)
+				}
+			}
+		})
+	}
+	if _, err := e.Client.Start(ctx, &internalv1.StartRequest{}); err != nil {
+		t.Fatalf("with the token: %v", err)
+	}
+}
+
+func TestAuthenticateAndResolve(t *testing.T) {
+	e := at.New(t, at.Options{})
+	e.Serve(t)
+	org, ms := e.Org(t, 2)
+	_, hash := credential.New(credential.APIKeyPrefix)
+	if _, err := e.Store.Pool.Exec(ctx, `INSERT INTO api_keys (id, organization_id, member_id, user_id, name, key_hash, start, created_at)
+		SELECT 'apk_test', organization_id, id, user_id, 'k', $2, 'tgk_', now() FROM members WHERE id = $1`, ms[1], hash); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Client.Authenticate(ctx, &internalv1.AuthenticateRequest{CredentialHash: hash, Kind: internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY})
+	if err != nil || !res.Found || res.MemberId != ms[1] || res.OrganizationId != org || res.ApiKeyId != "apk_test" || !res.Active {
+		t.Fatalf("authenticate %v %v", res, err)
+	}
+	if res, err := e.Client.Authenticate(ctx, &internalv1.AuthenticateRequest{CredentialHash: make([]byte, 32)}); err != nil || res.Found {
+		t.Fatalf("unknown credential %v %v", res, err)
+	}
+	if _, err := e.Client.Authenticate(ctx, &internalv1.AuthenticateRequest{CredentialHash: []byte("short")}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("short hash %v", err)
+	}
+
+	// A policy limits the day; the record carries it and the settled spend.
+	for _, q := range []string{
+		`INSERT INTO usage_policies (id, organization_id, name, hard_limit, allow_request_reset, revision, created_at, updated_at) VALUES ('ulp_day', $1, 'Daily', true, true, 3, now(), now())`,
+		`INSERT INTO usage_policy_limits SELECT 'ulp_day', 'day', 5000000 WHERE $1 <> ''`,
+		`INSERT INTO usage_policy_assignments (id, organization_id, policy_id, organization, created_at) VALUES ('ula_1', $1, 'ulp_day', true, now())`,
+	} {
+		if _, err := e.Store.Pool.Exec(ctx, q, org); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := e.Clock.Now()
+	id := at.ReqID()
+	if _, err := e.Client.Settle(ctx, &internalv1.SettleRequest{Items: []*internalv1.SettleItem{{RequestId: id, OrganizationId: org, MemberId: ms[1],
+		Snapshot: at.Snapshot(org, ms[1], now, 0), UpstreamCostMicroUsd: at.Cost(1234), Complete: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Client.Resolve(ctx, &internalv1.ResolveRequest{OrganizationId: org, MemberId: ms[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := r.Entitlement.Limits[0]
+	if day.Unlimited || day.PolicyId != "ulp_day" || day.BaseMicroUsd != 5_000_000 || day.PolicyRevision != 3 || !day.HardLimit ||
+		!r.Entitlement.Limits[1].Unlimited || r.Spend[0].UsedMicroUsd != 1234 || r.Entitlement.TrackingVersion != 1 || !r.Entitlement.MemberActive {
+		t.Fatalf("resolve %v", r)
+	}
+	rec, err := e.Layout.Read(ctx, e.Redis, ms[1], e.Mirror.Generation())
+	if err != nil || rec.Version != r.RecordVersion {
+		t.Fatalf("record %v %v (resolve version %d)", rec, err, r.RecordVersion)
+	}
+	r2, _ := e.Client.Resolve(ctx, &internalv1.ResolveRequest{OrganizationId: org, MemberId: ms[1]})
+	if r2.RecordVersion <= r.RecordVersion {
+		t.Fatalf("resolve did not move the version: %d then %d", r.RecordVersion, r2.RecordVersion)
+	}
+	if _, err := e.Client.Resolve(ctx, &internalv1.ResolveRequest{OrganizationId: "org_other", MemberId: ms[1]}); status.Code(err) != codes.NotFound {
+		t.Fatalf("member of another organization: %v", err)
+	}
+}
+
+// readAll reads every member's record; a record that cannot be trusted is reported,
+// never read as zero.
+func spendOf(t *testing.T, e *at.Env, rdb redis.UniversalClient, member string, now time.Time) (int64, error) {
+	t.Helper()
+	gen, err := e.Layout.Generation(ctx, rdb)
+	if err != nil {
+		return 0, err
+	}
+	rec, err := e.Layout.Read(ctx, rdb, member, gen)
+	if err != nil {
+		return 0, err
+	}
+	used, ok := mirror.SpendOf(rec, "day", window.Of(window.Day, now).Start)
+	if !ok {
+		return 0, errors.New("record does not know the window")
+	}
+	return used, nil
+}
+
+// settleSome settles n requests of each member with cost 100, through gRPC.
+func settleSome(t *testing.T, e *at.Env, org string, members []string, n int) {
+	t.Helper()
+	now := e.Clock.Now()
+	for range n {
+		var items []*internalv1.SettleItem
+		for _, m := range members {
+			items = append(items, &internalv1.SettleItem{RequestId: at.ReqID(), OrganizationId: org, MemberId: m,
+				Snapshot: at.Snapshot(org, m, now, 0), UpstreamCostMicroUsd: at.Cost(100), Complete: true})
+		}
+		res, err := e.Client.Settle(ctx, &internalv1.SettleRequest{Items: items})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res.Results {
+			if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+				t.Fatalf("settle %v", r)
+			}
+		}
+	}
+}
+
+func TestRedisFlushedMidRunIsRebuiltFromPostgres(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	e := at.New(t, at.Options{Redis: rdb})
+	e.Serve(t)
+	org, ms := e.Org(t, 5)
+	settleSome(t, e, org, ms, 3)
+	now := e.Clock.Now()
+	for _, m := range ms {
+		if used, err := spendOf(t, e, rdb, m, now); err != nil || used != 300 {
+			t.Fatalf("before the flush: %d %v", used, err)
+		}
+	}
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Settlements go on while Redis is empty; nothing reads as zero meanwhile.
+	settleSome(t, e, org, ms, 1)
+	for _, m := range ms {
+		if used, err := spendOf(t, e, rdb, m, now); !errors.Is(err, mirror.ErrUnknown) {
+			t.Fatalf("after the flush a record read %d, %v; want unknown", used, err)
+		}
+	}
+	if err := e.Mirror.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if used, err := spendOf(t, e, rdb, m, now); err != nil || used != 400 || used != e.Used(t, org, m, window.Day, now) {
+			t.Fatalf("rebuilt record: %d %v", used, err)
+		}
+	}
+	at.Check(t, e.Store)
+}
+
+func TestRedisStoppedAndRestarted(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer rdb.Close()
+	e := at.New(t, at.Options{Redis: rdb})
+	e.Serve(t)
+	org, ms := e.Org(t, 3)
+	settleSome(t, e, org, ms, 1)
+	gen := e.Mirror.Generation()
+
+	srv.Stop()
+	// Postgres commits go on; the mirror counts its failures.
+	settleSome(t, e, org, ms, 2)
+	if err := e.Mirror.Check(ctx); err == nil {
+		t.Fatal("maintenance succeeded without Redis")
+	}
+	srv.Start(t)
+	// Pretend Redis came back with its data (persistence): the generation is there, so
+	// only the failed writes are repaired.
+	if err := e.Layout.SetGeneration(ctx, rdb, gen); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Mirror.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := e.Clock.Now()
+	for _, m := range ms {
+		if used, err := spendOf(t, e, rdb, m, now); err != nil || used != 300 {
+			t.Fatalf("repaired record: %d %v", used, err)
+		}
+	}
+	// And a restart that lost everything: a new generation, every record rebuilt.
+	srv.Stop()
+	srv.Start(t)
+	if err := e.Mirror.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.Mirror.Generation() == gen {
+		t.Fatal("generation not replaced")
+	}
+	for _, m := range ms {
+		if used, err := spendOf(t, e, rdb, m, now); err != nil || used != 300 {
+			t.Fatalf("rebuilt record: %d %v", used, err)
+		}
+	}
+	at.Check(t, e.Store)
+}
+
+// Backends serving the ledger are killed while batches run: every call either succeeds
+// or fails cleanly (Unavailable), a retry finishes the job, and no receipt is partial or
+// charged twice.
+func TestPostgresConnectionKilledMidBatch(t *testing.T) {
+	e := at.New(t, at.Options{})
+	e.Serve(t)
+	org, ms := e.Org(t, 20)
+	var dbName string
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	killer, err := pgx.Connect(ctx, e.Store.Pool.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer killer.Close(ctx)
+	stop := make(chan struct{})
+	var kills int
+	var killerDone sync.WaitGroup
+	killerDone.Add(1)
+	go func() {
+		defer killerDone.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(40 * time.Millisecond):
+			}
+			var n int
+			_ = killer.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = $1 AND pid <> pg_backend_pid() AND state <> 'idle'`, dbName).Scan(&n)
+			kills += n
+		}
+	}()
+	now := e.Clock.Now()
+	want := map[string]int64{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var unavailable int
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				var items []*internalv1.SettleItem
+				for k := range 5 {
+					m := ms[(w*7+i+k)%len(ms)]
+					id := fmt.Sprintf("req_%d_%d_%d", w, i, k)
+					cost := int64(10 + w + i + k)
+					mu.Lock()
+					want[id] = cost
+					mu.Unlock()
+					items = append(items, &internalv1.SettleItem{RequestId: id, OrganizationId: org, MemberId: m,
+						Snapshot: at.Snapshot(org, m, now, 0), UpstreamCostMicroUsd: at.Cost(cost), Complete: true})
+				}
+				for attempt := 0; ; attempt++ {
+					_, err := e.Client.Settle(ctx, &internalv1.SettleRequest{Items: items})
+					if err == nil {
+						break
+					}
+					if status.Code(err) != codes.Unavailable || attempt > 50 {
+						t.Errorf("settle: %v", err)
+						return
+					}
+					mu.Lock()
+					unavailable++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	killerDone.Wait()
+	t.Logf("%d backends killed, %d calls answered Unavailable and retried", kills, unavailable)
+	at.Check(t, e.Store)
+	var n int
+	var sum int64
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(cost_micro_usd), 0) FROM usage_receipts`).Scan(&n, &sum); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, c := range want {
+		total += c
+	}
+	if n != len(want) || sum != total {
+		t.Fatalf("%d receipts costing %d; want %d costing %d", n, sum, len(want), total)
+	}
+}
+
+// A start and the settlement of the same request race each other (the settlement
+// brings its snapshot): whichever wins, the request is pending at most once, charged
+// once, and nothing stays pending.
+func TestDuplicateStartRacingItsSettlement(t *testing.T) {
+	e := at.New(t, at.Options{})
+	e.Serve(t)
+	org, ms := e.Org(t, 4)
+	now := e.Clock.Now()
+	var wg sync.WaitGroup
+	for i := range 200 {
+		m := ms[i%len(ms)]
+		id := fmt.Sprintf("req_race_%d", i)
+		snap := at.Snapshot(org, m, now, 0)
+		wg.Add(3)
+		for range 2 { // the start, twice (an enforcer retry)
+			go func() {
+				defer wg.Done()
+				res, err := e.Client.Start(ctx, &internalv1.StartRequest{Items: []*internalv1.StartItem{{RequestId: id, OrganizationId: org, MemberId: m, Snapshot: snap}}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if o := res.Results[0].Outcome; o != internalv1.StartOutcome_START_OUTCOME_RECORDED && o != internalv1.StartOutcome_START_OUTCOME_DUPLICATE {
+					t.Errorf("start %v", res.Results[0])
+				}
+			}()
+		}
+		go func() {
+			defer wg.Done()
+			res, err := e.Client.Settle(ctx, &internalv1.SettleRequest{Items: []*internalv1.SettleItem{{RequestId: id, OrganizationId: org, MemberId: m,
+				Snapshot: snap, UpstreamCostMicroUsd: at.Cost(7), Complete: true}}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if o := res.Results[0].Outcome; o != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+				t.Errorf("settle %v", res.Results[0])
+			}
+		}()
+	}
+	wg.Wait()
+	at.Check(t, e.Store)
+	var pending, recorded int64
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT (SELECT coalesce(sum(pending_requests), 0) FROM usage_member_tracking),
+		(SELECT count(*) FROM usage_receipts)`).Scan(&pending, &recorded); err != nil || pending != 0 || recorded != 200 {
+		t.Fatalf("pending %d, receipts %d (%v)", pending, recorded, err)
+	}
+	for _, m := range ms {
+		if used := e.Used(t, org, m, window.Day, now); used != 50*7 {
+			t.Fatalf("member %s used %d", m, used)
+		}
+	}
+}
+
+// Entitlement changes and revocations reach Redis: the member's record is rewritten
+// under a higher version with the new winner, and invalidations are published.
+func TestEntitlementChangeRewritesTheRecord(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	e.Mirror.EntitlementChanged(ctx, org, []string{m})
+	before, err := e.Layout.Read(ctx, e.Redis, m, e.Mirror.Generation())
+	if err != nil || !before.Entitlement.Limits[0].Unlimited {
+		t.Fatalf("record before %v %v", before, err)
+	}
+	for _, q := range []string{
+		`INSERT INTO usage_policies (id, organization_id, name, hard_limit, allow_request_reset, revision, created_at, updated_at) VALUES ('ulp_d', $1, 'D', false, true, 1, now(), now())`,
+		`INSERT INTO usage_policy_limits SELECT 'ulp_d', 'day', 7 WHERE $1 <> ''`,
+		`INSERT INTO usage_policy_assignments (id, organization_id, policy_id, organization, created_at) VALUES ('ula_d', $1, 'ulp_d', true, now())`,
+	} {
+		if _, err := e.Store.Pool.Exec(ctx, q, org); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub := e.Redis.Subscribe(ctx, e.Layout.InvalidationChannel())
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.Mirror.EntitlementChanged(ctx, org, []string{m})
+	after, err := e.Layout.Read(ctx, e.Redis, m, e.Mirror.Generation())
+	if err != nil || after.Version <= before.Version || after.Entitlement.Limits[0].PolicyId != "ulp_d" || after.Entitlement.Limits[0].HardLimit {
+		t.Fatalf("record after %v %v", after, err)
+	}
+	e.Mirror.CredentialsRevoked(ctx, []string{m}, []string{"apk_x"})
+	for _, want := range []string{"member:" + m, "api_key:apk_x"} {
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil || msg.Payload != want {
+			t.Fatalf("invalidation %v %v, want %s", msg, err, want)
+		}
+	}
+}

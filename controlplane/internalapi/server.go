@@ -1,0 +1,212 @@
+package internalapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-dev/tollgate/controlplane/accounting"
+	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
+	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// MaxBatchItems bounds the items of one Start or Settle call.
+const MaxBatchItems = 1000
+
+// Deps are what the server needs.
+type Deps struct {
+	Store   *store.Store
+	Ledger  *ledger.Ledger
+	Mirror  *mirrorsync.Writer
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Metrics *acctmetrics.Metrics
+	// Token is the shared secret callers present as "authorization: Bearer <token>".
+	// Empty means no token is accepted: callers must then present a verified client
+	// certificate (RequireClientCert).
+	Token string
+	// RequireClientCert accepts callers whose TLS client certificate the server verified
+	// (mTLS); with a Token as well, both are required.
+	RequireClientCert bool
+}
+
+// Server implements the Accounting service.
+type Server struct {
+	internalv1.UnimplementedAccountingServer
+	d Deps
+}
+
+// New builds the server.
+func New(d Deps) *Server {
+	if d.Metrics == nil {
+		d.Metrics = acctmetrics.New(nil)
+	}
+	return &Server{d: d}
+}
+
+// Register adds the service and its authentication to a gRPC server built with
+// ServerOptions.
+func (s *Server) Register(g *grpc.Server) { internalv1.RegisterAccountingServer(g, s) }
+
+// ServerOptions are the interceptors that authenticate every call of the service. The
+// health service on the same server stays open (load balancers probe it without a
+// token).
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.authUnary), grpc.ChainStreamInterceptor(s.authStream)}
+}
+
+const servicePrefix = "/" + "tollgate.internal.v1.Accounting/"
+
+func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !strings.HasPrefix(info.FullMethod, servicePrefix) {
+		return handler(ctx, req)
+	}
+	method := strings.TrimPrefix(info.FullMethod, servicePrefix)
+	if !s.authenticated(ctx) {
+		s.d.Metrics.RPCs.WithLabelValues(method, codes.Unauthenticated.String()).Inc()
+		return nil, errUnauthenticated
+	}
+	resp, err := handler(ctx, req)
+	s.d.Metrics.RPCs.WithLabelValues(method, status.Code(err).String()).Inc()
+	return resp, err
+}
+
+func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if strings.HasPrefix(info.FullMethod, servicePrefix) && !s.authenticated(ss.Context()) {
+		return errUnauthenticated
+	}
+	return handler(srv, ss)
+}
+
+var errUnauthenticated = status.Error(codes.Unauthenticated, "unauthenticated")
+
+// authenticated checks the configured credentials: the token (constant-time), the
+// verified client certificate, or both.
+func (s *Server) authenticated(ctx context.Context) bool {
+	if s.d.Token == "" && !s.d.RequireClientCert {
+		return false // nothing configured accepts anyone
+	}
+	if s.d.RequireClientCert && !verifiedClientCert(ctx) {
+		return false
+	}
+	if s.d.Token == "" {
+		return true
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) != 1 {
+		return false
+	}
+	presented, ok := strings.CutPrefix(vals[0], "Bearer ")
+	if !ok {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(presented), []byte(s.d.Token)) == 1
+}
+
+func verifiedClientCert(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	return ok && len(info.State.VerifiedChains) > 0
+}
+
+// Authenticate resolves a credential hash to its identity.
+func (s *Server) Authenticate(ctx context.Context, req *internalv1.AuthenticateRequest) (*internalv1.AuthenticateResponse, error) {
+	if len(req.GetCredentialHash()) != 32 {
+		return nil, status.Error(codes.InvalidArgument, "credential_hash must be the 32-byte SHA-256 of the credential")
+	}
+	now := s.d.Clock.Now()
+	var id store.CredentialIdentity
+	var err error
+	switch req.GetKind() {
+	case internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY:
+		id, err = store.IdentityByAPIKeyHash(ctx, s.d.Store.Pool, req.GetCredentialHash(), now)
+	case internalv1.CredentialKind_CREDENTIAL_KIND_SESSION:
+		id, err = store.IdentityBySessionHash(ctx, s.d.Store.Pool, req.GetCredentialHash(), now)
+	default:
+		// Unspecified: an API key first, as the REST API tries it first.
+		id, err = store.IdentityByAPIKeyHash(ctx, s.d.Store.Pool, req.GetCredentialHash(), now)
+		if errors.Is(err, store.ErrNotFound) {
+			id, err = store.IdentityBySessionHash(ctx, s.d.Store.Pool, req.GetCredentialHash(), now)
+		}
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return &internalv1.AuthenticateResponse{}, nil
+	}
+	if err != nil {
+		return nil, s.unavailable("authenticate", err)
+	}
+	return &internalv1.AuthenticateResponse{Found: true, OrganizationId: id.OrganizationID, MemberId: id.MemberID, UserId: id.UserID,
+		ApiKeyId: id.APIKeyID, Active: id.Active}, nil
+}
+
+// Resolve compiles a member's entitlement and current spend from Postgres and refreshes
+// the member's Redis record.
+func (s *Server) Resolve(ctx context.Context, req *internalv1.ResolveRequest) (*internalv1.ResolveResponse, error) {
+	if !accounting.ValidEntityID(req.GetOrganizationId()) || !accounting.ValidEntityID(req.GetMemberId()) {
+		return nil, status.Error(codes.InvalidArgument, "organization_id and member_id are required (at most 64 characters)")
+	}
+	rec, err := s.d.Mirror.Resolve(ctx, req.GetOrganizationId(), req.GetMemberId())
+	if errors.Is(err, mirrorsync.ErrMemberNotFound) {
+		return nil, status.Error(codes.NotFound, "no such member in the organization")
+	}
+	if err != nil {
+		return nil, s.unavailable("resolve", err)
+	}
+	return &internalv1.ResolveResponse{Entitlement: rec.GetEntitlement(), Spend: rec.GetSpend(), AsOfUnixMs: rec.GetAsOfUnixMs(),
+		RecordVersion: rec.GetVersion()}, nil
+}
+
+// Start records a batch of write-ahead starts.
+func (s *Server) Start(ctx context.Context, req *internalv1.StartRequest) (*internalv1.StartResponse, error) {
+	if len(req.GetItems()) > MaxBatchItems {
+		return nil, status.Errorf(codes.InvalidArgument, "at most %d items per call", MaxBatchItems)
+	}
+	res, err := s.d.Ledger.Start(ctx, req.GetItems())
+	if err != nil {
+		return nil, s.callError("start", err)
+	}
+	return &internalv1.StartResponse{Results: res}, nil
+}
+
+// Settle prices and charges a batch of settlements.
+func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*internalv1.SettleResponse, error) {
+	if len(req.GetItems()) > MaxBatchItems {
+		return nil, status.Errorf(codes.InvalidArgument, "at most %d items per call", MaxBatchItems)
+	}
+	res, err := s.d.Ledger.Settle(ctx, req.GetItems())
+	if err != nil {
+		return nil, s.callError("settle", err)
+	}
+	return &internalv1.SettleResponse{Results: res}, nil
+}
+
+func (s *Server) callError(op string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Err()
+	}
+	return s.unavailable(op, err)
+}
+
+// unavailable logs an infrastructure failure and answers Unavailable without internals:
+// the caller retries (every call is idempotent).
+func (s *Server) unavailable(op string, err error) error {
+	s.d.Log.Error("internal API call failed", "op", op, "err", err)
+	return status.Error(codes.Unavailable, "accounting storage unavailable; retry")
+}

@@ -1,0 +1,167 @@
+package ledger
+
+import (
+	"context"
+	"hash/fnv"
+	"time"
+)
+
+// job is one item waiting for a batch, with the channel its answer goes to.
+type job[I, R any] struct {
+	ctx  context.Context
+	item I
+	res  R
+	err  error
+	done chan struct{}
+}
+
+func (j *job[I, R]) finish(res R, err error) {
+	j.res, j.err = res, err
+	close(j.done)
+}
+
+// batcher collects concurrent items into batches. Items are spread over lanes by a key
+// (the member id), so the transactions of different lanes rarely wait on each other's
+// row locks, while one lane runs one transaction at a time: the items that arrive
+// meanwhile form its next batch, which is what makes the commit a group commit. A batch
+// is cut when it holds maxBatch items, or maxDelay after its first item when traffic is
+// thin (so a lone item waits at most maxDelay).
+type batcher[I, R any] struct {
+	lanes    []chan *job[I, R]
+	maxBatch int
+	maxDelay time.Duration
+	// dropCancelled: items whose caller went away while queued are answered with the
+	// context's error before any database work (starts; settlements always run).
+	dropCancelled bool
+	run           func(ctx context.Context, jobs []*job[I, R])
+	onBatch       func(n int)
+}
+
+func newBatcher[I, R any](ctx context.Context, lanes, maxBatch int, maxDelay time.Duration, dropCancelled bool,
+	run func(context.Context, []*job[I, R]), onBatch func(int)) *batcher[I, R] {
+	b := &batcher[I, R]{maxBatch: maxBatch, maxDelay: maxDelay, dropCancelled: dropCancelled, run: run, onBatch: onBatch}
+	for range lanes {
+		ch := make(chan *job[I, R], 4*maxBatch)
+		b.lanes = append(b.lanes, ch)
+		go b.loop(ctx, ch)
+	}
+	return b
+}
+
+func laneOf(key string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}
+
+// submit queues an item on the lane of key; it fails only when ctx ends first.
+func (b *batcher[I, R]) submit(ctx context.Context, key string, item I) (*job[I, R], error) {
+	j := &job[I, R]{ctx: ctx, item: item, done: make(chan struct{})}
+	select {
+	case b.lanes[laneOf(key, len(b.lanes))] <- j:
+		return j, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (b *batcher[I, R]) loop(ctx context.Context, ch chan *job[I, R]) {
+	batch := make([]*job[I, R], 0, b.maxBatch)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			b.drain(ch, ctx.Err())
+			return
+		case j := <-ch:
+			batch = append(batch, j)
+		}
+		// Take what is already waiting, then wait out the rest of maxDelay for more.
+		deadline := false
+		if b.maxDelay > 0 {
+			timer.Reset(b.maxDelay)
+		} else {
+			deadline = true
+		}
+	collect:
+		for len(batch) < b.maxBatch {
+			select {
+			case j := <-ch:
+				batch = append(batch, j)
+				continue
+			default:
+			}
+			if deadline {
+				break
+			}
+			select {
+			case j := <-ch:
+				batch = append(batch, j)
+			case <-timer.C:
+				deadline = true
+				break collect
+			case <-ctx.Done():
+				break collect
+			}
+		}
+		if !deadline && !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		live := batch[:0:0]
+		for _, j := range batch {
+			if b.dropCancelled && j.ctx.Err() != nil {
+				var zero R
+				j.finish(zero, j.ctx.Err())
+				continue
+			}
+			live = append(live, j)
+		}
+		if len(live) == 0 {
+			continue
+		}
+		if b.onBatch != nil {
+			b.onBatch(len(live))
+		}
+		b.run(ctx, live)
+	}
+}
+
+func (b *batcher[I, R]) drain(ch chan *job[I, R], err error) {
+	for {
+		select {
+		case j := <-ch:
+			var zero R
+			j.finish(zero, err)
+		default:
+			return
+		}
+	}
+}
+
+// wait waits for every job and returns their answers in order; the first error wins.
+func wait[I, R any](ctx context.Context, jobs []*job[I, R]) ([]R, error) {
+	out := make([]R, len(jobs))
+	var first error
+	for i, j := range jobs {
+		if j == nil {
+			continue
+		}
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			// The items go on (a settlement is never abandoned half-way); only the
+			// caller stops waiting.
+			return nil, ctx.Err()
+		}
+		out[i] = j.res
+		if j.err != nil && first == nil {
+			first = j.err
+		}
+	}
+	return out, first
+}

@@ -1,0 +1,167 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// Mirror is told, after each commit, which members' records changed and their new
+// versions. It must not fail the caller: Redis is a mirror, and its failures are the
+// mirror's to log, count and repair.
+type Mirror interface {
+	Refresh(ctx context.Context, versions map[string]int64)
+}
+
+// Config bounds the batching.
+type Config struct {
+	// Lanes is the number of batches committing at once, per kind (starts, settlements).
+	Lanes int
+	// MaxBatch is the most items in one transaction.
+	MaxBatch int
+	// MaxDelay is how long a batch waits for more items after its first one.
+	MaxDelay time.Duration
+}
+
+// DefaultConfig suits a small machine: two lanes per kind, batches of up to 256 items,
+// and at most half a millisecond of waiting when traffic is thin.
+var DefaultConfig = Config{Lanes: 2, MaxBatch: 256, MaxDelay: 500 * time.Microsecond}
+
+// Deps are what the ledger needs.
+type Deps struct {
+	Store   *store.Store
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Metrics *acctmetrics.Metrics
+	Mirror  Mirror
+	Config  Config
+}
+
+// Ledger records starts and settlements.
+type Ledger struct {
+	store   *store.Store
+	clock   clock.Clock
+	log     *slog.Logger
+	metrics *acctmetrics.Metrics
+	mirror  Mirror
+	starts  *batcher[*startJob, *internalv1.StartResult]
+	settles *batcher[*settleJob, *internalv1.SettleResult]
+	// refreshes bounds the mirror refreshes running after commits; when it is full the
+	// lanes wait, so a slow Redis slows intake instead of piling up goroutines.
+	refreshes chan struct{}
+}
+
+// New starts the ledger's lanes; they stop when ctx ends.
+func New(ctx context.Context, d Deps) *Ledger {
+	if d.Config.Lanes <= 0 {
+		d.Config.Lanes = DefaultConfig.Lanes
+	}
+	if d.Config.MaxBatch <= 0 {
+		d.Config.MaxBatch = DefaultConfig.MaxBatch
+	}
+	if d.Metrics == nil {
+		d.Metrics = acctmetrics.New(nil)
+	}
+	l := &Ledger{store: d.Store, clock: d.Clock, log: d.Log, metrics: d.Metrics, mirror: d.Mirror,
+		refreshes: make(chan struct{}, 64)}
+	c := d.Config
+	l.starts = newBatcher(ctx, c.Lanes, c.MaxBatch, c.MaxDelay, true, l.runStarts,
+		func(n int) { l.metrics.BatchSize.WithLabelValues("start").Observe(float64(n)) })
+	l.settles = newBatcher(ctx, c.Lanes, c.MaxBatch, c.MaxDelay, false, l.runSettles,
+		func(n int) { l.metrics.BatchSize.WithLabelValues("settle").Observe(float64(n)) })
+	return l
+}
+
+// ErrUnavailable wraps infrastructure failures: the items were not (or not surely)
+// written and the caller should retry them; every item is idempotent by request id.
+var ErrUnavailable = errors.New("ledger: storage unavailable")
+
+// connectionAttempts bounds how often a batch is run again after its connection broke
+// (a killed backend, a failover): the transaction was rolled back, or committed without
+// our hearing of it, and either way running it again is safe because every item is
+// idempotent by request id.
+const connectionAttempts = 3
+
+// inTx runs fn in a transaction with the store's retries on serialization failures and
+// deadlocks, plus retries on broken connections.
+func (l *Ledger) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) error {
+	var err error
+	for attempt := 1; attempt <= connectionAttempts; attempt++ {
+		err = l.store.InTx(ctx, fn)
+		if err == nil {
+			return nil
+		}
+		l.metrics.StoreErrors.WithLabelValues(op).Inc()
+		if !connectionError(err) || ctx.Err() != nil {
+			return err
+		}
+		l.log.Warn("accounting batch lost its database connection; running it again", "op", op, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// connectionError tells a failure of the connection (retry the batch) from an answer of
+// the database (a constraint, an overflow: retrying changes nothing).
+func connectionError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08 is connection exceptions; 57P01..57P03 are the server shutting down
+		// or killing our backend (pg_terminate_backend).
+		return pgErr.Code[:2] == "08" || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+	}
+	return !errors.Is(err, errRefused) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// errRefused marks a batch this package refused on its own (an overflowing sum): like a
+// database refusal, it is run again item by item.
+var errRefused = errors.New("ledger: batch refused")
+
+// databaseRefusal tells whether the database refused the data itself (so the batch is
+// run again item by item, and only the offending item fails).
+func databaseRefusal(err error) (*pgconn.PgError, bool) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && !connectionError(err) {
+		return pgErr, true
+	}
+	if errors.Is(err, errRefused) {
+		return &pgconn.PgError{Code: "22003", Message: err.Error()}, true
+	}
+	return nil, false
+}
+
+// afterCommit refreshes the mirror for the bumped members and answers the jobs, beside
+// the lane so the next batch can start committing meanwhile. With wait, the answers go
+// out after the refresh (settlements: the enforcer's next check must see the new
+// spend); without, at once (starts: a created tracking row changes nothing an
+// admission decides on).
+func (l *Ledger) afterCommit(ctx context.Context, versions map[string]int64, wait bool, finish func()) {
+	if len(versions) == 0 || l.mirror == nil {
+		finish()
+		return
+	}
+	if !wait {
+		finish()
+	}
+	l.refreshes <- struct{}{}
+	go func() {
+		defer func() { <-l.refreshes }()
+		l.mirror.Refresh(context.WithoutCancel(ctx), versions)
+		if wait {
+			finish()
+		}
+	}()
+}

@@ -1,0 +1,12 @@
+// Package mirrorsync owns the control plane's side of the Redis mirror: it builds a
+// member's record (the compiled entitlement and the spend of the current windows) from
+// Postgres, writes it with pkg/mirror's monotonic write under the member's mirror
+// version, publishes credential invalidations, keeps the generation marker (a missing
+// one means Redis lost its data: a new generation is claimed and every mirrored member
+// rewritten), and repairs records whose writes failed.
+//
+// Redis is never the truth and its failures never fail a database commit: they are
+// logged, counted (tollgate_mirror_writes_total{result="error"}) and repaired by the
+// maintenance loop. The record format and key layout are pkg/mirror's, shared with the
+// enforcer; this package must not decide admissions.
+package mirrorsync

@@ -1,0 +1,174 @@
+package mirrorsync
+
+import (
+	"context"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// ResyncWorkers bounds the chunks of a resync written at once.
+const ResyncWorkers = 4
+
+// Check runs one round of maintenance: it makes sure Redis has a generation (claiming a
+// new one and rebuilding every record when it lost it), adopts another control plane's
+// newer generation, repairs the records whose writes failed, and refreshes the pending
+// gauge. Maintain calls it periodically; serve calls it once at start.
+func (w *Writer) Check(ctx context.Context) error {
+	if n, err := store.CountPendingStarts(ctx, w.st.Pool); err == nil {
+		w.metrics.SetPending(n)
+	}
+	cur, err := w.layout.Generation(ctx, w.rdb)
+	if err != nil {
+		w.metrics.MirrorWrites.WithLabelValues("error").Inc()
+		return err
+	}
+	if cur == "" {
+		gen, claimed, err := w.layout.ClaimGeneration(ctx, w.rdb, newGeneration())
+		if err != nil {
+			return err
+		}
+		w.setGeneration(gen)
+		if !claimed {
+			// Another control plane claimed it at the same moment and rebuilds.
+			return nil
+		}
+		w.log.Warn("mirror: Redis has no generation (it lost its data, or was never synced); rebuilding every record", "generation", gen)
+		w.metrics.Resyncs.WithLabelValues("generation").Inc()
+		w.takeFailed() // everything is rewritten
+		return w.rewriteAll(ctx, gen)
+	}
+	if cur != w.Generation() {
+		w.log.Info("mirror: adopting the current generation", "generation", cur)
+		w.setGeneration(cur)
+	}
+	failed, overflow := w.takeFailed()
+	switch {
+	case overflow:
+		w.metrics.Resyncs.WithLabelValues("refresh").Inc()
+		w.log.Warn("mirror: too many failed writes to list; rewriting every record")
+		return w.rewriteAll(ctx, cur)
+	case len(failed) > 0:
+		w.metrics.Resyncs.WithLabelValues("repair").Inc()
+		return w.rewrite(ctx, failed, cur)
+	}
+	return nil
+}
+
+// takeFailed empties the repair list.
+func (w *Writer) takeFailed() ([]string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.failed))
+	for m := range w.failed {
+		out = append(out, m)
+	}
+	overflow := w.overflow
+	w.failed, w.overflow = map[string]bool{}, false
+	return out, overflow
+}
+
+// Maintain runs Check every interval until ctx ends.
+func (w *Writer) Maintain(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := w.Check(ctx); err != nil && ctx.Err() == nil {
+				w.log.Warn("mirror: maintenance failed; trying again", "err", err)
+			}
+		}
+	}
+}
+
+// Resync installs a new generation unconditionally (every record written before
+// becomes unknown to readers at once) and rewrites every mirrored member: what
+// `controlplane resync` does.
+func (w *Writer) Resync(ctx context.Context) error {
+	gen := newGeneration()
+	if err := w.layout.SetGeneration(ctx, w.rdb, gen); err != nil {
+		return err
+	}
+	w.setGeneration(gen)
+	w.metrics.Resyncs.WithLabelValues("forced").Inc()
+	w.takeFailed()
+	return w.rewriteAll(ctx, gen)
+}
+
+// rewriteAll rewrites every mirrored member in chunks, several at once.
+func (w *Writer) rewriteAll(ctx context.Context, gen string) error {
+	w.resyncing.Lock()
+	defer w.resyncing.Unlock()
+	began := time.Now()
+	chunks := make(chan []string)
+	errs := make(chan error, ResyncWorkers)
+	for range ResyncWorkers {
+		go func() {
+			var first error
+			for c := range chunks {
+				if err := w.rewrite(ctx, c, gen); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	var total int
+	after := ""
+	var listErr error
+	for {
+		ids, err := store.MirroredMembers(ctx, w.st.Pool, after, resyncChunk)
+		if err != nil {
+			listErr = err
+			break
+		}
+		if len(ids) == 0 {
+			break
+		}
+		chunks <- ids
+		total += len(ids)
+		after = ids[len(ids)-1]
+		if total%(resyncChunk*20) == 0 {
+			w.log.Info("mirror: resync in progress", "members", total)
+		}
+	}
+	close(chunks)
+	var first error
+	for range ResyncWorkers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if listErr != nil {
+		w.metrics.StoreErrors.WithLabelValues("resync").Inc()
+		return listErr
+	}
+	w.log.Info("mirror: resync done", "members", total, "generation", gen, "took", time.Since(began).Round(time.Millisecond))
+	return first
+}
+
+// rewrite writes the current records of members under their current versions. The
+// versions are read before the rest, so each record holds at least what its version
+// promises, and a concurrent refresh with a newer version wins.
+func (w *Writer) rewrite(ctx context.Context, members []string, gen string) error {
+	now := w.clock.Now()
+	in, err := store.LoadMirrorInputs(ctx, w.st.Pool, members, window.Current(now), true)
+	if err != nil {
+		w.metrics.StoreErrors.WithLabelValues("mirror_load").Inc()
+		w.remember(members)
+		return err
+	}
+	recs := make([]*mirror.Record, 0, len(members))
+	for _, m := range members {
+		if rec := BuildRecord(in, m, in.Versions[m], gen, now); rec != nil {
+			recs = append(recs, rec)
+		}
+	}
+	w.write(ctx, recs)
+	return nil
+}

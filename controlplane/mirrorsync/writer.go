@@ -1,0 +1,238 @@
+package mirrorsync
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// RecordTTL bounds how long a record lives without being rewritten. Records are
+// rewritten on every change and on every Resolve (which an enforcer makes at least once
+// a day, when a new day window starts), so the TTL only clears members who went quiet,
+// and bounds the life of a record whose post-commit refresh was lost to a crash.
+const RecordTTL = 26 * time.Hour
+
+// maxFailed bounds the members remembered for repair; beyond it every mirrored member
+// is rewritten instead.
+const maxFailed = 10_000
+
+// resyncChunk is how many members one resync step loads and writes.
+const resyncChunk = 500
+
+// Deps are what the writer needs.
+type Deps struct {
+	Store   *store.Store
+	Redis   redis.UniversalClient
+	Layout  mirror.Layout
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Metrics *acctmetrics.Metrics
+}
+
+// Writer writes member records to Redis after commits and keeps the mirror whole.
+type Writer struct {
+	st      *store.Store
+	rdb     redis.UniversalClient
+	layout  mirror.Layout
+	clock   clock.Clock
+	log     *slog.Logger
+	metrics *acctmetrics.Metrics
+
+	mu         sync.Mutex
+	generation string
+	// failed are members whose last write failed; overflow means too many to list.
+	failed   map[string]bool
+	overflow bool
+	// resyncing serializes resyncs of this process.
+	resyncing sync.Mutex
+}
+
+// New builds a writer. It knows no generation until Maintain or Resync has run; until
+// then records are written under the empty generation, which readers never trust.
+func New(d Deps) *Writer {
+	if d.Metrics == nil {
+		d.Metrics = acctmetrics.New(nil)
+	}
+	return &Writer{st: d.Store, rdb: d.Redis, layout: d.Layout, clock: d.Clock, log: d.Log, metrics: d.Metrics, failed: map[string]bool{}}
+}
+
+// Generation is the generation records are written under.
+func (w *Writer) Generation() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.generation
+}
+
+func (w *Writer) setGeneration(g string) {
+	w.mu.Lock()
+	w.generation = g
+	w.mu.Unlock()
+}
+
+// Refresh writes the records of members under the given versions (read in the
+// transaction that changed them; the records are read now, after its commit, so they
+// contain at least that change). Failures are counted and remembered for repair.
+func (w *Writer) Refresh(ctx context.Context, versions map[string]int64) {
+	if len(versions) == 0 {
+		return
+	}
+	members := make([]string, 0, len(versions))
+	for m := range versions {
+		members = append(members, m)
+	}
+	slices.Sort(members)
+	now := w.clock.Now()
+	in, err := store.LoadMirrorInputs(ctx, w.st.Pool, members, window.Current(now), false)
+	if err != nil {
+		w.metrics.StoreErrors.WithLabelValues("mirror_load").Inc()
+		w.log.Warn("mirror: cannot read records to write; they will be repaired", "members", len(members), "err", err)
+		w.remember(members)
+		return
+	}
+	gen := w.Generation()
+	recs := make([]*mirror.Record, 0, len(members))
+	for _, m := range members {
+		if rec := BuildRecord(in, m, versions[m], gen, now); rec != nil {
+			recs = append(recs, rec)
+		}
+	}
+	w.write(ctx, recs)
+}
+
+// write writes records and accounts for the results.
+func (w *Writer) write(ctx context.Context, recs []*mirror.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	written, errs := w.layout.WriteMany(ctx, w.rdb, recs, RecordTTL)
+	var failed []string
+	var firstErr error
+	for i, rec := range recs {
+		switch {
+		case errs[i] != nil:
+			w.metrics.MirrorWrites.WithLabelValues("error").Inc()
+			failed = append(failed, rec.GetEntitlement().GetMemberId())
+			if firstErr == nil {
+				firstErr = errs[i]
+			}
+		case written[i]:
+			w.metrics.MirrorWrites.WithLabelValues("written").Inc()
+		default:
+			// A newer record was already there: the monotonic write kept it.
+			w.metrics.MirrorWrites.WithLabelValues("stale").Inc()
+		}
+	}
+	if len(failed) > 0 {
+		w.log.Warn("mirror: Redis writes failed; the records will be repaired", "failed", len(failed), "err", firstErr)
+		w.remember(failed)
+	}
+}
+
+func (w *Writer) remember(members []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, m := range members {
+		if len(w.failed) >= maxFailed {
+			w.overflow = true
+			return
+		}
+		w.failed[m] = true
+	}
+}
+
+// ErrMemberNotFound: Resolve was asked about a member that is not in the organization.
+var ErrMemberNotFound = errors.New("mirrorsync: no such member in the organization")
+
+// Resolve builds a member's current record from Postgres under a new version, writes it
+// to Redis (best effort) and returns it: an enforcer that found no trustworthy record
+// decides from the answer and finds the record in Redis next time.
+func (w *Writer) Resolve(ctx context.Context, orgID, memberID string) (*mirror.Record, error) {
+	var version int64
+	err := w.st.InTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		version, err = store.BumpMemberVersion(ctx, tx, orgID, memberID)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrMemberNotFound
+	}
+	if err != nil {
+		w.metrics.StoreErrors.WithLabelValues("resolve").Inc()
+		return nil, err
+	}
+	now := w.clock.Now()
+	in, err := store.LoadMirrorInputs(ctx, w.st.Pool, []string{memberID}, window.Current(now), false)
+	if err != nil {
+		w.metrics.StoreErrors.WithLabelValues("resolve").Inc()
+		return nil, err
+	}
+	rec := BuildRecord(in, memberID, version, w.Generation(), now)
+	if rec == nil {
+		return nil, ErrMemberNotFound
+	}
+	w.write(ctx, []*mirror.Record{rec})
+	return rec, nil
+}
+
+// EntitlementChanged implements httpapi.Events: the members' winners, extensions or
+// capture fence changed and committed. Their versions are bumped now (after that
+// commit, so the records read afterwards contain the change) and their records written.
+func (w *Writer) EntitlementChanged(ctx context.Context, orgID string, memberIDs []string) {
+	if len(memberIDs) == 0 {
+		return
+	}
+	var versions map[string]int64
+	err := w.st.InTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		versions, err = store.BumpMirrorVersions(ctx, tx, memberIDs)
+		return err
+	})
+	if err != nil {
+		w.metrics.StoreErrors.WithLabelValues("mirror_version").Inc()
+		w.log.Warn("mirror: cannot bump versions after an entitlement change; the records will be repaired", "org", orgID,
+			"members", len(memberIDs), "err", err)
+		w.remember(memberIDs)
+		return
+	}
+	w.Refresh(ctx, versions)
+}
+
+// CredentialsRevoked implements httpapi.Events: enforcers drop cached identities of
+// the members and API keys. Members' records are rewritten by the entitlement fence
+// that member removal runs.
+func (w *Writer) CredentialsRevoked(ctx context.Context, memberIDs []string, keyIDs []string) {
+	for _, m := range memberIDs {
+		w.publish(ctx, mirror.Invalidation{Kind: "member", ID: m})
+	}
+	for _, k := range keyIDs {
+		w.publish(ctx, mirror.Invalidation{Kind: "api_key", ID: k})
+	}
+}
+
+func (w *Writer) publish(ctx context.Context, inv mirror.Invalidation) {
+	if err := w.layout.Publish(ctx, w.rdb, inv); err != nil {
+		w.metrics.MirrorWrites.WithLabelValues("error").Inc()
+		w.log.Warn("mirror: cannot publish an invalidation; enforcers drop it when their identity cache expires",
+			"kind", inv.Kind, "err", err)
+	}
+}
+
+func newGeneration() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,687 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Accounting SQL: durable starts, receipts and charges, quarantined settlements and the
+// mirror version counter. The ledger package drives these in batches (one transaction
+// for many items) and sends each phase as one pipelined round trip.
+//
+// Every function here that locks rows does it in the order of migration 0005: starts
+// (by request id), tracking rows (by member id), buckets (by id), mirror versions (by
+// member id). Keeping that order everywhere is what keeps concurrent batches free of
+// deadlocks.
+
+// StartInsert is a durable start to record.
+type StartInsert struct {
+	RequestID       string
+	OrganizationID  string
+	MemberID        string
+	TrackingVersion int64
+	AdmittedAt      time.Time
+	// Snapshot is the JSON of the validated admission snapshot.
+	Snapshot []byte
+}
+
+// TrackingState is the capture fence of a member as a start or settlement sees it.
+type TrackingState struct {
+	MemberID       string
+	OrganizationID string
+	Version        int64
+	CaptureEnabled bool
+}
+
+// StartBatchRead is what the first phase of a start batch learned.
+type StartBatchRead struct {
+	// Inserted are the request ids this transaction recorded (pending).
+	Inserted map[string]bool
+	// Existing maps request ids that this transaction did not record but that have a
+	// start (recorded before, or concurrently by another transaction) to their member.
+	Existing map[string]string
+	// CreatedTracking are members whose tracking row this transaction created.
+	CreatedTracking map[string]bool
+	// Tracking is the locked fence state of every member of the batch that has a row.
+	Tracking map[string]TrackingState
+}
+
+func startColumns(rows []StartInsert) (ids, orgs, members []string, versions []int64, admitted []time.Time, snaps [][]byte) {
+	sorted := slices.Clone(rows)
+	slices.SortFunc(sorted, func(a, b StartInsert) int { return compareStrings(a.RequestID, b.RequestID) })
+	for _, r := range sorted {
+		ids = append(ids, r.RequestID)
+		orgs = append(orgs, r.OrganizationID)
+		members = append(members, r.MemberID)
+		versions = append(versions, r.TrackingVersion)
+		admitted = append(admitted, r.AdmittedAt)
+		snaps = append(snaps, r.Snapshot)
+	}
+	return
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func sortedUnique(ids []string) []string {
+	return slices.Compact(slices.Sorted(slices.Values(ids)))
+}
+
+// ReadStartBatch is phase one of a start batch, in one round trip: record the starts
+// (pending, counted) whose member is an active member of the claimed organization,
+// skipping request ids that already exist; create the tracking row (capture on, version
+// 1) of members who have none; lock every member's tracking row; and read which of the
+// request ids existed before. Rows are written in request id and member id order.
+// Starts refused afterwards (by the fence) are deleted in phase two, in the same
+// transaction, so nobody ever sees them.
+func ReadStartBatch(ctx context.Context, tx pgx.Tx, rows []StartInsert, now time.Time) (StartBatchRead, error) {
+	out := StartBatchRead{Inserted: map[string]bool{}, Existing: map[string]string{}, CreatedTracking: map[string]bool{},
+		Tracking: map[string]TrackingState{}}
+	ids, orgs, members, versions, admitted, snaps := startColumns(rows)
+	memberSet := sortedUnique(members)
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at, snapshot,
+			state, counted, created_at)
+		SELECT x.id, x.org, x.member, x.version, x.admitted, x.snap, 'pending', true, $7
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::jsonb[])
+			WITH ORDINALITY AS x(id, org, member, version, admitted, snap, n)
+		JOIN members m ON m.id = x.member AND m.organization_id = x.org AND m.removed_at IS NULL
+		ORDER BY x.n
+		ON CONFLICT (request_id) DO NOTHING
+		RETURNING request_id`, ids, orgs, members, versions, admitted, snaps, now).
+		Query(func(r pgx.Rows) error {
+			var id string
+			_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.Inserted[id] = true; return nil })
+			return err
+		})
+	// After the insert: a start another transaction committed meanwhile is seen here.
+	b.Queue(`SELECT request_id, member_id FROM usage_request_starts WHERE request_id = ANY($1)`, ids).
+		Query(func(r pgx.Rows) error {
+			var id, m string
+			_, err := pgx.ForEachRow(r, []any{&id, &m}, func() error {
+				if !out.Inserted[id] {
+					out.Existing[id] = m
+				}
+				return nil
+			})
+			return err
+		})
+	b.Queue(`INSERT INTO usage_member_tracking (member_id, organization_id, tracking_version, capture_enabled, tracking_started_at,
+			created_at, updated_at)
+		SELECT m.id, m.organization_id, 1, true, $2, $2, $2
+		FROM members m WHERE m.id = ANY($1) AND m.removed_at IS NULL
+		ORDER BY m.id
+		ON CONFLICT (member_id) DO NOTHING
+		RETURNING member_id`, memberSet, now).
+		Query(func(r pgx.Rows) error {
+			var id string
+			_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.CreatedTracking[id] = true; return nil })
+			return err
+		})
+	queueLockTracking(b, memberSet, out.Tracking)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+func queueLockTracking(b *pgx.Batch, members []string, into map[string]TrackingState) {
+	b.Queue(`SELECT member_id, organization_id, tracking_version, capture_enabled FROM usage_member_tracking
+		WHERE member_id = ANY($1) ORDER BY member_id FOR UPDATE`, members).
+		Query(func(r pgx.Rows) error {
+			var t TrackingState
+			_, err := pgx.ForEachRow(r, []any{&t.MemberID, &t.OrganizationID, &t.Version, &t.CaptureEnabled}, func() error {
+				into[t.MemberID] = t
+				return nil
+			})
+			return err
+		})
+}
+
+// StartBatchWrite is phase two of a start batch.
+type StartBatchWrite struct {
+	// Refused are starts recorded in phase one that the fence refused: deleted.
+	Refused []string
+	// Pending adds each member's newly recorded starts to pending_requests.
+	Pending map[string]int64
+	// Bump are members whose mirror record changed (a tracking row was created).
+	Bump []string
+}
+
+// WriteStartBatch is phase two of a start batch, in one round trip; it returns the new
+// mirror versions of the bumped members.
+func WriteStartBatch(ctx context.Context, tx pgx.Tx, w StartBatchWrite, now time.Time) (map[string]int64, error) {
+	b := &pgx.Batch{}
+	if len(w.Refused) > 0 {
+		b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND state = 'pending'`, w.Refused)
+	}
+	if len(w.Pending) > 0 {
+		members := sortedUnique(keys(w.Pending))
+		counts := make([]int64, len(members))
+		for i, m := range members {
+			counts[i] = w.Pending[m]
+		}
+		b.Queue(`UPDATE usage_member_tracking t SET pending_requests = t.pending_requests + x.n, updated_at = $3
+			FROM unnest($1::text[], $2::bigint[]) AS x(member_id, n) WHERE t.member_id = x.member_id`, members, counts, now)
+	}
+	versions := map[string]int64{}
+	queueBumpVersions(b, w.Bump, versions)
+	if b.Len() == 0 {
+		return versions, nil
+	}
+	return versions, tx.SendBatch(ctx, b).Close()
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func queueBumpVersions(b *pgx.Batch, members []string, into map[string]int64) {
+	if len(members) == 0 {
+		return
+	}
+	b.Queue(`INSERT INTO usage_mirror_versions AS v (member_id, version)
+		SELECT m, 1 FROM unnest($1::text[]) AS m ORDER BY m
+		ON CONFLICT (member_id) DO UPDATE SET version = v.version + 1
+		RETURNING member_id, version`, sortedUnique(members)).
+		Query(func(r pgx.Rows) error {
+			var id string
+			var v int64
+			_, err := pgx.ForEachRow(r, []any{&id, &v}, func() error { into[id] = v; return nil })
+			return err
+		})
+}
+
+// BumpMirrorVersions increments the mirror version of members (creating the counter at
+// 1) and returns the new versions. Run it in the transaction of the change, or alone
+// after a change whose transaction could not (the change is committed by then, so the
+// record read afterwards contains it).
+func BumpMirrorVersions(ctx context.Context, tx pgx.Tx, members []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	b := &pgx.Batch{}
+	queueBumpVersions(b, members, out)
+	if b.Len() == 0 {
+		return out, nil
+	}
+	return out, tx.SendBatch(ctx, b).Close()
+}
+
+// StoredStart is a durable start as settlement reads it.
+type StoredStart struct {
+	RequestID       string
+	OrganizationID  string
+	MemberID        string
+	TrackingVersion int64
+	Snapshot        []byte
+	State           string
+	Counted         bool
+}
+
+// SettleEvent is a start to create for a settlement that arrived without one (already
+// closed: it was never pending).
+type SettleEvent = StartInsert
+
+// SettleBatchRead is what the first phase of a settlement batch learned.
+type SettleBatchRead struct {
+	// Created are request ids whose event this transaction created from the
+	// settlement's snapshot.
+	Created map[string]bool
+	// Starts are the locked starts of the batch's request ids (created ones included).
+	Starts map[string]StoredStart
+}
+
+// ReadSettleStarts is phase one of a settlement batch, in one round trip: create the
+// events of settlements that brought a snapshot and have no start (state settled, never
+// counted pending; only for a member of the claimed organization), then lock every
+// start of the batch in request id order.
+func ReadSettleStarts(ctx context.Context, tx pgx.Tx, ids []string, events []SettleEvent, now time.Time) (SettleBatchRead, error) {
+	out := SettleBatchRead{Created: map[string]bool{}, Starts: map[string]StoredStart{}}
+	b := &pgx.Batch{}
+	if len(events) > 0 {
+		eids, orgs, members, versions, admitted, snaps := startColumns(events)
+		b.Queue(`INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at, snapshot,
+				state, counted, created_at, closed_at)
+			SELECT x.id, x.org, x.member, x.version, x.admitted, x.snap, 'settled', false, $7, $7
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::jsonb[])
+				WITH ORDINALITY AS x(id, org, member, version, admitted, snap, n)
+			JOIN members m ON m.id = x.member AND m.organization_id = x.org
+			ORDER BY x.n
+			ON CONFLICT (request_id) DO NOTHING
+			RETURNING request_id`, eids, orgs, members, versions, admitted, snaps, now).
+			Query(func(r pgx.Rows) error {
+				var id string
+				_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.Created[id] = true; return nil })
+				return err
+			})
+	}
+	b.Queue(`SELECT request_id, organization_id, member_id, tracking_version, snapshot, state, counted
+		FROM usage_request_starts WHERE request_id = ANY($1) ORDER BY request_id FOR UPDATE`, sortedUnique(ids)).
+		Query(func(r pgx.Rows) error {
+			var s StoredStart
+			_, err := pgx.ForEachRow(r, []any{&s.RequestID, &s.OrganizationID, &s.MemberID, &s.TrackingVersion, &s.Snapshot, &s.State, &s.Counted},
+				func() error { out.Starts[s.RequestID] = s; return nil })
+			return err
+		})
+	return out, tx.SendBatch(ctx, b).Close()
+}
+
+// StoredReceipt is a receipt as settlement decisions need it.
+type StoredReceipt struct {
+	Cost     int64
+	Source   string
+	Complete bool
+	Promoted bool
+	// Charges are the absolute amounts charged per bucket id.
+	Charges map[string]int64
+}
+
+// PriceKey names one model of one organization.
+type PriceKey struct{ OrganizationID, Model string }
+
+// SettleState is what the second phase of a settlement batch read.
+type SettleState struct {
+	// CreatedTracking are members whose tracking row this transaction created.
+	CreatedTracking map[string]bool
+	Tracking        map[string]TrackingState
+	Receipts        map[string]*StoredReceipt
+	Prices          map[PriceKey]ModelPrice
+}
+
+// ReadSettleState is phase two of a settlement batch, in one round trip: create the
+// tracking rows of members whose first event a settlement created, lock the tracking
+// rows of every member involved (member id order), and read the existing receipts with
+// their charges and the catalog prices the batch may need.
+func ReadSettleState(ctx context.Context, tx pgx.Tx, createTracking, members, receiptIDs []string, prices []PriceKey, now time.Time) (SettleState, error) {
+	out := SettleState{CreatedTracking: map[string]bool{}, Tracking: map[string]TrackingState{}, Receipts: map[string]*StoredReceipt{},
+		Prices: map[PriceKey]ModelPrice{}}
+	b := &pgx.Batch{}
+	if len(createTracking) > 0 {
+		b.Queue(`INSERT INTO usage_member_tracking (member_id, organization_id, tracking_version, capture_enabled, tracking_started_at,
+				created_at, updated_at)
+			SELECT m.id, m.organization_id, 1, true, $2, $2, $2 FROM members m WHERE m.id = ANY($1)
+			ORDER BY m.id
+			ON CONFLICT (member_id) DO NOTHING
+			RETURNING member_id`, sortedUnique(createTracking), now).
+			Query(func(r pgx.Rows) error {
+				var id string
+				_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.CreatedTracking[id] = true; return nil })
+				return err
+			})
+	}
+	queueLockTracking(b, sortedUnique(members), out.Tracking)
+	if len(receiptIDs) > 0 {
+		b.Queue(`SELECT r.request_id, r.cost_micro_usd, r.cost_source, r.complete, r.promoted_at IS NOT NULL,
+				coalesce(array_agg(c.bucket_id) FILTER (WHERE c.bucket_id IS NOT NULL), '{}'),
+				coalesce(array_agg(c.charged_micro_usd) FILTER (WHERE c.bucket_id IS NOT NULL), '{}')
+			FROM usage_receipts r LEFT JOIN usage_receipt_charges c ON c.request_id = r.request_id
+			WHERE r.request_id = ANY($1) GROUP BY r.request_id`, receiptIDs).
+			Query(func(r pgx.Rows) error {
+				var id string
+				var rc StoredReceipt
+				var buckets []string
+				var charged []int64
+				_, err := pgx.ForEachRow(r, []any{&id, &rc.Cost, &rc.Source, &rc.Complete, &rc.Promoted, &buckets, &charged}, func() error {
+					c := rc
+					c.Charges = make(map[string]int64, len(buckets))
+					for i, bid := range buckets {
+						c.Charges[bid] = charged[i]
+					}
+					out.Receipts[id] = &c
+					return nil
+				})
+				return err
+			})
+	}
+	if len(prices) > 0 {
+		orgs := make([]string, len(prices))
+		models := make([]string, len(prices))
+		for i, p := range prices {
+			orgs[i], models[i] = p.OrganizationID, p.Model
+		}
+		b.Queue(`SELECT p.organization_id, p.model, p.input_micro_usd_per_million, p.output_micro_usd_per_million,
+				p.cached_input_micro_usd_per_million, p.updated_at
+			FROM usage_model_prices p JOIN unnest($1::text[], $2::text[]) AS x(org, model)
+				ON p.organization_id = x.org AND p.model = x.model`, orgs, models).
+			Query(func(r pgx.Rows) error {
+				var k PriceKey
+				var p ModelPrice
+				_, err := pgx.ForEachRow(r, []any{&k.OrganizationID, &k.Model, &p.InputPerMillion, &p.OutputPerMillion, &p.CachedInputPerMillion, &p.UpdatedAt},
+					func() error { p.Model = k.Model; out.Prices[k] = p; return nil })
+				return err
+			})
+	}
+	return out, tx.SendBatch(ctx, b).Close()
+}
+
+// ReceiptWrite is a receipt to insert or to replace (a promotion).
+type ReceiptWrite struct {
+	RequestID         string
+	OrganizationID    string
+	MemberID          string
+	Cost              int64
+	Source            string
+	Model             string
+	InputTokens       int64
+	OutputTokens      int64
+	CachedInputTokens int64
+	UpstreamStatus    int32
+	Complete          bool
+	// Outcome is "settled" or "recovered".
+	Outcome         string
+	Promoted        bool
+	ReviewReference *string
+	FinishedAt      *time.Time
+}
+
+// ChargeWrite is the absolute amount a receipt charges one bucket.
+type ChargeWrite struct {
+	RequestID   string
+	BucketID    string
+	Timeframe   string
+	WindowStart time.Time
+	Charged     int64
+}
+
+// BucketDelta moves one member-period counter; the row is created when missing.
+type BucketDelta struct {
+	ID             string
+	OrganizationID string
+	MemberID       string
+	Timeframe      string
+	WindowStart    time.Time
+	WindowEnd      time.Time
+	Used           int64
+	Unpriced       int64
+	Incomplete     int64
+}
+
+// TrackingDelta moves one member's tracking row.
+type TrackingDelta struct {
+	MemberID        string
+	PendingDecrease int64
+	Unpriced        int64
+	Incomplete      int64
+	// LastSettlementRequestID, when set, becomes the last settled receipt (at now).
+	LastSettlementRequestID string
+}
+
+// QuarantineWrite records a settlement that may not be charged.
+type QuarantineWrite struct {
+	RequestID      string
+	Reason         string
+	OrganizationID string
+	MemberID       string
+	Payload        []byte
+}
+
+// SettleWrites is everything one settlement (or recovery) batch writes.
+type SettleWrites struct {
+	// DeleteStarts are events created in phase one that the fence refused.
+	DeleteStarts []string
+	// CloseStarts move pending starts to CloseState ("settled" or "recovered").
+	CloseStarts []string
+	CloseState  string
+	Receipts    []ReceiptWrite
+	Charges     []ChargeWrite
+	Buckets     []BucketDelta
+	Tracking    []TrackingDelta
+	Quarantine  []QuarantineWrite
+	// Bump are members whose mirror record changed.
+	Bump []string
+}
+
+// WriteSettlements writes a settlement batch in one round trip and returns the new
+// mirror versions of the bumped members. Counter updates run in bucket id order; an
+// overflowing counter fails the statement (bigint out of range), which rolls the whole
+// transaction back.
+func WriteSettlements(ctx context.Context, tx pgx.Tx, w SettleWrites, now time.Time) (map[string]int64, error) {
+	b := &pgx.Batch{}
+	if len(w.DeleteStarts) > 0 {
+		b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND NOT counted`, w.DeleteStarts)
+	}
+	if len(w.CloseStarts) > 0 {
+		b.Queue(`UPDATE usage_request_starts SET state = $2, closed_at = $3 WHERE request_id = ANY($1) AND state = 'pending'`,
+			w.CloseStarts, w.CloseState, now)
+	}
+	if len(w.Receipts) > 0 {
+		queueReceipts(b, w.Receipts, now)
+	}
+	if len(w.Charges) > 0 {
+		n := len(w.Charges)
+		ids, buckets, tfs, starts, amounts := make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n), make([]int64, n)
+		for i, c := range w.Charges {
+			ids[i], buckets[i], tfs[i], starts[i], amounts[i] = c.RequestID, c.BucketID, c.Timeframe, c.WindowStart, c.Charged
+		}
+		b.Queue(`INSERT INTO usage_receipt_charges AS c (request_id, bucket_id, timeframe, window_start, charged_micro_usd)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::bigint[])
+			ON CONFLICT (request_id, bucket_id) DO UPDATE SET charged_micro_usd = EXCLUDED.charged_micro_usd`,
+			ids, buckets, tfs, starts, amounts)
+	}
+	if len(w.Buckets) > 0 {
+		bs := slices.Clone(w.Buckets)
+		slices.SortFunc(bs, func(a, b BucketDelta) int { return compareStrings(a.ID, b.ID) })
+		n := len(bs)
+		ids, orgs, members, tfs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		starts, ends := make([]time.Time, n), make([]time.Time, n)
+		used, unpriced, incomplete := make([]int64, n), make([]int64, n), make([]int64, n)
+		for i, d := range bs {
+			ids[i], orgs[i], members[i], tfs[i], starts[i], ends[i] = d.ID, d.OrganizationID, d.MemberID, d.Timeframe, d.WindowStart, d.WindowEnd
+			used[i], unpriced[i], incomplete[i] = d.Used, d.Unpriced, d.Incomplete
+		}
+		b.Queue(`INSERT INTO usage_buckets AS b (id, organization_id, member_id, timeframe, window_start, window_end,
+				used_micro_usd, unpriced_requests, incomplete_requests, created_at, updated_at)
+			SELECT x.id, x.org, x.member, x.tf, x.ws, x.we, x.used, greatest(x.unpriced, 0), greatest(x.incomplete, 0), $10, $10
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[],
+				$7::bigint[], $8::bigint[], $9::bigint[]) WITH ORDINALITY AS x(id, org, member, tf, ws, we, used, unpriced, incomplete, n)
+			ORDER BY x.n
+			ON CONFLICT (id) DO UPDATE SET used_micro_usd = b.used_micro_usd + EXCLUDED.used_micro_usd,
+				unpriced_requests = b.unpriced_requests + (SELECT d.v FROM unnest($1::text[], $8::bigint[]) AS d(id, v) WHERE d.id = b.id),
+				incomplete_requests = b.incomplete_requests + (SELECT d.v FROM unnest($1::text[], $9::bigint[]) AS d(id, v) WHERE d.id = b.id),
+				updated_at = EXCLUDED.updated_at`,
+			ids, orgs, members, tfs, starts, ends, used, unpriced, incomplete, now)
+	}
+	if len(w.Tracking) > 0 {
+		ts := slices.Clone(w.Tracking)
+		slices.SortFunc(ts, func(a, b TrackingDelta) int { return compareStrings(a.MemberID, b.MemberID) })
+		n := len(ts)
+		members, last := make([]string, n), make([]string, n)
+		pending, unpriced, incomplete := make([]int64, n), make([]int64, n), make([]int64, n)
+		for i, d := range ts {
+			members[i], last[i], pending[i], unpriced[i], incomplete[i] = d.MemberID, d.LastSettlementRequestID, d.PendingDecrease, d.Unpriced, d.Incomplete
+		}
+		b.Queue(`UPDATE usage_member_tracking t SET pending_requests = t.pending_requests - x.pending,
+				unpriced_requests = t.unpriced_requests + x.unpriced, incomplete_requests = t.incomplete_requests + x.incomplete,
+				last_settlement_at = CASE WHEN x.last <> '' THEN $6 ELSE t.last_settlement_at END,
+				last_settlement_request_id = CASE WHEN x.last <> '' THEN x.last ELSE t.last_settlement_request_id END,
+				updated_at = $6
+			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[]) AS x(member_id, pending, unpriced, incomplete, last)
+			WHERE t.member_id = x.member_id`, members, pending, unpriced, incomplete, last, now)
+	}
+	if len(w.Quarantine) > 0 {
+		n := len(w.Quarantine)
+		ids, reasons, orgs, members, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([][]byte, n)
+		for i, q := range w.Quarantine {
+			ids[i], reasons[i], orgs[i], members[i], payloads[i] = q.RequestID, q.Reason, q.OrganizationID, q.MemberID, q.Payload
+		}
+		b.Queue(`INSERT INTO usage_quarantined_settlements AS q (request_id, reason, organization_id, member_id, payload, first_seen_at, last_seen_at)
+			SELECT DISTINCT ON (x.id, x.reason) x.id, x.reason, x.org, x.member, x.payload, $6::timestamptz, $6::timestamptz
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[]) AS x(id, reason, org, member, payload)
+			ORDER BY x.id, x.reason
+			ON CONFLICT (request_id, reason) DO UPDATE SET last_seen_at = EXCLUDED.last_seen_at, repeats = q.repeats + 1`,
+			ids, reasons, orgs, members, payloads, now)
+	}
+	versions := map[string]int64{}
+	queueBumpVersions(b, w.Bump, versions)
+	if b.Len() == 0 {
+		return versions, nil
+	}
+	return versions, tx.SendBatch(ctx, b).Close()
+}
+
+func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
+	n := len(rs)
+	ids, orgs, members, sources, models, outcomes := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	costs, in, out, cached := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	statuses := make([]int32, n)
+	complete, promoted := make([]bool, n), make([]bool, n)
+	refs := make([]*string, n)
+	finished := make([]*time.Time, n)
+	for i, r := range rs {
+		ids[i], orgs[i], members[i], sources[i], models[i], outcomes[i] = r.RequestID, r.OrganizationID, r.MemberID, r.Source, r.Model, r.Outcome
+		costs[i], in[i], out[i], cached[i] = r.Cost, r.InputTokens, r.OutputTokens, r.CachedInputTokens
+		statuses[i], complete[i], promoted[i], refs[i], finished[i] = r.UpstreamStatus, r.Complete, r.Promoted, r.ReviewReference, r.FinishedAt
+	}
+	// A promotion keeps the receipt's outcome (settled or recovered) and review
+	// reference, and records when it was promoted.
+	b.Queue(`INSERT INTO usage_receipts AS r (request_id, organization_id, member_id, cost_micro_usd, cost_source, model,
+			input_tokens, output_tokens, cached_input_tokens, upstream_status, complete, outcome, promoted_at, review_reference,
+			finished_at, settled_at, updated_at)
+		SELECT x.id, x.org, x.member, x.cost, x.source, x.model, x.input, x.output, x.cached, x.status, x.complete, x.outcome,
+			CASE WHEN x.promoted THEN $16::timestamptz END, x.ref, x.finished, $16, $16
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[],
+			$9::bigint[], $10::int[], $11::bool[], $12::text[], $13::bool[], $14::text[], $15::timestamptz[])
+			AS x(id, org, member, cost, source, model, input, output, cached, status, complete, outcome, promoted, ref, finished)
+		ON CONFLICT (request_id) DO UPDATE SET cost_micro_usd = EXCLUDED.cost_micro_usd, cost_source = EXCLUDED.cost_source,
+			model = EXCLUDED.model, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
+			cached_input_tokens = EXCLUDED.cached_input_tokens, upstream_status = EXCLUDED.upstream_status,
+			complete = EXCLUDED.complete, promoted_at = coalesce(r.promoted_at, EXCLUDED.promoted_at),
+			finished_at = EXCLUDED.finished_at, updated_at = EXCLUDED.updated_at`,
+		ids, orgs, members, costs, sources, models, in, out, cached, statuses, complete, outcomes, promoted, refs, finished, now)
+}
+
+// CredentialIdentity is what a credential hash resolves to for the internal API.
+type CredentialIdentity struct {
+	OrganizationID string
+	MemberID       string
+	UserID         string
+	APIKeyID       string
+	// Active is false when the member was removed.
+	Active bool
+}
+
+// IdentityByAPIKeyHash resolves a live API key (not revoked, not expired) to its
+// member, reporting whether the member is still active.
+func IdentityByAPIKeyHash(ctx context.Context, q Querier, hash []byte, now time.Time) (CredentialIdentity, error) {
+	var id CredentialIdentity
+	err := q.QueryRow(ctx, `SELECT k.organization_id, k.member_id, k.user_id, k.id, m.removed_at IS NULL
+		FROM api_keys k JOIN members m ON m.id = k.member_id
+		WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > $2)`, hash, now).
+		Scan(&id.OrganizationID, &id.MemberID, &id.UserID, &id.APIKeyID, &id.Active)
+	return id, notFound(err)
+}
+
+// IdentityBySessionHash resolves a live session to its user's membership of the user's
+// active organization. A session without an active organization, or whose user was
+// never a member of it, resolves to nothing: there is nobody to charge.
+func IdentityBySessionHash(ctx context.Context, q Querier, hash []byte, now time.Time) (CredentialIdentity, error) {
+	var id CredentialIdentity
+	err := q.QueryRow(ctx, `SELECT m.organization_id, m.id, u.id, m.removed_at IS NULL
+		FROM sessions s JOIN users u ON u.id = s.user_id
+		JOIN members m ON m.user_id = u.id AND m.organization_id = u.active_organization_id
+		WHERE s.token_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2
+		ORDER BY m.removed_at IS NULL DESC, m.created_at DESC LIMIT 1`, hash, now).
+		Scan(&id.OrganizationID, &id.MemberID, &id.UserID, &id.Active)
+	return id, notFound(err)
+}
+
+// LockTracking locks the tracking rows of members (member id order) and returns them;
+// members without a row are absent.
+func LockTracking(ctx context.Context, tx pgx.Tx, members []string) (map[string]TrackingState, error) {
+	out := map[string]TrackingState{}
+	b := &pgx.Batch{}
+	queueLockTracking(b, sortedUnique(members), out)
+	return out, tx.SendBatch(ctx, b).Close()
+}
+
+// CaptureRow is a member's tracking row as the capture fence reads and writes it.
+type CaptureRow struct {
+	MemberID       string
+	Version        int64
+	CaptureEnabled bool
+	StartedAt      time.Time
+}
+
+// SetCapture moves a member's capture fence: the version, capture on or off, and a new
+// tracking epoch starting now (spend and counts stay). It creates the tracking row
+// when the member has none.
+func SetCapture(ctx context.Context, tx pgx.Tx, orgID, memberID string, version int64, enabled bool, now time.Time) error {
+	_, err := tx.Exec(ctx, `INSERT INTO usage_member_tracking AS t (member_id, organization_id, tracking_version, capture_enabled,
+			tracking_started_at, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $5, $5)
+		ON CONFLICT (member_id) DO UPDATE SET tracking_version = EXCLUDED.tracking_version, capture_enabled = EXCLUDED.capture_enabled,
+			tracking_started_at = EXCLUDED.tracking_started_at, updated_at = EXCLUDED.updated_at`,
+		memberID, orgID, version, enabled, now)
+	return err
+}
+
+// LockStartsInOrg locks the starts of an organization among ids (request id order).
+func LockStartsInOrg(ctx context.Context, tx pgx.Tx, orgID string, ids []string) (map[string]StoredStart, error) {
+	rows, err := tx.Query(ctx, `SELECT request_id, organization_id, member_id, tracking_version, snapshot, state, counted
+		FROM usage_request_starts WHERE organization_id = $1 AND request_id = ANY($2) ORDER BY request_id FOR UPDATE`, orgID, sortedUnique(ids))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]StoredStart{}
+	var s StoredStart
+	_, err = pgx.ForEachRow(rows, []any{&s.RequestID, &s.OrganizationID, &s.MemberID, &s.TrackingVersion, &s.Snapshot, &s.State, &s.Counted},
+		func() error { out[s.RequestID] = s; return nil })
+	return out, err
+}
+
+// PendingStart is a durable start not yet settled, as recovery lists it.
+type PendingStart struct {
+	RequestID       string
+	MemberID        string
+	TrackingVersion int64
+	AdmittedAt      time.Time
+	CreatedAt       time.Time
+	Snapshot        []byte
+}
+
+// PendingStartPage selects one page of an organization's pending starts admitted before
+// a cutoff, oldest first.
+type PendingStartPage struct {
+	OrganizationID string
+	// MemberID limits the page to one member when set.
+	MemberID string
+	Before   time.Time
+	Limit    int
+	// After is the (admitted_at, request_id) of the last row of the previous page.
+	AfterAdmittedAt *time.Time
+	AfterRequestID  string
+}
+
+// ListPendingStarts reads Limit+1 rows (so callers can tell whether more follow) from
+// the partial index of pending starts. A plain read: no lock, no write.
+func ListPendingStarts(ctx context.Context, q Querier, p PendingStartPage) ([]PendingStart, error) {
+	args := []any{p.OrganizationID, p.MemberID, p.Before, p.Limit + 1}
+	where := `organization_id = $1 AND state = 'pending' AND ($2 = '' OR member_id = $2) AND admitted_at < $3`
+	if p.AfterAdmittedAt != nil {
+		where += ` AND (admitted_at, request_id) > ($5, $6)`
+		args = append(args, *p.AfterAdmittedAt, p.AfterRequestID)
+	}
+	rows, err := q.Query(ctx, `SELECT request_id, member_id, tracking_version, admitted_at, created_at, snapshot
+		FROM usage_request_starts WHERE `+where+` ORDER BY admitted_at, request_id LIMIT $4`, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingStart, error) {
+		var s PendingStart
+		err := r.Scan(&s.RequestID, &s.MemberID, &s.TrackingVersion, &s.AdmittedAt, &s.CreatedAt, &s.Snapshot)
+		return s, err
+	})
+}

@@ -1,0 +1,179 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/usage"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// BatchSender is a pool or a transaction: something that runs pipelined statements.
+type BatchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// MirrorMember is a member as their Redis record describes them.
+type MirrorMember struct {
+	ID             string
+	OrganizationID string
+	Active         bool
+	TeamIDs        []string
+}
+
+// MirrorInputs is everything the Redis records of a set of members are built from.
+type MirrorInputs struct {
+	Members map[string]MirrorMember
+	// Models holds, per organization, its active policies and the assignments that reach
+	// any of the members (team names are not loaded: records carry no provenance).
+	Models   map[string]usage.Model
+	Tracking map[string]TrackingState
+	// Counters holds each member's counters of the given windows, by timeframe index.
+	Counters map[string][3]usage.Counter
+	// Versions are the members' mirror versions (read first, when asked for).
+	Versions map[string]int64
+}
+
+// LoadMirrorInputs reads, in one round trip and without locks, what the records of
+// members need at the given windows (window.Current of the record's instant). With
+// withVersions the mirror versions are read first, so the rest is at least as new as
+// the versions: a record built from it may be written under them.
+func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, windows [3]window.Window, withVersions bool) (MirrorInputs, error) {
+	in := MirrorInputs{Members: map[string]MirrorMember{}, Models: map[string]usage.Model{}, Tracking: map[string]TrackingState{},
+		Counters: map[string][3]usage.Counter{}, Versions: map[string]int64{}}
+	b := &pgx.Batch{}
+	if withVersions {
+		b.Queue(`SELECT member_id, version FROM usage_mirror_versions WHERE member_id = ANY($1)`, members).
+			Query(func(r pgx.Rows) error {
+				var id string
+				var v int64
+				_, err := pgx.ForEachRow(r, []any{&id, &v}, func() error { in.Versions[id] = v; return nil })
+				return err
+			})
+	}
+	b.Queue(`SELECT m.id, m.organization_id, m.removed_at IS NULL,
+			coalesce(array_agg(tm.team_id ORDER BY tm.team_id) FILTER (WHERE tm.team_id IS NOT NULL), '{}')
+		FROM members m
+		LEFT JOIN team_members tm ON tm.member_id = m.id
+			AND EXISTS (SELECT 1 FROM teams t WHERE t.id = tm.team_id AND t.deleted_at IS NULL)
+		WHERE m.id = ANY($1) GROUP BY m.id`, members).
+		Query(func(r pgx.Rows) error {
+			var m MirrorMember
+			_, err := pgx.ForEachRow(r, []any{&m.ID, &m.OrganizationID, &m.Active, &m.TeamIDs}, func() error {
+				in.Members[m.ID] = m
+				return nil
+			})
+			return err
+		})
+	// Assignments that can reach one of the members: organization-wide ones of their
+	// organizations, direct ones, and those of their teams.
+	b.Queue(`SELECT p.organization_id, a.id, a.policy_id, coalesce(a.member_id, ''), coalesce(a.team_id, ''), a.organization
+		FROM usage_policy_assignments a JOIN usage_policies p ON p.id = a.policy_id
+		WHERE p.archived_at IS NULL
+			AND p.organization_id IN (SELECT organization_id FROM members WHERE id = ANY($1))
+			AND (a.organization OR a.member_id = ANY($1)
+				OR a.team_id IN (SELECT team_id FROM team_members WHERE member_id = ANY($1)))
+		ORDER BY a.id`, members).
+		Query(func(r pgx.Rows) error {
+			var org string
+			var a usage.Assignment
+			_, err := pgx.ForEachRow(r, []any{&org, &a.ID, &a.PolicyID, &a.MemberID, &a.TeamID, &a.Organization}, func() error {
+				m := in.model(org)
+				m.Assignments = append(m.Assignments, a)
+				in.Models[org] = m
+				return nil
+			})
+			return err
+		})
+	b.Queue(`SELECT p.organization_id, p.id, p.name, p.hard_limit, p.allow_request_reset, p.revision, l.timeframe, l.cost_limit_micro_usd
+		FROM usage_policies p JOIN usage_policy_limits l ON l.policy_id = p.id
+		WHERE p.archived_at IS NULL AND p.organization_id IN (SELECT organization_id FROM members WHERE id = ANY($1))`, members).
+		Query(func(r pgx.Rows) error {
+			var org, tf string
+			var p usage.Policy
+			var amount int64
+			_, err := pgx.ForEachRow(r, []any{&org, &p.ID, &p.Name, &p.HardLimit, &p.AllowRequestReset, &p.Revision, &tf, &amount}, func() error {
+				m := in.model(org)
+				cur, ok := m.Policies[p.ID]
+				if !ok {
+					cur = p
+					cur.Limits = map[window.Timeframe]int64{}
+				}
+				cur.Limits[window.Timeframe(tf)] = amount
+				m.Policies[p.ID] = cur
+				in.Models[org] = m
+				return nil
+			})
+			return err
+		})
+	b.Queue(`SELECT member_id, organization_id, tracking_version, capture_enabled FROM usage_member_tracking WHERE member_id = ANY($1)`, members).
+		Query(func(r pgx.Rows) error {
+			var t TrackingState
+			_, err := pgx.ForEachRow(r, []any{&t.MemberID, &t.OrganizationID, &t.Version, &t.CaptureEnabled}, func() error {
+				in.Tracking[t.MemberID] = t
+				return nil
+			})
+			return err
+		})
+	b.Queue(`SELECT member_id, timeframe, used_micro_usd, extension_micro_usd, legacy FROM usage_buckets
+		WHERE member_id = ANY($1) AND ((timeframe = 'day' AND window_start = $2) OR (timeframe = 'week' AND window_start = $3)
+			OR (timeframe = 'month' AND window_start = $4))`, members, windows[0].Start, windows[1].Start, windows[2].Start).
+		Query(func(r pgx.Rows) error {
+			var id, tf string
+			var c usage.Counter
+			_, err := pgx.ForEachRow(r, []any{&id, &tf, &c.Used, &c.Extension, &c.Legacy}, func() error {
+				cs := in.Counters[id]
+				cs[usage.Index(window.Timeframe(tf))] = c
+				in.Counters[id] = cs
+				return nil
+			})
+			return err
+		})
+	return in, q.SendBatch(ctx, b).Close()
+}
+
+func (in *MirrorInputs) model(org string) usage.Model {
+	m, ok := in.Models[org]
+	if !ok {
+		m = usage.Model{Policies: map[string]usage.Policy{}, TeamNames: map[string]string{}}
+	}
+	return m
+}
+
+// MirroredMembers pages through the members whose Redis records a resync rewrites:
+// those with a tracking row, and active members some active policy reaches. Ids after
+// `after`, in id order, at most limit.
+func MirroredMembers(ctx context.Context, q Querier, after string, limit int) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT m.id FROM members m
+		WHERE m.id > $1 AND (
+			EXISTS (SELECT 1 FROM usage_member_tracking t WHERE t.member_id = m.id)
+			OR (m.removed_at IS NULL AND EXISTS (
+				SELECT 1 FROM usage_policy_assignments a JOIN usage_policies p ON p.id = a.policy_id
+				WHERE p.archived_at IS NULL AND p.organization_id = m.organization_id
+					AND (a.organization OR a.member_id = m.id
+						OR a.team_id IN (SELECT team_id FROM team_members WHERE member_id = m.id)))))
+		ORDER BY m.id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// BumpMemberVersion increments the mirror version of a member of an organization and
+// returns it; ErrNotFound when the member is not in the organization.
+func BumpMemberVersion(ctx context.Context, q Querier, orgID, memberID string) (int64, error) {
+	var v int64
+	err := q.QueryRow(ctx, `INSERT INTO usage_mirror_versions AS v (member_id, version)
+		SELECT id, 1 FROM members WHERE id = $1 AND organization_id = $2
+		ON CONFLICT (member_id) DO UPDATE SET version = v.version + 1
+		RETURNING version`, memberID, orgID).Scan(&v)
+	return v, notFound(err)
+}
+
+// CountPendingStarts counts durable starts not yet settled, across all members.
+func CountPendingStarts(ctx context.Context, q Querier) (int64, error) {
+	var n int64
+	err := q.QueryRow(ctx, `SELECT count(*) FROM usage_request_starts WHERE state = 'pending'`).Scan(&n)
+	return n, err
+}

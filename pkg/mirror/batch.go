@@ -1,0 +1,80 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+)
+
+// WriteMany writes records like Write, in one pipeline (on Redis Cluster the client
+// splits it by slot; each record is still one key and one script call). It returns, per
+// record, whether it was written, and the error of each write (nil when it went
+// through). When Redis has forgotten the script (a restart), it loads it and writes
+// again.
+func (l Layout) WriteMany(ctx context.Context, rdb redis.UniversalClient, recs []*Record, ttl time.Duration) ([]bool, []error) {
+	written := make([]bool, len(recs))
+	errs := make([]error, len(recs))
+	todo := make([]int, 0, len(recs))
+	blobs := make([][]byte, len(recs))
+	for i, rec := range recs {
+		if rec.GetEntitlement().GetMemberId() == "" {
+			errs[i] = errors.New("mirror: record without member id")
+			continue
+		}
+		blob, err := proto.Marshal(rec)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		blobs[i] = blob
+		todo = append(todo, i)
+	}
+	for attempt := 0; attempt < 2 && len(todo) > 0; attempt++ {
+		cmds := make([]*redis.Cmd, len(todo))
+		pipe := rdb.Pipeline()
+		for k, i := range todo {
+			rec := recs[i]
+			cmds[k] = writeScript.EvalSha(ctx, pipe, []string{l.MemberKey(rec.GetEntitlement().GetMemberId())},
+				rec.GetVersion(), rec.GetGeneration(), blobs[i], ttl.Milliseconds())
+		}
+		_, _ = pipe.Exec(ctx)
+		var retry []int
+		for k, i := range todo {
+			n, err := cmds[k].Int()
+			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") && attempt == 0 {
+				retry = append(retry, i)
+				continue
+			}
+			written[i], errs[i] = n == 1, err
+		}
+		if len(retry) > 0 {
+			if err := writeScript.Load(ctx, rdb).Err(); err != nil {
+				for _, i := range retry {
+					errs[i] = err
+				}
+				return written, errs
+			}
+		}
+		todo = retry
+	}
+	return written, errs
+}
+
+// ClaimGeneration installs generation unless one is already set, and returns the
+// generation in force: ours when claimed, another writer's otherwise. Control planes
+// that find the generation missing at the same time thus agree on one.
+func (l Layout) ClaimGeneration(ctx context.Context, rdb redis.Cmdable, generation string) (string, bool, error) {
+	ok, err := rdb.SetNX(ctx, l.GenerationKey(), generation, 0).Result()
+	if err != nil {
+		return "", false, err
+	}
+	if ok {
+		return generation, true, nil
+	}
+	cur, err := l.Generation(ctx, rdb)
+	return cur, false, err
+}
