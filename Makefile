@@ -10,7 +10,7 @@ export TOLLGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?ssl
 export TOLLGATE_TEST_REDIS_URL    ?= $(TOLLGATE_REDIS_URL)
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test lint migrate services services-down generate fuzz bench chart-test clean
+.PHONY: help build run run-fresh test lint migrate services services-down generate fuzz bench chart-test clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -27,6 +27,9 @@ services-down: ## stop throwaway services that `make services` started
 
 run: build services ## build, start services, migrate, run the stack with a seeded demo organization
 	$(BIN)/tollgate dev
+
+run-fresh: build services ## like run, but first empties the local demo database and Redis mirror
+	$(BIN)/tollgate dev --reset
 
 migrate: build services ## apply database migrations to TOLLGATE_DATABASE_URL
 	$(BIN)/controlplane migrate

@@ -27,7 +27,7 @@ type devConfig struct {
 	HTTPAddr, GRPCAddr, AdminAddr                   string // control plane
 	EnforcerGRPC, EnforcerHTTP, EnforcerAdmin       string
 	UpstreamAddr, ProxyAddr, Caddyfile, CaddyBinary string
-	NoProxy, SeedOnly                               bool
+	NoProxy, SeedOnly, Reset                        bool
 }
 
 // dev runs the whole stack in this process (control plane, enforcer, a fake upstream and
@@ -52,6 +52,7 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	fs.StringVar(&c.Caddyfile, "caddyfile", "deploy/caddy/Caddyfile", "Caddyfile for the demo proxy")
 	fs.StringVar(&c.CaddyBinary, "caddy", "caddy", "Caddy binary; when not found, a built-in forward-auth proxy is used")
 	fs.BoolVar(&c.NoProxy, "no-proxy", false, "run only the control plane and the enforcer")
+	fs.BoolVar(&c.Reset, "reset", false, "start from an empty local database and Redis mirror (drops the database of TOLLGATE_DATABASE_URL)")
 	fs.BoolVar(&c.SeedOnly, "seed-only", false, "seed the demo organization against an already running control plane and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -66,6 +67,11 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 		return nil
 	}
 
+	if c.Reset {
+		if err := resetLocal(ctx, getenv, stdio.Stdout); err != nil {
+			return fmt.Errorf("reset: %w", err)
+		}
+	}
 	// The internal API needs a shared secret; a local stack makes a random one.
 	token := getenv("TOLLGATE_INTERNAL_TOKEN")
 	if token == "" {
@@ -140,6 +146,9 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 		}
 	}
 	printDemo(stdio.Stdout, base, d, proxyURL, token)
+	if blocked, err := (client{ctx: ctx, base: base}).memberBlocked(d); err == nil && blocked {
+		fmt.Fprintln(stdio.Stdout, "Note: the demo member already spent today's limit in an earlier run, so calls answer 429 at once.\n      `make run-fresh` starts over with an empty database.")
+	}
 	fmt.Fprintln(stdio.Stdout, "Press Ctrl-C to stop.")
 	select {
 	case <-ctx.Done():

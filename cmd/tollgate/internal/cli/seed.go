@@ -210,3 +210,10 @@ func (c client) limitMember(d demoOrg) error {
 		map[string]string{"memberId": memberID}, http.StatusOK, nil)
 	return err
 }
+
+// memberBlocked tells whether the demo member's status is blocked.
+func (c client) memberBlocked(d demoOrg) (bool, error) {
+	var status struct{ State string }
+	_, err := c.call("GET", "/v1/gateway/usage-limits/me", d.Member.Token, d.OrgID, nil, http.StatusOK, &status)
+	return status.State == "blocked", err
+}

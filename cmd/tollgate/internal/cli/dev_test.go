@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func requireRedis(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("TOLLGATE_TEST_REDIS_URL")
+	if url == "" {
+		url = "redis://127.0.0.1:6379/0"
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		storetest.Unavailable(t, "Redis", err)
+	}
+	return url
+}
+
+// TestDevStackReachesThe429 runs `tollgate dev` as `make run` does (with the built-in
+// proxy, so it does not depend on Caddy) and follows what it prints: the member's calls
+// through the proxy are admitted until the seeded daily limit is spent, then refused with
+// the 429 and both headers. The operator commands then work against the same stack.
+func TestDevStackReachesThe429(t *testing.T) {
+	redisURL := requireRedis(t)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	prefix := "tgdevtest:" + hex.EncodeToString(b[:]) + ":"
+	env := map[string]string{
+		"TOLLGATE_DATABASE_URL": storetest.URLFor(storetest.NewDatabase(t)),
+		"TOLLGATE_REDIS_URL":    redisURL, "TOLLGATE_REDIS_PREFIX": prefix,
+		"TOLLGATE_HTTP_ADDR": freeAddr(t), "TOLLGATE_GRPC_ADDR": freeAddr(t), "TOLLGATE_ADMIN_ADDR": freeAddr(t),
+		"TOLLGATE_ENFORCER_GRPC_ADDR": freeAddr(t), "TOLLGATE_ENFORCER_HTTP_ADDR": freeAddr(t), "TOLLGATE_ENFORCER_ADMIN_ADDR": freeAddr(t),
+		"TOLLGATE_DEMO_UPSTREAM_ADDR": freeAddr(t), "TOLLGATE_DEMO_PROXY_ADDR": freeAddr(t),
+	}
+	getenv := func(k string) string { return env[k] }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"dev", "--caddy", "/nonexistent/caddy"}, getenv, IO{Stdout: out, Stderr: io.Discard})
+	}()
+	deadline := time.Now().Add(90 * time.Second)
+	for !strings.Contains(out.String(), "Press Ctrl-C to stop.") {
+		select {
+		case err := <-done:
+			t.Fatalf("tollgate dev stopped: %v\n%s", err, out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tollgate dev did not get ready:\n%s", out.String())
+		}
+	}
+	printed := out.String()
+	memberKey := regexp.MustCompile(`(?s)Member .*?API key: (tgk_\S+)`).FindStringSubmatch(printed)
+	ownerKey := regexp.MustCompile(`(?s)Owner .*?API key: (tgk_\S+)`).FindStringSubmatch(printed)
+	if memberKey == nil || ownerKey == nil || !strings.Contains(printed, "http://"+env["TOLLGATE_DEMO_PROXY_ADDR"]) {
+		t.Fatalf("keys or proxy not printed:\n%s", printed)
+	}
+
+	call := func() *http.Response {
+		req, _ := http.NewRequest("POST", "http://"+env["TOLLGATE_DEMO_PROXY_ADDR"]+"/v1/chat/completions", strings.NewReader(`{"model":"demo-model"}`))
+		req.Header.Set("x-api-key", memberKey[1])
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res
+	}
+	admitted := 0
+	var refused *http.Response
+	for i := 0; i < 10 && refused == nil; i++ {
+		res := call()
+		switch res.StatusCode {
+		case http.StatusOK:
+			admitted++
+		case http.StatusTooManyRequests:
+			refused = res
+		default:
+			t.Fatalf("call %d: status %d", i+1, res.StatusCode)
+		}
+	}
+	if admitted != 5 || refused == nil {
+		t.Fatalf("admitted %d then refused=%v; want 5 admitted then a 429", admitted, refused != nil)
+	}
+	if refused.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" || refused.Header.Get("X-Service-Usage-State") != "blocked" {
+		t.Fatalf("429 headers %v", refused.Header)
+	}
+
+	// The operator commands against the same stack.
+	api := "http://" + env["TOLLGATE_HTTP_ADDR"]
+	var status struct {
+		MemberID string
+		Coverage struct{ TrackingVersion int64 }
+	}
+	c := client{ctx: ctx, base: api, apiKey: memberKey[1]}
+	if _, err := c.call("GET", "/v1/gateway/usage-limits/me", "", "", nil, 200, &status); err != nil {
+		t.Fatal(err)
+	}
+	opEnv := func(k string) string {
+		if k == "TOLLGATE_API_KEY" {
+			return ownerKey[1]
+		}
+		if k == "TOLLGATE_API_URL" {
+			return api
+		}
+		return ""
+	}
+	var cmdOut bytes.Buffer
+	member := fmt.Sprintf("%s:%d", status.MemberID, status.Coverage.TrackingVersion)
+	if err := Run(ctx, []string{"capture", "suspend", "--member", member, "--reference", "test"}, opEnv, IO{Stdout: &cmdOut, Stderr: io.Discard}); err != nil {
+		t.Fatalf("capture preview: %v\n%s", err, cmdOut.String())
+	}
+	if !strings.Contains(cmdOut.String(), "Preview only") || !strings.Contains(cmdOut.String(), status.MemberID) {
+		t.Fatalf("capture preview printed:\n%s", cmdOut.String())
+	}
+	cmdOut.Reset()
+	if err := Run(ctx, []string{"capture", "suspend", "--member", member, "--reference", "test", "--apply"}, opEnv, IO{Stdout: &cmdOut, Stderr: io.Discard}); err != nil {
+		t.Fatalf("capture apply: %v\n%s", err, cmdOut.String())
+	}
+	if !strings.Contains(cmdOut.String(), "suspended") {
+		t.Fatalf("capture apply printed:\n%s", cmdOut.String())
+	}
+	cmdOut.Reset()
+	if err := Run(ctx, []string{"recover", "--reference", "test"}, opEnv, IO{Stdout: &cmdOut, Stderr: io.Discard}); err != nil {
+		t.Fatalf("recover: %v\n%s", err, cmdOut.String())
+	}
+	if !strings.Contains(cmdOut.String(), "listed 0 pending start(s)") {
+		t.Fatalf("recover printed:\n%s", cmdOut.String())
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("tollgate dev returned %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("tollgate dev did not stop")
+	}
+}
