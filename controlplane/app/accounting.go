@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 	"log/slog"
 	"os"
 	"time"
@@ -37,27 +38,10 @@ func checkInternalAuth(c Config) error {
 	return nil
 }
 
-// newRedis builds the mirror's Redis client for the configured topology, as the
-// enforcer does: every record is one key, so cluster mode needs nothing special.
+// newRedis builds the mirror's Redis client. Writes after commit must not hold a lane
+// for long when Redis is slow or gone: the repair loop rewrites what failed.
 func newRedis(c Config) (redis.UniversalClient, error) {
-	opts, err := redis.ParseURL(c.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("TOLLGATE_REDIS_URL: %w", err)
-	}
-	// Writes after commit must not hold a lane for long when Redis is slow or gone: the
-	// repair loop rewrites what failed.
-	const dial, rw = 2 * time.Second, time.Second
-	switch c.RedisMode {
-	case "sentinel":
-		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: c.RedisSentinelMaster, SentinelAddrs: c.RedisAddrs,
-			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig,
-			DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw}), nil
-	case "cluster":
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.RedisAddrs, Username: opts.Username, Password: opts.Password,
-			TLSConfig: opts.TLSConfig, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw}), nil
-	}
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = dial, rw, rw
-	return redis.NewClient(opts), nil
+	return c.Redis.NewClient(redisconf.Timeouts{Dial: 2 * time.Second, Read: time.Second, Write: time.Second})
 }
 
 // grpcCredentials are the internal API's transport credentials: nil for plaintext
@@ -116,6 +100,6 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdi
 }
 
 func newMirrorWriter(cfg Config, st *store.Store, rdb redis.UniversalClient, log *slog.Logger, m *acctmetrics.Metrics) *mirrorsync.Writer {
-	return mirrorsync.New(mirrorsync.Deps{Store: st, Redis: rdb, Layout: mirror.Layout{Prefix: cfg.RedisPrefix}, Clock: clock.System{},
+	return mirrorsync.New(mirrorsync.Deps{Store: st, Redis: rdb, Layout: mirror.Layout{Prefix: cfg.Redis.Prefix}, Clock: clock.System{},
 		Log: log, Metrics: m})
 }

@@ -4,10 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tollgate-dev/tollgate/pkg/envflag"
+	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 	"io"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -17,19 +18,9 @@ import (
 type Config struct {
 	// DatabaseURL is the Postgres connection URL (TOLLGATE_DATABASE_URL).
 	DatabaseURL string
-	// RedisURL is where the enforcer mirror lives (TOLLGATE_REDIS_URL). In sentinel and
-	// cluster mode it still supplies credentials, TLS (rediss://) and, for sentinel, the
-	// database.
-	RedisURL string
-	// RedisMode is single, sentinel or cluster (TOLLGATE_REDIS_MODE), as the enforcer's.
-	RedisMode string
-	// RedisAddrs are the sentinel or cluster seed addresses (TOLLGATE_REDIS_ADDRS).
-	RedisAddrs []string
-	// RedisSentinelMaster names the sentinel master set (TOLLGATE_REDIS_SENTINEL_MASTER).
-	RedisSentinelMaster string
-	// RedisPrefix prefixes every mirror key; it must match the enforcers'
-	// (TOLLGATE_REDIS_PREFIX).
-	RedisPrefix string
+	// Redis is the mirror's Redis: TOLLGATE_REDIS_URL, _MODE, _ADDRS, _SENTINEL_MASTER and
+	// _PREFIX, shared with the enforcers (pkg/redisconf).
+	Redis redisconf.Config
 	// MirrorCheckInterval is how often the mirror's generation is checked and failed
 	// writes repaired (TOLLGATE_MIRROR_CHECK_INTERVAL).
 	MirrorCheckInterval time.Duration
@@ -73,7 +64,7 @@ type Config struct {
 // Defaults of the address and URL knobs.
 const (
 	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/tollgate?sslmode=disable"
-	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
+	DefaultRedisURL    = redisconf.DefaultURL
 	DefaultHTTPAddr    = "127.0.0.1:8080"
 	DefaultGRPCAddr    = "127.0.0.1:8081"
 	DefaultAdminAddr   = "127.0.0.1:9090"
@@ -82,58 +73,14 @@ const (
 // parseConfig builds the config of a subcommand from its flags and the environment, and
 // validates it, reporting every problem at once.
 func parseConfig(name string, args []string, getenv func(string) string, out io.Writer, extra func(*flag.FlagSet)) (Config, error) {
-	env := func(key, def string) string {
-		if v := getenv(key); v != "" {
-			return v
-		}
-		return def
-	}
 	var c Config
-	var admins, redisAddrs string
-	var problems []string
-	durationEnv := func(key string, def time.Duration) time.Duration {
-		v := getenv(key)
-		if v == "" {
-			return def
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %q is not a duration like 30s or 168h", key, v))
-			return def
-		}
-		return d
-	}
-	intEnv := func(key string, def int) int {
-		v := getenv(key)
-		if v == "" {
-			return def
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %q is not an integer", key, v))
-			return def
-		}
-		return n
-	}
-	boolEnv := func(key string) bool {
-		v := getenv(key)
-		if v == "" {
-			return false
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %q is not true or false", key, v))
-		}
-		return b
-	}
+	var admins string
+	e := envflag.New(getenv)
+	env, durationEnv, intEnv, boolEnv := e.String, e.Duration, e.Int, e.Bool
 	fs := flag.NewFlagSet("controlplane "+name, flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.DatabaseURL, "database-url", env("TOLLGATE_DATABASE_URL", DefaultDatabaseURL), "Postgres URL (TOLLGATE_DATABASE_URL)")
-	fs.StringVar(&c.RedisURL, "redis-url", env("TOLLGATE_REDIS_URL", DefaultRedisURL), "Redis URL of the enforcer mirror (TOLLGATE_REDIS_URL)")
-	fs.StringVar(&c.RedisMode, "redis-mode", env("TOLLGATE_REDIS_MODE", "single"), "Redis topology: single, sentinel or cluster (TOLLGATE_REDIS_MODE)")
-	fs.StringVar(&redisAddrs, "redis-addrs", getenv("TOLLGATE_REDIS_ADDRS"), "comma-separated host:port of the sentinels or cluster seeds (TOLLGATE_REDIS_ADDRS)")
-	fs.StringVar(&c.RedisSentinelMaster, "redis-sentinel-master", getenv("TOLLGATE_REDIS_SENTINEL_MASTER"), "sentinel master set name (TOLLGATE_REDIS_SENTINEL_MASTER)")
-	fs.StringVar(&c.RedisPrefix, "redis-prefix", env("TOLLGATE_REDIS_PREFIX", "tg:"), "prefix of every mirror key, the same as the enforcers' (TOLLGATE_REDIS_PREFIX)")
+	c.Redis.Register(fs, e)
 	fs.DurationVar(&c.MirrorCheckInterval, "mirror-check-interval", durationEnv("TOLLGATE_MIRROR_CHECK_INTERVAL", 5*time.Second), "how often the mirror generation is checked and failed Redis writes repaired (TOLLGATE_MIRROR_CHECK_INTERVAL)")
 	fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", getenv("TOLLGATE_GRPC_TLS_CERT"), "PEM certificate of the internal gRPC API; with --grpc-tls-key, serve it over TLS (TOLLGATE_GRPC_TLS_CERT)")
 	fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", getenv("TOLLGATE_GRPC_TLS_KEY"), "PEM private key of --grpc-tls-cert (TOLLGATE_GRPC_TLS_KEY)")
@@ -157,6 +104,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	problems := e.Problems
 	if fs.NArg() > 0 {
 		problems = append(problems, fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
 	}
@@ -168,11 +116,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 			c.PlatformAdminEmails = append(c.PlatformAdminEmails, e)
 		}
 	}
-	for _, a := range strings.Split(redisAddrs, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			c.RedisAddrs = append(c.RedisAddrs, a)
-		}
-	}
+	c.Redis.Finish()
 	problems = append(problems, c.validate()...)
 	if len(problems) > 0 {
 		return c, errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))
@@ -184,9 +128,6 @@ func (c Config) validate() []string {
 	var p []string
 	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		p = append(p, "TOLLGATE_DATABASE_URL: must be a postgres:// URL")
-	}
-	if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-		p = append(p, "TOLLGATE_REDIS_URL: must be a redis:// or rediss:// URL")
 	}
 	for _, a := range []struct{ name, addr string }{
 		{"TOLLGATE_HTTP_ADDR", c.HTTPAddr}, {"TOLLGATE_GRPC_ADDR", c.GRPCAddr}, {"TOLLGATE_ADMIN_ADDR", c.AdminAddr},
@@ -209,27 +150,7 @@ func (c Config) validate() []string {
 	if c.ShutdownTimeout <= 0 {
 		p = append(p, "TOLLGATE_SHUTDOWN_TIMEOUT: must be positive")
 	}
-	switch c.RedisMode {
-	case "single":
-	case "sentinel":
-		if len(c.RedisAddrs) == 0 {
-			p = append(p, "TOLLGATE_REDIS_ADDRS: sentinel mode needs the sentinels' addresses")
-		}
-		if c.RedisSentinelMaster == "" {
-			p = append(p, "TOLLGATE_REDIS_SENTINEL_MASTER: sentinel mode needs the master set name")
-		}
-	case "cluster":
-		if len(c.RedisAddrs) == 0 {
-			p = append(p, "TOLLGATE_REDIS_ADDRS: cluster mode needs at least one seed address")
-		}
-	default:
-		p = append(p, "TOLLGATE_REDIS_MODE: must be single, sentinel or cluster")
-	}
-	for _, a := range c.RedisAddrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			p = append(p, fmt.Sprintf("TOLLGATE_REDIS_ADDRS: %q is not host:port", a))
-		}
-	}
+	p = append(p, c.Redis.Validate()...)
 	if c.MirrorCheckInterval <= 0 {
 		p = append(p, "TOLLGATE_MIRROR_CHECK_INTERVAL: must be positive")
 	}

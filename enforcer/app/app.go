@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 	"io"
 	"log/slog"
 	"net"
@@ -84,7 +85,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 		rdb.Close()
 		return fmt.Errorf("control plane client: %w", err)
 	}
-	e := New(Deps{Config: cfg, Redis: rdb, ControlPlane: cpclient.New(cc), Layout: mirror.Layout{Prefix: cfg.RedisPrefix},
+	e := New(Deps{Config: cfg, Redis: rdb, ControlPlane: cpclient.New(cc), Layout: mirror.Layout{Prefix: cfg.Redis.Prefix},
 		Clock: clock.System{}, Log: log, Registry: reg, Metrics: m})
 	lns, err := Listen(cfg, log)
 	if err != nil {
@@ -110,31 +111,10 @@ func newLogger(c Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// NewRedis builds the Redis client of the configured topology. Every key one check
-// reads shares a hash tag, so cluster mode needs nothing special from the reader.
+// NewRedis builds the Redis client of the configured topology. Checks have tight
+// budgets: fail fast rather than queue behind a dead server.
 func NewRedis(cfg Config) (redis.UniversalClient, error) {
-	opts, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("TOLLGATE_REDIS_URL: %w", err)
-	}
-	// Checks have tight budgets: fail fast rather than queue behind a dead server.
-	timeouts := func(dial, read, write *time.Duration) {
-		*dial, *read, *write = 2*time.Second, 500*time.Millisecond, 500*time.Millisecond
-	}
-	switch cfg.RedisMode {
-	case "sentinel":
-		fo := &redis.FailoverOptions{MasterName: cfg.RedisSentinelMaster, SentinelAddrs: cfg.RedisAddrs,
-			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize}
-		timeouts(&fo.DialTimeout, &fo.ReadTimeout, &fo.WriteTimeout)
-		return redis.NewFailoverClient(fo), nil
-	case "cluster":
-		co := &redis.ClusterOptions{Addrs: cfg.RedisAddrs, Username: opts.Username, Password: opts.Password,
-			TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize}
-		timeouts(&co.DialTimeout, &co.ReadTimeout, &co.WriteTimeout)
-		return redis.NewClusterClient(co), nil
-	}
-	timeouts(&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout)
-	return redis.NewClient(opts), nil
+	return cfg.Redis.NewClient(redisconf.Timeouts{Dial: 2 * time.Second, Read: 500 * time.Millisecond, Write: 500 * time.Millisecond})
 }
 
 // Deps are what New needs.

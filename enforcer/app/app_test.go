@@ -25,7 +25,7 @@ func envOf(m map[string]string) func(string) string { return func(k string) stri
 
 func TestDefaultConfig(t *testing.T) {
 	c := app.DefaultConfig()
-	if c.GRPCAddr != "127.0.0.1:9001" || c.HTTPAddr != "127.0.0.1:9002" || c.AdminAddr != "127.0.0.1:9091" || c.FailureMode != "closed" || c.RedisMode != "single" {
+	if c.GRPCAddr != "127.0.0.1:9001" || c.HTTPAddr != "127.0.0.1:9002" || c.AdminAddr != "127.0.0.1:9091" || c.FailureMode != "closed" || c.Redis.Mode != "single" {
 		t.Fatalf("%+v", c)
 	}
 }

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tollgate-dev/tollgate/pkg/envflag"
+	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 	"io"
 	"net"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -15,18 +15,9 @@ import (
 // Config is every knob of the enforcer. Each field comes from a flag whose default is
 // read from the environment variable named in its help text.
 type Config struct {
-	// RedisURL is the mirror's Redis (TOLLGATE_REDIS_URL). In sentinel and cluster mode
-	// it still supplies credentials, TLS (rediss://) and, for sentinel, the database.
-	RedisURL string
-	// RedisMode is single, sentinel or cluster (TOLLGATE_REDIS_MODE).
-	RedisMode string
-	// RedisAddrs are the sentinel or cluster seed addresses (TOLLGATE_REDIS_ADDRS).
-	RedisAddrs []string
-	// RedisSentinelMaster names the sentinel master set (TOLLGATE_REDIS_SENTINEL_MASTER).
-	RedisSentinelMaster string
-	// RedisPrefix prefixes every mirror key; it must match the control plane's
-	// (TOLLGATE_REDIS_PREFIX).
-	RedisPrefix string
+	// Redis is the mirror's Redis: TOLLGATE_REDIS_URL, _MODE, _ADDRS, _SENTINEL_MASTER and
+	// _PREFIX, shared with the control plane (pkg/redisconf).
+	Redis redisconf.Config
 	// GRPCAddr serves ext_authz, ext_proc and gRPC health (TOLLGATE_ENFORCER_GRPC_ADDR).
 	GRPCAddr string
 	// HTTPAddr serves /check and /settle (TOLLGATE_ENFORCER_HTTP_ADDR).
@@ -69,7 +60,7 @@ type Config struct {
 
 // Defaults of the address knobs.
 const (
-	DefaultRedisURL         = "redis://127.0.0.1:6379/0"
+	DefaultRedisURL         = redisconf.DefaultURL
 	DefaultGRPCAddr         = "127.0.0.1:9001"
 	DefaultHTTPAddr         = "127.0.0.1:9002"
 	DefaultAdminAddr        = "127.0.0.1:9091"
@@ -93,45 +84,11 @@ func (c Config) FailOpen() bool { return c.FailureMode == "open" }
 // reporting every problem at once.
 func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
 	var c Config
-	var problems []string
-	env := func(key, def string) string {
-		if v := getenv(key); v != "" {
-			return v
-		}
-		return def
-	}
-	durationEnv := func(key string, def time.Duration) time.Duration {
-		v := getenv(key)
-		if v == "" {
-			return def
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %q is not a duration like 500ms or 15m", key, v))
-			return def
-		}
-		return d
-	}
-	intEnv := func(key string, def int) int {
-		v := getenv(key)
-		if v == "" {
-			return def
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %q is not a whole number", key, v))
-			return def
-		}
-		return n
-	}
-	var addrs string
+	e := envflag.New(getenv)
+	env, durationEnv, intEnv := e.String, e.Duration, e.Int
 	fs := flag.NewFlagSet("enforcer", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&c.RedisURL, "redis-url", env("TOLLGATE_REDIS_URL", DefaultRedisURL), "Redis URL of the mirror; in sentinel/cluster mode only its credentials, TLS and database are used (TOLLGATE_REDIS_URL)")
-	fs.StringVar(&c.RedisMode, "redis-mode", env("TOLLGATE_REDIS_MODE", "single"), "Redis topology: single, sentinel or cluster (TOLLGATE_REDIS_MODE)")
-	fs.StringVar(&addrs, "redis-addrs", getenv("TOLLGATE_REDIS_ADDRS"), "comma-separated host:port of the sentinels or cluster seeds (TOLLGATE_REDIS_ADDRS)")
-	fs.StringVar(&c.RedisSentinelMaster, "redis-sentinel-master", getenv("TOLLGATE_REDIS_SENTINEL_MASTER"), "sentinel master set name (TOLLGATE_REDIS_SENTINEL_MASTER)")
-	fs.StringVar(&c.RedisPrefix, "redis-prefix", env("TOLLGATE_REDIS_PREFIX", "tg:"), "prefix of every mirror key, the same as the control plane's (TOLLGATE_REDIS_PREFIX)")
+	c.Redis.Register(fs, e)
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", env("TOLLGATE_ENFORCER_GRPC_ADDR", DefaultGRPCAddr), "ext_authz, ext_proc and gRPC health listen address (TOLLGATE_ENFORCER_GRPC_ADDR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_ENFORCER_HTTP_ADDR", DefaultHTTPAddr), "HTTP /check and /settle listen address (TOLLGATE_ENFORCER_HTTP_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ENFORCER_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ENFORCER_ADMIN_ADDR)")
@@ -152,14 +109,11 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	problems := e.Problems
 	if fs.NArg() > 0 {
 		problems = append(problems, fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
 	}
-	for _, a := range strings.Split(addrs, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			c.RedisAddrs = append(c.RedisAddrs, a)
-		}
-	}
+	c.Redis.Finish()
 	problems = append(problems, c.validate()...)
 	if len(problems) > 0 {
 		return c, errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))
@@ -169,30 +123,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 
 func (c Config) validate() []string {
 	var p []string
-	if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-		p = append(p, "TOLLGATE_REDIS_URL: must be a redis:// or rediss:// URL")
-	}
-	switch c.RedisMode {
-	case "single":
-	case "sentinel":
-		if len(c.RedisAddrs) == 0 {
-			p = append(p, "TOLLGATE_REDIS_ADDRS: sentinel mode needs the sentinels' addresses")
-		}
-		if c.RedisSentinelMaster == "" {
-			p = append(p, "TOLLGATE_REDIS_SENTINEL_MASTER: sentinel mode needs the master set name")
-		}
-	case "cluster":
-		if len(c.RedisAddrs) == 0 {
-			p = append(p, "TOLLGATE_REDIS_ADDRS: cluster mode needs at least one seed address")
-		}
-	default:
-		p = append(p, "TOLLGATE_REDIS_MODE: must be single, sentinel or cluster")
-	}
-	for _, a := range c.RedisAddrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			p = append(p, fmt.Sprintf("TOLLGATE_REDIS_ADDRS: %q is not host:port", a))
-		}
-	}
+	p = append(p, c.Redis.Validate()...)
 	for _, a := range []struct{ name, addr string }{
 		{"TOLLGATE_ENFORCER_GRPC_ADDR", c.GRPCAddr}, {"TOLLGATE_ENFORCER_HTTP_ADDR", c.HTTPAddr},
 		{"TOLLGATE_ENFORCER_ADMIN_ADDR", c.AdminAddr}, {"TOLLGATE_CONTROLPLANE_ADDR", c.ControlPlaneAddr},

@@ -94,7 +94,7 @@ func New(t testing.TB, opts Options) *Env {
 	cfg := app.DefaultConfig()
 	cfg.InternalToken = fakecp.Token
 	cfg.ControlPlaneAddr = e.CP.Addr
-	cfg.RedisPrefix = layout.Prefix
+	cfg.Redis.Prefix = layout.Prefix
 	cfg.GenerationPoll = 20 * time.Millisecond
 	cfg.ShutdownTimeout = 5 * time.Second
 	if opts.FailOpen {

@@ -1,0 +1,81 @@
+// Package envflag reads the environment defaults of command-line flags, the way both
+// programs configure themselves: every flag's default comes from a TOLLGATE_* variable,
+// and a variable that does not parse is recorded as a problem (not a panic, not a silent
+// fallback) so the program can report every problem at once. It knows no variable names.
+package envflag
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Env reads variables through getenv and collects their problems.
+type Env struct {
+	getenv   func(string) string
+	Problems []string
+}
+
+// New returns an Env over getenv (os.Getenv in programs, a map in tests).
+func New(getenv func(string) string) *Env { return &Env{getenv: getenv} }
+
+// String is the variable's value, or def when it is empty.
+func (e *Env) String(key, def string) string {
+	if v := e.getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// Duration parses the variable as a Go duration (500ms, 15m, 168h).
+func (e *Env) Duration(key string, def time.Duration) time.Duration {
+	v := e.getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		e.Problems = append(e.Problems, fmt.Sprintf("%s: %q is not a duration like 500ms, 30s or 168h", key, v))
+		return def
+	}
+	return d
+}
+
+// Int parses the variable as a whole number.
+func (e *Env) Int(key string, def int) int {
+	v := e.getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		e.Problems = append(e.Problems, fmt.Sprintf("%s: %q is not a whole number", key, v))
+		return def
+	}
+	return n
+}
+
+// Bool parses the variable as true or false (false when empty).
+func (e *Env) Bool(key string) bool {
+	v := e.getenv(key)
+	if v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.Problems = append(e.Problems, fmt.Sprintf("%s: %q is not true or false", key, v))
+	}
+	return b
+}
+
+// List splits a comma-separated value, dropping blanks.
+func List(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,33 @@
+package envflag
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestEnv(t *testing.T) {
+	vars := map[string]string{"S": "x", "D": "2s", "BAD_D": "soon", "I": "7", "BAD_I": "7.5", "B": "true", "BAD_B": "maybe"}
+	e := New(func(k string) string { return vars[k] })
+	if e.String("S", "d") != "x" || e.String("NONE", "d") != "d" {
+		t.Fatal("String")
+	}
+	if e.Duration("D", time.Second) != 2*time.Second || e.Duration("NONE", time.Second) != time.Second {
+		t.Fatal("Duration")
+	}
+	if e.Int("I", 1) != 7 || e.Int("NONE", 1) != 1 || !e.Bool("B") || e.Bool("NONE") {
+		t.Fatal("Int or Bool")
+	}
+	if len(e.Problems) != 0 {
+		t.Fatalf("problems from good values: %v", e.Problems)
+	}
+	if e.Duration("BAD_D", time.Second) != time.Second || e.Int("BAD_I", 1) != 1 || e.Bool("BAD_B") {
+		t.Fatal("a bad value did not fall back")
+	}
+	if len(e.Problems) != 3 {
+		t.Fatalf("want three problems, got %v", e.Problems)
+	}
+	if got := List(" a, ,b ,"); !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Fatalf("List %v", got)
+	}
+}

@@ -1,0 +1,108 @@
+// Package redisconf is the Redis topology both programs share: the same flags and
+// TOLLGATE_REDIS_* variables, the same validation, the same client construction for a
+// single server, Sentinel or Cluster. Every mirror record is one hash-tagged key, so no
+// caller needs anything mode-specific beyond the client this builds.
+package redisconf
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/pkg/envflag"
+)
+
+// DefaultURL is the local Redis.
+const DefaultURL = "redis://127.0.0.1:6379/0"
+
+// Config selects and reaches the mirror's Redis.
+type Config struct {
+	// URL is TOLLGATE_REDIS_URL. In sentinel and cluster mode only its credentials, TLS
+	// (rediss://) and, for sentinel, database are used.
+	URL string
+	// Mode is single, sentinel or cluster (TOLLGATE_REDIS_MODE).
+	Mode string
+	// Addrs are the sentinels or cluster seeds (TOLLGATE_REDIS_ADDRS, comma-separated).
+	Addrs []string
+	// SentinelMaster names the sentinel master set (TOLLGATE_REDIS_SENTINEL_MASTER).
+	SentinelMaster string
+	// Prefix starts every mirror key; both programs must agree (TOLLGATE_REDIS_PREFIX).
+	Prefix string
+
+	addrs string
+}
+
+// Register adds the Redis flags, with their environment defaults, to fs. Call Finish
+// after parsing.
+func (c *Config) Register(fs *flag.FlagSet, env *envflag.Env) {
+	fs.StringVar(&c.URL, "redis-url", env.String("TOLLGATE_REDIS_URL", DefaultURL), "Redis URL of the mirror; in sentinel/cluster mode only its credentials, TLS and database are used (TOLLGATE_REDIS_URL)")
+	fs.StringVar(&c.Mode, "redis-mode", env.String("TOLLGATE_REDIS_MODE", "single"), "Redis topology: single, sentinel or cluster (TOLLGATE_REDIS_MODE)")
+	fs.StringVar(&c.addrs, "redis-addrs", env.String("TOLLGATE_REDIS_ADDRS", ""), "comma-separated host:port of the sentinels or cluster seeds (TOLLGATE_REDIS_ADDRS)")
+	fs.StringVar(&c.SentinelMaster, "redis-sentinel-master", env.String("TOLLGATE_REDIS_SENTINEL_MASTER", ""), "sentinel master set name (TOLLGATE_REDIS_SENTINEL_MASTER)")
+	fs.StringVar(&c.Prefix, "redis-prefix", env.String("TOLLGATE_REDIS_PREFIX", "tg:"), "prefix of every mirror key; the same in the control plane and the enforcers (TOLLGATE_REDIS_PREFIX)")
+}
+
+// Finish completes the config after the flags are parsed.
+func (c *Config) Finish() { c.Addrs = envflag.List(c.addrs) }
+
+// Validate lists every problem of the config.
+func (c Config) Validate() []string {
+	var p []string
+	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		p = append(p, "TOLLGATE_REDIS_URL: must be a redis:// or rediss:// URL")
+	}
+	switch c.Mode {
+	case "single":
+	case "sentinel":
+		if len(c.Addrs) == 0 {
+			p = append(p, "TOLLGATE_REDIS_ADDRS: sentinel mode needs the sentinels' addresses")
+		}
+		if c.SentinelMaster == "" {
+			p = append(p, "TOLLGATE_REDIS_SENTINEL_MASTER: sentinel mode needs the master set name")
+		}
+	case "cluster":
+		if len(c.Addrs) == 0 {
+			p = append(p, "TOLLGATE_REDIS_ADDRS: cluster mode needs at least one seed address")
+		}
+	default:
+		p = append(p, "TOLLGATE_REDIS_MODE: must be single, sentinel or cluster")
+	}
+	for _, a := range c.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			p = append(p, fmt.Sprintf("TOLLGATE_REDIS_ADDRS: %q is not host:port", a))
+		}
+	}
+	if c.Prefix == "" {
+		p = append(p, "TOLLGATE_REDIS_PREFIX: must not be empty")
+	}
+	return p
+}
+
+// Timeouts bound each Redis call. Each program picks its own: the enforcer's checks fail
+// fast, the control plane's writes after commit give a slow server a little longer.
+type Timeouts struct {
+	Dial, Read, Write time.Duration
+}
+
+// NewClient builds the client of the configured topology.
+func (c Config) NewClient(t Timeouts) (redis.UniversalClient, error) {
+	opts, err := redis.ParseURL(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("TOLLGATE_REDIS_URL: %w", err)
+	}
+	switch c.Mode {
+	case "sentinel":
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: c.SentinelMaster, SentinelAddrs: c.Addrs,
+			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize,
+			DialTimeout: t.Dial, ReadTimeout: t.Read, WriteTimeout: t.Write}), nil
+	case "cluster":
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Username: opts.Username, Password: opts.Password,
+			TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize, DialTimeout: t.Dial, ReadTimeout: t.Read, WriteTimeout: t.Write}), nil
+	}
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = t.Dial, t.Read, t.Write
+	return redis.NewClient(opts), nil
+}

@@ -1,0 +1,75 @@
+package redisconf
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/pkg/envflag"
+)
+
+func parse(t *testing.T, vars map[string]string, args ...string) Config {
+	t.Helper()
+	var c Config
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.Register(fs, envflag.New(func(k string) string { return vars[k] }))
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	c.Finish()
+	return c
+}
+
+func TestModes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		vars     map[string]string
+		problems []string
+		client   string
+	}{
+		{"default single", nil, nil, "*redis.Client"},
+		{"sentinel", map[string]string{"TOLLGATE_REDIS_MODE": "sentinel", "TOLLGATE_REDIS_ADDRS": "a:26379, b:26379", "TOLLGATE_REDIS_SENTINEL_MASTER": "m"}, nil, "*redis.Client"},
+		{"cluster", map[string]string{"TOLLGATE_REDIS_MODE": "cluster", "TOLLGATE_REDIS_ADDRS": "a:7000"}, nil, "*redis.ClusterClient"},
+		{"sentinel without master or addresses", map[string]string{"TOLLGATE_REDIS_MODE": "sentinel"}, []string{"TOLLGATE_REDIS_ADDRS", "TOLLGATE_REDIS_SENTINEL_MASTER"}, ""},
+		{"bad everything", map[string]string{"TOLLGATE_REDIS_URL": "http://x", "TOLLGATE_REDIS_MODE": "ring", "TOLLGATE_REDIS_ADDRS": "nope"},
+			[]string{"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_MODE", `"nope" is not host:port`}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := parse(t, tc.vars)
+			got := strings.Join(c.Validate(), "\n")
+			for _, want := range tc.problems {
+				if !strings.Contains(got, want) {
+					t.Errorf("problems %q lack %q", got, want)
+				}
+			}
+			if len(tc.problems) == 0 && got != "" {
+				t.Fatalf("unexpected problems: %s", got)
+			}
+			if tc.client == "" {
+				return
+			}
+			cl, err := c.NewClient(Timeouts{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			typ := ""
+			switch cl.(type) {
+			case *redis.Client:
+				typ = "*redis.Client"
+			case *redis.ClusterClient:
+				typ = "*redis.ClusterClient"
+			}
+			if typ != tc.client {
+				t.Fatalf("client %T, want %s", cl, tc.client)
+			}
+		})
+	}
+	if c := parse(t, nil, "-redis-addrs", "x:1,y:2"); len(c.Addrs) != 2 {
+		t.Fatalf("flag addrs %v", c.Addrs)
+	}
+}
