@@ -95,7 +95,7 @@ func ReadStartBatch(ctx context.Context, tx pgx.Tx, rows []StartInsert, now time
 		SELECT x.id, x.org, x.member, x.version, x.admitted, x.snap, 'pending', true, $7
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::jsonb[])
 			WITH ORDINALITY AS x(id, org, member, version, admitted, snap, n)
-		JOIN members m ON m.id = x.member AND m.organization_id = x.org AND m.removed_at IS NULL
+		WHERE (SELECT m.organization_id FROM members m WHERE m.id = x.member AND m.removed_at IS NULL) = x.org
 		ORDER BY x.n
 		ON CONFLICT (request_id) DO NOTHING
 		RETURNING request_id`, ids, orgs, members, versions, admitted, snaps, now).
@@ -119,8 +119,9 @@ func ReadStartBatch(ctx context.Context, tx pgx.Tx, rows []StartInsert, now time
 	b.Queue(`INSERT INTO usage_member_tracking (member_id, organization_id, tracking_version, capture_enabled, tracking_started_at,
 			created_at, updated_at)
 		SELECT m.id, m.organization_id, 1, true, $2, $2, $2
-		FROM members m WHERE m.id = ANY($1) AND m.removed_at IS NULL
-		ORDER BY m.id
+		FROM unnest($1::text[]) WITH ORDINALITY AS x(id, n)
+		CROSS JOIN LATERAL (SELECT id, organization_id FROM members WHERE id = x.id AND removed_at IS NULL LIMIT 1) m
+		ORDER BY x.n
 		ON CONFLICT (member_id) DO NOTHING
 		RETURNING member_id`, memberSet, now).
 		Query(func(r pgx.Rows) error {
@@ -135,9 +136,17 @@ func ReadStartBatch(ctx context.Context, tx pgx.Tx, rows []StartInsert, now time
 	return out, nil
 }
 
+// queueLockTracking locks the tracking rows of members, which must be sorted and
+// distinct: the rows are locked in that order. Each id is a probe of the primary key (a
+// lateral subquery with LIMIT is never flattened into a join), so the plan does not turn
+// into a sequential scan comparing every row with the whole array when the table is
+// small or its statistics are stale.
 func queueLockTracking(b *pgx.Batch, members []string, into map[string]TrackingState) {
-	b.Queue(`SELECT member_id, organization_id, tracking_version, capture_enabled FROM usage_member_tracking
-		WHERE member_id = ANY($1) ORDER BY member_id FOR UPDATE`, members).
+	b.Queue(`SELECT t.member_id, t.organization_id, t.tracking_version, t.capture_enabled
+		FROM unnest($1::text[]) WITH ORDINALITY AS x(id, n)
+		CROSS JOIN LATERAL (SELECT member_id, organization_id, tracking_version, capture_enabled FROM usage_member_tracking
+			WHERE member_id = x.id LIMIT 1 FOR UPDATE) t
+		ORDER BY x.n`, members).
 		Query(func(r pgx.Rows) error {
 			var t TrackingState
 			_, err := pgx.ForEachRow(r, []any{&t.MemberID, &t.OrganizationID, &t.Version, &t.CaptureEnabled}, func() error {
@@ -258,7 +267,7 @@ func ReadSettleStarts(ctx context.Context, tx pgx.Tx, ids []string, events []Set
 			SELECT x.id, x.org, x.member, x.version, x.admitted, x.snap, 'settled', false, $7, $7
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::jsonb[])
 				WITH ORDINALITY AS x(id, org, member, version, admitted, snap, n)
-			JOIN members m ON m.id = x.member AND m.organization_id = x.org
+			WHERE (SELECT m.organization_id FROM members m WHERE m.id = x.member) = x.org
 			ORDER BY x.n
 			ON CONFLICT (request_id) DO NOTHING
 			RETURNING request_id`, eids, orgs, members, versions, admitted, snaps, now).
@@ -312,8 +321,10 @@ func ReadSettleState(ctx context.Context, tx pgx.Tx, createTracking, members, re
 	if len(createTracking) > 0 {
 		b.Queue(`INSERT INTO usage_member_tracking (member_id, organization_id, tracking_version, capture_enabled, tracking_started_at,
 				created_at, updated_at)
-			SELECT m.id, m.organization_id, 1, true, $2, $2, $2 FROM members m WHERE m.id = ANY($1)
-			ORDER BY m.id
+			SELECT m.id, m.organization_id, 1, true, $2, $2, $2
+			FROM unnest($1::text[]) WITH ORDINALITY AS x(id, n)
+			CROSS JOIN LATERAL (SELECT id, organization_id FROM members WHERE id = x.id LIMIT 1) m
+			ORDER BY x.n
 			ON CONFLICT (member_id) DO NOTHING
 			RETURNING member_id`, sortedUnique(createTracking), now).
 			Query(func(r pgx.Rows) error {
@@ -478,10 +489,17 @@ func WriteSettlements(ctx context.Context, tx pgx.Tx, w SettleWrites, now time.T
 		ids, orgs, members, tfs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		starts, ends := make([]time.Time, n), make([]time.Time, n)
 		used, unpriced, incomplete := make([]int64, n), make([]int64, n), make([]int64, n)
+		negative := false
 		for i, d := range bs {
 			ids[i], orgs[i], members[i], tfs[i], starts[i], ends[i] = d.ID, d.OrganizationID, d.MemberID, d.Timeframe, d.WindowStart, d.WindowEnd
 			used[i], unpriced[i], incomplete[i] = d.Used, d.Unpriced, d.Incomplete
+			negative = negative || d.Unpriced < 0 || d.Incomplete < 0
 		}
+		// A new row cannot start with a negative count, so the proposed row clamps them
+		// at zero; an existing row adds the signed delta. When no delta of the batch is
+		// negative (every batch without promotions), the proposed row holds the deltas
+		// themselves ($11 false) and the per-row lookup in the arrays, quadratic in the
+		// batch, is skipped.
 		b.Queue(`INSERT INTO usage_buckets AS b (id, organization_id, member_id, timeframe, window_start, window_end,
 				used_micro_usd, unpriced_requests, incomplete_requests, created_at, updated_at)
 			SELECT x.id, x.org, x.member, x.tf, x.ws, x.we, x.used, greatest(x.unpriced, 0), greatest(x.incomplete, 0), $10, $10
@@ -489,10 +507,12 @@ func WriteSettlements(ctx context.Context, tx pgx.Tx, w SettleWrites, now time.T
 				$7::bigint[], $8::bigint[], $9::bigint[]) WITH ORDINALITY AS x(id, org, member, tf, ws, we, used, unpriced, incomplete, n)
 			ORDER BY x.n
 			ON CONFLICT (id) DO UPDATE SET used_micro_usd = b.used_micro_usd + EXCLUDED.used_micro_usd,
-				unpriced_requests = b.unpriced_requests + (SELECT d.v FROM unnest($1::text[], $8::bigint[]) AS d(id, v) WHERE d.id = b.id),
-				incomplete_requests = b.incomplete_requests + (SELECT d.v FROM unnest($1::text[], $9::bigint[]) AS d(id, v) WHERE d.id = b.id),
+				unpriced_requests = b.unpriced_requests + CASE WHEN $11 THEN
+					(SELECT d.v FROM unnest($1::text[], $8::bigint[]) AS d(id, v) WHERE d.id = b.id) ELSE EXCLUDED.unpriced_requests END,
+				incomplete_requests = b.incomplete_requests + CASE WHEN $11 THEN
+					(SELECT d.v FROM unnest($1::text[], $9::bigint[]) AS d(id, v) WHERE d.id = b.id) ELSE EXCLUDED.incomplete_requests END,
 				updated_at = EXCLUDED.updated_at`,
-			ids, orgs, members, tfs, starts, ends, used, unpriced, incomplete, now)
+			ids, orgs, members, tfs, starts, ends, used, unpriced, incomplete, now, negative)
 	}
 	if len(w.Tracking) > 0 {
 		ts := slices.Clone(w.Tracking)

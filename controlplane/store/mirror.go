@@ -54,10 +54,11 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 	}
 	b.Queue(`SELECT m.id, m.organization_id, m.removed_at IS NULL,
 			coalesce(array_agg(tm.team_id ORDER BY tm.team_id) FILTER (WHERE tm.team_id IS NOT NULL), '{}')
-		FROM members m
+		FROM unnest($1::text[]) AS x(id)
+		CROSS JOIN LATERAL (SELECT id, organization_id, removed_at FROM members WHERE id = x.id LIMIT 1) m
 		LEFT JOIN team_members tm ON tm.member_id = m.id
 			AND EXISTS (SELECT 1 FROM teams t WHERE t.id = tm.team_id AND t.deleted_at IS NULL)
-		WHERE m.id = ANY($1) GROUP BY m.id`, members).
+		GROUP BY m.id, m.organization_id, m.removed_at`, members).
 		Query(func(r pgx.Rows) error {
 			var m MirrorMember
 			_, err := pgx.ForEachRow(r, []any{&m.ID, &m.OrganizationID, &m.Active, &m.TeamIDs}, func() error {
@@ -71,7 +72,8 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 	b.Queue(`SELECT p.organization_id, a.id, a.policy_id, coalesce(a.member_id, ''), coalesce(a.team_id, ''), a.organization
 		FROM usage_policy_assignments a JOIN usage_policies p ON p.id = a.policy_id
 		WHERE p.archived_at IS NULL
-			AND p.organization_id IN (SELECT organization_id FROM members WHERE id = ANY($1))
+			AND p.organization_id IN (SELECT m.organization_id FROM unnest($1::text[]) AS x(id)
+				CROSS JOIN LATERAL (SELECT organization_id FROM members WHERE id = x.id LIMIT 1) m)
 			AND (a.organization OR a.member_id = ANY($1)
 				OR a.team_id IN (SELECT team_id FROM team_members WHERE member_id = ANY($1)))
 		ORDER BY a.id`, members).
@@ -88,7 +90,8 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 		})
 	b.Queue(`SELECT p.organization_id, p.id, p.name, p.hard_limit, p.allow_request_reset, p.revision, l.timeframe, l.cost_limit_micro_usd
 		FROM usage_policies p JOIN usage_policy_limits l ON l.policy_id = p.id
-		WHERE p.archived_at IS NULL AND p.organization_id IN (SELECT organization_id FROM members WHERE id = ANY($1))`, members).
+		WHERE p.archived_at IS NULL AND p.organization_id IN (SELECT m.organization_id FROM unnest($1::text[]) AS x(id)
+			CROSS JOIN LATERAL (SELECT organization_id FROM members WHERE id = x.id LIMIT 1) m)`, members).
 		Query(func(r pgx.Rows) error {
 			var org, tf string
 			var p usage.Policy
@@ -107,7 +110,9 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 			})
 			return err
 		})
-	b.Queue(`SELECT member_id, organization_id, tracking_version, capture_enabled FROM usage_member_tracking WHERE member_id = ANY($1)`, members).
+	b.Queue(`SELECT t.member_id, t.organization_id, t.tracking_version, t.capture_enabled FROM unnest($1::text[]) AS x(id)
+		CROSS JOIN LATERAL (SELECT member_id, organization_id, tracking_version, capture_enabled FROM usage_member_tracking
+			WHERE member_id = x.id LIMIT 1) t`, members).
 		Query(func(r pgx.Rows) error {
 			var t TrackingState
 			_, err := pgx.ForEachRow(r, []any{&t.MemberID, &t.OrganizationID, &t.Version, &t.CaptureEnabled}, func() error {
@@ -116,9 +121,12 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 			})
 			return err
 		})
-	b.Queue(`SELECT member_id, timeframe, used_micro_usd, extension_micro_usd, legacy FROM usage_buckets
-		WHERE member_id = ANY($1) AND ((timeframe = 'day' AND window_start = $2) OR (timeframe = 'week' AND window_start = $3)
-			OR (timeframe = 'month' AND window_start = $4))`, members, windows[0].Start, windows[1].Start, windows[2].Start).
+	// One probe of usage_buckets_member per member and timeframe.
+	b.Queue(`SELECT x.id, b.timeframe, b.used_micro_usd, b.extension_micro_usd, b.legacy
+		FROM unnest($1::text[]) AS x(id)
+		CROSS JOIN (VALUES ('day', $2::timestamptz), ('week', $3::timestamptz), ('month', $4::timestamptz)) AS w(tf, ws)
+		CROSS JOIN LATERAL (SELECT timeframe, used_micro_usd, extension_micro_usd, legacy FROM usage_buckets
+			WHERE member_id = x.id AND timeframe = w.tf AND window_start = w.ws LIMIT 1) b`, members, windows[0].Start, windows[1].Start, windows[2].Start).
 		Query(func(r pgx.Rows) error {
 			var id, tf string
 			var c usage.Counter
