@@ -319,6 +319,9 @@ func (r *Reader) readRedis(ctx context.Context, key string) (mirror.Fields, erro
 // (never waiting for more, so an idle enforcer adds no latency), and reads them all in
 // one round trip.
 func (r *Reader) pipeline(ctx context.Context) {
+	// A read outlives any one check: it answers them all. The client's read timeout
+	// bounds it.
+	readCtx := context.WithoutCancel(ctx)
 	batch := make([]*readReq, 0, r.cfg.PipelineMax)
 	keys := make([]string, 0, r.cfg.PipelineMax)
 	fields := make([]mirror.Fields, r.cfg.PipelineMax)
@@ -340,9 +343,6 @@ func (r *Reader) pipeline(ctx context.Context) {
 				break more
 			}
 		}
-		// The read outlives any one check: it answers them all. The client's read
-		// timeout bounds it.
-		readCtx := context.WithoutCancel(ctx)
 		start := time.Now()
 		if len(batch) == 1 {
 			f, err := r.layout.ReadFields(readCtx, r.rdb, batch[0].key)
