@@ -3,6 +3,8 @@ package authz
 import (
 	"context"
 	"strings"
+	"sync"
+	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -17,11 +19,14 @@ import (
 // Server implements authv3.AuthorizationServer.
 type Server struct {
 	authv3.UnimplementedAuthorizationServer
-	gate *gate.Gate
+	gate   *gate.Gate
+	denied deniedCache
 }
 
 // New returns the ext_authz server of a gate.
-func New(g *gate.Gate) *Server { return &Server{gate: g} }
+func New(g *gate.Gate) *Server {
+	return &Server{gate: g, denied: deniedCache{m: map[deniedKey]deniedEntry{}}}
+}
 
 // requestIDHeader is the lower-case form Envoy uses in header maps.
 var requestIDHeader = strings.ToLower(gate.HeaderRequestID)
@@ -32,7 +37,56 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	if err != nil {
 		return nil, status.Error(codes.Canceled, "check abandoned by the caller")
 	}
+	if !a.Allowed() {
+		return s.denied.response(&a), nil
+	}
 	return Response(&a), nil
+}
+
+// deniedCache keeps the responses of refusals: they repeat (a blocked member gets the
+// same 429 until its record changes or Retry-After moves on a second; 401 and 503 are
+// constants), so each is built once and sent many times. A response is never modified
+// after it is built, and gRPC only reads the messages it sends.
+type deniedCache struct {
+	mu sync.RWMutex
+	m  map[deniedKey]deniedEntry
+}
+
+// deniedKey is all of an answer a refusal is made of. The body is compared by identity:
+// the gate hands out the same bytes for the same body, and the entry keeps them alive,
+// so the address cannot be reused for another body while the entry exists.
+type deniedKey struct {
+	status                                    int
+	reason, errorCode, usageState, retryAfter string
+	body                                      *byte
+	bodyLen                                   int
+}
+
+type deniedEntry struct {
+	body []byte
+	resp *authv3.CheckResponse
+}
+
+// maxDenied bounds the cache; when full it starts over.
+const maxDenied = 4096
+
+func (c *deniedCache) response(a *gate.Answer) *authv3.CheckResponse {
+	k := deniedKey{status: a.Status, reason: a.Reason, errorCode: a.ErrorCode, usageState: a.UsageState,
+		retryAfter: a.RetryAfter, body: unsafe.SliceData(a.Body), bodyLen: len(a.Body)}
+	c.mu.RLock()
+	e, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return e.resp
+	}
+	resp := Response(a)
+	c.mu.Lock()
+	if len(c.m) >= maxDenied {
+		clear(c.m)
+	}
+	c.m[k] = deniedEntry{body: a.Body, resp: resp}
+	c.mu.Unlock()
+	return resp
 }
 
 // Credentials reads x-api-key and authorization from a check request. Envoy lower-cases

@@ -2,7 +2,6 @@ package gate
 
 import (
 	"encoding/json"
-	"strconv"
 	"strings"
 	"time"
 
@@ -132,10 +131,10 @@ func unavailable(reason string) Answer {
 	return Answer{Status: 503, Decision: Unavailable, Reason: reason, ErrorCode: CodeAccountingUnavailable, Body: body}
 }
 
-// blocked renders the 429. Only the hard buckets that are exhausted are listed: they
-// are why the request is refused, and retryAt is the latest of their resets. An
-// exhausted soft bucket does not block and is not listed.
-func blocked(d *decision.Decision, orgID, memberID string) Answer {
+// blockedBody renders the body of the 429. Only the hard buckets that are exhausted are
+// listed: they are why the request is refused, and retryAt is the latest of their
+// resets. An exhausted soft bucket does not block and is not listed.
+func blockedBody(d *decision.Decision, orgID, memberID string) []byte {
 	det := blockedDetails{RetryAt: timestamp(d.RetryAt)}
 	var names []string
 	for i := range d.Buckets {
@@ -154,12 +153,10 @@ func blocked(d *decision.Decision, orgID, memberID string) Answer {
 			AllowRequestReset: b.AllowRequestReset,
 		})
 	}
-	body := mustJSON(errorBody{Error: errorObject{
+	return mustJSON(errorBody{Error: errorObject{
 		Type:    "usage_limit_error",
 		Code:    CodeUsageLimitExceeded,
 		Message: "Usage limit exceeded (" + strings.Join(names, ", ") + "); retry at " + det.RetryAt + ".",
 		Details: det,
 	}})
-	return Answer{Status: 429, Decision: Blocked, Reason: "usage_limit", UsageState: string(decision.StateBlocked),
-		ErrorCode: CodeUsageLimitExceeded, RetryAfter: strconv.FormatInt(d.RetryAfter, 10), Body: body}
 }

@@ -41,10 +41,13 @@ type Deps struct {
 }
 
 // Gate answers checks.
-type Gate struct{ Deps }
+type Gate struct {
+	Deps
+	bodies *blockedBodies
+}
 
 // New returns a gate.
-func New(d Deps) *Gate { return &Gate{Deps: d} }
+func New(d Deps) *Gate { return &Gate{Deps: d, bodies: newBlockedBodies(100_000)} }
 
 // Credentials are the raw header values a client presented ("" when absent).
 type Credentials struct {
@@ -137,7 +140,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 		case decision.Inactive:
 			return unauthorized("inactive_member"), nil
 		case decision.Blocked:
-			return blocked(&d, id.OrganizationID, id.MemberID), nil
+			return g.blocked(&d, id.OrganizationID, id.MemberID), nil
 		case decision.Suspended:
 			return unavailable("capture_suspended"), nil
 		case decision.Unknown:
@@ -216,7 +219,7 @@ func (g *Gate) failure(reason string, id *identity.Identity, last *mirror.Record
 		d := decision.Decide(last, now, false)
 		switch d.Result {
 		case decision.Blocked:
-			return blocked(&d, id.OrganizationID, id.MemberID)
+			return g.blocked(&d, id.OrganizationID, id.MemberID)
 		case decision.Suspended:
 			return unavailable("capture_suspended")
 		case decision.Inactive:

@@ -100,12 +100,26 @@ func New(cp Authenticator, cfg Config, clk clock.Clock, m *metrics.Metrics, log 
 	return c
 }
 
+// hashBufs holds the buffers credentials are copied into for hashing: converting the
+// string allocates on every check otherwise.
+var hashBufs = sync.Pool{New: func() any { b := make([]byte, 0, 128); return &b }}
+
+func hashOf(secret string) [32]byte {
+	p := hashBufs.Get().(*[]byte)
+	b := append((*p)[:0], secret...)
+	h := sha256.Sum256(b)
+	clear(b) // a credential does not linger in a pooled buffer
+	*p = b
+	hashBufs.Put(p)
+	return h
+}
+
 func (c *Cache) shard(h *[32]byte) *shard { return &c.shards[h[0]%byte(len(c.shards))] }
 
 // Lookup returns the identity of a raw credential of the given kind. An error means
 // the control plane could not be asked (infrastructure), never "unknown credential".
 func (c *Cache) Lookup(ctx context.Context, kind internalv1.CredentialKind, secret string) (Identity, error) {
-	h := sha256.Sum256([]byte(secret))
+	h := hashOf(secret)
 	s := c.shard(&h)
 	now := c.clk.Now()
 	s.mu.RLock()

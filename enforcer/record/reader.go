@@ -74,9 +74,19 @@ type Reader struct {
 	readTime                            interface{ Observe(float64) }
 }
 
+// lastShard holds, per member, the last record read (for open failure mode) and what
+// it was decoded from, so that an unchanged record is not decoded again.
 type lastShard struct {
 	mu sync.Mutex
-	m  map[string]*mirror.Record
+	m  map[string]*known
+}
+
+// known is immutable once stored; a newer read replaces it whole.
+type known struct {
+	key string // the member's Redis key
+	// fields the record was decoded from; zero for a record from Resolve.
+	fields mirror.Fields
+	rec    *mirror.Record
 }
 
 // New returns a reader; call Watch to keep the generation current.
@@ -102,7 +112,7 @@ func New(rdb redis.UniversalClient, layout mirror.Layout, cp Resolver, cfg Confi
 		fromResolve: m.RecordReads.WithLabelValues("resolve"), redisErrors: m.RedisErrors,
 		readTime: m.RedisDuration.WithLabelValues("read_record")}
 	for i := range r.shards {
-		r.shards[i].m = map[string]*mirror.Record{}
+		r.shards[i].m = map[string]*known{}
 	}
 	return r
 }
@@ -131,11 +141,27 @@ func (r *Reader) Read(ctx context.Context, orgID, memberID string) (Record, erro
 		// resyncs, so skip the pointless read.
 		return r.Resolve(ctx, orgID, memberID)
 	}
-	rec, err := r.readRedis(ctx, memberID, *gen)
+	k := r.known(memberID)
+	key := ""
+	if k != nil {
+		key = k.key
+	} else {
+		key = r.layout.MemberKey(memberID)
+	}
+	f, err := r.readRedis(ctx, key)
+	var rec *mirror.Record
+	if err == nil {
+		if k != nil && k.fields.Usable(*gen) && k.fields == f {
+			// Unchanged since the last read: same bytes, same record. Records are
+			// never modified once decoded, so sharing it is safe.
+			rec = k.rec
+		} else if rec, err = f.Decode(*gen); err == nil {
+			r.store(memberID, &known{key: key, fields: f, rec: rec})
+		}
+	}
 	switch {
 	case err == nil:
 		r.fromRedis.Inc()
-		r.remember(memberID, rec)
 		return Record{Record: rec}, nil
 	case errors.Is(err, mirror.ErrUnknown):
 		// Perhaps the control plane just resynced under a new generation: look sooner.
@@ -180,28 +206,43 @@ func (r *Reader) Resolve(ctx context.Context, orgID, memberID string) (Record, e
 	}
 }
 
+// remember keeps a resolved record as the member's last known one.
 func (r *Reader) remember(memberID string, rec *mirror.Record) {
-	s := &r.shards[maphash.String(r.seed, memberID)%uint64(len(r.shards))]
+	r.store(memberID, &known{key: r.layout.MemberKey(memberID), rec: rec})
+}
+
+func (r *Reader) shard(memberID string) *lastShard {
+	return &r.shards[maphash.String(r.seed, memberID)%uint64(len(r.shards))]
+}
+
+func (r *Reader) store(memberID string, k *known) {
+	s := r.shard(memberID)
 	s.mu.Lock()
-	if old, ok := s.m[memberID]; !ok || old != rec {
-		if !ok && len(s.m) >= r.cfg.LastKnown/len(r.shards)+1 {
-			for k := range s.m {
-				delete(s.m, k)
-				break
-			}
+	if _, ok := s.m[memberID]; !ok && len(s.m) >= r.cfg.LastKnown/len(r.shards)+1 {
+		for m := range s.m {
+			delete(s.m, m)
+			break
 		}
-		s.m[memberID] = rec
 	}
+	s.m[memberID] = k
 	s.mu.Unlock()
+}
+
+func (r *Reader) known(memberID string) *known {
+	s := r.shard(memberID)
+	s.mu.Lock()
+	k := s.m[memberID]
+	s.mu.Unlock()
+	return k
 }
 
 // LastKnown returns the last record read for a member, or nil. Only for deciding in
 // open failure mode: it may be stale.
 func (r *Reader) LastKnown(memberID string) *mirror.Record {
-	s := &r.shards[maphash.String(r.seed, memberID)%uint64(len(r.shards))]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[memberID]
+	if k := r.known(memberID); k != nil {
+		return k.rec
+	}
+	return nil
 }
 
 // Generation returns the generation last seen ("" = lost) and whether one was seen.
@@ -232,36 +273,45 @@ func (r *Reader) pollGeneration(ctx context.Context) (string, error) {
 }
 
 type readReq struct {
-	member, gen string
-	done        chan readRes
+	key  string
+	done chan readRes
 }
 
 type readRes struct {
-	rec *mirror.Record
-	err error
+	fields mirror.Fields
+	err    error
 }
+
+// reqPool recycles read requests (with their channel) that were answered; one whose
+// caller gave up is left to the garbage collector, since its answer may still come.
+var reqPool = sync.Pool{New: func() any { return &readReq{done: make(chan readRes, 1)} }}
 
 // readRedis reads one record: through the pipelining workers while they run, else
 // directly. Either way it is one round trip for this check; under load, one round trip
 // serves many checks, which saves the system calls that dominate a cached check.
-func (r *Reader) readRedis(ctx context.Context, memberID, gen string) (*mirror.Record, error) {
+func (r *Reader) readRedis(ctx context.Context, key string) (mirror.Fields, error) {
 	if !r.batching.Load() {
 		start := time.Now()
-		rec, err := r.layout.Read(ctx, r.rdb, memberID, gen)
+		f, err := r.layout.ReadFields(ctx, r.rdb, key)
 		r.readTime.Observe(time.Since(start).Seconds())
-		return rec, err
+		return f, err
 	}
-	req := &readReq{member: memberID, gen: gen, done: make(chan readRes, 1)}
+	req := reqPool.Get().(*readReq)
+	req.key = key
 	select {
 	case r.reads <- req:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		req.key = ""
+		reqPool.Put(req)
+		return mirror.Fields{}, ctx.Err()
 	}
 	select {
 	case res := <-req.done:
-		return res.rec, res.err
+		req.key = ""
+		reqPool.Put(req)
+		return res.fields, res.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return mirror.Fields{}, ctx.Err()
 	}
 }
 
@@ -269,10 +319,15 @@ func (r *Reader) readRedis(ctx context.Context, memberID, gen string) (*mirror.R
 // (never waiting for more, so an idle enforcer adds no latency), and reads them all in
 // one round trip.
 func (r *Reader) pipeline(ctx context.Context) {
+	// A read outlives any one check: it answers them all. The client's read timeout
+	// bounds it.
+	readCtx := context.WithoutCancel(ctx)
 	batch := make([]*readReq, 0, r.cfg.PipelineMax)
-	members := make([]string, 0, r.cfg.PipelineMax)
+	keys := make([]string, 0, r.cfg.PipelineMax)
+	fields := make([]mirror.Fields, r.cfg.PipelineMax)
+	errs := make([]error, r.cfg.PipelineMax)
 	for {
-		batch, members = batch[:0], members[:0]
+		batch, keys = batch[:0], keys[:0]
 		select {
 		case <-ctx.Done():
 			return
@@ -288,32 +343,27 @@ func (r *Reader) pipeline(ctx context.Context) {
 				break more
 			}
 		}
-		// The read outlives any one check: it answers them all. The client's read
-		// timeout bounds it.
-		readCtx := context.WithoutCancel(ctx)
 		start := time.Now()
 		if len(batch) == 1 {
-			rec, err := r.layout.Read(readCtx, r.rdb, batch[0].member, batch[0].gen)
+			f, err := r.layout.ReadFields(readCtx, r.rdb, batch[0].key)
 			r.readTime.Observe(time.Since(start).Seconds())
-			batch[0].done <- readRes{rec, err}
+			batch[0].done <- readRes{f, err}
 			continue
 		}
-		// One generation per batch: a request made under another (a resync racing the
-		// batch) may read as unknown and resolve, which is safe.
+		// The fields are read raw: each caller checks them against the generation it
+		// read under, and decodes (or reuses its decoded record) itself.
 		for _, q := range batch {
-			members = append(members, q.member)
+			keys = append(keys, q.key)
 		}
-		recs, errs, err := r.layout.ReadMany(readCtx, r.rdb, members, batch[0].gen)
+		err := r.layout.ReadManyFields(readCtx, r.rdb, keys, fields[:len(keys)], errs[:len(keys)])
 		r.readTime.Observe(time.Since(start).Seconds())
 		for i, q := range batch {
-			switch {
-			case err != nil:
-				q.done <- readRes{nil, err}
-			case q.gen != batch[0].gen:
-				q.done <- readRes{nil, mirror.ErrUnknown}
-			default:
-				q.done <- readRes{recs[i], errs[i]}
+			if err != nil {
+				q.done <- readRes{err: err}
+			} else {
+				q.done <- readRes{fields[i], errs[i]}
 			}
+			fields[i], errs[i] = mirror.Fields{}, nil
 		}
 	}
 }
@@ -335,8 +385,8 @@ func (r *Reader) Run(ctx context.Context) {
 	for {
 		select {
 		case q := <-r.reads:
-			rec, err := r.layout.Read(context.Background(), r.rdb, q.member, q.gen)
-			q.done <- readRes{rec, err}
+			f, err := r.layout.ReadFields(context.Background(), r.rdb, q.key)
+			q.done <- readRes{f, err}
 		default:
 			return
 		}

@@ -63,46 +63,93 @@ var ErrUnknown = errors.New("mirror: record unknown")
 
 // Read returns a member's record if it was written under generation. One round trip.
 func (l Layout) Read(ctx context.Context, rdb redis.Cmdable, memberID, generation string) (*Record, error) {
-	vals, err := rdb.HMGet(ctx, l.MemberKey(memberID), "g", "r").Result()
+	f, err := l.ReadFields(ctx, rdb, l.MemberKey(memberID))
 	if err != nil {
 		return nil, err
 	}
-	return decode(vals, generation)
+	return f.Decode(generation)
 }
 
 // ReadMany reads several members' records in one pipelined round trip (on Redis Cluster,
 // one per node involved), with the same rules as Read for each. records[i] and errs[i]
 // answer memberIDs[i]; err is set when the round trip itself failed.
 func (l Layout) ReadMany(ctx context.Context, rdb redis.Cmdable, memberIDs []string, generation string) (records []*Record, errs []error, err error) {
-	cmds := make([]*redis.SliceCmd, len(memberIDs))
-	pipe := rdb.Pipeline()
+	keys := make([]string, len(memberIDs))
 	for i, id := range memberIDs {
-		cmds[i] = pipe.HMGet(ctx, l.MemberKey(id), "g", "r")
+		keys[i] = l.MemberKey(id)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	fields, errs := make([]Fields, len(keys)), make([]error, len(keys))
+	if err := l.ReadManyFields(ctx, rdb, keys, fields, errs); err != nil {
 		return nil, nil, err
 	}
-	records, errs = make([]*Record, len(memberIDs)), make([]error, len(memberIDs))
-	for i, c := range cmds {
-		vals, err := c.Result()
-		if err != nil {
-			errs[i] = err
-			continue
+	records = make([]*Record, len(keys))
+	for i := range fields {
+		if errs[i] == nil {
+			records[i], errs[i] = fields[i].Decode(generation)
 		}
-		records[i], errs[i] = decode(vals, generation)
 	}
 	return records, errs, nil
 }
 
-// decode turns the fields of a member key into a record, or ErrUnknown.
-func decode(vals []any, generation string) (*Record, error) {
-	g, _ := vals[0].(string)
-	blob, _ := vals[1].(string)
-	if blob == "" || generation == "" || g != generation {
+// Fields are a member key's fields as stored: the generation it was written under and
+// the encoded record. Readers that keep decoded records compare them to skip decoding
+// an unchanged record (equal fields decode to equal records).
+type Fields struct {
+	Generation, Blob string
+}
+
+// ReadFields reads the fields of a member key (MemberKey). One round trip.
+func (l Layout) ReadFields(ctx context.Context, rdb redis.Cmdable, key string) (Fields, error) {
+	vals, err := rdb.HMGet(ctx, key, "g", "r").Result()
+	if err != nil {
+		return Fields{}, err
+	}
+	return fieldsOf(vals), nil
+}
+
+// ReadManyFields reads several member keys in one pipelined round trip (as ReadMany),
+// into fields[i] and errs[i] (both len(keys)). The error is that of the round trip.
+func (l Layout) ReadManyFields(ctx context.Context, rdb redis.Cmdable, keys []string, fields []Fields, errs []error) error {
+	cmds := make([]*redis.SliceCmd, len(keys))
+	pipe := rdb.Pipeline()
+	for i, key := range keys {
+		cmds[i] = pipe.HMGet(ctx, key, "g", "r")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for i, c := range cmds {
+		vals, err := c.Result()
+		fields[i], errs[i] = Fields{}, err
+		if err == nil {
+			fields[i] = fieldsOf(vals)
+		}
+	}
+	return nil
+}
+
+func fieldsOf(vals []any) Fields {
+	var f Fields
+	if len(vals) == 2 {
+		f.Generation, _ = vals[0].(string)
+		f.Blob, _ = vals[1].(string)
+	}
+	return f
+}
+
+// Usable reports whether the fields hold a record written under generation; a record
+// that is not usable is unknown (ErrUnknown).
+func (f Fields) Usable(generation string) bool {
+	return f.Blob != "" && generation != "" && f.Generation == generation
+}
+
+// Decode turns the fields into a record written under generation, or ErrUnknown.
+func (f Fields) Decode(generation string) (*Record, error) {
+	if !f.Usable(generation) {
 		return nil, ErrUnknown
 	}
 	rec := &Record{}
-	if err := proto.Unmarshal([]byte(blob), rec); err != nil {
+	if err := proto.Unmarshal([]byte(f.Blob), rec); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnknown, err)
 	}
 	return rec, nil
