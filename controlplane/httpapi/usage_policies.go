@@ -284,6 +284,16 @@ func (c *Call) policyForWrite(tx pgx.Tx, id string) (store.UsagePolicy, error) {
 	return p, err
 }
 
+// assignablePolicy is policyForWrite for assignment changes, which an archived policy
+// refuses (409 policy_archived).
+func (c *Call) assignablePolicy(tx pgx.Tx, id string) (store.UsagePolicy, error) {
+	p, err := c.policyForWrite(tx, id)
+	if err == nil && p.ArchivedAt != nil {
+		return p, errPolicyArchived()
+	}
+	return p, err
+}
+
 func errRevisionOverflow() error {
 	return fault.Conflictf("policy_revision_overflow", "The policy reached the largest revision and cannot change again; create a new policy.")
 }
@@ -468,12 +478,8 @@ func (s *Server) createUsageAssignment(c *Call) error {
 	}
 	var out store.UsagePolicy
 	err = c.Tx(func(tx pgx.Tx) error {
-		cur, err := c.policyForWrite(tx, id)
-		if err != nil {
+		if _, err := c.assignablePolicy(tx, id); err != nil {
 			return err
-		}
-		if cur.ArchivedAt != nil {
-			return errPolicyArchived()
 		}
 		switch {
 		case a.MemberID != nil:
@@ -532,12 +538,8 @@ func (s *Server) deleteUsageAssignment(c *Call) error {
 	}
 	var out store.UsagePolicy
 	err = c.Tx(func(tx pgx.Tx) error {
-		cur, err := c.policyForWrite(tx, id)
-		if err != nil {
+		if _, err := c.assignablePolicy(tx, id); err != nil {
 			return err
-		}
-		if cur.ArchivedAt != nil {
-			return errPolicyArchived()
 		}
 		var removed *store.UsageAssignment
 		err = s.fenceChange(c, tx, "usage_policy.unassign", func() error {
