@@ -2,8 +2,12 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // job is one item waiting for a batch, with the channel its answer goes to.
@@ -164,4 +168,64 @@ func wait[I, R any](ctx context.Context, jobs []*job[I, R]) ([]R, error) {
 		}
 	}
 	return out, first
+}
+
+// batchKind is what differs between committing a batch of starts and one of settlements;
+// commitBatch is what they share.
+type batchKind[I comparable, R any] struct {
+	name string // "start" or "settle": transaction and metric label
+	// write is one attempt at the batch inside its transaction; it may run more than once.
+	write func(ctx context.Context, tx pgx.Tx, jobs []*job[I, R], now time.Time) (map[I]R, map[string]int64, error)
+	// waitMirror: answer only after the Redis records are written.
+	waitMirror bool
+	// refused answers an item the database refused on its own (a constraint, an overflow).
+	refused func(item I, pgErr *pgconn.PgError) R
+	// failed counts an item that could not be committed for another reason.
+	failed func()
+	// answered counts a committed item's result.
+	answered func(R)
+}
+
+// commitBatch commits jobs in one transaction and answers each. When the database refuses
+// the batch, it commits each item on its own to find the culprit, so the other items are
+// not refused with it; other failures answer every item unavailable.
+func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKind[I, R], jobs []*job[I, R]) {
+	began := time.Now()
+	now := l.clock.Now()
+	var results map[I]R
+	var versions map[string]int64
+	err := l.inTx(ctx, k.name, func(tx pgx.Tx) error {
+		var err error
+		results, versions, err = k.write(ctx, tx, jobs, now)
+		return err
+	})
+	l.metrics.BatchDuration.WithLabelValues(k.name).Observe(time.Since(began).Seconds())
+	if err != nil {
+		pgErr, refused := databaseRefusal(err)
+		if refused && len(jobs) > 1 {
+			l.log.Warn(k.name+" batch refused by the database; committing its items one by one", "items", len(jobs), "err", err)
+			for _, j := range jobs {
+				commitBatch(ctx, l, k, []*job[I, R]{j})
+			}
+			return
+		}
+		l.log.Error(k.name+" batch failed", "items", len(jobs), "err", err)
+		for _, j := range jobs {
+			if refused {
+				j.finish(k.refused(j.item, pgErr), nil)
+				continue
+			}
+			k.failed()
+			var zero R
+			j.finish(zero, fmt.Errorf("%w: %v", ErrUnavailable, err))
+		}
+		return
+	}
+	l.afterCommit(ctx, versions, k.waitMirror, func() {
+		for _, j := range jobs {
+			r := results[j.item]
+			k.answered(r)
+			j.finish(r, nil)
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate-dev/tollgate/controlplane/accounting"
@@ -103,48 +104,25 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 	return sj, nil
 }
 
-// runSettles commits one batch of settlements.
+// runSettles commits one batch of settlements. Their callers wait for the Redis write
+// too, so the enforcer's next check sees the new spend.
 func (l *Ledger) runSettles(ctx context.Context, jobs []*job[*settleJob, *internalv1.SettleResult]) {
-	began := time.Now()
-	now := l.clock.Now()
-	var results map[*settleJob]*internalv1.SettleResult
-	var versions map[string]int64
-	err := l.inTx(ctx, "settle", func(tx pgx.Tx) error {
-		var err error
-		results, versions, err = settleBatch(ctx, tx, jobs, now)
-		return err
-	})
-	l.metrics.BatchDuration.WithLabelValues("settle").Observe(time.Since(began).Seconds())
-	if err != nil {
-		if _, refused := databaseRefusal(err); refused && len(jobs) > 1 {
-			l.log.Warn("settlement batch refused by the database; committing its items one by one", "items", len(jobs), "err", err)
-			for _, j := range jobs {
-				l.runSettles(ctx, []*job[*settleJob, *internalv1.SettleResult]{j})
-			}
-			return
-		}
-		l.log.Error("settlement batch failed", "items", len(jobs), "err", err)
-		for _, j := range jobs {
-			if pgErr, refused := databaseRefusal(err); refused {
-				l.metrics.Settlements.WithLabelValues("invalid").Inc()
-				l.log.Warn("settlement refused by the database", "request_id", j.item.in.GetRequestId(), "code", pgErr.Code,
-					"constraint", pgErr.ConstraintName, "detail", pgErr.Message)
-				j.finish(&internalv1.SettleResult{RequestId: j.item.in.GetRequestId(), Outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID,
-					Message: "refused by the database (" + pgErr.Code + "): a counter would overflow or a value is out of range", CostSource: accounting.SourceUnknown}, nil)
-				continue
-			}
-			l.metrics.Settlements.WithLabelValues("error").Inc()
-			j.finish(nil, fmt.Errorf("%w: %v", ErrUnavailable, err))
-		}
-		return
-	}
-	l.afterCommit(ctx, versions, true, func() {
-		for _, j := range jobs {
-			r := results[j.item]
+	commitBatch(ctx, l, batchKind[*settleJob, *internalv1.SettleResult]{
+		name:       "settle",
+		write:      settleBatch,
+		waitMirror: true,
+		refused: func(j *settleJob, pgErr *pgconn.PgError) *internalv1.SettleResult {
+			l.metrics.Settlements.WithLabelValues("invalid").Inc()
+			l.log.Warn("settlement refused by the database", "request_id", j.in.GetRequestId(), "code", pgErr.Code,
+				"constraint", pgErr.ConstraintName, "detail", pgErr.Message)
+			return &internalv1.SettleResult{RequestId: j.in.GetRequestId(), Outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID,
+				Message: "refused by the database (" + pgErr.Code + "): a counter would overflow or a value is out of range", CostSource: accounting.SourceUnknown}
+		},
+		failed: func() { l.metrics.Settlements.WithLabelValues("error").Inc() },
+		answered: func(r *internalv1.SettleResult) {
 			l.metrics.Settlements.WithLabelValues(settleResultLabel[r.GetOutcome()]).Inc()
-			j.finish(r, nil)
-		}
-	})
+		},
+	}, jobs)
 }
 
 // settlement accumulates the writes of one batch.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate-dev/tollgate/controlplane/accounting"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
@@ -79,45 +80,19 @@ func validateStart(it *internalv1.StartItem, now time.Time) (*startJob, error) {
 
 // runStarts commits one batch of starts.
 func (l *Ledger) runStarts(ctx context.Context, jobs []*job[*startJob, *internalv1.StartResult]) {
-	began := time.Now()
-	now := l.clock.Now()
-	var results map[*startJob]*internalv1.StartResult
-	var versions map[string]int64
-	err := l.inTx(ctx, "start", func(tx pgx.Tx) error {
-		var err error
-		results, versions, err = startBatch(ctx, tx, jobs, now)
-		return err
-	})
-	l.metrics.BatchDuration.WithLabelValues("start").Observe(time.Since(began).Seconds())
-	if err != nil {
-		if _, refused := databaseRefusal(err); refused && len(jobs) > 1 {
-			// Something in the batch upset the database; find it by committing each item
-			// on its own, so the others are not refused with it.
-			l.log.Warn("start batch refused by the database; committing its items one by one", "items", len(jobs), "err", err)
-			for _, j := range jobs {
-				l.runStarts(ctx, []*job[*startJob, *internalv1.StartResult]{j})
-			}
-			return
-		}
-		l.log.Error("start batch failed", "items", len(jobs), "err", err)
-		for _, j := range jobs {
+	commitBatch(ctx, l, batchKind[*startJob, *internalv1.StartResult]{
+		name:  "start",
+		write: startBatch,
+		refused: func(j *startJob, pgErr *pgconn.PgError) *internalv1.StartResult {
 			l.metrics.Starts.WithLabelValues("error").Inc()
-			if pgErr, refused := databaseRefusal(err); refused {
-				j.finish(&internalv1.StartResult{RequestId: j.item.in.GetRequestId(), Outcome: internalv1.StartOutcome_START_OUTCOME_INVALID,
-					Message: "refused by the database (" + pgErr.Code + ")"}, nil)
-				continue
-			}
-			j.finish(nil, fmt.Errorf("%w: %v", ErrUnavailable, err))
-		}
-		return
-	}
-	l.afterCommit(ctx, versions, false, func() {
-		for _, j := range jobs {
-			r := results[j.item]
+			return &internalv1.StartResult{RequestId: j.in.GetRequestId(), Outcome: internalv1.StartOutcome_START_OUTCOME_INVALID,
+				Message: "refused by the database (" + pgErr.Code + ")"}
+		},
+		failed: func() { l.metrics.Starts.WithLabelValues("error").Inc() },
+		answered: func(r *internalv1.StartResult) {
 			l.metrics.Starts.WithLabelValues(startResultLabel[r.GetOutcome()]).Inc()
-			j.finish(r, nil)
-		}
-	})
+		},
+	}, jobs)
 }
 
 // startBatch is one attempt at a batch inside its transaction. It may run more than
