@@ -143,3 +143,42 @@ func TestParseSnapshot(t *testing.T) {
 		t.Fatal("nil snapshot accepted")
 	}
 }
+
+// Settlement charges AdmissionBuckets instead of the stored snapshot's buckets, so every
+// snapshot ParseSnapshot accepts must have exactly those windows and ids, in that
+// order, whatever order the enforcer sent them in. Instants around the 05:00 UTC
+// boundaries of days, weeks and months, and a spread of others.
+func TestAdmissionBucketsAreTheAcceptedSnapshotsBuckets(t *testing.T) {
+	instants := []time.Time{
+		time.Date(2026, 9, 15, 4, 59, 59, 999_000_000, time.UTC),
+		time.Date(2026, 9, 15, 5, 0, 0, 0, time.UTC),
+		time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC),
+		time.Date(2026, 12, 1, 4, 59, 59, 999_000_000, time.UTC),
+		time.Date(2027, 1, 1, 5, 0, 0, 1_000_000, time.UTC),
+		time.Date(2028, 2, 29, 12, 0, 0, 0, time.UTC),
+	}
+	for i := range 200 {
+		instants = append(instants, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i)*(47*time.Hour+13*time.Minute+7*time.Millisecond)))
+	}
+	for _, at := range instants {
+		p := &internalv1.Snapshot{Version: 2, AdmittedAtUnixMs: at.UnixMilli()}
+		ws := window.Current(at)
+		for _, k := range []int{2, 0, 1} { // not in timeframe order
+			w := ws[k]
+			p.Buckets = append(p.Buckets, &internalv1.SnapshotBucket{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(),
+				WindowEndUnixMs: w.End.UnixMilli(), BucketId: window.BucketID("org_a", "om_a", w.Timeframe, w.Start), PolicyId: "pol_x",
+				PolicyRevision: 3, BaseMicroUsd: 1_000_000, HardLimit: true})
+		}
+		s, err := ParseSnapshot(p, "org_a", "om_a", at)
+		if err != nil {
+			t.Fatalf("%s: %v", at, err)
+		}
+		derived := AdmissionBuckets("org_a", "om_a", s.AdmittedAt())
+		for i, b := range s.Buckets {
+			d := derived[i]
+			if d.Timeframe != b.Timeframe || d.BucketID != b.BucketID || d.WindowStartUnixMs != b.WindowStartUnixMs || d.WindowEndUnixMs != b.WindowEndUnixMs {
+				t.Fatalf("%s bucket %d: derived %+v, snapshot %+v", at, i, d, b)
+			}
+		}
+	}
+}

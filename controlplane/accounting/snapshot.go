@@ -121,6 +121,22 @@ func ParseSnapshot(p *internalv1.Snapshot, orgID, memberID string, now time.Time
 	return s, nil
 }
 
+// AdmissionBuckets are the buckets a member's request admitted at admitted is charged
+// to: the windows containing the admission instant, in window.Timeframes order, with
+// their bucket ids (the policy fields are left empty: charging does not use them).
+// ParseSnapshot accepts a snapshot only when its buckets are exactly these windows and
+// ids, so settlement derives them from a start's admission instant rather than decoding
+// the stored snapshot.
+func AdmissionBuckets(orgID, memberID string, admitted time.Time) []SnapshotBucket {
+	out := make([]SnapshotBucket, len(window.Timeframes))
+	for i, tf := range window.Timeframes {
+		w := window.Of(tf, admitted)
+		out[i] = SnapshotBucket{Timeframe: tf, WindowStartUnixMs: w.Start.UnixMilli(), WindowEndUnixMs: w.End.UnixMilli(),
+			BucketID: window.BucketID(orgID, memberID, tf, w.Start)}
+	}
+	return out
+}
+
 func indexOf(tf window.Timeframe) int {
 	for i, t := range window.Timeframes {
 		if t == tf {

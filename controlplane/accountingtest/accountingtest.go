@@ -187,15 +187,18 @@ func Cost(v int64) *int64 { return &v }
 func Check(t testing.TB, st *store.Store) {
 	t.Helper()
 	ctx := context.Background()
+	// Every (receipt, bucket, absolute amount) a receipt charges, one row each.
+	const charges = `(SELECT r.request_id, c.bucket_id, c.charged_micro_usd FROM usage_receipts r
+		CROSS JOIN LATERAL unnest(r.charge_bucket_ids, r.charge_amounts_micro_usd) AS c(bucket_id, charged_micro_usd))`
 	checks := []struct{ name, sql string }{
 		{"counter differs from the sum of its charges", `SELECT b.id FROM usage_buckets b
-			LEFT JOIN (SELECT bucket_id, sum(charged_micro_usd) AS s FROM usage_receipt_charges GROUP BY bucket_id) c ON c.bucket_id = b.id
+			LEFT JOIN (SELECT bucket_id, sum(charged_micro_usd) AS s FROM ` + charges + ` x GROUP BY bucket_id) c ON c.bucket_id = b.id
 			WHERE b.used_micro_usd <> coalesce(c.s, 0)`},
-		{"charges of a bucket with no counter", `SELECT c.bucket_id FROM usage_receipt_charges c
+		{"charges of a bucket with no counter", `SELECT c.bucket_id FROM ` + charges + ` c
 			LEFT JOIN usage_buckets b ON b.id = c.bucket_id WHERE b.id IS NULL AND c.charged_micro_usd > 0`},
 		{"bucket unpriced/incomplete counts differ from its receipts", `SELECT b.id FROM usage_buckets b
 			LEFT JOIN (SELECT c.bucket_id, count(*) FILTER (WHERE r.cost_source = 'unknown') AS u, count(*) FILTER (WHERE NOT r.complete) AS i
-				FROM usage_receipt_charges c JOIN usage_receipts r ON r.request_id = c.request_id GROUP BY c.bucket_id) x ON x.bucket_id = b.id
+				FROM ` + charges + ` c JOIN usage_receipts r ON r.request_id = c.request_id GROUP BY c.bucket_id) x ON x.bucket_id = b.id
 			WHERE b.unpriced_requests <> coalesce(x.u, 0) OR b.incomplete_requests <> coalesce(x.i, 0)`},
 		{"pending count differs from pending starts", `SELECT t.member_id FROM usage_member_tracking t
 			LEFT JOIN (SELECT member_id, count(*) AS n FROM usage_request_starts WHERE state = 'pending' GROUP BY member_id) s ON s.member_id = t.member_id
@@ -207,9 +210,9 @@ func Check(t testing.TB, st *store.Store) {
 		{"pending start with a receipt", `SELECT s.request_id FROM usage_request_starts s JOIN usage_receipts r USING (request_id) WHERE s.state = 'pending'`},
 		{"closed start without a receipt", `SELECT s.request_id FROM usage_request_starts s LEFT JOIN usage_receipts r USING (request_id)
 			WHERE s.state <> 'pending' AND r.request_id IS NULL`},
-		{"receipt without three charges", `SELECT r.request_id FROM usage_receipts r LEFT JOIN usage_receipt_charges c USING (request_id)
-			GROUP BY r.request_id HAVING count(c.bucket_id) <> 3`},
-		{"charges of one receipt differ", `SELECT r.request_id FROM usage_receipts r JOIN usage_receipt_charges c USING (request_id)
+		{"receipt without three charges", `SELECT r.request_id FROM usage_receipts r LEFT JOIN ` + charges + ` c USING (request_id)
+			GROUP BY r.request_id HAVING count(DISTINCT c.bucket_id) <> 3 OR count(c.bucket_id) <> 3`},
+		{"charges of one receipt differ", `SELECT r.request_id FROM usage_receipts r JOIN ` + charges + ` c USING (request_id)
 			WHERE c.charged_micro_usd <> r.cost_micro_usd`},
 	}
 	for _, c := range checks {

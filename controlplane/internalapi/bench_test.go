@@ -13,12 +13,12 @@ import (
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
-// The load harness: real gRPC calls to the internal API on 127.0.0.1, one item per call
-// (the worst case for the control plane: all batching is its own group commit), from
-// many concurrent callers, against local Postgres and Redis. Each benchmark reports
-// items/s and the p50/p99 call latency.
+// The load harness: real gRPC calls to the internal API on 127.0.0.1 from concurrent
+// callers, against local Postgres and Redis (BenchmarkThroughput says which shapes).
+// Each benchmark reports items/s and the p50/p99 latency of a call.
 //
 //	go test -run '^$' -bench 'Throughput' -benchtime 20000x ./controlplane/internalapi
+//	go test -run '^$' -bench 'Throughput/settle/per-call=64/callers=8/members=200/' -benchtime 20000x ./controlplane/internalapi
 //	go test -run '^$' -bench 'StartLatencyAt2000' -benchtime 10000x ./controlplane/internalapi
 
 type benchEnv struct {
@@ -64,8 +64,9 @@ func report(b *testing.B, items int, elapsed time.Duration, lat []time.Duration)
 	b.ReportMetric(0, "ns/op")
 }
 
-// runConcurrent makes b.N calls from conc goroutines.
-func runConcurrent(b *testing.B, conc int, call func(i int) error) {
+// runConcurrent makes calls calls from conc goroutines and reports items per second and
+// the latency of each call.
+func runConcurrent(b *testing.B, conc, calls, items int, call func(i int) error) {
 	var next atomic.Int64
 	lat := make([][]time.Duration, conc)
 	var wg sync.WaitGroup
@@ -77,7 +78,7 @@ func runConcurrent(b *testing.B, conc int, call func(i int) error) {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= b.N {
+				if i >= calls {
 					return
 				}
 				t0 := time.Now()
@@ -92,39 +93,122 @@ func runConcurrent(b *testing.B, conc int, call func(i int) error) {
 	wg.Wait()
 	elapsed := time.Since(began)
 	b.StopTimer()
-	report(b, b.N, elapsed, slices.Concat(lat...))
+	report(b, items, elapsed, slices.Concat(lat...))
 }
 
+// BenchmarkThroughput measures items per second through the internal API. The case
+// names say what varies:
+//
+//   - kind: start; settle (of durable starts, by request id only, as the enforcer settles
+//     what it started); settle-nostart (a settlement bringing its snapshot, whose start
+//     never became durable: it creates the event too, the heavier path);
+//   - per-call: items in one gRPC call. The enforcer's queues send up to 256 per call
+//     from a few workers (startq 4, settleq 2 per enforcer), so per-call=64 with 8
+//     callers is a few enforcers under load; per-call=1 with 64 callers is the worst
+//     case, where all batching is the control plane's own group commit;
+//   - members: distinct members the items are spread over;
+//   - batch: the ledger's MaxBatch.
+//
+// Starts for the settle cases are recorded before the timer starts.
 func BenchmarkThroughput(b *testing.B) {
-	for _, c := range []struct{ members, batch, conc int }{
-		{200, 256, 64}, {200, 32, 64}, {200, 8, 64}, {20, 256, 64}, {2000, 256, 64}, {200, 256, 256},
-	} {
-		for _, kind := range []string{"start", "settle"} {
-			b.Run(fmt.Sprintf("%s/members=%d/batch=%d/callers=%d", kind, c.members, c.batch, c.conc), func(b *testing.B) {
+	type shape struct{ members, batch, perCall, callers int }
+	shapes := []shape{
+		{200, 256, 64, 8}, {200, 256, 1, 64}, {20, 256, 64, 8}, {2000, 256, 64, 8},
+		{200, 32, 64, 8}, {200, 8, 64, 8}, {200, 256, 1, 256},
+	}
+	for _, kind := range []string{"start", "settle", "settle-nostart"} {
+		for _, c := range shapes {
+			name := fmt.Sprintf("%s/per-call=%d/callers=%d/members=%d/batch=%d", kind, c.perCall, c.callers, c.members, c.batch)
+			b.Run(name, func(b *testing.B) {
 				be := newBenchEnv(b, c.members, c.batch)
 				now := be.e.Clock.Now()
 				prefix := fmt.Sprintf("req_%d_", time.Now().UnixNano())
-				runConcurrent(b, c.conc, func(i int) error {
-					om := be.members[i%len(be.members)]
-					id := fmt.Sprintf("%s%d", prefix, i)
-					if kind == "start" {
-						res, err := be.e.Client.Start(ctx, &internalv1.StartRequest{Items: []*internalv1.StartItem{at.StartItem(id, om[0], om[1], now, 0)}})
-						if err == nil && res.Results[0].Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
-							err = fmt.Errorf("start %v", res.Results[0])
+				item := func(i int) (string, [2]string) {
+					return fmt.Sprintf("%s%d", prefix, i), be.members[i%len(be.members)]
+				}
+				if kind == "settle" {
+					be.startAll(b, b.N, item)
+				}
+				calls := (b.N + c.perCall - 1) / c.perCall
+				runConcurrent(b, c.callers, calls, b.N, func(call int) error {
+					lo, hi := call*c.perCall, min(b.N, (call+1)*c.perCall)
+					switch kind {
+					case "start":
+						req := &internalv1.StartRequest{}
+						for i := lo; i < hi; i++ {
+							id, om := item(i)
+							req.Items = append(req.Items, at.StartItem(id, om[0], om[1], now, 0))
 						}
-						return err
+						return checkStarts(be.e.Client.Start(ctx, req))
+					default:
+						req := &internalv1.SettleRequest{}
+						for i := lo; i < hi; i++ {
+							id, om := item(i)
+							it := &internalv1.SettleItem{RequestId: id, UpstreamCostMicroUsd: at.Cost(int64(i % 1000)), Complete: true}
+							if kind == "settle-nostart" {
+								it.OrganizationId, it.MemberId, it.Snapshot = om[0], om[1], at.Snapshot(om[0], om[1], now, 0)
+							}
+							req.Items = append(req.Items, it)
+						}
+						return checkSettles(be.e.Client.Settle(ctx, req))
 					}
-					res, err := be.e.Client.Settle(ctx, &internalv1.SettleRequest{Items: []*internalv1.SettleItem{{RequestId: id,
-						OrganizationId: om[0], MemberId: om[1], Snapshot: at.Snapshot(om[0], om[1], now, 0),
-						UpstreamCostMicroUsd: at.Cost(int64(i % 1000)), Complete: true}}})
-					if err == nil && res.Results[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
-						err = fmt.Errorf("settle %v", res.Results[0])
-					}
-					return err
 				})
 			})
 		}
 	}
+}
+
+func checkStarts(res *internalv1.StartResponse, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, r := range res.Results {
+		if r.Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+			return fmt.Errorf("start %v", r)
+		}
+	}
+	return nil
+}
+
+func checkSettles(res *internalv1.SettleResponse, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, r := range res.Results {
+		if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+			return fmt.Errorf("settle %v", r)
+		}
+	}
+	return nil
+}
+
+// startAll records n starts (untimed), 256 per call from 8 callers.
+func (be *benchEnv) startAll(b *testing.B, n int, item func(int) (string, [2]string)) {
+	now := be.e.Clock.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				lo := int(next.Add(256)) - 256
+				if lo >= n {
+					return
+				}
+				req := &internalv1.StartRequest{}
+				for i := lo; i < min(n, lo+256); i++ {
+					id, om := item(i)
+					req.Items = append(req.Items, at.StartItem(id, om[0], om[1], now, 0))
+				}
+				if err := checkStarts(be.e.Client.Start(ctx, req)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // BenchmarkStartLatencyAt2000 offers starts at a steady 2,000 per second (each call on

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -24,14 +23,10 @@ func RecoveryWrites(starts []store.StoredStart, reviewReference string, now time
 		if st.State != "pending" {
 			return store.SettleWrites{}, fmt.Errorf("start %s is %s, not pending", st.RequestID, st.State)
 		}
-		var snap accounting.Snapshot
-		if err := json.Unmarshal(st.Snapshot, &snap); err != nil {
-			return store.SettleWrites{}, fmt.Errorf("stored snapshot of %s: %w", st.RequestID, err)
-		}
 		d := accounting.Decide(nil, accounting.Report{Cost: 0, Source: accounting.SourceUnknown, Complete: false})
 		rw := store.ReceiptWrite{RequestID: st.RequestID, OrganizationID: st.OrganizationID, MemberID: st.MemberID,
 			Source: accounting.SourceUnknown, Outcome: "recovered", ReviewReference: &ref}
-		s.charge(st, snap, nil, d, rw, true)
+		s.charge(st, nil, d, rw, true)
 	}
 	if s.err != nil {
 		return store.SettleWrites{}, s.err

@@ -163,22 +163,21 @@ func (s *settlement) add(dst *int64, v int64) {
 	*dst = sum
 }
 
-// charge writes a decision: the receipt, its absolute charges per bucket, the counter
+// charge writes a decision: the receipt with its absolute charge per bucket, the counter
 // deltas and the member's tracking deltas.
-func (s *settlement) charge(st store.StoredStart, snap accounting.Snapshot, prev *store.StoredReceipt, d accounting.Decision,
+func (s *settlement) charge(st store.StoredStart, prev *store.StoredReceipt, d accounting.Decision,
 	rw store.ReceiptWrite, closePending bool) *store.StoredReceipt {
 	next := &store.StoredReceipt{Cost: d.Receipt.Cost, Source: d.Receipt.Source, Complete: d.Receipt.Complete, Promoted: d.Receipt.Promoted,
 		Charges: map[string]int64{}}
-	s.w.Receipts = append(s.w.Receipts, rw)
 	moved := false
-	for _, b := range snap.Buckets {
+	for _, b := range accounting.AdmissionBuckets(st.OrganizationID, st.MemberID, st.AdmittedAt) {
 		var before int64
 		if prev != nil {
 			before = prev.Charges[b.BucketID]
 		}
 		next.Charges[b.BucketID] = d.Receipt.Cost
-		s.w.Charges = append(s.w.Charges, store.ChargeWrite{RequestID: st.RequestID, BucketID: b.BucketID, Timeframe: string(b.Timeframe),
-			WindowStart: b.WindowStart(), Charged: d.Receipt.Cost})
+		rw.ChargeBuckets = append(rw.ChargeBuckets, b.BucketID)
+		rw.ChargeAmounts = append(rw.ChargeAmounts, d.Receipt.Cost)
 		delta := d.Receipt.Cost - before
 		bd := s.bucket(st.OrganizationID, st.MemberID, b)
 		s.add(&bd.Used, delta)
@@ -186,6 +185,7 @@ func (s *settlement) charge(st store.StoredStart, snap accounting.Snapshot, prev
 		s.add(&bd.Incomplete, d.IncompleteDelta)
 		moved = moved || delta != 0
 	}
+	s.w.Receipts = append(s.w.Receipts, rw)
 	md := s.member(st.MemberID)
 	s.add(&md.Unpriced, d.UnpricedDelta)
 	s.add(&md.Incomplete, d.IncompleteDelta)
@@ -281,19 +281,15 @@ func settleBatch(ctx context.Context, tx pgx.Tx, jobs []*job[*settleJob, *intern
 			r.Outcome, r.Message = internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID, "request_id is recorded for another organization or member"
 			continue
 		}
-		var snap accounting.Snapshot
-		if err := json.Unmarshal(st.Snapshot, &snap); err != nil {
-			return nil, nil, fmt.Errorf("stored snapshot of %s: %w", id, err)
-		}
 		if read.Created[id] && receipts[id] == nil {
 			// A settlement that creates its event passes the capture fence like a start.
 			tr := state.Tracking[st.MemberID]
-			verdict := accounting.Admit(tr.CaptureEnabled, tr.Version, snap.TrackingVersion)
+			verdict := accounting.Admit(tr.CaptureEnabled, tr.Version, st.TrackingVersion)
 			if state.CreatedTracking[st.MemberID] {
 				verdict = accounting.Admitted
 			}
 			if verdict != accounting.Admitted {
-				reason, msg := "epoch_changed", fmt.Sprintf("admitted under tracking version %d, the member is at %d: recorded for review, not charged", snap.TrackingVersion, tr.Version)
+				reason, msg := "epoch_changed", fmt.Sprintf("admitted under tracking version %d, the member is at %d: recorded for review, not charged", st.TrackingVersion, tr.Version)
 				if verdict == accounting.CaptureSuspended {
 					reason, msg = "capture_suspended", "capture is suspended for this member: recorded for review, not charged"
 				}
@@ -338,7 +334,7 @@ func settleBatch(ctx context.Context, tx pgx.Tx, jobs []*job[*settleJob, *intern
 			return nil, nil, fmt.Errorf("recovered start %s has no receipt", id)
 		}
 		closePending := prev == nil && st.State == "pending"
-		receipts[id] = s.charge(st, snap, prev, d, rw, closePending)
+		receipts[id] = s.charge(st, prev, d, rw, closePending)
 		if closePending {
 			st.State = "settled"
 			read.Starts[id] = st
@@ -370,11 +366,10 @@ func (s *settlement) quarantine(it *internalv1.SettleItem, reason string) {
 
 // finish turns the accumulated deltas into writes. Several receipts of one batch that
 // charge one bucket become one counter update, and a request settled twice in one batch
-// (a settlement and its promotion) writes its receipt and charges once, as they stand
+// (a settlement and its promotion) writes its receipt (with its charges) once, as they stand
 // after the last of them: one statement may not update a row twice.
 func (s *settlement) finish() {
 	s.w.Receipts = lastBy(s.w.Receipts, func(r store.ReceiptWrite) string { return r.RequestID })
-	s.w.Charges = lastBy(s.w.Charges, func(c store.ChargeWrite) string { return c.RequestID + "/" + c.BucketID })
 	for _, d := range s.buckets {
 		if d.Used != 0 || d.Unpriced != 0 || d.Incomplete != 0 {
 			s.w.Buckets = append(s.w.Buckets, *d)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -235,9 +236,11 @@ type StoredStart struct {
 	OrganizationID  string
 	MemberID        string
 	TrackingVersion int64
-	Snapshot        []byte
-	State           string
-	Counted         bool
+	// AdmittedAt is the admission instant, which fixes the buckets charged
+	// (accounting.AdmissionBuckets); the snapshot itself is not read back.
+	AdmittedAt time.Time
+	State      string
+	Counted    bool
 }
 
 // SettleEvent is a start to create for a settlement that arrived without one (already
@@ -277,11 +280,11 @@ func ReadSettleStarts(ctx context.Context, tx pgx.Tx, ids []string, events []Set
 				return err
 			})
 	}
-	b.Queue(`SELECT request_id, organization_id, member_id, tracking_version, snapshot, state, counted
+	b.Queue(`SELECT request_id, organization_id, member_id, tracking_version, admitted_at, state, counted
 		FROM usage_request_starts WHERE request_id = ANY($1) ORDER BY request_id FOR UPDATE`, sortedUnique(ids)).
 		Query(func(r pgx.Rows) error {
 			var s StoredStart
-			_, err := pgx.ForEachRow(r, []any{&s.RequestID, &s.OrganizationID, &s.MemberID, &s.TrackingVersion, &s.Snapshot, &s.State, &s.Counted},
+			_, err := pgx.ForEachRow(r, []any{&s.RequestID, &s.OrganizationID, &s.MemberID, &s.TrackingVersion, &s.AdmittedAt, &s.State, &s.Counted},
 				func() error { out.Starts[s.RequestID] = s; return nil })
 			return err
 		})
@@ -335,17 +338,18 @@ func ReadSettleState(ctx context.Context, tx pgx.Tx, createTracking, members, re
 	}
 	queueLockTracking(b, sortedUnique(members), out.Tracking)
 	if len(receiptIDs) > 0 {
-		b.Queue(`SELECT r.request_id, r.cost_micro_usd, r.cost_source, r.complete, r.promoted_at IS NOT NULL,
-				coalesce(array_agg(c.bucket_id) FILTER (WHERE c.bucket_id IS NOT NULL), '{}'),
-				coalesce(array_agg(c.charged_micro_usd) FILTER (WHERE c.bucket_id IS NOT NULL), '{}')
-			FROM usage_receipts r LEFT JOIN usage_receipt_charges c ON c.request_id = r.request_id
-			WHERE r.request_id = ANY($1) GROUP BY r.request_id`, receiptIDs).
+		b.Queue(`SELECT request_id, cost_micro_usd, cost_source, complete, promoted_at IS NOT NULL, charge_bucket_ids,
+				charge_amounts_micro_usd
+			FROM usage_receipts WHERE request_id = ANY($1)`, receiptIDs).
 			Query(func(r pgx.Rows) error {
 				var id string
 				var rc StoredReceipt
 				var buckets []string
 				var charged []int64
 				_, err := pgx.ForEachRow(r, []any{&id, &rc.Cost, &rc.Source, &rc.Complete, &rc.Promoted, &buckets, &charged}, func() error {
+					if len(buckets) != len(charged) {
+						return fmt.Errorf("receipt %s: %d charged buckets but %d amounts", id, len(buckets), len(charged))
+					}
 					c := rc
 					c.Charges = make(map[string]int64, len(buckets))
 					for i, bid := range buckets {
@@ -396,15 +400,10 @@ type ReceiptWrite struct {
 	Promoted        bool
 	ReviewReference *string
 	FinishedAt      *time.Time
-}
-
-// ChargeWrite is the absolute amount a receipt charges one bucket.
-type ChargeWrite struct {
-	RequestID   string
-	BucketID    string
-	Timeframe   string
-	WindowStart time.Time
-	Charged     int64
+	// ChargeBuckets and ChargeAmounts pair each bucket of the admission snapshot with the
+	// absolute amount this receipt has charged it.
+	ChargeBuckets []string
+	ChargeAmounts []int64
 }
 
 // BucketDelta moves one member-period counter; the row is created when missing.
@@ -447,7 +446,6 @@ type SettleWrites struct {
 	CloseStarts []string
 	CloseState  string
 	Receipts    []ReceiptWrite
-	Charges     []ChargeWrite
 	Buckets     []BucketDelta
 	Tracking    []TrackingDelta
 	Quarantine  []QuarantineWrite
@@ -470,17 +468,6 @@ func WriteSettlements(ctx context.Context, tx pgx.Tx, w SettleWrites, now time.T
 	}
 	if len(w.Receipts) > 0 {
 		queueReceipts(b, w.Receipts, now)
-	}
-	if len(w.Charges) > 0 {
-		n := len(w.Charges)
-		ids, buckets, tfs, starts, amounts := make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n), make([]int64, n)
-		for i, c := range w.Charges {
-			ids[i], buckets[i], tfs[i], starts[i], amounts[i] = c.RequestID, c.BucketID, c.Timeframe, c.WindowStart, c.Charged
-		}
-		b.Queue(`INSERT INTO usage_receipt_charges AS c (request_id, bucket_id, timeframe, window_start, charged_micro_usd)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::bigint[])
-			ON CONFLICT (request_id, bucket_id) DO UPDATE SET charged_micro_usd = EXCLUDED.charged_micro_usd`,
-			ids, buckets, tfs, starts, amounts)
 	}
 	if len(w.Buckets) > 0 {
 		bs := slices.Clone(w.Buckets)
@@ -560,27 +547,40 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 	complete, promoted := make([]bool, n), make([]bool, n)
 	refs := make([]*string, n)
 	finished := make([]*time.Time, n)
+	// The charges of all receipts travel as two flat arrays; receipt i owns the 1-based
+	// slice [from[i], to[i]] of them (empty when to < from).
+	var chargeIDs []string
+	var chargeAmounts []int64
+	from, to := make([]int32, n), make([]int32, n)
 	for i, r := range rs {
 		ids[i], orgs[i], members[i], sources[i], models[i], outcomes[i] = r.RequestID, r.OrganizationID, r.MemberID, r.Source, r.Model, r.Outcome
 		costs[i], in[i], out[i], cached[i] = r.Cost, r.InputTokens, r.OutputTokens, r.CachedInputTokens
 		statuses[i], complete[i], promoted[i], refs[i], finished[i] = r.UpstreamStatus, r.Complete, r.Promoted, r.ReviewReference, r.FinishedAt
+		from[i] = int32(len(chargeIDs) + 1)
+		chargeIDs = append(chargeIDs, r.ChargeBuckets...)
+		chargeAmounts = append(chargeAmounts, r.ChargeAmounts...)
+		to[i] = int32(len(chargeIDs))
 	}
 	// A promotion keeps the receipt's outcome (settled or recovered) and review
 	// reference, and records when it was promoted.
 	b.Queue(`INSERT INTO usage_receipts AS r (request_id, organization_id, member_id, cost_micro_usd, cost_source, model,
 			input_tokens, output_tokens, cached_input_tokens, upstream_status, complete, outcome, promoted_at, review_reference,
-			finished_at, settled_at, updated_at)
+			finished_at, settled_at, updated_at, charge_bucket_ids, charge_amounts_micro_usd)
 		SELECT x.id, x.org, x.member, x.cost, x.source, x.model, x.input, x.output, x.cached, x.status, x.complete, x.outcome,
-			CASE WHEN x.promoted THEN $16::timestamptz END, x.ref, x.finished, $16, $16
+			CASE WHEN x.promoted THEN $16::timestamptz END, x.ref, x.finished, $16, $16,
+			coalesce(($17::text[])[x.c_from:x.c_to], '{}'), coalesce(($18::bigint[])[x.c_from:x.c_to], '{}')
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[],
-			$9::bigint[], $10::int[], $11::bool[], $12::text[], $13::bool[], $14::text[], $15::timestamptz[])
-			AS x(id, org, member, cost, source, model, input, output, cached, status, complete, outcome, promoted, ref, finished)
+			$9::bigint[], $10::int[], $11::bool[], $12::text[], $13::bool[], $14::text[], $15::timestamptz[], $19::int[], $20::int[])
+			AS x(id, org, member, cost, source, model, input, output, cached, status, complete, outcome, promoted, ref, finished,
+				c_from, c_to)
 		ON CONFLICT (request_id) DO UPDATE SET cost_micro_usd = EXCLUDED.cost_micro_usd, cost_source = EXCLUDED.cost_source,
 			model = EXCLUDED.model, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
 			cached_input_tokens = EXCLUDED.cached_input_tokens, upstream_status = EXCLUDED.upstream_status,
 			complete = EXCLUDED.complete, promoted_at = coalesce(r.promoted_at, EXCLUDED.promoted_at),
-			finished_at = EXCLUDED.finished_at, updated_at = EXCLUDED.updated_at`,
-		ids, orgs, members, costs, sources, models, in, out, cached, statuses, complete, outcomes, promoted, refs, finished, now)
+			finished_at = EXCLUDED.finished_at, updated_at = EXCLUDED.updated_at,
+			charge_bucket_ids = EXCLUDED.charge_bucket_ids, charge_amounts_micro_usd = EXCLUDED.charge_amounts_micro_usd`,
+		ids, orgs, members, costs, sources, models, in, out, cached, statuses, complete, outcomes, promoted, refs, finished, now,
+		chargeIDs, chargeAmounts, from, to)
 }
 
 // CredentialIdentity is what a credential hash resolves to for the internal API.
@@ -650,14 +650,14 @@ func SetCapture(ctx context.Context, tx pgx.Tx, orgID, memberID string, version 
 
 // LockStartsInOrg locks the starts of an organization among ids (request id order).
 func LockStartsInOrg(ctx context.Context, tx pgx.Tx, orgID string, ids []string) (map[string]StoredStart, error) {
-	rows, err := tx.Query(ctx, `SELECT request_id, organization_id, member_id, tracking_version, snapshot, state, counted
+	rows, err := tx.Query(ctx, `SELECT request_id, organization_id, member_id, tracking_version, admitted_at, state, counted
 		FROM usage_request_starts WHERE organization_id = $1 AND request_id = ANY($2) ORDER BY request_id FOR UPDATE`, orgID, sortedUnique(ids))
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]StoredStart{}
 	var s StoredStart
-	_, err = pgx.ForEachRow(rows, []any{&s.RequestID, &s.OrganizationID, &s.MemberID, &s.TrackingVersion, &s.Snapshot, &s.State, &s.Counted},
+	_, err = pgx.ForEachRow(rows, []any{&s.RequestID, &s.OrganizationID, &s.MemberID, &s.TrackingVersion, &s.AdmittedAt, &s.State, &s.Counted},
 		func() error { out[s.RequestID] = s; return nil })
 	return out, err
 }

@@ -1,0 +1,94 @@
+package ledger_test
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	at "github.com/tollgate-dev/tollgate/controlplane/accountingtest"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// Migration 6 moved each receipt's charges from rows of usage_receipt_charges into two
+// arrays on the receipt. Receipts written by the ledger must survive the way down (one
+// row per charged bucket, with the bucket's timeframe and window) and up again (the same
+// arrays), and settlement must go on from them: a repeat is still a duplicate and a
+// promotion still charges only the difference.
+func TestSettlementSpeedMigrationKeepsCharges(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 2)
+	now := e.Clock.Now()
+	var ids []string
+	for i, m := range ms {
+		id := at.ReqID()
+		ids = append(ids, id)
+		if r := start1(t, e, at.StartItem(id, org, m, now, 0)); r.Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+			t.Fatalf("start: %v", r)
+		}
+		// The first settles known, the second unknown (so it can be promoted later).
+		it := &internalv1.SettleItem{RequestId: id, Complete: true}
+		if i == 0 {
+			it.UpstreamCostMicroUsd = at.Cost(700)
+		}
+		if r := settle1(t, e, it); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+			t.Fatalf("settle: %v", r)
+		}
+	}
+	arrays := func() map[string]string {
+		rows, err := e.Store.Pool.Query(ctx, `SELECT request_id, charge_bucket_ids::text || charge_amounts_micro_usd::text
+			FROM usage_receipts ORDER BY request_id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for rows.Next() {
+			var id, v string
+			if err := rows.Scan(&id, &v); err != nil {
+				t.Fatal(err)
+			}
+			out[id] = v
+		}
+		return out
+	}
+	before := arrays()
+	if len(before) != 2 {
+		t.Fatalf("receipts %v", before)
+	}
+
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := e.Store.MigrateTo(ctx, log, 5); err != nil {
+		t.Fatalf("down to 5: %v", err)
+	}
+	var rowsDown, wrong int
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE c.charged_micro_usd <> r.cost_micro_usd
+			OR c.timeframe <> b.timeframe OR c.window_start <> b.window_start)
+		FROM usage_receipt_charges c JOIN usage_receipts r USING (request_id) JOIN usage_buckets b ON b.id = c.bucket_id`).
+		Scan(&rowsDown, &wrong); err != nil {
+		t.Fatal(err)
+	}
+	if rowsDown != 6 || wrong != 0 {
+		t.Fatalf("after the way down: %d charge rows (want 6), %d not matching their receipt and bucket", rowsDown, wrong)
+	}
+
+	if _, err := e.Store.Migrate(ctx, log); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	after := arrays()
+	for id, v := range before {
+		if after[id] != v {
+			t.Fatalf("receipt %s charges %s before, %s after down and up", id, v, after[id])
+		}
+	}
+	at.Check(t, e.Store)
+
+	if r := settle1(t, e, &internalv1.SettleItem{RequestId: ids[0], UpstreamCostMicroUsd: at.Cost(700), Complete: true}); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE {
+		t.Fatalf("repeat after migrating: %v", r)
+	}
+	if r := settle1(t, e, &internalv1.SettleItem{RequestId: ids[1], UpstreamCostMicroUsd: at.Cost(900), Complete: true}); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED || r.CostMicroUsd != 900 {
+		t.Fatalf("promotion after migrating: %v", r)
+	}
+	if used := e.Used(t, org, ms[1], "day", now); used != 900 {
+		t.Fatalf("promoted member's day used %d, want 900", used)
+	}
+	at.Check(t, e.Store)
+}
