@@ -54,9 +54,10 @@ func newBenchEnv(b *testing.B, members, maxBatch int) *benchEnv {
 	return be
 }
 
-func report(b *testing.B, items int, elapsed time.Duration, lat []time.Duration) {
+func report(b *testing.B, items int, elapsed time.Duration, lat []time.Duration, cpu cpuMeter) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(items)/elapsed.Seconds(), "items/s")
+	cpu.report(b, items)
 	if len(lat) > 0 {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
@@ -71,6 +72,7 @@ func runConcurrent(b *testing.B, conc, calls, items int, call func(i int) error)
 	lat := make([][]time.Duration, conc)
 	var wg sync.WaitGroup
 	b.ResetTimer()
+	cpu := startCPU(b)
 	began := time.Now()
 	for w := range conc {
 		wg.Add(1)
@@ -93,7 +95,7 @@ func runConcurrent(b *testing.B, conc, calls, items int, call func(i int) error)
 	wg.Wait()
 	elapsed := time.Since(began)
 	b.StopTimer()
-	report(b, items, elapsed, slices.Concat(lat...))
+	report(b, items, elapsed, slices.Concat(lat...), cpu)
 }
 
 // BenchmarkThroughput measures items per second through the internal API. The case
@@ -223,6 +225,7 @@ func BenchmarkStartLatencyAt2000(b *testing.B) {
 			lat := make([]time.Duration, b.N)
 			var wg sync.WaitGroup
 			b.ResetTimer()
+			cpu := startCPU(b)
 			began := time.Now()
 			for i := range b.N {
 				if d := time.Until(began.Add(time.Duration(i) * time.Second / rate)); d > 0 {
@@ -244,7 +247,7 @@ func BenchmarkStartLatencyAt2000(b *testing.B) {
 			wg.Wait()
 			elapsed := time.Since(began)
 			b.StopTimer()
-			report(b, b.N, elapsed, lat)
+			report(b, b.N, elapsed, lat, cpu)
 		})
 	}
 }
