@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tollgate-dev/tollgate/controlplane/store"
 )
 
 // job is one item waiting for a batch, with the channel its answer goes to.
@@ -175,7 +177,10 @@ func wait[I, R any](ctx context.Context, jobs []*job[I, R]) ([]R, error) {
 type batchKind[I comparable, R any] struct {
 	name string // "start" or "settle": transaction and metric label
 	// write is one attempt at the batch inside its transaction; it may run more than once.
-	write func(ctx context.Context, tx pgx.Tx, jobs []*job[I, R], now time.Time) (map[I]R, map[string]int64, error)
+	// It sends its reads through tx and returns its writes queued in a batch, which is
+	// sent with the COMMIT; versions (the mirror versions the writes bump) are filled in
+	// once that batch has run.
+	write func(ctx context.Context, tx *store.PipelinedTx, jobs []*job[I, R], now time.Time) (results map[I]R, versions map[string]int64, writes *pgx.Batch, err error)
 	// waitMirror: answer only after the Redis records are written.
 	waitMirror bool
 	// refused answers an item the database refused on its own (a constraint, an overflow).
@@ -194,10 +199,13 @@ func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKin
 	now := l.clock.Now()
 	var results map[I]R
 	var versions map[string]int64
-	err := l.inTx(ctx, k.name, func(tx pgx.Tx) error {
-		var err error
-		results, versions, err = k.write(ctx, tx, jobs, now)
-		return err
+	err := l.inTx(ctx, k.name, func() error {
+		return l.store.InPipelinedTx(ctx, func(tx *store.PipelinedTx) (*pgx.Batch, error) {
+			var writes *pgx.Batch
+			var err error
+			results, versions, writes, err = k.write(ctx, tx, jobs, now)
+			return writes, err
+		})
 	})
 	l.metrics.BatchDuration.WithLabelValues(k.name).Observe(time.Since(began).Seconds())
 	if err != nil {

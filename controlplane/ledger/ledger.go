@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
@@ -91,12 +90,12 @@ var ErrUnavailable = errors.New("ledger: storage unavailable")
 // idempotent by request id.
 const connectionAttempts = 3
 
-// inTx runs fn in a transaction with the store's retries on serialization failures and
-// deadlocks, plus retries on broken connections.
-func (l *Ledger) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) error {
+// inTx runs tx (a transaction with the store's retries on serialization failures and
+// deadlocks) again when its connection broke.
+func (l *Ledger) inTx(ctx context.Context, op string, tx func() error) error {
 	var err error
 	for attempt := 1; attempt <= connectionAttempts; attempt++ {
-		err = l.store.InTx(ctx, fn)
+		err = tx()
 		if err == nil {
 			return nil
 		}

@@ -97,7 +97,7 @@ func (l *Ledger) runStarts(ctx context.Context, jobs []*job[*startJob, *internal
 
 // startBatch is one attempt at a batch inside its transaction. It may run more than
 // once (retries), so it keeps no state outside its results.
-func startBatch(ctx context.Context, tx pgx.Tx, jobs []*job[*startJob, *internalv1.StartResult], now time.Time) (map[*startJob]*internalv1.StartResult, map[string]int64, error) {
+func startBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*startJob, *internalv1.StartResult], now time.Time) (map[*startJob]*internalv1.StartResult, map[string]int64, *pgx.Batch, error) {
 	first := map[string]*startJob{}
 	var rows []store.StartInsert
 	for _, j := range jobs {
@@ -111,7 +111,7 @@ func startBatch(ctx context.Context, tx pgx.Tx, jobs []*job[*startJob, *internal
 	}
 	read, err := store.ReadStartBatch(ctx, tx, rows, now)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	results := map[string]*internalv1.StartResult{}
 	w := store.StartBatchWrite{Pending: map[string]int64{}}
@@ -148,10 +148,8 @@ func startBatch(ctx context.Context, tx pgx.Tx, jobs []*job[*startJob, *internal
 	for m := range read.CreatedTracking {
 		w.Bump = append(w.Bump, m)
 	}
-	versions, err := store.WriteStartBatch(ctx, tx, w, now)
-	if err != nil {
-		return nil, nil, err
-	}
+	writes := &pgx.Batch{}
+	versions := store.QueueStartBatchWrite(writes, w, now)
 	// Later copies of a request id in the same batch are duplicates of the first.
 	perJob := make(map[*startJob]*internalv1.StartResult, len(jobs))
 	for _, j := range jobs {
@@ -162,5 +160,5 @@ func startBatch(ctx context.Context, tx pgx.Tx, jobs []*job[*startJob, *internal
 		}
 		perJob[j.item] = r
 	}
-	return perJob, versions, nil
+	return perJob, versions, writes, nil
 }

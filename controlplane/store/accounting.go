@@ -85,7 +85,7 @@ func sortedUnique(ids []string) []string {
 // request ids existed before. Rows are written in request id and member id order.
 // Starts refused afterwards (by the fence) are deleted in phase two, in the same
 // transaction, so nobody ever sees them.
-func ReadStartBatch(ctx context.Context, tx pgx.Tx, rows []StartInsert, now time.Time) (StartBatchRead, error) {
+func ReadStartBatch(ctx context.Context, tx BatchSender, rows []StartInsert, now time.Time) (StartBatchRead, error) {
 	out := StartBatchRead{Inserted: map[string]bool{}, Existing: map[string]string{}, CreatedTracking: map[string]bool{},
 		Tracking: map[string]TrackingState{}}
 	ids, orgs, members, versions, admitted, snaps := startColumns(rows)
@@ -168,10 +168,9 @@ type StartBatchWrite struct {
 	Bump []string
 }
 
-// WriteStartBatch is phase two of a start batch, in one round trip; it returns the new
-// mirror versions of the bumped members.
-func WriteStartBatch(ctx context.Context, tx pgx.Tx, w StartBatchWrite, now time.Time) (map[string]int64, error) {
-	b := &pgx.Batch{}
+// QueueStartBatchWrite queues phase two of a start batch into b; the returned map
+// holds the new mirror versions of the bumped members once b has run.
+func QueueStartBatchWrite(b *pgx.Batch, w StartBatchWrite, now time.Time) map[string]int64 {
 	if len(w.Refused) > 0 {
 		b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND state = 'pending'`, w.Refused)
 	}
@@ -186,10 +185,7 @@ func WriteStartBatch(ctx context.Context, tx pgx.Tx, w StartBatchWrite, now time
 	}
 	versions := map[string]int64{}
 	queueBumpVersions(b, w.Bump, versions)
-	if b.Len() == 0 {
-		return versions, nil
-	}
-	return versions, tx.SendBatch(ctx, b).Close()
+	return versions
 }
 
 func keys[V any](m map[string]V) []string {
@@ -260,7 +256,7 @@ type SettleBatchRead struct {
 // events of settlements that brought a snapshot and have no start (state settled, never
 // counted pending; only for a member of the claimed organization), then lock every
 // start of the batch in request id order.
-func ReadSettleStarts(ctx context.Context, tx pgx.Tx, ids []string, events []SettleEvent, now time.Time) (SettleBatchRead, error) {
+func ReadSettleStarts(ctx context.Context, tx BatchSender, ids []string, events []SettleEvent, now time.Time) (SettleBatchRead, error) {
 	out := SettleBatchRead{Created: map[string]bool{}, Starts: map[string]StoredStart{}}
 	b := &pgx.Batch{}
 	if len(events) > 0 {
@@ -317,7 +313,7 @@ type SettleState struct {
 // tracking rows of members whose first event a settlement created, lock the tracking
 // rows of every member involved (member id order), and read the existing receipts with
 // their charges and the catalog prices the batch may need.
-func ReadSettleState(ctx context.Context, tx pgx.Tx, createTracking, members, receiptIDs []string, prices []PriceKey, now time.Time) (SettleState, error) {
+func ReadSettleState(ctx context.Context, tx BatchSender, createTracking, members, receiptIDs []string, prices []PriceKey, now time.Time) (SettleState, error) {
 	out := SettleState{CreatedTracking: map[string]bool{}, Tracking: map[string]TrackingState{}, Receipts: map[string]*StoredReceipt{},
 		Prices: map[PriceKey]ModelPrice{}}
 	b := &pgx.Batch{}
@@ -454,11 +450,21 @@ type SettleWrites struct {
 }
 
 // WriteSettlements writes a settlement batch in one round trip and returns the new
-// mirror versions of the bumped members. Counter updates run in bucket id order; an
-// overflowing counter fails the statement (bigint out of range), which rolls the whole
-// transaction back.
+// mirror versions of the bumped members.
 func WriteSettlements(ctx context.Context, tx pgx.Tx, w SettleWrites, now time.Time) (map[string]int64, error) {
 	b := &pgx.Batch{}
+	versions := QueueSettlementWrites(b, w, now)
+	if b.Len() == 0 {
+		return versions, nil
+	}
+	return versions, tx.SendBatch(ctx, b).Close()
+}
+
+// QueueSettlementWrites queues the writes of a settlement batch into b; the returned map
+// holds the new mirror versions of the bumped members once b has run. Counter updates
+// run in bucket id order; an overflowing counter fails the statement (bigint out of
+// range), which rolls the whole transaction back.
+func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[string]int64 {
 	if len(w.DeleteStarts) > 0 {
 		b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND NOT counted`, w.DeleteStarts)
 	}
@@ -533,10 +539,7 @@ func WriteSettlements(ctx context.Context, tx pgx.Tx, w SettleWrites, now time.T
 	}
 	versions := map[string]int64{}
 	queueBumpVersions(b, w.Bump, versions)
-	if b.Len() == 0 {
-		return versions, nil
-	}
-	return versions, tx.SendBatch(ctx, b).Close()
+	return versions
 }
 
 func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {

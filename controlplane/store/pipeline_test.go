@@ -1,0 +1,142 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+)
+
+// A pipelined transaction is all or nothing like any other: what its first batch wrote
+// is committed with its last batch, or rolled back with it, and the connection goes
+// back to the pool usable either way.
+func TestPipelinedTx(t *testing.T) {
+	ctx := context.Background()
+	// One connection, so a connection left inside a transaction would be reused (and
+	// the next transaction would fail or see the leftovers).
+	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	sep := "?"
+	if strings.Contains(dbURL, "?") {
+		sep = "&"
+	}
+	st, err := store.Open(ctx, dbURL+sep+"pool_max_conns=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Pool.Exec(ctx, `CREATE TABLE pipe (k text PRIMARY KEY, v int NOT NULL CHECK (v >= 0))`); err != nil {
+		t.Fatal(err)
+	}
+	backend := func() int {
+		var pid int
+		if err := st.Pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	first := backend()
+	insert := func(k string, v int) *pgx.Batch {
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO pipe VALUES ($1, $2)`, k, v)
+		return b
+	}
+	rows := func() map[string]int {
+		out := map[string]int{}
+		r, err := st.Pool.Query(ctx, `SELECT k, v FROM pipe`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k string
+		var v int
+		if _, err := pgx.ForEachRow(r, []any{&k, &v}, func() error { out[k] = v; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	// Both batches commit together; a read in the first batch sees nothing of the second.
+	var seen int
+	err = st.InPipelinedTx(ctx, func(tx *store.PipelinedTx) (*pgx.Batch, error) {
+		b := insert("a", 1)
+		b.Queue(`SELECT count(*) FROM pipe`).QueryRow(func(r pgx.Row) error { return r.Scan(&seen) })
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, err
+		}
+		return insert("b", 2), nil
+	})
+	if got := rows(); err != nil || seen != 1 || len(got) != 2 || got["a"] != 1 || got["b"] != 2 {
+		t.Fatalf("committed %v (read %d inside), err %v", got, seen, err)
+	}
+
+	// A failure in the last batch undoes the first batch's writes.
+	err = st.InPipelinedTx(ctx, func(tx *store.PipelinedTx) (*pgx.Batch, error) {
+		if err := tx.SendBatch(ctx, insert("c", 3)).Close(); err != nil {
+			return nil, err
+		}
+		return insert("d", -1), nil // the CHECK refuses it
+	})
+	if got := rows(); err == nil || len(got) != 2 {
+		t.Fatalf("after a refused last batch: %v, err %v", got, err)
+	}
+
+	// fn failing between its batches rolls back what was sent.
+	boom := errors.New("decided not to")
+	err = st.InPipelinedTx(ctx, func(tx *store.PipelinedTx) (*pgx.Batch, error) {
+		if err := tx.SendBatch(ctx, insert("e", 5)).Close(); err != nil {
+			return nil, err
+		}
+		return nil, boom
+	})
+	if got := rows(); !errors.Is(err, boom) || len(got) != 2 {
+		t.Fatalf("after fn failed: %v, err %v", got, err)
+	}
+
+	// A transaction that only has a last batch opens and commits in one round trip.
+	if err := st.InPipelinedTx(ctx, func(*store.PipelinedTx) (*pgx.Batch, error) { return insert("f", 6), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(); len(got) != 3 || got["f"] != 6 {
+		t.Fatalf("single batch: %v", got)
+	}
+
+	// Serialization failures run fn again; other errors do not.
+	attempts := 0
+	err = st.InPipelinedTx(ctx, func(tx *store.PipelinedTx) (*pgx.Batch, error) {
+		attempts++
+		b := insert("g", 7)
+		if attempts < 3 {
+			b.Queue(`DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`)
+		}
+		return nil, tx.SendBatch(ctx, b).Close()
+	})
+	if got := rows(); err != nil || attempts != 3 || got["g"] != 7 {
+		t.Fatalf("retries: attempts %d, rows %v, err %v", attempts, got, err)
+	}
+	attempts = 0
+	err = st.InPipelinedTx(ctx, func(tx *store.PipelinedTx) (*pgx.Batch, error) {
+		attempts++
+		b := &pgx.Batch{}
+		b.Queue(`DO $$ BEGIN RAISE EXCEPTION 'bad' USING ERRCODE = '22000'; END $$`)
+		return b, nil
+	})
+	if err == nil || attempts != 1 {
+		t.Fatalf("a non-retryable error was retried %d times (%v)", attempts, err)
+	}
+	// The failed transactions were rolled back on their connection, which was kept.
+	if pid := backend(); pid != first {
+		t.Fatalf("the connection was replaced (backend %d, then %d)", first, pid)
+	}
+	conn, err := st.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if s := conn.Conn().PgConn().TxStatus(); s != 'I' {
+		t.Fatalf("the pool's connection is in transaction status %q", s)
+	}
+}
