@@ -15,6 +15,12 @@ import (
 // read-decide-write transaction (the accounting batches) then costs two round trips
 // instead of four: at small batch sizes those round trips, each a hand-over between
 // the Go process and a Postgres backend, are much of a batch's latency.
+//
+// It is made for batches of keyed lookups and writes (unnest of id arrays joined to
+// primary keys), so it also turns off hash and merge joins for its own duration: with
+// a generic plan the planner joins a batch of ten ids to a table of a few thousand rows
+// by hashing the batch and scanning the whole table, which made each accounting batch
+// cost in proportion to the number of members. Nested loops probe the primary key per id.
 type PipelinedTx struct {
 	conn  *pgxpool.Conn
 	begun bool
@@ -33,6 +39,7 @@ func (t *PipelinedTx) opening(b *pgx.Batch) *pgx.Batch {
 	t.begun = true
 	nb := &pgx.Batch{}
 	nb.Queue("BEGIN")
+	nb.Queue(`SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`)
 	nb.QueuedQueries = append(nb.QueuedQueries, b.QueuedQueries...)
 	return nb
 }

@@ -140,3 +140,56 @@ func TestPipelinedTx(t *testing.T) {
 		t.Fatalf("the pool's connection is in transaction status %q", s)
 	}
 }
+
+// Inside a pipelined transaction a batch of ids is joined to a table by probing its
+// primary key. Outside, with the generic plan a prepared statement gets after a few runs,
+// the planner hashes the batch and scans the whole table when it has a few thousand rows
+// (2,000 members, say; far larger tables get the index anyway) (the test checks that premise
+// too, so it fails if a Postgres upgrade makes the setting pointless). The setting ends
+// with the transaction.
+func TestPipelinedTxProbesByKey(t *testing.T) {
+	st := storetest.New(t)
+	ctx := context.Background()
+	if _, err := st.Pool.Exec(ctx, `CREATE TABLE probe (k text PRIMARY KEY, n bigint NOT NULL);
+		INSERT INTO probe SELECT 'k' || g, 0 FROM generate_series(1, 2000) g; ANALYZE probe`); err != nil {
+		t.Fatal(err)
+	}
+	explain := func(b *pgx.Batch, name string, into *string) {
+		b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
+		b.Queue(`PREPARE ` + name + `(text[], bigint[]) AS
+			UPDATE probe p SET n = p.n + x.n FROM unnest($1, $2) AS x(k, n) WHERE p.k = x.k`)
+		b.Queue(`EXPLAIN EXECUTE ` + name + `('{k1,k77,k1999}', '{1,1,1}')`).Query(func(rows pgx.Rows) error {
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			*into = strings.Join(lines, "\n")
+			return err
+		})
+		b.Queue(`DEALLOCATE ` + name)
+	}
+	var inside, outside string
+	err := st.InPipelinedTx(ctx, func(tx *store.PipelinedTx) (*pgx.Batch, error) {
+		b := &pgx.Batch{}
+		explain(b, "inside", &inside)
+		return b, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.InTx(ctx, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		explain(b, "outside", &outside)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(outside, "Seq Scan on probe") {
+		t.Fatalf("premise: an ordinary transaction's generic plan no longer scans the table:\n%s", outside)
+	}
+	if strings.Contains(inside, "Seq Scan on probe") || !strings.Contains(inside, "Index Scan using probe_pkey") {
+		t.Fatalf("inside a pipelined transaction the batch scans the table:\n%s", inside)
+	}
+	var hash string
+	if err := st.Pool.QueryRow(ctx, `SELECT current_setting('enable_hashjoin')`).Scan(&hash); err != nil || hash != "on" {
+		t.Fatalf("enable_hashjoin is %q after the transaction (%v)", hash, err)
+	}
+}
