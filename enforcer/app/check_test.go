@@ -341,8 +341,8 @@ func TestCheckUnlimitedAndSoftOverLimit(t *testing.T) {
 	}
 }
 
-// With the identity cached, an admitted or over-limit check costs one Redis round trip
-// (the record), and a kept block none.
+// With the identity cached, an admitted or over-limit (soft limit) check costs one
+// Redis round trip (the record), and a kept block none.
 func TestCheckOneRedisRoundTripPerCheckOnCacheHit(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{Config: func(c *appConfig) { c.GenerationPoll = time.Minute }})
 	blocked := newMember(e, dayLimit(1*usd, true))
@@ -363,6 +363,10 @@ func TestCheckOneRedisRoundTripPerCheckOnCacheHit(t *testing.T) {
 	}
 	if got := e.Counter.RoundTrips.Load() - before; got != n*2/3 {
 		t.Fatalf("%d Redis round trips for %d checks, want %d (none for the blocked member)", got, n, n*2/3)
+	}
+	// Only the hard block is kept: the soft limit's over_limit admissions read every time.
+	if got := e.Metric("tollgate_enforcer_blocked_cache_hits_total"); got != n/3 {
+		t.Fatalf("%v checks answered from kept blocks, want %d", got, n/3)
 	}
 	if e.CP.CallCount("Authenticate") != auth || e.CP.CallCount("Resolve") != resolves {
 		t.Fatal("cache hits called the control plane")
