@@ -19,9 +19,13 @@ import (
 )
 
 // benchEnv is an enforcer with one blocked member and 64 admitted members, identities
-// cached (the steady state of a busy enforcer).
-func benchEnv(b *testing.B) (*enforcertest.Env, who, []who) {
-	e := enforcertest.New(b, enforcertest.Options{Quiet: true, Config: func(c *appConfig) { c.GenerationPoll = time.Second }})
+// cached and the block kept (the steady state of a busy enforcer; the manual clock does
+// not move, so a kept block does not lapse). blockedTTL 0 reads the blocked member's
+// record on every check instead.
+func benchEnv(b *testing.B, blockedTTL time.Duration) (*enforcertest.Env, who, []who) {
+	e := enforcertest.New(b, enforcertest.Options{Quiet: true, Config: func(c *appConfig) {
+		c.GenerationPoll, c.BlockedTTL = time.Second, blockedTTL
+	}})
 	blocked := newMember(e, dayLimit(1*usd, true))
 	e.CP.SetSpend(blocked.member, window.Day, 2*usd)
 	var admitted []who
@@ -47,16 +51,25 @@ func settleAtOnce(e *enforcertest.Env) func(context.Context, string) error {
 //
 //	go test -run '^$' -bench GateCheck -benchmem ./enforcer/app
 func BenchmarkGateCheck(b *testing.B) {
-	e, blocked, admitted := benchEnv(b)
+	e, blocked, admitted := benchEnv(b, time.Second)
 	ctx := context.Background()
-	b.Run("blocked", func(b *testing.B) {
-		cred := gate.Credentials{APIKey: blocked.key}
-		b.ReportAllocs()
-		for b.Loop() {
-			if a, _ := e.Enforcer.Gate.Check(ctx, cred); a.Status != 429 {
-				b.Fatal(a.Status)
+	checkBlocked := func(e *enforcertest.Env, w who) func(b *testing.B) {
+		return func(b *testing.B) {
+			cred := gate.Credentials{APIKey: w.key}
+			b.ReportAllocs()
+			for b.Loop() {
+				if a, _ := e.Enforcer.Gate.Check(ctx, cred); a.Status != 429 {
+					b.Fatal(a.Status)
+				}
 			}
 		}
+	}
+	// The block kept in memory: no Redis read.
+	b.Run("blocked", checkBlocked(e, blocked))
+	// The same member's record read (through go-redis) and decided on every check.
+	b.Run("blocked_record_read", func(b *testing.B) {
+		e, blocked, _ := benchEnv(b, 0)
+		checkBlocked(e, blocked)(b)
 	})
 	// The same through the ext_authz handler: the CheckResponse Envoy gets, without the
 	// gRPC transport.
@@ -88,43 +101,43 @@ func BenchmarkGateCheck(b *testing.B) {
 //
 //	go test -run '^$' -bench CheckLoad -benchtime 20000x ./enforcer/app
 func BenchmarkCheckLoad(b *testing.B) {
-	e, blocked, admitted := benchEnv(b)
-	var clients []authv3.AuthorizationClient
-	for range 4 {
-		cc, err := grpc.NewClient(e.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { cc.Close() })
-		clients = append(clients, authv3.NewAuthorizationClient(cc))
-	}
-	client := loadgen.RoundRobin(clients...)
+	e, blocked, admitted := benchEnv(b, time.Second)
+	// A second enforcer that reads the blocked member's record on every check, as
+	// before blocks were kept: compared in the same run.
+	eRead, blockedRead, _ := benchEnv(b, 0)
+	client, clientRead := checkClient(b, e), checkClient(b, eRead)
 	blockedReq := enforcertest.CheckRequest(map[string]string{"x-api-key": blocked.key})
 	noKeyReq := enforcertest.CheckRequest(nil)
 	admittedReqs := make([]*authv3.CheckRequest, len(admitted))
 	for i, w := range admitted {
 		admittedReqs[i] = enforcertest.CheckRequest(map[string]string{"x-api-key": w.key})
 	}
+	blockedReadReq := enforcertest.CheckRequest(map[string]string{"x-api-key": blockedRead.key})
 	for _, bc := range []struct {
-		name  string
-		req   func(int) *authv3.CheckRequest
-		after func(context.Context, string) error
-		want  int
-		rate  float64
+		name   string
+		client authv3.AuthorizationClient
+		req    func(int) *authv3.CheckRequest
+		after  func(context.Context, string) error
+		want   int
+		rate   float64
 	}{
 		// No credential: answered without Redis or the control plane, the floor of
 		// gRPC plus this harness on this machine.
-		{"unauthorized_floor", func(int) *authv3.CheckRequest { return noKeyReq }, nil, 401, 0},
-		{"blocked_cached", func(int) *authv3.CheckRequest { return blockedReq }, nil, 429, 0},
-		{"admitted_durable_start", func(i int) *authv3.CheckRequest { return admittedReqs[i%len(admittedReqs)] }, settleAtOnce(e), 200, 0},
+		{"unauthorized_floor", client, func(int) *authv3.CheckRequest { return noKeyReq }, nil, 401, 0},
+		// Identity cached, block kept: no Redis read.
+		{"blocked_cached", client, func(int) *authv3.CheckRequest { return blockedReq }, nil, 429, 0},
+		// Identity cached, the record read from Redis and decided on every check.
+		{"blocked_record_read", clientRead, func(int) *authv3.CheckRequest { return blockedReadReq }, nil, 429, 0},
+		{"admitted_durable_start", client, func(i int) *authv3.CheckRequest { return admittedReqs[i%len(admittedReqs)] }, settleAtOnce(e), 200, 0},
 		// The targets, as latency at a given rate rather than at saturation.
-		{"blocked_cached_at_15000_per_s", func(int) *authv3.CheckRequest { return blockedReq }, nil, 429, 15000},
-		{"admitted_durable_start_at_3000_per_s", func(i int) *authv3.CheckRequest { return admittedReqs[i%len(admittedReqs)] }, settleAtOnce(e), 200, 3000},
+		{"blocked_cached_at_15000_per_s", client, func(int) *authv3.CheckRequest { return blockedReq }, nil, 429, 15000},
+		{"blocked_record_read_at_15000_per_s", clientRead, func(int) *authv3.CheckRequest { return blockedReadReq }, nil, 429, 15000},
+		{"admitted_durable_start_at_3000_per_s", client, func(i int) *authv3.CheckRequest { return admittedReqs[i%len(admittedReqs)] }, settleAtOnce(e), 200, 3000},
 	} {
 		for _, conc := range []int{50} {
 			b.Run(fmt.Sprintf("%s/c%d", bc.name, conc), func(b *testing.B) {
 				cpu0 := processCPU()
-				r := loadgen.Run(context.Background(), client, loadgen.Options{Concurrency: conc, Total: b.N, Request: bc.req, AfterAdmit: bc.after, Rate: bc.rate})
+				r := loadgen.Run(context.Background(), bc.client, loadgen.Options{Concurrency: conc, Total: b.N, Request: bc.req, AfterAdmit: bc.after, Rate: bc.rate})
 				cpu := processCPU() - cpu0
 				if r.Errors > 0 || r.ByStatus[bc.want] != r.Checks {
 					b.Fatalf("%v (first error %v)", r, r.FirstErr)
@@ -141,6 +154,20 @@ func BenchmarkCheckLoad(b *testing.B) {
 			})
 		}
 	}
+}
+
+// checkClient spreads calls over four connections to an enforcer, as Envoy does.
+func checkClient(b *testing.B, e *enforcertest.Env) authv3.AuthorizationClient {
+	var clients []authv3.AuthorizationClient
+	for range 4 {
+		cc, err := grpc.NewClient(e.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cc.Close() })
+		clients = append(clients, authv3.NewAuthorizationClient(cc))
+	}
+	return loadgen.RoundRobin(clients...)
 }
 
 // processCPU is the user plus system CPU time this process has used.
