@@ -8,8 +8,6 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgate-dev/tollgate/enforcer/authz"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
@@ -156,18 +154,17 @@ func BenchmarkCheckLoad(b *testing.B) {
 	}
 }
 
-// checkClient spreads calls over four connections to an enforcer, as Envoy does.
+// checkClient is the load generator's client of an enforcer: four connections, as
+// Envoy opens several.
 func checkClient(b *testing.B, e *enforcertest.Env) authv3.AuthorizationClient {
-	var clients []authv3.AuthorizationClient
-	for range 4 {
-		cc, err := grpc.NewClient(e.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { cc.Close() })
-		clients = append(clients, authv3.NewAuthorizationClient(cc))
+	c, conns, err := loadgen.Dial(e.GRPCAddr, 4)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return loadgen.RoundRobin(clients...)
+	for _, cc := range conns {
+		b.Cleanup(func() { cc.Close() })
+	}
+	return c
 }
 
 // processCPU is the user plus system CPU time this process has used.
