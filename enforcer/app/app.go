@@ -180,7 +180,8 @@ func New(d Deps) *Enforcer {
 	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
 		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL})
 
-	e.GRPC = grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	// ext_authz requests are decoded only as far as the credentials (authz.Codec).
+	e.GRPC = grpc.NewServer(grpc.ForceServerCodecV2(authz.Codec()), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	authv3.RegisterAuthorizationServer(e.GRPC, authz.New(e.Gate))
 	extprocv3.RegisterExternalProcessorServer(e.GRPC, extproc.New(e.Tracker, m, usage.Limits{}))
 	e.Health = health.NewServer()
