@@ -27,7 +27,7 @@ func Codec() encoding.CodecV2 { return codec{encoding.GetCodecV2("proto")} }
 
 type codec struct{ proto encoding.CodecV2 }
 
-func (c codec) Name() string                          { return c.proto.Name() }
+func (c codec) Name() string                           { return c.proto.Name() }
 func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
