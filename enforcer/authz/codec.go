@@ -1,7 +1,6 @@
 package authz
 
 import (
-	"bytes"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -52,147 +51,198 @@ const (
 	headerRawValue         = 3 // HeaderValue.raw_value
 )
 
-// credentialHeaders is what a decode keeps, with the merge rules of protobuf (a
-// message field seen twice is merged; a repeated scalar's last value wins; map entries
-// with the same key: the last wins).
-type credentialHeaders struct {
-	// mapEntries: the headers map had any entry (Credentials then ignores header_map).
-	mapEntries      bool
-	apiKey, authz   string
-	hasKey, hasAuth bool
-	// headerMap: header_map's entries whose lower-cased key is a credential's, in order.
-	headerMap []*corev3.HeaderValue
+// partialRequest is everything a decoded CheckRequest points to, in one allocation.
+type partialRequest struct {
+	attrs   authv3.AttributeContext
+	request authv3.AttributeContext_Request
+	http    authv3.AttributeContext_HttpRequest
+	headers corev3.HeaderMap
+	values  [2]corev3.HeaderValue
+	ptrs    [2]*corev3.HeaderValue
 }
 
+// credentials is what a decode keeps, with the merge rules of protobuf (a message field
+// seen twice is merged; a repeated scalar's last value wins; of map entries with the
+// same key the last wins; repeated fields append).
+type credentials struct {
+	// fromMap: the headers map had an entry (Credentials then ignores header_map).
+	fromMap         bool
+	apiKey, authz   []byte
+	hasKey, hasAuth bool
+	// headerMap: header_map's entries whose lower-cased key is a credential's, in
+	// order, each with the value Credentials reads (value, else raw_value).
+	headerMap []credential
+}
+
+type credential struct{ key, value string }
+
+// decodeCheckRequest decodes what Credentials reads, into a request that gives it the
+// same answer: the credentials as header_map entries (lower-cased keys, the value
+// Credentials would take), whichever shape they came in.
 func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
-	var h credentialHeaders
-	err := eachBytesField(b, func(num protowire.Number, v []byte) error {
-		if num != checkRequestAttributes {
-			return nil
+	var c credentials
+	var attrs, request, http []byte
+	var err error
+	for len(b) > 0 {
+		if attrs, b, err = nextField(b, checkRequestAttributes); err != nil {
+			return err
 		}
-		return eachBytesField(v, func(num protowire.Number, v []byte) error {
-			if num != attributesRequest {
-				return nil
+		for len(attrs) > 0 {
+			if request, attrs, err = nextField(attrs, attributesRequest); err != nil {
+				return err
 			}
-			return eachBytesField(v, func(num protowire.Number, v []byte) error {
-				if num != requestHTTP {
-					return nil
+			for len(request) > 0 {
+				if http, request, err = nextField(request, requestHTTP); err != nil {
+					return err
 				}
-				return h.http(v)
-			})
-		})
-	})
-	if err != nil {
-		return err
+				if http != nil {
+					if err := c.http(http); err != nil {
+						return err
+					}
+				}
+			}
+		}
 	}
-	http := &authv3.AttributeContext_HttpRequest{}
+	var fromMap [2]credential
+	found := fromMap[:0]
 	switch {
-	case h.mapEntries && (h.hasKey || h.hasAuth):
-		http.Headers = make(map[string]string, 2)
-		if h.hasKey {
-			http.Headers["x-api-key"] = h.apiKey
-		}
-		if h.hasAuth {
-			http.Headers["authorization"] = h.authz
-		}
-	case h.mapEntries:
+	case c.fromMap:
 		// Neither credential in a non-empty map: none at all (header_map is not read).
-	case len(h.headerMap) > 0:
-		http.HeaderMap = &corev3.HeaderMap{Headers: h.headerMap}
+		if c.hasKey {
+			found = append(found, credential{"x-api-key", string(c.apiKey)})
+		}
+		if c.hasAuth {
+			found = append(found, credential{"authorization", string(c.authz)})
+		}
+	default:
+		found = c.headerMap
 	}
+	p := &partialRequest{}
 	out.Reset()
-	out.Attributes = &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: http}}
+	out.Attributes = &p.attrs
+	p.attrs.Request = &p.request
+	p.request.Http = &p.http
+	if len(found) > 0 {
+		p.http.HeaderMap = &p.headers
+		p.headers.Headers = p.ptrs[:0]
+		for i, f := range found {
+			var hv *corev3.HeaderValue
+			if i < len(p.values) {
+				hv = &p.values[i]
+			} else {
+				hv = &corev3.HeaderValue{}
+			}
+			hv.Key, hv.Value = f.key, f.value
+			p.headers.Headers = append(p.headers.Headers, hv)
+		}
+	}
 	return nil
 }
 
 // http reads one occurrence of HttpRequest.
-func (h *credentialHeaders) http(b []byte) error {
-	return eachBytesField(b, func(num protowire.Number, v []byte) error {
+func (c *credentials) http(b []byte) error {
+	for len(b) > 0 {
+		num, v, rest, err := nextBytes(b)
+		if err != nil {
+			return err
+		}
+		b = rest
 		switch num {
 		case httpHeaders:
-			h.mapEntries = true
-			var key, value []byte
-			err := eachBytesField(v, func(num protowire.Number, v []byte) error {
-				switch num {
-				case entryKey:
-					key = v
-				case entryValue:
-					value = v
-				}
-				return nil
-			})
+			c.fromMap = true
+			key, value, _, err := headerFields(v)
+			if err != nil {
+				return err
+			}
 			switch string(key) {
 			case "x-api-key":
-				h.apiKey, h.hasKey = string(value), true
+				c.apiKey, c.hasKey = value, true
 			case "authorization":
-				h.authz, h.hasAuth = string(value), true
+				c.authz, c.hasAuth = value, true
 			}
-			return err
 		case httpHeaderMap:
-			return eachBytesField(v, func(num protowire.Number, v []byte) error {
-				if num != headerMapHeaders {
-					return nil
+			for len(v) > 0 {
+				var hv []byte
+				if hv, v, err = nextField(v, headerMapHeaders); err != nil {
+					return err
 				}
-				return h.headerValue(v)
-			})
+				if hv == nil {
+					continue
+				}
+				key, value, raw, err := headerFields(hv)
+				if err != nil {
+					return err
+				}
+				if len(value) == 0 {
+					value = raw
+				}
+				switch strings.ToLower(string(key)) {
+				case "x-api-key":
+					c.headerMap = append(c.headerMap, credential{"x-api-key", string(value)})
+				case "authorization":
+					c.headerMap = append(c.headerMap, credential{"authorization", string(value)})
+				}
+			}
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
-// headerValue reads one HeaderValue of header_map, kept when it names a credential.
-func (h *credentialHeaders) headerValue(b []byte) error {
-	var key, value, raw []byte
-	var hasRaw bool
-	err := eachBytesField(b, func(num protowire.Number, v []byte) error {
+// headerFields reads a map entry or a HeaderValue: key, value, and raw_value.
+func headerFields(b []byte) (key, value, raw []byte, err error) {
+	for len(b) > 0 {
+		num, v, rest, err := nextBytes(b)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		b = rest
 		switch num {
 		case entryKey:
 			key = v
 		case entryValue:
 			value = v
 		case headerRawValue:
-			raw, hasRaw = v, true
+			raw = v
 		}
-		return nil
-	})
-	if err != nil {
-		return err
 	}
-	switch strings.ToLower(string(key)) {
-	case "x-api-key", "authorization":
-		hv := &corev3.HeaderValue{Key: string(key), Value: string(value)}
-		if hasRaw {
-			hv.RawValue = bytes.Clone(raw)
-		}
-		h.headerMap = append(h.headerMap, hv)
-	}
-	return nil
+	return key, value, raw, nil
 }
 
-// eachBytesField calls f with the number and contents of every length-delimited field
-// of a message, in order, and skips the others; malformed input is an error.
-func eachBytesField(b []byte, f func(num protowire.Number, v []byte) error) error {
+// nextField returns the contents of the next length-delimited field numbered num in b
+// (nil when there is none before the end: then rest is empty), and what follows it.
+func nextField(b []byte, num protowire.Number) (v, rest []byte, err error) {
+	for len(b) > 0 {
+		n, v, rest, err := nextBytes(b)
+		if err != nil || n == num {
+			return v, rest, err
+		}
+		b = rest
+	}
+	return nil, nil, nil
+}
+
+// nextBytes returns the number and contents of the next length-delimited field of a
+// message (number 0 when only other fields are left), skipping the other fields before
+// it, and what follows it. Malformed input is an error.
+func nextBytes(b []byte) (num protowire.Number, v, rest []byte, err error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return protowire.ParseError(n)
+			return 0, nil, nil, protowire.ParseError(n)
 		}
 		b = b[n:]
 		if typ != protowire.BytesType {
 			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return protowire.ParseError(n)
+				return 0, nil, nil, protowire.ParseError(n)
 			}
 			b = b[n:]
 			continue
 		}
 		v, n := protowire.ConsumeBytes(b)
 		if n < 0 {
-			return protowire.ParseError(n)
+			return 0, nil, nil, protowire.ParseError(n)
 		}
-		if err := f(num, v); err != nil {
-			return err
-		}
-		b = b[n:]
+		return num, v, b[n:], nil
 	}
-	return nil
+	return 0, nil, nil, nil
 }

@@ -132,6 +132,11 @@ func (c *Cache) Lookup(ctx context.Context, kind internalv1.CredentialKind, secr
 		}
 		return e.id, nil
 	}
+	return c.ask(ctx, kind, h)
+}
+
+// ask asks the control plane on a miss (h is a copy: only a miss moves it to the heap).
+func (c *Cache) ask(ctx context.Context, kind internalv1.CredentialKind, h [32]byte) (Identity, error) {
 	c.miss.Inc()
 	epoch := c.epoch.Load()
 	// The call is shared by every caller presenting this credential right now, so it
