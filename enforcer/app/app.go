@@ -180,9 +180,11 @@ func New(d Deps) *Enforcer {
 	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
 		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL})
 
-	// ext_authz requests are decoded only as far as the credentials (authz.Codec).
-	e.GRPC = grpc.NewServer(grpc.ForceServerCodecV2(authz.Codec()), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
-	authv3.RegisterAuthorizationServer(e.GRPC, authz.New(e.Gate))
+	// ext_authz requests are decoded only as far as the credentials, and refusals sent
+	// as encoded once (authz.Server.Codec).
+	az := authz.New(e.Gate)
+	e.GRPC = grpc.NewServer(grpc.ForceServerCodecV2(az.Codec()), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	authv3.RegisterAuthorizationServer(e.GRPC, az)
 	extprocv3.RegisterExternalProcessorServer(e.GRPC, extproc.New(e.Tracker, m, usage.Limits{}))
 	e.Health = health.NewServer()
 	healthpb.RegisterHealthServer(e.GRPC, e.Health)

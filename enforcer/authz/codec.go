@@ -11,9 +11,9 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// Codec is the gRPC server codec of the enforcer: the proto codec, except for
-// CheckRequests, of which it decodes only what Check reads: the credential headers
-// (Credentials). Envoy sends every attribute of a request (peers, every header, path,
+// Codec is the gRPC server codec of the enforcer: the proto codec, except that it sends
+// the refusals the server keeps (deniedCache) as encoded once, and decodes of a
+// CheckRequest only what Check reads: the credential headers (Credentials). Envoy sends every attribute of a request (peers, every header, path,
 // metadata); decoding all of it took about 70 allocations and most of the CPU of a
 // check refused from memory. So the CheckRequest handed to Check is partial: its
 // Attributes.Request.Http holds the credential headers and nothing else, and a field
@@ -22,12 +22,23 @@ import (
 //
 // Fields it skips are not validated: a request whose ignored fields are malformed (bad
 // UTF-8 in a path, say) is answered instead of failing the call.
-func Codec() encoding.CodecV2 { return codec{encoding.GetCodecV2("proto")} }
+func (s *Server) Codec() encoding.CodecV2 { return codec{encoding.GetCodecV2("proto"), &s.denied} }
 
-type codec struct{ proto encoding.CodecV2 }
+type codec struct {
+	proto  encoding.CodecV2
+	denied *deniedCache
+}
 
-func (c codec) Name() string                           { return c.proto.Name() }
-func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+func (c codec) Name() string { return c.proto.Name() }
+
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	if resp, ok := v.(*authv3.CheckResponse); ok {
+		if wire := c.denied.encoded(resp); wire != nil {
+			return mem.BufferSlice{mem.SliceBuffer(wire)}, nil // never written to
+		}
+	}
+	return c.proto.Marshal(v)
+}
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	req, ok := v.(*authv3.CheckRequest)

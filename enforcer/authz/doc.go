@@ -9,5 +9,6 @@
 // Canceled, when Envoy has already given up on the check.
 //
 // Its Codec, the enforcer's gRPC server codec, decodes a CheckRequest only as far as
-// those credential headers: the rest of what Envoy sends is skipped unread.
+// those credential headers (the rest of what Envoy sends is skipped unread), and sends
+// each kept refusal as encoded once.
 package authz
