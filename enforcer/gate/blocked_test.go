@@ -89,6 +89,16 @@ func TestBlockedDecisionIsKeptOnlyWhileNothingCanHaveLiftedIt(t *testing.T) {
 		_, ok := c.refusal("om_a", at, gen)
 		return ok
 	}
+	// keptAfter keeps the decision, applies the invalidation, and tells whether the
+	// refusal is still answered from memory.
+	keptAfter := func(kind, id string) func(c *BlockedMembers) bool {
+		return func(c *BlockedMembers) bool {
+			kept(c, c.before("g1", true), now, "g1")
+			c.Invalidate(mirror.Invalidation{Kind: kind, ID: id})
+			_, ok := c.refusal("om_a", now, "g1")
+			return ok
+		}
+	}
 	for _, tc := range []struct {
 		name string
 		run  func(c *BlockedMembers) bool
@@ -118,24 +128,10 @@ func TestBlockedDecisionIsKeptOnlyWhileNothingCanHaveLiftedIt(t *testing.T) {
 			c.Invalidate(mirror.Invalidation{Kind: mirror.KindRecord, ID: "om_other"})
 			return kept(c, k, now, "g1")
 		}, false},
-		{"dropped by the record's invalidation", func(c *BlockedMembers) bool {
-			kept(c, c.before("g1", true), now, "g1")
-			c.Invalidate(mirror.Invalidation{Kind: mirror.KindRecord, ID: "om_a"})
-			_, ok := c.refusal("om_a", now, "g1")
-			return ok
-		}, false},
-		{"dropped by the member's removal", func(c *BlockedMembers) bool {
-			kept(c, c.before("g1", true), now, "g1")
-			c.Invalidate(mirror.Invalidation{Kind: mirror.KindMember, ID: "om_a"})
-			_, ok := c.refusal("om_a", now, "g1")
-			return ok
-		}, false},
-		{"kept across another member's invalidation", func(c *BlockedMembers) bool {
-			kept(c, c.before("g1", true), now, "g1")
-			c.Invalidate(mirror.Invalidation{Kind: mirror.KindRecord, ID: "om_b"})
-			_, ok := c.refusal("om_a", now, "g1")
-			return ok
-		}, true},
+		{"dropped by the record's invalidation", keptAfter(mirror.KindRecord, "om_a"), false},
+		{"dropped by the member's removal", keptAfter(mirror.KindMember, "om_a"), false},
+		{"kept across another member's invalidation", keptAfter(mirror.KindRecord, "om_b"), true},
+		{"kept across a key's revocation (the identity cache's)", keptAfter(mirror.KindAPIKey, "om_a"), true},
 		{"not while the subscription is down", func(c *BlockedMembers) bool {
 			c.Subscribed(false)
 			return kept(c, c.before("g1", true), now, "g1")
