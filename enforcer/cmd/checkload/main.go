@@ -2,7 +2,9 @@
 // way Envoy sends them, and prints checks per second and latency percentiles:
 //
 //	go run ./enforcer/cmd/checkload -addr 127.0.0.1:9001 -key tgk_... -c 50 -d 10s
+//	go run ./enforcer/cmd/checkload -addr 127.0.0.1:9001 -key tgk_... -c 400 -rate 15000 -d 10s
 //
+// The second form is an open-loop run at a fixed rate (see loadgen.Options.Rate).
 // With -report, every admitted check is followed by its response through ext_proc (a
 // small JSON body with usage), so settlements flow too; that time is not counted as
 // check latency. Several -key flags spread the load over members.
