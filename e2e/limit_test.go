@@ -189,13 +189,19 @@ func TestDayLimitBlocksAndExtensionAdmits(t *testing.T) {
 		resetRequest: "pending"})
 	blocked(t, s.check(t, o.key)).agreesWith(t, st) // asking changes nothing yet
 
-	// The owner approves: base + ceil(base/4). The control plane rewrites the mirror
-	// record before it answers, so the very next check is admitted (no waiting).
+	// The owner approves: base + ceil(base/4). Before it answers, the control plane
+	// rewrites the mirror record and then announces it, so the enforcer drops the block
+	// it keeps: the first check after it applied that message is admitted, without any
+	// wait for the block's TTL (TOLLGATE_ENFORCER_BLOCKED_TTL).
+	applied := s.metric(t, "tollgate_enforcer_invalidations_total", `kind="record"`)
 	var approved resetRequest
 	s.must(t, 200, "POST", "/v1/gateway/usage-limit-reset-requests/"+asked.ID+"/approve", o.owner.token, o.id, nil, &approved)
 	if approved.ID != asked.ID || approved.Status != "approved" {
 		t.Fatalf("approved %+v", approved)
 	}
+	waitFor(t, 5*time.Second, "the enforcer to apply the record's invalidation", func() bool {
+		return s.metric(t, "tollgate_enforcer_invalidations_total", `kind="record"`) > applied
+	})
 	reqID := admitted(t, s.check(t, o.key), "within_limit")
 	s.expectStatus(t, o, "extended, one in flight", expected{state: "within_limit", used: used, extension: 250_000, pending: 1,
 		lastSettled: lastReq, resetRequest: "approved"})
@@ -263,13 +269,17 @@ func TestFlushedMirrorNeverAdmitsOnInventedZero(t *testing.T) {
 		t.Fatalf("mirror record spend %d (%v), want %d", spend, ok, used)
 	}
 
-	// 1. The member's record is gone (evicted, expired): read through the control
-	// plane, which also writes it back.
+	// 1. The member's record is gone (evicted, expired). The enforcer refuses from the
+	// block it keeps (TOLLGATE_ENFORCER_BLOCKED_TTL, 1s) and then reads through the
+	// control plane, which also writes the record back. Every answer is the 429.
 	if n, err := s.rdb.Del(ctx, s.layout.MemberKey(o.member.memberID)).Result(); err != nil || n != 1 {
 		t.Fatalf("delete the record: %d %v", n, err)
 	}
 	resolves := s.metric(t, "tollgate_enforcer_record_reads_total", `source="resolve"`)
-	blocked(t, s.check(t, o.key)).agreesWith(t, st)
+	waitFor(t, 10*time.Second, "a read through the control plane", func() bool {
+		blocked(t, s.check(t, o.key)).agreesWith(t, st)
+		return s.metric(t, "tollgate_enforcer_record_reads_total", `source="resolve"`) > resolves
+	})
 	if got := s.metric(t, "tollgate_enforcer_record_reads_total", `source="resolve"`); got != resolves+1 {
 		t.Fatalf("%v resolves after the record vanished, want %v", got, resolves+1)
 	}

@@ -397,7 +397,9 @@ func TestDuplicateStartRacingItsSettlement(t *testing.T) {
 }
 
 // Entitlement changes and revocations reach Redis: the member's record is rewritten
-// under a higher version with the new winner, and invalidations are published.
+// under a higher version with the new winner, and then invalidations are published
+// (the record's, so enforcers forget blocks decided on the old one, then the
+// revocations').
 func TestEntitlementChangeRewritesTheRecord(t *testing.T) {
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 1)
@@ -427,7 +429,7 @@ func TestEntitlementChangeRewritesTheRecord(t *testing.T) {
 		t.Fatalf("record after %v %v", after, err)
 	}
 	e.Mirror.CredentialsRevoked(ctx, []string{m}, []string{"apk_x"})
-	for _, want := range []string{"member:" + m, "api_key:apk_x"} {
+	for _, want := range []string{"record:" + m, "member:" + m, "api_key:apk_x"} {
 		msg, err := sub.ReceiveMessage(ctx)
 		if err != nil || msg.Payload != want {
 			t.Fatalf("invalidation %v %v, want %s", msg, err, want)

@@ -1,7 +1,8 @@
 // Package mirrorsync owns the control plane's side of the Redis mirror: it builds a
 // member's record (the compiled entitlement and the spend of the current windows) from
 // Postgres, writes it with pkg/mirror's monotonic write under the member's mirror
-// version, publishes credential invalidations, keeps the generation marker (a missing
+// version, publishes invalidations (revoked credentials and members; rewritten records
+// after an entitlement change, so enforcers drop cached blocks), keeps the generation marker (a missing
 // one means Redis lost its data: a new generation is claimed and every mirrored member
 // rewritten), and repairs records whose writes failed.
 //

@@ -191,6 +191,10 @@ func (w *Writer) Resolve(ctx context.Context, orgID, memberID string) (*mirror.R
 // EntitlementChanged implements httpapi.Events: the members' winners, extensions or
 // capture fence changed and committed. Their versions are bumped now (after that
 // commit, so the records read afterwards contain the change) and their records written.
+// Then, and only then, enforcers are told (mirror.KindRecord) to forget what they
+// decided on the old records: an enforcer that re-reads at once finds the new one, so
+// an approved extension admits at once. Spend changes (settlements) need no such
+// message: they can only keep a block.
 func (w *Writer) EntitlementChanged(ctx context.Context, orgID string, memberIDs []string) {
 	if len(memberIDs) == 0 {
 		return
@@ -209,6 +213,13 @@ func (w *Writer) EntitlementChanged(ctx context.Context, orgID string, memberIDs
 		return
 	}
 	w.Refresh(ctx, versions)
+	invs := make([]mirror.Invalidation, len(memberIDs))
+	for i, m := range memberIDs {
+		invs[i] = mirror.Invalidation{Kind: mirror.KindRecord, ID: m}
+	}
+	if err := w.layout.PublishMany(ctx, w.rdb, invs); err != nil {
+		w.publishFailed(mirror.KindRecord, err)
+	}
 }
 
 // CredentialsRevoked implements httpapi.Events: enforcers drop cached identities of
@@ -216,19 +227,25 @@ func (w *Writer) EntitlementChanged(ctx context.Context, orgID string, memberIDs
 // that member removal runs.
 func (w *Writer) CredentialsRevoked(ctx context.Context, memberIDs []string, keyIDs []string) {
 	for _, m := range memberIDs {
-		w.publish(ctx, mirror.Invalidation{Kind: "member", ID: m})
+		w.publish(ctx, mirror.Invalidation{Kind: mirror.KindMember, ID: m})
 	}
 	for _, k := range keyIDs {
-		w.publish(ctx, mirror.Invalidation{Kind: "api_key", ID: k})
+		w.publish(ctx, mirror.Invalidation{Kind: mirror.KindAPIKey, ID: k})
 	}
 }
 
 func (w *Writer) publish(ctx context.Context, inv mirror.Invalidation) {
 	if err := w.layout.Publish(ctx, w.rdb, inv); err != nil {
-		w.metrics.MirrorWrites.WithLabelValues("error").Inc()
-		w.log.Warn("mirror: cannot publish an invalidation; enforcers drop it when their identity cache expires",
-			"kind", inv.Kind, "err", err)
+		w.publishFailed(inv.Kind, err)
 	}
+}
+
+// publishFailed accounts for a lost invalidation. Enforcers forget identities when
+// their identity cache expires, and cached blocks within the blocked-decision TTL.
+func (w *Writer) publishFailed(kind string, err error) {
+	w.metrics.MirrorWrites.WithLabelValues("error").Inc()
+	w.log.Warn("mirror: cannot publish an invalidation; enforcers drop what it names when their caches expire",
+		"kind", kind, "err", err)
 }
 
 func newGeneration() string {

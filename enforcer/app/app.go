@@ -36,6 +36,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/httpcheck"
 	"github.com/tollgate-dev/tollgate/enforcer/identity"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/invalidation"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/record"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
@@ -177,10 +178,16 @@ func New(d Deps) *Enforcer {
 	e.Identity = identity.New(d.ControlPlane, identity.Config{TTL: cfg.IdentityTTL}, d.Clock, m, log)
 	e.Records = record.New(d.Redis, d.Layout, d.ControlPlane, record.Config{GenerationPoll: cfg.GenerationPoll}, m, log)
 	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
-		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen()})
+		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL})
 
-	e.GRPC = grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
-	authv3.RegisterAuthorizationServer(e.GRPC, authz.New(e.Gate))
+	// ext_authz requests are decoded only as far as the credentials, and refusals sent
+	// as encoded once (authz.Server.Codec). A stream's worker waits for its request
+	// (and a check may wait on Redis or a durable start), so there are workers for many
+	// streams at once: past them gRPC starts a goroutine per stream, whose stack then
+	// grows (measured: about a tenth of the CPU of a cheap check).
+	az := authz.New(e.Gate)
+	e.GRPC = grpc.NewServer(grpc.ForceServerCodecV2(az.Codec()), grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))))
+	authv3.RegisterAuthorizationServer(e.GRPC, az)
 	extprocv3.RegisterExternalProcessorServer(e.GRPC, extproc.New(e.Tracker, m, usage.Limits{}))
 	e.Health = health.NewServer()
 	healthpb.RegisterHealthServer(e.GRPC, e.Health)
@@ -251,7 +258,9 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	startsDone := make(chan struct{})
 	go func() { e.Starts.Run(startCtx); close(startsDone) }()
 	goBG(e.Records.Run)
-	goBG(func(ctx context.Context) { e.Identity.Watch(ctx, e.rdb, e.layout, nil) })
+	goBG(func(ctx context.Context) {
+		invalidation.Watch(ctx, e.rdb, e.layout, e.log, e.Metrics, nil, e.Identity, e.Gate.Blocks)
+	})
 	goBG(func(ctx context.Context) { e.Tracker.RunReaper(ctx, time.Minute, e.cfg.AbandonAfter) })
 
 	httpSrv := &http.Server{Handler: e.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}

@@ -2,14 +2,17 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgate-dev/tollgate/enforcer/authz"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
@@ -19,9 +22,13 @@ import (
 )
 
 // benchEnv is an enforcer with one blocked member and 64 admitted members, identities
-// cached (the steady state of a busy enforcer).
-func benchEnv(b *testing.B) (*enforcertest.Env, who, []who) {
-	e := enforcertest.New(b, enforcertest.Options{Quiet: true, Config: func(c *appConfig) { c.GenerationPoll = time.Second }})
+// cached and the block kept (the steady state of a busy enforcer; the manual clock does
+// not move, so a kept block does not lapse). blockedTTL 0 reads the blocked member's
+// record on every check instead.
+func benchEnv(b *testing.B, blockedTTL time.Duration) (*enforcertest.Env, who, []who) {
+	e := enforcertest.New(b, enforcertest.Options{Quiet: true, Config: func(c *appConfig) {
+		c.GenerationPoll, c.BlockedTTL = time.Second, blockedTTL
+	}})
 	blocked := newMember(e, dayLimit(1*usd, true))
 	e.CP.SetSpend(blocked.member, window.Day, 2*usd)
 	var admitted []who
@@ -47,16 +54,25 @@ func settleAtOnce(e *enforcertest.Env) func(context.Context, string) error {
 //
 //	go test -run '^$' -bench GateCheck -benchmem ./enforcer/app
 func BenchmarkGateCheck(b *testing.B) {
-	e, blocked, admitted := benchEnv(b)
+	e, blocked, admitted := benchEnv(b, time.Second)
 	ctx := context.Background()
-	b.Run("blocked", func(b *testing.B) {
-		cred := gate.Credentials{APIKey: blocked.key}
-		b.ReportAllocs()
-		for b.Loop() {
-			if a, _ := e.Enforcer.Gate.Check(ctx, cred); a.Status != 429 {
-				b.Fatal(a.Status)
+	checkBlocked := func(e *enforcertest.Env, w who) func(b *testing.B) {
+		return func(b *testing.B) {
+			cred := gate.Credentials{APIKey: w.key}
+			b.ReportAllocs()
+			for b.Loop() {
+				if a, _ := e.Enforcer.Gate.Check(ctx, cred); a.Status != 429 {
+					b.Fatal(a.Status)
+				}
 			}
 		}
+	}
+	// The block kept in memory: no Redis read.
+	b.Run("blocked", checkBlocked(e, blocked))
+	// The same member's record read (through go-redis) and decided on every check.
+	b.Run("blocked_record_read", func(b *testing.B) {
+		e, blocked, _ := benchEnv(b, 0)
+		checkBlocked(e, blocked)(b)
 	})
 	// The same through the ext_authz handler: the CheckResponse Envoy gets, without the
 	// gRPC transport.
@@ -84,29 +100,39 @@ func BenchmarkGateCheck(b *testing.B) {
 }
 
 // BenchmarkCheckLoad drives concurrent gRPC Check calls through the real server, as
-// Envoy does, and reports checks/s and latency percentiles:
+// Envoy does, and reports checks/s, latency percentiles (each measured around its gRPC
+// call) and CPU per check:
 //
-//	go test -run '^$' -bench CheckLoad -benchtime 20000x ./enforcer/app
+//	go test -run '^$' -bench CheckLoad -benchtime 30000x ./enforcer/app
+//
+// The floor and blocked cases run the load generator in a process of its own (this
+// test binary again, TestLoadgenProcess), as Envoy or ghz would be: it shares the two
+// cores with the enforcer, not its garbage collector, and runs with GOGC=off under a
+// memory limit so that its own collections do not show in the latencies it measures.
+// cpu-us/check is then the enforcer's process alone (enforcer, fake control plane),
+// gen-cpu-us/check the generator's. The enforcer runs with this process's GOGC and
+// GOMEMLIMIT. The admitted cases generate in process (each admission is settled at once
+// through the enforcer's tracker), so their cpu-us/check counts both.
+//
+// Saturated cases keep 50 calls in flight. Paced cases send each call when it is due
+// whatever is still in flight (up to 400), so a slow answer cannot hold back the calls
+// behind it; late-% counts calls the generator itself sent more than 1ms late.
 func BenchmarkCheckLoad(b *testing.B) {
-	e, blocked, admitted := benchEnv(b)
-	var clients []authv3.AuthorizationClient
-	for range 4 {
-		cc, err := grpc.NewClient(e.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { cc.Close() })
-		clients = append(clients, authv3.NewAuthorizationClient(cc))
-	}
-	client := loadgen.RoundRobin(clients...)
-	blockedReq := enforcertest.CheckRequest(map[string]string{"x-api-key": blocked.key})
-	noKeyReq := enforcertest.CheckRequest(nil)
+	e, blocked, admitted := benchEnv(b, time.Second)
+	// A second enforcer that reads the blocked member's record on every check, as
+	// before blocks were kept: compared in the same run.
+	eRead, blockedRead, _ := benchEnv(b, 0)
+	client := checkClient(b, e)
 	admittedReqs := make([]*authv3.CheckRequest, len(admitted))
 	for i, w := range admitted {
 		admittedReqs[i] = enforcertest.CheckRequest(map[string]string{"x-api-key": w.key})
 	}
+	admittedReq := func(i int) *authv3.CheckRequest { return admittedReqs[i%len(admittedReqs)] }
 	for _, bc := range []struct {
-		name  string
+		name string
+		// addr and key: checks presenting key (none when "") from another process.
+		addr, key string
+		// req and after: checks generated in process instead.
 		req   func(int) *authv3.CheckRequest
 		after func(context.Context, string) error
 		want  int
@@ -114,33 +140,148 @@ func BenchmarkCheckLoad(b *testing.B) {
 	}{
 		// No credential: answered without Redis or the control plane, the floor of
 		// gRPC plus this harness on this machine.
-		{"unauthorized_floor", func(int) *authv3.CheckRequest { return noKeyReq }, nil, 401, 0},
-		{"blocked_cached", func(int) *authv3.CheckRequest { return blockedReq }, nil, 429, 0},
-		{"admitted_durable_start", func(i int) *authv3.CheckRequest { return admittedReqs[i%len(admittedReqs)] }, settleAtOnce(e), 200, 0},
+		{name: "unauthorized_floor", addr: e.GRPCAddr, want: 401},
+		// Identity cached, block kept: no Redis read.
+		{name: "blocked_cached", addr: e.GRPCAddr, key: blocked.key, want: 429},
+		// Identity cached, the record read from Redis and decided on every check.
+		{name: "blocked_record_read", addr: eRead.GRPCAddr, key: blockedRead.key, want: 429},
+		{name: "admitted_durable_start", req: admittedReq, after: settleAtOnce(e), want: 200},
 		// The targets, as latency at a given rate rather than at saturation.
-		{"blocked_cached_at_15000_per_s", func(int) *authv3.CheckRequest { return blockedReq }, nil, 429, 15000},
-		{"admitted_durable_start_at_3000_per_s", func(i int) *authv3.CheckRequest { return admittedReqs[i%len(admittedReqs)] }, settleAtOnce(e), 200, 3000},
+		{name: "blocked_cached_at_15000_per_s", addr: e.GRPCAddr, key: blocked.key, want: 429, rate: 15000},
+		{name: "blocked_record_read_at_15000_per_s", addr: eRead.GRPCAddr, key: blockedRead.key, want: 429, rate: 15000},
+		{name: "admitted_durable_start_at_3000_per_s", req: admittedReq, after: settleAtOnce(e), want: 200, rate: 3000},
 	} {
-		for _, conc := range []int{50} {
-			b.Run(fmt.Sprintf("%s/c%d", bc.name, conc), func(b *testing.B) {
-				cpu0 := processCPU()
-				r := loadgen.Run(context.Background(), client, loadgen.Options{Concurrency: conc, Total: b.N, Request: bc.req, AfterAdmit: bc.after, Rate: bc.rate})
-				cpu := processCPU() - cpu0
-				if r.Errors > 0 || r.ByStatus[bc.want] != r.Checks {
-					b.Fatalf("%v (first error %v)", r, r.FirstErr)
-				}
-				b.ReportMetric(r.PerSecond(), "checks/s")
-				b.ReportMetric(float64(r.P50.Microseconds())/1000, "p50-ms")
-				b.ReportMetric(float64(r.P99.Microseconds())/1000, "p99-ms")
-				// CPU of this process (enforcer and load generator, not Redis) per
-				// check: steadier than checks/s on a shared machine.
-				b.ReportMetric(float64(cpu.Microseconds())/float64(r.Checks), "cpu-us/check")
-				if bc.rate > 0 {
-					b.ReportMetric(float64(r.Late)/float64(r.Checks)*100, "late-%")
-				}
-			})
+		conc := 50
+		if bc.rate > 0 {
+			conc = 400
+		}
+		b.Run(fmt.Sprintf("%s/c%d", bc.name, conc), func(b *testing.B) {
+			var r loadgen.Result
+			var genCPU time.Duration
+			cpu0 := processCPU()
+			if bc.req == nil {
+				r, genCPU = loadProcess(b, loadSpec{Addr: bc.addr, Key: bc.key, Concurrency: conc, Total: b.N, Rate: bc.rate})
+			} else {
+				r = loadgen.Run(context.Background(), client, loadgen.Options{Concurrency: conc, Total: b.N, Request: bc.req, AfterAdmit: bc.after, Rate: bc.rate})
+			}
+			cpu := processCPU() - cpu0
+			if r.Errors > 0 || r.ByStatus[bc.want] != r.Checks {
+				b.Fatalf("%v (first error %v)", r, r.FirstErr)
+			}
+			b.ReportMetric(r.PerSecond(), "checks/s")
+			b.ReportMetric(float64(r.P50.Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(r.P99.Microseconds())/1000, "p99-ms")
+			// CPU per check: steadier than checks/s on a shared machine.
+			b.ReportMetric(float64(cpu.Microseconds())/float64(r.Checks), "cpu-us/check")
+			if bc.req == nil {
+				b.ReportMetric(float64(genCPU.Microseconds())/float64(r.Checks), "gen-cpu-us/check")
+			}
+			if bc.rate > 0 {
+				b.ReportMetric(float64(r.Late)/float64(r.Checks)*100, "late-%")
+			}
+		})
+	}
+}
+
+// loadSpec is what TestLoadgenProcess is asked to send.
+type loadSpec struct {
+	Addr, Key          string
+	Concurrency, Total int
+	Rate               float64
+}
+
+// loadResult is a loadgen.Result on its way back, with the generator's CPU time.
+type loadResult struct {
+	loadgen.Result
+	FirstErr string
+	CPU      time.Duration
+}
+
+const (
+	loadSpecEnv      = "TOLLGATE_BENCH_LOADGEN"
+	loadResultPrefix = "loadgen result: "
+)
+
+// loadProcess runs the load generator in a process of its own and returns its result
+// and CPU time.
+func loadProcess(b *testing.B, spec loadSpec) (loadgen.Result, time.Duration) {
+	js, err := json.Marshal(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLoadgenProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), loadSpecEnv+"="+string(js), "GOGC=off", "GOMEMLIMIT=1GiB")
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("load generator: %v\n%s", err, out)
+	}
+	for line := range strings.Lines(string(out)) {
+		if rest, ok := strings.CutPrefix(line, loadResultPrefix); ok {
+			var res loadResult
+			if err := json.Unmarshal([]byte(rest), &res); err != nil {
+				b.Fatal(err)
+			}
+			if res.FirstErr != "" {
+				res.Result.FirstErr = errors.New(res.FirstErr)
+			}
+			return res.Result, res.CPU
 		}
 	}
+	b.Fatalf("no result from the load generator:\n%s", out)
+	return loadgen.Result{}, 0
+}
+
+// TestLoadgenProcess is BenchmarkCheckLoad's load generator when it runs as a process
+// of its own; it does nothing otherwise.
+func TestLoadgenProcess(t *testing.T) {
+	js := os.Getenv(loadSpecEnv)
+	if js == "" {
+		return
+	}
+	var spec loadSpec
+	if err := json.Unmarshal([]byte(js), &spec); err != nil {
+		t.Fatal(err)
+	}
+	client, conns, err := loadgen.Dial(spec.Addr, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, cc := range conns {
+			cc.Close()
+		}
+	}()
+	var headers map[string]string
+	if spec.Key != "" {
+		headers = map[string]string{"x-api-key": spec.Key}
+	}
+	req := enforcertest.CheckRequest(headers)
+	cpu0 := processCPU()
+	r := loadgen.Run(context.Background(), client, loadgen.Options{Concurrency: spec.Concurrency, Total: spec.Total, Rate: spec.Rate,
+		Request: func(int) *authv3.CheckRequest { return req }})
+	res := loadResult{Result: r, CPU: processCPU() - cpu0}
+	if r.FirstErr != nil {
+		res.FirstErr = r.FirstErr.Error()
+	}
+	res.Result.FirstErr = nil
+	out, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println(loadResultPrefix + string(out))
+}
+
+// checkClient is the load generator's client of an enforcer: four connections, as
+// Envoy opens several.
+func checkClient(b *testing.B, e *enforcertest.Env) authv3.AuthorizationClient {
+	c, conns, err := loadgen.Dial(e.GRPCAddr, 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, cc := range conns {
+		b.Cleanup(func() { cc.Close() })
+	}
+	return c
 }
 
 // processCPU is the user plus system CPU time this process has used.

@@ -244,6 +244,7 @@ func TestCheckExtensionAdmitsAgain(t *testing.T) {
 	e.CP.SetSpend(w.member, window.Day, 1*usd)
 	denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
 	e.CP.SetExtension(w.member, window.Day, 250_000)
+	e.AwaitInvalidations(t, "record", 1) // the 429 was kept until this
 	ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key}))
 	if got := enforcertest.MustHeader(t, ok.GetResponseHeadersToAdd(), "X-Service-Usage-State"); got != "within_limit" {
 		t.Fatalf("state %q", got)
@@ -340,27 +341,32 @@ func TestCheckUnlimitedAndSoftOverLimit(t *testing.T) {
 	}
 }
 
+// With the identity cached, an admitted or over-limit (soft limit) check costs one
+// Redis round trip (the record), and a kept block none.
 func TestCheckOneRedisRoundTripPerCheckOnCacheHit(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{Config: func(c *appConfig) { c.GenerationPoll = time.Minute }})
 	blocked := newMember(e, dayLimit(1*usd, true))
 	e.CP.SetSpend(blocked.member, window.Day, 2*usd)
 	admitted := newMember(e, dayLimit(1*usd, true))
-	// Warm the identity cache.
-	e.Check(t, map[string]string{"x-api-key": blocked.key})
-	e.Check(t, map[string]string{"x-api-key": admitted.key})
+	soft := newMember(e, dayLimit(1*usd, false))
+	e.CP.SetSpend(soft.member, window.Day, 2*usd)
+	// Warm the identity cache (and keep the block).
+	for _, w := range []who{blocked, admitted, soft} {
+		e.Check(t, map[string]string{"x-api-key": w.key})
+	}
 	auth := e.CP.CallCount("Authenticate")
 	resolves := e.CP.CallCount("Resolve")
 	before := e.Counter.RoundTrips.Load()
-	const n = 50
+	const n = 60
 	for i := range n {
-		key := blocked.key
-		if i%2 == 1 {
-			key = admitted.key
-		}
-		e.Check(t, map[string]string{"x-api-key": key})
+		e.Check(t, map[string]string{"x-api-key": []who{blocked, admitted, soft}[i%3].key})
 	}
-	if got := e.Counter.RoundTrips.Load() - before; got != n {
-		t.Fatalf("%d Redis round trips for %d checks", got, n)
+	if got := e.Counter.RoundTrips.Load() - before; got != n*2/3 {
+		t.Fatalf("%d Redis round trips for %d checks, want %d (none for the blocked member)", got, n, n*2/3)
+	}
+	// Only the hard block is kept: the soft limit's over_limit admissions read every time.
+	if got := e.Metric("tollgate_enforcer_blocked_cache_hits_total"); got != n/3 {
+		t.Fatalf("%v checks answered from kept blocks, want %d", got, n/3)
 	}
 	if e.CP.CallCount("Authenticate") != auth || e.CP.CallCount("Resolve") != resolves {
 		t.Fatal("cache hits called the control plane")

@@ -40,6 +40,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// IdentityTTL is how long a credential's identity is cached (TOLLGATE_ENFORCER_IDENTITY_TTL).
 	IdentityTTL time.Duration
+	// BlockedTTL is the longest a member blocked by a hard limit is refused from memory
+	// without reading their record; window resets and invalidations end it sooner
+	// (TOLLGATE_ENFORCER_BLOCKED_TTL). 0 reads the record on every check.
+	BlockedTTL time.Duration
 	// StartCapacity, StartPerMember and StartDeadline bound the write-ahead start queue
 	// (TOLLGATE_ENFORCER_START_CAPACITY, _START_PER_MEMBER, _START_DEADLINE).
 	StartCapacity  int
@@ -99,6 +103,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.LogLevel, "log-level", env("TOLLGATE_LOG_LEVEL", "info"), "log level: debug, info, warn or error (TOLLGATE_LOG_LEVEL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.IdentityTTL, "identity-ttl", durationEnv("TOLLGATE_ENFORCER_IDENTITY_TTL", 30*time.Second), "how long a credential's identity is cached; invalidations usually end it sooner (TOLLGATE_ENFORCER_IDENTITY_TTL)")
+	fs.DurationVar(&c.BlockedTTL, "blocked-ttl", durationEnv("TOLLGATE_ENFORCER_BLOCKED_TTL", time.Second), "longest a blocked member is refused from memory without reading their record; window resets and invalidations end it sooner; 0 turns it off (TOLLGATE_ENFORCER_BLOCKED_TTL)")
 	fs.IntVar(&c.StartCapacity, "start-capacity", intEnv("TOLLGATE_ENFORCER_START_CAPACITY", 4096), "most write-ahead starts queued at once (TOLLGATE_ENFORCER_START_CAPACITY)")
 	fs.IntVar(&c.StartPerMember, "start-per-member", intEnv("TOLLGATE_ENFORCER_START_PER_MEMBER", 256), "most write-ahead starts of one member queued at once (TOLLGATE_ENFORCER_START_PER_MEMBER)")
 	fs.DurationVar(&c.StartDeadline, "start-deadline", durationEnv("TOLLGATE_ENFORCER_START_DEADLINE", 500*time.Millisecond), "longest wait for a durable start; keep it under the proxy's check timeout (TOLLGATE_ENFORCER_START_DEADLINE)")
@@ -149,6 +154,7 @@ func (c Config) validate() []string {
 	}{
 		{"TOLLGATE_SHUTDOWN_TIMEOUT: must be positive", c.ShutdownTimeout > 0},
 		{"TOLLGATE_ENFORCER_IDENTITY_TTL: must be positive", c.IdentityTTL > 0},
+		{"TOLLGATE_ENFORCER_BLOCKED_TTL: must be between 0 and 1m", c.BlockedTTL >= 0 && c.BlockedTTL <= time.Minute},
 		{"TOLLGATE_ENFORCER_START_CAPACITY: must be positive", c.StartCapacity > 0},
 		{"TOLLGATE_ENFORCER_START_PER_MEMBER: must be positive and at most the start capacity", c.StartPerMember > 0 && c.StartPerMember <= c.StartCapacity},
 		{"TOLLGATE_ENFORCER_START_DEADLINE: must be positive", c.StartDeadline > 0},

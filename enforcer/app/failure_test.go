@@ -169,7 +169,9 @@ func TestControlPlaneDownOnIdentityMiss(t *testing.T) {
 }
 
 func TestRedisFlushedNeverAdmitsOnAnInventedZero(t *testing.T) {
-	e := enforcertest.New(t, enforcertest.Options{})
+	// Every check reads the record here (no kept blocks): the reads are what this
+	// test watches.
+	e := enforcertest.New(t, enforcertest.Options{Config: func(c *appConfig) { c.BlockedTTL = 0 }})
 	w := newMember(e, dayLimit(1*usd, true))
 	e.CP.SetSpend(w.member, window.Day, 1*usd)
 	denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)

@@ -12,6 +12,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 )
@@ -25,7 +26,7 @@ type Server struct {
 
 // New returns the ext_authz server of a gate.
 func New(g *gate.Gate) *Server {
-	return &Server{gate: g, denied: deniedCache{m: map[deniedKey]deniedEntry{}}}
+	return &Server{gate: g, denied: deniedCache{m: map[deniedKey]deniedEntry{}, wire: map[*authv3.CheckResponse][]byte{}}}
 }
 
 // requestIDHeader is the lower-case form Envoy uses in header maps.
@@ -45,11 +46,13 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 
 // deniedCache keeps the responses of refusals: they repeat (a blocked member gets the
 // same 429 until its record changes or Retry-After moves on a second; 401 and 503 are
-// constants), so each is built once and sent many times. A response is never modified
-// after it is built, and gRPC only reads the messages it sends.
+// constants), so each is built and encoded once and sent many times (the server's
+// Codec sends the encoded bytes). A response is never modified after it is built, and
+// gRPC only reads the messages it sends.
 type deniedCache struct {
-	mu sync.RWMutex
-	m  map[deniedKey]deniedEntry
+	mu   sync.RWMutex
+	m    map[deniedKey]deniedEntry
+	wire map[*authv3.CheckResponse][]byte // the encoding of each response in m
 }
 
 // deniedKey is all of an answer a refusal is made of. The body is compared by identity:
@@ -80,13 +83,25 @@ func (c *deniedCache) response(a *gate.Answer) *authv3.CheckResponse {
 		return e.resp
 	}
 	resp := Response(a)
+	wire, err := proto.Marshal(resp)
 	c.mu.Lock()
 	if len(c.m) >= maxDenied {
 		clear(c.m)
+		clear(c.wire)
 	}
 	c.m[k] = deniedEntry{body: a.Body, resp: resp}
+	if err == nil {
+		c.wire[resp] = wire
+	}
 	c.mu.Unlock()
 	return resp
+}
+
+// encoded returns the encoding of a response of the cache, or nil.
+func (c *deniedCache) encoded(resp *authv3.CheckResponse) []byte {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.wire[resp]
 }
 
 // Credentials reads x-api-key and authorization from a check request. Envoy lower-cases

@@ -147,7 +147,7 @@ func Decide(rec *mirror.Record, now time.Time, authoritative bool) Decision {
 	switch {
 	case blocked:
 		d.Result, d.State = Blocked, StateBlocked
-		d.RetryAfter = ceilSeconds(d.RetryAt.Sub(now))
+		d.RetryAfter = SecondsUntil(d.RetryAt, now)
 		return d
 	case !ent.GetCaptureEnabled():
 		d.Result = Suspended
@@ -174,10 +174,11 @@ func limitOf(ent *internalv1.Entitlement, tf window.Timeframe) *internalv1.Limit
 	return nil
 }
 
-// ceilSeconds rounds a positive duration up to whole seconds, and anything below one
-// second (including a reset that has just passed) up to 1: Retry-After 0 would invite
-// an immediate retry storm.
-func ceilSeconds(d time.Duration) int64 {
+// SecondsUntil is the Retry-After of a refusal at now that lifts at t: whole seconds,
+// rounded up, and anything below one second (including a reset that has just passed)
+// up to 1: Retry-After 0 would invite an immediate retry storm.
+func SecondsUntil(t, now time.Time) int64 {
+	d := t.Sub(now)
 	s := int64((d + time.Second - 1) / time.Second)
 	if s < 1 {
 		return 1

@@ -4,28 +4,57 @@ import (
 	"hash/maphash"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/decision"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
 
-// blockedBodies keeps, per member, the last 429 body rendered and what it was rendered
-// from. A blocked member is usually refused many times with the same record in the same
-// windows; the body is then the same bytes, so it is rendered once instead of per check.
-// Only Retry-After moves with the clock, and it is not part of the body.
-type blockedBodies struct {
-	seed   maphash.Seed
-	max    int // entries per shard
+// BlockedMembers keeps, per blocked member, the last 429 body rendered (and what it was
+// rendered from), and for a short while the blocked decision itself.
+//
+// Bodies: a blocked member is usually refused many times with the same record in the
+// same windows; the body is then the same bytes, so it is rendered once instead of per
+// check. Only Retry-After moves with the clock, and it is not part of the body.
+//
+// Decisions: once a member is refused because a hard bucket is exhausted, later checks
+// of that member are refused from memory, without reading the record, until the
+// earliest of: the TTL, the end of the current windows (a reset may lift the block),
+// an invalidation of the member's record or of the member (the control plane announces
+// every entitlement change: extension, policy, assignment, capture fence, removal), a
+// generation change of the mirror, and any gap in the invalidation subscription. That
+// is safe because nothing else can lift a block within a window: spend only grows
+// (settlements never lower it; a smaller cost is refused as cost_conflict). Only
+// decisions read from a record are kept: not soft-limit or admitted ones, not the
+// open-mode answers given on a last-known record.
+type BlockedMembers struct {
+	seed maphash.Seed
+	max  int // entries per shard
+	ttl  time.Duration
+	// live: the invalidation subscription is confirmed. Decisions are kept and used
+	// only then, since a message missed while it is down could have lifted a block.
+	live atomic.Bool
+	// epoch moves on every invalidation and subscription change. A decision is kept
+	// only if the epoch did not move since before its record was read: the record may
+	// predate the change the invalidation announced.
+	epoch  atomic.Uint64
 	shards [16]blockedShard
+	hits   interface{ Inc() }
 }
 
 type blockedShard struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 	m  map[string]*blockedEntry
 }
 
+// blockedEntry is never modified once stored; a change replaces it whole.
 type blockedEntry struct {
 	key  blockedKey
-	body []byte // never modified once stored
+	body []byte
+	// until is when the kept decision lapses: zero when only the body is kept.
+	until time.Time
+	gen   string // the mirror generation the record was read under
 }
 
 // blockedKey is everything the body depends on besides constants: equal keys render
@@ -44,8 +73,9 @@ type blockedBucketKey struct {
 	allowReset      bool
 }
 
-func newBlockedBodies(maxEntries int) *blockedBodies {
-	c := &blockedBodies{seed: maphash.MakeSeed(), max: maxEntries/16 + 1}
+// newBlockedMembers keeps at most maxEntries members, and decisions for ttl (0: none).
+func newBlockedMembers(maxEntries int, ttl time.Duration, hits interface{ Inc() }) *BlockedMembers {
+	c := &BlockedMembers{seed: maphash.MakeSeed(), max: maxEntries/16 + 1, ttl: ttl, hits: hits}
 	for i := range c.shards {
 		c.shards[i].m = map[string]*blockedEntry{}
 	}
@@ -66,32 +96,122 @@ func keyOf(d *decision.Decision, orgID string) blockedKey {
 	return k
 }
 
-// body returns the 429 body of a blocked decision, rendered only when it differs from
-// the member's last one.
-func (c *blockedBodies) body(d *decision.Decision, orgID, memberID string) []byte {
-	k := keyOf(d, orgID)
-	s := &c.shards[maphash.String(c.seed, memberID)%uint64(len(c.shards))]
-	s.mu.Lock()
+func (c *BlockedMembers) shard(memberID string) *blockedShard {
+	return &c.shards[maphash.String(c.seed, memberID)%uint64(len(c.shards))]
+}
+
+func (c *BlockedMembers) get(memberID string) *blockedEntry {
+	s := c.shard(memberID)
+	s.mu.RLock()
 	e := s.m[memberID]
-	s.mu.Unlock()
-	if e != nil && e.key == k {
+	s.mu.RUnlock()
+	return e
+}
+
+// keep is what a fresh blocked decision may be kept under: the generation and epoch
+// seen before its record was read. ok is false when it must not be kept.
+type keep struct {
+	ok    bool
+	gen   string
+	epoch uint64
+}
+
+// refusal returns the kept 429 of a member that is still valid at now under the
+// mirror generation gen.
+func (c *BlockedMembers) refusal(memberID string, now time.Time, gen string) (Answer, bool) {
+	if !c.live.Load() {
+		return Answer{}, false
+	}
+	e := c.get(memberID)
+	if e == nil || !now.Before(e.until) || e.gen != gen {
+		return Answer{}, false
+	}
+	c.hits.Inc()
+	return blockedAnswer(decision.SecondsUntil(time.Unix(0, e.key.retryAt), now), e.body), true
+}
+
+// before returns what a decision on a record read from now on may be kept under.
+func (c *BlockedMembers) before(gen string, genOK bool) keep {
+	return keep{ok: genOK && c.ttl > 0 && c.live.Load(), gen: gen, epoch: c.epoch.Load()}
+}
+
+// body returns the 429 body of a blocked decision, rendered only when it differs from
+// the member's last one, and keeps the decision (decided at now) when k allows.
+func (c *BlockedMembers) body(d *decision.Decision, orgID, memberID string, now time.Time, k keep) []byte {
+	key := keyOf(d, orgID)
+	e := c.get(memberID)
+	if e != nil && e.key == key && !k.ok {
 		return e.body
 	}
-	e = &blockedEntry{key: k, body: blockedBody(d, orgID, memberID)}
+	next := &blockedEntry{key: key}
+	if e != nil && e.key == key {
+		next.body = e.body
+	} else {
+		next.body = blockedBody(d, orgID, memberID)
+	}
+	if k.ok {
+		next.gen = k.gen
+		next.until = now.Add(c.ttl)
+		for i := range d.Buckets {
+			// Any window's end may change the decision: never keep it across one.
+			if end := d.Buckets[i].Window.End; end.Before(next.until) {
+				next.until = end
+			}
+		}
+	}
+	s := c.shard(memberID)
 	s.mu.Lock()
+	if k.ok && c.epoch.Load() != k.epoch {
+		// An invalidation came while the record was read: keep the body only.
+		next.until, next.gen = time.Time{}, ""
+	}
 	if _, ok := s.m[memberID]; !ok && len(s.m) >= c.max {
 		for m := range s.m {
 			delete(s.m, m)
 			break
 		}
 	}
-	s.m[memberID] = e
+	s.m[memberID] = next
 	s.mu.Unlock()
-	return e.body
+	return next.body
 }
 
-// blocked renders the 429 (see blockedBody), with the body of the cache.
-func (g *Gate) blocked(d *decision.Decision, orgID, memberID string) Answer {
+// Invalidate implements invalidation.Subscriber: the member's record changed, or the
+// member was removed; forget what was decided on the old record. Credential and API
+// key revocations are the identity cache's: it is asked first on every check.
+func (c *BlockedMembers) Invalidate(inv mirror.Invalidation) {
+	if inv.Kind != mirror.KindRecord && inv.Kind != mirror.KindMember {
+		return
+	}
+	c.epoch.Add(1)
+	s := c.shard(inv.ID)
+	s.mu.Lock()
+	delete(s.m, inv.ID)
+	s.mu.Unlock()
+}
+
+// Subscribed implements invalidation.Subscriber: decisions are kept only while the
+// subscription is live, and all are forgotten when it is confirmed or lost (messages
+// may have been missed).
+func (c *BlockedMembers) Subscribed(live bool) {
+	c.live.Store(live)
+	c.epoch.Add(1)
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		clear(s.m)
+		s.mu.Unlock()
+	}
+}
+
+// blockedAnswer is the 429 with a body from BlockedMembers.
+func blockedAnswer(retryAfter int64, body []byte) Answer {
 	return Answer{Status: 429, Decision: Blocked, Reason: "usage_limit", UsageState: string(decision.StateBlocked),
-		ErrorCode: CodeUsageLimitExceeded, RetryAfter: strconv.FormatInt(d.RetryAfter, 10), Body: g.bodies.body(d, orgID, memberID)}
+		ErrorCode: CodeUsageLimitExceeded, RetryAfter: strconv.FormatInt(retryAfter, 10), Body: body}
+}
+
+// blocked renders the 429 of a fresh decision (see blockedBody), keeping it when k
+// allows.
+func (g *Gate) blocked(d *decision.Decision, orgID, memberID string, now time.Time, k keep) Answer {
+	return blockedAnswer(d.RetryAfter, g.Blocks.body(d, orgID, memberID, now, k))
 }

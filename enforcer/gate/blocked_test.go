@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/decision"
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -36,15 +37,15 @@ func blockedDecision(t *testing.T, now time.Time, usedDay, usedMonth int64) deci
 // The cached body is always the body rendered afresh: reused while nothing it shows
 // changed, rendered again when spend, the windows or the listed buckets change.
 func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
-	c := newBlockedBodies(10)
+	c := newBlockedMembers(10, 0, metrics.Discard().BlockedCacheHits)
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 	first := blockedDecision(t, now, 150, 10)
-	b1 := c.body(&first, "org_x", "om_a")
+	b1 := c.body(&first, "org_x", "om_a", now, keep{})
 	if !bytes.Equal(b1, blockedBody(&first, "org_x", "om_a")) {
 		t.Fatal("cached body differs from the rendered one")
 	}
 	again := blockedDecision(t, now.Add(time.Minute), 150, 10)
-	if b := c.body(&again, "org_x", "om_a"); &b[0] != &b1[0] {
+	if b := c.body(&again, "org_x", "om_a", now, keep{}); &b[0] != &b1[0] {
 		t.Fatal("unchanged body rendered again")
 	}
 	for name, d := range map[string]decision.Decision{
@@ -53,7 +54,7 @@ func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 		"next day's window":      blockedDecision(t, now.Add(24*time.Hour), 150, 10),
 		"month alone, day fresh": blockedDecision(t, now, 10, 2000),
 	} {
-		got := c.body(&d, "org_x", "om_a")
+		got := c.body(&d, "org_x", "om_a", now, keep{})
 		if want := blockedBody(&d, "org_x", "om_a"); !bytes.Equal(got, want) {
 			t.Errorf("%s: body %s, want %s", name, got, want)
 		}
@@ -61,11 +62,115 @@ func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 			t.Errorf("%s: body did not change", name)
 		}
 		// Back to the first state: the first body again.
-		if got := c.body(&first, "org_x", "om_a"); !bytes.Equal(got, b1) {
+		if got := c.body(&first, "org_x", "om_a", now, keep{}); !bytes.Equal(got, b1) {
 			t.Errorf("%s: back to the first state gave %s", name, got)
 		}
 	}
-	if got := c.body(&first, "org_x", "om_b"); bytes.Equal(got, b1) {
+	if got := c.body(&first, "org_x", "om_b", now, keep{}); bytes.Equal(got, b1) {
 		t.Error("another member got the first member's body")
+	}
+}
+
+// A blocked decision is kept only under the conditions that make it safe, and answered
+// from memory until the first of: its TTL, the end of the current windows, an
+// invalidation of the member or their record, a generation change, a subscription gap.
+func TestBlockedDecisionIsKeptOnlyWhileNothingCanHaveLiftedIt(t *testing.T) {
+	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC) // day ends 2026-09-17T05:00Z
+	d := blockedDecision(t, now, 150, 10)
+	newCache := func() *BlockedMembers {
+		c := newBlockedMembers(10, time.Hour, metrics.Discard().BlockedCacheHits)
+		c.Subscribed(true)
+		return c
+	}
+	// kept decides om_a at now on a record read after k, and reports whether the
+	// refusal is then answered from memory at the instant at under gen.
+	kept := func(c *BlockedMembers, k keep, at time.Time, gen string) bool {
+		c.body(&d, "org_x", "om_a", now, k)
+		_, ok := c.refusal("om_a", at, gen)
+		return ok
+	}
+	// keptAfter keeps the decision, applies the invalidation, and tells whether the
+	// refusal is still answered from memory.
+	keptAfter := func(kind, id string) func(c *BlockedMembers) bool {
+		return func(c *BlockedMembers) bool {
+			kept(c, c.before("g1", true), now, "g1")
+			c.Invalidate(mirror.Invalidation{Kind: kind, ID: id})
+			_, ok := c.refusal("om_a", now, "g1")
+			return ok
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		run  func(c *BlockedMembers) bool
+		want bool
+	}{
+		{"kept", func(c *BlockedMembers) bool { return kept(c, c.before("g1", true), now, "g1") }, true},
+		{"up to the TTL", func(c *BlockedMembers) bool {
+			return kept(c, c.before("g1", true), now.Add(time.Hour-time.Nanosecond), "g1")
+		}, true},
+		{"not at the TTL", func(c *BlockedMembers) bool { return kept(c, c.before("g1", true), now.Add(time.Hour), "g1") }, false},
+		{"not with the TTL off", func(c *BlockedMembers) bool {
+			c.ttl = 0
+			return kept(c, c.before("g1", true), now, "g1")
+		}, false},
+		{"not across the day's reset", func(c *BlockedMembers) bool {
+			c.ttl = 24 * time.Hour
+			return kept(c, c.before("g1", true), time.Date(2026, 9, 17, 5, 0, 0, 0, time.UTC), "g1")
+		}, false},
+		{"until just before the day's reset", func(c *BlockedMembers) bool {
+			c.ttl = 24 * time.Hour
+			return kept(c, c.before("g1", true), time.Date(2026, 9, 17, 4, 59, 59, 999_999_999, time.UTC), "g1")
+		}, true},
+		{"not under another generation", func(c *BlockedMembers) bool { return kept(c, c.before("g1", true), now, "g2") }, false},
+		{"not without a known generation", func(c *BlockedMembers) bool { return kept(c, c.before("", false), now, "") }, false},
+		{"not when the record was read across an invalidation", func(c *BlockedMembers) bool {
+			k := c.before("g1", true)
+			c.Invalidate(mirror.Invalidation{Kind: mirror.KindRecord, ID: "om_other"})
+			return kept(c, k, now, "g1")
+		}, false},
+		{"dropped by the record's invalidation", keptAfter(mirror.KindRecord, "om_a"), false},
+		{"dropped by the member's removal", keptAfter(mirror.KindMember, "om_a"), false},
+		{"kept across another member's invalidation", keptAfter(mirror.KindRecord, "om_b"), true},
+		{"kept across a key's revocation (the identity cache's)", keptAfter(mirror.KindAPIKey, "om_a"), true},
+		{"not while the subscription is down", func(c *BlockedMembers) bool {
+			c.Subscribed(false)
+			return kept(c, c.before("g1", true), now, "g1")
+		}, false},
+		{"dropped when the subscription is lost", func(c *BlockedMembers) bool {
+			kept(c, c.before("g1", true), now, "g1")
+			c.Subscribed(false)
+			c.Subscribed(true)
+			_, ok := c.refusal("om_a", now, "g1")
+			return ok
+		}, false},
+		{"not from a last-known record", func(c *BlockedMembers) bool { return kept(c, keep{}, now, "g1") }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.run(newCache()); got != tc.want {
+				t.Fatalf("answered from memory: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// The kept refusal is the fresh one: same body, Retry-After counted from the instant
+// of the check.
+func TestKeptRefusalIsTheFreshOne(t *testing.T) {
+	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
+	d := blockedDecision(t, now, 150, 10)
+	c := newBlockedMembers(10, time.Hour, metrics.Discard().BlockedCacheHits)
+	c.Subscribed(true)
+	g := &Gate{Blocks: c}
+	fresh := g.blocked(&d, "org_x", "om_a", now, c.before("g1", true))
+	later := now.Add(30*time.Minute + 500*time.Millisecond)
+	got, ok := c.refusal("om_a", later, "g1")
+	if !ok {
+		t.Fatal("not kept")
+	}
+	want := fresh
+	want.RetryAfter = "59400" // 05:00 next day - 12:30:00.5 = 16h29m59.5s, rounded up
+	if got.Status != want.Status || got.Decision != want.Decision || got.Reason != want.Reason || got.UsageState != want.UsageState ||
+		got.ErrorCode != want.ErrorCode || got.RetryAfter != want.RetryAfter || !bytes.Equal(got.Body, want.Body) {
+		t.Fatalf("kept %+v\nfresh %+v", got, want)
 	}
 }

@@ -12,5 +12,10 @@
 // there is none), counted as fail_open, and its settlement carries the admission
 // snapshot because no durable start exists.
 //
+// Blocked members' refusals are kept in memory for a short while (BlockedMembers, whose
+// comment says why that is safe and what ends an entry), so that a member refused on a
+// hard limit is refused again without reading the record; the credential is always
+// checked first.
+//
 // It knows nothing about Envoy protos or net/http; the front doors translate Answer.
 package gate

@@ -38,16 +38,23 @@ type Deps struct {
 	Log      *slog.Logger
 	// FailOpen admits on infrastructure failures instead of answering 503.
 	FailOpen bool
+	// BlockedTTL is the longest a blocked decision is kept and answered from memory
+	// (see BlockedMembers); 0 keeps none.
+	BlockedTTL time.Duration
 }
 
 // Gate answers checks.
 type Gate struct {
 	Deps
-	bodies *blockedBodies
+	// Blocks keeps blocked members' refusals; it follows the invalidation channel
+	// (package invalidation).
+	Blocks *BlockedMembers
 }
 
 // New returns a gate.
-func New(d Deps) *Gate { return &Gate{Deps: d, bodies: newBlockedBodies(100_000)} }
+func New(d Deps) *Gate {
+	return &Gate{Deps: d, Blocks: newBlockedMembers(100_000, d.BlockedTTL, d.Metrics.BlockedCacheHits)}
+}
 
 // Credentials are the raw header values a client presented ("" when absent).
 type Credentials struct {
@@ -110,6 +117,14 @@ func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 	if !id.Active {
 		return unauthorized("inactive_member"), nil
 	}
+	// The identity came first: a revoked key is a 401, never a kept 429.
+	gen, genOK := g.Records.Generation()
+	if genOK {
+		if a, ok := g.Blocks.refusal(id.MemberID, g.Clock.Now(), gen); ok {
+			return a, nil
+		}
+	}
+	keep := g.Blocks.before(gen, genOK)
 
 	rec, err := g.Records.Read(ctx, id.OrganizationID, id.MemberID)
 	if err != nil {
@@ -140,7 +155,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 		case decision.Inactive:
 			return unauthorized("inactive_member"), nil
 		case decision.Blocked:
-			return g.blocked(&d, id.OrganizationID, id.MemberID), nil
+			return g.blocked(&d, id.OrganizationID, id.MemberID, now, keep), nil
 		case decision.Suspended:
 			return unavailable("capture_suspended"), nil
 		case decision.Unknown:
@@ -219,7 +234,8 @@ func (g *Gate) failure(reason string, id *identity.Identity, last *mirror.Record
 		d := decision.Decide(last, now, false)
 		switch d.Result {
 		case decision.Blocked:
-			return g.blocked(&d, id.OrganizationID, id.MemberID)
+			// A last-known record: answered, never kept.
+			return g.blocked(&d, id.OrganizationID, id.MemberID, now, keep{})
 		case decision.Suspended:
 			return unavailable("capture_suspended")
 		case decision.Inactive:

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc"
 
@@ -133,6 +132,11 @@ func (c *Cache) Lookup(ctx context.Context, kind internalv1.CredentialKind, secr
 		}
 		return e.id, nil
 	}
+	return c.ask(ctx, kind, h)
+}
+
+// ask asks the control plane on a miss (h is a copy: only a miss moves it to the heap).
+func (c *Cache) ask(ctx context.Context, kind internalv1.CredentialKind, h [32]byte) (Identity, error) {
 	c.miss.Inc()
 	epoch := c.epoch.Load()
 	// The call is shared by every caller presenting this credential right now, so it
@@ -188,9 +192,14 @@ func (c *Cache) store(h [32]byte, id Identity, epoch uint64) {
 
 // Invalidate forgets what an invalidation names.
 func (c *Cache) Invalidate(inv mirror.Invalidation) {
-	c.epoch.Add(1)
 	switch inv.Kind {
-	case "credential":
+	case mirror.KindCredential, mirror.KindMember, mirror.KindAPIKey:
+		c.epoch.Add(1)
+	default:
+		return // not about identities (mirror.KindRecord)
+	}
+	switch inv.Kind {
+	case mirror.KindCredential:
 		var h [32]byte
 		if b, err := hex.DecodeString(inv.ID); err == nil && len(b) == len(h) {
 			copy(h[:], b)
@@ -199,14 +208,14 @@ func (c *Cache) Invalidate(inv mirror.Invalidation) {
 			delete(s.m, h)
 			s.mu.Unlock()
 		}
-	case "member", "api_key":
+	case mirror.KindMember, mirror.KindAPIKey:
 		// Rare events: a scan of the cache is cheaper than keeping reverse indexes up
 		// to date on every check.
 		for i := range c.shards {
 			s := &c.shards[i]
 			s.mu.Lock()
 			for k, e := range s.m {
-				if (inv.Kind == "member" && e.id.MemberID == inv.ID) || (inv.Kind == "api_key" && e.id.APIKeyID == inv.ID) {
+				if (inv.Kind == mirror.KindMember && e.id.MemberID == inv.ID) || (inv.Kind == mirror.KindAPIKey && e.id.APIKeyID == inv.ID) {
 					delete(s.m, k)
 				}
 			}
@@ -226,59 +235,12 @@ func (c *Cache) Flush() {
 	}
 }
 
-// Watch applies the control plane's invalidations until ctx is done, resubscribing
-// after failures. ready, if not nil, is closed once the first subscription is live.
-func (c *Cache) Watch(ctx context.Context, rdb redis.UniversalClient, layout mirror.Layout, ready chan<- struct{}) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := c.watchOnce(ctx, rdb, layout, &ready)
-		if ctx.Err() != nil {
-			return
-		}
-		c.log.Warn("invalidation subscription lost; identity cache flushed, resubscribing", "error", err, "in", backoff.String())
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
-}
-
-func (c *Cache) watchOnce(ctx context.Context, rdb redis.UniversalClient, layout mirror.Layout, ready *chan<- struct{}) error {
-	ps := rdb.Subscribe(ctx, layout.InvalidationChannel())
-	defer ps.Close()
-	// A blocked Receive does not watch ctx; closing the subscription unblocks it.
-	stop := context.AfterFunc(ctx, func() { ps.Close() })
-	defer stop()
-	// Wait for the subscription to be confirmed before trusting the cache again:
-	// anything published before this point was missed, so forget it all.
-	if _, err := ps.Receive(ctx); err != nil {
-		return err
-	}
-	c.Flush()
-	if *ready != nil {
-		close(*ready)
-		*ready = nil
-	}
-	for {
-		// ReceiveMessage reconnects silently, which would hide a gap; Receive
-		// surfaces every (re)subscription so the cache can be flushed.
-		msg, err := ps.Receive(ctx)
-		if err != nil {
-			return err
-		}
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			c.Flush()
-		case *redis.Message:
-			inv, err := mirror.ParseInvalidation(m.Payload)
-			if err != nil {
-				c.log.Warn("ignoring malformed invalidation", "error", err)
-				continue
-			}
-			c.m.InvalidationsReceived.WithLabelValues(inv.Kind).Inc()
-			c.Invalidate(inv)
-		}
+// Subscribed implements invalidation.Subscriber: a confirmed (re)subscription may
+// have missed revocations, so everything is forgotten. A lost one changes nothing yet:
+// entries keep their TTL rather than send every check to the control plane while
+// Redis is away.
+func (c *Cache) Subscribed(live bool) {
+	if live {
+		c.Flush()
 	}
 }

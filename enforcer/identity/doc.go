@@ -6,9 +6,9 @@
 // Entries live for a short TTL; unknown credentials are remembered for a shorter one,
 // so a flood of bad keys does not become a flood of control-plane calls. The control
 // plane publishes invalidations (credential, member, api_key) on the mirror's channel
-// when a key is revoked or a member removed; Watch applies them, and forgets everything
-// whenever its subscription (re)connects, because messages sent while disconnected are
-// lost. The TTL bounds the damage of any invalidation that is missed anyway.
+// when a key is revoked or a member removed; the cache applies them (package
+// invalidation follows the channel), and forgets everything whenever the subscription
+// (re)connects, because messages sent while disconnected are lost. The TTL bounds the damage of any invalidation that is missed anyway.
 //
 // It never logs or stores a raw credential: only its SHA-256.
 package identity

@@ -28,10 +28,12 @@ type Options struct {
 	// Request returns the request of call i (it may return the same one each time).
 	Request func(i int) *authv3.CheckRequest
 	// Rate, when positive, paces the calls at this many per second (call i is due at
-	// start + i/Rate), so latency can be read at a given load rather than at saturation.
-	// Latency is measured from sending, as ghz does; Result.Late counts calls sent more
-	// than a millisecond after they were due (the generator could not keep the pace
-	// with its concurrency).
+	// start + i/Rate, and sent then whatever is still in flight, up to Concurrency: an
+	// open loop, so give it room, several times rate × the latencies expected), so
+	// latency can be read at a given load rather than at saturation. Latency is measured
+	// around the gRPC call, as ghz does; Result.Late counts calls sent more than a
+	// millisecond after they were due (every worker was busy, or the generator itself
+	// was starved of CPU), which a fair run keeps near zero.
 	Rate float64
 	// AfterAdmit, when set, runs after every admitted check with the upstream request id
 	// (for example to report the response through ext_proc); its time is not counted.

@@ -17,6 +17,9 @@ type Metrics struct {
 	IdentityCache *prometheus.CounterVec
 	// RecordReads counts member record reads by source (redis, resolve).
 	RecordReads *prometheus.CounterVec
+	// BlockedCacheHits counts checks refused from a kept blocked decision, without
+	// reading the member's record.
+	BlockedCacheHits prometheus.Counter
 
 	RedisDuration         *prometheus.HistogramVec
 	RedisErrors           prometheus.Counter
@@ -59,6 +62,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_record_reads_total",
 			Help: "Member records read, by source: redis (mirror hit) or resolve (read through the control plane).",
 		}, []string{"source"}),
+		BlockedCacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_blocked_cache_hits_total",
+			Help: "Checks refused from a kept blocked decision, without reading the member's record. Share = this / tollgate_enforcer_decisions_total{decision=\"blocked\"}.",
+		}),
 		RedisDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_enforcer_redis_duration_seconds",
 			Help:    "Duration of Redis calls, by operation.",
@@ -125,10 +132,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		InvalidationsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_invalidations_total",
-			Help: "Identity invalidations received from the control plane, by kind.",
+			Help: "Invalidations received from the control plane, by kind (credential, member, api_key, record).",
 		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.RecordReads, m.RedisDuration, m.RedisErrors,
+	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.RecordReads, m.BlockedCacheHits, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.SettleQueueDepth, m.SettleReserved, m.Settlements, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.ExtProcStreams, m.InvalidationsReceived)

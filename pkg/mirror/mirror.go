@@ -171,9 +171,27 @@ func (l Layout) SetGeneration(ctx context.Context, rdb redis.Cmdable, generation
 	return rdb.Set(ctx, l.GenerationKey(), generation, 0).Err()
 }
 
-// Invalidation tells enforcers to forget cached identities.
+// The kinds of invalidation.
+const (
+	// KindCredential: forget one credential's identity (ID is the hex SHA-256 of it).
+	KindCredential = "credential"
+	// KindMember: the member was removed; forget every identity of theirs (ID is the
+	// member id) and anything decided about them.
+	KindMember = "member"
+	// KindAPIKey: the API key was revoked (ID is the key id).
+	KindAPIKey = "api_key"
+	// KindRecord: the member's record was rewritten after an entitlement change
+	// (winner, policy revision, extension, capture fence, removal) that can lift a
+	// block; forget decisions made on the old record (ID is the member id). Spend
+	// changes are not announced: within a window spend only grows, so they can only
+	// keep a block.
+	KindRecord = "record"
+)
+
+// Invalidation tells enforcers to forget what they cached about a credential or a
+// member.
 type Invalidation struct {
-	// Kind is "credential" (ID is the hex SHA-256 of the credential), "member" or "api_key".
+	// Kind is one of the Kind constants.
 	Kind string
 	ID   string
 }
@@ -187,7 +205,7 @@ func ParseInvalidation(s string) (Invalidation, error) {
 	switch {
 	case !ok || id == "":
 		return Invalidation{}, fmt.Errorf("mirror: malformed invalidation %q", s)
-	case kind != "credential" && kind != "member" && kind != "api_key":
+	case kind != KindCredential && kind != KindMember && kind != KindAPIKey && kind != KindRecord:
 		return Invalidation{}, fmt.Errorf("mirror: unknown invalidation kind %q", kind)
 	}
 	return Invalidation{Kind: kind, ID: id}, nil
@@ -196,6 +214,27 @@ func ParseInvalidation(s string) (Invalidation, error) {
 // Publish sends an invalidation to every enforcer.
 func (l Layout) Publish(ctx context.Context, rdb redis.Cmdable, inv Invalidation) error {
 	return rdb.Publish(ctx, l.InvalidationChannel(), inv.Encode()).Err()
+}
+
+// publishChunk bounds the messages of one PublishMany round trip.
+const publishChunk = 512
+
+// PublishMany sends invalidations in pipelined round trips (an organization-wide policy
+// change announces every member it touched). It returns the first error.
+func (l Layout) PublishMany(ctx context.Context, rdb redis.Cmdable, invs []Invalidation) error {
+	var first error
+	for len(invs) > 0 {
+		n := min(len(invs), publishChunk)
+		pipe := rdb.Pipeline()
+		for _, inv := range invs[:n] {
+			pipe.Publish(ctx, l.InvalidationChannel(), inv.Encode())
+		}
+		if _, err := pipe.Exec(ctx); err != nil && first == nil {
+			first = err
+		}
+		invs = invs[n:]
+	}
+	return first
 }
 
 // SpendOf returns the used amount of the record for a window, and whether the record

@@ -138,9 +138,51 @@ func TestGenerationAndInvalidations(t *testing.T) {
 	if err != nil || inv != (Invalidation{Kind: "member", ID: "om_a"}) {
 		t.Fatalf("invalidation %+v %v", inv, err)
 	}
-	for _, bad := range []string{"", "member", "member:", "planet:x"} {
-		if _, err := ParseInvalidation(bad); err == nil {
-			t.Fatalf("%q accepted", bad)
+	// Several at once, in order: what the control plane sends after an entitlement
+	// change of many members.
+	many := []Invalidation{{Kind: KindRecord, ID: "om_a"}, {Kind: KindRecord, ID: "om_b"}, {Kind: KindMember, ID: "om_c"}}
+	if err := l.PublishMany(ctx, rdb, many); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range many {
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ParseInvalidation(msg.Payload); err != nil || got != want {
+			t.Fatalf("invalidation %+v %v, want %+v", got, err, want)
+		}
+	}
+	for _, tc := range []struct {
+		msg  string
+		want Invalidation // zero: refused
+	}{
+		{"credential:ab12", Invalidation{Kind: KindCredential, ID: "ab12"}},
+		{"member:om_a", Invalidation{Kind: KindMember, ID: "om_a"}},
+		{"api_key:apk_a", Invalidation{Kind: KindAPIKey, ID: "apk_a"}},
+		{"record:om_a", Invalidation{Kind: KindRecord, ID: "om_a"}},
+		{"record:om:a", Invalidation{Kind: KindRecord, ID: "om:a"}},
+		{"", Invalidation{}},
+		{"member", Invalidation{}},
+		{"member:", Invalidation{}},
+		{"record:", Invalidation{}},
+		{"records:om_a", Invalidation{}},
+		{"Record:om_a", Invalidation{}},
+		{":om_a", Invalidation{}},
+		{"planet:x", Invalidation{}},
+	} {
+		got, err := ParseInvalidation(tc.msg)
+		if tc.want == (Invalidation{}) {
+			if err == nil {
+				t.Errorf("%q accepted as %+v", tc.msg, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%q: %+v %v, want %+v", tc.msg, got, err, tc.want)
+		}
+		if got.Encode() != tc.msg {
+			t.Errorf("%+v encodes as %q, want %q", got, got.Encode(), tc.msg)
 		}
 	}
 	if k := l.MemberKey("om_a"); k != l.Prefix+"{om_a}:rec" {

@@ -2,7 +2,9 @@
 // way Envoy sends them, and prints checks per second and latency percentiles:
 //
 //	go run ./enforcer/cmd/checkload -addr 127.0.0.1:9001 -key tgk_... -c 50 -d 10s
+//	go run ./enforcer/cmd/checkload -addr 127.0.0.1:9001 -key tgk_... -c 400 -rate 15000 -d 10s
 //
+// The second form is an open-loop run at a fixed rate (see loadgen.Options.Rate).
 // With -report, every admitted check is followed by its response through ext_proc (a
 // small JSON body with usage), so settlements flow too; that time is not counted as
 // check latency. Several -key flags spread the load over members.
@@ -19,8 +21,6 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgate-dev/tollgate/enforcer/loadgen"
 )
@@ -44,17 +44,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "checkload: at least one -key is required")
 		os.Exit(2)
 	}
-	var authz []authv3.AuthorizationClient
+	authz, ccs, err := loadgen.Dial(*addr, *conns)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "checkload:", err)
+		os.Exit(1)
+	}
 	var procs []extprocv3.ExternalProcessorClient
-	for range *conns {
-		// Distinct connections: one HTTP/2 connection serialises on its own writer.
-		cc, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "checkload:", err)
-			os.Exit(1)
-		}
+	for _, cc := range ccs {
 		defer cc.Close()
-		authz = append(authz, authv3.NewAuthorizationClient(cc))
 		procs = append(procs, extprocv3.NewExternalProcessorClient(cc))
 	}
 	reqs := make([]*authv3.CheckRequest, len(ks))
@@ -70,7 +67,7 @@ func main() {
 			return loadgen.ReportJSONResponse(ctx, procs[n.Add(1)%int64(len(procs))], id, 100, 20)
 		}
 	}
-	r := loadgen.Run(context.Background(), loadgen.RoundRobin(authz...), o)
+	r := loadgen.Run(context.Background(), authz, o)
 	fmt.Println(r)
 	if r.FirstErr != nil {
 		fmt.Println("first error:", r.FirstErr)

@@ -251,6 +251,14 @@ func Value(reg prometheus.Gatherer, name string, labels ...string) float64 {
 	return total
 }
 
+// AwaitInvalidations waits until the enforcer has applied n invalidations of kind
+// (mirror.Kind...) in all: the control plane publishes them after its change, and the
+// enforcer applies them on its own time.
+func (e *Env) AwaitInvalidations(t testing.TB, kind string, n float64) {
+	t.Helper()
+	WaitFor(t, kind+" invalidations", func() bool { return e.Metric("tollgate_enforcer_invalidations_total", "kind", kind) >= n })
+}
+
 // WaitFor polls cond until it holds or 5s pass.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()

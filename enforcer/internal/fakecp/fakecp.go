@@ -169,13 +169,14 @@ func (s *Server) Resync(ctx context.Context) error {
 }
 
 // AddMember creates (or replaces) a member with the given limits (timeframes missing
-// from limits are unlimited), capture on, tracking version 1, and mirrors it.
+// from limits are unlimited), capture on, tracking version 1, and mirrors it; a
+// replacement is an entitlement change, announced as the real one is.
 func (s *Server) AddMember(org, memberID string, limits ...Limit) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	m := &member{org: org, active: true, limits: map[window.Timeframe]Limit{}, trackingVersion: 1, captureEnabled: true,
 		spend: map[bucketKey]int64{}}
-	if old := s.members[memberID]; old != nil {
+	old := s.members[memberID]
+	if old != nil {
 		m.version, m.spend = old.version, old.spend
 	}
 	for _, l := range limits {
@@ -183,6 +184,15 @@ func (s *Server) AddMember(org, memberID string, limits ...Limit) {
 	}
 	s.members[memberID] = m
 	_ = s.writeLocked(context.Background(), memberID)
+	s.mu.Unlock()
+	if old != nil {
+		s.publish(mirror.KindRecord, memberID)
+	}
+}
+
+// publish announces an invalidation, after the change it names is in Redis.
+func (s *Server) publish(kind, id string) {
+	_ = s.layout.Publish(context.Background(), s.rdb, mirror.Invalidation{Kind: kind, ID: id})
 }
 
 // AddKey registers a credential (an API key or session token) for a member.
@@ -198,10 +208,12 @@ func (s *Server) RevokeKey(secret string) {
 	s.mu.Lock()
 	delete(s.credentials, h)
 	s.mu.Unlock()
-	_ = s.layout.Publish(context.Background(), s.rdb, mirror.Invalidation{Kind: "credential", ID: hex.EncodeToString(h[:])})
+	s.publish(mirror.KindCredential, hex.EncodeToString(h[:]))
 }
 
-// SetSpend sets a member's settled spend in the current window of tf.
+// SetSpend sets a member's settled spend in the current window of tf. Like a
+// settlement, it announces nothing: tests must only raise spend within a window, or
+// wait for what they decided on to lapse.
 func (s *Server) SetSpend(memberID string, tf window.Timeframe, used int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -225,25 +237,29 @@ func (s *Server) Pending(memberID string) int64 {
 	return s.members[memberID].pending
 }
 
-// SetExtension grants an extension on the current window of tf and mirrors it.
+// SetExtension grants an extension on the current window of tf, mirrors it and
+// announces the rewritten record.
 func (s *Server) SetExtension(memberID string, tf window.Timeframe, ext int64) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	m := s.members[memberID]
 	l := m.limits[tf]
 	l.ExtensionMicroUSD = ext
 	m.limits[tf] = l
 	_ = s.writeLocked(context.Background(), memberID)
+	s.mu.Unlock()
+	s.publish(mirror.KindRecord, memberID)
 }
 
 // SetCapture suspends or resumes a member's capture; both bump the tracking version.
+// The rewritten record is announced.
 func (s *Server) SetCapture(memberID string, enabled bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	m := s.members[memberID]
 	m.captureEnabled = enabled
 	m.trackingVersion++
 	_ = s.writeLocked(context.Background(), memberID)
+	s.mu.Unlock()
+	s.publish(mirror.KindRecord, memberID)
 }
 
 // BumpTrackingVersion moves the fence without rewriting the mirror, as if the mirror
@@ -254,13 +270,15 @@ func (s *Server) BumpTrackingVersion(memberID string) {
 	s.members[memberID].trackingVersion++
 }
 
-// Deactivate marks a member removed and publishes the invalidation.
+// Deactivate marks a member removed and publishes the invalidations, as the real one
+// does: the rewritten record's (the removal's entitlement fence), then the member's.
 func (s *Server) Deactivate(memberID string) {
 	s.mu.Lock()
 	s.members[memberID].active = false
 	_ = s.writeLocked(context.Background(), memberID)
 	s.mu.Unlock()
-	_ = s.layout.Publish(context.Background(), s.rdb, mirror.Invalidation{Kind: "member", ID: memberID})
+	s.publish(mirror.KindRecord, memberID)
+	s.publish(mirror.KindMember, memberID)
 }
 
 // SetPrice prices a model per input and output token, in micro-USD.
