@@ -229,6 +229,14 @@ env:
     value: {{ default (printf "%s.%s.svc:%v" (include "tollgate.controlplane.fullname" $root) $root.Release.Namespace $root.Values.controlplane.ports.grpc) $e.controlplaneAddress | quote }}
   - name: TOLLGATE_FAILURE_MODE
     value: {{ $e.failureMode | quote }}
+  {{- with $e.goRuntime.gogc }}
+  - name: GOGC
+    value: {{ . | quote }}
+  {{- end }}
+  {{- with $e.goRuntime.memoryLimit }}
+  - name: GOMEMLIMIT
+    value: {{ . | quote }}
+  {{- end }}
   {{- include "tollgate.logEnv" $root | nindent 2 }}
   {{- include "tollgate.redisEnv" $root | nindent 2 }}
   {{- include "tollgate.secretEnv" (dict "ctx" $root "ref" $root.Values.secrets.internalToken "what" "secrets.internalToken" "env" "TOLLGATE_INTERNAL_TOKEN") | nindent 2 }}
