@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
@@ -141,7 +142,7 @@ func TestDayLimitBlocksAndExtensionAdmits(t *testing.T) {
 		reqID := admitted(t, s.check(t, o.key), "within_limit")
 		// The write-ahead start is durable before the OK: one pending request.
 		s.expectStatus(t, o, step+" in flight", expected{state: "within_limit", used: used, pending: 1, lastSettled: lastReq})
-		s.respond(t, reqID, r.contentType, split(r.body(fmt.Sprintf("chatcmpl-%d", i+1), r.input, r.cached, r.output), r.chunks))
+		s.respond(t, reqID, r.contentType, testio.Chunks(r.body(fmt.Sprintf("chatcmpl-%d", i+1), r.input, r.cached, r.output), r.chunks))
 		used += catalogCost(r.input, r.cached, r.output)
 		s.waitSettled(t, o, i+1, used)
 		state := "within_limit"
@@ -208,7 +209,7 @@ func TestDayLimitBlocksAndExtensionAdmits(t *testing.T) {
 
 	// That request spends past the extended allowance too: blocked again, for good.
 	// 1,000,000 * 0.15 + 100,000 * 0.6 = 210,000 (total 1,350,002 > 1,250,000)
-	s.respond(t, reqID, "text/event-stream", split(openAISSE("chatcmpl-4", 1_000_000, 0, 100_000), 5))
+	s.respond(t, reqID, "text/event-stream", testio.Chunks(openAISSE("chatcmpl-4", 1_000_000, 0, 100_000), 5))
 	used += catalogCost(1_000_000, 0, 100_000)
 	s.waitSettled(t, o, 4, used)
 	st = s.expectStatus(t, o, "extension spent", expected{state: "blocked", used: used, extension: 250_000, pending: 0, lastSettled: reqID,
@@ -248,7 +249,7 @@ func TestFlushedMirrorNeverAdmitsOnInventedZero(t *testing.T) {
 
 	// One response of 8,000,000 input tokens: 1,200,000 micro-USD, past the limit.
 	reqID := admitted(t, s.check(t, o.key), "within_limit")
-	s.respond(t, reqID, "application/json", split(openAIJSON("chatcmpl-big", 8_000_000, 0, 0), 3))
+	s.respond(t, reqID, "application/json", testio.Chunks(openAIJSON("chatcmpl-big", 8_000_000, 0, 0), 3))
 	const used = 1_200_000
 	s.waitSettled(t, o, 1, used)
 	st := s.expectStatus(t, o, "blocked", expected{state: "blocked", used: used, pending: 0, lastSettled: reqID, canRequestReset: true})

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,6 +28,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/redistest"
 	"github.com/tollgate-dev/tollgate/controlplane/storetest"
 	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
@@ -49,31 +49,13 @@ type stack struct {
 	extproc  extprocv3.ExternalProcessorClient
 }
 
-// syncBuffer is a log destination the test may read while a program writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 var listening = regexp.MustCompile(`msg=listening server=(\w+) addr=(\S+)`)
 
 // run starts a program's Run in the background and returns the addresses it logged,
 // by server name; the program is stopped (and must stop cleanly) when the test ends.
-func run(t *testing.T, name string, servers int, logs *syncBuffer, runFn func(ctx context.Context) error) map[string]string {
+func run(t *testing.T, name string, servers int, logs *testio.SyncBuffer, runFn func(ctx context.Context) error) map[string]string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -127,7 +109,7 @@ func startStack(t *testing.T) *stack {
 	rdb, layout := redistest.New(t) // the same for Redis; its keys are removed at the end
 	s := &stack{rdb: rdb, layout: layout}
 
-	cpLogs := &syncBuffer{}
+	cpLogs := &testio.SyncBuffer{}
 	cpEnv := envOf(map[string]string{
 		"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_URL": redistest.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
 		"TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0",
@@ -140,7 +122,7 @@ func startStack(t *testing.T) *stack {
 	})
 	s.rest, s.cpGRPC = "http://"+cp["rest"], cp["grpc"]
 
-	enfLogs := &syncBuffer{}
+	enfLogs := &testio.SyncBuffer{}
 	enfEnv := envOf(map[string]string{
 		"TOLLGATE_REDIS_URL": redistest.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
 		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
@@ -636,17 +618,6 @@ func (s *stack) respond(t *testing.T, reqID, contentType string, chunks [][]byte
 	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("ext_proc stream did not end cleanly: %v", err)
 	}
-}
-
-// split cuts s into n pieces of about the same size, wherever they fall (a stream
-// arrives in arbitrary pieces, not in events).
-func split(s string, n int) [][]byte {
-	var out [][]byte
-	step := (len(s) + n - 1) / n
-	for i := 0; i < len(s); i += step {
-		out = append(out, []byte(s[i:min(i+step, len(s))]))
-	}
-	return out
 }
 
 // openAISSE is a streamed chat completion with stream_options.include_usage: content

@@ -8,13 +8,13 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/app"
 	"github.com/tollgate-dev/tollgate/controlplane/redistest"
 	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
 // testToken is the internal token of the servers these tests start.
@@ -74,24 +74,6 @@ func TestServeRefusesSchemaBehindThenMigrateFixesIt(t *testing.T) {
 	}
 }
 
-// syncBuffer lets the test read logs while the server writes them.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestServeLifecycleAndBootstrapAdmin(t *testing.T) {
 	dbURL := storetest.URLFor(storetest.NewDatabase(t))
 	_, layout := redistest.New(t)
@@ -101,7 +83,7 @@ func TestServeLifecycleAndBootstrapAdmin(t *testing.T) {
 		"TOLLGATE_REDIS_URL": redistest.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logs := &syncBuffer{}
+	logs := &testio.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- app.Run(ctx, []string{"serve", "--auto-migrate"}, env, app.IO{Stdout: io.Discard, Stderr: logs})

@@ -53,19 +53,7 @@ var errCommitRolledBack = errors.New("store: the transaction was rolled back at 
 // InTx it retries the whole of fn on serialization failures and deadlocks, so fn must be
 // safe to run more than once.
 func (s *Store) InPipelinedTx(ctx context.Context, fn func(tx *PipelinedTx) (*pgx.Batch, error)) error {
-	var err error
-	for attempt := 1; attempt <= maxTxAttempts; attempt++ {
-		err = s.inPipelinedTxOnce(ctx, fn)
-		if err == nil || !retryable(err) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(attempt*attempt) * 5 * time.Millisecond):
-		}
-	}
-	return err
+	return retryTx(ctx, func() error { return s.inPipelinedTxOnce(ctx, fn) })
 }
 
 func (s *Store) inPipelinedTxOnce(ctx context.Context, fn func(tx *PipelinedTx) (*pgx.Batch, error)) error {

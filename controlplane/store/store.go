@@ -62,16 +62,22 @@ const maxTxAttempts = 5
 // InTx runs fn in a transaction and commits it, retrying the whole function on
 // serialization failures and deadlocks. fn must be safe to run more than once.
 func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return retryTx(ctx, func() error { return s.inTxOnce(ctx, fn) })
+}
+
+// retryTx runs one attempt at a transaction again, with a growing pause, while Postgres
+// answers it with a serialization failure or a deadlock.
+func retryTx(ctx context.Context, attempt func() error) error {
 	var err error
-	for attempt := 1; attempt <= maxTxAttempts; attempt++ {
-		err = s.inTxOnce(ctx, fn)
+	for n := 1; n <= maxTxAttempts; n++ {
+		err = attempt()
 		if err == nil || !retryable(err) {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Duration(attempt*attempt) * 5 * time.Millisecond):
+		case <-time.After(time.Duration(n*n) * 5 * time.Millisecond):
 		}
 	}
 	return err

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/testredis"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 )
@@ -86,7 +87,7 @@ func TestRunServesAndDrains(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logs := &enforcertest.SyncBuffer{}
+	logs := &testio.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx, []string{"serve"}, env, app.IO{Stdout: io.Discard, Stderr: logs}) }()
 	addrs := map[string]string{}

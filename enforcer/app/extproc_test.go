@@ -9,6 +9,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -39,16 +40,6 @@ data: {"type":"message_stop"}
 `
 
 const openAIJSON = `{"id":"chatcmpl-2","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`
-
-// split cuts s into n roughly equal chunks (the stream arrives in arbitrary pieces).
-func split(s string, n int) [][]byte {
-	var out [][]byte
-	step := (len(s) + n - 1) / n
-	for i := 0; i < len(s); i += step {
-		out = append(out, []byte(s[i:min(i+step, len(s))]))
-	}
-	return out
-}
 
 type streamSpec struct {
 	requestID   string
@@ -124,19 +115,19 @@ func TestExtProcSettlesStreams(t *testing.T) {
 		costSource string
 		cost       int64
 	}{
-		{name: "OpenAI SSE with include_usage", spec: streamSpec{contentType: "text/event-stream", chunks: split(openAISSE, 7)},
+		{name: "OpenAI SSE with include_usage", spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(openAISSE, 7)},
 			complete: true, model: "gpt-4o-mini-2024-07-18", in: 1200, out: 300, cached: 200, costSource: "catalog_estimate", cost: 1200*2 + 300*8},
-		{name: "Anthropic SSE", spec: streamSpec{contentType: "text/event-stream; charset=utf-8", chunks: split(anthropicSSE, 5)},
+		{name: "Anthropic SSE", spec: streamSpec{contentType: "text/event-stream; charset=utf-8", chunks: testio.Chunks(anthropicSSE, 5)},
 			complete: true, model: "claude-3-5-haiku-20241022", in: 550, out: 70, cached: 50, creation: 100, costSource: "catalog_estimate", cost: 550*2 + 70*8},
 		{name: "OpenAI JSON, buffered", spec: streamSpec{contentType: "application/json", chunks: [][]byte{[]byte(openAIJSON)}},
 			complete: true, model: "gpt-4o-mini", in: 10, out: 5, costSource: "catalog_estimate", cost: 10*2 + 5*8},
 		{name: "upstream cost header wins", spec: streamSpec{contentType: "application/json", chunks: [][]byte{[]byte(openAIJSON)},
 			headers: []string{"x-upstream-cost-micro-usd", "777"}},
 			complete: true, model: "gpt-4o-mini", in: 10, out: 5, costSource: "upstream", cost: 777},
-		{name: "broken off mid-stream is incomplete", spec: streamSpec{contentType: "text/event-stream", chunks: split(openAISSE, 7)[:3], breakOff: true},
+		{name: "broken off mid-stream is incomplete", spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(openAISSE, 7)[:3], breakOff: true},
 			complete: false, model: "gpt-4o-mini-2024-07-18", costSource: "unknown"},
 		{name: "stream without usage is incomplete", spec: streamSpec{contentType: "text/event-stream",
-			chunks: split(strings.Split(openAISSE, "\n\ndata: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[],")[0]+"\n\ndata: [DONE]\n\n", 3)},
+			chunks: testio.Chunks(strings.Split(openAISSE, "\n\ndata: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[],")[0]+"\n\ndata: [DONE]\n\n", 3)},
 			complete: false, model: "gpt-4o-mini-2024-07-18", costSource: "unknown"},
 		{name: "bodyless response is incomplete", spec: streamSpec{contentType: "application/json", bodyless: true},
 			complete: false, costSource: "unknown"},

@@ -30,6 +30,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/testredis"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
@@ -63,7 +64,7 @@ type Env struct {
 	Enforcer *app.Enforcer
 	Metrics  *metrics.Metrics
 	Registry *prometheus.Registry
-	Logs     *SyncBuffer
+	Logs     *testio.SyncBuffer
 
 	GRPCAddr, HTTPURL, AdminURL string
 	stop                        func()
@@ -75,7 +76,7 @@ type Env struct {
 func New(t testing.TB, opts Options) *Env {
 	t.Helper()
 	rdb, layout := testredis.New(t)
-	e := &Env{Redis: rdb, Layout: layout, Clock: clock.NewManual(Start), Counter: &testredis.Counter{}, Logs: &SyncBuffer{}}
+	e := &Env{Redis: rdb, Layout: layout, Clock: clock.NewManual(Start), Counter: &testredis.Counter{}, Logs: &testio.SyncBuffer{}}
 	e.CP = fakecp.New(t, rdb, layout, e.Clock)
 
 	enfOpts := rdb.Options()
@@ -269,24 +270,6 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// SyncBuffer is a bytes.Buffer safe for a logger and a test reading it concurrently.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Get fetches a URL and returns the status and body.
