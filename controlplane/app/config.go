@@ -4,13 +4,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/tollgate-dev/tollgate/pkg/envflag"
-	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 	"io"
 	"net"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/pkg/envflag"
+	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 )
 
 // Config is every knob of the control plane. Each field comes from a flag whose default
@@ -85,9 +87,9 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", getenv("TOLLGATE_GRPC_TLS_CERT"), "PEM certificate of the internal gRPC API; with --grpc-tls-key, serve it over TLS (TOLLGATE_GRPC_TLS_CERT)")
 	fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", getenv("TOLLGATE_GRPC_TLS_KEY"), "PEM private key of --grpc-tls-cert (TOLLGATE_GRPC_TLS_KEY)")
 	fs.StringVar(&c.GRPCClientCA, "grpc-client-ca", getenv("TOLLGATE_GRPC_CLIENT_CA"), "PEM CA bundle; enforcers must present a client certificate it signed (mTLS) (TOLLGATE_GRPC_CLIENT_CA)")
-	fs.IntVar(&c.AccountingLanes, "accounting-lanes", intEnv("TOLLGATE_ACCOUNTING_LANES", 2), "transactions committing starts (and, separately, settlements) at once (TOLLGATE_ACCOUNTING_LANES)")
-	fs.IntVar(&c.AccountingMaxBatch, "accounting-max-batch", intEnv("TOLLGATE_ACCOUNTING_MAX_BATCH", 256), "most starts or settlements in one transaction (TOLLGATE_ACCOUNTING_MAX_BATCH)")
-	fs.DurationVar(&c.AccountingMaxDelay, "accounting-max-delay", durationEnv("TOLLGATE_ACCOUNTING_MAX_DELAY", 500*time.Microsecond), "how long a batch waits for more items when traffic is thin (TOLLGATE_ACCOUNTING_MAX_DELAY)")
+	fs.IntVar(&c.AccountingLanes, "accounting-lanes", intEnv("TOLLGATE_ACCOUNTING_LANES", ledger.DefaultConfig.Lanes), "transactions committing starts (and, separately, settlements) at once (TOLLGATE_ACCOUNTING_LANES)")
+	fs.IntVar(&c.AccountingMaxBatch, "accounting-max-batch", intEnv("TOLLGATE_ACCOUNTING_MAX_BATCH", ledger.DefaultConfig.MaxBatch), "most starts or settlements in one transaction (TOLLGATE_ACCOUNTING_MAX_BATCH)")
+	fs.DurationVar(&c.AccountingMaxDelay, "accounting-max-delay", durationEnv("TOLLGATE_ACCOUNTING_MAX_DELAY", ledger.DefaultConfig.MaxDelay), "how long a batch waits for more items when traffic is thin (TOLLGATE_ACCOUNTING_MAX_DELAY)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_HTTP_ADDR", DefaultHTTPAddr), "REST API listen address (TOLLGATE_HTTP_ADDR)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", env("TOLLGATE_GRPC_ADDR", DefaultGRPCAddr), "internal gRPC API listen address for enforcers (TOLLGATE_GRPC_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ADMIN_ADDR)")
