@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"log/slog"
+	"runtime"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -61,11 +62,14 @@ func New(d Deps) *Server {
 // ServerOptions.
 func (s *Server) Register(g *grpc.Server) { internalv1.RegisterAccountingServer(g, s) }
 
-// ServerOptions are the interceptors that authenticate every call of the service. The
-// health service on the same server stays open (load balancers probe it without a
-// token).
+// ServerOptions are the interceptors that authenticate every call of the service (the
+// health service on the same server stays open: load balancers probe it without a
+// token), and a pool of stream workers: without it every call starts a goroutine whose
+// stack then grows while the call decodes and waits for its batch, which was a
+// measurable share of the CPU of one-item calls.
 func (s *Server) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.authUnary), grpc.ChainStreamInterceptor(s.authStream)}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.authUnary), grpc.ChainStreamInterceptor(s.authStream),
+		grpc.NumStreamWorkers(uint32(64 * runtime.GOMAXPROCS(0)))}
 }
 
 const servicePrefix = "/" + "tollgate.internal.v1.Accounting/"

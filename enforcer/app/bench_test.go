@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -156,6 +157,7 @@ func BenchmarkCheckLoad(b *testing.B) {
 			conc = 400
 		}
 		b.Run(fmt.Sprintf("%s/c%d", bc.name, conc), func(b *testing.B) {
+			quiesce(b, e, eRead)
 			var r loadgen.Result
 			var genCPU time.Duration
 			cpu0 := processCPU()
@@ -181,6 +183,23 @@ func BenchmarkCheckLoad(b *testing.B) {
 			}
 		})
 	}
+}
+
+// quiesce waits until the enforcers have settled everything earlier cases admitted and
+// collects the garbage they left, so that a case does not pay for the one before it (a
+// saturated admitted case leaves thousands of settlements to send).
+func quiesce(b *testing.B, es ...*enforcertest.Env) {
+	deadline := time.Now().Add(time.Minute)
+	for _, e := range es {
+		for e.Enforcer.Settle.Depth() > 0 || e.Enforcer.Starts.Depth() > 0 {
+			if time.Now().After(deadline) {
+				b.Fatalf("the enforcer did not settle the earlier cases' requests: %d settlements, %d starts queued",
+					e.Enforcer.Settle.Depth(), e.Enforcer.Starts.Depth())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	runtime.GC()
 }
 
 // loadSpec is what TestLoadgenProcess is asked to send.

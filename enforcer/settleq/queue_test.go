@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -218,5 +219,56 @@ func TestSettleGivesUpAfterMaxAge(t *testing.T) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("never gave up")
+	}
+}
+
+// Items arriving within the linger share one call; a full batch does not wait; a lone
+// item goes once its linger has passed.
+func TestLingerGathersItemsIntoOneCall(t *testing.T) {
+	s := &scripted{}
+	cfg := fastConfig()
+	cfg.Linger = 200 * time.Millisecond
+	q := settleq.New(s, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	done := make(chan settleq.Result, 20)
+	enqueue := func(id string) {
+		if err := q.Enqueue(&internalv1.SettleItem{RequestId: id}, nil, func(r settleq.Result) { done <- r }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := func() [][]string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return append([][]string(nil), s.calls...)
+	}
+
+	// A full batch (MaxBatch 8) goes at once, well before the linger ends.
+	began := time.Now()
+	for i := range 8 {
+		enqueue(fmt.Sprintf("full_%d", i))
+	}
+	for range 8 {
+		<-done
+	}
+	if d := time.Since(began); d >= cfg.Linger {
+		t.Fatalf("a full batch waited %v", d)
+	}
+	// Three items a little apart share one call, sent after the linger.
+	began = time.Now()
+	for i := range 3 {
+		enqueue(fmt.Sprintf("slow_%d", i))
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 3 {
+		<-done
+	}
+	if d := time.Since(began); d < cfg.Linger {
+		t.Fatalf("a partial batch went after %v, before the linger", d)
+	}
+	got := calls()
+	if len(got) != 2 || len(got[0]) != 8 || len(got[1]) != 3 {
+		t.Fatalf("calls %v, want one of 8 then one of 3", got)
 	}
 }

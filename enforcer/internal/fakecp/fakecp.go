@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -413,6 +414,7 @@ func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*in
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	resp := &internalv1.SettleResponse{}
+	changed := map[string]bool{}
 	for _, it := range req.GetItems() {
 		r := &internalv1.SettleResult{RequestId: it.GetRequestId()}
 		resp.Results = append(resp.Results, r)
@@ -459,9 +461,25 @@ func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*in
 		}
 		s.receipts[it.GetRequestId()] = &Receipt{Item: it, Cost: cost, CostSource: source, Snapshot: snap}
 		r.CostMicroUsd, r.CostSource = cost, source
-		if err := s.writeLocked(ctx, memberID); err != nil {
-			return nil, errors.New("mirror write failed")
-		}
+		changed[memberID] = true
+	}
+	if err := s.writeManyLocked(ctx, changed); err != nil {
+		return nil, err
 	}
 	return resp, nil
+}
+
+// writeManyLocked bumps the versions of members and writes their records in one
+// pipeline, as the real control plane refreshes the members of a committed batch once.
+func (s *Server) writeManyLocked(ctx context.Context, members map[string]bool) error {
+	recs := make([]*mirror.Record, 0, len(members))
+	for id := range members {
+		s.members[id].version++
+		recs = append(recs, s.recordLocked(id))
+	}
+	_, errs := s.layout.WriteMany(ctx, s.rdb, recs, 0)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("mirror write failed: %w", err)
+	}
+	return nil
 }
