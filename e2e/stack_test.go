@@ -41,6 +41,7 @@ const internalToken = "e2e-internal-token-0123456789"
 type stack struct {
 	rest     string // http://host:port of the control plane's REST API
 	cpGRPC   string
+	enfGRPC  string // host:port of ext_authz and ext_proc
 	enfHTTP  string // http://host:port of /check and /settle
 	enfAdmin string // http://host:port of the enforcer's /metrics
 	rdb      redis.UniversalClient
@@ -55,7 +56,7 @@ var listening = regexp.MustCompile(`msg=listening server=(\w+) addr=(\S+)`)
 
 // run starts a program's Run in the background and returns the addresses it logged,
 // by server name; the program is stopped (and must stop cleanly) when the test ends.
-func run(t *testing.T, name string, servers int, logs *testio.SyncBuffer, runFn func(ctx context.Context) error) map[string]string {
+func run(t testing.TB, name string, servers int, logs *testio.SyncBuffer, runFn func(ctx context.Context) error) map[string]string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -102,7 +103,7 @@ func run(t *testing.T, name string, servers int, logs *testio.SyncBuffer, runFn 
 
 // startStack starts the control plane (serve, on a fresh migrated database) and an
 // enforcer pointed at its internal gRPC API, sharing the test's Redis prefix.
-func startStack(t *testing.T) *stack {
+func startStack(t testing.TB) *stack {
 	t.Helper()
 	db := storetest.New(t) // skips (or fails under CI=true) without Postgres
 	dbURL := storetest.URLFor(db.Pool.Config().ConnConfig.Database)
@@ -133,7 +134,7 @@ func startStack(t *testing.T) *stack {
 	enf := run(t, "enforcer", 3, enfLogs, func(ctx context.Context) error {
 		return enfapp.Run(ctx, []string{"serve"}, enfEnv, enfapp.IO{Stdout: io.Discard, Stderr: enfLogs})
 	})
-	s.enfHTTP, s.enfAdmin = "http://"+enf["http"], "http://"+enf["admin"]
+	s.enfGRPC, s.enfHTTP, s.enfAdmin = enf["grpc"], "http://"+enf["http"], "http://"+enf["admin"]
 
 	conn, err := grpc.NewClient(enf["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -154,7 +155,7 @@ func startStack(t *testing.T) *stack {
 }
 
 // waitFor polls cond every 10ms until it holds, failing the test after limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for !cond() {
@@ -167,7 +168,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 
 // awayFromDayBoundary waits out the end of the current day window (05:00 UTC) when it
 // is closer than margin, so that one test sees one set of buckets.
-func awayFromDayBoundary(t *testing.T, margin time.Duration) {
+func awayFromDayBoundary(t testing.TB, margin time.Duration) {
 	t.Helper()
 	now := time.Now()
 	if end := window.Of(window.Day, now).End; end.Sub(now) < margin {
@@ -229,7 +230,7 @@ func (s *stack) call(method, path, token, org string, body, out any) (int, error
 }
 
 // must is call for steps that must succeed with status want.
-func (s *stack) must(t *testing.T, want int, method, path, token, org string, body, out any) {
+func (s *stack) must(t testing.TB, want int, method, path, token, org string, body, out any) {
 	t.Helper()
 	code, err := s.call(method, path, token, org, body, out)
 	if err != nil {
@@ -273,7 +274,7 @@ func catalogCost(input, cached, output int64) int64 {
 var userSeq atomic.Int64
 
 // signUp creates a user through the REST API and returns it signed in.
-func (s *stack) signUp(t *testing.T, name string) party {
+func (s *stack) signUp(t testing.TB, name string) party {
 	t.Helper()
 	email := fmt.Sprintf("%s.%d.%d@e2e.example.test", name, time.Now().UnixNano(), userSeq.Add(1))
 	var out struct{ Token string }
@@ -284,7 +285,7 @@ func (s *stack) signUp(t *testing.T, name string) party {
 // setUpOrg builds, over REST only, what the issue's test starts from: an owner and an
 // organization, a member who joined by invitation, the model's prices, a policy with a
 // 1 USD hard day limit assigned to the member, and the member's API key.
-func (s *stack) setUpOrg(t *testing.T) org {
+func (s *stack) setUpOrg(t testing.TB) org {
 	t.Helper()
 	var o org
 	o.owner = s.signUp(t, "owner")
@@ -295,15 +296,7 @@ func (s *stack) setUpOrg(t *testing.T) org {
 	s.must(t, 201, "POST", "/v1/organizations", o.owner.token, "", map[string]string{"name": "E2E Inc"}, &created)
 	o.id, o.owner.memberID = created.Organization.ID, created.Member.ID
 
-	o.member = s.signUp(t, "member")
-	var inv struct{ Token string }
-	s.must(t, 201, "POST", "/v1/invitations", o.owner.token, o.id, map[string]string{"email": o.member.email, "role": "member"}, &inv)
-	var joined struct{ Member struct{ ID, Role string } }
-	s.must(t, 200, "POST", "/v1/invitations/accept", o.member.token, "", map[string]string{"token": inv.Token}, &joined)
-	if joined.Member.ID == "" || joined.Member.Role != "member" {
-		t.Fatalf("joined as %+v", joined.Member)
-	}
-	o.member.memberID = joined.Member.ID
+	o.member = s.invite(t, o, "member")
 
 	var prices struct {
 		Prices []struct {
@@ -337,13 +330,34 @@ func (s *stack) setUpOrg(t *testing.T) org {
 	s.must(t, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/assignments", o.owner.token, o.id,
 		map[string]string{"memberId": o.member.memberID}, nil)
 
+	o.key = s.apiKey(t, o, o.member)
+	return o
+}
+
+// invite signs a user up and makes them a member of o by invitation.
+func (s *stack) invite(t testing.TB, o org, name string) party {
+	t.Helper()
+	p := s.signUp(t, name)
+	var inv struct{ Token string }
+	s.must(t, 201, "POST", "/v1/invitations", o.owner.token, o.id, map[string]string{"email": p.email, "role": "member"}, &inv)
+	var joined struct{ Member struct{ ID, Role string } }
+	s.must(t, 200, "POST", "/v1/invitations/accept", p.token, "", map[string]string{"token": inv.Token}, &joined)
+	if joined.Member.ID == "" || joined.Member.Role != "member" {
+		t.Fatalf("joined as %+v", joined.Member)
+	}
+	p.memberID = joined.Member.ID
+	return p
+}
+
+// apiKey creates an API key of member p in o.
+func (s *stack) apiKey(t testing.TB, o org, p party) string {
+	t.Helper()
 	var key struct{ Key string }
-	s.must(t, 201, "POST", "/v1/api-keys", o.member.token, o.id, map[string]string{"name": "e2e key"}, &key)
+	s.must(t, 201, "POST", "/v1/api-keys", p.token, o.id, map[string]string{"name": "e2e key"}, &key)
 	if !strings.HasPrefix(key.Key, "tgk_") {
 		t.Fatalf("api key %q", key.Key)
 	}
-	o.key = key.Key
-	return o
+	return key.Key
 }
 
 // status is the member's status read (GET /v1/gateway/usage-limits/me).
@@ -373,7 +387,7 @@ type status struct {
 	}
 }
 
-func (s *stack) status(t *testing.T, o org) status {
+func (s *stack) status(t testing.TB, o org) status {
 	t.Helper()
 	var st status
 	s.must(t, 200, "GET", "/v1/gateway/usage-limits/me", o.member.token, o.id, nil, &st)
@@ -406,7 +420,7 @@ func checkRequest(headers map[string]string) *authv3.CheckRequest {
 	}}
 }
 
-func (s *stack) check(t *testing.T, key string) *authv3.CheckResponse {
+func (s *stack) check(t testing.TB, key string) *authv3.CheckResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -420,7 +434,7 @@ func (s *stack) check(t *testing.T, key string) *authv3.CheckResponse {
 // admitted asserts an OK answer: x-service-request-id added to the upstream request,
 // X-Service-Usage-State (wantState) added to the client's response. It returns the
 // request id.
-func admitted(t *testing.T, resp *authv3.CheckResponse, wantState string) string {
+func admitted(t testing.TB, resp *authv3.CheckResponse, wantState string) string {
 	t.Helper()
 	ok := resp.GetOkResponse()
 	if resp.GetStatus().GetCode() != int32(codes.OK) || ok == nil {
@@ -476,7 +490,7 @@ type refusal struct {
 }
 
 // blocked asserts the usage-limit refusal of a check and returns it.
-func blocked(t *testing.T, resp *authv3.CheckResponse) refusal {
+func blocked(t testing.TB, resp *authv3.CheckResponse) refusal {
 	t.Helper()
 	d := resp.GetDeniedResponse()
 	if resp.GetStatus().GetCode() == int32(codes.OK) || d == nil {
@@ -492,7 +506,7 @@ func blocked(t *testing.T, resp *authv3.CheckResponse) refusal {
 	return r.parse(t, d.GetBody())
 }
 
-func (r refusal) parse(t *testing.T, body string) refusal {
+func (r refusal) parse(t testing.TB, body string) refusal {
 	t.Helper()
 	if r.headers["X-Service-Error-Code"] != "service_gateway_usage_limit_exceeded" || r.headers["X-Service-Usage-State"] != "blocked" ||
 		r.headers["Content-Type"] != "application/json" {
@@ -515,7 +529,7 @@ func (r refusal) parse(t *testing.T, body string) refusal {
 
 // agreesWith asserts that a 429 lists exactly the status read's day bucket, with its
 // spend and allowance, and that Retry-After counts down to its reset.
-func (r refusal) agreesWith(t *testing.T, st status) {
+func (r refusal) agreesWith(t testing.TB, st status) {
 	t.Helper()
 	if len(st.Buckets) != 1 {
 		t.Fatalf("status buckets %+v", st.Buckets)
@@ -546,7 +560,7 @@ func (r refusal) agreesWith(t *testing.T, st status) {
 }
 
 // httpCheck asks the enforcer's HTTP forward-auth door the same question.
-func (s *stack) httpCheck(t *testing.T, key string) (int, http.Header, string) {
+func (s *stack) httpCheck(t testing.TB, key string) (int, http.Header, string) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", s.enfHTTP+"/check", nil)
 	req.Header.Set("x-api-key", key)
@@ -573,7 +587,7 @@ func headerMap(kv ...string) *corev3.HeaderMap {
 // Envoy does (request headers carrying x-service-request-id, response headers, the body
 // in chunks, end of stream), checking that every message is answered with an
 // unmodified "continue".
-func (s *stack) respond(t *testing.T, reqID, contentType string, chunks [][]byte) {
+func (s *stack) respond(t testing.TB, reqID, contentType string, chunks [][]byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -649,7 +663,7 @@ func openAIJSON(id string, input, cached, output int64) string {
 
 // metric sums the samples of an enforcer metric whose labels include every given
 // name="value" pair, read from its admin /metrics.
-func (s *stack) metric(t *testing.T, name string, labels ...string) float64 {
+func (s *stack) metric(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
 	res, err := http.Get(s.enfAdmin + "/metrics")
 	if err != nil {

@@ -1,0 +1,147 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/tollgate-dev/tollgate/enforcer/loadgen"
+)
+
+// BenchmarkFullStack drives admitted checks through both programs, as the enforcer
+// issue sets its speed goal: the load generator, the enforcer, the control plane,
+// Postgres and Redis on one machine. Every admitted check has its durable start
+// recorded by the control plane in Postgres before it is answered, and is then
+// followed by its response through ext_proc (a JSON body with usage), so settlements
+// flow at the same rate; that reporting time is not counted as check latency. Both
+// programs run in this process (as in the other e2e tests), sharing its garbage
+// collector; cpu-us/check is this process's CPU (both programs and the generator),
+// pg-cpu-us/check Postgres's where /proc tells it.
+//
+//	go test -run '^$' -bench FullStack -benchtime 30000x ./e2e
+//
+// The member's policy is archived first, so the member spends without limit (charged
+// on all three counters, never refused) and every check is admitted. After each case
+// the benchmark waits until every admitted request is settled (pending back to zero)
+// and fails if that does not happen.
+func BenchmarkFullStack(b *testing.B) {
+	s := startStack(b)
+	o := s.setUpOrg(b)
+	s.must(b, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/archive", o.owner.token, o.id,
+		map[string]any{"revision": 1}, nil)
+	client, conns, err := loadgen.Dial(s.enfGRPC, 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var procs []extprocv3.ExternalProcessorClient
+	for _, cc := range conns {
+		b.Cleanup(func() { cc.Close() })
+		procs = append(procs, extprocv3.NewExternalProcessorClient(cc))
+	}
+	var reported atomic.Int64
+	report := func(ctx context.Context, id string) error {
+		return loadgen.ReportJSONResponse(ctx, procs[reported.Add(1)%int64(len(procs))], id, 1200, 300)
+	}
+	// One member alone (a service's single key: every start and settlement updates the
+	// same rows), and the load spread over 32 members.
+	members := []party{o.member}
+	reqs := []*authv3.CheckRequest{checkRequest(map[string]string{"x-api-key": o.key})}
+	for i := range 31 {
+		p := s.invite(b, o, fmt.Sprintf("member%d", i))
+		members = append(members, p)
+		reqs = append(reqs, checkRequest(map[string]string{"x-api-key": s.apiKey(b, o, p)}))
+	}
+	for _, bc := range []struct {
+		name    string
+		members int
+		conc    int
+		rate    float64
+	}{
+		{"admitted/members=1/c50", 1, 50, 0},
+		{"admitted/members=32/c50", 32, 50, 0},
+		{"admitted_at_3000_per_s/members=32/c400", 32, 400, 3000},
+		{"admitted_at_1000_per_s/members=32/c400", 32, 400, 1000},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cpu0, pg0 := processCPU(), postgresCPU()
+			r := loadgen.Run(context.Background(), client, loadgen.Options{Concurrency: bc.conc, Total: b.N, Rate: bc.rate,
+				Request: func(i int) *authv3.CheckRequest { return reqs[i%bc.members] }, AfterAdmit: report})
+			cpu, pg := processCPU()-cpu0, postgresCPU()-pg0
+			if r.Errors > 0 || r.ByStatus[200] != r.Checks || r.FirstErr != nil {
+				b.Fatalf("%v (first error %v)", r, r.FirstErr)
+			}
+			b.ReportMetric(r.PerSecond(), "checks/s")
+			b.ReportMetric(float64(r.P50.Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(r.P99.Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(r.Checks), "cpu-us/check")
+			if pg > 0 {
+				b.ReportMetric(float64(pg.Microseconds())/float64(r.Checks), "pg-cpu-us/check")
+			}
+			if bc.rate > 0 {
+				b.ReportMetric(float64(r.Late)/float64(r.Checks)*100, "late-%")
+			}
+			b.ReportMetric(0, "ns/op")
+			// Only the members that received a check have tracking (b.N may be 1).
+			for _, p := range members[:min(bc.members, b.N)] {
+				waitFor(b, 2*time.Minute, "every admitted request settled", func() bool {
+					var st status
+					s.must(b, 200, "GET", "/v1/gateway/usage-limits/me", p.token, o.id, nil, &st)
+					return st.Coverage.PendingRequests != nil && *st.Coverage.PendingRequests == 0
+				})
+			}
+		})
+	}
+}
+
+// processCPU is the user plus system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// postgresCPU is the CPU time of the local Postgres server's processes (and of those
+// it has reaped), read from /proc; 0 where that cannot be read.
+func postgresCPU() time.Duration {
+	return procCPU(func(comm string) bool { return len(comm) >= 8 && comm[:8] == "postgres" })
+}
+
+// procCPU sums utime, stime, cutime and cstime of the processes whose command name
+// matches; the counters are in clock ticks of 1/100 s (USER_HZ on Linux).
+func procCPU(match func(comm string) bool) time.Duration {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var ticks int64
+	for _, path := range stats {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after its ')'.
+		open, close := bytes.IndexByte(raw, '('), bytes.LastIndexByte(raw, ')')
+		if open < 0 || close < open || !match(string(raw[open+1:close])) {
+			continue
+		}
+		fields := strings.Fields(string(raw[close+1:]))
+		if len(fields) < 15 {
+			continue
+		}
+		for _, f := range fields[11:15] { // utime stime cutime cstime
+			n, _ := strconv.ParseInt(f, 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
