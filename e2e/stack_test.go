@@ -26,6 +26,7 @@ import (
 
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
 	"github.com/tollgate-dev/tollgate/controlplane/redistest"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/controlplane/storetest"
 	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/internal/testio"
@@ -41,9 +42,10 @@ const internalToken = "e2e-internal-token-0123456789"
 type stack struct {
 	rest     string // http://host:port of the control plane's REST API
 	cpGRPC   string
-	enfGRPC  string // host:port of ext_authz and ext_proc
-	enfHTTP  string // http://host:port of /check and /settle
-	enfAdmin string // http://host:port of the enforcer's /metrics
+	enfGRPC  string       // host:port of ext_authz and ext_proc
+	enfHTTP  string       // http://host:port of /check and /settle
+	enfAdmin string       // http://host:port of the enforcer's /metrics
+	db       *store.Store // the control plane's database, for what the API cannot do
 	rdb      redis.UniversalClient
 	layout   mirror.Layout
 	authz    authv3.AuthorizationClient
@@ -108,7 +110,7 @@ func startStack(t testing.TB) *stack {
 	db := storetest.New(t) // skips (or fails under CI=true) without Postgres
 	dbURL := storetest.URLFor(db.Pool.Config().ConnConfig.Database)
 	rdb, layout := redistest.New(t) // the same for Redis; its keys are removed at the end
-	s := &stack{rdb: rdb, layout: layout}
+	s := &stack{db: db, rdb: rdb, layout: layout}
 
 	cpLogs := &testio.SyncBuffer{}
 	cpEnv := envOf(map[string]string{
