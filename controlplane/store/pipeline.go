@@ -17,10 +17,15 @@ import (
 // the Go process and a Postgres backend, are much of a batch's latency.
 //
 // It is made for batches of keyed lookups and writes (unnest of id arrays joined to
-// primary keys), so it also turns off hash and merge joins for its own duration: with
-// a generic plan the planner joins a batch of ten ids to a table of a few thousand rows
-// by hashing the batch and scanning the whole table, which made each accounting batch
-// cost in proportion to the number of members. Nested loops probe the primary key per id.
+// primary keys), so it also turns off hash and merge joins and sequential scans for its
+// own duration: with a generic plan the planner joins a batch of ten ids to a table of a
+// few thousand rows by hashing the batch and scanning the whole table, which made each
+// accounting batch cost in proportion to the number of members. Nested loops probe the
+// primary key per id. Sequential scans, because a connection keeps the generic plan it
+// made once: one made while a table was small (a new installation, before autovacuum's
+// first ANALYZE) scans it whole however large it grows. In the full-stack benchmark on a
+// new database, `request_id = ANY($1)` on the starts table did so, and Postgres spent
+// about twice the CPU per request.
 type PipelinedTx struct {
 	conn  *pgxpool.Conn
 	begun bool
@@ -39,7 +44,8 @@ func (t *PipelinedTx) opening(b *pgx.Batch) *pgx.Batch {
 	t.begun = true
 	nb := &pgx.Batch{}
 	nb.Queue("BEGIN")
-	nb.Queue(`SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`)
+	nb.Queue(`SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+		set_config('enable_seqscan', 'off', true)`)
 	nb.QueuedQueries = append(nb.QueuedQueries, b.QueuedQueries...)
 	return nb
 }

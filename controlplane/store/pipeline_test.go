@@ -188,8 +188,52 @@ func TestPipelinedTxProbesByKey(t *testing.T) {
 	if strings.Contains(inside, "Seq Scan on probe") || !strings.Contains(inside, "Index Scan using probe_pkey") {
 		t.Fatalf("inside a pipelined transaction the batch scans the table:\n%s", inside)
 	}
-	var hash string
-	if err := st.Pool.QueryRow(ctx, `SELECT current_setting('enable_hashjoin')`).Scan(&hash); err != nil || hash != "on" {
-		t.Fatalf("enable_hashjoin is %q after the transaction (%v)", hash, err)
+	var hash, seq string
+	if err := st.Pool.QueryRow(ctx, `SELECT current_setting('enable_hashjoin'), current_setting('enable_seqscan')`).Scan(&hash, &seq); err != nil ||
+		hash != "on" || seq != "on" {
+		t.Fatalf("enable_hashjoin is %q and enable_seqscan %q after the transaction (%v)", hash, seq, err)
+	}
+}
+
+// A generic plan made while a table is small scans it, and the connection keeps that
+// plan however large the table grows (until the next ANALYZE). Inside a pipelined
+// transaction the plan probes the primary key whatever the table's size was.
+func TestPipelinedTxProbesSmallTablesByKey(t *testing.T) {
+	st := storetest.New(t)
+	ctx := context.Background()
+	if _, err := st.Pool.Exec(ctx, `CREATE TABLE small (k text PRIMARY KEY, v text NOT NULL);
+		INSERT INTO small SELECT 'k' || g, repeat('v', 100) FROM generate_series(1, 20) g; ANALYZE small`); err != nil {
+		t.Fatal(err)
+	}
+	explain := func(b *pgx.Batch, name string, into *string) {
+		b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
+		b.Queue(`PREPARE ` + name + `(text[]) AS SELECT k, v FROM small WHERE k = ANY($1)`)
+		b.Queue(`EXPLAIN EXECUTE ` + name + `('{k1,k7}')`).Query(func(rows pgx.Rows) error {
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			*into = strings.Join(lines, "\n")
+			return err
+		})
+		b.Queue(`DEALLOCATE ` + name)
+	}
+	var inside, outside string
+	if err := st.InPipelinedTx(ctx, func(tx *store.PipelinedTx) (*pgx.Batch, error) {
+		b := &pgx.Batch{}
+		explain(b, "inside", &inside)
+		return b, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.InTx(ctx, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		explain(b, "outside", &outside)
+		return tx.SendBatch(ctx, b).Close()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(outside, "Seq Scan on small") {
+		t.Fatalf("premise: an ordinary transaction's generic plan no longer scans a small table:\n%s", outside)
+	}
+	if strings.Contains(inside, "Seq Scan on small") || !strings.Contains(inside, "small_pkey") {
+		t.Fatalf("inside a pipelined transaction the lookup scans the table:\n%s", inside)
 	}
 }
