@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -156,8 +158,13 @@ func BenchmarkCheckLoad(b *testing.B) {
 		if bc.rate > 0 {
 			conc = 400
 		}
+		served := e
+		if bc.addr == eRead.GRPCAddr {
+			served = eRead
+		}
 		b.Run(fmt.Sprintf("%s/c%d", bc.name, conc), func(b *testing.B) {
 			quiesce(b, e, eRead)
+			before := checkDurations(b, served)
 			var r loadgen.Result
 			var genCPU time.Duration
 			cpu0 := processCPU()
@@ -181,8 +188,51 @@ func BenchmarkCheckLoad(b *testing.B) {
 			if bc.rate > 0 {
 				b.ReportMetric(float64(r.Late)/float64(r.Checks)*100, "late-%")
 			}
+			b.ReportMetric(serverP99(checkDurations(b, served), before)*1000, "server-p99-le-ms")
 		})
 	}
+}
+
+// checkDurations reads the enforcer's check-duration histogram (every decision
+// together): cumulative counts by upper bound, the last one +Inf.
+func checkDurations(b *testing.B, e *enforcertest.Env) map[float64]uint64 {
+	mfs, err := e.Registry.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[float64]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "tollgate_enforcer_check_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			for _, bk := range h.GetBucket() {
+				out[bk.GetUpperBound()] += bk.GetCumulativeCount()
+			}
+			out[math.Inf(1)] += h.GetSampleCount()
+		}
+	}
+	return out
+}
+
+// serverP99 is the upper bound, in seconds, of the histogram bucket holding the 99th
+// percentile of the checks answered between two readings: the enforcer's own time from
+// receiving a check to answering it, without gRPC's transport and the generator. The
+// buckets make it coarse (1, 2.5, 5, 10 ms) but tell the decision apart from the rest.
+func serverP99(after, before map[float64]uint64) float64 {
+	bounds := make([]float64, 0, len(after))
+	for ub := range after {
+		bounds = append(bounds, ub)
+	}
+	slices.Sort(bounds)
+	total := after[math.Inf(1)] - before[math.Inf(1)]
+	for _, ub := range bounds {
+		if n := after[ub] - before[ub]; total > 0 && n*100 >= total*99 {
+			return ub
+		}
+	}
+	return math.Inf(1)
 }
 
 // quiesce waits until the enforcers have settled everything earlier cases admitted and
