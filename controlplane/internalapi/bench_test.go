@@ -130,7 +130,7 @@ func runConcurrent(b *testing.B, conc, calls, items int, call func(i int) error)
 //     what it started); settle-nostart (a settlement bringing its snapshot, whose start
 //     never became durable: it creates the event too, the heavier path);
 //   - per-call: items in one gRPC call. The enforcer's queues send up to 256 per call
-//     from a few workers (startq 4, settleq 2 per enforcer), so per-call=64 with 8
+//     from a few workers (startq 1, settleq 2 per enforcer), so per-call=64 with 8
 //     callers is a few enforcers under load; per-call=1 with 64 callers is the worst
 //     case, where all batching is the control plane's own group commit;
 //   - members: distinct members the items are spread over;
