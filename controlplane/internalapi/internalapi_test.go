@@ -18,6 +18,7 @@ import (
 
 	at "github.com/tollgate-dev/tollgate/controlplane/accountingtest"
 	"github.com/tollgate-dev/tollgate/controlplane/redistest"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
@@ -125,6 +126,80 @@ func TestAuthenticateAndResolve(t *testing.T) {
 	}
 	if _, err := e.Client.Resolve(ctx, &internalv1.ResolveRequest{OrganizationId: "org_other", MemberId: ms[1]}); status.Code(err) != codes.NotFound {
 		t.Fatalf("member of another organization: %v", err)
+	}
+}
+
+// A batch answers each reference on its own: the same member under its organization and
+// under another one, and a member that does not exist.
+func TestResolveMany(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 2)
+	otherOrg, _ := e.Org(t, 1)
+	refs := []store.MemberRef{{OrganizationID: org, MemberID: ms[0]}, {OrganizationID: otherOrg, MemberID: ms[0]},
+		{OrganizationID: org, MemberID: "mem_missing"}, {OrganizationID: org, MemberID: ms[1]}, {OrganizationID: org, MemberID: ms[0]}}
+	recs, err := e.Mirror.ResolveMany(ctx, refs)
+	if err != nil || len(recs) != len(refs) {
+		t.Fatalf("%v %v", recs, err)
+	}
+	for i, want := range []string{ms[0], "", "", ms[1], ms[0]} {
+		if got := recs[i].GetEntitlement().GetMemberId(); got != want || (want != "" && recs[i].GetEntitlement().GetOrganizationId() != org) {
+			t.Errorf("refs[%d] %v answered with member %q, want %q", i, refs[i], got, want)
+		}
+	}
+	if recs[0].GetVersion() != 1 || recs[4] != recs[0] {
+		t.Errorf("a member asked twice in one batch: versions %d and %d, want one bump to 1", recs[0].GetVersion(), recs[4].GetVersion())
+	}
+}
+
+// Resolve calls that arrive together are answered together (one transaction, one read,
+// one Redis pipeline per batch); each caller still gets its own member's record under a
+// new version, written to Redis, and a member asked for under the wrong organization is
+// not found even when the same member is resolved rightly in the same burst.
+func TestResolveBurst(t *testing.T) {
+	e := at.New(t, at.Options{})
+	e.Serve(t)
+	org, ms := e.Org(t, 64)
+	otherOrg, _ := e.Org(t, 1)
+	type ask struct {
+		org, member string
+		found       bool
+	}
+	var asks []ask
+	for _, m := range ms {
+		asks = append(asks, ask{org, m, true})
+	}
+	asks = append(asks, ask{otherOrg, ms[0], false}, ask{org, "mem_missing", false}, ask{org, ms[1], true})
+	for round := range 2 {
+		got := make([]*internalv1.ResolveResponse, len(asks))
+		errs := make([]error, len(asks))
+		var wg sync.WaitGroup
+		for i, a := range asks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[i], errs[i] = e.Client.Resolve(ctx, &internalv1.ResolveRequest{OrganizationId: a.org, MemberId: a.member})
+			}()
+		}
+		wg.Wait()
+		for i, a := range asks {
+			if !a.found {
+				if status.Code(errs[i]) != codes.NotFound {
+					t.Fatalf("round %d: %s in %s: %v %v, want NotFound", round, a.member, a.org, got[i], errs[i])
+				}
+				continue
+			}
+			if errs[i] != nil || got[i].Entitlement.MemberId != a.member || got[i].Entitlement.OrganizationId != a.org {
+				t.Fatalf("round %d: %s: %v %v", round, a.member, got[i], errs[i])
+			}
+			rec, err := e.Layout.Read(ctx, e.Redis, a.member, e.Mirror.Generation())
+			if err != nil || rec.Version < got[i].RecordVersion || rec.Entitlement.MemberId != a.member {
+				t.Fatalf("round %d: record of %s in Redis: %v %v (resolved version %d)", round, a.member, rec, err, got[i].RecordVersion)
+			}
+			// Every round moves every member's version past the last one.
+			if want := int64(round + 1); got[i].RecordVersion < want {
+				t.Fatalf("round %d: %s resolved under version %d, want at least %d", round, a.member, got[i].RecordVersion, want)
+			}
+		}
 	}
 }
 

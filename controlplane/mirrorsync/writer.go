@@ -59,6 +59,7 @@ type Writer struct {
 	overflow bool
 	// resyncing serializes resyncs of this process.
 	resyncing sync.Mutex
+	resolves  resolver
 }
 
 // New builds a writer. It knows no generation until Maintain or Resync has run; until
@@ -67,7 +68,9 @@ func New(d Deps) *Writer {
 	if d.Metrics == nil {
 		d.Metrics = acctmetrics.New(nil)
 	}
-	return &Writer{st: d.Store, rdb: d.Redis, layout: d.Layout, clock: d.Clock, log: d.Log, metrics: d.Metrics, failed: map[string]bool{}}
+	w := &Writer{st: d.Store, rdb: d.Redis, layout: d.Layout, clock: d.Clock, log: d.Log, metrics: d.Metrics, failed: map[string]bool{}}
+	w.resolves.batch = w.ResolveMany
+	return w
 }
 
 // Generation is the generation records are written under.
@@ -159,33 +162,56 @@ var ErrMemberNotFound = errors.New("mirrorsync: no such member in the organizati
 
 // Resolve builds a member's current record from Postgres under a new version, writes it
 // to Redis (best effort) and returns it: an enforcer that found no trustworthy record
-// decides from the answer and finds the record in Redis next time.
+// decides from the answer and finds the record in Redis next time. Concurrent calls are
+// answered together (see resolver.go).
 func (w *Writer) Resolve(ctx context.Context, orgID, memberID string) (*mirror.Record, error) {
-	var version int64
+	return w.resolves.resolve(ctx, store.MemberRef{OrganizationID: orgID, MemberID: memberID})
+}
+
+// ResolveMany is Resolve for several members at once: one transaction bumps every
+// member's version, one round trip reads them all, one pipeline writes them. out[i]
+// answers refs[i]; it is nil when that member is not in that organization.
+func (w *Writer) ResolveMany(ctx context.Context, refs []store.MemberRef) ([]*mirror.Record, error) {
+	var versions map[string]int64
 	err := w.st.InTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		version, err = store.BumpMemberVersion(ctx, tx, orgID, memberID)
+		versions, err = store.BumpMemberVersions(ctx, tx, refs)
 		return err
 	})
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, ErrMemberNotFound
-	}
 	if err != nil {
 		w.metrics.StoreErrors.WithLabelValues("resolve").Inc()
 		return nil, err
 	}
+	members := make([]string, 0, len(versions))
+	for m := range versions {
+		members = append(members, m)
+	}
+	slices.Sort(members)
 	now := w.clock.Now()
-	in, err := store.LoadMirrorInputs(ctx, w.st.Pool, []string{memberID}, window.Current(now), false)
+	in, err := store.LoadMirrorInputs(ctx, w.st.Pool, members, window.Current(now), false)
 	if err != nil {
 		w.metrics.StoreErrors.WithLabelValues("resolve").Inc()
 		return nil, err
 	}
-	rec := BuildRecord(in, memberID, version, w.Generation(), now)
-	if rec == nil {
-		return nil, ErrMemberNotFound
+	gen := w.Generation()
+	byMember := map[string]*mirror.Record{}
+	var recs []*mirror.Record
+	for _, m := range members {
+		if rec := BuildRecord(in, m, versions[m], gen, now); rec != nil {
+			byMember[m] = rec
+			recs = append(recs, rec)
+		}
 	}
-	w.write(ctx, []*mirror.Record{rec})
-	return rec, nil
+	w.write(ctx, recs)
+	out := make([]*mirror.Record, len(refs))
+	for i, r := range refs {
+		// The bump matched member and organization; a reference to the right member
+		// under another organization (in the same batch as a right one) is not answered.
+		if rec := byMember[r.MemberID]; rec != nil && rec.GetEntitlement().GetOrganizationId() == r.OrganizationID {
+			out[i] = rec
+		}
+	}
+	return out, nil
 }
 
 // EntitlementChanged implements httpapi.Events: the members' winners, extensions or

@@ -168,15 +168,37 @@ func MirroredMembers(ctx context.Context, q Querier, after string, limit int) ([
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// BumpMemberVersion increments the mirror version of a member of an organization and
-// returns it; ErrNotFound when the member is not in the organization.
-func BumpMemberVersion(ctx context.Context, q Querier, orgID, memberID string) (int64, error) {
-	var v int64
-	err := q.QueryRow(ctx, `INSERT INTO usage_mirror_versions AS v (member_id, version)
-		SELECT id, 1 FROM members WHERE id = $1 AND organization_id = $2
+// MemberRef names a member of an organization.
+type MemberRef struct{ OrganizationID, MemberID string }
+
+// BumpMemberVersions increments the mirror versions of members of organizations (a
+// counter starts at 1) and returns the new versions by member id. A reference to a
+// member that is not in the named organization is left out of the answer.
+func BumpMemberVersions(ctx context.Context, q Querier, refs []MemberRef) (map[string]int64, error) {
+	seen := map[MemberRef]bool{}
+	var members, orgs []string
+	for _, r := range refs {
+		if !seen[r] {
+			seen[r] = true
+			members, orgs = append(members, r.MemberID), append(orgs, r.OrganizationID)
+		}
+	}
+	// A member appears at most once in the result (it belongs to one organization),
+	// and rows are locked in member id order, as every other bump locks them.
+	rows, err := q.Query(ctx, `INSERT INTO usage_mirror_versions AS v (member_id, version)
+		SELECT m.id, 1 FROM unnest($1::text[], $2::text[]) AS x(id, org)
+		CROSS JOIN LATERAL (SELECT id FROM members WHERE id = x.id AND organization_id = x.org LIMIT 1) m
+		ORDER BY m.id
 		ON CONFLICT (member_id) DO UPDATE SET version = v.version + 1
-		RETURNING version`, memberID, orgID).Scan(&v)
-	return v, notFound(err)
+		RETURNING member_id, version`, members, orgs)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	var id string
+	var v int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &v}, func() error { out[id] = v; return nil })
+	return out, err
 }
 
 // CountPendingStarts counts durable starts not yet settled, across all members.
