@@ -143,6 +143,8 @@ func BenchmarkCheckLoad(b *testing.B) {
 		after func(context.Context, string) error
 		want  int
 		rate  float64
+		// client of the generator process: "" grpc-go, "h2" loadgen's own (DialH2).
+		client string
 	}{
 		// No credential: answered without Redis or the control plane, the floor of
 		// gRPC plus this harness on this machine.
@@ -156,6 +158,11 @@ func BenchmarkCheckLoad(b *testing.B) {
 		{name: "blocked_cached_at_15000_per_s", addr: e.GRPCAddr, key: blocked.key, want: 429, rate: 15000},
 		{name: "blocked_record_read_at_15000_per_s", addr: eRead.GRPCAddr, key: blockedRead.key, want: 429, rate: 15000},
 		{name: "admitted_durable_start_at_3000_per_s", req: admittedReq, after: settleAtOnce(e), want: 200, rate: 3000},
+		// The same with the generator's lean HTTP/2 client, which leaves the enforcer
+		// more of the two cores.
+		{name: "unauthorized_floor", addr: e.GRPCAddr, want: 401, client: "h2"},
+		{name: "blocked_cached", addr: e.GRPCAddr, key: blocked.key, want: 429, client: "h2"},
+		{name: "blocked_cached_at_15000_per_s", addr: e.GRPCAddr, key: blocked.key, want: 429, rate: 15000, client: "h2"},
 	} {
 		conc := 50
 		if bc.rate > 0 {
@@ -165,14 +172,18 @@ func BenchmarkCheckLoad(b *testing.B) {
 		if bc.addr == eRead.GRPCAddr {
 			served = eRead
 		}
-		b.Run(fmt.Sprintf("%s/c%d", bc.name, conc), func(b *testing.B) {
+		name := bc.name
+		if bc.client != "" {
+			name += "/" + bc.client
+		}
+		b.Run(fmt.Sprintf("%s/c%d", name, conc), func(b *testing.B) {
 			quiesce(b, e, eRead)
 			before := checkDurations(b, served)
 			var r loadgen.Result
 			var genCPU time.Duration
 			cpu0 := processCPU()
 			if bc.req == nil {
-				r, genCPU = loadProcess(b, loadSpec{Addr: bc.addr, Key: bc.key, Concurrency: conc, Total: b.N, Rate: bc.rate})
+				r, genCPU = loadProcess(b, loadSpec{Addr: bc.addr, Key: bc.key, Concurrency: conc, Total: b.N, Rate: bc.rate, Client: bc.client})
 			} else {
 				r = loadgen.Run(context.Background(), client, loadgen.Options{Concurrency: conc, Total: b.N, Request: bc.req, AfterAdmit: bc.after, Rate: bc.rate})
 			}
@@ -260,6 +271,7 @@ type loadSpec struct {
 	Addr, Key          string
 	Concurrency, Total int
 	Rate               float64
+	Client             string // "h2": loadgen.DialH2; otherwise grpc-go
 }
 
 // loadResult is a loadgen.Result on its way back, with the generator's CPU time.
@@ -317,15 +329,11 @@ func TestLoadgenProcess(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &spec); err != nil {
 		t.Fatal(err)
 	}
-	client, conns, err := loadgen.Dial(spec.Addr, 4)
+	client, closeAll, err := dialLoad(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		for _, cc := range conns {
-			cc.Close()
-		}
-	}()
+	defer closeAll()
 	var headers map[string]string
 	if spec.Key != "" {
 		headers = map[string]string{"x-api-key": spec.Key}
@@ -344,6 +352,22 @@ func TestLoadgenProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println(loadResultPrefix + string(out))
+}
+
+// dialLoad opens the generator's four connections with the client spec names.
+func dialLoad(spec loadSpec) (authv3.AuthorizationClient, func(), error) {
+	if spec.Client == "h2" {
+		return loadgen.DialH2(spec.Addr, 4)
+	}
+	client, conns, err := loadgen.Dial(spec.Addr, 4)
+	if err != nil {
+		return nil, nil, err
+	}
+	return client, func() {
+		for _, cc := range conns {
+			cc.Close()
+		}
+	}, nil
 }
 
 // checkClient is the load generator's client of an enforcer: four connections, as

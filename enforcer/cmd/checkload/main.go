@@ -1,10 +1,15 @@
 // Command checkload drives concurrent ext_authz Check calls at a running enforcer, the
 // way Envoy sends them, and prints checks per second and latency percentiles:
 //
-//	go run ./enforcer/cmd/checkload -addr 127.0.0.1:9001 -key tgk_... -c 50 -d 10s
-//	go run ./enforcer/cmd/checkload -addr 127.0.0.1:9001 -key tgk_... -c 400 -rate 15000 -d 10s
+//	go build -o bin/checkload ./enforcer/cmd/checkload
+//	GOMAXPROCS=1 bin/checkload -addr 127.0.0.1:9001 -key tgk_... -c 50 -d 10s
+//	GOMAXPROCS=1 bin/checkload -addr 127.0.0.1:9001 -key tgk_... -c 400 -rate 15000 -d 10s -client h2
 //
-// The second form is an open-loop run at a fixed rate (see loadgen.Options.Rate).
+// The second form is an open-loop run at a fixed rate (see loadgen.Options.Rate), with
+// the generator's lean HTTP/2 client (loadgen.DialH2), which costs the machine less CPU
+// per call than grpc-go's; -report needs the grpc client (ext_proc is a stream). On a
+// machine shared with the enforcer, one P (GOMAXPROCS=1) keeps the generator from
+// spinning (docs/enforcer.md, Speed).
 // With -report, every admitted check is followed by its response through ext_proc (a
 // small JSON body with usage), so settlements flow too; that time is not counted as
 // check latency. Several -key flags spread the load over members.
@@ -39,15 +44,29 @@ func main() {
 	conns := flag.Int("conns", 4, "gRPC connections (Envoy opens several)")
 	report := flag.Bool("report", false, "report every admitted response through ext_proc")
 	rate := flag.Float64("rate", 0, "calls per second (0: as fast as the concurrency allows)")
+	clientKind := flag.String("client", "grpc", "grpc (grpc-go) or h2 (the generator's own HTTP/2 client; not with -report)")
 	flag.Parse()
 	if len(ks) == 0 {
 		fmt.Fprintln(os.Stderr, "checkload: at least one -key is required")
+		os.Exit(2)
+	}
+	if *clientKind != "grpc" && (*clientKind != "h2" || *report) {
+		fmt.Fprintln(os.Stderr, "checkload: -client is grpc or h2, and -report needs grpc")
 		os.Exit(2)
 	}
 	authz, ccs, err := loadgen.Dial(*addr, *conns)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "checkload:", err)
 		os.Exit(1)
+	}
+	if *clientKind == "h2" {
+		h2, closeH2, err := loadgen.DialH2(*addr, *conns)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "checkload:", err)
+			os.Exit(1)
+		}
+		defer closeH2()
+		authz = h2
 	}
 	var procs []extprocv3.ExternalProcessorClient
 	for _, cc := range ccs {
