@@ -19,12 +19,7 @@ func TestPipelinedTx(t *testing.T) {
 	ctx := context.Background()
 	// One connection, so a connection left inside a transaction would be reused (and
 	// the next transaction would fail or see the leftovers).
-	dbURL := storetest.URLFor(storetest.NewDatabase(t))
-	sep := "?"
-	if strings.Contains(dbURL, "?") {
-		sep = "&"
-	}
-	st, err := store.Open(ctx, dbURL+sep+"pool_max_conns=1")
+	st, err := store.Open(ctx, storetest.URLWith(storetest.NewDatabase(t), "pool_max_conns=1"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,11 +13,7 @@ import (
 // burst of traffic does not wait for new Postgres backends); the URL overrides both.
 func TestPoolSize(t *testing.T) {
 	ctx := context.Background()
-	dbURL := storetest.URLFor(storetest.NewDatabase(t))
-	sep := "?"
-	if strings.Contains(dbURL, "?") {
-		sep = "&"
-	}
+	db := storetest.NewDatabase(t)
 	for _, c := range []struct {
 		query         string
 		wantMax, want int32
@@ -27,11 +22,7 @@ func TestPoolSize(t *testing.T) {
 		{"pool_max_conns=2", 2, 2},
 		{"pool_max_conns=8&pool_min_conns=6", 8, 6},
 	} {
-		u := dbURL
-		if c.query != "" {
-			u += sep + c.query
-		}
-		st, err := store.Open(ctx, u)
+		st, err := store.Open(ctx, storetest.URLWith(db, c.query))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -56,6 +56,27 @@ func URLFor(database string) string {
 	return u.String()
 }
 
+// URLWith returns URLFor(database) with the query parameters query ("a=1&b=2") added,
+// such as pgxpool's pool_max_conns.
+func URLWith(database, query string) string {
+	u, err := url.Parse(URLFor(database))
+	if err != nil {
+		panic(err)
+	}
+	extra, err := url.ParseQuery(query)
+	if err != nil {
+		panic(err)
+	}
+	q := u.Query()
+	for k, vs := range extra {
+		for _, v := range vs {
+			q.Add(k, v)
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // Unavailable fails (CI) or skips (local) a test whose service is unreachable.
 func Unavailable(t testing.TB, what string, err error) {
 	t.Helper()

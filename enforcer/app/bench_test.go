@@ -329,7 +329,11 @@ func TestLoadgenProcess(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &spec); err != nil {
 		t.Fatal(err)
 	}
-	client, closeAll, err := dialLoad(spec)
+	kind := spec.Client
+	if kind == "" {
+		kind = "grpc"
+	}
+	client, closeAll, err := loadgen.DialClient(kind, spec.Addr, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,22 +356,6 @@ func TestLoadgenProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println(loadResultPrefix + string(out))
-}
-
-// dialLoad opens the generator's four connections with the client spec names.
-func dialLoad(spec loadSpec) (authv3.AuthorizationClient, func(), error) {
-	if spec.Client == "h2" {
-		return loadgen.DialH2(spec.Addr, 4)
-	}
-	client, conns, err := loadgen.Dial(spec.Addr, 4)
-	if err != nil {
-		return nil, nil, err
-	}
-	return client, func() {
-		for _, cc := range conns {
-			cc.Close()
-		}
-	}, nil
 }
 
 // checkClient is the load generator's client of an enforcer: four connections, as

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -194,5 +195,12 @@ func TestH2ClientServerGone(t *testing.T) {
 	}
 	if _, err := client.Check(context.Background(), enforcertest.CheckRequest(nil)); err == nil {
 		t.Fatal("a call on a closed connection succeeded")
+	}
+}
+
+// A client kind the generator does not know is refused by name, before any dialling.
+func TestDialClientUnknownKind(t *testing.T) {
+	if _, _, err := loadgen.DialClient("http3", "127.0.0.1:1", 1); err == nil || !strings.Contains(err.Error(), `"http3"`) {
+		t.Fatalf("unknown client kind: %v", err)
 	}
 }

@@ -52,6 +52,26 @@ func DialH2(addr string, conns int) (authv3.AuthorizationClient, func(), error) 
 	return RoundRobin(clients...), closeAll, nil
 }
 
+// DialClient opens conns connections with the named client, "grpc" (Dial) or "h2"
+// (DialH2), and returns a function closing them.
+func DialClient(kind, addr string, conns int) (authv3.AuthorizationClient, func(), error) {
+	switch kind {
+	case "h2":
+		return DialH2(addr, conns)
+	case "grpc":
+		client, ccs, err := Dial(addr, conns)
+		if err != nil {
+			return nil, nil, err
+		}
+		return client, func() {
+			for _, cc := range ccs {
+				cc.Close()
+			}
+		}, nil
+	}
+	return nil, nil, fmt.Errorf("loadgen: unknown client %q (grpc or h2)", kind)
+}
+
 // H2Client calls envoy.service.auth.v3.Authorization/Check over one HTTP/2 connection
 // without TLS (h2c with prior knowledge, as Envoy's gRPC client speaks to a sidecar).
 // Calls write their HEADERS and DATA frames into a buffer under one lock and wake a
@@ -177,7 +197,9 @@ func (c *H2Client) Check(ctx context.Context, in *authv3.CheckRequest, _ ...grpc
 	}
 	msg := make([]byte, 5, 5+payload.Len())
 	binary.BigEndian.PutUint32(msg[1:], uint32(payload.Len()))
-	msg = append(msg, payload.Materialize()...)
+	for _, b := range payload {
+		msg = append(msg, b.ReadOnlyData()...)
+	}
 	if len(msg) > maxDataFrame {
 		return nil, fmt.Errorf("loadgen: request of %d bytes does not fit one DATA frame", len(msg))
 	}
@@ -288,40 +310,32 @@ func (c *H2Client) stream(id uint32) *h2Call {
 
 // fail ends the connection: every call in flight and every later one gets err.
 func (c *H2Client) fail(err error) {
-	c.mu.Lock()
-	if c.err == nil {
-		c.err = err
-	}
 	c.conn.Close() // again after a GOAWAY or an earlier failure: harmless
-	c.wake()       // the flusher sees the error and stops
-	calls := c.streams
-	c.streams = map[uint32]*h2Call{}
-	c.mu.Unlock()
-	for _, call := range calls {
-		call.err = err
-		close(call.done)
-	}
-	c.wmu.Lock()
-	c.windowOpen.Broadcast()
-	c.wmu.Unlock()
+	c.end(err, func(uint32) bool { return true })
+	c.wake() // the flusher sees the error and stops
 }
 
 // goAway fails the streams the server will not answer and every later call.
 func (c *H2Client) goAway(last uint32, code http2.ErrCode) {
-	err := fmt.Errorf("%w: GOAWAY %v", ErrH2Closed, code)
+	c.end(fmt.Errorf("%w: GOAWAY %v", ErrH2Closed, code), func(id uint32) bool { return id > last })
+}
+
+// end refuses every later call with err (unless an earlier error stands), fails the
+// streams in flight that gone selects, and wakes calls waiting for window.
+func (c *H2Client) end(err error, gone func(id uint32) bool) {
 	c.mu.Lock()
 	if c.err == nil {
 		c.err = err
 	}
-	var gone []*h2Call
+	var calls []*h2Call
 	for id, call := range c.streams {
-		if id > last {
-			gone = append(gone, call)
+		if gone(id) {
+			calls = append(calls, call)
 			delete(c.streams, id)
 		}
 	}
 	c.mu.Unlock()
-	for _, call := range gone {
+	for _, call := range calls {
 		call.err = err
 		close(call.done)
 	}

@@ -7,7 +7,7 @@
 //
 // The second form is an open-loop run at a fixed rate (see loadgen.Options.Rate), with
 // the generator's lean HTTP/2 client (loadgen.DialH2), which costs the machine less CPU
-// per call than grpc-go's; -report needs the grpc client (ext_proc is a stream). On a
+// per call than grpc-go's (-report sends ext_proc streams over grpc-go either way). On a
 // machine shared with the enforcer, one P (GOMAXPROCS=1) keeps the generator from
 // spinning (docs/enforcer.md, Speed).
 // With -report, every admitted check is followed by its response through ext_proc (a
@@ -44,34 +44,29 @@ func main() {
 	conns := flag.Int("conns", 4, "gRPC connections (Envoy opens several)")
 	report := flag.Bool("report", false, "report every admitted response through ext_proc")
 	rate := flag.Float64("rate", 0, "calls per second (0: as fast as the concurrency allows)")
-	clientKind := flag.String("client", "grpc", "grpc (grpc-go) or h2 (the generator's own HTTP/2 client; not with -report)")
+	clientKind := flag.String("client", "grpc", "grpc (grpc-go) or h2 (the generator's own HTTP/2 client)")
 	flag.Parse()
 	if len(ks) == 0 {
 		fmt.Fprintln(os.Stderr, "checkload: at least one -key is required")
 		os.Exit(2)
 	}
-	if *clientKind != "grpc" && (*clientKind != "h2" || *report) {
-		fmt.Fprintln(os.Stderr, "checkload: -client is grpc or h2, and -report needs grpc")
-		os.Exit(2)
-	}
-	authz, ccs, err := loadgen.Dial(*addr, *conns)
+	authz, closeAll, err := loadgen.DialClient(*clientKind, *addr, *conns)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "checkload:", err)
-		os.Exit(1)
+		os.Exit(2)
 	}
-	if *clientKind == "h2" {
-		h2, closeH2, err := loadgen.DialH2(*addr, *conns)
+	defer closeAll()
+	var procs []extprocv3.ExternalProcessorClient
+	if *report { // ext_proc streams on connections of their own, as Envoy's are
+		_, ccs, err := loadgen.Dial(*addr, *conns)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "checkload:", err)
 			os.Exit(1)
 		}
-		defer closeH2()
-		authz = h2
-	}
-	var procs []extprocv3.ExternalProcessorClient
-	for _, cc := range ccs {
-		defer cc.Close()
-		procs = append(procs, extprocv3.NewExternalProcessorClient(cc))
+		for _, cc := range ccs {
+			defer cc.Close()
+			procs = append(procs, extprocv3.NewExternalProcessorClient(cc))
+		}
 	}
 	reqs := make([]*authv3.CheckRequest, len(ks))
 	for i, k := range ks {
