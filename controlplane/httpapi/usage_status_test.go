@@ -78,8 +78,15 @@ func TestUsageStatusCoverage(t *testing.T) {
 
 	// Tracking began today: the current periods predate it.
 	_, err := e.Store.Pool.Exec(ctx, `INSERT INTO usage_member_tracking (member_id, organization_id, tracking_version, capture_enabled,
-			pending_requests, tracking_started_at, last_settlement_at, last_settlement_request_id, unpriced_requests, incomplete_requests, created_at, updated_at)
-		VALUES ($1, $2, 2, true, 1, $3, $3, 'req_7', 1, 0, $3, $3)`, bob.MemberID, o.OrgID, apitest.Start.Add(-time.Hour))
+			tracking_started_at, last_settlement_at, last_settlement_request_id, unpriced_requests, incomplete_requests, created_at, updated_at)
+		VALUES ($1, $2, 2, true, $3, $3, 'req_7', 1, 0, $3, $3)`, bob.MemberID, o.OrgID, apitest.Start.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One request admitted and not settled yet: pending.
+	_, err = e.Store.Pool.Exec(ctx, `INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at,
+			snapshot, state, counted, created_at)
+		VALUES ('req_8', $1, $2, 2, $3, '{}', 'pending', true, $3)`, o.OrgID, bob.MemberID, apitest.Start.Add(-time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +97,11 @@ func TestUsageStatusCoverage(t *testing.T) {
 		t.Fatalf("coverage %v", cov)
 	}
 	// Tracking since before every current window, nothing pending: complete.
-	_, err = e.Store.Pool.Exec(ctx, `UPDATE usage_member_tracking SET pending_requests = 0, tracking_started_at = '2026-08-01T00:00:00Z'`)
+	_, err = e.Store.Pool.Exec(ctx, `UPDATE usage_member_tracking SET tracking_started_at = '2026-08-01T00:00:00Z'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Store.Pool.Exec(ctx, `DELETE FROM usage_request_starts WHERE request_id = 'req_8'`)
 	if err != nil {
 		t.Fatal(err)
 	}

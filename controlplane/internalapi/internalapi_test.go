@@ -460,7 +460,7 @@ func TestDuplicateStartRacingItsSettlement(t *testing.T) {
 	wg.Wait()
 	at.Check(t, e.Store)
 	var pending, recorded int64
-	if err := e.Store.Pool.QueryRow(ctx, `SELECT (SELECT coalesce(sum(pending_requests), 0) FROM usage_member_tracking),
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM usage_request_starts WHERE state = 'pending'),
 		(SELECT count(*) FROM usage_receipts)`).Scan(&pending, &recorded); err != nil || pending != 0 || recorded != 200 {
 		t.Fatalf("pending %d, receipts %d (%v)", pending, recorded, err)
 	}

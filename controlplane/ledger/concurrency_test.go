@@ -126,7 +126,7 @@ func TestConcurrentSettlementsChargeEachReceiptOnce(t *testing.T) {
 
 	at.Check(t, e.Store)
 	var pending int64
-	if err := e.Store.Pool.QueryRow(ctx, `SELECT coalesce(sum(pending_requests), 0) FROM usage_member_tracking`).Scan(&pending); err != nil || pending != 0 {
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_request_starts WHERE state = 'pending'`).Scan(&pending); err != nil || pending != 0 {
 		t.Fatalf("pending %d (%v)", pending, err)
 	}
 	rows, err := e.Store.Pool.Query(ctx, `SELECT request_id, cost_micro_usd FROM usage_receipts`)

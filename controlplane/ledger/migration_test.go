@@ -92,3 +92,59 @@ func TestSettlementSpeedMigrationKeepsCharges(t *testing.T) {
 	}
 	at.Check(t, e.Store)
 }
+
+// Migration 7 replaced the pending counter on the tracking row with a count of pending
+// starts. The way down must put the count back into the counter; the way up drops it,
+// and the status read counts the starts again.
+func TestPendingFromStartsMigration(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 2)
+	now := e.Clock.Now()
+	// Member 0 has two pending starts and one settled; member 1 has none pending.
+	for i := range 4 {
+		m, id := ms[0], at.ReqID()
+		if i == 3 {
+			m = ms[1]
+		}
+		if r := start1(t, e, at.StartItem(id, org, m, now, 0)); r.Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+			t.Fatalf("start: %v", r)
+		}
+		if i >= 2 {
+			if r := settle1(t, e, &internalv1.SettleItem{RequestId: id, UpstreamCostMicroUsd: at.Cost(10), Complete: true}); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+				t.Fatalf("settle: %v", r)
+			}
+		}
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := e.Store.MigrateTo(ctx, log, 6); err != nil {
+		t.Fatalf("down to 6: %v", err)
+	}
+	counters := map[string]int64{}
+	rows, err := e.Store.Pool.Query(ctx, `SELECT member_id, pending_requests FROM usage_member_tracking`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var m string
+		var n int64
+		if err := rows.Scan(&m, &n); err != nil {
+			t.Fatal(err)
+		}
+		counters[m] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if counters[ms[0]] != 2 || counters[ms[1]] != 0 || len(counters) != 2 {
+		t.Fatalf("pending counters after the way down %v, want 2 for %s and 0 for %s", counters, ms[0], ms[1])
+	}
+	if _, err := e.Store.Migrate(ctx, log); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	for i, want := range []int64{2, 0} {
+		if _, pending, _, _, _ := e.Tracking(t, ms[i]); pending != want {
+			t.Fatalf("member %d pending %d after down and up, want %d", i, pending, want)
+		}
+	}
+	at.Check(t, e.Store)
+}

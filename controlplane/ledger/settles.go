@@ -193,7 +193,6 @@ func (s *settlement) charge(st store.StoredStart, prev *store.StoredReceipt, d a
 		md.LastSettlementRequestID = st.RequestID
 	}
 	if closePending {
-		md.PendingDecrease++
 		s.w.CloseStarts = append(s.w.CloseStarts, st.RequestID)
 	}
 	if moved {

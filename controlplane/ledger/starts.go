@@ -114,7 +114,7 @@ func startBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*startJo
 		return nil, nil, nil, err
 	}
 	results := map[string]*internalv1.StartResult{}
-	w := store.StartBatchWrite{Pending: map[string]int64{}}
+	var w store.StartBatchWrite
 	for id, sj := range first {
 		member := sj.in.GetMemberId()
 		r := &internalv1.StartResult{RequestId: id}
@@ -126,7 +126,6 @@ func startBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*startJo
 			switch accounting.Admit(tr.CaptureEnabled, tr.Version, sj.snap.TrackingVersion) {
 			case accounting.Admitted:
 				r.Outcome = internalv1.StartOutcome_START_OUTCOME_RECORDED
-				w.Pending[member]++
 			case accounting.CaptureSuspended:
 				r.Outcome, r.Message = internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED, "capture_suspended: usage capture is suspended for this member"
 				w.Refused = append(w.Refused, id)

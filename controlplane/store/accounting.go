@@ -81,8 +81,8 @@ func sortedUnique(ids []string) []string {
 // ReadStartBatch is phase one of a start batch, in one round trip: record the starts
 // (pending, counted) whose member is an active member of the claimed organization,
 // skipping request ids that already exist; create the tracking row (capture on, version
-// 1) of members who have none; lock every member's tracking row; and read which of the
-// request ids existed before. Rows are written in request id and member id order.
+// 1) of members who have none; lock every member's tracking row against fence changes
+// (lockForStart); and read which of the request ids existed before. Rows are written in request id and member id order.
 // Starts refused afterwards (by the fence) are deleted in phase two, in the same
 // transaction, so nobody ever sees them.
 func ReadStartBatch(ctx context.Context, tx BatchSender, rows []StartInsert, now time.Time) (StartBatchRead, error) {
@@ -130,23 +130,41 @@ func ReadStartBatch(ctx context.Context, tx BatchSender, rows []StartInsert, now
 			_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.CreatedTracking[id] = true; return nil })
 			return err
 		})
-	queueLockTracking(b, memberSet, out.Tracking)
+	queueLockTracking(b, memberSet, lockForStart, out.Tracking)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return out, err
 	}
 	return out, nil
 }
 
+// trackingLock is how strongly a transaction locks a member's tracking row. The row
+// holds the capture fence (version, capture on or off) and the settlement counts, and
+// three kinds of writers meet on it:
+//   - a start batch reads the fence and writes nothing to the row: KEY SHARE;
+//   - a settlement batch reads the fence and updates the counts: NO KEY UPDATE, which
+//     does not conflict with KEY SHARE, so starts and settlements of one member do not
+//     wait for each other's commit;
+//   - a fence change (capture suspend or resume) and recovery: UPDATE, which conflicts
+//     with both, so a start or settlement either commits before the fence moves or
+//     reads the moved fence.
+type trackingLock string
+
+const (
+	lockForStart      trackingLock = "KEY SHARE"
+	lockForSettlement trackingLock = "NO KEY UPDATE"
+	lockForFence      trackingLock = "UPDATE"
+)
+
 // queueLockTracking locks the tracking rows of members, which must be sorted and
 // distinct: the rows are locked in that order. Each id is a probe of the primary key (a
 // lateral subquery with LIMIT is never flattened into a join), so the plan does not turn
 // into a sequential scan comparing every row with the whole array when the table is
 // small or its statistics are stale.
-func queueLockTracking(b *pgx.Batch, members []string, into map[string]TrackingState) {
+func queueLockTracking(b *pgx.Batch, members []string, lock trackingLock, into map[string]TrackingState) {
 	b.Queue(`SELECT t.member_id, t.organization_id, t.tracking_version, t.capture_enabled
 		FROM unnest($1::text[]) WITH ORDINALITY AS x(id, n)
 		CROSS JOIN LATERAL (SELECT member_id, organization_id, tracking_version, capture_enabled FROM usage_member_tracking
-			WHERE member_id = x.id LIMIT 1 FOR UPDATE) t
+			WHERE member_id = x.id LIMIT 1 FOR `+string(lock)+`) t
 		ORDER BY x.n`, members).
 		Query(func(r pgx.Rows) error {
 			var t TrackingState
@@ -162,8 +180,6 @@ func queueLockTracking(b *pgx.Batch, members []string, into map[string]TrackingS
 type StartBatchWrite struct {
 	// Refused are starts recorded in phase one that the fence refused: deleted.
 	Refused []string
-	// Pending adds each member's newly recorded starts to pending_requests.
-	Pending map[string]int64
 	// Bump are members whose mirror record changed (a tracking row was created).
 	Bump []string
 }
@@ -173,15 +189,6 @@ type StartBatchWrite struct {
 func QueueStartBatchWrite(b *pgx.Batch, w StartBatchWrite, now time.Time) map[string]int64 {
 	if len(w.Refused) > 0 {
 		b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND state = 'pending'`, w.Refused)
-	}
-	if len(w.Pending) > 0 {
-		members := sortedUnique(keys(w.Pending))
-		counts := make([]int64, len(members))
-		for i, m := range members {
-			counts[i] = w.Pending[m]
-		}
-		b.Queue(`UPDATE usage_member_tracking t SET pending_requests = t.pending_requests + x.n, updated_at = $3
-			FROM unnest($1::text[], $2::bigint[]) AS x(member_id, n) WHERE t.member_id = x.member_id`, members, counts, now)
 	}
 	versions := map[string]int64{}
 	queueBumpVersions(b, w.Bump, versions)
@@ -332,7 +339,7 @@ func ReadSettleState(ctx context.Context, tx BatchSender, createTracking, member
 				return err
 			})
 	}
-	queueLockTracking(b, sortedUnique(members), out.Tracking)
+	queueLockTracking(b, sortedUnique(members), lockForSettlement, out.Tracking)
 	if len(receiptIDs) > 0 {
 		b.Queue(`SELECT request_id, cost_micro_usd, cost_source, complete, promoted_at IS NOT NULL, charge_bucket_ids,
 				charge_amounts_micro_usd
@@ -417,10 +424,9 @@ type BucketDelta struct {
 
 // TrackingDelta moves one member's tracking row.
 type TrackingDelta struct {
-	MemberID        string
-	PendingDecrease int64
-	Unpriced        int64
-	Incomplete      int64
+	MemberID   string
+	Unpriced   int64
+	Incomplete int64
 	// LastSettlementRequestID, when set, becomes the last settled receipt (at now).
 	LastSettlementRequestID string
 }
@@ -512,17 +518,17 @@ func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[stri
 		slices.SortFunc(ts, func(a, b TrackingDelta) int { return compareStrings(a.MemberID, b.MemberID) })
 		n := len(ts)
 		members, last := make([]string, n), make([]string, n)
-		pending, unpriced, incomplete := make([]int64, n), make([]int64, n), make([]int64, n)
+		unpriced, incomplete := make([]int64, n), make([]int64, n)
 		for i, d := range ts {
-			members[i], last[i], pending[i], unpriced[i], incomplete[i] = d.MemberID, d.LastSettlementRequestID, d.PendingDecrease, d.Unpriced, d.Incomplete
+			members[i], last[i], unpriced[i], incomplete[i] = d.MemberID, d.LastSettlementRequestID, d.Unpriced, d.Incomplete
 		}
-		b.Queue(`UPDATE usage_member_tracking t SET pending_requests = t.pending_requests - x.pending,
-				unpriced_requests = t.unpriced_requests + x.unpriced, incomplete_requests = t.incomplete_requests + x.incomplete,
-				last_settlement_at = CASE WHEN x.last <> '' THEN $6 ELSE t.last_settlement_at END,
+		b.Queue(`UPDATE usage_member_tracking t SET unpriced_requests = t.unpriced_requests + x.unpriced,
+				incomplete_requests = t.incomplete_requests + x.incomplete,
+				last_settlement_at = CASE WHEN x.last <> '' THEN $5 ELSE t.last_settlement_at END,
 				last_settlement_request_id = CASE WHEN x.last <> '' THEN x.last ELSE t.last_settlement_request_id END,
-				updated_at = $6
-			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[]) AS x(member_id, pending, unpriced, incomplete, last)
-			WHERE t.member_id = x.member_id`, members, pending, unpriced, incomplete, last, now)
+				updated_at = $5
+			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS x(member_id, unpriced, incomplete, last)
+			WHERE t.member_id = x.member_id`, members, unpriced, incomplete, last, now)
 	}
 	if len(w.Quarantine) > 0 {
 		n := len(w.Quarantine)
@@ -626,7 +632,7 @@ func IdentityBySessionHash(ctx context.Context, q Querier, hash []byte, now time
 func LockTracking(ctx context.Context, tx pgx.Tx, members []string) (map[string]TrackingState, error) {
 	out := map[string]TrackingState{}
 	b := &pgx.Batch{}
-	queueLockTracking(b, sortedUnique(members), out)
+	queueLockTracking(b, sortedUnique(members), lockForFence, out)
 	return out, tx.SendBatch(ctx, b).Close()
 }
 

@@ -381,10 +381,12 @@ func UsageCounters(ctx context.Context, q Querier, ids []string) (map[string]usa
 	return out, err
 }
 
-// UsageTracking reads a member's tracking row; nil when tracking has not started.
+// UsageTracking reads a member's tracking row, with its pending count (its starts in
+// state pending, counted now); nil when tracking has not started.
 func UsageTracking(ctx context.Context, q Querier, memberID string) (*usage.Tracking, error) {
 	var t usage.Tracking
-	err := q.QueryRow(ctx, `SELECT tracking_version, capture_enabled, pending_requests, tracking_started_at,
+	err := q.QueryRow(ctx, `SELECT tracking_version, capture_enabled,
+			(SELECT count(*) FROM usage_request_starts WHERE member_id = $1 AND state = 'pending'), tracking_started_at,
 			last_settlement_at, last_settlement_request_id, unpriced_requests, incomplete_requests
 		FROM usage_member_tracking WHERE member_id = $1`, memberID).
 		Scan(&t.Version, &t.CaptureEnabled, &t.Pending, &t.StartedAt, &t.LastSettlementAt, &t.LastSettlementRequestID,

@@ -131,7 +131,7 @@ func CanRequestReset(b Bucket) (bool, error) {
 type Tracking struct {
 	Version                 int64
 	CaptureEnabled          bool
-	Pending                 int64
+	Pending                 int64 // starts still pending (counted from usage_request_starts when read)
 	StartedAt               time.Time
 	LastSettlementAt        *time.Time
 	LastSettlementRequestID *string
