@@ -206,6 +206,10 @@ func Check(t testing.TB, st *store.Store) {
 			LEFT JOIN (SELECT member_id, count(*) FILTER (WHERE cost_source = 'unknown') AS u, count(*) FILTER (WHERE NOT complete) AS i
 				FROM usage_receipts GROUP BY member_id) r ON r.member_id = t.member_id
 			WHERE t.unpriced_requests <> coalesce(r.u, 0) OR t.incomplete_requests <> coalesce(r.i, 0)`},
+		{"receipt without its start", `SELECT r.request_id FROM usage_receipts r LEFT JOIN usage_request_starts s USING (request_id)
+			WHERE s.request_id IS NULL`},
+		{"start of an unknown member", `SELECT s.request_id FROM usage_request_starts s LEFT JOIN members m ON m.id = s.member_id
+			WHERE m.id IS NULL OR m.organization_id <> s.organization_id`},
 		{"pending start with a receipt", `SELECT s.request_id FROM usage_request_starts s JOIN usage_receipts r USING (request_id) WHERE s.state = 'pending'`},
 		{"closed start without a receipt", `SELECT s.request_id FROM usage_request_starts s LEFT JOIN usage_receipts r USING (request_id)
 			WHERE s.state <> 'pending' AND r.request_id IS NULL`},
