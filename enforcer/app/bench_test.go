@@ -32,6 +32,7 @@ func benchEnv(b *testing.B, blockedTTL time.Duration) (*enforcertest.Env, who, [
 	e := enforcertest.New(b, enforcertest.Options{Quiet: true, Config: func(c *appConfig) {
 		c.GenerationPoll, c.BlockedTTL = time.Second, blockedTTL
 	}})
+	e.CP.Forgetful.Store(true) // admitted cases settle hundreds of thousands of requests
 	blocked := newMember(e, dayLimit(1*usd, true))
 	e.CP.SetSpend(blocked.member, window.Day, 2*usd)
 	var admitted []who

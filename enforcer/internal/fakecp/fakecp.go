@@ -88,6 +88,11 @@ type Server struct {
 	fail sync.Map
 	// StartDelay (nanoseconds) makes every Start call wait this long first.
 	StartDelay atomic.Int64
+	// Forgetful, for load benchmarks: a request settled against its durable start is
+	// forgotten (its start dropped, no receipt kept), so a run of many requests does not
+	// grow the heap of the process it shares with the enforcer being measured (the real
+	// control plane keeps them in Postgres). A repeated settlement is then charged again.
+	Forgetful atomic.Bool
 
 	Calls       sync.Map // method -> *atomic.Int64
 	StartItems  atomic.Int64
@@ -459,7 +464,11 @@ func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*in
 		for _, b := range snap.GetBuckets() {
 			m.spend[bucketKey{window.Timeframe(b.GetTimeframe()), b.GetWindowStartUnixMs()}] += delta
 		}
-		s.receipts[it.GetRequestId()] = &Receipt{Item: it, Cost: cost, CostSource: source, Snapshot: snap}
+		if start != nil && s.Forgetful.Load() {
+			delete(s.starts, it.GetRequestId())
+		} else {
+			s.receipts[it.GetRequestId()] = &Receipt{Item: it, Cost: cost, CostSource: source, Snapshot: snap}
+		}
 		r.CostMicroUsd, r.CostSource = cost, source
 		changed[memberID] = true
 	}
