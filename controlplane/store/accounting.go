@@ -79,12 +79,12 @@ func sortedUnique(ids []string) []string {
 }
 
 // ReadStartBatch is phase one of a start batch, in one round trip (two when a member is
-// new to accounting): record the starts
-// (pending, counted) whose member is an active member of the claimed organization,
-// skipping request ids that already exist; create the tracking row (capture on, version
-// 1) of members who have none; lock every member's tracking row against fence changes
-// (lockForStart); and read which of the request ids existed before. Rows are written in request id and member id order.
-// Starts refused afterwards (by the fence) are deleted in phase two, in the same
+// new to accounting): record the starts (pending, counted) whose member is an active
+// member of the claimed organization, skipping request ids that already exist; read
+// which of the request ids existed before; lock every member's tracking row against
+// fence changes (lockForStart); and create the tracking row (capture on, version 1) of
+// members who have none. Rows are written in request id and member id order. Starts
+// refused afterwards (by the fence) are deleted in phase two, in the same
 // transaction, so nobody ever sees them.
 func ReadStartBatch(ctx context.Context, tx BatchSender, rows []StartInsert, now time.Time) (StartBatchRead, error) {
 	out := StartBatchRead{Inserted: map[string]bool{}, Existing: map[string]string{}, CreatedTracking: map[string]bool{},
