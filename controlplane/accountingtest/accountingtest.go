@@ -257,5 +257,21 @@ func (e *Env) Tracking(t testing.TB, member string) (version, pending, unpriced,
 	return
 }
 
+// Int64s runs a query of (text, bigint) rows and returns them as a map.
+func (e *Env) Int64s(t testing.TB, sql string, args ...any) map[string]int64 {
+	t.Helper()
+	rows, err := e.Store.Pool.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	var k string
+	var v int64
+	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { out[k] = v; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // ReqID is a fresh request id.
 func ReqID() string { return typeid.New("req") }

@@ -129,19 +129,7 @@ func TestConcurrentSettlementsChargeEachReceiptOnce(t *testing.T) {
 	if err := e.Store.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_request_starts WHERE state = 'pending'`).Scan(&pending); err != nil || pending != 0 {
 		t.Fatalf("pending %d (%v)", pending, err)
 	}
-	rows, err := e.Store.Pool.Query(ctx, `SELECT request_id, cost_micro_usd FROM usage_receipts`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int64{}
-	for rows.Next() {
-		var id string
-		var c int64
-		if err := rows.Scan(&id, &c); err != nil {
-			t.Fatal(err)
-		}
-		got[id] = c
-	}
+	got := e.Int64s(t, `SELECT request_id, cost_micro_usd FROM usage_receipts`)
 	if len(got) != len(want) {
 		t.Fatalf("%d receipts for %d requests", len(got), len(want))
 	}

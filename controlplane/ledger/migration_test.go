@@ -119,22 +119,7 @@ func TestPendingFromStartsMigration(t *testing.T) {
 	if _, err := e.Store.MigrateTo(ctx, log, 6); err != nil {
 		t.Fatalf("down to 6: %v", err)
 	}
-	counters := map[string]int64{}
-	rows, err := e.Store.Pool.Query(ctx, `SELECT member_id, pending_requests FROM usage_member_tracking`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var m string
-		var n int64
-		if err := rows.Scan(&m, &n); err != nil {
-			t.Fatal(err)
-		}
-		counters[m] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	counters := e.Int64s(t, `SELECT member_id, pending_requests FROM usage_member_tracking`)
 	if counters[ms[0]] != 2 || counters[ms[1]] != 0 || len(counters) != 2 {
 		t.Fatalf("pending counters after the way down %v, want 2 for %s and 0 for %s", counters, ms[0], ms[1])
 	}

@@ -210,14 +210,6 @@ func QueueStartBatchWrite(b *pgx.Batch, w StartBatchWrite, now time.Time) map[st
 	return versions
 }
 
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
-
 func queueBumpVersions(b *pgx.Batch, members []string, into map[string]int64) {
 	if len(members) == 0 {
 		return
