@@ -44,23 +44,27 @@ func BenchmarkFullStack(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The /h2 cases send the checks with the generator's own HTTP/2 client, which costs
-	// the generator about half the CPU per call (see docs/enforcer.md); the machine's
-	// two cores are shared, so that leaves more to the programs measured.
-	h2client, closeH2, err := loadgen.DialClient("h2", s.enfGRPC, 4)
+	// The /h2 cases send the checks and their ext_proc streams with the generator's own
+	// HTTP/2 client, which costs the generator about half the CPU per call (see
+	// docs/enforcer.md); the machine's two cores are shared, so that leaves more to the
+	// programs measured.
+	h2client, err := loadgen.DialH2(s.enfGRPC, 4)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(closeH2)
+	b.Cleanup(h2client.Close)
 	var procs []extprocv3.ExternalProcessorClient
 	for _, cc := range conns {
 		b.Cleanup(func() { cc.Close() })
 		procs = append(procs, extprocv3.NewExternalProcessorClient(cc))
 	}
+	// Responses are played as Envoy plays them in observability mode, which
+	// deploy/envoy/envoy.yaml sets: the enforcer answers none of the stream's messages.
 	var reported atomic.Int64
 	report := func(ctx context.Context, id string) error {
-		return loadgen.ReportJSONResponse(ctx, procs[reported.Add(1)%int64(len(procs))], id, 1200, 300)
+		return loadgen.ReportJSONResponse(ctx, procs[reported.Add(1)%int64(len(procs))], id, 1200, 300, true)
 	}
+	reportH2 := func(ctx context.Context, id string) error { return h2client.ReportJSONResponse(ctx, id, 1200, 300) }
 	// One member alone (a service's single key: every start and settlement updates the
 	// same rows), and the load spread over 32 members.
 	members := []party{o.member}
@@ -110,14 +114,14 @@ func BenchmarkFullStack(b *testing.B) {
 		{"admitted_at_3000_per_s/members=32/c400/h2", 32, 400, 3000, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			checks := client
+			checks, after := client, report
 			if bc.h2 {
-				checks = h2client
+				checks, after = h2client, reportH2
 			}
-			cpu0, pg0 := processCPU(), postgresCPU()
+			cpu0, pg0, w0 := processCPU(), postgresCPU(), processWrites()
 			r := loadgen.Run(context.Background(), checks, loadgen.Options{Concurrency: bc.conc, Total: b.N, Rate: bc.rate,
-				Request: func(i int) *authv3.CheckRequest { return reqs[i%bc.members] }, AfterAdmit: report})
-			cpu, pg := processCPU()-cpu0, postgresCPU()-pg0
+				Request: func(i int) *authv3.CheckRequest { return reqs[i%bc.members] }, AfterAdmit: after})
+			cpu, pg, writes := processCPU()-cpu0, postgresCPU()-pg0, processWrites()-w0
 			if r.Errors > 0 || r.ByStatus[200] != r.Checks || r.FirstErr != nil {
 				b.Fatalf("%v (first error %v)", r, r.FirstErr)
 			}
@@ -125,6 +129,9 @@ func BenchmarkFullStack(b *testing.B) {
 			b.ReportMetric(float64(r.P50.Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(r.P99.Microseconds())/1000, "p99-ms")
 			b.ReportMetric(float64(cpu.Microseconds())/float64(r.Checks), "cpu-us/check")
+			if writes > 0 {
+				b.ReportMetric(float64(writes)/float64(r.Checks), "writes/check")
+			}
 			if pg > 0 {
 				b.ReportMetric(float64(pg.Microseconds())/float64(r.Checks), "pg-cpu-us/check")
 			}
@@ -144,6 +151,25 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// processWrites is the number of write system calls this process has made (syscw in
+// /proc/self/io), 0 where that cannot be read. Sockets are written one system call per
+// flush, so it counts the messages the programs and the generator send each other, to
+// Redis and to Postgres: on this machine a loopback write costs more CPU than anything
+// else in a check.
+func processWrites() int64 {
+	raw, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // postgresCPU is the CPU time of the local Postgres server's processes (and of those

@@ -31,11 +31,11 @@ func TestH2ClientMatchesGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conns[0].Close()
-	viaH2, closeH2, err := loadgen.DialH2(e.GRPCAddr, 1)
+	viaH2, err := loadgen.DialH2(e.GRPCAddr, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeH2()
+	defer viaH2.Close()
 	ctx := context.Background()
 	for _, c := range []struct {
 		name    string
@@ -97,11 +97,11 @@ func TestH2ClientManyConcurrent(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{Quiet: true})
 	blocked := newMember(e, dayLimit(1*usd, true))
 	e.CP.SetSpend(blocked.member, window.Day, 2*usd)
-	client, closeAll, err := loadgen.DialH2(e.GRPCAddr, 1)
+	client, err := loadgen.DialH2(e.GRPCAddr, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeAll()
+	defer client.Close()
 	req := enforcertest.CheckRequest(map[string]string{"x-api-key": blocked.key})
 	if n := proto.Size(req) * 100 * 40; n < 1<<20 {
 		t.Fatalf("premise: %d request bytes in all, want more than the windows", n)
@@ -135,11 +135,11 @@ func TestH2ClientManyConcurrent(t *testing.T) {
 // goes on serving other calls.
 func TestH2ClientCancel(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{Quiet: true})
-	client, closeAll, err := loadgen.DialH2(e.GRPCAddr, 1)
+	client, err := loadgen.DialH2(e.GRPCAddr, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeAll()
+	defer client.Close()
 	req := enforcertest.CheckRequest(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

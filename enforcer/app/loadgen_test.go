@@ -13,16 +13,49 @@ import (
 // The load generator's ext_proc report returns only when the enforcer has ended the
 // stream, so it leaves nothing behind: a gRPC client stream whose status is never read
 // keeps a goroutine (and its buffers) for as long as the connection lives, and a load
-// run of 30,000 reports once held 34,000 of them.
+// run of 30,000 reports once held 34,000 of them. Envoy's two ways are played with
+// grpc-go: in observability mode the enforcer answers nothing (an answer would end the
+// report with an error), otherwise it answers each message; and the observability mode
+// with the generator's own HTTP/2 client. Every report must be settled with its usage.
 func TestReportJSONResponseEndsItsStream(t *testing.T) {
-	e := enforcertest.New(t, enforcertest.Options{Quiet: true})
+	for _, tc := range []struct {
+		name string
+		dial func(t *testing.T, e *enforcertest.Env) func(ctx context.Context, id string, in, out int) error
+	}{
+		{"grpc", func(t *testing.T, e *enforcertest.Env) func(ctx context.Context, id string, in, out int) error {
+			return func(ctx context.Context, id string, in, out int) error {
+				return loadgen.ReportJSONResponse(ctx, e.ExtProc, id, in, out, false)
+			}
+		}},
+		{"grpc/observability", func(t *testing.T, e *enforcertest.Env) func(ctx context.Context, id string, in, out int) error {
+			return func(ctx context.Context, id string, in, out int) error {
+				return loadgen.ReportJSONResponse(ctx, e.ExtProc, id, in, out, true)
+			}
+		}},
+		{"h2/observability", func(t *testing.T, e *enforcertest.Env) func(ctx context.Context, id string, in, out int) error {
+			c, err := loadgen.DialH2(e.GRPCAddr, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			return c.ReportJSONResponse
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := enforcertest.New(t, enforcertest.Options{Quiet: true})
+			testReportEndsItsStream(t, e, tc.dial(t, e))
+		})
+	}
+}
+
+func testReportEndsItsStream(t *testing.T, e *enforcertest.Env, reportOne func(ctx context.Context, id string, in, out int) error) {
 	e.CP.SetPrice("gpt-4o-mini", 1, 1)
 	w := newMember(e, dayLimit(1_000*usd, true))
 	ctx := context.Background()
 	report := func() string {
 		t.Helper()
 		id, _ := requestID(t, e, w.key)
-		if err := loadgen.ReportJSONResponse(ctx, e.ExtProc, id, 100, 20); err != nil {
+		if err := reportOne(ctx, id, 100, 20); err != nil {
 			t.Fatal(err)
 		}
 		return id
@@ -45,6 +78,9 @@ func TestReportJSONResponseEndsItsStream(t *testing.T) {
 			t.Fatal("the last reported request was never settled")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	if it := e.CP.Receipt(last).Item; it.GetInputTokens() != 100 || it.GetOutputTokens() != 20 || !it.GetComplete() {
+		t.Fatalf("the last report was settled as %v, want 100 input and 20 output tokens, complete", it)
 	}
 	// Goroutines that end do so within moments; a leak keeps one per report.
 	var now int

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"golang.org/x/net/http2"
@@ -19,37 +20,54 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // DialH2 opens conns connections to an enforcer's gRPC address with the lean client
-// (H2Client) and returns a client spreading checks over them round-robin, and a function
-// closing them.
+// (H2Client) and returns them, spreading calls over the connections round-robin.
 //
 // Why a client of our own: the generator shares the machine's two cores with the
 // enforcer it measures, and grpc-go's client transport (a goroutine and several channel
 // hand-offs per call, a writer goroutine per connection) cost it 45 to 80 us of CPU per
 // call, as much as the enforcer's own answer. The bytes on the wire are gRPC's: the same
 // HTTP/2 frames, headers and message framing; TestH2ClientMatchesGRPC compares answers.
-func DialH2(addr string, conns int) (authv3.AuthorizationClient, func(), error) {
-	var cs []*H2Client
-	closeAll := func() {
-		for _, c := range cs {
-			c.Close()
-		}
-	}
+func DialH2(addr string, conns int) (*H2Clients, error) {
+	p := &H2Clients{}
 	for range max(conns, 1) {
 		c, err := NewH2Client(addr)
 		if err != nil {
-			closeAll()
-			return nil, nil, err
+			p.Close()
+			return nil, err
 		}
-		cs = append(cs, c)
+		p.cs = append(p.cs, c)
 	}
-	clients := make([]authv3.AuthorizationClient, len(cs))
-	for i, c := range cs {
-		clients[i] = c
+	return p, nil
+}
+
+// H2Clients are several H2Client connections used round-robin.
+type H2Clients struct {
+	cs []*H2Client
+	n  atomic.Uint64
+}
+
+func (p *H2Clients) next() *H2Client { return p.cs[p.n.Add(1)%uint64(len(p.cs))] }
+
+// Check makes one ext_authz call on the next connection.
+func (p *H2Clients) Check(ctx context.Context, in *authv3.CheckRequest, opts ...grpc.CallOption) (*authv3.CheckResponse, error) {
+	return p.next().Check(ctx, in, opts...)
+}
+
+// ReportJSONResponse plays an admitted request's response through ext_proc on the next
+// connection (H2Client.ReportJSONResponse).
+func (p *H2Clients) ReportJSONResponse(ctx context.Context, requestID string, inTok, outTok int) error {
+	return p.next().ReportJSONResponse(ctx, requestID, inTok, outTok)
+}
+
+// Close closes every connection.
+func (p *H2Clients) Close() {
+	for _, c := range p.cs {
+		c.Close()
 	}
-	return RoundRobin(clients...), closeAll, nil
 }
 
 // DialClient opens conns connections with the named client, "grpc" (Dial) or "h2"
@@ -57,7 +75,11 @@ func DialH2(addr string, conns int) (authv3.AuthorizationClient, func(), error) 
 func DialClient(kind, addr string, conns int) (authv3.AuthorizationClient, func(), error) {
 	switch kind {
 	case "h2":
-		return DialH2(addr, conns)
+		p, err := DialH2(addr, conns)
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, p.Close, nil
 	case "grpc":
 		client, ccs, err := Dial(addr, conns)
 		if err != nil {
@@ -72,15 +94,15 @@ func DialClient(kind, addr string, conns int) (authv3.AuthorizationClient, func(
 	return nil, nil, fmt.Errorf("loadgen: unknown client %q (grpc or h2)", kind)
 }
 
-// H2Client calls envoy.service.auth.v3.Authorization/Check over one HTTP/2 connection
-// without TLS (h2c with prior knowledge, as Envoy's gRPC client speaks to a sidecar).
+// H2Client calls envoy.service.auth.v3.Authorization/Check, and plays ext_proc streams in
+// observability mode (ReportJSONResponse), over one HTTP/2 connection without TLS (h2c with prior knowledge, as Envoy's gRPC client speaks to a sidecar).
 // Calls write their HEADERS and DATA frames into a buffer under one lock and wake a
 // flusher, which first lets every other runnable goroutine add its frames (so calls made
 // together share one system call, as grpc-go's writer does) and then flushes. One
-// goroutine reads every frame and completes the calls. It implements only what a unary call needs: flow control on the
-// connection (its own window is opened wide at start, the peer's is respected), PING
-// and SETTINGS acknowledgements, RST_STREAM and GOAWAY. A request must fit one DATA frame
-// (16 KiB); check requests are far smaller.
+// goroutine reads every frame and completes the calls. It implements only what those
+// calls need: flow control on the connection (its own window is opened wide at start,
+// the peer's is respected), PING and SETTINGS acknowledgements, RST_STREAM and GOAWAY.
+// Each message must fit one DATA frame (16 KiB); check requests are far smaller.
 type H2Client struct {
 	conn      net.Conn
 	codec     *codec
@@ -113,7 +135,8 @@ type h2Call struct {
 }
 
 const (
-	checkPath = "/envoy.service.auth.v3.Authorization/Check"
+	checkPath   = "/envoy.service.auth.v3.Authorization/Check"
+	processPath = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
 	// ownWindow is the window this client grants the peer, per stream and for the
 	// connection; received data is acknowledged in steps of windowStep.
 	ownWindow  = 1 << 30
@@ -191,7 +214,45 @@ func (c *H2Client) Close() error {
 
 // Check makes one call. Call options are ignored.
 func (c *H2Client) Check(ctx context.Context, in *authv3.CheckRequest, _ ...grpc.CallOption) (*authv3.CheckResponse, error) {
-	payload, err := c.codec.Marshal(in)
+	msg, err := c.message(in)
+	if err != nil {
+		return nil, err
+	}
+	call, err := c.call(ctx, checkPath, msg)
+	if err != nil {
+		return nil, err
+	}
+	resp := &authv3.CheckResponse{}
+	if err := c.answer(call, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// ReportJSONResponse plays the response of an admitted request through ext_proc as
+// Envoy does in observability mode (the mode deploy/envoy/envoy.yaml sets): the stream's
+// messages (see jsonResponse) go out back to back and nothing is answered. It returns
+// when the enforcer has ended the stream, with an error if it answered anything.
+func (c *H2Client) ReportJSONResponse(ctx context.Context, requestID string, inTok, outTok int) error {
+	var msgs [][]byte
+	for _, req := range jsonResponse(requestID, inTok, outTok, true) {
+		msg, err := c.message(req)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, msg)
+	}
+	call, err := c.call(ctx, processPath, msgs...)
+	if err != nil {
+		return err
+	}
+	return c.answer(call, nil)
+}
+
+// message frames m as one gRPC message: a zero byte (not compressed), its length, its
+// bytes.
+func (c *H2Client) message(m any) ([]byte, error) {
+	payload, err := c.codec.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
@@ -201,13 +262,19 @@ func (c *H2Client) Check(ctx context.Context, in *authv3.CheckRequest, _ ...grpc
 		msg = append(msg, b.ReadOnlyData()...)
 	}
 	if len(msg) > maxDataFrame {
-		return nil, fmt.Errorf("loadgen: request of %d bytes does not fit one DATA frame", len(msg))
+		return nil, fmt.Errorf("loadgen: message of %d bytes does not fit one DATA frame", len(msg))
 	}
+	return msg, nil
+}
+
+// call sends msgs on a new stream to path, ends the stream's side, and waits for the
+// stream to end or ctx to be done.
+func (c *H2Client) call(ctx context.Context, path string, msgs ...[]byte) (*h2Call, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
 	call := &h2Call{done: make(chan struct{})}
-	id, err := c.send(call, msg)
+	id, err := c.send(call, path, msgs)
 	if err != nil {
 		return nil, err
 	}
@@ -220,14 +287,19 @@ func (c *H2Client) Check(ctx context.Context, in *authv3.CheckRequest, _ ...grpc
 		}
 		<-call.done // it completed meanwhile
 	}
-	return c.answer(call)
+	return call, nil
 }
 
-// send registers call under a new stream id and writes its frames.
-func (c *H2Client) send(call *h2Call, msg []byte) (uint32, error) {
+// send registers call under a new stream id and writes its frames: HEADERS, then a DATA
+// frame per message, the last one ending the stream.
+func (c *H2Client) send(call *h2Call, path string, msgs [][]byte) (uint32, error) {
+	size := 0
+	for _, m := range msgs {
+		size += len(m)
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	for c.sendWindow < int64(len(msg)) && c.failed() == nil {
+	for c.sendWindow < int64(size) && c.failed() == nil {
 		// What is buffered goes now: the window opens only when the server has read it.
 		if err := c.bw.Flush(); err != nil {
 			go c.fail(err) // fail takes wmu
@@ -245,15 +317,17 @@ func (c *H2Client) send(call *h2Call, msg []byte) (uint32, error) {
 	c.mu.Unlock()
 	c.hbuf.Reset()
 	for _, f := range [...]hpack.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
-		{Name: ":path", Value: checkPath}, {Name: ":authority", Value: c.authority},
+		{Name: ":path", Value: path}, {Name: ":authority", Value: c.authority},
 		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}} {
 		_ = c.henc.WriteField(f) // writes to a bytes.Buffer: cannot fail
 	}
 	err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true})
-	if err == nil {
-		err = c.fr.WriteData(id, true, msg)
-		c.sendWindow -= int64(len(msg))
+	for i, m := range msgs {
+		if err == nil {
+			err = c.fr.WriteData(id, i == len(msgs)-1, m)
+		}
 	}
+	c.sendWindow -= int64(size)
 	if err != nil {
 		go c.fail(err)
 		return 0, err
@@ -408,27 +482,33 @@ func (c *H2Client) readLoop() {
 	}
 }
 
-// answer turns a completed call into the response or the call's error.
-func (c *H2Client) answer(call *h2Call) (*authv3.CheckResponse, error) {
+// answer checks a completed call's status and decodes its one message into resp; with
+// a nil resp the call must have answered no message at all.
+func (c *H2Client) answer(call *h2Call, resp proto.Message) error {
 	if call.err != nil {
-		return nil, call.err
+		return call.err
 	}
 	if call.httpStatus != "200" {
-		return nil, status.Errorf(codes.Unavailable, "HTTP status %q", call.httpStatus)
+		return status.Errorf(codes.Unavailable, "HTTP status %q", call.httpStatus)
 	}
 	if call.grpcStatus != "0" {
 		n, err := strconv.Atoi(call.grpcStatus)
 		if err != nil {
-			return nil, status.Errorf(codes.Internal, "grpc-status %q", call.grpcStatus)
+			return status.Errorf(codes.Internal, "grpc-status %q", call.grpcStatus)
 		}
-		return nil, status.Error(codes.Code(n), call.grpcMessage)
+		return status.Error(codes.Code(n), call.grpcMessage)
+	}
+	if resp == nil {
+		if len(call.data) > 0 {
+			return status.Errorf(codes.Internal, "%d bytes of answer where none was expected", len(call.data))
+		}
+		return nil
 	}
 	if len(call.data) < 5 || call.data[0] != 0 || int(binary.BigEndian.Uint32(call.data[1:5])) != len(call.data)-5 {
-		return nil, status.Errorf(codes.Internal, "malformed gRPC message of %d bytes", len(call.data))
+		return status.Errorf(codes.Internal, "malformed gRPC message of %d bytes", len(call.data))
 	}
-	resp := &authv3.CheckResponse{}
 	if err := c.codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(call.data[5:])}, resp); err != nil {
-		return nil, status.Errorf(codes.Internal, "decode the response: %v", err)
+		return status.Errorf(codes.Internal, "decode the response: %v", err)
 	}
-	return resp, nil
+	return nil
 }

@@ -175,26 +175,28 @@ func Run(ctx context.Context, c authv3.AuthorizationClient, o Options) Result {
 
 // ReportJSONResponse plays one complete, non-streamed OpenAI response through ext_proc
 // for an admitted request, as Envoy would after the upstream answered, and returns when
-// the enforcer has ended the stream. A gRPC client stream holds a goroutine and its
-// buffers until its status is read or its context is done; before this waited for the
-// end, a load run kept one per report (34,000 after a 30,000-check run), and the
-// growing heap's collections stalled the whole process.
-func ReportJSONResponse(ctx context.Context, c extprocv3.ExternalProcessorClient, requestID string, inTok, outTok int) error {
+// the enforcer has ended the stream. With observability set it plays Envoy 1.31+ in
+// observability mode, as deploy/envoy/envoy.yaml configures it: every message says so
+// and nothing is answered, so the messages go out back to back. Without it, it plays an
+// older Envoy, which waits for the answer to each message.
+//
+// A gRPC client stream holds a goroutine and its buffers until its status is read or
+// its context is done; before this waited for the end, a load run kept one per report
+// (34,000 after a 30,000-check run), and the growing heap's collections stalled the
+// whole process.
+func ReportJSONResponse(ctx context.Context, c extprocv3.ExternalProcessorClient, requestID string, inTok, outTok int, observability bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st, err := c.Process(ctx)
 	if err != nil {
 		return err
 	}
-	body := fmt.Sprintf(`{"id":"x","object":"chat.completion","model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, inTok, outTok)
-	hv := func(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, RawValue: []byte(v)} }
-	for _, req := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{hv("x-service-request-id", requestID)}}}}},
-		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{hv(":status", "200"), hv("content-type", "application/json")}}}}},
-		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
-	} {
+	for _, req := range jsonResponse(requestID, inTok, outTok, observability) {
 		if err := st.Send(req); err != nil {
 			return err
+		}
+		if observability {
+			continue
 		}
 		if _, err := st.Recv(); err != nil {
 			return err
@@ -203,10 +205,26 @@ func ReportJSONResponse(ctx context.Context, c extprocv3.ExternalProcessorClient
 	if err := st.CloseSend(); err != nil {
 		return err
 	}
-	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("ext_proc stream did not end cleanly: %v", err)
+	if resp, err := st.Recv(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("ext_proc stream did not end cleanly: %v %v", resp, err)
 	}
 	return nil
+}
+
+// jsonResponse is what Envoy sends on the ext_proc stream of an admitted request that
+// got a complete, non-streamed OpenAI answer: the request's headers (with the id the
+// gate added), the response's headers, and its body with the usage.
+func jsonResponse(requestID string, inTok, outTok int, observability bool) []*extprocv3.ProcessingRequest {
+	body := fmt.Sprintf(`{"id":"x","object":"chat.completion","model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, inTok, outTok)
+	hv := func(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, RawValue: []byte(v)} }
+	return []*extprocv3.ProcessingRequest{
+		{ObservabilityMode: observability, Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{hv("x-service-request-id", requestID)}}}}},
+		{ObservabilityMode: observability, Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{hv(":status", "200"), hv("content-type", "application/json")}}}}},
+		{ObservabilityMode: observability, Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+			Body: []byte(body), EndOfStream: true}}},
+	}
 }
 
 // RoundRobin spreads calls over several connections (one HTTP/2 connection serialises

@@ -7,12 +7,14 @@
 //
 // The second form is an open-loop run at a fixed rate (see loadgen.Options.Rate), with
 // the generator's lean HTTP/2 client (loadgen.DialH2), which costs the machine less CPU
-// per call than grpc-go's (-report sends ext_proc streams over grpc-go either way). On a
-// machine shared with the enforcer, one P (GOMAXPROCS=1) keeps the generator from
-// spinning (docs/enforcer.md, Speed).
+// per call than grpc-go's. On a machine shared with the enforcer, one P (GOMAXPROCS=1)
+// keeps the generator from spinning (docs/enforcer.md, Speed).
 // With -report, every admitted check is followed by its response through ext_proc (a
 // small JSON body with usage), so settlements flow too; that time is not counted as
-// check latency. Several -key flags spread the load over members.
+// check latency. By default the stream is played as Envoy plays it in observability mode
+// (deploy/envoy/envoy.yaml), over the h2 client when -client h2; -observability=false
+// plays an Envoy that waits for an answer to each message, over grpc-go. Several -key
+// flags spread the load over members.
 package main
 
 import (
@@ -43,6 +45,7 @@ func main() {
 	dur := flag.Duration("d", 10*time.Second, "duration")
 	conns := flag.Int("conns", 4, "gRPC connections (Envoy opens several)")
 	report := flag.Bool("report", false, "report every admitted response through ext_proc")
+	observability := flag.Bool("observability", true, "with -report: play Envoy's ext_proc observability mode, as deploy/envoy/envoy.yaml configures it (false: wait for an answer to each message)")
 	rate := flag.Float64("rate", 0, "calls per second (0: as fast as the concurrency allows)")
 	clientKind := flag.String("client", "grpc", "grpc (grpc-go) or h2 (the generator's own HTTP/2 client)")
 	flag.Parse()
@@ -57,7 +60,8 @@ func main() {
 	}
 	defer closeAll()
 	var procs []extprocv3.ExternalProcessorClient
-	if *report { // ext_proc streams on connections of their own, as Envoy's are
+	h2, _ := authz.(*loadgen.H2Clients)
+	if *report && (h2 == nil || !*observability) { // ext_proc streams on connections of their own, as Envoy's are
 		_, ccs, err := loadgen.Dial(*addr, *conns)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "checkload:", err)
@@ -78,7 +82,10 @@ func main() {
 	if *report {
 		var n atomic.Int64
 		o.AfterAdmit = func(ctx context.Context, id string) error {
-			return loadgen.ReportJSONResponse(ctx, procs[n.Add(1)%int64(len(procs))], id, 100, 20)
+			if procs == nil { // the h2 client plays the observability mode itself
+				return h2.ReportJSONResponse(ctx, id, 100, 20)
+			}
+			return loadgen.ReportJSONResponse(ctx, procs[n.Add(1)%int64(len(procs))], id, 100, 20, *observability)
 		}
 	}
 	r := loadgen.Run(context.Background(), authz, o)
