@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -36,6 +37,14 @@ import (
 // the benchmark waits until every admitted request is settled (pending back to zero)
 // and fails if that does not happen.
 func BenchmarkFullStack(b *testing.B) {
+	// Both programs run with the Go runtime settings the Helm chart gives them
+	// (controlplane.goRuntime and enforcer.goRuntime: GOGC 400, and memory limits of
+	// 400 and 200 MiB, so 600 MiB for the process they share here); with GOGC set in the
+	// environment, with that instead, to compare.
+	if os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(400))
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(600 << 20))
+	}
 	s := startStack(b)
 	o := s.setUpOrg(b)
 	s.must(b, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/archive", o.owner.token, o.id,

@@ -33,6 +33,7 @@ func TestValuesRejected(t *testing.T) {
 		{"bad log format", append(ok, "--set", "log.format=xml"), "/log/format"},
 		{"bad GOGC", append(ok, "--set-string", "enforcer.goRuntime.gogc=lots"), "/enforcer/goRuntime/gogc"},
 		{"bad GOMEMLIMIT", append(ok, "--set-string", "enforcer.goRuntime.memoryLimit=200M"), "/enforcer/goRuntime/memoryLimit"},
+		{"bad control plane GOMEMLIMIT", append(ok, "--set-string", "controlplane.goRuntime.memoryLimit=1G"), "/controlplane/goRuntime/memoryLimit"},
 		{"bad admin email", append(ok, "--set", "controlplane.platformAdminEmails={root}"), "/controlplane/platformAdminEmails/0"},
 		{"bad pdb budget", append(ok, "--set", "enforcer.pdb.maxUnavailable=half"), "/enforcer/pdb/maxUnavailable"},
 		{"hpa without a target", append(ok, "--set", "enforcer.autoscaling.enabled=true", "--set-string", "enforcer.autoscaling.targetCPUUtilizationPercentage="), "/enforcer/autoscaling"},

@@ -185,6 +185,18 @@ topologySpreadConstraints:
 {{- end }}
 {{- end -}}
 
+{{/* GOGC and GOMEMLIMIT of a program, each only when set: (.Values.x.goRuntime). */}}
+{{- define "tollgate.goRuntimeEnv" -}}
+{{- with .gogc }}
+- name: GOGC
+  value: {{ . | quote }}
+{{- end }}
+{{- with .memoryLimit }}
+- name: GOMEMLIMIT
+  value: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
 {{/* PodDisruptionBudget spec fields: (dict "pdb" .Values.x.pdb). */}}
 {{- define "tollgate.pdbBudget" -}}
 {{- if ne (toString .pdb.minAvailable) "" }}
@@ -229,14 +241,7 @@ env:
     value: {{ default (printf "%s.%s.svc:%v" (include "tollgate.controlplane.fullname" $root) $root.Release.Namespace $root.Values.controlplane.ports.grpc) $e.controlplaneAddress | quote }}
   - name: TOLLGATE_FAILURE_MODE
     value: {{ $e.failureMode | quote }}
-  {{- with $e.goRuntime.gogc }}
-  - name: GOGC
-    value: {{ . | quote }}
-  {{- end }}
-  {{- with $e.goRuntime.memoryLimit }}
-  - name: GOMEMLIMIT
-    value: {{ . | quote }}
-  {{- end }}
+  {{- with include "tollgate.goRuntimeEnv" $e.goRuntime | trim }}{{ . | nindent 2 }}{{ end }}
   {{- include "tollgate.logEnv" $root | nindent 2 }}
   {{- include "tollgate.redisEnv" $root | nindent 2 }}
   {{- include "tollgate.secretEnv" (dict "ctx" $root "ref" $root.Values.secrets.internalToken "what" "secrets.internalToken" "env" "TOLLGATE_INTERNAL_TOKEN") | nindent 2 }}
