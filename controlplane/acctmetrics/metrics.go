@@ -19,6 +19,11 @@ type Metrics struct {
 	Starts *prometheus.CounterVec
 	// BatchSize observes the items per committed batch, by kind (start, settle).
 	BatchSize *prometheus.HistogramVec
+	// StartBatches counts start batches by path: fenced (one round trip, on the fences
+	// the ledger remembers), read_first (the fences read before recording: two round
+	// trips), fence_moved (a fenced batch that found a fence other than the remembered
+	// one and ran those starts again the read_first way).
+	StartBatches *prometheus.CounterVec
 	// BatchDuration observes the time from a batch's cut to its commit, by kind.
 	BatchDuration *prometheus.HistogramVec
 	// StoreErrors counts failed database operations by operation.
@@ -46,6 +51,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Write-ahead start items by result."}, []string{"result"}),
 		BatchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tollgate_accounting_batch_size",
 			Help: "Items per group-committed batch.", Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}}, []string{"kind"}),
+		StartBatches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_accounting_start_batches_total",
+			Help: "Start batches by path (fenced, read_first, fence_moved)."}, []string{"path"}),
 		BatchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tollgate_accounting_batch_duration_seconds",
 			Help: "Time from cutting a batch to its commit.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"kind"}),
 		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_store_errors_total",
@@ -60,7 +67,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_accounting_pending_starts",
 		Help: "Durable starts not yet settled, across all members (refreshed periodically)."},
 		func() float64 { return float64(m.pending.Load()) })
-	reg.MustRegister(m.Settlements, m.Starts, m.BatchSize, m.BatchDuration, m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, pending)
+	reg.MustRegister(m.Settlements, m.Starts, m.StartBatches, m.BatchSize, m.BatchDuration, m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, pending)
 	return m
 }
 

@@ -178,9 +178,10 @@ type batchKind[I comparable, R any] struct {
 	name string // "start" or "settle": transaction and metric label
 	// write is one attempt at the batch inside its transaction; it may run more than once.
 	// It sends its reads through tx and returns its writes queued in a batch, which is
-	// sent with the COMMIT; versions (the mirror versions the writes bump) are filled in
-	// once that batch has run.
-	write func(ctx context.Context, tx *store.PipelinedTx, jobs []*job[I, R], now time.Time) (results map[I]R, versions map[string]int64, writes *pgx.Batch, err error)
+	// sent with the COMMIT.
+	write func(ctx context.Context, tx *store.PipelinedTx, jobs []*job[I, R], now time.Time) (attempt[I, R], error)
+	// again is the kind that runs the items an attempt's complete handed back.
+	again *batchKind[I, R]
 	// waitMirror: answer only after the Redis records are written.
 	waitMirror bool
 	// refused answers an item the database refused on its own (a constraint, an overflow).
@@ -191,20 +192,32 @@ type batchKind[I comparable, R any] struct {
 	answered func(R)
 }
 
+// attempt is what one write of a batch produced.
+type attempt[I comparable, R any] struct {
+	// results answer the items (once complete has run, when it is set).
+	results map[I]R
+	// versions are the mirror versions the writes bump, filled in once writes has run.
+	versions map[string]int64
+	// writes are sent with the COMMIT.
+	writes *pgx.Batch
+	// complete, when set, fills in results after the commit from what writes read (a
+	// batch whose reads ride with its COMMIT), and returns the items it could not
+	// answer, which the kind's again runs in a transaction of their own.
+	complete func() []I
+}
+
 // commitBatch commits jobs in one transaction and answers each. When the database refuses
 // the batch, it commits each item on its own to find the culprit, so the other items are
 // not refused with it; other failures answer every item unavailable.
 func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKind[I, R], jobs []*job[I, R]) {
 	began := time.Now()
 	now := l.clock.Now()
-	var results map[I]R
-	var versions map[string]int64
+	var a attempt[I, R]
 	err := l.inTx(ctx, k.name, func() error {
 		return l.store.InPipelinedTx(ctx, func(tx *store.PipelinedTx) (*pgx.Batch, error) {
-			var writes *pgx.Batch
 			var err error
-			results, versions, writes, err = k.write(ctx, tx, jobs, now)
-			return writes, err
+			a, err = k.write(ctx, tx, jobs, now)
+			return a.writes, err
 		})
 	})
 	l.metrics.BatchDuration.WithLabelValues(k.name).Observe(time.Since(began).Seconds())
@@ -229,11 +242,35 @@ func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKin
 		}
 		return
 	}
-	l.afterCommit(ctx, versions, k.waitMirror, func() {
+	if a.complete != nil {
+		if again := a.complete(); len(again) > 0 {
+			jobs = runAgain(ctx, l, k, jobs, again)
+		}
+	}
+	l.afterCommit(ctx, a.versions, k.waitMirror, func() {
 		for _, j := range jobs {
-			r := results[j.item]
+			r := a.results[j.item]
 			k.answered(r)
 			j.finish(r, nil)
 		}
 	})
+}
+
+// runAgain commits the jobs of the items again (k.again answers them) and returns the
+// other jobs, which are still to be answered.
+func runAgain[I comparable, R any](ctx context.Context, l *Ledger, k batchKind[I, R], jobs []*job[I, R], items []I) []*job[I, R] {
+	redo := make(map[I]bool, len(items))
+	for _, it := range items {
+		redo[it] = true
+	}
+	var again, rest []*job[I, R]
+	for _, j := range jobs {
+		if redo[j.item] {
+			again = append(again, j)
+		} else {
+			rest = append(rest, j)
+		}
+	}
+	commitBatch(ctx, l, *k.again, again)
+	return rest
 }

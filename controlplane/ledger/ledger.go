@@ -60,6 +60,8 @@ type Ledger struct {
 	mirror  Mirror
 	starts  *batcher[*startJob, *internalv1.StartResult]
 	settles *batcher[*settleJob, *internalv1.SettleResult]
+	// fences lets start batches of known members commit in one round trip.
+	fences fenceCache
 	// refreshes bounds the mirror refreshes running after commits; when it is full the
 	// lanes wait, so a slow Redis slows intake instead of piling up goroutines.
 	refreshes chan struct{}

@@ -211,7 +211,8 @@ var settleOutcomes = map[accounting.Outcome]internalv1.SettleOutcome{
 // settleBatch is one attempt at a batch inside its transaction. Items are decided in
 // batch order against state that each decision updates, so two settlements of one
 // request in the same batch behave exactly as if they had come one after the other.
-func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settleJob, *internalv1.SettleResult], now time.Time) (map[*settleJob]*internalv1.SettleResult, map[string]int64, *pgx.Batch, error) {
+func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settleJob, *internalv1.SettleResult], now time.Time) (attempt[*settleJob, *internalv1.SettleResult], error) {
+	var none attempt[*settleJob, *internalv1.SettleResult]
 	var ids []string
 	var events []store.SettleEvent
 	seen := map[string]bool{}
@@ -227,7 +228,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 	}
 	read, err := store.ReadSettleStarts(ctx, tx, ids, events, now)
 	if err != nil {
-		return nil, nil, nil, err
+		return none, err
 	}
 	var createTracking, members, receiptIDs []string
 	var prices []store.PriceKey
@@ -246,7 +247,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 	}
 	state, err := store.ReadSettleState(ctx, tx, createTracking, members, receiptIDs, prices, now)
 	if err != nil {
-		return nil, nil, nil, err
+		return none, err
 	}
 
 	s := &settlement{now: now, w: store.SettleWrites{CloseState: "settled"}, buckets: map[string]*store.BucketDelta{},
@@ -330,7 +331,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 		if prev == nil && st.State == "recovered" {
 			// A recovered start always has its receipt; reaching here means the rows
 			// disagree, and charging would double count.
-			return nil, nil, nil, fmt.Errorf("recovered start %s has no receipt", id)
+			return none, fmt.Errorf("recovered start %s has no receipt", id)
 		}
 		closePending := prev == nil && st.State == "pending"
 		receipts[id] = s.charge(st, prev, d, rw, closePending)
@@ -340,7 +341,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 		}
 	}
 	if s.err != nil {
-		return nil, nil, nil, s.err
+		return none, s.err
 	}
 	// An event created for a settlement that was then refused (its cost could not be
 	// computed) must not stay behind without a receipt.
@@ -352,7 +353,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 	s.finish()
 	writes := &pgx.Batch{}
 	versions := store.QueueSettlementWrites(writes, s.w, now)
-	return results, versions, writes, nil
+	return attempt[*settleJob, *internalv1.SettleResult]{results: results, versions: versions, writes: writes}, nil
 }
 
 func (s *settlement) quarantine(it *internalv1.SettleItem, reason string) {

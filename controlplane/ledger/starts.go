@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,9 +81,26 @@ func validateStart(it *internalv1.StartItem, now time.Time) (*startJob, error) {
 
 // runStarts commits one batch of starts.
 func (l *Ledger) runStarts(ctx context.Context, jobs []*job[*startJob, *internalv1.StartResult]) {
-	commitBatch(ctx, l, batchKind[*startJob, *internalv1.StartResult]{
-		name:  "start",
-		write: startBatch,
+	commitBatch(ctx, l, l.startKind(true), jobs)
+}
+
+// startKind is how starts are committed; fast lets a batch whose members' fences are
+// known take one round trip (fencedStarts). Its items that find a fence other than the
+// one expected run again without it.
+func (l *Ledger) startKind(fast bool) batchKind[*startJob, *internalv1.StartResult] {
+	k := batchKind[*startJob, *internalv1.StartResult]{
+		name: "start",
+		write: func(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*startJob, *internalv1.StartResult], now time.Time) (attempt[*startJob, *internalv1.StartResult], error) {
+			first, rows := uniqueStarts(jobs)
+			if fast {
+				if known, ok := l.fences.all(rows); ok {
+					l.metrics.StartBatches.WithLabelValues("fenced").Inc()
+					return l.fencedStarts(jobs, first, rows, known, now), nil
+				}
+			}
+			l.metrics.StartBatches.WithLabelValues("read_first").Inc()
+			return l.startBatch(ctx, tx, jobs, first, rows, now)
+		},
 		refused: func(j *startJob, pgErr *pgconn.PgError) *internalv1.StartResult {
 			l.metrics.Starts.WithLabelValues("error").Inc()
 			return &internalv1.StartResult{RequestId: j.in.GetRequestId(), Outcome: internalv1.StartOutcome_START_OUTCOME_INVALID,
@@ -92,12 +110,17 @@ func (l *Ledger) runStarts(ctx context.Context, jobs []*job[*startJob, *internal
 		answered: func(r *internalv1.StartResult) {
 			l.metrics.Starts.WithLabelValues(startResultLabel[r.GetOutcome()]).Inc()
 		},
-	}, jobs)
+	}
+	if fast {
+		slow := l.startKind(false)
+		k.again = &slow
+	}
+	return k
 }
 
-// startBatch is one attempt at a batch inside its transaction. It may run more than
-// once (retries), so it keeps no state outside its results.
-func startBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*startJob, *internalv1.StartResult], now time.Time) (map[*startJob]*internalv1.StartResult, map[string]int64, *pgx.Batch, error) {
+// uniqueStarts returns the first job of each request id in the batch (later copies are
+// duplicates of it) and the rows to record.
+func uniqueStarts(jobs []*job[*startJob, *internalv1.StartResult]) (map[string]*startJob, []store.StartInsert) {
 	first := map[string]*startJob{}
 	var rows []store.StartInsert
 	for _, j := range jobs {
@@ -109,10 +132,19 @@ func startBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*startJo
 		rows = append(rows, store.StartInsert{RequestID: id, OrganizationID: j.item.in.GetOrganizationId(), MemberID: j.item.in.GetMemberId(),
 			TrackingVersion: j.item.snap.TrackingVersion, AdmittedAt: j.item.snap.AdmittedAt(), Snapshot: j.item.json})
 	}
+	return first, rows
+}
+
+// startBatch is one attempt at a batch inside its transaction, in two round trips
+// (store.ReadStartBatch, then its refusals and the COMMIT). It may run more than once
+// (retries), so it keeps no state outside its results.
+func (l *Ledger) startBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*startJob, *internalv1.StartResult],
+	first map[string]*startJob, rows []store.StartInsert, now time.Time) (attempt[*startJob, *internalv1.StartResult], error) {
 	read, err := store.ReadStartBatch(ctx, tx, rows, now)
 	if err != nil {
-		return nil, nil, nil, err
+		return attempt[*startJob, *internalv1.StartResult]{}, err
 	}
+	l.fences.remember(read.Tracking)
 	results := map[string]*internalv1.StartResult{}
 	var w store.StartBatchWrite
 	for id, sj := range first {
@@ -123,25 +155,13 @@ func startBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*startJo
 		case read.Inserted[id]:
 			tr := read.Tracking[member]
 			r.TrackingVersion = tr.Version
-			switch accounting.Admit(tr.CaptureEnabled, tr.Version, sj.snap.TrackingVersion) {
-			case accounting.Admitted:
-				r.Outcome = internalv1.StartOutcome_START_OUTCOME_RECORDED
-			case accounting.CaptureSuspended:
-				r.Outcome, r.Message = internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED, "capture_suspended: usage capture is suspended for this member"
-				w.Refused = append(w.Refused, id)
-			case accounting.EpochChanged:
-				r.Outcome = internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED
-				r.Message = fmt.Sprintf("capture_epoch_changed: admitted under tracking version %d, the member is at %d", sj.snap.TrackingVersion, tr.Version)
+			if fenceAnswer(r, accounting.Admit(tr.CaptureEnabled, tr.Version, sj.snap.TrackingVersion), sj, tr) {
 				w.Refused = append(w.Refused, id)
 			}
 		case read.Existing[id] != "":
-			r.Outcome = internalv1.StartOutcome_START_OUTCOME_DUPLICATE
-			if read.Existing[id] != member {
-				r.Outcome, r.Message = internalv1.StartOutcome_START_OUTCOME_INVALID, "request_id is already recorded for another member"
-			}
-			r.TrackingVersion = read.Tracking[member].Version
+			duplicateAnswer(r, read.Existing[id], member, read.Tracking[member])
 		default:
-			r.Outcome, r.Message = internalv1.StartOutcome_START_OUTCOME_INVALID, "member_id is not an active member of organization_id"
+			r.Outcome, r.Message = internalv1.StartOutcome_START_OUTCOME_INVALID, notAMember
 		}
 	}
 	for m := range read.CreatedTracking {
@@ -149,15 +169,108 @@ func startBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*startJo
 	}
 	writes := &pgx.Batch{}
 	versions := store.QueueStartBatchWrite(writes, w, now)
-	// Later copies of a request id in the same batch are duplicates of the first.
-	perJob := make(map[*startJob]*internalv1.StartResult, len(jobs))
+	return attempt[*startJob, *internalv1.StartResult]{results: perJob(jobs, first, results), versions: versions, writes: writes}, nil
+}
+
+// fencedStarts is a batch in one round trip (store.QueueFencedStarts), for members
+// whose fences the ledger has seen: it records the starts that the known fence admits,
+// provided the fence is still that one, and answers every start once the batch has
+// committed. A start whose member's fence moved meanwhile is handed back, to run again
+// through startBatch.
+func (l *Ledger) fencedStarts(jobs []*job[*startJob, *internalv1.StartResult], first map[string]*startJob,
+	rows []store.StartInsert, known map[string]store.TrackingState, now time.Time) attempt[*startJob, *internalv1.StartResult] {
+	expect := map[string]int64{}
+	var record []store.StartInsert
+	var ids, members []string
+	for _, row := range rows {
+		ids, members = append(ids, row.RequestID), append(members, row.MemberID)
+		f := known[row.MemberID]
+		if accounting.Admit(f.CaptureEnabled, f.Version, row.TrackingVersion) == accounting.Admitted {
+			record = append(record, row)
+			expect[row.MemberID] = f.Version
+		}
+	}
+	writes := &pgx.Batch{}
+	read := store.QueueFencedStarts(writes, record, expect, ids, members, now)
+	// complete fills in the map the attempt returns (the attempt is returned by value).
+	a := attempt[*startJob, *internalv1.StartResult]{writes: writes, results: make(map[*startJob]*internalv1.StartResult, len(jobs))}
+	a.complete = func() []*startJob {
+		l.fences.remember(read.Tracking)
+		results := map[string]*internalv1.StartResult{}
+		var again []*startJob
+		for id, sj := range first {
+			member := sj.in.GetMemberId()
+			tr, locked := read.Tracking[member]
+			r := &internalv1.StartResult{RequestId: id}
+			switch {
+			case read.Inserted[id]:
+				r.Outcome, r.TrackingVersion = internalv1.StartOutcome_START_OUTCOME_RECORDED, tr.Version
+			case read.Existing[id] != "":
+				duplicateAnswer(r, read.Existing[id], member, tr)
+			case !locked || tr != known[member]:
+				// The fence moved (or the row is gone) since the ledger saw it.
+				for _, j := range jobs {
+					if j.item.in.GetRequestId() == id {
+						again = append(again, j.item)
+					}
+				}
+				continue
+			case fenceAnswer(r, accounting.Admit(tr.CaptureEnabled, tr.Version, sj.snap.TrackingVersion), sj, tr):
+				r.TrackingVersion = tr.Version
+			default:
+				// The fence admits it, yet it was not recorded: the member check refused it.
+				r.Outcome, r.Message = internalv1.StartOutcome_START_OUTCOME_INVALID, notAMember
+			}
+			results[id] = r
+		}
+		maps.Copy(a.results, perJob(jobs, first, results))
+		if len(again) > 0 {
+			l.metrics.StartBatches.WithLabelValues("fence_moved").Inc()
+		}
+		return again
+	}
+	return a
+}
+
+const notAMember = "member_id is not an active member of organization_id"
+
+// fenceAnswer sets r to the fence's verdict on a start and tells whether it refused it.
+func fenceAnswer(r *internalv1.StartResult, verdict accounting.Admission, sj *startJob, tr store.TrackingState) (refused bool) {
+	switch verdict {
+	case accounting.CaptureSuspended:
+		r.Outcome, r.Message = internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED, "capture_suspended: usage capture is suspended for this member"
+		return true
+	case accounting.EpochChanged:
+		r.Outcome = internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED
+		r.Message = fmt.Sprintf("capture_epoch_changed: admitted under tracking version %d, the member is at %d", sj.snap.TrackingVersion, tr.Version)
+		return true
+	}
+	r.Outcome = internalv1.StartOutcome_START_OUTCOME_RECORDED
+	return false
+}
+
+// duplicateAnswer answers a start whose request id was recorded before, for owner.
+func duplicateAnswer(r *internalv1.StartResult, owner, member string, tr store.TrackingState) {
+	r.Outcome, r.TrackingVersion = internalv1.StartOutcome_START_OUTCOME_DUPLICATE, tr.Version
+	if owner != member {
+		r.Outcome, r.Message = internalv1.StartOutcome_START_OUTCOME_INVALID, "request_id is already recorded for another member"
+	}
+}
+
+// perJob answers every job from the results by request id; later copies of a request
+// id in the same batch are duplicates of the first.
+func perJob(jobs []*job[*startJob, *internalv1.StartResult], first map[string]*startJob, results map[string]*internalv1.StartResult) map[*startJob]*internalv1.StartResult {
+	out := make(map[*startJob]*internalv1.StartResult, len(jobs))
 	for _, j := range jobs {
 		r := results[j.item.in.GetRequestId()]
+		if r == nil {
+			continue // handed back to run again
+		}
 		if first[j.item.in.GetRequestId()] != j.item && r.Outcome == internalv1.StartOutcome_START_OUTCOME_RECORDED {
 			r = &internalv1.StartResult{RequestId: r.RequestId, Outcome: internalv1.StartOutcome_START_OUTCOME_DUPLICATE,
 				TrackingVersion: r.TrackingVersion}
 		}
-		perJob[j.item] = r
+		out[j.item] = r
 	}
-	return perJob, versions, writes, nil
+	return out
 }

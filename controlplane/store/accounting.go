@@ -78,8 +78,9 @@ func sortedUnique(ids []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(ids)))
 }
 
-// ReadStartBatch is phase one of a start batch, in one round trip (two when a member is
-// new to accounting): record the starts (pending, counted) whose member is an active
+// ReadStartBatch is phase one of a start batch whose members' fences the ledger does not
+// know (QueueFencedStarts is the one-round-trip form for the others), in one round trip
+// (two when a member is new to accounting): record the starts (pending, counted) whose member is an active
 // member of the claimed organization, skipping request ids that already exist; read
 // which of the request ids existed before; lock every member's tracking row against
 // fence changes (lockForStart); and create the tracking row (capture on, version 1) of
@@ -150,6 +151,63 @@ func ReadStartBatch(ctx context.Context, tx BatchSender, rows []StartInsert, now
 		})
 	queueLockTracking(b, missing, lockForStart, out.Tracking)
 	return out, tx.SendBatch(ctx, b).Close()
+}
+
+// QueueFencedStarts queues a whole start batch into b, the batch that carries the
+// COMMIT, so that it takes one round trip where ReadStartBatch and its phase two take
+// two. It is for members whose tracking rows the caller has seen before: it locks every
+// member's row (lockForStart, by member id), records the starts of rows whose member's
+// row still holds the fence the caller expects for it (expect: member -> tracking
+// version, with capture on; rows of other members are not recorded), and reads which
+// request ids existed. It creates no tracking row and refuses nothing: a start whose
+// fence was not as expected is simply not recorded, and the caller, reading the locked
+// rows once b has run, answers it or runs it again through ReadStartBatch.
+//
+// The locks come before the inserts here, against the order every other writer follows
+// (starts, then tracking rows): the fence must not move between the insert's look at the
+// row and the lock. This cannot deadlock. A KEY SHARE lock conflicts only with FOR UPDATE
+// (fence changes and recoveries), and while holding it this transaction waits only for
+// another transaction inserting the same request id (a settlement creating its event),
+// which takes no FOR UPDATE on tracking rows; a deadlock would be retried in any case.
+func QueueFencedStarts(b *pgx.Batch, record []StartInsert, expect map[string]int64, allIDs, members []string, now time.Time) *StartBatchRead {
+	out := &StartBatchRead{Inserted: map[string]bool{}, Existing: map[string]string{}, CreatedTracking: map[string]bool{},
+		Tracking: map[string]TrackingState{}}
+	queueLockTracking(b, sortedUnique(members), lockForStart, out.Tracking)
+	if len(record) > 0 {
+		ids, orgs, rowMembers, versions, admitted, snaps := startColumns(record)
+		fences := make([]int64, len(rowMembers))
+		for i, m := range rowMembers {
+			fences[i] = expect[m]
+		}
+		b.Queue(`INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at, snapshot,
+				state, counted, created_at)
+			SELECT x.id, x.org, x.member, x.version, x.admitted, x.snap, 'pending', true, $7
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::jsonb[], $8::bigint[])
+				WITH ORDINALITY AS x(id, org, member, version, admitted, snap, fence, n)
+			WHERE (SELECT m.organization_id FROM members m WHERE m.id = x.member AND m.removed_at IS NULL) = x.org
+				AND EXISTS (SELECT 1 FROM usage_member_tracking t
+					WHERE t.member_id = x.member AND t.tracking_version = x.fence AND t.capture_enabled)
+			ORDER BY x.n
+			ON CONFLICT (request_id) DO NOTHING
+			RETURNING request_id`, ids, orgs, rowMembers, versions, admitted, snaps, now, fences).
+			Query(func(r pgx.Rows) error {
+				var id string
+				_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.Inserted[id] = true; return nil })
+				return err
+			})
+	}
+	b.Queue(`SELECT request_id, member_id FROM usage_request_starts WHERE request_id = ANY($1)`, allIDs).
+		Query(func(r pgx.Rows) error {
+			var id, m string
+			_, err := pgx.ForEachRow(r, []any{&id, &m}, func() error {
+				if !out.Inserted[id] {
+					out.Existing[id] = m
+				}
+				return nil
+			})
+			return err
+		})
+	return out
 }
 
 // trackingLock is how strongly a transaction locks a member's tracking row. The row
