@@ -61,7 +61,8 @@ type Ledger struct {
 	starts  *batcher[*startJob, *internalv1.StartResult]
 	settles *batcher[*settleJob, *internalv1.SettleResult]
 	// fences lets start batches of known members commit in one round trip.
-	fences fenceCache
+	fences     fenceCache
+	startsKind batchKind[*startJob, *internalv1.StartResult]
 	// refreshes bounds the mirror refreshes running after commits; when it is full the
 	// lanes wait, so a slow Redis slows intake instead of piling up goroutines.
 	refreshes chan struct{}
@@ -80,6 +81,7 @@ func New(ctx context.Context, d Deps) *Ledger {
 	}
 	l := &Ledger{store: d.Store, clock: d.Clock, log: d.Log, metrics: d.Metrics, mirror: d.Mirror,
 		refreshes: make(chan struct{}, 64)}
+	l.startsKind = l.startKind(true)
 	c := d.Config
 	l.starts = newBatcher(ctx, c.Lanes, c.MaxBatch, c.MaxDelay, true, l.runStarts,
 		func(n int) { l.metrics.BatchSize.WithLabelValues("start").Observe(float64(n)) })

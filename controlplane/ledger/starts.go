@@ -81,7 +81,7 @@ func validateStart(it *internalv1.StartItem, now time.Time) (*startJob, error) {
 
 // runStarts commits one batch of starts.
 func (l *Ledger) runStarts(ctx context.Context, jobs []*job[*startJob, *internalv1.StartResult]) {
-	commitBatch(ctx, l, l.startKind(true), jobs)
+	commitBatch(ctx, l, l.startsKind, jobs)
 }
 
 // startKind is how starts are committed; fast lets a batch whose members' fences are
