@@ -171,7 +171,11 @@ func New(d Deps) *Enforcer {
 	}
 	cfg, m, log := d.Config, d.Metrics, d.Log
 	e := &Enforcer{cfg: cfg, log: log, reg: d.Registry, rdb: d.Redis, layout: d.Layout, Metrics: m}
-	e.Settle = settleq.New(d.ControlPlane, settleq.Config{Capacity: cfg.SettleCapacity, Workers: d.SettleWorkers}, m, log)
+	linger := cfg.SettleLinger
+	if linger == 0 {
+		linger = -1 // settleq: a zero field takes the default; negative sends at once
+	}
+	e.Settle = settleq.New(d.ControlPlane, settleq.Config{Capacity: cfg.SettleCapacity, Workers: d.SettleWorkers, Linger: linger}, m, log)
 	e.Tracker = inflight.New(e.Settle, d.Clock, m, log)
 	e.Starts = startq.New(d.ControlPlane, e.Settle, startq.Config{Capacity: cfg.StartCapacity, PerMember: cfg.StartPerMember,
 		Deadline: cfg.StartDeadline, Workers: d.StartWorkers}, e.Tracker.SettleOrphan, m, log)

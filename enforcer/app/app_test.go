@@ -26,7 +26,8 @@ func envOf(m map[string]string) func(string) string { return func(k string) stri
 
 func TestDefaultConfig(t *testing.T) {
 	c := app.DefaultConfig()
-	if c.GRPCAddr != "127.0.0.1:9001" || c.HTTPAddr != "127.0.0.1:9002" || c.AdminAddr != "127.0.0.1:9091" || c.FailureMode != "closed" || c.Redis.Mode != "single" {
+	if c.GRPCAddr != "127.0.0.1:9001" || c.HTTPAddr != "127.0.0.1:9002" || c.AdminAddr != "127.0.0.1:9091" || c.FailureMode != "closed" || c.Redis.Mode != "single" ||
+		c.SettleLinger != 50*time.Millisecond {
 		t.Fatalf("%+v", c)
 	}
 }
@@ -40,12 +41,14 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_ENFORCER_START_DEADLINE":  "soon",
 		"TOLLGATE_ENFORCER_START_CAPACITY":  "many",
 		"TOLLGATE_ENFORCER_SETTLE_CAPACITY": "10",
+		"TOLLGATE_ENFORCER_SETTLE_LINGER":   "2s",
 	}), app.IO{Stdout: io.Discard, Stderr: io.Discard})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
 	}
 	for _, want := range []string{"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_ADDRS", "TOLLGATE_REDIS_SENTINEL_MASTER", "TOLLGATE_ENFORCER_GRPC_ADDR",
-		"TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_START_DEADLINE", "TOLLGATE_ENFORCER_START_CAPACITY", "TOLLGATE_ENFORCER_SETTLE_CAPACITY"} {
+		"TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_START_DEADLINE", "TOLLGATE_ENFORCER_START_CAPACITY", "TOLLGATE_ENFORCER_SETTLE_CAPACITY",
+		"TOLLGATE_ENFORCER_SETTLE_LINGER"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}
@@ -64,7 +67,7 @@ func TestHelpDocumentsEveryKnob(t *testing.T) {
 	}
 	for _, want := range []string{"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_ADDRS", "TOLLGATE_REDIS_SENTINEL_MASTER",
 		"TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR", "TOLLGATE_CONTROLPLANE_ADDR",
-		"TOLLGATE_INTERNAL_TOKEN", "-failure-mode", "TOLLGATE_FAILURE_MODE"} {
+		"TOLLGATE_INTERNAL_TOKEN", "-failure-mode", "TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_SETTLE_LINGER"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %s", want)
 		}

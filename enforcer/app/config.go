@@ -4,12 +4,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/tollgate-dev/tollgate/pkg/envflag"
-	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 	"io"
 	"net"
 	"strings"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/pkg/envflag"
+	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 )
 
 // Config is every knob of the enforcer. Each field comes from a flag whose default is
@@ -51,6 +53,9 @@ type Config struct {
 	StartDeadline  time.Duration
 	// SettleCapacity bounds queued plus reserved settlements (TOLLGATE_ENFORCER_SETTLE_CAPACITY).
 	SettleCapacity int
+	// SettleLinger is how long a Settle call waits to gather more settlements
+	// (TOLLGATE_ENFORCER_SETTLE_LINGER; settleq.Config.Linger). 0 sends at once.
+	SettleLinger time.Duration
 	// AbandonAfter settles as incomplete an admitted request nobody reported within it
 	// (TOLLGATE_ENFORCER_ABANDON_AFTER). Longer than the longest response you serve.
 	AbandonAfter time.Duration
@@ -108,6 +113,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.IntVar(&c.StartPerMember, "start-per-member", intEnv("TOLLGATE_ENFORCER_START_PER_MEMBER", 256), "most write-ahead starts of one member queued at once (TOLLGATE_ENFORCER_START_PER_MEMBER)")
 	fs.DurationVar(&c.StartDeadline, "start-deadline", durationEnv("TOLLGATE_ENFORCER_START_DEADLINE", 500*time.Millisecond), "longest wait for a durable start; keep it under the proxy's check timeout (TOLLGATE_ENFORCER_START_DEADLINE)")
 	fs.IntVar(&c.SettleCapacity, "settle-capacity", intEnv("TOLLGATE_ENFORCER_SETTLE_CAPACITY", 100_000), "most settlements queued plus reserved (TOLLGATE_ENFORCER_SETTLE_CAPACITY)")
+	fs.DurationVar(&c.SettleLinger, "settle-linger", durationEnv("TOLLGATE_ENFORCER_SETTLE_LINGER", settleq.DefaultConfig.Linger), "how long a settlement call waits to gather more settlements; later spend in the mirror for less control-plane CPU; 0 sends at once (TOLLGATE_ENFORCER_SETTLE_LINGER)")
 	fs.DurationVar(&c.AbandonAfter, "abandon-after", durationEnv("TOLLGATE_ENFORCER_ABANDON_AFTER", 15*time.Minute), "settle as incomplete an admitted request that nobody reported within this (TOLLGATE_ENFORCER_ABANDON_AFTER)")
 	fs.DurationVar(&c.GenerationPoll, "generation-poll", durationEnv("TOLLGATE_ENFORCER_GENERATION_POLL", time.Second), "how often to check the mirror's generation marker (TOLLGATE_ENFORCER_GENERATION_POLL)")
 	fs.DurationVar(&c.SettleWait, "settle-wait", durationEnv("TOLLGATE_ENFORCER_SETTLE_WAIT", 10*time.Second), "how long POST /settle waits for the receipt before answering 202 (TOLLGATE_ENFORCER_SETTLE_WAIT)")
@@ -161,6 +167,7 @@ func (c Config) validate() []string {
 		{"TOLLGATE_ENFORCER_SETTLE_CAPACITY: must be at least the start capacity (every queued start reserves a settlement)", c.SettleCapacity >= c.StartCapacity},
 		{"TOLLGATE_ENFORCER_ABANDON_AFTER: must be at least 1m", c.AbandonAfter >= time.Minute},
 		{"TOLLGATE_ENFORCER_SETTLE_WAIT: must be positive", c.SettleWait > 0},
+		{"TOLLGATE_ENFORCER_SETTLE_LINGER: must be between 0 and 1s", c.SettleLinger >= 0 && c.SettleLinger <= time.Second},
 		{"TOLLGATE_ENFORCER_GENERATION_POLL: must be between 10ms and 1m", c.GenerationPoll >= 10*time.Millisecond && c.GenerationPoll <= time.Minute},
 	}
 	for _, x := range positive {
