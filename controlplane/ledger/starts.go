@@ -197,7 +197,6 @@ func (l *Ledger) fencedStarts(jobs []*job[*startJob, *internalv1.StartResult], f
 	a.complete = func() []*startJob {
 		l.fences.remember(read.Tracking)
 		results := map[string]*internalv1.StartResult{}
-		var again []*startJob
 		for id, sj := range first {
 			member := sj.in.GetMemberId()
 			tr, locked := read.Tracking[member]
@@ -208,12 +207,8 @@ func (l *Ledger) fencedStarts(jobs []*job[*startJob, *internalv1.StartResult], f
 			case read.Existing[id] != "":
 				duplicateAnswer(r, read.Existing[id], member, tr)
 			case !locked || tr != known[member]:
-				// The fence moved (or the row is gone) since the ledger saw it.
-				for _, j := range jobs {
-					if j.item.in.GetRequestId() == id {
-						again = append(again, j.item)
-					}
-				}
+				// The fence moved (or the row is gone) since the ledger saw it: no
+				// answer here, the start runs again.
 				continue
 			case fenceAnswer(r, accounting.Admit(tr.CaptureEnabled, tr.Version, sj.snap.TrackingVersion), sj, tr):
 				r.TrackingVersion = tr.Version
@@ -224,6 +219,12 @@ func (l *Ledger) fencedStarts(jobs []*job[*startJob, *internalv1.StartResult], f
 			results[id] = r
 		}
 		maps.Copy(a.results, perJob(jobs, first, results))
+		var again []*startJob
+		for _, j := range jobs {
+			if a.results[j.item] == nil {
+				again = append(again, j.item)
+			}
+		}
 		if len(again) > 0 {
 			l.metrics.StartBatches.WithLabelValues("fence_moved").Inc()
 		}

@@ -50,6 +50,11 @@ type StartBatchRead struct {
 	Tracking map[string]TrackingState
 }
 
+func newStartBatchRead() *StartBatchRead {
+	return &StartBatchRead{Inserted: map[string]bool{}, Existing: map[string]string{}, CreatedTracking: map[string]bool{},
+		Tracking: map[string]TrackingState{}}
+}
+
 func startColumns(rows []StartInsert) (ids, orgs, members []string, versions []int64, admitted []time.Time, snaps [][]byte) {
 	sorted := slices.Clone(rows)
 	slices.SortFunc(sorted, func(a, b StartInsert) int { return compareStrings(a.RequestID, b.RequestID) })
@@ -88,37 +93,15 @@ func sortedUnique(ids []string) []string {
 // refused afterwards (by the fence) are deleted in phase two, in the same
 // transaction, so nobody ever sees them.
 func ReadStartBatch(ctx context.Context, tx BatchSender, rows []StartInsert, now time.Time) (StartBatchRead, error) {
-	out := StartBatchRead{Inserted: map[string]bool{}, Existing: map[string]string{}, CreatedTracking: map[string]bool{},
-		Tracking: map[string]TrackingState{}}
-	ids, orgs, members, versions, admitted, snaps := startColumns(rows)
+	out := *newStartBatchRead()
+	var ids, members []string
+	for _, r := range rows {
+		ids, members = append(ids, r.RequestID), append(members, r.MemberID)
+	}
 	memberSet := sortedUnique(members)
 	b := &pgx.Batch{}
-	b.Queue(`INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at, snapshot,
-			state, counted, created_at)
-		SELECT x.id, x.org, x.member, x.version, x.admitted, x.snap, 'pending', true, $7
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::jsonb[])
-			WITH ORDINALITY AS x(id, org, member, version, admitted, snap, n)
-		WHERE (SELECT m.organization_id FROM members m WHERE m.id = x.member AND m.removed_at IS NULL) = x.org
-		ORDER BY x.n
-		ON CONFLICT (request_id) DO NOTHING
-		RETURNING request_id`, ids, orgs, members, versions, admitted, snaps, now).
-		Query(func(r pgx.Rows) error {
-			var id string
-			_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.Inserted[id] = true; return nil })
-			return err
-		})
-	// After the insert: a start another transaction committed meanwhile is seen here.
-	b.Queue(`SELECT request_id, member_id FROM usage_request_starts WHERE request_id = ANY($1)`, ids).
-		Query(func(r pgx.Rows) error {
-			var id, m string
-			_, err := pgx.ForEachRow(r, []any{&id, &m}, func() error {
-				if !out.Inserted[id] {
-					out.Existing[id] = m
-				}
-				return nil
-			})
-			return err
-		})
+	queueInsertStarts(b, rows, nil, now, &out)
+	queueExistingStarts(b, ids, &out)
 	queueLockTracking(b, memberSet, lockForStart, out.Tracking)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return out, err
@@ -170,33 +153,48 @@ func ReadStartBatch(ctx context.Context, tx BatchSender, rows []StartInsert, now
 // another transaction inserting the same request id (a settlement creating its event),
 // which takes no FOR UPDATE on tracking rows; a deadlock would be retried in any case.
 func QueueFencedStarts(b *pgx.Batch, record []StartInsert, expect map[string]int64, allIDs, members []string, now time.Time) *StartBatchRead {
-	out := &StartBatchRead{Inserted: map[string]bool{}, Existing: map[string]string{}, CreatedTracking: map[string]bool{},
-		Tracking: map[string]TrackingState{}}
+	out := newStartBatchRead()
 	queueLockTracking(b, sortedUnique(members), lockForStart, out.Tracking)
 	if len(record) > 0 {
-		ids, orgs, rowMembers, versions, admitted, snaps := startColumns(record)
-		fences := make([]int64, len(rowMembers))
-		for i, m := range rowMembers {
-			fences[i] = expect[m]
-		}
-		b.Queue(`INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at, snapshot,
-				state, counted, created_at)
-			SELECT x.id, x.org, x.member, x.version, x.admitted, x.snap, 'pending', true, $7
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::jsonb[], $8::bigint[])
-				WITH ORDINALITY AS x(id, org, member, version, admitted, snap, fence, n)
-			WHERE (SELECT m.organization_id FROM members m WHERE m.id = x.member AND m.removed_at IS NULL) = x.org
-				AND EXISTS (SELECT 1 FROM usage_member_tracking t
-					WHERE t.member_id = x.member AND t.tracking_version = x.fence AND t.capture_enabled)
-			ORDER BY x.n
-			ON CONFLICT (request_id) DO NOTHING
-			RETURNING request_id`, ids, orgs, rowMembers, versions, admitted, snaps, now, fences).
-			Query(func(r pgx.Rows) error {
-				var id string
-				_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.Inserted[id] = true; return nil })
-				return err
-			})
+		queueInsertStarts(b, record, expect, now, out)
 	}
-	b.Queue(`SELECT request_id, member_id FROM usage_request_starts WHERE request_id = ANY($1)`, allIDs).
+	queueExistingStarts(b, allIDs, out)
+	return out
+}
+
+// queueInsertStarts queues the insert of rows as pending, counted starts, each only if
+// its member is an active member of its organization and, when fences is set, only if
+// its member's tracking row holds the version fences gives it with capture on; an id
+// that exists is skipped. The ids recorded go to out.Inserted.
+func queueInsertStarts(b *pgx.Batch, rows []StartInsert, fences map[string]int64, now time.Time, out *StartBatchRead) {
+	ids, orgs, members, versions, admitted, snaps := startColumns(rows)
+	expected := make([]int64, len(members))
+	for i, m := range members {
+		expected[i] = fences[m]
+	}
+	b.Queue(`INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at, snapshot,
+			state, counted, created_at)
+		SELECT x.id, x.org, x.member, x.version, x.admitted, x.snap, 'pending', true, $7
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::jsonb[], $8::bigint[])
+			WITH ORDINALITY AS x(id, org, member, version, admitted, snap, fence, n)
+		WHERE (SELECT m.organization_id FROM members m WHERE m.id = x.member AND m.removed_at IS NULL) = x.org
+			AND (NOT $9 OR EXISTS (SELECT 1 FROM usage_member_tracking t
+				WHERE t.member_id = x.member AND t.tracking_version = x.fence AND t.capture_enabled))
+		ORDER BY x.n
+		ON CONFLICT (request_id) DO NOTHING
+		RETURNING request_id`, ids, orgs, members, versions, admitted, snaps, now, expected, fences != nil).
+		Query(func(r pgx.Rows) error {
+			var id string
+			_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.Inserted[id] = true; return nil })
+			return err
+		})
+}
+
+// queueExistingStarts queues the read of which ids have a start that this transaction
+// did not record (recorded before, or by another transaction that committed meanwhile:
+// queued after the insert, it sees those) into out.Existing, by member.
+func queueExistingStarts(b *pgx.Batch, ids []string, out *StartBatchRead) {
+	b.Queue(`SELECT request_id, member_id FROM usage_request_starts WHERE request_id = ANY($1)`, ids).
 		Query(func(r pgx.Rows) error {
 			var id, m string
 			_, err := pgx.ForEachRow(r, []any{&id, &m}, func() error {
@@ -207,7 +205,6 @@ func QueueFencedStarts(b *pgx.Batch, record []StartInsert, expect map[string]int
 			})
 			return err
 		})
-	return out
 }
 
 // trackingLock is how strongly a transaction locks a member's tracking row. The row
