@@ -180,7 +180,7 @@ type batchKind[I comparable, R any] struct {
 	// It sends its reads through tx and returns its writes queued in a batch, which is
 	// sent with the COMMIT.
 	write func(ctx context.Context, tx *store.PipelinedTx, jobs []*job[I, R], now time.Time) (attempt[I, R], error)
-	// again is the kind that runs the items an attempt's complete handed back.
+	// again, when set, is the kind that commits the items an attempt left unanswered.
 	again *batchKind[I, R]
 	// waitMirror: answer only after the Redis records are written.
 	waitMirror bool
@@ -201,9 +201,9 @@ type attempt[I comparable, R any] struct {
 	// writes are sent with the COMMIT.
 	writes *pgx.Batch
 	// complete, when set, fills in results after the commit from what writes read (a
-	// batch whose reads ride with its COMMIT), and returns the items it could not
-	// answer, which the kind's again runs in a transaction of their own.
-	complete func() []I
+	// batch whose reads ride with its COMMIT). Items it leaves unanswered are committed
+	// again by the kind's again, in a transaction of their own.
+	complete func()
 }
 
 // commitBatch commits jobs in one transaction and answers each. When the database refuses
@@ -243,9 +243,10 @@ func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKin
 		return
 	}
 	if a.complete != nil {
-		if again := a.complete(); len(again) > 0 {
-			jobs = runAgain(ctx, l, k, jobs, again)
-		}
+		a.complete()
+	}
+	if k.again != nil {
+		jobs = runAgain(ctx, l, *k.again, jobs, a.results)
 	}
 	l.afterCommit(ctx, a.versions, k.waitMirror, func() {
 		for _, j := range jobs {
@@ -256,21 +257,19 @@ func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKin
 	})
 }
 
-// runAgain commits the jobs of the items again (k.again answers them) and returns the
-// other jobs, which are still to be answered.
-func runAgain[I comparable, R any](ctx context.Context, l *Ledger, k batchKind[I, R], jobs []*job[I, R], items []I) []*job[I, R] {
-	redo := make(map[I]bool, len(items))
-	for _, it := range items {
-		redo[it] = true
-	}
-	var again, rest []*job[I, R]
+// runAgain commits the jobs that have no result with kind again and returns the others,
+// which are still to be answered.
+func runAgain[I comparable, R any](ctx context.Context, l *Ledger, again batchKind[I, R], jobs []*job[I, R], results map[I]R) []*job[I, R] {
+	var redo, rest []*job[I, R]
 	for _, j := range jobs {
-		if redo[j.item] {
-			again = append(again, j)
-		} else {
+		if _, ok := results[j.item]; ok {
 			rest = append(rest, j)
+		} else {
+			redo = append(redo, j)
 		}
 	}
-	commitBatch(ctx, l, *k.again, again)
+	if len(redo) > 0 {
+		commitBatch(ctx, l, again, redo)
+	}
 	return rest
 }

@@ -86,7 +86,7 @@ func (l *Ledger) runStarts(ctx context.Context, jobs []*job[*startJob, *internal
 
 // startKind is how starts are committed; fast lets a batch whose members' fences are
 // known take one round trip (fencedStarts). Its items that find a fence other than the
-// one expected run again without it.
+// one expected are left unanswered, and run again without it.
 func (l *Ledger) startKind(fast bool) batchKind[*startJob, *internalv1.StartResult] {
 	k := batchKind[*startJob, *internalv1.StartResult]{
 		name: "start",
@@ -194,7 +194,7 @@ func (l *Ledger) fencedStarts(jobs []*job[*startJob, *internalv1.StartResult], f
 	read := store.QueueFencedStarts(writes, record, expect, ids, members, now)
 	// complete fills in the map the attempt returns (the attempt is returned by value).
 	a := attempt[*startJob, *internalv1.StartResult]{writes: writes, results: make(map[*startJob]*internalv1.StartResult, len(jobs))}
-	a.complete = func() []*startJob {
+	a.complete = func() {
 		l.fences.remember(read.Tracking)
 		results := map[string]*internalv1.StartResult{}
 		for id, sj := range first {
@@ -219,16 +219,9 @@ func (l *Ledger) fencedStarts(jobs []*job[*startJob, *internalv1.StartResult], f
 			results[id] = r
 		}
 		maps.Copy(a.results, perJob(jobs, first, results))
-		var again []*startJob
-		for _, j := range jobs {
-			if a.results[j.item] == nil {
-				again = append(again, j.item)
-			}
-		}
-		if len(again) > 0 {
+		if len(results) < len(first) {
 			l.metrics.StartBatches.WithLabelValues("fence_moved").Inc()
 		}
-		return again
 	}
 	return a
 }
