@@ -60,8 +60,10 @@ func main() {
 	}
 	defer closeAll()
 	var procs []extprocv3.ExternalProcessorClient
+	// The h2 client plays the observability mode itself, on the checks' connections.
 	h2, _ := authz.(*loadgen.H2Clients)
-	if *report && (h2 == nil || !*observability) { // ext_proc streams on connections of their own, as Envoy's are
+	viaH2 := h2 != nil && *observability
+	if *report && !viaH2 { // ext_proc streams on connections of their own, as Envoy's are
 		_, ccs, err := loadgen.Dial(*addr, *conns)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "checkload:", err)
@@ -82,7 +84,7 @@ func main() {
 	if *report {
 		var n atomic.Int64
 		o.AfterAdmit = func(ctx context.Context, id string) error {
-			if procs == nil { // the h2 client plays the observability mode itself
+			if viaH2 {
 				return h2.ReportJSONResponse(ctx, id, 100, 20)
 			}
 			return loadgen.ReportJSONResponse(ctx, procs[n.Add(1)%int64(len(procs))], id, 100, 20, *observability)
