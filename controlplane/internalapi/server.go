@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
@@ -66,10 +67,11 @@ func (s *Server) Register(g *grpc.Server) { internalv1.RegisterAccountingServer(
 // health service on the same server stays open: load balancers probe it without a
 // token), and a pool of stream workers: without it every call starts a goroutine whose
 // stack then grows while the call decodes and waits for its batch, which was a
-// measurable share of the CPU of one-item calls.
+// measurable share of the CPU of one-item calls; and fixed flow-control windows, so that
+// no window-estimation PINGs go back and forth (pkg/grpcflow).
 func (s *Server) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.authUnary), grpc.ChainStreamInterceptor(s.authStream),
-		grpc.NumStreamWorkers(uint32(64 * runtime.GOMAXPROCS(0)))}
+	return append(grpcflow.ServerOptions(), grpc.ChainUnaryInterceptor(s.authUnary), grpc.ChainStreamInterceptor(s.authStream),
+		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))))
 }
 
 const servicePrefix = "/" + "tollgate.internal.v1.Accounting/"

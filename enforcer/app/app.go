@@ -43,6 +43,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/startq"
 	"github.com/tollgate-dev/tollgate/enforcer/usage"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
@@ -190,7 +191,9 @@ func New(d Deps) *Enforcer {
 	// streams at once: past them gRPC starts a goroutine per stream, whose stack then
 	// grows (measured: about a tenth of the CPU of a cheap check).
 	az := authz.New(e.Gate)
-	e.GRPC = grpc.NewServer(grpc.ForceServerCodecV2(az.Codec()), grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))))
+	// Fixed flow-control windows: no window-estimation PINGs (pkg/grpcflow).
+	e.GRPC = grpc.NewServer(append(grpcflow.ServerOptions(), grpc.ForceServerCodecV2(az.Codec()),
+		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))))...)
 	authv3.RegisterAuthorizationServer(e.GRPC, az)
 	extprocv3.RegisterExternalProcessorServer(e.GRPC, extproc.New(e.Tracker, m, usage.Limits{}))
 	e.Health = health.NewServer()

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
@@ -38,6 +39,8 @@ func Dial(addr string, opts Options, m *metrics.Metrics) (*grpc.ClientConn, erro
 		// next check.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	}
+	// Fixed flow-control windows: no window-estimation PINGs after every answer.
+	dialOpts = append(dialOpts, grpcflow.DialOptions()...)
 	if opts.Token != "" {
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer{token: opts.Token, secure: opts.TLS != nil}))
 	}

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
@@ -20,8 +21,11 @@ func Dial(addr string, conns int) (authv3.AuthorizationClient, []*grpc.ClientCon
 	var clients []authv3.AuthorizationClient
 	var ccs []*grpc.ClientConn
 	for range max(conns, 1) {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Fixed flow-control windows, as Envoy has: grpc-go's default would send a
+		// window-estimation PING after nearly every answer (pkg/grpcflow).
+		opts := append(grpcflow.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec)))
+		cc, err := grpc.NewClient(addr, opts...)
 		if err != nil {
 			for _, c := range ccs {
 				c.Close()
