@@ -201,6 +201,7 @@ func (l *Ledger) fencedStarts(jobs []*job[*startJob, *internalv1.StartResult], f
 			member := sj.in.GetMemberId()
 			tr, locked := read.Tracking[member]
 			r := &internalv1.StartResult{RequestId: id}
+			verdict := accounting.Admit(tr.CaptureEnabled, tr.Version, sj.snap.TrackingVersion)
 			switch {
 			case read.Inserted[id]:
 				r.Outcome, r.TrackingVersion = internalv1.StartOutcome_START_OUTCOME_RECORDED, tr.Version
@@ -210,7 +211,8 @@ func (l *Ledger) fencedStarts(jobs []*job[*startJob, *internalv1.StartResult], f
 				// The fence moved (or the row is gone) since the ledger saw it: no
 				// answer here, the start runs again.
 				continue
-			case fenceAnswer(r, accounting.Admit(tr.CaptureEnabled, tr.Version, sj.snap.TrackingVersion), sj, tr):
+			case verdict != accounting.Admitted:
+				fenceAnswer(r, verdict, sj, tr)
 				r.TrackingVersion = tr.Version
 			default:
 				// The fence admits it, yet it was not recorded: the member check refused it.
