@@ -741,7 +741,8 @@ type SnapshotBucket struct {
 	WindowEndUnixMs   int64                  `protobuf:"varint,3,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
 	// bucket_id is pkg/window.BucketID of the window.
 	BucketId string `protobuf:"bytes,4,opt,name=bucket_id,json=bucketId,proto3" json:"bucket_id,omitempty"`
-	// policy_id is "unlimited" (revision 0, base 0) when no policy won the timeframe.
+	// policy_id is "unlimited" (revision 0, base 0) when no policy won the timeframe, and
+	// "unknown" (revision 0, base 0) in the snapshot of an admission without any record.
 	PolicyId       string `protobuf:"bytes,5,opt,name=policy_id,json=policyId,proto3" json:"policy_id,omitempty"`
 	PolicyRevision int64  `protobuf:"varint,6,opt,name=policy_revision,json=policyRevision,proto3" json:"policy_revision,omitempty"`
 	BaseMicroUsd   int64  `protobuf:"varint,7,opt,name=base_micro_usd,json=baseMicroUsd,proto3" json:"base_micro_usd,omitempty"`
@@ -1158,8 +1159,19 @@ type SettleItem struct {
 	// (Anthropic's cache_creation_input_tokens; 0 elsewhere), which providers price
 	// differently from plain input. cached_input_tokens is the part read from one.
 	CacheCreationInputTokens int64 `protobuf:"varint,13,opt,name=cache_creation_input_tokens,json=cacheCreationInputTokens,proto3" json:"cache_creation_input_tokens,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// usage_estimated is true when some token counts were not reported by the upstream but
+	// estimated by the enforcer from the bytes it saw (a stream cut off or sent without
+	// usage): the receipt's cost basis is then "estimate". Estimated receipts are never
+	// complete.
+	UsageEstimated bool `protobuf:"varint,14,opt,name=usage_estimated,json=usageEstimated,proto3" json:"usage_estimated,omitempty"`
+	// admitted_without_record marks a fail-open admission made without any mirror record
+	// (the enforcer knew neither the member's policies nor its tracking version). Its
+	// snapshot names the admission windows with policy_id "unknown"; the control plane
+	// charges it on those windows when the admission instant lies in the member's current
+	// capture epoch, and quarantines it otherwise.
+	AdmittedWithoutRecord bool `protobuf:"varint,15,opt,name=admitted_without_record,json=admittedWithoutRecord,proto3" json:"admitted_without_record,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1283,6 +1295,20 @@ func (x *SettleItem) GetCacheCreationInputTokens() int64 {
 	return 0
 }
 
+func (x *SettleItem) GetUsageEstimated() bool {
+	if x != nil {
+		return x.UsageEstimated
+	}
+	return false
+}
+
+func (x *SettleItem) GetAdmittedWithoutRecord() bool {
+	if x != nil {
+		return x.AdmittedWithoutRecord
+	}
+	return false
+}
+
 type SettleRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Items         []*SettleItem          `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
@@ -1334,8 +1360,18 @@ type SettleResult struct {
 	Message   string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	// The cost charged for the request in total, and where it came from:
 	// "upstream", "catalog_estimate" or "unknown".
-	CostMicroUsd  int64  `protobuf:"varint,4,opt,name=cost_micro_usd,json=costMicroUsd,proto3" json:"cost_micro_usd,omitempty"`
-	CostSource    string `protobuf:"bytes,5,opt,name=cost_source,json=costSource,proto3" json:"cost_source,omitempty"`
+	CostMicroUsd int64  `protobuf:"varint,4,opt,name=cost_micro_usd,json=costMicroUsd,proto3" json:"cost_micro_usd,omitempty"`
+	CostSource   string `protobuf:"bytes,5,opt,name=cost_source,json=costSource,proto3" json:"cost_source,omitempty"`
+	// cost_basis says how the cost was known: "upstream_cost" (a cost the upstream
+	// reported), "reported_usage" (token counts the upstream reported, priced),
+	// "estimate" (token counts estimated from the bytes seen, priced) or "none" (nothing
+	// was seen; cost 0).
+	CostBasis string `protobuf:"bytes,6,opt,name=cost_basis,json=costBasis,proto3" json:"cost_basis,omitempty"`
+	// price_source names the price the tokens were priced at: "organization" (the
+	// organization's own price), "catalog" (the shipped price catalog), "fallback" (the
+	// organization's fallback price for models nobody priced), or "" when no price was
+	// used (an upstream cost, or nothing to price).
+	PriceSource   string `protobuf:"bytes,7,opt,name=price_source,json=priceSource,proto3" json:"price_source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1401,6 +1437,20 @@ func (x *SettleResult) GetCostMicroUsd() int64 {
 func (x *SettleResult) GetCostSource() string {
 	if x != nil {
 		return x.CostSource
+	}
+	return ""
+}
+
+func (x *SettleResult) GetCostBasis() string {
+	if x != nil {
+		return x.CostBasis
+	}
+	return ""
+}
+
+func (x *SettleResult) GetPriceSource() string {
+	if x != nil {
+		return x.PriceSource
 	}
 	return ""
 }
@@ -1609,7 +1659,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12)\n" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xc6\x04\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xa7\x05\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -1626,10 +1676,12 @@ const file_v1_accounting_proto_rawDesc = "" +
 	" \x01(\bR\bcomplete\x12-\n" +
 	"\x13finished_at_unix_ms\x18\v \x01(\x03R\x10finishedAtUnixMs\x12'\n" +
 	"\x0fupstream_status\x18\f \x01(\x05R\x0eupstreamStatus\x12=\n" +
-	"\x1bcache_creation_input_tokens\x18\r \x01(\x03R\x18cacheCreationInputTokensB\x1a\n" +
+	"\x1bcache_creation_input_tokens\x18\r \x01(\x03R\x18cacheCreationInputTokens\x12'\n" +
+	"\x0fusage_estimated\x18\x0e \x01(\bR\x0eusageEstimated\x126\n" +
+	"\x17admitted_without_record\x18\x0f \x01(\bR\x15admittedWithoutRecordB\x1a\n" +
 	"\x18_upstream_cost_micro_usd\"G\n" +
 	"\rSettleRequest\x126\n" +
-	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\xcd\x01\n" +
+	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\x8f\x02\n" +
 	"\fSettleResult\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12=\n" +
@@ -1637,7 +1689,10 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12$\n" +
 	"\x0ecost_micro_usd\x18\x04 \x01(\x03R\fcostMicroUsd\x12\x1f\n" +
 	"\vcost_source\x18\x05 \x01(\tR\n" +
-	"costSource\"N\n" +
+	"costSource\x12\x1d\n" +
+	"\n" +
+	"cost_basis\x18\x06 \x01(\tR\tcostBasis\x12!\n" +
+	"\fprice_source\x18\a \x01(\tR\vpriceSource\"N\n" +
 	"\x0eSettleResponse\x12<\n" +
 	"\aresults\x18\x01 \x03(\v2\".tollgate.internal.v1.SettleResultR\aresults\"\xe9\x01\n" +
 	"\fMirrorRecord\x12\x18\n" +
