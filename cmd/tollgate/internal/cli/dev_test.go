@@ -92,7 +92,7 @@ func TestDevStackReachesThe429(t *testing.T) {
 	}
 
 	call := func() *http.Response {
-		req, _ := http.NewRequest("POST", "http://"+env["TOLLGATE_DEMO_PROXY_ADDR"]+"/v1/chat/completions", strings.NewReader(`{"model":"demo-model"}`))
+		req, _ := http.NewRequest("POST", "http://"+env["TOLLGATE_DEMO_PROXY_ADDR"]+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini"}`))
 		req.Header.Set("x-api-key", memberKey[1])
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {

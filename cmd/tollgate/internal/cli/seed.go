@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/tollgate-dev/tollgate/cmd/tollgate/internal/demo"
 	"io"
 	"net/http"
 )
@@ -19,7 +18,7 @@ const (
 	demoPassword    = "tollgate-demo-password"
 	demoOrgName     = "Demo Inc"
 	demoOrgSlug     = "demo-inc"
-	// The member's hard daily limit: five fake completions at the seeded price.
+	// The member's hard daily limit: five fake completions at the catalog's price.
 	demoDailyLimitUSD = "0.05"
 	demoPolicyName    = "Demo daily cap"
 )
@@ -161,15 +160,11 @@ func seed(ctx context.Context, base string) (demoOrg, error) {
 	return d, err
 }
 
-// limitMember prices the demo model (2 USD per million input tokens, 8 per million
-// output: one fake completion of 1000 + 1000 tokens costs 0.01 USD) and gives the member
-// a hard daily limit, so a short loop of calls ends in a 429. Both are idempotent.
+// limitMember gives the member a hard daily limit, so a short loop of calls ends in a
+// 429. The demo model is priced by the shipped catalog, as every new organization's
+// models are: one fake completion (demo.InputTokens + demo.OutputTokens of gpt-4o-mini)
+// costs 0.01 USD. It is idempotent.
 func (c client) limitMember(d demoOrg) error {
-	prices := map[string]any{"prices": []map[string]any{{"model": demo.Model,
-		"inputMicroUsdPerMillion": 2_000_000, "outputMicroUsdPerMillion": 8_000_000, "cachedInputMicroUsdPerMillion": 1_000_000}}}
-	if _, err := c.call("PUT", "/v1/gateway/model-prices", d.Owner.Token, d.OrgID, prices, http.StatusOK, nil); err != nil {
-		return err
-	}
 	var me struct {
 		Memberships []struct {
 			Organization struct{ ID string }

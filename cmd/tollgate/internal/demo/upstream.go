@@ -11,13 +11,16 @@ import (
 	"time"
 )
 
-// Model is the one model the fake upstream serves; `tollgate dev` seeds a price for it.
-const Model = "demo-model"
+// Model is the model the fake upstream answers as when a request names none. Its price
+// comes from the shipped price catalog (pkg/pricecatalog): `tollgate dev` sets no price.
+const Model = "gpt-4o-mini"
 
-// Tokens every fake completion reports.
+// Tokens every fake completion reports. At the catalog's gpt-4o-mini prices (0.15 USD
+// per million input tokens, 0.60 per million output) one completion costs
+// ceil((20000*150000 + 11666*600000) / 1e6) = ceil(9999.6) = 10000 micro-USD: 0.01 USD.
 const (
-	InputTokens  = 1000
-	OutputTokens = 1000
+	InputTokens  = 20000
+	OutputTokens = 11666
 )
 
 // Upstream is a fake OpenAI-compatible chat completions API. After each answer it
