@@ -1,0 +1,243 @@
+package pricecatalog
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/pkg/money"
+)
+
+//go:embed catalog.json
+var embedded []byte
+
+// Price is one model's price, in integer micro-USD per million tokens.
+type Price struct {
+	InputPerMillion       int64
+	OutputPerMillion      int64
+	CachedInputPerMillion int64
+	// CacheWritePerMillion is the price of input tokens written to a prompt cache; nil
+	// when the provider prices them as plain input.
+	CacheWritePerMillion *int64
+}
+
+// CacheWrite is the price cache writes are charged at: CacheWritePerMillion, else the
+// input price.
+func (p Price) CacheWrite() int64 {
+	if p.CacheWritePerMillion != nil {
+		return *p.CacheWritePerMillion
+	}
+	return p.InputPerMillion
+}
+
+// Entry is one model of the catalog.
+type Entry struct {
+	Model    string
+	Provider string
+	// Note says which tier or variant the price is, when it matters.
+	Note string
+	Price
+}
+
+// Catalog is a validated price catalog.
+type Catalog struct {
+	asOf    time.Time
+	sources []string
+	notes   []string
+	entries []Entry
+	byName  map[string]int
+	highest Price
+}
+
+type fileEntry struct {
+	Model       string `json:"model"`
+	Provider    string `json:"provider"`
+	Input       *int64 `json:"input"`
+	Output      *int64 `json:"output"`
+	CachedInput *int64 `json:"cachedInput"`
+	CacheWrite  *int64 `json:"cacheWrite"`
+	Note        string `json:"note"`
+}
+
+type file struct {
+	AsOf    string      `json:"asOf"`
+	Unit    string      `json:"unit"`
+	Sources []string    `json:"sources"`
+	Notes   []string    `json:"notes"`
+	Models  []fileEntry `json:"models"`
+}
+
+// Unit is the only unit a catalog file may declare.
+const Unit = "integer micro-USD per million tokens"
+
+var providers = []string{"openai", "anthropic", "google"}
+
+// Load parses and validates a catalog file: strict JSON (unknown fields refused), an
+// asOf date (YYYY-MM-DD), at least one https source, and models whose names are their
+// own Key (lower-case, no provider prefix) and unique, from a known provider, with every
+// price from 0 to money.MaxAllowanceMicroUSD. Every problem is reported.
+func Load(data []byte) (*Catalog, error) {
+	var f file
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("pricecatalog: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("pricecatalog: trailing data after the catalog")
+	}
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	c := &Catalog{byName: map[string]int{}, sources: f.Sources, notes: f.Notes}
+	var err error
+	if c.asOf, err = time.Parse(time.DateOnly, f.AsOf); err != nil {
+		bad("asOf %q is not a YYYY-MM-DD date", f.AsOf)
+	}
+	if f.Unit != Unit {
+		bad("unit %q, want %q", f.Unit, Unit)
+	}
+	if len(f.Sources) == 0 {
+		bad("no sources")
+	}
+	for _, s := range f.Sources {
+		if u, err := url.Parse(s); err != nil || u.Scheme != "https" || u.Host == "" {
+			bad("source %q is not an https URL", s)
+		}
+	}
+	if len(f.Models) == 0 {
+		bad("no models")
+	}
+	for i, m := range f.Models {
+		where := fmt.Sprintf("models[%d] %q", i, m.Model)
+		if m.Model == "" || Key(m.Model) != m.Model || strings.TrimSpace(m.Model) != m.Model {
+			bad("%s: a model name must be non-empty, lower-case and without a provider prefix", where)
+		}
+		if _, dup := c.byName[m.Model]; dup {
+			bad("%s: listed twice", where)
+		}
+		if !slices.Contains(providers, m.Provider) {
+			bad("%s: provider %q is not one of %v", where, m.Provider, providers)
+		}
+		e := Entry{Model: m.Model, Provider: m.Provider, Note: m.Note}
+		for _, p := range []struct {
+			name     string
+			v        *int64
+			dst      *int64
+			optional bool
+		}{{"input", m.Input, &e.InputPerMillion, false}, {"output", m.Output, &e.OutputPerMillion, false},
+			{"cachedInput", m.CachedInput, &e.CachedInputPerMillion, false}, {"cacheWrite", m.CacheWrite, nil, true}} {
+			switch {
+			case p.v == nil && !p.optional:
+				bad("%s: %s is required", where, p.name)
+			case p.v == nil:
+			case *p.v < 0 || *p.v > money.MaxAllowanceMicroUSD:
+				bad("%s: %s must be from 0 to %d", where, p.name, money.MaxAllowanceMicroUSD)
+			case p.dst != nil:
+				*p.dst = *p.v
+			}
+		}
+		if m.CacheWrite != nil && *m.CacheWrite >= 0 {
+			w := *m.CacheWrite
+			e.CacheWritePerMillion = &w
+		}
+		c.byName[m.Model] = len(c.entries)
+		c.entries = append(c.entries, e)
+	}
+	if len(problems) > 0 {
+		return nil, errors.New("pricecatalog: " + strings.Join(problems, "; "))
+	}
+	var write int64
+	for _, e := range c.entries {
+		h := &c.highest
+		h.InputPerMillion = max(h.InputPerMillion, e.InputPerMillion)
+		h.OutputPerMillion = max(h.OutputPerMillion, e.OutputPerMillion)
+		h.CachedInputPerMillion = max(h.CachedInputPerMillion, e.CachedInputPerMillion)
+		write = max(write, e.CacheWrite())
+	}
+	c.highest.CacheWritePerMillion = &write
+	return c, nil
+}
+
+var (
+	defaultOnce    sync.Once
+	defaultCatalog *Catalog
+)
+
+// Default is the embedded catalog. An invalid embedded file is a build defect (the
+// package's tests load it), so it panics rather than ship a binary without prices.
+func Default() *Catalog {
+	defaultOnce.Do(func() {
+		c, err := Load(embedded)
+		if err != nil {
+			panic(err)
+		}
+		defaultCatalog = c
+	})
+	return defaultCatalog
+}
+
+// Lookup finds a model in the embedded catalog (see Catalog.Lookup).
+func Lookup(model string) (Entry, bool) { return Default().Lookup(model) }
+
+// Highest is the embedded catalog's highest price of each token class (see
+// Catalog.Highest).
+func Highest() Price { return Default().Highest() }
+
+// Lookup finds the entry for model, trying Steps in order: the exact name, the name's
+// Key, the key without its snapshot suffix, then the longest family prefix in the
+// catalog.
+func (c *Catalog) Lookup(model string) (Entry, bool) {
+	for _, s := range Steps(model) {
+		// A catalog name is its own key, so both kinds of step compare with the names.
+		if i, ok := c.byName[s.Name]; ok {
+			return c.entries[i].clone(), true
+		}
+	}
+	return Entry{}, false
+}
+
+// Highest is the highest price of each token class across the catalog: the default
+// fallback price for models nobody priced, so that an unknown model is never cheaper
+// than a known one. Its cache-write price is the highest price any entry charges for a
+// cache write (its cache-write price, or its input price when it has none).
+func (c *Catalog) Highest() Price { return c.highest.clone() }
+
+// Entries are the catalog's models in file order.
+func (c *Catalog) Entries() []Entry {
+	out := make([]Entry, len(c.entries))
+	for i, e := range c.entries {
+		out[i] = e.clone()
+	}
+	return out
+}
+
+// clone copies p so that callers cannot change the catalog through the pointer.
+func (p Price) clone() Price {
+	if p.CacheWritePerMillion != nil {
+		w := *p.CacheWritePerMillion
+		p.CacheWritePerMillion = &w
+	}
+	return p
+}
+
+func (e Entry) clone() Entry {
+	e.Price = e.Price.clone()
+	return e
+}
+
+// AsOf is the day the prices were checked against their sources.
+func (c *Catalog) AsOf() time.Time { return c.asOf }
+
+// Sources are the pages the prices come from.
+func (c *Catalog) Sources() []string { return slices.Clone(c.sources) }
+
+// Notes say how the prices were chosen.
+func (c *Catalog) Notes() []string { return slices.Clone(c.notes) }

@@ -1,0 +1,236 @@
+package pricecatalog
+
+import (
+	"math/big"
+	"os"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// TestEmbeddedCatalog reads the data file as shipped and checks every entry: valid for
+// Load (prices 0..MaxAllowance, unique canonical names, known providers, sources, date),
+// and sane as prices go: output at least input, a cache read at most input, a cache
+// write at least input (every provider here charges a premium or nothing for it).
+func TestEmbeddedCatalog(t *testing.T) {
+	data, err := os.ReadFile("catalog.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.AsOf().IsZero() || len(c.Sources()) < 3 || len(c.Entries()) < 40 {
+		t.Fatalf("asOf %v, %d sources, %d entries", c.AsOf(), len(c.Sources()), len(c.Entries()))
+	}
+	providers := map[string]int{}
+	for _, e := range c.Entries() {
+		providers[e.Provider]++
+		switch {
+		case e.OutputPerMillion < e.InputPerMillion:
+			t.Errorf("%s: output %d below input %d", e.Model, e.OutputPerMillion, e.InputPerMillion)
+		case e.CachedInputPerMillion > e.InputPerMillion:
+			t.Errorf("%s: cached input %d above input %d", e.Model, e.CachedInputPerMillion, e.InputPerMillion)
+		case e.CacheWrite() < e.InputPerMillion:
+			t.Errorf("%s: cache write %d below input %d", e.Model, e.CacheWrite(), e.InputPerMillion)
+		case e.InputPerMillion == 0 || e.OutputPerMillion == 0:
+			t.Errorf("%s: a free model in the catalog", e.Model)
+		}
+		// Anthropic's 5-minute cache write is 1.25x input, except where its price page
+		// lists another figure (Claude 3 Haiku: 0.30 USD for 0.25 USD input).
+		if e.Provider == "anthropic" && (e.CacheWritePerMillion == nil ||
+			*e.CacheWritePerMillion*4 != e.InputPerMillion*5 && !(e.Model == "claude-3-haiku" && *e.CacheWritePerMillion == 300_000)) {
+			t.Errorf("%s: Anthropic's 5-minute cache write is 1.25x input", e.Model)
+		}
+		// Every entry is found by its own name (none is shadowed).
+		if got, ok := c.Lookup(e.Model); !ok || got.Model != e.Model {
+			t.Errorf("Lookup(%q) = %q, %v", e.Model, got.Model, ok)
+		}
+	}
+	for _, p := range []string{"openai", "anthropic", "google"} {
+		if providers[p] < 8 {
+			t.Errorf("%d %s models", providers[p], p)
+		}
+	}
+	if Default().AsOf() != c.AsOf() || len(Default().Entries()) != len(c.Entries()) {
+		t.Fatal("Default is not the embedded file")
+	}
+}
+
+// The issue's contract: with no organization prices, gpt-4o-mini with 1,000,000 input
+// and 1,000,000 output tokens costs exactly 750000 micro-USD.
+func TestContractPrices(t *testing.T) {
+	e, ok := Lookup("gpt-4o-mini")
+	if !ok {
+		t.Fatal("gpt-4o-mini is not in the catalog")
+	}
+	cost := new(big.Int).Add(big.NewInt(1_000_000*e.InputPerMillion), big.NewInt(1_000_000*e.OutputPerMillion))
+	cost.Div(cost, big.NewInt(1_000_000))
+	if cost.Int64() != 750_000 || e.CachedInputPerMillion != 75_000 {
+		t.Fatalf("gpt-4o-mini: %+v costs %v", e.Price, cost)
+	}
+	for model, want := range map[string][4]int64{
+		"gpt-4o":            {2_500_000, 10_000_000, 1_250_000, 2_500_000},
+		"claude-3-5-sonnet": {3_000_000, 15_000_000, 300_000, 3_750_000},
+		"claude-sonnet-4":   {3_000_000, 15_000_000, 300_000, 3_750_000},
+	} {
+		e, ok := Lookup(model)
+		if got := [4]int64{e.InputPerMillion, e.OutputPerMillion, e.CachedInputPerMillion, e.CacheWrite()}; !ok || got != want {
+			t.Errorf("%s: %v, want %v", model, got, want)
+		}
+	}
+}
+
+func TestLookup(t *testing.T) {
+	cases := []struct{ name, model, want string }{
+		{"exact", "gpt-4o-mini", "gpt-4o-mini"},
+		{"dated OpenAI snapshot finds its family, not a shorter one", "gpt-4o-mini-2024-07-18", "gpt-4o-mini"},
+		{"a snapshot with its own price", "gpt-4o-2024-05-13", "gpt-4o-2024-05-13"},
+		{"another gpt-4o snapshot", "gpt-4o-2024-08-06", "gpt-4o"},
+		{"provider prefix and snapshot", "openai/gpt-4o-2024-05-13", "gpt-4o-2024-05-13"},
+		{"upper case", "GPT-4O", "gpt-4o"},
+		{"Anthropic dated", "claude-3-5-sonnet-20241022", "claude-3-5-sonnet"},
+		{"Anthropic -latest", "claude-3-7-sonnet-latest", "claude-3-7-sonnet"},
+		{"Anthropic 4.x dated", "claude-sonnet-4-5-20250929", "claude-sonnet-4-5"},
+		{"Anthropic opus 4.1", "claude-opus-4-1-20250805", "claude-opus-4-1"},
+		{"Anthropic prefix", "anthropic/claude-haiku-4-5", "claude-haiku-4-5"},
+		{"Vertex AI @ snapshot", "claude-3-5-sonnet@20240620", "claude-3-5-sonnet"},
+		{"Vertex AI v2 @ snapshot: family", "claude-3-5-sonnet-v2@20241022", "claude-3-5-sonnet"},
+		{"Gemini models/ and -002", "models/gemini-1.5-pro-002", "gemini-1.5-pro"},
+		{"Gemini google/ prefix", "google/gemini-2.5-flash", "gemini-2.5-flash"},
+		{"Gemini -001", "gemini-2.0-flash-001", "gemini-2.0-flash"},
+		{"Gemini preview: family", "gemini-2.5-flash-lite-preview-06-17", "gemini-2.5-flash-lite"},
+		{"Gemini -latest", "gemini-1.5-flash-8b-latest", "gemini-1.5-flash-8b"},
+		{"a costlier variant has its own entry", "o1-pro-2025-03-19", "o1-pro"},
+		{"o3 dated", "o3-2025-04-16", "o3"},
+		{"gpt-5 dated", "gpt-5-mini-2025-08-07", "gpt-5-mini"},
+		{"gpt-5 chat alias: family", "gpt-5-chat-latest", "gpt-5"},
+		{"gpt-4.1 dated", "gpt-4.1-nano-2025-04-14", "gpt-4.1-nano"},
+		{"legacy with its own price", "gpt-3.5-turbo-1106", "gpt-3.5-turbo-1106"},
+		{"legacy family", "gpt-3.5-turbo-0125", "gpt-3.5-turbo"},
+		{"-latest entry itself", "chatgpt-4o-latest", "chatgpt-4o-latest"},
+		{"a family boundary is a '-': gpt-4.5 is not gpt-4", "gpt-4.5-preview-2025-02-27", "gpt-4.5-preview"},
+		{"no '-' boundary: not found", "gpt-5.2", ""},
+		{"unknown", "llama-3.1-70b", ""},
+		{"empty", "", ""},
+		{"only dashes", "----", ""},
+		{"NUL in the name", "gpt-4o\x00mini", ""},
+		{"NUL after a family", "gpt-4o-\x00", "gpt-4o"},
+		{"invalid UTF-8 after a family", "gpt-4o-mini-\xff\xfe", "gpt-4o-mini"},
+		{"a slash at the end", "openai/", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e, ok := Lookup(c.model)
+			if ok != (c.want != "") || e.Model != c.want {
+				t.Fatalf("Lookup(%q) = %q, %v; want %q", c.model, e.Model, ok, c.want)
+			}
+		})
+	}
+}
+
+// Hostile names: huge, all separators, all prefixes. Matching stays bounded.
+func TestStepsAreBounded(t *testing.T) {
+	for _, name := range []string{
+		strings.Repeat("a-", 1<<20),
+		strings.Repeat("-", 5000),
+		strings.Repeat("/", 5000) + "gpt-4o",
+		"gpt-4o-mini-" + strings.Repeat("\xff", 10_000),
+	} {
+		steps := Steps(name)
+		if len(steps) > 3+maxPrefixes {
+			t.Fatalf("%d steps", len(steps))
+		}
+		for _, s := range steps {
+			if len(s.Name) > MaxNameLen {
+				t.Fatalf("a step of %d bytes", len(s.Name))
+			}
+		}
+		Lookup(name)
+	}
+	if e, ok := Lookup("gpt-4o-mini-" + strings.Repeat("x", 300)); !ok || e.Model != "gpt-4o-mini" {
+		t.Fatalf("a long name with a known family: %q %v", e.Model, ok)
+	}
+}
+
+func TestHighest(t *testing.T) {
+	h := Highest()
+	var in, out, cached, write int64
+	for _, e := range Default().Entries() {
+		in, out, cached, write = max(in, e.InputPerMillion), max(out, e.OutputPerMillion), max(cached, e.CachedInputPerMillion), max(write, e.CacheWrite())
+	}
+	if h.InputPerMillion != in || h.OutputPerMillion != out || h.CachedInputPerMillion != cached || h.CacheWrite() != write ||
+		h.CacheWritePerMillion == nil {
+		t.Fatalf("Highest %+v; want %d %d %d %d", h, in, out, cached, write)
+	}
+	// No known model is dearer than the fallback default in any class.
+	for _, e := range Default().Entries() {
+		if e.InputPerMillion > h.InputPerMillion || e.OutputPerMillion > h.OutputPerMillion ||
+			e.CachedInputPerMillion > h.CachedInputPerMillion || e.CacheWrite() > h.CacheWrite() {
+			t.Errorf("%s is dearer than Highest", e.Model)
+		}
+	}
+	*h.CacheWritePerMillion = 1
+	if Highest().CacheWrite() != write {
+		t.Fatal("Highest shares its pointer")
+	}
+}
+
+func TestLoadRefuses(t *testing.T) {
+	const head = `{"asOf":"2025-01-02","unit":"integer micro-USD per million tokens","sources":["https://example.com/p"],"notes":[],"models":[`
+	good := head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`
+	if _, err := Load([]byte(good)); err != nil {
+		t.Fatalf("good file: %v", err)
+	}
+	for name, body := range map[string]string{
+		"unknown field":    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"x":1}]}`,
+		"duplicate":        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1},{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"negative":         head + `{"model":"m","provider":"openai","input":-1,"output":2,"cachedInput":1}]}`,
+		"too large":        head + `{"model":"m","provider":"openai","input":4503599627370496,"output":2,"cachedInput":1}]}`,
+		"missing output":   head + `{"model":"m","provider":"openai","input":1,"cachedInput":1}]}`,
+		"upper-case name":  head + `{"model":"M","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"provider prefix":  head + `{"model":"openai/m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"unknown provider": head + `{"model":"m","provider":"acme","input":1,"output":2,"cachedInput":1}]}`,
+		"negative write":   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cacheWrite":-5}]}`,
+		"fraction":         head + `{"model":"m","provider":"openai","input":1.5,"output":2,"cachedInput":1}]}`,
+		"no models":        head + `]}`,
+		"trailing data":    good + `{}`,
+		"bad date":         strings.Replace(good, "2025-01-02", "Jan 2", 1),
+		"no sources":       strings.Replace(good, `["https://example.com/p"]`, `[]`, 1),
+		"http source":      strings.Replace(good, "https://", "http://", 1),
+		"wrong unit":       strings.Replace(good, "integer micro-USD", "USD", 1),
+	} {
+		if _, err := Load([]byte(body)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// FuzzLookup: any name, however hostile, is matched without panicking, in bounded steps,
+// and a match is an entry one of the steps names.
+func FuzzLookup(f *testing.F) {
+	for _, s := range []string{"gpt-4o-mini-2024-07-18", "models/gemini-1.5-pro-002", "claude-3-5-sonnet@20240620", "\x00", "\xff\xfe",
+		strings.Repeat("-", 300), "a/b/c/GPT-4O-latest-latest-latest-latest", "-latest", "@20240101"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		steps := Steps(name)
+		if len(steps) == 0 || !steps[0].Exact || len(steps) > 3+maxPrefixes {
+			t.Fatalf("%d steps", len(steps))
+		}
+		e, ok := Lookup(name)
+		if !ok {
+			return
+		}
+		for _, s := range steps {
+			if s.Name == e.Model {
+				if !utf8.ValidString(e.Model) {
+					t.Fatal("a catalog name is not UTF-8")
+				}
+				return
+			}
+		}
+		t.Fatalf("Lookup(%q) = %q, which no step names", name, e.Model)
+	})
+}

@@ -1,0 +1,99 @@
+package pricecatalog
+
+import (
+	"regexp"
+	"strings"
+)
+
+// MaxNameLen bounds the bytes of a model name that matching reads; longer names are
+// cut (no catalog or organization name is that long: organizations' are at most 200).
+const MaxNameLen = 256
+
+// maxPrefixes bounds the family prefixes tried for one name.
+const maxPrefixes = 32
+
+// Step is one attempt to find a model in a price table: Exact compares Name with the
+// table's model names as written; otherwise Name is compared with the tables' keys
+// (Key of each model name).
+type Step struct {
+	Exact bool
+	Name  string
+}
+
+// Key is the form a table's model name is matched by: the part after the last '/' (a
+// provider or route prefix such as "openai/", "models/", "google/"), with ASCII letters
+// lower-cased. Migration 0008 computes the same key in SQL for the prices stored before
+// it (store.ModelPriceKeySQL), and a store test checks the two agree.
+func Key(name string) string {
+	if len(name) > MaxNameLen {
+		name = name[:MaxNameLen]
+	}
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		name = name[i+1:]
+	}
+	return lowerASCII(name)
+}
+
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if 'A' <= b[j] && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// snapshotSuffix is a dated snapshot or version suffix: OpenAI's -2024-07-18,
+// Anthropic's -20241022, Vertex AI's @20240620, -latest, and Gemini's -001 / -002.
+var snapshotSuffix = regexp.MustCompile(`(-[0-9]{4}-[0-9]{2}-[0-9]{2}|-[0-9]{8}|@[0-9]{8}|-latest|-[0-9]{3})$`)
+
+// StripSnapshot removes snapshot suffixes from a key (at most three, as in
+// "gemini-1.5-flash-002-latest"), never the whole key.
+func StripSnapshot(key string) string {
+	for range 3 {
+		loc := snapshotSuffix.FindStringIndex(key)
+		if loc == nil || loc[0] == 0 {
+			break
+		}
+		key = key[:loc[0]]
+	}
+	return key
+}
+
+// Steps are the attempts, in order of preference, to find model in price tables: the
+// exact name; then its Key; then the key without a snapshot suffix; then the family
+// prefixes of that, longest first, each ending just before a '-' (so
+// "gpt-4o-mini-2024-07-18" finds "gpt-4o-mini", and "gpt-4.5-preview" never finds
+// "gpt-4"). The work is bounded by MaxNameLen and maxPrefixes whatever the name.
+func Steps(model string) []Step {
+	if len(model) > MaxNameLen {
+		model = model[:MaxNameLen]
+	}
+	out := make([]Step, 0, 8)
+	out = append(out, Step{Exact: true, Name: model})
+	seen := map[string]bool{}
+	add := func(k string) {
+		if k != "" && !seen[k] {
+			seen[k] = true
+			out = append(out, Step{Name: k})
+		}
+	}
+	k := Key(model)
+	add(k)
+	s := StripSnapshot(k)
+	add(s)
+	n := 0
+	for i := len(s) - 1; i > 0 && n < maxPrefixes; i-- {
+		if s[i] == '-' {
+			add(s[:i])
+			n++
+		}
+	}
+	return out
+}
