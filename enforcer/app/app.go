@@ -190,10 +190,12 @@ func New(d Deps) *Enforcer {
 	// (and a check may wait on Redis or a durable start), so there are workers for many
 	// streams at once: past them gRPC starts a goroutine per stream, whose stack then
 	// grows (measured: about a tenth of the CPU of a cheap check).
-	az := authz.New(e.Gate)
-	// Fixed flow-control windows: no window-estimation PINGs (pkg/grpcflow).
+	az := authz.New(e.Gate, authz.Upstream{Authorization: cfg.UpstreamAuthorization, APIKey: cfg.UpstreamAPIKey})
+	// Fixed flow-control windows: no window-estimation PINGs (pkg/grpcflow). Stop waits
+	// for the handlers to return: an ext_proc stream cut at shutdown settles what it saw
+	// before the tracker settles what nobody reported (Serve).
 	e.GRPC = grpc.NewServer(append(grpcflow.ServerOptions(), grpc.ForceServerCodecV2(az.Codec()),
-		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))))...)
+		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))), grpc.WaitForHandlers(true))...)
 	authv3.RegisterAuthorizationServer(e.GRPC, az)
 	extprocv3.RegisterExternalProcessorServer(e.GRPC, extproc.New(e.Tracker, m, usage.Limits{}))
 	e.Health = health.NewServer()

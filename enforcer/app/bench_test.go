@@ -81,7 +81,7 @@ func BenchmarkGateCheck(b *testing.B) {
 	// The same through the ext_authz handler: the CheckResponse Envoy gets, without the
 	// gRPC transport.
 	b.Run("blocked_ext_authz", func(b *testing.B) {
-		srv := authz.New(e.Enforcer.Gate)
+		srv := authz.New(e.Enforcer.Gate, authz.Upstream{})
 		req := enforcertest.CheckRequest(map[string]string{"x-api-key": blocked.key})
 		b.ReportAllocs()
 		for b.Loop() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -65,6 +66,15 @@ type Config struct {
 	// SettleWait is how long POST /settle waits for the control plane's receipt before
 	// answering 202 (TOLLGATE_ENFORCER_SETTLE_WAIT).
 	SettleWait time.Duration
+	// UpstreamAuthorization is the provider's credential, the whole Authorization header
+	// value (e.g. "Bearer sk-..."), that ext_authz sets on every admitted request's
+	// upstream request in place of the member's Tollgate credential
+	// (TOLLGATE_UPSTREAM_AUTHORIZATION, or read at start from the file
+	// TOLLGATE_UPSTREAM_AUTHORIZATION_FILE names). Empty: none is set.
+	UpstreamAuthorization string
+	// UpstreamAPIKey is the same for providers that take their key in x-api-key, such
+	// as Anthropic (TOLLGATE_UPSTREAM_API_KEY, or TOLLGATE_UPSTREAM_API_KEY_FILE).
+	UpstreamAPIKey string
 }
 
 // Defaults of the address knobs.
@@ -117,10 +127,19 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&c.AbandonAfter, "abandon-after", durationEnv("TOLLGATE_ENFORCER_ABANDON_AFTER", 15*time.Minute), "settle as incomplete an admitted request that nobody reported within this (TOLLGATE_ENFORCER_ABANDON_AFTER)")
 	fs.DurationVar(&c.GenerationPoll, "generation-poll", durationEnv("TOLLGATE_ENFORCER_GENERATION_POLL", time.Second), "how often to check the mirror's generation marker (TOLLGATE_ENFORCER_GENERATION_POLL)")
 	fs.DurationVar(&c.SettleWait, "settle-wait", durationEnv("TOLLGATE_ENFORCER_SETTLE_WAIT", 10*time.Second), "how long POST /settle waits for the receipt before answering 202 (TOLLGATE_ENFORCER_SETTLE_WAIT)")
+	// The provider's credentials: the environment is read after parsing, not as the
+	// flags' defaults, so that -h never prints a secret.
+	var authFile, keyFile string
+	fs.StringVar(&c.UpstreamAuthorization, "upstream-authorization", "", "the provider's Authorization header value (e.g. \"Bearer sk-...\") set on admitted requests in place of the member's credential; empty sets none (TOLLGATE_UPSTREAM_AUTHORIZATION)")
+	fs.StringVar(&authFile, "upstream-authorization-file", "", "file holding the upstream Authorization value, read at start (TOLLGATE_UPSTREAM_AUTHORIZATION_FILE)")
+	fs.StringVar(&c.UpstreamAPIKey, "upstream-api-key", "", "the provider's x-api-key value (Anthropic) set on admitted requests in place of the member's key; empty sets none (TOLLGATE_UPSTREAM_API_KEY)")
+	fs.StringVar(&keyFile, "upstream-api-key-file", "", "file holding the upstream x-api-key value, read at start (TOLLGATE_UPSTREAM_API_KEY_FILE)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	problems := e.Problems
+	problems = append(problems, upstreamCredential(&c.UpstreamAuthorization, authFile, "TOLLGATE_UPSTREAM_AUTHORIZATION", getenv)...)
+	problems = append(problems, upstreamCredential(&c.UpstreamAPIKey, keyFile, "TOLLGATE_UPSTREAM_API_KEY", getenv)...)
 	if fs.NArg() > 0 {
 		problems = append(problems, fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
 	}
@@ -130,6 +149,34 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 		return c, errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))
 	}
 	return c, nil
+}
+
+// upstreamCredential settles one provider credential from its flags (value, file) and
+// environment (NAME, NAME_FILE), flags first: a value and a file together are refused,
+// a file is read now (one that cannot be read is a start-up problem) and its trailing
+// line break dropped. The value must be a valid header value.
+func upstreamCredential(v *string, file, name string, getenv func(string) string) []string {
+	if *v == "" && file == "" {
+		*v, file = getenv(name), getenv(name+"_FILE")
+	}
+	if *v != "" && file != "" {
+		return []string{fmt.Sprintf("%s and %s_FILE: set one, not both", name, name)}
+	}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return []string{fmt.Sprintf("%s_FILE: %v", name, err)}
+		}
+		*v = strings.TrimRight(string(b), "\r\n")
+		if *v == "" {
+			return []string{fmt.Sprintf("%s_FILE: %s is empty", name, file)}
+		}
+	}
+	if strings.TrimSpace(*v) != *v || strings.ContainsFunc(*v, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+		// Never the value itself in the message: it is a secret.
+		return []string{fmt.Sprintf("%s: not a valid header value (leading or trailing space, or a control character)", name)}
+	}
+	return nil
 }
 
 func (c Config) validate() []string {

@@ -114,6 +114,7 @@ func TestExtProcSettlesStreams(t *testing.T) {
 		creation   int64
 		costSource string
 		cost       int64
+		estimated  bool
 	}{
 		{name: "OpenAI SSE with include_usage", spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(openAISSE, 7)},
 			complete: true, model: "gpt-4o-mini-2024-07-18", in: 1200, out: 300, cached: 200, costSource: "catalog_estimate", cost: 1200*2 + 300*8},
@@ -128,7 +129,7 @@ func TestExtProcSettlesStreams(t *testing.T) {
 			complete: false, model: "gpt-4o-mini-2024-07-18", costSource: "unknown"},
 		{name: "stream without usage is incomplete", spec: streamSpec{contentType: "text/event-stream",
 			chunks: testio.Chunks(strings.Split(openAISSE, "\n\ndata: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[],")[0]+"\n\ndata: [DONE]\n\n", 3)},
-			complete: false, model: "gpt-4o-mini-2024-07-18", costSource: "unknown"},
+			complete: false, model: "gpt-4o-mini-2024-07-18", out: 2, estimated: true, costSource: "catalog_estimate", cost: 2 * 8},
 		{name: "bodyless response is incomplete", spec: streamSpec{contentType: "application/json", bodyless: true},
 			complete: false, costSource: "unknown"},
 	} {
@@ -151,8 +152,8 @@ func TestExtProcSettlesStreams(t *testing.T) {
 			if it.GetOrganizationId() != w.org || it.GetMemberId() != w.member || it.GetSnapshot() != nil {
 				t.Fatalf("attribution %v (a durable start needs no snapshot)", it)
 			}
-			if rc.CostSource != tc.costSource || rc.Cost != tc.cost {
-				t.Fatalf("cost %d %s", rc.Cost, rc.CostSource)
+			if rc.CostSource != tc.costSource || rc.Cost != tc.cost || it.GetUsageEstimated() != tc.estimated {
+				t.Fatalf("cost %d %s, estimated %v", rc.Cost, rc.CostSource, it.GetUsageEstimated())
 			}
 			if e.CP.Pending(w.member) != 0 || e.Enforcer.Tracker.Len() != 0 {
 				t.Fatalf("pending %d tracked %d", e.CP.Pending(w.member), e.Enforcer.Tracker.Len())

@@ -90,6 +90,7 @@ func TestRedisDown(t *testing.T) {
 
 func TestRedisDownOpenModeWithoutAnyRecordAdmitsAsUnknown(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{FailOpen: true, RedisThroughProxy: true})
+	e.CP.SetPrice("gpt-test", 1, 1)
 	w := newMember(e, dayLimit(1*usd, true))
 	e.Proxy.Down()
 	reqID, state := requestID(t, e, w.key)
@@ -97,9 +98,28 @@ func TestRedisDownOpenModeWithoutAnyRecordAdmitsAsUnknown(t *testing.T) {
 		t.Fatalf("state %q id %q", state, reqID)
 	}
 	settle(t, e, reqID)
-	// Nothing to charge by: recorded for review, never charged as zero or anything else.
-	if rc := e.CP.Receipt(reqID); rc.Item.GetSnapshot() != nil || rc.Item.GetMemberId() != w.member {
-		t.Fatalf("receipt %+v", rc.Item)
+	// No record to decide on, but the admission's windows are known: the settlement
+	// names them (policy "unknown", tracking version 0) and says why, so the control
+	// plane charges it there instead of quarantining a silent zero.
+	rc := e.CP.Receipt(reqID)
+	it := rc.Item
+	if !it.GetAdmittedWithoutRecord() || it.GetMemberId() != w.member || it.GetOrganizationId() != w.org {
+		t.Fatalf("receipt %+v", it)
+	}
+	snap := it.GetSnapshot()
+	if snap.GetVersion() != 2 || snap.GetTrackingVersion() != 0 || snap.GetAdmittedAtUnixMs() != e.Clock.Now().UnixMilli() || len(snap.GetBuckets()) != 3 {
+		t.Fatalf("snapshot %v", snap)
+	}
+	for i, w8 := range window.Current(e.Clock.Now()) {
+		b := snap.GetBuckets()[i]
+		if b.GetTimeframe() != string(w8.Timeframe) || b.GetWindowStartUnixMs() != w8.Start.UnixMilli() || b.GetWindowEndUnixMs() != w8.End.UnixMilli() ||
+			b.GetBucketId() != window.BucketID(w.org, w.member, w8.Timeframe, w8.Start) || b.GetPolicyId() != "unknown" ||
+			b.GetPolicyRevision() != 0 || b.GetBaseMicroUsd() != 0 || b.GetHardLimit() {
+			t.Fatalf("bucket %d: %v", i, b)
+		}
+	}
+	if rc.Cost != 110 || e.CP.Spend(w.member, window.Day) != 110 {
+		t.Fatalf("charged %d, spend %d", rc.Cost, e.CP.Spend(w.member, window.Day))
 	}
 }
 
@@ -157,8 +177,9 @@ func TestControlPlaneDownOnIdentityMiss(t *testing.T) {
 				return
 			}
 			ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key}))
-			// Unattributable: no request id goes upstream (and a client's is removed).
-			if len(ok.GetHeaders()) != 0 || len(ok.GetHeadersToRemove()) != 1 || ok.GetHeadersToRemove()[0] != "x-service-request-id" {
+			// Unattributable: no request id goes upstream (and a client's is removed);
+			// the member's key does not go upstream either.
+			if rm := ok.GetHeadersToRemove(); len(ok.GetHeaders()) != 0 || len(rm) != 2 || rm[0] != "x-service-request-id" || rm[1] != "x-api-key" {
 				t.Fatalf("ok %v", ok)
 			}
 			if enforcertest.MustHeader(t, ok.GetResponseHeadersToAdd(), "X-Service-Usage-State") != "unknown" {

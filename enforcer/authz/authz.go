@@ -17,16 +17,37 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 )
 
+// Upstream is the provider's credential the enforcer puts on the upstream request of an
+// admitted request, in place of the member's Tollgate credential (which never goes
+// upstream). Empty fields set nothing.
+type Upstream struct {
+	// Authorization is the whole Authorization header value, e.g. "Bearer sk-..."
+	// (TOLLGATE_UPSTREAM_AUTHORIZATION).
+	Authorization string
+	// APIKey is the x-api-key header value, for providers that take their key there,
+	// such as Anthropic (TOLLGATE_UPSTREAM_API_KEY).
+	APIKey string
+}
+
 // Server implements authv3.AuthorizationServer.
 type Server struct {
 	authv3.UnimplementedAuthorizationServer
 	gate   *gate.Gate
 	denied deniedCache
+	// The upstream credential's header options, built once (gRPC only reads them).
+	setAuthorization, setAPIKey *corev3.HeaderValueOption
 }
 
 // New returns the ext_authz server of a gate.
-func New(g *gate.Gate) *Server {
-	return &Server{gate: g, denied: deniedCache{m: map[deniedKey]deniedEntry{}, wire: map[*authv3.CheckResponse][]byte{}}}
+func New(g *gate.Gate, up Upstream) *Server {
+	s := &Server{gate: g, denied: deniedCache{m: map[deniedKey]deniedEntry{}, wire: map[*authv3.CheckResponse][]byte{}}}
+	if up.Authorization != "" {
+		s.setAuthorization = header("authorization", up.Authorization)
+	}
+	if up.APIKey != "" {
+		s.setAPIKey = header("x-api-key", up.APIKey)
+	}
+	return s
 }
 
 // requestIDHeader is the lower-case form Envoy uses in header maps.
@@ -34,14 +55,49 @@ var requestIDHeader = strings.ToLower(gate.HeaderRequestID)
 
 // Check answers one ext_authz check.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	a, err := s.gate.Check(ctx, Credentials(req.GetAttributes().GetRequest().GetHttp()))
+	cred := Credentials(req.GetAttributes().GetRequest().GetHttp())
+	a, err := s.gate.Check(ctx, cred)
 	if err != nil {
 		return nil, status.Error(codes.Canceled, "check abandoned by the caller")
 	}
 	if !a.Allowed() {
 		return s.denied.response(&a), nil
 	}
-	return Response(&a), nil
+	return s.admitted(&a, cred), nil
+}
+
+// admitted is the OkHttpResponse of an admission: the request id set on the upstream
+// request (overwriting whatever the client sent, so a client cannot have another
+// request's usage settled under its own), the usage state on the client's response, and
+// the credentials swapped: the member's Tollgate credential removed from the upstream
+// request (x-api-key, and Authorization when it carried one) and the provider's set when
+// configured (overwriting).
+func (s *Server) admitted(a *gate.Answer, cred gate.Credentials) *authv3.CheckResponse {
+	ok := &authv3.OkHttpResponse{Headers: make([]*corev3.HeaderValueOption, 0, 3)}
+	if a.RequestID != "" {
+		ok.Headers = append(ok.Headers, header(requestIDHeader, a.RequestID))
+	} else {
+		ok.HeadersToRemove = append(ok.HeadersToRemove, requestIDHeader)
+	}
+	// A header is either set or removed, never both: Envoy applies removals after
+	// the headers it sets.
+	switch {
+	case s.setAPIKey != nil:
+		ok.Headers = append(ok.Headers, s.setAPIKey)
+	case cred.APIKey != "":
+		ok.HeadersToRemove = append(ok.HeadersToRemove, "x-api-key")
+	}
+	switch {
+	case s.setAuthorization != nil:
+		ok.Headers = append(ok.Headers, s.setAuthorization)
+	case cred.TollgateAuthorization():
+		ok.HeadersToRemove = append(ok.HeadersToRemove, "authorization")
+	}
+	if a.UsageState != "" {
+		ok.ResponseHeadersToAdd = []*corev3.HeaderValueOption{header(gate.HeaderUsageState, a.UsageState)}
+	}
+	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)},
+		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok}}
 }
 
 // deniedCache keeps the responses of refusals: they repeat (a blocked member gets the
@@ -82,7 +138,7 @@ func (c *deniedCache) response(a *gate.Answer) *authv3.CheckResponse {
 	if ok {
 		return e.resp
 	}
-	resp := Response(a)
+	resp := Denied(a)
 	wire, err := proto.Marshal(resp)
 	c.mu.Lock()
 	if len(c.m) >= maxDenied {
@@ -126,23 +182,9 @@ func Credentials(h *authv3.AttributeContext_HttpRequest) gate.Credentials {
 	return c
 }
 
-// Response translates a gate answer.
-func Response(a *gate.Answer) *authv3.CheckResponse {
-	if a.Allowed() {
-		ok := &authv3.OkHttpResponse{}
-		if a.RequestID != "" {
-			// Overwrite, so a client cannot smuggle its own request id upstream and
-			// have another request's usage settled under it.
-			ok.Headers = []*corev3.HeaderValueOption{header(requestIDHeader, a.RequestID)}
-		} else {
-			ok.HeadersToRemove = []string{requestIDHeader}
-		}
-		if a.UsageState != "" {
-			ok.ResponseHeadersToAdd = []*corev3.HeaderValueOption{header(gate.HeaderUsageState, a.UsageState)}
-		}
-		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)},
-			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok}}
-	}
+// Denied translates a refusal (an answer that is not Allowed): its status, headers
+// (gate.Answer.DeniedHeaders) and body.
+func Denied(a *gate.Answer) *authv3.CheckResponse {
 	hs := a.DeniedHeaders()
 	opts := make([]*corev3.HeaderValueOption, len(hs))
 	for i, h := range hs {

@@ -1,6 +1,8 @@
 package authz
 
 import (
+	"maps"
+	"slices"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -28,8 +30,84 @@ func TestCredentialsFromBothHeaderShapes(t *testing.T) {
 
 func TestDenialIsACheckResponseNotAnError(t *testing.T) {
 	a := gate.Answer{Status: 503, Decision: gate.Unavailable, Reason: "redis", ErrorCode: gate.CodeAccountingUnavailable, Body: []byte(`{}`)}
-	r := Response(&a)
+	r := Denied(&a)
 	if r.GetDeniedResponse().GetStatus().GetCode() != 503 || r.GetStatus().GetCode() == 0 {
 		t.Fatalf("%v", r)
+	}
+}
+
+// The usage-limit 429 tells the SDKs not to retry (they would otherwise sleep for
+// Retry-After, hours), next to the specification's headers.
+func TestUsageLimitRefusalSaysDoNotRetry(t *testing.T) {
+	a := gate.Answer{Status: 429, Decision: gate.Blocked, Reason: "usage_limit", UsageState: "blocked", ErrorCode: gate.CodeUsageLimitExceeded,
+		RetryAfter: "61866", Body: []byte(`{"error":{}}`)}
+	got := map[string]string{}
+	for _, h := range Denied(&a).GetDeniedResponse().GetHeaders() {
+		got[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
+	}
+	want := map[string]string{"Content-Type": "application/json", "X-Service-Error-Code": gate.CodeUsageLimitExceeded,
+		"X-Service-Usage-State": "blocked", "Retry-After": "61866", "X-Should-Retry": "false"}
+	if len(got) != len(want) {
+		t.Fatalf("headers %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("headers %v, want %v", got, want)
+		}
+	}
+}
+
+// On admit the member's Tollgate credential never goes upstream, and the provider's
+// credential, when configured, replaces it.
+func TestAdmissionSwapsCredentials(t *testing.T) {
+	const provider = "Bearer sk-provider"
+	type mutation struct {
+		set    map[string]string
+		remove []string
+	}
+	for _, tc := range []struct {
+		name string
+		up   Upstream
+		cred gate.Credentials
+		want mutation
+	}{
+		{"x-api-key, nothing configured", Upstream{}, gate.Credentials{APIKey: "tgk_k"},
+			mutation{set: map[string]string{"x-service-request-id": "req_1"}, remove: []string{"x-api-key"}}},
+		{"bearer key, nothing configured", Upstream{}, gate.Credentials{Authorization: "Bearer tgk_k"},
+			mutation{set: map[string]string{"x-service-request-id": "req_1"}, remove: []string{"authorization"}}},
+		{"bearer session and x-api-key", Upstream{}, gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer tgs_s"},
+			mutation{set: map[string]string{"x-service-request-id": "req_1"}, remove: []string{"x-api-key", "authorization"}}},
+		{"another Authorization is not ours: left alone", Upstream{}, gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer sk-theirs"},
+			mutation{set: map[string]string{"x-service-request-id": "req_1"}, remove: []string{"x-api-key"}}},
+		{"provider Authorization configured", Upstream{Authorization: provider}, gate.Credentials{Authorization: "Bearer tgk_k"},
+			mutation{set: map[string]string{"x-service-request-id": "req_1", "authorization": provider}}},
+		{"provider Authorization, member used x-api-key", Upstream{Authorization: provider}, gate.Credentials{APIKey: "tgk_k"},
+			mutation{set: map[string]string{"x-service-request-id": "req_1", "authorization": provider}, remove: []string{"x-api-key"}}},
+		{"provider x-api-key configured (Anthropic)", Upstream{APIKey: "sk-ant-provider"}, gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer tgs_s"},
+			mutation{set: map[string]string{"x-service-request-id": "req_1", "x-api-key": "sk-ant-provider"}, remove: []string{"authorization"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(nil, tc.up)
+			a := gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: "req_1", UsageState: "within_limit"}
+			ok := s.admitted(&a, tc.cred).GetOkResponse()
+			got := mutation{set: map[string]string{}, remove: ok.GetHeadersToRemove()}
+			for _, h := range ok.GetHeaders() {
+				if h.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {
+					t.Fatalf("%s is not overwritten: %v", h.GetHeader().GetKey(), h.GetAppendAction())
+				}
+				got.set[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
+			}
+			if !maps.Equal(got.set, tc.want.set) || !slices.Equal(got.remove, tc.want.remove) {
+				t.Fatalf("set %v remove %v, want set %v remove %v", got.set, got.remove, tc.want.set, tc.want.remove)
+			}
+			for k := range got.set {
+				if slices.Contains(got.remove, k) {
+					t.Fatalf("%s both set and removed", k)
+				}
+			}
+			if rh := ok.GetResponseHeadersToAdd(); len(rh) != 1 || rh[0].GetHeader().GetValue() != "within_limit" {
+				t.Fatalf("client response headers %v", rh)
+			}
+		})
 	}
 }

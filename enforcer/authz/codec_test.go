@@ -42,7 +42,7 @@ func checkSameCredentials(t *testing.T, b []byte) {
 		return
 	}
 	var partial authv3.CheckRequest
-	if err := New(nil).Codec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &partial); err != nil {
+	if err := New(nil, Upstream{}).Codec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &partial); err != nil {
 		t.Fatalf("codec refused what proto decodes: %v", err)
 	}
 	want, got := Credentials(full.GetAttributes().GetRequest().GetHttp()), Credentials(partial.GetAttributes().GetRequest().GetHttp())
@@ -88,7 +88,7 @@ func TestCodecDecodesWhatCheckReads(t *testing.T) {
 	checkSameCredentials(t, append(odd, first...))
 	// Malformed input is an error, as with proto.
 	var r authv3.CheckRequest
-	if err := New(nil).Codec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(first[:len(first)-3])}, &r); err == nil {
+	if err := New(nil, Upstream{}).Codec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(first[:len(first)-3])}, &r); err == nil {
 		t.Fatal("truncated request decoded")
 	}
 }
@@ -102,7 +102,7 @@ func FuzzCodecDecodesWhatCheckReads(f *testing.F) {
 
 // A refusal the server keeps is sent as encoded when it was kept: the same message.
 func TestCodecSendsKeptRefusalsAsEncodedOnce(t *testing.T) {
-	s := New(nil)
+	s := New(nil, Upstream{})
 	a := gate.Answer{Status: 429, Decision: gate.Blocked, Reason: "usage_limit", UsageState: "blocked", ErrorCode: gate.CodeUsageLimitExceeded,
 		RetryAfter: "7", Body: []byte(`{"error":{}}`)}
 	resp := s.denied.response(&a)
@@ -114,20 +114,20 @@ func TestCodecSendsKeptRefusalsAsEncodedOnce(t *testing.T) {
 		t.Fatal("kept refusal encoded again")
 	}
 	var back authv3.CheckResponse
-	if err := proto.Unmarshal(data.Materialize(), &back); err != nil || !proto.Equal(&back, Response(&a)) {
-		t.Fatalf("sent %v %v, want %v", &back, err, Response(&a))
+	if err := proto.Unmarshal(data.Materialize(), &back); err != nil || !proto.Equal(&back, Denied(&a)) {
+		t.Fatalf("sent %v %v, want %v", &back, err, Denied(&a))
 	}
 }
 
 // Other messages go through the proto codec untouched.
 func TestCodecLeavesOtherMessagesToProto(t *testing.T) {
 	resp := &authv3.CheckResponse{HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{Body: "no"}}}
-	data, err := New(nil).Codec().Marshal(resp)
+	data, err := New(nil, Upstream{}).Codec().Marshal(resp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var back authv3.CheckResponse
-	if err := New(nil).Codec().Unmarshal(data, &back); err != nil || !proto.Equal(&back, resp) {
+	if err := New(nil, Upstream{}).Codec().Unmarshal(data, &back); err != nil || !proto.Equal(&back, resp) {
 		t.Fatalf("%v %v", &back, err)
 	}
 }

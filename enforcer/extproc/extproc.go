@@ -3,16 +3,33 @@ package extproc
 import (
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/metadata"
 
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/usage"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
+
+// RoleMetadata is the gRPC metadata key (GrpcService.initial_metadata in the Envoy
+// filter) that names a stream's role. RoleRequest marks the request-body filter: its
+// streams read and may rewrite the request body, and never settle. Any other value, or
+// none, is the response filter: it follows the response and settles the request (and
+// handles a request body too, if one is sent).
+const (
+	RoleMetadata = "x-tollgate-extproc"
+	RoleRequest  = "request"
+)
+
+// maxModelBytes bounds a model name taken from a request body.
+const maxModelBytes = 256
 
 // Server implements extprocv3.ExternalProcessorServer.
 type Server struct {
@@ -41,16 +58,31 @@ var (
 
 // stream is the state of one request's ext_proc stream.
 type stream struct {
-	s         *Server
-	requestID string
-	status    int32
-	ext       *usage.Extractor
-	done      bool
+	s *Server
+	// requestOnly: the request-body filter's stream (RoleRequest).
+	requestOnly bool
+	requestID   string
+	// From the request headers: the path (without its query), whether the request
+	// carried a content-length, and whether Envoy sends header values as raw_value
+	// (then a mutation must use raw_value too: Envoy reads only that one).
+	path             string
+	hasContentLength bool
+	rawValues        bool
+	bodySeen         bool
+
+	status int32
+	ext    *usage.Extractor
+	done   bool
 }
 
 // Process follows one HTTP request.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	st := &stream{s: s}
+	if md, ok := metadata.FromIncomingContext(srv.Context()); ok {
+		if v := md.Get(RoleMetadata); len(v) > 0 && v[0] == RoleRequest {
+			st.requestOnly = true
+		}
+	}
 	for {
 		req, err := srv.Recv()
 		if err != nil {
@@ -72,15 +104,17 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		// Only an id of ours is followed: ext_authz overwrote whatever the client sent,
-		// so anything else means this route has no ext_authz in front, and settling a
-		// made-up id would only leave junk for the control plane's review.
-		if id := headerValue(r.RequestHeaders.GetHeaders(), requestIDHeader); typeid.Valid(id, gate.RequestPrefix) {
-			st.requestID = id
-			st.s.tracker.Follow(id)
-		}
+		st.requestHeaders(r.RequestHeaders.GetHeaders())
 		return continueRequestHeaders
 	case *extprocv3.ProcessingRequest_RequestBody:
+		if st.requestID != "" && !st.bodySeen {
+			st.bodySeen = true
+			if r.RequestBody.GetEndOfStream() && !req.GetObservabilityMode() {
+				// The whole body in one message (BUFFERED): it may be rewritten.
+				return st.requestBody(r.RequestBody.GetBody())
+			}
+			st.s.m.ExtProcRequestBodies.WithLabelValues("not_buffered").Inc()
+		}
 		return continueRequestBody
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return continueRequestTrailers
@@ -93,7 +127,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 		if code, err := strconv.ParseInt(all[":status"], 10, 32); err == nil {
 			st.status = int32(code)
 		}
-		if st.requestID != "" && st.ext == nil {
+		if st.requestID != "" && st.ext == nil && !st.requestOnly {
 			st.ext = usage.New(all["content-type"], all, st.s.limits)
 		}
 		if r.ResponseHeaders.GetEndOfStream() {
@@ -117,25 +151,104 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 	return nil
 }
 
+func (st *stream) requestHeaders(m *corev3.HeaderMap) {
+	for _, hv := range m.GetHeaders() {
+		if hv.GetValue() == "" && len(hv.GetRawValue()) > 0 {
+			st.rawValues = true
+		}
+		switch strings.ToLower(hv.GetKey()) {
+		case requestIDHeader:
+			// Only an id of ours is followed: ext_authz overwrote whatever the client
+			// sent, so anything else means this route has no ext_authz in front, and
+			// settling a made-up id would only leave junk for the control plane's review.
+			if id := value(hv); typeid.Valid(id, gate.RequestPrefix) {
+				st.requestID = id
+			}
+		case ":path":
+			st.path, _, _ = strings.Cut(value(hv), "?")
+		case "content-length":
+			st.hasContentLength = true
+		}
+	}
+	if st.requestID != "" && !st.requestOnly {
+		st.s.tracker.Follow(st.requestID)
+	}
+}
+
+// requestBody handles the whole request body of a tracked request: it records the
+// request's input estimate and model for the settlement, and asks an OpenAI
+// chat-completions stream for its usage (stream_options.include_usage) when the client
+// did not. A rewritten body's content-length is set to its new length when the request
+// carried one (Envoy refuses a buffered body mutation whose content-length does not
+// match it); without one, Envoy frames the body itself.
+func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
+	m := st.s.m.ExtProcRequestBodies
+	if est, err := estimate.Input(body); err == nil {
+		st.s.tracker.RecordRequest(st.requestID, est.InputTokens, cleanModel(est.Model))
+		m.WithLabelValues("estimated").Inc()
+	} else {
+		m.WithLabelValues("not_json").Inc()
+	}
+	if !strings.HasSuffix(st.path, "/chat/completions") {
+		return continueRequestBody
+	}
+	newBody, ok := WithIncludeUsage(body)
+	if !ok {
+		return continueRequestBody
+	}
+	m.WithLabelValues("include_usage_set").Inc()
+	cr := &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: newBody}}}
+	if st.hasContentLength {
+		hv := &corev3.HeaderValue{Key: "content-length"}
+		if n := strconv.Itoa(len(newBody)); st.rawValues {
+			hv.RawValue = []byte(n)
+		} else {
+			hv.Value = n
+		}
+		cr.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: hv,
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cr}}}
+}
+
+// cleanModel keeps a model name from a request body only when it is short, valid UTF-8
+// without control characters; otherwise the settlement goes without it (the response's
+// model, when it names one, wins anyway).
+func cleanModel(s string) string {
+	if len(s) > maxModelBytes || !utf8.ValidString(s) {
+		return ""
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return ""
+		}
+	}
+	return s
+}
+
 // finish reports the response's end once. endOfStream is false when it broke off.
 func (st *stream) finish(endOfStream bool) {
 	if st.done {
 		return
 	}
 	st.done = true
+	if st.requestOnly {
+		return // the response filter's stream settles
+	}
 	if st.requestID == "" {
 		// Not a request the gate admitted (no id), or Envoy does not send request
 		// headers: nothing to settle.
 		st.s.m.ExtProcStreams.WithLabelValues("untracked").Inc()
 		return
 	}
-	u := inflight.Usage{UpstreamStatus: st.status}
+	u := inflight.Usage{UpstreamStatus: st.status, Seen: &inflight.Seen{}}
 	if st.ext != nil {
 		got := st.ext.Finish(endOfStream)
 		u.Model, u.InputTokens, u.OutputTokens, u.CachedTokens = got.Model, got.InputTokens, got.OutputTokens, got.CachedInputTokens
 		u.CacheCreationTokens = got.CacheCreationInputTokens
 		u.UpstreamCostMicroUSD = got.CostMicroUSD
 		u.Complete = got.Complete
+		u.Seen.InputReported, u.Seen.OutputReported, u.Seen.TextBytes = got.InputReported, got.OutputReported, got.TextBytes
 	}
 	if u.Complete {
 		st.s.m.ExtProcStreams.WithLabelValues("complete").Inc()
@@ -143,15 +256,6 @@ func (st *stream) finish(endOfStream bool) {
 		st.s.m.ExtProcStreams.WithLabelValues("incomplete").Inc()
 	}
 	_ = st.s.tracker.Finish(st.requestID, u, nil)
-}
-
-func headerValue(m *corev3.HeaderMap, name string) string {
-	for _, hv := range m.GetHeaders() {
-		if strings.EqualFold(hv.GetKey(), name) {
-			return value(hv)
-		}
-	}
-	return ""
 }
 
 // value reads a header value; recent Envoy versions send raw_value bytes instead.

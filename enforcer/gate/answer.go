@@ -14,6 +14,10 @@ const (
 	HeaderErrorCode  = "X-Service-Error-Code"
 	HeaderUsageState = "X-Service-Usage-State"
 	HeaderRetryAfter = "Retry-After"
+	// HeaderShouldRetry is "false" on the usage-limit 429: the official OpenAI and
+	// Anthropic SDKs obey it, where they would otherwise sleep for Retry-After (hours,
+	// until the window resets) before retrying.
+	HeaderShouldRetry = "X-Should-Retry"
 	// HeaderRequestID is added to the upstream request of an admitted request; ext_proc
 	// and /settle name the request by it.
 	HeaderRequestID = "X-Service-Request-Id"
@@ -60,13 +64,13 @@ func (a *Answer) Allowed() bool { return a.Status == 200 }
 
 // DeniedHeaders are the headers of a refusal, in a stable order.
 func (a *Answer) DeniedHeaders() []Header {
-	h := make([]Header, 0, 4)
+	h := make([]Header, 0, 5)
 	h = append(h, Header{"Content-Type", "application/json"})
 	if a.ErrorCode != "" {
 		h = append(h, Header{HeaderErrorCode, a.ErrorCode})
 	}
 	if a.Status == 429 {
-		h = append(h, Header{HeaderUsageState, a.UsageState}, Header{HeaderRetryAfter, a.RetryAfter})
+		h = append(h, Header{HeaderUsageState, a.UsageState}, Header{HeaderRetryAfter, a.RetryAfter}, Header{HeaderShouldRetry, "false"})
 	}
 	return h
 }

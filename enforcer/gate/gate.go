@@ -19,6 +19,7 @@ import (
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
+	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 // RequestPrefix is the TypeID prefix of request ids.
@@ -60,6 +61,15 @@ func New(d Deps) *Gate {
 type Credentials struct {
 	APIKey        string // x-api-key
 	Authorization string // authorization
+}
+
+// TollgateAuthorization reports whether the Authorization header carries a Tollgate
+// credential (a bearer API key or session): the front doors remove it from the upstream
+// request, since it must never reach the provider. Any other Authorization is left to the
+// proxy's configuration (it may be the provider's own key).
+func (c Credentials) TollgateAuthorization() bool {
+	tok, ok := credential.BearerFromHeader(c.Authorization)
+	return ok && (strings.HasPrefix(tok, credential.APIKeyPrefix) || strings.HasPrefix(tok, credential.SessionPrefix))
 }
 
 // Check answers one request. The error is non-nil only when ctx ended first (the proxy
@@ -248,8 +258,10 @@ func (g *Gate) failure(reason string, id *identity.Identity, last *mirror.Record
 }
 
 // failOpenAdmit admits without a durable start (open mode), or answers 503 (closed).
-// The settlement carries snap, so the control plane creates the event then; with no
-// snapshot at all it is recorded for review and not charged.
+// The settlement carries snap, so the control plane creates the event then. Without a
+// snapshot (no record at all) it carries the admission instant's three windows instead
+// (NoRecordSnapshot) and is marked admitted_without_record: the control plane charges
+// it on those windows.
 func (g *Gate) failOpenAdmit(reason string, id *identity.Identity, d *decision.Decision, snap *internalv1.Snapshot, reqID string) Answer {
 	if !g.FailOpen {
 		return unavailable(reason)
@@ -258,10 +270,32 @@ func (g *Gate) failOpenAdmit(reason string, id *identity.Identity, d *decision.D
 	if d != nil {
 		state = string(d.State)
 	}
+	now := g.Clock.Now()
+	withoutRecord := snap == nil
+	if withoutRecord {
+		snap = NoRecordSnapshot(id.OrganizationID, id.MemberID, now)
+	}
 	// Try to hold a settlement slot; if even that fails, the settlement may overflow
 	// later, loudly. Admission does not wait on it: that is what open mode means.
 	res, _ := g.Settle.Reserve()
 	g.Inflight.Admitted(&inflight.Request{ID: reqID, OrganizationID: id.OrganizationID, MemberID: id.MemberID,
-		Snapshot: snap, Durable: false, Reservation: res, AdmittedAt: g.Clock.Now()})
+		Snapshot: snap, Durable: false, WithoutRecord: withoutRecord, Reservation: res, AdmittedAt: now})
 	return Answer{Status: 200, Decision: FailOpen, Reason: reason, RequestID: reqID, UsageState: state}
+}
+
+// UnknownPolicyID is the policy id of every bucket of a NoRecordSnapshot.
+const UnknownPolicyID = "unknown"
+
+// NoRecordSnapshot is the version-2 snapshot of an admission made without any record of
+// the member: the three windows of the admission instant (pkg/window bucket ids), policy
+// "unknown" with revision 0 and base 0, tracking version 0. It names where the spend
+// belongs, not what the limits were.
+func NoRecordSnapshot(orgID, memberID string, now time.Time) *internalv1.Snapshot {
+	ws := window.Current(now)
+	s := &internalv1.Snapshot{Version: 2, AdmittedAtUnixMs: now.UnixMilli(), Buckets: make([]*internalv1.SnapshotBucket, len(ws))}
+	for i, w := range ws {
+		s.Buckets[i] = &internalv1.SnapshotBucket{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(),
+			WindowEndUnixMs: w.End.UnixMilli(), BucketId: window.BucketID(orgID, memberID, w.Timeframe, w.Start), PolicyId: UnknownPolicyID}
+	}
+	return s
 }

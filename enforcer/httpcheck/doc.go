@@ -6,11 +6,15 @@
 //     proxy forwards it and answers with the gate's decision: 200 with
 //     X-Service-Request-Id (for the proxy to copy onto the upstream request) and
 //     X-Service-Usage-State to admit; the 401, 429 or 503 response (status, headers,
-//     JSON body) to refuse, which these proxies hand to the client as is.
+//     JSON body) to refuse, which these proxies hand to the client as is. The 200 does
+//     not carry the provider's credential: anyone who can reach /check with a valid
+//     Tollgate key could read it there. The proxy itself removes the member's
+//     credential headers and sets the provider's (deploy/caddy/Caddyfile shows how).
 //   - POST /settle lets a gateway that cannot run ext_proc report a finished request:
 //     JSON {requestId, model, inputTokens, outputTokens, cachedInputTokens,
-//     cacheCreationInputTokens, upstreamCostMicroUsd, complete}, only requestId
-//     required. It answers the control plane's receipt, or 202 when the control plane
+//     cacheCreationInputTokens, upstreamCostMicroUsd, complete, estimated}, only
+//     requestId required (estimated: the counts are the reporter's estimates). It
+//     answers the control plane's receipt (with costBasis and priceSource), or 202 when the control plane
 //     has not answered within the wait (the settlement stays queued and is retried).
 //     It is idempotent by request id (the control plane's rule). Only loopback callers,
 //     or callers presenting the internal token as a bearer, may settle: anyone else

@@ -85,6 +85,9 @@ type settleBody struct {
 	CacheCreationInputTokens *int64  `json:"cacheCreationInputTokens"`
 	UpstreamCostMicroUSD     *int64  `json:"upstreamCostMicroUsd"`
 	Complete                 *bool   `json:"complete"`
+	// Estimated says the token counts are the reporter's estimates, not the upstream's
+	// report: the receipt's cost basis is then "estimate".
+	Estimated *bool `json:"estimated"`
 }
 
 // Receipt is the answer of POST /settle.
@@ -93,7 +96,12 @@ type Receipt struct {
 	Outcome      string `json:"outcome"`
 	CostMicroUSD int64  `json:"costMicroUsd"`
 	CostSource   string `json:"costSource"`
-	Message      string `json:"message,omitempty"`
+	// CostBasis is how the cost was known: upstream_cost, reported_usage, estimate or
+	// none. PriceSource is where the token prices came from: organization, catalog or
+	// fallback. Both are absent when the control plane has not answered (queued).
+	CostBasis   string `json:"costBasis,omitempty"`
+	PriceSource string `json:"priceSource,omitempty"`
+	Message     string `json:"message,omitempty"`
 	// Error repeats the outcome on refusals, in the {error, message} shape.
 	Error string `json:"error,omitempty"`
 }
@@ -158,6 +166,10 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	if in.Complete != nil {
 		u.Complete = *in.Complete
 	}
+	if in.Estimated != nil && *in.Estimated {
+		// Estimated counts are never a complete report.
+		u.Estimated, u.Complete = true, false
+	}
 
 	done := make(chan settleq.Result, 1)
 	if err := h.tracker.Finish(in.RequestID, u, func(r settleq.Result) { done <- r }); err != nil {
@@ -179,7 +191,8 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 }
 
 func receipt(id string, res settleq.Result) (int, Receipt) {
-	rc := Receipt{RequestID: id, CostMicroUSD: res.CostMicroUSD, CostSource: res.CostSource, Message: res.Message}
+	rc := Receipt{RequestID: id, CostMicroUSD: res.CostMicroUSD, CostSource: res.CostSource, CostBasis: res.CostBasis,
+		PriceSource: res.PriceSource, Message: res.Message}
 	if res.Err != nil {
 		rc.Outcome, rc.Error, rc.Message = "abandoned", "abandoned", res.Err.Error()
 		return http.StatusServiceUnavailable, rc

@@ -4,10 +4,16 @@
 // /settle endpoint report a request's end here (Finish); the tracker builds the
 // SettleItem and queues it.
 //
+// Charged for what was seen: ext_proc's request-body stream records the request's
+// estimated input tokens and model (RecordRequest); at the end, counts the upstream did
+// not report are estimated (input from that record, output from the streamed text, see
+// package estimate) and the settlement is marked usage_estimated. An error answer
+// (status 400 or more) without usage or text costs nothing.
+//
 // A request nobody reports within the abandonment timeout (a forward-auth gateway that
 // never calls /settle, an upstream that failed before Envoy ran ext_proc) is settled as
-// incomplete, so the member's pending count returns to zero and the gap is visible, not
-// hidden; a later real settlement still promotes its known cost once. A request whose
+// incomplete (charged its input estimate when its request body was seen), so the
+// member's pending count returns to zero and the gap is visible, not hidden; a later real settlement still promotes its known cost once. A request whose
 // response is being followed by ext_proc is never reaped, however long it streams.
 //
 // The table is in memory: the enforcer runs as a sidecar of its Envoy, so the ext_authz

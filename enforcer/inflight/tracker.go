@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
@@ -24,11 +25,20 @@ type Request struct {
 	Snapshot *internalv1.Snapshot
 	// Durable: the control plane recorded the start.
 	Durable bool
+	// WithoutRecord marks a fail-open admission made without any record of the member:
+	// Snapshot then holds only the admission windows (gate.NoRecordSnapshot) and the
+	// settlement says admitted_without_record.
+	WithoutRecord bool
 	// Reservation is the settlement slot (nil when none could be reserved).
 	Reservation *settleq.Reservation
 	AdmittedAt  time.Time
 
 	following atomic.Bool
+	// What the request body said (RecordRequest), guarded by the shard's lock while the
+	// request is in the table: requestSeen, the input estimate and the model it named.
+	requestSeen   bool
+	inputEstimate int64
+	requestModel  string
 }
 
 // Usage is what the end of a response told about its cost.
@@ -43,6 +53,20 @@ type Usage struct {
 	// Complete is false when the response broke off or carried no usage.
 	Complete       bool
 	UpstreamStatus int32
+	// Seen is what a response stream saw, when the counts above are only what it found
+	// reported (ext_proc): Finish then estimates the counts that were not reported (see
+	// Finish). Nil when the reporter's counts are final (POST /settle).
+	Seen *Seen
+	// Estimated marks counts that are themselves estimates (POST /settle's "estimated").
+	Estimated bool
+}
+
+// Seen is what a response stream saw besides the usage it reported.
+type Seen struct {
+	// InputReported and OutputReported: the upstream reported that count.
+	InputReported, OutputReported bool
+	// TextBytes is the bytes of output text the response carried.
+	TextBytes int64
 }
 
 // Queue is where settlements go (settleq.Queue).
@@ -103,6 +127,21 @@ func (t *Tracker) Follow(id string) bool {
 	return true
 }
 
+// RecordRequest notes what the request body of a tracked request said: its estimated
+// input tokens and the model it named (package estimate). It reports whether this
+// process knows the request.
+func (t *Tracker) RecordRequest(id string, inputEstimate int64, model string) bool {
+	s := t.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.m[id]
+	if r == nil {
+		return false
+	}
+	r.requestSeen, r.inputEstimate, r.requestModel = true, inputEstimate, model
+	return true
+}
+
 func (t *Tracker) take(id string) *Request {
 	s := t.shard(id)
 	s.mu.Lock()
@@ -122,6 +161,13 @@ func (t *Tracker) Len() int { return int(t.count.Load()) }
 // (admitted by another replica, or already settled) is settled by id only: the control
 // plane knows its durable start, and settlements are idempotent. done, if not nil, gets
 // the control plane's final answer.
+//
+// With u.Seen (a response stream), counts the upstream did not report are estimated
+// and the settlement marked usage_estimated (and never complete): input from the
+// request body's estimate (RecordRequest), output from the streamed text
+// (estimate.Tokens). The model is the response's, else the request's. Nothing is
+// estimated when the upstream reported a cost, nor for an error answer (status 400 or
+// more) that reported no usage and carried no text: that costs nothing.
 func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 	item := &internalv1.SettleItem{
 		RequestId:                id,
@@ -134,16 +180,45 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		Complete:                 u.Complete,
 		FinishedAtUnixMs:         t.clk.Now().UnixMilli(),
 		UpstreamStatus:           u.UpstreamStatus,
+		UsageEstimated:           u.Estimated,
 	}
 	var res *settleq.Reservation
-	if r := t.take(id); r != nil {
+	r := t.take(id)
+	if r != nil {
 		item.OrganizationId, item.MemberId = r.OrganizationID, r.MemberID
 		if !r.Durable {
-			item.Snapshot = r.Snapshot
+			item.Snapshot, item.AdmittedWithoutRecord = r.Snapshot, r.WithoutRecord
 		}
 		res = r.Reservation
 	}
+	if u.Seen != nil {
+		charge(item, u.Seen, r)
+	}
 	return t.q.Enqueue(item, res, done)
+}
+
+// charge completes what a response stream reported with estimates (see Finish). r is
+// nil when this process does not know the request (no request estimate, no model).
+func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
+	if r != nil && r.requestSeen && item.Model == "" {
+		item.Model = r.requestModel
+	}
+	if item.UpstreamCostMicroUsd != nil {
+		return
+	}
+	if item.UpstreamStatus >= 400 && !seen.InputReported && !seen.OutputReported && seen.TextBytes == 0 {
+		return // an error answer without usage: nothing was generated
+	}
+	estimated := false
+	if !seen.InputReported && r != nil && r.requestSeen {
+		item.InputTokens, estimated = r.inputEstimate, true
+	}
+	if !seen.OutputReported && seen.TextBytes > 0 {
+		item.OutputTokens, estimated = estimate.Tokens(seen.TextBytes), true
+	}
+	if estimated {
+		item.UsageEstimated, item.Complete = true, false
+	}
 }
 
 // SettleOrphan settles a start that became durable after its check was abandoned: the
@@ -182,13 +257,15 @@ func (t *Tracker) Reap(after time.Duration) int {
 }
 
 // settleIncomplete queues the settlement of a taken request whose usage nobody reported;
-// Reap and SettleAll share it.
+// Reap and SettleAll share it. When its request body was seen (RecordRequest) the request
+// went upstream: it is charged the input estimate, as a response that showed nothing is.
 func (t *Tracker) settleIncomplete(r *Request) {
 	item := &internalv1.SettleItem{RequestId: r.ID, OrganizationId: r.OrganizationID, MemberId: r.MemberID,
 		FinishedAtUnixMs: t.clk.Now().UnixMilli()}
 	if !r.Durable {
-		item.Snapshot = r.Snapshot
+		item.Snapshot, item.AdmittedWithoutRecord = r.Snapshot, r.WithoutRecord
 	}
+	charge(item, &Seen{}, r)
 	_ = t.q.Enqueue(item, r.Reservation, nil)
 }
 

@@ -32,10 +32,12 @@ type Metrics struct {
 	SettleQueueDepth      prometheus.Gauge
 	SettleReserved        prometheus.Gauge
 	Settlements           *prometheus.CounterVec
+	SettledCostBasis      *prometheus.CounterVec
 	SettleRetries         prometheus.Counter
 	SettlementLag         prometheus.Histogram
 	InflightRequests      prometheus.Gauge
 	ExtProcStreams        *prometheus.CounterVec
+	ExtProcRequestBodies  *prometheus.CounterVec
 	InvalidationsReceived *prometheus.CounterVec
 }
 
@@ -113,6 +115,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_settlements_total",
 			Help: "Settlements finished, by outcome (settled, duplicate, promoted, cost_conflict, no_snapshot, invalid, epoch_changed, abandoned, overflow).",
 		}, []string{"outcome"}),
+		SettledCostBasis: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_settled_cost_basis_total",
+			Help: "Settlements the control plane charged (outcome settled or promoted), by how the cost was known: upstream_cost, reported_usage, estimate (some token counts estimated from the bytes seen), none (nothing to charge), unknown (the control plane did not say).",
+		}, []string{"basis"}),
 		SettleRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_settle_retries_total",
 			Help: "Settle calls retried after a failure.",
@@ -130,6 +136,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_extproc_streams_total",
 			Help: "ext_proc streams finished, by result (complete, incomplete, untracked).",
 		}, []string{"result"}),
+		ExtProcRequestBodies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_extproc_request_bodies_total",
+			Help: "Request bodies of admitted requests read through ext_proc, by result: estimated (input tokens estimated from it), not_json (nothing estimated), include_usage_set (an OpenAI stream's body rewritten to ask for its usage), not_buffered (sent in pieces: neither estimated nor rewritten). A rewritten body also counts as estimated.",
+		}, []string{"result"}),
 		InvalidationsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_invalidations_total",
 			Help: "Invalidations received from the control plane, by kind (credential, member, api_key, record).",
@@ -137,8 +147,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.RecordReads, m.BlockedCacheHits, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
-		m.StartBatchSize, m.SettleQueueDepth, m.SettleReserved, m.Settlements, m.SettleRetries, m.SettlementLag,
-		m.InflightRequests, m.ExtProcStreams, m.InvalidationsReceived)
+		m.StartBatchSize, m.SettleQueueDepth, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
+		m.InflightRequests, m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived)
 	return m
 }
 

@@ -96,6 +96,11 @@ type Result struct {
 	Message      string
 	CostMicroUSD int64
 	CostSource   string
+	// CostBasis is how the cost was known: upstream_cost, reported_usage, estimate or
+	// none. PriceSource is where the token prices came from: organization, catalog,
+	// fallback, or "" (no tokens priced).
+	CostBasis   string
+	PriceSource string
 	// Err is set when the settlement was given up (ErrAbandoned) or refused (ErrFull).
 	Err error
 }
@@ -331,7 +336,8 @@ func (q *Queue) send(ctx context.Context, batch []*entry) {
 			again = append(again, e)
 			continue
 		}
-		q.finish(e, Result{Outcome: r.GetOutcome(), Message: r.GetMessage(), CostMicroUSD: r.GetCostMicroUsd(), CostSource: r.GetCostSource()}, now)
+		q.finish(e, Result{Outcome: r.GetOutcome(), Message: r.GetMessage(), CostMicroUSD: r.GetCostMicroUsd(), CostSource: r.GetCostSource(),
+			CostBasis: r.GetCostBasis(), PriceSource: r.GetPriceSource()}, now)
 	}
 	if len(again) > 0 {
 		q.log.Warn("settle answer missed items; will retry", "items", len(again))
@@ -396,8 +402,9 @@ func (q *Queue) finish(e *entry, r Result, now time.Time) {
 	q.m.Settlements.WithLabelValues(outcome).Inc()
 	q.m.SettlementLag.Observe(now.Sub(e.queued).Seconds())
 	switch r.Outcome {
-	case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE,
-		internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED:
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED:
+		q.m.SettledCostBasis.WithLabelValues(basisLabel(r.CostBasis)).Inc()
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE:
 	default:
 		// Final refusals are not retried (they would be refused again) but must be seen.
 		q.log.Warn("settlement refused by the control plane", "request_id", e.item.GetRequestId(),
@@ -483,6 +490,15 @@ func (q *Queue) WaitIdle(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// basisLabel bounds the cost basis label to the values of the contract.
+func basisLabel(b string) string {
+	switch b {
+	case "upstream_cost", "reported_usage", "estimate", "none":
+		return b
+	}
+	return "unknown" // a control plane that does not say
 }
 
 func outcomeLabel(o internalv1.SettleOutcome) string {

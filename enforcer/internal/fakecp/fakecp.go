@@ -72,7 +72,9 @@ type Receipt struct {
 	Item       *internalv1.SettleItem
 	Cost       int64
 	CostSource string
-	Snapshot   *internalv1.Snapshot
+	// CostBasis and PriceSource as SettleResult reports them.
+	CostBasis, PriceSource string
+	Snapshot               *internalv1.Snapshot
 }
 
 // Server is the fake control plane.
@@ -412,7 +414,9 @@ func (s *Server) Start(ctx context.Context, req *internalv1.StartRequest) (*inte
 }
 
 // Settle implements the internal API: cost from the upstream, else the model's price
-// when the usage is complete, else unknown; charged once per request (a known cost
+// when some tokens were counted (cost basis "estimate" when the enforcer estimated
+// them), else unknown; a settlement without a durable start is charged on its
+// snapshot's windows, admitted_without_record ones too; charged once per request (a known cost
 // later promotes an unknown one) to the snapshot's windows.
 func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*internalv1.SettleResponse, error) {
 	s.SettleItems.Add(int64(len(req.GetItems())))
@@ -431,15 +435,18 @@ func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*in
 		}
 		m := s.members[memberID]
 		if snap == nil || m == nil {
-			r.Outcome = internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT
-			s.receipts[it.GetRequestId()] = &Receipt{Item: it, CostSource: "unknown"}
+			r.Outcome, r.CostBasis = internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT, "none"
+			s.receipts[it.GetRequestId()] = &Receipt{Item: it, CostSource: "unknown", CostBasis: "none"}
 			continue
 		}
-		cost, source := int64(0), "unknown"
+		cost, source, basis, priceSource := int64(0), "unknown", "none", ""
 		if it.UpstreamCostMicroUsd != nil {
-			cost, source = it.GetUpstreamCostMicroUsd(), "upstream"
+			cost, source, basis = it.GetUpstreamCostMicroUsd(), "upstream", "upstream_cost"
 		} else if p, ok := s.prices[it.GetModel()]; ok && (it.GetInputTokens() > 0 || it.GetOutputTokens() > 0) {
-			cost, source = p[0]*it.GetInputTokens()+p[1]*it.GetOutputTokens(), "catalog_estimate"
+			cost, source, basis, priceSource = p[0]*it.GetInputTokens()+p[1]*it.GetOutputTokens(), "catalog_estimate", "reported_usage", "organization"
+			if it.GetUsageEstimated() {
+				basis = "estimate"
+			}
 		}
 		prev := s.receipts[it.GetRequestId()]
 		delta := cost
@@ -454,11 +461,11 @@ func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*in
 			delta = cost - prev.Cost
 		case cost < prev.Cost:
 			r.Outcome, r.Message = internalv1.SettleOutcome_SETTLE_OUTCOME_COST_CONFLICT, "lower than already charged"
-			r.CostMicroUsd, r.CostSource = prev.Cost, prev.CostSource
+			r.CostMicroUsd, r.CostSource, r.CostBasis, r.PriceSource = prev.Cost, prev.CostSource, prev.CostBasis, prev.PriceSource
 			continue
 		default:
 			r.Outcome = internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE
-			r.CostMicroUsd, r.CostSource = prev.Cost, prev.CostSource
+			r.CostMicroUsd, r.CostSource, r.CostBasis, r.PriceSource = prev.Cost, prev.CostSource, prev.CostBasis, prev.PriceSource
 			continue
 		}
 		for _, b := range snap.GetBuckets() {
@@ -467,9 +474,9 @@ func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*in
 		if start != nil && s.Forgetful.Load() {
 			delete(s.starts, it.GetRequestId())
 		} else {
-			s.receipts[it.GetRequestId()] = &Receipt{Item: it, Cost: cost, CostSource: source, Snapshot: snap}
+			s.receipts[it.GetRequestId()] = &Receipt{Item: it, Cost: cost, CostSource: source, CostBasis: basis, PriceSource: priceSource, Snapshot: snap}
 		}
-		r.CostMicroUsd, r.CostSource = cost, source
+		r.CostMicroUsd, r.CostSource, r.CostBasis, r.PriceSource = cost, source, basis, priceSource
 		changed[memberID] = true
 	}
 	if err := s.writeManyLocked(ctx, changed); err != nil {
