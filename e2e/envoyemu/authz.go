@@ -1,0 +1,135 @@
+package envoyemu
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// authz runs an ext_authz filter; false when it answered the client.
+func (x *exchange) authz(f Filter) bool {
+	c := f.Authz
+	timeout := 200 * time.Millisecond // Envoy's default for ext_authz
+	if d := c.GetGrpcService().GetTimeout(); d != nil {
+		timeout = d.AsDuration()
+	}
+	ctx, cancel := context.WithTimeout(x.r.Context(), timeout)
+	defer cancel()
+	conn := x.p.conns[c.GetGrpcService().GetEnvoyGrpc().GetClusterName()]
+	resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, x.checkRequest(c.GetEncodeRawHeaders()))
+	if err == nil && resp.GetErrorResponse() != nil {
+		err = errorf("error_response %v", resp.GetErrorResponse())
+	}
+	if err != nil {
+		x.p.problem("ext_authz %s: %v", f.Name, err)
+		if c.GetFailureModeAllow() {
+			return true
+		}
+		status := http.StatusForbidden
+		if s := c.GetStatusOnError().GetCode(); s > 0 {
+			status = int(s)
+		}
+		x.localReply(status, nil, "")
+		return false
+	}
+
+	if resp.GetStatus().GetCode() != int32(codes.OK) {
+		d := resp.GetDeniedResponse()
+		status := http.StatusForbidden
+		if s := d.GetStatus().GetCode(); s > 0 {
+			status = int(s)
+		}
+		var hs headers
+		for _, o := range d.GetHeaders() {
+			v, err := authzValue(o)
+			if err != nil {
+				return x.refuse(err)
+			}
+			hs.add(o.GetHeader().GetKey(), v)
+		}
+		x.localReply(status, hs, d.GetBody())
+		return false
+	}
+
+	ok := resp.GetOkResponse()
+	if len(ok.GetQueryParametersToSet()) > 0 || len(ok.GetQueryParametersToRemove()) > 0 {
+		return x.refuse(errorf("ext_authz query parameter mutations are not emulated"))
+	}
+	// Envoy's order: the headers (with their append actions), then the removals.
+	for _, o := range ok.GetHeaders() {
+		v, err := authzValue(o)
+		if err != nil {
+			return x.refuse(err)
+		}
+		x.req.apply(optionAction(o, false), o.GetHeader().GetKey(), v)
+	}
+	for _, k := range ok.GetHeadersToRemove() {
+		k = strings.ToLower(k)
+		if strings.HasPrefix(k, ":") || k == "host" {
+			continue // never removable
+		}
+		x.req.del(k)
+	}
+	for _, o := range ok.GetResponseHeadersToAdd() {
+		v, err := authzValue(o)
+		if err != nil {
+			return x.refuse(err)
+		}
+		x.respAdd = append(x.respAdd, respHeader{optionAction(o, false), o.GetHeader().GetKey(), v})
+	}
+	return true
+}
+
+// refuse answers 500 for an answer Envoy would have misapplied: the emulator's
+// strictness, so a wrong mutation fails the test that made it.
+func (x *exchange) refuse(err error) bool {
+	x.p.problem("%v", err)
+	x.localReply(http.StatusInternalServerError, nil, "envoyemu: "+err.Error())
+	return false
+}
+
+// checkRequest is the CheckRequest Envoy sends for the request as it is now.
+func (x *exchange) checkRequest(raw bool) *authv3.CheckRequest {
+	r := x.r
+	size := int64(-1)
+	if cl, ok := x.req.get("content-length"); ok {
+		if n, err := strconv.ParseInt(cl, 10, 64); err == nil {
+			size = n
+		}
+	}
+	h := &authv3.AttributeContext_HttpRequest{
+		Id: x.id, Method: x.req.value(":method"), Path: x.req.value(":path"), Host: x.req.value(":authority"),
+		Scheme: "http", Protocol: r.Proto, Size: size,
+	}
+	if raw {
+		h.HeaderMap = x.req.proto()
+	} else {
+		h.Headers = x.req.joined()
+	}
+	var local string
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		local = a.String()
+	}
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source: peer(r.RemoteAddr), Destination: peer(local),
+		Request: &authv3.AttributeContext_Request{Time: timestamppb.Now(), Http: h},
+	}}
+}
+
+func peer(hostport string) *authv3.AttributeContext_Peer {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return &authv3.AttributeContext_Peer{}
+	}
+	p, _ := strconv.ParseUint(port, 10, 32)
+	return &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
+		SocketAddress: &corev3.SocketAddress{Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(p)}}}}}
+}

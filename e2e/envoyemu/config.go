@@ -1,0 +1,352 @@
+package envoyemu
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	bufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/buffer/v3"
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	extprocfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3" // typed_config of TLS examples
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"        // the enforcer cluster's protocol options
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Config is the part of an Envoy configuration the emulator acts on: one listener's HTTP
+// filter chain and routes.
+type Config struct {
+	// Filters are the http_filters in order, the router left out.
+	Filters []Filter
+	// Routes are tried in order; the first match wins. A request no route matches is
+	// answered 404, as Envoy does.
+	Routes []Route
+	// BufferLimit bounds a body held whole (a BUFFERED ext_proc body): the listener's
+	// per_connection_buffer_limit_bytes, Envoy's default 1 MiB. Over it, 413.
+	BufferLimit int
+}
+
+// Filter is one HTTP filter; exactly one of its configurations is set.
+type Filter struct {
+	Name string
+	// Disabled: the filter is off unless a route enables it (HttpFilter.disabled).
+	Disabled bool
+	Authz    *extauthzv3.ExtAuthz
+	Proc     *extprocfv3.ExternalProcessor
+	Buffer   *bufferv3.Buffer
+}
+
+// Route is one route of the listener's virtual hosts.
+type Route struct {
+	Prefix, Path string // match; one is set
+	Cluster      string
+	HostRewrite  string        // host_rewrite_literal
+	Timeout      time.Duration // 0: none (Envoy's default is 15s; set it in the route)
+	// PerFilter holds the route's typed_per_filter_config by filter name.
+	PerFilter map[string]PerFilter
+}
+
+// PerFilter is a route's configuration of one filter.
+type PerFilter struct {
+	// Disabled turns the filter off on this route; Enabled turns on a filter the chain
+	// disables.
+	Disabled, Enabled bool
+	// ProcessingMode overrides an ext_proc filter's mode on this route.
+	ProcessingMode *extprocfv3.ProcessingMode
+}
+
+// LoadFile reads an Envoy bootstrap file (YAML or JSON); see Load.
+func LoadFile(path, listener string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := Load(b, listener)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Load reads an Envoy v3 bootstrap into Envoy's protos (unknown fields and unresolvable
+// typed_configs are errors) and returns the filter chain and routes of the listener
+// named listener ("" when there is only one). Settings the emulator does not emulate are
+// errors, all of them reported together.
+func Load(yamlOrJSON []byte, listener string) (*Config, error) {
+	var doc any
+	if err := yaml.Unmarshal(yamlOrJSON, &doc); err != nil {
+		return nil, err
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	var bs bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &bs); err != nil {
+		return nil, fmt.Errorf("not an Envoy v3 bootstrap: %w", err)
+	}
+	ls := bs.GetStaticResources().GetListeners()
+	var names []string
+	for _, l := range ls {
+		names = append(names, l.GetName())
+	}
+	i := slices.Index(names, listener)
+	if listener == "" && len(ls) == 1 {
+		i = 0
+	}
+	if i < 0 {
+		return nil, fmt.Errorf("listener %q not found among %v", listener, names)
+	}
+	l := ls[i]
+	if len(l.GetFilterChains()) != 1 || len(l.GetFilterChains()[0].GetFilters()) != 1 {
+		return nil, fmt.Errorf("listener %s: want one filter chain with one network filter (the HTTP connection manager)", l.GetName())
+	}
+	var hcm hcmv3.HttpConnectionManager
+	if err := l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		return nil, fmt.Errorf("listener %s: %w", l.GetName(), err)
+	}
+	cfg := &Config{BufferLimit: 1 << 20}
+	if v := l.GetPerConnectionBufferLimitBytes(); v != nil {
+		cfg.BufferLimit = int(v.GetValue())
+	}
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	routerSeen := false
+	for _, hf := range hcm.GetHttpFilters() {
+		if routerSeen {
+			bad("http filter %s after the router never runs", hf.GetName())
+		}
+		f := Filter{Name: hf.GetName(), Disabled: hf.GetDisabled()}
+		if hf.GetIsOptional() {
+			bad("http filter %s: is_optional is not emulated", hf.GetName())
+		}
+		m, err := hf.GetTypedConfig().UnmarshalNew()
+		if err != nil {
+			bad("http filter %s: %v", hf.GetName(), err)
+			continue
+		}
+		switch c := m.(type) {
+		case *routerv3.Router:
+			routerSeen = true
+			if extra := setFields(c); len(extra) > 0 {
+				bad("router: %v are not emulated", extra)
+			}
+			continue
+		case *extauthzv3.ExtAuthz:
+			f.Authz = c
+			if extra := setFields(c, "grpc_service", "transport_api_version", "failure_mode_allow", "status_on_error",
+				"include_peer_certificate", "encode_raw_headers", "stat_prefix", "clear_route_cache"); len(extra) > 0 {
+				bad("ext_authz %s: %v are not emulated", f.Name, extra)
+			}
+			if c.GetGrpcService().GetEnvoyGrpc().GetClusterName() == "" {
+				bad("ext_authz %s: only grpc_service.envoy_grpc is emulated", f.Name)
+			}
+		case *extprocfv3.ExternalProcessor:
+			f.Proc = c
+			if extra := setFields(c, "grpc_service", "failure_mode_allow", "processing_mode", "message_timeout",
+				"stat_prefix", "observability_mode", "allow_mode_override", "deferred_close_timeout", "status_on_error",
+				"disable_clear_route_cache", "route_cache_action"); len(extra) > 0 {
+				bad("ext_proc %s: %v are not emulated", f.Name, extra)
+			}
+			if c.GetGrpcService().GetEnvoyGrpc().GetClusterName() == "" {
+				bad("ext_proc %s: only grpc_service.envoy_grpc is emulated", f.Name)
+			}
+			if err := checkMode(c.GetProcessingMode(), c.GetObservabilityMode()); err != nil {
+				bad("ext_proc %s: %v", f.Name, err)
+			}
+		case *bufferv3.Buffer:
+			f.Buffer = c
+		default:
+			bad("http filter %s: %s is not emulated", hf.GetName(), hf.GetTypedConfig().GetTypeUrl())
+			continue
+		}
+		cfg.Filters = append(cfg.Filters, f)
+	}
+	if !routerSeen {
+		bad("no router filter")
+	}
+
+	byName := map[string]Filter{}
+	for _, f := range cfg.Filters {
+		byName[f.Name] = f
+	}
+	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		if !slices.Equal(vh.GetDomains(), []string{"*"}) {
+			bad("virtual host %s: only domains [\"*\"] is emulated", vh.GetName())
+		}
+		if len(vh.GetTypedPerFilterConfig()) > 0 {
+			bad("virtual host %s: typed_per_filter_config is emulated on routes only", vh.GetName())
+		}
+		for _, r := range vh.GetRoutes() {
+			rt, err := route(r, byName)
+			if err != nil {
+				bad("route %q: %v", r.GetName(), err)
+				continue
+			}
+			cfg.Routes = append(cfg.Routes, rt)
+		}
+	}
+	if hcm.GetRds() != nil {
+		bad("rds is not emulated")
+	}
+	if len(problems) > 0 {
+		return nil, errors.New(strings.Join(problems, "; "))
+	}
+	return cfg, nil
+}
+
+// checkMode refuses the processing modes the emulator does not play.
+func checkMode(m *extprocfv3.ProcessingMode, observability bool) error {
+	var problems []string
+	switch m.GetRequestBodyMode() {
+	case extprocfv3.ProcessingMode_NONE, extprocfv3.ProcessingMode_BUFFERED:
+	default:
+		problems = append(problems, "request_body_mode "+m.GetRequestBodyMode().String())
+	}
+	switch {
+	case m.GetResponseBodyMode() == extprocfv3.ProcessingMode_NONE:
+	case m.GetResponseBodyMode() == extprocfv3.ProcessingMode_STREAMED && observability:
+	default:
+		problems = append(problems, fmt.Sprintf("response_body_mode %s (observability_mode %v)", m.GetResponseBodyMode(), observability))
+	}
+	if m.GetRequestTrailerMode() == extprocfv3.ProcessingMode_SEND || m.GetResponseTrailerMode() == extprocfv3.ProcessingMode_SEND {
+		problems = append(problems, "trailer mode SEND")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%s not emulated", strings.Join(problems, ", "))
+	}
+	return nil
+}
+
+func route(r *routev3.Route, filters map[string]Filter) (Route, error) {
+	var rt Route
+	if extra := setFields(r, "name", "match", "route", "typed_per_filter_config"); len(extra) > 0 {
+		return rt, fmt.Errorf("%v are not emulated", extra)
+	}
+	m := r.GetMatch()
+	if extra := setFields(m, "prefix", "path"); len(extra) > 0 {
+		return rt, fmt.Errorf("match %v is not emulated", extra)
+	}
+	rt.Prefix, rt.Path = m.GetPrefix(), m.GetPath()
+	a := r.GetRoute()
+	if a == nil {
+		return rt, errors.New("only route actions (to a cluster) are emulated")
+	}
+	if extra := setFields(a, "cluster", "timeout", "host_rewrite_literal", "idle_timeout"); len(extra) > 0 {
+		return rt, fmt.Errorf("route action %v are not emulated", extra)
+	}
+	rt.Cluster, rt.HostRewrite = a.GetCluster(), a.GetHostRewriteLiteral()
+	if a.GetTimeout() != nil {
+		rt.Timeout = a.GetTimeout().AsDuration()
+	} else {
+		rt.Timeout = 15 * time.Second
+	}
+	for name, cfg := range r.GetTypedPerFilterConfig() {
+		f, ok := filters[name]
+		if !ok {
+			return rt, fmt.Errorf("typed_per_filter_config for %s, which is not in the chain", name)
+		}
+		pf, err := perFilter(f, cfg)
+		if err != nil {
+			return rt, fmt.Errorf("typed_per_filter_config %s: %w", name, err)
+		}
+		if rt.PerFilter == nil {
+			rt.PerFilter = map[string]PerFilter{}
+		}
+		rt.PerFilter[name] = pf
+	}
+	return rt, nil
+}
+
+func perFilter(f Filter, a *anypb.Any) (PerFilter, error) {
+	m, err := a.UnmarshalNew()
+	if err != nil {
+		return PerFilter{}, err
+	}
+	if fc, ok := m.(*routev3.FilterConfig); ok {
+		if extra := setFields(fc, "disabled", "config"); len(extra) > 0 {
+			return PerFilter{}, fmt.Errorf("%v are not emulated", extra)
+		}
+		if fc.GetConfig() != nil {
+			pf, err := perFilter(f, fc.GetConfig())
+			if err != nil {
+				return pf, err
+			}
+			pf.Disabled, pf.Enabled = fc.GetDisabled(), !fc.GetDisabled()
+			return pf, nil
+		}
+		return PerFilter{Disabled: fc.GetDisabled(), Enabled: !fc.GetDisabled()}, nil
+	}
+	switch c := m.(type) {
+	case *extprocfv3.ExtProcPerRoute:
+		if f.Proc == nil {
+			return PerFilter{}, errors.New("an ext_proc per-route config for another kind of filter")
+		}
+		if c.GetDisabled() {
+			return PerFilter{Disabled: true}, nil
+		}
+		o := c.GetOverrides()
+		if extra := setFields(o, "processing_mode"); len(extra) > 0 || o == nil {
+			return PerFilter{}, fmt.Errorf("ext_proc overrides %v are not emulated", extra)
+		}
+		if err := checkMode(o.GetProcessingMode(), f.Proc.GetObservabilityMode()); err != nil {
+			return PerFilter{}, err
+		}
+		return PerFilter{ProcessingMode: o.GetProcessingMode()}, nil
+	case *extauthzv3.ExtAuthzPerRoute:
+		if f.Authz == nil {
+			return PerFilter{}, errors.New("an ext_authz per-route config for another kind of filter")
+		}
+		if !c.GetDisabled() {
+			return PerFilter{}, errors.New("only disabled is emulated")
+		}
+		return PerFilter{Disabled: true}, nil
+	case *bufferv3.BufferPerRoute:
+		if f.Buffer == nil {
+			return PerFilter{}, errors.New("a buffer per-route config for another kind of filter")
+		}
+		if !c.GetDisabled() {
+			return PerFilter{}, errors.New("only disabled is emulated")
+		}
+		return PerFilter{Disabled: true}, nil
+	}
+	return PerFilter{}, fmt.Errorf("%s is not emulated", a.GetTypeUrl())
+}
+
+// setFields lists the fields set in m other than the allowed ones: settings the
+// emulator would otherwise ignore silently.
+func setFields(m proto.Message, allowed ...string) []string {
+	var out []string
+	m.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+		if !slices.Contains(allowed, string(fd.Name())) {
+			out = append(out, string(fd.Name()))
+		}
+		return true
+	})
+	return out
+}
+
+// match returns the route of a path, or nil.
+func (c *Config) match(path string) *Route {
+	p, _, _ := strings.Cut(path, "?")
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		if (r.Path != "" && p == r.Path) || (r.Path == "" && strings.HasPrefix(p, r.Prefix)) {
+			return r
+		}
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+// Package envoyemu is a small stand-in for Envoy in end-to-end tests, for machines where
+// Envoy cannot be installed. It owns one thing: playing an HTTP request through the
+// filter chain of a real Envoy configuration (deploy/envoy/envoy.yaml, read into Envoy's
+// own protos from github.com/envoyproxy/go-control-plane), calling the enforcer over
+// gRPC with the messages Envoy sends, and applying its answers the way Envoy does. It is
+// test support: nothing in a program imports it.
+//
+// What it emulates, per request, in the order of the configured http_filters:
+//
+//   - ext_authz (envoy.extensions.filters.http.ext_authz.v3.ExtAuthz): a Check with the
+//     request's headers as Envoy fills them (lower-case names, pseudo-headers, the
+//     x-request-id and x-forwarded-* the connection manager adds; a headers map, or
+//     header_map raw values under encode_raw_headers). A denial goes back to the client
+//     as is: status (403 by default), headers, body. On OK the headers are applied with
+//     their append_action (or the deprecated append), then headers_to_remove (never a
+//     pseudo-header or host), in Envoy's order, and response_headers_to_add is kept for
+//     the client's response. A failed call follows failure_mode_allow / status_on_error.
+//   - ext_proc (envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor), not in
+//     observability mode: request headers, then (request_body_mode BUFFERED) the whole
+//     body in one message with end_of_stream, each answer awaited for message_timeout
+//     (200ms by default). Header mutations take raw_value, as Envoy reads them; a body
+//     mutation replaces the body, and the content-length left after the mutations must
+//     match it (Envoy's rule for BUFFERED with headers sent) or the request fails with a
+//     local reply. An ImmediateResponse answers the client. Failures follow
+//     failure_mode_allow / status_on_error (500 by default; 504 on a message timeout).
+//     The stream is closed when the exchange ends, as Envoy does when it destroys the
+//     filter.
+//   - ext_proc in observability mode: every message is sent without waiting for an
+//     answer (request headers, response headers with :status, then each response body
+//     chunk as it arrives, end_of_stream on the last), and the stream is half-closed
+//     after the last one.
+//   - buffer (envoy.extensions.filters.http.buffer.v3.Buffer): the body is read whole
+//     before it goes on, and a body over max_request_bytes is refused with 413.
+//
+// Between the filters and the upstream it does what the connection manager and the
+// router do that matters here: hop-by-hop headers dropped, :authority sent as Host,
+// routes matched by prefix or path (per-route filter configs can disable a filter or
+// override an ext_proc processing mode), the upstream's answer streamed to the client
+// chunk by chunk with a flush after each, an upstream or client that breaks off ends the
+// exchange without end_of_stream.
+//
+// What it refuses: any filter or filter setting it does not emulate is an error when the
+// configuration is loaded, rather than a silently different behaviour. It speaks
+// HTTP/1.1 to the upstream, plain text, and does not retry.
+package envoyemu

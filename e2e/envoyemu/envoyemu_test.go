@@ -1,0 +1,569 @@
+package envoyemu
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// chain is an Envoy configuration in the shape of deploy/envoy/envoy.yaml: ext_authz,
+// an ext_proc on the request body, an ext_proc in observability mode, the router.
+const chain = `
+static_resources:
+  listeners:
+    - name: inference
+      address: {socket_address: {address: 0.0.0.0, port_value: 10000}}
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                stat_prefix: inference
+                route_config:
+                  virtual_hosts:
+                    - name: llm
+                      domains: ["*"]
+                      routes:
+                        - match: {prefix: "/health"}
+                          route: {cluster: upstream}
+                          typed_per_filter_config:
+                            envoy.filters.http.ext_authz:
+                              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute
+                              disabled: true
+                            request_body:
+                              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute
+                              disabled: true
+                        - match: {prefix: "/"}
+                          route: {cluster: upstream, timeout: 60s}
+                http_filters:
+                  - name: envoy.filters.http.ext_authz
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz
+                      transport_api_version: V3
+                      grpc_service: {envoy_grpc: {cluster_name: enforcer}, timeout: 1s}
+                      failure_mode_allow: false
+                      status_on_error: {code: ServiceUnavailable}
+                  - name: request_body
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
+                      grpc_service: {envoy_grpc: {cluster_name: enforcer}}
+                      failure_mode_allow: true
+                      message_timeout: 0.3s
+                      processing_mode:
+                        request_header_mode: SEND
+                        request_body_mode: BUFFERED
+                        response_header_mode: SKIP
+                  - name: envoy.filters.http.ext_proc
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
+                      grpc_service: {envoy_grpc: {cluster_name: enforcer}}
+                      failure_mode_allow: true
+                      observability_mode: true
+                      processing_mode:
+                        request_header_mode: SEND
+                        response_header_mode: SEND
+                        response_body_mode: STREAMED
+                  - name: envoy.filters.http.router
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+`
+
+// processor is a fake enforcer: ext_authz answers from check, and ext_proc streams
+// answered by body (request side) and recorded whole.
+type processor struct {
+	authv3.UnimplementedAuthorizationServer
+	extprocv3.UnimplementedExternalProcessorServer
+
+	check func(*authv3.CheckRequest) *authv3.CheckResponse
+	// body answers a request body; nil continues unchanged.
+	body func(*extprocv3.HttpBody) *extprocv3.ProcessingResponse
+	// delay holds every answer to a request body.
+	delay time.Duration
+
+	mu      sync.Mutex
+	checks  []*authv3.CheckRequest
+	streams [][]*extprocv3.ProcessingRequest // every stream's messages, once it ended
+	ended   chan struct{}                    // one value per ended stream
+}
+
+func (p *processor) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	p.mu.Lock()
+	p.checks = append(p.checks, req)
+	p.mu.Unlock()
+	return p.check(req), nil
+}
+
+func (p *processor) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	var msgs []*extprocv3.ProcessingRequest
+	defer func() {
+		p.mu.Lock()
+		p.streams = append(p.streams, msgs)
+		p.mu.Unlock()
+		p.ended <- struct{}{}
+	}()
+	for {
+		req, err := srv.Recv()
+		if err != nil {
+			return nil
+		}
+		msgs = append(msgs, req)
+		if req.GetObservabilityMode() {
+			continue
+		}
+		var resp *extprocv3.ProcessingResponse
+		switch r := req.GetRequest().(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
+		case *extprocv3.ProcessingRequest_RequestBody:
+			time.Sleep(p.delay)
+			if p.body != nil {
+				resp = p.body(r.RequestBody)
+			} else {
+				resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
+			}
+		default:
+			return fmt.Errorf("unexpected %T", r)
+		}
+		if err := srv.Send(resp); err != nil {
+			return nil
+		}
+	}
+}
+
+// waitStreams waits until n ext_proc streams ended and returns them, the request-body
+// stream (the one that is not in observability mode) first.
+func (p *processor) waitStreams(t *testing.T, n int) [][]*extprocv3.ProcessingRequest {
+	t.Helper()
+	for range n {
+		select {
+		case <-p.ended:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("ext_proc streams did not end")
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := slices.Clone(p.streams)
+	slices.SortStableFunc(out, func(a, b []*extprocv3.ProcessingRequest) int {
+		ao, bo := len(a) > 0 && a[0].GetObservabilityMode(), len(b) > 0 && b[0].GetObservabilityMode()
+		switch {
+		case ao == bo:
+			return 0
+		case bo:
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// upstream records what reached it and answers with the chunks of answer, flushing each
+// after waiting for its turn on gate (nil: no waiting).
+type upstream struct {
+	mu     sync.Mutex
+	got    []*http.Request
+	bodies []string
+	answer []string
+	gate   chan struct{}
+}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	u.mu.Lock()
+	u.got, u.bodies = append(u.got, r), append(u.bodies, string(b))
+	u.mu.Unlock()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(200)
+	for i, c := range u.answer {
+		if i > 0 && u.gate != nil {
+			<-u.gate
+		}
+		io.WriteString(w, c)
+		w.(http.Flusher).Flush()
+	}
+}
+
+type env struct {
+	proc     *processor
+	up       *upstream
+	proxy    *Proxy
+	url      string
+	upstream *httptest.Server
+}
+
+func setup(t *testing.T, yamlText string, proc *processor, up *upstream) *env {
+	t.Helper()
+	proc.ended = make(chan struct{}, 64)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	authv3.RegisterAuthorizationServer(gs, proc)
+	extprocv3.RegisterExternalProcessorServer(gs, proc)
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	us := httptest.NewServer(up)
+	t.Cleanup(us.Close)
+
+	cfg, err := Load([]byte(yamlText), "inference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Options{Config: cfg, Clusters: map[string]string{"enforcer": ln.Addr().String(), "upstream": us.URL}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := httptest.NewServer(p)
+	t.Cleanup(func() { ps.Close(); p.Close() })
+	return &env{proc: proc, up: up, proxy: p, url: ps.URL, upstream: us}
+}
+
+func hv(k, v string, a corev3.HeaderValueOption_HeaderAppendAction) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, Value: v}, AppendAction: a}
+}
+
+func admit(ok *authv3.OkHttpResponse) func(*authv3.CheckRequest) *authv3.CheckResponse {
+	return func(*authv3.CheckRequest) *authv3.CheckResponse {
+		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)}, HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok}}
+	}
+}
+
+func post(t *testing.T, url, body string, h map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+func TestLoadsTheDeployedConfiguration(t *testing.T) {
+	cfg, err := LoadFile("../../deploy/envoy/envoy.yaml", "inference")
+	if err != nil {
+		t.Fatalf("envoyemu cannot play deploy/envoy/envoy.yaml: %v", err)
+	}
+	var authz, observers int
+	for _, f := range cfg.Filters {
+		switch {
+		case f.Authz != nil:
+			authz++
+			if len(cfg.Filters) > 0 && cfg.Filters[0].Authz == nil {
+				t.Errorf("ext_authz is not the first filter")
+			}
+		case f.Proc != nil && f.Proc.GetObservabilityMode():
+			observers++
+		}
+	}
+	if authz != 1 || observers != 1 || len(cfg.Routes) == 0 || cfg.match("/v1/chat/completions") == nil {
+		t.Fatalf("filters %+v, routes %+v", cfg.Filters, cfg.Routes)
+	}
+}
+
+func TestLoadRefusesWhatItDoesNotEmulate(t *testing.T) {
+	for _, c := range []struct{ name, from, to, want string }{
+		{"ext_authz with_request_body", "failure_mode_allow: false\n", "failure_mode_allow: false\n                      with_request_body: {max_request_bytes: 100}\n", "with_request_body"},
+		{"streamed request body", "request_body_mode: BUFFERED", "request_body_mode: STREAMED", "request_body_mode STREAMED"},
+		{"response body outside observability", "response_header_mode: SKIP", "response_header_mode: SKIP\n                        response_body_mode: STREAMED", "response_body_mode STREAMED"},
+		{"another filter", "envoy.extensions.filters.http.router.v3.Router", "envoy.extensions.filters.http.cors.v3.Cors", "Cors"},
+		{"a direct response", "route: {cluster: upstream, timeout: 60s}", "direct_response: {status: 200}", "direct_response"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			text := strings.Replace(chain, c.from, c.to, 1)
+			if text == chain {
+				t.Fatal("the case changed nothing")
+			}
+			_, err := Load([]byte(text), "inference")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one mentioning %q", err, c.want)
+			}
+		})
+	}
+	if _, err := Load([]byte(chain), "inference"); err != nil {
+		t.Fatalf("the unchanged chain: %v", err)
+	}
+}
+
+// The admitted request reaches the upstream with the check's mutations applied in
+// Envoy's order (headers, then headers_to_remove: a header both set and removed is
+// gone), pseudo-headers and host untouched, and the client gets response_headers_to_add.
+func TestAuthzMutationsAsEnvoyAppliesThem(t *testing.T) {
+	e := setup(t, chain, &processor{check: admit(&authv3.OkHttpResponse{
+		Headers: []*corev3.HeaderValueOption{
+			hv("x-service-request-id", "req_1", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD),
+			hv("authorization", "Bearer sk-provider", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD),
+			hv("x-set-then-removed", "1", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD),
+			hv("x-multi", "b", corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD),
+			hv("x-kept", "new", corev3.HeaderValueOption_ADD_IF_ABSENT),
+			hv("x-absent", "new", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS),
+			{Header: &corev3.HeaderValue{Key: "x-legacy", Value: "2"}, Append: wrapperspb.Bool(false)},
+		},
+		HeadersToRemove:      []string{"x-api-key", "x-set-then-removed", ":path", "host"},
+		ResponseHeadersToAdd: []*corev3.HeaderValueOption{hv("X-Service-Usage-State", "within_limit", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD)},
+	})}, &upstream{answer: []string{"data: 1\n\n"}})
+
+	res, body := post(t, e.url+"/v1/chat/completions?x=1", `{"model":"m"}`, map[string]string{"X-Api-Key": "tgk_member", "Authorization": "Bearer tgk_member",
+		"X-Service-Request-Id": "req_smuggled", "X-Multi": "a", "X-Kept": "old", "X-Legacy": "1", "Content-Type": "application/json"})
+	if res.StatusCode != 200 || body != "data: 1\n\n" || res.Header.Get("X-Service-Usage-State") != "within_limit" {
+		t.Fatalf("%d %v %q", res.StatusCode, res.Header, body)
+	}
+	got := e.up.got[0]
+	for k, want := range map[string][]string{
+		"X-Service-Request-Id": {"req_1"}, "Authorization": {"Bearer sk-provider"}, "X-Api-Key": nil, "X-Set-Then-Removed": nil,
+		"X-Multi": {"a", "b"}, "X-Kept": {"old"}, "X-Absent": nil, "X-Legacy": {"2"}, "X-Forwarded-Proto": {"http"},
+	} {
+		if !slices.Equal(got.Header.Values(k), want) {
+			t.Errorf("upstream %s: %q, want %q", k, got.Header.Values(k), want)
+		}
+	}
+	if got.URL.RequestURI() != "/v1/chat/completions?x=1" || got.Host != strings.TrimPrefix(e.url, "http://") || e.up.bodies[0] != `{"model":"m"}` {
+		t.Errorf("upstream request %s host %s body %q", got.URL, got.Host, e.up.bodies[0])
+	}
+
+	// The check saw the request as Envoy describes it.
+	c := e.proc.checks[0].GetAttributes().GetRequest().GetHttp()
+	h := c.GetHeaders()
+	if c.GetMethod() != "POST" || c.GetPath() != "/v1/chat/completions?x=1" || h[":path"] != c.GetPath() || h[":method"] != "POST" ||
+		h[":authority"] != c.GetHost() || h["x-api-key"] != "tgk_member" || h["authorization"] != "Bearer tgk_member" || h["x-request-id"] == "" ||
+		h["content-length"] != "13" || c.GetSize() != 13 {
+		t.Errorf("check request %v", c)
+	}
+	if e.proxy.Requests() != 1 || len(e.proxy.Problems()) != 0 {
+		t.Errorf("requests %d, problems %v", e.proxy.Requests(), e.proxy.Problems())
+	}
+}
+
+func TestDenialGoesBackAsIs(t *testing.T) {
+	e := setup(t, chain, &processor{check: func(*authv3.CheckRequest) *authv3.CheckResponse {
+		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.ResourceExhausted)},
+			HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+				Status: &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
+				Headers: []*corev3.HeaderValueOption{hv("Content-Type", "application/json", 0), hv("x-should-retry", "false", 0),
+					hv("Retry-After", "61866", 0)},
+				Body: `{"error":{"code":"service_gateway_usage_limit_exceeded"}}`,
+			}}}
+	}}, &upstream{})
+	res, body := post(t, e.url+"/v1/messages", `{}`, map[string]string{"X-Api-Key": "tgk_member"})
+	if res.StatusCode != 429 || res.Header.Get("Content-Type") != "application/json" || res.Header.Get("X-Should-Retry") != "false" ||
+		res.Header.Get("Retry-After") != "61866" || body != `{"error":{"code":"service_gateway_usage_limit_exceeded"}}` {
+		t.Fatalf("%d %v %s", res.StatusCode, res.Header, body)
+	}
+	if len(e.up.got) != 0 {
+		t.Fatal("a refused request reached the upstream")
+	}
+}
+
+func TestUnreachableAuthzAnswersStatusOnError(t *testing.T) {
+	e := setup(t, chain, &processor{}, &upstream{})
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead.Close()
+	cfg, _ := Load([]byte(chain), "inference")
+	p, err := New(Options{Config: cfg, Clusters: map[string]string{"enforcer": dead.Addr().String(), "upstream": e.upstream.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ps := httptest.NewServer(p)
+	defer ps.Close()
+	if res, _ := post(t, ps.URL+"/v1/chat/completions", `{}`, nil); res.StatusCode != 503 {
+		t.Fatalf("status %d, want status_on_error 503", res.StatusCode)
+	}
+	if len(e.up.got) != 0 || len(p.Problems()) != 1 {
+		t.Fatalf("upstream saw %d requests; problems %v", len(e.up.got), p.Problems())
+	}
+}
+
+func TestBufferedBodyMutation(t *testing.T) {
+	raw := func(k, v string) *corev3.HeaderValueOption {
+		return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}}
+	}
+	replace := func(body string, set ...*corev3.HeaderValueOption) func(*extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+		return func(*extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
+				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
+					BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: []byte(body)}}}}}}
+		}
+	}
+	const in, out = `{"stream":true}`, `{"stream":true,"stream_options":{"include_usage":true}}`
+	for _, c := range []struct {
+		name     string
+		body     func(*extprocv3.HttpBody) *extprocv3.ProcessingResponse
+		delay    time.Duration
+		status   int
+		upstream string // the body that reached it; "" = nothing reached it
+		problem  string
+	}{
+		{"unchanged", nil, 0, 200, in, ""},
+		{"replaced with its content-length", replace(out, raw("content-length", fmt.Sprint(len(out)))), 0, 200, out, ""},
+		{"replaced, content-length left stale", replace(out), 0, 500, "", "does not match"},
+		{"content-length in value, not raw_value", replace(out, hv("content-length", fmt.Sprint(len(out)), 0)), 0, 500, "", "reads raw_value"},
+		// failure_mode_allow: a late answer lets the request go on unchanged.
+		{"answered after the message timeout", replace(out, raw("content-length", fmt.Sprint(len(out)))), 400 * time.Millisecond, 200, in, "message timeout"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := setup(t, chain, &processor{check: admit(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{
+				hv("x-service-request-id", "req_1", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD)}}), body: c.body, delay: c.delay},
+				&upstream{answer: []string{"ok"}})
+			res, _ := post(t, e.url+"/v1/chat/completions", in, map[string]string{"Content-Type": "application/json"})
+			if res.StatusCode != c.status {
+				t.Fatalf("status %d, want %d (problems %v)", res.StatusCode, c.status, e.proxy.Problems())
+			}
+			if c.upstream == "" {
+				if len(e.up.got) != 0 {
+					t.Fatalf("the upstream got %q", e.up.bodies)
+				}
+			} else if len(e.up.got) != 1 || e.up.bodies[0] != c.upstream || e.up.got[0].ContentLength != int64(len(c.upstream)) {
+				t.Fatalf("the upstream got %q", e.up.bodies)
+			}
+			if ps := strings.Join(e.proxy.Problems(), "; "); (c.problem == "") != (ps == "") || !strings.Contains(ps, c.problem) {
+				t.Fatalf("problems %q, want one with %q", ps, c.problem)
+			}
+			// The request-body stream saw the request headers (after ext_authz) and the
+			// whole body in one message.
+			streams := e.proc.waitStreams(t, map[bool]int{true: 2, false: 1}[c.upstream != ""])
+			first := streams[0]
+			if len(first) != 2 || first[0].GetObservabilityMode() || first[0].GetProtocolConfig().GetRequestBodyMode().String() != "BUFFERED" ||
+				headerOf(first[0].GetRequestHeaders().GetHeaders(), "x-service-request-id") != "req_1" ||
+				string(first[1].GetRequestBody().GetBody()) != in || !first[1].GetRequestBody().GetEndOfStream() {
+				t.Fatalf("request-body stream %v", first)
+			}
+		})
+	}
+}
+
+func headerOf(m *corev3.HeaderMap, k string) string {
+	for _, h := range m.GetHeaders() {
+		if h.GetKey() == k {
+			return string(h.GetRawValue())
+		}
+	}
+	return ""
+}
+
+// The client gets each chunk as the upstream sends it, and the observer gets request
+// headers, response headers with :status, every chunk, then end_of_stream, all marked
+// observability_mode and none waited for.
+func TestObservabilityStreamFollowsTheResponse(t *testing.T) {
+	up := &upstream{answer: []string{"data: a\n\n", "data: b\n\n", "data: c\n\n"}, gate: make(chan struct{})}
+	e := setup(t, chain, &processor{check: admit(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{
+		hv("x-service-request-id", "req_1", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD)}})}, up)
+	res, err := http.Post(e.url+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	rd := bufio.NewReader(res.Body)
+	for i, want := range up.answer {
+		if i > 0 {
+			up.gate <- struct{}{} // the upstream sends the next chunk only now
+		}
+		line, err := rd.ReadString('\n')
+		blank, _ := rd.ReadString('\n')
+		if err != nil || line+blank != want {
+			t.Fatalf("chunk %d: %q %v, want %q", i, line+blank, err, want)
+		}
+	}
+	if rest, _ := io.ReadAll(rd); len(rest) != 0 {
+		t.Fatalf("after the last chunk: %q", rest)
+	}
+
+	obs := e.proc.waitStreams(t, 2)[1]
+	var kinds []string
+	var body strings.Builder
+	for i, m := range obs {
+		if !m.GetObservabilityMode() {
+			t.Fatalf("message %d not in observability mode", i)
+		}
+		switch r := m.GetRequest().(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			kinds = append(kinds, "request_headers")
+			if headerOf(r.RequestHeaders.GetHeaders(), "x-service-request-id") != "req_1" {
+				t.Fatalf("request headers %v", r.RequestHeaders)
+			}
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			kinds = append(kinds, "response_headers")
+			if headerOf(r.ResponseHeaders.GetHeaders(), ":status") != "200" ||
+				headerOf(r.ResponseHeaders.GetHeaders(), "content-type") != "text/event-stream" {
+				t.Fatalf("response headers %v", r.ResponseHeaders)
+			}
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			kinds = append(kinds, fmt.Sprintf("body(eos=%v)", r.ResponseBody.GetEndOfStream()))
+			body.Write(r.ResponseBody.GetBody())
+		}
+	}
+	want := []string{"request_headers", "response_headers", "body(eos=false)", "body(eos=false)", "body(eos=false)", "body(eos=true)"}
+	if !slices.Equal(kinds, want) || body.String() != strings.Join(up.answer, "") {
+		t.Fatalf("observer saw %v %q, want %v", kinds, body.String(), want)
+	}
+}
+
+// A route can turn filters off: the health route reaches the upstream unchecked.
+func TestPerRouteDisabledFilters(t *testing.T) {
+	e := setup(t, chain, &processor{check: func(*authv3.CheckRequest) *authv3.CheckResponse {
+		panic("checked a route that disables ext_authz")
+	}}, &upstream{answer: []string{"ok"}})
+	if res, body := post(t, e.url+"/healthz", ``, nil); res.StatusCode != 200 || body != "ok" {
+		t.Fatalf("%d %q", res.StatusCode, body)
+	}
+	streams := e.proc.waitStreams(t, 1) // the observer only
+	if len(streams) != 1 || !streams[0][0].GetObservabilityMode() {
+		t.Fatalf("streams %v", streams)
+	}
+}
+
+// An upstream that breaks off mid-body: the client's response is cut, and the observer
+// never gets end_of_stream.
+func TestUpstreamBreakingOff(t *testing.T) {
+	cut := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(200)
+		io.WriteString(w, "data: partial\n\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	proc := &processor{check: admit(&authv3.OkHttpResponse{})}
+	e := setup(t, chain, proc, &upstream{})
+	e.upstream.Config.Handler = cut
+	res, err := http.Post(e.url+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
+	if err == nil {
+		_, err = io.ReadAll(res.Body)
+		res.Body.Close()
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		t.Fatalf("the client's response was not cut: %v", err)
+	}
+	obs := proc.waitStreams(t, 2)[1]
+	for _, m := range obs {
+		if m.GetResponseBody().GetEndOfStream() {
+			t.Fatalf("end_of_stream after a broken upstream: %v", obs)
+		}
+	}
+	if last := obs[len(obs)-1].GetResponseBody(); string(last.GetBody()) != "data: partial\n\n" {
+		t.Fatalf("observer's last message %v", obs[len(obs)-1])
+	}
+}

@@ -1,0 +1,405 @@
+package envoyemu
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Options configure a Proxy.
+type Options struct {
+	Config *Config
+	// Clusters maps the configuration's cluster names to where they are here: host:port
+	// of a gRPC service (the enforcer), a base URL (http://host:port) of an upstream.
+	Clusters map[string]string
+	// Logf, when set, also receives each problem Proxy.Problems records.
+	Logf func(format string, args ...any)
+}
+
+// Proxy is the emulated Envoy: an http.Handler (serve it with httptest.NewServer).
+type Proxy struct {
+	cfg       *Config
+	clusters  map[string]string
+	conns     map[string]*grpc.ClientConn
+	transport *http.Transport
+	logf      func(format string, args ...any)
+
+	requests atomic.Int64
+	bg       sync.WaitGroup // the streams still closing after their exchange
+
+	mu       sync.Mutex
+	problems []string
+}
+
+// New dials the gRPC clusters the filters use (lazily, as grpc.NewClient does).
+func New(o Options) (*Proxy, error) {
+	if o.Config == nil {
+		return nil, errors.New("envoyemu: no Config")
+	}
+	p := &Proxy{cfg: o.Config, clusters: o.Clusters, conns: map[string]*grpc.ClientConn{}, logf: o.Logf,
+		// DisableCompression: the client's Accept-Encoding goes upstream as sent and the
+		// answer comes back as encoded, as through Envoy.
+		transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second}}
+	for _, f := range o.Config.Filters {
+		var cluster string
+		switch {
+		case f.Authz != nil:
+			cluster = f.Authz.GetGrpcService().GetEnvoyGrpc().GetClusterName()
+		case f.Proc != nil:
+			cluster = f.Proc.GetGrpcService().GetEnvoyGrpc().GetClusterName()
+		default:
+			continue
+		}
+		if _, ok := p.conns[cluster]; ok {
+			continue
+		}
+		addr, ok := o.Clusters[cluster]
+		if !ok {
+			p.Close()
+			return nil, fmt.Errorf("envoyemu: filter %s uses cluster %s, which Clusters does not place", f.Name, cluster)
+		}
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.conns[cluster] = conn
+	}
+	return p, nil
+}
+
+// Close waits for the streams still closing, then closes the gRPC connections.
+func (p *Proxy) Close() error {
+	p.bg.Wait()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.transport.CloseIdleConnections()
+	return nil
+}
+
+// Requests is the number of requests the proxy received.
+func (p *Proxy) Requests() int64 { return p.requests.Load() }
+
+// Problems lists what went wrong inside the proxy so far (failed calls, refused
+// mutations, broken streams), one line each: what Envoy would count in its stats and
+// log at debug level.
+func (p *Proxy) Problems() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.problems...)
+}
+
+func (p *Proxy) problem(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.mu.Lock()
+	p.problems = append(p.problems, msg)
+	p.mu.Unlock()
+	if p.logf != nil {
+		p.logf("envoyemu: %s", msg)
+	}
+}
+
+// exchange is one request and its response.
+type exchange struct {
+	p     *Proxy
+	w     http.ResponseWriter
+	r     *http.Request
+	route *Route
+	id    string // Envoy's stream id, as ext_authz reports it
+
+	req      headers // the request's headers, pseudo-headers included
+	body     []byte  // the body, once held whole
+	buffered bool    // body holds the whole body
+	noBody   bool    // the request ended with its headers
+
+	active  []*activeFilter // the filters the request passed, in order
+	respAdd []respHeader    // ext_authz response_headers_to_add
+}
+
+type respHeader struct {
+	a    action
+	k, v string
+}
+
+// activeFilter is a filter the request passed through, with its per-request state.
+type activeFilter struct {
+	f    Filter
+	mode modes
+	proc *procStream // ext_proc, not in observability mode
+	obs  *observer   // ext_proc in observability mode
+}
+
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.requests.Add(1)
+	x := &exchange{p: p, w: w, r: r, id: streamID()}
+	defer x.end()
+	x.run()
+}
+
+func streamID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	var n uint64
+	for _, c := range b {
+		n = n<<8 | uint64(c)
+	}
+	return strconv.FormatUint(n>>1, 10)
+}
+
+func uuid() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// requestHeaders builds the header map the filters see: the pseudo-headers, the client's
+// headers lower-cased, and what the connection manager adds at the edge
+// (use_remote_address: x-forwarded-for is the client's address; a fresh x-request-id).
+func (x *exchange) requestHeaders() {
+	r := x.r
+	h := headers{{":authority", r.Host}, {":path", r.URL.RequestURI()}, {":method", r.Method}, {":scheme", "http"}}
+	client := fromHTTP(r.Header)
+	client.dropHopByHop()
+	client.del("host")
+	h = append(h, client...)
+	if _, ok := h.get("content-length"); !ok && r.ContentLength > 0 {
+		h.add("content-length", strconv.FormatInt(r.ContentLength, 10))
+	}
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		h.set("x-forwarded-for", ip)
+	}
+	h.set("x-forwarded-proto", "http")
+	h.set("x-request-id", uuid())
+	x.req = h
+	x.noBody = r.ContentLength == 0
+}
+
+func (x *exchange) run() {
+	x.requestHeaders()
+	x.route = x.p.cfg.match(x.req.value(":path"))
+	if x.route == nil {
+		x.localReply(http.StatusNotFound, nil, "")
+		return
+	}
+	for _, f := range x.p.cfg.Filters {
+		pf := x.route.PerFilter[f.Name]
+		if pf.Disabled || (f.Disabled && !pf.Enabled) {
+			continue
+		}
+		af := &activeFilter{f: f}
+		x.active = append(x.active, af)
+		var ok bool
+		switch {
+		case f.Authz != nil:
+			ok = x.authz(f)
+		case f.Buffer != nil:
+			ok = x.readBody(int(f.Buffer.GetMaxRequestBytes().GetValue()))
+		case f.Proc != nil:
+			af.mode = modeOf(f.Proc.GetProcessingMode(), pf.ProcessingMode)
+			if f.Proc.GetObservabilityMode() {
+				ok = x.observeRequest(af)
+			} else {
+				ok = x.processRequest(af)
+			}
+		}
+		if !ok {
+			return
+		}
+	}
+	x.forward()
+}
+
+// readBody holds the whole request body, refusing (413) one over limit bytes.
+func (x *exchange) readBody(limit int) bool {
+	if x.buffered {
+		if len(x.body) > limit {
+			x.localReply(http.StatusRequestEntityTooLarge, nil, "Payload Too Large")
+			return false
+		}
+		return true
+	}
+	b, err := io.ReadAll(io.LimitReader(x.r.Body, int64(limit)+1))
+	if err != nil {
+		x.p.problem("reading the request body: %v", err)
+		x.localReply(http.StatusBadRequest, nil, "")
+		return false
+	}
+	if len(b) > limit {
+		x.localReply(http.StatusRequestEntityTooLarge, nil, "Payload Too Large")
+		return false
+	}
+	x.body, x.buffered = b, true
+	return true
+}
+
+// localReply answers the client from the proxy (Envoy's sendLocalReply): a text/plain
+// body when there is one, then the given headers (removed first, then added), then the
+// response headers of an admitting ext_authz.
+func (x *exchange) localReply(status int, hs headers, body string) {
+	h := headers{}
+	if body != "" {
+		h.set("content-type", "text/plain")
+	}
+	for _, f := range hs {
+		h.del(f.k)
+	}
+	h = append(h, hs...)
+	for _, a := range x.respAdd {
+		h.apply(a.a, a.k, a.v)
+	}
+	h.set("content-length", strconv.Itoa(len(body)))
+	h.toHTTP(x.w.Header())
+	x.w.WriteHeader(status)
+	_, _ = io.WriteString(x.w, body)
+}
+
+// forward sends the request upstream and streams the answer back through the filters'
+// encoder side, in reverse order.
+func (x *exchange) forward() {
+	base, ok := x.p.clusters[x.route.Cluster]
+	if !ok {
+		x.localReply(http.StatusServiceUnavailable, nil, "no healthy upstream")
+		return
+	}
+	ctx := x.r.Context()
+	if x.route.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, x.route.Timeout)
+		defer cancel()
+	}
+	var body io.Reader = x.r.Body
+	if x.buffered {
+		body = bytes.NewReader(x.body)
+	}
+	out, err := http.NewRequestWithContext(ctx, x.req.value(":method"), strings.TrimSuffix(base, "/")+x.req.value(":path"), body)
+	if err != nil {
+		x.localReply(http.StatusBadRequest, nil, err.Error())
+		return
+	}
+	out.Host = x.req.value(":authority")
+	if x.route.HostRewrite != "" {
+		out.Host = x.route.HostRewrite
+	}
+	x.req.toHTTP(out.Header)
+	out.Header.Del("Content-Length") // the transport writes it from ContentLength
+	switch {
+	case x.buffered:
+		out.ContentLength = int64(len(x.body))
+	case x.noBody:
+		out.ContentLength, out.Body = 0, nil
+	default:
+		out.ContentLength = x.r.ContentLength
+	}
+	resp, err := x.p.transport.RoundTrip(out)
+	if err != nil {
+		x.p.problem("upstream %s: %v", x.route.Cluster, err)
+		x.localReply(http.StatusServiceUnavailable, nil, "upstream connect error or disconnect/reset before headers")
+		return
+	}
+	defer resp.Body.Close()
+
+	rh := fromHTTP(resp.Header)
+	rh.dropHopByHop()
+	if resp.ContentLength >= 0 {
+		rh.set("content-length", strconv.FormatInt(resp.ContentLength, 10))
+	}
+	rh = append(headers{{":status", strconv.Itoa(resp.StatusCode)}}, rh...)
+	endWithHeaders := resp.ContentLength == 0
+	for i := len(x.active) - 1; i >= 0; i-- {
+		af := x.active[i]
+		switch {
+		case af.obs != nil:
+			af.obs.responseHeaders(rh, endWithHeaders)
+		case af.f.Proc != nil:
+			var ok bool
+			if rh, ok = x.processResponseHeaders(af, rh, endWithHeaders); !ok {
+				return
+			}
+		case af.f.Authz != nil:
+			for _, a := range x.respAdd {
+				rh.apply(a.a, a.k, a.v)
+			}
+		}
+	}
+	status, _ := strconv.Atoi(rh.value(":status"))
+	rh.toHTTP(x.w.Header())
+	x.w.WriteHeader(status)
+	flusher, _ := x.w.(http.Flusher)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	if endWithHeaders {
+		return
+	}
+
+	buf := make([]byte, 32<<10)
+	var seen int64
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			chunk := append([]byte(nil), buf[:n]...)
+			seen += int64(n)
+			last := resp.ContentLength >= 0 && seen == resp.ContentLength
+			if _, werr := x.w.Write(chunk); werr != nil {
+				// The client went away: Envoy resets the upstream request, and the
+				// processors see the stream end without end_of_stream.
+				x.p.problem("client went away: %v", werr)
+				return
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+			x.responseBody(chunk, last)
+			if last {
+				return
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			x.responseBody(nil, true)
+			return
+		}
+		if err != nil {
+			// The upstream broke off: Envoy resets the client's stream too.
+			x.p.problem("upstream broke off after %d bytes: %v", seen, err)
+			panic(http.ErrAbortHandler)
+		}
+	}
+}
+
+// responseBody hands a chunk to the observers, last filter first.
+func (x *exchange) responseBody(chunk []byte, last bool) {
+	for i := len(x.active) - 1; i >= 0; i-- {
+		if o := x.active[i].obs; o != nil {
+			o.responseBody(chunk, last)
+		}
+	}
+}
+
+// end closes the processors' streams, as Envoy does when it destroys the filters:
+// observers half-close (after end_of_stream if the response completed, without it if
+// not) and get the deferred-close time to finish; the others are closed.
+func (x *exchange) end() {
+	for _, af := range x.active {
+		switch {
+		case af.obs != nil:
+			af.obs.close()
+		case af.proc != nil:
+			af.proc.close()
+		}
+	}
+}

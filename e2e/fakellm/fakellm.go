@@ -1,0 +1,301 @@
+// Package fakellm is a stand-in for two inference APIs in end-to-end tests: OpenAI's chat
+// completions (POST /v1/chat/completions) and Anthropic's messages (POST /v1/messages),
+// each answered as JSON or, when the request says "stream": true, as server-sent events,
+// with token counts the test chooses. It behaves the way those APIs do where the
+// enforcer's accounting depends on it:
+//
+//   - An OpenAI stream carries a usage chunk (choices [], usage {...}) only when the
+//     request set stream_options.include_usage to true; its other chunks then carry
+//     "usage": null. Without it, no chunk mentions usage at all.
+//   - OpenAI answers a model with its dated snapshot when Server.Snapshots says so
+//     ("gpt-4o-mini" answered as "gpt-4o-mini-2024-07-18").
+//   - An Anthropic stream reports input tokens in message_start and output tokens in
+//     message_delta.
+//   - Answers are gzip-compressed (Content-Encoding: gzip) whenever the request's
+//     Accept-Encoding allows gzip, streams included: each event is flushed through the
+//     compressor, so a client decodes it as it arrives.
+//
+// It records every request it received (headers and body), so a test can assert what
+// reached the provider: which credential, and never the member's own key.
+//
+// It is test support, imported by tests only.
+package fakellm
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Usage is what one answer reports.
+type Usage struct {
+	// InputTokens: OpenAI's prompt_tokens (cached ones included); Anthropic's
+	// input_tokens (cache reads and writes left out, as Anthropic counts).
+	InputTokens int64
+	// CachedInputTokens: OpenAI's prompt_tokens_details.cached_tokens; Anthropic's
+	// cache_read_input_tokens.
+	CachedInputTokens int64
+	// CacheCreationInputTokens: Anthropic's cache_creation_input_tokens (0 for OpenAI).
+	CacheCreationInputTokens int64
+	// OutputTokens: completion_tokens / output_tokens.
+	OutputTokens int64
+}
+
+// API names the two surfaces.
+const (
+	OpenAIChat        = "openai.chat.completions"
+	AnthropicMessages = "anthropic.messages"
+)
+
+// Text is what every answer says; streams send it one word per event.
+const Text = "Tolls are paid in tokens."
+
+// Call is one request the server received.
+type Call struct {
+	API          string // OpenAIChat or AnthropicMessages; "" for an unknown path
+	Method, Path string
+	Header       http.Header
+	Body         []byte
+	Model        string // as requested
+	Stream       bool
+	IncludeUsage bool // stream_options.include_usage was true
+	Gzip         bool // the answer was gzip-compressed
+	Usage        Usage
+}
+
+// Server answers both APIs; use it as an http.Handler (httptest.NewServer(s)).
+type Server struct {
+	// Usage chooses the usage of an answer; nil answers zeros.
+	Usage func(Call) Usage
+	// Snapshots maps a requested model to the name the answer carries; models not in
+	// it are answered as requested.
+	Snapshots map[string]string
+
+	mu    sync.Mutex
+	calls []Call
+	seq   int
+}
+
+// Calls returns the requests received so far, in order.
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.calls...)
+}
+
+// request is the part of both APIs' request bodies the server reads.
+type request struct {
+	Model         string `json:"model"`
+	Stream        bool   `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c := Call{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions":
+		c.API = OpenAIChat
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
+		c.API = AnthropicMessages
+	}
+	var req request
+	jsonErr := json.Unmarshal(body, &req)
+	c.Model, c.Stream = req.Model, req.Stream
+	c.IncludeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	valid := c.API != "" && jsonErr == nil && req.Model != ""
+	c.Gzip = valid && acceptsGzip(r.Header.Values("Accept-Encoding"))
+	if s.Usage != nil && valid {
+		c.Usage = s.Usage(c)
+	}
+	s.mu.Lock()
+	s.seq++
+	n := s.seq
+	s.calls = append(s.calls, c)
+	s.mu.Unlock()
+
+	switch {
+	case c.API == "":
+		writeError(w, http.StatusNotFound, c.API, "no such endpoint: "+r.Method+" "+r.URL.Path)
+		return
+	case jsonErr != nil || req.Model == "":
+		writeError(w, http.StatusBadRequest, c.API, "the body must be JSON with a model")
+		return
+	}
+	model := req.Model
+	if m, ok := s.Snapshots[model]; ok {
+		model = m
+	}
+	ew := newEventWriter(w, c.Gzip)
+	defer ew.close()
+	u := c.Usage
+	if c.API == OpenAIChat {
+		id := fmt.Sprintf("chatcmpl-fake%06d", n)
+		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
+		if !c.Stream {
+			ew.start("application/json", http.StatusOK)
+			ew.write(openAIJSON(id, model, u))
+			return
+		}
+		ew.start("text/event-stream; charset=utf-8", http.StatusOK)
+		openAIStream(ew, id, model, u, c.IncludeUsage)
+		return
+	}
+	id := fmt.Sprintf("msg_fake%06d", n)
+	w.Header().Set("Request-Id", fmt.Sprintf("req_fake%06d", n))
+	if !c.Stream {
+		ew.start("application/json", http.StatusOK)
+		ew.write(anthropicJSON(id, model, u))
+		return
+	}
+	ew.start("text/event-stream; charset=utf-8", http.StatusOK)
+	anthropicStream(ew, id, model, u)
+}
+
+// acceptsGzip reads Accept-Encoding (RFC 9110 12.5.3): gzip is allowed when listed, or
+// covered by "*", with a non-zero weight.
+func acceptsGzip(values []string) bool {
+	gzipQ, starQ := -1.0, -1.0
+	for _, v := range values {
+		for _, part := range strings.Split(v, ",") {
+			name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			q := 1.0
+			if k, val, ok := strings.Cut(strings.TrimSpace(params), "="); ok && strings.EqualFold(strings.TrimSpace(k), "q") {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+					q = f
+				}
+			}
+			switch strings.ToLower(strings.TrimSpace(name)) {
+			case "gzip", "x-gzip":
+				gzipQ = q
+			case "*":
+				starQ = q
+			}
+		}
+	}
+	if gzipQ >= 0 {
+		return gzipQ > 0
+	}
+	return starQ > 0
+}
+
+// eventWriter writes an answer, compressed or not, flushing each piece to the client.
+type eventWriter struct {
+	w  http.ResponseWriter
+	gz *gzip.Writer
+}
+
+func newEventWriter(w http.ResponseWriter, compress bool) *eventWriter {
+	ew := &eventWriter{w: w}
+	if compress {
+		ew.gz = gzip.NewWriter(w)
+	}
+	return ew
+}
+
+func (e *eventWriter) start(contentType string, status int) {
+	h := e.w.Header()
+	h.Set("Content-Type", contentType)
+	if e.gz != nil {
+		h.Set("Content-Encoding", "gzip")
+		h.Add("Vary", "Accept-Encoding")
+	}
+	e.w.WriteHeader(status)
+}
+
+// write sends one piece and flushes it through the compressor and the connection.
+func (e *eventWriter) write(s string) {
+	if e.gz != nil {
+		_, _ = io.WriteString(e.gz, s)
+		_ = e.gz.Flush()
+	} else {
+		_, _ = io.WriteString(e.w, s)
+	}
+	if f, ok := e.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (e *eventWriter) close() {
+	if e.gz != nil {
+		_ = e.gz.Close()
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, api, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if api == AnthropicMessages {
+		fmt.Fprintf(w, `{"type":"error","error":{"type":"invalid_request_error","message":%q}}`, msg)
+		return
+	}
+	fmt.Fprintf(w, `{"error":{"message":%q,"type":"invalid_request_error","param":null,"code":null}}`, msg)
+}
+
+// words is Text cut after each space: the pieces a stream sends.
+func words() []string { return strings.SplitAfter(Text, " ") }
+
+func openAIUsage(u Usage) string {
+	return fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
+		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens, u.CachedInputTokens)
+}
+
+func openAIJSON(id, model string, u Usage) string {
+	return fmt.Sprintf(`{"id":%q,"object":"chat.completion","created":1767225600,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":%q,"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":%s,"service_tier":"default","system_fingerprint":"fp_fake"}`,
+		id, model, Text, openAIUsage(u))
+}
+
+// openAIStream sends chat.completion.chunk events: a role chunk, one chunk per word, a
+// finish chunk, the usage chunk only when asked for, then [DONE].
+func openAIStream(ew *eventWriter, id, model string, u Usage, includeUsage bool) {
+	usageField := ""
+	if includeUsage {
+		usageField = `,"usage":null`
+	}
+	chunk := func(delta, finish string) {
+		ew.write(fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1767225600,"model":%q,"service_tier":"default","system_fingerprint":"fp_fake","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]%s}`+"\n\n",
+			id, model, delta, finish, usageField))
+	}
+	chunk(`{"role":"assistant","content":"","refusal":null}`, "null")
+	for _, w := range words() {
+		chunk(fmt.Sprintf(`{"content":%q}`, w), "null")
+	}
+	chunk(`{}`, `"stop"`)
+	if includeUsage {
+		ew.write(fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1767225600,"model":%q,"service_tier":"default","system_fingerprint":"fp_fake","choices":[],"usage":%s}`+"\n\n",
+			id, model, openAIUsage(u)))
+	}
+	ew.write("data: [DONE]\n\n")
+}
+
+func anthropicJSON(id, model string, u Usage) string {
+	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":%d,"service_tier":"standard"}}`,
+		id, model, Text, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, u.OutputTokens)
+}
+
+// anthropicStream sends the messages stream: message_start (input usage), a text
+// block of one delta per word, message_delta (output usage), message_stop.
+func anthropicStream(ew *eventWriter, id, model string, u Usage) {
+	event := func(name, data string) { ew.write("event: " + name + "\ndata: " + data + "\n\n") }
+	event("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":%q,"type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":1,"service_tier":"standard"}}}`,
+		id, model, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens))
+	event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+	event("ping", `{"type": "ping"}`)
+	for _, w := range words() {
+		event("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%q}}`, w))
+	}
+	event("content_block_stop", `{"type":"content_block_stop","index":0}`)
+	event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":%d}}`, u.OutputTokens))
+	event("message_stop", `{"type":"message_stop"}`)
+}

@@ -1,0 +1,212 @@
+package fakellm
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func post(t *testing.T, url, path, acceptEncoding, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-test")
+	if acceptEncoding != "" {
+		// Set explicitly, so the transport neither adds its own nor decodes the answer.
+		req.Header.Set("Accept-Encoding", acceptEncoding)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var r io.Reader = res.Body
+	if res.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = zr
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, string(b)
+}
+
+// sseData returns the data lines of an event stream, with their event names.
+func sseData(t *testing.T, s string) (events, data []string) {
+	t.Helper()
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		l := sc.Text()
+		if name, ok := strings.CutPrefix(l, "event: "); ok {
+			events = append(events, name)
+		}
+		if d, ok := strings.CutPrefix(l, "data: "); ok {
+			data = append(data, d)
+		}
+	}
+	return events, data
+}
+
+func TestOpenAIStreamCarriesUsageOnlyWhenAskedFor(t *testing.T) {
+	s := &Server{Usage: func(Call) Usage { return Usage{InputTokens: 100, CachedInputTokens: 40, OutputTokens: 7} },
+		Snapshots: map[string]string{"gpt-4o-mini": "gpt-4o-mini-2024-07-18"}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	for _, c := range []struct {
+		name, body string
+		usage      bool
+	}{
+		{"without stream_options", `{"model":"gpt-4o-mini","stream":true,"messages":[]}`, false},
+		{"include_usage false", `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":false},"messages":[]}`, false},
+		{"include_usage true", `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"messages":[]}`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, body := post(t, srv.URL, "/v1/chat/completions", "identity", c.body)
+			if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+				t.Fatalf("%d %v", res.StatusCode, res.Header)
+			}
+			_, data := sseData(t, body)
+			if data[len(data)-1] != "[DONE]" {
+				t.Fatalf("last event %q", data[len(data)-1])
+			}
+			var text strings.Builder
+			usageChunks := 0
+			for _, d := range data[:len(data)-1] {
+				var chunk struct {
+					Model   string
+					Choices []struct{ Delta struct{ Content string } }
+					Usage   *struct {
+						PromptTokens, CompletionTokens int64 `json:"-"`
+					}
+				}
+				if err := json.Unmarshal([]byte(d), &chunk); err != nil {
+					t.Fatal(err)
+				}
+				if chunk.Model != "gpt-4o-mini-2024-07-18" {
+					t.Fatalf("model %q", chunk.Model)
+				}
+				for _, ch := range chunk.Choices {
+					text.WriteString(ch.Delta.Content)
+				}
+				if chunk.Usage != nil {
+					usageChunks++
+					if len(chunk.Choices) != 0 || !strings.Contains(d, `"prompt_tokens":100,"completion_tokens":7`) ||
+						!strings.Contains(d, `"cached_tokens":40`) {
+						t.Fatalf("usage chunk %s", d)
+					}
+				}
+				if mentions := strings.Contains(d, `"usage"`); mentions != c.usage {
+					t.Fatalf("chunk mentions usage: %v, want %v: %s", mentions, c.usage, d)
+				}
+			}
+			if want := map[bool]int{false: 0, true: 1}[c.usage]; usageChunks != want {
+				t.Fatalf("%d usage chunks, want %d", usageChunks, want)
+			}
+			if text.String() != Text {
+				t.Fatalf("text %q", text.String())
+			}
+		})
+	}
+	calls := s.Calls()
+	if len(calls) != 3 || !calls[2].IncludeUsage || calls[1].IncludeUsage || calls[0].IncludeUsage || !calls[0].Stream ||
+		calls[0].API != OpenAIChat || calls[0].Header.Get("Authorization") != "Bearer sk-test" {
+		t.Fatalf("calls %+v", calls)
+	}
+}
+
+func TestGzipWhenAcceptEncodingAllowsIt(t *testing.T) {
+	srv := httptest.NewServer(&Server{})
+	defer srv.Close()
+	for _, c := range []struct {
+		acceptEncoding string
+		gzip           bool
+	}{
+		{"gzip, deflate", true},
+		{"br, gzip;q=0.5", true},
+		{"*", true},
+		{"identity", false},
+		{"gzip;q=0", false},
+		{"*, gzip;q=0", false},
+		{"br", false},
+	} {
+		t.Run(c.acceptEncoding, func(t *testing.T) {
+			for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
+				for _, stream := range []string{"false", "true"} {
+					res, body := post(t, srv.URL, path, c.acceptEncoding, `{"model":"m","max_tokens":5,"stream":`+stream+`}`)
+					if got := res.Header.Get("Content-Encoding") == "gzip"; got != c.gzip || res.StatusCode != 200 {
+						t.Fatalf("%s stream %s: status %d, gzip %v, want %v", path, stream, res.StatusCode, got, c.gzip)
+					}
+					if !strings.Contains(body, "tokens") {
+						t.Fatalf("%s stream %s: decoded body %q", path, stream, body)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestAnthropicAnswers(t *testing.T) {
+	s := &Server{Usage: func(Call) Usage {
+		return Usage{InputTokens: 20, CachedInputTokens: 50, CacheCreationInputTokens: 3, OutputTokens: 9}
+	}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+
+	_, body := post(t, srv.URL, "/v1/messages", "", `{"model":"claude-x","max_tokens":5,"messages":[]}`)
+	var msg struct {
+		Type, Model string
+		Content     []struct{ Type, Text string }
+		Usage       struct {
+			InputTokens              int64 `json:"input_tokens"`
+			CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+			CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+			OutputTokens             int64 `json:"output_tokens"`
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &msg); err != nil {
+		t.Fatal(err)
+	}
+	if msg.Type != "message" || msg.Model != "claude-x" || len(msg.Content) != 1 || msg.Content[0].Text != Text ||
+		msg.Usage.InputTokens != 20 || msg.Usage.CacheReadInputTokens != 50 || msg.Usage.CacheCreationInputTokens != 3 || msg.Usage.OutputTokens != 9 {
+		t.Fatalf("message %s", body)
+	}
+
+	_, body = post(t, srv.URL, "/v1/messages", "", `{"model":"claude-x","max_tokens":5,"stream":true,"messages":[]}`)
+	events, data := sseData(t, body)
+	want := []string{"message_start", "content_block_start", "ping"}
+	for range words() {
+		want = append(want, "content_block_delta")
+	}
+	want = append(want, "content_block_stop", "message_delta", "message_stop")
+	if strings.Join(events, ",") != strings.Join(want, ",") || len(data) != len(events) {
+		t.Fatalf("events %v", events)
+	}
+	if !strings.Contains(data[0], `"input_tokens":20,"cache_creation_input_tokens":3,"cache_read_input_tokens":50`) ||
+		!strings.Contains(data[len(data)-2], `"usage":{"output_tokens":9}`) {
+		t.Fatalf("usage events %s / %s", data[0], data[len(data)-2])
+	}
+}
+
+func TestUnknownPathAndBadBody(t *testing.T) {
+	s := &Server{}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	if res, _ := post(t, srv.URL, "/v1/embeddings", "", `{"model":"m"}`); res.StatusCode != 404 {
+		t.Fatalf("unknown path: %d", res.StatusCode)
+	}
+	if res, _ := post(t, srv.URL, "/v1/chat/completions", "gzip", `not json`); res.StatusCode != 400 || res.Header.Get("Content-Encoding") != "" {
+		t.Fatalf("bad body: %d %v", res.StatusCode, res.Header)
+	}
+	if n := len(s.Calls()); n != 2 {
+		t.Fatalf("%d calls recorded", n)
+	}
+}
