@@ -21,7 +21,7 @@ func (x *exchange) authz(f Filter) bool {
 	if d := c.GetGrpcService().GetTimeout(); d != nil {
 		timeout = d.AsDuration()
 	}
-	ctx, cancel := context.WithTimeout(x.r.Context(), timeout)
+	ctx, cancel := context.WithTimeout(withMetadata(x.r.Context(), f), timeout)
 	defer cancel()
 	conn := x.p.conns[c.GetGrpcService().GetEnvoyGrpc().GetClusterName()]
 	resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, x.checkRequest(c.GetEncodeRawHeaders()))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	bufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/buffer/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
@@ -151,8 +152,8 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 				"include_peer_certificate", "encode_raw_headers", "stat_prefix", "clear_route_cache"); len(extra) > 0 {
 				bad("ext_authz %s: %v are not emulated", f.Name, extra)
 			}
-			if c.GetGrpcService().GetEnvoyGrpc().GetClusterName() == "" {
-				bad("ext_authz %s: only grpc_service.envoy_grpc is emulated", f.Name)
+			if err := checkGrpcService(c.GetGrpcService()); err != nil {
+				bad("ext_authz %s: %v", f.Name, err)
 			}
 		case *extprocfv3.ExternalProcessor:
 			f.Proc = c
@@ -161,8 +162,8 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 				"disable_clear_route_cache", "route_cache_action"); len(extra) > 0 {
 				bad("ext_proc %s: %v are not emulated", f.Name, extra)
 			}
-			if c.GetGrpcService().GetEnvoyGrpc().GetClusterName() == "" {
-				bad("ext_proc %s: only grpc_service.envoy_grpc is emulated", f.Name)
+			if err := checkGrpcService(c.GetGrpcService()); err != nil {
+				bad("ext_proc %s: %v", f.Name, err)
 			}
 			if err := checkMode(c.GetProcessingMode(), c.GetObservabilityMode()); err != nil {
 				bad("ext_proc %s: %v", f.Name, err)
@@ -206,6 +207,20 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 		return nil, errors.New(strings.Join(problems, "; "))
 	}
 	return cfg, nil
+}
+
+// checkGrpcService refuses gRPC service settings the emulator does not play.
+func checkGrpcService(gs *corev3.GrpcService) error {
+	if gs.GetEnvoyGrpc().GetClusterName() == "" {
+		return errors.New("only grpc_service.envoy_grpc is emulated")
+	}
+	if extra := setFields(gs, "envoy_grpc", "timeout", "initial_metadata"); len(extra) > 0 {
+		return fmt.Errorf("grpc_service %v are not emulated", extra)
+	}
+	if extra := setFields(gs.GetEnvoyGrpc(), "cluster_name", "authority"); len(extra) > 0 {
+		return fmt.Errorf("envoy_grpc %v are not emulated", extra)
+	}
+	return nil
 }
 
 // checkMode refuses the processing modes the emulator does not play.

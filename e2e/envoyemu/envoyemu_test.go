@@ -22,6 +22,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -65,7 +66,9 @@ static_resources:
                   - name: request_body
                     typed_config:
                       "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
-                      grpc_service: {envoy_grpc: {cluster_name: enforcer}}
+                      grpc_service:
+                        envoy_grpc: {cluster_name: enforcer}
+                        initial_metadata: [{key: x-tollgate-extproc, value: request}]
                       failure_mode_allow: true
                       message_timeout: 0.3s
                       processing_mode:
@@ -101,8 +104,9 @@ type processor struct {
 
 	mu      sync.Mutex
 	checks  []*authv3.CheckRequest
-	streams [][]*extprocv3.ProcessingRequest // every stream's messages, once it ended
-	ended   chan struct{}                    // one value per ended stream
+	streams [][]*extprocv3.ProcessingRequest        // every stream's messages, once it ended
+	roles   map[*extprocv3.ProcessingRequest]string // a stream's first message -> its x-tollgate-extproc metadata
+	ended   chan struct{}                           // one value per ended stream
 }
 
 func (p *processor) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
@@ -114,9 +118,16 @@ func (p *processor) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.
 
 func (p *processor) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	var msgs []*extprocv3.ProcessingRequest
+	md, _ := metadata.FromIncomingContext(srv.Context())
 	defer func() {
 		p.mu.Lock()
 		p.streams = append(p.streams, msgs)
+		if len(msgs) > 0 {
+			if p.roles == nil {
+				p.roles = map[*extprocv3.ProcessingRequest]string{}
+			}
+			p.roles[msgs[0]] = strings.Join(md.Get("x-tollgate-extproc"), ",")
+		}
 		p.mu.Unlock()
 		p.ended <- struct{}{}
 	}()
@@ -451,6 +462,14 @@ func TestBufferedBodyMutation(t *testing.T) {
 				headerOf(first[0].GetRequestHeaders().GetHeaders(), "x-service-request-id") != "req_1" ||
 				string(first[1].GetRequestBody().GetBody()) != in || !first[1].GetRequestBody().GetEndOfStream() {
 				t.Fatalf("request-body stream %v", first)
+			}
+			e.proc.mu.Lock()
+			defer e.proc.mu.Unlock()
+			if role := e.proc.roles[first[0]]; role != "request" {
+				t.Fatalf("the request-body stream's initial metadata x-tollgate-extproc is %q", role)
+			}
+			if len(streams) == 2 && e.proc.roles[streams[1][0]] != "" {
+				t.Fatalf("the observer's stream carries x-tollgate-extproc %q", e.proc.roles[streams[1][0]])
 			}
 		})
 	}

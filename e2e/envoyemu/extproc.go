@@ -62,7 +62,7 @@ type recvResult struct {
 // exchange sends one message and waits message_timeout for its answer.
 func (ps *procStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 	if ps.stream == nil {
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(withMetadata(context.Background(), ps.af.f))
 		conn := ps.p.conns[ps.af.f.Proc.GetGrpcService().GetEnvoyGrpc().GetClusterName()]
 		st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
 		if err != nil {
@@ -338,7 +338,7 @@ func (x *exchange) observeRequest(af *activeFilter) bool {
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(withMetadata(context.Background(), af.f))
 		defer cancel()
 		st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
 		if err != nil {

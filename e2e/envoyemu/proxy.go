@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 // Options configure a Proxy.
@@ -148,6 +149,23 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{p: p, w: w, r: r, id: streamID()}
 	defer x.end()
 	x.run()
+}
+
+// withMetadata adds a gRPC service's initial_metadata to the call's context, as Envoy
+// sends it with every call of that service.
+func withMetadata(ctx context.Context, f Filter) context.Context {
+	gs := f.Authz.GetGrpcService()
+	if f.Proc != nil {
+		gs = f.Proc.GetGrpcService()
+	}
+	for _, hv := range gs.GetInitialMetadata() {
+		v := hv.GetValue()
+		if v == "" {
+			v = string(hv.GetRawValue())
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, strings.ToLower(hv.GetKey()), v)
+	}
+	return ctx
 }
 
 func streamID() string {
