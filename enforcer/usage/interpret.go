@@ -3,8 +3,9 @@ package usage
 import "math"
 
 // The accumulator turns the documents the scanner read into one usage: it
-// recognises the shape of each document, keeps the model and the counts
-// that the shape's rules say are current, and normalises them at the end.
+// recognises the shape of each document, keeps the model and, for each
+// count, the largest value the shape's usage reports gave, adds up the
+// output text, and normalises the counts at the end.
 
 type family uint8
 
@@ -20,7 +21,8 @@ type accumulator struct {
 	sse   bool
 	model capture
 	u     usageFields
-	final bool // the shape's final usage report was seen
+	final bool  // the shape's final usage report was seen
+	text  int64 // output text of every document, whatever its shape
 }
 
 func (a *accumulator) switchTo(f family) {
@@ -65,9 +67,15 @@ func isResponseTerminal(d *docFields) bool {
 	return d.typ.is("response.completed") || d.typ.is("response.incomplete") || d.typ.is("response.failed")
 }
 
-// applySSE takes in one complete JSON value of an event stream.
+// applySSE takes in one complete JSON value of an event stream. Every usage
+// report of the stream's shape is merged: each count keeps the largest value
+// reported (an OpenAI chunk's "usage": null reports nothing; Anthropic's
+// message_delta counts are cumulative, so the largest is the latest), and a
+// later, smaller report never lowers one. Once the final report was seen the
+// usage stays final.
 func (a *accumulator) applySSE(d *docFields) {
 	a.sse = true
+	a.text += docText(d)
 	fam, root := sseFamily(d)
 	if fam == famNone {
 		return
@@ -76,36 +84,25 @@ func (a *accumulator) applySSE(d *docFields) {
 	a.setModel(&d.model[root])
 	switch fam {
 	case famChat:
-		// Each usage object is a full report; the last one wins.
 		if u := &d.usage[rootTop]; u.obj {
-			a.u = *u
-			a.final = u.hasTok(tokPrompt) && u.hasTok(tokCompletion)
+			a.u.merge(u)
+			a.final = a.final || (u.hasTok(tokPrompt) && u.hasTok(tokCompletion))
 		}
 	case famResponses:
 		if u := &d.usage[rootResponse]; u.obj {
-			a.u = *u
-			a.final = isResponseTerminal(d) && u.hasTok(tokInput) && u.hasTok(tokOutput)
+			a.u.merge(u)
+			a.final = a.final || (isResponseTerminal(d) && u.hasTok(tokInput) && u.hasTok(tokOutput))
 		}
 	case famAnthropic:
 		switch {
 		case d.typ.is("message_start"):
 			if u := &d.usage[rootMessage]; u.obj {
-				a.u = *u
-				a.final = false
+				a.u.merge(u)
 			}
 		case d.typ.is("message_delta"):
-			// Cumulative: every count the delta reports replaces the old one.
 			if u := &d.usage[rootTop]; u.obj {
-				a.u.obj = true
-				for t := range nTok {
-					if v, ok := u.get(t); ok {
-						a.u.tok[t] = v
-						a.u.has |= 1 << t
-					}
-				}
-				if u.hasTok(tokOutput) {
-					a.final = true
-				}
+				a.u.merge(u)
+				a.final = a.final || u.hasTok(tokOutput)
 			}
 		}
 	}
@@ -139,6 +136,7 @@ func jsonFamily(d *docFields) family {
 // was one complete JSON value.
 func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 	a.sse = false
+	a.text += docText(d)
 	a.switchTo(jsonFamily(d))
 	if a.fam == famNone {
 		return
@@ -156,6 +154,7 @@ var formats = [2][4]string{
 // fill writes the normalised usage into u. u.Complete is set as if the
 // stream ended normally.
 func (a *accumulator) fill(u *Usage) {
+	u.TextBytes = a.text
 	if a.fam == famNone {
 		return
 	}
@@ -194,5 +193,6 @@ func (a *accumulator) fill(u *Usage) {
 		}
 	}
 	u.InputTokens = in
+	u.InputReported, u.OutputReported = hasIn, hasOut
 	u.Complete = a.final && hasIn && hasOut
 }

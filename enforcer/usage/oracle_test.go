@@ -11,6 +11,12 @@ import (
 // the same docFields the incremental scanner fills, then runs the same
 // accumulator. Comparing the two checks the scanner and the SSE reader
 // against the standard library's reading of JSON.
+//
+// A document is read with json.Decoder's tokens into a tree that keeps every
+// member of an object, repeated keys included, because a count takes the
+// largest value any repetition reported (a map would keep only the last).
+// Its text is found by walking the tree with the text paths written out as
+// strings, independently of the scanner's key ids.
 
 func newDocFields(modelLimit int) *docFields {
 	d := &docFields{
@@ -25,6 +31,143 @@ func newDocFields(modelLimit int) *docFields {
 
 func newAccumulator(modelLimit int) *accumulator {
 	return &accumulator{model: capture{b: make([]byte, 0, modelLimit), limit: modelLimit}}
+}
+
+// member is one member of an object; an object is []member.
+type member struct {
+	key string
+	val any
+}
+
+// rawLen stands for a value at a raw text path: the length of its JSON text.
+type rawLen int
+
+// decodeTree reads one JSON value into []member, []any, string, json.Number,
+// bool or nil; a container at a raw path becomes its rawLen.
+func decodeTree(dec *json.Decoder, path string) (any, error) {
+	if rawPaths[path] {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, err
+		}
+		if raw[0] == '{' || raw[0] == '[' {
+			return rawLen(len(raw)), nil
+		}
+		return nil, nil
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch tok {
+	case json.Delim('{'):
+		obj := []member{}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			key := k.(string)
+			v, err := decodeTree(dec, path+"/"+key)
+			if err != nil {
+				return nil, err
+			}
+			obj = append(obj, member{key, v})
+		}
+		_, err := dec.Token()
+		return obj, err
+	case json.Delim('['):
+		arr := []any{}
+		for dec.More() {
+			v, err := decodeTree(dec, path+"/[]")
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, v)
+		}
+		_, err := dec.Token()
+		return arr, err
+	}
+	return tok, nil
+}
+
+// parseTree reads a body that holds exactly one valid JSON value.
+func parseTree(body []byte) any {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	v, err := decodeTree(dec, "")
+	if err != nil {
+		panic("parseTree: " + err.Error())
+	}
+	return v
+}
+
+// The text paths (see text.go), "[]" for any element of an array.
+var textPaths, rawPaths = func() (map[string]bool, map[string]bool) {
+	t := map[string]bool{
+		"/choices/[]/text":              true,
+		"/output/[]/arguments":          true,
+		"/output/[]/content/[]/text":    true,
+		"/output/[]/content/[]/refusal": true,
+		"/output/[]/summary/[]/text":    true,
+		"/delta/text":                   true,
+		"/delta/partial_json":           true,
+		"/delta/thinking":               true,
+		"/content/[]/text":              true,
+		"/content/[]/thinking":          true,
+	}
+	for _, at := range []string{"delta", "message"} {
+		for _, k := range []string{"content", "refusal", "reasoning", "reasoning_content", "function_call/arguments", "tool_calls/[]/function/arguments"} {
+			t["/choices/[]/"+at+"/"+k] = true
+		}
+	}
+	return t, map[string]bool{"/content/[]/input": true}
+}()
+
+// treeText adds up the text of a tree: strings at text paths, raw values.
+func treeText(v any, path string) int64 {
+	switch v := v.(type) {
+	case []member:
+		var n int64
+		for _, m := range v {
+			n += treeText(m.val, path+"/"+m.key)
+		}
+		return n
+	case []any:
+		var n int64
+		for _, e := range v {
+			n += treeText(e, path+"/[]")
+		}
+		return n
+	case string:
+		if textPaths[path] {
+			return int64(len(v))
+		}
+	case rawLen:
+		return int64(v)
+	}
+	return 0
+}
+
+// last is the value of the last member named key, and whether there is one.
+func last(obj []member, key string) (any, bool) {
+	for i := len(obj) - 1; i >= 0; i-- {
+		if obj[i].key == key {
+			return obj[i].val, true
+		}
+	}
+	return nil, false
+}
+
+// all are the values of every member named key that is an object.
+func all(obj []member, key string) [][]member {
+	var out [][]member
+	for _, m := range obj {
+		if o, ok := m.val.([]member); ok && m.key == key {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 var tokKeys = [...]string{
@@ -52,25 +195,34 @@ func plainCount(v any) (int64, bool) {
 	return i, err == nil
 }
 
-func oracleUsage(v any) usageFields {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return usageFields{}
-	}
-	u := usageFields{obj: true}
-	for t, k := range tokKeys {
-		if n, ok := plainCount(m[k]); ok {
+// oracleUsage merges every usage object named "usage" in obj: each count is
+// the largest valid value reported by any of them, any repetition of its key.
+func oracleUsage(obj []member) usageFields {
+	var u usageFields
+	report := func(t int, v any) {
+		if n, ok := plainCount(v); ok && (u.has&(1<<t) == 0 || n > u.tok[t]) {
 			u.tok[t], u.has = n, u.has|1<<t
 		}
 	}
-	for _, det := range [...]struct {
-		tok int
-		key string
-	}{{tokCachedPrompt, "prompt_tokens_details"}, {tokCachedInput, "input_tokens_details"}} {
-		if d, ok := m[det.key].(map[string]any); ok {
-			t := det.tok
-			if n, ok := plainCount(d["cached_tokens"]); ok {
-				u.tok[t], u.has = n, u.has|1<<t
+	for _, us := range all(obj, "usage") {
+		u.obj = true
+		for _, m := range us {
+			for t, k := range tokKeys {
+				if m.key == k {
+					report(t, m.val)
+				}
+			}
+		}
+		for _, det := range [...]struct {
+			tok int
+			key string
+		}{{tokCachedPrompt, "prompt_tokens_details"}, {tokCachedInput, "input_tokens_details"}} {
+			for _, d := range all(us, det.key) {
+				for _, m := range d {
+					if m.key == "cached_tokens" {
+						report(det.tok, m.val)
+					}
+				}
 			}
 		}
 	}
@@ -79,27 +231,41 @@ func oracleUsage(v any) usageFields {
 
 func oracleDoc(v any, modelLimit int) *docFields {
 	d := newDocFields(modelLimit)
-	m, ok := v.(map[string]any)
+	d.text = treeText(v, "")
+	m, ok := v.([]member)
 	if !ok {
 		return d
 	}
-	str := func(c *capture, v any) {
-		if s, ok := v.(string); ok {
-			c.set(s)
+	str := func(c *capture, obj []member, key string) {
+		if v, _ := last(obj, key); v != nil {
+			if s, ok := v.(string); ok {
+				c.set(s)
+			}
 		}
 	}
-	str(&d.typ, m["type"])
-	str(&d.object, m["object"])
-	str(&d.model[rootTop], m["model"])
-	d.usage[rootTop] = oracleUsage(m["usage"])
+	str(&d.typ, m, "type")
+	str(&d.object, m, "object")
+	str(&d.model[rootTop], m, "model")
+	d.usage[rootTop] = oracleUsage(m)
+	for _, mm := range m {
+		if s, ok := mm.val.(string); ok && mm.key == "delta" {
+			d.delta += int64(len(s))
+		}
+	}
 	for _, root := range [...]struct {
 		r   int
 		key string
 	}{{rootMessage, "message"}, {rootResponse, "response"}} {
-		if sub, ok := m[root.key].(map[string]any); ok {
-			r := root.r
-			str(&d.model[r], sub["model"])
-			d.usage[r] = oracleUsage(sub["usage"])
+		// The model is that of the last occurrence of the root; the counts
+		// are merged from all of them.
+		if sub, ok := last(m, root.key); ok {
+			if sub, ok := sub.([]member); ok {
+				str(&d.model[root.r], sub, "model")
+			}
+		}
+		for _, sub := range all(m, root.key) {
+			u := oracleUsage(sub)
+			d.usage[root.r].merge(&u)
 		}
 	}
 	return d
@@ -108,14 +274,8 @@ func oracleDoc(v any, modelLimit int) *docFields {
 // oracleJSON is the usage of a body that json.Valid accepts, ended normally.
 func oracleJSON(body []byte, lim Limits) Usage {
 	lim = lim.withDefaults()
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		panic("oracleJSON: " + err.Error())
-	}
 	a := newAccumulator(lim.MaxModelBytes)
-	a.fromJSON(oracleDoc(v, lim.MaxModelBytes), true)
+	a.fromJSON(oracleDoc(parseTree(body), lim.MaxModelBytes), true)
 	var u Usage
 	a.fill(&u)
 	return u
@@ -134,11 +294,11 @@ func oracleSSE(body []byte, lim Limits) Usage {
 			dec := json.NewDecoder(bytes.NewReader(data))
 			dec.UseNumber()
 			for {
-				var v any
+				var v json.RawMessage
 				if dec.Decode(&v) != nil {
 					break // the end, or a malformed rest: the values before it count
 				}
-				a.applySSE(oracleDoc(v, lim.MaxModelBytes))
+				a.applySSE(oracleDoc(parseTree(v), lim.MaxModelBytes))
 			}
 		}
 		data, hasData = data[:0], false

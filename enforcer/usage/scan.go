@@ -12,15 +12,21 @@ import (
 // (see classify) into a docFields. It keeps the path of the current value
 // only down to maxPath levels; deeper values are checked and skipped.
 //
-// Within one document, a field that occurs twice takes its last value, and
-// a value of the wrong type (a string where a count is expected, a
-// non-integer count, a model that is not a string) counts as absent: the
-// same result as decoding the whole document into map[string]any.
+// Within one document, a "type", "object" or "model" that occurs twice
+// takes its last value; a count takes the largest valid value reported for
+// it, by every usage object at a usage position and every repetition of its
+// key. A value of the wrong type (a string where a count is expected, a
+// non-integer count, a model that is not a string) reports nothing.
+//
+// It also counts the output text the document carries (textTarget): the
+// bytes of the strings at the text paths as encoding/json would decode them
+// (escapes resolved, each byte that is not part of valid UTF-8 read as
+// U+FFFD), and the raw JSON bytes of the container at a raw path.
 
 const (
-	maxPath       = 4  // deepest path that holds a field we read: response.usage.input_tokens_details.cached_tokens
+	maxPath       = 8  // deepest path that holds a field we read: choices[].delta.tool_calls[].function.arguments
 	maxKeyBytes   = 32 // longer keys are none of ours
-	maxSmallBytes = 32 // longest "type" / "object" value kept
+	maxSmallBytes = 64 // longest "type" / "object" value kept (response.code_interpreter_call_code.delta)
 )
 
 // Key ids of the object keys we look for.
@@ -36,6 +42,22 @@ const (
 	kPromptDetails
 	kInputDetails
 	kCachedTokens
+	kChoices
+	kDelta
+	kContent
+	kText
+	kRefusal
+	kReasoning
+	kReasoningContent
+	kToolCalls
+	kFunction
+	kFunctionCall
+	kArguments
+	kOutput
+	kSummary
+	kPartialJSON
+	kThinking
+	kInput
 	kTok0 // kTok0+tok for the counts tokPrompt..tokCacheCreation
 )
 
@@ -72,6 +94,38 @@ func keyID(b []byte) uint8 {
 		return kInputDetails
 	case "cached_tokens":
 		return kCachedTokens
+	case "choices":
+		return kChoices
+	case "delta":
+		return kDelta
+	case "content":
+		return kContent
+	case "text":
+		return kText
+	case "refusal":
+		return kRefusal
+	case "reasoning":
+		return kReasoning
+	case "reasoning_content":
+		return kReasoningContent
+	case "tool_calls":
+		return kToolCalls
+	case "function":
+		return kFunction
+	case "function_call":
+		return kFunctionCall
+	case "arguments":
+		return kArguments
+	case "output":
+		return kOutput
+	case "summary":
+		return kSummary
+	case "partial_json":
+		return kPartialJSON
+	case "thinking":
+		return kThinking
+	case "input":
+		return kInput
 	case "prompt_tokens":
 		return kTok0 + tokPrompt
 	case "completion_tokens":
@@ -111,11 +165,33 @@ func (u *usageFields) get(t int) (int64, bool) {
 	return u.tok[t], true
 }
 
+// setMax records a reported count: the largest one reported wins.
+func (u *usageFields) setMax(t int, v int64) {
+	if u.has&(1<<t) == 0 || v > u.tok[t] {
+		u.tok[t] = v
+		u.has |= 1 << t
+	}
+}
+
+// merge takes in the counts of another report, each keeping the largest.
+func (u *usageFields) merge(o *usageFields) {
+	u.obj = u.obj || o.obj
+	for t := range nTok {
+		if v, ok := o.get(t); ok {
+			u.setMax(t, v)
+		}
+	}
+}
+
 // docFields are the fields of one JSON document that usage is read from.
 type docFields struct {
 	typ, object capture
 	model       [nRoot]capture
 	usage       [nRoot]usageFields
+	// text counts the output text at the text paths (textTarget), delta
+	// the bytes of top-level "delta" strings, which are output text only
+	// in the events whose type says so (isTextDelta).
+	text, delta int64
 }
 
 func (d *docFields) reset() {
@@ -125,6 +201,7 @@ func (d *docFields) reset() {
 		d.model[i].reset()
 	}
 	d.usage = [nRoot]usageFields{}
+	d.text, d.delta = 0, 0
 }
 
 // capture collects a decoded string into a buffer whose capacity is its
@@ -263,7 +340,23 @@ type scanner struct {
 	numTok target
 	lit    string
 	litPos int
+
+	txt uint8     // what the string being read adds to: txNone, txText or txDelta
+	u8  utf8Count // UTF-8 state of that string
+
+	raw      bool  // counting the raw bytes of a container at a raw path
+	rawDepth int   // depth outside that container
+	rawFrom  int   // index in the current input where the count goes on
+	rawN     int64 // its bytes so far; added to the text when it closes
 }
+
+// What a value at a text path adds to the document's text.
+const (
+	txNone  uint8 = iota
+	txText        // a string: its decoded bytes go to text
+	txDelta       // a top-level "delta" string: its decoded bytes go to delta
+	txRaw         // an object or array: its raw bytes go to text
+)
 
 func (s *scanner) init(maxDepth int, stack []uint64, key, typ, obj []byte, models [nRoot][]byte, modelLimit int) {
 	s.maxDepth = maxDepth
@@ -283,6 +376,15 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 // document is then in s.doc until the next top-level value starts). A number
 // at the top level ends with the byte after it, which is then not consumed.
 func (s *scanner) feed(p []byte) (int, bool) {
+	n, done := s.feedTokens(p)
+	if s.raw {
+		s.rawN += int64(n - s.rawFrom)
+		s.rawFrom = 0
+	}
+	return n, done
+}
+
+func (s *scanner) feedTokens(p []byte) (int, bool) {
 	for i := 0; i < len(p); {
 		c := p[i]
 		switch s.state {
@@ -299,7 +401,7 @@ func (s *scanner) feed(p []byte) (int, bool) {
 				return len(p), false
 			}
 			s.doc.reset()
-			s.valueStart(c)
+			s.valueStart(c, i)
 			i++
 
 		case stValue, stArrFirst:
@@ -309,12 +411,12 @@ func (s *scanner) feed(p []byte) (int, bool) {
 			}
 			i++
 			if c == ']' && s.state == stArrFirst {
-				if s.pop() {
+				if s.pop(i) {
 					return i, true
 				}
 				continue
 			}
-			s.valueStart(c)
+			s.valueStart(c, i-1)
 
 		case stObjFirst, stObjKey:
 			if isSpace(c) {
@@ -329,7 +431,7 @@ func (s *scanner) feed(p []byte) (int, bool) {
 				s.str = &s.keyCap
 				s.state = stStr
 			case c == '}' && s.state == stObjFirst:
-				if s.pop() {
+				if s.pop(i) {
 					return i, true
 				}
 			default:
@@ -361,7 +463,7 @@ func (s *scanner) feed(p []byte) (int, bool) {
 			case c == ',':
 				s.state = stValue
 			case (c == '}' && obj) || (c == ']' && !obj):
-				if s.pop() {
+				if s.pop(i) {
 					return i, true
 				}
 			default:
@@ -377,13 +479,21 @@ func (s *scanner) feed(p []byte) (int, bool) {
 				}
 				j++
 			}
-			if s.str != nil && j > i {
-				s.str.add(p[i:j])
+			if j > i {
+				if s.str != nil {
+					s.str.add(p[i:j])
+				}
+				if s.txt != txNone {
+					s.addText(s.u8.count(p[i:j]))
+				}
 			}
 			if j == len(p) {
 				return len(p), false
 			}
 			i = j + 1
+			if s.txt != txNone {
+				s.addText(s.u8.end())
+			}
 			switch p[j] {
 			case '"':
 				if s.endString() {
@@ -420,6 +530,9 @@ func (s *scanner) feed(p []byte) (int, bool) {
 			}
 			if s.str != nil {
 				s.str.addByte(r)
+			}
+			if s.txt != txNone {
+				s.addText(1)
 			}
 			s.state = stStr
 
@@ -517,11 +630,28 @@ func (s *scanner) restart() {
 	s.strKey = false
 	s.str = nil
 	s.numTok = target{}
+	s.stopText()
 }
 
 func (s *scanner) fail() {
 	s.state = stError
 	s.str = nil
+	s.stopText()
+}
+
+// stopText drops the text of a string or raw value that will not complete.
+func (s *scanner) stopText() {
+	s.txt = txNone
+	s.u8 = utf8Count{}
+	s.raw, s.rawN = false, 0
+}
+
+func (s *scanner) addText(n int64) {
+	if s.txt == txDelta {
+		s.doc.delta += n
+	} else {
+		s.doc.text += n
+	}
 }
 
 func hexVal(c byte) rune {
@@ -539,6 +669,9 @@ func hexVal(c byte) rune {
 func (s *scanner) addRune(r rune) {
 	if s.str != nil {
 		s.str.addRune(r)
+	}
+	if s.txt != txNone {
+		s.addText(int64(utf8.RuneLen(r)))
 	}
 }
 
@@ -573,10 +706,14 @@ func (s *scanner) push(obj bool) {
 	}
 }
 
-// pop closes the current container; it reports whether that completed a
-// top-level value.
-func (s *scanner) pop() bool {
+// pop closes the current container, whose last byte ends before p[end]; it
+// reports whether that completed a top-level value.
+func (s *scanner) pop(end int) bool {
 	s.depth--
+	if s.raw && s.depth == s.rawDepth {
+		s.doc.text += s.rawN + int64(end-s.rawFrom)
+		s.raw, s.rawN = false, 0
+	}
 	return s.endValue()
 }
 
@@ -607,14 +744,17 @@ func (s *scanner) endString() bool {
 	if str != nil {
 		str.commit()
 	}
+	s.txt = txNone
 	return s.endValue()
 }
 
-// valueStart begins the value whose first byte is c.
-func (s *scanner) valueStart(c byte) {
+// valueStart begins the value whose first byte is c, at p[at] of the
+// current input.
+func (s *scanner) valueStart(c byte, at int) {
 	t := s.classify()
 	d := &s.doc
-	// A field that occurs again starts over, so the last occurrence wins.
+	// A string field that occurs again starts over, so its last occurrence
+	// wins; counts keep the largest value (endNumber).
 	switch t.kind {
 	case tgModel:
 		d.model[t.root].reset()
@@ -623,18 +763,18 @@ func (s *scanner) valueStart(c byte) {
 	case tgObject:
 		d.object.reset()
 	case tgUsage:
-		d.usage[t.root] = usageFields{obj: c == '{'}
+		if c == '{' {
+			d.usage[t.root].obj = true
+		}
 	case tgRoot:
 		d.model[t.root].reset()
-		d.usage[t.root] = usageFields{}
-	case tgDetail, tgTok:
-		d.usage[t.root].has &^= 1 << t.tok
 	}
 	switch {
-	case c == '{':
-		s.push(true)
-	case c == '[':
-		s.push(false)
+	case c == '{' || c == '[':
+		if t.kind == tgNone && !s.raw && s.textTarget() == txRaw {
+			s.raw, s.rawDepth, s.rawFrom, s.rawN = true, s.depth, at, 0
+		}
+		s.push(c == '{')
 	case c == '"':
 		s.str = nil
 		switch t.kind {
@@ -644,6 +784,10 @@ func (s *scanner) valueStart(c byte) {
 			s.str = &d.typ
 		case tgObject:
 			s.str = &d.object
+		case tgNone:
+			if tx := s.textTarget(); tx == txText || tx == txDelta {
+				s.txt = tx
+			}
 		}
 		s.state = stStr
 	case c == '-':
@@ -740,9 +884,7 @@ func (s *scanner) numTerminal() bool {
 
 func (s *scanner) endNumber() bool {
 	if t := s.numTok; t.kind == tgTok && s.numOK {
-		u := &s.doc.usage[t.root]
-		u.tok[t.tok] = s.num
-		u.has |= 1 << t.tok
+		s.doc.usage[t.root].setMax(int(t.tok), s.num)
 	}
 	s.numTok = target{}
 	return s.endValue()

@@ -53,6 +53,21 @@ type Usage struct {
 	Complete bool
 	// Format names the recognised shape (the Format constants), or "".
 	Format string
+	// InputReported and OutputReported say whether the response reported an
+	// input (output) count: when false, InputTokens (OutputTokens) is 0
+	// because nothing was reported, not because the count was 0.
+	InputReported  bool
+	OutputReported bool
+	// TextBytes counts the output text the response carried, in bytes of
+	// UTF-8 after JSON unescaping (see the package doc for where it is read),
+	// so that missing counts can be estimated. It is counted whether or not
+	// usage was reported.
+	TextBytes int64
+	// TextBytesFromRaw is set when TextBytes includes body bytes as received,
+	// still encoded: all of them for an unsupported content encoding, those
+	// after the point where a compressed body turned out corrupt. An estimate
+	// from them is rougher.
+	TextBytesFromRaw bool
 }
 
 // Limits bound the little state an Extractor keeps. Zero fields take the
@@ -96,6 +111,9 @@ type Extractor struct {
 	finished bool
 	result   Usage
 
+	dec      *decoder // a supported content encoding is being decoded
+	rawBytes int64    // body bytes of an unsupported encoding
+
 	scan scanner
 	sse  sseReader
 	acc  accumulator
@@ -126,8 +144,9 @@ func New(contentType string, headers map[string]string, limits Limits) *Extracto
 	e.acc.model = capture{b: models[3*m : 3*m : 4*m], limit: m}
 
 	mt := mediaType(contentType)
+	codings, n, supported := parseEncoding(headers["content-encoding"])
 	switch {
-	case !identityEncoding(headers["content-encoding"]):
+	case !supported:
 		e.mode = modeIgnore
 	case mt == "text/event-stream":
 		e.mode = modeSSE
@@ -137,6 +156,9 @@ func New(contentType string, headers map[string]string, limits Limits) *Extracto
 		e.mode = modeSniff
 	}
 	e.scan.multi = e.mode == modeSSE
+	if supported && n > 0 {
+		e.dec = newDecoder(e, codings, n)
+	}
 	return e
 }
 
@@ -149,33 +171,35 @@ func mediaType(ct string) string {
 	return strings.ToLower(strings.TrimSpace(ct))
 }
 
-// identityEncoding reports whether a Content-Encoding value leaves the body
-// as it is (absent, empty or only "identity").
-func identityEncoding(v string) bool {
-	for part := range strings.SplitSeq(v, ",") {
-		p := strings.TrimSpace(part)
-		if p != "" && !strings.EqualFold(p, "identity") {
-			return false
-		}
-	}
-	return true
-}
-
-// Write feeds the next body chunk. Chunks may be split anywhere, including
-// inside a UTF-8 sequence, an SSE line or a JSON token. The chunk is not
-// retained. Malformed content is not an error (it only makes the usage
-// incomplete); the only error is ErrFinished.
+// Write feeds the next body chunk, as received (still encoded). Chunks may
+// be split anywhere, including inside a UTF-8 sequence, an SSE line, a JSON
+// token or a compressed block. The chunk is not retained. Malformed content
+// is not an error (it only makes the usage incomplete); the only error is
+// ErrFinished.
 func (e *Extractor) Write(chunk []byte) error {
 	if e.finished {
 		return ErrFinished
 	}
+	switch {
+	case e.dec != nil:
+		e.dec.write(chunk)
+	case e.mode == modeIgnore:
+		e.rawBytes += int64(len(chunk))
+	default:
+		e.writePlain(chunk)
+	}
+	return nil
+}
+
+// writePlain reads decoded body bytes.
+func (e *Extractor) writePlain(chunk []byte) {
 	if e.mode == modeSniff {
 		i := 0
 		for i < len(chunk) && isSpace(chunk[i]) {
 			i++
 		}
 		if i == len(chunk) {
-			return nil
+			return
 		}
 		chunk = chunk[i:]
 		if chunk[0] == '{' || chunk[0] == '[' {
@@ -197,13 +221,13 @@ func (e *Extractor) Write(chunk []byte) error {
 	case modeSSE:
 		e.sse.write(chunk, e)
 	}
-	return nil
 }
 
 // Finish ends the response and returns its usage. endOfStream is true when
 // the body ended normally and false when the stream broke off (reset,
-// timeout, client gone); a broken-off stream is never Complete. Later calls
-// return the same Usage.
+// timeout, client gone); a broken-off stream is never Complete. It must be
+// called once the body is over (an encoded body's decoder runs on a
+// goroutine that Finish releases). Later calls return the same Usage.
 func (e *Extractor) Finish(endOfStream bool) Usage {
 	if e.finished {
 		return e.result
@@ -214,11 +238,17 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		c := e.cost
 		u.CostMicroUSD = &c
 	}
-	switch e.mode {
-	case modeIgnore:
+	if e.mode == modeIgnore {
 		u.Format = FormatUnsupportedEncoding
+		u.TextBytes, u.TextBytesFromRaw = e.rawBytes, true
 		e.result = u
 		return u
+	}
+	if e.dec != nil {
+		e.dec.finish(endOfStream)
+		endOfStream = endOfStream && e.dec.clean()
+	}
+	switch e.mode {
 	case modeJSON:
 		if e.scan.flush() {
 			e.jsonDone = true
@@ -228,6 +258,12 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 	}
 	e.acc.fill(&u)
 	u.Complete = u.Complete && endOfStream
+	if e.dec != nil {
+		if raw := e.dec.undecoded(); raw > 0 {
+			u.TextBytes += raw
+			u.TextBytesFromRaw = true
+		}
+	}
 	e.result = u
 	return u
 }

@@ -2,6 +2,7 @@ package usage
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -100,8 +101,9 @@ func show(u Usage) string {
 	if u.CostMicroUSD != nil {
 		c = fmt.Sprint(*u.CostMicroUSD)
 	}
-	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d Cost:%s Complete:%v Format:%q}",
-		u.Model, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens, c, u.Complete, u.Format)
+	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d Cost:%s Complete:%v Format:%q Reported:%v/%v Text:%d FromRaw:%v}",
+		u.Model, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens, c, u.Complete, u.Format,
+		u.InputReported, u.OutputReported, u.TextBytes, u.TextBytesFromRaw)
 }
 
 func readFixture(t testing.TB, name string) []byte {
@@ -124,23 +126,23 @@ type fixtureCase struct {
 var fixtureCases = []fixtureCase{
 	{
 		name: "openai chat json", file: "openai_chat.json", ct: "application/json",
-		want: Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, CachedInputTokens: 1024, Complete: true, Format: FormatOpenAIChat},
+		want: Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, CachedInputTokens: 1024, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, TextBytes: 172},
 	},
 	{
 		name: "openai chat json with tool call arguments that mention usage", file: "openai_chat_tools.json", ct: "application/json; charset=utf-8",
-		want: Usage{Model: "gpt-4o-mini-2024-07-18", InputTokens: 82, OutputTokens: 17, Complete: true, Format: FormatOpenAIChat},
+		want: Usage{Model: "gpt-4o-mini-2024-07-18", InputTokens: 82, OutputTokens: 17, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, TextBytes: 61},
 	},
 	{
 		name: "openai legacy completions json", file: "openai_completions.json", ct: "application/json",
-		want: Usage{Model: "gpt-3.5-turbo-instruct", InputTokens: 5, OutputTokens: 7, Complete: true, Format: FormatOpenAIChat},
+		want: Usage{Model: "gpt-3.5-turbo-instruct", InputTokens: 5, OutputTokens: 7, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, TextBytes: 23},
 	},
 	{
 		name: "openai responses json", file: "openai_responses.json", ct: "application/json",
-		want: Usage{Model: "o4-mini-2025-04-16", InputTokens: 328, OutputTokens: 952, CachedInputTokens: 256, Complete: true, Format: FormatOpenAIResponses},
+		want: Usage{Model: "o4-mini-2025-04-16", InputTokens: 328, OutputTokens: 952, CachedInputTokens: 256, Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true, TextBytes: 103},
 	},
 	{
 		name: "anthropic messages json", file: "anthropic_messages.json", ct: "application/json",
-		want: Usage{Model: "claude-sonnet-4-20250514", InputTokens: 12 + 4096 + 2048, OutputTokens: 37, CachedInputTokens: 4096, CacheCreationInputTokens: 2048, Complete: true, Format: FormatAnthropicMessages},
+		want: Usage{Model: "claude-sonnet-4-20250514", InputTokens: 12 + 4096 + 2048, OutputTokens: 37, CachedInputTokens: 4096, CacheCreationInputTokens: 2048, Complete: true, Format: FormatAnthropicMessages, InputReported: true, OutputReported: true, TextBytes: 77},
 	},
 	{
 		name: "openai error body has no usage", file: "openai_error.json", ct: "application/json",
@@ -148,63 +150,63 @@ var fixtureCases = []fixtureCase{
 	},
 	{
 		name: "openai chat sse with include_usage", file: "openai_chat_stream.sse", ct: ctSSE,
-		want: Usage{Model: "gpt-4.1-mini-2025-04-14", InputTokens: 1930, OutputTokens: 12, CachedInputTokens: 1792, Complete: true, Format: FormatOpenAIChatSSE},
+		want: Usage{Model: "gpt-4.1-mini-2025-04-14", InputTokens: 1930, OutputTokens: 12, CachedInputTokens: 1792, Complete: true, Format: FormatOpenAIChatSSE, InputReported: true, OutputReported: true, TextBytes: 83},
 	},
 	{
 		name: "openai chat sse without include_usage", file: "openai_chat_stream_no_usage.sse", ct: ctSSE,
-		want: Usage{Model: "gpt-4.1-mini-2025-04-14", Format: FormatOpenAIChatSSE},
+		want: Usage{Model: "gpt-4.1-mini-2025-04-14", Format: FormatOpenAIChatSSE, TextBytes: 83},
 	},
 	{
 		name: "openai-compatible sse with comments, ids and multi-line data", file: "openai_chat_stream_multiline.sse", ct: "text/event-stream",
-		want: Usage{Model: "meta-llama/llama-3.3-70b-instruct", InputTokens: 31, OutputTokens: 2, Complete: true, Format: FormatOpenAIChatSSE},
+		want: Usage{Model: "meta-llama/llama-3.3-70b-instruct", InputTokens: 31, OutputTokens: 2, Complete: true, Format: FormatOpenAIChatSSE, InputReported: true, OutputReported: true, TextBytes: 3},
 	},
 	{
 		name: "openai responses sse", file: "openai_responses_stream.sse", ct: ctSSE,
-		want: Usage{Model: "gpt-4.1-2025-04-14", InputTokens: 2241, OutputTokens: 9, CachedInputTokens: 2048, Complete: true, Format: FormatOpenAIResponsesSSE},
+		want: Usage{Model: "gpt-4.1-2025-04-14", InputTokens: 2241, OutputTokens: 9, CachedInputTokens: 2048, Complete: true, Format: FormatOpenAIResponsesSSE, InputReported: true, OutputReported: true, TextBytes: 25},
 	},
 	{
 		name: "openai responses sse ending in response.incomplete", file: "openai_responses_stream_incomplete.sse", ct: ctSSE,
-		want: Usage{Model: "gpt-4.1-nano-2025-04-14", InputTokens: 40, OutputTokens: 16, Complete: true, Format: FormatOpenAIResponsesSSE},
+		want: Usage{Model: "gpt-4.1-nano-2025-04-14", InputTokens: 40, OutputTokens: 16, Complete: true, Format: FormatOpenAIResponsesSSE, InputReported: true, OutputReported: true, TextBytes: 16},
 	},
 	{
 		name: "anthropic sse", file: "anthropic_stream.sse", ct: ctSSE,
-		want: Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 15, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Complete: true, Format: FormatAnthropicSSE},
+		want: Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 15, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Complete: true, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true, TextBytes: 37},
 	},
 	{
 		name: "anthropic sse whose message_delta reports input counts", file: "anthropic_stream_tools.sse", ct: ctSSE,
-		want: Usage{Model: "claude-opus-4-1-20250805", InputTokens: 412 + 128, OutputTokens: 89, CachedInputTokens: 128, Complete: true, Format: FormatAnthropicSSE},
+		want: Usage{Model: "claude-opus-4-1-20250805", InputTokens: 412 + 128, OutputTokens: 89, CachedInputTokens: 128, Complete: true, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true, TextBytes: 68},
 	},
 	{
 		name: "anthropic sse ending in an error event", file: "anthropic_stream_error.sse", ct: ctSSE,
-		want: Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 2, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Format: FormatAnthropicSSE},
+		want: Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 2, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true, TextBytes: 4},
 	},
 	{
 		name: "json sniffed without content type", file: "anthropic_messages.json", ct: "",
-		want: Usage{Model: "claude-sonnet-4-20250514", InputTokens: 12 + 4096 + 2048, OutputTokens: 37, CachedInputTokens: 4096, CacheCreationInputTokens: 2048, Complete: true, Format: FormatAnthropicMessages},
+		want: Usage{Model: "claude-sonnet-4-20250514", InputTokens: 12 + 4096 + 2048, OutputTokens: 37, CachedInputTokens: 4096, CacheCreationInputTokens: 2048, Complete: true, Format: FormatAnthropicMessages, InputReported: true, OutputReported: true, TextBytes: 77},
 	},
 	{
 		name: "sse sniffed under a wrong content type", file: "anthropic_stream.sse", ct: "text/plain",
-		want: Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 15, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Complete: true, Format: FormatAnthropicSSE},
+		want: Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 15, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Complete: true, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true, TextBytes: 37},
 	},
 	{
 		name: "upstream cost header in USD", file: "openai_chat.json", ct: ctJSON,
 		headers: map[string]string{HeaderCostUSD: "0.0031675", "content-encoding": "identity"},
-		want:    Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, CachedInputTokens: 1024, CostMicroUSD: i64(3168), Complete: true, Format: FormatOpenAIChat},
+		want:    Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, CachedInputTokens: 1024, CostMicroUSD: i64(3168), Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, TextBytes: 172},
 	},
 	{
 		name: "upstream cost header in micro-USD wins", file: "anthropic_stream.sse", ct: ctSSE,
 		headers: map[string]string{HeaderCostUSD: "1", HeaderCostMicroUSD: "2707"},
-		want:    Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 15, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, CostMicroUSD: i64(2707), Complete: true, Format: FormatAnthropicSSE},
+		want:    Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 15, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, CostMicroUSD: i64(2707), Complete: true, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true, TextBytes: 37},
 	},
 	{
-		name: "gzip body is not read, cost header still is", file: "openai_chat.json", ct: ctJSON,
-		headers: map[string]string{"content-encoding": "gzip", HeaderCostMicroUSD: "99"},
-		want:    Usage{CostMicroUSD: i64(99), Format: FormatUnsupportedEncoding},
+		name: "zstd body is not read, cost header still is, text is the raw bytes", file: "openai_chat.json", ct: ctJSON,
+		headers: map[string]string{"content-encoding": "zstd", HeaderCostMicroUSD: "99"},
+		want:    Usage{CostMicroUSD: i64(99), Format: FormatUnsupportedEncoding, TextBytes: 987, TextBytesFromRaw: true},
 	},
 	{
-		name: "br body is not read", file: "openai_chat_stream.sse", ct: ctSSE,
-		headers: map[string]string{"content-encoding": "identity, br"},
-		want:    Usage{Format: FormatUnsupportedEncoding},
+		name: "three codings are not read", file: "openai_chat.json", ct: ctJSON,
+		headers: map[string]string{"content-encoding": "identity, gzip, br, gzip"},
+		want:    Usage{Format: FormatUnsupportedEncoding, TextBytes: 987, TextBytesFromRaw: true},
 	},
 }
 
@@ -280,9 +282,14 @@ func TestBrokenOff(t *testing.T) {
 func TestBrokenOffKeepsWhatWasSeen(t *testing.T) {
 	anth := readFixture(t, "anthropic_stream.sse")
 	afterStart := anth[:bytes.Index(anth, []byte("event: content_block_start"))]
+	// In the middle of the third text delta: the two before it count, the
+	// unfinished event does not.
+	anthMidText := anth[:bytes.Index(anth, []byte(`"text":" a r`))+len(`"text":" a r`)]
+	const anthTextSoFar = int64(len("Okay") + len(", here is"))
 	chat := readFixture(t, "openai_chat.json")
 	midCount := chat[:bytes.Index(chat, []byte(`"completion_tokens": 46`))+len(`"completion_tokens": 4`)]
 	afterCount := chat[:bytes.Index(chat, []byte(`"completion_tokens": 46`))+len(`"completion_tokens": 46,`)]
+	midText := chat[:bytes.Index(chat, []byte(`"content": "Bonjour ! `))+len(`"content": "Bonjour ! `)]
 	resp := readFixture(t, "openai_responses_stream.sse")
 	beforeCompleted := resp[:bytes.Index(resp, []byte("event: response.completed"))]
 
@@ -294,17 +301,21 @@ func TestBrokenOffKeepsWhatWasSeen(t *testing.T) {
 		want Usage
 	}{
 		{"anthropic after message_start", ctSSE, afterStart, false,
-			Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 5080, OutputTokens: 2, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Format: FormatAnthropicSSE}},
+			Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 5080, OutputTokens: 2, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true}},
 		{"anthropic after message_start, ended normally", ctSSE, afterStart, true,
-			Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 5080, OutputTokens: 2, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Format: FormatAnthropicSSE}},
+			Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 5080, OutputTokens: 2, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true}},
+		{"anthropic cut in the middle of the text", ctSSE, anthMidText, false,
+			Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 5080, OutputTokens: 2, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true, TextBytes: anthTextSoFar}},
 		{"json cut inside a count keeps no partial count", ctJSON, midCount, false,
-			Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, Format: FormatOpenAIChat}},
+			Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, Format: FormatOpenAIChat, InputReported: true, TextBytes: 172}},
 		{"json cut after the counts", ctJSON, afterCount, false,
-			Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, Format: FormatOpenAIChat}},
+			Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, TextBytes: 172}},
 		{"json cut after the counts, ended normally", ctJSON, afterCount, true,
-			Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, Format: FormatOpenAIChat}},
+			Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, TextBytes: 172}},
+		{"json cut inside the text keeps the text seen", ctJSON, midText, false,
+			Usage{Model: "gpt-4o-2024-08-06", Format: FormatOpenAIChat, TextBytes: 10}},
 		{"responses before response.completed", ctSSE, beforeCompleted, false,
-			Usage{Model: "gpt-4.1-2025-04-14", Format: FormatOpenAIResponsesSSE}},
+			Usage{Model: "gpt-4.1-2025-04-14", Format: FormatOpenAIResponsesSSE, TextBytes: 25}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -319,9 +330,13 @@ func TestBrokenOffKeepsWhatWasSeen(t *testing.T) {
 
 func TestJSONEdgeCases(t *testing.T) {
 	chat := func(in, out int64) Usage {
-		return Usage{InputTokens: in, OutputTokens: out, Complete: true, Format: FormatOpenAIChat}
+		return Usage{InputTokens: in, OutputTokens: out, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}
 	}
 	incomplete := func(u Usage) Usage { u.Complete = false; return u }
+	outOnly := func(out int64) Usage {
+		return Usage{OutputTokens: out, Format: FormatOpenAIChat, OutputReported: true}
+	}
+	withModel := func(m string, u Usage) Usage { u.Model = m; return u }
 	cases := []struct {
 		name string
 		body string
@@ -331,34 +346,40 @@ func TestJSONEdgeCases(t *testing.T) {
 		{"white space everywhere", " \r\n\t{ \"usage\" :\n{ \"prompt_tokens\" : 1 ,\t\"completion_tokens\" : 2 } }\n\n", chat(1, 2)},
 		{"escaped keys", `{"\u0075sage":{"prompt\u005ftokens":1,"completion_tokens":2}}`, chat(1, 2)},
 		{"escaped model", `{"model":"gpt-4o\/mini \"x\" \u00e9\ud83d\ude00","usage":{"prompt_tokens":1,"completion_tokens":2}}`,
-			Usage{Model: "gpt-4o/mini \"x\" é😀", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
+			withModel("gpt-4o/mini \"x\" é😀", chat(1, 2))},
 		{"lone surrogate becomes U+FFFD", `{"model":"a\ud800b\udc00\ud800\u0041","usage":{"prompt_tokens":1,"completion_tokens":2}}`,
-			Usage{Model: "a\uFFFDb\uFFFD\uFFFDA", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
+			withModel("a\uFFFDb\uFFFD\uFFFDA", chat(1, 2))},
 		{"invalid utf-8 in model becomes U+FFFD", "{\"model\":\"m\xff\xfe\",\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}",
-			Usage{Model: "m\uFFFD\uFFFD", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
+			withModel("m\uFFFD\uFFFD", chat(1, 2))},
 		{"model too long is dropped", `{"model":"` + strings.Repeat("m", 257) + `","usage":{"prompt_tokens":1,"completion_tokens":2}}`, chat(1, 2)},
 		{"model of 256 bytes is kept", `{"model":"` + strings.Repeat("m", 256) + `","usage":{"prompt_tokens":1,"completion_tokens":2}}`,
-			Usage{Model: strings.Repeat("m", 256), InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
+			withModel(strings.Repeat("m", 256), chat(1, 2))},
 		{"model not a string", `{"model":["gpt"],"usage":{"prompt_tokens":1,"completion_tokens":2}}`, chat(1, 2)},
-		{"duplicate usage: the last wins whole", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":{"prompt_tokens":3}}`,
-			Usage{InputTokens: 3, Format: FormatOpenAIChat}},
-		{"duplicate count: the last wins", `{"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens":7}}`, chat(7, 2)},
-		{"count then invalid count", `{"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens":"7"}}`, incomplete(Usage{OutputTokens: 2, Format: FormatOpenAIChat})},
-		{"usage then null", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":null}`, Usage{}},
+		{"duplicate model: the last wins", `{"model":"a","model":"b","usage":{"prompt_tokens":1,"completion_tokens":2}}`, withModel("b", chat(1, 2))},
+		{"duplicate model: a last one that is not a string leaves none", `{"model":"a","model":null,"usage":{"prompt_tokens":1,"completion_tokens":2}}`, chat(1, 2)},
+		// Two usage objects in one body: each count keeps its largest value.
+		{"duplicate usage, the later smaller: the larger counts win", `{"usage":{"prompt_tokens":10,"completion_tokens":20},"usage":{"prompt_tokens":3,"completion_tokens":4}}`, chat(10, 20)},
+		{"duplicate usage, the later partial and larger", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":{"prompt_tokens":3}}`, chat(3, 2)},
+		{"duplicate count: the largest wins", `{"usage":{"prompt_tokens":7,"completion_tokens":2,"prompt_tokens":1}}`, chat(7, 2)},
+		{"duplicate count, the later larger", `{"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens":7}}`, chat(7, 2)},
+		{"count then invalid count: the valid one stays", `{"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens":"7"}}`, chat(1, 2)},
+		{"usage then null: null reports nothing", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":null}`, chat(1, 2)},
+		{"duplicate details: the largest cached count", `{"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens_details":{"cached_tokens":3}}}`,
+			Usage{InputTokens: 9, OutputTokens: 2, CachedInputTokens: 5, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
 		{"usage null", `{"object":"chat.completion","model":"m","usage":null}`, Usage{Model: "m", Format: FormatOpenAIChat}},
-		{"float count", `{"usage":{"prompt_tokens":1.0,"completion_tokens":2}}`, incomplete(Usage{OutputTokens: 2, Format: FormatOpenAIChat})},
-		{"exponent count", `{"usage":{"prompt_tokens":1e2,"completion_tokens":2}}`, incomplete(Usage{OutputTokens: 2, Format: FormatOpenAIChat})},
-		{"negative count", `{"usage":{"prompt_tokens":-1,"completion_tokens":2}}`, incomplete(Usage{OutputTokens: 2, Format: FormatOpenAIChat})},
+		{"float count", `{"usage":{"prompt_tokens":1.0,"completion_tokens":2}}`, outOnly(2)},
+		{"exponent count", `{"usage":{"prompt_tokens":1e2,"completion_tokens":2}}`, outOnly(2)},
+		{"negative count", `{"usage":{"prompt_tokens":-1,"completion_tokens":2}}`, outOnly(2)},
 		{"largest count", `{"usage":{"prompt_tokens":9223372036854775807,"completion_tokens":2}}`, chat(9223372036854775807, 2)},
-		{"overflowing count", `{"usage":{"prompt_tokens":9223372036854775808,"completion_tokens":2}}`, incomplete(Usage{OutputTokens: 2, Format: FormatOpenAIChat})},
+		{"overflowing count", `{"usage":{"prompt_tokens":9223372036854775808,"completion_tokens":2}}`, outOnly(2)},
 		{"anthropic input sum overflows", `{"type":"message","usage":{"input_tokens":9223372036854775807,"cache_read_input_tokens":1,"output_tokens":2}}`,
-			Usage{OutputTokens: 2, CachedInputTokens: 1, Format: FormatAnthropicMessages}},
+			Usage{OutputTokens: 2, CachedInputTokens: 1, Format: FormatAnthropicMessages, OutputReported: true}},
 		{"usage nested deeper is not ours", `{"choices":[{"usage":{"prompt_tokens":1,"completion_tokens":2}}]}`, Usage{}},
 		{"usage in an array at the top", `[{"usage":{"prompt_tokens":1,"completion_tokens":2}}]`, Usage{}},
 		{"responses shape without object", `{"usage":{"input_tokens":5,"output_tokens":6}}`,
-			Usage{InputTokens: 5, OutputTokens: 6, Complete: true, Format: FormatOpenAIResponses}},
+			Usage{InputTokens: 5, OutputTokens: 6, Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true}},
 		{"anthropic shape without type", `{"usage":{"input_tokens":5,"cache_read_input_tokens":0,"output_tokens":6}}`,
-			Usage{InputTokens: 5, OutputTokens: 6, Complete: true, Format: FormatAnthropicMessages}},
+			Usage{InputTokens: 5, OutputTokens: 6, Complete: true, Format: FormatAnthropicMessages, InputReported: true, OutputReported: true}},
 		{"trailing garbage", `{"usage":{"prompt_tokens":1,"completion_tokens":2}} x`, incomplete(chat(1, 2))},
 		{"two documents", `{"usage":{"prompt_tokens":1,"completion_tokens":2}}{}`, incomplete(chat(1, 2))},
 		{"missing close", `{"usage":{"prompt_tokens":1,"completion_tokens":2}`, incomplete(chat(1, 2))},
@@ -381,13 +402,26 @@ func TestJSONEdgeCases(t *testing.T) {
 			} else if got := run(ctJSON, nil, Limits{}, randomSplit(body, rand.New(rand.NewPCG(1, 2))), true); !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("\n got %s\nwant %s", show(got), show(tc.want))
 			}
+			if json.Valid(body) {
+				if ref := oracleJSON(body, Limits{}); !reflect.DeepEqual(ref, tc.want) {
+					t.Fatalf("reference:\n got %s\nwant %s", show(ref), show(tc.want))
+				}
+			}
 		})
 	}
 }
 
 func TestSSEEdgeCases(t *testing.T) {
 	usage := `{"object":"chat.completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}`
-	done := Usage{Model: "m", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChatSSE}
+	done := Usage{Model: "m", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChatSSE, InputReported: true, OutputReported: true}
+	chunk := func(usage string) string {
+		return "data: {\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[],\"usage\":" + usage + "}\n\n"
+	}
+	counts := func(in, out int64, complete bool) Usage {
+		u := done
+		u.InputTokens, u.OutputTokens, u.Complete = in, out, complete
+		return u
+	}
 	cases := []struct {
 		name string
 		body string
@@ -403,23 +437,37 @@ func TestSSEEdgeCases(t *testing.T) {
 		{"malformed event is skipped", "data: {\"object\":\"chat.completion.chunk\",\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6}\n\ndata: [DONE]\n\n",
 			Usage{}},
 		{"an event cut by a blank line is dropped", "data: {\"object\":\"chat.completion.chunk\",\n\ndata: \"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6}}\n\n", Usage{}},
-		{"the last usage wins", "data: " + usage + "\n\ndata: {\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n",
-			Usage{Model: "m", InputTokens: 3, OutputTokens: 4, Complete: true, Format: FormatOpenAIChatSSE}},
+		{"a later, larger usage wins", "data: " + usage + "\n\ndata: {\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n",
+			counts(3, 4, true)},
+		// The issue's case: two usage objects, the later smaller.
+		{"a later, smaller usage does not win", chunk(`{"prompt_tokens":30,"completion_tokens":40}`) + chunk(`{"prompt_tokens":3,"completion_tokens":4}`), counts(30, 40, true)},
+		{"each count keeps its largest", chunk(`{"prompt_tokens":30,"completion_tokens":4}`) + chunk(`{"prompt_tokens":3,"completion_tokens":40}`), counts(30, 40, true)},
+		{"a later partial usage keeps the final report final", chunk(`{"prompt_tokens":3,"completion_tokens":4}`) + chunk(`{"prompt_tokens":1}`), counts(3, 4, true)},
+		{"usage null chunks before the usage do not count", chunk("null") + chunk("null") + chunk(`{"prompt_tokens":3,"completion_tokens":4}`), counts(3, 4, true)},
+		{"anthropic: a smaller message_delta does not lower the count",
+			"data: {\"type\":\"message_start\",\"message\":{\"model\":\"c\",\"usage\":{\"input_tokens\":4,\"output_tokens\":1}}}\n\n" +
+				"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":90}}\n\n" +
+				"data: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":2,\"output_tokens\":9}}\n\n",
+			Usage{Model: "c", InputTokens: 4, OutputTokens: 90, Complete: true, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true}},
+		{"responses: a terminal usage smaller than an earlier one",
+			"data: {\"type\":\"response.in_progress\",\"response\":{\"model\":\"r\",\"usage\":{\"input_tokens\":10,\"output_tokens\":20}}}\n\n" +
+				"data: {\"type\":\"response.completed\",\"response\":{\"model\":\"r\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n",
+			Usage{Model: "r", InputTokens: 10, OutputTokens: 20, Complete: true, Format: FormatOpenAIResponsesSSE, InputReported: true, OutputReported: true}},
 		{"usage null after usage changes nothing", "data: " + usage + "\n\ndata: {\"object\":\"chat.completion.chunk\",\"usage\":null}\n\n", done},
 		{"partial usage is not final", "data: {\"object\":\"chat.completion.chunk\",\"usage\":{\"prompt_tokens\":3}}\n\n",
-			Usage{InputTokens: 3, Format: FormatOpenAIChatSSE}},
+			Usage{InputTokens: 3, Format: FormatOpenAIChatSSE, InputReported: true}},
 		{"responses usage outside a terminal event is not final",
 			"data: {\"type\":\"response.in_progress\",\"response\":{\"model\":\"r\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n",
-			Usage{Model: "r", InputTokens: 1, OutputTokens: 2, Format: FormatOpenAIResponsesSSE}},
+			Usage{Model: "r", InputTokens: 1, OutputTokens: 2, Format: FormatOpenAIResponsesSSE, InputReported: true, OutputReported: true}},
 		{"responses failed with usage is final",
 			"data: {\"type\":\"response.failed\",\"response\":{\"model\":\"r\",\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n",
-			Usage{Model: "r", InputTokens: 1, Complete: true, Format: FormatOpenAIResponsesSSE}},
+			Usage{Model: "r", InputTokens: 1, Complete: true, Format: FormatOpenAIResponsesSSE, InputReported: true, OutputReported: true}},
 		{"anthropic delta without start has no input",
 			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n",
-			Usage{OutputTokens: 9, Format: FormatAnthropicSSE}},
+			Usage{OutputTokens: 9, Format: FormatAnthropicSSE, OutputReported: true}},
 		{"anthropic delta with input only",
 			"data: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":4,\"output_tokens\":null}}\n\n",
-			Usage{InputTokens: 4, Format: FormatAnthropicSSE}},
+			Usage{InputTokens: 4, Format: FormatAnthropicSSE, InputReported: true}},
 		{"anthropic start with usage in the wrong place",
 			"data: {\"type\":\"message_start\",\"usage\":{\"input_tokens\":4,\"output_tokens\":1},\"message\":{\"model\":\"c\"}}\n\n",
 			Usage{Model: "c", Format: FormatAnthropicSSE}},
@@ -526,10 +574,10 @@ func TestLimits(t *testing.T) {
 		lim  Limits
 		want Usage
 	}{
-		{Limits{MaxModelBytes: 8}, Usage{Model: "abcdefgh", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
-		{Limits{MaxModelBytes: 7}, Usage{InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
-		{Limits{MaxDepth: 4}, Usage{Model: "abcdefgh", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat}},
-		{Limits{MaxDepth: 3}, Usage{Model: "abcdefgh", InputTokens: 1, OutputTokens: 2, Format: FormatOpenAIChat}},
+		{Limits{MaxModelBytes: 8}, Usage{Model: "abcdefgh", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
+		{Limits{MaxModelBytes: 7}, Usage{InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
+		{Limits{MaxDepth: 4}, Usage{Model: "abcdefgh", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
+		{Limits{MaxDepth: 3}, Usage{Model: "abcdefgh", InputTokens: 1, OutputTokens: 2, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
 	}
 	for _, tc := range cases {
 		for _, chunks := range [][][]byte{{body}, bytewise(body)} {

@@ -1,0 +1,190 @@
+package usage
+
+import (
+	"bytes"
+	"unicode/utf8"
+)
+
+// Output text: where a response carries the text the model generated, so
+// that a response whose usage is missing can still be estimated from it.
+//
+// A string at one of these paths counts its decoded bytes; the object (or
+// array) at a raw path counts its JSON text as sent. "[]" is any element of
+// an array.
+//
+//	choices[].text                                    legacy completions
+//	choices[].delta.content / message.content         chat, streamed / not
+//	choices[].delta.refusal / message.refusal
+//	choices[].delta.reasoning / .reasoning_content    reasoning of OpenAI-compatible servers
+//	choices[].delta.tool_calls[].function.arguments   (and message.tool_calls[]...)
+//	choices[].delta.function_call.arguments           (and message.function_call...)
+//	delta                                             Responses events response.*.delta but audio
+//	output[].content[].text / .refusal                Responses, not streamed
+//	output[].arguments                                Responses function_call, not streamed
+//	output[].summary[].text                           Responses reasoning summary, not streamed
+//	delta.text / .partial_json / .thinking            Anthropic content_block_delta
+//	content[].text / .thinking                        Anthropic, not streamed
+//	content[].input (raw)                             Anthropic tool_use, not streamed
+//
+// A streamed response's text is read from its deltas only: the full text
+// that a terminal event repeats (response.completed's response.output,
+// response.output_text.done) is not under these paths, so it is not counted
+// twice.
+
+// textTarget names what the value about to start at the current path adds
+// to the output text.
+func (s *scanner) textTarget() uint8 {
+	k := &s.keys
+	switch s.depth {
+	case 1:
+		if k[0] == kDelta {
+			return txDelta
+		}
+	case 2:
+		if k[0] == kDelta && (k[1] == kText || k[1] == kPartialJSON || k[1] == kThinking) {
+			return txText
+		}
+	case 3:
+		if k[1] != kArr {
+			break
+		}
+		switch {
+		case k[0] == kChoices && k[2] == kText,
+			k[0] == kContent && (k[2] == kText || k[2] == kThinking),
+			k[0] == kOutput && k[2] == kArguments:
+			return txText
+		case k[0] == kContent && k[2] == kInput:
+			return txRaw
+		}
+	case 4:
+		if isChoice(k) {
+			switch k[3] {
+			case kContent, kRefusal, kReasoning, kReasoningContent:
+				return txText
+			}
+		}
+	case 5:
+		switch {
+		case isChoice(k) && k[3] == kFunctionCall && k[4] == kArguments,
+			k[0] == kOutput && k[1] == kArr && k[2] == kContent && k[3] == kArr && (k[4] == kText || k[4] == kRefusal),
+			k[0] == kOutput && k[1] == kArr && k[2] == kSummary && k[3] == kArr && k[4] == kText:
+			return txText
+		}
+	case 7:
+		if isChoice(k) && k[3] == kToolCalls && k[4] == kArr && k[5] == kFunction && k[6] == kArguments {
+			return txText
+		}
+	}
+	return txNone
+}
+
+// isChoice: the path starts with choices[].delta or choices[].message.
+func isChoice(k *[maxPath]uint8) bool {
+	return k[0] == kChoices && k[1] == kArr && (k[2] == kDelta || k[2] == kMessage)
+}
+
+// isTextDelta reports whether an event's top-level "delta" string is output
+// text: an OpenAI Responses event response.*.delta (output text, refusal,
+// reasoning, function-call arguments...) other than response.audio.delta,
+// whose delta is base64 audio.
+func isTextDelta(typ *capture) bool {
+	return typ.ok && bytes.HasPrefix(typ.b, []byte("response.")) && bytes.HasSuffix(typ.b, []byte(".delta")) &&
+		string(typ.b) != "response.audio.delta"
+}
+
+// docText is the output text of a complete document.
+func docText(d *docFields) int64 {
+	if isTextDelta(&d.typ) {
+		return d.text + d.delta
+	}
+	return d.text
+}
+
+// utf8Count counts the bytes a string's raw (unescaped) parts decode to as
+// encoding/json decodes them: valid UTF-8 as it is, and each byte that does
+// not start a valid sequence as U+FFFD (3 bytes). A sequence split across
+// chunks waits in it for its next bytes.
+type utf8Count struct {
+	first byte  // first byte of an unfinished sequence
+	have  uint8 // bytes of it seen; 0 when none
+	need  uint8 // its length
+}
+
+// count returns the decoded bytes of the sequences p completes.
+func (u *utf8Count) count(p []byte) int64 {
+	if u.have == 0 && utf8.Valid(p) {
+		return int64(len(p))
+	}
+	var n int64
+	for _, c := range p {
+		if u.have > 0 {
+			lo, hi := byte(0x80), byte(0xbf)
+			if u.have == 1 {
+				lo, hi = secondByteRange(u.first)
+			}
+			if lo <= c && c <= hi {
+				if u.have++; u.have == u.need {
+					n += int64(u.need)
+					u.have = 0
+				}
+				continue
+			}
+			// Not a valid sequence: its first byte and the continuation
+			// bytes after it are each U+FFFD, and c starts afresh.
+			n += 3 * int64(u.have)
+			u.have = 0
+		}
+		switch l := seqLen(c); l {
+		case 1:
+			n++
+		case 0:
+			n += 3
+		default:
+			u.first, u.have, u.need = c, 1, l
+		}
+	}
+	return n
+}
+
+// end is called where the raw part ends (a quote or an escape): an
+// unfinished sequence is U+FFFD for each of its bytes.
+func (u *utf8Count) end() int64 {
+	n := 3 * int64(u.have)
+	u.have = 0
+	return n
+}
+
+// seqLen is the length of the UTF-8 sequence that c starts: 0 when c cannot
+// start one.
+func seqLen(c byte) uint8 {
+	switch {
+	case c < 0x80:
+		return 1
+	case c < 0xc2:
+		return 0
+	case c < 0xe0:
+		return 2
+	case c < 0xf0:
+		return 3
+	case c < 0xf5:
+		return 4
+	}
+	return 0
+}
+
+// secondByteRange is the range of the second byte of a sequence started by
+// first, which excludes overlong forms, surrogates and code points past
+// U+10FFFF.
+func secondByteRange(first byte) (byte, byte) {
+	switch first {
+	case 0xe0:
+		return 0xa0, 0xbf
+	case 0xed:
+		return 0x80, 0x9f
+	case 0xf0:
+		return 0x90, 0xbf
+	case 0xf4:
+		return 0x80, 0x8f
+	}
+	return 0x80, 0xbf
+}
