@@ -441,3 +441,17 @@ func TestCheckAbandonedByEnvoyLeavesItsStartUnsent(t *testing.T) {
 		t.Fatalf("reservations %v", e.Metric("tollgate_enforcer_settle_reserved"))
 	}
 }
+
+// Credentials stay home: the admitted request goes upstream without the member's
+// Tollgate credential and with the provider's, as configured.
+func TestAdmissionSwapsTheCredentialUpstream(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{Config: func(c *appConfig) { c.UpstreamAuthorization = "Bearer sk-provider" }})
+	w := newMember(e, dayLimit(1*usd, true))
+	ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key, "authorization": "Bearer tgs_notasession"}))
+	if got := enforcertest.MustHeader(t, ok.GetHeaders(), "authorization"); got != "Bearer sk-provider" {
+		t.Fatalf("authorization %q", got)
+	}
+	if rm := ok.GetHeadersToRemove(); len(rm) != 1 || rm[0] != "x-api-key" {
+		t.Fatalf("removed %v", rm)
+	}
+}

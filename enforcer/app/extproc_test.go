@@ -43,6 +43,7 @@ const openAIJSON = `{"id":"chatcmpl-2","object":"chat.completion","model":"gpt-4
 
 type streamSpec struct {
 	requestID   string
+	status      string // "200" when empty
 	contentType string
 	headers     []string // extra response headers, name/value pairs
 	chunks      [][]byte
@@ -83,7 +84,11 @@ func runStream(t *testing.T, e *enforcertest.Env, s streamSpec) {
 		Headers: enforcertest.HeaderMap(reqHeaders...)}}}, func(r *extprocv3.ProcessingResponse) bool {
 		return r.GetRequestHeaders() != nil && r.GetRequestHeaders().GetResponse() == nil
 	})
-	respHeaders := append([]string{":status", "200", "content-type", s.contentType}, s.headers...)
+	status := s.status
+	if status == "" {
+		status = "200"
+	}
+	respHeaders := append([]string{":status", status, "content-type", s.contentType}, s.headers...)
 	exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
 		Headers: enforcertest.HeaderMap(respHeaders...), EndOfStream: s.bodyless}}}, func(r *extprocv3.ProcessingResponse) bool {
 		return r.GetResponseHeaders() != nil && r.GetResponseHeaders().GetResponse() == nil

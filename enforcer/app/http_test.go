@@ -47,7 +47,7 @@ func TestHTTPCheckMatchesTheGRPCAnswers(t *testing.T) {
 	grpcBody := e.Check(t, map[string]string{"authorization": "Bearer " + blocked.key}).GetDeniedResponse().GetBody()
 	if res.StatusCode != 429 || res.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" ||
 		res.Header.Get("X-Service-Usage-State") != "blocked" || res.Header.Get("Retry-After") != "61200" ||
-		res.Header.Get("Content-Type") != "application/json" || body != grpcBody {
+		res.Header.Get("X-Should-Retry") != "false" || res.Header.Get("Content-Type") != "application/json" || body != grpcBody {
 		t.Fatalf("429: %v %s", res.Header, body)
 	}
 	res, body = httpCheck(t, e, "GET", nil)
@@ -105,8 +105,12 @@ func TestHTTPSettle(t *testing.T) {
 	})
 	t.Run("answers the receipt, from loopback", func(t *testing.T) {
 		code, out := postSettle(t, h, "127.0.0.1:5555", "", body)
-		if code != 200 || out["outcome"] != "settled" || out["costMicroUsd"] != float64(500) || out["costSource"] != "catalog_estimate" || out["requestId"] != reqID {
+		if code != 200 || out["outcome"] != "settled" || out["costMicroUsd"] != float64(500) || out["costSource"] != "catalog_estimate" || out["requestId"] != reqID ||
+			out["costBasis"] != "reported_usage" || out["priceSource"] != "organization" {
 			t.Fatalf("%d %v", code, out)
+		}
+		if it := e.CP.Receipt(reqID).Item; it.GetUsageEstimated() || !it.GetComplete() {
+			t.Fatalf("settled %v", it)
 		}
 		if e.CP.Pending(w.member) != 0 {
 			t.Fatal("pending not settled")
@@ -125,6 +129,21 @@ func TestHTTPSettle(t *testing.T) {
 		code, out := postSettle(t, h, "[::1]:5555", "", `{"requestId":"`+reqID+`","upstreamCostMicroUsd":1}`)
 		if code != 409 || out["error"] != "cost_conflict" {
 			t.Fatalf("%d %v", code, out)
+		}
+	})
+	t.Run("estimated counts say so, and are never complete", func(t *testing.T) {
+		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.key})
+		id := res.Header.Get("X-Service-Request-Id")
+		code, out := postSettle(t, h, "127.0.0.1:5555", "", `{"requestId":"`+id+`","model":"gpt-4o","inputTokens":10,"outputTokens":2,"complete":true,"estimated":true}`)
+		if code != 200 || out["outcome"] != "settled" || out["costMicroUsd"] != float64(50) || out["costBasis"] != "estimate" {
+			t.Fatalf("%d %v", code, out)
+		}
+		if it := e.CP.Receipt(id).Item; !it.GetUsageEstimated() || it.GetComplete() {
+			t.Fatalf("settled %v", it)
+		}
+		if e.Metric("tollgate_enforcer_settled_cost_basis_total", "basis", "estimate") != 1 ||
+			e.Metric("tollgate_enforcer_settled_cost_basis_total", "basis", "reported_usage") != 1 {
+			t.Fatal("cost basis not counted")
 		}
 	})
 	t.Run("202 while the control plane is down, delivered later", func(t *testing.T) {

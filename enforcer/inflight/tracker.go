@@ -165,7 +165,8 @@ func (t *Tracker) Len() int { return int(t.count.Load()) }
 // With u.Seen (a response stream), counts the upstream did not report are estimated
 // and the settlement marked usage_estimated (and never complete): input from the
 // request body's estimate (RecordRequest), output from the streamed text
-// (estimate.Tokens). The model is the response's, else the request's. Nothing is
+// (estimate.Tokens), which also replaces a smaller output count of a response that did
+// not end with its final usage. The model is the response's, else the request's. Nothing is
 // estimated when the upstream reported a cost, nor for an error answer (status 400 or
 // more) that reported no usage and carried no text: that costs nothing.
 func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
@@ -213,8 +214,13 @@ func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
 	if !seen.InputReported && r != nil && r.requestSeen {
 		item.InputTokens, estimated = r.inputEstimate, true
 	}
-	if !seen.OutputReported && seen.TextBytes > 0 {
-		item.OutputTokens, estimated = estimate.Tokens(seen.TextBytes), true
+	// Output: the estimate from the text seen when none was reported; and when the
+	// response did not end with its final usage (incomplete), the larger of the two: a
+	// count reported early is only a floor (Anthropic's message_start says 1 output
+	// token before any text), and a stream cut after thousands of tokens must not be
+	// charged for one.
+	if est := estimate.Tokens(seen.TextBytes); est > 0 && (!seen.OutputReported || !item.Complete && est > item.OutputTokens) {
+		item.OutputTokens, estimated = est, true
 	}
 	if estimated {
 		item.UsageEstimated, item.Complete = true, false

@@ -65,3 +65,100 @@ func TestReapSettlesUnreportedRequestsAsIncomplete(t *testing.T) {
 		t.Fatalf("late report %v", last)
 	}
 }
+
+func TestFinishChargesWhatWasSeen(t *testing.T) {
+	cost := int64(99)
+	for _, tc := range []struct {
+		name      string
+		recorded  bool // the request body was seen (RecordRequest)
+		u         Usage
+		in, out   int64
+		model     string
+		estimated bool
+		complete  bool
+	}{
+		{name: "reported in full: nothing estimated", recorded: true,
+			u:  Usage{Model: "resp", InputTokens: 10, OutputTokens: 20, Complete: true, UpstreamStatus: 200, Seen: &Seen{InputReported: true, OutputReported: true, TextBytes: 400}},
+			in: 10, out: 20, model: "resp", complete: true},
+		{name: "nothing reported: input from the request, output from the text", recorded: true,
+			u:  Usage{Model: "resp", UpstreamStatus: 200, Seen: &Seen{TextBytes: 401}},
+			in: 500, out: 101, model: "resp", estimated: true},
+		{name: "nothing seen at all: the input estimate, the request's model", recorded: true,
+			u:  Usage{UpstreamStatus: 200, Seen: &Seen{}},
+			in: 500, model: "req-model", estimated: true},
+		{name: "an early output count is a floor when the stream broke", recorded: true,
+			u:  Usage{Model: "resp", InputTokens: 7, OutputTokens: 1, UpstreamStatus: 200, Seen: &Seen{InputReported: true, OutputReported: true, TextBytes: 40}},
+			in: 7, out: 10, model: "resp", estimated: true},
+		{name: "a larger reported output stands", recorded: true,
+			u:  Usage{Model: "resp", InputTokens: 7, OutputTokens: 30, UpstreamStatus: 200, Seen: &Seen{InputReported: true, OutputReported: true, TextBytes: 40}},
+			in: 7, out: 30, model: "resp"},
+		{name: "error status without usage or text: nothing", recorded: true,
+			u:     Usage{UpstreamStatus: 429, Seen: &Seen{}},
+			model: "req-model"},
+		{name: "error status that streamed text is charged", recorded: true,
+			u:  Usage{UpstreamStatus: 500, Seen: &Seen{TextBytes: 8}},
+			in: 500, out: 2, model: "req-model", estimated: true},
+		{name: "an upstream cost needs no estimate", recorded: true,
+			u:     Usage{UpstreamCostMicroUSD: &cost, UpstreamStatus: 200, Seen: &Seen{TextBytes: 400}},
+			model: "req-model"},
+		{name: "no request body seen: output only",
+			u:   Usage{UpstreamStatus: 200, Seen: &Seen{TextBytes: 4}},
+			out: 1, estimated: true},
+		{name: "final counts (POST /settle) are taken as they are", recorded: true,
+			u:  Usage{Model: "m", InputTokens: 3, UpstreamStatus: 200},
+			in: 3, model: "m"},
+		{name: "counts estimated by the reporter", recorded: true,
+			u:  Usage{Model: "m", InputTokens: 3, Estimated: true},
+			in: 3, model: "m", estimated: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &queue{}
+			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+			if tc.recorded && !tr.RecordRequest("req_a", 500, "req-model") {
+				t.Fatal("not recorded")
+			}
+			_ = tr.Finish("req_a", tc.u, nil)
+			it := q.items[0]
+			if it.GetInputTokens() != tc.in || it.GetOutputTokens() != tc.out || it.GetModel() != tc.model ||
+				it.GetUsageEstimated() != tc.estimated || it.GetComplete() != tc.complete {
+				t.Fatalf("settled %v", it)
+			}
+		})
+	}
+}
+
+func TestReapAndShutdownChargeTheInputEstimate(t *testing.T) {
+	q := &queue{}
+	clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+	tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	snap := &internalv1.Snapshot{Version: 2}
+	tr.Admitted(&Request{ID: "req_reaped", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+	tr.Admitted(&Request{ID: "req_norecord", OrganizationID: "org", MemberID: "om", Snapshot: snap, WithoutRecord: true, AdmittedAt: clk.Now()})
+	if tr.RecordRequest("req_unknown", 1, "m") || !tr.RecordRequest("req_reaped", 42, "gpt-x") || !tr.RecordRequest("req_norecord", 7, "gpt-y") {
+		t.Fatal("RecordRequest")
+	}
+	clk.Advance(time.Hour)
+	if tr.Reap(15*time.Minute) != 2 {
+		t.Fatal("not reaped")
+	}
+	byID := map[string]*internalv1.SettleItem{}
+	for _, it := range q.items {
+		byID[it.GetRequestId()] = it
+	}
+	if it := byID["req_reaped"]; it.GetInputTokens() != 42 || it.GetModel() != "gpt-x" || !it.GetUsageEstimated() || it.GetComplete() || it.GetAdmittedWithoutRecord() {
+		t.Fatalf("reaped %v", it)
+	}
+	if it := byID["req_norecord"]; it.GetInputTokens() != 7 || !it.GetAdmittedWithoutRecord() || it.GetSnapshot() != snap {
+		t.Fatalf("reaped %v", it)
+	}
+	tr.Admitted(&Request{ID: "req_shutdown", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+	tr.RecordRequest("req_shutdown", 9, "gpt-z")
+	if tr.SettleAll() != 1 {
+		t.Fatal("SettleAll")
+	}
+	if it := q.items[len(q.items)-1]; it.GetInputTokens() != 9 || !it.GetUsageEstimated() {
+		t.Fatalf("at shutdown %v", it)
+	}
+}

@@ -81,7 +81,7 @@ func TestSettleRetriesUntilTheControlPlaneRecovers(t *testing.T) {
 	for range 20 {
 		select {
 		case r := <-results:
-			if r.Err != nil || r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUSD != 10 {
+			if r.Err != nil || r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUSD != 10 || r.CostBasis != "upstream_cost" {
 				t.Fatalf("result %+v", r)
 			}
 		case <-time.After(5 * time.Second):
@@ -93,6 +93,7 @@ func TestSettleRetriesUntilTheControlPlaneRecovers(t *testing.T) {
 	}
 	if enforcertest.Value(reg, "tollgate_enforcer_settle_retries_total") == 0 ||
 		enforcertest.Value(reg, "tollgate_enforcer_settlements_total", "outcome", "settled") != 20 ||
+		enforcertest.Value(reg, "tollgate_enforcer_settled_cost_basis_total", "basis", "upstream_cost") != 20 ||
 		enforcertest.Value(reg, "tollgate_enforcer_settlement_lag_seconds") != 20 {
 		t.Fatal("metrics")
 	}
@@ -270,5 +271,62 @@ func TestLingerGathersItemsIntoOneCall(t *testing.T) {
 	got := calls()
 	if len(got) != 2 || len(got[0]) != 8 || len(got[1]) != 3 {
 		t.Fatalf("calls %v, want one of 8 then one of 3", got)
+	}
+}
+
+// What the enforcer learned on the way goes to the control plane as it is, and the
+// receipt's cost basis and price source come back to the caller.
+func TestSettleCarriesEstimatesAndCostBasis(t *testing.T) {
+	rdb, layout := testredis.New(t)
+	clk := clock.NewManual(enforcertest.Start)
+	cp := fakecp.New(t, rdb, layout, clk)
+	cp.AddMember("org_a", "om_a")
+	cp.SetPrice("m", 2, 3)
+	snap := &internalv1.Snapshot{Version: 2, Buckets: []*internalv1.SnapshotBucket{
+		{Timeframe: "day", WindowStartUnixMs: window.Of(window.Day, enforcertest.Start).Start.UnixMilli()}}}
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	cc, err := cpclient.Dial(cp.Addr, cpclient.Options{Token: fakecp.Token}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	q := settleq.New(cpclient.New(cc), fastConfig(), m, slog.New(slog.NewTextHandler(&logBuf{}, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	results := make(chan settleq.Result, 2)
+	for _, it := range []*internalv1.SettleItem{
+		{RequestId: "req_est", MemberId: "om_a", Snapshot: snap, Model: "m", InputTokens: 10, OutputTokens: 1, UsageEstimated: true},
+		{RequestId: "req_norec", MemberId: "om_a", Snapshot: snap, AdmittedWithoutRecord: true},
+	} {
+		if err := q.Enqueue(it, nil, func(r settleq.Result) { results <- r }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]settleq.Result{}
+	for range 2 {
+		select {
+		case r := <-results:
+			got[r.CostBasis] = r
+		case <-time.After(5 * time.Second):
+			t.Fatal("not settled")
+		}
+	}
+	if r := got["estimate"]; r.CostMicroUSD != 23 || r.PriceSource != "organization" {
+		t.Fatalf("estimated: %+v (all %+v)", r, got)
+	}
+	if _, ok := got["none"]; !ok {
+		t.Fatalf("results %+v", got)
+	}
+	if it := cp.Receipt("req_est").Item; !it.GetUsageEstimated() {
+		t.Fatalf("sent %v", it)
+	}
+	if it := cp.Receipt("req_norec").Item; !it.GetAdmittedWithoutRecord() {
+		t.Fatalf("sent %v", it)
+	}
+	if enforcertest.Value(reg, "tollgate_enforcer_settled_cost_basis_total", "basis", "estimate") != 1 ||
+		enforcertest.Value(reg, "tollgate_enforcer_settled_cost_basis_total", "basis", "none") != 1 {
+		t.Fatal("cost basis not counted")
 	}
 }

@@ -1,0 +1,82 @@
+package app
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The provider's credentials: from the environment or a file read at start, flags
+// first; a file that cannot be read, both forms at once, or a value that is no header
+// value stop the start, and no message or help text shows a secret.
+func TestUpstreamCredentials(t *testing.T) {
+	dir := t.TempDir()
+	authFile := filepath.Join(dir, "authorization")
+	if err := os.WriteFile(authFile, []byte("Bearer sk-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(dir, "api-key")
+	if err := os.WriteFile(keyFile, []byte("sk-ant-from-file\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		auth, key string
+		problem   string // "" = valid
+	}{
+		{name: "none by default"},
+		{name: "from the environment", env: map[string]string{"TOLLGATE_UPSTREAM_AUTHORIZATION": "Bearer sk-env", "TOLLGATE_UPSTREAM_API_KEY": "sk-ant-env"},
+			auth: "Bearer sk-env", key: "sk-ant-env"},
+		{name: "from files", env: map[string]string{"TOLLGATE_UPSTREAM_AUTHORIZATION_FILE": authFile, "TOLLGATE_UPSTREAM_API_KEY_FILE": keyFile},
+			auth: "Bearer sk-from-file", key: "sk-ant-from-file"},
+		{name: "flags win over the environment", args: []string{"--upstream-authorization-file", authFile},
+			env: map[string]string{"TOLLGATE_UPSTREAM_AUTHORIZATION": "Bearer sk-env"}, auth: "Bearer sk-from-file"},
+		{name: "both forms", env: map[string]string{"TOLLGATE_UPSTREAM_AUTHORIZATION": "Bearer sk-env", "TOLLGATE_UPSTREAM_AUTHORIZATION_FILE": authFile},
+			problem: "TOLLGATE_UPSTREAM_AUTHORIZATION and TOLLGATE_UPSTREAM_AUTHORIZATION_FILE"},
+		{name: "unreadable file", env: map[string]string{"TOLLGATE_UPSTREAM_API_KEY_FILE": filepath.Join(dir, "missing")},
+			problem: "TOLLGATE_UPSTREAM_API_KEY_FILE"},
+		{name: "empty file", env: map[string]string{"TOLLGATE_UPSTREAM_AUTHORIZATION_FILE": empty}, problem: "is empty"},
+		{name: "a line break would inject a header", env: map[string]string{"TOLLGATE_UPSTREAM_AUTHORIZATION": "Bearer sk-secret\r\nX-Evil: 1"},
+			problem: "TOLLGATE_UPSTREAM_AUTHORIZATION: not a valid header value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.problem != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.problem) {
+					t.Fatalf("err %v, want %q", err, tc.problem)
+				}
+				if strings.Contains(err.Error(), "sk-") {
+					t.Fatalf("the error shows a secret: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.UpstreamAuthorization != tc.auth || c.UpstreamAPIKey != tc.key {
+				t.Fatalf("authorization %q, api key %q", c.UpstreamAuthorization, c.UpstreamAPIKey)
+			}
+		})
+	}
+	var help bytes.Buffer
+	_, _ = parseConfig([]string{"-h"}, func(k string) string {
+		return map[string]string{"TOLLGATE_UPSTREAM_AUTHORIZATION": "Bearer sk-secret", "TOLLGATE_UPSTREAM_API_KEY": "sk-ant-secret"}[k]
+	}, &help)
+	for _, want := range []string{"TOLLGATE_UPSTREAM_AUTHORIZATION", "TOLLGATE_UPSTREAM_AUTHORIZATION_FILE", "TOLLGATE_UPSTREAM_API_KEY", "TOLLGATE_UPSTREAM_API_KEY_FILE"} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("help does not mention %s", want)
+		}
+	}
+	if strings.Contains(help.String(), "sk-secret") || strings.Contains(help.String(), "sk-ant-secret") {
+		t.Fatal("help shows a secret")
+	}
+}

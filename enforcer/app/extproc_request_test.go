@@ -1,0 +1,260 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
+	"github.com/tollgate-dev/tollgate/enforcer/extproc"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/internal/testio"
+)
+
+type bodySpec struct {
+	requestID, path, body string
+	// stringValues: Envoy sends header values in value, as older Envoy does (recent
+	// Envoy sends raw_value, and reads only raw_value from mutations then).
+	stringValues bool
+	// noContentLength: the request came without one (chunked, or HTTP/2).
+	noContentLength bool
+}
+
+// sendRequestBody plays the request-body filter of deploy/envoy/envoy.yaml: a stream
+// marked with the request role, request headers, then the whole body (BUFFERED). It
+// returns the answer to the body.
+func sendRequestBody(t *testing.T, e *enforcertest.Env, s bodySpec) *extprocv3.BodyResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, extproc.RoleMetadata, extproc.RoleRequest)
+	st, err := e.ExtProc.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := []string{":method", "POST", ":path", s.path, ":authority", "llm.example.test", "content-type", "application/json"}
+	if !s.noContentLength {
+		kv = append(kv, "content-length", strconv.Itoa(len(s.body)))
+	}
+	if s.requestID != "" {
+		kv = append(kv, "x-service-request-id", s.requestID)
+	}
+	hm := enforcertest.HeaderMap(kv...)
+	if s.stringValues {
+		for _, h := range hm.GetHeaders() {
+			h.Value, h.RawValue = string(h.GetRawValue()), nil
+		}
+	}
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hm}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(s.body), EndOfStream: true}}},
+	} {
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if resp, err := st.Recv(); err != nil || resp.GetRequestHeaders() == nil || resp.GetRequestHeaders().GetResponse() != nil {
+		t.Fatalf("request headers answered %v %v", resp, err)
+	}
+	resp, err := st.Recv()
+	if err != nil || resp.GetRequestBody() == nil {
+		t.Fatalf("request body answered %v %v", resp, err)
+	}
+	// Response modes are SKIP: Envoy ends the stream here.
+	_ = st.CloseSend()
+	return resp.GetRequestBody()
+}
+
+const chatStreamBody = `{"model":"gpt-4o-mini","stream":true,"temperature":0.7,"messages":[{"role":"user","content":"Write a haiku about the sea."}]}`
+
+func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := newMember(e, dayLimit(1*usd, true))
+	withUsage := `{"stream_options":{"include_usage":true},` + chatStreamBody[1:]
+	for _, tc := range []struct {
+		name    string
+		spec    bodySpec
+		mutated string // "" = not mutated
+	}{
+		{"OpenAI stream without include_usage", bodySpec{path: "/v1/chat/completions", body: chatStreamBody}, withUsage},
+		{"the same with header values as strings", bodySpec{path: "/v1/chat/completions", body: chatStreamBody, stringValues: true}, withUsage},
+		{"the same without content-length", bodySpec{path: "/openai/v1/chat/completions?api-version=1", body: chatStreamBody, noContentLength: true}, withUsage},
+		{"include_usage already set", bodySpec{path: "/v1/chat/completions", body: withUsage}, ""},
+		{"not streamed", bodySpec{path: "/v1/chat/completions", body: strings.Replace(chatStreamBody, `"stream":true`, `"stream":false`, 1)}, ""},
+		{"another API", bodySpec{path: "/v1/messages", body: chatStreamBody}, ""},
+		{"not JSON", bodySpec{path: "/v1/chat/completions", body: "stream=true"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.spec.requestID, _ = requestID(t, e, w.key)
+			resp := sendRequestBody(t, e, tc.spec)
+			if tc.mutated == "" {
+				if resp.GetResponse() != nil {
+					t.Fatalf("mutated: %v", resp)
+				}
+				return
+			}
+			cr := resp.GetResponse()
+			if got := string(cr.GetBodyMutation().GetBody()); got != tc.mutated {
+				t.Fatalf("body %s\nwant %s", got, tc.mutated)
+			}
+			sets := cr.GetHeaderMutation().GetSetHeaders()
+			if tc.spec.noContentLength {
+				if cr.GetHeaderMutation() != nil {
+					t.Fatalf("header mutation without a content-length: %v", cr.GetHeaderMutation())
+				}
+				return
+			}
+			want := strconv.Itoa(len(tc.mutated))
+			if len(sets) != 1 || sets[0].GetHeader().GetKey() != "content-length" || len(cr.GetHeaderMutation().GetRemoveHeaders()) != 0 {
+				t.Fatalf("header mutation %v", cr.GetHeaderMutation())
+			}
+			h := sets[0].GetHeader()
+			if !tc.spec.stringValues && (string(h.GetRawValue()) != want || h.GetValue() != "") ||
+				tc.spec.stringValues && (h.GetValue() != want || len(h.GetRawValue()) != 0) {
+				t.Fatalf("content-length %v, want %s in the encoding Envoy used", h, want)
+			}
+		})
+	}
+	if e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "include_usage_set") != 3 ||
+		e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "not_json") != 1 {
+		t.Fatal("request bodies not counted")
+	}
+	// A request-body stream never settles: the response's stream does.
+	if e.CP.SettleItems.Load() != 0 || e.Enforcer.Tracker.Len() != 7 {
+		t.Fatalf("settled %d, tracked %d", e.CP.SettleItems.Load(), e.Enforcer.Tracker.Len())
+	}
+}
+
+func TestExtProcRequestBodyOfAnUntrackedRequestIsLeftAlone(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	if resp := sendRequestBody(t, e, bodySpec{path: "/v1/chat/completions", body: chatStreamBody}); resp.GetResponse() != nil {
+		t.Fatalf("mutated without a request id: %v", resp)
+	}
+}
+
+// Charged for what was seen: counts the upstream did not report are estimated from the
+// request body and the streamed text, and marked so.
+func TestExtProcChargesWhatWasSeen(t *testing.T) {
+	prompt := strings.Repeat("x", 400) // 100 tokens of text
+	body := `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"` + prompt + `"}]}`
+	inEst := estimate.Tokens(400) + estimate.PerMessage + estimate.Priming
+	events := strings.SplitAfter(openAISSE, "\n\n")
+	textOnly := strings.Join(events[:3], "") // role, "Hello", finish: no usage
+	for _, tc := range []struct {
+		name            string
+		spec            streamSpec
+		in, out         int64
+		model           string
+		estimated       bool
+		complete        bool
+		cost            int64
+		basis, costSrc  string
+		skipRequestBody bool
+	}{
+		{name: "cut off after text", spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(textOnly, 4), breakOff: true},
+			in: inEst, out: 2, model: "gpt-4o-mini-2024-07-18", estimated: true, cost: inEst*2 + 2*8, basis: "estimate", costSrc: "catalog_estimate"},
+		{name: "ended without usage", spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(textOnly+"data: [DONE]\n\n", 3)},
+			in: inEst, out: 2, model: "gpt-4o-mini-2024-07-18", estimated: true, cost: inEst*2 + 2*8, basis: "estimate", costSrc: "catalog_estimate"},
+		{name: "2xx with no bytes at all: the input estimate", spec: streamSpec{contentType: "text/event-stream", bodyless: true},
+			in: inEst, model: "gpt-4o-mini", estimated: true, cost: inEst * 2, basis: "estimate", costSrc: "catalog_estimate"},
+		{name: "cut before the response began", spec: streamSpec{contentType: "text/event-stream", breakOff: true},
+			in: inEst, model: "gpt-4o-mini", estimated: true, cost: inEst * 2, basis: "estimate", costSrc: "catalog_estimate"},
+		{name: "upstream error without usage costs nothing", spec: streamSpec{status: "400", contentType: "application/json",
+			chunks: [][]byte{[]byte(`{"error":{"message":"bad request","type":"invalid_request_error"}}`)}},
+			model: "gpt-4o-mini", basis: "none", costSrc: "unknown"},
+		{name: "upstream 503 without a body costs nothing", spec: streamSpec{status: "503", contentType: "text/plain", bodyless: true},
+			model: "gpt-4o-mini", basis: "none", costSrc: "unknown"},
+		{name: "reported usage wins", spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(openAISSE, 5)},
+			in: 1200, out: 300, model: "gpt-4o-mini-2024-07-18", complete: true, cost: 1200*2 + 300*8, basis: "reported_usage", costSrc: "catalog_estimate"},
+		{name: "an upstream cost needs no estimate", spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(textOnly, 2), breakOff: true,
+			headers: []string{"x-upstream-cost-micro-usd", "4321"}}, model: "gpt-4o-mini-2024-07-18", cost: 4321, basis: "upstream_cost", costSrc: "upstream"},
+		{name: "Anthropic cut after text: input reported, output from the text", skipRequestBody: true,
+			spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(strings.Join(strings.SplitAfter(anthropicSSE, "\n\n")[:2], "")+
+				"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\""+strings.Repeat("y", 4000)+"\"}}\n\n", 9),
+				breakOff: true},
+			in: 550, out: 1000 + 1, model: "claude-3-5-haiku-20241022", estimated: true, cost: 550*2 + 1001*8, basis: "estimate", costSrc: "catalog_estimate"},
+		{name: "no request body seen: output only", skipRequestBody: true,
+			spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(textOnly, 4), breakOff: true},
+			out:  2, model: "gpt-4o-mini-2024-07-18", estimated: true, cost: 2 * 8, basis: "estimate", costSrc: "catalog_estimate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := enforcertest.New(t, enforcertest.Options{})
+			for _, m := range []string{"gpt-4o-mini-2024-07-18", "gpt-4o-mini", "claude-3-5-haiku-20241022"} {
+				e.CP.SetPrice(m, 2, 8)
+			}
+			w := newMember(e, dayLimit(1*usd, true))
+			reqID, _ := requestID(t, e, w.key)
+			if !tc.skipRequestBody {
+				if resp := sendRequestBody(t, e, bodySpec{requestID: reqID, path: "/v1/chat/completions", body: body}); resp.GetResponse() == nil {
+					t.Fatal("include_usage not asked for")
+				}
+			}
+			tc.spec.requestID = reqID
+			runStream(t, e, tc.spec)
+			enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
+			rc := e.CP.Receipt(reqID)
+			it := rc.Item
+			if it.GetInputTokens() != tc.in || it.GetOutputTokens() != tc.out || it.GetModel() != tc.model ||
+				it.GetUsageEstimated() != tc.estimated || it.GetComplete() != tc.complete {
+				t.Fatalf("settled %v", it)
+			}
+			if rc.Cost != tc.cost || rc.CostBasis != tc.basis || rc.CostSource != tc.costSrc {
+				t.Fatalf("cost %d, basis %s, source %s", rc.Cost, rc.CostBasis, rc.CostSource)
+			}
+			if e.Enforcer.Tracker.Len() != 0 || e.CP.Pending(w.member) != 0 {
+				t.Fatal("left pending")
+			}
+		})
+	}
+}
+
+// A request whose body went upstream but whose response nobody reported is charged its
+// input estimate when it is reaped.
+func TestReapedRequestIsChargedItsInputEstimate(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	e.CP.SetPrice("gpt-4o-mini", 2, 8)
+	w := newMember(e, dayLimit(1*usd, true))
+	seen, _ := requestID(t, e, w.key)
+	unseen, _ := requestID(t, e, w.key)
+	sendRequestBody(t, e, bodySpec{requestID: seen, path: "/v1/chat/completions", body: chatStreamBody})
+	est, err := estimate.Input([]byte(chatStreamBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := 15 * time.Minute
+	e.Clock.Advance(after + time.Second)
+	if n := e.Enforcer.Tracker.Reap(after); n != 2 {
+		t.Fatalf("reaped %d", n)
+	}
+	enforcertest.WaitFor(t, "receipts", func() bool { return e.CP.Receipt(seen) != nil && e.CP.Receipt(unseen) != nil })
+	if it := e.CP.Receipt(seen).Item; it.GetInputTokens() != est.InputTokens || it.GetModel() != "gpt-4o-mini" || !it.GetUsageEstimated() || it.GetComplete() {
+		t.Fatalf("reaped after its body was seen: %v", it)
+	}
+	if rc := e.CP.Receipt(seen); rc.Cost != est.InputTokens*2 || rc.CostBasis != "estimate" {
+		t.Fatalf("cost %d %s", rc.Cost, rc.CostBasis)
+	}
+	if it := e.CP.Receipt(unseen).Item; it.GetInputTokens() != 0 || it.GetUsageEstimated() {
+		t.Fatalf("reaped without a body seen: %v", it)
+	}
+}
+
+// The mutated body is what an OpenAI upstream must accept: valid JSON, the same request.
+func TestIncludeUsageBodyIsTheSameRequest(t *testing.T) {
+	got, ok := extproc.WithIncludeUsage([]byte(chatStreamBody))
+	if !ok {
+		t.Fatal("not rewritten")
+	}
+	var a, b map[string]any
+	if json.Unmarshal([]byte(chatStreamBody), &a) != nil || json.Unmarshal(got, &b) != nil {
+		t.Fatal("invalid JSON")
+	}
+	if b["stream_options"].(map[string]any)["include_usage"] != true || len(b) != len(a)+1 {
+		t.Fatalf("%s", got)
+	}
+}
