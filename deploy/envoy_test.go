@@ -3,9 +3,13 @@ package deploy
 import (
 	"encoding/json"
 	"os"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -14,6 +18,8 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/tollgate-dev/tollgate/enforcer/extproc"
 )
 
 // TestEnvoyConfig loads deploy/envoy/envoy.yaml into Envoy's own Bootstrap
@@ -49,9 +55,12 @@ func TestEnvoyConfig(t *testing.T) {
 		t.Fatal("no tollgate_enforcer cluster")
 	}
 	var authz *extauthzv3.ExtAuthz
-	var proc *extprocv3.ExternalProcessor
+	var procs []*extprocv3.ExternalProcessor
 	var order []string
+	var listener *listenerv3.Listener
+	var removed []string
 	for _, l := range bs.GetStaticResources().GetListeners() {
+		listener = l
 		for _, fc := range l.GetFilterChains() {
 			for _, f := range fc.GetFilters() {
 				var hcm hcmv3.HttpConnectionManager
@@ -63,32 +72,38 @@ func TestEnvoyConfig(t *testing.T) {
 						if c := r.GetRoute().GetCluster(); c != "" && !clusters[c] {
 							t.Errorf("route to unknown cluster %s", c)
 						}
+						removed = append(removed, r.GetRequestHeadersToRemove()...)
 					}
 				}
 				for _, hf := range hcm.GetHttpFilters() {
-					order = append(order, hf.GetName())
-					switch hf.GetName() {
-					case "envoy.filters.http.ext_authz":
+					// Envoy picks a filter by its config's type; the name is a label.
+					typ := hf.GetTypedConfig().GetTypeUrl()
+					order = append(order, typ[strings.LastIndex(typ, ".")+1:])
+					switch {
+					case hf.GetTypedConfig().MessageIs(&extauthzv3.ExtAuthz{}):
 						authz = &extauthzv3.ExtAuthz{}
 						if err := hf.GetTypedConfig().UnmarshalTo(authz); err != nil {
 							t.Fatal(err)
 						}
-					case "envoy.filters.http.ext_proc":
-						proc = &extprocv3.ExternalProcessor{}
-						if err := hf.GetTypedConfig().UnmarshalTo(proc); err != nil {
+					case hf.GetTypedConfig().MessageIs(&extprocv3.ExternalProcessor{}):
+						p := &extprocv3.ExternalProcessor{}
+						if err := hf.GetTypedConfig().UnmarshalTo(p); err != nil {
 							t.Fatal(err)
 						}
+						procs = append(procs, p)
 					}
 				}
 			}
 		}
 	}
-	want := []string{"envoy.filters.http.ext_authz", "envoy.filters.http.ext_proc", "envoy.filters.http.router"}
-	if len(order) != 3 || order[0] != want[0] || order[1] != want[1] || order[2] != want[2] {
-		t.Errorf("http filters %v, want %v (ext_authz first: ext_proc needs the request id it adds)", order, want)
+	// ext_authz first: both ext_proc filters need the request id it adds. The
+	// request-body filter before the response one, the router last.
+	want := []string{"ExtAuthz", "ExternalProcessor", "ExternalProcessor", "Router"}
+	if !slices.Equal(order, want) {
+		t.Errorf("http filters %v, want %v", order, want)
 	}
-	if authz == nil || proc == nil {
-		t.Fatal("ext_authz or ext_proc filter missing")
+	if authz == nil || len(procs) != 2 {
+		t.Fatal("ext_authz or an ext_proc filter missing")
 	}
 	if c := authz.GetGrpcService().GetEnvoyGrpc().GetClusterName(); c != "tollgate_enforcer" {
 		t.Errorf("ext_authz calls %q", c)
@@ -97,19 +112,68 @@ func TestEnvoyConfig(t *testing.T) {
 		t.Error("ext_authz failure_mode_allow must be false: an unreachable enforcer refuses, never admits")
 	}
 	if authz.GetWithRequestBody() != nil {
-		t.Error("ext_authz must not send the request body (with_request_body)")
+		t.Error("ext_authz must not send the request body (with_request_body): a refusal needs only the headers")
 	}
 	if authz.GetGrpcService().GetTimeout() == nil {
 		t.Error("ext_authz has no timeout")
 	}
-	if c := proc.GetGrpcService().GetEnvoyGrpc().GetClusterName(); c != "tollgate_enforcer" {
-		t.Errorf("ext_proc calls %q", c)
+	role := func(p *extprocv3.ExternalProcessor) string {
+		for _, md := range p.GetGrpcService().GetInitialMetadata() {
+			if md.GetKey() == extproc.RoleMetadata {
+				return md.GetValue()
+			}
+		}
+		return ""
 	}
-	pm := proc.GetProcessingMode()
-	if pm.GetResponseHeaderMode().String() != "SEND" || pm.GetResponseBodyMode().String() != "STREAMED" {
-		t.Errorf("ext_proc must receive response headers and the streamed body, got %v / %v", pm.GetResponseHeaderMode(), pm.GetResponseBodyMode())
+	body, resp := procs[0], procs[1]
+	for _, p := range procs {
+		if c := p.GetGrpcService().GetEnvoyGrpc().GetClusterName(); c != "tollgate_enforcer" {
+			t.Errorf("ext_proc calls %q", c)
+		}
+		if !p.GetFailureModeAllow() {
+			t.Error("an ext_proc filter must fail open: the request is admitted and the upstream already spending")
+		}
+		if p.GetAllowModeOverride() {
+			t.Error("the enforcer never changes the processing mode")
+		}
+	}
+
+	// The request-body filter: the whole body, answered (it may be rewritten), nothing
+	// of the response; its streams say they are the request role.
+	bm := body.GetProcessingMode()
+	if role(body) != extproc.RoleRequest || body.GetObservabilityMode() {
+		t.Errorf("request-body filter: role %q, observability %v", role(body), body.GetObservabilityMode())
+	}
+	if bm.GetRequestHeaderMode().String() != "SEND" || bm.GetRequestBodyMode().String() != "BUFFERED" {
+		// Headers SEND: in BUFFERED mode Envoy then keeps content-length and lets the
+		// enforcer set it to the rewritten body's length.
+		t.Errorf("request-body filter must receive the headers and the buffered body, got %v / %v", bm.GetRequestHeaderMode(), bm.GetRequestBodyMode())
+	}
+	if bm.GetResponseHeaderMode().String() != "SKIP" || bm.GetResponseBodyMode().String() != "NONE" || bm.GetResponseTrailerMode().String() != "SKIP" {
+		t.Errorf("request-body filter must skip the response, got %v", bm)
+	}
+	if mt := body.GetMessageTimeout().AsDuration(); mt <= 0 || mt > 2*time.Second {
+		t.Errorf("request-body filter message_timeout %v: every admitted request waits for it", mt)
+	}
+	// The buffered body's cap: set, and not beyond what a proxy should hold per connection.
+	if lim := listener.GetPerConnectionBufferLimitBytes(); lim == nil || lim.GetValue() < 1<<20 || lim.GetValue() > 32<<20 {
+		t.Errorf("listener per_connection_buffer_limit_bytes %v: the cap on buffered request bodies", lim)
+	}
+
+	// The response filter: headers and the streamed body, observed, never the request body.
+	pm := resp.GetProcessingMode()
+	if role(resp) == extproc.RoleRequest || !resp.GetObservabilityMode() {
+		t.Errorf("response filter: role %q, observability %v", role(resp), resp.GetObservabilityMode())
+	}
+	if pm.GetRequestHeaderMode().String() != "SEND" || pm.GetResponseHeaderMode().String() != "SEND" || pm.GetResponseBodyMode().String() != "STREAMED" {
+		t.Errorf("response filter must receive the request headers, response headers and the streamed body, got %v", pm)
 	}
 	if pm.GetRequestBodyMode().String() != "NONE" {
-		t.Errorf("ext_proc must not receive the request body, got %v", pm.GetRequestBodyMode())
+		t.Errorf("response filter must not receive the request body, got %v", pm.GetRequestBodyMode())
+	}
+
+	// The belt: the member's x-api-key is removed at the route too.
+	if !slices.Contains(removed, "x-api-key") {
+		t.Errorf("routes remove %v: x-api-key must not reach the provider", removed)
 	}
 }
