@@ -22,10 +22,32 @@ import (
 
 // TestCaddyForwardAuth runs the shipped deploy/caddy/Caddyfile with a real Caddy in front
 // of a small OpenAI-compatible upstream, the enforcer deciding through /check: a client
-// is admitted until its spend passes the hard limit, then gets the 429 with both headers.
+// is admitted until its spend passes the hard limit, then gets the 429 with its headers.
 // The upstream reports each response's usage to /settle, as a gateway without ext_proc
-// must.
+// must. The upstream never sees the member's Tollgate key, and sees the provider's
+// credential from Caddy's environment when it is set.
 func TestCaddyForwardAuth(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+		// the client presents its key as a bearer instead of x-api-key
+		bearer bool
+		// what the upstream must see
+		authorization, apiKey string
+	}{
+		{name: "x-api-key, provider Authorization configured", env: []string{"TOLLGATE_UPSTREAM_AUTHORIZATION=Bearer sk-provider-openai"},
+			authorization: "Bearer sk-provider-openai"},
+		{name: "bearer key, provider x-api-key configured (Anthropic)", env: []string{"TOLLGATE_UPSTREAM_API_KEY=sk-ant-provider"}, bearer: true,
+			apiKey: "sk-ant-provider"},
+		{name: "bearer key, nothing configured", bearer: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			caddyForwardAuth(t, tc.env, tc.bearer, tc.authorization, tc.apiKey)
+		})
+	}
+}
+
+func caddyForwardAuth(t *testing.T, env []string, bearer bool, wantAuthorization, wantAPIKey string) {
 	caddy, err := exec.LookPath("caddy")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -45,8 +67,21 @@ func TestCaddyForwardAuth(t *testing.T) {
 		mu.Lock()
 		seenIDs = append(seenIDs, id)
 		mu.Unlock()
-		if r.Header.Get("X-Api-Key") == "" {
-			http.Error(rw, "no key forwarded", 400)
+		// Credentials stay home: nothing of the member's key, the provider's as set.
+		for name, vs := range r.Header {
+			for _, v := range vs {
+				if strings.Contains(v, w.key) {
+					http.Error(rw, "the member's key reached the upstream in "+name, 400)
+					return
+				}
+			}
+		}
+		if got := r.Header.Get("Authorization"); got != wantAuthorization {
+			http.Error(rw, fmt.Sprintf("Authorization %q, want %q", got, wantAuthorization), 400)
+			return
+		}
+		if got := r.Header.Get("X-Api-Key"); got != wantAPIKey {
+			http.Error(rw, fmt.Sprintf("X-Api-Key %q, want %q", got, wantAPIKey), 400)
 			return
 		}
 		// 100 input + 5 output tokens: 240,000 micro-USD at the prices above.
@@ -72,7 +107,8 @@ func TestCaddyForwardAuth(t *testing.T) {
 	cmd := exec.Command(caddy, "run", "--config", caddyfile, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home,
 		"TOLLGATE_CADDY_ADDR="+caddyAddr, "TOLLGATE_ENFORCER_HTTP_ADDR="+enforcerAddr,
-		"TOLLGATE_UPSTREAM="+strings.TrimPrefix(upstream.URL, "http://"))
+		"TOLLGATE_UPSTREAM="+strings.TrimPrefix(upstream.URL, "http://"), "TOLLGATE_UPSTREAM_AUTHORIZATION=", "TOLLGATE_UPSTREAM_API_KEY=")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = &caddyLog, &caddyLog
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -94,7 +130,11 @@ func TestCaddyForwardAuth(t *testing.T) {
 	call := func() (*http.Response, string) {
 		req, _ := http.NewRequest("POST", "http://"+caddyAddr+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","messages":[]}`))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Api-Key", w.key)
+		if bearer {
+			req.Header.Set("Authorization", "Bearer "+w.key)
+		} else {
+			req.Header.Set("X-Api-Key", w.key)
+		}
 		req.Header.Set("X-Service-Request-Id", "req_chosenbytheclient") // must not reach the upstream
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -121,7 +161,7 @@ func TestCaddyForwardAuth(t *testing.T) {
 			t.Fatalf("status %d: %s\n%s", res.StatusCode, body, caddyLog.String())
 		}
 		if res.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" || res.Header.Get("X-Service-Usage-State") != "blocked" ||
-			res.Header.Get("Retry-After") != "61200" || !strings.Contains(body, `"type":"usage_limit_error"`) {
+			res.Header.Get("Retry-After") != "61200" || res.Header.Get("X-Should-Retry") != "false" || !strings.Contains(body, `"type":"usage_limit_error"`) {
 			t.Fatalf("429 through Caddy: %v %s", res.Header, body)
 		}
 		break
