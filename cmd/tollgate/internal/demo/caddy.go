@@ -13,6 +13,11 @@ import (
 // StartCaddy runs Caddy with the project's Caddyfile (forward_auth to the enforcer) in
 // front of upstream, listening on addr. It returns when Caddy accepts connections; Caddy
 // stops when ctx ends. Its own state lives in a temporary directory.
+//
+// The Caddyfile removes the member's Tollgate key from every admitted request and sets
+// the provider's credential from Caddy's environment: TOLLGATE_UPSTREAM_AUTHORIZATION
+// and TOLLGATE_UPSTREAM_API_KEY pass through from this process's environment when set
+// (the demo's fake upstream needs neither), and nothing else is invented here.
 func StartCaddy(ctx context.Context, caddyBin, caddyfile, addr, enforcerHTTP, upstream string, logs io.Writer) (wait func() error, err error) {
 	home, err := os.MkdirTemp("", "tollgate-caddy-")
 	if err != nil {
@@ -20,7 +25,10 @@ func StartCaddy(ctx context.Context, caddyBin, caddyfile, addr, enforcerHTTP, up
 	}
 	cmd := exec.CommandContext(ctx, caddyBin, "run", "--config", caddyfile, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home,
-		"TOLLGATE_CADDY_ADDR="+addr, "TOLLGATE_ENFORCER_HTTP_ADDR="+enforcerHTTP, "TOLLGATE_UPSTREAM="+upstream)
+		"TOLLGATE_CADDY_ADDR="+addr, "TOLLGATE_ENFORCER_HTTP_ADDR="+enforcerHTTP, "TOLLGATE_UPSTREAM="+upstream,
+		// Always defined, so the Caddyfile's {env.*} reads "" rather than a placeholder.
+		"TOLLGATE_UPSTREAM_AUTHORIZATION="+os.Getenv("TOLLGATE_UPSTREAM_AUTHORIZATION"),
+		"TOLLGATE_UPSTREAM_API_KEY="+os.Getenv("TOLLGATE_UPSTREAM_API_KEY"))
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {

@@ -5,15 +5,24 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 )
 
 // Proxy is a minimal forward-auth proxy for machines without Caddy: it asks the
 // enforcer's /check with the client's headers, passes the enforcer's refusal through
-// unchanged, and on 200 forwards the request upstream with the request id added.
+// unchanged, and on 200 forwards the request upstream with the request id added and the
+// credentials swapped, as deploy/caddy/Caddyfile does: the member's Tollgate key never
+// goes upstream (x-api-key, and an Authorization bearer tgk_/tgs_), and the provider's
+// credential is set when configured.
 type Proxy struct {
 	CheckURL string
 	Upstream *url.URL
 	Client   *http.Client
+	// UpstreamAuthorization and UpstreamAPIKey are the provider's credential (the
+	// whole Authorization value; the x-api-key value, for Anthropic), as the enforcer's
+	// and the Caddyfile's TOLLGATE_UPSTREAM_AUTHORIZATION and TOLLGATE_UPSTREAM_API_KEY.
+	// Empty: none is set.
+	UpstreamAuthorization, UpstreamAPIKey string
 }
 
 // forwarded are the enforcer answer headers copied onto the upstream request on 200,
@@ -45,6 +54,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Header.Del("X-Service-Request-Id")
+	p.swapCredentials(r.Header)
 	for _, h := range forwarded {
 		if v := res.Header.Get(h); v != "" {
 			r.Header.Set(h, v)
@@ -60,4 +70,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return nil
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// swapCredentials removes the member's Tollgate credential from an admitted request and
+// sets the provider's, when configured.
+func (p *Proxy) swapCredentials(h http.Header) {
+	h.Del("X-Api-Key")
+	if tok, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer "); ok && (strings.HasPrefix(tok, "tgk_") || strings.HasPrefix(tok, "tgs_")) {
+		h.Del("Authorization")
+	}
+	if p.UpstreamAuthorization != "" {
+		h.Set("Authorization", p.UpstreamAuthorization)
+	}
+	if p.UpstreamAPIKey != "" {
+		h.Set("X-Api-Key", p.UpstreamAPIKey)
+	}
 }

@@ -1,0 +1,62 @@
+package demo
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+)
+
+// The built-in proxy swaps credentials as the Caddyfile does: the member's Tollgate key
+// reaches /check and never the upstream; the provider's, when configured, replaces it.
+func TestProxySwapsCredentials(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		px                    Proxy
+		client                map[string]string
+		authorization, apiKey string
+	}{
+		{name: "x-api-key, nothing configured", client: map[string]string{"X-Api-Key": "tgk_k"}},
+		{name: "a tollgate bearer, provider Authorization", client: map[string]string{"Authorization": "Bearer tgk_k"},
+			px: Proxy{UpstreamAuthorization: "Bearer sk-provider"}, authorization: "Bearer sk-provider"},
+		{name: "a session bearer, provider x-api-key", client: map[string]string{"Authorization": "Bearer tgs_s", "X-Api-Key": "tgk_k"},
+			px: Proxy{UpstreamAPIKey: "sk-ant"}, apiKey: "sk-ant"},
+		{name: "another Authorization is left alone", client: map[string]string{"Authorization": "Bearer sk-theirs", "X-Api-Key": "tgk_k"},
+			authorization: "Bearer sk-theirs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			enf := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("X-Api-Key") != tc.client["X-Api-Key"] || r.Header.Get("Authorization") != tc.client["Authorization"] {
+					t.Errorf("/check did not get the client's credentials: %v", r.Header)
+				}
+				w.Header().Set("X-Service-Request-Id", "req_1")
+			}))
+			defer enf.Close()
+			var got http.Header
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = r.Header.Clone() }))
+			defer up.Close()
+			px := tc.px
+			px.CheckURL, px.Client = enf.URL+"/check", http.DefaultClient
+			px.Upstream, _ = url.Parse(up.URL)
+			srv := httptest.NewServer(&px)
+			defer srv.Close()
+			req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", nil)
+			for k, v := range tc.client {
+				req.Header.Set(k, v)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if got == nil || got.Get("X-Service-Request-Id") != "req_1" {
+				t.Fatalf("upstream got %v", got)
+			}
+			if got.Get("Authorization") != tc.authorization || got.Get("X-Api-Key") != tc.apiKey {
+				t.Fatalf("upstream got Authorization %q, X-Api-Key %q", got.Get("Authorization"), got.Get("X-Api-Key"))
+			}
+		})
+	}
+}
