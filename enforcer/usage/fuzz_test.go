@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -62,6 +63,12 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"\u0075sage":{"prompt_tokens":1e3,"completion_tokens":-0},"model":"\ud800\udc00\ud800x"}`,
 		"{\"model\":\"\xff\xfe\",\"usage\":null}",
 		`[1,true,false,null,"x",{"a":[]}] `,
+		`{"usage":{"prompt_tokens":5,"completion_tokens":2},"usage":{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens":1}}`,
+		`{"choices":[{"message":{"content":"h\u00e9\ud83d\ude00\n","reasoning_content":"r","tool_calls":[{"function":{"arguments":"{\"a\":1}"}}]},"text":"t"}]}`,
+		"{\"choices\":[{\"delta\":{\"content\":\"a\xff\xe2\x82\xed\xa0\x80\\u00e9\"}}]}",
+		`{"type":"message","content":[{"type":"text","text":"x"},{"type":"thinking","thinking":"y"},{"type":"tool_use","input":{"a":[1,{"b":"c"}]}}]}`,
+		`{"object":"response","output":[{"content":[{"text":"a","refusal":"b"}],"arguments":"{}","summary":[{"text":"s"}]}]}`,
+		`{"delta":"abc","type":"response.output_text.delta"}`,
 	} {
 		f.Add([]byte(s), uint64(7))
 	}
@@ -87,6 +94,10 @@ func FuzzExtractSSE(f *testing.F) {
 			"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\r\r",
 		"data: {\"type\":\"response.completed\",\n data: \"response\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n",
 		": comment\ndata\ndata:1 2 {}{}\"x\"\n\n",
+		"data: {\"object\":\"chat.completion.chunk\",\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":9}}\n\ndata: {\"object\":\"chat.completion.chunk\",\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\n",
+		"data: {\"choices\":[{\"delta\":{\"content\":\"h\\u00e9\xf0\x9f\x98\x80\",\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}}]}\n\n",
+		"data: {\"type\":\"response.output_text.delta\",\"delta\":\"ab\"}\n\ndata: {\"delta\":\"cd\",\"type\":\"response.audio.delta\"}\n\n",
+		"data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"x\",\"partial_json\":\"{\",\"thinking\":\"t\"}}\n\n",
 	} {
 		f.Add([]byte(s), uint64(11))
 	}
@@ -98,5 +109,81 @@ func FuzzExtractSSE(f *testing.F) {
 		// Without a content type the body is sniffed; that too must not
 		// depend on how it is cut.
 		checkInvariants(t, "", body, seed+1)
+	})
+}
+
+// FuzzExtractEncoded compresses a body with each supported coding (flushed
+// at random points, as a server streaming events does) and cuts the result
+// at random: the usage must be that of the plain body.
+func FuzzExtractEncoded(f *testing.F) {
+	for _, suffix := range []string{".json", ".sse"} {
+		seen := map[string]bool{}
+		for _, tc := range fixtureCases {
+			if strings.HasSuffix(tc.file, suffix) && !seen[tc.file] {
+				seen[tc.file] = true
+				if b := readFixture(f, tc.file); len(b) <= 4096 {
+					f.Add(b, uint64(len(b)), uint8(len(seen)))
+				}
+			}
+		}
+	}
+	f.Add([]byte(`{"usage":{"prompt_tokens":1,"completion_tokens":2}}`), uint64(1), uint8(0))
+	f.Fuzz(func(t *testing.T, body []byte, seed uint64, which uint8) {
+		ct := ctJSON
+		if which&1 == 1 {
+			ct = ctSSE
+		}
+		enc := encodings[int(which>>1)%len(encodings)]
+		r := rand.New(rand.NewPCG(seed, ^seed))
+		z := enc.apply(body, r)
+		plain := run(ct, nil, fuzzLimits, [][]byte{body}, true)
+		if got := run(ct, enc.headers(), fuzzLimits, randomSplit(z, r), true); !reflect.DeepEqual(got, plain) {
+			t.Fatalf("%s in random pieces:\n got %s\nplain %s", enc, show(got), show(plain))
+		}
+		if len(z) <= 512 {
+			if got := run(ct, enc.headers(), fuzzLimits, bytewise(z), true); !reflect.DeepEqual(got, plain) {
+				t.Fatalf("%s byte by byte:\n got %s\nplain %s", enc, show(got), show(plain))
+			}
+		}
+		broken := run(ct, enc.headers(), fuzzLimits, [][]byte{z}, false)
+		plain.Complete = false
+		if !reflect.DeepEqual(broken, plain) {
+			t.Fatalf("%s broken off:\n got %s\nplain %s", enc, show(broken), show(plain))
+		}
+	})
+}
+
+// FuzzDecodeCorrupt feeds anything as a compressed body: decoding never
+// panics or blocks, and Finish returns. With gzip and deflate the result
+// does not depend on how the body was cut. With brotli it may: its reader
+// hands out what it decoded whenever its input runs out, so what a corrupt
+// stream yields before its error depends on where the chunks end, and it
+// reads ahead, so the count of undecoded bytes does too.
+func FuzzDecodeCorrupt(f *testing.F) {
+	body := readFixture(f, "anthropic_stream.sse")
+	for i, enc := range encodings {
+		z := enc.apply(body, rand.New(rand.NewPCG(1, 2)))
+		f.Add(z, uint64(i), uint8(i))
+		f.Add(z[:len(z)/2], uint64(i), uint8(i))
+	}
+	f.Add([]byte("not compressed"), uint64(0), uint8(0))
+	f.Fuzz(func(t *testing.T, data []byte, seed uint64, which uint8) {
+		enc := encodings[int(which)%len(encodings)]
+		r := rand.New(rand.NewPCG(seed, ^seed))
+		whole := run(ctSSE, enc.headers(), fuzzLimits, [][]byte{data}, true)
+		split := run(ctSSE, enc.headers(), fuzzLimits, randomSplit(data, r), true)
+		if whole.TextBytesFromRaw && whole.TextBytes <= 0 {
+			t.Fatalf("undecoded bytes flagged without any: %s", show(whole))
+		}
+		if slices.Contains(enc.codings, "br") {
+			return
+		}
+		if whole.TextBytesFromRaw || split.TextBytesFromRaw {
+			whole.TextBytes, split.TextBytes = 0, 0
+			whole.TextBytesFromRaw, split.TextBytesFromRaw = false, false
+		}
+		if !reflect.DeepEqual(whole, split) {
+			t.Fatalf("%s:\nwhole %s\nsplit %s", enc, show(whole), show(split))
+		}
 	})
 }
