@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -105,7 +106,8 @@ func run(t testing.TB, name string, servers int, logs *testio.SyncBuffer, runFn 
 
 // startStack starts the control plane (serve, on a fresh migrated database) and an
 // enforcer pointed at its internal gRPC API, sharing the test's Redis prefix.
-func startStack(t testing.TB) *stack {
+// enforcerEnv adds to (or overrides) the enforcer's environment.
+func startStack(t testing.TB, enforcerEnv ...map[string]string) *stack {
 	t.Helper()
 	db := storetest.New(t) // skips (or fails under CI=true) without Postgres
 	dbURL := storetest.URLFor(db.Pool.Config().ConnConfig.Database)
@@ -126,13 +128,17 @@ func startStack(t testing.TB) *stack {
 	s.rest, s.cpGRPC = "http://"+cp["rest"], cp["grpc"]
 
 	enfLogs := &testio.SyncBuffer{}
-	enfEnv := envOf(map[string]string{
+	enfVars := map[string]string{
 		"TOLLGATE_REDIS_URL": redistest.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
 		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
 		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": s.cpGRPC,
 		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
 		"TOLLGATE_ENFORCER_GENERATION_POLL": "50ms",
-	})
+	}
+	for _, m := range enforcerEnv {
+		maps.Copy(enfVars, m)
+	}
+	enfEnv := envOf(enfVars)
 	enf := run(t, "enforcer", 3, enfLogs, func(ctx context.Context) error {
 		return enfapp.Run(ctx, []string{"serve"}, enfEnv, enfapp.IO{Stdout: io.Discard, Stderr: enfLogs})
 	})

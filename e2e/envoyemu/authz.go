@@ -21,15 +21,17 @@ func (x *exchange) authz(f Filter) bool {
 	if d := c.GetGrpcService().GetTimeout(); d != nil {
 		timeout = d.AsDuration()
 	}
-	ctx, cancel := context.WithTimeout(withMetadata(x.r.Context(), f), timeout)
+	ctx, cancel := context.WithTimeout(withMetadata(x.r.Context(), f), x.p.timeout(timeout))
 	defer cancel()
 	conn := x.p.conns[c.GetGrpcService().GetEnvoyGrpc().GetClusterName()]
+	start := time.Now()
 	resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, x.checkRequest(c.GetEncodeRawHeaders()))
+	x.p.slow("ext_authz "+f.Name, time.Since(start), timeout)
 	if err == nil && resp.GetErrorResponse() != nil {
 		err = errorf("error_response %v", resp.GetErrorResponse())
 	}
 	if err != nil {
-		x.p.problem("ext_authz %s: %v", f.Name, err)
+		x.p.problem("ext_authz %s: %v (after %s)", f.Name, err, time.Since(start).Round(time.Millisecond))
 		if c.GetFailureModeAllow() {
 			return true
 		}

@@ -55,6 +55,9 @@ type Route struct {
 	Cluster      string
 	HostRewrite  string        // host_rewrite_literal
 	Timeout      time.Duration // 0: none (Envoy's default is 15s; set it in the route)
+	// RemoveHeaders is the route's request_headers_to_remove: the router removes them
+	// from the upstream request after every filter ran (so also what a filter set).
+	RemoveHeaders []string
 	// PerFilter holds the route's typed_per_filter_config by filter name.
 	PerFilter map[string]PerFilter
 }
@@ -188,8 +191,8 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 		if !slices.Equal(vh.GetDomains(), []string{"*"}) {
 			bad("virtual host %s: only domains [\"*\"] is emulated", vh.GetName())
 		}
-		if len(vh.GetTypedPerFilterConfig()) > 0 {
-			bad("virtual host %s: typed_per_filter_config is emulated on routes only", vh.GetName())
+		if extra := setFields(vh, "name", "domains", "routes"); len(extra) > 0 {
+			bad("virtual host %s: %v are not emulated (set them on routes)", vh.GetName(), extra)
 		}
 		for _, r := range vh.GetRoutes() {
 			rt, err := route(r, byName)
@@ -202,6 +205,9 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 	}
 	if hcm.GetRds() != nil {
 		bad("rds is not emulated")
+	}
+	if extra := setFields(hcm.GetRouteConfig(), "name", "virtual_hosts"); len(extra) > 0 {
+		bad("route_config %v are not emulated", extra)
 	}
 	if len(problems) > 0 {
 		return nil, errors.New(strings.Join(problems, "; "))
@@ -248,7 +254,7 @@ func checkMode(m *extprocfv3.ProcessingMode, observability bool) error {
 
 func route(r *routev3.Route, filters map[string]Filter) (Route, error) {
 	var rt Route
-	if extra := setFields(r, "name", "match", "route", "typed_per_filter_config"); len(extra) > 0 {
+	if extra := setFields(r, "name", "match", "route", "typed_per_filter_config", "request_headers_to_remove"); len(extra) > 0 {
 		return rt, fmt.Errorf("%v are not emulated", extra)
 	}
 	m := r.GetMatch()
@@ -264,6 +270,9 @@ func route(r *routev3.Route, filters map[string]Filter) (Route, error) {
 		return rt, fmt.Errorf("route action %v are not emulated", extra)
 	}
 	rt.Cluster, rt.HostRewrite = a.GetCluster(), a.GetHostRewriteLiteral()
+	for _, k := range r.GetRequestHeadersToRemove() {
+		rt.RemoveHeaders = append(rt.RemoveHeaders, strings.ToLower(k))
+	}
 	if a.GetTimeout() != nil {
 		rt.Timeout = a.GetTimeout().AsDuration()
 	} else {

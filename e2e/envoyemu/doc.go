@@ -22,7 +22,7 @@
 //     mutation replaces the body, and the content-length left after the mutations must
 //     match it (Envoy's rule for BUFFERED with headers sent) or the request fails with a
 //     local reply. An ImmediateResponse answers the client. Failures follow
-//     failure_mode_allow / status_on_error (500 by default; 504 on a message timeout).
+//     failure_mode_allow / status_on_error (500 by default).
 //     The stream is closed when the exchange ends, as Envoy does when it destroys the
 //     filter.
 //   - ext_proc in observability mode: every message is sent without waiting for an
@@ -35,7 +35,9 @@
 // Between the filters and the upstream it does what the connection manager and the
 // router do that matters here: hop-by-hop headers dropped, :authority sent as Host,
 // routes matched by prefix or path (per-route filter configs can disable a filter or
-// override an ext_proc processing mode), the upstream's answer streamed to the client
+// override an ext_proc processing mode), the route's request_headers_to_remove applied
+// after every filter (so it removes what ext_authz set too), the upstream's answer
+// streamed to the client
 // chunk by chunk with a flush after each, an upstream or client that breaks off ends the
 // exchange without end_of_stream.
 //

@@ -55,12 +55,13 @@ static_resources:
                               disabled: true
                         - match: {prefix: "/"}
                           route: {cluster: upstream, timeout: 60s}
+                          request_headers_to_remove: ["x-route-removed"]
                 http_filters:
                   - name: envoy.filters.http.ext_authz
                     typed_config:
                       "@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz
                       transport_api_version: V3
-                      grpc_service: {envoy_grpc: {cluster_name: enforcer}, timeout: 1s}
+                      grpc_service: {envoy_grpc: {cluster_name: enforcer}, timeout: 5s}
                       failure_mode_allow: false
                       status_on_error: {code: ServiceUnavailable}
                   - name: request_body
@@ -223,6 +224,11 @@ type env struct {
 
 func setup(t *testing.T, yamlText string, proc *processor, up *upstream) *env {
 	t.Helper()
+	return setupFloor(t, yamlText, proc, up, 0)
+}
+
+func setupFloor(t *testing.T, yamlText string, proc *processor, up *upstream, floor time.Duration) *env {
+	t.Helper()
 	proc.ended = make(chan struct{}, 64)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -240,7 +246,8 @@ func setup(t *testing.T, yamlText string, proc *processor, up *upstream) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Options{Config: cfg, Clusters: map[string]string{"enforcer": ln.Addr().String(), "upstream": us.URL}, Logf: t.Logf})
+	p, err := New(Options{Config: cfg, Clusters: map[string]string{"enforcer": ln.Addr().String(), "upstream": us.URL}, Logf: t.Logf,
+		TimeoutFloor: floor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,6 +336,8 @@ func TestAuthzMutationsAsEnvoyAppliesThem(t *testing.T) {
 			hv("x-service-request-id", "req_1", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD),
 			hv("authorization", "Bearer sk-provider", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD),
 			hv("x-set-then-removed", "1", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD),
+			// The route's request_headers_to_remove runs after every filter.
+			hv("x-route-removed", "1", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD),
 			hv("x-multi", "b", corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD),
 			hv("x-kept", "new", corev3.HeaderValueOption_ADD_IF_ABSENT),
 			hv("x-absent", "new", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS),
@@ -345,7 +354,7 @@ func TestAuthzMutationsAsEnvoyAppliesThem(t *testing.T) {
 	}
 	got := e.up.got[0]
 	for k, want := range map[string][]string{
-		"X-Service-Request-Id": {"req_1"}, "Authorization": {"Bearer sk-provider"}, "X-Api-Key": nil, "X-Set-Then-Removed": nil,
+		"X-Service-Request-Id": {"req_1"}, "Authorization": {"Bearer sk-provider"}, "X-Api-Key": nil, "X-Set-Then-Removed": nil, "X-Route-Removed": nil,
 		"X-Multi": {"a", "b"}, "X-Kept": {"old"}, "X-Absent": nil, "X-Legacy": {"2"}, "X-Forwarded-Proto": {"http"},
 	} {
 		if !slices.Equal(got.Header.Values(k), want) {
@@ -425,21 +434,24 @@ func TestBufferedBodyMutation(t *testing.T) {
 		name     string
 		body     func(*extprocv3.HttpBody) *extprocv3.ProcessingResponse
 		delay    time.Duration
+		floor    time.Duration
 		status   int
 		upstream string // the body that reached it; "" = nothing reached it
 		problem  string
 	}{
-		{"unchanged", nil, 0, 200, in, ""},
-		{"replaced with its content-length", replace(out, raw("content-length", fmt.Sprint(len(out)))), 0, 200, out, ""},
-		{"replaced, content-length left stale", replace(out), 0, 500, "", "does not match"},
-		{"content-length in value, not raw_value", replace(out, hv("content-length", fmt.Sprint(len(out)), 0)), 0, 500, "", "reads raw_value"},
+		{"unchanged", nil, 0, 0, 200, in, ""},
+		{"replaced with its content-length", replace(out, raw("content-length", fmt.Sprint(len(out)))), 0, 0, 200, out, ""},
+		{"replaced, content-length left stale", replace(out), 0, 0, 500, "", "does not match"},
+		{"content-length in value, not raw_value", replace(out, hv("content-length", fmt.Sprint(len(out)), 0)), 0, 0, 500, "", "reads raw_value"},
 		// failure_mode_allow: a late answer lets the request go on unchanged.
-		{"answered after the message timeout", replace(out, raw("content-length", fmt.Sprint(len(out)))), 400 * time.Millisecond, 200, in, "message timeout"},
+		{"answered after the message timeout", replace(out, raw("content-length", fmt.Sprint(len(out)))), 400 * time.Millisecond, 0, 200, in, "message timeout"},
+		// Under a floor the late answer is applied, and the lateness recorded.
+		{"late, under a timeout floor", replace(out, raw("content-length", fmt.Sprint(len(out)))), 400 * time.Millisecond, 2 * time.Second, 200, out, "over the configured 300ms"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := setup(t, chain, &processor{check: admit(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{
+			e := setupFloor(t, chain, &processor{check: admit(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{
 				hv("x-service-request-id", "req_1", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD)}}), body: c.body, delay: c.delay},
-				&upstream{answer: []string{"ok"}})
+				&upstream{answer: []string{"ok"}}, c.floor)
 			res, _ := post(t, e.url+"/v1/chat/completions", in, map[string]string{"Content-Type": "application/json"})
 			if res.StatusCode != c.status {
 				t.Fatalf("status %d, want %d (problems %v)", res.StatusCode, c.status, e.proxy.Problems())

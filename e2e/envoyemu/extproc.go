@@ -93,13 +93,15 @@ func (ps *procStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.Pro
 	if err := ps.stream.Send(req); err != nil {
 		return nil, err
 	}
-	t := time.NewTimer(ps.timeout)
+	start := time.Now()
+	t := time.NewTimer(ps.p.timeout(ps.timeout))
 	defer t.Stop()
 	select {
 	case r := <-ps.recv:
+		ps.p.slow("ext_proc "+ps.af.f.Name+" message", time.Since(start), ps.timeout)
 		return r.m, r.err
 	case <-t.C:
-		return nil, errorf("no answer within the message timeout (%s)", ps.timeout)
+		return nil, errorf("no answer within the message timeout (%s)", ps.p.timeout(ps.timeout))
 	}
 }
 

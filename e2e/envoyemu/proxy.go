@@ -28,6 +28,12 @@ type Options struct {
 	Clusters map[string]string
 	// Logf, when set, also receives each problem Proxy.Problems records.
 	Logf func(format string, args ...any)
+	// TimeoutFloor, when set, raises the ext_authz timeout and the ext_proc
+	// message_timeout to at least this much: a loaded test machine answers slower than a
+	// production one, and Envoy's timeouts of a second or less would turn that into 503s
+	// and retries the test is not about. A call that took longer than the configured
+	// timeout is still recorded in Problems. Zero keeps the configuration's timeouts.
+	TimeoutFloor time.Duration
 }
 
 // Proxy is the emulated Envoy: an http.Handler (serve it with httptest.NewServer).
@@ -37,6 +43,7 @@ type Proxy struct {
 	conns     map[string]*grpc.ClientConn
 	transport *http.Transport
 	logf      func(format string, args ...any)
+	floor     time.Duration
 
 	requests atomic.Int64
 	bg       sync.WaitGroup // the streams still closing after their exchange
@@ -50,7 +57,7 @@ func New(o Options) (*Proxy, error) {
 	if o.Config == nil {
 		return nil, errors.New("envoyemu: no Config")
 	}
-	p := &Proxy{cfg: o.Config, clusters: o.Clusters, conns: map[string]*grpc.ClientConn{}, logf: o.Logf,
+	p := &Proxy{cfg: o.Config, clusters: o.Clusters, conns: map[string]*grpc.ClientConn{}, logf: o.Logf, floor: o.TimeoutFloor,
 		// DisableCompression: the client's Accept-Encoding goes upstream as sent and the
 		// answer comes back as encoded, as through Envoy.
 		transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second}}
@@ -102,6 +109,18 @@ func (p *Proxy) Problems() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.problems...)
+}
+
+// timeout is a configured timeout raised to the floor.
+func (p *Proxy) timeout(configured time.Duration) time.Duration { return max(configured, p.floor) }
+
+// slow records a call that outlasted its configured timeout (possible only under a
+// floor).
+func (p *Proxy) slow(what string, took, configured time.Duration) {
+	if took > configured {
+		p.problem("%s took %s, over the configured %s: Envoy would have given up (TimeoutFloor let it finish)",
+			what, took.Round(time.Millisecond), configured)
+	}
 }
 
 func (p *Proxy) problem(format string, args ...any) {
@@ -312,6 +331,13 @@ func (x *exchange) forward() {
 	out.Host = x.req.value(":authority")
 	if x.route.HostRewrite != "" {
 		out.Host = x.route.HostRewrite
+	}
+	// The router's own header changes come last: the route's request_headers_to_remove
+	// removes what a filter set, too (never a pseudo-header or host).
+	for _, k := range x.route.RemoveHeaders {
+		if !strings.HasPrefix(k, ":") && k != "host" {
+			x.req.del(k)
+		}
 	}
 	x.req.toHTTP(out.Header)
 	out.Header.Del("Content-Length") // the transport writes it from ContentLength

@@ -1,0 +1,34 @@
+// One message through the official Anthropic SDK, with its defaults (two retries, its own
+// backoff, whatever headers it sends). The key is a Tollgate key, sent as x-api-key.
+// See report.mjs for the settings.
+import Anthropic from '@anthropic-ai/sdk';
+import { run, settings } from './report.mjs';
+
+const s = settings();
+const client = new Anthropic({ baseURL: s.baseURL, apiKey: s.apiKey });
+const request = { model: s.model, max_tokens: 256, messages: [{ role: 'user', content: 'How are tolls paid?' }] };
+
+await run('@anthropic-ai/sdk', s.scenario, async () => {
+  if (s.scenario === 'json') {
+    const res = await client.messages.create(request);
+    const text = res.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+    return { text, model: res.model, usage: res.usage ?? null, chunks: 1 };
+  }
+  const stream = await client.messages.create({ ...request, stream: true });
+  let text = '';
+  let model = null;
+  const usage = {};
+  let chunks = 0;
+  for await (const event of stream) {
+    chunks++;
+    if (event.type === 'message_start') {
+      model = event.message.model;
+      Object.assign(usage, event.message.usage);
+    } else if (event.type === 'content_block_delta' && event.delta.type === 'text_delta') {
+      text += event.delta.text;
+    } else if (event.type === 'message_delta') {
+      Object.assign(usage, event.usage);
+    }
+  }
+  return { text, model, usage, chunks };
+});

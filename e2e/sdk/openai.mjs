@@ -1,0 +1,29 @@
+// One chat completion through the official OpenAI SDK, with its defaults (two retries,
+// its own backoff, whatever headers it sends). The key is a Tollgate key, sent as
+// Authorization: Bearer. The stream is asked for WITHOUT stream_options: a client that
+// does not ask for usage must be settled all the same. See report.mjs for the settings.
+import OpenAI from 'openai';
+import { run, settings } from './report.mjs';
+
+const s = settings();
+const client = new OpenAI({ baseURL: `${s.baseURL}/v1`, apiKey: s.apiKey });
+const messages = [{ role: 'user', content: 'How are tolls paid?' }];
+
+await run('openai', s.scenario, async () => {
+  if (s.scenario === 'json') {
+    const res = await client.chat.completions.create({ model: s.model, messages });
+    return { text: res.choices[0]?.message?.content ?? '', model: res.model, usage: res.usage ?? null, chunks: 1 };
+  }
+  const stream = await client.chat.completions.create({ model: s.model, messages, stream: true });
+  let text = '';
+  let model = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    model = chunk.model;
+    text += chunk.choices[0]?.delta?.content ?? '';
+    if (chunk.usage) usage = chunk.usage;
+  }
+  return { text, model, usage, chunks };
+});

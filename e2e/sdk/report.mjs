@@ -1,0 +1,60 @@
+// Shared by the SDK scripts: read the call's settings, time it, and print one JSON line.
+//
+// Settings (environment): TOLLGATE_BASE_URL (the proxy, no path), TOLLGATE_API_KEY (the
+// member's Tollgate key, tgk_...), TOLLGATE_MODEL; argv[2] is the scenario, "json" (one
+// buffered answer) or "stream". The SDK client is built with its defaults: retries,
+// timeout, headers, fetch.
+//
+// Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
+// headerCode, shouldRetry, retryAfter, elapsedMs, text, model, usage, chunks, error}.
+// The exit status is 0 when a line was printed.
+import { readFileSync } from 'node:fs';
+
+export function settings() {
+  const scenario = process.argv[2];
+  if (scenario !== 'json' && scenario !== 'stream') {
+    throw new Error(`scenario must be "json" or "stream", not ${JSON.stringify(scenario)}`);
+  }
+  const need = (name) => {
+    const v = process.env[name];
+    if (!v) throw new Error(`${name} is not set`);
+    return v;
+  };
+  return {
+    baseURL: need('TOLLGATE_BASE_URL'),
+    apiKey: need('TOLLGATE_API_KEY'),
+    model: need('TOLLGATE_MODEL'),
+    scenario,
+  };
+}
+
+export function versionOf(pkg) {
+  const url = new URL(`./node_modules/${pkg}/package.json`, import.meta.url);
+  return JSON.parse(readFileSync(url, 'utf8')).version;
+}
+
+// run times call(), which returns {text, model, usage, chunks}, and prints the result;
+// an API error (an HTTP status) is a result too.
+export async function run(sdk, scenario, call) {
+  const out = { sdk, sdkVersion: versionOf(sdk), node: process.version, scenario, ok: false };
+  const start = performance.now();
+  try {
+    Object.assign(out, await call());
+    out.ok = true;
+    out.status = 200;
+  } catch (e) {
+    out.error = String(e?.message ?? e);
+    if (typeof e?.status === 'number') {
+      out.status = e.status;
+      // OpenAI: e.code is the body's error.code. Anthropic: e.error is the whole body.
+      out.code = e.code ?? e.error?.error?.code ?? e.error?.code ?? null;
+      const h = e.headers;
+      const get = (k) => (h && typeof h.get === 'function' ? h.get(k) : null);
+      out.headerCode = get('x-service-error-code');
+      out.shouldRetry = get('x-should-retry');
+      out.retryAfter = get('retry-after');
+    }
+  }
+  out.elapsedMs = Math.round(performance.now() - start);
+  process.stdout.write(JSON.stringify(out) + '\n');
+}

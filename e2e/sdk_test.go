@@ -1,0 +1,387 @@
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/e2e/envoyemu"
+	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+)
+
+// providerAuthorization is the provider's credential the enforcer puts on admitted
+// requests (TOLLGATE_UPSTREAM_AUTHORIZATION).
+const (
+	providerAuthorization = "Bearer sk-provider-e2e-0123456789"
+	claudeModel           = "claude-sonnet-4-5"
+)
+
+// orgPrice is an organization's own price of a model, in micro-USD per million tokens;
+// the test's are unlike the shipped catalog's, so a charge at the catalog's price shows.
+type orgPrice struct{ input, cached, output int64 }
+
+var sdkPrices = map[string]orgPrice{
+	model:       {input: 200_000, cached: 100_000, output: 800_000},
+	claudeModel: {input: 2_000_000, cached: 200_000, output: 10_000_000},
+}
+
+// priceOf is a response's cost at the organization's price, rounded up to a whole
+// micro-USD, computed here independently of the programs: uncached input, cached input
+// and output tokens, each at its price.
+func priceOf(p orgPrice, uncached, cached, output int64) int64 {
+	return (uncached*p.input + cached*p.cached + output*p.output + 999_999) / 1_000_000
+}
+
+// sdkCall is one call made with an official SDK.
+type sdkCall struct {
+	name, script, scenario, model, api string
+	usage                              fakellm.Usage // what the upstream reports
+	cost                               int64         // what it must be charged
+}
+
+// sdkResult is the line an e2e/sdk script prints.
+type sdkResult struct {
+	SDK, SDKVersion, Node, Scenario string
+	OK                              bool
+	Status                          int
+	Code, HeaderCode, ShouldRetry   *string
+	RetryAfter                      *string
+	ElapsedMs                       int64
+	Text, Model                     string
+	Usage                           json.RawMessage
+	Chunks                          int
+	Error                           string
+}
+
+// TestOfficialSDKsThroughTheEnforcedPath is issue 17's item 4: the official openai and
+// @anthropic-ai/sdk npm packages, with their default options and retries, call through an
+// enforced path (envoyemu playing deploy/envoy/envoy.yaml in front of the real enforcer
+// and control plane) to a fake provider (fakellm). Each call, streamed or not, is
+// settled exactly at the organization's price (the OpenAI stream asked for no usage:
+// the enforcer must ask for it); once the limit is spent every SDK call fails within 2
+// seconds with 429 service_gateway_usage_limit_exceeded and is not retried; and the
+// provider sees the provider's credential, never the member's Tollgate key.
+func TestOfficialSDKsThroughTheEnforcedPath(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	s := startStack(t, map[string]string{"TOLLGATE_UPSTREAM_AUTHORIZATION": providerAuthorization})
+	o := s.setUpOrg(t)
+	var prices []map[string]any
+	for m, p := range sdkPrices {
+		prices = append(prices, map[string]any{"model": m, "inputMicroUsdPerMillion": p.input,
+			"cachedInputMicroUsdPerMillion": p.cached, "outputMicroUsdPerMillion": p.output})
+	}
+	s.must(t, 200, "PUT", "/v1/gateway/model-prices", o.owner.token, o.id, map[string]any{"prices": prices}, nil)
+
+	// 1,000,003 input (200,000 cached) and 100,001 output at 0.2 / 0.1 / 0.8 USD per
+	// million: 160,000.6 + 20,000 + 80,000.8 = 260,001.4, charged 260,002; and so on.
+	// The four add up to 1,020,012: the last call is admitted at 710,012 and spends the
+	// 1 USD day limit.
+	oa, an := sdkPrices[model], sdkPrices[claudeModel]
+	calls := []sdkCall{
+		{"openai json", "openai.mjs", "json", model, fakellm.OpenAIChat,
+			fakellm.Usage{InputTokens: 1_000_003, CachedInputTokens: 200_000, OutputTokens: 100_001}, priceOf(oa, 800_003, 200_000, 100_001)},
+		{"openai stream without include_usage", "openai.mjs", "stream", model, fakellm.OpenAIChat,
+			fakellm.Usage{InputTokens: 500_000, OutputTokens: 250_000}, priceOf(oa, 500_000, 0, 250_000)},
+		// Anthropic's input_tokens leaves out the cache reads.
+		{"anthropic json", "anthropic.mjs", "json", claudeModel, fakellm.AnthropicMessages,
+			fakellm.Usage{InputTokens: 20_000, CachedInputTokens: 50_000, OutputTokens: 10_001}, priceOf(an, 20_000, 50_000, 10_001)},
+		{"anthropic stream", "anthropic.mjs", "stream", claudeModel, fakellm.AnthropicMessages,
+			fakellm.Usage{InputTokens: 30_000, OutputTokens: 25_000}, priceOf(an, 30_000, 0, 25_000)},
+	}
+	if want := []int64{260_002, 300_000, 150_010, 310_000}; calls[0].cost != want[0] || calls[1].cost != want[1] ||
+		calls[2].cost != want[2] || calls[3].cost != want[3] {
+		t.Fatalf("the test's own arithmetic: %d %d %d %d, want %v", calls[0].cost, calls[1].cost, calls[2].cost, calls[3].cost, want)
+	}
+
+	// The provider answers each call with the usage of the call being made; extra
+	// spending calls (see below) report those of the first.
+	next := calls[0].usage
+	fake := &fakellm.Server{
+		// OpenAI answers with the dated snapshot; the organization priced the family.
+		Snapshots: map[string]string{model: model + "-2024-07-18"},
+		Usage:     func(fakellm.Call) fakellm.Usage { return next },
+	}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	cfg, err := envoyemu.LoadFile("../deploy/envoy/envoy.yaml", "inference")
+	if err != nil {
+		t.Fatalf("the Envoy emulator cannot play deploy/envoy/envoy.yaml: %v", err)
+	}
+	// The floor keeps a loaded test machine's slow answer from becoming Envoy's 503 (and
+	// an SDK retry); a call over the configured timeout still shows in the logs.
+	proxy, err := envoyemu.New(envoyemu.Options{Config: cfg,
+		Clusters: map[string]string{"tollgate_enforcer": s.enfGRPC, "llm_upstream": up.URL}, Logf: t.Logf,
+		TimeoutFloor: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(func() { front.Close(); proxy.Close() })
+
+	var used int64
+	settled := 0
+	t.Run("calls are settled at the organization's price", func(t *testing.T) {
+		for _, c := range calls {
+			ok := t.Run(c.name, func(t *testing.T) {
+				next = c.usage
+				before := len(fake.Calls())
+				r := runSDK(t, dir, c.script, c.scenario, front.URL, o.key, c.model)
+				if !r.OK || r.Status != 200 || r.Text != fakellm.Text {
+					t.Fatalf("the call failed or lost text: %+v (proxy problems %v)", r, proxy.Problems())
+				}
+				got := fake.Calls()[before:]
+				if len(got) != 1 || got[0].API != c.api || got[0].Stream != (c.scenario == "stream") {
+					t.Fatalf("the provider got %d calls (%+v), want one %s call", len(got), got, c.api)
+				}
+				call := got[0]
+				if c.api == fakellm.OpenAIChat && c.scenario == "stream" && !call.IncludeUsage {
+					t.Errorf("the stream reached the provider without stream_options.include_usage: %s", call.Body)
+				}
+				t.Logf("%s %s on node %s: %d chunks in %dms; accept-encoding %q, answer gzip %v", r.SDK, r.SDKVersion, r.Node, r.Chunks,
+					r.ElapsedMs, call.Header.Get("Accept-Encoding"), call.Gzip)
+
+				reqID := call.Header.Get("X-Service-Request-Id")
+				rec := waitReceipt(t, s, reqID)
+				settled++
+				used += c.cost
+				if rec.cost() != c.cost {
+					t.Errorf("charged %d micro-USD, want %d at the organization's price (receipt %s)", rec.cost(), c.cost, rec)
+				}
+				if rec["complete"] != true || rec["cost_source"] != "catalog_estimate" || (rec["cost_basis"] != nil && rec["cost_basis"] != "reported_usage") ||
+					(rec["price_source"] != nil && rec["price_source"] != "organization") {
+					t.Errorf("receipt %s: want complete, from the reported usage at the organization's price", rec)
+				}
+				s.waitUsed(t, o, settled, used)
+			})
+			if !ok {
+				// What comes next depends on this call's charge.
+				t.Fatalf("%s failed", c.name)
+			}
+		}
+		st := s.status(t, o)
+		if st.State != "blocked" || st.Buckets[0].UsedMicroUsd != 1_020_012 || st.Coverage.UnpricedRequests != 0 ||
+			st.Coverage.IncompleteRequests != 0 || st.Coverage.PendingRequests == nil || *st.Coverage.PendingRequests != 0 {
+			t.Fatalf("status after the four calls: %+v", st)
+		}
+	})
+
+	t.Run("the blocked call fails fast with 429 and is not retried", func(t *testing.T) {
+		// When the calls above were charged differently, keep spending until the limit is
+		// (a few more calls at most), so that this part is checked anyway.
+		next = calls[0].usage
+		for i := 0; s.status(t, o).State != "blocked"; i++ {
+			if i == 6 {
+				t.Fatalf("the limit is not spent after %d more calls: %+v", i, s.status(t, o))
+			}
+			if r := runSDK(t, dir, "openai.mjs", "json", front.URL, o.key, model); !r.OK {
+				t.Fatalf("a spending call failed: %+v", r)
+			}
+			settled++
+			waitFor(t, 10*time.Second, "the spending call's settlement", func() bool {
+				return s.metric(t, "tollgate_enforcer_settlements_total") >= float64(settled)
+			})
+		}
+		// The enforcer has the receipts, so the mirror holds the spend.
+		waitFor(t, 10*time.Second, "the enforcer to receive every receipt", func() bool {
+			return s.metric(t, "tollgate_enforcer_settlements_total") >= float64(settled)
+		})
+		upstreamCalls := len(fake.Calls())
+		for _, c := range calls {
+			t.Run(c.name, func(t *testing.T) {
+				before := proxy.Requests()
+				r := runSDK(t, dir, c.script, c.scenario, front.URL, o.key, c.model)
+				t.Logf("%s: status %d code %v x-should-retry %v retry-after %v in %dms", c.name, r.Status, deref(r.Code), deref(r.ShouldRetry),
+					deref(r.RetryAfter), r.ElapsedMs)
+				if r.OK || r.Status != 429 || deref(r.Code) != "service_gateway_usage_limit_exceeded" ||
+					deref(r.HeaderCode) != "service_gateway_usage_limit_exceeded" {
+					t.Errorf("want 429 service_gateway_usage_limit_exceeded, got %+v", r)
+				}
+				if r.ElapsedMs >= 2000 {
+					t.Errorf("the refused call took %dms, want under 2 seconds", r.ElapsedMs)
+				}
+				if deref(r.ShouldRetry) != "false" {
+					t.Errorf("x-should-retry %q, want \"false\"", deref(r.ShouldRetry))
+				}
+				if n := proxy.Requests() - before; n != 1 {
+					t.Errorf("the SDK sent %d requests for one call, want 1 (no retry)", n)
+				}
+			})
+		}
+		if n := len(fake.Calls()); n != upstreamCalls {
+			t.Errorf("refused calls reached the provider: %d calls, were %d", n, upstreamCalls)
+		}
+	})
+
+	t.Run("the provider never sees the member's key", func(t *testing.T) {
+		got := fake.Calls()
+		if len(got) < len(calls) {
+			t.Fatalf("the provider got %d calls", len(got))
+		}
+		for i, c := range got {
+			for k, vs := range c.Header {
+				for _, v := range vs {
+					if strings.Contains(v, o.key) || strings.Contains(v, "tgk_") {
+						t.Errorf("call %d (%s): header %s carries the member's Tollgate key", i, c.API, k)
+					}
+				}
+			}
+			if a := c.Header.Values("Authorization"); len(a) != 1 || a[0] != providerAuthorization {
+				t.Errorf("call %d (%s): Authorization %q, want the provider's (TOLLGATE_UPSTREAM_AUTHORIZATION)", i, c.API, a)
+			}
+			// The Anthropic SDK sent the member's key in x-api-key: the enforcer removes it,
+			// and envoy.yaml's route removes any x-api-key (its belt).
+			if k := c.Header.Values("X-Api-Key"); len(k) != 0 {
+				t.Errorf("call %d (%s): x-api-key reached the provider (%d values)", i, c.API, len(k))
+			}
+		}
+	})
+	if t.Failed() {
+		t.Logf("envoyemu problems: %v", proxy.Problems())
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<none>"
+	}
+	return *s
+}
+
+// sdkDir returns e2e/sdk with its node_modules installed (`npm ci` when they are missing
+// or older than the lock file). Without node or npm the test fails under CI=true and is
+// skipped elsewhere.
+func sdkDir(t *testing.T) string {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is not installed (CI=true): .ci/run installs Debian's nodejs and npm", tool)
+			}
+			t.Skipf("%s is not installed: install Node.js and npm (Debian: apt-get install nodejs npm) to run the SDK test", tool)
+		}
+	}
+	dir, err := filepath.Abs("sdk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// npm writes node_modules/.package-lock.json on every install.
+	installed, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json"))
+	if err == nil && !installed.ModTime().Before(lock.ModTime()) {
+		return dir
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+	}
+	return dir
+}
+
+// runSDK runs one e2e/sdk script with a clean environment (nothing of the caller's
+// OPENAI_* or ANTHROPIC_* settings) and returns the line it printed. A script that
+// hangs (an SDK waiting out a Retry-After of hours) is killed after a minute.
+func runSDK(t *testing.T, dir, script, scenario, baseURL, apiKey, model string) sdkResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", script, scenario)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TOLLGATE_BASE_URL=" + baseURL,
+		"TOLLGATE_API_KEY=" + apiKey, "TOLLGATE_MODEL=" + model}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("node %s %s did not finish within a minute (an SDK waiting out Retry-After?)\n%s", script, scenario, stderr.String())
+	}
+	if err != nil {
+		t.Fatalf("node %s %s: %v\nstdout: %s\nstderr: %s", script, scenario, err, stdout.String(), stderr.String())
+	}
+	var last string
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			last = l
+		}
+	}
+	var r sdkResult
+	if err := json.Unmarshal([]byte(last), &r); err != nil {
+		t.Fatalf("node %s %s printed %q: %v\nstderr: %s", script, scenario, last, err, stderr.String())
+	}
+	t.Logf("node %s %s (%s): %s", script, scenario, time.Since(start).Round(time.Millisecond), last)
+	return r
+}
+
+// receipt is a usage_receipts row as JSON: the columns this test reads exist since the
+// table's creation; cost_basis and price_source are read when the schema has them.
+type receipt map[string]any
+
+func (r receipt) cost() int64 {
+	f, _ := r["cost_micro_usd"].(float64)
+	return int64(f)
+}
+
+func (r receipt) String() string {
+	b, _ := json.Marshal(map[string]any(r))
+	return string(b)
+}
+
+// waitReceipt waits for the receipt of a request.
+func waitReceipt(t *testing.T, s *stack, reqID string) receipt {
+	t.Helper()
+	if !strings.HasPrefix(reqID, "req_") {
+		t.Fatalf("the provider got no x-service-request-id (%q)", reqID)
+	}
+	var rec receipt
+	waitFor(t, 15*time.Second, "the receipt of "+reqID, func() bool {
+		var js []byte
+		err := s.db.Pool.QueryRow(context.Background(), `SELECT to_jsonb(r) FROM usage_receipts r WHERE request_id = $1`, reqID).Scan(&js)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec = receipt{}
+		if err := json.Unmarshal(js, &rec); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	})
+	return rec
+}
+
+// waitUsed waits until the enforcer has n receipts (so the mirror holds the spend) and
+// the status read shows used micro-USD.
+func (s *stack) waitUsed(t *testing.T, o org, n int, used int64) {
+	t.Helper()
+	var got int64
+	waitFor(t, 15*time.Second, fmt.Sprintf("%d settlements, used %d", n, used), func() bool {
+		if s.metric(t, "tollgate_enforcer_settlements_total") < float64(n) {
+			return false
+		}
+		got = s.status(t, o).Buckets[0].UsedMicroUsd
+		return got == used
+	})
+}
