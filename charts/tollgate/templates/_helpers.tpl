@@ -245,6 +245,16 @@ env:
   {{- include "tollgate.logEnv" $root | nindent 2 }}
   {{- include "tollgate.redisEnv" $root | nindent 2 }}
   {{- include "tollgate.secretEnv" (dict "ctx" $root "ref" $root.Values.secrets.internalToken "what" "secrets.internalToken" "env" "TOLLGATE_INTERNAL_TOKEN") | nindent 2 }}
+  {{- /* The provider's credential, set upstream in place of the member's key: optional, no fallback. */}}
+  {{- range $env, $ref := dict "TOLLGATE_UPSTREAM_AUTHORIZATION" $root.Values.secrets.upstreamAuthorization "TOLLGATE_UPSTREAM_API_KEY" $root.Values.secrets.upstreamApiKey }}
+  {{- if $ref.name }}
+  - name: {{ $env }}
+    valueFrom:
+      secretKeyRef:
+        name: {{ $ref.name }}
+        key: {{ $ref.key }}
+  {{- end }}
+  {{- end }}
   {{- with $e.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
