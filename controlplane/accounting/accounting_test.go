@@ -3,82 +3,226 @@ package accounting
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/money"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 func i64(v int64) *int64 { return &v }
 
 func TestCostOf(t *testing.T) {
-	p := &Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, CachedInputPerMillion: 300_000}
+	write := int64(3_750_000)
+	p := Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, CachedInputPerMillion: 300_000, CacheWritePerMillion: &write}
+	org := PricedAt{Price: p, Source: PriceOrganization}
 	cases := []struct {
 		name   string
 		u      Usage
-		p      *Price
+		p      PricedAt
 		cost   int64
 		source string
+		basis  string
+		capped bool
 		err    error
 	}{
-		{"upstream cost wins over the catalog", Usage{InputTokens: 1000, UpstreamCost: i64(42)}, p, 42, SourceUpstream, nil},
-		{"upstream zero is a known cost", Usage{UpstreamCost: i64(0)}, nil, 0, SourceUpstream, nil},
-		{"catalog: (in-cached)*in + cached*cached + out*out", Usage{InputTokens: 1000, CachedInputTokens: 400, OutputTokens: 100}, p,
-			(600*3_000_000 + 400*300_000 + 100*15_000_000) / 1_000_000, SourceCatalogEstimate, nil},
-		{"catalog rounds a fraction up", Usage{InputTokens: 1}, &Price{InputPerMillion: 1}, 1, SourceCatalogEstimate, nil},
-		{"catalog of nothing is zero", Usage{}, p, 0, SourceCatalogEstimate, nil},
-		{"cached above input counts as all cached", Usage{InputTokens: 10, CachedInputTokens: 50}, &Price{InputPerMillion: 1_000_000, CachedInputPerMillion: 100_000}, 1, SourceCatalogEstimate, nil},
-		{"unknown model is unpriced", Usage{InputTokens: 5}, nil, 0, SourceUnknown, nil},
-		{"negative tokens", Usage{InputTokens: -1}, p, 0, "", ErrBadUsage},
-		{"negative upstream cost", Usage{UpstreamCost: i64(-1)}, p, 0, "", ErrBadUsage},
-		{"upstream cost beyond the bound", Usage{UpstreamCost: i64(4503599627370496)}, p, 0, "", ErrBadUsage},
-		{"huge products do not wrap", Usage{InputTokens: math.MaxInt64, OutputTokens: math.MaxInt64}, &Price{InputPerMillion: math.MaxInt64, OutputPerMillion: math.MaxInt64}, 0, "", ErrCostOverflow},
-		{"large but representable", Usage{OutputTokens: 1 << 40}, &Price{OutputPerMillion: 1 << 20}, (1<<60)/1_000_000 + 1, SourceCatalogEstimate, nil},
+		{"upstream cost wins over the catalog", Usage{InputTokens: 1000, UpstreamCost: i64(42)}, org, 42, SourceUpstream, BasisUpstreamCost, false, nil},
+		{"upstream zero is a known cost", Usage{UpstreamCost: i64(0)}, PricedAt{}, 0, SourceUpstream, BasisUpstreamCost, false, nil},
+		{"price: (in-cached-written)*in + cached*cached + written*write + out*out", Usage{InputTokens: 1000, CachedInputTokens: 400, CacheWriteTokens: 100, OutputTokens: 100}, org,
+			(500*3_000_000 + 400*300_000 + 100*3_750_000 + 100*15_000_000) / 1_000_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"no cache-write price: writes priced as input", Usage{InputTokens: 1000, CacheWriteTokens: 1000},
+			PricedAt{Price: Price{InputPerMillion: 2_000_000}, Source: PriceCatalog}, 2000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"rounds a fraction up", Usage{InputTokens: 1}, PricedAt{Price: Price{InputPerMillion: 1}, Source: PriceCatalog}, 1, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"nothing counted is unknown", Usage{}, org, 0, SourceUnknown, BasisNone, false, nil},
+		{"nothing counted, even estimated, is unknown", Usage{Estimated: true}, org, 0, SourceUnknown, BasisNone, false, nil},
+		{"estimated tokens are priced", Usage{OutputTokens: 1_000_000, Estimated: true}, org, 15_000_000, SourceCatalogEstimate, BasisEstimate, false, nil},
+		{"cached above input: the cached count is charged", Usage{InputTokens: 10, CachedInputTokens: 50}, PricedAt{Price: Price{InputPerMillion: 1_000_000, CachedInputPerMillion: 100_000}, Source: PriceCatalog}, 5, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"writes and reads above input: both charged, no uncached input", Usage{InputTokens: 10, CachedInputTokens: 10, CacheWriteTokens: 8}, org, (8*3_750_000 + 10*300_000) / 1_000_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"cache writes with no input count are charged", Usage{CacheWriteTokens: 5}, org, 19, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the fallback price", Usage{InputTokens: 1_000_000}, PricedAt{Price: Price{InputPerMillion: 7}, Source: PriceFallback}, 7, SourceFallback, BasisReportedUsage, false, nil},
+		{"the fallback price of nothing is unknown", Usage{}, PricedAt{Price: Price{InputPerMillion: 7}, Source: PriceFallback}, 0, SourceUnknown, BasisNone, false, nil},
+		{"tokens without a price source", Usage{InputTokens: 5}, PricedAt{}, 0, "", "", false, errAny},
+		{"negative tokens", Usage{InputTokens: -1}, org, 0, "", "", false, ErrBadUsage},
+		{"negative upstream cost", Usage{UpstreamCost: i64(-1)}, org, 0, "", "", false, ErrBadUsage},
+		{"upstream cost beyond the bound", Usage{UpstreamCost: i64(4503599627370496)}, org, 0, "", "", false, ErrBadUsage},
+		{"huge products are capped", Usage{InputTokens: math.MaxInt64, OutputTokens: math.MaxInt64}, PricedAt{Price: Price{InputPerMillion: math.MaxInt64, OutputPerMillion: math.MaxInt64}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		{"above the allowance bound is capped", Usage{OutputTokens: 1 << 40}, PricedAt{Price: Price{OutputPerMillion: 1 << 40}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		{"large but representable", Usage{OutputTokens: 1 << 40}, PricedAt{Price: Price{OutputPerMillion: 1 << 20}, Source: PriceCatalog}, (1<<60)/1_000_000 + 1, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cost, source, err := CostOf(c.u, c.p)
-			if !errors.Is(err, c.err) || cost != c.cost || source != c.source {
-				t.Fatalf("CostOf = %d %q %v; want %d %q %v", cost, source, err, c.cost, c.source, c.err)
+			got, err := CostOf(c.u, c.p)
+			if c.err == errAny {
+				if err == nil {
+					t.Fatalf("CostOf = %+v, want an error", got)
+				}
+				return
+			}
+			if !errors.Is(err, c.err) || got.MicroUSD != c.cost || got.Source != c.source || got.Basis != c.basis || got.Capped != c.capped {
+				t.Fatalf("CostOf = %+v %v; want %d %q %q capped %v, %v", got, err, c.cost, c.source, c.basis, c.capped, c.err)
+			}
+			if wantPrice := c.source == SourceCatalogEstimate || c.source == SourceFallback; wantPrice != (got.PriceSource == c.p.Source && got.PriceSource != "") {
+				t.Fatalf("price source %q", got.PriceSource)
 			}
 		})
 	}
 }
 
+var errAny = errors.New("any error")
+
+// The contract: with no organization prices, gpt-4o-mini with 1,000,000 input and
+// 1,000,000 output tokens costs exactly 750000 micro-USD.
+func TestCatalogContract(t *testing.T) {
+	e, ok := pricecatalog.Lookup("gpt-4o-mini-2024-07-18")
+	if !ok {
+		t.Fatal("gpt-4o-mini is not in the catalog")
+	}
+	c, err := CostOf(Usage{InputTokens: 1_000_000, OutputTokens: 1_000_000},
+		PricedAt{Price: Price{InputPerMillion: e.InputPerMillion, OutputPerMillion: e.OutputPerMillion, CachedInputPerMillion: e.CachedInputPerMillion}, Source: PriceCatalog})
+	if err != nil || c.MicroUSD != 750_000 {
+		t.Fatalf("%+v %v", c, err)
+	}
+}
+
 func TestDecide(t *testing.T) {
-	unknown := &Receipt{Cost: 0, Source: SourceUnknown, Complete: false}
-	known := &Receipt{Cost: 100, Source: SourceUpstream, Complete: true}
-	partial := &Receipt{Cost: 60, Source: SourceCatalogEstimate, Complete: false}
-	promoted := &Receipt{Cost: 100, Source: SourceUpstream, Complete: true, Promoted: true}
+	unknown := &Receipt{Cost: 0, Source: SourceUnknown, Complete: false, Basis: BasisNone}
+	known := &Receipt{Cost: 100, Source: SourceUpstream, Complete: true, Basis: BasisUpstreamCost}
+	partial := &Receipt{Cost: 60, Source: SourceCatalogEstimate, Complete: false, Basis: BasisReportedUsage}
+	estimated := &Receipt{Cost: 60, Source: SourceCatalogEstimate, Complete: false, Basis: BasisEstimate}
+	promoted := &Receipt{Cost: 100, Source: SourceUpstream, Complete: true, Promoted: true, Basis: BasisUpstreamCost}
+	fallback := &Receipt{Cost: 500, Source: SourceFallback, Complete: false, Basis: BasisReportedUsage, PriceSource: PriceFallback}
+	fallbackDone := &Receipt{Cost: 500, Source: SourceFallback, Complete: true, Basis: BasisReportedUsage, PriceSource: PriceFallback}
+	up := func(cost int64, complete bool) Report {
+		return Report{Cost: cost, Source: SourceUpstream, Complete: complete, Basis: BasisUpstreamCost}
+	}
+	priced := func(cost int64, complete bool) Report {
+		return Report{Cost: cost, Source: SourceCatalogEstimate, Complete: complete, Basis: BasisReportedUsage, PriceSource: PriceOrganization}
+	}
+	fb := func(cost int64, complete bool) Report {
+		return Report{Cost: cost, Source: SourceFallback, Complete: complete, Basis: BasisReportedUsage, PriceSource: PriceFallback}
+	}
+	nothing := Report{Source: SourceUnknown, Basis: BasisNone}
 	cases := []struct {
-		name                      string
-		prev                      *Receipt
-		r                         Report
-		out                       Outcome
-		delta, unpriced, incomplt int64
+		name                                 string
+		prev                                 *Receipt
+		r                                    Report
+		out                                  Outcome
+		delta, unpriced, incomplt, estimates int64
 	}{
-		{"first known", nil, Report{100, SourceUpstream, true}, Settled, 100, 0, 0},
-		{"first unknown and incomplete", nil, Report{0, SourceUnknown, false}, Settled, 0, 1, 1},
-		{"repeat", known, Report{100, SourceUpstream, true}, Duplicate, 0, 0, 0},
-		{"lower", known, Report{90, SourceUpstream, true}, CostConflict, 0, 0, 0},
-		{"higher on a final receipt", known, Report{110, SourceUpstream, true}, CostConflict, 0, 0, 0},
-		{"unknown after known says nothing", known, Report{0, SourceUnknown, true}, Duplicate, 0, 0, 0},
-		{"known promotes unknown", unknown, Report{100, SourceUpstream, true}, Promoted, 100, -1, -1},
-		{"known zero still promotes unknown", unknown, Report{0, SourceUpstream, false}, Promoted, 0, -1, 0},
-		{"complete promotes incomplete", partial, Report{80, SourceCatalogEstimate, true}, Promoted, 20, 0, -1},
-		{"lower than a partial charge", partial, Report{50, SourceUpstream, true}, CostConflict, 0, 0, 0},
-		{"only once", promoted, Report{150, SourceUpstream, true}, CostConflict, 0, 0, 0},
-		{"repeat after promotion", promoted, Report{100, SourceUpstream, true}, Duplicate, 0, 0, 0},
+		{"first known", nil, up(100, true), Settled, 100, 0, 0, 0},
+		{"first unknown and incomplete", nil, nothing, Settled, 0, 1, 1, 0},
+		{"first fallback: unpriced and charged", nil, fb(500, true), Settled, 500, 1, 0, 0},
+		{"first estimate", nil, Report{Cost: 60, Source: SourceCatalogEstimate, Basis: BasisEstimate, PriceSource: PriceCatalog}, Settled, 60, 0, 1, 1},
+		{"repeat", known, up(100, true), Duplicate, 0, 0, 0, 0},
+		{"lower", known, up(90, true), CostConflict, 0, 0, 0, 0},
+		{"higher on a final receipt", known, up(110, true), CostConflict, 0, 0, 0, 0},
+		{"unknown after known says nothing", known, Report{Source: SourceUnknown, Complete: true}, Duplicate, 0, 0, 0, 0},
+		{"known promotes unknown", unknown, up(100, true), Promoted, 100, -1, -1, 0},
+		{"known zero still promotes unknown", unknown, up(0, false), Promoted, 0, -1, 0, 0},
+		{"fallback promotes unknown and stays unpriced", unknown, fb(500, true), Promoted, 500, 0, -1, 0},
+		{"complete promotes incomplete", partial, priced(80, true), Promoted, 20, 0, -1, 0},
+		{"reported usage promotes an estimate", estimated, priced(80, true), Promoted, 20, 0, -1, -1},
+		{"lower than a partial charge", partial, up(50, true), CostConflict, 0, 0, 0, 0},
+		{"only once", promoted, up(150, true), CostConflict, 0, 0, 0, 0},
+		{"repeat after promotion", promoted, up(100, true), Duplicate, 0, 0, 0, 0},
+		{"repeat fallback settlement: duplicate", fallback, fb(500, false), Duplicate, 0, 0, 0, 0},
+		{"repeat complete fallback settlement: duplicate", fallbackDone, fb(500, true), Duplicate, 0, 0, 0, 0},
+		{"a real price promotes a fallback one", fallbackDone, priced(500, true), Promoted, 0, -1, 0, 0},
+		{"an upstream cost promotes a fallback one", fallback, up(700, true), Promoted, 200, -1, -1, 0},
+		{"a higher fallback cost on a complete fallback receipt", fallbackDone, fb(600, true), CostConflict, 0, 0, 0, 0},
+		{"a complete fallback report on an incomplete one", fallback, fb(600, true), Promoted, 100, 0, -1, 0},
+		{"a lower real price than the fallback charge", fallbackDone, priced(100, true), CostConflict, 0, 0, 0, 0},
+		{"a fallback report after a known cost knows less", known, fb(0, false), Duplicate, 0, 0, 0, 0},
+		{"a higher fallback report after a known cost knows less", partial, fb(900, true), Duplicate, 0, 0, 0, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			d := Decide(c.prev, c.r)
-			if d.Outcome != c.out || d.Delta != c.delta || d.UnpricedDelta != c.unpriced || d.IncompleteDelta != c.incomplt {
+			if d.Outcome != c.out || d.Delta != c.delta || d.UnpricedDelta != c.unpriced || d.IncompleteDelta != c.incomplt || d.EstimatedDelta != c.estimates {
 				t.Fatalf("Decide = %+v", d)
+			}
+			if (d.Outcome == Settled || d.Outcome == Promoted) && (d.Receipt.Basis != c.r.Basis || d.Receipt.PriceSource != c.r.PriceSource) {
+				t.Fatalf("receipt %+v does not carry the report's basis", d.Receipt)
 			}
 		})
 	}
+}
+
+func TestCleanModel(t *testing.T) {
+	long := strings.Repeat("é", 150) // 300 bytes
+	cases := []struct {
+		name, in, want string
+		changed        bool
+	}{
+		{"clean", "gpt-4o-mini", "gpt-4o-mini", false},
+		{"NUL", "gpt-4o\x00-mini", "gpt-4o-mini", true},
+		{"control characters", "gpt\t-4o\r\n\x7f", "gpt-4o", true},
+		{"invalid UTF-8", "gpt-\xff4o", "gpt-\uFFFD4o", true},
+		{"300 bytes cut on a rune boundary", long, strings.Repeat("é", 100), true},
+		{"201 ASCII bytes", strings.Repeat("a", 201), strings.Repeat("a", 200), true},
+		{"spaces", "  m  ", "m", true},
+		{"only NULs", "\x00\x00", "", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, changed := CleanModel(c.in)
+			if got != c.want || changed != c.changed {
+				t.Fatalf("CleanModel(%q) = %q %v; want %q %v", c.in, got, changed, c.want, c.changed)
+			}
+		})
+	}
+}
+
+func TestBound(t *testing.T) {
+	u, notes := Bound(Usage{InputTokens: math.MaxInt64, OutputTokens: -5, CachedInputTokens: 3, UpstreamCost: i64(math.MaxInt64)})
+	if u.InputTokens != MaxTokens || u.OutputTokens != 0 || u.CachedInputTokens != 3 || *u.UpstreamCost != money.MaxAllowanceMicroUSD || len(notes) != 3 {
+		t.Fatalf("%+v %v", u, notes)
+	}
+	u, notes = Bound(Usage{InputTokens: 10, UpstreamCost: i64(-1)})
+	if u.UpstreamCost != nil || u.InputTokens != 10 || len(notes) != 1 {
+		t.Fatalf("a negative upstream cost: %+v %v", u, notes)
+	}
+	if _, notes := Bound(Usage{InputTokens: MaxTokens, UpstreamCost: i64(money.MaxAllowanceMicroUSD)}); len(notes) != 0 {
+		t.Fatalf("values at the bounds changed: %v", notes)
+	}
+}
+
+// FuzzPricing is the pure half of the settlement path, from a SettleItem's values to
+// its receipt's cost: the model name comes out storable, the usage bounded, and pricing
+// never fails; with tokens and a price above zero the cost is above zero.
+func FuzzPricing(f *testing.F) {
+	f.Add("gpt-4o\x00mini", int64(10), int64(20), int64(0), int64(0), int64(-1), false, int64(150_000))
+	f.Add("\xff\xfe", int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64), true, int64(math.MaxInt64))
+	f.Add(strings.Repeat("m", 300), int64(-5), int64(1), int64(7), int64(9), int64(-1), true, int64(1))
+	f.Fuzz(func(t *testing.T, model string, in, out, cached, written, upstream int64, estimated bool, price int64) {
+		m, _ := CleanModel(model)
+		if len(m) > MaxModelLen || !utf8.ValidString(m) || strings.ContainsFunc(m, unicode.IsControl) || strings.ContainsRune(m, 0) {
+			t.Fatalf("CleanModel(%q) = %q", model, m)
+		}
+		u := Usage{InputTokens: in, OutputTokens: out, CachedInputTokens: cached, CacheWriteTokens: written, Estimated: estimated}
+		if upstream >= 0 {
+			u.UpstreamCost = &upstream
+		}
+		u, _ = Bound(u)
+		price = max(price, 1) % (money.MaxAllowanceMicroUSD + 1)
+		c, err := CostOf(u, PricedAt{Price: Price{InputPerMillion: price, OutputPerMillion: price, CachedInputPerMillion: price}, Source: PriceFallback})
+		if err != nil {
+			t.Fatalf("CostOf(%+v): %v", u, err)
+		}
+		if c.MicroUSD < 0 || c.MicroUSD > money.MaxAllowanceMicroUSD {
+			t.Fatalf("cost %d", c.MicroUSD)
+		}
+		if u.UpstreamCost == nil && (u.InputTokens > 0 || u.OutputTokens > 0) && price > 0 && c.MicroUSD == 0 {
+			t.Fatalf("tokens %+v charged 0", u)
+		}
+	})
 }
 
 func TestAdmit(t *testing.T) {
@@ -132,6 +276,8 @@ func TestParseSnapshot(t *testing.T) {
 		"unlimited with a base":     func(s *internalv1.Snapshot) { s.Buckets[0].BaseMicroUsd = 5 },
 		"admitted in the future":    func(s *internalv1.Snapshot) { s.AdmittedAtUnixMs = now.Add(time.Hour).UnixMilli() },
 		"negative tracking version": func(s *internalv1.Snapshot) { s.TrackingVersion = -1 },
+		"the unknown marker":        func(s *internalv1.Snapshot) { s.Buckets[1].PolicyId = UnknownPolicyID },
+		"a NUL in a policy id":      func(s *internalv1.Snapshot) { s.Buckets[1].PolicyId = "ulp_\x00" },
 	} {
 		s := good()
 		mutate(s)
@@ -141,6 +287,37 @@ func TestParseSnapshot(t *testing.T) {
 	}
 	if _, err := ParseSnapshot(nil, "org_a", "om_a", now); err == nil {
 		t.Fatal("nil snapshot accepted")
+	}
+
+	// A fail-open admission without a mirror record: every bucket carries the marker,
+	// tracking version 0; accepted only by ParseUnrecordedSnapshot.
+	unrecorded := func() *internalv1.Snapshot {
+		s := good()
+		s.TrackingVersion = 0
+		for _, b := range s.Buckets {
+			b.PolicyId = UnknownPolicyID
+		}
+		return s
+	}
+	if _, err := ParseUnrecordedSnapshot(unrecorded(), "org_a", "om_a", now); err != nil {
+		t.Fatalf("unrecorded snapshot: %v", err)
+	}
+	if _, err := ParseSnapshot(unrecorded(), "org_a", "om_a", now); !errors.Is(err, ErrInvalidSnapshot) {
+		t.Fatalf("ParseSnapshot accepted the unknown marker: %v", err)
+	}
+	for name, mutate := range map[string]func(*internalv1.Snapshot){
+		"an ordinary snapshot":   func(s *internalv1.Snapshot) { *s = *good(); s.TrackingVersion = 0 },
+		"a tracking version":     func(s *internalv1.Snapshot) { s.TrackingVersion = 1 },
+		"one bucket with a base": func(s *internalv1.Snapshot) { s.Buckets[0].BaseMicroUsd = 1 },
+		"a revision":             func(s *internalv1.Snapshot) { s.Buckets[2].PolicyRevision = 1 },
+		"a hard limit":           func(s *internalv1.Snapshot) { s.Buckets[1].HardLimit = true },
+		"one unlimited bucket":   func(s *internalv1.Snapshot) { s.Buckets[1].PolicyId = UnlimitedPolicyID },
+	} {
+		s := unrecorded()
+		mutate(s)
+		if _, err := ParseUnrecordedSnapshot(s, "org_a", "om_a", now); !errors.Is(err, ErrInvalidSnapshot) {
+			t.Errorf("unrecorded, %s: accepted (%v)", name, err)
+		}
 	}
 }
 

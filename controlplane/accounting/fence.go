@@ -1,5 +1,7 @@
 package accounting
 
+import "time"
+
 // The capture fence as starts and settlements see it.
 //
 // A member without a tracking row reads as tracking version 0. The first durable start
@@ -37,6 +39,23 @@ func Admit(captureEnabled bool, rowVersion, snapshotVersion int64) Admission {
 	case !captureEnabled:
 		return CaptureSuspended
 	case Epoch(snapshotVersion) < Epoch(rowVersion):
+		return EpochChanged
+	}
+	return Admitted
+}
+
+// AdmitUnrecorded applies the fence to a fail-open admission made without a mirror
+// record (its snapshot has no tracking version to compare): it is charged when the
+// admission instant is not before the member's current capture epoch began, or when the
+// member has no tracking row yet (hasRow false); a suspended capture or an admission
+// before the epoch began is refused, like a stale start.
+func AdmitUnrecorded(hasRow, captureEnabled bool, epochStartedAt, admittedAt time.Time) Admission {
+	switch {
+	case !hasRow:
+		return Admitted
+	case !captureEnabled:
+		return CaptureSuspended
+	case admittedAt.Before(epochStartedAt):
 		return EpochChanged
 	}
 	return Admitted

@@ -10,26 +10,92 @@ import (
 
 // Cost sources, as receipts store them.
 const (
-	SourceUpstream        = "upstream"
+	// SourceUpstream: the upstream reported the cost.
+	SourceUpstream = "upstream"
+	// SourceCatalogEstimate: tokens priced at the organization's or the shipped
+	// catalog's price of the model.
 	SourceCatalogEstimate = "catalog_estimate"
-	SourceUnknown         = "unknown"
+	// SourceFallback: tokens priced at the organization's fallback price because nobody
+	// priced the model. Such a receipt is unpriced (counted in unpricedRequests) and
+	// still charged.
+	SourceFallback = "fallback"
+	// SourceUnknown: nothing to price (no cost, no tokens): cost 0.
+	SourceUnknown = "unknown"
 )
 
-// Price is an organization's catalog price of one model, in micro-USD per million
-// tokens.
+// Cost bases: how a receipt's cost was known.
+const (
+	BasisUpstreamCost  = "upstream_cost"
+	BasisReportedUsage = "reported_usage"
+	BasisEstimate      = "estimate"
+	BasisNone          = "none"
+)
+
+// Price sources: which price the tokens were priced at ("" when none was used).
+const (
+	PriceOrganization = "organization"
+	PriceCatalog      = "catalog"
+	PriceFallback     = "fallback"
+	PriceNone         = ""
+)
+
+// Price is the price of one model, in micro-USD per million tokens.
 type Price struct {
 	InputPerMillion       int64
 	OutputPerMillion      int64
 	CachedInputPerMillion int64
+	// CacheWritePerMillion prices input tokens written to a prompt cache; nil: they are
+	// priced as input.
+	CacheWritePerMillion *int64
 }
 
-// Usage is what a response reported.
+// CacheWrite is the price cache writes are charged at.
+func (p Price) CacheWrite() int64 {
+	if p.CacheWritePerMillion != nil {
+		return *p.CacheWritePerMillion
+	}
+	return p.InputPerMillion
+}
+
+// PricedAt is the price found for a request's model and where it came from
+// (PriceOrganization, PriceCatalog or PriceFallback).
+type PricedAt struct {
+	Price  Price
+	Source string
+}
+
+// Usage is what a response reported (or the enforcer estimated).
 type Usage struct {
-	InputTokens       int64
-	OutputTokens      int64
+	InputTokens  int64
+	OutputTokens int64
+	// CachedInputTokens and CacheWriteTokens are parts of InputTokens: read from and
+	// written to a prompt cache.
 	CachedInputTokens int64
+	CacheWriteTokens  int64
 	// UpstreamCost is the cost the upstream reported, when it did.
 	UpstreamCost *int64
+	// Estimated: some counts were estimated by the enforcer from the bytes it saw.
+	Estimated bool
+}
+
+// Basis says how a cost for u is known: an upstream cost; else nothing when no token
+// was counted; else an estimate when the enforcer estimated counts; else reported usage.
+func (u Usage) Basis() string {
+	switch {
+	case u.UpstreamCost != nil:
+		return BasisUpstreamCost
+	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0:
+		return BasisNone
+	case u.Estimated:
+		return BasisEstimate
+	}
+	return BasisReportedUsage
+}
+
+// NeedsPrice tells whether pricing u needs a price (it has tokens and no upstream cost).
+func (u Usage) NeedsPrice() bool {
+	b := u.Basis()
+	return b == BasisReportedUsage || b == BasisEstimate
 }
 
 // ErrCostOverflow: the cost does not fit in int64 micro-USD.
@@ -38,43 +104,83 @@ var ErrCostOverflow = errors.New("accounting: cost overflows int64 micro-USD")
 // ErrBadUsage: a token count or an upstream cost is negative or beyond the bounds.
 var ErrBadUsage = errors.New("accounting: token counts and costs must be non-negative, and a cost at most 4503599627370495")
 
-// CostOf prices a request: an upstream-reported cost wins; else the catalog price (nil
-// when the organization has no price for the model) times the tokens; else the cost is
-// unknown (0, SourceUnknown).
-func CostOf(u Usage, p *Price) (int64, string, error) {
-	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 {
-		return 0, "", ErrBadUsage
-	}
-	if u.UpstreamCost != nil {
-		if *u.UpstreamCost < 0 || *u.UpstreamCost > money.MaxAllowanceMicroUSD {
-			return 0, "", ErrBadUsage
-		}
-		return *u.UpstreamCost, SourceUpstream, nil
-	}
-	if p == nil {
-		return 0, SourceUnknown, nil
-	}
-	c, err := CatalogCost(u, *p)
-	if err != nil {
-		return 0, "", err
-	}
-	return c, SourceCatalogEstimate, nil
+// Cost is a priced request.
+type Cost struct {
+	MicroUSD    int64
+	Source      string
+	Basis       string
+	PriceSource string
+	// Capped: the priced cost was above money.MaxAllowanceMicroUSD (or beyond int64)
+	// and was capped there.
+	Capped bool
 }
 
-// CatalogCost is ceil(((input - cached) * inputPrice + cached * cachedPrice + output *
-// outputPrice) / 1e6). Input tokens include cached ones (OpenAI's convention, and the
-// enforcer normalises Anthropic's to it); a cached count above the input count is read
-// as "everything was cached" rather than as a negative number of tokens. The sum is
-// computed in 128 bits, so no intermediate product overflows; only a result beyond
-// int64 is an error. Rounding up means a fraction of a micro-USD is never given away.
+// CostOf prices a request whose usage was bounded (Bound): an upstream-reported cost
+// wins; else, with no token counted, the cost is unknown (0); else the tokens times p,
+// the price found for the model (SourceFallback when p is the fallback price, else
+// SourceCatalogEstimate). A cost above money.MaxAllowanceMicroUSD is capped there and
+// flagged: a request is never left uncharged because its numbers are absurd.
+func CostOf(u Usage, p PricedAt) (Cost, error) {
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 {
+		return Cost{}, ErrBadUsage
+	}
+	c := Cost{Basis: u.Basis()}
+	switch c.Basis {
+	case BasisUpstreamCost:
+		if *u.UpstreamCost < 0 || *u.UpstreamCost > money.MaxAllowanceMicroUSD {
+			return Cost{}, ErrBadUsage
+		}
+		c.MicroUSD, c.Source = *u.UpstreamCost, SourceUpstream
+		return c, nil
+	case BasisNone:
+		c.Source = SourceUnknown
+		return c, nil
+	}
+	if p.Source != PriceOrganization && p.Source != PriceCatalog && p.Source != PriceFallback {
+		return Cost{}, errors.New("accounting: a price source is required to price tokens")
+	}
+	c.PriceSource, c.Source = p.Source, SourceCatalogEstimate
+	if p.Source == PriceFallback {
+		c.Source = SourceFallback
+	}
+	v, err := CatalogCost(u, p.Price)
+	switch {
+	case errors.Is(err, ErrCostOverflow) || err == nil && v > money.MaxAllowanceMicroUSD:
+		v, c.Capped = money.MaxAllowanceMicroUSD, true
+	case err != nil:
+		return Cost{}, err
+	}
+	c.MicroUSD = v
+	return c, nil
+}
+
+// CatalogCost is ceil((uncached * input + cached * cachedInput + written * cacheWrite +
+// output * outputPrice) / 1e6), where cached and written are the parts of the input
+// read from and written to a prompt cache and uncached is the rest. Input tokens include
+// cached and written ones (OpenAI's convention, and the enforcer normalises Anthropic's
+// to it). When the parts add up to more than the input count, the counts disagree and
+// the larger reading is charged: the parts as reported, and no uncached input (never a
+// negative count, never tokens that flowed priced at 0). The sum is computed in 128
+// bits, so no intermediate product overflows; only a result beyond int64 is an error.
+// Rounding up means a fraction of a micro-USD is never given away.
 func CatalogCost(u Usage, p Price) (int64, error) {
-	if p.InputPerMillion < 0 || p.OutputPerMillion < 0 || p.CachedInputPerMillion < 0 {
+	if p.InputPerMillion < 0 || p.OutputPerMillion < 0 || p.CachedInputPerMillion < 0 || p.CacheWrite() < 0 {
 		return 0, ErrBadUsage
 	}
-	uncached := u.InputTokens - u.CachedInputTokens
-	cached := u.CachedInputTokens
-	if uncached < 0 {
-		uncached, cached = 0, u.InputTokens
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 {
+		return 0, ErrBadUsage
+	}
+	cached, written := u.CachedInputTokens, u.CacheWriteTokens
+	uncached := u.InputTokens // minus the parts, compared first so nothing overflows
+	if cached >= uncached {
+		uncached = 0
+	} else {
+		uncached -= cached
+	}
+	if written >= uncached {
+		uncached = 0
+	} else {
+		uncached -= written
 	}
 	var hi, lo uint64
 	add := func(tokens, price int64) {
@@ -85,8 +191,9 @@ func CatalogCost(u Usage, p Price) (int64, error) {
 	}
 	add(uncached, p.InputPerMillion)
 	add(cached, p.CachedInputPerMillion)
+	add(written, p.CacheWrite())
 	add(u.OutputTokens, p.OutputPerMillion)
-	// Three products of values below 2^63 stay below 2^128, so hi never wrapped.
+	// Four products of values below 2^63 stay below 2^128, so hi never wrapped.
 	const million = 1_000_000
 	if hi >= million {
 		return 0, ErrCostOverflow

@@ -8,17 +8,28 @@ type Receipt struct {
 	Complete bool
 	// Promoted: a later known cost already replaced an unknown or incomplete one.
 	Promoted bool
+	// Basis and PriceSource say how the cost was known (Basis*) and which price was
+	// used (Price*).
+	Basis       string
+	PriceSource string
 }
 
-// Unpriced tells whether the receipt counts in unpricedRequests.
-func (r Receipt) Unpriced() bool { return r.Source == SourceUnknown }
+// Unpriced tells whether the receipt counts in unpricedRequests: nothing was priced
+// (unknown), or the tokens were priced at the fallback price because nobody priced the
+// model.
+func (r Receipt) Unpriced() bool { return r.Source == SourceUnknown || r.Source == SourceFallback }
+
+// Estimated tells whether the receipt's tokens were estimated by the enforcer.
+func (r Receipt) Estimated() bool { return r.Basis == BasisEstimate }
 
 // Report is one settlement of a request: its priced cost and whether the response
 // reported complete usage.
 type Report struct {
-	Cost     int64
-	Source   string
-	Complete bool
+	Cost        int64
+	Source      string
+	Complete    bool
+	Basis       string
+	PriceSource string
 }
 
 // Outcome is what a settlement did.
@@ -30,8 +41,8 @@ const (
 	Settled Outcome = iota + 1
 	// Duplicate: nothing changed (a repeat, or a report that knows less).
 	Duplicate
-	// Promoted: a known cost replaced an unknown or incomplete one; the difference
-	// charged.
+	// Promoted: a better-known cost replaced an unknown, fallback-priced or incomplete
+	// one; the difference charged.
 	Promoted
 	// CostConflict: the report contradicts what was charged; refused.
 	CostConflict
@@ -44,11 +55,12 @@ type Decision struct {
 	Receipt Receipt
 	// Delta is added to each bucket's spend (the new absolute charge minus the old).
 	Delta int64
-	// UnpricedDelta and IncompleteDelta move the unpriced and incomplete counts of the
-	// member and of each bucket: +1 for a first receipt that is unpriced or incomplete,
-	// -1 when a promotion resolves one.
+	// UnpricedDelta, IncompleteDelta and EstimatedDelta move the unpriced, incomplete
+	// and estimated counts (the member's, and the buckets' for the first two): +1 for a
+	// first receipt that is so, -1 when a promotion resolves one.
 	UnpricedDelta   int64
 	IncompleteDelta int64
+	EstimatedDelta  int64
 	// Message explains a conflict.
 	Message string
 }
@@ -60,38 +72,56 @@ func b2i(b bool) int64 {
 	return 0
 }
 
+// rank orders cost sources by how well they know a cost: nothing, a fallback price,
+// then a real price or an upstream cost (equally known).
+func rank(source string) int {
+	switch source {
+	case SourceUnknown:
+		return 0
+	case SourceFallback:
+		return 1
+	}
+	return 2
+}
+
 // Decide applies a settlement report to a request's receipt (nil when it has none).
 //
 //   - No receipt: Settled, charging the cost.
-//   - A report of an unknown cost says nothing new about an existing receipt: Duplicate.
+//   - A report of an unknown cost, or one whose source knows the cost less well than the
+//     receipt's (a fallback price after an upstream cost), says nothing new: Duplicate.
 //   - A known cost below what was charged: CostConflict (charges never go down).
-//   - A known cost when the receipt is still unknown or incomplete, and was never
-//     promoted: Promoted, charging only the difference (possibly zero: a known zero cost
-//     still resolves an unknown one). This happens at most once per receipt.
+//   - A report that improves a receipt never promoted before: Promoted, charging only
+//     the difference (possibly zero: a known zero cost still resolves an unknown one).
+//     This happens at most once per receipt. A report improves a receipt when its
+//     source knows the cost better (upstream or a real price over a fallback price, any
+//     of them over unknown), or, for an incomplete receipt, when it is complete or
+//     costs more. A repeat of the same fallback-priced cost improves nothing.
 //   - The same cost again: Duplicate.
-//   - A higher cost for a receipt that is final (known and complete, or already
-//     promoted): CostConflict, since charging it would count a second, different
-//     answer for one request.
+//   - Another cost for a receipt that is final (complete, or already promoted):
+//     CostConflict, since charging it would count a second, different answer for one
+//     request.
 func Decide(prev *Receipt, r Report) Decision {
 	if prev == nil {
-		return Decision{Outcome: Settled, Receipt: Receipt{Cost: r.Cost, Source: r.Source, Complete: r.Complete},
-			Delta: r.Cost, UnpricedDelta: b2i(r.Source == SourceUnknown), IncompleteDelta: b2i(!r.Complete)}
+		next := Receipt{Cost: r.Cost, Source: r.Source, Complete: r.Complete, Basis: r.Basis, PriceSource: r.PriceSource}
+		return Decision{Outcome: Settled, Receipt: next, Delta: r.Cost, UnpricedDelta: b2i(next.Unpriced()),
+			IncompleteDelta: b2i(!next.Complete), EstimatedDelta: b2i(next.Estimated())}
 	}
 	same := Decision{Outcome: Duplicate, Receipt: *prev}
-	if r.Source == SourceUnknown {
+	if r.Source == SourceUnknown || rank(r.Source) < rank(prev.Source) {
 		return same
 	}
 	if r.Cost < prev.Cost {
 		same.Outcome, same.Message = CostConflict, "the cost is lower than what was already charged"
 		return same
 	}
-	open := (prev.Unpriced() || !prev.Complete) && !prev.Promoted
-	improves := prev.Unpriced() || r.Cost > prev.Cost || (r.Complete && !prev.Complete)
-	if open && improves {
-		next := Receipt{Cost: r.Cost, Source: r.Source, Complete: prev.Complete || r.Complete, Promoted: true}
+	improves := rank(r.Source) > rank(prev.Source) || (!prev.Complete && (r.Cost > prev.Cost || r.Complete))
+	if improves && !prev.Promoted {
+		next := Receipt{Cost: r.Cost, Source: r.Source, Complete: prev.Complete || r.Complete, Promoted: true,
+			Basis: r.Basis, PriceSource: r.PriceSource}
 		return Decision{Outcome: Promoted, Receipt: next, Delta: r.Cost - prev.Cost,
-			UnpricedDelta:   -b2i(prev.Unpriced()),
-			IncompleteDelta: -b2i(!prev.Complete && next.Complete)}
+			UnpricedDelta:   b2i(next.Unpriced()) - b2i(prev.Unpriced()),
+			IncompleteDelta: b2i(!next.Complete) - b2i(!prev.Complete),
+			EstimatedDelta:  b2i(next.Estimated()) - b2i(prev.Estimated())}
 	}
 	if r.Cost == prev.Cost {
 		return same

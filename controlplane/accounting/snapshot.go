@@ -17,6 +17,12 @@ const SnapshotVersion = 2
 // UnlimitedPolicyID names "no policy won this timeframe" in a snapshot bucket.
 const UnlimitedPolicyID = "unlimited"
 
+// UnknownPolicyID marks every bucket of the snapshot of a fail-open admission made
+// without a mirror record (SettleItem.admitted_without_record): the enforcer knew
+// neither the member's policies nor its tracking version. It is accepted only there
+// (ParseUnrecordedSnapshot), never in a start or an ordinary settlement.
+const UnknownPolicyID = "unknown"
+
 // MaxClockSkew bounds how far in the future an admission may claim to be: a snapshot
 // from an enforcer whose clock runs ahead must not charge windows that have not begun.
 const MaxClockSkew = 5 * time.Minute
@@ -55,8 +61,12 @@ var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 // ValidRequestID tells whether a request id is acceptable.
 func ValidRequestID(id string) bool { return requestIDPattern.MatchString(id) }
 
+// entityIDPattern bounds organization, member and policy ids: TypeIDs ("om_...") and
+// the snapshot markers; never a byte Postgres or JSON would refuse.
+var entityIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
 // ValidEntityID bounds organization and member ids before they reach SQL.
-func ValidEntityID(id string) bool { return id != "" && len(id) <= 64 }
+func ValidEntityID(id string) bool { return entityIDPattern.MatchString(id) }
 
 // ErrInvalidSnapshot wraps every reason a snapshot is refused.
 var ErrInvalidSnapshot = errors.New("invalid snapshot")
@@ -69,8 +79,21 @@ func invalid(format string, args ...any) error {
 // three timeframes, each bucket the window of its timeframe that contains the admission
 // instant, with the deterministic bucket id of (organization, member, timeframe, start),
 // and an admission instant not in the future beyond MaxClockSkew. A snapshot that
-// passes names the windows settlement charges, whatever the time of settlement.
+// passes names the windows settlement charges, whatever the time of settlement. The
+// UnknownPolicyID marker is refused here.
 func ParseSnapshot(p *internalv1.Snapshot, orgID, memberID string, now time.Time) (Snapshot, error) {
+	return parseSnapshot(p, orgID, memberID, now, false)
+}
+
+// ParseUnrecordedSnapshot validates the snapshot of a fail-open admission made without
+// a mirror record: as ParseSnapshot, except that every bucket must carry the
+// UnknownPolicyID marker with revision 0, base 0 and no hard limit, and the tracking
+// version must be 0 (the enforcer did not know it).
+func ParseUnrecordedSnapshot(p *internalv1.Snapshot, orgID, memberID string, now time.Time) (Snapshot, error) {
+	return parseSnapshot(p, orgID, memberID, now, true)
+}
+
+func parseSnapshot(p *internalv1.Snapshot, orgID, memberID string, now time.Time, unrecorded bool) (Snapshot, error) {
 	if p == nil {
 		return Snapshot{}, invalid("missing")
 	}
@@ -86,6 +109,9 @@ func ParseSnapshot(p *internalv1.Snapshot, orgID, memberID string, now time.Time
 	}
 	if p.GetTrackingVersion() < 0 {
 		return Snapshot{}, invalid("tracking_version must not be negative")
+	}
+	if unrecorded && p.GetTrackingVersion() != 0 {
+		return Snapshot{}, invalid("an admission without a mirror record has tracking_version 0")
 	}
 	if len(p.GetBuckets()) != len(window.Timeframes) {
 		return Snapshot{}, invalid("%d buckets; want day, week and month", len(p.GetBuckets()))
@@ -107,8 +133,12 @@ func ParseSnapshot(p *internalv1.Snapshot, orgID, memberID string, now time.Time
 			return Snapshot{}, invalid("%s bucket id is not the bucket id of this member and window", tf)
 		}
 		switch {
-		case b.GetPolicyId() == "" || len(b.GetPolicyId()) > 64:
-			return Snapshot{}, invalid("%s bucket policy_id must be 1 to 64 characters", tf)
+		case !entityIDPattern.MatchString(b.GetPolicyId()):
+			return Snapshot{}, invalid("%s bucket policy_id must be 1 to 64 letters, digits and . _ : -", tf)
+		case unrecorded && (b.GetPolicyId() != UnknownPolicyID || b.GetPolicyRevision() != 0 || b.GetBaseMicroUsd() != 0 || b.GetHardLimit()):
+			return Snapshot{}, invalid("%s bucket of an admission without a mirror record must be policy_id %q, revision 0, base 0", tf, UnknownPolicyID)
+		case !unrecorded && b.GetPolicyId() == UnknownPolicyID:
+			return Snapshot{}, invalid("%s bucket policy_id %q is only for admissions without a mirror record", tf, UnknownPolicyID)
 		case b.GetPolicyId() == UnlimitedPolicyID && (b.GetPolicyRevision() != 0 || b.GetBaseMicroUsd() != 0):
 			return Snapshot{}, invalid("%s bucket is unlimited but has a revision or a base", tf)
 		case b.GetPolicyRevision() < 0 || b.GetBaseMicroUsd() < 0 || b.GetBaseMicroUsd() > money.MaxAllowanceMicroUSD:

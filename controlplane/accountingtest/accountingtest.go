@@ -180,9 +180,10 @@ func StartItem(id, org, member string, at time.Time, trackingVersion int64) *int
 func Cost(v int64) *int64 { return &v }
 
 // Check verifies the accounting invariants of the whole database: every counter equals
-// the sum of its receipts' charges and counts its unpriced and incomplete receipts;
-// every member's pending count equals its pending starts, and its unpriced and
-// incomplete counts equal its receipts'; no start is pending with a receipt, and every
+// the sum of its receipts' charges and counts its unpriced (unknown or fallback-priced)
+// and incomplete receipts; every member's pending count equals its pending starts, and
+// its unpriced, incomplete and estimated counts equal its receipts'; every receipt's cost
+// basis and price source agree with its cost source; no start is pending with a receipt, and every
 // closed start that was settled or recovered has exactly one receipt.
 func Check(t testing.TB, st *store.Store) {
 	t.Helper()
@@ -197,15 +198,24 @@ func Check(t testing.TB, st *store.Store) {
 		{"charges of a bucket with no counter", `SELECT c.bucket_id FROM ` + charges + ` c
 			LEFT JOIN usage_buckets b ON b.id = c.bucket_id WHERE b.id IS NULL AND c.charged_micro_usd > 0`},
 		{"bucket unpriced/incomplete counts differ from its receipts", `SELECT b.id FROM usage_buckets b
-			LEFT JOIN (SELECT c.bucket_id, count(*) FILTER (WHERE r.cost_source = 'unknown') AS u, count(*) FILTER (WHERE NOT r.complete) AS i
+			LEFT JOIN (SELECT c.bucket_id, count(*) FILTER (WHERE r.cost_source IN ('unknown', 'fallback')) AS u, count(*) FILTER (WHERE NOT r.complete) AS i
 				FROM ` + charges + ` c JOIN usage_receipts r ON r.request_id = c.request_id GROUP BY c.bucket_id) x ON x.bucket_id = b.id
 			WHERE b.unpriced_requests <> coalesce(x.u, 0) OR b.incomplete_requests <> coalesce(x.i, 0)`},
 		{"pending start of a member without a tracking row", `SELECT s.request_id FROM usage_request_starts s
 			LEFT JOIN usage_member_tracking t USING (member_id) WHERE s.state = 'pending' AND t.member_id IS NULL`},
-		{"member unpriced/incomplete counts differ from receipts", `SELECT t.member_id FROM usage_member_tracking t
-			LEFT JOIN (SELECT member_id, count(*) FILTER (WHERE cost_source = 'unknown') AS u, count(*) FILTER (WHERE NOT complete) AS i
+		{"member unpriced/incomplete/estimated counts differ from receipts", `SELECT t.member_id FROM usage_member_tracking t
+			LEFT JOIN (SELECT member_id, count(*) FILTER (WHERE cost_source IN ('unknown', 'fallback')) AS u, count(*) FILTER (WHERE NOT complete) AS i,
+					count(*) FILTER (WHERE cost_basis = 'estimate') AS e
 				FROM usage_receipts GROUP BY member_id) r ON r.member_id = t.member_id
-			WHERE t.unpriced_requests <> coalesce(r.u, 0) OR t.incomplete_requests <> coalesce(r.i, 0)`},
+			WHERE t.unpriced_requests <> coalesce(r.u, 0) OR t.incomplete_requests <> coalesce(r.i, 0) OR t.estimated_requests <> coalesce(r.e, 0)`},
+		{"receipt's basis disagrees with its source", `SELECT request_id FROM usage_receipts WHERE
+			(cost_source = 'upstream') <> (cost_basis = 'upstream_cost') OR (cost_source = 'unknown') <> (cost_basis = 'none')
+			OR (cost_source = 'fallback') <> (price_source = 'fallback')
+			OR (cost_source IN ('catalog_estimate', 'fallback')) <> (price_source <> '')
+			OR (cost_basis = 'estimate' AND complete) OR (cost_source = 'unknown' AND cost_micro_usd <> 0)`},
+		{"last settlement basis differs from its receipt", `SELECT t.member_id FROM usage_member_tracking t
+			JOIN usage_receipts r ON r.request_id = t.last_settlement_request_id
+			WHERE t.last_settlement_cost_basis IS DISTINCT FROM r.cost_basis`},
 		{"receipt without its start", `SELECT r.request_id FROM usage_receipts r LEFT JOIN usage_request_starts s USING (request_id)
 			WHERE s.request_id IS NULL`},
 		{"start of an unknown member", `SELECT s.request_id FROM usage_request_starts s LEFT JOIN members m ON m.id = s.member_id

@@ -35,6 +35,20 @@ type Metrics struct {
 	Resyncs *prometheus.CounterVec
 	// RPCs counts internal API calls by method and gRPC code.
 	RPCs *prometheus.CounterVec
+	// Receipts counts the receipts settlements wrote (first receipts and promotions) by
+	// cost_basis (upstream_cost, reported_usage, estimate, none) and price_source
+	// (organization, catalog, fallback, none).
+	Receipts *prometheus.CounterVec
+	// Unpriced counts the receipts settlements wrote that are unpriced, by cost_source:
+	// fallback (tokens of a model nobody priced, charged at the fallback price) or unknown
+	// (nothing to price). The alert TollgateUnpricedModels watches fallback.
+	Unpriced *prometheus.CounterVec
+	// Adjusted counts settlements whose values were cleaned or bounded before they were
+	// stored, by adjustment: model_cleaned (control characters, invalid UTF-8, length),
+	// usage_bounded (a token count or upstream cost out of range), cost_capped (a priced
+	// cost above the allowance bound), stored_without_model (the database refused the
+	// receipt and it was stored again without its model name).
+	Adjusted *prometheus.CounterVec
 
 	pending atomic.Int64
 }
@@ -63,11 +77,20 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Mirror rebuilds by kind."}, []string{"kind"}),
 		RPCs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_internal_rpcs_total",
 			Help: "Internal API calls by method and code."}, []string{"method", "code"}),
+		Receipts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_accounting_receipts_total",
+			Help: "Receipts written by settlements (first receipts and promotions), by how the cost was known and which price was used."},
+			[]string{"cost_basis", "price_source"}),
+		Unpriced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_accounting_unpriced_settlements_total",
+			Help: "Unpriced receipts written by settlements, by cost source (fallback: charged at the fallback price; unknown: nothing to price)."},
+			[]string{"cost_source"}),
+		Adjusted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_accounting_adjusted_settlements_total",
+			Help: "Settlements whose values were cleaned or bounded before they were stored, by adjustment."}, []string{"adjustment"}),
 	}
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_accounting_pending_starts",
 		Help: "Durable starts not yet settled, across all members (refreshed periodically)."},
 		func() float64 { return float64(m.pending.Load()) })
-	reg.MustRegister(m.Settlements, m.Starts, m.StartBatches, m.BatchSize, m.BatchDuration, m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, pending)
+	reg.MustRegister(m.Settlements, m.Starts, m.StartBatches, m.BatchSize, m.BatchDuration, m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs,
+		m.Receipts, m.Unpriced, m.Adjusted, pending)
 	return m
 }
 

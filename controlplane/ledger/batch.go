@@ -184,12 +184,14 @@ type batchKind[I comparable, R any] struct {
 	again *batchKind[I, R]
 	// waitMirror: answer only after the Redis records are written.
 	waitMirror bool
-	// refused answers an item the database refused on its own (a constraint, an overflow).
-	refused func(item I, pgErr *pgconn.PgError) R
+	// refused answers an item the database refused on its own (a constraint, an
+	// overflow). It may commit the item again in another form, with commitBatch, and
+	// answer with that result (or that attempt's error).
+	refused func(ctx context.Context, item I, pgErr *pgconn.PgError) (R, error)
 	// failed counts an item that could not be committed for another reason.
 	failed func()
 	// answered counts a committed item's result.
-	answered func(R)
+	answered func(item I, r R)
 }
 
 // attempt is what one write of a batch produced.
@@ -233,7 +235,7 @@ func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKin
 		l.log.Error(k.name+" batch failed", "items", len(jobs), "err", err)
 		for _, j := range jobs {
 			if refused {
-				j.finish(k.refused(j.item, pgErr), nil)
+				j.finish(k.refused(ctx, j.item, pgErr))
 				continue
 			}
 			k.failed()
@@ -251,7 +253,7 @@ func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKin
 	l.afterCommit(ctx, a.versions, k.waitMirror, func() {
 		for _, j := range jobs {
 			r := a.results[j.item]
-			k.answered(r)
+			k.answered(j.item, r)
 			j.finish(r, nil)
 		}
 	})

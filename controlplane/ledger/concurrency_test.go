@@ -36,9 +36,16 @@ func TestConcurrentSettlementsChargeEachReceiptOnce(t *testing.T) {
 	var members [][2]string
 	for range 4 {
 		org, ms := e.Org(t, 50)
-		if _, err := e.Store.Pool.Exec(ctx, `INSERT INTO usage_model_prices (organization_id, model, input_micro_usd_per_million,
+		if _, err := e.Store.Pool.Exec(ctx, `INSERT INTO usage_model_prices (organization_id, model, match_key, input_micro_usd_per_million,
 				output_micro_usd_per_million, cached_input_micro_usd_per_million, created_at, updated_at)
-			VALUES ($1, 'priced', 3000000, 15000000, 300000, now(), now())`, org); err != nil {
+			VALUES ($1, 'priced', 'priced', 3000000, 15000000, 300000, now(), now())`, org); err != nil {
+			t.Fatal(err)
+		}
+		// A zero fallback price: the model nobody priced is charged 0 at first (a
+		// fallback-priced, unpriced receipt), so a later upstream cost can promote it.
+		if _, err := e.Store.Pool.Exec(ctx, `INSERT INTO usage_fallback_prices (organization_id, input_micro_usd_per_million,
+				output_micro_usd_per_million, cached_input_micro_usd_per_million, created_at, updated_at)
+			VALUES ($1, 0, 0, 0, now(), now())`, org); err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range ms {
@@ -77,7 +84,7 @@ func TestConcurrentSettlementsChargeEachReceiptOnce(t *testing.T) {
 			seq = append(seq, op{start: &internalv1.StartItem{RequestId: id, OrganizationId: org, MemberId: m, Snapshot: snap}})
 			final = &internalv1.SettleItem{RequestId: id, UpstreamCostMicroUsd: at.Cost(upstream), Complete: true}
 			want[id] = upstream
-		case kind < 8: // durable start, unknown model first, promoted later
+		case kind < 8: // durable start, unknown model first (fallback price 0), promoted later
 			seq = append(seq, op{start: &internalv1.StartItem{RequestId: id, OrganizationId: org, MemberId: m, Snapshot: snap}})
 			seq = append(seq, op{settle: &internalv1.SettleItem{RequestId: id, Model: "unpriced", InputTokens: in, Complete: false}})
 			count++

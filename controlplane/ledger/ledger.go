@@ -132,12 +132,8 @@ func connectionError(err error) bool {
 		// or killing our backend (pg_terminate_backend).
 		return pgErr.Code[:2] == "08" || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
 	}
-	return !errors.Is(err, errRefused) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
-
-// errRefused marks a batch this package refused on its own (an overflowing sum): like a
-// database refusal, it is run again item by item.
-var errRefused = errors.New("ledger: batch refused")
 
 // databaseRefusal tells whether the database refused the data itself (so the batch is
 // run again item by item, and only the offending item fails).
@@ -145,9 +141,6 @@ func databaseRefusal(err error) (*pgconn.PgError, bool) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && !connectionError(err) {
 		return pgErr, true
-	}
-	if errors.Is(err, errRefused) {
-		return &pgconn.PgError{Code: "22003", Message: err.Error()}, true
 	}
 	return nil, false
 }

@@ -51,7 +51,7 @@ func TestStartsWaitForFenceChangesNotForSettlements(t *testing.T) {
 
 	// A settlement batch's lock, held open.
 	tx := begin()
-	st, err := store.ReadSettleState(ctx, tx, nil, []string{m}, nil, nil, now)
+	st, err := store.ReadSettleState(ctx, tx, nil, []string{m}, nil, store.PriceLookup{}, now)
 	if err != nil || len(st.Tracking) != 1 {
 		t.Fatalf("settlement lock: %v %v", st.Tracking, err)
 	}

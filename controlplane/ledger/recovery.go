@@ -9,7 +9,7 @@ import (
 )
 
 // RecoveryWrites closes abandoned pending starts as unknown and incomplete: each gets a
-// receipt of unknown cost (outcome recovered, with the operator's review reference),
+// receipt of unknown cost (outcome recovered, cost basis none, with the operator's review reference),
 // zero charges on its snapshot's original buckets (so a later known cost is promoted
 // once, charging the difference), one more unpriced and incomplete request on each of
 // those buckets and on the member, and one pending request less. The last settlement
@@ -23,13 +23,10 @@ func RecoveryWrites(starts []store.StoredStart, reviewReference string, now time
 		if st.State != "pending" {
 			return store.SettleWrites{}, fmt.Errorf("start %s is %s, not pending", st.RequestID, st.State)
 		}
-		d := accounting.Decide(nil, accounting.Report{Cost: 0, Source: accounting.SourceUnknown, Complete: false})
+		d := accounting.Decide(nil, accounting.Report{Cost: 0, Source: accounting.SourceUnknown, Complete: false, Basis: accounting.BasisNone})
 		rw := store.ReceiptWrite{RequestID: st.RequestID, OrganizationID: st.OrganizationID, MemberID: st.MemberID,
-			Source: accounting.SourceUnknown, Outcome: "recovered", ReviewReference: &ref}
+			Source: accounting.SourceUnknown, Basis: accounting.BasisNone, Outcome: "recovered", ReviewReference: &ref}
 		s.charge(st, nil, d, rw, true)
-	}
-	if s.err != nil {
-		return store.SettleWrites{}, s.err
 	}
 	s.finish()
 	return s.w, nil

@@ -2,44 +2,136 @@ package ledger_test
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	at "github.com/tollgate-dev/tollgate/controlplane/accountingtest"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/money"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
-// A settlement whose charge would overflow its counters is answered invalid on its own,
-// charges nothing, and does not stop the other settlements sent with it.
-func TestRefusedSettlementDoesNotTakeItsBatchDown(t *testing.T) {
+// Values an upstream answered never leave a request uncharged: a NUL byte or invalid
+// UTF-8 in the model name, a 300-byte name, token counts of 2^63-1, an upstream cost of
+// 2^63-1 and a priced cost beyond int64 are cleaned or bounded and flagged, and every
+// item of the batch is settled (before, the NUL refused the whole batch in Postgres and
+// the item was answered "a counter would overflow", its start left pending for good).
+func TestHostileValuesAreSettledNotRefused(t *testing.T) {
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 2)
 	a, b := ms[0], ms[1]
 	now := e.Clock.Now()
-	first, overflow, fine := at.ReqID(), at.ReqID(), at.ReqID()
-	for _, s := range []struct{ id, member string }{{first, a}, {overflow, a}, {fine, b}} {
-		if r := start1(t, e, at.StartItem(s.id, org, s.member, now, 0)); r.Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+	long := strings.Repeat("m", 300)
+	cases := []struct {
+		name   string
+		member string
+		item   *internalv1.SettleItem
+		model  string // as stored
+		cost   int64  // 0: any cost above 0
+		note   string
+	}{
+		{"NUL in the model", a, &internalv1.SettleItem{Model: "gpt-4o-mini\x00", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
+			"gpt-4o-mini", 750_000, "model name cleaned"},
+		{"invalid UTF-8 in the model", a, &internalv1.SettleItem{Model: "gpt-4o-mini-\xff\xfe", InputTokens: 1_000_000, Complete: true},
+			"gpt-4o-mini-\uFFFD\uFFFD", 150_000, "model name cleaned"},
+		{"300-byte model", b, &internalv1.SettleItem{Model: long, OutputTokens: 10, Complete: true}, long[:200], 0, "model name cleaned"},
+		{"max int64 tokens", b, &internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: math.MaxInt64, OutputTokens: math.MaxInt64,
+			CachedInputTokens: math.MaxInt64, CacheCreationInputTokens: math.MaxInt64, Complete: true}, "gpt-4o-mini", 0, "capped at 1000000000000"},
+		{"upstream cost overflow", a, &internalv1.SettleItem{Model: "m", UpstreamCostMicroUsd: at.Cost(math.MaxInt64), Complete: true},
+			"m", money.MaxAllowanceMicroUSD, "upstream cost 9223372036854775807 capped"},
+		{"negative tokens", b, &internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: -5, OutputTokens: 1_000_000, Complete: true},
+			"gpt-4o-mini", 600_000, "input_tokens -5 read as 0"},
+		{"finished_at beyond timestamptz", b, &internalv1.SettleItem{Model: "gpt-4o-mini", OutputTokens: 1_000_000, Complete: true,
+			FinishedAtUnixMs: math.MaxInt64}, "gpt-4o-mini", 600_000, "finished_at_unix_ms"},
+	}
+	var items []*internalv1.SettleItem
+	for _, c := range cases {
+		id := at.ReqID()
+		if r := start1(t, e, at.StartItem(id, org, c.member, now, 0)); r.Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
 			t.Fatalf("start: %v", r)
 		}
+		c.item.RequestId = id
+		items = append(items, c.item)
 	}
-	if r := settle1(t, e, &internalv1.SettleItem{RequestId: first, UpstreamCostMicroUsd: at.Cost(1000), Complete: true, Model: "m"}); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
-		t.Fatalf("first: %v", r)
+	// One batch: one hostile item must not refuse the others.
+	res, err := e.Ledger.Settle(ctx, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cases {
+		r := res[i]
+		if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd <= 0 || (c.cost != 0 && r.CostMicroUsd != c.cost) ||
+			!strings.Contains(r.Message, c.note) {
+			t.Errorf("%s: %v", c.name, r)
+			continue
+		}
+		var model string
+		if err := e.Store.Pool.QueryRow(ctx, `SELECT model FROM usage_receipts WHERE request_id = $1`, r.RequestId).Scan(&model); err != nil || model != c.model {
+			t.Errorf("%s: stored model %q (%v), want %q", c.name, model, err, c.model)
+		}
+	}
+	if _, pending, _, _, _ := e.Tracking(t, a); pending != 0 {
+		t.Fatalf("member a has %d pending", pending)
+	}
+	at.Check(t, e.Store)
+	// Capped costs saturate the counters instead of refusing the batch: push member b's
+	// counters to the top and settle another capped cost.
+	if _, err := e.Store.Pool.Exec(ctx, `UPDATE usage_buckets SET used_micro_usd = 9223372036854775000 WHERE member_id = $1`, b); err != nil {
+		t.Fatal(err)
+	}
+	id := at.ReqID()
+	start1(t, e, at.StartItem(id, org, b, now, 0))
+	if r := settle1(t, e, &internalv1.SettleItem{RequestId: id, UpstreamCostMicroUsd: at.Cost(money.MaxAllowanceMicroUSD), Complete: true}); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("a charge beyond int64 on the counter: %v", r)
+	}
+	if used := e.Used(t, org, b, window.Day, now); used != math.MaxInt64 {
+		t.Fatalf("counter %d, want it saturated at 2^63-1", used)
+	}
+}
+
+// A receipt the database refuses is stored once more without its model name, so its
+// request is charged and closed; the other items of its batch are not refused with it.
+// Only when that is refused too is it answered invalid (with the database's reason, not
+// "a counter would overflow"), and its start stays pending for recovery.
+func TestRefusedReceiptIsStoredWithoutItsModel(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 2)
+	a, b := ms[0], ms[1]
+	now := e.Clock.Now()
+	// Postgres refuses what the ledger did not foresee; stand in for it with constraints.
+	if _, err := e.Store.Pool.Exec(ctx, `ALTER TABLE usage_receipts ADD CONSTRAINT poison_model CHECK (model <> 'poison'),
+		ADD CONSTRAINT poison_status CHECK (upstream_status <> 599)`); err != nil {
+		t.Fatal(err)
+	}
+	poisoned, fine, hopeless := at.ReqID(), at.ReqID(), at.ReqID()
+	for _, s := range []struct{ id, member string }{{poisoned, a}, {fine, b}, {hopeless, a}} {
+		start1(t, e, at.StartItem(s.id, org, s.member, now, 0))
 	}
 	res, err := e.Ledger.Settle(ctx, []*internalv1.SettleItem{
-		{RequestId: overflow, UpstreamCostMicroUsd: at.Cost(math.MaxInt64), Complete: true, Model: "m"},
+		{RequestId: poisoned, Model: "poison", InputTokens: 1000, Complete: true},
 		{RequestId: fine, UpstreamCostMicroUsd: at.Cost(700), Complete: true, Model: "m"},
+		{RequestId: hopeless, Model: "x", UpstreamStatus: 599, UpstreamCostMicroUsd: at.Cost(5), Complete: true},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID {
-		t.Fatalf("overflowing settlement: %v", res[0])
+	if r := res[0]; r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd <= 0 || r.CostSource != "fallback" ||
+		!strings.Contains(r.Message, "stored without its model name") {
+		t.Fatalf("refused receipt: %v", r)
 	}
-	if res[1].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
-		t.Fatalf("the other settlement of the batch: %v", res[1])
+	if r := res[1]; r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd != 700 {
+		t.Fatalf("the other item of the batch: %v", r)
 	}
-	if used := e.Used(t, org, a, window.Day, now); used != 1000 {
-		t.Fatalf("member a used %d, want 1000 (the overflow left no trace)", used)
+	if r := res[2]; r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID || !strings.Contains(r.Message, "23514") ||
+		!strings.Contains(r.Message, "poison_status") || strings.Contains(r.Message, "counter would overflow") {
+		t.Fatalf("refused twice: %v", r)
+	}
+	var model string
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT model FROM usage_receipts WHERE request_id = $1`, poisoned).Scan(&model); err != nil || model != "" {
+		t.Fatalf("stored model %q, %v", model, err)
+	}
+	if _, pending, _, _, _ := e.Tracking(t, a); pending != 1 {
+		t.Fatalf("member a pending %d, want 1 (the hopeless one)", pending)
 	}
 	if used := e.Used(t, org, b, window.Day, now); used != 700 {
 		t.Fatalf("member b used %d", used)

@@ -5,25 +5,48 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-dev/tollgate/controlplane/accounting"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/money"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
-// settleJob is one validated settlement.
+// settleJob is one validated settlement, its values cleaned and bounded.
 type settleJob struct {
 	in *internalv1.SettleItem
+	// model is the cleaned model name (accounting.CleanModel).
+	model string
 	// snap is the snapshot the settlement brought (nil when it relies on its start).
 	snap     *accounting.Snapshot
 	snapJSON []byte
-	usage    accounting.Usage
+	// unrecorded: a fail-open admission made without a mirror record.
+	unrecorded bool
+	// usage is bounded (accounting.Bound); complete is false for estimated usage.
+	usage      accounting.Usage
+	complete   bool
+	finishedAt *time.Time
+	// steps are the price matching steps of the model, and catalog the shipped
+	// catalog's entry per step (nil: no entry), when pricing needs a price.
+	steps   []pricecatalog.Step
+	catalog []*pricecatalog.Entry
+	// notes say what was cleaned or bounded, for the answer's message; adjusted names
+	// the same for the metric.
+	notes    []string
+	adjusted []string
+	// withoutModel: the database refused this item as it was; it is stored again
+	// without its model name (see runSettles).
+	withoutModel bool
 }
 
 var settleResultLabel = map[internalv1.SettleOutcome]string{
@@ -36,9 +59,6 @@ var settleResultLabel = map[internalv1.SettleOutcome]string{
 	internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED: "epoch_changed",
 }
 
-// maxModelLen bounds model names, like the price table's.
-const maxModelLen = 200
-
 // Settle prices and charges finished requests, each atomically and idempotently, and
 // answers each in order. An error means the items may not be durable and should be sent
 // again (a repeat is answered as a duplicate, never charged twice).
@@ -50,7 +70,7 @@ func (l *Ledger) Settle(ctx context.Context, items []*internalv1.SettleItem) ([]
 		sj, err := validateSettle(it, now)
 		if err != nil {
 			out[i] = &internalv1.SettleResult{RequestId: it.GetRequestId(), Outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID,
-				Message: err.Error(), CostSource: accounting.SourceUnknown}
+				Message: err.Error(), CostSource: accounting.SourceUnknown, CostBasis: accounting.BasisNone}
 			l.metrics.Settlements.WithLabelValues("invalid").Inc()
 			continue
 		}
@@ -74,25 +94,70 @@ func (l *Ledger) Settle(ctx context.Context, items []*internalv1.SettleItem) ([]
 	return out, nil
 }
 
+// maxFinishedSkew bounds how far in the future a finished_at may lie.
+const maxFinishedSkew = 24 * time.Hour
+
+// minFinishedAt: a finished_at before 2000 is nonsense (and keeps the value far inside
+// Postgres's timestamptz range).
+var minFinishedAt = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// validateSettle refuses only what cannot name a request (its id, the ids it claims, a
+// malformed snapshot). Values an upstream answered are never a reason to refuse: the
+// model name is cleaned, token counts and costs bounded, an impossible finished_at
+// dropped, each noted in the answer's message.
 func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error) {
 	switch {
 	case !accounting.ValidRequestID(it.GetRequestId()):
 		return nil, errors.New("request_id must be 1 to 128 characters of letters, digits and . _ : -")
-	case len(it.GetOrganizationId()) > 64 || len(it.GetMemberId()) > 64:
-		return nil, errors.New("organization_id and member_id are at most 64 characters")
-	case len(it.GetModel()) > maxModelLen:
-		return nil, errors.New("model is at most 200 characters")
+	case it.GetOrganizationId() != "" && !accounting.ValidEntityID(it.GetOrganizationId()),
+		it.GetMemberId() != "" && !accounting.ValidEntityID(it.GetMemberId()):
+		return nil, errors.New("organization_id and member_id are 1 to 64 letters, digits and . _ : - (or empty when the start is durable)")
 	}
-	sj := &settleJob{in: it, usage: accounting.Usage{InputTokens: it.GetInputTokens(), OutputTokens: it.GetOutputTokens(),
-		CachedInputTokens: it.GetCachedInputTokens(), UpstreamCost: it.UpstreamCostMicroUsd}}
-	if _, _, err := accounting.CostOf(sj.usage, nil); err != nil {
-		return nil, err
+	sj := &settleJob{in: it, unrecorded: it.GetAdmittedWithoutRecord()}
+	var changed bool
+	if sj.model, changed = accounting.CleanModel(it.GetModel()); changed {
+		sj.notes = append(sj.notes, "model name cleaned (control characters, invalid UTF-8 or more than 200 bytes)")
+		sj.adjusted = append(sj.adjusted, "model_cleaned")
+	}
+	u, notes := accounting.Bound(accounting.Usage{InputTokens: it.GetInputTokens(), OutputTokens: it.GetOutputTokens(),
+		CachedInputTokens: it.GetCachedInputTokens(), CacheWriteTokens: it.GetCacheCreationInputTokens(),
+		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated()})
+	if len(notes) > 0 {
+		sj.notes = append(sj.notes, notes...)
+		sj.adjusted = append(sj.adjusted, "usage_bounded")
+	}
+	sj.usage = u
+	// Estimated usage is never complete: it is what the enforcer saw, not what the
+	// upstream reported.
+	sj.complete = it.GetComplete() && !(u.Estimated && u.Basis() == accounting.BasisEstimate)
+	if f := it.GetFinishedAtUnixMs(); f > 0 {
+		if t := time.UnixMilli(f).UTC(); t.Before(minFinishedAt) || t.After(now.Add(maxFinishedSkew)) {
+			sj.notes = append(sj.notes, fmt.Sprintf("finished_at_unix_ms %d dropped", f))
+		} else {
+			sj.finishedAt = &t
+		}
+	}
+	if u.NeedsPrice() {
+		sj.steps = pricecatalog.Steps(sj.model)
+		sj.catalog = make([]*pricecatalog.Entry, len(sj.steps))
+		for i, s := range sj.steps {
+			if s.Exact {
+				continue // the catalog's names are keys: key steps find them
+			}
+			if e, ok := pricecatalog.Default().Find(s.Name); ok {
+				sj.catalog[i] = &e
+			}
+		}
 	}
 	if it.GetSnapshot() != nil {
 		if it.GetOrganizationId() == "" || it.GetMemberId() == "" {
 			return nil, errors.New("a settlement with a snapshot must name organization_id and member_id")
 		}
-		snap, err := accounting.ParseSnapshot(it.GetSnapshot(), it.GetOrganizationId(), it.GetMemberId(), now)
+		parse := accounting.ParseSnapshot
+		if sj.unrecorded {
+			parse = accounting.ParseUnrecordedSnapshot
+		}
+		snap, err := parse(it.GetSnapshot(), it.GetOrganizationId(), it.GetMemberId(), now)
 		if err != nil {
 			return nil, err
 		}
@@ -104,26 +169,81 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 	return sj, nil
 }
 
+// catalogMatch is whether the shipped catalog prices the job's model at all.
+func (sj *settleJob) catalogMatch() bool {
+	for _, e := range sj.catalog {
+		if e != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // runSettles commits one batch of settlements. Their callers wait for the Redis write
 // too, so the enforcer's next check sees the new spend.
 func (l *Ledger) runSettles(ctx context.Context, jobs []*job[*settleJob, *internalv1.SettleResult]) {
-	commitBatch(ctx, l, batchKind[*settleJob, *internalv1.SettleResult]{
+	commitBatch(ctx, l, l.settleKind(), jobs)
+}
+
+// settleKind is how settlements are committed. When the database refuses an item on
+// its own (after its batch was committed item by item), the item is stored once more
+// without its model name, the one value an upstream chose freely: an admitted request
+// must not stay pending and uncharged because of what its upstream answered. Only if
+// that is refused too is it answered INVALID, and its start stays pending for
+// abandonment recovery.
+func (l *Ledger) settleKind() batchKind[*settleJob, *internalv1.SettleResult] {
+	var k batchKind[*settleJob, *internalv1.SettleResult]
+	k = batchKind[*settleJob, *internalv1.SettleResult]{
 		name:       "settle",
 		write:      settleBatch,
 		waitMirror: true,
-		refused: func(j *settleJob, pgErr *pgconn.PgError) *internalv1.SettleResult {
-			l.metrics.Settlements.WithLabelValues("invalid").Inc()
+		refused: func(ctx context.Context, j *settleJob, pgErr *pgconn.PgError) (*internalv1.SettleResult, error) {
 			l.log.Warn("settlement refused by the database", "request_id", j.in.GetRequestId(), "code", pgErr.Code,
-				"constraint", pgErr.ConstraintName, "detail", pgErr.Message)
+				"constraint", pgErr.ConstraintName, "detail", pgErr.Message, "without_model", j.withoutModel)
+			if !j.withoutModel {
+				again := *j
+				again.withoutModel = true
+				again.notes = append(slices.Clone(j.notes), fmt.Sprintf("stored without its model name: the database refused the receipt (%s)", pgErr.Code))
+				again.adjusted = append(slices.Clone(j.adjusted), "stored_without_model")
+				retry := &job[*settleJob, *internalv1.SettleResult]{ctx: ctx, item: &again, done: make(chan struct{})}
+				commitBatch(ctx, l, k, []*job[*settleJob, *internalv1.SettleResult]{retry})
+				<-retry.done
+				return retry.res, retry.err
+			}
+			l.metrics.Settlements.WithLabelValues("invalid").Inc()
 			return &internalv1.SettleResult{RequestId: j.in.GetRequestId(), Outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID,
-				Message: "refused by the database (" + pgErr.Code + "): a counter would overflow or a value is out of range", CostSource: accounting.SourceUnknown}
+				Message: "refused by the database (" + pgErr.Code + "): " + pgErr.Message +
+					"; the request stays pending until it is settled again or recovered",
+				CostSource: accounting.SourceUnknown, CostBasis: accounting.BasisNone}, nil
 		},
 		failed: func() { l.metrics.Settlements.WithLabelValues("error").Inc() },
-		answered: func(r *internalv1.SettleResult) {
+		answered: func(j *settleJob, r *internalv1.SettleResult) {
 			l.metrics.Settlements.WithLabelValues(settleResultLabel[r.GetOutcome()]).Inc()
+			for _, a := range j.adjusted {
+				l.metrics.Adjusted.WithLabelValues(a).Inc()
+			}
+			o := r.GetOutcome()
+			if o != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED && o != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED {
+				return
+			}
+			ps := r.GetPriceSource()
+			if ps == "" {
+				ps = "none"
+			}
+			l.metrics.Receipts.WithLabelValues(r.GetCostBasis(), ps).Inc()
+			if cs := r.GetCostSource(); cs == accounting.SourceFallback || cs == accounting.SourceUnknown {
+				l.metrics.Unpriced.WithLabelValues(cs).Inc()
+			}
+			if strings.Contains(r.GetMessage(), costCappedNote) {
+				l.metrics.Adjusted.WithLabelValues("cost_capped").Inc()
+			}
 		},
-	}, jobs)
+	}
+	return k
 }
+
+// costCappedNote is the note of a priced cost capped at the allowance bound.
+const costCappedNote = "cost capped at 4503599627370495"
 
 // settlement accumulates the writes of one batch.
 type settlement struct {
@@ -132,7 +252,6 @@ type settlement struct {
 	buckets map[string]*store.BucketDelta
 	members map[string]*store.TrackingDelta
 	bump    map[string]bool
-	err     error
 }
 
 func (s *settlement) bucket(orgID, memberID string, b accounting.SnapshotBucket) *store.BucketDelta {
@@ -154,11 +273,15 @@ func (s *settlement) member(id string) *store.TrackingDelta {
 	return d
 }
 
-// add adds with an overflow check; the first overflow refuses the batch.
+// add adds v to *dst, saturating at the int64 bounds: like the counters in SQL
+// (usage_saturating_add), a sum never refuses a batch.
 func (s *settlement) add(dst *int64, v int64) {
 	sum, err := money.AddChecked(*dst, v)
-	if err != nil && s.err == nil {
-		s.err = fmt.Errorf("%w: %v", errRefused, err)
+	if err != nil {
+		sum = math.MaxInt64
+		if v < 0 {
+			sum = math.MinInt64
+		}
 	}
 	*dst = sum
 }
@@ -168,7 +291,7 @@ func (s *settlement) add(dst *int64, v int64) {
 func (s *settlement) charge(st store.StoredStart, prev *store.StoredReceipt, d accounting.Decision,
 	rw store.ReceiptWrite, closePending bool) *store.StoredReceipt {
 	next := &store.StoredReceipt{Cost: d.Receipt.Cost, Source: d.Receipt.Source, Complete: d.Receipt.Complete, Promoted: d.Receipt.Promoted,
-		Charges: map[string]int64{}}
+		Basis: d.Receipt.Basis, PriceSource: d.Receipt.PriceSource, Charges: map[string]int64{}}
 	moved := false
 	for _, b := range accounting.AdmissionBuckets(st.OrganizationID, st.MemberID, st.AdmittedAt) {
 		var before int64
@@ -189,8 +312,9 @@ func (s *settlement) charge(st store.StoredStart, prev *store.StoredReceipt, d a
 	md := s.member(st.MemberID)
 	s.add(&md.Unpriced, d.UnpricedDelta)
 	s.add(&md.Incomplete, d.IncompleteDelta)
+	s.add(&md.Estimated, d.EstimatedDelta)
 	if rw.Outcome == "settled" || d.Outcome == accounting.Promoted {
-		md.LastSettlementRequestID = st.RequestID
+		md.LastSettlementRequestID, md.LastSettlementCostBasis = st.RequestID, d.Receipt.Basis
 	}
 	if closePending {
 		s.w.CloseStarts = append(s.w.CloseStarts, st.RequestID)
@@ -231,7 +355,6 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 		return none, err
 	}
 	var createTracking, members, receiptIDs []string
-	var prices []store.PriceKey
 	for id, st := range read.Starts {
 		members = append(members, st.MemberID)
 		if read.Created[id] {
@@ -240,14 +363,13 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			receiptIDs = append(receiptIDs, id)
 		}
 	}
-	for _, j := range jobs {
-		if st, ok := read.Starts[j.item.in.GetRequestId()]; ok && j.item.usage.UpstreamCost == nil && j.item.in.GetModel() != "" {
-			prices = append(prices, store.PriceKey{OrganizationID: st.OrganizationID, Model: j.item.in.GetModel()})
-		}
-	}
-	state, err := store.ReadSettleState(ctx, tx, createTracking, members, receiptIDs, prices, now)
+	state, err := store.ReadSettleState(ctx, tx, createTracking, members, receiptIDs, priceLookup(jobs, read.Starts), now)
 	if err != nil {
 		return none, err
+	}
+	tables := map[string]*orgPrices{}
+	for org, ps := range state.Prices {
+		tables[org] = newOrgPrices(ps)
 	}
 
 	s := &settlement{now: now, w: store.SettleWrites{CloseState: "settled"}, buckets: map[string]*store.BucketDelta{},
@@ -261,7 +383,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 	for _, j := range jobs {
 		it := j.item.in
 		id := it.GetRequestId()
-		r := &internalv1.SettleResult{RequestId: id, CostSource: accounting.SourceUnknown}
+		r := &internalv1.SettleResult{RequestId: id, CostSource: accounting.SourceUnknown, CostBasis: accounting.BasisNone}
 		results[j.item] = r
 		if prior := refusedEvent[id]; prior != nil {
 			r.Outcome, r.Message = prior.Outcome, prior.Message
@@ -274,7 +396,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 				continue
 			}
 			r.Outcome, r.Message = internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT, "no durable start and no snapshot: recorded for review, not charged"
-			s.quarantine(it, "no_snapshot")
+			s.quarantine(j.item, "no_snapshot")
 			continue
 		}
 		if (it.GetOrganizationId() != "" && it.GetOrganizationId() != st.OrganizationID) || (it.GetMemberId() != "" && it.GetMemberId() != st.MemberID) {
@@ -282,51 +404,48 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			continue
 		}
 		if read.Created[id] && receipts[id] == nil {
-			// A settlement that creates its event passes the capture fence like a start.
-			tr := state.Tracking[st.MemberID]
-			verdict := accounting.Admit(tr.CaptureEnabled, tr.Version, st.TrackingVersion)
-			if state.CreatedTracking[st.MemberID] {
-				verdict = accounting.Admitted
-			}
-			if verdict != accounting.Admitted {
-				reason, msg := "epoch_changed", fmt.Sprintf("admitted under tracking version %d, the member is at %d: recorded for review, not charged", st.TrackingVersion, tr.Version)
-				if verdict == accounting.CaptureSuspended {
-					reason, msg = "capture_suspended", "capture is suspended for this member: recorded for review, not charged"
-				}
-				r.Outcome, r.Message = internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED, msg
+			if refused := admitEvent(j.item, st, state); refused != nil {
+				r.Outcome, r.Message = refused.outcome, refused.message
 				s.w.DeleteStarts = append(s.w.DeleteStarts, id)
-				s.quarantine(it, reason)
+				s.quarantine(j.item, refused.reason)
 				refusedEvent[id] = r
 				continue
 			}
 		}
-		var price *accounting.Price
-		if p, ok := state.Prices[store.PriceKey{OrganizationID: st.OrganizationID, Model: it.GetModel()}]; ok && it.GetModel() != "" {
-			price = &accounting.Price{InputPerMillion: p.InputPerMillion, OutputPerMillion: p.OutputPerMillion, CachedInputPerMillion: p.CachedInputPerMillion}
+		var priced accounting.PricedAt
+		if j.item.usage.NeedsPrice() {
+			priced = j.item.price(tables[st.OrganizationID], state.Fallbacks, st.OrganizationID)
 		}
-		cost, source, err := accounting.CostOf(j.item.usage, price)
+		cost, err := accounting.CostOf(j.item.usage, priced)
 		if err != nil {
+			// Bound and the price choice rule this out; answer rather than charge wrongly.
 			r.Outcome, r.Message = internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID, err.Error()
 			continue
+		}
+		notes := j.item.notes
+		if cost.Capped {
+			notes = append(slices.Clone(notes), costCappedNote)
 		}
 		prev := receipts[id]
 		var prevState *accounting.Receipt
 		if prev != nil {
-			prevState = &accounting.Receipt{Cost: prev.Cost, Source: prev.Source, Complete: prev.Complete, Promoted: prev.Promoted}
+			prevState = &accounting.Receipt{Cost: prev.Cost, Source: prev.Source, Complete: prev.Complete, Promoted: prev.Promoted,
+				Basis: prev.Basis, PriceSource: prev.PriceSource}
 		}
-		d := accounting.Decide(prevState, accounting.Report{Cost: cost, Source: source, Complete: it.GetComplete()})
-		r.Outcome, r.Message = settleOutcomes[d.Outcome], d.Message
-		r.CostMicroUsd, r.CostSource = d.Receipt.Cost, d.Receipt.Source
+		d := accounting.Decide(prevState, accounting.Report{Cost: cost.MicroUSD, Source: cost.Source, Complete: j.item.complete,
+			Basis: cost.Basis, PriceSource: cost.PriceSource})
+		r.Outcome, r.Message = settleOutcomes[d.Outcome], joinMessage(d.Message, notes)
+		r.CostMicroUsd, r.CostSource, r.CostBasis, r.PriceSource = d.Receipt.Cost, d.Receipt.Source, d.Receipt.Basis, d.Receipt.PriceSource
 		if d.Outcome != accounting.Settled && d.Outcome != accounting.Promoted {
 			continue
 		}
 		rw := store.ReceiptWrite{RequestID: id, OrganizationID: st.OrganizationID, MemberID: st.MemberID, Cost: d.Receipt.Cost,
-			Source: d.Receipt.Source, Model: it.GetModel(), InputTokens: it.GetInputTokens(), OutputTokens: it.GetOutputTokens(),
-			CachedInputTokens: it.GetCachedInputTokens(), UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
-			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted}
-		if f := it.GetFinishedAtUnixMs(); f > 0 {
-			t := time.UnixMilli(f).UTC()
-			rw.FinishedAt = &t
+			Source: d.Receipt.Source, Basis: d.Receipt.Basis, PriceSource: d.Receipt.PriceSource, Model: j.item.model,
+			InputTokens: j.item.usage.InputTokens, OutputTokens: j.item.usage.OutputTokens, CachedInputTokens: j.item.usage.CachedInputTokens,
+			CacheWriteTokens: j.item.usage.CacheWriteTokens, UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
+			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: j.item.finishedAt}
+		if j.item.withoutModel {
+			rw.Model = ""
 		}
 		if prev == nil && st.State == "recovered" {
 			// A recovered start always has its receipt; reaching here means the rows
@@ -339,9 +458,6 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			st.State = "settled"
 			read.Starts[id] = st
 		}
-	}
-	if s.err != nil {
-		return none, s.err
 	}
 	// An event created for a settlement that was then refused (its cost could not be
 	// computed) must not stay behind without a receipt.
@@ -356,8 +472,151 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 	return attempt[*settleJob, *internalv1.SettleResult]{results: results, versions: versions, writes: writes}, nil
 }
 
-func (s *settlement) quarantine(it *internalv1.SettleItem, reason string) {
-	payload, _ := protojson.Marshal(it)
+// joinMessage appends the notes of what was cleaned or bounded to a decision's message.
+func joinMessage(msg string, notes []string) string {
+	if len(notes) == 0 {
+		return msg
+	}
+	adjusted := "adjusted: " + strings.Join(notes, "; ")
+	if msg == "" {
+		return adjusted
+	}
+	return msg + "; " + adjusted
+}
+
+// eventRefusal is why the fence refused a settlement that creates its event.
+type eventRefusal struct {
+	outcome internalv1.SettleOutcome
+	reason  string // the quarantine reason
+	message string
+}
+
+// admitEvent passes a settlement that creates its event through the capture fence, like
+// a start; nil admits it. A fail-open admission without a mirror record has no tracking
+// version to compare, so its admission instant is compared with the start of the
+// member's current capture epoch instead (accounting.AdmitUnrecorded).
+func admitEvent(sj *settleJob, st store.StoredStart, state store.SettleState) *eventRefusal {
+	tr, hasRow := state.Tracking[st.MemberID]
+	var verdict accounting.Admission
+	msg := ""
+	switch {
+	case state.CreatedTracking[st.MemberID]:
+		verdict = accounting.Admitted
+	case sj.unrecorded:
+		started := time.UnixMicro(tr.StartedAtUnixMicro).UTC()
+		verdict = accounting.AdmitUnrecorded(hasRow, tr.CaptureEnabled, started, st.AdmittedAt)
+		msg = fmt.Sprintf("admitted without a mirror record at %s, before the member's current capture epoch began at %s: recorded for review, not charged",
+			st.AdmittedAt.UTC().Format(time.RFC3339Nano), started.Format(time.RFC3339Nano))
+	default:
+		verdict = accounting.Admit(tr.CaptureEnabled, tr.Version, st.TrackingVersion)
+		msg = fmt.Sprintf("admitted under tracking version %d, the member is at %d: recorded for review, not charged", st.TrackingVersion, tr.Version)
+	}
+	switch verdict {
+	case accounting.Admitted:
+		return nil
+	case accounting.CaptureSuspended:
+		return &eventRefusal{outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED, reason: "capture_suspended",
+			message: "capture is suspended for this member: recorded for review, not charged"}
+	}
+	return &eventRefusal{outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED, reason: "epoch_changed", message: msg}
+}
+
+// priceLookup is what the batch asks of the organizations' price tables: for each item
+// that needs a price and has a start, its model's exact name and its keys in its
+// organization's table, and the organization's fallback price when the shipped catalog
+// does not know the model either.
+func priceLookup(jobs []*job[*settleJob, *internalv1.SettleResult], starts map[string]store.StoredStart) store.PriceLookup {
+	var out store.PriceLookup
+	seen := map[store.PriceKey]bool{}
+	seenKey := map[store.PriceKey]bool{}
+	fallback := map[string]bool{}
+	for _, j := range jobs {
+		st, ok := starts[j.item.in.GetRequestId()]
+		if !ok || len(j.item.steps) == 0 {
+			continue
+		}
+		for _, step := range j.item.steps {
+			k := store.PriceKey{OrganizationID: st.OrganizationID, Model: step.Name}
+			switch {
+			case step.Exact && !seen[k]:
+				seen[k] = true
+				out.Exact = append(out.Exact, k)
+			case !step.Exact && !seenKey[k]:
+				seenKey[k] = true
+				out.Keys = append(out.Keys, k)
+			}
+		}
+		if !j.item.catalogMatch() && !fallback[st.OrganizationID] {
+			fallback[st.OrganizationID] = true
+			out.Fallbacks = append(out.Fallbacks, st.OrganizationID)
+		}
+	}
+	return out
+}
+
+// orgPrices is an organization's prices that matched a lookup, by exact name and by key.
+type orgPrices struct {
+	byName map[string]store.ModelPrice
+	byKey  map[string]store.ModelPrice
+}
+
+func newOrgPrices(ps []store.ModelPrice) *orgPrices {
+	t := &orgPrices{byName: map[string]store.ModelPrice{}, byKey: map[string]store.ModelPrice{}}
+	for _, p := range ps {
+		t.byName[p.Model] = p
+		// Two names with one key ("GPT-4o" and "gpt-4o"): the smaller name wins, so
+		// the choice does not depend on the order rows came in.
+		if q, ok := t.byKey[p.MatchKey]; !ok || p.Model < q.Model {
+			t.byKey[p.MatchKey] = p
+		}
+	}
+	return t
+}
+
+// price chooses the price of the job's model: at each matching step in turn (the exact
+// name, the key, the key without snapshot suffix, the family prefixes longest first),
+// the organization's own price, then the shipped catalog's; when no step finds one, the
+// organization's fallback price, else the catalog's highest price of each token class.
+func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPrice, orgID string) accounting.PricedAt {
+	for i, step := range sj.steps {
+		if org != nil {
+			m := org.byKey
+			if step.Exact {
+				m = org.byName
+			}
+			if p, ok := m[step.Name]; ok {
+				return accounting.PricedAt{Source: accounting.PriceOrganization, Price: accounting.Price{InputPerMillion: p.InputPerMillion,
+					OutputPerMillion: p.OutputPerMillion, CachedInputPerMillion: p.CachedInputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion}}
+			}
+		}
+		if e := sj.catalog[i]; e != nil {
+			return accounting.PricedAt{Source: accounting.PriceCatalog, Price: fromCatalog(e.Price)}
+		}
+	}
+	if f, ok := fallbacks[orgID]; ok {
+		return accounting.PricedAt{Source: accounting.PriceFallback, Price: accounting.Price{InputPerMillion: f.InputPerMillion,
+			OutputPerMillion: f.OutputPerMillion, CachedInputPerMillion: f.CachedInputPerMillion, CacheWritePerMillion: f.CacheWritePerMillion}}
+	}
+	return accounting.PricedAt{Source: accounting.PriceFallback, Price: fromCatalog(pricecatalog.Highest())}
+}
+
+func fromCatalog(p pricecatalog.Price) accounting.Price {
+	return accounting.Price{InputPerMillion: p.InputPerMillion, OutputPerMillion: p.OutputPerMillion,
+		CachedInputPerMillion: p.CachedInputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion}
+}
+
+// quarantine records a settlement that may not be charged, with its payload (its model
+// name cleaned: JSON and Postgres refuse what an upstream may have put in it).
+func (s *settlement) quarantine(sj *settleJob, reason string) {
+	it := sj.in
+	if it.GetModel() != sj.model {
+		it = proto.CloneOf(it)
+		it.Model = sj.model
+	}
+	payload, err := protojson.Marshal(it)
+	if err != nil {
+		payload = []byte(`{}`)
+	}
 	s.w.Quarantine = append(s.w.Quarantine, store.QuarantineWrite{RequestID: it.GetRequestId(), Reason: reason,
 		OrganizationID: it.GetOrganizationId(), MemberID: it.GetMemberId(), Payload: payload})
 }

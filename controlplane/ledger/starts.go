@@ -101,13 +101,13 @@ func (l *Ledger) startKind(fast bool) batchKind[*startJob, *internalv1.StartResu
 			l.metrics.StartBatches.WithLabelValues("read_first").Inc()
 			return l.startBatch(ctx, tx, jobs, first, rows, now)
 		},
-		refused: func(j *startJob, pgErr *pgconn.PgError) *internalv1.StartResult {
+		refused: func(_ context.Context, j *startJob, pgErr *pgconn.PgError) (*internalv1.StartResult, error) {
 			l.metrics.Starts.WithLabelValues("error").Inc()
 			return &internalv1.StartResult{RequestId: j.in.GetRequestId(), Outcome: internalv1.StartOutcome_START_OUTCOME_INVALID,
-				Message: "refused by the database (" + pgErr.Code + ")"}
+				Message: "refused by the database (" + pgErr.Code + ")"}, nil
 		},
 		failed: func() { l.metrics.Starts.WithLabelValues("error").Inc() },
-		answered: func(r *internalv1.StartResult) {
+		answered: func(_ *startJob, r *internalv1.StartResult) {
 			l.metrics.Starts.WithLabelValues(startResultLabel[r.GetOutcome()]).Inc()
 		},
 	}

@@ -35,6 +35,9 @@ type TrackingState struct {
 	OrganizationID string
 	Version        int64
 	CaptureEnabled bool
+	// StartedAtUnixMicro is when the member's current capture epoch began
+	// (tracking_started_at), in microseconds: an integer, so states compare with ==.
+	StartedAtUnixMicro int64
 }
 
 // StartBatchRead is what the first phase of a start batch learned.
@@ -231,14 +234,16 @@ const (
 // into a sequential scan comparing every row with the whole array when the table is
 // small or its statistics are stale.
 func queueLockTracking(b *pgx.Batch, members []string, lock trackingLock, into map[string]TrackingState) {
-	b.Queue(`SELECT t.member_id, t.organization_id, t.tracking_version, t.capture_enabled
+	b.Queue(`SELECT t.member_id, t.organization_id, t.tracking_version, t.capture_enabled, t.tracking_started_at
 		FROM unnest($1::text[]) WITH ORDINALITY AS x(id, n)
-		CROSS JOIN LATERAL (SELECT member_id, organization_id, tracking_version, capture_enabled FROM usage_member_tracking
-			WHERE member_id = x.id LIMIT 1 FOR `+string(lock)+`) t
+		CROSS JOIN LATERAL (SELECT member_id, organization_id, tracking_version, capture_enabled, tracking_started_at
+			FROM usage_member_tracking WHERE member_id = x.id LIMIT 1 FOR `+string(lock)+`) t
 		ORDER BY x.n`, members).
 		Query(func(r pgx.Rows) error {
 			var t TrackingState
-			_, err := pgx.ForEachRow(r, []any{&t.MemberID, &t.OrganizationID, &t.Version, &t.CaptureEnabled}, func() error {
+			var started time.Time
+			_, err := pgx.ForEachRow(r, []any{&t.MemberID, &t.OrganizationID, &t.Version, &t.CaptureEnabled, &started}, func() error {
+				t.StartedAtUnixMicro = started.UnixMicro()
 				into[t.MemberID] = t
 				return nil
 			})
@@ -358,16 +363,29 @@ func ReadSettleStarts(ctx context.Context, tx BatchSender, ids []string, events 
 
 // StoredReceipt is a receipt as settlement decisions need it.
 type StoredReceipt struct {
-	Cost     int64
-	Source   string
-	Complete bool
-	Promoted bool
+	Cost        int64
+	Source      string
+	Complete    bool
+	Promoted    bool
+	Basis       string
+	PriceSource string
 	// Charges are the absolute amounts charged per bucket id.
 	Charges map[string]int64
 }
 
-// PriceKey names one model of one organization.
+// PriceKey names one model of one organization: a model name as written (exact) or a
+// key (pricecatalog.Key) to compare with the prices' match_key.
 type PriceKey struct{ OrganizationID, Model string }
+
+// PriceLookup is what a settlement batch asks of the organizations' price tables.
+type PriceLookup struct {
+	// Exact and Keys are the (organization, name) pairs to compare with model names and
+	// with match keys.
+	Exact []PriceKey
+	Keys  []PriceKey
+	// Fallbacks are the organizations whose fallback price may be needed.
+	Fallbacks []string
+}
 
 // SettleState is what the second phase of a settlement batch read.
 type SettleState struct {
@@ -375,16 +393,20 @@ type SettleState struct {
 	CreatedTracking map[string]bool
 	Tracking        map[string]TrackingState
 	Receipts        map[string]*StoredReceipt
-	Prices          map[PriceKey]ModelPrice
+	// Prices are the organizations' prices that matched a lookup, by organization.
+	Prices map[string][]ModelPrice
+	// Fallbacks are the organizations' own fallback prices (absent: the default).
+	Fallbacks map[string]FallbackPrice
 }
 
 // ReadSettleState is phase two of a settlement batch, in one round trip: create the
 // tracking rows of members whose first event a settlement created, lock the tracking
 // rows of every member involved (member id order), and read the existing receipts with
-// their charges and the catalog prices the batch may need.
-func ReadSettleState(ctx context.Context, tx BatchSender, createTracking, members, receiptIDs []string, prices []PriceKey, now time.Time) (SettleState, error) {
+// their charges, and the prices (by exact name or by key) and fallback prices the batch
+// may need.
+func ReadSettleState(ctx context.Context, tx BatchSender, createTracking, members, receiptIDs []string, prices PriceLookup, now time.Time) (SettleState, error) {
 	out := SettleState{CreatedTracking: map[string]bool{}, Tracking: map[string]TrackingState{}, Receipts: map[string]*StoredReceipt{},
-		Prices: map[PriceKey]ModelPrice{}}
+		Prices: map[string][]ModelPrice{}, Fallbacks: map[string]FallbackPrice{}}
 	b := &pgx.Batch{}
 	if len(createTracking) > 0 {
 		b.Queue(`INSERT INTO usage_member_tracking (member_id, organization_id, tracking_version, capture_enabled, tracking_started_at,
@@ -403,15 +425,16 @@ func ReadSettleState(ctx context.Context, tx BatchSender, createTracking, member
 	}
 	queueLockTracking(b, sortedUnique(members), lockForSettlement, out.Tracking)
 	if len(receiptIDs) > 0 {
-		b.Queue(`SELECT request_id, cost_micro_usd, cost_source, complete, promoted_at IS NOT NULL, charge_bucket_ids,
-				charge_amounts_micro_usd
+		b.Queue(`SELECT request_id, cost_micro_usd, cost_source, complete, promoted_at IS NOT NULL, cost_basis, price_source,
+				charge_bucket_ids, charge_amounts_micro_usd
 			FROM usage_receipts WHERE request_id = ANY($1)`, receiptIDs).
 			Query(func(r pgx.Rows) error {
 				var id string
 				var rc StoredReceipt
 				var buckets []string
 				var charged []int64
-				_, err := pgx.ForEachRow(r, []any{&id, &rc.Cost, &rc.Source, &rc.Complete, &rc.Promoted, &buckets, &charged}, func() error {
+				_, err := pgx.ForEachRow(r, []any{&id, &rc.Cost, &rc.Source, &rc.Complete, &rc.Promoted, &rc.Basis, &rc.PriceSource,
+					&buckets, &charged}, func() error {
 					if len(buckets) != len(charged) {
 						return fmt.Errorf("receipt %s: %d charged buckets but %d amounts", id, len(buckets), len(charged))
 					}
@@ -426,23 +449,35 @@ func ReadSettleState(ctx context.Context, tx BatchSender, createTracking, member
 				return err
 			})
 	}
-	if len(prices) > 0 {
-		orgs := make([]string, len(prices))
-		models := make([]string, len(prices))
-		for i, p := range prices {
-			orgs[i], models[i] = p.OrganizationID, p.Model
+	if len(prices.Exact) > 0 || len(prices.Keys) > 0 {
+		split := func(ks []PriceKey) (orgs, names []string) {
+			for _, k := range ks {
+				orgs, names = append(orgs, k.OrganizationID), append(names, k.Model)
+			}
+			return
 		}
-		b.Queue(`SELECT p.organization_id, p.model, p.input_micro_usd_per_million, p.output_micro_usd_per_million,
-				p.cached_input_micro_usd_per_million, p.updated_at
-			FROM usage_model_prices p JOIN unnest($1::text[], $2::text[]) AS x(org, model)
-				ON p.organization_id = x.org AND p.model = x.model`, orgs, models).
+		eo, en := split(prices.Exact)
+		ko, kn := split(prices.Keys)
+		// Each pair probes the primary key (organization, model) or the index on
+		// (organization, match_key); UNION drops a row found both ways.
+		b.Queue(`SELECT p.organization_id, `+modelPriceColumns+` FROM usage_model_prices p
+				JOIN unnest($1::text[], $2::text[]) AS x(org, name) ON p.organization_id = x.org AND p.model = x.name
+			UNION
+			SELECT p.organization_id, `+modelPriceColumns+` FROM usage_model_prices p
+				JOIN unnest($3::text[], $4::text[]) AS x(org, name) ON p.organization_id = x.org AND p.match_key = x.name`,
+			eo, en, ko, kn).
 			Query(func(r pgx.Rows) error {
-				var k PriceKey
+				var org string
 				var p ModelPrice
-				_, err := pgx.ForEachRow(r, []any{&k.OrganizationID, &k.Model, &p.InputPerMillion, &p.OutputPerMillion, &p.CachedInputPerMillion, &p.UpdatedAt},
-					func() error { p.Model = k.Model; out.Prices[k] = p; return nil })
+				_, err := pgx.ForEachRow(r, append([]any{&org}, p.scanTargets()...), func() error {
+					out.Prices[org] = append(out.Prices[org], p)
+					return nil
+				})
 				return err
 			})
+	}
+	if len(prices.Fallbacks) > 0 {
+		queueFallbackPrices(b, sortedUnique(prices.Fallbacks), out.Fallbacks)
 	}
 	return out, tx.SendBatch(ctx, b).Close()
 }
@@ -454,10 +489,13 @@ type ReceiptWrite struct {
 	MemberID          string
 	Cost              int64
 	Source            string
+	Basis             string
+	PriceSource       string
 	Model             string
 	InputTokens       int64
 	OutputTokens      int64
 	CachedInputTokens int64
+	CacheWriteTokens  int64
 	UpstreamStatus    int32
 	Complete          bool
 	// Outcome is "settled" or "recovered".
@@ -489,8 +527,11 @@ type TrackingDelta struct {
 	MemberID   string
 	Unpriced   int64
 	Incomplete int64
-	// LastSettlementRequestID, when set, becomes the last settled receipt (at now).
+	Estimated  int64
+	// LastSettlementRequestID, when set, becomes the last settled receipt (at now), and
+	// LastSettlementCostBasis its cost basis.
 	LastSettlementRequestID string
+	LastSettlementCostBasis string
 }
 
 // QuarantineWrite records a settlement that may not be charged.
@@ -530,8 +571,8 @@ func WriteSettlements(ctx context.Context, tx pgx.Tx, w SettleWrites, now time.T
 
 // QueueSettlementWrites queues the writes of a settlement batch into b; the returned map
 // holds the new mirror versions of the bumped members once b has run. Counter updates
-// run in bucket id order; an overflowing counter fails the statement (bigint out of
-// range), which rolls the whole transaction back.
+// run in bucket id order and saturate (usage_saturating_add, migration 0008): no
+// counter refuses a batch.
 func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[string]int64 {
 	if len(w.DeleteStarts) > 0 {
 		b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND NOT counted`, w.DeleteStarts)
@@ -567,11 +608,11 @@ func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[stri
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[],
 				$7::bigint[], $8::bigint[], $9::bigint[]) WITH ORDINALITY AS x(id, org, member, tf, ws, we, used, unpriced, incomplete, n)
 			ORDER BY x.n
-			ON CONFLICT (id) DO UPDATE SET used_micro_usd = b.used_micro_usd + EXCLUDED.used_micro_usd,
-				unpriced_requests = b.unpriced_requests + CASE WHEN $11 THEN
-					(SELECT d.v FROM unnest($1::text[], $8::bigint[]) AS d(id, v) WHERE d.id = b.id) ELSE EXCLUDED.unpriced_requests END,
-				incomplete_requests = b.incomplete_requests + CASE WHEN $11 THEN
-					(SELECT d.v FROM unnest($1::text[], $9::bigint[]) AS d(id, v) WHERE d.id = b.id) ELSE EXCLUDED.incomplete_requests END,
+			ON CONFLICT (id) DO UPDATE SET used_micro_usd = usage_saturating_add(b.used_micro_usd, EXCLUDED.used_micro_usd),
+				unpriced_requests = usage_saturating_add(b.unpriced_requests, CASE WHEN $11 THEN
+					(SELECT d.v FROM unnest($1::text[], $8::bigint[]) AS d(id, v) WHERE d.id = b.id) ELSE EXCLUDED.unpriced_requests END),
+				incomplete_requests = usage_saturating_add(b.incomplete_requests, CASE WHEN $11 THEN
+					(SELECT d.v FROM unnest($1::text[], $9::bigint[]) AS d(id, v) WHERE d.id = b.id) ELSE EXCLUDED.incomplete_requests END),
 				updated_at = EXCLUDED.updated_at`,
 			ids, orgs, members, tfs, starts, ends, used, unpriced, incomplete, now, negative)
 	}
@@ -579,18 +620,22 @@ func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[stri
 		ts := slices.Clone(w.Tracking)
 		slices.SortFunc(ts, func(a, b TrackingDelta) int { return compareStrings(a.MemberID, b.MemberID) })
 		n := len(ts)
-		members, last := make([]string, n), make([]string, n)
-		unpriced, incomplete := make([]int64, n), make([]int64, n)
+		members, last, basis := make([]string, n), make([]string, n), make([]string, n)
+		unpriced, incomplete, estimated := make([]int64, n), make([]int64, n), make([]int64, n)
 		for i, d := range ts {
-			members[i], last[i], unpriced[i], incomplete[i] = d.MemberID, d.LastSettlementRequestID, d.Unpriced, d.Incomplete
+			members[i], last[i], basis[i] = d.MemberID, d.LastSettlementRequestID, d.LastSettlementCostBasis
+			unpriced[i], incomplete[i], estimated[i] = d.Unpriced, d.Incomplete, d.Estimated
 		}
-		b.Queue(`UPDATE usage_member_tracking t SET unpriced_requests = t.unpriced_requests + x.unpriced,
-				incomplete_requests = t.incomplete_requests + x.incomplete,
+		b.Queue(`UPDATE usage_member_tracking t SET unpriced_requests = usage_saturating_add(t.unpriced_requests, x.unpriced),
+				incomplete_requests = usage_saturating_add(t.incomplete_requests, x.incomplete),
+				estimated_requests = usage_saturating_add(t.estimated_requests, x.estimated),
 				last_settlement_at = CASE WHEN x.last <> '' THEN $5 ELSE t.last_settlement_at END,
 				last_settlement_request_id = CASE WHEN x.last <> '' THEN x.last ELSE t.last_settlement_request_id END,
+				last_settlement_cost_basis = CASE WHEN x.last <> '' THEN x.basis ELSE t.last_settlement_cost_basis END,
 				updated_at = $5
-			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS x(member_id, unpriced, incomplete, last)
-			WHERE t.member_id = x.member_id`, members, unpriced, incomplete, last, now)
+			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $6::bigint[], $7::text[])
+				AS x(member_id, unpriced, incomplete, last, estimated, basis)
+			WHERE t.member_id = x.member_id`, members, unpriced, incomplete, last, now, estimated, basis)
 	}
 	if len(w.Quarantine) > 0 {
 		n := len(w.Quarantine)
@@ -613,7 +658,8 @@ func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[stri
 func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 	n := len(rs)
 	ids, orgs, members, sources, models, outcomes := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	costs, in, out, cached := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	bases, priceSources := make([]string, n), make([]string, n)
+	costs, in, out, cached, written := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	statuses := make([]int32, n)
 	complete, promoted := make([]bool, n), make([]bool, n)
 	refs := make([]*string, n)
@@ -625,7 +671,8 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 	from, to := make([]int32, n), make([]int32, n)
 	for i, r := range rs {
 		ids[i], orgs[i], members[i], sources[i], models[i], outcomes[i] = r.RequestID, r.OrganizationID, r.MemberID, r.Source, r.Model, r.Outcome
-		costs[i], in[i], out[i], cached[i] = r.Cost, r.InputTokens, r.OutputTokens, r.CachedInputTokens
+		costs[i], in[i], out[i], cached[i], written[i] = r.Cost, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.CacheWriteTokens
+		bases[i], priceSources[i] = r.Basis, r.PriceSource
 		statuses[i], complete[i], promoted[i], refs[i], finished[i] = r.UpstreamStatus, r.Complete, r.Promoted, r.ReviewReference, r.FinishedAt
 		from[i] = int32(len(chargeIDs) + 1)
 		chargeIDs = append(chargeIDs, r.ChargeBuckets...)
@@ -636,22 +683,27 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 	// reference, and records when it was promoted.
 	b.Queue(`INSERT INTO usage_receipts AS r (request_id, organization_id, member_id, cost_micro_usd, cost_source, model,
 			input_tokens, output_tokens, cached_input_tokens, upstream_status, complete, outcome, promoted_at, review_reference,
-			finished_at, settled_at, updated_at, charge_bucket_ids, charge_amounts_micro_usd)
+			finished_at, settled_at, updated_at, charge_bucket_ids, charge_amounts_micro_usd, cost_basis, price_source,
+			cache_creation_input_tokens)
 		SELECT x.id, x.org, x.member, x.cost, x.source, x.model, x.input, x.output, x.cached, x.status, x.complete, x.outcome,
 			CASE WHEN x.promoted THEN $16::timestamptz END, x.ref, x.finished, $16, $16,
-			coalesce(($17::text[])[x.c_from:x.c_to], '{}'), coalesce(($18::bigint[])[x.c_from:x.c_to], '{}')
+			coalesce(($17::text[])[x.c_from:x.c_to], '{}'), coalesce(($18::bigint[])[x.c_from:x.c_to], '{}'),
+			x.basis, x.price_source, x.written
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[],
-			$9::bigint[], $10::int[], $11::bool[], $12::text[], $13::bool[], $14::text[], $15::timestamptz[], $19::int[], $20::int[])
+			$9::bigint[], $10::int[], $11::bool[], $12::text[], $13::bool[], $14::text[], $15::timestamptz[], $19::int[], $20::int[],
+			$21::text[], $22::text[], $23::bigint[])
 			AS x(id, org, member, cost, source, model, input, output, cached, status, complete, outcome, promoted, ref, finished,
-				c_from, c_to)
+				c_from, c_to, basis, price_source, written)
 		ON CONFLICT (request_id) DO UPDATE SET cost_micro_usd = EXCLUDED.cost_micro_usd, cost_source = EXCLUDED.cost_source,
 			model = EXCLUDED.model, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
 			cached_input_tokens = EXCLUDED.cached_input_tokens, upstream_status = EXCLUDED.upstream_status,
 			complete = EXCLUDED.complete, promoted_at = coalesce(r.promoted_at, EXCLUDED.promoted_at),
 			finished_at = EXCLUDED.finished_at, updated_at = EXCLUDED.updated_at,
-			charge_bucket_ids = EXCLUDED.charge_bucket_ids, charge_amounts_micro_usd = EXCLUDED.charge_amounts_micro_usd`,
+			charge_bucket_ids = EXCLUDED.charge_bucket_ids, charge_amounts_micro_usd = EXCLUDED.charge_amounts_micro_usd,
+			cost_basis = EXCLUDED.cost_basis, price_source = EXCLUDED.price_source,
+			cache_creation_input_tokens = EXCLUDED.cache_creation_input_tokens`,
 		ids, orgs, members, costs, sources, models, in, out, cached, statuses, complete, outcomes, promoted, refs, finished, now,
-		chargeIDs, chargeAmounts, from, to)
+		chargeIDs, chargeAmounts, from, to, bases, priceSources, written)
 }
 
 // CredentialIdentity is what a credential hash resolves to for the internal API.

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/controlplane/usage"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -387,10 +388,11 @@ func UsageTracking(ctx context.Context, q Querier, memberID string) (*usage.Trac
 	var t usage.Tracking
 	err := q.QueryRow(ctx, `SELECT tracking_version, capture_enabled,
 			(SELECT count(*) FROM usage_request_starts WHERE member_id = $1 AND state = 'pending'), tracking_started_at,
-			last_settlement_at, last_settlement_request_id, unpriced_requests, incomplete_requests
+			last_settlement_at, last_settlement_request_id, last_settlement_cost_basis, unpriced_requests, incomplete_requests,
+			estimated_requests
 		FROM usage_member_tracking WHERE member_id = $1`, memberID).
 		Scan(&t.Version, &t.CaptureEnabled, &t.Pending, &t.StartedAt, &t.LastSettlementAt, &t.LastSettlementRequestID,
-			&t.Unpriced, &t.Incomplete)
+			&t.LastSettlementCostBasis, &t.Unpriced, &t.Incomplete, &t.Estimated)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -613,55 +615,136 @@ func CountPendingUsageRequests(ctx context.Context, q Querier, orgID, memberID s
 	return n, err
 }
 
-// ModelPrice is an organization's catalog price of one model, in micro-USD per million
-// tokens.
+// ModelPrice is an organization's price of one model, in micro-USD per million tokens.
 type ModelPrice struct {
-	Model                 string
+	Model string
+	// MatchKey is pricecatalog.Key(Model), what settlement matches by after the exact
+	// name (migration 0008).
+	MatchKey              string
 	InputPerMillion       int64
 	OutputPerMillion      int64
 	CachedInputPerMillion int64
-	UpdatedAt             time.Time
+	// CacheWritePerMillion prices cache writes; nil: they are priced as input.
+	CacheWritePerMillion *int64
+	UpdatedAt            time.Time
+}
+
+// modelPriceColumns are read by ModelPrice.scanTargets, qualified by p.
+const modelPriceColumns = `p.model, p.match_key, p.input_micro_usd_per_million, p.output_micro_usd_per_million,
+	p.cached_input_micro_usd_per_million, p.cache_write_micro_usd_per_million, p.updated_at`
+
+func (p *ModelPrice) scanTargets() []any {
+	return []any{&p.Model, &p.MatchKey, &p.InputPerMillion, &p.OutputPerMillion, &p.CachedInputPerMillion, &p.CacheWritePerMillion, &p.UpdatedAt}
 }
 
 // ListModelPrices lists an organization's prices by model name.
 func ListModelPrices(ctx context.Context, q Querier, orgID string) ([]ModelPrice, error) {
-	rows, err := q.Query(ctx, `SELECT model, input_micro_usd_per_million, output_micro_usd_per_million,
-			cached_input_micro_usd_per_million, updated_at
-		FROM usage_model_prices WHERE organization_id = $1 ORDER BY model`, orgID)
+	rows, err := q.Query(ctx, `SELECT `+modelPriceColumns+` FROM usage_model_prices p WHERE p.organization_id = $1 ORDER BY p.model`, orgID)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ModelPrice, error) {
 		var p ModelPrice
-		err := r.Scan(&p.Model, &p.InputPerMillion, &p.OutputPerMillion, &p.CachedInputPerMillion, &p.UpdatedAt)
+		err := r.Scan(p.scanTargets()...)
 		return p, err
 	})
 }
 
-// ReplaceModelPrices makes the organization's price table exactly ps. Rows whose prices
-// did not change keep their updatedAt.
+// ReplaceModelPrices makes the organization's price table exactly ps, with each row's
+// match key computed by pricecatalog.Key. Rows whose prices did not change keep their
+// updatedAt.
 func ReplaceModelPrices(ctx context.Context, q Querier, orgID string, ps []ModelPrice, now time.Time) error {
-	models := make([]string, len(ps))
-	in := make([]int64, len(ps))
-	out := make([]int64, len(ps))
-	cached := make([]int64, len(ps))
+	n := len(ps)
+	models, keys := make([]string, n), make([]string, n)
+	in, out, cached, write := make([]int64, n), make([]int64, n), make([]int64, n), make([]*int64, n)
 	for i, p := range ps {
-		models[i], in[i], out[i], cached[i] = p.Model, p.InputPerMillion, p.OutputPerMillion, p.CachedInputPerMillion
+		models[i], keys[i] = p.Model, pricecatalog.Key(p.Model)
+		in[i], out[i], cached[i], write[i] = p.InputPerMillion, p.OutputPerMillion, p.CachedInputPerMillion, p.CacheWritePerMillion
 	}
 	if _, err := q.Exec(ctx, `DELETE FROM usage_model_prices WHERE organization_id = $1 AND NOT (model = ANY($2))`, orgID, models); err != nil {
 		return err
 	}
-	_, err := q.Exec(ctx, `INSERT INTO usage_model_prices AS p (organization_id, model, input_micro_usd_per_million,
-			output_micro_usd_per_million, cached_input_micro_usd_per_million, created_at, updated_at)
-		SELECT $1, m, i, o, c, $6, $6 FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS x(m, i, o, c)
+	_, err := q.Exec(ctx, `INSERT INTO usage_model_prices AS p (organization_id, model, match_key, input_micro_usd_per_million,
+			output_micro_usd_per_million, cached_input_micro_usd_per_million, cache_write_micro_usd_per_million, created_at, updated_at)
+		SELECT $1, m, k, i, o, c, w, $6, $6 FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $7::text[], $8::bigint[])
+			AS x(m, i, o, c, k, w)
 		ON CONFLICT (organization_id, model) DO UPDATE SET
+			match_key = EXCLUDED.match_key,
 			input_micro_usd_per_million = EXCLUDED.input_micro_usd_per_million,
 			output_micro_usd_per_million = EXCLUDED.output_micro_usd_per_million,
 			cached_input_micro_usd_per_million = EXCLUDED.cached_input_micro_usd_per_million,
+			cache_write_micro_usd_per_million = EXCLUDED.cache_write_micro_usd_per_million,
 			updated_at = EXCLUDED.updated_at
-		WHERE (p.input_micro_usd_per_million, p.output_micro_usd_per_million, p.cached_input_micro_usd_per_million)
+		WHERE (p.input_micro_usd_per_million, p.output_micro_usd_per_million, p.cached_input_micro_usd_per_million,
+				p.cache_write_micro_usd_per_million, p.match_key)
 			IS DISTINCT FROM (EXCLUDED.input_micro_usd_per_million, EXCLUDED.output_micro_usd_per_million,
-				EXCLUDED.cached_input_micro_usd_per_million)`,
-		orgID, models, in, out, cached, now)
+				EXCLUDED.cached_input_micro_usd_per_million, EXCLUDED.cache_write_micro_usd_per_million, EXCLUDED.match_key)`,
+		orgID, models, in, out, cached, now, keys, write)
 	return err
+}
+
+// FallbackPrice is an organization's own price for tokens of models nobody priced.
+type FallbackPrice struct {
+	InputPerMillion       int64
+	OutputPerMillion      int64
+	CachedInputPerMillion int64
+	// CacheWritePerMillion prices cache writes; nil: they are priced as input.
+	CacheWritePerMillion *int64
+	UpdatedAt            time.Time
+}
+
+func queueFallbackPrices(b *pgx.Batch, orgs []string, into map[string]FallbackPrice) {
+	b.Queue(`SELECT organization_id, input_micro_usd_per_million, output_micro_usd_per_million, cached_input_micro_usd_per_million,
+			cache_write_micro_usd_per_million, updated_at
+		FROM usage_fallback_prices WHERE organization_id = ANY($1)`, orgs).
+		Query(func(r pgx.Rows) error {
+			var org string
+			var f FallbackPrice
+			_, err := pgx.ForEachRow(r, []any{&org, &f.InputPerMillion, &f.OutputPerMillion, &f.CachedInputPerMillion,
+				&f.CacheWritePerMillion, &f.UpdatedAt}, func() error { into[org] = f; return nil })
+			return err
+		})
+}
+
+// GetFallbackPrice reads an organization's fallback price; nil when it has none (the
+// default applies).
+func GetFallbackPrice(ctx context.Context, q Querier, orgID string) (*FallbackPrice, error) {
+	var f FallbackPrice
+	err := q.QueryRow(ctx, `SELECT input_micro_usd_per_million, output_micro_usd_per_million, cached_input_micro_usd_per_million,
+			cache_write_micro_usd_per_million, updated_at
+		FROM usage_fallback_prices WHERE organization_id = $1`, orgID).
+		Scan(&f.InputPerMillion, &f.OutputPerMillion, &f.CachedInputPerMillion, &f.CacheWritePerMillion, &f.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// SetFallbackPrice stores an organization's fallback price; an unchanged price keeps
+// its updatedAt.
+func SetFallbackPrice(ctx context.Context, q Querier, orgID string, f FallbackPrice, now time.Time) error {
+	_, err := q.Exec(ctx, `INSERT INTO usage_fallback_prices AS f (organization_id, input_micro_usd_per_million,
+			output_micro_usd_per_million, cached_input_micro_usd_per_million, cache_write_micro_usd_per_million, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $6)
+		ON CONFLICT (organization_id) DO UPDATE SET input_micro_usd_per_million = EXCLUDED.input_micro_usd_per_million,
+			output_micro_usd_per_million = EXCLUDED.output_micro_usd_per_million,
+			cached_input_micro_usd_per_million = EXCLUDED.cached_input_micro_usd_per_million,
+			cache_write_micro_usd_per_million = EXCLUDED.cache_write_micro_usd_per_million,
+			updated_at = EXCLUDED.updated_at
+		WHERE (f.input_micro_usd_per_million, f.output_micro_usd_per_million, f.cached_input_micro_usd_per_million,
+				f.cache_write_micro_usd_per_million)
+			IS DISTINCT FROM (EXCLUDED.input_micro_usd_per_million, EXCLUDED.output_micro_usd_per_million,
+				EXCLUDED.cached_input_micro_usd_per_million, EXCLUDED.cache_write_micro_usd_per_million)`,
+		orgID, f.InputPerMillion, f.OutputPerMillion, f.CachedInputPerMillion, f.CacheWritePerMillion, now)
+	return err
+}
+
+// DeleteFallbackPrice removes an organization's fallback price (the default applies
+// again) and tells whether there was one.
+func DeleteFallbackPrice(ctx context.Context, q Querier, orgID string) (bool, error) {
+	tag, err := q.Exec(ctx, `DELETE FROM usage_fallback_prices WHERE organization_id = $1`, orgID)
+	return tag.RowsAffected() > 0, err
 }

@@ -135,8 +135,12 @@ type Tracking struct {
 	StartedAt               time.Time
 	LastSettlementAt        *time.Time
 	LastSettlementRequestID *string
+	// LastSettlementCostBasis is the cost basis of the last settled receipt.
+	LastSettlementCostBasis *string
 	Unpriced                int64
 	Incomplete              int64
+	// Estimated counts the tracked receipts whose tokens the enforcer estimated.
+	Estimated int64
 }
 
 // Historical coverage values and the reasons history is unknown.
@@ -160,8 +164,10 @@ type Coverage struct {
 	HistoricalUnknownReason *string
 	LastSettlementAt        *time.Time
 	LastSettlementRequestID *string
+	LastSettlementCostBasis *string
 	UnpricedRequests        int64
 	IncompleteRequests      int64
+	EstimatedRequests       int64
 	Complete                bool
 }
 
@@ -186,8 +192,10 @@ func CoverageOf(tr *Tracking, windows [3]window.Window, counters [3]Counter) Cov
 		c.TrackingStartedAt = &started
 		c.LastSettlementAt = tr.LastSettlementAt
 		c.LastSettlementRequestID = tr.LastSettlementRequestID
+		c.LastSettlementCostBasis = tr.LastSettlementCostBasis
 		c.UnpricedRequests = tr.Unpriced
 		c.IncompleteRequests = tr.Incomplete
+		c.EstimatedRequests = tr.Estimated
 		for _, w := range windows {
 			if w.Start.Before(tr.StartedAt) {
 				reason = ReasonPeriodPredatesTracking

@@ -196,9 +196,8 @@ func Highest() Price { return Default().Highest() }
 // catalog.
 func (c *Catalog) Lookup(model string) (Entry, bool) {
 	for _, s := range Steps(model) {
-		// A catalog name is its own key, so both kinds of step compare with the names.
-		if i, ok := c.byName[s.Name]; ok {
-			return c.entries[i].clone(), true
+		if e, ok := c.Find(s.Name); ok {
+			return e, true
 		}
 	}
 	return Entry{}, false
@@ -241,3 +240,12 @@ func (c *Catalog) Sources() []string { return slices.Clone(c.sources) }
 
 // Notes say how the prices were chosen.
 func (c *Catalog) Notes() []string { return slices.Clone(c.notes) }
+
+// Find finds the entry whose name is key (a step's name): a catalog name is its own key,
+// so exact and key steps alike compare with the names.
+func (c *Catalog) Find(key string) (Entry, bool) {
+	if i, ok := c.byName[key]; ok {
+		return c.entries[i].clone(), true
+	}
+	return Entry{}, false
+}

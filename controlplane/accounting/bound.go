@@ -1,0 +1,90 @@
+package accounting
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/pkg/money"
+)
+
+// Values an upstream answered are untrusted: a model name may hold a NUL byte or
+// invalid UTF-8 (Postgres refuses both in text), a token count may be negative or
+// absurd. Settlement never refuses a request for them, since a refused settlement
+// would leave an admitted request uncharged; it cleans and bounds them, and says so in
+// its answer's message.
+
+// MaxModelLen bounds a stored model name, in bytes (like the price table's).
+const MaxModelLen = 200
+
+// MaxTokens bounds each token count of a settlement: 10^12 tokens is far beyond any
+// response, and keeps every priced product within 128 bits with room to spare.
+const MaxTokens int64 = 1_000_000_000_000
+
+// maxModelScan bounds the bytes of a model name CleanModel reads.
+const maxModelScan = 4 * MaxModelLen
+
+// CleanModel makes a model name safe to store: control characters (NUL among them) are
+// dropped, invalid UTF-8 becomes U+FFFD, surrounding spaces are trimmed, and the result
+// is cut to MaxModelLen bytes on a rune boundary. changed tells whether the name was
+// altered. At most maxModelScan bytes are read.
+func CleanModel(s string) (clean string, changed bool) {
+	if len(s) <= MaxModelLen && utf8.ValidString(s) && strings.TrimSpace(s) == s && !strings.ContainsFunc(s, unicode.IsControl) {
+		return s, false
+	}
+	in := s
+	if len(in) > maxModelScan {
+		in = in[:maxModelScan]
+	}
+	var b strings.Builder
+	for i := 0; i < len(in); {
+		r, size := utf8.DecodeRuneInString(in[i:])
+		i += size
+		if r == utf8.RuneError && size <= 1 {
+			r = utf8.RuneError // invalid UTF-8: the replacement character
+		} else if unicode.IsControl(r) {
+			continue
+		}
+		if b.Len()+utf8.RuneLen(r) > MaxModelLen {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return strings.TrimSpace(b.String()), true
+}
+
+// Bound keeps every token count within [0, MaxTokens] and an upstream cost within [0,
+// money.MaxAllowanceMicroUSD]: a count above the bound is capped, a negative count is
+// read as 0, a negative upstream cost is ignored (the tokens are priced instead), and an
+// upstream cost above the bound is capped. notes says what was changed, for the
+// settlement's message.
+func Bound(u Usage) (Usage, []string) {
+	var notes []string
+	for _, c := range []struct {
+		name string
+		v    *int64
+	}{{"input_tokens", &u.InputTokens}, {"output_tokens", &u.OutputTokens}, {"cached_input_tokens", &u.CachedInputTokens},
+		{"cache_creation_input_tokens", &u.CacheWriteTokens}} {
+		switch {
+		case *c.v < 0:
+			notes = append(notes, fmt.Sprintf("%s %d read as 0", c.name, *c.v))
+			*c.v = 0
+		case *c.v > MaxTokens:
+			notes = append(notes, fmt.Sprintf("%s %d capped at %d", c.name, *c.v, MaxTokens))
+			*c.v = MaxTokens
+		}
+	}
+	if u.UpstreamCost != nil {
+		switch v := *u.UpstreamCost; {
+		case v < 0:
+			notes = append(notes, fmt.Sprintf("upstream cost %d ignored", v))
+			u.UpstreamCost = nil
+		case v > money.MaxAllowanceMicroUSD:
+			notes = append(notes, fmt.Sprintf("upstream cost %d capped at %d", v, money.MaxAllowanceMicroUSD))
+			capped := money.MaxAllowanceMicroUSD
+			u.UpstreamCost = &capped
+		}
+	}
+	return u, notes
+}

@@ -1,0 +1,263 @@
+package ledger_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	at "github.com/tollgate-dev/tollgate/controlplane/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+func i64p(v int64) *int64 { return &v }
+
+// Where a price comes from: the organization's own price (exact name, then the same
+// matching as the catalog) overrides the shipped catalog per model; a model neither
+// knows is charged at the organization's fallback price, else the catalog's highest
+// price of each token class, and counts as unpriced.
+func TestSettlementPricing(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	now := e.Clock.Now()
+	setPrices := func(ps ...store.ModelPrice) {
+		t.Helper()
+		if err := e.Store.InTx(ctx, func(tx pgx.Tx) error { return store.ReplaceModelPrices(ctx, tx, org, ps, now) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	high := pricecatalog.Highest()
+	cases := []struct {
+		name   string
+		setup  func()
+		item   *internalv1.SettleItem
+		cost   int64
+		source string
+		price  string
+		basis  string
+	}{
+		{"the issue's contract: gpt-4o-mini from the catalog", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
+			750_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"a cache write at the catalog's cache-write price", nil,
+			&internalv1.SettleItem{Model: "claude-sonnet-4-20250514", InputTokens: 1_000_000, CacheCreationInputTokens: 1_000_000, Complete: true},
+			3_750_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"a model nobody priced: the default fallback, still charged", nil,
+			&internalv1.SettleItem{Model: "acme-llm-7", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
+			high.InputPerMillion + high.OutputPerMillion, "fallback", "fallback", "reported_usage"},
+		{"no model at all: the fallback too", nil,
+			&internalv1.SettleItem{OutputTokens: 1_000_000, Complete: true}, high.OutputPerMillion, "fallback", "fallback", "reported_usage"},
+		{"nothing counted: unknown, cost 0", nil, &internalv1.SettleItem{Model: "acme-llm-7"}, 0, "unknown", "", "none"},
+		{"an upstream cost wins", nil, &internalv1.SettleItem{Model: "acme-llm-7", InputTokens: 5, UpstreamCostMicroUsd: at.Cost(42), Complete: true},
+			42, "upstream", "", "upstream_cost"},
+		{"estimated tokens", nil, &internalv1.SettleItem{Model: "gpt-4o-mini", OutputTokens: 1_000_000, UsageEstimated: true, Complete: true},
+			600_000, "catalog_estimate", "catalog", "estimate"},
+		{"the organization's price overrides the catalog, matched by key",
+			func() {
+				setPrices(store.ModelPrice{Model: "OpenAI/GPT-4o-mini", InputPerMillion: 1_000_000, OutputPerMillion: 2_000_000},
+					store.ModelPrice{Model: "gpt-4o", InputPerMillion: 9, OutputPerMillion: 9})
+			},
+			&internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
+			3_000_000, "catalog_estimate", "organization", "reported_usage"},
+		{"a catalog family nearer than the organization's: gpt-4o-mini is never gpt-4o", func() {
+			setPrices(store.ModelPrice{Model: "gpt-4o", InputPerMillion: 9, OutputPerMillion: 9})
+		}, &internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, Complete: true}, 150_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"the organization's price, exact name", func() {
+			setPrices(store.ModelPrice{Model: "acme-llm-7", InputPerMillion: 3, OutputPerMillion: 4, CachedInputPerMillion: 1, CacheWritePerMillion: i64p(5)})
+		}, &internalv1.SettleItem{Model: "acme-llm-7", InputTokens: 3_000_000, CachedInputTokens: 1_000_000, CacheCreationInputTokens: 1_000_000,
+			OutputTokens: 1_000_000, Complete: true}, 3 + 1 + 5 + 4, "catalog_estimate", "organization", "reported_usage"},
+		{"the organization's fallback price", func() {
+			setPrices()
+			if err := store.SetFallbackPrice(ctx, e.Store.Pool, org, store.FallbackPrice{InputPerMillion: 7, OutputPerMillion: 11}, now); err != nil {
+				t.Fatal(err)
+			}
+		}, &internalv1.SettleItem{Model: "acme-llm-7", InputTokens: 1_000_000, CacheCreationInputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
+			7 + 11, "fallback", "fallback", "reported_usage"},
+	}
+	var unpriced int64
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.setup != nil {
+				c.setup()
+			}
+			id := at.ReqID()
+			start1(t, e, at.StartItem(id, org, m, now, 0))
+			c.item.RequestId = id
+			r := settle1(t, e, c.item)
+			if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd != c.cost || r.CostSource != c.source ||
+				r.PriceSource != c.price || r.CostBasis != c.basis {
+				t.Fatalf("%v; want %d %s %s %s", r, c.cost, c.source, c.price, c.basis)
+			}
+			if c.source == "fallback" || c.source == "unknown" {
+				unpriced++
+			}
+			var basis, priceSource string
+			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource); err != nil ||
+				basis != c.basis || priceSource != c.price {
+				t.Fatalf("stored %q %q %v", basis, priceSource, err)
+			}
+			// The same settlement again changes nothing, a fallback-priced one included.
+			if again := settle1(t, e, c.item); again.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE || again.CostMicroUsd != c.cost ||
+				again.CostBasis != c.basis || again.PriceSource != c.price {
+				t.Fatalf("repeat: %v", again)
+			}
+		})
+	}
+	if _, _, got, _, _ := e.Tracking(t, m); got != unpriced {
+		t.Fatalf("unpriced %d, want %d", got, unpriced)
+	}
+	at.Check(t, e.Store)
+}
+
+// An estimated receipt is incomplete and counted estimated until the real usage of the
+// same request promotes it.
+func TestEstimatedReceiptIsPromotedByReportedUsage(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	now := e.Clock.Now()
+	id := at.ReqID()
+	start1(t, e, at.StartItem(id, org, m, now, 0))
+	r := settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-4o-mini", InputTokens: 1000, OutputTokens: 100_000, UsageEstimated: true, Complete: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostBasis != "estimate" || r.CostMicroUsd != 150+60_000 {
+		t.Fatalf("estimate: %v", r)
+	}
+	estimated := func() (n int64, basis string) {
+		if err := e.Store.Pool.QueryRow(ctx, `SELECT estimated_requests, last_settlement_cost_basis FROM usage_member_tracking WHERE member_id = $1`, m).
+			Scan(&n, &basis); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if _, _, _, incomplete, _ := e.Tracking(t, m); incomplete != 1 {
+		t.Fatalf("an estimate is incomplete: %d", incomplete)
+	}
+	if n, basis := estimated(); n != 1 || basis != "estimate" {
+		t.Fatalf("estimated %d, last basis %q", n, basis)
+	}
+	at.Check(t, e.Store)
+	r = settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-4o-mini", InputTokens: 1000, OutputTokens: 120_000, Complete: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED || r.CostBasis != "reported_usage" || r.CostMicroUsd != 150+72_000 {
+		t.Fatalf("promotion: %v", r)
+	}
+	if n, basis := estimated(); n != 0 || basis != "reported_usage" {
+		t.Fatalf("estimated %d, last basis %q", n, basis)
+	}
+	if used := e.Used(t, org, m, window.Day, now); used != 150+72_000 {
+		t.Fatalf("used %d", used)
+	}
+	at.Check(t, e.Store)
+}
+
+// unrecorded is the snapshot of a fail-open admission made without a mirror record.
+func unrecorded(org, member string, admitted time.Time) *internalv1.Snapshot {
+	s := at.Snapshot(org, member, admitted, 0)
+	for _, b := range s.Buckets {
+		b.PolicyId = "unknown"
+	}
+	return s
+}
+
+// A fail-open admission made without a mirror record is charged on the windows of its
+// admission time when it was admitted in the member's current capture epoch (or before
+// the member had a tracking row), and quarantined when capture is suspended or it was
+// admitted before the epoch began. Before, it was NO_SNAPSHOT (no snapshot) or, with a
+// snapshot at tracking version 0, EPOCH_CHANGED whenever the member's row was past
+// version 1.
+func TestFailOpenWithoutRecordIsCharged(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 3)
+	fresh, moved, suspended := ms[0], ms[1], ms[2]
+	begin := e.Clock.Now()
+	setCapture := func(member string, version int64, enabled bool) {
+		t.Helper()
+		if err := e.Store.InTx(ctx, func(tx pgx.Tx) error {
+			return store.SetCapture(ctx, tx, org, member, version, enabled, e.Clock.Now())
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// moved: its epoch began at begin+1h (a suspend and a resume); suspended: capture off.
+	e.Clock.Set(begin.Add(time.Hour))
+	setCapture(moved, 3, true)
+	setCapture(suspended, 2, false)
+	epoch := e.Clock.Now()
+	e.Clock.Set(epoch.Add(time.Hour))
+	item := func(member string, admitted time.Time) *internalv1.SettleItem {
+		return &internalv1.SettleItem{RequestId: at.ReqID(), OrganizationId: org, MemberId: member, AdmittedWithoutRecord: true,
+			Snapshot: unrecorded(org, member, admitted), Model: "gpt-4o-mini", OutputTokens: 1_000_000, Complete: true}
+	}
+	cases := []struct {
+		name   string
+		item   *internalv1.SettleItem
+		want   internalv1.SettleOutcome
+		reason string // quarantine reason
+	}{
+		{"no tracking row yet", item(fresh, begin.Add(30*time.Minute)), internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, ""},
+		{"admitted in the current epoch", item(moved, epoch.Add(time.Minute)), internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, ""},
+		{"admitted at the epoch's first millisecond", item(moved, epoch), internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, ""},
+		{"admitted before the epoch began", item(moved, epoch.Add(-time.Minute)), internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED, "epoch_changed"},
+		{"capture suspended", item(suspended, epoch.Add(time.Minute)), internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED, "capture_suspended"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := settle1(t, e, c.item)
+			if r.Outcome != c.want {
+				t.Fatalf("%v", r)
+			}
+			admitted := time.UnixMilli(c.item.Snapshot.AdmittedAtUnixMs)
+			var quarantined int64
+			if err := e.Store.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id = $1 AND reason = $2`,
+				c.item.RequestId, c.reason).Scan(&quarantined); err != nil {
+				t.Fatal(err)
+			}
+			if c.reason == "" {
+				if r.CostMicroUsd != 600_000 || quarantined != 0 {
+					t.Fatalf("charged %d, quarantined %d", r.CostMicroUsd, quarantined)
+				}
+				// Charged on the windows of the admission time.
+				var charged []string
+				if err := e.Store.Pool.QueryRow(ctx, `SELECT charge_bucket_ids FROM usage_receipts WHERE request_id = $1`, c.item.RequestId).Scan(&charged); err != nil ||
+					len(charged) != 3 || charged[0] != window.BucketID(org, c.item.MemberId, window.Day, window.Of(window.Day, admitted).Start) {
+					t.Fatalf("charges %v %v", charged, err)
+				}
+				return
+			}
+			if quarantined != 1 || r.CostMicroUsd != 0 {
+				t.Fatalf("quarantined %d, charged %d", quarantined, r.CostMicroUsd)
+			}
+		})
+	}
+	if used := e.Used(t, org, moved, window.Day, epoch); used != 1_200_000 {
+		t.Fatalf("moved member used %d", used)
+	}
+	// The marker is accepted only with the flag, and the flag only with the marker.
+	plain := item(moved, epoch.Add(time.Minute))
+	plain.AdmittedWithoutRecord = false
+	if r := settle1(t, e, plain); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID || !strings.Contains(r.Message, "unknown") {
+		t.Fatalf("marker without the flag: %v", r)
+	}
+	flagged := item(moved, epoch.Add(time.Minute))
+	flagged.Snapshot = at.Snapshot(org, moved, epoch.Add(time.Minute), 0)
+	if r := settle1(t, e, flagged); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID {
+		t.Fatalf("flag without the marker: %v", r)
+	}
+	// A start may never carry the marker.
+	st := at.StartItem(at.ReqID(), org, moved, epoch.Add(time.Minute), 3)
+	st.Snapshot = unrecorded(org, moved, epoch.Add(time.Minute))
+	if r := start1(t, e, st); r.Outcome != internalv1.StartOutcome_START_OUTCOME_INVALID {
+		t.Fatalf("start with the marker: %v", r)
+	}
+	// Without any snapshot there is still nothing to charge: NO_SNAPSHOT, as before.
+	bare := item(fresh, begin)
+	bare.Snapshot = nil
+	if r := settle1(t, e, bare); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+		t.Fatalf("no snapshot: %v", r)
+	}
+	at.Check(t, e.Store)
+}
