@@ -1,16 +1,32 @@
 // Package extproc owns the Envoy ext_proc front door
-// (envoy.service.ext_proc.v3.ExternalProcessor/Process): it follows the response of a
-// request the gate admitted, recognised by the x-service-request-id header the gate
-// added to the upstream request, feeds the response body to a usage extractor (package
-// usage) chunk by chunk, and at the end of the stream reports the usage to the inflight
-// tracker, which queues the settlement.
+// (envoy.service.ext_proc.v3.ExternalProcessor/Process). Envoy runs two ext_proc
+// filters against it (deploy/envoy/envoy.yaml), told apart by the gRPC metadata
+// RoleMetadata:
 //
-// It never modifies or holds back what flows to the client: every message is answered
-// at once with "continue" (and not at all in observability mode), and nothing of the
-// body is kept beyond the extractor's small bounded state. A stream that breaks off
-// (Envoy or the client went away before the end) is settled as incomplete with whatever
-// usage was seen; a stream that ends without a usage report is settled as incomplete too.
+//   - The request-body filter (RoleRequest): it receives the request headers and the
+//     whole body (BUFFERED) of a request the gate admitted, recognised by the
+//     x-service-request-id header the gate added. It estimates the request's input
+//     tokens (package estimate) and records them with the model the body names on the
+//     in-flight request (package inflight), and it answers an OpenAI chat-completions
+//     streaming body without stream_options.include_usage with a body mutation that
+//     sets it (WithIncludeUsage), and content-length set to the new length when the
+//     request had one. Its streams never settle anything.
+//   - The response filter (no role): it follows the response, feeds the body to a usage
+//     extractor (package usage) chunk by chunk, and at the end of the stream reports
+//     what it found, and what it saw (which counts were reported, the bytes of output
+//     text), to the inflight tracker, which estimates what was not reported and queues
+//     the settlement.
 //
-// Expected Envoy processing mode: request_header_mode SEND, response_header_mode SEND,
-// response_body_mode STREAMED (or BUFFERED), everything else SKIP/NONE.
+// It never modifies or holds back a response: every response message is answered at
+// once with "continue" (and not at all in observability mode), and nothing of a response
+// body is kept beyond the extractor's small bounded state. A request body is held only
+// for the time it is parsed. A stream that breaks off (Envoy or the client went away
+// before the end) is settled as incomplete with whatever was seen; a stream that ends
+// without a usage report is settled as incomplete too.
+//
+// Expected Envoy processing modes: request filter request_header_mode SEND,
+// request_body_mode BUFFERED, the rest SKIP/NONE, not observability mode; response
+// filter request_header_mode SEND, response_header_mode SEND, response_body_mode
+// STREAMED (or BUFFERED), everything else SKIP/NONE. A single filter with both body
+// modes works too (its stream does both).
 package extproc
