@@ -187,6 +187,7 @@ func withMetadata(ctx context.Context, f Filter) context.Context {
 	return ctx
 }
 
+// streamID is a random stream id, as Envoy numbers its streams (ext_authz reports it).
 func streamID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -197,6 +198,7 @@ func streamID() string {
 	return strconv.FormatUint(n>>1, 10)
 }
 
+// uuid is a random (version 4) UUID, the x-request-id Envoy generates.
 func uuid() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
