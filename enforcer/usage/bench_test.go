@@ -1,7 +1,9 @@
 package usage
 
 import (
+	"bytes"
 	"fmt"
+	"iter"
 	"runtime"
 	"strings"
 	"testing"
@@ -28,48 +30,174 @@ func sseChunks(shape string) [][]byte {
 	return chunks
 }
 
-// BenchmarkSSE reads a 200-chunk stream per operation and reports the cost
-// per chunk. Run: go test -run '^$' -bench BenchmarkSSE -benchmem ./enforcer/usage
+// benchEncodings are the content encodings the benchmarks read.
+var benchEncodings = []struct {
+	name    string
+	coding  string // for compress; "" is identity
+	headers map[string]string
+}{
+	{"identity", "", nil},
+	{"gzip", "gzip", map[string]string{"content-encoding": "gzip"}},
+	{"deflate", "deflate", map[string]string{"content-encoding": "deflate"}},
+	{"br", "br", map[string]string{"content-encoding": "br"}},
+}
+
+// encodeChunks compresses a stream chunk by chunk, flushing after each as a
+// server streaming events does, and returns the compressed chunks.
+func encodeChunks(coding string, chunks [][]byte) [][]byte {
+	if coding == "" {
+		return chunks
+	}
+	var buf bytes.Buffer
+	w := newCompressor(coding, &buf)
+	out := make([][]byte, 0, len(chunks))
+	for i, c := range chunks {
+		w.Write(c)
+		if i == len(chunks)-1 {
+			w.Close()
+		} else {
+			w.Flush()
+		}
+		out = append(out, bytes.Clone(buf.Bytes()))
+		buf.Reset()
+	}
+	return out
+}
+
+func totalLen(chunks [][]byte) int {
+	n := 0
+	for _, c := range chunks {
+		n += len(c)
+	}
+	return n
+}
+
+// BenchmarkSSE reads a 200-chunk stream per operation, as identity and as
+// compressed, and reports the cost per chunk. MB/s counts the plain
+// (decoded) bytes; wire-B/op the bytes received.
+// Run: go test -run '^$' -bench . -benchmem ./enforcer/usage
 func BenchmarkSSE(b *testing.B) {
 	for _, shape := range []string{"openai", "anthropic"} {
-		b.Run(shape, func(b *testing.B) {
-			chunks := sseChunks(shape)
-			size := 0
-			for _, c := range chunks {
-				size += len(c)
+		plain := sseChunks(shape)
+		for _, enc := range benchEncodings {
+			b.Run(shape+"/"+enc.name, func(b *testing.B) {
+				chunks := encodeChunks(enc.coding, plain)
+				b.SetBytes(int64(totalLen(plain)))
+				b.ReportAllocs()
+				var ms0, ms1 runtime.MemStats
+				runtime.ReadMemStats(&ms0)
+				var u Usage
+				for b.Loop() {
+					e := New(ctSSE, enc.headers, Limits{})
+					for _, c := range chunks {
+						_ = e.Write(c)
+					}
+					u = e.Finish(true)
+				}
+				runtime.ReadMemStats(&ms1)
+				if !u.Complete || u.OutputTokens != 199 || !strings.HasSuffix(u.Format, "-sse") || u.TextBytes == 0 {
+					b.Fatalf("unexpected usage %s", show(u))
+				}
+				perChunk := float64(b.N) * float64(len(chunks))
+				b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/perChunk, "allocs/chunk")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/perChunk, "ns/chunk")
+				b.ReportMetric(float64(totalLen(chunks)), "wire-B/op")
+			})
+		}
+	}
+}
+
+// BenchmarkJSON reads a non-streamed Responses API body in one chunk.
+func BenchmarkJSON(b *testing.B) {
+	body := readFixture(b, "openai_responses.json")
+	for _, enc := range benchEncodings {
+		b.Run(enc.name, func(b *testing.B) {
+			chunk := body
+			if enc.coding != "" {
+				chunk = compress(enc.coding, body, nil)
 			}
-			b.SetBytes(int64(size))
+			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			var ms0, ms1 runtime.MemStats
-			runtime.ReadMemStats(&ms0)
+			for b.Loop() {
+				e := New(ctJSON, enc.headers, Limits{})
+				_ = e.Write(chunk)
+				if !e.Finish(true).Complete {
+					b.Fatal("incomplete")
+				}
+			}
+			b.ReportMetric(float64(len(chunk)), "wire-B/op")
+		})
+	}
+}
+
+// BenchmarkDecodeDriver compares the two ways of running a pull decoder
+// over pushed chunks: a coroutine (iter.Pull, what the package uses) and a
+// goroutine handed each chunk over channels.
+func BenchmarkDecodeDriver(b *testing.B) {
+	plain := sseChunks("openai")
+	chunks := encodeChunks("gzip", plain)
+	h := map[string]string{"content-encoding": "gzip"}
+	for _, driver := range []string{"coroutine", "goroutine"} {
+		b.Run(driver, func(b *testing.B) {
+			b.SetBytes(int64(totalLen(plain)))
+			b.ReportAllocs()
 			var u Usage
 			for b.Loop() {
-				e := New(ctSSE, nil, Limits{})
+				e := New(ctSSE, h, Limits{})
+				if driver == "goroutine" {
+					e.dec.stop()
+					e.dec.next, e.dec.stop = chanPull(e.dec.run)
+				}
 				for _, c := range chunks {
 					_ = e.Write(c)
 				}
 				u = e.Finish(true)
 			}
-			runtime.ReadMemStats(&ms1)
-			if !u.Complete || u.OutputTokens != 199 || !strings.HasSuffix(u.Format, "-sse") {
+			if !u.Complete {
 				b.Fatalf("unexpected usage %s", show(u))
 			}
-			perChunk := float64(b.N) * float64(len(chunks))
-			b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/perChunk, "allocs/chunk")
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/perChunk, "ns/chunk")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/(float64(b.N)*float64(len(chunks))), "ns/chunk")
 		})
 	}
 }
 
-func BenchmarkJSON(b *testing.B) {
-	body := readFixture(b, "openai_responses.json")
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		e := New(ctJSON, nil, Limits{})
-		_ = e.Write(body)
-		if !e.Finish(true).Complete {
-			b.Fatal("incomplete")
+// chanPull is iter.Pull done with a goroutine and two channels.
+func chanPull(seq iter.Seq[struct{}]) (func() (struct{}, bool), func()) {
+	resume := make(chan bool)  // true: run on; false: stop
+	yielded := make(chan bool) // true: yielded; false: seq returned
+	done, stopped := false, false
+	go func() {
+		if <-resume {
+			seq(func(struct{}) bool {
+				if stopped {
+					return false
+				}
+				yielded <- true
+				return <-resume
+			})
 		}
+		yielded <- false
+	}()
+	next := func() (struct{}, bool) {
+		if done {
+			return struct{}{}, false
+		}
+		resume <- true
+		if !<-yielded {
+			done = true
+			return struct{}{}, false
+		}
+		return struct{}{}, true
 	}
+	stop := func() {
+		if done {
+			return
+		}
+		stopped = true
+		resume <- false
+		for <-yielded {
+		}
+		done = true
+	}
+	return next, stop
 }

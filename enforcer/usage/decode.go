@@ -2,6 +2,7 @@ package usage
 
 import (
 	"bufio"
+	"bytes"
 	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"iter"
 	"strings"
+	"sync"
 
 	"github.com/andybalholm/brotli"
 )
@@ -85,7 +87,7 @@ type decoder struct {
 	e       *Extractor
 	codings [maxCodings]coding
 	n       int
-	layers  [maxCodings]io.Reader // layers[i] undoes codings[i]
+	layers  [maxCodings]layer // layers[i] undoes codings[i]
 	src     source
 	next    func() (struct{}, bool)
 	stop    func()
@@ -99,8 +101,33 @@ type decoder struct {
 	out     [decodeBufSize]byte
 }
 
+// The decoders and their decompressors are kept for the next response: an
+// inflater holds a 32 KiB window, a brotli reader a 32 KiB input buffer.
+var (
+	decoderPool = sync.Pool{New: func() any { return new(decoder) }}
+	gzipPool    = sync.Pool{New: func() any { return new(gzip.Reader) }}
+	flatePool   = sync.Pool{New: func() any { return flate.NewReader(emptyReader{}) }}
+	zlibPool    = sync.Pool{New: func() any {
+		r, err := zlib.NewReader(bytes.NewReader(emptyZlib))
+		if err != nil {
+			panic(err)
+		}
+		return r
+	}}
+	brotliPool = sync.Pool{New: func() any { return brotli.NewReader(emptyReader{}) }}
+)
+
+// emptyZlib is a zlib stream of nothing, to make a zlib reader to reset.
+var emptyZlib = []byte{0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01}
+
+type emptyReader struct{}
+
+func (emptyReader) Read([]byte) (int, error) { return 0, io.EOF }
+func (emptyReader) ReadByte() (byte, error)  { return 0, io.EOF }
+
 func newDecoder(e *Extractor, cs [maxCodings]coding, n int) *decoder {
-	d := &decoder{e: e, codings: cs, n: n}
+	d := decoderPool.Get().(*decoder)
+	d.e, d.codings, d.n = e, cs, n
 	d.next, d.stop = iter.Pull(d.run)
 	return d
 }
@@ -142,30 +169,36 @@ func (d *decoder) undecoded() int64 {
 	return d.raw
 }
 
-// finish ends the input and lets the decoder run to its end, which releases
-// its goroutine. endOfStream false means the body was cut.
-func (d *decoder) finish(endOfStream bool) {
+// finish ends the input and lets the decoder run to its end, which ends its
+// goroutine. endOfStream false means the body was cut. It returns whether
+// the encoded stream ended properly and how many bytes were not decoded,
+// then gives the decoder back to its pool.
+func (d *decoder) finish(endOfStream bool) (clean bool, undecoded int64) {
 	if d.state == decRunning {
 		d.src.eof, d.src.cut = true, !endOfStream
 		d.next()
 	}
 	d.stop()
+	clean, undecoded = d.state == decEnded, d.undecoded()
+	for i := range d.n {
+		d.layers[i].release()
+	}
+	*d = decoder{}
+	decoderPool.Put(d)
+	return clean, undecoded
 }
-
-// clean reports whether the encoded stream ended properly.
-func (d *decoder) clean() bool { return d.state == decEnded }
 
 // run is the coroutine: it decodes what the source gives and scans it.
 func (d *decoder) run(yield func(struct{}) bool) {
 	d.src.yield = yield
 	err := d.open()
 	if err == nil {
-		err = d.drain(d.layers[0], true)
+		err = d.drain(d.layers[0].r, true)
 	}
 	// The plain body ended: each outer coding must end properly too (what
 	// it still holds after the inner stream's end is ignored).
 	for i := 1; i < d.n && err == io.EOF; i++ {
-		err = d.drain(d.layers[i], false)
+		err = d.drain(d.layers[i].r, false)
 	}
 	if err == io.EOF && !d.src.cut {
 		d.state = decEnded
@@ -199,53 +232,104 @@ func (d *decoder) drain(r io.Reader, scan bool) error {
 func (d *decoder) open() error {
 	var r io.Reader = &d.src
 	for i := d.n - 1; i >= 0; i-- {
-		var err error
-		switch d.codings[i] {
-		case codingGzip:
-			r, err = newGzipReader(r)
-		case codingDeflate:
-			r, err = newDeflateReader(r)
-		case codingBr:
-			r = brotliEnd{brotli.NewReader(r)}
-		}
-		if err != nil {
+		if err := d.layers[i].open(d.codings[i], r); err != nil {
 			return err
 		}
-		d.layers[i] = r
+		r = d.layers[i].r
 	}
 	return nil
 }
 
-// gzipMembers reads a gzip stream: one member, or several in a row (RFC
-// 1952); what follows the last member that has a valid header is ignored.
-type gzipMembers struct {
-	z *gzip.Reader
-	r io.Reader
+// layer undoes one coding.
+type layer struct {
+	r  io.Reader // what the layer gives
+	in flate.Reader
+
+	gz  *gzip.Reader
+	fl  io.ReadCloser // a raw inflater (flate.Resetter)
+	zl  io.ReadCloser // a zlib reader (zlib.Resetter)
+	br  *brotli.Reader
+	pre prefixReader
 }
 
-func newGzipReader(r io.Reader) (io.Reader, error) {
-	if _, ok := r.(flate.Reader); !ok {
-		r = bufio.NewReader(r)
+func (l *layer) open(c coding, r io.Reader) error {
+	// The decompressors read a flate.Reader without a buffer of their own.
+	var ok bool
+	if l.in, ok = r.(flate.Reader); !ok {
+		l.in = bufio.NewReader(r)
 	}
-	z, err := gzip.NewReader(r)
-	if err != nil {
-		return nil, err
+	switch c {
+	case codingGzip:
+		l.gz = gzipPool.Get().(*gzip.Reader)
+		if err := l.gz.Reset(l.in); err != nil {
+			return err
+		}
+		l.gz.Multistream(false)
+		l.r = (*gzipMembers)(l)
+	case codingDeflate:
+		// RFC 9110 defines "deflate" as a zlib stream, but some servers
+		// send raw deflate: a stream whose first two bytes are a valid zlib
+		// header is read as zlib, any other as raw deflate.
+		p := &l.pre
+		p.r, p.i, p.n = l.in, 0, 0
+		for p.n < 2 {
+			b, err := l.in.ReadByte()
+			if err != nil {
+				if p.n == 0 && err == io.EOF {
+					return io.EOF // an empty body
+				}
+				return noEOF(err)
+			}
+			p.pre[p.n] = b
+			p.n++
+		}
+		if cmf, flg := p.pre[0], p.pre[1]; cmf&0x0f == 8 && cmf>>4 <= 7 && (uint16(cmf)<<8|uint16(flg))%31 == 0 {
+			l.zl = zlibPool.Get().(io.ReadCloser)
+			l.r = l.zl
+			return l.zl.(zlib.Resetter).Reset(p, nil)
+		}
+		l.fl = flatePool.Get().(io.ReadCloser)
+		l.r = l.fl
+		return l.fl.(flate.Resetter).Reset(p, nil)
+	case codingBr:
+		l.br = brotliPool.Get().(*brotli.Reader)
+		l.br.Reset(l.in)
+		l.r = (*brotliEnd)(l)
 	}
-	z.Multistream(false)
-	return &gzipMembers{z: z, r: r}, nil
+	return nil
 }
+
+// release gives the decompressors back to their pools.
+func (l *layer) release() {
+	if l.gz != nil {
+		gzipPool.Put(l.gz)
+	}
+	if l.fl != nil {
+		flatePool.Put(l.fl)
+	}
+	if l.zl != nil {
+		zlibPool.Put(l.zl)
+	}
+	if l.br != nil {
+		brotliPool.Put(l.br)
+	}
+}
+
+// gzipMembers reads a gzip stream: one member, or several in a row (RFC
+// 1952); what follows the last member that has a valid header is ignored.
+type gzipMembers layer
 
 func (g *gzipMembers) Read(p []byte) (int, error) {
 	for {
-		n, err := g.z.Read(p)
+		n, err := g.gz.Read(p)
 		if err != io.EOF {
 			return n, err
 		}
 		// The member ended properly: another may follow.
-		if g.z.Reset(g.r) != nil {
+		if g.gz.Reset(g.in) != nil {
 			return n, io.EOF
 		}
-		g.z.Multistream(false)
+		g.gz.Multistream(false)
 		if n > 0 {
 			return n, nil
 		}
@@ -257,10 +341,10 @@ func (g *gzipMembers) Read(p []byte) (int, error) {
 // when none do but the stream's last bytes came in a read of their own (its
 // internal buffer is then not empty): either way the stream is whole, and
 // what follows it is ignored as for the other codings.
-type brotliEnd struct{ r *brotli.Reader }
+type brotliEnd layer
 
-func (b brotliEnd) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
+func (b *brotliEnd) Read(p []byte) (int, error) {
+	n, err := b.br.Read(p)
 	if err != nil && err.Error() == errBrotliExcessive {
 		err = io.EOF
 	}
@@ -269,32 +353,6 @@ func (b brotliEnd) Read(p []byte) (int, error) {
 
 // errBrotliExcessive is the text of the brotli package's unexported error.
 const errBrotliExcessive = "brotli: excessive input"
-
-// newDeflateReader reads "deflate", which RFC 9110 defines as a zlib stream
-// but which some servers send as raw deflate: a stream whose first two bytes
-// are a valid zlib header is read as zlib, any other as raw deflate.
-func newDeflateReader(r io.Reader) (io.Reader, error) {
-	br, ok := r.(flate.Reader)
-	if !ok {
-		br = bufio.NewReader(r)
-	}
-	p := &prefixReader{r: br}
-	for p.n < 2 {
-		b, err := br.ReadByte()
-		if err != nil {
-			if p.n == 0 && err == io.EOF {
-				return nil, io.EOF // an empty body
-			}
-			return nil, noEOF(err)
-		}
-		p.pre[p.n] = b
-		p.n++
-	}
-	if cmf, flg := p.pre[0], p.pre[1]; cmf&0x0f == 8 && cmf>>4 <= 7 && (uint16(cmf)<<8|uint16(flg))%31 == 0 {
-		return zlib.NewReader(p)
-	}
-	return flate.NewReader(p), nil
-}
 
 func noEOF(err error) error {
 	if err == io.EOF {

@@ -267,8 +267,11 @@ func TestEncodedWriteAllocations(t *testing.T) {
 				e.Finish(true)
 			})
 		}
+		// A collection during the runs empties the pools, whose refill
+		// adds less than one allocation on average; one per chunk would add
+		// thousands.
 		few, many := allocs(2), allocs(len(z))
-		if many > few {
+		if many > few+1 {
 			t.Errorf("%s: %v allocations in 2 chunks, %v in %d", enc, few, many, len(z))
 		}
 	}

@@ -1,12 +1,15 @@
 // Package usage owns reading what an upstream inference response says it
 // cost: it turns a response, seen as its headers and then its body in
 // chunks, into a Usage (model, input, output and cached-input tokens, an
-// upstream-reported cost, and whether the usage was fully reported).
+// upstream-reported cost, whether the usage was fully reported, and how much
+// output text the response carried, for an estimate when it was not).
 //
 // The enforcer's ext_proc handler creates one Extractor per response with New
 // (the content type, the lower-cased response headers and the Limits), calls
-// Write with every body chunk in order as Envoy hands them over, and calls
-// Finish once at the end of the stream, or when the stream breaks off.
+// Write with every body chunk in order as Envoy hands them over (still
+// content-encoded), and calls Finish once at the end of the stream, or when
+// the stream breaks off. Finish must be called: it also ends the decoder of
+// a compressed body.
 //
 // # What it must not do
 //
@@ -16,8 +19,10 @@
 // size is read by an incremental scanner that keeps a bounded amount of
 // state (about 2 KiB with the default Limits: the JSON nesting as one bit per
 // level up to MaxDepth, the last key, and the few short strings it looks
-// for), so memory does not grow with the response. Write allocates nothing (unless a model name holds invalid
-// UTF-8, which is replaced as encoding/json does).
+// for), so memory does not grow with the response. On an identity body Write
+// allocates nothing (unless a model name holds invalid UTF-8, which is
+// replaced as encoding/json does); for a compressed one see Content
+// encodings.
 //
 // # Shapes
 //
@@ -35,18 +40,35 @@
 //     cache_creation_input_tokens}.
 //   - openai-chat-sse: chat.completion.chunk events; with
 //     stream_options.include_usage the last chunk carries usage (earlier
-//     ones carry "usage": null). The last usage object seen wins.
+//     ones carry "usage": null, which reports nothing).
 //   - openai-responses-sse: "response.*" events; the terminal events
 //     response.completed, response.incomplete and response.failed carry
 //     response.usage.
 //   - anthropic-sse: message_start carries message.model and the input
 //     usage; each message_delta carries cumulative usage (output_tokens,
-//     sometimes the input counts too): every field it reports replaces the
-//     earlier value.
+//     sometimes the input counts too).
 //
 // A body without usage (an error body, a stream without include_usage) gives
 // a Usage that is not Complete; Format still names the shape when it was
 // recognised, so the caller can tell "no usage requested" from "unknown body".
+// InputReported and OutputReported say which counts the response reported at
+// all, so that a count of 0 is not mistaken for a missing one.
+//
+// # Which usage counts when there are several
+//
+// A response may report usage more than once: an event stream in several
+// events (an OpenAI chunk per choice or a proxy's extra chunk, Anthropic's
+// message_start then each message_delta, the Responses API's in-progress
+// events then its terminal one), a JSON body with "usage" twice. Each count
+// (input, output, cached, cache creation) is the LARGEST valid value any of
+// them reported, the usage object of each recognised place and every
+// repetition of a key within it alike. A later, smaller report never lowers
+// a count: cumulative reports only grow, a report that shrinks is a bug or a
+// forgery, and charging the larger one never undercharges. A null usage or
+// a count of the wrong type reports nothing (it does not erase an earlier
+// count). The model, "type" and "object" are strings, not counts: within one
+// document the last occurrence wins. Once the final report of the shape was
+// seen, later reports can raise counts but not undo Complete.
 //
 // # Normalised token counts
 //
@@ -94,11 +116,38 @@
 // so a last event without the blank line after it still counts, and so do
 // the values of events that forgot the blank line between them.
 //
-// Within one JSON document a field that occurs twice takes its last value,
-// and a value of the wrong type (a count that is not a non-negative integer
+// A value of the wrong type (a count that is not a non-negative integer
 // written without fraction or exponent, a model that is not a string) counts
-// as absent: what decoding the document into map[string]any would give. The
-// tests check the scanner against exactly that, done with encoding/json.
+// as absent. The tests check the scanner against a reference that decodes
+// each document with encoding/json (keeping repeated keys) and applies the
+// same rules.
+//
+// # Output text
+//
+// TextBytes counts the output text the response carried, in bytes of UTF-8
+// as encoding/json would decode it (escapes resolved; each byte that is not
+// part of valid UTF-8 counted as U+FFFD, 3 bytes). It is read, whether or
+// not usage was reported, from:
+//
+//   - OpenAI chat completions: choices[].delta (streamed) or
+//     choices[].message: content, refusal, reasoning_content, reasoning,
+//     tool_calls[].function.arguments, function_call.arguments; legacy
+//     completions: choices[].text;
+//   - OpenAI Responses, streamed: the "delta" string of every response.*.delta
+//     event (output text, refusal, reasoning, function-call arguments...)
+//     but response.audio.delta, which is base64 audio; not streamed:
+//     output[].content[].text and .refusal, output[].arguments,
+//     output[].summary[].text;
+//   - Anthropic, streamed: content_block_delta's delta.text,
+//     delta.partial_json and delta.thinking; not streamed: content[].text,
+//     content[].thinking, and content[].input (a tool call's input object),
+//     counted as its JSON text as sent.
+//
+// A streamed response is counted from its deltas only, so the full text a
+// terminal event repeats (response.completed) is not counted twice. In an
+// event stream only complete JSON values count; in a JSON body, the text
+// read before the body broke off counts. The caller turns it into an
+// estimate of the output tokens when they were not reported.
 //
 // # Upstream cost
 //
@@ -120,10 +169,52 @@
 //
 // # Content encodings
 //
-// A body with a Content-Encoding other than identity (gzip, br, zstd...) is
-// not decoded: inflating would need a decoder and buffers per response for a
-// case the deployment can avoid by asking the upstream for identity (Envoy
-// can set accept-encoding on the upstream request). Such a response gives
-// Format "unsupported-encoding", is never Complete, and still reports the
-// cost header.
+// gzip (also x-gzip, several members in a row), deflate and br bodies are
+// decoded while they stream, and so are two of them stacked ("gzip, br":
+// undone in the reverse order of the header); "identity" is skipped. RFC
+// 9110's deflate is a zlib stream, but some servers send raw deflate: a body
+// whose first two bytes are a valid zlib header is read as zlib, any other as
+// raw deflate. Complete then also needs the compressed stream to have ended
+// properly (gzip's trailer and CRC, zlib's checksum, deflate's final block,
+// brotli's last meta-block); bytes after that end are ignored.
+//
+// The decompressors (compress/gzip, compress/flate, compress/zlib and
+// github.com/andybalholm/brotli) pull their input from a reader and cannot
+// resume after the reader fails, while Write has chunks pushed to it. Each
+// compressed response's decoder therefore runs as a coroutine (iter.Pull):
+// Write hands it the chunk and resumes it; it reads the chunk, scans what it
+// decodes, and yields back when the chunk is used up. Write and decoder never
+// run at once, the chunk is not retained, and when Write returns everything
+// the decompressor could produce from it has been scanned (a server that
+// streams events compressed flushes after each, so each event is read as it
+// arrives). A goroutine fed over channels does the same at a higher cost
+// per chunk (BenchmarkDecodeDriver). Finish ends the coroutine.
+//
+// Memory stays bounded per response, whatever the body's size: the scanner's
+// state plus the decompressor's, which is 32 KiB of window for gzip and
+// deflate and, for br, the stream's window (at most 16 MiB, grown only as the
+// output reaches it) and a 32 KiB input buffer. Decompressors and buffers
+// are pooled across responses, so a compressed response allocates about as
+// much as an identity one, except that the brotli library allocates for
+// each meta-block (a server's flush: about 3 allocations per streamed
+// event). Nothing is buffered whole, so a decompression bomb costs CPU
+// (decoding and scanning what it inflates to, at the rates of
+// BenchmarkSSE) but no memory; a Write whose chunk inflates to gigabytes
+// takes as long as scanning them.
+//
+// Corrupt compressed data never fails a Write or panics (a panicking
+// decompressor is recovered), and a decompressor that stops making progress
+// is stopped: the usage read before the corruption stands, is not Complete,
+// and the body bytes that could not be decoded (all of them when nothing
+// could be, as for a body that is not in its stated encoding; else those
+// from the point of failure on, as far as the decompressor had read) are
+// added to TextBytes with TextBytesFromRaw set, so an estimate stays
+// possible. A body cut short (Finish(false), or a compressed stream that
+// just stops) loses only what the decompressor had not yet released: up to
+// its window of output for gzip and deflate when the server did not flush.
+//
+// Any other coding (zstd, compress, more than two codings) is not decoded:
+// the response gives Format "unsupported-encoding", is never Complete, still
+// reports the cost header, and its TextBytes is the count of body bytes as
+// received, with TextBytesFromRaw set.
 package usage

@@ -244,9 +244,12 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		e.result = u
 		return u
 	}
+	var undecoded int64
 	if e.dec != nil {
-		e.dec.finish(endOfStream)
-		endOfStream = endOfStream && e.dec.clean()
+		var clean bool
+		clean, undecoded = e.dec.finish(endOfStream)
+		endOfStream = endOfStream && clean
+		e.dec = nil
 	}
 	switch e.mode {
 	case modeJSON:
@@ -258,11 +261,9 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 	}
 	e.acc.fill(&u)
 	u.Complete = u.Complete && endOfStream
-	if e.dec != nil {
-		if raw := e.dec.undecoded(); raw > 0 {
-			u.TextBytes += raw
-			u.TextBytesFromRaw = true
-		}
+	if undecoded > 0 {
+		u.TextBytes += undecoded
+		u.TextBytesFromRaw = true
 	}
 	e.result = u
 	return u
