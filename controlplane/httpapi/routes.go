@@ -106,6 +106,9 @@ func (s *Server) routeTable() []route {
 		{method: "POST", pattern: "/v1/gateway/usage-limit-reset-requests/{requestId}/deny", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.denyResetRequest},
 		{method: "GET", pattern: "/v1/gateway/model-prices", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listModelPrices},
 		{method: "PUT", pattern: "/v1/gateway/model-prices", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.replaceModelPrices},
+		{method: "GET", pattern: "/v1/gateway/model-prices/fallback", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.getFallbackPrice},
+		{method: "PUT", pattern: "/v1/gateway/model-prices/fallback", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.setFallbackPrice},
+		{method: "DELETE", pattern: "/v1/gateway/model-prices/fallback", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.resetFallbackPrice},
 
 		// Accounting operations: the capture fence and abandonment recovery (usage_capture.go, usage_recovery.go)
 		{method: "POST", pattern: "/v1/gateway/usage-capture/suspend", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.suspendCapture},

@@ -238,3 +238,50 @@ func TestAbandonmentRecovery(t *testing.T) {
 	}
 	at.Check(t, e.Store)
 }
+
+// The first finding, through the status read: eight gpt-4o-mini calls under a
+// 0.05 USD hard limit, with no organization prices, used to read usedMicroUsd 0,
+// unpricedRequests 8, within_limit. The shipped catalog prices them now; a model nobody
+// priced is charged at the fallback and counted unpriced; an estimated receipt is
+// counted and named by the coverage.
+func TestStatusShowsCatalogPricesFallbackAndCostBasis(t *testing.T) {
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	alice := e.AddMember(t, owner, "alice", "member")
+	p := dayPolicy(t, e, owner, "Five cents", "0.05", nil)
+	assign(t, e, owner, p.ID, map[string]any{"memberId": alice.MemberID})
+	l := ledgerFor(t, e)
+	settle := func(it *internalv1.SettleItem) *internalv1.SettleResult {
+		t.Helper()
+		it.RequestId = at.ReqID()
+		if o := startAs(t, l, alice.OrgID, alice.MemberID, it.RequestId, e.Clock.Now(), 0); o != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+			t.Fatalf("start %v", o)
+		}
+		res, err := l.Settle(context.Background(), []*internalv1.SettleItem{it})
+		if err != nil || res[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+			t.Fatalf("settle %v %v", res, err)
+		}
+		return res[0]
+	}
+	for range 8 {
+		// 20k input and 10k output tokens: 3000 + 6000 micro-USD at the catalog's price.
+		settle(&internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 20_000, OutputTokens: 10_000, Complete: true})
+	}
+	s := getStatus(t, e, alice)
+	if s.State != "blocked" || s.Buckets[s.bucketOf(t, "day")].UsedMicroUsd != 72_000 {
+		t.Fatalf("status %s, used %d", s.State, s.Buckets[0].UsedMicroUsd)
+	}
+	cov := getStatus(t, e, alice).Coverage
+	if cov["unpricedRequests"] != float64(0) || cov["lastSettlementCostBasis"] != "reported_usage" || cov["estimatedRequests"] != float64(0) {
+		t.Fatalf("coverage %v", cov)
+	}
+	if r := settle(&internalv1.SettleItem{Model: "acme-next", OutputTokens: 1000, Complete: true}); r.CostSource != "fallback" || r.CostMicroUsd <= 0 {
+		t.Fatalf("unknown model %v", r)
+	}
+	settle(&internalv1.SettleItem{Model: "gpt-4o-mini", OutputTokens: 1000, UsageEstimated: true, Complete: true})
+	cov = getStatus(t, e, alice).Coverage
+	if cov["unpricedRequests"] != float64(1) || cov["estimatedRequests"] != float64(1) || cov["incompleteRequests"] != float64(1) ||
+		cov["lastSettlementCostBasis"] != "estimate" {
+		t.Fatalf("coverage %v", cov)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/apitest"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -169,34 +170,109 @@ func TestUsageResetRequestPagination(t *testing.T) {
 	}
 }
 
+type priceEntry struct {
+	Model                         string
+	InputMicroUsdPerMillion       int64
+	OutputMicroUsdPerMillion      int64
+	CachedInputMicroUsdPerMillion int64
+	CacheWriteMicroUsdPerMillion  *int64
+	Source                        string
+	UpdatedAt                     string
+}
+
+type fallbackView struct {
+	InputMicroUsdPerMillion       int64
+	OutputMicroUsdPerMillion      int64
+	CachedInputMicroUsdPerMillion int64
+	CacheWriteMicroUsdPerMillion  *int64
+	Source                        string
+	UpdatedAt                     *string
+}
+
+type pricesView struct {
+	Prices   []priceEntry
+	Fallback fallbackView
+	Catalog  struct {
+		AsOf    string
+		Sources []string
+	}
+}
+
+func (v pricesView) find(model string) (priceEntry, bool) {
+	for _, p := range v.Prices {
+		if p.Model == model {
+			return p, true
+		}
+	}
+	return priceEntry{}, false
+}
+
+func (v pricesView) from(source string) []priceEntry {
+	var out []priceEntry
+	for _, p := range v.Prices {
+		if p.Source == source {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func TestUsageModelPrices(t *testing.T) {
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
 	const path = "/v1/gateway/model-prices"
-	type prices struct {
-		Prices []struct {
-			Model                         string
-			InputMicroUsdPerMillion       int64
-			OutputMicroUsdPerMillion      int64
-			CachedInputMicroUsdPerMillion int64
-			UpdatedAt                     string
-		}
-	}
-	var got prices
+	cat := pricecatalog.Default()
+	var got pricesView
+	// A new organization sees the shipped catalog, with its date and sources, and the
+	// default fallback price.
 	e.Do(t, "GET", path, nil, bob.As()...).Expect(t, http.StatusOK).Decode(t, &got)
-	if len(got.Prices) != 0 {
+	if len(got.Prices) != len(cat.Entries()) || len(got.from("catalog")) != len(got.Prices) || got.Catalog.AsOf != cat.AsOf().Format(time.DateOnly) ||
+		len(got.Catalog.Sources) == 0 || got.Fallback.Source != "default" || got.Fallback.UpdatedAt != nil ||
+		got.Fallback.InputMicroUsdPerMillion != pricecatalog.Highest().InputPerMillion {
 		t.Fatalf("%+v", got)
+	}
+	if p, ok := got.find("gpt-4o-mini"); !ok || p.InputMicroUsdPerMillion != 150_000 || p.OutputMicroUsdPerMillion != 600_000 || p.Source != "catalog" {
+		t.Fatalf("gpt-4o-mini %+v", p)
+	}
+	if p, _ := got.find("claude-sonnet-4"); p.CacheWriteMicroUsdPerMillion == nil || *p.CacheWriteMicroUsdPerMillion != 3_750_000 {
+		t.Fatalf("claude-sonnet-4 %+v", p)
 	}
 	entry := func(model string, in, out, cached int64) map[string]any {
 		return map[string]any{"model": model, "inputMicroUsdPerMillion": in, "outputMicroUsdPerMillion": out, "cachedInputMicroUsdPerMillion": cached}
 	}
-	e.Do(t, "PUT", path, map[string]any{"prices": []any{entry("gpt-x", 2_500_000, 10_000_000, 1_250_000), entry(" claude-y ", 3_000_000, 15_000_000, 300_000)}},
+	withWrite := entry("GPT-4o-mini", 1, 2, 0)
+	withWrite["cacheWriteMicroUsdPerMillion"] = 3
+	// PUT answers the organization's own prices only, as before.
+	e.Do(t, "PUT", path, map[string]any{"prices": []any{entry("gpt-x", 2_500_000, 10_000_000, 1_250_000), entry(" claude-y ", 3_000_000, 15_000_000, 300_000), withWrite}},
 		o.As()...).Expect(t, http.StatusOK).Decode(t, &got)
-	if len(got.Prices) != 2 || got.Prices[0].Model != "claude-y" || got.Prices[1].OutputMicroUsdPerMillion != 10_000_000 {
+	if len(got.Prices) != 3 || got.Prices[0].Model != "GPT-4o-mini" || got.Prices[1].Model != "claude-y" || got.Prices[2].OutputMicroUsdPerMillion != 10_000_000 ||
+		got.Prices[0].CacheWriteMicroUsdPerMillion == nil || *got.Prices[0].CacheWriteMicroUsdPerMillion != 3 || got.Prices[1].CacheWriteMicroUsdPerMillion != nil ||
+		len(got.from("organization")) != 3 {
 		t.Fatalf("%+v", got)
 	}
-	firstUpdate := got.Prices[1].UpdatedAt
+	firstUpdate := got.Prices[2].UpdatedAt
+	// GET: the effective table. The organization's GPT-4o-mini overrides the catalog's
+	// gpt-4o-mini (same key); its other prices are added.
+	e.Do(t, "GET", path, nil, bob.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if _, ok := got.find("gpt-4o-mini"); ok || len(got.Prices) != len(cat.Entries())-1+3 {
+		t.Fatalf("the overridden catalog entry is listed: %d prices", len(got.Prices))
+	}
+	if p, _ := got.find("GPT-4o-mini"); p.Source != "organization" || p.InputMicroUsdPerMillion != 1 {
+		t.Fatalf("%+v", p)
+	}
+	if p, _ := got.find("gpt-4o"); p.Source != "catalog" || p.UpdatedAt != cat.AsOf().Format(time.DateOnly)+"T00:00:00.000Z" {
+		t.Fatalf("%+v", p)
+	}
+	e.Do(t, "GET", path+"?source=organization", nil, bob.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if len(got.Prices) != 3 || len(got.from("organization")) != 3 {
+		t.Fatalf("source=organization: %+v", got.Prices)
+	}
+	e.Do(t, "GET", path+"?source=catalog", nil, bob.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if len(got.Prices) != len(cat.Entries())-1 || len(got.from("catalog")) != len(got.Prices) {
+		t.Fatalf("source=catalog: %d", len(got.Prices))
+	}
+	e.Do(t, "GET", path+"?source=all", nil, bob.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
 	// Replace: claude-y removed, gpt-x unchanged keeps its updatedAt, a new model added.
 	e.Clock.Advance(time.Minute)
 	e.Do(t, "PUT", path, map[string]any{"prices": []any{entry("gpt-x", 2_500_000, 10_000_000, 1_250_000), entry("new", 0, 0, 0)}},
@@ -205,6 +281,11 @@ func TestUsageModelPrices(t *testing.T) {
 		got.Prices[1].UpdatedAt == firstUpdate {
 		t.Fatalf("%+v", got)
 	}
+	nullWrite := entry("a", 0, 0, 0)
+	nullWrite["cacheWriteMicroUsdPerMillion"] = nil
+	e.Do(t, "PUT", path, map[string]any{"prices": []any{nullWrite}}, o.As()...).Expect(t, http.StatusOK)
+	badWrite := entry("a", 0, 0, 0)
+	badWrite["cacheWriteMicroUsdPerMillion"] = -1
 	for _, body := range []any{
 		map[string]any{},
 		map[string]any{"prices": []any{entry("a", -1, 0, 0)}},
@@ -213,16 +294,69 @@ func TestUsageModelPrices(t *testing.T) {
 		map[string]any{"prices": []any{entry("  ", 0, 0, 0)}},
 		map[string]any{"prices": []any{map[string]any{"model": "a", "inputMicroUsdPerMillion": 1, "outputMicroUsdPerMillion": 1}}},
 		map[string]any{"prices": []any{map[string]any{"model": "a", "inputMicroUsdPerMillion": 1.5, "outputMicroUsdPerMillion": 1, "cachedInputMicroUsdPerMillion": 1}}},
+		map[string]any{"prices": []any{badWrite}},
 	} {
 		e.Do(t, "PUT", path, body, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
 	}
 	e.Do(t, "PUT", path, map[string]any{"prices": []any{}}, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
-	// An empty list clears the table.
+	// An empty list clears the table: the catalog alone again.
 	e.Do(t, "PUT", path, map[string]any{"prices": []any{}}, o.As()...).Expect(t, http.StatusOK).Decode(t, &got)
 	if len(got.Prices) != 0 {
 		t.Fatalf("%+v", got)
 	}
-	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'model_prices.replace'`); n != 3 {
+	e.Do(t, "GET", path, nil, o.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if len(got.Prices) != len(cat.Entries()) {
+		t.Fatalf("%d prices after clearing", len(got.Prices))
+	}
+	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'model_prices.replace'`); n != 4 {
 		t.Fatalf("%d price audit events", n)
+	}
+}
+
+// The fallback price: the default (the catalog's highest price of each token class) until
+// an owner or admin sets one; DELETE returns to the default. The effective table shows it.
+func TestUsageFallbackPrice(t *testing.T) {
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	const path = "/v1/gateway/model-prices/fallback"
+	high := pricecatalog.Highest()
+	var got fallbackView
+	e.Do(t, "GET", path, nil, bob.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if got.Source != "default" || got.UpdatedAt != nil || got.InputMicroUsdPerMillion != high.InputPerMillion || got.OutputMicroUsdPerMillion != high.OutputPerMillion ||
+		got.CachedInputMicroUsdPerMillion != high.CachedInputPerMillion || got.CacheWriteMicroUsdPerMillion == nil || *got.CacheWriteMicroUsdPerMillion != high.CacheWrite() {
+		t.Fatalf("default %+v", got)
+	}
+	body := map[string]any{"inputMicroUsdPerMillion": 5_000_000, "outputMicroUsdPerMillion": 20_000_000, "cachedInputMicroUsdPerMillion": 500_000}
+	e.Do(t, "PUT", path, body, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "PUT", path, body, o.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if got.Source != "organization" || got.UpdatedAt == nil || got.InputMicroUsdPerMillion != 5_000_000 || got.CacheWriteMicroUsdPerMillion != nil {
+		t.Fatalf("set %+v", got)
+	}
+	var table pricesView
+	e.Do(t, "GET", "/v1/gateway/model-prices", nil, bob.As()...).Expect(t, http.StatusOK).Decode(t, &table)
+	if table.Fallback.Source != "organization" || table.Fallback.OutputMicroUsdPerMillion != 20_000_000 {
+		t.Fatalf("table fallback %+v", table.Fallback)
+	}
+	for _, bad := range []map[string]any{
+		{},
+		{"inputMicroUsdPerMillion": -1, "outputMicroUsdPerMillion": 0, "cachedInputMicroUsdPerMillion": 0},
+		{"inputMicroUsdPerMillion": 0, "outputMicroUsdPerMillion": 0, "cachedInputMicroUsdPerMillion": 0, "cacheWriteMicroUsdPerMillion": 4503599627370496},
+		{"inputMicroUsdPerMillion": 0, "outputMicroUsdPerMillion": 0, "cachedInputMicroUsdPerMillion": 0, "extra": 1},
+	} {
+		e.Do(t, "PUT", path, bad, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	}
+	e.Do(t, "DELETE", path, nil, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "DELETE", path, nil, o.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if got.Source != "default" || got.InputMicroUsdPerMillion != high.InputPerMillion {
+		t.Fatalf("reset %+v", got)
+	}
+	e.Do(t, "DELETE", path, nil, o.As()...).Expect(t, http.StatusOK)
+	e.Do(t, "GET", path, nil, bob.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if got.Source != "default" {
+		t.Fatalf("after reset %+v", got)
+	}
+	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action LIKE 'model_prices.fallback.%'`); n != 2 {
+		t.Fatalf("%d fallback audit events", n)
 	}
 }

@@ -240,6 +240,8 @@ func TestUsageRoleCheckBeforeBody(t *testing.T) {
 		{"POST", resetsPath + "/urr_x/approve"},
 		{"POST", resetsPath + "/urr_x/deny"},
 		{"PUT", "/v1/gateway/model-prices"},
+		{"PUT", "/v1/gateway/model-prices/fallback"},
+		{"DELETE", "/v1/gateway/model-prices/fallback"},
 	}
 	for _, rt := range routes {
 		var body any

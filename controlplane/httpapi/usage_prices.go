@@ -2,6 +2,9 @@ package httpapi
 
 import (
 	"net/http"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -9,50 +12,167 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/money"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
-// Model prices: the organization's catalog, integer micro-USD per million input, output
-// and cached-input tokens per model. Accounting uses it to estimate a request's cost when
-// the upstream reports none.
+// Model prices, integer micro-USD per million input, output, cached-input and
+// cache-write tokens per model. Settlement prices a request's tokens, when the upstream
+// reports no cost, at the organization's own price of the model, else the shipped
+// catalog's (pkg/pricecatalog), else the organization's fallback price (the catalog's
+// highest price of each token class until an owner or admin sets one). Models are
+// matched the way providers answer them (docs/prices.md).
 
 // maxModelPrices bounds one price table (and so one PUT body).
 const maxModelPrices = 1000
+
+// Price sources of the effective table.
+const (
+	priceFromOrganization = "organization"
+	priceFromCatalog      = "catalog"
+	priceFromDefault      = "default"
+)
 
 type modelPriceView struct {
 	Model                         string     `json:"model"`
 	InputMicroUsdPerMillion       int64      `json:"inputMicroUsdPerMillion"`
 	OutputMicroUsdPerMillion      int64      `json:"outputMicroUsdPerMillion"`
 	CachedInputMicroUsdPerMillion int64      `json:"cachedInputMicroUsdPerMillion"`
+	CacheWriteMicroUsdPerMillion  *int64     `json:"cacheWriteMicroUsdPerMillion"`
+	Source                        string     `json:"source"`
 	UpdatedAt                     jsonx.Time `json:"updatedAt"`
 }
 
-func viewModelPrices(ps []store.ModelPrice) map[string]any {
-	out := make([]modelPriceView, len(ps))
-	for i, p := range ps {
-		out[i] = modelPriceView{Model: p.Model, InputMicroUsdPerMillion: p.InputPerMillion, OutputMicroUsdPerMillion: p.OutputPerMillion,
-			CachedInputMicroUsdPerMillion: p.CachedInputPerMillion, UpdatedAt: jsonx.Time(p.UpdatedAt)}
-	}
-	return map[string]any{"prices": out}
+type fallbackPriceView struct {
+	InputMicroUsdPerMillion       int64       `json:"inputMicroUsdPerMillion"`
+	OutputMicroUsdPerMillion      int64       `json:"outputMicroUsdPerMillion"`
+	CachedInputMicroUsdPerMillion int64       `json:"cachedInputMicroUsdPerMillion"`
+	CacheWriteMicroUsdPerMillion  *int64      `json:"cacheWriteMicroUsdPerMillion"`
+	Source                        string      `json:"source"`
+	UpdatedAt                     *jsonx.Time `json:"updatedAt"`
 }
 
+type catalogView struct {
+	AsOf    string   `json:"asOf"`
+	Sources []string `json:"sources"`
+}
+
+type modelPricesView struct {
+	Prices   []modelPriceView  `json:"prices"`
+	Fallback fallbackPriceView `json:"fallback"`
+	Catalog  catalogView       `json:"catalog"`
+}
+
+func viewFallback(f *store.FallbackPrice) fallbackPriceView {
+	if f == nil {
+		h := pricecatalog.Highest()
+		return fallbackPriceView{InputMicroUsdPerMillion: h.InputPerMillion, OutputMicroUsdPerMillion: h.OutputPerMillion,
+			CachedInputMicroUsdPerMillion: h.CachedInputPerMillion, CacheWriteMicroUsdPerMillion: h.CacheWritePerMillion, Source: priceFromDefault}
+	}
+	at := jsonx.Time(f.UpdatedAt)
+	return fallbackPriceView{InputMicroUsdPerMillion: f.InputPerMillion, OutputMicroUsdPerMillion: f.OutputPerMillion,
+		CachedInputMicroUsdPerMillion: f.CachedInputPerMillion, CacheWriteMicroUsdPerMillion: f.CacheWritePerMillion,
+		Source: priceFromOrganization, UpdatedAt: &at}
+}
+
+// viewModelPrices renders the price table: the organization's own prices, and, with
+// catalog, the shipped catalog's entries that no organization price overrides (one
+// whose key, pricecatalog.Key, is the catalog's model name), sorted by model name.
+func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, catalog bool) modelPricesView {
+	cat := pricecatalog.Default()
+	out := modelPricesView{Prices: []modelPriceView{}, Fallback: viewFallback(fallback),
+		Catalog: catalogView{AsOf: cat.AsOf().Format(time.DateOnly), Sources: cat.Sources()}}
+	overridden := map[string]bool{}
+	for _, p := range ps {
+		overridden[p.MatchKey] = true
+		if own {
+			out.Prices = append(out.Prices, modelPriceView{Model: p.Model, InputMicroUsdPerMillion: p.InputPerMillion,
+				OutputMicroUsdPerMillion: p.OutputPerMillion, CachedInputMicroUsdPerMillion: p.CachedInputPerMillion,
+				CacheWriteMicroUsdPerMillion: p.CacheWritePerMillion, Source: priceFromOrganization, UpdatedAt: jsonx.Time(p.UpdatedAt)})
+		}
+	}
+	if catalog {
+		for _, e := range cat.Entries() {
+			if overridden[e.Model] {
+				continue
+			}
+			out.Prices = append(out.Prices, modelPriceView{Model: e.Model, InputMicroUsdPerMillion: e.InputPerMillion,
+				OutputMicroUsdPerMillion: e.OutputPerMillion, CachedInputMicroUsdPerMillion: e.CachedInputPerMillion,
+				CacheWriteMicroUsdPerMillion: e.CacheWritePerMillion, Source: priceFromCatalog, UpdatedAt: jsonx.Time(cat.AsOf())})
+		}
+	}
+	slices.SortStableFunc(out.Prices, func(a, b modelPriceView) int { return strings.Compare(a.Model, b.Model) })
+	return out
+}
+
+// listModelPrices answers the effective price table: the organization's prices and
+// the catalog's (source=organization or source=catalog keeps one of them), with the
+// fallback price and the catalog's date and sources.
 func (s *Server) listModelPrices(c *Call) error {
+	own, catalog := true, true
+	if v := c.R.URL.Query()["source"]; len(v) > 0 {
+		if len(v) > 1 || (v[0] != priceFromOrganization && v[0] != priceFromCatalog) {
+			return fault.InvalidAt("must be organization or catalog", "source")
+		}
+		own, catalog = v[0] == priceFromOrganization, v[0] == priceFromCatalog
+	}
 	ps, err := store.ListModelPrices(c.Ctx, c.DB(), c.OrgID())
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, viewModelPrices(ps))
+	f, err := store.GetFallbackPrice(c.Ctx, c.DB(), c.OrgID())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewModelPrices(ps, f, own, catalog))
 }
 
-// replaceModelPrices makes the table exactly the given list (models left out are
-// removed). Prices are bounded like allowances, so a per-million price times any
-// plausible token count is checked arithmetic for the accounting side, never a float.
+// priceFields validates the four prices of a body entry; cacheWrite may be absent or
+// null (cache writes are then priced as input).
+type priceFields struct {
+	Input       *int64                `json:"inputMicroUsdPerMillion"`
+	Output      *int64                `json:"outputMicroUsdPerMillion"`
+	CachedInput *int64                `json:"cachedInputMicroUsdPerMillion"`
+	CacheWrite  jsonx.Optional[int64] `json:"cacheWriteMicroUsdPerMillion"`
+}
+
+const priceBoundMessage = "must be an integer from 0 to 4503599627370495"
+
+func (f priceFields) read(p *fault.Problems, path ...any) (in, out, cached int64, write *int64) {
+	at := func(name string) []any { return append(slices.Clone(path), name) }
+	for _, x := range []struct {
+		v    *int64
+		dst  *int64
+		name string
+	}{{f.Input, &in, "inputMicroUsdPerMillion"}, {f.Output, &out, "outputMicroUsdPerMillion"},
+		{f.CachedInput, &cached, "cachedInputMicroUsdPerMillion"}} {
+		switch {
+		case x.v == nil:
+			p.Add("is required", at(x.name)...)
+		case *x.v < 0 || *x.v > money.MaxAllowanceMicroUSD:
+			p.Add(priceBoundMessage, at(x.name)...)
+		default:
+			*x.dst = *x.v
+		}
+	}
+	if f.CacheWrite.Set && !f.CacheWrite.Null {
+		if v := f.CacheWrite.Value; v < 0 || v > money.MaxAllowanceMicroUSD {
+			p.Add(priceBoundMessage, at("cacheWriteMicroUsdPerMillion")...)
+		} else {
+			write = &v
+		}
+	}
+	return
+}
+
+// replaceModelPrices makes the organization's table exactly the given list (models left
+// out are removed) and answers the organization's prices (as GET with
+// source=organization). Prices are bounded like allowances, so a per-million price times
+// any plausible token count is checked arithmetic for the accounting side, never a float.
 func (s *Server) replaceModelPrices(c *Call) error {
 	var in struct {
 		Prices []struct {
-			Model       *string `json:"model"`
-			Input       *int64  `json:"inputMicroUsdPerMillion"`
-			Output      *int64  `json:"outputMicroUsdPerMillion"`
-			CachedInput *int64  `json:"cachedInputMicroUsdPerMillion"`
+			Model *string `json:"model"`
+			priceFields
 		} `json:"prices"`
 	}
 	if err := c.Decode(&in); err != nil {
@@ -72,27 +192,14 @@ func (s *Server) replaceModelPrices(c *Call) error {
 			p.Add("repeats a model; each model may have one price", "prices", i, "model")
 		}
 		seen[mp.Model] = true
-		for _, f := range []struct {
-			v    *int64
-			dst  *int64
-			name string
-		}{{e.Input, &mp.InputPerMillion, "inputMicroUsdPerMillion"}, {e.Output, &mp.OutputPerMillion, "outputMicroUsdPerMillion"},
-			{e.CachedInput, &mp.CachedInputPerMillion, "cachedInputMicroUsdPerMillion"}} {
-			switch {
-			case f.v == nil:
-				p.Add("is required", "prices", i, f.name)
-			case *f.v < 0 || *f.v > money.MaxAllowanceMicroUSD:
-				p.Add("must be an integer from 0 to 4503599627370495", "prices", i, f.name)
-			default:
-				*f.dst = *f.v
-			}
-		}
+		mp.InputPerMillion, mp.OutputPerMillion, mp.CachedInputPerMillion, mp.CacheWritePerMillion = e.read(&p, "prices", i)
 		ps = append(ps, mp)
 	}
 	if err := p.Err(); err != nil {
 		return err
 	}
 	var out []store.ModelPrice
+	var f *store.FallbackPrice
 	err := c.Tx(func(tx pgx.Tx) error {
 		if err := store.ReplaceModelPrices(c.Ctx, tx, c.OrgID(), ps, c.now); err != nil {
 			return err
@@ -101,11 +208,73 @@ func (s *Server) replaceModelPrices(c *Call) error {
 			return err
 		}
 		var err error
-		out, err = store.ListModelPrices(c.Ctx, tx, c.OrgID())
+		if out, err = store.ListModelPrices(c.Ctx, tx, c.OrgID()); err != nil {
+			return err
+		}
+		f, err = store.GetFallbackPrice(c.Ctx, tx, c.OrgID())
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, viewModelPrices(out))
+	return c.JSON(http.StatusOK, viewModelPrices(out, f, true, false))
+}
+
+// getFallbackPrice answers the organization's fallback price: its own (source
+// organization) or the default (source default: the catalog's highest price of each
+// token class, updatedAt null).
+func (s *Server) getFallbackPrice(c *Call) error {
+	f, err := store.GetFallbackPrice(c.Ctx, c.DB(), c.OrgID())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewFallback(f))
+}
+
+// setFallbackPrice sets the price of tokens of models nobody priced.
+func (s *Server) setFallbackPrice(c *Call) error {
+	var in priceFields
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	var p fault.Problems
+	var f store.FallbackPrice
+	f.InputPerMillion, f.OutputPerMillion, f.CachedInputPerMillion, f.CacheWritePerMillion = in.read(&p)
+	if err := p.Err(); err != nil {
+		return err
+	}
+	var out *store.FallbackPrice
+	err := c.Tx(func(tx pgx.Tx) error {
+		if err := store.SetFallbackPrice(c.Ctx, tx, c.OrgID(), f, c.now); err != nil {
+			return err
+		}
+		if err := c.Audit(tx, "model_prices.fallback.set", c.OrgID(), map[string]any{"inputMicroUsdPerMillion": f.InputPerMillion,
+			"outputMicroUsdPerMillion": f.OutputPerMillion, "cachedInputMicroUsdPerMillion": f.CachedInputPerMillion,
+			"cacheWriteMicroUsdPerMillion": f.CacheWritePerMillion}); err != nil {
+			return err
+		}
+		var err error
+		out, err = store.GetFallbackPrice(c.Ctx, tx, c.OrgID())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewFallback(out))
+}
+
+// resetFallbackPrice returns the organization to the default fallback price and
+// answers it. Resetting a default is not an error (audited only when something changed).
+func (s *Server) resetFallbackPrice(c *Call) error {
+	err := c.Tx(func(tx pgx.Tx) error {
+		removed, err := store.DeleteFallbackPrice(c.Ctx, tx, c.OrgID())
+		if err != nil || !removed {
+			return err
+		}
+		return c.Audit(tx, "model_prices.fallback.reset", c.OrgID(), nil)
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewFallback(nil))
 }

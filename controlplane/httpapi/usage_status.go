@@ -117,9 +117,15 @@ type usageCoverageView struct {
 	HistoricalUnknownReason *string     `json:"historicalUnknownReason"`
 	LastSettlementAt        *jsonx.Time `json:"lastSettlementAt"`
 	LastSettlementRequestID *string     `json:"lastSettlementRequestId"`
-	UnpricedRequests        int64       `json:"unpricedRequests"`
-	IncompleteRequests      int64       `json:"incompleteRequests"`
-	Complete                bool        `json:"complete"`
+	// LastSettlementCostBasis is how the last settled receipt's cost was known
+	// (upstream_cost, reported_usage, estimate, none); null before the first.
+	LastSettlementCostBasis *string `json:"lastSettlementCostBasis"`
+	UnpricedRequests        int64   `json:"unpricedRequests"`
+	IncompleteRequests      int64   `json:"incompleteRequests"`
+	// EstimatedRequests counts the tracked receipts whose tokens the enforcer estimated
+	// from the bytes it saw (cost basis estimate).
+	EstimatedRequests int64 `json:"estimatedRequests"`
+	Complete          bool  `json:"complete"`
 }
 
 func viewCoverage(cv usage.Coverage) usageCoverageView {
@@ -127,8 +133,9 @@ func viewCoverage(cv usage.Coverage) usageCoverageView {
 		PendingRequests: cv.PendingRequests, SettlementReady: cv.SettlementReady,
 		TrackingStartedAt: jsonx.TimePtr(cv.TrackingStartedAt), HistoricalCoverage: cv.HistoricalCoverage,
 		HistoricalUnknownReason: cv.HistoricalUnknownReason, LastSettlementAt: jsonx.TimePtr(cv.LastSettlementAt),
-		LastSettlementRequestID: cv.LastSettlementRequestID, UnpricedRequests: cv.UnpricedRequests,
-		IncompleteRequests: cv.IncompleteRequests, Complete: cv.Complete}
+		LastSettlementRequestID: cv.LastSettlementRequestID, LastSettlementCostBasis: cv.LastSettlementCostBasis,
+		UnpricedRequests: cv.UnpricedRequests, IncompleteRequests: cv.IncompleteRequests, EstimatedRequests: cv.EstimatedRequests,
+		Complete: cv.Complete}
 }
 
 func viewProvenance(ps []usage.Source) []usageProvenanceView {

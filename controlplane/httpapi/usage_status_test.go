@@ -66,7 +66,8 @@ func TestUsageStatusCoverage(t *testing.T) {
 	cov := getStatus(t, e, bob).Coverage
 	want := map[string]any{"trackingVersion": float64(0), "captureEnabled": true, "pendingRequests": nil, "settlementReady": false,
 		"trackingStartedAt": nil, "historicalCoverage": "unknown", "historicalUnknownReason": "tracking_not_started",
-		"lastSettlementAt": nil, "lastSettlementRequestId": nil, "unpricedRequests": float64(0), "incompleteRequests": float64(0), "complete": false}
+		"lastSettlementAt": nil, "lastSettlementRequestId": nil, "lastSettlementCostBasis": nil, "unpricedRequests": float64(0),
+		"incompleteRequests": float64(0), "estimatedRequests": float64(0), "complete": false}
 	for k, v := range want {
 		if cov[k] != v {
 			t.Fatalf("coverage[%s] = %v, want %v (%v)", k, cov[k], v, cov)
@@ -78,8 +79,9 @@ func TestUsageStatusCoverage(t *testing.T) {
 
 	// Tracking began today: the current periods predate it.
 	_, err := e.Store.Pool.Exec(ctx, `INSERT INTO usage_member_tracking (member_id, organization_id, tracking_version, capture_enabled,
-			tracking_started_at, last_settlement_at, last_settlement_request_id, unpriced_requests, incomplete_requests, created_at, updated_at)
-		VALUES ($1, $2, 2, true, $3, $3, 'req_7', 1, 0, $3, $3)`, bob.MemberID, o.OrgID, apitest.Start.Add(-time.Hour))
+			tracking_started_at, last_settlement_at, last_settlement_request_id, last_settlement_cost_basis, unpriced_requests,
+			incomplete_requests, estimated_requests, created_at, updated_at)
+		VALUES ($1, $2, 2, true, $3, $3, 'req_7', 'estimate', 1, 0, 3, $3, $3)`, bob.MemberID, o.OrgID, apitest.Start.Add(-time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,8 @@ func TestUsageStatusCoverage(t *testing.T) {
 	cov = getStatus(t, e, bob).Coverage
 	if cov["trackingVersion"] != float64(2) || cov["pendingRequests"] != float64(1) || cov["settlementReady"] != false ||
 		cov["historicalUnknownReason"] != "period_predates_tracking" || cov["trackingStartedAt"] != "2026-09-14T11:00:00.000Z" ||
-		cov["lastSettlementRequestId"] != "req_7" || cov["unpricedRequests"] != float64(1) || cov["complete"] != false {
+		cov["lastSettlementRequestId"] != "req_7" || cov["unpricedRequests"] != float64(1) || cov["complete"] != false ||
+		cov["lastSettlementCostBasis"] != "estimate" || cov["estimatedRequests"] != float64(3) {
 		t.Fatalf("coverage %v", cov)
 	}
 	// Tracking since before every current window, nothing pending: complete.
