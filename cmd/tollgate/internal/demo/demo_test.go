@@ -70,11 +70,11 @@ func TestProxyAndUpstream(t *testing.T) {
 		return res, string(b)
 	}
 	res, body := call(`{"model":"gpt-4o-mini"}`)
-	if res.StatusCode != 200 || res.Header.Get("X-Service-Usage-State") != "within_limit" || !strings.Contains(body, `"prompt_tokens":1000`) {
+	if res.StatusCode != 200 || res.Header.Get("X-Service-Usage-State") != "within_limit" || !strings.Contains(body, `"prompt_tokens":20000`) {
 		t.Fatalf("admitted: %d %v %s", res.StatusCode, res.Header, body)
 	}
 	res, body = call(`{"model":"gpt-4o-mini","stream":true}`)
-	if res.StatusCode != 200 || !strings.Contains(body, "data: [DONE]") || !strings.Contains(body, `"usage":{"prompt_tokens":1000`) {
+	if res.StatusCode != 200 || !strings.Contains(body, "data: [DONE]") || !strings.Contains(body, `"usage":{"prompt_tokens":20000`) {
 		t.Fatalf("stream: %d %s", res.StatusCode, body)
 	}
 	mu.Lock()
