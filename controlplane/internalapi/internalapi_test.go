@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -508,6 +511,52 @@ func TestEntitlementChangeRewritesTheRecord(t *testing.T) {
 		msg, err := sub.ReceiveMessage(ctx)
 		if err != nil || msg.Payload != want {
 			t.Fatalf("invalidation %v %v, want %s", msg, err, want)
+		}
+	}
+}
+
+// Over the wire, a settlement of a model nobody priced answers a cost above 0, how it
+// was known and which price was used, and the metrics count it: the receipts by basis
+// and price source, the unpriced ones (what TollgateUnpricedModels alerts on), and the
+// values that were cleaned.
+func TestSettleUnpricedModelOverTheWire(t *testing.T) {
+	e := at.New(t, at.Options{})
+	e.Serve(t)
+	org, ms := e.Org(t, 1)
+	now := e.Clock.Now()
+	settle := func(it *internalv1.SettleItem) *internalv1.SettleResult {
+		t.Helper()
+		it.RequestId, it.OrganizationId, it.MemberId = at.ReqID(), org, ms[0]
+		it.Snapshot = at.Snapshot(org, ms[0], now, 0)
+		res, err := e.Client.Settle(ctx, &internalv1.SettleRequest{Items: []*internalv1.SettleItem{it}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Results[0]
+	}
+	r := settle(&internalv1.SettleItem{Model: "nobody-priced-this", InputTokens: 100, OutputTokens: 100, Complete: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd <= 0 || r.CostSource != "fallback" ||
+		r.CostBasis != "reported_usage" || r.PriceSource != "fallback" {
+		t.Fatalf("%v", r)
+	}
+	r = settle(&internalv1.SettleItem{Model: "gpt-4o-mini\t", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true})
+	if r.CostMicroUsd != 750_000 || r.PriceSource != "catalog" || !strings.Contains(r.Message, "model name cleaned") {
+		t.Fatalf("%v", r)
+	}
+	settle(&internalv1.SettleItem{UpstreamCostMicroUsd: at.Cost(5), Complete: true})
+	for _, c := range []struct {
+		metric *prometheus.CounterVec
+		labels []string
+		want   float64
+	}{
+		{e.Metrics.Unpriced, []string{"fallback"}, 1},
+		{e.Metrics.Receipts, []string{"reported_usage", "fallback"}, 1},
+		{e.Metrics.Receipts, []string{"reported_usage", "catalog"}, 1},
+		{e.Metrics.Receipts, []string{"upstream_cost", "none"}, 1},
+		{e.Metrics.Adjusted, []string{"model_cleaned"}, 1},
+	} {
+		if got := testutil.ToFloat64(c.metric.WithLabelValues(c.labels...)); got != c.want {
+			t.Errorf("%v: %v, want %v", c.labels, got, c.want)
 		}
 	}
 }

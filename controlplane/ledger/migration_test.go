@@ -133,3 +133,50 @@ func TestPendingFromStartsMigration(t *testing.T) {
 	}
 	at.Check(t, e.Store)
 }
+
+// Migration 8 goes down and up again under receipts of every kind it introduced: a
+// fallback-priced receipt (unpriced and charged) comes back as one, an estimated one
+// as reported usage, and settlement goes on from them: a repeat is a duplicate, the
+// invariants hold.
+func TestPriceMigrationRoundTrip(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	now := e.Clock.Now()
+	items := []*internalv1.SettleItem{
+		{Model: "nobody-priced-this", InputTokens: 10, Complete: true},
+		{Model: "gpt-4o-mini", OutputTokens: 1000, UsageEstimated: true},
+		{Model: "gpt-4o-mini", OutputTokens: 1000, CacheCreationInputTokens: 0, Complete: true},
+		{UpstreamCostMicroUsd: at.Cost(9), Complete: true},
+		{Model: "x"},
+	}
+	first := map[string]*internalv1.SettleResult{}
+	for _, it := range items {
+		it.RequestId = at.ReqID()
+		start1(t, e, at.StartItem(it.RequestId, org, ms[0], now, 0))
+		r := settle1(t, e, it)
+		if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+			t.Fatalf("settle: %v", r)
+		}
+		first[it.RequestId] = r
+	}
+	at.Check(t, e.Store)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := e.Store.MigrateTo(ctx, log, 7); err != nil {
+		t.Fatalf("down to 7: %v", err)
+	}
+	if _, err := e.Store.Migrate(ctx, log); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	at.Check(t, e.Store)
+	for _, it := range items {
+		r := settle1(t, e, it)
+		want := first[it.RequestId]
+		if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE || r.CostMicroUsd != want.CostMicroUsd || r.CostSource != want.CostSource ||
+			(want.CostBasis != "estimate" && r.CostBasis != want.CostBasis) {
+			t.Fatalf("after the round trip %v; before %v", r, want)
+		}
+	}
+	if _, _, unpriced, _, _ := e.Tracking(t, ms[0]); unpriced != 2 {
+		t.Fatalf("unpriced %d", unpriced)
+	}
+}

@@ -2,7 +2,8 @@ DROP FUNCTION usage_saturating_add(bigint, bigint);
 ALTER TABLE usage_member_tracking DROP COLUMN last_settlement_cost_basis, DROP COLUMN estimated_requests;
 
 -- A fallback-priced receipt was unpriced and charged; before 0008 an unpriced receipt
--- is 'unknown' (its charge stays: spend never goes down).
+-- is 'unknown' (its charge stays: spend never goes down, and the up file recognises it
+-- by its cost). Estimated receipts become plain ones, their basis is not kept.
 UPDATE usage_receipts SET cost_source = 'unknown' WHERE cost_source = 'fallback';
 ALTER TABLE usage_receipts
     DROP COLUMN cache_creation_input_tokens,

@@ -43,9 +43,13 @@ ALTER TABLE usage_receipts
         CHECK (price_source IN ('organization', 'catalog', 'fallback', '')),
     -- the part of input_tokens written to a prompt cache
     ADD COLUMN cache_creation_input_tokens bigint NOT NULL DEFAULT 0 CHECK (cache_creation_input_tokens >= 0);
--- Before this migration only an organization's own prices existed.
+-- Before this migration only an organization's own prices existed. An unknown receipt
+-- with a cost was fallback-priced under this migration and came back down through its
+-- down file (nothing else gives an unknown receipt a cost): it is fallback again.
 UPDATE usage_receipts SET cost_basis = 'upstream_cost' WHERE cost_source = 'upstream';
 UPDATE usage_receipts SET cost_basis = 'reported_usage', price_source = 'organization' WHERE cost_source = 'catalog_estimate';
+UPDATE usage_receipts SET cost_source = 'fallback', cost_basis = 'reported_usage', price_source = 'fallback'
+WHERE cost_source = 'unknown' AND cost_micro_usd > 0;
 
 ALTER TABLE usage_member_tracking
     -- tracked settled receipts whose tokens were estimated by the enforcer

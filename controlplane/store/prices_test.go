@@ -1,0 +1,93 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+)
+
+// Migration 8 gives every stored price the key settlement matches by. The key of the
+// prices stored before it is computed in SQL; it must be pricecatalog.Key of the name,
+// or an organization's price would match differently before and after its next PUT.
+// The migration also goes down and up again with fallback-priced receipts in place.
+func TestPriceKeyMigration(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.URLFor(storetest.NewDatabase(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.MigrateTo(ctx, quiet(), 7); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 9, 14, 12, 0, 0, 0, time.UTC)
+	if _, err := st.Pool.Exec(ctx, `INSERT INTO organizations (id, name, slug, created_at) VALUES ('org_a', 'a', 'a', $1)`, now); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"gpt-4o", "OpenAI/GPT-4o-Mini", "models/gemini-1.5-pro-002", "a/b/c/Claude-3-5-Sonnet", "trailing/", "/", "ÉCLAIR-1",
+		"MiXeD-Case_Model.v2", "x/y\\z", "naïve/Ünïcode-ModEL"}
+	for _, n := range names {
+		if _, err := st.Pool.Exec(ctx, `INSERT INTO usage_model_prices (organization_id, model, input_micro_usd_per_million,
+				output_micro_usd_per_million, cached_input_micro_usd_per_million, created_at, updated_at) VALUES ('org_a', $1, 1, 2, 0, $2, $2)`, n, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // up, then down and up again
+		if _, err := st.Migrate(ctx, quiet()); err != nil {
+			t.Fatal(err)
+		}
+		ps, err := store.ListModelPrices(ctx, st.Pool, "org_a")
+		if err != nil || len(ps) != len(names) {
+			t.Fatalf("%d prices, %v", len(ps), err)
+		}
+		for _, p := range ps {
+			if p.MatchKey != pricecatalog.Key(p.Model) {
+				t.Errorf("%q: key %q in SQL, %q in Go", p.Model, p.MatchKey, pricecatalog.Key(p.Model))
+			}
+		}
+		if _, err := st.MigrateTo(ctx, quiet(), 7); err != nil {
+			t.Fatalf("down to 7: %v", err)
+		}
+	}
+}
+
+// Fallback prices: none until set; set, changed (updatedAt moves), unchanged (it does
+// not), deleted.
+func TestFallbackPrices(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.New(t)
+	now := time.Date(2026, 9, 14, 12, 0, 0, 0, time.UTC)
+	if _, err := st.Pool.Exec(ctx, `INSERT INTO organizations (id, name, slug, created_at) VALUES ('org_a', 'a', 'a', $1)`, now); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := store.GetFallbackPrice(ctx, st.Pool, "org_a"); f != nil || err != nil {
+		t.Fatalf("%+v %v", f, err)
+	}
+	w := int64(9)
+	if err := store.SetFallbackPrice(ctx, st.Pool, "org_a", store.FallbackPrice{InputPerMillion: 1, OutputPerMillion: 2, CacheWritePerMillion: &w}, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetFallbackPrice(ctx, st.Pool, "org_a", store.FallbackPrice{InputPerMillion: 1, OutputPerMillion: 2, CacheWritePerMillion: &w}, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := store.GetFallbackPrice(ctx, st.Pool, "org_a")
+	if err != nil || f == nil || f.InputPerMillion != 1 || *f.CacheWritePerMillion != 9 || !f.UpdatedAt.Equal(now) {
+		t.Fatalf("%+v %v", f, err)
+	}
+	if err := store.SetFallbackPrice(ctx, st.Pool, "org_a", store.FallbackPrice{InputPerMillion: 3}, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := store.GetFallbackPrice(ctx, st.Pool, "org_a"); f.InputPerMillion != 3 || f.CacheWritePerMillion != nil || !f.UpdatedAt.Equal(now.Add(time.Hour)) {
+		t.Fatalf("%+v", f)
+	}
+	if gone, err := store.DeleteFallbackPrice(ctx, st.Pool, "org_a"); !gone || err != nil {
+		t.Fatal(gone, err)
+	}
+	if gone, _ := store.DeleteFallbackPrice(ctx, st.Pool, "org_a"); gone {
+		t.Fatal("deleted twice")
+	}
+}
