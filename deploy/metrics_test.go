@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"testing"
 )
 
 // metricType of an exported metric: histograms also expose _bucket, _sum
@@ -26,9 +27,14 @@ var exported = map[string]metric{
 	"tollgate_http_requests_total":           {counter, map[string][]string{"route": nil, "code": nil}},
 	"tollgate_http_request_duration_seconds": {histogram, map[string][]string{"route": nil}},
 	// control plane, accounting and store
-	"tollgate_accounting_pending_starts":    {gauge, nil},
-	"tollgate_accounting_settlements_total": {counter, map[string][]string{"result": nil}},
-	"tollgate_store_errors_total":           {counter, nil},
+	"tollgate_accounting_pending_starts":             {gauge, nil},
+	"tollgate_accounting_settlements_total":          {counter, map[string][]string{"result": nil}},
+	"tollgate_accounting_unpriced_settlements_total": {counter, map[string][]string{"cost_source": {"fallback", "unknown"}}},
+	"tollgate_accounting_receipts_total": {counter, map[string][]string{
+		"cost_basis":   {"upstream_cost", "reported_usage", "estimate", "none"},
+		"price_source": {"organization", "catalog", "fallback", "none"},
+	}},
+	"tollgate_store_errors_total": {counter, nil},
 	// enforcer
 	"tollgate_enforcer_decisions_total": {counter, map[string][]string{
 		"decision": {"admitted", "blocked", "unavailable", "unauthorized", "fail_open"},
@@ -129,4 +135,33 @@ func lookup(series string) (metric, bool) {
 		}
 	}
 	return metric{}, false
+}
+
+// TestUnpricedModelsAlert: a model nobody priced is charged at the fallback price and
+// counted by tollgate_accounting_unpriced_settlements_total{cost_source="fallback"}; an
+// alert must watch that series (and the checker must know its labels).
+func TestUnpricedModelsAlert(t *testing.T) {
+	var rf ruleFile
+	readYAML(t, "prometheus/alerts.yaml", &rf)
+	found := false
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "TollgateUnpricedModels" {
+				found = strings.Contains(r.Expr, `tollgate_accounting_unpriced_settlements_total{cost_source="fallback"}`)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no alert TollgateUnpricedModels on the fallback-priced settlements")
+	}
+	for expr, want := range map[string]string{
+		`tollgate_accounting_unpriced_settlements_total{cost_source="catalog"}`: "cost_source is never catalog",
+		`tollgate_accounting_receipts_total{cost_basis="guess"}`:               "cost_basis is never guess",
+		`tollgate_accounting_receipts_total{price_source="fallback"}`:          "",
+	} {
+		got := strings.Join(checkExpr(expr), "; ")
+		if want == "" && got != "" || !strings.Contains(got, want) {
+			t.Errorf("checkExpr(%s) = %q, want %q", expr, got, want)
+		}
+	}
 }
