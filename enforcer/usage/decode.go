@@ -23,9 +23,11 @@ import (
 // where it stopped. Write and the decoder never run at the same time, so the
 // scanner needs no locking, and when Write returns every byte of its chunk
 // has been read and everything the decompressor could produce from it has
-// been scanned: the chunk is not retained. A coroutine switch costs about as
-// much as a function call, far less than handing chunks to a goroutine over
-// channels (BenchmarkDecodeDriver measures both).
+// been scanned: the chunk is not retained. A goroutine per response fed
+// over channels would do the same, but each chunk would cost two scheduler
+// hand-offs: BenchmarkDecodeDriver measured it about 0.85 µs per chunk
+// slower (2.2 µs against 1.4 µs for a gzip event stream, best of six runs on
+// the shared 2-core machine), with 7 more allocations per response.
 
 // maxCodings is the most content codings of one response that are decoded
 // (as "gzip, br"); more are reported as an unsupported encoding.
