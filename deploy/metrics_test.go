@@ -156,8 +156,8 @@ func TestUnpricedModelsAlert(t *testing.T) {
 	}
 	for expr, want := range map[string]string{
 		`tollgate_accounting_unpriced_settlements_total{cost_source="catalog"}`: "cost_source is never catalog",
-		`tollgate_accounting_receipts_total{cost_basis="guess"}`:               "cost_basis is never guess",
-		`tollgate_accounting_receipts_total{price_source="fallback"}`:          "",
+		`tollgate_accounting_receipts_total{cost_basis="guess"}`:                "cost_basis is never guess",
+		`tollgate_accounting_receipts_total{price_source="fallback"}`:           "",
 	} {
 		got := strings.Join(checkExpr(expr), "; ")
 		if want == "" && got != "" || !strings.Contains(got, want) {

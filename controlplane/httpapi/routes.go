@@ -108,6 +108,8 @@ func (s *Server) routeTable() []route {
 		{method: "PUT", pattern: "/v1/gateway/model-prices", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.replaceModelPrices},
 		{method: "GET", pattern: "/v1/gateway/model-prices/fallback", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.getFallbackPrice},
 		{method: "PUT", pattern: "/v1/gateway/model-prices/fallback", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.setFallbackPrice},
+		{method: "GET", pattern: "/v1/gateway/model-prices/unpriced-models", access: authenticated, org: true, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.getUnpricedModels},
+		{method: "PUT", pattern: "/v1/gateway/model-prices/unpriced-models", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.setUnpricedModels},
 		{method: "DELETE", pattern: "/v1/gateway/model-prices/fallback", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.resetFallbackPrice},
 
 		// Accounting operations: the capture fence and abandonment recovery (usage_capture.go, usage_recovery.go)

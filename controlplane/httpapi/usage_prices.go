@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -207,6 +208,14 @@ func (s *Server) replaceModelPrices(c *Call) error {
 		if err := c.Audit(tx, "model_prices.replace", c.OrgID(), map[string]any{"models": len(ps)}); err != nil {
 			return err
 		}
+		// An organization that refuses unpriced models has its price keys in the mirror.
+		if rule, err := store.GetUnpricedModelRule(c.Ctx, tx, c.OrgID()); err != nil {
+			return err
+		} else if rule.Action == store.UnpricedRefuse {
+			if err := s.rewriteOrgRecords(c, tx); err != nil {
+				return err
+			}
+		}
 		var err error
 		if out, err = store.ListModelPrices(c.Ctx, tx, c.OrgID()); err != nil {
 			return err
@@ -277,4 +286,79 @@ func (s *Server) resetFallbackPrice(c *Call) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, viewFallback(nil))
+}
+
+// unpricedModelsView is what the organization does with models nobody priced.
+type unpricedModelsView struct {
+	Action    string      `json:"action"`
+	UpdatedAt *jsonx.Time `json:"updatedAt"`
+}
+
+func viewUnpricedModels(r store.UnpricedModelRule) unpricedModelsView {
+	v := unpricedModelsView{Action: r.Action}
+	if !r.UpdatedAt.IsZero() {
+		at := jsonx.Time(r.UpdatedAt)
+		v.UpdatedAt = &at
+	}
+	return v
+}
+
+// getUnpricedModels answers the organization's rule for models nobody priced: charge
+// (the default: the fallback price) or refuse (enforcers refuse them where the request
+// names its model, docs/prices.md).
+func (s *Server) getUnpricedModels(c *Call) error {
+	r, err := store.GetUnpricedModelRule(c.Ctx, c.DB(), c.OrgID())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewUnpricedModels(r))
+}
+
+// setUnpricedModels sets the rule. A change rewrites the mirror records of the
+// organization's members (the rule and the organization's price keys travel in them),
+// so that enforcers apply it at once.
+func (s *Server) setUnpricedModels(c *Call) error {
+	var in struct {
+		Action *string `json:"action"`
+	}
+	if err := c.Decode(&in); err != nil {
+		return err
+	}
+	if in.Action == nil || (*in.Action != store.UnpricedCharge && *in.Action != store.UnpricedRefuse) {
+		return fault.InvalidAt("must be charge or refuse", "action")
+	}
+	var out store.UnpricedModelRule
+	err := c.Tx(func(tx pgx.Tx) error {
+		changed, err := store.SetUnpricedModelRule(c.Ctx, tx, c.OrgID(), *in.Action, c.now)
+		if err != nil {
+			return err
+		}
+		if changed {
+			if err := c.Audit(tx, "model_prices.unpriced_models.set", c.OrgID(), map[string]any{"action": *in.Action}); err != nil {
+				return err
+			}
+			if err := s.rewriteOrgRecords(c, tx); err != nil {
+				return err
+			}
+		}
+		out, err = store.GetUnpricedModelRule(c.Ctx, tx, c.OrgID())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewUnpricedModels(out))
+}
+
+// rewriteOrgRecords has the mirror records of every member of the organization
+// rewritten after the transaction commits: what the enforcers learn of the
+// organization's prices (the unpriced-model rule and its price keys) changed.
+func (s *Server) rewriteOrgRecords(c *Call, tx pgx.Tx) error {
+	ids, err := store.OrganizationMemberIDs(c.Ctx, tx, c.OrgID())
+	if err != nil {
+		return err
+	}
+	orgID, ctx := c.OrgID(), context.WithoutCancel(c.Ctx)
+	c.AfterCommit(func() { s.events.EntitlementChanged(ctx, orgID, ids) })
+	return nil
 }

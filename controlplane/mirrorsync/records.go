@@ -21,6 +21,9 @@ func BuildRecord(in store.MirrorInputs, memberID string, version int64, generati
 	winners := in.Models[m.OrganizationID].Winners(usage.Subject{MemberID: m.ID, TeamIDs: m.TeamIDs})
 	counters := in.Counters[m.ID]
 	ent := &internalv1.Entitlement{OrganizationId: m.OrganizationID, MemberId: m.ID, MemberActive: m.Active, CaptureEnabled: true}
+	if keys, ok := in.RefusingUnpriced[m.OrganizationID]; ok {
+		ent.RefuseUnpricedModels, ent.PricedModelKeys = true, keys
+	}
 	if tr, ok := in.Tracking[m.ID]; ok {
 		ent.TrackingVersion, ent.CaptureEnabled = tr.Version, tr.CaptureEnabled
 	}

@@ -601,7 +601,8 @@ func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[stri
 		// at zero; an existing row adds the signed delta. When no delta of the batch is
 		// negative (every batch without promotions), the proposed row holds the deltas
 		// themselves ($11 false) and the per-row lookup in the arrays, quadratic in the
-		// batch, is skipped.
+		// batch, is skipped. usage_saturating_add is inlined by the planner only when its
+		// arguments hold no subquery, hence the CASE outside the calls.
 		b.Queue(`INSERT INTO usage_buckets AS b (id, organization_id, member_id, timeframe, window_start, window_end,
 				used_micro_usd, unpriced_requests, incomplete_requests, created_at, updated_at)
 			SELECT x.id, x.org, x.member, x.tf, x.ws, x.we, x.used, greatest(x.unpriced, 0), greatest(x.incomplete, 0), $10, $10
@@ -609,10 +610,12 @@ func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[stri
 				$7::bigint[], $8::bigint[], $9::bigint[]) WITH ORDINALITY AS x(id, org, member, tf, ws, we, used, unpriced, incomplete, n)
 			ORDER BY x.n
 			ON CONFLICT (id) DO UPDATE SET used_micro_usd = usage_saturating_add(b.used_micro_usd, EXCLUDED.used_micro_usd),
-				unpriced_requests = usage_saturating_add(b.unpriced_requests, CASE WHEN $11 THEN
-					(SELECT d.v FROM unnest($1::text[], $8::bigint[]) AS d(id, v) WHERE d.id = b.id) ELSE EXCLUDED.unpriced_requests END),
-				incomplete_requests = usage_saturating_add(b.incomplete_requests, CASE WHEN $11 THEN
-					(SELECT d.v FROM unnest($1::text[], $9::bigint[]) AS d(id, v) WHERE d.id = b.id) ELSE EXCLUDED.incomplete_requests END),
+				unpriced_requests = CASE WHEN $11 THEN usage_saturating_add(b.unpriced_requests,
+					(SELECT d.v FROM unnest($1::text[], $8::bigint[]) AS d(id, v) WHERE d.id = b.id))
+					ELSE usage_saturating_add(b.unpriced_requests, EXCLUDED.unpriced_requests) END,
+				incomplete_requests = CASE WHEN $11 THEN usage_saturating_add(b.incomplete_requests,
+					(SELECT d.v FROM unnest($1::text[], $9::bigint[]) AS d(id, v) WHERE d.id = b.id))
+					ELSE usage_saturating_add(b.incomplete_requests, EXCLUDED.incomplete_requests) END,
 				updated_at = EXCLUDED.updated_at`,
 			ids, orgs, members, tfs, starts, ends, used, unpriced, incomplete, now, negative)
 	}

@@ -33,6 +33,9 @@ type MirrorInputs struct {
 	Counters map[string][3]usage.Counter
 	// Versions are the members' mirror versions (read first, when asked for).
 	Versions map[string]int64
+	// RefusingUnpriced holds, for each of the members' organizations that refuses
+	// unpriced models (migration 0009), the match keys of its own prices (possibly none).
+	RefusingUnpriced map[string][]string
 }
 
 // LoadMirrorInputs reads, in one round trip and without locks, what the records of
@@ -41,7 +44,7 @@ type MirrorInputs struct {
 // the versions: a record built from it may be written under them.
 func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, windows [3]window.Window, withVersions bool) (MirrorInputs, error) {
 	in := MirrorInputs{Members: map[string]MirrorMember{}, Models: map[string]usage.Model{}, Tracking: map[string]TrackingState{},
-		Counters: map[string][3]usage.Counter{}, Versions: map[string]int64{}}
+		Counters: map[string][3]usage.Counter{}, Versions: map[string]int64{}, RefusingUnpriced: map[string][]string{}}
 	b := &pgx.Batch{}
 	if withVersions {
 		b.Queue(`SELECT member_id, version FROM usage_mirror_versions WHERE member_id = ANY($1)`, members).
@@ -117,6 +120,20 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 			var t TrackingState
 			_, err := pgx.ForEachRow(r, []any{&t.MemberID, &t.OrganizationID, &t.Version, &t.CaptureEnabled}, func() error {
 				in.Tracking[t.MemberID] = t
+				return nil
+			})
+			return err
+		})
+	b.Queue(`SELECT r.organization_id, array(SELECT DISTINCT p.match_key FROM usage_model_prices p
+			WHERE p.organization_id = r.organization_id ORDER BY 1)
+		FROM usage_unpriced_model_rules r
+		WHERE r.action = 'refuse' AND r.organization_id IN (SELECT m.organization_id FROM unnest($1::text[]) AS x(id)
+			CROSS JOIN LATERAL (SELECT organization_id FROM members WHERE id = x.id LIMIT 1) m)`, members).
+		Query(func(r pgx.Rows) error {
+			var org string
+			var keys []string
+			_, err := pgx.ForEachRow(r, []any{&org, &keys}, func() error {
+				in.RefusingUnpriced[org] = keys
 				return nil
 			})
 			return err

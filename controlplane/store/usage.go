@@ -748,3 +748,49 @@ func DeleteFallbackPrice(ctx context.Context, q Querier, orgID string) (bool, er
 	tag, err := q.Exec(ctx, `DELETE FROM usage_fallback_prices WHERE organization_id = $1`, orgID)
 	return tag.RowsAffected() > 0, err
 }
+
+// UnpricedModelRule is what an organization does with models nobody priced.
+type UnpricedModelRule struct {
+	// Action is UnpricedCharge or UnpricedRefuse.
+	Action string
+	// UpdatedAt is zero for the default (no rule stored).
+	UpdatedAt time.Time
+}
+
+// The actions of an UnpricedModelRule (migration 0009).
+const (
+	UnpricedCharge = "charge"
+	UnpricedRefuse = "refuse"
+)
+
+// GetUnpricedModelRule reads an organization's rule; the default (charge) when it has
+// none.
+func GetUnpricedModelRule(ctx context.Context, q Querier, orgID string) (UnpricedModelRule, error) {
+	r := UnpricedModelRule{Action: UnpricedCharge}
+	err := q.QueryRow(ctx, `SELECT action, updated_at FROM usage_unpriced_model_rules WHERE organization_id = $1`, orgID).
+		Scan(&r.Action, &r.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, nil
+	}
+	return r, err
+}
+
+// SetUnpricedModelRule stores an organization's rule and tells whether it changed (an
+// unchanged action keeps its updatedAt).
+func SetUnpricedModelRule(ctx context.Context, q Querier, orgID, action string, now time.Time) (bool, error) {
+	tag, err := q.Exec(ctx, `INSERT INTO usage_unpriced_model_rules AS r (organization_id, action, created_at, updated_at)
+		VALUES ($1, $2, $3, $3)
+		ON CONFLICT (organization_id) DO UPDATE SET action = EXCLUDED.action, updated_at = EXCLUDED.updated_at
+		WHERE r.action <> EXCLUDED.action`, orgID, action, now)
+	return tag.RowsAffected() > 0, err
+}
+
+// OrganizationMemberIDs lists the ids of an organization's members that are not removed: the
+// members whose mirror records an organization-wide change rewrites.
+func OrganizationMemberIDs(ctx context.Context, q Querier, orgID string) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM members WHERE organization_id = $1 AND removed_at IS NULL ORDER BY id`, orgID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

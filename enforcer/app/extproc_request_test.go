@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/extproc"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 type bodySpec struct {
@@ -30,6 +31,16 @@ type bodySpec struct {
 // marked with the request role, request headers, then the whole body (BUFFERED). It
 // returns the answer to the body.
 func sendRequestBody(t *testing.T, e *enforcertest.Env, s bodySpec) *extprocv3.BodyResponse {
+	t.Helper()
+	resp := answerRequestBody(t, e, s)
+	if resp.GetRequestBody() == nil {
+		t.Fatalf("request body answered %v", resp)
+	}
+	return resp.GetRequestBody()
+}
+
+// answerRequestBody is sendRequestBody's exchange, answering whatever the body got.
+func answerRequestBody(t *testing.T, e *enforcertest.Env, s bodySpec) *extprocv3.ProcessingResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -63,12 +74,12 @@ func sendRequestBody(t *testing.T, e *enforcertest.Env, s bodySpec) *extprocv3.B
 		t.Fatalf("request headers answered %v %v", resp, err)
 	}
 	resp, err := st.Recv()
-	if err != nil || resp.GetRequestBody() == nil {
-		t.Fatalf("request body answered %v %v", resp, err)
+	if err != nil {
+		t.Fatalf("request body answered %v", err)
 	}
 	// Response modes are SKIP: Envoy ends the stream here.
 	_ = st.CloseSend()
-	return resp.GetRequestBody()
+	return resp
 }
 
 const chatStreamBody = `{"model":"gpt-4o-mini","stream":true,"temperature":0.7,"messages":[{"role":"user","content":"Write a haiku about the sea."}]}`
@@ -256,5 +267,73 @@ func TestIncludeUsageBodyIsTheSameRequest(t *testing.T) {
 	}
 	if b["stream_options"].(map[string]any)["include_usage"] != true || len(b) != len(a)+1 {
 		t.Fatalf("%s", got)
+	}
+}
+
+// An organization that refuses unpriced models: a request body naming a model neither
+// the organization nor the catalog prices is answered 403 at once (never upstream) and
+// settled at no cost; priced models, and the same model elsewhere, go on.
+func TestExtProcRefusesUnpricedModels(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	refusing := newMember(e, dayLimit(1*usd, true))
+	e.CP.RefuseUnpriced(refusing.member, true, pricecatalog.Key("Acme/House-Model"))
+	charging := newMember(e, dayLimit(1*usd, true))
+	body := func(model string) string {
+		return `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`
+	}
+	for _, tc := range []struct {
+		name    string
+		w       who
+		model   string
+		refused bool
+	}{
+		{"a model nobody priced", refusing, "mystery-model-9", true},
+		{"a catalog model, dated", refusing, "gpt-4o-mini-2024-07-18", false},
+		{"the organization's own model, as a provider names it", refusing, "house-model-2025-01-01", false},
+		{"no model named", refusing, "", false},
+		{"the same unknown model where the organization charges it", charging, "mystery-model-9", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, _ := requestID(t, e, tc.w.key)
+			resp := answerRequestBody(t, e, bodySpec{requestID: id, path: "/v1/chat/completions", body: body(tc.model)})
+			if !tc.refused {
+				if resp.GetRequestBody() == nil {
+					t.Fatalf("not let through: %v", resp)
+				}
+				if e.CP.Receipt(id) != nil {
+					t.Fatal("settled before any response")
+				}
+				return
+			}
+			ir := resp.GetImmediateResponse()
+			if ir == nil || ir.GetStatus().GetCode() != 403 {
+				t.Fatalf("want a 403 immediate response, got %v", resp)
+			}
+			headers := map[string]string{}
+			for _, h := range ir.GetHeaders().GetSetHeaders() {
+				headers[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+			}
+			if headers["x-service-error-code"] != "service_gateway_model_not_priced" || headers["content-type"] != "application/json" {
+				t.Fatalf("headers %v", headers)
+			}
+			var b struct {
+				Error struct {
+					Code    string            `json:"code"`
+					Details map[string]string `json:"details"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(ir.GetBody(), &b); err != nil || b.Error.Code != "service_gateway_model_not_priced" ||
+				b.Error.Details["model"] != tc.model {
+				t.Fatalf("body %s (%v)", ir.GetBody(), err)
+			}
+			enforcertest.WaitFor(t, "the refused request settled", func() bool { return e.CP.Receipt(id) != nil })
+			r := e.CP.Receipt(id)
+			if r.Cost != 0 || !r.Item.GetComplete() || r.Item.GetUpstreamStatus() != 403 || r.Item.GetModel() != tc.model {
+				t.Fatalf("receipt %+v of %v", r, r.Item)
+			}
+		})
+	}
+	if n := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "model_not_priced"); n != 1 {
+		t.Fatalf("model_not_priced counted %v times", n)
 	}
 }

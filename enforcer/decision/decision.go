@@ -89,6 +89,10 @@ type Decision struct {
 	RetryAfter int64
 	// TrackingVersion is the capture fence the snapshot will carry.
 	TrackingVersion int64
+	// RefuseUnpriced and PricedModelKeys are the organization's rule for models nobody
+	// priced (refused where the request names its model) and its own price keys.
+	RefuseUnpriced  bool
+	PricedModelKeys []string
 }
 
 // Decide applies the admission rule to rec at now. When authoritative is true the record
@@ -107,6 +111,7 @@ func Decide(rec *mirror.Record, now time.Time, authoritative bool) Decision {
 		return d
 	}
 	d.TrackingVersion = ent.GetTrackingVersion()
+	d.RefuseUnpriced, d.PricedModelKeys = ent.GetRefuseUnpricedModels(), ent.GetPricedModelKeys()
 	windows := window.Current(now)
 	anyLimited, blocked, over := false, false, false
 	for i := range windows {

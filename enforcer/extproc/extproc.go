@@ -8,6 +8,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
@@ -184,7 +185,12 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	m := st.s.m.ExtProcRequestBodies
 	if est, err := estimate.Input(body); err == nil {
-		st.s.tracker.RecordRequest(st.requestID, est.InputTokens, cleanModel(est.Model))
+		model := cleanModel(est.Model)
+		if st.s.tracker.RefuseUnpricedModel(st.requestID, model) {
+			m.WithLabelValues("model_not_priced").Inc()
+			return immediate(gate.ModelNotPriced(model))
+		}
+		st.s.tracker.RecordRequest(st.requestID, est.InputTokens, model)
 		m.WithLabelValues("estimated").Inc()
 	} else {
 		m.WithLabelValues("not_json").Inc()
@@ -209,6 +215,23 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}}
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cr}}}
+}
+
+// immediate answers the client with a gate refusal instead of sending the request
+// upstream (a local reply of Envoy's).
+func immediate(a gate.Answer) *extprocv3.ProcessingResponse {
+	hs := a.DeniedHeaders()
+	set := make([]*corev3.HeaderValueOption, len(hs))
+	for i, h := range hs {
+		set[i] = &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: strings.ToLower(h.Name), RawValue: []byte(h.Value)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(a.Status)},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: set},
+		Body:    a.Body,
+		Details: a.Reason,
+	}}}
 }
 
 // cleanModel keeps a model name from a request body only when it is short, valid UTF-8

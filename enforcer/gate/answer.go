@@ -27,6 +27,9 @@ const (
 const (
 	CodeUsageLimitExceeded    = "service_gateway_usage_limit_exceeded"
 	CodeAccountingUnavailable = "service_gateway_accounting_unavailable"
+	// CodeModelNotPriced refuses a request for a model nobody priced, in an organization
+	// that refuses such models (403, docs/prices.md).
+	CodeModelNotPriced = "service_gateway_model_not_priced"
 )
 
 // Decision labels of metrics and answers.
@@ -122,6 +125,16 @@ func mustJSON(v any) []byte {
 
 // timestamp renders instants as the REST API does: RFC 3339, UTC, with Z.
 func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// ModelNotPriced is the 403 for a request naming a model that neither the organization
+// nor the shipped catalog prices, in an organization that refuses such models. The
+// request never goes upstream and is not charged.
+func ModelNotPriced(model string) Answer {
+	body := mustJSON(errorBody{Error: errorObject{Type: "invalid_request_error", Code: CodeModelNotPriced,
+		Message: "This organization refuses models without a price; ask an owner or admin to price this model.",
+		Details: map[string]string{"model": model}}})
+	return Answer{Status: 403, Decision: Unauthorized, Reason: "model_not_priced", ErrorCode: CodeModelNotPriced, Body: body}
+}
 
 func unauthorized(reason string) Answer {
 	return Answer{Status: 401, Decision: Unauthorized, Reason: reason, Body: bodyUnauthorized}

@@ -214,7 +214,8 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 	switch res.Outcome {
 	case internalv1.StartOutcome_START_OUTCOME_RECORDED, internalv1.StartOutcome_START_OUTCOME_DUPLICATE:
 		g.Inflight.Admitted(&inflight.Request{ID: reqID, OrganizationID: id.OrganizationID, MemberID: id.MemberID,
-			Snapshot: snap, Durable: true, Reservation: reservation, AdmittedAt: now})
+			Snapshot: snap, Durable: true, Reservation: reservation, AdmittedAt: now,
+			RefuseUnpriced: d.RefuseUnpriced, PricedModelKeys: d.PricedModelKeys})
 		return Answer{Status: 200, Decision: Admitted, Reason: string(d.State), RequestID: reqID, UsageState: string(d.State)}, false, nil
 	case internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED:
 		return unavailable("capture_suspended"), false, nil

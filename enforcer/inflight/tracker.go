@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // Request is one admitted request.
@@ -32,6 +33,11 @@ type Request struct {
 	// Reservation is the settlement slot (nil when none could be reserved).
 	Reservation *settleq.Reservation
 	AdmittedAt  time.Time
+	// RefuseUnpriced: the organization refuses models nobody priced (neither its own
+	// prices, whose keys are PricedModelKeys, nor the shipped catalog) where the request
+	// names its model (RefuseUnpricedModel).
+	RefuseUnpriced  bool
+	PricedModelKeys []string
 
 	following atomic.Bool
 	// What the request body said (RecordRequest), guarded by the shard's lock while the
@@ -139,6 +145,36 @@ func (t *Tracker) RecordRequest(id string, inputEstimate int64, model string) bo
 		return false
 	}
 	r.requestSeen, r.inputEstimate, r.requestModel = true, inputEstimate, model
+	return true
+}
+
+// RefuseUnpricedModel settles request id at no cost, complete, with upstream status
+// 403, when its organization refuses models nobody priced and model (named by the
+// request body) is one: the caller answers the refusal, and the request never goes
+// upstream. It reports whether the request is refused. A request this process does not
+// know, or without a model name, is never refused here (it is charged the fallback
+// price like any unpriced model).
+func (t *Tracker) RefuseUnpricedModel(id, model string) bool {
+	if model == "" {
+		return false
+	}
+	s := t.shard(id)
+	s.mu.Lock()
+	r := s.m[id]
+	refuse := r != nil && r.RefuseUnpriced
+	s.mu.Unlock()
+	if !refuse || pricecatalog.Priced(model, r.PricedModelKeys) {
+		return false
+	}
+	if r = t.take(id); r == nil {
+		return false // settled meanwhile: too late to refuse
+	}
+	item := &internalv1.SettleItem{RequestId: r.ID, OrganizationId: r.OrganizationID, MemberId: r.MemberID, Model: model,
+		Complete: true, UpstreamStatus: 403, FinishedAtUnixMs: t.clk.Now().UnixMilli()}
+	if !r.Durable {
+		item.Snapshot, item.AdmittedWithoutRecord = r.Snapshot, r.WithoutRecord
+	}
+	_ = t.q.Enqueue(item, r.Reservation, nil)
 	return true
 }
 

@@ -138,7 +138,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		ExtProcRequestBodies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_extproc_request_bodies_total",
-			Help: "Request bodies of admitted requests read through ext_proc, by result: estimated (input tokens estimated from it), not_json (nothing estimated), include_usage_set (an OpenAI stream's body rewritten to ask for its usage), not_buffered (sent in pieces: neither estimated nor rewritten). A rewritten body also counts as estimated.",
+			Help: "Request bodies of admitted requests read through ext_proc, by result: estimated (input tokens estimated from it), not_json (nothing estimated), include_usage_set (an OpenAI stream's body rewritten to ask for its usage), not_buffered (sent in pieces: neither estimated nor rewritten), model_not_priced (refused: the organization refuses models nobody priced). A rewritten body also counts as estimated.",
 		}, []string{"result"}),
 		InvalidationsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_invalidations_total",

@@ -234,3 +234,36 @@ func FuzzLookup(f *testing.F) {
 		t.Fatalf("Lookup(%q) = %q, which no step names", name, e.Model)
 	})
 }
+
+// BenchmarkLookup: a dated snapshot name, as settlement matches one per item.
+func BenchmarkLookup(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := Lookup("gpt-4o-mini-2024-07-18"); !ok {
+			b.Fatal("not found")
+		}
+	}
+}
+
+func TestPriced(t *testing.T) {
+	org := []string{Key("Acme/House-Model"), Key("my-llm")}
+	for _, tc := range []struct {
+		model string
+		keys  []string
+		want  bool
+	}{
+		{"gpt-4o-mini-2024-07-18", nil, true},    // the catalog, by family
+		{"claude-3-5-haiku-20241022", nil, true}, // the catalog, dated
+		{"house-model", nil, false},              // nobody
+		{"house-model", org, true},               // the organization's, by key
+		{"openai/HOUSE-MODEL", org, true},        // prefix and case, as settlement
+		{"my-llm-2025-01-01", org, true},         // a snapshot of the organization's
+		{"my-llm2", org, false},                  // not a family member
+		{"totally-unknown-model", org, false},    // nobody
+		{"", org, false},                         // no name
+	} {
+		if got := Priced(tc.model, tc.keys); got != tc.want {
+			t.Errorf("Priced(%q, %q) = %v, want %v", tc.model, tc.keys, got, tc.want)
+		}
+	}
+}

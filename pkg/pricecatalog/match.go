@@ -2,6 +2,7 @@ package pricecatalog
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -77,23 +78,42 @@ func Steps(model string) []Step {
 	}
 	out := make([]Step, 0, 8)
 	out = append(out, Step{Exact: true, Name: model})
-	seen := map[string]bool{}
-	add := func(k string) {
-		if k != "" && !seen[k] {
-			seen[k] = true
-			out = append(out, Step{Name: k})
-		}
-	}
 	k := Key(model)
-	add(k)
+	if k == "" {
+		return out
+	}
+	out = append(out, Step{Name: k})
 	s := StripSnapshot(k)
-	add(s)
+	if s != k {
+		out = append(out, Step{Name: s})
+	}
+	// Every prefix is shorter than s (and so than k): no step repeats another.
 	n := 0
 	for i := len(s) - 1; i > 0 && n < maxPrefixes; i-- {
-		if s[i] == '-' {
-			add(s[:i])
+		if s[i] == '-' && s[i-1] != '-' {
+			out = append(out, Step{Name: s[:i]})
 			n++
 		}
 	}
 	return out
+}
+
+// Priced tells whether model has a price, in the embedded catalog or among an
+// organization's own prices given by their keys (Key of each priced name), matched the
+// way settlement matches (Steps). An organization's exact name is its key's first step,
+// so comparing keys is enough. The enforcer uses it to refuse unpriced models for
+// organizations that ask for it.
+func Priced(model string, orgKeys []string) bool {
+	if _, ok := Lookup(model); ok {
+		return true
+	}
+	if len(orgKeys) == 0 {
+		return false
+	}
+	for _, s := range Steps(model) {
+		if !s.Exact && slices.Contains(orgKeys, s.Name) {
+			return true
+		}
+	}
+	return false
 }

@@ -56,6 +56,10 @@ type member struct {
 	spend   map[bucketKey]int64
 	version int64
 	pending int64
+	// refuseUnpriced and pricedKeys: the organization's unpriced-model rule, as the
+	// record carries it.
+	refuseUnpriced bool
+	pricedKeys     []string
 }
 
 type bucketKey struct {
@@ -289,6 +293,17 @@ func (s *Server) Deactivate(memberID string) {
 	s.publish(mirror.KindMember, memberID)
 }
 
+// RefuseUnpriced sets the member's organization rule for unpriced models (refuse, with
+// the organization's own price keys) in its record, and announces the rewrite.
+func (s *Server) RefuseUnpriced(memberID string, refuse bool, keys ...string) {
+	s.mu.Lock()
+	m := s.members[memberID]
+	m.refuseUnpriced, m.pricedKeys = refuse, keys
+	_ = s.writeLocked(context.Background(), memberID)
+	s.mu.Unlock()
+	s.publish(mirror.KindRecord, memberID)
+}
+
 // SetPrice prices a model per input and output token, in micro-USD.
 func (s *Server) SetPrice(model string, in, out int64) {
 	s.mu.Lock()
@@ -322,7 +337,8 @@ func (s *Server) recordLocked(memberID string) *mirror.Record {
 	m := s.members[memberID]
 	now := s.clk.Now()
 	ent := &internalv1.Entitlement{OrganizationId: m.org, MemberId: memberID, MemberActive: m.active,
-		TrackingVersion: m.trackingVersion, CaptureEnabled: m.captureEnabled}
+		TrackingVersion: m.trackingVersion, CaptureEnabled: m.captureEnabled, RefuseUnpricedModels: m.refuseUnpriced,
+		PricedModelKeys: m.pricedKeys}
 	var spend []*internalv1.WindowSpend
 	for _, w := range window.Current(now) {
 		l, ok := m.limits[w.Timeframe]

@@ -474,6 +474,13 @@ type Entitlement struct {
 	// The capture fence.
 	TrackingVersion int64 `protobuf:"varint,5,opt,name=tracking_version,json=trackingVersion,proto3" json:"tracking_version,omitempty"`
 	CaptureEnabled  bool  `protobuf:"varint,6,opt,name=capture_enabled,json=captureEnabled,proto3" json:"capture_enabled,omitempty"`
+	// refuse_unpriced_models: the organization refuses requests for models neither it nor
+	// the shipped price catalog prices, where the model is known at admission (the
+	// enforcer's request-body hook). False: such models are charged the fallback price.
+	RefuseUnpricedModels bool `protobuf:"varint,7,opt,name=refuse_unpriced_models,json=refuseUnpricedModels,proto3" json:"refuse_unpriced_models,omitempty"`
+	// priced_model_keys are the match keys (pricecatalog.Key) of the organization's own
+	// prices; sent only with refuse_unpriced_models.
+	PricedModelKeys []string `protobuf:"bytes,8,rep,name=priced_model_keys,json=pricedModelKeys,proto3" json:"priced_model_keys,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -548,6 +555,20 @@ func (x *Entitlement) GetCaptureEnabled() bool {
 		return x.CaptureEnabled
 	}
 	return false
+}
+
+func (x *Entitlement) GetRefuseUnpricedModels() bool {
+	if x != nil {
+		return x.RefuseUnpricedModels
+	}
+	return false
+}
+
+func (x *Entitlement) GetPricedModelKeys() []string {
+	if x != nil {
+		return x.PricedModelKeys
+	}
+	return nil
 }
 
 // WindowSpend is the settled spend of one member-period counter.
@@ -1608,14 +1629,16 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x13extension_micro_usd\x18\a \x01(\x03R\x11extensionMicroUsd\x12\x1d\n" +
 	"\n" +
 	"hard_limit\x18\b \x01(\bR\thardLimit\x12.\n" +
-	"\x13allow_request_reset\x18\t \x01(\bR\x11allowRequestReset\"\x81\x02\n" +
+	"\x13allow_request_reset\x18\t \x01(\bR\x11allowRequestReset\"\xe3\x02\n" +
 	"\vEntitlement\x12'\n" +
 	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12#\n" +
 	"\rmember_active\x18\x03 \x01(\bR\fmemberActive\x123\n" +
 	"\x06limits\x18\x04 \x03(\v2\x1b.tollgate.internal.v1.LimitR\x06limits\x12)\n" +
 	"\x10tracking_version\x18\x05 \x01(\x03R\x0ftrackingVersion\x12'\n" +
-	"\x0fcapture_enabled\x18\x06 \x01(\bR\x0ecaptureEnabled\"\x82\x01\n" +
+	"\x0fcapture_enabled\x18\x06 \x01(\bR\x0ecaptureEnabled\x124\n" +
+	"\x16refuse_unpriced_models\x18\a \x01(\bR\x14refuseUnpricedModels\x12*\n" +
+	"\x11priced_model_keys\x18\b \x03(\tR\x0fpricedModelKeys\"\x82\x01\n" +
 	"\vWindowSpend\x12\x1c\n" +
 	"\ttimeframe\x18\x01 \x01(\tR\ttimeframe\x12/\n" +
 	"\x14window_start_unix_ms\x18\x02 \x01(\x03R\x11windowStartUnixMs\x12$\n" +
