@@ -1,24 +1,16 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgate-dev/tollgate/controlplane/accounting"
+	"github.com/tollgate-dev/tollgate/controlplane/capture"
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
-	"github.com/tollgate-dev/tollgate/controlplane/store"
 )
 
-// The capture fence (operators): suspend and resume usage capture per member with the
-// tracking version they expect (optimistic), previewed unless apply is true. Both move
-// the version to a new epoch and restart trackingStartedAt, which marks the current
-// periods historical-unknown; neither touches spend. While a member's capture is
-// suspended the ledger refuses their new starts (503 capture_suspended at the gateway)
-// and snapshots of older versions (capture_epoch_changed).
+// The capture fence (operators): the routes of package capture's suspend and resume.
 
 // maxReviewItems bounds the members or request ids of one capture or recovery call.
 const maxReviewItems = 100
@@ -57,10 +49,6 @@ func (s *Server) suspendCapture(c *Call) error { return s.moveCapture(c, false) 
 func (s *Server) resumeCapture(c *Call) error  { return s.moveCapture(c, true) }
 
 func (s *Server) moveCapture(c *Call, enable bool) error {
-	action := "suspend"
-	if enable {
-		action = "resume"
-	}
 	var in captureBody
 	if err := c.Decode(&in); err != nil {
 		return err
@@ -73,8 +61,8 @@ func (s *Server) moveCapture(c *Call, enable bool) error {
 	case len(in.Members) == 0 || len(in.Members) > maxReviewItems:
 		p.Add("must list 1 to 100 members", "members")
 	}
-	expected := map[string]int64{}
-	var ids []string
+	req := capture.Request{OrganizationID: c.OrgID(), Enable: enable, Apply: apply, ReviewReference: ref}
+	seen := map[string]bool{}
 	for i, m := range in.Members {
 		id := ""
 		switch {
@@ -94,74 +82,38 @@ func (s *Server) moveCapture(c *Call, enable bool) error {
 		if id == "" || m.TrackingVersion == nil {
 			continue
 		}
-		if _, dup := expected[id]; dup {
+		if seen[id] {
 			p.Add("lists a member twice", "members", i, "memberId")
 			continue
 		}
-		expected[id] = *m.TrackingVersion
-		ids = append(ids, id)
+		seen[id] = true
+		req.Members = append(req.Members, capture.Expected{MemberID: id, TrackingVersion: *m.TrackingVersion})
 	}
 	if err := p.Err(); err != nil {
 		return err
 	}
-	slices.Sort(ids)
-	view := captureView{Action: action, Applied: apply, ReviewReference: ref, Members: []captureMemberView{}}
+	view := captureView{Action: req.Action(), Applied: apply, ReviewReference: ref, Members: []captureMemberView{}}
 	err := c.Tx(func(tx pgx.Tx) error {
-		view.Members = view.Members[:0]
-		for _, id := range ids {
-			ok, err := store.ActiveMemberExists(c.Ctx, tx, c.OrgID(), id)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return fault.NotFoundf("member_not_found", "No active member %s in the organization.", id)
-			}
-		}
-		rows, err := store.LockTracking(c.Ctx, tx, ids)
+		moved, err := capture.Move(c.Ctx, tx, c, req, c.now)
 		if err != nil {
 			return err
 		}
-		for _, id := range ids {
-			cur, capture := int64(0), true
-			if tr, ok := rows[id]; ok {
-				cur, capture = tr.Version, tr.CaptureEnabled
-			}
-			switch {
-			case cur != expected[id]:
-				return fault.Conflictf("capture_version_conflict", "Member %s is at tracking version %d, not %d; read their status and try again.", id, cur, expected[id])
-			case enable && capture:
-				return fault.Conflictf("capture_not_suspended", "Capture of member %s is not suspended.", id)
-			case !enable && !capture:
-				return fault.Conflictf("capture_already_suspended", "Capture of member %s is already suspended.", id)
-			}
-			next := accounting.NextFenceVersion(cur)
-			mv := captureMemberView{MemberID: id, PreviousTrackingVersion: cur, TrackingVersion: next, CaptureEnabled: enable}
-			if apply {
-				started := jsonx.Time(c.now)
-				mv.TrackingStartedAt = &started
-				if err := store.SetCapture(c.Ctx, tx, c.OrgID(), id, next, enable, c.now); err != nil {
-					return err
-				}
+		view.Members = view.Members[:0]
+		ids := make([]string, len(moved))
+		for i, m := range moved {
+			mv := captureMemberView{MemberID: m.MemberID, PreviousTrackingVersion: m.PreviousVersion, TrackingVersion: m.NextVersion,
+				CaptureEnabled: m.CaptureEnabled}
+			if m.StartedAt != nil {
+				at := jsonx.Time(*m.StartedAt)
+				mv.TrackingStartedAt = &at
 			}
 			view.Members = append(view.Members, mv)
+			ids[i] = m.MemberID
 		}
 		if !apply {
 			return nil
 		}
-		if _, err := store.BumpMirrorVersions(c.Ctx, tx, ids); err != nil {
-			return err
-		}
-		changes := make([]map[string]any, len(view.Members))
-		for i, m := range view.Members {
-			changes[i] = map[string]any{"memberId": m.MemberID, "from": m.PreviousTrackingVersion, "to": m.TrackingVersion}
-		}
-		if err := c.Audit(tx, "usage.capture."+action, c.OrgID(), map[string]any{"reviewReference": ref, "members": changes}); err != nil {
-			return err
-		}
-		orgID := c.OrgID()
-		ctx := context.WithoutCancel(c.Ctx)
-		c.AfterCommit(func() { s.events.EntitlementChanged(ctx, orgID, ids) })
-		return nil
+		return s.entitlementChanged(c, c.OrgID(), ids, nil)
 	})
 	if err != nil {
 		return err

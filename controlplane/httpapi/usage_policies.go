@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate-dev/tollgate/controlplane/entitlement"
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
@@ -274,7 +275,7 @@ type usagePolicyUpdate struct {
 // policyForWrite takes the organization's usage lock (every write that can change who
 // wins holds it) and reads the policy named in the path.
 func (c *Call) policyForWrite(tx pgx.Tx, id string) (store.UsagePolicy, error) {
-	if err := store.LockUsage(c.Ctx, tx, c.OrgID()); err != nil {
+	if err := entitlement.Lock(c.Ctx, tx, c.OrgID()); err != nil {
 		return store.UsagePolicy{}, err
 	}
 	p, err := store.UsagePolicyInOrg(c.Ctx, tx, c.OrgID(), id)

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -358,7 +357,5 @@ func (s *Server) rewriteOrgRecords(c *Call, tx pgx.Tx) error {
 	if err != nil {
 		return err
 	}
-	orgID, ctx := c.OrgID(), context.WithoutCancel(c.Ctx)
-	c.AfterCommit(func() { s.events.EntitlementChanged(ctx, orgID, ids) })
-	return nil
+	return s.entitlementChanged(c, c.OrgID(), ids, nil)
 }

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -12,15 +11,13 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/accounting"
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
-	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/controlplane/recovery"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 )
 
 // Abandonment recovery (operators): list the durable starts still pending that were
-// admitted before a cutoff, and close chosen ones as unknown and incomplete. Closing
-// decrements the member's pending count exactly once and counts an unpriced and
-// incomplete request on the original windows; a real settlement arriving later still
-// promotes its known cost, once.
+// admitted before a cutoff, and close chosen ones as unknown and incomplete (package
+// recovery).
 
 // defaultRecoveryAge is the cutoff when none is given: a request admitted more than an
 // hour ago and still unsettled is almost surely abandoned.
@@ -163,58 +160,25 @@ func (s *Server) recoverStarts(c *Call) error {
 	}
 	var results []recoveryResultView
 	err := c.Tx(func(tx pgx.Tx) error {
-		results = results[:0]
-		starts, err := store.LockStartsInOrg(c.Ctx, tx, c.OrgID(), ids)
-		if err != nil {
-			return err
+		rs, err := recovery.Recover(c.Ctx, tx, c, recovery.Request{OrganizationID: c.OrgID(), RequestIDs: ids,
+			ReviewReference: ref, Apply: apply}, c.now)
+		results = make([]recoveryResultView, len(rs))
+		for i, r := range rs {
+			results[i] = recoveryResultView{RequestID: r.RequestID, Outcome: r.Outcome, MemberID: optional(r.MemberID),
+				State: optional(r.State)}
 		}
-		var closing []store.StoredStart
-		var members []string
-		for _, id := range ids {
-			r := recoveryResultView{RequestID: id}
-			st, ok := starts[id]
-			switch {
-			case !ok:
-				r.Outcome = "not_found"
-			case st.State != "pending":
-				r.Outcome, r.MemberID, r.State = "not_pending", &st.MemberID, &st.State
-			default:
-				r.Outcome, r.MemberID = "would_recover", &st.MemberID
-				if apply {
-					r.Outcome = "recovered"
-				}
-				closing = append(closing, st)
-				members = append(members, st.MemberID)
-			}
-			results = append(results, r)
-		}
-		if !apply {
-			return nil
-		}
-		if len(closing) > 0 {
-			// Lock order: starts (above), then tracking rows, then buckets (in the writes).
-			if _, err := store.LockTracking(c.Ctx, tx, members); err != nil {
-				return err
-			}
-			w, err := ledger.RecoveryWrites(closing, ref, c.now)
-			if err != nil {
-				return err
-			}
-			if _, err := store.WriteSettlements(c.Ctx, tx, w, c.now); err != nil {
-				return err
-			}
-		}
-		recovered := make([]string, len(closing))
-		for i, st := range closing {
-			recovered[i] = st.RequestID
-		}
-		slices.Sort(recovered)
-		// Every applied call is audited, even one that found nothing to close.
-		return c.Audit(tx, "usage.recovery.recover", c.OrgID(), map[string]any{"reviewReference": ref, "requestIds": recovered,
-			"count": len(recovered), "asked": len(ids)})
+		return err
 	})
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"applied": apply, "reviewReference": ref, "results": results})
+}
+
+// optional is nil for "", else a pointer to s (a JSON null for an absent value).
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

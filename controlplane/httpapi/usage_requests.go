@@ -2,10 +2,8 @@ package httpapi
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,24 +12,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate-dev/tollgate/controlplane/extension"
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/controlplane/usage"
-	"github.com/tollgate-dev/tollgate/pkg/money"
-	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
-// Extension (reset) requests: a member asks for one extension of their own current
-// winning bucket; an owner or admin approves (granting ceil(base/4) once per bucket) or
-// denies. Statuses: pending, approved, denied, expired.
-
-const (
-	resetPending  = "pending"
-	resetApproved = "approved"
-	resetDenied   = "denied"
-	resetExpired  = "expired"
-)
+// Extension (reset) requests: the routes of package extension's Submit and Decide, and
+// the lists.
 
 type resetRequestView struct {
 	ID                    string      `json:"id"`
@@ -67,24 +56,12 @@ func viewResetRequest(r store.UsageRequest, now time.Time) resetRequestView {
 		BaseAllowanceMicroUsd: r.BaseMicroUSD, ExtensionMicroUsd: r.ExtensionMicroUSD, UsedMicroUsd: r.UsedMicroUSD,
 		Reason: r.Reason, Status: r.Status, ExpiredReason: r.ExpiredReason, Note: r.Note, CreatedAt: jsonx.Time(r.CreatedAt),
 		DecidedAt: jsonx.TimePtr(r.DecidedAt), DecidedByMemberID: r.DecidedByMemberID}
-	if r.Status == resetPending && !now.Before(r.WindowEnd) {
-		v.Status = resetExpired
+	if r.Status == extension.Pending && !now.Before(r.WindowEnd) {
+		v.Status = extension.Expired
 		reason := string(usage.WindowEnded)
 		v.ExpiredReason = &reason
 	}
 	return v
-}
-
-func errResetRequestNotFound() error {
-	return fault.NotFoundf("reset_request_not_found", "No extension request with this id in the organization.")
-}
-
-var refusalMessages = map[usage.Refusal]string{
-	usage.NoUsageLimit:          "No usage limit applies to this bucket, so there is nothing to extend.",
-	usage.ResetRequestsDisabled: "The policy limiting this bucket does not allow extension requests.",
-	usage.ZeroBaseAllowance:     "The bucket's base allowance is zero; it cannot be extended.",
-	usage.ExtensionAlreadyUsed:  "The bucket's one extension was already granted.",
-	usage.UsageLimitNotReached:  "The bucket still has allowance left; ask when spend reaches the allowance.",
 }
 
 // submitResetRequest asks for an extension of one of the caller's own current winning
@@ -108,54 +85,11 @@ func (s *Server) submitResetRequest(c *Call) error {
 	if err := p.Err(); err != nil {
 		return err
 	}
-	orgID, memberID := c.OrgID(), c.Member.ID
 	var out store.UsageRequest
 	err := c.Tx(func(tx pgx.Tx) error {
-		// The lock orders this submit against fences and reviews, so the winner checked
-		// here is the one the request is stored against.
-		if err := store.LockUsage(c.Ctx, tx, orgID); err != nil {
-			return err
-		}
-		mu, err := loadMemberUsage(c.Ctx, tx, orgID, memberID, c.now)
-		if err != nil {
-			return err
-		}
-		i := -1
-		for j, id := range mu.BucketIDs {
-			if id == *in.BucketID {
-				i = j
-			}
-		}
-		if i < 0 {
-			return fault.NotFoundf("bucket_not_found", "This is not one of your current buckets; read GET /v1/gateway/usage-limits/me for their ids.")
-		}
-		b := mu.Bucket(i)
-		if b.Winner != nil && b.PendingRequest {
-			out, err = store.PendingUsageRequest(c.Ctx, tx, b.ID)
-			return err
-		}
-		refusal, err := usage.Eligibility(b)
-		if err != nil {
-			return err
-		}
-		if refusal != usage.Eligible {
-			return fault.Conflictf(string(refusal), "%s", refusalMessages[refusal])
-		}
-		r := store.UsageRequest{ID: newID(typeid.ResetRequest), OrganizationID: orgID, MemberID: memberID, BucketID: b.ID,
-			Timeframe: b.Window.Timeframe, WindowStart: b.Window.Start, WindowEnd: b.Window.End, PolicyID: b.Winner.Policy.ID,
-			PolicyRevision: b.Winner.Policy.Revision, BaseMicroUSD: b.Winner.Base, ExtensionMicroUSD: money.ExtensionFor(b.Winner.Base),
-			UsedMicroUSD: b.Counter.Used, Reason: reason, CreatedAt: c.now}
-		added, err := store.InsertUsageRequest(c.Ctx, tx, r)
-		if err != nil {
-			return err
-		}
-		if added {
-			if err := c.Audit(tx, "usage_reset_request.submit", r.ID, map[string]any{"bucketId": r.BucketID,
-				"timeframe": r.Timeframe, "policyId": r.PolicyID, "policyRevision": r.PolicyRevision}); err != nil {
-				return err
-			}
-		}
-		out, err = store.PendingUsageRequest(c.Ctx, tx, b.ID)
+		var err error
+		out, err = extension.Submit(c.Ctx, tx, c, extension.Submission{OrganizationID: c.OrgID(), MemberID: c.Member.ID,
+			BucketID: *in.BucketID, Reason: reason}, c.now)
 		return err
 	})
 	if err != nil {
@@ -182,14 +116,14 @@ func (c *Call) decodeOptionalJSON(v any) error {
 
 func (s *Server) approveResetRequest(c *Call) error {
 	var in struct{}
-	return s.decide(c, &in, resetApproved, nil)
+	return s.decide(c, &in, extension.Approved, nil)
 }
 
 func (s *Server) denyResetRequest(c *Call) error {
 	var in struct {
 		Note jsonx.Optional[string] `json:"note"`
 	}
-	return s.decide(c, &in, resetDenied, func(p *fault.Problems) *string {
+	return s.decide(c, &in, extension.Denied, func(p *fault.Problems) *string {
 		if !in.Note.Set || in.Note.Null {
 			return nil
 		}
@@ -201,11 +135,7 @@ func (s *Server) denyResetRequest(c *Call) error {
 	})
 }
 
-// decide approves or denies a request. Deciding again the way it was decided answers
-// the request as it is (a retried review succeeds, and concurrent approvals grant one
-// extension); the opposite decision is 409. A request that went stale (the member left,
-// the window ended, the winner or its revision changed) is expired instead and answered
-// with status expired.
+// decide approves or denies a request (extension.Decide).
 func (s *Server) decide(c *Call, in any, to string, note func(*fault.Problems) *string) error {
 	id, err := c.usagePathID("requestId")
 	if err != nil {
@@ -222,107 +152,17 @@ func (s *Server) decide(c *Call, in any, to string, note func(*fault.Problems) *
 	if err := p.Err(); err != nil {
 		return err
 	}
-	orgID := c.OrgID()
 	var out store.UsageRequest
 	err = c.Tx(func(tx pgx.Tx) error {
-		if err := store.LockUsage(c.Ctx, tx, orgID); err != nil {
-			return err
-		}
-		r, err := store.UsageRequestInOrg(c.Ctx, tx, orgID, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return errResetRequestNotFound()
-		}
-		if err != nil {
-			return err
-		}
+		r, changed, err := extension.Decide(c.Ctx, tx, c, extension.Decision{OrganizationID: c.OrgID(), RequestID: id, To: to,
+			By: c.Member.ID, Note: noteText}, c.now)
 		out = r
-		switch r.Status {
-		case to, resetExpired:
-			return nil
-		case resetApproved, resetDenied:
-			return fault.Conflictf("reset_request_decided", "The request was already %s.", r.Status)
-		}
-		stale, err := s.staleness(c.Ctx, tx, r, c.now)
-		if err != nil {
-			return err
-		}
-		if stale != usage.NotStale {
-			reason := string(stale)
-			if err := store.DecideUsageRequest(c.Ctx, tx, r.ID, resetExpired, c.now, nil, nil, &reason); err != nil {
-				return err
-			}
-			if err := c.Audit(tx, "usage_reset_request.expire", r.ID, map[string]any{"reason": reason, "attempted": to}); err != nil {
-				return err
-			}
-		} else {
-			if to == resetApproved {
-				if err := s.grant(c, tx, r); err != nil {
-					return err
-				}
-			}
-			by := c.Member.ID
-			if err := store.DecideUsageRequest(c.Ctx, tx, r.ID, to, c.now, &by, noteText, nil); err != nil {
-				return err
-			}
-			details := map[string]any{"bucketId": r.BucketID, "memberId": r.MemberID}
-			if to == resetApproved {
-				details["extensionMicroUsd"] = r.ExtensionMicroUSD
-			}
-			if err := c.Audit(tx, "usage_reset_request."+map[string]string{resetApproved: "approve", resetDenied: "deny"}[to], r.ID, details); err != nil {
-				return err
-			}
-		}
-		out, err = store.UsageRequestInOrg(c.Ctx, tx, orgID, id)
-		return err
+		return s.entitlementChanged(c, c.OrgID(), changed, err)
 	})
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, viewResetRequest(out, c.now))
-}
-
-// staleness re-derives the member's current winner for the request's timeframe; the
-// caller holds the usage lock, so nothing can change it before the decision commits.
-func (s *Server) staleness(ctx context.Context, tx pgx.Tx, r store.UsageRequest, now time.Time) (usage.StaleReason, error) {
-	active, err := store.ActiveMemberExists(ctx, tx, r.OrganizationID, r.MemberID)
-	if err != nil {
-		return "", err
-	}
-	var current *usage.Winner
-	if active {
-		model, subject, err := store.LoadUsageMember(ctx, tx, r.OrganizationID, r.MemberID)
-		if err != nil {
-			return "", err
-		}
-		current = model.Winners(subject).Get(r.Timeframe)
-	}
-	snap := usage.RequestSnapshot{Timeframe: r.Timeframe, WindowEnd: r.WindowEnd, PolicyID: r.PolicyID, PolicyRevision: r.PolicyRevision}
-	return usage.Staleness(snap, active, current, now), nil
-}
-
-// grant records the approved extension on the bucket (once per bucket; spend and the
-// reset time are untouched) and schedules the enforcer notification.
-func (s *Server) grant(c *Call, tx pgx.Tx, r store.UsageRequest) error {
-	// The request's base is the current winner's base (the revision is unchanged), so
-	// base + ceil(base/4) stays within the safe-integer bound; check it all the same.
-	if _, err := money.AddChecked(r.BaseMicroUSD, r.ExtensionMicroUSD); err != nil {
-		return err
-	}
-	key := store.UsageBucketKey{ID: r.BucketID, OrganizationID: r.OrganizationID, MemberID: r.MemberID, Timeframe: r.Timeframe,
-		WindowStart: r.WindowStart, WindowEnd: r.WindowEnd}
-	ok, err := store.GrantUsageExtension(c.Ctx, tx, key, r.ExtensionMicroUSD, r.ID, r.PolicyID, r.PolicyRevision, c.now)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		// Unreachable while every grant and fence holds the usage lock: a pending request
-		// exists only for a bucket without an extension. Refuse rather than grant twice.
-		return fault.Conflictf(string(usage.ExtensionAlreadyUsed), "%s", refusalMessages[usage.ExtensionAlreadyUsed])
-	}
-	ctx := context.WithoutCancel(c.Ctx)
-	orgID, memberID := r.OrganizationID, r.MemberID
-	c.AfterCommit(func() { s.events.EntitlementChanged(ctx, orgID, []string{memberID}) })
-	return nil
 }
 
 // Lists.

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
 	"time"
 
@@ -10,48 +9,6 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/usage"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
-
-// memberUsage is one member's usage at an instant: the current windows with their
-// bucket ids, winners, counters and the newest extension request of each bucket.
-type memberUsage struct {
-	OrgID     string
-	MemberID  string
-	Windows   [3]window.Window
-	BucketIDs [3]string
-	Winners   usage.Winners
-	Counters  [3]usage.Counter
-	Latest    map[string]store.UsageRequest
-}
-
-// loadMemberUsage reads a member's usage with plain SELECTs: no lock, no write, and a
-// missing counter reads as zero (rule 19). q may be the pool or a transaction.
-func loadMemberUsage(ctx context.Context, q store.Querier, orgID, memberID string, now time.Time) (memberUsage, error) {
-	mu := memberUsage{OrgID: orgID, MemberID: memberID, Windows: window.Current(now)}
-	for i, w := range mu.Windows {
-		mu.BucketIDs[i] = window.BucketID(orgID, memberID, w.Timeframe, w.Start)
-	}
-	model, subject, err := store.LoadUsageMember(ctx, q, orgID, memberID)
-	if err != nil {
-		return mu, err
-	}
-	mu.Winners = model.Winners(subject)
-	counters, err := store.UsageCounters(ctx, q, mu.BucketIDs[:])
-	if err != nil {
-		return mu, err
-	}
-	for i, id := range mu.BucketIDs {
-		mu.Counters[i] = counters[id]
-	}
-	mu.Latest, err = store.LatestUsageRequests(ctx, q, mu.BucketIDs[:])
-	return mu, err
-}
-
-// Bucket is the status of timeframe i (its winner may be nil: unlimited).
-func (mu memberUsage) Bucket(i int) usage.Bucket {
-	latest, ok := mu.Latest[mu.BucketIDs[i]]
-	return usage.Bucket{ID: mu.BucketIDs[i], Window: mu.Windows[i], Winner: mu.Winners[i], Counter: mu.Counters[i],
-		PendingRequest: ok && latest.Status == "pending"}
-}
 
 // Views.
 
@@ -180,7 +137,7 @@ func viewBucket(b usage.Bucket, latest *store.UsageRequest) (usageBucketView, er
 }
 
 // statusView renders a member's status at now.
-func (mu memberUsage) statusView(tr *usage.Tracking, now time.Time) (usageStatusView, error) {
+func statusView(mu store.MemberUsage, tr *usage.Tracking, now time.Time) (usageStatusView, error) {
 	v := usageStatusView{OrganizationID: mu.OrgID, MemberID: mu.MemberID, EvaluatedAt: jsonx.Time(now),
 		Buckets: []usageBucketView{}, Windows: make([]usageWindowView, 3)}
 	var limited []usage.Bucket
@@ -232,7 +189,7 @@ func (s *Server) usageStatusMember(c *Call) error {
 // usageStatus answers a status read: plain reads of the member-period counters and the
 // tracking row, no lock and no write.
 func (s *Server) usageStatus(c *Call, memberID string) error {
-	mu, err := loadMemberUsage(c.Ctx, c.DB(), c.OrgID(), memberID, c.now)
+	mu, err := store.LoadMemberUsage(c.Ctx, c.DB(), c.OrgID(), memberID, c.now)
 	if err != nil {
 		return err
 	}
@@ -240,7 +197,7 @@ func (s *Server) usageStatus(c *Call, memberID string) error {
 	if err != nil {
 		return err
 	}
-	v, err := mu.statusView(tr, c.now)
+	v, err := statusView(mu, tr, c.now)
 	if err != nil {
 		return err
 	}

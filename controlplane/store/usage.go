@@ -794,3 +794,45 @@ func OrganizationMemberIDs(ctx context.Context, q Querier, orgID string) ([]stri
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
+
+// MemberUsage is one member's usage at an instant: the current windows with their
+// bucket ids, winners, counters and the newest extension request of each bucket.
+type MemberUsage struct {
+	OrgID     string
+	MemberID  string
+	Windows   [3]window.Window
+	BucketIDs [3]string
+	Winners   usage.Winners
+	Counters  [3]usage.Counter
+	Latest    map[string]UsageRequest
+}
+
+// LoadMemberUsage reads a member's usage with plain SELECTs: no lock, no write, and a
+// missing counter reads as zero (rule 19). q may be the pool or a transaction.
+func LoadMemberUsage(ctx context.Context, q Querier, orgID, memberID string, now time.Time) (MemberUsage, error) {
+	mu := MemberUsage{OrgID: orgID, MemberID: memberID, Windows: window.Current(now)}
+	for i, w := range mu.Windows {
+		mu.BucketIDs[i] = window.BucketID(orgID, memberID, w.Timeframe, w.Start)
+	}
+	model, subject, err := LoadUsageMember(ctx, q, orgID, memberID)
+	if err != nil {
+		return mu, err
+	}
+	mu.Winners = model.Winners(subject)
+	counters, err := UsageCounters(ctx, q, mu.BucketIDs[:])
+	if err != nil {
+		return mu, err
+	}
+	for i, id := range mu.BucketIDs {
+		mu.Counters[i] = counters[id]
+	}
+	mu.Latest, err = LatestUsageRequests(ctx, q, mu.BucketIDs[:])
+	return mu, err
+}
+
+// Bucket is the status of timeframe i (its winner may be nil: unlimited).
+func (mu MemberUsage) Bucket(i int) usage.Bucket {
+	latest, ok := mu.Latest[mu.BucketIDs[i]]
+	return usage.Bucket{ID: mu.BucketIDs[i], Window: mu.Windows[i], Winner: mu.Winners[i], Counter: mu.Counters[i],
+		PendingRequest: ok && latest.Status == "pending"}
+}
