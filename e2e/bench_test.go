@@ -17,7 +17,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/tollgate-dev/tollgate/enforcer/loadgen"
+	"github.com/tollgate-dev/tollgate/internal/loadgen"
 )
 
 // BenchmarkFullStack drives admitted checks through both programs, as the enforcer

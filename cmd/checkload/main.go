@@ -1,7 +1,7 @@
 // Command checkload drives concurrent ext_authz Check calls at a running enforcer, the
 // way Envoy sends them, and prints checks per second and latency percentiles:
 //
-//	go build -o bin/checkload ./enforcer/cmd/checkload
+//	go build -o bin/checkload ./cmd/checkload
 //	GOMAXPROCS=1 bin/checkload -addr 127.0.0.1:9001 -key tgk_... -c 50 -d 10s
 //	GOMAXPROCS=1 bin/checkload -addr 127.0.0.1:9001 -key tgk_... -c 400 -rate 15000 -d 10s -client h2
 //
@@ -29,7 +29,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/tollgate-dev/tollgate/enforcer/loadgen"
+	"github.com/tollgate-dev/tollgate/internal/loadgen"
 )
 
 type keys []string

@@ -20,7 +20,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/authz"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
-	"github.com/tollgate-dev/tollgate/enforcer/loadgen"
+	"github.com/tollgate-dev/tollgate/internal/loadgen"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
