@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/capability"
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/platform"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
@@ -199,9 +200,7 @@ func (s *Server) adminListOrganizations(c *Call) error {
 }
 
 // errOrganizationMissing is the capability routes' 404, worded as the specification says.
-func errOrganizationMissing() error {
-	return fault.NotFoundf("not_found", "Organization not found.")
-}
+func errOrganizationMissing() error { return platform.ErrOrganizationMissing() }
 
 // capabilityOrgID reads the organization of a capability route. Its 400 uses the
 // {error, message} shape, like every 400 of these routes.
@@ -301,44 +300,26 @@ func (s *Server) adminSetCapabilities(c *Call) error {
 	}
 	var after map[string]bool
 	err = c.Tx(func(tx pgx.Tx) error {
-		// Serialize writes to one organization so that the audit's before and after are
-		// exact.
-		if err := store.LockOrganization(c.Ctx, tx, orgID); errors.Is(err, store.ErrNotFound) {
-			return errOrganizationMissing()
-		} else if err != nil {
-			return err
-		}
-		before, err := store.CapabilityOverrides(c.Ctx, tx, orgID, capability.Overridable())
-		if err != nil {
-			return err
-		}
+		pcs := make([]platform.CapabilityChange, len(changes))
 		requested := map[string]any{}
-		for _, ch := range changes {
+		for i, ch := range changes {
+			pcs[i] = platform.CapabilityChange{Name: ch.name, Clear: ch.clear, Value: ch.value}
 			if ch.clear {
 				requested[ch.name] = nil
-				_, err = store.DeleteCapabilityOverrides(c.Ctx, tx, orgID, []string{ch.name})
 			} else {
 				requested[ch.name] = ch.value
-				err = store.SetCapabilityOverride(c.Ctx, tx, orgID, ch.name, ch.value, c.Principal.User.ID, c.now)
-			}
-			if err != nil {
-				return err
 			}
 		}
-		// Every write, even one that changes nothing, sweeps away overrides of retired
-		// capabilities.
-		removed, err := store.DeleteCapabilityOverrides(c.Ctx, tx, orgID, capability.Retired())
+		u, err := platform.SetCapabilities(c.Ctx, tx, orgID, pcs, c.Principal.User.ID, c.now)
 		if err != nil {
 			return err
 		}
-		if after, err = store.CapabilityOverrides(c.Ctx, tx, orgID, capability.Overridable()); err != nil {
-			return err
-		}
+		after = u.After
 		return c.adminAudit(tx, orgID, "organization.capabilities.update", orgID, map[string]any{
 			"requested":             requested,
-			"before":                viewOverrides(before),
-			"after":                 viewOverrides(after),
-			"removedRetired":        removed,
+			"before":                viewOverrides(u.Before),
+			"after":                 viewOverrides(u.After),
+			"removedRetired":        u.RemovedRetired,
 			"gatewayDashboardInput": sentDashboard,
 		})
 	})
@@ -442,26 +423,8 @@ func (s *Server) removePlatformAdmin(c *Call) error {
 	}
 	self := c.Principal.User.EmailNormalized
 	err := c.Tx(func(tx pgx.Tx) error {
-		emails, err := store.LockPlatformAdmins(c.Ctx, tx)
+		a, err := platform.RemoveAdmin(c.Ctx, tx, email, self)
 		if err != nil {
-			return err
-		}
-		switch {
-		case !slices.Contains(emails, self):
-			// Another administrator removed the caller after the route's check.
-			return &fault.Error{Kind: fault.Forbidden, Code: "forbidden"}
-		case !slices.Contains(emails, email):
-			return fault.NotFoundf("platform_admin_not_found", "This email is not on the platform-admin allowlist.")
-		case len(emails) == 1:
-			return fault.Conflictf("last_platform_admin", "This is the last platform administrator; add another before removing it.")
-		case email == self:
-			return fault.Conflictf("cannot_remove_self", "You cannot remove yourself; ask another platform administrator.")
-		}
-		a, err := store.PlatformAdminByEmail(c.Ctx, tx, email)
-		if err != nil {
-			return err
-		}
-		if _, err := store.RemovePlatformAdmin(c.Ctx, tx, email); err != nil {
 			return err
 		}
 		return c.adminAudit(tx, "", "platform_admin.remove", deref(a.UserID), map[string]any{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/marketplace"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
@@ -36,9 +37,7 @@ const maxGrants = 500
 
 var membershipSources = []string{"manual", "connector", "api", "system"}
 
-func errMarketplaceNotFound() error {
-	return fault.NotFoundf("marketplace_not_found", "No marketplace with this id in the organization, or you have no access to it.")
-}
+func errMarketplaceNotFound() error { return marketplace.ErrNotFound() }
 
 // requireFreshAuth refuses owners and admins whose session proved the password more
 // than freshAuthWindow ago.
@@ -53,15 +52,9 @@ func (c *Call) requireFreshAuth() error {
 
 // marketplaceForWrite reads a marketplace the caller may see and checks their rank.
 func (c *Call) marketplaceForWrite(q store.Querier, id string, need int, what string) (store.Marketplace, error) {
-	m, err := store.MarketplaceFor(c.Ctx, q, c.OrgID(), id, c.viewer())
-	if errors.Is(err, store.ErrNotFound) {
-		return m, errMarketplaceNotFound()
-	}
+	m, err := marketplace.ForWrite(c.Ctx, q, c.OrgID(), id, c.viewer(), need, what)
 	if err != nil {
 		return m, err
-	}
-	if m.Rank < need {
-		return m, fault.Forbiddenf("%s needs the %s role on this marketplace.", what, store.RoleOfRank(need))
 	}
 	return m, c.requireFreshAuth()
 }
@@ -150,22 +143,8 @@ func (s *Server) setMarketplaceAccess(c *Call) error {
 	}
 	var view marketplaceView
 	err = c.Tx(func(tx pgx.Tx) error {
-		// Lock first, so that the rank read below cannot be revoked by a concurrent
-		// change of the same list before this one is written.
-		if err := store.LockMarketplace(c.Ctx, tx, c.OrgID(), id); err != nil {
-			return err
-		}
-		m, err := c.marketplaceForWrite(tx, id, store.RankManager, "Changing who may use a marketplace")
+		m, err := marketplace.ReplaceAccess(c.Ctx, tx, c.OrgID(), id, c.viewer(), grants, c.now, c.requireFreshAuth)
 		if err != nil {
-			return err
-		}
-		if err := c.checkGrantTargets(tx, grants); err != nil {
-			return err
-		}
-		if err := store.ReplaceGrants(c.Ctx, tx, m.ID, grants); err != nil {
-			return err
-		}
-		if err := store.TouchMarketplace(c.Ctx, tx, m.ID, c.now); err != nil {
 			return err
 		}
 		if err := c.Audit(tx, "marketplace.access", m.ID, map[string]any{"grants": len(grants)}); err != nil {
@@ -232,39 +211,6 @@ func checkGrants(p *fault.Problems, in *[]grantInput, now time.Time) []store.Gra
 		out = append(out, grant)
 	}
 	return out
-}
-
-// checkGrantTargets refuses grants to members and teams that are not (or no longer) in
-// the organization. It runs after the permission check, so only managers learn which
-// ids exist.
-func (c *Call) checkGrantTargets(q store.Querier, grants []store.Grant) error {
-	var memberIDs, teamIDs []string
-	for _, g := range grants {
-		if g.MemberID != nil {
-			memberIDs = append(memberIDs, *g.MemberID)
-		}
-		if g.TeamID != nil {
-			teamIDs = append(teamIDs, *g.TeamID)
-		}
-	}
-	members, err := store.ActiveMemberIDs(c.Ctx, q, c.OrgID(), memberIDs)
-	if err != nil {
-		return err
-	}
-	teams, err := store.LiveTeamIDs(c.Ctx, q, c.OrgID(), teamIDs)
-	if err != nil {
-		return err
-	}
-	var p fault.Problems
-	for i, g := range grants {
-		if g.MemberID != nil && !members[*g.MemberID] {
-			p.Add("is not an active member of the organization", "grants", i, "memberId")
-		}
-		if g.TeamID != nil && !teams[*g.TeamID] {
-			p.Add("is not a team of the organization", "grants", i, "teamId")
-		}
-	}
-	return p.Err()
 }
 
 func (s *Server) listMarketplacePlugins(c *Call) error {

@@ -1,0 +1,97 @@
+// Package marketplace owns who may change a marketplace: the caller's rank on it (the
+// best of their grants, or manager for owners and admins) against the rank a change
+// needs, and the replacement of its access list, which locks the marketplace first so
+// that the rank it reads cannot be revoked by a concurrent change of the same list
+// before this one is written. Functions take the transaction (or a querier for reads),
+// their inputs and the instant, and return typed errors (package fault).
+package marketplace
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/fault"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+)
+
+// ErrNotFound is the 404 of a marketplace the caller cannot see (missing, in another
+// organization, or without any grant reaching them).
+func ErrNotFound() error {
+	return fault.NotFoundf("marketplace_not_found", "No marketplace with this id in the organization, or you have no access to it.")
+}
+
+// ForWrite reads a marketplace the viewer may see and checks their rank: need is a
+// store.Rank*, what names the change in the 403's message.
+func ForWrite(ctx context.Context, q store.Querier, orgID, id string, v store.Viewer, need int, what string) (store.Marketplace, error) {
+	m, err := store.MarketplaceFor(ctx, q, orgID, id, v)
+	if errors.Is(err, store.ErrNotFound) {
+		return m, ErrNotFound()
+	}
+	if err != nil {
+		return m, err
+	}
+	if m.Rank < need {
+		return m, fault.Forbiddenf("%s needs the %s role on this marketplace.", what, store.RoleOfRank(need))
+	}
+	return m, nil
+}
+
+// ReplaceAccess makes the marketplace's access list exactly grants, for a viewer who
+// manages it. allowed runs after the rank check (the caller's own conditions, such as a
+// fresh sign-in) and may refuse. Grants to members and teams that are not (or no longer)
+// in the organization are 400 with their paths.
+func ReplaceAccess(ctx context.Context, tx pgx.Tx, orgID, id string, v store.Viewer, grants []store.Grant, now time.Time,
+	allowed func() error) (store.Marketplace, error) {
+	if err := store.LockMarketplace(ctx, tx, orgID, id); err != nil {
+		return store.Marketplace{}, err
+	}
+	m, err := ForWrite(ctx, tx, orgID, id, v, store.RankManager, "Changing who may use a marketplace")
+	if err != nil {
+		return m, err
+	}
+	if err := allowed(); err != nil {
+		return m, err
+	}
+	if err := CheckTargets(ctx, tx, orgID, grants); err != nil {
+		return m, err
+	}
+	if err := store.ReplaceGrants(ctx, tx, m.ID, grants); err != nil {
+		return m, err
+	}
+	return m, store.TouchMarketplace(ctx, tx, m.ID, now)
+}
+
+// CheckTargets refuses grants to members and teams that are not (or no longer) in the
+// organization.
+func CheckTargets(ctx context.Context, q store.Querier, orgID string, grants []store.Grant) error {
+	var memberIDs, teamIDs []string
+	for _, g := range grants {
+		if g.MemberID != nil {
+			memberIDs = append(memberIDs, *g.MemberID)
+		}
+		if g.TeamID != nil {
+			teamIDs = append(teamIDs, *g.TeamID)
+		}
+	}
+	members, err := store.ActiveMemberIDs(ctx, q, orgID, memberIDs)
+	if err != nil {
+		return err
+	}
+	teams, err := store.LiveTeamIDs(ctx, q, orgID, teamIDs)
+	if err != nil {
+		return err
+	}
+	var p fault.Problems
+	for i, g := range grants {
+		if g.MemberID != nil && !members[*g.MemberID] {
+			p.Add("is not an active member of the organization", "grants", i, "memberId")
+		}
+		if g.TeamID != nil && !teams[*g.TeamID] {
+			p.Add("is not a team of the organization", "grants", i, "teamId")
+		}
+	}
+	return p.Err()
+}
