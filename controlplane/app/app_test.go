@@ -13,7 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/controlplane/app"
 	"github.com/tollgate-dev/tollgate/controlplane/redistest"
-	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/controlplane/apitest"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/internal/apitest"
 )
 
 func TestSignUpValidation(t *testing.T) {

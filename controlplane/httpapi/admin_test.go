@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/controlplane/apitest"
 	"github.com/tollgate-dev/tollgate/controlplane/openapi"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/internal/apitest"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/controlplane/apitest"
+	"github.com/tollgate-dev/tollgate/internal/apitest"
 )
 
 func TestCreateOrganization(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tollgate-dev/tollgate/controlplane/apitest"
 	"github.com/tollgate-dev/tollgate/controlplane/openapi"
+	"github.com/tollgate-dev/tollgate/internal/apitest"
 )
 
 // TestEveryRouteIsDocumented keeps the route table and the OpenAPI document in step: a

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	at "github.com/tollgate-dev/tollgate/controlplane/accountingtest"
-	"github.com/tollgate-dev/tollgate/controlplane/apitest"
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/internal/apitest"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-dev/tollgate/controlplane/apitest"
+	"github.com/tollgate-dev/tollgate/internal/apitest"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/controlplane/apitest"
+	"github.com/tollgate-dev/tollgate/internal/apitest"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )

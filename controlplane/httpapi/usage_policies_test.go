@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-dev/tollgate/controlplane/apitest"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/internal/apitest"
 )
 
 func TestUsagePolicyCreateAndList(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	at "github.com/tollgate-dev/tollgate/controlplane/accountingtest"
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )

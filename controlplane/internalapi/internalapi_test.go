@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	at "github.com/tollgate-dev/tollgate/controlplane/accountingtest"
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	"github.com/tollgate-dev/tollgate/controlplane/redistest"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/credential"

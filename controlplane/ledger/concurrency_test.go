@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/accounting"
-	at "github.com/tollgate-dev/tollgate/controlplane/accountingtest"
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	at "github.com/tollgate-dev/tollgate/controlplane/accountingtest"
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	at "github.com/tollgate-dev/tollgate/controlplane/accountingtest"
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/money"
 	"github.com/tollgate-dev/tollgate/pkg/window"

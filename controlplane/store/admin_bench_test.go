@@ -12,7 +12,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/controlplane/capability"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
-	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
 )
 
 // The size the organization page must stay fast at.

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/controlplane/store"
-	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
 )
 
 func TestLikeEscape(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/controlplane/plugin"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
-	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
 )
 
 var pluginTables = []string{"plugins", "marketplaces", "marketplace_grants", "marketplace_plugins"}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/store"
-	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
 )
 
 // The pool is bounded at 16 connections and keeps 4 open from the start (so the first

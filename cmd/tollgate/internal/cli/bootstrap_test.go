@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-dev/tollgate/controlplane/apitest"
-	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+	"github.com/tollgate-dev/tollgate/internal/apitest"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
 )
 
 func TestBootstrap(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tollgate-dev/tollgate/controlplane/apitest"
+	"github.com/tollgate-dev/tollgate/internal/apitest"
 )
 
 // TestSeedIsIdempotent: `make run` may run many times against one database; the demo

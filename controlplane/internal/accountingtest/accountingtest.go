@@ -25,7 +25,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
 	"github.com/tollgate-dev/tollgate/controlplane/redistest"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
-	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"

@@ -26,7 +26,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
 	"github.com/tollgate-dev/tollgate/controlplane/openapi"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
-	"github.com/tollgate-dev/tollgate/controlplane/storetest"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 )
 
