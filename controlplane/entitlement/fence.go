@@ -20,8 +20,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate-dev/tollgate/controlplane/limits"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
-	"github.com/tollgate-dev/tollgate/controlplane/usage"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -50,7 +50,7 @@ func Change(ctx context.Context, tx pgx.Tx, a Auditor, orgID, trigger string, no
 	}
 	// Policy and assignment changes leave team memberships alone, so the members read
 	// after the change are the subjects of both readings.
-	return apply(ctx, tx, a, orgID, trigger, usage.DiffAll(after.Members, before.Model, after.Model), now)
+	return apply(ctx, tx, a, orgID, trigger, limits.DiffAll(after.Members, before.Model, after.Model), now)
 }
 
 // TeamChange fences after a member joined or left a team (or the team was deleted),
@@ -68,13 +68,13 @@ func TeamChange(ctx context.Context, tx pgx.Tx, a Auditor, orgID, teamID, member
 	if err != nil {
 		return nil, err
 	}
-	was := usage.Subject{MemberID: memberID}
+	was := limits.Subject{MemberID: memberID}
 	if slices.Contains(cur.TeamIDs, teamID) {
 		was.TeamIDs = slices.DeleteFunc(slices.Clone(cur.TeamIDs), func(t string) bool { return t == teamID })
 	} else {
 		was.TeamIDs = append(slices.Clone(cur.TeamIDs), teamID)
 	}
-	return apply(ctx, tx, a, orgID, "team.change", usage.Diff(memberID, model.Winners(was), model.Winners(cur)), now)
+	return apply(ctx, tx, a, orgID, "team.change", limits.Diff(memberID, model.Winners(was), model.Winners(cur)), now)
 }
 
 // MemberRemoved fences in the transaction that removes a member (it takes the usage
@@ -84,9 +84,9 @@ func MemberRemoved(ctx context.Context, tx pgx.Tx, a Auditor, m store.Member, no
 	if err := Lock(ctx, tx, m.OrganizationID); err != nil {
 		return nil, err
 	}
-	changes := make([]usage.Change, 0, len(window.Timeframes))
+	changes := make([]limits.Change, 0, len(window.Timeframes))
 	for _, tf := range window.Timeframes {
-		changes = append(changes, usage.Change{MemberID: m.ID, Timeframe: tf, Reason: usage.MemberRemoved})
+		changes = append(changes, limits.Change{MemberID: m.ID, Timeframe: tf, Reason: limits.MemberRemoved})
 	}
 	return apply(ctx, tx, a, m.OrganizationID, "member.remove", changes, now)
 }
@@ -98,7 +98,7 @@ const maxAuditMembers = 100
 // apply expires pending requests and removes current-bucket extensions for the changed
 // (member, timeframe) pairs, records what it did, and returns the members touched
 // (sorted).
-func apply(ctx context.Context, tx pgx.Tx, a Auditor, orgID, trigger string, changes []usage.Change, now time.Time) ([]string, error) {
+func apply(ctx context.Context, tx pgx.Tx, a Auditor, orgID, trigger string, changes []limits.Change, now time.Time) ([]string, error) {
 	if len(changes) == 0 {
 		return nil, nil
 	}

@@ -19,8 +19,8 @@ import (
 
 	"github.com/tollgate-dev/tollgate/controlplane/entitlement"
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
+	"github.com/tollgate-dev/tollgate/controlplane/limits"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
-	"github.com/tollgate-dev/tollgate/controlplane/usage"
 	"github.com/tollgate-dev/tollgate/pkg/money"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
@@ -41,15 +41,15 @@ func ErrNotFound() error {
 	return fault.NotFoundf("reset_request_not_found", "No extension request with this id in the organization.")
 }
 
-var refusalMessages = map[usage.Refusal]string{
-	usage.NoUsageLimit:          "No usage limit applies to this bucket, so there is nothing to extend.",
-	usage.ResetRequestsDisabled: "The policy limiting this bucket does not allow extension requests.",
-	usage.ZeroBaseAllowance:     "The bucket's base allowance is zero; it cannot be extended.",
-	usage.ExtensionAlreadyUsed:  "The bucket's one extension was already granted.",
-	usage.UsageLimitNotReached:  "The bucket still has allowance left; ask when spend reaches the allowance.",
+var refusalMessages = map[limits.Refusal]string{
+	limits.NoUsageLimit:          "No usage limit applies to this bucket, so there is nothing to extend.",
+	limits.ResetRequestsDisabled: "The policy limiting this bucket does not allow extension requests.",
+	limits.ZeroBaseAllowance:     "The bucket's base allowance is zero; it cannot be extended.",
+	limits.ExtensionAlreadyUsed:  "The bucket's one extension was already granted.",
+	limits.UsageLimitNotReached:  "The bucket still has allowance left; ask when spend reaches the allowance.",
 }
 
-func refused(r usage.Refusal) error { return fault.Conflictf(string(r), "%s", refusalMessages[r]) }
+func refused(r limits.Refusal) error { return fault.Conflictf(string(r), "%s", refusalMessages[r]) }
 
 // Submission is a member's request for an extension of one of their current buckets.
 type Submission struct {
@@ -82,11 +82,11 @@ func Submit(ctx context.Context, tx pgx.Tx, a Auditor, in Submission, now time.T
 	if b.Winner != nil && b.PendingRequest {
 		return store.PendingUsageRequest(ctx, tx, b.ID)
 	}
-	refusal, err := usage.Eligibility(b)
+	refusal, err := limits.Eligibility(b)
 	if err != nil {
 		return store.UsageRequest{}, err
 	}
-	if refusal != usage.Eligible {
+	if refusal != limits.Eligible {
 		return store.UsageRequest{}, refused(refusal)
 	}
 	r := store.UsageRequest{ID: typeid.New(typeid.ResetRequest), OrganizationID: in.OrganizationID, MemberID: in.MemberID,
@@ -145,7 +145,7 @@ func Decide(ctx context.Context, tx pgx.Tx, a Auditor, d Decision, now time.Time
 		return r, nil, err
 	}
 	var changed []string
-	if stale != usage.NotStale {
+	if stale != limits.NotStale {
 		reason := string(stale)
 		if err := store.DecideUsageRequest(ctx, tx, r.ID, Expired, now, nil, nil, &reason); err != nil {
 			return r, nil, err
@@ -178,12 +178,12 @@ func Decide(ctx context.Context, tx pgx.Tx, a Auditor, d Decision, now time.Time
 
 // staleness re-derives the member's current winner for the request's timeframe; the
 // caller holds the usage lock, so nothing can change it before the decision commits.
-func staleness(ctx context.Context, tx pgx.Tx, r store.UsageRequest, now time.Time) (usage.StaleReason, error) {
+func staleness(ctx context.Context, tx pgx.Tx, r store.UsageRequest, now time.Time) (limits.StaleReason, error) {
 	active, err := store.ActiveMemberExists(ctx, tx, r.OrganizationID, r.MemberID)
 	if err != nil {
 		return "", err
 	}
-	var current *usage.Winner
+	var current *limits.Winner
 	if active {
 		model, subject, err := store.LoadUsageMember(ctx, tx, r.OrganizationID, r.MemberID)
 		if err != nil {
@@ -191,8 +191,8 @@ func staleness(ctx context.Context, tx pgx.Tx, r store.UsageRequest, now time.Ti
 		}
 		current = model.Winners(subject).Get(r.Timeframe)
 	}
-	snap := usage.RequestSnapshot{Timeframe: r.Timeframe, WindowEnd: r.WindowEnd, PolicyID: r.PolicyID, PolicyRevision: r.PolicyRevision}
-	return usage.Staleness(snap, active, current, now), nil
+	snap := limits.RequestSnapshot{Timeframe: r.Timeframe, WindowEnd: r.WindowEnd, PolicyID: r.PolicyID, PolicyRevision: r.PolicyRevision}
+	return limits.Staleness(snap, active, current, now), nil
 }
 
 // grant records the approved extension on the bucket (once per bucket; spend and the
@@ -212,7 +212,7 @@ func grant(ctx context.Context, tx pgx.Tx, r store.UsageRequest, now time.Time) 
 	if !ok {
 		// Unreachable while every grant and fence holds the usage lock: a pending request
 		// exists only for a bucket without an extension. Refuse rather than grant twice.
-		return refused(usage.ExtensionAlreadyUsed)
+		return refused(limits.ExtensionAlreadyUsed)
 	}
 	return nil
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/entitlement"
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/limits"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
-	"github.com/tollgate-dev/tollgate/controlplane/usage"
 	"github.com/tollgate-dev/tollgate/pkg/money"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -173,7 +173,7 @@ func validateLimits(p *fault.Problems, in []usageLimitBody) []store.UsageLimit {
 		}
 		out = append(out, store.UsageLimit{Timeframe: tf, MicroUSD: micro})
 	}
-	slices.SortFunc(out, func(a, b store.UsageLimit) int { return usage.Index(a.Timeframe) - usage.Index(b.Timeframe) })
+	slices.SortFunc(out, func(a, b store.UsageLimit) int { return limits.Index(a.Timeframe) - limits.Index(b.Timeframe) })
 	return out
 }
 

@@ -15,8 +15,8 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/extension"
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/limits"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
-	"github.com/tollgate-dev/tollgate/controlplane/usage"
 )
 
 // Extension (reset) requests: the routes of package extension's Submit and Decide, and
@@ -58,7 +58,7 @@ func viewResetRequest(r store.UsageRequest, now time.Time) resetRequestView {
 		DecidedAt: jsonx.TimePtr(r.DecidedAt), DecidedByMemberID: r.DecidedByMemberID}
 	if r.Status == extension.Pending && !now.Before(r.WindowEnd) {
 		v.Status = extension.Expired
-		reason := string(usage.WindowEnded)
+		reason := string(limits.WindowEnded)
 		v.ExpiredReason = &reason
 	}
 	return v

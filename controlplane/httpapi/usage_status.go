@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/limits"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
-	"github.com/tollgate-dev/tollgate/controlplane/usage"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -85,7 +85,7 @@ type usageCoverageView struct {
 	Complete          bool  `json:"complete"`
 }
 
-func viewCoverage(cv usage.Coverage) usageCoverageView {
+func viewCoverage(cv limits.Coverage) usageCoverageView {
 	return usageCoverageView{TrackingVersion: cv.TrackingVersion, CaptureEnabled: cv.CaptureEnabled,
 		PendingRequests: cv.PendingRequests, SettlementReady: cv.SettlementReady,
 		TrackingStartedAt: jsonx.TimePtr(cv.TrackingStartedAt), HistoricalCoverage: cv.HistoricalCoverage,
@@ -95,14 +95,14 @@ func viewCoverage(cv usage.Coverage) usageCoverageView {
 		Complete: cv.Complete}
 }
 
-func viewProvenance(ps []usage.Source) []usageProvenanceView {
+func viewProvenance(ps []limits.Source) []usageProvenanceView {
 	out := make([]usageProvenanceView, len(ps))
 	for i, p := range ps {
 		v := usageProvenanceView{Kind: string(p.Kind), AssignmentID: p.AssignmentID}
 		switch p.Kind {
-		case usage.Direct:
+		case limits.Direct:
 			v.MemberID = &p.MemberID
-		case usage.Team:
+		case limits.Team:
 			v.TeamID, v.TeamName = &p.TeamID, &p.TeamName
 		}
 		out[i] = v
@@ -110,7 +110,7 @@ func viewProvenance(ps []usage.Source) []usageProvenanceView {
 	return out
 }
 
-func viewBucket(b usage.Bucket, latest *store.UsageRequest) (usageBucketView, error) {
+func viewBucket(b limits.Bucket, latest *store.UsageRequest) (usageBucketView, error) {
 	w := b.Winner
 	allowance, err := b.Allowance()
 	if err != nil {
@@ -120,7 +120,7 @@ func viewBucket(b usage.Bucket, latest *store.UsageRequest) (usageBucketView, er
 	if err != nil {
 		return usageBucketView{}, err
 	}
-	can, err := usage.CanRequestReset(b)
+	can, err := limits.CanRequestReset(b)
 	if err != nil {
 		return usageBucketView{}, err
 	}
@@ -137,10 +137,10 @@ func viewBucket(b usage.Bucket, latest *store.UsageRequest) (usageBucketView, er
 }
 
 // statusView renders a member's status at now.
-func statusView(mu store.MemberUsage, tr *usage.Tracking, now time.Time) (usageStatusView, error) {
+func statusView(mu store.MemberUsage, tr *limits.Tracking, now time.Time) (usageStatusView, error) {
 	v := usageStatusView{OrganizationID: mu.OrgID, MemberID: mu.MemberID, EvaluatedAt: jsonx.Time(now),
 		Buckets: []usageBucketView{}, Windows: make([]usageWindowView, 3)}
-	var limited []usage.Bucket
+	var limited []limits.Bucket
 	for i := range window.Timeframes {
 		b := mu.Bucket(i)
 		w := mu.Windows[i]
@@ -160,12 +160,12 @@ func statusView(mu store.MemberUsage, tr *usage.Tracking, now time.Time) (usageS
 		}
 		v.Buckets = append(v.Buckets, bv)
 	}
-	state, err := usage.StateOf(limited)
+	state, err := limits.StateOf(limited)
 	if err != nil {
 		return v, err
 	}
 	v.State = string(state)
-	v.Coverage = viewCoverage(usage.CoverageOf(tr, mu.Windows, mu.Counters))
+	v.Coverage = viewCoverage(limits.CoverageOf(tr, mu.Windows, mu.Counters))
 	return v, nil
 }
 

@@ -3,8 +3,8 @@ package mirrorsync
 import (
 	"time"
 
+	"github.com/tollgate-dev/tollgate/controlplane/limits"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
-	"github.com/tollgate-dev/tollgate/controlplane/usage"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -18,7 +18,7 @@ func BuildRecord(in store.MirrorInputs, memberID string, version int64, generati
 	if !ok {
 		return nil
 	}
-	winners := in.Models[m.OrganizationID].Winners(usage.Subject{MemberID: m.ID, TeamIDs: m.TeamIDs})
+	winners := in.Models[m.OrganizationID].Winners(limits.Subject{MemberID: m.ID, TeamIDs: m.TeamIDs})
 	counters := in.Counters[m.ID]
 	ent := &internalv1.Entitlement{OrganizationId: m.OrganizationID, MemberId: m.ID, MemberActive: m.Active, CaptureEnabled: true}
 	if keys, ok := in.RefusingUnpriced[m.OrganizationID]; ok {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgate-dev/tollgate/controlplane/usage"
+	"github.com/tollgate-dev/tollgate/controlplane/limits"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -27,10 +27,10 @@ type MirrorInputs struct {
 	Members map[string]MirrorMember
 	// Models holds, per organization, its active policies and the assignments that reach
 	// any of the members (team names are not loaded: records carry no provenance).
-	Models   map[string]usage.Model
+	Models   map[string]limits.Model
 	Tracking map[string]TrackingState
 	// Counters holds each member's counters of the given windows, by timeframe index.
-	Counters map[string][3]usage.Counter
+	Counters map[string][3]limits.Counter
 	// Versions are the members' mirror versions (read first, when asked for).
 	Versions map[string]int64
 	// RefusingUnpriced holds, for each of the members' organizations that refuses
@@ -43,8 +43,8 @@ type MirrorInputs struct {
 // withVersions the mirror versions are read first, so the rest is at least as new as
 // the versions: a record built from it may be written under them.
 func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, windows [3]window.Window, withVersions bool) (MirrorInputs, error) {
-	in := MirrorInputs{Members: map[string]MirrorMember{}, Models: map[string]usage.Model{}, Tracking: map[string]TrackingState{},
-		Counters: map[string][3]usage.Counter{}, Versions: map[string]int64{}, RefusingUnpriced: map[string][]string{}}
+	in := MirrorInputs{Members: map[string]MirrorMember{}, Models: map[string]limits.Model{}, Tracking: map[string]TrackingState{},
+		Counters: map[string][3]limits.Counter{}, Versions: map[string]int64{}, RefusingUnpriced: map[string][]string{}}
 	b := &pgx.Batch{}
 	if withVersions {
 		b.Queue(`SELECT member_id, version FROM usage_mirror_versions WHERE member_id = ANY($1)`, members).
@@ -82,7 +82,7 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 		ORDER BY a.id`, members).
 		Query(func(r pgx.Rows) error {
 			var org string
-			var a usage.Assignment
+			var a limits.Assignment
 			_, err := pgx.ForEachRow(r, []any{&org, &a.ID, &a.PolicyID, &a.MemberID, &a.TeamID, &a.Organization}, func() error {
 				m := in.model(org)
 				m.Assignments = append(m.Assignments, a)
@@ -97,7 +97,7 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 			CROSS JOIN LATERAL (SELECT organization_id FROM members WHERE id = x.id LIMIT 1) m)`, members).
 		Query(func(r pgx.Rows) error {
 			var org, tf string
-			var p usage.Policy
+			var p limits.Policy
 			var amount int64
 			_, err := pgx.ForEachRow(r, []any{&org, &p.ID, &p.Name, &p.HardLimit, &p.AllowRequestReset, &p.Revision, &tf, &amount}, func() error {
 				m := in.model(org)
@@ -146,10 +146,10 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 			WHERE member_id = x.id AND timeframe = w.tf AND window_start = w.ws LIMIT 1) b`, members, windows[0].Start, windows[1].Start, windows[2].Start).
 		Query(func(r pgx.Rows) error {
 			var id, tf string
-			var c usage.Counter
+			var c limits.Counter
 			_, err := pgx.ForEachRow(r, []any{&id, &tf, &c.Used, &c.Extension, &c.Legacy}, func() error {
 				cs := in.Counters[id]
-				cs[usage.Index(window.Timeframe(tf))] = c
+				cs[limits.Index(window.Timeframe(tf))] = c
 				in.Counters[id] = cs
 				return nil
 			})
@@ -158,10 +158,10 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 	return in, q.SendBatch(ctx, b).Close()
 }
 
-func (in *MirrorInputs) model(org string) usage.Model {
+func (in *MirrorInputs) model(org string) limits.Model {
 	m, ok := in.Models[org]
 	if !ok {
-		m = usage.Model{Policies: map[string]usage.Policy{}, TeamNames: map[string]string{}}
+		m = limits.Model{Policies: map[string]limits.Policy{}, TeamNames: map[string]string{}}
 	}
 	return m
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgate-dev/tollgate/controlplane/usage"
+	"github.com/tollgate-dev/tollgate/controlplane/limits"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
@@ -60,8 +60,8 @@ type UsageAssignment struct {
 }
 
 // Domain converts the policy for winner selection.
-func (p UsagePolicy) Domain() usage.Policy {
-	d := usage.Policy{ID: p.ID, Name: p.Name, HardLimit: p.HardLimit, AllowRequestReset: p.AllowRequestReset,
+func (p UsagePolicy) Domain() limits.Policy {
+	d := limits.Policy{ID: p.ID, Name: p.Name, HardLimit: p.HardLimit, AllowRequestReset: p.AllowRequestReset,
 		Revision: p.Revision, Limits: map[window.Timeframe]int64{}}
 	for _, l := range p.Limits {
 		d.Limits[l.Timeframe] = l.MicroUSD
@@ -233,9 +233,9 @@ func SetUsagePolicyRevision(ctx context.Context, q Querier, id string, revision 
 
 // UsageOrg is what the entitlement fence needs about a whole organization.
 type UsageOrg struct {
-	Model usage.Model
+	Model limits.Model
 	// Members are the organization's active members with their live teams.
-	Members []usage.Subject
+	Members []limits.Subject
 }
 
 // LoadUsageOrg reads the organization's active policies, their assignments, team names
@@ -258,8 +258,8 @@ func LoadUsageOrg(ctx context.Context, q Querier, orgID string) (UsageOrg, error
 	if err != nil {
 		return o, err
 	}
-	o.Members, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (usage.Subject, error) {
-		var s usage.Subject
+	o.Members, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (limits.Subject, error) {
+		var s limits.Subject
 		err := r.Scan(&s.MemberID, &s.TeamIDs)
 		return s, err
 	})
@@ -270,15 +270,15 @@ func LoadUsageOrg(ctx context.Context, q Querier, orgID string) (UsageOrg, error
 // teams, and the active policies with the assignments that reach the member (or would,
 // through extraTeamIDs: the fence uses them to rebuild the state before a team change).
 // It reads without locking, so status reads and admission never block writers.
-func LoadUsageMember(ctx context.Context, q Querier, orgID, memberID string, extraTeamIDs ...string) (usage.Model, usage.Subject, error) {
-	s := usage.Subject{MemberID: memberID}
+func LoadUsageMember(ctx context.Context, q Querier, orgID, memberID string, extraTeamIDs ...string) (limits.Model, limits.Subject, error) {
+	s := limits.Subject{MemberID: memberID}
 	rows, err := q.Query(ctx, `SELECT tm.team_id FROM team_members tm JOIN teams t ON t.id = tm.team_id
 		WHERE tm.member_id = $1 AND t.organization_id = $2 AND t.deleted_at IS NULL ORDER BY tm.team_id`, memberID, orgID)
 	if err != nil {
-		return usage.Model{}, s, err
+		return limits.Model{}, s, err
 	}
 	if s.TeamIDs, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-		return usage.Model{}, s, err
+		return limits.Model{}, s, err
 	}
 	m, err := loadModel(ctx, q, orgID, memberID, append(slices.Clip(s.TeamIDs), extraTeamIDs...))
 	return m, s, err
@@ -287,8 +287,8 @@ func LoadUsageMember(ctx context.Context, q Querier, orgID, memberID string, ext
 // loadModel reads active policies, limits and assignments of an organization; with a
 // member id, only the assignments that can reach that member (directly, through one of
 // teamIDs, or organization-wide).
-func loadModel(ctx context.Context, q Querier, orgID, memberID string, teamIDs []string) (usage.Model, error) {
-	m := usage.Model{Policies: map[string]usage.Policy{}, TeamNames: map[string]string{}}
+func loadModel(ctx context.Context, q Querier, orgID, memberID string, teamIDs []string) (limits.Model, error) {
+	m := limits.Model{Policies: map[string]limits.Policy{}, TeamNames: map[string]string{}}
 	filter := ``
 	args := []any{orgID}
 	if memberID != "" {
@@ -301,8 +301,8 @@ func loadModel(ctx context.Context, q Querier, orgID, memberID string, teamIDs [
 	if err != nil {
 		return m, err
 	}
-	m.Assignments, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (usage.Assignment, error) {
-		var a usage.Assignment
+	m.Assignments, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (limits.Assignment, error) {
+		var a limits.Assignment
 		err := r.Scan(&a.ID, &a.PolicyID, &a.MemberID, &a.TeamID, &a.Organization)
 		return a, err
 	})
@@ -327,7 +327,7 @@ func loadModel(ctx context.Context, q Querier, orgID, memberID string, teamIDs [
 	if err != nil {
 		return m, err
 	}
-	var p usage.Policy
+	var p limits.Policy
 	var tf string
 	var amount int64
 	_, err = pgx.ForEachRow(rows, []any{&p.ID, &p.Name, &p.HardLimit, &p.AllowRequestReset, &p.Revision, &tf, &amount}, func() error {
@@ -367,14 +367,14 @@ func ActiveMemberExists(ctx context.Context, q Querier, orgID, memberID string) 
 
 // UsageCounters reads counters by bucket id; ids without a row are absent from the map
 // (a missing counter reads as zero). A plain read: no lock, no write.
-func UsageCounters(ctx context.Context, q Querier, ids []string) (map[string]usage.Counter, error) {
+func UsageCounters(ctx context.Context, q Querier, ids []string) (map[string]limits.Counter, error) {
 	rows, err := q.Query(ctx, `SELECT id, used_micro_usd, extension_micro_usd, legacy FROM usage_buckets WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]usage.Counter{}
+	out := map[string]limits.Counter{}
 	var id string
-	var c usage.Counter
+	var c limits.Counter
 	_, err = pgx.ForEachRow(rows, []any{&id, &c.Used, &c.Extension, &c.Legacy}, func() error {
 		out[id] = c
 		return nil
@@ -384,8 +384,8 @@ func UsageCounters(ctx context.Context, q Querier, ids []string) (map[string]usa
 
 // UsageTracking reads a member's tracking row, with its pending count (its starts in
 // state pending, counted now); nil when tracking has not started.
-func UsageTracking(ctx context.Context, q Querier, memberID string) (*usage.Tracking, error) {
-	var t usage.Tracking
+func UsageTracking(ctx context.Context, q Querier, memberID string) (*limits.Tracking, error) {
+	var t limits.Tracking
 	err := q.QueryRow(ctx, `SELECT tracking_version, capture_enabled,
 			(SELECT count(*) FROM usage_request_starts WHERE member_id = $1 AND state = 'pending'), tracking_started_at,
 			last_settlement_at, last_settlement_request_id, last_settlement_cost_basis, unpriced_requests, incomplete_requests,
@@ -443,7 +443,7 @@ func ClearUsageExtensions(ctx context.Context, q Querier, bucketIDs []string, no
 // ExpireUsageRequests expires the pending requests of the given (member, timeframe)
 // pairs whose window has not ended, each with its reason, and returns their ids.
 // Requests whose window already ended stay as they are: they read as expired anyway.
-func ExpireUsageRequests(ctx context.Context, q Querier, orgID string, changes []usage.Change, now time.Time) ([]string, error) {
+func ExpireUsageRequests(ctx context.Context, q Querier, orgID string, changes []limits.Change, now time.Time) ([]string, error) {
 	members := make([]string, len(changes))
 	tfs := make([]string, len(changes))
 	reasons := make([]string, len(changes))
@@ -802,8 +802,8 @@ type MemberUsage struct {
 	MemberID  string
 	Windows   [3]window.Window
 	BucketIDs [3]string
-	Winners   usage.Winners
-	Counters  [3]usage.Counter
+	Winners   limits.Winners
+	Counters  [3]limits.Counter
 	Latest    map[string]UsageRequest
 }
 
@@ -831,8 +831,8 @@ func LoadMemberUsage(ctx context.Context, q Querier, orgID, memberID string, now
 }
 
 // Bucket is the status of timeframe i (its winner may be nil: unlimited).
-func (mu MemberUsage) Bucket(i int) usage.Bucket {
+func (mu MemberUsage) Bucket(i int) limits.Bucket {
 	latest, ok := mu.Latest[mu.BucketIDs[i]]
-	return usage.Bucket{ID: mu.BucketIDs[i], Window: mu.Windows[i], Winner: mu.Winners[i], Counter: mu.Counters[i],
+	return limits.Bucket{ID: mu.BucketIDs[i], Window: mu.Windows[i], Winner: mu.Winners[i], Counter: mu.Counters[i],
 		PendingRequest: ok && latest.Status == "pending"}
 }

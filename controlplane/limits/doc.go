@@ -1,4 +1,4 @@
-// Package usage owns the rules of gateway usage limits that need no storage and no HTTP:
+// Package limits owns the rules of gateway usage limits that need no storage and no HTTP:
 // which policy wins each timeframe for a member (with the tie-breaks of ACCOUNTING.md and
 // the provenance of the win), the status of a member's buckets (allowance, remaining,
 // state), the coverage object of status reads, whether a member may ask for an extension,
@@ -9,4 +9,4 @@
 // store package), pass the instant in, and act on the answers (the httpapi package and,
 // later, the accounting service). Keeping it pure is what lets every rule be tested with
 // plain tables.
-package usage
+package limits
