@@ -78,6 +78,28 @@ func TestDashboard(t *testing.T) {
 		}
 		for _, m := range metricsIn(e) {
 			used[m] = true
+			if f := familyOf(m); f != "" {
+				used[f] = true // a histogram's _bucket series uses the histogram
+			}
+		}
+	}
+	// A panel must show something (0) on a fresh installation: at least one of its
+	// queries selects only series the programs expose from the start.
+	for title, queries := range panelQueries(dash["panels"]) {
+		var empty []string
+		shows := false
+		for _, q := range queries {
+			e := emptyAtStart(q)
+			shows = shows || len(e) == 0
+			for _, sel := range e {
+				if !slices.Contains(empty, sel) {
+					empty = append(empty, sel)
+				}
+			}
+		}
+		if !shows {
+			t.Errorf("panel %s shows No data until traffic: %s selects no series of a fresh program (pre-create its label values)",
+				title, strings.Join(empty, ", "))
 		}
 	}
 	// What the dashboard is for: decisions, latency percentiles, queue depth,
@@ -101,6 +123,26 @@ func TestDashboard(t *testing.T) {
 		}
 		ids[id] = true
 	}
+}
+
+// panelQueries returns the queries of every panel that has any, by title.
+func panelQueries(panels any) map[string][]string {
+	out := map[string][]string{}
+	list, _ := panels.([]any)
+	for _, p := range list {
+		panel, _ := p.(map[string]any)
+		title, _ := panel["title"].(string)
+		targets, _ := panel["targets"].([]any)
+		for _, tg := range targets {
+			if e, _ := tg.(map[string]any)["expr"].(string); e != "" {
+				out[title] = append(out[title], e)
+			}
+		}
+		for k, v := range panelQueries(panel["panels"]) { // collapsed rows
+			out[k] = append(out[k], v...)
+		}
+	}
+	return out
 }
 
 type ruleFile struct {
@@ -169,6 +211,16 @@ func TestMetricsCheckerCatchesDrift(t *testing.T) {
 		{`tollgate_enforcer_start_queue_depth_bucket`, "unknown metric"},
 		{`histogram_quantile(0.99, sum by (le) (rate(tollgate_enforcer_check_duration_seconds_bucket{le="0.1"}[$__rate_interval])))`, ""},
 		{`sum by (decision) (increase(tollgate_enforcer_decisions_total{decision!="admitted"}[1h])) / clamp_min(sum(up), 1e-9)`, ""},
+		// Types, read from the registries: a histogram is no series, rate() is for
+		// counters, histogram_quantile() for buckets summed by le.
+		{`max(tollgate_enforcer_check_duration_seconds)`, "is a histogram (enforcer)"},
+		{`rate(tollgate_enforcer_settle_queue_depth[5m])`, "rate() of tollgate_enforcer_settle_queue_depth, a gauge"},
+		{`deriv(tollgate_enforcer_redis_errors_total[5m])`, "which only grows"},
+		{`histogram_quantile(0.9, sum by (le) (rate(tollgate_enforcer_check_duration_seconds_sum[5m])))`, "not a histogram's _bucket series"},
+		{`histogram_quantile(0.9, sum(rate(tollgate_enforcer_check_duration_seconds_bucket[5m])))`, "needs le"},
+		{`sum by (route) (rate(tollgate_enforcer_decisions_total[5m]))`, "nothing inside has label route"},
+		{`sum(rate(tollgate_enforcer_decisions_total))`, "needs a range vector"},
+		{`sum(rate(tollgate_enforcer_decisions_total[5m]`, "does not parse"},
 	}
 	for _, tc := range tests {
 		got := strings.Join(checkExpr(tc.expr), "; ")

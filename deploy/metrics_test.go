@@ -1,140 +1,585 @@
 package deploy
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/VictoriaMetrics/metricsql"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
+	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 )
 
-// metricType of an exported metric: histograms also expose _bucket, _sum
-// and _count series.
-type metricType int
+// The dashboard and the alert rules are checked against the metrics the programs
+// really register: each program's metrics are built here as the program builds them
+// at start, on a fresh registry, and read back (names, types, labels, and the series a
+// fresh process already exposes). There is no list to keep by hand: a renamed metric,
+// a changed type or a label value nobody pre-creates fails here.
 
-const (
-	counter metricType = iota
-	gauge
-	histogram
-)
-
-// exported is every metric the programs export that the dashboard and the
-// alert rules may use, with its labels and, where fixed, the label's values.
-// It is the list agreed with the programs' authors (control plane: REST and
-// accounting; enforcer); change it together with the code that registers the
-// metric, and the tests below show every query that must follow.
-var exported = map[string]metric{
-	// control plane, REST API (route = the ServeMux pattern)
-	"tollgate_http_requests_total":           {counter, map[string][]string{"route": nil, "code": nil}},
-	"tollgate_http_request_duration_seconds": {histogram, map[string][]string{"route": nil}},
-	// control plane, accounting and store
-	"tollgate_accounting_pending_starts":             {gauge, nil},
-	"tollgate_accounting_settlements_total":          {counter, map[string][]string{"result": nil}},
-	"tollgate_accounting_unpriced_settlements_total": {counter, map[string][]string{"cost_source": {"fallback", "unknown"}}},
-	"tollgate_accounting_receipts_total": {counter, map[string][]string{
-		"cost_basis":   {"upstream_cost", "reported_usage", "estimate", "none"},
-		"price_source": {"organization", "catalog", "fallback", "none"},
-	}},
-	"tollgate_store_errors_total": {counter, nil},
-	// enforcer
-	"tollgate_enforcer_decisions_total": {counter, map[string][]string{
-		"decision": {"admitted", "blocked", "unavailable", "unauthorized", "fail_open"},
-	}},
-	"tollgate_enforcer_check_duration_seconds":      {histogram, nil},
-	"tollgate_enforcer_start_queue_depth":           {gauge, nil},
-	"tollgate_enforcer_settle_queue_depth":          {gauge, nil},
-	"tollgate_enforcer_settlement_lag_seconds":      {gauge, nil},
-	"tollgate_enforcer_redis_errors_total":          {counter, nil},
-	"tollgate_enforcer_redis_generation_lost_total": {counter, nil},
+// program is one Tollgate program's metrics, registered as the program does at start.
+type program struct {
+	name     string
+	register func(prometheus.Registerer)
 }
 
-// metric is the type and the labels of one exported metric.
-type metric struct {
-	typ    metricType
-	labels map[string][]string // label -> allowed values (nil: any)
+var programs = []program{
+	{"control plane", func(reg prometheus.Registerer) {
+		acctmetrics.New(reg)
+		httpapi.New(httpapi.Deps{Registry: reg}) // the REST metrics, declared by the server
+	}},
+	{"enforcer", func(reg prometheus.Registerer) { metrics.New(reg) }},
 }
 
-// promqlWords are PromQL keywords and aggregation modifiers, which are not
-// metric names.
-var promqlWords = []string{"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left", "group_right", "inf", "nan", "le"}
+// family is one registered metric.
+type family struct {
+	name    string
+	program string
+	typ     dto.MetricType
+	labels  []string // variable labels
+	// series are the label sets a fresh process exposes, before anything happened.
+	series []map[string]string
+	// prometheus: a series Prometheus makes itself (up), not a program.
+	prometheus bool
+}
 
-var (
-	reString   = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'`)
-	reMatchers = regexp.MustCompile(`\{[^{}]*\}`)
-	reRange    = regexp.MustCompile(`\[[^\[\]]*\]`)
-	reGrouping = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)`)
-	reIdent    = regexp.MustCompile(`\b[a-zA-Z_:][a-zA-Z0-9_:]*\b\s*\(?`)
-	reSelector = regexp.MustCompile(`\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^{}]*)\}`)
-	reMatcher  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"`)
-)
+// targetLabels are the labels Prometheus adds to every scraped series (static and
+// Kubernetes service discovery with the usual relabeling).
+var targetLabels = []string{"job", "instance", "namespace", "pod", "service", "container", "endpoint"}
 
-// metricsIn returns the metric names a PromQL expression reads (Grafana's
-// $variables removed first).
+// prometheusSeries are the series Prometheus records for every target.
+var prometheusSeries = map[string]*family{
+	"up": {name: "up", program: "Prometheus", typ: dto.MetricType_GAUGE, prometheus: true},
+}
+
+// registry reads every program's metrics once.
+var registry = sync.OnceValues(func() (map[string]*family, error) {
+	all := map[string]*family{}
+	for _, p := range programs {
+		fams, err := registered(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p.name, err)
+		}
+		for _, f := range fams {
+			if other, ok := all[f.name]; ok {
+				return nil, fmt.Errorf("%s is registered by both the %s and the %s", f.name, other.program, f.program)
+			}
+			all[f.name] = f
+		}
+	}
+	return all, nil
+})
+
+// recorder is a registry that remembers what was registered on it, so that metrics
+// without any series yet (a labelled metric nothing has counted in) are known too.
+type recorder struct {
+	*prometheus.Registry
+	collectors []prometheus.Collector
+}
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	if err := r.Registry.Register(c); err != nil {
+		return err
+	}
+	r.collectors = append(r.collectors, c)
+	return nil
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// reDesc reads a prometheus.Desc's String(): client_golang exports no accessors.
+var reDesc = regexp.MustCompile(`(?s)^Desc\{fqName: "((?:[^"\\]|\\.)*)", help: .*, variableLabels: \{([^{}]*)\}\}$`)
+
+// registered builds p's metrics on a fresh registry and reads them back.
+func registered(p program) ([]*family, error) {
+	rec := &recorder{Registry: prometheus.NewPedanticRegistry()}
+	p.register(rec)
+	byName := map[string]*family{}
+	var out []*family
+	for _, c := range rec.collectors {
+		descs := make(chan *prometheus.Desc, 64)
+		go func() { c.Describe(descs); close(descs) }()
+		collected := make(chan prometheus.Metric, 64)
+		go func() { c.Collect(collected); close(collected) }()
+		types := map[*prometheus.Desc]dto.MetricType{}
+		for m := range collected {
+			var w dto.Metric
+			if err := m.Write(&w); err != nil {
+				return nil, err
+			}
+			types[m.Desc()] = typeOf(&w)
+		}
+		for d := range descs {
+			sub := reDesc.FindStringSubmatch(d.String())
+			if sub == nil {
+				return nil, fmt.Errorf("cannot read %s (has client_golang changed Desc.String?)", d)
+			}
+			f := &family{name: sub[1], program: p.name}
+			for _, l := range strings.Split(sub[2], ",") {
+				if l = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(l), "c("), ")"); l != "" {
+					f.labels = append(f.labels, l)
+				}
+			}
+			typ, ok := types[d]
+			if !ok { // a labelled metric without series: its Go type tells
+				switch c.(type) {
+				case *prometheus.CounterVec:
+					typ = dto.MetricType_COUNTER
+				case *prometheus.GaugeVec:
+					typ = dto.MetricType_GAUGE
+				case *prometheus.HistogramVec:
+					typ = dto.MetricType_HISTOGRAM
+				case *prometheus.SummaryVec:
+					typ = dto.MetricType_SUMMARY
+				default:
+					return nil, fmt.Errorf("cannot tell the type of %s (%T)", f.name, c)
+				}
+			}
+			f.typ = typ
+			byName[f.name] = f
+			out = append(out, f)
+		}
+	}
+	mfs, err := rec.Gather()
+	if err != nil {
+		return nil, err
+	}
+	for _, mf := range mfs {
+		f := byName[mf.GetName()]
+		if f == nil {
+			return nil, fmt.Errorf("gathered %s, which no collector described", mf.GetName())
+		}
+		if f.typ != mf.GetType() {
+			return nil, fmt.Errorf("%s: described as %v, gathered as %v", f.name, f.typ, mf.GetType())
+		}
+		for _, m := range mf.GetMetric() {
+			s := map[string]string{}
+			for _, l := range m.GetLabel() {
+				s[l.GetName()] = l.GetValue()
+			}
+			f.series = append(f.series, s)
+		}
+	}
+	return out, nil
+}
+
+func typeOf(m *dto.Metric) dto.MetricType {
+	switch {
+	case m.Counter != nil:
+		return dto.MetricType_COUNTER
+	case m.Gauge != nil:
+		return dto.MetricType_GAUGE
+	case m.Histogram != nil:
+		return dto.MetricType_HISTOGRAM
+	case m.Summary != nil:
+		return dto.MetricType_SUMMARY
+	}
+	return dto.MetricType_UNTYPED
+}
+
+func typeName(t dto.MetricType) string { return strings.ToLower(t.String()) }
+
+// series is what one selector reads.
+type series struct {
+	name   string
+	f      *family
+	suffix string // _bucket, _sum, _count of a histogram or summary; "" otherwise
+}
+
+// counterLike: only grows, so rate() and increase() apply.
+func (s series) counterLike() bool {
+	return s.f.typ == dto.MetricType_COUNTER || s.suffix != ""
+}
+
+// labels a selector of s may use.
+func (s series) labels() []string {
+	l := append(slices.Clone(s.f.labels), targetLabels...)
+	if s.suffix == "_bucket" {
+		l = append(l, "le")
+	}
+	if s.f.typ == dto.MetricType_SUMMARY && s.suffix == "" {
+		l = append(l, "quantile")
+	}
+	return l
+}
+
+// resolve finds the metric a series name belongs to, or says why none does.
+func resolve(cat map[string]*family, name string) (series, string) {
+	if f, ok := prometheusSeries[name]; ok {
+		return series{name: name, f: f}, ""
+	}
+	if f, ok := cat[name]; ok {
+		if f.typ == dto.MetricType_HISTOGRAM {
+			return series{}, fmt.Sprintf("%s is a histogram (%s): Prometheus stores only %s_bucket, %s_sum and %s_count, so %s selects nothing",
+				name, f.program, name, name, name, name)
+		}
+		return series{name: name, f: f}, ""
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		base, ok := strings.CutSuffix(name, suffix)
+		if !ok {
+			continue
+		}
+		if f, ok := cat[base]; ok {
+			if f.typ == dto.MetricType_HISTOGRAM || f.typ == dto.MetricType_SUMMARY && suffix != "_bucket" {
+				return series{name: name, f: f, suffix: suffix}, ""
+			}
+			return series{}, fmt.Sprintf("unknown metric %s (%s is a %s of the %s: it has no %s series)", name, base, typeName(f.typ), f.program, suffix)
+		}
+	}
+	return series{}, fmt.Sprintf("unknown metric %s: neither program registers it", name)
+}
+
+// grafanaVars are Grafana's interval variables; a query is checked with 5m in their place.
+var grafanaVars = regexp.MustCompile(`\$\{?__(rate_interval|interval|range)\}?`)
+
+func parse(expr string) (metricsql.Expr, error) {
+	return metricsql.Parse(grafanaVars.ReplaceAllString(expr, "5m"))
+}
+
+// selectors returns every metric selector of e with its metric name.
+func selectors(e metricsql.Expr) []*metricsql.MetricExpr {
+	var out []*metricsql.MetricExpr
+	metricsql.VisitAll(e, func(x metricsql.Expr) {
+		if me, ok := x.(*metricsql.MetricExpr); ok && len(me.LabelFilterss) > 0 {
+			out = append(out, me)
+		}
+	})
+	return out
+}
+
+// nameOf is a selector's metric name ("" when it has none, e.g. {job="x"}).
+func nameOf(me *metricsql.MetricExpr) string {
+	for _, lf := range me.LabelFilterss[0] {
+		if lf.Label == "__name__" && !lf.IsRegexp && !lf.IsNegative {
+			return lf.Value
+		}
+	}
+	return ""
+}
+
+// matchers are a selector's label matchers besides its name.
+func matchers(me *metricsql.MetricExpr) []metricsql.LabelFilter {
+	var out []metricsql.LabelFilter
+	for _, lf := range me.LabelFilterss[0] {
+		if lf.Label != "__name__" {
+			out = append(out, lf)
+		}
+	}
+	return out
+}
+
+// metricsIn returns the series names a PromQL expression reads (nil when it does not
+// parse; checkExpr says why).
 func metricsIn(expr string) []string {
-	e := regexp.MustCompile(`\$\{?[a-zA-Z_]+\}?`).ReplaceAllString(expr, "")
-	e = reString.ReplaceAllString(e, `""`)
-	e = reMatchers.ReplaceAllString(e, " ")
-	e = reRange.ReplaceAllString(e, " ")
-	e = reGrouping.ReplaceAllString(e, " ")
+	e, err := parse(expr)
+	if err != nil {
+		return nil
+	}
 	var names []string
-	for _, m := range reIdent.FindAllString(e, -1) {
-		if strings.HasSuffix(m, "(") { // a function call
-			continue
+	for _, me := range selectors(e) {
+		if n := nameOf(me); n != "" {
+			names = append(names, n)
 		}
-		m = strings.TrimSpace(m)
-		if slices.Contains(promqlWords, strings.ToLower(m)) {
-			continue
-		}
-		names = append(names, m)
 	}
 	return names
 }
 
-// checkExpr returns the problems of one expression: unknown metrics, unknown
-// labels, label values outside the fixed set.
-func checkExpr(expr string) []string {
-	var problems []string
-	for _, name := range metricsIn(expr) {
-		if _, ok := lookup(name); !ok && name != "up" { // up: Prometheus' own
-			problems = append(problems, "unknown metric "+name)
-		}
+// familyOf returns the metric a series name belongs to ("" when unknown).
+func familyOf(name string) string {
+	cat, err := registry()
+	if err != nil {
+		return ""
 	}
-	for _, sel := range reSelector.FindAllStringSubmatch(expr, -1) {
-		m, ok := lookup(sel[1])
-		if !ok {
-			continue // reported above, or a function name
-		}
-		for _, mt := range reMatcher.FindAllStringSubmatch(sel[2], -1) {
-			label, op, value := mt[1], mt[2], mt[3]
-			if label == "le" && strings.HasSuffix(sel[1], "_bucket") {
-				continue
-			}
-			allowed, known := m.labels[label]
-			if !known && !slices.Contains([]string{"job", "instance", "namespace", "pod"}, label) {
-				problems = append(problems, sel[1]+" has no label "+label)
-				continue
-			}
-			if allowed != nil && (op == "=" || op == "!=") && !slices.Contains(allowed, value) {
-				problems = append(problems, sel[1]+": "+label+" is never "+value)
-			}
-		}
+	s, problem := resolve(cat, name)
+	if problem != "" {
+		return ""
 	}
-	return problems
+	return s.f.name
 }
 
-// lookup finds the metric a series belongs to (a histogram's _bucket, _sum
-// and _count series belong to the histogram).
-func lookup(series string) (metric, bool) {
-	if m, ok := exported[series]; ok {
-		return m, true
+// Functions by what they need.
+var (
+	// counterFuncs are for series that only grow (counters, histogram and summary
+	// _bucket/_sum/_count).
+	counterFuncs = []string{"rate", "irate", "increase", "resets"}
+	// gaugeFuncs are for values that go up and down.
+	gaugeFuncs = []string{"deriv", "delta", "idelta", "predict_linear", "holt_winters", "double_exponential_smoothing"}
+)
+
+// checker walks one expression.
+type checker struct {
+	cat      map[string]*family
+	problems []string
+}
+
+func (c *checker) add(format string, args ...any) {
+	c.problems = append(c.problems, fmt.Sprintf(format, args...))
+}
+
+// context is what encloses a selector: the range function applied to it (through
+// aggregations and subqueries), and whether histogram_quantile reads it.
+type context struct {
+	fn       string
+	quantile bool
+}
+
+// checkExpr returns the problems of one expression: unknown metrics, a function that
+// does not fit the metric's type, unknown labels, label values no fresh program exposes.
+func checkExpr(expr string) []string {
+	cat, err := registry()
+	if err != nil {
+		return []string{err.Error()}
 	}
-	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-		if base, ok := strings.CutSuffix(series, suffix); ok {
-			if m, ok := exported[base]; ok && m.typ == histogram {
-				return m, true
+	e, err := parse(expr)
+	if err != nil {
+		return []string{"does not parse: " + err.Error()}
+	}
+	c := &checker{cat: cat}
+	c.walk(e, context{})
+	return c.problems
+}
+
+// walk checks e and returns the labels its result may carry.
+func (c *checker) walk(e metricsql.Expr, x context) []string {
+	switch e := e.(type) {
+	case *metricsql.MetricExpr:
+		return c.selector(e, x)
+	case *metricsql.RollupExpr:
+		return c.walk(e.Expr, x)
+	case *metricsql.BinaryOpExpr:
+		return union(c.walk(e.Left, x), c.walk(e.Right, x))
+	case *metricsql.AggrFuncExpr:
+		var in []string
+		for _, a := range e.Args {
+			in = union(in, c.walk(a, x))
+		}
+		mod := strings.ToLower(e.Modifier.Op)
+		for _, l := range e.Modifier.Args {
+			if !slices.Contains(in, l) {
+				c.add("%s %s (%s): nothing inside has label %s", e.Name, mod, strings.Join(e.Modifier.Args, ", "), l)
+			}
+		}
+		if x.quantile && (mod == "by" && !slices.Contains(e.Modifier.Args, "le") || mod == "without" && slices.Contains(e.Modifier.Args, "le") || mod == "") {
+			c.add("histogram_quantile() needs le: %s must keep it (%s by (le, ...))", e.Name, e.Name)
+		}
+		switch mod {
+		case "by":
+			return e.Modifier.Args
+		case "without":
+			return slices.DeleteFunc(in, func(l string) bool { return slices.Contains(e.Modifier.Args, l) })
+		}
+		return nil
+	case *metricsql.FuncExpr:
+		name := strings.ToLower(e.Name)
+		if name == "histogram_quantile" {
+			if len(e.Args) != 2 {
+				c.add("histogram_quantile() takes 2 arguments")
+				return nil
+			}
+			c.walk(e.Args[0], context{})
+			l := c.walk(e.Args[1], context{quantile: true})
+			return slices.DeleteFunc(l, func(s string) bool { return s == "le" })
+		}
+		inner := x
+		if metricsql.IsRollupFunc(name) {
+			inner.fn = name
+			i := 0
+			if name == "quantile_over_time" {
+				i = 1
+			}
+			if i >= len(e.Args) {
+				c.add("%s() without arguments", name)
+				return nil
+			}
+			if re, ok := e.Args[i].(*metricsql.RollupExpr); !ok || re.Window == nil {
+				c.add("%s() needs a range vector (metric[5m])", name)
+			}
+		}
+		var out []string
+		for _, a := range e.Args {
+			out = union(out, c.walk(a, inner))
+		}
+		return out
+	}
+	return nil // numbers, strings, durations
+}
+
+// selector checks one metric selector.
+func (c *checker) selector(me *metricsql.MetricExpr, x context) []string {
+	name := nameOf(me)
+	if name == "" {
+		c.add("selector %s names no metric", me.AppendString(nil))
+		return nil
+	}
+	s, problem := resolve(c.cat, name)
+	if problem != "" {
+		c.add("%s", problem)
+		return nil
+	}
+	switch {
+	case slices.Contains(counterFuncs, x.fn) && !s.counterLike():
+		c.add("%s() of %s, a %s of the %s: %s is for counters (use the gauge itself, or deriv())", x.fn, name, typeName(s.f.typ), s.f.program, x.fn)
+	case slices.Contains(gaugeFuncs, x.fn) && s.counterLike():
+		c.add("%s() of %s, which only grows: use rate() or increase()", x.fn, name)
+	}
+	if x.quantile && s.suffix != "_bucket" {
+		c.add("histogram_quantile() reads %s, which is not a histogram's _bucket series", name)
+	}
+	known := s.labels()
+	for _, m := range matchers(me) {
+		if !slices.Contains(known, m.Label) {
+			c.add("%s has no label %s", name, m.Label)
+		}
+	}
+	if !s.f.prometheus {
+		c.values(me, s)
+	}
+	return known
+}
+
+// values checks the label values a selector names against the series a fresh program
+// exposes: a value pinned with = (or a plain a|b alternation) must be pre-created,
+// otherwise its panel shows No data and increase() misses its first event.
+func (c *checker) values(me *metricsql.MetricExpr, s series) {
+	pinned, before := false, len(c.problems)
+	for _, m := range matchers(me) {
+		if !slices.Contains(s.f.labels, m.Label) {
+			continue // target labels, le
+		}
+		var want []string
+		switch {
+		case !m.IsRegexp:
+			want = []string{m.Value}
+		case literalAlternation.MatchString(m.Value):
+			want = strings.Split(m.Value, "|")
+		default:
+			continue
+		}
+		if !m.IsNegative {
+			pinned = true
+		}
+		have := valuesOf(s.f, m.Label)
+		for _, v := range want {
+			switch {
+			case len(s.f.series) == 0 && !m.IsNegative:
+				c.add("%s{%s=%q} has no series until it first happens (the %s pre-creates none of %s): a query on it returns nothing (a panel shows No data) and increase() misses the first one",
+					s.name, m.Label, v, s.f.program, s.f.name)
+			case len(s.f.series) > 0 && !slices.Contains(have, v):
+				c.add("%s: %s is never %s (a fresh %s exposes %s=%s)", s.name, m.Label, v, s.f.program, m.Label, strings.Join(have, ", "))
 			}
 		}
 	}
-	return metric{}, false
+	if pinned && len(s.f.series) > 0 && len(c.problems) == before && !anyMatches(me, s.f) {
+		c.add("%s selects no series a fresh %s exposes (its label values never occur together)", me.AppendString(nil), s.f.program)
+	}
+}
+
+// literalAlternation is a regular expression that only lists values: a|b|c.
+var literalAlternation = regexp.MustCompile(`^[A-Za-z0-9_:/ -]+(\|[A-Za-z0-9_:/ -]+)*$`)
+
+func valuesOf(f *family, label string) []string {
+	var out []string
+	for _, s := range f.series {
+		if v, ok := s[label]; ok && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// anyMatches reports whether a series of f at start matches every matcher of me.
+func anyMatches(me *metricsql.MetricExpr, f *family) bool {
+	return slices.ContainsFunc(f.series, func(s map[string]string) bool { return matchesAll(me, f, s) })
+}
+
+func matchesAll(me *metricsql.MetricExpr, f *family, s map[string]string) bool {
+	for _, m := range matchers(me) {
+		if !slices.Contains(f.labels, m.Label) {
+			continue
+		}
+		ok := s[m.Label] == m.Value
+		if m.IsRegexp {
+			re, err := regexp.Compile("^(?:" + m.Value + ")$")
+			ok = err == nil && re.MatchString(s[m.Label])
+		}
+		if ok == m.IsNegative {
+			return false
+		}
+	}
+	return true
+}
+
+// emptyAtStart lists the selectors of expr that select no series of a fresh program
+// (Prometheus' own series aside): a query made only of such selectors shows No data
+// until the first event.
+func emptyAtStart(expr string) []string {
+	cat, err := registry()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	e, err := parse(expr)
+	if err != nil {
+		return nil // checkExpr reports it
+	}
+	var out []string
+	for _, me := range selectors(e) {
+		s, problem := resolve(cat, nameOf(me))
+		if problem != "" || s.f.prometheus {
+			continue
+		}
+		if !anyMatches(me, s.f) {
+			out = append(out, string(me.AppendString(nil)))
+		}
+	}
+	return out
+}
+
+func union(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, l := range b {
+		if !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestProgramsRegistries: both programs' metrics can be read, and a few facts the
+// checks rely on hold.
+func TestProgramsRegistries(t *testing.T) {
+	cat, err := registry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]dto.MetricType{
+		"tollgate_enforcer_decisions_total":        dto.MetricType_COUNTER,
+		"tollgate_enforcer_check_duration_seconds": dto.MetricType_HISTOGRAM,
+		"tollgate_enforcer_settle_queue_depth":     dto.MetricType_GAUGE,
+	} {
+		if f := cat[name]; f == nil || f.typ != want {
+			t.Errorf("%s: got %+v, want a %s", name, f, typeName(want))
+		}
+	}
+	for _, f := range cat {
+		if !strings.HasPrefix(f.name, "tollgate_") {
+			t.Errorf("%s (%s): every metric is named tollgate_...", f.name, f.program)
+		}
+	}
 }
 
 // TestUnpricedModelsAlert: a model nobody priced is charged at the fallback price and
