@@ -112,7 +112,7 @@ func (s *Server) routeTable() []route {
 		{method: "PUT", pattern: "/v1/gateway/model-prices/unpriced-models", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.setUnpricedModels},
 		{method: "DELETE", pattern: "/v1/gateway/model-prices/fallback", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.resetFallbackPrice},
 
-		// Accounting operations: the capture fence and abandonment recovery (usage_capture.go, usage_recovery.go)
+		// Accounting operations: the capture fence and abandonment recovery (accounting_capture.go, accounting_recovery.go)
 		{method: "POST", pattern: "/v1/gateway/usage-capture/suspend", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.suspendCapture},
 		{method: "POST", pattern: "/v1/gateway/usage-capture/resume", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.resumeCapture},
 		{method: "GET", pattern: "/v1/gateway/usage-recovery/pending", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listPendingStarts},
