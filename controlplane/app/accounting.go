@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 	"log/slog"
 	"os"
 	"time"
@@ -14,26 +13,23 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 )
 
-// MinInternalTokenLength is the shortest internal token serve accepts: the token is
-// the only thing between the network and every member's spend.
-const MinInternalTokenLength = 16
-
-// checkInternalAuth refuses to serve an internal API that would accept anyone or no
-// one: a token is required unless enforcers authenticate with client certificates.
+// checkInternalAuth refuses to serve an internal API that would accept no one: a token
+// is required unless enforcers authenticate with client certificates. (A token too
+// short is a configuration problem of every subcommand: pkg/internaltoken.)
 func checkInternalAuth(c Config) error {
-	switch {
-	case c.InternalToken == "" && c.GRPCClientCA == "":
-		return errors.New("TOLLGATE_INTERNAL_TOKEN is empty and mTLS is not configured (TOLLGATE_GRPC_CLIENT_CA): " +
-			"enforcers could not authenticate; set a random token of at least 16 characters (the same in every enforcer)")
-	case c.InternalToken != "" && len(c.InternalToken) < MinInternalTokenLength:
-		return fmt.Errorf("TOLLGATE_INTERNAL_TOKEN must be at least %d characters", MinInternalTokenLength)
+	if c.InternalToken == "" && c.GRPCClientCA == "" {
+		return fmt.Errorf("%s is empty and mTLS is not configured (TOLLGATE_GRPC_CLIENT_CA): "+
+			"enforcers could not authenticate; set a random token of at least %d characters (the same in every enforcer)",
+			internaltoken.Env, internaltoken.MinLength)
 	}
 	return nil
 }
@@ -91,7 +87,7 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdi
 		return err
 	}
 	defer rdb.Close()
-	w := newMirrorWriter(cfg, st, rdb, log, acctmetrics.New(nil))
+	w := newMirrorWriter(cfg, st, rdb, log, metrics.Discard())
 	if err := w.Resync(ctx); err != nil {
 		return fmt.Errorf("resync: %w", err)
 	}
@@ -99,7 +95,7 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdi
 	return nil
 }
 
-func newMirrorWriter(cfg Config, st *store.Store, rdb redis.UniversalClient, log *slog.Logger, m *acctmetrics.Metrics) *mirrorsync.Writer {
+func newMirrorWriter(cfg Config, st *store.Store, rdb redis.UniversalClient, log *slog.Logger, m *metrics.Metrics) *mirrorsync.Writer {
 	return mirrorsync.New(mirrorsync.Deps{Store: st, Redis: rdb, Layout: mirror.Layout{Prefix: cfg.Redis.Prefix}, Clock: clock.System{},
 		Log: log, Metrics: m})
 }

@@ -5,13 +5,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
+	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
+	"github.com/tollgate-dev/tollgate/pkg/listen"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 )
 
@@ -126,26 +128,25 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	return c, nil
 }
 
+// listenAddrs are the control plane's sockets, in the order Listen opens them.
+func (c Config) listenAddrs() []listen.Addr {
+	return []listen.Addr{
+		{Server: "rest", Env: "TOLLGATE_HTTP_ADDR", Addr: c.HTTPAddr},
+		{Server: "grpc", Env: "TOLLGATE_GRPC_ADDR", Addr: c.GRPCAddr},
+		{Server: "admin", Env: "TOLLGATE_ADMIN_ADDR", Addr: c.AdminAddr},
+	}
+}
+
 func (c Config) validate() []string {
 	var p []string
 	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		p = append(p, "TOLLGATE_DATABASE_URL: must be a postgres:// URL")
 	}
-	for _, a := range []struct{ name, addr string }{
-		{"TOLLGATE_HTTP_ADDR", c.HTTPAddr}, {"TOLLGATE_GRPC_ADDR", c.GRPCAddr}, {"TOLLGATE_ADMIN_ADDR", c.AdminAddr},
-	} {
-		if _, _, err := net.SplitHostPort(a.addr); err != nil {
-			p = append(p, fmt.Sprintf("%s: %q is not host:port", a.name, a.addr))
-		}
+	p = append(p, listen.Validate(c.listenAddrs()...)...)
+	if problem := internaltoken.Validate(c.InternalToken); problem != "" {
+		p = append(p, problem)
 	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		p = append(p, "TOLLGATE_LOG_FORMAT: must be text or json")
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		p = append(p, "TOLLGATE_LOG_LEVEL: must be debug, info, warn or error")
-	}
+	p = append(p, logging.Validate(c.LogFormat, c.LogLevel)...)
 	if c.SessionTTL < time.Minute {
 		p = append(p, "TOLLGATE_SESSION_TTL: must be at least 1m")
 	}

@@ -2,7 +2,6 @@ package internalapi
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"log/slog"
 	"runtime"
@@ -11,17 +10,17 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-dev/tollgate/controlplane/accounting"
-	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
+	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
@@ -35,8 +34,8 @@ type Deps struct {
 	Mirror  *mirrorsync.Writer
 	Clock   clock.Clock
 	Log     *slog.Logger
-	Metrics *acctmetrics.Metrics
-	// Token is the shared secret callers present as "authorization: Bearer <token>".
+	Metrics *metrics.Metrics
+	// Token is the shared secret callers present (pkg/internaltoken).
 	// Empty means no token is accepted: callers must then present a verified client
 	// certificate (RequireClientCert).
 	Token string
@@ -48,15 +47,19 @@ type Deps struct {
 // Server implements the Accounting service.
 type Server struct {
 	internalv1.UnimplementedAccountingServer
-	d Deps
+	d        Deps
+	refusals refusalLog
 }
 
 // New builds the server.
 func New(d Deps) *Server {
 	if d.Metrics == nil {
-		d.Metrics = acctmetrics.New(nil)
+		d.Metrics = metrics.Discard()
 	}
-	return &Server{d: d}
+	if d.Clock == nil {
+		d.Clock = clock.System{}
+	}
+	return &Server{d: d, refusals: refusalLog{log: d.Log, clock: d.Clock}}
 }
 
 // Register adds the service and its authentication to a gRPC server built with
@@ -81,8 +84,9 @@ func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerI
 		return handler(ctx, req)
 	}
 	method := strings.TrimPrefix(info.FullMethod, servicePrefix)
-	if !s.authenticated(ctx) {
+	if why := s.refusal(ctx); why != "" {
 		s.d.Metrics.RPCs.WithLabelValues(method, codes.Unauthenticated.String()).Inc()
+		s.refusals.note(ctx, method, why)
 		return nil, errUnauthenticated
 	}
 	resp, err := handler(ctx, req)
@@ -91,36 +95,31 @@ func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerI
 }
 
 func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if strings.HasPrefix(info.FullMethod, servicePrefix) && !s.authenticated(ss.Context()) {
-		return errUnauthenticated
+	if strings.HasPrefix(info.FullMethod, servicePrefix) {
+		if why := s.refusal(ss.Context()); why != "" {
+			s.refusals.note(ss.Context(), strings.TrimPrefix(info.FullMethod, servicePrefix), why)
+			return errUnauthenticated
+		}
 	}
 	return handler(srv, ss)
 }
 
 var errUnauthenticated = status.Error(codes.Unauthenticated, "unauthenticated")
 
-// authenticated checks the configured credentials: the token (constant-time), the
-// verified client certificate, or both.
-func (s *Server) authenticated(ctx context.Context) bool {
+// refusal checks the configured credentials: the token (constant-time,
+// pkg/internaltoken), the verified client certificate, or both. It returns why the
+// caller is refused, for the log only ("" when accepted).
+func (s *Server) refusal(ctx context.Context) string {
 	if s.d.Token == "" && !s.d.RequireClientCert {
-		return false // nothing configured accepts anyone
+		return "no internal token or client CA configured" // nothing configured accepts anyone
 	}
 	if s.d.RequireClientCert && !verifiedClientCert(ctx) {
-		return false
+		return "no verified client certificate"
 	}
 	if s.d.Token == "" {
-		return true
+		return ""
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get("authorization")
-	if len(vals) != 1 {
-		return false
-	}
-	presented, ok := strings.CutPrefix(vals[0], "Bearer ")
-	if !ok {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(presented), []byte(s.d.Token)) == 1
+	return string(internaltoken.Check(ctx, s.d.Token))
 }
 
 func verifiedClientCert(ctx context.Context) bool {

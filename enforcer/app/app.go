@@ -16,14 +16,12 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -42,9 +40,12 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/startq"
 	"github.com/tollgate-dev/tollgate/enforcer/usage"
+	"github.com/tollgate-dev/tollgate/pkg/admin"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/listen"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
 
@@ -71,7 +72,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stdio.Stderr)
+	log := logging.New(cfg.LogFormat, cfg.LogLevel, stdio.Stderr)
+	logging.RouteRedis(log)
 	if cfg.InternalToken == "" {
 		log.Warn("TOLLGATE_INTERNAL_TOKEN is empty: the control plane will refuse this enforcer unless it uses mTLS, and /settle accepts loopback callers only")
 	}
@@ -103,16 +105,6 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	return err
 }
 
-func newLogger(c Config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.LogLevel))
-	opts := &slog.HandlerOptions{Level: level}
-	if c.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
-
 // NewRedis builds the Redis client of the configured topology. Checks have tight
 // budgets: fail fast rather than queue behind a dead server.
 func NewRedis(cfg Config) (redis.UniversalClient, error) {
@@ -137,12 +129,11 @@ type Deps struct {
 
 // Enforcer is the assembled program.
 type Enforcer struct {
-	cfg      Config
-	log      *slog.Logger
-	reg      *prometheus.Registry
-	rdb      redis.UniversalClient
-	layout   mirror.Layout
-	draining atomic.Bool
+	cfg    Config
+	log    *slog.Logger
+	reg    *prometheus.Registry
+	rdb    redis.UniversalClient
+	layout mirror.Layout
 
 	Metrics  *metrics.Metrics
 	Gate     *gate.Gate
@@ -156,7 +147,7 @@ type Enforcer struct {
 	GRPC   *grpc.Server
 	Health *health.Server
 	HTTP   http.Handler
-	Admin  http.Handler
+	Admin  *admin.Handler
 }
 
 // New wires an enforcer. Nothing runs until Serve.
@@ -202,50 +193,30 @@ func New(d Deps) *Enforcer {
 	healthpb.RegisterHealthServer(e.GRPC, e.Health)
 	e.HTTP = httpcheck.New(e.Gate, e.Tracker, httpcheck.Config{InternalToken: cfg.InternalToken, SettleWait: cfg.SettleWait}, log)
 
-	admin := http.NewServeMux()
-	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
-	admin.HandleFunc("GET /readyz", e.ready)
-	admin.Handle("GET /metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry}))
-	e.Admin = admin
+	e.Admin = admin.New(d.Registry, e.redisReady)
 	return e
 }
 
-// ready: not while draining, and not while Redis is unreachable (in closed mode every
-// check would be a 503; a load balancer should prefer another enforcer).
-func (e *Enforcer) ready(w http.ResponseWriter, r *http.Request) {
-	if e.draining.Load() {
-		http.Error(w, "draining", http.StatusServiceUnavailable)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
+// redisReady: not ready while Redis is unreachable in closed mode (every check would be
+// a 503; a load balancer should prefer another enforcer).
+func (e *Enforcer) redisReady(ctx context.Context) error {
 	if err := e.rdb.Ping(ctx).Err(); err != nil && !e.cfg.FailOpen() {
-		http.Error(w, "redis unreachable", http.StatusServiceUnavailable)
-		return
+		return errors.New("redis unreachable")
 	}
-	fmt.Fprintln(w, "ok")
+	return nil
 }
 
 // Listeners are the three sockets the enforcer serves.
 type Listeners struct{ GRPC, HTTP, Admin net.Listener }
 
 // Listen opens the configured addresses, logging each as `msg=listening server=<name>
-// addr=<host:port>` (tests read the chosen ports from that line).
+// addr=<host:port>` (tests read the chosen ports from that line; pkg/listen).
 func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
-	var l Listeners
-	opened := []*net.Listener{&l.GRPC, &l.HTTP, &l.Admin}
-	for i, x := range []struct{ name, addr string }{{"grpc", cfg.GRPCAddr}, {"http", cfg.HTTPAddr}, {"admin", cfg.AdminAddr}} {
-		ln, err := net.Listen("tcp", x.addr)
-		if err != nil {
-			for _, o := range opened[:i] {
-				(*o).Close()
-			}
-			return Listeners{}, fmt.Errorf("listen %s on %s: %w", x.name, x.addr, err)
-		}
-		*opened[i] = ln
-		log.Info("listening", "server", x.name, "addr", ln.Addr().String())
+	lns, err := listen.Open(log, cfg.listenAddrs()...)
+	if err != nil {
+		return Listeners{}, err
 	}
-	return l, nil
+	return Listeners{GRPC: lns[0], HTTP: lns[1], Admin: lns[2]}, nil
 }
 
 // Serve runs the servers and the background work until ctx ends, then drains: report
@@ -273,7 +244,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	goBG(func(ctx context.Context) { e.Tracker.RunReaper(ctx, time.Minute, e.cfg.AbandonAfter) })
 
 	httpSrv := &http.Server{Handler: e.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
-	adminSrv := &http.Server{Handler: e.Admin, ReadHeaderTimeout: 5 * time.Second}
+	adminSrv := admin.NewServer(e.Admin)
 	errc := make(chan error, 3)
 	go func() { errc <- ignoreClosed(httpSrv.Serve(lns.HTTP)) }()
 	go func() { errc <- ignoreClosed(adminSrv.Serve(lns.Admin)) }()
@@ -288,7 +259,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
-	e.draining.Store(true)
+	e.Admin.Drain()
 	e.Health.Shutdown() // every service NOT_SERVING: Envoy's health checks move traffic away
 	e.log.Info("shutting down", "timeout", e.cfg.ShutdownTimeout)
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ShutdownTimeout)

@@ -5,13 +5,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
+	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
+	"github.com/tollgate-dev/tollgate/pkg/listen"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 )
 
@@ -179,28 +181,26 @@ func upstreamCredential(v *string, file, name string, getenv func(string) string
 	return nil
 }
 
+// listenAddrs are the enforcer's sockets, in the order Listen opens them.
+func (c Config) listenAddrs() []listen.Addr {
+	return []listen.Addr{
+		{Server: "grpc", Env: "TOLLGATE_ENFORCER_GRPC_ADDR", Addr: c.GRPCAddr},
+		{Server: "http", Env: "TOLLGATE_ENFORCER_HTTP_ADDR", Addr: c.HTTPAddr},
+		{Server: "admin", Env: "TOLLGATE_ENFORCER_ADMIN_ADDR", Addr: c.AdminAddr},
+	}
+}
+
 func (c Config) validate() []string {
 	var p []string
 	p = append(p, c.Redis.Validate()...)
-	for _, a := range []struct{ name, addr string }{
-		{"TOLLGATE_ENFORCER_GRPC_ADDR", c.GRPCAddr}, {"TOLLGATE_ENFORCER_HTTP_ADDR", c.HTTPAddr},
-		{"TOLLGATE_ENFORCER_ADMIN_ADDR", c.AdminAddr}, {"TOLLGATE_CONTROLPLANE_ADDR", c.ControlPlaneAddr},
-	} {
-		if _, _, err := net.SplitHostPort(a.addr); err != nil {
-			p = append(p, fmt.Sprintf("%s: %q is not host:port", a.name, a.addr))
-		}
+	p = append(p, listen.Validate(append(c.listenAddrs(), listen.Addr{Env: "TOLLGATE_CONTROLPLANE_ADDR", Addr: c.ControlPlaneAddr})...)...)
+	if problem := internaltoken.Validate(c.InternalToken); problem != "" {
+		p = append(p, problem)
 	}
 	if c.FailureMode != "closed" && c.FailureMode != "open" {
 		p = append(p, "TOLLGATE_FAILURE_MODE: must be closed or open")
 	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		p = append(p, "TOLLGATE_LOG_FORMAT: must be text or json")
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		p = append(p, "TOLLGATE_LOG_LEVEL: must be debug, info, warn or error")
-	}
+	p = append(p, logging.Validate(c.LogFormat, c.LogLevel)...)
 	positive := []struct {
 		name string
 		ok   bool

@@ -13,12 +13,13 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
+	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
 // Options configure Dial.
 type Options struct {
-	// Token is TOLLGATE_INTERNAL_TOKEN, sent as "authorization: Bearer <token>".
+	// Token is TOLLGATE_INTERNAL_TOKEN, presented on every call (pkg/internaltoken).
 	Token string
 	// TLS, when set, secures the connection (and allows mTLS); otherwise the
 	// connection is plaintext, for loopback or a mesh that encrypts.
@@ -42,7 +43,9 @@ func Dial(addr string, opts Options, m *metrics.Metrics) (*grpc.ClientConn, erro
 	// Fixed flow-control windows: no window-estimation PINGs after every answer.
 	dialOpts = append(dialOpts, grpcflow.DialOptions()...)
 	if opts.Token != "" {
-		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer{token: opts.Token, secure: opts.TLS != nil}))
+		// Over TLS the token is never sent in the clear; without TLS it also works over
+		// plaintext loopback (across machines, configure TLS).
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(internaltoken.PerRPC(opts.Token, opts.TLS != nil)))
 	}
 	return grpc.NewClient(addr, dialOpts...)
 }
@@ -51,19 +54,6 @@ func Dial(addr string, opts Options, m *metrics.Metrics) (*grpc.ClientConn, erro
 func New(cc grpc.ClientConnInterface) internalv1.AccountingClient {
 	return internalv1.NewAccountingClient(cc)
 }
-
-type bearer struct {
-	token  string
-	secure bool
-}
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.token}, nil
-}
-
-// RequireTransportSecurity is false so the token also works over plaintext loopback;
-// across machines, configure TLS.
-func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
 func instrument(m *metrics.Metrics) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

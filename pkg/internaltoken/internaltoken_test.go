@@ -1,0 +1,73 @@
+package internaltoken_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
+)
+
+const token = "0123456789abcdef-token"
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name, token string
+		ok          bool
+	}{
+		{"empty (mTLS decides)", "", true},
+		{"long enough", strings.Repeat("x", internaltoken.MinLength), true},
+		{"one short", strings.Repeat("x", internaltoken.MinLength-1), false},
+		{"short", "short", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := internaltoken.Validate(tc.token)
+			if (p == "") != tc.ok {
+				t.Fatalf("problem %q", p)
+			}
+			if !tc.ok && (!strings.HasPrefix(p, "TOLLGATE_INTERNAL_TOKEN:") || !strings.Contains(p, "at least 16") || strings.Contains(p, tc.token)) {
+				t.Fatalf("problem %q", p)
+			}
+		})
+	}
+}
+
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		md   metadata.MD
+		want internaltoken.Refusal
+	}{
+		{"accepted", metadata.Pairs("authorization", "Bearer "+token), ""},
+		{"what PerRPC sends", nil, ""},
+		{"no metadata", metadata.MD{}, internaltoken.Missing},
+		{"other scheme", metadata.Pairs("authorization", "Basic "+token), internaltoken.Malformed},
+		{"bare token", metadata.Pairs("authorization", token), internaltoken.Malformed},
+		{"empty bearer", metadata.Pairs("authorization", "Bearer "), internaltoken.Malformed},
+		{"twice", metadata.Pairs("authorization", "Bearer "+token, "authorization", "Bearer "+token), internaltoken.Malformed},
+		{"wrong", metadata.Pairs("authorization", "Bearer "+token+"x"), internaltoken.Mismatch},
+		{"prefix", metadata.Pairs("authorization", "Bearer "+token[:10]), internaltoken.Mismatch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			md := tc.md
+			if md == nil {
+				m, err := internaltoken.PerRPC(token, false).GetRequestMetadata(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				md = metadata.New(m)
+			}
+			if got := internaltoken.Check(metadata.NewIncomingContext(context.Background(), md), token); got != tc.want {
+				t.Fatalf("refusal %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if internaltoken.Matches("", "") {
+		t.Fatal("an empty expected token matched")
+	}
+	if !internaltoken.PerRPC(token, true).RequireTransportSecurity() || internaltoken.PerRPC(token, false).RequireTransportSecurity() {
+		t.Fatal("RequireTransportSecurity")
+	}
+}

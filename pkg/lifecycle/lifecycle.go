@@ -1,0 +1,122 @@
+// Package lifecycle owns how a program runs its background loops. Every loop is a
+// Run(ctx) error method, started by Go once its constructor has returned (no
+// constructor starts a goroutine), and stopped by Stop, which cancels the loop's context
+// and waits for Run to return. A loop's context does not end with the program's: only
+// Stop ends it, so the program's shutdown stops its loops in the order it names (the
+// queues after the servers that feed them, the mirror after the ledger that writes it)
+// and none is cut short by the signal that began the shutdown.
+//
+// The package runs loops; it does not serve sockets or decide an order.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Loop is one running background loop.
+type Loop struct {
+	name     string
+	cancel   context.CancelFunc
+	done     chan struct{}
+	err      error
+	stopping atomic.Bool
+	stopOnce sync.Once
+}
+
+// Go runs run in a goroutine with a context carrying ctx's values but not its
+// cancellation; Stop ends it.
+func Go(ctx context.Context, name string, run func(context.Context) error) *Loop {
+	return start(ctx, name, run, nil)
+}
+
+func start(ctx context.Context, name string, run func(context.Context) error, exited func(*Loop)) *Loop {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l := &Loop{name: name, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		l.err = run(ctx)
+		if exited != nil && !l.stopping.Load() {
+			exited(l)
+		}
+	}()
+	return l
+}
+
+// Name is the loop's name, as errors report it.
+func (l *Loop) Name() string { return l.name }
+
+// Done is closed once Run has returned.
+func (l *Loop) Done() <-chan struct{} { return l.done }
+
+// Stop cancels the loop and waits until Run returns. Its error is Run's, except that a
+// Run stopped by its context (returning nil or context.Canceled) stopped cleanly.
+// Calling Stop again returns the same.
+func (l *Loop) Stop() error {
+	l.stopOnce.Do(func() {
+		l.stopping.Store(true)
+		l.cancel()
+	})
+	<-l.done
+	return l.result()
+}
+
+func (l *Loop) result() error {
+	if l.err == nil || errors.Is(l.err, context.Canceled) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", l.name, l.err)
+}
+
+// Group is a program's loops: it tells when one returns on its own (a loop only returns
+// when stopped, so that is a failure and the program should shut down) and stops those
+// its shutdown has not stopped by name.
+type Group struct {
+	mu     sync.Mutex
+	loops  []*Loop
+	exited chan error
+	once   sync.Once
+}
+
+func (g *Group) init() { g.once.Do(func() { g.exited = make(chan error, 1) }) }
+
+// Go starts a loop of the group (see Go).
+func (g *Group) Go(ctx context.Context, name string, run func(context.Context) error) *Loop {
+	g.init()
+	l := start(ctx, name, run, func(l *Loop) {
+		err := l.result()
+		if err == nil {
+			err = fmt.Errorf("%s: stopped by itself", l.name)
+		}
+		select {
+		case g.exited <- err:
+		default: // the first failure is enough to shut down
+		}
+	})
+	g.mu.Lock()
+	g.loops = append(g.loops, l)
+	g.mu.Unlock()
+	return l
+}
+
+// Exited receives the error of the first loop that returned without being stopped.
+func (g *Group) Exited() <-chan error {
+	g.init()
+	return g.exited
+}
+
+// StopAll stops every loop of the group, the most recently started first (those already
+// stopped return at once), and joins their errors.
+func (g *Group) StopAll() error {
+	g.mu.Lock()
+	loops := append([]*Loop(nil), g.loops...)
+	g.mu.Unlock()
+	var errs []error
+	for i := len(loops) - 1; i >= 0; i-- {
+		errs = append(errs, loops[i].Stop())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,99 @@
+package lifecycle_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
+)
+
+// wait runs until ctx ends, then records its name.
+func wait(name string, mu *sync.Mutex, order *[]string, ret error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		<-ctx.Done()
+		mu.Lock()
+		*order = append(*order, name)
+		mu.Unlock()
+		if ret != nil {
+			return ret
+		}
+		return ctx.Err()
+	}
+}
+
+func TestLoopOutlivesTheProgramContextUntilStopped(t *testing.T) {
+	type key struct{}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+	var sawValue bool
+	l := lifecycle.Go(parent, "loop", func(ctx context.Context) error {
+		sawValue = ctx.Value(key{}) == "v"
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	cancel()
+	select {
+	case <-l.Done():
+		t.Fatal("the loop ended with the program's context")
+	case <-time.After(20 * time.Millisecond):
+	}
+	if err := l.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if err := l.Stop(); err != nil {
+		t.Fatalf("second stop: %v", err)
+	}
+	if !sawValue {
+		t.Fatal("the loop's context lost the program context's values")
+	}
+}
+
+func TestStopReportsFailures(t *testing.T) {
+	boom := errors.New("boom")
+	l := lifecycle.Go(context.Background(), "ledger", func(ctx context.Context) error { <-ctx.Done(); return boom })
+	if err := l.Stop(); !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "ledger: ") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestGroupStopsInReverseAndReportsEarlyExit(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	var g lifecycle.Group
+	first := g.Go(context.Background(), "first", wait("first", &mu, &order, nil))
+	g.Go(context.Background(), "second", wait("second", &mu, &order, nil))
+	g.Go(context.Background(), "third", wait("third", &mu, &order, nil))
+	// A shutdown stops one loop by name first; StopAll stops the rest, newest first.
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.StopAll(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(order, ","); got != "first,third,second" {
+		t.Fatalf("stop order %s", got)
+	}
+	select {
+	case err := <-g.Exited():
+		t.Fatalf("stopped loops reported as exited: %v", err)
+	default:
+	}
+
+	var g2 lifecycle.Group
+	g2.Go(context.Background(), "quitter", func(context.Context) error { return nil })
+	g2.Go(context.Background(), "failer", func(context.Context) error { return errors.New("redis gone") })
+	select {
+	case err := <-g2.Exited():
+		if !strings.Contains(err.Error(), "stopped by itself") && !strings.Contains(err.Error(), "failer: redis gone") {
+			t.Fatalf("exit %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an early exit was not reported")
+	}
+	if err := g2.StopAll(); err == nil || !strings.Contains(err.Error(), "redis gone") {
+		t.Fatalf("StopAll %v", err)
+	}
+}
