@@ -115,10 +115,11 @@ type deniedCache struct {
 // the gate hands out the same bytes for the same body, and the entry keeps them alive,
 // so the address cannot be reused for another body while the entry exists.
 type deniedKey struct {
-	status                                    int
-	reason, errorCode, usageState, retryAfter string
-	body                                      *byte
-	bodyLen                                   int
+	status     int
+	reason     gate.Reason // its headers and, mostly, its body
+	retryAfter string
+	body       *byte
+	bodyLen    int
 }
 
 type deniedEntry struct {
@@ -130,8 +131,7 @@ type deniedEntry struct {
 const maxDenied = 4096
 
 func (c *deniedCache) response(a *gate.Answer) *authv3.CheckResponse {
-	k := deniedKey{status: a.Status, reason: a.Reason, errorCode: a.ErrorCode, usageState: a.UsageState,
-		retryAfter: a.RetryAfter, body: unsafe.SliceData(a.Body), bodyLen: len(a.Body)}
+	k := deniedKey{status: a.Status, reason: a.Reason, retryAfter: a.RetryAfter, body: unsafe.SliceData(a.Body), bodyLen: len(a.Body)}
 	c.mu.RLock()
 	e, ok := c.m[k]
 	c.mu.RUnlock()
@@ -191,7 +191,7 @@ func Denied(a *gate.Answer) *authv3.CheckResponse {
 		opts[i] = header(h.Name, h.Value)
 	}
 	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(grpcCode(a.Status)), Message: a.Reason},
+		Status: &rpcstatus.Status{Code: int32(grpcCode(a.Status)), Message: a.Reason.String()},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
 			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(a.Status)},
 			Headers: opts,

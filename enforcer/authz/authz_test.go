@@ -29,7 +29,7 @@ func TestCredentialsFromBothHeaderShapes(t *testing.T) {
 }
 
 func TestDenialIsACheckResponseNotAnError(t *testing.T) {
-	a := gate.Answer{Status: 503, Decision: gate.Unavailable, Reason: "redis", ErrorCode: gate.CodeAccountingUnavailable, Body: []byte(`{}`)}
+	a := gate.Refusal(gate.ReasonRedis)
 	r := Denied(&a)
 	if r.GetDeniedResponse().GetStatus().GetCode() != 503 || r.GetStatus().GetCode() == 0 {
 		t.Fatalf("%v", r)
@@ -39,8 +39,8 @@ func TestDenialIsACheckResponseNotAnError(t *testing.T) {
 // The usage-limit 429 tells the SDKs not to retry (they would otherwise sleep for
 // Retry-After, hours), next to the specification's headers.
 func TestUsageLimitRefusalSaysDoNotRetry(t *testing.T) {
-	a := gate.Answer{Status: 429, Decision: gate.Blocked, Reason: "usage_limit", UsageState: "blocked", ErrorCode: gate.CodeUsageLimitExceeded,
-		RetryAfter: "61866", Body: []byte(`{"error":{}}`)}
+	a := gate.Refusal(gate.ReasonUsageLimit)
+	a.RetryAfter, a.Body = "61866", []byte(`{"error":{}}`)
 	got := map[string]string{}
 	for _, h := range Denied(&a).GetDeniedResponse().GetHeaders() {
 		got[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
@@ -88,7 +88,7 @@ func TestAdmissionSwapsCredentials(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(nil, tc.up)
-			a := gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: "req_1", UsageState: "within_limit"}
+			a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1", UsageState: "within_limit"}
 			ok := s.admitted(&a, tc.cred).GetOkResponse()
 			got := mutation{set: map[string]string{}, remove: ok.GetHeadersToRemove()}
 			for _, h := range ok.GetHeaders() {

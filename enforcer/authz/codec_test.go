@@ -103,8 +103,8 @@ func FuzzCodecDecodesWhatCheckReads(f *testing.F) {
 // A refusal the server keeps is sent as encoded when it was kept: the same message.
 func TestCodecSendsKeptRefusalsAsEncodedOnce(t *testing.T) {
 	s := New(nil, Upstream{})
-	a := gate.Answer{Status: 429, Decision: gate.Blocked, Reason: "usage_limit", UsageState: "blocked", ErrorCode: gate.CodeUsageLimitExceeded,
-		RetryAfter: "7", Body: []byte(`{"error":{}}`)}
+	a := gate.Refusal(gate.ReasonUsageLimit)
+	a.RetryAfter, a.Body = "7", []byte(`{"error":{}}`)
 	resp := s.denied.response(&a)
 	data, err := s.Codec().Marshal(resp)
 	if err != nil {

@@ -188,7 +188,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		model := cleanModel(est.Model)
 		if st.s.tracker.RefuseUnpricedModel(st.requestID, model) {
 			m.WithLabelValues("model_not_priced").Inc()
-			return immediate(gate.ModelNotPriced(model))
+			return immediate(gate.ModelNotPricedRefusal(model))
 		}
 		st.s.tracker.RecordRequest(st.requestID, est.InputTokens, model)
 		m.WithLabelValues("estimated").Inc()
@@ -230,7 +230,7 @@ func immediate(a gate.Answer) *extprocv3.ProcessingResponse {
 		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(a.Status)},
 		Headers: &extprocv3.HeaderMutation{SetHeaders: set},
 		Body:    a.Body,
-		Details: a.Reason,
+		Details: a.Reason.String(),
 	}}}
 }
 

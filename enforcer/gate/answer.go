@@ -41,21 +41,26 @@ const (
 	FailOpen     = "fail_open"
 )
 
-// Answer is the outcome of a check, protocol-neutral.
+// Answer is the outcome of a check, protocol-neutral. The gate's constructors fill it
+// from its Reason (Refusal, ModelNotPricedRefusal, and the gate's own admissions).
 type Answer struct {
-	// Status is 200 (admit), 401, 429 or 503.
+	// Status is 200 (admitted or fail_open) or the refusal's: Reason.Status().
 	Status int
-	// Decision and Reason label metrics and logs.
-	Decision, Reason string
+	// Decision labels metrics: admitted, fail_open, or the reason's refusal decision
+	// (blocked, unauthorized, unavailable).
+	Decision string
+	// Reason is why; its label is the reason label of metrics and logs.
+	Reason Reason
 	// RequestID is set when admitted: the upstream request carries it.
 	RequestID string
-	// UsageState is X-Service-Usage-State: sent to the client on admission and on 429.
+	// UsageState is X-Service-Usage-State: sent to the client on admission; "blocked"
+	// on a 429, whose reason's headers carry it.
 	UsageState string
-	// ErrorCode is X-Service-Error-Code (429 and 503).
-	ErrorCode string
 	// RetryAfter is the Retry-After value in seconds (429).
 	RetryAfter string
-	// Body is the JSON body of a refusal.
+	// Body is the JSON body of a refusal: the reason's, or one rendered for this answer
+	// (429, 403). The reasons' bodies and a blocked member's kept 429 body are shared
+	// bytes, handed out again for the same body (package authz keys on them).
 	Body []byte
 }
 
@@ -65,17 +70,24 @@ type Header struct{ Name, Value string }
 // Allowed reports whether the request may go upstream.
 func (a *Answer) Allowed() bool { return a.Status == 200 }
 
-// DeniedHeaders are the headers of a refusal, in a stable order.
+// DeniedHeaders are the headers of a refusal, in a stable order: its reason's, with
+// this answer's Retry-After.
 func (a *Answer) DeniedHeaders() []Header {
-	h := make([]Header, 0, 5)
-	h = append(h, Header{"Content-Type", "application/json"})
-	if a.ErrorCode != "" {
-		h = append(h, Header{HeaderErrorCode, a.ErrorCode})
-	}
-	if a.Status == 429 {
-		h = append(h, Header{HeaderUsageState, a.UsageState}, Header{HeaderRetryAfter, a.RetryAfter}, Header{HeaderShouldRetry, "false"})
+	h := append([]Header(nil), a.Reason.spec().headers...)
+	for i := range h {
+		if h[i].Name == HeaderRetryAfter {
+			h[i].Value = a.RetryAfter
+		}
 	}
 	return h
+}
+
+// Refusal is the answer refusing a request for r, with the reason's status, decision
+// and body (nil for the reasons whose body is rendered per answer: usage_limit and
+// model_not_priced).
+func Refusal(r Reason) Answer {
+	s := r.spec()
+	return Answer{Status: s.status, Decision: s.decision, Reason: r, Body: s.body}
 }
 
 var (
@@ -126,26 +138,15 @@ func mustJSON(v any) []byte {
 // timestamp renders instants as the REST API does: RFC 3339, UTC, with Z.
 func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-// ModelNotPriced is the 403 for a request naming a model that neither the organization
-// nor the shipped catalog prices, in an organization that refuses such models. The
-// request never goes upstream and is not charged.
-func ModelNotPriced(model string) Answer {
-	body := mustJSON(errorBody{Error: errorObject{Type: "invalid_request_error", Code: CodeModelNotPriced,
+// ModelNotPricedRefusal is the 403 for a request naming a model that neither the
+// organization nor the shipped catalog prices, in an organization that refuses such
+// models. The request never goes upstream and is not charged.
+func ModelNotPricedRefusal(model string) Answer {
+	a := Refusal(ReasonModelNotPriced)
+	a.Body = mustJSON(errorBody{Error: errorObject{Type: "invalid_request_error", Code: CodeModelNotPriced,
 		Message: "This organization refuses models without a price; ask an owner or admin to price this model.",
 		Details: map[string]string{"model": model}}})
-	return Answer{Status: 403, Decision: Unauthorized, Reason: "model_not_priced", ErrorCode: CodeModelNotPriced, Body: body}
-}
-
-func unauthorized(reason string) Answer {
-	return Answer{Status: 401, Decision: Unauthorized, Reason: reason, Body: bodyUnauthorized}
-}
-
-func unavailable(reason string) Answer {
-	body := bodyUnavailable
-	if reason == "capture_suspended" {
-		body = bodyCaptureSuspended
-	}
-	return Answer{Status: 503, Decision: Unavailable, Reason: reason, ErrorCode: CodeAccountingUnavailable, Body: body}
+	return a
 }
 
 // blockedBody renders the body of the 429. Only the hard buckets that are exhausted are

@@ -206,8 +206,9 @@ func (c *BlockedMembers) Subscribed(live bool) {
 
 // blockedAnswer is the 429 with a body from BlockedMembers.
 func blockedAnswer(retryAfter int64, body []byte) Answer {
-	return Answer{Status: 429, Decision: Blocked, Reason: "usage_limit", UsageState: string(decision.StateBlocked),
-		ErrorCode: CodeUsageLimitExceeded, RetryAfter: strconv.FormatInt(retryAfter, 10), Body: body}
+	a := Refusal(ReasonUsageLimit)
+	a.UsageState, a.RetryAfter, a.Body = string(decision.StateBlocked), strconv.FormatInt(retryAfter, 10), body
+	return a
 }
 
 // blocked renders the 429 of a fresh decision (see blockedBody), keeping it when k

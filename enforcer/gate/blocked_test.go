@@ -170,7 +170,7 @@ func TestKeptRefusalIsTheFreshOne(t *testing.T) {
 	want := fresh
 	want.RetryAfter = "59400" // 05:00 next day - 12:30:00.5 = 16h29m59.5s, rounded up
 	if got.Status != want.Status || got.Decision != want.Decision || got.Reason != want.Reason || got.UsageState != want.UsageState ||
-		got.ErrorCode != want.ErrorCode || got.RetryAfter != want.RetryAfter || !bytes.Equal(got.Body, want.Body) {
+		got.Reason.ErrorCode() != want.Reason.ErrorCode() || got.RetryAfter != want.RetryAfter || !bytes.Equal(got.Body, want.Body) {
 		t.Fatalf("kept %+v\nfresh %+v", got, want)
 	}
 }

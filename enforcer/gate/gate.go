@@ -25,15 +25,58 @@ import (
 // RequestPrefix is the TypeID prefix of request ids.
 const RequestPrefix typeid.Prefix = "req"
 
-// Deps are the parts a gate is made of.
+// Identities tell who a credential stands for (identity.Cache).
+type Identities interface {
+	Lookup(ctx context.Context, kind internalv1.CredentialKind, secret string) (identity.Identity, error)
+}
+
+// Records read members' records (record.Reader): from the mirror (Read), from the
+// control plane (Resolve), the last one this process read (LastKnown, for open mode),
+// and the mirror generation Read decides under (Generation, for kept blocks).
+type Records interface {
+	Read(ctx context.Context, orgID, memberID string) (record.Record, error)
+	Resolve(ctx context.Context, orgID, memberID string) (record.Record, error)
+	LastKnown(memberID string) *mirror.Record
+	Generation() (string, bool)
+}
+
+// Starts make an admission's start durable, reserving its settlement slot
+// (startq.Queue). An error is the queue's refusal or the control plane's failure
+// (startq.Reason classifies it).
+type Starts interface {
+	Submit(ctx context.Context, item *internalv1.StartItem) (startq.Result, *settleq.Reservation, error)
+}
+
+// Settlements reserve settlement slots (settleq.Queue).
+type Settlements interface {
+	Reserve() (*settleq.Reservation, bool)
+}
+
+// InFlight keeps admitted requests until their settlement is queued (inflight.Tracker).
+type InFlight interface {
+	Admitted(r *inflight.Request)
+}
+
+// The parts the enforcer is made of implement the interfaces.
+var (
+	_ Identities  = (*identity.Cache)(nil)
+	_ Records     = (*record.Reader)(nil)
+	_ Starts      = (*startq.Queue)(nil)
+	_ Settlements = (*settleq.Queue)(nil)
+	_ InFlight    = (*inflight.Tracker)(nil)
+)
+
+// Deps are the parts a gate is made of. The parts that do I/O are interfaces declared
+// here, by what the gate asks of them, so that the gate is tested without Redis or a
+// control plane (gate_table_test.go).
 type Deps struct {
-	Identity *identity.Cache
-	Records  *record.Reader
-	Starts   *startq.Queue
+	Identity Identities
+	Records  Records
+	Starts   Starts
 	// Settle is asked for a settlement slot on fail-open admissions (normal admissions
 	// reserve theirs through the start queue).
-	Settle   *settleq.Queue
-	Inflight *inflight.Tracker
+	Settle   Settlements
+	Inflight InFlight
 	Clock    clock.Clock
 	Metrics  *metrics.Metrics
 	Log      *slog.Logger
@@ -80,7 +123,7 @@ func (g *Gate) Check(ctx context.Context, cred Credentials) (Answer, error) {
 	if err != nil {
 		return Answer{}, err
 	}
-	g.Metrics.Decisions.WithLabelValues(a.Decision, a.Reason).Inc()
+	g.Metrics.Decisions.WithLabelValues(a.Decision, a.Reason.String()).Inc()
 	g.Metrics.CheckDuration.WithLabelValues(a.Decision).Observe(time.Since(start).Seconds())
 	return a, nil
 }
@@ -111,7 +154,7 @@ func parseCredential(cred Credentials) (internalv1.CredentialKind, string, bool)
 func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 	kind, secret, ok := parseCredential(cred)
 	if !ok {
-		return unauthorized("no_credential"), nil
+		return Refusal(ReasonNoCredential), nil
 	}
 	id, err := g.Identity.Lookup(ctx, kind, secret)
 	if err != nil {
@@ -119,13 +162,13 @@ func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 			return Answer{}, ctx.Err()
 		}
 		g.Log.Warn("authenticate failed", "error", err)
-		return g.failure("controlplane", nil, nil), nil
+		return g.failure(ReasonControlPlane, nil, nil), nil
 	}
 	if !id.Found {
-		return unauthorized("unknown_credential"), nil
+		return Refusal(ReasonUnknownCredential), nil
 	}
 	if !id.Active {
-		return unauthorized("inactive_member"), nil
+		return Refusal(ReasonInactiveMember), nil
 	}
 	// The identity came first: a revoked key is a 401, never a kept 429.
 	gen, genOK := g.Records.Generation()
@@ -141,9 +184,9 @@ func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 		if ctx.Err() != nil {
 			return Answer{}, ctx.Err()
 		}
-		reason := "controlplane"
+		reason := ReasonControlPlane
 		if errors.Is(err, record.ErrRedis) {
-			reason = "redis"
+			reason = ReasonRedis
 		}
 		g.Log.Warn("record read failed", "reason", reason, "error", err)
 		return g.failure(reason, &id, g.Records.LastKnown(id.MemberID)), nil
@@ -157,20 +200,20 @@ func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 				if ctx.Err() != nil {
 					return Answer{}, ctx.Err()
 				}
-				return g.failure("controlplane", &id, g.Records.LastKnown(id.MemberID)), nil
+				return g.failure(ReasonControlPlane, &id, g.Records.LastKnown(id.MemberID)), nil
 			}
 			continue
 		}
 		switch d.Result {
 		case decision.Inactive:
-			return unauthorized("inactive_member"), nil
+			return Refusal(ReasonInactiveMember), nil
 		case decision.Blocked:
 			return g.blocked(&d, id.OrganizationID, id.MemberID, now, keep), nil
 		case decision.Suspended:
-			return unavailable("capture_suspended"), nil
+			return Refusal(ReasonCaptureSuspended), nil
 		case decision.Unknown:
 			g.Log.Error("control plane resolved a record that cannot be decided on", "member_id", id.MemberID)
-			return g.failure("controlplane", &id, nil), nil
+			return g.failure(ReasonControlPlane, &id, nil), nil
 		}
 
 		a, retry, err := g.admit(ctx, &id, &d, now)
@@ -180,7 +223,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 		if attempt > 0 {
 			// The fence moved twice during one check: a capture cutover is under
 			// way. Refuse rather than chase it.
-			return unavailable("epoch_changed"), nil
+			return Refusal(ReasonEpochChanged), nil
 		}
 		// The start was refused for an old tracking version: the mirror is behind the
 		// capture fence. Decide again on the control plane's current record.
@@ -188,7 +231,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 			if ctx.Err() != nil {
 				return Answer{}, ctx.Err()
 			}
-			return g.failure("controlplane", &id, nil), nil
+			return g.failure(ReasonControlPlane, &id, nil), nil
 		}
 	}
 }
@@ -204,10 +247,7 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 		if ctx.Err() != nil {
 			return Answer{}, false, ctx.Err()
 		}
-		reason := startq.Reason(err)
-		if reason != "controlplane" {
-			reason = "start_queue_" + reason
-		}
+		reason := startFailure(startq.Reason(err))
 		g.Log.Warn("write-ahead start failed", "reason", reason, "error", err)
 		return g.failOpenAdmit(reason, id, d, snap, reqID), false, nil
 	}
@@ -216,22 +256,22 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 		g.Inflight.Admitted(&inflight.Request{ID: reqID, OrganizationID: id.OrganizationID, MemberID: id.MemberID,
 			Snapshot: snap, Durable: true, Reservation: reservation, AdmittedAt: now,
 			RefuseUnpriced: d.RefuseUnpriced, PricedModelKeys: d.PricedModelKeys})
-		return Answer{Status: 200, Decision: Admitted, Reason: string(d.State), RequestID: reqID, UsageState: string(d.State)}, false, nil
+		return Answer{Status: 200, Decision: Admitted, Reason: admissionReason(d.State), RequestID: reqID, UsageState: string(d.State)}, false, nil
 	case internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED:
-		return unavailable("capture_suspended"), false, nil
+		return Refusal(ReasonCaptureSuspended), false, nil
 	case internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED:
 		return Answer{}, true, nil
 	}
 	g.Log.Error("control plane refused a write-ahead start", "request_id", reqID, "outcome", res.Outcome.String(), "message", res.Message)
-	return unavailable("start_refused"), false, nil
+	return Refusal(ReasonStartRefused), false, nil
 }
 
 // failure answers an infrastructure failure before a decision could be made: 503 in
 // closed mode; in open mode an admission on the best-known record (last), which may
 // also still block.
-func (g *Gate) failure(reason string, id *identity.Identity, last *mirror.Record) Answer {
-	if !g.FailOpen {
-		return unavailable(reason)
+func (g *Gate) failure(reason Reason, id *identity.Identity, last *mirror.Record) Answer {
+	if !g.FailOpen || !reason.Failure() {
+		return Refusal(reason)
 	}
 	if id == nil {
 		// Nobody to charge: admitted, counted, and logged, because this request's
@@ -248,9 +288,9 @@ func (g *Gate) failure(reason string, id *identity.Identity, last *mirror.Record
 			// A last-known record: answered, never kept.
 			return g.blocked(&d, id.OrganizationID, id.MemberID, now, keep{})
 		case decision.Suspended:
-			return unavailable("capture_suspended")
+			return Refusal(ReasonCaptureSuspended)
 		case decision.Inactive:
-			return unauthorized("inactive_member")
+			return Refusal(ReasonInactiveMember)
 		case decision.Admit:
 			return g.failOpenAdmit(reason, id, &d, d.Snapshot(id.OrganizationID, id.MemberID, now), typeid.New(RequestPrefix))
 		}
@@ -263,9 +303,9 @@ func (g *Gate) failure(reason string, id *identity.Identity, last *mirror.Record
 // snapshot (no record at all) it carries the admission instant's three windows instead
 // (NoRecordSnapshot) and is marked admitted_without_record: the control plane charges
 // it on those windows.
-func (g *Gate) failOpenAdmit(reason string, id *identity.Identity, d *decision.Decision, snap *internalv1.Snapshot, reqID string) Answer {
-	if !g.FailOpen {
-		return unavailable(reason)
+func (g *Gate) failOpenAdmit(reason Reason, id *identity.Identity, d *decision.Decision, snap *internalv1.Snapshot, reqID string) Answer {
+	if !g.FailOpen || !reason.Failure() {
+		return Refusal(reason)
 	}
 	state := string(decision.StateUnknown)
 	if d != nil {

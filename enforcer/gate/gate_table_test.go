@@ -1,0 +1,604 @@
+package gate_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/identity"
+	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/record"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/startq"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// The fakes of the gate's seams: what each was asked, and what it answers.
+
+type fakeIdentities struct {
+	id    identity.Identity
+	err   error
+	kinds []internalv1.CredentialKind
+}
+
+func (f *fakeIdentities) Lookup(_ context.Context, kind internalv1.CredentialKind, _ string) (identity.Identity, error) {
+	f.kinds = append(f.kinds, kind)
+	return f.id, f.err
+}
+
+type fakeRecords struct {
+	rec        *mirror.Record // Read's answer, from the mirror
+	readErr    error
+	resolved   *mirror.Record // Resolve's answer, authoritative
+	resolveErr error
+	last       *mirror.Record // LastKnown's
+	gen        string
+	genOK      bool
+
+	reads, resolves int
+}
+
+func (f *fakeRecords) Read(context.Context, string, string) (record.Record, error) {
+	f.reads++
+	if f.readErr != nil {
+		return record.Record{}, f.readErr
+	}
+	return record.Record{Record: f.rec}, nil
+}
+
+func (f *fakeRecords) Resolve(context.Context, string, string) (record.Record, error) {
+	f.resolves++
+	if f.resolveErr != nil {
+		return record.Record{}, f.resolveErr
+	}
+	return record.Record{Record: f.resolved, Authoritative: true}, nil
+}
+
+func (f *fakeRecords) LastKnown(string) *mirror.Record { return f.last }
+func (f *fakeRecords) Generation() (string, bool)      { return f.gen, f.genOK }
+
+type fakeStarts struct {
+	// outcomes answer the starts in turn, the last one repeated.
+	outcomes []internalv1.StartOutcome
+	err      error
+	items    []*internalv1.StartItem
+}
+
+func (f *fakeStarts) Submit(_ context.Context, item *internalv1.StartItem) (startq.Result, *settleq.Reservation, error) {
+	f.items = append(f.items, item)
+	if f.err != nil {
+		return startq.Result{}, nil, f.err
+	}
+	return startq.Result{Outcome: f.outcomes[min(len(f.items), len(f.outcomes))-1]}, nil, nil
+}
+
+type fakeSettlements struct{ reserved int }
+
+func (f *fakeSettlements) Reserve() (*settleq.Reservation, bool) { f.reserved++; return nil, true }
+
+type fakeInFlight struct{ admitted []*inflight.Request }
+
+func (f *fakeInFlight) Admitted(r *inflight.Request) { f.admitted = append(f.admitted, r) }
+
+type fakes struct {
+	ids     *fakeIdentities
+	records *fakeRecords
+	starts  *fakeStarts
+	settle  *fakeSettlements
+	tracker *fakeInFlight
+}
+
+// now is noon: the day window ends at 05:00 the next day, 61,200 seconds on.
+var now = time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
+
+const (
+	orgID    = "org_table"
+	memberID = "om_table"
+)
+
+// memberRecord is a mirror record of the member with the given limits and spend in the
+// current windows; a timeframe without spend is one the record does not know.
+func memberRecord(limits []*internalv1.Limit, spend map[window.Timeframe]int64, edit ...func(*internalv1.Entitlement)) *mirror.Record {
+	ent := &internalv1.Entitlement{OrganizationId: orgID, MemberId: memberID, MemberActive: true, CaptureEnabled: true,
+		TrackingVersion: 1, Limits: limits}
+	for _, e := range edit {
+		e(ent)
+	}
+	rec := &mirror.Record{Entitlement: ent, Version: 1}
+	for _, w := range window.Current(now) {
+		if used, ok := spend[w.Timeframe]; ok {
+			rec.Spend = append(rec.Spend, &internalv1.WindowSpend{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(), UsedMicroUsd: used})
+		}
+	}
+	return rec
+}
+
+func day(base int64, hard bool) []*internalv1.Limit {
+	return []*internalv1.Limit{{Timeframe: "day", PolicyId: "ulp_day", BaseMicroUsd: base, HardLimit: hard, AllowRequestReset: true}}
+}
+
+func allSpend(used int64) map[window.Timeframe]int64 {
+	return map[window.Timeframe]int64{window.Day: used, window.Week: used, window.Month: used}
+}
+
+var (
+	withinRecord    = memberRecord(day(100, true), allSpend(10))
+	overRecord      = memberRecord(day(100, false), allSpend(150))
+	unlimitedRecord = memberRecord(nil, allSpend(1_000))
+	blockedRecord   = memberRecord(day(100, true), allSpend(150))
+	suspendedRecord = memberRecord(day(100, true), allSpend(10), func(e *internalv1.Entitlement) { e.CaptureEnabled = false })
+	removedRecord   = memberRecord(day(100, true), allSpend(10), func(e *internalv1.Entitlement) { e.MemberActive = false })
+	// staleRecord was written before today's window began: the mirror cannot say
+	// today's spend.
+	staleRecord = memberRecord(day(100, true), map[window.Timeframe]int64{window.Week: 10, window.Month: 10})
+	// undecidable is what no record may be: no entitlement.
+	undecidable = &mirror.Record{}
+)
+
+// The wire values, written out: the test pins them, not the gate's constants.
+var (
+	headersUnauthorized = []gate.Header{{Name: "Content-Type", Value: "application/json"}}
+	headersUnavailable  = []gate.Header{{Name: "Content-Type", Value: "application/json"},
+		{Name: "X-Service-Error-Code", Value: "service_gateway_accounting_unavailable"}}
+	headersBlocked = []gate.Header{{Name: "Content-Type", Value: "application/json"},
+		{Name: "X-Service-Error-Code", Value: "service_gateway_usage_limit_exceeded"},
+		{Name: "X-Service-Usage-State", Value: "blocked"}, {Name: "Retry-After", Value: "61200"}, {Name: "X-Should-Retry", Value: "false"}}
+	headersModelNotPriced = []gate.Header{{Name: "Content-Type", Value: "application/json"},
+		{Name: "X-Service-Error-Code", Value: "service_gateway_model_not_priced"}}
+)
+
+// want is what one check must answer and do.
+type want struct {
+	status           int
+	decision, reason string
+	// A refusal's headers, exactly and in order; its body's error.code ("" for the
+	// 401's {"error":"unauthorized"}) and details.reason (503) or details.model (403).
+	headers      []gate.Header
+	code, detail string
+	// An admission's usage state, and whether it carries a request id.
+	state     string
+	requestID bool
+	// tracked is how the admission was handed to the in-flight tracker: "" not at
+	// all, "durable" (after its start), "open" (fail-open on a record),
+	// "open_without_record" (fail-open on no record).
+	tracked string
+	// The calls the check made: starts submitted, records resolved; records read from
+	// the mirror when reads is not 0 (the kept-block cases).
+	starts, resolves, reads int
+}
+
+type gateCase struct {
+	name string
+	open bool
+	cred *gate.Credentials // a valid x-api-key when nil
+	// setup adjusts the fakes (and the gate) before the check.
+	setup func(f *fakes, g *gate.Gate)
+	// prime checks this many times before the check under test, then between
+	// adjusts the fakes (the kept-block cases).
+	prime   int
+	between func(f *fakes)
+	// answer replaces the check: answers made outside Check (the 403 of ext_proc).
+	answer func() gate.Answer
+	want   want
+}
+
+func admitted(reason string) want {
+	return want{status: 200, decision: "admitted", reason: reason, state: reason, requestID: true, tracked: "durable", starts: 1}
+}
+
+func unavailable(reason string, starts int) want {
+	return want{status: 503, decision: "unavailable", reason: reason, headers: headersUnavailable,
+		code: "service_gateway_accounting_unavailable", detail: "accounting_unavailable", starts: starts}
+}
+
+func unauthorized(reason string) want {
+	return want{status: 401, decision: "unauthorized", reason: reason, headers: headersUnauthorized}
+}
+
+var (
+	blocked = want{status: 429, decision: "blocked", reason: "usage_limit", headers: headersBlocked, code: "service_gateway_usage_limit_exceeded"}
+	// suspended is the capture suspension 503: its body says so.
+	suspended = want{status: 503, decision: "unavailable", reason: "capture_suspended", headers: headersUnavailable,
+		code: "service_gateway_accounting_unavailable", detail: "capture_suspended"}
+)
+
+func failOpen(reason, state, tracked string, starts int) want {
+	return want{status: 200, decision: "fail_open", reason: reason, state: state, requestID: tracked != "", tracked: tracked, starts: starts}
+}
+
+func with(w want, edit func(*want)) want { edit(&w); return w }
+
+var errControlPlane = errors.New("control plane: unavailable")
+
+func gateCases() []gateCase {
+	redisDown := func(last *mirror.Record) func(f *fakes, _ *gate.Gate) {
+		return func(f *fakes, _ *gate.Gate) {
+			f.records.readErr = fmt.Errorf("%w: connection refused", record.ErrRedis)
+			f.records.last = last
+		}
+	}
+	rec := func(r *mirror.Record) func(f *fakes, _ *gate.Gate) {
+		return func(f *fakes, _ *gate.Gate) { f.records.rec = r }
+	}
+	outcomes := func(os ...internalv1.StartOutcome) func(f *fakes, _ *gate.Gate) {
+		return func(f *fakes, _ *gate.Gate) { f.starts.outcomes = os }
+	}
+	keepBlocks := func(f *fakes, g *gate.Gate) {
+		f.records.rec = blockedRecord
+		g.Blocks.Subscribed(true)
+	}
+	epoch := internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED
+	recorded := internalv1.StartOutcome_START_OUTCOME_RECORDED
+	cases := []gateCase{
+		// Admissions.
+		{name: "within limit: admitted after a durable start", want: admitted("within_limit")},
+		{name: "soft limit exhausted: admitted over limit", setup: rec(overRecord), want: admitted("over_limit")},
+		{name: "no policy: admitted unlimited", setup: rec(unlimitedRecord), want: admitted("unlimited")},
+		{name: "a duplicate start admits", setup: outcomes(internalv1.StartOutcome_START_OUTCOME_DUPLICATE), want: admitted("within_limit")},
+		{name: "bearer session", cred: &gate.Credentials{Authorization: "Bearer tgs_session"}, want: admitted("within_limit")},
+		{name: "stale mirror record: resolved, then admitted", setup: func(f *fakes, _ *gate.Gate) {
+			f.records.rec, f.records.resolved = staleRecord, withinRecord
+		}, want: with(admitted("within_limit"), func(w *want) { w.resolves = 1 })},
+		{name: "epoch changed once: resolved and retried", setup: func(f *fakes, _ *gate.Gate) {
+			f.starts.outcomes, f.records.resolved = []internalv1.StartOutcome{epoch, recorded}, withinRecord
+		}, want: with(admitted("within_limit"), func(w *want) { w.starts, w.resolves = 2, 1 })},
+
+		// 429.
+		{name: "hard limit exhausted: 429", setup: rec(blockedRecord), want: blocked},
+		{name: "hard limit exhausted: 429 in open mode too", open: true, setup: rec(blockedRecord), want: blocked},
+		{name: "kept block: answered without reading the record", setup: keepBlocks, prime: 1,
+			want: with(blocked, func(w *want) { w.reads = 1 })},
+		{name: "kept block: read again on a generation change", setup: keepBlocks, prime: 1,
+			between: func(f *fakes) { f.records.gen = "g2" }, want: with(blocked, func(w *want) { w.reads = 2 })},
+		{name: "kept block: never answers a revoked credential", setup: keepBlocks, prime: 1,
+			between: func(f *fakes) { f.ids.id.Found = false }, want: with(unauthorized("unknown_credential"), func(w *want) { w.reads = 1 })},
+
+		// 401.
+		{name: "no credential", cred: &gate.Credentials{}, want: unauthorized("no_credential")},
+		{name: "x-api-key with a Bearer prefix", cred: &gate.Credentials{APIKey: "Bearer tgk_key"}, want: unauthorized("no_credential")},
+		{name: "not a Tollgate key", cred: &gate.Credentials{APIKey: "sk-proj-abc"}, want: unauthorized("no_credential")},
+		{name: "Basic authorization", cred: &gate.Credentials{Authorization: "Basic dXNlcjpwYXNz"}, want: unauthorized("no_credential")},
+		{name: "unknown credential", setup: func(f *fakes, _ *gate.Gate) { f.ids.id.Found = false }, want: unauthorized("unknown_credential")},
+		{name: "inactive member identity", setup: func(f *fakes, _ *gate.Gate) { f.ids.id.Active = false }, want: unauthorized("inactive_member")},
+		{name: "record of a removed member", setup: rec(removedRecord), want: unauthorized("inactive_member")},
+
+		// 403, answered by ext_proc on the request body.
+		{name: "model not priced", answer: func() gate.Answer { return gate.ModelNotPricedRefusal("mystery-model-9") },
+			want: want{status: 403, decision: "unauthorized", reason: "model_not_priced", headers: headersModelNotPriced,
+				code: "service_gateway_model_not_priced", detail: "mystery-model-9"}},
+
+		// 503 decisions: the same in both modes.
+		{name: "capture suspended", setup: rec(suspendedRecord), want: suspended},
+		{name: "capture suspended in open mode too", open: true, setup: rec(suspendedRecord), want: suspended},
+		{name: "capture suspended at the start", setup: outcomes(internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED),
+			want: with(suspended, func(w *want) { w.starts = 1 })},
+		{name: "epoch changed twice", setup: func(f *fakes, _ *gate.Gate) {
+			f.starts.outcomes, f.records.resolved = []internalv1.StartOutcome{epoch}, withinRecord
+		}, want: with(unavailable("epoch_changed", 2), func(w *want) { w.resolves = 1 })},
+		{name: "epoch changed twice in open mode too", open: true, setup: func(f *fakes, _ *gate.Gate) {
+			f.starts.outcomes, f.records.resolved = []internalv1.StartOutcome{epoch}, withinRecord
+		}, want: with(unavailable("epoch_changed", 2), func(w *want) { w.resolves = 1 })},
+		{name: "start refused", setup: outcomes(internalv1.StartOutcome_START_OUTCOME_UNSPECIFIED), want: unavailable("start_refused", 1)},
+		{name: "start refused in open mode too", open: true, setup: outcomes(internalv1.StartOutcome_START_OUTCOME_UNSPECIFIED),
+			want: unavailable("start_refused", 1)},
+
+		// 503 failures in closed mode, admissions in open mode.
+		{name: "control plane down on an identity miss", setup: func(f *fakes, _ *gate.Gate) { f.ids.err = errControlPlane },
+			want: unavailable("controlplane", 0)},
+		{name: "control plane down on an identity miss, open: admitted without a request id", open: true,
+			setup: func(f *fakes, _ *gate.Gate) { f.ids.err = errControlPlane }, want: failOpen("controlplane", "unknown", "", 0)},
+		{name: "redis down", setup: redisDown(withinRecord), want: unavailable("redis", 0)},
+		{name: "redis down, open: admitted on the last record read", open: true, setup: redisDown(withinRecord),
+			want: failOpen("redis", "within_limit", "open", 0)},
+		{name: "redis down, open: admitted as unknown without any record", open: true, setup: redisDown(nil),
+			want: failOpen("redis", "unknown", "open_without_record", 0)},
+		{name: "redis down, open: the last record still blocks", open: true, setup: redisDown(blockedRecord), want: blocked},
+		{name: "redis down, open: the last record still suspends", open: true, setup: redisDown(suspendedRecord), want: suspended},
+		{name: "redis down, open: the last record's member was removed", open: true, setup: redisDown(removedRecord),
+			want: unauthorized("inactive_member")},
+		{name: "mirror missed, control plane down", setup: func(f *fakes, _ *gate.Gate) { f.records.readErr = errControlPlane },
+			want: unavailable("controlplane", 0)},
+		{name: "stale record, control plane down on the resolve", setup: func(f *fakes, _ *gate.Gate) {
+			f.records.rec, f.records.resolveErr = staleRecord, errControlPlane
+		}, want: with(unavailable("controlplane", 0), func(w *want) { w.resolves = 1 })},
+		{name: "stale record, control plane down on the resolve, open: admitted on the last record", open: true, setup: func(f *fakes, _ *gate.Gate) {
+			f.records.rec, f.records.resolveErr, f.records.last = staleRecord, errControlPlane, withinRecord
+		}, want: with(failOpen("controlplane", "within_limit", "open", 0), func(w *want) { w.resolves = 1 })},
+		{name: "resolved record cannot be decided on", setup: func(f *fakes, _ *gate.Gate) {
+			f.records.rec, f.records.resolved = staleRecord, undecidable
+		}, want: with(unavailable("controlplane", 0), func(w *want) { w.resolves = 1 })},
+		{name: "resolved record cannot be decided on, open: admitted as unknown", open: true, setup: func(f *fakes, _ *gate.Gate) {
+			f.records.rec, f.records.resolved, f.records.last = staleRecord, undecidable, withinRecord
+		}, want: with(failOpen("controlplane", "unknown", "open_without_record", 0), func(w *want) { w.resolves = 1 })},
+		{name: "epoch changed, control plane down on the resolve", setup: func(f *fakes, _ *gate.Gate) {
+			f.starts.outcomes, f.records.resolveErr = []internalv1.StartOutcome{epoch}, errControlPlane
+		}, want: with(unavailable("controlplane", 1), func(w *want) { w.resolves = 1 })},
+		{name: "control plane failed the start", setup: func(f *fakes, _ *gate.Gate) { f.starts.err = errControlPlane },
+			want: unavailable("controlplane", 1)},
+		{name: "control plane failed the start, open: admitted on the decision", open: true,
+			setup: func(f *fakes, _ *gate.Gate) { f.starts.err = errControlPlane }, want: failOpen("controlplane", "within_limit", "open", 1)},
+	}
+	// Each refusal of the start queue, in both modes.
+	for _, err := range []error{startq.ErrFull, startq.ErrMemberShare, startq.ErrDeadline, startq.ErrSettleCapacity, startq.ErrClosed, context.Canceled} {
+		reason := "start_queue_" + startq.Reason(err)
+		setup := func(f *fakes, _ *gate.Gate) { f.starts.err = fmt.Errorf("submit: %w", err) }
+		cases = append(cases,
+			gateCase{name: reason, setup: setup, want: unavailable(reason, 1)},
+			gateCase{name: reason + ", open: admitted on the decision", open: true, setup: setup, want: failOpen(reason, "within_limit", "open", 1)})
+	}
+	return cases
+}
+
+// TestGateAnswers is one case per decision and reason, against fakes of the gate's
+// seams (no Redis, no control plane): the answer's status, headers, body, decision and
+// reason label, the decision counted under those labels, and what the check asked of
+// the start queue, the records and the in-flight tracker.
+func TestGateAnswers(t *testing.T) {
+	covered := map[string]bool{}
+	for _, tc := range gateCases() {
+		covered[tc.want.reason] = true
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakes{
+				ids:     &fakeIdentities{id: identity.Identity{Found: true, Active: true, OrganizationID: orgID, MemberID: memberID}},
+				records: &fakeRecords{rec: withinRecord, gen: "g1", genOK: true},
+				starts:  &fakeStarts{outcomes: []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_RECORDED}},
+				settle:  &fakeSettlements{},
+				tracker: &fakeInFlight{},
+			}
+			m := metrics.New(prometheus.NewRegistry())
+			g := gate.New(gate.Deps{Identity: f.ids, Records: f.records, Starts: f.starts, Settle: f.settle, Inflight: f.tracker,
+				Clock: clock.NewManual(now), Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				FailOpen: tc.open, BlockedTTL: time.Minute})
+			if tc.setup != nil {
+				tc.setup(f, g)
+			}
+			cred := gate.Credentials{APIKey: "tgk_key"}
+			if tc.cred != nil {
+				cred = *tc.cred
+			}
+			check := func() gate.Answer {
+				t.Helper()
+				a, err := g.Check(context.Background(), cred)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return a
+			}
+			for range tc.prime {
+				check()
+			}
+			if tc.between != nil {
+				tc.between(f)
+			}
+			startsBefore, admittedBefore := len(f.starts.items), len(f.tracker.admitted)
+			var a gate.Answer
+			if tc.answer != nil {
+				a = tc.answer()
+			} else {
+				counted := m.Decisions.WithLabelValues(tc.want.decision, tc.want.reason)
+				before := testutil.ToFloat64(counted)
+				a = check()
+				if n := testutil.ToFloat64(counted) - before; n != 1 {
+					t.Errorf("decisions_total{decision=%q,reason=%q} counted %v times", tc.want.decision, tc.want.reason, n)
+				}
+			}
+			checkAnswer(t, &a, tc.want)
+			if n := len(f.starts.items) - startsBefore; n != tc.want.starts {
+				t.Errorf("%d starts submitted, want %d", n, tc.want.starts)
+			}
+			if f.records.resolves != tc.want.resolves {
+				t.Errorf("%d resolves, want %d", f.records.resolves, tc.want.resolves)
+			}
+			if tc.want.reads != 0 && f.records.reads != tc.want.reads {
+				t.Errorf("%d records read, want %d", f.records.reads, tc.want.reads)
+			}
+			checkTracked(t, f, &a, tc.want.tracked, f.tracker.admitted[admittedBefore:])
+		})
+	}
+	for _, r := range gate.Reasons() {
+		if !covered[r.String()] {
+			t.Errorf("no case answers %s", r)
+		}
+	}
+}
+
+func checkAnswer(t *testing.T, a *gate.Answer, w want) {
+	t.Helper()
+	if a.Status != w.status || a.Decision != w.decision || a.Reason.String() != w.reason {
+		t.Fatalf("answered %d %s %s, want %d %s %s", a.Status, a.Decision, a.Reason, w.status, w.decision, w.reason)
+	}
+	if a.Reason.Status() != w.status && a.Decision != "fail_open" {
+		t.Errorf("the reason's status %d, the answer's %d", a.Reason.Status(), a.Status)
+	}
+	if a.Allowed() {
+		if a.UsageState != w.state || (a.RequestID != "") != w.requestID || len(a.Body) != 0 {
+			t.Errorf("admitted in state %q with request id %q and body %q, want state %q (request id: %v)", a.UsageState, a.RequestID, a.Body, w.state, w.requestID)
+		}
+		if a.RequestID != "" && !typeid.Valid(a.RequestID, gate.RequestPrefix) {
+			t.Errorf("request id %q", a.RequestID)
+		}
+		return
+	}
+	if got := a.DeniedHeaders(); !slices.Equal(got, w.headers) {
+		t.Errorf("headers %v\nwant    %v", got, w.headers)
+	}
+	if a.Reason.ErrorCode() != w.code {
+		t.Errorf("error code %q, want %q", a.Reason.ErrorCode(), w.code)
+	}
+	if w.code == "" {
+		if string(a.Body) != `{"error":"unauthorized"}` {
+			t.Errorf("body %s", a.Body)
+		}
+		return
+	}
+	var body struct {
+		Error struct {
+			Type    string          `json:"type"`
+			Code    string          `json:"code"`
+			Message string          `json:"message"`
+			Details json.RawMessage `json:"details"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(a.Body, &body); err != nil || body.Error.Code != w.code || body.Error.Type == "" || body.Error.Message == "" {
+		t.Fatalf("body %s (%v), want code %s", a.Body, err, w.code)
+	}
+	var details struct {
+		Reason, Model, RetryAt string
+		ExhaustedBuckets       []struct{ Timeframe string }
+	}
+	if err := json.Unmarshal(body.Error.Details, &details); err != nil {
+		t.Fatalf("details %s: %v", body.Error.Details, err)
+	}
+	switch w.status {
+	case 503:
+		if details.Reason != w.detail {
+			t.Errorf("details %s, want reason %s", body.Error.Details, w.detail)
+		}
+	case 403:
+		if details.Model != w.detail {
+			t.Errorf("details %s, want model %s", body.Error.Details, w.detail)
+		}
+	case 429:
+		if details.RetryAt != "2026-09-17T05:00:00Z" || len(details.ExhaustedBuckets) != 1 || details.ExhaustedBuckets[0].Timeframe != "day" {
+			t.Errorf("details %s", body.Error.Details)
+		}
+	}
+}
+
+// checkTracked checks what the check handed to the in-flight tracker.
+func checkTracked(t *testing.T, f *fakes, a *gate.Answer, tracked string, admitted []*inflight.Request) {
+	t.Helper()
+	if tracked == "" {
+		if len(admitted) != 0 {
+			t.Errorf("tracked %+v", admitted[0])
+		}
+		return
+	}
+	if len(admitted) != 1 {
+		t.Fatalf("%d requests tracked, want 1", len(admitted))
+	}
+	r := admitted[0]
+	if r.ID != a.RequestID || r.OrganizationID != orgID || r.MemberID != memberID || !r.AdmittedAt.Equal(now) || r.Snapshot == nil {
+		t.Errorf("tracked %+v", r)
+	}
+	switch tracked {
+	case "durable":
+		if !r.Durable || r.WithoutRecord || f.settle.reserved != 0 {
+			t.Errorf("durable admission tracked %+v, %d reserved apart", r, f.settle.reserved)
+		}
+		if it := f.starts.items[len(f.starts.items)-1]; it.GetRequestId() != a.RequestID || it.GetSnapshot().GetVersion() != 2 {
+			t.Errorf("start %v", it)
+		}
+	case "open", "open_without_record":
+		// No durable start: the settlement carries the snapshot, and its slot is
+		// reserved apart.
+		withoutRecord := tracked == "open_without_record"
+		if r.Durable || r.WithoutRecord != withoutRecord || f.settle.reserved != 1 {
+			t.Errorf("fail-open admission tracked %+v, %d reserved", r, f.settle.reserved)
+		}
+		if withoutRecord && r.Snapshot.GetBuckets()[0].GetPolicyId() != gate.UnknownPolicyID {
+			t.Errorf("snapshot without a record %v", r.Snapshot)
+		}
+		if !withoutRecord && r.Snapshot.GetBuckets()[0].GetPolicyId() != "ulp_day" {
+			t.Errorf("snapshot of the decision %v", r.Snapshot)
+		}
+	default:
+		t.Fatalf("tracked %q", tracked)
+	}
+}
+
+// A check its caller abandoned answers nothing and counts nothing.
+func TestGateAbandonedCheckAnswersNothing(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	m := metrics.New(prometheus.NewRegistry())
+	g := gate.New(gate.Deps{Identity: &fakeIdentities{err: context.Canceled}, Records: &fakeRecords{}, Starts: &fakeStarts{},
+		Settle: &fakeSettlements{}, Inflight: &fakeInFlight{}, Clock: clock.NewManual(now), Metrics: m,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), FailOpen: true})
+	if a, err := g.Check(ctx, gate.Credentials{APIKey: "tgk_key"}); !errors.Is(err, context.Canceled) || a.Status != 0 {
+		t.Fatalf("answered %+v, %v", a, err)
+	}
+	if n := counted(t, m.Decisions); n != 0 {
+		t.Fatalf("%v decisions counted", n)
+	}
+}
+
+// counted sums a counter vector's series.
+func counted(t *testing.T, c prometheus.Collector) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 64)
+	go func() { c.Collect(ch); close(ch) }()
+	sum := 0.0
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		sum += pb.GetCounter().GetValue()
+	}
+	return sum
+}
+
+// The reason table: labels are the metric label values dashboards and alerts select on,
+// and each refusal's status, decision and error code.
+func TestReasonTable(t *testing.T) {
+	want := map[string]struct {
+		status   int
+		decision string
+		failure  bool
+		code     string
+	}{
+		"within_limit":                {200, "admitted", false, ""},
+		"over_limit":                  {200, "admitted", false, ""},
+		"unlimited":                   {200, "admitted", false, ""},
+		"no_credential":               {401, "unauthorized", false, ""},
+		"unknown_credential":          {401, "unauthorized", false, ""},
+		"inactive_member":             {401, "unauthorized", false, ""},
+		"usage_limit":                 {429, "blocked", false, "service_gateway_usage_limit_exceeded"},
+		"model_not_priced":            {403, "unauthorized", false, "service_gateway_model_not_priced"},
+		"capture_suspended":           {503, "unavailable", false, "service_gateway_accounting_unavailable"},
+		"epoch_changed":               {503, "unavailable", false, "service_gateway_accounting_unavailable"},
+		"start_refused":               {503, "unavailable", false, "service_gateway_accounting_unavailable"},
+		"controlplane":                {503, "unavailable", true, "service_gateway_accounting_unavailable"},
+		"redis":                       {503, "unavailable", true, "service_gateway_accounting_unavailable"},
+		"start_queue_full":            {503, "unavailable", true, "service_gateway_accounting_unavailable"},
+		"start_queue_member_share":    {503, "unavailable", true, "service_gateway_accounting_unavailable"},
+		"start_queue_deadline":        {503, "unavailable", true, "service_gateway_accounting_unavailable"},
+		"start_queue_settle_capacity": {503, "unavailable", true, "service_gateway_accounting_unavailable"},
+		"start_queue_closed":          {503, "unavailable", true, "service_gateway_accounting_unavailable"},
+		"start_queue_cancelled":       {503, "unavailable", true, "service_gateway_accounting_unavailable"},
+	}
+	rs := gate.Reasons()
+	if len(rs) != len(want) {
+		t.Errorf("%d reasons, want %d", len(rs), len(want))
+	}
+	for _, r := range rs {
+		w, ok := want[r.String()]
+		if !ok {
+			t.Errorf("unexpected reason %q", r)
+			continue
+		}
+		if r.Status() != w.status || r.Decision() != w.decision || r.Failure() != w.failure || r.ErrorCode() != w.code {
+			t.Errorf("%s: %d %s failure=%v %q, want %+v", r, r.Status(), r.Decision(), r.Failure(), r.ErrorCode(), w)
+		}
+		if a := gate.Refusal(r); r.Status() != 200 && (a.Status != r.Status() || a.Decision != r.Decision() || a.Reason != r) {
+			t.Errorf("%s: refusal %+v", r, a)
+		}
+	}
+}
