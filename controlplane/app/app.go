@@ -38,13 +38,16 @@ import (
 const usage = `Usage: controlplane [command] [flags]
 
 Commands:
-  serve            serve the REST API, the internal gRPC API and the admin port (default)
+  serve            serve the REST API, the internal gRPC API and the admin port
+                   (the command when none is named: "controlplane --http-addr ..." serves)
   migrate          apply the embedded database migrations and exit
   resync           rebuild the Redis mirror from Postgres (new generation) and exit
   bootstrap-admin  create or reset a platform administrator; password on standard input
+  help             this text
 
-Run "controlplane <command> -h" for the flags of a command. Every flag has an
-environment variable default, named in its help.
+Run "controlplane <command> -h" for the flags of a command ("controlplane serve -h" for
+every knob of the server). Every flag has an environment variable default, named in its
+help.
 `
 
 // IO is what the program reads and writes.
@@ -65,8 +68,15 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 {
+		switch args[0] {
+		case "help", "-h", "-help", "--help": // the commands; "serve -h" has serve's flags
+			fmt.Fprint(stdio.Stdout, usage)
+			return nil
+		}
+		if !strings.HasPrefix(args[0], "-") {
+			cmd, args = args[0], args[1:]
+		}
 	}
 	switch cmd {
 	case "serve":
@@ -77,9 +87,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdio I
 		return bootstrapAdmin(ctx, args, getenv, stdio)
 	case "resync":
 		return resync(ctx, args, getenv, stdio)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdio.Stdout, usage)
-		return nil
 	}
 	fmt.Fprint(stdio.Stderr, usage)
 	return fmt.Errorf("unknown command %q", cmd)

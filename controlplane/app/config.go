@@ -74,34 +74,95 @@ const (
 	DefaultAdminAddr   = "127.0.0.1:9090"
 )
 
+// knobs are groups of flags. Each subcommand registers, reads and validates only the
+// groups it uses, so its -h lists only its own flags and a knob it ignores (a listen
+// address for migrate, say) can neither appear there nor fail it.
+type knobs uint8
+
+const (
+	databaseKnobs knobs = 1 << iota // --database-url
+	logKnobs                        // --log-format, --log-level
+	redisKnobs                      // the mirror's Redis (pkg/redisconf)
+	serveKnobs                      // the rest: listen addresses, TLS, the internal token, accounting, sessions, drain
+
+	allKnobs = databaseKnobs | logKnobs | redisKnobs | serveKnobs
+)
+
+// subcommand is what a subcommand's -h says and which knobs it takes.
+type subcommand struct {
+	knobs knobs
+	usage string // the first lines of its -h, before its flags
+}
+
+// subcommands are the control plane's subcommands (usage, in app.go, lists them).
+var subcommands = map[string]subcommand{
+	"serve": {allKnobs, `Usage: controlplane [serve] [flags]
+
+Serves the REST API, the internal gRPC API for enforcers and the admin port (/healthz,
+/readyz, /metrics) until SIGTERM or SIGINT, then drains. Refuses a database whose schema
+lacks a migration of this build, unless --auto-migrate.`},
+	"migrate": {databaseKnobs | logKnobs, `Usage: controlplane migrate [flags]
+
+Applies the embedded database migrations the database lacks, and exits.`},
+	"resync": {databaseKnobs | logKnobs | redisKnobs, `Usage: controlplane resync [flags]
+
+Rebuilds the enforcers' Redis mirror from Postgres under a new generation, and exits
+(a running control plane also does it by itself when Redis loses its data).`},
+	"bootstrap-admin": {databaseKnobs | logKnobs, `Usage: echo PASSWORD | controlplane bootstrap-admin --email E [flags]
+
+Creates a platform administrator, or resets their password, so that a fresh install has
+its first one. The password is the first line of standard input, never a flag, so that
+it stays out of shell history and process listings.`},
+}
+
 // parseConfig builds the config of a subcommand from its flags and the environment, and
-// validates it, reporting every problem at once.
+// validates it, reporting every problem at once. Only the knobs the subcommand takes
+// (subcommands) are registered, read and validated; the others keep their zero values.
 func parseConfig(name string, args []string, getenv func(string) string, out io.Writer, extra func(*flag.FlagSet)) (Config, error) {
 	var c Config
 	var admins string
+	sub, ok := subcommands[name]
+	if !ok {
+		return c, fmt.Errorf("parseConfig: unknown subcommand %q", name)
+	}
+	k := sub.knobs
 	e := envflag.New(getenv)
 	env, durationEnv, intEnv, boolEnv := e.String, e.Duration, e.Int, e.Bool
 	fs := flag.NewFlagSet("controlplane "+name, flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&c.DatabaseURL, "database-url", env("TOLLGATE_DATABASE_URL", DefaultDatabaseURL), "Postgres URL (TOLLGATE_DATABASE_URL)")
-	c.Redis.Register(fs, e)
-	fs.DurationVar(&c.MirrorCheckInterval, "mirror-check-interval", durationEnv("TOLLGATE_MIRROR_CHECK_INTERVAL", 5*time.Second), "how often the mirror generation is checked and failed Redis writes repaired (TOLLGATE_MIRROR_CHECK_INTERVAL)")
-	fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", getenv("TOLLGATE_GRPC_TLS_CERT"), "PEM certificate of the internal gRPC API; with --grpc-tls-key, serve it over TLS (TOLLGATE_GRPC_TLS_CERT)")
-	fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", getenv("TOLLGATE_GRPC_TLS_KEY"), "PEM private key of --grpc-tls-cert (TOLLGATE_GRPC_TLS_KEY)")
-	fs.StringVar(&c.GRPCClientCA, "grpc-client-ca", getenv("TOLLGATE_GRPC_CLIENT_CA"), "PEM CA bundle; enforcers must present a client certificate it signed (mTLS) (TOLLGATE_GRPC_CLIENT_CA)")
-	fs.IntVar(&c.AccountingLanes, "accounting-lanes", intEnv("TOLLGATE_ACCOUNTING_LANES", ledger.DefaultConfig.Lanes), "transactions committing starts (and, separately, settlements) at once (TOLLGATE_ACCOUNTING_LANES)")
-	fs.IntVar(&c.AccountingMaxBatch, "accounting-max-batch", intEnv("TOLLGATE_ACCOUNTING_MAX_BATCH", ledger.DefaultConfig.MaxBatch), "most starts or settlements in one transaction (TOLLGATE_ACCOUNTING_MAX_BATCH)")
-	fs.DurationVar(&c.AccountingMaxDelay, "accounting-max-delay", durationEnv("TOLLGATE_ACCOUNTING_MAX_DELAY", ledger.DefaultConfig.MaxDelay), "how long a batch waits for more items when traffic is thin (TOLLGATE_ACCOUNTING_MAX_DELAY)")
-	fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_HTTP_ADDR", DefaultHTTPAddr), "REST API listen address (TOLLGATE_HTTP_ADDR)")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", env("TOLLGATE_GRPC_ADDR", DefaultGRPCAddr), "internal gRPC API listen address for enforcers (TOLLGATE_GRPC_ADDR)")
-	fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ADMIN_ADDR)")
-	fs.StringVar(&admins, "platform-admin-emails", getenv("TOLLGATE_PLATFORM_ADMIN_EMAILS"), "comma-separated emails added to the platform-admin allowlist at start (TOLLGATE_PLATFORM_ADMIN_EMAILS)")
-	fs.StringVar(&c.InternalToken, "internal-token", getenv("TOLLGATE_INTERNAL_TOKEN"), "shared secret enforcers present on the internal API (TOLLGATE_INTERNAL_TOKEN)")
-	fs.StringVar(&c.LogFormat, "log-format", env("TOLLGATE_LOG_FORMAT", "text"), "log format: text or json (TOLLGATE_LOG_FORMAT)")
-	fs.StringVar(&c.LogLevel, "log-level", env("TOLLGATE_LOG_LEVEL", "info"), "log level: debug, info, warn or error (TOLLGATE_LOG_LEVEL)")
-	fs.DurationVar(&c.SessionTTL, "session-ttl", durationEnv("TOLLGATE_SESSION_TTL", 7*24*time.Hour), "lifetime of session tokens (TOLLGATE_SESSION_TTL)")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT)")
-	fs.BoolVar(&c.TrustForwardedFor, "trust-forwarded-for", boolEnv("TOLLGATE_TRUST_FORWARDED_FOR"), "throttle sign-ins by X-Forwarded-For; only behind a proxy that sets it (TOLLGATE_TRUST_FORWARDED_FOR)")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "%s\n\nFlags (a variable named in a flag's help is its default):\n", sub.usage)
+		fs.PrintDefaults()
+	}
+	if k&databaseKnobs != 0 {
+		fs.StringVar(&c.DatabaseURL, "database-url", env("TOLLGATE_DATABASE_URL", DefaultDatabaseURL), "Postgres URL (TOLLGATE_DATABASE_URL)")
+	}
+	if k&redisKnobs != 0 {
+		c.Redis.Register(fs, e)
+	}
+	if k&serveKnobs != 0 {
+		fs.DurationVar(&c.MirrorCheckInterval, "mirror-check-interval", durationEnv("TOLLGATE_MIRROR_CHECK_INTERVAL", 5*time.Second), "how often the mirror generation is checked and failed Redis writes repaired (TOLLGATE_MIRROR_CHECK_INTERVAL)")
+		fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", getenv("TOLLGATE_GRPC_TLS_CERT"), "PEM certificate of the internal gRPC API; with --grpc-tls-key, serve it over TLS (TOLLGATE_GRPC_TLS_CERT)")
+		fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", getenv("TOLLGATE_GRPC_TLS_KEY"), "PEM private key of --grpc-tls-cert (TOLLGATE_GRPC_TLS_KEY)")
+		fs.StringVar(&c.GRPCClientCA, "grpc-client-ca", getenv("TOLLGATE_GRPC_CLIENT_CA"), "PEM CA bundle; enforcers must present a client certificate it signed (mTLS) (TOLLGATE_GRPC_CLIENT_CA)")
+		fs.IntVar(&c.AccountingLanes, "accounting-lanes", intEnv("TOLLGATE_ACCOUNTING_LANES", ledger.DefaultConfig.Lanes), "transactions committing starts (and, separately, settlements) at once (TOLLGATE_ACCOUNTING_LANES)")
+		fs.IntVar(&c.AccountingMaxBatch, "accounting-max-batch", intEnv("TOLLGATE_ACCOUNTING_MAX_BATCH", ledger.DefaultConfig.MaxBatch), "most starts or settlements in one transaction (TOLLGATE_ACCOUNTING_MAX_BATCH)")
+		fs.DurationVar(&c.AccountingMaxDelay, "accounting-max-delay", durationEnv("TOLLGATE_ACCOUNTING_MAX_DELAY", ledger.DefaultConfig.MaxDelay), "how long a batch waits for more items when traffic is thin (TOLLGATE_ACCOUNTING_MAX_DELAY)")
+		fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_HTTP_ADDR", DefaultHTTPAddr), "REST API listen address (TOLLGATE_HTTP_ADDR)")
+		fs.StringVar(&c.GRPCAddr, "grpc-addr", env("TOLLGATE_GRPC_ADDR", DefaultGRPCAddr), "internal gRPC API listen address for enforcers (TOLLGATE_GRPC_ADDR)")
+		fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ADMIN_ADDR)")
+		fs.StringVar(&admins, "platform-admin-emails", getenv("TOLLGATE_PLATFORM_ADMIN_EMAILS"), "comma-separated emails added to the platform-admin allowlist at start (TOLLGATE_PLATFORM_ADMIN_EMAILS)")
+		fs.StringVar(&c.InternalToken, "internal-token", getenv("TOLLGATE_INTERNAL_TOKEN"), "shared secret enforcers present on the internal API (TOLLGATE_INTERNAL_TOKEN)")
+	}
+	if k&logKnobs != 0 {
+		fs.StringVar(&c.LogFormat, "log-format", env("TOLLGATE_LOG_FORMAT", "text"), "log format: text or json (TOLLGATE_LOG_FORMAT)")
+		fs.StringVar(&c.LogLevel, "log-level", env("TOLLGATE_LOG_LEVEL", "info"), "log level: debug, info, warn or error (TOLLGATE_LOG_LEVEL)")
+	}
+	if k&serveKnobs != 0 {
+		fs.DurationVar(&c.SessionTTL, "session-ttl", durationEnv("TOLLGATE_SESSION_TTL", 7*24*time.Hour), "lifetime of session tokens (TOLLGATE_SESSION_TTL)")
+		fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT)")
+		fs.BoolVar(&c.TrustForwardedFor, "trust-forwarded-for", boolEnv("TOLLGATE_TRUST_FORWARDED_FOR"), "throttle sign-ins by X-Forwarded-For; only behind a proxy that sets it (TOLLGATE_TRUST_FORWARDED_FOR)")
+	}
 	if extra != nil {
 		extra(fs)
 	}
@@ -120,8 +181,10 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 			c.PlatformAdminEmails = append(c.PlatformAdminEmails, e)
 		}
 	}
-	c.Redis.Finish()
-	problems = append(problems, c.validate()...)
+	if k&redisKnobs != 0 {
+		c.Redis.Finish()
+	}
+	problems = append(problems, c.validate(k)...)
 	if len(problems) > 0 {
 		return c, errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))
 	}
@@ -137,23 +200,33 @@ func (c Config) listenAddrs() []listen.Addr {
 	}
 }
 
-func (c Config) validate() []string {
+// validate lists the problems of the knobs in k.
+func (c Config) validate(k knobs) []string {
 	var p []string
-	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		p = append(p, "TOLLGATE_DATABASE_URL: must be a postgres:// URL")
+	if k&databaseKnobs != 0 {
+		if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			p = append(p, "TOLLGATE_DATABASE_URL: must be a postgres:// URL")
+		}
+	}
+	if k&logKnobs != 0 {
+		p = append(p, logging.Validate(c.LogFormat, c.LogLevel)...)
+	}
+	if k&redisKnobs != 0 {
+		p = append(p, c.Redis.Validate()...)
+	}
+	if k&serveKnobs == 0 {
+		return p
 	}
 	p = append(p, listen.Validate(c.listenAddrs()...)...)
 	if problem := internaltoken.Validate(c.InternalToken); problem != "" {
 		p = append(p, problem)
 	}
-	p = append(p, logging.Validate(c.LogFormat, c.LogLevel)...)
 	if c.SessionTTL < time.Minute {
 		p = append(p, "TOLLGATE_SESSION_TTL: must be at least 1m")
 	}
 	if c.ShutdownTimeout <= 0 {
 		p = append(p, "TOLLGATE_SHUTDOWN_TIMEOUT: must be positive")
 	}
-	p = append(p, c.Redis.Validate()...)
 	if c.MirrorCheckInterval <= 0 {
 		p = append(p, "TOLLGATE_MIRROR_CHECK_INTERVAL: must be positive")
 	}

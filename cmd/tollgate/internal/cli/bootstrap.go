@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
 )
@@ -16,17 +17,19 @@ import (
 // bootstrap gives a fresh installation its first platform administrator, an organization
 // owned by them and an API key, in one step. The administrator is created (or reset)
 // directly in the database, like `controlplane bootstrap-admin`; the organization and key
-// go through the REST API of the running control plane, like any client.
+// go through the REST API of the running control plane, like any client. The API is
+// checked first: when it cannot be reached nothing is written, so the command can simply
+// be run again once the control plane is up.
 func bootstrap(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	fs := flag.NewFlagSet("tollgate bootstrap", flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stdio.Stderr, "Usage: echo PASSWORD | tollgate bootstrap --email E --organization NAME [flags]\n\nCreates (or resets) a platform administrator in TOLLGATE_DATABASE_URL, then, through the\nrunning control plane's REST API, an organization they own and an API key for them.\nThe password is read from standard input.\n\nFlags:")
+		fmt.Fprintln(stdio.Stderr, "Usage: echo PASSWORD | tollgate bootstrap --email E --organization NAME [flags]\n\nCreates (or resets) a platform administrator in TOLLGATE_DATABASE_URL, then, through the\nrunning control plane's REST API, an organization they own and an API key for them.\nThe password is read from standard input. Nothing is written when the API cannot be\nreached.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	email := fs.String("email", "", "the administrator's email (required)")
 	org := fs.String("organization", "", "name of the organization to create (required)")
-	api := fs.String("api", "http://"+envOr(getenv, "TOLLGATE_HTTP_ADDR", cpapp.DefaultHTTPAddr), "the control plane's REST API")
+	api := fs.String("api", envOr(getenv, "TOLLGATE_API_URL", "http://"+envOr(getenv, "TOLLGATE_HTTP_ADDR", cpapp.DefaultHTTPAddr)), "the control plane's REST API (TOLLGATE_API_URL)")
 	dbURL := fs.String("database-url", envOr(getenv, "TOLLGATE_DATABASE_URL", cpapp.DefaultDatabaseURL), "Postgres (TOLLGATE_DATABASE_URL)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -41,6 +44,12 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	pw := strings.TrimRight(line, "\r\n")
 
+	c := client{ctx: ctx, base: strings.TrimRight(*api, "/")}
+	// Before anything is written: an administrator without the organization and key
+	// the command promised is a half-done bootstrap.
+	if err := c.reachable(10 * time.Second); err != nil {
+		return fmt.Errorf("the control plane's REST API at %s cannot be reached (is it running? --api or TOLLGATE_API_URL); nothing was written: %w", c.base, err)
+	}
 	fmt.Fprintln(stdio.Stdout, "==> creating the platform administrator")
 	env := func(k string) string {
 		if k == "TOLLGATE_DATABASE_URL" {
@@ -52,7 +61,6 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 		cpapp.IO{Stdin: strings.NewReader(pw + "\n"), Stdout: stdio.Stdout, Stderr: stdio.Stderr}); err != nil {
 		return err
 	}
-	c := client{ctx: ctx, base: strings.TrimRight(*api, "/")}
 	fmt.Fprintf(stdio.Stdout, "==> signing in at %s\n", c.base)
 	var session struct{ Token string }
 	if _, err := c.call("POST", "/v1/auth/sign-in", "", "", map[string]string{"email": *email, "password": pw}, http.StatusOK, &session); err != nil {
@@ -73,4 +81,13 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 	fmt.Fprintf(stdio.Stdout, "\nPlatform administrator  %s\nOrganization            %s (%s)\nAPI key (shown once)    %s\n",
 		*email, created.Organization.ID, created.Organization.Slug, key.Key)
 	return nil
+}
+
+// reachable checks that the REST API answers its health check within timeout.
+func (c client) reachable(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
+	defer cancel()
+	c.ctx = ctx
+	_, err := c.call("GET", "/health", "", "", nil, http.StatusOK, nil)
+	return err
 }

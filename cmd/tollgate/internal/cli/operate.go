@@ -5,8 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -185,9 +188,25 @@ func recoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 		}
 		fmt.Fprintf(stdio.Stdout, "%s %d/%d\n", map[bool]string{true: "recovered", false: "previewed"}[*apply], i+len(chunk), len(ids))
 	}
-	fmt.Fprintf(stdio.Stdout, "outcomes: %v\n", counts)
-	if !*apply && len(ids) > 0 {
+	if len(ids) == 0 {
+		fmt.Fprintln(stdio.Stdout, "Nothing to recover: no start admitted before the cutoff is pending.")
+		return nil
+	}
+	fmt.Fprintln(stdio.Stdout)
+	outcomeTable(stdio.Stdout, counts)
+	if !*apply {
 		fmt.Fprintln(stdio.Stdout, "Preview only: run again with --apply to close them.")
 	}
 	return nil
+}
+
+// outcomeTable prints how many requests had each outcome, one outcome a row in name
+// order, with a header and aligned columns.
+func outcomeTable(w io.Writer, counts map[string]int) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "OUTCOME\tREQUESTS")
+	for _, outcome := range slices.Sorted(maps.Keys(counts)) {
+		fmt.Fprintf(tw, "%s\t%d\n", outcome, counts[outcome])
+	}
+	tw.Flush()
 }

@@ -1,0 +1,205 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/internal/apitest"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// flagNames are the flags a -h output lists ("  -name ..." lines of flag.PrintDefaults).
+func flagNames(help string) []string {
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^  -(\S+)`).FindAllStringSubmatch(help, -1) {
+		names = append(names, m[1])
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Each command's -h lists its own flags, and only those (migrate has no listen address,
+// resync no internal token), after a line or more saying what the command does.
+func TestCommandHelpListsOnlyItsFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		flags []string
+		says  string // part of the description
+	}{
+		{[]string{"migrate", "-h"}, []string{"database-url", "log-format", "log-level"}, "migrations"},
+		{[]string{"resync", "-h"}, []string{"database-url", "log-format", "log-level",
+			"redis-addrs", "redis-mode", "redis-prefix", "redis-sentinel-master", "redis-url"}, "mirror"},
+		{[]string{"bootstrap", "-h"}, []string{"api", "database-url", "email", "organization"}, "platform administrator"},
+		{[]string{"recover", "-h"}, []string{"api", "apply", "before", "key", "org", "reference"}, "pending"},
+		{[]string{"capture", "suspend", "-h"}, []string{"api", "apply", "key", "member", "org", "reference"}, "capture"},
+		{[]string{"dev", "-h"}, nil, ""}, // its own business; only that -h works
+	} {
+		name := strings.Join(tc.args, " ")
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := Run(context.Background(), tc.args, func(string) string { return "" }, IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out}); err != nil {
+				t.Fatalf("tollgate %s: %v\n%s", name, err, out.String())
+			}
+			help := out.String()
+			if !strings.HasPrefix(help, "Usage: ") || strings.Contains(help, "Usage of ") {
+				t.Errorf("tollgate %s does not start with its usage line:\n%s", name, help)
+			}
+			if !strings.Contains(help, tc.says) {
+				t.Errorf("tollgate %s does not say what the command does (%q):\n%s", name, tc.says, help)
+			}
+			if got := flagNames(help); tc.flags != nil && !slices.Equal(got, tc.flags) {
+				t.Errorf("tollgate %s lists flags %v, want exactly %v:\n%s", name, got, tc.flags, help)
+			}
+		})
+	}
+}
+
+// `tollgate -h` names every command, and each one it names answers its own -h.
+func TestHelpNamesEveryCommand(t *testing.T) {
+	var out bytes.Buffer
+	if err := Run(context.Background(), []string{"-h"}, func(string) string { return "" }, IO{Stdout: &out, Stderr: &out}); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"dev", "migrate", "bootstrap", "resync", "capture", "recover"} {
+		if !regexp.MustCompile(`(?m)^  ` + cmd + ` `).MatchString(out.String()) {
+			t.Errorf("tollgate -h does not name %s:\n%s", cmd, out.String())
+		}
+	}
+}
+
+// tableCounts is the number of rows of every table of the database.
+func tableCounts(t *testing.T, conn *pgx.Conn) map[string]int64 {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := conn.Query(ctx, `SELECT quote_ident(table_name) FROM information_schema.tables
+		WHERE table_schema = 'public' AND table_type = 'BASE TABLE'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	for _, table := range tables {
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		counts[table] = n
+	}
+	return counts
+}
+
+// bootstrap writes only to the database (the administrator directly, the organization
+// and key through the API). With TOLLGATE_API_URL naming an API that does not answer, it
+// fails before writing anything, naming that URL, and the database keeps every row
+// count it had.
+func TestBootstrapUnreachableAPIWritesNothing(t *testing.T) {
+	st := storetest.New(t)
+	var dbName string
+	if err := st.Pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	dbURL := storetest.URLFor(dbName)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiURL := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	before := tableCounts(t, conn)
+	if before["users"] != 0 {
+		t.Fatalf("premise: a fresh database, not %v", before)
+	}
+
+	env := func(k string) string {
+		return map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_API_URL": apiURL}[k]
+	}
+	var out bytes.Buffer
+	err = Run(context.Background(), []string{"bootstrap", "--email", "ops@example.test", "--organization", "Acme"}, env,
+		IO{Stdin: strings.NewReader("a long admin password\n"), Stdout: &out, Stderr: &out})
+	if err == nil || !strings.Contains(err.Error(), apiURL) || !strings.Contains(err.Error(), "nothing was written") {
+		t.Fatalf("bootstrap with the API down: %v, want an error naming %s and saying nothing was written\n%s", err, apiURL, out.String())
+	}
+	if after := tableCounts(t, conn); !maps.Equal(after, before) {
+		t.Fatalf("bootstrap wrote rows although the API was unreachable:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+// recover ends with a table of outcomes (a header, then one aligned row per outcome),
+// both when it previews and when it applies.
+func TestRecoverPrintsATable(t *testing.T) {
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	alice := e.AddMember(t, owner, "alice", "member")
+	key := e.APIKey(t, owner)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := ledger.New(ctx, ledger.Deps{Store: e.Store, Clock: e.Clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	old := e.Clock.Now().Add(-2 * time.Hour) // the default cutoff is an hour ago
+	for i, id := range []string{"req_a", "req_b", "req_c"} {
+		if _, err := l.Start(ctx, []*internalv1.StartItem{startItem(id, owner.OrgID, alice.MemberID, old.Add(time.Duration(i)*time.Second))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := func(k string) string {
+		return map[string]string{"TOLLGATE_API_URL": e.URL, "TOLLGATE_API_KEY": key}[k]
+	}
+	for _, tc := range []struct {
+		args    []string
+		outcome string
+	}{
+		{[]string{"recover", "--reference", "INC-7"}, "would_recover"},
+		{[]string{"recover", "--reference", "INC-7", "--apply"}, "recovered"},
+	} {
+		var out bytes.Buffer
+		if err := Run(context.Background(), tc.args, env, IO{Stdout: &out, Stderr: &out}); err != nil {
+			t.Fatalf("%v: %v\n%s", tc.args, err, out.String())
+		}
+		table := regexp.MustCompile(`(?m)^OUTCOME( +)REQUESTS\n` + tc.outcome + `( +)3\n`).FindStringSubmatch(out.String())
+		if table == nil || len("OUTCOME"+table[1]) != len(tc.outcome+table[2]) {
+			t.Fatalf("%v printed no aligned table of outcomes (OUTCOME REQUESTS / %s 3):\n%s", tc.args, tc.outcome, out.String())
+		}
+		if strings.Contains(out.String(), "map[") {
+			t.Fatalf("%v printed a Go map:\n%s", tc.args, out.String())
+		}
+		if testing.Verbose() {
+			t.Logf("%v:\n%s", tc.args, out.String())
+		}
+	}
+	var out bytes.Buffer
+	if err := Run(context.Background(), []string{"recover", "--reference", "INC-7"}, env, IO{Stdout: &out, Stderr: &out}); err != nil ||
+		!strings.Contains(out.String(), "Nothing to recover") {
+		t.Fatalf("recover with nothing pending: %v\n%s", err, out.String())
+	}
+}
+
+// startItem is a durable start of request id, admitted at at, in the windows of at.
+func startItem(id, org, member string, at time.Time) *internalv1.StartItem {
+	s := &internalv1.Snapshot{Version: 2, AdmittedAtUnixMs: at.UnixMilli()}
+	for _, w := range window.Current(at) {
+		s.Buckets = append(s.Buckets, &internalv1.SnapshotBucket{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(),
+			WindowEndUnixMs: w.End.UnixMilli(), BucketId: window.BucketID(org, member, w.Timeframe, w.Start), PolicyId: "unlimited"})
+	}
+	return &internalv1.StartItem{RequestId: id, OrganizationId: org, MemberId: member, Snapshot: s}
+}

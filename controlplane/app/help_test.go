@@ -1,0 +1,93 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/controlplane/app"
+)
+
+// helpFlags are the flags a -h output lists ("  -name ..." lines of flag.PrintDefaults).
+func helpFlags(help string) []string {
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^  -(\S+)`).FindAllStringSubmatch(help, -1) {
+		names = append(names, m[1])
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Each subcommand's -h says what it does and lists the flags it reads, and only those:
+// migrate -h has no --http-addr, resync -h no --internal-token. serve -h lists every knob.
+func TestSubcommandHelpListsOnlyItsFlags(t *testing.T) {
+	redis := []string{"redis-addrs", "redis-mode", "redis-prefix", "redis-sentinel-master", "redis-url"}
+	for _, tc := range []struct {
+		cmd   string
+		flags []string // exactly these; nil: see has
+		has   []string // at least these
+		says  string   // part of the description
+	}{
+		{cmd: "migrate", flags: []string{"database-url", "log-format", "log-level"}, says: "migrations"},
+		{cmd: "resync", flags: append([]string{"database-url", "log-format", "log-level"}, redis...), says: "mirror"},
+		{cmd: "bootstrap-admin", flags: []string{"database-url", "email", "log-format", "log-level", "name"}, says: "standard input"},
+		{cmd: "serve", has: append([]string{"accounting-lanes", "admin-addr", "auto-migrate", "database-url", "grpc-addr", "http-addr",
+			"internal-token", "log-level", "mirror-check-interval", "platform-admin-emails", "session-ttl", "shutdown-timeout"}, redis...), says: "drains"},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := app.Run(context.Background(), []string{tc.cmd, "-h"}, envOf(nil), app.IO{Stdout: &out, Stderr: &out}); err != nil {
+				t.Fatalf("%s -h: %v", tc.cmd, err)
+			}
+			help := out.String()
+			if !strings.HasPrefix(help, "Usage: ") || !strings.Contains(help, tc.says) {
+				t.Errorf("%s -h does not start with its usage and say what it does (%q):\n%s", tc.cmd, tc.says, help)
+			}
+			got := helpFlags(help)
+			if want := slices.Sorted(slices.Values(tc.flags)); tc.flags != nil && !slices.Equal(got, want) {
+				t.Errorf("%s -h lists %v, want exactly %v:\n%s", tc.cmd, got, want, help)
+			}
+			for _, f := range tc.has {
+				if !slices.Contains(got, f) {
+					t.Errorf("%s -h does not list --%s:\n%s", tc.cmd, f, help)
+				}
+			}
+		})
+	}
+}
+
+// `controlplane -h` (and --help, help) lists the subcommands, not serve's flags, and
+// every subcommand it names answers its own -h.
+func TestHelpListsSubcommands(t *testing.T) {
+	for _, arg := range []string{"-h", "--help", "help"} {
+		var out bytes.Buffer
+		if err := app.Run(context.Background(), []string{arg}, envOf(nil), app.IO{Stdout: &out, Stderr: &out}); err != nil {
+			t.Fatalf("%s: %v", arg, err)
+		}
+		if flags := helpFlags(out.String()); len(flags) > 0 {
+			t.Fatalf("controlplane %s lists serve's flags instead of the subcommands:\n%s", arg, out.String())
+		}
+		for _, cmd := range []string{"serve", "migrate", "resync", "bootstrap-admin"} {
+			if !regexp.MustCompile(`(?m)^  ` + cmd + ` `).MatchString(out.String()) {
+				t.Errorf("controlplane %s does not name %s:\n%s", arg, cmd, out.String())
+			}
+			if err := app.Run(context.Background(), []string{cmd, "-h"}, envOf(nil), app.IO{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}); err != nil {
+				t.Errorf("%s -h: %v", cmd, err)
+			}
+		}
+	}
+}
+
+// A knob a subcommand does not take cannot fail it: a listen address that is not
+// host:port stops serve, not migrate's flag parsing.
+func TestSubcommandIgnoresOtherKnobs(t *testing.T) {
+	env := envOf(map[string]string{"TOLLGATE_HTTP_ADDR": "nonsense", "TOLLGATE_SESSION_TTL": "forever", "TOLLGATE_DATABASE_URL": "mysql://x"})
+	err := app.Run(context.Background(), []string{"migrate"}, env, app.IO{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}})
+	if err == nil || !strings.Contains(err.Error(), "TOLLGATE_DATABASE_URL") ||
+		strings.Contains(err.Error(), "TOLLGATE_HTTP_ADDR") || strings.Contains(err.Error(), "TOLLGATE_SESSION_TTL") {
+		t.Fatalf("migrate with a bad database URL and bad serve knobs: %v, want only the database URL reported", err)
+	}
+}
