@@ -13,57 +13,35 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
-	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
-// who is one member with one API key.
+// who is one member with one API key (enforcertest.Member).
 type who struct {
 	org, member, key string
 }
 
 func newMember(e *enforcertest.Env, limits ...fakecp.Limit) who {
-	w := who{org: typeid.New(typeid.Org), member: typeid.New(typeid.Member)}
-	w.key, _ = credential.New(credential.APIKeyPrefix)
-	e.CP.AddMember(w.org, w.member, limits...)
-	e.CP.AddKey(w.key, w.org, w.member, typeid.New(typeid.APIKey))
-	return w
+	m := e.NewMember(limits...)
+	return who{org: m.Org, member: m.ID, key: m.Key}
 }
 
-const usd = 1_000_000
+const usd = enforcertest.USD
 
-func dayLimit(base int64, hard bool) fakecp.Limit {
-	return fakecp.Limit{Timeframe: window.Day, PolicyID: "ulp_day", BaseMicroUSD: base, Hard: hard, AllowRequestReset: true, Revision: 3}
-}
+func dayLimit(base int64, hard bool) fakecp.Limit { return enforcertest.DayLimit(base, hard) }
 
 func okResponse(t *testing.T, resp *authv3.CheckResponse) *authv3.OkHttpResponse {
 	t.Helper()
-	if resp.GetStatus().GetCode() != int32(codes.OK) || resp.GetOkResponse() == nil {
-		t.Fatalf("want OK, got status %v denied %v", resp.GetStatus(), resp.GetDeniedResponse())
-	}
-	return resp.GetOkResponse()
+	return enforcertest.OK(t, resp)
 }
 
 func denied(t *testing.T, resp *authv3.CheckResponse, status int) *authv3.DeniedHttpResponse {
 	t.Helper()
-	d := resp.GetDeniedResponse()
-	if resp.GetStatus().GetCode() == int32(codes.OK) || d == nil {
-		t.Fatalf("want denial %d, got %v", status, resp)
-	}
-	if int(d.GetStatus().GetCode()) != status {
-		t.Fatalf("want HTTP %d, got %d (%s)", status, d.GetStatus().GetCode(), d.GetBody())
-	}
-	return d
+	return enforcertest.Denied(t, resp, status)
 }
 
-func headerMap(d *authv3.DeniedHttpResponse) map[string]string {
-	m := map[string]string{}
-	for _, h := range d.GetHeaders() {
-		m[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
-	}
-	return m
-}
+func headerMap(d *authv3.DeniedHttpResponse) map[string]string { return enforcertest.DeniedHeaders(d) }
 
 func TestCheckAdmitsWithinLimitAfterDurableStart(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{})

@@ -19,12 +19,7 @@ func settle(t *testing.T, e *enforcertest.Env, reqID string) {
 
 func requestID(t *testing.T, e *enforcertest.Env, key string) (string, string) {
 	t.Helper()
-	ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": key}))
-	state := enforcertest.MustHeader(t, ok.GetResponseHeadersToAdd(), "X-Service-Usage-State")
-	if len(ok.GetHeaders()) == 0 {
-		return "", state
-	}
-	return ok.GetHeaders()[0].GetHeader().GetValue(), state
+	return e.Admit(t, key)
 }
 
 func TestRedisDown(t *testing.T) {

@@ -1,7 +1,12 @@
 // Package enforcertest starts a whole enforcer for a test: a private corner of the test
 // Redis, the fake control plane (package fakecp) on a real gRPC port, the enforcer built
 // by app.New and served on 127.0.0.1:0 (gRPC, HTTP, admin), a manual clock, and
-// clients for its front doors. It also builds Envoy's requests the way Envoy fills them.
+// clients for its front doors. It also builds Envoy's requests the way Envoy fills them,
+// adds members with keys and limits (members.go), and reads ext_authz answers.
+//
+// It imports enforcer/app, so the tests of the enforcer's parts that use it are
+// external test packages (package extproc_test, httpcheck_test, app_test): those may
+// import app, which imports the package under test, without a cycle.
 package enforcertest
 
 import (

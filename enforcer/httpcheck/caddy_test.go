@@ -1,4 +1,4 @@
-package app_test
+package httpcheck_test
 
 import (
 	"bytes"
@@ -57,7 +57,7 @@ func caddyForwardAuth(t *testing.T, env []string, bearer bool, wantAuthorization
 	}
 	e := enforcertest.New(t, enforcertest.Options{})
 	e.CP.SetPrice("gpt-4o-mini", 2_000, 8_000)
-	w := newMember(e, dayLimit(1*usd, true))
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
 	enforcerAddr := strings.TrimPrefix(e.HTTPURL, "http://")
 
 	var mu sync.Mutex
@@ -70,7 +70,7 @@ func caddyForwardAuth(t *testing.T, env []string, bearer bool, wantAuthorization
 		// Credentials stay home: nothing of the member's key, the provider's as set.
 		for name, vs := range r.Header {
 			for _, v := range vs {
-				if strings.Contains(v, w.key) {
+				if strings.Contains(v, w.Key) {
 					http.Error(rw, "the member's key reached the upstream in "+name, 400)
 					return
 				}
@@ -131,9 +131,9 @@ func caddyForwardAuth(t *testing.T, env []string, bearer bool, wantAuthorization
 		req, _ := http.NewRequest("POST", "http://"+caddyAddr+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","messages":[]}`))
 		req.Header.Set("Content-Type", "application/json")
 		if bearer {
-			req.Header.Set("Authorization", "Bearer "+w.key)
+			req.Header.Set("Authorization", "Bearer "+w.Key)
 		} else {
-			req.Header.Set("X-Api-Key", w.key)
+			req.Header.Set("X-Api-Key", w.Key)
 		}
 		req.Header.Set("X-Service-Request-Id", "req_chosenbytheclient") // must not reach the upstream
 		res, err := http.DefaultClient.Do(req)
@@ -166,8 +166,8 @@ func caddyForwardAuth(t *testing.T, env []string, bearer bool, wantAuthorization
 		}
 		break
 	}
-	if admitted != 5 || e.CP.Spend(w.member, window.Day) != 5*240_000 {
-		t.Fatalf("admitted %d, spend %d", admitted, e.CP.Spend(w.member, window.Day))
+	if admitted != 5 || e.CP.Spend(w.ID, window.Day) != 5*240_000 {
+		t.Fatalf("admitted %d, spend %d", admitted, e.CP.Spend(w.ID, window.Day))
 	}
 	mu.Lock()
 	defer mu.Unlock()

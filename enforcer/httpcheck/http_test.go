@@ -1,4 +1,4 @@
-package app_test
+package httpcheck_test
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -31,20 +32,20 @@ func httpCheck(t *testing.T, e *enforcertest.Env, method string, headers map[str
 
 func TestHTTPCheckMatchesTheGRPCAnswers(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{})
-	ok := newMember(e, dayLimit(1*usd, true))
-	blocked := newMember(e, dayLimit(1*usd, true))
-	e.CP.SetSpend(blocked.member, window.Day, 1*usd)
-	suspended := newMember(e, dayLimit(1*usd, true))
-	e.CP.SetCapture(suspended.member, false)
+	ok := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	blocked := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	e.CP.SetSpend(blocked.ID, window.Day, 1*enforcertest.USD)
+	suspended := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	e.CP.SetCapture(suspended.ID, false)
 
 	for _, method := range []string{"GET", "POST", "HEAD"} {
-		res, _ := httpCheck(t, e, method, map[string]string{"X-Api-Key": ok.key, "X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/messages"})
+		res, _ := httpCheck(t, e, method, map[string]string{"X-Api-Key": ok.Key, "X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/messages"})
 		if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("X-Service-Request-Id"), "req_") || res.Header.Get("X-Service-Usage-State") != "within_limit" {
 			t.Fatalf("%s: %d %v", method, res.StatusCode, res.Header)
 		}
 	}
-	res, body := httpCheck(t, e, "GET", map[string]string{"Authorization": "Bearer " + blocked.key})
-	grpcBody := e.Check(t, map[string]string{"authorization": "Bearer " + blocked.key}).GetDeniedResponse().GetBody()
+	res, body := httpCheck(t, e, "GET", map[string]string{"Authorization": "Bearer " + blocked.Key})
+	grpcBody := e.Check(t, map[string]string{"authorization": "Bearer " + blocked.Key}).GetDeniedResponse().GetBody()
 	if res.StatusCode != 429 || res.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" ||
 		res.Header.Get("X-Service-Usage-State") != "blocked" || res.Header.Get("Retry-After") != "61200" ||
 		res.Header.Get("X-Should-Retry") != "false" || res.Header.Get("Content-Type") != "application/json" || body != grpcBody {
@@ -54,7 +55,7 @@ func TestHTTPCheckMatchesTheGRPCAnswers(t *testing.T) {
 	if res.StatusCode != 401 || body != `{"error":"unauthorized"}` {
 		t.Fatalf("401: %d %s", res.StatusCode, body)
 	}
-	res, _ = httpCheck(t, e, "GET", map[string]string{"X-Api-Key": suspended.key})
+	res, _ = httpCheck(t, e, "GET", map[string]string{"X-Api-Key": suspended.Key})
 	if res.StatusCode != 503 || res.Header.Get("X-Service-Error-Code") != "service_gateway_accounting_unavailable" || res.Header.Get("X-Service-Usage-State") != "" {
 		t.Fatalf("503: %d %v", res.StatusCode, res.Header)
 	}
@@ -77,16 +78,16 @@ func postSettle(t *testing.T, h http.Handler, remote, auth, body string) (int, m
 }
 
 func TestHTTPSettle(t *testing.T) {
-	e := enforcertest.New(t, enforcertest.Options{Config: func(c *appConfig) { c.SettleWait = 300 * time.Millisecond }})
+	e := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) { c.SettleWait = 300 * time.Millisecond }})
 	e.CP.SetPrice("gpt-4o", 3, 10)
-	w := newMember(e, dayLimit(1*usd, true))
-	res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.key})
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})
 	reqID := res.Header.Get("X-Service-Request-Id")
 	h := e.Enforcer.HTTP
 	body := `{"requestId":"` + reqID + `","model":"gpt-4o","inputTokens":100,"outputTokens":20,"cachedInputTokens":0}`
 
 	t.Run("refuses callers that are neither local nor holders of the token", func(t *testing.T) {
-		for _, auth := range []string{"", "Bearer wrong", "Bearer " + w.key} {
+		for _, auth := range []string{"", "Bearer wrong", "Bearer " + w.Key} {
 			if code, out := postSettle(t, h, "10.1.2.3:4444", auth, body); code != 401 || out["error"] != "unauthorized" {
 				t.Fatalf("%q: %d %v", auth, code, out)
 			}
@@ -112,7 +113,7 @@ func TestHTTPSettle(t *testing.T) {
 		if it := e.CP.Receipt(reqID).Item; it.GetUsageEstimated() || !it.GetComplete() {
 			t.Fatalf("settled %v", it)
 		}
-		if e.CP.Pending(w.member) != 0 {
+		if e.CP.Pending(w.ID) != 0 {
 			t.Fatal("pending not settled")
 		}
 	})
@@ -121,8 +122,8 @@ func TestHTTPSettle(t *testing.T) {
 		if code != 200 || out["outcome"] != "duplicate" || out["costMicroUsd"] != float64(500) {
 			t.Fatalf("%d %v", code, out)
 		}
-		if e.CP.Spend(w.member, window.Day) != 500 {
-			t.Fatalf("charged twice: %d", e.CP.Spend(w.member, window.Day))
+		if e.CP.Spend(w.ID, window.Day) != 500 {
+			t.Fatalf("charged twice: %d", e.CP.Spend(w.ID, window.Day))
 		}
 	})
 	t.Run("a lower cost is a conflict", func(t *testing.T) {
@@ -132,7 +133,7 @@ func TestHTTPSettle(t *testing.T) {
 		}
 	})
 	t.Run("estimated counts say so, and are never complete", func(t *testing.T) {
-		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.key})
+		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})
 		id := res.Header.Get("X-Service-Request-Id")
 		code, out := postSettle(t, h, "127.0.0.1:5555", "", `{"requestId":"`+id+`","model":"gpt-4o","inputTokens":10,"outputTokens":2,"complete":true,"estimated":true}`)
 		if code != 200 || out["outcome"] != "settled" || out["costMicroUsd"] != float64(50) || out["costBasis"] != "estimate" {
@@ -147,7 +148,7 @@ func TestHTTPSettle(t *testing.T) {
 		}
 	})
 	t.Run("202 while the control plane is down, delivered later", func(t *testing.T) {
-		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.key})
+		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})
 		id := res.Header.Get("X-Service-Request-Id")
 		e.CP.Fail("Settle", true)
 		code, out := postSettle(t, h, "127.0.0.1:5555", "", `{"requestId":"`+id+`"}`)

@@ -1,4 +1,4 @@
-package app_test
+package extproc_test
 
 import (
 	"context"
@@ -86,7 +86,7 @@ const chatStreamBody = `{"model":"gpt-4o-mini","stream":true,"temperature":0.7,"
 
 func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{})
-	w := newMember(e, dayLimit(1*usd, true))
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
 	withUsage := `{"stream_options":{"include_usage":true},` + chatStreamBody[1:]
 	for _, tc := range []struct {
 		name    string
@@ -102,7 +102,7 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 		{"not JSON", bodySpec{path: "/v1/chat/completions", body: "stream=true"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.spec.requestID, _ = requestID(t, e, w.key)
+			tc.spec.requestID, _ = e.Admit(t, w.Key)
 			resp := sendRequestBody(t, e, tc.spec)
 			if tc.mutated == "" {
 				if resp.GetResponse() != nil {
@@ -199,8 +199,8 @@ func TestExtProcChargesWhatWasSeen(t *testing.T) {
 			for _, m := range []string{"gpt-4o-mini-2024-07-18", "gpt-4o-mini", "claude-3-5-haiku-20241022"} {
 				e.CP.SetPrice(m, 2, 8)
 			}
-			w := newMember(e, dayLimit(1*usd, true))
-			reqID, _ := requestID(t, e, w.key)
+			w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+			reqID, _ := e.Admit(t, w.Key)
 			if !tc.skipRequestBody {
 				if resp := sendRequestBody(t, e, bodySpec{requestID: reqID, path: "/v1/chat/completions", body: body}); resp.GetResponse() == nil {
 					t.Fatal("include_usage not asked for")
@@ -218,7 +218,7 @@ func TestExtProcChargesWhatWasSeen(t *testing.T) {
 			if rc.Cost != tc.cost || rc.CostBasis != tc.basis || rc.CostSource != tc.costSrc {
 				t.Fatalf("cost %d, basis %s, source %s", rc.Cost, rc.CostBasis, rc.CostSource)
 			}
-			if e.Enforcer.Tracker.Len() != 0 || e.CP.Pending(w.member) != 0 {
+			if e.Enforcer.Tracker.Len() != 0 || e.CP.Pending(w.ID) != 0 {
 				t.Fatal("left pending")
 			}
 		})
@@ -230,9 +230,9 @@ func TestExtProcChargesWhatWasSeen(t *testing.T) {
 func TestReapedRequestIsChargedItsInputEstimate(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{})
 	e.CP.SetPrice("gpt-4o-mini", 2, 8)
-	w := newMember(e, dayLimit(1*usd, true))
-	seen, _ := requestID(t, e, w.key)
-	unseen, _ := requestID(t, e, w.key)
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	seen, _ := e.Admit(t, w.Key)
+	unseen, _ := e.Admit(t, w.Key)
 	sendRequestBody(t, e, bodySpec{requestID: seen, path: "/v1/chat/completions", body: chatStreamBody})
 	est, err := estimate.Input([]byte(chatStreamBody))
 	if err != nil {
@@ -275,15 +275,15 @@ func TestIncludeUsageBodyIsTheSameRequest(t *testing.T) {
 // settled at no cost; priced models, and the same model elsewhere, go on.
 func TestExtProcRefusesUnpricedModels(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{})
-	refusing := newMember(e, dayLimit(1*usd, true))
-	e.CP.RefuseUnpriced(refusing.member, true, pricecatalog.Key("Acme/House-Model"))
-	charging := newMember(e, dayLimit(1*usd, true))
+	refusing := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	e.CP.RefuseUnpriced(refusing.ID, true, pricecatalog.Key("Acme/House-Model"))
+	charging := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
 	body := func(model string) string {
 		return `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`
 	}
 	for _, tc := range []struct {
 		name    string
-		w       who
+		w       enforcertest.Member
 		model   string
 		refused bool
 	}{
@@ -294,7 +294,7 @@ func TestExtProcRefusesUnpricedModels(t *testing.T) {
 		{"the same unknown model where the organization charges it", charging, "mystery-model-9", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			id, _ := requestID(t, e, tc.w.key)
+			id, _ := e.Admit(t, tc.w.Key)
 			resp := answerRequestBody(t, e, bodySpec{requestID: id, path: "/v1/chat/completions", body: body(tc.model)})
 			if !tc.refused {
 				if resp.GetRequestBody() == nil {

@@ -1,4 +1,4 @@
-package app_test
+package extproc_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -143,8 +144,8 @@ func TestExtProcSettlesStreams(t *testing.T) {
 			for _, m := range []string{"gpt-4o-mini-2024-07-18", "gpt-4o-mini", "claude-3-5-haiku-20241022"} {
 				e.CP.SetPrice(m, 2, 8)
 			}
-			w := newMember(e, dayLimit(1*usd, true))
-			reqID, _ := requestID(t, e, w.key)
+			w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+			reqID, _ := e.Admit(t, w.Key)
 			tc.spec.requestID = reqID
 			runStream(t, e, tc.spec)
 			enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
@@ -154,14 +155,14 @@ func TestExtProcSettlesStreams(t *testing.T) {
 				it.GetCachedInputTokens() != tc.cached || it.GetCacheCreationInputTokens() != tc.creation || it.GetUpstreamStatus() != 200 {
 				t.Fatalf("settled %v", it)
 			}
-			if it.GetOrganizationId() != w.org || it.GetMemberId() != w.member || it.GetSnapshot() != nil {
+			if it.GetOrganizationId() != w.Org || it.GetMemberId() != w.ID || it.GetSnapshot() != nil {
 				t.Fatalf("attribution %v (a durable start needs no snapshot)", it)
 			}
 			if rc.CostSource != tc.costSource || rc.Cost != tc.cost || it.GetUsageEstimated() != tc.estimated {
 				t.Fatalf("cost %d %s, estimated %v", rc.Cost, rc.CostSource, it.GetUsageEstimated())
 			}
-			if e.CP.Pending(w.member) != 0 || e.Enforcer.Tracker.Len() != 0 {
-				t.Fatalf("pending %d tracked %d", e.CP.Pending(w.member), e.Enforcer.Tracker.Len())
+			if e.CP.Pending(w.ID) != 0 || e.Enforcer.Tracker.Len() != 0 {
+				t.Fatalf("pending %d tracked %d", e.CP.Pending(w.ID), e.Enforcer.Tracker.Len())
 			}
 		})
 	}
@@ -183,12 +184,12 @@ func TestSettlementsReachTheNextCheck(t *testing.T) {
 	// reported through ext_proc past the limit, then 429.
 	e := enforcertest.New(t, enforcertest.Options{})
 	e.CP.SetPrice("gpt-4o-mini", 2_000, 8_000) // micro-USD per token: 1 USD = 500 input tokens
-	w := newMember(e, dayLimit(1*usd, true))
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
 	for i := 0; ; i++ {
-		resp := e.Check(t, map[string]string{"x-api-key": w.key})
+		resp := e.Check(t, map[string]string{"x-api-key": w.Key})
 		if resp.GetDeniedResponse() != nil {
-			d := denied(t, resp, 429)
-			if hs := headerMap(d); hs["X-Service-Usage-State"] != "blocked" || hs["X-Service-Error-Code"] != "service_gateway_usage_limit_exceeded" {
+			d := enforcertest.Denied(t, resp, 429)
+			if hs := enforcertest.DeniedHeaders(d); hs["X-Service-Usage-State"] != "blocked" || hs["X-Service-Error-Code"] != "service_gateway_usage_limit_exceeded" {
 				t.Fatalf("headers %v", hs)
 			}
 			// Each response costs 100*2000 + 5*8000 = 240,000 micro-USD: four leave
@@ -201,21 +202,21 @@ func TestSettlementsReachTheNextCheck(t *testing.T) {
 		if i > 50 {
 			t.Fatal("never blocked")
 		}
-		reqID := okResponse(t, resp).GetHeaders()[0].GetHeader().GetValue()
+		reqID := enforcertest.OK(t, resp).GetHeaders()[0].GetHeader().GetValue()
 		body := strings.Replace(openAIJSON, `"prompt_tokens":10`, `"prompt_tokens":100`, 1)
 		runStream(t, e, streamSpec{requestID: reqID, contentType: "application/json", chunks: [][]byte{[]byte(body)}})
 		enforcertest.WaitFor(t, "settled", func() bool { return e.CP.Receipt(reqID) != nil })
 	}
-	if used := e.CP.Spend(w.member, window.Day); used < 1*usd {
+	if used := e.CP.Spend(w.ID, window.Day); used < 1*enforcertest.USD {
 		t.Fatalf("blocked at %d", used)
 	}
 }
 
 func TestShutdownSettlesCutStreamsAsIncomplete(t *testing.T) {
-	e := enforcertest.New(t, enforcertest.Options{Config: func(c *appConfig) { c.ShutdownTimeout = 300 * time.Millisecond }})
+	e := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) { c.ShutdownTimeout = 300 * time.Millisecond }})
 	e.CP.SetPrice("gpt-4o-mini-2024-07-18", 1, 1)
-	w := newMember(e, dayLimit(1*usd, true))
-	reqID, _ := requestID(t, e, w.key)
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	reqID, _ := e.Admit(t, w.Key)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := e.ExtProc.Process(ctx)
@@ -237,7 +238,7 @@ func TestShutdownSettlesCutStreamsAsIncomplete(t *testing.T) {
 	// SIGTERM while the response is still streaming: the drain waits, then cuts it.
 	e.Stop()
 	rc := e.CP.Receipt(reqID)
-	if rc == nil || rc.Item.GetComplete() || rc.Item.GetModel() != "gpt-4o-mini-2024-07-18" || e.CP.Pending(w.member) != 0 {
+	if rc == nil || rc.Item.GetComplete() || rc.Item.GetModel() != "gpt-4o-mini-2024-07-18" || e.CP.Pending(w.ID) != 0 {
 		t.Fatalf("cut stream: %+v", rc)
 	}
 }
