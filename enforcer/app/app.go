@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"sync"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -44,6 +43,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 	"github.com/tollgate-dev/tollgate/pkg/listen"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
@@ -135,13 +135,19 @@ type Enforcer struct {
 	rdb    redis.UniversalClient
 	layout mirror.Layout
 
-	Metrics  *metrics.Metrics
-	Gate     *gate.Gate
-	Tracker  *inflight.Tracker
-	Settle   *settleq.Queue
-	Starts   *startq.Queue
-	Identity *identity.Cache
-	Records  *record.Reader
+	Metrics *metrics.Metrics
+	// ControlPlane is the client every part calls the control plane through; it follows
+	// whether the control plane accepts this enforcer (readiness).
+	ControlPlane *cpclient.Health
+	Gate         *gate.Gate
+	Tracker      *inflight.Tracker
+	Settle       *settleq.Queue
+	Starts       *startq.Queue
+	Identity     *identity.Cache
+	Records      *record.Reader
+	// Invalidations applies the control plane's invalidations to Identity and the
+	// gate's blocked decisions.
+	Invalidations *invalidation.Watcher
 	// GRPC serves ext_authz, ext_proc and health; HTTP serves /check and /settle;
 	// Admin serves /healthz, /readyz, /metrics.
 	GRPC   *grpc.Server
@@ -163,16 +169,18 @@ func New(d Deps) *Enforcer {
 	}
 	cfg, m, log := d.Config, d.Metrics, d.Log
 	e := &Enforcer{cfg: cfg, log: log, reg: d.Registry, rdb: d.Redis, layout: d.Layout, Metrics: m}
+	e.ControlPlane = cpclient.NewHealth(d.ControlPlane, cfg.ControlPlaneAddr, cpclient.HealthConfig{}, log)
+	cp := e.ControlPlane
 	linger := cfg.SettleLinger
 	if linger == 0 {
 		linger = -1 // settleq: a zero field takes the default; negative sends at once
 	}
-	e.Settle = settleq.New(d.ControlPlane, settleq.Config{Capacity: cfg.SettleCapacity, Workers: d.SettleWorkers, Linger: linger}, m, log)
+	e.Settle = settleq.New(cp, settleq.Config{Capacity: cfg.SettleCapacity, Workers: d.SettleWorkers, Linger: linger}, m, log)
 	e.Tracker = inflight.New(e.Settle, d.Clock, m, log)
-	e.Starts = startq.New(d.ControlPlane, e.Settle, startq.Config{Capacity: cfg.StartCapacity, PerMember: cfg.StartPerMember,
+	e.Starts = startq.New(cp, e.Settle, startq.Config{Capacity: cfg.StartCapacity, PerMember: cfg.StartPerMember,
 		Deadline: cfg.StartDeadline, Workers: d.StartWorkers}, e.Tracker.SettleOrphan, m, log)
-	e.Identity = identity.New(d.ControlPlane, identity.Config{TTL: cfg.IdentityTTL}, d.Clock, m, log)
-	e.Records = record.New(d.Redis, d.Layout, d.ControlPlane, record.Config{GenerationPoll: cfg.GenerationPoll}, m, log)
+	e.Identity = identity.New(cp, identity.Config{TTL: cfg.IdentityTTL}, d.Clock, m, log)
+	e.Records = record.New(d.Redis, d.Layout, cp, record.Config{GenerationPoll: cfg.GenerationPoll}, m, log)
 	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
 		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL})
 
@@ -193,8 +201,23 @@ func New(d Deps) *Enforcer {
 	healthpb.RegisterHealthServer(e.GRPC, e.Health)
 	e.HTTP = httpcheck.New(e.Gate, e.Tracker, httpcheck.Config{InternalToken: cfg.InternalToken, SettleWait: cfg.SettleWait}, log)
 
-	e.Admin = admin.New(d.Registry, e.redisReady)
+	e.Invalidations = invalidation.New(d.Redis, d.Layout, log, m, e.Identity, e.Gate.Blocks)
+	e.Admin = admin.New(d.Registry, e.redisReady, e.controlPlaneReady)
 	return e
+}
+
+// controlPlaneReady: not ready while the control plane refuses this enforcer's token
+// (in either failure mode: it is a configuration error that no retry fixes, and every
+// request would be answered without accounting), nor, in closed mode, while it cannot
+// be reached (every check needing it would be a 503). The reason is
+// "internal token rejected", "control plane unreachable" or "control plane not reached
+// yet" (cpclient.Health; its log says more, once per transition).
+func (e *Enforcer) controlPlaneReady(context.Context) error {
+	err := e.ControlPlane.Ready()
+	if err == nil || (e.cfg.FailOpen() && !errors.Is(err, cpclient.ErrTokenRejected)) {
+		return nil
+	}
+	return err
 }
 
 // redisReady: not ready while Redis is unreachable in closed mode (every check would be
@@ -219,29 +242,29 @@ func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
 	return Listeners{GRPC: lns[0], HTTP: lns[1], Admin: lns[2]}, nil
 }
 
-// Serve runs the servers and the background work until ctx ends, then drains: report
-// not-ready, stop taking checks, let in-flight checks and response streams finish
-// under the shutdown deadline, settle what nobody will report any more, flush the
-// settle queue. It does not close the Redis or control-plane clients.
+// Serve runs the servers and the background loops until ctx ends (or a server or loop
+// fails), then shuts down in this order:
+//
+//  1. report not-ready (/readyz "draining", gRPC health NOT_SERVING);
+//  2. stop taking checks: the HTTP and gRPC servers drain in-flight checks and response
+//     streams within three quarters of the shutdown deadline, then cut what is left
+//     (its ext_proc handlers settle what they saw);
+//  3. stop the start queue (queued starts are refused);
+//  4. settle as incomplete every admitted request nobody will report any more;
+//  5. stop the settle queue's workers, then flush what is queued within the deadline;
+//  6. stop the other loops, newest first: the control plane probe, the reaper, the
+//     invalidation watcher, the record reader;
+//  7. stop the admin server (it answers "draining" until here).
+//
+// It does not close the Redis or control-plane clients: Run closes them after Serve.
 func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBG()
-	var wg sync.WaitGroup
-	goBG := func(f func(context.Context)) {
-		wg.Add(1)
-		go func() { defer wg.Done(); f(bg) }()
-	}
-	settleCtx, stopSettle := context.WithCancel(context.WithoutCancel(ctx))
-	settleDone := make(chan struct{})
-	go func() { e.Settle.Run(settleCtx); close(settleDone) }()
-	startCtx, stopStarts := context.WithCancel(context.WithoutCancel(ctx))
-	startsDone := make(chan struct{})
-	go func() { e.Starts.Run(startCtx); close(startsDone) }()
-	goBG(e.Records.Run)
-	goBG(func(ctx context.Context) {
-		invalidation.Watch(ctx, e.rdb, e.layout, e.log, e.Metrics, nil, e.Identity, e.Gate.Blocks)
-	})
-	goBG(func(ctx context.Context) { e.Tracker.RunReaper(ctx, time.Minute, e.cfg.AbandonAfter) })
+	var loops lifecycle.Group
+	starts := loops.Go(ctx, "start queue", e.Starts.Run)
+	settle := loops.Go(ctx, "settle queue", e.Settle.Run)
+	loops.Go(ctx, "record reader", e.Records.Run)
+	loops.Go(ctx, "invalidation watcher", e.Invalidations.Run)
+	loops.Go(ctx, "reaper", inflight.Reaper{Tracker: e.Tracker, Every: time.Minute, After: e.cfg.AbandonAfter}.Run)
+	loops.Go(ctx, "control plane probe", e.ControlPlane.Run)
 
 	httpSrv := &http.Server{Handler: e.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
 	adminSrv := admin.NewServer(e.Admin)
@@ -258,17 +281,23 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	select {
 	case <-ctx.Done():
 	case runErr = <-errc:
+	case runErr = <-loops.Exited():
 	}
+	if runErr != nil {
+		e.log.Error("shutting down after a failure", "err", runErr)
+	}
+	// 1.
 	e.Admin.Drain()
 	e.Health.Shutdown() // every service NOT_SERVING: Envoy's health checks move traffic away
 	e.log.Info("shutting down", "timeout", e.cfg.ShutdownTimeout)
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ShutdownTimeout)
 	defer cancel()
-	// Requests in flight get three quarters of the budget; the settle queue's drain
+	// 2. Requests in flight get three quarters of the budget; the settle queue's drain
 	// keeps at least the last quarter, so a slow stream cannot starve it.
 	serveCtx, cancelServe := context.WithTimeout(shutCtx, e.cfg.ShutdownTimeout*3/4)
 	defer cancelServe()
-	_ = httpSrv.Shutdown(serveCtx)
+	httpDone := make(chan struct{})
+	go func() { _ = httpSrv.Shutdown(serveCtx); close(httpDone) }()
 	stopped := make(chan struct{})
 	go func() { e.GRPC.GracefulStop(); close(stopped) }()
 	select {
@@ -278,20 +307,21 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 		e.GRPC.Stop()
 		<-stopped
 	}
-	// No more checks: stop the start queue, then settle every admitted request that
-	// nobody will report to this process any more, and flush.
-	stopStarts()
-	<-startsDone
+	<-httpDone
+	// 3. and 4. No more checks: stop the start queue, then settle every admitted request
+	// that nobody will report to this process any more.
+	stopErrs := []error{runErr, starts.Stop()}
 	if n := e.Tracker.SettleAll(); n > 0 {
 		e.log.Warn("settling unreported requests as incomplete at shutdown", "count", n)
 	}
-	stopSettle()
-	<-settleDone
+	// 5.
+	stopErrs = append(stopErrs, settle.Stop())
 	e.Settle.Drain(shutCtx)
-	stopBG()
-	wg.Wait()
+	// 6.
+	stopErrs = append(stopErrs, loops.StopAll())
+	// 7.
 	_ = adminSrv.Shutdown(shutCtx)
-	return runErr
+	return errors.Join(stopErrs...)
 }
 
 func ignoreClosed(err error) error {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -13,8 +14,8 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
-	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
 )
 
 // Options configure Dial.
@@ -39,6 +40,11 @@ func Dial(addr string, opts Options, m *metrics.Metrics) (*grpc.ClientConn, erro
 		// Keepalives notice a dead control plane between bursts instead of on the
 		// next check.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// Reconnection attempts back off to at most 5s apart (grpc's default grows to
+		// 2 minutes): a control plane that comes back is used again, and the enforcer
+		// ready again, within seconds.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2,
+			MaxDelay: 5 * time.Second}, MinConnectTimeout: 20 * time.Second}),
 	}
 	// Fixed flow-control windows: no window-estimation PINGs after every answer.
 	dialOpts = append(dialOpts, grpcflow.DialOptions()...)
@@ -57,6 +63,10 @@ func New(cc grpc.ClientConnInterface) internalv1.AccountingClient {
 
 func instrument(m *metrics.Metrics) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if isProbeCall(ctx) {
+			// Health's probes are not the enforcer's traffic: they are not counted.
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
 		start := time.Now()
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		name := path.Base(method)

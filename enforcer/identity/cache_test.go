@@ -173,9 +173,9 @@ func TestWatchAppliesPublishedInvalidations(t *testing.T) {
 	c, a, _ := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan struct{})
-	go invalidation.Watch(ctx, rdb, layout, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.Discard(), ready, c)
-	<-ready
+	w := invalidation.New(rdb, layout, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.Discard(), c)
+	go w.Run(ctx)
+	<-w.Ready()
 	lookup(t, c, "tgk_alice")
 	if err := layout.Publish(ctx, rdb, mirror.Invalidation{Kind: "credential", ID: hashHex("tgk_alice")}); err != nil {
 		t.Fatal(err)

@@ -311,16 +311,23 @@ func (t *Tracker) settleIncomplete(r *Request) {
 	_ = t.q.Enqueue(item, r.Reservation, nil)
 }
 
-// RunReaper reaps every interval until ctx is done.
-func (t *Tracker) RunReaper(ctx context.Context, every, after time.Duration) {
-	tick := time.NewTicker(every)
+// Reaper is the tracker's background loop: every Every, it settles as incomplete the
+// requests admitted more than After ago that nobody reported (Reap).
+type Reaper struct {
+	Tracker      *Tracker
+	Every, After time.Duration
+}
+
+// Run reaps until ctx is done, then returns nil.
+func (r Reaper) Run(ctx context.Context) error {
+	tick := time.NewTicker(r.Every)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-tick.C:
-			t.Reap(after)
+			r.Tracker.Reap(r.After)
 		}
 	}
 }

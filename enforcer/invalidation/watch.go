@@ -22,34 +22,51 @@ type Subscriber interface {
 	Subscribed(live bool)
 }
 
-// Watch follows the channel until ctx is done, resubscribing after failures. ready, if
-// not nil, is closed once the first subscription is confirmed (and its subscribers
-// told).
-func Watch(ctx context.Context, rdb redis.UniversalClient, layout mirror.Layout, log *slog.Logger, m *metrics.Metrics,
-	ready chan<- struct{}, subs ...Subscriber) {
-	w := watcher{log: log, m: m, subs: subs, ready: ready}
+// Watcher follows the channel for its subscribers.
+type Watcher struct {
+	rdb    redis.UniversalClient
+	layout mirror.Layout
+	log    *slog.Logger
+	m      *metrics.Metrics
+	subs   []Subscriber
+	ready  chan struct{}
+}
+
+// New builds a watcher; nothing is subscribed until Run.
+func New(rdb redis.UniversalClient, layout mirror.Layout, log *slog.Logger, m *metrics.Metrics, subs ...Subscriber) *Watcher {
+	return &Watcher{rdb: rdb, layout: layout, log: log, m: m, subs: subs, ready: make(chan struct{})}
+}
+
+// Ready is closed once the first subscription is confirmed (and the subscribers told).
+func (wt *Watcher) Ready() <-chan struct{} { return wt.ready }
+
+// Run follows the channel until ctx is done, resubscribing after failures; it returns
+// nil then.
+func (wt *Watcher) Run(ctx context.Context) error {
+	w := watcher{log: wt.log, m: wt.m, subs: wt.subs, ready: wt.ready}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := w.once(ctx, rdb, layout)
+		err := w.once(ctx, wt.rdb, wt.layout)
 		w.subscribed(false)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
-		log.Warn("invalidation subscription lost; caches flushed, resubscribing", "error", err, "in", backoff.String())
+		wt.log.Warn("invalidation subscription lost; caches flushed, resubscribing", "error", err, "in", backoff.String())
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+	return nil
 }
 
 type watcher struct {
 	log   *slog.Logger
 	m     *metrics.Metrics
 	subs  []Subscriber
-	ready chan<- struct{}
+	ready chan struct{}
 	live  bool
 }
 

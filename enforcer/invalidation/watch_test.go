@@ -70,12 +70,14 @@ func TestWatchHandsMessagesToEverySubscriberAndReportsGaps(t *testing.T) {
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
 	a, b := &recorder{}, &recorder{}
-	ready := make(chan struct{})
+	w := invalidation.New(through, layout, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.Discard(), a, b)
 	go func() {
-		invalidation.Watch(ctx, through, layout, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.Discard(), ready, a, b)
+		if err := w.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
 		close(done)
 	}()
-	<-ready
+	<-w.Ready()
 	publish := func(msgs ...string) {
 		t.Helper()
 		for _, m := range msgs {

@@ -368,8 +368,9 @@ func (r *Reader) pipeline(ctx context.Context) {
 	}
 }
 
-// Run keeps the generation current and serves batched reads until ctx is done.
-func (r *Reader) Run(ctx context.Context) {
+// Run keeps the generation current and serves batched reads until ctx is done; then it
+// answers the reads that raced the stop and returns nil.
+func (r *Reader) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	if r.cfg.PipelineWorkers > 0 {
 		for range r.cfg.PipelineWorkers {
@@ -388,7 +389,7 @@ func (r *Reader) Run(ctx context.Context) {
 			f, err := r.layout.ReadFields(context.Background(), r.rdb, q.key)
 			q.done <- readRes{f, err}
 		default:
-			return
+			return nil
 		}
 	}
 }

@@ -222,8 +222,9 @@ func (q *Queue) Depth() int {
 	return q.lenLocked()
 }
 
-// Run sends settlements until ctx is done. Call Drain afterwards to flush what is left.
-func (q *Queue) Run(ctx context.Context) {
+// Run sends settlements until ctx is done, then returns nil once every call in flight
+// has been answered. Call Drain afterwards to flush what is left.
+func (q *Queue) Run(ctx context.Context) error {
 	for range q.cfg.Workers {
 		q.workers.Add(1)
 		go func() {
@@ -232,6 +233,7 @@ func (q *Queue) Run(ctx context.Context) {
 		}()
 	}
 	q.workers.Wait()
+	return nil
 }
 
 func (q *Queue) work(ctx context.Context) {

@@ -254,8 +254,9 @@ func (q *Queue) removeLocked(w *waiter) {
 	q.m.StartQueueDepth.Set(float64(q.queue.Len()))
 }
 
-// Run sends starts until ctx is done; then queued starts are refused with ErrClosed.
-func (q *Queue) Run(ctx context.Context) {
+// Run sends starts until ctx is done; then queued starts are refused with ErrClosed and
+// it returns nil.
+func (q *Queue) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range q.cfg.Workers {
 		wg.Add(1)
@@ -289,6 +290,7 @@ func (q *Queue) Run(ctx context.Context) {
 	for _, w := range left {
 		q.complete(w, outcome{err: ErrClosed})
 	}
+	return nil
 }
 
 // take claims up to MaxBatch queued starts. Claiming and leaving both happen under the
