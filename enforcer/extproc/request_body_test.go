@@ -13,7 +13,6 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/extproc"
-	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
@@ -258,7 +257,7 @@ func TestReapedRequestIsChargedItsInputEstimate(t *testing.T) {
 
 // The mutated body is what an OpenAI upstream must accept: valid JSON, the same request.
 func TestIncludeUsageBodyIsTheSameRequest(t *testing.T) {
-	got, ok := requestbody.WithIncludeUsage([]byte(chatStreamBody))
+	got, ok := extproc.WithIncludeUsage([]byte(chatStreamBody))
 	if !ok {
 		t.Fatal("not rewritten")
 	}
