@@ -107,8 +107,9 @@ func TestDashboard(t *testing.T) {
 	for _, m := range []string{
 		"tollgate_enforcer_decisions_total", "tollgate_enforcer_check_duration_seconds_bucket",
 		"tollgate_enforcer_start_queue_depth", "tollgate_enforcer_settle_queue_depth",
-		"tollgate_enforcer_settlement_lag_seconds", "tollgate_accounting_pending_starts",
-		"tollgate_enforcer_redis_errors_total", "tollgate_store_errors_total",
+		"tollgate_enforcer_settlement_lag_seconds", "tollgate_controlplane_accounting_pending_starts",
+		"tollgate_enforcer_redis_errors_total", "tollgate_controlplane_store_errors_total",
+		"tollgate_enforcer_settle_queue_oldest_age_seconds", "tollgate_enforcer_settlements_total", "up",
 	} {
 		if !used[m] {
 			t.Errorf("the dashboard shows no panel on %s", m)
@@ -195,10 +196,50 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"TollgateSettlementBacklog", "TollgateAccountingUnavailable", "TollgateFailOpenAdmissions", "TollgateRedisGenerationLost"} {
+	for _, want := range []string{"TollgateSettlementBacklog", "TollgateAccountingUnavailable", "TollgateFailOpenAdmissions", "TollgateRedisGenerationLost",
+		"TollgateSettlementsLost", "TollgateControlPlaneDown", "TollgateEnforcerDown"} {
 		if !names[want] {
 			t.Errorf("no alert %s", want)
 		}
+	}
+	// The jobs the down alerts watch are the jobs the chart's ServiceMonitor scrapes:
+	// it names them after the Services' component label.
+	sm, err := os.ReadFile("../charts/tollgate/templates/servicemonitor.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(sm), "jobLabel: app.kubernetes.io/component") {
+		t.Error("the ServiceMonitor no longer names jobs after app.kubernetes.io/component: check the alerts' job matchers")
+	}
+	jobs := 0
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			for _, m := range regexp.MustCompile(`\bup\{job="([^"]+)"\}`).FindAllStringSubmatch(r.Expr, -1) {
+				jobs++
+				if !regexp.MustCompile(`(?m)^\s*- ` + regexp.QuoteMeta(m[1]) + `\s*$`).Match(sm) {
+					t.Errorf("%s: job %q is not a component the chart's ServiceMonitor scrapes", r.Alert, m[1])
+				}
+			}
+		}
+	}
+	if jobs == 0 {
+		t.Error("no alert watches up{job=...}")
+	}
+}
+
+// TestAlertRulesPromtool loads the rules with Prometheus' own checker. CI installs
+// promtool (.ci/run), so there it must run.
+func TestAlertRulesPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("promtool is not on PATH (CI=true: .ci/run installs it)")
+		}
+		t.Skip("promtool is not on PATH; apt-get install --no-install-recommends prometheus")
+	}
+	out, err := exec.Command(promtool, "check", "rules", "prometheus/alerts.yaml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
 }
 
@@ -207,7 +248,7 @@ func TestMetricsCheckerCatchesDrift(t *testing.T) {
 	tests := []struct{ expr, want string }{
 		{`sum(rate(tollgate_enforcer_decision_total[5m]))`, "unknown metric tollgate_enforcer_decision_total"},
 		{`sum(rate(tollgate_enforcer_decisions_total{decision="denied"}[5m]))`, "decision is never denied"},
-		{`tollgate_store_errors_total{route="x"}`, "has no label route"},
+		{`tollgate_controlplane_store_errors_total{route="x"}`, "has no label route"},
 		{`tollgate_enforcer_start_queue_depth_bucket`, "unknown metric"},
 		{`histogram_quantile(0.99, sum by (le) (rate(tollgate_enforcer_check_duration_seconds_bucket{le="0.1"}[$__rate_interval])))`, ""},
 		{`sum by (decision) (increase(tollgate_enforcer_decisions_total{decision!="admitted"}[1h])) / clamp_min(sum(up), 1e-9)`, ""},
@@ -221,6 +262,12 @@ func TestMetricsCheckerCatchesDrift(t *testing.T) {
 		{`sum by (route) (rate(tollgate_enforcer_decisions_total[5m]))`, "nothing inside has label route"},
 		{`sum(rate(tollgate_enforcer_decisions_total))`, "needs a range vector"},
 		{`sum(rate(tollgate_enforcer_decisions_total[5m]`, "does not parse"},
+		// What the settlement-lag panel and TollgateSettlementBacklog read until issue 18:
+		// a histogram's bare name, which Prometheus never stores.
+		{`max(tollgate_enforcer_settlement_lag_seconds) > 120`, "tollgate_enforcer_settlement_lag_seconds is a histogram"},
+		// A value pinned on a series nobody pre-creates: No data until it happens.
+		{`sum(rate(tollgate_controlplane_http_requests_total{code="500"}[5m]))`, "has no series until it first happens"},
+		{`tollgate_enforcer_settlements_total{outcome=~"abandoned|lost"}`, "outcome is never lost"},
 	}
 	for _, tc := range tests {
 		got := strings.Join(checkExpr(tc.expr), "; ")

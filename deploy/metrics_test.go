@@ -11,10 +11,11 @@ import (
 
 	"github.com/VictoriaMetrics/metricsql"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
 	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
+	cpmetrics "github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 )
 
@@ -32,8 +33,8 @@ type program struct {
 
 var programs = []program{
 	{"control plane", func(reg prometheus.Registerer) {
-		acctmetrics.New(reg)
-		httpapi.New(httpapi.Deps{Registry: reg}) // the REST metrics, declared by the server
+		m := cpmetrics.New(reg)
+		httpapi.New(httpapi.Deps{Metrics: m}) // creates the series of every route
 	}},
 	{"enforcer", func(reg prometheus.Registerer) { metrics.New(reg) }},
 }
@@ -575,15 +576,30 @@ func TestProgramsRegistries(t *testing.T) {
 			t.Errorf("%s: got %+v, want a %s", name, f, typeName(want))
 		}
 	}
+	// One prefix per program: a series says which program it comes from.
+	prefixes := map[string]string{"control plane": "tollgate_controlplane_", "enforcer": "tollgate_enforcer_"}
 	for _, f := range cat {
-		if !strings.HasPrefix(f.name, "tollgate_") {
-			t.Errorf("%s (%s): every metric is named tollgate_...", f.name, f.program)
+		if !strings.HasPrefix(f.name, prefixes[f.program]) {
+			t.Errorf("%s (%s): the %s's metrics are named %s...", f.name, f.program, f.program, prefixes[f.program])
+		}
+	}
+	// Naming conventions (promlint: _total on counters, base units, ...), on every
+	// series a fresh program exposes.
+	for _, p := range programs {
+		reg := prometheus.NewPedanticRegistry()
+		p.register(reg)
+		problems, err := testutil.GatherAndLint(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pr := range problems {
+			t.Errorf("%s: %s: %s", p.name, pr.Metric, pr.Text)
 		}
 	}
 }
 
 // TestUnpricedModelsAlert: a model nobody priced is charged at the fallback price and
-// counted by tollgate_accounting_unpriced_settlements_total{cost_source="fallback"}; an
+// counted by tollgate_controlplane_accounting_unpriced_settlements_total{cost_source="fallback"}; an
 // alert must watch that series (and the checker must know its labels).
 func TestUnpricedModelsAlert(t *testing.T) {
 	var rf ruleFile
@@ -592,7 +608,7 @@ func TestUnpricedModelsAlert(t *testing.T) {
 	for _, g := range rf.Groups {
 		for _, r := range g.Rules {
 			if r.Alert == "TollgateUnpricedModels" {
-				found = strings.Contains(r.Expr, `tollgate_accounting_unpriced_settlements_total{cost_source="fallback"}`)
+				found = strings.Contains(r.Expr, `tollgate_controlplane_accounting_unpriced_settlements_total{cost_source="fallback"}`)
 			}
 		}
 	}
@@ -600,9 +616,9 @@ func TestUnpricedModelsAlert(t *testing.T) {
 		t.Fatal("no alert TollgateUnpricedModels on the fallback-priced settlements")
 	}
 	for expr, want := range map[string]string{
-		`tollgate_accounting_unpriced_settlements_total{cost_source="catalog"}`: "cost_source is never catalog",
-		`tollgate_accounting_receipts_total{cost_basis="guess"}`:                "cost_basis is never guess",
-		`tollgate_accounting_receipts_total{price_source="fallback"}`:           "",
+		`tollgate_controlplane_accounting_unpriced_settlements_total{cost_source="catalog"}`: "cost_source is never catalog",
+		`tollgate_controlplane_accounting_receipts_total{cost_basis="guess"}`:                "cost_basis is never guess",
+		`tollgate_controlplane_accounting_receipts_total{price_source="fallback"}`:           "",
 	} {
 		got := strings.Join(checkExpr(expr), "; ")
 		if want == "" && got != "" || !strings.Contains(got, want) {

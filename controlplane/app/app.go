@@ -25,10 +25,10 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
 	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
 	"github.com/tollgate-dev/tollgate/controlplane/internalapi"
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/password"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
@@ -188,8 +188,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdio
 		return err
 	}
 	defer rdb.Close()
-	acct := acctmetrics.New(reg)
-	mirrorWriter := newMirrorWriter(cfg, st, rdb, log, acct)
+	met := metrics.New(reg) // every control plane metric, on the registry /metrics serves
+	mirrorWriter := newMirrorWriter(cfg, st, rdb, log, met)
 	// A Redis that is down at start is not fatal: the mirror is repaired once it is back.
 	checkCtx, cancelCheck := context.WithTimeout(ctx, 30*time.Second)
 	if err := mirrorWriter.Check(checkCtx); err != nil {
@@ -197,12 +197,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdio
 	}
 	cancelCheck()
 	go mirrorWriter.Maintain(bg, cfg.MirrorCheckInterval)
-	led := ledger.New(bg, ledger.Deps{Store: st, Clock: clk, Log: log, Metrics: acct, Mirror: mirrorWriter,
+	led := ledger.New(bg, ledger.Deps{Store: st, Clock: clk, Log: log, Metrics: met, Mirror: mirrorWriter,
 		Config: ledger.Config{Lanes: cfg.AccountingLanes, MaxBatch: cfg.AccountingMaxBatch, MaxDelay: cfg.AccountingMaxDelay}})
-	internal := internalapi.New(internalapi.Deps{Store: st, Ledger: led, Mirror: mirrorWriter, Clock: clk, Log: log, Metrics: acct,
+	internal := internalapi.New(internalapi.Deps{Store: st, Ledger: led, Mirror: mirrorWriter, Clock: clk, Log: log, Metrics: met,
 		Token: cfg.InternalToken, RequireClientCert: cfg.GRPCClientCA != ""})
 
-	api := httpapi.New(httpapi.Deps{Store: st, Clock: clk, Log: log, Registry: reg, SessionTTL: cfg.SessionTTL,
+	api := httpapi.New(httpapi.Deps{Store: st, Clock: clk, Log: log, Metrics: met, SessionTTL: cfg.SessionTTL,
 		TrustForwardedFor: cfg.TrustForwardedFor, Events: mirrorWriter})
 
 	var draining atomic.Bool

@@ -115,7 +115,7 @@ func TestServeLifecycleAndBootstrapAdmin(t *testing.T) {
 	if code, _ := get("http://" + addrs["rest"] + "/health"); code != 200 {
 		t.Fatalf("health %d", code)
 	}
-	if code, body := get("http://" + addrs["admin"] + "/metrics"); code != 200 || !strings.Contains(body, `tollgate_http_requests_total{code="200",route="GET /health"} 1`) {
+	if code, body := get("http://" + addrs["admin"] + "/metrics"); code != 200 || !strings.Contains(body, `tollgate_controlplane_http_requests_total{code="200",route="GET /health"} 1`) {
 		t.Fatalf("metrics %d:\n%s", code, body)
 	}
 

@@ -7,29 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 )
-
-type metrics struct {
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-}
-
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tollgate_http_requests_total",
-			Help: "REST requests answered, by route pattern and status code.",
-		}, []string{"route", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "tollgate_http_request_duration_seconds",
-			Help:    "Time to answer a REST request, by route pattern.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}, []string{"route"}),
-	}
-	reg.MustRegister(m.requests, m.duration)
-	return m
-}
 
 type statusRecorder struct {
 	http.ResponseWriter
@@ -58,8 +37,9 @@ func requestID(r *http.Request) string {
 }
 
 // instrument gives every request an id (echoed as X-Request-Id), and counts and times it
-// by route pattern. The pattern, not the path, is the label: paths carry ids and would
-// explode the series count.
+// by route pattern in the control plane's catalogue (controlplane/metrics declares the
+// series). The pattern, not the path, is the label: paths carry ids and would explode
+// the series count.
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -72,12 +52,12 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 		next.ServeHTTP(rec, r)
 		pattern := r.Pattern
 		if pattern == "" || pattern == "/" {
-			pattern = "unmatched"
+			pattern = metrics.Unmatched
 		}
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
-		s.metrics.requests.WithLabelValues(pattern, strconv.Itoa(rec.status)).Inc()
-		s.metrics.duration.WithLabelValues(pattern).Observe(time.Since(start).Seconds())
+		s.metrics.HTTPRequests.WithLabelValues(pattern, strconv.Itoa(rec.status)).Inc()
+		s.metrics.HTTPDuration.WithLabelValues(pattern).Observe(time.Since(start).Seconds())
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/controlplane/throttle"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
@@ -19,6 +20,10 @@ type Deps struct {
 	Clock    clock.Clock
 	Log      *slog.Logger
 	Registry prometheus.Registerer
+	// Metrics is the control plane's catalogue (controlplane/metrics), where the REST
+	// middleware counts; nil: a new one registered on Registry (a fresh registry when
+	// that is nil too). Either way New creates the series of every route.
+	Metrics *metrics.Metrics
 	// SessionTTL is how long a session token lives.
 	SessionTTL time.Duration
 	// Events receives notifications of changes enforcers must learn about; nil discards.
@@ -49,7 +54,7 @@ type Server struct {
 	store   *store.Store
 	clock   clock.Clock
 	log     *slog.Logger
-	metrics *metrics
+	metrics *metrics.Metrics
 	signIns *throttle.Limiter
 	events  Events
 	deps    Deps
@@ -66,14 +71,16 @@ func New(d Deps) *Server {
 	if d.Events == nil {
 		d.Events = noEvents{}
 	}
-	if d.Registry == nil {
-		d.Registry = prometheus.NewRegistry()
+	if d.Metrics == nil && d.Registry == nil {
+		d.Metrics = metrics.Discard()
+	} else if d.Metrics == nil {
+		d.Metrics = metrics.New(d.Registry)
 	}
 	s := &Server{
 		store:   d.Store,
 		clock:   d.Clock,
 		log:     d.Log,
-		metrics: newMetrics(d.Registry),
+		metrics: d.Metrics,
 		// five free failures, then 1s doubling to 5 minutes, per email and per address
 		signIns: throttle.New(d.Clock, 5, time.Second, 5*time.Minute),
 		events:  d.Events,
@@ -87,6 +94,7 @@ func New(d Deps) *Server {
 	for _, g := range goneRoutes {
 		s.mux.Handle(g.method+" "+g.pattern, s.gone(g))
 	}
+	s.metrics.Routes(s.Routes()...)
 	s.mux.HandleFunc("/", s.unmatched)
 	s.handler = s.instrument(s.mux)
 	return s

@@ -209,7 +209,7 @@ func logBatches(t *testing.T, e *at.Env) {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "tollgate_accounting_batch_size" && mf.GetName() != "tollgate_accounting_batch_duration_seconds" {
+		if mf.GetName() != "tollgate_controlplane_accounting_batch_size" && mf.GetName() != "tollgate_controlplane_accounting_batch_duration_seconds" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {

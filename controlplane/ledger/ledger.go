@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
@@ -46,7 +46,7 @@ type Deps struct {
 	Store   *store.Store
 	Clock   clock.Clock
 	Log     *slog.Logger
-	Metrics *acctmetrics.Metrics
+	Metrics *metrics.Metrics
 	Mirror  Mirror
 	Config  Config
 }
@@ -56,7 +56,7 @@ type Ledger struct {
 	store   *store.Store
 	clock   clock.Clock
 	log     *slog.Logger
-	metrics *acctmetrics.Metrics
+	metrics *metrics.Metrics
 	mirror  Mirror
 	starts  *batcher[*startJob, *internalv1.StartResult]
 	settles *batcher[*settleJob, *internalv1.SettleResult]
@@ -77,7 +77,7 @@ func New(ctx context.Context, d Deps) *Ledger {
 		d.Config.MaxBatch = DefaultConfig.MaxBatch
 	}
 	if d.Metrics == nil {
-		d.Metrics = acctmetrics.New(nil)
+		d.Metrics = metrics.Discard()
 	}
 	l := &Ledger{store: d.Store, clock: d.Clock, log: d.Log, metrics: d.Metrics, mirror: d.Mirror,
 		refreshes: make(chan struct{}, 64)}

@@ -7,7 +7,7 @@
 // rewritten), and repairs records whose writes failed.
 //
 // Redis is never the truth and its failures never fail a database commit: they are
-// logged, counted (tollgate_mirror_writes_total{result="error"}) and repaired by the
+// logged, counted (tollgate_controlplane_mirror_writes_total{result="error"}) and repaired by the
 // maintenance loop. The record format and key layout are pkg/mirror's, shared with the
 // enforcer; this package must not decide admissions.
 package mirrorsync

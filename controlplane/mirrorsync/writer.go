@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
@@ -40,7 +40,7 @@ type Deps struct {
 	Layout  mirror.Layout
 	Clock   clock.Clock
 	Log     *slog.Logger
-	Metrics *acctmetrics.Metrics
+	Metrics *metrics.Metrics
 }
 
 // Writer writes member records to Redis after commits and keeps the mirror whole.
@@ -50,7 +50,7 @@ type Writer struct {
 	layout  mirror.Layout
 	clock   clock.Clock
 	log     *slog.Logger
-	metrics *acctmetrics.Metrics
+	metrics *metrics.Metrics
 
 	mu         sync.Mutex
 	generation string
@@ -66,7 +66,7 @@ type Writer struct {
 // then records are written under the empty generation, which readers never trust.
 func New(d Deps) *Writer {
 	if d.Metrics == nil {
-		d.Metrics = acctmetrics.New(nil)
+		d.Metrics = metrics.Discard()
 	}
 	w := &Writer{st: d.Store, rdb: d.Redis, layout: d.Layout, clock: d.Clock, log: d.Log, metrics: d.Metrics, failed: map[string]bool{}}
 	w.resolves.batch = w.ResolveMany

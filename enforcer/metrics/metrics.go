@@ -1,6 +1,9 @@
 package metrics
 
 import (
+	"sync/atomic"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -21,32 +24,73 @@ type Metrics struct {
 	// reading the member's record.
 	BlockedCacheHits prometheus.Counter
 
-	RedisDuration         *prometheus.HistogramVec
-	RedisErrors           prometheus.Counter
-	RedisGenerationLost   prometheus.Counter
-	ControlPlaneDuration  *prometheus.HistogramVec
-	ControlPlaneErrors    *prometheus.CounterVec
-	StartQueueDepth       prometheus.Gauge
-	StartQueueRejections  *prometheus.CounterVec
-	StartBatchSize        prometheus.Histogram
-	SettleQueueDepth      prometheus.Gauge
-	SettleReserved        prometheus.Gauge
-	Settlements           *prometheus.CounterVec
-	SettledCostBasis      *prometheus.CounterVec
-	SettleRetries         prometheus.Counter
+	RedisDuration        *prometheus.HistogramVec
+	RedisErrors          prometheus.Counter
+	RedisGenerationLost  prometheus.Counter
+	ControlPlaneDuration *prometheus.HistogramVec
+	ControlPlaneErrors   *prometheus.CounterVec
+	StartQueueDepth      prometheus.Gauge
+	StartQueueRejections *prometheus.CounterVec
+	StartBatchSize       prometheus.Histogram
+	// SettleQueueDepth and SettleOldestAge are the settlement backlog: how many
+	// settlements the control plane has not acknowledged yet, and how long the oldest of
+	// them has waited (SetSettleOldest; 0 when none waits). The alert
+	// TollgateSettlementBacklog watches both.
+	SettleQueueDepth prometheus.Gauge
+	SettleOldestAge  prometheus.GaugeFunc
+	SettleReserved   prometheus.Gauge
+	// Settlements counts settlements finished, by outcome. abandoned (given up after
+	// retrying for the maximum age, or left when the drain deadline passed) and overflow
+	// (queue full, no reservation) are settlements lost: the alert TollgateSettlementsLost.
+	Settlements      *prometheus.CounterVec
+	SettledCostBasis *prometheus.CounterVec
+	SettleRetries    prometheus.Counter
+	// SettlementLag observes, per settlement, the time from queueing to the control
+	// plane's final answer (a histogram: its quantiles are the lag of delivered
+	// settlements; SettleOldestAge is the age of the ones still waiting).
 	SettlementLag         prometheus.Histogram
 	InflightRequests      prometheus.Gauge
 	ExtProcStreams        *prometheus.CounterVec
 	ExtProcRequestBodies  *prometheus.CounterVec
 	InvalidationsReceived *prometheus.CounterVec
+
+	settleOldest atomic.Int64 // unix nanoseconds of the oldest unacknowledged settlement; 0: none
 }
+
+// The label values known in advance, created at construction: a fresh enforcer already
+// exposes them at 0, so a dashboard panel shows 0, not No data, and increase() sees the
+// first event (Prometheus cannot tell the rise of a series that appears already at 1).
+var (
+	// decisionReasons are the reasons of each decision (enforcer/gate answers them;
+	// start_queue_* are startq.Reason values). A pair missing here still counts, from
+	// its first check on.
+	decisionReasons = map[string][]string{
+		"admitted":     {"within_limit", "over_limit", "unlimited"},
+		"blocked":      {"usage_limit"},
+		"unauthorized": {"no_credential", "unknown_credential", "inactive_member", "model_not_priced"},
+		"unavailable": append([]string{"capture_suspended", "epoch_changed", "start_refused"},
+			failureReasons...),
+		"fail_open": failureReasons,
+	}
+	failureReasons = []string{"controlplane", "redis", "start_queue_full", "start_queue_member_share", "start_queue_deadline",
+		"start_queue_settle_capacity", "start_queue_closed", "start_queue_cancelled"}
+	identityResults      = []string{"hit", "miss", "negative_hit"}
+	recordSources        = []string{"redis", "resolve"}
+	startRejections      = []string{"full", "member_share", "deadline", "cancelled", "settle_capacity", "closed"}
+	settleOutcomes       = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "abandoned", "overflow"}
+	costBases            = []string{"upstream_cost", "reported_usage", "estimate", "none", "unknown"}
+	extprocStreamResults = []string{"complete", "incomplete", "untracked"}
+	requestBodyResults   = []string{"estimated", "not_json", "include_usage_set", "not_buffered", "model_not_priced"}
+	invalidationKinds    = []string{"credential", "member", "api_key", "record"}
+)
 
 // latency buckets for calls that should take about a millisecond.
 var fast = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
 
 // New registers the enforcer's metrics on reg.
 func New(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
+	m := &Metrics{}
+	*m = Metrics{
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_decisions_total",
 			Help: "Checks answered, by decision (admitted, blocked, unavailable, unauthorized, fail_open) and reason.",
@@ -107,6 +151,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_settle_queue_depth",
 			Help: "Settlements waiting to be sent (or re-sent) to the control plane.",
 		}),
+		SettleOldestAge: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_settle_queue_oldest_age_seconds",
+			Help: "Age of the oldest settlement the control plane has not acknowledged yet (0 when none waits): how far behind the spend members see is.",
+		}, func() float64 { return m.settleOldestAge() }),
 		SettleReserved: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_enforcer_settle_reserved",
 			Help: "Settlement slots reserved by admitted requests that have not settled yet.",
@@ -147,9 +195,44 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.RecordReads, m.BlockedCacheHits, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
-		m.StartBatchSize, m.SettleQueueDepth, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
+		m.StartBatchSize, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived)
+
+	for decision, reasons := range decisionReasons {
+		m.CheckDuration.WithLabelValues(decision)
+		for _, r := range reasons {
+			m.Decisions.WithLabelValues(decision, r)
+		}
+	}
+	for v, values := range map[*prometheus.CounterVec][]string{
+		m.IdentityCache: identityResults, m.RecordReads: recordSources, m.StartQueueRejections: startRejections,
+		m.Settlements: settleOutcomes, m.SettledCostBasis: costBases, m.ExtProcStreams: extprocStreamResults,
+		m.ExtProcRequestBodies: requestBodyResults, m.InvalidationsReceived: invalidationKinds,
+	} {
+		for _, x := range values {
+			v.WithLabelValues(x)
+		}
+	}
 	return m
+}
+
+// SetSettleOldest records when the oldest settlement not yet acknowledged by the control
+// plane was queued; the zero time when none waits. SettleOldestAge reports its age at
+// each scrape.
+func (m *Metrics) SetSettleOldest(t time.Time) {
+	if t.IsZero() {
+		m.settleOldest.Store(0)
+		return
+	}
+	m.settleOldest.Store(t.UnixNano())
+}
+
+func (m *Metrics) settleOldestAge() float64 {
+	ns := m.settleOldest.Load()
+	if ns == 0 {
+		return 0
+	}
+	return max(time.Since(time.Unix(0, ns)).Seconds(), 0)
 }
 
 // Discard returns metrics registered nowhere, for tests and tools that do not serve them.

@@ -127,6 +127,9 @@ type Queue struct {
 	reserved int
 	stopping bool
 	idle     chan struct{} // closed and replaced when the queue becomes empty
+	// oldest and newest end the list of every entry not yet finished or abandoned, in
+	// queueing order: the oldest one's age is the backlog's (metrics.SetSettleOldest).
+	oldest, newest *entry
 }
 
 type entry struct {
@@ -138,6 +141,8 @@ type entry struct {
 	// solo entries are sent alone: their batch was refused as a whole, so one of its
 	// items is bad and the others must not share its fate.
 	solo bool
+	// older and newer link the entries not yet finished (Queue.oldest).
+	older, newer *entry
 }
 
 // New returns a queue; nothing is sent until Run. Scheduling (backoff, age, lag) uses
@@ -202,6 +207,7 @@ func (q *Queue) Enqueue(item *internalv1.SettleItem, res *Reservation, done func
 		return ErrFull
 	}
 	q.ready = append(q.ready, e)
+	q.linkLocked(e)
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
 	q.mu.Unlock()
 	q.wake()
@@ -397,6 +403,7 @@ func (q *Queue) backoff(attempts int) time.Duration {
 func (q *Queue) finish(e *entry, r Result, now time.Time) {
 	q.mu.Lock()
 	q.inflight--
+	q.unlinkLocked(e)
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
 	q.signalIdleLocked()
 	q.mu.Unlock()
@@ -420,6 +427,7 @@ func (q *Queue) finish(e *entry, r Result, now time.Time) {
 func (q *Queue) abandon(e *entry, now time.Time, why string) {
 	q.mu.Lock()
 	q.inflight--
+	q.unlinkLocked(e)
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
 	q.signalIdleLocked()
 	q.mu.Unlock()
@@ -430,6 +438,39 @@ func (q *Queue) abandon(e *entry, now time.Time, why string) {
 	if e.done != nil {
 		e.done(Result{Err: ErrAbandoned})
 	}
+}
+
+// linkLocked appends a new entry to the list of unfinished ones.
+func (q *Queue) linkLocked(e *entry) {
+	e.older = q.newest
+	if q.newest != nil {
+		q.newest.newer = e
+	} else {
+		q.oldest = e
+		q.m.SetSettleOldest(e.queued)
+	}
+	q.newest = e
+}
+
+// unlinkLocked removes a finished or abandoned entry; when it was the oldest, the
+// backlog's age is now the next one's.
+func (q *Queue) unlinkLocked(e *entry) {
+	if e.older != nil {
+		e.older.newer = e.newer
+	} else {
+		q.oldest = e.newer
+		if q.oldest != nil {
+			q.m.SetSettleOldest(q.oldest.queued)
+		} else {
+			q.m.SetSettleOldest(time.Time{})
+		}
+	}
+	if e.newer != nil {
+		e.newer.older = e.older
+	} else {
+		q.newest = e.older
+	}
+	e.older, e.newer = nil, nil
 }
 
 func (q *Queue) signalIdleLocked() {

@@ -330,3 +330,79 @@ func TestSettleCarriesEstimatesAndCostBasis(t *testing.T) {
 		t.Fatal("cost basis not counted")
 	}
 }
+
+// selective settles only the items it was told to; the others get no answer and are
+// retried.
+type selective struct {
+	mu      sync.Mutex
+	allowed map[string]bool
+}
+
+func (s *selective) allow(id string) { s.mu.Lock(); s.allowed[id] = true; s.mu.Unlock() }
+
+func (s *selective) Settle(_ context.Context, in *internalv1.SettleRequest, _ ...grpc.CallOption) (*internalv1.SettleResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resp := &internalv1.SettleResponse{}
+	for _, it := range in.GetItems() {
+		if s.allowed[it.GetRequestId()] {
+			resp.Results = append(resp.Results, &internalv1.SettleResult{RequestId: it.GetRequestId(), Outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED})
+		}
+	}
+	return resp, nil
+}
+
+// The backlog gauges: how many settlements wait and how long the oldest has waited,
+// which moves on to the next one once the oldest is settled, and is 0 when none waits.
+func TestBacklogGaugesShowTheOldestUnsettled(t *testing.T) {
+	s := &selective{allowed: map[string]bool{}}
+	reg := prometheus.NewRegistry()
+	q := settleq.New(s, fastConfig(), metrics.New(reg), slog.New(slog.NewTextHandler(&logBuf{}, nil)))
+	age := func() float64 { return enforcertest.Value(reg, "tollgate_enforcer_settle_queue_oldest_age_seconds") }
+	depth := func() float64 { return enforcertest.Value(reg, "tollgate_enforcer_settle_queue_depth") }
+	if age() != 0 || depth() != 0 {
+		t.Fatalf("empty queue: age %v, depth %v", age(), depth())
+	}
+	done := make(chan string, 2)
+	enqueue := func(id string) {
+		if err := q.Enqueue(&internalv1.SettleItem{RequestId: id}, nil, func(settleq.Result) { done <- id }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settled := func() string {
+		select {
+		case id := <-done:
+			return id
+		case <-time.After(5 * time.Second):
+			t.Fatal("not settled")
+			return ""
+		}
+	}
+	tOld := time.Now()
+	enqueue("req_old")
+	time.Sleep(60 * time.Millisecond)
+	tNew := time.Now()
+	enqueue("req_new")
+	if a := age(); a < 0.06 || a > time.Since(tOld).Seconds() || depth() != 2 {
+		t.Fatalf("two waiting: age %v (want the first one's, >= 60ms), depth %v", a, depth())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	s.allow("req_old")
+	if id := settled(); id != "req_old" {
+		t.Fatalf("%s settled first", id)
+	}
+	if a := age(); a > time.Since(tNew).Seconds() || depth() != 1 {
+		t.Fatalf("the oldest settled: age %v, want the second one's (at most %v); depth %v", a, time.Since(tNew).Seconds(), depth())
+	}
+	s.allow("req_new")
+	settled()
+	if err := q.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if age() != 0 || depth() != 0 {
+		t.Fatalf("all settled: age %v, depth %v", age(), depth())
+	}
+}

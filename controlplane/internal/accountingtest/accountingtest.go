@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/tollgate-dev/tollgate/controlplane/acctmetrics"
 	"github.com/tollgate-dev/tollgate/controlplane/internalapi"
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
 	"github.com/tollgate-dev/tollgate/controlplane/redistest"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
@@ -46,7 +46,7 @@ type Env struct {
 	Redis    redis.UniversalClient
 	Layout   mirror.Layout
 	Registry *prometheus.Registry
-	Metrics  *acctmetrics.Metrics
+	Metrics  *metrics.Metrics
 	Mirror   *mirrorsync.Writer
 	Ledger   *ledger.Ledger
 	Log      *slog.Logger
@@ -84,7 +84,7 @@ func New(t testing.TB, o Options) *Env {
 	}
 	e := &Env{Store: st, Clock: clock.NewManual(Start), Redis: rdb, Layout: layout, Registry: prometheus.NewRegistry(),
 		Log: slog.New(slog.NewTextHandler(w, nil)), Ctx: ctx}
-	e.Metrics = acctmetrics.New(e.Registry)
+	e.Metrics = metrics.New(e.Registry)
 	e.Mirror = mirrorsync.New(mirrorsync.Deps{Store: st, Redis: rdb, Layout: layout, Clock: e.Clock, Log: e.Log, Metrics: e.Metrics})
 	if err := e.Mirror.Check(ctx); err != nil {
 		t.Fatalf("mirror check: %v", err)

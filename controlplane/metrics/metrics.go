@@ -1,0 +1,174 @@
+// Package metrics declares every metric of the control plane in one place, as
+// enforcer/metrics does for the enforcer: one struct, one constructor registering all of
+// them on the registry the program passes in. The REST middleware (httpapi), the ledger,
+// the mirror writer and the internal API count into the same Metrics; this package only
+// declares.
+//
+// Names start with tollgate_controlplane_ (the enforcer's with tollgate_enforcer_), so a
+// series names its program. Label values known in advance are created at construction:
+// a fresh control plane already exposes them at 0, so a dashboard panel shows 0, not No
+// data, and increase() sees the first event (Prometheus cannot tell the rise of a series
+// that appears already at 1). No organization or member ids as labels.
+//
+// deploy/metrics_test.go reads this catalogue from a registry to check the dashboard and
+// the alert rules: change a name, a type or a label here and it shows every query that
+// must follow.
+package metrics
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the control plane's collectors.
+type Metrics struct {
+	// HTTPRequests counts REST requests answered, by route pattern (the ServeMux
+	// pattern, "unmatched" for none: paths carry ids) and status code.
+	HTTPRequests *prometheus.CounterVec
+	// HTTPDuration times REST requests by route pattern. Routes pre-creates its series.
+	HTTPDuration *prometheus.HistogramVec
+
+	// Settlements counts settlement items by result (settled, duplicate, promoted,
+	// cost_conflict, no_snapshot, invalid, epoch_changed, error).
+	Settlements *prometheus.CounterVec
+	// Starts counts start items by result (recorded, duplicate, capture_suspended,
+	// epoch_changed, invalid, error).
+	Starts *prometheus.CounterVec
+	// BatchSize observes the items per committed batch, by kind (start, settle).
+	BatchSize *prometheus.HistogramVec
+	// StartBatches counts start batches by path: fenced (one round trip, on the fences
+	// the ledger remembers), read_first (the fences read before recording: two round
+	// trips), fence_moved (a fenced batch that found a fence other than the remembered
+	// one and ran those starts again the read_first way).
+	StartBatches *prometheus.CounterVec
+	// BatchDuration observes the time from a batch's cut to its commit, by kind.
+	BatchDuration *prometheus.HistogramVec
+	// StoreErrors counts failed database operations of the accounting path by operation
+	// (start, settle, resolve, mirror_load, mirror_version, resync).
+	StoreErrors *prometheus.CounterVec
+	// MirrorWrites counts Redis record writes by result (written, stale, error).
+	MirrorWrites *prometheus.CounterVec
+	// Resyncs counts mirror rebuilds by kind (generation: Redis lost its data; refresh:
+	// writes had failed; repair; forced: tollgate resync).
+	Resyncs *prometheus.CounterVec
+	// RPCs counts internal API calls by method and gRPC code.
+	RPCs *prometheus.CounterVec
+	// Receipts counts the receipts settlements wrote (first receipts and promotions) by
+	// cost_basis (upstream_cost, reported_usage, estimate, none) and price_source
+	// (organization, catalog, fallback, none).
+	Receipts *prometheus.CounterVec
+	// Unpriced counts the receipts settlements wrote that are unpriced, by cost_source:
+	// fallback (tokens of a model nobody priced, charged at the fallback price) or unknown
+	// (nothing to price). The alert TollgateUnpricedModels watches fallback.
+	Unpriced *prometheus.CounterVec
+	// Adjusted counts settlements whose values were cleaned or bounded before they were
+	// stored, by adjustment: model_cleaned (control characters, invalid UTF-8, length),
+	// usage_bounded (a token count or upstream cost out of range), cost_capped (a priced
+	// cost above the allowance bound), stored_without_model (the database refused the
+	// receipt and it was stored again without its model name).
+	Adjusted *prometheus.CounterVec
+
+	pending atomic.Int64
+}
+
+// The label values known in advance, created at construction.
+var (
+	settleResults   = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "error"}
+	startResults    = []string{"recorded", "duplicate", "capture_suspended", "epoch_changed", "invalid", "error"}
+	batchKinds      = []string{"start", "settle"}
+	startBatchPaths = []string{"fenced", "read_first", "fence_moved"}
+	storeOps        = []string{"start", "settle", "resolve", "mirror_load", "mirror_version", "resync"}
+	mirrorResults   = []string{"written", "stale", "error"}
+	resyncKinds     = []string{"generation", "refresh", "repair", "forced"}
+	costBases       = []string{"upstream_cost", "reported_usage", "estimate", "none"}
+	priceSources    = []string{"organization", "catalog", "fallback", "none"}
+	unpricedSources = []string{"fallback", "unknown"}
+	adjustments     = []string{"model_cleaned", "usage_bounded", "cost_capped", "stored_without_model"}
+)
+
+// New registers the control plane's metrics on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_http_requests_total",
+			Help: "REST requests answered, by route pattern and status code."}, []string{"route", "code"}),
+		HTTPDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tollgate_controlplane_http_request_duration_seconds",
+			Help:    "Time to answer a REST request, by route pattern.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"route"}),
+		Settlements: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_settlements_total",
+			Help: "Settlement items by result."}, []string{"result"}),
+		Starts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_starts_total",
+			Help: "Write-ahead start items by result."}, []string{"result"}),
+		BatchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tollgate_controlplane_accounting_batch_size",
+			Help: "Items per group-committed batch.", Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}}, []string{"kind"}),
+		StartBatches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_start_batches_total",
+			Help: "Start batches by path (fenced, read_first, fence_moved)."}, []string{"path"}),
+		BatchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tollgate_controlplane_accounting_batch_duration_seconds",
+			Help: "Time from cutting a batch to its commit.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"kind"}),
+		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_store_errors_total",
+			Help: "Failed database operations of the accounting path, by operation."}, []string{"op"}),
+		MirrorWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_mirror_writes_total",
+			Help: "Redis mirror record writes by result."}, []string{"result"}),
+		Resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_mirror_resyncs_total",
+			Help: "Mirror rebuilds by kind."}, []string{"kind"}),
+		RPCs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_internal_rpcs_total",
+			Help: "Internal API calls by method and code."}, []string{"method", "code"}),
+		Receipts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_receipts_total",
+			Help: "Receipts written by settlements (first receipts and promotions), by how the cost was known and which price was used."},
+			[]string{"cost_basis", "price_source"}),
+		Unpriced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_unpriced_settlements_total",
+			Help: "Unpriced receipts written by settlements, by cost source (fallback: charged at the fallback price; unknown: nothing to price)."},
+			[]string{"cost_source"}),
+		Adjusted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_adjusted_settlements_total",
+			Help: "Settlements whose values were cleaned or bounded before they were stored, by adjustment."}, []string{"adjustment"}),
+	}
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_controlplane_accounting_pending_starts",
+		Help: "Durable starts not yet settled, across all members (refreshed periodically)."},
+		func() float64 { return float64(m.pending.Load()) })
+	reg.MustRegister(m.HTTPRequests, m.HTTPDuration, m.Settlements, m.Starts, m.StartBatches, m.BatchSize, m.BatchDuration,
+		m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, m.Receipts, m.Unpriced, m.Adjusted, pending)
+
+	precreate(m.Settlements, settleResults)
+	precreate(m.Starts, startResults)
+	precreate(m.StartBatches, startBatchPaths)
+	precreate(m.StoreErrors, storeOps)
+	precreate(m.MirrorWrites, mirrorResults)
+	precreate(m.Resyncs, resyncKinds)
+	precreate(m.Unpriced, unpricedSources)
+	precreate(m.Adjusted, adjustments)
+	for _, k := range batchKinds {
+		m.BatchSize.WithLabelValues(k)
+		m.BatchDuration.WithLabelValues(k)
+	}
+	for _, b := range costBases {
+		for _, p := range priceSources {
+			m.Receipts.WithLabelValues(b, p)
+		}
+	}
+	m.HTTPDuration.WithLabelValues(Unmatched)
+	return m
+}
+
+// Discard returns metrics registered nowhere, for tests and tools that do not serve them.
+func Discard() *Metrics { return New(prometheus.NewRegistry()) }
+
+// Routes creates the REST series of these route patterns ("METHOD /path"), so that a
+// fresh control plane shows every route's latency at 0 requests. The status codes are
+// only known once answered.
+func (m *Metrics) Routes(patterns ...string) {
+	for _, p := range patterns {
+		m.HTTPDuration.WithLabelValues(p)
+	}
+}
+
+// Unmatched is the route label of requests no route matched.
+const Unmatched = "unmatched"
+
+// SetPending records the latest count of pending starts.
+func (m *Metrics) SetPending(n int64) { m.pending.Store(n) }
+
+func precreate(v *prometheus.CounterVec, values []string) {
+	for _, x := range values {
+		v.WithLabelValues(x)
+	}
+}

@@ -1,0 +1,58 @@
+package metrics_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+)
+
+// A fresh enforcer exposes, at 0, every series whose label values are known in advance
+// (deploy/metrics_test.go checks the dashboard and the alerts against them): an alert
+// on increase() sees the first fail-open admission or lost settlement.
+func TestNewCreatesTheKnownSeries(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := metrics.New(reg)
+	for _, c := range []prometheus.Counter{
+		m.Decisions.WithLabelValues("fail_open", "redis"),
+		m.Decisions.WithLabelValues("fail_open", "start_queue_full"),
+		m.Decisions.WithLabelValues("unavailable", "capture_suspended"),
+		m.Settlements.WithLabelValues("abandoned"),
+		m.Settlements.WithLabelValues("overflow"),
+	} {
+		if testutil.ToFloat64(c) != 0 {
+			t.Fatal("a fresh counter is not 0")
+		}
+	}
+	for name, want := range map[string]int{
+		"tollgate_enforcer_decisions_total":           27, // every decision with each of its reasons
+		"tollgate_enforcer_check_duration_seconds":    5,  // one per decision
+		"tollgate_enforcer_settlements_total":         9,
+		"tollgate_enforcer_settled_cost_basis_total":  5,
+		"tollgate_enforcer_invalidations_total":       4,
+		"tollgate_enforcer_controlplane_errors_total": 0, // method and code come with the errors
+	} {
+		if got := testutil.CollectAndCount(reg, name); got != want {
+			t.Errorf("%s: %d series, want %d", name, got, want)
+		}
+	}
+}
+
+// The oldest settlement's age is computed at each scrape, 0 when none waits.
+func TestSettleOldestAge(t *testing.T) {
+	m := metrics.Discard()
+	if got := testutil.ToFloat64(m.SettleOldestAge); got != 0 {
+		t.Fatalf("nothing waits: %v", got)
+	}
+	m.SetSettleOldest(time.Now().Add(-90 * time.Second))
+	if got := testutil.ToFloat64(m.SettleOldestAge); got < 90 || got > 100 {
+		t.Fatalf("oldest queued 90s ago: %v", got)
+	}
+	m.SetSettleOldest(time.Time{})
+	if got := testutil.ToFloat64(m.SettleOldestAge); got != 0 {
+		t.Fatalf("none waits again: %v", got)
+	}
+}
