@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -65,9 +64,10 @@ func needTools(t *testing.T) (helm, kubeconform string) {
 // goTool builds (or finds in the build cache) a tool declared in the go.mod
 // of dir and returns the path of its executable.
 func goTool(dir, name string) (string, error) {
+	// go test puts the GOROOT/bin of the go command running it first on PATH.
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", err
 	}
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(gobin, "tool", "-n", name)

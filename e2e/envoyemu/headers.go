@@ -129,6 +129,7 @@ const (
 // ext_proc, where an option with neither set overwrites ("append defaults to false in
 // this message").
 func optionAction(o *corev3.HeaderValueOption, defaultOverwrite bool) action {
+	//lint:ignore SA1019 Envoy still honours the deprecated append field, so the emulator must read it too
 	if a := o.GetAppend(); a != nil {
 		if a.GetValue() {
 			return appendOrAdd

@@ -9,8 +9,11 @@
 //     tokens (package estimate) and records them with the model the body names on the
 //     in-flight request (package inflight), and it answers an OpenAI chat-completions
 //     streaming body without stream_options.include_usage with a body mutation that
-//     sets it (WithIncludeUsage), and content-length set to the new length when the
-//     request had one. Its streams never settle anything.
+//     sets it (requestbody.WithIncludeUsage), and content-length set to the new length when the
+//     request had one. A body naming a model nobody priced, in an organization that
+//     refuses such models, is answered at once with the gate's 403
+//     (gate.ModelNotPricedRefusal) as an ImmediateResponse: it never goes upstream and
+//     is settled at no cost. Its streams never settle anything else.
 //   - The response filter (no role): it follows the response, feeds the body to a usage
 //     extractor (package usage) chunk by chunk, and at the end of the stream reports
 //     what it found, and what it saw (which counts were reported, the bytes of output

@@ -3,8 +3,6 @@ package extproc
 import (
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -14,6 +12,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/usage"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
@@ -28,9 +27,6 @@ const (
 	RoleMetadata = "x-tollgate-extproc"
 	RoleRequest  = "request"
 )
-
-// maxModelBytes bounds a model name taken from a request body.
-const maxModelBytes = 256
 
 // Server implements extprocv3.ExternalProcessorServer.
 type Server struct {
@@ -185,7 +181,7 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	m := st.s.m.ExtProcRequestBodies
 	if est, err := estimate.Input(body); err == nil {
-		model := cleanModel(est.Model)
+		model := requestbody.CleanModel(est.Model)
 		if st.s.tracker.RefuseUnpricedModel(st.requestID, model) {
 			m.WithLabelValues("model_not_priced").Inc()
 			return immediate(gate.ModelNotPricedRefusal(model))
@@ -198,7 +194,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	if !strings.HasSuffix(st.path, "/chat/completions") {
 		return continueRequestBody
 	}
-	newBody, ok := WithIncludeUsage(body)
+	newBody, ok := requestbody.WithIncludeUsage(body)
 	if !ok {
 		return continueRequestBody
 	}
@@ -234,20 +230,6 @@ func immediate(a gate.Answer) *extprocv3.ProcessingResponse {
 	}}}
 }
 
-// cleanModel keeps a model name from a request body only when it is short, valid UTF-8
-// without control characters; otherwise the settlement goes without it (the response's
-// model, when it names one, wins anyway).
-func cleanModel(s string) string {
-	if len(s) > maxModelBytes || !utf8.ValidString(s) {
-		return ""
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return ""
-		}
-	}
-	return s
-}
 
 // finish reports the response's end once. endOfStream is false when it broke off.
 func (st *stream) finish(endOfStream bool) {

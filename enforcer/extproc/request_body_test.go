@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/extproc"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
@@ -257,7 +258,7 @@ func TestReapedRequestIsChargedItsInputEstimate(t *testing.T) {
 
 // The mutated body is what an OpenAI upstream must accept: valid JSON, the same request.
 func TestIncludeUsageBodyIsTheSameRequest(t *testing.T) {
-	got, ok := extproc.WithIncludeUsage([]byte(chatStreamBody))
+	got, ok := requestbody.WithIncludeUsage([]byte(chatStreamBody))
 	if !ok {
 		t.Fatal("not rewritten")
 	}

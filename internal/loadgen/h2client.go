@@ -156,25 +156,32 @@ func NewH2Client(addr string) (*H2Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &H2Client{conn: conn, codec: newCodec(), authority: addr, bw: bufio.NewWriterSize(conn, 32<<10), nextID: 1,
+	return newH2Client(conn, addr)
+}
+
+// newH2Client starts a client on conn: it writes the connection preface, its settings
+// and its connection window, and closes conn and fails if any of that cannot be sent.
+func newH2Client(conn net.Conn, authority string) (*H2Client, error) {
+	c := &H2Client{conn: conn, codec: newCodec(), authority: authority, bw: bufio.NewWriterSize(conn, 32<<10), nextID: 1,
 		sendWindow: initialWindow, streams: map[uint32]*h2Call{}, dirty: make(chan struct{}, 1)}
 	c.windowOpen = sync.NewCond(&c.wmu)
 	c.fr = http2.NewFramer(c.bw, bufio.NewReaderSize(conn, 32<<10))
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.henc = hpack.NewEncoder(&c.hbuf)
-	if _, err := c.bw.WriteString(http2.ClientPreface); err == nil {
+	_, err := c.bw.WriteString(http2.ClientPreface)
+	if err == nil {
 		err = c.fr.WriteSettings(http2.Setting{ID: http2.SettingEnablePush, Val: 0},
 			http2.Setting{ID: http2.SettingInitialWindowSize, Val: ownWindow})
-		if err == nil {
-			err = c.fr.WriteWindowUpdate(0, ownWindow-initialWindow)
-		}
-		if err == nil {
-			err = c.bw.Flush()
-		}
+	}
+	if err == nil {
+		err = c.fr.WriteWindowUpdate(0, ownWindow-initialWindow)
+	}
+	if err == nil {
+		err = c.bw.Flush()
 	}
 	if err != nil {
 		conn.Close()
-		return nil, err
+		return nil, fmt.Errorf("loadgen: HTTP/2 connection preface: %w", err)
 	}
 	go c.readLoop()
 	go c.flushLoop()

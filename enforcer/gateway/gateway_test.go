@@ -1,0 +1,430 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/usage"
+)
+
+// fakeGate admits the key "tgk_good", answers its refusal for "tgk_blocked", and 401
+// for anything else.
+type fakeGate struct{ blocked gate.Answer }
+
+func (f fakeGate) Check(_ context.Context, c gate.Credentials) (gate.Answer, error) {
+	key := c.APIKey
+	if key == "" {
+		key = strings.TrimPrefix(c.Authorization, "Bearer ")
+	}
+	switch key {
+	case "tgk_good":
+		return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: "req_test", UsageState: "within_limit"}, nil
+	case "tgk_blocked":
+		return f.blocked, nil
+	}
+	return gate.Refusal(gate.ReasonUnknownCredential), nil
+}
+
+// fakeTracker records what the gateway reports.
+type fakeTracker struct {
+	mu       sync.Mutex
+	finished []inflight.Usage
+	recorded []string
+	refuse   string
+	done     chan struct{}
+}
+
+func newTracker() *fakeTracker { return &fakeTracker{done: make(chan struct{}, 10)} }
+
+func (f *fakeTracker) RecordRequest(id string, est int64, model string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.recorded = append(f.recorded, model)
+	return true
+}
+
+func (f *fakeTracker) RefuseUnpricedModel(id, model string) bool {
+	return model != "" && model == f.refuse
+}
+
+func (f *fakeTracker) Finish(id string, u inflight.Usage, _ func(settleq.Result)) error {
+	f.mu.Lock()
+	f.finished = append(f.finished, u)
+	f.mu.Unlock()
+	f.done <- struct{}{}
+	return nil
+}
+
+// settled waits for the one settlement of a request.
+func (f *fakeTracker) settled(t *testing.T) inflight.Usage {
+	t.Helper()
+	select {
+	case <-f.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request was never settled")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.finished) != 1 {
+		t.Fatalf("settled %d times", len(f.finished))
+	}
+	return f.finished[0]
+}
+
+func metrics() (gateway.Metrics, *prometheus.CounterVec) {
+	req := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "req"}, []string{"outcome"})
+	return gateway.Metrics{Requests: req, Active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "active"}),
+		FirstByte: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fb"})}, req
+}
+
+type env struct {
+	gw      *gateway.Gateway
+	front   *httptest.Server
+	tracker *fakeTracker
+	req     *prometheus.CounterVec
+}
+
+func newEnv(t *testing.T, upstream string, cfg gateway.Config) *env {
+	t.Helper()
+	rt, err := gateway.NewRoute("/", upstream, "", "Bearer sk-provider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Routes = append(cfg.Routes, rt)
+	m, req := metrics()
+	tr := newTracker()
+	blocked := gate.Refusal(gate.ReasonUsageLimit)
+	blocked.RetryAfter, blocked.Body = "61", []byte(`{"error":{"code":"service_gateway_usage_limit_exceeded"}}`)
+	gw, err := gateway.New(cfg, fakeGate{blocked: blocked}, tr, usage.Limits{}, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(gw)
+	t.Cleanup(front.Close)
+	return &env{gw: gw, front: front, tracker: tr, req: req}
+}
+
+func post(t *testing.T, url, key, body string, hdr ...string) *http.Response {
+	t.Helper()
+	r, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	if key != "" {
+		r.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+const chatBody = `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+
+// The upstream sees the provider's credential, the request id, the path and query
+// unchanged and a body asking for usage; never the member's key or a client's
+// X-Service-* header. The client sees the upstream's status and headers, the usage
+// state, and the body; the request is settled with the usage read from it.
+func TestProxiesWithTheProvidersCredential(t *testing.T) {
+	var got *http.Request
+	var gotBody string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Clone(context.Background())
+		b, _ := io.ReadAll(r.Body)
+		gotBody = string(b)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("X-Upstream", "yes")
+		w.WriteHeader(200)
+		_, _ = io.WriteString(w, `data: {"choices":[{"delta":{"content":"Hello"}}],"model":"gpt-4o-mini-2024-07-18"}`+"\n\n")
+		_, _ = io.WriteString(w, `data: {"choices":[],"model":"gpt-4o-mini-2024-07-18","usage":{"prompt_tokens":12,"completion_tokens":3}}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	res := post(t, e.front.URL+"/v1/chat/completions?api-version=1", "tgk_good", chatBody,
+		"X-Api-Key", "tgk_good", "X-Service-Request-Id", "req_forged", "X-Service-Whatever", "x")
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || res.Header.Get("X-Upstream") != "yes" || res.Header.Get("X-Service-Usage-State") != "within_limit" ||
+		!strings.Contains(string(body), "Hello") {
+		t.Fatalf("client got %d %v %s", res.StatusCode, res.Header, body)
+	}
+	if got.URL.Path != "/v1/chat/completions" || got.URL.RawQuery != "api-version=1" || got.Header.Get("Authorization") != "Bearer sk-provider" ||
+		got.Header.Get("X-Api-Key") != "" || got.Header.Get("X-Service-Request-Id") != "req_test" || got.Header.Get("X-Service-Whatever") != "" {
+		t.Fatalf("upstream got %s %v", got.URL, got.Header)
+	}
+	if !strings.Contains(gotBody, `"include_usage":true`) {
+		t.Fatalf("the stream was not asked for its usage: %s", gotBody)
+	}
+	u := e.tracker.settled(t)
+	if !u.Complete || u.InputTokens != 12 || u.OutputTokens != 3 || u.Model != "gpt-4o-mini-2024-07-18" || u.UpstreamStatus != 200 {
+		t.Fatalf("settled %+v", u)
+	}
+	if testutil.ToFloat64(e.req.WithLabelValues(gateway.OutcomeProxied)) != 1 {
+		t.Fatal("not counted as proxied")
+	}
+}
+
+// Refusals are the gate's, answered here; the upstream never sees them.
+func TestRefusalsNeverReachTheUpstream(t *testing.T) {
+	calls := 0
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls++ }))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_blocked", chatBody)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 429 || res.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" ||
+		res.Header.Get("X-Service-Usage-State") != "blocked" || res.Header.Get("X-Should-Retry") != "false" ||
+		res.Header.Get("Retry-After") != "61" || !strings.Contains(string(b), "usage_limit_exceeded") {
+		t.Fatalf("429: %v %s", res.Header, b)
+	}
+	res = post(t, e.front.URL+"/v1/chat/completions", "tgk_unknown", chatBody)
+	res.Body.Close()
+	if res.StatusCode != 401 {
+		t.Fatalf("unknown key: %d", res.StatusCode)
+	}
+	e.tracker.refuse = "mystery-model"
+	res = post(t, e.front.URL+"/v1/chat/completions", "tgk_good", `{"model":"mystery-model"}`)
+	res.Body.Close()
+	if res.StatusCode != 403 || res.Header.Get("X-Service-Error-Code") != "service_gateway_model_not_priced" {
+		t.Fatalf("unpriced model: %d %v", res.StatusCode, res.Header)
+	}
+	if calls != 0 {
+		t.Fatalf("the upstream got %d calls", calls)
+	}
+}
+
+// The first chunk reaches the client while the upstream is still writing.
+func TestChunksAreFlushedAsTheyArrive(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"first\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	defer up.Close()
+	defer close(release)
+	e := newEnv(t, up.URL, gateway.Config{})
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
+	defer res.Body.Close()
+	line, err := bufio.NewReader(res.Body).ReadString('\n')
+	if err != nil || !strings.Contains(line, "first") {
+		t.Fatalf("first chunk %q %v", line, err)
+	}
+}
+
+// A body over the cap is 413 and the admitted request is settled at no cost, never sent.
+func TestBodyCap(t *testing.T) {
+	calls := 0
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls++ }))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{MaxBodyBytes: 100})
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", strings.Repeat("x", 101))
+	res.Body.Close()
+	if res.StatusCode != 413 || res.Header.Get("X-Service-Error-Code") != "service_gateway_body_too_large" || calls != 0 {
+		t.Fatalf("%d %v, upstream calls %d", res.StatusCode, res.Header, calls)
+	}
+	if u := e.tracker.settled(t); u.UpstreamStatus != 413 || u.Seen != nil || u.InputTokens != 0 {
+		t.Fatalf("settled %+v", u)
+	}
+}
+
+// An upstream that answers nothing: 502 (refused connection) or 504 (no headers in
+// time), in JSON, settled with that status and nothing seen (not charged).
+func TestUpstreamFailures(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	e := newEnv(t, dead, gateway.Config{})
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 502 || !strings.Contains(string(b), `"service_gateway_upstream_unavailable"`) {
+		t.Fatalf("refused connection: %d %s", res.StatusCode, b)
+	}
+	if u := e.tracker.settled(t); u.UpstreamStatus != 502 || u.Seen == nil || u.Seen.TextBytes != 0 {
+		t.Fatalf("settled %+v", u)
+	}
+
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(time.Second):
+		}
+	}))
+	defer slow.Close()
+	e = newEnv(t, slow.URL, gateway.Config{HeaderTimeout: 100 * time.Millisecond})
+	res = post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
+	res.Body.Close()
+	if res.StatusCode != 504 {
+		t.Fatalf("no headers in time: %d", res.StatusCode)
+	}
+	if u := e.tracker.settled(t); u.UpstreamStatus != 504 {
+		t.Fatalf("settled %+v", u)
+	}
+}
+
+// A stream silent for longer than the idle timeout is cut and settled incomplete with
+// the text seen.
+func TestIdleStreamIsCut(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"some words here\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{IdleTimeout: 150 * time.Millisecond})
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
+	_, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	u := e.tracker.settled(t)
+	if u.Complete || u.Seen == nil || u.Seen.TextBytes == 0 {
+		t.Fatalf("settled %+v %+v", u, u.Seen)
+	}
+}
+
+// A client that leaves mid-stream cancels the upstream request, and the request is
+// settled incomplete with what was seen.
+func TestClientDisconnectCancelsTheUpstream(t *testing.T) {
+	cancelled := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"partial answer\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		close(cancelled)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	r, _ := http.NewRequestWithContext(ctx, "POST", e.front.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	r.Header.Set("X-Api-Key", "tgk_good")
+	res, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(res.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream request was not cancelled")
+	}
+	u := e.tracker.settled(t)
+	if u.Complete || u.Seen == nil || u.Seen.TextBytes == 0 {
+		t.Fatalf("settled %+v %+v", u, u.Seen)
+	}
+}
+
+// Past MaxStreams requests in flight, the next is 503 busy before the gate.
+func TestConcurrencyBound(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		<-release
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{MaxStreams: 1})
+	first := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
+	defer first.Body.Close()
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
+	res.Body.Close()
+	close(release)
+	if res.StatusCode != 503 || res.Header.Get("X-Service-Error-Code") != "service_gateway_busy" {
+		t.Fatalf("second request: %d %v", res.StatusCode, res.Header)
+	}
+	if testutil.ToFloat64(e.req.WithLabelValues(gateway.OutcomeBusy)) != 1 {
+		t.Fatal("not counted as busy")
+	}
+}
+
+// Routes: the longest prefix wins, the path goes unchanged, each route with its own
+// credential header.
+func TestRoutes(t *testing.T) {
+	seen := map[string]http.Header{}
+	var mu sync.Mutex
+	mk := func(name string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen[name+" "+r.URL.Path] = r.Header.Clone()
+			mu.Unlock()
+		}))
+	}
+	openai, anthropic := mk("openai"), mk("anthropic")
+	defer openai.Close()
+	defer anthropic.Close()
+	routes, err := gateway.ParseRoutes([]byte(`
+routes:
+  - prefix: /
+    upstream: `+openai.URL+`
+    credentialEnv: OPENAI_AUTHORIZATION
+  - prefix: /v1/messages
+    upstream: `+anthropic.URL+`
+    header: x-api-key
+    credentialEnv: ANTHROPIC_KEY
+`), func(k string) string {
+		return map[string]string{"OPENAI_AUTHORIZATION": "Bearer sk-openai", "ANTHROPIC_KEY": "sk-ant"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := metrics()
+	gw, err := gateway.New(gateway.Config{Routes: routes}, fakeGate{}, newTracker(), usage.Limits{}, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(gw)
+	defer front.Close()
+	post(t, front.URL+"/v1/messages", "tgk_good", `{}`).Body.Close()
+	post(t, front.URL+"/v1/chat/completions", "tgk_good", `{}`).Body.Close()
+	if h := seen["anthropic /v1/messages"]; h == nil || h.Get("X-Api-Key") != "sk-ant" || h.Get("Authorization") != "" {
+		t.Fatalf("anthropic got %v (all: %v)", h, seen)
+	}
+	if h := seen["openai /v1/chat/completions"]; h == nil || h.Get("Authorization") != "Bearer sk-openai" || h.Get("X-Api-Key") != "" {
+		t.Fatalf("openai got %v", h)
+	}
+}
+
+func TestParseRoutesRefuses(t *testing.T) {
+	env := func(string) string { return "" }
+	for name, doc := range map[string]string{
+		"no routes":           "routes: []",
+		"unknown field":       "routes:\n  - prefix: /\n    upstream: http://x\n    credential: y",
+		"relative prefix":     "routes:\n  - prefix: v1\n    upstream: http://x",
+		"no host":             "routes:\n  - prefix: /\n    upstream: http://",
+		"ftp":                 "routes:\n  - prefix: /\n    upstream: ftp://x",
+		"repeated prefix":     "routes:\n  - prefix: /\n    upstream: http://x\n  - prefix: /\n    upstream: http://y",
+		"empty env":           "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: NOPE",
+		"both credentials":    "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: A\n    credentialFile: /b",
+		"missing file":        "routes:\n  - prefix: /\n    upstream: http://x\n    credentialFile: /nonexistent/key",
+		"bad header":          "routes:\n  - prefix: /\n    upstream: http://x\n    header: 'x y'",
+		"not a routes object": "- a",
+	} {
+		if _, err := gateway.ParseRoutes([]byte(doc), env); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -1,0 +1,125 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Route sends the requests whose path starts with Prefix to Upstream, with the
+// provider's credential in Header (canonical name; "" sets none).
+type Route struct {
+	Prefix     string
+	Upstream   *url.URL
+	Header     string
+	Credential string
+}
+
+// NewRoute checks one route. header defaults to Authorization when a credential is given.
+func NewRoute(prefix, upstream, header, credential string) (Route, error) {
+	if !strings.HasPrefix(prefix, "/") {
+		return Route{}, fmt.Errorf("prefix %q must start with /", prefix)
+	}
+	u, err := parseUpstream(upstream)
+	if err != nil {
+		return Route{}, fmt.Errorf("upstream %q: %w", upstream, err)
+	}
+	if strings.ContainsAny(credential, "\r\n\x00") {
+		return Route{}, errors.New("the credential holds a line break or NUL")
+	}
+	if header == "" && credential != "" {
+		header = "Authorization"
+	}
+	if header != "" && !validHeaderName(header) {
+		return Route{}, fmt.Errorf("header %q is not a header name", header)
+	}
+	return Route{Prefix: prefix, Upstream: u, Header: http.CanonicalHeaderKey(header), Credential: credential}, nil
+}
+
+func validHeaderName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// routesFile is the YAML (or JSON) routes file of TOLLGATE_GATEWAY_ROUTES.
+type routesFile struct {
+	Routes []struct {
+		Prefix         string `yaml:"prefix"`
+		Upstream       string `yaml:"upstream"`
+		Header         string `yaml:"header"`
+		CredentialFile string `yaml:"credentialFile"`
+		CredentialEnv  string `yaml:"credentialEnv"`
+	} `yaml:"routes"`
+}
+
+// ParseRoutes reads a routes file: a list of {prefix, upstream, header, credentialFile
+// or credentialEnv}. A credential file's trailing line break is dropped; getenv reads
+// credentialEnv. Prefixes must be distinct.
+func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
+	var f routesFile
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("routes file: %w", err)
+	}
+	if len(f.Routes) == 0 {
+		return nil, errors.New("routes file: no routes")
+	}
+	var out []Route
+	seen := map[string]bool{}
+	for i, r := range f.Routes {
+		if seen[r.Prefix] {
+			return nil, fmt.Errorf("routes[%d]: prefix %q repeats", i, r.Prefix)
+		}
+		seen[r.Prefix] = true
+		var cred string
+		switch {
+		case r.CredentialFile != "" && r.CredentialEnv != "":
+			return nil, fmt.Errorf("routes[%d]: set credentialFile or credentialEnv, not both", i)
+		case r.CredentialFile != "":
+			b, err := os.ReadFile(r.CredentialFile)
+			if err != nil {
+				return nil, fmt.Errorf("routes[%d]: %w", i, err)
+			}
+			cred = strings.TrimRight(string(b), "\r\n")
+		case r.CredentialEnv != "":
+			if cred = getenv(r.CredentialEnv); cred == "" {
+				return nil, fmt.Errorf("routes[%d]: the environment variable %s is empty", i, r.CredentialEnv)
+			}
+		}
+		rt, err := NewRoute(r.Prefix, r.Upstream, r.Header, cred)
+		if err != nil {
+			return nil, fmt.Errorf("routes[%d]: %w", i, err)
+		}
+		out = append(out, rt)
+	}
+	return out, nil
+}
+
+// sortRoutes orders routes longest prefix first, so the first match is the longest.
+func sortRoutes(rs []Route) []Route {
+	out := slices.Clone(rs)
+	slices.SortStableFunc(out, func(a, b Route) int { return len(b.Prefix) - len(a.Prefix) })
+	return out
+}
+
+// route finds the route of a path: the longest prefix that matches.
+func (gw *Gateway) route(path string) *Route {
+	for i := range gw.routes {
+		if strings.HasPrefix(path, gw.routes[i].Prefix) {
+			return &gw.routes[i]
+		}
+	}
+	return nil
+}
