@@ -20,5 +20,6 @@
 //     or callers presenting the internal token as a bearer, may settle: anyone else
 //     could inflate a member's spend.
 //
-// It renders nothing of its own about limits: bodies and headers come from the gate.
+// It renders nothing of its own about limits: statuses, headers and bodies come from the
+// gate's answer (its Reason table).
 package httpcheck
