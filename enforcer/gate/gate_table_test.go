@@ -602,3 +602,50 @@ func TestReasonTable(t *testing.T) {
 		}
 	}
 }
+
+// Every decision and reason the gate answers is a series a fresh enforcer exposes at 0
+// (package metrics creates them at start, so dashboards show 0 and increase() sees the
+// first one), and every series it creates is one the gate answers.
+func TestEveryReasonIsExposedAtStart(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics.New(reg)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposed := map[[2]string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "tollgate_enforcer_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var pair [2]string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "decision":
+					pair[0] = l.GetValue()
+				case "reason":
+					pair[1] = l.GetValue()
+				}
+			}
+			exposed[pair] = true
+		}
+	}
+	answered := map[[2]string]bool{}
+	for _, r := range gate.Reasons() {
+		answered[[2]string{r.Decision(), r.String()}] = true
+		if r.Failure() {
+			answered[[2]string{"fail_open", r.String()}] = true
+		}
+	}
+	for p := range answered {
+		if !exposed[p] {
+			t.Errorf("decision=%q reason=%q is not created at start", p[0], p[1])
+		}
+	}
+	for p := range exposed {
+		if !answered[p] {
+			t.Errorf("decision=%q reason=%q is created at start but never answered", p[0], p[1])
+		}
+	}
+}
