@@ -1,7 +1,9 @@
 package deploy
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -623,6 +625,65 @@ func TestUnpricedModelsAlert(t *testing.T) {
 		got := strings.Join(checkExpr(expr), "; ")
 		if want == "" && got != "" || !strings.Contains(got, want) {
 			t.Errorf("checkExpr(%s) = %q, want %q", expr, got, want)
+		}
+	}
+}
+
+// TestReadmeMetricTable: README.md lists every metric the dashboard and the alerts use,
+// each with the type its program registers (the README once called a histogram a gauge).
+func TestReadmeMetricTable(t *testing.T) {
+	cat, err := registry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "## Metrics the dashboard and alerts use")
+	if !ok {
+		t.Fatal("README.md has no section on the metrics the dashboard and alerts use")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	listed := map[string]bool{}
+	for _, row := range regexp.MustCompile("(?m)^\\| `([a-zA-Z_:]+)` \\| ([a-z]+)").FindAllStringSubmatch(section, -1) {
+		name, typ := row[1], row[2]
+		listed[name] = true
+		f := prometheusSeries[name]
+		if f == nil {
+			f = cat[name]
+		}
+		switch {
+		case f == nil:
+			t.Errorf("README.md lists %s, which neither program registers", name)
+		case typeName(f.typ) != typ:
+			t.Errorf("README.md calls %s a %s; the %s registers a %s", name, typ, f.program, typeName(f.typ))
+		}
+	}
+	var exprs []string
+	var rf ruleFile
+	readYAML(t, "prometheus/alerts.yaml", &rf)
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			exprs = append(exprs, r.Expr)
+		}
+	}
+	dash, err := os.ReadFile("grafana/tollgate.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d map[string]any
+	if err := json.Unmarshal(dash, &d); err != nil {
+		t.Fatal(err)
+	}
+	for _, qs := range panelQueries(d["panels"]) {
+		exprs = append(exprs, qs...)
+	}
+	for _, e := range exprs {
+		for _, s := range metricsIn(e) {
+			if f := familyOf(s); f != "" && !listed[f] && !listed[s] {
+				t.Errorf("README.md does not list %s (used by %s)", f, e)
+			}
 		}
 	}
 }
