@@ -46,6 +46,7 @@ type stack struct {
 	enfGRPC  string       // host:port of ext_authz and ext_proc
 	enfHTTP  string       // http://host:port of /check and /settle
 	enfAdmin string       // http://host:port of the enforcer's /metrics
+	gateway  string       // http://host:port of the enforcer's inference gateway, when on
 	db       *store.Store // the control plane's database, for what the API cannot do
 	rdb      redis.UniversalClient
 	layout   mirror.Layout
@@ -139,10 +140,17 @@ func startStack(t testing.TB, enforcerEnv ...map[string]string) *stack {
 		maps.Copy(enfVars, m)
 	}
 	enfEnv := envOf(enfVars)
-	enf := run(t, "enforcer", 3, enfLogs, func(ctx context.Context) error {
+	servers := 3
+	if enfVars["TOLLGATE_GATEWAY_ADDR"] != "" {
+		servers++
+	}
+	enf := run(t, "enforcer", servers, enfLogs, func(ctx context.Context) error {
 		return enfapp.Run(ctx, []string{"serve"}, enfEnv, enfapp.IO{Stdout: io.Discard, Stderr: enfLogs})
 	})
 	s.enfGRPC, s.enfHTTP, s.enfAdmin = enf["grpc"], "http://"+enf["http"], "http://"+enf["admin"]
+	if a, ok := enf["gateway"]; ok {
+		s.gateway = "http://" + a
+	}
 
 	conn, err := grpc.NewClient(enf["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

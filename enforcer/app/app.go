@@ -30,6 +30,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/cpclient"
 	"github.com/tollgate-dev/tollgate/enforcer/extproc"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/httpcheck"
 	"github.com/tollgate-dev/tollgate/enforcer/identity"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
@@ -154,6 +155,8 @@ type Enforcer struct {
 	Health *health.Server
 	HTTP   http.Handler
 	Admin  *admin.Handler
+	// Gateway is the inference gateway; nil when it is off (no TOLLGATE_GATEWAY_ADDR).
+	Gateway *gateway.Gateway
 }
 
 // New wires an enforcer. Nothing runs until Serve.
@@ -201,6 +204,15 @@ func New(d Deps) *Enforcer {
 	healthpb.RegisterHealthServer(e.GRPC, e.Health)
 	e.HTTP = httpcheck.New(e.Gate, e.Tracker, httpcheck.Config{InternalToken: cfg.InternalToken, SettleWait: cfg.SettleWait}, log)
 
+	if cfg.GatewayAddr != "" {
+		gw, err := gateway.New(cfg.Gateway, e.Gate, e.Tracker, usage.Limits{},
+			gateway.Metrics{Requests: m.GatewayRequests, Active: m.GatewayActive, FirstByte: m.GatewayFirstByte}, log)
+		if err != nil {
+			panic(err) // parseConfig refuses a gateway without routes
+		}
+		e.Gateway = gw
+	}
+
 	e.Invalidations = invalidation.New(d.Redis, d.Layout, log, m, e.Identity, e.Gate.Blocks)
 	e.Admin = admin.New(d.Registry, e.redisReady, e.controlPlaneReady)
 	return e
@@ -229,8 +241,8 @@ func (e *Enforcer) redisReady(ctx context.Context) error {
 	return nil
 }
 
-// Listeners are the three sockets the enforcer serves.
-type Listeners struct{ GRPC, HTTP, Admin net.Listener }
+// Listeners are the sockets the enforcer serves; Gateway is nil when the gateway is off.
+type Listeners struct{ GRPC, HTTP, Admin, Gateway net.Listener }
 
 // Listen opens the configured addresses, logging each as `msg=listening server=<name>
 // addr=<host:port>` (tests read the chosen ports from that line; pkg/listen).
@@ -239,16 +251,20 @@ func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
 	if err != nil {
 		return Listeners{}, err
 	}
-	return Listeners{GRPC: lns[0], HTTP: lns[1], Admin: lns[2]}, nil
+	out := Listeners{GRPC: lns[0], HTTP: lns[1], Admin: lns[2]}
+	if len(lns) > 3 {
+		out.Gateway = lns[3]
+	}
+	return out, nil
 }
 
 // Serve runs the servers and the background loops until ctx ends (or a server or loop
 // fails), then shuts down in this order:
 //
 //  1. report not-ready (/readyz "draining", gRPC health NOT_SERVING);
-//  2. stop taking checks: the HTTP and gRPC servers drain in-flight checks and response
-//     streams within three quarters of the shutdown deadline, then cut what is left
-//     (its ext_proc handlers settle what they saw);
+//  2. stop taking checks: the HTTP, gateway and gRPC servers drain in-flight checks and
+//     response streams within three quarters of the shutdown deadline, then cut what is
+//     left (its ext_proc and gateway handlers settle what they saw);
 //  3. stop the start queue (queued starts are refused);
 //  4. settle as incomplete every admitted request nobody will report any more;
 //  5. stop the settle queue's workers, then flush what is queued within the deadline;
@@ -268,7 +284,14 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 
 	httpSrv := &http.Server{Handler: e.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
 	adminSrv := admin.NewServer(e.Admin)
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
+	// The gateway's server has no write or read timeout: a response streams as long as
+	// the upstream sends (the gateway's idle timeout cuts silent ones).
+	var gwSrv *http.Server
+	if e.Gateway != nil && lns.Gateway != nil {
+		gwSrv = &http.Server{Handler: e.Gateway, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		go func() { errc <- ignoreClosed(gwSrv.Serve(lns.Gateway)) }()
+	}
 	go func() { errc <- ignoreClosed(httpSrv.Serve(lns.HTTP)) }()
 	go func() { errc <- ignoreClosed(adminSrv.Serve(lns.Admin)) }()
 	go func() { errc <- e.GRPC.Serve(lns.GRPC) }()
@@ -298,6 +321,14 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	defer cancelServe()
 	httpDone := make(chan struct{})
 	go func() { _ = httpSrv.Shutdown(serveCtx); close(httpDone) }()
+	gwDone := make(chan struct{})
+	go func() {
+		defer close(gwDone)
+		if gwSrv != nil && gwSrv.Shutdown(serveCtx) != nil {
+			// Streams still open are cut; each handler settles what it saw.
+			_ = gwSrv.Close()
+		}
+	}()
 	stopped := make(chan struct{})
 	go func() { e.GRPC.GracefulStop(); close(stopped) }()
 	select {
@@ -308,6 +339,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 		<-stopped
 	}
 	<-httpDone
+	<-gwDone
 	// 3. and 4. No more checks: stop the start queue, then settle every admitted request
 	// that nobody will report to this process any more.
 	stopErrs := []error{runErr, starts.Stop()}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
 	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
@@ -77,6 +78,13 @@ type Config struct {
 	// UpstreamAPIKey is the same for providers that take their key in x-api-key, such
 	// as Anthropic (TOLLGATE_UPSTREAM_API_KEY, or TOLLGATE_UPSTREAM_API_KEY_FILE).
 	UpstreamAPIKey string
+
+	// The inference gateway (package gateway), off while GatewayAddr is empty
+	// (TOLLGATE_GATEWAY_ADDR). Its routes come from TOLLGATE_GATEWAY_UPSTREAM with
+	// TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION (the route "/"), and from the routes file
+	// TOLLGATE_GATEWAY_ROUTES; both may be given (the file's "/" wins).
+	GatewayAddr string
+	Gateway     gateway.Config
 }
 
 // Defaults of the address knobs.
@@ -136,10 +144,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&authFile, "upstream-authorization-file", "", "file holding the upstream Authorization value, read at start (TOLLGATE_UPSTREAM_AUTHORIZATION_FILE)")
 	fs.StringVar(&c.UpstreamAPIKey, "upstream-api-key", "", "the provider's x-api-key value (Anthropic) set on admitted requests in place of the member's key; empty sets none (TOLLGATE_UPSTREAM_API_KEY)")
 	fs.StringVar(&keyFile, "upstream-api-key-file", "", "file holding the upstream x-api-key value, read at start (TOLLGATE_UPSTREAM_API_KEY_FILE)")
+	var gw gatewayFlags
+	gw.register(fs, e)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	problems := e.Problems
+	problems = append(problems, gw.finish(&c, getenv)...)
 	problems = append(problems, upstreamCredential(&c.UpstreamAuthorization, authFile, "TOLLGATE_UPSTREAM_AUTHORIZATION", getenv)...)
 	problems = append(problems, upstreamCredential(&c.UpstreamAPIKey, keyFile, "TOLLGATE_UPSTREAM_API_KEY", getenv)...)
 	if fs.NArg() > 0 {
@@ -181,13 +192,18 @@ func upstreamCredential(v *string, file, name string, getenv func(string) string
 	return nil
 }
 
-// listenAddrs are the enforcer's sockets, in the order Listen opens them.
+// listenAddrs are the enforcer's sockets, in the order Listen opens them; the gateway's
+// last, when it is on.
 func (c Config) listenAddrs() []listen.Addr {
-	return []listen.Addr{
+	addrs := []listen.Addr{
 		{Server: "grpc", Env: "TOLLGATE_ENFORCER_GRPC_ADDR", Addr: c.GRPCAddr},
 		{Server: "http", Env: "TOLLGATE_ENFORCER_HTTP_ADDR", Addr: c.HTTPAddr},
 		{Server: "admin", Env: "TOLLGATE_ENFORCER_ADMIN_ADDR", Addr: c.AdminAddr},
 	}
+	if c.GatewayAddr != "" {
+		addrs = append(addrs, listen.Addr{Server: "gateway", Env: "TOLLGATE_GATEWAY_ADDR", Addr: c.GatewayAddr})
+	}
+	return addrs
 }
 
 func (c Config) validate() []string {

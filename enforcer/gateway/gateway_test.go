@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/usage"
 )
@@ -87,7 +89,7 @@ func (f *fakeTracker) settled(t *testing.T) inflight.Usage {
 	return f.finished[0]
 }
 
-func metrics() (gateway.Metrics, *prometheus.CounterVec) {
+func newMetrics() (gateway.Metrics, *prometheus.CounterVec) {
 	req := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "req"}, []string{"outcome"})
 	return gateway.Metrics{Requests: req, Active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "active"}),
 		FirstByte: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fb"})}, req
@@ -107,7 +109,7 @@ func newEnv(t *testing.T, upstream string, cfg gateway.Config) *env {
 		t.Fatal(err)
 	}
 	cfg.Routes = append(cfg.Routes, rt)
-	m, req := metrics()
+	m, req := newMetrics()
 	tr := newTracker()
 	blocked := gate.Refusal(gate.ReasonUsageLimit)
 	blocked.RetryAfter, blocked.Body = "61", []byte(`{"error":{"code":"service_gateway_usage_limit_exceeded"}}`)
@@ -391,7 +393,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := metrics()
+	m, _ := newMetrics()
 	gw, err := gateway.New(gateway.Config{Routes: routes}, fakeGate{}, newTracker(), usage.Limits{}, m, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -426,5 +428,12 @@ func TestParseRoutesRefuses(t *testing.T) {
 		if _, err := gateway.ParseRoutes([]byte(doc), env); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// The enforcer's catalogue pre-creates exactly the gateway's outcomes.
+func TestOutcomesAreTheCataloguesLabels(t *testing.T) {
+	if !slices.Equal(gateway.Outcomes, metrics.GatewayOutcomes) {
+		t.Fatalf("gateway.Outcomes %v, metrics.GatewayOutcomes %v", gateway.Outcomes, metrics.GatewayOutcomes)
 	}
 }

@@ -53,9 +53,19 @@ type Metrics struct {
 	ExtProcStreams        *prometheus.CounterVec
 	ExtProcRequestBodies  *prometheus.CounterVec
 	InvalidationsReceived *prometheus.CounterVec
+	// GatewayRequests counts the gateway's requests by outcome (gateway.Outcomes),
+	// GatewayActive the requests it is proxying, GatewayFirstByte the seconds from
+	// sending an upstream request to its response headers.
+	GatewayRequests  *prometheus.CounterVec
+	GatewayActive    prometheus.Gauge
+	GatewayFirstByte prometheus.Histogram
 
 	settleOldest atomic.Int64 // unix nanoseconds of the oldest unacknowledged settlement; 0: none
 }
+
+// GatewayOutcomes are the outcome labels of GatewayRequests (package gateway's
+// Outcome constants; package gateway imports this one, so the list lives here).
+var GatewayOutcomes = []string{"proxied", "refused", "no_route", "busy", "body_too_large", "upstream_error", "upstream_timeout", "client_gone"}
 
 // The label values known in advance, created at construction: a fresh enforcer already
 // exposes them at 0, so a dashboard panel shows 0, not No data, and increase() sees the
@@ -82,6 +92,8 @@ var (
 	extprocStreamResults = []string{"complete", "incomplete", "untracked"}
 	requestBodyResults   = []string{"estimated", "not_json", "include_usage_set", "not_buffered", "model_not_priced"}
 	invalidationKinds    = []string{"credential", "member", "api_key", "record"}
+	// gatewayOutcomes are gateway.Outcomes (a gateway test checks they agree).
+	gatewayOutcomes = GatewayOutcomes
 )
 
 // latency buckets for calls that should take about a millisecond.
@@ -192,11 +204,25 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_invalidations_total",
 			Help: "Invalidations received from the control plane, by kind (credential, member, api_key, record).",
 		}, []string{"kind"}),
+		GatewayRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_gateway_requests_total",
+			Help: "Requests of the inference gateway, by outcome: proxied (the upstream answered), refused (by the gate), no_route, busy, body_too_large, upstream_error (502), upstream_timeout (504), client_gone.",
+		}, []string{"outcome"}),
+		GatewayActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_gateway_active_requests",
+			Help: "Requests the inference gateway is proxying now (streams included).",
+		}),
+		GatewayFirstByte: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tollgate_enforcer_gateway_upstream_header_seconds",
+			Help:    "Time from sending a request upstream to its response headers (a streamed completion's time to first token, roughly).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
 	}
 	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.RecordReads, m.BlockedCacheHits, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
-		m.InflightRequests, m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived)
+		m.InflightRequests, m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayActive,
+		m.GatewayFirstByte)
 
 	for decision, reasons := range decisionReasons {
 		m.CheckDuration.WithLabelValues(decision)
@@ -207,7 +233,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for v, values := range map[*prometheus.CounterVec][]string{
 		m.IdentityCache: identityResults, m.RecordReads: recordSources, m.StartQueueRejections: startRejections,
 		m.Settlements: settleOutcomes, m.SettledCostBasis: costBases, m.ExtProcStreams: extprocStreamResults,
-		m.ExtProcRequestBodies: requestBodyResults, m.InvalidationsReceived: invalidationKinds,
+		m.ExtProcRequestBodies: requestBodyResults, m.InvalidationsReceived: invalidationKinds, m.GatewayRequests: gatewayOutcomes,
 	} {
 		for _, x := range values {
 			v.WithLabelValues(x)

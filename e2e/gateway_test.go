@@ -1,0 +1,249 @@
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+)
+
+// gatewayUpstream is fakellm, except for two models: "cut-model" streams some text and
+// breaks the connection off; "hang-model" streams some text and then waits for the
+// request to be cancelled (a client that disconnects), recording that it was.
+type gatewayUpstream struct {
+	fake *fakellm.Server
+	// cut and cancelled receive the request ids of the cut stream and of the stream
+	// whose client disconnected.
+	cut, cancelled chan string
+}
+
+func (u *gatewayUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var req struct{ Model string }
+	_ = json.Unmarshal(body, &req)
+	switch req.Model {
+	case "cut-model", "hang-model":
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		for range 50 {
+			_, _ = io.WriteString(w, `data: {"model":"gpt-4o-mini-2024-07-18","choices":[{"delta":{"content":"twenty bytes of text"}}]}`+"\n\n")
+		}
+		w.(http.Flusher).Flush()
+		if req.Model == "cut-model" {
+			u.cut <- r.Header.Get("X-Service-Request-Id")
+			panic(http.ErrAbortHandler) // the connection is broken off
+		}
+		<-r.Context().Done()
+		u.cancelled <- r.Header.Get("X-Service-Request-Id")
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	u.fake.ServeHTTP(w, r)
+}
+
+// TestGatewayChargesEveryResponse is issue 19's end-to-end test: the real enforcer's
+// gateway in front of a fake provider, the real control plane behind it. Every response
+// is charged exactly (JSON, gzip, SSE with and without include_usage), cut streams and
+// disconnects incomplete and estimated, an unpriced model at the fallback price; 401 and
+// 429 never reach the provider, nor does the member's key.
+func TestGatewayChargesEveryResponse(t *testing.T) {
+	awayFromDayBoundary(t, 3*time.Minute)
+	usageOf := map[string]fakellm.Usage{}
+	fake := &fakellm.Server{Usage: func(c fakellm.Call) fakellm.Usage { return usageOf[c.Model] }}
+	up := &gatewayUpstream{fake: fake, cut: make(chan string, 1), cancelled: make(chan string, 1)}
+	upSrv := httptest.NewServer(up)
+	t.Cleanup(upSrv.Close)
+	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": upSrv.URL,
+		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization})
+	o := s.setUpOrg(t)
+
+	type result struct {
+		status int
+		header http.Header
+		body   string
+		reqID  string
+	}
+	call := func(t *testing.T, key, model string, stream, includeUsage, gzipped bool) result {
+		t.Helper()
+		body := map[string]any{"model": model, "messages": []map[string]string{{"role": "user", "content": strings.Repeat("word ", 200)}}}
+		if stream {
+			body["stream"] = true
+			if includeUsage {
+				body["stream_options"] = map[string]bool{"include_usage": true}
+			}
+		}
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", s.gateway+"/v1/chat/completions", bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		// Go's client asks for gzip by itself unless told otherwise.
+		req.Header.Set("Accept-Encoding", "identity")
+		if gzipped {
+			req.Header.Set("Accept-Encoding", "gzip")
+		}
+		before := len(fake.Calls())
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		raw, _ := io.ReadAll(res.Body)
+		out := result{status: res.StatusCode, header: res.Header, body: string(raw)}
+		if calls := fake.Calls()[before:]; len(calls) == 1 {
+			out.reqID = calls[0].Header.Get("X-Service-Request-Id")
+			if h := calls[0].Header; h.Get("Authorization") != providerAuthorization || strings.Contains(strings.Join(flatten(h), " "), key) {
+				t.Fatalf("the provider saw %v", h)
+			}
+			if gzipped != calls[0].Gzip {
+				t.Fatalf("gzip: asked %v, answered %v", gzipped, calls[0].Gzip)
+			}
+			if stream && !calls[0].IncludeUsage {
+				t.Fatalf("the stream reached the provider without include_usage: %s", calls[0].Body)
+			}
+		}
+		return out
+	}
+	text := func(r result, gzipped bool) string {
+		if !gzipped {
+			return r.body
+		}
+		zr, err := gzip.NewReader(strings.NewReader(r.body))
+		if err != nil {
+			t.Fatalf("not gzip: %v", err)
+		}
+		b, _ := io.ReadAll(zr)
+		return string(b)
+	}
+
+	var used int64
+	settled := 0
+	usageOf[model] = fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000}
+	want := catalogCost(100_000, 20_000, 10_000)
+	for _, tc := range []struct {
+		name                         string
+		stream, includeUsage, gzipIt bool
+	}{
+		{"JSON", false, false, false},
+		{"JSON, gzip", false, false, true},
+		{"SSE with include_usage", true, true, false},
+		{"SSE without include_usage", true, false, false},
+		{"SSE, gzip", true, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := call(t, o.key, model, tc.stream, tc.includeUsage, tc.gzipIt)
+			if r.status != 200 || !strings.Contains(text(r, tc.gzipIt), "paid") || r.header.Get("X-Service-Usage-State") != "within_limit" {
+				t.Fatalf("%d %v %q", r.status, r.header, r.body)
+			}
+			rec := waitReceipt(t, s, r.reqID)
+			settled++
+			used += want
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
+				t.Fatalf("receipt %s, want cost %d, complete, reported", rec, want)
+			}
+		})
+	}
+	s.waitUsed(t, o, settled, used)
+
+	t.Run("a model nobody priced is charged the fallback", func(t *testing.T) {
+		usageOf["brand-new-model"] = fakellm.Usage{InputTokens: 100, OutputTokens: 100}
+		r := call(t, o.key, "brand-new-model", false, false, false)
+		rec := waitReceipt(t, s, r.reqID)
+		h := pricecatalog.Highest()
+		wantCost := (100*h.InputPerMillion + 100*h.OutputPerMillion + 999_999) / 1_000_000
+		if r.status != 200 || rec.cost() != wantCost || rec["cost_source"] != "fallback" {
+			t.Fatalf("%d; receipt %s, want %d at the fallback price", r.status, rec, wantCost)
+		}
+		settled++
+		used += wantCost
+	})
+
+	t.Run("a cut stream is charged for what was seen, incomplete", func(t *testing.T) {
+		r := call(t, o.key, "cut-model", true, false, false)
+		if r.status != 200 {
+			t.Fatalf("%d", r.status)
+		}
+		rec := waitReceipt(t, s, <-up.cut)
+		out := estimate.Tokens(50 * 20)
+		if rec["complete"] != false || rec["cost_basis"] != "estimate" || rec["output_tokens"].(float64) != float64(out) || rec.cost() <= 0 {
+			t.Fatalf("receipt %s, want incomplete, estimated, %d output tokens", rec, out)
+		}
+		settled++
+		used += rec.cost()
+	})
+
+	t.Run("a client that disconnects cancels the upstream and is charged, incomplete", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		b, _ := json.Marshal(map[string]any{"model": "hang-model", "stream": true, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
+		req, _ := http.NewRequestWithContext(ctx, "POST", s.gateway+"/v1/chat/completions", bytes.NewReader(b))
+		req.Header.Set("X-Api-Key", o.key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(res.Body).ReadString('\n'); err != nil {
+			t.Fatalf("%d %v: %q %v", res.StatusCode, res.Header, line, err)
+		}
+		cancel()
+		res.Body.Close()
+		var reqID string
+		select {
+		case reqID = <-up.cancelled:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the upstream request was not cancelled")
+		}
+		rec := waitReceipt(t, s, reqID)
+		if rec["complete"] != false || rec["cost_basis"] != "estimate" || rec.cost() <= 0 {
+			t.Fatalf("receipt %s", rec)
+		}
+		settled++
+		used += rec.cost()
+	})
+	s.waitUsed(t, o, settled, used)
+
+	t.Run("401 and 429 never reach the provider", func(t *testing.T) {
+		before := len(fake.Calls())
+		if r := call(t, "tgk_notakey", model, false, false, false); r.status != 401 {
+			t.Fatalf("a bad key: %d %s", r.status, r.body)
+		}
+		usageOf[model] = fakellm.Usage{InputTokens: 2_000_000, OutputTokens: 2_000_000} // 1.5 USD: spends the limit
+		if r := call(t, o.key, model, false, false, false); r.status != 200 {
+			t.Fatalf("the spending call: %d", r.status)
+		}
+		settled++
+		waitFor(t, 15*time.Second, "blocked", func() bool { return s.status(t, o).State == "blocked" })
+		waitFor(t, 10*time.Second, "the enforcer to receive every receipt", func() bool {
+			return s.metric(t, "tollgate_enforcer_settlements_total") >= float64(settled)
+		})
+		var r result
+		waitFor(t, 10*time.Second, "a 429 from the gateway", func() bool {
+			r = call(t, o.key, model, true, false, false)
+			return r.status == 429
+		})
+		if r.header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" || r.header.Get("X-Service-Usage-State") != "blocked" ||
+			r.header.Get("X-Should-Retry") != "false" || r.header.Get("Retry-After") == "" {
+			t.Fatalf("429 headers %v", r.header)
+		}
+		if n := len(fake.Calls()) - before; n != 1 {
+			t.Fatalf("the provider got %d calls, want only the spending one", n)
+		}
+	})
+}
+
+func flatten(h http.Header) []string {
+	var out []string
+	for k, vs := range h {
+		out = append(out, k+": "+strings.Join(vs, ","))
+	}
+	return out
+}

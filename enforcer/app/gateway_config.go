@@ -1,0 +1,92 @@
+package app
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+	"github.com/tollgate-dev/tollgate/pkg/envflag"
+)
+
+// gatewayFlags are the gateway's knobs as parsed, before they become Config.Gateway.
+type gatewayFlags struct {
+	addr, upstream, authorization, authorizationFile, routesFile string
+	maxBody, maxStreams                                          int
+	cfg                                                          gateway.Config
+}
+
+func (g *gatewayFlags) register(fs *flag.FlagSet, e *envflag.Env) {
+	fs.StringVar(&g.addr, "gateway-addr", e.String("TOLLGATE_GATEWAY_ADDR", ""), "the inference gateway's listen address; empty: no gateway (TOLLGATE_GATEWAY_ADDR)")
+	fs.StringVar(&g.upstream, "gateway-upstream", e.String("TOLLGATE_GATEWAY_UPSTREAM", ""), "the gateway's upstream base URL, e.g. https://api.openai.com: the route of every path no routes-file prefix takes (TOLLGATE_GATEWAY_UPSTREAM)")
+	// Secrets are read from the environment after parsing, never as flag defaults, so
+	// that -h never prints one.
+	fs.StringVar(&g.authorization, "gateway-upstream-authorization", "", "the Authorization value the gateway sends to TOLLGATE_GATEWAY_UPSTREAM, e.g. \"Bearer sk-...\" (TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION)")
+	fs.StringVar(&g.authorizationFile, "gateway-upstream-authorization-file", "", "file holding that value, read at start (TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION_FILE)")
+	fs.StringVar(&g.routesFile, "gateway-routes", e.String("TOLLGATE_GATEWAY_ROUTES", ""), "YAML or JSON file of upstreams by path prefix, each with its own credential (TOLLGATE_GATEWAY_ROUTES; docs/gateway.md)")
+	fs.IntVar(&g.maxBody, "gateway-max-body-bytes", e.Int("TOLLGATE_GATEWAY_MAX_BODY_BYTES", gateway.DefaultMaxBodyBytes), "largest request body the gateway accepts; larger is 413 (TOLLGATE_GATEWAY_MAX_BODY_BYTES)")
+	fs.DurationVar(&g.cfg.ConnectTimeout, "gateway-connect-timeout", e.Duration("TOLLGATE_GATEWAY_CONNECT_TIMEOUT", gateway.DefaultConnectTimeout), "longest upstream connection set-up, TLS included (TOLLGATE_GATEWAY_CONNECT_TIMEOUT)")
+	fs.DurationVar(&g.cfg.HeaderTimeout, "gateway-header-timeout", e.Duration("TOLLGATE_GATEWAY_HEADER_TIMEOUT", gateway.DefaultHeaderTimeout), "longest wait for the upstream's response headers; 504 after it (TOLLGATE_GATEWAY_HEADER_TIMEOUT)")
+	fs.DurationVar(&g.cfg.IdleTimeout, "gateway-idle-timeout", e.Duration("TOLLGATE_GATEWAY_IDLE_TIMEOUT", gateway.DefaultIdleTimeout), "longest silence between two chunks of a response; the stream is cut after it (TOLLGATE_GATEWAY_IDLE_TIMEOUT)")
+	fs.IntVar(&g.maxStreams, "gateway-max-streams", e.Int("TOLLGATE_GATEWAY_MAX_STREAMS", gateway.DefaultMaxStreams), "most requests the gateway proxies at once; more are 503 (TOLLGATE_GATEWAY_MAX_STREAMS)")
+}
+
+// finish validates the gateway's knobs and fills c.GatewayAddr and c.Gateway.
+func (g *gatewayFlags) finish(c *Config, getenv func(string) string) []string {
+	var p []string
+	p = append(p, upstreamCredential(&g.authorization, g.authorizationFile, "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION", getenv)...)
+	if g.addr == "" {
+		if g.upstream != "" || g.routesFile != "" {
+			p = append(p, "TOLLGATE_GATEWAY_UPSTREAM or TOLLGATE_GATEWAY_ROUTES is set without TOLLGATE_GATEWAY_ADDR: the gateway is off")
+		}
+		return p
+	}
+	c.GatewayAddr = g.addr
+	cfg := g.cfg
+	if g.routesFile != "" {
+		data, err := os.ReadFile(g.routesFile)
+		if err != nil {
+			p = append(p, fmt.Sprintf("TOLLGATE_GATEWAY_ROUTES: %v", err))
+		} else if rs, err := gateway.ParseRoutes(data, getenv); err != nil {
+			p = append(p, fmt.Sprintf("TOLLGATE_GATEWAY_ROUTES: %v", err))
+		} else {
+			cfg.Routes = rs
+		}
+	}
+	if g.upstream != "" {
+		rt, err := gateway.NewRoute("/", g.upstream, "", g.authorization)
+		switch {
+		case err != nil:
+			p = append(p, fmt.Sprintf("TOLLGATE_GATEWAY_UPSTREAM: %v", err))
+		case !hasPrefix(cfg.Routes, "/"):
+			cfg.Routes = append(cfg.Routes, rt)
+		}
+	} else if g.authorization != "" {
+		p = append(p, "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION is set without TOLLGATE_GATEWAY_UPSTREAM")
+	}
+	if g.upstream == "" && g.routesFile == "" {
+		p = append(p, "TOLLGATE_GATEWAY_ADDR: the gateway needs TOLLGATE_GATEWAY_UPSTREAM or TOLLGATE_GATEWAY_ROUTES")
+	}
+	for _, x := range []struct {
+		ok   bool
+		name string
+	}{{g.maxBody > 0, "TOLLGATE_GATEWAY_MAX_BODY_BYTES"}, {g.maxStreams > 0, "TOLLGATE_GATEWAY_MAX_STREAMS"},
+		{cfg.ConnectTimeout > 0, "TOLLGATE_GATEWAY_CONNECT_TIMEOUT"}, {cfg.HeaderTimeout > 0, "TOLLGATE_GATEWAY_HEADER_TIMEOUT"},
+		{cfg.IdleTimeout > 0, "TOLLGATE_GATEWAY_IDLE_TIMEOUT"}} {
+		if !x.ok {
+			p = append(p, x.name+": must be positive")
+		}
+	}
+	cfg.MaxBodyBytes, cfg.MaxStreams = int64(g.maxBody), g.maxStreams
+	c.Gateway = cfg
+	return p
+}
+
+func hasPrefix(rs []gateway.Route, prefix string) bool {
+	for _, r := range rs {
+		if r.Prefix == prefix {
+			return true
+		}
+	}
+	return false
+}
