@@ -31,6 +31,9 @@ var envContract = map[string][]string{
 		"TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR",
 		"TOLLGATE_CONTROLPLANE_ADDR", "TOLLGATE_FAILURE_MODE", "TOLLGATE_INTERNAL_TOKEN",
 		"TOLLGATE_UPSTREAM_AUTHORIZATION", "TOLLGATE_UPSTREAM_API_KEY",
+		"TOLLGATE_GATEWAY_ADDR", "TOLLGATE_GATEWAY_UPSTREAM", "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION",
+		"TOLLGATE_GATEWAY_ROUTES", "TOLLGATE_GATEWAY_MAX_BODY_BYTES", "TOLLGATE_GATEWAY_CONNECT_TIMEOUT",
+		"TOLLGATE_GATEWAY_HEADER_TIMEOUT", "TOLLGATE_GATEWAY_IDLE_TIMEOUT", "TOLLGATE_GATEWAY_MAX_STREAMS",
 		"TOLLGATE_LOG_FORMAT", "TOLLGATE_LOG_LEVEL",
 		"TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_ADDRS",
 		"TOLLGATE_REDIS_SENTINEL_MASTER", "TOLLGATE_REDIS_SENTINEL_PASSWORD",
@@ -40,7 +43,7 @@ var envContract = map[string][]string{
 
 // secretEnv must come from a secretKeyRef, never a literal value.
 var secretEnv = []string{"TOLLGATE_DATABASE_URL", "TOLLGATE_REDIS_URL", "TOLLGATE_INTERNAL_TOKEN", "TOLLGATE_REDIS_SENTINEL_PASSWORD",
-	"TOLLGATE_UPSTREAM_AUTHORIZATION", "TOLLGATE_UPSTREAM_API_KEY"}
+	"TOLLGATE_UPSTREAM_AUTHORIZATION", "TOLLGATE_UPSTREAM_API_KEY", "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION"}
 
 // requiredEnv must be set for each program.
 var requiredEnv = map[string][]string{
@@ -142,6 +145,7 @@ func TestInvariants(t *testing.T) {
 				}
 			}
 			checkJob(t, kinds["Job"])
+			checkGateway(t, kinds)
 			checkServices(t, kinds["Service"], kinds["Deployment"])
 			if sidecar {
 				for _, k := range []string{"HorizontalPodAutoscaler"} {
@@ -237,6 +241,14 @@ func checkContainer(t *testing.T, c container, sidecar bool) {
 	addrs := map[string]string{"rest": "TOLLGATE_HTTP_ADDR", "grpc": "TOLLGATE_GRPC_ADDR", "admin": "TOLLGATE_ADMIN_ADDR"}
 	if c.program == "enforcer" {
 		addrs = map[string]string{"grpc": "TOLLGATE_ENFORCER_GRPC_ADDR", "http": "TOLLGATE_ENFORCER_HTTP_ADDR", "admin": "TOLLGATE_ENFORCER_ADMIN_ADDR"}
+		// The inference gateway: its port and its address come together.
+		_, port := ports["gateway"]
+		if port != (env["TOLLGATE_GATEWAY_ADDR"] != nil) {
+			t.Errorf("%s: a gateway containerPort (%v) without TOLLGATE_GATEWAY_ADDR, or the reverse", where, port)
+		}
+		if port {
+			addrs["gateway"] = "TOLLGATE_GATEWAY_ADDR"
+		}
 	}
 	for port, envName := range addrs {
 		addr := str(env[envName], "value")
@@ -337,6 +349,136 @@ func TestEnvContractDocumented(t *testing.T) {
 		for _, n := range names {
 			if !bytes.Contains(readme, []byte("`"+n+"`")) {
 				t.Errorf("%s sets %s, which charts/tollgate/README.md does not document", prog, n)
+			}
+		}
+	}
+}
+
+// checkGateway: an enforcer that runs the inference gateway is configured
+// completely and reads its credentials from Secrets only. Its upstream is set,
+// or its routes file is a ConfigMap of the render, mounted where
+// TOLLGATE_GATEWAY_ROUTES points, holding no credential, whose routes' credential
+// files are keys of mounted Secrets; a change of the routes rolls the pods; and
+// the enforcer Service exposes the gateway port.
+func checkGateway(t *testing.T, kinds map[string][]obj) {
+	t.Helper()
+	configMaps := map[string]obj{}
+	for _, cm := range kinds["ConfigMap"] {
+		configMaps[str(cm, "metadata", "name")] = cm
+	}
+	for _, d := range kinds["Deployment"] {
+		pod := get(d, "spec", "template", "spec").(obj)
+		for _, c := range list(pod, "containers") {
+			env := map[string]obj{}
+			for _, e := range list(c, "env") {
+				env[str(e, "name")] = e.(obj)
+			}
+			if env["TOLLGATE_GATEWAY_ADDR"] == nil {
+				continue
+			}
+			where := str(d, "metadata", "name")
+			for _, n := range []string{"TOLLGATE_GATEWAY_MAX_BODY_BYTES", "TOLLGATE_GATEWAY_CONNECT_TIMEOUT", "TOLLGATE_GATEWAY_HEADER_TIMEOUT", "TOLLGATE_GATEWAY_IDLE_TIMEOUT", "TOLLGATE_GATEWAY_MAX_STREAMS"} {
+				if str(env[n], "value") == "" {
+					t.Errorf("%s: the gateway runs without %s", where, n)
+				}
+			}
+			for _, n := range []string{"TOLLGATE_GATEWAY_MAX_BODY_BYTES", "TOLLGATE_GATEWAY_MAX_STREAMS"} {
+				if _, err := strconv.ParseInt(str(env[n], "value"), 10, 64); err != nil {
+					t.Errorf("%s: %s=%q is not an integer", where, n, str(env[n], "value"))
+				}
+			}
+			routes := str(env["TOLLGATE_GATEWAY_ROUTES"], "value")
+			if (routes == "") == (str(env["TOLLGATE_GATEWAY_UPSTREAM"], "value") == "") {
+				t.Errorf("%s: the gateway has TOLLGATE_GATEWAY_UPSTREAM=%q and TOLLGATE_GATEWAY_ROUTES=%q, want exactly one", where, str(env["TOLLGATE_GATEWAY_UPSTREAM"], "value"), routes)
+			}
+			gatewayServed := false
+			for _, s := range kinds["Service"] {
+				if selectsAny(get(s, "spec", "selector"), []obj{d}) {
+					for _, p := range list(s, "spec", "ports") {
+						gatewayServed = gatewayServed || str(p, "targetPort") == "gateway"
+					}
+				}
+			}
+			if !gatewayServed {
+				t.Errorf("%s: no Service port targets the gateway", where)
+			}
+			if routes == "" {
+				continue
+			}
+			if str(get(d, "spec", "template"), "metadata", "annotations", "checksum/gateway-routes") == "" {
+				t.Errorf("%s: no checksum/gateway-routes annotation: a change of the routes would not roll the pods", where)
+			}
+			// The volume mounted at path's directory (or above), and its definition.
+			volumes := map[string]obj{}
+			for _, v := range list(pod, "volumes") {
+				volumes[str(v, "name")] = v.(obj)
+			}
+			mountOf := func(path string) (obj, string) {
+				for _, m := range list(c, "volumeMounts") {
+					dir := strings.TrimSuffix(str(m, "mountPath"), "/") + "/"
+					if strings.HasPrefix(path, dir) {
+						if get(m, "readOnly") != true {
+							t.Errorf("%s: %s is mounted writable", where, str(m, "mountPath"))
+						}
+						return volumes[str(m, "name")], strings.TrimPrefix(path, dir)
+					}
+				}
+				return nil, ""
+			}
+			vol, file := mountOf(routes)
+			cm := configMaps[str(vol, "configMap", "name")]
+			if cm == nil {
+				t.Errorf("%s: TOLLGATE_GATEWAY_ROUTES=%s is not on a volume of a ConfigMap of the render", where, routes)
+				continue
+			}
+			var rf struct {
+				Routes []map[string]string `yaml:"routes"`
+			}
+			if err := yaml.Unmarshal([]byte(str(cm, "data", file)), &rf); err != nil || len(rf.Routes) == 0 {
+				t.Errorf("ConfigMap %s: %s holds no routes (%v)", str(cm, "metadata", "name"), file, err)
+				continue
+			}
+			for i, r := range rf.Routes {
+				for k := range r {
+					if !slices.Contains([]string{"prefix", "upstream", "header", "credentialFile", "credentialEnv"}, k) {
+						t.Errorf("routes file, route %d: key %q (credentials come from credentialFile or credentialEnv only)", i, k)
+					}
+				}
+				if !strings.HasPrefix(r["prefix"], "/") || !strings.HasPrefix(r["upstream"], "http") {
+					t.Errorf("routes file, route %d: prefix %q, upstream %q", i, r["prefix"], r["upstream"])
+				}
+				if name := r["credentialEnv"]; name != "" {
+					found := false
+					for _, e := range list(c, "env") {
+						found = found || str(e, "name") == name
+					}
+					if !found && len(list(c, "envFrom")) == 0 {
+						t.Errorf("routes file, route %d: credentialEnv %s is not in the container's environment", i, name)
+					}
+				}
+				f := r["credentialFile"]
+				if f == "" {
+					continue
+				}
+				vol, item := mountOf(f)
+				var sources []any
+				if s := get(vol, "secret"); s != nil {
+					sources = []any{obj{"secret": s}}
+				} else {
+					sources = list(vol, "projected", "sources")
+				}
+				found := false
+				for _, src := range sources {
+					if get(src, "secret") == nil {
+						t.Errorf("%s: the credential volume of route %d projects something else than Secrets: %v", where, i, src)
+					}
+					for _, it := range list(src, "secret", "items") {
+						found = found || str(it, "path") == item
+					}
+				}
+				if !found {
+					t.Errorf("routes file, route %d: credentialFile %s is no key of a mounted Secret", i, f)
+				}
 			}
 		}
 	}

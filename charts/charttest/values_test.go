@@ -1,6 +1,7 @@
 package charttest
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -11,6 +12,8 @@ import (
 func TestValuesRejected(t *testing.T) {
 	helm, _ := needTools(t)
 	ok := []string{"--set", "secrets.existingSecret=creds"}
+	gw := append(slices.Clone(ok), "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com")
+	route := append(slices.Clone(ok), "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/", "--set", "enforcer.gateway.routes[0].upstream=https://api.openai.com")
 	tests := []struct {
 		name string
 		args []string
@@ -40,6 +43,25 @@ func TestValuesRejected(t *testing.T) {
 		{"secret value instead of reference", append(ok, "--set", "secrets.databaseUrl=postgres://u:p@db/x"), "/secrets/databaseUrl"},
 		{"partial per-key secrets", []string{"--set", "secrets.databaseUrl.name=db", "--set", "secrets.redisUrl.name=redis"}, "/secrets/internalToken/name"},
 		{"overlong fullname", append(ok, "--set", "fullnameOverride="+strings.Repeat("a", 41)), "/fullnameOverride"},
+		// The inference gateway.
+		{"gateway port out of range", append(gw, "--set", "enforcer.gateway.port=70000"), "/enforcer/gateway/port"},
+		{"gateway duration without unit", append(gw, "--set-string", "enforcer.gateway.headerTimeout=600"), "/enforcer/gateway/headerTimeout"},
+		{"gateway idle timeout in words", append(gw, "--set-string", "enforcer.gateway.idleTimeout=five minutes"), "/enforcer/gateway/idleTimeout"},
+		{"gateway body limit as text", append(gw, "--set-string", "enforcer.gateway.maxBodyBytes=16MiB"), "/enforcer/gateway/maxBodyBytes"},
+		{"gateway without streams", append(gw, "--set", "enforcer.gateway.maxStreams=0"), "/enforcer/gateway/maxStreams"},
+		{"gateway without an upstream", append(ok, "--set", "enforcer.gateway.enabled=true"), "'/enforcer/gateway': 'oneOf' failed"},
+		{"gateway upstream and routes", append(gw, "--set", "enforcer.gateway.routes[0].prefix=/", "--set", "enforcer.gateway.routes[0].upstream=https://api.openai.com"), "'/enforcer/gateway': 'oneOf' failed"},
+		{"gateway upstream without scheme", append(ok, "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=api.openai.com"), "/enforcer/gateway/upstream"},
+		{"gateway credential in the url", append(ok, "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://user:sk-secret@api.openai.com"), "/enforcer/gateway/upstream"},
+		{"gateway in sidecar mode", append(gw, "--set", "enforcer.mode=sidecar"), "/enforcer/mode"},
+		{"route prefix without slash", append(route, "--set", "enforcer.gateway.routes[0].prefix=v1"), "/enforcer/gateway/routes/0/prefix"},
+		{"route without upstream", append(ok, "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/"), "missing property 'upstream'"},
+		{"route credential as a value", append(route, "--set", "enforcer.gateway.routes[0].credential=Bearer sk-x"), "additional properties 'credential' not allowed"},
+		{"route with two credentials", append(route, "--set", "enforcer.gateway.routes[0].credentialSecret.name=openai", "--set", "enforcer.gateway.routes[0].credentialSecret.key=authorization", "--set", "enforcer.gateway.routes[0].credentialEnv=OPENAI"), "'/enforcer/gateway/routes/0': 'not' failed"},
+		{"route secret without name", append(route, "--set", "enforcer.gateway.routes[0].credentialSecret.key=authorization"), "/enforcer/gateway/routes/0/credentialSecret"},
+		{"route header with a space", append(route, "--set", "enforcer.gateway.routes[0].header=x api key"), "/enforcer/gateway/routes/0/header"},
+		{"routes with the same prefix", append(route, "--set", "enforcer.gateway.routes[1].prefix=/", "--set", "enforcer.gateway.routes[1].upstream=https://api.anthropic.com"), `prefix "/" appears twice`},
+		{"gateway upstream secret with routes", append(route, "--set", "secrets.gatewayUpstreamAuthorization.name=openai"), "secrets.gatewayUpstreamAuthorization"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -68,6 +90,10 @@ func TestValuesAccepted(t *testing.T) {
 		{"no migration job, auto-migrate", []string{"--set", "secrets.existingSecret=s", "--set", "migrations.enabled=false", "--set", "controlplane.autoMigrate=true"}},
 		{"external control plane address", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.controlplaneAddress=tollgate.example.net:8081"}},
 		{"no service account", []string{"--set", "secrets.existingSecret=s", "--set", "serviceAccount.create=false"}},
+		{"gateway with one upstream and its secret", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
+			"--set", "secrets.gatewayUpstreamAuthorization.name=openai", "--set", "enforcer.gateway.connectTimeout=1.5s", "--set", "enforcer.gateway.port=8443"}},
+		{"gateway to a local model server without credential", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=http://vllm.models.svc:8000/"}},
+		{"gateway off with values set", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.mode=sidecar"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

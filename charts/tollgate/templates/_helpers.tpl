@@ -230,6 +230,11 @@ ports:
   - name: admin
     containerPort: {{ $e.ports.admin }}
     protocol: TCP
+  {{- if $e.gateway.enabled }}
+  - name: gateway
+    containerPort: {{ $e.gateway.port }}
+    protocol: TCP
+  {{- end }}
 env:
   - name: TOLLGATE_ENFORCER_GRPC_ADDR
     value: "{{ $bind }}:{{ $e.ports.grpc }}"
@@ -255,12 +260,17 @@ env:
         key: {{ $ref.key }}
   {{- end }}
   {{- end }}
+  {{- with include "tollgate.gateway.env" (dict "ctx" $root "sidecar" .sidecar) | trim }}{{ . | nindent 2 }}{{ end }}
   {{- with $e.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
 {{- with $e.extraEnvFrom }}
 envFrom:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with include "tollgate.gateway.volumeMounts" $root | trim }}
+volumeMounts:
+  {{- . | nindent 2 }}
 {{- end }}
 {{ include "tollgate.probes" (dict "probes" $e.probes) }}
 {{- with $e.resources }}
@@ -269,4 +279,136 @@ resources:
 {{- end }}
 securityContext:
   {{- toYaml $root.Values.securityContext | nindent 2 }}
+{{- end -}}
+
+{{/*
+The inference gateway (enforcer.gateway; README: "The inference gateway"). The
+routes file and the routes' credentials are mounted at fixed paths.
+*/}}
+{{- define "tollgate.gateway.routesDir" -}}/etc/tollgate/gateway{{- end -}}
+{{- define "tollgate.gateway.credentialsDir" -}}/etc/tollgate/gateway-credentials{{- end -}}
+
+{{/* Its environment, empty when the gateway is off: (dict "ctx" $ "sidecar" true|false). */}}
+{{- define "tollgate.gateway.env" -}}
+{{- $root := .ctx -}}
+{{- $g := $root.Values.enforcer.gateway -}}
+{{- $auth := $root.Values.secrets.gatewayUpstreamAuthorization -}}
+{{- if $g.enabled }}
+{{- if .sidecar }}
+{{- fail "enforcer.gateway.enabled needs enforcer.mode deployment: the gateway replaces Envoy, it does not run beside it" }}
+{{- end }}
+{{- if and $g.upstream $g.routes }}
+{{- fail "enforcer.gateway: set upstream or routes, not both" }}
+{{- end }}
+{{- if not (or $g.upstream $g.routes) }}
+{{- fail "enforcer.gateway.enabled needs enforcer.gateway.upstream or enforcer.gateway.routes" }}
+{{- end }}
+- name: TOLLGATE_GATEWAY_ADDR
+  value: "0.0.0.0:{{ $g.port }}"
+{{- if $g.upstream }}
+- name: TOLLGATE_GATEWAY_UPSTREAM
+  value: {{ $g.upstream | quote }}
+{{- if $auth.name }}
+- name: TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION
+  valueFrom:
+    secretKeyRef:
+      name: {{ $auth.name }}
+      key: {{ $auth.key }}
+{{- end }}
+{{- else }}
+{{- if $auth.name }}
+{{- fail "secrets.gatewayUpstreamAuthorization is the credential of enforcer.gateway.upstream; with enforcer.gateway.routes, give each route its credentialSecret" }}
+{{- end }}
+- name: TOLLGATE_GATEWAY_ROUTES
+  value: "{{ include "tollgate.gateway.routesDir" $root }}/routes.yaml"
+{{- end }}
+- name: TOLLGATE_GATEWAY_MAX_BODY_BYTES
+  value: {{ $g.maxBodyBytes | int64 | quote }}
+- name: TOLLGATE_GATEWAY_CONNECT_TIMEOUT
+  value: {{ $g.connectTimeout | quote }}
+- name: TOLLGATE_GATEWAY_HEADER_TIMEOUT
+  value: {{ $g.headerTimeout | quote }}
+- name: TOLLGATE_GATEWAY_IDLE_TIMEOUT
+  value: {{ $g.idleTimeout | quote }}
+- name: TOLLGATE_GATEWAY_MAX_STREAMS
+  value: {{ $g.maxStreams | int64 | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether the gateway reads a routes file: "true" or "". */}}
+{{- define "tollgate.gateway.hasRoutes" -}}
+{{- $g := .Values.enforcer.gateway -}}
+{{- if and $g.enabled $g.routes (eq .Values.enforcer.mode "deployment") }}true{{ end -}}
+{{- end -}}
+
+{{/* Whether a route takes its credential from a Secret: "true" or "". */}}
+{{- define "tollgate.gateway.hasCredentialSecrets" -}}
+{{- if include "tollgate.gateway.hasRoutes" . }}
+{{- range .Values.enforcer.gateway.routes }}{{ if .credentialSecret }}true{{ end }}{{ end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The routes file the gateway reads (TOLLGATE_GATEWAY_ROUTES): enforcer.gateway.routes
+with each credentialSecret replaced by the file it is mounted as.
+*/}}
+{{- define "tollgate.gateway.routesFile" -}}
+{{- $root := . -}}
+{{- $seen := dict -}}
+# The inference gateway's routes (chart value enforcer.gateway.routes): the
+# longest matching prefix wins; paths go upstream unchanged.
+routes:
+{{- range $i, $r := .Values.enforcer.gateway.routes }}
+{{- if hasKey $seen $r.prefix }}
+{{- fail (printf "enforcer.gateway.routes: prefix %q appears twice" $r.prefix) }}
+{{- end }}
+{{- $_ := set $seen $r.prefix true }}
+  - prefix: {{ $r.prefix | quote }}
+    upstream: {{ $r.upstream | quote }}
+    {{- with $r.header }}
+    header: {{ . | quote }}
+    {{- end }}
+    {{- if $r.credentialSecret }}
+    credentialFile: "{{ include "tollgate.gateway.credentialsDir" $root }}/route-{{ $i }}"
+    {{- else if $r.credentialEnv }}
+    credentialEnv: {{ $r.credentialEnv | quote }}
+    {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The enforcer container's volume mounts for the gateway (none without routes). */}}
+{{- define "tollgate.gateway.volumeMounts" -}}
+{{- if include "tollgate.gateway.hasRoutes" . }}
+- name: gateway-routes
+  mountPath: {{ include "tollgate.gateway.routesDir" . }}
+  readOnly: true
+{{- if include "tollgate.gateway.hasCredentialSecrets" . }}
+- name: gateway-credentials
+  mountPath: {{ include "tollgate.gateway.credentialsDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The enforcer pod's volumes for the gateway: the routes ConfigMap and the routes' Secret keys. */}}
+{{- define "tollgate.gateway.volumes" -}}
+{{- if include "tollgate.gateway.hasRoutes" . }}
+- name: gateway-routes
+  configMap:
+    name: {{ include "tollgate.enforcer.fullname" . }}-gateway
+{{- if include "tollgate.gateway.hasCredentialSecrets" . }}
+- name: gateway-credentials
+  projected:
+    sources:
+    {{- range $i, $r := .Values.enforcer.gateway.routes }}
+    {{- with $r.credentialSecret }}
+      - secret:
+          name: {{ .name }}
+          items:
+            - key: {{ .key }}
+              path: route-{{ $i }}
+    {{- end }}
+    {{- end }}
+{{- end }}
+{{- end }}
 {{- end -}}
