@@ -20,8 +20,8 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
-	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
 )
 
 // MaxBatchItems bounds the items of one Start or Settle call.

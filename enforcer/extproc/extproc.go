@@ -12,8 +12,8 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
-	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/usage"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
@@ -229,7 +229,6 @@ func immediate(a gate.Answer) *extprocv3.ProcessingResponse {
 		Details: a.Reason.String(),
 	}}}
 }
-
 
 // finish reports the response's end once. endOfStream is false when it broke off.
 func (st *stream) finish(endOfStream bool) {
