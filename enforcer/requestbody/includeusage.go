@@ -1,9 +1,16 @@
-package extproc
+// Package requestbody owns what the enforcer reads and rewrites in an inference
+// request body before it goes upstream, whichever front door saw it (the ext_proc
+// request-body filter, the gateway): asking an OpenAI chat-completions stream for its
+// usage (WithIncludeUsage) and keeping a model name only when it is safe to carry
+// (CleanModel).
+package requestbody
 
 import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"unicode"
+	"unicode/utf8"
 )
 
 // includeUsageMember is spliced in when a streaming request has no stream_options.
@@ -85,4 +92,22 @@ func WithIncludeUsage(body []byte) ([]byte, bool) {
 	out := make([]byte, 0, len(body)-len(opts)+len(replacement))
 	out = append(append(append(out, body[:optsStart]...), replacement...), body[optsEnd:]...)
 	return out, true
+}
+
+// MaxModelBytes bounds a model name taken from a request body.
+const MaxModelBytes = 256
+
+// CleanModel keeps a model name from a request body only when it is short, valid UTF-8
+// without control characters; otherwise the settlement goes without it (the response's
+// model, when it names one, wins anyway).
+func CleanModel(s string) string {
+	if len(s) > MaxModelBytes || !utf8.ValidString(s) {
+		return ""
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return ""
+		}
+	}
+	return s
 }
