@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 )
 
 // envContract is every environment variable the chart may set, per program.
@@ -355,8 +358,9 @@ func TestEnvContractDocumented(t *testing.T) {
 }
 
 // checkGateway: an enforcer that runs the inference gateway is configured
-// completely and reads its credentials from Secrets only. Its upstream is set,
-// or its routes file is a ConfigMap of the render, mounted where
+// completely and reads its credentials from Secrets only. It has an upstream
+// (with its credential only then), routes, or both; its routes file is a
+// ConfigMap of the render, mounted where
 // TOLLGATE_GATEWAY_ROUTES points, holding no credential, whose routes' credential
 // files are keys of mounted Secrets; a change of the routes rolls the pods; and
 // the enforcer Service exposes the gateway port.
@@ -388,8 +392,17 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 				}
 			}
 			routes := str(env["TOLLGATE_GATEWAY_ROUTES"], "value")
-			if (routes == "") == (str(env["TOLLGATE_GATEWAY_UPSTREAM"], "value") == "") {
-				t.Errorf("%s: the gateway has TOLLGATE_GATEWAY_UPSTREAM=%q and TOLLGATE_GATEWAY_ROUTES=%q, want exactly one", where, str(env["TOLLGATE_GATEWAY_UPSTREAM"], "value"), routes)
+			upstream := str(env["TOLLGATE_GATEWAY_UPSTREAM"], "value")
+			if routes == "" && upstream == "" {
+				t.Errorf("%s: the gateway has neither TOLLGATE_GATEWAY_UPSTREAM nor TOLLGATE_GATEWAY_ROUTES", where)
+			}
+			if upstream != "" {
+				if _, err := gateway.NewRoute("/", upstream, "", ""); err != nil {
+					t.Errorf("%s: the enforcer refuses TOLLGATE_GATEWAY_UPSTREAM: %v", where, err)
+				}
+			}
+			if env["TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION"] != nil && upstream == "" {
+				t.Errorf("%s: TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION without TOLLGATE_GATEWAY_UPSTREAM (the enforcer refuses to start)", where)
 			}
 			gatewayServed := false
 			for _, s := range kinds["Service"] {
@@ -437,6 +450,23 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 			if err := yaml.Unmarshal([]byte(str(cm, "data", file)), &rf); err != nil || len(rf.Routes) == 0 {
 				t.Errorf("ConfigMap %s: %s holds no routes (%v)", str(cm, "metadata", "name"), file, err)
 				continue
+			}
+			// The enforcer's own parser accepts the file (known keys, prefixes,
+			// upstreams, header names), with stand-ins for the credentials.
+			parsed := make([]map[string]string, len(rf.Routes))
+			for i, r := range rf.Routes {
+				parsed[i] = maps.Clone(r)
+				if r["credentialFile"] != "" {
+					stand := filepath.Join(t.TempDir(), "credential")
+					if err := os.WriteFile(stand, []byte("Bearer stand-in\n"), 0o600); err != nil {
+						t.Fatal(err)
+					}
+					parsed[i]["credentialFile"] = stand
+				}
+			}
+			b, _ := yaml.Marshal(map[string]any{"routes": parsed})
+			if _, err := gateway.ParseRoutes(b, func(string) string { return "stand-in" }); err != nil {
+				t.Errorf("ConfigMap %s: the enforcer refuses %s: %v", str(cm, "metadata", "name"), file, err)
 			}
 			for i, r := range rf.Routes {
 				for k := range r {

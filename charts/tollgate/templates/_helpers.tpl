@@ -297,11 +297,11 @@ routes file and the routes' credentials are mounted at fixed paths.
 {{- if .sidecar }}
 {{- fail "enforcer.gateway.enabled needs enforcer.mode deployment: the gateway replaces Envoy, it does not run beside it" }}
 {{- end }}
-{{- if and $g.upstream $g.routes }}
-{{- fail "enforcer.gateway: set upstream or routes, not both" }}
-{{- end }}
 {{- if not (or $g.upstream $g.routes) }}
 {{- fail "enforcer.gateway.enabled needs enforcer.gateway.upstream or enforcer.gateway.routes" }}
+{{- end }}
+{{- if and $auth.name (not $g.upstream) }}
+{{- fail "secrets.gatewayUpstreamAuthorization is the credential of enforcer.gateway.upstream, which is empty; give each of enforcer.gateway.routes its credentialSecret" }}
 {{- end }}
 - name: TOLLGATE_GATEWAY_ADDR
   value: "0.0.0.0:{{ $g.port }}"
@@ -315,10 +315,8 @@ routes file and the routes' credentials are mounted at fixed paths.
       name: {{ $auth.name }}
       key: {{ $auth.key }}
 {{- end }}
-{{- else }}
-{{- if $auth.name }}
-{{- fail "secrets.gatewayUpstreamAuthorization is the credential of enforcer.gateway.upstream; with enforcer.gateway.routes, give each route its credentialSecret" }}
 {{- end }}
+{{- if $g.routes }}
 - name: TOLLGATE_GATEWAY_ROUTES
   value: "{{ include "tollgate.gateway.routesDir" $root }}/routes.yaml"
 {{- end }}
@@ -356,7 +354,8 @@ with each credentialSecret replaced by the file it is mounted as.
 {{- $root := . -}}
 {{- $seen := dict -}}
 # The inference gateway's routes (chart value enforcer.gateway.routes): the
-# longest matching prefix wins; paths go upstream unchanged.
+# longest matching prefix wins; paths go upstream unchanged. Paths no prefix
+# takes go to TOLLGATE_GATEWAY_UPSTREAM, when it is set.
 routes:
 {{- range $i, $r := .Values.enforcer.gateway.routes }}
 {{- if hasKey $seen $r.prefix }}
