@@ -27,7 +27,7 @@ type devConfig struct {
 	HTTPAddr, GRPCAddr, AdminAddr                   string // control plane
 	EnforcerGRPC, EnforcerHTTP, EnforcerAdmin       string
 	UpstreamAddr, ProxyAddr, Caddyfile, CaddyBinary string
-	NoProxy, SeedOnly, Reset                        bool
+	NoProxy, SeedOnly, Reset, ForwardAuth           bool
 }
 
 // dev runs the whole stack in this process (control plane, enforcer, a fake upstream and
@@ -38,7 +38,7 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	fs := flag.NewFlagSet("tollgate dev", flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stdio.Stderr, "Usage: tollgate dev [flags]\n\nRuns the control plane, the enforcer, a fake OpenAI-compatible upstream and a demo proxy\n(Caddy when installed, else a built-in one) against TOLLGATE_DATABASE_URL and\nTOLLGATE_REDIS_URL, seeds a demo organization and prints what to call.\n\nFlags:")
+		fmt.Fprintln(stdio.Stderr, "Usage: tollgate dev [flags]\n\nRuns the control plane, the enforcer with its inference gateway in front of a fake\nOpenAI-compatible upstream (or, with --forward-auth, a forward-auth proxy: Caddy when\ninstalled, else a built-in one) against TOLLGATE_DATABASE_URL and TOLLGATE_REDIS_URL,\nseeds a demo organization and prints what to call.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.HTTPAddr, "http-addr", envOr(getenv, "TOLLGATE_HTTP_ADDR", cpapp.DefaultHTTPAddr), "control plane REST address (TOLLGATE_HTTP_ADDR)")
@@ -48,9 +48,10 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	fs.StringVar(&c.EnforcerHTTP, "enforcer-http-addr", envOr(getenv, "TOLLGATE_ENFORCER_HTTP_ADDR", enfapp.DefaultHTTPAddr), "enforcer /check and /settle address (TOLLGATE_ENFORCER_HTTP_ADDR)")
 	fs.StringVar(&c.EnforcerAdmin, "enforcer-admin-addr", envOr(getenv, "TOLLGATE_ENFORCER_ADMIN_ADDR", enfapp.DefaultAdminAddr), "enforcer admin address (TOLLGATE_ENFORCER_ADMIN_ADDR)")
 	fs.StringVar(&c.UpstreamAddr, "upstream-addr", envOr(getenv, "TOLLGATE_DEMO_UPSTREAM_ADDR", "127.0.0.1:8090"), "fake upstream address (TOLLGATE_DEMO_UPSTREAM_ADDR)")
-	fs.StringVar(&c.ProxyAddr, "proxy-addr", envOr(getenv, "TOLLGATE_DEMO_PROXY_ADDR", "127.0.0.1:8000"), "demo proxy address clients call (TOLLGATE_DEMO_PROXY_ADDR)")
-	fs.StringVar(&c.Caddyfile, "caddyfile", "deploy/caddy/Caddyfile", "Caddyfile for the demo proxy")
-	fs.StringVar(&c.CaddyBinary, "caddy", "caddy", "Caddy binary; when not found, a built-in forward-auth proxy is used")
+	fs.StringVar(&c.ProxyAddr, "proxy-addr", envOr(getenv, "TOLLGATE_DEMO_PROXY_ADDR", "127.0.0.1:8000"), "the inference proxy clients call: the enforcer's gateway, or the forward-auth proxy (TOLLGATE_DEMO_PROXY_ADDR)")
+	fs.BoolVar(&c.ForwardAuth, "forward-auth", false, "instead of the gateway, a forward-auth proxy asks the enforcer's /check and the fake upstream reports its usage to /settle")
+	fs.StringVar(&c.Caddyfile, "caddyfile", "deploy/caddy/Caddyfile", "Caddyfile of the forward-auth proxy")
+	fs.StringVar(&c.CaddyBinary, "caddy", "caddy", "Caddy binary of the forward-auth proxy; when not found, a built-in one is used")
 	fs.BoolVar(&c.NoProxy, "no-proxy", false, "run only the control plane and the enforcer")
 	fs.BoolVar(&c.Reset, "reset", false, "start from an empty local database and Redis mirror (drops the database of TOLLGATE_DATABASE_URL)")
 	fs.BoolVar(&c.SeedOnly, "seed-only", false, "seed the demo organization against an already running control plane and exit")
@@ -96,6 +97,20 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 		case "TOLLGATE_PLATFORM_ADMIN_EMAILS":
 			return envOr(getenv, k, demoAdminEmail)
 		}
+		if !c.ForwardAuth && !c.NoProxy {
+			// The enforcer's gateway is the demo's inference proxy, in front of the fake
+			// upstream; settlements go at once, so the next call sees the spend.
+			switch k {
+			case "TOLLGATE_GATEWAY_ADDR":
+				return c.ProxyAddr
+			case "TOLLGATE_GATEWAY_UPSTREAM":
+				return "http://" + c.UpstreamAddr
+			case "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION":
+				return envOr(getenv, k, demoProviderAuthorization)
+			case "TOLLGATE_ENFORCER_SETTLE_LINGER":
+				return envOr(getenv, k, "0s")
+			}
+		}
 		return getenv(k)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -125,7 +140,15 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	if err := waitOK(ctx, base+"/ready", errc); err != nil {
 		return stop(err)
 	}
-	progress("starting the enforcer")
+	if !c.ForwardAuth && !c.NoProxy {
+		progress("starting the fake upstream")
+		if err := serveHTTP(runCtx, "fake upstream", c.UpstreamAddr, &demo.Upstream{Log: slog.New(slog.NewTextHandler(stdio.Stderr, nil))}, run); err != nil {
+			return stop(err)
+		}
+		progress("starting the enforcer with its inference gateway on " + c.ProxyAddr)
+	} else {
+		progress("starting the enforcer")
+	}
 	run("enforcer", func() error {
 		return enfapp.Run(runCtx, nil, env, enfapp.IO{Stdout: stdio.Stdout, Stderr: stdio.Stderr})
 	})
@@ -138,8 +161,12 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 		return stop(fmt.Errorf("seed demo organization: %w", err))
 	}
 	proxyURL := ""
-	if !c.NoProxy {
-		progress("starting the fake upstream and the demo proxy")
+	switch {
+	case c.NoProxy:
+	case !c.ForwardAuth:
+		proxyURL = "http://" + c.ProxyAddr
+	default:
+		progress("starting the fake upstream and the forward-auth proxy")
 		proxyURL, err = startDemoProxy(runCtx, c, stdio, run)
 		if err != nil {
 			return stop(err)
@@ -158,8 +185,13 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	}
 }
 
-// startDemoProxy starts the fake upstream and, in front of it, Caddy when installed or the
-// built-in forward-auth proxy otherwise. It returns the URL clients call.
+// demoProviderAuthorization is the provider credential the demo's gateway sends to the
+// fake upstream (which does not check it): what an operator sets to the real one.
+const demoProviderAuthorization = "Bearer sk-demo-provider"
+
+// startDemoProxy starts the fake upstream, reporting its usage to the enforcer's /settle,
+// and, in front of it, Caddy when installed or the built-in forward-auth proxy otherwise.
+// It returns the URL clients call.
 func startDemoProxy(ctx context.Context, c devConfig, stdio IO, run func(string, func() error)) (string, error) {
 	log := slog.New(slog.NewTextHandler(stdio.Stderr, nil))
 	up := &demo.Upstream{SettleURL: "http://" + c.EnforcerHTTP + "/settle", Log: log}
@@ -236,7 +268,7 @@ func printDemo(w io.Writer, base string, d demoOrg, proxyURL, token string) {
 	fmt.Fprintf(w, "\n%s\nTollgate is running.\n\n", line)
 	fmt.Fprintf(w, "  REST API           %s   (docs: %s/docs)\n", base, base)
 	if proxyURL != "" {
-		fmt.Fprintf(w, "  Inference proxy    %s   (enforced; upstream is a fake %s)\n", proxyURL, demo.Model)
+		fmt.Fprintf(w, "  Inference proxy    %s   (enforced and accounted; upstream is a fake %s)\n", proxyURL, demo.Model)
 	}
 	if token != "" {
 		fmt.Fprintf(w, "  Internal token     %s\n", token)
@@ -256,7 +288,7 @@ func printDemo(w io.Writer, base string, d demoOrg, proxyURL, token string) {
 			proxyURL, d.MemberKey, demo.Model)
 		fmt.Fprintf(w, "\nOne inference call through the proxy (admitted, 200):\n  %s\n", call)
 		fmt.Fprintf(w, "\nKeep calling until the member's daily limit is spent (ends in 429 with X-Service-Error-Code):\n")
-		fmt.Fprintf(w, "  for i in $(seq 1 10); do curl -s -o /dev/null -D - %s/v1/chat/completions -H 'x-api-key: %s' -d '{\"model\":\"%s\"}' | grep -iE '^HTTP|^x-service'; done\n",
+		fmt.Fprintf(w, "  for i in $(seq 1 10); do curl -s -o /dev/null -D - %s/v1/chat/completions -H 'x-api-key: %s' -d '{\"model\":\"%s\"}' | grep -iE '^HTTP|^x-service'; sleep 0.2; done\n",
 			proxyURL, d.MemberKey, demo.Model)
 	}
 	fmt.Fprintf(w, "%s\n", line)

@@ -49,10 +49,11 @@ func requireRedis(t *testing.T) string {
 	return url
 }
 
-// TestDevStackReachesThe429 runs `tollgate dev` as `make run` does (with the built-in
-// proxy, so it does not depend on Caddy) and follows what it prints: the member's calls
-// through the proxy are admitted until the seeded daily limit is spent, then refused with
-// the 429 and both headers. The operator commands then work against the same stack.
+// TestDevStackReachesThe429 runs `tollgate dev` as `make run` does (the enforcer's
+// gateway is the inference proxy) and follows what it prints: the member's calls through
+// the proxy are admitted and charged by the gateway until the seeded daily limit is
+// spent, then refused with the 429 and both headers. The operator commands then work
+// against the same stack.
 func TestDevStackReachesThe429(t *testing.T) {
 	redisURL := requireRedis(t)
 	var b [4]byte
@@ -71,7 +72,7 @@ func TestDevStackReachesThe429(t *testing.T) {
 	out := &testio.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, []string{"dev", "--caddy", "/nonexistent/caddy"}, getenv, IO{Stdout: out, Stderr: io.Discard})
+		done <- Run(ctx, []string{"dev"}, getenv, IO{Stdout: out, Stderr: io.Discard})
 	}()
 	deadline := time.Now().Add(90 * time.Second)
 	for !strings.Contains(out.String(), "Press Ctrl-C to stop.") {
@@ -102,6 +103,26 @@ func TestDevStackReachesThe429(t *testing.T) {
 		res.Body.Close()
 		return res
 	}
+	api := "http://" + env["TOLLGATE_HTTP_ADDR"]
+	c := client{ctx: ctx, base: api, apiKey: memberKey[1]}
+	// used waits until the member's day spend is want micro-USD: the gateway settles each
+	// call after answering it, and the next admission decides on the settled spend.
+	used := func(want int64) {
+		var st struct{ Windows []struct{ UsedMicroUsd int64 } }
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := c.call("GET", "/v1/gateway/usage-limits/me", "", "", nil, 200, &st); err != nil {
+				t.Fatal(err)
+			}
+			if len(st.Windows) > 0 && st.Windows[0].UsedMicroUsd == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("day spend %+v, want %d", st, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	admitted := 0
 	var refused *http.Response
 	for i := 0; i < 10 && refused == nil; i++ {
@@ -109,6 +130,7 @@ func TestDevStackReachesThe429(t *testing.T) {
 		switch res.StatusCode {
 		case http.StatusOK:
 			admitted++
+			used(int64(admitted) * 10_000) // each fake completion costs 0.01 USD at the catalog price
 		case http.StatusTooManyRequests:
 			refused = res
 		default:
@@ -123,12 +145,10 @@ func TestDevStackReachesThe429(t *testing.T) {
 	}
 
 	// The operator commands against the same stack.
-	api := "http://" + env["TOLLGATE_HTTP_ADDR"]
 	var status struct {
 		MemberID string
 		Coverage struct{ TrackingVersion int64 }
 	}
-	c := client{ctx: ctx, base: api, apiKey: memberKey[1]}
 	if _, err := c.call("GET", "/v1/gateway/usage-limits/me", "", "", nil, 200, &status); err != nil {
 		t.Fatal(err)
 	}
