@@ -247,3 +247,75 @@ func flatten(h http.Header) []string {
 	}
 	return out
 }
+
+// TestOpenAISDKThroughTheGateway: the official openai npm package, with its default
+// options and retries, with its baseURL at the gateway: a call and a stream admitted and
+// charged exactly (the stream did not ask for usage: the gateway did), then, with the
+// limit spent, the call refused fast with the 429 and not retried, never reaching the
+// provider.
+func TestOpenAISDKThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	next := fakellm.Usage{InputTokens: 1_000_000, OutputTokens: 500_000} // 0.45 USD at the organization's price
+	fake := &fakellm.Server{Snapshots: map[string]string{model: model + "-2024-07-18"}, Usage: func(fakellm.Call) fakellm.Usage { return next }}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": up.URL,
+		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization})
+	o := s.setUpOrg(t)
+
+	want := catalogCost(1_000_000, 0, 500_000)
+	settled := 0
+	for _, scenario := range []string{"json", "stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model)
+			if !r.OK || r.Status != 200 || r.Text != fakellm.Text {
+				t.Fatalf("the call failed or lost text: %+v", r)
+			}
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 {
+				t.Fatalf("the provider got %d calls", len(calls))
+			}
+			if scenario == "stream" && !calls[0].IncludeUsage {
+				t.Errorf("the stream reached the provider without include_usage")
+			}
+			if h := calls[0].Header; h.Get("Authorization") != providerAuthorization || strings.Contains(strings.Join(flatten(h), " "), "tgk_") {
+				t.Errorf("the provider saw %v", h)
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			settled++
+			if rec.cost() != want || rec["complete"] != true {
+				t.Errorf("receipt %s, want %d, complete", rec, want)
+			}
+		})
+	}
+	s.waitUsed(t, o, settled, int64(settled)*want)
+	// A third call spends the 1 USD limit.
+	if r := runSDK(t, dir, "openai.mjs", "json", s.gateway, o.key, model); !r.OK {
+		t.Fatalf("the spending call: %+v", r)
+	}
+	settled++
+	waitFor(t, 15*time.Second, "blocked", func() bool { return s.status(t, o).State == "blocked" })
+	waitFor(t, 10*time.Second, "the enforcer to receive every receipt", func() bool {
+		return s.metric(t, "tollgate_enforcer_settlements_total") >= float64(settled)
+	})
+	before := len(fake.Calls())
+	for _, scenario := range []string{"json", "stream"} {
+		t.Run("blocked "+scenario, func(t *testing.T) {
+			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model)
+			if r.OK || r.Status != 429 || deref(r.Code) != "service_gateway_usage_limit_exceeded" || deref(r.ShouldRetry) != "false" {
+				t.Errorf("want the 429, got %+v", r)
+			}
+			if r.ElapsedMs >= 2000 {
+				t.Errorf("the refused call took %dms, want under 2 seconds", r.ElapsedMs)
+			}
+		})
+	}
+	if n := len(fake.Calls()) - before; n != 0 {
+		t.Errorf("refused calls reached the provider: %d", n)
+	}
+	if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused"); n != 2 {
+		t.Errorf("the gateway refused %v requests, want 2 (one per call: the SDK did not retry)", n)
+	}
+}
