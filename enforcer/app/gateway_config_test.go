@@ -1,0 +1,103 @@
+package app
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+)
+
+// The gateway's knobs: off by default; an upstream, a routes file, or both (the file's
+// "/" wins); defaults and overrides; every inconsistency refused at start, with the
+// variable named and never a secret shown.
+func TestGatewayConfig(t *testing.T) {
+	dir := t.TempDir()
+	routes := filepath.Join(dir, "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /v1/messages\n    upstream: https://api.anthropic.com\n    header: x-api-key\n    credentialEnv: ANTHROPIC_KEY\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("routes:\n  - prefix: nope\n    upstream: https://x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	authFile := filepath.Join(dir, "auth")
+	if err := os.WriteFile(authFile, []byte("Bearer sk-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		routes  []string // "prefix upstream header credential"
+		problem string
+	}{
+		{name: "off by default"},
+		{name: "one upstream", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://api.openai.com",
+			"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": "Bearer sk-env"}, routes: []string{"/ https://api.openai.com Authorization Bearer sk-env"}},
+		{name: "its credential from a file", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://api.openai.com",
+			"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION_FILE": authFile}, routes: []string{"/ https://api.openai.com Authorization Bearer sk-from-file"}},
+		{name: "a routes file and the upstream", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes,
+			"ANTHROPIC_KEY": "sk-ant", "TOLLGATE_GATEWAY_UPSTREAM": "http://127.0.0.1:1"},
+			routes: []string{"/v1/messages https://api.anthropic.com X-Api-Key sk-ant", "/ http://127.0.0.1:1  "}},
+		{name: "an upstream without the gateway", env: map[string]string{"TOLLGATE_GATEWAY_UPSTREAM": "https://api.openai.com"}, problem: "without TOLLGATE_GATEWAY_ADDR"},
+		{name: "a gateway without an upstream", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0"}, problem: "needs TOLLGATE_GATEWAY_UPSTREAM or TOLLGATE_GATEWAY_ROUTES"},
+		{name: "a credential without an upstream", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes,
+			"ANTHROPIC_KEY": "k", "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": "Bearer sk-x"}, problem: "UPSTREAM_AUTHORIZATION is set without TOLLGATE_GATEWAY_UPSTREAM"},
+		{name: "a bad upstream", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "api.openai.com"}, problem: "TOLLGATE_GATEWAY_UPSTREAM:"},
+		{name: "a bad routes file", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": bad}, problem: "TOLLGATE_GATEWAY_ROUTES: routes[0]"},
+		{name: "a missing routes file", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": filepath.Join(dir, "nope")}, problem: "TOLLGATE_GATEWAY_ROUTES:"},
+		{name: "a bad address", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "nowhere", "TOLLGATE_GATEWAY_UPSTREAM": "https://x"}, problem: "TOLLGATE_GATEWAY_ADDR"},
+		{name: "a header injection", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x",
+			"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": "Bearer sk-a\r\nX-Evil: 1"}, problem: "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION: not a valid header value"},
+		{name: "zero streams", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x",
+			"TOLLGATE_GATEWAY_MAX_STREAMS": "0"}, problem: "TOLLGATE_GATEWAY_MAX_STREAMS: must be positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig(nil, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.problem != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.problem) {
+					t.Fatalf("err %v, want %q", err, tc.problem)
+				}
+				if strings.Contains(err.Error(), "sk-") {
+					t.Fatalf("the error shows a secret: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.GatewayAddr != tc.env["TOLLGATE_GATEWAY_ADDR"] {
+				t.Fatalf("addr %q", c.GatewayAddr)
+			}
+			var got []string
+			for _, r := range c.Gateway.Routes {
+				got = append(got, strings.Join([]string{r.Prefix, r.Upstream.String(), r.Header, r.Credential}, " "))
+			}
+			if strings.Join(got, "|") != strings.Join(tc.routes, "|") {
+				t.Fatalf("routes %q, want %q", got, tc.routes)
+			}
+			if c.GatewayAddr != "" && (c.Gateway.MaxBodyBytes != gateway.DefaultMaxBodyBytes || c.Gateway.MaxStreams != gateway.DefaultMaxStreams ||
+				c.Gateway.IdleTimeout != gateway.DefaultIdleTimeout || c.Gateway.HeaderTimeout != gateway.DefaultHeaderTimeout ||
+				c.Gateway.ConnectTimeout != gateway.DefaultConnectTimeout) {
+				t.Fatalf("defaults %+v", c.Gateway)
+			}
+		})
+	}
+	c, err := parseConfig([]string{"--gateway-addr", "127.0.0.1:0", "--gateway-upstream", "https://x", "--gateway-idle-timeout", "30s",
+		"--gateway-max-body-bytes", "1024"}, func(string) string { return "" }, io.Discard)
+	if err != nil || c.Gateway.IdleTimeout != 30*time.Second || c.Gateway.MaxBodyBytes != 1024 {
+		t.Fatalf("flags: %+v %v", c.Gateway, err)
+	}
+	// -h lists the gateway's knobs and shows no secret from the environment.
+	var help bytes.Buffer
+	_, _ = parseConfig([]string{"-h"}, func(k string) string {
+		return map[string]string{"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": "Bearer sk-hidden"}[k]
+	}, &help)
+	if !strings.Contains(help.String(), "TOLLGATE_GATEWAY_IDLE_TIMEOUT") || strings.Contains(help.String(), "sk-hidden") {
+		t.Fatalf("help:\n%s", help.String())
+	}
+}
