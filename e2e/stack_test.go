@@ -26,11 +26,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
-	"github.com/tollgate-dev/tollgate/controlplane/redistest"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
@@ -112,12 +112,12 @@ func startStack(t testing.TB, enforcerEnv ...map[string]string) *stack {
 	t.Helper()
 	db := storetest.New(t) // skips (or fails under CI=true) without Postgres
 	dbURL := storetest.URLFor(db.Pool.Config().ConnConfig.Database)
-	rdb, layout := redistest.New(t) // the same for Redis; its keys are removed at the end
+	rdb, layout := testredis.New(t) // the same for Redis; its keys are removed at the end
 	s := &stack{db: db, rdb: rdb, layout: layout}
 
 	cpLogs := &testio.SyncBuffer{}
 	cpEnv := envOf(map[string]string{
-		"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_URL": redistest.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
+		"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
 		"TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0",
 		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
 		// Notice a flushed Redis quickly (the default is 5s).
@@ -130,7 +130,7 @@ func startStack(t testing.TB, enforcerEnv ...map[string]string) *stack {
 
 	enfLogs := &testio.SyncBuffer{}
 	enfVars := map[string]string{
-		"TOLLGATE_REDIS_URL": redistest.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
+		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
 		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
 		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": s.cpGRPC,
 		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/app"
-	"github.com/tollgate-dev/tollgate/controlplane/redistest"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
 )
 
 // testToken is the internal token of the servers these tests start.
@@ -76,11 +76,11 @@ func TestServeRefusesSchemaBehindThenMigrateFixesIt(t *testing.T) {
 
 func TestServeLifecycleAndBootstrapAdmin(t *testing.T) {
 	dbURL := storetest.URLFor(storetest.NewDatabase(t))
-	_, layout := redistest.New(t)
+	_, layout := testredis.New(t)
 	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0",
 		"TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0",
 		"TOLLGATE_PLATFORM_ADMIN_EMAILS": "Ops@Example.test", "TOLLGATE_INTERNAL_TOKEN": testToken,
-		"TOLLGATE_REDIS_URL": redistest.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix})
+		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	logs := &testio.SyncBuffer{}
@@ -191,8 +191,8 @@ func TestServeNeedsAnInternalTokenOrMTLS(t *testing.T) {
 
 func TestResyncRebuildsTheMirror(t *testing.T) {
 	dbURL := storetest.URLFor(storetest.NewDatabase(t))
-	rdb, layout := redistest.New(t)
-	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_URL": redistest.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix})
+	rdb, layout := testredis.New(t)
+	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix})
 	if err := app.Run(context.Background(), []string{"migrate"}, env, app.IO{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
 		t.Fatal(err)
 	}

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
-	"github.com/tollgate-dev/tollgate/controlplane/redistest"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
@@ -248,7 +248,7 @@ func settleSome(t *testing.T, e *at.Env, org string, members []string, n int) {
 }
 
 func TestRedisFlushedMidRunIsRebuiltFromPostgres(t *testing.T) {
-	srv := redistest.StartServer(t)
+	srv := testredis.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
 	e := at.New(t, at.Options{Redis: rdb})
@@ -283,7 +283,7 @@ func TestRedisFlushedMidRunIsRebuiltFromPostgres(t *testing.T) {
 }
 
 func TestRedisStoppedAndRestarted(t *testing.T) {
-	srv := redistest.StartServer(t)
+	srv := testredis.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
 	e := at.New(t, at.Options{Redis: rdb})

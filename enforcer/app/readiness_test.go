@@ -11,8 +11,8 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
-	"github.com/tollgate-dev/tollgate/enforcer/internal/testredis"
 	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 )
 

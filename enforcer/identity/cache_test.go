@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-dev/tollgate/enforcer/identity"
-	"github.com/tollgate-dev/tollgate/enforcer/internal/testredis"
 	"github.com/tollgate-dev/tollgate/enforcer/invalidation"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"

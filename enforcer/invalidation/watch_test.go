@@ -11,9 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-dev/tollgate/enforcer/internal/testredis"
 	"github.com/tollgate-dev/tollgate/enforcer/invalidation"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/tollgate-dev/tollgate/enforcer/internal/testredis"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )

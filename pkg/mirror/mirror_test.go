@@ -1,65 +1,29 @@
-package mirror
+package mirror_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/tollgate-dev/tollgate/internal/testredis"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
 
-// testRedis connects to TOLLGATE_TEST_REDIS_URL (default local) and gives the test its
-// own key prefix, removed afterwards.
-func testRedis(t *testing.T) (redis.UniversalClient, Layout) {
-	t.Helper()
-	url := os.Getenv("TOLLGATE_TEST_REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("Redis is required under CI=true: %v", err)
-		}
-		t.Skipf("Redis unreachable: %v", err)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	l := Layout{Prefix: "tgtest:" + hex.EncodeToString(b[:]) + ":"}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, l.Prefix+"*", 100).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
-		rdb.Close()
-	})
-	return rdb, l
-}
-
-func record(member string, version int64, gen string, used int64) *Record {
-	return &Record{Version: version, Generation: gen,
+func record(member string, version int64, gen string, used int64) *mirror.Record {
+	return &mirror.Record{Version: version, Generation: gen,
 		Entitlement: &internalv1.Entitlement{OrganizationId: "org_x", MemberId: member, CaptureEnabled: true, TrackingVersion: 1},
 		Spend:       []*internalv1.WindowSpend{{Timeframe: "day", WindowStartUnixMs: 1000, UsedMicroUsd: used}},
 	}
 }
 
 func TestWriteIsMonotonicPerGeneration(t *testing.T) {
-	rdb, l := testRedis(t)
+	rdb, l := testredis.New(t)
 	ctx := context.Background()
 	for _, step := range []struct {
 		name    string
-		rec     *Record
+		rec     *mirror.Record
 		written bool
 		used    int64
 	}{
@@ -77,7 +41,7 @@ func TestWriteIsMonotonicPerGeneration(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: read %v", step.name, err)
 		}
-		if used, _ := SpendOf(got, "day", time.UnixMilli(1000)); used != step.used {
+		if used, _ := mirror.SpendOf(got, "day", time.UnixMilli(1000)); used != step.used {
 			t.Fatalf("%s: used %d, want %d", step.name, used, step.used)
 		}
 	}
@@ -87,31 +51,31 @@ func TestWriteIsMonotonicPerGeneration(t *testing.T) {
 }
 
 func TestReadRefusesWhatItCannotTrust(t *testing.T) {
-	rdb, l := testRedis(t)
+	rdb, l := testredis.New(t)
 	ctx := context.Background()
-	if _, err := l.Read(ctx, rdb, "om_missing", "g1"); !errors.Is(err, ErrUnknown) {
+	if _, err := l.Read(ctx, rdb, "om_missing", "g1"); !errors.Is(err, mirror.ErrUnknown) {
 		t.Fatalf("missing record: %v", err)
 	}
 	if _, err := l.Write(ctx, rdb, record("om_b", 1, "g1", 5), 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Read(ctx, rdb, "om_b", "g2"); !errors.Is(err, ErrUnknown) {
+	if _, err := l.Read(ctx, rdb, "om_b", "g2"); !errors.Is(err, mirror.ErrUnknown) {
 		t.Fatalf("record of another generation: %v", err)
 	}
-	if _, err := l.Read(ctx, rdb, "om_b", ""); !errors.Is(err, ErrUnknown) {
+	if _, err := l.Read(ctx, rdb, "om_b", ""); !errors.Is(err, mirror.ErrUnknown) {
 		t.Fatalf("no current generation: %v", err)
 	}
 	rdb.HSet(ctx, l.MemberKey("om_b"), "r", "not protobuf \xff\xff")
-	if _, err := l.Read(ctx, rdb, "om_b", "g1"); !errors.Is(err, ErrUnknown) {
+	if _, err := l.Read(ctx, rdb, "om_b", "g1"); !errors.Is(err, mirror.ErrUnknown) {
 		t.Fatalf("corrupt record: %v", err)
 	}
-	if _, ok := SpendOf(record("om_c", 1, "g", 1), "day", time.UnixMilli(2000)); ok {
+	if _, ok := mirror.SpendOf(record("om_c", 1, "g", 1), "day", time.UnixMilli(2000)); ok {
 		t.Fatal("a record knows a window it was not written for")
 	}
 }
 
 func TestGenerationAndInvalidations(t *testing.T) {
-	rdb, l := testRedis(t)
+	rdb, l := testredis.New(t)
 	ctx := context.Background()
 	if g, err := l.Generation(ctx, rdb); err != nil || g != "" {
 		t.Fatalf("fresh generation %q %v", g, err)
@@ -127,20 +91,20 @@ func TestGenerationAndInvalidations(t *testing.T) {
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Publish(ctx, rdb, Invalidation{Kind: "member", ID: "om_a"}); err != nil {
+	if err := l.Publish(ctx, rdb, mirror.Invalidation{Kind: "member", ID: "om_a"}); err != nil {
 		t.Fatal(err)
 	}
 	msg, err := sub.ReceiveMessage(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := ParseInvalidation(msg.Payload)
-	if err != nil || inv != (Invalidation{Kind: "member", ID: "om_a"}) {
+	inv, err := mirror.ParseInvalidation(msg.Payload)
+	if err != nil || inv != (mirror.Invalidation{Kind: "member", ID: "om_a"}) {
 		t.Fatalf("invalidation %+v %v", inv, err)
 	}
 	// Several at once, in order: what the control plane sends after an entitlement
 	// change of many members.
-	many := []Invalidation{{Kind: KindRecord, ID: "om_a"}, {Kind: KindRecord, ID: "om_b"}, {Kind: KindMember, ID: "om_c"}}
+	many := []mirror.Invalidation{{Kind: mirror.KindRecord, ID: "om_a"}, {Kind: mirror.KindRecord, ID: "om_b"}, {Kind: mirror.KindMember, ID: "om_c"}}
 	if err := l.PublishMany(ctx, rdb, many); err != nil {
 		t.Fatal(err)
 	}
@@ -149,30 +113,30 @@ func TestGenerationAndInvalidations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := ParseInvalidation(msg.Payload); err != nil || got != want {
+		if got, err := mirror.ParseInvalidation(msg.Payload); err != nil || got != want {
 			t.Fatalf("invalidation %+v %v, want %+v", got, err, want)
 		}
 	}
 	for _, tc := range []struct {
 		msg  string
-		want Invalidation // zero: refused
+		want mirror.Invalidation // zero: refused
 	}{
-		{"credential:ab12", Invalidation{Kind: KindCredential, ID: "ab12"}},
-		{"member:om_a", Invalidation{Kind: KindMember, ID: "om_a"}},
-		{"api_key:apk_a", Invalidation{Kind: KindAPIKey, ID: "apk_a"}},
-		{"record:om_a", Invalidation{Kind: KindRecord, ID: "om_a"}},
-		{"record:om:a", Invalidation{Kind: KindRecord, ID: "om:a"}},
-		{"", Invalidation{}},
-		{"member", Invalidation{}},
-		{"member:", Invalidation{}},
-		{"record:", Invalidation{}},
-		{"records:om_a", Invalidation{}},
-		{"Record:om_a", Invalidation{}},
-		{":om_a", Invalidation{}},
-		{"planet:x", Invalidation{}},
+		{"credential:ab12", mirror.Invalidation{Kind: mirror.KindCredential, ID: "ab12"}},
+		{"member:om_a", mirror.Invalidation{Kind: mirror.KindMember, ID: "om_a"}},
+		{"api_key:apk_a", mirror.Invalidation{Kind: mirror.KindAPIKey, ID: "apk_a"}},
+		{"record:om_a", mirror.Invalidation{Kind: mirror.KindRecord, ID: "om_a"}},
+		{"record:om:a", mirror.Invalidation{Kind: mirror.KindRecord, ID: "om:a"}},
+		{"", mirror.Invalidation{}},
+		{"member", mirror.Invalidation{}},
+		{"member:", mirror.Invalidation{}},
+		{"record:", mirror.Invalidation{}},
+		{"records:om_a", mirror.Invalidation{}},
+		{"Record:om_a", mirror.Invalidation{}},
+		{":om_a", mirror.Invalidation{}},
+		{"planet:x", mirror.Invalidation{}},
 	} {
-		got, err := ParseInvalidation(tc.msg)
-		if tc.want == (Invalidation{}) {
+		got, err := mirror.ParseInvalidation(tc.msg)
+		if tc.want == (mirror.Invalidation{}) {
 			if err == nil {
 				t.Errorf("%q accepted as %+v", tc.msg, got)
 			}
@@ -191,9 +155,9 @@ func TestGenerationAndInvalidations(t *testing.T) {
 }
 
 func TestReadManyMatchesRead(t *testing.T) {
-	rdb, l := testRedis(t)
+	rdb, l := testredis.New(t)
 	ctx := context.Background()
-	for _, rec := range []*Record{record("om_a", 1, "g1", 10), record("om_b", 1, "g1", 20), record("om_old", 1, "g0", 30)} {
+	for _, rec := range []*mirror.Record{record("om_a", 1, "g1", 10), record("om_b", 1, "g1", 20), record("om_old", 1, "g0", 30)} {
 		if _, err := l.Write(ctx, rdb, rec, time.Hour); err != nil {
 			t.Fatal(err)
 		}

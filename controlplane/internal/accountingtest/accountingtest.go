@@ -23,9 +23,9 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
-	"github.com/tollgate-dev/tollgate/controlplane/redistest"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
@@ -72,9 +72,9 @@ func New(t testing.TB, o Options) *Env {
 	var rdb redis.UniversalClient
 	var layout mirror.Layout
 	if o.Redis != nil {
-		rdb, layout = o.Redis, mirror.Layout{Prefix: redistest.Prefix()}
+		rdb, layout = o.Redis, mirror.Layout{Prefix: testredis.Prefix()}
 	} else {
-		rdb, layout = redistest.New(t)
+		rdb, layout = testredis.New(t)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

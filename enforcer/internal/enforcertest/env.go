@@ -33,9 +33,9 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/cpclient"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
-	"github.com/tollgate-dev/tollgate/enforcer/internal/testredis"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )

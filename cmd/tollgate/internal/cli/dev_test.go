@@ -108,7 +108,9 @@ func TestDevStackReachesThe429(t *testing.T) {
 	// used waits until the member's day spend is want micro-USD: the gateway settles each
 	// call after answering it, and the next admission decides on the settled spend.
 	used := func(want int64) {
-		var st struct{ Windows []struct{ UsedMicroUsd int64 } }
+		var st struct {
+			Windows []struct{ UsedMicroUsd int64 }
+		}
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			if _, err := c.call("GET", "/v1/gateway/usage-limits/me", "", "", nil, 200, &st); err != nil {

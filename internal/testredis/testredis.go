@@ -1,7 +1,9 @@
-// Package testredis gives a test its own corner of the test Redis: a client and a
-// mirror.Layout with a per-test key prefix, removed afterwards. It fails the test under
-// CI=true when Redis is unreachable and skips it otherwise. It also counts the commands
-// a client sends (Counter), for the one-round-trip-per-check tests.
+// Package testredis is the one Redis helper of every test: a test's own corner of the
+// shared test Redis (TOLLGATE_TEST_REDIS_URL, default local) with a key prefix removed
+// afterwards (New), a throwaway redis-server on a loopback port that a test may stop and
+// start again (StartServer), a TCP proxy that can cut the connection (NewProxy), a client
+// of a Redis that is down (Dead), and a counter of commands and round trips (Counter).
+// Without Redis a test is skipped, except under CI=true, where it fails.
 package testredis
 
 import (
@@ -26,7 +28,15 @@ func URL() string {
 	return "redis://127.0.0.1:6379/0"
 }
 
-// New connects to the test Redis and returns a client and a private layout.
+// Prefix returns a fresh key prefix for one test.
+func Prefix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "tgtest:" + hex.EncodeToString(b[:]) + ":"
+}
+
+// New connects to the shared test Redis and returns a client and a layout with a prefix
+// of the test's own; the test's keys are deleted afterwards.
 func New(t testing.TB) (*redis.Client, mirror.Layout) {
 	t.Helper()
 	opts, err := redis.ParseURL(URL())
@@ -36,23 +46,27 @@ func New(t testing.TB) (*redis.Client, mirror.Layout) {
 	rdb := redis.NewClient(opts)
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
 		rdb.Close()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("Redis is required under CI=true: %v", err)
-		}
-		t.Skipf("Redis unreachable: %v", err)
+		Unavailable(t, "Redis", err)
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	l := mirror.Layout{Prefix: "tgtest:" + hex.EncodeToString(b[:]) + ":"}
+	l := mirror.Layout{Prefix: Prefix()}
 	t.Cleanup(func() {
 		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, l.Prefix+"*", 100).Iterator()
+		iter := rdb.Scan(ctx, 0, l.Prefix+"*", 500).Iterator()
 		for iter.Next(ctx) {
 			rdb.Del(ctx, iter.Val())
 		}
 		rdb.Close()
 	})
 	return rdb, l
+}
+
+// Unavailable skips the test for want of what, or fails it under CI=true.
+func Unavailable(t testing.TB, what string, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is required under CI=true: %v", what, err)
+	}
+	t.Skipf("%s unreachable (set CI=true to fail instead): %v", what, err)
 }
 
 // Counter is a go-redis hook counting commands and round trips (a pipeline is one).

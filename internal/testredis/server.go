@@ -1,17 +1,9 @@
-// Package redistest gives tests a real Redis: the shared one at TOLLGATE_TEST_REDIS_URL
-// (default redis://127.0.0.1:6379/0) with a key prefix of their own, removed when the
-// test ends, or a throwaway redis-server on a free loopback port that the test may stop
-// and start again. Without Redis a test is skipped, except under CI=true, where it
-// fails. It is for tests only.
-package redistest
+package testredis
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -19,50 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/tollgate-dev/tollgate/internal/storetest"
-	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
-
-// URL is the shared test Redis.
-func URL() string {
-	if u := os.Getenv("TOLLGATE_TEST_REDIS_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
-
-// Prefix returns a fresh key prefix for one test.
-func Prefix() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "tgtest:" + hex.EncodeToString(b[:]) + ":"
-}
-
-// New connects to the shared test Redis and returns a client and a layout with a
-// prefix of the test's own; the test's keys are deleted afterwards.
-func New(t testing.TB) (redis.UniversalClient, mirror.Layout) {
-	t.Helper()
-	opts, err := redis.ParseURL(URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		rdb.Close()
-		storetest.Unavailable(t, "Redis", err)
-	}
-	l := mirror.Layout{Prefix: Prefix()}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, l.Prefix+"*", 500).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
-		rdb.Close()
-	})
-	return rdb, l
-}
 
 // Server is a throwaway redis-server on a loopback port.
 type Server struct {
@@ -78,7 +27,7 @@ func StartServer(t testing.TB) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		storetest.Unavailable(t, "redis-server", err)
+		Unavailable(t, "redis-server", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
