@@ -60,10 +60,10 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./pkg/typeid
 	$(GO) test -run '^$$' -fuzz FuzzParseUSD -fuzztime 20s ./pkg/money
 	$(GO) test -run '^$$' -fuzz FuzzOf -fuzztime 20s ./pkg/window
-	$(GO) test -run '^$$' -fuzz FuzzExtractJSON -fuzztime 20s -fuzzminimizetime 10s ./enforcer/usage
-	$(GO) test -run '^$$' -fuzz FuzzExtractSSE -fuzztime 20s -fuzzminimizetime 10s ./enforcer/usage
-	$(GO) test -run '^$$' -fuzz FuzzExtractEncoded -fuzztime 20s -fuzzminimizetime 10s ./enforcer/usage
-	$(GO) test -run '^$$' -fuzz FuzzDecodeCorrupt -fuzztime 20s -fuzzminimizetime 10s ./enforcer/usage
+	$(GO) test -run '^$$' -fuzz FuzzExtractJSON -fuzztime 20s -fuzzminimizetime 10s ./enforcer/responseusage
+	$(GO) test -run '^$$' -fuzz FuzzExtractSSE -fuzztime 20s -fuzzminimizetime 10s ./enforcer/responseusage
+	$(GO) test -run '^$$' -fuzz FuzzExtractEncoded -fuzztime 20s -fuzzminimizetime 10s ./enforcer/responseusage
+	$(GO) test -run '^$$' -fuzz FuzzDecodeCorrupt -fuzztime 20s -fuzzminimizetime 10s ./enforcer/responseusage
 	$(GO) test -run '^$$' -fuzz FuzzManifest -fuzztime 20s ./controlplane/plugin
 	$(GO) test -run '^$$' -fuzz FuzzCodecDecodesWhatCheckReads -fuzztime 20s ./enforcer/authz
 

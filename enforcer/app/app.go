@@ -37,9 +37,9 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/invalidation"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/record"
+	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/startq"
-	"github.com/tollgate-dev/tollgate/enforcer/usage"
 	"github.com/tollgate-dev/tollgate/pkg/admin"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
@@ -199,13 +199,13 @@ func New(d Deps) *Enforcer {
 	e.GRPC = grpc.NewServer(append(grpcflow.ServerOptions(), grpc.ForceServerCodecV2(az.Codec()),
 		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))), grpc.WaitForHandlers(true))...)
 	authv3.RegisterAuthorizationServer(e.GRPC, az)
-	extprocv3.RegisterExternalProcessorServer(e.GRPC, extproc.New(e.Tracker, m, usage.Limits{}))
+	extprocv3.RegisterExternalProcessorServer(e.GRPC, extproc.New(e.Tracker, m, responseusage.Limits{}))
 	e.Health = health.NewServer()
 	healthpb.RegisterHealthServer(e.GRPC, e.Health)
 	e.HTTP = httpcheck.New(e.Gate, e.Tracker, httpcheck.Config{InternalToken: cfg.InternalToken, SettleWait: cfg.SettleWait}, log)
 
 	if cfg.GatewayAddr != "" {
-		gw, err := gateway.New(cfg.Gateway, e.Gate, e.Tracker, usage.Limits{},
+		gw, err := gateway.New(cfg.Gateway, e.Gate, e.Tracker, responseusage.Limits{},
 			gateway.Metrics{Requests: m.GatewayRequests, Active: m.GatewayActive, FirstByte: m.GatewayFirstByte}, log)
 		if err != nil {
 			panic(err) // parseConfig refuses a gateway without routes

@@ -15,7 +15,7 @@
 //     (gate.ModelNotPricedRefusal) as an ImmediateResponse: it never goes upstream and
 //     is settled at no cost. Its streams never settle anything else.
 //   - The response filter (no role): it follows the response, feeds the body to a usage
-//     extractor (package usage) chunk by chunk, and at the end of the stream reports
+//     extractor (package responseusage) chunk by chunk, and at the end of the stream reports
 //     what it found, and what it saw (which counts were reported, the bytes of output
 //     text), to the inflight tracker, which estimates what was not reported and queues
 //     the settlement.

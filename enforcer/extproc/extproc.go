@@ -14,7 +14,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
-	"github.com/tollgate-dev/tollgate/enforcer/usage"
+	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
@@ -33,11 +33,11 @@ type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	tracker *inflight.Tracker
 	m       *metrics.Metrics
-	limits  usage.Limits
+	limits  responseusage.Limits
 }
 
 // New returns the ext_proc server.
-func New(t *inflight.Tracker, m *metrics.Metrics, limits usage.Limits) *Server {
+func New(t *inflight.Tracker, m *metrics.Metrics, limits responseusage.Limits) *Server {
 	return &Server{tracker: t, m: m, limits: limits}
 }
 
@@ -68,7 +68,7 @@ type stream struct {
 	bodySeen         bool
 
 	status int32
-	ext    *usage.Extractor
+	ext    *responseusage.Extractor
 	done   bool
 }
 
@@ -125,7 +125,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 			st.status = int32(code)
 		}
 		if st.requestID != "" && st.ext == nil && !st.requestOnly {
-			st.ext = usage.New(all["content-type"], all, st.s.limits)
+			st.ext = responseusage.New(all["content-type"], all, st.s.limits)
 		}
 		if r.ResponseHeaders.GetEndOfStream() {
 			st.finish(true)

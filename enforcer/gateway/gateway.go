@@ -6,7 +6,7 @@
 // credential and any client-sent X-Service-* headers removed and the provider's
 // credential set; an OpenAI chat-completions stream is asked for its usage
 // (stream_options.include_usage). The response streams back chunk by chunk, each flushed
-// as it arrives, while the usage extractor (package usage) reads it; at the end the
+// as it arrives, while the usage extractor (package responseusage) reads it; at the end the
 // request is settled through the in-flight tracker with what was seen, estimated where
 // the upstream reported nothing (inflight.Tracker.Finish).
 //
@@ -40,8 +40,8 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
-	"github.com/tollgate-dev/tollgate/enforcer/usage"
 )
 
 // Checker is the gate (gate.Gate).
@@ -136,14 +136,14 @@ type Gateway struct {
 	gate    Checker
 	tracker Tracker
 	up      http.RoundTripper
-	limits  usage.Limits
+	limits  responseusage.Limits
 	slots   chan struct{}
 	m       Metrics
 	log     *slog.Logger
 }
 
 // New returns the gateway. Routes must have been validated (ParseRoutes, NewRoute).
-func New(cfg Config, g Checker, t Tracker, limits usage.Limits, m Metrics, log *slog.Logger) (*Gateway, error) {
+func New(cfg Config, g Checker, t Tracker, limits responseusage.Limits, m Metrics, log *slog.Logger) (*Gateway, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Routes) == 0 {
 		return nil, errors.New("gateway: no upstream: set an upstream or a routes file")
@@ -378,7 +378,7 @@ func (p *proxied) relay(w http.ResponseWriter, resp *http.Response, cancel conte
 			lower[strings.ToLower(k)] = v[0]
 		}
 	}
-	ext := usage.New(resp.Header.Get("Content-Type"), lower, gw.limits)
+	ext := responseusage.New(resp.Header.Get("Content-Type"), lower, gw.limits)
 	// The idle timer cancels the upstream request after IdleTimeout without a chunk;
 	// the pending read then fails and the stream is settled as cut.
 	idle := time.AfterFunc(gw.cfg.IdleTimeout, cancel)

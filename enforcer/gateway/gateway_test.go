@@ -21,8 +21,8 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
-	"github.com/tollgate-dev/tollgate/enforcer/usage"
 )
 
 // fakeGate admits the key "tgk_good", answers its refusal for "tgk_blocked", and 401
@@ -113,7 +113,7 @@ func newEnv(t *testing.T, upstream string, cfg gateway.Config) *env {
 	tr := newTracker()
 	blocked := gate.Refusal(gate.ReasonUsageLimit)
 	blocked.RetryAfter, blocked.Body = "61", []byte(`{"error":{"code":"service_gateway_usage_limit_exceeded"}}`)
-	gw, err := gateway.New(cfg, fakeGate{blocked: blocked}, tr, usage.Limits{}, m, slog.New(slog.DiscardHandler))
+	gw, err := gateway.New(cfg, fakeGate{blocked: blocked}, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +394,7 @@ routes:
 		t.Fatal(err)
 	}
 	m, _ := newMetrics()
-	gw, err := gateway.New(gateway.Config{Routes: routes}, fakeGate{}, newTracker(), usage.Limits{}, m, slog.New(slog.DiscardHandler))
+	gw, err := gateway.New(gateway.Config{Routes: routes}, fakeGate{}, newTracker(), responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package usage
+package responseusage
 
 import (
 	"bytes"
@@ -75,7 +75,7 @@ func totalLen(chunks [][]byte) int {
 // BenchmarkSSE reads a 200-chunk stream per operation, as identity and as
 // compressed, and reports the cost per chunk. MB/s counts the plain
 // (decoded) bytes; wire-B/op the bytes received.
-// Run: go test -run '^$' -bench . -benchmem ./enforcer/usage
+// Run: go test -run '^$' -bench . -benchmem ./enforcer/responseusage
 func BenchmarkSSE(b *testing.B) {
 	for _, shape := range []string{"openai", "anthropic"} {
 		plain := sseChunks(shape)

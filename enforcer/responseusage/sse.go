@@ -1,4 +1,4 @@
-package usage
+package responseusage
 
 // sseReader splits an event stream into lines and fields as the HTML
 // event-stream rules say, without keeping any line: the value of each data

@@ -1,4 +1,4 @@
-// Package usage owns reading what an upstream inference response says it
+// Package responseusage owns reading what an upstream inference response says it
 // cost: it turns a response, seen as its headers and then its body in
 // chunks, into a Usage (model, input, output and cached-input tokens, an
 // upstream-reported cost, whether the usage was fully reported, and how much
@@ -218,4 +218,4 @@
 // the response gives Format "unsupported-encoding", is never Complete, still
 // reports the cost header, and its TextBytes is the count of body bytes as
 // received, with TextBytesFromRaw set.
-package usage
+package responseusage
