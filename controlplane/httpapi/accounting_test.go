@@ -28,7 +28,9 @@ const (
 func ledgerFor(t *testing.T, e *apitest.Env) *ledger.Ledger {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	return ledger.New(ctx, ledger.Deps{Store: e.Store, Clock: e.Clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	l := ledger.New(ledger.Deps{Store: e.Store, Clock: e.Clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	go l.Run(ctx)
+	return l
 }
 
 func startAs(t *testing.T, l *ledger.Ledger, org, member, id string, admitted time.Time, version int64) internalv1.StartOutcome {
@@ -46,6 +48,7 @@ func captureBody(member string, version int64, apply bool) map[string]any {
 }
 
 func TestCaptureFence(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	alice := e.AddMember(t, owner, "alice", "member")
@@ -120,6 +123,7 @@ func TestCaptureFence(t *testing.T) {
 // A member whose tracking started with a first start (version 1) and was never fenced
 // keeps accepting snapshots taken before the row existed (version 0): same epoch.
 func TestFirstUseIsNotAnEpochChange(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	l := ledgerFor(t, e)
@@ -132,6 +136,7 @@ func TestFirstUseIsNotAnEpochChange(t *testing.T) {
 }
 
 func TestAbandonmentRecovery(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	alice := e.AddMember(t, owner, "alice", "member")
@@ -245,6 +250,7 @@ func TestAbandonmentRecovery(t *testing.T) {
 // priced is charged at the fallback and counted unpriced; an estimated receipt is
 // counted and named by the coverage.
 func TestStatusShowsCatalogPricesFallbackAndCostBasis(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	alice := e.AddMember(t, owner, "alice", "member")

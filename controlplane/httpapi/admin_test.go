@@ -122,6 +122,7 @@ func expectBody(t *testing.T, r *apitest.Resp, want string) {
 }
 
 func TestAdminRoutesNeedPlatformAdmin(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	admin := newAdmin(t, e, "admin")
@@ -165,6 +166,7 @@ func TestAdminRoutesNeedPlatformAdmin(t *testing.T) {
 }
 
 func TestAdminOrganizationPageQueryRules(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	admin := newAdmin(t, e, "admin")
 	for i := range 120 {
@@ -259,6 +261,7 @@ func TestAdminOrganizationPageQueryRules(t *testing.T) {
 }
 
 func TestAdminOrganizationPageOrderAndHasMore(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	admin := newAdmin(t, e, "admin")
 	// Three organizations share one instant: the id (descending) breaks the tie.
@@ -313,6 +316,7 @@ func TestAdminOrganizationPageOrderAndHasMore(t *testing.T) {
 }
 
 func TestAdminOrganizationSearchIsLiteralAndCaseInsensitive(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	admin := newAdmin(t, e, "admin")
 	at := apitest.Start.Add(-time.Hour)
@@ -373,6 +377,7 @@ func TestAdminOrganizationSearchIsLiteralAndCaseInsensitive(t *testing.T) {
 }
 
 func TestAdminOrganizationPageEnrichment(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	admin := newAdmin(t, e, "admin")
 	e.Clock.Advance(1500 * time.Millisecond)
@@ -429,6 +434,7 @@ func TestAdminOrganizationPageEnrichment(t *testing.T) {
 func capPath(orgID string) string { return "/v1/admin/organizations/" + orgID + "/capabilities" }
 
 func TestCapabilityRoutesErrors(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	admin := newAdmin(t, e, "admin")
 	org := insertOrg(t, e, "Acme", apitest.Start)
@@ -507,6 +513,7 @@ func storedOverrides(t *testing.T, e *apitest.Env, orgID string) []string {
 }
 
 func TestCapabilityOverridesSetClearAndLeave(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	admin := newAdmin(t, e, "admin")
 	org := insertOrg(t, e, "Acme", apitest.Start)
@@ -563,6 +570,7 @@ func TestCapabilityOverridesSetClearAndLeave(t *testing.T) {
 }
 
 func TestGatewayDashboardIsNeverStored(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	admin := newAdmin(t, e, "admin")
 	org := insertOrg(t, e, "Acme", apitest.Start)
@@ -585,6 +593,7 @@ func TestGatewayDashboardIsNeverStored(t *testing.T) {
 }
 
 func TestRetiredOverridesRemovedByAnyWrite(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	admin := newAdmin(t, e, "admin")
 	org := insertOrg(t, e, "Acme", apitest.Start)
@@ -631,6 +640,7 @@ func TestRetiredOverridesRemovedByAnyWrite(t *testing.T) {
 }
 
 func TestCapabilityWritesAreAudited(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	admin := newAdmin(t, e, "admin")
 	adminOrg := e.CreateOrg(t, admin, "Platform")
@@ -691,6 +701,7 @@ func TestCapabilityWritesAreAudited(t *testing.T) {
 }
 
 func TestPlatformAdminAllowlist(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	root := newAdmin(t, e, "root")
 	as := apitest.Session(root.Token)
@@ -772,6 +783,7 @@ func TestPlatformAdminAllowlist(t *testing.T) {
 // TestAdminRoutesAreDocumented checks that the document describes every admin route of
 // the table and nothing more under /v1/admin.
 func TestAdminRoutesAreDocumented(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	var served []string
 	for _, r := range e.Server.Routes() {

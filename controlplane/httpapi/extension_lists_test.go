@@ -57,6 +57,7 @@ func pageIDs(pages []resetPage) []string {
 // still while requests are made), in both views and both lists, with pendingCount for
 // the whole queue and cursors bound to their list.
 func TestUsageResetRequestPagination(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	p := createPolicy(t, e, o, map[string]any{"name": "All", "limits": []map[string]any{
@@ -218,6 +219,7 @@ func (v pricesView) from(source string) []priceEntry {
 }
 
 func TestUsageModelPrices(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
@@ -316,6 +318,7 @@ func TestUsageModelPrices(t *testing.T) {
 // The fallback price: the default (the catalog's highest price of each token class) until
 // an owner or admin sets one; DELETE returns to the default. The effective table shows it.
 func TestUsageFallbackPrice(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")

@@ -75,6 +75,7 @@ func TestUsageExtensionApproval(t *testing.T) {
 
 // TestUsageSubmitRefusals: each eligibility rule, and that a refused submit writes nothing.
 func TestUsageSubmitRefusals(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
@@ -129,6 +130,7 @@ func TestUsageSubmitRefusals(t *testing.T) {
 
 // TestUsageDuplicateAndConcurrentSubmits: one pending request per bucket.
 func TestUsageDuplicateAndConcurrentSubmits(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
@@ -178,6 +180,7 @@ func TestUsageDuplicateAndConcurrentSubmits(t *testing.T) {
 
 // TestUsageConcurrentApprovals: many approvals of one request grant one extension.
 func TestUsageConcurrentApprovals(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	admin := e.AddMember(t, o, "ada", "admin")
@@ -218,6 +221,7 @@ func TestUsageConcurrentApprovals(t *testing.T) {
 }
 
 func TestUsageDeny(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
@@ -271,6 +275,7 @@ func expectExpired(t *testing.T, got resetRequest, reason string) {
 // TestUsageStaleApprovals: approvals of requests whose basis changed are answered as
 // expired and grant nothing. Each case changes one thing the approval depends on.
 func TestUsageStaleApprovals(t *testing.T) {
+	t.Parallel()
 	t.Run("policy revision bump", func(t *testing.T) {
 		e := apitest.New(t)
 		o := e.NewOrg(t, "Acme")
@@ -413,6 +418,7 @@ func TestUsageStaleApprovals(t *testing.T) {
 // TestUsageFence: a change of a member's winner expires their pending requests for that
 // timeframe and removes the current bucket's extension, never its spend, then notifies.
 func TestUsageFence(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	e := apitest.NewWith(t, apitest.Options{Events: rec})
 	o := e.NewOrg(t, "Acme")
@@ -475,6 +481,7 @@ func TestUsageFence(t *testing.T) {
 // TestUsageMemberRemovalFence: removing a member expires their pending requests and
 // removes their current extensions (spend stays), in the removal's transaction.
 func TestUsageMemberRemovalFence(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	e := apitest.NewWith(t, apitest.Options{Events: rec})
 	o := e.NewOrg(t, "Acme")

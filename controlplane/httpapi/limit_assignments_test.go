@@ -20,6 +20,7 @@ func createTeam(t *testing.T, e *apitest.Env, by apitest.Member, name string, me
 }
 
 func TestUsageAssignments(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
@@ -156,6 +157,7 @@ func TestUsageAssignments(t *testing.T) {
 // TestUsageWinnerSelection checks the tie-break order end to end, through the three kinds
 // of target, and that different timeframes may be won by different policies.
 func TestUsageWinnerSelection(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
@@ -231,6 +233,7 @@ func TestUsageWinnerSelection(t *testing.T) {
 // the member, sorted by assignment id, with team names, and organization assignments
 // cover members who join later.
 func TestUsageProvenance(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")

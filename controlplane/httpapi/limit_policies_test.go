@@ -11,6 +11,7 @@ import (
 )
 
 func TestUsagePolicyCreateAndList(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	p := createPolicy(t, e, o, map[string]any{"name": "  Team budget  ", "limits": []map[string]any{
@@ -50,6 +51,7 @@ func TestUsagePolicyCreateAndList(t *testing.T) {
 }
 
 func TestUsagePolicyBodyValidation(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	p := dayPolicy(t, e, o, "Daily", "1", nil)
@@ -110,6 +112,7 @@ func TestUsagePolicyBodyValidation(t *testing.T) {
 // TestUsagePatchPolicy covers the specification's update operation: full replacement,
 // revision checks, archived policies, revision overflow, unknown and malformed ids.
 func TestUsagePatchPolicy(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	admin := e.AddMember(t, o, "ada", "admin")
@@ -193,6 +196,7 @@ func TestUsagePatchPolicy(t *testing.T) {
 
 // TestUsageConcurrentPatches: two edits of the same revision, one wins.
 func TestUsageConcurrentPatches(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	p := dayPolicy(t, e, o, "Daily", "1", nil)
@@ -221,6 +225,7 @@ func TestUsageConcurrentPatches(t *testing.T) {
 // TestUsageRoleCheckBeforeBody: members get 403 on manager routes, whatever their body;
 // the check runs before validation, so a bad body is still 403, not 400.
 func TestUsageRoleCheckBeforeBody(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")

@@ -11,6 +11,7 @@ import (
 )
 
 func TestUsageStatusStates(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
@@ -58,6 +59,7 @@ func TestUsageStatusStates(t *testing.T) {
 }
 
 func TestUsageStatusCoverage(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
@@ -126,6 +128,7 @@ func TestUsageStatusCoverage(t *testing.T) {
 // TestUsageStatusReadsNeverWrite: a status read of a member with no counters and no
 // tracking row creates neither.
 func TestUsageStatusReadsNeverWrite(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
@@ -147,6 +150,7 @@ func TestUsageStatusReadsNeverWrite(t *testing.T) {
 // TestUsageWindowBoundary: the day resets at 05:00:00 UTC to the second; the bucket of
 // 04:59:59 is the previous day's, and a new window's missing counter reads as zero.
 func TestUsageWindowBoundary(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	o := e.NewOrg(t, "Acme")
 	p := createPolicy(t, e, o, map[string]any{"name": "All", "limits": []map[string]any{

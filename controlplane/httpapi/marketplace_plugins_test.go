@@ -15,6 +15,7 @@ import (
 // and of removing and listing a marketplace's plugins.
 
 func TestAddPluginCreatesMembership(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	plg := newPlugin(t, e, owner, "Search")
@@ -52,6 +53,7 @@ func TestAddPluginCreatesMembership(t *testing.T) {
 }
 
 func TestAddPluginInvalidRequest(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	plg := newPlugin(t, e, owner, "Search")
@@ -108,6 +110,7 @@ func TestAddPluginInvalidRequest(t *testing.T) {
 }
 
 func TestAddPluginUnauthorized(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	plg := newPlugin(t, e, owner, "Search")
@@ -133,6 +136,7 @@ func TestAddPluginUnauthorized(t *testing.T) {
 }
 
 func TestAddPluginNotFound(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	plg := newPlugin(t, e, owner, "Search")
@@ -176,6 +180,7 @@ func TestAddPluginNotFound(t *testing.T) {
 }
 
 func TestAddPluginForbidden(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	plg := newPlugin(t, e, owner, "Search")
@@ -202,6 +207,7 @@ func TestAddPluginForbidden(t *testing.T) {
 
 // TestAddPluginCheckOrder pins which answer wins when a request has several faults.
 func TestAddPluginCheckOrder(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	plg := newPlugin(t, e, owner, "Search")
@@ -243,6 +249,7 @@ func TestAddPluginCheckOrder(t *testing.T) {
 }
 
 func TestAddPluginReaddAfterRemoval(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	plg := newPlugin(t, e, owner, "Search")
@@ -293,6 +300,7 @@ func TestAddPluginReaddAfterRemoval(t *testing.T) {
 }
 
 func TestAddPluginThroughTeamGrant(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	plg := newPlugin(t, e, owner, "Search")
@@ -323,6 +331,7 @@ func TestAddPluginThroughTeamGrant(t *testing.T) {
 }
 
 func TestAddPluginThroughOrganizationGrant(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	plg := newPlugin(t, e, owner, "Search")
@@ -347,6 +356,7 @@ func TestAddPluginThroughOrganizationGrant(t *testing.T) {
 }
 
 func TestAddPluginFreshAuthentication(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	admin := e.AddMember(t, owner, "ada", "admin")
@@ -396,6 +406,7 @@ func TestAddPluginFreshAuthentication(t *testing.T) {
 }
 
 func TestAddPluginConcurrently(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	plg := newPlugin(t, e, owner, "Search")
@@ -444,6 +455,7 @@ func TestAddPluginConcurrently(t *testing.T) {
 }
 
 func TestRemoveMarketplacePlugin(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	plg := newPlugin(t, e, owner, "Search")
@@ -469,6 +481,7 @@ func TestRemoveMarketplacePlugin(t *testing.T) {
 }
 
 func TestListMarketplacePlugins(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	b := newPlugin(t, e, owner, "beta")

@@ -12,6 +12,7 @@ import (
 )
 
 func TestMarketplaceCreateAndRead(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	member := e.AddMember(t, owner, "bob", "member")
@@ -72,6 +73,7 @@ func TestMarketplaceCreateAndRead(t *testing.T) {
 }
 
 func TestMarketplaceAccess(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, owner, "bob", "member")

@@ -24,6 +24,7 @@ const manifest = `{
 }`
 
 func TestPluginLifecycle(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	created := newPluginWith(t, e, owner, map[string]any{
@@ -112,6 +113,7 @@ func TestPluginLifecycle(t *testing.T) {
 }
 
 func TestPluginInvalidRequest(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	id := newPlugin(t, e, owner, "Search")
@@ -173,6 +175,7 @@ func TestPluginInvalidRequest(t *testing.T) {
 }
 
 func TestPluginExtension(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 
@@ -247,6 +250,7 @@ func TestPluginExtension(t *testing.T) {
 }
 
 func TestPluginPermissions(t *testing.T) {
+	t.Parallel()
 	e := apitest.New(t)
 	owner := e.NewOrg(t, "Acme")
 	admin := e.AddMember(t, owner, "ada", "admin")
