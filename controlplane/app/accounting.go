@@ -97,5 +97,5 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdi
 
 func newMirrorWriter(cfg Config, st *store.Store, rdb redis.UniversalClient, log *slog.Logger, m *metrics.Metrics) *mirrorsync.Writer {
 	return mirrorsync.New(mirrorsync.Deps{Store: st, Redis: rdb, Layout: mirror.Layout{Prefix: cfg.Redis.Prefix}, Clock: clock.System{},
-		Log: log, Metrics: m})
+		Log: log, Metrics: m, CheckInterval: cfg.MirrorCheckInterval})
 }

@@ -1,6 +1,7 @@
 // Package app is the control plane program: its configuration, its subcommands (serve,
-// migrate, bootstrap-admin, resync) and the lifecycle of its servers. cmd/controlplane only calls
-// Run, so tests start the whole program in-process.
+// migrate, bootstrap-admin, resync) and the lifecycle of its servers (serve.go: New wires,
+// Listen opens the sockets, Serve runs the loops and servers and shuts them down in
+// order). cmd/controlplane only calls Run, so tests start the whole program in-process.
 package app
 
 import (
@@ -11,27 +12,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
-	"github.com/tollgate-dev/tollgate/controlplane/internalapi"
-	"github.com/tollgate-dev/tollgate/controlplane/ledger"
-	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/password"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
@@ -92,15 +80,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	return fmt.Errorf("unknown command %q", cmd)
 }
 
-func newLogger(c Config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.LogLevel))
-	opts := &slog.HandlerOptions{Level: level}
-	if c.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
+// newLogger is the logger of a subcommand (pkg/logging).
+func newLogger(c Config, w io.Writer) *slog.Logger { return logging.New(c.LogFormat, c.LogLevel, w) }
 
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	cfg, err := parseConfig("migrate", args, getenv, stdio.Stderr, nil)
@@ -141,147 +122,6 @@ func checkSchema(ctx context.Context, st *store.Store, log *slog.Logger, autoMig
 		return err
 	}
 	return fmt.Errorf("database schema is missing migration(s) %v of this build (latest %d): run `controlplane migrate` first (or start with --auto-migrate)", pending, want)
-}
-
-func serve(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
-	var autoMigrate bool
-	cfg, err := parseConfig("serve", args, getenv, stdio.Stderr, func(fs *flag.FlagSet) {
-		fs.BoolVar(&autoMigrate, "auto-migrate", false, "apply pending migrations at start instead of refusing to serve")
-	})
-	if err != nil {
-		return err
-	}
-	cfg.AutoMigrate = autoMigrate
-	if err := checkInternalAuth(cfg); err != nil {
-		return err
-	}
-	grpcCreds, err := grpcCredentials(cfg)
-	if err != nil {
-		return err
-	}
-	log := newLogger(cfg, stdio.Stderr)
-	st, err := store.Open(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer st.Close() // last: servers drain first
-	if err := checkSchema(ctx, st, log, cfg.AutoMigrate); err != nil {
-		return err
-	}
-	clk := clock.System{}
-	for _, e := range cfg.PlatformAdminEmails {
-		if _, err := store.AddPlatformAdmin(ctx, st.Pool, e, "environment", clk.Now()); err != nil {
-			return fmt.Errorf("seed platform admins: %w", err)
-		}
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	// Accounting: the mirror writer, the ledger's lanes and the internal API. Their
-	// background work outlives the servers' drain (settlements in flight still commit)
-	// and stops before the pool closes.
-	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBg()
-	rdb, err := newRedis(cfg)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	met := metrics.New(reg) // every control plane metric, on the registry /metrics serves
-	mirrorWriter := newMirrorWriter(cfg, st, rdb, log, met)
-	// A Redis that is down at start is not fatal: the mirror is repaired once it is back.
-	checkCtx, cancelCheck := context.WithTimeout(ctx, 30*time.Second)
-	if err := mirrorWriter.Check(checkCtx); err != nil {
-		log.Warn("mirror: initial check failed; retrying in the background", "err", err)
-	}
-	cancelCheck()
-	go mirrorWriter.Maintain(bg, cfg.MirrorCheckInterval)
-	led := ledger.New(bg, ledger.Deps{Store: st, Clock: clk, Log: log, Metrics: met, Mirror: mirrorWriter,
-		Config: ledger.Config{Lanes: cfg.AccountingLanes, MaxBatch: cfg.AccountingMaxBatch, MaxDelay: cfg.AccountingMaxDelay}})
-	internal := internalapi.New(internalapi.Deps{Store: st, Ledger: led, Mirror: mirrorWriter, Clock: clk, Log: log, Metrics: met,
-		Token: cfg.InternalToken, RequireClientCert: cfg.GRPCClientCA != ""})
-
-	api := httpapi.New(httpapi.Deps{Store: st, Clock: clk, Log: log, Metrics: met, SessionTTL: cfg.SessionTTL,
-		TrustForwardedFor: cfg.TrustForwardedFor, Events: mirrorWriter})
-
-	var draining atomic.Bool
-	admin := http.NewServeMux()
-	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
-	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		pingCtx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if draining.Load() {
-			http.Error(w, "draining", http.StatusServiceUnavailable)
-			return
-		}
-		if err := st.Pool.Ping(pingCtx); err != nil {
-			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-
-	grpcOpts := internal.ServerOptions()
-	if grpcCreds != nil {
-		grpcOpts = append(grpcOpts, grpc.Creds(grpcCreds))
-	}
-	grpcServer := grpc.NewServer(grpcOpts...)
-	healthSrv := health.NewServer()
-	healthpb.RegisterHealthServer(grpcServer, healthSrv)
-	internal.Register(grpcServer)
-
-	listeners := map[string]net.Listener{}
-	for _, l := range []struct{ name, addr string }{{"rest", cfg.HTTPAddr}, {"grpc", cfg.GRPCAddr}, {"admin", cfg.AdminAddr}} {
-		ln, err := net.Listen("tcp", l.addr)
-		if err != nil {
-			for _, open := range listeners {
-				open.Close()
-			}
-			return fmt.Errorf("listen %s on %s: %w", l.name, l.addr, err)
-		}
-		listeners[l.name] = ln
-		log.Info("listening", "server", l.name, "addr", ln.Addr().String())
-	}
-	restSrv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second}
-	adminSrv := &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second}
-
-	errc := make(chan error, 3)
-	go func() { errc <- ignoreClosed(restSrv.Serve(listeners["rest"])) }()
-	go func() { errc <- ignoreClosed(adminSrv.Serve(listeners["admin"])) }()
-	go func() { errc <- grpcServer.Serve(listeners["grpc"]) }()
-	log.Info("control plane started", "schema_version", store.LatestVersion())
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-	}
-	// Report not-ready first so load balancers stop sending, then drain under a deadline.
-	draining.Store(true)
-	healthSrv.Shutdown()
-	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
-	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	defer cancel()
-	_ = restSrv.Shutdown(shutCtx)
-	stopped := make(chan struct{})
-	go func() { grpcServer.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-shutCtx.Done():
-		grpcServer.Stop()
-	}
-	_ = adminSrv.Shutdown(shutCtx)
-	log.Info("stopped")
-	return runErr
-}
-
-func ignoreClosed(err error) error {
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
 }
 
 // bootstrapAdmin creates or resets a platform administrator so a fresh install has its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,15 +44,23 @@ type batcher[I, R any] struct {
 	onBatch       func(n int)
 }
 
-func newBatcher[I, R any](ctx context.Context, lanes, maxBatch int, maxDelay time.Duration, dropCancelled bool,
+func newBatcher[I, R any](lanes, maxBatch int, maxDelay time.Duration, dropCancelled bool,
 	run func(context.Context, []*job[I, R]), onBatch func(int)) *batcher[I, R] {
 	b := &batcher[I, R]{maxBatch: maxBatch, maxDelay: maxDelay, dropCancelled: dropCancelled, run: run, onBatch: onBatch}
 	for range lanes {
-		ch := make(chan *job[I, R], 4*maxBatch)
-		b.lanes = append(b.lanes, ch)
-		go b.loop(ctx, ch)
+		b.lanes = append(b.lanes, make(chan *job[I, R], 4*maxBatch))
 	}
 	return b
+}
+
+// runLanes runs every lane until ctx ends and returns when all have stopped; items
+// submitted before wait in their lane.
+func (b *batcher[I, R]) runLanes(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, ch := range b.lanes {
+		wg.Go(func() { b.loop(ctx, ch) })
+	}
+	wg.Wait()
 }
 
 func laneOf(key string, n int) int {

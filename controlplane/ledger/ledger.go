@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -66,10 +67,13 @@ type Ledger struct {
 	// refreshes bounds the mirror refreshes running after commits; when it is full the
 	// lanes wait, so a slow Redis slows intake instead of piling up goroutines.
 	refreshes chan struct{}
+	// refreshing counts those refreshes, so that Run returns after the last.
+	refreshing sync.WaitGroup
 }
 
-// New starts the ledger's lanes; they stop when ctx ends.
-func New(ctx context.Context, d Deps) *Ledger {
+// New builds a ledger. Nothing commits until Run: Start and Settle calls wait for it
+// (or for their context).
+func New(d Deps) *Ledger {
 	if d.Config.Lanes <= 0 {
 		d.Config.Lanes = DefaultConfig.Lanes
 	}
@@ -83,11 +87,25 @@ func New(ctx context.Context, d Deps) *Ledger {
 		refreshes: make(chan struct{}, 64)}
 	l.startsKind = l.startKind(true)
 	c := d.Config
-	l.starts = newBatcher(ctx, c.Lanes, c.MaxBatch, c.MaxDelay, true, l.runStarts,
+	l.starts = newBatcher(c.Lanes, c.MaxBatch, c.MaxDelay, true, l.runStarts,
 		func(n int) { l.metrics.BatchSize.WithLabelValues("start").Observe(float64(n)) })
-	l.settles = newBatcher(ctx, c.Lanes, c.MaxBatch, c.MaxDelay, false, l.runSettles,
+	l.settles = newBatcher(c.Lanes, c.MaxBatch, c.MaxDelay, false, l.runSettles,
 		func(n int) { l.metrics.BatchSize.WithLabelValues("settle").Observe(float64(n)) })
 	return l
+}
+
+// Run commits batches of starts and settlements until ctx ends. Then each lane stops
+// taking batches, answers the items still queued with the context's error (a caller
+// retries them: every item is idempotent), and Run returns nil once the mirror
+// refreshes of committed batches have finished too, so that the Redis client can be
+// closed after it. A program stops the ledger after the servers that call it.
+func (l *Ledger) Run(ctx context.Context) error {
+	var lanes sync.WaitGroup
+	lanes.Go(func() { l.starts.runLanes(ctx) })
+	lanes.Go(func() { l.settles.runLanes(ctx) })
+	lanes.Wait()
+	l.refreshing.Wait() // no lane runs: no refresh can start any more
+	return nil
 }
 
 // ErrUnavailable wraps infrastructure failures: the items were not (or not surely)
@@ -159,7 +177,9 @@ func (l *Ledger) afterCommit(ctx context.Context, versions map[string]int64, wai
 		finish()
 	}
 	l.refreshes <- struct{}{}
+	l.refreshing.Add(1)
 	go func() {
+		defer l.refreshing.Done()
 		defer func() { <-l.refreshes }()
 		l.mirror.Refresh(context.WithoutCancel(ctx), versions)
 		if wait {

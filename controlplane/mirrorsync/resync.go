@@ -15,7 +15,7 @@ const ResyncWorkers = 4
 // Check runs one round of maintenance: it makes sure Redis has a generation (claiming a
 // new one and rebuilding every record when it lost it), adopts another control plane's
 // newer generation, repairs the records whose writes failed, and refreshes the pending
-// gauge. Maintain calls it periodically; serve calls it once at start.
+// gauge. Run calls it periodically; serve calls it once at start.
 func (w *Writer) Check(ctx context.Context) error {
 	if n, err := store.CountPendingStarts(ctx, w.st.Pool); err == nil {
 		w.metrics.SetPending(n)
@@ -70,14 +70,15 @@ func (w *Writer) takeFailed() ([]string, bool) {
 	return out, overflow
 }
 
-// Maintain runs Check every interval until ctx ends.
-func (w *Writer) Maintain(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
+// Run is the maintenance loop: Check every Deps.CheckInterval until ctx ends, then it
+// returns nil.
+func (w *Writer) Run(ctx context.Context) error {
+	t := time.NewTicker(w.checkInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 			if err := w.Check(ctx); err != nil && ctx.Err() == nil {
 				w.log.Warn("mirror: maintenance failed; trying again", "err", err)

@@ -41,7 +41,13 @@ type Deps struct {
 	Clock   clock.Clock
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
+	// CheckInterval is how often Run checks the generation and repairs failed writes
+	// (DefaultCheckInterval when zero).
+	CheckInterval time.Duration
 }
+
+// DefaultCheckInterval is Run's pace unless Deps say otherwise.
+const DefaultCheckInterval = 5 * time.Second
 
 // Writer writes member records to Redis after commits and keeps the mirror whole.
 type Writer struct {
@@ -51,6 +57,8 @@ type Writer struct {
 	clock   clock.Clock
 	log     *slog.Logger
 	metrics *metrics.Metrics
+	// checkInterval paces Run.
+	checkInterval time.Duration
 
 	mu         sync.Mutex
 	generation string
@@ -62,13 +70,18 @@ type Writer struct {
 	resolves  resolver
 }
 
-// New builds a writer. It knows no generation until Maintain or Resync has run; until
-// then records are written under the empty generation, which readers never trust.
+// New builds a writer; nothing runs in the background until Run. It knows no generation
+// until Check (Run's) or Resync has run; until then records are written under the empty
+// generation, which readers never trust.
 func New(d Deps) *Writer {
 	if d.Metrics == nil {
 		d.Metrics = metrics.Discard()
 	}
-	w := &Writer{st: d.Store, rdb: d.Redis, layout: d.Layout, clock: d.Clock, log: d.Log, metrics: d.Metrics, failed: map[string]bool{}}
+	if d.CheckInterval <= 0 {
+		d.CheckInterval = DefaultCheckInterval
+	}
+	w := &Writer{st: d.Store, rdb: d.Redis, layout: d.Layout, clock: d.Clock, log: d.Log, metrics: d.Metrics, failed: map[string]bool{},
+		checkInterval: d.CheckInterval}
 	w.resolves.batch = w.ResolveMany
 	return w
 }

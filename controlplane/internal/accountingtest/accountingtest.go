@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -89,7 +90,15 @@ func New(t testing.TB, o Options) *Env {
 	if err := e.Mirror.Check(ctx); err != nil {
 		t.Fatalf("mirror check: %v", err)
 	}
-	e.Ledger = ledger.New(ctx, ledger.Deps{Store: st, Clock: e.Clock, Log: e.Log, Metrics: e.Metrics, Mirror: e.Mirror, Config: o.Ledger})
+	e.Ledger = ledger.New(ledger.Deps{Store: st, Clock: e.Clock, Log: e.Log, Metrics: e.Metrics, Mirror: e.Mirror, Config: o.Ledger})
+	stopped := make(chan error, 1)
+	go func() { stopped <- e.Ledger.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("ledger: %v", err)
+		}
+	})
 	return e
 }
 
@@ -109,21 +118,13 @@ func (e *Env) Serve(t testing.TB) {
 	t.Cleanup(g.Stop)
 	e.Addr = ln.Addr().String()
 	cc, err := grpc.NewClient(e.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearer(Token)))
+		grpc.WithPerRPCCredentials(internaltoken.PerRPC(Token, false)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
 	e.Client = internalv1.NewAccountingClient(cc)
 }
-
-// bearer sends the internal token with every call.
-type bearer string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-func (bearer) RequireTransportSecurity() bool { return false }
 
 // Org creates an organization with n members (the first is its owner) and returns the
 // organization id and the member ids.

@@ -155,7 +155,8 @@ func TestRecoverPrintsATable(t *testing.T) {
 	key := e.APIKey(t, owner)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	l := ledger.New(ctx, ledger.Deps{Store: e.Store, Clock: e.Clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	l := ledger.New(ledger.Deps{Store: e.Store, Clock: e.Clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	go l.Run(ctx)
 	old := e.Clock.Now().Add(-2 * time.Hour) // the default cutoff is an hour ago
 	for i, id := range []string{"req_a", "req_b", "req_c"} {
 		if _, err := l.Start(ctx, []*internalv1.StartItem{startItem(id, owner.OrgID, alice.MemberID, old.Add(time.Duration(i)*time.Second))}); err != nil {

@@ -1,0 +1,245 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
+	"github.com/tollgate-dev/tollgate/controlplane/internalapi"
+	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
+	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/admin"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
+	"github.com/tollgate-dev/tollgate/pkg/listen"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
+)
+
+// serve is the serve subcommand: configuration, the store (schema checked, platform
+// admins seeded) and Redis, then New, Listen and Serve; the Redis client and then the
+// pool close last, once everything that uses them has stopped.
+func serve(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	var autoMigrate bool
+	cfg, err := parseConfig("serve", args, getenv, stdio.Stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&autoMigrate, "auto-migrate", false, "apply pending migrations at start instead of refusing to serve")
+	})
+	if err != nil {
+		return err
+	}
+	cfg.AutoMigrate = autoMigrate
+	if err := checkInternalAuth(cfg); err != nil {
+		return err
+	}
+	log := logging.New(cfg.LogFormat, cfg.LogLevel, stdio.Stderr)
+	logging.RouteRedis(log)
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close() // last: everything else has stopped
+	if err := checkSchema(ctx, st, log, cfg.AutoMigrate); err != nil {
+		return err
+	}
+	clk := clock.System{}
+	for _, e := range cfg.PlatformAdminEmails {
+		if _, err := store.AddPlatformAdmin(ctx, st.Pool, e, "environment", clk.Now()); err != nil {
+			return fmt.Errorf("seed platform admins: %w", err)
+		}
+	}
+	rdb, err := newRedis(cfg)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close() // after Serve: the ledger's mirror refreshes have finished
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cp, err := New(Deps{Config: cfg, Store: st, Redis: rdb, Clock: clk, Log: log, Registry: reg})
+	if err != nil {
+		return err
+	}
+	lns, err := Listen(cfg, log)
+	if err != nil {
+		return err
+	}
+	err = cp.Serve(ctx, lns)
+	log.Info("stopped")
+	return err
+}
+
+// Deps are what New needs. The serve subcommand opens the store and the Redis client
+// and closes them after Serve.
+type Deps struct {
+	Config Config
+	Store  *store.Store
+	Redis  redis.UniversalClient
+	Clock  clock.Clock
+	Log    *slog.Logger
+	// Registry serves /metrics; New registers the control plane's metrics on it (a new
+	// registry when nil).
+	Registry *prometheus.Registry
+}
+
+// ControlPlane is the assembled serve program. Nothing runs until Serve.
+type ControlPlane struct {
+	cfg Config
+	log *slog.Logger
+
+	Metrics *metrics.Metrics
+	// Mirror writes the Redis mirror; its maintenance loop runs in Serve.
+	Mirror *mirrorsync.Writer
+	// Ledger commits starts and settlements; its lanes run in Serve.
+	Ledger *ledger.Ledger
+	// Internal is the internal API for enforcers, served on GRPC with Health.
+	Internal *internalapi.Server
+	GRPC     *grpc.Server
+	Health   *health.Server
+	// API is the REST API; Admin serves /healthz, /readyz and /metrics.
+	API   http.Handler
+	Admin *admin.Handler
+}
+
+// New wires the control plane from an open store and Redis client.
+func New(d Deps) (*ControlPlane, error) {
+	cfg := d.Config
+	creds, err := grpcCredentials(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if d.Registry == nil {
+		d.Registry = prometheus.NewRegistry()
+	}
+	if d.Clock == nil {
+		d.Clock = clock.System{}
+	}
+	st, log := d.Store, d.Log
+	c := &ControlPlane{cfg: cfg, log: log, Metrics: metrics.New(d.Registry)} // every metric, on the registry /metrics serves
+	c.Mirror = newMirrorWriter(cfg, st, d.Redis, log, c.Metrics)
+	c.Ledger = ledger.New(ledger.Deps{Store: st, Clock: d.Clock, Log: log, Metrics: c.Metrics, Mirror: c.Mirror,
+		Config: ledger.Config{Lanes: cfg.AccountingLanes, MaxBatch: cfg.AccountingMaxBatch, MaxDelay: cfg.AccountingMaxDelay}})
+	c.Internal = internalapi.New(internalapi.Deps{Store: st, Ledger: c.Ledger, Mirror: c.Mirror, Clock: d.Clock, Log: log, Metrics: c.Metrics,
+		Token: cfg.InternalToken, RequireClientCert: cfg.GRPCClientCA != ""})
+	c.API = httpapi.New(httpapi.Deps{Store: st, Clock: d.Clock, Log: log, Metrics: c.Metrics, SessionTTL: cfg.SessionTTL,
+		TrustForwardedFor: cfg.TrustForwardedFor, Events: c.Mirror})
+
+	grpcOpts := c.Internal.ServerOptions()
+	if creds != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(creds))
+	}
+	c.GRPC = grpc.NewServer(grpcOpts...)
+	c.Health = health.NewServer()
+	healthpb.RegisterHealthServer(c.GRPC, c.Health)
+	c.Internal.Register(c.GRPC)
+
+	c.Admin = admin.New(d.Registry, func(ctx context.Context) error {
+		if err := st.Pool.Ping(ctx); err != nil {
+			return errors.New("database unreachable")
+		}
+		return nil
+	})
+	return c, nil
+}
+
+// Listeners are the three sockets the control plane serves.
+type Listeners struct{ REST, GRPC, Admin net.Listener }
+
+// Listen opens the configured addresses, logging each as `msg=listening server=<name>
+// addr=<host:port>` (tests read the chosen ports from that line; pkg/listen).
+func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
+	lns, err := listen.Open(log, cfg.listenAddrs()...)
+	if err != nil {
+		return Listeners{}, err
+	}
+	return Listeners{REST: lns[0], GRPC: lns[1], Admin: lns[2]}, nil
+}
+
+// initialCheckTimeout bounds the mirror check before serving.
+const initialCheckTimeout = 30 * time.Second
+
+// Serve checks the mirror once (a Redis that is down is not fatal: the maintenance loop
+// repairs the mirror once it is back), runs the background loops and the servers until
+// ctx ends (or a server or loop fails), then shuts down in this order:
+//
+//  1. report not-ready (/readyz "draining", gRPC health NOT_SERVING);
+//  2. drain the REST and gRPC servers together within the shutdown deadline (the gRPC
+//     calls still running at the deadline are cut): settlements in flight commit;
+//  3. stop the ledger: its lanes stop, queued items are answered with an error (the
+//     callers retry them), and the mirror refreshes of committed batches finish;
+//  4. stop the mirror's maintenance loop;
+//  5. stop the admin server (it answers "draining" until here).
+//
+// It does not close the store or the Redis client: the serve subcommand closes them
+// after Serve, Redis first.
+func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
+	checkCtx, cancelCheck := context.WithTimeout(ctx, initialCheckTimeout)
+	if err := c.Mirror.Check(checkCtx); err != nil {
+		c.log.Warn("mirror: initial check failed; retrying in the background", "err", err)
+	}
+	cancelCheck()
+
+	var loops lifecycle.Group
+	mirrorLoop := loops.Go(ctx, "mirror maintenance", c.Mirror.Run)
+	ledgerLoop := loops.Go(ctx, "ledger", c.Ledger.Run)
+
+	restSrv := &http.Server{Handler: c.API, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second}
+	adminSrv := admin.NewServer(c.Admin)
+	errc := make(chan error, 3)
+	go func() { errc <- ignoreClosed(restSrv.Serve(lns.REST)) }()
+	go func() { errc <- ignoreClosed(adminSrv.Serve(lns.Admin)) }()
+	go func() { errc <- c.GRPC.Serve(lns.GRPC) }()
+	c.log.Info("control plane started", "schema_version", store.LatestVersion())
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	case runErr = <-loops.Exited():
+	}
+	if runErr != nil {
+		c.log.Error("shutting down after a failure", "err", runErr)
+	}
+	// 1.
+	c.Admin.Drain()
+	c.Health.Shutdown()
+	c.log.Info("shutting down", "timeout", c.cfg.ShutdownTimeout)
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
+	defer cancel()
+	// 2.
+	restDone := make(chan struct{})
+	go func() { _ = restSrv.Shutdown(shutCtx); close(restDone) }()
+	stopped := make(chan struct{})
+	go func() { c.GRPC.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-shutCtx.Done():
+		c.GRPC.Stop()
+		<-stopped
+	}
+	<-restDone
+	// 3. and 4.
+	errs := []error{runErr, ledgerLoop.Stop(), mirrorLoop.Stop(), loops.StopAll()}
+	// 5.
+	_ = adminSrv.Shutdown(shutCtx)
+	return errors.Join(errs...)
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,139 @@
+package app_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tollgate-dev/tollgate/controlplane/app"
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/internal/testio"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
+	"github.com/tollgate-dev/tollgate/pkg/redisconf"
+)
+
+// TestShutdownDrainsBeforeTheLedgerStops: a settlement in flight when the shutdown
+// begins (held by a row lock) still commits and is answered, because the servers drain
+// before the ledger stops; meanwhile /readyz already answers "draining". Built with
+// New, Listen and Serve, as Run's serve builds it.
+func TestShutdownDrainsBeforeTheLedgerStops(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	cfg := app.Config{Redis: redisconf.Config{Prefix: e.Layout.Prefix}, MirrorCheckInterval: time.Second,
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", InternalToken: at.Token,
+		LogFormat: "text", LogLevel: "info", SessionTTL: time.Hour, ShutdownTimeout: 20 * time.Second}
+	logs := &testio.SyncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	cp, err := app.New(app.Deps{Config: cfg, Store: e.Store, Redis: e.Redis, Clock: e.Clock, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lns, err := app.Listen(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- cp.Serve(ctx, lns) }()
+	defer func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	}()
+
+	cc, err := grpc.NewClient(lns.GRPC.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(internaltoken.PerRPC(at.Token, false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := internalv1.NewAccountingClient(cc)
+	id := at.ReqID()
+	if _, err := client.Start(ctx, &internalv1.StartRequest{Items: []*internalv1.StartItem{at.StartItem(id, org, ms[0], e.Clock.Now(), 0)}}); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+
+	// Hold the start's row: the settlement's batch waits for it.
+	lock, err := e.Store.Pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(context.Background())
+	if _, err := lock.Exec(context.Background(), `SELECT 1 FROM usage_request_starts WHERE request_id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res *internalv1.SettleResponse
+		err error
+	}
+	settled := make(chan answer, 1)
+	go func() {
+		res, err := client.Settle(context.Background(), &internalv1.SettleRequest{Items: []*internalv1.SettleItem{
+			{RequestId: id, UpstreamCostMicroUsd: at.Cost(700), Complete: true, Model: "m"}}})
+		settled <- answer{res, err}
+	}()
+	waitFor(t, "the settlement waiting for the row lock", func() bool {
+		var n int
+		_ = e.Store.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return n > 0
+	})
+
+	cancel() // SIGTERM
+	admin := "http://" + lns.Admin.Addr().String() + "/readyz"
+	waitFor(t, "readyz draining", func() bool {
+		res, err := http.Get(admin)
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res.StatusCode == 503 && string(b) == "draining\n"
+	})
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned (%v) with a settlement in flight", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := lock.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a := <-settled
+	if a.err != nil || a.res.GetResults()[0].GetOutcome() != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("the settlement in flight at shutdown: %v %v", a.res, a.err)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	// The ledger has stopped: a start now waits for its context.
+	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelShort()
+	if _, err := cp.Ledger.Start(short, []*internalv1.StartItem{at.StartItem(at.ReqID(), org, ms[0], e.Clock.Now(), 0)}); err == nil {
+		t.Fatal("the ledger still commits after Serve returned")
+	}
+}
+
+// waitFor polls cond every 10ms until it holds, failing after 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
