@@ -437,3 +437,30 @@ func TestOutcomesAreTheCataloguesLabels(t *testing.T) {
 		t.Fatalf("gateway.Outcomes %v, metrics.GatewayOutcomes %v", gateway.Outcomes, metrics.GatewayOutcomes)
 	}
 }
+
+// A large body passes intact (read in small, then large pieces) and its usage, at its
+// end, is read.
+func TestLargeResponsePassesIntact(t *testing.T) {
+	text := strings.Repeat("0123456789abcdef", 20_000) // 320 KB of content
+	body := `{"model":"gpt-4o-mini","choices":[{"message":{"content":"` + text + `"}}],"usage":{"prompt_tokens":7,"completion_tokens":80000}}`
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		for i := 0; i < len(body); i += 1000 { // in uneven pieces
+			_, _ = io.WriteString(w, body[i:min(i+1000, len(body))])
+			if i%7000 == 0 {
+				w.(http.Flusher).Flush()
+			}
+		}
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", `{"model":"gpt-4o-mini"}`)
+	got, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if string(got) != body {
+		t.Fatalf("the body changed on the way: %d bytes, want %d", len(got), len(body))
+	}
+	if u := e.tracker.settled(t); !u.Complete || u.InputTokens != 7 || u.OutputTokens != 80000 {
+		t.Fatalf("settled %+v", u)
+	}
+}
