@@ -50,6 +50,7 @@ type stack struct {
 	db       *store.Store // the control plane's database, for what the API cannot do
 	rdb      redis.UniversalClient
 	layout   mirror.Layout
+	cpLogs   *testio.SyncBuffer // the control plane's log
 	authz    authv3.AuthorizationClient
 	extproc  extprocv3.ExternalProcessorClient
 }
@@ -116,6 +117,7 @@ func startStack(t testing.TB, enforcerEnv ...map[string]string) *stack {
 	s := &stack{db: db, rdb: rdb, layout: layout}
 
 	cpLogs := &testio.SyncBuffer{}
+	s.cpLogs = cpLogs
 	cpEnv := envOf(map[string]string{
 		"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
 		"TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0",

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 )
@@ -74,6 +75,7 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdi
 		return err
 	}
 	log := newLogger(cfg, stdio.Stderr)
+	logging.RouteRedis(log)
 	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err

@@ -136,7 +136,10 @@ func New(d Deps) (*ControlPlane, error) {
 	c.API = httpapi.New(httpapi.Deps{Store: st, Clock: d.Clock, Log: log, Metrics: c.Metrics, SessionTTL: cfg.SessionTTL,
 		TrustForwardedFor: cfg.TrustForwardedFor, Events: c.Mirror})
 
-	grpcOpts := c.Internal.ServerOptions()
+	// A connection that never completes its handshake is dropped after
+	// handshakeTimeout: until then it would hold up GracefulStop and even Stop (grpc's
+	// default is 2 minutes), so a port scan could not delay a shutdown past it.
+	grpcOpts := append(c.Internal.ServerOptions(), grpc.ConnectionTimeout(handshakeTimeout))
 	if creds != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(creds))
 	}
@@ -153,6 +156,9 @@ func New(d Deps) (*ControlPlane, error) {
 	})
 	return c, nil
 }
+
+// handshakeTimeout bounds a gRPC connection's handshake (TLS included).
+const handshakeTimeout = 10 * time.Second
 
 // Listeners are the three sockets the control plane serves.
 type Listeners struct{ REST, GRPC, Admin net.Listener }

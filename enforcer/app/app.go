@@ -195,9 +195,11 @@ func New(d Deps) *Enforcer {
 	az := authz.New(e.Gate, authz.Upstream{Authorization: cfg.UpstreamAuthorization, APIKey: cfg.UpstreamAPIKey})
 	// Fixed flow-control windows: no window-estimation PINGs (pkg/grpcflow). Stop waits
 	// for the handlers to return: an ext_proc stream cut at shutdown settles what it saw
-	// before the tracker settles what nobody reported (Serve).
+	// before the tracker settles what nobody reported (Serve). A connection that never
+	// completes its HTTP/2 handshake is dropped after handshakeTimeout: until then it
+	// holds up GracefulStop and even Stop (grpc's default is 2 minutes).
 	e.GRPC = grpc.NewServer(append(grpcflow.ServerOptions(), grpc.ForceServerCodecV2(az.Codec()),
-		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))), grpc.WaitForHandlers(true))...)
+		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))), grpc.WaitForHandlers(true), grpc.ConnectionTimeout(handshakeTimeout))...)
 	authv3.RegisterAuthorizationServer(e.GRPC, az)
 	extprocv3.RegisterExternalProcessorServer(e.GRPC, extproc.New(e.Tracker, m, responseusage.Limits{}))
 	e.Health = health.NewServer()
@@ -240,6 +242,9 @@ func (e *Enforcer) redisReady(ctx context.Context) error {
 	}
 	return nil
 }
+
+// handshakeTimeout bounds a gRPC connection's handshake (see New).
+const handshakeTimeout = 10 * time.Second
 
 // Listeners are the sockets the enforcer serves; Gateway is nil when the gateway is off.
 type Listeners struct{ GRPC, HTTP, Admin, Gateway net.Listener }

@@ -1,0 +1,144 @@
+package e2e_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
+	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
+)
+
+// startEnforcer starts one more enforcer (Run) of the stack's Redis prefix, pointed at
+// cpAddr with token; it returns its admin URL and its logs.
+func startEnforcer(t *testing.T, s *stack, cpAddr, token string) (string, *testio.SyncBuffer) {
+	t.Helper()
+	logs := &testio.SyncBuffer{}
+	env := envOf(map[string]string{
+		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": s.layout.Prefix,
+		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
+		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": cpAddr,
+		"TOLLGATE_INTERNAL_TOKEN": token, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
+	})
+	addrs := run(t, "enforcer", 3, logs, func(ctx context.Context) error {
+		return enfapp.Run(ctx, []string{"serve"}, env, enfapp.IO{Stdout: io.Discard, Stderr: logs})
+	})
+	return "http://" + addrs["admin"], logs
+}
+
+// readyz is the enforcer's readiness answer.
+func readyz(t *testing.T, admin string) (int, string) {
+	t.Helper()
+	res, err := http.Get(admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// gate is a TCP proxy to the control plane that refuses connections until opened.
+type gate struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	open   bool
+}
+
+func newGate(t *testing.T, target string) *gate {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			g.mu.Lock()
+			open := g.open
+			g.mu.Unlock()
+			if !open {
+				c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return g
+}
+
+func (g *gate) Open() {
+	g.mu.Lock()
+	g.open = true
+	g.mu.Unlock()
+}
+
+// TestEnforcerReadinessFollowsTheControlPlane: with the real control plane, an
+// enforcer whose token it refuses is not ready and says so once in its log, while the
+// control plane logs the refusal with the enforcer's address (once a minute); an
+// enforcer that cannot reach the control plane is not ready until it can.
+func TestEnforcerReadinessFollowsTheControlPlane(t *testing.T) {
+	s := startStack(t) // the control plane and an enforcer with the right token, ready
+
+	t.Run("token rejected", func(t *testing.T) {
+		admin, logs := startEnforcer(t, s, s.cpGRPC, "not-the-e2e-token-0123456789")
+		waitFor(t, 10*time.Second, "not ready for the token", func() bool {
+			code, body := readyz(t, admin)
+			return code == http.StatusServiceUnavailable && body == "internal token rejected\n"
+		})
+		time.Sleep(2500 * time.Millisecond) // the enforcer probes every second while refused
+		if code, body := readyz(t, admin); code != http.StatusServiceUnavailable || body != "internal token rejected\n" {
+			t.Fatalf("readyz %d %q", code, body)
+		}
+		if n := strings.Count(logs.String(), `msg="internal token rejected"`); n != 1 {
+			t.Fatalf("the enforcer logged the refusal %d times:\n%s", n, logs.String())
+		}
+		var refused []string
+		for _, l := range strings.Split(s.cpLogs.String(), "\n") {
+			if strings.Contains(l, `msg="internal call refused"`) {
+				refused = append(refused, l)
+			}
+		}
+		if len(refused) != 1 || !strings.Contains(refused[0], "level=WARN") || !strings.Contains(refused[0], "peer=127.0.0.1:") ||
+			!strings.Contains(refused[0], "method=Authenticate") || !strings.Contains(refused[0], `reason="wrong internal token"`) {
+			t.Fatalf("the control plane's refusal lines:\n%s", strings.Join(refused, "\n"))
+		}
+		if strings.Contains(s.cpLogs.String()+logs.String(), "not-the-e2e-token") {
+			t.Fatal("a token was logged")
+		}
+	})
+
+	t.Run("unreachable, then reached", func(t *testing.T) {
+		g := newGate(t, s.cpGRPC)
+		admin, logs := startEnforcer(t, s, g.ln.Addr().String(), internalToken)
+		waitFor(t, 10*time.Second, "not ready while unreachable", func() bool {
+			code, body := readyz(t, admin)
+			return code == http.StatusServiceUnavailable && body == "control plane unreachable\n"
+		})
+		g.Open()
+		waitFor(t, 15*time.Second, "ready once reached", func() bool { code, _ := readyz(t, admin); return code == http.StatusOK })
+		if n := strings.Count(logs.String(), `msg="control plane unreachable"`); n != 1 {
+			t.Fatalf("%d unreachable lines:\n%s", n, logs.String())
+		}
+		if !strings.Contains(logs.String(), `msg="control plane reachable again"`) {
+			t.Fatalf("no recovery line:\n%s", logs.String())
+		}
+	})
+}
