@@ -25,6 +25,8 @@ type Loop struct {
 	err      error
 	stopping atomic.Bool
 	stopOnce sync.Once
+	// reported: its error went out through Group.Exited, so Stop does not repeat it.
+	reported atomic.Bool
 }
 
 // Go runs run in a goroutine with a context carrying ctx's values but not its
@@ -61,6 +63,9 @@ func (l *Loop) Stop() error {
 		l.cancel()
 	})
 	<-l.done
+	if l.reported.Load() {
+		return nil
+	}
 	return l.result()
 }
 
@@ -93,7 +98,8 @@ func (g *Group) Go(ctx context.Context, name string, run func(context.Context) e
 		}
 		select {
 		case g.exited <- err:
-		default: // the first failure is enough to shut down
+			l.reported.Store(true)
+		default: // the first failure is enough to shut down; Stop reports the others
 		}
 	})
 	g.mu.Lock()
@@ -102,7 +108,8 @@ func (g *Group) Go(ctx context.Context, name string, run func(context.Context) e
 	return l
 }
 
-// Exited receives the error of the first loop that returned without being stopped.
+// Exited receives the error of the first loop that returned without being stopped
+// (its Stop then returns nil: the error is reported once).
 func (g *Group) Exited() <-chan error {
 	g.init()
 	return g.exited
