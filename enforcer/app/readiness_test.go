@@ -85,7 +85,9 @@ func TestReadinessFollowsTheControlPlane(t *testing.T) {
 	rdb, layout := testredis.New(t)
 	cp := fakecp.New(t, rdb, layout, clock.NewManual(enforcertest.Start))
 
+	// The three enforcers are independent: they wait out their probes side by side.
 	t.Run("unreachable, then reached", func(t *testing.T) {
+		t.Parallel()
 		proxy := testredis.NewProxy(t, cp.Addr) // a TCP proxy a test can cut
 		proxy.Down()
 		admin, logs := runEnforcer(t, layout.Prefix, map[string]string{
@@ -107,6 +109,7 @@ func TestReadinessFollowsTheControlPlane(t *testing.T) {
 
 	for _, mode := range []string{"closed", "open"} {
 		t.Run("token rejected, "+mode, func(t *testing.T) {
+			t.Parallel()
 			admin, logs := runEnforcer(t, layout.Prefix, map[string]string{
 				"TOLLGATE_CONTROLPLANE_ADDR": cp.Addr, "TOLLGATE_INTERNAL_TOKEN": "not-the-fake-token-0123456789",
 				"TOLLGATE_FAILURE_MODE": mode})
