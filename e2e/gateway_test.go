@@ -58,6 +58,7 @@ func (u *gatewayUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // disconnects incomplete and estimated, an unpriced model at the fallback price; 401 and
 // 429 never reach the provider, nor does the member's key.
 func TestGatewayChargesEveryResponse(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	awayFromDayBoundary(t, 3*time.Minute)
 	usageOf := map[string]fakellm.Usage{}
 	fake := &fakellm.Server{Usage: func(c fakellm.Call) fakellm.Usage { return usageOf[c.Model] }}
@@ -254,6 +255,8 @@ func flatten(h http.Header) []string {
 // limit spent, the call refused fast with the 429 and not retried, never reaching the
 // provider.
 func TestOpenAISDKThroughTheGateway(t *testing.T) {
+	// Not parallel: it times the refused calls (under 2 s), which a loaded machine
+	// would blur; Go runs it before the parallel tests.
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	next := fakellm.Usage{InputTokens: 1_000_000, OutputTokens: 500_000} // 0.45 USD at the organization's price

@@ -115,6 +115,7 @@ type resetRequest struct {
 // reports responses whose cost passes 1 USD; the next check is the 429; an approved
 // extension admits again at once; and the status read agrees at every step.
 func TestDayLimitBlocksAndExtensionAdmits(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	awayFromDayBoundary(t, time.Minute)
 	s := startStack(t)
 	o := s.setUpOrg(t)
@@ -241,6 +242,7 @@ func TestDayLimitBlocksAndExtensionAdmits(t *testing.T) {
 // installation, generation included (the control plane claims a new generation and
 // rewrites the mirror; the enforcer adopts it and reads from Redis again).
 func TestFlushedMirrorNeverAdmitsOnInventedZero(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	awayFromDayBoundary(t, time.Minute)
 	s := startStack(t)
 	o := s.setUpOrg(t)

@@ -19,6 +19,7 @@ import (
 // the organization prices afterwards goes through at once (the price keys travel in the
 // members' records). Only owners and admins change the rule, and only to charge or refuse.
 func TestRefusedUnpricedModelsNeverGoUpstream(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	s := startStack(t)
 	o := s.setUpOrg(t)
 

@@ -95,6 +95,7 @@ func (g *gate) Open() {
 // control plane logs the refusal with the enforcer's address (once a minute); an
 // enforcer that cannot reach the control plane is not ready until it can.
 func TestEnforcerReadinessFollowsTheControlPlane(t *testing.T) {
+	t.Parallel()       // its own database and Redis prefix
 	s := startStack(t) // the control plane and an enforcer with the right token, ready
 
 	t.Run("token rejected", func(t *testing.T) {

@@ -74,6 +74,8 @@ type sdkResult struct {
 // seconds with 429 service_gateway_usage_limit_exceeded and is not retried; and the
 // provider sees the provider's credential, never the member's Tollgate key.
 func TestOfficialSDKsThroughTheEnforcedPath(t *testing.T) {
+	// Not parallel: it times the refused calls (under 2 s), which a loaded machine
+	// would blur; Go runs it before the parallel tests.
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	s := startStack(t, map[string]string{"TOLLGATE_UPSTREAM_AUTHORIZATION": providerAuthorization})

@@ -28,6 +28,7 @@ type op struct {
 // end every counter equals the sum of its receipts' charges, pending is back to zero
 // for everyone, and every request was charged its cost exactly once.
 func TestConcurrentSettlementsChargeEachReceiptOnce(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	settlements, workers := 20_000, 16
 	if testing.Short() {
 		settlements = 2_000

@@ -13,6 +13,7 @@ import (
 // on those fences; when a member's fence has moved meanwhile, its starts are judged
 // again against the moved fence, and nothing is recorded on the old one.
 func TestFencedStartsFollowAMovedFence(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 1)
 	m := ms[0]

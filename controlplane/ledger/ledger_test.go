@@ -31,6 +31,7 @@ func settle1(t *testing.T, e *at.Env, it *internalv1.SettleItem) *internalv1.Set
 }
 
 func TestStartThenSettleChargesAllThreeWindowsOnce(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 1)
 	m := ms[0]
@@ -82,6 +83,7 @@ func TestStartThenSettleChargesAllThreeWindowsOnce(t *testing.T) {
 // A request admitted one millisecond before the 05:00 UTC reset and settled after it
 // is charged to the day, week and month it was admitted in.
 func TestSettlementChargesTheAdmissionWindows(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 1)
 	m := ms[0]

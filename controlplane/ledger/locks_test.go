@@ -17,6 +17,7 @@ import (
 // does wait for a capture fence change, so a start is either committed before the fence
 // moves or judged against the moved fence.
 func TestStartsWaitForFenceChangesNotForSettlements(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 1)
 	m := ms[0]

@@ -15,6 +15,7 @@ import (
 // arrays), and settlement must go on from them: a repeat is still a duplicate and a
 // promotion still charges only the difference.
 func TestSettlementSpeedMigrationKeepsCharges(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 2)
 	now := e.Clock.Now()
@@ -97,6 +98,7 @@ func TestSettlementSpeedMigrationKeepsCharges(t *testing.T) {
 // starts. The way down must put the count back into the counter; the way up drops it,
 // and the status read counts the starts again.
 func TestPendingFromStartsMigration(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 2)
 	now := e.Clock.Now()
@@ -139,6 +141,7 @@ func TestPendingFromStartsMigration(t *testing.T) {
 // as reported usage, and settlement goes on from them: a repeat is a duplicate, the
 // invariants hold.
 func TestPriceMigrationRoundTrip(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 1)
 	now := e.Clock.Now()

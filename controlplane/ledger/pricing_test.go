@@ -21,6 +21,7 @@ func i64p(v int64) *int64 { return &v }
 // knows is charged at the organization's fallback price, else the catalog's highest
 // price of each token class, and counts as unpriced.
 func TestSettlementPricing(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 1)
 	m := ms[0]
@@ -117,6 +118,7 @@ func TestSettlementPricing(t *testing.T) {
 // An estimated receipt is incomplete and counted estimated until the real usage of the
 // same request promotes it.
 func TestEstimatedReceiptIsPromotedByReportedUsage(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 1)
 	m := ms[0]
@@ -170,6 +172,7 @@ func unrecorded(org, member string, admitted time.Time) *internalv1.Snapshot {
 // snapshot at tracking version 0, EPOCH_CHANGED whenever the member's row was past
 // version 1.
 func TestFailOpenWithoutRecordIsCharged(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 3)
 	fresh, moved, suspended := ms[0], ms[1], ms[2]

@@ -17,6 +17,7 @@ import (
 // item of the batch is settled (before, the NUL refused the whole batch in Postgres and
 // the item was answered "a counter would overflow", its start left pending for good).
 func TestHostileValuesAreSettledNotRefused(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 2)
 	a, b := ms[0], ms[1]
@@ -94,6 +95,7 @@ func TestHostileValuesAreSettledNotRefused(t *testing.T) {
 // Only when that is refused too is it answered invalid (with the database's reason, not
 // "a counter would overflow"), and its start stays pending for recovery.
 func TestRefusedReceiptIsStoredWithoutItsModel(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 2)
 	a, b := ms[0], ms[1]

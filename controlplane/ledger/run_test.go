@@ -34,6 +34,7 @@ func (m *blockingMirror) Refresh(context.Context, map[string]int64) {
 // cancel Run returns only after the mirror refresh of a committed batch has finished,
 // so that a program can close Redis after it.
 func TestRunLifecycle(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 1)
 	mirror := &blockingMirror{entered: make(chan struct{}, 1), release: make(chan struct{})}
