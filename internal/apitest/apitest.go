@@ -25,6 +25,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
 	"github.com/tollgate-dev/tollgate/controlplane/openapi"
+	"github.com/tollgate-dev/tollgate/controlplane/password"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
@@ -45,6 +46,11 @@ type Env struct {
 
 	v validator.Validator
 }
+
+// Tests sign up and sign in hundreds of users: their passwords are hashed at argon2id's
+// cheapest costs (the hashes carry their costs, so checks work the same). The production
+// costs are the password package's own, tested there.
+func init() { password.Default = password.Params{Memory: 64, Time: 1, Threads: 1} }
 
 var (
 	validatorOnce sync.Once
