@@ -209,15 +209,7 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	go func() { errc <- c.GRPC.Serve(lns.GRPC) }()
 	c.log.Info("control plane started", "schema_version", store.LatestVersion())
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-	case runErr = <-loops.Exited():
-	}
-	if runErr != nil {
-		c.log.Error("shutting down after a failure", "err", runErr)
-	}
+	runErr := lifecycle.WaitForStop(ctx, errc, &loops, c.log)
 	// 1.
 	c.Admin.Drain()
 	c.Health.Shutdown()

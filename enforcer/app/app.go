@@ -305,15 +305,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	}
 	e.log.Info("enforcer started", "failure_mode", e.cfg.FailureMode, "controlplane", e.cfg.ControlPlaneAddr)
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-	case runErr = <-loops.Exited():
-	}
-	if runErr != nil {
-		e.log.Error("shutting down after a failure", "err", runErr)
-	}
+	runErr := lifecycle.WaitForStop(ctx, errc, &loops, e.log)
 	// 1.
 	e.Admin.Drain()
 	e.Health.Shutdown() // every service NOT_SERVING: Envoy's health checks move traffic away

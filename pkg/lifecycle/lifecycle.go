@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 )
@@ -126,4 +127,20 @@ func (g *Group) StopAll() error {
 		errs = append(errs, loops[i].Stop())
 	}
 	return errors.Join(errs...)
+}
+
+// WaitForStop blocks until ctx ends (a signal: a plain stop, nil), a server reports its
+// failure on servers, or one of loops' loops stops by itself; a failure is logged and
+// returned. Both programs' Serve call it before their ordered shutdown.
+func WaitForStop(ctx context.Context, servers <-chan error, loops *Group, log *slog.Logger) error {
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-servers:
+	case err = <-loops.Exited():
+	}
+	if err != nil {
+		log.Error("shutting down after a failure", "err", err)
+	}
+	return err
 }

@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -98,5 +99,27 @@ func TestGroupStopsInReverseAndReportsEarlyExit(t *testing.T) {
 	err := g2.StopAll()
 	if err == nil || err.Error() != "failer: redis gone" {
 		t.Fatalf("StopAll %v", err)
+	}
+}
+
+// WaitForStop returns nil on a plain stop, and the failure of a server or of a loop that
+// stopped by itself.
+func TestWaitForStop(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var none lifecycle.Group
+	if err := lifecycle.WaitForStop(ctx, make(chan error), &none, log); err != nil {
+		t.Fatalf("plain stop: %v", err)
+	}
+	failed := make(chan error, 1)
+	failed <- errors.New("listener closed")
+	if err := lifecycle.WaitForStop(context.Background(), failed, &none, log); err == nil || err.Error() != "listener closed" {
+		t.Fatalf("server failure: %v", err)
+	}
+	var loops lifecycle.Group
+	loops.Go(context.Background(), "quitter", func(context.Context) error { return errors.New("gave up") })
+	if err := lifecycle.WaitForStop(context.Background(), make(chan error), &loops, log); err == nil {
+		t.Fatal("a loop that stopped by itself was not reported")
 	}
 }
