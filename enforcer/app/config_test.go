@@ -14,18 +14,9 @@ import (
 // value stop the start, and no message or help text shows a secret.
 func TestUpstreamCredentials(t *testing.T) {
 	dir := t.TempDir()
-	authFile := filepath.Join(dir, "authorization")
-	if err := os.WriteFile(authFile, []byte("Bearer sk-from-file\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(dir, "api-key")
-	if err := os.WriteFile(keyFile, []byte("sk-ant-from-file\r\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	empty := filepath.Join(dir, "empty")
-	if err := os.WriteFile(empty, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	authFile := writeFile(t, dir, "authorization", "Bearer sk-from-file\n")
+	keyFile := writeFile(t, dir, "api-key", "sk-ant-from-file\r\n")
+	empty := writeFile(t, dir, "empty", "")
 	for _, tc := range []struct {
 		name      string
 		args      []string
@@ -79,4 +70,14 @@ func TestUpstreamCredentials(t *testing.T) {
 	if strings.Contains(help.String(), "sk-secret") || strings.Contains(help.String(), "sk-ant-secret") {
 		t.Fatal("help shows a secret")
 	}
+}
+
+// writeFile writes a secret-like file (0600) in dir and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

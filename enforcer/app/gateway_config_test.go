@@ -3,7 +3,6 @@ package app
 import (
 	"bytes"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,18 +16,9 @@ import (
 // variable named and never a secret shown.
 func TestGatewayConfig(t *testing.T) {
 	dir := t.TempDir()
-	routes := filepath.Join(dir, "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /v1/messages\n    upstream: https://api.anthropic.com\n    header: x-api-key\n    credentialEnv: ANTHROPIC_KEY\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	bad := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte("routes:\n  - prefix: nope\n    upstream: https://x\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	authFile := filepath.Join(dir, "auth")
-	if err := os.WriteFile(authFile, []byte("Bearer sk-from-file\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	routes := writeFile(t, dir, "routes.yaml", "routes:\n  - prefix: /v1/messages\n    upstream: https://api.anthropic.com\n    header: x-api-key\n    credentialEnv: ANTHROPIC_KEY\n")
+	bad := writeFile(t, dir, "bad.yaml", "routes:\n  - prefix: nope\n    upstream: https://x\n")
+	authFile := writeFile(t, dir, "auth", "Bearer sk-from-file\n")
 	for _, tc := range []struct {
 		name    string
 		env     map[string]string
