@@ -8,6 +8,7 @@ export TOLLGATE_REDIS_URL    ?= redis://127.0.0.1:6379/0
 # Tests create throwaway databases on this server (one per test, cloned from a template).
 export TOLLGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 export TOLLGATE_TEST_REDIS_URL    ?= $(TOLLGATE_REDIS_URL)
+TEST_P ?= 4
 
 .DEFAULT_GOAL := help
 .PHONY: help build run run-fresh test lint migrate services services-down generate fuzz bench chart-test clean
@@ -37,7 +38,9 @@ migrate: build services ## apply database migrations to TOLLGATE_DATABASE_URL
 test: ## the whole test suite (what CI runs); needs Postgres and Redis (see `make services`)
 	@TOLLGATE_DATABASE_URL=$(TOLLGATE_TEST_DATABASE_URL) bash deploy/local/ensure-services.sh
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 20m ./...
+	@# Four test binaries at once (go test's default is one per CPU): most tests wait on
+	@# Postgres commits, Redis and sockets, not on the CPU. TEST_P overrides it.
+	$(GO) test -p $(TEST_P) -count=1 -timeout 20m ./...
 
 # staticcheck, pinned to a release (the module proxy serves it; `go run` builds it once
 # into the build cache). Findings are fixed, or silenced one by one with

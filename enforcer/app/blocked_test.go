@@ -19,6 +19,9 @@ func keptBlockEnv(t *testing.T, poll time.Duration) (*enforcertest.Env, who) {
 	e := enforcertest.New(t, enforcertest.Options{Config: func(c *appConfig) { c.BlockedTTL, c.GenerationPoll = time.Minute, poll }})
 	w := newMember(e, dayLimit(1*usd, true))
 	e.CP.SetSpend(w.member, window.Day, 1*usd)
+	// Blocks are kept only while the invalidation subscription is live, and its
+	// confirmation forgets what was kept before it (a loaded machine may confirm late).
+	enforcertest.WaitFor(t, "the invalidation subscription", e.Enforcer.Gate.Blocks.Live)
 	denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
 	return e, w
 }

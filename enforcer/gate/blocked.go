@@ -204,6 +204,9 @@ func (c *BlockedMembers) Subscribed(live bool) {
 	}
 }
 
+// Live tells whether the invalidation subscription is live, so that decisions are kept.
+func (c *BlockedMembers) Live() bool { return c.live.Load() }
+
 // blockedAnswer is the 429 with a body from BlockedMembers.
 func blockedAnswer(retryAfter int64, body []byte) Answer {
 	a := Refusal(ReasonUsageLimit)

@@ -133,6 +133,9 @@ func TestDevStackReachesThe429(t *testing.T) {
 		case http.StatusOK:
 			admitted++
 			used(int64(admitted) * 10_000) // each fake completion costs 0.01 USD at the catalog price
+			// The enforcer decides on the Redis mirror, which the control plane rewrites
+			// just after the commit the status read sees: pause as the printed loop does.
+			time.Sleep(200 * time.Millisecond)
 		case http.StatusTooManyRequests:
 			refused = res
 		default:
