@@ -69,6 +69,7 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCorrupt -fuzztime 20s -fuzzminimizetime 10s ./enforcer/responseusage
 	$(GO) test -run '^$$' -fuzz FuzzManifest -fuzztime 20s ./controlplane/plugin
 	$(GO) test -run '^$$' -fuzz FuzzCodecDecodesWhatCheckReads -fuzztime 20s ./enforcer/authz
+	$(GO) test -run '^$$' -fuzz FuzzGatewayResponseToReceipt -fuzztime 60s ./e2e
 
 chart-test: ## lint and render the Helm chart, compare with golden files, validate offline (-update: make chart-update)
 	$(GO) test -count=1 ./charts/... ./deploy/...
