@@ -3,7 +3,6 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,23 +58,8 @@ func (s *Server) listPendingStarts(c *Call) error {
 			memberID = v[0]
 		}
 	}
-	limit := resetPageDefault
-	if v := q["limit"]; len(v) > 0 {
-		n, err := strconv.Atoi(v[0])
-		if len(v) > 1 || !digitsOnly(v[0]) || err != nil || n < 1 || n > resetPageMax {
-			p.Add("must be an integer from 1 to 100, digits only", "limit")
-		} else {
-			limit = n
-		}
-	}
 	want := resetCursor{List: "recovery", View: before.Format(time.RFC3339Nano), Org: c.OrgID(), Member: memberID}
-	var after *store.UsageRequestPosition
-	if v := q["cursor"]; len(v) > 0 && p.Err() == nil {
-		var err error
-		if after, err = decodeCursor(v[0], want); err != nil || len(v) > 1 {
-			p.Add("is not a cursor of this list; start again without a cursor", "cursor")
-		}
-	}
+	limit, after := readPage(q, &p, want)
 	if err := p.Err(); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -234,23 +235,8 @@ func (s *Server) listResets(c *Call, list, memberID string) error {
 			p.Add("must be pending or history", "view")
 		}
 	}
-	limit := resetPageDefault
-	if v := q["limit"]; len(v) > 0 {
-		n, err := strconv.Atoi(v[0])
-		if len(v) > 1 || !digitsOnly(v[0]) || err != nil || n < 1 || n > resetPageMax {
-			p.Add("must be an integer from 1 to 100, digits only", "limit")
-		} else {
-			limit = n
-		}
-	}
 	want := resetCursor{List: list, View: view, Org: c.OrgID(), Member: memberID}
-	var after *store.UsageRequestPosition
-	if v := q["cursor"]; len(v) > 0 && p.Err() == nil {
-		var err error
-		if after, err = decodeCursor(v[0], want); err != nil || len(v) > 1 {
-			p.Add("is not a cursor of this list; start again without a cursor", "cursor")
-		}
-	}
+	limit, after := readPage(q, &p, want)
 	if err := p.Err(); err != nil {
 		return err
 	}
@@ -293,4 +279,27 @@ func digitsOnly(s string) bool {
 		}
 	}
 	return true
+}
+
+// readPage reads a page's limit (1 to 100, default 50, digits only) and cursor (from the
+// previous page of the list want names), adding their problems to p; the cursor is read
+// only when nothing else is wrong.
+func readPage(q url.Values, p *fault.Problems, want resetCursor) (int, *store.UsageRequestPosition) {
+	limit := resetPageDefault
+	if v := q["limit"]; len(v) > 0 {
+		n, err := strconv.Atoi(v[0])
+		if len(v) > 1 || !digitsOnly(v[0]) || err != nil || n < 1 || n > resetPageMax {
+			p.Add("must be an integer from 1 to 100, digits only", "limit")
+		} else {
+			limit = n
+		}
+	}
+	var after *store.UsageRequestPosition
+	if v := q["cursor"]; len(v) > 0 && p.Err() == nil {
+		var err error
+		if after, err = decodeCursor(v[0], want); err != nil || len(v) > 1 {
+			p.Add("is not a cursor of this list; start again without a cursor", "cursor")
+		}
+	}
+	return limit, after
 }
