@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
 	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
 	"github.com/tollgate-dev/tollgate/pkg/listen"
@@ -185,7 +186,7 @@ func upstreamCredential(v *string, file, name string, getenv func(string) string
 			return []string{fmt.Sprintf("%s_FILE: %s is empty", name, file)}
 		}
 	}
-	if strings.TrimSpace(*v) != *v || strings.ContainsFunc(*v, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+	if !credential.ValidHeaderValue(*v) {
 		// Never the value itself in the message: it is a secret.
 		return []string{fmt.Sprintf("%s: not a valid header value (leading or trailing space, or a control character)", name)}
 	}

@@ -411,7 +411,7 @@ routes:
 }
 
 func TestParseRoutesRefuses(t *testing.T) {
-	env := func(string) string { return "" }
+	env := func(k string) string { return map[string]string{"PADDED": " Bearer sk-x"}[k] }
 	for name, doc := range map[string]string{
 		"no routes":           "routes: []",
 		"unknown field":       "routes:\n  - prefix: /\n    upstream: http://x\n    credential: y",
@@ -423,6 +423,7 @@ func TestParseRoutesRefuses(t *testing.T) {
 		"both credentials":    "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: A\n    credentialFile: /b",
 		"missing file":        "routes:\n  - prefix: /\n    upstream: http://x\n    credentialFile: /nonexistent/key",
 		"bad header":          "routes:\n  - prefix: /\n    upstream: http://x\n    header: 'x y'",
+		"padded credential":   "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: PADDED",
 		"not a routes object": "- a",
 	} {
 		if _, err := gateway.ParseRoutes([]byte(doc), env); err == nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 )
 
 // Route sends the requests whose path starts with Prefix to Upstream, with the
@@ -22,7 +24,7 @@ type Route struct {
 }
 
 // NewRoute checks one route. header defaults to Authorization when a credential is given.
-func NewRoute(prefix, upstream, header, credential string) (Route, error) {
+func NewRoute(prefix, upstream, header, cred string) (Route, error) {
 	if !strings.HasPrefix(prefix, "/") {
 		return Route{}, fmt.Errorf("prefix %q must start with /", prefix)
 	}
@@ -30,16 +32,17 @@ func NewRoute(prefix, upstream, header, credential string) (Route, error) {
 	if err != nil {
 		return Route{}, fmt.Errorf("upstream %q: %w", upstream, err)
 	}
-	if strings.ContainsAny(credential, "\r\n\x00") {
-		return Route{}, errors.New("the credential holds a line break or NUL")
+	if !credential.ValidHeaderValue(cred) {
+		// Never the value itself in the message: it is a secret.
+		return Route{}, errors.New("the credential is not a valid header value (leading or trailing space, or a control character)")
 	}
-	if header == "" && credential != "" {
+	if header == "" && cred != "" {
 		header = "Authorization"
 	}
 	if header != "" && !validHeaderName(header) {
 		return Route{}, fmt.Errorf("header %q is not a header name", header)
 	}
-	return Route{Prefix: prefix, Upstream: u, Header: http.CanonicalHeaderKey(header), Credential: credential}, nil
+	return Route{Prefix: prefix, Upstream: u, Header: http.CanonicalHeaderKey(header), Credential: cred}, nil
 }
 
 func validHeaderName(s string) bool {

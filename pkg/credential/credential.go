@@ -55,3 +55,11 @@ func BearerFromHeader(v string) (string, bool) {
 	}
 	return tok, true
 }
+
+// ValidHeaderValue tells whether v may be sent as a provider credential header value as
+// it is: no leading or trailing white space (which proxies strip or keep differently) and
+// no control character other than a tab (a line break would inject a header). Both the
+// enforcer's TOLLGATE_UPSTREAM_* credentials and the gateway's route credentials use it.
+func ValidHeaderValue(v string) bool {
+	return strings.TrimSpace(v) == v && !strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f })
+}

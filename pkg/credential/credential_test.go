@@ -53,3 +53,14 @@ func TestHeaders(t *testing.T) {
 		})
 	}
 }
+
+func TestValidHeaderValue(t *testing.T) {
+	for v, want := range map[string]bool{
+		"Bearer sk-abc": true, "sk-ant\tx": true, "": true,
+		" Bearer sk": false, "Bearer sk ": false, "Bearer sk\r\nX-Evil: 1": false, "a\x00b": false, "a\x7fb": false,
+	} {
+		if got := ValidHeaderValue(v); got != want {
+			t.Errorf("ValidHeaderValue(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
