@@ -204,8 +204,8 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	restSrv := &http.Server{Handler: c.API, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second}
 	adminSrv := admin.NewServer(c.Admin)
 	errc := make(chan error, 3)
-	go func() { errc <- ignoreClosed(restSrv.Serve(lns.REST)) }()
-	go func() { errc <- ignoreClosed(adminSrv.Serve(lns.Admin)) }()
+	go func() { errc <- listen.IgnoreClosed(restSrv.Serve(lns.REST)) }()
+	go func() { errc <- listen.IgnoreClosed(adminSrv.Serve(lns.Admin)) }()
 	go func() { errc <- c.GRPC.Serve(lns.GRPC) }()
 	c.log.Info("control plane started", "schema_version", store.LatestVersion())
 
@@ -233,11 +233,4 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	// 5.
 	_ = adminSrv.Shutdown(shutCtx)
 	return errors.Join(errs...)
-}
-
-func ignoreClosed(err error) error {
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
 }

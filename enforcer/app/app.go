@@ -295,10 +295,10 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	var gwSrv *http.Server
 	if e.Gateway != nil && lns.Gateway != nil {
 		gwSrv = &http.Server{Handler: e.Gateway, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-		go func() { errc <- ignoreClosed(gwSrv.Serve(lns.Gateway)) }()
+		go func() { errc <- listen.IgnoreClosed(gwSrv.Serve(lns.Gateway)) }()
 	}
-	go func() { errc <- ignoreClosed(httpSrv.Serve(lns.HTTP)) }()
-	go func() { errc <- ignoreClosed(adminSrv.Serve(lns.Admin)) }()
+	go func() { errc <- listen.IgnoreClosed(httpSrv.Serve(lns.HTTP)) }()
+	go func() { errc <- listen.IgnoreClosed(adminSrv.Serve(lns.Admin)) }()
 	go func() { errc <- e.GRPC.Serve(lns.GRPC) }()
 	for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName, extprocv3.ExternalProcessor_ServiceDesc.ServiceName} {
 		e.Health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
@@ -351,11 +351,4 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	// 7.
 	_ = adminSrv.Shutdown(shutCtx)
 	return errors.Join(stopErrs...)
-}
-
-func ignoreClosed(err error) error {
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
 }

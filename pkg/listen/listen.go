@@ -6,9 +6,11 @@
 package listen
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 )
 
 // Addr is one configured address: the server it is for (as logged), the variable that
@@ -48,4 +50,13 @@ func Open(log *slog.Logger, addrs ...Addr) ([]net.Listener, error) {
 		log.Info("listening", "server", a.Server, "addr", ln.Addr().String())
 	}
 	return lns, nil
+}
+
+// IgnoreClosed is err, except http.ErrServerClosed (a server that was shut down): what
+// a program's Serve reports of `srv.Serve(ln)`.
+func IgnoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
 }
