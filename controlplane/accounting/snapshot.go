@@ -46,6 +46,8 @@ type SnapshotBucket struct {
 	PolicyRevision    int64            `json:"policyRevision"`
 	BaseMicroUSD      int64            `json:"baseMicroUsd"`
 	HardLimit         bool             `json:"hardLimit"`
+	// ReserveInFlight: the winning policy's in-flight guard reserves in this window.
+	ReserveInFlight bool `json:"reserveInFlight,omitempty"`
 }
 
 // AdmittedAt is the admission instant.
@@ -53,6 +55,9 @@ func (s Snapshot) AdmittedAt() time.Time { return time.UnixMilli(s.AdmittedAtUni
 
 // WindowStart is the start of bucket b's window.
 func (b SnapshotBucket) WindowStart() time.Time { return time.UnixMilli(b.WindowStartUnixMs).UTC() }
+
+// WindowEnd is the end of bucket b's window.
+func (b SnapshotBucket) WindowEnd() time.Time { return time.UnixMilli(b.WindowEndUnixMs).UTC() }
 
 // requestIDPattern bounds request ids: enforcers mint TypeIDs ("req_..."), and any
 // other gateway id must at least be a short printable token.
@@ -146,7 +151,7 @@ func parseSnapshot(p *internalv1.Snapshot, orgID, memberID string, now time.Time
 		}
 		s.Buckets[indexOf(tf)] = SnapshotBucket{Timeframe: tf, WindowStartUnixMs: w.Start.UnixMilli(), WindowEndUnixMs: w.End.UnixMilli(),
 			BucketID: b.GetBucketId(), PolicyID: b.GetPolicyId(), PolicyRevision: b.GetPolicyRevision(),
-			BaseMicroUSD: b.GetBaseMicroUsd(), HardLimit: b.GetHardLimit()}
+			BaseMicroUSD: b.GetBaseMicroUsd(), HardLimit: b.GetHardLimit(), ReserveInFlight: b.GetReserveInFlight()}
 	}
 	return s, nil
 }
@@ -182,7 +187,7 @@ func (s Snapshot) Proto() *internalv1.Snapshot {
 	for _, b := range s.Buckets {
 		p.Buckets = append(p.Buckets, &internalv1.SnapshotBucket{Timeframe: string(b.Timeframe), WindowStartUnixMs: b.WindowStartUnixMs,
 			WindowEndUnixMs: b.WindowEndUnixMs, BucketId: b.BucketID, PolicyId: b.PolicyID, PolicyRevision: b.PolicyRevision,
-			BaseMicroUsd: b.BaseMicroUSD, HardLimit: b.HardLimit})
+			BaseMicroUsd: b.BaseMicroUSD, HardLimit: b.HardLimit, ReserveInFlight: b.ReserveInFlight})
 	}
 	return p
 }

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -52,13 +53,15 @@ func errPolicyNotFound() error {
 // Views: the specification's Usage limit policy, exactly.
 
 type usagePolicyView struct {
-	ID                string                `json:"id"`
-	Name              string                `json:"name"`
-	HardLimit         bool                  `json:"hardLimit"`
-	AllowRequestReset bool                  `json:"allowRequestReset"`
-	Revision          int64                 `json:"revision"`
-	Limits            []usageLimitView      `json:"limits"`
-	Assignments       []usageAssignmentView `json:"assignments"`
+	ID                string           `json:"id"`
+	Name              string           `json:"name"`
+	HardLimit         bool             `json:"hardLimit"`
+	AllowRequestReset bool             `json:"allowRequestReset"`
+	Revision          int64            `json:"revision"`
+	Limits            []usageLimitView `json:"limits"`
+	// InFlight is Tollgate's extension of the policy: its in-flight guard.
+	InFlight    usageInFlightView     `json:"inFlight"`
+	Assignments []usageAssignmentView `json:"assignments"`
 	// ArchivedAt is null while the policy is active.
 	ArchivedAt *jsonx.Time `json:"archivedAt"`
 }
@@ -66,6 +69,22 @@ type usagePolicyView struct {
 type usageLimitView struct {
 	Timeframe         string `json:"timeframe"`
 	CostLimitMicroUsd int64  `json:"costLimitMicroUsd"`
+}
+
+// usageInFlightView is a policy's in-flight guard (docs/usage-limits.md, "Bounded
+// overshoot"); every read shows it, with reserve false and maxRequests null by default.
+type usageInFlightView struct {
+	Reserve             bool   `json:"reserve"`
+	ReservationMicroUsd int64  `json:"reservationMicroUsd"`
+	MaxRequests         *int32 `json:"maxRequests"`
+}
+
+func viewInFlight(g limits.Guard) usageInFlightView {
+	v := usageInFlightView{Reserve: g.ReserveInFlight, ReservationMicroUsd: g.ReservationMicroUSD}
+	if g.MaxInFlight > 0 {
+		v.MaxRequests = &g.MaxInFlight
+	}
+	return v
 }
 
 type usageAssignmentView struct {
@@ -78,7 +97,7 @@ type usageAssignmentView struct {
 func viewUsagePolicy(p store.UsagePolicy) usagePolicyView {
 	v := usagePolicyView{ID: p.ID, Name: p.Name, HardLimit: p.HardLimit, AllowRequestReset: p.AllowRequestReset,
 		Revision: p.Revision, Limits: make([]usageLimitView, len(p.Limits)), Assignments: make([]usageAssignmentView, len(p.Assignments)),
-		ArchivedAt: jsonx.TimePtr(p.ArchivedAt)}
+		ArchivedAt: jsonx.TimePtr(p.ArchivedAt), InFlight: viewInFlight(p.Guard)}
 	for i, l := range p.Limits {
 		v.Limits[i] = usageLimitView{Timeframe: string(l.Timeframe), CostLimitMicroUsd: l.MicroUSD}
 	}
@@ -110,6 +129,46 @@ type usagePolicyFields struct {
 	Limits            []usageLimitBody     `json:"limits"`
 	HardLimit         jsonx.Optional[bool] `json:"hardLimit"`
 	AllowRequestReset jsonx.Optional[bool] `json:"allowRequestReset"`
+	InFlight          *usageInFlightBody   `json:"inFlight"`
+}
+
+// usageInFlightBody is the in-flight guard of a policy write; absent or null is the
+// specification's behaviour (no reservations, no cap).
+type usageInFlightBody struct {
+	Reserve            jsonx.Optional[bool] `json:"reserve"`
+	ReservationCostUSD *string              `json:"reservationCostUsd"`
+	MaxRequests        *int64               `json:"maxRequests"`
+}
+
+func (in *usageInFlightBody) validate(p *fault.Problems) limits.Guard {
+	var g limits.Guard
+	if in == nil {
+		return g
+	}
+	if in.Reserve.Set && in.Reserve.Null {
+		p.Add("must be a boolean", "inFlight", "reserve")
+	}
+	g.ReserveInFlight = in.Reserve.Value
+	if in.ReservationCostUSD != nil {
+		micro, err := money.ParseUSD(*in.ReservationCostUSD)
+		if err != nil || micro > money.MaxAllowanceMicroUSD {
+			p.Add("must be a decimal USD string such as \"0.05\" (no sign, at most 6 decimals, at most "+
+				money.FormatUSD(money.MaxAllowanceMicroUSD)+")", "inFlight", "reservationCostUsd")
+		}
+		g.ReservationMicroUSD = micro
+	}
+	if g.ReserveInFlight && g.ReservationMicroUSD == 0 {
+		p.Add("is required and more than 0 when reserve is true: what a request reserves while in flight when its worst case "+
+			"is not known at admission", "inFlight", "reservationCostUsd")
+	}
+	if in.MaxRequests != nil {
+		if *in.MaxRequests < 1 || *in.MaxRequests > limits.MaxInFlightCap {
+			p.Add(fmt.Sprintf("must be an integer from 1 to %d, or null for no cap", limits.MaxInFlightCap), "inFlight", "maxRequests")
+		} else {
+			g.MaxInFlight = int32(*in.MaxRequests)
+		}
+	}
+	return g
 }
 
 // validate checks the shared fields and returns the policy they describe.
@@ -128,6 +187,7 @@ func (in *usagePolicyFields) validate(p *fault.Problems) store.UsagePolicy {
 		}
 	}
 	out.Limits = validateLimits(p, in.Limits)
+	out.Guard = in.InFlight.validate(p)
 	return out
 }
 
@@ -259,7 +319,7 @@ func policyAudit(p store.UsagePolicy) map[string]any {
 		limits[string(l.Timeframe)] = l.MicroUSD
 	}
 	return map[string]any{"name": p.Name, "limitsMicroUsd": limits, "hardLimit": p.HardLimit,
-		"allowRequestReset": p.AllowRequestReset, "revision": p.Revision}
+		"allowRequestReset": p.AllowRequestReset, "revision": p.Revision, "inFlight": viewInFlight(p.Guard)}
 }
 
 // usagePolicyUpdate is the specification's update body: a full replacement that must
@@ -270,6 +330,7 @@ type usagePolicyUpdate struct {
 	Revision          jsonx.Optional[jsonNumber] `json:"revision"`
 	HardLimit         jsonx.Optional[bool]       `json:"hardLimit"`
 	AllowRequestReset jsonx.Optional[bool]       `json:"allowRequestReset"`
+	InFlight          *usageInFlightBody         `json:"inFlight"`
 }
 
 // policyForWrite takes the organization's usage lock (every write that can change who
@@ -309,7 +370,8 @@ func (s *Server) updateUsagePolicy(c *Call) error {
 		return err
 	}
 	var p fault.Problems
-	fields := usagePolicyFields{Name: in.Name, Limits: in.Limits, HardLimit: in.HardLimit, AllowRequestReset: in.AllowRequestReset}
+	fields := usagePolicyFields{Name: in.Name, Limits: in.Limits, HardLimit: in.HardLimit, AllowRequestReset: in.AllowRequestReset,
+		InFlight: in.InFlight}
 	next := fields.validate(&p)
 	revision := revisionField(&p, in.Revision)
 	if err := p.Err(); err != nil {

@@ -11,8 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate-dev/tollgate/controlplane/accounting"
+	"github.com/tollgate-dev/tollgate/controlplane/limits"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/money"
 )
 
 // startJob is one validated start.
@@ -20,14 +22,18 @@ type startJob struct {
 	in   *internalv1.StartItem
 	snap accounting.Snapshot
 	json []byte
+	// guarded: the in-flight guard decides the start (accounting.Guarded).
+	guarded bool
 }
 
 var startResultLabel = map[internalv1.StartOutcome]string{
-	internalv1.StartOutcome_START_OUTCOME_RECORDED:          "recorded",
-	internalv1.StartOutcome_START_OUTCOME_DUPLICATE:         "duplicate",
-	internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED: "capture_suspended",
-	internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED:     "epoch_changed",
-	internalv1.StartOutcome_START_OUTCOME_INVALID:           "invalid",
+	internalv1.StartOutcome_START_OUTCOME_RECORDED:            "recorded",
+	internalv1.StartOutcome_START_OUTCOME_DUPLICATE:           "duplicate",
+	internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED:   "capture_suspended",
+	internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED:       "epoch_changed",
+	internalv1.StartOutcome_START_OUTCOME_INVALID:             "invalid",
+	internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED:      "limit_reserved",
+	internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED: "concurrency_limited",
 }
 
 // Start records write-ahead starts. Each item is answered on its own, in order: recorded
@@ -67,6 +73,10 @@ func validateStart(it *internalv1.StartItem, now time.Time) (*startJob, error) {
 		return nil, fmt.Errorf("request_id must be 1 to 128 characters of letters, digits and . _ : -")
 	case !accounting.ValidEntityID(it.GetOrganizationId()) || !accounting.ValidEntityID(it.GetMemberId()):
 		return nil, fmt.Errorf("organization_id and member_id are required (at most 64 characters)")
+	case it.GetReservationMicroUsd() < 0 || it.GetReservationMicroUsd() > money.MaxAllowanceMicroUSD:
+		return nil, fmt.Errorf("reservation_micro_usd must be from 0 to %d", money.MaxAllowanceMicroUSD)
+	case it.GetMaxInFlight() < 0 || it.GetMaxInFlight() > limits.MaxInFlightCap:
+		return nil, fmt.Errorf("max_in_flight must be from 0 to %d", limits.MaxInFlightCap)
 	}
 	snap, err := accounting.ParseSnapshot(it.GetSnapshot(), it.GetOrganizationId(), it.GetMemberId(), now)
 	if err != nil {
@@ -76,7 +86,8 @@ func validateStart(it *internalv1.StartItem, now time.Time) (*startJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &startJob{in: it, snap: snap, json: blob}, nil
+	return &startJob{in: it, snap: snap, json: blob,
+		guarded: accounting.Guarded(snap, it.GetReservationMicroUsd(), it.GetMaxInFlight())}, nil
 }
 
 // runStarts commits one batch of starts.
@@ -92,7 +103,7 @@ func (l *Ledger) startKind(fast bool) batchKind[*startJob, *internalv1.StartResu
 		name: "start",
 		write: func(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*startJob, *internalv1.StartResult], now time.Time) (attempt[*startJob, *internalv1.StartResult], error) {
 			first, rows := uniqueStarts(jobs)
-			if fast {
+			if fast && !anyGuarded(rows) {
 				if known, ok := l.fences.all(rows); ok {
 					l.metrics.StartBatches.WithLabelValues("fenced").Inc()
 					return l.fencedStarts(jobs, first, rows, known, now), nil
@@ -130,9 +141,22 @@ func uniqueStarts(jobs []*job[*startJob, *internalv1.StartResult]) (map[string]*
 		}
 		first[id] = j.item
 		rows = append(rows, store.StartInsert{RequestID: id, OrganizationID: j.item.in.GetOrganizationId(), MemberID: j.item.in.GetMemberId(),
-			TrackingVersion: j.item.snap.TrackingVersion, AdmittedAt: j.item.snap.AdmittedAt(), Snapshot: j.item.json})
+			TrackingVersion: j.item.snap.TrackingVersion, AdmittedAt: j.item.snap.AdmittedAt(), Snapshot: j.item.json,
+			ReservedMicroUSD: j.item.in.GetReservationMicroUsd(), Guarded: j.item.guarded})
 	}
 	return first, rows
+}
+
+// anyGuarded tells whether a batch has a start under the in-flight guard: such a batch
+// takes the read-first path, which locks its members FOR UPDATE and reads their
+// reservations (the fenced one-round-trip path decides on nothing but the fence).
+func anyGuarded(rows []store.StartInsert) bool {
+	for _, r := range rows {
+		if r.Guarded {
+			return true
+		}
+	}
+	return false
 }
 
 // startBatch is one attempt at a batch inside its transaction, in two round trips
@@ -145,6 +169,10 @@ func (l *Ledger) startBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*
 		return attempt[*startJob, *internalv1.StartResult]{}, err
 	}
 	l.fences.remember(read.Tracking)
+	guardRefusals, err := l.guardStarts(ctx, tx, first, read)
+	if err != nil {
+		return attempt[*startJob, *internalv1.StartResult]{}, err
+	}
 	results := map[string]*internalv1.StartResult{}
 	var w store.StartBatchWrite
 	for id, sj := range first {
@@ -156,6 +184,9 @@ func (l *Ledger) startBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*
 			tr := read.Tracking[member]
 			r.TrackingVersion = tr.Version
 			if fenceAnswer(r, accounting.Admit(tr.CaptureEnabled, tr.Version, sj.snap.TrackingVersion), sj, tr) {
+				w.Refused = append(w.Refused, id)
+			} else if g, refused := guardRefusals[id]; refused {
+				guardAnswer(r, g)
 				w.Refused = append(w.Refused, id)
 			}
 		case read.Existing[id] != "":

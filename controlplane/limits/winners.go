@@ -17,7 +17,26 @@ type Policy struct {
 	// Limits holds the base allowance in micro-USD per timeframe the policy limits; a
 	// timeframe it does not name is not limited by it (it does not compete there).
 	Limits map[window.Timeframe]int64
+	// Guard is the policy's in-flight guard; it plays no part in choosing winners.
+	Guard Guard
 }
+
+// Guard is a policy's in-flight guard (docs/usage-limits.md, "Bounded overshoot"). The
+// zero Guard is the specification's behaviour: admission looks at settled spend only and
+// in-flight work may overshoot.
+type Guard struct {
+	// ReserveInFlight: in the windows this policy wins, admission counts settled spend
+	// plus the reservations of the member's requests still in flight.
+	ReserveInFlight bool
+	// ReservationMicroUSD is what a request reserves when its worst case is not known at
+	// admission (positive whenever ReserveInFlight is set).
+	ReservationMicroUSD int64
+	// MaxInFlight caps the member's requests in flight across all enforcers; 0: no cap.
+	MaxInFlight int32
+}
+
+// MaxInFlightCap bounds Guard.MaxInFlight.
+const MaxInFlightCap = 100_000
 
 // Kind is how an assignment reaches a member.
 type Kind string

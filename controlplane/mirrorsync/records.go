@@ -34,6 +34,8 @@ func BuildRecord(in store.MirrorInputs, memberID string, version int64, generati
 			lim.PolicyId, lim.PolicyName, lim.PolicyRevision = win.Policy.ID, win.Policy.Name, win.Policy.Revision
 			lim.BaseMicroUsd, lim.HardLimit, lim.AllowRequestReset = win.Base, win.Policy.HardLimit, win.Policy.AllowRequestReset
 			lim.ExtensionMicroUsd = counters[i].Extension
+			g := win.Policy.Guard
+			lim.ReserveInFlight, lim.ReservationMicroUsd, lim.MaxInFlight = g.ReserveInFlight, g.ReservationMicroUSD, g.MaxInFlight
 		}
 		ent.Limits = append(ent.Limits, lim)
 		rec.Spend = append(rec.Spend, &internalv1.WindowSpend{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(),

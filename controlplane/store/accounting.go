@@ -27,6 +27,11 @@ type StartInsert struct {
 	AdmittedAt      time.Time
 	// Snapshot is the JSON of the validated admission snapshot.
 	Snapshot []byte
+	// ReservedMicroUSD is what the start holds against its member's limits while
+	// pending (the in-flight guard); Guarded starts lock their member's tracking row
+	// FOR UPDATE (lockForGuard) instead of KEY SHARE.
+	ReservedMicroUSD int64
+	Guarded          bool
 }
 
 // TrackingState is the capture fence of a member as a start or settlement sees it.
@@ -58,7 +63,7 @@ func newStartBatchRead() *StartBatchRead {
 		Tracking: map[string]TrackingState{}}
 }
 
-func startColumns(rows []StartInsert) (ids, orgs, members []string, versions []int64, admitted []time.Time, snaps [][]byte) {
+func startColumns(rows []StartInsert) (ids, orgs, members []string, versions []int64, admitted []time.Time, snaps [][]byte, reserved []int64) {
 	sorted := slices.Clone(rows)
 	slices.SortFunc(sorted, func(a, b StartInsert) int { return compareStrings(a.RequestID, b.RequestID) })
 	for _, r := range sorted {
@@ -68,6 +73,7 @@ func startColumns(rows []StartInsert) (ids, orgs, members []string, versions []i
 		versions = append(versions, r.TrackingVersion)
 		admitted = append(admitted, r.AdmittedAt)
 		snaps = append(snaps, r.Snapshot)
+		reserved = append(reserved, r.ReservedMicroUSD)
 	}
 	return
 }
@@ -105,7 +111,9 @@ func ReadStartBatch(ctx context.Context, tx BatchSender, rows []StartInsert, now
 	b := &pgx.Batch{}
 	queueInsertStarts(b, rows, nil, now, &out)
 	queueExistingStarts(b, ids, &out)
-	queueLockTracking(b, memberSet, lockForStart, out.Tracking)
+	plain, guarded := splitGuarded(rows, memberSet)
+	queueLockTracking(b, plain, lockForStart, out.Tracking)
+	queueLockTracking(b, guarded, lockForGuard, out.Tracking)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return out, err
 	}
@@ -135,7 +143,9 @@ func ReadStartBatch(ctx context.Context, tx BatchSender, rows []StartInsert, now
 			_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.CreatedTracking[id] = true; return nil })
 			return err
 		})
-	queueLockTracking(b, missing, lockForStart, out.Tracking)
+	plain, guarded = splitGuarded(rows, missing)
+	queueLockTracking(b, plain, lockForStart, out.Tracking)
+	queueLockTracking(b, guarded, lockForGuard, out.Tracking)
 	return out, tx.SendBatch(ctx, b).Close()
 }
 
@@ -170,22 +180,22 @@ func QueueFencedStarts(b *pgx.Batch, record []StartInsert, expect map[string]int
 // its member's tracking row holds the version fences gives it with capture on; an id
 // that exists is skipped. The ids recorded go to out.Inserted.
 func queueInsertStarts(b *pgx.Batch, rows []StartInsert, fences map[string]int64, now time.Time, out *StartBatchRead) {
-	ids, orgs, members, versions, admitted, snaps := startColumns(rows)
+	ids, orgs, members, versions, admitted, snaps, reserved := startColumns(rows)
 	expected := make([]int64, len(members))
 	for i, m := range members {
 		expected[i] = fences[m]
 	}
 	b.Queue(`INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at, snapshot,
-			state, counted, created_at)
-		SELECT x.id, x.org, x.member, x.version, x.admitted, x.snap, 'pending', true, $7
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::jsonb[], $8::bigint[])
-			WITH ORDINALITY AS x(id, org, member, version, admitted, snap, fence, n)
+			state, counted, created_at, reserved_micro_usd)
+		SELECT x.id, x.org, x.member, x.version, x.admitted, x.snap, 'pending', true, $7, x.reserved
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::jsonb[], $8::bigint[], $10::bigint[])
+			WITH ORDINALITY AS x(id, org, member, version, admitted, snap, fence, reserved, n)
 		WHERE (SELECT m.organization_id FROM members m WHERE m.id = x.member AND m.removed_at IS NULL) = x.org
 			AND (NOT $9 OR EXISTS (SELECT 1 FROM usage_member_tracking t
 				WHERE t.member_id = x.member AND t.tracking_version = x.fence AND t.capture_enabled))
 		ORDER BY x.n
 		ON CONFLICT (request_id) DO NOTHING
-		RETURNING request_id`, ids, orgs, members, versions, admitted, snaps, now, expected, fences != nil).
+		RETURNING request_id`, ids, orgs, members, versions, admitted, snaps, now, expected, fences != nil, reserved).
 		Query(func(r pgx.Rows) error {
 			var id string
 			_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.Inserted[id] = true; return nil })
@@ -219,14 +229,38 @@ func queueExistingStarts(b *pgx.Batch, ids []string, out *StartBatchRead) {
 //     wait for each other's commit;
 //   - a fence change (capture suspend or resume) and recovery: UPDATE, which conflicts
 //     with both, so a start or settlement either commits before the fence moves or
-//     reads the moved fence.
+//     reads the moved fence;
+//   - a start under the in-flight guard (accounting.CheckGuard) reads the member's
+//     pending reservations and settled spend and decides on them: UPDATE too, so that
+//     guarded starts and settlements of one member are decided one after another,
+//     each on what the one before committed.
 type trackingLock string
 
 const (
 	lockForStart      trackingLock = "KEY SHARE"
 	lockForSettlement trackingLock = "NO KEY UPDATE"
 	lockForFence      trackingLock = "UPDATE"
+	lockForGuard      trackingLock = "UPDATE"
 )
+
+// splitGuarded splits members (sorted, distinct) into those of unguarded and guarded
+// rows (a member with both kinds of rows is guarded), each still sorted.
+func splitGuarded(rows []StartInsert, members []string) (plain, guarded []string) {
+	g := map[string]bool{}
+	for _, r := range rows {
+		if r.Guarded {
+			g[r.MemberID] = true
+		}
+	}
+	for _, m := range members {
+		if g[m] {
+			guarded = append(guarded, m)
+		} else {
+			plain = append(plain, m)
+		}
+	}
+	return plain, guarded
+}
 
 // queueLockTracking locks the tracking rows of members, which must be sorted and
 // distinct: the rows are locked in that order. Each id is a probe of the primary key (a
@@ -234,6 +268,9 @@ const (
 // into a sequential scan comparing every row with the whole array when the table is
 // small or its statistics are stale.
 func queueLockTracking(b *pgx.Batch, members []string, lock trackingLock, into map[string]TrackingState) {
+	if len(members) == 0 {
+		return
+	}
 	b.Queue(`SELECT t.member_id, t.organization_id, t.tracking_version, t.capture_enabled, t.tracking_started_at
 		FROM unnest($1::text[]) WITH ORDINALITY AS x(id, n)
 		CROSS JOIN LATERAL (SELECT member_id, organization_id, tracking_version, capture_enabled, tracking_started_at
@@ -334,7 +371,7 @@ func ReadSettleStarts(ctx context.Context, tx BatchSender, ids []string, events 
 	out := SettleBatchRead{Created: map[string]bool{}, Starts: map[string]StoredStart{}}
 	b := &pgx.Batch{}
 	if len(events) > 0 {
-		eids, orgs, members, versions, admitted, snaps := startColumns(events)
+		eids, orgs, members, versions, admitted, snaps, _ := startColumns(events)
 		b.Queue(`INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at, snapshot,
 				state, counted, created_at, closed_at)
 			SELECT x.id, x.org, x.member, x.version, x.admitted, x.snap, 'settled', false, $7, $7
@@ -830,4 +867,73 @@ func ListPendingStarts(ctx context.Context, q Querier, p PendingStartPage) ([]Pe
 		err := r.Scan(&s.RequestID, &s.MemberID, &s.TrackingVersion, &s.AdmittedAt, &s.CreatedAt, &s.Snapshot)
 		return s, err
 	})
+}
+
+// GuardWindowRef is one window of a start under the in-flight guard.
+type GuardWindowRef struct {
+	MemberID string
+	BucketID string
+	Start    time.Time
+	End      time.Time
+}
+
+// GuardRead is what ReadGuard read for the in-flight guard: per bucket id the settled
+// spend, extension and pending reservations of its member's window, and per member the
+// number of pending starts.
+type GuardRead struct {
+	Used      map[string]int64
+	Extension map[string]int64
+	Reserved  map[string]int64
+	InFlight  map[string]int64
+}
+
+// ReadGuard reads, in one round trip, what the in-flight guard decides on for windows of
+// guarded members, leaving out the starts this transaction inserted (fresh). The caller
+// holds the members' tracking rows FOR UPDATE (ReadStartBatch locks guarded members so),
+// and under READ COMMITTED each of these statements sees every start and settlement of
+// those members committed before the lock was granted. Pending starts are found through
+// usage_request_starts_pending_member.
+func ReadGuard(ctx context.Context, tx BatchSender, windows []GuardWindowRef, fresh []string) (GuardRead, error) {
+	if fresh == nil {
+		fresh = []string{} // <> ALL(NULL) would match nothing
+	}
+	out := GuardRead{Used: map[string]int64{}, Extension: map[string]int64{}, Reserved: map[string]int64{}, InFlight: map[string]int64{}}
+	var members, buckets []string
+	var starts, ends []time.Time
+	for _, w := range windows {
+		members, buckets = append(members, w.MemberID), append(buckets, w.BucketID)
+		starts, ends = append(starts, w.Start), append(ends, w.End)
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT id, used_micro_usd, extension_micro_usd FROM usage_buckets WHERE id = ANY($1)`, buckets).
+		Query(func(r pgx.Rows) error {
+			var id string
+			var used, ext int64
+			_, err := pgx.ForEachRow(r, []any{&id, &used, &ext}, func() error {
+				out.Used[id], out.Extension[id] = used, ext
+				return nil
+			})
+			return err
+		})
+	b.Queue(`SELECT w.bucket, coalesce(sum(s.reserved_micro_usd), 0)::bigint
+		FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS w(member, bucket, ws, we)
+		JOIN usage_request_starts s ON s.member_id = w.member AND s.state = 'pending'
+			AND s.admitted_at >= w.ws AND s.admitted_at < w.we AND s.request_id <> ALL($5)
+		GROUP BY w.bucket`, members, buckets, starts, ends, fresh).
+		Query(func(r pgx.Rows) error {
+			var id string
+			var sum int64
+			_, err := pgx.ForEachRow(r, []any{&id, &sum}, func() error { out.Reserved[id] = sum; return nil })
+			return err
+		})
+	b.Queue(`SELECT member_id, count(*) FROM usage_request_starts
+		WHERE member_id = ANY($1) AND state = 'pending' AND request_id <> ALL($2)
+		GROUP BY member_id`, sortedUnique(members), fresh).
+		Query(func(r pgx.Rows) error {
+			var id string
+			var n int64
+			_, err := pgx.ForEachRow(r, []any{&id, &n}, func() error { out.InFlight[id] = n; return nil })
+			return err
+		})
+	return out, tx.SendBatch(ctx, b).Close()
 }

@@ -91,7 +91,8 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 			})
 			return err
 		})
-	b.Queue(`SELECT p.organization_id, p.id, p.name, p.hard_limit, p.allow_request_reset, p.revision, l.timeframe, l.cost_limit_micro_usd
+	b.Queue(`SELECT p.organization_id, p.id, p.name, p.hard_limit, p.allow_request_reset, p.revision, l.timeframe, l.cost_limit_micro_usd,
+			`+guardColumns+`
 		FROM usage_policies p JOIN usage_policy_limits l ON l.policy_id = p.id
 		WHERE p.archived_at IS NULL AND p.organization_id IN (SELECT m.organization_id FROM unnest($1::text[]) AS x(id)
 			CROSS JOIN LATERAL (SELECT organization_id FROM members WHERE id = x.id LIMIT 1) m)`, members).
@@ -99,7 +100,8 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 			var org, tf string
 			var p limits.Policy
 			var amount int64
-			_, err := pgx.ForEachRow(r, []any{&org, &p.ID, &p.Name, &p.HardLimit, &p.AllowRequestReset, &p.Revision, &tf, &amount}, func() error {
+			_, err := pgx.ForEachRow(r, append([]any{&org, &p.ID, &p.Name, &p.HardLimit, &p.AllowRequestReset, &p.Revision, &tf, &amount},
+				guardTargets(&p.Guard)...), func() error {
 				m := in.model(org)
 				cur, ok := m.Policies[p.ID]
 				if !ok {

@@ -35,6 +35,7 @@ type UsagePolicy struct {
 	HardLimit         bool
 	AllowRequestReset bool
 	Revision          int64
+	Guard             limits.Guard
 	Limits            []UsageLimit
 	Assignments       []UsageAssignment
 	CreatedAt         time.Time
@@ -62,7 +63,7 @@ type UsageAssignment struct {
 // Domain converts the policy for winner selection.
 func (p UsagePolicy) Domain() limits.Policy {
 	d := limits.Policy{ID: p.ID, Name: p.Name, HardLimit: p.HardLimit, AllowRequestReset: p.AllowRequestReset,
-		Revision: p.Revision, Limits: map[window.Timeframe]int64{}}
+		Revision: p.Revision, Guard: p.Guard, Limits: map[window.Timeframe]int64{}}
 	for _, l := range p.Limits {
 		d.Limits[l.Timeframe] = l.MicroUSD
 	}
@@ -71,8 +72,10 @@ func (p UsagePolicy) Domain() limits.Policy {
 
 // CreateUsagePolicy inserts a policy and its limits.
 func CreateUsagePolicy(ctx context.Context, q Querier, p UsagePolicy) error {
-	_, err := q.Exec(ctx, `INSERT INTO usage_policies (id, organization_id, name, hard_limit, allow_request_reset, revision, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`, p.ID, p.OrganizationID, p.Name, p.HardLimit, p.AllowRequestReset, p.Revision, p.CreatedAt)
+	_, err := q.Exec(ctx, `INSERT INTO usage_policies (id, organization_id, name, hard_limit, allow_request_reset, revision, created_at, updated_at,
+			reserve_in_flight, reservation_micro_usd, max_in_flight)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)`, p.ID, p.OrganizationID, p.Name, p.HardLimit, p.AllowRequestReset, p.Revision, p.CreatedAt,
+		p.Guard.ReserveInFlight, p.Guard.ReservationMicroUSD, maxInFlightColumn(p.Guard))
 	if err != nil {
 		return err
 	}
@@ -92,8 +95,10 @@ func insertLimits(ctx context.Context, q Querier, policyID string, limits []Usag
 
 // ReplaceUsagePolicy stores a full replacement of a policy's fields and limits.
 func ReplaceUsagePolicy(ctx context.Context, q Querier, p UsagePolicy) error {
-	_, err := q.Exec(ctx, `UPDATE usage_policies SET name = $2, hard_limit = $3, allow_request_reset = $4, revision = $5, updated_at = $6
-		WHERE id = $1`, p.ID, p.Name, p.HardLimit, p.AllowRequestReset, p.Revision, p.UpdatedAt)
+	_, err := q.Exec(ctx, `UPDATE usage_policies SET name = $2, hard_limit = $3, allow_request_reset = $4, revision = $5, updated_at = $6,
+			reserve_in_flight = $7, reservation_micro_usd = $8, max_in_flight = $9
+		WHERE id = $1`, p.ID, p.Name, p.HardLimit, p.AllowRequestReset, p.Revision, p.UpdatedAt,
+		p.Guard.ReserveInFlight, p.Guard.ReservationMicroUSD, maxInFlightColumn(p.Guard))
 	if err != nil {
 		return err
 	}
@@ -110,18 +115,36 @@ func SetUsagePolicyArchived(ctx context.Context, q Querier, id string, archivedA
 	return err
 }
 
-const usagePolicyColumns = `id, organization_id, name, hard_limit, allow_request_reset, revision, created_at, updated_at, archived_at`
+// maxInFlightColumn is the max_in_flight column's value: null for no cap.
+func maxInFlightColumn(g limits.Guard) *int32 {
+	if g.MaxInFlight == 0 {
+		return nil
+	}
+	return &g.MaxInFlight
+}
+
+// guardColumns are the in-flight guard's columns of usage_policies (alias p), read with
+// scanGuard's targets.
+const guardColumns = `p.reserve_in_flight, p.reservation_micro_usd, coalesce(p.max_in_flight, 0)`
+
+func guardTargets(g *limits.Guard) []any {
+	return []any{&g.ReserveInFlight, &g.ReservationMicroUSD, &g.MaxInFlight}
+}
+
+const usagePolicyColumns = `p.id, p.organization_id, p.name, p.hard_limit, p.allow_request_reset, p.revision, p.created_at, p.updated_at,
+	p.archived_at, ` + guardColumns
 
 func scanUsagePolicy(row pgx.Row) (UsagePolicy, error) {
 	var p UsagePolicy
-	err := row.Scan(&p.ID, &p.OrganizationID, &p.Name, &p.HardLimit, &p.AllowRequestReset, &p.Revision, &p.CreatedAt, &p.UpdatedAt, &p.ArchivedAt)
+	err := row.Scan(append([]any{&p.ID, &p.OrganizationID, &p.Name, &p.HardLimit, &p.AllowRequestReset, &p.Revision, &p.CreatedAt,
+		&p.UpdatedAt, &p.ArchivedAt}, guardTargets(&p.Guard)...)...)
 	return p, notFound(err)
 }
 
 // UsagePolicyInOrg reads one policy of an organization with its limits and its visible
 // assignments.
 func UsagePolicyInOrg(ctx context.Context, q Querier, orgID, id string) (UsagePolicy, error) {
-	p, err := scanUsagePolicy(q.QueryRow(ctx, `SELECT `+usagePolicyColumns+` FROM usage_policies
+	p, err := scanUsagePolicy(q.QueryRow(ctx, `SELECT `+usagePolicyColumns+` FROM usage_policies p
 		WHERE organization_id = $1 AND id = $2`, orgID, id))
 	if err != nil {
 		return p, err
@@ -135,7 +158,7 @@ func UsagePolicyInOrg(ctx context.Context, q Querier, orgID, id string) (UsagePo
 
 // ListUsagePolicies lists an organization's policies, archived ones included, oldest first.
 func ListUsagePolicies(ctx context.Context, q Querier, orgID string) ([]UsagePolicy, error) {
-	rows, err := q.Query(ctx, `SELECT `+usagePolicyColumns+` FROM usage_policies WHERE organization_id = $1
+	rows, err := q.Query(ctx, `SELECT `+usagePolicyColumns+` FROM usage_policies p WHERE organization_id = $1
 		ORDER BY created_at, id`, orgID)
 	if err != nil {
 		return nil, err
@@ -321,7 +344,8 @@ func loadModel(ctx context.Context, q Querier, orgID, memberID string, teamIDs [
 	if len(policyIDs) == 0 {
 		return m, nil
 	}
-	rows, err = q.Query(ctx, `SELECT p.id, p.name, p.hard_limit, p.allow_request_reset, p.revision, l.timeframe, l.cost_limit_micro_usd
+	rows, err = q.Query(ctx, `SELECT p.id, p.name, p.hard_limit, p.allow_request_reset, p.revision, l.timeframe, l.cost_limit_micro_usd,
+			`+guardColumns+`
 		FROM usage_policies p JOIN usage_policy_limits l ON l.policy_id = p.id
 		WHERE p.id = ANY($1) AND p.archived_at IS NULL`, policyIDs)
 	if err != nil {
@@ -330,7 +354,8 @@ func loadModel(ctx context.Context, q Querier, orgID, memberID string, teamIDs [
 	var p limits.Policy
 	var tf string
 	var amount int64
-	_, err = pgx.ForEachRow(rows, []any{&p.ID, &p.Name, &p.HardLimit, &p.AllowRequestReset, &p.Revision, &tf, &amount}, func() error {
+	_, err = pgx.ForEachRow(rows, append([]any{&p.ID, &p.Name, &p.HardLimit, &p.AllowRequestReset, &p.Revision, &tf, &amount},
+		guardTargets(&p.Guard)...), func() error {
 		cur, ok := m.Policies[p.ID]
 		if !ok {
 			cur = p

@@ -70,6 +70,8 @@ type Bucket struct {
 	Used              int64
 	HardLimit         bool
 	AllowRequestReset bool
+	// ReserveInFlight: the winning policy's in-flight guard reserves in this window.
+	ReserveInFlight bool
 	// Exhausted: Limited and Used >= Allowance. For a hard limit that blocks; for a
 	// soft limit the request is admitted as over_limit.
 	Exhausted bool
@@ -93,6 +95,13 @@ type Decision struct {
 	// priced (refused where the request names its model) and its own price keys.
 	RefuseUnpriced  bool
 	PricedModelKeys []string
+	// The in-flight guard of the winning policies (docs/usage-limits.md, "Bounded
+	// overshoot"): Reservation is what the request reserves when its worst case is not
+	// known (the largest among the windows that reserve), MaxInFlight the member's cap
+	// (the smallest among the winners that set one; 0: none). The control plane checks
+	// both when it records the start.
+	Reservation int64
+	MaxInFlight int32
 }
 
 // Decide applies the admission rule to rec at now. When authoritative is true the record
@@ -137,6 +146,13 @@ func Decide(rec *mirror.Record, now time.Time, authoritative bool) Decision {
 		b.Used = used
 		b.HardLimit = lim.GetHardLimit()
 		b.AllowRequestReset = lim.GetAllowRequestReset()
+		if lim.GetReserveInFlight() {
+			b.ReserveInFlight = true
+			d.Reservation = max(d.Reservation, lim.GetReservationMicroUsd())
+		}
+		if c := lim.GetMaxInFlight(); c > 0 && (d.MaxInFlight == 0 || c < d.MaxInFlight) {
+			d.MaxInFlight = c
+		}
 		if used >= b.Allowance {
 			b.Exhausted = true
 			if b.HardLimit {
@@ -224,6 +240,7 @@ func (d *Decision) Snapshot(orgID, memberID string, now time.Time) *internalv1.S
 		sb.BucketId = window.BucketID(orgID, memberID, b.Window.Timeframe, b.Window.Start)
 		if b.Limited {
 			sb.PolicyId, sb.PolicyRevision, sb.BaseMicroUsd, sb.HardLimit = b.PolicyID, b.PolicyRevision, b.Base, b.HardLimit
+			sb.ReserveInFlight = b.ReserveInFlight
 		} else {
 			sb.PolicyId = UnlimitedPolicyID
 		}

@@ -30,6 +30,9 @@ const (
 	// CodeModelNotPriced refuses a request for a model nobody priced, in an organization
 	// that refuses such models (403, docs/prices.md).
 	CodeModelNotPriced = "service_gateway_model_not_priced"
+	// CodeConcurrencyLimitExceeded refuses a request of a member who has the most
+	// requests in flight the winning policy allows (429, docs/usage-limits.md).
+	CodeConcurrencyLimitExceeded = "service_gateway_concurrency_limit_exceeded"
 )
 
 // Decision labels of metrics and answers.
@@ -71,12 +74,15 @@ type Header struct{ Name, Value string }
 func (a *Answer) Allowed() bool { return a.Status == 200 }
 
 // DeniedHeaders are the headers of a refusal, in a stable order: its reason's, with
-// this answer's Retry-After.
+// this answer's Retry-After, and its usage state where the table leaves it open.
 func (a *Answer) DeniedHeaders() []Header {
 	h := append([]Header(nil), a.Reason.spec().headers...)
 	for i := range h {
-		if h[i].Name == HeaderRetryAfter {
+		switch {
+		case h[i].Name == HeaderRetryAfter:
 			h[i].Value = a.RetryAfter
+		case h[i].Name == HeaderUsageState && h[i].Value == "":
+			h[i].Value = a.UsageState
 		}
 	}
 	return h

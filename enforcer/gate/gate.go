@@ -241,7 +241,8 @@ func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Decision, now time.Time) (Answer, bool, error) {
 	reqID := typeid.New(RequestPrefix)
 	snap := d.Snapshot(id.OrganizationID, id.MemberID, now)
-	item := &internalv1.StartItem{RequestId: reqID, OrganizationId: id.OrganizationID, MemberId: id.MemberID, Snapshot: snap}
+	item := &internalv1.StartItem{RequestId: reqID, OrganizationId: id.OrganizationID, MemberId: id.MemberID, Snapshot: snap,
+		ReservationMicroUsd: d.Reservation, MaxInFlight: d.MaxInFlight}
 	res, reservation, err := g.Starts.Submit(ctx, item)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -261,6 +262,8 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 		return Refusal(ReasonCaptureSuspended), false, nil
 	case internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED:
 		return Answer{}, true, nil
+	case internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED, internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED:
+		return guardRefusal(res, d.State), false, nil
 	}
 	g.Log.Error("control plane refused a write-ahead start", "request_id", reqID, "outcome", res.Outcome.String(), "message", res.Message)
 	return Refusal(ReasonStartRefused), false, nil

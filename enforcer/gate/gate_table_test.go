@@ -78,6 +78,8 @@ type fakeStarts struct {
 	outcomes []internalv1.StartOutcome
 	err      error
 	items    []*internalv1.StartItem
+	// guard goes with a guard refusal's outcome.
+	guard *internalv1.GuardRefusal
 }
 
 func (f *fakeStarts) Submit(_ context.Context, item *internalv1.StartItem) (startq.Result, *settleq.Reservation, error) {
@@ -85,7 +87,7 @@ func (f *fakeStarts) Submit(_ context.Context, item *internalv1.StartItem) (star
 	if f.err != nil {
 		return startq.Result{}, nil, f.err
 	}
-	return startq.Result{Outcome: f.outcomes[min(len(f.items), len(f.outcomes))-1]}, nil, nil
+	return startq.Result{Outcome: f.outcomes[min(len(f.items), len(f.outcomes))-1], Guard: f.guard}, nil, nil
 }
 
 type fakeSettlements struct{ reserved int }
@@ -159,6 +161,12 @@ var (
 	headersBlocked = []gate.Header{{Name: "Content-Type", Value: "application/json"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_usage_limit_exceeded"},
 		{Name: "X-Service-Usage-State", Value: "blocked"}, {Name: "Retry-After", Value: "61200"}, {Name: "X-Should-Retry", Value: "false"}}
+	headersReserved = []gate.Header{{Name: "Content-Type", Value: "application/json"},
+		{Name: "X-Service-Error-Code", Value: "service_gateway_usage_limit_exceeded"},
+		{Name: "X-Service-Usage-State", Value: "blocked"}, {Name: "Retry-After", Value: "1"}, {Name: "X-Should-Retry", Value: "true"}}
+	headersConcurrency = []gate.Header{{Name: "Content-Type", Value: "application/json"},
+		{Name: "X-Service-Error-Code", Value: "service_gateway_concurrency_limit_exceeded"},
+		{Name: "X-Service-Usage-State", Value: "within_limit"}, {Name: "Retry-After", Value: "1"}, {Name: "X-Should-Retry", Value: "true"}}
 	headersModelNotPriced = []gate.Header{{Name: "Content-Type", Value: "application/json"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_model_not_priced"}}
 )
@@ -284,6 +292,17 @@ func gateCases() []gateCase {
 				code: "service_gateway_model_not_priced", detail: "mystery-model-9"}},
 
 		// 503 decisions: the same in both modes.
+		{name: "in-flight reservations reach the limit at the start: 429", setup: func(f *fakes, _ *gate.Gate) {
+			f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED}
+			f.starts.guard = &internalv1.GuardRefusal{Timeframe: "day", UsedMicroUsd: 30_000, ReservedMicroUsd: 20_000,
+				AllowanceMicroUsd: 50_000, InFlight: 2}
+		}, want: want{status: 429, decision: "blocked", reason: "usage_reserved", headers: headersReserved,
+			code: "service_gateway_usage_limit_exceeded", detail: "in_flight_reserved", starts: 1}},
+		{name: "concurrency cap full at the start: 429 keeping the usage state", setup: func(f *fakes, _ *gate.Gate) {
+			f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED}
+			f.starts.guard = &internalv1.GuardRefusal{InFlight: 3, MaxInFlight: 3}
+		}, want: want{status: 429, decision: "blocked", reason: "concurrency_limit", headers: headersConcurrency,
+			code: "service_gateway_concurrency_limit_exceeded", detail: "concurrency_limit", starts: 1}},
 		{name: "capture suspended", setup: rec(suspendedRecord), want: suspended},
 		{name: "capture suspended in open mode too", open: true, setup: rec(suspendedRecord), want: suspended},
 		{name: "capture suspended at the start", setup: outcomes(internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED),
@@ -475,6 +494,12 @@ func checkAnswer(t *testing.T, a *gate.Answer, w want) {
 			t.Errorf("details %s, want model %s", body.Error.Details, w.detail)
 		}
 	case 429:
+		if w.detail != "" {
+			if details.Reason != w.detail {
+				t.Errorf("details %s, want reason %s", body.Error.Details, w.detail)
+			}
+			return
+		}
 		if details.RetryAt != "2026-09-17T05:00:00Z" || len(details.ExhaustedBuckets) != 1 || details.ExhaustedBuckets[0].Timeframe != "day" {
 			t.Errorf("details %s", body.Error.Details)
 		}
@@ -571,6 +596,8 @@ func TestReasonTable(t *testing.T) {
 		"unknown_credential":          {401, "unauthorized", false, ""},
 		"inactive_member":             {401, "unauthorized", false, ""},
 		"usage_limit":                 {429, "blocked", false, "service_gateway_usage_limit_exceeded"},
+		"usage_reserved":              {429, "blocked", false, "service_gateway_usage_limit_exceeded"},
+		"concurrency_limit":           {429, "blocked", false, "service_gateway_concurrency_limit_exceeded"},
 		"model_not_priced":            {403, "unauthorized", false, "service_gateway_model_not_priced"},
 		"capture_suspended":           {503, "unavailable", false, "service_gateway_accounting_unavailable"},
 		"epoch_changed":               {503, "unavailable", false, "service_gateway_accounting_unavailable"},

@@ -29,6 +29,12 @@ const (
 
 	// 429: a hard limit is exhausted (body rendered per decision, see blockedBody).
 	ReasonUsageLimit
+	// 429 from the in-flight guard (docs/usage-limits.md, "Bounded overshoot"), decided
+	// by the control plane when it records the start (body rendered per answer, see
+	// guardBody): settled spend plus in-flight reservations reached a hard limit, or the
+	// member has the most requests in flight its policy allows.
+	ReasonUsageReserved
+	ReasonConcurrencyLimit
 
 	// 403, from the request-body ext_proc filter: a model nobody priced, in an
 	// organization that refuses such models (body names the model).
@@ -92,6 +98,15 @@ var reasons = [numReasons]reasonSpec{
 
 	ReasonUsageLimit: {label: "usage_limit", decision: Blocked, status: 429, headers: []Header{headerJSON,
 		{HeaderErrorCode, CodeUsageLimitExceeded}, {HeaderUsageState, "blocked"}, {HeaderRetryAfter, ""}, {HeaderShouldRetry, "false"}}},
+
+	// Both guard refusals lift when requests in flight finish: a short Retry-After and
+	// X-Should-Retry true let the SDKs wait and try again by themselves. A reserved limit
+	// is still the usage limit (same code, state blocked); a full concurrency cap says
+	// nothing about spend, so it carries the member's usage state (per answer).
+	ReasonUsageReserved: {label: "usage_reserved", decision: Blocked, status: 429, headers: []Header{headerJSON,
+		{HeaderErrorCode, CodeUsageLimitExceeded}, {HeaderUsageState, "blocked"}, {HeaderRetryAfter, ""}, {HeaderShouldRetry, "true"}}},
+	ReasonConcurrencyLimit: {label: "concurrency_limit", decision: Blocked, status: 429, headers: []Header{headerJSON,
+		{HeaderErrorCode, CodeConcurrencyLimitExceeded}, {HeaderUsageState, ""}, {HeaderRetryAfter, ""}, {HeaderShouldRetry, "true"}}},
 
 	ReasonModelNotPriced: {label: "model_not_priced", decision: Unauthorized, status: 403,
 		headers: []Header{headerJSON, {HeaderErrorCode, CodeModelNotPriced}}},

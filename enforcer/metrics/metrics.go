@@ -76,7 +76,7 @@ var (
 	// its first check on.
 	decisionReasons = map[string][]string{
 		"admitted":     {"within_limit", "over_limit", "unlimited"},
-		"blocked":      {"usage_limit"},
+		"blocked":      {"usage_limit", "usage_reserved", "concurrency_limit"},
 		"unauthorized": {"no_credential", "unknown_credential", "inactive_member", "model_not_priced"},
 		"unavailable": append([]string{"capture_suspended", "epoch_changed", "start_refused"},
 			failureReasons...),

@@ -108,6 +108,8 @@ type Result struct {
 	Outcome         internalv1.StartOutcome
 	Message         string
 	TrackingVersion int64
+	// Guard is what the control plane's in-flight guard saw when it refused the start.
+	Guard *internalv1.GuardRefusal
 }
 
 // Admitted reports whether the start is durable (recorded now or before).
@@ -342,7 +344,8 @@ func (q *Queue) send(ctx context.Context, batch []*waiter) {
 			q.complete(w, outcome{err: fmt.Errorf("start: no result for request %s", w.item.GetRequestId())})
 			continue
 		}
-		q.complete(w, outcome{r: Result{Outcome: r.GetOutcome(), Message: r.GetMessage(), TrackingVersion: r.GetTrackingVersion()}})
+		q.complete(w, outcome{r: Result{Outcome: r.GetOutcome(), Message: r.GetMessage(), TrackingVersion: r.GetTrackingVersion(),
+			Guard: r.GetGuard()}})
 	}
 }
 

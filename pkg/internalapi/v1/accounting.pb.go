@@ -91,6 +91,12 @@ const (
 	StartOutcome_START_OUTCOME_EPOCH_CHANGED StartOutcome = 4
 	// The item is malformed; message says why.
 	StartOutcome_START_OUTCOME_INVALID StartOutcome = 5
+	// Settled spend plus the reservations of the member's requests in flight reach a hard
+	// limit (answer 429 service_gateway_usage_limit_exceeded); guard says which.
+	StartOutcome_START_OUTCOME_LIMIT_RESERVED StartOutcome = 6
+	// The member has max_in_flight requests in flight (answer 429
+	// service_gateway_concurrency_limit_exceeded); guard says how many.
+	StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED StartOutcome = 7
 )
 
 // Enum value maps for StartOutcome.
@@ -102,14 +108,18 @@ var (
 		3: "START_OUTCOME_CAPTURE_SUSPENDED",
 		4: "START_OUTCOME_EPOCH_CHANGED",
 		5: "START_OUTCOME_INVALID",
+		6: "START_OUTCOME_LIMIT_RESERVED",
+		7: "START_OUTCOME_CONCURRENCY_LIMITED",
 	}
 	StartOutcome_value = map[string]int32{
-		"START_OUTCOME_UNSPECIFIED":       0,
-		"START_OUTCOME_RECORDED":          1,
-		"START_OUTCOME_DUPLICATE":         2,
-		"START_OUTCOME_CAPTURE_SUSPENDED": 3,
-		"START_OUTCOME_EPOCH_CHANGED":     4,
-		"START_OUTCOME_INVALID":           5,
+		"START_OUTCOME_UNSPECIFIED":         0,
+		"START_OUTCOME_RECORDED":            1,
+		"START_OUTCOME_DUPLICATE":           2,
+		"START_OUTCOME_CAPTURE_SUSPENDED":   3,
+		"START_OUTCOME_EPOCH_CHANGED":       4,
+		"START_OUTCOME_INVALID":             5,
+		"START_OUTCOME_LIMIT_RESERVED":      6,
+		"START_OUTCOME_CONCURRENCY_LIMITED": 7,
 	}
 )
 
@@ -366,8 +376,15 @@ type Limit struct {
 	ExtensionMicroUsd int64 `protobuf:"varint,7,opt,name=extension_micro_usd,json=extensionMicroUsd,proto3" json:"extension_micro_usd,omitempty"`
 	HardLimit         bool  `protobuf:"varint,8,opt,name=hard_limit,json=hardLimit,proto3" json:"hard_limit,omitempty"`
 	AllowRequestReset bool  `protobuf:"varint,9,opt,name=allow_request_reset,json=allowRequestReset,proto3" json:"allow_request_reset,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// In-flight guard of the winning policy (docs/usage-limits.md, "Bounded overshoot"):
+	// reserve_in_flight counts the reserved cost of the member's requests still in flight
+	// at admission, each reserved reservation_micro_usd unless its worst case is known;
+	// max_in_flight caps the member's requests in flight (0: no cap).
+	ReserveInFlight     bool  `protobuf:"varint,10,opt,name=reserve_in_flight,json=reserveInFlight,proto3" json:"reserve_in_flight,omitempty"`
+	ReservationMicroUsd int64 `protobuf:"varint,11,opt,name=reservation_micro_usd,json=reservationMicroUsd,proto3" json:"reservation_micro_usd,omitempty"`
+	MaxInFlight         int32 `protobuf:"varint,12,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Limit) Reset() {
@@ -461,6 +478,27 @@ func (x *Limit) GetAllowRequestReset() bool {
 		return x.AllowRequestReset
 	}
 	return false
+}
+
+func (x *Limit) GetReserveInFlight() bool {
+	if x != nil {
+		return x.ReserveInFlight
+	}
+	return false
+}
+
+func (x *Limit) GetReservationMicroUsd() int64 {
+	if x != nil {
+		return x.ReservationMicroUsd
+	}
+	return 0
+}
+
+func (x *Limit) GetMaxInFlight() int32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
 }
 
 // Entitlement is everything an enforcer needs to decide for one member, except spend.
@@ -768,8 +806,10 @@ type SnapshotBucket struct {
 	PolicyRevision int64  `protobuf:"varint,6,opt,name=policy_revision,json=policyRevision,proto3" json:"policy_revision,omitempty"`
 	BaseMicroUsd   int64  `protobuf:"varint,7,opt,name=base_micro_usd,json=baseMicroUsd,proto3" json:"base_micro_usd,omitempty"`
 	HardLimit      bool   `protobuf:"varint,8,opt,name=hard_limit,json=hardLimit,proto3" json:"hard_limit,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// reserve_in_flight: the winning policy counts in-flight reservations in this window.
+	ReserveInFlight bool `protobuf:"varint,9,opt,name=reserve_in_flight,json=reserveInFlight,proto3" json:"reserve_in_flight,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SnapshotBucket) Reset() {
@@ -858,6 +898,13 @@ func (x *SnapshotBucket) GetHardLimit() bool {
 	return false
 }
 
+func (x *SnapshotBucket) GetReserveInFlight() bool {
+	if x != nil {
+		return x.ReserveInFlight
+	}
+	return false
+}
+
 // Snapshot is the version-2 admission snapshot: what was true at the quota check.
 type Snapshot struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -936,8 +983,14 @@ type StartItem struct {
 	OrganizationId string                 `protobuf:"bytes,2,opt,name=organization_id,json=organizationId,proto3" json:"organization_id,omitempty"`
 	MemberId       string                 `protobuf:"bytes,3,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
 	Snapshot       *Snapshot              `protobuf:"bytes,4,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The in-flight guard (set when a winning policy uses it): the cost reserved for this
+	// request while it is in flight, counted in every snapshot bucket that reserves, and
+	// the member's cap on requests in flight (0: none). The control plane checks both
+	// inside the start's transaction, across every enforcer.
+	ReservationMicroUsd int64 `protobuf:"varint,5,opt,name=reservation_micro_usd,json=reservationMicroUsd,proto3" json:"reservation_micro_usd,omitempty"`
+	MaxInFlight         int32 `protobuf:"varint,6,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StartItem) Reset() {
@@ -998,6 +1051,20 @@ func (x *StartItem) GetSnapshot() *Snapshot {
 	return nil
 }
 
+func (x *StartItem) GetReservationMicroUsd() int64 {
+	if x != nil {
+		return x.ReservationMicroUsd
+	}
+	return 0
+}
+
+func (x *StartItem) GetMaxInFlight() int32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
 type StartRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Items         []*StartItem           `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
@@ -1042,6 +1109,101 @@ func (x *StartRequest) GetItems() []*StartItem {
 	return nil
 }
 
+// GuardRefusal is what an in-flight guard saw when it refused a start.
+type GuardRefusal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The window whose limit the reservations reached (LIMIT_RESERVED only).
+	Timeframe         string `protobuf:"bytes,1,opt,name=timeframe,proto3" json:"timeframe,omitempty"`
+	WindowEndUnixMs   int64  `protobuf:"varint,2,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
+	UsedMicroUsd      int64  `protobuf:"varint,3,opt,name=used_micro_usd,json=usedMicroUsd,proto3" json:"used_micro_usd,omitempty"`
+	ReservedMicroUsd  int64  `protobuf:"varint,4,opt,name=reserved_micro_usd,json=reservedMicroUsd,proto3" json:"reserved_micro_usd,omitempty"`
+	AllowanceMicroUsd int64  `protobuf:"varint,5,opt,name=allowance_micro_usd,json=allowanceMicroUsd,proto3" json:"allowance_micro_usd,omitempty"`
+	// The member's requests in flight and the cap.
+	InFlight      int64 `protobuf:"varint,6,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	MaxInFlight   int32 `protobuf:"varint,7,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuardRefusal) Reset() {
+	*x = GuardRefusal{}
+	mi := &file_v1_accounting_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuardRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuardRefusal) ProtoMessage() {}
+
+func (x *GuardRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_v1_accounting_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuardRefusal.ProtoReflect.Descriptor instead.
+func (*GuardRefusal) Descriptor() ([]byte, []int) {
+	return file_v1_accounting_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GuardRefusal) GetTimeframe() string {
+	if x != nil {
+		return x.Timeframe
+	}
+	return ""
+}
+
+func (x *GuardRefusal) GetWindowEndUnixMs() int64 {
+	if x != nil {
+		return x.WindowEndUnixMs
+	}
+	return 0
+}
+
+func (x *GuardRefusal) GetUsedMicroUsd() int64 {
+	if x != nil {
+		return x.UsedMicroUsd
+	}
+	return 0
+}
+
+func (x *GuardRefusal) GetReservedMicroUsd() int64 {
+	if x != nil {
+		return x.ReservedMicroUsd
+	}
+	return 0
+}
+
+func (x *GuardRefusal) GetAllowanceMicroUsd() int64 {
+	if x != nil {
+		return x.AllowanceMicroUsd
+	}
+	return 0
+}
+
+func (x *GuardRefusal) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *GuardRefusal) GetMaxInFlight() int32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
 type StartResult struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -1049,13 +1211,15 @@ type StartResult struct {
 	Message   string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	// The member's tracking version after the start.
 	TrackingVersion int64 `protobuf:"varint,4,opt,name=tracking_version,json=trackingVersion,proto3" json:"tracking_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Set on LIMIT_RESERVED and CONCURRENCY_LIMITED.
+	Guard         *GuardRefusal `protobuf:"bytes,5,opt,name=guard,proto3" json:"guard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartResult) Reset() {
 	*x = StartResult{}
-	mi := &file_v1_accounting_proto_msgTypes[11]
+	mi := &file_v1_accounting_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1231,7 @@ func (x *StartResult) String() string {
 func (*StartResult) ProtoMessage() {}
 
 func (x *StartResult) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_accounting_proto_msgTypes[11]
+	mi := &file_v1_accounting_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1244,7 @@ func (x *StartResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartResult.ProtoReflect.Descriptor instead.
 func (*StartResult) Descriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{11}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StartResult) GetRequestId() string {
@@ -1111,6 +1275,13 @@ func (x *StartResult) GetTrackingVersion() int64 {
 	return 0
 }
 
+func (x *StartResult) GetGuard() *GuardRefusal {
+	if x != nil {
+		return x.Guard
+	}
+	return nil
+}
+
 type StartResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One result per item, in the order of the request.
@@ -1121,7 +1292,7 @@ type StartResponse struct {
 
 func (x *StartResponse) Reset() {
 	*x = StartResponse{}
-	mi := &file_v1_accounting_proto_msgTypes[12]
+	mi := &file_v1_accounting_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1304,7 @@ func (x *StartResponse) String() string {
 func (*StartResponse) ProtoMessage() {}
 
 func (x *StartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_accounting_proto_msgTypes[12]
+	mi := &file_v1_accounting_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1317,7 @@ func (x *StartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
 func (*StartResponse) Descriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{12}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StartResponse) GetResults() []*StartResult {
@@ -1197,7 +1368,7 @@ type SettleItem struct {
 
 func (x *SettleItem) Reset() {
 	*x = SettleItem{}
-	mi := &file_v1_accounting_proto_msgTypes[13]
+	mi := &file_v1_accounting_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1380,7 @@ func (x *SettleItem) String() string {
 func (*SettleItem) ProtoMessage() {}
 
 func (x *SettleItem) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_accounting_proto_msgTypes[13]
+	mi := &file_v1_accounting_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1393,7 @@ func (x *SettleItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleItem.ProtoReflect.Descriptor instead.
 func (*SettleItem) Descriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{13}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SettleItem) GetRequestId() string {
@@ -1339,7 +1510,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_v1_accounting_proto_msgTypes[14]
+	mi := &file_v1_accounting_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1522,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_accounting_proto_msgTypes[14]
+	mi := &file_v1_accounting_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1535,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{14}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SettleRequest) GetItems() []*SettleItem {
@@ -1399,7 +1570,7 @@ type SettleResult struct {
 
 func (x *SettleResult) Reset() {
 	*x = SettleResult{}
-	mi := &file_v1_accounting_proto_msgTypes[15]
+	mi := &file_v1_accounting_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1582,7 @@ func (x *SettleResult) String() string {
 func (*SettleResult) ProtoMessage() {}
 
 func (x *SettleResult) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_accounting_proto_msgTypes[15]
+	mi := &file_v1_accounting_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1595,7 @@ func (x *SettleResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResult.ProtoReflect.Descriptor instead.
 func (*SettleResult) Descriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{15}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SettleResult) GetRequestId() string {
@@ -1485,7 +1656,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_v1_accounting_proto_msgTypes[16]
+	mi := &file_v1_accounting_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1668,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_accounting_proto_msgTypes[16]
+	mi := &file_v1_accounting_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1681,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{16}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SettleResponse) GetResults() []*SettleResult {
@@ -1539,7 +1710,7 @@ type MirrorRecord struct {
 
 func (x *MirrorRecord) Reset() {
 	*x = MirrorRecord{}
-	mi := &file_v1_accounting_proto_msgTypes[17]
+	mi := &file_v1_accounting_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1722,7 @@ func (x *MirrorRecord) String() string {
 func (*MirrorRecord) ProtoMessage() {}
 
 func (x *MirrorRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_accounting_proto_msgTypes[17]
+	mi := &file_v1_accounting_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1735,7 @@ func (x *MirrorRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MirrorRecord.ProtoReflect.Descriptor instead.
 func (*MirrorRecord) Descriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{17}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MirrorRecord) GetVersion() int64 {
@@ -1617,7 +1788,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\auser_id\x18\x04 \x01(\tR\x06userId\x12\x1c\n" +
 	"\n" +
 	"api_key_id\x18\x05 \x01(\tR\bapiKeyId\x12\x16\n" +
-	"\x06active\x18\x06 \x01(\bR\x06active\"\xcf\x02\n" +
+	"\x06active\x18\x06 \x01(\bR\x06active\"\xd3\x03\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\ttimeframe\x18\x01 \x01(\tR\ttimeframe\x12\x1c\n" +
 	"\tunlimited\x18\x02 \x01(\bR\tunlimited\x12\x1b\n" +
@@ -1629,7 +1800,11 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x13extension_micro_usd\x18\a \x01(\x03R\x11extensionMicroUsd\x12\x1d\n" +
 	"\n" +
 	"hard_limit\x18\b \x01(\bR\thardLimit\x12.\n" +
-	"\x13allow_request_reset\x18\t \x01(\bR\x11allowRequestReset\"\xe3\x02\n" +
+	"\x13allow_request_reset\x18\t \x01(\bR\x11allowRequestReset\x12*\n" +
+	"\x11reserve_in_flight\x18\n" +
+	" \x01(\bR\x0freserveInFlight\x122\n" +
+	"\x15reservation_micro_usd\x18\v \x01(\x03R\x13reservationMicroUsd\x12\"\n" +
+	"\rmax_in_flight\x18\f \x01(\x05R\vmaxInFlight\"\xe3\x02\n" +
 	"\vEntitlement\x12'\n" +
 	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12#\n" +
@@ -1651,7 +1826,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x05spend\x18\x02 \x03(\v2!.tollgate.internal.v1.WindowSpendR\x05spend\x12!\n" +
 	"\ras_of_unix_ms\x18\x03 \x01(\x03R\n" +
 	"asOfUnixMs\x12%\n" +
-	"\x0erecord_version\x18\x04 \x01(\x03R\rrecordVersion\"\xb4\x02\n" +
+	"\x0erecord_version\x18\x04 \x01(\x03R\rrecordVersion\"\xe0\x02\n" +
 	"\x0eSnapshotBucket\x12\x1c\n" +
 	"\ttimeframe\x18\x01 \x01(\tR\ttimeframe\x12/\n" +
 	"\x14window_start_unix_ms\x18\x02 \x01(\x03R\x11windowStartUnixMs\x12+\n" +
@@ -1661,26 +1836,38 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x0fpolicy_revision\x18\x06 \x01(\x03R\x0epolicyRevision\x12$\n" +
 	"\x0ebase_micro_usd\x18\a \x01(\x03R\fbaseMicroUsd\x12\x1d\n" +
 	"\n" +
-	"hard_limit\x18\b \x01(\bR\thardLimit\"\xbe\x01\n" +
+	"hard_limit\x18\b \x01(\bR\thardLimit\x12*\n" +
+	"\x11reserve_in_flight\x18\t \x01(\bR\x0freserveInFlight\"\xbe\x01\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12-\n" +
 	"\x13admitted_at_unix_ms\x18\x02 \x01(\x03R\x10admittedAtUnixMs\x12)\n" +
 	"\x10tracking_version\x18\x03 \x01(\x03R\x0ftrackingVersion\x12>\n" +
-	"\abuckets\x18\x04 \x03(\v2$.tollgate.internal.v1.SnapshotBucketR\abuckets\"\xac\x01\n" +
+	"\abuckets\x18\x04 \x03(\v2$.tollgate.internal.v1.SnapshotBucketR\abuckets\"\x84\x02\n" +
 	"\tStartItem\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12'\n" +
 	"\x0forganization_id\x18\x02 \x01(\tR\x0eorganizationId\x12\x1b\n" +
 	"\tmember_id\x18\x03 \x01(\tR\bmemberId\x12:\n" +
-	"\bsnapshot\x18\x04 \x01(\v2\x1e.tollgate.internal.v1.SnapshotR\bsnapshot\"E\n" +
+	"\bsnapshot\x18\x04 \x01(\v2\x1e.tollgate.internal.v1.SnapshotR\bsnapshot\x122\n" +
+	"\x15reservation_micro_usd\x18\x05 \x01(\x03R\x13reservationMicroUsd\x12\"\n" +
+	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"E\n" +
 	"\fStartRequest\x125\n" +
-	"\x05items\x18\x01 \x03(\v2\x1f.tollgate.internal.v1.StartItemR\x05items\"\xaf\x01\n" +
+	"\x05items\x18\x01 \x03(\v2\x1f.tollgate.internal.v1.StartItemR\x05items\"\x9e\x02\n" +
+	"\fGuardRefusal\x12\x1c\n" +
+	"\ttimeframe\x18\x01 \x01(\tR\ttimeframe\x12+\n" +
+	"\x12window_end_unix_ms\x18\x02 \x01(\x03R\x0fwindowEndUnixMs\x12$\n" +
+	"\x0eused_micro_usd\x18\x03 \x01(\x03R\fusedMicroUsd\x12,\n" +
+	"\x12reserved_micro_usd\x18\x04 \x01(\x03R\x10reservedMicroUsd\x12.\n" +
+	"\x13allowance_micro_usd\x18\x05 \x01(\x03R\x11allowanceMicroUsd\x12\x1b\n" +
+	"\tin_flight\x18\x06 \x01(\x03R\binFlight\x12\"\n" +
+	"\rmax_in_flight\x18\a \x01(\x05R\vmaxInFlight\"\xe9\x01\n" +
 	"\vStartResult\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12<\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\".tollgate.internal.v1.StartOutcomeR\aoutcome\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12)\n" +
-	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\"L\n" +
+	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
+	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
 	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xa7\x05\n" +
 	"\n" +
@@ -1730,14 +1917,16 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x0eCredentialKind\x12\x1f\n" +
 	"\x1bCREDENTIAL_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CREDENTIAL_KIND_API_KEY\x10\x01\x12\x1b\n" +
-	"\x17CREDENTIAL_KIND_SESSION\x10\x02*\xc7\x01\n" +
+	"\x17CREDENTIAL_KIND_SESSION\x10\x02*\x90\x02\n" +
 	"\fStartOutcome\x12\x1d\n" +
 	"\x19START_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16START_OUTCOME_RECORDED\x10\x01\x12\x1b\n" +
 	"\x17START_OUTCOME_DUPLICATE\x10\x02\x12#\n" +
 	"\x1fSTART_OUTCOME_CAPTURE_SUSPENDED\x10\x03\x12\x1f\n" +
 	"\x1bSTART_OUTCOME_EPOCH_CHANGED\x10\x04\x12\x19\n" +
-	"\x15START_OUTCOME_INVALID\x10\x05*\x86\x02\n" +
+	"\x15START_OUTCOME_INVALID\x10\x05\x12 \n" +
+	"\x1cSTART_OUTCOME_LIMIT_RESERVED\x10\x06\x12%\n" +
+	"!START_OUTCOME_CONCURRENCY_LIMITED\x10\a*\x86\x02\n" +
 	"\rSettleOutcome\x12\x1e\n" +
 	"\x1aSETTLE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SETTLE_OUTCOME_SETTLED\x10\x01\x12\x1c\n" +
@@ -1767,7 +1956,7 @@ func file_v1_accounting_proto_rawDescGZIP() []byte {
 }
 
 var file_v1_accounting_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_v1_accounting_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_v1_accounting_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_v1_accounting_proto_goTypes = []any{
 	(CredentialKind)(0),          // 0: tollgate.internal.v1.CredentialKind
 	(StartOutcome)(0),            // 1: tollgate.internal.v1.StartOutcome
@@ -1783,13 +1972,14 @@ var file_v1_accounting_proto_goTypes = []any{
 	(*Snapshot)(nil),             // 11: tollgate.internal.v1.Snapshot
 	(*StartItem)(nil),            // 12: tollgate.internal.v1.StartItem
 	(*StartRequest)(nil),         // 13: tollgate.internal.v1.StartRequest
-	(*StartResult)(nil),          // 14: tollgate.internal.v1.StartResult
-	(*StartResponse)(nil),        // 15: tollgate.internal.v1.StartResponse
-	(*SettleItem)(nil),           // 16: tollgate.internal.v1.SettleItem
-	(*SettleRequest)(nil),        // 17: tollgate.internal.v1.SettleRequest
-	(*SettleResult)(nil),         // 18: tollgate.internal.v1.SettleResult
-	(*SettleResponse)(nil),       // 19: tollgate.internal.v1.SettleResponse
-	(*MirrorRecord)(nil),         // 20: tollgate.internal.v1.MirrorRecord
+	(*GuardRefusal)(nil),         // 14: tollgate.internal.v1.GuardRefusal
+	(*StartResult)(nil),          // 15: tollgate.internal.v1.StartResult
+	(*StartResponse)(nil),        // 16: tollgate.internal.v1.StartResponse
+	(*SettleItem)(nil),           // 17: tollgate.internal.v1.SettleItem
+	(*SettleRequest)(nil),        // 18: tollgate.internal.v1.SettleRequest
+	(*SettleResult)(nil),         // 19: tollgate.internal.v1.SettleResult
+	(*SettleResponse)(nil),       // 20: tollgate.internal.v1.SettleResponse
+	(*MirrorRecord)(nil),         // 21: tollgate.internal.v1.MirrorRecord
 }
 var file_v1_accounting_proto_depIdxs = []int32{
 	0,  // 0: tollgate.internal.v1.AuthenticateRequest.kind:type_name -> tollgate.internal.v1.CredentialKind
@@ -1800,26 +1990,27 @@ var file_v1_accounting_proto_depIdxs = []int32{
 	11, // 5: tollgate.internal.v1.StartItem.snapshot:type_name -> tollgate.internal.v1.Snapshot
 	12, // 6: tollgate.internal.v1.StartRequest.items:type_name -> tollgate.internal.v1.StartItem
 	1,  // 7: tollgate.internal.v1.StartResult.outcome:type_name -> tollgate.internal.v1.StartOutcome
-	14, // 8: tollgate.internal.v1.StartResponse.results:type_name -> tollgate.internal.v1.StartResult
-	11, // 9: tollgate.internal.v1.SettleItem.snapshot:type_name -> tollgate.internal.v1.Snapshot
-	16, // 10: tollgate.internal.v1.SettleRequest.items:type_name -> tollgate.internal.v1.SettleItem
-	2,  // 11: tollgate.internal.v1.SettleResult.outcome:type_name -> tollgate.internal.v1.SettleOutcome
-	18, // 12: tollgate.internal.v1.SettleResponse.results:type_name -> tollgate.internal.v1.SettleResult
-	6,  // 13: tollgate.internal.v1.MirrorRecord.entitlement:type_name -> tollgate.internal.v1.Entitlement
-	7,  // 14: tollgate.internal.v1.MirrorRecord.spend:type_name -> tollgate.internal.v1.WindowSpend
-	3,  // 15: tollgate.internal.v1.Accounting.Authenticate:input_type -> tollgate.internal.v1.AuthenticateRequest
-	8,  // 16: tollgate.internal.v1.Accounting.Resolve:input_type -> tollgate.internal.v1.ResolveRequest
-	13, // 17: tollgate.internal.v1.Accounting.Start:input_type -> tollgate.internal.v1.StartRequest
-	17, // 18: tollgate.internal.v1.Accounting.Settle:input_type -> tollgate.internal.v1.SettleRequest
-	4,  // 19: tollgate.internal.v1.Accounting.Authenticate:output_type -> tollgate.internal.v1.AuthenticateResponse
-	9,  // 20: tollgate.internal.v1.Accounting.Resolve:output_type -> tollgate.internal.v1.ResolveResponse
-	15, // 21: tollgate.internal.v1.Accounting.Start:output_type -> tollgate.internal.v1.StartResponse
-	19, // 22: tollgate.internal.v1.Accounting.Settle:output_type -> tollgate.internal.v1.SettleResponse
-	19, // [19:23] is the sub-list for method output_type
-	15, // [15:19] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	14, // 8: tollgate.internal.v1.StartResult.guard:type_name -> tollgate.internal.v1.GuardRefusal
+	15, // 9: tollgate.internal.v1.StartResponse.results:type_name -> tollgate.internal.v1.StartResult
+	11, // 10: tollgate.internal.v1.SettleItem.snapshot:type_name -> tollgate.internal.v1.Snapshot
+	17, // 11: tollgate.internal.v1.SettleRequest.items:type_name -> tollgate.internal.v1.SettleItem
+	2,  // 12: tollgate.internal.v1.SettleResult.outcome:type_name -> tollgate.internal.v1.SettleOutcome
+	19, // 13: tollgate.internal.v1.SettleResponse.results:type_name -> tollgate.internal.v1.SettleResult
+	6,  // 14: tollgate.internal.v1.MirrorRecord.entitlement:type_name -> tollgate.internal.v1.Entitlement
+	7,  // 15: tollgate.internal.v1.MirrorRecord.spend:type_name -> tollgate.internal.v1.WindowSpend
+	3,  // 16: tollgate.internal.v1.Accounting.Authenticate:input_type -> tollgate.internal.v1.AuthenticateRequest
+	8,  // 17: tollgate.internal.v1.Accounting.Resolve:input_type -> tollgate.internal.v1.ResolveRequest
+	13, // 18: tollgate.internal.v1.Accounting.Start:input_type -> tollgate.internal.v1.StartRequest
+	18, // 19: tollgate.internal.v1.Accounting.Settle:input_type -> tollgate.internal.v1.SettleRequest
+	4,  // 20: tollgate.internal.v1.Accounting.Authenticate:output_type -> tollgate.internal.v1.AuthenticateResponse
+	9,  // 21: tollgate.internal.v1.Accounting.Resolve:output_type -> tollgate.internal.v1.ResolveResponse
+	16, // 22: tollgate.internal.v1.Accounting.Start:output_type -> tollgate.internal.v1.StartResponse
+	20, // 23: tollgate.internal.v1.Accounting.Settle:output_type -> tollgate.internal.v1.SettleResponse
+	20, // [20:24] is the sub-list for method output_type
+	16, // [16:20] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_v1_accounting_proto_init() }
@@ -1827,14 +2018,14 @@ func file_v1_accounting_proto_init() {
 	if File_v1_accounting_proto != nil {
 		return
 	}
-	file_v1_accounting_proto_msgTypes[13].OneofWrappers = []any{}
+	file_v1_accounting_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v1_accounting_proto_rawDesc), len(file_v1_accounting_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

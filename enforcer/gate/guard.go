@@ -1,0 +1,68 @@
+package gate
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/decision"
+	"github.com/tollgate-dev/tollgate/enforcer/startq"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/money"
+)
+
+// GuardRetryAfter is the Retry-After of the in-flight guard's refusals: they lift as soon
+// as a request in flight finishes.
+const GuardRetryAfter = "1"
+
+type reservedDetails struct {
+	Reason             string `json:"reason"`
+	Timeframe          string `json:"timeframe"`
+	UsedMicroUSD       int64  `json:"usedMicroUsd"`
+	ReservedMicroUSD   int64  `json:"reservedMicroUsd"`
+	AllowanceMicroUSD  int64  `json:"allowanceMicroUsd"`
+	InFlightRequests   int64  `json:"inFlightRequests"`
+	ResetAt            string `json:"resetAt,omitempty"`
+	
+}
+
+type concurrencyDetails struct {
+	Reason              string `json:"reason"`
+	InFlightRequests    int64  `json:"inFlightRequests"`
+	MaxInFlightRequests int32  `json:"maxInFlightRequests"`
+}
+
+// guardRefusal is the 429 of a start the control plane's in-flight guard refused, in
+// usage state state (the member's, from the decision that admitted it).
+func guardRefusal(res startq.Result, state decision.State) Answer {
+	g := res.Guard
+	if res.Outcome == internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED {
+		a := Refusal(ReasonConcurrencyLimit)
+		a.UsageState, a.RetryAfter = string(state), GuardRetryAfter
+		a.Body = mustJSON(errorBody{Error: errorObject{Type: "rate_limit_error", Code: CodeConcurrencyLimitExceeded,
+			Message: fmt.Sprintf("Too many requests in flight: %d, the most your usage policy allows; retry when one finishes.",
+				g.GetInFlight()),
+			Details: concurrencyDetails{Reason: "concurrency_limit", InFlightRequests: g.GetInFlight(), MaxInFlightRequests: g.GetMaxInFlight()}}})
+		return a
+	}
+	a := Refusal(ReasonUsageReserved)
+	a.UsageState, a.RetryAfter = string(decision.StateBlocked), GuardRetryAfter
+	det := reservedDetails{Reason: "in_flight_reserved", Timeframe: g.GetTimeframe(), UsedMicroUSD: g.GetUsedMicroUsd(),
+		ReservedMicroUSD: g.GetReservedMicroUsd(), AllowanceMicroUSD: g.GetAllowanceMicroUsd(), InFlightRequests: g.GetInFlight()}
+	if end := g.GetWindowEndUnixMs(); end > 0 {
+		det.ResetAt = timestamp(time.UnixMilli(end))
+	}
+	a.Body = mustJSON(errorBody{Error: errorObject{Type: "usage_limit_error", Code: CodeUsageLimitExceeded,
+		Message: fmt.Sprintf("Usage limit reached counting requests in flight (%s): %s USD settled and %s USD reserved by %s in flight, of %s USD; retry when they finish.",
+			g.GetTimeframe(), money.FormatUSD(g.GetUsedMicroUsd()), money.FormatUSD(g.GetReservedMicroUsd()),
+			plural(g.GetInFlight(), "request"), money.FormatUSD(g.GetAllowanceMicroUsd())),
+		Details: det}})
+	return a
+}
+
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.FormatInt(n, 10) + " " + noun + "s"
+}
