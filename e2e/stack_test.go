@@ -51,6 +51,8 @@ type stack struct {
 	rdb      redis.UniversalClient
 	layout   mirror.Layout
 	cpLogs   *testio.SyncBuffer // the control plane's log
+	cp       *proc              // the running control plane
+	cpVars   map[string]string  // its environment
 	authz    authv3.AuthorizationClient
 	extproc  extprocv3.ExternalProcessorClient
 }
@@ -59,16 +61,29 @@ func envOf(m map[string]string) func(string) string { return func(k string) stri
 
 var listening = regexp.MustCompile(`msg=listening server=(\w+) addr=(\S+)`)
 
+// proc is a program started by start: the addresses it logged, by server name, and a
+// stop that cancels its Run and waits for it to return cleanly.
+type proc struct {
+	addrs map[string]string
+	stop  func()
+}
+
 // run starts a program's Run in the background and returns the addresses it logged,
 // by server name; the program is stopped (and must stop cleanly) when the test ends.
 func run(t testing.TB, name string, servers int, logs *testio.SyncBuffer, runFn func(ctx context.Context) error) map[string]string {
+	t.Helper()
+	return start(t, name, servers, logs, runFn).addrs
+}
+
+// start is run that can also be stopped before the test ends (a restart).
+func start(t testing.TB, name string, servers int, logs *testio.SyncBuffer, runFn func(ctx context.Context) error) *proc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runFn(ctx) }()
 	var stopped atomic.Bool
-	t.Cleanup(func() {
-		if stopped.Load() {
+	stop := func() {
+		if !stopped.CompareAndSwap(false, true) {
 			return
 		}
 		cancel()
@@ -80,7 +95,8 @@ func run(t testing.TB, name string, servers int, logs *testio.SyncBuffer, runFn 
 		case <-time.After(15 * time.Second):
 			t.Errorf("%s did not stop", name)
 		}
-	})
+	}
+	t.Cleanup(stop)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("%s logs:\n%s", name, logs.String())
@@ -103,7 +119,7 @@ func run(t testing.TB, name string, servers int, logs *testio.SyncBuffer, runFn 
 			addrs[m[1]] = m[2]
 		}
 	}
-	return addrs
+	return &proc{addrs: addrs, stop: stop}
 }
 
 // startStack starts the control plane (serve, on a fresh migrated database) and an
@@ -116,60 +132,90 @@ func startStack(t testing.TB, enforcerEnv ...map[string]string) *stack {
 	rdb, layout := testredis.New(t) // the same for Redis; its keys are removed at the end
 	s := &stack{db: db, rdb: rdb, layout: layout}
 
-	cpLogs := &testio.SyncBuffer{}
-	s.cpLogs = cpLogs
-	cpEnv := envOf(map[string]string{
+	s.cpLogs = &testio.SyncBuffer{}
+	s.cpVars = map[string]string{
 		"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
 		"TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0",
 		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
 		// Notice a flushed Redis quickly (the default is 5s).
 		"TOLLGATE_MIRROR_CHECK_INTERVAL": "100ms",
-	})
-	cp := run(t, "control plane", 3, cpLogs, func(ctx context.Context) error {
-		return cpapp.Run(ctx, []string{"serve"}, cpEnv, cpapp.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: cpLogs})
-	})
-	s.rest, s.cpGRPC = "http://"+cp["rest"], cp["grpc"]
+	}
+	s.startControlPlane(t)
+	enf := s.startEnforcer(t, enforcerEnv...)
+	s.enfGRPC, s.enfHTTP, s.enfAdmin, s.gateway = enf.grpc, enf.http, enf.admin, enf.gateway
 
-	enfLogs := &testio.SyncBuffer{}
-	enfVars := map[string]string{
-		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
-		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
-		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": s.cpGRPC,
-		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
-		"TOLLGATE_ENFORCER_GENERATION_POLL": "50ms",
-	}
-	for _, m := range enforcerEnv {
-		maps.Copy(enfVars, m)
-	}
-	enfEnv := envOf(enfVars)
-	servers := 3
-	if enfVars["TOLLGATE_GATEWAY_ADDR"] != "" {
-		servers++
-	}
-	enf := run(t, "enforcer", servers, enfLogs, func(ctx context.Context) error {
-		return enfapp.Run(ctx, []string{"serve"}, enfEnv, enfapp.IO{Stdout: io.Discard, Stderr: enfLogs})
-	})
-	s.enfGRPC, s.enfHTTP, s.enfAdmin = enf["grpc"], "http://"+enf["http"], "http://"+enf["admin"]
-	if a, ok := enf["gateway"]; ok {
-		s.gateway = "http://" + a
-	}
-
-	conn, err := grpc.NewClient(enf["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(enf.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	s.authz = authv3.NewAuthorizationClient(conn)
 	s.extproc = extprocv3.NewExternalProcessorClient(conn)
+	return s
+}
+
+// startControlPlane starts the control plane with s.cpVars.
+func (s *stack) startControlPlane(t testing.TB) {
+	t.Helper()
+	env := envOf(s.cpVars)
+	s.cp = start(t, "control plane", 3, s.cpLogs, func(ctx context.Context) error {
+		return cpapp.Run(ctx, []string{"serve"}, env, cpapp.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: s.cpLogs})
+	})
+	s.rest, s.cpGRPC = "http://"+s.cp.addrs["rest"], s.cp.addrs["grpc"]
+}
+
+// restartControlPlane stops the control plane and starts it again on the same addresses
+// (the enforcers keep theirs and reconnect).
+func (s *stack) restartControlPlane(t testing.TB) {
+	t.Helper()
+	s.cp.stop()
+	s.cpVars["TOLLGATE_HTTP_ADDR"], s.cpVars["TOLLGATE_GRPC_ADDR"] = s.cp.addrs["rest"], s.cp.addrs["grpc"]
+	s.cpVars["TOLLGATE_ADMIN_ADDR"] = s.cp.addrs["admin"]
+	s.startControlPlane(t)
+}
+
+// enforcer is one running enforcer's addresses (URLs for the HTTP ones).
+type enforcer struct {
+	grpc, http, admin, gateway string
+	stop                       func()
+}
+
+// startEnforcer starts an enforcer on the stack's control plane and Redis prefix and
+// waits until it is ready; env adds to (or overrides) its environment.
+func (s *stack) startEnforcer(t testing.TB, env ...map[string]string) *enforcer {
+	t.Helper()
+	logs := &testio.SyncBuffer{}
+	vars := map[string]string{
+		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": s.layout.Prefix,
+		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
+		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": s.cpGRPC,
+		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
+		"TOLLGATE_ENFORCER_GENERATION_POLL": "50ms",
+	}
+	for _, m := range env {
+		maps.Copy(vars, m)
+	}
+	servers := 3
+	if vars["TOLLGATE_GATEWAY_ADDR"] != "" {
+		servers++
+	}
+	envFn := envOf(vars)
+	p := start(t, "enforcer", servers, logs, func(ctx context.Context) error {
+		return enfapp.Run(ctx, []string{"serve"}, envFn, enfapp.IO{Stdout: io.Discard, Stderr: logs})
+	})
+	e := &enforcer{grpc: p.addrs["grpc"], http: "http://" + p.addrs["http"], admin: "http://" + p.addrs["admin"], stop: p.stop}
+	if a, ok := p.addrs["gateway"]; ok {
+		e.gateway = "http://" + a
+	}
 	waitFor(t, 10*time.Second, "enforcer ready", func() bool {
-		res, err := http.Get(s.enfAdmin + "/readyz")
+		res, err := http.Get(e.admin + "/readyz")
 		if err != nil {
 			return false
 		}
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK
 	})
-	return s
+	return e
 }
 
 // waitFor polls cond every 10ms until it holds, failing the test after limit.
@@ -391,10 +437,10 @@ type status struct {
 		ResetRequestStatus                                          *string
 	}
 	Windows []struct {
-		Timeframe, BucketID  string
-		WindowStart, ResetAt time.Time
-		UsedMicroUsd         int64
-		Limited              bool
+		Timeframe, BucketID            string
+		WindowStart, ResetAt           time.Time
+		UsedMicroUsd, ReservedMicroUsd int64
+		Limited                        bool
 	}
 	Coverage struct {
 		TrackingVersion                      int64

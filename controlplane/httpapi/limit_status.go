@@ -36,7 +36,10 @@ type usageBucketView struct {
 	ExtensionMicroUsd     int64                 `json:"extensionMicroUsd"`
 	AllowanceMicroUsd     int64                 `json:"allowanceMicroUsd"`
 	UsedMicroUsd          int64                 `json:"usedMicroUsd"`
-	RemainingMicroUsd     int64                 `json:"remainingMicroUsd"`
+	// ReservedMicroUsd is held by the member's requests in flight under the winning
+	// policy's in-flight guard (Tollgate's extension; 0 without it).
+	ReservedMicroUsd  int64 `json:"reservedMicroUsd"`
+	RemainingMicroUsd int64 `json:"remainingMicroUsd"`
 	WindowStart           jsonx.Time            `json:"windowStart"`
 	ResetAt               jsonx.Time            `json:"resetAt"`
 	HardLimit             bool                  `json:"hardLimit"`
@@ -61,7 +64,10 @@ type usageWindowView struct {
 	WindowStart  jsonx.Time `json:"windowStart"`
 	ResetAt      jsonx.Time `json:"resetAt"`
 	UsedMicroUsd int64      `json:"usedMicroUsd"`
-	Limited      bool       `json:"limited"`
+	// ReservedMicroUsd: the reservations of the member's requests in flight admitted in
+	// this window (0 unless a policy's in-flight guard reserves).
+	ReservedMicroUsd int64 `json:"reservedMicroUsd"`
+	Limited          bool  `json:"limited"`
 }
 
 type usageCoverageView struct {
@@ -137,7 +143,7 @@ func viewBucket(b limits.Bucket, latest *store.UsageRequest) (usageBucketView, e
 }
 
 // statusView renders a member's status at now.
-func statusView(mu store.MemberUsage, tr *limits.Tracking, now time.Time) (usageStatusView, error) {
+func statusView(mu store.MemberUsage, tr *limits.Tracking, reserved []int64, now time.Time) (usageStatusView, error) {
 	v := usageStatusView{OrganizationID: mu.OrgID, MemberID: mu.MemberID, EvaluatedAt: jsonx.Time(now),
 		Buckets: []usageBucketView{}, Windows: make([]usageWindowView, 3)}
 	var limited []limits.Bucket
@@ -145,7 +151,7 @@ func statusView(mu store.MemberUsage, tr *limits.Tracking, now time.Time) (usage
 		b := mu.Bucket(i)
 		w := mu.Windows[i]
 		v.Windows[i] = usageWindowView{Timeframe: string(w.Timeframe), BucketID: b.ID, WindowStart: jsonx.Time(w.Start),
-			ResetAt: jsonx.Time(w.End), UsedMicroUsd: b.Counter.Used, Limited: b.Winner != nil}
+			ResetAt: jsonx.Time(w.End), UsedMicroUsd: b.Counter.Used, ReservedMicroUsd: reserved[i], Limited: b.Winner != nil}
 		if b.Winner == nil {
 			continue
 		}
@@ -158,6 +164,7 @@ func statusView(mu store.MemberUsage, tr *limits.Tracking, now time.Time) (usage
 		if err != nil {
 			return v, err
 		}
+		bv.ReservedMicroUsd = reserved[i]
 		v.Buckets = append(v.Buckets, bv)
 	}
 	state, err := limits.StateOf(limited)
@@ -186,18 +193,28 @@ func (s *Server) usageStatusMember(c *Call) error {
 	return s.usageStatus(c, id)
 }
 
-// usageStatus answers a status read: plain reads of the member-period counters and the
-// tracking row, no lock and no write.
+// usageStatus answers a status read: plain reads of the tracking row, the in-flight
+// reservations and the member-period counters, no lock and no write. The tracking row
+// (with the pending count) is read first: a settlement closes its start and charges the
+// counters in one transaction, so when this read finds nothing pending, the counters
+// read after it include every settlement so far, and settlementReady never goes with a
+// spend that misses one. (In the other order a settlement committing between the two
+// reads showed pending 0 next to the spend before it.)
 func (s *Server) usageStatus(c *Call, memberID string) error {
-	mu, err := store.LoadMemberUsage(c.Ctx, c.DB(), c.OrgID(), memberID, c.now)
-	if err != nil {
-		return err
-	}
 	tr, err := store.UsageTracking(c.Ctx, c.DB(), memberID)
 	if err != nil {
 		return err
 	}
-	v, err := statusView(mu, tr, c.now)
+	ws := window.Current(c.now)
+	reserved, err := store.InFlightReservations(c.Ctx, c.DB(), memberID, ws[:])
+	if err != nil {
+		return err
+	}
+	mu, err := store.LoadMemberUsage(c.Ctx, c.DB(), c.OrgID(), memberID, c.now)
+	if err != nil {
+		return err
+	}
+	v, err := statusView(mu, tr, reserved, c.now)
 	if err != nil {
 		return err
 	}

@@ -427,6 +427,23 @@ func UsageTracking(ctx context.Context, q Querier, memberID string) (*limits.Tra
 	return &t, nil
 }
 
+// InFlightReservations sums, for each of windows, the reservations of the member's
+// pending starts admitted in it (the in-flight guard's reserved spend). A plain read.
+func InFlightReservations(ctx context.Context, q Querier, memberID string, windows []window.Window) ([]int64, error) {
+	starts, ends := make([]time.Time, len(windows)), make([]time.Time, len(windows))
+	for i, w := range windows {
+		starts[i], ends[i] = w.Start, w.End
+	}
+	rows, err := q.Query(ctx, `SELECT coalesce(sum(s.reserved_micro_usd), 0)::bigint
+		FROM unnest($2::timestamptz[], $3::timestamptz[]) WITH ORDINALITY AS w(ws, we, n)
+		LEFT JOIN usage_request_starts s ON s.member_id = $1 AND s.state = 'pending' AND s.admitted_at >= w.ws AND s.admitted_at < w.we
+		GROUP BY w.n ORDER BY w.n`, memberID, starts, ends)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
 // GrantUsageExtension records an approved extension on a bucket, creating the counter
 // row when it does not exist yet (spend 0). It refuses (false) when the bucket already
 // has an extension: one per bucket. Spend is never touched.

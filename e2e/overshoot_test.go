@@ -1,0 +1,206 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// slowUpstream answers every chat completion after delay, reporting a cost of exactly
+// costMicroUSD in the upstream-cost header (so the charge is known to the micro-USD),
+// and counts the requests it is serving at once, across every enforcer in front of it.
+type slowUpstream struct {
+	delay        time.Duration
+	costMicroUSD int64
+	served       atomic.Int64
+	inFlight     atomic.Int64
+	maxInFlight  atomic.Int64
+}
+
+func (u *slowUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	n := u.inFlight.Add(1)
+	defer u.inFlight.Add(-1)
+	for m := u.maxInFlight.Load(); n > m && !u.maxInFlight.CompareAndSwap(m, n); m = u.maxInFlight.Load() {
+	}
+	select {
+	case <-time.After(u.delay):
+	case <-r.Context().Done():
+		return
+	}
+	u.served.Add(1)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Upstream-Cost-Micro-Usd", strconv.FormatInt(u.costMicroUSD, 10))
+	fmt.Fprintf(w, `{"id":"chatcmpl-slow","object":"chat.completion","model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`, model)
+}
+
+// gatewayEnv turns an enforcer's gateway on in front of upstream.
+func gatewayEnv(upstream string) map[string]string {
+	return map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": upstream,
+		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization}
+}
+
+// guardPolicy replaces the test organization's policy (setUpOrg's, revision 1) with a
+// hard day limit of limitUSD and the given in-flight guard (nil: none).
+func (s *stack) guardPolicy(t testing.TB, o org, limitUSD string, inFlight map[string]any) {
+	t.Helper()
+	body := map[string]any{"name": "Guarded", "revision": 1, "hardLimit": true, "allowRequestReset": true,
+		"limits": []map[string]string{{"timeframe": "day", "costUsd": limitUSD}}}
+	if inFlight != nil {
+		body["inFlight"] = inFlight
+	}
+	var p struct {
+		Revision int64
+		InFlight struct {
+			Reserve             bool
+			ReservationMicroUsd int64
+			MaxRequests         *int32
+		}
+	}
+	s.must(t, 200, "PATCH", "/v1/gateway/usage-limit-policies/"+o.policyID, o.owner.token, o.id, body, &p)
+	if p.Revision != 2 || (inFlight != nil && p.InFlight.Reserve != inFlight["reserve"]) {
+		t.Fatalf("policy after the edit: %+v", p)
+	}
+}
+
+// completion is one call of a member's key through a gateway: its status, headers and body.
+func completion(ctx context.Context, gateway, key string) (int, http.Header, []byte, error) {
+	b, _ := json.Marshal(map[string]any{"model": model, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
+	req, err := http.NewRequestWithContext(ctx, "POST", gateway+"/v1/chat/completions", bytes.NewReader(b))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, body, err
+}
+
+// settledSpend waits until the member has nothing pending and returns the day's spend.
+func (s *stack) settledSpend(t testing.TB, o org) int64 {
+	t.Helper()
+	var st status
+	waitFor(t, 30*time.Second, "every request settled", func() bool {
+		st = s.status(t, o)
+		return st.Coverage.PendingRequests != nil && *st.Coverage.PendingRequests == 0
+	})
+	return st.Windows[0].UsedMicroUsd
+}
+
+// TestInFlightGuardBoundsOvershoot is issue 20's overshoot test: 50 concurrent requests
+// of 0.01 USD each, at a 0.05 USD hard day limit, through two enforcers' gateways, with
+// 200 ms responses. Without the guard every request is admitted (the specification's
+// overshoot: ten times the limit). With reservations of 0.01 USD, admitted spend stays
+// within the published bound: the limit plus one request's cost beyond its reservation
+// (here none, so at most the limit plus 0.01 USD minus one micro-USD; in fact exactly
+// the limit, since the reservations equal the costs).
+func TestInFlightGuardBoundsOvershoot(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 2*time.Minute)
+	const (
+		requests = 50
+		cost     = 10_000 // 0.01 USD
+		limit    = 50_000 // 0.05 USD
+	)
+	for _, tc := range []struct {
+		name     string
+		inFlight map[string]any
+	}{
+		{"reservations off", nil},
+		{"reservations on", map[string]any{"reserve": true, "reservationCostUsd": "0.01"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			up := &slowUpstream{delay: 200 * time.Millisecond, costMicroUSD: cost}
+			upSrv := httptest.NewServer(up)
+			t.Cleanup(upSrv.Close)
+			s := startStack(t, gatewayEnv(upSrv.URL))
+			second := s.startEnforcer(t, gatewayEnv(upSrv.URL))
+			o := s.setUpOrg(t)
+			s.guardPolicy(t, o, "0.05", tc.inFlight)
+
+			// While the requests are in flight, the status read shows what they reserve.
+			var maxReserved atomic.Int64
+			watching, stopWatching := context.WithCancel(context.Background())
+			watched := make(chan struct{})
+			go func() {
+				defer close(watched)
+				for watching.Err() == nil {
+					var st status
+					if code, err := s.call("GET", "/v1/gateway/usage-limits/me", o.member.token, o.id, nil, &st); err == nil && code == 200 {
+						if r := st.Windows[0].ReservedMicroUsd; r > maxReserved.Load() {
+							maxReserved.Store(r)
+						}
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+
+			gateways := []string{s.gateway, second.gateway}
+			var wg sync.WaitGroup
+			var ok, refused atomic.Int64
+			var refusal atomic.Value
+			for i := range requests {
+				wg.Go(func() {
+					code, h, body, err := completion(context.Background(), gateways[i%2], o.key)
+					switch {
+					case err != nil:
+						t.Error(err)
+					case code == 200:
+						ok.Add(1)
+					case code == 429 && h.Get("X-Service-Error-Code") == "service_gateway_usage_limit_exceeded":
+						refused.Add(1)
+						refusal.Store(string(body))
+					default:
+						t.Errorf("answer %d %v %s", code, h, body)
+					}
+				})
+			}
+			wg.Wait()
+			stopWatching()
+			<-watched
+			used := s.settledSpend(t, o)
+			t.Logf("%s: %d admitted, %d refused; admitted spend %d micro-USD at a %d limit", tc.name, ok.Load(), refused.Load(), used, limit)
+			if used != ok.Load()*cost || up.served.Load() != ok.Load() {
+				t.Fatalf("%d admitted, %d served by the upstream, %d charged: every admitted request is charged its cost once",
+					ok.Load(), up.served.Load(), used)
+			}
+			if tc.inFlight == nil {
+				// Today's overshoot, which the guard exists to bound: all admitted.
+				if used <= limit+cost {
+					t.Fatalf("without the guard %d micro-USD were admitted: the test no longer shows the overshoot", used)
+				}
+				return
+			}
+			// The refusals name the reservations, and the status read showed them.
+			if body, _ := refusal.Load().(string); !strings.Contains(body, `"reason":"in_flight_reserved"`) ||
+				!strings.Contains(body, `"reservedMicroUsd":`) {
+				t.Fatalf("a refusal with reservations on: %s", body)
+			}
+			if r := maxReserved.Load(); r < cost || r > limit {
+				t.Fatalf("the status read showed at most %d micro-USD reserved, want from %d to %d", r, cost, limit)
+			}
+			if bound := int64(limit + cost - 1); used > bound {
+				t.Fatalf("with reservations %d micro-USD were admitted, beyond the bound %d", used, bound)
+			}
+			if used < limit {
+				t.Fatalf("with reservations only %d micro-USD were admitted: the guard refused within the limit", used)
+			}
+		})
+	}
+}
