@@ -204,3 +204,107 @@ func TestInFlightGuardBoundsOvershoot(t *testing.T) {
 		})
 	}
 }
+
+// TestInFlightGuardSurvivesRestarts is issue 20's second test: the guard's reservations
+// and its concurrency cap live in the control plane's durable starts, so a flushed Redis,
+// a restarted enforcer and a restarted control plane in the middle of the traffic change
+// nothing. Twelve clients keep calling through two enforcers' gateways (200 ms responses
+// of 0.01 USD each) at a 0.40 USD hard day limit, each request reserving 0.01 USD, at
+// most four in flight. Through all three faults: the upstream never serves more than four
+// at once, admitted spend stays within the bound, every admitted request has exactly one
+// receipt, and at the end nothing is pending or reserved.
+func TestInFlightGuardSurvivesRestarts(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 2*time.Minute)
+	const (
+		cost    = 10_000  // 0.01 USD
+		limit   = 400_000 // 0.40 USD
+		maxReqs = 4
+	)
+	up := &slowUpstream{delay: 200 * time.Millisecond, costMicroUSD: cost}
+	upSrv := httptest.NewServer(up)
+	t.Cleanup(upSrv.Close)
+	s := startStack(t, gatewayEnv(upSrv.URL))
+	second := s.startEnforcer(t, gatewayEnv(upSrv.URL))
+	o := s.setUpOrg(t)
+	s.guardPolicy(t, o, "0.40", map[string]any{"reserve": true, "reservationCostUsd": "0.01", "maxRequests": maxReqs})
+
+	var gateways atomic.Pointer[[2]string]
+	gateways.Store(&[2]string{s.gateway, second.gateway})
+	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	var ok, spent, concurrency, unavailable, failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 12 {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				code, h, body, err := completion(ctx, gateways.Load()[(w+i)%2], o.key)
+				switch {
+				case err != nil:
+					failed.Add(1) // a gateway going away, or the end of the run
+					time.Sleep(20 * time.Millisecond)
+				case code == 200:
+					ok.Add(1)
+				case code == 429 && h.Get("X-Service-Error-Code") == "service_gateway_concurrency_limit_exceeded":
+					concurrency.Add(1)
+					time.Sleep(20 * time.Millisecond)
+				case code == 429 && h.Get("X-Service-Error-Code") == "service_gateway_usage_limit_exceeded":
+					spent.Add(1)
+					time.Sleep(50 * time.Millisecond)
+				case code == 503:
+					unavailable.Add(1) // the control plane restarting (closed failure mode)
+					time.Sleep(20 * time.Millisecond)
+				default:
+					t.Errorf("answer %d %v %s", code, h, body)
+				}
+			}
+		})
+	}
+
+	time.Sleep(time.Second)
+	// Redis loses everything: the mirror's records and its generation.
+	iter := s.rdb.Scan(context.Background(), 0, s.layout.Prefix+"*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		s.rdb.Del(context.Background(), iter.Val())
+	}
+	time.Sleep(time.Second)
+	second.stop()
+	third := s.startEnforcer(t, gatewayEnv(upSrv.URL))
+	gateways.Store(&[2]string{s.gateway, third.gateway})
+	time.Sleep(time.Second)
+	s.restartControlPlane(t)
+	wg.Wait()
+
+	used := s.settledSpend(t, o)
+	t.Logf("%d admitted, %d refused at the cap, %d refused at the limit, %d unavailable, %d failed; "+
+		"upstream served %d, at most %d at once; admitted spend %d micro-USD at a %d limit",
+		ok.Load(), concurrency.Load(), spent.Load(), unavailable.Load(), failed.Load(), up.served.Load(), up.maxInFlight.Load(), used, limit)
+	if m := up.maxInFlight.Load(); m > maxReqs {
+		t.Fatalf("the upstream served %d requests at once; the cap is %d", m, maxReqs)
+	}
+	if concurrency.Load() == 0 {
+		t.Fatal("twelve clients never met the cap of four: the test did not exercise it")
+	}
+	if bound := int64(limit + cost - 1); used > bound {
+		t.Fatalf("%d micro-USD admitted, beyond the bound %d", used, bound)
+	}
+	if used < up.served.Load()*cost {
+		t.Fatalf("the upstream served %d requests of %d micro-USD, but only %d were charged", up.served.Load(), cost, used)
+	}
+	var starts, receipts, pending, reserved int64
+	if err := s.db.Pool.QueryRow(context.Background(), `SELECT
+			(SELECT count(*) FROM usage_request_starts WHERE member_id = $1),
+			(SELECT count(*) FROM usage_receipts WHERE member_id = $1),
+			(SELECT count(*) FROM usage_request_starts WHERE member_id = $1 AND state = 'pending'),
+			(SELECT coalesce(sum(reserved_micro_usd), 0) FROM usage_request_starts WHERE member_id = $1 AND state = 'pending')`,
+		o.member.memberID).Scan(&starts, &receipts, &pending, &reserved); err != nil {
+		t.Fatal(err)
+	}
+	if starts != receipts || pending != 0 || reserved != 0 || starts < ok.Load() {
+		t.Fatalf("%d starts, %d receipts, %d pending holding %d micro-USD, %d admitted: every admitted request has one receipt and nothing stays reserved",
+			starts, receipts, pending, reserved, ok.Load())
+	}
+	if st := s.status(t, o); st.Windows[0].ReservedMicroUsd != 0 {
+		t.Fatalf("the status read still shows %d micro-USD reserved", st.Windows[0].ReservedMicroUsd)
+	}
+}
