@@ -85,6 +85,15 @@ func TestUsagePolicyBodyValidation(t *testing.T) {
 		{"cost as number", map[string]any{"name": "x", "revision": 1, "limits": lim(map[string]any{"costUsd": 1})}, "costUsd"},
 		{"missing cost", map[string]any{"name": "x", "revision": 1, "limits": lim(map[string]any{"timeframe": "day"})}, "limits.0.costUsd: is required"},
 		{"null hardLimit", map[string]any{"name": "x", "revision": 1, "limits": lim(map[string]any{"costUsd": "1"}), "hardLimit": nil}, "hardLimit"},
+		{"reserve without a reservation", inFlightBody(map[string]any{"reserve": true}), "inFlight.reservationCostUsd: is required"},
+		{"reserve with a zero reservation", inFlightBody(map[string]any{"reserve": true, "reservationCostUsd": "0"}), "inFlight.reservationCostUsd: is required"},
+		{"reservation with an exponent", inFlightBody(map[string]any{"reserve": true, "reservationCostUsd": "1e3"}), "inFlight.reservationCostUsd: must be"},
+		{"reservation as a number", inFlightBody(map[string]any{"reserve": true, "reservationCostUsd": 1}), "reservationCostUsd"},
+		{"null reserve", inFlightBody(map[string]any{"reserve": nil}), "inFlight.reserve: must be a boolean"},
+		{"zero maxRequests", inFlightBody(map[string]any{"maxRequests": 0}), "inFlight.maxRequests: must be an integer from 1 to 100000"},
+		{"too many maxRequests", inFlightBody(map[string]any{"maxRequests": 100001}), "inFlight.maxRequests: must be an integer from 1 to 100000"},
+		{"fractional maxRequests", inFlightBody(map[string]any{"maxRequests": 1.5}), "maxRequests"},
+		{"unknown guard field", inFlightBody(map[string]any{"reserveAll": true}), "unknown field"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,6 +116,61 @@ func TestUsagePolicyBodyValidation(t *testing.T) {
 	// Create refuses revision (it is not a create field).
 	e.Do(t, "POST", policiesPath, map[string]any{"name": "x", "revision": 1, "limits": lim(map[string]any{"costUsd": "1"})}, o.As()...).
 		ExpectError(t, http.StatusBadRequest, "invalid_request")
+}
+
+// inFlightBody is a valid policy edit (revision 1) with the given in-flight guard.
+func inFlightBody(guard map[string]any) map[string]any {
+	return map[string]any{"name": "x", "revision": 1, "limits": []map[string]any{{"costUsd": "1"}}, "inFlight": guard}
+}
+
+// TestUsagePolicyInFlightGuard: the guard is stored, read back (with its defaults on
+// every policy), audited, and a full replacement without it removes it.
+func TestUsagePolicyInFlightGuard(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	type guard struct {
+		Reserve             bool   `json:"reserve"`
+		ReservationMicroUsd int64  `json:"reservationMicroUsd"`
+		MaxRequests         *int32 `json:"maxRequests"`
+	}
+	var p struct {
+		ID       string `json:"id"`
+		Revision int64  `json:"revision"`
+		InFlight guard  `json:"inFlight"`
+	}
+	e.Do(t, "POST", policiesPath, map[string]any{"name": "Guarded", "limits": []map[string]any{{"costUsd": "5"}},
+		"inFlight": map[string]any{"reserve": true, "reservationCostUsd": "0.25", "maxRequests": 8}}, o.As()...).
+		Expect(t, http.StatusOK).Decode(t, &p)
+	if !p.InFlight.Reserve || p.InFlight.ReservationMicroUsd != 250_000 || p.InFlight.MaxRequests == nil || *p.InFlight.MaxRequests != 8 {
+		t.Fatalf("created %+v", p)
+	}
+	var list struct {
+		Policies []struct {
+			ID       string `json:"id"`
+			InFlight guard  `json:"inFlight"`
+		} `json:"policies"`
+	}
+	e.Do(t, "GET", policiesPath, nil, o.As()...).Expect(t, http.StatusOK).Decode(t, &list)
+	if g := list.Policies[0].InFlight; len(list.Policies) != 1 || !g.Reserve || g.ReservationMicroUsd != 250_000 || g.MaxRequests == nil || *g.MaxRequests != 8 {
+		t.Fatalf("listed %+v", list)
+	}
+	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_policy.create'
+			AND details->'inFlight'->>'reservationMicroUsd' = '250000'`); n != 1 {
+		t.Fatalf("%d create audit events naming the guard", n)
+	}
+	// A cap alone (no reservations) is a guard too.
+	e.Do(t, "PATCH", policiesPath+"/"+p.ID, map[string]any{"name": "Guarded", "revision": 1, "limits": []map[string]any{{"costUsd": "5"}},
+		"inFlight": map[string]any{"maxRequests": 2}}, o.As()...).Expect(t, http.StatusOK).Decode(t, &p)
+	if p.Revision != 2 || p.InFlight.Reserve || p.InFlight.ReservationMicroUsd != 0 || p.InFlight.MaxRequests == nil || *p.InFlight.MaxRequests != 2 {
+		t.Fatalf("after a cap-only edit %+v", p)
+	}
+	// A full replacement without inFlight has none.
+	e.Do(t, "PATCH", policiesPath+"/"+p.ID, map[string]any{"name": "Guarded", "revision": 2, "limits": []map[string]any{{"costUsd": "5"}}},
+		o.As()...).Expect(t, http.StatusOK).Decode(t, &p)
+	if p.Revision != 3 || p.InFlight != (guard{}) {
+		t.Fatalf("after an edit without the guard %+v", p)
+	}
 }
 
 // TestUsagePatchPolicy covers the specification's update operation: full replacement,
