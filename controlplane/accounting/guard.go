@@ -1,6 +1,10 @@
 package accounting
 
-import "github.com/tollgate-dev/tollgate/pkg/window"
+import (
+	"time"
+
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
 
 // The in-flight guard (docs/usage-limits.md, "Bounded overshoot").
 //
@@ -22,6 +26,15 @@ import "github.com/tollgate-dev/tollgate/pkg/window"
 // of every other request in flight; when reservations cover real costs, at most one
 // request's cost above the allowance (minus one micro-USD).
 
+// GuardHorizon is how far back the guard looks for requests in flight: a start pending
+// longer than this is presumed abandoned by a crashed enforcer (a live enforcer settles
+// every request it admitted within its abandon period, TOLLGATE_ENFORCER_ABANDON_AFTER,
+// 15 minutes by default), so it stops holding its reservation and its place under the cap,
+// though it stays pending (and counted in coverage) until recovery closes it. Without the
+// horizon, the starts of a crashed enforcer would block a capped member until an operator
+// ran recovery.
+const GuardHorizon = 20 * time.Minute
+
 // GuardWindow is what the guard reads of one window of a member at a start.
 type GuardWindow struct {
 	// Used and Extension are the bucket's settled spend and granted extension (zero
@@ -29,7 +42,7 @@ type GuardWindow struct {
 	Used      int64
 	Extension int64
 	// Reserved is the sum of the reservations of the member's pending starts admitted in
-	// the window, this start excluded.
+	// the window and within GuardHorizon, this start excluded.
 	Reserved int64
 }
 
@@ -37,7 +50,8 @@ type GuardWindow struct {
 type GuardState struct {
 	// Windows by bucket id.
 	Windows map[string]GuardWindow
-	// InFlight counts the member's pending starts, this one excluded.
+	// InFlight counts the member's pending starts admitted within GuardHorizon, this one
+	// excluded.
 	InFlight int64
 }
 

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/controlplane/accounting"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
 	"github.com/tollgate-dev/tollgate/controlplane/limits"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
@@ -206,7 +207,7 @@ func (s *Server) usageStatus(c *Call, memberID string) error {
 		return err
 	}
 	ws := window.Current(c.now)
-	reserved, err := store.InFlightReservations(c.Ctx, c.DB(), memberID, ws[:])
+	reserved, err := store.InFlightReservations(c.Ctx, c.DB(), memberID, ws[:], c.now.Add(-accounting.GuardHorizon))
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,7 @@ func (l *Ledger) guardStarts(ctx context.Context, tx *store.PipelinedTx, first m
 			}
 		}
 	}
-	got, err := store.ReadGuard(ctx, tx, refs, fresh)
+	got, err := store.ReadGuard(ctx, tx, refs, fresh, l.clock.Now().Add(-accounting.GuardHorizon))
 	if err != nil {
 		return nil, err
 	}

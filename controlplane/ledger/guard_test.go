@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/controlplane/accounting"
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
@@ -129,6 +130,19 @@ func TestGuardCapsRequestsInFlight(t *testing.T) {
 	settle1(t, e, &internalv1.SettleItem{RequestId: recorded[0], UpstreamCostMicroUsd: at.Cost(1), Complete: true, Model: "m"})
 	if r := start1(t, e, capped()); r.GetOutcome() != internalv1.StartOutcome_START_OUTCOME_RECORDED {
 		t.Fatalf("after a settlement: %v", r)
+	}
+	if r := start1(t, e, capped()); r.GetOutcome() != internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED {
+		t.Fatalf("at the cap again: %v", r)
+	}
+	// Starts nobody settled for longer than the guard's horizon (a crashed enforcer's)
+	// stop holding places under the cap, though they stay pending.
+	e.Clock.Advance(accounting.GuardHorizon + time.Second)
+	now = e.Clock.Now()
+	if r := start1(t, e, capped()); r.GetOutcome() != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("past the horizon: %v", r)
+	}
+	if _, pending, _, _, _ := e.Tracking(t, m); pending != 4 {
+		t.Fatalf("%d pending, want the 3 abandoned and the new one", pending)
 	}
 	at.Check(t, e.Store)
 }

@@ -888,12 +888,13 @@ type GuardRead struct {
 }
 
 // ReadGuard reads, in one round trip, what the in-flight guard decides on for windows of
-// guarded members, leaving out the starts this transaction inserted (fresh). The caller
+// guarded members, counting pending starts admitted at or after since and leaving out the
+// starts this transaction inserted (fresh). The caller
 // holds the members' tracking rows FOR UPDATE (ReadStartBatch locks guarded members so),
 // and under READ COMMITTED each of these statements sees every start and settlement of
 // those members committed before the lock was granted. Pending starts are found through
 // usage_request_starts_pending_member.
-func ReadGuard(ctx context.Context, tx BatchSender, windows []GuardWindowRef, fresh []string) (GuardRead, error) {
+func ReadGuard(ctx context.Context, tx BatchSender, windows []GuardWindowRef, fresh []string, since time.Time) (GuardRead, error) {
 	if fresh == nil {
 		fresh = []string{} // <> ALL(NULL) would match nothing
 	}
@@ -918,8 +919,8 @@ func ReadGuard(ctx context.Context, tx BatchSender, windows []GuardWindowRef, fr
 	b.Queue(`SELECT w.bucket, coalesce(sum(s.reserved_micro_usd), 0)::bigint
 		FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS w(member, bucket, ws, we)
 		JOIN usage_request_starts s ON s.member_id = w.member AND s.state = 'pending'
-			AND s.admitted_at >= w.ws AND s.admitted_at < w.we AND s.request_id <> ALL($5)
-		GROUP BY w.bucket`, members, buckets, starts, ends, fresh).
+			AND s.admitted_at >= w.ws AND s.admitted_at < w.we AND s.request_id <> ALL($5) AND s.admitted_at >= $6
+		GROUP BY w.bucket`, members, buckets, starts, ends, fresh, since).
 		Query(func(r pgx.Rows) error {
 			var id string
 			var sum int64
@@ -927,8 +928,8 @@ func ReadGuard(ctx context.Context, tx BatchSender, windows []GuardWindowRef, fr
 			return err
 		})
 	b.Queue(`SELECT member_id, count(*) FROM usage_request_starts
-		WHERE member_id = ANY($1) AND state = 'pending' AND request_id <> ALL($2)
-		GROUP BY member_id`, sortedUnique(members), fresh).
+		WHERE member_id = ANY($1) AND state = 'pending' AND request_id <> ALL($2) AND admitted_at >= $3
+		GROUP BY member_id`, sortedUnique(members), fresh, since).
 		Query(func(r pgx.Rows) error {
 			var id string
 			var n int64

@@ -428,8 +428,9 @@ func UsageTracking(ctx context.Context, q Querier, memberID string) (*limits.Tra
 }
 
 // InFlightReservations sums, for each of windows, the reservations of the member's
-// pending starts admitted in it (the in-flight guard's reserved spend). A plain read.
-func InFlightReservations(ctx context.Context, q Querier, memberID string, windows []window.Window) ([]int64, error) {
+// pending starts admitted in it at or after since (the in-flight guard's reserved spend,
+// accounting.GuardHorizon). A plain read.
+func InFlightReservations(ctx context.Context, q Querier, memberID string, windows []window.Window, since time.Time) ([]int64, error) {
 	starts, ends := make([]time.Time, len(windows)), make([]time.Time, len(windows))
 	for i, w := range windows {
 		starts[i], ends[i] = w.Start, w.End
@@ -437,7 +438,8 @@ func InFlightReservations(ctx context.Context, q Querier, memberID string, windo
 	rows, err := q.Query(ctx, `SELECT coalesce(sum(s.reserved_micro_usd), 0)::bigint
 		FROM unnest($2::timestamptz[], $3::timestamptz[]) WITH ORDINALITY AS w(ws, we, n)
 		LEFT JOIN usage_request_starts s ON s.member_id = $1 AND s.state = 'pending' AND s.admitted_at >= w.ws AND s.admitted_at < w.we
-		GROUP BY w.n ORDER BY w.n`, memberID, starts, ends)
+			AND s.admitted_at >= $4
+		GROUP BY w.n ORDER BY w.n`, memberID, starts, ends, since)
 	if err != nil {
 		return nil, err
 	}
