@@ -49,10 +49,7 @@ func BenchmarkFullStack(b *testing.B) {
 	o := s.setUpOrg(b)
 	s.must(b, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/archive", o.owner.token, o.id,
 		map[string]any{"revision": 1}, nil)
-	client, conns, err := loadgen.Dial(s.enfGRPC, 4)
-	if err != nil {
-		b.Fatal(err)
-	}
+	client, report, members, reqs := benchLoad(b, s, o, false)
 	// The /h2 cases send the checks and their ext_proc streams with the generator's own
 	// HTTP/2 client, which costs the generator about half the CPU per call (see
 	// docs/enforcer.md); the machine's two cores are shared, so that leaves more to the
@@ -62,27 +59,7 @@ func BenchmarkFullStack(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(h2client.Close)
-	var procs []extprocv3.ExternalProcessorClient
-	for _, cc := range conns {
-		b.Cleanup(func() { cc.Close() })
-		procs = append(procs, extprocv3.NewExternalProcessorClient(cc))
-	}
-	// Responses are played as Envoy plays them in observability mode, which
-	// deploy/envoy/envoy.yaml sets: the enforcer answers none of the stream's messages.
-	var reported atomic.Int64
-	report := func(ctx context.Context, id string) error {
-		return loadgen.ReportJSONResponse(ctx, procs[reported.Add(1)%int64(len(procs))], id, 1200, 300, true)
-	}
 	reportH2 := func(ctx context.Context, id string) error { return h2client.ReportJSONResponse(ctx, id, 1200, 300) }
-	// One member alone (a service's single key: every start and settlement updates the
-	// same rows), and the load spread over 32 members.
-	members := []party{o.member}
-	reqs := []*authv3.CheckRequest{checkRequest(map[string]string{"x-api-key": o.key})}
-	for i := range 31 {
-		p := s.invite(b, o, fmt.Sprintf("member%d", i))
-		members = append(members, p)
-		reqs = append(reqs, checkRequest(map[string]string{"x-api-key": s.apiKey(b, o, p)}))
-	}
 	// A running installation has statistics: Postgres's autovacuum analyzes a table
 	// within a minute of it filling. This database is new, so the plans of the first
 	// statements are made on empty tables (sequential scans) and kept by every pooled
@@ -151,6 +128,41 @@ func BenchmarkFullStack(b *testing.B) {
 			settled(b, members[:bc.members])
 		})
 	}
+}
+
+// benchLoad is the load of the full-stack benchmarks: a check client of four
+// connections to the stack's enforcer, a report that plays each admitted request's
+// response through ext_proc as Envoy does in observability mode (deploy/envoy/envoy.yaml:
+// the enforcer answers none of the stream's messages), and 32 members with their check
+// requests: one member alone (a service's single key: every start and settlement updates
+// the same rows) and the load spread over all 32. assign puts the 31 new members under
+// the organization's policy (the first one is already).
+func benchLoad(b *testing.B, s *stack, o org, assign bool) (authv3.AuthorizationClient, func(context.Context, string) error, []party, []*authv3.CheckRequest) {
+	client, conns, err := loadgen.Dial(s.enfGRPC, 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var procs []extprocv3.ExternalProcessorClient
+	for _, cc := range conns {
+		b.Cleanup(func() { cc.Close() })
+		procs = append(procs, extprocv3.NewExternalProcessorClient(cc))
+	}
+	var reported atomic.Int64
+	report := func(ctx context.Context, id string) error {
+		return loadgen.ReportJSONResponse(ctx, procs[reported.Add(1)%int64(len(procs))], id, 1200, 300, true)
+	}
+	members := []party{o.member}
+	reqs := []*authv3.CheckRequest{checkRequest(map[string]string{"x-api-key": o.key})}
+	for i := range 31 {
+		p := s.invite(b, o, fmt.Sprintf("member%d", i))
+		if assign {
+			s.must(b, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/assignments", o.owner.token, o.id,
+				map[string]string{"memberId": p.memberID}, nil)
+		}
+		members = append(members, p)
+		reqs = append(reqs, checkRequest(map[string]string{"x-api-key": s.apiKey(b, o, p)}))
+	}
+	return client, report, members, reqs
 }
 
 // processCPU is the user plus system CPU time this process has used.

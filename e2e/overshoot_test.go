@@ -20,6 +20,7 @@ import (
 // costMicroUSD in the upstream-cost header (so the charge is known to the micro-USD),
 // and counts the requests it is serving at once, across every enforcer in front of it.
 type slowUpstream struct {
+	url          string
 	delay        time.Duration
 	costMicroUSD int64
 	served       atomic.Int64
@@ -71,6 +72,22 @@ func (s *stack) guardPolicy(t testing.TB, o org, limitUSD string, inFlight map[s
 	if p.Revision != 2 || (inFlight != nil && p.InFlight.Reserve != inFlight["reserve"]) {
 		t.Fatalf("policy after the edit: %+v", p)
 	}
+}
+
+// guardedStack starts a stack and a second enforcer, both with their gateways in front of
+// a slow upstream answering costMicroUSD a request, and sets up the test organization
+// with a hard day limit of limitUSD and the in-flight guard inFlight (nil: none).
+func guardedStack(t *testing.T, costMicroUSD int64, limitUSD string, inFlight map[string]any) (*stack, *enforcer, org, *slowUpstream) {
+	t.Helper()
+	up := &slowUpstream{delay: 200 * time.Millisecond, costMicroUSD: costMicroUSD}
+	upSrv := httptest.NewServer(up)
+	t.Cleanup(upSrv.Close)
+	up.url = upSrv.URL
+	s := startStack(t, gatewayEnv(up.url))
+	second := s.startEnforcer(t, gatewayEnv(up.url))
+	o := s.setUpOrg(t)
+	s.guardPolicy(t, o, limitUSD, inFlight)
+	return s, second, o, up
 }
 
 // completion is one call of a member's key through a gateway: its status, headers and body.
@@ -126,13 +143,7 @@ func TestInFlightGuardBoundsOvershoot(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			up := &slowUpstream{delay: 200 * time.Millisecond, costMicroUSD: cost}
-			upSrv := httptest.NewServer(up)
-			t.Cleanup(upSrv.Close)
-			s := startStack(t, gatewayEnv(upSrv.URL))
-			second := s.startEnforcer(t, gatewayEnv(upSrv.URL))
-			o := s.setUpOrg(t)
-			s.guardPolicy(t, o, "0.05", tc.inFlight)
+			s, second, o, up := guardedStack(t, cost, "0.05", tc.inFlight)
 
 			// While the requests are in flight, the status read shows what they reserve.
 			var maxReserved atomic.Int64
@@ -221,13 +232,7 @@ func TestInFlightGuardSurvivesRestarts(t *testing.T) {
 		limit   = 400_000 // 0.40 USD
 		maxReqs = 4
 	)
-	up := &slowUpstream{delay: 200 * time.Millisecond, costMicroUSD: cost}
-	upSrv := httptest.NewServer(up)
-	t.Cleanup(upSrv.Close)
-	s := startStack(t, gatewayEnv(upSrv.URL))
-	second := s.startEnforcer(t, gatewayEnv(upSrv.URL))
-	o := s.setUpOrg(t)
-	s.guardPolicy(t, o, "0.40", map[string]any{"reserve": true, "reservationCostUsd": "0.01", "maxRequests": maxReqs})
+	s, second, o, up := guardedStack(t, cost, "0.40", map[string]any{"reserve": true, "reservationCostUsd": "0.01", "maxRequests": maxReqs})
 
 	var gateways atomic.Pointer[[2]string]
 	gateways.Store(&[2]string{s.gateway, second.gateway})
@@ -269,7 +274,7 @@ func TestInFlightGuardSurvivesRestarts(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	second.stop()
-	third := s.startEnforcer(t, gatewayEnv(upSrv.URL))
+	third := s.startEnforcer(t, gatewayEnv(up.url))
 	gateways.Store(&[2]string{s.gateway, third.gateway})
 	time.Sleep(time.Second)
 	s.restartControlPlane(t)
