@@ -39,13 +39,13 @@ type usageBucketView struct {
 	UsedMicroUsd          int64                 `json:"usedMicroUsd"`
 	// ReservedMicroUsd is held by the member's requests in flight under the winning
 	// policy's in-flight guard (Tollgate's extension; 0 without it).
-	ReservedMicroUsd  int64 `json:"reservedMicroUsd"`
-	RemainingMicroUsd int64 `json:"remainingMicroUsd"`
-	WindowStart           jsonx.Time            `json:"windowStart"`
-	ResetAt               jsonx.Time            `json:"resetAt"`
-	HardLimit             bool                  `json:"hardLimit"`
-	AllowRequestReset     bool                  `json:"allowRequestReset"`
-	CanRequestReset       bool                  `json:"canRequestReset"`
+	ReservedMicroUsd  int64      `json:"reservedMicroUsd"`
+	RemainingMicroUsd int64      `json:"remainingMicroUsd"`
+	WindowStart       jsonx.Time `json:"windowStart"`
+	ResetAt           jsonx.Time `json:"resetAt"`
+	HardLimit         bool       `json:"hardLimit"`
+	AllowRequestReset bool       `json:"allowRequestReset"`
+	CanRequestReset   bool       `json:"canRequestReset"`
 	// ResetRequestStatus is the status of the bucket's newest extension request; null
 	// when there is none.
 	ResetRequestStatus *string `json:"resetRequestStatus"`

@@ -16,14 +16,13 @@ import (
 const GuardRetryAfter = "1"
 
 type reservedDetails struct {
-	Reason             string `json:"reason"`
-	Timeframe          string `json:"timeframe"`
-	UsedMicroUSD       int64  `json:"usedMicroUsd"`
-	ReservedMicroUSD   int64  `json:"reservedMicroUsd"`
-	AllowanceMicroUSD  int64  `json:"allowanceMicroUsd"`
-	InFlightRequests   int64  `json:"inFlightRequests"`
-	ResetAt            string `json:"resetAt,omitempty"`
-	
+	Reason            string `json:"reason"`
+	Timeframe         string `json:"timeframe"`
+	UsedMicroUSD      int64  `json:"usedMicroUsd"`
+	ReservedMicroUSD  int64  `json:"reservedMicroUsd"`
+	AllowanceMicroUSD int64  `json:"allowanceMicroUsd"`
+	InFlightRequests  int64  `json:"inFlightRequests"`
+	ResetAt           string `json:"resetAt,omitempty"`
 }
 
 type concurrencyDetails struct {
