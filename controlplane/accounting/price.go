@@ -21,6 +21,9 @@ const (
 	SourceFallback = "fallback"
 	// SourceUnknown: nothing to price (no cost, no tokens): cost 0.
 	SourceUnknown = "unknown"
+	// SourceReconciled: an operator's reviewed reconciliation proved the charge of a
+	// quarantined settlement (package reconcile). Such a receipt is final and priced.
+	SourceReconciled = "reconciled"
 )
 
 // Cost bases: how a receipt's cost was known.
@@ -29,6 +32,9 @@ const (
 	BasisReportedUsage = "reported_usage"
 	BasisEstimate      = "estimate"
 	BasisNone          = "none"
+	// BasisReviewed: the cost is the charge an operator proved in a reviewed
+	// reconciliation.
+	BasisReviewed = "reviewed"
 )
 
 // Price sources: which price the tokens were priced at ("" when none was used).
