@@ -1,0 +1,250 @@
+package reconcile_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/reconcile"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// auditor records audit events like the REST API's, unattributed.
+type auditor struct{ ctx context.Context }
+
+func (a auditor) Audit(tx pgx.Tx, action, target string, details any) error {
+	return store.RecordAudit(a.ctx, tx, store.AuditEvent{ID: typeid.New(typeid.AuditEvent), OccurredAt: time.Now(), Action: action,
+		TargetID: target, Details: details})
+}
+
+type fixture struct {
+	e      *accountingtest.Env
+	org    string
+	member string
+	other  string
+}
+
+func setup(t *testing.T) fixture {
+	t.Helper()
+	e := accountingtest.New(t, accountingtest.Options{})
+	org, ms := e.Org(t, 2)
+	return fixture{e: e, org: org, member: ms[0], other: ms[1]}
+}
+
+// quarantine settles a request that has no start and no snapshot: NO_SNAPSHOT, kept
+// for review, charged nothing.
+func (f fixture) quarantine(t *testing.T, id string, cost int64) {
+	t.Helper()
+	res, err := f.e.Ledger.Settle(f.e.Ctx, []*internalv1.SettleItem{{RequestId: id, OrganizationId: f.org, MemberId: f.member,
+		UpstreamCostMicroUsd: accountingtest.Cost(cost), Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].GetOutcome() != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+		t.Fatalf("settlement without start or snapshot: %v, want NO_SNAPSHOT", res[0])
+	}
+}
+
+func (f fixture) reconcile(t *testing.T, apply bool, items ...reconcile.Item) reconcile.Answer {
+	t.Helper()
+	var ans reconcile.Answer
+	err := f.e.Store.InTx(f.e.Ctx, func(tx pgx.Tx) error {
+		var err error
+		ans, err = reconcile.Reconcile(f.e.Ctx, tx, auditor{f.e.Ctx}, reconcile.Request{OrganizationID: f.org, Items: items,
+			ReviewReference: "TICKET-1", Apply: apply}, f.e.Clock.Now())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ans
+}
+
+func (f fixture) count(t *testing.T, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := f.e.Store.Pool.QueryRow(f.e.Ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The charge lands once on the windows of the proven admission instant: a request
+// admitted at 04:59:59 whose settlement arrived after the 05:00 reset charges the old
+// day. A preview writes nothing; the second try is refused; a late settlement of the
+// same request charges nothing more; the quarantine record stays, marked.
+func TestReconcileChargesOnceOnTheAdmissionWindows(t *testing.T) {
+	f := setup(t)
+	admitted := time.Date(2026, 9, 15, 4, 59, 59, 0, time.UTC)
+	f.e.Clock.Set(time.Date(2026, 9, 15, 5, 10, 0, 0, time.UTC))
+	id := accountingtest.ReqID()
+	f.quarantine(t, id, 700)
+	after := f.e.Clock.Now()
+	item := reconcile.Item{RequestID: id, MemberID: f.member, AdmittedAt: admitted, Cost: 700}
+
+	preview := f.reconcile(t, false, item)
+	if preview.Applied || preview.Results[0].Outcome != reconcile.WouldReconcile {
+		t.Fatalf("preview: %+v", preview)
+	}
+	if got := f.e.Used(t, f.org, f.member, window.Day, admitted); got != 0 {
+		t.Fatalf("a preview charged %d", got)
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_request_starts WHERE request_id = $1`, id); n != 0 {
+		t.Fatalf("a preview left %d start(s)", n)
+	}
+
+	ans := f.reconcile(t, true, item)
+	if !ans.Applied || ans.Results[0].Outcome != reconcile.Reconciled || len(ans.Members) != 1 {
+		t.Fatalf("apply: %+v", ans)
+	}
+	for _, tf := range []window.Timeframe{window.Day, window.Week, window.Month} {
+		if got := f.e.Used(t, f.org, f.member, tf, admitted); got != 700 {
+			t.Errorf("%s of the admission: used %d, want 700", tf, got)
+		}
+	}
+	if got := f.e.Used(t, f.org, f.member, window.Day, after); got != 0 {
+		t.Errorf("the day of the settlement was charged %d; the admission's day must be", got)
+	}
+	accountingtest.Check(t, f.e.Store)
+
+	again := f.reconcile(t, true, item)
+	if again.Applied || again.Results[0].Outcome != reconcile.AlreadyReconciled {
+		t.Fatalf("second try: %+v, want already_reconciled", again)
+	}
+	res, err := f.e.Ledger.Settle(f.e.Ctx, []*internalv1.SettleItem{{RequestId: id, UpstreamCostMicroUsd: accountingtest.Cost(900), Complete: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := res[0].GetOutcome(); o != internalv1.SettleOutcome_SETTLE_OUTCOME_COST_CONFLICT {
+		t.Fatalf("late settlement of a reconciled request: %v, want COST_CONFLICT", res[0])
+	}
+	if got := f.e.Used(t, f.org, f.member, window.Month, admitted); got != 700 {
+		t.Fatalf("after a second try and a late settlement the month holds %d, want 700", got)
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id = $1 AND reconciled_at IS NOT NULL
+		AND review_reference = 'TICKET-1' AND proven_cost_micro_usd = 700 AND proven_member_id = $2`, id, f.member); n != 1 {
+		t.Fatalf("quarantine record after reconciliation: %d marked rows, want 1", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM audit_events WHERE action = 'usage.reconciliation.reconcile' AND target_id = $1`, f.org); n != 1 {
+		t.Fatalf("%d audit events, want 1 (previews and refusals are not audited)", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_receipts WHERE request_id = $1 AND outcome = 'reconciled' AND cost_source = 'reconciled'
+		AND cost_basis = 'reviewed' AND complete`, id); n != 1 {
+		t.Fatalf("receipt of the reconciliation: %d rows of the reconciled kind", n)
+	}
+	accountingtest.Check(t, f.e.Store)
+}
+
+// Two operators reconciling the same request at once: exactly one charge.
+func TestConcurrentReconciliationsChargeOnce(t *testing.T) {
+	f := setup(t)
+	id := accountingtest.ReqID()
+	f.quarantine(t, id, 50)
+	item := reconcile.Item{RequestID: id, MemberID: f.member, AdmittedAt: f.e.Clock.Now().Add(-time.Minute), Cost: 50}
+	var wg sync.WaitGroup
+	outcomes := make([]string, 4)
+	for i := range outcomes {
+		wg.Go(func() { outcomes[i] = f.reconcile(t, true, item).Results[0].Outcome })
+	}
+	wg.Wait()
+	n := 0
+	for _, o := range outcomes {
+		if o == reconcile.Reconciled {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("outcomes %v: %d reconciled, want exactly 1", outcomes, n)
+	}
+	if got := f.e.Used(t, f.org, f.member, window.Day, item.AdmittedAt); got != 50 {
+		t.Fatalf("day used %d, want 50", got)
+	}
+	accountingtest.Check(t, f.e.Store)
+}
+
+// Every refusal writes nothing, and one refused request refuses the whole call.
+func TestReconcileRefusals(t *testing.T) {
+	f := setup(t)
+	now := f.e.Clock.Now()
+	ok := accountingtest.ReqID()
+	f.quarantine(t, ok, 10)
+	good := reconcile.Item{RequestID: ok, MemberID: f.member, AdmittedAt: now.Add(-time.Hour), Cost: 10}
+
+	// A counter with spend no receipt explains (a legacy counter): the request may be in it.
+	overlapID := accountingtest.ReqID()
+	f.quarantine(t, overlapID, 10)
+	legacyAt := now.Add(-48 * time.Hour)
+	w := window.Of(window.Week, legacyAt)
+	if _, err := f.e.Store.Pool.Exec(f.e.Ctx, `INSERT INTO usage_buckets (id, organization_id, member_id, timeframe, window_start, window_end,
+			used_micro_usd, legacy, created_at, updated_at) VALUES ($1, $2, $3, 'week', $4, $5, 5000, true, $6, $6)`,
+		window.BucketID(f.org, f.member, window.Week, w.Start), f.org, f.member, w.Start, w.End, now); err != nil {
+		t.Fatal(err)
+	}
+	// A pending start of the request: it will be settled, it must not be charged twice.
+	pendingID := accountingtest.ReqID()
+	if _, err := f.e.Ledger.Start(f.e.Ctx, []*internalv1.StartItem{accountingtest.StartItem(pendingID, f.org, f.member, now.Add(-time.Minute), 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.e.Store.Pool.Exec(f.e.Ctx, `INSERT INTO usage_quarantined_settlements (request_id, reason, organization_id, member_id, payload,
+		first_seen_at, last_seen_at) VALUES ($1, 'no_snapshot', $2, $3, '{}', $4, $4)`, pendingID, f.org, f.member, now); err != nil {
+		t.Fatal(err)
+	}
+	// A record whose snapshot names its admission instant.
+	snapID := accountingtest.ReqID()
+	snapAt := now.Add(-10 * time.Minute).Truncate(time.Millisecond)
+	if _, err := f.e.Store.Pool.Exec(f.e.Ctx, `INSERT INTO usage_quarantined_settlements (request_id, reason, organization_id, member_id, payload,
+		first_seen_at, last_seen_at) VALUES ($1, 'epoch_changed', $2, $3, jsonb_build_object('snapshot', jsonb_build_object('admittedAtUnixMs', $5::bigint::text)), $4, $4)`,
+		snapID, f.org, f.member, now, snapAt.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		item reconcile.Item
+		want string
+	}{
+		{"not quarantined", reconcile.Item{RequestID: "nobody-quarantined-this", MemberID: f.member, AdmittedAt: now.Add(-time.Hour), Cost: 1}, reconcile.NotQuarantined},
+		{"another member than the record's", reconcile.Item{RequestID: ok, MemberID: f.other, AdmittedAt: now.Add(-time.Hour), Cost: 1}, reconcile.MemberMismatch},
+		{"a member of no organization of ours", reconcile.Item{RequestID: ok, MemberID: "om_nobody", AdmittedAt: now.Add(-time.Hour), Cost: 1}, reconcile.UnknownMember},
+		{"admitted after the settlement was seen", reconcile.Item{RequestID: ok, MemberID: f.member, AdmittedAt: now.Add(time.Second), Cost: 1}, reconcile.AdmissionOutOfBounds},
+		{"admitted too long before", reconcile.Item{RequestID: ok, MemberID: f.member, AdmittedAt: now.Add(-reconcile.MaxAdmissionLead - time.Second), Cost: 1}, reconcile.AdmissionOutOfBounds},
+		{"contradicts the record's snapshot", reconcile.Item{RequestID: snapID, MemberID: f.member, AdmittedAt: snapAt.Add(time.Second), Cost: 1}, reconcile.AdmissionMismatch},
+		{"the request has a pending start", reconcile.Item{RequestID: pendingID, MemberID: f.member, AdmittedAt: now.Add(-time.Minute), Cost: 1}, reconcile.AlreadyRecorded},
+		{"a legacy counter overlaps", reconcile.Item{RequestID: overlapID, MemberID: f.member, AdmittedAt: legacyAt, Cost: 1}, reconcile.CounterOverlap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ans := f.reconcile(t, true, tc.item, good)
+			if ans.Applied || ans.Results[0].Outcome != tc.want || ans.Results[0].Message == "" {
+				t.Fatalf("got %+v, want %s and nothing applied", ans, tc.want)
+			}
+			if ans.Results[1].Outcome != reconcile.WouldReconcile {
+				t.Fatalf("the good request beside it: %s", ans.Results[1].Outcome)
+			}
+			if got := f.e.Used(t, f.org, f.member, window.Day, good.AdmittedAt); got != 0 {
+				t.Fatalf("a refused call charged %d", got)
+			}
+			if n := f.count(t, `SELECT count(*) FROM usage_quarantined_settlements WHERE reconciled_at IS NOT NULL`); n != 0 {
+				t.Fatalf("a refused call marked %d record(s)", n)
+			}
+		})
+	}
+	// The right proof of the snapshot record is accepted.
+	if ans := f.reconcile(t, true, reconcile.Item{RequestID: snapID, MemberID: f.member, AdmittedAt: snapAt, Cost: 3}); !ans.Applied {
+		t.Fatalf("the snapshot's own admission instant: %+v", ans)
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_request_starts WHERE request_id = $1 AND state = 'pending'`, pendingID); n != 1 {
+		t.Fatal("the pending start was touched")
+	}
+	// The legacy counter breaks the invariant on purpose (no receipt explains it).
+	if _, err := f.e.Store.Pool.Exec(f.e.Ctx, `DELETE FROM usage_buckets WHERE legacy`); err != nil {
+		t.Fatal(err)
+	}
+	accountingtest.Check(t, f.e.Store)
+}
