@@ -117,6 +117,9 @@ func (s *Server) routeTable() []route {
 		{method: "POST", pattern: "/v1/gateway/usage-capture/resume", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.resumeCapture},
 		{method: "GET", pattern: "/v1/gateway/usage-recovery/pending", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listPendingStarts},
 		{method: "POST", pattern: "/v1/gateway/usage-recovery/recover", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.recoverStarts},
+		// Reviewed reconciliation of quarantined settlements (accounting_reconciliation.go)
+		{method: "GET", pattern: "/v1/gateway/usage-reconciliation/quarantined", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.listQuarantined},
+		{method: "POST", pattern: "/v1/gateway/usage-reconciliation/reconcile", access: authenticated, org: true, roles: managers, noStore: true, unavailable: usageUnavailable, messages: true, handle: s.reconcileQuarantined},
 
 		// Platform administration (admin.go)
 		// (no-store: the answers carry every tenant's data, so nothing may cache them)
