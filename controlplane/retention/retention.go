@@ -1,0 +1,377 @@
+// Package retention owns the retention job: it removes request-level data older than a
+// configured age, keeping what the counters, coverage and audit rest on (rule 15), in
+// bounded batches with progress, previewing unless applied.
+//
+// What goes, per kind:
+//   - starts closed (settled or recovered) before the cutoff lose their raw admission
+//     snapshot. Their row stays: request id, organization, member, admission instant,
+//     tracking version and state are the request's identity and validated attribution,
+//     and they keep every late or repeated settlement of the request idempotent (without
+//     the row, a settlement bringing its snapshot would create the event again and charge
+//     it twice). Settlement derives the charged windows from the admission instant, so
+//     nothing reads a closed start's snapshot.
+//   - receipts last changed before the cutoff lose their raw detail (model name, token
+//     counts, upstream status, finish instant); cost, sources, completeness, outcome,
+//     promotion, review reference and the per-bucket charges stay (the counters are their
+//     sum, and a later settlement is judged against them).
+//   - quarantine records reconciled before the cutoff are deleted; open ones stay until
+//     an operator reviews them (rule 18: preserved and excluded from charging).
+//
+// The guard: a start still pending is never touched, whatever its age; it is reported
+// kept ("pending") until it has been durably closed by a settlement or by abandonment
+// recovery (the only pending marker since migration 0007 is the pending start itself,
+// and the table's CHECK refuses a pending start without its snapshot). Counters,
+// tracking rows and audit events are never touched. The age may not be shorter than the
+// longest window (a month of 31 days) plus the abandonment period, so nothing of a window
+// that can still be charged or recovered goes.
+//
+// It must not talk HTTP or parse flags; the controlplane and tollgate commands and the
+// serve schedule call Run.
+package retention
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+)
+
+// Bounds and defaults.
+const (
+	// DefaultAge keeps 90 days of request-level data.
+	DefaultAge = 90 * 24 * time.Hour
+	// AbandonPeriod is how long a start may stay pending before abandonment recovery
+	// treats it as abandoned (the recovery list's default cutoff, one hour).
+	AbandonPeriod = time.Hour
+	// MinAge is the longest window (a month: at most 31 days) plus the abandonment period.
+	MinAge = 31*24*time.Hour + AbandonPeriod
+	// DefaultBatch rows are examined per transaction.
+	DefaultBatch = 1000
+	// MaxBatch bounds a batch, and so how long one transaction holds its locks.
+	MaxBatch = 10000
+)
+
+// Kept reasons.
+const (
+	KeptPending        = "pending"         // a start not durably closed yet: never discarded
+	KeptRecent         = "recent"          // younger than the cutoff
+	KeptAlreadyPruned  = "already_pruned"  // an earlier run removed its raw detail
+	KeptAwaitingReview = "awaiting_review" // a quarantine record not reconciled yet
+)
+
+// Options of one run.
+type Options struct {
+	// Age: data older than now - Age goes (at least MinAge).
+	Age time.Duration
+	// Batch is the number of rows examined per transaction (1 to MaxBatch).
+	Batch int
+	// Apply writes; otherwise the run only counts what it would remove.
+	Apply bool
+}
+
+// Validate lists the problems of o.
+func (o Options) Validate() []string {
+	var p []string
+	if o.Age < MinAge {
+		p = append(p, fmt.Sprintf("TOLLGATE_RETENTION_AGE: must be at least %s (the longest window, 31 days, plus the abandonment period, %s)",
+			MinAge, AbandonPeriod))
+	}
+	if o.Batch < 1 || o.Batch > MaxBatch {
+		p = append(p, fmt.Sprintf("TOLLGATE_RETENTION_BATCH: must be 1 to %d", MaxBatch))
+	}
+	return p
+}
+
+// Deps are what a run needs.
+type Deps struct {
+	Store *store.Store
+	Clock clock.Clock
+	Log   *slog.Logger
+}
+
+// Kind is what a run did to one kind of data.
+type Kind struct {
+	Examined int64
+	// Removed rows (deleted, or their raw detail cleared); in a preview, what would be.
+	Removed int64
+	// Kept counts the rows examined and kept, by reason.
+	Kept map[string]int64
+}
+
+func (k *Kind) keep(reason string) { k.Kept[reason]++ }
+
+// Report is the outcome of a run.
+type Report struct {
+	Cutoff                       time.Time
+	Applied                      bool
+	Starts, Receipts, Quarantine Kind
+}
+
+func newReport(cutoff time.Time, apply bool) Report {
+	return Report{Cutoff: cutoff, Applied: apply, Starts: Kind{Kept: map[string]int64{}}, Receipts: Kind{Kept: map[string]int64{}},
+		Quarantine: Kind{Kept: map[string]int64{}}}
+}
+
+// Run walks starts, receipts and quarantine records once, in batches of o.Batch rows
+// (one transaction each), logging progress per batch. An applied run is audited
+// (usage.retention.apply) with its summary. Running it again right after removes
+// nothing more: every kind it removes is marked or gone.
+func Run(ctx context.Context, d Deps, o Options) (Report, error) {
+	if p := o.Validate(); len(p) > 0 {
+		return Report{}, fmt.Errorf("retention: %v", p)
+	}
+	now := d.Clock.Now().UTC()
+	r := newReport(now.Add(-o.Age), o.Apply)
+	log := d.Log.With("apply", o.Apply, "cutoff", r.Cutoff.Format(time.RFC3339))
+	log.Info("retention started", "age", o.Age.String(), "batch", o.Batch)
+	if err := runStarts(ctx, d, o, &r, log); err != nil {
+		return r, fmt.Errorf("retention of starts: %w", err)
+	}
+	if err := runReceipts(ctx, d, o, &r, now, log); err != nil {
+		return r, fmt.Errorf("retention of receipts: %w", err)
+	}
+	if err := runQuarantine(ctx, d, o, &r, log); err != nil {
+		return r, fmt.Errorf("retention of quarantine records: %w", err)
+	}
+	if o.Apply {
+		err := d.Store.InTx(ctx, func(tx pgx.Tx) error {
+			return store.RecordAudit(ctx, tx, store.AuditEvent{ID: typeid.New(typeid.AuditEvent), OccurredAt: now, Action: "usage.retention.apply",
+				Details: map[string]any{"cutoff": r.Cutoff.Format(time.RFC3339), "age": o.Age.String(),
+					"startsPruned": r.Starts.Removed, "receiptsPruned": r.Receipts.Removed, "quarantineDeleted": r.Quarantine.Removed,
+					"startsKept": r.Starts.Kept, "receiptsKept": r.Receipts.Kept, "quarantineKept": r.Quarantine.Kept}})
+		})
+		if err != nil {
+			return r, err
+		}
+	}
+	log.Info("retention finished", "starts_removed", r.Starts.Removed, "receipts_removed", r.Receipts.Removed,
+		"quarantine_removed", r.Quarantine.Removed, "starts_kept_pending", r.Starts.Kept[KeptPending])
+	return r, nil
+}
+
+// judgeStart says whether a start's raw snapshot may go, or why it stays. Pending comes
+// first: no age, no mark, nothing else lets a pending start be discarded.
+func judgeStart(s store.RetainedStart, cutoff time.Time) (remove bool, kept string) {
+	switch {
+	case s.State == "pending" || s.ClosedAt == nil:
+		return false, KeptPending
+	case s.Pruned:
+		return false, KeptAlreadyPruned
+	case !s.ClosedAt.Before(cutoff):
+		return false, KeptRecent
+	}
+	return true, ""
+}
+
+func runStarts(ctx context.Context, d Deps, o Options, r *Report, log *slog.Logger) error {
+	after := ""
+	for {
+		var rows []store.RetainedStart
+		var removed int64
+		err := d.Store.InTx(ctx, func(tx pgx.Tx) error {
+			var err error
+			if rows, err = store.StartsAfter(ctx, tx, after, o.Batch); err != nil || len(rows) == 0 {
+				return err
+			}
+			var ids []string
+			for _, s := range rows {
+				if ok, _ := judgeStart(s, r.Cutoff); ok {
+					ids = append(ids, s.RequestID)
+				}
+			}
+			removed = int64(len(ids))
+			if o.Apply && len(ids) > 0 {
+				removed, err = store.PruneStartSnapshots(ctx, tx, ids, r.Cutoff)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		for _, s := range rows {
+			if ok, why := judgeStart(s, r.Cutoff); !ok {
+				r.Starts.keep(why)
+			}
+		}
+		// A row closed or pruned between the read and the write is counted kept as it was
+		// read; the write re-checked it.
+		r.Starts.Examined += int64(len(rows))
+		r.Starts.Removed += removed
+		after = rows[len(rows)-1].RequestID
+		log.Info("retention batch", "kind", "starts", "examined", r.Starts.Examined, "removed", r.Starts.Removed,
+			"kept_pending", r.Starts.Kept[KeptPending])
+		if len(rows) < o.Batch {
+			return nil
+		}
+	}
+}
+
+func runReceipts(ctx context.Context, d Deps, o Options, r *Report, now time.Time, log *slog.Logger) error {
+	after := ""
+	for {
+		var rows []store.RetainedReceipt
+		var removed int64
+		err := d.Store.InTx(ctx, func(tx pgx.Tx) error {
+			var err error
+			if rows, err = store.ReceiptsAfter(ctx, tx, after, o.Batch); err != nil || len(rows) == 0 {
+				return err
+			}
+			var ids []string
+			for _, s := range rows {
+				if !s.Pruned && s.UpdatedAt.Before(r.Cutoff) {
+					ids = append(ids, s.RequestID)
+				}
+			}
+			removed = int64(len(ids))
+			if o.Apply && len(ids) > 0 {
+				removed, err = store.PruneReceiptDetail(ctx, tx, ids, r.Cutoff, now)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		for _, s := range rows {
+			switch {
+			case s.Pruned:
+				r.Receipts.keep(KeptAlreadyPruned)
+			case !s.UpdatedAt.Before(r.Cutoff):
+				r.Receipts.keep(KeptRecent)
+			}
+		}
+		r.Receipts.Examined += int64(len(rows))
+		r.Receipts.Removed += removed
+		after = rows[len(rows)-1].RequestID
+		log.Info("retention batch", "kind", "receipts", "examined", r.Receipts.Examined, "removed", r.Receipts.Removed)
+		if len(rows) < o.Batch {
+			return nil
+		}
+	}
+}
+
+func runQuarantine(ctx context.Context, d Deps, o Options, r *Report, log *slog.Logger) error {
+	afterID, afterReason := "", ""
+	for {
+		var rows []store.RetainedQuarantine
+		var removed int64
+		err := d.Store.InTx(ctx, func(tx pgx.Tx) error {
+			var err error
+			if rows, err = store.QuarantineAfter(ctx, tx, afterID, afterReason, o.Batch); err != nil || len(rows) == 0 {
+				return err
+			}
+			var ids, reasons []string
+			for _, q := range rows {
+				if q.ReconciledAt != nil && q.ReconciledAt.Before(r.Cutoff) {
+					ids, reasons = append(ids, q.RequestID), append(reasons, q.Reason)
+				}
+			}
+			removed = int64(len(ids))
+			if o.Apply && len(ids) > 0 {
+				removed, err = store.DeleteReviewedQuarantine(ctx, tx, ids, reasons, r.Cutoff)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		for _, q := range rows {
+			switch {
+			case q.ReconciledAt == nil:
+				r.Quarantine.keep(KeptAwaitingReview)
+			case !q.ReconciledAt.Before(r.Cutoff):
+				r.Quarantine.keep(KeptRecent)
+			}
+		}
+		r.Quarantine.Examined += int64(len(rows))
+		r.Quarantine.Removed += removed
+		last := rows[len(rows)-1]
+		afterID, afterReason = last.RequestID, last.Reason
+		log.Info("retention batch", "kind", "quarantine", "examined", r.Quarantine.Examined, "removed", r.Quarantine.Removed)
+		if len(rows) < o.Batch {
+			return nil
+		}
+	}
+}
+
+// Write prints the summary: per kind, what was examined, removed (or would be) and kept
+// by reason.
+func (r Report) Write(w io.Writer) {
+	verb := "would remove"
+	if r.Applied {
+		verb = "removed"
+	}
+	fmt.Fprintf(w, "retention of request-level data older than %s\n", r.Cutoff.Format(time.RFC3339))
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "DATA\tEXAMINED\t%s\tKEPT (BY REASON)\n", map[bool]string{true: "REMOVED", false: "WOULD REMOVE"}[r.Applied])
+	for _, k := range []struct {
+		name string
+		kind Kind
+	}{{"start snapshots", r.Starts}, {"receipt detail", r.Receipts}, {"reviewed quarantine records", r.Quarantine}} {
+		kept := ""
+		for _, reason := range slices.Sorted(maps.Keys(k.kind.Kept)) {
+			if kept != "" {
+				kept += ", "
+			}
+			kept += fmt.Sprintf("%s %d", reason, k.kind.Kept[reason])
+		}
+		if kept == "" {
+			kept = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", k.name, k.kind.Examined, k.kind.Removed, kept)
+	}
+	tw.Flush()
+	if n := r.Starts.Kept[KeptPending]; n > 0 {
+		fmt.Fprintf(w, "%d pending start(s) kept: they are never discarded until settled or recovered (tollgate recover)\n", n)
+	}
+	if n := r.Quarantine.Kept[KeptAwaitingReview]; n > 0 {
+		fmt.Fprintf(w, "%d quarantine record(s) kept: they await reviewed reconciliation (tollgate reconcile)\n", n)
+	}
+	if !r.Applied {
+		fmt.Fprintf(w, "Preview only: run again with --apply to %s them.\n", verb[len("would "):])
+	}
+}
+
+// Schedule runs an applied retention every Interval until ctx ends (serve's
+// TOLLGATE_RETENTION_INTERVAL). A failed run is logged and tried again at the next tick.
+type Schedule struct {
+	Deps     Deps
+	Options  Options
+	Interval time.Duration
+}
+
+// Run is the schedule's loop.
+func (s Schedule) Run(ctx context.Context) error {
+	t := time.NewTicker(s.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			o := s.Options
+			o.Apply = true
+			if _, err := Run(ctx, s.Deps, o); err != nil && ctx.Err() == nil {
+				s.Deps.Log.Error("scheduled retention failed; trying again at the next interval", "err", err)
+			}
+		}
+	}
+}

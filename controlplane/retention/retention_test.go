@@ -1,0 +1,191 @@
+package retention_test
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/recovery"
+	"github.com/tollgate-dev/tollgate/controlplane/retention"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+type noAudit struct{}
+
+func (noAudit) Audit(pgx.Tx, string, string, any) error { return nil }
+
+type fixture struct {
+	e           *accountingtest.Env
+	org, member string
+}
+
+func (f fixture) start(t *testing.T, id string, at time.Time) {
+	t.Helper()
+	res, err := f.e.Ledger.Start(f.e.Ctx, []*internalv1.StartItem{accountingtest.StartItem(id, f.org, f.member, at, 0)})
+	if err != nil || res[0].GetOutcome() != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("start %s: %v %v", id, res, err)
+	}
+}
+
+func (f fixture) settle(t *testing.T, it *internalv1.SettleItem) internalv1.SettleOutcome {
+	t.Helper()
+	res, err := f.e.Ledger.Settle(f.e.Ctx, []*internalv1.SettleItem{it})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res[0].GetOutcome()
+}
+
+func (f fixture) count(t *testing.T, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := f.e.Store.Pool.QueryRow(f.e.Ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (f fixture) run(t *testing.T, apply bool, batch int) retention.Report {
+	t.Helper()
+	r, err := retention.Run(f.e.Ctx, retention.Deps{Store: f.e.Store, Clock: f.e.Clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		retention.Options{Age: retention.DefaultAge, Batch: batch, Apply: apply})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Old request data goes, a pending start never does, a second run removes nothing, the
+// counters do not move, and a late settlement of a pruned request is still a duplicate.
+func TestRetentionKeepsPendingStartsAndIsIdempotent(t *testing.T) {
+	e := accountingtest.New(t, accountingtest.Options{})
+	org, ms := e.Org(t, 1)
+	f := fixture{e: e, org: org, member: ms[0]}
+	old := e.Clock.Now()
+
+	// 100 days ago: one request settled, one still pending, one recovered, one
+	// quarantined and reconciled, one quarantined and never reviewed.
+	f.start(t, "req_old_settled", old)
+	if o := f.settle(t, &internalv1.SettleItem{RequestId: "req_old_settled", Model: "gpt-4o", InputTokens: 10, UpstreamCostMicroUsd: accountingtest.Cost(300), Complete: true}); o != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("settle: %v", o)
+	}
+	f.start(t, "req_old_pending", old)
+	f.start(t, "req_old_recovered", old)
+	err := e.Store.InTx(e.Ctx, func(tx pgx.Tx) error {
+		_, err := recovery.Recover(e.Ctx, tx, noAudit{}, recovery.Request{OrganizationID: org, RequestIDs: []string{"req_old_recovered"},
+			ReviewReference: "R-0", Apply: true}, old)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"req_q_reviewed", "req_q_open"} {
+		if o := f.settle(t, &internalv1.SettleItem{RequestId: id, OrganizationId: org, MemberId: f.member, UpstreamCostMicroUsd: accountingtest.Cost(5)}); o != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+			t.Fatalf("quarantine: %v", o)
+		}
+	}
+	if _, err := e.Store.Pool.Exec(e.Ctx, `UPDATE usage_quarantined_settlements SET reconciled_at = $1, review_reference = 'R-1' WHERE request_id = 'req_q_reviewed'`, old); err != nil {
+		t.Fatal(err)
+	}
+
+	// Today: a recent settled request.
+	e.Clock.Set(old.Add(100 * 24 * time.Hour))
+	f.start(t, "req_new_settled", e.Clock.Now())
+	f.settle(t, &internalv1.SettleItem{RequestId: "req_new_settled", Model: "gpt-4o", UpstreamCostMicroUsd: accountingtest.Cost(40), Complete: true})
+	usedOld := e.Used(t, org, f.member, window.Month, old)
+
+	preview := f.run(t, false, 2)
+	if preview.Applied || preview.Starts.Removed != 2 || preview.Receipts.Removed != 2 || preview.Quarantine.Removed != 1 {
+		t.Fatalf("preview %+v", preview)
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_request_starts WHERE snapshot IS NULL`); n != 0 {
+		t.Fatalf("a preview pruned %d snapshot(s)", n)
+	}
+
+	applied := f.run(t, true, 2) // batches of 2: several per kind
+	if applied.Starts.Removed != 2 || applied.Starts.Kept[retention.KeptPending] != 1 || applied.Starts.Kept[retention.KeptRecent] != 1 ||
+		applied.Receipts.Removed != 2 || applied.Receipts.Kept[retention.KeptRecent] != 1 ||
+		applied.Quarantine.Removed != 1 || applied.Quarantine.Kept[retention.KeptAwaitingReview] != 1 {
+		t.Fatalf("applied %+v", applied)
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_request_starts WHERE request_id = 'req_old_pending' AND state = 'pending' AND snapshot IS NOT NULL`); n != 1 {
+		t.Fatal("the pending start lost its snapshot or its state")
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_request_starts WHERE snapshot IS NULL AND request_id IN ('req_old_settled', 'req_old_recovered')`); n != 2 {
+		t.Fatalf("%d old closed starts pruned, want 2", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_receipts WHERE request_id = 'req_old_settled' AND model = '' AND input_tokens = 0
+		AND detail_pruned_at IS NOT NULL AND cost_micro_usd = 300 AND cardinality(charge_bucket_ids) = 3`); n != 1 {
+		t.Fatal("the old receipt's detail was not cleared, or its cost or charges went with it")
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_receipts WHERE request_id = 'req_new_settled' AND model = 'gpt-4o' AND detail_pruned_at IS NULL`); n != 1 {
+		t.Fatal("the recent receipt was pruned")
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_quarantined_settlements`); n != 1 {
+		t.Fatalf("%d quarantine records left, want the open one", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM audit_events WHERE action = 'usage.retention.apply'`); n != 1 {
+		t.Fatalf("%d retention audit events, want 1", n)
+	}
+	if got := e.Used(t, org, f.member, window.Month, old); got != usedOld {
+		t.Fatalf("retention moved a counter: %d -> %d", usedOld, got)
+	}
+
+	again := f.run(t, true, 1000)
+	if again.Starts.Removed+again.Receipts.Removed+again.Quarantine.Removed != 0 || again.Starts.Kept[retention.KeptAlreadyPruned] != 2 ||
+		again.Starts.Kept[retention.KeptPending] != 1 || again.Receipts.Kept[retention.KeptAlreadyPruned] != 2 {
+		t.Fatalf("second run %+v", again)
+	}
+
+	// The database refuses a pending start without its snapshot, whoever asks.
+	if _, err := e.Store.Pool.Exec(e.Ctx, `UPDATE usage_request_starts SET snapshot = NULL WHERE request_id = 'req_old_pending'`); err == nil {
+		t.Fatal("a pending start's snapshot could be dropped")
+	}
+	// The pruned request's identity keeps a late settlement with its snapshot a duplicate.
+	late := &internalv1.SettleItem{RequestId: "req_old_settled", OrganizationId: org, MemberId: f.member,
+		Snapshot: accountingtest.Snapshot(org, f.member, old, 0), UpstreamCostMicroUsd: accountingtest.Cost(300), Complete: true}
+	if o := f.settle(t, late); o != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE {
+		t.Fatalf("late settlement of a pruned request: %v, want DUPLICATE", o)
+	}
+	// The pending start is still settled normally, on its old windows.
+	if o := f.settle(t, &internalv1.SettleItem{RequestId: "req_old_pending", UpstreamCostMicroUsd: accountingtest.Cost(11), Complete: true}); o != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("settling the kept pending start: %v", o)
+	}
+	if got := e.Used(t, org, f.member, window.Month, old); got != usedOld+11 {
+		t.Fatalf("old month %d, want %d", got, usedOld+11)
+	}
+	accountingtest.Check(t, e.Store)
+
+	var out bytes.Buffer
+	again.Write(&out)
+	if s := out.String(); !strings.Contains(s, "pending 1") || !strings.Contains(s, "1 pending start(s) kept") {
+		t.Fatalf("summary does not say what was kept and why:\n%s", s)
+	}
+}
+
+func TestRetentionAgeFloor(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		o     retention.Options
+		valid bool
+	}{
+		{"default", retention.Options{Age: retention.DefaultAge, Batch: retention.DefaultBatch}, true},
+		{"the floor itself", retention.Options{Age: retention.MinAge, Batch: 1}, true},
+		{"shorter than a month and the abandonment period", retention.Options{Age: retention.MinAge - time.Second, Batch: 1}, false},
+		{"a batch of 0", retention.Options{Age: retention.DefaultAge, Batch: 0}, false},
+		{"a batch too large", retention.Options{Age: retention.DefaultAge, Batch: retention.MaxBatch + 1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := len(tc.o.Validate()) == 0; got != tc.valid {
+				t.Fatalf("valid %v, want %v (%v)", got, tc.valid, tc.o.Validate())
+			}
+		})
+	}
+}

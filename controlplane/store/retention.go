@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Retention SQL (package retention decides; these read and write). Each kind of
+// request-level data is walked in bounded batches along its primary key, so a run never
+// holds a long transaction and needs no index the write path would pay for; every write
+// re-checks its condition, so a row that changed since the read is left alone.
+
+// RetainedStart is a start as retention judges it.
+type RetainedStart struct {
+	RequestID string
+	State     string
+	ClosedAt  *time.Time
+	// Pruned: its raw snapshot was dropped by an earlier run.
+	Pruned bool
+}
+
+// StartsAfter reads up to limit starts after request id after, in request id order.
+func StartsAfter(ctx context.Context, q Querier, after string, limit int) ([]RetainedStart, error) {
+	rows, err := q.Query(ctx, `SELECT request_id, state, closed_at, snapshot IS NULL FROM usage_request_starts
+		WHERE request_id > $1 ORDER BY request_id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetainedStart, error) {
+		var s RetainedStart
+		err := r.Scan(&s.RequestID, &s.State, &s.ClosedAt, &s.Pruned)
+		return s, err
+	})
+}
+
+// PruneStartSnapshots drops the raw admission snapshot of the starts among ids that are
+// closed (settled or recovered) since before cutoff; their identity, attribution,
+// admission instant and state stay. A pending start is never touched (and the table's
+// CHECK refuses a pending start without its snapshot).
+func PruneStartSnapshots(ctx context.Context, q Querier, ids []string, cutoff time.Time) (int64, error) {
+	tag, err := q.Exec(ctx, `UPDATE usage_request_starts SET snapshot = NULL
+		WHERE request_id = ANY($1) AND state <> 'pending' AND closed_at < $2 AND snapshot IS NOT NULL`, ids, cutoff)
+	return tag.RowsAffected(), err
+}
+
+// RetainedReceipt is a receipt as retention judges it.
+type RetainedReceipt struct {
+	RequestID string
+	// UpdatedAt is its last change (a promotion included).
+	UpdatedAt time.Time
+	Pruned    bool
+}
+
+// ReceiptsAfter reads up to limit receipts after request id after, in request id order.
+func ReceiptsAfter(ctx context.Context, q Querier, after string, limit int) ([]RetainedReceipt, error) {
+	rows, err := q.Query(ctx, `SELECT request_id, updated_at, detail_pruned_at IS NOT NULL FROM usage_receipts
+		WHERE request_id > $1 ORDER BY request_id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetainedReceipt, error) {
+		var s RetainedReceipt
+		err := r.Scan(&s.RequestID, &s.UpdatedAt, &s.Pruned)
+		return s, err
+	})
+}
+
+// PruneReceiptDetail clears the raw detail of the receipts among ids last changed
+// before cutoff: model name, token counts, upstream status and finish instant. What
+// counters, coverage and review rest on stays: cost, cost source and basis, price
+// source, completeness, outcome, promotion, review reference and the charges.
+func PruneReceiptDetail(ctx context.Context, q Querier, ids []string, cutoff, now time.Time) (int64, error) {
+	tag, err := q.Exec(ctx, `UPDATE usage_receipts SET model = '', input_tokens = 0, output_tokens = 0, cached_input_tokens = 0,
+			cache_creation_input_tokens = 0, upstream_status = 0, finished_at = NULL, detail_pruned_at = $3
+		WHERE request_id = ANY($1) AND updated_at < $2 AND detail_pruned_at IS NULL`, ids, cutoff, now)
+	return tag.RowsAffected(), err
+}
+
+// RetainedQuarantine is a quarantine record as retention judges it.
+type RetainedQuarantine struct {
+	RequestID    string
+	Reason       string
+	ReconciledAt *time.Time
+}
+
+// QuarantineAfter reads up to limit quarantine records after (request id, reason), in
+// that order.
+func QuarantineAfter(ctx context.Context, q Querier, afterID, afterReason string, limit int) ([]RetainedQuarantine, error) {
+	rows, err := q.Query(ctx, `SELECT request_id, reason, reconciled_at FROM usage_quarantined_settlements
+		WHERE (request_id, reason) > ($1, $2) ORDER BY request_id, reason LIMIT $3`, afterID, afterReason, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetainedQuarantine, error) {
+		var s RetainedQuarantine
+		err := r.Scan(&s.RequestID, &s.Reason, &s.ReconciledAt)
+		return s, err
+	})
+}
+
+// DeleteReviewedQuarantine deletes the quarantine records among (ids[i], reasons[i])
+// reconciled before cutoff. A record still open is never deleted.
+func DeleteReviewedQuarantine(ctx context.Context, q Querier, ids, reasons []string, cutoff time.Time) (int64, error) {
+	tag, err := q.Exec(ctx, `DELETE FROM usage_quarantined_settlements q USING unnest($1::text[], $2::text[]) AS x(id, reason)
+		WHERE q.request_id = x.id AND q.reason = x.reason AND q.reconciled_at < $3`, ids, reasons, cutoff)
+	return tag.RowsAffected(), err
+}
