@@ -1,5 +1,5 @@
 // Package app is the control plane program: its configuration, its subcommands (serve,
-// migrate, bootstrap-admin, resync) and the lifecycle of its servers (serve.go: New wires,
+// migrate, bootstrap-admin, resync, retention) and the lifecycle of its servers (serve.go: New wires,
 // Listen opens the sockets, Serve runs the loops and servers and shuts them down in
 // order). cmd/controlplane only calls Run, so tests start the whole program in-process.
 package app
@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/controlplane/password"
+	"github.com/tollgate-dev/tollgate/controlplane/retention"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
@@ -31,6 +32,7 @@ Commands:
   migrate          apply the embedded database migrations and exit
   resync           rebuild the Redis mirror from Postgres (new generation) and exit
   bootstrap-admin  create or reset a platform administrator; password on standard input
+  retention        remove old request-level data (preview unless --apply) and exit
   help             this text
 
 Run "controlplane <command> -h" for the flags of a command ("controlplane serve -h" for
@@ -75,6 +77,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdio I
 		return bootstrapAdmin(ctx, args, getenv, stdio)
 	case "resync":
 		return resync(ctx, args, getenv, stdio)
+	case "retention":
+		return runRetention(ctx, args, getenv, stdio)
 	}
 	fmt.Fprint(stdio.Stderr, usage)
 	return fmt.Errorf("unknown command %q", cmd)
@@ -192,5 +196,32 @@ func bootstrapAdmin(ctx context.Context, args []string, getenv func(string) stri
 		verb = "created"
 	}
 	fmt.Fprintf(stdio.Stdout, "%s platform administrator %s\n", verb, email)
+	return nil
+}
+
+// runRetention runs retention once (package retention): a preview unless --apply, then
+// the summary of what was removed and what was kept, by reason.
+func runRetention(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	var apply bool
+	cfg, err := parseConfig("retention", args, getenv, stdio.Stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&apply, "apply", false, "remove the data (default: preview only, nothing written)")
+	})
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stdio.Stderr)
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := checkSchema(ctx, st, log, false); err != nil {
+		return err
+	}
+	report, err := retention.Run(ctx, retention.Deps{Store: st, Clock: clock.System{}, Log: log}, cfg.retentionOptions(apply))
+	if err != nil {
+		return err
+	}
+	report.Write(stdio.Stdout)
 	return nil
 }

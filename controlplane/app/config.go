@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/controlplane/retention"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
 	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
 	"github.com/tollgate-dev/tollgate/pkg/listen"
@@ -63,6 +64,14 @@ type Config struct {
 	TrustForwardedFor bool
 	// AutoMigrate applies pending migrations at start instead of refusing to serve.
 	AutoMigrate bool
+	// RetentionAge is how old request-level data must be before retention removes it
+	// (TOLLGATE_RETENTION_AGE), and RetentionBatch how many rows one of its
+	// transactions examines (TOLLGATE_RETENTION_BATCH); package retention.
+	RetentionAge   time.Duration
+	RetentionBatch int
+	// RetentionInterval runs an applied retention that often inside serve
+	// (TOLLGATE_RETENTION_INTERVAL); 0, the default, never.
+	RetentionInterval time.Duration
 }
 
 // Defaults of the address and URL knobs.
@@ -80,12 +89,13 @@ const (
 type knobs uint8
 
 const (
-	databaseKnobs knobs = 1 << iota // --database-url
-	logKnobs                        // --log-format, --log-level
-	redisKnobs                      // the mirror's Redis (pkg/redisconf)
-	serveKnobs                      // the rest: listen addresses, TLS, the internal token, accounting, sessions, drain
+	databaseKnobs  knobs = 1 << iota // --database-url
+	logKnobs                         // --log-format, --log-level
+	redisKnobs                       // the mirror's Redis (pkg/redisconf)
+	serveKnobs                       // the rest: listen addresses, TLS, the internal token, accounting, sessions, drain
+	retentionKnobs                   // --retention-age, --retention-batch (serve adds --retention-interval)
 
-	allKnobs = databaseKnobs | logKnobs | redisKnobs | serveKnobs
+	allKnobs = databaseKnobs | logKnobs | redisKnobs | serveKnobs | retentionKnobs
 )
 
 // subcommand is what a subcommand's -h says and which knobs it takes.
@@ -113,6 +123,15 @@ Rebuilds the enforcers' Redis mirror from Postgres under a new generation, and e
 Creates a platform administrator, or resets their password, so that a fresh install has
 its first one. The password is the first line of standard input, never a flag, so that
 it stays out of shell history and process listings.`},
+	"retention": {databaseKnobs | logKnobs | retentionKnobs, `Usage: controlplane retention [--apply] [flags]
+
+Removes request-level data older than --retention-age, in batches of --retention-batch
+rows, logging progress, and prints what it removed and what it kept and why: the raw
+snapshots of closed starts, the raw detail of receipts (model, tokens), and quarantine
+records reconciled before the cutoff. Counters, receipts' costs and charges, tracking
+rows, audit events and open quarantine records stay; a pending start is never touched.
+Without --apply it only previews. Serve can run it on a schedule
+(TOLLGATE_RETENTION_INTERVAL).`},
 }
 
 // parseConfig builds the config of a subcommand from its flags and the environment, and
@@ -162,6 +181,13 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		fs.DurationVar(&c.SessionTTL, "session-ttl", durationEnv("TOLLGATE_SESSION_TTL", 7*24*time.Hour), "lifetime of session tokens (TOLLGATE_SESSION_TTL)")
 		fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT)")
 		fs.BoolVar(&c.TrustForwardedFor, "trust-forwarded-for", boolEnv("TOLLGATE_TRUST_FORWARDED_FOR"), "throttle sign-ins by X-Forwarded-For; only behind a proxy that sets it (TOLLGATE_TRUST_FORWARDED_FOR)")
+	}
+	if k&retentionKnobs != 0 {
+		fs.DurationVar(&c.RetentionAge, "retention-age", durationEnv("TOLLGATE_RETENTION_AGE", retention.DefaultAge), "request-level data older than this is removed by retention; at least 745h, the longest window (31 days) plus the abandonment period (TOLLGATE_RETENTION_AGE)")
+		fs.IntVar(&c.RetentionBatch, "retention-batch", intEnv("TOLLGATE_RETENTION_BATCH", retention.DefaultBatch), "rows retention examines per transaction (TOLLGATE_RETENTION_BATCH)")
+		if k&serveKnobs != 0 {
+			fs.DurationVar(&c.RetentionInterval, "retention-interval", durationEnv("TOLLGATE_RETENTION_INTERVAL", 0), "run an applied retention this often while serving; 0 never (TOLLGATE_RETENTION_INTERVAL)")
+		}
 	}
 	if extra != nil {
 		extra(fs)
@@ -214,6 +240,10 @@ func (c Config) validate(k knobs) []string {
 	if k&redisKnobs != 0 {
 		p = append(p, c.Redis.Validate()...)
 	}
+	// serve checks the retention knobs only when it runs retention.
+	if k&retentionKnobs != 0 && (k&serveKnobs == 0 || c.RetentionInterval != 0) {
+		p = append(p, c.retentionOptions(false).Validate()...)
+	}
 	if k&serveKnobs == 0 {
 		return p
 	}
@@ -245,5 +275,13 @@ func (c Config) validate(k knobs) []string {
 	if c.AccountingMaxDelay < 0 || c.AccountingMaxDelay > time.Second {
 		p = append(p, "TOLLGATE_ACCOUNTING_MAX_DELAY: must be 0 to 1s")
 	}
+	if c.RetentionInterval != 0 && c.RetentionInterval < time.Minute {
+		p = append(p, "TOLLGATE_RETENTION_INTERVAL: must be 0 (never) or at least 1m")
+	}
 	return p
+}
+
+// retentionOptions are the retention knobs as package retention takes them.
+func (c Config) retentionOptions(apply bool) retention.Options {
+	return retention.Options{Age: c.RetentionAge, Batch: c.RetentionBatch, Apply: apply}
 }

@@ -34,8 +34,10 @@ func TestSubcommandHelpListsOnlyItsFlags(t *testing.T) {
 		{cmd: "migrate", flags: []string{"database-url", "log-format", "log-level"}, says: "migrations"},
 		{cmd: "resync", flags: append([]string{"database-url", "log-format", "log-level"}, redis...), says: "mirror"},
 		{cmd: "bootstrap-admin", flags: []string{"database-url", "email", "log-format", "log-level", "name"}, says: "standard input"},
+		{cmd: "retention", flags: []string{"apply", "database-url", "log-format", "log-level", "retention-age", "retention-batch"}, says: "pending start is never touched"},
 		{cmd: "serve", has: append([]string{"accounting-lanes", "admin-addr", "auto-migrate", "database-url", "grpc-addr", "http-addr",
-			"internal-token", "log-level", "mirror-check-interval", "platform-admin-emails", "session-ttl", "shutdown-timeout"}, redis...), says: "drains"},
+			"internal-token", "log-level", "mirror-check-interval", "platform-admin-emails", "retention-age", "retention-batch", "retention-interval",
+			"session-ttl", "shutdown-timeout"}, redis...), says: "drains"},
 	} {
 		t.Run(tc.cmd, func(t *testing.T) {
 			var out bytes.Buffer
@@ -70,7 +72,7 @@ func TestHelpListsSubcommands(t *testing.T) {
 		if flags := helpFlags(out.String()); len(flags) > 0 {
 			t.Fatalf("controlplane %s lists serve's flags instead of the subcommands:\n%s", arg, out.String())
 		}
-		for _, cmd := range []string{"serve", "migrate", "resync", "bootstrap-admin"} {
+		for _, cmd := range []string{"serve", "migrate", "resync", "bootstrap-admin", "retention"} {
 			if !regexp.MustCompile(`(?m)^  ` + cmd + ` `).MatchString(out.String()) {
 				t.Errorf("controlplane %s does not name %s:\n%s", arg, cmd, out.String())
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
+	"github.com/tollgate-dev/tollgate/controlplane/retention"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/admin"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
@@ -111,6 +112,9 @@ type ControlPlane struct {
 	// API is the REST API; Admin serves /healthz, /readyz and /metrics.
 	API   http.Handler
 	Admin *admin.Handler
+	// Retention runs retention on a schedule in Serve; nil when
+	// TOLLGATE_RETENTION_INTERVAL is 0.
+	Retention *retention.Schedule
 }
 
 // New wires the control plane from an open store and Redis client.
@@ -147,6 +151,11 @@ func New(d Deps) (*ControlPlane, error) {
 	c.Health = health.NewServer()
 	healthpb.RegisterHealthServer(c.GRPC, c.Health)
 	c.Internal.Register(c.GRPC)
+
+	if cfg.RetentionInterval > 0 {
+		c.Retention = &retention.Schedule{Deps: retention.Deps{Store: st, Clock: d.Clock, Log: log.With("job", "retention")},
+			Options: cfg.retentionOptions(true), Interval: cfg.RetentionInterval}
+	}
 
 	c.Admin = admin.New(d.Registry, func(ctx context.Context) error {
 		if err := st.Pool.Ping(ctx); err != nil {
@@ -200,6 +209,9 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	var loops lifecycle.Group
 	mirrorLoop := loops.Go(ctx, "mirror maintenance", c.Mirror.Run)
 	ledgerLoop := loops.Go(ctx, "ledger", c.Ledger.Run)
+	if c.Retention != nil {
+		loops.Go(ctx, "retention", c.Retention.Run)
+	}
 
 	restSrv := &http.Server{Handler: c.API, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second}
 	adminSrv := admin.NewServer(c.Admin)

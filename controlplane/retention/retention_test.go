@@ -2,6 +2,7 @@ package retention_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"strings"
@@ -187,5 +188,33 @@ func TestRetentionAgeFloor(t *testing.T) {
 				t.Fatalf("valid %v, want %v (%v)", got, tc.valid, tc.o.Validate())
 			}
 		})
+	}
+}
+
+// The serve schedule runs an applied retention every interval until its context ends.
+func TestScheduleRunsAppliedRetention(t *testing.T) {
+	e := accountingtest.New(t, accountingtest.Options{})
+	ctx, cancel := context.WithCancel(e.Ctx)
+	s := retention.Schedule{Deps: retention.Deps{Store: e.Store, Clock: e.Clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		Options: retention.Options{Age: retention.DefaultAge, Batch: 10}, Interval: 10 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int64
+		if err := e.Store.Pool.QueryRow(e.Ctx, `SELECT count(*) FROM audit_events WHERE action = 'usage.retention.apply'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d applied runs after 10 s with an interval of 10 ms", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("schedule stopped with %v", err)
 	}
 }

@@ -1,0 +1,57 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
+)
+
+// `controlplane retention` previews by default, refuses an age below the floor or a batch
+// of 0, and --apply writes (package retention's tests check what it removes and keeps).
+func TestRetentionCommand(t *testing.T) {
+	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	ctx := context.Background()
+	env := map[string]string{"TOLLGATE_DATABASE_URL": dbURL}
+	run := func(env map[string]string, args ...string) (string, error) {
+		var out, errs bytes.Buffer
+		err := app.Run(ctx, args, envOf(env), app.IO{Stdout: &out, Stderr: &errs})
+		return out.String(), err
+	}
+	if _, err := run(env, "migrate"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_RETENTION_AGE": "720h"}, "retention"); err == nil ||
+		!strings.Contains(err.Error(), "TOLLGATE_RETENTION_AGE") {
+		t.Fatalf("an age of 30 days: %v, want refused", err)
+	}
+	if _, err := run(env, "retention", "--retention-batch", "0"); err == nil || !strings.Contains(err.Error(), "TOLLGATE_RETENTION_BATCH") {
+		t.Fatalf("a batch of 0: %v, want refused", err)
+	}
+	out, err := run(env, "retention")
+	if err != nil || !strings.Contains(out, "WOULD REMOVE") || !strings.Contains(out, "Preview only") {
+		t.Fatalf("preview: %v\n%s", err, out)
+	}
+	out, err = run(env, "retention", "--apply", "--retention-age", "2000h")
+	if err != nil || !strings.Contains(out, "REMOVED") || strings.Contains(out, "Preview only") {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+}
+
+// serve checks the retention knobs only when it runs retention on a schedule.
+func TestServeRetentionInterval(t *testing.T) {
+	base := map[string]string{"TOLLGATE_INTERNAL_TOKEN": "0123456789abcdef0123", "TOLLGATE_DATABASE_URL": "mysql://nope",
+		"TOLLGATE_RETENTION_AGE": "1h", "TOLLGATE_RETENTION_INTERVAL": "30s"}
+	err := app.Run(context.Background(), []string{"serve"}, envOf(base), app.IO{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}})
+	if err == nil || !strings.Contains(err.Error(), "TOLLGATE_RETENTION_AGE") || !strings.Contains(err.Error(), "TOLLGATE_RETENTION_INTERVAL") {
+		t.Fatalf("serve with a 1h retention every 30s: %v, want both reported", err)
+	}
+	delete(base, "TOLLGATE_RETENTION_INTERVAL")
+	err = app.Run(context.Background(), []string{"serve"}, envOf(base), app.IO{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}})
+	if err == nil || strings.Contains(err.Error(), "TOLLGATE_RETENTION") {
+		t.Fatalf("serve without a retention schedule must not judge its age: %v", err)
+	}
+}
