@@ -25,6 +25,8 @@ Commands:
   resync    rebuild the Redis mirror from Postgres (after Redis lost its data)
   capture   suspend|resume usage capture of members (the capture fence)
   recover   close abandoned pending starts as unknown/incomplete
+  reconcile list|charge quarantined settlements (reviewed reconciliation)
+  retention remove old request-level data (preview unless --apply)
   help      this text
 
 Run "tollgate <command> -h" for the flags of a command.
@@ -45,6 +47,10 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 		err = capture(ctx, rest, getenv, stdio)
 	case "recover":
 		err = recoverCmd(ctx, rest, getenv, stdio)
+	case "reconcile":
+		err = reconcileCmd(ctx, rest, getenv, stdio)
+	case "retention":
+		err = app.Run(ctx, append([]string{"retention"}, rest...), getenv, stdio)
 	case "resync":
 		err = app.Run(ctx, append([]string{"resync"}, rest...), getenv, stdio)
 	case "bootstrap":

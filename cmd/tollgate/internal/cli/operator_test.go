@@ -46,6 +46,9 @@ func TestCommandHelpListsOnlyItsFlags(t *testing.T) {
 		{[]string{"bootstrap", "-h"}, []string{"api", "database-url", "email", "organization"}, "platform administrator"},
 		{[]string{"recover", "-h"}, []string{"api", "apply", "before", "key", "org", "reference"}, "pending"},
 		{[]string{"capture", "suspend", "-h"}, []string{"api", "apply", "key", "member", "org", "reference"}, "capture"},
+		{[]string{"reconcile", "list", "-h"}, []string{"api", "key", "member", "org", "state"}, "quarantined"},
+		{[]string{"reconcile", "charge", "-h"}, []string{"admitted-at", "api", "apply", "cost-micro-usd", "key", "member", "org", "reference", "request"}, "once"},
+		{[]string{"retention", "-h"}, []string{"apply", "database-url", "log-format", "log-level", "retention-age", "retention-batch"}, "pending start is never touched"},
 		{[]string{"dev", "-h"}, nil, ""}, // its own business; only that -h works
 	} {
 		name := strings.Join(tc.args, " ")
@@ -74,7 +77,7 @@ func TestHelpNamesEveryCommand(t *testing.T) {
 	if err := Run(context.Background(), []string{"-h"}, func(string) string { return "" }, IO{Stdout: &out, Stderr: &out}); err != nil {
 		t.Fatal(err)
 	}
-	for _, cmd := range []string{"dev", "migrate", "bootstrap", "resync", "capture", "recover"} {
+	for _, cmd := range []string{"dev", "migrate", "bootstrap", "resync", "capture", "recover", "reconcile", "retention"} {
 		if !regexp.MustCompile(`(?m)^  ` + cmd + ` `).MatchString(out.String()) {
 			t.Errorf("tollgate -h does not name %s:\n%s", cmd, out.String())
 		}
