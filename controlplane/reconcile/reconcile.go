@@ -259,7 +259,10 @@ func check(ctx context.Context, tx pgx.Tx, r Request, now time.Time) (Answer, []
 			}
 			for _, b := range ans.Results[i].Buckets {
 				mine = append(mine, b.BucketID)
-				since = minTime(since, b.WindowStart())
+				// A day early: a snapshot may claim an admission up to 5 minutes
+				// ahead of its settlement, so a receipt of a window can be settled
+				// just before the window began.
+				since = minTime(since, b.WindowStart().Add(-24*time.Hour))
 			}
 		}
 		sums, err := store.ReceiptChargeSums(ctx, tx, m, mine, since)
