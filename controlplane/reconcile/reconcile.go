@@ -322,10 +322,13 @@ func check(ctx context.Context, tx pgx.Tx, r Request, now time.Time) (Answer, []
 }
 
 // snapshotAdmission is the admission instant of the snapshot a quarantined settlement
-// brought (its payload is the settlement as the enforcer sent it), if it brought one.
+// brought (its payload is the settlement as the enforcer sent it), if it brought one
+// that names it: a legacy empty snapshot proves nothing, so the operator's proof stands
+// alone (within the route's bounds).
 func snapshotAdmission(payload []byte) (time.Time, bool) {
 	var it internalv1.SettleItem
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(payload, &it); err != nil || it.GetSnapshot() == nil {
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(payload, &it); err != nil ||
+		it.GetSnapshot().GetAdmittedAtUnixMs() <= 0 {
 		return time.Time{}, false
 	}
 	return time.UnixMilli(it.GetSnapshot().GetAdmittedAtUnixMs()).UTC(), true

@@ -235,6 +235,15 @@ func TestReconcileRefusals(t *testing.T) {
 			}
 		})
 	}
+	// A legacy empty snapshot names no admission instant: the proof stands alone.
+	emptyID := accountingtest.ReqID()
+	if _, err := f.e.Store.Pool.Exec(f.e.Ctx, `INSERT INTO usage_quarantined_settlements (request_id, reason, organization_id, member_id, payload,
+		first_seen_at, last_seen_at) VALUES ($1, 'epoch_changed', $2, $3, '{"snapshot": {}}', $4, $4)`, emptyID, f.org, f.member, now); err != nil {
+		t.Fatal(err)
+	}
+	if ans := f.reconcile(t, true, reconcile.Item{RequestID: emptyID, MemberID: f.member, AdmittedAt: now.Add(-3 * time.Minute), Cost: 2}); !ans.Applied {
+		t.Fatalf("a legacy empty snapshot: %+v", ans)
+	}
 	// The right proof of the snapshot record is accepted.
 	if ans := f.reconcile(t, true, reconcile.Item{RequestID: snapID, MemberID: f.member, AdmittedAt: snapAt, Cost: 3}); !ans.Applied {
 		t.Fatalf("the snapshot's own admission instant: %+v", ans)
