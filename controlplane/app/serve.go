@@ -153,7 +153,7 @@ func New(d Deps) (*ControlPlane, error) {
 	c.Internal.Register(c.GRPC)
 
 	if cfg.RetentionInterval > 0 {
-		c.Retention = &retention.Schedule{Deps: retention.Deps{Store: st, Clock: d.Clock, Log: log.With("job", "retention")},
+		c.Retention = &retention.Schedule{Deps: retention.Deps{Store: st, Clock: d.Clock, Log: log.With("job", "retention"), Metrics: c.Metrics},
 			Options: cfg.retentionOptions(true), Interval: cfg.RetentionInterval}
 	}
 

@@ -185,6 +185,9 @@ func (s *Server) reconcileQuarantined(c *Call) error {
 	if err != nil {
 		return err
 	}
+	if ans.Applied {
+		s.metrics.Reconciliations.Add(float64(len(ans.Results)))
+	}
 	results := make([]reconcileResultView, len(ans.Results))
 	for i, r := range ans.Results {
 		v := reconcileResultView{RequestID: r.RequestID, Outcome: r.Outcome, Message: optional(r.Message), Buckets: []pendingBucketView{}}

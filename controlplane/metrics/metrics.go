@@ -68,6 +68,14 @@ type Metrics struct {
 	// cost above the allowance bound), stored_without_model (the database refused the
 	// receipt and it was stored again without its model name).
 	Adjusted *prometheus.CounterVec
+	// RetentionRuns counts retention runs by result: applied, preview or error (a failed
+	// run; the serve schedule tries again at its next interval).
+	RetentionRuns *prometheus.CounterVec
+	// RetentionRemoved counts what applied retention runs removed, by kind:
+	// start_snapshot, receipt_detail, quarantine_record.
+	RetentionRemoved *prometheus.CounterVec
+	// Reconciliations counts quarantined settlements charged by reviewed reconciliation.
+	Reconciliations prometheus.Counter
 
 	pending atomic.Int64
 }
@@ -85,6 +93,8 @@ var (
 	priceSources    = []string{"organization", "catalog", "fallback", "none"}
 	unpricedSources = []string{"fallback", "unknown"}
 	adjustments     = []string{"model_cleaned", "usage_bounded", "cost_capped", "stored_without_model"}
+	retentionRuns   = []string{"applied", "preview", "error"}
+	retentionKinds  = []string{"start_snapshot", "receipt_detail", "quarantine_record"}
 )
 
 // New registers the control plane's metrics on reg.
@@ -121,12 +131,19 @@ func New(reg prometheus.Registerer) *Metrics {
 			[]string{"cost_source"}),
 		Adjusted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_adjusted_settlements_total",
 			Help: "Settlements whose values were cleaned or bounded before they were stored, by adjustment."}, []string{"adjustment"}),
+		RetentionRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_retention_runs_total",
+			Help: "Retention runs by result (applied, preview, error)."}, []string{"result"}),
+		RetentionRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_retention_removed_total",
+			Help: "Request-level data removed by applied retention runs, by kind."}, []string{"kind"}),
+		Reconciliations: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_reconciliations_total",
+			Help: "Quarantined settlements charged by reviewed reconciliation."}),
 	}
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_controlplane_accounting_pending_starts",
 		Help: "Durable starts not yet settled, across all members (refreshed periodically)."},
 		func() float64 { return float64(m.pending.Load()) })
 	reg.MustRegister(m.HTTPRequests, m.HTTPDuration, m.Settlements, m.Starts, m.StartBatches, m.BatchSize, m.BatchDuration,
-		m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, m.Receipts, m.Unpriced, m.Adjusted, pending)
+		m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, m.Receipts, m.Unpriced, m.Adjusted, pending,
+		m.RetentionRuns, m.RetentionRemoved, m.Reconciliations)
 
 	precreate(m.Settlements, settleResults)
 	precreate(m.Starts, startResults)
@@ -136,6 +153,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	precreate(m.Resyncs, resyncKinds)
 	precreate(m.Unpriced, unpricedSources)
 	precreate(m.Adjusted, adjustments)
+	precreate(m.RetentionRuns, retentionRuns)
+	precreate(m.RetentionRemoved, retentionKinds)
 	for _, k := range batchKinds {
 		m.BatchSize.WithLabelValues(k)
 		m.BatchDuration.WithLabelValues(k)

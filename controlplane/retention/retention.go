@@ -41,6 +41,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
@@ -97,6 +98,8 @@ type Deps struct {
 	Store *store.Store
 	Clock clock.Clock
 	Log   *slog.Logger
+	// Metrics counts runs and what they removed; nil discards.
+	Metrics *metrics.Metrics
 }
 
 // Kind is what a run did to one kind of data.
@@ -130,6 +133,28 @@ func Run(ctx context.Context, d Deps, o Options) (Report, error) {
 	if p := o.Validate(); len(p) > 0 {
 		return Report{}, fmt.Errorf("retention: %v", p)
 	}
+	if d.Metrics == nil {
+		d.Metrics = metrics.Discard()
+	}
+	r, err := run(ctx, d, o)
+	switch {
+	case err != nil:
+		d.Metrics.RetentionRuns.WithLabelValues("error").Inc()
+	case o.Apply:
+		d.Metrics.RetentionRuns.WithLabelValues("applied").Inc()
+	default:
+		d.Metrics.RetentionRuns.WithLabelValues("preview").Inc()
+	}
+	if o.Apply {
+		// What an applied run removed is gone even when a later kind failed.
+		d.Metrics.RetentionRemoved.WithLabelValues("start_snapshot").Add(float64(r.Starts.Removed))
+		d.Metrics.RetentionRemoved.WithLabelValues("receipt_detail").Add(float64(r.Receipts.Removed))
+		d.Metrics.RetentionRemoved.WithLabelValues("quarantine_record").Add(float64(r.Quarantine.Removed))
+	}
+	return r, err
+}
+
+func run(ctx context.Context, d Deps, o Options) (Report, error) {
 	now := d.Clock.Now().UTC()
 	r := newReport(now.Add(-o.Age), o.Apply)
 	log := d.Log.With("apply", o.Apply, "cutoff", r.Cutoff.Format(time.RFC3339))

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/recovery"
 	"github.com/tollgate-dev/tollgate/controlplane/retention"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
@@ -195,7 +197,8 @@ func TestRetentionAgeFloor(t *testing.T) {
 func TestScheduleRunsAppliedRetention(t *testing.T) {
 	e := accountingtest.New(t, accountingtest.Options{})
 	ctx, cancel := context.WithCancel(e.Ctx)
-	s := retention.Schedule{Deps: retention.Deps{Store: e.Store, Clock: e.Clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+	m := metrics.Discard()
+	s := retention.Schedule{Deps: retention.Deps{Store: e.Store, Clock: e.Clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: m},
 		Options: retention.Options{Age: retention.DefaultAge, Batch: 10}, Interval: 10 * time.Millisecond}
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -216,5 +219,8 @@ func TestScheduleRunsAppliedRetention(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("schedule stopped with %v", err)
+	}
+	if n := testutil.ToFloat64(m.RetentionRuns.WithLabelValues("applied")); n < 2 {
+		t.Fatalf("tollgate_controlplane_retention_runs_total{result=applied} = %v after two runs", n)
 	}
 }
