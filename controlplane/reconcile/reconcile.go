@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate-dev/tollgate/controlplane/accounting"
+	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
@@ -111,8 +112,14 @@ func Refused(outcome string) bool { return outcome != Reconciled && outcome != W
 func Reconcile(ctx context.Context, tx pgx.Tx, a Auditor, r Request, now time.Time) (Answer, error) {
 	// Snapshots and windows count in milliseconds: the proof does too.
 	r.Items = slices.Clone(r.Items)
-	for i := range r.Items {
-		r.Items[i].AdmittedAt = r.Items[i].AdmittedAt.UTC().Truncate(time.Millisecond)
+	seen := make(map[string]bool, len(r.Items))
+	for i, it := range r.Items {
+		// One request twice in a call would record one start and charge it twice.
+		if seen[it.RequestID] {
+			return Answer{}, fault.InvalidAt("lists a request id twice", "items", i, "requestId")
+		}
+		seen[it.RequestID] = true
+		r.Items[i].AdmittedAt = it.AdmittedAt.UTC().Truncate(time.Millisecond)
 	}
 	sp, err := tx.Begin(ctx)
 	if err != nil {

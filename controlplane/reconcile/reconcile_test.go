@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	"github.com/tollgate-dev/tollgate/controlplane/reconcile"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
@@ -176,6 +177,8 @@ func TestReconcileRefusals(t *testing.T) {
 	ok := accountingtest.ReqID()
 	f.quarantine(t, ok, 10)
 	good := reconcile.Item{RequestID: ok, MemberID: f.member, AdmittedAt: now.Add(-time.Hour), Cost: 10}
+	bad := accountingtest.ReqID()
+	f.quarantine(t, bad, 10)
 
 	// A counter with spend no receipt explains (a legacy counter): the request may be in it.
 	overlapID := accountingtest.ReqID()
@@ -211,10 +214,10 @@ func TestReconcileRefusals(t *testing.T) {
 		want string
 	}{
 		{"not quarantined", reconcile.Item{RequestID: "nobody-quarantined-this", MemberID: f.member, AdmittedAt: now.Add(-time.Hour), Cost: 1}, reconcile.NotQuarantined},
-		{"another member than the record's", reconcile.Item{RequestID: ok, MemberID: f.other, AdmittedAt: now.Add(-time.Hour), Cost: 1}, reconcile.MemberMismatch},
-		{"a member of no organization of ours", reconcile.Item{RequestID: ok, MemberID: "om_nobody", AdmittedAt: now.Add(-time.Hour), Cost: 1}, reconcile.UnknownMember},
-		{"admitted after the settlement was seen", reconcile.Item{RequestID: ok, MemberID: f.member, AdmittedAt: now.Add(time.Second), Cost: 1}, reconcile.AdmissionOutOfBounds},
-		{"admitted too long before", reconcile.Item{RequestID: ok, MemberID: f.member, AdmittedAt: now.Add(-reconcile.MaxAdmissionLead - time.Second), Cost: 1}, reconcile.AdmissionOutOfBounds},
+		{"another member than the record's", reconcile.Item{RequestID: bad, MemberID: f.other, AdmittedAt: now.Add(-time.Hour), Cost: 1}, reconcile.MemberMismatch},
+		{"a member of no organization of ours", reconcile.Item{RequestID: bad, MemberID: "om_nobody", AdmittedAt: now.Add(-time.Hour), Cost: 1}, reconcile.UnknownMember},
+		{"admitted after the settlement was seen", reconcile.Item{RequestID: bad, MemberID: f.member, AdmittedAt: now.Add(time.Second), Cost: 1}, reconcile.AdmissionOutOfBounds},
+		{"admitted too long before", reconcile.Item{RequestID: bad, MemberID: f.member, AdmittedAt: now.Add(-reconcile.MaxAdmissionLead - time.Second), Cost: 1}, reconcile.AdmissionOutOfBounds},
 		{"contradicts the record's snapshot", reconcile.Item{RequestID: snapID, MemberID: f.member, AdmittedAt: snapAt.Add(time.Second), Cost: 1}, reconcile.AdmissionMismatch},
 		{"the request has a pending start", reconcile.Item{RequestID: pendingID, MemberID: f.member, AdmittedAt: now.Add(-time.Minute), Cost: 1}, reconcile.AlreadyRecorded},
 		{"a legacy counter overlaps", reconcile.Item{RequestID: overlapID, MemberID: f.member, AdmittedAt: legacyAt, Cost: 1}, reconcile.CounterOverlap},
@@ -256,4 +259,23 @@ func TestReconcileRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	accountingtest.Check(t, f.e.Store)
+}
+
+// One request twice in a call is refused before anything is read or written.
+func TestReconcileRefusesARequestTwice(t *testing.T) {
+	f := setup(t)
+	id := accountingtest.ReqID()
+	f.quarantine(t, id, 10)
+	it := reconcile.Item{RequestID: id, MemberID: f.member, AdmittedAt: f.e.Clock.Now().Add(-time.Minute), Cost: 10}
+	err := f.e.Store.InTx(f.e.Ctx, func(tx pgx.Tx) error {
+		_, err := reconcile.Reconcile(f.e.Ctx, tx, auditor{f.e.Ctx}, reconcile.Request{OrganizationID: f.org, Items: []reconcile.Item{it, it},
+			ReviewReference: "R", Apply: true}, f.e.Clock.Now())
+		return err
+	})
+	if fe, ok := fault.As(err); !ok || fe.Kind != fault.Invalid {
+		t.Fatalf("the same request twice: %v, want an invalid-request error", err)
+	}
+	if got := f.e.Used(t, f.org, f.member, window.Day, it.AdmittedAt); got != 0 {
+		t.Fatalf("charged %d", got)
+	}
 }
