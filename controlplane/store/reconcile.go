@@ -106,7 +106,8 @@ func MemberOrganization(ctx context.Context, q Querier, memberID string) (string
 // (state settled, never counted), skipping request ids that already have a start, and
 // returns the ids it recorded. Rows are written in request id order.
 func InsertClosedStarts(ctx context.Context, tx pgx.Tx, rows []StartInsert, now time.Time) (map[string]bool, error) {
-	ids, orgs, members, versions, admitted, snaps := startColumns(rows)
+	// A closed start reserves nothing (the in-flight guard counts pending starts only).
+	ids, orgs, members, versions, admitted, snaps, _ := startColumns(rows)
 	res, err := tx.Query(ctx, `INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at,
 			snapshot, state, counted, created_at, closed_at)
 		SELECT x.id, x.org, x.member, x.version, x.admitted, x.snap, 'settled', false, $7, $7
