@@ -164,7 +164,9 @@ func TestAddPluginNotFound(t *testing.T) {
 		{"marketplace of another organization", rivalMarketplace, plg, owner, "marketplace_not_found"},
 		{"both of another organization", rivalMarketplace, rivalPlugin, owner, "plugin_not_found"},
 		{"deleted plugin", mkt, deleted, owner, "plugin_not_found"},
-		{"marketplace the member has no grant on", mkt, plg, bob, "marketplace_not_found"},
+		{"missing marketplace, as a member without grants", missing(typeid.Marketplace), plg, bob, "marketplace_not_found"},
+		{"marketplace of another organization, as a member without grants", rivalMarketplace, plg, bob, "marketplace_not_found"},
+		{"missing plugin, as a member without grants", mkt, missing(typeid.Plugin), bob, "plugin_not_found"},
 	}
 	before := digest(t, e)
 	for _, tc := range cases {
@@ -205,6 +207,61 @@ func TestAddPluginForbidden(t *testing.T) {
 	addPlugin(t, e, mkt, map[string]any{"pluginId": newPlugin(t, e, owner, "Two")}, admin.As()...).Expect(t, http.StatusCreated)
 }
 
+// TestAddPluginForbiddenWithoutGrant is issue 22's first item: a member of the
+// organization who holds no grant at all on an existing marketplace lacks the permission
+// to edit it, so the answer is the specification's 403, not 404; and the refusal writes
+// nothing: no membership row, no audit event. The same holds for removing a plugin.
+func TestAddPluginForbiddenWithoutGrant(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	plg := newPlugin(t, e, owner, "Search")
+	inMarketplace := newPlugin(t, e, owner, "Already in")
+	mkt := newMarketplace(t, e, owner, "Engineering")
+	addPlugin(t, e, mkt, map[string]any{"pluginId": inMarketplace}, owner.As()...).Expect(t, http.StatusCreated)
+	bob := e.AddMember(t, owner, "bob", "member") // no grant of any kind
+	bobKey := e.APIKey(t, bob)
+	// The grants of others (a viewer, a team bob is not in) do not reach him.
+	vera := e.AddMember(t, owner, "vera", "member")
+	setGrants(t, e, owner, mkt, memberGrant(vera, "editor"), teamGrant(newTeam(t, e, owner, "Others", vera), "manager"))
+
+	auditsBefore := count(t, e, "audit_events", "organization_id = $1", owner.OrgID)
+	before := digest(t, e)
+	for name, opts := range map[string][]apitest.Opt{"session": bob.As(), "API key": {apitest.Key(bobKey)}} {
+		t.Run(name, func(t *testing.T) {
+			body := addPlugin(t, e, mkt, map[string]any{"pluginId": plg, "membershipSource": "api"}, opts...).
+				ExpectError(t, http.StatusForbidden, "forbidden")
+			if msg, _ := body["message"].(string); !strings.Contains(msg, "editor") || body["reason"] != nil || len(body) != 2 {
+				t.Fatalf("forbidden body: %v", body)
+			}
+			e.Do(t, "DELETE", "/v1/marketplaces/"+mkt+"/plugins/"+inMarketplace, nil, opts...).
+				ExpectError(t, http.StatusForbidden, "forbidden")
+			// A plugin that is not in the marketplace: still 403, the rank is checked first.
+			e.Do(t, "DELETE", "/v1/marketplaces/"+mkt+"/plugins/"+plg, nil, opts...).
+				ExpectError(t, http.StatusForbidden, "forbidden")
+		})
+	}
+	if n := count(t, e, "marketplace_plugins", "plugin_id = $1", plg); n != 0 {
+		t.Fatalf("%d membership rows for the refused plugin", n)
+	}
+	if n := count(t, e, "marketplace_plugins", "plugin_id = $1 AND removed_at IS NULL", inMarketplace); n != 1 {
+		t.Fatalf("the refused removal ended the membership (%d active)", n)
+	}
+	if n := count(t, e, "audit_events", "organization_id = $1", owner.OrgID); n != auditsBefore {
+		t.Fatalf("%d audit events after the refusals, %d before", n, auditsBefore)
+	}
+	expectNoWrites(t, e, before)
+
+	// Reads still hide the marketplace from him.
+	e.Do(t, "GET", "/v1/marketplaces/"+mkt, nil, bob.As()...).ExpectError(t, http.StatusNotFound, "marketplace_not_found")
+	// Once granted editor, the same request succeeds and is audited once.
+	setGrants(t, e, owner, mkt, memberGrant(bob, "editor"))
+	addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, bob.As()...).Expect(t, http.StatusCreated)
+	if n := count(t, e, "audit_events", "action = 'marketplace.plugin.add' AND actor_member_id = $1", bob.MemberID); n != 1 {
+		t.Fatalf("%d add events by bob, want 1", n)
+	}
+}
+
 // TestAddPluginCheckOrder pins which answer wins when a request has several faults.
 func TestAddPluginCheckOrder(t *testing.T) {
 	t.Parallel()
@@ -215,6 +272,7 @@ func TestAddPluginCheckOrder(t *testing.T) {
 	viewer := e.AddMember(t, owner, "vera", "member")
 	setGrants(t, e, owner, mkt, memberGrant(viewer, "viewer"))
 	staleAdmin := e.AddMember(t, owner, "ada", "admin")
+	stranger := e.AddMember(t, owner, "sam", "member")
 	e.Clock.Advance(time.Hour) // every session above is now stale
 	fresh := func(m apitest.Member) []apitest.Opt {
 		return []apitest.Opt{apitest.Session(signIn(t, e, m.User)), apitest.Org(m.OrgID)}
@@ -237,6 +295,8 @@ func TestAddPluginCheckOrder(t *testing.T) {
 		{"plugin 404 before reauth", mkt, map[string]any{"pluginId": noPlugin}, staleAdmin.As(), 404, "plugin_not_found"},
 		{"marketplace 404 before reauth", noMarketplace, map[string]any{"pluginId": plg}, staleAdmin.As(), 404, "marketplace_not_found"},
 		{"403 for a viewer", mkt, map[string]any{"pluginId": plg}, viewer.As(), 403, "forbidden"},
+		{"403 for a member without grants", mkt, map[string]any{"pluginId": plg}, fresh(stranger), 403, "forbidden"},
+		{"marketplace 404 before 403", noMarketplace, map[string]any{"pluginId": plg}, fresh(stranger), 404, "marketplace_not_found"},
 		{"reauth for a stale admin", mkt, map[string]any{"pluginId": plg}, staleAdmin.As(), 403, "reauth"},
 	}
 	before := digest(t, e)
@@ -319,9 +379,10 @@ func TestAddPluginThroughTeamGrant(t *testing.T) {
 	addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, carol.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
 	expectNoWrites(t, e, before)
 
-	// Leaving the team ends the grant: the marketplace is no longer visible to bob.
+	// Leaving the team ends the grant: bob may no longer edit (and no longer sees it).
 	e.Do(t, "DELETE", "/v1/teams/"+editors+"/members/"+bob.MemberID, nil, owner.As()...).Expect(t, http.StatusNoContent)
-	addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, bob.As()...).ExpectError(t, http.StatusNotFound, "marketplace_not_found")
+	addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "GET", "/v1/marketplaces/"+mkt, nil, bob.As()...).ExpectError(t, http.StatusNotFound, "marketplace_not_found")
 	// Joining the editors team gives carol editing on top of her viewer grant.
 	e.Do(t, "POST", "/v1/teams/"+editors+"/members", map[string]any{"memberId": carol.MemberID}, owner.As()...).Expect(t, http.StatusOK)
 	addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, carol.As()...).Expect(t, http.StatusCreated)
@@ -463,6 +524,8 @@ func TestRemoveMarketplacePlugin(t *testing.T) {
 	mkt := newMarketplace(t, e, owner, "Engineering")
 	viewer := e.AddMember(t, owner, "vera", "member")
 	setGrants(t, e, owner, mkt, memberGrant(viewer, "viewer"))
+	stranger := e.AddMember(t, owner, "sam", "member")
+	rival := e.NewOrg(t, "Rival")
 	addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, owner.As()...).Expect(t, http.StatusCreated)
 	path := "/v1/marketplaces/" + mkt + "/plugins/"
 
@@ -471,8 +534,11 @@ func TestRemoveMarketplacePlugin(t *testing.T) {
 	e.Do(t, "DELETE", path+"plg_1", nil, owner.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
 	e.Do(t, "DELETE", path+plg, nil).ExpectError(t, http.StatusUnauthorized, "unauthorized")
 	e.Do(t, "DELETE", path+plg, nil, viewer.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "DELETE", path+plg, nil, stranger.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
 	e.Do(t, "DELETE", "/v1/marketplaces/"+missing(typeid.Marketplace)+"/plugins/"+plg, nil, owner.As()...).
 		ExpectError(t, http.StatusNotFound, "marketplace_not_found")
+	// Another organization's owner: 404, never 403, so the id is not confirmed to exist.
+	e.Do(t, "DELETE", path+plg, nil, rival.As()...).ExpectError(t, http.StatusNotFound, "marketplace_not_found")
 	e.Do(t, "DELETE", path+never, nil, owner.As()...).ExpectError(t, http.StatusNotFound, "marketplace_membership_not_found")
 	expectNoWrites(t, e, before)
 

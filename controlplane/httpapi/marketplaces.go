@@ -20,8 +20,10 @@ import (
 // Marketplaces distribute an organization's plugins to the members their grants reach.
 // A grant gives viewer, editor or manager to a member, a team, or the whole
 // organization; a member's rank on a marketplace is the best grant that reaches them.
-// Owners and admins hold the manager rank everywhere without a grant. A marketplace the
-// caller holds no rank on does not exist for them (404), as ids of other organizations.
+// Owners and admins hold the manager rank everywhere without a grant. Reads hide a
+// marketplace the caller holds no rank on (404, as ids of other organizations); writes
+// to a marketplace of the caller's organization that their rank does not allow answer
+// 403, rank or none, as the specification's add-plugin operation requires.
 //
 // The membership writes (add and remove a plugin, set the grants) need, from owners and
 // admins signed in with a session, a sign-in from the last 15 minutes: their power comes
@@ -50,7 +52,8 @@ func (c *Call) requireFreshAuth() error {
 		Message: "Sign in again: owners and admins must have signed in within the last 15 minutes to change a marketplace."}
 }
 
-// marketplaceForWrite reads a marketplace the caller may see and checks their rank.
+// marketplaceForWrite reads a marketplace of the caller's organization and checks their
+// rank (403 below need, 404 only for ids the organization does not have).
 func (c *Call) marketplaceForWrite(q store.Querier, id string, need int, what string) (store.Marketplace, error) {
 	m, err := marketplace.ForWrite(c.Ctx, q, c.OrgID(), id, c.viewer(), need, what)
 	if err != nil {
@@ -248,7 +251,8 @@ func (s *Server) listMarketplacePlugins(c *Call) error {
 // addMarketplacePlugin is the specification's operation 1. Its checks run in the order
 // the specification's answers imply: the path and body (400, nothing read), the plugin
 // (404 plugin_not_found, so a missing plugin wins over a missing marketplace), the
-// marketplace (404 marketplace_not_found), the caller's rank (403 forbidden), their
+// marketplace (404 marketplace_not_found when the organization has none with this id),
+// the caller's rank (403 forbidden below editor, also with no grant at all), their
 // sign-in's age (403 reauth); then one upsert.
 func (s *Server) addMarketplacePlugin(c *Call) error {
 	var in struct {

@@ -161,4 +161,10 @@ func TestMarketplaceAccess(t *testing.T) {
 	if n := count(t, e, "marketplace_grants", "marketplace_id = $1", mkt); n != 0 {
 		t.Fatalf("%d grants left", n)
 	}
+	// Writing is another matter: a member of the organization without any grant lacks the
+	// permission (403, as on every marketplace write), and nothing changes.
+	before = digest(t, e)
+	e.Do(t, "PUT", path, map[string]any{"grants": []any{memberGrant(bob, "manager")}}, bob.As()...).
+		ExpectError(t, http.StatusForbidden, "forbidden")
+	expectNoWrites(t, e, before)
 }

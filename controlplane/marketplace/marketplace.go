@@ -17,16 +17,20 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 )
 
-// ErrNotFound is the 404 of a marketplace the caller cannot see (missing, in another
-// organization, or without any grant reaching them).
+// ErrNotFound is the 404 of a marketplace the caller cannot find: missing, in another
+// organization, or (on reads) without any grant reaching them.
 func ErrNotFound() error {
 	return fault.NotFoundf("marketplace_not_found", "No marketplace with this id in the organization, or you have no access to it.")
 }
 
-// ForWrite reads a marketplace the viewer may see and checks their rank: need is a
-// store.Rank*, what names the change in the 403's message.
+// ForWrite reads a marketplace of the organization and checks the viewer's rank on it:
+// need is a store.Rank*, what names the change in the 403's message. A marketplace of
+// the organization that the viewer may not change is 403 whatever their rank, none
+// included: the specification's 404 is for a marketplace that does not exist in the
+// caller's organization, its 403 for a caller who lacks the permission to edit. Ids of
+// other organizations stay 404, indistinguishable from ids that name nothing.
 func ForWrite(ctx context.Context, q store.Querier, orgID, id string, v store.Viewer, need int, what string) (store.Marketplace, error) {
-	m, err := store.MarketplaceFor(ctx, q, orgID, id, v)
+	m, err := store.MarketplaceInOrg(ctx, q, orgID, id, v)
 	if errors.Is(err, store.ErrNotFound) {
 		return m, ErrNotFound()
 	}

@@ -234,6 +234,11 @@ const marketplaceSelect = `SELECT * FROM (
 const marketplaceSelectEnd = `) END AS rank
 	FROM marketplaces m WHERE m.organization_id = $1) x WHERE x.rank > 0`
 
+// marketplaceSelectAnyRankEnd ends marketplaceSelect without hiding the marketplaces the
+// viewer holds no rank on (their rank reads 0).
+const marketplaceSelectAnyRankEnd = `) END AS rank
+	FROM marketplaces m WHERE m.organization_id = $1) x WHERE true`
+
 func scanMarketplace(row pgx.Row) (Marketplace, error) {
 	var m Marketplace
 	err := row.Scan(&m.ID, &m.OrganizationID, &m.Name, &m.CreatedByMemberID, &m.CreatedAt, &m.UpdatedAt, &m.PluginCount, &m.Rank)
@@ -244,6 +249,14 @@ func scanMarketplace(row pgx.Row) (Marketplace, error) {
 // ErrNotFound when it does not exist or the viewer holds no grant reaching them.
 func MarketplaceFor(ctx context.Context, q Querier, orgID, id string, v Viewer) (Marketplace, error) {
 	return scanMarketplace(q.QueryRow(ctx, marketplaceSelect+grantReaches("$3")+marketplaceSelectEnd+` AND x.id = $4`,
+		orgID, v.All, v.MemberID, id))
+}
+
+// MarketplaceInOrg reads a marketplace of an organization with the viewer's rank on it,
+// RankNone included: ErrNotFound only when the organization has no marketplace with
+// this id. Writes use it to tell "not yours to change" (403) from "does not exist" (404).
+func MarketplaceInOrg(ctx context.Context, q Querier, orgID, id string, v Viewer) (Marketplace, error) {
+	return scanMarketplace(q.QueryRow(ctx, marketplaceSelect+grantReaches("$3")+marketplaceSelectAnyRankEnd+` AND x.id = $4`,
 		orgID, v.All, v.MemberID, id))
 }
 
