@@ -143,6 +143,8 @@ func TestAdminRoutesNeedPlatformAdmin(t *testing.T) {
 		{"GET", "/v1/admin/platform-admins", nil},
 		{"POST", "/v1/admin/platform-admins", map[string]any{"email": "x@example.test"}},
 		{"DELETE", "/v1/admin/platform-admins/" + admin.Email, nil},
+		{"GET", "/v1/admin/audit-events", nil},
+		{"GET", "/v1/admin/audit-events?limit=0&actor=x", nil},
 	}
 	for _, rt := range routes {
 		t.Run(rt.method+" "+rt.path, func(t *testing.T) {

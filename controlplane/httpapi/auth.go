@@ -8,6 +8,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
 // Principal is an authenticated caller: a user, through either a session or an API key.
@@ -69,10 +70,18 @@ func errOrgNotFound() error {
 
 // resolveMember places the caller in the request's organization. An API key is bound to
 // its own organization; a session picks one with X-Service-Org-Id or its active
-// organization. Not being a member answers 404, so ids of other organizations never leak.
-func (c *Call) resolveMember() (*store.Member, error) {
+// organization. A route that names the organization in its path (pathParam) takes it
+// from there instead, for sessions and keys alike; a malformed id there is 400. Not
+// being a member answers 404, so ids of other organizations never leak.
+func (c *Call) resolveMember(pathParam string) (*store.Member, error) {
 	p := c.Principal
 	orgID := c.R.Header.Get(orgHeader)
+	if pathParam != "" {
+		orgID = c.Path(pathParam)
+		if err := typeid.Check(orgID, typeid.Org); err != nil {
+			return nil, fault.InvalidAt(err.Error(), pathParam)
+		}
+	}
 	if p.IsAPIKey() {
 		if orgID != "" && orgID != p.KeyMember.OrganizationID {
 			return nil, errOrgNotFound()

@@ -18,6 +18,11 @@ type route struct {
 	// org: the route acts inside the caller's organization (X-Service-Org-Id, the active
 	// organization, or the API key's organization) and c.Member is set.
 	org bool
+	// orgPath names the path parameter that picks the organization of an org route
+	// instead of the header or the active organization (routes under
+	// /v1/organizations/{organizationId}/...). A malformed id is 400; an organization
+	// the caller is not an active member of is 404 organization_not_found, as always.
+	orgPath string
 	// roles: the member roles allowed; empty means every member.
 	roles []string
 	// noStore sends "cache-control: private, no-store" with every answer.
@@ -54,6 +59,9 @@ func (s *Server) routeTable() []route {
 		{method: "GET", pattern: "/v1/organizations", access: authenticated, handle: s.listOrganizations},
 		{method: "POST", pattern: "/v1/invitations", access: authenticated, org: true, roles: managers, handle: s.createInvitation},
 		{method: "POST", pattern: "/v1/invitations/accept", access: sessionOnly, handle: s.acceptInvitation},
+
+		// Audit trails (audit.go)
+		{method: "GET", pattern: "/v1/organizations/{organizationId}/audit-events", access: authenticated, org: true, orgPath: "organizationId", roles: managers, noStore: true, handle: s.listOrganizationAuditEvents},
 
 		// Members (members.go)
 		{method: "GET", pattern: "/v1/members", access: authenticated, org: true, handle: s.listMembers},
@@ -129,6 +137,7 @@ func (s *Server) routeTable() []route {
 		{method: "GET", pattern: "/v1/admin/platform-admins", access: platformAdmin, noStore: true, handle: s.listPlatformAdmins},
 		{method: "POST", pattern: "/v1/admin/platform-admins", access: platformAdmin, noStore: true, handle: s.addPlatformAdmin},
 		{method: "DELETE", pattern: "/v1/admin/platform-admins/{email}", access: platformAdmin, noStore: true, handle: s.removePlatformAdmin},
+		{method: "GET", pattern: "/v1/admin/audit-events", access: platformAdmin, noStore: true, handle: s.listPlatformAuditEvents},
 	}
 }
 

@@ -77,7 +77,7 @@ func (s *Server) admit(c *Call, rt *route) error {
 	if !rt.org {
 		return nil
 	}
-	m, err := c.resolveMember()
+	m, err := c.resolveMember(rt.orgPath)
 	if err != nil {
 		return err
 	}
