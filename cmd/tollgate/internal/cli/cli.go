@@ -27,6 +27,7 @@ Commands:
   recover   close abandoned pending starts as unknown/incomplete
   reconcile list|charge quarantined settlements (reviewed reconciliation)
   retention remove old request-level data (preview unless --apply)
+  audit     print the organization's (or, --platform, the platform's) audit trail
   help      this text
 
 Run "tollgate <command> -h" for the flags of a command.
@@ -51,6 +52,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 		err = reconcileCmd(ctx, rest, getenv, stdio)
 	case "retention":
 		err = app.Run(ctx, append([]string{"retention"}, rest...), getenv, stdio)
+	case "audit":
+		err = auditCmd(ctx, rest, getenv, stdio)
 	case "resync":
 		err = app.Run(ctx, append([]string{"resync"}, rest...), getenv, stdio)
 	case "bootstrap":

@@ -49,6 +49,7 @@ func TestCommandHelpListsOnlyItsFlags(t *testing.T) {
 		{[]string{"reconcile", "list", "-h"}, []string{"api", "key", "member", "org", "state"}, "quarantined"},
 		{[]string{"reconcile", "charge", "-h"}, []string{"admitted-at", "api", "apply", "cost-micro-usd", "key", "member", "org", "reference", "request"}, "once"},
 		{[]string{"retention", "-h"}, []string{"apply", "database-url", "log-format", "log-level", "retention-age", "retention-batch"}, "pending start is never touched"},
+		{[]string{"audit", "-h"}, []string{"action", "actor", "api", "key", "limit", "org", "platform", "since", "until"}, "audit trail"},
 		{[]string{"dev", "-h"}, nil, ""}, // its own business; only that -h works
 	} {
 		name := strings.Join(tc.args, " ")
@@ -77,7 +78,7 @@ func TestHelpNamesEveryCommand(t *testing.T) {
 	if err := Run(context.Background(), []string{"-h"}, func(string) string { return "" }, IO{Stdout: &out, Stderr: &out}); err != nil {
 		t.Fatal(err)
 	}
-	for _, cmd := range []string{"dev", "migrate", "bootstrap", "resync", "capture", "recover", "reconcile", "retention"} {
+	for _, cmd := range []string{"dev", "migrate", "bootstrap", "resync", "capture", "recover", "reconcile", "retention", "audit"} {
 		if !regexp.MustCompile(`(?m)^  ` + cmd + ` `).MatchString(out.String()) {
 			t.Errorf("tollgate -h does not name %s:\n%s", cmd, out.String())
 		}
@@ -206,4 +207,54 @@ func startItem(id, org, member string, at time.Time) *internalv1.StartItem {
 			WindowEndUnixMs: w.End.UnixMilli(), BucketId: window.BucketID(org, member, w.Timeframe, w.Start), PolicyId: "unlimited"})
 	}
 	return &internalv1.StartItem{RequestId: id, OrganizationId: org, MemberId: member, Snapshot: s}
+}
+
+// TestAuditPrintsTheTrail: tollgate audit prints the key's organization's trail newest
+// first, across pages, filtered as asked; another organization's trail is an error.
+func TestAuditPrintsTheTrail(t *testing.T) {
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	for _, name := range []string{"Research", "Sales", "Support"} {
+		e.Do(t, "POST", "/v1/teams", map[string]string{"name": name}, owner.As()...).Expect(t, 201)
+		e.Clock.Advance(time.Minute)
+	}
+	rival := e.NewOrg(t, "Rival")
+	key := e.APIKey(t, owner)
+	env := func(k string) string {
+		return map[string]string{"TOLLGATE_API_URL": e.URL, "TOLLGATE_API_KEY": key}[k]
+	}
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := Run(context.Background(), append([]string{"audit"}, args...), env, IO{Stdout: &out, Stderr: &out})
+		return out.String(), err
+	}
+	// Two events a page, so the command must follow the cursor.
+	out, err := run("--action", "team.create", "--limit", "3")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "OCCURRED AT") || lines[4] != "3 event(s)" {
+		t.Fatalf("want a header, 3 events and a count:\n%s", out)
+	}
+	for i, l := range lines[1:4] {
+		if !strings.Contains(l, "team.create") || !strings.Contains(l, owner.MemberID) || !strings.Contains(l, owner.OrgID) {
+			t.Fatalf("line %d: %q", i, l)
+		}
+	}
+	if !(lines[1] > lines[2] && lines[2] > lines[3]) { // the timestamps lead each line
+		t.Fatalf("not newest first:\n%s", out)
+	}
+	if out, err := run("--limit", "1"); err != nil || !strings.Contains(out, "1 event(s)") {
+		t.Fatalf("--limit 1: %v\n%s", err, out)
+	}
+	if out, err := run("--org", rival.OrgID); err == nil || !strings.Contains(err.Error(), "organization_not_found") {
+		t.Fatalf("another organization: %v\n%s", err, out)
+	}
+	if out, err := run("--since", "yesterday"); err == nil || !strings.Contains(err.Error(), "invalid_request") {
+		t.Fatalf("a bad --since: %v\n%s", err, out)
+	}
+	if out, err := run("--platform"); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Fatalf("--platform as an owner: %v\n%s", err, out)
+	}
 }
