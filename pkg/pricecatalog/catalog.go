@@ -44,6 +44,10 @@ type Entry struct {
 	Provider string
 	// Note says which tier or variant the price is, when it matters.
 	Note string
+	// MaxOutputTokens is the most output tokens the provider lets one request of the
+	// model generate (its output cap's upper bound); 0 when the catalog does not know it.
+	// The enforcer's worst case of a request reads it (enforcer/worstcase).
+	MaxOutputTokens int64
 	Price
 }
 
@@ -64,6 +68,7 @@ type fileEntry struct {
 	Output      *int64 `json:"output"`
 	CachedInput *int64 `json:"cachedInput"`
 	CacheWrite  *int64 `json:"cacheWrite"`
+	MaxOutput   *int64 `json:"maxOutput"`
 	Note        string `json:"note"`
 }
 
@@ -78,12 +83,17 @@ type file struct {
 // Unit is the only unit a catalog file may declare.
 const Unit = "integer micro-USD per million tokens"
 
+// MaxOutputLimit bounds a catalog entry's maxOutput: no model generates ten million
+// tokens in one request, so a larger figure is a typing error.
+const MaxOutputLimit = 10_000_000
+
 var providers = []string{"openai", "anthropic", "google"}
 
 // Load parses and validates a catalog file: strict JSON (unknown fields refused), an
 // asOf date (YYYY-MM-DD), at least one https source, and models whose names are their
 // own Key (lower-case, no provider prefix) and unique, from a known provider, with every
-// price from 0 to money.MaxAllowanceMicroUSD. Every problem is reported.
+// price from 0 to money.MaxAllowanceMicroUSD and an optional maxOutput from 1 to
+// MaxOutputLimit. Every problem is reported.
 func Load(data []byte) (*Catalog, error) {
 	var f file
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -142,6 +152,13 @@ func Load(data []byte) (*Catalog, error) {
 				bad("%s: %s must be from 0 to %d", where, p.name, money.MaxAllowanceMicroUSD)
 			case p.dst != nil:
 				*p.dst = *p.v
+			}
+		}
+		if m.MaxOutput != nil {
+			if *m.MaxOutput < 1 || *m.MaxOutput > MaxOutputLimit {
+				bad("%s: maxOutput must be from 1 to %d", where, MaxOutputLimit)
+			} else {
+				e.MaxOutputTokens = *m.MaxOutput
 			}
 		}
 		if m.CacheWrite != nil && *m.CacheWrite >= 0 {

@@ -58,6 +58,44 @@ func TestEmbeddedCatalog(t *testing.T) {
 	}
 }
 
+// TestMaxOutput: the output limits the catalog states are sane (from 1024 tokens, the
+// smallest a provider documents, computer-use-preview, to 272,000, gpt-5-pro's), cover
+// the current models of every provider, and match the providers' model pages for a few
+// checked by hand. A zero is an unknown limit, never a limit of zero.
+func TestMaxOutput(t *testing.T) {
+	known := 0
+	for _, e := range Default().Entries() {
+		switch {
+		case e.MaxOutputTokens == 0:
+			continue
+		case e.MaxOutputTokens < 1024 || e.MaxOutputTokens > 272_000:
+			t.Errorf("%s: maxOutput %d is not a plausible output limit", e.Model, e.MaxOutputTokens)
+		}
+		known++
+	}
+	if known < 50 {
+		t.Errorf("only %d entries state their output limit", known)
+	}
+	for model, want := range map[string]int64{
+		"gpt-4.1": 32_768, "gpt-4o": 16_384, "gpt-4o-mini": 16_384, "gpt-5": 128_000, "o3": 100_000,
+		"claude-sonnet-4-5": 64_000, "claude-opus-4-1": 32_000, "claude-3-5-haiku": 8_192, "claude-3-haiku": 4_096,
+		"gemini-2.5-pro": 65_536, "gemini-2.0-flash": 8_192,
+		// Snapshots match their family's entry, limit included.
+		"gpt-4o-mini-2024-07-18": 16_384, "claude-3-5-sonnet-20241022": 8_192,
+		// gpt-4o's first snapshot has its own entry: its limit was 4096.
+		"gpt-4o-2024-05-13": 4_096,
+	} {
+		if e, ok := Lookup(model); !ok || e.MaxOutputTokens != want {
+			t.Errorf("%s: maxOutput %d (found %v), want %d", model, e.MaxOutputTokens, ok, want)
+		}
+	}
+	for _, model := range []string{"gpt-4-32k", "gpt-3.5-turbo-16k"} {
+		if e, _ := Lookup(model); e.MaxOutputTokens != 0 {
+			t.Errorf("%s: maxOutput %d, but no provider page states one", model, e.MaxOutputTokens)
+		}
+	}
+}
+
 // The issue's contract: with no organization prices, gpt-4o-mini with 1,000,000 input
 // and 1,000,000 output tokens costs exactly 750000 micro-USD.
 func TestContractPrices(t *testing.T) {
@@ -200,6 +238,9 @@ func TestLoadRefuses(t *testing.T) {
 		"no sources":       strings.Replace(good, `["https://example.com/p"]`, `[]`, 1),
 		"http source":      strings.Replace(good, "https://", "http://", 1),
 		"wrong unit":       strings.Replace(good, "integer micro-USD", "USD", 1),
+		"zero maxOutput":   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":0}]}`,
+		"huge maxOutput":   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":10000001}]}`,
+		"fraction maxOut":  head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":1.5}]}`,
 	} {
 		if _, err := Load([]byte(body)); err == nil {
 			t.Errorf("%s: accepted", name)
