@@ -43,6 +43,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 )
 
 // BytesPerToken is the estimator's bytes of UTF-8 text per token.
@@ -72,7 +73,17 @@ type Request struct {
 	Messages int64
 	// InputTokens is the estimate: Tokens(TextBytes) + PerMessage*Messages + Priming.
 	InputTokens int64
+	// OutputCap is the most output tokens the request asks for: the largest positive
+	// whole number among the top-level max_tokens (OpenAI chat, Anthropic messages),
+	// max_completion_tokens (OpenAI chat) and max_output_tokens (OpenAI Responses); 0
+	// when none is given (or none is a positive whole number: the upstream refuses such a
+	// request). Not an estimate: what the request itself allows (enforcer/worstcase).
+	OutputCap int64
 }
+
+// maxCap bounds OutputCap: a float64 holds every whole number up to 2^53 exactly, and
+// no model generates more.
+const maxCap = 1 << 53
 
 // ErrNotObject is returned for a body that is not one JSON object.
 var ErrNotObject = errors.New("estimate: the body is not a JSON object")
@@ -117,6 +128,22 @@ func Input(body []byte) (Request, error) {
 				r.Model = s
 			} else if d, ok := v.(json.Delim); ok {
 				if err := w.skip(d); err != nil {
+					return Request{}, ErrNotObject
+				}
+			}
+			continue
+		case "max_tokens", "max_completion_tokens", "max_output_tokens":
+			v, err := dec.Token()
+			if err != nil {
+				return Request{}, ErrNotObject
+			}
+			switch n := v.(type) {
+			case float64:
+				if n >= 1 && n == math.Trunc(n) {
+					r.OutputCap = max(r.OutputCap, int64(min(n, maxCap)))
+				}
+			case json.Delim:
+				if err := w.skip(n); err != nil {
 					return Request{}, ErrNotObject
 				}
 			}

@@ -53,6 +53,49 @@ func TestInput(t *testing.T) {
 	}
 }
 
+// TestOutputCap: the request's own output cap is read from the three names the APIs
+// use, the largest wins, and what no upstream would accept as a cap is no cap.
+func TestOutputCap(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		body string
+		want int64
+	}{
+		{"OpenAI chat max_tokens", `{"model":"gpt-4o","max_tokens":512,"messages":[]}`, 512},
+		{"OpenAI chat max_completion_tokens", `{"model":"o3","max_completion_tokens":2048,"messages":[]}`, 2048},
+		{"Responses max_output_tokens", `{"model":"gpt-4.1","max_output_tokens":300,"input":"x"}`, 300},
+		{"Anthropic max_tokens", `{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[]}`, 1024},
+		{"two names: the larger", `{"max_tokens":10,"max_completion_tokens":20}`, 20},
+		{"a key given twice: the larger", `{"max_tokens":30,"max_tokens":5}`, 30},
+		{"none", `{"model":"gpt-4o","messages":[]}`, 0},
+		{"zero", `{"max_tokens":0}`, 0},
+		{"negative", `{"max_tokens":-4}`, 0},
+		{"fraction", `{"max_tokens":1.5}`, 0},
+		{"string", `{"max_tokens":"100"}`, 0},
+		{"null", `{"max_tokens":null}`, 0},
+		{"object, skipped whole", `{"max_tokens":{"a":[1,2]},"model":"m"}`, 0},
+		{"exponent", `{"max_tokens":1e3}`, 1000},
+		{"huge, bounded", `{"max_tokens":1e300}`, maxCap},
+		{"nested is not the request's", `{"metadata":{"max_tokens":99},"tools":[{"max_tokens":7}]}`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Input([]byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.OutputCap != tc.want {
+				t.Fatalf("OutputCap %d, want %d", r.OutputCap, tc.want)
+			}
+		})
+	}
+	// The cap carries no text: the input estimate is the same with or without it.
+	a, _ := Input([]byte(`{"model":"m","max_tokens":100000,"messages":[{"role":"user","content":"hello"}]}`))
+	b, _ := Input([]byte(`{"model":"m","messages":[{"role":"user","content":"hello"}]}`))
+	if a.InputTokens != b.InputTokens || a.Model != "m" {
+		t.Fatalf("with a cap %+v, without %+v", a, b)
+	}
+}
+
 func TestInputRefusesWhatIsNotOneObject(t *testing.T) {
 	for _, body := range []string{``, `[]`, `"x"`, `{"model":"m"`, `{"model":"m"} {}`, `{"a":[1,2}`, `not json`} {
 		if _, err := Input([]byte(body)); err == nil {

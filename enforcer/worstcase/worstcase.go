@@ -1,0 +1,134 @@
+// Package worstcase owns the most an inference request may cost, as far as it is known at
+// admission: the reservation the in-flight guard holds for the request while it runs
+// (docs/usage-limits.md, "Bounded overshoot"), instead of the policy's flat amount.
+//
+// The worst case of a request whose body names its model is
+//
+//	ceil((input × max(input price, cache-write price) + cap × output price) / 10^6)
+//
+// micro-USD, where input is the body's input-token estimate (package estimate), cap is
+// the request's output cap (max_tokens, max_completion_tokens or max_output_tokens)
+// clamped to the model's output limit from the price catalog (a missing cap is that
+// limit), and the prices are the catalog's entry for the model, matched the way
+// settlement matches names (pricecatalog.Steps). Input is priced at the dearer of plain
+// input and cache writes, because a request may write its whole prompt to a cache.
+//
+// It is unknown (the policy's amount applies) when the body is not a JSON object, names
+// no model, names one the catalog does not price, names one the organization prices
+// itself (its own price wins at settlement, and the enforcer knows only its keys), or
+// states no cap for a model whose limit the catalog does not know.
+//
+// Its error is the estimator's on the input part (docs/enforcer.md: within about 30%
+// either way for English text and code; images, audio and files not counted), none on
+// the output part: the provider never generates more than the cap. So the worst case
+// covers the real cost except when the input is underestimated and the output nearly
+// reaches the cap, or the provider's price is above the catalog's.
+//
+// It does no I/O and reads no clock.
+package worstcase
+
+import (
+	"math"
+	"math/bits"
+	"slices"
+
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+	"github.com/tollgate-dev/tollgate/pkg/money"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+)
+
+// Unknown says why a worst case is unknown ("" when it is known).
+type Unknown string
+
+// Why a worst case is unknown.
+const (
+	NoModel            Unknown = "no_model"            // the body names no model
+	NotInCatalog       Unknown = "not_in_catalog"      // the catalog does not price the model
+	OrganizationPriced Unknown = "organization_priced" // the organization prices the model itself
+	NoCap              Unknown = "no_cap"              // no cap, and the catalog knows no output limit
+)
+
+// Cost is a request's worst case.
+type Cost struct {
+	// MicroUSD is the worst case (0 when Unknown is set), at most
+	// money.MaxAllowanceMicroUSD.
+	MicroUSD int64
+	// Model is the catalog entry that priced it, OutputTokens the cap it was priced at
+	// (the request's, clamped to the entry's output limit), InputTokens the estimate.
+	Model        string
+	InputTokens  int64
+	OutputTokens int64
+	Unknown      Unknown
+}
+
+// Known reports whether the worst case is known.
+func (c Cost) Known() bool { return c.Unknown == "" }
+
+// Of is the worst case of the request read from a body (estimate.Input), priced from
+// cat, for an organization whose own prices have the match keys orgKeys
+// (pricecatalog.Key of each priced name).
+func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost {
+	model := requestbody.CleanModel(req.Model)
+	if model == "" {
+		return Cost{Unknown: NoModel}
+	}
+	e, why := find(cat, model, orgKeys)
+	if why != "" {
+		return Cost{Unknown: why}
+	}
+	out := req.OutputCap
+	if lim := e.MaxOutputTokens; lim > 0 && (out <= 0 || out > lim) {
+		// A request may not ask for more than the model's limit (the provider refuses
+		// it), and one that asks nothing may get the whole limit.
+		out = lim
+	}
+	if out <= 0 {
+		return Cost{Unknown: NoCap}
+	}
+	in := max(req.InputTokens, 0)
+	return Cost{MicroUSD: price(in, max(e.InputPerMillion, e.CacheWrite()), out, e.OutputPerMillion),
+		Model: e.Model, InputTokens: in, OutputTokens: out}
+}
+
+// find walks the matching steps as settlement does (controlplane/ledger: at each step
+// the organization's own price, then the catalog's). The enforcer knows the
+// organization's keys, not its exact names, so the exact step compares the name's key:
+// an organization name that differs from the model only in case or prefix makes the
+// worst case unknown, never priced at a catalog price settlement will not use.
+func find(cat *pricecatalog.Catalog, model string, orgKeys []string) (pricecatalog.Entry, Unknown) {
+	for _, s := range pricecatalog.Steps(model) {
+		key := s.Name
+		if s.Exact {
+			key = pricecatalog.Key(s.Name)
+		}
+		if slices.Contains(orgKeys, key) {
+			return pricecatalog.Entry{}, OrganizationPriced
+		}
+		if e, ok := cat.Find(s.Name); ok {
+			return e, ""
+		}
+	}
+	return pricecatalog.Entry{}, NotInCatalog
+}
+
+// price is ceil((in × inPrice + out × outPrice) / 10^6), in 128 bits so that no product
+// overflows, capped at money.MaxAllowanceMicroUSD (the most a start may reserve).
+func price(in, inPrice, out, outPrice int64) int64 {
+	h1, l1 := bits.Mul64(uint64(in), uint64(inPrice))
+	h2, l2 := bits.Mul64(uint64(out), uint64(outPrice))
+	lo, carry := bits.Add64(l1, l2, 0)
+	hi, _ := bits.Add64(h1, h2, carry) // two products below 2^126 each: no wrap
+	const million = 1_000_000
+	if hi >= million {
+		return money.MaxAllowanceMicroUSD
+	}
+	q, r := bits.Div64(hi, lo, million)
+	if r != 0 && q < math.MaxUint64 {
+		q++
+	}
+	if q > uint64(money.MaxAllowanceMicroUSD) {
+		return money.MaxAllowanceMicroUSD
+	}
+	return int64(q)
+}

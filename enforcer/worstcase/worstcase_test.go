@@ -1,0 +1,127 @@
+package worstcase
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
+	"github.com/tollgate-dev/tollgate/pkg/money"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+)
+
+// testCatalog has known prices and limits, so the expected costs are computed here by
+// hand, independent of the shipped catalog's figures.
+func testCatalog(t *testing.T) *pricecatalog.Catalog {
+	t.Helper()
+	c, err := pricecatalog.Load([]byte(`{"asOf":"2025-01-02","unit":"integer micro-USD per million tokens",
+		"sources":["https://example.com/p"],"notes":[],"models":[
+		{"model":"small","provider":"openai","input":1000000,"output":4000000,"cachedInput":500000,"maxOutput":1000},
+		{"model":"writer","provider":"anthropic","input":2000000,"output":10000000,"cachedInput":200000,"cacheWrite":2500000,"maxOutput":8000},
+		{"model":"nolimit","provider":"google","input":1000000,"output":1000000,"cachedInput":1000000},
+		{"model":"dear","provider":"openai","input":4503599627370495,"output":4503599627370495,"cachedInput":0,"maxOutput":10000000}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func body(t *testing.T, s string) estimate.Request {
+	t.Helper()
+	r, err := estimate.Input([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestOf(t *testing.T) {
+	cat := testCatalog(t)
+	// "hello world!" is 12 bytes: 3 tokens, + 3 for the message + 3 priming = 9.
+	const msgs = `"messages":[{"role":"user","content":"hello world!"}]`
+	for _, tc := range []struct {
+		name    string
+		body    string
+		orgKeys []string
+		want    Cost
+	}{
+		{"cap below the limit", `{"model":"small","max_tokens":100,` + msgs + `}`, nil,
+			// (9 × 1 + 100 × 4) USD/M = 409 µUSD
+			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
+		{"cap above the limit is clamped", `{"model":"small","max_completion_tokens":50000,` + msgs + `}`, nil,
+			Cost{MicroUSD: 9 + 4000, Model: "small", InputTokens: 9, OutputTokens: 1000}},
+		{"no cap: the model's limit", `{"model":"small",` + msgs + `}`, nil,
+			Cost{MicroUSD: 9 + 4000, Model: "small", InputTokens: 9, OutputTokens: 1000}},
+		{"Responses max_output_tokens", `{"model":"small","max_output_tokens":10,"input":"hello world!"}`, nil,
+			// input: 3 tokens + 3 priming (a string input is no message) = 6; 6 + 40
+			Cost{MicroUSD: 46, Model: "small", InputTokens: 6, OutputTokens: 10}},
+		{"input at the cache-write price", `{"model":"writer","max_tokens":10,` + msgs + `}`, nil,
+			// ceil((9 × 2.5 + 10 × 10) USD/M) = ceil(122.5) = 123
+			Cost{MicroUSD: 123, Model: "writer", InputTokens: 9, OutputTokens: 10}},
+		{"snapshot matched to its family", `{"model":"openai/Small-2024-07-18","max_tokens":100,` + msgs + `}`, nil,
+			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
+		{"no limit in the catalog, a cap given", `{"model":"nolimit","max_tokens":91,` + msgs + `}`, nil,
+			Cost{MicroUSD: 100, Model: "nolimit", InputTokens: 9, OutputTokens: 91}},
+		{"no limit in the catalog, no cap", `{"model":"nolimit",` + msgs + `}`, nil, Cost{Unknown: NoCap}},
+		{"no model", `{"max_tokens":100,` + msgs + `}`, nil, Cost{Unknown: NoModel}},
+		{"model with a control character", `{"model":"small\u0000","max_tokens":100}`, nil, Cost{Unknown: NoModel}},
+		{"model the catalog does not price", `{"model":"house-llm","max_tokens":100}`, nil, Cost{Unknown: NotInCatalog}},
+		{"model the organization prices (its key)", `{"model":"small","max_tokens":100}`, []string{"small"}, Cost{Unknown: OrganizationPriced}},
+		{"organization prices the name differently cased", `{"model":"Small","max_tokens":100}`, []string{"small"}, Cost{Unknown: OrganizationPriced}},
+		{"organization prices the snapshot", `{"model":"small-2024-07-18","max_tokens":1}`, []string{"small-2024-07-18"}, Cost{Unknown: OrganizationPriced}},
+		{"organization prices another model", `{"model":"small","max_tokens":100,` + msgs + `}`, []string{"writer", "house-llm"},
+			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
+		{"a catalog family nearer than the organization's", `{"model":"small-x","max_tokens":100,` + msgs + `}`, []string{"small-x-y"},
+			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
+		{"absurd prices are capped, never wrapped", `{"model":"dear","max_tokens":10000000}`, nil,
+			Cost{MicroUSD: money.MaxAllowanceMicroUSD, Model: "dear", InputTokens: 3, OutputTokens: 10000000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Of(cat, body(t, tc.body), tc.orgKeys)
+			if got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+			if got.Known() != (tc.want.Unknown == "") {
+				t.Fatalf("Known() = %v", got.Known())
+			}
+		})
+	}
+}
+
+// TestOfShippedCatalog: the shipped catalog's figures make the worst case of a typical
+// request, so a change of prices or limits that would make reservations absurd shows.
+func TestOfShippedCatalog(t *testing.T) {
+	prompt := strings.Repeat("a", 4000) // 1000 tokens + 3 + 3
+	r := body(t, `{"model":"gpt-4o-mini-2024-07-18","max_tokens":1000,"messages":[{"role":"user","content":"`+prompt+`"}]}`)
+	// gpt-4o-mini: 0.15 USD/M input, 0.60 USD/M output: 1006 × 0.15 + 1000 × 0.6 = 750.9 µUSD.
+	if got := Of(pricecatalog.Default(), r, nil); got.MicroUSD != 751 || got.OutputTokens != 1000 {
+		t.Fatalf("gpt-4o-mini: %+v", got)
+	}
+	// Without a cap, the model's 16,384-token limit: 1006 × 0.15 + 16384 × 0.6 = 9981.3.
+	r.OutputCap = 0
+	if got := Of(pricecatalog.Default(), r, nil); got.MicroUSD != 9982 || got.OutputTokens != 16_384 {
+		t.Fatalf("gpt-4o-mini without a cap: %+v", got)
+	}
+}
+
+// FuzzOf: any body the estimator reads gives a worst case that is known with a positive
+// cost within the bound, or unknown with none; never a panic.
+func FuzzOf(f *testing.F) {
+	for _, s := range []string{`{"model":"gpt-4o","max_tokens":5}`, `{"model":"claude-3-haiku"}`, `{"model":"x","max_tokens":1e30}`,
+		`{"model":"o1-pro","max_completion_tokens":99999999,"messages":["` + strings.Repeat("z", 100) + `"]}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := estimate.Input([]byte(s))
+		if err != nil {
+			return
+		}
+		c := Of(pricecatalog.Default(), r, []string{"gpt-4o"})
+		// Every shipped price is positive: a known worst case costs something.
+		if c.Known() != (c.MicroUSD > 0) || c.Known() != (c.OutputTokens > 0) {
+			t.Fatalf("%+v", c)
+		}
+		if c.MicroUSD < 0 || c.MicroUSD > money.MaxAllowanceMicroUSD {
+			t.Fatalf("%+v out of bounds", c)
+		}
+	})
+}
