@@ -68,6 +68,7 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzExtractEncoded -fuzztime 20s -fuzzminimizetime 10s ./enforcer/responseusage
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCorrupt -fuzztime 20s -fuzzminimizetime 10s ./enforcer/responseusage
 	$(GO) test -run '^$$' -fuzz FuzzManifest -fuzztime 20s ./controlplane/plugin
+	$(GO) test -run '^$$' -fuzz FuzzOf -fuzztime 20s ./enforcer/worstcase
 	$(GO) test -run '^$$' -fuzz FuzzCodecDecodesWhatCheckReads -fuzztime 20s ./enforcer/authz
 	$(GO) test -run '^$$' -fuzz FuzzGatewayResponseToReceipt -fuzztime 60s ./e2e
 
