@@ -8,16 +8,19 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/decision"
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/identity"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/record"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/startq"
+	"github.com/tollgate-dev/tollgate/enforcer/worstcase"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
@@ -115,11 +118,25 @@ func (c Credentials) TollgateAuthorization() bool {
 	return ok && (strings.HasPrefix(tok, credential.APIKeyPrefix) || strings.HasPrefix(tok, credential.SessionPrefix))
 }
 
-// Check answers one request. The error is non-nil only when ctx ended first (the proxy
-// gave up on the check): then no answer matters and nothing was admitted.
+// Hint is what a front door read of the request before its check: the body, when it
+// saw one, as the estimator read it (nil otherwise). With it, a request that reserves
+// under the in-flight guard reserves its own worst case (package worstcase) when that
+// is known, instead of the policy's amount.
+type Hint struct {
+	Body *estimate.Request
+}
+
+// Check answers one request whose body the front door has not seen (CheckRequest
+// without a hint). The error is non-nil only when ctx ended first (the proxy gave up on
+// the check): then no answer matters and nothing was admitted.
 func (g *Gate) Check(ctx context.Context, cred Credentials) (Answer, error) {
+	return g.CheckRequest(ctx, cred, Hint{})
+}
+
+// CheckRequest answers one request, with what the front door read of it (Hint).
+func (g *Gate) CheckRequest(ctx context.Context, cred Credentials, h Hint) (Answer, error) {
 	start := time.Now()
-	a, err := g.check(ctx, cred)
+	a, err := g.check(ctx, cred, h)
 	if err != nil {
 		return Answer{}, err
 	}
@@ -151,7 +168,7 @@ func parseCredential(cred Credentials) (internalv1.CredentialKind, string, bool)
 	return 0, "", false
 }
 
-func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
+func (g *Gate) check(ctx context.Context, cred Credentials, h Hint) (Answer, error) {
 	kind, secret, ok := parseCredential(cred)
 	if !ok {
 		return Refusal(ReasonNoCredential), nil
@@ -216,7 +233,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 			return g.failure(ReasonControlPlane, &id, nil), nil
 		}
 
-		a, retry, err := g.admit(ctx, &id, &d, now)
+		a, retry, err := g.admit(ctx, &id, &d, now, h)
 		if err != nil || !retry {
 			return a, err
 		}
@@ -238,11 +255,11 @@ func (g *Gate) check(ctx context.Context, cred Credentials) (Answer, error) {
 
 // admit makes the start durable and answers 200. retry asks the caller to decide again
 // on a fresher record (the start was refused for an old tracking version).
-func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Decision, now time.Time) (Answer, bool, error) {
+func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Decision, now time.Time, h Hint) (Answer, bool, error) {
 	reqID := typeid.New(RequestPrefix)
 	snap := d.Snapshot(id.OrganizationID, id.MemberID, now)
 	item := &internalv1.StartItem{RequestId: reqID, OrganizationId: id.OrganizationID, MemberId: id.MemberID, Snapshot: snap,
-		ReservationMicroUsd: d.Reservation, MaxInFlight: d.MaxInFlight}
+		ReservationMicroUsd: reservation(d, h), MaxInFlight: d.MaxInFlight}
 	res, reservation, err := g.Starts.Submit(ctx, item)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -267,6 +284,21 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 	}
 	g.Log.Error("control plane refused a write-ahead start", "request_id", reqID, "outcome", res.Outcome.String(), "message", res.Message)
 	return Refusal(ReasonStartRefused), false, nil
+}
+
+// reservation is what the request reserves while in flight: nothing when no winning
+// window reserves; else its own worst case when the body tells it (docs/usage-limits.md:
+// the worst case replaces the policy's amount, smaller or larger, since it bounds what
+// this request can cost), else the policy's amount. The organization's own price keys
+// come from the decision's record: a model it prices itself has no catalog worst case.
+func reservation(d *decision.Decision, h Hint) int64 {
+	if d.Reservation <= 0 || h.Body == nil {
+		return d.Reservation
+	}
+	if wc := worstcase.Of(pricecatalog.Default(), *h.Body, d.PricedModelKeys); wc.Known() {
+		return wc.MicroUSD
+	}
+	return d.Reservation
 }
 
 // failure answers an infrastructure failure before a decision could be made: 503 in

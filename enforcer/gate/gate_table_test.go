@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/identity"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
@@ -149,6 +150,10 @@ var (
 	// staleRecord was written before today's window began: the mirror cannot say
 	// today's spend.
 	staleRecord = memberRecord(day(100, true), map[window.Timeframe]int64{window.Week: 10, window.Month: 10})
+	// reservingDay reserves 5000 µUSD per request in flight.
+	reservingDay = []*internalv1.Limit{{Timeframe: "day", PolicyId: "ulp_day", BaseMicroUsd: 1_000_000, HardLimit: true,
+		ReserveInFlight: true, ReservationMicroUsd: 5_000}}
+	reservingRecord = memberRecord(reservingDay, allSpend(10))
 	// undecidable is what no record may be: no entitlement.
 	undecidable = &mirror.Record{}
 )
@@ -171,6 +176,14 @@ var (
 		{Name: "X-Service-Error-Code", Value: "service_gateway_model_not_priced"}}
 )
 
+// worstCaseBody asks gpt-4o for at most 1000 tokens: "hello" is 2 tokens, + 3 for the
+// message + 3 priming = 8 input tokens; at the catalog's 2.50 and 10 USD per million,
+// 8 × 2.5 + 1000 × 10 = 10,020 µUSD.
+const (
+	worstCaseBody     = `{"model":"gpt-4o","max_tokens":1000,"messages":[{"role":"user","content":"hello"}]}`
+	worstCaseMicroUSD = 10_020
+)
+
 // want is what one check must answer and do.
 type want struct {
 	status           int
@@ -189,6 +202,8 @@ type want struct {
 	// The calls the check made: starts submitted, records resolved; records read from
 	// the mirror when reads is not 0 (the kept-block cases).
 	starts, resolves, reads int
+	// reservation is what the last start submitted reserves (the in-flight guard).
+	reservation int64
 }
 
 type gateCase struct {
@@ -203,7 +218,9 @@ type gateCase struct {
 	between func(f *fakes)
 	// answer replaces the check: answers made outside Check (the 403 of ext_proc).
 	answer func() gate.Answer
-	want   want
+	// body is the request body a front door read before the check (CheckRequest).
+	body string
+	want want
 }
 
 func admitted(reason string) want {
@@ -290,6 +307,26 @@ func gateCases() []gateCase {
 		{name: "model not priced", answer: func() gate.Answer { return gate.ModelNotPricedRefusal("mystery-model-9") },
 			want: want{status: 403, decision: "unauthorized", reason: "model_not_priced", headers: headersModelNotPriced,
 				code: "service_gateway_model_not_priced", detail: "mystery-model-9"}},
+
+		// The in-flight guard's reservation: the request's worst case when its body tells
+		// it, else the policy's amount.
+		{name: "reserving policy, no body: the policy's amount", setup: rec(reservingRecord),
+			want: with(admitted("within_limit"), func(w *want) { w.reservation = 5_000 })},
+		{name: "reserving policy, a capped request: its worst case", setup: rec(reservingRecord), body: worstCaseBody,
+			want: with(admitted("within_limit"), func(w *want) { w.reservation = worstCaseMicroUSD })},
+		{name: "reserving policy, a worst case below the policy's amount: still the worst case", setup: rec(reservingRecord),
+			body: `{"model":"gpt-4o-mini","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`,
+			// (7 × 0.15 + 10 × 0.6) µUSD = 7.05, rounded up
+			want: with(admitted("within_limit"), func(w *want) { w.reservation = 8 })},
+		{name: "reserving policy, a model the catalog does not price: the policy's amount", setup: rec(reservingRecord),
+			body: `{"model":"house-llm-7","max_tokens":100000}`,
+			want: with(admitted("within_limit"), func(w *want) { w.reservation = 5_000 })},
+		{name: "reserving policy, a model the organization prices: the policy's amount",
+			setup: rec(memberRecord(reservingDay, allSpend(10), func(e *internalv1.Entitlement) { e.PricedModelKeys = []string{"gpt-4o"} })),
+			body:  worstCaseBody, want: with(admitted("within_limit"), func(w *want) { w.reservation = 5_000 })},
+		{name: "reserving policy, a body that names no model: the policy's amount", setup: rec(reservingRecord),
+			body: `{"max_tokens":100000}`, want: with(admitted("within_limit"), func(w *want) { w.reservation = 5_000 })},
+		{name: "policy without reservations: the body changes nothing", body: worstCaseBody, want: admitted("within_limit")},
 
 		// 503 decisions: the same in both modes.
 		{name: "in-flight reservations reach the limit at the start: 429", setup: func(f *fakes, _ *gate.Gate) {
@@ -393,7 +430,15 @@ func TestGateAnswers(t *testing.T) {
 			}
 			check := func() gate.Answer {
 				t.Helper()
-				a, err := g.Check(context.Background(), cred)
+				var h gate.Hint
+				if tc.body != "" {
+					est, err := estimate.Input([]byte(tc.body))
+					if err != nil {
+						t.Fatal(err)
+					}
+					h.Body = &est
+				}
+				a, err := g.CheckRequest(context.Background(), cred, h)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -420,6 +465,9 @@ func TestGateAnswers(t *testing.T) {
 			checkAnswer(t, &a, tc.want)
 			if n := len(f.starts.items) - startsBefore; n != tc.want.starts {
 				t.Errorf("%d starts submitted, want %d", n, tc.want.starts)
+			}
+			if n := len(f.starts.items); n > 0 && f.starts.items[n-1].GetReservationMicroUsd() != tc.want.reservation {
+				t.Errorf("the start reserves %d, want %d", f.starts.items[n-1].GetReservationMicroUsd(), tc.want.reservation)
 			}
 			if f.records.resolves != tc.want.resolves {
 				t.Errorf("%d resolves, want %d", f.records.resolves, tc.want.resolves)
