@@ -207,13 +207,10 @@ func (s *Server) replaceModelPrices(c *Call) error {
 		if err := c.Audit(tx, "model_prices.replace", c.OrgID(), map[string]any{"models": len(ps)}); err != nil {
 			return err
 		}
-		// An organization that refuses unpriced models has its price keys in the mirror.
-		if rule, err := store.GetUnpricedModelRule(c.Ctx, tx, c.OrgID()); err != nil {
+		// The mirror records carry the organization's price keys (for the unpriced-model
+		// refusal and for requests' worst cases), so they are rewritten.
+		if err := s.rewriteOrgRecords(c, tx); err != nil {
 			return err
-		} else if rule.Action == store.UnpricedRefuse {
-			if err := s.rewriteOrgRecords(c, tx); err != nil {
-				return err
-			}
 		}
 		var err error
 		if out, err = store.ListModelPrices(c.Ctx, tx, c.OrgID()); err != nil {

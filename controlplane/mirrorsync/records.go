@@ -21,9 +21,7 @@ func BuildRecord(in store.MirrorInputs, memberID string, version int64, generati
 	winners := in.Models[m.OrganizationID].Winners(limits.Subject{MemberID: m.ID, TeamIDs: m.TeamIDs})
 	counters := in.Counters[m.ID]
 	ent := &internalv1.Entitlement{OrganizationId: m.OrganizationID, MemberId: m.ID, MemberActive: m.Active, CaptureEnabled: true}
-	if keys, ok := in.RefusingUnpriced[m.OrganizationID]; ok {
-		ent.RefuseUnpricedModels, ent.PricedModelKeys = true, keys
-	}
+	ent.RefuseUnpricedModels, ent.PricedModelKeys = in.RefusingUnpriced[m.OrganizationID], in.PricedKeys[m.OrganizationID]
 	if tr, ok := in.Tracking[m.ID]; ok {
 		ent.TrackingVersion, ent.CaptureEnabled = tr.Version, tr.CaptureEnabled
 	}

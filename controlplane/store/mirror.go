@@ -33,9 +33,14 @@ type MirrorInputs struct {
 	Counters map[string][3]limits.Counter
 	// Versions are the members' mirror versions (read first, when asked for).
 	Versions map[string]int64
-	// RefusingUnpriced holds, for each of the members' organizations that refuses
-	// unpriced models (migration 0009), the match keys of its own prices (possibly none).
-	RefusingUnpriced map[string][]string
+	// RefusingUnpriced holds the members' organizations that refuse unpriced models
+	// (migration 0009).
+	RefusingUnpriced map[string]bool
+	// PricedKeys holds, for each of the members' organizations that refuses unpriced
+	// models or has prices of its own, the match keys of its own prices (possibly none):
+	// the enforcer needs them for the refusal and for a request's worst case (a model
+	// the organization prices has none from the catalog).
+	PricedKeys map[string][]string
 }
 
 // LoadMirrorInputs reads, in one round trip and without locks, what the records of
@@ -44,7 +49,8 @@ type MirrorInputs struct {
 // the versions: a record built from it may be written under them.
 func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, windows [3]window.Window, withVersions bool) (MirrorInputs, error) {
 	in := MirrorInputs{Members: map[string]MirrorMember{}, Models: map[string]limits.Model{}, Tracking: map[string]TrackingState{},
-		Counters: map[string][3]limits.Counter{}, Versions: map[string]int64{}, RefusingUnpriced: map[string][]string{}}
+		Counters: map[string][3]limits.Counter{}, Versions: map[string]int64{}, RefusingUnpriced: map[string]bool{},
+		PricedKeys: map[string][]string{}}
 	b := &pgx.Batch{}
 	if withVersions {
 		b.Queue(`SELECT member_id, version FROM usage_mirror_versions WHERE member_id = ANY($1)`, members).
@@ -126,16 +132,21 @@ func LoadMirrorInputs(ctx context.Context, q BatchSender, members []string, wind
 			})
 			return err
 		})
-	b.Queue(`SELECT r.organization_id, array(SELECT DISTINCT p.match_key FROM usage_model_prices p
-			WHERE p.organization_id = r.organization_id ORDER BY 1)
-		FROM usage_unpriced_model_rules r
-		WHERE r.action = 'refuse' AND r.organization_id IN (SELECT m.organization_id FROM unnest($1::text[]) AS x(id)
-			CROSS JOIN LATERAL (SELECT organization_id FROM members WHERE id = x.id LIMIT 1) m)`, members).
+	b.Queue(`SELECT o.org, coalesce(r.action = 'refuse', false), array(SELECT DISTINCT p.match_key FROM usage_model_prices p
+			WHERE p.organization_id = o.org ORDER BY 1)
+		FROM (SELECT DISTINCT m.organization_id FROM unnest($1::text[]) AS x(id)
+			CROSS JOIN LATERAL (SELECT organization_id FROM members WHERE id = x.id LIMIT 1) m) o(org)
+		LEFT JOIN usage_unpriced_model_rules r ON r.organization_id = o.org
+		WHERE r.action = 'refuse' OR EXISTS (SELECT 1 FROM usage_model_prices p WHERE p.organization_id = o.org)`, members).
 		Query(func(r pgx.Rows) error {
 			var org string
+			var refuse bool
 			var keys []string
-			_, err := pgx.ForEachRow(r, []any{&org, &keys}, func() error {
-				in.RefusingUnpriced[org] = keys
+			_, err := pgx.ForEachRow(r, []any{&org, &refuse, &keys}, func() error {
+				if refuse {
+					in.RefusingUnpriced[org] = true
+				}
+				in.PricedKeys[org] = keys
 				return nil
 			})
 			return err

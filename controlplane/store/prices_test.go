@@ -2,12 +2,14 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 // Migration 8 gives every stored price the key settlement matches by. The key of the
@@ -89,5 +91,53 @@ func TestFallbackPrices(t *testing.T) {
 	}
 	if gone, _ := store.DeleteFallbackPrice(ctx, st.Pool, "org_a"); gone {
 		t.Fatal("deleted twice")
+	}
+}
+
+// The mirror inputs carry an organization's price keys whenever it has prices of its own
+// (the enforcer's worst case of a request needs them), and with the refusal rule even
+// without prices; an organization with neither has none.
+func TestMirrorInputsPricedKeys(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.New(t)
+	now := time.Date(2026, 9, 14, 12, 0, 0, 0, time.UTC)
+	for _, q := range []string{
+		`INSERT INTO organizations (id, name, slug, created_at) VALUES ('org_own', 'a', 'a', $1), ('org_ref', 'b', 'b', $1),
+			('org_both', 'c', 'c', $1), ('org_none', 'd', 'd', $1)`,
+		`INSERT INTO users (id, email, email_normalized, name, password_hash, created_at, updated_at)
+			SELECT 'usr_' || o, o || '@t.test', o || '@t.test', o, 'x', $1, $1 FROM unnest(ARRAY['own', 'ref', 'both', 'none']) AS o`,
+		`INSERT INTO members (id, organization_id, user_id, role, created_at)
+			SELECT 'om_' || o, 'org_' || o, 'usr_' || o, 'owner', $1 FROM unnest(ARRAY['own', 'ref', 'both', 'none']) AS o`,
+		`INSERT INTO usage_unpriced_model_rules (organization_id, action, created_at, updated_at)
+			VALUES ('org_ref', 'refuse', $1, $1), ('org_both', 'refuse', $1, $1), ('org_none', 'charge', $1, $1)`,
+	} {
+		if _, err := st.Pool.Exec(ctx, q, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for org, names := range map[string][]string{"org_own": {"OpenAI/GPT-4o", "house-llm"}, "org_both": {"my-llm"}} {
+		var ps []store.ModelPrice
+		for _, n := range names {
+			ps = append(ps, store.ModelPrice{Model: n, InputPerMillion: 1, OutputPerMillion: 2})
+		}
+		if err := store.ReplaceModelPrices(ctx, st.Pool, org, ps, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in, err := store.LoadMirrorInputs(ctx, st.Pool, []string{"om_own", "om_ref", "om_both", "om_none"}, window.Current(now), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := in.RefusingUnpriced; len(got) != 2 || !got["org_ref"] || !got["org_both"] {
+		t.Errorf("refusing: %v", got)
+	}
+	want := map[string][]string{"org_own": {"gpt-4o", "house-llm"}, "org_ref": {}, "org_both": {"my-llm"}}
+	if len(in.PricedKeys) != len(want) {
+		t.Errorf("priced keys: %v", in.PricedKeys)
+	}
+	for org, keys := range want {
+		if got, ok := in.PricedKeys[org]; !ok || !slices.Equal(got, keys) {
+			t.Errorf("%s: keys %v (%v), want %v", org, got, ok, keys)
+		}
 	}
 }

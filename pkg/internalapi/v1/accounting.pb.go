@@ -517,7 +517,8 @@ type Entitlement struct {
 	// enforcer's request-body hook). False: such models are charged the fallback price.
 	RefuseUnpricedModels bool `protobuf:"varint,7,opt,name=refuse_unpriced_models,json=refuseUnpricedModels,proto3" json:"refuse_unpriced_models,omitempty"`
 	// priced_model_keys are the match keys (pricecatalog.Key) of the organization's own
-	// prices; sent only with refuse_unpriced_models.
+	// prices: for refuse_unpriced_models, and for a request's worst case (a model the
+	// organization prices has no worst case from the catalog; enforcer/worstcase).
 	PricedModelKeys []string `protobuf:"bytes,8,rep,name=priced_model_keys,json=pricedModelKeys,proto3" json:"priced_model_keys,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
