@@ -1,6 +1,8 @@
 // Package gateway is the enforcer's own inference gateway: a reverse proxy that gives
-// full accounting without Envoy. Each request runs the same gate as ext_authz (the key
-// from x-api-key or Authorization: Bearer, the decision, the durable start); refusals
+// full accounting without Envoy. Its body is read first (within the body cap), then it
+// runs the same gate as ext_authz (the key from x-api-key or Authorization: Bearer, the
+// decision, the durable start, reserving the request's worst case where a policy
+// reserves: package worstcase); refusals
 // (401, 403, 429, 503) are answered here and never reach the upstream. An admitted
 // request goes to the upstream its path routes to, path unchanged, with the member's
 // credential and any client-sent X-Service-* headers removed and the provider's
@@ -45,7 +47,7 @@ import (
 
 // Checker is the gate (gate.Gate).
 type Checker interface {
-	Check(ctx context.Context, cred gate.Credentials) (gate.Answer, error)
+	CheckRequest(ctx context.Context, cred gate.Credentials, h gate.Hint) (gate.Answer, error)
 }
 
 // Tracker is the in-flight tracker (inflight.Tracker).
@@ -227,7 +229,26 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	gw.m.Active.Inc()
 	defer gw.m.Active.Dec()
 
-	a, err := gw.gate.Check(r.Context(), gate.Credentials{APIKey: r.Header.Get("X-Api-Key"), Authorization: r.Header.Get("Authorization")})
+	// The body is read before the check: the in-flight guard reserves the request's
+	// worst case, which its model and output cap tell (package worstcase). A body over
+	// the cap is refused before anything is admitted.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, gw.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			gw.count(OutcomeBodyTooLarge)
+			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "service_gateway_body_too_large",
+				"The request body exceeds "+strconv.FormatInt(gw.cfg.MaxBodyBytes, 10)+" bytes.", nil)
+			return
+		}
+		gw.count(OutcomeClientGone)
+		return
+	}
+	var hint gate.Hint
+	if est, err := estimate.Input(body); err == nil {
+		hint.Body = &est
+	}
+	a, err := gw.gate.CheckRequest(r.Context(), gate.Credentials{APIKey: r.Header.Get("X-Api-Key"), Authorization: r.Header.Get("Authorization")}, hint)
 	if err != nil {
 		gw.count(OutcomeClientGone)
 		return
@@ -238,7 +259,7 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := &proxied{gw: gw, route: rt, id: a.RequestID, state: a.UsageState}
-	p.serve(w, r)
+	p.serve(w, r, body, hint.Body)
 }
 
 // refuse answers the gate's refusal.
@@ -275,26 +296,15 @@ func (p *proxied) settle(u inflight.Usage) {
 	_ = p.gw.tracker.Finish(p.id, u, nil)
 }
 
-func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
+// serve proxies the admitted request, whose body was read (est is its estimate, nil
+// when it is not a JSON object).
+func (p *proxied) serve(w http.ResponseWriter, r *http.Request, body []byte, est *estimate.Request) {
 	gw := p.gw
 	// Whatever happens below, the admitted request is settled: nothing sent (no
 	// usage), or what was seen.
 	defer p.settle(inflight.Usage{Complete: true})
 
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, gw.cfg.MaxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			gw.count(OutcomeBodyTooLarge)
-			p.settle(inflight.Usage{Complete: true, UpstreamStatus: http.StatusRequestEntityTooLarge})
-			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "service_gateway_body_too_large",
-				"The request body exceeds "+strconv.FormatInt(gw.cfg.MaxBodyBytes, 10)+" bytes.", nil)
-			return
-		}
-		gw.count(OutcomeClientGone)
-		return
-	}
-	if est, err := estimate.Input(body); err == nil && p.id != "" {
+	if est != nil && p.id != "" {
 		model := requestbody.CleanModel(est.Model)
 		if gw.tracker.RefuseUnpricedModel(p.id, model) {
 			p.settled = true // RefuseUnpricedModel settled it

@@ -26,10 +26,17 @@ import (
 )
 
 // fakeGate admits the key "tgk_good", answers its refusal for "tgk_blocked", and 401
-// for anything else.
-type fakeGate struct{ blocked gate.Answer }
+// for anything else; it keeps the hints it was given.
+type fakeGate struct {
+	blocked gate.Answer
+	mu      sync.Mutex
+	hints   []gate.Hint
+}
 
-func (f fakeGate) Check(_ context.Context, c gate.Credentials) (gate.Answer, error) {
+func (f *fakeGate) CheckRequest(_ context.Context, c gate.Credentials, h gate.Hint) (gate.Answer, error) {
+	f.mu.Lock()
+	f.hints = append(f.hints, h)
+	f.mu.Unlock()
 	key := c.APIKey
 	if key == "" {
 		key = strings.TrimPrefix(c.Authorization, "Bearer ")
@@ -96,6 +103,7 @@ func newMetrics() (gateway.Metrics, *prometheus.CounterVec) {
 }
 
 type env struct {
+	gate    *fakeGate
 	gw      *gateway.Gateway
 	front   *httptest.Server
 	tracker *fakeTracker
@@ -113,13 +121,14 @@ func newEnv(t *testing.T, upstream string, cfg gateway.Config) *env {
 	tr := newTracker()
 	blocked := gate.Refusal(gate.ReasonUsageLimit)
 	blocked.RetryAfter, blocked.Body = "61", []byte(`{"error":{"code":"service_gateway_usage_limit_exceeded"}}`)
-	gw, err := gateway.New(cfg, fakeGate{blocked: blocked}, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	g := &fakeGate{blocked: blocked}
+	gw, err := gateway.New(cfg, g, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	front := httptest.NewServer(gw)
 	t.Cleanup(front.Close)
-	return &env{gw: gw, front: front, tracker: tr, req: req}
+	return &env{gate: g, gw: gw, front: front, tracker: tr, req: req}
 }
 
 func post(t *testing.T, url, key, body string, hdr ...string) *http.Response {
@@ -234,7 +243,8 @@ func TestChunksAreFlushedAsTheyArrive(t *testing.T) {
 	}
 }
 
-// A body over the cap is 413 and the admitted request is settled at no cost, never sent.
+// A body over the cap is 413, before the check: nothing is admitted (so nothing is
+// settled), nothing sent. A body at the cap goes through.
 func TestBodyCap(t *testing.T) {
 	calls := 0
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls++ }))
@@ -245,8 +255,62 @@ func TestBodyCap(t *testing.T) {
 	if res.StatusCode != 413 || res.Header.Get("X-Service-Error-Code") != "service_gateway_body_too_large" || calls != 0 {
 		t.Fatalf("%d %v, upstream calls %d", res.StatusCode, res.Header, calls)
 	}
-	if u := e.tracker.settled(t); u.UpstreamStatus != 413 || u.Seen != nil || u.InputTokens != 0 {
+	e.gate.mu.Lock()
+	checked := len(e.gate.hints)
+	e.gate.mu.Unlock()
+	if checked != 0 || len(e.tracker.finished) != 0 || testutil.ToFloat64(e.req.WithLabelValues(gateway.OutcomeBodyTooLarge)) != 1 {
+		t.Fatalf("%d checks, %d settlements for a refused body", checked, len(e.tracker.finished))
+	}
+	res = post(t, e.front.URL+"/v1/chat/completions", "tgk_good", strings.Repeat("x", 100))
+	res.Body.Close()
+	if res.StatusCode != 200 || calls != 1 {
+		t.Fatalf("a body at the cap: %d, upstream calls %d", res.StatusCode, calls)
+	}
+	if u := e.tracker.settled(t); u.UpstreamStatus != 200 {
 		t.Fatalf("settled %+v", u)
+	}
+}
+
+// The body is read before the check, which gets its estimate (model, input tokens,
+// output cap) for the worst-case reservation; the upstream gets the same bytes. A body
+// that is not a JSON object gives no hint and is still proxied as it came.
+func TestCheckSeesTheBody(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, string(b))
+		mu.Unlock()
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	const capped = `{"model":"claude-sonnet-4-5","max_tokens":777,"messages":[{"role":"user","content":"hello"}]}`
+	for _, body := range []string{capped, "not json"} {
+		res := post(t, e.front.URL+"/v1/messages", "tgk_good", body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("%d", res.StatusCode)
+		}
+		e.tracker.settled(t)
+		e.tracker.mu.Lock()
+		e.tracker.finished = nil
+		e.tracker.mu.Unlock()
+	}
+	e.gate.mu.Lock()
+	defer e.gate.mu.Unlock()
+	if len(e.gate.hints) != 2 {
+		t.Fatalf("%d checks", len(e.gate.hints))
+	}
+	h := e.gate.hints[0].Body
+	if h == nil || h.Model != "claude-sonnet-4-5" || h.OutputCap != 777 || h.InputTokens != 2+3+3 {
+		t.Fatalf("hint %+v", h)
+	}
+	if e.gate.hints[1].Body != nil {
+		t.Fatalf("a body that is not JSON gave the hint %+v", e.gate.hints[1].Body)
+	}
+	if len(got) != 2 || got[0] != capped || got[1] != "not json" {
+		t.Fatalf("upstream got %q", got)
 	}
 }
 
@@ -394,7 +458,7 @@ routes:
 		t.Fatal(err)
 	}
 	m, _ := newMetrics()
-	gw, err := gateway.New(gateway.Config{Routes: routes}, fakeGate{}, newTracker(), responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	gw, err := gateway.New(gateway.Config{Routes: routes}, &fakeGate{}, newTracker(), responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
