@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 )
 
@@ -55,8 +56,15 @@ var requestIDHeader = strings.ToLower(gate.HeaderRequestID)
 
 // Check answers one ext_authz check.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	cred := Credentials(req.GetAttributes().GetRequest().GetHttp())
-	a, err := s.gate.Check(ctx, cred)
+	h := req.GetAttributes().GetRequest().GetHttp()
+	cred := Credentials(h)
+	var hint gate.Hint
+	if b := RequestBody(h); len(b) > 0 {
+		if est, err := estimate.Input(b); err == nil {
+			hint.Body = &est
+		}
+	}
+	a, err := s.gate.CheckRequest(ctx, cred, hint)
 	if err != nil {
 		return nil, status.Error(codes.Canceled, "check abandoned by the caller")
 	}
@@ -64,6 +72,22 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		return s.denied.response(&a), nil
 	}
 	return s.admitted(&a, cred), nil
+}
+
+// RequestBody is the request body Envoy sent with the check: raw_body (pack_as_bytes),
+// else body; nil when Envoy sends none (with_request_body is not configured, or the
+// request had no body). Envoy sends at most max_request_bytes; with
+// allow_partial_message a longer body comes cut, which is no JSON object, so it gives no
+// worst case (the policy's reservation applies). The result aliases h's memory and is
+// only read.
+func RequestBody(h *authv3.AttributeContext_HttpRequest) []byte {
+	if b := h.GetRawBody(); len(b) > 0 {
+		return b
+	}
+	if s := h.GetBody(); s != "" {
+		return unsafe.Slice(unsafe.StringData(s), len(s))
+	}
+	return nil
 }
 
 // admitted is the OkHttpResponse of an admission: the request id set on the upstream

@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"bytes"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -13,7 +14,9 @@ import (
 
 // Codec is the gRPC server codec of the enforcer: the proto codec, except that it sends
 // the refusals the server keeps (deniedCache) as encoded once, and decodes of a
-// CheckRequest only what Check reads: the credential headers (Credentials). Envoy sends every attribute of a request (peers, every header, path,
+// CheckRequest only what Check reads: the credential headers (Credentials) and the body
+// (RequestBody, when Envoy is configured to send it). Envoy sends every attribute of a
+// request (peers, every header, path,
 // metadata); decoding all of it took about 70 allocations and most of the CPU of a
 // check refused from memory. So the CheckRequest handed to Check is partial: its
 // Attributes.Request.Http holds the credential headers and nothing else, and a field
@@ -59,7 +62,9 @@ const (
 	httpHeaderMap          = 13 // HttpRequest.header_map
 	headerMapHeaders       = 1  // HeaderMap.headers
 	entryKey, entryValue   = 1, 2
-	headerRawValue         = 3 // HeaderValue.raw_value
+	headerRawValue         = 3  // HeaderValue.raw_value
+	httpBody               = 11 // HttpRequest.body (with_request_body)
+	httpRawBody            = 12 // HttpRequest.raw_body (with_request_body, pack_as_bytes)
 )
 
 // partialRequest is everything a decoded CheckRequest points to, in one allocation.
@@ -83,13 +88,17 @@ type credentials struct {
 	// headerMap: header_map's entries whose lower-cased key is a credential's, in
 	// order, each with the value Credentials reads (value, else raw_value).
 	headerMap []credential
+	// body and rawBody: the request body Envoy sent (the last occurrence of each; they
+	// alias the wire buffer until copied out).
+	body, rawBody []byte
 }
 
 type credential struct{ key, value string }
 
-// decodeCheckRequest decodes what Credentials reads, into a request that gives it the
-// same answer: the credentials as header_map entries (lower-cased keys, the value
-// Credentials would take), whichever shape they came in.
+// decodeCheckRequest decodes what Check reads, into a request that gives it the same
+// answer: the credentials as header_map entries (lower-cased keys, the value
+// Credentials would take), whichever shape they came in, and the request body when
+// Envoy sent one (body or raw_body, copied out of the wire buffer).
 func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 	var c credentials
 	var attrs, request, http []byte
@@ -133,6 +142,12 @@ func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 	out.Attributes = &p.attrs
 	p.attrs.Request = &p.request
 	p.request.Http = &p.http
+	if len(c.body) > 0 {
+		p.http.Body = string(c.body)
+	}
+	if len(c.rawBody) > 0 {
+		p.http.RawBody = bytes.Clone(c.rawBody)
+	}
 	if len(found) > 0 {
 		p.http.HeaderMap = &p.headers
 		p.headers.Headers = p.ptrs[:0]
@@ -159,6 +174,10 @@ func (c *credentials) http(b []byte) error {
 		}
 		b = rest
 		switch num {
+		case httpBody:
+			c.body = v
+		case httpRawBody:
+			c.rawBody = v
 		case httpHeaders:
 			c.fromMap = true
 			key, value, _, err := headerFields(v)

@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"bytes"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -49,6 +50,21 @@ func checkSameCredentials(t *testing.T, b []byte) {
 	if got != want {
 		t.Fatalf("codec read %+v, a full decode %+v", got, want)
 	}
+	if wb, gb := RequestBody(full.GetAttributes().GetRequest().GetHttp()), RequestBody(partial.GetAttributes().GetRequest().GetHttp()); !bytes.Equal(wb, gb) {
+		t.Fatalf("codec read the body %q, a full decode %q", gb, wb)
+	}
+}
+
+// withBody is req with a body as Envoy sends it: body (a string), or raw_body with
+// pack_as_bytes.
+func withBody(req *authv3.CheckRequest, body string, raw bool) *authv3.CheckRequest {
+	h := req.GetAttributes().GetRequest().GetHttp()
+	if raw {
+		h.RawBody = []byte(body)
+	} else {
+		h.Body = body
+	}
+	return req
 }
 
 var codecCases = []struct {
@@ -65,6 +81,8 @@ var codecCases = []struct {
 	{"header_map values and mixed case", checkRequest(nil, &corev3.HeaderValue{Key: "X-API-KEY", Value: "tgk_a"},
 		&corev3.HeaderValue{Key: "x-api-key", Value: "", RawValue: []byte("tgk_b")}, &corev3.HeaderValue{Key: "Authorization", Value: "Bearer x"})},
 	{"no headers", checkRequest(nil)},
+	{"body", withBody(checkRequest(map[string]string{"x-api-key": "tgk_k"}), `{"model":"gpt-4o","max_tokens":9}`, false)},
+	{"raw body", withBody(checkRequest(map[string]string{"x-api-key": "tgk_k"}), `{"model":"gpt-4o","max_tokens":9}`, true)},
 	{"no attributes", &authv3.CheckRequest{}},
 }
 
@@ -80,6 +98,21 @@ func TestCodecDecodesWhatCheckReads(t *testing.T) {
 	hm := encode(t, checkRequest(nil, &corev3.HeaderValue{Key: "x-api-key", Value: "tgk_1"}))
 	hm2 := encode(t, checkRequest(nil, &corev3.HeaderValue{Key: "x-api-key", Value: "tgk_2"}))
 	checkSameCredentials(t, append(append([]byte{}, hm...), hm2...))
+	// A body seen twice: the last wins, as with proto; an empty last one too.
+	b1 := encode(t, withBody(checkRequest(nil), `{"a":1}`, false))
+	b2 := encode(t, withBody(checkRequest(nil), `{"b":2}`, false))
+	checkSameCredentials(t, append(append([]byte{}, b1...), b2...))
+	checkSameCredentials(t, append(append([]byte{}, b1...), encode(t, withBody(checkRequest(nil), "", false))...))
+	// The body the codec keeps does not alias the wire buffer, which gRPC reuses.
+	wire := encode(t, withBody(checkRequest(nil), `{"model":"m"}`, true))
+	var kept authv3.CheckRequest
+	if err := New(nil, Upstream{}).Codec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, &kept); err != nil {
+		t.Fatal(err)
+	}
+	clear(wire)
+	if got := string(RequestBody(kept.GetAttributes().GetRequest().GetHttp())); got != `{"model":"m"}` {
+		t.Fatalf("kept body %q after the buffer was reused", got)
+	}
 	// Unknown fields and other wire types on the way are skipped.
 	odd := protowire.AppendTag(nil, 99, protowire.VarintType)
 	odd = protowire.AppendVarint(odd, 7)
