@@ -1,6 +1,7 @@
 package envoyemu
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -24,8 +26,12 @@ func (x *exchange) authz(f Filter) bool {
 	ctx, cancel := context.WithTimeout(withMetadata(x.r.Context(), f), x.p.timeout(timeout))
 	defer cancel()
 	conn := x.p.conns[c.GetGrpcService().GetEnvoyGrpc().GetClusterName()]
+	req := x.checkRequest(c.GetEncodeRawHeaders())
+	if wb := c.GetWithRequestBody(); wb != nil && !x.withBody(req, wb) {
+		return false
+	}
 	start := time.Now()
-	resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, x.checkRequest(c.GetEncodeRawHeaders()))
+	resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, req)
 	x.p.slow("ext_authz "+f.Name, time.Since(start), timeout)
 	if err == nil && resp.GetErrorResponse() != nil {
 		err = errorf("error_response %v", resp.GetErrorResponse())
@@ -124,6 +130,40 @@ func (x *exchange) checkRequest(raw bool) *authv3.CheckRequest {
 		Source: peer(r.RemoteAddr), Destination: peer(local),
 		Request: &authv3.AttributeContext_Request{Time: timestamppb.Now(), Http: h},
 	}}
+}
+
+// withBody adds the request body to a check (with_request_body): Envoy buffers it first,
+// up to max_request_bytes; a longer body is 413, or with allow_partial_message is sent
+// cut there with the header x-envoy-auth-partial-body: true (the request itself goes on
+// whole). pack_as_bytes sends it as raw_body, else as body. False when it answered the
+// client.
+func (x *exchange) withBody(req *authv3.CheckRequest, wb *extauthzv3.BufferSettings) bool {
+	limit := int(wb.GetMaxRequestBytes())
+	if wb.GetAllowPartialMessage() {
+		limit = x.p.cfg.BufferLimit
+	}
+	if !x.readBody(limit) {
+		return false
+	}
+	body, partial := x.body, "false"
+	if n := int(wb.GetMaxRequestBytes()); len(body) > n {
+		body, partial = body[:n], "true"
+	}
+	h := req.GetAttributes().GetRequest().GetHttp()
+	if h.HeaderMap != nil {
+		h.HeaderMap.Headers = append(h.HeaderMap.Headers, &corev3.HeaderValue{Key: "x-envoy-auth-partial-body", RawValue: []byte(partial)})
+	} else {
+		if h.Headers == nil {
+			h.Headers = map[string]string{}
+		}
+		h.Headers["x-envoy-auth-partial-body"] = partial
+	}
+	if wb.GetPackAsBytes() {
+		h.RawBody = bytes.Clone(body)
+	} else {
+		h.Body = string(body)
+	}
+	return true
 }
 
 func peer(hostport string) *authv3.AttributeContext_Peer {

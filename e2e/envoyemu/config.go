@@ -152,11 +152,14 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 		case *extauthzv3.ExtAuthz:
 			f.Authz = c
 			if extra := setFields(c, "grpc_service", "transport_api_version", "failure_mode_allow", "status_on_error",
-				"include_peer_certificate", "encode_raw_headers", "stat_prefix", "clear_route_cache"); len(extra) > 0 {
+				"include_peer_certificate", "encode_raw_headers", "stat_prefix", "clear_route_cache", "with_request_body"); len(extra) > 0 {
 				bad("ext_authz %s: %v are not emulated", f.Name, extra)
 			}
 			if err := checkGrpcService(c.GetGrpcService()); err != nil {
 				bad("ext_authz %s: %v", f.Name, err)
+			}
+			if wb := c.GetWithRequestBody(); wb != nil && wb.GetMaxRequestBytes() == 0 {
+				bad("ext_authz %s: with_request_body needs max_request_bytes", f.Name)
 			}
 		case *extprocfv3.ExternalProcessor:
 			f.Proc = c

@@ -10,7 +10,10 @@
 //   - ext_authz (envoy.extensions.filters.http.ext_authz.v3.ExtAuthz): a Check with the
 //     request's headers as Envoy fills them (lower-case names, pseudo-headers, the
 //     x-request-id and x-forwarded-* the connection manager adds; a headers map, or
-//     header_map raw values under encode_raw_headers). A denial goes back to the client
+//     header_map raw values under encode_raw_headers; with with_request_body the body,
+//     buffered first, as body or raw_body under pack_as_bytes, over max_request_bytes a
+//     413 or, with allow_partial_message, cut there with x-envoy-auth-partial-body:
+//     true). A denial goes back to the client
 //     as is: status (403 by default), headers, body. On OK the headers are applied with
 //     their append_action (or the deprecated append), then headers_to_remove (never a
 //     pseudo-header or host), in Envoy's order, and response_headers_to_add is kept for

@@ -305,7 +305,8 @@ func TestLoadsTheDeployedConfiguration(t *testing.T) {
 
 func TestLoadRefusesWhatItDoesNotEmulate(t *testing.T) {
 	for _, c := range []struct{ name, from, to, want string }{
-		{"ext_authz with_request_body", "failure_mode_allow: false\n", "failure_mode_allow: false\n                      with_request_body: {max_request_bytes: 100}\n", "with_request_body"},
+		{"ext_authz metadata_context_namespaces", "failure_mode_allow: false\n", "failure_mode_allow: false\n                      metadata_context_namespaces: [x]\n", "metadata_context_namespaces"},
+		{"ext_authz with_request_body without a size", "failure_mode_allow: false\n", "failure_mode_allow: false\n                      with_request_body: {allow_partial_message: true}\n", "max_request_bytes"},
 		{"streamed request body", "request_body_mode: BUFFERED", "request_body_mode: STREAMED", "request_body_mode STREAMED"},
 		{"response body outside observability", "response_header_mode: SKIP", "response_header_mode: SKIP\n                        response_body_mode: STREAMED", "response_body_mode STREAMED"},
 		{"another filter", "envoy.extensions.filters.http.router.v3.Router", "envoy.extensions.filters.http.cors.v3.Cors", "Cors"},
