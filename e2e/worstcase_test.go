@@ -7,10 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/e2e/envoyemu"
 )
 
 // chatCall is one chat completion of a member's key through a gateway with the given
@@ -72,48 +75,13 @@ func TestWorstCaseReservations(t *testing.T) {
 			s.guardPolicy(t, o, "0.05", map[string]any{"reserve": true, "reservationCostUsd": "0.001"})
 
 			gateways := []string{s.gateway, second.gateway}
-			var wg sync.WaitGroup
-			var ok, refused atomic.Int64
-			var mu sync.Mutex
-			var reservedSeen []int64
-			for i := range requests {
-				wg.Go(func() {
-					code, h, body, err := chatCall(context.Background(), gateways[i%2], o.key, tc.model, maxTokens)
-					switch {
-					case err != nil:
-						t.Error(err)
-					case code == 200:
-						ok.Add(1)
-					case code == 429 && h.Get("X-Service-Error-Code") == "service_gateway_usage_limit_exceeded":
-						refused.Add(1)
-						var e struct {
-							Error struct {
-								Details struct {
-									Reason           string
-									ReservedMicroUsd int64
-								}
-							}
-						}
-						if err := json.Unmarshal(body, &e); err != nil {
-							t.Errorf("refusal %s", body)
-							return
-						}
-						if e.Error.Details.Reason != "in_flight_reserved" {
-							return // the spent limit itself, once requests settled
-						}
-						mu.Lock()
-						reservedSeen = append(reservedSeen, e.Error.Details.ReservedMicroUsd)
-						mu.Unlock()
-					default:
-						t.Errorf("answer %d %v %s", code, h, body)
-					}
-				})
-			}
-			wg.Wait()
+			ok, refused, reservedSeen := burst(t, requests, func(i int) (int, http.Header, []byte, error) {
+				return chatCall(context.Background(), gateways[i%2], o.key, tc.model, maxTokens)
+			})
 			used := s.settledSpend(t, o)
-			t.Logf("%s: %d admitted, %d refused; admitted spend %d micro-USD at a %d limit", tc.name, ok.Load(), refused.Load(), used, limit)
-			if used != ok.Load()*cost || up.served.Load() != ok.Load() {
-				t.Fatalf("%d admitted, %d served, %d charged: every admitted request is charged its cost once", ok.Load(), up.served.Load(), used)
+			t.Logf("%s: %d admitted, %d refused; admitted spend %d micro-USD at a %d limit", tc.name, ok, refused, used, limit)
+			if used != ok*cost || up.served.Load() != ok {
+				t.Fatalf("%d admitted, %d served, %d charged: every admitted request is charged its cost once", ok, up.served.Load(), used)
 			}
 			if !tc.worstCase {
 				// The policy's amount is far below the real cost: the reservations let
@@ -123,24 +91,124 @@ func TestWorstCaseReservations(t *testing.T) {
 				}
 				return
 			}
-			if bound := int64(limit - 1 + cost); used > bound {
-				t.Fatalf("with worst-case reservations %d micro-USD were admitted, beyond the bound %d", used, bound)
-			}
-			if used < limit-worstCase {
-				t.Fatalf("only %d micro-USD admitted: the guard refused well within the limit", used)
-			}
-			// What the refusals saw reserved is made of worst cases, never of the policy's
-			// 1000.
-			largest := int64(0)
-			for _, r := range reservedSeen {
-				if r%worstCase != 0 {
-					t.Fatalf("a refusal saw %d micro-USD reserved: not a sum of %d-micro-USD worst cases", r, worstCase)
+			checkWorstCaseBound(t, used, reservedSeen, limit, cost, worstCase)
+		})
+	}
+}
+
+// checkWorstCaseBound holds admitted spend to the published bound (the limit minus one
+// micro-USD plus one request's cost, since every reservation covers its request's
+// cost), near the limit, and the refusals' reservations to sums of worst cases.
+func checkWorstCaseBound(t *testing.T, used int64, reservedSeen []int64, limit, cost, worstCase int64) {
+	t.Helper()
+	if bound := limit - 1 + cost; used > bound {
+		t.Fatalf("with worst-case reservations %d micro-USD were admitted, beyond the bound %d", used, bound)
+	}
+	if used < limit-worstCase {
+		t.Fatalf("only %d micro-USD admitted: the guard refused well within the limit", used)
+	}
+	// What the refusals saw reserved is made of worst cases, never of the policy's
+	// 1000.
+	largest := int64(0)
+	for _, r := range reservedSeen {
+		if r%worstCase != 0 {
+			t.Fatalf("a refusal saw %d micro-USD reserved: not a sum of %d-micro-USD worst cases", r, worstCase)
+		}
+		largest = max(largest, r)
+	}
+	if largest < limit-worstCase {
+		t.Fatalf("the refusals saw at most %d micro-USD reserved (%d refusals)", largest, len(reservedSeen))
+	}
+}
+
+// burst makes n calls at once and counts their answers: admitted, refused with the
+// usage-limit 429, and what each in-flight refusal saw reserved. Anything else fails t.
+func burst(t *testing.T, n int, call func(i int) (int, http.Header, []byte, error)) (ok, refused int64, reservedSeen []int64) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := range n {
+		wg.Go(func() {
+			code, h, body, err := call(i)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				t.Error(err)
+			case code == 200:
+				ok++
+			case code == 429 && h.Get("X-Service-Error-Code") == "service_gateway_usage_limit_exceeded":
+				refused++
+				var e struct {
+					Error struct {
+						Details struct {
+							Reason           string
+							ReservedMicroUsd int64
+						}
+					}
 				}
-				largest = max(largest, r)
-			}
-			if largest < limit-worstCase {
-				t.Fatalf("the refusals saw at most %d micro-USD reserved (%d refusals)", largest, len(reservedSeen))
+				if err := json.Unmarshal(body, &e); err != nil {
+					t.Errorf("refusal %s", body)
+				} else if e.Error.Details.Reason == "in_flight_reserved" { // else the spent limit itself
+					reservedSeen = append(reservedSeen, e.Error.Details.ReservedMicroUsd)
+				}
+			default:
+				t.Errorf("answer %d %v %s", code, h, body)
 			}
 		})
 	}
+	wg.Wait()
+	return ok, refused, reservedSeen
+}
+
+// TestWorstCaseReservationsThroughEnvoy: the same on the Envoy path, with the shipped
+// envoy.yaml plus ext_authz's with_request_body as its comments describe it (through
+// the Envoy emulator): ext_authz reads the body and reserves the worst case.
+func TestWorstCaseReservationsThroughEnvoy(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 2*time.Minute)
+	const (
+		requests  = 30
+		cost      = 8_000
+		limit     = 50_000
+		worstCase = 8_003 // gpt-4.1-mini, max_tokens 5000 (TestWorstCaseReservations)
+	)
+	up := &slowUpstream{delay: 200 * time.Millisecond, costMicroUSD: cost}
+	upSrv := httptest.NewServer(up)
+	t.Cleanup(upSrv.Close)
+	s := startStack(t, nil)
+	o := s.setUpOrg(t)
+	s.guardPolicy(t, o, "0.05", map[string]any{"reserve": true, "reservationCostUsd": "0.001"})
+
+	shipped, err := os.ReadFile("../deploy/envoy/envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const at = "failure_mode_allow: false\n"
+	if strings.Count(string(shipped), at) != 1 {
+		t.Fatalf("envoy.yaml has %d ext_authz failure_mode_allow: false lines, want 1", strings.Count(string(shipped), at))
+	}
+	withBody := strings.Replace(string(shipped), at, at+
+		"                      with_request_body: {max_request_bytes: 16777216, allow_partial_message: true, pack_as_bytes: true}\n", 1)
+	cfg, err := envoyemu.Load([]byte(withBody), "inference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := envoyemu.New(envoyemu.Options{Config: cfg,
+		Clusters: map[string]string{"tollgate_enforcer": s.enfGRPC, "llm_upstream": upSrv.URL}, Logf: t.Logf, TimeoutFloor: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(func() { front.Close(); proxy.Close() })
+
+	ok, refused, reservedSeen := burst(t, requests, func(int) (int, http.Header, []byte, error) {
+		return chatCall(context.Background(), front.URL, o.key, "gpt-4.1-mini", 5000)
+	})
+	used := s.settledSpend(t, o)
+	t.Logf("through Envoy: %d admitted, %d refused; admitted spend %d micro-USD at a %d limit", ok, refused, used, limit)
+	if used != ok*cost || up.served.Load() != ok {
+		t.Fatalf("%d admitted, %d served, %d charged", ok, up.served.Load(), used)
+	}
+	checkWorstCaseBound(t, used, reservedSeen, limit, cost, worstCase)
 }
