@@ -259,7 +259,7 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 	reqID := typeid.New(RequestPrefix)
 	snap := d.Snapshot(id.OrganizationID, id.MemberID, now)
 	item := &internalv1.StartItem{RequestId: reqID, OrganizationId: id.OrganizationID, MemberId: id.MemberID, Snapshot: snap,
-		ReservationMicroUsd: reservation(d, h), MaxInFlight: d.MaxInFlight}
+		ReservationMicroUsd: g.reservation(d, h), MaxInFlight: d.MaxInFlight}
 	res, reservation, err := g.Starts.Submit(ctx, item)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -291,14 +291,21 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 // the worst case replaces the policy's amount, smaller or larger, since it bounds what
 // this request can cost), else the policy's amount. The organization's own price keys
 // come from the decision's record: a model it prices itself has no catalog worst case.
-func reservation(d *decision.Decision, h Hint) int64 {
-	if d.Reservation <= 0 || h.Body == nil {
+func (g *Gate) reservation(d *decision.Decision, h Hint) int64 {
+	if d.Reservation <= 0 {
+		return 0
+	}
+	if h.Body == nil {
+		g.Metrics.Reservations.WithLabelValues("no_body").Inc()
 		return d.Reservation
 	}
-	if wc := worstcase.Of(pricecatalog.Default(), *h.Body, d.PricedModelKeys); wc.Known() {
-		return wc.MicroUSD
+	wc := worstcase.Of(pricecatalog.Default(), *h.Body, d.PricedModelKeys)
+	if !wc.Known() {
+		g.Metrics.Reservations.WithLabelValues(string(wc.Unknown)).Inc()
+		return d.Reservation
 	}
-	return d.Reservation
+	g.Metrics.Reservations.WithLabelValues("worst_case").Inc()
+	return wc.MicroUSD
 }
 
 // failure answers an infrastructure failure before a decision could be made: 503 in

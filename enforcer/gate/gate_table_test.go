@@ -202,8 +202,10 @@ type want struct {
 	// The calls the check made: starts submitted, records resolved; records read from
 	// the mirror when reads is not 0 (the kept-block cases).
 	starts, resolves, reads int
-	// reservation is what the last start submitted reserves (the in-flight guard).
+	// reservation is what the last start submitted reserves (the in-flight guard), and
+	// basis the label of tollgate_enforcer_reservations_total it counted in ("": none).
 	reservation int64
+	basis       string
 }
 
 type gateCase struct {
@@ -311,21 +313,23 @@ func gateCases() []gateCase {
 		// The in-flight guard's reservation: the request's worst case when its body tells
 		// it, else the policy's amount.
 		{name: "reserving policy, no body: the policy's amount", setup: rec(reservingRecord),
-			want: with(admitted("within_limit"), func(w *want) { w.reservation = 5_000 })},
+			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "no_body" })},
 		{name: "reserving policy, a capped request: its worst case", setup: rec(reservingRecord), body: worstCaseBody,
-			want: with(admitted("within_limit"), func(w *want) { w.reservation = worstCaseMicroUSD })},
+			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = worstCaseMicroUSD, "worst_case" })},
 		{name: "reserving policy, a worst case below the policy's amount: still the worst case", setup: rec(reservingRecord),
 			body: `{"model":"gpt-4o-mini","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`,
 			// (7 × 0.15 + 10 × 0.6) µUSD = 7.05, rounded up
-			want: with(admitted("within_limit"), func(w *want) { w.reservation = 8 })},
+			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 8, "worst_case" })},
 		{name: "reserving policy, a model the catalog does not price: the policy's amount", setup: rec(reservingRecord),
 			body: `{"model":"house-llm-7","max_tokens":100000}`,
-			want: with(admitted("within_limit"), func(w *want) { w.reservation = 5_000 })},
+			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "not_in_catalog" })},
 		{name: "reserving policy, a model the organization prices: the policy's amount",
 			setup: rec(memberRecord(reservingDay, allSpend(10), func(e *internalv1.Entitlement) { e.PricedModelKeys = []string{"gpt-4o"} })),
-			body:  worstCaseBody, want: with(admitted("within_limit"), func(w *want) { w.reservation = 5_000 })},
+			body:  worstCaseBody, want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "organization_priced" })},
 		{name: "reserving policy, a body that names no model: the policy's amount", setup: rec(reservingRecord),
-			body: `{"max_tokens":100000}`, want: with(admitted("within_limit"), func(w *want) { w.reservation = 5_000 })},
+			body: `{"max_tokens":100000}`, want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "no_model" })},
+		{name: "reserving policy, no cap and no output limit in the catalog: the policy's amount", setup: rec(reservingRecord),
+			body: `{"model":"gpt-4-32k"}`, want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "no_cap" })},
 		{name: "policy without reservations: the body changes nothing", body: worstCaseBody, want: admitted("within_limit")},
 
 		// 503 decisions: the same in both modes.
@@ -457,9 +461,20 @@ func TestGateAnswers(t *testing.T) {
 			} else {
 				counted := m.Decisions.WithLabelValues(tc.want.decision, tc.want.reason)
 				before := testutil.ToFloat64(counted)
+				reservationsBefore := sumOf(t, m.Reservations)
 				a = check()
 				if n := testutil.ToFloat64(counted) - before; n != 1 {
 					t.Errorf("decisions_total{decision=%q,reason=%q} counted %v times", tc.want.decision, tc.want.reason, n)
+				}
+				wantReserved := 0.0
+				if tc.want.basis != "" {
+					wantReserved = 1
+					if n := testutil.ToFloat64(m.Reservations.WithLabelValues(tc.want.basis)); n != 1 {
+						t.Errorf("reservations_total{basis=%q} = %v", tc.want.basis, n)
+					}
+				}
+				if n := sumOf(t, m.Reservations) - reservationsBefore; n != wantReserved {
+					t.Errorf("%v reservations counted, want %v", n, wantReserved)
 				}
 			}
 			checkAnswer(t, &a, tc.want)
@@ -483,6 +498,16 @@ func TestGateAnswers(t *testing.T) {
 			t.Errorf("no case answers %s", r)
 		}
 	}
+}
+
+// sumOf adds up every series of a counter vector.
+func sumOf(t *testing.T, v *prometheus.CounterVec) float64 {
+	t.Helper()
+	var sum float64
+	for _, b := range metrics.ReservationBases {
+		sum += testutil.ToFloat64(v.WithLabelValues(b))
+	}
+	return sum
 }
 
 func checkAnswer(t *testing.T, a *gate.Answer, w want) {

@@ -59,6 +59,10 @@ type Metrics struct {
 	GatewayRequests  *prometheus.CounterVec
 	GatewayActive    prometheus.Gauge
 	GatewayFirstByte prometheus.Histogram
+	// Reservations counts the in-flight guard's reservations by basis: worst_case (the
+	// request's own, from its body), or why the policy's amount was used instead
+	// (ReservationBases).
+	Reservations *prometheus.CounterVec
 
 	settleOldest atomic.Int64 // unix nanoseconds of the oldest unacknowledged settlement; 0: none
 }
@@ -95,6 +99,11 @@ var (
 	// gatewayOutcomes are gateway.Outcomes (a gateway test checks they agree).
 	gatewayOutcomes = GatewayOutcomes
 )
+
+// ReservationBases are the label values of Reservations: worst_case, no_body (the front
+// door saw none: /check, ext_authz without with_request_body, a body that is no JSON
+// object), and worstcase.Unknown's reasons.
+var ReservationBases = []string{"worst_case", "no_body", "no_model", "not_in_catalog", "organization_priced", "no_cap"}
 
 // latency buckets for calls that should take about a millisecond.
 var fast = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
@@ -212,6 +221,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_gateway_active_requests",
 			Help: "Requests the inference gateway is proxying now (streams included).",
 		}),
+		Reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_reservations_total",
+			Help: "Starts that reserve in-flight cost, by basis: worst_case (the request's own worst case), else why the policy's amount was reserved (no_body, no_model, not_in_catalog, organization_priced, no_cap).",
+		}, []string{"basis"}),
 		GatewayFirstByte: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_enforcer_gateway_upstream_header_seconds",
 			Help:    "Time from sending a request upstream to its response headers (a streamed completion's time to first token, roughly).",
@@ -222,7 +235,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayActive,
-		m.GatewayFirstByte)
+		m.GatewayFirstByte, m.Reservations)
 
 	for decision, reasons := range decisionReasons {
 		m.CheckDuration.WithLabelValues(decision)
@@ -234,6 +247,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.IdentityCache: identityResults, m.RecordReads: recordSources, m.StartQueueRejections: startRejections,
 		m.Settlements: settleOutcomes, m.SettledCostBasis: costBases, m.ExtProcStreams: extprocStreamResults,
 		m.ExtProcRequestBodies: requestBodyResults, m.InvalidationsReceived: invalidationKinds, m.GatewayRequests: gatewayOutcomes,
+		m.Reservations: ReservationBases,
 	} {
 		for _, x := range values {
 			v.WithLabelValues(x)

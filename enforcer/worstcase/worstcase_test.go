@@ -1,10 +1,12 @@
 package worstcase
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/pkg/money"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
@@ -84,6 +86,15 @@ func TestOf(t *testing.T) {
 				t.Fatalf("Known() = %v", got.Known())
 			}
 		})
+	}
+}
+
+// Every reason a worst case is unknown is a label of the enforcer's reservations metric.
+func TestUnknownsAreMetricLabels(t *testing.T) {
+	for _, u := range []Unknown{NoModel, NotInCatalog, OrganizationPriced, NoCap} {
+		if !slices.Contains(metrics.ReservationBases, string(u)) {
+			t.Errorf("%s is not in metrics.ReservationBases", u)
+		}
 	}
 }
 
