@@ -136,3 +136,19 @@ func FuzzOf(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkOf: the worst case of a dated snapshot name with a cap, as the gate computes
+// it once per reserving start (the body's estimate is made by the front door anyway).
+func BenchmarkOf(b *testing.B) {
+	r, err := estimate.Input([]byte(`{"model":"gpt-4.1-mini-2025-04-14","max_tokens":5000,"messages":[{"role":"user","content":"hello"}]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := []string{"house-llm", "my-model"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if c := Of(pricecatalog.Default(), r, keys); !c.Known() {
+			b.Fatal(c.Unknown)
+		}
+	}
+}
