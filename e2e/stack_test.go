@@ -132,7 +132,6 @@ func startStack(t testing.TB, enforcerEnv ...map[string]string) *stack {
 	rdb, layout := testredis.New(t) // the same for Redis; its keys are removed at the end
 	s := &stack{db: db, rdb: rdb, layout: layout}
 
-	s.cpLogs = &testio.SyncBuffer{}
 	s.cpVars = map[string]string{
 		"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
 		"TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0",
@@ -154,12 +153,15 @@ func startStack(t testing.TB, enforcerEnv ...map[string]string) *stack {
 	return s
 }
 
-// startControlPlane starts the control plane with s.cpVars.
+// startControlPlane starts the control plane with s.cpVars, logging to a new s.cpLogs (a
+// restart must not find the addresses its predecessor logged).
 func (s *stack) startControlPlane(t testing.TB) {
 	t.Helper()
 	env := envOf(s.cpVars)
-	s.cp = start(t, "control plane", 3, s.cpLogs, func(ctx context.Context) error {
-		return cpapp.Run(ctx, []string{"serve"}, env, cpapp.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: s.cpLogs})
+	logs := &testio.SyncBuffer{}
+	s.cpLogs = logs
+	s.cp = start(t, "control plane", 3, logs, func(ctx context.Context) error {
+		return cpapp.Run(ctx, []string{"serve"}, env, cpapp.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: logs})
 	})
 	s.rest, s.cpGRPC = "http://"+s.cp.addrs["rest"], s.cp.addrs["grpc"]
 }
