@@ -39,6 +39,17 @@ type Metrics struct {
 	SettleQueueDepth prometheus.Gauge
 	SettleOldestAge  prometheus.GaugeFunc
 	SettleReserved   prometheus.Gauge
+	// SettleCapacity is the settle queue's capacity (queued plus reserved): the alert
+	// TollgateSettleCapacityLow compares depth plus reserved to it, before any start is
+	// refused for settle_capacity.
+	SettleCapacity prometheus.Gauge
+	// SettleSpoolBytes is the size of the settlement spool on disk (package spool);
+	// SettleSpoolDropped counts settlements queued without being spooled, by reason
+	// (full, error): lost if the process then crashes before sending them.
+	// SettleSpoolReplayed counts settlements found unacknowledged at start and sent again.
+	SettleSpoolBytes    prometheus.Gauge
+	SettleSpoolDropped  *prometheus.CounterVec
+	SettleSpoolReplayed prometheus.Counter
 	// Settlements counts settlements finished, by outcome. abandoned (given up after
 	// retrying for the maximum age, or left when the drain deadline passed) and overflow
 	// (queue full, no reservation) are settlements lost: the alert TollgateSettlementsLost.
@@ -48,8 +59,11 @@ type Metrics struct {
 	// SettlementLag observes, per settlement, the time from queueing to the control
 	// plane's final answer (a histogram: its quantiles are the lag of delivered
 	// settlements; SettleOldestAge is the age of the ones still waiting).
-	SettlementLag         prometheus.Histogram
-	InflightRequests      prometheus.Gauge
+	SettlementLag    prometheus.Histogram
+	InflightRequests prometheus.Gauge
+	// InflightEvicted counts unreported requests settled as incomplete before their
+	// abandonment timeout because the tracker was full (package inflight).
+	InflightEvicted       prometheus.Counter
 	ExtProcStreams        *prometheus.CounterVec
 	ExtProcRequestBodies  *prometheus.CounterVec
 	InvalidationsReceived *prometheus.CounterVec
@@ -95,6 +109,7 @@ var (
 	costBases            = []string{"upstream_cost", "reported_usage", "estimate", "none", "unknown"}
 	extprocStreamResults = []string{"complete", "incomplete", "untracked"}
 	requestBodyResults   = []string{"estimated", "not_json", "include_usage_set", "not_buffered", "model_not_priced"}
+	spoolDropReasons     = []string{"full", "error"}
 	invalidationKinds    = []string{"credential", "member", "api_key", "record"}
 	// gatewayOutcomes are gateway.Outcomes (a gateway test checks they agree).
 	gatewayOutcomes = GatewayOutcomes
@@ -201,6 +216,26 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_inflight_requests",
 			Help: "Admitted requests whose settlement has not been queued yet.",
 		}),
+		InflightEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_inflight_evicted_total",
+			Help: "Unreported admitted requests settled as incomplete before the abandonment timeout because the table of unreported requests was full (oldest first; TOLLGATE_ENFORCER_INFLIGHT_CAPACITY).",
+		}),
+		SettleCapacity: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_settle_capacity",
+			Help: "Capacity of the settle queue: settlements queued plus reserved (TOLLGATE_ENFORCER_SETTLE_CAPACITY). A start that finds it used up is refused (start_queue_settle_capacity).",
+		}),
+		SettleSpoolBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_settle_spool_bytes",
+			Help: "Size on disk of the settlement spool (settlements written before they are queued, until the control plane answers them).",
+		}),
+		SettleSpoolDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_settle_spool_dropped_total",
+			Help: "Settlements queued without being written to the spool, by reason (full, error): a crash before they are sent loses them.",
+		}, []string{"reason"}),
+		SettleSpoolReplayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_settle_spool_replayed_total",
+			Help: "Settlements found unacknowledged in the spool at start and sent again (the control plane answers duplicate for those it already had).",
+		}),
 		ExtProcStreams: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_extproc_streams_total",
 			Help: "ext_proc streams finished, by result (complete, incomplete, untracked).",
@@ -234,8 +269,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.RecordReads, m.BlockedCacheHits, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
-		m.InflightRequests, m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayActive,
-		m.GatewayFirstByte, m.Reservations)
+		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
+		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayActive, m.GatewayFirstByte,
+		m.Reservations)
 
 	for decision, reasons := range decisionReasons {
 		m.CheckDuration.WithLabelValues(decision)
@@ -246,8 +282,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	for v, values := range map[*prometheus.CounterVec][]string{
 		m.IdentityCache: identityResults, m.RecordReads: recordSources, m.StartQueueRejections: startRejections,
 		m.Settlements: settleOutcomes, m.SettledCostBasis: costBases, m.ExtProcStreams: extprocStreamResults,
-		m.ExtProcRequestBodies: requestBodyResults, m.InvalidationsReceived: invalidationKinds, m.GatewayRequests: gatewayOutcomes,
-		m.Reservations: ReservationBases,
+		m.ExtProcRequestBodies: requestBodyResults, m.SettleSpoolDropped: spoolDropReasons, m.InvalidationsReceived: invalidationKinds,
+		m.GatewayRequests: gatewayOutcomes, m.Reservations: ReservationBases,
 	} {
 		for _, x := range values {
 			v.WithLabelValues(x)

@@ -1,0 +1,24 @@
+// Package spool owns the enforcer's settlement spool: a small append-only log on local
+// disk, so that settlements the enforcer has computed survive its crash. Package settleq
+// writes each settlement here before it queues it (Append), marks it done once the
+// control plane has given its final answer (Ack), and at start the program replays
+// whatever was never acknowledged (Open returns it).
+//
+// Durability: every record is written with one write(2) before the settlement is
+// queued, so a process crash (SIGKILL, OOM kill, panic) loses nothing that was written.
+// The file is fsync'd every SyncEvery and when a segment is closed: a kernel crash or
+// power loss can lose up to SyncEvery of settlements. Acknowledgements are never
+// synced on their own: losing one only makes a restart resend a settlement the control
+// plane already has, which it answers as a duplicate (settlements are idempotent by
+// request id).
+//
+// Bounded: the spool's files never exceed MaxBytes. A settlement that does not fit is
+// still queued in memory (the spool never blocks an admission or a settlement) and
+// counted as dropped; it is lost only if the process then crashes before it is sent.
+// Segments whose settlements are all acknowledged are deleted; at start the live
+// settlements are rewritten into a fresh segment (compaction) and the old files removed.
+//
+// One process per directory: Open takes an exclusive lock on it.
+//
+// It does not send settlements (package settleq does) and does not decide what they say.
+package spool

@@ -1,0 +1,410 @@
+package spool
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// Config bounds the spool. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// Dir holds the segment files and the lock; created when missing.
+	Dir string
+	// MaxBytes bounds the files' total size.
+	MaxBytes int64
+	// SegmentBytes is the size past which the current segment is closed and a new one
+	// begun; only closed segments can be deleted. Default: MaxBytes/16, at least 64 KiB.
+	SegmentBytes int64
+	// SyncEvery is how often written records are fsync'd (see the package comment).
+	SyncEvery time.Duration
+}
+
+// DefaultConfig: 64 MiB holds about 300,000 settlements of durable starts (about 200
+// bytes each) or 60,000 carrying a snapshot.
+var DefaultConfig = Config{MaxBytes: 64 << 20, SyncEvery: time.Second}
+
+func (c Config) withDefaults() Config {
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = DefaultConfig.MaxBytes
+	}
+	if c.SegmentBytes <= 0 {
+		c.SegmentBytes = max(c.MaxBytes/16, 64<<10)
+	}
+	if c.SyncEvery <= 0 {
+		c.SyncEvery = DefaultConfig.SyncEvery
+	}
+	return c
+}
+
+// Ref names one spooled settlement; the zero Ref is "not spooled" (Ack ignores it).
+type Ref struct{ seg, seq uint64 }
+
+// Spooled reports whether the settlement was written.
+func (r Ref) Spooled() bool { return r.seq != 0 }
+
+// Pending is a settlement found unacknowledged at Open, already rewritten into the
+// current segment under Ref.
+type Pending struct {
+	Ref  Ref
+	Item *internalv1.SettleItem
+}
+
+// Record kinds. A record is: length (4 bytes, of what follows the checksum), CRC-32C of
+// that part (4), kind (1), sequence number (8), payload (a marshalled SettleItem for
+// kindSettle, nothing for kindAck). Little-endian.
+const (
+	kindSettle byte = 'S'
+	kindAck    byte = 'A'
+	headerLen       = 4 + 4 + 1 + 8
+	// maxRecord bounds one record when reading: anything larger is a torn or foreign file.
+	maxRecord = 16 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Spool is the open spool. Its methods are safe for concurrent use.
+type Spool struct {
+	cfg  Config
+	m    *metrics.Metrics
+	log  *slog.Logger
+	lock *os.File
+
+	mu    sync.Mutex
+	f     *os.File // the current segment; nil after Close
+	cur   uint64   // the current segment's number
+	segs  map[uint64]*segment
+	total int64  // bytes of every segment file
+	seq   uint64 // last sequence number used
+	dirty bool   // written since the last fsync
+}
+
+type segment struct {
+	bytes int64
+	live  int // settlements not yet acknowledged
+}
+
+// Open locks and reads the spool in cfg.Dir, compacts what was never acknowledged into a
+// fresh segment and returns it, oldest first, for the caller to send again.
+func Open(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Spool, []Pending, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Dir == "" {
+		return nil, nil, errors.New("spool: no directory")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("spool: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(cfg.Dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("spool: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, nil, fmt.Errorf("spool: %s is used by another process (%w)", cfg.Dir, err)
+	}
+	s := &Spool{cfg: cfg, m: m, log: log, lock: lock, segs: map[uint64]*segment{}}
+	old, items, err := s.read()
+	if err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	next := uint64(1)
+	if len(old) > 0 {
+		next = old[len(old)-1] + 1
+	}
+	if err := s.openSegment(next); err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	pending := make([]Pending, 0, len(items))
+	for _, it := range items {
+		ref, err := s.append(it)
+		if err != nil {
+			s.Close()
+			return nil, nil, fmt.Errorf("spool: compacting: %w", err)
+		}
+		pending = append(pending, Pending{Ref: ref, Item: it})
+	}
+	if err := s.f.Sync(); err != nil {
+		s.Close()
+		return nil, nil, fmt.Errorf("spool: %w", err)
+	}
+	// The live settlements are safe in the new segment: the old ones can go.
+	for _, n := range old {
+		if err := os.Remove(s.path(n)); err != nil {
+			log.Warn("spool: could not remove a compacted segment", "file", s.path(n), "error", err)
+		}
+	}
+	s.setBytes()
+	m.SettleSpoolReplayed.Add(float64(len(pending)))
+	return s, pending, nil
+}
+
+func (s *Spool) path(n uint64) string {
+	return filepath.Join(s.cfg.Dir, fmt.Sprintf("settle-%016x.spool", n))
+}
+
+// read returns the existing segments' numbers in order and the settlements they hold
+// that no record acknowledges, in sequence order. It also sets s.seq past every
+// sequence number seen. A torn record (the process died while writing it, or the
+// machine lost unsynced data) ends its segment's reading.
+func (s *Spool) read() ([]uint64, []*internalv1.SettleItem, error) {
+	entries, err := os.ReadDir(s.cfg.Dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("spool: %w", err)
+	}
+	var segs []uint64
+	for _, e := range entries {
+		var n uint64
+		if name := e.Name(); strings.HasPrefix(name, "settle-") && strings.HasSuffix(name, ".spool") {
+			if _, err := fmt.Sscanf(name, "settle-%016x.spool", &n); err == nil && n > 0 {
+				segs = append(segs, n)
+			}
+		}
+	}
+	slices.Sort(segs)
+	settled := map[uint64]*internalv1.SettleItem{}
+	acked := map[uint64]bool{}
+	for _, n := range segs {
+		b, err := os.ReadFile(s.path(n))
+		if err != nil {
+			return nil, nil, fmt.Errorf("spool: %w", err)
+		}
+		for off := 0; off+headerLen <= len(b); {
+			size := int(binary.LittleEndian.Uint32(b[off:]))
+			sum := binary.LittleEndian.Uint32(b[off+4:])
+			if size < 9 || size > maxRecord || off+8+size > len(b) || crc32.Checksum(b[off+8:off+8+size], castagnoli) != sum {
+				s.log.Warn("spool: torn record; the rest of the segment is skipped", "file", s.path(n), "offset", off)
+				break
+			}
+			body := b[off+8 : off+8+size]
+			seq := binary.LittleEndian.Uint64(body[1:9])
+			s.seq = max(s.seq, seq)
+			switch body[0] {
+			case kindSettle:
+				it := &internalv1.SettleItem{}
+				if err := proto.Unmarshal(body[9:], it); err != nil {
+					s.log.Warn("spool: unreadable settlement skipped", "file", s.path(n), "offset", off, "error", err)
+				} else {
+					settled[seq] = it
+				}
+			case kindAck:
+				acked[seq] = true
+			}
+			off += 8 + size
+		}
+	}
+	seqs := make([]uint64, 0, len(settled))
+	for seq := range settled {
+		if !acked[seq] {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	items := make([]*internalv1.SettleItem, len(seqs))
+	for i, seq := range seqs {
+		items[i] = settled[seq]
+	}
+	return segs, items, nil
+}
+
+func (s *Spool) openSegment(n uint64) error {
+	f, err := os.OpenFile(s.path(n), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	s.f, s.cur = f, n
+	s.segs[n] = &segment{}
+	return nil
+}
+
+// Append writes a settlement before it is queued. It reports false, writing nothing,
+// when the spool is full or the write failed; both are counted and the caller queues
+// the settlement anyway.
+func (s *Spool) Append(item *internalv1.SettleItem) (Ref, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return Ref{}, false
+	}
+	ref, err := s.append(item)
+	switch {
+	case errors.Is(err, errFull):
+		s.m.SettleSpoolDropped.WithLabelValues("full").Inc()
+		return Ref{}, false
+	case err != nil:
+		s.m.SettleSpoolDropped.WithLabelValues("error").Inc()
+		s.log.Error("spool: write failed; the settlement is queued but would be lost on a crash", "request_id", item.GetRequestId(), "error", err)
+		return Ref{}, false
+	}
+	s.setBytes()
+	return ref, true
+}
+
+var errFull = errors.New("spool: full")
+
+func (s *Spool) append(item *internalv1.SettleItem) (Ref, error) {
+	payload, err := proto.Marshal(item)
+	if err != nil {
+		return Ref{}, err
+	}
+	if s.total+int64(headerLen+len(payload)) > s.cfg.MaxBytes {
+		return Ref{}, errFull
+	}
+	s.seq++
+	if err := s.write(kindSettle, s.seq, payload); err != nil {
+		return Ref{}, err
+	}
+	ref := Ref{seg: s.cur, seq: s.seq}
+	s.segs[s.cur].live++
+	return ref, s.maybeRotate()
+}
+
+// write appends one record to the current segment with a single write(2).
+func (s *Spool) write(kind byte, seq uint64, payload []byte) error {
+	rec := make([]byte, headerLen+len(payload))
+	binary.LittleEndian.PutUint32(rec, uint32(1+8+len(payload)))
+	rec[8] = kind
+	binary.LittleEndian.PutUint64(rec[9:], seq)
+	copy(rec[headerLen:], payload)
+	binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(rec[8:], castagnoli))
+	n, err := s.f.Write(rec)
+	s.segs[s.cur].bytes += int64(n)
+	s.total += int64(n)
+	s.dirty = true
+	if err != nil && n > 0 {
+		// A partial record would end this segment's reading at start: whatever follows
+		// must go to a new segment.
+		return errors.Join(err, s.rotate())
+	}
+	return err
+}
+
+func (s *Spool) maybeRotate() error {
+	if s.segs[s.cur].bytes < s.cfg.SegmentBytes {
+		return nil
+	}
+	return s.rotate()
+}
+
+// rotate closes the current segment (synced: it is never written again) and begins
+// the next; a closed segment with nothing live is deleted at once.
+func (s *Spool) rotate() error {
+	old := s.cur
+	err := errors.Join(s.f.Sync(), s.f.Close())
+	s.dirty = false
+	if err2 := s.openSegment(old + 1); err2 != nil {
+		s.f = nil // stays closed: Append counts every later settlement as an error
+		return errors.Join(err, err2)
+	}
+	s.dropIfDone(old)
+	return err
+}
+
+func (s *Spool) dropIfDone(n uint64) {
+	sg := s.segs[n]
+	if n == s.cur || sg == nil || sg.live > 0 {
+		return
+	}
+	if err := os.Remove(s.path(n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("spool: could not remove an acknowledged segment", "file", s.path(n), "error", err)
+		return
+	}
+	s.total -= sg.bytes
+	delete(s.segs, n)
+}
+
+// Ack marks a settlement done (the control plane answered it, or it was given up on
+// purpose). Nothing happens for the zero Ref.
+func (s *Spool) Ack(ref Ref) {
+	if !ref.Spooled() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sg := s.segs[ref.seg]
+	if s.f == nil || sg == nil {
+		return
+	}
+	sg.live--
+	if ref.seg != s.cur && sg.live == 0 {
+		// The whole segment goes: no acknowledgement record needed.
+		s.dropIfDone(ref.seg)
+		s.setBytes()
+		return
+	}
+	if err := s.write(kindAck, ref.seq, nil); err != nil {
+		// Only costs a duplicate after a crash.
+		s.log.Warn("spool: could not record an acknowledgement", "error", err)
+	}
+	if err := s.maybeRotate(); err != nil {
+		s.log.Warn("spool: could not begin a new segment", "error", err)
+	}
+	s.setBytes()
+}
+
+func (s *Spool) setBytes() { s.m.SettleSpoolBytes.Set(float64(s.total)) }
+
+// Sync fsyncs what was written since the last sync.
+func (s *Spool) Sync() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil || !s.dirty {
+		return nil
+	}
+	s.dirty = false
+	return s.f.Sync()
+}
+
+// Run fsyncs every SyncEvery until ctx ends.
+func (s *Spool) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.SyncEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := s.Sync(); err != nil {
+				s.log.Error("spool: fsync failed", "error", err)
+			}
+		}
+	}
+}
+
+// Close syncs and closes the spool and releases its directory. What is not
+// acknowledged stays for the next Open.
+func (s *Spool) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	if s.f != nil {
+		err = errors.Join(s.f.Sync(), s.f.Close())
+		s.f = nil
+	}
+	return errors.Join(err, s.lock.Close())
+}
+
+// Bytes is the spool's size on disk.
+func (s *Spool) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total
+}
+
+var _ io.Closer = (*Spool)(nil)
