@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/spool"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
@@ -125,11 +126,17 @@ type Queue struct {
 	delayed  []*entry // entries waiting for their retry time
 	inflight int      // entries taken by workers
 	reserved int
+	// replayed counts the entries replayed from the spool and not finished: they are
+	// outside the capacity (the spool's size bounds them), so that a restart with a
+	// full spool does not refuse starts for settle_capacity.
+	replayed int
 	stopping bool
 	idle     chan struct{} // closed and replaced when the queue becomes empty
 	// oldest and newest end the list of every entry not yet finished or abandoned, in
 	// queueing order: the oldest one's age is the backlog's (metrics.SetSettleOldest).
 	oldest, newest *entry
+	// spool, when set, holds every queued settlement until the control plane answers it.
+	spool *spool.Spool
 }
 
 type entry struct {
@@ -143,14 +150,46 @@ type entry struct {
 	solo bool
 	// older and newer link the entries not yet finished (Queue.oldest).
 	older, newer *entry
+	// ref is the entry's record in the spool; replayed: it came from the spool at start.
+	ref      spool.Ref
+	replayed bool
 }
 
 // New returns a queue; nothing is sent until Run. Scheduling (backoff, age, lag) uses
 // the wall clock: it is about this process's work, not about accounting time.
 func New(client Settler, cfg Config, m *metrics.Metrics, log *slog.Logger) *Queue {
-	return &Queue{cfg: cfg.withDefaults(), client: client, m: m, log: log,
+	q := &Queue{cfg: cfg.withDefaults(), client: client, m: m, log: log,
 		signal: make(chan struct{}, 1), idle: make(chan struct{})}
+	m.SettleCapacity.Set(float64(q.cfg.Capacity))
+	return q
 }
+
+// UseSpool makes the queue write every settlement to sp before queueing it, and
+// acknowledge it there once the control plane has answered it (or it is given up after
+// MaxAge); a settlement still unanswered when the process stops stays in the spool for
+// the next start. It first queues pending, the settlements a previous process left
+// (spool.Open): outside the capacity, since the spool's size bounds them. Call it
+// before Run.
+func (q *Queue) UseSpool(sp *spool.Spool, pending []spool.Pending) {
+	now := time.Now()
+	q.mu.Lock()
+	q.spool = sp
+	for _, p := range pending {
+		e := &entry{item: p.Item, queued: now, next: now, ref: p.Ref, replayed: true}
+		q.ready = append(q.ready, e)
+		q.linkLocked(e)
+		q.replayed++
+	}
+	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
+	q.mu.Unlock()
+	if len(pending) > 0 {
+		q.log.Info("settlements left unanswered by the previous process are sent again", "count", len(pending))
+		q.wake()
+	}
+}
+
+// usedLocked is what counts against the capacity.
+func (q *Queue) usedLocked() int { return q.reserved + q.lenLocked() - q.replayed }
 
 // Reservation is one settlement slot held for an admitted request.
 type Reservation struct {
@@ -163,7 +202,7 @@ type Reservation struct {
 func (q *Queue) Reserve() (*Reservation, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.stopping || q.reserved+q.lenLocked() >= q.cfg.Capacity {
+	if q.stopping || q.usedLocked() >= q.cfg.Capacity {
 		return nil, false
 	}
 	q.reserved++
@@ -192,12 +231,18 @@ func (q *Queue) lenLocked() int { return len(q.ready) + len(q.delayed) + q.infli
 func (q *Queue) Enqueue(item *internalv1.SettleItem, res *Reservation, done func(Result)) error {
 	now := time.Now()
 	e := &entry{item: item, done: done, queued: now, next: now}
+	// Written before it is queued: from here a crash cannot lose it (package spool).
+	// Outside the queue's lock: the write is a system call.
+	if q.spool != nil {
+		e.ref, _ = q.spool.Append(item)
+	}
 	q.mu.Lock()
 	if res != nil && res.q == q && res.used.CompareAndSwap(false, true) {
 		q.reserved--
 		q.m.SettleReserved.Set(float64(q.reserved))
-	} else if q.reserved+q.lenLocked() >= q.cfg.Capacity {
+	} else if q.usedLocked() >= q.cfg.Capacity {
 		q.mu.Unlock()
+		q.spool.Ack(e.ref)
 		q.m.Settlements.WithLabelValues("overflow").Inc()
 		q.log.Error("SETTLEMENT LOST: settle queue full and no reservation; reconcile this request",
 			"request_id", item.GetRequestId(), "capacity", q.cfg.Capacity)
@@ -401,9 +446,10 @@ func (q *Queue) backoff(attempts int) time.Duration {
 }
 
 func (q *Queue) finish(e *entry, r Result, now time.Time) {
+	q.spool.Ack(e.ref)
 	q.mu.Lock()
 	q.inflight--
-	q.unlinkLocked(e)
+	q.doneLocked(e)
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
 	q.signalIdleLocked()
 	q.mu.Unlock()
@@ -425,9 +471,10 @@ func (q *Queue) finish(e *entry, r Result, now time.Time) {
 }
 
 func (q *Queue) abandon(e *entry, now time.Time, why string) {
+	q.spool.Ack(e.ref) // given up on purpose: a restart must not try again
 	q.mu.Lock()
 	q.inflight--
-	q.unlinkLocked(e)
+	q.doneLocked(e)
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
 	q.signalIdleLocked()
 	q.mu.Unlock()
@@ -437,6 +484,14 @@ func (q *Queue) abandon(e *entry, now time.Time, why string) {
 		"queued_for", now.Sub(e.queued).String(), "reason", why)
 	if e.done != nil {
 		e.done(Result{Err: ErrAbandoned})
+	}
+}
+
+// doneLocked forgets a finished, abandoned or left entry.
+func (q *Queue) doneLocked(e *entry) {
+	q.unlinkLocked(e)
+	if e.replayed {
+		q.replayed--
 	}
 }
 
@@ -481,7 +536,8 @@ func (q *Queue) signalIdleLocked() {
 }
 
 // Drain sends everything still queued, retrying without waiting for backoffs, until the
-// queue is empty or ctx ends; whatever is left then is abandoned loudly. Call it after
+// queue is empty or ctx ends; whatever is left then stays in the spool for the next
+// start, or, not spooled, is abandoned loudly. Call it after
 // Run has returned and after the servers that enqueue have stopped.
 func (q *Queue) Drain(ctx context.Context) {
 	q.mu.Lock()
@@ -502,6 +558,7 @@ func (q *Queue) Drain(ctx context.Context) {
 		}
 	}
 	now := time.Now()
+	kept := 0
 	for {
 		q.mu.Lock()
 		left := append(q.ready, q.delayed...)
@@ -509,11 +566,26 @@ func (q *Queue) Drain(ctx context.Context) {
 		q.ready, q.delayed = nil, nil
 		q.mu.Unlock()
 		if len(left) == 0 {
-			return
+			break
 		}
 		for _, e := range left {
+			if e.ref.Spooled() {
+				// Not lost: the next start sends it again (one log line for all of them).
+				kept++
+				q.mu.Lock()
+				q.inflight--
+				q.doneLocked(e)
+				q.signalIdleLocked()
+				q.mu.Unlock()
+				continue
+			}
 			q.abandon(e, now, "the enforcer stopped before the control plane accepted it")
 		}
+	}
+	q.m.SettleQueueDepth.Set(float64(q.Depth()))
+	if kept > 0 {
+		q.log.Warn("settlements not answered before the shutdown deadline stay in the spool; the next start sends them",
+			"count", kept)
 	}
 }
 

@@ -234,9 +234,12 @@ func (s *Spool) openSegment(n uint64) error {
 }
 
 // Append writes a settlement before it is queued. It reports false, writing nothing,
-// when the spool is full or the write failed; both are counted and the caller queues
-// the settlement anyway.
+// when the spool is full or the write failed (both counted; the caller queues the
+// settlement anyway), or when s is nil (none configured).
 func (s *Spool) Append(item *internalv1.SettleItem) (Ref, bool) {
+	if s == nil {
+		return Ref{}, false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.f == nil {
@@ -330,9 +333,9 @@ func (s *Spool) dropIfDone(n uint64) {
 }
 
 // Ack marks a settlement done (the control plane answered it, or it was given up on
-// purpose). Nothing happens for the zero Ref.
+// purpose). Nothing happens for the zero Ref, nor on a nil Spool (none configured).
 func (s *Spool) Ack(ref Ref) {
-	if !ref.Spooled() {
+	if s == nil || !ref.Spooled() {
 		return
 	}
 	s.mu.Lock()

@@ -1,0 +1,104 @@
+package settleq_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/spool"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// A settlement the control plane did not answer before the drain deadline is not lost
+// when the queue has a spool: the next process's queue sends it, and once answered it
+// is gone from the spool. Without the spool the same settlement is abandoned.
+func TestSpooledSettlementSurvivesTheProcess(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir := t.TempDir()
+	m := metrics.Discard()
+	sp, _, err := spool.Open(spool.Config{Dir: dir}, m, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unavailable := func() *scripted {
+		s := &scripted{}
+		for range 1000 {
+			s.errs = append(s.errs, status.Error(codes.Unavailable, "down"))
+		}
+		return s
+	}
+	down := unavailable()
+	q := settleq.New(down, fastConfig(), m, quiet)
+	q.UseSpool(sp, nil)
+	res, _ := q.Reserve()
+	var got settleq.Result
+	if err := q.Enqueue(&internalv1.SettleItem{RequestId: "req_kept", MemberId: "om_a"}, res, func(r settleq.Result) { got = r }); err != nil {
+		t.Fatal(err)
+	}
+	// Without a spool, for comparison: the same situation abandons.
+	q0 := settleq.New(unavailable(), fastConfig(), metrics.Discard(), quiet)
+	var lost settleq.Result
+	_ = q0.Enqueue(&internalv1.SettleItem{RequestId: "req_lost"}, nil, func(r settleq.Result) { lost = r })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	q.Drain(ctx)
+	q0.Drain(ctx)
+	if !errors.Is(lost.Err, settleq.ErrAbandoned) {
+		t.Fatalf("unspooled settlement: %+v", lost)
+	}
+	if got.Err != nil || got.Outcome != 0 {
+		t.Fatalf("spooled settlement was finished: %+v", got)
+	}
+	if q.Depth() != 0 {
+		t.Fatalf("depth %d after the drain", q.Depth())
+	}
+	sp.Close()
+
+	sp2, pending, err := spool.Open(spool.Config{Dir: dir}, m, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 1 || pending[0].Item.GetRequestId() != "req_kept" {
+		t.Fatalf("pending %v", pending)
+	}
+	up := &scripted{}
+	q2 := settleq.New(up, settleq.Config{Capacity: 1}, m, quiet)
+	q2.UseSpool(sp2, pending)
+	// Replayed settlements are outside the capacity: a start can still reserve.
+	if r, ok := q2.Reserve(); !ok {
+		t.Fatal("a replayed settlement took the capacity")
+	} else {
+		r.Release()
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- q2.Run(runCtx) }()
+	waitCtx, cancelWait := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelWait()
+	if err := q2.WaitIdle(waitCtx); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	<-done
+	if len(up.calls) != 1 || up.calls[0][0] != "req_kept" {
+		t.Fatalf("calls %v", up.calls)
+	}
+	sp2.Close()
+	sp3, pending, err := spool.Open(spool.Config{Dir: dir}, m, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp3.Close()
+	if len(pending) != 0 {
+		t.Fatalf("answered settlement still spooled: %v", pending)
+	}
+}

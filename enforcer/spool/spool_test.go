@@ -1,0 +1,169 @@
+package spool_test
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/spool"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func open(t *testing.T, cfg spool.Config) (*spool.Spool, []spool.Pending, *metrics.Metrics) {
+	t.Helper()
+	m := metrics.Discard()
+	s, pending, err := spool.Open(cfg, m, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, pending, m
+}
+
+func item(id string) *internalv1.SettleItem {
+	return &internalv1.SettleItem{RequestId: id, OrganizationId: "org_01", MemberId: "om_01", Model: "gpt-test",
+		InputTokens: 120, OutputTokens: 40, Complete: true, FinishedAtUnixMs: 1_790_000_000_000, UpstreamStatus: 200}
+}
+
+func ids(p []spool.Pending) []string {
+	var out []string
+	for _, x := range p {
+		out = append(out, x.Item.GetRequestId())
+	}
+	return out
+}
+
+func segments(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "settle-*.spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// What was appended and not acknowledged comes back at the next Open, in order, with
+// every field; what was acknowledged does not. The process never closed the spool: a
+// crash leaves exactly that.
+func TestOpenReturnsWhatWasNotAcknowledged(t *testing.T) {
+	dir := t.TempDir()
+	s, pending, _ := open(t, spool.Config{Dir: dir})
+	if len(pending) != 0 {
+		t.Fatalf("fresh spool: %v", ids(pending))
+	}
+	var refs []spool.Ref
+	for _, id := range []string{"req_a", "req_b", "req_c", "req_d"} {
+		ref, ok := s.Append(item(id))
+		if !ok || !ref.Spooled() {
+			t.Fatalf("append %s failed", id)
+		}
+		refs = append(refs, ref)
+	}
+	s.Ack(refs[1])
+	s.Ack(refs[3])
+	// A crash: no Close, no sync. Only the lock must go (the kernel drops it with the
+	// process); a second Open in this process would otherwise find it held.
+	if _, _, err := spool.Open(spool.Config{Dir: dir}, metrics.Discard(), quiet); err == nil {
+		t.Fatal("a second Open of a locked directory succeeded")
+	}
+	s.Close()
+
+	s2, pending, m := open(t, spool.Config{Dir: dir})
+	defer s2.Close()
+	if got := ids(pending); !slices.Equal(got, []string{"req_a", "req_c"}) {
+		t.Fatalf("pending %v, want [req_a req_c]", got)
+	}
+	if got := pending[1].Item; got.GetInputTokens() != 120 || got.GetMemberId() != "om_01" || !got.GetComplete() {
+		t.Fatalf("item not kept whole: %v", got)
+	}
+	if got := testutil.ToFloat64(m.SettleSpoolReplayed); got != 2 {
+		t.Fatalf("replayed metric %v", got)
+	}
+	// Compacted: one segment holding the two live settlements.
+	if segs := segments(t, dir); len(segs) != 1 {
+		t.Fatalf("segments after compaction: %v", segs)
+	}
+	// Acknowledging the replayed ones empties it for good.
+	for _, p := range pending {
+		s2.Ack(p.Ref)
+	}
+	s2.Close()
+	s3, pending, _ := open(t, spool.Config{Dir: dir})
+	defer s3.Close()
+	if len(pending) != 0 {
+		t.Fatalf("acknowledged replays came back: %v", ids(pending))
+	}
+}
+
+// A record cut short (the machine lost what was not synced, or the process died in the
+// middle of a write) ends its segment; what came before it is kept.
+func TestTornTailIsSkipped(t *testing.T) {
+	dir := t.TempDir()
+	s, _, _ := open(t, spool.Config{Dir: dir})
+	s.Append(item("req_a"))
+	s.Append(item("req_b"))
+	s.Close()
+	segs := segments(t, dir)
+	f, err := os.OpenFile(segs[len(segs)-1], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.Stat()
+	if err := f.Truncate(st.Size() - 5); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s2, pending, _ := open(t, spool.Config{Dir: dir})
+	defer s2.Close()
+	if got := ids(pending); !slices.Equal(got, []string{"req_a"}) {
+		t.Fatalf("pending %v, want [req_a]", got)
+	}
+}
+
+// The spool never grows past MaxBytes: a settlement that does not fit is refused and
+// counted, and acknowledged segments are deleted, which makes room again.
+func TestBoundedAndSegmentsDeleted(t *testing.T) {
+	dir := t.TempDir()
+	cfg := spool.Config{Dir: dir, MaxBytes: 4 << 10, SegmentBytes: 1 << 10}
+	s, _, m := open(t, cfg)
+	defer s.Close()
+	var refs []spool.Ref
+	refused := 0
+	for i := range 100 {
+		ref, ok := s.Append(item("req_" + string(rune('a'+i%26)) + string(rune('a'+i/26))))
+		if !ok {
+			refused++
+			continue
+		}
+		refs = append(refs, ref)
+		if s.Bytes() > cfg.MaxBytes {
+			t.Fatalf("spool grew to %d bytes", s.Bytes())
+		}
+	}
+	if refused == 0 || len(refs) == 0 {
+		t.Fatalf("refused %d, kept %d: the bound did nothing", refused, len(refs))
+	}
+	if got := testutil.ToFloat64(m.SettleSpoolDropped.WithLabelValues("full")); got != float64(refused) {
+		t.Fatalf("dropped metric %v, want %d", got, refused)
+	}
+	if got := testutil.ToFloat64(m.SettleSpoolBytes); got != float64(s.Bytes()) {
+		t.Fatalf("bytes metric %v, spool %d", got, s.Bytes())
+	}
+	before := len(segments(t, dir))
+	for _, r := range refs {
+		s.Ack(r)
+	}
+	if after := len(segments(t, dir)); after >= before || after > 2 {
+		t.Fatalf("segments before %d, after acknowledging all %d", before, after)
+	}
+	if _, ok := s.Append(item("req_again")); !ok {
+		t.Fatal("no room after everything was acknowledged")
+	}
+}
