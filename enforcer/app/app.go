@@ -39,6 +39,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/record"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/spool"
 	"github.com/tollgate-dev/tollgate/enforcer/startq"
 	"github.com/tollgate-dev/tollgate/pkg/admin"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
@@ -85,21 +86,40 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
+	var sp *spool.Spool
+	var pending []spool.Pending
+	if cfg.SettleSpoolDir == "" {
+		log.Warn("TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR is empty: a crash loses the settlements not yet acknowledged by the control plane")
+	} else if sp, pending, err = spool.Open(spool.Config{Dir: cfg.SettleSpoolDir, MaxBytes: int64(cfg.SettleSpoolMaxBytes)}, m, log); err != nil {
+		rdb.Close()
+		return err
+	}
+	closeSpool := func() {
+		if sp != nil {
+			if err := sp.Close(); err != nil {
+				log.Error("closing the settlement spool", "error", err)
+			}
+		}
+	}
 	cc, err := cpclient.Dial(cfg.ControlPlaneAddr, cpclient.Options{Token: cfg.InternalToken}, m)
 	if err != nil {
+		closeSpool()
 		rdb.Close()
 		return fmt.Errorf("control plane client: %w", err)
 	}
 	e := New(Deps{Config: cfg, Redis: rdb, ControlPlane: cpclient.New(cc), Layout: mirror.Layout{Prefix: cfg.Redis.Prefix},
-		Clock: clock.System{}, Log: log, Registry: reg, Metrics: m})
+		Clock: clock.System{}, Log: log, Registry: reg, Metrics: m, Spool: sp, SpoolPending: pending})
 	lns, err := Listen(cfg, log)
 	if err != nil {
+		closeSpool()
 		cc.Close()
 		rdb.Close()
 		return err
 	}
 	err = e.Serve(ctx, lns)
-	// Pools last: the servers and queues have drained.
+	// Pools last: the servers and queues have drained. The spool keeps what the drain
+	// left for the next start.
+	closeSpool()
 	cc.Close()
 	rdb.Close()
 	log.Info("stopped")
@@ -126,6 +146,11 @@ type Deps struct {
 	Metrics  *metrics.Metrics
 	// StartWorkers and SettleWorkers override the queues' concurrency (0 = default).
 	StartWorkers, SettleWorkers int
+	// Spool, when not nil, is the open settlement spool and SpoolPending what it held
+	// unacknowledged (spool.Open): the settle queue sends those first. The caller closes
+	// the spool after Serve.
+	Spool        *spool.Spool
+	SpoolPending []spool.Pending
 }
 
 // Enforcer is the assembled program.
@@ -135,6 +160,7 @@ type Enforcer struct {
 	reg    *prometheus.Registry
 	rdb    redis.UniversalClient
 	layout mirror.Layout
+	spool  *spool.Spool
 
 	Metrics *metrics.Metrics
 	// ControlPlane is the client every part calls the control plane through; it follows
@@ -171,7 +197,7 @@ func New(d Deps) *Enforcer {
 		d.Clock = clock.System{}
 	}
 	cfg, m, log := d.Config, d.Metrics, d.Log
-	e := &Enforcer{cfg: cfg, log: log, reg: d.Registry, rdb: d.Redis, layout: d.Layout, Metrics: m}
+	e := &Enforcer{cfg: cfg, log: log, reg: d.Registry, rdb: d.Redis, layout: d.Layout, spool: d.Spool, Metrics: m}
 	e.ControlPlane = cpclient.NewHealth(d.ControlPlane, cfg.ControlPlaneAddr, cpclient.HealthConfig{}, log)
 	cp := e.ControlPlane
 	linger := cfg.SettleLinger
@@ -179,6 +205,9 @@ func New(d Deps) *Enforcer {
 		linger = -1 // settleq: a zero field takes the default; negative sends at once
 	}
 	e.Settle = settleq.New(cp, settleq.Config{Capacity: cfg.SettleCapacity, Workers: d.SettleWorkers, Linger: linger}, m, log)
+	if d.Spool != nil {
+		e.Settle.UseSpool(d.Spool, d.SpoolPending)
+	}
 	e.Tracker = inflight.New(e.Settle, d.Clock, m, log)
 	e.Starts = startq.New(cp, e.Settle, startq.Config{Capacity: cfg.StartCapacity, PerMember: cfg.StartPerMember,
 		Deadline: cfg.StartDeadline, Workers: d.StartWorkers}, e.Tracker.SettleOrphan, m, log)
@@ -286,6 +315,9 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	loops.Go(ctx, "invalidation watcher", e.Invalidations.Run)
 	loops.Go(ctx, "reaper", inflight.Reaper{Tracker: e.Tracker, Every: time.Minute, After: e.cfg.AbandonAfter}.Run)
 	loops.Go(ctx, "control plane probe", e.ControlPlane.Run)
+	if e.spool != nil {
+		loops.Go(ctx, "settle spool sync", e.spool.Run)
+	}
 
 	httpSrv := &http.Server{Handler: e.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
 	adminSrv := admin.NewServer(e.Admin)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/spool"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
 	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
@@ -61,6 +62,15 @@ type Config struct {
 	// SettleLinger is how long a Settle call waits to gather more settlements
 	// (TOLLGATE_ENFORCER_SETTLE_LINGER; settleq.Config.Linger). 0 sends at once.
 	SettleLinger time.Duration
+	// SettleSpoolDir is where settlements are written before they are queued, so that a
+	// crash does not lose them (package spool; TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR). Empty:
+	// no spool. SettleSpoolMaxBytes bounds it (TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES).
+	SettleSpoolDir      string
+	SettleSpoolMaxBytes int
+	// InflightCapacity bounds the admitted requests kept in memory until someone reports
+	// them (TOLLGATE_ENFORCER_INFLIGHT_CAPACITY); past it the oldest unreported one is
+	// settled as incomplete at once (package inflight). 0: half of SettleCapacity.
+	InflightCapacity int
 	// AbandonAfter settles as incomplete an admitted request nobody reported within it
 	// (TOLLGATE_ENFORCER_ABANDON_AFTER). Longer than the longest response you serve.
 	AbandonAfter time.Duration
@@ -107,6 +117,14 @@ func DefaultConfig() Config {
 	return c
 }
 
+// InflightLimit is InflightCapacity with its default applied.
+func (c Config) InflightLimit() int {
+	if c.InflightCapacity > 0 {
+		return c.InflightCapacity
+	}
+	return max(c.SettleCapacity/2, 1)
+}
+
 // FailOpen reports whether infrastructure failures admit.
 func (c Config) FailOpen() bool { return c.FailureMode == "open" }
 
@@ -135,6 +153,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&c.StartDeadline, "start-deadline", durationEnv("TOLLGATE_ENFORCER_START_DEADLINE", 500*time.Millisecond), "longest wait for a durable start; keep it under the proxy's check timeout (TOLLGATE_ENFORCER_START_DEADLINE)")
 	fs.IntVar(&c.SettleCapacity, "settle-capacity", intEnv("TOLLGATE_ENFORCER_SETTLE_CAPACITY", 100_000), "most settlements queued plus reserved (TOLLGATE_ENFORCER_SETTLE_CAPACITY)")
 	fs.DurationVar(&c.SettleLinger, "settle-linger", durationEnv("TOLLGATE_ENFORCER_SETTLE_LINGER", settleq.DefaultConfig.Linger), "how long a settlement call waits to gather more settlements; later spend in the mirror for less control-plane CPU; 0 sends at once (TOLLGATE_ENFORCER_SETTLE_LINGER)")
+	fs.StringVar(&c.SettleSpoolDir, "settle-spool-dir", env("TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR", ""), "directory of the settlement spool: settlements are written there before they are queued and sent again after a crash; empty turns it off (TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR)")
+	fs.IntVar(&c.SettleSpoolMaxBytes, "settle-spool-max-bytes", intEnv("TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", int(spool.DefaultConfig.MaxBytes)), "most bytes the settlement spool takes on disk; settlements past it are queued unspooled and counted (TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES)")
+	fs.IntVar(&c.InflightCapacity, "inflight-capacity", intEnv("TOLLGATE_ENFORCER_INFLIGHT_CAPACITY", 0), "most admitted requests kept until reported; past it the oldest unreported one is settled as incomplete at once; 0: half the settle capacity (TOLLGATE_ENFORCER_INFLIGHT_CAPACITY)")
 	fs.DurationVar(&c.AbandonAfter, "abandon-after", durationEnv("TOLLGATE_ENFORCER_ABANDON_AFTER", 15*time.Minute), "settle as incomplete an admitted request that nobody reported within this (TOLLGATE_ENFORCER_ABANDON_AFTER)")
 	fs.DurationVar(&c.GenerationPoll, "generation-poll", durationEnv("TOLLGATE_ENFORCER_GENERATION_POLL", time.Second), "how often to check the mirror's generation marker (TOLLGATE_ENFORCER_GENERATION_POLL)")
 	fs.DurationVar(&c.SettleWait, "settle-wait", durationEnv("TOLLGATE_ENFORCER_SETTLE_WAIT", 10*time.Second), "how long POST /settle waits for the receipt before answering 202 (TOLLGATE_ENFORCER_SETTLE_WAIT)")
@@ -230,6 +251,9 @@ func (c Config) validate() []string {
 		{"TOLLGATE_ENFORCER_START_DEADLINE: must be positive", c.StartDeadline > 0},
 		{"TOLLGATE_ENFORCER_SETTLE_CAPACITY: must be at least the start capacity (every queued start reserves a settlement)", c.SettleCapacity >= c.StartCapacity},
 		{"TOLLGATE_ENFORCER_ABANDON_AFTER: must be at least 1m", c.AbandonAfter >= time.Minute},
+		{"TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES: must be at least 1048576 (1 MiB)", c.SettleSpoolMaxBytes >= 1<<20},
+		{"TOLLGATE_ENFORCER_INFLIGHT_CAPACITY: must be 0 (half the settle capacity) or positive and at most the settle capacity minus the start capacity (each unreported request holds a settlement reservation; the rest is for queued settlements and starts)",
+			c.InflightCapacity == 0 || c.InflightCapacity > 0 && c.InflightCapacity <= c.SettleCapacity-c.StartCapacity},
 		{"TOLLGATE_ENFORCER_SETTLE_WAIT: must be positive", c.SettleWait > 0},
 		{"TOLLGATE_ENFORCER_SETTLE_LINGER: must be between 0 and 1s", c.SettleLinger >= 0 && c.SettleLinger <= time.Second},
 		{"TOLLGATE_ENFORCER_GENERATION_POLL: must be between 10ms and 1m", c.GenerationPoll >= 10*time.Millisecond && c.GenerationPoll <= time.Minute},
