@@ -1,0 +1,208 @@
+package e2e_test
+
+import (
+	"context"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
+	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
+)
+
+// childEnv, set in a child process's environment, makes TestMain run the enforcer in it
+// instead of the tests (startChildEnforcer): a real process that a test can SIGKILL.
+const childEnv = "TOLLGATE_E2E_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "enforcer" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		err := enfapp.Run(ctx, []string{"serve"}, os.Getenv, enfapp.IO{Stdout: os.Stdout, Stderr: os.Stderr})
+		stop()
+		if err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// child is an enforcer running in its own process.
+type child struct {
+	cmd  *exec.Cmd
+	logs *testio.SyncBuffer
+	done chan error
+	// view is the stack with its enforcer clients and admin address pointing here.
+	view *stack
+}
+
+// startChildEnforcer runs this test binary again as an enforcer (TestMain) with the
+// stack's enforcer environment plus vars, and waits until it is ready.
+func startChildEnforcer(t *testing.T, s *stack, vars map[string]string) *child {
+	t.Helper()
+	env := map[string]string{
+		childEnv: "enforcer", "TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": s.layout.Prefix,
+		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
+		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": s.cpGRPC,
+		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
+		"TOLLGATE_ENFORCER_GENERATION_POLL": "50ms",
+	}
+	maps.Copy(env, vars)
+	c := &child{cmd: exec.Command(os.Args[0], "-test.run=^$"), logs: &testio.SyncBuffer{}, done: make(chan error, 1)}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TOLLGATE_") {
+			c.cmd.Env = append(c.cmd.Env, kv)
+		}
+	}
+	for k, v := range env {
+		c.cmd.Env = append(c.cmd.Env, k+"="+v)
+	}
+	c.cmd.Stdout, c.cmd.Stderr = io.Discard, c.logs
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.done <- c.cmd.Wait() }()
+	t.Cleanup(func() {
+		if c.cmd.ProcessState == nil {
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+		if t.Failed() {
+			t.Logf("child enforcer logs:\n%s", c.logs.String())
+		}
+	})
+	addrs := map[string]string{}
+	waitFor(t, 30*time.Second, "the child enforcer's listeners", func() bool {
+		for _, m := range listening.FindAllStringSubmatch(c.logs.String(), -1) {
+			addrs[m[1]] = m[2]
+		}
+		return len(addrs) >= 3
+	})
+	conn, err := grpc.NewClient(addrs["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	v := *s
+	v.enfGRPC, v.enfHTTP, v.enfAdmin = addrs["grpc"], "http://"+addrs["http"], "http://"+addrs["admin"]
+	v.authz, v.extproc = authv3.NewAuthorizationClient(conn), extprocv3.NewExternalProcessorClient(conn)
+	c.view = &v
+	waitFor(t, 10*time.Second, "child enforcer ready", func() bool {
+		res, err := http.Get(v.enfAdmin + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
+	return c
+}
+
+// kill ends the child with SIGKILL: no drain, no deferred code.
+func (c *child) kill(t *testing.T) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-c.done
+}
+
+// stop ends the child with SIGTERM and requires a clean exit.
+func (c *child) stop(t *testing.T) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-c.done:
+		if err != nil {
+			t.Fatalf("child enforcer exited with %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("child enforcer did not stop")
+	}
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.RemoveAll(to); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(to, os.DirFS(from)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Issue 21: a settlement the enforcer has computed survives its SIGKILL. The response
+// is measured, its settlement waits in the settle queue's linger (1s here), and the
+// process is killed: the start stays pending. The next process on the same spool
+// directory sends it: charged once. Replaying it yet again (the spool as it was at the
+// kill, as after a crash that lost the acknowledgement) is answered as a duplicate and
+// charges nothing more: replays are safe.
+func TestKilledEnforcerSettlesWhatItMeasuredAfterRestart(t *testing.T) {
+	awayFromDayBoundary(t, time.Minute)
+	s := startStack(t)
+	o := s.setUpOrg(t)
+	dir := filepath.Join(t.TempDir(), "spool")
+	vars := map[string]string{"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": dir, "TOLLGATE_ENFORCER_SETTLE_LINGER": "1s"}
+
+	first := startChildEnforcer(t, s, vars)
+	reqID := admitted(t, first.view.check(t, o.key), "within_limit")
+	first.view.respond(t, reqID, "application/json", [][]byte{[]byte(openAIJSON("chatcmpl-crash", 1000, 0, 500))})
+	first.kill(t)
+	want := catalogCost(1000, 0, 500)
+
+	st := s.status(t, o)
+	if st.Coverage.PendingRequests == nil || *st.Coverage.PendingRequests != 1 || st.Buckets[0].UsedMicroUsd != 0 {
+		t.Fatalf("before the restart: pending %v, used %d; the settlement was sent before the kill, so this test proves nothing",
+			st.Coverage.PendingRequests, st.Buckets[0].UsedMicroUsd)
+	}
+	atKill := filepath.Join(t.TempDir(), "spool-at-kill")
+	copyDir(t, dir, atKill)
+
+	second := startChildEnforcer(t, s, vars)
+	if rec := waitReceipt(t, s, reqID); rec.cost() != want {
+		t.Fatalf("receipt %v, want cost %d", rec, want)
+	}
+	second.view.waitUsed(t, o, 1, want)
+	if got := second.view.metric(t, "tollgate_enforcer_settle_spool_replayed_total"); got != 1 {
+		t.Fatalf("replayed %v, want 1", got)
+	}
+	if got := second.view.metric(t, "tollgate_enforcer_settlements_total", `outcome="settled"`); got != 1 {
+		t.Fatalf("settled %v, want 1", got)
+	}
+	second.stop(t)
+	if st := s.status(t, o); *st.Coverage.PendingRequests != 0 {
+		t.Fatalf("pending %d after the replay", *st.Coverage.PendingRequests)
+	}
+
+	copyDir(t, atKill, dir)
+	third := startChildEnforcer(t, s, vars)
+	waitFor(t, 15*time.Second, "the replayed duplicate answered", func() bool {
+		return third.view.metric(t, "tollgate_enforcer_settlements_total", `outcome="duplicate"`) == 1
+	})
+	third.stop(t)
+	st = s.status(t, o)
+	var receipts int
+	if err := s.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM usage_receipts WHERE request_id = $1`, reqID).Scan(&receipts); err != nil {
+		t.Fatal(err)
+	}
+	if receipts != 1 || st.Buckets[0].UsedMicroUsd != want || *st.Coverage.PendingRequests != 0 {
+		t.Fatalf("after a second replay: %d receipts, used %d (want %d), pending %d", receipts, st.Buckets[0].UsedMicroUsd, want, *st.Coverage.PendingRequests)
+	}
+}
