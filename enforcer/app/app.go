@@ -209,6 +209,7 @@ func New(d Deps) *Enforcer {
 		e.Settle.UseSpool(d.Spool, d.SpoolPending)
 	}
 	e.Tracker = inflight.New(e.Settle, d.Clock, m, log)
+	e.Tracker.SetCapacity(cfg.InflightLimit())
 	e.Starts = startq.New(cp, e.Settle, startq.Config{Capacity: cfg.StartCapacity, PerMember: cfg.StartPerMember,
 		Deadline: cfg.StartDeadline, Workers: d.StartWorkers}, e.Tracker.SettleOrphan, m, log)
 	e.Identity = identity.New(cp, identity.Config{TTL: cfg.IdentityTTL}, d.Clock, m, log)

@@ -23,6 +23,8 @@ type Request struct {
 	MemberID       string
 	// Snapshot is the admission snapshot. It travels with the settlement only when the
 	// start is not durable (fail-open admission); nil when even that was unknown.
+	// Admitted drops it from a durable request: the control plane stored it with the
+	// start, and it is most of what an unreported request would otherwise cost.
 	Snapshot *internalv1.Snapshot
 	// Durable: the control plane recorded the start.
 	Durable bool
@@ -45,6 +47,10 @@ type Request struct {
 	requestSeen   bool
 	inputEstimate int64
 	requestModel  string
+	// older and newer link the shard's requests that no response stream follows, in
+	// admission order (the oldest is evicted first); listed says it is in that list.
+	older, newer *Request
+	listed       bool
 }
 
 // Usage is what the end of a response told about its cost.
@@ -88,6 +94,10 @@ type Tracker struct {
 	log   *slog.Logger
 	seed  maphash.Seed
 	count atomic.Int64
+	// perShard bounds each shard's requests (SetCapacity); 0: unbounded.
+	perShard int
+	// lastEvictLog rate-limits the eviction warning (unix nanoseconds).
+	lastEvictLog atomic.Int64
 	// shards spread the lock: every admitted check writes here.
 	shards [32]shard
 }
@@ -95,6 +105,35 @@ type Tracker struct {
 type shard struct {
 	mu sync.Mutex
 	m  map[string]*Request
+	// oldest and newest end the list of requests no response stream follows.
+	oldest, newest *Request
+}
+
+func (s *shard) link(r *Request) {
+	r.older, r.newer, r.listed = s.newest, nil, true
+	if s.newest != nil {
+		s.newest.newer = r
+	} else {
+		s.oldest = r
+	}
+	s.newest = r
+}
+
+func (s *shard) unlink(r *Request) {
+	if !r.listed {
+		return
+	}
+	if r.older != nil {
+		r.older.newer = r.newer
+	} else {
+		s.oldest = r.newer
+	}
+	if r.newer != nil {
+		r.newer.older = r.older
+	} else {
+		s.newest = r.older
+	}
+	r.older, r.newer, r.listed = nil, nil, false
 }
 
 // New returns an empty tracker that settles into q.
@@ -110,13 +149,52 @@ func (t *Tracker) shard(id string) *shard {
 	return &t.shards[maphash.String(t.seed, id)%uint64(len(t.shards))]
 }
 
+// SetCapacity bounds the requests kept (about n, spread over the shards): past it,
+// Admitted settles the oldest one that no response stream follows as incomplete at
+// once, as the reaper would after the abandonment timeout. Call it before use; 0 (the
+// default) is unbounded.
+//
+// Why settle and not refuse: every kept request holds a settlement reservation, and a
+// table that only grows (requests nobody reports, such as every forward-auth request
+// whose gateway never calls /settle) would end up refusing every admission for
+// settle_capacity. Why settle and not forget: the control plane closes a forgotten
+// durable start only when an operator runs abandonment recovery; until then it stays
+// pending. A report arriving after the eviction is settled by request id and promotes
+// the known cost once.
+func (t *Tracker) SetCapacity(n int) {
+	t.perShard = 0
+	if n > 0 {
+		t.perShard = max((n+len(t.shards)-1)/len(t.shards), 1)
+	}
+}
+
 // Admitted records an admitted request.
 func (t *Tracker) Admitted(r *Request) {
+	if r.Durable {
+		r.Snapshot = nil
+	}
 	s := t.shard(r.ID)
+	var evicted *Request
 	s.mu.Lock()
 	s.m[r.ID] = r
+	s.link(r)
+	if t.perShard > 0 && len(s.m) > t.perShard && s.oldest != nil && s.oldest != r {
+		evicted = s.oldest
+		s.unlink(evicted)
+		delete(s.m, evicted.ID)
+	}
 	s.mu.Unlock()
-	t.m.InflightRequests.Set(float64(t.count.Add(1)))
+	if evicted == nil {
+		t.m.InflightRequests.Set(float64(t.count.Add(1)))
+		return
+	}
+	t.m.InflightEvicted.Inc()
+	t.settleIncomplete(evicted)
+	now := time.Now().UnixNano()
+	if last := t.lastEvictLog.Load(); now-last > int64(time.Minute) && t.lastEvictLog.CompareAndSwap(last, now) {
+		t.log.Warn("the table of unreported requests is full: settling the oldest as incomplete before the abandonment timeout (tollgate_enforcer_inflight_evicted_total counts them)",
+			"per_shard", t.perShard, "request_id", evicted.ID)
+	}
 }
 
 // Follow marks a request as followed by a response stream (it will be reported by
@@ -125,12 +203,12 @@ func (t *Tracker) Follow(id string) bool {
 	s := t.shard(id)
 	s.mu.Lock()
 	r := s.m[id]
-	s.mu.Unlock()
-	if r == nil {
-		return false
+	if r != nil {
+		r.following.Store(true)
+		s.unlink(r) // never evicted
 	}
-	r.following.Store(true)
-	return true
+	s.mu.Unlock()
+	return r != nil
 }
 
 // RecordRequest notes what the request body of a tracked request said: its estimated
@@ -182,7 +260,10 @@ func (t *Tracker) take(id string) *Request {
 	s := t.shard(id)
 	s.mu.Lock()
 	r := s.m[id]
-	delete(s.m, id)
+	if r != nil {
+		delete(s.m, id)
+		s.unlink(r)
+	}
 	s.mu.Unlock()
 	if r != nil {
 		t.m.InflightRequests.Set(float64(t.count.Add(-1)))

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
@@ -160,5 +162,52 @@ func TestReapAndShutdownChargeTheInputEstimate(t *testing.T) {
 	}
 	if it := q.items[len(q.items)-1]; it.GetInputTokens() != 9 || !it.GetUsageEstimated() {
 		t.Fatalf("at shutdown %v", it)
+	}
+}
+
+// Past its capacity the tracker settles the oldest request that no response stream
+// follows as incomplete (with its snapshot when it has no durable start), counts it,
+// and keeps the newest; a followed request is never evicted. A durable request keeps no
+// snapshot (the control plane has it).
+func TestCapacityEvictsTheOldestUnfollowed(t *testing.T) {
+	q := &queue{}
+	clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+	m := metrics.Discard()
+	tr := New(q, clk, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tr.SetCapacity(1) // one per shard
+	// Requests of one shard, in admission order.
+	var ids []string
+	for i := 0; len(ids) < 4; i++ {
+		id := "req_" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if len(ids) == 0 || tr.shard(id) == tr.shard(ids[0]) {
+			ids = append(ids, id)
+		}
+	}
+	snap := &internalv1.Snapshot{Version: 2}
+	tr.Admitted(&Request{ID: ids[0], OrganizationID: "org", MemberID: "om", Snapshot: snap, Durable: true, AdmittedAt: clk.Now()})
+	if r := tr.shard(ids[0]).m[ids[0]]; r.Snapshot != nil {
+		t.Fatal("a durable request kept its snapshot")
+	}
+	if !tr.Follow(ids[0]) {
+		t.Fatal("follow")
+	}
+	tr.Admitted(&Request{ID: ids[1], OrganizationID: "org", MemberID: "om", Snapshot: snap, AdmittedAt: clk.Now()})
+	tr.Admitted(&Request{ID: ids[2], OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+	tr.Admitted(&Request{ID: ids[3], OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+	q.mu.Lock()
+	got := q.items
+	q.mu.Unlock()
+	if len(got) != 2 || got[0].GetRequestId() != ids[1] || got[1].GetRequestId() != ids[2] {
+		t.Fatalf("evicted %v, want %s then %s", got, ids[1], ids[2])
+	}
+	if got[0].GetSnapshot() == nil || got[0].GetComplete() || got[1].GetSnapshot() != nil {
+		t.Fatalf("evictions not settled as incomplete: %v", got)
+	}
+	if tr.Len() != 2 || testutil.ToFloat64(m.InflightEvicted) != 2 {
+		t.Fatalf("len %d, evicted metric %v", tr.Len(), testutil.ToFloat64(m.InflightEvicted))
+	}
+	// The followed one is still known; the newest too.
+	if tr.RecordRequest(ids[0], 1, "m") != true || tr.RecordRequest(ids[3], 1, "m") != true || tr.RecordRequest(ids[2], 1, "m") {
+		t.Fatal("wrong requests kept")
 	}
 }
