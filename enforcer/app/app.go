@@ -301,8 +301,13 @@ func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
 //     response streams within three quarters of the shutdown deadline, then cut what is
 //     left (its ext_proc and gateway handlers settle what they saw);
 //  3. stop the start queue (queued starts are refused);
-//  4. settle as incomplete every admitted request nobody will report any more;
-//  5. stop the settle queue's workers, then flush what is queued within the deadline;
+//  4. settle as incomplete every admitted request nobody will report any more (those
+//     without a durable start first), within half of what is left of the deadline;
+//     those left have durable starts, closed by the control plane's abandonment
+//     recovery;
+//  5. stop the settle queue's workers (after their current call), then flush what is
+//     queued within the deadline; what is left stays in the spool for the next start
+//     (without a spool it is given up, loudly);
 //  6. stop the other loops, newest first: the control plane probe, the reaper, the
 //     invalidation watcher, the record reader;
 //  7. stop the admin server (it answers "draining" until here).
@@ -372,9 +377,18 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	<-gwDone
 	// 3. and 4. No more checks: stop the start queue, then settle every admitted request
 	// that nobody will report to this process any more.
+	// Queueing them takes at most half of what is left of the deadline, so that the
+	// drain has time to send them.
 	stopErrs := []error{runErr, starts.Stop()}
-	if n := e.Tracker.SettleAll(); n > 0 {
-		e.log.Warn("settling unreported requests as incomplete at shutdown", "count", n)
+	settleAllCtx, cancelSettleAll := shutCtx, context.CancelFunc(func() {})
+	if dl, ok := shutCtx.Deadline(); ok {
+		settleAllCtx, cancelSettleAll = context.WithTimeout(shutCtx, time.Until(dl)/2)
+	}
+	n, left := e.Tracker.SettleAll(settleAllCtx)
+	cancelSettleAll()
+	if n > 0 || left > 0 {
+		e.log.Warn("settling unreported requests as incomplete at shutdown", "count", n, "left_pending", left,
+			"note", "left ones have durable starts: they stay pending at the control plane until its abandonment recovery closes them")
 	}
 	// 5.
 	stopErrs = append(stopErrs, settle.Stop())

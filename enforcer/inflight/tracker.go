@@ -414,23 +414,33 @@ func (r Reaper) Run(ctx context.Context) error {
 }
 
 // SettleAll settles every tracked request as incomplete (at shutdown: nobody will report
-// them to this process any more; a later real settlement elsewhere promotes the cost).
-func (t *Tracker) SettleAll() int {
-	var all []string
+// them to this process any more; a later real settlement elsewhere promotes the cost),
+// those without a durable start first (nobody else can close them), until ctx ends. It
+// returns how many it settled and how many it left: those have durable starts, which
+// stay pending at the control plane until its abandonment recovery closes them.
+func (t *Tracker) SettleAll(ctx context.Context) (settled, left int) {
+	var durable, other []string
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		for id := range s.m {
-			all = append(all, id)
+		for id, r := range s.m {
+			if r.Durable {
+				durable = append(durable, id)
+			} else {
+				other = append(other, id)
+			}
 		}
 		s.mu.Unlock()
 	}
-	n := 0
-	for _, id := range all {
+	for _, id := range append(other, durable...) {
+		if ctx.Err() != nil {
+			left++
+			continue
+		}
 		if r := t.take(id); r != nil {
-			n++
+			settled++
 			t.settleIncomplete(r)
 		}
 	}
-	return n
+	return settled, left
 }

@@ -1,6 +1,7 @@
 package inflight
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"sync"
@@ -157,7 +158,7 @@ func TestReapAndShutdownChargeTheInputEstimate(t *testing.T) {
 	}
 	tr.Admitted(&Request{ID: "req_shutdown", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
 	tr.RecordRequest("req_shutdown", 9, "gpt-z")
-	if tr.SettleAll() != 1 {
+	if n, left := tr.SettleAll(context.Background()); n != 1 || left != 0 {
 		t.Fatal("SettleAll")
 	}
 	if it := q.items[len(q.items)-1]; it.GetInputTokens() != 9 || !it.GetUsageEstimated() {
@@ -209,5 +210,32 @@ func TestCapacityEvictsTheOldestUnfollowed(t *testing.T) {
 	// The followed one is still known; the newest too.
 	if tr.RecordRequest(ids[0], 1, "m") != true || tr.RecordRequest(ids[3], 1, "m") != true || tr.RecordRequest(ids[2], 1, "m") {
 		t.Fatal("wrong requests kept")
+	}
+}
+
+type cancelling struct {
+	queue
+	cancel context.CancelFunc
+}
+
+func (c *cancelling) Enqueue(item *internalv1.SettleItem, res *settleq.Reservation, done func(settleq.Result)) error {
+	c.cancel()
+	return c.queue.Enqueue(item, res, done)
+}
+
+// At shutdown, settling stops at the deadline; requests without a durable start go
+// first, since nothing else can close them.
+func TestSettleAllStopsAtTheDeadlineFailOpenFirst(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	q := &cancelling{cancel: cancel}
+	clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+	tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, id := range []string{"req_a", "req_b", "req_c", "req_d"} {
+		tr.Admitted(&Request{ID: id, OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+	}
+	tr.Admitted(&Request{ID: "req_open", OrganizationID: "org", MemberID: "om", Snapshot: &internalv1.Snapshot{Version: 2}, AdmittedAt: clk.Now()})
+	settled, left := tr.SettleAll(ctx)
+	if settled != 1 || left != 4 || len(q.items) != 1 || q.items[0].GetRequestId() != "req_open" {
+		t.Fatalf("settled %d, left %d: %v", settled, left, q.items)
 	}
 }

@@ -291,6 +291,12 @@ func (q *Queue) work(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		// A stopping Run returns after its current call even with more queued: the
+		// drain sends the rest within the shutdown deadline (Drain); a worker that
+		// emptied the queue first would hold the shutdown for as long as that takes.
+		if ctx.Err() != nil {
+			return
+		}
 		batch, wait := q.take(false)
 		if len(batch) > 0 {
 			// A stopping Run must not cut a call short: its answer would be lost and the
@@ -471,6 +477,11 @@ func (q *Queue) finish(e *entry, r Result, now time.Time) {
 }
 
 func (q *Queue) abandon(e *entry, now time.Time, why string) {
+	q.abandonQuietly(e, now, true, why)
+}
+
+// abandonQuietly is abandon, logging the settlement only when log is set.
+func (q *Queue) abandonQuietly(e *entry, now time.Time, log bool, why string) {
 	q.spool.Ack(e.ref) // given up on purpose: a restart must not try again
 	q.mu.Lock()
 	q.inflight--
@@ -479,6 +490,12 @@ func (q *Queue) abandon(e *entry, now time.Time, why string) {
 	q.signalIdleLocked()
 	q.mu.Unlock()
 	q.m.Settlements.WithLabelValues("abandoned").Inc()
+	if !log {
+		if e.done != nil {
+			e.done(Result{Err: ErrAbandoned})
+		}
+		return
+	}
 	q.log.Error("SETTLEMENT NOT DELIVERED: giving up; reconcile this request", "request_id", e.item.GetRequestId(),
 		"organization_id", e.item.GetOrganizationId(), "member_id", e.item.GetMemberId(), "attempts", e.attempts,
 		"queued_for", now.Sub(e.queued).String(), "reason", why)
@@ -535,51 +552,63 @@ func (q *Queue) signalIdleLocked() {
 	}
 }
 
-// Drain sends everything still queued, retrying without waiting for backoffs, until the
-// queue is empty or ctx ends; whatever is left then stays in the spool for the next
-// start, or, not spooled, is abandoned loudly. Call it after
-// Run has returned and after the servers that enqueue have stopped.
+// Drain sends everything still queued, retrying without waiting for backoffs, with as
+// many concurrent calls as Run, until the queue is empty or ctx ends; whatever is left
+// then stays in the spool for the next start, or, not spooled, is abandoned loudly.
+// Call it after Run has returned and after the servers that enqueue have stopped.
 func (q *Queue) Drain(ctx context.Context) {
 	q.mu.Lock()
 	q.stopping = true
 	q.mu.Unlock()
-	for ctx.Err() == nil {
-		batch, _ := q.take(true)
-		if len(batch) == 0 {
-			break
-		}
-		q.send(ctx, batch)
-		if ctx.Err() == nil && q.Depth() > 0 {
-			// A failed batch went back to the retry list: pause briefly instead of spinning.
-			select {
-			case <-ctx.Done():
-			case <-time.After(q.cfg.MinBackoff):
+	var senders sync.WaitGroup
+	for range q.cfg.Workers {
+		senders.Go(func() {
+			for ctx.Err() == nil {
+				batch, _ := q.take(true)
+				if len(batch) == 0 {
+					return
+				}
+				q.send(ctx, batch)
+				if ctx.Err() == nil && q.Depth() > 0 {
+					// A failed batch went back to the retry list: pause briefly instead of spinning.
+					select {
+					case <-ctx.Done():
+					case <-time.After(q.cfg.MinBackoff):
+					}
+				}
 			}
-		}
+		})
 	}
+	senders.Wait()
 	now := time.Now()
-	kept := 0
+	kept, abandoned := 0, 0
 	for {
 		q.mu.Lock()
 		left := append(q.ready, q.delayed...)
-		q.inflight += len(left)
 		q.ready, q.delayed = nil, nil
+		for _, e := range left {
+			if e.ref.Spooled() {
+				// Not lost: the next start sends it again.
+				kept++
+				q.doneLocked(e)
+			} else {
+				q.inflight++ // abandon counts it out
+			}
+		}
+		q.signalIdleLocked()
 		q.mu.Unlock()
 		if len(left) == 0 {
 			break
 		}
 		for _, e := range left {
 			if e.ref.Spooled() {
-				// Not lost: the next start sends it again (one log line for all of them).
-				kept++
-				q.mu.Lock()
-				q.inflight--
-				q.doneLocked(e)
-				q.signalIdleLocked()
-				q.mu.Unlock()
 				continue
 			}
-			q.abandon(e, now, "the enforcer stopped before the control plane accepted it")
+			abandoned++
+			// One line per settlement names it for reconciliation, up to a bound: a
+			// shutdown with hundreds of thousands left must not spend its deadline (and
+			// the log pipeline) writing them. The count says how many were not named.
+			q.abandonQuietly(e, now, abandoned <= maxAbandonLogs, "the enforcer stopped before the control plane accepted it")
 		}
 	}
 	q.m.SettleQueueDepth.Set(float64(q.Depth()))
@@ -587,7 +616,14 @@ func (q *Queue) Drain(ctx context.Context) {
 		q.log.Warn("settlements not answered before the shutdown deadline stay in the spool; the next start sends them",
 			"count", kept)
 	}
+	if abandoned > maxAbandonLogs {
+		q.log.Error("SETTLEMENTS NOT DELIVERED: more were given up at shutdown than logged one by one",
+			"count", abandoned, "not_logged", abandoned-maxAbandonLogs)
+	}
 }
+
+// maxAbandonLogs bounds the SETTLEMENT NOT DELIVERED lines of one drain.
+const maxAbandonLogs = 1000
 
 // WaitIdle blocks until nothing is queued or ctx ends (for tests and benchmarks).
 func (q *Queue) WaitIdle(ctx context.Context) error {

@@ -3,11 +3,14 @@ package settleq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -100,5 +103,38 @@ func TestSpooledSettlementSurvivesTheProcess(t *testing.T) {
 	defer sp3.Close()
 	if len(pending) != 0 {
 		t.Fatalf("answered settlement still spooled: %v", pending)
+	}
+}
+
+// A drain that runs out of time with many settlements left gives them up at once:
+// every one counted, at most maxAbandonLogs of them named, and a summary line.
+func TestDrainGivesUpManyWithoutLoggingEachOne(t *testing.T) {
+	logs := &logBuf{}
+	m := metrics.Discard()
+	down := &scripted{}
+	for range 100 {
+		down.errs = append(down.errs, status.Error(codes.Unavailable, "down"))
+	}
+	q := settleq.New(down, settleq.Config{Capacity: 10_000, MinBackoff: time.Hour}, m, slog.New(slog.NewTextHandler(logs, nil)))
+	for i := range 5000 {
+		if err := q.Enqueue(&internalv1.SettleItem{RequestId: fmt.Sprintf("req_%d", i)}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	q.Drain(ctx)
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("drain took %v", took)
+	}
+	if got := testutil.ToFloat64(m.Settlements.WithLabelValues("abandoned")); got != 5000 || q.Depth() != 0 {
+		t.Fatalf("abandoned %v, depth %d", got, q.Depth())
+	}
+	if n := strings.Count(logs.String(), "SETTLEMENT NOT DELIVERED:"); n != 1000 {
+		t.Fatalf("%d lines name a settlement", n)
+	}
+	if !strings.Contains(logs.String(), "not_logged=4000") {
+		t.Fatal("no summary line")
 	}
 }

@@ -1,0 +1,93 @@
+package app_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
+)
+
+// Issue 21: admitted requests that nobody reports (every forward-auth request whose
+// gateway never calls /settle) must not make a healthy enforcer refuse. Three times
+// the settle capacity of them are admitted, none reported: every one is admitted, the
+// table of unreported requests stays at its bound, and the oldest are settled as
+// incomplete (counted) rather than holding their reservations for the abandonment
+// timeout.
+func TestUnreportedRequestsNeverExhaustTheSettleCapacity(t *testing.T) {
+	const capacity = 2048
+	e := enforcertest.New(t, enforcertest.Options{Quiet: true, Config: func(c *appConfig) {
+		c.SettleCapacity, c.StartCapacity, c.StartPerMember = capacity, 256, 256
+	}})
+	w := newMember(e, dayLimit(1_000_000*usd, true))
+	cred := gate.Credentials{APIKey: w.key}
+	ctx := context.Background()
+	for i := range 3 * capacity {
+		a, err := e.Enforcer.Gate.Check(ctx, cred)
+		if err != nil || a.Status != 200 {
+			t.Fatalf("check %d: status %d (%v), error %v", i, a.Status, a.Reason, err)
+		}
+	}
+	limit := capacity / 2
+	if n := e.Enforcer.Tracker.Len(); n > limit+32 { // the bound is per shard, rounded up
+		t.Fatalf("%d unreported requests kept, bound %d", n, limit)
+	}
+	evicted := enforcertest.Value(e.Registry, "tollgate_enforcer_inflight_evicted_total")
+	if evicted < float64(3*capacity-limit-32) {
+		t.Fatalf("evicted %v", evicted)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := e.Enforcer.Settle.WaitIdle(waitCtx); err != nil {
+		t.Fatal(err)
+	}
+	if got := enforcertest.Value(e.Registry, "tollgate_enforcer_settlements_total", "outcome", "settled"); got != evicted {
+		t.Fatalf("settled %v, evicted %v", got, evicted)
+	}
+}
+
+// Issue 21: SIGTERM with a great many unreported requests ends within the shutdown
+// timeout.
+func TestShutdownHonoursItsDeadlineWithManyUnreported(t *testing.T) {
+	const n = 250_000
+	timeout := 2 * time.Second
+	e := enforcertest.New(t, enforcertest.Options{Quiet: true, Config: func(c *appConfig) {
+		c.SettleCapacity, c.InflightCapacity, c.ShutdownTimeout = 2*n, n, timeout
+	}})
+	e.CP.Forgetful.Store(true)
+	w := newMember(e, dayLimit(1_000_000*usd, true))
+	now := e.Clock.Now()
+	// Admitted as the gate admits (a durable start, a reservation), without a check
+	// each: the starts go to the fake control plane in large batches.
+	snap := gate.NoRecordSnapshot(w.org, w.member, now)
+	snap.TrackingVersion = 1 << 40 // never older than the member's
+	var starts []*internalv1.StartItem
+	for i := range n {
+		res, ok := e.Enforcer.Settle.Reserve()
+		if !ok {
+			t.Fatal("no reservation")
+		}
+		id := typeid.New(gate.RequestPrefix)
+		starts = append(starts, &internalv1.StartItem{RequestId: id, OrganizationId: w.org, MemberId: w.member, Snapshot: snap})
+		if len(starts) == 5000 || i == n-1 {
+			resp, err := e.CP.Start(context.Background(), &internalv1.StartRequest{Items: starts})
+			if err != nil || resp.GetResults()[0].GetOutcome() != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+				t.Fatalf("start: %v %v", err, resp.GetResults()[0])
+			}
+			starts = starts[:0]
+		}
+		e.Enforcer.Tracker.Admitted(&inflight.Request{ID: id, OrganizationID: w.org, MemberID: w.member,
+			Durable: true, Reservation: res, AdmittedAt: now})
+	}
+	start := time.Now()
+	e.Stop()
+	took := time.Since(start)
+	t.Logf("stopped in %v with %d unreported requests (timeout %v)", took, n, timeout)
+	if took > timeout+time.Second {
+		t.Fatalf("shutdown took %v, timeout %v", took, timeout)
+	}
+}
