@@ -261,6 +261,12 @@ env:
   {{- end }}
   {{- end }}
   {{- with include "tollgate.gateway.env" (dict "ctx" $root "sidecar" .sidecar) | trim }}{{ . | nindent 2 }}{{ end }}
+  {{- if $e.settleSpool.enabled }}
+  - name: TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR
+    value: {{ include "tollgate.settleSpool.dir" . }}
+  - name: TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES
+    value: {{ $e.settleSpool.maxBytes | int64 | quote }}
+  {{- end }}
   {{- with $e.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -268,9 +274,14 @@ env:
 envFrom:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with include "tollgate.gateway.volumeMounts" $root | trim }}
+{{- $mounts := include "tollgate.gateway.volumeMounts" $root | trim }}
+{{- if or $mounts $e.settleSpool.enabled }}
 volumeMounts:
-  {{- . | nindent 2 }}
+  {{- with $mounts }}{{ . | nindent 2 }}{{ end }}
+  {{- if $e.settleSpool.enabled }}
+  - name: tollgate-settle-spool
+    mountPath: {{ include "tollgate.settleSpool.dir" . }}
+  {{- end }}
 {{- end }}
 {{ include "tollgate.probes" (dict "probes" $e.probes) }}
 {{- with $e.resources }}
@@ -386,6 +397,19 @@ routes:
   mountPath: {{ include "tollgate.gateway.credentialsDir" . }}
   readOnly: true
 {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The settlement spool's mount path (enforcer.settleSpool). */}}
+{{- define "tollgate.settleSpool.dir" -}}/var/lib/tollgate/settle-spool{{- end -}}
+
+{{/* The settlement spool's volume: an emptyDir sized for enforcer.settleSpool.maxBytes. */}}
+{{- define "tollgate.settleSpool.volume" -}}
+{{- $s := .Values.enforcer.settleSpool -}}
+{{- if $s.enabled }}
+- name: tollgate-settle-spool
+  emptyDir:
+    sizeLimit: {{ div (add (int64 $s.maxBytes) 16777216) 1048576 }}Mi
 {{- end }}
 {{- end -}}
 
