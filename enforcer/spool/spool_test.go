@@ -17,7 +17,7 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func open(t *testing.T, cfg spool.Config) (*spool.Spool, []spool.Pending, *metrics.Metrics) {
+func open(t testing.TB, cfg spool.Config) (*spool.Spool, []spool.Pending, *metrics.Metrics) {
 	t.Helper()
 	m := metrics.Discard()
 	s, pending, err := spool.Open(cfg, m, quiet)
@@ -165,5 +165,24 @@ func TestBoundedAndSegmentsDeleted(t *testing.T) {
 	}
 	if _, ok := s.Append(item("req_again")); !ok {
 		t.Fatal("no room after everything was acknowledged")
+	}
+}
+
+// BenchmarkAppendAck is what the spool adds to one settlement: its record written
+// before it is queued, its acknowledgement once answered (segments rotate and are
+// deleted as they would in production):
+//
+//	go test -run '^$' -bench AppendAck -benchmem ./enforcer/spool
+func BenchmarkAppendAck(b *testing.B) {
+	s, _, _ := open(b, spool.Config{Dir: b.TempDir()})
+	defer s.Close()
+	it := item("req_01k7x0e5a2fq1s7b8c9d0e1f2g")
+	b.ReportAllocs()
+	for b.Loop() {
+		ref, ok := s.Append(it)
+		if !ok {
+			b.Fatal("append failed")
+		}
+		s.Ack(ref)
 	}
 }
