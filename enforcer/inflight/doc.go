@@ -16,6 +16,11 @@
 // member's pending count returns to zero and the gap is visible, not hidden; a later real settlement still promotes its known cost once. A request whose
 // response is being followed by ext_proc is never reaped, however long it streams.
 //
+// The table is bounded (SetCapacity): past it the oldest request no response stream
+// follows is settled as incomplete at once, as the reaper would later, rather than
+// holding its settlement reservation until admissions are refused. A durable request
+// keeps no snapshot (the control plane stored it), so one costs a few hundred bytes.
+//
 // The table is in memory: the enforcer runs as a sidecar of its Envoy, so the ext_authz
 // check and the ext_proc stream of one request reach the same process. A settlement for
 // a request this process does not know is still sent, by request id only, and the
