@@ -243,6 +243,8 @@ func (s *Spool) Append(item *internalv1.SettleItem) (Ref, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.f == nil {
+		// Closed, or no segment could be begun after a failed rotation.
+		s.m.SettleSpoolDropped.WithLabelValues("error").Inc()
 		return Ref{}, false
 	}
 	ref, err := s.append(item)
