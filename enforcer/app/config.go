@@ -117,12 +117,13 @@ func DefaultConfig() Config {
 	return c
 }
 
-// InflightLimit is InflightCapacity with its default applied.
+// InflightLimit is InflightCapacity with its default applied: half the settle capacity,
+// and never more than what queued starts leave of it (both hold reservations).
 func (c Config) InflightLimit() int {
 	if c.InflightCapacity > 0 {
 		return c.InflightCapacity
 	}
-	return max(c.SettleCapacity/2, 1)
+	return max(min(c.SettleCapacity/2, c.SettleCapacity-c.StartCapacity), 1)
 }
 
 // FailOpen reports whether infrastructure failures admit.
