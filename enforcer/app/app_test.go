@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,6 +17,8 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/spool"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
@@ -34,21 +37,23 @@ func TestDefaultConfig(t *testing.T) {
 
 func TestConfigReportsEveryProblem(t *testing.T) {
 	err := app.Run(context.Background(), nil, envOf(map[string]string{
-		"TOLLGATE_REDIS_URL":                "http://x",
-		"TOLLGATE_REDIS_MODE":               "sentinel",
-		"TOLLGATE_ENFORCER_GRPC_ADDR":       "nonsense",
-		"TOLLGATE_FAILURE_MODE":             "sideways",
-		"TOLLGATE_ENFORCER_START_DEADLINE":  "soon",
-		"TOLLGATE_ENFORCER_START_CAPACITY":  "many",
-		"TOLLGATE_ENFORCER_SETTLE_CAPACITY": "10",
-		"TOLLGATE_ENFORCER_SETTLE_LINGER":   "2s",
+		"TOLLGATE_REDIS_URL":                       "http://x",
+		"TOLLGATE_REDIS_MODE":                      "sentinel",
+		"TOLLGATE_ENFORCER_GRPC_ADDR":              "nonsense",
+		"TOLLGATE_FAILURE_MODE":                    "sideways",
+		"TOLLGATE_ENFORCER_START_DEADLINE":         "soon",
+		"TOLLGATE_ENFORCER_START_CAPACITY":         "many",
+		"TOLLGATE_ENFORCER_SETTLE_CAPACITY":        "10",
+		"TOLLGATE_ENFORCER_SETTLE_LINGER":          "2s",
+		"TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES": "1000",
+		"TOLLGATE_ENFORCER_INFLIGHT_CAPACITY":      "-1",
 	}), app.IO{Stdout: io.Discard, Stderr: io.Discard})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
 	}
 	for _, want := range []string{"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_ADDRS", "TOLLGATE_REDIS_SENTINEL_MASTER", "TOLLGATE_ENFORCER_GRPC_ADDR",
 		"TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_START_DEADLINE", "TOLLGATE_ENFORCER_START_CAPACITY", "TOLLGATE_ENFORCER_SETTLE_CAPACITY",
-		"TOLLGATE_ENFORCER_SETTLE_LINGER"} {
+		"TOLLGATE_ENFORCER_SETTLE_LINGER", "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "TOLLGATE_ENFORCER_INFLIGHT_CAPACITY"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}
@@ -67,7 +72,8 @@ func TestHelpDocumentsEveryKnob(t *testing.T) {
 	}
 	for _, want := range []string{"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_ADDRS", "TOLLGATE_REDIS_SENTINEL_MASTER",
 		"TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR", "TOLLGATE_CONTROLPLANE_ADDR",
-		"TOLLGATE_INTERNAL_TOKEN", "-failure-mode", "TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_SETTLE_LINGER"} {
+		"TOLLGATE_INTERNAL_TOKEN", "-failure-mode", "TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_SETTLE_LINGER",
+		"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR", "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "TOLLGATE_ENFORCER_INFLIGHT_CAPACITY"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %s", want)
 		}
@@ -161,4 +167,20 @@ func httpCheckURL(t *testing.T, url, key string) string {
 		t.Fatalf("check %d", res.StatusCode)
 	}
 	return res.Header.Get("X-Service-Request-Id")
+}
+
+// Two enforcers must not share a spool directory (each would send the other's
+// settlements and delete its files): the second refuses to start, saying why.
+func TestRunRefusesASpoolDirectoryInUse(t *testing.T) {
+	dir := t.TempDir()
+	sp, _, err := spool.Open(spool.Config{Dir: dir}, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	err = app.Run(context.Background(), nil, envOf(map[string]string{"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": dir}),
+		app.IO{Stdout: io.Discard, Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "used by another process") {
+		t.Fatalf("err %v", err)
+	}
 }
