@@ -52,6 +52,7 @@ type Checker interface {
 
 // Tracker is the in-flight tracker (inflight.Tracker).
 type Tracker interface {
+	Follow(id string) bool
 	RecordRequest(id string, inputEstimate int64, model string) bool
 	RefuseUnpricedModel(id, model string) bool
 	Finish(id string, u inflight.Usage, done func(settleq.Result)) error
@@ -301,8 +302,13 @@ func (p *proxied) settle(u inflight.Usage) {
 func (p *proxied) serve(w http.ResponseWriter, r *http.Request, body []byte, est *estimate.Request) {
 	gw := p.gw
 	// Whatever happens below, the admitted request is settled: nothing sent (no
-	// usage), or what was seen.
+	// usage), or what was seen. So the tracker may follow it, as it follows ext_proc's
+	// streams: however long the response streams, it is neither reaped nor evicted
+	// from a full table as unreported.
 	defer p.settle(inflight.Usage{Complete: true})
+	if p.id != "" {
+		gw.tracker.Follow(p.id)
+	}
 
 	if est != nil && p.id != "" {
 		model := requestbody.CleanModel(est.Model)

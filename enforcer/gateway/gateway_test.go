@@ -55,11 +55,19 @@ type fakeTracker struct {
 	mu       sync.Mutex
 	finished []inflight.Usage
 	recorded []string
+	followed []string
 	refuse   string
 	done     chan struct{}
 }
 
 func newTracker() *fakeTracker { return &fakeTracker{done: make(chan struct{}, 10)} }
+
+func (f *fakeTracker) Follow(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.followed = append(f.followed, id)
+	return true
+}
 
 func (f *fakeTracker) RecordRequest(id string, est int64, model string) bool {
 	f.mu.Lock()
@@ -186,6 +194,12 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 	u := e.tracker.settled(t)
 	if !u.Complete || u.InputTokens != 12 || u.OutputTokens != 3 || u.Model != "gpt-4o-mini-2024-07-18" || u.UpstreamStatus != 200 {
 		t.Fatalf("settled %+v", u)
+	}
+	e.tracker.mu.Lock()
+	followed := e.tracker.followed
+	e.tracker.mu.Unlock()
+	if len(followed) != 1 || followed[0] != "req_test" {
+		t.Fatalf("followed %v: a proxied request must be followed (never reaped or evicted while it streams)", followed)
 	}
 	if testutil.ToFloat64(e.req.WithLabelValues(gateway.OutcomeProxied)) != 1 {
 		t.Fatal("not counted as proxied")
