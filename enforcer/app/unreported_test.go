@@ -51,7 +51,8 @@ func TestUnreportedRequestsNeverExhaustTheSettleCapacity(t *testing.T) {
 }
 
 // Issue 21: SIGTERM with a great many unreported requests ends within the shutdown
-// timeout.
+// timeout, against a control plane that takes 20ms per Settle call (sending them all
+// would take about 10s).
 func TestShutdownHonoursItsDeadlineWithManyUnreported(t *testing.T) {
 	const n = 250_000
 	timeout := 2 * time.Second
@@ -59,6 +60,7 @@ func TestShutdownHonoursItsDeadlineWithManyUnreported(t *testing.T) {
 		c.SettleCapacity, c.InflightCapacity, c.ShutdownTimeout = 2*n, n, timeout
 	}})
 	e.CP.Forgetful.Store(true)
+	e.CP.SettleDelay.Store(int64(20 * time.Millisecond))
 	w := newMember(e, dayLimit(1_000_000*usd, true))
 	now := e.Clock.Now()
 	// Admitted as the gate admits (a durable start, a reservation), without a check

@@ -95,6 +95,9 @@ type Server struct {
 	fail sync.Map
 	// StartDelay (nanoseconds) makes every Start call wait this long first.
 	StartDelay atomic.Int64
+	// SettleDelay (nanoseconds) makes every Settle call wait this long first, as a
+	// control plane committing each batch to Postgres does.
+	SettleDelay atomic.Int64
 	// Forgetful, for load benchmarks: a request settled against its durable start is
 	// forgotten (its start dropped, no receipt kept), so a run of many requests does not
 	// grow the heap of the process it shares with the enforcer being measured (the real
@@ -438,6 +441,13 @@ func (s *Server) Start(ctx context.Context, req *internalv1.StartRequest) (*inte
 // snapshot's windows, admitted_without_record ones too; charged once per request (a known cost
 // later promotes an unknown one) to the snapshot's windows.
 func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*internalv1.SettleResponse, error) {
+	if d := time.Duration(s.SettleDelay.Load()); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	s.SettleItems.Add(int64(len(req.GetItems())))
 	s.mu.Lock()
 	defer s.mu.Unlock()
