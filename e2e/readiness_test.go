@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -16,16 +17,20 @@ import (
 )
 
 // startEnforcer starts one more enforcer (Run) of the stack's Redis prefix, pointed at
-// cpAddr with token; it returns its admin URL and its logs.
-func startEnforcer(t *testing.T, s *stack, cpAddr, token string) (string, *testio.SyncBuffer) {
+// cpAddr with token and the extra environment; it returns its admin URL and its logs.
+func startEnforcer(t *testing.T, s *stack, cpAddr, token string, extra ...map[string]string) (string, *testio.SyncBuffer) {
 	t.Helper()
 	logs := &testio.SyncBuffer{}
-	env := envOf(map[string]string{
+	vars := map[string]string{
 		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": s.layout.Prefix,
 		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
 		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": cpAddr,
 		"TOLLGATE_INTERNAL_TOKEN": token, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
-	})
+	}
+	for _, m := range extra {
+		maps.Copy(vars, m)
+	}
+	env := envOf(vars)
 	addrs := run(t, "enforcer", 3, logs, func(ctx context.Context) error {
 		return enfapp.Run(ctx, []string{"serve"}, env, enfapp.IO{Stdout: io.Discard, Stderr: logs})
 	})

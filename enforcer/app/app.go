@@ -101,7 +101,13 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 			}
 		}
 	}
-	cc, err := cpclient.Dial(cfg.ControlPlaneAddr, cpclient.Options{Token: cfg.InternalToken}, m)
+	creds, err := cfg.ControlPlaneTLS.Credentials() // parseConfig read the same files
+	if err != nil {
+		closeSpool()
+		rdb.Close()
+		return err
+	}
+	cc, err := cpclient.Dial(cfg.ControlPlaneAddr, cpclient.Options{Token: cfg.InternalToken, TLS: creds}, m)
 	if err != nil {
 		closeSpool()
 		rdb.Close()
@@ -250,15 +256,16 @@ func New(d Deps) *Enforcer {
 	return e
 }
 
-// controlPlaneReady: not ready while the control plane refuses this enforcer's token
-// (in either failure mode: it is a configuration error that no retry fixes, and every
-// request would be answered without accounting), nor, in closed mode, while it cannot
-// be reached (every check needing it would be a 503). The reason is
-// "internal token rejected", "control plane unreachable" or "control plane not reached
-// yet" (cpclient.Health; its log says more, once per transition).
+// controlPlaneReady: not ready while the control plane refuses this enforcer's token or
+// the TLS handshake with it fails (in either failure mode: configuration errors that no
+// retry fixes, and every request would be answered without accounting), nor, in closed
+// mode, while it cannot be reached (every check needing it would be a 503). The reason
+// is "internal token rejected", "control plane TLS handshake failed", "control plane
+// unreachable" or "control plane not reached yet" (cpclient.Health; its log says more,
+// once per transition).
 func (e *Enforcer) controlPlaneReady(context.Context) error {
 	err := e.ControlPlane.Ready()
-	if err == nil || (e.cfg.FailOpen() && !errors.Is(err, cpclient.ErrTokenRejected)) {
+	if err == nil || (e.cfg.FailOpen() && !errors.Is(err, cpclient.ErrTokenRejected) && !errors.Is(err, cpclient.ErrTLSFailed)) {
 		return nil
 	}
 	return err

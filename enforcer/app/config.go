@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/enforcer/cpclient"
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/spool"
@@ -34,6 +35,11 @@ type Config struct {
 	AdminAddr string
 	// ControlPlaneAddr is the control plane's internal gRPC API (TOLLGATE_CONTROLPLANE_ADDR).
 	ControlPlaneAddr string
+	// ControlPlaneTLS secures the connection to ControlPlaneAddr: a CA bundle, a client
+	// certificate and key for mTLS, and the name the server certificate must carry
+	// (TOLLGATE_CONTROLPLANE_TLS_CA, _CERT, _KEY, _SERVER_NAME). Any of them turns TLS
+	// on; none keeps the connection plaintext (loopback, or a mesh that encrypts).
+	ControlPlaneTLS cpclient.TLSFiles
 	// InternalToken is the shared secret presented to the control plane and accepted
 	// on /settle from non-loopback callers (TOLLGATE_INTERNAL_TOKEN).
 	InternalToken string
@@ -142,6 +148,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_ENFORCER_HTTP_ADDR", DefaultHTTPAddr), "HTTP /check and /settle listen address (TOLLGATE_ENFORCER_HTTP_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ENFORCER_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ENFORCER_ADMIN_ADDR)")
 	fs.StringVar(&c.ControlPlaneAddr, "controlplane-addr", env("TOLLGATE_CONTROLPLANE_ADDR", DefaultControlPlaneAddr), "the control plane's internal gRPC address (TOLLGATE_CONTROLPLANE_ADDR)")
+	fs.StringVar(&c.ControlPlaneTLS.CA, "controlplane-tls-ca", getenv("TOLLGATE_CONTROLPLANE_TLS_CA"), "PEM CA bundle that signs the control plane's certificate; turns TLS on (empty with another TLS setting: the system's roots) (TOLLGATE_CONTROLPLANE_TLS_CA)")
+	fs.StringVar(&c.ControlPlaneTLS.Cert, "controlplane-tls-cert", getenv("TOLLGATE_CONTROLPLANE_TLS_CERT"), "PEM client certificate presented to the control plane (mTLS); with --controlplane-tls-key (TOLLGATE_CONTROLPLANE_TLS_CERT)")
+	fs.StringVar(&c.ControlPlaneTLS.Key, "controlplane-tls-key", getenv("TOLLGATE_CONTROLPLANE_TLS_KEY"), "PEM private key of --controlplane-tls-cert (TOLLGATE_CONTROLPLANE_TLS_KEY)")
+	fs.StringVar(&c.ControlPlaneTLS.ServerName, "controlplane-tls-server-name", getenv("TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME"), "name the control plane's certificate must carry, when not the host of --controlplane-addr; turns TLS on (TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME)")
 	fs.StringVar(&c.InternalToken, "internal-token", getenv("TOLLGATE_INTERNAL_TOKEN"), "shared secret for the control plane's internal API and for non-loopback /settle callers (TOLLGATE_INTERNAL_TOKEN)")
 	fs.StringVar(&c.FailureMode, "failure-mode", env("TOLLGATE_FAILURE_MODE", "closed"), "on Redis or control-plane failure: closed answers 503, open admits (TOLLGATE_FAILURE_MODE)")
 	fs.StringVar(&c.LogFormat, "log-format", env("TOLLGATE_LOG_FORMAT", "text"), "log format: text or json (TOLLGATE_LOG_FORMAT)")
@@ -235,6 +245,11 @@ func (c Config) validate() []string {
 	p = append(p, listen.Validate(append(c.listenAddrs(), listen.Addr{Env: "TOLLGATE_CONTROLPLANE_ADDR", Addr: c.ControlPlaneAddr})...)...)
 	if problem := internaltoken.Validate(c.InternalToken); problem != "" {
 		p = append(p, problem)
+	}
+	// The files are read now, so a missing or unreadable one is reported with the rest
+	// rather than as a failing connection later.
+	if _, err := c.ControlPlaneTLS.Credentials(); err != nil {
+		p = append(p, err.Error())
 	}
 	if c.FailureMode != "closed" && c.FailureMode != "open" {
 		p = append(p, "TOLLGATE_FAILURE_MODE: must be closed or open")

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/testtls"
 )
 
 // The provider's credentials: from the environment or a file read at start, flags
@@ -80,4 +82,53 @@ func writeFile(t *testing.T, dir, name, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// The control plane's TLS settings are read at start: a missing file, a file without a
+// certificate, or a certificate without its key stop the start with the others; any
+// setting turns TLS on, none keeps plaintext.
+func TestControlPlaneTLSConfig(t *testing.T) {
+	dir := t.TempDir()
+	ca := testtls.NewCA(t, "config test CA")
+	pair := ca.Client(t, "enforcer")
+	notPEM := writeFile(t, dir, "not-pem", "hello")
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		problems []string // none = valid
+		tls      bool
+	}{
+		{name: "plaintext by default"},
+		{name: "a CA", env: map[string]string{"TOLLGATE_CONTROLPLANE_TLS_CA": ca.CertFile}, tls: true},
+		{name: "a server name alone trusts the system's roots", env: map[string]string{"TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME": "cp.example"}, tls: true},
+		{name: "mTLS", env: map[string]string{"TOLLGATE_CONTROLPLANE_TLS_CA": ca.CertFile, "TOLLGATE_CONTROLPLANE_TLS_CERT": pair.CertFile,
+			"TOLLGATE_CONTROLPLANE_TLS_KEY": pair.KeyFile}, tls: true},
+		{name: "a missing CA file", env: map[string]string{"TOLLGATE_CONTROLPLANE_TLS_CA": filepath.Join(dir, "missing.pem"), "TOLLGATE_FAILURE_MODE": "sideways"},
+			problems: []string{"TOLLGATE_CONTROLPLANE_TLS_CA: open", "TOLLGATE_FAILURE_MODE"}},
+		{name: "a CA file without a certificate", env: map[string]string{"TOLLGATE_CONTROLPLANE_TLS_CA": notPEM},
+			problems: []string{"TOLLGATE_CONTROLPLANE_TLS_CA: no PEM certificate"}},
+		{name: "a certificate without its key", env: map[string]string{"TOLLGATE_CONTROLPLANE_TLS_CERT": pair.CertFile},
+			problems: []string{"TOLLGATE_CONTROLPLANE_TLS_CERT and TOLLGATE_CONTROLPLANE_TLS_KEY: set both or neither"}},
+		{name: "a key that is not the certificate's", env: map[string]string{"TOLLGATE_CONTROLPLANE_TLS_CERT": pair.CertFile, "TOLLGATE_CONTROLPLANE_TLS_KEY": notPEM},
+			problems: []string{"TOLLGATE_CONTROLPLANE_TLS_CERT/KEY"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig(nil, func(k string) string { return tc.env[k] }, io.Discard)
+			if len(tc.problems) > 0 {
+				for _, p := range tc.problems {
+					if err == nil || !strings.Contains(err.Error(), p) {
+						t.Fatalf("err %v, want %q", err, p)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			creds, err := c.ControlPlaneTLS.Credentials()
+			if err != nil || (creds != nil) != tc.tls {
+				t.Fatalf("credentials %v, %v; want TLS %v", creds, err, tc.tls)
+			}
+		})
+	}
 }

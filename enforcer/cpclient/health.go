@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,11 @@ var (
 	// ErrTokenRejected: the control plane answered Unauthenticated or PermissionDenied
 	// (a wrong or missing TOLLGATE_INTERNAL_TOKEN, or a client certificate it refuses).
 	ErrTokenRejected = errors.New("internal token rejected")
+	// ErrTLSFailed: the TLS handshake with the control plane failed: its certificate is
+	// not signed by TOLLGATE_CONTROLPLANE_TLS_CA or does not carry the expected name, or
+	// it refused this enforcer's client certificate (or its absence), or one side speaks
+	// TLS and the other does not. A configuration error no retry fixes.
+	ErrTLSFailed = errors.New("control plane TLS handshake failed")
 	// ErrUnreachable: the last call could not reach the control plane, or it answered
 	// Unavailable.
 	ErrUnreachable = errors.New("control plane unreachable")
@@ -65,6 +71,7 @@ const (
 	accepted
 	unreachable
 	rejected
+	tlsFailed
 )
 
 // Health is the enforcer's client of the control plane that also follows whether the
@@ -108,6 +115,8 @@ func (h *Health) Ready() error {
 		return nil
 	case rejected:
 		return ErrTokenRejected
+	case tlsFailed:
+		return ErrTLSFailed
 	case unreachable:
 		return ErrUnreachable
 	}
@@ -157,6 +166,9 @@ func (h *Health) observe(err error) {
 		next = rejected
 	case codes.Unavailable:
 		next = unreachable
+		if isTLSFailure(err) {
+			next = tlsFailed
+		}
 	case codes.Canceled, codes.DeadlineExceeded, codes.Unimplemented, codes.Unknown, codes.Internal:
 		return
 	default: // OK, or an answer of a handler, which runs only after the token was checked
@@ -174,6 +186,10 @@ func (h *Health) observe(err error) {
 	case rejected:
 		h.log.Error("internal token rejected", "controlplane", h.addr, "code", status.Code(err).String(),
 			"fix", "TOLLGATE_INTERNAL_TOKEN must equal the control plane's (or its mTLS must accept this enforcer)")
+	case tlsFailed:
+		h.log.Error("control plane TLS handshake failed", "controlplane", h.addr, "error", status.Convert(err).Message(),
+			"fix", "TOLLGATE_CONTROLPLANE_TLS_CA must hold the CA of the control plane's certificate, TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME a name it carries, "+
+				"and TOLLGATE_CONTROLPLANE_TLS_CERT a client certificate its TOLLGATE_GRPC_CLIENT_CA signed")
 	case unreachable:
 		h.log.Warn("control plane unreachable", "controlplane", h.addr, "error", status.Convert(err).Message())
 	case accepted:
@@ -183,6 +199,17 @@ func (h *Health) observe(err error) {
 			h.log.Info("control plane reachable again", "controlplane", h.addr)
 		}
 	}
+}
+
+// isTLSFailure tells a failed TLS handshake from a control plane that cannot be
+// reached. gRPC reports both as Unavailable, with the handshake's error in the message:
+// "authentication handshake failed" when this side refused (the server's certificate,
+// or a server that does not speak TLS), "remote error: tls:" when the server refused
+// (this side's client certificate, or its absence, which TLS 1.3 reports only after the
+// handshake).
+func isTLSFailure(err error) bool {
+	msg := status.Convert(err).Message()
+	return strings.Contains(msg, "authentication handshake failed") || strings.Contains(msg, "remote error: tls:")
 }
 
 // Authenticate passes the call through and notes its outcome.

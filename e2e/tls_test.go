@@ -1,0 +1,115 @@
+package e2e_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
+	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
+	"github.com/tollgate-dev/tollgate/internal/testtls"
+)
+
+// TestEnforcerTalksToTheControlPlaneOverMTLS: the real control plane serves its internal
+// API over TLS and requires client certificates (TOLLGATE_GRPC_TLS_CERT, _KEY,
+// _CLIENT_CA), with certificates made now. An enforcer given the CA, a client
+// certificate and the server's name (TOLLGATE_CONTROLPLANE_TLS_*) is accepted and
+// ready; one that trusts another CA, and one without a client certificate, are refused
+// with a reason that names TLS, never ready, in either failure mode.
+func TestEnforcerTalksToTheControlPlaneOverMTLS(t *testing.T) {
+	t.Parallel()
+	ca := testtls.NewCA(t, "tollgate test CA")
+	server, client := ca.Server(t), ca.Client(t, "enforcer")
+	other := testtls.NewCA(t, "another CA")
+	otherClient := other.Client(t, "stranger")
+
+	db := storetest.New(t)
+	rdb, layout := testredis.New(t)
+	s := &stack{db: db, rdb: rdb, layout: layout, cpLogs: &testio.SyncBuffer{}}
+	cpEnv := envOf(map[string]string{
+		"TOLLGATE_DATABASE_URL": storetest.URLFor(db.Pool.Config().ConnConfig.Database), "TOLLGATE_REDIS_URL": testredis.URL(),
+		"TOLLGATE_REDIS_PREFIX": layout.Prefix, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0",
+		"TOLLGATE_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
+		"TOLLGATE_GRPC_TLS_CERT": server.CertFile, "TOLLGATE_GRPC_TLS_KEY": server.KeyFile, "TOLLGATE_GRPC_CLIENT_CA": ca.CertFile,
+	})
+	cp := run(t, "control plane", 3, s.cpLogs, func(ctx context.Context) error {
+		return cpapp.Run(ctx, []string{"serve"}, cpEnv, cpapp.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: s.cpLogs})
+	})
+	// By IP: the certificate lists 127.0.0.1, so no server name is needed; by the
+	// certificate's DNS name through TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME, as a
+	// Service name or a mesh name would be.
+	grpcAddr := cp["grpc"]
+
+	readyWithin := func(t *testing.T, admin string, code int, body string) {
+		t.Helper()
+		var gotCode int
+		var gotBody string
+		deadline := time.Now().Add(15 * time.Second)
+		for time.Now().Before(deadline) {
+			if gotCode, gotBody = readyz(t, admin); gotCode == code && gotBody == body {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("readyz answers %d %q, want %d %q", gotCode, gotBody, code, body)
+	}
+	tlsEnv := func(caFile string, pair testtls.Pair, serverName, mode string) map[string]string {
+		return map[string]string{"TOLLGATE_CONTROLPLANE_TLS_CA": caFile, "TOLLGATE_CONTROLPLANE_TLS_CERT": pair.CertFile,
+			"TOLLGATE_CONTROLPLANE_TLS_KEY": pair.KeyFile, "TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME": serverName,
+			"TOLLGATE_FAILURE_MODE": mode}
+	}
+
+	t.Run("the right CA and a client certificate", func(t *testing.T) {
+		t.Parallel()
+		admin, _ := startEnforcer(t, s, grpcAddr, internalToken, tlsEnv(ca.CertFile, client, "", "closed"))
+		readyWithin(t, admin, http.StatusOK, "ok\n")
+	})
+	t.Run("by the certificate's name", func(t *testing.T) {
+		t.Parallel()
+		admin, _ := startEnforcer(t, s, grpcAddr, internalToken, tlsEnv(ca.CertFile, client, testtls.ServerName, "closed"))
+		readyWithin(t, admin, http.StatusOK, "ok\n")
+	})
+	for _, mode := range []string{"closed", "open"} {
+		t.Run("a wrong CA, "+mode, func(t *testing.T) {
+			t.Parallel()
+			admin, logs := startEnforcer(t, s, grpcAddr, internalToken, tlsEnv(other.CertFile, client, "", mode))
+			readyWithin(t, admin, http.StatusServiceUnavailable, "control plane TLS handshake failed\n")
+			time.Sleep(1500 * time.Millisecond) // more probes, all failing the same way
+			readyWithin(t, admin, http.StatusServiceUnavailable, "control plane TLS handshake failed\n")
+			if n := strings.Count(logs.String(), `msg="control plane TLS handshake failed"`); n != 1 {
+				t.Fatalf("%d TLS lines, want 1:\n%s", n, logs.String())
+			}
+			if !strings.Contains(logs.String(), "certificate signed by unknown authority") {
+				t.Fatalf("the log does not say why:\n%s", logs.String())
+			}
+		})
+	}
+	t.Run("a name the certificate does not carry", func(t *testing.T) {
+		t.Parallel()
+		admin, logs := startEnforcer(t, s, grpcAddr, internalToken, tlsEnv(ca.CertFile, client, "elsewhere.test", "closed"))
+		readyWithin(t, admin, http.StatusServiceUnavailable, "control plane TLS handshake failed\n")
+		if !strings.Contains(logs.String(), "elsewhere.test") {
+			t.Fatalf("the log does not name the expected name:\n%s", logs.String())
+		}
+	})
+	t.Run("a client certificate of another CA", func(t *testing.T) {
+		t.Parallel()
+		admin, _ := startEnforcer(t, s, grpcAddr, internalToken, tlsEnv(ca.CertFile, otherClient, "", "closed"))
+		readyWithin(t, admin, http.StatusServiceUnavailable, "control plane TLS handshake failed\n")
+	})
+	t.Run("no client certificate", func(t *testing.T) {
+		t.Parallel()
+		admin, _ := startEnforcer(t, s, grpcAddr, internalToken, tlsEnv(ca.CertFile, testtls.Pair{}, "", "closed"))
+		readyWithin(t, admin, http.StatusServiceUnavailable, "control plane TLS handshake failed\n")
+	})
+	t.Run("plaintext to a TLS control plane", func(t *testing.T) {
+		t.Parallel()
+		admin, _ := startEnforcer(t, s, grpcAddr, internalToken)
+		readyWithin(t, admin, http.StatusServiceUnavailable, "control plane unreachable\n")
+	})
+}
