@@ -42,6 +42,10 @@ func TestValuesRejected(t *testing.T) {
 		{"hpa without a target", append(ok, "--set", "enforcer.autoscaling.enabled=true", "--set-string", "enforcer.autoscaling.targetCPUUtilizationPercentage="), "/enforcer/autoscaling"},
 		{"secret value instead of reference", append(ok, "--set", "secrets.databaseUrl=postgres://u:p@db/x"), "/secrets/databaseUrl"},
 		{"partial per-key secrets", []string{"--set", "secrets.databaseUrl.name=db", "--set", "secrets.redisUrl.name=redis"}, "/secrets/internalToken/name"},
+		{"internal TLS without its Secrets", append(ok, "--set", "internalTLS.enabled=true"), "/internalTLS/controlplaneSecret"},
+		{"internal TLS without the enforcer's Secret", append(ok, "--set", "internalTLS.enabled=true", "--set", "internalTLS.controlplaneSecret=cp-tls"), "/internalTLS/enforcerSecret"},
+		{"mTLS without TLS", append(ok, "--set", "internalTLS.mtls=true"), "/internalTLS/enabled"},
+		{"extra volumes not a list", append(ok, "--set", "enforcer.extraVolumes=tls"), "/enforcer/extraVolumes"},
 		{"overlong fullname", append(ok, "--set", "fullnameOverride="+strings.Repeat("a", 41)), "/fullnameOverride"},
 		// The inference gateway.
 		{"gateway port out of range", append(gw, "--set", "enforcer.gateway.port=70000"), "/enforcer/gateway/port"},

@@ -250,6 +250,7 @@ env:
   {{- include "tollgate.logEnv" $root | nindent 2 }}
   {{- include "tollgate.redisEnv" $root | nindent 2 }}
   {{- include "tollgate.secretEnv" (dict "ctx" $root "ref" $root.Values.secrets.internalToken "what" "secrets.internalToken" "env" "TOLLGATE_INTERNAL_TOKEN") | nindent 2 }}
+  {{- with include "tollgate.internalTLS.enforcerEnv" $root | trim }}{{ . | nindent 2 }}{{ end }}
   {{- /* The provider's credential, set upstream in place of the member's key: optional, no fallback. */}}
   {{- range $env, $ref := dict "TOLLGATE_UPSTREAM_AUTHORIZATION" $root.Values.secrets.upstreamAuthorization "TOLLGATE_UPSTREAM_API_KEY" $root.Values.secrets.upstreamApiKey }}
   {{- if $ref.name }}
@@ -274,14 +275,9 @@ env:
 envFrom:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- $mounts := include "tollgate.gateway.volumeMounts" $root | trim }}
-{{- if or $mounts $e.settleSpool.enabled }}
+{{- with include "tollgate.enforcer.volumeMounts" $root | trim }}
 volumeMounts:
-  {{- with $mounts }}{{ . | nindent 2 }}{{ end }}
-  {{- if $e.settleSpool.enabled }}
-  - name: tollgate-settle-spool
-    mountPath: {{ include "tollgate.settleSpool.dir" . }}
-  {{- end }}
+  {{- . | nindent 2 }}
 {{- end }}
 {{ include "tollgate.probes" (dict "probes" $e.probes) }}
 {{- with $e.resources }}
@@ -433,5 +429,103 @@ routes:
     {{- end }}
     {{- end }}
 {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+TLS between the programs (internalTLS; README: "TLS between the programs"). Each
+side mounts its Secret at a fixed path and names the files in its environment.
+*/}}
+{{- define "tollgate.internalTLS.controlplaneDir" -}}/etc/tollgate/internal-tls{{- end -}}
+{{- define "tollgate.internalTLS.enforcerDir" -}}/etc/tollgate/controlplane-tls{{- end -}}
+
+{{/* The control plane's environment for serving the internal API over TLS. */}}
+{{- define "tollgate.internalTLS.controlplaneEnv" -}}
+{{- $t := .Values.internalTLS -}}
+{{- if $t.enabled }}
+{{- $dir := include "tollgate.internalTLS.controlplaneDir" . }}
+- name: TOLLGATE_GRPC_TLS_CERT
+  value: "{{ $dir }}/tls.crt"
+- name: TOLLGATE_GRPC_TLS_KEY
+  value: "{{ $dir }}/tls.key"
+{{- if $t.mtls }}
+- name: TOLLGATE_GRPC_CLIENT_CA
+  value: "{{ $dir }}/ca.crt"
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The enforcer's environment for dialing the internal API over TLS. */}}
+{{- define "tollgate.internalTLS.enforcerEnv" -}}
+{{- $t := .Values.internalTLS -}}
+{{- if $t.enabled }}
+{{- $dir := include "tollgate.internalTLS.enforcerDir" . }}
+- name: TOLLGATE_CONTROLPLANE_TLS_CA
+  value: "{{ $dir }}/ca.crt"
+{{- if $t.mtls }}
+- name: TOLLGATE_CONTROLPLANE_TLS_CERT
+  value: "{{ $dir }}/tls.crt"
+- name: TOLLGATE_CONTROLPLANE_TLS_KEY
+  value: "{{ $dir }}/tls.key"
+{{- end }}
+{{- with $t.serverName }}
+- name: TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The control plane container's volume mounts: TLS, then extraVolumeMounts. */}}
+{{- define "tollgate.controlplane.volumeMounts" -}}
+{{- if .Values.internalTLS.enabled }}
+- name: internal-tls
+  mountPath: {{ include "tollgate.internalTLS.controlplaneDir" . }}
+  readOnly: true
+{{- end }}
+{{- with .Values.controlplane.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The control plane pod's volumes: TLS, then extraVolumes. */}}
+{{- define "tollgate.controlplane.volumes" -}}
+{{- if .Values.internalTLS.enabled }}
+- name: internal-tls
+  secret:
+    secretName: {{ .Values.internalTLS.controlplaneSecret }}
+{{- end }}
+{{- with .Values.controlplane.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The enforcer container's volume mounts: the gateway's, TLS, then extraVolumeMounts. */}}
+{{- define "tollgate.enforcer.volumeMounts" -}}
+{{- include "tollgate.gateway.volumeMounts" . }}
+{{- if .Values.enforcer.settleSpool.enabled }}
+- name: tollgate-settle-spool
+  mountPath: {{ include "tollgate.settleSpool.dir" . }}
+{{- end }}
+{{- if .Values.internalTLS.enabled }}
+- name: controlplane-tls
+  mountPath: {{ include "tollgate.internalTLS.enforcerDir" . }}
+  readOnly: true
+{{- end }}
+{{- with .Values.enforcer.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The enforcer pod's volumes: the gateway's, the settlement spool, TLS, then extraVolumes. */}}
+{{- define "tollgate.enforcer.volumes" -}}
+{{- include "tollgate.gateway.volumes" . }}
+{{- include "tollgate.settleSpool.volume" . }}
+{{- if .Values.internalTLS.enabled }}
+- name: controlplane-tls
+  secret:
+    secretName: {{ .Values.internalTLS.enforcerSecret }}
+{{- end }}
+{{- with .Values.enforcer.extraVolumes }}
+{{ toYaml . }}
 {{- end }}
 {{- end -}}
