@@ -133,9 +133,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 }
 
 // NewRedis builds the Redis client of the configured topology. Checks have tight
-// budgets: fail fast rather than queue behind a dead server.
+// budgets: fail fast rather than queue behind a dead server. A check's own deadline
+// (TOLLGATE_REDIS_CHECK_TIMEOUT, record.Config.RedisTimeout) bounds its dial and reads
+// too, so that a hung Redis costs it that much, not the client's timeouts and retries.
 func NewRedis(cfg Config) (redis.UniversalClient, error) {
-	return cfg.Redis.NewClient(redisconf.Timeouts{Dial: 2 * time.Second, Read: 500 * time.Millisecond, Write: 500 * time.Millisecond})
+	return cfg.Redis.NewClient(redisconf.Timeouts{Dial: 2 * time.Second, Read: 500 * time.Millisecond, Write: 500 * time.Millisecond,
+		ContextDeadlines: true})
 }
 
 // Deps are what New needs.
@@ -219,7 +222,7 @@ func New(d Deps) *Enforcer {
 	e.Starts = startq.New(cp, e.Settle, startq.Config{Capacity: cfg.StartCapacity, PerMember: cfg.StartPerMember,
 		Deadline: cfg.StartDeadline, Workers: d.StartWorkers}, e.Tracker.SettleOrphan, m, log)
 	e.Identity = identity.New(cp, identity.Config{TTL: cfg.IdentityTTL}, d.Clock, m, log)
-	e.Records = record.New(d.Redis, d.Layout, cp, record.Config{GenerationPoll: cfg.GenerationPoll}, m, log)
+	e.Records = record.New(d.Redis, d.Layout, cp, record.Config{GenerationPoll: cfg.GenerationPoll, RedisTimeout: cfg.RedisCheckTimeout}, m, log)
 	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
 		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL})
 

@@ -27,6 +27,11 @@ type Config struct {
 	// Redis is the mirror's Redis: TOLLGATE_REDIS_URL, _MODE, _ADDRS, _SENTINEL_MASTER and
 	// _PREFIX, shared with the control plane (pkg/redisconf).
 	Redis redisconf.Config
+	// RedisCheckTimeout bounds the Redis work of one check (reading the member's record
+	// and, when unknown, the mirror's generation): past it the check is answered as
+	// with Redis down, 503 in closed mode (TOLLGATE_REDIS_CHECK_TIMEOUT). Keep it well
+	// under the proxy's check timeout (Envoy's ext_authz timeout).
+	RedisCheckTimeout time.Duration
 	// GRPCAddr serves ext_authz, ext_proc and gRPC health (TOLLGATE_ENFORCER_GRPC_ADDR).
 	GRPCAddr string
 	// HTTPAddr serves /check and /settle (TOLLGATE_ENFORCER_HTTP_ADDR).
@@ -111,6 +116,11 @@ const (
 	DefaultHTTPAddr         = "127.0.0.1:9002"
 	DefaultAdminAddr        = "127.0.0.1:9091"
 	DefaultControlPlaneAddr = "127.0.0.1:8081"
+	// DefaultRedisCheckTimeout: a healthy Redis answers a check's read in well under a
+	// millisecond; a quarter second leaves room for a slow moment and still answers a
+	// 503 long before Envoy's ext_authz timeout (1s in deploy/envoy; Envoy's own
+	// default is 200ms, so lower this there).
+	DefaultRedisCheckTimeout = 250 * time.Millisecond
 )
 
 // DefaultConfig is the configuration with every knob at its default (no environment),
@@ -144,6 +154,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs := flag.NewFlagSet("enforcer", flag.ContinueOnError)
 	fs.SetOutput(out)
 	c.Redis.Register(fs, e)
+	fs.DurationVar(&c.RedisCheckTimeout, "redis-check-timeout", durationEnv("TOLLGATE_REDIS_CHECK_TIMEOUT", DefaultRedisCheckTimeout), "longest a check waits for Redis before answering as with Redis down (503 in closed mode); keep it well under the proxy's check timeout (TOLLGATE_REDIS_CHECK_TIMEOUT)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", env("TOLLGATE_ENFORCER_GRPC_ADDR", DefaultGRPCAddr), "ext_authz, ext_proc and gRPC health listen address (TOLLGATE_ENFORCER_GRPC_ADDR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_ENFORCER_HTTP_ADDR", DefaultHTTPAddr), "HTTP /check and /settle listen address (TOLLGATE_ENFORCER_HTTP_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ENFORCER_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ENFORCER_ADMIN_ADDR)")
@@ -261,6 +272,7 @@ func (c Config) validate() []string {
 	}{
 		{"TOLLGATE_SHUTDOWN_TIMEOUT: must be positive", c.ShutdownTimeout > 0},
 		{"TOLLGATE_ENFORCER_IDENTITY_TTL: must be positive", c.IdentityTTL > 0},
+		{"TOLLGATE_REDIS_CHECK_TIMEOUT: must be between 10ms and 10s", c.RedisCheckTimeout >= 10*time.Millisecond && c.RedisCheckTimeout <= 10*time.Second},
 		{"TOLLGATE_ENFORCER_BLOCKED_TTL: must be between 0 and 1m", c.BlockedTTL >= 0 && c.BlockedTTL <= time.Minute},
 		{"TOLLGATE_ENFORCER_START_CAPACITY: must be positive", c.StartCapacity > 0},
 		{"TOLLGATE_ENFORCER_START_PER_MEMBER: must be positive and at most the start capacity", c.StartPerMember > 0 && c.StartPerMember <= c.StartCapacity},

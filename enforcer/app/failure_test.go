@@ -2,7 +2,10 @@ package app_test
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -233,4 +236,50 @@ func TestRedisFlushedNeverAdmitsOnAnInventedZero(t *testing.T) {
 	if e.CP.CallCount("Resolve") != resolves {
 		t.Fatal("resynced mirror not used")
 	}
+}
+
+// TestRedisStalledClosedModeAnswersWithinTheCheckTimeout: with the program's own Redis
+// client and a Redis that accepts connections but never answers (a hung server or a
+// partition, where nothing is refused at once), closed-mode checks answer 503 within
+// TOLLGATE_REDIS_CHECK_TIMEOUT (here 100ms; asserted under 4 times that, a generous
+// margin), one at a time and 32 at once, for a member the enforcer read before and for
+// one it never read. Before the bound, a check waited for the client's read timeout
+// (500ms) and, under concurrency, for the reads queued before its own.
+func TestRedisStalledClosedModeAnswersWithinTheCheckTimeout(t *testing.T) {
+	const bound = 100 * time.Millisecond
+	e := enforcertest.New(t, enforcertest.Options{RedisThroughProxy: true, ProgramRedisClient: true,
+		Config: func(c *appConfig) { c.RedisCheckTimeout = bound }})
+	known := newMember(e, dayLimit(1*usd, true))
+	fresh := newMember(e, dayLimit(1*usd, true))
+	requestID(t, e, known.key)
+	e.Proxy.Stall()
+	check := func(w who) time.Duration {
+		start := time.Now()
+		denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 503)
+		return time.Since(start)
+	}
+	for i := range 3 {
+		for _, w := range []who{known, fresh} {
+			if took := check(w); took > 4*bound {
+				t.Fatalf("check %d answered 503 after %s; the bound is %s", i, took, bound)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	took := make([]time.Duration, 32)
+	for i := range took {
+		wg.Go(func() { took[i] = check([]who{known, fresh}[i%2]) })
+	}
+	wg.Wait()
+	if slowest := slices.Max(took); slowest > 4*bound {
+		t.Fatalf("of 32 concurrent checks the slowest answered 503 after %s; the bound is %s", slowest, bound)
+	}
+	if n := e.Metric("tollgate_enforcer_decisions_total", "decision", "unavailable", "reason", "redis"); n != 38 {
+		t.Fatalf("%v 503s counted as Redis failures, want 38", n)
+	}
+	e.Proxy.Up(t)
+	enforcertest.WaitFor(t, "admissions once Redis answers again", func() bool {
+		r, err := e.Authz.Check(context.Background(), enforcertest.CheckRequest(map[string]string{"x-api-key": fresh.key}))
+		return err == nil && r.GetStatus().GetCode() == 0
+	})
 }

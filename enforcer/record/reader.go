@@ -36,6 +36,11 @@ type Config struct {
 	GenerationPoll time.Duration
 	// ResolveTimeout bounds one Resolve call.
 	ResolveTimeout time.Duration
+	// RedisTimeout bounds the Redis work of one Read (the generation when unknown, then
+	// the record): past it Read fails with ErrRedis, so that a check answers as with
+	// Redis down within a known time, whatever the client's own timeouts and retries
+	// (TOLLGATE_REDIS_CHECK_TIMEOUT).
+	RedisTimeout time.Duration
 	// LastKnown bounds the per-member records kept for fail-open admission.
 	LastKnown int
 	// PipelineWorkers and PipelineMax shape the read batching: concurrent checks' reads
@@ -46,7 +51,7 @@ type Config struct {
 
 // DefaultConfig: a flushed Redis is noticed within a second; until then a flushed
 // record is simply missing, which resolves as well.
-var DefaultConfig = Config{GenerationPoll: time.Second, ResolveTimeout: 2 * time.Second, LastKnown: 100_000,
+var DefaultConfig = Config{GenerationPoll: time.Second, ResolveTimeout: 2 * time.Second, RedisTimeout: 250 * time.Millisecond, LastKnown: 100_000,
 	PipelineWorkers: 4, PipelineMax: 64}
 
 // Reader reads member records.
@@ -97,6 +102,9 @@ func New(rdb redis.UniversalClient, layout mirror.Layout, cp Resolver, cfg Confi
 	if cfg.ResolveTimeout <= 0 {
 		cfg.ResolveTimeout = DefaultConfig.ResolveTimeout
 	}
+	if cfg.RedisTimeout <= 0 {
+		cfg.RedisTimeout = DefaultConfig.RedisTimeout
+	}
 	if cfg.LastKnown <= 0 {
 		cfg.LastKnown = DefaultConfig.LastKnown
 	}
@@ -127,10 +135,14 @@ type Record struct {
 // Read returns the member's record: from Redis when the mirror knows it under the
 // current generation, else resolved through the control plane.
 func (r *Reader) Read(ctx context.Context, orgID, memberID string) (Record, error) {
+	// The Redis part has its own deadline; a Resolve below keeps the caller's ctx (and
+	// its own ResolveTimeout).
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.RedisTimeout)
+	defer cancel()
 	gen := r.gen.Load()
 	if gen == nil {
 		// Not polled successfully yet (start-up, or Redis has been down since).
-		g, err := r.pollGeneration(ctx)
+		g, err := r.pollGeneration(rctx)
 		if err != nil {
 			return Record{}, err
 		}
@@ -148,7 +160,7 @@ func (r *Reader) Read(ctx context.Context, orgID, memberID string) (Record, erro
 	} else {
 		key = r.layout.MemberKey(memberID)
 	}
-	f, err := r.readRedis(ctx, key)
+	f, err := r.readRedis(rctx, key)
 	var rec *mirror.Record
 	if err == nil {
 		if k != nil && k.fields.Usable(*gen) && k.fields == f {
@@ -273,7 +285,11 @@ func (r *Reader) pollGeneration(ctx context.Context) (string, error) {
 }
 
 type readReq struct {
-	key  string
+	key string
+	// ctx is the caller's: a request whose caller gave up while it waited in the queue
+	// is dropped, not read (behind a hung Redis the queue would otherwise hold up the
+	// workers with reads nobody waits for).
+	ctx  context.Context
 	done chan readRes
 }
 
@@ -297,17 +313,17 @@ func (r *Reader) readRedis(ctx context.Context, key string) (mirror.Fields, erro
 		return f, err
 	}
 	req := reqPool.Get().(*readReq)
-	req.key = key
+	req.key, req.ctx = key, ctx
 	select {
 	case r.reads <- req:
 	case <-ctx.Done():
-		req.key = ""
+		req.key, req.ctx = "", nil
 		reqPool.Put(req)
 		return mirror.Fields{}, ctx.Err()
 	}
 	select {
 	case res := <-req.done:
-		req.key = ""
+		req.key, req.ctx = "", nil
 		reqPool.Put(req)
 		return res.fields, res.err
 	case <-ctx.Done():
@@ -332,16 +348,19 @@ func (r *Reader) pipeline(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case req := <-r.reads:
-			batch = append(batch, req)
+			batch = r.take(batch, req)
 		}
 	more:
 		for len(batch) < r.cfg.PipelineMax {
 			select {
 			case req := <-r.reads:
-				batch = append(batch, req)
+				batch = r.take(batch, req)
 			default:
 				break more
 			}
+		}
+		if len(batch) == 0 {
+			continue
 		}
 		start := time.Now()
 		if len(batch) == 1 {
@@ -366,6 +385,16 @@ func (r *Reader) pipeline(ctx context.Context) {
 			fields[i], errs[i] = mirror.Fields{}, nil
 		}
 	}
+}
+
+// take adds req to batch, unless its caller already gave up: then it is answered at
+// once (nobody reads the answer; its channel is buffered) and not read.
+func (r *Reader) take(batch []*readReq, req *readReq) []*readReq {
+	if err := req.ctx.Err(); err != nil {
+		req.done <- readRes{err: err}
+		return batch
+	}
+	return append(batch, req)
 }
 
 // Run keeps the generation current and serves batched reads until ctx is done; then it

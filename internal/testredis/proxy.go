@@ -16,6 +16,9 @@ type Proxy struct {
 	mu    sync.Mutex
 	ln    net.Listener
 	conns map[net.Conn]struct{}
+	// stalled: connections are accepted and then left without an answer, as by a
+	// Redis that hangs or a network that drops packets (Stall).
+	stalled bool
 }
 
 // NewProxy starts a proxy to target on a free loopback port.
@@ -42,6 +45,15 @@ func (p *Proxy) serve(ln net.Listener) {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			p.mu.Lock()
+			stalled := p.stalled
+			if stalled {
+				p.conns[c] = struct{}{} // held open, never read: Down or Up closes it
+			}
+			p.mu.Unlock()
+			if stalled {
+				continue
 			}
 			up, err := net.Dial("tcp", p.target)
 			if err != nil {
@@ -77,8 +89,36 @@ func (p *Proxy) Down() {
 	clear(p.conns)
 }
 
-// Up listens again on the same address.
+// Stall cuts every connection and leaves new ones unanswered: a client's dials succeed
+// and its commands wait for replies that never come (a hung Redis, or a partition that
+// drops packets), unlike Down, where connections are refused at once. Up ends it.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = true
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+// Up listens again on the same address (after Down), or answers again (after Stall).
 func (p *Proxy) Up(t testing.TB) {
+	p.mu.Lock()
+	wasStalled := p.stalled
+	p.stalled = false
+	for c := range p.conns {
+		if wasStalled {
+			c.Close()
+		}
+	}
+	if wasStalled {
+		clear(p.conns)
+	}
+	p.mu.Unlock()
+	if wasStalled {
+		return
+	}
 	ln, err := net.Listen("tcp", p.addr)
 	if err != nil {
 		t.Fatal(err)

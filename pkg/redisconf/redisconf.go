@@ -86,6 +86,10 @@ func (c Config) Validate() []string {
 // fast, the control plane's writes after commit give a slow server a little longer.
 type Timeouts struct {
 	Dial, Read, Write time.Duration
+	// ContextDeadlines makes a call's context deadline bound its dial and socket reads
+	// and writes too (go-redis ContextTimeoutEnabled), not only its wait for a pooled
+	// connection: a caller with a tighter budget than Read is answered within it.
+	ContextDeadlines bool
 }
 
 // NewClient builds the client of the configured topology.
@@ -98,11 +102,13 @@ func (c Config) NewClient(t Timeouts) (redis.UniversalClient, error) {
 	case "sentinel":
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: c.SentinelMaster, SentinelAddrs: c.Addrs,
 			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize,
-			DialTimeout: t.Dial, ReadTimeout: t.Read, WriteTimeout: t.Write}), nil
+			DialTimeout: t.Dial, ReadTimeout: t.Read, WriteTimeout: t.Write, ContextTimeoutEnabled: t.ContextDeadlines}), nil
 	case "cluster":
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Username: opts.Username, Password: opts.Password,
-			TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize, DialTimeout: t.Dial, ReadTimeout: t.Read, WriteTimeout: t.Write}), nil
+			TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize, DialTimeout: t.Dial, ReadTimeout: t.Read, WriteTimeout: t.Write,
+			ContextTimeoutEnabled: t.ContextDeadlines}), nil
 	}
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = t.Dial, t.Read, t.Write
+	opts.ContextTimeoutEnabled = t.ContextDeadlines
 	return redis.NewClient(opts), nil
 }

@@ -50,6 +50,10 @@ type Options struct {
 	// RedisThroughProxy puts a cuttable proxy between the enforcer and Redis
 	// (Env.Proxy); the fake control plane still reaches Redis directly.
 	RedisThroughProxy bool
+	// ProgramRedisClient builds the enforcer's Redis client as the program does
+	// (app.NewRedis: its timeouts and retries) instead of the short test timeouts,
+	// through the proxy when RedisThroughProxy.
+	ProgramRedisClient bool
 	// Config adjusts the configuration before the enforcer is built.
 	Config func(*app.Config)
 	// StartWorkers and SettleWorkers override the queues' concurrency.
@@ -93,10 +97,6 @@ func New(t testing.TB, opts Options) *Env {
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
 		enfOpts = &o
 	}
-	enfRedis := redis.NewClient(enfOpts)
-	t.Cleanup(func() { enfRedis.Close() })
-	e.Counter.Attach(enfRedis)
-
 	cfg := app.DefaultConfig()
 	cfg.InternalToken = fakecp.Token
 	cfg.ControlPlaneAddr = e.CP.Addr
@@ -109,6 +109,16 @@ func New(t testing.TB, opts Options) *Env {
 	if opts.Config != nil {
 		opts.Config(&cfg)
 	}
+	var enfRedis redis.UniversalClient = redis.NewClient(enfOpts)
+	if opts.ProgramRedisClient {
+		cfg.Redis.URL = fmt.Sprintf("redis://%s/%d", enfOpts.Addr, enfOpts.DB)
+		var err error
+		if enfRedis, err = app.NewRedis(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { enfRedis.Close() })
+	e.Counter.Attach(enfRedis)
 	var logw io.Writer = e.Logs
 	if opts.Quiet {
 		logw = io.Discard
