@@ -121,6 +121,18 @@ func TestCredentials(t *testing.T) {
 		{"unknown key", []apitest.Opt{apitest.Key("tgk_nope")}, 401},
 		{"bad key wins over good session", []apitest.Opt{apitest.Key("tgk_nope"), apitest.Session(o.Token)}, 401},
 		{"malformed authorization", []apitest.Opt{apitest.Header("Authorization", "Basic abc")}, 401},
+		// RFC 9110: the scheme is case-insensitive, and may be followed by several spaces.
+		{"lower-case bearer scheme", []apitest.Opt{apitest.Header("Authorization", "bearer "+o.Token)}, 200},
+		{"upper-case bearer scheme", []apitest.Opt{apitest.Header("Authorization", "BEARER "+o.Token)}, 200},
+		{"bearer and two spaces", []apitest.Opt{apitest.Header("Authorization", "Bearer  "+o.Token)}, 200},
+		{"lower-case bearer-prefixed api key refused", []apitest.Opt{apitest.Header("x-api-key", "bearer "+key)}, 401},
+		// Every credential present must be valid, whichever header comes first.
+		{"good key with a bogus authorization", []apitest.Opt{apitest.Key(key), apitest.Header("Authorization", "Bearer bogus")}, 401},
+		{"good key with a non-bearer authorization", []apitest.Opt{apitest.Key(key), apitest.Header("Authorization", "Basic abc")}, 401},
+		{"good key with an empty authorization", []apitest.Opt{apitest.Key(key), apitest.Header("Authorization", "")}, 401},
+		{"good key with an unknown session", []apitest.Opt{apitest.Key(key), apitest.Session("tgs_nope")}, 401},
+		{"good key and good session", []apitest.Opt{apitest.Key(key), apitest.Session(o.Token)}, 200},
+		{"good session with an empty api key", []apitest.Opt{apitest.Session(o.Token), apitest.Header("x-api-key", "")}, 401},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

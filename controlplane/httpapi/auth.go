@@ -25,10 +25,13 @@ type Principal struct {
 // IsAPIKey tells whether the caller authenticated with an API key.
 func (p *Principal) IsAPIKey() bool { return p.APIKey != nil }
 
-// authenticate identifies the caller from x-api-key (tried first) or a bearer session.
-// A present but bad credential is unauthorized even when another header would work:
-// clients must not be able to probe keys by mixing headers.
+// authenticate identifies the caller from x-api-key or a bearer session. Every
+// credential present must be valid: a bad one is unauthorized even when the other header
+// would work, so that nobody probes keys or tokens by mixing headers, and a stray header
+// never goes unnoticed. With both valid, the API key is the caller (API.md: it is tried
+// first).
 func (c *Call) authenticate() (*Principal, error) {
+	var p *Principal
 	if raw, present := c.R.Header["X-Api-Key"]; present {
 		key, ok := credential.APIKeyFromHeader(strings.Join(raw, ","))
 		if !ok || len(raw) != 1 {
@@ -41,10 +44,13 @@ func (c *Call) authenticate() (*Principal, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Principal{User: id.User, APIKey: &id.Key, KeyMember: &id.Member}, nil
+		p = &Principal{User: id.User, APIKey: &id.Key, KeyMember: &id.Member}
 	}
-	if h := c.R.Header.Get("Authorization"); h != "" {
-		tok, ok := credential.BearerFromHeader(h)
+	if raw, present := c.R.Header["Authorization"]; present {
+		if len(raw) != 1 {
+			return nil, fault.ErrUnauthorized
+		}
+		tok, ok := credential.BearerFromHeader(raw[0])
 		if !ok {
 			return nil, fault.ErrUnauthorized
 		}
@@ -55,9 +61,14 @@ func (c *Call) authenticate() (*Principal, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Principal{User: user, Session: &sess}, nil
+		if p == nil {
+			p = &Principal{User: user, Session: &sess}
+		}
 	}
-	return nil, fault.ErrUnauthorized
+	if p == nil {
+		return nil, fault.ErrUnauthorized
+	}
+	return p, nil
 }
 
 // orgHeader names the organization a session acts in; without it the session's active

@@ -250,6 +250,9 @@ func TestCheckUnauthorized(t *testing.T) {
 		{"not a tollgate key", map[string]string{"x-api-key": "sk-proj-abc"}},
 		{"authorization without Bearer", map[string]string{"authorization": w.key}},
 		{"basic auth", map[string]string{"authorization": "Basic dXNlcjpwYXNz"}},
+		{"good key beside an unknown bearer key", map[string]string{"x-api-key": w.key, "authorization": "Bearer tgk_unknownunknownunknown"}},
+		{"good key beside a bogus session", map[string]string{"x-api-key": w.key, "authorization": "bearer tgs_notasession"}},
+		{"good bearer key beside a bad x-api-key", map[string]string{"x-api-key": "sk-proj-abc", "authorization": "Bearer " + w.key}},
 		{"revoked key after invalidation", map[string]string{"x-api-key": revoked.key}},
 		{"removed member", map[string]string{"x-api-key": removed.key}},
 	} {
@@ -425,7 +428,9 @@ func TestCheckAbandonedByEnvoyLeavesItsStartUnsent(t *testing.T) {
 func TestAdmissionSwapsTheCredentialUpstream(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{Config: func(c *appConfig) { c.UpstreamAuthorization = "Bearer sk-provider" }})
 	w := newMember(e, dayLimit(1*usd, true))
-	ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key, "authorization": "Bearer tgs_notasession"}))
+	// The same key in both headers, as some SDKs send it: one credential, admitted, and
+	// neither header goes upstream as it came.
+	ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key, "authorization": "bearer " + w.key}))
 	if got := enforcertest.MustHeader(t, ok.GetHeaders(), "authorization"); got != "Bearer sk-provider" {
 		t.Fatalf("authorization %q", got)
 	}

@@ -110,12 +110,12 @@ type Credentials struct {
 }
 
 // TollgateAuthorization reports whether the Authorization header carries a Tollgate
-// credential (a bearer API key or session): the front doors remove it from the upstream
-// request, since it must never reach the provider. Any other Authorization is left to the
-// proxy's configuration (it may be the provider's own key).
+// credential (a bearer API key or session, the scheme in any case): the front doors
+// remove it from the upstream request, since it must never reach the provider. Any other
+// Authorization is left to the proxy's configuration (it may be the provider's own key).
 func (c Credentials) TollgateAuthorization() bool {
 	tok, ok := credential.BearerFromHeader(c.Authorization)
-	return ok && (strings.HasPrefix(tok, credential.APIKeyPrefix) || strings.HasPrefix(tok, credential.SessionPrefix))
+	return ok && credential.IsTollgateToken(tok)
 }
 
 // Hint is what a front door read of the request before its check: the body, when it
@@ -146,12 +146,19 @@ func (g *Gate) CheckRequest(ctx context.Context, cred Credentials, h Hint) (Answ
 }
 
 // parseCredential picks the credential: x-api-key (a raw API key) when present, else an
-// Authorization bearer, whose kind its prefix tells. Anything malformed is refused
-// without a network call.
+// Authorization bearer (the scheme in any case, RFC 9110), whose kind its prefix tells.
+// Anything malformed is refused without a network call, and so is a request whose two
+// headers carry two different Tollgate credentials: every Tollgate credential present
+// must be the one that is charged, so a bad one is a 401 even beside a good one (an
+// Authorization of another kind beside x-api-key is the client's own, say a provider
+// key, and is not ours to judge).
 func parseCredential(cred Credentials) (internalv1.CredentialKind, string, bool) {
 	if cred.APIKey != "" {
 		key, ok := credential.APIKeyFromHeader(cred.APIKey)
 		if !ok || !strings.HasPrefix(key, credential.APIKeyPrefix) {
+			return 0, "", false
+		}
+		if tok, ok := credential.BearerFromHeader(cred.Authorization); ok && credential.IsTollgateToken(tok) && tok != key {
 			return 0, "", false
 		}
 		return internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY, key, true

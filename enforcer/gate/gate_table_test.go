@@ -279,6 +279,10 @@ func gateCases() []gateCase {
 		{name: "no policy: admitted unlimited", setup: rec(unlimitedRecord), want: admitted("unlimited")},
 		{name: "a duplicate start admits", setup: outcomes(internalv1.StartOutcome_START_OUTCOME_DUPLICATE), want: admitted("within_limit")},
 		{name: "bearer session", cred: &gate.Credentials{Authorization: "Bearer tgs_session"}, want: admitted("within_limit")},
+		{name: "bearer scheme in lower case (RFC 9110)", cred: &gate.Credentials{Authorization: "bearer tgs_session"}, want: admitted("within_limit")},
+		{name: "bearer scheme in upper case", cred: &gate.Credentials{Authorization: "BEARER tgk_key"}, want: admitted("within_limit")},
+		{name: "the same key in both headers", cred: &gate.Credentials{APIKey: "tgk_key", Authorization: "Bearer tgk_key"}, want: admitted("within_limit")},
+		{name: "x-api-key beside the client's own provider key", cred: &gate.Credentials{APIKey: "tgk_key", Authorization: "Bearer sk-proj-abc"}, want: admitted("within_limit")},
 		{name: "stale mirror record: resolved, then admitted", setup: func(f *fakes, _ *gate.Gate) {
 			f.records.rec, f.records.resolved = staleRecord, withinRecord
 		}, want: with(admitted("within_limit"), func(w *want) { w.resolves = 1 })},
@@ -299,6 +303,9 @@ func gateCases() []gateCase {
 		// 401.
 		{name: "no credential", cred: &gate.Credentials{}, want: unauthorized("no_credential")},
 		{name: "x-api-key with a Bearer prefix", cred: &gate.Credentials{APIKey: "Bearer tgk_key"}, want: unauthorized("no_credential")},
+		{name: "x-api-key with a lower-case bearer prefix", cred: &gate.Credentials{APIKey: "bearer tgk_key"}, want: unauthorized("no_credential")},
+		{name: "a good x-api-key beside another Tollgate key", cred: &gate.Credentials{APIKey: "tgk_key", Authorization: "Bearer tgk_other"}, want: unauthorized("no_credential")},
+		{name: "a good x-api-key beside a Tollgate session", cred: &gate.Credentials{APIKey: "tgk_key", Authorization: "bearer tgs_session"}, want: unauthorized("no_credential")},
 		{name: "not a Tollgate key", cred: &gate.Credentials{APIKey: "sk-proj-abc"}, want: unauthorized("no_credential")},
 		{name: "Basic authorization", cred: &gate.Credentials{Authorization: "Basic dXNlcjpwYXNz"}, want: unauthorized("no_credential")},
 		{name: "unknown credential", setup: func(f *fakes, _ *gate.Gate) { f.ids.id.Found = false }, want: unauthorized("unknown_credential")},

@@ -38,22 +38,39 @@ func Hash(secret string) []byte {
 	return h[:]
 }
 
-// APIKeyFromHeader validates a raw x-api-key header value. A value starting with "Bearer "
-// is refused: the header carries the raw key only.
+// APIKeyFromHeader validates a raw x-api-key header value. A value starting with
+// "Bearer " (in any case) is refused: the header carries the raw key only.
 func APIKeyFromHeader(v string) (string, bool) {
-	if v == "" || strings.HasPrefix(v, "Bearer ") || strings.TrimSpace(v) != v {
+	if v == "" || hasBearerScheme(v) || strings.TrimSpace(v) != v {
 		return "", false
 	}
 	return v, true
 }
 
-// BearerFromHeader extracts the token of an "Authorization: Bearer <token>" header.
+// BearerFromHeader extracts the token of an "Authorization: Bearer <token>" header. The
+// scheme is matched case-insensitively and may be followed by several spaces (RFC 9110
+// section 11.1: auth-scheme is case-insensitive, then 1*SP); the token itself is
+// exact, with nothing around it.
 func BearerFromHeader(v string) (string, bool) {
-	tok, ok := strings.CutPrefix(v, "Bearer ")
-	if !ok || tok == "" || strings.TrimSpace(tok) != tok {
+	if !hasBearerScheme(v) {
+		return "", false
+	}
+	tok := strings.TrimLeft(v[len("Bearer "):], " ")
+	if tok == "" || strings.TrimSpace(tok) != tok {
 		return "", false
 	}
 	return tok, true
+}
+
+// hasBearerScheme tells whether v starts with the Bearer scheme and a space, in any case.
+func hasBearerScheme(v string) bool {
+	return len(v) >= len("Bearer ") && strings.EqualFold(v[:len("Bearer")], "Bearer") && v[len("Bearer")] == ' '
+}
+
+// IsTollgateToken tells whether a bearer token has the shape of a Tollgate credential (an
+// API key or a session), as opposed to, say, a provider key a client sends its way.
+func IsTollgateToken(tok string) bool {
+	return strings.HasPrefix(tok, APIKeyPrefix) || strings.HasPrefix(tok, SessionPrefix)
 }
 
 // ValidHeaderValue tells whether v may be sent as a provider credential header value as

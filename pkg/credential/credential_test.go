@@ -27,6 +27,8 @@ func TestHeaders(t *testing.T) {
 	}{
 		{"raw key", "tgk_abc", true},
 		{"bearer prefixed key refused", "Bearer tgk_abc", false},
+		{"bearer prefixed key refused in any case", "bEaReR tgk_abc", false},
+		{"a key that merely starts with bearer", "Bearertgk_abc", true},
 		{"empty", "", false},
 		{"padded", " tgk_abc", false},
 	} {
@@ -41,8 +43,15 @@ func TestHeaders(t *testing.T) {
 		ok                bool
 	}{
 		{"bearer", "Bearer tgs_x", "tgs_x", true},
-		{"lower-case scheme refused", "bearer tgs_x", "", false},
+		{"lower-case scheme (RFC 9110: case-insensitive)", "bearer tgs_x", "tgs_x", true},
+		{"upper-case scheme", "BEARER tgk_x", "tgk_x", true},
+		{"several spaces", "Bearer   tgk_x", "tgk_x", true},
+		{"no space", "Bearertgk_x", "", false},
+		{"tab instead of a space", "Bearer\ttgk_x", "", false},
+		{"trailing space", "Bearer tgk_x ", "", false},
+		{"only spaces", "Bearer   ", "", false},
 		{"empty token", "Bearer ", "", false},
+		{"scheme alone", "Bearer", "", false},
 		{"basic", "Basic abc", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,7 +5,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strings"
+
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 )
 
 // Proxy is a minimal forward-auth proxy for machines without Caddy: it asks the
@@ -76,7 +77,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // sets the provider's, when configured.
 func (p *Proxy) swapCredentials(h http.Header) {
 	h.Del("X-Api-Key")
-	if tok, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer "); ok && (strings.HasPrefix(tok, "tgk_") || strings.HasPrefix(tok, "tgs_")) {
+	if tok, ok := credential.BearerFromHeader(h.Get("Authorization")); ok && credential.IsTollgateToken(tok) {
 		h.Del("Authorization")
 	}
 	if p.UpstreamAuthorization != "" {
