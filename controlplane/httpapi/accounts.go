@@ -46,11 +46,21 @@ func (s *Server) signUp(c *Call) error {
 	if err := p.Err(); err != nil {
 		return err
 	}
+	// A refused sign-up (email taken or reserved) tells its caller that the email has an
+	// account: per client address, a few are free, then each waits twice as long as the
+	// last, as failed sign-ins do. Successes do not reset it (a prober could otherwise
+	// interleave throwaway accounts). docs/security.md says what is still disclosed.
+	addr := []string{"addr:" + s.clientAddress(c.R)}
+	if wait := s.signUps.Wait(addr...); wait > 0 {
+		return &fault.Error{Kind: fault.TooMany, Code: "too_many_attempts",
+			Message: "Too many refused sign-ups from this address; wait before trying again.", RetryAfter: wait}
+	}
 	// Administrators are provisioned by an operator (bootstrap-admin); nobody may claim an
 	// allowlisted email by signing up first.
 	if admin, err := store.IsPlatformAdmin(c.Ctx, c.DB(), email); err != nil {
 		return err
 	} else if admin {
+		s.signUps.Fail(addr...)
 		return fault.Forbiddenf("This email is reserved for a platform administrator; ask your operator for an account.")
 	}
 	hash, err := password.Hash(*in.Password)
@@ -68,6 +78,7 @@ func (s *Server) signUp(c *Call) error {
 		return err
 	})
 	if errors.Is(err, store.ErrEmailTaken) {
+		s.signUps.Fail(addr...)
 		return fault.Conflictf("email_taken", "An account with this email already exists; sign in instead.")
 	}
 	if err != nil {
@@ -138,7 +149,7 @@ func (s *Server) signIn(c *Call) error {
 	return c.JSON(http.StatusOK, ans)
 }
 
-// clientAddress is the address sign-in throttling keys on: the connection's peer, or the
+// clientAddress is the address sign-in and sign-up throttling key on: the connection's peer, or the
 // first X-Forwarded-For hop when the deployment says a trusted proxy sets it.
 func (s *Server) clientAddress(r *http.Request) string {
 	if s.deps.TrustForwardedFor {

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"context"
 	"net/http"
 	"strings"
@@ -101,6 +102,43 @@ func TestSignInIsSlowedDownPerEmailAndAddress(t *testing.T) {
 	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": "other@example.test", "password": "x"}).Expect(t, http.StatusTooManyRequests)
 	e.Clock.Advance(2 * time.Second)
 	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": u.Email, "password": apitest.Password}).Expect(t, http.StatusOK)
+}
+
+// TestSignUpIsSlowedDownPerAddress: each sign-up refused because the email is taken
+// (which tells the caller it has an account) counts against the client's address: five
+// are free, the sixth starts a wait, and then every sign-up from the address, taken email
+// or not, answers 429 with Retry-After without looking; successes in between do not
+// reset it; another address is not slowed; the wait ends.
+func TestSignUpIsSlowedDownPerAddress(t *testing.T) {
+	t.Parallel()
+	e := apitest.NewWith(t, apitest.Options{TrustForwardedFor: true})
+	taken := e.SignUp(t, "ann")
+	from := func(addr string) apitest.Opt { return apitest.Header("X-Forwarded-For", addr) }
+	probe := map[string]string{"email": taken.Email, "password": "123456789012", "name": "Probe"}
+	fresh := func(i int) map[string]string {
+		return map[string]string{"email": fmt.Sprintf("fresh%d@example.test", i), "password": "123456789012", "name": "Fresh"}
+	}
+	for i := range 5 {
+		e.Do(t, "POST", "/v1/auth/sign-up", probe, from("192.0.2.7")).ExpectError(t, http.StatusConflict, "email_taken")
+		if i == 2 {
+			e.Do(t, "POST", "/v1/auth/sign-up", fresh(i), from("192.0.2.7")).Expect(t, http.StatusCreated)
+		}
+	}
+	e.Do(t, "POST", "/v1/auth/sign-up", probe, from("192.0.2.7")).ExpectError(t, http.StatusConflict, "email_taken") // the sixth starts the wait
+	for _, body := range []map[string]string{probe, fresh(99)} {
+		r := e.Do(t, "POST", "/v1/auth/sign-up", body, from("192.0.2.7"))
+		r.ExpectError(t, http.StatusTooManyRequests, "too_many_attempts")
+		if r.Header.Get("Retry-After") == "" {
+			t.Fatal("429 without Retry-After")
+		}
+	}
+	if n := count(t, e, "users", "email_normalized = 'fresh99@example.test'"); n != 0 {
+		t.Fatal("a throttled sign-up created the user")
+	}
+	// Another address is heard.
+	e.Do(t, "POST", "/v1/auth/sign-up", probe, from("198.51.100.1")).ExpectError(t, http.StatusConflict, "email_taken")
+	e.Clock.Advance(2 * time.Second)
+	e.Do(t, "POST", "/v1/auth/sign-up", fresh(100), from("192.0.2.7")).Expect(t, http.StatusCreated)
 }
 
 func TestCredentials(t *testing.T) {

@@ -56,6 +56,9 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics.Metrics
 	signIns *throttle.Limiter
+	// signUps slows down sign-ups from one client address that keep finding emails
+	// taken (or reserved): each such answer tells whether an email has an account.
+	signUps *throttle.Limiter
 	events  Events
 	deps    Deps
 	mux     *http.ServeMux
@@ -83,6 +86,7 @@ func New(d Deps) *Server {
 		metrics: d.Metrics,
 		// five free failures, then 1s doubling to 5 minutes, per email and per address
 		signIns: throttle.New(d.Clock, 5, time.Second, 5*time.Minute),
+		signUps: throttle.New(d.Clock, 5, time.Second, 5*time.Minute),
 		events:  d.Events,
 		deps:    d,
 		mux:     http.NewServeMux(),

@@ -61,6 +61,9 @@ var (
 // Options adjust the server of an Env.
 type Options struct {
 	Events httpapi.Events
+	// TrustForwardedFor takes the client address from X-Forwarded-For, so that a test
+	// can speak from several addresses.
+	TrustForwardedFor bool
 }
 
 // New starts the API on a fresh database.
@@ -72,7 +75,7 @@ func NewWith(t testing.TB, o Options) *Env {
 	st := storetest.New(t)
 	e := &Env{Store: st, Clock: clock.NewManual(Start), Registry: prometheus.NewRegistry(), Logs: &bytes.Buffer{}}
 	e.Server = httpapi.New(httpapi.Deps{Store: st, Clock: e.Clock, Log: slog.New(slog.NewTextHandler(&lockedWriter{w: e.Logs}, nil)),
-		Registry: e.Registry, Events: o.Events})
+		Registry: e.Registry, Events: o.Events, TrustForwardedFor: o.TrustForwardedFor})
 	srv := httptest.NewServer(e.Server)
 	t.Cleanup(srv.Close)
 	e.URL = srv.URL
