@@ -1,8 +1,8 @@
 package httpapi_test
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
