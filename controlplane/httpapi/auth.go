@@ -92,6 +92,9 @@ func (c *Call) resolveMember(pathParam string) (*store.Member, error) {
 		if err := typeid.Check(orgID, typeid.Org); err != nil {
 			return nil, fault.InvalidAt(err.Error(), pathParam)
 		}
+	} else if !storableText(orgID) {
+		// Not an id Postgres could even compare: it names no organization.
+		return nil, errOrgNotFound()
 	}
 	if p.IsAPIKey() {
 		if orgID != "" && orgID != p.KeyMember.OrganizationID {

@@ -143,8 +143,9 @@ func TestPluginInvalidRequest(t *testing.T) {
 			[]any{"manifest", "source", "format"}},
 		{"manifest with schemaVersion 2", map[string]any{"name": "n", "manifest": json.RawMessage(strings.Replace(manifest, `"schemaVersion": 1`, `"schemaVersion": 2`, 1))},
 			[]any{"manifest", "schemaVersion"}},
+		// The decoder refuses a NUL anywhere in a body, with the exact path (jsonx).
 		{"manifest that jsonb cannot hold", map[string]any{"name": "n", "manifest": json.RawMessage(strings.Replace(manifest, `"x"`, `"\u0000"`, 1))},
-			[]any{"manifest"}},
+			[]any{"manifest", "source", "vendorHint"}},
 		{"manifest with an unpaired surrogate", map[string]any{"name": "n", "manifest": json.RawMessage(strings.Replace(manifest, `"x"`, `"\udead"`, 1))},
 			[]any{"manifest"}},
 	}

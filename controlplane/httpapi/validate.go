@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -61,4 +62,62 @@ func requiredEmail(p *fault.Problems, s *string, path ...any) string {
 		p.Add("must be an email address", path...)
 	}
 	return email
+}
+
+// storableText tells whether s is text Postgres can store and compare: valid UTF-8
+// without NUL characters. Request bodies are checked by jsonx; path parameters and query
+// values by checkRequestText; the organization header by resolveMember.
+func storableText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+// textProblem is the detail of a path parameter or query value that is not storable text.
+const textProblem = "must be UTF-8 text without NUL characters"
+
+// checkRequestText refuses, once for every route, path parameters and query values that
+// are not storable text (400 invalid_request, the parameter named in details). Without
+// it they reach Postgres, which refuses them as an error that would be answered 503.
+func (c *Call) checkRequestText(wildcards []string) error {
+	var p fault.Problems
+	for _, name := range wildcards {
+		if !storableText(c.Path(name)) {
+			p.Add(textProblem, name)
+		}
+	}
+	if c.R.URL.RawQuery != "" {
+		q := c.R.URL.Query()
+		names := make([]string, 0, len(q))
+		for name := range q {
+			names = append(names, name)
+		}
+		slices.Sort(names) // the same details for the same request
+		for _, name := range names {
+			ok := storableText(name)
+			for _, v := range q[name] {
+				ok = ok && storableText(v)
+			}
+			if !ok {
+				p.Add(textProblem, strings.ToValidUTF8(strings.ReplaceAll(name, "\x00", ""), "\uFFFD"))
+			}
+		}
+	}
+	return p.Err()
+}
+
+// patternWildcards lists the names of a route pattern's wildcards ("{policyId}",
+// "{rest...}").
+func patternWildcards(pattern string) []string {
+	var names []string
+	for rest := pattern; ; {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			return names
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return names
+		}
+		names = append(names, strings.TrimSuffix(rest[i+1:i+j], "..."))
+		rest = rest[i+j+1:]
+	}
 }

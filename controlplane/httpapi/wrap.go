@@ -21,9 +21,10 @@ func newID(prefix typeid.Prefix) string { return typeid.New(prefix) }
 
 // wrap runs the checks of a route's table entry, in a fixed order, before its handler:
 // authenticate, then session-only and platform-admin gates, then the organization, then
-// the role. Handlers validate bodies only after all of these, so a member sending a bad
+// the role, then the text of path parameters and query values (checkRequestText). Handlers validate bodies only after all of these, so a member sending a bad
 // body to an admin route learns nothing but 403.
 func (s *Server) wrap(rt route) http.Handler {
+	wildcards := patternWildcards(rt.pattern)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &Call{W: w, R: r, Ctx: r.Context(), s: s, now: s.clock.Now()}
 		defer func() {
@@ -38,6 +39,12 @@ func (s *Server) wrap(rt route) http.Handler {
 			w.Header().Set("Cache-Control", "private, no-store")
 		}
 		if err := s.admit(c, &rt); err != nil {
+			s.writeError(w, r, &rt, err)
+			return
+		}
+		// After admission, like every input check; before the handler, so that no
+		// handler ever passes Postgres text it cannot store (bodies: jsonx).
+		if err := c.checkRequestText(wildcards); err != nil {
 			s.writeError(w, r, &rt, err)
 			return
 		}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 )
@@ -33,10 +34,19 @@ func Decode(r *http.Request, dst any) error {
 	return DecodeBytes(body, dst)
 }
 
-// DecodeBytes is Decode for a body already in memory.
+// DecodeBytes is Decode for a body already in memory. The body must be UTF-8 (RFC 8259)
+// and no string in it, key or value, may hold a NUL character: Postgres stores neither in
+// text or jsonb, and some values (a plugin manifest's unknown properties) are kept as
+// they came. Both are refused here, once for every route, as invalid_request.
 func DecodeBytes(body []byte, dst any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return fault.InvalidAt("a JSON body is required")
+	}
+	if !utf8.Valid(body) {
+		return fault.InvalidAt("the body is not valid UTF-8")
+	}
+	if path, ok := nulString(body); ok {
+		return fault.InvalidAt("must not contain a NUL character (\\u0000)", path...)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -47,6 +57,82 @@ func DecodeBytes(body []byte, dst any) error {
 		return fault.InvalidAt("unexpected data after the JSON value")
 	}
 	return nil
+}
+
+// nulString finds the first string of body (a key or a value) that decodes to one
+// holding a NUL character, and returns its field path. A raw NUL byte is not valid JSON
+// (the decoder refuses it), so only the escape \u0000 makes one: bodies without that
+// text are not walked.
+func nulString(body []byte) ([]any, bool) {
+	if !bytes.Contains(body, []byte(`\u0000`)) {
+		return nil, false
+	}
+	type frame struct {
+		object    bool
+		expectKey bool
+		key       string
+		index     int
+	}
+	var stack []*frame
+	path := func(extra ...any) []any {
+		out := make([]any, 0, len(stack)+len(extra))
+		for _, f := range stack {
+			if f.object {
+				out = append(out, f.key)
+			} else {
+				out = append(out, f.index)
+			}
+		}
+		return append(out, extra...)
+	}
+	// advance moves the innermost container past the value just read.
+	advance := func() {
+		if len(stack) == 0 {
+			return
+		}
+		if f := stack[len(stack)-1]; f.object {
+			f.expectKey = true
+		} else {
+			f.index++
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, false // the end, or a syntax error the real decode reports
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{':
+				stack = append(stack, &frame{object: true, expectKey: true})
+			case '[':
+				stack = append(stack, &frame{})
+			default:
+				stack = stack[:len(stack)-1]
+				advance()
+			}
+		case string:
+			if len(stack) > 0 && stack[len(stack)-1].object && stack[len(stack)-1].expectKey {
+				f := stack[len(stack)-1]
+				f.expectKey = false
+				f.key = v
+				if strings.Contains(v, "\x00") {
+					stack = stack[:len(stack)-1]
+					return path(v), true
+				}
+				continue
+			}
+			if strings.Contains(v, "\x00") {
+				return path(), true
+			}
+			advance()
+		default:
+			advance()
+		}
+	}
 }
 
 func decodeProblem(err error) error {
