@@ -42,6 +42,7 @@ func TestValuesRejected(t *testing.T) {
 		{"hpa without a target", append(ok, "--set", "enforcer.autoscaling.enabled=true", "--set-string", "enforcer.autoscaling.targetCPUUtilizationPercentage="), "/enforcer/autoscaling"},
 		{"secret value instead of reference", append(ok, "--set", "secrets.databaseUrl=postgres://u:p@db/x"), "/secrets/databaseUrl"},
 		{"partial per-key secrets", []string{"--set", "secrets.databaseUrl.name=db", "--set", "secrets.redisUrl.name=redis"}, "/secrets/internalToken/name"},
+		{"redis check timeout without unit", append(ok, "--set-string", "enforcer.redisCheckTimeout=250"), "/enforcer/redisCheckTimeout"},
 		{"internal TLS without its Secrets", append(ok, "--set", "internalTLS.enabled=true"), "/internalTLS/controlplaneSecret"},
 		{"internal TLS without the enforcer's Secret", append(ok, "--set", "internalTLS.enabled=true", "--set", "internalTLS.controlplaneSecret=cp-tls"), "/internalTLS/enforcerSecret"},
 		{"mTLS without TLS", append(ok, "--set", "internalTLS.mtls=true"), "/internalTLS/enabled"},
