@@ -5,10 +5,14 @@
 package redisconf
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -92,6 +96,47 @@ type Timeouts struct {
 	ContextDeadlines bool
 }
 
+// ClusterStateReload is how old a cluster client's slot map may grow before it is read
+// again (go-redis defaults to 60s). See reloadOnNetworkError for why it is short.
+const ClusterStateReload = time.Second
+
+// reloadOnNetworkError makes a cluster client read the slot map again as soon as a
+// command fails on the network. When a master dies its replica takes its slots, but
+// nobody answers the client with a MOVED (the only thing that makes go-redis look
+// again): it dials the dead address until its periodic reload, up to a minute of
+// refused checks after the cluster has healed. The reload is asynchronous and
+// rate-limited by go-redis, so a storm of errors costs one CLUSTER SLOTS at a time.
+type reloadOnNetworkError struct{ c *redis.ClusterClient }
+
+func (h reloadOnNetworkError) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnNetworkError) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.check(ctx, err)
+		return err
+	}
+}
+
+func (h reloadOnNetworkError) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.check(ctx, err)
+		for _, c := range cmds {
+			h.check(ctx, c.Err())
+		}
+		return err
+	}
+}
+
+func (h reloadOnNetworkError) check(ctx context.Context, err error) {
+	var ne net.Error
+	if err != nil && (errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.HasPrefix(err.Error(), "CLUSTERDOWN")) {
+		h.c.ReloadState(ctx)
+	}
+}
+
 // NewClient builds the client of the configured topology.
 func (c Config) NewClient(t Timeouts) (redis.UniversalClient, error) {
 	opts, err := redis.ParseURL(c.URL)
@@ -104,9 +149,11 @@ func (c Config) NewClient(t Timeouts) (redis.UniversalClient, error) {
 			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize,
 			DialTimeout: t.Dial, ReadTimeout: t.Read, WriteTimeout: t.Write, ContextTimeoutEnabled: t.ContextDeadlines}), nil
 	case "cluster":
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Username: opts.Username, Password: opts.Password,
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Username: opts.Username, Password: opts.Password,
 			TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize, DialTimeout: t.Dial, ReadTimeout: t.Read, WriteTimeout: t.Write,
-			ContextTimeoutEnabled: t.ContextDeadlines}), nil
+			ContextTimeoutEnabled: t.ContextDeadlines, ClusterStateReloadInterval: ClusterStateReload})
+		cc.AddHook(reloadOnNetworkError{cc})
+		return cc, nil
 	}
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = t.Dial, t.Read, t.Write
 	opts.ContextTimeoutEnabled = t.ContextDeadlines

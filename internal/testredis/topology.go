@@ -1,0 +1,362 @@
+package testredis
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/pkg/redisconf"
+)
+
+// Cluster is a throwaway Redis Cluster on loopback: three masters, each with one
+// replica, built from the installed redis-server (no redis-cli needed). Nodes time out
+// after one second, so a killed master's replica takes over within a few seconds.
+type Cluster struct {
+	// Nodes: 0 to 2 start as the masters (slots split in three), 3 to 5 as their
+	// replicas (3+i replicates i). Roles change with failovers; see MasterFor.
+	Nodes []*Server
+}
+
+// ClusterNodeTimeout is the nodes' cluster-node-timeout: how long a silent master may
+// stay unreachable before its replica is elected in its place.
+const ClusterNodeTimeout = time.Second
+
+// StartCluster starts a Redis Cluster of six nodes and waits until every slot is
+// served and every replica is in sync. It is stopped when the test ends. Without
+// redis-server the test is skipped (it fails under CI=true).
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	bin := serverBinary(t)
+	c := &Cluster{}
+	for range 6 {
+		port, bus := freePort(t), freePort(t)
+		// The bus port is set explicitly: the default (port + 10000) may lie past 65535
+		// for an ephemeral port. Full coverage is not required, so the shards that are
+		// up keep answering while one fails over (docs/redis.md recommends the same).
+		c.Nodes = append(c.Nodes, startServer(t, bin, port, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout.Milliseconds())), "--cluster-port", strconv.Itoa(bus),
+			"--cluster-require-full-coverage", "no"))
+		c.Nodes[len(c.Nodes)-1].bus = bus
+	}
+	ctx := context.Background()
+	nodes := make([]*redis.Client, len(c.Nodes))
+	ids := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		nodes[i] = redis.NewClient(&redis.Options{Addr: n.Addr})
+		defer nodes[i].Close()
+		id, err := nodes[i].ClusterMyID(ctx).Result()
+		if err != nil {
+			t.Fatalf("cluster node %s: %v", n.Addr, err)
+		}
+		ids[i] = id
+		// Distinct epochs from the start, as redis-cli --cluster create sets them.
+		if err := nodes[i].Do(ctx, "cluster", "set-config-epoch", i+1).Err(); err != nil {
+			t.Fatalf("cluster set-config-epoch on %s: %v", n.Addr, err)
+		}
+	}
+	const slots = 16384
+	for i := range 3 {
+		if err := nodes[i].ClusterAddSlotsRange(ctx, i*slots/3, (i+1)*slots/3-1).Err(); err != nil {
+			t.Fatalf("cluster addslotsrange on %s: %v", c.Nodes[i].Addr, err)
+		}
+	}
+	for i := 1; i < len(nodes); i++ {
+		if err := nodes[i].Do(ctx, "cluster", "meet", "127.0.0.1", c.Nodes[0].Port(), c.Nodes[0].bus).Err(); err != nil {
+			t.Fatalf("cluster meet from %s: %v", c.Nodes[i].Addr, err)
+		}
+	}
+	waitUntil(t, 20*time.Second, "every cluster node to know the others", func() error {
+		for i, n := range nodes {
+			out, err := n.ClusterNodes(ctx).Result()
+			if err != nil {
+				return err
+			}
+			if known := strings.Count(out, "\n"); known != len(nodes) || strings.Contains(out, "handshake") || strings.Contains(out, "noaddr") {
+				return fmt.Errorf("node %d sees:\n%s", i, out)
+			}
+		}
+		return nil
+	})
+	for i := 3; i < 6; i++ {
+		if err := nodes[i].ClusterReplicate(ctx, ids[i-3]).Err(); err != nil {
+			t.Fatalf("cluster replicate on %s: %v", c.Nodes[i].Addr, err)
+		}
+	}
+	c.WaitHealthy(t, 30*time.Second)
+	return c
+}
+
+// Addrs are the seed addresses of every node (TOLLGATE_REDIS_ADDRS).
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i] = n.Addr
+	}
+	return out
+}
+
+// Config is the programs' configuration of this cluster (TOLLGATE_REDIS_MODE=cluster).
+func (c *Cluster) Config(prefix string) redisconf.Config {
+	return redisconf.Config{URL: redisconf.DefaultURL, Mode: "cluster", Addrs: c.Addrs(), Prefix: prefix}
+}
+
+// Client is a cluster client of the test's own, built as the programs build theirs
+// (redisconf), closed when the test ends.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	return newClient(t, c.Config("tg:")).(*redis.ClusterClient)
+}
+
+func newClient(t testing.TB, cfg redisconf.Config) redis.UniversalClient {
+	t.Helper()
+	rdb, err := cfg.NewClient(redisconf.Timeouts{Dial: time.Second, Read: time.Second, Write: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// node returns the server listening on addr.
+func (c *Cluster) node(addr string) *Server {
+	for _, n := range c.Nodes {
+		if n.Addr == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// MasterFor is the node serving key's slot now, as the cluster itself answers
+// (CLUSTER SHARDS of a running node).
+func (c *Cluster) MasterFor(t testing.TB, key string) *Server {
+	t.Helper()
+	ctx := context.Background()
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr})
+		slot, err := rdb.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			rdb.Close()
+			continue
+		}
+		ranges, err := rdb.ClusterSlots(ctx).Result()
+		rdb.Close()
+		if err != nil {
+			continue
+		}
+		for _, r := range ranges {
+			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+				if s := c.node(r.Nodes[0].Addr); s != nil {
+					return s
+				}
+			}
+		}
+	}
+	t.Fatalf("no cluster node serves the slot of %q", key)
+	return nil
+}
+
+// WaitHealthy waits until every running node reports the cluster ok, every slot is
+// served by a running master, and every running replica is in sync with its master.
+func (c *Cluster) WaitHealthy(t testing.TB, limit time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	waitUntil(t, limit, "the cluster to be healthy", func() error {
+		for _, n := range c.Nodes {
+			if !n.Running() {
+				continue
+			}
+			rdb := redis.NewClient(&redis.Options{Addr: n.Addr})
+			info, err := rdb.ClusterInfo(ctx).Result()
+			if err == nil && !strings.Contains(info, "cluster_state:ok") {
+				err = fmt.Errorf("cluster state of %s:\n%s", n.Addr, info)
+			}
+			var slots []redis.ClusterSlot
+			if err == nil {
+				slots, err = rdb.ClusterSlots(ctx).Result()
+			}
+			var repl string
+			if err == nil {
+				repl, err = rdb.Info(ctx, "replication").Result()
+			}
+			rdb.Close()
+			if err != nil {
+				return err
+			}
+			served := 0
+			for _, s := range slots {
+				if len(s.Nodes) == 0 || c.node(s.Nodes[0].Addr) == nil || !c.node(s.Nodes[0].Addr).Running() {
+					return fmt.Errorf("%s: slots %d-%d served by a stopped node", n.Addr, s.Start, s.End)
+				}
+				served += s.End - s.Start + 1
+			}
+			if served != 16384 {
+				return fmt.Errorf("%s: %d slots served", n.Addr, served)
+			}
+			if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
+				return fmt.Errorf("replica %s not in sync:\n%s", n.Addr, repl)
+			}
+		}
+		return nil
+	})
+}
+
+// Flush empties every running master (FLUSHALL): the whole cluster lost its data.
+func (c *Cluster) Flush(t testing.TB) {
+	t.Helper()
+	rdb := c.Client(t)
+	err := rdb.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+		return m.FlushAll(ctx).Err()
+	})
+	if err != nil {
+		t.Fatalf("flush the cluster: %v", err)
+	}
+}
+
+// Sentinel is a throwaway Sentinel group on loopback: a master, a replica and three
+// sentinels (redis-server --sentinel: the same binary as redis-sentinel) that agree,
+// with a quorum of two, on a master down after half a second.
+type Sentinel struct {
+	// MasterName is the monitored set (TOLLGATE_REDIS_SENTINEL_MASTER).
+	MasterName string
+	// Data: 0 starts as the master, 1 as its replica; roles change with failovers
+	// (see Master).
+	Data      []*Server
+	Sentinels []*Server
+}
+
+// SentinelDownAfter is the sentinels' down-after-milliseconds.
+const SentinelDownAfter = 500 * time.Millisecond
+
+// StartSentinel starts the group and waits until every sentinel knows the replica and
+// the two other sentinels. It is stopped when the test ends. Without redis-server the
+// test is skipped (it fails under CI=true).
+func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	bin := serverBinary(t)
+	s := &Sentinel{MasterName: "tollgate"}
+	master := startServer(t, bin, freePort(t))
+	replica := startServer(t, bin, freePort(t), "--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))
+	s.Data = []*Server{master, replica}
+	for range 3 {
+		// A sentinel rewrites its configuration file as it learns the group, so each
+		// gets a file of its own, which must come first on the command line.
+		port := freePort(t)
+		conf := filepath.Join(t.TempDir(), "sentinel.conf")
+		text := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s %d\n"+
+			"sentinel failover-timeout %s 3000\nsentinel parallel-syncs %s 1\n",
+			s.MasterName, master.Port(), s.MasterName, SentinelDownAfter.Milliseconds(), s.MasterName, s.MasterName)
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sen := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), dir: t.TempDir(), bin: bin, conf: conf, args: []string{"--sentinel"}}
+		sen.Start(t)
+		t.Cleanup(sen.Stop)
+		s.Sentinels = append(s.Sentinels, sen)
+	}
+	ctx := context.Background()
+	waitUntil(t, 30*time.Second, "the replica to be in sync", func() error {
+		rdb := redis.NewClient(&redis.Options{Addr: replica.Addr})
+		defer rdb.Close()
+		info, err := rdb.Info(ctx, "replication").Result()
+		if err == nil && !strings.Contains(info, "master_link_status:up") {
+			err = fmt.Errorf("replica %s:\n%s", replica.Addr, info)
+		}
+		return err
+	})
+	waitUntil(t, 30*time.Second, "the sentinels to know the replica and each other", func() error {
+		for _, sen := range s.Sentinels {
+			rdb := redis.NewSentinelClient(&redis.Options{Addr: sen.Addr})
+			m, err := rdb.Master(ctx, s.MasterName).Result()
+			rdb.Close()
+			if err != nil {
+				return err
+			}
+			if m["num-slaves"] != "1" || m["num-other-sentinels"] != "2" {
+				return fmt.Errorf("sentinel %s sees %v", sen.Addr, m)
+			}
+		}
+		return nil
+	})
+	return s
+}
+
+// Addrs are the sentinels' addresses (TOLLGATE_REDIS_ADDRS).
+func (s *Sentinel) Addrs() []string {
+	out := make([]string, len(s.Sentinels))
+	for i, n := range s.Sentinels {
+		out[i] = n.Addr
+	}
+	return out
+}
+
+// Config is the programs' configuration of this group (TOLLGATE_REDIS_MODE=sentinel).
+func (s *Sentinel) Config(prefix string) redisconf.Config {
+	return redisconf.Config{URL: redisconf.DefaultURL, Mode: "sentinel", Addrs: s.Addrs(), SentinelMaster: s.MasterName, Prefix: prefix}
+}
+
+// Client is a failover client of the test's own, built as the programs build theirs
+// (redisconf), closed when the test ends.
+func (s *Sentinel) Client(t testing.TB) *redis.Client {
+	return newClient(t, s.Config("tg:")).(*redis.Client)
+}
+
+// Master is the data node the sentinels name as master now.
+func (s *Sentinel) Master(t testing.TB) *Server {
+	t.Helper()
+	ctx := context.Background()
+	for _, sen := range s.Sentinels {
+		if !sen.Running() {
+			continue
+		}
+		rdb := redis.NewSentinelClient(&redis.Options{Addr: sen.Addr})
+		addr, err := rdb.GetMasterAddrByName(ctx, s.MasterName).Result()
+		rdb.Close()
+		if err != nil || len(addr) != 2 {
+			continue
+		}
+		for _, d := range s.Data {
+			if d.Addr == addr[0]+":"+addr[1] {
+				return d
+			}
+		}
+	}
+	t.Fatal("no sentinel names a master")
+	return nil
+}
+
+// Flush empties the current master (FLUSHALL; the replica follows).
+func (s *Sentinel) Flush(t testing.TB) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: s.Master(t).Addr})
+	defer rdb.Close()
+	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatalf("flush the sentinel master: %v", err)
+	}
+}
+
+// waitUntil polls cond every 50ms until it returns nil, failing the test with its last
+// error after limit.
+func waitUntil(t testing.TB, limit time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %v", limit, what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

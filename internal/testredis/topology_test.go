@@ -1,0 +1,75 @@
+package testredis_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testredis"
+)
+
+// TestTopologies: the helpers build what they promise. A cluster spreads keys of
+// different hash tags over three masters and keeps serving after one is killed; a
+// sentinel group promotes the replica when the master is killed, and the failover
+// client follows it.
+func TestTopologies(t *testing.T) {
+	t.Parallel()
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		c := testredis.StartCluster(t)
+		rdb := c.Client(t)
+		ctx := context.Background()
+		masters := map[string]bool{}
+		for _, k := range []string{"{a}:x", "{b}:x", "{c}:x", "{d}:x", "{e}:x", "{f}:x"} {
+			if err := rdb.Set(ctx, k, "1", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			masters[c.MasterFor(t, k).Addr] = true
+		}
+		if len(masters) < 2 {
+			t.Fatalf("six hash tags all on %v", masters)
+		}
+		m := c.MasterFor(t, "{a}:x")
+		m.Stop()
+		c.WaitHealthy(t, 30*time.Second)
+		if now := c.MasterFor(t, "{a}:x"); now == m {
+			t.Fatal("the killed master still serves the slot")
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			v, err := rdb.Get(ctx, "{a}:x").Result()
+			if err == nil && v == "1" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after the failover: %q %v", v, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		s := testredis.StartSentinel(t)
+		rdb := s.Client(t)
+		ctx := context.Background()
+		if err := rdb.Set(ctx, "k", "1", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := rdb.Wait(ctx, 1, time.Second).Result(); err != nil || n != 1 {
+			t.Fatalf("WAIT: %d %v", n, err)
+		}
+		m := s.Master(t)
+		m.Stop()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			v, err := rdb.Get(ctx, "k").Result()
+			if err == nil && v == "1" && s.Master(t) != m {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after the failover: %q %v", v, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
