@@ -117,7 +117,12 @@ type resetRequest struct {
 func TestDayLimitBlocksAndExtensionAdmits(t *testing.T) {
 	t.Parallel() // its own database and Redis prefix
 	awayFromDayBoundary(t, time.Minute)
-	s := startStack(t)
+	dayLimitBlocksAndExtensionAdmits(t, startStack(t))
+}
+
+// dayLimitBlocksAndExtensionAdmits is the scenario of TestDayLimitBlocksAndExtensionAdmits
+// on a started stack (any Redis topology).
+func dayLimitBlocksAndExtensionAdmits(t *testing.T, s *stack) {
 	o := s.setUpOrg(t)
 	day := window.Of(window.Day, time.Now())
 	bucketID := window.BucketID(o.id, o.member.memberID, window.Day, day.Start)
@@ -244,7 +249,12 @@ func TestDayLimitBlocksAndExtensionAdmits(t *testing.T) {
 func TestFlushedMirrorNeverAdmitsOnInventedZero(t *testing.T) {
 	t.Parallel() // its own database and Redis prefix
 	awayFromDayBoundary(t, time.Minute)
-	s := startStack(t)
+	flushedMirrorNeverAdmitsOnInventedZero(t, startStack(t))
+}
+
+// flushedMirrorNeverAdmitsOnInventedZero is the scenario of
+// TestFlushedMirrorNeverAdmitsOnInventedZero on a started stack (any Redis topology).
+func flushedMirrorNeverAdmitsOnInventedZero(t *testing.T, s *stack) {
 	o := s.setUpOrg(t)
 	ctx := context.Background()
 	day := window.Of(window.Day, time.Now())
@@ -292,16 +302,8 @@ func TestFlushedMirrorNeverAdmitsOnInventedZero(t *testing.T) {
 
 	// 2. Redis lost every key of this installation, the generation marker included (a
 	// FLUSHDB, limited to this test's prefix).
-	flushed := 0
-	iter := s.rdb.Scan(ctx, 0, s.layout.Prefix+"*", 100).Iterator()
-	for iter.Next(ctx) {
-		if err := s.rdb.Del(ctx, iter.Val()).Err(); err != nil {
-			t.Fatal(err)
-		}
-		flushed++
-	}
-	if err := iter.Err(); err != nil || flushed < 2 {
-		t.Fatalf("flushed %d keys: %v", flushed, err)
+	if flushed := s.dropKeys(t); flushed < 2 {
+		t.Fatalf("flushed %d keys", flushed)
 	}
 	// From this instant until the mirror is rebuilt and adopted, every check is the 429
 	// with the real spend: never an admission on a zero nobody wrote.

@@ -50,6 +50,7 @@ type stack struct {
 	db       *store.Store // the control plane's database, for what the API cannot do
 	rdb      redis.UniversalClient
 	layout   mirror.Layout
+	topo     *topology          // nil: the shared single test Redis
 	cpLogs   *testio.SyncBuffer // the control plane's log
 	cp       *proc              // the running control plane
 	cpVars   map[string]string  // its environment
@@ -127,18 +128,32 @@ func start(t testing.TB, name string, servers int, logs *testio.SyncBuffer, runF
 // enforcerEnv adds to (or overrides) the enforcer's environment.
 func startStack(t testing.TB, enforcerEnv ...map[string]string) *stack {
 	t.Helper()
+	return startStackOn(t, nil, enforcerEnv...)
+}
+
+// startStackOn is startStack on a Redis topology of the test's own (nil: the shared
+// single test Redis).
+func startStackOn(t testing.TB, topo *topology, enforcerEnv ...map[string]string) *stack {
+	t.Helper()
 	db := storetest.New(t) // skips (or fails under CI=true) without Postgres
 	dbURL := storetest.URLFor(db.Pool.Config().ConnConfig.Database)
-	rdb, layout := testredis.New(t) // the same for Redis; its keys are removed at the end
-	s := &stack{db: db, rdb: rdb, layout: layout}
+	var rdb redis.UniversalClient
+	var layout mirror.Layout
+	if topo == nil {
+		rdb, layout = testredis.New(t) // the same for Redis; its keys are removed at the end
+	} else {
+		rdb, layout = topo.rdb, mirror.Layout{Prefix: testredis.Prefix()}
+	}
+	s := &stack{db: db, rdb: rdb, layout: layout, topo: topo}
 
 	s.cpVars = map[string]string{
-		"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
+		"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_PREFIX": layout.Prefix,
 		"TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0",
 		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
 		// Notice a flushed Redis quickly (the default is 5s).
 		"TOLLGATE_MIRROR_CHECK_INTERVAL": "100ms",
 	}
+	maps.Copy(s.cpVars, s.redisEnv())
 	s.startControlPlane(t)
 	enf := s.startEnforcer(t, enforcerEnv...)
 	s.enfGRPC, s.enfHTTP, s.enfAdmin, s.gateway = enf.grpc, enf.http, enf.admin, enf.gateway
@@ -151,6 +166,15 @@ func startStack(t testing.TB, enforcerEnv ...map[string]string) *stack {
 	s.authz = authv3.NewAuthorizationClient(conn)
 	s.extproc = extprocv3.NewExternalProcessorClient(conn)
 	return s
+}
+
+// redisEnv is the Redis part of both programs' environment: the stack's topology, or the
+// shared single test Redis.
+func (s *stack) redisEnv() map[string]string {
+	if s.topo != nil {
+		return s.topo.env
+	}
+	return map[string]string{"TOLLGATE_REDIS_URL": testredis.URL()}
 }
 
 // startControlPlane starts the control plane with s.cpVars, logging to a new s.cpLogs (a
@@ -188,12 +212,13 @@ func (s *stack) startEnforcer(t testing.TB, env ...map[string]string) *enforcer 
 	t.Helper()
 	logs := &testio.SyncBuffer{}
 	vars := map[string]string{
-		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": s.layout.Prefix,
+		"TOLLGATE_REDIS_PREFIX":       s.layout.Prefix,
 		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
 		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": s.cpGRPC,
 		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
 		"TOLLGATE_ENFORCER_GENERATION_POLL": "50ms",
 	}
+	maps.Copy(vars, s.redisEnv())
 	for _, m := range env {
 		maps.Copy(vars, m)
 	}
