@@ -680,49 +680,63 @@ func headerMap(kv ...string) *corev3.HeaderMap {
 // unmodified "continue".
 func (s *stack) respond(t testing.TB, reqID, contentType string, chunks [][]byte) {
 	t.Helper()
+	if err := s.playResponse(reqID, contentType, chunks); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// playResponse is respond for any goroutine: it returns what went wrong.
+func (s *stack) playResponse(reqID, contentType string, chunks [][]byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := s.extproc.Process(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	exchange := func(what string, req *extprocv3.ProcessingRequest, ok func(*extprocv3.ProcessingResponse) bool) {
-		t.Helper()
+	exchange := func(what string, req *extprocv3.ProcessingRequest, ok func(*extprocv3.ProcessingResponse) bool) error {
 		if err := st.Send(req); err != nil {
-			t.Fatalf("ext_proc %s: %v", what, err)
+			return fmt.Errorf("ext_proc %s: %w", what, err)
 		}
 		resp, err := st.Recv()
 		if err != nil {
-			t.Fatalf("ext_proc %s: %v", what, err)
+			return fmt.Errorf("ext_proc %s: %w", what, err)
 		}
 		if !ok(resp) {
-			t.Fatalf("ext_proc %s answered %v", what, resp)
+			return fmt.Errorf("ext_proc %s answered %v", what, resp)
 		}
+		return nil
 	}
-	exchange("request headers", &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+	if err := exchange("request headers", &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
 		Headers: headerMap(":method", "POST", ":path", "/v1/chat/completions", ":authority", "llm.example.test",
 			"content-type", "application/json", "x-service-request-id", reqID)}}},
 		func(r *extprocv3.ProcessingResponse) bool {
 			return r.GetRequestHeaders() != nil && r.GetRequestHeaders().GetResponse() == nil
-		})
-	exchange("response headers", &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		}); err != nil {
+		return err
+	}
+	if err := exchange("response headers", &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
 		Headers: headerMap(":status", "200", "content-type", contentType)}}},
 		func(r *extprocv3.ProcessingResponse) bool {
 			return r.GetResponseHeaders() != nil && r.GetResponseHeaders().GetResponse() == nil
-		})
+		}); err != nil {
+		return err
+	}
 	for i, c := range chunks {
-		exchange(fmt.Sprintf("body chunk %d", i), &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+		if err := exchange(fmt.Sprintf("body chunk %d", i), &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
 			Body: c, EndOfStream: i == len(chunks)-1}}},
 			func(r *extprocv3.ProcessingResponse) bool {
 				return r.GetResponseBody() != nil && r.GetResponseBody().GetResponse() == nil
-			})
+			}); err != nil {
+			return err
+		}
 	}
 	if err := st.CloseSend(); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-		t.Fatalf("ext_proc stream did not end cleanly: %v", err)
+		return fmt.Errorf("ext_proc stream did not end cleanly: %v", err)
 	}
+	return nil
 }
 
 // openAISSE is a streamed chat completion with stream_options.include_usage: content

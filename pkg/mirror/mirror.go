@@ -108,22 +108,29 @@ func (l Layout) ReadFields(ctx context.Context, rdb redis.Cmdable, key string) (
 }
 
 // ReadManyFields reads several member keys in one pipelined round trip (as ReadMany),
-// into fields[i] and errs[i] (both len(keys)). The error is that of the round trip.
+// into fields[i] and errs[i] (both len(keys)). The error is set only when no key could
+// be read (the round trip itself failed): on Redis Cluster the pipeline goes to several
+// masters, and one that is down (failing over) fails only the keys it holds, not those
+// of the healthy shards read in the same round trip.
 func (l Layout) ReadManyFields(ctx context.Context, rdb redis.Cmdable, keys []string, fields []Fields, errs []error) error {
 	cmds := make([]*redis.SliceCmd, len(keys))
 	pipe := rdb.Pipeline()
 	for i, key := range keys {
 		cmds[i] = pipe.HMGet(ctx, key, "g", "r")
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return err
-	}
+	_, first := pipe.Exec(ctx)
+	failed := 0
 	for i, c := range cmds {
 		vals, err := c.Result()
 		fields[i], errs[i] = Fields{}, err
 		if err == nil {
 			fields[i] = fieldsOf(vals)
+		} else {
+			failed++
 		}
+	}
+	if failed == len(cmds) && first != nil && !errors.Is(first, redis.Nil) {
+		return first
 	}
 	return nil
 }
