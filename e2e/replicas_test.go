@@ -1,0 +1,379 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// twoOfEachRequests is the number of admitted and settled requests of
+// TestTwoControlPlanesTwoEnforcers (TOLLGATE_TEST_REPLICA_REQUESTS overrides it).
+func twoOfEachRequests(t *testing.T) int {
+	if v := os.Getenv("TOLLGATE_TEST_REPLICA_REQUESTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 100 {
+			t.Fatalf("TOLLGATE_TEST_REPLICA_REQUESTS=%q: want a number >= 100", v)
+		}
+		return n
+	}
+	return 20_000
+}
+
+// replicaEnforcer is an enforcer of the test that can be stopped and started again on
+// the same HTTP address.
+type replicaEnforcer struct {
+	name, httpAddr string
+	env            map[string]string
+	running        *enforcer
+}
+
+func (e *replicaEnforcer) start(t *testing.T, s *stack) {
+	t.Helper()
+	e.running = s.startEnforcer(t, e.env)
+}
+
+func (e *replicaEnforcer) restart(t *testing.T, s *stack) {
+	e.running.stop()
+	e.start(t, s)
+}
+
+// TestTwoControlPlanesTwoEnforcers runs two control planes and two enforcers on one
+// Postgres database and one Redis Cluster, as the chart's two replicas do: 20,000
+// requests admitted through /check and settled through /settle, alternating between
+// the enforcers (enforcer A reports to control plane 1, B to 2); every fifth settlement
+// is also delivered through the other enforcer, so the same receipt reaches both
+// control planes at once; each enforcer is restarted mid-run (its clients fail over to
+// the other); an operator's resync runs mid-run while both control planes write. Then:
+// one receipt per admitted request, every counter equals its receipts, nothing
+// pending, the mirror's spend never went down for any member (monotonic across
+// writers) and converges to Postgres.
+func TestTwoControlPlanesTwoEnforcers(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 5*time.Minute)
+	total := twoOfEachRequests(t)
+	topo := clusterTopology(t)
+	s := startStackOn(t, topo) // control plane 1 (and an idle enforcer)
+	cp2Logs := &testio.SyncBuffer{}
+	cp2 := run(t, "control plane 2", 3, cp2Logs, func(ctx context.Context) error {
+		return cpapp.Run(ctx, []string{"serve"}, envOf(s.cpVars), cpapp.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: cp2Logs})
+	})
+	o := s.setUpOrg(t)
+	ctx := context.Background()
+	day := window.Of(window.Day, time.Now())
+
+	const nMembers = 16
+	members := make([]party, nMembers)
+	keys := make([]string, nMembers)
+	for i := range members {
+		members[i] = s.invite(t, o, fmt.Sprintf("replica%d", i))
+		keys[i] = s.apiKey(t, o, members[i])
+	}
+	// Every response costs the same.
+	const inTok, outTok = 1_000, 200
+	cost := catalogCost(inTok, 0, outTok)
+
+	enfs := make([]*replicaEnforcer, 2)
+	for i, cp := range []string{s.cpGRPC, cp2["grpc"]} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		enfs[i] = &replicaEnforcer{name: fmt.Sprintf("enforcer %c", 'A'+i), httpAddr: addr, env: map[string]string{
+			"TOLLGATE_CONTROLPLANE_ADDR": cp, "TOLLGATE_ENFORCER_HTTP_ADDR": addr, "TOLLGATE_ENFORCER_SETTLE_LINGER": "5ms"}}
+		enfs[i].start(t, s)
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 0}, Timeout: 15 * time.Second}
+	post := func(e *replicaEnforcer, path, key, body string) (int, http.Header, error) {
+		req, _ := http.NewRequest("POST", "http://"+e.httpAddr+path, strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("x-api-key", key)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode, res.Header, nil
+	}
+
+	var (
+		next, done, duplicates, failovers, settle202 atomic.Int64
+		admittedBy                                   sync.Map // request id -> member index
+		firstErr                                     atomic.Pointer[error]
+		wg                                           sync.WaitGroup
+	)
+	fail := func(err error) { firstErr.CompareAndSwap(nil, &err) }
+	// admit asks enforcer e (or the other one when e is down) until a request is admitted.
+	admit := func(i int, key string) (string, error) {
+		for attempt := 0; attempt < 400; attempt++ {
+			e := enfs[(i+attempt)%2]
+			code, h, err := post(e, "/check", key, "")
+			if err == nil && code == 200 && h.Get("X-Service-Request-Id") != "" {
+				return h.Get("X-Service-Request-Id"), nil
+			}
+			if err == nil && code != 503 {
+				return "", fmt.Errorf("/check on %s: %d", e.name, code)
+			}
+			failovers.Add(1)
+			time.Sleep(25 * time.Millisecond)
+		}
+		return "", fmt.Errorf("no enforcer admitted request %d", i)
+	}
+	// settle reports through enforcer e (or the other when e is down) until one takes it.
+	settle := func(i int, id string) error {
+		body := fmt.Sprintf(`{"requestId":%q,"model":%q,"inputTokens":%d,"outputTokens":%d,"complete":true}`, id, model, inTok, outTok)
+		for attempt := 0; attempt < 400; attempt++ {
+			e := enfs[(i+attempt)%2]
+			code, _, err := post(e, "/settle", "", body)
+			if err == nil && (code == 200 || code == 202) {
+				if code == 202 {
+					settle202.Add(1)
+				}
+				return nil
+			}
+			if err == nil && code != 503 {
+				return fmt.Errorf("/settle %s on %s: %d", id, e.name, code)
+			}
+			failovers.Add(1)
+			time.Sleep(25 * time.Millisecond)
+		}
+		return fmt.Errorf("no enforcer took the settlement of %s", id)
+	}
+
+	// The mirror's spend of a member never goes down, whoever writes it.
+	seen := make([]int64, nMembers)
+	var monotonic []string
+	stopSampling := make(chan struct{})
+	sampled := make(chan int)
+	go func() {
+		n := 0
+		defer func() { sampled <- n }()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			gen, err := s.layout.Generation(ctx, s.rdb)
+			if err != nil || gen == "" {
+				continue
+			}
+			ids := make([]string, nMembers)
+			for i, m := range members {
+				ids[i] = m.memberID
+			}
+			recs, errs, err := s.layout.ReadMany(ctx, s.rdb, ids, gen)
+			if err != nil {
+				continue
+			}
+			n++
+			for i := range recs {
+				if errs[i] != nil {
+					continue
+				}
+				spend, ok := mirror.SpendOf(recs[i], "day", day.Start)
+				if !ok {
+					continue
+				}
+				if spend < seen[i] {
+					monotonic = append(monotonic, fmt.Sprintf("member %d: %d after %d", i, spend, seen[i]))
+				}
+				seen[i] = max(seen[i], spend)
+			}
+		}
+	}()
+
+	// Mid-run events: restart A at a third, resync at half, restart B at two thirds.
+	events := make(chan string, 3)
+	go func() {
+		at := func(frac float64) {
+			for done.Load() < int64(float64(total)*frac) && firstErr.Load() == nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		at(1.0 / 3)
+		t0 := time.Now()
+		enfs[0].restart(t, s)
+		events <- fmt.Sprintf("enforcer A restarted in %s", time.Since(t0).Round(time.Millisecond))
+		at(0.5)
+		t0 = time.Now()
+		s.resync(t)
+		events <- fmt.Sprintf("resync took %s", time.Since(t0).Round(time.Millisecond))
+		at(2.0 / 3)
+		t0 = time.Now()
+		enfs[1].restart(t, s)
+		events <- fmt.Sprintf("enforcer B restarted in %s", time.Since(t0).Round(time.Millisecond))
+	}()
+
+	began := time.Now()
+	const workers = 48
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for firstErr.Load() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= total {
+					return
+				}
+				m := i % nMembers
+				id, err := admit(i, keys[m])
+				if err != nil {
+					fail(err)
+					return
+				}
+				admittedBy.Store(id, m)
+				if i%5 == 0 {
+					// The same settlement through both enforcers at once, hence both
+					// control planes.
+					duplicates.Add(1)
+					var dup sync.WaitGroup
+					var dupErr atomic.Pointer[error]
+					for k := range 2 {
+						dup.Add(1)
+						go func() {
+							defer dup.Done()
+							if err := settle(i+k, id); err != nil {
+								dupErr.Store(&err)
+							}
+						}()
+					}
+					dup.Wait()
+					if e := dupErr.Load(); e != nil {
+						fail(*e)
+						return
+					}
+				} else if err := settle(i, id); err != nil {
+					fail(err)
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(began)
+	if e := firstErr.Load(); e != nil {
+		t.Fatal(*e)
+	}
+	for range 3 {
+		select {
+		case ev := <-events:
+			t.Log(ev)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the mid-run restarts and resync did not all happen")
+		}
+	}
+
+	// Every admitted request has exactly one receipt, at the one cost, and nothing is
+	// left pending.
+	perMember := make([]int64, nMembers)
+	var ids []string
+	admittedBy.Range(func(k, v any) bool {
+		ids = append(ids, k.(string))
+		perMember[v.(int)]++
+		return true
+	})
+	if len(ids) != total {
+		t.Fatalf("%d distinct request ids admitted, want %d", len(ids), total)
+	}
+	waitFor(t, 60*time.Second, "a receipt for every admitted request and nothing pending", func() bool {
+		var receipts, pending int
+		if err := s.db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM usage_receipts WHERE request_id = ANY($1)),
+			(SELECT count(*) FROM usage_request_starts WHERE state = 'pending')`, ids).Scan(&receipts, &pending); err != nil {
+			t.Fatal(err)
+		}
+		return receipts == total && pending == 0
+	})
+	var receipts, wrongCost, incomplete int
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE cost_micro_usd <> $2), count(*) FILTER (WHERE NOT complete)
+		FROM usage_receipts WHERE member_id = ANY($1)`, memberIDs(members), cost).Scan(&receipts, &wrongCost, &incomplete); err != nil {
+		t.Fatal(err)
+	}
+	if receipts != total || wrongCost != 0 || incomplete != 0 {
+		t.Errorf("%d receipts (want %d), %d at another cost than %d, %d incomplete", receipts, total, wrongCost, cost, incomplete)
+	}
+	// Every counter equals the sum of its receipts' charges (the accounting
+	// invariant), and each member's day counter its requests times the cost.
+	var bad int
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_buckets b
+		LEFT JOIN (SELECT c.bucket_id, sum(c.amount) AS s FROM usage_receipts r
+			CROSS JOIN LATERAL unnest(r.charge_bucket_ids, r.charge_amounts_micro_usd) AS c(bucket_id, amount) GROUP BY c.bucket_id) x
+		ON x.bucket_id = b.id WHERE b.used_micro_usd <> coalesce(x.s, 0)`).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad != 0 {
+		t.Errorf("%d counters differ from the sum of their receipts' charges", bad)
+	}
+	counters := make([]int64, nMembers)
+	for i, m := range members {
+		if err := s.db.Pool.QueryRow(ctx, `SELECT coalesce((SELECT used_micro_usd FROM usage_buckets WHERE id = $1), 0)`,
+			window.BucketID(o.id, m.memberID, window.Day, day.Start)).Scan(&counters[i]); err != nil {
+			t.Fatal(err)
+		}
+		if counters[i] != perMember[i]*cost {
+			t.Errorf("member %d: day counter %d, want %d requests x %d", i, counters[i], perMember[i], cost)
+		}
+	}
+	// The mirror converges to Postgres.
+	waitFor(t, 20*time.Second, "the mirror to hold every counter", func() bool {
+		gen, err := s.layout.Generation(ctx, s.rdb)
+		if err != nil || gen == "" {
+			return false
+		}
+		recs, errs, err := s.layout.ReadMany(ctx, s.rdb, memberIDs(members), gen)
+		if err != nil {
+			return false
+		}
+		for i := range recs {
+			if errs[i] != nil {
+				return false
+			}
+			if spend, ok := mirror.SpendOf(recs[i], "day", day.Start); !ok || spend != counters[i] {
+				return false
+			}
+		}
+		return true
+	})
+	close(stopSampling)
+	samples := <-sampled
+	if len(monotonic) > 0 {
+		t.Errorf("the mirror's spend went down %d times, e.g. %v", len(monotonic), monotonic[:min(3, len(monotonic))])
+	}
+	if samples < 10 {
+		t.Errorf("only %d samples of the mirror", samples)
+	}
+	t.Logf("%d requests admitted and settled through 2 enforcers and 2 control planes in %s (%.0f/s); %d settlements delivered twice "+
+		"(once through each); %d checks or settlements retried on the other enforcer during the restarts; %d settlements answered 202 "+
+		"(queued); %d receipts, 0 pending, every counter equals its receipts; mirror sampled %d times, never went down, converged",
+		total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), duplicates.Load(), failovers.Load(), settle202.Load(),
+		receipts, samples)
+}
+
+func memberIDs(ps []party) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.memberID
+	}
+	return out
+}
