@@ -326,6 +326,18 @@ func failoverUnderLoad(t *testing.T, topo *topology) {
 	if got := s.metric(t, "tollgate_enforcer_record_reads_total", `source="redis"`); got <= readsBefore {
 		t.Errorf("no record read from Redis after the failover (%v, before %v)", got, readsBefore)
 	}
+	// The invalidation channel works again too: an approved extension (1.2 USD spent of
+	// 1.25) is announced and admits at once, the record written to the new master.
+	var asked, approved resetRequest
+	s.must(t, 200, "POST", "/v1/gateway/usage-limit-reset-requests", o.member.token, o.id,
+		map[string]string{"bucketId": window.BucketID(o.id, o.member.memberID, window.Day, day.Start), "reason": "after the failover"}, &asked)
+	applied := s.metric(t, "tollgate_enforcer_invalidations_total", `kind="record"`)
+	s.must(t, 200, "POST", "/v1/gateway/usage-limit-reset-requests/"+asked.ID+"/approve", o.owner.token, o.id, nil, &approved)
+	waitFor(t, 10*time.Second, "the enforcer to apply the record's invalidation after the failover", func() bool {
+		return s.metric(t, "tollgate_enforcer_invalidations_total", `kind="record"`) > applied
+	})
+	extended := admitted(t, s.check(t, o.key), "within_limit")
+	s.respond(t, extended, "application/json", response(extended))
 
 	t.Logf("%s failover: killed %s at %s; its %d members had no admission for %s; their checks were refused (503) for %s "+
 		"(first refusal %s after the kill, last %s after): %s; "+
