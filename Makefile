@@ -11,7 +11,7 @@ export TOLLGATE_TEST_REDIS_URL    ?= $(TOLLGATE_REDIS_URL)
 TEST_P ?= 4
 
 .DEFAULT_GOAL := help
-.PHONY: help build run run-fresh test lint migrate services services-down generate fuzz bench chart-test clean
+.PHONY: help build run run-fresh test test-topologies lint migrate services services-down generate fuzz bench chart-test clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -41,6 +41,16 @@ test: ## the whole test suite (what CI runs); needs Postgres and Redis (see `mak
 	@# Four test binaries at once (go test's default is one per CPU): most tests wait on
 	@# Postgres commits, Redis and sockets, not on the CPU. TEST_P overrides it.
 	$(GO) test -p $(TEST_P) -count=1 -timeout 20m ./...
+
+# The suites on real Redis topologies (docs/redis.md): a Redis Cluster and a Sentinel group
+# started from redis-server, the failover under load and two of each program. They are
+# part of `make test` too; this runs them alone and prints their figures.
+TOPOLOGY_TESTS := TestTopologies|TestClusterClientFollowsAFailover|TestOnACluster|TestRedisTopologies|TestFailoverUnderLoad|TestTwoControlPlanesTwoEnforcers
+
+test-topologies: ## only the Redis Cluster/Sentinel, failover and two-replica suites, with their figures
+	@TOLLGATE_DATABASE_URL=$(TOLLGATE_TEST_DATABASE_URL) bash deploy/local/ensure-services.sh
+	@set -o pipefail; $(GO) test -count=1 -v -timeout 10m -run '^($(TOPOLOGY_TESTS))$$' ./internal/testredis ./pkg/redisconf ./pkg/mirror ./e2e 2>&1 \
+		| grep -E '^(--- |ok|FAIL|panic)|^ +--- |_test\.go:[0-9]+:'
 
 # staticcheck, pinned to a release (the module proxy serves it; `go run` builds it once
 # into the build cache). Findings are fixed, or silenced one by one with
