@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -33,7 +34,7 @@ const ClusterNodeTimeout = time.Second
 // redis-server the test is skipped (it fails under CI=true).
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
-	bin := serverBinary(t)
+	bin := topologyBinary(t)
 	c := &Cluster{}
 	for range 6 {
 		port, bus := freePort(t), freePort(t)
@@ -242,7 +243,7 @@ const SentinelDownAfter = 500 * time.Millisecond
 // test is skipped (it fails under CI=true).
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
-	bin := serverBinary(t)
+	bin := topologyBinary(t)
 	s := &Sentinel{MasterName: "tollgate"}
 	master := startServer(t, bin, freePort(t))
 	replica := startServer(t, bin, freePort(t), "--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))
@@ -342,6 +343,24 @@ func (s *Sentinel) Flush(t testing.TB) {
 	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatalf("flush the sentinel master: %v", err)
 	}
+}
+
+// topologyBinary is redis-server, at least 7.0 (cluster-port, CLUSTER ADDSLOTSRANGE);
+// an older one skips the test (fails it under CI=true).
+func topologyBinary(t testing.TB) string {
+	t.Helper()
+	bin := serverBinary(t)
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		Unavailable(t, "redis-server --version", err)
+	}
+	// "Redis server v=7.0.15 sha=..."
+	_, v, _ := strings.Cut(string(out), " v=")
+	major, _, _ := strings.Cut(v, ".")
+	if n, err := strconv.Atoi(major); err != nil || n < 7 {
+		Unavailable(t, "redis-server 7.0 or later", fmt.Errorf("found %q", strings.TrimSpace(string(out))))
+	}
+	return bin
 }
 
 // waitUntil polls cond every 50ms until it returns nil, failing the test with its last
