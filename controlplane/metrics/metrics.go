@@ -50,7 +50,8 @@ type Metrics struct {
 	// MirrorWrites counts Redis record writes by result (written, stale, error).
 	MirrorWrites *prometheus.CounterVec
 	// Resyncs counts mirror rebuilds by kind (generation: Redis lost its data; refresh:
-	// writes had failed; repair; forced: tollgate resync).
+	// writes had failed; repair; forced: tollgate resync; failover: a Redis master was
+	// replaced, and what it acknowledged last may be lost).
 	Resyncs *prometheus.CounterVec
 	// RPCs counts internal API calls by method and gRPC code.
 	RPCs *prometheus.CounterVec

@@ -40,10 +40,35 @@ func (w *Writer) Check(ctx context.Context) error {
 		w.takeFailed() // everything is rewritten
 		return w.rewriteAll(ctx, gen)
 	}
-	if cur != w.Generation() {
+	adopted := cur != w.Generation()
+	if adopted {
 		w.log.Info("mirror: adopting the current generation", "generation", cur)
 		w.setGeneration(cur)
 	}
+	masters, changed, err := w.mastersReplaced(ctx)
+	if err != nil {
+		return err
+	}
+	if changed && !adopted {
+		// A master the mirror lived on was replaced (pkg/mirror/masters.go): what it
+		// acknowledged last may be lost. Unless another control plane already moved the generation
+		// (then it rebuilds, and this one just adopted its generation above).
+		gen, replaced, err := w.layout.ReplaceGeneration(ctx, w.rdb, cur, newGeneration())
+		if err != nil {
+			return err
+		}
+		w.setGeneration(gen)
+		w.noteMasters(masters)
+		if !replaced {
+			return nil
+		}
+		w.log.Warn("mirror: a Redis master was replaced (failover or restart); its last writes may be lost, so every record is rebuilt under a new generation",
+			"generation", gen)
+		w.metrics.Resyncs.WithLabelValues("failover").Inc()
+		w.takeFailed() // everything is rewritten
+		return w.rewriteAll(ctx, gen)
+	}
+	w.noteMasters(masters)
 	failed, overflow := w.takeFailed()
 	switch {
 	case overflow:

@@ -65,6 +65,10 @@ type Writer struct {
 	// failed are members whose last write failed; overflow means too many to list.
 	failed   map[string]bool
 	overflow bool
+	// masters are the replication ids of the Redis masters last seen (failover.go);
+	// mastersUnreadable: INFO failed once (logged once).
+	masters           mirror.Masters
+	mastersUnreadable bool
 	// resyncing serializes resyncs of this process.
 	resyncing sync.Mutex
 	resolves  resolver

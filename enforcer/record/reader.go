@@ -67,6 +67,16 @@ type Reader struct {
 	// gen is the generation last seen; nil until the first successful poll.
 	gen   atomic.Pointer[string]
 	nudge chan struct{}
+	// doubt is set while the mirror may serve records a dead master acknowledged but
+	// never replicated (see masters.go): from a Redis error, or a replaced master seen
+	// by the watcher, until the watcher finds the same masters again or the control
+	// plane's rebuild under a new generation. Reads resolve meanwhile.
+	doubt atomic.Bool
+	// Watcher-only state: the masters' replication ids and the generation when they
+	// were last noted, and whether INFO was refused (logged once).
+	masters           mirror.Masters
+	mastersGen        string
+	mastersUnreadable bool
 
 	// reads feeds the pipelining workers while Run is running (batching on).
 	reads    chan *readReq
@@ -172,6 +182,11 @@ func (r *Reader) Read(ctx context.Context, orgID, memberID string) (Record, erro
 		}
 	}
 	switch {
+	case err == nil && r.doubt.Load():
+		// Redis answers, but a master may have been replaced with writes lost
+		// (masters.go): the record may be older than it looks. (A Redis that does not
+		// answer is still a Redis failure, below: the failure mode decides.)
+		return r.Resolve(ctx, orgID, memberID)
 	case err == nil:
 		r.fromRedis.Inc()
 		return Record{Record: rec}, nil
@@ -184,6 +199,13 @@ func (r *Reader) Read(ctx context.Context, orgID, memberID string) (Record, erro
 		return r.Resolve(ctx, orgID, memberID)
 	default:
 		r.redisErrors.Inc()
+		// Perhaps the master died: until the watcher knows, records are in doubt.
+		if ctx.Err() == nil && !r.doubt.Swap(true) {
+			select {
+			case r.nudge <- struct{}{}:
+			default:
+			}
+		}
 		return Record{}, fmt.Errorf("%w: %v", ErrRedis, err)
 	}
 }
@@ -430,8 +452,10 @@ func (r *Reader) watch(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.GenerationPoll)
-		if _, err := r.pollGeneration(pollCtx); err != nil && ctx.Err() == nil {
+		if g, err := r.pollGeneration(pollCtx); err != nil && ctx.Err() == nil {
 			r.log.Debug("generation poll failed", "error", err)
+		} else if err == nil {
+			r.watchMasters(pollCtx, g)
 		}
 		cancel()
 		select {

@@ -379,3 +379,45 @@ func waitUntil(t testing.TB, limit time.Duration, what string, cond func() error
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// ReplicaOf is a running data node replicating master now (nil when none does).
+func ReplicaOf(t testing.TB, nodes []*Server, master *Server) *Server {
+	t.Helper()
+	ctx := context.Background()
+	for _, n := range nodes {
+		if n == master || !n.Running() {
+			continue
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr})
+		info, err := rdb.Info(ctx, "replication").Result()
+		rdb.Close()
+		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, fmt.Sprintf("master_port:%d\r\n", master.Port())) {
+			return n
+		}
+	}
+	return nil
+}
+
+// CutReplica stops replica from receiving its master's writes while both stay up: the
+// replica's link is killed and it cannot authenticate to sync again (a wrong
+// masterauth). Writes the master acknowledges from then on are missing on the replica,
+// as the last writes of a master that dies before replicating them are.
+func CutReplica(t testing.TB, replica *Server) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rdb.Close()
+	if err := rdb.ConfigSet(ctx, "masterauth", "not-the-masters-password").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ClientKillByFilter(ctx, "TYPE", "master").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the replica's link to be down", func() error {
+		info, err := rdb.Info(ctx, "replication").Result()
+		if err == nil && !strings.Contains(info, "master_link_status:down") {
+			err = fmt.Errorf("replica %s:\n%s", replica.Addr, info)
+		}
+		return err
+	})
+}

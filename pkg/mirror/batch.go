@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"strings"
 	"time"
@@ -77,4 +78,24 @@ func (l Layout) ClaimGeneration(ctx context.Context, rdb redis.Cmdable, generati
 	}
 	cur, err := l.Generation(ctx, rdb)
 	return cur, false, err
+}
+
+//go:embed replace_generation.lua
+var replaceGenerationSource string
+
+var replaceGenerationScript = redis.NewScript(replaceGenerationSource)
+
+// ReplaceGeneration installs generation if the current one is still seen, and returns
+// the generation in force: ours when replaced, another writer's otherwise (or "" when
+// Redis has none). Control planes that decide at the same moment that the mirror must
+// be rebuilt (after a failover) thus agree on one new generation and one rebuild.
+func (l Layout) ReplaceGeneration(ctx context.Context, rdb redis.Scripter, seen, generation string) (string, bool, error) {
+	cur, err := replaceGenerationScript.Run(ctx, rdb, []string{l.GenerationKey()}, seen, generation).Text()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return cur, cur == generation, nil
 }

@@ -177,3 +177,41 @@ func TestReadManyMatchesRead(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaceGenerationAndMasters: the generation is replaced only while it is still
+// the one seen (two control planes deciding at once agree on one), and a single server
+// has one master replication id, which only a replacement removes.
+func TestReplaceGenerationAndMasters(t *testing.T) {
+	rdb, l := testredis.New(t)
+	ctx := context.Background()
+	if g, ok, err := l.ReplaceGeneration(ctx, rdb, "g1", "g2"); err != nil || ok || g != "" {
+		t.Fatalf("replace without a generation: %q %v %v", g, ok, err)
+	}
+	if err := l.SetGeneration(ctx, rdb, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	if g, ok, err := l.ReplaceGeneration(ctx, rdb, "g1", "g2"); err != nil || !ok || g != "g2" {
+		t.Fatalf("first replace: %q %v %v", g, ok, err)
+	}
+	if g, ok, err := l.ReplaceGeneration(ctx, rdb, "g1", "g3"); err != nil || ok || g != "g2" {
+		t.Fatalf("second replace of the same generation: %q %v %v", g, ok, err)
+	}
+	m, err := mirror.ReadMasters(ctx, rdb)
+	if err != nil || len(m) != 1 {
+		t.Fatalf("masters %v: %v", m, err)
+	}
+	if m.Replaced(m.Clone()) {
+		t.Fatal("the same masters reported replaced")
+	}
+	grown := m.Clone()
+	grown["another"] = true
+	if m.Replaced(grown) || !grown.Replaced(m) {
+		t.Fatal("a new master is not a replacement; a missing one is")
+	}
+	if mirror.Refused(errors.New("dial tcp: connection refused")) {
+		t.Fatal("a network error taken for a refused INFO")
+	}
+	if err := rdb.Do(ctx, "no-such-command").Err(); !mirror.Refused(err) {
+		t.Fatalf("an error reply not taken as refused: %v", err)
+	}
+}

@@ -1,0 +1,59 @@
+package record
+
+import (
+	"context"
+
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+)
+
+// A master that dies may take with it the record writes it acknowledged last (Redis
+// replicates asynchronously; pkg/mirror/masters.go). Its promoted replica then serves
+// an older record, with less spend than Postgres holds: a member whose blocking
+// settlement was lost would be admitted again. The control plane notices the replaced
+// master and rebuilds the mirror under a new generation, but only at its next
+// maintenance round. Until then this reader doubts: from a Redis error (the master
+// died), or from a replaced master seen here first, a record Redis returns is not used;
+// the read resolves through the control plane (authoritative) instead, until the
+// masters turn out unchanged (the error was a blip) or the generation moves (the
+// rebuild began; records of the old generation are unknown from then on). A read that
+// Redis does not answer is still a Redis failure, which the failure mode decides.
+
+// watchMasters runs after each successful generation poll (g is the generation read).
+func (r *Reader) watchMasters(ctx context.Context, g string) {
+	ids, err := mirror.ReadMasters(ctx, r.rdb)
+	if err != nil {
+		if !mirror.Refused(err) {
+			// A master cannot be reached (a cluster shard failing over while the
+			// generation's shard answers): keep doubting, look again next poll.
+			return
+		}
+		// Redis answered the generation but not INFO (some managed services rename
+		// it): failovers cannot be watched, so do not doubt for ever.
+		if !r.mastersUnreadable {
+			r.mastersUnreadable = true
+			r.log.Warn("cannot read the Redis masters' replication ids; a failover that loses writes will not be noticed", "error", err)
+		}
+		r.doubt.Store(false)
+		return
+	}
+	switch {
+	case r.masters == nil || !r.masters.Replaced(ids):
+		// Same masters (or the first look): nothing was lost.
+		if r.doubt.Swap(false) {
+			r.log.Info("Redis answers again, with the same masters; reading the mirror again")
+		}
+	case g != r.mastersGen:
+		// A master was replaced, and the generation moved since: the control plane is
+		// rebuilding, and records of the old generation are unknown to this reader.
+		if r.doubt.Swap(false) {
+			r.log.Info("a Redis master was replaced and the mirror is being rebuilt; reading it again", "generation", g)
+		}
+	default:
+		// Replaced, no rebuild yet: keep resolving, and keep the old ids until then.
+		if !r.doubt.Swap(true) {
+			r.log.Warn("a Redis master was replaced; its last writes may be lost, so records are resolved through the control plane until the mirror is rebuilt")
+		}
+		return
+	}
+	r.masters, r.mastersGen = ids, g
+}
