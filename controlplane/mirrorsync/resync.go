@@ -35,6 +35,11 @@ func (w *Writer) Check(ctx context.Context) error {
 			// Another control plane claimed it at the same moment and rebuilds.
 			return nil
 		}
+		// The masters now are the ones this rebuild writes to (a restarted master has a
+		// new replication id: no second rebuild for it).
+		if ids, err := mirror.ReadMasters(ctx, w.rdb); err == nil {
+			w.noteMasters(ids)
+		}
 		w.log.Warn("mirror: Redis has no generation (it lost its data, or was never synced); rebuilding every record", "generation", gen)
 		w.metrics.Resyncs.WithLabelValues("generation").Inc()
 		w.takeFailed() // everything is rewritten
