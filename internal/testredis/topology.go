@@ -149,20 +149,32 @@ func (c *Cluster) MasterFor(t testing.TB, key string) *Server {
 			rdb.Close()
 			continue
 		}
-		ranges, err := rdb.ClusterSlots(ctx).Result()
+		shards, err := rdb.ClusterShards(ctx).Result()
 		rdb.Close()
 		if err != nil {
 			continue
 		}
-		for _, r := range ranges {
-			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
-				if s := c.node(r.Nodes[0].Addr); s != nil {
-					return s
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start <= slot && slot <= r.End {
+					if m := c.master(sh); m != nil {
+						return m
+					}
 				}
 			}
 		}
 	}
 	t.Fatalf("no cluster node serves the slot of %q", key)
+	return nil
+}
+
+// master is the server of a shard's master node, or nil.
+func (c *Cluster) master(sh redis.ClusterShard) *Server {
+	for _, nd := range sh.Nodes {
+		if nd.Role == "master" {
+			return c.node(fmt.Sprintf("%s:%d", nd.IP, nd.Port))
+		}
+	}
 	return nil
 }
 
@@ -181,9 +193,9 @@ func (c *Cluster) WaitHealthy(t testing.TB, limit time.Duration) {
 			if err == nil && !strings.Contains(info, "cluster_state:ok") {
 				err = fmt.Errorf("cluster state of %s:\n%s", n.Addr, info)
 			}
-			var slots []redis.ClusterSlot
+			var shards []redis.ClusterShard
 			if err == nil {
-				slots, err = rdb.ClusterSlots(ctx).Result()
+				shards, err = rdb.ClusterShards(ctx).Result()
 			}
 			var repl string
 			if err == nil {
@@ -194,11 +206,16 @@ func (c *Cluster) WaitHealthy(t testing.TB, limit time.Duration) {
 				return err
 			}
 			served := 0
-			for _, s := range slots {
-				if len(s.Nodes) == 0 || c.node(s.Nodes[0].Addr) == nil || !c.node(s.Nodes[0].Addr).Running() {
-					return fmt.Errorf("%s: slots %d-%d served by a stopped node", n.Addr, s.Start, s.End)
+			for _, sh := range shards {
+				if len(sh.Slots) == 0 {
+					continue
 				}
-				served += s.End - s.Start + 1
+				if m := c.master(sh); m == nil || !m.Running() {
+					return fmt.Errorf("%s: slots %v served by no running master", n.Addr, sh.Slots)
+				}
+				for _, r := range sh.Slots {
+					served += int(r.End - r.Start + 1)
+				}
 			}
 			if served != 16384 {
 				return fmt.Errorf("%s: %d slots served", n.Addr, served)
