@@ -45,7 +45,7 @@ test: ## the whole test suite (what CI runs); needs Postgres and Redis (see `mak
 # The suites on real Redis topologies (docs/redis.md): a Redis Cluster and a Sentinel group
 # started from redis-server, the failover under load and two of each program. They are
 # part of `make test` too; this runs them alone and prints their figures.
-TOPOLOGY_TESTS := TestTopologies|TestClusterClientFollowsAFailover|TestOnACluster|TestRedisTopologies|TestFailoverUnderLoad|TestTwoControlPlanesTwoEnforcers
+TOPOLOGY_TESTS := TestTopologies|TestClusterClientFollowsAFailover|TestOnACluster|TestRedisTopologies|TestFailoverUnderLoad|TestFailoverThatLosesTheBlockingWrite|TestTwoControlPlanesTwoEnforcers
 
 test-topologies: ## only the Redis Cluster/Sentinel, failover and two-replica suites, with their figures
 	@TOLLGATE_DATABASE_URL=$(TOLLGATE_TEST_DATABASE_URL) bash deploy/local/ensure-services.sh
