@@ -11,8 +11,8 @@ import (
 // an older record, with less spend than Postgres holds: a member whose blocking
 // settlement was lost would be admitted again. The control plane notices the replaced
 // master and rebuilds the mirror under a new generation, but only at its next
-// maintenance round. Until then this reader doubts: from a Redis error (the master
-// died), or from a replaced master seen here first, a record Redis returns is not used;
+// maintenance round. Until then this reader doubts: from a Redis error of a read or of
+// the generation poll (the master died), or from a replaced master seen here first, a record Redis returns is not used;
 // the read resolves through the control plane (authoritative) instead, until the
 // masters turn out unchanged (the error was a blip) or the generation moves (the
 // rebuild began; records of the old generation are unknown from then on). A read that

@@ -454,6 +454,9 @@ func (r *Reader) watch(ctx context.Context) {
 		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.GenerationPoll)
 		if g, err := r.pollGeneration(pollCtx); err != nil && ctx.Err() == nil {
 			r.log.Debug("generation poll failed", "error", err)
+			// The master may be dying, even if no check read Redis meanwhile (a block
+			// kept in memory answers them): doubt until the next look (masters.go).
+			r.doubt.Store(true)
 		} else if err == nil {
 			r.watchMasters(pollCtx, g)
 		}
