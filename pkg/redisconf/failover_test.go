@@ -24,7 +24,12 @@ func TestClusterClientFollowsAFailover(t *testing.T) {
 	}
 	old := c.MasterFor(t, "{m}:k")
 	direct := redis.NewClient(&redis.Options{Addr: old.Addr})
-	n, err := direct.Wait(ctx, 1, time.Second).Result() // the replica has the key
+	// WAIT counts the writes of its own connection: write again on it, then wait
+	// until the replica has that (and so everything before it).
+	if err := direct.Set(ctx, "{m}:k", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := direct.Wait(ctx, 1, time.Second).Result()
 	direct.Close()
 	if err != nil || n != 1 {
 		t.Fatalf("WAIT: %d %v", n, err)
