@@ -139,15 +139,7 @@ func (l *timeline) String() string {
 func TestFailoverUnderLoad(t *testing.T) {
 	t.Parallel()
 	awayFromDayBoundary(t, 2*time.Minute)
-	for _, tc := range []struct {
-		name  string
-		start func(testing.TB) *topology
-	}{{"cluster", clusterTopology}, {"sentinel", sentinelTopology}} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			failoverUnderLoad(t, tc.start(t))
-		})
-	}
+	onEachTopology(t, failoverUnderLoad)
 }
 
 func failoverUnderLoad(t *testing.T, topo *topology) {

@@ -21,15 +21,7 @@ import (
 func TestFailoverThatLosesTheBlockingWrite(t *testing.T) {
 	t.Parallel()
 	awayFromDayBoundary(t, 2*time.Minute)
-	for _, tc := range []struct {
-		name  string
-		start func(testing.TB) *topology
-	}{{"cluster", clusterTopology}, {"sentinel", sentinelTopology}} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			failoverThatLosesTheBlockingWrite(t, tc.start(t))
-		})
-	}
+	onEachTopology(t, failoverThatLosesTheBlockingWrite)
 }
 
 func failoverThatLosesTheBlockingWrite(t *testing.T, topo *topology) {

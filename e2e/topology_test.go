@@ -42,6 +42,21 @@ func sentinelTopology(t testing.TB) *topology {
 		"TOLLGATE_REDIS_ADDRS": strings.Join(s.Addrs(), ","), "TOLLGATE_REDIS_SENTINEL_MASTER": s.MasterName}}
 }
 
+// onEachTopology runs test in parallel on a Redis Cluster and on a Sentinel group, each
+// of its own.
+func onEachTopology(t *testing.T, test func(t *testing.T, topo *topology)) {
+	t.Helper()
+	for _, tc := range []struct {
+		name  string
+		start func(testing.TB) *topology
+	}{{"cluster", clusterTopology}, {"sentinel", sentinelTopology}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, tc.start(t))
+		})
+	}
+}
+
 // masterOf is the data node holding key now.
 func (tp *topology) masterOf(t testing.TB, key string) *testredis.Server {
 	if tp.cluster != nil {
@@ -103,27 +118,20 @@ func (s *stack) resync(t testing.TB) {
 func TestRedisTopologies(t *testing.T) {
 	t.Parallel()
 	awayFromDayBoundary(t, 2*time.Minute)
-	for _, tc := range []struct {
-		name  string
-		start func(testing.TB) *topology
-	}{{"cluster", clusterTopology}, {"sentinel", sentinelTopology}} {
-		t.Run(tc.name, func(t *testing.T) {
+	onEachTopology(t, func(t *testing.T, topo *topology) {
+		t.Run("day limit blocks and extension admits", func(t *testing.T) {
 			t.Parallel()
-			topo := tc.start(t)
-			t.Run("day limit blocks and extension admits", func(t *testing.T) {
-				t.Parallel()
-				dayLimitBlocksAndExtensionAdmits(t, startStackOn(t, topo))
-			})
-			t.Run("flushed mirror never admits on an invented zero", func(t *testing.T) {
-				t.Parallel()
-				flushedMirrorNeverAdmitsOnInventedZero(t, startStackOn(t, topo))
-			})
-			t.Run("resync keeps the block", func(t *testing.T) {
-				t.Parallel()
-				resyncKeepsTheBlock(t, startStackOn(t, topo))
-			})
+			dayLimitBlocksAndExtensionAdmits(t, startStackOn(t, topo))
 		})
-	}
+		t.Run("flushed mirror never admits on an invented zero", func(t *testing.T) {
+			t.Parallel()
+			flushedMirrorNeverAdmitsOnInventedZero(t, startStackOn(t, topo))
+		})
+		t.Run("resync keeps the block", func(t *testing.T) {
+			t.Parallel()
+			resyncKeepsTheBlock(t, startStackOn(t, topo))
+		})
+	})
 }
 
 // resyncKeepsTheBlock: a blocked member stays blocked, with the real spend, across an
