@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -96,6 +97,10 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 			return c.EnforcerAdmin
 		case "TOLLGATE_PLATFORM_ADMIN_EMAILS":
 			return envOr(getenv, k, demoAdminEmail)
+		case "TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR":
+			// The demo keeps its measured settlements across a crash like a deployment
+			// (one enforcer per directory: a second `tollgate dev` sets its own).
+			return envOr(getenv, k, filepath.Join(os.TempDir(), "tollgate-dev-settle-spool"))
 		}
 		if !c.ForwardAuth && !c.NoProxy {
 			// The enforcer's gateway is the demo's inference proxy, in front of the fake
