@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -69,8 +71,13 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 		return nil
 	}
 
+	spoolDir := devSpoolDir(getenv)
 	if c.Reset {
 		if err := resetLocal(ctx, getenv, stdio.Stdout); err != nil {
+			return fmt.Errorf("reset: %w", err)
+		}
+		// Settlements measured against the database just dropped must not replay.
+		if err := os.RemoveAll(spoolDir); err != nil {
 			return fmt.Errorf("reset: %w", err)
 		}
 	}
@@ -98,9 +105,7 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 		case "TOLLGATE_PLATFORM_ADMIN_EMAILS":
 			return envOr(getenv, k, demoAdminEmail)
 		case "TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR":
-			// The demo keeps its measured settlements across a crash like a deployment
-			// (one enforcer per directory: a second `tollgate dev` sets its own).
-			return envOr(getenv, k, filepath.Join(os.TempDir(), "tollgate-dev-settle-spool"))
+			return spoolDir
 		}
 		if !c.ForwardAuth && !c.NoProxy {
 			// The enforcer's gateway is the demo's inference proxy, in front of the fake
@@ -297,4 +302,17 @@ func printDemo(w io.Writer, base string, d demoOrg, proxyURL, token string) {
 			proxyURL, d.MemberKey, demo.Model)
 	}
 	fmt.Fprintf(w, "%s\n", line)
+}
+
+// devSpoolDir is the demo enforcer's settlement spool (TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR
+// when set): the demo keeps its measured settlements across a crash like a deployment.
+// By default it is a directory in the temp directory named after the database and the
+// Redis mirror it settles into, so a stack on another database never replays them, and
+// two stacks never share one (the spool takes one enforcer per directory).
+func devSpoolDir(getenv func(string) string) string {
+	if d := getenv("TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR"); d != "" {
+		return d
+	}
+	sum := sha256.Sum256([]byte(getenv("TOLLGATE_DATABASE_URL") + "\x00" + getenv("TOLLGATE_REDIS_URL") + "\x00" + getenv("TOLLGATE_REDIS_PREFIX")))
+	return filepath.Join(os.TempDir(), "tollgate-dev-settle-spool-"+hex.EncodeToString(sum[:6]))
 }

@@ -65,6 +65,7 @@ func TestDevStackReachesThe429(t *testing.T) {
 		"TOLLGATE_HTTP_ADDR": freeAddr(t), "TOLLGATE_GRPC_ADDR": freeAddr(t), "TOLLGATE_ADMIN_ADDR": freeAddr(t),
 		"TOLLGATE_ENFORCER_GRPC_ADDR": freeAddr(t), "TOLLGATE_ENFORCER_HTTP_ADDR": freeAddr(t), "TOLLGATE_ENFORCER_ADMIN_ADDR": freeAddr(t),
 		"TOLLGATE_DEMO_UPSTREAM_ADDR": freeAddr(t), "TOLLGATE_DEMO_PROXY_ADDR": freeAddr(t),
+		"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": t.TempDir(),
 	}
 	getenv := func(k string) string { return env[k] }
 	ctx, cancel := context.WithCancel(context.Background())
