@@ -344,11 +344,14 @@ func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
 	}
 }
 
-// SettleOrphan settles a start that became durable after its check was abandoned: the
-// request was never forwarded as far as anyone knows, so its usage is unknown.
+// SettleOrphan settles a start that became (or may have become) durable after its check
+// was abandoned: the request was never forwarded, so nothing was used. The settlement
+// carries the start's snapshot: the control plane settles the stored start when there is
+// one, and otherwise records the request from the snapshot at no cost, so a start whose
+// call failed ambiguously never stays pending either.
 func (t *Tracker) SettleOrphan(item *internalv1.StartItem, res *settleq.Reservation) {
 	_ = t.q.Enqueue(&internalv1.SettleItem{RequestId: item.GetRequestId(), OrganizationId: item.GetOrganizationId(),
-		MemberId: item.GetMemberId(), FinishedAtUnixMs: t.clk.Now().UnixMilli()}, res, nil)
+		MemberId: item.GetMemberId(), Snapshot: item.GetSnapshot(), FinishedAtUnixMs: t.clk.Now().UnixMilli()}, res, nil)
 }
 
 // Reap settles, as incomplete, every request admitted more than after ago that no

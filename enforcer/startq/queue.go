@@ -117,8 +117,9 @@ func (r Result) Admitted() bool {
 	return r.Outcome == internalv1.StartOutcome_START_OUTCOME_RECORDED || r.Outcome == internalv1.StartOutcome_START_OUTCOME_DUPLICATE
 }
 
-// OrphanFunc receives a start that became durable after its caller had left, with its
-// settlement reservation, so that it can be settled.
+// OrphanFunc receives a start that became durable after its caller had left, or whose
+// call failed after its caller had left (it may be durable), with its settlement
+// reservation, so that it can be settled.
 type OrphanFunc func(item *internalv1.StartItem, res *settleq.Reservation)
 
 // Queue batches starts. Create with New, start workers with Run.
@@ -366,18 +367,22 @@ func (q *Queue) complete(w *waiter, o outcome) {
 		w.done <- o
 		return
 	}
-	// Orphaned: nobody waits. A durable start must still be settled; anything else
-	// only gives its reservation back.
-	if o.err == nil && o.r.Admitted() && q.orphan != nil {
-		q.log.Info("start became durable after its check was abandoned; settling it as incomplete",
-			"request_id", w.item.GetRequestId())
+	// Orphaned: nobody waits. A durable start must still be settled, and so must one
+	// whose call failed: it may be durable (the control plane may have committed it and
+	// the answer been lost), and nothing else would close it but an operator's
+	// recovery. Its settlement carries the snapshot, so it closes the start if there is
+	// one and otherwise records a request of no cost; either way nothing stays pending.
+	// A start refused for its outcome only gives its reservation back.
+	if q.orphan != nil && (o.err != nil || o.r.Admitted()) {
+		if o.err != nil {
+			q.log.Warn("start of an abandoned check failed; it may be durable, so it is settled as incomplete",
+				"request_id", w.item.GetRequestId(), "error", o.err)
+		} else {
+			q.log.Info("start became durable after its check was abandoned; settling it as incomplete",
+				"request_id", w.item.GetRequestId())
+		}
 		q.orphan(w.item, w.res)
 		return
-	}
-	if o.err != nil {
-		// Ambiguous: the start may be durable. Abandonment recovery closes it if so.
-		q.log.Warn("start of an abandoned check failed; if it was recorded, abandonment recovery will close it",
-			"request_id", w.item.GetRequestId(), "error", o.err)
 	}
 	w.res.Release()
 }

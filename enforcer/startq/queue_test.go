@@ -321,6 +321,30 @@ func TestStartDurableAfterItsCallerLeftIsOrphaned(t *testing.T) {
 	}
 }
 
+// A start whose call fails after its caller left may still be durable (the control
+// plane committed, the answer was lost): it is handed to the orphan handler too, which
+// settles it (with its snapshot), so it never stays pending until an operator's recovery.
+func TestStartFailedAfterItsCallerLeftIsOrphaned(t *testing.T) {
+	st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16), err: errors.New("rpc error: deadline exceeded")}
+	f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, _, err := f.q.Submit(ctx, item("ambiguous", "m")); errc <- err }()
+	<-st.entered
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	close(st.gate) // ...and the call fails
+	deadline := time.Now().Add(2 * time.Second)
+	for f.orphans.Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a start that failed after its caller left was not handed to the orphan handler")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestStartsAreBatched(t *testing.T) {
 	st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
 	f := newFixture(t, Config{Workers: 1, MaxBatch: 64, Deadline: 5 * time.Second}, 1000, st)
