@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
@@ -63,44 +62,18 @@ func md5hex(a, b string) string {
 }
 
 // seedAuditBench loads the events with the table's secondary indexes dropped, then
-// rebuilds them from their own definitions (cheaper than a million index updates).
+// rebuilt from their own definitions (seedWithoutIndexes: cheaper than a million index
+// updates).
 func seedAuditBench(ctx context.Context, st *store.Store) error {
-	tx, err := st.Pool.Begin(ctx)
+	conn, err := st.Pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, `SELECT i.indexname, i.indexdef FROM pg_indexes i
-		WHERE i.schemaname = current_schema() AND i.tablename = 'audit_events'
-		AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)`)
-	if err != nil {
+	defer conn.Release()
+	if err := seedWithoutIndexes(ctx, conn, []string{"audit_events"}, auditBenchSeed); err != nil {
 		return err
 	}
-	type index struct{ name, def string }
-	indexes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (index, error) {
-		var ix index
-		return ix, r.Scan(&ix.name, &ix.def)
-	})
-	if err != nil {
-		return err
-	}
-	stmts := []string{`SET LOCAL maintenance_work_mem = '256MB'`}
-	for _, ix := range indexes {
-		stmts = append(stmts, `DROP INDEX `+pgx.Identifier{ix.name}.Sanitize())
-	}
-	stmts = append(stmts, auditBenchSeed...)
-	for _, ix := range indexes {
-		stmts = append(stmts, ix.def)
-	}
-	for _, s := range stmts {
-		if _, err := tx.Exec(ctx, s); err != nil {
-			return fmt.Errorf("seed: %w\n%s", err, s)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return err
-	}
-	_, err = st.Pool.Exec(ctx, `VACUUM ANALYZE audit_events`)
+	_, err = conn.Exec(ctx, `VACUUM ANALYZE audit_events`)
 	return err
 }
 
