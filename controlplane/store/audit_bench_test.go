@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
 )
