@@ -217,6 +217,10 @@ func (s *stack) startEnforcer(t testing.TB, env ...map[string]string) *enforcer 
 		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": s.cpGRPC,
 		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
 		"TOLLGATE_ENFORCER_GENERATION_POLL": "50ms",
+		// A check's Redis deadline (default 250ms) is tested in enforcer/app; here the
+		// suite shares two CPUs with its other packages, and a starved read must not turn
+		// a test's 429 into a 503.
+		"TOLLGATE_REDIS_CHECK_TIMEOUT": "2s",
 	}
 	maps.Copy(vars, s.redisEnv())
 	for _, m := range env {
