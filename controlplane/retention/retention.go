@@ -198,25 +198,43 @@ func judgeStart(s store.RetainedStart, cutoff time.Time) (remove bool, kept stri
 	return true, ""
 }
 
-func runStarts(ctx context.Context, d Deps, o Options, r *Report, log *slog.Logger) error {
-	after := ""
+// table is one kind of request-level data as retention walks it: rows read in key order
+// after a position, judged one by one, and the chosen ones pruned in the same transaction.
+type table[R any, K any] struct {
+	name string // the log's kind
+	// read reads at most limit rows after the position after (the zero K: from the start).
+	read func(ctx context.Context, tx pgx.Tx, after K, limit int) ([]R, error)
+	// judge says whether a row may go, or why it stays.
+	judge func(R) (remove bool, kept string)
+	// prune removes the chosen rows (applied runs only) and says how many it removed: the
+	// write checks them again, so a row that changed since the read stays.
+	prune func(ctx context.Context, tx pgx.Tx, rows []R) (int64, error)
+	// key is a row's position.
+	key func(R) K
+}
+
+// walk runs retention over one table in batches of o.Batch rows, one transaction each,
+// counting into kind and logging progress after every batch. A row closed or pruned
+// between the read and the write is counted as it was read; the write re-checked it.
+func walk[R any, K any](ctx context.Context, d Deps, o Options, t table[R, K], kind *Kind, log *slog.Logger) error {
+	var after K
 	for {
-		var rows []store.RetainedStart
+		var rows []R
 		var removed int64
 		err := d.Store.InTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			if rows, err = store.StartsAfter(ctx, tx, after, o.Batch); err != nil || len(rows) == 0 {
+			if rows, err = t.read(ctx, tx, after, o.Batch); err != nil || len(rows) == 0 {
 				return err
 			}
-			var ids []string
-			for _, s := range rows {
-				if ok, _ := judgeStart(s, r.Cutoff); ok {
-					ids = append(ids, s.RequestID)
+			var chosen []R
+			for _, row := range rows {
+				if ok, _ := t.judge(row); ok {
+					chosen = append(chosen, row)
 				}
 			}
-			removed = int64(len(ids))
-			if o.Apply && len(ids) > 0 {
-				removed, err = store.PruneStartSnapshots(ctx, tx, ids, r.Cutoff)
+			removed = int64(len(chosen))
+			if o.Apply && len(chosen) > 0 {
+				removed, err = t.prune(ctx, tx, chosen)
 			}
 			return err
 		})
@@ -226,115 +244,93 @@ func runStarts(ctx context.Context, d Deps, o Options, r *Report, log *slog.Logg
 		if len(rows) == 0 {
 			return nil
 		}
-		for _, s := range rows {
-			if ok, why := judgeStart(s, r.Cutoff); !ok {
-				r.Starts.keep(why)
+		for _, row := range rows {
+			if ok, why := t.judge(row); !ok {
+				kind.keep(why)
 			}
 		}
-		// A row closed or pruned between the read and the write is counted kept as it was
-		// read; the write re-checked it.
-		r.Starts.Examined += int64(len(rows))
-		r.Starts.Removed += removed
-		after = rows[len(rows)-1].RequestID
-		log.Info("retention batch", "kind", "starts", "examined", r.Starts.Examined, "removed", r.Starts.Removed,
-			"kept_pending", r.Starts.Kept[KeptPending])
+		kind.Examined += int64(len(rows))
+		kind.Removed += removed
+		after = t.key(rows[len(rows)-1])
+		log.Info("retention batch", "kind", t.name, "examined", kind.Examined, "removed", kind.Removed,
+			"kept", kind.Kept)
 		if len(rows) < o.Batch {
 			return nil
 		}
 	}
+}
+
+func runStarts(ctx context.Context, d Deps, o Options, r *Report, log *slog.Logger) error {
+	return walk(ctx, d, o, table[store.RetainedStart, string]{
+		name: "starts",
+		read: func(ctx context.Context, tx pgx.Tx, after string, limit int) ([]store.RetainedStart, error) {
+			return store.StartsAfter(ctx, tx, after, limit)
+		},
+		judge: func(s store.RetainedStart) (bool, string) { return judgeStart(s, r.Cutoff) },
+		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedStart) (int64, error) {
+			ids := make([]string, len(rows))
+			for i, s := range rows {
+				ids[i] = s.RequestID
+			}
+			return store.PruneStartSnapshots(ctx, tx, ids, r.Cutoff)
+		},
+		key: func(s store.RetainedStart) string { return s.RequestID },
+	}, &r.Starts, log)
 }
 
 func runReceipts(ctx context.Context, d Deps, o Options, r *Report, now time.Time, log *slog.Logger) error {
-	after := ""
-	for {
-		var rows []store.RetainedReceipt
-		var removed int64
-		err := d.Store.InTx(ctx, func(tx pgx.Tx) error {
-			var err error
-			if rows, err = store.ReceiptsAfter(ctx, tx, after, o.Batch); err != nil || len(rows) == 0 {
-				return err
-			}
-			var ids []string
-			for _, s := range rows {
-				if !s.Pruned && s.UpdatedAt.Before(r.Cutoff) {
-					ids = append(ids, s.RequestID)
-				}
-			}
-			removed = int64(len(ids))
-			if o.Apply && len(ids) > 0 {
-				removed, err = store.PruneReceiptDetail(ctx, tx, ids, r.Cutoff, now)
-			}
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		if len(rows) == 0 {
-			return nil
-		}
-		for _, s := range rows {
+	return walk(ctx, d, o, table[store.RetainedReceipt, string]{
+		name: "receipts",
+		read: func(ctx context.Context, tx pgx.Tx, after string, limit int) ([]store.RetainedReceipt, error) {
+			return store.ReceiptsAfter(ctx, tx, after, limit)
+		},
+		judge: func(s store.RetainedReceipt) (bool, string) {
 			switch {
 			case s.Pruned:
-				r.Receipts.keep(KeptAlreadyPruned)
+				return false, KeptAlreadyPruned
 			case !s.UpdatedAt.Before(r.Cutoff):
-				r.Receipts.keep(KeptRecent)
+				return false, KeptRecent
 			}
-		}
-		r.Receipts.Examined += int64(len(rows))
-		r.Receipts.Removed += removed
-		after = rows[len(rows)-1].RequestID
-		log.Info("retention batch", "kind", "receipts", "examined", r.Receipts.Examined, "removed", r.Receipts.Removed)
-		if len(rows) < o.Batch {
-			return nil
-		}
-	}
+			return true, ""
+		},
+		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedReceipt) (int64, error) {
+			ids := make([]string, len(rows))
+			for i, s := range rows {
+				ids[i] = s.RequestID
+			}
+			return store.PruneReceiptDetail(ctx, tx, ids, r.Cutoff, now)
+		},
+		key: func(s store.RetainedReceipt) string { return s.RequestID },
+	}, &r.Receipts, log)
 }
 
+// quarantineKey is a quarantine record's position: its primary key.
+type quarantineKey struct{ requestID, reason string }
+
 func runQuarantine(ctx context.Context, d Deps, o Options, r *Report, log *slog.Logger) error {
-	afterID, afterReason := "", ""
-	for {
-		var rows []store.RetainedQuarantine
-		var removed int64
-		err := d.Store.InTx(ctx, func(tx pgx.Tx) error {
-			var err error
-			if rows, err = store.QuarantineAfter(ctx, tx, afterID, afterReason, o.Batch); err != nil || len(rows) == 0 {
-				return err
-			}
-			var ids, reasons []string
-			for _, q := range rows {
-				if q.ReconciledAt != nil && q.ReconciledAt.Before(r.Cutoff) {
-					ids, reasons = append(ids, q.RequestID), append(reasons, q.Reason)
-				}
-			}
-			removed = int64(len(ids))
-			if o.Apply && len(ids) > 0 {
-				removed, err = store.DeleteReviewedQuarantine(ctx, tx, ids, reasons, r.Cutoff)
-			}
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		if len(rows) == 0 {
-			return nil
-		}
-		for _, q := range rows {
+	return walk(ctx, d, o, table[store.RetainedQuarantine, quarantineKey]{
+		name: "quarantine",
+		read: func(ctx context.Context, tx pgx.Tx, after quarantineKey, limit int) ([]store.RetainedQuarantine, error) {
+			return store.QuarantineAfter(ctx, tx, after.requestID, after.reason, limit)
+		},
+		judge: func(q store.RetainedQuarantine) (bool, string) {
 			switch {
 			case q.ReconciledAt == nil:
-				r.Quarantine.keep(KeptAwaitingReview)
+				return false, KeptAwaitingReview
 			case !q.ReconciledAt.Before(r.Cutoff):
-				r.Quarantine.keep(KeptRecent)
+				return false, KeptRecent
 			}
-		}
-		r.Quarantine.Examined += int64(len(rows))
-		r.Quarantine.Removed += removed
-		last := rows[len(rows)-1]
-		afterID, afterReason = last.RequestID, last.Reason
-		log.Info("retention batch", "kind", "quarantine", "examined", r.Quarantine.Examined, "removed", r.Quarantine.Removed)
-		if len(rows) < o.Batch {
-			return nil
-		}
-	}
+			return true, ""
+		},
+		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedQuarantine) (int64, error) {
+			ids, reasons := make([]string, len(rows)), make([]string, len(rows))
+			for i, q := range rows {
+				ids[i], reasons[i] = q.RequestID, q.Reason
+			}
+			return store.DeleteReviewedQuarantine(ctx, tx, ids, reasons, r.Cutoff)
+		},
+		key: func(q store.RetainedQuarantine) quarantineKey { return quarantineKey{q.RequestID, q.Reason} },
+	}, &r.Quarantine, log)
 }
 
 // Write prints the summary: per kind, what was examined, removed (or would be) and kept
