@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate-dev/tollgate/controlplane/accounting"
 	"github.com/tollgate-dev/tollgate/controlplane/capture"
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
@@ -45,6 +47,32 @@ func reviewFields(p *fault.Problems, ref *string, apply *bool) (string, bool) {
 	return r, apply != nil && *apply
 }
 
+// reviewList checks the list of a reviewed operation: present (not null), with 1 to
+// maxReviewItems entries (of what, for the message).
+func reviewList(p *fault.Problems, present bool, n int, field, what string) {
+	switch {
+	case !present:
+		p.Add("is required", field)
+	case n == 0 || n > maxReviewItems:
+		p.Add(fmt.Sprintf("must list 1 to %d %s", maxReviewItems, what), field)
+	}
+}
+
+// reviewRequestID checks one request id of a reviewed operation's list: well formed and
+// listed once (seen holds those before it).
+func reviewRequestID(p *fault.Problems, id *string, seen map[string]bool, path ...any) (string, bool) {
+	switch {
+	case id == nil || !accounting.ValidRequestID(*id):
+		p.Add("must be a request id: 1 to 128 letters, digits and . _ : -", path...)
+	case seen[*id]:
+		p.Add("lists a request id twice", path...)
+	default:
+		seen[*id] = true
+		return *id, true
+	}
+	return "", false
+}
+
 func (s *Server) suspendCapture(c *Call) error { return s.moveCapture(c, false) }
 func (s *Server) resumeCapture(c *Call) error  { return s.moveCapture(c, true) }
 
@@ -55,12 +83,7 @@ func (s *Server) moveCapture(c *Call, enable bool) error {
 	}
 	var p fault.Problems
 	ref, apply := reviewFields(&p, in.ReviewReference, in.Apply)
-	switch {
-	case in.Members == nil:
-		p.Add("is required", "members")
-	case len(in.Members) == 0 || len(in.Members) > maxReviewItems:
-		p.Add("must list 1 to 100 members", "members")
-	}
+	reviewList(&p, in.Members != nil, len(in.Members), "members", "members")
 	req := capture.Request{OrganizationID: c.OrgID(), Enable: enable, Apply: apply, ReviewReference: ref}
 	seen := map[string]bool{}
 	for i, m := range in.Members {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgate-dev/tollgate/controlplane/accounting"
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
 	"github.com/tollgate-dev/tollgate/controlplane/reconcile"
@@ -128,12 +127,7 @@ func (s *Server) reconcileQuarantined(c *Call) error {
 	}
 	var p fault.Problems
 	ref, apply := reviewFields(&p, in.ReviewReference, in.Apply)
-	switch {
-	case in.Items == nil:
-		p.Add("is required", "items")
-	case len(in.Items) == 0 || len(in.Items) > maxReviewItems:
-		p.Add("must list 1 to 100 requests", "items")
-	}
+	reviewList(&p, in.Items != nil, len(in.Items), "items", "requests")
 	req := reconcile.Request{OrganizationID: c.OrgID(), ReviewReference: ref, Apply: apply}
 	seen := map[string]bool{}
 	for i, it := range in.Items {
@@ -142,15 +136,7 @@ func (s *Server) reconcileQuarantined(c *Call) error {
 			continue
 		}
 		var item reconcile.Item
-		switch {
-		case it.RequestID == nil || !accounting.ValidRequestID(*it.RequestID):
-			p.Add("must be a request id: 1 to 128 letters, digits and . _ : -", "items", i, "requestId")
-		case seen[*it.RequestID]:
-			p.Add("lists a request id twice", "items", i, "requestId")
-		default:
-			seen[*it.RequestID] = true
-			item.RequestID = *it.RequestID
-		}
+		item.RequestID, _ = reviewRequestID(&p, it.RequestID, seen, "items", i, "requestId")
 		if it.MemberID == nil || len(*it.MemberID) < 1 || len(*it.MemberID) > 64 {
 			p.Add("is required: the member charged, 1 to 64 characters", "items", i, "memberId")
 		} else {

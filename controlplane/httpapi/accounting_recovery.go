@@ -120,23 +120,12 @@ func (s *Server) recoverStarts(c *Call) error {
 	}
 	var p fault.Problems
 	ref, apply := reviewFields(&p, in.ReviewReference, in.Apply)
-	switch {
-	case in.RequestIDs == nil:
-		p.Add("is required", "requestIds")
-	case len(in.RequestIDs) == 0 || len(in.RequestIDs) > maxReviewItems:
-		p.Add("must list 1 to 100 request ids", "requestIds")
-	}
+	reviewList(&p, in.RequestIDs != nil, len(in.RequestIDs), "requestIds", "request ids")
 	var ids []string
 	seen := map[string]bool{}
 	for i, id := range in.RequestIDs {
-		switch {
-		case id == nil || !accounting.ValidRequestID(*id):
-			p.Add("must be a request id: 1 to 128 letters, digits and . _ : -", "requestIds", i)
-		case seen[*id]:
-			p.Add("lists a request id twice", "requestIds", i)
-		default:
-			seen[*id] = true
-			ids = append(ids, *id)
+		if v, ok := reviewRequestID(&p, id, seen, "requestIds", i); ok {
+			ids = append(ids, v)
 		}
 	}
 	if err := p.Err(); err != nil {
