@@ -39,6 +39,11 @@ type Identity struct {
 type Config struct {
 	// TTL is how long a known credential is trusted without asking again.
 	TTL time.Duration
+	// RefreshAfter is the age past which a check that finds an active identity asks the
+	// control plane again in the background while it goes on with the cached one
+	// (default TTL/2, at most TTL). A credential in steady use is then never asked for
+	// on a check's path, and TTL still bounds how long a missed revocation works.
+	RefreshAfter time.Duration
 	// NegativeTTL is how long an unknown credential is remembered as unknown.
 	NegativeTTL time.Duration
 	// MaxEntries bounds the memory; past it, arbitrary entries are evicted.
@@ -63,7 +68,7 @@ type Cache struct {
 	epoch  atomic.Uint64
 	shards [16]shard
 
-	hit, negHit, miss interface{ Inc() }
+	hit, negHit, miss, refreshes interface{ Inc() }
 }
 
 type shard struct {
@@ -73,7 +78,11 @@ type shard struct {
 
 type entry struct {
 	id      Identity
+	kind    internalv1.CredentialKind
 	expires time.Time
+	// refresh is when a hit starts a background refresh; a hit that starts one moves it
+	// on by CallTimeout, so one refresh at a time is out per credential.
+	refresh time.Time
 }
 
 // New returns an empty cache backed by the control plane.
@@ -84,6 +93,9 @@ func New(cp Authenticator, cfg Config, clk clock.Clock, m *metrics.Metrics, log 
 	if cfg.NegativeTTL <= 0 {
 		cfg.NegativeTTL = DefaultConfig.NegativeTTL
 	}
+	if cfg.RefreshAfter <= 0 || cfg.RefreshAfter > cfg.TTL {
+		cfg.RefreshAfter = cfg.TTL / 2
+	}
 	if cfg.MaxEntries <= 0 {
 		cfg.MaxEntries = DefaultConfig.MaxEntries
 	}
@@ -92,7 +104,7 @@ func New(cp Authenticator, cfg Config, clk clock.Clock, m *metrics.Metrics, log 
 	}
 	c := &Cache{cfg: cfg, cp: cp, clk: clk, m: m, log: log,
 		hit: m.IdentityCache.WithLabelValues("hit"), negHit: m.IdentityCache.WithLabelValues("negative_hit"),
-		miss: m.IdentityCache.WithLabelValues("miss")}
+		miss: m.IdentityCache.WithLabelValues("miss"), refreshes: m.IdentityRefreshes}
 	for i := range c.shards {
 		c.shards[i].m = map[[32]byte]entry{}
 	}
@@ -130,9 +142,37 @@ func (c *Cache) Lookup(ctx context.Context, kind internalv1.CredentialKind, secr
 		} else {
 			c.negHit.Inc()
 		}
+		if e.id.Active && !now.Before(e.refresh) && e.kind == kind {
+			c.refreshAhead(h, now)
+		}
 		return e.id, nil
 	}
 	return c.ask(ctx, kind, h)
+}
+
+// refreshAhead asks the control plane again for an entry past its refresh time,
+// without making the check wait: it goes on with the cached identity, which the answer
+// replaces (or, for a revoked key, turns into a negative entry). Without it every
+// credential in steady use would stall its checks on an Authenticate call once per
+// TTL. Only the hit that moves the entry's refresh time on starts the call.
+func (c *Cache) refreshAhead(h [32]byte, now time.Time) {
+	s := c.shard(&h)
+	s.mu.Lock()
+	e, ok := s.m[h]
+	start := ok && !now.Before(e.refresh)
+	if start {
+		e.refresh = now.Add(c.cfg.CallTimeout)
+		s.m[h] = e
+	}
+	s.mu.Unlock()
+	if !start {
+		return
+	}
+	c.refreshes.Inc()
+	epoch := c.epoch.Load()
+	c.flight.DoChan(string(h[:]), func() (any, error) {
+		return c.call(context.Background(), e.kind, h, epoch)
+	})
 }
 
 // ask asks the control plane on a miss (h is a copy: only a miss moves it to the heap).
@@ -143,19 +183,7 @@ func (c *Cache) ask(ctx context.Context, kind internalv1.CredentialKind, h [32]b
 	// must not die with the first caller's context; each caller still stops waiting
 	// when its own context ends.
 	ch := c.flight.DoChan(string(h[:]), func() (any, error) {
-		callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CallTimeout)
-		defer cancel()
-		resp, err := c.cp.Authenticate(callCtx, &internalv1.AuthenticateRequest{CredentialHash: h[:], Kind: kind})
-		if err != nil {
-			return nil, err
-		}
-		id := Identity{Found: resp.GetFound(), Active: resp.GetActive(), OrganizationID: resp.GetOrganizationId(),
-			MemberID: resp.GetMemberId(), UserID: resp.GetUserId(), APIKeyID: resp.GetApiKeyId()}
-		if id.Found && (id.OrganizationID == "" || id.MemberID == "") {
-			return nil, errors.New("identity: control plane answered a found credential without organization or member")
-		}
-		c.store(h, id, epoch)
-		return id, nil
+		return c.call(context.WithoutCancel(ctx), kind, h, epoch)
 	})
 	select {
 	case r := <-ch:
@@ -168,7 +196,25 @@ func (c *Cache) ask(ctx context.Context, kind internalv1.CredentialKind, h [32]b
 	}
 }
 
-func (c *Cache) store(h [32]byte, id Identity, epoch uint64) {
+// call asks the control plane and caches the answer (unless an invalidation came
+// since epoch).
+func (c *Cache) call(ctx context.Context, kind internalv1.CredentialKind, h [32]byte, epoch uint64) (any, error) {
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	resp, err := c.cp.Authenticate(callCtx, &internalv1.AuthenticateRequest{CredentialHash: h[:], Kind: kind})
+	if err != nil {
+		return nil, err
+	}
+	id := Identity{Found: resp.GetFound(), Active: resp.GetActive(), OrganizationID: resp.GetOrganizationId(),
+		MemberID: resp.GetMemberId(), UserID: resp.GetUserId(), APIKeyID: resp.GetApiKeyId()}
+	if id.Found && (id.OrganizationID == "" || id.MemberID == "") {
+		return nil, errors.New("identity: control plane answered a found credential without organization or member")
+	}
+	c.store(h, kind, id, epoch)
+	return id, nil
+}
+
+func (c *Cache) store(h [32]byte, kind internalv1.CredentialKind, id Identity, epoch uint64) {
 	ttl := c.cfg.TTL
 	if !id.Found || !id.Active {
 		ttl = c.cfg.NegativeTTL
@@ -187,7 +233,8 @@ func (c *Cache) store(h [32]byte, id Identity, epoch uint64) {
 			break
 		}
 	}
-	s.m[h] = entry{id: id, expires: c.clk.Now().Add(ttl)}
+	now := c.clk.Now()
+	s.m[h] = entry{id: id, kind: kind, expires: now.Add(ttl), refresh: now.Add(c.cfg.RefreshAfter)}
 }
 
 // Invalidate forgets what an invalidation names.

@@ -192,3 +192,87 @@ func TestWatchAppliesPublishedInvalidations(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A credential in steady use is asked for again in the background past half its TTL:
+// the checks go on with the cached identity (even while the control plane does not
+// answer), one call is made however many checks pass by, and its answer (here: the key
+// was revoked) replaces the entry.
+func TestRefreshAheadNeverMakesACheckWait(t *testing.T) {
+	c, a, clk := setup(t)
+	lookup(t, c, "tgk_alice")
+	clk.Advance(14 * time.Second)
+	lookup(t, c, "tgk_alice")
+	if a.calls.Load() != 1 {
+		t.Fatalf("%d calls before the refresh age", a.calls.Load())
+	}
+
+	a.block = make(chan struct{})
+	clk.Advance(2 * time.Second) // 16s: past TTL/2
+	for range 50 {
+		done := make(chan identity.Identity)
+		go func() { done <- lookup(t, c, "tgk_alice") }()
+		select {
+		case id := <-done:
+			if !id.Found || !id.Active || id.MemberID != "om_alice" {
+				t.Fatalf("cached identity not served during the refresh: %+v", id)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a check waited for the background refresh")
+		}
+	}
+	waitCalls(t, a, 2)
+	a.mu.Lock()
+	a.known[hashHex("tgk_alice")] = &internalv1.AuthenticateResponse{} // revoked meanwhile
+	a.mu.Unlock()
+	close(a.block)
+	waitFor(t, func() bool {
+		id, err := c.Lookup(context.Background(), apiKey, "tgk_alice")
+		return err == nil && !id.Found
+	})
+	if n := a.calls.Load(); n != 2 {
+		t.Fatalf("%d calls: one refresh for many hits was wanted (2 in all)", n)
+	}
+}
+
+// A refresh that fails leaves the entry to its hard TTL, and the next hit past the
+// call timeout tries again; past the TTL a check asks and waits, as on a miss.
+func TestFailedRefreshRetriesAndTTLStillBounds(t *testing.T) {
+	c, a, clk := setup(t)
+	lookup(t, c, "tgk_alice")
+	a.err = errors.New("control plane down")
+	clk.Advance(16 * time.Second)
+	if !lookup(t, c, "tgk_alice").Found {
+		t.Fatal("cached identity not served")
+	}
+	waitCalls(t, a, 2)
+	lookup(t, c, "tgk_alice") // within the call timeout of the failed refresh: no new call
+	if n := a.calls.Load(); n != 2 {
+		t.Fatalf("%d calls", n)
+	}
+	clk.Advance(3 * time.Second) // past the call timeout (2s by default)
+	lookup(t, c, "tgk_alice")
+	waitCalls(t, a, 3)
+	clk.Advance(12 * time.Second) // 31s: expired
+	if _, err := c.Lookup(context.Background(), apiKey, "tgk_alice"); err == nil {
+		t.Fatal("an identity past its TTL was served while the control plane fails")
+	}
+}
+
+func waitCalls(t *testing.T, a *authn, want int64) {
+	t.Helper()
+	waitFor(t, func() bool { return a.calls.Load() >= want })
+	if n := a.calls.Load(); n != want {
+		t.Fatalf("%d calls, want %d", n, want)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -3,7 +3,9 @@
 // a miss asks the control plane (Authenticate), coalescing concurrent misses for the
 // same credential into one call.
 //
-// Entries live for a short TTL; unknown credentials are remembered for a shorter one,
+// Entries live for a short TTL (refreshed in the background past half of it while the
+// cached identity keeps serving, so that a key in steady use never waits for a call);
+// unknown credentials are remembered for a shorter one,
 // so a flood of bad keys does not become a flood of control-plane calls. The control
 // plane publishes invalidations (credential, member, api_key) on the mirror's channel
 // when a key is revoked or a member removed; the cache applies them (package

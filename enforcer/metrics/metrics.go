@@ -18,6 +18,8 @@ type Metrics struct {
 
 	// IdentityCache counts credential look-ups by result (hit, miss, negative_hit).
 	IdentityCache *prometheus.CounterVec
+	// IdentityRefreshes counts background refreshes of cached identities.
+	IdentityRefreshes prometheus.Counter
 	// RecordReads counts member record reads by source (redis, resolve).
 	RecordReads *prometheus.CounterVec
 	// BlockedCacheHits counts checks refused from a kept blocked decision, without
@@ -140,6 +142,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_identity_cache_total",
 			Help: "Credential look-ups by result: hit, negative_hit (known bad credential) or miss (asked the control plane). Hit ratio = hit / sum.",
 		}, []string{"result"}),
+		IdentityRefreshes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_identity_refreshes_total",
+			Help: "Cached identities asked for again in the background, by a hit past the refresh age (half the identity TTL), while the check went on with the cached one.",
+		}),
 		RecordReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_record_reads_total",
 			Help: "Member records read, by source: redis (mirror hit) or resolve (read through the control plane).",
@@ -266,7 +272,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
 	}
-	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.RecordReads, m.BlockedCacheHits, m.RedisDuration, m.RedisErrors,
+	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.IdentityRefreshes, m.RecordReads, m.BlockedCacheHits, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
