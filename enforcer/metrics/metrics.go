@@ -34,6 +34,9 @@ type Metrics struct {
 	StartQueueDepth      prometheus.Gauge
 	StartQueueRejections *prometheus.CounterVec
 	StartBatchSize       prometheus.Histogram
+	// StartWait is the time from queuing a start to its answer: the queue's wait for a
+	// Start call, and the call.
+	StartWait prometheus.Histogram
 	// SettleQueueDepth and SettleOldestAge are the settlement backlog: how many
 	// settlements the control plane has not acknowledged yet, and how long the oldest of
 	// them has waited (SetSettleOldest; 0 when none waits). The alert
@@ -184,6 +187,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_start_queue_rejections_total",
 			Help: "Starts refused or abandoned before being recorded, by reason (full, member_share, deadline, cancelled, settle_capacity, closed).",
 		}, []string{"reason"}),
+		StartWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tollgate_enforcer_start_wait_seconds",
+			Help: "Seconds from queuing a write-ahead start to the control plane's answer: the wait for a Start call plus the call " +
+				"(tollgate_enforcer_controlplane_duration_seconds{method=\"Start\"} is the call alone). Starts that left the queue unsent are not observed.",
+			Buckets: []float64{.00025, .0005, .00075, .001, .0015, .002, .003, .004, .005, .0075, .01, .025, .05, .1, .25, .5, 1},
+		}),
 		StartBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_enforcer_start_batch_size",
 			Help:    "Starts per Start call to the control plane.",
@@ -274,7 +283,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.IdentityRefreshes, m.RecordReads, m.BlockedCacheHits, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
-		m.StartBatchSize, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
+		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
 		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayActive, m.GatewayFirstByte,
 		m.Reservations)

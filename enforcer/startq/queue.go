@@ -154,6 +154,8 @@ type waiter struct {
 	state atomic.Int32
 	elem  *list.Element
 	done  chan outcome
+	// queued is when Submit queued it (StartWait).
+	queued time.Time
 }
 
 type outcome struct {
@@ -181,7 +183,7 @@ func (q *Queue) Submit(ctx context.Context, item *internalv1.StartItem) (Result,
 		q.m.StartQueueRejections.WithLabelValues("settle_capacity").Inc()
 		return Result{}, nil, ErrSettleCapacity
 	}
-	w := &waiter{item: item, res: res, done: make(chan outcome, 1)}
+	w := &waiter{item: item, res: res, done: make(chan outcome, 1), queued: time.Now()}
 	member := item.GetMemberId()
 	q.mu.Lock()
 	var err error
@@ -239,6 +241,7 @@ func (q *Queue) Submit(ctx context.Context, item *internalv1.StartItem) (Result,
 }
 
 func (q *Queue) deliver(w *waiter, o outcome) (Result, *settleq.Reservation, error) {
+	q.m.StartWait.Observe(time.Since(w.queued).Seconds())
 	if o.err != nil || !o.r.Admitted() {
 		w.res.Release()
 		return o.r, nil, o.err

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
@@ -378,5 +379,38 @@ func waitDepth(t *testing.T, q *Queue, n int) {
 			t.Fatalf("depth %d, want %d", q.Depth(), n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// StartWait observes every start that was answered (admitted, refused, or failed in its
+// call), from its queuing on: a start held in the queue behind a slow call counts the
+// wait. A start that left the queue unsent is not observed.
+func TestStartWaitCountsTheQueueAndTheCall(t *testing.T) {
+	st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
+	blocked := make(chan struct{})
+	go func() { f.q.Submit(context.Background(), item("blocker", "b")); close(blocked) }()
+	<-st.entered
+	ctx, cancel := context.WithCancel(context.Background())
+	go f.q.Submit(ctx, item("leaves", "m"))
+	done := make(chan struct{})
+	go func() { f.q.Submit(context.Background(), item("waits", "m")); close(done) }()
+	waitDepth(t, f.q, 2)
+	cancel()
+	waitDepth(t, f.q, 1)
+	time.Sleep(30 * time.Millisecond) // "waits" waits behind the blocked call
+	close(st.gate)
+	<-blocked
+	<-done
+	var m dto.Metric
+	if err := f.m.StartWait.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	h := m.GetHistogram()
+	if h.GetSampleCount() != 2 {
+		t.Fatalf("%d observations, want 2 (the blocker and the start that waited; not the one that left)", h.GetSampleCount())
+	}
+	if h.GetSampleSum() < 0.06 {
+		t.Fatalf("sum %.3fs: both waited at least 30ms behind the blocked call", h.GetSampleSum())
 	}
 }
