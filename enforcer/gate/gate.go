@@ -141,7 +141,8 @@ func (g *Gate) CheckRequest(ctx context.Context, cred Credentials, h Hint) (Answ
 		return Answer{}, err
 	}
 	g.Metrics.Decisions.WithLabelValues(a.Decision, a.Reason.String()).Inc()
-	g.Metrics.CheckDuration.WithLabelValues(a.Decision).Observe(time.Since(start).Seconds())
+	a.Took = time.Since(start)
+	g.Metrics.CheckDuration.WithLabelValues(a.Decision).Observe(a.Took.Seconds())
 	return a, nil
 }
 
@@ -262,12 +263,15 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint) (Answer, err
 
 // admit makes the start durable and answers 200. retry asks the caller to decide again
 // on a fresher record (the start was refused for an old tracking version).
-func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Decision, now time.Time, h Hint) (Answer, bool, error) {
+func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Decision, now time.Time, h Hint) (a Answer, retry bool, err error) {
 	reqID := typeid.New(RequestPrefix)
 	snap := d.Snapshot(id.OrganizationID, id.MemberID, now)
 	item := &internalv1.StartItem{RequestId: reqID, OrganizationId: id.OrganizationID, MemberId: id.MemberID, Snapshot: snap,
 		ReservationMicroUsd: g.reservation(d, h), MaxInFlight: d.MaxInFlight}
+	submitted := time.Now()
 	res, reservation, err := g.Starts.Submit(ctx, item)
+	waited := time.Since(submitted)
+	defer func() { a.StartWait = waited }()
 	if err != nil {
 		if ctx.Err() != nil {
 			return Answer{}, false, ctx.Err()

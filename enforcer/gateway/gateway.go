@@ -99,6 +99,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxStreams bounds the requests proxied at once (default 10000).
 	MaxStreams int
+	// ServerTiming adds a Server-Timing header to every answer the gate decided:
+	// how long the check took and how much of it the durable start (serverTiming).
+	ServerTiming bool
 	// Transport, when set, replaces the gateway's own (tests).
 	Transport http.RoundTripper
 }
@@ -254,6 +257,9 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		gw.count(OutcomeClientGone)
 		return
 	}
+	if gw.cfg.ServerTiming {
+		w.Header().Set("Server-Timing", serverTiming(a))
+	}
 	if !a.Allowed() {
 		gw.count(OutcomeRefused)
 		refuse(w, a)
@@ -261,6 +267,15 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p := &proxied{gw: gw, route: rt, id: a.RequestID, state: a.UsageState}
 	p.serve(w, r, body, hint.Body)
+}
+
+// serverTiming is the Server-Timing value (W3C Server Timing) of a checked request: the
+// gate's whole check, and the part spent on the durable start (queue and call), in
+// milliseconds. Browsers' developer tools show it; a client can tell the gate's share
+// of its latency from the upstream's.
+func serverTiming(a gate.Answer) string {
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1e3, 'f', 3, 64) }
+	return `tollgate-check;dur=` + ms(a.Took) + `;desc="admission check", tollgate-start;dur=` + ms(a.StartWait) + `;desc="durable start"`
 }
 
 // refuse answers the gate's refusal.

@@ -43,7 +43,8 @@ func (f *fakeGate) CheckRequest(_ context.Context, c gate.Credentials, h gate.Hi
 	}
 	switch key {
 	case "tgk_good":
-		return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: "req_test", UsageState: "within_limit"}, nil
+		return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: "req_test", UsageState: "within_limit",
+			Took: 1234 * time.Microsecond, StartWait: 845 * time.Microsecond}, nil
 	case "tgk_blocked":
 		return f.blocked, nil
 	}
@@ -541,5 +542,41 @@ func TestLargeResponsePassesIntact(t *testing.T) {
 	}
 	if u := e.tracker.settled(t); !u.Complete || u.InputTokens != 7 || u.OutputTokens != 80000 {
 		t.Fatalf("settled %+v", u)
+	}
+}
+
+// With ServerTiming the client learns the check's and the durable start's share of its
+// latency, on admissions and refusals alike; without it nothing is added.
+func TestServerTiming(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Server-Timing", "upstream;dur=7")
+		_, _ = io.WriteString(w, `{}`)
+	}))
+	defer up.Close()
+	for _, on := range []bool{true, false} {
+		e := newEnv(t, up.URL, gateway.Config{ServerTiming: on})
+		ok := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", `{}`)
+		io.Copy(io.Discard, ok.Body)
+		ok.Body.Close()
+		e.tracker.settled(t)
+		refused := post(t, e.front.URL+"/v1/chat/completions", "tgk_nobody", `{}`)
+		refused.Body.Close()
+		if refused.StatusCode != 401 {
+			t.Fatalf("status %d", refused.StatusCode)
+		}
+		got, gotRefused := ok.Header.Values("Server-Timing"), refused.Header.Get("Server-Timing")
+		if !on {
+			if !slices.Equal(got, []string{"upstream;dur=7"}) || gotRefused != "" {
+				t.Fatalf("off, yet Server-Timing %q and %q", got, gotRefused)
+			}
+			continue
+		}
+		want := `tollgate-check;dur=1.234;desc="admission check", tollgate-start;dur=0.845;desc="durable start"`
+		if !slices.Equal(got, []string{want, "upstream;dur=7"}) {
+			t.Fatalf("admitted: Server-Timing %q, want ours and the upstream's", got)
+		}
+		if !strings.HasPrefix(gotRefused, "tollgate-check;dur=") || !strings.Contains(gotRefused, "tollgate-start;dur=0.000") {
+			t.Fatalf("refused: Server-Timing %q", gotRefused)
+		}
 	}
 }
