@@ -48,7 +48,13 @@ const (
 // It runs in about 45 seconds; b.N is not used (every case has its own count).
 // With TOLLGATE_BENCH_PROFILES=<dir> it also writes CPU profiles of the gateway's
 // non-streamed and streamed runs, and a heap profile and the goroutines' stacks taken
-// while the gateway holds its idle streams.
+// while the idle streams are held, direct (direct-idle.*) and through the gateway
+// (gateway-idle.*); the heap profiles record every allocation of that case, so that
+//
+//	go tool pprof -diff_base direct-idle.heap.pprof gateway-idle.heap.pprof
+//
+// lists what the gateway holds per stream (the profiler's records inflate that run's
+// RSS: read the numbers from a run without profiles).
 //
 // Cases:
 //
@@ -283,6 +289,13 @@ func BenchmarkGateway(b *testing.B) {
 	})
 
 	b.Run("idle_streams_1000", func(b *testing.B) {
+		if profiles != "" {
+			// Every allocation in the heap profiles, so that the two runs' profiles
+			// compare exactly (pprof -diff_base); the profiler's own records make the
+			// resident set larger: read the numbers from a run without profiles.
+			defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+			runtime.MemProfileRate = 1
+		}
 		hold := func(b *testing.B, base, what, profile string) memSample {
 			b.Helper()
 			// No connection left from earlier runs on either side of the upstream (the
@@ -340,7 +353,7 @@ func BenchmarkGateway(b *testing.B) {
 			settled(b)
 			return delta
 		}
-		d := hold(b, direct, "direct", "")
+		d := hold(b, direct, "direct", "direct-idle")
 		g := hold(b, gw, "gateway", "gateway-idle")
 		own := g.minus(d)
 		b.Logf("the gateway's own: %s", own.perStream(gwIdleStreams))
@@ -837,6 +850,13 @@ type memSample struct {
 	heap       int64 // live heap objects
 	stacks     int64 // goroutine stacks
 	goroutines int64
+	// What else the runtime holds, the rest of the resident set's Go part: the unused
+	// parts of heap spans that hold live objects (their size classes' rounding and
+	// fragmentation), free heap pages not returned to the system, and the runtime's
+	// metadata (span structures, GC bitmaps, profiling records, ...).
+	unused, free, meta int64
+	// allocs and allocBytes count the heap allocations so far (live or not).
+	allocs, allocBytes int64
 }
 
 // sampleMemory collects garbage and returns free pages to the system first
@@ -850,9 +870,15 @@ func sampleMemory() memSample {
 		runtime.GC()
 	}
 	debug.FreeOSMemory()
-	m := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}}
+	m := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"}, {Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/metadata/mcache/inuse:bytes"}, {Name: "/memory/classes/metadata/mspan/inuse:bytes"},
+		{Name: "/memory/classes/metadata/other:bytes"}, {Name: "/memory/classes/profiling/buckets:bytes"},
+		{Name: "/memory/classes/other:bytes"}, {Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(m)
-	out := memSample{heap: int64(m[0].Value.Uint64()), stacks: int64(m[1].Value.Uint64()), goroutines: int64(runtime.NumGoroutine())}
+	v := func(i int) int64 { return int64(m[i].Value.Uint64()) }
+	out := memSample{heap: v(0), stacks: v(1), unused: v(2), free: v(3), meta: v(4) + v(5) + v(6) + v(7) + v(8),
+		allocs: v(9), allocBytes: v(10), goroutines: int64(runtime.NumGoroutine())}
 	if raw, err := os.ReadFile("/proc/self/status"); err == nil {
 		for _, line := range strings.Split(string(raw), "\n") {
 			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
@@ -865,7 +891,8 @@ func sampleMemory() memSample {
 }
 
 func (m memSample) minus(o memSample) memSample {
-	return memSample{rss: m.rss - o.rss, heap: m.heap - o.heap, stacks: m.stacks - o.stacks, goroutines: m.goroutines - o.goroutines}
+	return memSample{rss: m.rss - o.rss, heap: m.heap - o.heap, stacks: m.stacks - o.stacks, goroutines: m.goroutines - o.goroutines,
+		unused: m.unused - o.unused, free: m.free - o.free, meta: m.meta - o.meta, allocs: m.allocs - o.allocs, allocBytes: m.allocBytes - o.allocBytes}
 }
 
 func (m memSample) String() string {
@@ -874,8 +901,11 @@ func (m memSample) String() string {
 }
 
 func (m memSample) perStream(n int) string {
-	return fmt.Sprintf("per stream: rss %.1f KiB, heap %.1f KiB, stacks %.1f KiB, %.2f goroutines",
-		float64(m.rss)/1024/float64(n), float64(m.heap)/1024/float64(n), float64(m.stacks)/1024/float64(n), float64(m.goroutines)/float64(n))
+	kib := func(v int64) float64 { return float64(v) / 1024 / float64(n) }
+	return fmt.Sprintf("per stream: rss %.1f KiB, heap %.1f KiB, stacks %.1f KiB, %.2f goroutines; "+
+		"heap spans' unused %.1f KiB, free heap %.1f KiB, runtime metadata %.1f KiB; allocated %.0f objects, %.1f KiB",
+		kib(m.rss), kib(m.heap), kib(m.stacks), float64(m.goroutines)/float64(n), kib(m.unused), kib(m.free), kib(m.meta),
+		float64(m.allocs)/float64(n), kib(m.allocBytes))
 }
 
 // raiseFileLimit raises the soft limit of open files to at least want, failing when the
