@@ -8,7 +8,6 @@ package requestbody
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"unicode"
 	"unicode/utf8"
 )
@@ -26,41 +25,32 @@ var includeUsageMember = []byte(`"stream_options":{"include_usage":true},`)
 // the value of stream_options is rewritten when it is present (null, or an object
 // without include_usage true; its other members are kept). Of keys given twice the last
 // counts, as in the parsers upstreams use.
+//
+// It allocates nothing unless it rewrites: it runs for every chat-completions request
+// the gateway proxies, whose garbage would otherwise fragment the heap that its
+// streams' long-lived buffers sit in.
 func WithIncludeUsage(body []byte) ([]byte, bool) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	// json.Valid checks the whole body (one value, nothing after it) without
+	// allocating; what follows walks a document known to be well-formed, so it only
+	// has to find where each value ends.
+	if !json.Valid(body) {
 		return nil, false
 	}
-	open := int(dec.InputOffset()) // just after the brace
+	open := skipSpace(body, 0)
+	if body[open] != '{' {
+		return nil, false
+	}
+	open++ // just after the brace
 	stream := false
-	var opts json.RawMessage
 	optsStart, optsEnd := -1, -1
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, false
+	eachMember(body, open-1, func(key []byte, start, end int) {
+		switch {
+		case keyIs(key, "stream"):
+			stream = string(body[start:end]) == "true"
+		case keyIs(key, "stream_options"):
+			optsStart, optsEnd = start, end
 		}
-		key, _ := t.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, false
-		}
-		// raw is the value's bytes without surrounding space, and the decoder stopped
-		// right after it.
-		end := int(dec.InputOffset())
-		switch key {
-		case "stream":
-			stream = string(raw) == "true"
-		case "stream_options":
-			opts, optsStart, optsEnd = raw, end-len(raw), end
-		}
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, false
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, false // trailing data: not one object
-	}
+	})
 	if !stream {
 		return nil, false
 	}
@@ -69,15 +59,23 @@ func WithIncludeUsage(body []byte) ([]byte, bool) {
 		out = append(append(append(out, body[:open]...), includeUsageMember...), body[open:]...)
 		return out, true
 	}
+	opts := body[optsStart:optsEnd]
 	var replacement []byte
-	if string(opts) == "null" {
+	switch opts[0] {
+	case 'n': // null
 		replacement = []byte(`{"include_usage":true}`)
-	} else {
-		var members map[string]json.RawMessage
-		if err := json.Unmarshal(opts, &members); err != nil || members == nil {
-			return nil, false // not an object: the upstream will say so
+	case '{':
+		already := false
+		eachMember(opts, 0, func(key []byte, start, end int) {
+			if keyIs(key, "include_usage") {
+				already = string(opts[start:end]) == "true"
+			}
+		})
+		if already {
+			return nil, false
 		}
-		if string(members["include_usage"]) == "true" {
+		var members map[string]json.RawMessage
+		if err := json.Unmarshal(opts, &members); err != nil {
 			return nil, false
 		}
 		members["include_usage"] = json.RawMessage("true")
@@ -88,10 +86,91 @@ func WithIncludeUsage(body []byte) ([]byte, bool) {
 			return nil, false
 		}
 		replacement = bytes.TrimRight(b.Bytes(), "\n")
+	default:
+		return nil, false // not an object: the upstream will say so
 	}
 	out := make([]byte, 0, len(body)-len(opts)+len(replacement))
 	out = append(append(append(out, body[:optsStart]...), replacement...), body[optsEnd:]...)
 	return out, true
+}
+
+// The helpers below walk JSON already known to be well-formed (json.Valid).
+
+// eachMember calls fn with each member of the object whose opening brace is at b[i]:
+// its key as written (quotes and escapes included), and where its value starts and
+// ends (without the space around it).
+func eachMember(b []byte, i int, fn func(key []byte, start, end int)) {
+	i = skipSpace(b, i+1)
+	if b[i] == '}' {
+		return
+	}
+	for {
+		k := i
+		i = skipString(b, i)
+		key := b[k:i]
+		i = skipSpace(b, skipSpace(b, i)+1) // past the colon
+		start := i
+		i = skipValue(b, i)
+		fn(key, start, i)
+		i = skipSpace(b, i)
+		if b[i] == '}' {
+			return
+		}
+		i = skipSpace(b, i+1) // past the comma
+	}
+}
+
+// keyIs tells whether a key as written (quoted, maybe escaped) decodes to name.
+func keyIs(key []byte, name string) bool {
+	if bytes.IndexByte(key, '\\') < 0 {
+		return string(key[1:len(key)-1]) == name
+	}
+	var s string
+	return json.Unmarshal(key, &s) == nil && s == name
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just after the string whose opening quote is at b[i].
+func skipString(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// skipValue returns the index just after the value starting at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		for depth := 0; ; {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
+		i++
+	}
+	return i
 }
 
 // MaxModelBytes bounds a model name taken from a request body.

@@ -3,6 +3,7 @@ package requestbody
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"reflect"
 	"testing"
 )
@@ -83,4 +84,103 @@ func FuzzWithIncludeUsage(f *testing.F) {
 			t.Fatal("reported a change that is none")
 		}
 	})
+}
+
+// FuzzWithIncludeUsageAsTheDecoderReadsIt: WithIncludeUsage walks the body by hand (it
+// must not allocate); it decides and rewrites exactly as a reading with encoding/json's
+// Decoder does (decoderIncludeUsage, the implementation it replaced).
+func FuzzWithIncludeUsageAsTheDecoderReadsIt(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi \"x\" \\ {]"}]}`,
+		`{"stream":true,"stream_options":{"include_usage":false,"a":[1,2]}}`,
+		`{"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"stream":true,"stream_options":{"include_usage":true,"include_usage":0}}`,
+		`{"stream":true,"stream_options":null}`,
+		`{"stream":true,"stream_options":"x"}`,
+		` { "str\u0065am" : true , "stream_options" : { "include_\u0075sage" : true } } `,
+		`{"stream":true,"stream_options":{}} x`,
+		`{}`, `[]`, `1`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, ok := WithIncludeUsage(body)
+		want, wantOK := decoderIncludeUsage(body)
+		if ok != wantOK || !bytes.Equal(got, want) {
+			t.Fatalf("%q: got %q (%v), the decoder's reading %q (%v)", body, got, ok, want, wantOK)
+		}
+	})
+}
+
+func TestWithIncludeUsageAllocatesNothingUnlessItRewrites(t *testing.T) {
+	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"word word"}],"stream":true,"stream_options":{"include_usage":true}}`)
+	if n := testing.AllocsPerRun(100, func() { _, _ = WithIncludeUsage(body) }); n != 0 {
+		t.Fatalf("%v allocations for a body already asking for its usage", n)
+	}
+}
+
+// decoderIncludeUsage is WithIncludeUsage as it was first written, reading the body
+// with encoding/json's Decoder: the reference the hand-written walk is held to.
+func decoderIncludeUsage(body []byte) ([]byte, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, false
+	}
+	open := int(dec.InputOffset())
+	stream := false
+	var opts json.RawMessage
+	optsStart, optsEnd := -1, -1
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		key, _ := t.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, false
+		}
+		end := int(dec.InputOffset())
+		switch key {
+		case "stream":
+			stream = string(raw) == "true"
+		case "stream_options":
+			opts, optsStart, optsEnd = raw, end-len(raw), end
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false
+	}
+	if !stream {
+		return nil, false
+	}
+	if optsStart < 0 {
+		out := append(append(append([]byte{}, body[:open]...), includeUsageMember...), body[open:]...)
+		return out, true
+	}
+	var replacement []byte
+	if string(opts) == "null" {
+		replacement = []byte(`{"include_usage":true}`)
+	} else {
+		var members map[string]json.RawMessage
+		if err := json.Unmarshal(opts, &members); err != nil || members == nil {
+			return nil, false
+		}
+		if string(members["include_usage"]) == "true" {
+			return nil, false
+		}
+		members["include_usage"] = json.RawMessage("true")
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(members); err != nil {
+			return nil, false
+		}
+		replacement = bytes.TrimRight(b.Bytes(), "\n")
+	}
+	out := append(append(append([]byte{}, body[:optsStart]...), replacement...), body[optsEnd:]...)
+	return out, true
 }
