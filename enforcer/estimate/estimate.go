@@ -42,8 +42,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"math"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // BytesPerToken is the estimator's bytes of UTF-8 text per token.
@@ -103,139 +105,260 @@ var skipTree = map[string]bool{
 }
 
 // Input reads a request body and estimates its input tokens. A body that is not a
-// well-formed JSON object is an error (nothing is estimated from it).
+// well-formed JSON object is an error (nothing is estimated from it), and so is one
+// holding a number beyond float64's range, which encoding/json refuses too.
+//
+// It allocates nothing but the model's name: it runs for every request the enforcer
+// admits, and garbage in proportion to the body (a copy of it and a string per JSON
+// string, as a json.Decoder makes) fragments the heap that the gateway's streams'
+// long-lived buffers sit in. json.Valid checks the body without allocating; a walk of
+// the well-formed document then reads it.
 func Input(body []byte) (Request, error) {
-	var r Request
-	dec := json.NewDecoder(bytes.NewReader(body))
-	tok, err := dec.Token()
-	if err != nil || tok != json.Delim('{') {
+	if !json.Valid(body) {
 		return Request{}, ErrNotObject
 	}
-	w := walker{dec: dec, r: &r}
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return Request{}, ErrNotObject
-		}
-		key, _ := k.(string)
-		switch key {
-		case "model":
-			v, err := dec.Token()
-			if err != nil {
-				return Request{}, ErrNotObject
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return Request{}, ErrNotObject
+	}
+	w := walker{b: body}
+	r := &w.r
+	for i = skipSpace(body, i+1); body[i] != '}'; {
+		end := skipString(body, i)
+		key := body[i:end]
+		i = skipSpace(body, skipSpace(body, end)+1) // past the colon
+		switch {
+		case keyIs(key, "model"):
+			if body[i] == '"' {
+				end := skipString(body, i)
+				r.Model = decodeString(body[i:end])
+				i = end
+			} else {
+				i = w.value(i, skipped)
 			}
-			if s, ok := v.(string); ok {
-				r.Model = s
-			} else if d, ok := v.(json.Delim); ok {
-				if err := w.skip(d); err != nil {
+		case keyIs(key, "max_tokens"), keyIs(key, "max_completion_tokens"), keyIs(key, "max_output_tokens"):
+			if isNumber(body[i]) {
+				end := skipNumber(body, i)
+				n, err := strconv.ParseFloat(string(body[i:end]), 64)
+				if err != nil {
 					return Request{}, ErrNotObject
 				}
-			}
-			continue
-		case "max_tokens", "max_completion_tokens", "max_output_tokens":
-			v, err := dec.Token()
-			if err != nil {
-				return Request{}, ErrNotObject
-			}
-			switch n := v.(type) {
-			case float64:
 				if n >= 1 && n == math.Trunc(n) {
 					r.OutputCap = max(r.OutputCap, int64(min(n, maxCap)))
 				}
-			case json.Delim:
-				if err := w.skip(n); err != nil {
-					return Request{}, ErrNotObject
-				}
+				i = end
+			} else {
+				i = w.value(i, skipped)
 			}
-			continue
-		case "messages", "input":
-			if err := w.value(key, true); err != nil {
-				return Request{}, ErrNotObject
+		case keyIs(key, "messages"), keyIs(key, "input"):
+			i = w.value(i, messageList)
+		default:
+			if keyIs(key, "system") || keyIs(key, "instructions") {
+				r.Messages++
 			}
-			continue
-		case "system", "instructions":
-			r.Messages++
+			i = w.value(i, kindOf(key))
 		}
-		if err := w.value(key, false); err != nil {
-			return Request{}, ErrNotObject
+		if i = skipSpace(body, i); body[i] == ',' {
+			i = skipSpace(body, i+1)
 		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing brace
+	if w.bad {
 		return Request{}, ErrNotObject
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Request{}, ErrNotObject // trailing data
-	}
 	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
-	return r, nil
+	return *r, nil
 }
 
+// What a value's key makes of it (walker.value).
+type valueKind uint8
+
+const (
+	text        valueKind = iota // its strings are text
+	name                         // a string names something (skipValue); a compound value is read as text
+	payload                      // a compound value is a binary payload, skipped (skipTree); a string is text
+	skipped                      // no text in it (inside a payload, and values read for something else)
+	messageList                  // text, and an array's elements are messages
+)
+
+// kindOf is what a member's key (as written: quoted, maybe escaped) makes of its value.
+func kindOf(key []byte) valueKind {
+	var k string
+	if bytes.IndexByte(key, '\\') < 0 {
+		k = string(key[1 : len(key)-1]) // a map index with it does not allocate
+		if skipTree[k] {
+			return payload
+		}
+		if skipValue[k] {
+			return name
+		}
+		return text
+	}
+	k = decodeString(key)
+	switch {
+	case skipTree[k]:
+		return payload
+	case skipValue[k]:
+		return name
+	}
+	return text
+}
+
+// walker reads a well-formed JSON document (json.Valid), counting its text into r. bad
+// is set by a number encoding/json would refuse (beyond float64's range).
 type walker struct {
-	dec *json.Decoder
-	r   *Request
+	b   []byte
+	r   Request
+	bad bool
 }
 
-// value reads the value of key, counting its text. countElements counts the elements of
-// an array value as messages.
-func (w *walker) value(key string, countElements bool) error {
-	t, err := w.dec.Token()
-	if err != nil {
-		return err
-	}
-	switch v := t.(type) {
-	case string:
-		if !skipValue[key] {
-			w.r.TextBytes += int64(len(v))
+// value reads the value at b[i] and returns the index just after it.
+func (w *walker) value(i int, kind valueKind) int {
+	b := w.b
+	switch c := b[i]; {
+	case c == '"':
+		end := skipString(b, i)
+		if kind != name && kind != skipped {
+			w.r.TextBytes += stringBytes(b[i+1 : end-1])
 		}
-		return nil
-	case json.Delim:
-		if skipTree[key] {
-			return w.skip(v)
+		return end
+	case c == '[':
+		elem := text
+		if kind == payload || kind == skipped {
+			elem = skipped
 		}
-		if v == '[' {
-			for w.dec.More() {
-				if countElements {
-					w.r.Messages++
-				}
-				if err := w.value("", false); err != nil {
-					return err
-				}
+		for i = skipSpace(b, i+1); b[i] != ']'; {
+			if kind == messageList {
+				w.r.Messages++
 			}
-		} else {
-			for w.dec.More() {
-				k, err := w.dec.Token()
-				if err != nil {
-					return err
-				}
-				name, _ := k.(string)
-				if err := w.value(name, false); err != nil {
-					return err
-				}
+			if i = skipSpace(b, w.value(i, elem)); b[i] == ',' {
+				i = skipSpace(b, i+1)
 			}
 		}
-		_, err := w.dec.Token() // the closing delimiter
-		return err
+		return i + 1
+	case c == '{':
+		for i = skipSpace(b, i+1); b[i] != '}'; {
+			end := skipString(b, i)
+			member := skipped
+			if kind != payload && kind != skipped {
+				member = kindOf(b[i:end])
+			}
+			i = skipSpace(b, skipSpace(b, end)+1) // past the colon
+			if i = skipSpace(b, w.value(i, member)); b[i] == ',' {
+				i = skipSpace(b, i+1)
+			}
+		}
+		return i + 1
+	case isNumber(c):
+		end := skipNumber(b, i)
+		if _, err := strconv.ParseFloat(string(b[i:end]), 64); err != nil {
+			w.bad = true
+		}
+		return end
 	}
-	return nil // numbers, booleans and null carry no text
+	for i < len(b) && 'a' <= b[i] && b[i] <= 'z' { // true, false, null
+		i++
+	}
+	return i
 }
 
-// skip reads past the rest of a compound value whose opening delimiter was read.
-func (w *walker) skip(open json.Delim) error {
-	if open != '{' && open != '[' {
-		return nil
+// The helpers below read JSON already known to be well-formed (json.Valid).
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
-	for depth := 1; depth > 0; {
-		t, err := w.dec.Token()
-		if err != nil {
-			return err
+	return i
+}
+
+// skipString returns the index just after the string whose opening quote is at b[i].
+func skipString(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
 		}
-		if d, ok := t.(json.Delim); ok {
-			if d == '{' || d == '[' {
-				depth++
-			} else {
-				depth--
+	}
+	return i + 1
+}
+
+func isNumber(c byte) bool { return c == '-' || '0' <= c && c <= '9' }
+
+// skipNumber returns the index just after the number starting at b[i].
+func skipNumber(b []byte, i int) int {
+	for i < len(b) && (isNumber(b[i]) || b[i] == '.' || b[i] == 'e' || b[i] == 'E' || b[i] == '+') {
+		i++
+	}
+	return i
+}
+
+// keyIs tells whether a key as written (quoted, maybe escaped) decodes to name.
+func keyIs(key []byte, name string) bool {
+	if bytes.IndexByte(key, '\\') < 0 {
+		return string(key[1:len(key)-1]) == name
+	}
+	return decodeString(key) == name
+}
+
+// decodeString decodes a string as written (quoted), as encoding/json does.
+func decodeString(quoted []byte) string {
+	inner := quoted[1 : len(quoted)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner)
+	}
+	var s string
+	_ = json.Unmarshal(quoted, &s) // well-formed: it cannot fail
+	return s
+}
+
+// stringBytes is the length in UTF-8 of the string whose contents (between the quotes)
+// are s, once decoded as encoding/json decodes it: escapes resolved, a \u escape of
+// half a surrogate pair that has no other half and each byte of invalid UTF-8 replaced
+// by U+FFFD.
+func stringBytes(s []byte) int64 {
+	var n int64
+	for i := 0; i < len(s); {
+		switch c := s[i]; {
+		case c == '\\' && s[i+1] == 'u':
+			r := hex4(s[i+2 : i+6])
+			i += 6
+			if utf16.IsSurrogate(r) {
+				if i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+					if utf16.DecodeRune(r, hex4(s[i+2:i+6])) != utf8.RuneError {
+						n += 4 // a pair: a rune beyond the basic plane
+						i += 6
+						continue
+					}
+				}
+				r = utf8.RuneError
 			}
+			n += int64(utf8.RuneLen(r))
+		case c == '\\':
+			n++
+			i += 2
+		case c < utf8.RuneSelf:
+			n++
+			i++
+		default:
+			r, size := utf8.DecodeRune(s[i:])
+			n += int64(utf8.RuneLen(r))
+			i += size
 		}
 	}
-	return nil
+	return n
+}
+
+// hex4 is the value of four hexadecimal digits.
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c <= 'F':
+			c -= 'A' - 10
+		default:
+			c -= 'a' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }

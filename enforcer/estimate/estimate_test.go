@@ -1,7 +1,9 @@
 package estimate
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"strings"
@@ -151,4 +153,175 @@ func FuzzInput(f *testing.F) {
 			t.Fatalf("estimate %+v of %d bytes", r, len(body))
 		}
 	})
+}
+
+// FuzzInputAsTheDecoderReadsIt: Input walks the body by hand (it must not allocate);
+// it estimates, and refuses, exactly as a reading with encoding/json's Decoder does
+// (decoderInput, the implementation it replaced).
+func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":100}`,
+		`{"input":[{"content":[{"text":"x","type":"input_text"}]}],"system":"s","instructions":["a",{"b":"c"}]}`,
+		`{"model":{"x":"y"},"model":"m\u00e9","max_tokens":"9","max_output_tokens":1e3,"max_completion_tokens":[2.5]}`,
+		`{"messages":"just text","image_url":{"url":"data:..."},"metadata":{"n":1e999}}`,
+		`{"content":"\ud83d\ude00 \ud83d \u0041\n\"\\ caf\u00e9 \xff\xfe"}`,
+		`{"m\u006fdel":"escaped key","r\u006fle":"user","t":true,"f":false,"n":null,"x":-0.5e-3}`,
+		`{"url":"a string under a payload's key is text","x":{"url":"so is this"}}`,
+		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := Input(body)
+		want, wantErr := decoderInput(body)
+		if (err != nil) != (wantErr != nil) || got != want {
+			t.Fatalf("%q: got %+v (%v), the decoder's reading %+v (%v)", body, got, err, want, wantErr)
+		}
+	})
+}
+
+func TestInputAllocatesOnlyTheModel(t *testing.T) {
+	body := []byte(`{"model":"gpt-4o-mini","max_tokens":200,"messages":[{"role":"system","content":"be brief"},` +
+		`{"role":"user","content":"caf\u00e9 ` + strings.Repeat("word ", 200) + `"}],"stream":true,"stream_options":{"include_usage":true}}`)
+	if n := testing.AllocsPerRun(100, func() { _, _ = Input(body) }); n > 1 {
+		t.Fatalf("%v allocations, want 1 (the model's name)", n)
+	}
+}
+
+// decoderInput is Input as it was first written, reading the body with
+// encoding/json's Decoder: the reference the hand-written walk is held to.
+func decoderInput(body []byte) (Request, error) {
+	var r Request
+	dec := json.NewDecoder(bytes.NewReader(body))
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		return Request{}, ErrNotObject
+	}
+	w := decoderWalker{dec: dec, r: &r}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return Request{}, ErrNotObject
+		}
+		key, _ := k.(string)
+		switch key {
+		case "model":
+			v, err := dec.Token()
+			if err != nil {
+				return Request{}, ErrNotObject
+			}
+			if s, ok := v.(string); ok {
+				r.Model = s
+			} else if d, ok := v.(json.Delim); ok {
+				if err := w.skip(d); err != nil {
+					return Request{}, ErrNotObject
+				}
+			}
+			continue
+		case "max_tokens", "max_completion_tokens", "max_output_tokens":
+			v, err := dec.Token()
+			if err != nil {
+				return Request{}, ErrNotObject
+			}
+			switch n := v.(type) {
+			case float64:
+				if n >= 1 && n == math.Trunc(n) {
+					r.OutputCap = max(r.OutputCap, int64(min(n, maxCap)))
+				}
+			case json.Delim:
+				if err := w.skip(n); err != nil {
+					return Request{}, ErrNotObject
+				}
+			}
+			continue
+		case "messages", "input":
+			if err := w.value(key, true); err != nil {
+				return Request{}, ErrNotObject
+			}
+			continue
+		case "system", "instructions":
+			r.Messages++
+		}
+		if err := w.value(key, false); err != nil {
+			return Request{}, ErrNotObject
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return Request{}, ErrNotObject
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Request{}, ErrNotObject // trailing data
+	}
+	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
+	return r, nil
+}
+
+type decoderWalker struct {
+	dec *json.Decoder
+	r   *Request
+}
+
+// value reads the value of key, counting its text. countElements counts the elements of
+// an array value as messages.
+func (w *decoderWalker) value(key string, countElements bool) error {
+	t, err := w.dec.Token()
+	if err != nil {
+		return err
+	}
+	switch v := t.(type) {
+	case string:
+		if !skipValue[key] {
+			w.r.TextBytes += int64(len(v))
+		}
+		return nil
+	case json.Delim:
+		if skipTree[key] {
+			return w.skip(v)
+		}
+		if v == '[' {
+			for w.dec.More() {
+				if countElements {
+					w.r.Messages++
+				}
+				if err := w.value("", false); err != nil {
+					return err
+				}
+			}
+		} else {
+			for w.dec.More() {
+				k, err := w.dec.Token()
+				if err != nil {
+					return err
+				}
+				name, _ := k.(string)
+				if err := w.value(name, false); err != nil {
+					return err
+				}
+			}
+		}
+		_, err := w.dec.Token() // the closing delimiter
+		return err
+	}
+	return nil // numbers, booleans and null carry no text
+}
+
+// skip reads past the rest of a compound value whose opening delimiter was read.
+func (w *decoderWalker) skip(open json.Delim) error {
+	if open != '{' && open != '[' {
+		return nil
+	}
+	for depth := 1; depth > 0; {
+		t, err := w.dec.Token()
+		if err != nil {
+			return err
+		}
+		if d, ok := t.(json.Delim); ok {
+			if d == '{' || d == '[' {
+				depth++
+			} else {
+				depth--
+			}
+		}
+	}
+	return nil
 }
