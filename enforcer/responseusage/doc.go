@@ -17,12 +17,12 @@
 // chunk, retain a slice passed to Write, do I/O, read a clock, log, or know
 // about prices, members or settlement. A JSON body or an SSE stream of any
 // size is read by an incremental scanner that keeps a bounded amount of
-// state (about 2 KiB with the default Limits: the JSON nesting as one bit per
+// state (about 1.4 KiB with the default Limits: the JSON nesting as one bit per
 // level up to MaxDepth, the last key, and the few short strings it looks
 // for), so memory does not grow with the response. On an identity body Write
 // allocates nothing (unless a model name holds invalid UTF-8, which is
-// replaced as encoding/json does); for a compressed one see Content
-// encodings.
+// replaced as encoding/json does, or is longer than 64 bytes: its buffer
+// grows once); for a compressed one see Content encodings.
 //
 // # Shapes
 //
