@@ -580,3 +580,21 @@ func TestServerTiming(t *testing.T) {
 		}
 	}
 }
+
+// The extractor is given the headers it reads: the upstream's reported cost is settled.
+func TestUpstreamCostHeaderIsSettled(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(responseusage.HeaderCostMicroUSD, "1234")
+		_, _ = io.WriteString(w, `{"model":"gpt-4o-mini","usage":{"prompt_tokens":7,"completion_tokens":8}}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", `{"model":"gpt-4o-mini"}`)
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	u := e.tracker.settled(t)
+	if u.UpstreamCostMicroUSD == nil || *u.UpstreamCostMicroUSD != 1234 || u.InputTokens != 7 {
+		t.Fatalf("settled %+v (cost %v), want the upstream's cost 1234", u, u.UpstreamCostMicroUSD)
+	}
+}
