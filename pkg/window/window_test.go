@@ -389,3 +389,11 @@ func mod(a, n int64) int64 {
 	}
 	return m
 }
+
+// BucketID runs three times for every admitted request: its id is its only allocation.
+func TestBucketIDAllocatesOnlyTheID(t *testing.T) {
+	start := time.Date(2026, 1, 2, 5, 0, 0, 0, time.UTC)
+	if n := testing.AllocsPerRun(100, func() { _ = BucketID("org_0123456789abcdef", "om_0123456789abcdef", Day, start) }); n > 1 {
+		t.Fatalf("%v allocations", n)
+	}
+}
