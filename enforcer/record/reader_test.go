@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,5 +80,63 @@ func TestReadReusesTheDecodedRecordOnlyWhileUnchanged(t *testing.T) {
 			t.Fatalf("record of an old generation: %v", err)
 		}
 		rdb.Del(ctx, l.MemberKey("om_a"))
+	}
+}
+
+// With batching on, a read that finds no other in flight makes its own round trip; reads
+// that find one in flight go to the workers, which answer each with its own record.
+func TestReadsGoToTheWorkersOnlyWhenTheyOverlap(t *testing.T) {
+	rdb, l := testredis.New(t)
+	ctx := context.Background()
+	r := New(rdb, l, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { r.Run(runCtx); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+	for !r.batching.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	if err := l.SetGeneration(ctx, rdb, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	r.gen.Store(new("g1"))
+	members := []string{"om_a", "om_b", "om_c", "om_d"}
+	for i, m := range members {
+		x := rec(1, int64(10*(i+1)), "g1")
+		x.Entitlement.MemberId = m
+		if _, err := l.Write(ctx, rdb, x, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, m := range members {
+			rdb.Del(context.Background(), l.MemberKey(m))
+		}
+	})
+	read := func(i int) {
+		t.Helper()
+		got, err := r.Read(ctx, "org_x", members[i])
+		if err != nil || used(got) != int64(10*(i+1)) {
+			t.Errorf("%s: %v %v", members[i], got.Record, err)
+		}
+	}
+
+	read(0)
+	if n := r.batched.Load(); n != 0 {
+		t.Fatalf("a lone read went to the workers (%d batched)", n)
+	}
+	r.reading.Add(1) // as if another check's read were in flight
+	var wg sync.WaitGroup
+	for i := range members {
+		wg.Go(func() { read(i) })
+	}
+	wg.Wait()
+	if n := r.batched.Load(); n != int64(len(members)) {
+		t.Fatalf("%d of %d overlapping reads went to the workers", n, len(members))
+	}
+	r.reading.Add(-1)
+	read(1)
+	if n, busy := r.batched.Load(), r.reading.Load(); n != int64(len(members)) || busy != 0 {
+		t.Fatalf("after the overlap: %d batched, %d reads counted in flight", n, busy)
 	}
 }
