@@ -2,6 +2,13 @@
 // it and wait until the control plane has made it durable (or refused it), while the
 // queue batches many concurrent starts into one Start call.
 //
+// At most Workers Start calls are out at once. A start that finds nothing queued and a
+// call free makes its call itself, in its caller's goroutine (no hand-off to a worker
+// and back); the starts that arrive while calls are out wait in the queue, and a worker
+// sends them together as soon as a call ends. A caller cannot leave its own call early:
+// that call ends by the deadline, and its start is then handled as any start whose
+// caller left while it was sent.
+//
 // The queue is bounded three ways (rule 16 of the specification): a global capacity, a
 // per-member share (one member's burst cannot starve the others) and a deadline per
 // start. A start whose caller goes away (Envoy cancelled the check, or the deadline

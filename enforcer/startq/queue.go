@@ -37,7 +37,8 @@ type Config struct {
 	Deadline time.Duration
 	// MaxBatch is the most starts per Start call.
 	MaxBatch int
-	// Workers is the number of concurrent Start calls.
+	// Workers is the most concurrent Start calls (the workers', and those a lone
+	// start's caller makes itself).
 	Workers int
 }
 
@@ -136,6 +137,11 @@ type Queue struct {
 	queue     list.List // of *waiter, oldest first
 	perMember map[string]int
 	closed    bool
+	// running is set while Run runs: only then may a caller send its own start.
+	running bool
+	// calls counts the Start calls in flight, the workers' and the callers' own, at
+	// most Workers (acquire).
+	calls atomic.Int32
 }
 
 // waiter states: a waiter is taken by a worker or abandoned by its caller, never both;
@@ -194,6 +200,10 @@ func (q *Queue) Submit(ctx context.Context, item *internalv1.StartItem) (Result,
 		err = ErrFull
 	case q.perMember[member] >= q.cfg.PerMember:
 		err = ErrMemberShare
+	case q.running && q.queue.Len() == 0 && q.acquire():
+		w.state.Store(taken)
+		q.mu.Unlock()
+		return q.sendOwn(ctx, w)
 	default:
 		w.elem = q.queue.PushBack(w)
 		q.perMember[member]++
@@ -240,6 +250,48 @@ func (q *Queue) Submit(ctx context.Context, item *internalv1.StartItem) (Result,
 	return q.deliver(w, <-w.done)
 }
 
+// sendOwn makes the Start call of a start that found nothing queued and a call free,
+// in its caller's goroutine: handing it to a worker and its answer back would add two
+// goroutine switches to the check's latency (BenchmarkGateway). The caller cannot
+// leave while its own call is out; the call ends by the deadline, and if the caller's
+// context ended meanwhile, the start is handled as one whose caller left while it was
+// sent (an orphan when it may be durable).
+func (q *Queue) sendOwn(ctx context.Context, w *waiter) (Result, *settleq.Reservation, error) {
+	q.send(ctx, []*waiter{w})
+	q.release()
+	o := <-w.done
+	if err := ctx.Err(); err != nil {
+		q.m.StartQueueRejections.WithLabelValues(Reason(err)).Inc()
+		q.abandon(w, o)
+		return Result{}, nil, err
+	}
+	return q.deliver(w, o)
+}
+
+// acquire takes one of the Workers places for a Start call; false when all are out.
+func (q *Queue) acquire() bool {
+	for {
+		n := q.calls.Load()
+		if int(n) >= q.cfg.Workers {
+			return false
+		}
+		if q.calls.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// release gives a place back, and wakes a worker when starts wait for it.
+func (q *Queue) release() {
+	q.calls.Add(-1)
+	if q.Depth() > 0 {
+		select {
+		case q.signal <- struct{}{}:
+		default:
+		}
+	}
+}
+
 func (q *Queue) deliver(w *waiter, o outcome) (Result, *settleq.Reservation, error) {
 	q.m.StartWait.Observe(time.Since(w.queued).Seconds())
 	if o.err != nil || !o.r.Admitted() {
@@ -263,16 +315,23 @@ func (q *Queue) removeLocked(w *waiter) {
 // Run sends starts until ctx is done; then queued starts are refused with ErrClosed and
 // it returns nil.
 func (q *Queue) Run(ctx context.Context) error {
+	q.mu.Lock()
+	q.running = true
+	q.mu.Unlock()
 	var wg sync.WaitGroup
 	for range q.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				batch := q.take()
-				if len(batch) > 0 {
-					q.send(ctx, batch)
-					continue
+				if q.acquire() {
+					batch := q.take()
+					if len(batch) > 0 {
+						q.send(ctx, batch)
+						q.release()
+						continue
+					}
+					q.release()
 				}
 				select {
 				case <-ctx.Done():
@@ -284,7 +343,7 @@ func (q *Queue) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	q.mu.Lock()
-	q.closed = true
+	q.closed, q.running = true, false
 	var left []*waiter
 	for q.queue.Len() > 0 {
 		w := q.queue.Front().Value.(*waiter)
@@ -370,6 +429,11 @@ func (q *Queue) complete(w *waiter, o outcome) {
 		w.done <- o
 		return
 	}
+	q.abandon(w, o)
+}
+
+// abandon disposes of the outcome of a start whose caller left while it was sent.
+func (q *Queue) abandon(w *waiter, o outcome) {
 	// Orphaned: nobody waits. A durable start must still be settled, and so must one
 	// whose call failed: it may be durable (the control plane may have committed it and
 	// the answer been lost), and nothing else would close it but an operator's
@@ -388,6 +452,13 @@ func (q *Queue) complete(w *waiter, o outcome) {
 		return
 	}
 	w.res.Release()
+}
+
+// isRunning tells whether Run runs (tests).
+func (q *Queue) isRunning() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.running
 }
 
 // Depth is the number of queued starts.

@@ -94,6 +94,9 @@ func newFixture(t *testing.T, cfg Config, settleCap int, st *starter) *fixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { f.q.Run(ctx); close(done) }()
+	for !f.q.isRunning() {
+		time.Sleep(time.Millisecond)
+	}
 	t.Cleanup(func() {
 		if st.gate != nil {
 			select {
@@ -301,48 +304,106 @@ func TestCancelledCheckLeavesBeforeAnyWork(t *testing.T) {
 	}
 }
 
-func TestStartDurableAfterItsCallerLeftIsOrphaned(t *testing.T) {
-	st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
-	f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { _, _, err := f.q.Submit(ctx, item("sent", "m")); errc <- err }()
-	<-st.entered // the start is on its way to the control plane
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("err %v", err)
-	}
-	close(st.gate) // ...and it becomes durable
-	deadline := time.Now().Add(2 * time.Second)
-	for f.orphans.Load() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("durable start of a gone caller was not handed to the orphan handler")
-		}
-		time.Sleep(time.Millisecond)
+// A start whose caller leaves while its call is out may still become durable, or its
+// call may fail after the control plane committed (the answer lost): either way it is
+// handed to the orphan handler, which settles it (with its snapshot), so it never stays
+// pending until an operator's recovery. A caller whose start a worker sends leaves at
+// once; one that made the call itself (nothing queued, a call free) leaves when it ends.
+func TestStartOfACallerThatLeftIsOrphaned(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		callErr error
+		own     bool // the caller makes the call itself
+	}{
+		{"durable, sent by a worker", nil, false},
+		{"failed, sent by a worker", errors.New("rpc error: deadline exceeded"), false},
+		{"durable, sent by its caller", nil, true},
+		{"failed, sent by its caller", errors.New("rpc error: deadline exceeded"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16), err: tc.callErr}
+			f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
+			if !tc.own {
+				// A blocker's call holds the one place, so the start waits in the queue
+				// and a worker sends it when the blocker's call ends.
+				go f.q.Submit(context.Background(), item("blocker", "b"))
+				<-st.entered
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() { _, _, err := f.q.Submit(ctx, item("leaving", "m")); errc <- err }()
+			if !tc.own {
+				waitDepth(t, f.q, 1)
+				st.gate <- struct{}{} // the blocker's call ends; the worker sends "leaving"
+			}
+			<-st.entered // "leaving" is on its way to the control plane
+			cancel()
+			if !tc.own {
+				if err := <-errc; !errors.Is(err, context.Canceled) {
+					t.Fatalf("err %v", err)
+				}
+			} else {
+				select {
+				case err := <-errc:
+					t.Fatalf("the caller left its own call before it ended: %v", err)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			st.gate <- struct{}{} // the call ends: durable, or failed
+			if tc.own {
+				if err := <-errc; !errors.Is(err, context.Canceled) {
+					t.Fatalf("err %v", err)
+				}
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			for f.orphans.Load() != 1 {
+				if time.Now().After(deadline) {
+					t.Fatal("the start of a caller that left was not handed to the orphan handler")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if !st.sent()["leaving"] || (tc.own && len(st.batches) != 1) || (!tc.own && len(st.batches) != 2) {
+				t.Fatalf("batches %v", st.batches)
+			}
+		})
 	}
 }
 
-// A start whose call fails after its caller left may still be durable (the control
-// plane committed, the answer was lost): it is handed to the orphan handler too, which
-// settles it (with its snapshot), so it never stays pending until an operator's recovery.
-func TestStartFailedAfterItsCallerLeftIsOrphaned(t *testing.T) {
-	st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16), err: errors.New("rpc error: deadline exceeded")}
-	f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { _, _, err := f.q.Submit(ctx, item("ambiguous", "m")); errc <- err }()
-	<-st.entered
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("err %v", err)
-	}
-	close(st.gate) // ...and the call fails
-	deadline := time.Now().Add(2 * time.Second)
-	for f.orphans.Load() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("a start that failed after its caller left was not handed to the orphan handler")
+// A start that finds nothing queued and a call free is sent by its caller; the starts
+// that arrive while that call is out wait for the worker, which sends them together
+// when it ends.
+func TestALoneStartIsSentByItsCaller(t *testing.T) {
+	st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	f := newFixture(t, Config{Workers: 1, MaxBatch: 64, Deadline: 5 * time.Second}, 100, st)
+	ownDone := make(chan struct{})
+	go func() {
+		defer close(ownDone)
+		if r, res, err := f.q.Submit(context.Background(), item("own", "m")); err != nil || !r.Admitted() {
+			t.Errorf("%v %v", r, err)
+		} else {
+			res.Release()
 		}
-		time.Sleep(time.Millisecond)
+	}()
+	<-st.entered
+	if f.q.Depth() != 0 {
+		t.Fatalf("the lone start was queued (depth %d)", f.q.Depth())
+	}
+	var wg sync.WaitGroup
+	for _, id := range []string{"a", "b", "c"} {
+		wg.Go(func() {
+			if _, _, err := f.q.Submit(context.Background(), item(id, "m")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	waitDepth(t, f.q, 3)
+	close(st.gate)
+	<-ownDone
+	wg.Wait()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.batches) != 2 || len(st.batches[0]) != 1 || len(st.batches[1]) != 3 {
+		t.Fatalf("batches %v: want the caller's own call, then one of the three that waited", st.batches)
 	}
 }
 
