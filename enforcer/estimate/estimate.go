@@ -182,18 +182,18 @@ const (
 
 // kindOf is what a member's key (as written: quoted, maybe escaped) makes of its value.
 func kindOf(key []byte) valueKind {
-	var k string
 	if bytes.IndexByte(key, '\\') < 0 {
-		k = string(key[1 : len(key)-1]) // a map index with it does not allocate
-		if skipTree[k] {
+		raw := key[1 : len(key)-1]
+		// m[string(b)] is a map index that does not allocate.
+		if skipTree[string(raw)] {
 			return payload
 		}
-		if skipValue[k] {
+		if skipValue[string(raw)] {
 			return name
 		}
 		return text
 	}
-	k = decodeString(key)
+	k := decodeString(key)
 	switch {
 	case skipTree[k]:
 		return payload
