@@ -46,6 +46,8 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/enforcer/internal/jsonscan"
 )
 
 // BytesPerToken is the estimator's bytes of UTF-8 text per token.
@@ -117,28 +119,28 @@ func Input(body []byte) (Request, error) {
 	if !json.Valid(body) {
 		return Request{}, ErrNotObject
 	}
-	i := skipSpace(body, 0)
+	i := jsonscan.SkipSpace(body, 0)
 	if body[i] != '{' {
 		return Request{}, ErrNotObject
 	}
 	w := walker{b: body}
 	r := &w.r
-	for i = skipSpace(body, i+1); body[i] != '}'; {
-		end := skipString(body, i)
+	for i = jsonscan.SkipSpace(body, i+1); body[i] != '}'; {
+		end := jsonscan.SkipString(body, i)
 		key := body[i:end]
-		i = skipSpace(body, skipSpace(body, end)+1) // past the colon
+		i = jsonscan.SkipSpace(body, jsonscan.SkipSpace(body, end)+1) // past the colon
 		switch {
-		case keyIs(key, "model"):
+		case jsonscan.KeyIs(key, "model"):
 			if body[i] == '"' {
-				end := skipString(body, i)
-				r.Model = decodeString(body[i:end])
+				end := jsonscan.SkipString(body, i)
+				r.Model = jsonscan.DecodeString(body[i:end])
 				i = end
 			} else {
 				i = w.value(i, skipped)
 			}
-		case keyIs(key, "max_tokens"), keyIs(key, "max_completion_tokens"), keyIs(key, "max_output_tokens"):
-			if isNumber(body[i]) {
-				end := skipNumber(body, i)
+		case jsonscan.KeyIs(key, "max_tokens"), jsonscan.KeyIs(key, "max_completion_tokens"), jsonscan.KeyIs(key, "max_output_tokens"):
+			if jsonscan.IsNumber(body[i]) {
+				end := jsonscan.SkipNumber(body, i)
 				n, err := strconv.ParseFloat(string(body[i:end]), 64)
 				if err != nil {
 					return Request{}, ErrNotObject
@@ -150,16 +152,16 @@ func Input(body []byte) (Request, error) {
 			} else {
 				i = w.value(i, skipped)
 			}
-		case keyIs(key, "messages"), keyIs(key, "input"):
+		case jsonscan.KeyIs(key, "messages"), jsonscan.KeyIs(key, "input"):
 			i = w.value(i, messageList)
 		default:
-			if keyIs(key, "system") || keyIs(key, "instructions") {
+			if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
 				r.Messages++
 			}
 			i = w.value(i, kindOf(key))
 		}
-		if i = skipSpace(body, i); body[i] == ',' {
-			i = skipSpace(body, i+1)
+		if i = jsonscan.SkipSpace(body, i); body[i] == ',' {
+			i = jsonscan.SkipSpace(body, i+1)
 		}
 	}
 	if w.bad {
@@ -193,7 +195,7 @@ func kindOf(key []byte) valueKind {
 		}
 		return text
 	}
-	k := decodeString(key)
+	k := jsonscan.DecodeString(key)
 	switch {
 	case skipTree[k]:
 		return payload
@@ -216,7 +218,7 @@ func (w *walker) value(i int, kind valueKind) int {
 	b := w.b
 	switch c := b[i]; {
 	case c == '"':
-		end := skipString(b, i)
+		end := jsonscan.SkipString(b, i)
 		if kind != name && kind != skipped {
 			w.r.TextBytes += stringBytes(b[i+1 : end-1])
 		}
@@ -226,30 +228,30 @@ func (w *walker) value(i int, kind valueKind) int {
 		if kind == payload || kind == skipped {
 			elem = skipped
 		}
-		for i = skipSpace(b, i+1); b[i] != ']'; {
+		for i = jsonscan.SkipSpace(b, i+1); b[i] != ']'; {
 			if kind == messageList {
 				w.r.Messages++
 			}
-			if i = skipSpace(b, w.value(i, elem)); b[i] == ',' {
-				i = skipSpace(b, i+1)
+			if i = jsonscan.SkipSpace(b, w.value(i, elem)); b[i] == ',' {
+				i = jsonscan.SkipSpace(b, i+1)
 			}
 		}
 		return i + 1
 	case c == '{':
-		for i = skipSpace(b, i+1); b[i] != '}'; {
-			end := skipString(b, i)
+		for i = jsonscan.SkipSpace(b, i+1); b[i] != '}'; {
+			end := jsonscan.SkipString(b, i)
 			member := skipped
 			if kind != payload && kind != skipped {
 				member = kindOf(b[i:end])
 			}
-			i = skipSpace(b, skipSpace(b, end)+1) // past the colon
-			if i = skipSpace(b, w.value(i, member)); b[i] == ',' {
-				i = skipSpace(b, i+1)
+			i = jsonscan.SkipSpace(b, jsonscan.SkipSpace(b, end)+1) // past the colon
+			if i = jsonscan.SkipSpace(b, w.value(i, member)); b[i] == ',' {
+				i = jsonscan.SkipSpace(b, i+1)
 			}
 		}
 		return i + 1
-	case isNumber(c):
-		end := skipNumber(b, i)
+	case jsonscan.IsNumber(c):
+		end := jsonscan.SkipNumber(b, i)
 		if _, err := strconv.ParseFloat(string(b[i:end]), 64); err != nil {
 			w.bad = true
 		}
@@ -262,52 +264,6 @@ func (w *walker) value(i int, kind valueKind) int {
 }
 
 // The helpers below read JSON already known to be well-formed (json.Valid).
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index just after the string whose opening quote is at b[i].
-func skipString(b []byte, i int) int {
-	for i++; b[i] != '"'; i++ {
-		if b[i] == '\\' {
-			i++
-		}
-	}
-	return i + 1
-}
-
-func isNumber(c byte) bool { return c == '-' || '0' <= c && c <= '9' }
-
-// skipNumber returns the index just after the number starting at b[i].
-func skipNumber(b []byte, i int) int {
-	for i < len(b) && (isNumber(b[i]) || b[i] == '.' || b[i] == 'e' || b[i] == 'E' || b[i] == '+') {
-		i++
-	}
-	return i
-}
-
-// keyIs tells whether a key as written (quoted, maybe escaped) decodes to name.
-func keyIs(key []byte, name string) bool {
-	if bytes.IndexByte(key, '\\') < 0 {
-		return string(key[1:len(key)-1]) == name
-	}
-	return decodeString(key) == name
-}
-
-// decodeString decodes a string as written (quoted), as encoding/json does.
-func decodeString(quoted []byte) string {
-	inner := quoted[1 : len(quoted)-1]
-	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
-		return string(inner)
-	}
-	var s string
-	_ = json.Unmarshal(quoted, &s) // well-formed: it cannot fail
-	return s
-}
 
 // stringBytes is the length in UTF-8 of the string whose contents (between the quotes)
 // are s, once decoded as encoding/json decodes it: escapes resolved, a \u escape of

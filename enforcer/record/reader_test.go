@@ -40,13 +40,7 @@ func TestReadReusesTheDecodedRecordOnlyWhileUnchanged(t *testing.T) {
 	for _, batching := range []bool{false, true} {
 		r := New(rdb, l, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if batching {
-			runCtx, stop := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() { r.Run(runCtx); close(done) }()
-			t.Cleanup(func() { stop(); <-done })
-			for !r.batching.Load() {
-				time.Sleep(time.Millisecond)
-			}
+			runBatching(t, r)
 		}
 		if err := l.SetGeneration(ctx, rdb, "g1"); err != nil {
 			t.Fatal(err)
@@ -89,13 +83,7 @@ func TestReadsGoToTheWorkersOnlyWhenTheyOverlap(t *testing.T) {
 	rdb, l := testredis.New(t)
 	ctx := context.Background()
 	r := New(rdb, l, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { r.Run(runCtx); close(done) }()
-	t.Cleanup(func() { stop(); <-done })
-	for !r.batching.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	runBatching(t, r)
 	if err := l.SetGeneration(ctx, rdb, "g1"); err != nil {
 		t.Fatal(err)
 	}
@@ -138,5 +126,17 @@ func TestReadsGoToTheWorkersOnlyWhenTheyOverlap(t *testing.T) {
 	read(1)
 	if n, busy := r.batched.Load(), r.reading.Load(); n != int64(len(members)) || busy != 0 {
 		t.Fatalf("after the overlap: %d batched, %d reads counted in flight", n, busy)
+	}
+}
+
+// runBatching runs r (its pipelining workers) until the test ends.
+func runBatching(t *testing.T, r *Reader) {
+	t.Helper()
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(runCtx); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+	for !r.batching.Load() {
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/enforcer/internal/jsonscan"
 )
 
 // includeUsageMember is spliced in when a streaming request has no stream_options.
@@ -36,7 +38,7 @@ func WithIncludeUsage(body []byte) ([]byte, bool) {
 	if !json.Valid(body) {
 		return nil, false
 	}
-	open := skipSpace(body, 0)
+	open := jsonscan.SkipSpace(body, 0)
 	if body[open] != '{' {
 		return nil, false
 	}
@@ -45,9 +47,9 @@ func WithIncludeUsage(body []byte) ([]byte, bool) {
 	optsStart, optsEnd := -1, -1
 	eachMember(body, open-1, func(key []byte, start, end int) {
 		switch {
-		case keyIs(key, "stream"):
+		case jsonscan.KeyIs(key, "stream"):
 			stream = string(body[start:end]) == "true"
-		case keyIs(key, "stream_options"):
+		case jsonscan.KeyIs(key, "stream_options"):
 			optsStart, optsEnd = start, end
 		}
 	})
@@ -67,7 +69,7 @@ func WithIncludeUsage(body []byte) ([]byte, bool) {
 	case '{':
 		already := false
 		eachMember(opts, 0, func(key []byte, start, end int) {
-			if keyIs(key, "include_usage") {
+			if jsonscan.KeyIs(key, "include_usage") {
 				already = string(opts[start:end]) == "true"
 			}
 		})
@@ -100,77 +102,24 @@ func WithIncludeUsage(body []byte) ([]byte, bool) {
 // its key as written (quotes and escapes included), and where its value starts and
 // ends (without the space around it).
 func eachMember(b []byte, i int, fn func(key []byte, start, end int)) {
-	i = skipSpace(b, i+1)
+	i = jsonscan.SkipSpace(b, i+1)
 	if b[i] == '}' {
 		return
 	}
 	for {
 		k := i
-		i = skipString(b, i)
+		i = jsonscan.SkipString(b, i)
 		key := b[k:i]
-		i = skipSpace(b, skipSpace(b, i)+1) // past the colon
+		i = jsonscan.SkipSpace(b, jsonscan.SkipSpace(b, i)+1) // past the colon
 		start := i
-		i = skipValue(b, i)
+		i = jsonscan.SkipValue(b, i)
 		fn(key, start, i)
-		i = skipSpace(b, i)
+		i = jsonscan.SkipSpace(b, i)
 		if b[i] == '}' {
 			return
 		}
-		i = skipSpace(b, i+1) // past the comma
+		i = jsonscan.SkipSpace(b, i+1) // past the comma
 	}
-}
-
-// keyIs tells whether a key as written (quoted, maybe escaped) decodes to name.
-func keyIs(key []byte, name string) bool {
-	if bytes.IndexByte(key, '\\') < 0 {
-		return string(key[1:len(key)-1]) == name
-	}
-	var s string
-	return json.Unmarshal(key, &s) == nil && s == name
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index just after the string whose opening quote is at b[i].
-func skipString(b []byte, i int) int {
-	for i++; b[i] != '"'; i++ {
-		if b[i] == '\\' {
-			i++
-		}
-	}
-	return i + 1
-}
-
-// skipValue returns the index just after the value starting at b[i].
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		for depth := 0; ; {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-	}
-	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
-		i++
-	}
-	return i
 }
 
 // MaxModelBytes bounds a model name taken from a request body.
