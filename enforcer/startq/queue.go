@@ -142,6 +142,8 @@ type Queue struct {
 	// calls counts the Start calls in flight, the workers' and the callers' own, at
 	// most Workers (acquire).
 	calls atomic.Int32
+	// own counts the callers' own calls, which Run waits for as for its workers'.
+	own sync.WaitGroup
 }
 
 // waiter states: a waiter is taken by a worker or abandoned by its caller, never both;
@@ -202,6 +204,7 @@ func (q *Queue) Submit(ctx context.Context, item *internalv1.StartItem) (Result,
 		err = ErrMemberShare
 	case q.running && q.queue.Len() == 0 && q.acquire():
 		w.state.Store(taken)
+		q.own.Add(1)
 		q.mu.Unlock()
 		return q.sendOwn(ctx, w)
 	default:
@@ -254,13 +257,21 @@ func (q *Queue) Submit(ctx context.Context, item *internalv1.StartItem) (Result,
 // in its caller's goroutine: handing it to a worker and its answer back would add two
 // goroutine switches to the check's latency (BenchmarkGateway). The caller cannot
 // leave while its own call is out; the call ends by the deadline, and if the caller's
-// context ended meanwhile, the start is handled as one whose caller left while it was
-// sent (an orphan when it may be durable).
+// context ended meanwhile, or the call failed past the deadline, the start is handled
+// as one whose caller left while it was sent (an orphan when it may be durable).
 func (q *Queue) sendOwn(ctx context.Context, w *waiter) (Result, *settleq.Reservation, error) {
 	q.send(ctx, []*waiter{w})
 	q.release()
+	q.own.Done()
 	o := <-w.done
-	if err := ctx.Err(); err != nil {
+	err := ctx.Err()
+	if err == nil && o.err != nil && time.Since(w.queued) >= q.cfg.Deadline {
+		// The call failed past the deadline (its own timeout, most likely): a caller
+		// waiting for a worker's call would have left at the deadline, and its start,
+		// which may be durable all the same, gone to the orphan handler. So does this one.
+		err = ErrDeadline
+	}
+	if err != nil {
 		q.m.StartQueueRejections.WithLabelValues(Reason(err)).Inc()
 		q.abandon(w, o)
 		return Result{}, nil, err
@@ -312,8 +323,8 @@ func (q *Queue) removeLocked(w *waiter) {
 	q.m.StartQueueDepth.Set(float64(q.queue.Len()))
 }
 
-// Run sends starts until ctx is done; then queued starts are refused with ErrClosed and
-// it returns nil.
+// Run sends starts until ctx is done; then queued starts are refused with ErrClosed, and
+// it returns nil once the calls in flight have ended.
 func (q *Queue) Run(ctx context.Context) error {
 	q.mu.Lock()
 	q.running = true
@@ -355,6 +366,10 @@ func (q *Queue) Run(ctx context.Context) error {
 	for _, w := range left {
 		q.complete(w, outcome{err: ErrClosed})
 	}
+	// Calls that callers made themselves end before Run returns, as the workers' did:
+	// what shuts down after the queue (the settlement of unreported requests) then sees
+	// every start it answered.
+	q.own.Wait()
 	return nil
 }
 

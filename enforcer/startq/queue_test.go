@@ -369,6 +369,34 @@ func TestStartOfACallerThatLeftIsOrphaned(t *testing.T) {
 	}
 }
 
+// A caller's own call that fails past the deadline (its timeout, typically: the control
+// plane may have committed the start all the same) ends as a worker's would: ErrDeadline,
+// and the start to the orphan handler. One that fails sooner is an error for the caller,
+// as from a worker's call.
+func TestOwnCallFailingPastTheDeadlineIsOrphaned(t *testing.T) {
+	for _, late := range []bool{true, false} {
+		st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16), err: errors.New("rpc error: code = DeadlineExceeded")}
+		f := newFixture(t, Config{Workers: 1, Deadline: 50 * time.Millisecond}, 100, st)
+		errc := make(chan error, 1)
+		go func() { _, _, err := f.q.Submit(context.Background(), item("slow", "m")); errc <- err }()
+		<-st.entered
+		if late {
+			time.Sleep(80 * time.Millisecond)
+		}
+		close(st.gate)
+		err := <-errc
+		switch {
+		case late && (!errors.Is(err, ErrDeadline) || f.orphans.Load() != 1):
+			t.Fatalf("past the deadline: err %v, %d orphans; want ErrDeadline and 1", err, f.orphans.Load())
+		case !late && (err == nil || errors.Is(err, ErrDeadline) || f.orphans.Load() != 0):
+			t.Fatalf("before the deadline: err %v, %d orphans; want the call's error and none", err, f.orphans.Load())
+		}
+		if f.reserved() != 0 { // released: by the refusal, or by the orphan handler
+			t.Fatalf("late=%v: %d settlement slots still reserved", late, f.reserved())
+		}
+	}
+}
+
 // A start that finds nothing queued and a call free is sent by its caller; the starts
 // that arrive while that call is out wait for the worker, which sends them together
 // when it ends.
@@ -473,5 +501,38 @@ func TestStartWaitCountsTheQueueAndTheCall(t *testing.T) {
 	}
 	if h.GetSampleSum() < 0.06 {
 		t.Fatalf("sum %.3fs: both waited at least 30ms behind the blocked call", h.GetSampleSum())
+	}
+}
+
+// Run returns only once a caller's own call has ended, as it waits for its workers'
+// calls: the enforcer settles unreported requests after the queue stops, and must see
+// every start the queue answered.
+func TestRunWaitsForACallersOwnCall(t *testing.T) {
+	st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	m := metrics.Discard()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	q := New(st, settleq.New(settler{}, settleq.Config{Capacity: 10}, m, log), Config{Workers: 1, Deadline: 5 * time.Second}, nil, m, log)
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { q.Run(ctx); close(ran) }()
+	for !q.isRunning() {
+		time.Sleep(time.Millisecond)
+	}
+	go q.Submit(context.Background(), item("own", "m"))
+	<-st.entered
+	stop()
+	select {
+	case <-ran:
+		t.Fatal("Run returned while a caller's own call was out")
+	case <-time.After(30 * time.Millisecond):
+	}
+	close(st.gate)
+	select {
+	case <-ran:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after the call ended")
+	}
+	if _, _, err := q.Submit(context.Background(), item("after", "m")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("a start after Run returned: %v", err)
 	}
 }
