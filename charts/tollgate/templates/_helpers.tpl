@@ -339,6 +339,10 @@ routes file and the routes' credentials are mounted at fixed paths.
   value: {{ $g.idleTimeout | quote }}
 - name: TOLLGATE_GATEWAY_MAX_STREAMS
   value: {{ $g.maxStreams | int64 | quote }}
+{{- if $g.serverTiming }}
+- name: TOLLGATE_GATEWAY_SERVER_TIMING
+  value: "true"
+{{- end }}
 {{- end }}
 {{- end -}}
 
