@@ -523,8 +523,12 @@ func TestOutcomesAreTheCataloguesLabels(t *testing.T) {
 func TestLargeResponsePassesIntact(t *testing.T) {
 	text := strings.Repeat("0123456789abcdef", 20_000) // 320 KB of content
 	body := `{"model":"gpt-4o-mini","choices":[{"message":{"content":"` + text + `"}}],"usage":{"prompt_tokens":7,"completion_tokens":80000}}`
+	// A header line longer than the upstream connection's 1 KiB read buffer passes too
+	// (net/http reads a header line in pieces; only a chunk-size line is bounded by it).
+	long := strings.Repeat("h", 6000)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Long", long)
 		for i := 0; i < len(body); i += 1000 { // in uneven pieces
 			_, _ = io.WriteString(w, body[i:min(i+1000, len(body))])
 			if i%7000 == 0 {
@@ -539,6 +543,9 @@ func TestLargeResponsePassesIntact(t *testing.T) {
 	res.Body.Close()
 	if string(got) != body {
 		t.Fatalf("the body changed on the way: %d bytes, want %d", len(got), len(body))
+	}
+	if res.Header.Get("X-Long") != long {
+		t.Fatalf("a %d-byte header arrived as %d bytes", len(long), len(res.Header.Get("X-Long")))
 	}
 	if u := e.tracker.settled(t); !u.Complete || u.InputTokens != 7 || u.OutputTokens != 80000 {
 		t.Fatalf("settled %+v", u)
