@@ -12,7 +12,8 @@ import (
 // settlement was lost would be admitted again. The control plane notices the replaced
 // master and rebuilds the mirror under a new generation, but only at its next
 // maintenance round. Until then this reader doubts: from a Redis error of a read or of
-// the generation poll (the master died), or from a replaced master seen here first, a record Redis returns is not used;
+// the generation poll or of reading the masters (the master died), or from a replaced
+// master seen here first, a record Redis returns is not used;
 // the read resolves through the control plane (authoritative) instead, until the
 // masters turn out unchanged (the error was a blip) or the generation moves (the
 // rebuild began; records of the old generation are unknown from then on). A read that
@@ -24,7 +25,14 @@ func (r *Reader) watchMasters(ctx context.Context, g string) {
 	if err != nil {
 		if !mirror.Refused(err) {
 			// A master cannot be reached (a cluster shard failing over while the
-			// generation's shard answers): keep doubting, look again next poll.
+			// generation's shard answers): doubt, and look again next poll. No check
+			// may have read from that shard meanwhile (a block kept in memory answers
+			// a blocked member's checks), so no read error need have raised the doubt;
+			// without it, once the replica is promoted, its older record would be used
+			// until this watcher's next look saw the master replaced.
+			if !r.doubt.Swap(true) {
+				r.log.Warn("a Redis master cannot be reached; records are resolved through the control plane until it answers or is replaced", "error", err)
+			}
 			return
 		}
 		// Redis answered the generation but not INFO (some managed services rename

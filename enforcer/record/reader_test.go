@@ -3,6 +3,7 @@ package record
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -138,5 +139,43 @@ func runBatching(t *testing.T, r *Reader) {
 	t.Cleanup(func() { stop(); <-done })
 	for !r.batching.Load() {
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A cluster master that dies while the generation's shard still answers raises the
+// doubt at the watcher's next look, even if no check read from it (a blocked member's
+// checks are answered by the block kept in memory): once its replica is promoted, the
+// replica's older record is not used before the watcher sees the master replaced
+// (TestFailoverThatLosesTheBlockingWrite admitted a blocked member in that window).
+func TestUnreachableMasterRaisesTheDoubt(t *testing.T) {
+	c := testredis.StartCluster(t)
+	rdb := c.Client(t)
+	l := mirror.Layout{Prefix: "tg:"}
+	ctx := context.Background()
+	r := New(rdb, l, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := l.SetGeneration(ctx, rdb, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	r.watchMasters(ctx, "g1") // the first look notes the masters
+	if r.doubt.Load() {
+		t.Fatal("doubt with every master answering")
+	}
+	genMaster := c.MasterFor(t, l.GenerationKey())
+	var other *testredis.Server
+	for i := 0; other == nil && i < 1000; i++ {
+		if m := c.MasterFor(t, l.MemberKey(fmt.Sprintf("om_%d", i))); m != genMaster {
+			other = m
+		}
+	}
+	if other == nil {
+		t.Fatal("no member key outside the generation's shard")
+	}
+	other.Stop()
+	if g, err := r.pollGeneration(ctx); err != nil || g != "g1" {
+		t.Fatalf("the generation's shard should still answer: %q %v", g, err)
+	}
+	r.watchMasters(ctx, "g1")
+	if !r.doubt.Load() {
+		t.Fatal("a master that cannot be reached left the records trusted")
 	}
 }
