@@ -7,6 +7,8 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/window"
+
+	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 )
 
 // ResyncWorkers bounds the chunks of a resync written at once.
@@ -103,18 +105,11 @@ func (w *Writer) takeFailed() ([]string, bool) {
 // Run is the maintenance loop: Check every Deps.CheckInterval until ctx ends, then it
 // returns nil.
 func (w *Writer) Run(ctx context.Context) error {
-	t := time.NewTicker(w.checkInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if err := w.Check(ctx); err != nil && ctx.Err() == nil {
-				w.log.Warn("mirror: maintenance failed; trying again", "err", err)
-			}
+	return lifecycle.Every(ctx, w.checkInterval, func(ctx context.Context) {
+		if err := w.Check(ctx); err != nil && ctx.Err() == nil {
+			w.log.Warn("mirror: maintenance failed; trying again", "err", err)
 		}
-	}
+	})
 }
 
 // Resync installs a new generation unconditionally (every record written before

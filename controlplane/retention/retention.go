@@ -45,6 +45,8 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
+
+	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 )
 
 // Bounds and defaults.
@@ -381,18 +383,11 @@ type Schedule struct {
 
 // Run is the schedule's loop.
 func (s Schedule) Run(ctx context.Context) error {
-	t := time.NewTicker(s.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			o := s.Options
-			o.Apply = true
-			if _, err := Run(ctx, s.Deps, o); err != nil && ctx.Err() == nil {
-				s.Deps.Log.Error("scheduled retention failed; trying again at the next interval", "err", err)
-			}
+	return lifecycle.Every(ctx, s.Interval, func(ctx context.Context) {
+		o := s.Options
+		o.Apply = true
+		if _, err := Run(ctx, s.Deps, o); err != nil && ctx.Err() == nil {
+			s.Deps.Log.Error("scheduled retention failed; trying again at the next interval", "err", err)
 		}
-	}
+	})
 }

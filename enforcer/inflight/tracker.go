@@ -14,6 +14,8 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+
+	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 )
 
 // Request is one admitted request.
@@ -404,16 +406,7 @@ type Reaper struct {
 
 // Run reaps until ctx is done, then returns nil.
 func (r Reaper) Run(ctx context.Context) error {
-	tick := time.NewTicker(r.Every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			r.Tracker.Reap(r.After)
-		}
-	}
+	return lifecycle.Every(ctx, r.Every, func(context.Context) { r.Tracker.Reap(r.After) })
 }
 
 // SettleAll settles every tracked request as incomplete (at shutdown: nobody will report

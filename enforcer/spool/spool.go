@@ -20,6 +20,8 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+
+	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 )
 
 // Config bounds the spool. Zero fields take the defaults of DefaultConfig.
@@ -378,18 +380,11 @@ func (s *Spool) Sync() error {
 
 // Run fsyncs every SyncEvery until ctx ends.
 func (s *Spool) Run(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.SyncEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if err := s.Sync(); err != nil {
-				s.log.Error("spool: fsync failed", "error", err)
-			}
+	return lifecycle.Every(ctx, s.cfg.SyncEvery, func(context.Context) {
+		if err := s.Sync(); err != nil {
+			s.log.Error("spool: fsync failed", "error", err)
 		}
-	}
+	})
 }
 
 // Close syncs and closes the spool and releases its directory. What is not

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Loop is one running background loop.
@@ -143,4 +144,19 @@ func WaitForStop(ctx context.Context, servers <-chan error, loops *Group, log *s
 		log.Error("shutting down after a failure", "err", err)
 	}
 	return err
+}
+
+// Every calls do every interval (the first time one interval after it starts) until ctx
+// ends, then returns nil: the Run of a loop whose whole work is a periodic task.
+func Every(ctx context.Context, interval time.Duration, do func(context.Context)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			do(ctx)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,5 +122,33 @@ func TestWaitForStop(t *testing.T) {
 	loops.Go(context.Background(), "quitter", func(context.Context) error { return errors.New("gave up") })
 	if err := lifecycle.WaitForStop(context.Background(), make(chan error), &loops, log); err == nil {
 		t.Fatal("a loop that stopped by itself was not reported")
+	}
+}
+
+// Every runs its task once an interval, not at once, and returns nil when its context
+// ends.
+func TestEvery(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var n atomic.Int32
+	done := make(chan error, 1)
+	started := time.Now()
+	go func() {
+		done <- lifecycle.Every(ctx, 20*time.Millisecond, func(context.Context) {
+			if n.Add(1) == 1 && time.Since(started) < 15*time.Millisecond {
+				t.Error("the task ran before one interval had passed")
+			}
+		})
+	}()
+	for n.Load() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Every returned %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Every did not return when its context ended")
 	}
 }
