@@ -78,10 +78,9 @@ func (s *Server) listQuarantined(c *Call) error {
 	if err != nil {
 		return err
 	}
-	hasMore := len(rows) > limit
-	if hasMore {
-		rows = rows[:limit]
-	}
+	rows, hasMore, next := cutPage(rows, limit, want, func(r store.QuarantinedSettlement) (time.Time, string) {
+		return r.FirstSeenAt, r.RequestID + "/" + r.Reason
+	})
 	out := make([]quarantinedView, 0, len(rows))
 	for _, r := range rows {
 		v := quarantinedView{RequestID: r.RequestID, Reason: r.Reason, MemberID: optional(r.MemberID), FirstSeenAt: jsonx.Time(r.FirstSeenAt),
@@ -91,14 +90,6 @@ func (s *Server) listQuarantined(c *Call) error {
 				MemberID: *r.ProvenMemberID, AdmittedAt: jsonx.Time(*r.ProvenAdmittedAt), CostMicroUsd: *r.ProvenCost}
 		}
 		out = append(out, v)
-	}
-	var next *string
-	if hasMore {
-		last := rows[len(rows)-1]
-		cur := want
-		cur.CreatedAt, cur.ID = last.FirstSeenAt.UTC().Format(time.RFC3339Nano), last.RequestID+"/"+last.Reason
-		enc := cur.encode()
-		next = &enc
 	}
 	return c.JSON(http.StatusOK, map[string]any{"quarantined": out, "state": state, "hasMore": hasMore, "nextCursor": next})
 }

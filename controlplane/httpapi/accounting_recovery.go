@@ -71,10 +71,7 @@ func (s *Server) listPendingStarts(c *Call) error {
 	if err != nil {
 		return err
 	}
-	hasMore := len(rows) > limit
-	if hasMore {
-		rows = rows[:limit]
-	}
+	rows, hasMore, next := cutPage(rows, limit, want, func(r store.PendingStart) (time.Time, string) { return r.AdmittedAt, r.RequestID })
 	out := make([]pendingStartView, 0, len(rows))
 	for _, r := range rows {
 		var snap accounting.Snapshot
@@ -88,14 +85,6 @@ func (s *Server) listPendingStarts(c *Call) error {
 				WindowStart: jsonx.Time(b.WindowStart()), ResetAt: jsonx.Time(time.UnixMilli(b.WindowEndUnixMs).UTC())})
 		}
 		out = append(out, v)
-	}
-	var next *string
-	if hasMore {
-		last := rows[len(rows)-1]
-		cur := want
-		cur.CreatedAt, cur.ID = last.AdmittedAt.UTC().Format(time.RFC3339Nano), last.RequestID
-		enc := cur.encode()
-		next = &enc
 	}
 	return c.JSON(http.StatusOK, map[string]any{"pending": out, "before": jsonx.Time(before), "hasMore": hasMore, "nextCursor": next})
 }

@@ -173,23 +173,12 @@ func (s *Server) listAuditEvents(c *Call, orgID string, actorPrefixes ...typeid.
 	if err != nil {
 		return err
 	}
-	hasMore := len(rows) > limit
-	if hasMore {
-		rows = rows[:limit]
-	}
+	rows, hasMore, next := cutPage(rows, limit, want, func(r store.AuditRecord) (time.Time, string) { return r.OccurredAt, r.ID })
 	views := make([]auditEventView, len(rows))
 	for i, r := range rows {
 		views[i] = auditEventView{ID: r.ID, OccurredAt: jsonx.Time(r.OccurredAt), OrganizationID: r.OrganizationID,
 			ActorUserID: r.ActorUserID, ActorMemberID: r.ActorMemberID, Action: r.Action, TargetID: r.TargetID,
 			Details: r.Details}
-	}
-	var next *string
-	if hasMore {
-		last := rows[len(rows)-1]
-		cur := want
-		cur.CreatedAt, cur.ID = last.OccurredAt.UTC().Format(time.RFC3339Nano), last.ID
-		enc := cur.encode()
-		next = &enc
 	}
 	return c.JSON(http.StatusOK, map[string]any{"events": views, "limit": limit, "hasMore": hasMore, "nextCursor": next})
 }

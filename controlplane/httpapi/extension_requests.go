@@ -249,21 +249,10 @@ func (s *Server) listResets(c *Call, list, memberID string) error {
 	if err != nil {
 		return err
 	}
-	hasMore := len(rows) > limit
-	if hasMore {
-		rows = rows[:limit]
-	}
+	rows, hasMore, next := cutPage(rows, limit, want, func(r store.UsageRequest) (time.Time, string) { return r.CreatedAt, r.ID })
 	views := make([]resetRequestView, len(rows))
 	for i, r := range rows {
 		views[i] = viewResetRequest(r, c.now)
-	}
-	var next *string
-	if hasMore {
-		last := rows[len(rows)-1]
-		cur := want
-		cur.CreatedAt, cur.ID = last.CreatedAt.UTC().Format(time.RFC3339Nano), last.ID
-		s := cur.encode()
-		next = &s
 	}
 	return c.JSON(http.StatusOK, map[string]any{"requests": views, "view": view, "limit": limit, "hasMore": hasMore,
 		"nextCursor": next, "pendingCount": pending})
@@ -279,6 +268,21 @@ func digitsOnly(s string) bool {
 		}
 	}
 	return true
+}
+
+// cutPage trims rows, read one past limit, to the page, and tells whether more follow;
+// then next is the cursor of the following page, at the page's last row (position
+// gives its time and id) in the list want names.
+func cutPage[T any](rows []T, limit int, want resetCursor, position func(T) (time.Time, string)) (page []T, hasMore bool, next *string) {
+	if len(rows) <= limit {
+		return rows, false, nil
+	}
+	rows = rows[:limit]
+	at, id := position(rows[limit-1])
+	cur := want
+	cur.CreatedAt, cur.ID = at.UTC().Format(time.RFC3339Nano), id
+	s := cur.encode()
+	return rows, true, &s
 }
 
 // readPage reads a page's limit (1 to 100, default 50, digits only) and cursor (from the
