@@ -1,9 +1,7 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -90,22 +88,10 @@ func guardedStack(t *testing.T, costMicroUSD int64, limitUSD string, inFlight ma
 	return s, second, o, up
 }
 
-// completion is one call of a member's key through a gateway: its status, headers and body.
+// completion is one call of a member's key through a gateway, for the overshoot tests'
+// model: its status, headers and body.
 func completion(ctx context.Context, gateway, key string) (int, http.Header, []byte, error) {
-	b, _ := json.Marshal(map[string]any{"model": model, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
-	req, err := http.NewRequestWithContext(ctx, "POST", gateway+"/v1/chat/completions", bytes.NewReader(b))
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	return res.StatusCode, res.Header, body, err
+	return chatCall(ctx, gateway, key, model, 0)
 }
 
 // settledSpend waits until the member has nothing pending and returns the day's spend.

@@ -17,10 +17,13 @@ import (
 )
 
 // chatCall is one chat completion of a member's key through a gateway with the given
-// model and max_tokens: its status, headers and body.
+// model and max_tokens (none when 0): its status, headers and body.
 func chatCall(ctx context.Context, gateway, key, model string, maxTokens int) (int, http.Header, []byte, error) {
-	b, _ := json.Marshal(map[string]any{"model": model, "max_tokens": maxTokens,
-		"messages": []map[string]string{{"role": "user", "content": "hi"}}})
+	call := map[string]any{"model": model, "messages": []map[string]string{{"role": "user", "content": "hi"}}}
+	if maxTokens > 0 {
+		call["max_tokens"] = maxTokens
+	}
+	b, _ := json.Marshal(call)
 	req, err := http.NewRequestWithContext(ctx, "POST", gateway+"/v1/chat/completions", bytes.NewReader(b))
 	if err != nil {
 		return 0, nil, nil, err
