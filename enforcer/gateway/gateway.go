@@ -376,6 +376,8 @@ type proxied struct {
 	rc     *http.ResponseController
 	small  []byte
 	large  *[]byte
+	// whole: the body's length was announced (not a stream): see respond.
+	whole bool
 }
 
 // done releases what the request held, whatever step it ended in (a panic included):
@@ -529,7 +531,15 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	p.rc = http.NewResponseController(w)
-	_ = p.rc.Flush()
+	// A body of announced length was complete when the upstream began answering (a
+	// non-streamed completion): it follows the headers at once, so they go out with it,
+	// in one write, and the client wakes once, not twice (pump flushes at its end). A
+	// body of unknown length is a stream: its headers go out now, whenever its first
+	// chunk comes.
+	p.whole = resp.ContentLength >= 0
+	if !p.whole {
+		_ = p.rc.Flush()
+	}
 
 	lower := make(map[string]string, len(resp.Header))
 	for k, v := range resp.Header {
@@ -560,9 +570,13 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return false // the client left: the upstream request is cancelled (done)
 			}
-			if p.rc.Flush() != nil {
+			// A stream's chunk is flushed as it arrives. A body of announced length
+			// goes out as the server's write buffer fills, and whole at its end.
+			if (!p.whole || err != nil) && p.rc.Flush() != nil {
 				return false
 			}
+		} else if err != nil && p.whole && p.rc.Flush() != nil {
+			return false
 		}
 		// Only now, with buf written out, may the large buffer go back to the pool.
 		switch {

@@ -605,3 +605,104 @@ func TestUpstreamCostHeaderIsSettled(t *testing.T) {
 		t.Fatalf("settled %+v (cost %v), want the upstream's cost 1234", u, u.UpstreamCostMicroUSD)
 	}
 }
+
+// writeCounter is a listener whose connections count their writes.
+type writeCounter struct {
+	net.Listener
+	mu     sync.Mutex
+	writes int
+}
+
+func (l *writeCounter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+func (l *writeCounter) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.writes
+}
+
+type countedConn struct {
+	net.Conn
+	l *writeCounter
+}
+
+func (c *countedConn) Write(p []byte) (int, error) {
+	c.l.mu.Lock()
+	c.l.writes++
+	c.l.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+// A body of announced length (a non-streamed completion) reaches the client in one
+// write with its status and headers, so the client wakes once; the headers of a stream
+// reach it at once, before its first chunk exists.
+func TestAnnouncedBodyGoesOutWithItsHeadersStreamHeadersAtOnce(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/json" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"model":"gpt-4o-mini","usage":{"prompt_tokens":3,"completion_tokens":4}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		<-release
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	e.front.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &writeCounter{Listener: ln}
+	front := &http.Server{Handler: e.gw}
+	go func() { _ = front.Serve(counted) }()
+	defer front.Close()
+	base := "http://" + ln.Addr().String()
+
+	res := post(t, base+"/v1/json", "tgk_good", `{"model":"gpt-4o-mini"}`)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || res.ContentLength != int64(len(body)) || !strings.Contains(string(body), "prompt_tokens") {
+		t.Fatalf("%d, length %d, body %q", res.StatusCode, res.ContentLength, body)
+	}
+	if n := counted.count(); n != 1 {
+		t.Fatalf("the answer took %d writes, want 1 (headers and body together)", n)
+	}
+	if u := e.tracker.settled(t); u.InputTokens != 3 || u.OutputTokens != 4 {
+		t.Fatalf("settled %+v", u)
+	}
+
+	got := make(chan *http.Response, 1)
+	go func() {
+		r, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(chatBody))
+		r.Header.Set("Authorization", "Bearer tgk_good")
+		res, err := http.DefaultClient.Do(r)
+		if err != nil {
+			close(got)
+			return
+		}
+		got <- res
+	}()
+	select {
+	case res, ok := <-got:
+		if !ok || res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("stream answered %v", res)
+		}
+		close(release)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("a stream's headers waited for its first chunk")
+	}
+}
