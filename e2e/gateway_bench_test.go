@@ -117,7 +117,11 @@ const (
 // gateway run's CPU minus the direct run's, per request, which leaves the generator and
 // the upstream out (they do the same work in both) and counts the enforcer and the
 // control plane: the gateway, the gate, the durable start's RPC on both sides, the
-// settlement. pg-cpu-us/req is all of Postgres's CPU (other databases' too: the machine
+// settlement. writes/req is counted the same way: the write system calls (each socket
+// flush: to the client, the upstream, Redis, the control plane, Postgres) of the gateway
+// run minus the direct run's, per request. It moves less with the machine's other load
+// than the latencies do (only through how many starts and settlements share a batch), so
+// it tells a change that saves a message from noise. pg-cpu-us/req is all of Postgres's CPU (other databases' too: the machine
 // is shared), pg-db-cpu-us/req only the backends of this benchmark's database.
 //
 // Like BenchmarkFullStack it runs with the Go runtime settings the Helm chart gives the
@@ -190,17 +194,22 @@ func BenchmarkGateway(b *testing.B) {
 	type measured struct {
 		pacedResult
 		cpu, pg, pgDB time.Duration
+		// writes: this process's write system calls.
+		writes int64
 	}
 	measure := func(b *testing.B, what string, n int, rate float64, do func(i int) (sample, error)) measured {
 		b.Helper()
 		defer up.track(n)()
 		cpu0, pg0, db0, gc0 := processCPU(), postgresCPU(), postgresDBCPU(dbName), gcCycles()
+		w0 := processWrites()
 		r := runPaced(n, rate, gwInFlight, do)
 		time.Sleep(200 * time.Millisecond) // the last settlements leave (settle linger 50ms)
-		m := measured{pacedResult: mustRun(b, what, r), cpu: processCPU() - cpu0, pg: postgresCPU() - pg0, pgDB: postgresDBCPU(dbName) - db0}
+		m := measured{pacedResult: mustRun(b, what, r), cpu: processCPU() - cpu0, pg: postgresCPU() - pg0, pgDB: postgresDBCPU(dbName) - db0,
+			writes: processWrites() - w0}
 		gcs := gcCycles() - gc0
 		settled(b)
-		b.Logf("%-8s %v; cpu %v, postgres %v (this database %v), %d collections", what, r, m.cpu, m.pg, m.pgDB, gcs)
+		b.Logf("%-8s %v; cpu %v, postgres %v (this database %v), %d collections, %.1f writes a request",
+			what, r, m.cpu, m.pg, m.pgDB, gcs, float64(m.writes)/float64(n))
 		return m
 	}
 	perReq := func(d time.Duration, n int) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(n) }
@@ -249,6 +258,7 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(perReq(d.cpu, gwRequests), "direct-cpu-us/req")
 		b.ReportMetric(perReq(g.cpu, gwRequests), "gw-total-cpu-us/req")
 		b.ReportMetric(perReq(g.cpu-d.cpu, gwRequests), "cpu-us/req")
+		b.ReportMetric(float64(g.writes-d.writes)/gwRequests, "writes/req")
 		b.ReportMetric(perReq(chk.cpu-d.cpu, gwRequests), "check-cpu-us/req")
 		b.ReportMetric(perReq(g.pg, gwRequests), "pg-cpu-us/req")
 		b.ReportMetric(perReq(g.pgDB, gwRequests), "pg-db-cpu-us/req")
@@ -283,6 +293,7 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(msd(quantile(g.fromUp, .50)-quantile(d.fromUp, .50)), "ttfb-resp-path-added-p50-ms")
 		b.ReportMetric(msd(quantile(g.fromUp, .99)-quantile(d.fromUp, .99)), "ttfb-resp-path-added-p99-ms")
 		b.ReportMetric(perReq(g.cpu-d.cpu, gwStreams), "cpu-us/stream")
+		b.ReportMetric(float64(g.writes-d.writes)/gwStreams, "writes/stream")
 		b.ReportMetric(perReq(g.pg, gwStreams), "pg-cpu-us/stream")
 		b.ReportMetric(float64(max(d.late, g.late))/gwStreams*100, "late-%")
 		b.ReportMetric(0, "ns/op")
