@@ -46,8 +46,9 @@ const (
 //	go test -run '^$' -bench Gateway -benchtime 1x ./e2e
 //
 // It runs in about 45 seconds; b.N is not used (every case has its own count).
-// With TOLLGATE_BENCH_PROFILES=<dir> it also writes CPU profiles of the gateway's
-// non-streamed and streamed runs, and a heap profile and the goroutines' stacks taken
+// With TOLLGATE_BENCH_PROFILES=<dir> it also writes CPU and allocation profiles of the
+// gateway's non-streamed and streamed runs (gateway-json.*, gateway-sse.*: see
+// startCPUProfile), and a heap profile and the goroutines' stacks taken
 // while the idle streams are held, direct (direct-idle.*) and through the gateway
 // (gateway-idle.*); the heap profiles record every allocation of that case, so that
 //
@@ -91,7 +92,11 @@ const (
 //     gateway adds besides making the start durable (its hop, the body, the identity,
 //     the record read from Redis, the proxying and the relay). That is this benchmark's
 //     reading of the issue's goal; added-beyond-start-p99-ms (which also counts the wait
-//     in the start queue as added) is the stricter one.
+//     in the start queue as added) is the stricter one. record-wait-p50/p99-ms are the
+//     check's record reads (tollgate-record: Redis, or the control plane when the mirror
+//     did not know the member), and added-beyond-start-and-record-* subtract both
+//     parts: what is left is the gateway's own hop, proxying and relay, the identity
+//     and the decision.
 //   - sse_ttfb_at_500_per_s: streams whose upstream sends the first event at once, then
 //     five more 10ms apart, then the usage and [DONE]; offered at 500/s, 1,500 each,
 //     direct and through the gateway. Time to first chunk is from sending the request to
@@ -219,7 +224,7 @@ func BenchmarkGateway(b *testing.B) {
 		chk := measure(b, "/check", gwRequests, gwRate, func(i int) (sample, error) { return c.check(s.enfHTTP, i) })
 		start0 := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`)
 		gate0 := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_check_duration_seconds", `decision="admitted"`)
-		stop := startCPUProfile(b, profiles, "cpu-gateway-json.pprof")
+		stop := startCPUProfile(b, profiles, "gateway-json")
 		g := measure(b, "gateway", gwRequests, gwRate, func(i int) (sample, error) { return c.complete(gw, i) })
 		stop()
 		start := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`).minus(start0)
@@ -249,6 +254,10 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(msd(quantile(g.startWaits, .99)), "start-wait-p99-ms")
 		b.ReportMetric(msd(quantile(g.beyondStart, .50)-d.pct(.50)), "added-beyond-start-wait-p50-ms")
 		b.ReportMetric(msd(quantile(g.beyondStart, .99)-d.pct(.99)), "added-beyond-start-wait-p99-ms")
+		b.ReportMetric(msd(quantile(g.recordWaits, .50)), "record-wait-p50-ms")
+		b.ReportMetric(msd(quantile(g.recordWaits, .99)), "record-wait-p99-ms")
+		b.ReportMetric(msd(quantile(g.beyondGate, .50)-d.pct(.50)), "added-beyond-start-and-record-p50-ms")
+		b.ReportMetric(msd(quantile(g.beyondGate, .99)-d.pct(.99)), "added-beyond-start-and-record-p99-ms")
 		b.ReportMetric(msd(added99)-ms(gate.quantile(.99)), "added-beyond-gate-p99-ms")
 		b.ReportMetric(msd(added99-chk.pct(.99)), "added-beyond-check-p99-ms")
 		b.ReportMetric(msd(quantile(g.toUp, .50)-quantile(d.toUp, .50)), "req-path-added-p50-ms")
@@ -270,7 +279,7 @@ func BenchmarkGateway(b *testing.B) {
 		d := measure(b, "direct", gwStreams, gwStreamRate, func(i int) (sample, error) { return c.firstChunk(direct, "sse", i, nil) })
 		start0 := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`)
 		gate0 := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_check_duration_seconds", `decision="admitted"`)
-		stop := startCPUProfile(b, profiles, "cpu-gateway-sse.pprof")
+		stop := startCPUProfile(b, profiles, "gateway-sse")
 		g := measure(b, "gateway", gwStreams, gwStreamRate, func(i int) (sample, error) { return c.firstChunk(gw, "sse", i, nil) })
 		stop()
 		start := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`).minus(start0)
@@ -289,6 +298,9 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(msd(quantile(g.startWaits, .99)), "start-wait-p99-ms")
 		b.ReportMetric(msd(quantile(g.beyondStart, .50)-d.pct(.50)), "ttfb-added-beyond-start-wait-p50-ms")
 		b.ReportMetric(msd(quantile(g.beyondStart, .99)-d.pct(.99)), "ttfb-added-beyond-start-wait-p99-ms")
+		b.ReportMetric(msd(quantile(g.recordWaits, .99)), "record-wait-p99-ms")
+		b.ReportMetric(msd(quantile(g.beyondGate, .50)-d.pct(.50)), "ttfb-added-beyond-start-and-record-p50-ms")
+		b.ReportMetric(msd(quantile(g.beyondGate, .99)-d.pct(.99)), "ttfb-added-beyond-start-and-record-p99-ms")
 		b.ReportMetric(msd(quantile(g.toUp, .99)-quantile(d.toUp, .99)), "ttfb-req-path-added-p99-ms")
 		b.ReportMetric(msd(quantile(g.fromUp, .50)-quantile(d.fromUp, .50)), "ttfb-resp-path-added-p50-ms")
 		b.ReportMetric(msd(quantile(g.fromUp, .99)-quantile(d.fromUp, .99)), "ttfb-resp-path-added-p99-ms")
@@ -499,9 +511,9 @@ type benchClient struct {
 }
 
 // sample is one request's latency, the part of it until the upstream had the request
-// (0 when not known), and the part the gateway spent on its durable start (its
-// Server-Timing; 0 when not sent).
-type sample struct{ lat, toUp, start time.Duration }
+// (0 when not known), and the parts the gateway spent on its durable start and on
+// reading the member's record (its Server-Timing; 0 when not sent).
+type sample struct{ lat, toUp, start, record time.Duration }
 
 func (c *benchClient) request(base string, body []byte, mode string, i int) *http.Request {
 	req, _ := http.NewRequestWithContext(context.Background(), "POST", base+"/v1/chat/completions", bytes.NewReader(body))
@@ -526,7 +538,7 @@ func (c *benchClient) complete(base string, i int) (sample, error) {
 	if err != nil || res.StatusCode != 200 || n != int64(len(benchJSON)) {
 		return sample{}, fmt.Errorf("status %d, %d bytes, %v", res.StatusCode, n, err)
 	}
-	return sample{d, c.up.toUpstream(i, t0), startTiming(res.Header)}, nil
+	return sample{d, c.up.toUpstream(i, t0), serverTiming(res.Header, "tollgate-start"), serverTiming(res.Header, "tollgate-record")}, nil
 }
 
 // firstChunk sends a streamed request and returns the time to its first whole event;
@@ -561,7 +573,7 @@ func (c *benchClient) firstChunk(base, mode string, i int, opened func()) (sampl
 	if err != nil || !bytes.HasSuffix(rest, []byte("data: [DONE]\n\n")) {
 		return sample{}, fmt.Errorf("the stream's end: %v, %q", err, rest[max(0, len(rest)-40):])
 	}
-	return sample{d, c.up.toUpstream(i, t0), startTiming(res.Header)}, nil
+	return sample{d, c.up.toUpstream(i, t0), serverTiming(res.Header, "tollgate-start"), serverTiming(res.Header, "tollgate-record")}, nil
 }
 
 // mustTimeEveryStart fails unless every request of a gateway run said its durable
@@ -573,11 +585,12 @@ func mustTimeEveryStart(b *testing.B, r pacedResult) {
 	}
 }
 
-// startTiming is the durable start's part of the gateway's answer, from its
-// Server-Timing header (TOLLGATE_GATEWAY_SERVER_TIMING); 0 without one.
-func startTiming(h http.Header) time.Duration {
+// serverTiming is the duration of the named metric of the gateway's Server-Timing header
+// (TOLLGATE_GATEWAY_SERVER_TIMING): tollgate-start, the durable start's part of the
+// check; tollgate-record, the record read's. 0 without one.
+func serverTiming(h http.Header, name string) time.Duration {
 	for _, v := range h.Values("Server-Timing") {
-		_, rest, ok := strings.Cut(v, "tollgate-start;dur=")
+		_, rest, ok := strings.Cut(v, name+";dur=")
 		if !ok {
 			continue
 		}
@@ -633,10 +646,13 @@ type pacedResult struct {
 	// whose answer said it (Server-Timing), sorted.
 	beyondStart []time.Duration
 	startWaits  []time.Duration // those parts themselves, sorted
-	late        int             // requests sent more than 1ms after they were due
-	errs        int
-	firstErr    error
-	elapsed     time.Duration
+	// beyondGate are the latencies less both their durable start's and their record
+	// read's parts, recordWaits the record reads' parts, sorted.
+	beyondGate, recordWaits []time.Duration
+	late                    int // requests sent more than 1ms after they were due
+	errs                    int
+	firstErr                error
+	elapsed                 time.Duration
 }
 
 // pct is the latency at quantile q.
@@ -674,7 +690,7 @@ func runPaced(total int, rate float64, conc int, do func(i int) (sample, error))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var lat, toUp, fromUp, beyond, waits []time.Duration
+			var lat, toUp, fromUp, beyond, waits, beyondGate, recordWaits []time.Duration
 			late, errs := 0, 0
 			var firstErr error
 			for {
@@ -702,6 +718,7 @@ func runPaced(total int, rate float64, conc int, do func(i int) (sample, error))
 				}
 				if d.start > 0 {
 					beyond, waits = append(beyond, d.lat-d.start), append(waits, d.start)
+					beyondGate, recordWaits = append(beyondGate, d.lat-d.start-d.record), append(recordWaits, d.record)
 				}
 			}
 			mu.Lock()
@@ -709,6 +726,7 @@ func runPaced(total int, rate float64, conc int, do func(i int) (sample, error))
 			r.lat = append(r.lat, lat...)
 			r.toUp, r.fromUp = append(r.toUp, toUp...), append(r.fromUp, fromUp...)
 			r.beyondStart, r.startWaits = append(r.beyondStart, beyond...), append(r.startWaits, waits...)
+			r.beyondGate, r.recordWaits = append(r.beyondGate, beyondGate...), append(r.recordWaits, recordWaits...)
 			r.late += late
 			r.errs += errs
 			if r.firstErr == nil {
@@ -722,6 +740,8 @@ func runPaced(total int, rate float64, conc int, do func(i int) (sample, error))
 	slices.Sort(r.toUp)
 	slices.Sort(r.beyondStart)
 	slices.Sort(r.startWaits)
+	slices.Sort(r.beyondGate)
+	slices.Sort(r.recordWaits)
 	slices.Sort(r.fromUp)
 	return r
 }
@@ -946,7 +966,7 @@ func startCPUProfile(b *testing.B, dir, name string) func() {
 	if dir == "" {
 		return func() {}
 	}
-	f, err := os.Create(filepath.Join(dir, name))
+	f, err := os.Create(filepath.Join(dir, name+".cpu.pprof"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -954,7 +974,15 @@ func startCPUProfile(b *testing.B, dir, name string) func() {
 		f.Close()
 		b.Fatal(errors.Join(err, errors.New("run without go test's -cpuprofile")))
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }
+	// The allocations profile counts every allocation since the process began
+	// (sampled): the run's own are the difference of the two written here,
+	// go tool pprof -sample_index=alloc_space -diff_base name.allocs-before.pprof name.allocs.pprof.
+	writeProfile(b, "allocs", filepath.Join(dir, name+".allocs-before.pprof"), 0)
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		writeProfile(b, "allocs", filepath.Join(dir, name+".allocs.pprof"), 0)
+	}
 }
 
 // writeProfile writes the named runtime profile (pprof.Lookup) to path.

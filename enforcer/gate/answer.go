@@ -65,10 +65,12 @@ type Answer struct {
 	// (429, 403). The reasons' bodies and a blocked member's kept 429 body are shared
 	// bytes, handed out again for the same body (package authz keys on them).
 	Body []byte
-	// Took is how long the check took; StartWait the part of it spent waiting for the
-	// durable start (queue and call; 0 when none was made). The gateway can report
-	// both to the client (Server-Timing).
-	Took, StartWait time.Duration
+	// Took is how long the check took; RecordWait the part of it spent reading the
+	// member's usage record (Redis, and the control plane when the mirror did not know
+	// the member; 0 when none was read); StartWait the part spent waiting for the
+	// durable start (queue and call; 0 when none was made). The gateway can report them
+	// to the client (Server-Timing).
+	Took, RecordWait, StartWait time.Duration
 }
 
 // Header is one response or request header.

@@ -136,10 +136,12 @@ func (g *Gate) Check(ctx context.Context, cred Credentials) (Answer, error) {
 // CheckRequest answers one request, with what the front door read of it (Hint).
 func (g *Gate) CheckRequest(ctx context.Context, cred Credentials, h Hint) (Answer, error) {
 	start := time.Now()
-	a, err := g.check(ctx, cred, h)
+	var recordWait time.Duration
+	a, err := g.check(ctx, cred, h, &recordWait)
 	if err != nil {
 		return Answer{}, err
 	}
+	a.RecordWait = recordWait
 	g.Metrics.Decisions.WithLabelValues(a.Decision, a.Reason.String()).Inc()
 	a.Took = time.Since(start)
 	g.Metrics.CheckDuration.WithLabelValues(a.Decision).Observe(a.Took.Seconds())
@@ -176,7 +178,8 @@ func parseCredential(cred Credentials) (internalv1.CredentialKind, string, bool)
 	return 0, "", false
 }
 
-func (g *Gate) check(ctx context.Context, cred Credentials, h Hint) (Answer, error) {
+// check decides; it adds the time spent reading the member's record to recordWait.
+func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *time.Duration) (Answer, error) {
 	kind, secret, ok := parseCredential(cred)
 	if !ok {
 		return Refusal(ReasonNoCredential), nil
@@ -204,7 +207,9 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint) (Answer, err
 	}
 	keep := g.Blocks.before(gen, genOK)
 
+	reading := time.Now()
 	rec, err := g.Records.Read(ctx, id.OrganizationID, id.MemberID)
+	*recordWait += time.Since(reading)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Answer{}, ctx.Err()
@@ -221,7 +226,10 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint) (Answer, err
 		d := decision.Decide(rec.Record, now, rec.Authoritative)
 		if d.Result == decision.Unknown && !rec.Authoritative {
 			// The mirror does not know a current window (written before it began).
-			if rec, err = g.Records.Resolve(ctx, id.OrganizationID, id.MemberID); err != nil {
+			reading = time.Now()
+			rec, err = g.Records.Resolve(ctx, id.OrganizationID, id.MemberID)
+			*recordWait += time.Since(reading)
+			if err != nil {
 				if ctx.Err() != nil {
 					return Answer{}, ctx.Err()
 				}
@@ -252,7 +260,10 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint) (Answer, err
 		}
 		// The start was refused for an old tracking version: the mirror is behind the
 		// capture fence. Decide again on the control plane's current record.
-		if rec, err = g.Records.Resolve(ctx, id.OrganizationID, id.MemberID); err != nil {
+		reading = time.Now()
+		rec, err = g.Records.Resolve(ctx, id.OrganizationID, id.MemberID)
+		*recordWait += time.Since(reading)
+		if err != nil {
 			if ctx.Err() != nil {
 				return Answer{}, ctx.Err()
 			}

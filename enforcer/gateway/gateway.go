@@ -306,12 +306,14 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // serverTiming is the Server-Timing value (W3C Server Timing) of a checked request: the
-// gate's whole check, and the part spent on the durable start (queue and call), in
-// milliseconds. Browsers' developer tools show it; a client can tell the gate's share
-// of its latency from the upstream's.
+// gate's whole check, and the parts of it spent reading the member's usage record and
+// on the durable start (queue and call), in milliseconds. Browsers' developer tools
+// show it; a client can tell the gate's share of its latency from the upstream's, and
+// an operator which part of the gate was slow.
 func serverTiming(a gate.Answer) string {
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1e3, 'f', 3, 64) }
-	return `tollgate-check;dur=` + ms(a.Took) + `;desc="admission check", tollgate-start;dur=` + ms(a.StartWait) + `;desc="durable start"`
+	return `tollgate-check;dur=` + ms(a.Took) + `;desc="admission check", tollgate-record;dur=` + ms(a.RecordWait) +
+		`;desc="usage record", tollgate-start;dur=` + ms(a.StartWait) + `;desc="durable start"`
 }
 
 // readBody reads a request body whole. When its length is announced (and within the

@@ -44,7 +44,7 @@ func (f *fakeGate) CheckRequest(_ context.Context, c gate.Credentials, h gate.Hi
 	switch key {
 	case "tgk_good":
 		return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: "req_test", UsageState: "within_limit",
-			Took: 1234 * time.Microsecond, StartWait: 845 * time.Microsecond}, nil
+			Took: 1234 * time.Microsecond, RecordWait: 212 * time.Microsecond, StartWait: 845 * time.Microsecond}, nil
 	case "tgk_blocked":
 		return f.blocked, nil
 	}
@@ -578,7 +578,7 @@ func TestServerTiming(t *testing.T) {
 			}
 			continue
 		}
-		want := `tollgate-check;dur=1.234;desc="admission check", tollgate-start;dur=0.845;desc="durable start"`
+		want := `tollgate-check;dur=1.234;desc="admission check", tollgate-record;dur=0.212;desc="usage record", tollgate-start;dur=0.845;desc="durable start"`
 		if !slices.Equal(got, []string{want, "upstream;dur=7"}) {
 			t.Fatalf("admitted: Server-Timing %q, want ours and the upstream's", got)
 		}
