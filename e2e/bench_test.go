@@ -179,8 +179,12 @@ func processCPU() time.Duration {
 // flush, so it counts the messages the programs and the generator send each other, to
 // Redis and to Postgres: on this machine a loopback write costs more CPU than anything
 // else in a check.
-func processWrites() int64 {
-	raw, err := os.ReadFile("/proc/self/io")
+func processWrites() int64 { return writesOf("self") }
+
+// writesOf is the number of write system calls of the process pid ("self" for this
+// one), 0 where that cannot be read.
+func writesOf(pid string) int64 {
+	raw, err := os.ReadFile("/proc/" + pid + "/io")
 	if err != nil {
 		return 0
 	}
@@ -200,7 +204,7 @@ func postgresCPU() time.Duration {
 }
 
 // procCPU sums utime, stime, cutime and cstime of the processes whose command name
-// matches; the counters are in clock ticks of 1/100 s (USER_HZ on Linux).
+// matches.
 func procCPU(match func(comm string) bool) time.Duration {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var ticks int64
@@ -209,19 +213,46 @@ func procCPU(match func(comm string) bool) time.Duration {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ...: comm may hold spaces, so split after its ')'.
-		open, close := bytes.IndexByte(raw, '('), bytes.LastIndexByte(raw, ')')
-		if open < 0 || close < open || !match(string(raw[open+1:close])) {
-			continue
-		}
-		fields := strings.Fields(string(raw[close+1:]))
-		if len(fields) < 15 {
-			continue
-		}
-		for _, f := range fields[11:15] { // utime stime cutime cstime
-			n, _ := strconv.ParseInt(f, 10, 64)
+		if comm, n, ok := statCPU(raw, true); ok && match(comm) {
 			ticks += n
 		}
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond
+	return time.Duration(ticks) * userHZTick
+}
+
+// pidCPU is the CPU time (utime and stime) the process pid has used, 0 when it cannot
+// be read.
+func pidCPU(pid int) time.Duration {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	_, ticks, _ := statCPU(raw, false)
+	return time.Duration(ticks) * userHZTick
+}
+
+// userHZTick is the unit of /proc's CPU counters (USER_HZ, 100 on Linux).
+const userHZTick = 10 * time.Millisecond
+
+// statCPU reads a /proc/<pid>/stat: the command name, and the CPU used in ticks of
+// userHZTick: utime and stime, and with children also cutime and cstime.
+func statCPU(raw []byte, children bool) (comm string, ticks int64, ok bool) {
+	// pid (comm) state ppid ...: comm may hold spaces, so split after its ')'.
+	open, close := bytes.IndexByte(raw, '('), bytes.LastIndexByte(raw, ')')
+	if open < 0 || close < open {
+		return "", 0, false
+	}
+	fields := strings.Fields(string(raw[close+1:]))
+	end := 13 // utime stime
+	if children {
+		end = 15 // cutime cstime
+	}
+	if len(fields) < end {
+		return "", 0, false
+	}
+	for _, f := range fields[11:end] {
+		n, _ := strconv.ParseInt(f, 10, 64)
+		ticks += n
+	}
+	return string(raw[open+1 : close]), ticks, true
 }

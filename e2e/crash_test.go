@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"maps"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,56 +22,93 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
 	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/internal/testredis"
 )
 
-// childEnv, set in a child process's environment, makes TestMain run the enforcer in it
-// instead of the tests (startChildEnforcer): a real process that a test can SIGKILL.
+// childEnv, set in a child process's environment, makes TestMain run a program in it
+// instead of the tests (startChild): "enforcer" or "controlplane", a real process that a
+// test can SIGKILL, or a benchmark can measure on its own.
 const childEnv = "TOLLGATE_E2E_CHILD"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "enforcer" {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-		err := enfapp.Run(ctx, []string{"serve"}, os.Getenv, enfapp.IO{Stdout: os.Stdout, Stderr: os.Stderr})
-		stop()
-		if err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
-			os.Exit(1)
-		}
-		os.Exit(0)
+	role := os.Getenv(childEnv)
+	if role == "" {
+		os.Exit(m.Run())
 	}
-	os.Exit(m.Run())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	stopProfiles := childProfiles(os.Getenv(childProfileEnv))
+	var err error
+	switch role {
+	case "enforcer":
+		err = enfapp.Run(ctx, []string{"serve"}, os.Getenv, enfapp.IO{Stdout: os.Stdout, Stderr: os.Stderr})
+	case "controlplane":
+		err = cpapp.Run(ctx, []string{"serve"}, os.Getenv, cpapp.IO{Stdin: strings.NewReader(""), Stdout: os.Stdout, Stderr: os.Stderr})
+	default:
+		err = errors.New("unknown " + childEnv + " " + role)
+	}
+	stop()
+	stopProfiles()
+	if err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
-// child is an enforcer running in its own process.
+// childProfileEnv, set in a child's environment to a path prefix, makes it write a CPU
+// profile of its whole run to <prefix>.cpu.pprof and its allocations to
+// <prefix>.allocs.pprof when it stops (SIGTERM: the end of its test).
+const childProfileEnv = "TOLLGATE_E2E_CHILD_PROFILE"
+
+func childProfiles(prefix string) (stop func()) {
+	if prefix == "" {
+		return func() {}
+	}
+	f, err := os.Create(prefix + ".cpu.pprof")
+	if err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		if a, err := os.Create(prefix + ".allocs.pprof"); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(a, 0)
+			a.Close()
+		}
+	}
+}
+
+// child is a program running in its own process.
 type child struct {
-	cmd  *exec.Cmd
-	logs *testio.SyncBuffer
-	done chan error
-	// view is the stack with its enforcer clients and admin address pointing here.
+	role  string
+	cmd   *exec.Cmd
+	logs  *testio.SyncBuffer
+	done  chan error
+	addrs map[string]string // its listeners, by server name
+	// view is the stack with its enforcer clients and admin address pointing here
+	// (an enforcer's).
 	view *stack
 }
 
-// startChildEnforcer runs this test binary again as an enforcer (TestMain) with the
-// stack's enforcer environment plus vars, and waits until it is ready.
-func startChildEnforcer(t *testing.T, s *stack, vars map[string]string) *child {
+// startChild runs this test binary again as role (TestMain) with env, the test's own
+// TOLLGATE_* variables left out, and waits until it has logged servers listeners.
+func startChild(t testing.TB, role string, env map[string]string, servers int) *child {
 	t.Helper()
-	env := map[string]string{
-		childEnv: "enforcer", "TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": s.layout.Prefix,
-		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
-		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": s.cpGRPC,
-		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
-		"TOLLGATE_ENFORCER_GENERATION_POLL": "50ms",
-	}
-	maps.Copy(env, vars)
-	c := &child{cmd: exec.Command(os.Args[0], "-test.run=^$"), logs: &testio.SyncBuffer{}, done: make(chan error, 1)}
+	c := &child{role: role, cmd: exec.Command(os.Args[0], "-test.run=^$"), logs: &testio.SyncBuffer{}, done: make(chan error, 1),
+		addrs: map[string]string{}}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "TOLLGATE_") {
 			c.cmd.Env = append(c.cmd.Env, kv)
 		}
 	}
+	c.cmd.Env = append(c.cmd.Env, childEnv+"="+role)
 	for k, v := range env {
 		c.cmd.Env = append(c.cmd.Env, k+"="+v)
 	}
@@ -79,27 +119,56 @@ func startChildEnforcer(t *testing.T, s *stack, vars map[string]string) *child {
 	go func() { c.done <- c.cmd.Wait() }()
 	t.Cleanup(func() {
 		if c.cmd.ProcessState == nil {
-			_ = c.cmd.Process.Kill()
-			<-c.done
+			// Asked to stop first (a profiling child writes its profiles then), killed
+			// if it does not.
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-c.done:
+			case <-time.After(10 * time.Second):
+				_ = c.cmd.Process.Kill()
+				<-c.done
+			}
 		}
 		if t.Failed() {
-			t.Logf("child enforcer logs:\n%s", c.logs.String())
+			t.Logf("child %s logs:\n%s", role, c.logs.String())
 		}
 	})
-	addrs := map[string]string{}
-	waitFor(t, 30*time.Second, "the child enforcer's listeners", func() bool {
+	waitFor(t, 30*time.Second, "the child "+role+"'s listeners", func() bool {
 		for _, m := range listening.FindAllStringSubmatch(c.logs.String(), -1) {
-			addrs[m[1]] = m[2]
+			c.addrs[m[1]] = m[2]
 		}
-		return len(addrs) >= 3
+		return len(c.addrs) >= servers
 	})
-	conn, err := grpc.NewClient(addrs["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return c
+}
+
+// startChildEnforcer runs an enforcer in its own process with the stack's enforcer
+// environment plus vars, and waits until it is ready.
+func startChildEnforcer(t testing.TB, s *stack, vars map[string]string) *child {
+	t.Helper()
+	env := map[string]string{
+		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": s.layout.Prefix,
+		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
+		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": s.cpGRPC,
+		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
+		"TOLLGATE_ENFORCER_GENERATION_POLL": "50ms",
+	}
+	maps.Copy(env, vars)
+	servers := 3
+	if env["TOLLGATE_GATEWAY_ADDR"] != "" {
+		servers++
+	}
+	c := startChild(t, "enforcer", env, servers)
+	conn, err := grpc.NewClient(c.addrs["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	v := *s
-	v.enfGRPC, v.enfHTTP, v.enfAdmin = addrs["grpc"], "http://"+addrs["http"], "http://"+addrs["admin"]
+	v.enfGRPC, v.enfHTTP, v.enfAdmin = c.addrs["grpc"], "http://"+c.addrs["http"], "http://"+c.addrs["admin"]
+	if a, ok := c.addrs["gateway"]; ok {
+		v.gateway = "http://" + a
+	}
 	v.authz, v.extproc = authv3.NewAuthorizationClient(conn), extprocv3.NewExternalProcessorClient(conn)
 	c.view = &v
 	waitFor(t, 10*time.Second, "child enforcer ready", func() bool {
@@ -112,6 +181,23 @@ func startChildEnforcer(t *testing.T, s *stack, vars map[string]string) *child {
 	})
 	return c
 }
+
+// startChildControlPlane runs a control plane in its own process on the stack's
+// database and Redis prefix (the stack's control-plane environment, new addresses) plus
+// vars; its addresses are c.addrs["rest"], ["grpc"] and ["admin"].
+func startChildControlPlane(t testing.TB, s *stack, vars map[string]string) *child {
+	t.Helper()
+	env := maps.Clone(s.cpVars)
+	env["TOLLGATE_HTTP_ADDR"], env["TOLLGATE_GRPC_ADDR"], env["TOLLGATE_ADMIN_ADDR"] = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	maps.Copy(env, vars)
+	return startChild(t, "controlplane", env, 3)
+}
+
+// cpu is the CPU time the child has used so far (utime and stime).
+func (c *child) cpu() time.Duration { return pidCPU(c.cmd.Process.Pid) }
+
+// writes is the number of write system calls the child has made so far.
+func (c *child) writes() int64 { return writesOf(strconv.Itoa(c.cmd.Process.Pid)) }
 
 // kill ends the child with SIGKILL: no drain, no deferred code.
 func (c *child) kill(t *testing.T) {
@@ -131,10 +217,10 @@ func (c *child) stop(t *testing.T) {
 	select {
 	case err := <-c.done:
 		if err != nil {
-			t.Fatalf("child enforcer exited with %v", err)
+			t.Fatalf("child %s exited with %v", c.role, err)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatal("child enforcer did not stop")
+		t.Fatalf("child %s did not stop", c.role)
 	}
 }
 

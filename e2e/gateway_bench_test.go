@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -47,8 +48,10 @@ const (
 //
 // It runs in about 45 seconds; b.N is not used (every case has its own count).
 // With TOLLGATE_BENCH_PROFILES=<dir> it also writes CPU and allocation profiles of the
-// gateway's non-streamed and streamed runs (gateway-json.*, gateway-sse.*: see
-// startCPUProfile), and a heap profile and the goroutines' stacks taken
+// enforcer's and the control plane's processes over their whole run (enforcer.*,
+// controlplane.*, written when the benchmark ends), of this process (the generator and
+// the fake upstream) during the gateway's non-streamed and streamed runs (gateway-json.*,
+// gateway-sse.*: see startCPUProfile), and a heap profile and the goroutines' stacks taken
 // while the idle streams are held, direct (direct-idle.*) and through the gateway
 // (gateway-idle.*); the heap profiles record every allocation of that case, so that
 //
@@ -115,25 +118,38 @@ const (
 //     (gateway delta - direct delta) / 1,000. Kernel socket buffers are not in either.
 //     Goal: under 64 KiB per idle stream.
 //
-// CPU: both programs, the generator and the fake upstream share this process (and its
-// garbage collector), so the enforcer's CPU cannot be read on its own. Each client's run
-// is measured alone with the process's CPU (getrusage) from its first request to 200ms
-// after its last (so queued settlements are sent), with the same load: cpu-us/req is the
-// gateway run's CPU minus the direct run's, per request, which leaves the generator and
-// the upstream out (they do the same work in both) and counts the enforcer and the
-// control plane: the gateway, the gate, the durable start's RPC on both sides, the
-// settlement. writes/req is counted the same way: the write system calls (each socket
-// flush: to the client, the upstream, Redis, the control plane, Postgres) of the gateway
-// run minus the direct run's, per request. It moves less with the machine's other load
-// than the latencies do (only through how many starts and settlements share a batch), so
-// it tells a change that saves a message from noise. pg-cpu-us/req is all of Postgres's CPU (other databases' too: the machine
-// is shared), pg-db-cpu-us/req only the backends of this benchmark's database.
+// Processes: the timed cases (json, sse) run the control plane and the enforcer each in
+// a process of its own (this test binary again, as TestMain's children), as they are
+// deployed, with the Go runtime settings the Helm chart gives them (GOGC 400; memory
+// limit 200 MiB for the enforcer, 400 MiB for the control plane). The load generator and
+// the fake upstream share this process, whose garbage collector the programs no longer
+// share: in one process, the control plane's allocations (most of them pgx's) made the
+// gateway's requests wait through three times as many collections. The memory case runs
+// against a second, in-process stack on the same database and Redis prefix, so that the
+// gateway's memory can be read from inside its process. With TOLLGATE_BENCH_IN_PROCESS=1
+// the timed cases run on that stack too, everything in this process (as before
+// 2026-11-25): in one process the programs' hand-offs to each other cost less (no
+// process switch) but their collections are shared, and each program's CPU cannot be
+// told apart (enforcer-cpu-us/req is then not reported).
 //
-// Like BenchmarkFullStack it runs with the Go runtime settings the Helm chart gives the
-// programs (GOGC 400, memory limit 600 MiB for both) unless GOGC is set, archives the
-// member's policy (no limit refuses anything), spreads the load over 32 members, and
-// first warms the stack up (credentials, records, statement plans) and analyzes the
-// database. After each run it waits until every admitted request is settled.
+// CPU: each client's run is measured alone, from its first request to 200ms after its
+// last (so queued settlements are sent), with the same load. enforcer-cpu-us/req and
+// controlplane-cpu-us/req are each program's process CPU (/proc) in the gateway run less
+// its CPU in the direct run (its idle work), per request; cpu-us/req is the same for the
+// three processes together (getrusage for this one), which leaves the generator and the
+// upstream out (they do the same work in both runs). writes/req is counted the same way:
+// the three processes' write system calls (each socket flush: to the client, the
+// upstream, Redis, the control plane, Postgres). It moves less with the machine's other
+// load than the latencies do (only through how many starts and settlements share a
+// batch), so it tells a change that saves a message from noise. pg-cpu-us/req is all of
+// Postgres's CPU (other databases' too: the machine is shared), pg-db-cpu-us/req only the
+// backends of this benchmark's database.
+//
+// Like BenchmarkFullStack it archives the member's policy (no limit refuses anything),
+// spreads the load over 32 members, and first warms the stack up (credentials, records,
+// statement plans) and analyzes the database. This process runs with GOGC 400 and a
+// 600 MiB memory limit unless GOGC is set. After each run it waits until every
+// admitted request is settled.
 func BenchmarkGateway(b *testing.B) {
 	if os.Getenv("GOGC") == "" {
 		defer debug.SetGCPercent(debug.SetGCPercent(400))
@@ -148,8 +164,9 @@ func BenchmarkGateway(b *testing.B) {
 	up := newBenchUpstream()
 	upSrv := httptest.NewServer(up)
 	b.Cleanup(upSrv.Close)
-	s := startStack(b, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": upSrv.URL,
-		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization, "TOLLGATE_GATEWAY_SERVER_TIMING": "true"})
+	gwEnv := map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": upSrv.URL,
+		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization, "TOLLGATE_GATEWAY_SERVER_TIMING": "true"}
+	s := startStack(b, gwEnv)
 	o := s.setUpOrg(b)
 	s.must(b, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/archive", o.owner.token, o.id,
 		map[string]any{"revision": 1}, nil)
@@ -159,6 +176,29 @@ func BenchmarkGateway(b *testing.B) {
 	}
 	dbName := s.db.Pool.Config().ConnConfig.Database
 
+	// The timed cases run a control plane and an enforcer in processes of their own, as
+	// deployed, with the Helm chart's Go runtime settings: they share the two cores with
+	// this process (the generator and the fake upstream) but not its garbage collector,
+	// nor each other's, and each one's CPU is its own. The stack above (in this process,
+	// on the same database and Redis prefix) set the organization up and serves the
+	// memory case, which reads the gateway's memory from inside its process.
+	ps, procs := s, []*child(nil) // the stack the timed cases run on, and its processes
+	inProcess := os.Getenv("TOLLGATE_BENCH_IN_PROCESS") != ""
+	var enfProc *child
+	if !inProcess {
+		cpEnv := map[string]string{"GOGC": "400", "GOMEMLIMIT": "400MiB"}
+		enfEnv := maps.Clone(gwEnv)
+		enfEnv["GOGC"], enfEnv["GOMEMLIMIT"] = "400", "200MiB"
+		if profiles != "" {
+			cpEnv[childProfileEnv], enfEnv[childProfileEnv] = filepath.Join(profiles, "controlplane"), filepath.Join(profiles, "enforcer")
+		}
+		cpProc := startChildControlPlane(b, s, cpEnv)
+		onChildCP := *s
+		onChildCP.cpGRPC, onChildCP.rest = cpProc.addrs["grpc"], "http://"+cpProc.addrs["rest"]
+		enfProc = startChildEnforcer(b, &onChildCP, enfEnv)
+		ps, procs = enfProc.view, []*child{enfProc, cpProc}
+	}
+
 	// One client for every run, as a service would have: keep-alive connections,
 	// bodies as sent (no gzip asked, none decoded).
 	tr := &http.Transport{MaxIdleConnsPerHost: 4 * gwIdleStreams, IdleConnTimeout: 90 * time.Second, DisableCompression: true}
@@ -167,12 +207,12 @@ func BenchmarkGateway(b *testing.B) {
 		json:   chatBody(false),
 		stream: chatBody(true), // include_usage already set: the gateway sends it unchanged
 	}
-	direct, gw := upSrv.URL, s.gateway
+	direct, gw, inProcessGW := upSrv.URL, ps.gateway, s.gateway
 
-	settled := func(b *testing.B) {
+	settled := func(b *testing.B, on *stack) {
 		b.Helper()
 		waitFor(b, 2*time.Minute, "every admitted request settled", func() bool {
-			return s.metric(b, "tollgate_enforcer_inflight_requests") == 0 && s.metric(b, "tollgate_enforcer_settle_queue_depth") == 0
+			return on.metric(b, "tollgate_enforcer_inflight_requests") == 0 && on.metric(b, "tollgate_enforcer_settle_queue_depth") == 0
 		})
 	}
 	mustRun := func(b *testing.B, what string, r pacedResult) pacedResult {
@@ -186,10 +226,12 @@ func BenchmarkGateway(b *testing.B) {
 	// Warm-up: every member's credential and record fetched, the durable start's and the
 	// settlement's statements planned on tables with rows (see BenchmarkFullStack).
 	mustRun(b, "warm-up, gateway", runPaced(2000, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(gw, i) }))
-	mustRun(b, "warm-up, /check", runPaced(500, gwRate, gwInFlight, func(i int) (sample, error) { return c.check(s.enfHTTP, i) }))
+	mustRun(b, "warm-up, /check", runPaced(500, gwRate, gwInFlight, func(i int) (sample, error) { return c.check(ps.enfHTTP, i) }))
 	mustRun(b, "warm-up, direct", runPaced(500, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(direct, i) }))
 	mustRun(b, "warm-up, streams", runPaced(200, gwStreamRate, gwInFlight, func(i int) (sample, error) { return c.firstChunk(gw, "sse", i, nil) }))
-	settled(b)
+	mustRun(b, "warm-up, in-process gateway", runPaced(500, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(inProcessGW, i) }))
+	settled(b, ps)
+	settled(b, s)
 	if _, err := s.db.Pool.Exec(context.Background(), "ANALYZE"); err != nil {
 		b.Fatal(err)
 	}
@@ -198,37 +240,50 @@ func BenchmarkGateway(b *testing.B) {
 	// backends of this benchmark's database.
 	type measured struct {
 		pacedResult
-		cpu, pg, pgDB time.Duration
-		// writes: this process's write system calls.
+		// cpu is all three processes': this one, the enforcer's and the control
+		// plane's; enf and cp the enforcer's and the control plane's alone.
+		cpu, enf, cp, pg, pgDB time.Duration
+		// writes: the three processes' write system calls.
 		writes int64
+	}
+	cpuAndWrites := func() (all, enf, cp time.Duration, writes int64) {
+		all, writes = processCPU(), processWrites()
+		for _, p := range procs {
+			all, writes = all+p.cpu(), writes+p.writes()
+		}
+		if len(procs) == 2 {
+			enf, cp = procs[0].cpu(), procs[1].cpu()
+		}
+		return all, enf, cp, writes
 	}
 	measure := func(b *testing.B, what string, n int, rate float64, do func(i int) (sample, error)) measured {
 		b.Helper()
 		defer up.track(n)()
-		cpu0, pg0, db0, gc0 := processCPU(), postgresCPU(), postgresDBCPU(dbName), gcCycles()
-		w0 := processWrites()
+		pg0, db0, gc0, enfGC0 := postgresCPU(), postgresDBCPU(dbName), gcCycles(), ps.metric(b, "go_gc_duration_seconds_count")
+		cpu0, enf0, cp0, w0 := cpuAndWrites()
 		r := runPaced(n, rate, gwInFlight, do)
 		time.Sleep(200 * time.Millisecond) // the last settlements leave (settle linger 50ms)
-		m := measured{pacedResult: mustRun(b, what, r), cpu: processCPU() - cpu0, pg: postgresCPU() - pg0, pgDB: postgresDBCPU(dbName) - db0,
-			writes: processWrites() - w0}
-		gcs := gcCycles() - gc0
-		settled(b)
-		b.Logf("%-8s %v; cpu %v, postgres %v (this database %v), %d collections, %.1f writes a request",
-			what, r, m.cpu, m.pg, m.pgDB, gcs, float64(m.writes)/float64(n))
+		cpu1, enf1, cp1, w1 := cpuAndWrites()
+		m := measured{pacedResult: mustRun(b, what, r), cpu: cpu1 - cpu0, enf: enf1 - enf0, cp: cp1 - cp0,
+			pg: postgresCPU() - pg0, pgDB: postgresDBCPU(dbName) - db0, writes: w1 - w0}
+		gcs, enfGCs := gcCycles()-gc0, ps.metric(b, "go_gc_duration_seconds_count")-enfGC0
+		settled(b, ps)
+		b.Logf("%-8s %v; cpu %v (enforcer %v, control plane %v), postgres %v (this database %v), collections: %v in the enforcer, %d here; %.1f writes a request",
+			what, r, m.cpu, m.enf, m.cp, m.pg, m.pgDB, enfGCs, gcs, float64(m.writes)/float64(n))
 		return m
 	}
 	perReq := func(d time.Duration, n int) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(n) }
 
 	b.Run("json_at_1000_per_s", func(b *testing.B) {
 		d := measure(b, "direct", gwRequests, gwRate, func(i int) (sample, error) { return c.complete(direct, i) })
-		chk := measure(b, "/check", gwRequests, gwRate, func(i int) (sample, error) { return c.check(s.enfHTTP, i) })
-		start0 := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`)
-		gate0 := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_check_duration_seconds", `decision="admitted"`)
+		chk := measure(b, "/check", gwRequests, gwRate, func(i int) (sample, error) { return c.check(ps.enfHTTP, i) })
+		start0 := scrapeHistogram(b, ps.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`)
+		gate0 := scrapeHistogram(b, ps.enfAdmin, "tollgate_enforcer_check_duration_seconds", `decision="admitted"`)
 		stop := startCPUProfile(b, profiles, "gateway-json")
 		g := measure(b, "gateway", gwRequests, gwRate, func(i int) (sample, error) { return c.complete(gw, i) })
 		stop()
-		start := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`).minus(start0)
-		gate := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_check_duration_seconds", `decision="admitted"`).minus(gate0)
+		start := scrapeHistogram(b, ps.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`).minus(start0)
+		gate := scrapeHistogram(b, ps.enfAdmin, "tollgate_enforcer_check_duration_seconds", `decision="admitted"`).minus(gate0)
 		if int(gate.count) != gwRequests {
 			b.Fatalf("the gate admitted %v requests during the gateway run, want %d", gate.count, gwRequests)
 		}
@@ -267,6 +322,10 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(perReq(d.cpu, gwRequests), "direct-cpu-us/req")
 		b.ReportMetric(perReq(g.cpu, gwRequests), "gw-total-cpu-us/req")
 		b.ReportMetric(perReq(g.cpu-d.cpu, gwRequests), "cpu-us/req")
+		if !inProcess {
+			b.ReportMetric(perReq(g.enf-d.enf, gwRequests), "enforcer-cpu-us/req")
+			b.ReportMetric(perReq(g.cp-d.cp, gwRequests), "controlplane-cpu-us/req")
+		}
 		b.ReportMetric(float64(g.writes-d.writes)/gwRequests, "writes/req")
 		b.ReportMetric(perReq(chk.cpu-d.cpu, gwRequests), "check-cpu-us/req")
 		b.ReportMetric(perReq(g.pg, gwRequests), "pg-cpu-us/req")
@@ -277,13 +336,13 @@ func BenchmarkGateway(b *testing.B) {
 
 	b.Run("sse_ttfb_at_500_per_s", func(b *testing.B) {
 		d := measure(b, "direct", gwStreams, gwStreamRate, func(i int) (sample, error) { return c.firstChunk(direct, "sse", i, nil) })
-		start0 := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`)
-		gate0 := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_check_duration_seconds", `decision="admitted"`)
+		start0 := scrapeHistogram(b, ps.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`)
+		gate0 := scrapeHistogram(b, ps.enfAdmin, "tollgate_enforcer_check_duration_seconds", `decision="admitted"`)
 		stop := startCPUProfile(b, profiles, "gateway-sse")
 		g := measure(b, "gateway", gwStreams, gwStreamRate, func(i int) (sample, error) { return c.firstChunk(gw, "sse", i, nil) })
 		stop()
-		start := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`).minus(start0)
-		gate := scrapeHistogram(b, s.enfAdmin, "tollgate_enforcer_check_duration_seconds", `decision="admitted"`).minus(gate0)
+		start := scrapeHistogram(b, ps.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`).minus(start0)
+		gate := scrapeHistogram(b, ps.enfAdmin, "tollgate_enforcer_check_duration_seconds", `decision="admitted"`).minus(gate0)
 		b.Logf("Start calls: %v, mean %.3f ms, p50 ~%.3f ms, p99 ~%.3f ms; gate p50 ~%.3f ms, p99 ~%.3f ms",
 			start.count, ms(start.mean()), ms(start.quantile(.5)), ms(start.quantile(.99)), ms(gate.quantile(.5)), ms(gate.quantile(.99)))
 		b.ReportMetric(ms(start.quantile(.99)), "start-p99-ms")
@@ -305,6 +364,10 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(msd(quantile(g.fromUp, .50)-quantile(d.fromUp, .50)), "ttfb-resp-path-added-p50-ms")
 		b.ReportMetric(msd(quantile(g.fromUp, .99)-quantile(d.fromUp, .99)), "ttfb-resp-path-added-p99-ms")
 		b.ReportMetric(perReq(g.cpu-d.cpu, gwStreams), "cpu-us/stream")
+		if !inProcess {
+			b.ReportMetric(perReq(g.enf-d.enf, gwStreams), "enforcer-cpu-us/stream")
+			b.ReportMetric(perReq(g.cp-d.cp, gwStreams), "controlplane-cpu-us/stream")
+		}
 		b.ReportMetric(float64(g.writes-d.writes)/gwStreams, "writes/stream")
 		b.ReportMetric(perReq(g.pg, gwStreams), "pg-cpu-us/stream")
 		b.ReportMetric(float64(max(d.late, g.late))/gwStreams*100, "late-%")
@@ -362,7 +425,7 @@ func BenchmarkGateway(b *testing.B) {
 				writeProfile(b, "goroutine", filepath.Join(profiles, profile+".goroutines.txt"), 1)
 			}
 			active := 0.0
-			if base == gw {
+			if base == inProcessGW {
 				active = s.metric(b, "tollgate_enforcer_gateway_active_requests")
 			}
 			up.release()
@@ -373,11 +436,11 @@ func BenchmarkGateway(b *testing.B) {
 			}
 			delta := during.minus(before)
 			b.Logf("%-8s %d streams open: %s (before %s; gateway active %v)", what, gwIdleStreams, delta.perStream(gwIdleStreams), before, active)
-			settled(b)
+			settled(b, s)
 			return delta
 		}
 		d := hold(b, direct, "direct", "direct-idle")
-		g := hold(b, gw, "gateway", "gateway-idle")
+		g := hold(b, inProcessGW, "gateway", "gateway-idle")
 		own := g.minus(d)
 		b.Logf("the gateway's own: %s", own.perStream(gwIdleStreams))
 		kib := func(v int64) float64 { return float64(v) / 1024 / gwIdleStreams }
@@ -846,26 +909,17 @@ func (h histogram) quantile(q float64) float64 {
 // process title names it), read from /proc; 0 where that cannot be read.
 func postgresDBCPU(db string) time.Duration {
 	stats, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var ticks int64
+	var total time.Duration
 	for _, path := range stats {
 		cmd, err := os.ReadFile(path)
 		if err != nil || !bytes.HasPrefix(cmd, []byte("postgres: ")) || !bytes.Contains(cmd, []byte(" "+db+" ")) {
 			continue
 		}
-		raw, err := os.ReadFile(filepath.Join(filepath.Dir(path), "stat"))
-		if err != nil {
-			continue
-		}
-		fields := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
-		if len(fields) < 13 {
-			continue
-		}
-		for _, f := range fields[11:13] { // utime stime
-			n, _ := strconv.ParseInt(f, 10, 64)
-			ticks += n
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path))); err == nil {
+			total += pidCPU(pid)
 		}
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond
+	return total
 }
 
 // gcCycles is the number of garbage collections so far.
