@@ -75,7 +75,12 @@ func TestOnACluster(t *testing.T) {
 	for i, m := range members {
 		switch {
 		case onDead[m] && ferrs[i] == nil:
-			t.Errorf("%s lives on the dead master, yet was read: %+v", m, fields[i])
+			// Legitimate only if the read outlasted the failover (the client's dial
+			// retries on a loaded machine can take longer than the cluster's node
+			// timeout): the shard's replica is its master now, with the record.
+			if c.MasterFor(t, keys[i]) == dead || !fields[i].Usable("g1") {
+				t.Errorf("%s lives on the dead master, yet was read: %+v", m, fields[i])
+			}
 		case !onDead[m] && (ferrs[i] != nil || !fields[i].Usable("g1")):
 			t.Errorf("%s lives on a healthy master, yet: %+v %v", m, fields[i], ferrs[i])
 		case !onDead[m]:
