@@ -100,9 +100,9 @@ const (
 //     did not know the member); start-commit-p50/p99-ms are the control plane's start
 //     batches from cut to commit (its tollgate_controlplane_accounting_batch_duration_seconds
 //     {kind="start"}; the rest of a Start call is gRPC both ways and waits for a core);
-//     added-beyond-start-and-record-* subtract both
-//     parts: what is left is the gateway's own hop, proxying and relay, the identity
-//     and the decision.
+//     added-beyond-start-and-record-* subtract each request's start and record parts:
+//     what is left is the gateway's own hop, proxying and relay, the identity and the
+//     decision.
 //   - sse_ttfb_at_500_per_s: streams whose upstream sends the first event at once, then
 //     five more 10ms apart, then the usage and [DONE]; offered at 500/s, 1,500 each,
 //     direct and through the gateway. Time to first chunk is from sending the request to
