@@ -207,9 +207,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 	}
 	keep := g.Blocks.before(gen, genOK)
 
-	reading := time.Now()
-	rec, err := g.Records.Read(ctx, id.OrganizationID, id.MemberID)
-	*recordWait += time.Since(reading)
+	rec, err := g.readRecord(ctx, &id, recordWait)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Answer{}, ctx.Err()
@@ -226,10 +224,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 		d := decision.Decide(rec.Record, now, rec.Authoritative)
 		if d.Result == decision.Unknown && !rec.Authoritative {
 			// The mirror does not know a current window (written before it began).
-			reading = time.Now()
-			rec, err = g.Records.Resolve(ctx, id.OrganizationID, id.MemberID)
-			*recordWait += time.Since(reading)
-			if err != nil {
+			if rec, err = g.resolveRecord(ctx, &id, recordWait); err != nil {
 				if ctx.Err() != nil {
 					return Answer{}, ctx.Err()
 				}
@@ -260,16 +255,31 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 		}
 		// The start was refused for an old tracking version: the mirror is behind the
 		// capture fence. Decide again on the control plane's current record.
-		reading = time.Now()
-		rec, err = g.Records.Resolve(ctx, id.OrganizationID, id.MemberID)
-		*recordWait += time.Since(reading)
-		if err != nil {
+		if rec, err = g.resolveRecord(ctx, &id, recordWait); err != nil {
 			if ctx.Err() != nil {
 				return Answer{}, ctx.Err()
 			}
 			return g.failure(ReasonControlPlane, &id, nil), nil
 		}
 	}
+}
+
+// readRecord reads the member's record from the mirror, adding the time it took to
+// wait (Answer.RecordWait).
+func (g *Gate) readRecord(ctx context.Context, id *identity.Identity, wait *time.Duration) (record.Record, error) {
+	start := time.Now()
+	rec, err := g.Records.Read(ctx, id.OrganizationID, id.MemberID)
+	*wait += time.Since(start)
+	return rec, err
+}
+
+// resolveRecord reads the member's record through the control plane, adding the time
+// it took to wait (Answer.RecordWait).
+func (g *Gate) resolveRecord(ctx context.Context, id *identity.Identity, wait *time.Duration) (record.Record, error) {
+	start := time.Now()
+	rec, err := g.Records.Resolve(ctx, id.OrganizationID, id.MemberID)
+	*wait += time.Since(start)
+	return rec, err
 }
 
 // admit makes the start durable and answers 200. retry asks the caller to decide again

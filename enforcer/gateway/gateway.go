@@ -100,7 +100,8 @@ type Config struct {
 	// MaxStreams bounds the requests proxied at once (default 10000).
 	MaxStreams int
 	// ServerTiming adds a Server-Timing header to every answer the gate decided:
-	// how long the check took and how much of it the durable start (serverTiming).
+	// how long the check took, and how much of it the record read and the durable
+	// start (serverTiming).
 	ServerTiming bool
 	// Transport, when set, replaces the gateway's own (tests).
 	Transport http.RoundTripper
@@ -572,12 +573,10 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return false // the client left: the upstream request is cancelled (done)
 			}
-			// A stream's chunk is flushed as it arrives. A body of announced length
-			// goes out as the server's write buffer fills, and whole at its end.
-			if (!p.whole || err != nil) && p.rc.Flush() != nil {
-				return false
-			}
-		} else if err != nil && p.whole && p.rc.Flush() != nil {
+		}
+		// A stream's chunk is flushed as it arrives. A body of announced length goes
+		// out as the server's write buffer fills, and whole at its end.
+		if (!p.whole && n > 0 || p.whole && err != nil) && p.rc.Flush() != nil {
 			return false
 		}
 		// Only now, with buf written out, may the large buffer go back to the pool.
