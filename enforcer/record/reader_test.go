@@ -40,13 +40,13 @@ func TestReadReusesTheDecodedRecordOnlyWhileUnchanged(t *testing.T) {
 	ctx := context.Background()
 	for _, batching := range []bool{false, true} {
 		r := New(rdb, l, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
-		if batching {
-			runBatching(t, r)
-		}
 		if err := l.SetGeneration(ctx, rdb, "g1"); err != nil {
 			t.Fatal(err)
 		}
 		r.gen.Store(new("g1"))
+		if batching { // after the generation is set: Run's first poll reads it
+			runBatching(t, r)
+		}
 		if _, err := l.Write(ctx, rdb, rec(1, 10, "g1"), 0); err != nil {
 			t.Fatal(err)
 		}
@@ -84,11 +84,13 @@ func TestReadsGoToTheWorkersOnlyWhenTheyOverlap(t *testing.T) {
 	rdb, l := testredis.New(t)
 	ctx := context.Background()
 	r := New(rdb, l, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	runBatching(t, r)
+	// The generation is in Redis before Run's first poll reads it: a poll that read
+	// none would leave the reader resolving every record (through no control plane).
 	if err := l.SetGeneration(ctx, rdb, "g1"); err != nil {
 		t.Fatal(err)
 	}
 	r.gen.Store(new("g1"))
+	runBatching(t, r)
 	members := []string{"om_a", "om_b", "om_c", "om_d"}
 	for i, m := range members {
 		x := rec(1, int64(10*(i+1)), "g1")
