@@ -1,0 +1,154 @@
+package e2e_test
+
+import (
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+)
+
+// TestBothSDKsThroughOneGatewayByRoute: one gateway in front of two providers, as
+// docs/gateway.md's routes file puts them side by side: /v1/messages to an Anthropic
+// upstream with its key in x-api-key (from a mounted file), everything else to an OpenAI
+// upstream with its Authorization (from the environment). The official openai and
+// @anthropic-ai/sdk npm packages call it with their default options, each with its base
+// URL at the gateway and the member's Tollgate key as its API key. Each call, streamed or
+// not, reaches only its own provider, with only that provider's credential, and is
+// settled exactly at the organization's price; once the limit is spent, each SDK's call
+// fails fast with the 429 and is not retried, and nothing reaches either provider.
+func TestBothSDKsThroughOneGatewayByRoute(t *testing.T) {
+	// Not parallel: it times the refused calls (under 2 s), which a loaded machine
+	// would blur; Go runs it before the parallel tests.
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+
+	const anthropicKey = "sk-ant-test-provider-key"
+	var next fakellm.Usage
+	usage := func(fakellm.Call) fakellm.Usage { return next }
+	openai := &fakellm.Server{Snapshots: map[string]string{model: model + "-2024-07-18"}, Usage: usage}
+	anthropic := &fakellm.Server{Usage: usage}
+	openaiUp, anthropicUp := httptest.NewServer(openai), httptest.NewServer(anthropic)
+	t.Cleanup(openaiUp.Close)
+	t.Cleanup(anthropicUp.Close)
+
+	secrets := t.TempDir()
+	keyFile := filepath.Join(secrets, "anthropic-key")
+	routes := filepath.Join(secrets, "routes.yaml")
+	if err := os.WriteFile(keyFile, []byte(anthropicKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(routes, []byte(`routes:
+  - prefix: /v1/messages
+    upstream: `+anthropicUp.URL+`
+    header: x-api-key
+    credentialFile: `+keyFile+`
+  - prefix: /
+    upstream: `+openaiUp.URL+`
+    credentialEnv: OPENAI_AUTHORIZATION
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes,
+		"OPENAI_AUTHORIZATION": providerAuthorization})
+	o := s.setUpOrg(t)
+	var prices []map[string]any
+	for m, p := range sdkPrices {
+		prices = append(prices, map[string]any{"model": m, "inputMicroUsdPerMillion": p.input,
+			"cachedInputMicroUsdPerMillion": p.cached, "outputMicroUsdPerMillion": p.output})
+	}
+	s.must(t, 200, "PUT", "/v1/gateway/model-prices", o.owner.token, o.id, map[string]any{"prices": prices}, nil)
+
+	// The calls of TestOfficialSDKsThroughTheEnforcedPath: 1,020,012 micro-USD in all,
+	// the last admitted at 710,012, so they spend the 1 USD day limit.
+	oa, an := sdkPrices[model], sdkPrices[claudeModel]
+	calls := []sdkCall{
+		{"openai json", "openai.mjs", "json", model, fakellm.OpenAIChat,
+			fakellm.Usage{InputTokens: 1_000_003, CachedInputTokens: 200_000, OutputTokens: 100_001}, priceOf(oa, 800_003, 200_000, 100_001)},
+		{"openai stream without include_usage", "openai.mjs", "stream", model, fakellm.OpenAIChat,
+			fakellm.Usage{InputTokens: 500_000, OutputTokens: 250_000}, priceOf(oa, 500_000, 0, 250_000)},
+		{"anthropic json", "anthropic.mjs", "json", claudeModel, fakellm.AnthropicMessages,
+			fakellm.Usage{InputTokens: 20_000, CachedInputTokens: 50_000, OutputTokens: 10_001}, priceOf(an, 20_000, 50_000, 10_001)},
+		{"anthropic stream", "anthropic.mjs", "stream", claudeModel, fakellm.AnthropicMessages,
+			fakellm.Usage{InputTokens: 30_000, OutputTokens: 25_000}, priceOf(an, 30_000, 0, 25_000)},
+	}
+	upstreams := map[string]*fakellm.Server{fakellm.OpenAIChat: openai, fakellm.AnthropicMessages: anthropic}
+
+	var used int64
+	for i, c := range calls {
+		ok := t.Run(c.name, func(t *testing.T) {
+			next = c.usage
+			own, other := upstreams[c.api], anthropic
+			if c.api == fakellm.AnthropicMessages {
+				other = openai
+			}
+			ownBefore, otherBefore := len(own.Calls()), len(other.Calls())
+			r := runSDK(t, dir, c.script, c.scenario, s.gateway, o.key, c.model)
+			if !r.OK || r.Status != 200 || r.Text != fakellm.Text {
+				t.Fatalf("the call failed or lost text: %+v", r)
+			}
+			got := own.Calls()[ownBefore:]
+			if len(got) != 1 || got[0].API != c.api || got[0].Stream != (c.scenario == "stream") {
+				t.Fatalf("its provider got %d calls (%+v), want one %s call", len(got), got, c.api)
+			}
+			if n := len(other.Calls()) - otherBefore; n != 0 {
+				t.Errorf("the other provider got %d calls", n)
+			}
+			call := got[0]
+			if c.api == fakellm.OpenAIChat && c.scenario == "stream" && !call.IncludeUsage {
+				t.Errorf("the stream reached the provider without stream_options.include_usage: %s", call.Body)
+			}
+			if strings.Contains(strings.Join(flatten(call.Header), "\n"), "tgk_") {
+				t.Errorf("the member's Tollgate key reached the provider: %v", call.Header)
+			}
+			switch c.api {
+			case fakellm.OpenAIChat:
+				if a := call.Header.Values("Authorization"); len(a) != 1 || a[0] != providerAuthorization || call.Header.Get("X-Api-Key") != "" {
+					t.Errorf("OpenAI's call: Authorization %q, x-api-key %q; want only the OpenAI route's Authorization", a, call.Header.Get("X-Api-Key"))
+				}
+			case fakellm.AnthropicMessages:
+				if k := call.Header.Values("X-Api-Key"); len(k) != 1 || k[0] != anthropicKey || call.Header.Get("Authorization") != "" {
+					t.Errorf("Anthropic's call: x-api-key %q, Authorization %q; want only the Anthropic route's key", k, call.Header.Get("Authorization"))
+				}
+				if call.Header.Get("Anthropic-Version") == "" {
+					t.Errorf("the SDK's anthropic-version header did not reach the provider: %v", call.Header)
+				}
+			}
+			rec := waitReceipt(t, s, call.Header.Get("X-Service-Request-Id"))
+			used += c.cost
+			if rec.cost() != c.cost || rec["complete"] != true {
+				t.Errorf("receipt %s, want %d micro-USD, complete", rec, c.cost)
+			}
+			s.waitUsed(t, o, i+1, used)
+		})
+		if !ok {
+			t.Fatalf("%s failed: the calls after it depend on its charge", c.name)
+		}
+	}
+	if st := s.status(t, o); st.State != "blocked" || st.Buckets[0].UsedMicroUsd != 1_020_012 {
+		t.Fatalf("status after the four calls: %+v", st)
+	}
+
+	openaiBefore, anthropicBefore := len(openai.Calls()), len(anthropic.Calls())
+	for _, c := range []sdkCall{calls[0], calls[1], calls[2], calls[3]} {
+		t.Run("blocked "+c.name, func(t *testing.T) {
+			r := runSDK(t, dir, c.script, c.scenario, s.gateway, o.key, c.model)
+			if r.OK || r.Status != 429 || deref(r.Code) != "service_gateway_usage_limit_exceeded" ||
+				deref(r.HeaderCode) != "service_gateway_usage_limit_exceeded" || deref(r.ShouldRetry) != "false" {
+				t.Errorf("want the usage-limit 429, not to be retried; got %+v", r)
+			}
+			if r.ElapsedMs >= 2000 {
+				t.Errorf("the refused call took %dms, want under 2 seconds", r.ElapsedMs)
+			}
+		})
+	}
+	if n, m := len(openai.Calls())-openaiBefore, len(anthropic.Calls())-anthropicBefore; n != 0 || m != 0 {
+		t.Errorf("refused calls reached the providers: %d OpenAI, %d Anthropic", n, m)
+	}
+	if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused"); n != 4 {
+		t.Errorf("the gateway refused %v requests, want 4 (one per call: no SDK retried)", n)
+	}
+}
