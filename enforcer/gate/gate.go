@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
@@ -96,11 +97,19 @@ type Gate struct {
 	// Blocks keeps blocked members' refusals; it follows the invalidation channel
 	// (package invalidation).
 	Blocks *BlockedMembers
+	// The failures that repeat per check while their cause lasts (the control plane or
+	// Redis unreachable) are logged once per interval with a count of those left out;
+	// tollgate_enforcer_checks_total and the start queue's rejections count each one.
+	authFailed, recordFailed, startFailed, openUnidentified logging.Throttle
 }
 
 // New returns a gate.
 func New(d Deps) *Gate {
-	return &Gate{Deps: d, Blocks: newBlockedMembers(100_000, d.BlockedTTL, d.Metrics.BlockedCacheHits)}
+	g := &Gate{Deps: d, Blocks: newBlockedMembers(100_000, d.BlockedTTL, d.Metrics.BlockedCacheHits)}
+	for _, t := range []*logging.Throttle{&g.authFailed, &g.recordFailed, &g.startFailed, &g.openUnidentified} {
+		t.Clock = d.Clock
+	}
+	return g
 }
 
 // Credentials are the raw header values a client presented ("" when absent).
@@ -189,7 +198,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 		if ctx.Err() != nil {
 			return Answer{}, ctx.Err()
 		}
-		g.Log.Warn("authenticate failed", "error", err)
+		g.authFailed.Log(g.Log, slog.LevelWarn, "authenticate failed", "error", err)
 		return g.failure(ReasonControlPlane, nil, nil), nil
 	}
 	if !id.Found {
@@ -216,7 +225,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 		if errors.Is(err, record.ErrRedis) {
 			reason = ReasonRedis
 		}
-		g.Log.Warn("record read failed", "reason", reason, "error", err)
+		g.recordFailed.Log(g.Log, slog.LevelWarn, "record read failed", "reason", reason, "error", err)
 		return g.failure(reason, &id, g.Records.LastKnown(id.MemberID)), nil
 	}
 	for attempt := 0; ; attempt++ {
@@ -298,7 +307,7 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 			return Answer{}, false, ctx.Err()
 		}
 		reason := startFailure(startq.Reason(err))
-		g.Log.Warn("write-ahead start failed", "reason", reason, "error", err)
+		g.startFailed.Log(g.Log, slog.LevelWarn, "write-ahead start failed", "reason", reason, "error", err)
 		return g.failOpenAdmit(reason, id, d, snap, reqID), false, nil
 	}
 	switch res.Outcome {
@@ -348,10 +357,11 @@ func (g *Gate) failure(reason Reason, id *identity.Identity, last *mirror.Record
 		return Refusal(reason)
 	}
 	if id == nil {
-		// Nobody to charge: admitted, counted, and logged, because this request's
-		// spend is lost to accounting. No request id either, so nothing downstream
-		// tries to settle a request the control plane cannot attribute.
-		g.Log.Warn("fail-open admission of an unidentified request: its spend cannot be recorded", "reason", reason)
+		// Nobody to charge: admitted, counted, and logged (once per interval, with the
+		// count of those left out), because this request's spend is lost to accounting.
+		// No request id either, so nothing downstream tries to settle a request the
+		// control plane cannot attribute.
+		g.openUnidentified.Log(g.Log, slog.LevelWarn, "fail-open admission of an unidentified request: its spend cannot be recorded", "reason", reason)
 		return Answer{Status: 200, Decision: FailOpen, Reason: reason, UsageState: string(decision.StateUnknown)}
 	}
 	now := g.Clock.Now()

@@ -43,6 +43,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 )
 
 // Checker is the gate (gate.Gate).
@@ -146,6 +147,10 @@ type Gateway struct {
 	slots   chan struct{}
 	m       Metrics
 	log     *slog.Logger
+	// upstreamFailures throttles the upstream-failure line: an upstream that is down
+	// fails every request, and Metrics.Requests counts each one (upstream_error,
+	// upstream_timeout).
+	upstreamFailures logging.Throttle
 }
 
 // New returns the gateway. Routes must have been validated (ParseRoutes, NewRoute).
@@ -481,7 +486,8 @@ func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 		status, outcome, msg = http.StatusGatewayTimeout, OutcomeUpstreamTimeout, "The upstream did not answer in time."
 	}
 	gw.count(outcome)
-	gw.log.Warn("gateway: upstream failed", "request_id", p.id, "upstream", p.route.Upstream.Host, "status", status, "err", err)
+	gw.upstreamFailures.Log(gw.log, slog.LevelWarn, "gateway: upstream failed", "request_id", p.id, "upstream", p.route.Upstream.Host,
+		"status", status, "err", err)
 	p.settle(inflight.Usage{Complete: true, UpstreamStatus: int32(status), Seen: &inflight.Seen{}})
 	writeError(w, status, "api_error", "service_gateway_upstream_unavailable", msg, nil)
 }

@@ -121,6 +121,12 @@ type env struct {
 
 func newEnv(t *testing.T, upstream string, cfg gateway.Config) *env {
 	t.Helper()
+	return newEnvLogging(t, upstream, cfg, slog.New(slog.DiscardHandler))
+}
+
+// newEnvLogging is newEnv with the gateway logging to log.
+func newEnvLogging(t *testing.T, upstream string, cfg gateway.Config, log *slog.Logger) *env {
+	t.Helper()
 	rt, err := gateway.NewRoute("/", upstream, "", "Bearer sk-provider")
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +137,7 @@ func newEnv(t *testing.T, upstream string, cfg gateway.Config) *env {
 	blocked := gate.Refusal(gate.ReasonUsageLimit)
 	blocked.RetryAfter, blocked.Body = "61", []byte(`{"error":{"code":"service_gateway_usage_limit_exceeded"}}`)
 	g := &fakeGate{blocked: blocked}
-	gw, err := gateway.New(cfg, g, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	gw, err := gateway.New(cfg, g, tr, responseusage.Limits{}, m, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,6 +369,46 @@ func TestUpstreamFailures(t *testing.T) {
 		t.Fatalf("settled %+v", u)
 	}
 }
+
+// An upstream that is down fails every request: each is answered 502 and counted, but
+// the failure is logged once per interval, not once per request.
+func TestUpstreamDownIsLoggedOncePerInterval(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	var logs strings.Builder
+	var mu sync.Mutex
+	e := newEnvLogging(t, dead, gateway.Config{}, slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil)))
+	for range 20 {
+		res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 502 {
+			t.Fatalf("status %d, want 502", res.StatusCode)
+		}
+		select {
+		case <-e.tracker.done: // settled (at no cost: nothing came back)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the request was never settled")
+		}
+	}
+	if n := testutil.ToFloat64(e.req.WithLabelValues(gateway.OutcomeUpstreamError)); n != 20 {
+		t.Errorf("counted %v upstream errors, want 20", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), `msg="gateway: upstream failed"`); n != 1 {
+		t.Errorf("logged the upstream failure %d times for 20 requests within the interval, want once:\n%s", n, logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // A stream silent for longer than the idle timeout is cut and settled incomplete with
 // the text seen.
