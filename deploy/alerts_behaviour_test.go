@@ -1,0 +1,94 @@
+package deploy
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// TestGatewayAlertsFire runs the gateway's alerts, as alerts.yaml writes them, through
+// `promtool test rules` on made-up series of two enforcers: enf-1 answers 1 request a
+// second busy and 1 in 12 with no answer from the provider, enf-2 is at its bound never
+// and misses 1% of its answers. Each alert must fire for enf-1 alone once its `for` has
+// passed, and for nobody before. The rules are copied without their annotations, which
+// promtool would otherwise compare word for word; their expressions, durations and
+// labels are the file's. CI installs promtool (.ci/run), so there it must run.
+func TestGatewayAlertsFire(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("promtool is not on PATH (CI=true: .ci/run installs it)")
+		}
+		t.Skip("promtool is not on PATH; apt-get install --no-install-recommends prometheus")
+	}
+	var rf ruleFile
+	readYAML(t, "prometheus/alerts.yaml", &rf)
+	type rule struct {
+		Alert  string            `yaml:"alert"`
+		Expr   string            `yaml:"expr"`
+		For    string            `yaml:"for,omitempty"`
+		Labels map[string]string `yaml:"labels"`
+	}
+	var rules []rule
+	for _, g := range rf.Groups {
+		if g.Name != "tollgate-gateway" {
+			continue
+		}
+		for _, r := range g.Rules {
+			rules = append(rules, rule{r.Alert, r.Expr, r.For, r.Labels})
+		}
+	}
+	if len(rules) != 2 {
+		t.Fatalf("the tollgate-gateway group has %d rules; this test knows TollgateGatewayBusy and TollgateGatewayUpstreamFailing", len(rules))
+	}
+	dir := t.TempDir()
+	writeYAML(t, filepath.Join(dir, "rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "gateway", "rules": rules}}})
+
+	series := func(instance, outcome, values string) map[string]string {
+		return map[string]string{"series": `tollgate_enforcer_gateway_requests_total{instance="` + instance + `",outcome="` + outcome + `"}`,
+			"values": values}
+	}
+	fires := func(at, alert, severity string, instances ...string) map[string]any {
+		var exp []any
+		for _, in := range instances {
+			exp = append(exp, map[string]any{"exp_labels": map[string]string{"severity": severity, "instance": in}})
+		}
+		return map[string]any{"eval_time": at, "alertname": alert, "exp_alerts": exp}
+	}
+	writeYAML(t, filepath.Join(dir, "test.yaml"), map[string]any{
+		"rule_files":          []string{"rules.yaml"},
+		"evaluation_interval": "1m",
+		"tests": []any{map[string]any{
+			"interval": "1m",
+			"input_series": []any{
+				series("enf-1", "busy", "0+60x30"), series("enf-1", "proxied", "0+600x30"), series("enf-1", "upstream_error", "0+60x30"),
+				series("enf-2", "busy", "0x30"), series("enf-2", "proxied", "0+600x30"), series("enf-2", "upstream_timeout", "0+6x30"),
+			},
+			"alert_rule_test": []any{
+				fires("3m", "TollgateGatewayBusy", "critical"), // pending: for 5m
+				fires("12m", "TollgateGatewayBusy", "critical", "enf-1"),
+				fires("8m", "TollgateGatewayUpstreamFailing", "warning"), // pending: for 10m
+				fires("15m", "TollgateGatewayUpstreamFailing", "warning", "enf-1"),
+			},
+		}},
+	})
+	cmd := exec.Command(promtool, "test", "rules", "test.yaml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+func writeYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
