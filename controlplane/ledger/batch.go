@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -217,6 +218,14 @@ type attempt[I comparable, R any] struct {
 	complete func()
 }
 
+// slowBatch is how long a batch may take before it is logged (once per 10 s, with the
+// count of slow batches left out; tollgate_controlplane_accounting_batch_duration_seconds
+// has them all). It is half the enforcer's default start deadline (500 ms): a start
+// batch this slow is about to turn checks into 503s, or fail-open admissions, and the
+// enforcer's own line ("write-ahead start failed") cannot say why; this one says
+// it was the commit (Postgres: locks, disk, CPU), not the network or the queue.
+const slowBatch = 250 * time.Millisecond
+
 // commitBatch commits jobs in one transaction and answers each. When the database refuses
 // the batch, it commits each item on its own to find the culprit, so the other items are
 // not refused with it; other failures answer every item unavailable.
@@ -231,7 +240,12 @@ func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKin
 			return a.writes, err
 		})
 	})
-	l.metrics.BatchDuration.WithLabelValues(k.name).Observe(time.Since(began).Seconds())
+	took := time.Since(began)
+	l.metrics.BatchDuration.WithLabelValues(k.name).Observe(took.Seconds())
+	if took >= slowBatch {
+		l.slowBatches.Log(l.log, slog.LevelWarn, "accounting batch slow", "kind", k.name, "items", len(jobs),
+			"took", took.Round(time.Millisecond), "err", err)
+	}
 	if err != nil {
 		pgErr, refused := databaseRefusal(err)
 		if refused && len(jobs) > 1 {

@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 )
 
 // Mirror is told, after each commit, which members' records changed and their new
@@ -69,6 +70,8 @@ type Ledger struct {
 	refreshes chan struct{}
 	// refreshing counts those refreshes, so that Run returns after the last.
 	refreshing sync.WaitGroup
+	// slowBatches throttles the slow-batch warning (commitBatch).
+	slowBatches logging.Throttle
 }
 
 // New builds a ledger. Nothing commits until Run: Start and Settle calls wait for it
@@ -85,6 +88,7 @@ func New(d Deps) *Ledger {
 	}
 	l := &Ledger{store: d.Store, clock: d.Clock, log: d.Log, metrics: d.Metrics, mirror: d.Mirror,
 		refreshes: make(chan struct{}, 64)}
+	l.slowBatches.Clock = d.Clock
 	l.startsKind = l.startKind(true)
 	c := d.Config
 	l.starts = newBatcher(c.Lanes, c.MaxBatch, c.MaxDelay, true, l.runStarts,
