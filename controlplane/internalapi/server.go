@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 )
 
 // MaxBatchItems bounds the items of one Start or Settle call.
@@ -49,6 +50,9 @@ type Server struct {
 	internalv1.UnimplementedAccountingServer
 	d        Deps
 	refusals refusalLog
+	// failures throttles the "internal API call failed" line: with Postgres down every
+	// call fails, and tollgate_controlplane_store_errors_total counts each.
+	failures logging.Throttle
 }
 
 // New builds the server.
@@ -59,7 +63,7 @@ func New(d Deps) *Server {
 	if d.Clock == nil {
 		d.Clock = clock.System{}
 	}
-	return &Server{d: d, refusals: refusalLog{log: d.Log, clock: d.Clock}}
+	return &Server{d: d, refusals: refusalLog{log: d.Log, clock: d.Clock}, failures: logging.Throttle{Clock: d.Clock}}
 }
 
 // Register adds the service and its authentication to a gRPC server built with
@@ -212,6 +216,6 @@ func (s *Server) callError(op string, err error) error {
 // unavailable logs an infrastructure failure and answers Unavailable without internals:
 // the caller retries (every call is idempotent).
 func (s *Server) unavailable(op string, err error) error {
-	s.d.Log.Error("internal API call failed", "op", op, "err", err)
+	s.failures.Log(s.d.Log, slog.LevelError, "internal API call failed", "op", op, "err", err)
 	return status.Error(codes.Unavailable, "accounting storage unavailable; retry")
 }

@@ -255,7 +255,7 @@ func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKin
 			}
 			return
 		}
-		l.log.Error(k.name+" batch failed", "items", len(jobs), "err", err)
+		l.failedBatches.Log(l.log, slog.LevelError, k.name+" batch failed", "items", len(jobs), "err", err)
 		for _, j := range jobs {
 			if refused {
 				j.finish(k.refused(ctx, j.item, pgErr))

@@ -70,8 +70,11 @@ type Ledger struct {
 	refreshes chan struct{}
 	// refreshing counts those refreshes, so that Run returns after the last.
 	refreshing sync.WaitGroup
-	// slowBatches throttles the slow-batch warning (commitBatch).
-	slowBatches logging.Throttle
+	// slowBatches, failedBatches and lostConnections throttle the lines logged once a
+	// batch, which Postgres trouble would otherwise repeat for every batch (commitBatch,
+	// inTx); tollgate_controlplane_store_errors_total and the batch duration histogram
+	// count each one.
+	slowBatches, failedBatches, lostConnections logging.Throttle
 }
 
 // New builds a ledger. Nothing commits until Run: Start and Settle calls wait for it
@@ -88,7 +91,9 @@ func New(d Deps) *Ledger {
 	}
 	l := &Ledger{store: d.Store, clock: d.Clock, log: d.Log, metrics: d.Metrics, mirror: d.Mirror,
 		refreshes: make(chan struct{}, 64)}
-	l.slowBatches.Clock = d.Clock
+	for _, t := range []*logging.Throttle{&l.slowBatches, &l.failedBatches, &l.lostConnections} {
+		t.Clock = d.Clock
+	}
 	l.startsKind = l.startKind(true)
 	c := d.Config
 	l.starts = newBatcher(c.Lanes, c.MaxBatch, c.MaxDelay, true, l.runStarts,
@@ -135,7 +140,7 @@ func (l *Ledger) inTx(ctx context.Context, op string, tx func() error) error {
 		if !connectionError(err) || ctx.Err() != nil {
 			return err
 		}
-		l.log.Warn("accounting batch lost its database connection; running it again", "op", op, "attempt", attempt, "err", err)
+		l.lostConnections.Log(l.log, slog.LevelWarn, "accounting batch lost its database connection; running it again", "op", op, "attempt", attempt, "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
