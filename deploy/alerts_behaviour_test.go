@@ -17,13 +17,7 @@ import (
 // promtool would otherwise compare word for word; their expressions, durations and
 // labels are the file's. CI installs promtool (.ci/run), so there it must run.
 func TestGatewayAlertsFire(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("promtool is not on PATH (CI=true: .ci/run installs it)")
-		}
-		t.Skip("promtool is not on PATH; apt-get install --no-install-recommends prometheus")
-	}
+	tool := promtool(t)
 	var rf ruleFile
 	readYAML(t, "prometheus/alerts.yaml", &rf)
 	type rule struct {
@@ -75,7 +69,7 @@ func TestGatewayAlertsFire(t *testing.T) {
 			},
 		}},
 	})
-	cmd := exec.Command(promtool, "test", "rules", "test.yaml")
+	cmd := exec.Command(tool, "test", "rules", "test.yaml")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("promtool test rules: %v\n%s", err, out)

@@ -230,17 +230,24 @@ func TestAlertRules(t *testing.T) {
 // TestAlertRulesPromtool loads the rules with Prometheus' own checker. CI installs
 // promtool (.ci/run), so there it must run.
 func TestAlertRulesPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
+	out, err := exec.Command(promtool(t), "check", "rules", "prometheus/alerts.yaml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+}
+
+// promtool is Prometheus' promtool on PATH; the test is skipped without it, except in
+// CI, which installs it (.ci/run).
+func promtool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("promtool is not on PATH (CI=true: .ci/run installs it)")
 		}
 		t.Skip("promtool is not on PATH; apt-get install --no-install-recommends prometheus")
 	}
-	out, err := exec.Command(promtool, "check", "rules", "prometheus/alerts.yaml").CombinedOutput()
-	if err != nil {
-		t.Fatalf("promtool check rules: %v\n%s", err, out)
-	}
+	return p
 }
 
 // TestMetricsCheckerCatchesDrift proves the checks above have teeth.

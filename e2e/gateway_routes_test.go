@@ -55,26 +55,9 @@ func TestBothSDKsThroughOneGatewayByRoute(t *testing.T) {
 	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes,
 		"OPENAI_AUTHORIZATION": providerAuthorization})
 	o := s.setUpOrg(t)
-	var prices []map[string]any
-	for m, p := range sdkPrices {
-		prices = append(prices, map[string]any{"model": m, "inputMicroUsdPerMillion": p.input,
-			"cachedInputMicroUsdPerMillion": p.cached, "outputMicroUsdPerMillion": p.output})
-	}
-	s.must(t, 200, "PUT", "/v1/gateway/model-prices", o.owner.token, o.id, map[string]any{"prices": prices}, nil)
-
-	// The calls of TestOfficialSDKsThroughTheEnforcedPath: 1,020,012 micro-USD in all,
-	// the last admitted at 710,012, so they spend the 1 USD day limit.
-	oa, an := sdkPrices[model], sdkPrices[claudeModel]
-	calls := []sdkCall{
-		{"openai json", "openai.mjs", "json", model, fakellm.OpenAIChat,
-			fakellm.Usage{InputTokens: 1_000_003, CachedInputTokens: 200_000, OutputTokens: 100_001}, priceOf(oa, 800_003, 200_000, 100_001)},
-		{"openai stream without include_usage", "openai.mjs", "stream", model, fakellm.OpenAIChat,
-			fakellm.Usage{InputTokens: 500_000, OutputTokens: 250_000}, priceOf(oa, 500_000, 0, 250_000)},
-		{"anthropic json", "anthropic.mjs", "json", claudeModel, fakellm.AnthropicMessages,
-			fakellm.Usage{InputTokens: 20_000, CachedInputTokens: 50_000, OutputTokens: 10_001}, priceOf(an, 20_000, 50_000, 10_001)},
-		{"anthropic stream", "anthropic.mjs", "stream", claudeModel, fakellm.AnthropicMessages,
-			fakellm.Usage{InputTokens: 30_000, OutputTokens: 25_000}, priceOf(an, 30_000, 0, 25_000)},
-	}
+	s.putSDKPrices(t, o)
+	// TestOfficialSDKsThroughTheEnforcedPath's calls: they spend the 1 USD day limit.
+	calls := fourSDKCalls()
 	upstreams := map[string]*fakellm.Server{fakellm.OpenAIChat: openai, fakellm.AnthropicMessages: anthropic}
 
 	var used int64

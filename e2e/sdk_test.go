@@ -44,6 +44,37 @@ func priceOf(p orgPrice, uncached, cached, output int64) int64 {
 	return (uncached*p.input + cached*p.cached + output*p.output + 999_999) / 1_000_000
 }
 
+// putSDKPrices sets the organization's own prices of the SDK tests' models (sdkPrices).
+func (s *stack) putSDKPrices(t *testing.T, o org) {
+	t.Helper()
+	var prices []map[string]any
+	for m, p := range sdkPrices {
+		prices = append(prices, map[string]any{"model": m, "inputMicroUsdPerMillion": p.input,
+			"cachedInputMicroUsdPerMillion": p.cached, "outputMicroUsdPerMillion": p.output})
+	}
+	s.must(t, 200, "PUT", "/v1/gateway/model-prices", o.owner.token, o.id, map[string]any{"prices": prices}, nil)
+}
+
+// fourSDKCalls are a call and a stream with each SDK, at the organization's prices
+// (putSDKPrices). 1,000,003 input (200,000 cached) and 100,001 output at 0.2 / 0.1 /
+// 0.8 USD per million: 160,000.6 + 20,000 + 80,000.8 = 260,001.4, charged 260,002; and
+// so on. The four add up to 1,020,012: the last call is admitted at 710,012 and spends
+// a 1 USD day limit.
+func fourSDKCalls() []sdkCall {
+	oa, an := sdkPrices[model], sdkPrices[claudeModel]
+	return []sdkCall{
+		{"openai json", "openai.mjs", "json", model, fakellm.OpenAIChat,
+			fakellm.Usage{InputTokens: 1_000_003, CachedInputTokens: 200_000, OutputTokens: 100_001}, priceOf(oa, 800_003, 200_000, 100_001)},
+		{"openai stream without include_usage", "openai.mjs", "stream", model, fakellm.OpenAIChat,
+			fakellm.Usage{InputTokens: 500_000, OutputTokens: 250_000}, priceOf(oa, 500_000, 0, 250_000)},
+		// Anthropic's input_tokens leaves out the cache reads.
+		{"anthropic json", "anthropic.mjs", "json", claudeModel, fakellm.AnthropicMessages,
+			fakellm.Usage{InputTokens: 20_000, CachedInputTokens: 50_000, OutputTokens: 10_001}, priceOf(an, 20_000, 50_000, 10_001)},
+		{"anthropic stream", "anthropic.mjs", "stream", claudeModel, fakellm.AnthropicMessages,
+			fakellm.Usage{InputTokens: 30_000, OutputTokens: 25_000}, priceOf(an, 30_000, 0, 25_000)},
+	}
+}
+
 // sdkCall is one call made with an official SDK.
 type sdkCall struct {
 	name, script, scenario, model, api string
@@ -80,29 +111,8 @@ func TestOfficialSDKsThroughTheEnforcedPath(t *testing.T) {
 	awayFromDayBoundary(t, 3*time.Minute)
 	s := startStack(t, map[string]string{"TOLLGATE_UPSTREAM_AUTHORIZATION": providerAuthorization})
 	o := s.setUpOrg(t)
-	var prices []map[string]any
-	for m, p := range sdkPrices {
-		prices = append(prices, map[string]any{"model": m, "inputMicroUsdPerMillion": p.input,
-			"cachedInputMicroUsdPerMillion": p.cached, "outputMicroUsdPerMillion": p.output})
-	}
-	s.must(t, 200, "PUT", "/v1/gateway/model-prices", o.owner.token, o.id, map[string]any{"prices": prices}, nil)
-
-	// 1,000,003 input (200,000 cached) and 100,001 output at 0.2 / 0.1 / 0.8 USD per
-	// million: 160,000.6 + 20,000 + 80,000.8 = 260,001.4, charged 260,002; and so on.
-	// The four add up to 1,020,012: the last call is admitted at 710,012 and spends the
-	// 1 USD day limit.
-	oa, an := sdkPrices[model], sdkPrices[claudeModel]
-	calls := []sdkCall{
-		{"openai json", "openai.mjs", "json", model, fakellm.OpenAIChat,
-			fakellm.Usage{InputTokens: 1_000_003, CachedInputTokens: 200_000, OutputTokens: 100_001}, priceOf(oa, 800_003, 200_000, 100_001)},
-		{"openai stream without include_usage", "openai.mjs", "stream", model, fakellm.OpenAIChat,
-			fakellm.Usage{InputTokens: 500_000, OutputTokens: 250_000}, priceOf(oa, 500_000, 0, 250_000)},
-		// Anthropic's input_tokens leaves out the cache reads.
-		{"anthropic json", "anthropic.mjs", "json", claudeModel, fakellm.AnthropicMessages,
-			fakellm.Usage{InputTokens: 20_000, CachedInputTokens: 50_000, OutputTokens: 10_001}, priceOf(an, 20_000, 50_000, 10_001)},
-		{"anthropic stream", "anthropic.mjs", "stream", claudeModel, fakellm.AnthropicMessages,
-			fakellm.Usage{InputTokens: 30_000, OutputTokens: 25_000}, priceOf(an, 30_000, 0, 25_000)},
-	}
+	s.putSDKPrices(t, o)
+	calls := fourSDKCalls()
 	if want := []int64{260_002, 300_000, 150_010, 310_000}; calls[0].cost != want[0] || calls[1].cost != want[1] ||
 		calls[2].cost != want[2] || calls[3].cost != want[3] {
 		t.Fatalf("the test's own arithmetic: %d %d %d %d, want %v", calls[0].cost, calls[1].cost, calls[2].cost, calls[3].cost, want)

@@ -25,30 +25,8 @@ func TestStartsWaitForFenceChangesNotForSettlements(t *testing.T) {
 	if r := start1(t, e, at.StartItem(at.ReqID(), org, m, now, 0)); r.Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
 		t.Fatalf("first start: %v", r)
 	}
-	startAsync := func() <-chan *internalv1.StartResult {
-		done := make(chan *internalv1.StartResult, 1)
-		go func() {
-			res, err := e.Ledger.Start(ctx, []*internalv1.StartItem{at.StartItem(at.ReqID(), org, m, now, 1)})
-			if err != nil {
-				t.Error(err)
-				close(done)
-				return
-			}
-			done <- res[0]
-		}()
-		return done
-	}
-
-	// Each lock is held by a transaction of the test's own; a failure must still end
-	// it, or the ledger's batch waiting behind it would never let the test stop.
-	begin := func() pgx.Tx {
-		tx, err := e.Store.Pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tx.Rollback(context.Background()) })
-		return tx
-	}
+	startAsync := func() <-chan *internalv1.StartResult { return startAsync(t, e, org, m, now) }
+	begin := func() pgx.Tx { return beginTx(t, e) }
 
 	// A settlement batch's lock, held open.
 	tx := begin()
@@ -94,4 +72,32 @@ func TestStartsWaitForFenceChangesNotForSettlements(t *testing.T) {
 		t.Fatalf("pending %d, want 3", pending)
 	}
 	at.Check(t, e.Store)
+}
+
+// startAsync starts a request of member m in the background; its answer comes on the
+// channel, which is closed without one when the call failed.
+func startAsync(t *testing.T, e *at.Env, org, m string, now time.Time) <-chan *internalv1.StartResult {
+	done := make(chan *internalv1.StartResult, 1)
+	go func() {
+		res, err := e.Ledger.Start(ctx, []*internalv1.StartItem{at.StartItem(at.ReqID(), org, m, now, 1)})
+		if err != nil {
+			t.Error(err)
+			close(done)
+			return
+		}
+		done <- res[0]
+	}()
+	return done
+}
+
+// beginTx begins a transaction of the test's own, to hold a lock; a failure must still
+// end it, or the ledger's batch waiting behind it would never let the test stop.
+func beginTx(t *testing.T, e *at.Env) pgx.Tx {
+	t.Helper()
+	tx, err := e.Store.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	return tx
 }

@@ -1,7 +1,6 @@
 package ledger_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -28,24 +27,11 @@ func TestASlowBatchIsLogged(t *testing.T) {
 		t.Fatalf("a quick batch was logged as slow:\n%s", logs.String())
 	}
 
-	tx, err := e.Store.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	tx := beginTx(t, e)
 	if rows, err := store.LockTracking(ctx, tx, []string{m}); err != nil || len(rows) != 1 {
 		t.Fatalf("fence lock: %v %v", rows, err)
 	}
-	done := make(chan *internalv1.StartResult, 1)
-	go func() {
-		res, err := e.Ledger.Start(ctx, []*internalv1.StartItem{at.StartItem(at.ReqID(), org, m, now, 1)})
-		if err != nil {
-			t.Error(err)
-			close(done)
-			return
-		}
-		done <- res[0]
-	}()
+	done := startAsync(t, e, org, m, now)
 	time.Sleep(400 * time.Millisecond)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)

@@ -107,6 +107,18 @@ type fakes struct {
 	tracker *fakeInFlight
 }
 
+// newFakes are the seams of an active member within its limits whose starts are
+// recorded.
+func newFakes() *fakes {
+	return &fakes{
+		ids:     &fakeIdentities{id: identity.Identity{Found: true, Active: true, OrganizationID: orgID, MemberID: memberID}},
+		records: &fakeRecords{rec: withinRecord, gen: "g1", genOK: true},
+		starts:  &fakeStarts{outcomes: []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_RECORDED}},
+		settle:  &fakeSettlements{},
+		tracker: &fakeInFlight{},
+	}
+}
+
 // now is noon: the day window ends at 05:00 the next day, 61,200 seconds on.
 var now = time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 
@@ -421,13 +433,7 @@ func TestGateAnswers(t *testing.T) {
 	for _, tc := range gateCases() {
 		covered[tc.want.reason] = true
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakes{
-				ids:     &fakeIdentities{id: identity.Identity{Found: true, Active: true, OrganizationID: orgID, MemberID: memberID}},
-				records: &fakeRecords{rec: withinRecord, gen: "g1", genOK: true},
-				starts:  &fakeStarts{outcomes: []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_RECORDED}},
-				settle:  &fakeSettlements{},
-				tracker: &fakeInFlight{},
-			}
+			f := newFakes()
 			m := metrics.New(prometheus.NewRegistry())
 			g := gate.New(gate.Deps{Identity: f.ids, Records: f.records, Starts: f.starts, Settle: f.settle, Inflight: f.tracker,
 				Clock: clock.NewManual(now), Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),

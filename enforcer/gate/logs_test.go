@@ -1,12 +1,10 @@
 package gate_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,30 +12,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
-	"github.com/tollgate-dev/tollgate/enforcer/identity"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/record"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
-	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
-// syncBuffer is a log sink for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(msg string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// linesOf returns the log lines whose message is msg.
+func linesOf(logs *testio.SyncBuffer, msg string) []string {
 	var out []string
-	for _, l := range strings.Split(s.b.String(), "\n") {
+	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, `msg="`+msg+`"`) {
 			out = append(out, l)
 		}
@@ -59,16 +43,10 @@ func TestRepeatedFailuresAreLoggedOncePerInterval(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakes{
-				ids:     &fakeIdentities{id: identity.Identity{Found: true, Active: true, OrganizationID: orgID, MemberID: memberID}},
-				records: &fakeRecords{rec: withinRecord, gen: "g1", genOK: true},
-				starts:  &fakeStarts{outcomes: []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_RECORDED}},
-				settle:  &fakeSettlements{},
-				tracker: &fakeInFlight{},
-			}
+			f := newFakes()
 			tc.fail(f)
 			clk := clock.NewManual(now)
-			logs := &syncBuffer{}
+			logs := &testio.SyncBuffer{}
 			m := metrics.New(prometheus.NewRegistry())
 			g := gate.New(gate.Deps{Identity: f.ids, Records: f.records, Starts: f.starts, Settle: f.settle, Inflight: f.tracker,
 				Clock: clk, Metrics: m, Log: slog.New(slog.NewTextHandler(logs, nil))})
@@ -85,12 +63,12 @@ func TestRepeatedFailuresAreLoggedOncePerInterval(t *testing.T) {
 			if n := testutil.ToFloat64(m.Decisions.WithLabelValues("unavailable", tc.reason)); n != 50 {
 				t.Errorf("counted %v unavailable checks (%s), want 50", n, tc.reason)
 			}
-			if got := logs.lines(tc.msg); len(got) != 1 || strings.Contains(got[0], "suppressed") {
+			if got := linesOf(logs, tc.msg); len(got) != 1 || strings.Contains(got[0], "suppressed") {
 				t.Fatalf("after 50 failures within a second: %d lines (the first %q), want 1 without a count", len(got), first(got))
 			}
 			clk.Set(now.Add(time.Minute))
 			check()
-			got := logs.lines(tc.msg)
+			got := linesOf(logs, tc.msg)
 			if len(got) != 2 || !strings.HasSuffix(got[1], "suppressed=49") {
 				t.Fatalf("a minute on: %d lines (the last %q), want a second one with suppressed=49", len(got), last(got))
 			}
