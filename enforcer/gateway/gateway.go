@@ -489,6 +489,7 @@ func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	gw.upstreamFailures.Log(gw.log, slog.LevelWarn, "gateway: upstream failed", "request_id", p.id, "upstream", p.route.Upstream.Host,
 		"status", status, "err", err)
 	p.settle(inflight.Usage{Complete: true, UpstreamStatus: int32(status), Seen: &inflight.Seen{}})
+	p.nameRequest(w.Header())
 	writeError(w, status, "api_error", "service_gateway_upstream_unavailable", msg, nil)
 }
 
@@ -529,6 +530,18 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 	return out, nil
 }
 
+// nameRequest tells the client the admitted request's id (X-Service-Request-Id), the
+// one its settlement, its receipt and the enforcer's log lines carry: a member who asks
+// about a charge or a 502 can name the request. Whatever the upstream sent under that
+// name is replaced. A request admitted without one (fail-open, unidentified) names none.
+func (p *proxied) nameRequest(h http.Header) {
+	if p.id != "" {
+		h.Set(gate.HeaderRequestID, p.id)
+	} else {
+		h.Del(gate.HeaderRequestID)
+	}
+}
+
 // respond sends the upstream's status and headers to the client and readies the relay:
 // the usage extractor, the idle timer, the stream's read buffer.
 func (p *proxied) respond(w http.ResponseWriter) {
@@ -538,6 +551,7 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	if p.state != "" {
 		h.Set(gate.HeaderUsageState, p.state)
 	}
+	p.nameRequest(h)
 	w.WriteHeader(resp.StatusCode)
 	p.rc = http.NewResponseController(w)
 	// A body of announced length was complete when the upstream began answering (a

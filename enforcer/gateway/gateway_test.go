@@ -167,7 +167,8 @@ const chatBody = `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user
 // The upstream sees the provider's credential, the request id, the path and query
 // unchanged and a body asking for usage; never the member's key or a client's
 // X-Service-* header. The client sees the upstream's status and headers, the usage
-// state, and the body; the request is settled with the usage read from it.
+// state, the request id (the gateway's, not one the upstream sent), and the body; the
+// request is settled with the usage read from it.
 func TestProxiesWithTheProvidersCredential(t *testing.T) {
 	var got *http.Request
 	var gotBody string
@@ -177,6 +178,7 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 		gotBody = string(b)
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("X-Upstream", "yes")
+		w.Header().Set("X-Service-Request-Id", "req_from_the_upstream") // replaced by the gateway's
 		w.WriteHeader(200)
 		_, _ = io.WriteString(w, `data: {"choices":[{"delta":{"content":"Hello"}}],"model":"gpt-4o-mini-2024-07-18"}`+"\n\n")
 		_, _ = io.WriteString(w, `data: {"choices":[],"model":"gpt-4o-mini-2024-07-18","usage":{"prompt_tokens":12,"completion_tokens":3}}`+"\n\ndata: [DONE]\n\n")
@@ -188,7 +190,7 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	if res.StatusCode != 200 || res.Header.Get("X-Upstream") != "yes" || res.Header.Get("X-Service-Usage-State") != "within_limit" ||
-		!strings.Contains(string(body), "Hello") {
+		res.Header.Get("X-Service-Request-Id") != "req_test" || !strings.Contains(string(body), "Hello") {
 		t.Fatalf("client got %d %v %s", res.StatusCode, res.Header, body)
 	}
 	if got.URL.Path != "/v1/chat/completions" || got.URL.RawQuery != "api-version=1" || got.Header.Get("Authorization") != "Bearer sk-provider" ||
@@ -345,8 +347,9 @@ func TestUpstreamFailures(t *testing.T) {
 	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
 	b, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	if res.StatusCode != 502 || !strings.Contains(string(b), `"service_gateway_upstream_unavailable"`) {
-		t.Fatalf("refused connection: %d %s", res.StatusCode, b)
+	if res.StatusCode != 502 || !strings.Contains(string(b), `"service_gateway_upstream_unavailable"`) ||
+		res.Header.Get("X-Service-Request-Id") != "req_test" {
+		t.Fatalf("refused connection: %d %v %s", res.StatusCode, res.Header, b)
 	}
 	if u := e.tracker.settled(t); u.UpstreamStatus != 502 || u.Seen == nil || u.Seen.TextBytes != 0 {
 		t.Fatalf("settled %+v", u)
