@@ -1,8 +1,10 @@
 package e2e_test
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -133,5 +135,56 @@ func TestBothSDKsThroughOneGatewayByRoute(t *testing.T) {
 	}
 	if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused"); n != 4 {
 		t.Errorf("the gateway refused %v requests, want 4 (one per call: no SDK retried)", n)
+	}
+}
+
+// TestCurlThroughTheGateway: the real curl with --compressed, which offers every coding
+// its libcurl decodes (Debian's: deflate, gzip, br, zstd). The gateway offers the
+// provider only those the usage extractor reads, so a provider that speaks zstd (behind
+// a CDN) cannot answer in it; this one answers gzip, curl decodes it, and the call,
+// streamed or not, is charged exactly from the reported usage.
+func TestCurlThroughTheGateway(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("curl is not on PATH (CI=true: .ci/run installs it)")
+		}
+		t.Skip("curl is not on PATH")
+	}
+	t.Parallel() // its own database and Redis prefix
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
+		return fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000}
+	}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": up.URL,
+		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization})
+	o := s.setUpOrg(t)
+	want := catalogCost(100_000, 20_000, 10_000)
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream %v", stream), func(t *testing.T) {
+			body := fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, model, stream)
+			before := len(fake.Calls())
+			cmd := exec.Command(curl, "--silent", "--show-error", "--fail", "--compressed", "--max-time", "30",
+				"-H", "Authorization: Bearer "+o.key, "-H", "Content-Type: application/json", "-d", body,
+				s.gateway+"/v1/chat/completions")
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "paid") {
+				t.Fatalf("curl: %v\n%s", err, out)
+			}
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 {
+				t.Fatalf("the provider got %d calls", len(calls))
+			}
+			ae := calls[0].Header.Get("Accept-Encoding")
+			if strings.Contains(ae, "zstd") || !calls[0].Gzip {
+				t.Errorf("the provider was offered %q and answered gzip %v; want no zstd, and gzip", ae, calls[0].Gzip)
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
+				t.Errorf("receipt %s, want %d, complete, from the reported usage", rec, want)
+			}
+		})
 	}
 }

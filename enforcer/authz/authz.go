@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 )
 
 // Upstream is the provider's credential the enforcer puts on the upstream request of an
@@ -71,7 +72,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	if !a.Allowed() {
 		return s.denied.response(&a), nil
 	}
-	return s.admitted(&a, cred), nil
+	return s.admitted(&a, cred, h.GetHeaders()["accept-encoding"]), nil
 }
 
 // RequestBody is the request body Envoy sent with the check: raw_body (pack_as_bytes),
@@ -95,9 +96,14 @@ func RequestBody(h *authv3.AttributeContext_HttpRequest) []byte {
 // request's usage settled under its own), the usage state on the client's response, and
 // the credentials swapped: the member's Tollgate credential removed from the upstream
 // request (x-api-key, and Authorization when it carried one) and the provider's set when
-// configured (overwriting).
-func (s *Server) admitted(a *gate.Answer, cred gate.Credentials) *authv3.CheckResponse {
-	ok := &authv3.OkHttpResponse{Headers: make([]*corev3.HeaderValueOption, 0, 3)}
+// configured (overwriting); and the client's Accept-Encoding narrowed to the codings
+// ext_proc's extractor reads, when it offered others (responseusage.ReadableAcceptEncoding:
+// a zstd answer's usage could only be estimated).
+func (s *Server) admitted(a *gate.Answer, cred gate.Credentials, acceptEncoding string) *authv3.CheckResponse {
+	ok := &authv3.OkHttpResponse{Headers: make([]*corev3.HeaderValueOption, 0, 4)}
+	if ae, changed := responseusage.ReadableAcceptEncoding(acceptEncoding); changed {
+		ok.Headers = append(ok.Headers, header("accept-encoding", ae))
+	}
 	if a.RequestID != "" {
 		ok.Headers = append(ok.Headers, header(requestIDHeader, a.RequestID))
 	} else {

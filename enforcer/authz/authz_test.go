@@ -58,7 +58,8 @@ func TestUsageLimitRefusalSaysDoNotRetry(t *testing.T) {
 }
 
 // On admit the member's Tollgate credential never goes upstream, and the provider's
-// credential, when configured, replaces it.
+// credential, when configured, replaces it; an Accept-Encoding offering codings the
+// usage extractor cannot read is narrowed.
 func TestAdmissionSwapsCredentials(t *testing.T) {
 	const provider = "Bearer sk-provider"
 	type mutation struct {
@@ -66,30 +67,37 @@ func TestAdmissionSwapsCredentials(t *testing.T) {
 		remove []string
 	}
 	for _, tc := range []struct {
-		name string
-		up   Upstream
-		cred gate.Credentials
-		want mutation
+		name           string
+		up             Upstream
+		cred           gate.Credentials
+		acceptEncoding string
+		want           mutation
 	}{
-		{"x-api-key, nothing configured", Upstream{}, gate.Credentials{APIKey: "tgk_k"},
+		{"x-api-key, nothing configured", Upstream{}, gate.Credentials{APIKey: "tgk_k"}, "",
 			mutation{set: map[string]string{"x-service-request-id": "req_1"}, remove: []string{"x-api-key"}}},
-		{"bearer key, nothing configured", Upstream{}, gate.Credentials{Authorization: "Bearer tgk_k"},
+		{"bearer key, nothing configured", Upstream{}, gate.Credentials{Authorization: "Bearer tgk_k"}, "",
 			mutation{set: map[string]string{"x-service-request-id": "req_1"}, remove: []string{"authorization"}}},
-		{"bearer session and x-api-key", Upstream{}, gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer tgs_s"},
+		{"bearer session and x-api-key", Upstream{}, gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer tgs_s"}, "",
 			mutation{set: map[string]string{"x-service-request-id": "req_1"}, remove: []string{"x-api-key", "authorization"}}},
-		{"another Authorization is not ours: left alone", Upstream{}, gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer sk-theirs"},
+		{"another Authorization is not ours: left alone", Upstream{}, gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer sk-theirs"}, "",
 			mutation{set: map[string]string{"x-service-request-id": "req_1"}, remove: []string{"x-api-key"}}},
-		{"provider Authorization configured", Upstream{Authorization: provider}, gate.Credentials{Authorization: "Bearer tgk_k"},
+		{"provider Authorization configured", Upstream{Authorization: provider}, gate.Credentials{Authorization: "Bearer tgk_k"}, "gzip, deflate, br",
 			mutation{set: map[string]string{"x-service-request-id": "req_1", "authorization": provider}}},
-		{"provider Authorization, member used x-api-key", Upstream{Authorization: provider}, gate.Credentials{APIKey: "tgk_k"},
+		{"provider Authorization, member used x-api-key", Upstream{Authorization: provider}, gate.Credentials{APIKey: "tgk_k"}, "",
 			mutation{set: map[string]string{"x-service-request-id": "req_1", "authorization": provider}, remove: []string{"x-api-key"}}},
-		{"provider x-api-key configured (Anthropic)", Upstream{APIKey: "sk-ant-provider"}, gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer tgs_s"},
+		{"provider x-api-key configured (Anthropic)", Upstream{APIKey: "sk-ant-provider"}, gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer tgs_s"}, "",
 			mutation{set: map[string]string{"x-service-request-id": "req_1", "x-api-key": "sk-ant-provider"}, remove: []string{"authorization"}}},
+		// A coding the extractor cannot read is not offered upstream (zstd: curl
+		// --compressed, browsers); one it reads all of is left alone (above).
+		{"zstd offered: narrowed", Upstream{}, gate.Credentials{APIKey: "tgk_k"}, "deflate, gzip, br, zstd",
+			mutation{set: map[string]string{"x-service-request-id": "req_1", "accept-encoding": "deflate, gzip, br"}, remove: []string{"x-api-key"}}},
+		{"only zstd offered: identity", Upstream{}, gate.Credentials{APIKey: "tgk_k"}, "zstd",
+			mutation{set: map[string]string{"x-service-request-id": "req_1", "accept-encoding": "identity"}, remove: []string{"x-api-key"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(nil, tc.up)
 			a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1", UsageState: "within_limit"}
-			ok := s.admitted(&a, tc.cred).GetOkResponse()
+			ok := s.admitted(&a, tc.cred, tc.acceptEncoding).GetOkResponse()
 			got := mutation{set: map[string]string{}, remove: ok.GetHeadersToRemove()}
 			for _, h := range ok.GetHeaders() {
 				if h.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {

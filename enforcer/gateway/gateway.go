@@ -513,6 +513,11 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 		out.Body, out.ContentLength = &releasingReader{b: body}, int64(len(body))
 	}
 	copyHeaders(out.Header, r.Header)
+	// Only codings the extractor reads may come back (a zstd answer could only be
+	// estimated); the client offered all of them, so it decodes what it gets.
+	if ae, changed := responseusage.ReadableAcceptEncoding(strings.Join(out.Header.Values("Accept-Encoding"), ", ")); changed {
+		out.Header.Set("Accept-Encoding", ae)
+	}
 	out.Header.Del("Authorization")
 	out.Header.Del("X-Api-Key")
 	out.Header.Del("Content-Length")

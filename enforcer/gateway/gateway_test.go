@@ -165,8 +165,8 @@ func post(t *testing.T, url, key, body string, hdr ...string) *http.Response {
 const chatBody = `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 
 // The upstream sees the provider's credential, the request id, the path and query
-// unchanged and a body asking for usage; never the member's key or a client's
-// X-Service-* header. The client sees the upstream's status and headers, the usage
+// unchanged, a body asking for usage, and only the offered codings the extractor reads;
+// never the member's key or a client's X-Service-* header. The client sees the upstream's status and headers, the usage
 // state, the request id (the gateway's, not one the upstream sent), and the body; the
 // request is settled with the usage read from it.
 func TestProxiesWithTheProvidersCredential(t *testing.T) {
@@ -186,7 +186,7 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 	defer up.Close()
 	e := newEnv(t, up.URL, gateway.Config{})
 	res := post(t, e.front.URL+"/v1/chat/completions?api-version=1", "tgk_good", chatBody,
-		"X-Api-Key", "tgk_good", "X-Service-Request-Id", "req_forged", "X-Service-Whatever", "x")
+		"X-Api-Key", "tgk_good", "X-Service-Request-Id", "req_forged", "X-Service-Whatever", "x", "Accept-Encoding", "gzip, zstd")
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	if res.StatusCode != 200 || res.Header.Get("X-Upstream") != "yes" || res.Header.Get("X-Service-Usage-State") != "within_limit" ||
@@ -194,7 +194,8 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 		t.Fatalf("client got %d %v %s", res.StatusCode, res.Header, body)
 	}
 	if got.URL.Path != "/v1/chat/completions" || got.URL.RawQuery != "api-version=1" || got.Header.Get("Authorization") != "Bearer sk-provider" ||
-		got.Header.Get("X-Api-Key") != "" || got.Header.Get("X-Service-Request-Id") != "req_test" || got.Header.Get("X-Service-Whatever") != "" {
+		got.Header.Get("X-Api-Key") != "" || got.Header.Get("X-Service-Request-Id") != "req_test" || got.Header.Get("X-Service-Whatever") != "" ||
+		got.Header.Get("Accept-Encoding") != "gzip" {
 		t.Fatalf("upstream got %s %v", got.URL, got.Header)
 	}
 	if !strings.Contains(gotBody, `"include_usage":true`) {
