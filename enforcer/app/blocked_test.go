@@ -74,6 +74,9 @@ func TestKeptBlockEndsAtTheWindowReset(t *testing.T) {
 	e.Clock.Set(time.Date(2026, 9, 17, 4, 59, 30, 0, time.UTC))
 	w := newMember(e, dayLimit(1*usd, true))
 	e.CP.SetSpend(w.member, window.Day, 1*usd)
+	// As in keptBlockEnv: a subscription confirmed after the first 429 would forget
+	// the block it kept, and the next check would read Redis.
+	enforcertest.WaitFor(t, "the invalidation subscription", e.Enforcer.Gate.Blocks.Live)
 	denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
 	e.Clock.Set(time.Date(2026, 9, 17, 4, 59, 59, 999_000_000, time.UTC))
 	checkKept(t, e, w)
