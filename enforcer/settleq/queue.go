@@ -114,12 +114,14 @@ var (
 
 // Queue delivers settlements. Create it with New, start it with Run.
 type Queue struct {
-	cfg     Config
-	client  Settler
-	m       *metrics.Metrics
-	log     *slog.Logger
-	signal  chan struct{}
-	workers sync.WaitGroup
+	cfg    Config
+	client Settler
+	m      *metrics.Metrics
+	log    *slog.Logger
+	signal chan struct{}
+	// signalled counts the workers' wake-ups by signal (Enqueue's tests read it).
+	signalled atomic.Int64
+	workers   sync.WaitGroup
 
 	mu       sync.Mutex
 	ready    []*entry // FIFO of entries due now
@@ -251,11 +253,19 @@ func (q *Queue) Enqueue(item *internalv1.SettleItem, res *Reservation, done func
 		}
 		return ErrFull
 	}
+	// The workers need waking only when this entry changes when the next call is due:
+	// it is the first ready one (they sleep until a retry is due, or for good), it fills
+	// a batch, or nothing lingers. Otherwise they already sleep until the oldest ready
+	// entry's linger ends, and this one goes with it: waking them for each settlement
+	// cost a goroutine switch, often a thread's wake-up, per proxied request.
+	wake := len(q.ready) == 0 || len(q.ready)+1 >= q.cfg.MaxBatch || q.cfg.Linger <= 0
 	q.ready = append(q.ready, e)
 	q.linkLocked(e)
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
 	q.mu.Unlock()
-	q.wake()
+	if wake {
+		q.wake()
+	}
 	return nil
 }
 
@@ -315,6 +325,7 @@ func (q *Queue) work(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-q.signal:
+			q.signalled.Add(1)
 		case <-timer.C:
 		}
 	}

@@ -274,6 +274,48 @@ func TestLingerGathersItemsIntoOneCall(t *testing.T) {
 	}
 }
 
+// Settlements that join a lingering batch do not wake the worker (it already sleeps
+// until the oldest one's linger ends): the first of a batch and the one that fills it
+// do. Before, every settlement woke it, a goroutine switch per proxied request.
+func TestLingeringSettlementsDoNotWakeTheWorker(t *testing.T) {
+	s := &scripted{}
+	cfg := fastConfig()
+	cfg.Linger = time.Hour
+	q := settleq.New(s, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	done := make(chan settleq.Result, 20)
+	for i := range 7 {
+		if err := q.Enqueue(&internalv1.SettleItem{RequestId: fmt.Sprintf("r_%d", i)}, nil, func(r settleq.Result) { done <- r }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // let a woken worker run
+	}
+	if n := q.Signalled(); n != 1 {
+		t.Fatalf("7 settlements of one lingering batch woke the worker %d times, want 1 (the first)", n)
+	}
+	select {
+	case <-done:
+		t.Fatal("a batch of 7 (MaxBatch 8) went before its linger")
+	default:
+	}
+	// The eighth fills the batch: it wakes the worker, and the batch goes at once.
+	if err := q.Enqueue(&internalv1.SettleItem{RequestId: "r_7"}, nil, func(r settleq.Result) { done <- r }); err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the full batch was not sent")
+		}
+	}
+	if n := q.Signalled(); n != 2 {
+		t.Fatalf("the worker was woken %d times, want 2", n)
+	}
+}
+
 // What the enforcer learned on the way goes to the control plane as it is, and the
 // receipt's cost basis and price source come back to the caller.
 func TestSettleCarriesEstimatesAndCostBasis(t *testing.T) {
