@@ -180,7 +180,8 @@ func BenchmarkGateway(b *testing.B) {
 	dbName := s.db.Pool.Config().ConnConfig.Database
 
 	// The timed cases run a control plane and an enforcer in processes of their own, as
-	// deployed, with the Helm chart's Go runtime settings: they share the two cores with
+	// deployed, with the Helm chart's Go runtime settings and the enforcer's settlement
+	// spool: they share the two cores with
 	// this process (the generator and the fake upstream) but not its garbage collector,
 	// nor each other's, and each one's CPU is its own. The stack above (in this process,
 	// on the same database and Redis prefix) set the organization up and serves the
@@ -193,6 +194,8 @@ func BenchmarkGateway(b *testing.B) {
 		cpEnv := map[string]string{"GOGC": "400", "GOMEMLIMIT": "400MiB"}
 		enfEnv := maps.Clone(gwEnv)
 		enfEnv["GOGC"], enfEnv["GOMEMLIMIT"] = "400", "200MiB"
+		// The chart's enforcer writes each settlement to its spool (settleSpool.enabled).
+		enfEnv["TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR"] = b.TempDir()
 		if profiles != "" {
 			cpEnv[childProfileEnv], enfEnv[childProfileEnv] = filepath.Join(profiles, "controlplane"), filepath.Join(profiles, "enforcer")
 		}
