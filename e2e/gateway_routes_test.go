@@ -22,6 +22,8 @@ import (
 // not, reaches only its own provider, with only that provider's credential, and is
 // settled exactly at the organization's price; once the limit is spent, each SDK's call
 // fails fast with the 429 and is not retried, and nothing reaches either provider.
+// Anthropic's token counting (what Claude Code calls before many turns) goes through too,
+// at no cost.
 func TestBothSDKsThroughOneGatewayByRoute(t *testing.T) {
 	// Not parallel: it times the refused calls (under 2 s), which a loaded machine
 	// would blur; Go runs it before the parallel tests.
@@ -62,8 +64,31 @@ func TestBothSDKsThroughOneGatewayByRoute(t *testing.T) {
 	calls := fourSDKCalls()
 	upstreams := map[string]*fakellm.Server{fakellm.OpenAIChat: openai, fakellm.AnthropicMessages: anthropic}
 
+	// Claude Code counts tokens before many turns: admitted, sent to Anthropic with its
+	// key, and settled complete at no cost (the provider does not charge it), though
+	// its body looks like a generation request's.
+	settled := 0
+	t.Run("anthropic count_tokens", func(t *testing.T) {
+		next = fakellm.Usage{InputTokens: 2095}
+		before := len(anthropic.Calls())
+		r := runSDK(t, dir, "anthropic.mjs", "count", s.gateway, o.key, claudeModel)
+		if !r.OK || r.Status != 200 || !strings.Contains(string(r.Usage), `"input_tokens":2095`) {
+			t.Fatalf("the count failed: %+v", r)
+		}
+		got := anthropic.Calls()[before:]
+		if len(got) != 1 || got[0].API != fakellm.AnthropicCountTokens || got[0].Header.Get("X-Api-Key") != anthropicKey {
+			t.Fatalf("Anthropic got %+v, want one count_tokens call with its key", got)
+		}
+		rec := waitReceipt(t, s, got[0].Header.Get("X-Service-Request-Id"))
+		settled++
+		if rec.cost() != 0 || rec["complete"] != true || rec["cost_source"] != "upstream" {
+			t.Errorf("receipt %s, want complete at a known cost of 0 (cost_source upstream), nothing estimated", rec)
+		}
+		s.waitUsed(t, o, settled, 0)
+	})
+
 	var used int64
-	for i, c := range calls {
+	for _, c := range calls {
 		ok := t.Run(c.name, func(t *testing.T) {
 			next = c.usage
 			own, other := upstreams[c.api], anthropic
@@ -107,7 +132,8 @@ func TestBothSDKsThroughOneGatewayByRoute(t *testing.T) {
 			if rec.cost() != c.cost || rec["complete"] != true {
 				t.Errorf("receipt %s, want %d micro-USD, complete", rec, c.cost)
 			}
-			s.waitUsed(t, o, i+1, used)
+			settled++
+			s.waitUsed(t, o, settled, used)
 		})
 		if !ok {
 			t.Fatalf("%s failed: the calls after it depend on its charge", c.name)

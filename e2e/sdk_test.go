@@ -145,6 +145,26 @@ func TestOfficialSDKsThroughTheEnforcedPath(t *testing.T) {
 
 	var used int64
 	settled := 0
+	// Anthropic's token counting (what Claude Code calls before many turns) is admitted
+	// through Envoy and settled at no cost: ext_proc records no estimate for it.
+	t.Run("anthropic count_tokens is not charged", func(t *testing.T) {
+		next = fakellm.Usage{InputTokens: 2095}
+		before := len(fake.Calls())
+		r := runSDK(t, dir, "anthropic.mjs", "count", front.URL, o.key, claudeModel)
+		if !r.OK || r.Status != 200 || !strings.Contains(string(r.Usage), `"input_tokens":2095`) {
+			t.Fatalf("the count failed: %+v (proxy problems %v)", r, proxy.Problems())
+		}
+		got := fake.Calls()[before:]
+		if len(got) != 1 || got[0].API != fakellm.AnthropicCountTokens {
+			t.Fatalf("the provider got %+v, want one count_tokens call", got)
+		}
+		rec := waitReceipt(t, s, got[0].Header.Get("X-Service-Request-Id"))
+		settled++
+		if rec.cost() != 0 || rec["complete"] != true || rec["cost_source"] != "upstream" {
+			t.Errorf("receipt %s, want complete at a known cost of 0 (cost_source upstream), nothing estimated", rec)
+		}
+		s.waitUsed(t, o, settled, 0)
+	})
 	t.Run("calls are settled at the organization's price", func(t *testing.T) {
 		for _, c := range calls {
 			ok := t.Run(c.name, func(t *testing.T) {

@@ -11,6 +11,9 @@
 //     ("gpt-4o-mini" answered as "gpt-4o-mini-2024-07-18").
 //   - An Anthropic stream reports input tokens in message_start and output tokens in
 //     message_delta.
+//   - Anthropic's token counting (POST /v1/messages/count_tokens) answers
+//     {"input_tokens": N} with the input tokens the test chose, and no usage object:
+//     the provider does not charge it.
 //   - Answers are gzip-compressed (Content-Encoding: gzip) whenever the request's
 //     Accept-Encoding allows gzip, streams included: each event is flushed through the
 //     compressor, so a client decodes it as it arrives.
@@ -46,10 +49,11 @@ type Usage struct {
 	OutputTokens int64
 }
 
-// API names the two surfaces.
+// API names the surfaces.
 const (
-	OpenAIChat        = "openai.chat.completions"
-	AnthropicMessages = "anthropic.messages"
+	OpenAIChat           = "openai.chat.completions"
+	AnthropicMessages    = "anthropic.messages"
+	AnthropicCountTokens = "anthropic.messages.count_tokens"
 )
 
 // Text is what every answer says; streams send it one word per event.
@@ -109,6 +113,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.API = OpenAIChat
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
 		c.API = AnthropicMessages
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
+		c.API = AnthropicCountTokens
 	}
 	var req request
 	jsonErr := json.Unmarshal(body, &req)
@@ -140,6 +146,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ew := newEventWriter(w, c.Gzip)
 	defer ew.close()
 	u := c.Usage
+	if c.API == AnthropicCountTokens {
+		ew.start("application/json", http.StatusOK)
+		ew.write(fmt.Sprintf(`{"input_tokens":%d}`, u.InputTokens))
+		return
+	}
 	if c.API == OpenAIChat {
 		id := fmt.Sprintf("chatcmpl-fake%06d", n)
 		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
@@ -236,7 +247,7 @@ func (e *eventWriter) close() {
 func writeError(w http.ResponseWriter, status int, api, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	if api == AnthropicMessages {
+	if strings.HasPrefix(api, "anthropic.") {
 		fmt.Fprintf(w, `{"type":"error","error":{"type":"invalid_request_error","message":%q}}`, msg)
 		return
 	}

@@ -9,6 +9,11 @@ const client = new Anthropic({ baseURL: s.baseURL, apiKey: s.apiKey });
 const request = { model: s.model, max_tokens: 256, messages: [{ role: 'user', content: 'How are tolls paid?' }] };
 
 await run('@anthropic-ai/sdk', s.scenario, async () => {
+  if (s.scenario === 'count') {
+    // What Claude Code calls before many turns: it counts, it generates nothing.
+    const res = await client.messages.countTokens({ model: s.model, messages: request.messages });
+    return { text: '', model: null, usage: res, chunks: 1 };
+  }
   if (s.scenario === 'json') {
     const res = await client.messages.create(request);
     const text = res.content.filter((b) => b.type === 'text').map((b) => b.text).join('');

@@ -10,6 +10,7 @@ const client = new OpenAI({ baseURL: `${s.baseURL}/v1`, apiKey: s.apiKey });
 const messages = [{ role: 'user', content: 'How are tolls paid?' }];
 
 await run('openai', s.scenario, async () => {
+  if (s.scenario === 'count') throw new Error('"count" is an Anthropic scenario');
   if (s.scenario === 'json') {
     const res = await client.chat.completions.create({ model: s.model, messages });
     return { text: res.choices[0]?.message?.content ?? '', model: res.model, usage: res.usage ?? null, chunks: 1 };

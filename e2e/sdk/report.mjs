@@ -2,7 +2,8 @@
 //
 // Settings (environment): TOLLGATE_BASE_URL (the proxy, no path), TOLLGATE_API_KEY (the
 // member's Tollgate key, tgk_...), TOLLGATE_MODEL; argv[2] is the scenario, "json" (one
-// buffered answer) or "stream". The SDK client is built with its defaults: retries,
+// buffered answer), "stream", or "count" (Anthropic's token counting, which generates
+// nothing). The SDK client is built with its defaults: retries,
 // timeout, headers, fetch.
 //
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
@@ -12,8 +13,8 @@ import { readFileSync } from 'node:fs';
 
 export function settings() {
   const scenario = process.argv[2];
-  if (scenario !== 'json' && scenario !== 'stream') {
-    throw new Error(`scenario must be "json" or "stream", not ${JSON.stringify(scenario)}`);
+  if (scenario !== 'json' && scenario !== 'stream' && scenario !== 'count') {
+    throw new Error(`scenario must be "json", "stream" or "count", not ${JSON.stringify(scenario)}`);
   }
   const need = (name) => {
     const v = process.env[name];

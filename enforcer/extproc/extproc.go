@@ -180,6 +180,11 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 // match it); without one, Envoy frames the body itself.
 func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	m := st.s.m.ExtProcRequestBodies
+	if requestbody.CountsTokens(st.path) {
+		// Nothing to estimate, nothing to ask usage of: settled at what it reports (finish).
+		m.WithLabelValues("counts_tokens").Inc()
+		return continueRequestBody
+	}
 	if est, err := estimate.Input(body); err == nil {
 		model := requestbody.CleanModel(est.Model)
 		if st.s.tracker.RefuseUnpricedModel(st.requestID, model) {
@@ -246,7 +251,16 @@ func (st *stream) finish(endOfStream bool) {
 		return
 	}
 	u := inflight.Usage{UpstreamStatus: st.status, Seen: &inflight.Seen{}}
-	if st.ext != nil {
+	if requestbody.CountsTokens(st.path) {
+		// A token count: nothing to estimate; complete when its answer ended.
+		u.Seen, u.Complete = nil, endOfStream
+		var reported *int64
+		if st.ext != nil {
+			got := st.ext.Finish(endOfStream)
+			u.Model, reported = got.Model, got.CostMicroUSD
+		}
+		u.UpstreamCostMicroUSD = requestbody.TokenCountCost(reported)
+	} else if st.ext != nil {
 		got := st.ext.Finish(endOfStream)
 		u.Model, u.InputTokens, u.OutputTokens, u.CachedTokens = got.Model, got.InputTokens, got.OutputTokens, got.CachedInputTokens
 		u.CacheCreationTokens = got.CacheCreationInputTokens

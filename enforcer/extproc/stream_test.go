@@ -44,6 +44,7 @@ const openAIJSON = `{"id":"chatcmpl-2","object":"chat.completion","model":"gpt-4
 
 type streamSpec struct {
 	requestID   string
+	path        string // "/v1/chat/completions" when empty
 	status      string // "200" when empty
 	contentType string
 	headers     []string // extra response headers, name/value pairs
@@ -77,7 +78,11 @@ func runStream(t *testing.T, e *enforcertest.Env, s streamSpec) {
 			t.Fatalf("unexpected answer %v", resp)
 		}
 	}
-	reqHeaders := []string{":method", "POST", ":path", "/v1/chat/completions", ":authority", "llm.example.test", "content-type", "application/json"}
+	path := s.path
+	if path == "" {
+		path = "/v1/chat/completions"
+	}
+	reqHeaders := []string{":method", "POST", ":path", path, ":authority", "llm.example.test", "content-type", "application/json"}
 	if s.requestID != "" {
 		reqHeaders = append(reqHeaders, "x-service-request-id", s.requestID)
 	}
@@ -240,5 +245,31 @@ func TestShutdownSettlesCutStreamsAsIncomplete(t *testing.T) {
 	rc := e.CP.Receipt(reqID)
 	if rc == nil || rc.Item.GetComplete() || rc.Item.GetModel() != "gpt-4o-mini-2024-07-18" || e.CP.Pending(w.ID) != 0 {
 		t.Fatalf("cut stream: %+v", rc)
+	}
+}
+
+// A token-counting request (Anthropic's count_tokens) through Envoy: its body's input
+// estimate is not recorded, and its answer, which reports no usage, is settled complete
+// at no cost, nothing estimated: the provider does not charge it.
+func TestExtProcTokenCountIsNotEstimated(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	e.CP.SetPrice("claude-sonnet-4-5", 2, 8)
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	reqID, _ := e.Admit(t, w.Key)
+	const path = "/v1/messages/count_tokens"
+	body := `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"` + strings.Repeat("count me ", 1000) + `"}]}`
+	if r := sendRequestBody(t, e, bodySpec{requestID: reqID, path: path, body: body}); r.GetResponse() != nil {
+		t.Fatalf("the body was changed: %v", r)
+	}
+	runStream(t, e, streamSpec{requestID: reqID, path: path, contentType: "application/json", chunks: [][]byte{[]byte(`{"input_tokens":2095}`)}})
+	enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
+	rc := e.CP.Receipt(reqID)
+	it := rc.Item
+	if !it.GetComplete() || it.GetUsageEstimated() || it.GetInputTokens() != 0 || it.GetOutputTokens() != 0 || rc.Cost != 0 ||
+		rc.CostSource != "upstream" {
+		t.Fatalf("settled %v at %d micro-USD (%s), want complete, not estimated, no tokens, a known cost of 0", it, rc.Cost, rc.CostSource)
+	}
+	if n := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "counts_tokens"); n != 1 {
+		t.Fatalf("counts_tokens bodies %v, want 1", n)
 	}
 }

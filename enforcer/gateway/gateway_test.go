@@ -756,3 +756,33 @@ func TestAnnouncedBodyGoesOutWithItsHeadersStreamHeadersAtOnce(t *testing.T) {
 		t.Fatal("a stream's headers waited for its first chunk")
 	}
 }
+
+// A token-counting request (Anthropic's count_tokens) is admitted and proxied, but its
+// body's input estimate is not recorded and its answer, which reports no usage, is
+// settled complete with nothing estimated: the provider does not charge it.
+func TestTokenCountIsNotEstimated(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"input_tokens":2095}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	body := `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"` + strings.Repeat("count me ", 1000) + `"}]}`
+	res := post(t, e.front.URL+"/v1/messages/count_tokens", "tgk_good", body)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(b), "2095") {
+		t.Fatalf("%d %s", res.StatusCode, b)
+	}
+	u := e.tracker.settled(t)
+	if !u.Complete || u.Seen != nil || u.InputTokens != 0 || u.OutputTokens != 0 || u.UpstreamStatus != 200 ||
+		u.UpstreamCostMicroUSD == nil || *u.UpstreamCostMicroUSD != 0 {
+		t.Fatalf("settled %+v, want complete, nothing to estimate (Seen nil), no tokens, a known cost of 0", u)
+	}
+	e.tracker.mu.Lock()
+	defer e.tracker.mu.Unlock()
+	if len(e.tracker.recorded) != 0 {
+		t.Fatalf("the request's estimate was recorded (models %v): it would be charged", e.tracker.recorded)
+	}
+}
