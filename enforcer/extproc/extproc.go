@@ -180,9 +180,9 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 // match it); without one, Envoy frames the body itself.
 func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	m := st.s.m.ExtProcRequestBodies
-	if requestbody.CountsTokens(st.path) {
+	if requestbody.Unbilled(st.path) {
 		// Nothing to estimate, nothing to ask usage of: settled at what it reports (finish).
-		m.WithLabelValues("counts_tokens").Inc()
+		m.WithLabelValues("unbilled").Inc()
 		return continueRequestBody
 	}
 	if est, err := estimate.Input(body); err == nil {
@@ -251,15 +251,16 @@ func (st *stream) finish(endOfStream bool) {
 		return
 	}
 	u := inflight.Usage{UpstreamStatus: st.status, Seen: &inflight.Seen{}}
-	if requestbody.CountsTokens(st.path) {
-		// A token count: nothing to estimate; complete when its answer ended.
+	if requestbody.Unbilled(st.path) {
+		// Unbilled (a token count, a moderation): nothing to estimate; complete when
+		// its answer ended.
 		u.Seen, u.Complete = nil, endOfStream
 		var reported *int64
 		if st.ext != nil {
 			got := st.ext.Finish(endOfStream)
 			u.Model, reported = got.Model, got.CostMicroUSD
 		}
-		u.UpstreamCostMicroUSD = requestbody.TokenCountCost(reported)
+		u.UpstreamCostMicroUSD = requestbody.UnbilledCost(reported)
 	} else if st.ext != nil {
 		got := st.ext.Finish(endOfStream)
 		u.Model, u.InputTokens, u.OutputTokens, u.CachedTokens = got.Model, got.InputTokens, got.OutputTokens, got.CachedInputTokens

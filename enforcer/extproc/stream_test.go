@@ -269,7 +269,7 @@ func TestExtProcTokenCountIsNotEstimated(t *testing.T) {
 		rc.CostSource != "upstream" {
 		t.Fatalf("settled %v at %d micro-USD (%s), want complete, not estimated, no tokens, a known cost of 0", it, rc.Cost, rc.CostSource)
 	}
-	if n := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "counts_tokens"); n != 1 {
-		t.Fatalf("counts_tokens bodies %v, want 1", n)
+	if n := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "unbilled"); n != 1 {
+		t.Fatalf("unbilled bodies %v, want 1", n)
 	}
 }

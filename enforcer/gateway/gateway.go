@@ -373,9 +373,9 @@ type proxied struct {
 	est  *estimate.Request
 	// settled: the request was reported to the tracker.
 	settled bool
-	// countsTokens: the path only counts tokens (requestbody.CountsTokens); nothing is
-	// estimated for it.
-	countsTokens bool
+	// unbilled: the provider does not charge the path (a token count, a moderation:
+	// requestbody.Unbilled); nothing is estimated for it.
+	unbilled bool
 
 	// From the upstream's answer on: the response being relayed, the cancellation of
 	// the upstream request, the idle timer, the usage extractor and the read buffers
@@ -436,8 +436,8 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		gw.tracker.Follow(p.id)
 	}
 
-	p.countsTokens = requestbody.CountsTokens(r.URL.Path)
-	if est != nil && p.id != "" && !p.countsTokens {
+	p.unbilled = requestbody.Unbilled(r.URL.Path)
+	if est != nil && p.id != "" && !p.unbilled {
 		model := requestbody.CleanModel(est.Model)
 		if gw.tracker.RefuseUnpricedModel(p.id, model) {
 			p.settled = true // RefuseUnpricedModel settled it
@@ -625,10 +625,10 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 // finish settles the relayed response with what the extractor saw.
 func (p *proxied) finish(ended bool) {
 	got := p.ext.Finish(ended)
-	if p.countsTokens {
-		// A token count has no usage to read and nothing to estimate: settled at the
-		// provider's price of it, nothing, complete when its answer ended.
-		p.settle(inflight.Usage{Model: got.Model, UpstreamCostMicroUSD: requestbody.TokenCountCost(got.CostMicroUSD),
+	if p.unbilled {
+		// A token count or a moderation has no usage to read and nothing to estimate:
+		// settled at the provider's price of it, nothing, complete when its answer ended.
+		p.settle(inflight.Usage{Model: got.Model, UpstreamCostMicroUSD: requestbody.UnbilledCost(got.CostMicroUSD),
 			Complete: ended, UpstreamStatus: int32(p.resp.StatusCode)})
 		return
 	}
