@@ -16,47 +16,71 @@ import (
 // provider answers such a request uncompressed. The client still decodes what it gets,
 // because everything kept is something it offered.
 func ReadableAcceptEncoding(v string) (out string, changed bool) {
-	if strings.TrimSpace(v) == "" {
+	// Every proxied request passes here: a list of readable codings (the common case)
+	// is answered without allocating.
+	readable := true
+	for part := range strings.SplitSeq(v, ",") {
+		if name := codingName(part); name != "" && !decodable(name) && name != "identity" {
+			readable = false
+			break
+		}
+	}
+	if readable {
 		return v, false
 	}
-	type entry struct{ name, part, params string }
-	var entries []entry
-	named := map[string]bool{}
-	for part := range strings.SplitSeq(v, ",") {
-		if part = strings.TrimSpace(part); part == "" {
-			continue
-		}
-		name, params, _ := strings.Cut(part, ";")
-		name = strings.ToLower(strings.TrimSpace(name))
-		entries = append(entries, entry{name, part, params})
-		named[name] = true
-	}
 	var kept []string
-	for _, e := range entries {
-		switch e.name {
-		case "gzip", "x-gzip", "deflate", "br", "identity":
-			kept = append(kept, e.part)
-		case "*":
+	for part := range strings.SplitSeq(v, ",") {
+		part = strings.TrimSpace(part)
+		switch name := codingName(part); {
+		case name == "":
+		case decodable(name) || name == "identity":
+			kept = append(kept, part)
+		case name == "*":
 			// Any coding not named otherwise: of those, the ones decoded here.
-			changed = true
-			params := ""
-			if e.params != "" {
-				params = ";" + e.params
+			_, params, _ := strings.Cut(part, ";")
+			if params != "" {
+				params = ";" + params
 			}
 			for _, c := range []string{"gzip", "deflate", "br"} {
-				if !named[c] {
+				if !names(v, c) {
 					kept = append(kept, c+params)
 				}
 			}
-		default:
-			changed = true
 		}
-	}
-	if !changed {
-		return v, false
 	}
 	if len(kept) == 0 {
 		return "identity", true
 	}
 	return strings.Join(kept, ", "), true
+}
+
+// codingName is the lower-cased coding of one Accept-Encoding member ("" when empty).
+func codingName(part string) string {
+	name, _, _ := strings.Cut(part, ";")
+	name = strings.TrimSpace(name)
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c >= 'A' && c <= 'Z' {
+			return strings.ToLower(name)
+		}
+	}
+	return name
+}
+
+// decodable reports whether a (lower-case) coding is one the extractor decodes.
+func decodable(name string) bool {
+	switch name {
+	case "gzip", "x-gzip", "deflate", "br":
+		return true
+	}
+	return false
+}
+
+// names reports whether the Accept-Encoding value v lists the coding c.
+func names(v, c string) bool {
+	for part := range strings.SplitSeq(v, ",") {
+		if codingName(part) == c {
+			return true
+		}
+	}
+	return false
 }
