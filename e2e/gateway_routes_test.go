@@ -184,8 +184,7 @@ func TestCurlThroughTheGateway(t *testing.T) {
 	}}
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
-	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": up.URL,
-		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization})
+	s := startStack(t, gatewayEnv(up.URL))
 	o := s.setUpOrg(t)
 	want := catalogCost(100_000, 20_000, 10_000)
 	for _, stream := range []bool{false, true} {

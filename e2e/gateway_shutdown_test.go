@@ -27,8 +27,7 @@ func TestGatewayShutdownSettlesStreamsInFlight(t *testing.T) {
 	t.Cleanup(upSrv.Close)
 	s := startStack(t)
 	o := s.setUpOrg(t)
-	enf := s.startEnforcer(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": upSrv.URL,
-		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization, "TOLLGATE_SHUTDOWN_TIMEOUT": "2s"})
+	enf := s.startEnforcer(t, gatewayEnv(upSrv.URL), map[string]string{"TOLLGATE_SHUTDOWN_TIMEOUT": "2s"})
 
 	b, _ := json.Marshal(map[string]any{"model": "hang-model", "stream": true, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
 	req, _ := http.NewRequest("POST", enf.gateway+"/v1/chat/completions", bytes.NewReader(b))

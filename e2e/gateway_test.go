@@ -65,8 +65,7 @@ func TestGatewayChargesEveryResponse(t *testing.T) {
 	up := &gatewayUpstream{fake: fake, cut: make(chan string, 1), cancelled: make(chan string, 1)}
 	upSrv := httptest.NewServer(up)
 	t.Cleanup(upSrv.Close)
-	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": upSrv.URL,
-		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization})
+	s := startStack(t, gatewayEnv(upSrv.URL))
 	o := s.setUpOrg(t)
 
 	type result struct {
@@ -263,8 +262,7 @@ func TestOpenAISDKThroughTheGateway(t *testing.T) {
 	fake := &fakellm.Server{Snapshots: map[string]string{model: model + "-2024-07-18"}, Usage: func(fakellm.Call) fakellm.Usage { return next }}
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
-	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": up.URL,
-		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization})
+	s := startStack(t, gatewayEnv(up.URL))
 	o := s.setUpOrg(t)
 
 	want := catalogCost(1_000_000, 0, 500_000)
