@@ -278,7 +278,7 @@ func printDemo(w io.Writer, base string, d demoOrg, proxyURL, token string) {
 	fmt.Fprintf(w, "\n%s\nTollgate is running.\n\n", line)
 	fmt.Fprintf(w, "  REST API           %s   (docs: %s/docs)\n", base, base)
 	if proxyURL != "" {
-		fmt.Fprintf(w, "  Inference proxy    %s   (enforced and accounted; upstream is a fake %s)\n", proxyURL, demo.Model)
+		fmt.Fprintf(w, "  Inference proxy    %s   (enforced and accounted; upstream is a fake %s and %s)\n", proxyURL, demo.Model, demo.AnthropicModel)
 	}
 	if token != "" {
 		fmt.Fprintf(w, "  Internal token     %s\n", token)
@@ -297,6 +297,10 @@ func printDemo(w io.Writer, base string, d demoOrg, proxyURL, token string) {
 		call := fmt.Sprintf("curl -s -i %s/v1/chat/completions -H 'x-api-key: %s' -H 'content-type: application/json' -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'",
 			proxyURL, d.MemberKey, demo.Model)
 		fmt.Fprintf(w, "\nOne inference call through the proxy (admitted, 200):\n  %s\n", call)
+		anthropic := fmt.Sprintf("curl -s %s/v1/messages -H 'x-api-key: %s' -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' -d '{\"model\":\"%s\",\"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'",
+			proxyURL, d.MemberKey, demo.AnthropicModel)
+		fmt.Fprintf(w, "\nThe same in Anthropic's Messages API (the official SDKs work too: base URL %s, the member's key as API key):\n  %s\n",
+			proxyURL, anthropic)
 		fmt.Fprintf(w, "\nKeep calling until the member's daily limit is spent (ends in 429 with X-Service-Error-Code):\n")
 		fmt.Fprintf(w, "  for i in $(seq 1 10); do curl -s -o /dev/null -D - %s/v1/chat/completions -H 'x-api-key: %s' -d '{\"model\":\"%s\"}' | grep -iE '^HTTP|^x-service'; sleep 0.2; done\n",
 			proxyURL, d.MemberKey, demo.Model)

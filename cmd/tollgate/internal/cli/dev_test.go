@@ -93,8 +93,15 @@ func TestDevStackReachesThe429(t *testing.T) {
 		t.Fatalf("keys or proxy not printed:\n%s", printed)
 	}
 
+	calls := 0
 	call := func() *http.Response {
-		req, _ := http.NewRequest("POST", "http://"+env["TOLLGATE_DEMO_PROXY_ADDR"]+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini"}`))
+		// The first call goes to Anthropic's Messages API, the others to OpenAI's chat
+		// completions: the demo upstream answers both, each at 0.01 USD.
+		path, body := "/v1/chat/completions", `{"model":"gpt-4o-mini"}`
+		if calls++; calls == 1 {
+			path, body = "/v1/messages", `{"model":"claude-haiku-4-5","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`
+		}
+		req, _ := http.NewRequest("POST", "http://"+env["TOLLGATE_DEMO_PROXY_ADDR"]+path, strings.NewReader(body))
 		req.Header.Set("x-api-key", memberKey[1])
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -23,8 +23,22 @@ const (
 	OutputTokens = 11666
 )
 
-// Upstream is a fake OpenAI-compatible chat completions API. After each answer it
-// reports the usage to the enforcer's /settle under the request id the proxy added.
+// AnthropicModel is the model a fake Anthropic message answers as when a request names
+// none, and the tokens every one reports: at the catalog's claude-haiku-4-5 prices (1 USD
+// per million input tokens, 5 per million output) 2500*1 + 1500*5 = 10000 micro-USD,
+// 0.01 USD, as an OpenAI completion.
+const (
+	AnthropicModel        = "claude-haiku-4-5"
+	AnthropicInputTokens  = 2500
+	AnthropicOutputTokens = 1500
+)
+
+// Upstream is a fake of OpenAI's chat completions (POST .../chat/completions) and
+// Anthropic's messages (POST .../messages), each as JSON or, with "stream": true, as
+// server-sent events, so both official SDKs can be tried through the demo's gateway.
+// With SettleURL set (the forward-auth demo, whose proxy reads no usage) it reports
+// the usage of each answer to the enforcer's /settle under the request id the proxy
+// added.
 type Upstream struct {
 	// SettleURL is the enforcer's POST /settle.
 	SettleURL string
@@ -33,8 +47,9 @@ type Upstream struct {
 }
 
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
-		http.Error(w, `{"error":{"message":"the demo upstream serves POST /v1/chat/completions only"}}`, http.StatusNotFound)
+	anthropic := strings.HasSuffix(r.URL.Path, "/messages")
+	if r.Method != http.MethodPost || !anthropic && !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+		http.Error(w, `{"error":{"message":"the demo upstream serves POST /v1/chat/completions and POST /v1/messages only"}}`, http.StatusNotFound)
 		return
 	}
 	var in struct {
@@ -42,6 +57,16 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Stream bool   `json:"stream"`
 	}
 	_ = json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&in)
+	if anthropic {
+		if in.Model == "" {
+			in.Model = AnthropicModel
+		}
+		anthropicAnswer(w, in.Model, in.Stream)
+		if id := r.Header.Get("X-Service-Request-Id"); id != "" && u.SettleURL != "" {
+			u.settle(id, in.Model, AnthropicInputTokens, AnthropicOutputTokens)
+		}
+		return
+	}
 	if in.Model == "" {
 		in.Model = Model
 	}
@@ -60,15 +85,43 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"id":"chatcmpl-demo","object":"chat.completion","model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the demo upstream."},"finish_reason":"stop"}],"usage":%s}`+"\n", in.Model, usage)
 	}
 	if id := r.Header.Get("X-Service-Request-Id"); id != "" && u.SettleURL != "" {
-		u.settle(id, in.Model)
+		u.settle(id, in.Model, InputTokens, OutputTokens)
 	}
+}
+
+// anthropicAnswer writes an Anthropic message: JSON, or the event stream (message_start
+// with the input usage, one text delta per word, message_delta with the output usage).
+func anthropicAnswer(w http.ResponseWriter, model string, stream bool) {
+	const text = "Hello from the demo upstream."
+	if !stream {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"msg_demo","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"output_tokens":%d}}`+"\n",
+			model, text, AnthropicInputTokens, AnthropicOutputTokens)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	event := func(name, data string) {
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	event("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_demo","type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"output_tokens":1}}}`,
+		model, AnthropicInputTokens))
+	event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+	for _, word := range strings.SplitAfter(text, " ") {
+		event("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%q}}`, word))
+	}
+	event("content_block_stop", `{"type":"content_block_stop","index":0}`)
+	event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":%d}}`, AnthropicOutputTokens))
+	event("message_stop", `{"type":"message_stop"}`)
 }
 
 // settle reports the usage so the next check sees the spend. A failure is logged: the
 // enforcer settles unreported requests as incomplete later anyway.
-func (u *Upstream) settle(requestID, model string) {
+func (u *Upstream) settle(requestID, model string, input, output int) {
 	body, _ := json.Marshal(map[string]any{"requestId": requestID, "model": model,
-		"inputTokens": InputTokens, "outputTokens": OutputTokens, "complete": true})
+		"inputTokens": input, "outputTokens": output, "complete": true})
 	client := u.Client
 	if client == nil {
 		client = &http.Client{Timeout: 15 * time.Second}
