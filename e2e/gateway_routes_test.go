@@ -213,3 +213,39 @@ func TestCurlThroughTheGateway(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenAIResponsesThroughTheGateway: the official openai package's Responses API
+// (what OpenAI's newer clients, Codex CLI among them, call), answered as JSON and
+// streamed as typed events, through the gateway: each call charged exactly from the
+// usage the response reports (cached input at its own price), complete.
+func TestOpenAIResponsesThroughTheGateway(t *testing.T) {
+	// Not parallel, like the other SDK tests (Node processes on a loaded machine).
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
+		return fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000}
+	}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	want := catalogCost(100_000, 20_000, 10_000)
+	for i, scenario := range []string{"responses", "responses-stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model)
+			if !r.OK || r.Status != 200 || r.Text != fakellm.Text || !strings.Contains(string(r.Usage), `"output_tokens":10000`) {
+				t.Fatalf("the call failed or lost text or usage: %+v", r)
+			}
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 || calls[0].API != fakellm.OpenAIResponses || calls[0].Stream != (scenario == "responses-stream") {
+				t.Fatalf("the provider got %+v, want one Responses call", calls)
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
+				t.Errorf("receipt %s, want %d, complete, from the reported usage", rec, want)
+			}
+			s.waitUsed(t, o, i+1, int64(i+1)*want)
+		})
+	}
+}

@@ -11,6 +11,10 @@
 //     ("gpt-4o-mini" answered as "gpt-4o-mini-2024-07-18").
 //   - An Anthropic stream reports input tokens in message_start and output tokens in
 //     message_delta.
+//   - OpenAI's Responses API (POST /v1/responses) answers a response object with its
+//     usage (input_tokens, cached in input_tokens_details, output_tokens) or, streamed,
+//     the typed events a client reads (response.created, output_text deltas, ...,
+//     response.completed carrying the usage).
 //   - Anthropic's token counting (POST /v1/messages/count_tokens) answers
 //     {"input_tokens": N} with the input tokens the test chose, and no usage object:
 //     the provider does not charge it.
@@ -52,6 +56,7 @@ type Usage struct {
 // API names the surfaces.
 const (
 	OpenAIChat           = "openai.chat.completions"
+	OpenAIResponses      = "openai.responses"
 	AnthropicMessages    = "anthropic.messages"
 	AnthropicCountTokens = "anthropic.messages.count_tokens"
 )
@@ -115,6 +120,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.API = AnthropicMessages
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
 		c.API = AnthropicCountTokens
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/responses":
+		c.API = OpenAIResponses
 	}
 	var req request
 	jsonErr := json.Unmarshal(body, &req)
@@ -149,6 +156,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.API == AnthropicCountTokens {
 		ew.start("application/json", http.StatusOK)
 		ew.write(fmt.Sprintf(`{"input_tokens":%d}`, u.InputTokens))
+		return
+	}
+	if c.API == OpenAIResponses {
+		id := fmt.Sprintf("resp_fake%06d", n)
+		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
+		if !c.Stream {
+			ew.start("application/json", http.StatusOK)
+			ew.write(responsesJSON(id, model, "completed", u))
+			return
+		}
+		ew.start("text/event-stream; charset=utf-8", http.StatusOK)
+		responsesStream(ew, id, model, u)
 		return
 	}
 	if c.API == OpenAIChat {
@@ -288,6 +307,42 @@ func openAIStream(ew *eventWriter, id, model string, u Usage, includeUsage bool)
 			id, model, openAIUsage(u)))
 	}
 	ew.write("data: [DONE]\n\n")
+}
+
+// responsesJSON is a Responses API response object; with status "in_progress" it is the
+// one response.created carries (no output, no usage).
+func responsesJSON(id, model, status string, u Usage) string {
+	output, usage := `[]`, `null`
+	if status == "completed" {
+		output = fmt.Sprintf(`[{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[],"logprobs":[]}]}]`, id, Text)
+		usage = fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`,
+			u.InputTokens, u.CachedInputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens)
+	}
+	return fmt.Sprintf(`{"id":%q,"object":"response","created_at":1767225600,"status":%q,"error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":%q,"output":%s,"parallel_tool_calls":true,"previous_response_id":null,"store":true,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":%s,"metadata":{}}`,
+		id, status, model, output, usage)
+}
+
+// responsesStream sends the Responses API's typed events: response.created and
+// in_progress, the message item and its text part, one output_text delta per word, the
+// done events, and response.completed with the whole response and its usage.
+func responsesStream(ew *eventWriter, id, model string, u Usage) {
+	seq := 0
+	event := func(typ, fields string) {
+		ew.write(fmt.Sprintf("event: %s\ndata: {\"type\":%q,\"sequence_number\":%d,%s}\n\n", typ, typ, seq, fields))
+		seq++
+	}
+	item := fmt.Sprintf(`"item_id":"msg_%s","output_index":0`, id)
+	event("response.created", `"response":`+responsesJSON(id, model, "in_progress", u))
+	event("response.in_progress", `"response":`+responsesJSON(id, model, "in_progress", u))
+	event("response.output_item.added", fmt.Sprintf(`"output_index":0,"item":{"type":"message","id":"msg_%s","status":"in_progress","role":"assistant","content":[]}`, id))
+	event("response.content_part.added", item+`,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}`)
+	for _, w := range words() {
+		event("response.output_text.delta", item+fmt.Sprintf(`,"content_index":0,"delta":%q,"logprobs":[]`, w))
+	}
+	event("response.output_text.done", item+fmt.Sprintf(`,"content_index":0,"text":%q,"logprobs":[]`, Text))
+	event("response.content_part.done", item+fmt.Sprintf(`,"content_index":0,"part":{"type":"output_text","text":%q,"annotations":[]}`, Text))
+	event("response.output_item.done", fmt.Sprintf(`"output_index":0,"item":{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[]}]}`, id, Text))
+	event("response.completed", `"response":`+responsesJSON(id, model, "completed", u))
 }
 
 func anthropicJSON(id, model string, u Usage) string {

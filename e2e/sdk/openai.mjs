@@ -1,4 +1,5 @@
-// One chat completion through the official OpenAI SDK, with its defaults (two retries,
+// One chat completion (or, with the scenarios "responses" and "responses-stream", one
+// Responses API call) through the official OpenAI SDK, with its defaults (two retries,
 // its own backoff, whatever headers it sends). The key is a Tollgate key, sent as
 // Authorization: Bearer. The stream is asked for WITHOUT stream_options: a client that
 // does not ask for usage must be settled all the same. See report.mjs for the settings.
@@ -11,6 +12,27 @@ const messages = [{ role: 'user', content: 'How are tolls paid?' }];
 
 await run('openai', s.scenario, async () => {
   if (s.scenario === 'count') throw new Error('"count" is an Anthropic scenario');
+  if (s.scenario === 'responses') {
+    // The Responses API, what OpenAI's newer clients (Codex CLI among them) call.
+    const res = await client.responses.create({ model: s.model, input: 'How are tolls paid?' });
+    return { text: res.output_text, model: res.model, usage: res.usage ?? null, chunks: 1 };
+  }
+  if (s.scenario === 'responses-stream') {
+    const stream = await client.responses.create({ model: s.model, input: 'How are tolls paid?', stream: true });
+    let text = '';
+    let model = null;
+    let usage = null;
+    let chunks = 0;
+    for await (const event of stream) {
+      chunks++;
+      if (event.type === 'response.output_text.delta') text += event.delta;
+      if (event.type === 'response.completed') {
+        model = event.response.model;
+        usage = event.response.usage;
+      }
+    }
+    return { text, model, usage, chunks };
+  }
   if (s.scenario === 'json') {
     const res = await client.chat.completions.create({ model: s.model, messages });
     return { text: res.choices[0]?.message?.content ?? '', model: res.model, usage: res.usage ?? null, chunks: 1 };
