@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 )
 
 // RefusalLogEvery is how often refused calls of one peer (by IP address) are logged at
@@ -24,18 +25,14 @@ const maxRefusingPeers = 1024
 
 // refusalLog logs refused internal calls: a warning with the peer's address, the method
 // and the reason, at most once per peer per RefusalLogEvery, with the number of refusals
-// not logged since. The caller's answer never says why (the package doc).
+// not logged since (a logging.Throttle per peer). The caller's answer never says why
+// (the package doc).
 type refusalLog struct {
 	log   *slog.Logger
 	clock clock.Clock
 
 	mu    sync.Mutex
-	peers map[string]*refusingPeer
-}
-
-type refusingPeer struct {
-	logged time.Time
-	quiet  int // refusals since logged
+	peers map[string]*logging.Throttle
 }
 
 func (r *refusalLog) note(ctx context.Context, method, reason string) {
@@ -50,22 +47,15 @@ func (r *refusalLog) note(ctx context.Context, method, reason string) {
 			host = h
 		}
 	}
-	now := r.clock.Now()
 	r.mu.Lock()
 	if r.peers == nil {
-		r.peers = map[string]*refusingPeer{}
+		r.peers = map[string]*logging.Throttle{}
 	}
 	p := r.peers[host]
-	if p != nil && now.Sub(p.logged) < RefusalLogEvery {
-		p.quiet++
-		r.mu.Unlock()
-		return
-	}
-	suppressed := 0
 	if p == nil {
 		if len(r.peers) >= maxRefusingPeers {
 			for h, q := range r.peers {
-				if now.Sub(q.logged) >= RefusalLogEvery {
+				if q.Idle() {
 					delete(r.peers, h)
 				}
 			}
@@ -74,13 +64,13 @@ func (r *refusalLog) note(ctx context.Context, method, reason string) {
 				return
 			}
 		}
-		p = &refusingPeer{}
+		p = &logging.Throttle{Every: RefusalLogEvery, Clock: r.clock}
 		r.peers[host] = p
-	} else {
-		suppressed = p.quiet
 	}
-	p.logged, p.quiet = now, 0
+	ok, suppressed := p.Allow()
 	r.mu.Unlock()
-	r.log.Warn("internal call refused", "peer", addr, "method", method, "reason", reason,
-		"refused_since_last_log", suppressed)
+	if ok {
+		r.log.Warn("internal call refused", "peer", addr, "method", method, "reason", reason,
+			"refused_since_last_log", suppressed)
+	}
 }

@@ -41,12 +41,7 @@ type Throttle struct {
 // Allow reports whether this occurrence is to be logged and, when it is, how many
 // occurrences were left out since the last line logged.
 func (t *Throttle) Allow() (ok bool, suppressed int64) {
-	var now time.Time
-	if t.Clock != nil {
-		now = t.Clock.Now()
-	} else {
-		now = time.Now()
-	}
+	now := t.now()
 	every := t.Every
 	if every <= 0 {
 		every = DefaultThrottleEvery
@@ -60,6 +55,23 @@ func (t *Throttle) Allow() (ok bool, suppressed int64) {
 	suppressed, t.suppressed = t.suppressed, 0
 	t.next = now.Add(every)
 	return true, suppressed
+}
+
+// Idle reports whether the interval since the last line logged has passed: the next
+// occurrence would be logged. A caller keeping a throttle per key (a peer) forgets the
+// idle ones.
+func (t *Throttle) Idle() bool {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !now.Before(t.next)
+}
+
+func (t *Throttle) now() time.Time {
+	if t.Clock != nil {
+		return t.Clock.Now()
+	}
+	return time.Now()
 }
 
 // Log logs msg at level with args when Allow lets it through, adding "suppressed" (the

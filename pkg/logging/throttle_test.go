@@ -78,3 +78,22 @@ func TestThrottleLogBelowTheLevelCountsNothing(t *testing.T) {
 		t.Errorf("after a disabled line: Allow() = %v, %d, log %q; want true, 0, nothing", ok, n, buf.String())
 	}
 }
+
+// Idle tells whether the next occurrence would be logged: before any line, and once the
+// interval since the last one has passed.
+func TestThrottleIdle(t *testing.T) {
+	clk := clock.NewManual(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
+	th := &logging.Throttle{Every: 10 * time.Second, Clock: clk}
+	if !th.Idle() {
+		t.Fatal("a fresh throttle is not idle")
+	}
+	th.Allow()
+	clk.Set(clk.Now().Add(9 * time.Second))
+	if th.Idle() {
+		t.Fatal("idle 9 s after a line, with a 10 s interval")
+	}
+	clk.Set(clk.Now().Add(time.Second))
+	if !th.Idle() {
+		t.Fatal("not idle once the interval passed")
+	}
+}
