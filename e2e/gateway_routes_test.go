@@ -179,14 +179,7 @@ func TestCurlThroughTheGateway(t *testing.T) {
 	}
 	t.Parallel() // its own database and Redis prefix
 	awayFromDayBoundary(t, 3*time.Minute)
-	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
-		return fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000}
-	}}
-	up := httptest.NewServer(fake)
-	t.Cleanup(up.Close)
-	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
-	want := catalogCost(100_000, 20_000, 10_000)
+	fake, s, o, want := gatewayWithFixedUsage(t)
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream %v", stream), func(t *testing.T) {
 			body := fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, model, stream)
@@ -222,14 +215,7 @@ func TestOpenAIResponsesThroughTheGateway(t *testing.T) {
 	// Not parallel, like the other SDK tests (Node processes on a loaded machine).
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
-	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
-		return fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000}
-	}}
-	up := httptest.NewServer(fake)
-	t.Cleanup(up.Close)
-	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
-	want := catalogCost(100_000, 20_000, 10_000)
+	fake, s, o, want := gatewayWithFixedUsage(t)
 	for i, scenario := range []string{"responses", "responses-stream"} {
 		t.Run(scenario, func(t *testing.T) {
 			before := len(fake.Calls())
@@ -248,4 +234,18 @@ func TestOpenAIResponsesThroughTheGateway(t *testing.T) {
 			s.waitUsed(t, o, i+1, int64(i+1)*want)
 		})
 	}
+}
+
+// gatewayWithFixedUsage is a stack whose gateway fronts a fakellm answering every call
+// with 100,000 input (20,000 cached) and 10,000 output tokens, an organization on it,
+// and what one such call costs at the catalog's price.
+func gatewayWithFixedUsage(t *testing.T) (*fakellm.Server, *stack, org, int64) {
+	t.Helper()
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
+		return fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000}
+	}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	return fake, s, s.setUpOrg(t), catalogCost(100_000, 20_000, 10_000)
 }
