@@ -250,25 +250,11 @@ func (st *stream) finish(endOfStream bool) {
 		st.s.m.ExtProcStreams.WithLabelValues("untracked").Inc()
 		return
 	}
-	u := inflight.Usage{UpstreamStatus: st.status, Seen: &inflight.Seen{}}
-	if requestbody.Unbilled(st.path) {
-		// Unbilled (a token count, a moderation): nothing to estimate; complete when
-		// its answer ended.
-		u.Seen, u.Complete = nil, endOfStream
-		var reported *int64
-		if st.ext != nil {
-			got := st.ext.Finish(endOfStream)
-			u.Model, reported = got.Model, got.CostMicroUSD
-		}
-		u.UpstreamCostMicroUSD = requestbody.UnbilledCost(reported)
-	} else if st.ext != nil {
-		got := st.ext.Finish(endOfStream)
-		u.Model, u.InputTokens, u.OutputTokens, u.CachedTokens = got.Model, got.InputTokens, got.OutputTokens, got.CachedInputTokens
-		u.CacheCreationTokens = got.CacheCreationInputTokens
-		u.UpstreamCostMicroUSD = got.CostMicroUSD
-		u.Complete = got.Complete
-		u.Seen.InputReported, u.Seen.OutputReported, u.Seen.TextBytes = got.InputReported, got.OutputReported, got.TextBytes
+	var got responseusage.Usage // none read: a response without a body to read
+	if st.ext != nil {
+		got = st.ext.Finish(endOfStream)
 	}
+	u := inflight.FromResponse(got, endOfStream, st.status, requestbody.Unbilled(st.path))
 	if u.Complete {
 		st.s.m.ExtProcStreams.WithLabelValues("complete").Inc()
 	} else {

@@ -99,7 +99,7 @@ type Gate struct {
 	Blocks *BlockedMembers
 	// The failures that repeat per check while their cause lasts (the control plane or
 	// Redis unreachable) are logged once per interval with a count of those left out;
-	// tollgate_enforcer_checks_total and the start queue's rejections count each one.
+	// tollgate_enforcer_decisions_total and the start queue's rejections count each one.
 	authFailed, recordFailed, startFailed, openUnidentified logging.Throttle
 }
 

@@ -624,18 +624,7 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 
 // finish settles the relayed response with what the extractor saw.
 func (p *proxied) finish(ended bool) {
-	got := p.ext.Finish(ended)
-	if p.unbilled {
-		// A token count or a moderation has no usage to read and nothing to estimate:
-		// settled at the provider's price of it, nothing, complete when its answer ended.
-		p.settle(inflight.Usage{Model: got.Model, UpstreamCostMicroUSD: requestbody.UnbilledCost(got.CostMicroUSD),
-			Complete: ended, UpstreamStatus: int32(p.resp.StatusCode)})
-		return
-	}
-	p.settle(inflight.Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
-		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens,
-		UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: int32(p.resp.StatusCode),
-		Seen: &inflight.Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: got.TextBytes}})
+	p.settle(inflight.FromResponse(p.ext.Finish(ended), ended, int32(p.resp.StatusCode), p.unbilled))
 }
 
 // hopByHop are the headers of one connection, never forwarded (RFC 9110 7.6.1).

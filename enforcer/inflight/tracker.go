@@ -10,6 +10,8 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
@@ -73,6 +75,23 @@ type Usage struct {
 	Seen *Seen
 	// Estimated marks counts that are themselves estimates (POST /settle's "estimated").
 	Estimated bool
+}
+
+// FromResponse is the Usage of a response a front door relayed (the gateway, ext_proc):
+// what the extractor read (got), whether the body ended normally, the upstream's status,
+// and whether the provider charges the request at all (requestbody.Unbilled). A billed
+// response's unreported counts are estimated by Finish from what it saw (Seen). An
+// unbilled one (a token count, a moderation) has nothing to estimate: it is settled at
+// its known cost (requestbody.UnbilledCost), complete when its body ended.
+func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bool) Usage {
+	if unbilled {
+		return Usage{Model: got.Model, UpstreamCostMicroUSD: requestbody.UnbilledCost(got.CostMicroUSD), Complete: ended,
+			UpstreamStatus: status}
+	}
+	return Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
+		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens,
+		UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status,
+		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: got.TextBytes}}
 }
 
 // Seen is what a response stream saw besides the usage it reported.
