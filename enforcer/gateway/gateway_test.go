@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
 // fakeGate admits the key "tgk_good", answers its refusal for "tgk_blocked", and 401
@@ -380,13 +381,8 @@ func TestUpstreamDownIsLoggedOncePerInterval(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := "http://" + ln.Addr().String()
 	ln.Close()
-	var logs strings.Builder
-	var mu sync.Mutex
-	e := newEnvLogging(t, dead, gateway.Config{}, slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logs.Write(p)
-	}), nil)))
+	logs := &testio.SyncBuffer{}
+	e := newEnvLogging(t, dead, gateway.Config{}, slog.New(slog.NewTextHandler(logs, nil)))
 	for range 20 {
 		res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
 		_, _ = io.Copy(io.Discard, res.Body)
@@ -403,16 +399,10 @@ func TestUpstreamDownIsLoggedOncePerInterval(t *testing.T) {
 	if n := testutil.ToFloat64(e.req.WithLabelValues(gateway.OutcomeUpstreamError)); n != 20 {
 		t.Errorf("counted %v upstream errors, want 20", n)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if n := strings.Count(logs.String(), `msg="gateway: upstream failed"`); n != 1 {
 		t.Errorf("logged the upstream failure %d times for 20 requests within the interval, want once:\n%s", n, logs.String())
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // A stream silent for longer than the idle timeout is cut and settled incomplete with
 // the text seen.
