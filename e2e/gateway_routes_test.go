@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -234,6 +236,64 @@ func TestOpenAIResponsesThroughTheGateway(t *testing.T) {
 			s.waitUsed(t, o, i+1, int64(i+1)*want)
 		})
 	}
+}
+
+// TestEmbeddingsThroughTheGateway: embeddings are charged at the catalog's price of the
+// embedding model, from the usage at the end of a long body: the official OpenAI SDK's
+// call (which asks for base64 vectors and decodes them) and a plain one with float
+// vectors, gzip-compressed, eight inputs long. An organization that refuses models
+// nobody priced has them let through: the catalog prices them.
+func TestEmbeddingsThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o, _ := gatewayWithFixedUsage(t)
+	s.must(t, 200, "PUT", "/v1/gateway/model-prices/unpriced-models", o.owner.token, o.id, map[string]string{"action": "refuse"}, nil)
+	const embedder = "text-embedding-3-small"
+	const want = 100_000 * 20_000 / 1_000_000 // the fixed 100,000 input tokens at 0.02 USD per million
+	settledAt := func(t *testing.T, i int, c fakellm.Call) {
+		t.Helper()
+		rec := waitReceipt(t, s, c.Header.Get("X-Service-Request-Id"))
+		if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
+			rec["price_source"] != "catalog" || rec["output_tokens"] != 0.0 {
+			t.Errorf("receipt %s, want %d from the reported usage at the catalog's price, no output", rec, want)
+		}
+		s.waitUsed(t, o, i+1, int64(i+1)*want)
+	}
+
+	t.Run("openai-sdk", func(t *testing.T) {
+		r := runSDK(t, dir, "openai.mjs", "embeddings", s.gateway, o.key, embedder)
+		if !r.OK || r.Status != 200 || r.Text != fmt.Sprintf("2x%d", fakellm.EmbeddingDimensions) ||
+			!strings.Contains(string(r.Usage), `"prompt_tokens":100000`) {
+			t.Fatalf("the call failed or lost its vectors or usage: %+v", r)
+		}
+		calls := fake.Calls()
+		if len(calls) != 1 || calls[0].API != fakellm.OpenAIEmbeddings || !strings.Contains(string(calls[0].Body), `"encoding_format":"base64"`) {
+			t.Fatalf("the provider got %+v, want one embeddings call for base64 vectors", calls)
+		}
+		settledAt(t, 0, calls[0])
+	})
+
+	t.Run("float-vectors-gzip", func(t *testing.T) {
+		inputs := `["a","b","c","d","e","f","g","h"]`
+		req, _ := http.NewRequest("POST", s.gateway+"/v1/embeddings", strings.NewReader(`{"model":"`+embedder+`","input":`+inputs+`}`))
+		req.Header.Set("Authorization", "Bearer "+o.key)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req) // asks for gzip and decodes it
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil || res.StatusCode != 200 || !strings.HasSuffix(string(body), `"usage":{"prompt_tokens":100000,"total_tokens":100000}}`) {
+			t.Fatalf("%d, %d bytes, %v", res.StatusCode, len(body), err)
+		}
+		calls := fake.Calls()
+		if len(calls) != 2 || !calls[1].Gzip {
+			t.Fatalf("the provider's answer was not compressed: %+v", calls[len(calls)-1])
+		}
+		t.Logf("%d bytes of vectors before the usage", len(body))
+		settledAt(t, 1, calls[1])
+	})
 }
 
 // gatewayWithFixedUsage is a stack whose gateway fronts a fakellm answering every call

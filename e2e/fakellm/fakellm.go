@@ -1,5 +1,6 @@
 // Package fakellm is a stand-in for two inference APIs in end-to-end tests: OpenAI's chat
-// completions (POST /v1/chat/completions) and Anthropic's messages (POST /v1/messages),
+// completions (POST /v1/chat/completions; its Responses API and embeddings too, below) and
+// Anthropic's messages (POST /v1/messages),
 // each answered as JSON or, when the request says "stream": true, as server-sent events,
 // with token counts the test chooses. It behaves the way those APIs do where the
 // enforcer's accounting depends on it:
@@ -15,6 +16,11 @@
 //     usage (input_tokens, cached in input_tokens_details, output_tokens) or, streamed,
 //     the typed events a client reads (response.created, output_text deltas, ...,
 //     response.completed carrying the usage).
+//   - OpenAI's embeddings (POST /v1/embeddings) answer one vector of
+//     EmbeddingDimensions numbers per input (a string, or an array of them), as JSON
+//     floats or, when the request's encoding_format is "base64" (what the official SDK
+//     asks), as base64 of little-endian float32s, with the usage at the end (prompt_tokens
+//     and total_tokens, no completion tokens): a long body before the only usage.
 //   - Anthropic's token counting (POST /v1/messages/count_tokens) answers
 //     {"input_tokens": N} with the input tokens the test chose, and no usage object:
 //     the provider does not charge it.
@@ -30,9 +36,12 @@ package fakellm
 
 import (
 	"compress/gzip"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -57,9 +66,13 @@ type Usage struct {
 const (
 	OpenAIChat           = "openai.chat.completions"
 	OpenAIResponses      = "openai.responses"
+	OpenAIEmbeddings     = "openai.embeddings"
 	AnthropicMessages    = "anthropic.messages"
 	AnthropicCountTokens = "anthropic.messages.count_tokens"
 )
+
+// EmbeddingDimensions is the length of every embedding vector (text-embedding-3-small's).
+const EmbeddingDimensions = 1536
 
 // Text is what every answer says; streams send it one word per event.
 const Text = "Tolls are paid in tokens."
@@ -104,6 +117,9 @@ type request struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	// Embeddings: the input (a string or an array) and how vectors are encoded.
+	Input          json.RawMessage `json:"input"`
+	EncodingFormat string          `json:"encoding_format"`
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -122,6 +138,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.API = AnthropicCountTokens
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/responses":
 		c.API = OpenAIResponses
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/embeddings":
+		c.API = OpenAIEmbeddings
 	}
 	var req request
 	jsonErr := json.Unmarshal(body, &req)
@@ -156,6 +174,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.API == AnthropicCountTokens {
 		ew.start("application/json", http.StatusOK)
 		ew.write(fmt.Sprintf(`{"input_tokens":%d}`, u.InputTokens))
+		return
+	}
+	if c.API == OpenAIEmbeddings {
+		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
+		ew.start("application/json", http.StatusOK)
+		ew.write(embeddingsJSON(model, inputCount(req.Input), req.EncodingFormat == "base64", u))
 		return
 	}
 	if c.API == OpenAIResponses {
@@ -307,6 +331,54 @@ func openAIStream(ew *eventWriter, id, model string, u Usage, includeUsage bool)
 			id, model, openAIUsage(u)))
 	}
 	ew.write("data: [DONE]\n\n")
+}
+
+// inputCount is how many inputs an embeddings request has: the length of an array of
+// strings or of token arrays, else one.
+func inputCount(input json.RawMessage) int {
+	var many []json.RawMessage
+	if json.Unmarshal(input, &many) == nil && len(many) > 0 {
+		if _, err := strconv.Atoi(string(many[0])); err != nil {
+			return len(many) // strings, or arrays of tokens
+		}
+	}
+	return 1 // a string, or one array of tokens
+}
+
+// embeddingsJSON is an embeddings list of n vectors, then the usage (input tokens only).
+func embeddingsJSON(model string, n int, base64Vectors bool, u Usage) string {
+	var b strings.Builder
+	b.WriteString(`{"object":"list","data":[`)
+	raw := make([]byte, 4*EmbeddingDimensions)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"object":"embedding","index":%d,"embedding":`, i)
+		if base64Vectors {
+			for d := range EmbeddingDimensions {
+				binary.LittleEndian.PutUint32(raw[4*d:], math.Float32bits(embeddingValue(i, d)))
+			}
+			fmt.Fprintf(&b, `%q}`, base64.StdEncoding.EncodeToString(raw))
+			continue
+		}
+		b.WriteByte('[')
+		for d := range EmbeddingDimensions {
+			if d > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.FormatFloat(float64(embeddingValue(i, d)), 'g', -1, 32))
+		}
+		b.WriteString(`]}`)
+	}
+	fmt.Fprintf(&b, `],"model":%q,"usage":{"prompt_tokens":%d,"total_tokens":%d}}`, model, u.InputTokens, u.InputTokens)
+	return b.String()
+}
+
+// embeddingValue is component d of vector i: small numbers of many digits, as real
+// embeddings are.
+func embeddingValue(i, d int) float32 {
+	return float32(math.Sin(float64(i*EmbeddingDimensions+d+1))) / 10
 }
 
 // responsesJSON is a Responses API response object; with status "in_progress" it is the

@@ -3,8 +3,11 @@ package fakellm
 import (
 	"bufio"
 	"compress/gzip"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -196,11 +199,68 @@ func TestAnthropicAnswers(t *testing.T) {
 	}
 }
 
+func TestEmbeddingsAnswers(t *testing.T) {
+	s := &Server{Usage: func(Call) Usage { return Usage{InputTokens: 42, OutputTokens: 7} }}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	type list struct {
+		Object string
+		Data   []struct {
+			Index     int
+			Embedding json.RawMessage
+		}
+		Model string
+		Usage map[string]int64
+	}
+	read := func(body string) list {
+		t.Helper()
+		var l list
+		if err := json.Unmarshal([]byte(body), &l); err != nil {
+			t.Fatal(err)
+		}
+		// The usage is the last thing in the body, after every vector; an embedding
+		// model generates nothing, so no completion tokens are reported.
+		if l.Object != "list" || l.Model != "text-embedding-3-small" || len(l.Usage) != 2 || l.Usage["prompt_tokens"] != 42 ||
+			l.Usage["total_tokens"] != 42 || !strings.HasSuffix(body, `"usage":{"prompt_tokens":42,"total_tokens":42}}`) {
+			t.Fatalf("list %s...", body[:min(len(body), 200)])
+		}
+		return l
+	}
+
+	_, body := post(t, srv.URL, "/v1/embeddings", "", `{"model":"text-embedding-3-small","input":["a","b","c"]}`)
+	l := read(body)
+	if len(l.Data) != 3 || l.Data[2].Index != 2 {
+		t.Fatalf("%d vectors for three inputs", len(l.Data))
+	}
+	var floats []float32
+	if err := json.Unmarshal(l.Data[1].Embedding, &floats); err != nil || len(floats) != EmbeddingDimensions || floats[0] != embeddingValue(1, 0) {
+		t.Fatalf("vector: %d floats, %v", len(floats), err)
+	}
+
+	_, body = post(t, srv.URL, "/v1/embeddings", "gzip", `{"model":"text-embedding-3-small","input":"a","encoding_format":"base64"}`)
+	l = read(body)
+	var b64 string
+	if len(l.Data) != 1 || json.Unmarshal(l.Data[0].Embedding, &b64) != nil {
+		t.Fatalf("base64 answer: %+v", l.Data)
+	}
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(raw) != 4*EmbeddingDimensions ||
+		math.Float32frombits(binary.LittleEndian.Uint32(raw[4*7:])) != embeddingValue(0, 7) {
+		t.Fatalf("base64 vector: %d bytes, %v", len(raw), err)
+	}
+	if got := inputCount(json.RawMessage(`[[1,2],[3]]`)); got != 2 {
+		t.Fatalf("two token arrays counted as %d inputs", got)
+	}
+	if got := inputCount(json.RawMessage(`[1,2,3]`)); got != 1 {
+		t.Fatalf("one token array counted as %d inputs", got)
+	}
+}
+
 func TestUnknownPathAndBadBody(t *testing.T) {
 	s := &Server{}
 	srv := httptest.NewServer(s)
 	defer srv.Close()
-	if res, _ := post(t, srv.URL, "/v1/embeddings", "", `{"model":"m"}`); res.StatusCode != 404 {
+	if res, _ := post(t, srv.URL, "/v1/images/generations", "", `{"model":"m"}`); res.StatusCode != 404 {
 		t.Fatalf("unknown path: %d", res.StatusCode)
 	}
 	if res, _ := post(t, srv.URL, "/v1/chat/completions", "gzip", `not json`); res.StatusCode != 400 || res.Header.Get("Content-Encoding") != "" {

@@ -1,5 +1,6 @@
 // One chat completion (or, with the scenarios "responses" and "responses-stream", one
-// Responses API call) through the official OpenAI SDK, with its defaults (two retries,
+// Responses API call; with "embeddings", one embeddings call, whose vectors the SDK asks
+// as base64 and decodes) through the official OpenAI SDK, with its defaults (two retries,
 // its own backoff, whatever headers it sends). The key is a Tollgate key, sent as
 // Authorization: Bearer. The stream is asked for WITHOUT stream_options: a client that
 // does not ask for usage must be settled all the same. See report.mjs for the settings.
@@ -12,6 +13,11 @@ const messages = [{ role: 'user', content: 'How are tolls paid?' }];
 
 await run('openai', s.scenario, async () => {
   if (s.scenario === 'count') throw new Error('"count" is an Anthropic scenario');
+  if (s.scenario === 'embeddings') {
+    // text: how many numbers the first vector decoded to.
+    const res = await client.embeddings.create({ model: s.model, input: ['How are tolls paid?', 'In tokens.'] });
+    return { text: `${res.data.length}x${res.data[0].embedding.length}`, model: res.model, usage: res.usage ?? null, chunks: 1 };
+  }
   if (s.scenario === 'responses') {
     // The Responses API, what OpenAI's newer clients (Codex CLI among them) call.
     const res = await client.responses.create({ model: s.model, input: 'How are tolls paid?' });

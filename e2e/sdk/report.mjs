@@ -3,7 +3,8 @@
 // Settings (environment): TOLLGATE_BASE_URL (the proxy, no path), TOLLGATE_API_KEY (the
 // member's Tollgate key, tgk_...), TOLLGATE_MODEL; argv[2] is the scenario, "json" (one
 // buffered answer), "stream", "count" (Anthropic's token counting, which generates
-// nothing), or "responses" / "responses-stream" (OpenAI's Responses API). The SDK client is built with its defaults: retries,
+// nothing), "responses" / "responses-stream" (OpenAI's Responses API) or "embeddings"
+// (OpenAI's embeddings). The SDK client is built with its defaults: retries,
 // timeout, headers, fetch.
 //
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
@@ -13,8 +14,8 @@ import { readFileSync } from 'node:fs';
 
 export function settings() {
   const scenario = process.argv[2];
-  if (!['json', 'stream', 'count', 'responses', 'responses-stream'].includes(scenario)) {
-    throw new Error(`scenario must be "json", "stream", "count", "responses" or "responses-stream", not ${JSON.stringify(scenario)}`);
+  if (!['json', 'stream', 'count', 'responses', 'responses-stream', 'embeddings'].includes(scenario)) {
+    throw new Error(`scenario must be "json", "stream", "count", "responses", "responses-stream" or "embeddings", not ${JSON.stringify(scenario)}`);
   }
   const need = (name) => {
     const v = process.env[name];

@@ -38,6 +38,10 @@
 //   - anthropic-messages: Anthropic Messages JSON (type "message"), usage
 //     {input_tokens, output_tokens, cache_read_input_tokens,
 //     cache_creation_input_tokens}.
+//   - openai-embeddings: OpenAI embeddings JSON (object "list"), usage
+//     {prompt_tokens, total_tokens}: input alone, since an embedding model
+//     generates nothing (a list whose usage has completion_tokens is read
+//     as openai-chat).
 //   - openai-chat-sse: chat.completion.chunk events; with
 //     stream_options.include_usage the last chunk carries usage (earlier
 //     ones carry "usage": null, which reports nothing).
@@ -87,7 +91,8 @@
 // and an output count:
 //
 //   - JSON: the body is one well-formed JSON value (nothing but white space
-//     after it) whose top-level usage has both counts;
+//     after it) whose top-level usage has both counts (openai-embeddings: its
+//     input count, the output being 0);
 //   - openai-chat-sse: a chunk whose usage object has prompt_tokens and
 //     completion_tokens. By the protocol that chunk is the last data chunk,
 //     so "data: [DONE]" is not required on top of it: the end of stream is

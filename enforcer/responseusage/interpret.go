@@ -14,6 +14,7 @@ const (
 	famChat
 	famResponses
 	famAnthropic
+	famEmbeddings
 )
 
 type accumulator struct {
@@ -122,6 +123,10 @@ func jsonFamily(d *docFields) family {
 	switch {
 	case !u.obj:
 		return famNone
+	case d.object.is("list") && u.hasTok(tokPrompt) && !u.hasTok(tokCompletion):
+		// OpenAI's embeddings (and the APIs that copy them): a list of vectors whose
+		// usage counts input alone, since an embedding model generates nothing.
+		return famEmbeddings
 	case u.hasTok(tokPrompt) || u.hasTok(tokCompletion):
 		return famChat
 	case u.hasTok(tokCacheRead) || u.hasTok(tokCacheCreation):
@@ -146,9 +151,9 @@ func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 	a.final = wellFormed
 }
 
-var formats = [2][4]string{
-	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages},
-	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE},
+var formats = [2][5]string{
+	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings},
+	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, ""}, // embeddings are not streamed
 }
 
 // fill writes the normalised usage into u. u.Complete is set as if the
@@ -174,9 +179,15 @@ func (a *accumulator) fill(u *Usage) {
 		inTok, outTok, cachedTok = tokInput, tokOutput, tokCachedInput
 	case famAnthropic:
 		inTok, outTok, cachedTok = tokInput, tokOutput, tokCacheRead
+	case famEmbeddings:
+		inTok, outTok, cachedTok = tokPrompt, tokCompletion, tokCachedPrompt
 	}
 	in, hasIn := a.u.get(inTok)
 	out, hasOut := a.u.get(outTok)
+	if a.fam == famEmbeddings {
+		// Nothing is generated: the input count is the whole report, its output 0.
+		out, hasOut = 0, hasIn
+	}
 	cached, _ := a.u.get(cachedTok)
 	u.OutputTokens = out
 	u.CachedInputTokens = cached

@@ -10,6 +10,7 @@ const (
 	FormatOpenAIChat          = "openai-chat"
 	FormatOpenAIResponses     = "openai-responses"
 	FormatAnthropicMessages   = "anthropic-messages"
+	FormatOpenAIEmbeddings    = "openai-embeddings"
 	FormatOpenAIChatSSE       = "openai-chat-sse"
 	FormatOpenAIResponsesSSE  = "openai-responses-sse"
 	FormatAnthropicSSE        = "anthropic-sse"

@@ -9,7 +9,8 @@
 // micro-USD, where input is the body's input-token estimate (package estimate), cap is
 // the request's output cap (max_tokens, max_completion_tokens or max_output_tokens)
 // clamped to the model's output limit from the price catalog (a missing cap is that
-// limit), and the prices are the catalog's entry for the model, matched the way
+// limit; none for an embedding model, which generates nothing), and the prices are
+// the catalog's entry for the model, matched the way
 // settlement matches names (pricecatalog.Steps). Input is priced at the dearer of plain
 // input and cache writes, because a request may write its whole prompt to a cache.
 //
@@ -78,12 +79,15 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		return Cost{Unknown: why}
 	}
 	out := req.OutputCap
-	if lim := e.MaxOutputTokens; lim > 0 && (out <= 0 || out > lim) {
+	switch lim := e.MaxOutputTokens; {
+	case e.Kind == pricecatalog.Embedding:
+		// An embedding model generates nothing: its worst case is its input.
+		out = 0
+	case lim > 0 && (out <= 0 || out > lim):
 		// A request may not ask for more than the model's limit (the provider refuses
 		// it), and one that asks nothing may get the whole limit.
 		out = lim
-	}
-	if out <= 0 {
+	case out <= 0:
 		return Cost{Unknown: NoCap}
 	}
 	in := max(req.InputTokens, 0)

@@ -20,6 +20,7 @@ func testCatalog(t *testing.T) *pricecatalog.Catalog {
 		{"model":"small","provider":"openai","input":1000000,"output":4000000,"cachedInput":500000,"maxOutput":1000},
 		{"model":"writer","provider":"anthropic","input":2000000,"output":10000000,"cachedInput":200000,"cacheWrite":2500000,"maxOutput":8000},
 		{"model":"nolimit","provider":"google","input":1000000,"output":1000000,"cachedInput":1000000},
+		{"model":"embedder","provider":"openai","kind":"embedding","input":3000000},
 		{"model":"dear","provider":"openai","input":4503599627370495,"output":4503599627370495,"cachedInput":0,"maxOutput":10000000}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +65,11 @@ func TestOf(t *testing.T) {
 		{"no limit in the catalog, a cap given", `{"model":"nolimit","max_tokens":91,` + msgs + `}`, nil,
 			Cost{MicroUSD: 100, Model: "nolimit", InputTokens: 9, OutputTokens: 91}},
 		{"no limit in the catalog, no cap", `{"model":"nolimit",` + msgs + `}`, nil, Cost{Unknown: NoCap}},
+		{"an embedding model: its input alone", `{"model":"embedder","input":["hello world!","hello world!"]}`, nil,
+			// two items of 3 tokens + 3 each, + 3 priming = 15; 15 × 3 USD/M = 45 µUSD, no output
+			Cost{MicroUSD: 45, Model: "embedder", InputTokens: 15}},
+		{"an embedding model ignores a cap", `{"model":"embedder","max_tokens":1000,"input":"hello world!"}`, nil,
+			Cost{MicroUSD: 18, Model: "embedder", InputTokens: 6}},
 		{"no model", `{"max_tokens":100,` + msgs + `}`, nil, Cost{Unknown: NoModel}},
 		{"model with a control character", `{"model":"small\u0000","max_tokens":100}`, nil, Cost{Unknown: NoModel}},
 		{"model the catalog does not price", `{"model":"house-llm","max_tokens":100}`, nil, Cost{Unknown: NotInCatalog}},

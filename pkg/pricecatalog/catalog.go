@@ -38,10 +38,23 @@ func (p Price) CacheWrite() int64 {
 	return p.InputPerMillion
 }
 
+// Kind is what a model produces, which decides how it is priced.
+type Kind string
+
+const (
+	// Text models are priced per input, cached input, cache-write and output token.
+	Text Kind = "text"
+	// Embedding models generate no tokens: a provider prices them by input alone. The
+	// file gives their input price only; Load prices every other class at it, so that a
+	// token an upstream counts in another class (none should) is charged, never free.
+	Embedding Kind = "embedding"
+)
+
 // Entry is one model of the catalog.
 type Entry struct {
 	Model    string
 	Provider string
+	Kind     Kind
 	// Note says which tier or variant the price is, when it matters.
 	Note string
 	// MaxOutputTokens is the most output tokens the provider lets one request of the
@@ -64,6 +77,7 @@ type Catalog struct {
 type fileEntry struct {
 	Model       string `json:"model"`
 	Provider    string `json:"provider"`
+	Kind        string `json:"kind"`
 	Input       *int64 `json:"input"`
 	Output      *int64 `json:"output"`
 	CachedInput *int64 `json:"cachedInput"`
@@ -93,7 +107,8 @@ var providers = []string{"openai", "anthropic", "google"}
 // asOf date (YYYY-MM-DD), at least one https source, and models whose names are their
 // own Key (lower-case, no provider prefix) and unique, from a known provider, with every
 // price from 0 to money.MaxAllowanceMicroUSD and an optional maxOutput from 1 to
-// MaxOutputLimit. Every problem is reported.
+// MaxOutputLimit. An entry's kind is "text" (the default) or "embedding", which states
+// an input price and nothing else (see Embedding). Every problem is reported.
 func Load(data []byte) (*Catalog, error) {
 	var f file
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -136,7 +151,19 @@ func Load(data []byte) (*Catalog, error) {
 		if !slices.Contains(providers, m.Provider) {
 			bad("%s: provider %q is not one of %v", where, m.Provider, providers)
 		}
-		e := Entry{Model: m.Model, Provider: m.Provider, Note: m.Note}
+		e := Entry{Model: m.Model, Provider: m.Provider, Kind: Kind(m.Kind), Note: m.Note}
+		switch e.Kind {
+		case "":
+			e.Kind = Text
+		case Text:
+		case Embedding:
+			if m.Output != nil || m.CachedInput != nil || m.CacheWrite != nil || m.MaxOutput != nil {
+				bad("%s: an embedding model is priced by its input alone (no output, cachedInput, cacheWrite or maxOutput)", where)
+			}
+			m.Output, m.CachedInput = m.Input, m.Input
+		default:
+			bad("%s: kind %q is not text or embedding", where, m.Kind)
+		}
 		for _, p := range []struct {
 			name     string
 			v        *int64

@@ -58,6 +58,45 @@ func TestEmbeddedCatalog(t *testing.T) {
 	}
 }
 
+// TestEmbeddingModels: the embedding models are priced by input alone, at their
+// published prices, and every other token class is charged at that price (never free);
+// a text model is never taken for one, nor one for a text model.
+func TestEmbeddingModels(t *testing.T) {
+	for model, want := range map[string]int64{
+		"text-embedding-3-small": 20_000, "text-embedding-3-large": 130_000, "text-embedding-ada-002": 100_000,
+		"gemini-embedding-001": 150_000,
+		// As upstreams answer them: a provider prefix, upper case.
+		"openai/text-embedding-3-small": 20_000, "models/gemini-embedding-001": 150_000, "TEXT-EMBEDDING-3-LARGE": 130_000,
+	} {
+		e, ok := Lookup(model)
+		if !ok || e.Kind != Embedding || e.MaxOutputTokens != 0 || e.CacheWritePerMillion != nil ||
+			[3]int64{e.InputPerMillion, e.OutputPerMillion, e.CachedInputPerMillion} != [3]int64{want, want, want} {
+			t.Errorf("%s: %+v (found %v), want an embedding model at %d per million tokens", model, e, ok, want)
+		}
+	}
+	embeddings := 0
+	for _, e := range Default().Entries() {
+		switch e.Kind {
+		case Embedding:
+			embeddings++
+		case Text:
+		default:
+			t.Errorf("%s: kind %q", e.Model, e.Kind)
+		}
+	}
+	if embeddings != 4 {
+		t.Errorf("%d embedding models, want 4", embeddings)
+	}
+	if e, _ := Lookup("gpt-4o-mini"); e.Kind != Text {
+		t.Errorf("gpt-4o-mini is of kind %q", e.Kind)
+	}
+	for _, model := range []string{"text-embedding-3", "text-embedding-4-small", "text-embedding"} {
+		if e, ok := Lookup(model); ok {
+			t.Errorf("%s found %s, which is another model", model, e.Model)
+		}
+	}
+}
+
 // TestMaxOutput: the output limits the catalog states are sane (from 1024 tokens, the
 // smallest a provider documents, computer-use-preview, to 272,000, gpt-5-pro's), cover
 // the current models of every provider, and match the providers' model pages for a few
@@ -241,6 +280,11 @@ func TestLoadRefuses(t *testing.T) {
 		"zero maxOutput":   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":0}]}`,
 		"huge maxOutput":   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":10000001}]}`,
 		"fraction maxOut":  head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":1.5}]}`,
+		"unknown kind":     head + `{"model":"m","provider":"openai","kind":"image","input":1,"output":2,"cachedInput":1}]}`,
+		"embedding output": head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"output":0}]}`,
+		"embedding cache":  head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"cachedInput":1}]}`,
+		"embedding limit":  head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"maxOutput":1024}]}`,
+		"embedding free":   head + `{"model":"m","provider":"openai","kind":"embedding"}]}`,
 	} {
 		if _, err := Load([]byte(body)); err == nil {
 			t.Errorf("%s: accepted", name)
