@@ -55,6 +55,7 @@ func TestValuesRejected(t *testing.T) {
 		{"gateway body limit as text", append(gw, "--set-string", "enforcer.gateway.maxBodyBytes=16MiB"), "/enforcer/gateway/maxBodyBytes"},
 		{"gateway without streams", append(gw, "--set", "enforcer.gateway.maxStreams=0"), "/enforcer/gateway/maxStreams"},
 		{"gateway server timing as text", append(gw, "--set-string", "enforcer.gateway.serverTiming=yes"), "/enforcer/gateway/serverTiming"},
+		{"gateway access log as text", append(gw, "--set-string", "enforcer.gateway.accessLog=on"), "/enforcer/gateway/accessLog"},
 		{"gateway without an upstream", append(ok, "--set", "enforcer.gateway.enabled=true"), "'/enforcer/gateway': 'anyOf' failed"},
 		{"gateway upstream without scheme", append(ok, "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=api.openai.com"), "/enforcer/gateway/upstream"},
 		{"gateway credential in the url", append(ok, "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://user:sk-secret@api.openai.com"), "/enforcer/gateway/upstream"},

@@ -29,6 +29,7 @@ func (g *gatewayFlags) register(fs *flag.FlagSet, e *envflag.Env) {
 	fs.DurationVar(&g.cfg.HeaderTimeout, "gateway-header-timeout", e.Duration("TOLLGATE_GATEWAY_HEADER_TIMEOUT", gateway.DefaultHeaderTimeout), "longest wait for the upstream's response headers; 504 after it (TOLLGATE_GATEWAY_HEADER_TIMEOUT)")
 	fs.DurationVar(&g.cfg.IdleTimeout, "gateway-idle-timeout", e.Duration("TOLLGATE_GATEWAY_IDLE_TIMEOUT", gateway.DefaultIdleTimeout), "longest silence between two chunks of a response; the stream is cut after it (TOLLGATE_GATEWAY_IDLE_TIMEOUT)")
 	fs.BoolVar(&g.cfg.ServerTiming, "gateway-server-timing", e.Bool("TOLLGATE_GATEWAY_SERVER_TIMING"), "add a Server-Timing header (the admission check's, the usage record read's and the durable start's milliseconds) to the gateway's answers (TOLLGATE_GATEWAY_SERVER_TIMING)")
+	fs.BoolVar(&g.cfg.AccessLog, "gateway-access-log", e.Bool("TOLLGATE_GATEWAY_ACCESS_LOG"), "log a line, at level info, for every request the gateway answers: method, path, status, outcome, request id, member, timings and the usage the upstream reported; never a credential or a body (TOLLGATE_GATEWAY_ACCESS_LOG)")
 	fs.IntVar(&g.maxStreams, "gateway-max-streams", e.Int("TOLLGATE_GATEWAY_MAX_STREAMS", gateway.DefaultMaxStreams), "most requests the gateway proxies at once; more are 503 (TOLLGATE_GATEWAY_MAX_STREAMS)")
 }
 

@@ -47,6 +47,8 @@ func TestGatewayConfig(t *testing.T) {
 			"TOLLGATE_GATEWAY_MAX_STREAMS": "0"}, problem: "TOLLGATE_GATEWAY_MAX_STREAMS: must be positive"},
 		{name: "a bad Server-Timing switch", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x",
 			"TOLLGATE_GATEWAY_SERVER_TIMING": "sometimes"}, problem: "TOLLGATE_GATEWAY_SERVER_TIMING"},
+		{name: "a bad access-log switch", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x",
+			"TOLLGATE_GATEWAY_ACCESS_LOG": "loud"}, problem: "TOLLGATE_GATEWAY_ACCESS_LOG"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := parseConfig(nil, func(k string) string { return tc.env[k] }, io.Discard)
@@ -74,14 +76,16 @@ func TestGatewayConfig(t *testing.T) {
 			}
 			if c.GatewayAddr != "" && (c.Gateway.MaxBodyBytes != gateway.DefaultMaxBodyBytes || c.Gateway.MaxStreams != gateway.DefaultMaxStreams ||
 				c.Gateway.IdleTimeout != gateway.DefaultIdleTimeout || c.Gateway.HeaderTimeout != gateway.DefaultHeaderTimeout ||
-				c.Gateway.ConnectTimeout != gateway.DefaultConnectTimeout || c.Gateway.ServerTiming) {
+				c.Gateway.ConnectTimeout != gateway.DefaultConnectTimeout || c.Gateway.ServerTiming || c.Gateway.AccessLog) {
 				t.Fatalf("defaults %+v", c.Gateway)
 			}
 		})
 	}
 	c, err := parseConfig([]string{"--gateway-addr", "127.0.0.1:0", "--gateway-upstream", "https://x", "--gateway-idle-timeout", "30s",
-		"--gateway-max-body-bytes", "1024"}, func(k string) string { return map[string]string{"TOLLGATE_GATEWAY_SERVER_TIMING": "true"}[k] }, io.Discard)
-	if err != nil || c.Gateway.IdleTimeout != 30*time.Second || c.Gateway.MaxBodyBytes != 1024 || !c.Gateway.ServerTiming {
+		"--gateway-max-body-bytes", "1024", "--gateway-access-log"}, func(k string) string {
+		return map[string]string{"TOLLGATE_GATEWAY_SERVER_TIMING": "true"}[k]
+	}, io.Discard)
+	if err != nil || c.Gateway.IdleTimeout != 30*time.Second || c.Gateway.MaxBodyBytes != 1024 || !c.Gateway.ServerTiming || !c.Gateway.AccessLog {
 		t.Fatalf("flags: %+v %v", c.Gateway, err)
 	}
 	// -h lists the gateway's knobs and shows no secret from the environment.

@@ -56,6 +56,10 @@ type Answer struct {
 	Reason Reason
 	// RequestID is set when admitted: the upstream request carries it.
 	RequestID string
+	// MemberID and OrganizationID name the member the credential identified, on every
+	// answer decided after that (admitted, blocked, suspended...); empty on a refused or
+	// unknown credential. The gateway's access log names them.
+	MemberID, OrganizationID string
 	// UsageState is X-Service-Usage-State: sent to the client on admission; "blocked"
 	// on a 429, whose reason's headers carry it.
 	UsageState string

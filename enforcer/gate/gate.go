@@ -188,7 +188,7 @@ func parseCredential(cred Credentials) (internalv1.CredentialKind, string, bool)
 }
 
 // check decides; it adds the time spent reading the member's record to recordWait.
-func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *time.Duration) (Answer, error) {
+func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *time.Duration) (a Answer, err error) {
 	kind, secret, ok := parseCredential(cred)
 	if !ok {
 		return Refusal(ReasonNoCredential), nil
@@ -204,6 +204,8 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 	if !id.Found {
 		return Refusal(ReasonUnknownCredential), nil
 	}
+	// Every answer from here on is about this member.
+	defer func() { a.MemberID, a.OrganizationID = id.MemberID, id.OrganizationID }()
 	if !id.Active {
 		return Refusal(ReasonInactiveMember), nil
 	}

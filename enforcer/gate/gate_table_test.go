@@ -531,6 +531,13 @@ func checkAnswer(t *testing.T, a *gate.Answer, w want) {
 	if a.Reason.Status() != w.status && a.Decision != "fail_open" {
 		t.Errorf("the reason's status %d, the answer's %d", a.Reason.Status(), a.Status)
 	}
+	// An answer names the member once the credential identified one: never for a
+	// missing or unknown credential, always for an admission with a request id.
+	unidentified := a.Reason == gate.ReasonNoCredential || a.Reason == gate.ReasonUnknownCredential
+	if (a.MemberID != "" && (a.MemberID != memberID || a.OrganizationID != orgID)) || (unidentified && a.MemberID != "") ||
+		(a.RequestID != "" && a.MemberID == "") {
+		t.Errorf("the answer names member %q of %q", a.MemberID, a.OrganizationID)
+	}
 	if a.Allowed() {
 		if a.UsageState != w.state || (a.RequestID != "") != w.requestID || len(a.Body) != 0 {
 			t.Errorf("admitted in state %q with request id %q and body %q, want state %q (request id: %v)", a.UsageState, a.RequestID, a.Body, w.state, w.requestID)

@@ -100,6 +100,8 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxStreams bounds the requests proxied at once (default 10000).
 	MaxStreams int
+	// AccessLog writes a line for every request when it ends, at level info (access).
+	AccessLog bool
 	// ServerTiming adds a Server-Timing header to every answer the gate decided:
 	// how long the check took, and how much of it the record read and the durable
 	// start (serverTiming).
@@ -236,6 +238,11 @@ func (r *releasingReader) Close() error { r.b = nil; return nil }
 // shrinks a stack less than a quarter used): 8 KiB instead of 16 KiB per stream.
 // Everything a step needs afterwards lives in proxied, on the heap.
 func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if gw.cfg.AccessLog {
+		a := &access{ResponseWriter: w, start: time.Now()}
+		defer gw.logAccess(a, r)
+		w = a
+	}
 	p := gw.take(w, r)
 	if p == nil {
 		return
@@ -253,7 +260,7 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (gw *Gateway) take(w http.ResponseWriter, r *http.Request) *proxied {
 	rt := gw.route(r.URL.Path)
 	if rt == nil {
-		gw.count(OutcomeNoRoute)
+		gw.answered(w, OutcomeNoRoute)
 		writeError(w, http.StatusNotFound, "invalid_request_error", "service_gateway_no_route",
 			"No upstream serves this path.", nil)
 		return nil
@@ -261,14 +268,18 @@ func (gw *Gateway) take(w http.ResponseWriter, r *http.Request) *proxied {
 	select {
 	case gw.slots <- struct{}{}:
 	default:
-		gw.count(OutcomeBusy)
+		gw.answered(w, OutcomeBusy)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "api_error", "service_gateway_busy",
 			"The gateway is at its limit of concurrent requests; retry shortly.", nil)
 		return nil
 	}
 	gw.m.Active.Inc()
-	return &proxied{gw: gw, route: rt}
+	p := &proxied{gw: gw, route: rt}
+	if a, ok := w.(*access); ok {
+		p.log = a
+	}
+	return p
 }
 
 // admit reads the body and runs the gate; false when the request was answered (413,
@@ -278,16 +289,16 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	// The body is read before the check: the in-flight guard reserves the request's
 	// worst case, which its model and output cap tell (package worstcase). A body over
 	// the cap is refused before anything is admitted.
-	body, err := readBody(http.MaxBytesReader(w, r.Body, gw.cfg.MaxBodyBytes), r.ContentLength, gw.cfg.MaxBodyBytes)
+	body, err := readBody(http.MaxBytesReader(unwrapped(w), r.Body, gw.cfg.MaxBodyBytes), r.ContentLength, gw.cfg.MaxBodyBytes)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			gw.count(OutcomeBodyTooLarge)
+			gw.answered(w, OutcomeBodyTooLarge)
 			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "service_gateway_body_too_large",
 				"The request body exceeds "+strconv.FormatInt(gw.cfg.MaxBodyBytes, 10)+" bytes.", nil)
 			return false
 		}
-		gw.count(OutcomeClientGone)
+		gw.answered(w, OutcomeClientGone)
 		return false
 	}
 	var hint gate.Hint
@@ -296,14 +307,17 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	a, err := gw.gate.CheckRequest(r.Context(), gate.Credentials{APIKey: r.Header.Get("X-Api-Key"), Authorization: r.Header.Get("Authorization")}, hint)
 	if err != nil {
-		gw.count(OutcomeClientGone)
+		gw.answered(w, OutcomeClientGone)
 		return false
+	}
+	if p.log != nil {
+		p.log.member, p.log.org, p.log.check, p.log.startWait = a.MemberID, a.OrganizationID, a.Took, a.StartWait
 	}
 	if gw.cfg.ServerTiming {
 		w.Header().Set("Server-Timing", serverTiming(a))
 	}
 	if !a.Allowed() {
-		gw.count(OutcomeRefused)
+		gw.answered(w, OutcomeRefused)
 		refuse(w, a)
 		return false
 	}
@@ -389,6 +403,8 @@ type proxied struct {
 	large  *[]byte
 	// whole: the body's length was announced (not a stream): see respond.
 	whole bool
+	// log is the request's access-log line, when the log is on.
+	log *access
 }
 
 // done releases what the request held, whatever step it ended in (a panic included):
@@ -419,6 +435,9 @@ func (p *proxied) settle(u inflight.Usage) {
 		return
 	}
 	p.settled = true
+	if p.log != nil {
+		p.log.usage = &u
+	}
 	_ = p.gw.tracker.Finish(p.id, u, nil)
 }
 
@@ -441,7 +460,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		model := requestbody.CleanModel(est.Model)
 		if gw.tracker.RefuseUnpricedModel(p.id, model) {
 			p.settled = true // RefuseUnpricedModel settled it
-			gw.count(OutcomeRefused)
+			gw.answered(w, OutcomeRefused)
 			refuse(w, gate.ModelNotPricedRefusal(model))
 			return false
 		}
@@ -457,9 +476,12 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	p.cancel = cancel
 	out, err := p.upstreamRequest(ctx, r, body)
 	if err != nil {
-		gw.count(OutcomeUpstreamError)
+		gw.answered(w, OutcomeUpstreamError)
 		writeError(w, http.StatusBadGateway, "api_error", "service_gateway_upstream_error", "The upstream request could not be built.", nil)
 		return false
+	}
+	if p.log != nil {
+		p.log.upstream = p.route.Upstream.Host
 	}
 	sent := time.Now()
 	resp, err := gw.up.RoundTrip(out)
@@ -468,8 +490,12 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	p.resp = resp
-	gw.m.FirstByte.Observe(time.Since(sent).Seconds())
-	gw.count(OutcomeProxied)
+	firstByte := time.Since(sent)
+	gw.m.FirstByte.Observe(firstByte.Seconds())
+	if p.log != nil {
+		p.log.firstByte = firstByte
+	}
+	gw.answered(w, OutcomeProxied)
 	return true
 }
 
@@ -480,7 +506,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	gw := p.gw
 	if r.Context().Err() != nil {
-		gw.count(OutcomeClientGone)
+		gw.answered(w, OutcomeClientGone)
 		p.settle(inflight.Usage{Seen: &inflight.Seen{}})
 		return
 	}
@@ -489,7 +515,7 @@ func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	if errors.As(err, &ne) && ne.Timeout() {
 		status, outcome, msg = http.StatusGatewayTimeout, OutcomeUpstreamTimeout, "The upstream did not answer in time."
 	}
-	gw.count(outcome)
+	gw.answered(w, outcome)
 	gw.upstreamFailures.Log(gw.log, slog.LevelWarn, "gateway: upstream failed", "request_id", p.id, "upstream", p.route.Upstream.Host,
 		"status", status, "err", err)
 	p.settle(inflight.Usage{Complete: true, UpstreamStatus: int32(status), Seen: &inflight.Seen{}})

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -45,7 +46,7 @@ func (f *fakeGate) CheckRequest(_ context.Context, c gate.Credentials, h gate.Hi
 	switch key {
 	case "tgk_good":
 		return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: "req_test", UsageState: "within_limit",
-			Took: 1234 * time.Microsecond, RecordWait: 212 * time.Microsecond, StartWait: 845 * time.Microsecond}, nil
+			MemberID: "om_test", OrganizationID: "org_test", Took: 1234 * time.Microsecond, RecordWait: 212 * time.Microsecond, StartWait: 845 * time.Microsecond}, nil
 	case "tgk_blocked":
 		return f.blocked, nil
 	}
@@ -624,6 +625,96 @@ func TestServerTiming(t *testing.T) {
 		}
 		if !strings.HasPrefix(gotRefused, "tollgate-check;dur=") || !strings.Contains(gotRefused, "tollgate-start;dur=0.000") {
 			t.Fatalf("refused: Server-Timing %q", gotRefused)
+		}
+	}
+}
+
+// With the access log on, every request ends in one line at level info: what was asked
+// and answered, the outcome, who was charged, the gate's and the upstream's times, the
+// usage the upstream reported; never the member's key or the provider's credential. Off,
+// there is none.
+func TestAccessLog(t *testing.T) {
+	const stream = "data: {\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n" +
+		"data: {\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":22}}\n\n" +
+		"data: [DONE]\n\n"
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, stream)
+	}))
+	defer up.Close()
+	for _, on := range []bool{true, false} {
+		logs := &testio.SyncBuffer{}
+		e := newEnvLogging(t, up.URL, gateway.Config{AccessLog: on}, slog.New(slog.NewJSONHandler(logs, nil)))
+		res := post(t, e.front.URL+"/v1/chat/completions?x=1", "tgk_good", chatBody)
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		e.tracker.settled(t)
+		if string(body) != stream {
+			t.Fatalf("the client got %q", body)
+		}
+		refused := post(t, e.front.URL+"/v1/chat/completions", "tgk_blocked", chatBody)
+		refusedBody, _ := io.ReadAll(refused.Body)
+		refused.Body.Close()
+		if refused.StatusCode != 429 {
+			t.Fatalf("status %d", refused.StatusCode)
+		}
+		var lines []map[string]any
+		waitFor(t, func() bool {
+			lines = nil
+			for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+				var m map[string]any
+				if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "gateway request" {
+					lines = append(lines, m)
+				}
+			}
+			return len(lines) == 2 || !on
+		})
+		if !on {
+			if len(lines) != 0 {
+				t.Fatalf("the access log is off, yet: %v", lines)
+			}
+			continue
+		}
+		for _, secret := range []string{"tgk_good", "tgk_blocked", "sk-provider"} {
+			if strings.Contains(logs.String(), secret) {
+				t.Fatalf("the log shows %q:\n%s", secret, logs.String())
+			}
+		}
+		upHost := strings.TrimPrefix(up.URL, "http://")
+		admitted, blocked := lines[0], lines[1]
+		for k, want := range map[string]any{"level": "INFO", "method": "POST", "path": "/v1/chat/completions", "status": 200.0,
+			"outcome": gateway.OutcomeProxied, "bytes": float64(len(stream)), "request_id": "req_test", "member_id": "om_test",
+			"organization_id": "org_test", "check_ms": 1.234, "start_ms": 0.845, "upstream": upHost,
+			"model": "gpt-4o-mini-2024-07-18", "input_tokens": 11.0, "output_tokens": 22.0, "usage_complete": true} {
+			if admitted[k] != want {
+				t.Errorf("admitted: %s = %v, want %v (%v)", k, admitted[k], want, admitted)
+			}
+		}
+		for _, k := range []string{"duration_ms", "upstream_first_byte_ms"} {
+			if d, ok := admitted[k].(float64); !ok || d <= 0 {
+				t.Errorf("admitted: %s = %v", k, admitted[k])
+			}
+		}
+		for k, want := range map[string]any{"status": 429.0, "outcome": gateway.OutcomeRefused, "bytes": float64(len(refusedBody)),
+			"code": "service_gateway_usage_limit_exceeded"} {
+			if blocked[k] != want {
+				t.Errorf("refused: %s = %v, want %v (%v)", k, blocked[k], want, blocked)
+			}
+		}
+		for _, k := range []string{"request_id", "upstream", "model", "input_tokens", "upstream_first_byte_ms"} {
+			if _, ok := blocked[k]; ok {
+				t.Errorf("refused: %s = %v, but nothing went upstream", k, blocked[k])
+			}
+		}
+	}
+}
+
+// waitFor polls cond for up to 5 seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
 		}
 	}
 }

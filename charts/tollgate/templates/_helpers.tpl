@@ -343,6 +343,10 @@ routes file and the routes' credentials are mounted at fixed paths.
 - name: TOLLGATE_GATEWAY_SERVER_TIMING
   value: "true"
 {{- end }}
+{{- if $g.accessLog }}
+- name: TOLLGATE_GATEWAY_ACCESS_LOG
+  value: "true"
+{{- end }}
 {{- end }}
 {{- end -}}
 

@@ -109,8 +109,11 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 		}
 		if !c.ForwardAuth && !c.NoProxy {
 			// The enforcer's gateway is the demo's inference proxy, in front of the fake
-			// upstream; settlements go at once, so the next call sees the spend.
+			// upstream; settlements go at once, so the next call sees the spend. Its
+			// access log shows each call in the terminal: who, what status, which tokens.
 			switch k {
+			case "TOLLGATE_GATEWAY_ACCESS_LOG":
+				return envOr(getenv, k, "true")
 			case "TOLLGATE_GATEWAY_ADDR":
 				return c.ProxyAddr
 			case "TOLLGATE_GATEWAY_UPSTREAM":

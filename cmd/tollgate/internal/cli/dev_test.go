@@ -70,10 +70,10 @@ func TestDevStackReachesThe429(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &testio.SyncBuffer{}
+	out, logs := &testio.SyncBuffer{}, &testio.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, []string{"dev"}, getenv, IO{Stdout: out, Stderr: io.Discard})
+		done <- Run(ctx, []string{"dev"}, getenv, IO{Stdout: out, Stderr: logs})
 	}()
 	deadline := time.Now().Add(90 * time.Second)
 	for !strings.Contains(out.String(), "Press Ctrl-C to stop.") {
@@ -156,6 +156,16 @@ func TestDevStackReachesThe429(t *testing.T) {
 	if refused.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" || refused.Header.Get("X-Service-Usage-State") != "blocked" {
 		t.Fatalf("429 headers %v", refused.Header)
 	}
+	// The demo's gateway logs each call: the five admitted with their tokens, the 429
+	// with its code, each naming the member; never the member's key.
+	accessLines := regexp.MustCompile(`(?m)^.*msg="gateway request".*$`).FindAllString(logs.String(), -1)
+	if len(accessLines) != 6 || !strings.Contains(accessLines[0], "path=/v1/messages") ||
+		!strings.Contains(accessLines[1], "status=200") || !strings.Contains(accessLines[1], "input_tokens=") ||
+		!strings.Contains(accessLines[5], "status=429") || !strings.Contains(accessLines[5], "code=service_gateway_usage_limit_exceeded") ||
+		!strings.Contains(accessLines[5], "member_id=om_") || strings.Contains(logs.String(), memberKey[1]) {
+		t.Fatalf("the access log of 6 calls:\n%s", strings.Join(accessLines, "\n"))
+	}
+	t.Logf("access log:\n%s\n%s", accessLines[1], accessLines[5])
 
 	// The operator commands against the same stack.
 	var status struct {
