@@ -296,6 +296,45 @@ func TestEmbeddingsThroughTheGateway(t *testing.T) {
 	})
 }
 
+// TestDeferredBillingThroughTheGateway: the official OpenAI SDK's batch and background
+// response, whose cost OpenAI bills later where the gateway cannot see it, are refused
+// with 403 service_gateway_billing_deferred at once (not retried) and never reach the
+// provider; a stored response read again (GET) reaches it and is settled at a known 0,
+// though its body shows the usage it was charged when generated; a plain call is
+// charged as ever.
+func TestDeferredBillingThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o, want := gatewayWithFixedUsage(t)
+	for _, scenario := range []string{"batch", "background"} {
+		r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model)
+		if r.OK || r.Status != 403 || r.Code == nil || *r.Code != "service_gateway_billing_deferred" ||
+			r.HeaderCode == nil || *r.HeaderCode != "service_gateway_billing_deferred" || r.ElapsedMs > 2000 {
+			t.Fatalf("%s: want a 403 billing_deferred at once, got %+v", scenario, r)
+		}
+	}
+	if calls := fake.Calls(); len(calls) != 0 {
+		t.Fatalf("the provider got %d refused calls: %+v", len(calls), calls)
+	}
+	r := runSDK(t, dir, "openai.mjs", "retrieve", s.gateway, o.key, model)
+	if !r.OK || r.Text != fakellm.Text || !strings.Contains(string(r.Usage), `"output_tokens":10000`) {
+		t.Fatalf("retrieve: %+v", r)
+	}
+	calls := fake.Calls()
+	if len(calls) != 1 || calls[0].API != fakellm.OpenAIRetrieve {
+		t.Fatalf("the provider got %+v, want the retrieval", calls)
+	}
+	rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+	if rec.cost() != 0 || rec["complete"] != true {
+		t.Fatalf("the retrieval's receipt %s, want a known 0", rec)
+	}
+	if r := runSDK(t, dir, "openai.mjs", "json", s.gateway, o.key, model); !r.OK {
+		t.Fatalf("a plain call: %+v", r)
+	}
+	// Four settlements (two refusals, the retrieval, the call); only the call costs.
+	s.waitUsed(t, o, 4, want)
+}
+
 // gatewayWithFixedUsage is a stack whose gateway fronts a fakellm answering every call
 // with 100,000 input (20,000 cached) and 10,000 output tokens, an organization on it,
 // and what one such call costs at the catalog's price.

@@ -28,6 +28,7 @@ func TestValuesRejected(t *testing.T) {
 		{"cluster without addresses", append(ok, "--set", "redis.mode=cluster"), "/redis/cluster/addresses"},
 		{"address without port", append(ok, "--set", "redis.mode=cluster", "--set", "redis.cluster.addresses={redis}"), "/redis/cluster/addresses/0"},
 		{"bad failure mode", append(ok, "--set", "enforcer.failureMode=maybe"), "/enforcer/failureMode"},
+		{"bad deferred billing", append(ok, "--set", "enforcer.deferredBilling=sometimes"), "/enforcer/deferredBilling"},
 		{"bad enforcer mode", append(ok, "--set", "enforcer.mode=daemonset"), "/enforcer/mode"},
 		{"replicas as text", append(ok, "--set-string", "controlplane.replicas=two"), "/controlplane/replicas"},
 		{"port out of range", append(ok, "--set", "enforcer.ports.grpc=70000"), "/enforcer/ports/grpc"},

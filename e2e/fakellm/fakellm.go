@@ -21,6 +21,9 @@
 //     floats or, when the request's encoding_format is "base64" (what the official SDK
 //     asks), as base64 of little-endian float32s, with the usage at the end (prompt_tokens
 //     and total_tokens, no completion tokens): a long body before the only usage.
+//   - A stored response is retrieved (GET /v1/responses/{id}) as the completed
+//     response object with its usage, as OpenAI shows it again (free: it was charged
+//     when it was generated).
 //   - Anthropic's token counting (POST /v1/messages/count_tokens) answers
 //     {"input_tokens": N} with the input tokens the test chose, and no usage object:
 //     the provider does not charge it.
@@ -67,6 +70,7 @@ const (
 	OpenAIChat           = "openai.chat.completions"
 	OpenAIResponses      = "openai.responses"
 	OpenAIEmbeddings     = "openai.embeddings"
+	OpenAIRetrieve       = "openai.responses.retrieve"
 	AnthropicMessages    = "anthropic.messages"
 	AnthropicCountTokens = "anthropic.messages.count_tokens"
 )
@@ -140,9 +144,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.API = OpenAIResponses
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/embeddings":
 		c.API = OpenAIEmbeddings
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/resp_"):
+		c.API = OpenAIRetrieve
 	}
 	var req request
 	jsonErr := json.Unmarshal(body, &req)
+	if c.API == OpenAIRetrieve {
+		req.Model, jsonErr = "gpt-4o-mini", nil // a GET has no body; the stored response's model
+	}
 	c.Model, c.Stream = req.Model, req.Stream
 	c.IncludeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	valid := c.API != "" && jsonErr == nil && req.Model != ""
@@ -180,6 +189,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
 		ew.start("application/json", http.StatusOK)
 		ew.write(embeddingsJSON(model, inputCount(req.Input), req.EncodingFormat == "base64", u))
+		return
+	}
+	if c.API == OpenAIRetrieve {
+		ew.start("application/json", http.StatusOK)
+		ew.write(responsesJSON(strings.TrimPrefix(r.URL.Path, "/v1/responses/"), model, "completed", u))
 		return
 	}
 	if c.API == OpenAIResponses {

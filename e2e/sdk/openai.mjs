@@ -1,6 +1,8 @@
 // One chat completion (or, with the scenarios "responses" and "responses-stream", one
 // Responses API call; with "embeddings", one embeddings call, whose vectors the SDK asks
-// as base64 and decodes) through the official OpenAI SDK, with its defaults (two retries,
+// as base64 and decodes; with "batch" and "background", a batch or a background
+// response, which a Tollgate gateway refuses; with "retrieve", a stored response read
+// again) through the official OpenAI SDK, with its defaults (two retries,
 // its own backoff, whatever headers it sends). The key is a Tollgate key, sent as
 // Authorization: Bearer. The stream is asked for WITHOUT stream_options: a client that
 // does not ask for usage must be settled all the same. See report.mjs for the settings.
@@ -13,6 +15,20 @@ const messages = [{ role: 'user', content: 'How are tolls paid?' }];
 
 await run('openai', s.scenario, async () => {
   if (s.scenario === 'count') throw new Error('"count" is an Anthropic scenario');
+  if (s.scenario === 'batch') {
+    // Billed later, out of the gateway's sight: refused (403), never retried.
+    const b = await client.batches.create({ input_file_id: 'file-abc123', endpoint: '/v1/chat/completions', completion_window: '24h' });
+    return { text: b.id, model: null, usage: null, chunks: 1 };
+  }
+  if (s.scenario === 'background') {
+    const res = await client.responses.create({ model: s.model, input: 'How are tolls paid?', background: true });
+    return { text: res.id, model: res.model, usage: res.usage ?? null, chunks: 1 };
+  }
+  if (s.scenario === 'retrieve') {
+    // A stored response shown again, with the usage it was charged when generated.
+    const res = await client.responses.retrieve('resp_stored0001');
+    return { text: res.output_text, model: res.model, usage: res.usage ?? null, chunks: 1 };
+  }
   if (s.scenario === 'embeddings') {
     // text: how many numbers the first vector decoded to.
     const res = await client.embeddings.create({ model: s.model, input: ['How are tolls paid?', 'In tokens.'] });

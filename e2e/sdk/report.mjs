@@ -3,8 +3,9 @@
 // Settings (environment): TOLLGATE_BASE_URL (the proxy, no path), TOLLGATE_API_KEY (the
 // member's Tollgate key, tgk_...), TOLLGATE_MODEL; argv[2] is the scenario, "json" (one
 // buffered answer), "stream", "count" (Anthropic's token counting, which generates
-// nothing), "responses" / "responses-stream" (OpenAI's Responses API) or "embeddings"
-// (OpenAI's embeddings). The SDK client is built with its defaults: retries,
+// nothing), "responses" / "responses-stream" (OpenAI's Responses API), "embeddings"
+// (OpenAI's embeddings), "batch" and "background" (a batch, a background response) or
+// "retrieve" (a stored response read again). The SDK client is built with its defaults: retries,
 // timeout, headers, fetch.
 //
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
@@ -14,8 +15,9 @@ import { readFileSync } from 'node:fs';
 
 export function settings() {
   const scenario = process.argv[2];
-  if (!['json', 'stream', 'count', 'responses', 'responses-stream', 'embeddings'].includes(scenario)) {
-    throw new Error(`scenario must be "json", "stream", "count", "responses", "responses-stream" or "embeddings", not ${JSON.stringify(scenario)}`);
+  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'embeddings', 'batch', 'background', 'retrieve'];
+  if (!scenarios.includes(scenario)) {
+    throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);
   }
   const need = (name) => {
     const v = process.env[name];

@@ -240,13 +240,17 @@ func New(d Deps) *Enforcer {
 	e.GRPC = grpc.NewServer(append(grpcflow.ServerOptions(), grpc.ForceServerCodecV2(az.Codec()),
 		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))), grpc.WaitForHandlers(true), grpc.ConnectionTimeout(handshakeTimeout))...)
 	authv3.RegisterAuthorizationServer(e.GRPC, az)
-	extprocv3.RegisterExternalProcessorServer(e.GRPC, extproc.New(e.Tracker, m, responseusage.Limits{}))
+	xp := extproc.New(e.Tracker, m, responseusage.Limits{})
+	xp.AllowDeferredBilling = cfg.AllowDeferredBilling()
+	extprocv3.RegisterExternalProcessorServer(e.GRPC, xp)
 	e.Health = health.NewServer()
 	healthpb.RegisterHealthServer(e.GRPC, e.Health)
 	e.HTTP = httpcheck.New(e.Gate, e.Tracker, httpcheck.Config{InternalToken: cfg.InternalToken, SettleWait: cfg.SettleWait}, log)
 
 	if cfg.GatewayAddr != "" {
-		gw, err := gateway.New(cfg.Gateway, e.Gate, e.Tracker, responseusage.Limits{},
+		gwCfg := cfg.Gateway
+		gwCfg.AllowDeferredBilling = cfg.AllowDeferredBilling()
+		gw, err := gateway.New(gwCfg, e.Gate, e.Tracker, responseusage.Limits{},
 			gateway.Metrics{Requests: m.GatewayRequests, Active: m.GatewayActive, FirstByte: m.GatewayFirstByte}, log)
 		if err != nil {
 			panic(err) // parseConfig refuses a gateway without routes

@@ -51,6 +51,11 @@ type Config struct {
 	// FailureMode is closed (503 on infrastructure failure) or open (admit)
 	// (TOLLGATE_FAILURE_MODE).
 	FailureMode string
+	// DeferredBilling is refuse (403 service_gateway_billing_deferred for a request whose
+	// cost the provider bills later, out of the enforcer's sight: requestbody.Deferred) or
+	// allow (such requests go through and are charged what their answers report, about
+	// nothing) (TOLLGATE_DEFERRED_BILLING).
+	DeferredBilling string
 	// LogFormat is text or json (TOLLGATE_LOG_FORMAT).
 	LogFormat string
 	// LogLevel is debug, info, warn or error (TOLLGATE_LOG_LEVEL).
@@ -145,6 +150,9 @@ func (c Config) InflightLimit() int {
 // FailOpen reports whether infrastructure failures admit.
 func (c Config) FailOpen() bool { return c.FailureMode == "open" }
 
+// AllowDeferredBilling reports whether requests billed later go through (DeferredBilling).
+func (c Config) AllowDeferredBilling() bool { return c.DeferredBilling == "allow" }
+
 // parseConfig builds the config from flags and the environment and validates it,
 // reporting every problem at once.
 func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
@@ -165,6 +173,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.ControlPlaneTLS.ServerName, "controlplane-tls-server-name", getenv("TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME"), "name the control plane's certificate must carry, when not the host of --controlplane-addr; turns TLS on (TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME)")
 	fs.StringVar(&c.InternalToken, "internal-token", getenv("TOLLGATE_INTERNAL_TOKEN"), "shared secret for the control plane's internal API and for non-loopback /settle callers (TOLLGATE_INTERNAL_TOKEN)")
 	fs.StringVar(&c.FailureMode, "failure-mode", env("TOLLGATE_FAILURE_MODE", "closed"), "on Redis or control-plane failure: closed answers 503, open admits (TOLLGATE_FAILURE_MODE)")
+	fs.StringVar(&c.DeferredBilling, "deferred-billing", env("TOLLGATE_DEFERRED_BILLING", "refuse"), "requests whose cost is billed later, out of the enforcer's sight (batches, background responses, Assistants runs, fine-tuning jobs, videos, Realtime sessions): refuse answers 403, allow lets them through at about no charge (TOLLGATE_DEFERRED_BILLING)")
 	fs.StringVar(&c.LogFormat, "log-format", env("TOLLGATE_LOG_FORMAT", "text"), "log format: text or json (TOLLGATE_LOG_FORMAT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("TOLLGATE_LOG_LEVEL", "info"), "log level: debug, info, warn or error (TOLLGATE_LOG_LEVEL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT)")
@@ -264,6 +273,9 @@ func (c Config) validate() []string {
 	}
 	if c.FailureMode != "closed" && c.FailureMode != "open" {
 		p = append(p, "TOLLGATE_FAILURE_MODE: must be closed or open")
+	}
+	if c.DeferredBilling != "refuse" && c.DeferredBilling != "allow" {
+		p = append(p, "TOLLGATE_DEFERRED_BILLING: must be refuse or allow")
 	}
 	p = append(p, logging.Validate(c.LogFormat, c.LogLevel)...)
 	positive := []struct {

@@ -83,6 +83,10 @@ type Request struct {
 	// when none is given (or none is a positive whole number: the upstream refuses such a
 	// request). Not an estimate: what the request itself allows (enforcer/worstcase).
 	OutputCap int64
+	// Background is a top-level "background": true (OpenAI Responses run in the
+	// background: the answer comes before the generation, without its usage;
+	// requestbody.Deferred).
+	Background bool
 }
 
 // maxCap bounds OutputCap: a float64 holds every whole number up to 2^53 exactly, and
@@ -154,6 +158,10 @@ func Input(body []byte) (Request, error) {
 			}
 		case jsonscan.KeyIs(key, "messages"), jsonscan.KeyIs(key, "input"):
 			i = w.value(i, messageList)
+		case jsonscan.KeyIs(key, "background"):
+			// The last one counts, as encoding/json reads a repeated key.
+			r.Background = bytes.HasPrefix(body[i:], []byte("true"))
+			i = w.value(i, skipped)
 		default:
 			if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
 				r.Messages++

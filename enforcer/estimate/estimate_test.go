@@ -91,6 +91,18 @@ func TestOutputCap(t *testing.T) {
 		})
 	}
 	// The cap carries no text: the input estimate is the same with or without it.
+	for body, want := range map[string]bool{
+		`{"model":"gpt-5","background":true,"input":"x"}`:   true,
+		`{"background":false}`:                              false,
+		`{"background":"true"}`:                             false,
+		`{"background":true,"background":false}`:            false, // the last one counts
+		`{"metadata":{"background":true}}`:                  false,
+		`{"background":{"a":true},"model":"m","input":"x"}`: false,
+	} {
+		if r, err := Input([]byte(body)); err != nil || r.Background != want {
+			t.Errorf("%s: background %v (%v), want %v", body, r.Background, err, want)
+		}
+	}
 	a, _ := Input([]byte(`{"model":"m","max_tokens":100000,"messages":[{"role":"user","content":"hello"}]}`))
 	b, _ := Input([]byte(`{"model":"m","messages":[{"role":"user","content":"hello"}]}`))
 	if a.InputTokens != b.InputTokens || a.Model != "m" {
@@ -167,6 +179,7 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"content":"\ud83d\ude00 \ud83d \u0041\n\"\\ caf\u00e9 \xff\xfe"}`,
 		`{"m\u006fdel":"escaped key","r\u006fle":"user","t":true,"f":false,"n":null,"x":-0.5e-3}`,
 		`{"url":"a string under a payload's key is text","x":{"url":"so is this"}}`,
+		`{"background":true,"b\u0061ckground":"x","input":"y","background":[true]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
 	} {
 		f.Add([]byte(s))
@@ -230,6 +243,18 @@ func decoderInput(body []byte) (Request, error) {
 				}
 			case json.Delim:
 				if err := w.skip(n); err != nil {
+					return Request{}, ErrNotObject
+				}
+			}
+			continue
+		case "background":
+			v, err := dec.Token()
+			if err != nil {
+				return Request{}, ErrNotObject
+			}
+			r.Background = v == true
+			if d, ok := v.(json.Delim); ok {
+				if err := w.skip(d); err != nil {
 					return Request{}, ErrNotObject
 				}
 			}

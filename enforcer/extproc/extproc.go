@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -34,6 +35,9 @@ type Server struct {
 	tracker *inflight.Tracker
 	m       *metrics.Metrics
 	limits  responseusage.Limits
+	// AllowDeferredBilling lets requests billed later through (requestbody.Deferred);
+	// by default they are refused with gate.BillingDeferredRefusal.
+	AllowDeferredBilling bool
 }
 
 // New returns the ext_proc server.
@@ -62,7 +66,7 @@ type stream struct {
 	// From the request headers: the path (without its query), whether the request
 	// carried a content-length, and whether Envoy sends header values as raw_value
 	// (then a mutation must use raw_value too: Envoy reads only that one).
-	path             string
+	path, method     string
 	hasContentLength bool
 	rawValues        bool
 	bodySeen         bool
@@ -163,6 +167,8 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 			}
 		case ":path":
 			st.path, _, _ = strings.Cut(value(hv), "?")
+		case ":method":
+			st.method = value(hv)
 		case "content-length":
 			st.hasContentLength = true
 		}
@@ -180,12 +186,20 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 // match it); without one, Envoy frames the body itself.
 func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	m := st.s.m.ExtProcRequestBodies
-	if requestbody.Unbilled(st.path) {
+	if requestbody.Unbilled(st.method, st.path) {
 		// Nothing to estimate, nothing to ask usage of: settled at what it reports (finish).
 		m.WithLabelValues("unbilled").Inc()
 		return continueRequestBody
 	}
-	if est, err := estimate.Input(body); err == nil {
+	est, err := estimate.Input(body)
+	if endpoint := requestbody.Deferred(st.method, st.path, err == nil && est.Background); endpoint != "" && !st.s.AllowDeferredBilling {
+		// Never sent upstream: settled at a known 0, as the answer is the enforcer's own.
+		zero := int64(0)
+		_ = st.s.tracker.Finish(st.requestID, inflight.Usage{Complete: true, UpstreamStatus: http.StatusForbidden, UpstreamCostMicroUSD: &zero}, nil)
+		m.WithLabelValues("billing_deferred").Inc()
+		return immediate(gate.BillingDeferredRefusal(endpoint))
+	}
+	if err == nil {
 		model := requestbody.CleanModel(est.Model)
 		if st.s.tracker.RefuseUnpricedModel(st.requestID, model) {
 			m.WithLabelValues("model_not_priced").Inc()
@@ -254,7 +268,7 @@ func (st *stream) finish(endOfStream bool) {
 	if st.ext != nil {
 		got = st.ext.Finish(endOfStream)
 	}
-	u := inflight.FromResponse(got, endOfStream, st.status, requestbody.Unbilled(st.path))
+	u := inflight.FromResponse(got, endOfStream, st.status, requestbody.Unbilled(st.method, st.path))
 	if u.Complete {
 		st.s.m.ExtProcStreams.WithLabelValues("complete").Inc()
 	} else {

@@ -11,6 +11,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/extproc"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
@@ -336,5 +337,48 @@ func TestExtProcRefusesUnpricedModels(t *testing.T) {
 	}
 	if n := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "model_not_priced"); n != 1 {
 		t.Fatalf("model_not_priced counted %v times", n)
+	}
+}
+
+// A request whose cost the provider bills later is refused on its body with 403
+// service_gateway_billing_deferred and settled at a known 0; with
+// TOLLGATE_DEFERRED_BILLING=allow it goes on.
+func TestExtProcRefusesDeferredBilling(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		e := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) {
+			if allow {
+				c.DeferredBilling = "allow"
+			}
+		}})
+		w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+		for _, tc := range []struct{ path, body, endpoint string }{
+			{"/v1/batches", `{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`, "batches"},
+			{"/v1/responses", `{"model":"gpt-5","background":true,"input":"write a novel"}`, "background_responses"},
+		} {
+			id, _ := e.Admit(t, w.Key)
+			resp := answerRequestBody(t, e, bodySpec{requestID: id, path: tc.path, body: tc.body})
+			if allow {
+				if resp.GetRequestBody() == nil || e.CP.Receipt(id) != nil {
+					t.Fatalf("%s allowed: answered %v", tc.path, resp)
+				}
+				continue
+			}
+			ir := resp.GetImmediateResponse()
+			if ir == nil || ir.GetStatus().GetCode() != 403 || !strings.Contains(string(ir.GetBody()), `"endpoint":"`+tc.endpoint+`"`) {
+				t.Fatalf("%s: want a 403 naming %s, got %v", tc.path, tc.endpoint, resp)
+			}
+			enforcertest.WaitFor(t, "the refused request settled", func() bool { return e.CP.Receipt(id) != nil })
+			if r := e.CP.Receipt(id); r.Cost != 0 || !r.Item.GetComplete() || r.Item.GetUpstreamStatus() != 403 ||
+				r.Item.UpstreamCostMicroUsd == nil || *r.Item.UpstreamCostMicroUsd != 0 {
+				t.Fatalf("%s: receipt %+v of %v", tc.path, r, r.Item)
+			}
+		}
+		want := 2.0
+		if allow {
+			want = 0
+		}
+		if n := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "billing_deferred"); n != want {
+			t.Fatalf("allow %v: billing_deferred counted %v times, want %v", allow, n, want)
+		}
 	}
 }

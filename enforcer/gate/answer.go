@@ -30,6 +30,9 @@ const (
 	// CodeModelNotPriced refuses a request for a model nobody priced, in an organization
 	// that refuses such models (403, docs/prices.md).
 	CodeModelNotPriced = "service_gateway_model_not_priced"
+	// CodeBillingDeferred refuses a request whose cost the provider bills later, out of
+	// the enforcer's sight (a batch, a background response...; 403, docs/enforcer.md).
+	CodeBillingDeferred = "service_gateway_billing_deferred"
 	// CodeConcurrencyLimitExceeded refuses a request of a member who has the most
 	// requests in flight the winning policy allows (429, docs/usage-limits.md).
 	CodeConcurrencyLimitExceeded = "service_gateway_concurrency_limit_exceeded"
@@ -162,6 +165,20 @@ func ModelNotPricedRefusal(model string) Answer {
 	a.Body = mustJSON(errorBody{Error: errorObject{Type: "invalid_request_error", Code: CodeModelNotPriced,
 		Message: "This organization refuses models without a price; ask an owner or admin to price this model.",
 		Details: map[string]string{"model": model}}})
+	return a
+}
+
+// BillingDeferredRefusal is the 403 for a request whose cost the provider bills later,
+// out of the enforcer's sight (requestbody.Deferred names the endpoint): a member's
+// limit cannot hold over work the enforcer never sees the cost of. The request never
+// goes upstream and is not charged. An operator may let such requests through
+// (TOLLGATE_DEFERRED_BILLING=allow).
+func BillingDeferredRefusal(endpoint string) Answer {
+	a := Refusal(ReasonBillingDeferred)
+	a.Body = mustJSON(errorBody{Error: errorObject{Type: "invalid_request_error", Code: CodeBillingDeferred,
+		Message: "This endpoint's cost is billed later, where Tollgate cannot see or charge it (" + endpoint +
+			"); it is refused so that usage limits hold. Send the requests one by one instead, or ask an operator to allow it.",
+		Details: map[string]string{"endpoint": endpoint}}})
 	return a
 }
 

@@ -186,6 +186,8 @@ var (
 		{Name: "X-Service-Usage-State", Value: "within_limit"}, {Name: "Retry-After", Value: "1"}, {Name: "X-Should-Retry", Value: "true"}}
 	headersModelNotPriced = []gate.Header{{Name: "Content-Type", Value: "application/json"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_model_not_priced"}}
+	headersBillingDeferred = []gate.Header{{Name: "Content-Type", Value: "application/json"},
+		{Name: "X-Service-Error-Code", Value: "service_gateway_billing_deferred"}}
 )
 
 // worstCaseBody asks gpt-4o for at most 1000 tokens: "hello" is 2 tokens, + 3 for the
@@ -328,6 +330,10 @@ func gateCases() []gateCase {
 		{name: "model not priced", answer: func() gate.Answer { return gate.ModelNotPricedRefusal("mystery-model-9") },
 			want: want{status: 403, decision: "unauthorized", reason: "model_not_priced", headers: headersModelNotPriced,
 				code: "service_gateway_model_not_priced", detail: "mystery-model-9"}},
+		// 403, answered by ext_proc on the request body and by the gateway.
+		{name: "billing deferred", answer: func() gate.Answer { return gate.BillingDeferredRefusal("batches") },
+			want: want{status: 403, decision: "unauthorized", reason: "billing_deferred", headers: headersBillingDeferred,
+				code: "service_gateway_billing_deferred", detail: "batches"}},
 
 		// The in-flight guard's reservation: the request's worst case when its body tells
 		// it, else the policy's amount.
@@ -571,8 +577,8 @@ func checkAnswer(t *testing.T, a *gate.Answer, w want) {
 		t.Fatalf("body %s (%v), want code %s", a.Body, err, w.code)
 	}
 	var details struct {
-		Reason, Model, RetryAt string
-		ExhaustedBuckets       []struct{ Timeframe string }
+		Reason, Model, Endpoint, RetryAt string
+		ExhaustedBuckets                 []struct{ Timeframe string }
 	}
 	if err := json.Unmarshal(body.Error.Details, &details); err != nil {
 		t.Fatalf("details %s: %v", body.Error.Details, err)
@@ -583,8 +589,8 @@ func checkAnswer(t *testing.T, a *gate.Answer, w want) {
 			t.Errorf("details %s, want reason %s", body.Error.Details, w.detail)
 		}
 	case 403:
-		if details.Model != w.detail {
-			t.Errorf("details %s, want model %s", body.Error.Details, w.detail)
+		if details.Model+details.Endpoint != w.detail {
+			t.Errorf("details %s, want model or endpoint %s", body.Error.Details, w.detail)
 		}
 	case 429:
 		if w.detail != "" {
@@ -692,6 +698,7 @@ func TestReasonTable(t *testing.T) {
 		"usage_reserved":              {429, "blocked", false, "service_gateway_usage_limit_exceeded"},
 		"concurrency_limit":           {429, "blocked", false, "service_gateway_concurrency_limit_exceeded"},
 		"model_not_priced":            {403, "unauthorized", false, "service_gateway_model_not_priced"},
+		"billing_deferred":            {403, "unauthorized", false, "service_gateway_billing_deferred"},
 		"capture_suspended":           {503, "unavailable", false, "service_gateway_accounting_unavailable"},
 		"epoch_changed":               {503, "unavailable", false, "service_gateway_accounting_unavailable"},
 		"start_refused":               {503, "unavailable", false, "service_gateway_accounting_unavailable"},

@@ -39,6 +39,9 @@ const (
 	// 403, from the request-body ext_proc filter: a model nobody priced, in an
 	// organization that refuses such models (body names the model).
 	ReasonModelNotPriced
+	// 403, from the request-body ext_proc filter and the gateway: an endpoint whose cost
+	// is billed later, out of the enforcer's sight (body names the endpoint).
+	ReasonBillingDeferred
 
 	// 503 decisions: refused in both failure modes.
 	ReasonCaptureSuspended
@@ -110,6 +113,8 @@ var reasons = [numReasons]reasonSpec{
 
 	ReasonModelNotPriced: {label: "model_not_priced", decision: Unauthorized, status: 403,
 		headers: []Header{headerJSON, {HeaderErrorCode, CodeModelNotPriced}}},
+	ReasonBillingDeferred: {label: "billing_deferred", decision: Unauthorized, status: 403,
+		headers: []Header{headerJSON, {HeaderErrorCode, CodeBillingDeferred}}},
 
 	ReasonCaptureSuspended: {label: "capture_suspended", decision: Unavailable, status: 503, headers: unavailableHeaders, body: bodyCaptureSuspended},
 	ReasonEpochChanged:     {label: "epoch_changed", decision: Unavailable, status: 503, headers: unavailableHeaders, body: bodyUnavailable},

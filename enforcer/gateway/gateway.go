@@ -100,6 +100,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxStreams bounds the requests proxied at once (default 10000).
 	MaxStreams int
+	// AllowDeferredBilling lets requests billed later through (requestbody.Deferred);
+	// by default they are refused with gate.BillingDeferredRefusal.
+	AllowDeferredBilling bool
 	// AccessLog writes a line for every request when it ends, at level info (access).
 	AccessLog bool
 	// ServerTiming adds a Server-Timing header to every answer the gate decided:
@@ -455,7 +458,15 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		gw.tracker.Follow(p.id)
 	}
 
-	p.unbilled = requestbody.Unbilled(r.URL.Path)
+	p.unbilled = requestbody.Unbilled(r.Method, r.URL.Path)
+	if endpoint := requestbody.Deferred(r.Method, r.URL.Path, est != nil && est.Background); endpoint != "" && !gw.cfg.AllowDeferredBilling {
+		// Never sent upstream: settled at a known 0, as the answer is the gateway's own.
+		zero := int64(0)
+		p.settle(inflight.Usage{Complete: true, UpstreamStatus: http.StatusForbidden, UpstreamCostMicroUSD: &zero})
+		gw.answered(w, OutcomeRefused)
+		refuse(w, gate.BillingDeferredRefusal(endpoint))
+		return false
+	}
 	if est != nil && p.id != "" && !p.unbilled {
 		model := requestbody.CleanModel(est.Model)
 		if gw.tracker.RefuseUnpricedModel(p.id, model) {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -866,4 +867,72 @@ func TestTokenCountIsNotEstimated(t *testing.T) {
 	if len(e.tracker.recorded) != 0 {
 		t.Fatalf("the request's estimate was recorded (models %v): it would be charged", e.tracker.recorded)
 	}
+}
+
+// A request whose cost the provider bills later (requestbody.Deferred) is refused with
+// 403 service_gateway_billing_deferred, never reaches the upstream, and is settled at a
+// known 0; with AllowDeferredBilling it goes through. A retrieval (GET) of a stored
+// response goes through and is settled at a known 0 although its body shows the usage
+// the response was charged when it was generated.
+func TestDeferredBillingAndRetrievals(t *testing.T) {
+	var calls atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"response","model":"gpt-5","status":"completed","usage":{"input_tokens":900,"output_tokens":90}}`)
+	}))
+	defer up.Close()
+	zeroKnown := func(t *testing.T, u inflight.Usage, status int32) {
+		t.Helper()
+		if u.UpstreamCostMicroUSD == nil || *u.UpstreamCostMicroUSD != 0 || !u.Complete || u.UpstreamStatus != status {
+			t.Fatalf("settled %+v (cost %v), want a known 0, complete, status %d", u, u.UpstreamCostMicroUSD, status)
+		}
+	}
+	for _, c := range []struct{ path, body, endpoint string }{
+		{"/v1/batches", `{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`, "batches"},
+		{"/v1/messages/batches", `{"requests":[]}`, "batches"},
+		{"/v1/responses", `{"model":"gpt-5","background":true,"input":"write a novel"}`, "background_responses"},
+		{"/v1/threads/thread_1/runs", `{"assistant_id":"asst_1"}`, "assistants_runs"},
+	} {
+		e := newEnv(t, up.URL, gateway.Config{})
+		res := post(t, e.front.URL+c.path, "tgk_good", c.body)
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 403 || res.Header.Get("X-Service-Error-Code") != "service_gateway_billing_deferred" ||
+			!strings.Contains(string(b), `"endpoint":"`+c.endpoint+`"`) {
+			t.Fatalf("%s: %d %v %s", c.path, res.StatusCode, res.Header, b)
+		}
+		zeroKnown(t, e.tracker.settled(t), 403)
+		if n := testutil.ToFloat64(e.req.WithLabelValues(gateway.OutcomeRefused)); n != 1 {
+			t.Fatalf("%s: %v refusals counted", c.path, n)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the upstream got %d deferred-billing requests", n)
+	}
+
+	allowed := newEnv(t, up.URL, gateway.Config{AllowDeferredBilling: true})
+	res := post(t, allowed.front.URL+"/v1/responses", "tgk_good", `{"model":"gpt-5","background":true,"input":"x"}`)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || calls.Load() != 1 {
+		t.Fatalf("allowed: %d, %d upstream calls", res.StatusCode, calls.Load())
+	}
+	if u := allowed.tracker.settled(t); u.InputTokens != 900 || u.UpstreamCostMicroUSD != nil {
+		t.Fatalf("allowed: settled %+v, want what the answer reported", u)
+	}
+
+	e := newEnv(t, up.URL, gateway.Config{})
+	req, _ := http.NewRequest("GET", e.front.URL+"/v1/responses/resp_1", nil)
+	req.Header.Set("Authorization", "Bearer tgk_good")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || calls.Load() != 2 {
+		t.Fatalf("retrieval: %d, %d upstream calls", res.StatusCode, calls.Load())
+	}
+	zeroKnown(t, e.tracker.settled(t), 200)
 }

@@ -100,7 +100,7 @@ var (
 	decisionReasons = map[string][]string{
 		"admitted":     {"within_limit", "over_limit", "unlimited"},
 		"blocked":      {"usage_limit", "usage_reserved", "concurrency_limit"},
-		"unauthorized": {"no_credential", "unknown_credential", "inactive_member", "model_not_priced"},
+		"unauthorized": {"no_credential", "unknown_credential", "inactive_member", "model_not_priced", "billing_deferred"},
 		"unavailable": append([]string{"capture_suspended", "epoch_changed", "start_refused"},
 			failureReasons...),
 		"fail_open": failureReasons,
@@ -113,7 +113,7 @@ var (
 	settleOutcomes       = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "abandoned", "overflow"}
 	costBases            = []string{"upstream_cost", "reported_usage", "estimate", "none", "unknown"}
 	extprocStreamResults = []string{"complete", "incomplete", "untracked"}
-	requestBodyResults   = []string{"estimated", "not_json", "include_usage_set", "not_buffered", "model_not_priced", "unbilled"}
+	requestBodyResults   = []string{"estimated", "not_json", "include_usage_set", "not_buffered", "model_not_priced", "billing_deferred", "unbilled"}
 	spoolDropReasons     = []string{"full", "error"}
 	invalidationKinds    = []string{"credential", "member", "api_key", "record"}
 	// gatewayOutcomes are gateway.Outcomes (a gateway test checks they agree).
@@ -257,7 +257,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		ExtProcRequestBodies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_extproc_request_bodies_total",
-			Help: "Request bodies of admitted requests read through ext_proc, by result: estimated (input tokens estimated from it), not_json (nothing estimated), include_usage_set (an OpenAI stream's body rewritten to ask for its usage), not_buffered (sent in pieces: neither estimated nor rewritten), model_not_priced (refused: the organization refuses models nobody priced), unbilled (an endpoint the provider does not charge, a token count or a moderation: nothing estimated, nothing charged). A rewritten body also counts as estimated.",
+			Help: "Request bodies of admitted requests read through ext_proc, by result: estimated (input tokens estimated from it), not_json (nothing estimated), include_usage_set (an OpenAI stream's body rewritten to ask for its usage), not_buffered (sent in pieces: neither estimated nor rewritten), model_not_priced (refused: the organization refuses models nobody priced), billing_deferred (refused: an endpoint billed later, out of the enforcer's sight, a batch or a background response), unbilled (an endpoint the provider does not charge, a token count or a moderation: nothing estimated, nothing charged). A rewritten body also counts as estimated.",
 		}, []string{"result"}),
 		InvalidationsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_invalidations_total",

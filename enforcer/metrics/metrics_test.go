@@ -28,7 +28,7 @@ func TestNewCreatesTheKnownSeries(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]int{
-		"tollgate_enforcer_decisions_total":           29, // every decision with each of its reasons
+		"tollgate_enforcer_decisions_total":           30, // every decision with each of its reasons
 		"tollgate_enforcer_check_duration_seconds":    5,  // one per decision
 		"tollgate_enforcer_settlements_total":         9,
 		"tollgate_enforcer_settled_cost_basis_total":  5,

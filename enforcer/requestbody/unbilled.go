@@ -1,6 +1,9 @@
 package requestbody
 
-import "strings"
+import (
+	"net/http"
+	"strings"
+)
 
 // unbilledPaths end the paths of the providers' endpoints that generate nothing and are
 // not charged, though their bodies look like a generation request's (a model, messages
@@ -9,13 +12,20 @@ import "strings"
 // POST /v1/moderations (free; its answer reports no usage).
 var unbilledPaths = []string{"/messages/count_tokens", "/responses/input_tokens", "/moderations"}
 
-// Unbilled reports whether a request to path is one the provider does not charge.
-// Without this rule its body's input estimate would be charged when the answer reports
-// no usage, as for a generation that broke off, and at the fallback price when its model
-// (a moderation model) is priced nowhere. Such a request is still admitted, and settled
-// at the provider's price of it (UnbilledCost). The path is the one the upstream gets,
-// unchanged: a request to it cannot generate.
-func Unbilled(path string) bool {
+// Unbilled reports whether a request is one the provider does not charge: any method
+// but POST (every provider's generation is a POST; a GET reads a stored object, such as
+// a stored response or chat completion, whose usage it shows again though it was
+// charged when it was generated, and DELETE removes one), or a POST to an endpoint that
+// generates nothing (unbilledPaths). Without this rule the usage a retrieval shows would
+// be charged a second time, and a token count's input estimate would be charged when its
+// answer reports no usage, at the fallback price when its model is priced nowhere. Such
+// a request is still admitted, and settled at the provider's price of it
+// (UnbilledCost). The path is the one the upstream gets, unchanged. An unknown method
+// ("", a proxy that did not say) counts as a POST: a request is never free by doubt.
+func Unbilled(method, path string) bool {
+	if !generates(method) {
+		return true
+	}
 	for _, p := range unbilledPaths {
 		if strings.HasSuffix(path, p) {
 			return true
@@ -23,6 +33,10 @@ func Unbilled(path string) bool {
 	}
 	return false
 }
+
+// generates tells whether a request of method may generate: a POST, or a method not
+// known ("").
+func generates(method string) bool { return method == http.MethodPost || method == "" }
 
 // UnbilledCost is the cost an unbilled request is settled at: the one the upstream
 // reported (its cost header), else 0, which is what the providers charge for it. A

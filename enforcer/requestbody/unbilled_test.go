@@ -1,12 +1,22 @@
 package requestbody_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 )
 
 func TestUnbilled(t *testing.T) {
+	// Only a POST generates: any other method reads or removes a stored object.
+	for _, m := range []string{"GET", "HEAD", "DELETE", "OPTIONS", "PUT", "PATCH"} {
+		if !requestbody.Unbilled(m, "/v1/responses/resp_123") || !requestbody.Unbilled(m, "/v1/chat/completions") {
+			t.Errorf("a %s is billed", m)
+		}
+	}
+	if requestbody.Unbilled("", "/v1/chat/completions") {
+		t.Error("a request of unknown method is not billed")
+	}
 	for path, want := range map[string]bool{
 		"/v1/messages/count_tokens":           true,
 		"/anthropic/v1/messages/count_tokens": true, // behind a route prefix
@@ -19,8 +29,51 @@ func TestUnbilled(t *testing.T) {
 		"/v1/messages/count_tokens/extra":     false,
 		"":                                    false,
 	} {
-		if got := requestbody.Unbilled(path); got != want {
+		if got := requestbody.Unbilled("POST", path); got != want {
 			t.Errorf("Unbilled(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func TestDeferred(t *testing.T) {
+	for _, c := range []struct {
+		method, path string
+		background   bool
+		want         string
+	}{
+		{"POST", "/v1/batches", false, requestbody.DeferredBatches},
+		{"POST", "/v1/messages/batches", false, requestbody.DeferredBatches},
+		{"POST", "/anthropic/v1/messages/batches", false, requestbody.DeferredBatches}, // behind a route prefix
+		{"POST", "/v1/threads/runs", false, requestbody.DeferredAssistants},
+		{"POST", "/v1/threads/thread_abc/runs", false, requestbody.DeferredAssistants},
+		{"POST", "/v1/threads/thread_abc/runs/run_1/submit_tool_outputs", false, requestbody.DeferredAssistants},
+		{"POST", "/v1/fine_tuning/jobs", false, requestbody.DeferredFineTuning},
+		{"POST", "/v1/realtime/sessions", false, requestbody.DeferredRealtime},
+		{"POST", "/v1/realtime/transcription_sessions", false, requestbody.DeferredRealtime},
+		{"POST", "/v1/realtime/client_secrets", false, requestbody.DeferredRealtime},
+		{"POST", "/v1/videos", false, requestbody.DeferredVideos},
+		{"POST", "/v1/videos/video_1/remix", false, requestbody.DeferredVideos},
+		{"POST", "/v1/responses", true, requestbody.DeferredBackground},
+		// Their answers carry their cost, or they cost nothing.
+		{"POST", "/v1/responses", false, ""},
+		{"POST", "/v1/chat/completions", true, ""},
+		{"POST", "/v1/messages", false, ""},
+		{"POST", "/v1/responses/resp_1/cancel", true, ""},
+		{"POST", "/v1/threads", false, ""}, // a thread is created, nothing runs
+		{"POST", "/v1/threads/thread_abc/messages", false, ""},
+		{"POST", "/v1/files", false, ""},
+		{"POST", "/v1/batches/batch_1/cancel", false, ""},
+		{"GET", "/v1/batches", false, ""},
+		{"GET", "/v1/responses", true, ""},
+		{"DELETE", "/v1/videos/video_1", false, ""},
+		{"POST", "", false, ""},
+		{"", "/v1/batches", false, requestbody.DeferredBatches}, // a method nobody told counts as a POST
+	} {
+		if got := requestbody.Deferred(c.method, c.path, c.background); got != c.want {
+			t.Errorf("Deferred(%s %q, background %v) = %q, want %q", c.method, c.path, c.background, got, c.want)
+		}
+		if c.want != "" && !slices.Contains(requestbody.DeferredEndpoints, c.want) {
+			t.Errorf("%q is not listed in DeferredEndpoints", c.want)
 		}
 	}
 }

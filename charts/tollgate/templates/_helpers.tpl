@@ -246,6 +246,8 @@ env:
     value: {{ default (printf "%s.%s.svc:%v" (include "tollgate.controlplane.fullname" $root) $root.Release.Namespace $root.Values.controlplane.ports.grpc) $e.controlplaneAddress | quote }}
   - name: TOLLGATE_FAILURE_MODE
     value: {{ $e.failureMode | quote }}
+  - name: TOLLGATE_DEFERRED_BILLING
+    value: {{ $e.deferredBilling | quote }}
   - name: TOLLGATE_REDIS_CHECK_TIMEOUT
     value: {{ $e.redisCheckTimeout | quote }}
   {{- with include "tollgate.goRuntimeEnv" $e.goRuntime | trim }}{{ . | nindent 2 }}{{ end }}

@@ -1,0 +1,48 @@
+package requestbody
+
+import "strings"
+
+// Endpoints whose cost is billed later, out of a front door's sight (Deferred).
+const (
+	DeferredBatches    = "batches"              // OpenAI POST /v1/batches, Anthropic POST /v1/messages/batches
+	DeferredAssistants = "assistants_runs"      // OpenAI POST /v1/threads/runs, /v1/threads/{id}/runs, .../submit_tool_outputs
+	DeferredFineTuning = "fine_tuning"          // OpenAI POST /v1/fine_tuning/jobs
+	DeferredRealtime   = "realtime_sessions"    // OpenAI POST /v1/realtime/sessions, /transcription_sessions, /client_secrets
+	DeferredVideos     = "videos"               // OpenAI POST /v1/videos, /v1/videos/{id}/remix
+	DeferredBackground = "background_responses" // OpenAI POST /v1/responses with "background": true
+)
+
+// DeferredEndpoints lists every name Deferred returns (metrics and docs).
+var DeferredEndpoints = []string{DeferredBatches, DeferredAssistants, DeferredFineTuning, DeferredRealtime, DeferredVideos, DeferredBackground}
+
+// Deferred names the kind of a request whose cost its own answer does not carry: the
+// provider does the work later and bills it then (a batch, an Assistants run, a
+// fine-tuning job, a video, a Responses call run in the background), or the request
+// mints a short-lived key with which the client then talks to the provider directly
+// (a Realtime session). A front door that charges what the answer reports would let
+// such requests through at no cost, and the member's limit would not hold; the enforcer
+// refuses them unless an operator allows them (docs/enforcer.md, "Deferred billing").
+// "" for any other request. background is the body's top-level "background": true
+// (estimate.Request.Background). The path is the one the upstream gets, after any
+// route prefix: only its end is compared. An unknown method ("") counts as a POST.
+func Deferred(method, path string, background bool) string {
+	if !generates(method) {
+		return ""
+	}
+	switch {
+	case strings.HasSuffix(path, "/batches"):
+		return DeferredBatches
+	case strings.Contains(path, "/threads/") && (strings.HasSuffix(path, "/runs") || strings.HasSuffix(path, "/submit_tool_outputs")):
+		return DeferredAssistants
+	case strings.HasSuffix(path, "/fine_tuning/jobs"):
+		return DeferredFineTuning
+	case strings.HasSuffix(path, "/realtime/sessions"), strings.HasSuffix(path, "/realtime/transcription_sessions"),
+		strings.HasSuffix(path, "/realtime/client_secrets"):
+		return DeferredRealtime
+	case strings.HasSuffix(path, "/videos"), strings.Contains(path, "/videos/") && strings.HasSuffix(path, "/remix"):
+		return DeferredVideos
+	case background && strings.HasSuffix(path, "/responses"):
+		return DeferredBackground
+	}
+	return ""
+}
