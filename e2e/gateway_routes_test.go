@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -333,6 +334,31 @@ func TestDeferredBillingThroughTheGateway(t *testing.T) {
 	}
 	// Four settlements (two refusals, the retrieval, the call); only the call costs.
 	s.waitUsed(t, o, 4, want)
+}
+
+// TestAudioTranscriptionThroughTheGateway: the official OpenAI SDK uploads 1 MiB of audio
+// (multipart/form-data) to transcribe; the gateway streams it to the provider unread,
+// byte for byte, and charges the usage the answer reports at the catalog's price of the
+// transcription model (its own entry, at the audio-token input price: the gpt-4o family
+// would price it at text tokens').
+func TestAudioTranscriptionThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o, _ := gatewayWithFixedUsage(t)
+	r := runSDK(t, dir, "openai.mjs", "transcribe", s.gateway, o.key, "gpt-4o-transcribe")
+	if !r.OK || r.Text != fakellm.Text || !strings.Contains(string(r.Usage), `"input_tokens":100000`) {
+		t.Fatalf("the transcription failed or lost its usage: %+v", r)
+	}
+	calls := fake.Calls()
+	if len(calls) != 1 || calls[0].API != fakellm.OpenAITranscription || calls[0].Model != "gpt-4o-transcribe" ||
+		string(calls[0].Body) != strconv.Itoa(1<<20) {
+		t.Fatalf("the provider got %+v, want one transcription of 1 MiB", calls)
+	}
+	const want = 100_000*6 + 10_000*10 // micro-USD: audio input at 6 USD per million tokens, output at 10
+	rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+	if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" || rec["price_source"] != "catalog" {
+		t.Fatalf("receipt %s, want %d at the catalog's price", rec, want)
+	}
 }
 
 // gatewayWithFixedUsage is a stack whose gateway fronts a fakellm answering every call

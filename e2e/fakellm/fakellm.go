@@ -21,6 +21,11 @@
 //     floats or, when the request's encoding_format is "base64" (what the official SDK
 //     asks), as base64 of little-endian float32s, with the usage at the end (prompt_tokens
 //     and total_tokens, no completion tokens): a long body before the only usage.
+//   - OpenAI's audio transcription (POST /v1/audio/transcriptions) takes a
+//     multipart/form-data upload (a file and its model) and answers {"text": ...} with
+//     the token usage of the gpt-4o transcribe models (input_tokens, of them
+//     input_token_details.audio_tokens, output_tokens). Call.Body is then the upload's
+//     size in decimal, not its bytes.
 //   - A stored response is retrieved (GET /v1/responses/{id}) as the completed
 //     response object with its usage, as OpenAI shows it again (free: it was charged
 //     when it was generated).
@@ -71,6 +76,7 @@ const (
 	OpenAIResponses      = "openai.responses"
 	OpenAIEmbeddings     = "openai.embeddings"
 	OpenAIRetrieve       = "openai.responses.retrieve"
+	OpenAITranscription  = "openai.audio.transcriptions"
 	AnthropicMessages    = "anthropic.messages"
 	AnthropicCountTokens = "anthropic.messages.count_tokens"
 )
@@ -127,6 +133,10 @@ type request struct {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/audio/transcriptions" {
+		s.transcribe(w, r)
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -345,6 +355,32 @@ func openAIStream(ew *eventWriter, id, model string, u Usage, includeUsage bool)
 			id, model, openAIUsage(u)))
 	}
 	ew.write("data: [DONE]\n\n")
+}
+
+// transcribe answers a transcription: the upload's model, the text, the usage.
+func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
+	c := Call{API: OpenAITranscription, Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()}
+	if err := r.ParseMultipartForm(1 << 20); err != nil {
+		writeError(w, http.StatusBadRequest, c.API, "the body must be multipart/form-data: "+err.Error())
+		return
+	}
+	f, _, err := r.FormFile("file")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, c.API, "no file")
+		return
+	}
+	n, _ := io.Copy(io.Discard, f)
+	c.Body, c.Model = []byte(strconv.FormatInt(n, 10)), r.FormValue("model")
+	if s.Usage != nil {
+		c.Usage = s.Usage(c)
+	}
+	s.mu.Lock()
+	s.seq++
+	s.calls = append(s.calls, c)
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"text":%q,"usage":{"type":"tokens","input_tokens":%d,"input_token_details":{"text_tokens":0,"audio_tokens":%d},"output_tokens":%d,"total_tokens":%d}}`,
+		Text, c.Usage.InputTokens, c.Usage.InputTokens, c.Usage.OutputTokens, c.Usage.InputTokens+c.Usage.OutputTokens)
 }
 
 // inputCount is how many inputs an embeddings request has: the length of an array of

@@ -2,11 +2,11 @@
 // Responses API call; with "embeddings", one embeddings call, whose vectors the SDK asks
 // as base64 and decodes; with "batch" and "background", a batch or a background
 // response, which a Tollgate gateway refuses; with "retrieve", a stored response read
-// again) through the official OpenAI SDK, with its defaults (two retries,
+// again; with "transcribe", an audio upload to transcribe) through the official OpenAI SDK, with its defaults (two retries,
 // its own backoff, whatever headers it sends). The key is a Tollgate key, sent as
 // Authorization: Bearer. The stream is asked for WITHOUT stream_options: a client that
 // does not ask for usage must be settled all the same. See report.mjs for the settings.
-import OpenAI from 'openai';
+import OpenAI, { toFile } from 'openai';
 import { run, settings } from './report.mjs';
 
 const s = settings();
@@ -15,6 +15,12 @@ const messages = [{ role: 'user', content: 'How are tolls paid?' }];
 
 await run('openai', s.scenario, async () => {
   if (s.scenario === 'count') throw new Error('"count" is an Anthropic scenario');
+  if (s.scenario === 'transcribe') {
+    // A 1 MiB upload (multipart/form-data), which the gateway streams unread.
+    const audio = await toFile(Buffer.alloc(1 << 20, 7), 'toll.wav', { type: 'audio/wav' });
+    const res = await client.audio.transcriptions.create({ file: audio, model: s.model });
+    return { text: res.text, model: null, usage: res.usage ?? null, chunks: 1 };
+  }
   if (s.scenario === 'batch') {
     // Billed later, out of the gateway's sight: refused (403), never retried.
     const b = await client.batches.create({ input_file_id: 'file-abc123', endpoint: '/v1/chat/completions', completion_window: '24h' });

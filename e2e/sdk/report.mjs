@@ -5,7 +5,7 @@
 // buffered answer), "stream", "count" (Anthropic's token counting, which generates
 // nothing), "responses" / "responses-stream" (OpenAI's Responses API), "embeddings"
 // (OpenAI's embeddings), "batch" and "background" (a batch, a background response) or
-// "retrieve" (a stored response read again). The SDK client is built with its defaults: retries,
+// "retrieve" (a stored response read again) or "transcribe" (an audio upload). The SDK client is built with its defaults: retries,
 // timeout, headers, fetch.
 //
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
@@ -15,7 +15,7 @@ import { readFileSync } from 'node:fs';
 
 export function settings() {
   const scenario = process.argv[2];
-  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'embeddings', 'batch', 'background', 'retrieve'];
+  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe'];
   if (!scenarios.includes(scenario)) {
     throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);
   }

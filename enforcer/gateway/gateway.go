@@ -12,7 +12,8 @@
 // request is settled through the in-flight tracker with what was seen, estimated where
 // the upstream reported nothing (inflight.Tracker.Finish).
 //
-// Bounds: a request body cap (413), an upstream connect timeout and a response-header
+// Bounds: a request body cap (413; an upload, a file or audio, streams to the upstream
+// unread and uncapped: isUpload), an upstream connect timeout and a response-header
 // timeout (504), an idle timeout between two chunks (the stream is cut and settled as
 // incomplete), and a bound on concurrent proxied requests (503 service_gateway_busy,
 // before the gate, so nothing is admitted). An upstream that answers nothing (refused
@@ -291,8 +292,13 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	gw := p.gw
 	// The body is read before the check: the in-flight guard reserves the request's
 	// worst case, which its model and output cap tell (package worstcase). A body over
-	// the cap is refused before anything is admitted.
-	body, err := readBody(http.MaxBytesReader(unwrapped(w), r.Body, gw.cfg.MaxBodyBytes), r.ContentLength, gw.cfg.MaxBodyBytes)
+	// the cap is refused before anything is admitted. An upload is not read here: it
+	// streams to the upstream once admitted (isUpload).
+	var body []byte
+	var err error
+	if p.upload = isUpload(r.Header.Get("Content-Type")); !p.upload {
+		body, err = readBody(http.MaxBytesReader(unwrapped(w), r.Body, gw.cfg.MaxBodyBytes), r.ContentLength, gw.cfg.MaxBodyBytes)
+	}
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -326,6 +332,23 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	p.id, p.state, p.body, p.est = a.RequestID, a.UsageState, body, hint.Body
 	return true
+}
+
+// isUpload tells whether a request's body is an upload (a file, audio to transcribe, an
+// image to edit: multipart/form-data, application/octet-stream, audio, image or video):
+// nothing in it is read to estimate, and it may be far larger than any JSON request
+// (OpenAI takes 25 MB of audio, 512 MB files). Such a body is not buffered, nor held to
+// the body cap: it streams to the upstream as it comes, and the provider's own limits
+// apply. Every other body is read whole first (its estimate is the check's hint).
+func isUpload(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	switch {
+	case strings.HasPrefix(mt, "multipart/"), mt == "application/octet-stream",
+		strings.HasPrefix(mt, "audio/"), strings.HasPrefix(mt, "image/"), strings.HasPrefix(mt, "video/"):
+		return true
+	}
+	return false
 }
 
 // serverTiming is the Server-Timing value (W3C Server Timing) of a checked request: the
@@ -393,6 +416,10 @@ type proxied struct {
 	// unbilled: the provider does not charge the path (a token count, a moderation:
 	// requestbody.Unbilled); nothing is estimated for it.
 	unbilled bool
+	// upload: the request body is an upload, streamed to the upstream unread (isUpload);
+	// form reads a multipart upload's model on the side (sniffForm), when it is one.
+	upload bool
+	form   *formSniffer
 
 	// From the upstream's answer on: the response being relayed, the cancellation of
 	// the upstream request, the idle timer, the usage extractor and the read buffers
@@ -550,7 +577,13 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 	if err != nil {
 		return nil, err
 	}
-	if len(body) > 0 {
+	switch {
+	case p.upload && r.ContentLength != 0:
+		out.Body, out.ContentLength = r.Body, r.ContentLength // -1: sent chunked, as it came
+		if p.form = sniffForm(r.Header.Get("Content-Type"), r.Body); p.form != nil {
+			out.Body = p.form
+		}
+	case len(body) > 0:
 		out.Body, out.ContentLength = &releasingReader{b: body}, int64(len(body))
 	}
 	copyHeaders(out.Header, r.Header)
@@ -659,9 +692,14 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 	}
 }
 
-// finish settles the relayed response with what the extractor saw.
+// finish settles the relayed response with what the extractor saw. An upload's answer
+// does not name its model: the form's does (formSniffer).
 func (p *proxied) finish(ended bool) {
-	p.settle(inflight.FromResponse(p.ext.Finish(ended), ended, int32(p.resp.StatusCode), p.unbilled))
+	u := inflight.FromResponse(p.ext.Finish(ended), ended, int32(p.resp.StatusCode), p.unbilled)
+	if u.Model == "" && p.form != nil {
+		u.Model = p.form.Model()
+	}
+	p.settle(u)
 }
 
 // hopByHop are the headers of one connection, never forwarded (RFC 9110 7.6.1).

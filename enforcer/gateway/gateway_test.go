@@ -2,10 +2,12 @@ package gateway_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -295,6 +297,102 @@ func TestBodyCap(t *testing.T) {
 	}
 	if u := e.tracker.settled(t); u.UpstreamStatus != 200 {
 		t.Fatalf("settled %+v", u)
+	}
+}
+
+// An upload (multipart, octet-stream, audio...) streams to the upstream unread: larger
+// than the body cap, byte for byte, chunked when it came chunked; the check gets no
+// hint from it. Admission still comes first: a refused upload never reaches the
+// upstream.
+func TestUploadsStreamPastTheBodyCap(t *testing.T) {
+	var got []byte
+	var gotLength int64
+	var gotType string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		gotLength, gotType = r.ContentLength, r.Header.Get("Content-Type")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"text":"hello","usage":{"type":"tokens","input_tokens":14,"output_tokens":45,"total_tokens":59}}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{MaxBodyBytes: 1 << 10})
+	upload := bytes.Repeat([]byte("RIFF\x00wave"), 100_000) // ~1 MB of "audio", past the 1 KiB cap
+	for _, tc := range []struct {
+		name, contentType string
+		length            int64
+	}{
+		{"multipart, announced length", "multipart/form-data; boundary=xyz", int64(len(upload))},
+		{"audio, chunked", "audio/wav", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got = nil
+			var body io.Reader = bytes.NewReader(upload)
+			if tc.length < 0 {
+				body = io.MultiReader(body) // no length known: the client sends it chunked
+			}
+			req, _ := http.NewRequest("POST", e.front.URL+"/v1/audio/transcriptions", body)
+			req.Header.Set("Content-Type", tc.contentType)
+			req.Header.Set("Authorization", "Bearer tgk_good")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || !bytes.Equal(got, upload) || gotLength != tc.length || gotType != tc.contentType {
+				t.Fatalf("%d; the upstream got %d bytes (length %d, %q), want %d (length %d)", res.StatusCode, len(got), gotLength, gotType,
+					len(upload), tc.length)
+			}
+			if u := e.tracker.settled(t); u.InputTokens != 14 || u.OutputTokens != 45 {
+				t.Fatalf("settled %+v", u)
+			}
+			e.tracker.mu.Lock()
+			e.tracker.finished = nil
+			e.tracker.mu.Unlock()
+		})
+	}
+	e.gate.mu.Lock()
+	for _, h := range e.gate.hints {
+		if h.Body != nil {
+			t.Errorf("an upload gave the check a hint: %+v", h.Body)
+		}
+	}
+	e.gate.mu.Unlock()
+
+	// The answer names no model: the settlement takes the form's, read on the side.
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	fw, _ := mw.CreateFormFile("file", "toll.wav")
+	fw.Write(upload)
+	mw.WriteField("model", "gpt-4o-transcribe")
+	mw.Close()
+	req, _ := http.NewRequest("POST", e.front.URL+"/v1/audio/transcriptions", &form)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("Authorization", "Bearer tgk_good")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if u := e.tracker.settled(t); res.StatusCode != 200 || u.Model != "gpt-4o-transcribe" || u.InputTokens != 14 {
+		t.Fatalf("%d, settled %+v, want the form's model", res.StatusCode, u)
+	}
+	e.tracker.mu.Lock()
+	e.tracker.finished = nil
+	e.tracker.mu.Unlock()
+
+	got = nil
+	req, _ = http.NewRequest("POST", e.front.URL+"/v1/files", bytes.NewReader(upload))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Authorization", "Bearer tgk_blocked")
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 429 || got != nil {
+		t.Fatalf("a refused upload: %d, the upstream got %d bytes", res.StatusCode, len(got))
 	}
 }
 

@@ -124,7 +124,8 @@ func TestOfShippedCatalog(t *testing.T) {
 // cost within the bound, or unknown with none; never a panic.
 func FuzzOf(f *testing.F) {
 	for _, s := range []string{`{"model":"gpt-4o","max_tokens":5}`, `{"model":"claude-3-haiku"}`, `{"model":"x","max_tokens":1e30}`,
-		`{"model":"o1-pro","max_completion_tokens":99999999,"messages":["` + strings.Repeat("z", 100) + `"]}`} {
+		`{"model":"o1-pro","max_completion_tokens":99999999,"messages":["` + strings.Repeat("z", 100) + `"]}`,
+		`{"model":"text-embedding-3-small","input":["a","b"]}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -133,8 +134,10 @@ func FuzzOf(f *testing.F) {
 			return
 		}
 		c := Of(pricecatalog.Default(), r, []string{"gpt-4o"})
-		// Every shipped price is positive: a known worst case costs something.
-		if c.Known() != (c.MicroUSD > 0) || c.Known() != (c.OutputTokens > 0) {
+		// Every shipped price is positive: a known worst case costs something, and
+		// counts output tokens unless its model is an embedding model.
+		e, _ := pricecatalog.Lookup(c.Model)
+		if c.Known() != (c.MicroUSD > 0) || c.Known() != (c.OutputTokens > 0 || e.Kind == pricecatalog.Embedding) {
 			t.Fatalf("%+v", c)
 		}
 		if c.MicroUSD < 0 || c.MicroUSD > money.MaxAllowanceMicroUSD {

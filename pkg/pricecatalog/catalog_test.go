@@ -188,6 +188,12 @@ func TestLookup(t *testing.T) {
 		{"legacy family", "gpt-3.5-turbo-0125", "gpt-3.5-turbo"},
 		{"-latest entry itself", "chatgpt-4o-latest", "chatgpt-4o-latest"},
 		{"a family boundary is a '-': gpt-4.5 is not gpt-4", "gpt-4.5-preview-2025-02-27", "gpt-4.5-preview"},
+		// Audio variants have their own entries: the text families would price them low.
+		{"transcription, not gpt-4o", "gpt-4o-transcribe", "gpt-4o-transcribe"},
+		{"mini transcription, not gpt-4o-mini", "gpt-4o-mini-transcribe", "gpt-4o-mini-transcribe"},
+		{"speech, not gpt-4o-mini", "gpt-4o-mini-tts", "gpt-4o-mini-tts"},
+		{"audio preview, dated", "gpt-4o-audio-preview-2024-12-17", "gpt-4o-audio-preview"},
+		{"mini audio preview, dated", "gpt-4o-mini-audio-preview-2024-12-17", "gpt-4o-mini-audio-preview"},
 		{"no '-' boundary: not found", "gpt-5.2", ""},
 		{"unknown", "llama-3.1-70b", ""},
 		{"empty", "", ""},
@@ -208,6 +214,19 @@ func TestLookup(t *testing.T) {
 }
 
 // Hostile names: huge, all separators, all prefixes. Matching stays bounded.
+// An audio variant is never priced below its text family in any class: its usage counts
+// audio tokens, dearer than text, with the text.
+func TestAudioVariantsAreNotCheaperThanTheirFamily(t *testing.T) {
+	for variant, family := range map[string]string{"gpt-4o-transcribe": "gpt-4o", "gpt-4o-mini-transcribe": "gpt-4o-mini",
+		"gpt-4o-mini-tts": "gpt-4o-mini", "gpt-4o-audio-preview": "gpt-4o", "gpt-4o-mini-audio-preview": "gpt-4o-mini"} {
+		v, _ := Lookup(variant)
+		f, _ := Lookup(family)
+		if v.Model != variant || f.Model != family || v.InputPerMillion < f.InputPerMillion || v.OutputPerMillion < f.OutputPerMillion {
+			t.Errorf("%s (%+v) is priced below %s (%+v)", variant, v.Price, family, f.Price)
+		}
+	}
+}
+
 func TestStepsAreBounded(t *testing.T) {
 	for _, name := range []string{
 		strings.Repeat("a-", 1<<20),

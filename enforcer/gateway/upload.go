@@ -1,0 +1,109 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+)
+
+// An upload's model (a transcription's, an image edit's) is a field of its multipart
+// form, often after the file: it is known only once the body has passed. The gateway
+// streams an upload unread (isUpload), so a formSniffer reads the form's structure on
+// the side, as the upstream will: the body's bytes are copied, as the transport reads
+// them, into a pipe that a goroutine parses with mime/multipart, skipping every part
+// but the model. The model is then recorded for the settlement, which prices the usage
+// the answer reports at it (answers of these endpoints do not name their model; without
+// it the usage is priced at the fallback price, the catalog's highest).
+//
+// The side copy never slows or fails the upload: once the model is found, or the form
+// turns out malformed, the parser stops and the copy with it, and a failed copy is
+// dropped. It costs one goroutine and no buffer of the body's size.
+
+// maxSniffedModel bounds the model name read from a form.
+const maxSniffedModel = 256
+
+// sniffTimeout bounds the wait for the parser once the response has ended (the upstream
+// read the whole body before answering, so the parser has had all of it).
+const sniffTimeout = time.Second
+
+type formSniffer struct {
+	body  io.ReadCloser
+	pw    *io.PipeWriter
+	off   atomic.Bool
+	model chan string // one value: the model, or "" when none was found
+}
+
+// sniffForm wraps an upload's body when its content type is a multipart form with a
+// boundary; else it returns nil and the body goes as it is.
+func sniffForm(contentType string, body io.ReadCloser) *formSniffer {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil || !strings.HasPrefix(mt, "multipart/") || params["boundary"] == "" {
+		return nil
+	}
+	pr, pw := io.Pipe()
+	s := &formSniffer{body: body, pw: pw, model: make(chan string, 1)}
+	go s.parse(multipart.NewReader(pr, params["boundary"]), pr)
+	return s
+}
+
+// Read passes the body on, and a copy of it to the parser until the parser stops.
+func (s *formSniffer) Read(p []byte) (int, error) {
+	n, err := s.body.Read(p)
+	if n > 0 && !s.off.Load() {
+		if _, werr := s.pw.Write(p[:n]); werr != nil {
+			s.off.Store(true) // the parser stopped: no more copies
+		}
+	}
+	if err != nil {
+		_ = s.pw.CloseWithError(err) // io.EOF: the parser sees the end of the form
+	}
+	return n, err
+}
+
+// Close closes the body and ends the parser's input.
+func (s *formSniffer) Close() error {
+	_ = s.pw.CloseWithError(errors.New("gateway: upload closed"))
+	return s.body.Close()
+}
+
+var errSniffed = errors.New("gateway: form read")
+
+func (s *formSniffer) parse(mr *multipart.Reader, pr *io.PipeReader) {
+	model := ""
+	defer func() {
+		s.model <- model
+		_ = pr.CloseWithError(errSniffed) // the copy stops (Read's write fails)
+	}()
+	for {
+		part, err := mr.NextPart()
+		if err != nil {
+			return
+		}
+		if part.FormName() == "model" {
+			b, _ := io.ReadAll(io.LimitReader(part, maxSniffedModel))
+			model = requestbody.CleanModel(strings.TrimSpace(string(b)))
+			return
+		}
+		if _, err := io.Copy(io.Discard, part); err != nil {
+			return
+		}
+	}
+}
+
+// Model is the form's model once the body has passed: "" when it had none or the form
+// was malformed, or when the parser did not finish within sniffTimeout.
+func (s *formSniffer) Model() string {
+	select {
+	case m := <-s.model:
+		s.model <- m // for a second caller
+		return m
+	case <-time.After(sniffTimeout):
+		return ""
+	}
+}
