@@ -94,6 +94,13 @@ func (f *fakeTracker) Finish(id string, u inflight.Usage, _ func(settleq.Result)
 	return nil
 }
 
+// reset forgets the settlements seen so far.
+func (f *fakeTracker) reset() {
+	f.mu.Lock()
+	f.finished = nil
+	f.mu.Unlock()
+}
+
 // settled waits for the one settlement of a request.
 func (f *fakeTracker) settled(t *testing.T) inflight.Usage {
 	t.Helper()
@@ -330,15 +337,7 @@ func TestUploadsStreamPastTheBodyCap(t *testing.T) {
 			if tc.length < 0 {
 				body = io.MultiReader(body) // no length known: the client sends it chunked
 			}
-			req, _ := http.NewRequest("POST", e.front.URL+"/v1/audio/transcriptions", body)
-			req.Header.Set("Content-Type", tc.contentType)
-			req.Header.Set("Authorization", "Bearer tgk_good")
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.Copy(io.Discard, res.Body)
-			res.Body.Close()
+			res := sendUpload(t, e.front.URL+"/v1/audio/transcriptions", "tgk_good", tc.contentType, body)
 			if res.StatusCode != 200 || !bytes.Equal(got, upload) || gotLength != tc.length || gotType != tc.contentType {
 				t.Fatalf("%d; the upstream got %d bytes (length %d, %q), want %d (length %d)", res.StatusCode, len(got), gotLength, gotType,
 					len(upload), tc.length)
@@ -346,9 +345,7 @@ func TestUploadsStreamPastTheBodyCap(t *testing.T) {
 			if u := e.tracker.settled(t); u.InputTokens != 14 || u.OutputTokens != 45 {
 				t.Fatalf("settled %+v", u)
 			}
-			e.tracker.mu.Lock()
-			e.tracker.finished = nil
-			e.tracker.mu.Unlock()
+			e.tracker.reset()
 		})
 	}
 	e.gate.mu.Lock()
@@ -366,34 +363,31 @@ func TestUploadsStreamPastTheBodyCap(t *testing.T) {
 	fw.Write(upload)
 	mw.WriteField("model", "gpt-4o-transcribe")
 	mw.Close()
-	req, _ := http.NewRequest("POST", e.front.URL+"/v1/audio/transcriptions", &form)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	req.Header.Set("Authorization", "Bearer tgk_good")
+	res := sendUpload(t, e.front.URL+"/v1/audio/transcriptions", "tgk_good", mw.FormDataContentType(), &form)
+	if u := e.tracker.settled(t); res.StatusCode != 200 || u.Model != "gpt-4o-transcribe" || u.InputTokens != 14 {
+		t.Fatalf("%d, settled %+v, want the form's model", res.StatusCode, u)
+	}
+
+	got = nil
+	res = sendUpload(t, e.front.URL+"/v1/files", "tgk_blocked", "application/octet-stream", bytes.NewReader(upload))
+	if res.StatusCode != 429 || got != nil {
+		t.Fatalf("a refused upload: %d, the upstream got %d bytes", res.StatusCode, len(got))
+	}
+}
+
+// sendUpload posts body as contentType with key and reads the answer to its end.
+func sendUpload(t *testing.T, url, key, contentType string, body io.Reader) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, body)
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("Authorization", "Bearer "+key)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
-	if u := e.tracker.settled(t); res.StatusCode != 200 || u.Model != "gpt-4o-transcribe" || u.InputTokens != 14 {
-		t.Fatalf("%d, settled %+v, want the form's model", res.StatusCode, u)
-	}
-	e.tracker.mu.Lock()
-	e.tracker.finished = nil
-	e.tracker.mu.Unlock()
-
-	got = nil
-	req, _ = http.NewRequest("POST", e.front.URL+"/v1/files", bytes.NewReader(upload))
-	req.Header.Set("Content-Type", "application/octet-stream")
-	req.Header.Set("Authorization", "Bearer tgk_blocked")
-	res, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != 429 || got != nil {
-		t.Fatalf("a refused upload: %d, the upstream got %d bytes", res.StatusCode, len(got))
-	}
+	return res
 }
 
 // The body is read before the check, which gets its estimate (model, input tokens,

@@ -21,7 +21,10 @@ import (
 // the answer reports at it (answers of these endpoints do not name their model; without
 // it the usage is priced at the fallback price, the catalog's highest).
 //
-// The side copy never slows or fails the upload: once the model is found, or the form
+// The whole form is read, the file skipped: a form that names its model twice, two ways,
+// has no model here (the usage is then priced at the fallback price), since which one
+// the upstream obeys is not known and the cheaper one must not be guessed. The side copy
+// never slows or fails the upload beyond the parser's pace: once the form ends, or
 // turns out malformed, the parser stops and the copy with it, and a failed copy is
 // dropped. It costs one goroutine and no buffer of the body's size.
 
@@ -75,22 +78,31 @@ func (s *formSniffer) Close() error {
 var errSniffed = errors.New("gateway: form read")
 
 func (s *formSniffer) parse(mr *multipart.Reader, pr *io.PipeReader) {
-	model := ""
+	model, named, ambiguous := "", false, false
 	defer func() {
+		if ambiguous {
+			model = ""
+		}
 		s.model <- model
 		_ = pr.CloseWithError(errSniffed) // the copy stops (Read's write fails)
 	}()
 	for {
 		part, err := mr.NextPart()
+		if err == io.EOF {
+			return
+		}
 		if err != nil {
+			ambiguous = true // a malformed form: the upstream will not read it as here
 			return
 		}
 		if part.FormName() == "model" {
 			b, _ := io.ReadAll(io.LimitReader(part, maxSniffedModel))
-			model = requestbody.CleanModel(strings.TrimSpace(string(b)))
-			return
+			m := requestbody.CleanModel(strings.TrimSpace(string(b)))
+			ambiguous = ambiguous || (named && m != model) // named twice, two ways
+			model, named = m, true
 		}
 		if _, err := io.Copy(io.Discard, part); err != nil {
+			ambiguous = true
 			return
 		}
 	}

@@ -46,6 +46,8 @@ func TestFormSnifferFindsTheModel(t *testing.T) {
 		{"model before the file", []string{"model", "gpt-4o-mini-transcribe", "file", ""}, "gpt-4o-mini-transcribe"},
 		{"among other fields", []string{"language", "fr", "file", "", "response_format", "json", "model", " whisper-1 "}, "whisper-1"},
 		{"no model", []string{"file", ""}, ""},
+		{"the same model twice", []string{"model", "gpt-4o-transcribe", "file", "", "model", "gpt-4o-transcribe"}, "gpt-4o-transcribe"},
+		{"two models: neither, not the cheaper", []string{"model", "gpt-4o-mini-transcribe", "file", "", "model", "gpt-4o-transcribe"}, ""},
 		{"a model name with a control character", []string{"model", "gpt\x01x", "file", ""}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
