@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // TestBothSDKsThroughOneGatewayByRoute: one gateway in front of two providers, as
@@ -360,6 +361,68 @@ func TestAudioTranscriptionThroughTheGateway(t *testing.T) {
 		t.Fatalf("receipt %s, want %d at the catalog's price", rec, want)
 	}
 }
+
+// TestGeminiThroughTheGateway: Google's official Gen AI SDK (@google/genai), its key in
+// x-goog-api-key, calls Gemini's own API through a gateway whose route sends Google's
+// key the same way. The member's key never reaches the provider; each call is charged
+// exactly at the catalog's price of the model the path names (its output counting the
+// thinking tokens); a token count is free.
+func TestGeminiThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
+		return fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000}
+	}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: x-goog-api-key\n    credentialEnv: GOOGLE_KEY\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "GOOGLE_KEY": "AIza-provider-key"})
+	o := s.setUpOrg(t)
+	const gemini = "gemini-2.5-flash"
+	e, ok := pricecatalog.Lookup(gemini)
+	if !ok {
+		t.Fatal("gemini-2.5-flash is not in the catalog")
+	}
+	want := ceilDiv(80_000*e.InputPerMillion+20_000*e.CachedInputPerMillion+10_000*e.OutputPerMillion, 1_000_000)
+
+	n := 0
+	for _, scenario := range []string{"json", "stream", "count"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "gemini.mjs", scenario, s.gateway, o.key, gemini)
+			if !r.OK || r.Status != 200 {
+				t.Fatalf("the call failed: %+v", r)
+			}
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 || calls[0].Model != gemini || calls[0].Header.Get("X-Goog-Api-Key") != "AIza-provider-key" ||
+				strings.Contains(fmt.Sprint(calls[0].Header), o.key) {
+				t.Fatalf("the provider got %+v", calls)
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			n++
+			if scenario == "count" {
+				if rec.cost() != 0 || rec["complete"] != true {
+					t.Fatalf("a token count's receipt %s, want a known 0", rec)
+				}
+				return
+			}
+			if r.Text != fakellm.Text || !strings.Contains(string(r.Usage), `"thoughtsTokenCount":2500`) {
+				t.Fatalf("text or usage lost: %+v", r)
+			}
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" || rec["model"] != gemini ||
+				rec["output_tokens"] != 10_000.0 {
+				t.Fatalf("receipt %s, want %d for 10,000 output tokens (thinking included)", rec, want)
+			}
+		})
+	}
+	s.waitUsed(t, o, n, 2*want)
+}
+
+// ceilDiv is a / b rounded up, for non-negative a and positive b.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // gatewayWithFixedUsage is a stack whose gateway fronts a fakellm answering every call
 // with 100,000 input (20,000 cached) and 10,000 output tokens, an organization on it,

@@ -26,6 +26,13 @@
 //     the token usage of the gpt-4o transcribe models (input_tokens, of them
 //     input_token_details.audio_tokens, output_tokens). Call.Body is then the upload's
 //     size in decimal, not its bytes.
+//   - Google's Gemini API: POST /v1beta/models/{model}:generateContent answers the
+//     candidates and usageMetadata (promptTokenCount, candidatesTokenCount and
+//     thoughtsTokenCount, a quarter of the output tokens being thinking,
+//     cachedContentTokenCount; a count of 0 left out, as Gemini does) with the
+//     modelVersion; :streamGenerateContent?alt=sse streams one chunk per word, each with
+//     the usage so far, the last with finishReason STOP; :countTokens answers
+//     {"totalTokens": N}, free.
 //   - A stored response is retrieved (GET /v1/responses/{id}) as the completed
 //     response object with its usage, as OpenAI shows it again (free: it was charged
 //     when it was generated).
@@ -77,6 +84,9 @@ const (
 	OpenAIEmbeddings     = "openai.embeddings"
 	OpenAIRetrieve       = "openai.responses.retrieve"
 	OpenAITranscription  = "openai.audio.transcriptions"
+	GeminiGenerate       = "gemini.generateContent"
+	GeminiStream         = "gemini.streamGenerateContent"
+	GeminiCountTokens    = "gemini.countTokens"
 	AnthropicMessages    = "anthropic.messages"
 	AnthropicCountTokens = "anthropic.messages.count_tokens"
 )
@@ -156,11 +166,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.API = OpenAIEmbeddings
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/resp_"):
 		c.API = OpenAIRetrieve
+	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1beta/models/"):
+		switch _, method, _ := strings.Cut(r.URL.Path, ":"); method {
+		case "generateContent":
+			c.API = GeminiGenerate
+		case "streamGenerateContent":
+			c.API, c.Stream = GeminiStream, true
+		case "countTokens":
+			c.API = GeminiCountTokens
+		}
 	}
 	var req request
 	jsonErr := json.Unmarshal(body, &req)
 	if c.API == OpenAIRetrieve {
 		req.Model, jsonErr = "gpt-4o-mini", nil // a GET has no body; the stored response's model
+	}
+	geminiAPI := strings.HasPrefix(c.API, "gemini.")
+	if geminiAPI {
+		// The model is in the path: /v1beta/models/{model}:{method}.
+		req.Model, _, _ = strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1beta/models/"), ":")
+		req.Stream = c.Stream
 	}
 	c.Model, c.Stream = req.Model, req.Stream
 	c.IncludeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
@@ -199,6 +224,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
 		ew.start("application/json", http.StatusOK)
 		ew.write(embeddingsJSON(model, inputCount(req.Input), req.EncodingFormat == "base64", u))
+		return
+	}
+	if geminiAPI {
+		geminiAnswer(ew, c.API, model, u)
 		return
 	}
 	if c.API == OpenAIRetrieve {
@@ -381,6 +410,53 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"text":%q,"usage":{"type":"tokens","input_tokens":%d,"input_token_details":{"text_tokens":0,"audio_tokens":%d},"output_tokens":%d,"total_tokens":%d}}`,
 		Text, c.Usage.InputTokens, c.Usage.InputTokens, c.Usage.OutputTokens, c.Usage.InputTokens+c.Usage.OutputTokens)
+}
+
+// geminiAnswer answers a Gemini call: a token count, a whole answer, or a stream of one
+// chunk per word whose last gives the finishReason.
+func geminiAnswer(ew *eventWriter, api, model string, u Usage) {
+	if api == GeminiCountTokens {
+		ew.start("application/json", http.StatusOK)
+		ew.write(fmt.Sprintf(`{"totalTokens":%d}`, u.InputTokens))
+		return
+	}
+	thoughts := u.OutputTokens / 4
+	usage := func(final bool) string {
+		// Gemini leaves a count of 0 out.
+		var b strings.Builder
+		fmt.Fprintf(&b, `{"promptTokenCount":%d`, u.InputTokens)
+		total := u.InputTokens
+		if final {
+			fmt.Fprintf(&b, `,"candidatesTokenCount":%d,"thoughtsTokenCount":%d`, u.OutputTokens-thoughts, thoughts)
+			total += u.OutputTokens
+		}
+		if u.CachedInputTokens > 0 {
+			fmt.Fprintf(&b, `,"cachedContentTokenCount":%d`, u.CachedInputTokens)
+		}
+		fmt.Fprintf(&b, `,"totalTokenCount":%d}`, total)
+		return b.String()
+	}
+	candidate := func(text, finish string) string {
+		if finish != "" {
+			finish = `,"finishReason":"` + finish + `"`
+		}
+		return fmt.Sprintf(`{"candidates":[{"content":{"parts":[{"text":%q}],"role":"model"}%s,"index":0}]`, text, finish)
+	}
+	if api == GeminiGenerate {
+		ew.start("application/json", http.StatusOK)
+		ew.write(candidate(Text, "STOP") + fmt.Sprintf(`,"usageMetadata":%s,"modelVersion":%q,"responseId":"fake"}`, usage(true), model))
+		return
+	}
+	ew.start("text/event-stream", http.StatusOK)
+	ws := words()
+	for i, w := range ws {
+		last := i == len(ws)-1
+		finish := ""
+		if last {
+			finish = "STOP"
+		}
+		ew.write("data: " + candidate(w, finish) + fmt.Sprintf(`,"usageMetadata":%s,"modelVersion":%q,"responseId":"fake"}`, usage(last), model) + "\r\n\r\n")
+	}
 }
 
 // inputCount is how many inputs an embeddings request has: the length of an array of

@@ -201,6 +201,9 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	}
 	if err == nil {
 		model := requestbody.CleanModel(est.Model)
+		if model == "" {
+			model = requestbody.ModelFromPath(st.path) // Gemini names it in the path
+		}
 		if st.s.tracker.RefuseUnpricedModel(st.requestID, model) {
 			m.WithLabelValues("model_not_priced").Inc()
 			return immediate(gate.ModelNotPricedRefusal(model))

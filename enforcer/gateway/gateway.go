@@ -1,6 +1,7 @@
 // Package gateway is the enforcer's own inference gateway: a reverse proxy that gives
 // full accounting without Envoy. Its body is read first (within the body cap), then it
-// runs the same gate as ext_authz (the key from x-api-key or Authorization: Bearer, the
+// runs the same gate as ext_authz (the key from x-api-key, x-goog-api-key or
+// Authorization: Bearer, the
 // decision, the durable start, reserving the request's worst case where a policy
 // reserves: package worstcase); refusals
 // (401, 403, 429, 503) are answered here and never reach the upstream. An admitted
@@ -312,9 +313,18 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	var hint gate.Hint
 	if est, err := estimate.Input(body); err == nil {
+		if est.Model == "" {
+			est.Model = requestbody.ModelFromPath(r.URL.Path) // Gemini names it in the path
+		}
 		hint.Body = &est
 	}
-	a, err := gw.gate.CheckRequest(r.Context(), gate.Credentials{APIKey: r.Header.Get("X-Api-Key"), Authorization: r.Header.Get("Authorization")}, hint)
+	key, ok := apiKey(r.Header)
+	if !ok {
+		gw.answered(w, OutcomeRefused)
+		refuse(w, gate.Refusal(gate.ReasonNoCredential))
+		return false
+	}
+	a, err := gw.gate.CheckRequest(r.Context(), gate.Credentials{APIKey: key, Authorization: r.Header.Get("Authorization")}, hint)
 	if err != nil {
 		gw.answered(w, OutcomeClientGone)
 		return false
@@ -332,6 +342,21 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	p.id, p.state, p.body, p.est = a.RequestID, a.UsageState, body, hint.Body
 	return true
+}
+
+// apiKey is the key a client sent in a key header: x-api-key (Anthropic's SDK), or
+// x-goog-api-key (Google's Gen AI SDK, Gemini CLI). Two different keys are refused (ok
+// false), as the gate refuses two different credentials: the one charged must be the
+// only one.
+func apiKey(h http.Header) (key string, ok bool) {
+	key, goog := h.Get("X-Api-Key"), h.Get("X-Goog-Api-Key")
+	switch {
+	case key == "":
+		return goog, true
+	case goog == "" || goog == key:
+		return key, true
+	}
+	return "", false
 }
 
 // isUpload tells whether a request's body is an upload (a file, audio to transcribe, an
@@ -594,6 +619,7 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 	}
 	out.Header.Del("Authorization")
 	out.Header.Del("X-Api-Key")
+	out.Header.Del("X-Goog-Api-Key")
 	out.Header.Del("Content-Length")
 	for k := range out.Header {
 		if strings.HasPrefix(k, "X-Service-") {

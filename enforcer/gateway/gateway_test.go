@@ -1028,3 +1028,44 @@ func TestDeferredBillingAndRetrievals(t *testing.T) {
 	}
 	zeroKnown(t, e.tracker.settled(t), 200)
 }
+
+// Google's Gen AI SDK sends its key in x-goog-api-key: the gateway takes the member's key
+// from it and never passes it on; a different key in x-api-key beside it is refused.
+// Gemini names the model in the path: the request is recorded under it.
+func TestGeminiKeyAndPathModel(t *testing.T) {
+	var got http.Header
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"candidates":[{"content":{"parts":[{"text":"hi"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":3,"candidatesTokenCount":1},"modelVersion":"gemini-2.5-flash"}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	const path = "/v1beta/models/gemini-2.5-flash:generateContent"
+	body := `{"contents":[{"parts":[{"text":"hello"}]}]}`
+	res := post(t, e.front.URL+path, "", body, "X-Goog-Api-Key", "tgk_good")
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || got.Get("X-Goog-Api-Key") != "" || got.Get("Authorization") != "Bearer sk-provider" {
+		t.Fatalf("%d; the upstream got %v", res.StatusCode, got)
+	}
+	if u := e.tracker.settled(t); u.Model != "gemini-2.5-flash" || u.InputTokens != 3 || u.OutputTokens != 1 || !u.Complete {
+		t.Fatalf("settled %+v", u)
+	}
+	e.tracker.mu.Lock()
+	recorded := slices.Clone(e.tracker.recorded)
+	e.tracker.mu.Unlock()
+	e.gate.mu.Lock()
+	hint := e.gate.hints[len(e.gate.hints)-1].Body
+	e.gate.mu.Unlock()
+	if !slices.Equal(recorded, []string{"gemini-2.5-flash"}) || hint == nil || hint.Model != "gemini-2.5-flash" {
+		t.Fatalf("recorded %q, hint %+v: want the path's model", recorded, hint)
+	}
+
+	got = nil
+	res = post(t, e.front.URL+path, "", body, "X-Goog-Api-Key", "tgk_good", "X-Api-Key", "tgk_other")
+	res.Body.Close()
+	if res.StatusCode != 401 || got != nil {
+		t.Fatalf("two keys: %d, upstream reached: %v", res.StatusCode, got != nil)
+	}
+}

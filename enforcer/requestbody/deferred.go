@@ -4,7 +4,7 @@ import "strings"
 
 // Endpoints whose cost is billed later, out of a front door's sight (Deferred).
 const (
-	DeferredBatches    = "batches"              // OpenAI POST /v1/batches, Anthropic POST /v1/messages/batches
+	DeferredBatches    = "batches"              // OpenAI POST /v1/batches, Anthropic POST /v1/messages/batches, Gemini :batchGenerateContent
 	DeferredAssistants = "assistants_runs"      // OpenAI POST /v1/threads/runs, /v1/threads/{id}/runs, .../submit_tool_outputs
 	DeferredFineTuning = "fine_tuning"          // OpenAI POST /v1/fine_tuning/jobs
 	DeferredRealtime   = "realtime_sessions"    // OpenAI POST /v1/realtime/sessions, /transcription_sessions, /client_secrets
@@ -30,7 +30,8 @@ func Deferred(method, path string, background bool) string {
 		return ""
 	}
 	switch {
-	case strings.HasSuffix(path, "/batches"):
+	case strings.HasSuffix(path, "/batches"), strings.HasSuffix(path, ":batchGenerateContent"),
+		strings.HasSuffix(path, ":asyncBatchEmbedContent"):
 		return DeferredBatches
 	case strings.Contains(path, "/threads/") && (strings.HasSuffix(path, "/runs") || strings.HasSuffix(path, "/submit_tool_outputs")):
 		return DeferredAssistants

@@ -18,16 +18,17 @@ func TestUnbilled(t *testing.T) {
 		t.Error("a request of unknown method is not billed")
 	}
 	for path, want := range map[string]bool{
-		"/v1/messages/count_tokens":           true,
-		"/anthropic/v1/messages/count_tokens": true, // behind a route prefix
-		"/v1/responses/input_tokens":          true,
-		"/v1/moderations":                     true,
-		"/v1/messages":                        false,
-		"/v1/chat/completions":                false,
-		"/v1/responses":                       false,
-		"/v1/embeddings":                      false, // charged: it reports its usage
-		"/v1/messages/count_tokens/extra":     false,
-		"":                                    false,
+		"/v1/messages/count_tokens":                   true,
+		"/anthropic/v1/messages/count_tokens":         true, // behind a route prefix
+		"/v1/responses/input_tokens":                  true,
+		"/v1/moderations":                             true,
+		"/v1beta/models/gemini-2.5-flash:countTokens": true,
+		"/v1/messages":                                false,
+		"/v1/chat/completions":                        false,
+		"/v1/responses":                               false,
+		"/v1/embeddings":                              false, // charged: it reports its usage
+		"/v1/messages/count_tokens/extra":             false,
+		"":                                            false,
 	} {
 		if got := requestbody.Unbilled("POST", path); got != want {
 			t.Errorf("Unbilled(%q) = %v, want %v", path, got, want)
@@ -54,6 +55,9 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/v1/videos", false, requestbody.DeferredVideos},
 		{"POST", "/v1/videos/video_1/remix", false, requestbody.DeferredVideos},
 		{"POST", "/v1/responses", true, requestbody.DeferredBackground},
+		{"POST", "/v1beta/models/gemini-2.5-flash:batchGenerateContent", false, requestbody.DeferredBatches},
+		{"POST", "/v1beta/models/gemini-embedding-001:asyncBatchEmbedContent", false, requestbody.DeferredBatches},
+		{"POST", "/v1beta/models/gemini-2.5-flash:generateContent", false, ""},
 		// Their answers carry their cost, or they cost nothing.
 		{"POST", "/v1/responses", false, ""},
 		{"POST", "/v1/chat/completions", true, ""},

@@ -42,6 +42,13 @@
 //     {prompt_tokens, total_tokens}: input alone, since an embedding model
 //     generates nothing (a list whose usage has completion_tokens is read
 //     as openai-chat).
+//   - gemini: Google's Gemini API (generateContent) JSON, usage in usageMetadata
+//     {promptTokenCount (cached ones included), candidatesTokenCount,
+//     thoughtsTokenCount, cachedContentTokenCount}, the model in modelVersion.
+//     Output is candidates + thoughts (thinking is billed as output). Gemini
+//     leaves a count of 0 out, so the input count is the whole report.
+//   - gemini-sse: streamGenerateContent?alt=sse: every chunk carries the usage
+//     so far; the chunk whose candidate gives its finishReason is the last.
 //   - openai-chat-sse: chat.completion.chunk events; with
 //     stream_options.include_usage the last chunk carries usage (earlier
 //     ones carry "usage": null, which reports nothing).

@@ -69,6 +69,8 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"type":"message","content":[{"type":"text","text":"x"},{"type":"thinking","thinking":"y"},{"type":"tool_use","input":{"a":[1,{"b":"c"}]}}]}`,
 		`{"object":"response","output":[{"content":[{"text":"a","refusal":"b"}],"arguments":"{}","summary":[{"text":"s"}]}]}`,
 		`{"delta":"abc","type":"response.output_text.delta"}`,
+		`{"candidates":[{"content":{"parts":[{"text":"hé"},{"text":"y"}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":8,"candidatesTokenCount":2,"thoughtsTokenCount":30,"cachedContentTokenCount":4,"totalTokenCount":40},"modelVersion":"gemini-2.5-flash"}`,
+		`{"usageMetadata":{"promptTokenCount":8},"usage":{"prompt_tokens":1},"modelVersion":"a","model":"b","candidates":[{"finishReason":1}]}`,
 	} {
 		f.Add([]byte(s), uint64(7))
 	}
@@ -98,6 +100,8 @@ func FuzzExtractSSE(f *testing.F) {
 		"data: {\"choices\":[{\"delta\":{\"content\":\"h\\u00e9\xf0\x9f\x98\x80\",\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}}]}\n\n",
 		"data: {\"type\":\"response.output_text.delta\",\"delta\":\"ab\"}\n\ndata: {\"delta\":\"cd\",\"type\":\"response.audio.delta\"}\n\n",
 		"data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"x\",\"partial_json\":\"{\",\"thinking\":\"t\"}}\n\n",
+		"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}],\"usageMetadata\":{\"promptTokenCount\":5,\"totalTokenCount\":5},\"modelVersion\":\"g\"}\r\n\r\n" +
+			"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"b\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":5,\"candidatesTokenCount\":2,\"thoughtsTokenCount\":7}}\r\n\r\n",
 	} {
 		f.Add([]byte(s), uint64(11))
 	}

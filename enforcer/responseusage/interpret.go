@@ -15,6 +15,7 @@ const (
 	famResponses
 	famAnthropic
 	famEmbeddings
+	famGemini
 )
 
 type accumulator struct {
@@ -58,10 +59,17 @@ func sseFamily(d *docFields) (family, int) {
 		return famResponses, rootResponse
 	case d.object.is("chat.completion.chunk"), d.object.is("text_completion"):
 		return famChat, rootTop
+	case isGeminiUsage(&d.usage[rootTop]):
+		return famGemini, rootTop
 	case d.usage[rootTop].obj && (d.usage[rootTop].hasTok(tokPrompt) || d.usage[rootTop].hasTok(tokCompletion)):
 		return famChat, rootTop
 	}
 	return famNone, 0
+}
+
+// isGeminiUsage tells a Gemini usageMetadata by its counts (no other API names them so).
+func isGeminiUsage(u *usageFields) bool {
+	return u.obj && (u.hasTok(tokGeminiPrompt) || u.hasTok(tokGeminiCandidates) || u.hasTok(tokGeminiThoughts) || u.hasTok(tokGeminiCached))
 }
 
 func isResponseTerminal(d *docFields) bool {
@@ -94,6 +102,12 @@ func (a *accumulator) applySSE(d *docFields) {
 			a.u.merge(u)
 			a.final = a.final || (isResponseTerminal(d) && u.hasTok(tokInput) && u.hasTok(tokOutput))
 		}
+	case famGemini:
+		// Every chunk reports the usage so far; the one whose candidate gives its
+		// finishReason is the last.
+		u := &d.usage[rootTop]
+		a.u.merge(u)
+		a.final = a.final || (d.finished && u.hasTok(tokGeminiPrompt))
 	case famAnthropic:
 		switch {
 		case d.typ.is("message_start"):
@@ -123,6 +137,8 @@ func jsonFamily(d *docFields) family {
 	switch {
 	case !u.obj:
 		return famNone
+	case isGeminiUsage(u):
+		return famGemini
 	case d.object.is("list") && u.hasTok(tokPrompt) && !u.hasTok(tokCompletion):
 		// OpenAI's embeddings (and the APIs that copy them): a list of vectors whose
 		// usage counts input alone, since an embedding model generates nothing.
@@ -151,9 +167,9 @@ func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 	a.final = wellFormed
 }
 
-var formats = [2][5]string{
-	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings},
-	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, ""}, // embeddings are not streamed
+var formats = [2][6]string{
+	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini},
+	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE}, // embeddings are not streamed
 }
 
 // fill writes the normalised usage into u. u.Complete is set as if the
@@ -181,12 +197,24 @@ func (a *accumulator) fill(u *Usage) {
 		inTok, outTok, cachedTok = tokInput, tokOutput, tokCacheRead
 	case famEmbeddings:
 		inTok, outTok, cachedTok = tokPrompt, tokCompletion, tokCachedPrompt
+	case famGemini:
+		inTok, outTok, cachedTok = tokGeminiPrompt, tokGeminiCandidates, tokGeminiCached
 	}
 	in, hasIn := a.u.get(inTok)
 	out, hasOut := a.u.get(outTok)
-	if a.fam == famEmbeddings {
+	switch a.fam {
+	case famEmbeddings:
 		// Nothing is generated: the input count is the whole report, its output 0.
 		out, hasOut = 0, hasIn
+	case famGemini:
+		// Gemini leaves a count of 0 out (proto3 JSON), and bills its thinking as
+		// output: the output is candidates + thoughts, reported with the input.
+		thoughts, _ := a.u.get(tokGeminiThoughts)
+		if out > math.MaxInt64-thoughts {
+			out, hasOut = 0, false
+		} else {
+			out, hasOut = out+thoughts, hasIn
+		}
 	}
 	cached, _ := a.u.get(cachedTok)
 	u.OutputTokens = out

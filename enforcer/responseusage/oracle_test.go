@@ -67,7 +67,7 @@ func decodeTree(dec *json.Decoder, path string) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			key := k.(string)
+			key := canonicalKey(k.(string))
 			v, err := decodeTree(dec, path+"/"+key)
 			if err != nil {
 				return nil, err
@@ -91,6 +91,18 @@ func decodeTree(dec *json.Decoder, path string) (any, error) {
 	return tok, nil
 }
 
+// canonicalKey is a key under the name the scanner reads it by: Gemini's usageMetadata
+// and modelVersion are usage and model wherever they are (keyID).
+func canonicalKey(k string) string {
+	switch k {
+	case "usageMetadata":
+		return "usage"
+	case "modelVersion":
+		return "model"
+	}
+	return k
+}
+
 // parseTree reads a body that holds exactly one valid JSON value.
 func parseTree(body []byte) any {
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -105,16 +117,17 @@ func parseTree(body []byte) any {
 // The text paths (see text.go), "[]" for any element of an array.
 var textPaths, rawPaths = func() (map[string]bool, map[string]bool) {
 	t := map[string]bool{
-		"/choices/[]/text":              true,
-		"/output/[]/arguments":          true,
-		"/output/[]/content/[]/text":    true,
-		"/output/[]/content/[]/refusal": true,
-		"/output/[]/summary/[]/text":    true,
-		"/delta/text":                   true,
-		"/delta/partial_json":           true,
-		"/delta/thinking":               true,
-		"/content/[]/text":              true,
-		"/content/[]/thinking":          true,
+		"/choices/[]/text":                     true,
+		"/output/[]/arguments":                 true,
+		"/output/[]/content/[]/text":           true,
+		"/output/[]/content/[]/refusal":        true,
+		"/output/[]/summary/[]/text":           true,
+		"/delta/text":                          true,
+		"/delta/partial_json":                  true,
+		"/delta/thinking":                      true,
+		"/content/[]/text":                     true,
+		"/content/[]/thinking":                 true,
+		"/candidates/[]/content/parts/[]/text": true,
 	}
 	for _, at := range []string{"delta", "message"} {
 		for _, k := range []string{"content", "refusal", "reasoning", "reasoning_content", "function_call/arguments", "tool_calls/[]/function/arguments"} {
@@ -171,12 +184,16 @@ func all(obj []member, key string) [][]member {
 }
 
 var tokKeys = [...]string{
-	tokPrompt:        "prompt_tokens",
-	tokCompletion:    "completion_tokens",
-	tokInput:         "input_tokens",
-	tokOutput:        "output_tokens",
-	tokCacheRead:     "cache_read_input_tokens",
-	tokCacheCreation: "cache_creation_input_tokens",
+	tokPrompt:           "prompt_tokens",
+	tokCompletion:       "completion_tokens",
+	tokInput:            "input_tokens",
+	tokOutput:           "output_tokens",
+	tokCacheRead:        "cache_read_input_tokens",
+	tokCacheCreation:    "cache_creation_input_tokens",
+	tokGeminiPrompt:     "promptTokenCount",
+	tokGeminiCandidates: "candidatesTokenCount",
+	tokGeminiThoughts:   "thoughtsTokenCount",
+	tokGeminiCached:     "cachedContentTokenCount",
 }
 
 // plainCount is the value of a JSON number that is a non-negative integer
@@ -245,6 +262,19 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	}
 	str(&d.typ, m, "type")
 	str(&d.object, m, "object")
+	for _, mm := range m {
+		if cs, ok := mm.val.([]any); ok && mm.key == "candidates" {
+			for _, c := range cs {
+				if c, ok := c.([]member); ok {
+					for _, f := range c {
+						if _, ok := f.val.(string); ok && f.key == "finishReason" {
+							d.finished = true
+						}
+					}
+				}
+			}
+		}
+	}
 	str(&d.model[rootTop], m, "model")
 	d.usage[rootTop] = oracleUsage(m)
 	for _, mm := range m {

@@ -58,31 +58,38 @@ const (
 	kPartialJSON
 	kThinking
 	kInput
-	kTok0 // kTok0+tok for the counts tokPrompt..tokCacheCreation
+	kCandidates   // Gemini: candidates[]
+	kParts        // Gemini: candidates[].content.parts[]
+	kFinishReason // Gemini: candidates[].finishReason
+	kTok0         // kTok0+tok for the counts tokPrompt..tokGeminiCached
 )
 
 // Token counts read from a usage object.
 const (
-	tokPrompt        = iota // prompt_tokens (OpenAI chat)
-	tokCompletion           // completion_tokens (OpenAI chat)
-	tokInput                // input_tokens (OpenAI Responses, Anthropic)
-	tokOutput               // output_tokens (OpenAI Responses, Anthropic)
-	tokCacheRead            // cache_read_input_tokens (Anthropic)
-	tokCacheCreation        // cache_creation_input_tokens (Anthropic)
-	tokCachedPrompt         // prompt_tokens_details.cached_tokens (OpenAI chat)
-	tokCachedInput          // input_tokens_details.cached_tokens (OpenAI Responses)
+	tokPrompt           = iota // prompt_tokens (OpenAI chat)
+	tokCompletion              // completion_tokens (OpenAI chat)
+	tokInput                   // input_tokens (OpenAI Responses, Anthropic)
+	tokOutput                  // output_tokens (OpenAI Responses, Anthropic)
+	tokCacheRead               // cache_read_input_tokens (Anthropic)
+	tokCacheCreation           // cache_creation_input_tokens (Anthropic)
+	tokGeminiPrompt            // promptTokenCount (Gemini usageMetadata; cached ones included)
+	tokGeminiCandidates        // candidatesTokenCount (Gemini)
+	tokGeminiThoughts          // thoughtsTokenCount (Gemini: thinking, billed as output)
+	tokGeminiCached            // cachedContentTokenCount (Gemini)
+	tokCachedPrompt            // prompt_tokens_details.cached_tokens (OpenAI chat)
+	tokCachedInput             // input_tokens_details.cached_tokens (OpenAI Responses)
 	nTok
 )
 
 func keyID(b []byte) uint8 {
 	switch string(b) {
-	case "model":
+	case "model", "modelVersion": // modelVersion: Gemini's
 		return kModel
 	case "type":
 		return kType
 	case "object":
 		return kObject
-	case "usage":
+	case "usage", "usageMetadata": // usageMetadata: Gemini's
 		return kUsage
 	case "message":
 		return kMessage
@@ -126,6 +133,12 @@ func keyID(b []byte) uint8 {
 		return kThinking
 	case "input":
 		return kInput
+	case "candidates":
+		return kCandidates
+	case "parts":
+		return kParts
+	case "finishReason":
+		return kFinishReason
 	case "prompt_tokens":
 		return kTok0 + tokPrompt
 	case "completion_tokens":
@@ -138,6 +151,14 @@ func keyID(b []byte) uint8 {
 		return kTok0 + tokCacheRead
 	case "cache_creation_input_tokens":
 		return kTok0 + tokCacheCreation
+	case "promptTokenCount":
+		return kTok0 + tokGeminiPrompt
+	case "candidatesTokenCount":
+		return kTok0 + tokGeminiCandidates
+	case "thoughtsTokenCount":
+		return kTok0 + tokGeminiThoughts
+	case "cachedContentTokenCount":
+		return kTok0 + tokGeminiCached
 	}
 	return kOther
 }
@@ -192,6 +213,9 @@ type docFields struct {
 	// the bytes of top-level "delta" strings, which are output text only
 	// in the events whose type says so (isTextDelta).
 	text, delta int64
+	// finished: a Gemini candidate gave its finishReason (the last chunk of a
+	// stream carries it).
+	finished bool
 }
 
 func (d *docFields) reset() {
@@ -202,6 +226,7 @@ func (d *docFields) reset() {
 	}
 	d.usage = [nRoot]usageFields{}
 	d.text, d.delta = 0, 0
+	d.finished = false
 }
 
 // capture collects a decoded string into a buffer whose capacity is its
@@ -316,6 +341,7 @@ const (
 	tgRoot         // the "message" or "response" value
 	tgDetail       // a *_tokens_details value of root (tok: its cached count)
 	tgTok          // a count of root
+	tgFinish       // a Gemini candidate's finishReason
 )
 
 type target struct{ kind, root, tok uint8 }
@@ -784,6 +810,8 @@ func (s *scanner) valueStart(c byte, at int) {
 			s.str = &d.typ
 		case tgObject:
 			s.str = &d.object
+		case tgFinish:
+			d.finished = true
 		case tgNone:
 			if tx := s.textTarget(); tx == txText || tx == txDelta {
 				s.txt = tx
@@ -926,6 +954,8 @@ func (s *scanner) classify() target {
 			if t, ok := detailTok(k[1]); ok && k[2] == kCachedTokens {
 				return target{kind: tgTok, root: rootTop, tok: t}
 			}
+		} else if k[0] == kCandidates && k[1] == kArr && k[2] == kFinishReason {
+			return target{kind: tgFinish}
 		} else if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
 			return usageMember(r, k[2])
 		}

@@ -25,6 +25,7 @@ import (
 //	delta.text / .partial_json / .thinking            Anthropic content_block_delta
 //	content[].text / .thinking                        Anthropic, not streamed
 //	content[].input (raw)                             Anthropic tool_use, not streamed
+//	candidates[].content.parts[].text                 Gemini, streamed or not
 //
 // A streamed response's text is read from its deltas only: the full text
 // that a terminal event repeats (response.completed's response.output,
@@ -68,6 +69,10 @@ func (s *scanner) textTarget() uint8 {
 		case isChoice(k) && k[3] == kFunctionCall && k[4] == kArguments,
 			k[0] == kOutput && k[1] == kArr && k[2] == kContent && k[3] == kArr && (k[4] == kText || k[4] == kRefusal),
 			k[0] == kOutput && k[1] == kArr && k[2] == kSummary && k[3] == kArr && k[4] == kText:
+			return txText
+		}
+	case 6:
+		if k[0] == kCandidates && k[1] == kArr && k[2] == kContent && k[3] == kParts && k[4] == kArr && k[5] == kText {
 			return txText
 		}
 	case 7:

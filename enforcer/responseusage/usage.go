@@ -11,6 +11,8 @@ const (
 	FormatOpenAIResponses     = "openai-responses"
 	FormatAnthropicMessages   = "anthropic-messages"
 	FormatOpenAIEmbeddings    = "openai-embeddings"
+	FormatGemini              = "gemini"
+	FormatGeminiSSE           = "gemini-sse"
 	FormatOpenAIChatSSE       = "openai-chat-sse"
 	FormatOpenAIResponsesSSE  = "openai-responses-sse"
 	FormatAnthropicSSE        = "anthropic-sse"

@@ -619,3 +619,43 @@ func TestWriteDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// Gemini's native API (generateContent, and streamGenerateContent?alt=sse): usage in
+// usageMetadata, its model in modelVersion, its text in candidates[].content.parts[].
+// Output is candidates plus thoughts (thinking is billed as output); a count of 0 is
+// left out, so the input count with the answer's end is the whole report. A stream is
+// complete at the chunk whose candidate gives its finishReason.
+func TestGemini(t *testing.T) {
+	const geminiJSON = `{"candidates":[{"content":{"parts":[{"text":"Tolls are "},{"text":"paid."}],"role":"model"},"finishReason":"STOP","index":0}],` +
+		`"usageMetadata":{"promptTokenCount":120,"candidatesTokenCount":4,"totalTokenCount":224,"cachedContentTokenCount":100,"thoughtsTokenCount":100,` +
+		`"promptTokensDetails":[{"modality":"TEXT","tokenCount":120}]},"modelVersion":"gemini-2.5-flash","responseId":"abc"}`
+	checkSplits(t, ctJSON, nil, []byte(geminiJSON), Usage{Model: "gemini-2.5-flash", InputTokens: 120, OutputTokens: 104, CachedInputTokens: 100,
+		Complete: true, Format: FormatGemini, InputReported: true, OutputReported: true, TextBytes: 15})
+	// Blocked before any output: no candidates count at all, still the whole report.
+	checkSplits(t, ctJSON, nil, []byte(`{"promptFeedback":{"blockReason":"SAFETY"},"usageMetadata":{"promptTokenCount":9,"totalTokenCount":9},"modelVersion":"gemini-2.5-pro"}`),
+		Usage{Model: "gemini-2.5-pro", InputTokens: 9, Complete: true, Format: FormatGemini, InputReported: true, OutputReported: true})
+
+	chunk := func(text, finish string, usage string) string {
+		f := ""
+		if finish != "" {
+			f = `,"finishReason":"` + finish + `"`
+		}
+		return `data: {"candidates":[{"content":{"parts":[{"text":"` + text + `"}],"role":"model"}` + f + `,"index":0}],"usageMetadata":` + usage +
+			`,"modelVersion":"gemini-2.5-flash"}` + "\r\n\r\n"
+	}
+	stream := chunk("Tolls ", "", `{"promptTokenCount":12,"totalTokenCount":12}`) +
+		chunk("are ", "", `{"promptTokenCount":12,"candidatesTokenCount":2,"totalTokenCount":14}`) +
+		chunk("paid.", "STOP", `{"promptTokenCount":12,"candidatesTokenCount":3,"thoughtsTokenCount":40,"totalTokenCount":55}`)
+	want := Usage{Model: "gemini-2.5-flash", InputTokens: 12, OutputTokens: 43, Complete: true, Format: FormatGeminiSSE,
+		InputReported: true, OutputReported: true, TextBytes: 15}
+	checkSplits(t, ctSSE, nil, []byte(stream), want)
+	// Cut before its last chunk: what was reported, not complete.
+	cut := stream[:strings.LastIndex(stream, "data:")]
+	if got := run(ctSSE, nil, Limits{}, [][]byte{[]byte(cut)}, false); got.Complete || got.InputTokens != 12 || got.OutputTokens != 2 {
+		t.Fatalf("a cut stream: %s", show(got))
+	}
+	// Ended without a finishReason: not complete either (the settlement estimates).
+	if got := run(ctSSE, nil, Limits{}, [][]byte{[]byte(cut)}, true); got.Complete {
+		t.Fatalf("a stream without its last chunk: %s", show(got))
+	}
+}

@@ -1,0 +1,34 @@
+// One Gemini call through Google's official Gen AI SDK (@google/genai), with its
+// defaults: its key in x-goog-api-key (here the member's Tollgate key), the base URL at
+// the gateway. Scenarios: "json" (generateContent), "stream" (generateContentStream,
+// server-sent events) and "count" (countTokens, which Google does not charge). See
+// report.mjs for the settings.
+import { GoogleGenAI } from '@google/genai';
+import { run, settings } from './report.mjs';
+
+const s = settings();
+const ai = new GoogleGenAI({ apiKey: s.apiKey, httpOptions: { baseUrl: s.baseURL } });
+const contents = 'How are tolls paid?';
+
+await run('@google/genai', s.scenario, async () => {
+  if (s.scenario === 'count') {
+    const res = await ai.models.countTokens({ model: s.model, contents });
+    return { text: '', model: null, usage: { totalTokens: res.totalTokens }, chunks: 1 };
+  }
+  if (s.scenario === 'json') {
+    const res = await ai.models.generateContent({ model: s.model, contents });
+    return { text: res.text ?? '', model: res.modelVersion ?? null, usage: res.usageMetadata ?? null, chunks: 1 };
+  }
+  if (s.scenario !== 'stream') throw new Error(`"${s.scenario}" is not a Gemini scenario`);
+  let text = '';
+  let model = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of await ai.models.generateContentStream({ model: s.model, contents })) {
+    chunks++;
+    text += chunk.text ?? '';
+    model = chunk.modelVersion ?? model;
+    if (chunk.usageMetadata) usage = chunk.usageMetadata;
+  }
+  return { text, model, usage, chunks };
+});
