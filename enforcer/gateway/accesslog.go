@@ -25,7 +25,9 @@ type access struct {
 	check, startWait time.Duration
 	upstream         string
 	firstByte        time.Duration
-	usage            *inflight.Usage
+	// usage is what the request was settled with, when settled says it was.
+	usage   inflight.Usage
+	settled bool
 }
 
 func (a *access) WriteHeader(status int) {
@@ -93,7 +95,7 @@ func (gw *Gateway) logAccess(a *access, r *http.Request) {
 	if a.firstByte > 0 {
 		attrs = append(attrs, slog.Float64("upstream_first_byte_ms", ms(a.firstByte)))
 	}
-	if u := a.usage; u != nil {
+	if u := &a.usage; a.settled {
 		attrs = append(attrs, slog.String("model", u.Model), slog.Int64("input_tokens", u.InputTokens),
 			slog.Int64("output_tokens", u.OutputTokens), slog.Bool("usage_complete", u.Complete))
 	}

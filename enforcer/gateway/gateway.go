@@ -1,9 +1,8 @@
 // Package gateway is the enforcer's own inference gateway: a reverse proxy that gives
 // full accounting without Envoy. Its body is read first (within the body cap), then it
 // runs the same gate as ext_authz (the key from x-api-key, x-goog-api-key or
-// Authorization: Bearer, the
-// decision, the durable start, reserving the request's worst case where a policy
-// reserves: package worstcase); refusals
+// Authorization: Bearer, the decision, the durable start, reserving the request's worst
+// case where a policy reserves: package worstcase); refusals
 // (401, 403, 429, 503) are answered here and never reach the upstream. An admitted
 // request goes to the upstream its path routes to, path unchanged, with the member's
 // credential and any client-sent X-Service-* headers removed and the provider's
@@ -491,7 +490,7 @@ func (p *proxied) settle(u inflight.Usage) {
 	}
 	p.settled = true
 	if p.log != nil {
-		p.log.usage = &u
+		p.log.usage, p.log.settled = u, true
 	}
 	_ = p.gw.tracker.Finish(p.id, u, nil)
 }
