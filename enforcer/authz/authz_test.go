@@ -16,12 +16,14 @@ func TestCredentialsFromBothHeaderShapes(t *testing.T) {
 		name string
 		http *authv3.AttributeContext_HttpRequest
 	}{
-		{"headers map", &authv3.AttributeContext_HttpRequest{Headers: map[string]string{"x-api-key": "tgk_k", "authorization": "Bearer tgs_s", ":path": "/"}}},
+		{"headers map", &authv3.AttributeContext_HttpRequest{Headers: map[string]string{"x-api-key": "tgk_k", "authorization": "Bearer tgs_s",
+			"x-goog-api-key": "tgk_g", ":path": "/"}}},
 		{"header_map with raw values (encode_raw_headers)", &authv3.AttributeContext_HttpRequest{HeaderMap: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-			{Key: ":path", RawValue: []byte("/")}, {Key: "x-api-key", RawValue: []byte("tgk_k")}, {Key: "authorization", RawValue: []byte("Bearer tgs_s")}}}}},
+			{Key: ":path", RawValue: []byte("/")}, {Key: "x-api-key", RawValue: []byte("tgk_k")}, {Key: "authorization", RawValue: []byte("Bearer tgs_s")},
+			{Key: "X-Goog-Api-Key", RawValue: []byte("tgk_g")}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Credentials(tc.http); got != (gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer tgs_s"}) {
+			if got := Credentials(tc.http); got != (gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer tgs_s", GoogAPIKey: "tgk_g"}) {
 				t.Fatalf("%+v", got)
 			}
 		})
@@ -87,6 +89,8 @@ func TestAdmissionSwapsCredentials(t *testing.T) {
 			mutation{set: map[string]string{"x-service-request-id": "req_1", "authorization": provider}, remove: []string{"x-api-key"}}},
 		{"provider x-api-key configured (Anthropic)", Upstream{APIKey: "sk-ant-provider"}, gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer tgs_s"}, "",
 			mutation{set: map[string]string{"x-service-request-id": "req_1", "x-api-key": "sk-ant-provider"}, remove: []string{"authorization"}}},
+		{"x-goog-api-key (Google's Gen AI SDK)", Upstream{}, gate.Credentials{GoogAPIKey: "tgk_k"}, "",
+			mutation{set: map[string]string{"x-service-request-id": "req_1"}, remove: []string{"x-goog-api-key"}}},
 		// A coding the extractor cannot read is not offered upstream (zstd: curl
 		// --compressed, browsers); one it reads all of is left alone (above).
 		{"zstd offered: narrowed", Upstream{}, gate.Credentials{APIKey: "tgk_k"}, "deflate, gzip, br, zstd",

@@ -73,8 +73,8 @@ type partialRequest struct {
 	request authv3.AttributeContext_Request
 	http    authv3.AttributeContext_HttpRequest
 	headers corev3.HeaderMap
-	values  [2]corev3.HeaderValue
-	ptrs    [2]*corev3.HeaderValue
+	values  [3]corev3.HeaderValue
+	ptrs    [3]*corev3.HeaderValue
 }
 
 // credentials is what a decode keeps, with the merge rules of protobuf (a message field
@@ -82,9 +82,9 @@ type partialRequest struct {
 // same key the last wins; repeated fields append).
 type credentials struct {
 	// fromMap: the headers map had an entry (Credentials then ignores header_map).
-	fromMap         bool
-	apiKey, authz   []byte
-	hasKey, hasAuth bool
+	fromMap                  bool
+	apiKey, authz, googKey   []byte
+	hasKey, hasAuth, hasGoog bool
 	// headerMap: header_map's entries whose lower-cased key is a credential's, in
 	// order, each with the value Credentials reads (value, else raw_value).
 	headerMap []credential
@@ -123,7 +123,7 @@ func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 			}
 		}
 	}
-	var fromMap [2]credential
+	var fromMap [3]credential
 	found := fromMap[:0]
 	switch {
 	case c.fromMap:
@@ -133,6 +133,9 @@ func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 		}
 		if c.hasAuth {
 			found = append(found, credential{"authorization", string(c.authz)})
+		}
+		if c.hasGoog {
+			found = append(found, credential{"x-goog-api-key", string(c.googKey)})
 		}
 	default:
 		found = c.headerMap
@@ -189,6 +192,8 @@ func (c *credentials) http(b []byte) error {
 				c.apiKey, c.hasKey = value, true
 			case "authorization":
 				c.authz, c.hasAuth = value, true
+			case "x-goog-api-key":
+				c.googKey, c.hasGoog = value, true
 			}
 		case httpHeaderMap:
 			for len(v) > 0 {
@@ -211,6 +216,8 @@ func (c *credentials) http(b []byte) error {
 					c.headerMap = append(c.headerMap, credential{"x-api-key", string(value)})
 				case "authorization":
 					c.headerMap = append(c.headerMap, credential{"authorization", string(value)})
+				case "x-goog-api-key":
+					c.headerMap = append(c.headerMap, credential{"x-goog-api-key", string(value)})
 				}
 			}
 		}

@@ -73,6 +73,9 @@ var codecCases = []struct {
 }{
 	{"headers map", checkRequest(map[string]string{"x-api-key": "tgk_k", "authorization": "Bearer tgs_s", ":path": "/"})},
 	{"api key alone", checkRequest(map[string]string{"x-api-key": "tgk_k", "user-agent": "sdk"})},
+	{"Google's key header", checkRequest(map[string]string{"x-goog-api-key": "tgk_g", "x-api-key": "tgk_k"})},
+	{"Google's key header in header_map", checkRequest(nil, &corev3.HeaderValue{Key: "X-Goog-Api-Key", RawValue: []byte("tgk_g")},
+		&corev3.HeaderValue{Key: "x-goog-api-key", Value: "tgk_h"})},
 	{"empty api key", checkRequest(map[string]string{"x-api-key": "", "authorization": "Bearer tgs_s"})},
 	{"map without credentials hides header_map", checkRequest(map[string]string{":path": "/"}, &corev3.HeaderValue{Key: "x-api-key", Value: "tgk_k"})},
 	{"upper-case map key is not a credential", checkRequest(map[string]string{"X-Api-Key": "tgk_k"})},

@@ -116,6 +116,9 @@ func New(d Deps) *Gate {
 type Credentials struct {
 	APIKey        string // x-api-key
 	Authorization string // authorization
+	// GoogAPIKey is x-goog-api-key, where Google's Gen AI SDK (and Gemini CLI) send
+	// their key: read as x-api-key is, and refused when x-api-key holds another.
+	GoogAPIKey string
 }
 
 // TollgateAuthorization reports whether the Authorization header carries a Tollgate
@@ -157,7 +160,8 @@ func (g *Gate) CheckRequest(ctx context.Context, cred Credentials, h Hint) (Answ
 	return a, nil
 }
 
-// parseCredential picks the credential: x-api-key (a raw API key) when present, else an
+// parseCredential picks the credential: x-api-key or x-goog-api-key (a raw API key; the
+// two must agree when both are sent) when present, else an
 // Authorization bearer (the scheme in any case, RFC 9110), whose kind its prefix tells.
 // Anything malformed is refused without a network call, and so is a request whose two
 // headers carry two different Tollgate credentials: every Tollgate credential present
@@ -165,6 +169,12 @@ func (g *Gate) CheckRequest(ctx context.Context, cred Credentials, h Hint) (Answ
 // Authorization of another kind beside x-api-key is the client's own, say a provider
 // key, and is not ours to judge).
 func parseCredential(cred Credentials) (internalv1.CredentialKind, string, bool) {
+	if cred.GoogAPIKey != "" {
+		if cred.APIKey != "" && cred.APIKey != cred.GoogAPIKey {
+			return 0, "", false // two keys: the one charged must be the only one
+		}
+		cred.APIKey = cred.GoogAPIKey
+	}
 	if cred.APIKey != "" {
 		key, ok := credential.APIKeyFromHeader(cred.APIKey)
 		if !ok || !strings.HasPrefix(key, credential.APIKeyPrefix) {

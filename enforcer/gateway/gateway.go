@@ -317,13 +317,8 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		}
 		hint.Body = &est
 	}
-	key, ok := apiKey(r.Header)
-	if !ok {
-		gw.answered(w, OutcomeRefused)
-		refuse(w, gate.Refusal(gate.ReasonNoCredential))
-		return false
-	}
-	a, err := gw.gate.CheckRequest(r.Context(), gate.Credentials{APIKey: key, Authorization: r.Header.Get("Authorization")}, hint)
+	a, err := gw.gate.CheckRequest(r.Context(), gate.Credentials{APIKey: r.Header.Get("X-Api-Key"),
+		Authorization: r.Header.Get("Authorization"), GoogAPIKey: r.Header.Get("X-Goog-Api-Key")}, hint)
 	if err != nil {
 		gw.answered(w, OutcomeClientGone)
 		return false
@@ -341,21 +336,6 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	p.id, p.state, p.body, p.est = a.RequestID, a.UsageState, body, hint.Body
 	return true
-}
-
-// apiKey is the key a client sent in a key header: x-api-key (Anthropic's SDK), or
-// x-goog-api-key (Google's Gen AI SDK, Gemini CLI). Two different keys are refused (ok
-// false), as the gate refuses two different credentials: the one charged must be the
-// only one.
-func apiKey(h http.Header) (key string, ok bool) {
-	key, goog := h.Get("X-Api-Key"), h.Get("X-Goog-Api-Key")
-	switch {
-	case key == "":
-		return goog, true
-	case goog == "" || goog == key:
-		return key, true
-	}
-	return "", false
 }
 
 // isUpload tells whether a request's body is an upload (a file, audio to transcribe, an

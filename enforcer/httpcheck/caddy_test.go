@@ -30,24 +30,26 @@ func TestCaddyForwardAuth(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		env  []string
-		// the client presents its key as a bearer instead of x-api-key
-		bearer bool
+		// the header the client presents its key in: x-api-key when empty, a bearer
+		// Authorization, or x-goog-api-key (Google's Gen AI SDK)
+		via string
 		// what the upstream must see
 		authorization, apiKey string
 	}{
 		{name: "x-api-key, provider Authorization configured", env: []string{"TOLLGATE_UPSTREAM_AUTHORIZATION=Bearer sk-provider-openai"},
 			authorization: "Bearer sk-provider-openai"},
-		{name: "bearer key, provider x-api-key configured (Anthropic)", env: []string{"TOLLGATE_UPSTREAM_API_KEY=sk-ant-provider"}, bearer: true,
+		{name: "bearer key, provider x-api-key configured (Anthropic)", env: []string{"TOLLGATE_UPSTREAM_API_KEY=sk-ant-provider"}, via: "Authorization",
 			apiKey: "sk-ant-provider"},
-		{name: "bearer key, nothing configured", bearer: true},
+		{name: "bearer key, nothing configured", via: "Authorization"},
+		{name: "x-goog-api-key (Google's Gen AI SDK), nothing configured", via: "X-Goog-Api-Key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			caddyForwardAuth(t, tc.env, tc.bearer, tc.authorization, tc.apiKey)
+			caddyForwardAuth(t, tc.env, tc.via, tc.authorization, tc.apiKey)
 		})
 	}
 }
 
-func caddyForwardAuth(t *testing.T, env []string, bearer bool, wantAuthorization, wantAPIKey string) {
+func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization, wantAPIKey string) {
 	caddy, err := exec.LookPath("caddy")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -130,10 +132,13 @@ func caddyForwardAuth(t *testing.T, env []string, bearer bool, wantAuthorization
 	call := func() (*http.Response, string) {
 		req, _ := http.NewRequest("POST", "http://"+caddyAddr+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","messages":[]}`))
 		req.Header.Set("Content-Type", "application/json")
-		if bearer {
+		switch via {
+		case "Authorization":
 			req.Header.Set("Authorization", "Bearer "+w.Key)
-		} else {
+		case "":
 			req.Header.Set("X-Api-Key", w.Key)
+		default:
+			req.Header.Set(via, w.Key)
 		}
 		req.Header.Set("X-Service-Request-Id", "req_chosenbytheclient") // must not reach the upstream
 		res, err := http.DefaultClient.Do(req)

@@ -77,6 +77,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // sets the provider's, when configured.
 func (p *Proxy) swapCredentials(h http.Header) {
 	h.Del("X-Api-Key")
+	h.Del("X-Goog-Api-Key")
 	if tok, ok := credential.BearerFromHeader(h.Get("Authorization")); ok && credential.IsTollgateToken(tok) {
 		h.Del("Authorization")
 	}
