@@ -424,6 +424,47 @@ func TestGeminiThroughTheGateway(t *testing.T) {
 // ceilDiv is a / b rounded up, for non-negative a and positive b.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
+// TestPriorityTierThroughTheGateway: a chat completion that ran at OpenAI's priority
+// tier (the answer's service_tier says so), streamed or not, is charged twice the
+// catalog's standard price; the same call at the default tier is charged the price.
+func TestPriorityTierThroughTheGateway(t *testing.T) {
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o, want := gatewayWithFixedUsage(t)
+	n, used := 0, int64(0)
+	for _, tc := range []struct {
+		name, tier string
+		stream     bool
+		cost       int64
+	}{
+		{"priority", "priority", false, 2 * want},
+		{"priority, streamed", "priority", true, 2 * want},
+		{"default", "auto", false, want},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := fmt.Sprintf(`{"model":%q,"service_tier":%q,"stream":%v,"messages":[{"role":"user","content":"How are tolls paid?"}]}`, model, tc.tier, tc.stream)
+			req, _ := http.NewRequest("POST", s.gateway+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+o.key)
+			req.Header.Set("Content-Type", "application/json")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || !strings.Contains(string(answer), `"service_tier":"`+map[bool]string{true: "priority", false: "default"}[tc.tier == "priority"]+`"`) {
+				t.Fatalf("%d %s", res.StatusCode, answer)
+			}
+			calls := fake.Calls()
+			rec := waitReceipt(t, s, calls[len(calls)-1].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != tc.cost || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
+				t.Fatalf("receipt %s, want %d", rec, tc.cost)
+			}
+			n, used = n+1, used+tc.cost
+			s.waitUsed(t, o, n, used)
+		})
+	}
+}
+
 // gatewayWithFixedUsage is a stack whose gateway fronts a fakellm answering every call
 // with 100,000 input (20,000 cached) and 10,000 output tokens, an organization on it,
 // and what one such call costs at the catalog's price.

@@ -55,6 +55,17 @@ func TestCostOf(t *testing.T) {
 		{"above the allowance bound is capped", Usage{OutputTokens: 1 << 40}, PricedAt{Price: Price{OutputPerMillion: 1 << 40}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"large but representable", Usage{OutputTokens: 1 << 40}, PricedAt{Price: Price{OutputPerMillion: 1 << 20}, Source: PriceCatalog}, (1<<60)/1_000_000 + 1, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		// A priority tier doubles the priced tokens (rounded up first), never an upstream cost.
+		{"priority tier: twice the price", Usage{InputTokens: 1000, CachedInputTokens: 400, CacheWriteTokens: 100, OutputTokens: 100, Priority: true}, org,
+			2 * ((500*3_000_000 + 400*300_000 + 100*3_750_000 + 100*15_000_000) / 1_000_000), SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"priority tier, fraction rounded up before doubling", Usage{InputTokens: 1, Priority: true}, PricedAt{Price: Price{InputPerMillion: 1}, Source: PriceCatalog}, 2, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"priority tier, the upstream's cost as it is", Usage{InputTokens: 1000, UpstreamCost: i64(42), Priority: true}, org, 42, SourceUpstream, BasisUpstreamCost, false, nil},
+		{"priority tier: within the bound at the standard price", Usage{OutputTokens: 1 << 40}, PricedAt{Price: Price{OutputPerMillion: 1 << 31}, Source: PriceCatalog},
+			(1<<71)/1_000_000 + 1, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"priority tier: twice that is past the bound, capped", Usage{OutputTokens: 1 << 40, Priority: true}, PricedAt{Price: Price{OutputPerMillion: 1 << 31}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		{"priority tier: twice that is past int64, capped", Usage{OutputTokens: 1 << 40, Priority: true}, PricedAt{Price: Price{OutputPerMillion: 1 << 42}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

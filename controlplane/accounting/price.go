@@ -6,6 +6,7 @@ import (
 	"math/bits"
 
 	"github.com/tollgate-dev/tollgate/pkg/money"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // Cost sources, as receipts store them.
@@ -82,6 +83,10 @@ type Usage struct {
 	UpstreamCost *int64
 	// Estimated: some counts were estimated by the enforcer from the bytes it saw.
 	Estimated bool
+	// Priority: the upstream ran the request at its priority service tier (OpenAI's
+	// service_tier "priority"): priced tokens cost pricecatalog.PriorityMultiplier times
+	// their price.
+	Priority bool
 }
 
 // Basis says how a cost for u is known: an upstream cost; else nothing when no token
@@ -124,7 +129,8 @@ type Cost struct {
 // CostOf prices a request whose usage was bounded (Bound): an upstream-reported cost
 // wins; else, with no token counted, the cost is unknown (0); else the tokens times p,
 // the price found for the model (SourceFallback when p is the fallback price, else
-// SourceCatalogEstimate). A cost above money.MaxAllowanceMicroUSD is capped there and
+// SourceCatalogEstimate), times pricecatalog.PriorityMultiplier when it ran at a
+// priority tier. A cost above money.MaxAllowanceMicroUSD is capped there and
 // flagged: a request is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 {
@@ -150,6 +156,13 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 		c.Source = SourceFallback
 	}
 	v, err := CatalogCost(u, p.Price)
+	if err == nil && u.Priority {
+		if v > math.MaxInt64/pricecatalog.PriorityMultiplier {
+			err = ErrCostOverflow
+		} else {
+			v *= pricecatalog.PriorityMultiplier
+		}
+	}
 	switch {
 	case errors.Is(err, ErrCostOverflow) || err == nil && v > money.MaxAllowanceMicroUSD:
 		v, c.Capped = money.MaxAllowanceMicroUSD, true

@@ -8,6 +8,8 @@
 //   - An OpenAI stream carries a usage chunk (choices [], usage {...}) only when the
 //     request set stream_options.include_usage to true; its other chunks then carry
 //     "usage": null. Without it, no chunk mentions usage at all.
+//   - A chat completion says which service tier it ran at ("service_tier"): "priority"
+//     or "flex" when the request asked for it, "default" otherwise.
 //   - OpenAI answers a model with its dated snapshot when Server.Snapshots says so
 //     ("gpt-4o-mini" answered as "gpt-4o-mini-2024-07-18").
 //   - An Anthropic stream reports input tokens in message_start and output tokens in
@@ -140,6 +142,9 @@ type request struct {
 	// Embeddings: the input (a string or an array) and how vectors are encoded.
 	Input          json.RawMessage `json:"input"`
 	EncodingFormat string          `json:"encoding_format"`
+	// ServiceTier is OpenAI's service_tier: a chat completion answers priority (or flex)
+	// when asked, default otherwise.
+	ServiceTier string `json:"service_tier"`
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -252,11 +257,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
 		if !c.Stream {
 			ew.start("application/json", http.StatusOK)
-			ew.write(openAIJSON(id, model, u))
+			ew.write(openAIJSON(id, model, chatTier(req.ServiceTier), u))
 			return
 		}
 		ew.start("text/event-stream; charset=utf-8", http.StatusOK)
-		openAIStream(ew, id, model, u, c.IncludeUsage)
+		openAIStream(ew, id, model, chatTier(req.ServiceTier), u, c.IncludeUsage)
 		return
 	}
 	id := fmt.Sprintf("msg_fake%06d", n)
@@ -358,21 +363,31 @@ func openAIUsage(u Usage) string {
 		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens, u.CachedInputTokens)
 }
 
-func openAIJSON(id, model string, u Usage) string {
-	return fmt.Sprintf(`{"id":%q,"object":"chat.completion","created":1767225600,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":%q,"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":%s,"service_tier":"default","system_fingerprint":"fp_fake"}`,
-		id, model, Text, openAIUsage(u))
+// openAIJSON is a chat completion that ran at tier (chatTier).
+func openAIJSON(id, model, tier string, u Usage) string {
+	return fmt.Sprintf(`{"id":%q,"object":"chat.completion","created":1767225600,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":%q,"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":%s,"service_tier":%q,"system_fingerprint":"fp_fake"}`,
+		id, model, Text, openAIUsage(u), tier)
+}
+
+// chatTier is the service tier a chat completion runs at: priority when the request asks
+// for it, else default (what OpenAI answers for "auto" and for no tier).
+func chatTier(asked string) string {
+	if asked == "priority" || asked == "flex" {
+		return asked
+	}
+	return "default"
 }
 
 // openAIStream sends chat.completion.chunk events: a role chunk, one chunk per word, a
 // finish chunk, the usage chunk only when asked for, then [DONE].
-func openAIStream(ew *eventWriter, id, model string, u Usage, includeUsage bool) {
+func openAIStream(ew *eventWriter, id, model, tier string, u Usage, includeUsage bool) {
 	usageField := ""
 	if includeUsage {
 		usageField = `,"usage":null`
 	}
 	chunk := func(delta, finish string) {
-		ew.write(fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1767225600,"model":%q,"service_tier":"default","system_fingerprint":"fp_fake","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]%s}`+"\n\n",
-			id, model, delta, finish, usageField))
+		ew.write(fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1767225600,"model":%q,"service_tier":%q,"system_fingerprint":"fp_fake","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]%s}`+"\n\n",
+			id, model, tier, delta, finish, usageField))
 	}
 	chunk(`{"role":"assistant","content":"","refusal":null}`, "null")
 	for _, w := range words() {
@@ -380,8 +395,8 @@ func openAIStream(ew *eventWriter, id, model string, u Usage, includeUsage bool)
 	}
 	chunk(`{}`, `"stop"`)
 	if includeUsage {
-		ew.write(fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1767225600,"model":%q,"service_tier":"default","system_fingerprint":"fp_fake","choices":[],"usage":%s}`+"\n\n",
-			id, model, openAIUsage(u)))
+		ew.write(fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1767225600,"model":%q,"service_tier":%q,"system_fingerprint":"fp_fake","choices":[],"usage":%s}`+"\n\n",
+			id, model, tier, openAIUsage(u)))
 	}
 	ew.write("data: [DONE]\n\n")
 }

@@ -87,6 +87,9 @@ type Request struct {
 	// background: the answer comes before the generation, without its usage;
 	// requestbody.Deferred).
 	Background bool
+	// Priority is a top-level "service_tier": "priority" (OpenAI: the request asks to
+	// run at the priority tier, dearer than the standard prices; enforcer/worstcase).
+	Priority bool
 }
 
 // maxCap bounds OutputCap: a float64 holds every whole number up to 2^53 exactly, and
@@ -162,6 +165,17 @@ func Input(body []byte) (Request, error) {
 			// The last one counts, as encoding/json reads a repeated key.
 			r.Background = bytes.HasPrefix(body[i:], []byte("true"))
 			i = w.value(i, skipped)
+		case jsonscan.KeyIs(key, "service_tier"):
+			// The last one counts; the string "priority" (escaped or not), as the API
+			// takes it.
+			r.Priority = false
+			if body[i] == '"' {
+				end := jsonscan.SkipString(body, i)
+				r.Priority = jsonscan.KeyIs(body[i:end], "priority")
+				i = end
+			} else {
+				i = w.value(i, skipped)
+			}
 		default:
 			if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
 				r.Messages++

@@ -180,6 +180,8 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"m\u006fdel":"escaped key","r\u006fle":"user","t":true,"f":false,"n":null,"x":-0.5e-3}`,
 		`{"url":"a string under a payload's key is text","x":{"url":"so is this"}}`,
 		`{"background":true,"b\u0061ckground":"x","input":"y","background":[true]}`,
+		`{"service_tier":"priority","service_tier":"pri\u006frity","messages":[],"service_tier":{"a":"priority"}}`,
+		`{"service_tier":"flex","service_tier":"pri\u006frity","messages":[{"content":"x"}]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
 	} {
 		f.Add([]byte(s))
@@ -243,6 +245,18 @@ func decoderInput(body []byte) (Request, error) {
 				}
 			case json.Delim:
 				if err := w.skip(n); err != nil {
+					return Request{}, ErrNotObject
+				}
+			}
+			continue
+		case "service_tier":
+			v, err := dec.Token()
+			if err != nil {
+				return Request{}, ErrNotObject
+			}
+			r.Priority = v == "priority"
+			if d, ok := v.(json.Delim); ok {
+				if err := w.skip(d); err != nil {
 					return Request{}, ErrNotObject
 				}
 			}

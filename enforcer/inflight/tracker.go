@@ -75,6 +75,9 @@ type Usage struct {
 	Seen *Seen
 	// Estimated marks counts that are themselves estimates (POST /settle's "estimated").
 	Estimated bool
+	// Priority: the upstream ran the request at its priority service tier, dearer than
+	// the catalog's standard prices (responseusage.Usage.Priority).
+	Priority bool
 }
 
 // FromResponse is the Usage of a response a front door relayed (the gateway, ext_proc):
@@ -90,7 +93,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 	}
 	return Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
 		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens,
-		UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status,
+		UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: got.TextBytes}}
 }
 
@@ -320,6 +323,7 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		FinishedAtUnixMs:         t.clk.Now().UnixMilli(),
 		UpstreamStatus:           u.UpstreamStatus,
 		UsageEstimated:           u.Estimated,
+		PriorityTier:             u.Priority,
 	}
 	var res *settleq.Reservation
 	r := t.take(id)

@@ -59,6 +59,10 @@
 //     usage; each message_delta carries cumulative usage (output_tokens,
 //     sometimes the input counts too).
 //
+// OpenAI's top-level "service_tier" (a chat document's, a Responses object's, a
+// Responses event's response.service_tier) sets Priority when it is "priority" in any
+// document of the shape: the request ran at the dearer priority tier.
+//
 // A body without usage (an error body, a stream without include_usage) gives
 // a Usage that is not Complete; Format still names the shape when it was
 // recognised, so the caller can tell "no usage requested" from "unknown body".

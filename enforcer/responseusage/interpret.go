@@ -25,6 +25,8 @@ type accumulator struct {
 	u     usageFields
 	final bool  // the shape's final usage report was seen
 	text  int64 // output text of every document, whatever its shape
+	// priority: an OpenAI document of the shape said service_tier "priority".
+	priority bool
 }
 
 func (a *accumulator) switchTo(f family) {
@@ -33,6 +35,7 @@ func (a *accumulator) switchTo(f family) {
 		a.model.reset()
 		a.u = usageFields{}
 		a.final = false
+		a.priority = false
 	}
 }
 
@@ -91,6 +94,7 @@ func (a *accumulator) applySSE(d *docFields) {
 	}
 	a.switchTo(fam)
 	a.setModel(&d.model[root])
+	a.notePriority(d, root)
 	switch fam {
 	case famChat:
 		if u := &d.usage[rootTop]; u.obj {
@@ -163,8 +167,17 @@ func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 		return
 	}
 	a.setModel(&d.model[rootTop])
+	a.notePriority(d, rootTop)
 	a.u = d.usage[rootTop]
 	a.final = wellFormed
+}
+
+// notePriority keeps whether an OpenAI document (chat, Responses) said it ran at the
+// priority tier: any one of a stream's saying so is enough.
+func (a *accumulator) notePriority(d *docFields, root int) {
+	if (a.fam == famChat || a.fam == famResponses) && d.tier[root].is("priority") {
+		a.priority = true
+	}
 }
 
 var formats = [2][6]string{
@@ -179,6 +192,7 @@ func (a *accumulator) fill(u *Usage) {
 	if a.fam == famNone {
 		return
 	}
+	u.Priority = a.priority
 	sse := 0
 	if a.sse {
 		sse = 1

@@ -25,6 +25,7 @@ func newDocFields(modelLimit int) *docFields {
 	}
 	for i := range d.model {
 		d.model[i] = capture{b: make([]byte, 0, modelLimit), limit: modelLimit}
+		d.tier[i] = capture{b: make([]byte, 0, maxTierBytes), limit: maxTierBytes}
 	}
 	return d
 }
@@ -276,6 +277,7 @@ func oracleDoc(v any, modelLimit int) *docFields {
 		}
 	}
 	str(&d.model[rootTop], m, "model")
+	str(&d.tier[rootTop], m, "service_tier")
 	d.usage[rootTop] = oracleUsage(m)
 	for _, mm := range m {
 		if s, ok := mm.val.(string); ok && mm.key == "delta" {
@@ -291,6 +293,7 @@ func oracleDoc(v any, modelLimit int) *docFields {
 		if sub, ok := last(m, root.key); ok {
 			if sub, ok := sub.([]member); ok {
 				str(&d.model[root.r], sub, "model")
+				str(&d.tier[root.r], sub, "service_tier")
 			}
 		}
 		for _, sub := range all(m, root.key) {

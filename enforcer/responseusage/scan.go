@@ -27,6 +27,7 @@ const (
 	maxPath       = 8  // deepest path that holds a field we read: choices[].delta.tool_calls[].function.arguments
 	maxKeyBytes   = 32 // longer keys are none of ours
 	maxSmallBytes = 64 // longest "type" / "object" value kept (response.code_interpreter_call_code.delta)
+	maxTierBytes  = 16 // longest service_tier value kept (priority, default, flex, scale)
 )
 
 // Key ids of the object keys we look for.
@@ -61,6 +62,7 @@ const (
 	kCandidates   // Gemini: candidates[]
 	kParts        // Gemini: candidates[].content.parts[]
 	kFinishReason // Gemini: candidates[].finishReason
+	kServiceTier  // OpenAI: service_tier (the processing tier the request ran at)
 	kTok0         // kTok0+tok for the counts tokPrompt..tokGeminiCached
 )
 
@@ -139,6 +141,8 @@ func keyID(b []byte) uint8 {
 		return kParts
 	case "finishReason":
 		return kFinishReason
+	case "service_tier":
+		return kServiceTier
 	case "prompt_tokens":
 		return kTok0 + tokPrompt
 	case "completion_tokens":
@@ -208,7 +212,10 @@ func (u *usageFields) merge(o *usageFields) {
 type docFields struct {
 	typ, object capture
 	model       [nRoot]capture
-	usage       [nRoot]usageFields
+	// tier is OpenAI's service_tier of root: the top level (chat, a Responses object)
+	// or a Responses event's response.
+	tier  [nRoot]capture
+	usage [nRoot]usageFields
 	// text counts the output text at the text paths (textTarget), delta
 	// the bytes of top-level "delta" strings, which are output text only
 	// in the events whose type says so (isTextDelta).
@@ -223,6 +230,7 @@ func (d *docFields) reset() {
 	d.object.reset()
 	for i := range d.model {
 		d.model[i].reset()
+		d.tier[i].reset()
 	}
 	d.usage = [nRoot]usageFields{}
 	d.text, d.delta = 0, 0
@@ -342,6 +350,7 @@ const (
 	tgDetail       // a *_tokens_details value of root (tok: its cached count)
 	tgTok          // a count of root
 	tgFinish       // a Gemini candidate's finishReason
+	tgTier         // a service_tier string of root
 )
 
 type target struct{ kind, root, tok uint8 }
@@ -384,7 +393,7 @@ const (
 	txRaw         // an object or array: its raw bytes go to text
 )
 
-func (s *scanner) init(maxDepth int, stack []uint64, key, typ, obj []byte, models [nRoot][]byte, modelLimit int) {
+func (s *scanner) init(maxDepth int, stack []uint64, key, typ, obj []byte, models, tiers [nRoot][]byte, modelLimit int) {
 	s.maxDepth = maxDepth
 	s.stack = stack
 	s.keyCap = capture{b: key, limit: maxKeyBytes}
@@ -392,6 +401,7 @@ func (s *scanner) init(maxDepth int, stack []uint64, key, typ, obj []byte, model
 	s.doc.object = capture{b: obj, limit: maxSmallBytes}
 	for i := range s.doc.model {
 		s.doc.model[i] = capture{b: models[i], limit: modelLimit}
+		s.doc.tier[i] = capture{b: tiers[i], limit: maxTierBytes}
 	}
 }
 
@@ -784,6 +794,8 @@ func (s *scanner) valueStart(c byte, at int) {
 	switch t.kind {
 	case tgModel:
 		d.model[t.root].reset()
+	case tgTier:
+		d.tier[t.root].reset()
 	case tgType:
 		d.typ.reset()
 	case tgObject:
@@ -806,6 +818,8 @@ func (s *scanner) valueStart(c byte, at int) {
 		switch t.kind {
 		case tgModel:
 			s.str = &d.model[t.root]
+		case tgTier:
+			s.str = &d.tier[t.root]
 		case tgType:
 			s.str = &d.typ
 		case tgObject:
@@ -926,6 +940,8 @@ func (s *scanner) classify() target {
 		switch k[0] {
 		case kModel:
 			return target{kind: tgModel, root: rootTop}
+		case kServiceTier:
+			return target{kind: tgTier, root: rootTop}
 		case kType:
 			return target{kind: tgType}
 		case kObject:
@@ -945,6 +961,8 @@ func (s *scanner) classify() target {
 			switch k[1] {
 			case kModel:
 				return target{kind: tgModel, root: r}
+			case kServiceTier:
+				return target{kind: tgTier, root: r}
 			case kUsage:
 				return target{kind: tgUsage, root: r}
 			}

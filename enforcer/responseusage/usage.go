@@ -56,6 +56,10 @@ type Usage struct {
 	Complete bool
 	// Format names the recognised shape (the Format constants), or "".
 	Format string
+	// Priority: an OpenAI response (chat or Responses) says it ran at the priority
+	// service tier (service_tier "priority"), which costs more than the standard prices
+	// of the catalog.
+	Priority bool
 	// InputReported and OutputReported say whether the response reported an
 	// input (output) count: when false, InputTokens (OutputTokens) is 0
 	// because nothing was reported, not because the count was 0.
@@ -135,6 +139,7 @@ type Extractor struct {
 	typArr   [maxSmallBytes]byte
 	objArr   [maxSmallBytes]byte
 	modelArr [nRoot + 1][inlineModelBytes]byte
+	tierArr  [nRoot][maxTierBytes]byte
 	stackAr  [4]uint64
 }
 
@@ -153,7 +158,8 @@ func New(contentType string, headers map[string]string, limits Limits) *Extracto
 
 	m := limits.MaxModelBytes
 	e.scan.init(limits.MaxDepth, e.stackAr[:0], e.keyArr[:0], e.typArr[:0], e.objArr[:0],
-		[nRoot][]byte{e.modelArr[0][:0], e.modelArr[1][:0], e.modelArr[2][:0]}, m)
+		[nRoot][]byte{e.modelArr[0][:0], e.modelArr[1][:0], e.modelArr[2][:0]},
+		[nRoot][]byte{e.tierArr[0][:0], e.tierArr[1][:0], e.tierArr[2][:0]}, m)
 	e.acc.model = capture{b: e.modelArr[nRoot][:0], limit: m}
 
 	mt := mediaType(contentType)

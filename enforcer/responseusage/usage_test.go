@@ -659,3 +659,42 @@ func TestGemini(t *testing.T) {
 		t.Fatalf("a stream without its last chunk: %s", show(got))
 	}
 }
+
+// OpenAI says which service tier a request ran at (service_tier): "priority" costs more
+// than the catalog's standard prices, and the settlement charges it so (Usage.Priority).
+// Any chunk of a stream saying so is enough; another API's service_tier is not read.
+func TestPriorityTier(t *testing.T) {
+	for _, tc := range []struct {
+		name, ct, body string
+		want           bool
+	}{
+		{"chat, priority", ctJSON, `{"object":"chat.completion","model":"gpt-5","service_tier":"priority","usage":{"prompt_tokens":1,"completion_tokens":2}}`, true},
+		{"chat, default", ctJSON, `{"object":"chat.completion","model":"gpt-5","service_tier":"default","usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
+		{"chat, flex", ctJSON, `{"object":"chat.completion","service_tier":"flex","usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
+		{"Responses object", ctJSON, `{"object":"response","service_tier":"priority","usage":{"input_tokens":1,"output_tokens":2}}`, true},
+		{"a tier too long to be one", ctJSON, `{"object":"chat.completion","service_tier":"priority-and-then-some","usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
+		{"nested is not the request's", ctJSON, `{"object":"chat.completion","metadata":{"service_tier":"priority"},"usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
+		{"Anthropic's usage.service_tier is not read", ctJSON, `{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"service_tier":"priority"}}`, false},
+		{"chat stream", ctSSE, "data: {\"object\":\"chat.completion.chunk\",\"service_tier\":\"priority\",\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n" +
+			"data: {\"object\":\"chat.completion.chunk\",\"service_tier\":\"priority\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n", true},
+		{"Responses stream", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"auto\"}}\n\n" +
+			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"priority\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(tc.body)
+			got := run(tc.ct, nil, Limits{}, bytewise(body), true)
+			if got.Priority != tc.want || !got.Complete {
+				t.Fatalf("%s", show(got))
+			}
+			var ref Usage
+			if tc.ct == ctJSON {
+				ref = oracleJSON(body, Limits{})
+			} else {
+				ref = oracleSSE(body, Limits{})
+			}
+			if !reflect.DeepEqual(got, ref) {
+				t.Fatalf("differs from the reference:\n got %s\n ref %s", show(got), show(ref))
+			}
+		})
+	}
+}

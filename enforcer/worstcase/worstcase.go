@@ -19,6 +19,9 @@
 // itself (its own price wins at settlement, and the enforcer knows only its keys), or
 // states no cap for a model whose limit the catalog does not know.
 //
+// A request that asks for OpenAI's priority tier ("service_tier": "priority") costs twice
+// that, as settlement charges it.
+//
 // Its error is the estimator's on the input part (docs/enforcer.md: within about 30%
 // either way for English text and code; images, audio and files not counted), none on
 // the output part: the provider never generates more than the cap. So the worst case
@@ -91,8 +94,12 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		return Cost{Unknown: NoCap}
 	}
 	in := max(req.InputTokens, 0)
-	return Cost{MicroUSD: price(in, max(e.InputPerMillion, e.CacheWrite()), out, e.OutputPerMillion),
-		Model: e.Model, InputTokens: in, OutputTokens: out}
+	cost := price(in, max(e.InputPerMillion, e.CacheWrite()), out, e.OutputPerMillion)
+	if req.Priority {
+		// Asked to run at the priority tier: charged so at settlement.
+		cost = min(cost*pricecatalog.PriorityMultiplier, money.MaxAllowanceMicroUSD) // cost ≤ 2^52: no overflow
+	}
+	return Cost{MicroUSD: cost, Model: e.Model, InputTokens: in, OutputTokens: out}
 }
 
 // find walks the matching steps as settlement does (controlplane/ledger: at each step

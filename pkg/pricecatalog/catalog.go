@@ -50,6 +50,15 @@ const (
 	Embedding Kind = "embedding"
 )
 
+// PriorityMultiplier is what a request run at a provider's priority service tier costs
+// against the standard prices the catalog holds (and an organization's own prices,
+// which are standard ones too): OpenAI's priority prices are 1.7 to 2 times the standard
+// ones (gpt-5 and gpt-5-mini about 2, gpt-4.1 and o3 1.75, gpt-4o 1.7), and the highest
+// ratio is charged so that no priority request is charged below its price. One
+// multiplier rather than a second table: settlement (controlplane/accounting) and the
+// enforcer's worst case (enforcer/worstcase) both apply it.
+const PriorityMultiplier = 2
+
 // Entry is one model of the catalog.
 type Entry struct {
 	Model    string

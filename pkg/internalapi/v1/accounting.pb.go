@@ -1363,8 +1363,13 @@ type SettleItem struct {
 	// charges it on those windows when the admission instant lies in the member's current
 	// capture epoch, and quarantines it otherwise.
 	AdmittedWithoutRecord bool `protobuf:"varint,15,opt,name=admitted_without_record,json=admittedWithoutRecord,proto3" json:"admitted_without_record,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// priority_tier is true when the upstream said it ran the request at its priority
+	// service tier (OpenAI's service_tier "priority"), which costs more than the standard
+	// prices the catalog holds: priced tokens are charged twice their price
+	// (pricecatalog.PriorityMultiplier).
+	PriorityTier  bool `protobuf:"varint,16,opt,name=priority_tier,json=priorityTier,proto3" json:"priority_tier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1498,6 +1503,13 @@ func (x *SettleItem) GetUsageEstimated() bool {
 func (x *SettleItem) GetAdmittedWithoutRecord() bool {
 	if x != nil {
 		return x.AdmittedWithoutRecord
+	}
+	return false
+}
+
+func (x *SettleItem) GetPriorityTier() bool {
+	if x != nil {
+		return x.PriorityTier
 	}
 	return false
 }
@@ -1870,7 +1882,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xa7\x05\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xcc\x05\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -1889,7 +1901,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x0fupstream_status\x18\f \x01(\x05R\x0eupstreamStatus\x12=\n" +
 	"\x1bcache_creation_input_tokens\x18\r \x01(\x03R\x18cacheCreationInputTokens\x12'\n" +
 	"\x0fusage_estimated\x18\x0e \x01(\bR\x0eusageEstimated\x126\n" +
-	"\x17admitted_without_record\x18\x0f \x01(\bR\x15admittedWithoutRecordB\x1a\n" +
+	"\x17admitted_without_record\x18\x0f \x01(\bR\x15admittedWithoutRecord\x12#\n" +
+	"\rpriority_tier\x18\x10 \x01(\bR\fpriorityTierB\x1a\n" +
 	"\x18_upstream_cost_micro_usd\"G\n" +
 	"\rSettleRequest\x126\n" +
 	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\x8f\x02\n" +
