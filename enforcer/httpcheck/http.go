@@ -89,6 +89,10 @@ type settleBody struct {
 	// Estimated says the token counts are the reporter's estimates, not the upstream's
 	// report: the receipt's cost basis is then "estimate".
 	Estimated *bool `json:"estimated"`
+	// PriorityTier says the upstream ran the request at its priority service tier
+	// (OpenAI's service_tier "priority"): priced tokens are charged
+	// pricecatalog.PriorityMultiplier times.
+	PriorityTier *bool `json:"priorityTier"`
 }
 
 // Receipt is the answer of POST /settle.
@@ -171,6 +175,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		// Estimated counts are never a complete report.
 		u.Estimated, u.Complete = true, false
 	}
+	u.Priority = in.PriorityTier != nil && *in.PriorityTier
 
 	done := make(chan settleq.Result, 1)
 	if err := h.tracker.Finish(in.RequestID, u, func(r settleq.Result) { done <- r }); err != nil {

@@ -147,6 +147,17 @@ func TestHTTPSettle(t *testing.T) {
 			t.Fatal("cost basis not counted")
 		}
 	})
+	t.Run("a priority-tier report reaches the control plane so", func(t *testing.T) {
+		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})
+		id := res.Header.Get("X-Service-Request-Id")
+		code, out := postSettle(t, h, "127.0.0.1:5555", "", `{"requestId":"`+id+`","model":"gpt-4o","inputTokens":10,"outputTokens":2,"priorityTier":true}`)
+		if code != 200 || out["outcome"] != "settled" {
+			t.Fatalf("%d %v", code, out)
+		}
+		if it := e.CP.Receipt(id).Item; !it.GetPriorityTier() || !it.GetComplete() {
+			t.Fatalf("settled %v", it)
+		}
+	})
 	t.Run("202 while the control plane is down, delivered later", func(t *testing.T) {
 		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})
 		id := res.Header.Get("X-Service-Request-Id")
