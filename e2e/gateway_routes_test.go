@@ -465,6 +465,47 @@ func TestPriorityTierThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestAnthropicOneHourCacheWritesThroughTheGateway: Anthropic's cache writes made for an
+// hour (usage.cache_creation.ephemeral_1h_input_tokens) are charged at twice the input
+// price, the five-minute ones at the cache-write price, streamed or not.
+func TestAnthropicOneHourCacheWritesThroughTheGateway(t *testing.T) {
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
+		return fakellm.Usage{InputTokens: 2000, CacheCreationInputTokens: 3000, CacheCreation1hInputTokens: 2000, OutputTokens: 100}
+	}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	const claude = "claude-sonnet-4-5"
+	e, ok := pricecatalog.Lookup(claude)
+	if !ok || e.CacheWritePerMillion == nil {
+		t.Fatalf("%s: %+v", claude, e)
+	}
+	want := ceilDiv(2000*e.InputPerMillion+1000**e.CacheWritePerMillion+2000*2*e.InputPerMillion+100*e.OutputPerMillion, 1_000_000)
+	for i, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"model":%q,"max_tokens":200,"stream":%v,"messages":[{"role":"user","content":"How are tolls paid?"}]}`, claude, stream)
+		req, _ := http.NewRequest("POST", s.gateway+"/v1/messages", strings.NewReader(body))
+		req.Header.Set("x-api-key", o.key)
+		req.Header.Set("anthropic-version", "2023-06-01")
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		calls := fake.Calls()
+		if res.StatusCode != 200 || len(calls) != i+1 {
+			t.Fatalf("stream %v: %d, %d calls", stream, res.StatusCode, len(calls))
+		}
+		rec := waitReceipt(t, s, calls[i].Header.Get("X-Service-Request-Id"))
+		if rec.cost() != want || rec["complete"] != true || rec["cache_creation_input_tokens"] != 3000.0 {
+			t.Fatalf("stream %v: receipt %s, want %d", stream, rec, want)
+		}
+	}
+}
+
 // gatewayWithFixedUsage is a stack whose gateway fronts a fakellm answering every call
 // with 100,000 input (20,000 cached) and 10,000 output tokens, an organization on it,
 // and what one such call costs at the catalog's price.

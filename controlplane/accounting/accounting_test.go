@@ -55,6 +55,15 @@ func TestCostOf(t *testing.T) {
 		{"above the allowance bound is capped", Usage{OutputTokens: 1 << 40}, PricedAt{Price: Price{OutputPerMillion: 1 << 40}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"large but representable", Usage{OutputTokens: 1 << 40}, PricedAt{Price: Price{OutputPerMillion: 1 << 20}, Source: PriceCatalog}, (1<<60)/1_000_000 + 1, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		// Anthropic's one-hour cache writes cost twice the input price (the five-minute
+		// ones the cache-write price); never more of them than the writes.
+		{"one-hour cache writes at twice the input price", Usage{InputTokens: 1000, CacheWriteTokens: 600, CacheWrite1hTokens: 400, OutputTokens: 10}, org,
+			(400*3_000_000 + 200*3_750_000 + 400*6_000_000 + 10*15_000_000) / 1_000_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"one-hour writes above the writes count as the writes", Usage{InputTokens: 100, CacheWriteTokens: 100, CacheWrite1hTokens: 900}, org,
+			100 * 6, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"one-hour writes with a cache-write price above twice the input", Usage{CacheWriteTokens: 10, CacheWrite1hTokens: 10},
+			PricedAt{Price: Price{InputPerMillion: 1_000_000, CacheWritePerMillion: i64(5_000_000)}, Source: PriceOrganization}, 50, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"negative one-hour writes", Usage{InputTokens: 1, CacheWrite1hTokens: -1}, org, 0, "", "", false, ErrBadUsage},
 		// A priority tier doubles the priced tokens (rounded up first), never an upstream cost.
 		{"priority tier: twice the price", Usage{InputTokens: 1000, CachedInputTokens: 400, CacheWriteTokens: 100, OutputTokens: 100, Priority: true}, org,
 			2 * ((500*3_000_000 + 400*300_000 + 100*3_750_000 + 100*15_000_000) / 1_000_000), SourceCatalogEstimate, BasisReportedUsage, false, nil},

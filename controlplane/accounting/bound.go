@@ -65,7 +65,7 @@ func Bound(u Usage) (Usage, []string) {
 		name string
 		v    *int64
 	}{{"input_tokens", &u.InputTokens}, {"output_tokens", &u.OutputTokens}, {"cached_input_tokens", &u.CachedInputTokens},
-		{"cache_creation_input_tokens", &u.CacheWriteTokens}} {
+		{"cache_creation_input_tokens", &u.CacheWriteTokens}, {"cache_creation_one_hour_input_tokens", &u.CacheWrite1hTokens}} {
 		switch {
 		case *c.v < 0:
 			notes = append(notes, fmt.Sprintf("%s %d read as 0", c.name, *c.v))

@@ -64,6 +64,12 @@ func (p Price) CacheWrite() int64 {
 	return p.InputPerMillion
 }
 
+// CacheWrite1h is the price of cache writes made for an hour
+// (pricecatalog.OneHourCacheWrite).
+func (p Price) CacheWrite1h() int64 {
+	return pricecatalog.OneHourCacheWrite(p.InputPerMillion, p.CacheWrite())
+}
+
 // PricedAt is the price found for a request's model and where it came from
 // (PriceOrganization, PriceCatalog or PriceFallback).
 type PricedAt struct {
@@ -76,9 +82,11 @@ type Usage struct {
 	InputTokens  int64
 	OutputTokens int64
 	// CachedInputTokens and CacheWriteTokens are parts of InputTokens: read from and
-	// written to a prompt cache.
-	CachedInputTokens int64
-	CacheWriteTokens  int64
+	// written to a prompt cache; CacheWrite1hTokens is the part of CacheWriteTokens
+	// written for an hour (Price.CacheWrite1h).
+	CachedInputTokens  int64
+	CacheWriteTokens   int64
+	CacheWrite1hTokens int64
 	// UpstreamCost is the cost the upstream reported, when it did.
 	UpstreamCost *int64
 	// Estimated: some counts were estimated by the enforcer from the bytes it saw.
@@ -133,7 +141,7 @@ type Cost struct {
 // priority tier. A cost above money.MaxAllowanceMicroUSD is capped there and
 // flagged: a request is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
-	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 {
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 {
 		return Cost{}, ErrBadUsage
 	}
 	c := Cost{Basis: u.Basis()}
@@ -174,7 +182,8 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 }
 
 // CatalogCost is ceil((uncached * input + cached * cachedInput + written * cacheWrite +
-// output * outputPrice) / 1e6), where cached and written are the parts of the input
+// written1h * cacheWrite1h + output * outputPrice) / 1e6), where written1h is the part
+// of the writes made for an hour (at most the writes) and written the rest, where cached and written are the parts of the input
 // read from and written to a prompt cache and uncached is the rest. Input tokens include
 // cached and written ones (OpenAI's convention, and the enforcer normalises Anthropic's
 // to it). When the parts add up to more than the input count, the counts disagree and
@@ -186,7 +195,7 @@ func CatalogCost(u Usage, p Price) (int64, error) {
 	if p.InputPerMillion < 0 || p.OutputPerMillion < 0 || p.CachedInputPerMillion < 0 || p.CacheWrite() < 0 {
 		return 0, ErrBadUsage
 	}
-	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 {
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 {
 		return 0, ErrBadUsage
 	}
 	cached, written := u.CachedInputTokens, u.CacheWriteTokens
@@ -210,9 +219,13 @@ func CatalogCost(u Usage, p Price) (int64, error) {
 	}
 	add(uncached, p.InputPerMillion)
 	add(cached, p.CachedInputPerMillion)
-	add(written, p.CacheWrite())
+	hour := min(u.CacheWrite1hTokens, written) // the writes made for an hour
+	add(written-hour, p.CacheWrite())
+	add(hour, p.CacheWrite1h())
 	add(u.OutputTokens, p.OutputPerMillion)
-	// Four products of values below 2^63 stay below 2^128, so hi never wrapped.
+	// The products of values below 2^63 stay below 2^126 each, and the two parts of the
+	// writes together below written times the dearer price: the sum stays below 2^128,
+	// so hi never wrapped.
 	const million = 1_000_000
 	if hi >= million {
 		return 0, ErrCostOverflow

@@ -121,7 +121,8 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 	}
 	u, notes := accounting.Bound(accounting.Usage{InputTokens: it.GetInputTokens(), OutputTokens: it.GetOutputTokens(),
 		CachedInputTokens: it.GetCachedInputTokens(), CacheWriteTokens: it.GetCacheCreationInputTokens(),
-		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier()})
+		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(),
+		UpstreamCost:       it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier()})
 	if len(notes) > 0 {
 		sj.notes = append(sj.notes, notes...)
 		sj.adjusted = append(sj.adjusted, "usage_bounded")

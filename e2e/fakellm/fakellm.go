@@ -73,8 +73,11 @@ type Usage struct {
 	// CachedInputTokens: OpenAI's prompt_tokens_details.cached_tokens; Anthropic's
 	// cache_read_input_tokens.
 	CachedInputTokens int64
-	// CacheCreationInputTokens: Anthropic's cache_creation_input_tokens (0 for OpenAI).
-	CacheCreationInputTokens int64
+	// CacheCreationInputTokens: Anthropic's cache_creation_input_tokens (0 for OpenAI),
+	// of them CacheCreation1hInputTokens written for an hour
+	// (cache_creation.ephemeral_1h_input_tokens; the rest ephemeral_5m_input_tokens).
+	CacheCreationInputTokens   int64
+	CacheCreation1hInputTokens int64
 	// OutputTokens: completion_tokens / output_tokens.
 	OutputTokens int64
 }
@@ -559,16 +562,23 @@ func responsesStream(ew *eventWriter, id, model string, u Usage) {
 }
 
 func anthropicJSON(id, model string, u Usage) string {
-	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":%d,"service_tier":"standard"}}`,
-		id, model, Text, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, u.OutputTokens)
+	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s"output_tokens":%d,"service_tier":"standard"}}`,
+		id, model, Text, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), u.OutputTokens)
+}
+
+// cacheCreation is Anthropic's cache_creation object (the writes by lifetime) and a
+// comma, as Anthropic sends it.
+func cacheCreation(u Usage) string {
+	return fmt.Sprintf(`"cache_creation":{"ephemeral_5m_input_tokens":%d,"ephemeral_1h_input_tokens":%d},`,
+		u.CacheCreationInputTokens-u.CacheCreation1hInputTokens, u.CacheCreation1hInputTokens)
 }
 
 // anthropicStream sends the messages stream: message_start (input usage), a text
 // block of one delta per word, message_delta (output usage), message_stop.
 func anthropicStream(ew *eventWriter, id, model string, u Usage) {
 	event := func(name, data string) { ew.write("event: " + name + "\ndata: " + data + "\n\n") }
-	event("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":%q,"type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":1,"service_tier":"standard"}}}`,
-		id, model, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens))
+	event("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":%q,"type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s"output_tokens":1,"service_tier":"standard"}}}`,
+		id, model, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u)))
 	event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
 	event("ping", `{"type": "ping"}`)
 	for _, w := range words() {

@@ -84,8 +84,11 @@ type settleBody struct {
 	OutputTokens             *int64  `json:"outputTokens"`
 	CachedInputTokens        *int64  `json:"cachedInputTokens"`
 	CacheCreationInputTokens *int64  `json:"cacheCreationInputTokens"`
-	UpstreamCostMicroUSD     *int64  `json:"upstreamCostMicroUsd"`
-	Complete                 *bool   `json:"complete"`
+	// CacheCreationOneHourInputTokens is the part of the cache writes made for an hour
+	// (Anthropic's cache_creation.ephemeral_1h_input_tokens).
+	CacheCreationOneHourInputTokens *int64 `json:"cacheCreationOneHourInputTokens"`
+	UpstreamCostMicroUSD            *int64 `json:"upstreamCostMicroUsd"`
+	Complete                        *bool  `json:"complete"`
 	// Estimated says the token counts are the reporter's estimates, not the upstream's
 	// report: the receipt's cost basis is then "estimate".
 	Estimated *bool `json:"estimated"`
@@ -156,7 +159,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		dst *int64
 		src *int64
 	}{{&u.InputTokens, in.InputTokens}, {&u.OutputTokens, in.OutputTokens}, {&u.CachedTokens, in.CachedInputTokens},
-		{&u.CacheCreationTokens, in.CacheCreationInputTokens}} {
+		{&u.CacheCreationTokens, in.CacheCreationInputTokens}, {&u.CacheCreation1hTokens, in.CacheCreationOneHourInputTokens}} {
 		if f.src != nil {
 			*f.dst = *f.src
 			reported = true

@@ -62,8 +62,9 @@ type Usage struct {
 	Model                     string
 	InputTokens, OutputTokens int64
 	// CachedTokens and CacheCreationTokens are the parts of InputTokens read from and
-	// written to a prompt cache.
-	CachedTokens, CacheCreationTokens int64
+	// written to a prompt cache; CacheCreation1hTokens the part of the writes made for
+	// an hour (Anthropic's one-hour cache).
+	CachedTokens, CacheCreationTokens, CacheCreation1hTokens int64
 	// UpstreamCostMicroUSD, when not nil, wins over the catalog price.
 	UpstreamCostMicroUSD *int64
 	// Complete is false when the response broke off or carried no usage.
@@ -92,7 +93,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 			UpstreamStatus: status}
 	}
 	return Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
-		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens,
+		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens, CacheCreation1hTokens: got.CacheCreation1hInputTokens,
 		UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: got.TextBytes}}
 }
@@ -312,18 +313,19 @@ func (t *Tracker) Len() int { return int(t.count.Load()) }
 // more) that reported no usage and carried no text: that costs nothing.
 func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 	item := &internalv1.SettleItem{
-		RequestId:                id,
-		Model:                    u.Model,
-		InputTokens:              u.InputTokens,
-		OutputTokens:             u.OutputTokens,
-		CachedInputTokens:        u.CachedTokens,
-		CacheCreationInputTokens: u.CacheCreationTokens,
-		UpstreamCostMicroUsd:     u.UpstreamCostMicroUSD,
-		Complete:                 u.Complete,
-		FinishedAtUnixMs:         t.clk.Now().UnixMilli(),
-		UpstreamStatus:           u.UpstreamStatus,
-		UsageEstimated:           u.Estimated,
-		PriorityTier:             u.Priority,
+		RequestId:                       id,
+		Model:                           u.Model,
+		InputTokens:                     u.InputTokens,
+		OutputTokens:                    u.OutputTokens,
+		CachedInputTokens:               u.CachedTokens,
+		CacheCreationInputTokens:        u.CacheCreationTokens,
+		CacheCreationOneHourInputTokens: u.CacheCreation1hTokens,
+		UpstreamCostMicroUsd:            u.UpstreamCostMicroUSD,
+		Complete:                        u.Complete,
+		FinishedAtUnixMs:                t.clk.Now().UnixMilli(),
+		UpstreamStatus:                  u.UpstreamStatus,
+		UsageEstimated:                  u.Estimated,
+		PriorityTier:                    u.Priority,
 	}
 	var res *settleq.Reservation
 	r := t.take(id)

@@ -71,6 +71,7 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"delta":"abc","type":"response.output_text.delta"}`,
 		`{"candidates":[{"content":{"parts":[{"text":"hé"},{"text":"y"}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":8,"candidatesTokenCount":2,"thoughtsTokenCount":30,"cachedContentTokenCount":4,"totalTokenCount":40},"modelVersion":"gemini-2.5-flash"}`,
 		`{"usageMetadata":{"promptTokenCount":8},"usage":{"prompt_tokens":1},"modelVersion":"a","model":"b","candidates":[{"finishReason":1}]}`,
+		`{"type":"message","usage":{"input_tokens":1,"cache_creation_input_tokens":9,"cache_creation":{"ephemeral_1h_input_tokens":4,"ephemeral_1h_input_tokens":7}},"message":{"usage":{"cache_creation":{"ephemeral_1h_input_tokens":2}}}}`,
 		`{"object":"chat.completion","service_tier":"priority","service_tier":"pri\u006frity","usage":{"prompt_tokens":1,"completion_tokens":2},"response":{"service_tier":"priority"}}`,
 	} {
 		f.Add([]byte(s), uint64(7))

@@ -237,6 +237,10 @@ func (a *accumulator) fill(u *Usage) {
 		// Anthropic's input_tokens leaves out cache reads and writes.
 		created, _ := a.u.get(tokCacheCreation)
 		u.CacheCreationInputTokens = created
+		// The part written for an hour (cache_creation.ephemeral_1h_input_tokens), never
+		// more than the writes.
+		created1h, _ := a.u.get(tokCacheWrite1h)
+		u.CacheCreation1hInputTokens = min(created1h, created)
 		if hasIn {
 			if in > math.MaxInt64-cached || in+cached > math.MaxInt64-created {
 				in, hasIn = 0, false

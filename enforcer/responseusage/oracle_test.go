@@ -232,12 +232,13 @@ func oracleUsage(obj []member) usageFields {
 			}
 		}
 		for _, det := range [...]struct {
-			tok int
-			key string
-		}{{tokCachedPrompt, "prompt_tokens_details"}, {tokCachedInput, "input_tokens_details"}} {
+			tok        int
+			key, inner string
+		}{{tokCachedPrompt, "prompt_tokens_details", "cached_tokens"}, {tokCachedInput, "input_tokens_details", "cached_tokens"},
+			{tokCacheWrite1h, "cache_creation", "ephemeral_1h_input_tokens"}} {
 			for _, d := range all(us, det.key) {
 				for _, m := range d {
-					if m.key == "cached_tokens" {
+					if m.key == det.inner {
 						report(det.tok, m.val)
 					}
 				}

@@ -43,6 +43,8 @@ const (
 	kPromptDetails
 	kInputDetails
 	kCachedTokens
+	kCacheCreation // Anthropic: usage.cache_creation (the cache writes by lifetime)
+	kEphemeral1h   // Anthropic: usage.cache_creation.ephemeral_1h_input_tokens
 	kChoices
 	kDelta
 	kContent
@@ -80,6 +82,7 @@ const (
 	tokGeminiCached            // cachedContentTokenCount (Gemini)
 	tokCachedPrompt            // prompt_tokens_details.cached_tokens (OpenAI chat)
 	tokCachedInput             // input_tokens_details.cached_tokens (OpenAI Responses)
+	tokCacheWrite1h            // cache_creation.ephemeral_1h_input_tokens (Anthropic)
 	nTok
 )
 
@@ -103,6 +106,10 @@ func keyID(b []byte) uint8 {
 		return kInputDetails
 	case "cached_tokens":
 		return kCachedTokens
+	case "cache_creation":
+		return kCacheCreation
+	case "ephemeral_1h_input_tokens":
+		return kEphemeral1h
 	case "choices":
 		return kChoices
 	case "delta":
@@ -969,7 +976,7 @@ func (s *scanner) classify() target {
 		}
 	case 3:
 		if k[0] == kUsage {
-			if t, ok := detailTok(k[1]); ok && k[2] == kCachedTokens {
+			if t, inner, ok := detailTok(k[1]); ok && k[2] == inner {
 				return target{kind: tgTok, root: rootTop, tok: t}
 			}
 		} else if k[0] == kCandidates && k[1] == kArr && k[2] == kFinishReason {
@@ -979,7 +986,7 @@ func (s *scanner) classify() target {
 		}
 	case 4:
 		if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
-			if t, ok := detailTok(k[2]); ok && k[3] == kCachedTokens {
+			if t, inner, ok := detailTok(k[2]); ok && k[3] == inner {
 				return target{kind: tgTok, root: r, tok: t}
 			}
 		}
@@ -991,7 +998,7 @@ func usageMember(root, k uint8) target {
 	if k >= kTok0 && k < kTok0+tokCachedPrompt {
 		return target{kind: tgTok, root: root, tok: k - kTok0}
 	}
-	if t, ok := detailTok(k); ok {
+	if t, _, ok := detailTok(k); ok {
 		return target{kind: tgDetail, root: root, tok: t}
 	}
 	return target{}
@@ -1007,12 +1014,14 @@ func rootOf(k uint8) (uint8, bool) {
 	return 0, false
 }
 
-func detailTok(k uint8) (uint8, bool) {
+func detailTok(k uint8) (tok, inner uint8, ok bool) {
 	switch k {
 	case kPromptDetails:
-		return tokCachedPrompt, true
+		return tokCachedPrompt, kCachedTokens, true
 	case kInputDetails:
-		return tokCachedInput, true
+		return tokCachedInput, kCachedTokens, true
+	case kCacheCreation:
+		return tokCacheWrite1h, kEphemeral1h, true
 	}
-	return 0, false
+	return 0, 0, false
 }

@@ -49,6 +49,10 @@ type Usage struct {
 	// CacheCreationInputTokens is the part of InputTokens written to a prompt
 	// cache (Anthropic's cache_creation_input_tokens; 0 elsewhere).
 	CacheCreationInputTokens int64
+	// CacheCreation1hInputTokens is the part of CacheCreationInputTokens written to
+	// Anthropic's one-hour cache (cache_creation.ephemeral_1h_input_tokens), dearer
+	// than the default five-minute one.
+	CacheCreation1hInputTokens int64
 	// CostMicroUSD is the cost the upstream reported in a header, if any.
 	CostMicroUSD *int64
 	// Complete is true when the stream ended normally and its final usage

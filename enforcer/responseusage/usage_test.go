@@ -698,3 +698,24 @@ func TestPriorityTier(t *testing.T) {
 		})
 	}
 }
+
+// Anthropic says how many cache writes were for an hour (usage.cache_creation
+// .ephemeral_1h_input_tokens), which cost more than the default five-minute writes.
+func TestAnthropicOneHourCacheWrites(t *testing.T) {
+	const msg = `{"type":"message","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],` +
+		`"usage":{"input_tokens":10,"cache_creation_input_tokens":3000,"cache_read_input_tokens":500,` +
+		`"cache_creation":{"ephemeral_5m_input_tokens":1000,"ephemeral_1h_input_tokens":2000},"output_tokens":7}}`
+	checkSplits(t, ctJSON, nil, []byte(msg), Usage{Model: "claude-sonnet-4-5", InputTokens: 3510, OutputTokens: 7, CachedInputTokens: 500,
+		CacheCreationInputTokens: 3000, CacheCreation1hInputTokens: 2000, Complete: true, Format: FormatAnthropicMessages,
+		InputReported: true, OutputReported: true, TextBytes: 2})
+	stream := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":10," +
+		"\"cache_creation_input_tokens\":3000,\"cache_read_input_tokens\":0,\"cache_creation\":{\"ephemeral_5m_input_tokens\":0,\"ephemeral_1h_input_tokens\":3000},\"output_tokens\":1}}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n"
+	checkSplits(t, ctSSE, nil, []byte(stream), Usage{Model: "claude-sonnet-4-5", InputTokens: 3010, OutputTokens: 9,
+		CacheCreationInputTokens: 3000, CacheCreation1hInputTokens: 3000, Complete: true, Format: FormatAnthropicSSE,
+		InputReported: true, OutputReported: true})
+	// More one-hour writes than writes: never more than the writes.
+	if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(`{"type":"message","usage":{"input_tokens":1,"cache_creation_input_tokens":5,"cache_creation":{"ephemeral_1h_input_tokens":9},"output_tokens":1}}`)}, true); got.CacheCreation1hInputTokens != 5 {
+		t.Fatalf("%s", show(got))
+	}
+}

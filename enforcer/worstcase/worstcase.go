@@ -4,15 +4,17 @@
 //
 // The worst case of a request whose body names its model is
 //
-//	ceil((input × max(input price, cache-write price) + cap × output price) / 10^6)
+//	ceil((input × input price' + cap × output price) / 10^6)
 //
 // micro-USD, where input is the body's input-token estimate (package estimate), cap is
 // the request's output cap (max_tokens, max_completion_tokens or max_output_tokens)
 // clamped to the model's output limit from the price catalog (a missing cap is that
 // limit; none for an embedding model, which generates nothing), and the prices are
 // the catalog's entry for the model, matched the way
-// settlement matches names (pricecatalog.Steps). Input is priced at the dearer of plain
-// input and cache writes, because a request may write its whole prompt to a cache.
+// settlement matches names (pricecatalog.Steps). Where the entry prices cache writes
+// (Anthropic), input price' is that of a one-hour cache write
+// (pricecatalog.OneHourCacheWrite), the dearest, because a request may write its whole
+// prompt to a cache for an hour; elsewhere it is the input price.
 //
 // It is unknown (the policy's amount applies) when the body is not a JSON object, names
 // no model, names one the catalog does not price, names one the organization prices
@@ -94,7 +96,13 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		return Cost{Unknown: NoCap}
 	}
 	in := max(req.InputTokens, 0)
-	cost := price(in, max(e.InputPerMillion, e.CacheWrite()), out, e.OutputPerMillion)
+	// A request may write its whole prompt to a cache, for an hour at that, where the
+	// provider prices cache writes (Anthropic).
+	inPrice := e.InputPerMillion
+	if e.CacheWritePerMillion != nil {
+		inPrice = pricecatalog.OneHourCacheWrite(e.InputPerMillion, max(e.InputPerMillion, *e.CacheWritePerMillion))
+	}
+	cost := price(in, inPrice, out, e.OutputPerMillion)
 	if req.Priority {
 		// Asked to run at the priority tier: charged so at settlement.
 		cost = min(cost*pricecatalog.PriorityMultiplier, money.MaxAllowanceMicroUSD) // cost ≤ 2^52: no overflow

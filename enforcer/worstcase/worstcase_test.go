@@ -57,9 +57,9 @@ func TestOf(t *testing.T) {
 		{"Responses max_output_tokens", `{"model":"small","max_output_tokens":10,"input":"hello world!"}`, nil,
 			// input: 3 tokens + 3 priming (a string input is no message) = 6; 6 + 40
 			Cost{MicroUSD: 46, Model: "small", InputTokens: 6, OutputTokens: 10}},
-		{"input at the cache-write price", `{"model":"writer","max_tokens":10,` + msgs + `}`, nil,
-			// ceil((9 × 2.5 + 10 × 10) USD/M) = ceil(122.5) = 123
-			Cost{MicroUSD: 123, Model: "writer", InputTokens: 9, OutputTokens: 10}},
+		{"input at the one-hour cache-write price", `{"model":"writer","max_tokens":10,` + msgs + `}`, nil,
+			// one-hour writes: max(2.5, 2 × 2) = 4 USD/M; (9 × 4 + 10 × 10) USD/M = 136
+			Cost{MicroUSD: 136, Model: "writer", InputTokens: 9, OutputTokens: 10}},
 		{"snapshot matched to its family", `{"model":"openai/Small-2024-07-18","max_tokens":100,` + msgs + `}`, nil,
 			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
 		{"no limit in the catalog, a cap given", `{"model":"nolimit","max_tokens":91,` + msgs + `}`, nil,

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -58,6 +59,22 @@ const (
 // multiplier rather than a second table: settlement (controlplane/accounting) and the
 // enforcer's worst case (enforcer/worstcase) both apply it.
 const PriorityMultiplier = 2
+
+// OneHourCacheWrite is the price of cache writes made for an hour (Anthropic's one-hour
+// cache: twice the input price, where its default five-minute writes cost 1.25 times
+// it), from a price's input and cache-write prices: the larger of the cache-write price
+// and twice the input price. No table holds it apart (only Anthropic reports such
+// writes); settlement (controlplane/accounting) and the enforcer's worst case
+// (enforcer/worstcase) both apply it.
+func OneHourCacheWrite(input, cacheWrite int64) int64 {
+	twice := input
+	if twice <= math.MaxInt64/2 {
+		twice *= 2
+	} else {
+		twice = math.MaxInt64
+	}
+	return max(cacheWrite, twice)
+}
 
 // Entry is one model of the catalog.
 type Entry struct {

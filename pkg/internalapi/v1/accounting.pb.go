@@ -1367,9 +1367,14 @@ type SettleItem struct {
 	// service tier (OpenAI's service_tier "priority"), which costs more than the standard
 	// prices the catalog holds: priced tokens are charged twice their price
 	// (pricecatalog.PriorityMultiplier).
-	PriorityTier  bool `protobuf:"varint,16,opt,name=priority_tier,json=priorityTier,proto3" json:"priority_tier,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PriorityTier bool `protobuf:"varint,16,opt,name=priority_tier,json=priorityTier,proto3" json:"priority_tier,omitempty"`
+	// cache_creation_one_hour_input_tokens is the part of cache_creation_input_tokens written
+	// to Anthropic's one-hour cache (cache_creation.ephemeral_1h_input_tokens), which
+	// costs twice the input price where the five-minute writes cost 1.25 times it
+	// (accounting.Price.CacheWrite1h).
+	CacheCreationOneHourInputTokens int64 `protobuf:"varint,17,opt,name=cache_creation_one_hour_input_tokens,json=cacheCreationOneHourInputTokens,proto3" json:"cache_creation_one_hour_input_tokens,omitempty"`
+	unknownFields                   protoimpl.UnknownFields
+	sizeCache                       protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1512,6 +1517,13 @@ func (x *SettleItem) GetPriorityTier() bool {
 		return x.PriorityTier
 	}
 	return false
+}
+
+func (x *SettleItem) GetCacheCreationOneHourInputTokens() int64 {
+	if x != nil {
+		return x.CacheCreationOneHourInputTokens
+	}
+	return 0
 }
 
 type SettleRequest struct {
@@ -1882,7 +1894,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xcc\x05\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x9b\x06\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -1902,7 +1914,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x1bcache_creation_input_tokens\x18\r \x01(\x03R\x18cacheCreationInputTokens\x12'\n" +
 	"\x0fusage_estimated\x18\x0e \x01(\bR\x0eusageEstimated\x126\n" +
 	"\x17admitted_without_record\x18\x0f \x01(\bR\x15admittedWithoutRecord\x12#\n" +
-	"\rpriority_tier\x18\x10 \x01(\bR\fpriorityTierB\x1a\n" +
+	"\rpriority_tier\x18\x10 \x01(\bR\fpriorityTier\x12M\n" +
+	"$cache_creation_one_hour_input_tokens\x18\x11 \x01(\x03R\x1fcacheCreationOneHourInputTokensB\x1a\n" +
 	"\x18_upstream_cost_micro_usd\"G\n" +
 	"\rSettleRequest\x126\n" +
 	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\x8f\x02\n" +
