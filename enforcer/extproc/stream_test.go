@@ -45,6 +45,7 @@ const openAIJSON = `{"id":"chatcmpl-2","object":"chat.completion","model":"gpt-4
 type streamSpec struct {
 	requestID   string
 	path        string // "/v1/chat/completions" when empty
+	method      string // "POST" when empty
 	status      string // "200" when empty
 	contentType string
 	headers     []string // extra response headers, name/value pairs
@@ -82,7 +83,11 @@ func runStream(t *testing.T, e *enforcertest.Env, s streamSpec) {
 	if path == "" {
 		path = "/v1/chat/completions"
 	}
-	reqHeaders := []string{":method", "POST", ":path", path, ":authority", "llm.example.test", "content-type", "application/json"}
+	method := s.method
+	if method == "" {
+		method = "POST"
+	}
+	reqHeaders := []string{":method", method, ":path", path, ":authority", "llm.example.test", "content-type", "application/json"}
 	if s.requestID != "" {
 		reqHeaders = append(reqHeaders, "x-service-request-id", s.requestID)
 	}
@@ -271,5 +276,20 @@ func TestExtProcTokenCountIsNotEstimated(t *testing.T) {
 	}
 	if n := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "unbilled"); n != 1 {
 		t.Fatalf("unbilled bodies %v, want 1", n)
+	}
+}
+
+// A stored response read again (GET) shows the usage it was charged when it was
+// generated: settled at a known 0, not charged twice.
+func TestExtProcRetrievalIsNotChargedAgain(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	e.CP.SetPrice("gpt-5", 2, 8)
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	reqID, _ := e.Admit(t, w.Key)
+	runStream(t, e, streamSpec{requestID: reqID, method: "GET", path: "/v1/responses/resp_123", contentType: "application/json",
+		chunks: [][]byte{[]byte(`{"object":"response","model":"gpt-5","status":"completed","usage":{"input_tokens":900,"output_tokens":90}}`)}})
+	enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
+	if rc := e.CP.Receipt(reqID); rc.Cost != 0 || rc.CostSource != "upstream" || !rc.Item.GetComplete() {
+		t.Fatalf("settled %v at %d micro-USD (%s), want a known 0", rc.Item, rc.Cost, rc.CostSource)
 	}
 }
