@@ -65,12 +65,14 @@ func failoverThatLosesTheBlockingWrite(t *testing.T, topo *topology) {
 	killed := time.Now()
 	var promoted time.Time
 	var admittedAfter, checks int
+	var admittedAt []time.Duration // after the kill, for the failure's message
 	for promoted.IsZero() || time.Since(promoted) < 3*time.Second {
 		if time.Since(killed) > 30*time.Second {
 			t.Fatal("the replica did not take over within 30s")
 		}
 		if o, _ := classify(s.check(t, o.key), nil); o == outAdmitted {
 			admittedAfter++
+			admittedAt = append(admittedAt, time.Since(killed).Round(time.Millisecond))
 		}
 		checks++
 		if promoted.IsZero() && checks%10 == 0 && topo.masterOf(t, key) == replica {
@@ -79,7 +81,8 @@ func failoverThatLosesTheBlockingWrite(t *testing.T, topo *topology) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if admittedAfter > 0 {
-		t.Errorf("%d of %d checks from the kill to 3s after the promotion admitted the blocked member", admittedAfter, checks)
+		t.Errorf("%d of %d checks from the kill to 3s after the promotion admitted the blocked member, at %v after the kill (promotion seen at %v)",
+			admittedAfter, checks, admittedAt, promoted.Sub(killed).Round(time.Millisecond))
 	}
 	gen1, err := s.layout.Generation(ctx, s.rdb)
 	if err != nil || gen1 == gen0 {
