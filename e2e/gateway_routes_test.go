@@ -337,6 +337,30 @@ func TestDeferredBillingThroughTheGateway(t *testing.T) {
 	s.waitUsed(t, o, 4, want)
 }
 
+// TestDeferredBillingAllowed: with TOLLGATE_DEFERRED_BILLING=allow the enforcer's gateway
+// sends a batch on to the provider (here a fake that knows no batches: its 404 comes
+// back).
+func TestDeferredBillingAllowed(t *testing.T) {
+	fake := &fakellm.Server{}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	env := gatewayEnv(up.URL)
+	env["TOLLGATE_DEFERRED_BILLING"] = "allow"
+	s := startStack(t, env)
+	o := s.setUpOrg(t)
+	req, _ := http.NewRequest("POST", s.gateway+"/v1/batches", strings.NewReader(`{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
+	req.Header.Set("Authorization", "Bearer "+o.key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if calls := fake.Calls(); res.StatusCode != 404 || len(calls) != 1 || calls[0].Path != "/v1/batches" {
+		t.Fatalf("%d %v: the batch did not reach the provider (%d calls)", res.StatusCode, res.Header.Get("X-Service-Error-Code"), len(calls))
+	}
+}
+
 // TestAudioTranscriptionThroughTheGateway: the official OpenAI SDK uploads 1 MiB of audio
 // (multipart/form-data) to transcribe; the gateway streams it to the provider unread,
 // byte for byte, and charges the usage the answer reports at the catalog's price of the

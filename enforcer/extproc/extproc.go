@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"net/http"
 	"strconv"
 	"strings"
 
@@ -193,17 +192,12 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	}
 	est, err := estimate.Input(body)
 	if endpoint := requestbody.Deferred(st.method, st.path, err == nil && est.Background); endpoint != "" && !st.s.AllowDeferredBilling {
-		// Never sent upstream: settled at a known 0, as the answer is the enforcer's own.
-		zero := int64(0)
-		_ = st.s.tracker.Finish(st.requestID, inflight.Usage{Complete: true, UpstreamStatus: http.StatusForbidden, UpstreamCostMicroUSD: &zero}, nil)
+		_ = st.s.tracker.Finish(st.requestID, inflight.Refused(), nil) // never sent upstream
 		m.WithLabelValues("billing_deferred").Inc()
 		return immediate(gate.BillingDeferredRefusal(endpoint))
 	}
 	if err == nil {
-		model := requestbody.CleanModel(est.Model)
-		if model == "" {
-			model = requestbody.ModelFromPath(st.path) // Gemini names it in the path
-		}
+		model := requestbody.RequestModel(est.Model, st.path) // Gemini names it in the path
 		if st.s.tracker.RefuseUnpricedModel(st.requestID, model) {
 			m.WithLabelValues("model_not_priced").Inc()
 			return immediate(gate.ModelNotPricedRefusal(model))

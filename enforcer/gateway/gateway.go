@@ -312,9 +312,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	var hint gate.Hint
 	if est, err := estimate.Input(body); err == nil {
-		if est.Model == "" {
-			est.Model = requestbody.ModelFromPath(r.URL.Path) // Gemini names it in the path
-		}
+		est.Model = requestbody.RequestModel(est.Model, r.URL.Path) // Gemini names it in the path
 		hint.Body = &est
 	}
 	a, err := gw.gate.CheckRequest(r.Context(), gate.Credentials{APIKey: r.Header.Get("X-Api-Key"),
@@ -491,9 +489,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 
 	p.unbilled = requestbody.Unbilled(r.Method, r.URL.Path)
 	if endpoint := requestbody.Deferred(r.Method, r.URL.Path, est != nil && est.Background); endpoint != "" && !gw.cfg.AllowDeferredBilling {
-		// Never sent upstream: settled at a known 0, as the answer is the gateway's own.
-		zero := int64(0)
-		p.settle(inflight.Usage{Complete: true, UpstreamStatus: http.StatusForbidden, UpstreamCostMicroUSD: &zero})
+		p.settle(inflight.Refused()) // never sent upstream
 		gw.answered(w, OutcomeRefused)
 		refuse(w, gate.BillingDeferredRefusal(endpoint))
 		return false

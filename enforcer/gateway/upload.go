@@ -109,11 +109,11 @@ func (s *formSniffer) parse(mr *multipart.Reader, pr *io.PipeReader) {
 }
 
 // Model is the form's model once the body has passed: "" when it had none or the form
-// was malformed, or when the parser did not finish within sniffTimeout.
+// was malformed, or when the parser did not finish within sniffTimeout. It is read once
+// (the settlement's).
 func (s *formSniffer) Model() string {
 	select {
 	case m := <-s.model:
-		s.model <- m // for a second caller
 		return m
 	case <-time.After(sniffTimeout):
 		return ""

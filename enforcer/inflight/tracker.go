@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,6 +97,12 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens, CacheCreation1hTokens: got.CacheCreation1hInputTokens,
 		UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: got.TextBytes}}
+}
+
+// Refused is the Usage of an admitted request the front door refused itself (its 403,
+// say: billing deferred) and never sent upstream: complete, at a known cost of 0.
+func Refused() Usage {
+	return Usage{Complete: true, UpstreamStatus: http.StatusForbidden, UpstreamCostMicroUSD: requestbody.UnbilledCost(nil)}
 }
 
 // Seen is what a response stream saw besides the usage it reported.

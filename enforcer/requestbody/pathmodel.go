@@ -2,6 +2,15 @@ package requestbody
 
 import "strings"
 
+// RequestModel is the model a request names: its body's (cleaned, CleanModel), else its
+// path's (ModelFromPath).
+func RequestModel(bodyModel, path string) string {
+	if m := CleanModel(bodyModel); m != "" {
+		return m
+	}
+	return ModelFromPath(path)
+}
+
 // ModelFromPath is the model a request names in its path rather than its body: Gemini's
 // API (POST /v1beta/models/{model}:generateContent, :streamGenerateContent, Vertex AI's
 // .../publishers/google/models/{model}:generateContent). "" when the path names none.

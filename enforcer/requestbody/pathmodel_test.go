@@ -23,3 +23,16 @@ func TestModelFromPath(t *testing.T) {
 		}
 	}
 }
+
+func TestRequestModel(t *testing.T) {
+	for _, c := range []struct{ body, path, want string }{
+		{"gpt-4o", "/v1beta/models/gemini-2.5-flash:generateContent", "gpt-4o"}, // the body's wins
+		{"", "/v1beta/models/gemini-2.5-flash:generateContent", "gemini-2.5-flash"},
+		{"bad\x01", "/v1beta/models/gemini-2.5-flash:generateContent", "gemini-2.5-flash"},
+		{"", "/v1/chat/completions", ""},
+	} {
+		if got := requestbody.RequestModel(c.body, c.path); got != c.want {
+			t.Errorf("RequestModel(%q, %q) = %q, want %q", c.body, c.path, got, c.want)
+		}
+	}
+}

@@ -100,7 +100,7 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 	// provider prices cache writes (Anthropic).
 	inPrice := e.InputPerMillion
 	if e.CacheWritePerMillion != nil {
-		inPrice = pricecatalog.OneHourCacheWrite(e.InputPerMillion, max(e.InputPerMillion, *e.CacheWritePerMillion))
+		inPrice = pricecatalog.OneHourCacheWrite(e.InputPerMillion, *e.CacheWritePerMillion)
 	}
 	cost := price(in, inPrice, out, e.OutputPerMillion)
 	if req.Priority {
