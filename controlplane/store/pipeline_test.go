@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -230,5 +231,50 @@ func TestPipelinedTxProbesSmallTablesByKey(t *testing.T) {
 	}
 	if strings.Contains(inside, "Seq Scan on small") || !strings.Contains(inside, "small_pkey") {
 		t.Fatalf("inside a pipelined transaction the lookup scans the table:\n%s", inside)
+	}
+}
+
+// Inside a pipelined transaction a statement is planned once per connection: its cached
+// generic plan serves every later batch. Left to plan_cache_mode's default, a statement
+// over a batch (unnest of arrays) kept a custom plan, because the planner estimates a
+// generic array at ten elements and a custom one at its real two or three, and was
+// planned again on every execution: a fifth of Postgres's CPU per proxied request in
+// BenchmarkGateway (docs/accounting.md, "Group commit").
+func TestPipelinedTxPlansAStatementOnce(t *testing.T) {
+	st := storetest.New(t)
+	ctx := context.Background()
+	// One connection, so that every batch meets the same prepared statement.
+	one, err := store.Open(ctx, storetest.URLWith(st.Pool.Config().ConnConfig.Database, "pool_max_conns=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	if _, err := one.Pool.Exec(ctx, `CREATE TABLE planned (k text PRIMARY KEY, n bigint NOT NULL);
+		INSERT INTO planned SELECT 'k' || g, 0 FROM generate_series(1, 2000) g; ANALYZE planned`); err != nil {
+		t.Fatal(err)
+	}
+	const update = `UPDATE planned p SET n = p.n + x.n FROM unnest($1::text[], $2::bigint[]) AS x(k, n) WHERE p.k = x.k`
+	const runs = 8
+	for i := range runs {
+		err := one.InPipelinedTx(ctx, func(tx *store.PipelinedTx) (*pgx.Batch, error) {
+			b := &pgx.Batch{}
+			b.Queue(update, []string{"k1", fmt.Sprintf("k%d", 2+i)}, []int64{1, 1})
+			return b, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var generic, custom int64
+	if err := one.Pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
+		update).Scan(&generic, &custom); err != nil {
+		t.Fatalf("the statement is not prepared on the connection: %v", err)
+	}
+	if custom != 0 || generic != runs {
+		t.Fatalf("%d runs made %d custom plans and used the generic plan %d times; want 0 and %d", runs, custom, generic, runs)
+	}
+	var n int64
+	if err := one.Pool.QueryRow(ctx, `SELECT n FROM planned WHERE k = 'k1'`).Scan(&n); err != nil || n != runs {
+		t.Fatalf("k1 was added to %d times (%v), want %d", n, err, runs)
 	}
 }
