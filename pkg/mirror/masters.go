@@ -55,12 +55,15 @@ func ReadMasters(ctx context.Context, rdb redis.UniversalClient) (Masters, error
 	return ids, nil
 }
 
-// Refused reports whether err (of ReadMasters) is Redis refusing INFO (an error reply:
-// some managed services rename the command), which will not change, rather than a node
-// that cannot be reached now.
+// Refused reports whether err (of ReadMasters) is Redis refusing INFO for good: the
+// command is unknown (some managed services rename it) or not permitted (an ACL). Any
+// other error is about now, and the caller looks again: a node that cannot be reached,
+// and also error replies that pass (MAXCLIENTS in a reconnection storm after a
+// failover, BUSY while a script runs, LOADING, an authentication that fails for a
+// while). Taking one of those for a refusal would end an enforcer's doubt while a
+// replica without the last writes is promoted (masters.go in enforcer/record).
 func Refused(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
+	return redis.HasErrorPrefix(err, "unknown command") || redis.IsPermissionError(err)
 }
 
 // Replaced reports whether a master of m (the ids seen before) is gone from now. A new

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate-dev/tollgate/internal/testredis"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
@@ -208,10 +210,53 @@ func TestReplaceGenerationAndMasters(t *testing.T) {
 	if m.Replaced(grown) || !grown.Replaced(m) {
 		t.Fatal("a new master is not a replacement; a missing one is")
 	}
+}
+
+// Only a Redis that will never answer INFO is "refused": an unknown command or an ACL
+// that forbids it. An error reply that passes (here BUSY, from a real redis-server
+// running a long script) is about now, like a node that cannot be reached.
+func TestRefusedIsOnlyForGood(t *testing.T) {
+	srv := testredis.StartServer(t)
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noinfo", "on", "nopass", "~*", "+@all", "-info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	noInfo := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noinfo", Password: "any"})
+	defer noInfo.Close()
+	if _, err := mirror.ReadMasters(ctx, noInfo); err == nil || !mirror.Refused(err) {
+		t.Fatalf("INFO forbidden by an ACL: %v, want a refusal", err)
+	}
+	if err := noInfo.Do(ctx, "no-such-command").Err(); !mirror.Refused(err) {
+		t.Fatalf("an unknown command not taken as refused: %v", err)
+	}
 	if mirror.Refused(errors.New("dial tcp: connection refused")) {
 		t.Fatal("a network error taken for a refused INFO")
 	}
-	if err := rdb.Do(ctx, "no-such-command").Err(); !mirror.Refused(err) {
-		t.Fatalf("an error reply not taken as refused: %v", err)
+
+	// A script that runs until killed: other clients are answered BUSY meanwhile.
+	if err := admin.ConfigSet(ctx, "busy-reply-threshold", "20").Err(); err != nil {
+		t.Fatal(err)
 	}
+	script := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	defer script.Close()
+	running := make(chan error, 1)
+	go func() { running <- script.Eval(ctx, "while true do end", nil).Err() }()
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, err = mirror.ReadMasters(ctx, admin); err != nil {
+			break
+		}
+	}
+	if err == nil || !redis.HasErrorPrefix(err, "BUSY") {
+		t.Fatalf("premise: INFO during a long script answered %v, want BUSY", err)
+	}
+	if mirror.Refused(err) {
+		t.Errorf("%q taken for a refusal for good", err)
+	}
+	if err := admin.Do(ctx, "SCRIPT", "KILL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	<-running
 }
