@@ -386,6 +386,77 @@ func TestAudioTranscriptionThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestDurationBilledAudioThroughTheGateway: whisper-1 is billed by the minute of audio,
+// and its answer says how many seconds it billed (usage {"type": "duration"}). The
+// official OpenAI SDK transcribes (JSON and verbose_json) and translates 1 MiB through
+// the gateway: each is charged exactly the catalog's 6,000 micro-USD a minute for the
+// 62.5 seconds, complete, and the receipt keeps the milliseconds. In the text format
+// the answer carries no usage: the transcript's tokens estimate the minutes (at the
+// catalog's token price for whisper-1), charged and marked an estimate, never free. A
+// streamed gpt-4o-transcribe (transcript.text.* events) is charged its tokens exactly.
+func TestDurationBilledAudioThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
+		return fakellm.Usage{InputTokens: 100_000, OutputTokens: 10_000, AudioMillis: 62_500}
+	}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	whisper, ok := pricecatalog.Lookup("whisper-1")
+	if !ok || whisper.AudioPerMinute != 6_000 {
+		t.Fatalf("whisper-1 in the catalog: %+v %v", whisper, ok)
+	}
+	const durationCost = 62_500 * 6_000 / 60_000 // 6,250 micro-USD
+	for _, c := range []struct{ scenario, model, api string }{
+		{"transcribe", "whisper-1", fakellm.OpenAITranscription},
+		{"transcribe-verbose", "whisper-1", fakellm.OpenAITranscription},
+		{"translate", "whisper-1", fakellm.OpenAITranslation},
+		{"transcribe-text", "whisper-1", fakellm.OpenAITranscription},
+		{"transcribe-stream", "gpt-4o-transcribe", fakellm.OpenAITranscription},
+	} {
+		t.Run(c.scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", c.scenario, s.gateway, o.key, c.model)
+			if !r.OK || r.Text != fakellm.Text {
+				t.Fatalf("the call failed or lost its text: %+v", r)
+			}
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 || calls[0].API != c.api || calls[0].Model != c.model || string(calls[0].Body) != strconv.Itoa(1<<20) {
+				t.Fatalf("the provider got %+v, want one %s of 1 MiB", calls, c.api)
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			switch c.scenario {
+			case "transcribe-text":
+				// No usage: the transcript's tokens, at whisper-1's token price.
+				in, _ := rec["input_tokens"].(float64)
+				out, _ := rec["output_tokens"].(float64)
+				want := ceilDiv(int64(in)*whisper.InputPerMillion+int64(out)*whisper.OutputPerMillion, 1_000_000)
+				if out <= 0 || rec.cost() != want || rec["complete"] != false || rec["cost_basis"] != "estimate" ||
+					rec["price_source"] != "catalog" || rec["audio_input_millis"] != 0.0 {
+					t.Fatalf("receipt %s, want the transcript's tokens charged at whisper-1's token price (%d), an estimate", rec, want)
+				}
+			case "transcribe-stream":
+				gpt, _ := pricecatalog.Lookup("gpt-4o-transcribe")
+				want := ceilDiv(100_000*gpt.InputPerMillion+10_000*gpt.OutputPerMillion, 1_000_000)
+				if !strings.Contains(string(r.Usage), `"output_tokens":10000`) || r.Chunks < 2 ||
+					rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
+					t.Fatalf("receipt %s (usage %s, %d events), want %d from the stream's usage", rec, r.Usage, r.Chunks, want)
+				}
+			default:
+				if !strings.Contains(string(r.Usage), `"seconds":62.5`) {
+					t.Fatalf("the SDK got no duration usage: %s", r.Usage)
+				}
+				if rec.cost() != durationCost || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
+					rec["price_source"] != "catalog" || rec["audio_input_millis"] != 62_500.0 || rec["model"] != "whisper-1" {
+					t.Fatalf("receipt %s, want %d micro-USD for 62.5 s, complete", rec, durationCost)
+				}
+			}
+		})
+	}
+}
+
 // TestGeminiThroughTheGateway: Google's official Gen AI SDK (@google/genai), its key in
 // x-goog-api-key, calls Gemini's own API through a gateway whose route sends Google's
 // key the same way. The member's key never reaches the provider; each call is charged

@@ -21,6 +21,7 @@ func TestCostOf(t *testing.T) {
 	write := int64(3_750_000)
 	p := Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, CachedInputPerMillion: 300_000, CacheWritePerMillion: &write}
 	org := PricedAt{Price: p, Source: PriceOrganization}
+	whisper := PricedAt{Price: Price{InputPerMillion: 30_000_000, OutputPerMillion: 30_000_000, CachedInputPerMillion: 30_000_000, AudioPerMinute: 6_000}, Source: PriceCatalog}
 	cases := []struct {
 		name   string
 		u      Usage
@@ -74,6 +75,16 @@ func TestCostOf(t *testing.T) {
 		{"priority tier: twice that is past the bound, capped", Usage{OutputTokens: 1 << 40, Priority: true}, PricedAt{Price: Price{OutputPerMillion: 1 << 31}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"priority tier: twice that is past int64, capped", Usage{OutputTokens: 1 << 40, Priority: true}, PricedAt{Price: Price{OutputPerMillion: 1 << 42}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		// Audio billed by duration (whisper-1: 6,000 micro-USD a minute), per minute on top
+		// of any tokens, each rounded up.
+		{"audio seconds at the minute's price", Usage{AudioInputMillis: 9_000}, whisper, 900, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"a fraction of a micro-USD of audio is rounded up", Usage{AudioInputMillis: 1}, whisper, 1, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"audio and tokens, each rounded up", Usage{AudioInputMillis: 9_001, OutputTokens: 1}, whisper, 901 + 30, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"audio at the fallback's price", Usage{AudioInputMillis: 60_000}, PricedAt{Price: Price{AudioPerMinute: 7}, Source: PriceFallback}, 7, SourceFallback, BasisReportedUsage, false, nil},
+		{"audio with no minute price is free only at a price of 0", Usage{AudioInputMillis: 60_000}, org, 0, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"negative audio", Usage{AudioInputMillis: -1}, whisper, 0, "", "", false, ErrBadUsage},
+		{"audio beyond int64 is capped", Usage{AudioInputMillis: math.MaxInt64}, PricedAt{Price: Price{AudioPerMinute: math.MaxInt64}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 	}
 	for _, c := range cases {
@@ -209,7 +220,14 @@ func TestBound(t *testing.T) {
 	if u.UpstreamCost != nil || u.InputTokens != 10 || len(notes) != 1 {
 		t.Fatalf("a negative upstream cost: %+v %v", u, notes)
 	}
-	if _, notes := Bound(Usage{InputTokens: MaxTokens, UpstreamCost: i64(money.MaxAllowanceMicroUSD)}); len(notes) != 0 {
+	u, notes = Bound(Usage{AudioInputMillis: math.MaxInt64})
+	if u.AudioInputMillis != MaxAudioMillis || len(notes) != 1 {
+		t.Fatalf("absurd audio: %+v %v", u, notes)
+	}
+	if u, notes = Bound(Usage{AudioInputMillis: -3}); u.AudioInputMillis != 0 || len(notes) != 1 {
+		t.Fatalf("negative audio: %+v %v", u, notes)
+	}
+	if _, notes := Bound(Usage{InputTokens: MaxTokens, AudioInputMillis: MaxAudioMillis, UpstreamCost: i64(money.MaxAllowanceMicroUSD)}); len(notes) != 0 {
 		t.Fatalf("values at the bounds changed: %v", notes)
 	}
 }
@@ -226,20 +244,20 @@ func FuzzPricing(f *testing.F) {
 		if len(m) > MaxModelLen || !utf8.ValidString(m) || strings.ContainsFunc(m, unicode.IsControl) || strings.ContainsRune(m, 0) {
 			t.Fatalf("CleanModel(%q) = %q", model, m)
 		}
-		u := Usage{InputTokens: in, OutputTokens: out, CachedInputTokens: cached, CacheWriteTokens: written, Estimated: estimated}
+		u := Usage{InputTokens: in, OutputTokens: out, CachedInputTokens: cached, CacheWriteTokens: written, AudioInputMillis: written ^ in, Estimated: estimated}
 		if upstream >= 0 {
 			u.UpstreamCost = &upstream
 		}
 		u, _ = Bound(u)
 		price = max(price, 1) % (money.MaxAllowanceMicroUSD + 1)
-		c, err := CostOf(u, PricedAt{Price: Price{InputPerMillion: price, OutputPerMillion: price, CachedInputPerMillion: price}, Source: PriceFallback})
+		c, err := CostOf(u, PricedAt{Price: Price{InputPerMillion: price, OutputPerMillion: price, CachedInputPerMillion: price, AudioPerMinute: price}, Source: PriceFallback})
 		if err != nil {
 			t.Fatalf("CostOf(%+v): %v", u, err)
 		}
 		if c.MicroUSD < 0 || c.MicroUSD > money.MaxAllowanceMicroUSD {
 			t.Fatalf("cost %d", c.MicroUSD)
 		}
-		if u.UpstreamCost == nil && (u.InputTokens > 0 || u.OutputTokens > 0) && price > 0 && c.MicroUSD == 0 {
+		if u.UpstreamCost == nil && (u.InputTokens > 0 || u.OutputTokens > 0 || u.AudioInputMillis > 0) && price > 0 && c.MicroUSD == 0 {
 			t.Fatalf("tokens %+v charged 0", u)
 		}
 	})

@@ -22,6 +22,10 @@ const MaxModelLen = 200
 // response, and keeps every priced product within 128 bits with room to spare.
 const MaxTokens int64 = 1_000_000_000_000
 
+// MaxAudioMillis bounds a settlement's input audio billed by duration: 10^12 ms is about
+// 31 years, far beyond any file an API takes (OpenAI's: 25 MB), like MaxTokens.
+const MaxAudioMillis int64 = 1_000_000_000_000
+
 // maxModelScan bounds the bytes of a model name CleanModel reads.
 const maxModelScan = 4 * MaxModelLen
 
@@ -54,7 +58,8 @@ func CleanModel(s string) (clean string, changed bool) {
 	return strings.TrimSpace(b.String()), true
 }
 
-// Bound keeps every token count within [0, MaxTokens] and an upstream cost within [0,
+// Bound keeps every token count within [0, MaxTokens] (the audio milliseconds within [0,
+// MaxAudioMillis]) and an upstream cost within [0,
 // money.MaxAllowanceMicroUSD]: a count above the bound is capped, a negative count is
 // read as 0, a negative upstream cost is ignored (the tokens are priced instead), and an
 // upstream cost above the bound is capped. notes says what was changed, for the
@@ -65,14 +70,19 @@ func Bound(u Usage) (Usage, []string) {
 		name string
 		v    *int64
 	}{{"input_tokens", &u.InputTokens}, {"output_tokens", &u.OutputTokens}, {"cached_input_tokens", &u.CachedInputTokens},
-		{"cache_creation_input_tokens", &u.CacheWriteTokens}, {"cache_creation_one_hour_input_tokens", &u.CacheWrite1hTokens}} {
+		{"cache_creation_input_tokens", &u.CacheWriteTokens}, {"cache_creation_one_hour_input_tokens", &u.CacheWrite1hTokens},
+		{"audio_input_millis", &u.AudioInputMillis}} {
+		limit := MaxTokens
+		if c.v == &u.AudioInputMillis {
+			limit = MaxAudioMillis
+		}
 		switch {
 		case *c.v < 0:
 			notes = append(notes, fmt.Sprintf("%s %d read as 0", c.name, *c.v))
 			*c.v = 0
-		case *c.v > MaxTokens:
-			notes = append(notes, fmt.Sprintf("%s %d capped at %d", c.name, *c.v, MaxTokens))
-			*c.v = MaxTokens
+		case *c.v > limit:
+			notes = append(notes, fmt.Sprintf("%s %d capped at %d", c.name, *c.v, limit))
+			*c.v = limit
 		}
 	}
 	if u.UpstreamCost != nil {

@@ -54,6 +54,10 @@ type Price struct {
 	// CacheWritePerMillion prices input tokens written to a prompt cache; nil: they are
 	// priced as input.
 	CacheWritePerMillion *int64
+	// AudioPerMinute prices a minute of input audio billed by duration, in micro-USD
+	// (pricecatalog.AudioDuration); the ledger fills it from the catalog whatever priced
+	// the tokens, since organizations price tokens only.
+	AudioPerMinute int64
 }
 
 // CacheWrite is the price cache writes are charged at.
@@ -87,6 +91,10 @@ type Usage struct {
 	CachedInputTokens  int64
 	CacheWriteTokens   int64
 	CacheWrite1hTokens int64
+	// AudioInputMillis is input audio the upstream billed by duration (whisper-1's
+	// usage {"type": "duration", "seconds"}), in milliseconds: priced per minute
+	// (Price.AudioPerMinute), on top of the tokens.
+	AudioInputMillis int64
 	// UpstreamCost is the cost the upstream reported, when it did.
 	UpstreamCost *int64
 	// Estimated: some counts were estimated by the enforcer from the bytes it saw.
@@ -103,7 +111,7 @@ func (u Usage) Basis() string {
 	switch {
 	case u.UpstreamCost != nil:
 		return BasisUpstreamCost
-	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0:
+	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0 && u.AudioInputMillis == 0:
 		return BasisNone
 	case u.Estimated:
 		return BasisEstimate
@@ -141,7 +149,8 @@ type Cost struct {
 // priority tier. A cost above money.MaxAllowanceMicroUSD is capped there and
 // flagged: a request is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
-	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 {
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
+		u.AudioInputMillis < 0 {
 		return Cost{}, ErrBadUsage
 	}
 	c := Cost{Basis: u.Basis()}
@@ -164,6 +173,16 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 		c.Source = SourceFallback
 	}
 	v, err := CatalogCost(u, p.Price)
+	if err == nil && u.AudioInputMillis > 0 {
+		var audio int64
+		if audio, err = AudioCost(u.AudioInputMillis, p.Price.AudioPerMinute); err == nil {
+			if v > math.MaxInt64-audio {
+				err = ErrCostOverflow
+			} else {
+				v += audio
+			}
+		}
+	}
 	if err == nil && u.Priority {
 		if v > math.MaxInt64/pricecatalog.PriorityMultiplier {
 			err = ErrCostOverflow
@@ -179,6 +198,29 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 	}
 	c.MicroUSD = v
 	return c, nil
+}
+
+// AudioCost is ceil(millis * perMinute / 60000): input audio billed by duration, priced
+// per minute, rounded up to the micro-USD like CatalogCost (each rounded on its own, so a
+// request with both is charged at most 1 micro-USD more than one sum would). Computed in
+// 128 bits; only a result beyond int64 is an error.
+func AudioCost(millis, perMinute int64) (int64, error) {
+	if millis < 0 || perMinute < 0 {
+		return 0, ErrBadUsage
+	}
+	const msPerMinute = 60_000
+	hi, lo := bits.Mul64(uint64(millis), uint64(perMinute))
+	if hi >= msPerMinute {
+		return 0, ErrCostOverflow
+	}
+	q, r := bits.Div64(hi, lo, msPerMinute)
+	if r != 0 {
+		q++ // q < 2^64 - 1: the product is below 2^126
+	}
+	if q > math.MaxInt64 {
+		return 0, ErrCostOverflow
+	}
+	return int64(q), nil
 }
 
 // CatalogCost is ceil((uncached * input + cached * cachedInput + written * cacheWrite +

@@ -79,6 +79,19 @@ func TestSettlementPricing(t *testing.T) {
 			}
 		}, &internalv1.SettleItem{Model: "acme-llm-7", InputTokens: 1_000_000, CacheCreationInputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
 			7 + 11, "fallback", "fallback", "reported_usage"},
+		// Audio billed by duration (whisper-1: 6,000 micro-USD a minute) is priced from the
+		// catalog by the minute, whatever priced the tokens.
+		{"whisper-1's seconds at the catalog's minute price", func() { setPrices() },
+			&internalv1.SettleItem{Model: "whisper-1", AudioInputMillis: 90_500, Complete: true}, 9_050, "catalog_estimate", "catalog", "reported_usage"},
+		{"a transcript without usage: its estimated tokens at the catalog's token price for whisper-1", nil,
+			&internalv1.SettleItem{Model: "whisper-1", OutputTokens: 200, UsageEstimated: true}, 6_000, "catalog_estimate", "catalog", "estimate"},
+		{"the organization's token price leaves the catalog's minute price", func() {
+			setPrices(store.ModelPrice{Model: "whisper-1", InputPerMillion: 1, OutputPerMillion: 1})
+		}, &internalv1.SettleItem{Model: "whisper-1", AudioInputMillis: 60_000, OutputTokens: 1_000_000, Complete: true},
+			6_000 + 1, "catalog_estimate", "organization", "reported_usage"},
+		{"audio of a model nobody priced by the minute: the catalog's highest, unpriced", func() { setPrices() },
+			&internalv1.SettleItem{Model: "acme-listen-2", AudioInputMillis: 60_000, Complete: true},
+			high.AudioPerMinute, "fallback", "fallback", "reported_usage"},
 	}
 	var unpriced int64
 	for _, c := range cases {
@@ -98,9 +111,10 @@ func TestSettlementPricing(t *testing.T) {
 				unpriced++
 			}
 			var basis, priceSource string
-			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource); err != nil ||
-				basis != c.basis || priceSource != c.price {
-				t.Fatalf("stored %q %q %v", basis, priceSource, err)
+			var audio int64
+			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis FROM usage_receipts WHERE request_id = $1`,
+				id).Scan(&basis, &priceSource, &audio); err != nil || basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() {
+				t.Fatalf("stored %q %q %d ms of audio %v", basis, priceSource, audio, err)
 			}
 			// The same settlement again changes nothing, a fallback-priced one included.
 			if again := settle1(t, e, c.item); again.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE || again.CostMicroUsd != c.cost ||

@@ -121,8 +121,8 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 	}
 	u, notes := accounting.Bound(accounting.Usage{InputTokens: it.GetInputTokens(), OutputTokens: it.GetOutputTokens(),
 		CachedInputTokens: it.GetCachedInputTokens(), CacheWriteTokens: it.GetCacheCreationInputTokens(),
-		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(),
-		UpstreamCost:       it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier()})
+		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(), AudioInputMillis: it.GetAudioInputMillis(),
+		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier()})
 	if len(notes) > 0 {
 		sj.notes = append(sj.notes, notes...)
 		sj.adjusted = append(sj.adjusted, "usage_bounded")
@@ -443,7 +443,8 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 		rw := store.ReceiptWrite{RequestID: id, OrganizationID: st.OrganizationID, MemberID: st.MemberID, Cost: d.Receipt.Cost,
 			Source: d.Receipt.Source, Basis: d.Receipt.Basis, PriceSource: d.Receipt.PriceSource, Model: j.item.model,
 			InputTokens: j.item.usage.InputTokens, OutputTokens: j.item.usage.OutputTokens, CachedInputTokens: j.item.usage.CachedInputTokens,
-			CacheWriteTokens: j.item.usage.CacheWriteTokens, UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
+			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
+			UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
 			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: j.item.finishedAt}
 		if j.item.withoutModel {
 			rw.Model = ""
@@ -578,7 +579,32 @@ func newOrgPrices(ps []store.ModelPrice) *orgPrices {
 // name, the key, the key without snapshot suffix, the family prefixes longest first),
 // the organization's own price, then the shipped catalog's; when no step finds one, the
 // organization's fallback price, else the catalog's highest price of each token class.
+// Audio billed by duration is priced from the catalog whatever priced the tokens
+// (organizations price tokens only): see audioPrice.
 func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPrice, orgID string) accounting.PricedAt {
+	p := sj.tokenPrice(org, fallbacks, orgID)
+	if sj.usage.AudioInputMillis > 0 {
+		var known bool
+		if p.Price.AudioPerMinute, known = sj.audioPrice(); !known {
+			p.Source = accounting.PriceFallback // the audio of a model nobody priced: unpriced
+		}
+	}
+	return p
+}
+
+// audioPrice is the catalog's price of a minute of the job's model's audio (the first
+// step with an entry that has one), else the catalog's highest (known false): audio a
+// model nobody priced by the minute reported is never cheaper than a known model's.
+func (sj *settleJob) audioPrice() (perMinute int64, known bool) {
+	for _, e := range sj.catalog {
+		if e != nil && e.AudioPerMinute > 0 {
+			return e.AudioPerMinute, true
+		}
+	}
+	return pricecatalog.Highest().AudioPerMinute, false
+}
+
+func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.FallbackPrice, orgID string) accounting.PricedAt {
 	for i, step := range sj.steps {
 		if org != nil {
 			m := org.byKey
@@ -603,7 +629,7 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 
 func fromCatalog(p pricecatalog.Price) accounting.Price {
 	return accounting.Price{InputPerMillion: p.InputPerMillion, OutputPerMillion: p.OutputPerMillion,
-		CachedInputPerMillion: p.CachedInputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion}
+		CachedInputPerMillion: p.CachedInputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion, AudioPerMinute: p.AudioPerMinute}
 }
 
 // quarantine records a settlement that may not be charged, with its payload (its model

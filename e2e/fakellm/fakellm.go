@@ -23,10 +23,12 @@
 //     floats or, when the request's encoding_format is "base64" (what the official SDK
 //     asks), as base64 of little-endian float32s, with the usage at the end (prompt_tokens
 //     and total_tokens, no completion tokens): a long body before the only usage.
-//   - OpenAI's audio transcription (POST /v1/audio/transcriptions) takes a
-//     multipart/form-data upload (a file and its model) and answers {"text": ...} with
-//     the token usage of the gpt-4o transcribe models (input_tokens, of them
-//     input_token_details.audio_tokens, output_tokens). Call.Body is then the upload's
+//   - OpenAI's audio transcription and translation (POST /v1/audio/transcriptions,
+//     /v1/audio/translations) take a multipart/form-data upload (a file and its model)
+//     and answer {"text": ...} with the token usage of the gpt-4o transcribe models
+//     (input_tokens, of them input_token_details.audio_tokens, output_tokens; with
+//     stream=true as transcript.text.* events), or whisper-1's duration usage ({"type":
+//     "duration", "seconds"}; none in the text formats). Call.Body is then the upload's
 //     size in decimal, not its bytes.
 //   - Google's Gemini API: POST /v1beta/models/{model}:generateContent answers the
 //     candidates and usageMetadata (promptTokenCount, candidatesTokenCount and
@@ -80,6 +82,9 @@ type Usage struct {
 	CacheCreation1hInputTokens int64
 	// OutputTokens: completion_tokens / output_tokens.
 	OutputTokens int64
+	// AudioMillis: a duration-billed transcription's (whisper-1's) usage.seconds, in
+	// milliseconds (written as a decimal number of seconds).
+	AudioMillis int64
 }
 
 // API names the surfaces.
@@ -89,6 +94,7 @@ const (
 	OpenAIEmbeddings     = "openai.embeddings"
 	OpenAIRetrieve       = "openai.responses.retrieve"
 	OpenAITranscription  = "openai.audio.transcriptions"
+	OpenAITranslation    = "openai.audio.translations"
 	GeminiGenerate       = "gemini.generateContent"
 	GeminiStream         = "gemini.streamGenerateContent"
 	GeminiCountTokens    = "gemini.countTokens"
@@ -151,7 +157,7 @@ type request struct {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodPost && r.URL.Path == "/v1/audio/transcriptions" {
+	if r.Method == http.MethodPost && (r.URL.Path == "/v1/audio/transcriptions" || r.URL.Path == "/v1/audio/translations") {
 		s.transcribe(w, r)
 		return
 	}
@@ -404,9 +410,17 @@ func openAIStream(ew *eventWriter, id, model, tier string, u Usage, includeUsage
 	ew.write("data: [DONE]\n\n")
 }
 
-// transcribe answers a transcription: the upload's model, the text, the usage.
+// transcribe answers a transcription or a translation: the upload's model, the text, the
+// usage. whisper-1 is billed by duration: its usage is {"type": "duration", "seconds"},
+// with verbose_json also the duration and a segment, and in the text formats (text, srt,
+// vtt) there is no usage at all, only the transcript. The gpt-4o transcribe models report
+// tokens, and with stream=true answer transcript.text.delta events (one per word) and a
+// transcript.text.done with the text and the usage.
 func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 	c := Call{API: OpenAITranscription, Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()}
+	if r.URL.Path == "/v1/audio/translations" {
+		c.API = OpenAITranslation
+	}
 	if err := r.ParseMultipartForm(1 << 20); err != nil {
 		writeError(w, http.StatusBadRequest, c.API, "the body must be multipart/form-data: "+err.Error())
 		return
@@ -417,7 +431,7 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n, _ := io.Copy(io.Discard, f)
-	c.Body, c.Model = []byte(strconv.FormatInt(n, 10)), r.FormValue("model")
+	c.Body, c.Model, c.Stream = []byte(strconv.FormatInt(n, 10)), r.FormValue("model"), r.FormValue("stream") == "true"
 	if s.Usage != nil {
 		c.Usage = s.Usage(c)
 	}
@@ -425,9 +439,39 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 	s.seq++
 	s.calls = append(s.calls, c)
 	s.mu.Unlock()
+	u := c.Usage
+	if c.Model == "whisper-1" {
+		seconds := strconv.FormatFloat(float64(u.AudioMillis)/1000, 'f', -1, 64)
+		switch format := r.FormValue("response_format"); format {
+		case "text", "srt", "vtt":
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			fmt.Fprintln(w, Text)
+		case "verbose_json":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"task":"transcribe","language":"english","duration":%s,"text":%q,"segments":[{"id":0,"seek":0,"start":0.0,"end":%s,"text":%q,"tokens":[50364,400],"temperature":0.0,"avg_logprob":-0.2,"compression_ratio":1.2,"no_speech_prob":0.01}],"usage":{"type":"duration","seconds":%s}}`,
+				seconds, Text, seconds, Text, seconds)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"text":%q,"usage":{"type":"duration","seconds":%s}}`, Text, seconds)
+		}
+		return
+	}
+	usage := fmt.Sprintf(`{"type":"tokens","input_tokens":%d,"input_token_details":{"text_tokens":0,"audio_tokens":%d},"output_tokens":%d,"total_tokens":%d}`,
+		u.InputTokens, u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens)
+	if c.Stream {
+		ew := &eventWriter{w: w}
+		ew.start("text/event-stream", http.StatusOK)
+		for i, word := range strings.Fields(Text) {
+			if i > 0 {
+				word = " " + word
+			}
+			ew.write(fmt.Sprintf("data: {\"type\":\"transcript.text.delta\",\"delta\":%q}\n\n", word))
+		}
+		ew.write(fmt.Sprintf("data: {\"type\":\"transcript.text.done\",\"text\":%q,\"usage\":%s}\n\n", Text, usage))
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"text":%q,"usage":{"type":"tokens","input_tokens":%d,"input_token_details":{"text_tokens":0,"audio_tokens":%d},"output_tokens":%d,"total_tokens":%d}}`,
-		Text, c.Usage.InputTokens, c.Usage.InputTokens, c.Usage.OutputTokens, c.Usage.InputTokens+c.Usage.OutputTokens)
+	fmt.Fprintf(w, `{"text":%q,"usage":%s}`, Text, usage)
 }
 
 // geminiAnswer answers a Gemini call: a token count, a whole answer, or a stream of one

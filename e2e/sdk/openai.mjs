@@ -2,7 +2,9 @@
 // Responses API call; with "embeddings", one embeddings call, whose vectors the SDK asks
 // as base64 and decodes; with "batch" and "background", a batch or a background
 // response, which a Tollgate gateway refuses; with "retrieve", a stored response read
-// again; with "transcribe", an audio upload to transcribe) through the official OpenAI SDK, with its defaults (two retries,
+// again; with "transcribe", an audio upload to transcribe, "transcribe-verbose" and
+// "transcribe-text" in those response formats, "transcribe-stream" streamed, "translate"
+// a translation) through the official OpenAI SDK, with its defaults (two retries,
 // its own backoff, whatever headers it sends). The key is a Tollgate key, sent as
 // Authorization: Bearer. The stream is asked for WITHOUT stream_options: a client that
 // does not ask for usage must be settled all the same. See report.mjs for the settings.
@@ -15,10 +17,27 @@ const messages = [{ role: 'user', content: 'How are tolls paid?' }];
 
 await run('openai', s.scenario, async () => {
   if (s.scenario === 'count') throw new Error('"count" is an Anthropic scenario');
-  if (s.scenario === 'transcribe') {
+  if (s.scenario.startsWith('transcribe') || s.scenario === 'translate') {
     // A 1 MiB upload (multipart/form-data), which the gateway streams unread.
-    const audio = await toFile(Buffer.alloc(1 << 20, 7), 'toll.wav', { type: 'audio/wav' });
-    const res = await client.audio.transcriptions.create({ file: audio, model: s.model });
+    const file = await toFile(Buffer.alloc(1 << 20, 7), 'toll.wav', { type: 'audio/wav' });
+    if (s.scenario === 'translate') {
+      const res = await client.audio.translations.create({ file, model: s.model });
+      return { text: res.text, model: null, usage: res.usage ?? null, chunks: 1 };
+    }
+    if (s.scenario === 'transcribe-stream') {
+      // transcript.text.delta events, then transcript.text.done with the usage.
+      const stream = await client.audio.transcriptions.create({ file, model: s.model, stream: true });
+      let text = '', usage = null, chunks = 0;
+      for await (const ev of stream) {
+        chunks++;
+        if (ev.type === 'transcript.text.delta') text += ev.delta;
+        if (ev.type === 'transcript.text.done') usage = ev.usage ?? null;
+      }
+      return { text, model: null, usage, chunks };
+    }
+    const format = { 'transcribe-verbose': 'verbose_json', 'transcribe-text': 'text' }[s.scenario];
+    const res = await client.audio.transcriptions.create({ file, model: s.model, ...(format ? { response_format: format } : {}) });
+    if (typeof res === 'string') return { text: res.trim(), model: null, usage: null, chunks: 1 };
     return { text: res.text, model: null, usage: res.usage ?? null, chunks: 1 };
   }
   if (s.scenario === 'batch') {

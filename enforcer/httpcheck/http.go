@@ -87,8 +87,12 @@ type settleBody struct {
 	// CacheCreationOneHourInputTokens is the part of the cache writes made for an hour
 	// (Anthropic's cache_creation.ephemeral_1h_input_tokens).
 	CacheCreationOneHourInputTokens *int64 `json:"cacheCreationOneHourInputTokens"`
-	UpstreamCostMicroUSD            *int64 `json:"upstreamCostMicroUsd"`
-	Complete                        *bool  `json:"complete"`
+	// AudioInputMillis is input audio the upstream billed by duration, in milliseconds
+	// (OpenAI whisper-1's usage {"type": "duration", "seconds"} times 1000), priced per
+	// minute from the catalog.
+	AudioInputMillis     *int64 `json:"audioInputMillis"`
+	UpstreamCostMicroUSD *int64 `json:"upstreamCostMicroUsd"`
+	Complete             *bool  `json:"complete"`
 	// Estimated says the token counts are the reporter's estimates, not the upstream's
 	// report: the receipt's cost basis is then "estimate".
 	Estimated *bool `json:"estimated"`
@@ -141,7 +145,8 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		name string
 		v    *int64
 	}{{"inputTokens", in.InputTokens}, {"outputTokens", in.OutputTokens}, {"cachedInputTokens", in.CachedInputTokens},
-		{"cacheCreationInputTokens", in.CacheCreationInputTokens}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
+		{"cacheCreationInputTokens", in.CacheCreationInputTokens}, {"cacheCreationOneHourInputTokens", in.CacheCreationOneHourInputTokens},
+		{"audioInputMillis", in.AudioInputMillis}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
 		if f.v != nil && *f.v < 0 {
 			probs = append(probs, problem{f.name + " must not be negative", []any{f.name}})
 		}
@@ -159,7 +164,8 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		dst *int64
 		src *int64
 	}{{&u.InputTokens, in.InputTokens}, {&u.OutputTokens, in.OutputTokens}, {&u.CachedTokens, in.CachedInputTokens},
-		{&u.CacheCreationTokens, in.CacheCreationInputTokens}, {&u.CacheCreation1hTokens, in.CacheCreationOneHourInputTokens}} {
+		{&u.CacheCreationTokens, in.CacheCreationInputTokens}, {&u.CacheCreation1hTokens, in.CacheCreationOneHourInputTokens},
+		{&u.AudioInputMillis, in.AudioInputMillis}} {
 		if f.src != nil {
 			*f.dst = *f.src
 			reported = true

@@ -66,6 +66,9 @@ type Usage struct {
 	// written to a prompt cache; CacheCreation1hTokens the part of the writes made for
 	// an hour (Anthropic's one-hour cache).
 	CachedTokens, CacheCreationTokens, CacheCreation1hTokens int64
+	// AudioInputMillis is input audio the upstream billed by duration, in milliseconds
+	// (responseusage.Usage.AudioInputMillis).
+	AudioInputMillis int64
 	// UpstreamCostMicroUSD, when not nil, wins over the catalog price.
 	UpstreamCostMicroUSD *int64
 	// Complete is false when the response broke off or carried no usage.
@@ -87,7 +90,9 @@ type Usage struct {
 // and whether the provider charges the request at all (requestbody.Unbilled). A billed
 // response's unreported counts are estimated by Finish from what it saw (Seen). An
 // unbilled one (a token count, a moderation) has nothing to estimate: it is settled at
-// its known cost (requestbody.UnbilledCost), complete when its body ended.
+// its known cost (requestbody.UnbilledCost), complete when its body ended. The text of a
+// plain-text error answer (a proxy's error page, status 400 or more) is no output: only a
+// successful plain-text answer (a transcript in a text format) is estimated from its text.
 func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bool) Usage {
 	if unbilled {
 		return Usage{Model: got.Model, UpstreamCostMicroUSD: requestbody.UnbilledCost(got.CostMicroUSD), Complete: ended,
@@ -95,8 +100,15 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 	}
 	return Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
 		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens, CacheCreation1hTokens: got.CacheCreation1hInputTokens,
-		UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
-		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: got.TextBytes}}
+		AudioInputMillis: got.AudioInputMillis, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
+		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status)}}
+}
+
+func outputText(got responseusage.Usage, status int32) int64 {
+	if got.PlainText && status >= 400 {
+		return 0
+	}
+	return got.TextBytes
 }
 
 // Refused is the Usage of an admitted request the front door refused itself (its 403,
@@ -327,6 +339,7 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		CachedInputTokens:               u.CachedTokens,
 		CacheCreationInputTokens:        u.CacheCreationTokens,
 		CacheCreationOneHourInputTokens: u.CacheCreation1hTokens,
+		AudioInputMillis:                u.AudioInputMillis,
 		UpstreamCostMicroUsd:            u.UpstreamCostMicroUSD,
 		Complete:                        u.Complete,
 		FinishedAtUnixMs:                t.clk.Now().UnixMilli(),

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
@@ -129,6 +130,29 @@ func TestFinishChargesWhatWasSeen(t *testing.T) {
 				t.Fatalf("settled %v", it)
 			}
 		})
+	}
+}
+
+// A plain-text answer is output text when it succeeded (a transcript in a text format:
+// its tokens are estimated from it) and nothing when it failed (a proxy's error page);
+// a failed answer whose stream carried text keeps it, and duration usage travels.
+func TestFromResponseReadsPlainTextOnlyOnSuccess(t *testing.T) {
+	plain := responseusage.Usage{TextBytes: 26, PlainText: true}
+	if got := FromResponse(plain, true, 200, false); got.Seen.TextBytes != 26 {
+		t.Fatalf("a transcript's text: %+v", got.Seen)
+	}
+	for _, status := range []int32{400, 429, 502, 503} {
+		if got := FromResponse(plain, true, status, false); got.Seen.TextBytes != 0 {
+			t.Fatalf("an error page (%d) taken for output: %+v", status, got.Seen)
+		}
+	}
+	streamed := responseusage.Usage{TextBytes: 8, Format: responseusage.FormatOpenAIChatSSE}
+	if got := FromResponse(streamed, false, 500, false); got.Seen.TextBytes != 8 {
+		t.Fatalf("a failed stream's text: %+v", got.Seen)
+	}
+	whisper := responseusage.Usage{AudioInputMillis: 62_500, Complete: true, InputReported: true, OutputReported: true}
+	if got := FromResponse(whisper, true, 200, false); got.AudioInputMillis != 62_500 || !got.Complete {
+		t.Fatalf("duration usage: %+v", got)
 	}
 }
 

@@ -1,8 +1,9 @@
 // Package responseusage owns reading what an upstream inference response says it
 // cost: it turns a response, seen as its headers and then its body in
-// chunks, into a Usage (model, input, output and cached-input tokens, an
-// upstream-reported cost, whether the usage was fully reported, and how much
-// output text the response carried, for an estimate when it was not).
+// chunks, into a Usage (model, input, output and cached-input tokens, or the
+// duration of input audio for a model billed by it, an upstream-reported cost,
+// whether the usage was fully reported, and how much output text the response
+// carried, for an estimate when it was not).
 //
 // The enforcer's ext_proc handler creates one Extractor per response with New
 // (the content type, the lower-cased response headers and the Limits), calls
@@ -17,7 +18,7 @@
 // chunk, retain a slice passed to Write, do I/O, read a clock, log, or know
 // about prices, members or settlement. A JSON body or an SSE stream of any
 // size is read by an incremental scanner that keeps a bounded amount of
-// state (about 1.4 KiB with the default Limits: the JSON nesting as one bit per
+// state (about 1.7 KiB with the default Limits: the JSON nesting as one bit per
 // level up to MaxDepth, the last key, and the few short strings it looks
 // for), so memory does not grow with the response. On an identity body Write
 // allocates nothing (unless a model name holds invalid UTF-8, which is
@@ -47,6 +48,15 @@
 //     thoughtsTokenCount, cachedContentTokenCount}, the model in modelVersion.
 //     Output is candidates + thoughts (thinking is billed as output). Gemini
 //     leaves a count of 0 out, so the input count is the whole report.
+//   - openai-audio-duration: OpenAI's audio transcriptions and translations
+//     by a model billed per minute of input audio (whisper-1), JSON (the json
+//     and verbose_json response formats), usage {"type": "duration",
+//     "seconds": N}: AudioInputMillis is N seconds in milliseconds, the token
+//     counts are 0 and reported (a duration is the whole report). It is read
+//     from a top-level usage that has seconds and no token count; one that
+//     also counts tokens is read by its tokens (gpt-4o-transcribe's JSON,
+//     {"type": "tokens", input_tokens, output_tokens, ...}, is openai-responses,
+//     its input_tokens counting the audio tokens too). Never streamed.
 //   - gemini-sse: streamGenerateContent?alt=sse: every chunk carries the usage
 //     so far; the chunk whose candidate gives its finishReason is the last.
 //   - openai-chat-sse: chat.completion.chunk events; with
@@ -58,6 +68,10 @@
 //   - anthropic-sse: message_start carries message.model and the input
 //     usage; each message_delta carries cumulative usage (output_tokens,
 //     sometimes the input counts too).
+//   - openai-transcription-sse: a streamed transcription (gpt-4o-transcribe
+//     and the like with stream=true): transcript.text.delta events, then
+//     transcript.text.done whose usage has input_tokens and output_tokens
+//     (read as the Responses API's are).
 //
 // OpenAI's top-level "service_tier" (a chat document's, a Responses object's, a
 // Responses event's response.service_tier) sets Priority when it is "priority" in any
@@ -75,8 +89,8 @@
 // events (an OpenAI chunk per choice or a proxy's extra chunk, Anthropic's
 // message_start then each message_delta, the Responses API's in-progress
 // events then its terminal one), a JSON body with "usage" twice. Each count
-// (input, output, cached, cache creation) is the LARGEST valid value any of
-// them reported, the usage object of each recognised place and every
+// (input, output, cached, cache creation, audio duration) is the LARGEST
+// valid value any of them reported, the usage object of each recognised place and every
 // repetition of a key within it alike. A later, smaller report never lowers
 // a count: cumulative reports only grow, a report that shrinks is a bug or a
 // forgery, and charging the larger one never undercharges. A null usage or
@@ -103,7 +117,7 @@
 //
 //   - JSON: the body is one well-formed JSON value (nothing but white space
 //     after it) whose top-level usage has both counts (openai-embeddings: its
-//     input count, the output being 0);
+//     input count, the output being 0; openai-audio-duration: its seconds);
 //   - openai-chat-sse: a chunk whose usage object has prompt_tokens and
 //     completion_tokens. By the protocol that chunk is the last data chunk,
 //     so "data: [DONE]" is not required on top of it: the end of stream is
@@ -112,6 +126,8 @@
 //     response.failed event whose response.usage has both counts (an
 //     incomplete response, say one cut by max_output_tokens, is still fully
 //     reported usage);
+//   - openai-transcription-sse: a transcript.text.done event whose usage has
+//     both counts (a stream cut before it is not Complete);
 //   - anthropic-sse: a message_delta with usage.output_tokens, after the
 //     input count (from message_start or the delta itself). message_delta is
 //     where Anthropic reports the final output count; message_stop carries
@@ -134,7 +150,11 @@
 //
 // A value of the wrong type (a count that is not a non-negative integer
 // written without fraction or exponent, a model that is not a string) counts
-// as absent. The tests check the scanner against a reference that decodes
+// as absent. The one number that may have a fraction is a duration's
+// usage.seconds: it is read exactly to the millisecond, a remainder rounding
+// up to the next one (9.0001 s is 9001 ms, 0.0004 s is 1 ms), and counts as
+// absent when negative, written with an exponent (9e1: no provider writes
+// one) or beyond an int64 of milliseconds. The tests check the scanner against a reference that decodes
 // each document with encoding/json (keeping repeated keys) and applies the
 // same rules.
 //
@@ -154,13 +174,18 @@
 //     but response.audio.delta, which is base64 audio; not streamed:
 //     output[].content[].text and .refusal, output[].arguments,
 //     output[].summary[].text;
+//   - OpenAI transcriptions, streamed: the "delta" string of every
+//     transcript.text.delta event. The top-level "text" of a non-streamed
+//     transcription is not counted: it would estimate output tokens where
+//     whisper-1 bills none;
 //   - Anthropic, streamed: content_block_delta's delta.text,
 //     delta.partial_json and delta.thinking; not streamed: content[].text,
 //     content[].thinking, and content[].input (a tool call's input object),
 //     counted as its JSON text as sent.
 //
 // A streamed response is counted from its deltas only, so the full text a
-// terminal event repeats (response.completed) is not counted twice. In an
+// terminal event repeats (response.completed, transcript.text.done) is not
+// counted twice. In an
 // event stream only complete JSON values count; in a JSON body, the text
 // read before the body broke off counts. The caller turns it into an
 // estimate of the output tokens when they were not reported.

@@ -73,6 +73,10 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"usageMetadata":{"promptTokenCount":8},"usage":{"prompt_tokens":1},"modelVersion":"a","model":"b","candidates":[{"finishReason":1}]}`,
 		`{"type":"message","usage":{"input_tokens":1,"cache_creation_input_tokens":9,"cache_creation":{"ephemeral_1h_input_tokens":4,"ephemeral_1h_input_tokens":7}},"message":{"usage":{"cache_creation":{"ephemeral_1h_input_tokens":2}}}}`,
 		`{"object":"chat.completion","service_tier":"priority","service_tier":"pri\u006frity","usage":{"prompt_tokens":1,"completion_tokens":2},"response":{"service_tier":"priority"}}`,
+		`{"text":"Hello there.","usage":{"type":"duration","seconds":9.0001}}`,
+		`{"task":"transcribe","duration":9.21,"segments":[{"text":" a","seconds":1}],"usage":{"type":"duration","seconds":0.0004,"seconds":9223372036854775.807},"usage":{"seconds":-1.5e3}}`,
+		`{"usage":{"seconds":0.00000,"seconds":9e1,"seconds":92233720368547758.07,"seconds":"9"},"message":{"usage":{"seconds":1.5}}}`,
+		`{"text":"x","usage":{"type":"tokens","seconds":9,"input_tokens":14,"input_token_details":{"text_tokens":0,"audio_tokens":14},"output_tokens":45,"total_tokens":59}}`,
 	} {
 		f.Add([]byte(s), uint64(7))
 	}
@@ -104,6 +108,8 @@ func FuzzExtractSSE(f *testing.F) {
 		"data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"x\",\"partial_json\":\"{\",\"thinking\":\"t\"}}\n\n",
 		"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}],\"usageMetadata\":{\"promptTokenCount\":5,\"totalTokenCount\":5},\"modelVersion\":\"g\"}\r\n\r\n" +
 			"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"b\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":5,\"candidatesTokenCount\":2,\"thoughtsTokenCount\":7}}\r\n\r\n",
+		"data: {\"type\":\"transcript.text.delta\",\"delta\":\"h\\u00e9\"}\ndata: {\"delta\":\"x\",\"type\":\"transcript.text.done\",\"text\":\"h\u00e9\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2,\"seconds\":3.5}}\n",
+		"data: {\"text\":\"a\",\"usage\":{\"type\":\"duration\",\"seconds\":9.5}}\n\ndata: {\"type\":\"transcript.text.segment\",\"delta\":\"a\"}\n\n",
 	} {
 		f.Add([]byte(s), uint64(11))
 	}
@@ -134,6 +140,8 @@ func FuzzExtractEncoded(f *testing.F) {
 		}
 	}
 	f.Add([]byte(`{"usage":{"prompt_tokens":1,"completion_tokens":2}}`), uint64(1), uint8(0))
+	f.Add([]byte(`{"text":"Hello there.","usage":{"type":"duration","seconds":9.0001}}`), uint64(2), uint8(2))
+	f.Add([]byte("data: {\"type\":\"transcript.text.delta\",\"delta\":\"Hel\"}\n\ndata: {\"type\":\"transcript.text.done\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}\n\n"), uint64(3), uint8(3))
 	f.Fuzz(func(t *testing.T, body []byte, seed uint64, which uint8) {
 		ct := ctJSON
 		if which&1 == 1 {

@@ -16,6 +16,13 @@ const (
 	famAnthropic
 	famEmbeddings
 	famGemini
+	// famAudioDuration: a JSON body whose usage is a duration of input audio
+	// (whisper-1's {"type":"duration","seconds":N}), never streamed.
+	famAudioDuration
+	// famTranscription: the transcript.text.* events of a streamed
+	// transcription, whose usage has the Responses API's count names.
+	famTranscription
+	nFam
 )
 
 type accumulator struct {
@@ -60,6 +67,8 @@ func sseFamily(d *docFields) (family, int) {
 		return famAnthropic, rootTop
 	case d.typ.ok && len(d.typ.b) > len("response.") && string(d.typ.b[:len("response.")]) == "response.":
 		return famResponses, rootResponse
+	case d.typ.ok && len(d.typ.b) > len("transcript.text.") && string(d.typ.b[:len("transcript.text.")]) == "transcript.text.":
+		return famTranscription, rootTop
 	case d.object.is("chat.completion.chunk"), d.object.is("text_completion"):
 		return famChat, rootTop
 	case isGeminiUsage(&d.usage[rootTop]):
@@ -106,6 +115,13 @@ func (a *accumulator) applySSE(d *docFields) {
 			a.u.merge(u)
 			a.final = a.final || (isResponseTerminal(d) && u.hasTok(tokInput) && u.hasTok(tokOutput))
 		}
+	case famTranscription:
+		// transcript.text.done ends the stream with the usage of the whole
+		// transcription.
+		if u := &d.usage[rootTop]; u.obj {
+			a.u.merge(u)
+			a.final = a.final || (d.typ.is("transcript.text.done") && u.hasTok(tokInput) && u.hasTok(tokOutput))
+		}
 	case famGemini:
 		// Every chunk reports the usage so far; the one whose candidate gives its
 		// finishReason is the last.
@@ -143,6 +159,12 @@ func jsonFamily(d *docFields) family {
 		return famNone
 	case isGeminiUsage(u):
 		return famGemini
+	case u.has == 1<<tokAudioSeconds:
+		// whisper-1's transcriptions and translations: billed per minute of
+		// input audio, their usage is its duration and nothing else. A usage that
+		// also has a token count is read by its tokens (gpt-4o-transcribe's
+		// input_tokens and output_tokens: openai-responses), its seconds unread.
+		return famAudioDuration
 	case d.object.is("list") && u.hasTok(tokPrompt) && !u.hasTok(tokCompletion):
 		// OpenAI's embeddings (and the APIs that copy them): a list of vectors whose
 		// usage counts input alone, since an embedding model generates nothing.
@@ -180,9 +202,12 @@ func (a *accumulator) notePriority(d *docFields, root int) {
 	}
 }
 
-var formats = [2][6]string{
-	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini},
-	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE}, // embeddings are not streamed
+// formats names the shape of each family, not streamed then streamed. Embeddings
+// and audio durations are not streamed; a non-streamed transcription that counts
+// tokens is read as openai-responses (its usage has the Responses API's names).
+var formats = [2][nFam]string{
+	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini, FormatOpenAIAudioDuration, ""},
+	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE, "", FormatOpenAITranscriptionSSE},
 }
 
 // fill writes the normalised usage into u. u.Complete is set as if the
@@ -201,11 +226,20 @@ func (a *accumulator) fill(u *Usage) {
 	if a.model.ok {
 		u.Model = string(a.model.b)
 	}
+	if a.fam == famAudioDuration {
+		// A model billed by the duration of its input audio has no token counts:
+		// the duration is the whole report, and its counts are 0.
+		ms, ok := a.u.get(tokAudioSeconds)
+		u.AudioInputMillis = ms
+		u.InputReported, u.OutputReported = ok, ok
+		u.Complete = a.final && ok
+		return
+	}
 	var inTok, outTok, cachedTok int
 	switch a.fam {
 	case famChat:
 		inTok, outTok, cachedTok = tokPrompt, tokCompletion, tokCachedPrompt
-	case famResponses:
+	case famResponses, famTranscription:
 		inTok, outTok, cachedTok = tokInput, tokOutput, tokCachedInput
 	case famAnthropic:
 		inTok, outTok, cachedTok = tokInput, tokOutput, tokCacheRead

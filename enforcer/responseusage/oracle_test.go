@@ -3,7 +3,9 @@ package responseusage
 import (
 	"bytes"
 	"encoding/json"
+	"math/big"
 	"strconv"
+	"strings"
 )
 
 // This file is a reference implementation for the tests: it reads a whole
@@ -195,6 +197,7 @@ var tokKeys = [...]string{
 	tokGeminiCandidates: "candidatesTokenCount",
 	tokGeminiThoughts:   "thoughtsTokenCount",
 	tokGeminiCached:     "cachedContentTokenCount",
+	tokAudioSeconds:     "seconds",
 }
 
 // plainCount is the value of a JSON number that is a non-negative integer
@@ -213,12 +216,39 @@ func plainCount(v any) (int64, bool) {
 	return i, err == nil
 }
 
+// secondsMillis is the value of usage.seconds in milliseconds, rounded up: a
+// non-negative JSON number without exponent whose milliseconds fit int64.
+// It is computed with exact rationals, not as the scanner does.
+func secondsMillis(v any) (int64, bool) {
+	n, ok := v.(json.Number)
+	if !ok || strings.ContainsAny(string(n), "-eE") {
+		return 0, false
+	}
+	r, ok := new(big.Rat).SetString(string(n))
+	if !ok {
+		return 0, false
+	}
+	r.Mul(r, big.NewRat(1000, 1))
+	q, m := new(big.Int).QuoRem(r.Num(), r.Denom(), new(big.Int))
+	if m.Sign() != 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	if !q.IsInt64() {
+		return 0, false
+	}
+	return q.Int64(), true
+}
+
 // oracleUsage merges every usage object named "usage" in obj: each count is
 // the largest valid value reported by any of them, any repetition of its key.
 func oracleUsage(obj []member) usageFields {
 	var u usageFields
 	report := func(t int, v any) {
-		if n, ok := plainCount(v); ok && (u.has&(1<<t) == 0 || n > u.tok[t]) {
+		count := plainCount
+		if t == tokAudioSeconds {
+			count = secondsMillis
+		}
+		if n, ok := count(v); ok && (u.has&(1<<t) == 0 || n > u.tok[t]) {
 			u.tok[t], u.has = n, u.has|1<<t
 		}
 	}

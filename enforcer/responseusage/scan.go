@@ -16,7 +16,9 @@ import (
 // takes its last value; a count takes the largest valid value reported for
 // it, by every usage object at a usage position and every repetition of its
 // key. A value of the wrong type (a string where a count is expected, a
-// non-integer count, a model that is not a string) reports nothing.
+// non-integer count, a model that is not a string) reports nothing. The one
+// count that may have a fraction is a duration's usage.seconds, read as
+// milliseconds (msByte).
 //
 // It also counts the output text the document carries (textTarget): the
 // bytes of the strings at the text paths as encoding/json would decode them
@@ -65,7 +67,7 @@ const (
 	kParts        // Gemini: candidates[].content.parts[]
 	kFinishReason // Gemini: candidates[].finishReason
 	kServiceTier  // OpenAI: service_tier (the processing tier the request ran at)
-	kTok0         // kTok0+tok for the counts tokPrompt..tokGeminiCached
+	kTok0         // kTok0+tok for the counts tokPrompt..tokAudioSeconds
 )
 
 // Token counts read from a usage object.
@@ -80,11 +82,15 @@ const (
 	tokGeminiCandidates        // candidatesTokenCount (Gemini)
 	tokGeminiThoughts          // thoughtsTokenCount (Gemini: thinking, billed as output)
 	tokGeminiCached            // cachedContentTokenCount (Gemini)
+	tokAudioSeconds            // seconds (OpenAI whisper-1's duration usage), read as milliseconds (see msByte)
 	tokCachedPrompt            // prompt_tokens_details.cached_tokens (OpenAI chat)
 	tokCachedInput             // input_tokens_details.cached_tokens (OpenAI Responses)
 	tokCacheWrite1h            // cache_creation.ephemeral_1h_input_tokens (Anthropic)
 	nTok
 )
+
+// usageFields.has holds a bit per count.
+var _ [16 - nTok]struct{} // nTok <= 16
 
 func keyID(b []byte) uint8 {
 	switch string(b) {
@@ -170,6 +176,8 @@ func keyID(b []byte) uint8 {
 		return kTok0 + tokGeminiThoughts
 	case "cachedContentTokenCount":
 		return kTok0 + tokGeminiCached
+	case "seconds":
+		return kTok0 + tokAudioSeconds
 	}
 	return kOther
 }
@@ -378,10 +386,18 @@ type scanner struct {
 	hexN   uint8
 	surr   rune // a surrogate waiting for its pair
 	num    int64
-	numOK  bool // the number so far is a non-negative integer that fits int64
+	numOK  bool // the number so far is a non-negative integer that fits int64 (in ms mode: its milliseconds do)
 	numTok target
 	lit    string
 	litPos int
+
+	// ms mode, for usage.seconds alone (numTok's tok is tokAudioSeconds): the
+	// number is a decimal of seconds, read as milliseconds. num takes the digits
+	// down to the third after the point; numFrac counts those after the point,
+	// numUp says a digit below them was not 0 (the milliseconds round up).
+	numMs   bool
+	numFrac uint8
+	numUp   bool
 
 	txt uint8     // what the string being read adds to: txNone, txText or txDelta
 	u8  utf8Count // UTF-8 state of that string
@@ -840,13 +856,13 @@ func (s *scanner) valueStart(c byte, at int) {
 		}
 		s.state = stStr
 	case c == '-':
-		s.num, s.numOK, s.numTok = 0, false, t
+		s.startNumber(t, 0, false)
 		s.state = stNumMinus
 	case c == '0':
-		s.num, s.numOK, s.numTok = 0, true, t
+		s.startNumber(t, 0, true)
 		s.state = stNumZero
 	case '1' <= c && c <= '9':
-		s.num, s.numOK, s.numTok = int64(c-'0'), true, t
+		s.startNumber(t, int64(c-'0'), true)
 		s.state = stNumInt
 	case c == 't':
 		s.lit, s.litPos, s.state = "true", 1, stLit
@@ -857,6 +873,11 @@ func (s *scanner) valueStart(c byte, at int) {
 	default:
 		s.fail()
 	}
+}
+
+func (s *scanner) startNumber(t target, first int64, ok bool) {
+	s.num, s.numOK, s.numTok = first, ok, t
+	s.numMs, s.numFrac, s.numUp = t.kind == tgTok && t.tok == tokAudioSeconds, 0, false
 }
 
 // numByte advances the number grammar by c, reporting whether c continues
@@ -886,7 +907,8 @@ func (s *scanner) numByte(c byte) bool {
 				}
 			}
 		case c == '.':
-			s.state, s.numOK = stNumDot, false
+			// A count has no fraction; a duration in seconds may (ms mode).
+			s.state, s.numOK = stNumDot, s.numOK && s.numMs
 		case exp:
 			s.state, s.numOK = stNumE, false
 		default:
@@ -897,11 +919,16 @@ func (s *scanner) numByte(c byte) bool {
 			return false
 		}
 		s.state = stNumFrac
+		s.msByte(c)
 	case stNumFrac:
 		switch {
 		case digit:
+			s.msByte(c)
 		case exp:
-			s.state = stNumE
+			// An exponent is not read, even in ms mode: no provider writes a
+			// duration with one, and reading 9.5e-1 exactly would take
+			// parseUSDCeil's shifting of digits. The number reports nothing.
+			s.state, s.numOK = stNumE, false
 		default:
 			return false
 		}
@@ -931,12 +958,57 @@ func (s *scanner) numTerminal() bool {
 	return false
 }
 
+// msByte takes in a digit after the point of a number in ms mode (numOK is
+// only still true in ms mode there): the first three are milliseconds, the
+// rest only say whether to round up.
+func (s *scanner) msByte(c byte) {
+	if !s.numOK {
+		return
+	}
+	d := int64(c - '0')
+	switch {
+	case s.numFrac == 3:
+		s.numUp = s.numUp || d != 0
+	case s.num > (math.MaxInt64-d)/10:
+		s.numOK = false
+	default:
+		s.num = s.num*10 + d
+		s.numFrac++
+	}
+}
+
 func (s *scanner) endNumber() bool {
 	if t := s.numTok; t.kind == tgTok && s.numOK {
-		s.doc.usage[t.root].setMax(int(t.tok), s.num)
+		v, ok := s.num, true
+		if s.numMs {
+			v, ok = millis(v, s.numFrac, s.numUp)
+		}
+		if ok {
+			s.doc.usage[t.root].setMax(int(t.tok), v)
+		}
 	}
 	s.numTok = target{}
 	return s.endValue()
+}
+
+// millis is the milliseconds of a number of seconds read in ms mode: its
+// digits down to the frac-th after the point, rounded up when a digit below
+// them was not 0. It is not reported (false) when it overflows int64, like an
+// overflowing count.
+func millis(v int64, frac uint8, up bool) (int64, bool) {
+	for ; frac < 3; frac++ {
+		if v > math.MaxInt64/10 {
+			return 0, false
+		}
+		v *= 10
+	}
+	if up {
+		if v == math.MaxInt64 {
+			return 0, false
+		}
+		v++
+	}
+	return v, true
 }
 
 // classify names the value about to start from the keys above it.

@@ -18,7 +18,8 @@ import (
 //	choices[].delta.reasoning / .reasoning_content    reasoning of OpenAI-compatible servers
 //	choices[].delta.tool_calls[].function.arguments   (and message.tool_calls[]...)
 //	choices[].delta.function_call.arguments           (and message.function_call...)
-//	delta                                             Responses events response.*.delta but audio
+//	delta                                             Responses events response.*.delta but audio;
+//	                                                  transcriptions' transcript.text.delta
 //	output[].content[].text / .refusal                Responses, not streamed
 //	output[].arguments                                Responses function_call, not streamed
 //	output[].summary[].text                           Responses reasoning summary, not streamed
@@ -29,8 +30,16 @@ import (
 //
 // A streamed response's text is read from its deltas only: the full text
 // that a terminal event repeats (response.completed's response.output,
-// response.output_text.done) is not under these paths, so it is not counted
-// twice.
+// response.output_text.done, transcript.text.done) is not under these paths,
+// so it is not counted twice.
+//
+// The top-level "text" of a non-streamed transcription or translation (OpenAI's
+// audio endpoints) is not counted either. A top-level "text" is also what
+// those terminal events repeat; and whisper-1 is billed by the duration of its
+// input audio, so its text, counted, would estimate output tokens that are
+// not billed when its body is cut before the usage. A gpt-4o-transcribe body
+// cut before its usage has no text to be estimated from, then; streamed, its
+// transcript.text.delta events count.
 
 // textTarget names what the value about to start at the current path adds
 // to the output text.
@@ -91,9 +100,16 @@ func isChoice(k *[maxPath]uint8) bool {
 // isTextDelta reports whether an event's top-level "delta" string is output
 // text: an OpenAI Responses event response.*.delta (output text, refusal,
 // reasoning, function-call arguments...) other than response.audio.delta,
-// whose delta is base64 audio.
+// whose delta is base64 audio, or a streamed transcription's
+// transcript.text.delta.
 func isTextDelta(typ *capture) bool {
-	return typ.ok && bytes.HasPrefix(typ.b, []byte("response.")) && bytes.HasSuffix(typ.b, []byte(".delta")) &&
+	switch {
+	case !typ.ok:
+		return false
+	case string(typ.b) == "transcript.text.delta":
+		return true
+	}
+	return bytes.HasPrefix(typ.b, []byte("response.")) && bytes.HasSuffix(typ.b, []byte(".delta")) &&
 		string(typ.b) != "response.audio.delta"
 }
 

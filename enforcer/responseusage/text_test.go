@@ -65,6 +65,13 @@ func TestTextBytes(t *testing.T) {
 		{"responses json", ctJSON, `{"object":"response","output":[{"type":"reasoning","summary":[{"type":"summary_text","text":"plan"}]},` +
 			`{"type":"message","content":[{"type":"output_text","text":"Done."},{"type":"refusal","refusal":"no"}]},` +
 			`{"type":"function_call","name":"f","arguments":"{\"x\":2}"}]}`, 4 + 5 + 2 + 7},
+		// OpenAI transcriptions: streamed, the deltas count and not the full text
+		// transcript.text.done repeats; not streamed, the top-level text does not
+		// count (whisper-1 bills the audio's duration, not output tokens).
+		{"transcript deltas", ctSSE, sse(`{"type":"transcript.text.delta","delta":"Hel"}`, `{"delta":"lo \u00e9","type":"transcript.text.delta"}`,
+			`{"type":"transcript.text.done","text":"Hello \u00e9","usage":{"input_tokens":1,"output_tokens":2}}`), 3 + 5},
+		{"transcription json text", ctJSON, `{"text":"Hello.","usage":{"type":"duration","seconds":1}}`, 0},
+		{"transcription verbose_json segments", ctJSON, `{"task":"transcribe","text":"Hello.","segments":[{"text":"Hello."}],"words":[{"word":"Hello"}]}`, 0},
 		// Anthropic.
 		{"anthropic deltas", ctSSE, sse(`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 			`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`,

@@ -17,6 +17,16 @@ const (
 	FormatOpenAIResponsesSSE  = "openai-responses-sse"
 	FormatAnthropicSSE        = "anthropic-sse"
 	FormatUnsupportedEncoding = "unsupported-encoding"
+
+	// FormatOpenAIAudioDuration is OpenAI's transcription or translation JSON
+	// billed by the duration of its input audio (whisper-1): usage
+	// {"type":"duration","seconds":N}, read into Usage.AudioInputMillis. It is
+	// never streamed.
+	FormatOpenAIAudioDuration = "openai-audio-duration"
+	// FormatOpenAITranscriptionSSE is OpenAI's streamed transcription
+	// (gpt-4o-transcribe and the like with stream=true): transcript.text.delta
+	// events, then transcript.text.done with the token usage.
+	FormatOpenAITranscriptionSSE = "openai-transcription-sse"
 )
 
 // Response headers (lower-cased) through which an upstream reports its cost.
@@ -53,6 +63,12 @@ type Usage struct {
 	// Anthropic's one-hour cache (cache_creation.ephemeral_1h_input_tokens), dearer
 	// than the default five-minute one.
 	CacheCreation1hInputTokens int64
+	// AudioInputMillis is the duration of input audio the response reported, in
+	// milliseconds: OpenAI's usage {"type":"duration","seconds":N} of a
+	// non-streamed transcription or translation by a model billed per minute of
+	// audio (whisper-1; Format FormatOpenAIAudioDuration). A fraction of a
+	// millisecond rounds up. 0 for every other shape, whose usage is in tokens.
+	AudioInputMillis int64
 	// CostMicroUSD is the cost the upstream reported in a header, if any.
 	CostMicroUSD *int64
 	// Complete is true when the stream ended normally and its final usage
@@ -74,6 +90,9 @@ type Usage struct {
 	// so that missing counts can be estimated. It is counted whether or not
 	// usage was reported.
 	TextBytes int64
+	// PlainText: the body was plain text (a transcript in a text format, or an error
+	// page), all of it counted in TextBytes; no usage is reported in such a body.
+	PlainText bool
 	// TextBytesFromRaw is set when TextBytes includes body bytes as received,
 	// still encoded: all of them for an unsupported content encoding, those
 	// after the point where a compressed body turned out corrupt. An estimate
@@ -124,6 +143,10 @@ type Extractor struct {
 
 	dec      *decoder // a supported content encoding is being decoded
 	rawBytes int64    // body bytes of an unsupported encoding
+	// plainType: the content type is plain text (isPlainText); plainBytes counts its
+	// decoded bytes.
+	plainType  bool
+	plainBytes int64
 
 	scan scanner
 	sse  sseReader
@@ -135,10 +158,9 @@ type Extractor struct {
 	// Backing store for the captured strings, so that capturing does not
 	// allocate. A model name longer than inlineModelBytes (up to
 	// MaxModelBytes) grows its buffer once. In line, the four model buffers
-	// make the Extractor 1384 bytes (its size class: 1408), where it was
-	// 1128 (1152) plus 1 KiB of buffers of MaxModelBytes, which a response
-	// held however short its model's name (an idle stream of the gateway
-	// too).
+	// take 256 bytes of the Extractor (1792 bytes, exactly its size class), where
+	// buffers of MaxModelBytes took 1 KiB more, which a response held however
+	// short its model's name (an idle stream of the gateway too).
 	keyArr   [maxKeyBytes]byte
 	typArr   [maxSmallBytes]byte
 	objArr   [maxSmallBytes]byte
@@ -179,10 +201,25 @@ func New(contentType string, headers map[string]string, limits Limits) *Extracto
 		e.mode = modeSniff
 	}
 	e.scan.multi = e.mode == modeSSE
+	e.plainType = isPlainText(mt)
 	if supported && n > 0 {
 		e.dec = newDecoder(e, codings, n)
 	}
 	return e
+}
+
+// isPlainText tells the media types of an answer that is its text and nothing else:
+// OpenAI's transcriptions and translations in the text formats (response_format text,
+// srt and vtt, sent as text/plain), which report no usage. Their bytes are output text,
+// so that the tokens can be estimated (Usage.PlainText); an error page is plain text too,
+// and the settlement does not take its text for output (inflight.FromResponse). Such a
+// body is still sniffed: a stream or a JSON body sent as text/plain is read as one.
+func isPlainText(mt string) bool {
+	switch mt {
+	case "text/plain", "text/vtt", "application/x-subrip", "text/srt":
+		return true
+	}
+	return false
 }
 
 // mediaType returns the lower-cased media type of a Content-Type value,
@@ -216,6 +253,9 @@ func (e *Extractor) Write(chunk []byte) error {
 
 // writePlain reads decoded body bytes.
 func (e *Extractor) writePlain(chunk []byte) {
+	if e.plainType {
+		e.plainBytes += int64(len(chunk))
+	}
 	if e.mode == modeSniff {
 		i := 0
 		for i < len(chunk) && isSpace(chunk[i]) {
@@ -283,6 +323,11 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		e.acc.fromJSON(&e.scan.doc, wellFormed)
 	}
 	e.acc.fill(&u)
+	if e.plainType && u.Format == "" && u.TextBytes == 0 {
+		// A plain-text body that held no document read here is its text, byte for
+		// byte (sniffed, a stream or a JSON body sent as text/plain is read as one).
+		u.TextBytes, u.PlainText = e.plainBytes, true
+	}
 	u.Complete = u.Complete && endOfStream
 	if undecoded > 0 {
 		u.TextBytes += undecoded

@@ -101,9 +101,9 @@ func show(u Usage) string {
 	if u.CostMicroUSD != nil {
 		c = fmt.Sprint(*u.CostMicroUSD)
 	}
-	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d Cost:%s Complete:%v Format:%q Reported:%v/%v Text:%d FromRaw:%v}",
-		u.Model, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens, c, u.Complete, u.Format,
-		u.InputReported, u.OutputReported, u.TextBytes, u.TextBytesFromRaw)
+	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d Cost:%s Complete:%v Format:%q Priority:%v Reported:%v/%v Text:%d FromRaw:%v}",
+		u.Model, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.AudioInputMillis,
+		c, u.Complete, u.Format, u.Priority, u.InputReported, u.OutputReported, u.TextBytes, u.TextBytesFromRaw)
 }
 
 func readFixture(t testing.TB, name string) []byte {
@@ -179,6 +179,26 @@ var fixtureCases = []fixtureCase{
 	{
 		name: "anthropic sse ending in an error event", file: "anthropic_stream_error.sse", ct: ctSSE,
 		want: Usage{Model: "claude-3-5-haiku-20241022", InputTokens: 472 + 3072 + 1536, OutputTokens: 2, CachedInputTokens: 3072, CacheCreationInputTokens: 1536, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true, TextBytes: 4},
+	},
+	{
+		// whisper-1 (response_format json): billed per minute of input audio, its
+		// usage is the duration alone. The top-level "text" is not counted (text.go).
+		name: "openai whisper-1 json", file: "openai_whisper.json", ct: ctJSON,
+		want: Usage{AudioInputMillis: 9000, Complete: true, Format: FormatOpenAIAudioDuration, InputReported: true, OutputReported: true},
+	},
+	{
+		name: "openai whisper-1 verbose_json with decimal seconds", file: "openai_whisper_verbose.json", ct: ctJSON,
+		want: Usage{AudioInputMillis: 9210, Complete: true, Format: FormatOpenAIAudioDuration, InputReported: true, OutputReported: true},
+	},
+	{
+		// gpt-4o-transcribe: a token usage with the Responses API's names, read as
+		// it was before audio durations were.
+		name: "openai gpt-4o-transcribe json", file: "openai_transcribe.json", ct: ctJSON,
+		want: Usage{InputTokens: 14, OutputTokens: 45, Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true},
+	},
+	{
+		name: "openai gpt-4o-transcribe sse", file: "openai_transcribe_stream.sse", ct: ctSSE,
+		want: Usage{InputTokens: 14, OutputTokens: 45, Complete: true, Format: FormatOpenAITranscriptionSSE, InputReported: true, OutputReported: true, TextBytes: 29},
 	},
 	{
 		name: "json sniffed without content type", file: "anthropic_messages.json", ct: "",
@@ -598,7 +618,8 @@ func TestLimits(t *testing.T) {
 
 // TestWriteDoesNotAllocate keeps the per-chunk path free of allocations.
 func TestWriteDoesNotAllocate(t *testing.T) {
-	for _, file := range []string{"openai_chat_stream.sse", "anthropic_stream.sse", "openai_responses_stream.sse", "openai_chat.json"} {
+	for _, file := range []string{"openai_chat_stream.sse", "anthropic_stream.sse", "openai_responses_stream.sse", "openai_chat.json",
+		"openai_transcribe_stream.sse", "openai_whisper_verbose.json"} {
 		body := readFixture(t, file)
 		chunks := randomSplit(body, rand.New(rand.NewPCG(3, 4)))
 		ct := ctSSE
@@ -717,5 +738,255 @@ func TestAnthropicOneHourCacheWrites(t *testing.T) {
 	// More one-hour writes than writes: never more than the writes.
 	if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(`{"type":"message","usage":{"input_tokens":1,"cache_creation_input_tokens":5,"cache_creation":{"ephemeral_1h_input_tokens":9},"output_tokens":1}}`)}, true); got.CacheCreation1hInputTokens != 5 {
 		t.Fatalf("%s", show(got))
+	}
+}
+
+// OpenAI's audio endpoints. whisper-1 is billed per minute of input audio and reports
+// usage {"type":"duration","seconds":N}, read into AudioInputMillis (a fraction of a
+// millisecond rounds up; a negative, exponent, overflowing or non-number value reports
+// nothing). gpt-4o-transcribe reports tokens, as a JSON body (read as openai-responses,
+// as before) or at the end of a stream of transcript.text.* events.
+//
+// TextBytes: the top-level "text" of a non-streamed transcription is not counted (nor
+// segments[].text), so TextBytes stays 0 for whisper-1 and gpt-4o-transcribe bodies;
+// streamed, the transcript.text.delta strings are counted and the full text that
+// transcript.text.done repeats is not.
+func TestAudioTranscription(t *testing.T) {
+	whisper := func(seconds string) string {
+		return `{"text":"Hello there.","usage":{"type":"duration","seconds":` + seconds + `}}`
+	}
+	duration := func(ms int64) Usage {
+		return Usage{AudioInputMillis: ms, Complete: true, Format: FormatOpenAIAudioDuration, InputReported: true, OutputReported: true}
+	}
+	incomplete := func(u Usage) Usage { u.Complete = false; return u }
+	const transcribeUsage = `{"type":"tokens","input_tokens":14,"input_token_details":{"text_tokens":0,"audio_tokens":14},"output_tokens":45,"total_tokens":59}`
+	const transcribe = `{"text":"Hello there.","usage":` + transcribeUsage + `}`
+	tokens := Usage{InputTokens: 14, OutputTokens: 45, Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true}
+	const (
+		delta1 = `data: {"type":"transcript.text.delta","delta":"Hel"}` + "\n\n"
+		delta2 = `data: {"type":"transcript.text.delta","delta":"lo."}` + "\n\n"
+		done   = `data: {"type":"transcript.text.done","text":"Hello.","usage":` + transcribeUsage + "}\n\n"
+	)
+	streamed := Usage{InputTokens: 14, OutputTokens: 45, Complete: true, Format: FormatOpenAITranscriptionSSE, InputReported: true, OutputReported: true, TextBytes: 6}
+	deltasOnly := Usage{Format: FormatOpenAITranscriptionSSE, TextBytes: 6}
+	gz := func(body string) string { return string(compress("gzip", []byte(body), nil)) }
+	gzipped := map[string]string{"content-encoding": "gzip"}
+
+	cases := []struct {
+		name    string
+		ct      string
+		headers map[string]string
+		body    string
+		eos     bool
+		want    Usage
+	}{
+		{"whisper-1 json, integer seconds", ctJSON, nil, whisper("9"), true, duration(9000)},
+		{"whisper-1 verbose_json, decimal seconds, duration and segments", ctJSON, nil,
+			`{"task":"transcribe","language":"english","duration":9.21,"text":"Hello there.","segments":[{"id":0,"seek":0,"start":0.0,"end":9.21,` +
+				`"text":" Hello there.","tokens":[50364,2425,456,13,50824],"temperature":0.0,"avg_logprob":-0.31,"compression_ratio":0.8,"no_speech_prob":0.01,"seconds":99}],` +
+				`"usage":{"type":"duration","seconds":9.21}}`, true, duration(9210)},
+		{"whisper-1 verbose_json with usage before the segments", ctJSON, nil,
+			`{"usage":{"type":"duration","seconds":10},"task":"translate","duration":9.21,"text":"Hi.","segments":[]}`, true, duration(10000)},
+		{"whisper-1 gzip", ctJSON, gzipped, gz(whisper("9.5")), true, duration(9500)},
+		{"whisper-1 gzip, cut", ctJSON, gzipped, gz(whisper("9.5")), false, incomplete(duration(9500))},
+		{"whisper-1 sniffed without content type", "", nil, whisper("9"), true, duration(9000)},
+
+		// Decimal seconds: exact to the millisecond, any remainder rounds up.
+		{"one decimal", ctJSON, nil, whisper("9.5"), true, duration(9500)},
+		{"three decimals", ctJSON, nil, whisper("9.123"), true, duration(9123)},
+		{"a fourth decimal rounds up", ctJSON, nil, whisper("9.0001"), true, duration(9001)},
+		{"below a millisecond rounds up to one", ctJSON, nil, whisper("0.0004"), true, duration(1)},
+		{"rounds up from the last of many digits", ctJSON, nil, whisper("1.99900000000000000000000001"), true, duration(2000)},
+		{"trailing zeros are exact", ctJSON, nil, whisper("9.0000000000"), true, duration(9000)},
+		{"zero seconds", ctJSON, nil, whisper("0"), true, duration(0)},
+		{"zero with decimals", ctJSON, nil, whisper("0.000"), true, duration(0)},
+		{"largest", ctJSON, nil, whisper("9223372036854775.807"), true, duration(9223372036854775807)},
+
+		// Not reported: the usage then reports nothing, so the body is not recognised.
+		{"overflow by the milliseconds", ctJSON, nil, whisper("9223372036854775.808"), true, Usage{}},
+		{"overflow by rounding up", ctJSON, nil, whisper("9223372036854775.8071"), true, Usage{}},
+		{"overflow of an integer that fits int64", ctJSON, nil, whisper("9223372036854775807"), true, Usage{}},
+		{"overflow of the integer digits", ctJSON, nil, whisper("92233720368547758070"), true, Usage{}},
+		{"absurdly long", ctJSON, nil, whisper(strings.Repeat("9", 400) + ".5"), true, Usage{}},
+		{"negative", ctJSON, nil, whisper("-9"), true, Usage{}},
+		{"negative decimal", ctJSON, nil, whisper("-0.5"), true, Usage{}},
+		{"negative zero", ctJSON, nil, whisper("-0"), true, Usage{}},
+		{"exponent", ctJSON, nil, whisper("9e1"), true, Usage{}},
+		{"exponent after decimals", ctJSON, nil, whisper("9.5E0"), true, Usage{}},
+		{"negative exponent", ctJSON, nil, whisper("1e-3"), true, Usage{}},
+		{"a string", ctJSON, nil, whisper(`"9"`), true, Usage{}},
+		{"null", ctJSON, nil, whisper("null"), true, Usage{}},
+		{"an object", ctJSON, nil, whisper(`{"seconds":9}`), true, Usage{}},
+		{"an array", ctJSON, nil, whisper("[9]"), true, Usage{}},
+		{"an invalid value after a valid one keeps the valid one", ctJSON, nil, `{"usage":{"seconds":9,"seconds":"x","seconds":-1}}`, true, duration(9000)},
+		{"repeated: the largest wins", ctJSON, nil, `{"usage":{"seconds":9.5},"usage":{"seconds":3,"seconds":9.4999}}`, true, duration(9500)},
+		{"seconds outside usage are not the duration", ctJSON, nil, `{"text":"x","duration":9.21,"seconds":9,"x":{"usage":{"seconds":9}}}`, true, Usage{}},
+
+		// Malformed or cut bodies: what was read, not complete.
+		{"malformed after the usage", ctJSON, nil, whisper("9") + "x", true, incomplete(duration(9000))},
+		{"cut after the seconds", ctJSON, nil, `{"text":"Hello there.","usage":{"type":"duration","seconds":9.5}`, false, incomplete(duration(9500))},
+		{"cut inside the seconds reports nothing", ctJSON, nil, `{"text":"Hello there.","usage":{"type":"duration","seconds":9.5`, false, Usage{}},
+		{"a malformed number reports nothing", ctJSON, nil, whisper("9."), true, Usage{}},
+
+		// A usage with token counts keeps its family; its seconds are not read.
+		{"gpt-4o-transcribe json", ctJSON, nil, transcribe, true, tokens},
+		{"gpt-4o-transcribe json, gzip", ctJSON, gzipped, gz(transcribe), true, tokens},
+		{"tokens and seconds", ctJSON, nil, `{"usage":{"type":"tokens","seconds":9,"input_tokens":14,"output_tokens":45}}`, true, tokens},
+		{"chat usage with seconds", ctJSON, nil, `{"usage":{"prompt_tokens":1,"completion_tokens":2,"seconds":3}}`, true,
+			Usage{InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
+		{"seconds in a recognised object is not a duration", ctJSON, nil, `{"object":"response","usage":{"seconds":9}}`, true, Usage{Format: FormatOpenAIResponses}},
+		{"seconds alone in a stream is not read", ctSSE, nil, "data: " + whisper("9") + "\n\n", true, Usage{}},
+
+		// Streamed transcriptions.
+		{"transcript stream", ctSSE, nil, delta1 + delta2 + done, true, streamed},
+		{"transcript stream without blank lines", ctSSE, nil, strings.ReplaceAll(delta1+delta2+done, "\n\n", "\n"), true, streamed},
+		{"transcript stream, gzip", ctSSE, gzipped, gz(delta1 + delta2 + done), true, streamed},
+		{"transcript stream cut before done", ctSSE, nil, delta1 + delta2, false, deltasOnly},
+		{"transcript stream ended before done", ctSSE, nil, delta1 + delta2, true, deltasOnly},
+		{"transcript stream cut inside done", ctSSE, nil, delta1 + delta2 + done[:len(done)-10], false, deltasOnly},
+		{"transcript stream cut after done", ctSSE, nil, delta1 + delta2 + done, false, incomplete(streamed)},
+		{"done without usage", ctSSE, nil, delta1 + `data: {"type":"transcript.text.done","text":"Hel"}` + "\n\n", true,
+			Usage{Format: FormatOpenAITranscriptionSSE, TextBytes: 3}},
+		{"done with the input count alone", ctSSE, nil, delta1 + `data: {"type":"transcript.text.done","usage":{"input_tokens":14}}` + "\n\n", true,
+			Usage{InputTokens: 14, Format: FormatOpenAITranscriptionSSE, InputReported: true, TextBytes: 3}},
+		{"usage before done is not final", ctSSE, nil, `data: {"type":"transcript.text.delta","delta":"Hel","usage":{"input_tokens":14,"output_tokens":45}}` + "\n\n", true,
+			Usage{InputTokens: 14, OutputTokens: 45, Format: FormatOpenAITranscriptionSSE, InputReported: true, OutputReported: true, TextBytes: 3}},
+		{"a later smaller done does not lower the counts", ctSSE, nil, done + strings.ReplaceAll(done, `"output_tokens":45`, `"output_tokens":4`), true,
+			Usage{InputTokens: 14, OutputTokens: 45, Complete: true, Format: FormatOpenAITranscriptionSSE, InputReported: true, OutputReported: true}},
+		{"a delta that is not a string", ctSSE, nil, `data: {"type":"transcript.text.delta","delta":7}` + "\n\n" + `data: {"type":"transcript.text.delta","delta":null}` + "\n\n" + delta2, true,
+			Usage{Format: FormatOpenAITranscriptionSSE, TextBytes: 3}},
+		{"another transcript event's delta is not text", ctSSE, nil, `data: {"type":"transcript.text.segment","delta":"Hel","text":"Hel"}` + "\n\n", true,
+			Usage{Format: FormatOpenAITranscriptionSSE}},
+		{"a prefix alone is no event of the family", ctSSE, nil, `data: {"type":"transcript.text.","usage":{"input_tokens":14,"output_tokens":45}}` + "\n\n", true, Usage{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(tc.body)
+			check := func(how string, chunks [][]byte) {
+				t.Helper()
+				if got := run(tc.ct, tc.headers, Limits{}, chunks, tc.eos); !reflect.DeepEqual(got, tc.want) {
+					t.Fatalf("%s:\n got %s\nwant %s", how, show(got), show(tc.want))
+				}
+			}
+			check("whole", [][]byte{body})
+			check("byte by byte", bytewise(body))
+			r := rand.New(rand.NewPCG(seedOf(t.Name()), 4))
+			for i := range 50 {
+				check(fmt.Sprintf("random split %d", i), randomSplit(body, r))
+			}
+			if tc.headers != nil || !tc.eos {
+				return
+			}
+			var ref Usage
+			switch {
+			case tc.ct == ctSSE:
+				ref = oracleSSE(body, Limits{})
+			case json.Valid(body):
+				ref = oracleJSON(body, Limits{})
+			default:
+				return
+			}
+			if !reflect.DeepEqual(ref, tc.want) {
+				t.Fatalf("reference:\n got %s\nwant %s", show(ref), show(tc.want))
+			}
+		})
+	}
+}
+
+// TestAudioSecondsMatchReference compares the scanner's milliseconds with the
+// reference's exact rational arithmetic over random JSON numbers, many of them near
+// the int64 boundary, where the scaling and the rounding up can overflow.
+func TestAudioSecondsMatchReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	digits := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = '0' + byte(r.IntN(10))
+			if r.IntN(3) == 0 {
+				b[i] = "09"[r.IntN(2)] // runs of 0 and 9 reach the exact and the rounding edges
+			}
+		}
+		return string(b)
+	}
+	reported := 0
+	for range 5000 {
+		var n string
+		switch r.IntN(4) {
+		case 0: // around the largest value that fits: 9223372036854775.807 s
+			n = "9223372036854775." + digits(1+r.IntN(6))
+			if r.IntN(2) == 0 {
+				n = "922337203685477" + digits(1) + "." + "80" + digits(r.IntN(5))
+			}
+		default:
+			n = strings.TrimLeft(digits(1+r.IntN(20)), "0")
+			if n == "" {
+				n = "0"
+			}
+			if r.IntN(4) > 0 {
+				n += "." + digits(1+r.IntN(25))
+			}
+		}
+		if r.IntN(20) == 0 {
+			n += "e" + digits(1)
+		}
+		if r.IntN(20) == 0 {
+			n = "-" + n
+		}
+		body := []byte(`{"text":"x","usage":{"type":"duration","seconds":` + n + `}}`)
+		if !json.Valid(body) {
+			t.Fatalf("generated invalid JSON %s", body)
+		}
+		got := run(ctJSON, nil, Limits{}, randomSplit(body, r), true)
+		if ref := oracleJSON(body, Limits{}); !reflect.DeepEqual(got, ref) {
+			t.Fatalf("seconds %s:\n got %s\n ref %s", n, show(got), show(ref))
+		}
+		if got.Complete {
+			reported++
+		}
+	}
+	// Most are reported, and some are not (overflow, exponent, sign): both ways are tried.
+	if reported < 2500 || reported > 4900 {
+		t.Fatalf("%d of 5000 durations reported", reported)
+	}
+}
+
+// A transcript in a text format (whisper-1's response_format text, srt or vtt, sent as
+// text/plain) reports no usage: all of it is output text, counted byte for byte and
+// marked PlainText, so that the settlement can estimate it, and can tell it from an error
+// page (inflight.FromResponse). A stream or a JSON body sent as text/plain is still read
+// as one; other content types are not plain text.
+func TestPlainTextTranscript(t *testing.T) {
+	const transcript = "Tolls are paid in tokens.\n"
+	const srt = "1\n00:00:00,000 --> 00:00:02,500\nTolls are paid in tokens.\n\n"
+	gz := map[string]string{"content-encoding": "gzip"}
+	plain := func(n int) Usage { return Usage{TextBytes: int64(n), PlainText: true} }
+	for _, tc := range []struct {
+		name, ct string
+		headers  map[string]string
+		body     string
+		eos      bool
+		want     Usage
+	}{
+		{"text", "text/plain; charset=utf-8", nil, transcript, true, plain(len(transcript))},
+		{"text, cut", "text/plain", nil, transcript[:10], false, plain(10)},
+		{"srt", "text/plain", nil, srt, true, plain(len(srt))},
+		{"vtt", "text/vtt", nil, "WEBVTT\n\n" + srt, true, plain(len("WEBVTT\n\n" + srt))},
+		{"subrip", "application/x-subrip", nil, srt, true, plain(len(srt))},
+		{"gzip: the decoded text", "text/plain", gz, string(compress("gzip", []byte(transcript), nil)), true, plain(len(transcript))},
+		{"empty", "text/plain", nil, "", true, plain(0)},
+		{"JSON sent as text/plain is read as JSON", "text/plain", nil, `{"text":"Hi.","usage":{"type":"duration","seconds":9}}`, true,
+			Usage{AudioInputMillis: 9000, Complete: true, Format: FormatOpenAIAudioDuration, InputReported: true, OutputReported: true}},
+		{"a stream sent as text/plain is read as a stream", "text/plain", nil,
+			`data: {"type":"transcript.text.delta","delta":"Hel"}` + "\n\n", true, Usage{Format: FormatOpenAITranscriptionSSE, TextBytes: 3}},
+		{"HTML is not plain text", "text/html", nil, "<html>Bad gateway</html>", true, Usage{}},
+		{"no content type is not plain text", "", nil, transcript, true, Usage{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for how, chunks := range map[string][][]byte{"whole": {[]byte(tc.body)}, "byte by byte": bytewise([]byte(tc.body))} {
+				if got := run(tc.ct, tc.headers, Limits{}, chunks, tc.eos); !reflect.DeepEqual(got, tc.want) {
+					t.Fatalf("%s:\n got %s plain %v\nwant %s plain %v", how, show(got), got.PlainText, show(tc.want), tc.want.PlainText)
+				}
+			}
+		})
 	}
 }

@@ -53,6 +53,9 @@ const (
 	NotInCatalog       Unknown = "not_in_catalog"      // the catalog does not price the model
 	OrganizationPriced Unknown = "organization_priced" // the organization prices the model itself
 	NoCap              Unknown = "no_cap"              // no cap, and the catalog knows no output limit
+	// DurationBilled: the model is billed by the minute of audio it hears (whisper-1),
+	// and an upload's length is not read before it goes upstream.
+	DurationBilled Unknown = "duration_billed"
 )
 
 // Cost is a request's worst case.
@@ -82,6 +85,9 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 	e, why := find(cat, model, orgKeys)
 	if why != "" {
 		return Cost{Unknown: why}
+	}
+	if e.Kind == pricecatalog.AudioDuration {
+		return Cost{Unknown: DurationBilled}
 	}
 	out := req.OutputCap
 	switch lim := e.MaxOutputTokens; {

@@ -21,6 +21,7 @@ func testCatalog(t *testing.T) *pricecatalog.Catalog {
 		{"model":"writer","provider":"anthropic","input":2000000,"output":10000000,"cachedInput":200000,"cacheWrite":2500000,"maxOutput":8000},
 		{"model":"nolimit","provider":"google","input":1000000,"output":1000000,"cachedInput":1000000},
 		{"model":"embedder","provider":"openai","kind":"embedding","input":3000000},
+		{"model":"listener","provider":"openai","kind":"audio-duration","audioPerMinute":6000},
 		{"model":"dear","provider":"openai","input":4503599627370495,"output":4503599627370495,"cachedInput":0,"maxOutput":10000000}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +66,7 @@ func TestOf(t *testing.T) {
 		{"no limit in the catalog, a cap given", `{"model":"nolimit","max_tokens":91,` + msgs + `}`, nil,
 			Cost{MicroUSD: 100, Model: "nolimit", InputTokens: 9, OutputTokens: 91}},
 		{"no limit in the catalog, no cap", `{"model":"nolimit",` + msgs + `}`, nil, Cost{Unknown: NoCap}},
+		{"billed by the minute: the audio's length is not read", `{"model":"listener","max_tokens":10,` + msgs + `}`, nil, Cost{Unknown: DurationBilled}},
 		{"an embedding model: its input alone", `{"model":"embedder","input":["hello world!","hello world!"]}`, nil,
 			// two items of 3 tokens + 3 each, + 3 priming = 15; 15 × 3 USD/M = 45 µUSD, no output
 			Cost{MicroUSD: 45, Model: "embedder", InputTokens: 15}},
@@ -101,7 +103,7 @@ func TestOf(t *testing.T) {
 
 // Every reason a worst case is unknown is a label of the enforcer's reservations metric.
 func TestUnknownsAreMetricLabels(t *testing.T) {
-	for _, u := range []Unknown{NoModel, NotInCatalog, OrganizationPriced, NoCap} {
+	for _, u := range []Unknown{NoModel, NotInCatalog, OrganizationPriced, NoCap, DurationBilled} {
 		if !slices.Contains(metrics.ReservationBases, string(u)) {
 			t.Errorf("%s is not in metrics.ReservationBases", u)
 		}

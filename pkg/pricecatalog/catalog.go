@@ -28,6 +28,10 @@ type Price struct {
 	// CacheWritePerMillion is the price of input tokens written to a prompt cache; nil
 	// when the provider prices them as plain input.
 	CacheWritePerMillion *int64
+	// AudioPerMinute is the price of a minute of input audio, in integer micro-USD, of a
+	// model billed by the duration of the audio it hears (AudioDuration); 0 for the
+	// others.
+	AudioPerMinute int64
 }
 
 // CacheWrite is the price cache writes are charged at: CacheWritePerMillion, else the
@@ -49,7 +53,20 @@ const (
 	// file gives their input price only; Load prices every other class at it, so that a
 	// token an upstream counts in another class (none should) is charged, never free.
 	Embedding Kind = "embedding"
+	// AudioDuration models are billed by the minute of input audio (OpenAI's whisper-1,
+	// which transcribes and translates): the file gives audioPerMinute alone, and the
+	// upstream reports the seconds it billed (usage {"type": "duration"}). An answer in
+	// a text format (text, srt, vtt) reports nothing, so Load prices every token class
+	// at the price of TranscriptTokensPerMinute tokens a minute: the transcript's tokens,
+	// which the enforcer counts from the text it relays, then estimate the minutes at a
+	// typical speaking rate, and such a request is charged as an estimate, never free.
+	AudioDuration Kind = "audio-duration"
 )
+
+// TranscriptTokensPerMinute is the speaking rate a transcript's tokens are read at to
+// estimate the audio's minutes (AudioDuration): about 150 spoken words a minute, at
+// about 1.33 tokens a word.
+const TranscriptTokensPerMinute = 200
 
 // PriorityMultiplier is what a request run at a provider's priority service tier costs
 // against the standard prices the catalog holds (and an organization's own prices,
@@ -109,7 +126,9 @@ type fileEntry struct {
 	CachedInput *int64 `json:"cachedInput"`
 	CacheWrite  *int64 `json:"cacheWrite"`
 	MaxOutput   *int64 `json:"maxOutput"`
-	Note        string `json:"note"`
+	// AudioPerMinute is in micro-USD per minute of input audio (kind audio-duration).
+	AudioPerMinute *int64 `json:"audioPerMinute"`
+	Note           string `json:"note"`
 }
 
 type file struct {
@@ -187,8 +206,22 @@ func Load(data []byte) (*Catalog, error) {
 				bad("%s: an embedding model is priced by its input alone (no output, cachedInput, cacheWrite or maxOutput)", where)
 			}
 			m.Output, m.CachedInput = m.Input, m.Input
+		case AudioDuration:
+			switch {
+			case m.Input != nil || m.Output != nil || m.CachedInput != nil || m.CacheWrite != nil || m.MaxOutput != nil:
+				bad("%s: an audio-duration model is priced by the minute alone (audioPerMinute; no token prices or maxOutput)", where)
+			case m.AudioPerMinute == nil || *m.AudioPerMinute <= 0 || *m.AudioPerMinute > money.MaxAllowanceMicroUSD/1_000_000:
+				bad("%s: audioPerMinute is required, from 1 to %d", where, money.MaxAllowanceMicroUSD/1_000_000)
+			default:
+				e.AudioPerMinute = *m.AudioPerMinute
+				perToken := *m.AudioPerMinute * 1_000_000 / TranscriptTokensPerMinute
+				m.Input, m.Output, m.CachedInput = &perToken, &perToken, &perToken
+			}
 		default:
-			bad("%s: kind %q is not text or embedding", where, m.Kind)
+			bad("%s: kind %q is not text, embedding or audio-duration", where, m.Kind)
+		}
+		if m.AudioPerMinute != nil && e.Kind != AudioDuration {
+			bad("%s: audioPerMinute is for audio-duration models only", where)
 		}
 		for _, p := range []struct {
 			name     string
@@ -231,6 +264,7 @@ func Load(data []byte) (*Catalog, error) {
 		h.OutputPerMillion = max(h.OutputPerMillion, e.OutputPerMillion)
 		h.CachedInputPerMillion = max(h.CachedInputPerMillion, e.CachedInputPerMillion)
 		write = max(write, e.CacheWrite())
+		h.AudioPerMinute = max(h.AudioPerMinute, e.AudioPerMinute)
 	}
 	c.highest.CacheWritePerMillion = &write
 	return c, nil
@@ -276,7 +310,8 @@ func (c *Catalog) Lookup(model string) (Entry, bool) {
 // Highest is the highest price of each token class across the catalog: the default
 // fallback price for models nobody priced, so that an unknown model is never cheaper
 // than a known one. Its cache-write price is the highest price any entry charges for a
-// cache write (its cache-write price, or its input price when it has none).
+// cache write (its cache-write price, or its input price when it has none), and its
+// AudioPerMinute the highest price of a minute of audio.
 func (c *Catalog) Highest() Price { return c.highest.clone() }
 
 // Entries are the catalog's models in file order.

@@ -79,7 +79,7 @@ func TestEmbeddingModels(t *testing.T) {
 		switch e.Kind {
 		case Embedding:
 			embeddings++
-		case Text:
+		case Text, AudioDuration:
 		default:
 			t.Errorf("%s: kind %q", e.Model, e.Kind)
 		}
@@ -280,30 +280,36 @@ func TestLoadRefuses(t *testing.T) {
 		t.Fatalf("good file: %v", err)
 	}
 	for name, body := range map[string]string{
-		"unknown field":    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"x":1}]}`,
-		"duplicate":        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1},{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
-		"negative":         head + `{"model":"m","provider":"openai","input":-1,"output":2,"cachedInput":1}]}`,
-		"too large":        head + `{"model":"m","provider":"openai","input":4503599627370496,"output":2,"cachedInput":1}]}`,
-		"missing output":   head + `{"model":"m","provider":"openai","input":1,"cachedInput":1}]}`,
-		"upper-case name":  head + `{"model":"M","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
-		"provider prefix":  head + `{"model":"openai/m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
-		"unknown provider": head + `{"model":"m","provider":"acme","input":1,"output":2,"cachedInput":1}]}`,
-		"negative write":   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cacheWrite":-5}]}`,
-		"fraction":         head + `{"model":"m","provider":"openai","input":1.5,"output":2,"cachedInput":1}]}`,
-		"no models":        head + `]}`,
-		"trailing data":    good + `{}`,
-		"bad date":         strings.Replace(good, "2025-01-02", "Jan 2", 1),
-		"no sources":       strings.Replace(good, `["https://example.com/p"]`, `[]`, 1),
-		"http source":      strings.Replace(good, "https://", "http://", 1),
-		"wrong unit":       strings.Replace(good, "integer micro-USD", "USD", 1),
-		"zero maxOutput":   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":0}]}`,
-		"huge maxOutput":   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":10000001}]}`,
-		"fraction maxOut":  head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":1.5}]}`,
-		"unknown kind":     head + `{"model":"m","provider":"openai","kind":"image","input":1,"output":2,"cachedInput":1}]}`,
-		"embedding output": head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"output":0}]}`,
-		"embedding cache":  head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"cachedInput":1}]}`,
-		"embedding limit":  head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"maxOutput":1024}]}`,
-		"embedding free":   head + `{"model":"m","provider":"openai","kind":"embedding"}]}`,
+		"unknown field":              head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"x":1}]}`,
+		"duplicate":                  head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1},{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"negative":                   head + `{"model":"m","provider":"openai","input":-1,"output":2,"cachedInput":1}]}`,
+		"too large":                  head + `{"model":"m","provider":"openai","input":4503599627370496,"output":2,"cachedInput":1}]}`,
+		"missing output":             head + `{"model":"m","provider":"openai","input":1,"cachedInput":1}]}`,
+		"upper-case name":            head + `{"model":"M","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"provider prefix":            head + `{"model":"openai/m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"unknown provider":           head + `{"model":"m","provider":"acme","input":1,"output":2,"cachedInput":1}]}`,
+		"negative write":             head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cacheWrite":-5}]}`,
+		"fraction":                   head + `{"model":"m","provider":"openai","input":1.5,"output":2,"cachedInput":1}]}`,
+		"no models":                  head + `]}`,
+		"trailing data":              good + `{}`,
+		"bad date":                   strings.Replace(good, "2025-01-02", "Jan 2", 1),
+		"no sources":                 strings.Replace(good, `["https://example.com/p"]`, `[]`, 1),
+		"http source":                strings.Replace(good, "https://", "http://", 1),
+		"wrong unit":                 strings.Replace(good, "integer micro-USD", "USD", 1),
+		"zero maxOutput":             head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":0}]}`,
+		"huge maxOutput":             head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":10000001}]}`,
+		"fraction maxOut":            head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":1.5}]}`,
+		"unknown kind":               head + `{"model":"m","provider":"openai","kind":"image","input":1,"output":2,"cachedInput":1}]}`,
+		"embedding output":           head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"output":0}]}`,
+		"embedding cache":            head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"cachedInput":1}]}`,
+		"embedding limit":            head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"maxOutput":1024}]}`,
+		"embedding free":             head + `{"model":"m","provider":"openai","kind":"embedding"}]}`,
+		"per minute on a text model": head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioPerMinute":5}]}`,
+		"audio without a price":      head + `{"model":"m","provider":"openai","kind":"audio-duration"}]}`,
+		"audio free":                 head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":0}]}`,
+		"audio with token prices":    head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"input":1}]}`,
+		"audio with an output limit": head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"maxOutput":1024}]}`,
+		"audio beyond the bound":     head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":4503599628}]}`,
 	} {
 		if _, err := Load([]byte(body)); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -369,5 +375,32 @@ func TestPriced(t *testing.T) {
 		if got := Priced(tc.model, tc.keys); got != tc.want {
 			t.Errorf("Priced(%q, %q) = %v, want %v", tc.model, tc.keys, got, tc.want)
 		}
+	}
+}
+
+// TestAudioDurationModels: whisper-1 is priced by the minute (0.006 USD), its token
+// classes at that price for TranscriptTokensPerMinute tokens (what a transcript in a
+// text format is estimated by), and it is the highest per-minute price, the fallback
+// for audio seconds an unknown model reports. No other kind has a per-minute price.
+func TestAudioDurationModels(t *testing.T) {
+	const perMinute = 6_000
+	const perToken = perMinute * 1_000_000 / TranscriptTokensPerMinute // 30 USD per million tokens
+	for _, model := range []string{"whisper-1", "openai/whisper-1", "WHISPER-1"} {
+		e, ok := Lookup(model)
+		if !ok || e.Kind != AudioDuration || e.AudioPerMinute != perMinute || e.MaxOutputTokens != 0 || e.CacheWritePerMillion != nil ||
+			[3]int64{e.InputPerMillion, e.OutputPerMillion, e.CachedInputPerMillion} != [3]int64{perToken, perToken, perToken} {
+			t.Errorf("%s: %+v (found %v), want an audio-duration model at %d a minute", model, e, ok, perMinute)
+		}
+	}
+	for _, e := range Default().Entries() {
+		if (e.Kind == AudioDuration) != (e.AudioPerMinute > 0) {
+			t.Errorf("%s: kind %q with %d a minute", e.Model, e.Kind, e.AudioPerMinute)
+		}
+	}
+	if h := Highest(); h.AudioPerMinute != perMinute {
+		t.Errorf("Highest().AudioPerMinute = %d, want %d", h.AudioPerMinute, perMinute)
+	}
+	if e, _ := Lookup("gpt-4o-transcribe"); e.Kind != Text || e.AudioPerMinute != 0 {
+		t.Errorf("gpt-4o-transcribe (token-billed) is %+v", e)
 	}
 }

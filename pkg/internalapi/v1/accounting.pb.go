@@ -1373,8 +1373,13 @@ type SettleItem struct {
 	// costs twice the input price where the five-minute writes cost 1.25 times it
 	// (accounting.Price.CacheWrite1h).
 	CacheCreationOneHourInputTokens int64 `protobuf:"varint,17,opt,name=cache_creation_one_hour_input_tokens,json=cacheCreationOneHourInputTokens,proto3" json:"cache_creation_one_hour_input_tokens,omitempty"`
-	unknownFields                   protoimpl.UnknownFields
-	sizeCache                       protoimpl.SizeCache
+	// audio_input_millis is the input audio, in milliseconds, that the upstream said it
+	// billed by duration (OpenAI's usage {"type": "duration", "seconds"}: whisper-1's
+	// transcriptions and translations). It is priced per minute from the catalog
+	// (pricecatalog.Entry.AudioPerMinute), on top of any tokens.
+	AudioInputMillis int64 `protobuf:"varint,18,opt,name=audio_input_millis,json=audioInputMillis,proto3" json:"audio_input_millis,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1522,6 +1527,13 @@ func (x *SettleItem) GetPriorityTier() bool {
 func (x *SettleItem) GetCacheCreationOneHourInputTokens() int64 {
 	if x != nil {
 		return x.CacheCreationOneHourInputTokens
+	}
+	return 0
+}
+
+func (x *SettleItem) GetAudioInputMillis() int64 {
+	if x != nil {
+		return x.AudioInputMillis
 	}
 	return 0
 }
@@ -1894,7 +1906,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x9b\x06\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xc9\x06\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -1915,7 +1927,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x0fusage_estimated\x18\x0e \x01(\bR\x0eusageEstimated\x126\n" +
 	"\x17admitted_without_record\x18\x0f \x01(\bR\x15admittedWithoutRecord\x12#\n" +
 	"\rpriority_tier\x18\x10 \x01(\bR\fpriorityTier\x12M\n" +
-	"$cache_creation_one_hour_input_tokens\x18\x11 \x01(\x03R\x1fcacheCreationOneHourInputTokensB\x1a\n" +
+	"$cache_creation_one_hour_input_tokens\x18\x11 \x01(\x03R\x1fcacheCreationOneHourInputTokens\x12,\n" +
+	"\x12audio_input_millis\x18\x12 \x01(\x03R\x10audioInputMillisB\x1a\n" +
 	"\x18_upstream_cost_micro_usd\"G\n" +
 	"\rSettleRequest\x126\n" +
 	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\x8f\x02\n" +
