@@ -336,6 +336,19 @@ func oracleDoc(v any, modelLimit int) *docFields {
 }
 
 // oracleJSON is the usage of a body that json.Valid accepts, ended normally.
+// oracleFor is the reference reading of a test case's body: an event stream's when its
+// content type is ctSSE, else a JSON body's; false when the body is neither (the
+// reference reads only those).
+func oracleFor(ct string, body []byte) (Usage, bool) {
+	switch {
+	case ct == ctSSE:
+		return oracleSSE(body, Limits{}), true
+	case json.Valid(body):
+		return oracleJSON(body, Limits{}), true
+	}
+	return Usage{}, false
+}
+
 func oracleJSON(body []byte, lim Limits) Usage {
 	lim = lim.withDefaults()
 	a := newAccumulator(lim.MaxModelBytes)

@@ -1,7 +1,6 @@
 package responseusage
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -111,13 +110,8 @@ func TestTextBytes(t *testing.T) {
 					t.Fatalf("%s: %s, want text %d", enc, show(got), tc.want)
 				}
 			}
-			var ref Usage
-			switch {
-			case tc.ct == ctSSE:
-				ref = oracleSSE(body, Limits{})
-			case json.Valid(body):
-				ref = oracleJSON(body, Limits{})
-			default:
+			ref, ok := oracleFor(tc.ct, body)
+			if !ok {
 				return
 			}
 			if ref.TextBytes != tc.want {

@@ -877,13 +877,8 @@ func TestAudioTranscription(t *testing.T) {
 			if tc.headers != nil || !tc.eos {
 				return
 			}
-			var ref Usage
-			switch {
-			case tc.ct == ctSSE:
-				ref = oracleSSE(body, Limits{})
-			case json.Valid(body):
-				ref = oracleJSON(body, Limits{})
-			default:
+			ref, ok := oracleFor(tc.ct, body)
+			if !ok {
 				return
 			}
 			if !reflect.DeepEqual(ref, tc.want) {
