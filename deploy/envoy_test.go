@@ -172,8 +172,11 @@ func TestEnvoyConfig(t *testing.T) {
 		t.Errorf("response filter must not receive the request body, got %v", pm.GetRequestBodyMode())
 	}
 
-	// The belt: the member's x-api-key is removed at the route too.
-	if !slices.Contains(removed, "x-api-key") {
-		t.Errorf("routes remove %v: x-api-key must not reach the provider", removed)
+	// The belt: the member's raw key headers are removed at the route too: x-api-key,
+	// x-goog-api-key (Google's Gen AI SDK) and api-key (Azure OpenAI clients).
+	for _, h := range []string{"x-api-key", "x-goog-api-key", "api-key"} {
+		if !slices.Contains(removed, h) {
+			t.Errorf("routes remove %v: %s must not reach the provider", removed, h)
+		}
 	}
 }

@@ -516,6 +516,109 @@ func TestGeminiThroughTheGateway(t *testing.T) {
 	s.waitUsed(t, o, n, 2*want)
 }
 
+// TestAzureOpenAIThroughTheGateway: the official openai package's Azure client
+// (AzureOpenAI), its key in api-key, calls Azure OpenAI's deployment paths
+// (/openai/deployments/{deployment}/chat/completions?api-version=...) through a gateway
+// whose route sends the provider's key the same way. The member's key never reaches the
+// provider; each call is charged exactly at the catalog's price of the deployment's model;
+// two different Tollgate keys in api-key and x-api-key are a 401, and a blocked member's
+// call is the 429, not retried; neither reaches the provider.
+func TestAzureOpenAIThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	const providerKey = "azure-provider-key-0123456789"
+	// 1,000,000 input (200,000 cached) and 1,000,000 output: two calls spend the member's
+	// 1 USD day limit.
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
+		return fakellm.Usage{InputTokens: 1_000_000, CachedInputTokens: 200_000, OutputTokens: 1_000_000}
+	}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: api-key\n    credentialEnv: AZURE_OPENAI_KEY\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "AZURE_OPENAI_KEY": providerKey})
+	o := s.setUpOrg(t)
+	// The deployment is named after its model, which the catalog prices (setUpOrg's
+	// organization price of it is the catalog's).
+	const deployment = model
+	e, ok := pricecatalog.Lookup(deployment)
+	if !ok {
+		t.Fatalf("%s is not in the catalog", deployment)
+	}
+	want := ceilDiv(800_000*e.InputPerMillion+200_000*e.CachedInputPerMillion+1_000_000*e.OutputPerMillion, 1_000_000)
+	if want != catalogCost(1_000_000, 200_000, 1_000_000) || 2*want <= 1*usd || want >= 1*usd {
+		t.Fatalf("the test's own arithmetic: %d per call", want)
+	}
+	const path = "/openai/deployments/" + deployment + "/chat/completions"
+
+	t.Run("two different keys in api-key and x-api-key", func(t *testing.T) {
+		second := s.apiKey(t, o, o.member) // the member's own, valid: only the pair is refused
+		req, _ := http.NewRequest("POST", s.gateway+path+"?api-version=2024-10-21",
+			strings.NewReader(`{"model":"`+deployment+`","messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Api-Key", o.key)
+		req.Header.Set("X-Api-Key", second)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 401 || len(fake.Calls()) != 0 {
+			t.Fatalf("%d %s; the provider got %d calls", res.StatusCode, body, len(fake.Calls()))
+		}
+	})
+
+	n := 0
+	for _, scenario := range []string{"json", "stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "azure.mjs", scenario, s.gateway, o.key, deployment)
+			if !r.OK || r.Status != 200 || r.Text != fakellm.Text || r.Model != deployment {
+				t.Fatalf("the call failed or lost its text: %+v", r)
+			}
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 || calls[0].API != fakellm.OpenAIChat || calls[0].Path != path || calls[0].Query != "api-version=2024-10-21" ||
+				calls[0].Model != deployment || calls[0].Stream != (scenario == "stream") {
+				t.Fatalf("the provider got %+v", calls)
+			}
+			if k := calls[0].Header.Values("Api-Key"); len(k) != 1 || k[0] != providerKey || calls[0].Header.Get("Authorization") != "" ||
+				strings.Contains(fmt.Sprint(calls[0].Header), o.key) {
+				t.Fatalf("the provider got the headers %v", calls[0].Header)
+			}
+			if scenario == "stream" && !calls[0].IncludeUsage {
+				t.Errorf("the stream reached the provider without stream_options.include_usage: %s", calls[0].Body)
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			n++
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" || rec["model"] != deployment ||
+				rec["output_tokens"] != 1_000_000.0 {
+				t.Fatalf("receipt %s, want %d", rec, want)
+			}
+		})
+	}
+	s.waitUsed(t, o, n, 2*want)
+
+	t.Run("a blocked member gets the 429, not retried", func(t *testing.T) {
+		if st := s.status(t, o); st.State != "blocked" {
+			t.Fatalf("status %+v, want blocked after spending %d", st, 2*want)
+		}
+		before := len(fake.Calls())
+		r := runSDK(t, dir, "azure.mjs", "json", s.gateway, o.key, deployment)
+		if r.OK || r.Status != 429 || deref(r.Code) != "service_gateway_usage_limit_exceeded" || deref(r.ShouldRetry) != "false" {
+			t.Fatalf("want 429 service_gateway_usage_limit_exceeded, got %+v", r)
+		}
+		if r.ElapsedMs >= 2000 {
+			t.Errorf("the refused call took %dms, want under 2 seconds (no retry)", r.ElapsedMs)
+		}
+		if got := len(fake.Calls()) - before; got != 0 {
+			t.Fatalf("the refused call reached the provider (%d calls)", got)
+		}
+	})
+}
+
 // ceilDiv is a / b rounded up, for non-negative a and positive b.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 

@@ -37,6 +37,10 @@
 //     modelVersion; :streamGenerateContent?alt=sse streams one chunk per word, each with
 //     the usage so far, the last with finishReason STOP; :countTokens answers
 //     {"totalTokens": N}, free.
+//   - Azure OpenAI's chat completions (POST
+//     /openai/deployments/{deployment}/chat/completions?api-version=...) answer as
+//     OpenAI's do; the model is the body's, else the deployment's name. Without an
+//     api-version the path is unknown, as Azure has it.
 //   - A stored response is retrieved (GET /v1/responses/{id}) as the completed
 //     response object with its usage, as OpenAI shows it again (free: it was charged
 //     when it was generated).
@@ -112,6 +116,7 @@ const Text = "Tolls are paid in tokens."
 type Call struct {
 	API          string // OpenAIChat or AnthropicMessages; "" for an unknown path
 	Method, Path string
+	Query        string // the raw query (Azure's api-version)
 	Header       http.Header
 	Body         []byte
 	Model        string // as requested
@@ -166,9 +171,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	c := Call{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
+	c := Call{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
+	deployment := azureDeployment(r.URL.Path)
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions":
+		c.API = OpenAIChat
+	case r.Method == http.MethodPost && deployment != "" && r.URL.Query().Get("api-version") != "":
 		c.API = OpenAIChat
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
 		c.API = AnthropicMessages
@@ -194,6 +202,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	jsonErr := json.Unmarshal(body, &req)
 	if c.API == OpenAIRetrieve {
 		req.Model, jsonErr = "gpt-4o-mini", nil // a GET has no body; the stored response's model
+	}
+	if c.API == OpenAIChat && deployment != "" && jsonErr == nil && req.Model == "" {
+		req.Model = deployment // Azure: the deployment names the model
 	}
 	geminiAPI := strings.HasPrefix(c.API, "gemini.")
 	if geminiAPI {
@@ -282,6 +293,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ew.start("text/event-stream; charset=utf-8", http.StatusOK)
 	anthropicStream(ew, id, model, u)
+}
+
+// azureDeployment is the deployment an Azure OpenAI chat-completions path names
+// (/openai/deployments/{deployment}/chat/completions), "" for any other path.
+func azureDeployment(path string) string {
+	rest, ok := strings.CutPrefix(path, "/openai/deployments/")
+	if !ok {
+		return ""
+	}
+	d, ok := strings.CutSuffix(rest, "/chat/completions")
+	if !ok || strings.Contains(d, "/") {
+		return ""
+	}
+	return d
 }
 
 // acceptsGzip reads Accept-Encoding (RFC 9110 12.5.3): gzip is allowed when listed, or

@@ -270,3 +270,42 @@ func TestUnknownPathAndBadBody(t *testing.T) {
 		t.Fatalf("%d calls recorded", n)
 	}
 }
+
+// Azure OpenAI's deployment paths answer as OpenAI's chat completions: the model is the
+// body's, else the deployment's; without api-version, or with no deployment, the path
+// is unknown.
+func TestAzureOpenAIChatCompletions(t *testing.T) {
+	s := &Server{Usage: func(Call) Usage { return Usage{InputTokens: 10, OutputTokens: 4} }}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	const path = "/openai/deployments/my-deployment/chat/completions?api-version=2024-10-21"
+	for _, c := range []struct{ name, body, model string }{
+		{"the body's model", `{"model":"gpt-4o-mini","messages":[]}`, "gpt-4o-mini"},
+		{"no model: the deployment's name", `{"messages":[]}`, "my-deployment"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, body := post(t, srv.URL, path, "", c.body)
+			var got struct{ Object, Model string }
+			if res.StatusCode != 200 || json.Unmarshal([]byte(body), &got) != nil || got.Object != "chat.completion" || got.Model != c.model ||
+				!strings.Contains(body, `"prompt_tokens":10`) {
+				t.Fatalf("%d %s", res.StatusCode, body)
+			}
+			calls := s.Calls()
+			if last := calls[len(calls)-1]; last.API != OpenAIChat || last.Model != c.model || last.Query != "api-version=2024-10-21" {
+				t.Fatalf("recorded %+v", last)
+			}
+		})
+	}
+	for _, p := range []string{"/openai/deployments/my-deployment/chat/completions", "/openai/deployments//chat/completions?api-version=1",
+		"/openai/deployments/a/b/chat/completions?api-version=1"} {
+		if res, _ := post(t, srv.URL, p, "", `{"model":"gpt-4o-mini"}`); res.StatusCode != 404 {
+			t.Fatalf("%s: %d, want 404", p, res.StatusCode)
+		}
+	}
+	// A stream answers as OpenAI's does.
+	res, body := post(t, srv.URL, path, "", `{"stream":true,"stream_options":{"include_usage":true},"messages":[]}`)
+	if _, data := sseData(t, body); res.StatusCode != 200 || len(data) < 2 || data[len(data)-1] != "[DONE]" ||
+		!strings.Contains(body, `"model":"my-deployment"`) || !strings.Contains(body, `"completion_tokens":4`) {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+}

@@ -95,7 +95,7 @@ func RequestBody(h *authv3.AttributeContext_HttpRequest) []byte {
 // request (overwriting whatever the client sent, so a client cannot have another
 // request's usage settled under its own), the usage state on the client's response, and
 // the credentials swapped: the member's Tollgate credential removed from the upstream
-// request (x-api-key, x-goog-api-key, and Authorization when it carried one) and the provider's set when
+// request (x-api-key, x-goog-api-key, api-key, and Authorization when it carried one) and the provider's set when
 // configured (overwriting); and the client's Accept-Encoding narrowed to the codings
 // ext_proc's extractor reads, when it offered others (responseusage.ReadableAcceptEncoding:
 // a zstd answer's usage could only be estimated).
@@ -126,6 +126,10 @@ func (s *Server) admitted(a *gate.Answer, cred gate.Credentials, acceptEncoding 
 	if cred.GoogAPIKey != "" {
 		// The key was the member's (an admitted x-goog-api-key is a Tollgate key).
 		ok.HeadersToRemove = append(ok.HeadersToRemove, "x-goog-api-key")
+	}
+	if cred.AzureAPIKey != "" {
+		// The key was the member's (an admitted api-key is a Tollgate key).
+		ok.HeadersToRemove = append(ok.HeadersToRemove, "api-key")
 	}
 	if a.UsageState != "" {
 		ok.ResponseHeadersToAdd = []*corev3.HeaderValueOption{header(gate.HeaderUsageState, a.UsageState)}
@@ -194,12 +198,14 @@ func (c *deniedCache) encoded(resp *authv3.CheckResponse) []byte {
 	return c.wire[resp]
 }
 
-// Credentials reads x-api-key, authorization and x-goog-api-key from a check request.
+// Credentials reads x-api-key, authorization, x-goog-api-key and api-key from a check
+// request.
 // Envoy lower-cases header names in both representations; header_map values come as
 // raw_value bytes.
 func Credentials(h *authv3.AttributeContext_HttpRequest) gate.Credentials {
 	if m := h.GetHeaders(); len(m) > 0 {
-		return gate.Credentials{APIKey: m["x-api-key"], Authorization: m["authorization"], GoogAPIKey: m["x-goog-api-key"]}
+		return gate.Credentials{APIKey: m["x-api-key"], Authorization: m["authorization"], GoogAPIKey: m["x-goog-api-key"],
+			AzureAPIKey: m["api-key"]}
 	}
 	var c gate.Credentials
 	for _, hv := range h.GetHeaderMap().GetHeaders() {
@@ -214,6 +220,8 @@ func Credentials(h *authv3.AttributeContext_HttpRequest) gate.Credentials {
 			c.Authorization = v
 		case "x-goog-api-key":
 			c.GoogAPIKey = v
+		case "api-key":
+			c.AzureAPIKey = v
 		}
 	}
 	return c

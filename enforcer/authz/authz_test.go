@@ -17,13 +17,13 @@ func TestCredentialsFromBothHeaderShapes(t *testing.T) {
 		http *authv3.AttributeContext_HttpRequest
 	}{
 		{"headers map", &authv3.AttributeContext_HttpRequest{Headers: map[string]string{"x-api-key": "tgk_k", "authorization": "Bearer tgs_s",
-			"x-goog-api-key": "tgk_g", ":path": "/"}}},
+			"x-goog-api-key": "tgk_g", "api-key": "tgk_z", ":path": "/"}}},
 		{"header_map with raw values (encode_raw_headers)", &authv3.AttributeContext_HttpRequest{HeaderMap: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
 			{Key: ":path", RawValue: []byte("/")}, {Key: "x-api-key", RawValue: []byte("tgk_k")}, {Key: "authorization", RawValue: []byte("Bearer tgs_s")},
-			{Key: "X-Goog-Api-Key", RawValue: []byte("tgk_g")}}}}},
+			{Key: "X-Goog-Api-Key", RawValue: []byte("tgk_g")}, {Key: "Api-Key", RawValue: []byte("tgk_z")}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Credentials(tc.http); got != (gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer tgs_s", GoogAPIKey: "tgk_g"}) {
+			if got := Credentials(tc.http); got != (gate.Credentials{APIKey: "tgk_k", Authorization: "Bearer tgs_s", GoogAPIKey: "tgk_g", AzureAPIKey: "tgk_z"}) {
 				t.Fatalf("%+v", got)
 			}
 		})
@@ -91,6 +91,11 @@ func TestAdmissionSwapsCredentials(t *testing.T) {
 			mutation{set: map[string]string{"x-service-request-id": "req_1", "x-api-key": "sk-ant-provider"}, remove: []string{"authorization"}}},
 		{"x-goog-api-key (Google's Gen AI SDK)", Upstream{}, gate.Credentials{GoogAPIKey: "tgk_k"}, "",
 			mutation{set: map[string]string{"x-service-request-id": "req_1"}, remove: []string{"x-goog-api-key"}}},
+		{"api-key (Azure OpenAI clients)", Upstream{}, gate.Credentials{AzureAPIKey: "tgk_k"}, "",
+			mutation{set: map[string]string{"x-service-request-id": "req_1"}, remove: []string{"api-key"}}},
+		// The provider's key set in x-api-key replaces the member's there, never in api-key.
+		{"api-key and x-api-key, provider x-api-key configured", Upstream{APIKey: "sk-ant-provider"}, gate.Credentials{APIKey: "tgk_k", AzureAPIKey: "tgk_k"}, "",
+			mutation{set: map[string]string{"x-service-request-id": "req_1", "x-api-key": "sk-ant-provider"}, remove: []string{"api-key"}}},
 		// A coding the extractor cannot read is not offered upstream (zstd: curl
 		// --compressed, browsers); one it reads all of is left alone (above).
 		{"zstd offered: narrowed", Upstream{}, gate.Credentials{APIKey: "tgk_k"}, "deflate, gzip, br, zstd",

@@ -73,18 +73,22 @@ type partialRequest struct {
 	request authv3.AttributeContext_Request
 	http    authv3.AttributeContext_HttpRequest
 	headers corev3.HeaderMap
-	values  [3]corev3.HeaderValue
-	ptrs    [3]*corev3.HeaderValue
+	values  [credentialHeaders]corev3.HeaderValue
+	ptrs    [credentialHeaders]*corev3.HeaderValue
 }
+
+// credentialHeaders is how many headers Credentials reads: x-api-key, authorization,
+// x-goog-api-key and api-key.
+const credentialHeaders = 4
 
 // credentials is what a decode keeps, with the merge rules of protobuf (a message field
 // seen twice is merged; a repeated scalar's last value wins; of map entries with the
 // same key the last wins; repeated fields append).
 type credentials struct {
 	// fromMap: the headers map had an entry (Credentials then ignores header_map).
-	fromMap                  bool
-	apiKey, authz, googKey   []byte
-	hasKey, hasAuth, hasGoog bool
+	fromMap                            bool
+	apiKey, authz, googKey, azureKey   []byte
+	hasKey, hasAuth, hasGoog, hasAzure bool
 	// headerMap: header_map's entries whose lower-cased key is a credential's, in
 	// order, each with the value Credentials reads (value, else raw_value).
 	headerMap []credential
@@ -123,7 +127,7 @@ func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 			}
 		}
 	}
-	var fromMap [3]credential
+	var fromMap [credentialHeaders]credential
 	found := fromMap[:0]
 	switch {
 	case c.fromMap:
@@ -136,6 +140,9 @@ func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 		}
 		if c.hasGoog {
 			found = append(found, credential{"x-goog-api-key", string(c.googKey)})
+		}
+		if c.hasAzure {
+			found = append(found, credential{"api-key", string(c.azureKey)})
 		}
 	default:
 		found = c.headerMap
@@ -194,6 +201,8 @@ func (c *credentials) http(b []byte) error {
 				c.authz, c.hasAuth = value, true
 			case "x-goog-api-key":
 				c.googKey, c.hasGoog = value, true
+			case "api-key":
+				c.azureKey, c.hasAzure = value, true
 			}
 		case httpHeaderMap:
 			for len(v) > 0 {
@@ -218,6 +227,8 @@ func (c *credentials) http(b []byte) error {
 					c.headerMap = append(c.headerMap, credential{"authorization", string(value)})
 				case "x-goog-api-key":
 					c.headerMap = append(c.headerMap, credential{"x-goog-api-key", string(value)})
+				case "api-key":
+					c.headerMap = append(c.headerMap, credential{"api-key", string(value)})
 				}
 			}
 		}

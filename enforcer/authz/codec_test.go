@@ -76,6 +76,17 @@ var codecCases = []struct {
 	{"Google's key header", checkRequest(map[string]string{"x-goog-api-key": "tgk_g", "x-api-key": "tgk_k"})},
 	{"Google's key header in header_map", checkRequest(nil, &corev3.HeaderValue{Key: "X-Goog-Api-Key", RawValue: []byte("tgk_g")},
 		&corev3.HeaderValue{Key: "x-goog-api-key", Value: "tgk_h"})},
+	{"Azure's key header", checkRequest(map[string]string{"api-key": "tgk_z", "x-api-key": "tgk_k"})},
+	{"Azure's key header in header_map", checkRequest(nil, &corev3.HeaderValue{Key: "Api-Key", RawValue: []byte("tgk_z")},
+		&corev3.HeaderValue{Key: "api-key", Value: "tgk_y"})},
+	{"every credential header", checkRequest(map[string]string{"x-api-key": "tgk_k", "authorization": "Bearer tgs_s",
+		"x-goog-api-key": "tgk_g", "api-key": "tgk_z", ":path": "/"})},
+	// More credential entries than the decode's preallocated values.
+	{"every credential header in header_map, twice", checkRequest(nil, &corev3.HeaderValue{Key: "x-api-key", Value: "tgk_k"},
+		&corev3.HeaderValue{Key: "Authorization", RawValue: []byte("Bearer tgs_s")}, &corev3.HeaderValue{Key: "X-Goog-Api-Key", Value: "tgk_g"},
+		&corev3.HeaderValue{Key: "API-KEY", Value: "tgk_z"}, &corev3.HeaderValue{Key: "api-key", RawValue: []byte("tgk_y")},
+		&corev3.HeaderValue{Key: "x-api-key", Value: "tgk_j"})},
+	{"api-key-ish names are not credentials", checkRequest(map[string]string{"x-api-key": "tgk_k", "apikey": "tgk_a", "api_key": "tgk_b"})},
 	{"empty api key", checkRequest(map[string]string{"x-api-key": "", "authorization": "Bearer tgs_s"})},
 	{"map without credentials hides header_map", checkRequest(map[string]string{":path": "/"}, &corev3.HeaderValue{Key: "x-api-key", Value: "tgk_k"})},
 	{"upper-case map key is not a credential", checkRequest(map[string]string{"X-Api-Key": "tgk_k"})},
@@ -101,6 +112,9 @@ func TestCodecDecodesWhatCheckReads(t *testing.T) {
 	hm := encode(t, checkRequest(nil, &corev3.HeaderValue{Key: "x-api-key", Value: "tgk_1"}))
 	hm2 := encode(t, checkRequest(nil, &corev3.HeaderValue{Key: "x-api-key", Value: "tgk_2"}))
 	checkSameCredentials(t, append(append([]byte{}, hm...), hm2...))
+	az := encode(t, checkRequest(map[string]string{"api-key": "tgk_z1", "x-api-key": "tgk_k"}))
+	az2 := encode(t, checkRequest(map[string]string{"api-key": "tgk_z2"}))
+	checkSameCredentials(t, append(append([]byte{}, az...), az2...))
 	// A body seen twice: the last wins, as with proto; an empty last one too.
 	b1 := encode(t, withBody(checkRequest(nil), `{"a":1}`, false))
 	b2 := encode(t, withBody(checkRequest(nil), `{"b":2}`, false))

@@ -119,6 +119,10 @@ type Credentials struct {
 	// GoogAPIKey is x-goog-api-key, where Google's Gen AI SDK (and Gemini CLI) send
 	// their key: read as x-api-key is, and refused when x-api-key holds another.
 	GoogAPIKey string
+	// AzureAPIKey is api-key, where Azure OpenAI clients send their key (the openai
+	// SDKs' AzureOpenAI): read as x-api-key is, and refused when another raw key header
+	// holds another.
+	AzureAPIKey string
 }
 
 // TollgateAuthorization reports whether the Authorization header carries a Tollgate
@@ -160,8 +164,8 @@ func (g *Gate) CheckRequest(ctx context.Context, cred Credentials, h Hint) (Answ
 	return a, nil
 }
 
-// parseCredential picks the credential: x-api-key or x-goog-api-key (a raw API key; the
-// two must agree when both are sent) when present, else an
+// parseCredential picks the credential: x-api-key, x-goog-api-key or api-key (a raw API
+// key; all of them sent must carry the same key) when present, else an
 // Authorization bearer (the scheme in any case, RFC 9110), whose kind its prefix tells.
 // Anything malformed is refused without a network call, and so is a request whose two
 // headers carry two different Tollgate credentials: every Tollgate credential present
@@ -169,11 +173,14 @@ func (g *Gate) CheckRequest(ctx context.Context, cred Credentials, h Hint) (Answ
 // Authorization of another kind beside x-api-key is the client's own, say a provider
 // key, and is not ours to judge).
 func parseCredential(cred Credentials) (internalv1.CredentialKind, string, bool) {
-	if cred.GoogAPIKey != "" {
-		if cred.APIKey != "" && cred.APIKey != cred.GoogAPIKey {
+	for _, raw := range [...]string{cred.GoogAPIKey, cred.AzureAPIKey} {
+		if raw == "" {
+			continue
+		}
+		if cred.APIKey != "" && cred.APIKey != raw {
 			return 0, "", false // two keys: the one charged must be the only one
 		}
-		cred.APIKey = cred.GoogAPIKey
+		cred.APIKey = raw
 	}
 	if cred.APIKey != "" {
 		key, ok := credential.APIKeyFromHeader(cred.APIKey)

@@ -1,6 +1,6 @@
 // Package gateway is the enforcer's own inference gateway: a reverse proxy that gives
 // full accounting without Envoy. Its body is read first (within the body cap), then it
-// runs the same gate as ext_authz (the key from x-api-key, x-goog-api-key or
+// runs the same gate as ext_authz (the key from x-api-key, x-goog-api-key, api-key or
 // Authorization: Bearer, the decision, the durable start, reserving the request's worst
 // case where a policy reserves: package worstcase); refusals
 // (401, 403, 429, 503) are answered here and never reach the upstream. An admitted
@@ -316,7 +316,8 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		hint.Body = &est
 	}
 	a, err := gw.gate.CheckRequest(r.Context(), gate.Credentials{APIKey: r.Header.Get("X-Api-Key"),
-		Authorization: r.Header.Get("Authorization"), GoogAPIKey: r.Header.Get("X-Goog-Api-Key")}, hint)
+		Authorization: r.Header.Get("Authorization"), GoogAPIKey: r.Header.Get("X-Goog-Api-Key"),
+		AzureAPIKey: r.Header.Get("Api-Key")}, hint)
 	if err != nil {
 		gw.answered(w, OutcomeClientGone)
 		return false
@@ -595,6 +596,7 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 	out.Header.Del("Authorization")
 	out.Header.Del("X-Api-Key")
 	out.Header.Del("X-Goog-Api-Key")
+	out.Header.Del("Api-Key")
 	out.Header.Del("Content-Length")
 	for k := range out.Header {
 		if strings.HasPrefix(k, "X-Service-") {

@@ -47,6 +47,9 @@ func (f *fakeGate) CheckRequest(_ context.Context, c gate.Credentials, h gate.Hi
 		key = c.GoogAPIKey
 	}
 	if key == "" {
+		key = c.AzureAPIKey
+	}
+	if key == "" {
 		key = strings.TrimPrefix(c.Authorization, "Bearer ")
 	}
 	switch key {
@@ -1063,5 +1066,80 @@ func TestGeminiKeyAndPathModel(t *testing.T) {
 	e.gate.mu.Unlock()
 	if !slices.Equal(recorded, []string{"gemini-2.5-flash"}) || hint == nil || hint.Model != "gemini-2.5-flash" {
 		t.Fatalf("recorded %q, hint %+v: want the path's model", recorded, hint)
+	}
+}
+
+// Azure OpenAI clients send their key in api-key: the gateway hands it to the gate
+// (whose rules for it gate's tests hold) and never passes it on; a route whose header is
+// api-key (an Azure OpenAI upstream) sends the provider's key there instead, the only
+// value it has. The Azure path and its api-version go as they came.
+func TestAzureKey(t *testing.T) {
+	const path = "/openai/deployments/gpt-4o-mini/chat/completions?api-version=2024-10-21"
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	answer := `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}`
+	for _, tc := range []struct {
+		name, header, credential string
+		want                     http.Header // the credentials the upstream must see
+	}{
+		{"the default route (Authorization)", "", "Bearer sk-provider", http.Header{"Authorization": {"Bearer sk-provider"}}},
+		{"a route with header api-key", "api-key", "azure-provider-key", http.Header{"Api-Key": {"azure-provider-key"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got *http.Request
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got = r.Clone(context.Background())
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, answer)
+			}))
+			defer up.Close()
+			rt, err := gateway.NewRoute("/", up.URL, tc.header, tc.credential)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, _ := newMetrics()
+			tr := newTracker()
+			gw, err := gateway.New(gateway.Config{Routes: []gateway.Route{rt}}, &fakeGate{}, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			front := httptest.NewServer(gw)
+			defer front.Close()
+			res := post(t, front.URL+path, "", body, "Api-Key", "tgk_good")
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || got == nil {
+				t.Fatalf("%d; the upstream got %v", res.StatusCode, got)
+			}
+			if got.URL.RequestURI() != path {
+				t.Fatalf("the upstream got %s, want %s", got.URL.RequestURI(), path)
+			}
+			for _, h := range []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key"} {
+				if !slices.Equal(got.Header.Values(h), tc.want.Values(h)) {
+					t.Fatalf("the upstream got %s %q, want %q (all: %v)", h, got.Header.Values(h), tc.want.Values(h), got.Header)
+				}
+			}
+			for k, vs := range got.Header {
+				for _, v := range vs {
+					if strings.Contains(v, "tgk_") {
+						t.Fatalf("the member's key reached the upstream in %s", k)
+					}
+				}
+			}
+			if u := tr.settled(t); u.InputTokens != 3 || u.OutputTokens != 1 || !u.Complete {
+				t.Fatalf("settled %+v", u)
+			}
+		})
+	}
+	// A key the gate refuses in api-key is answered here and never reaches the upstream.
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Errorf("the upstream was called") }))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	for key, status := range map[string]int{"tgk_blocked": 429, "tgk_unknown": 401} {
+		res := post(t, e.front.URL+path, "", body, "Api-Key", key)
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != status {
+			t.Fatalf("%s: %d, want %d", key, res.StatusCode, status)
+		}
 	}
 }

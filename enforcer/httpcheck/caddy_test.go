@@ -31,7 +31,8 @@ func TestCaddyForwardAuth(t *testing.T) {
 		name string
 		env  []string
 		// the header the client presents its key in: x-api-key when empty, a bearer
-		// Authorization, or x-goog-api-key (Google's Gen AI SDK)
+		// Authorization, x-goog-api-key (Google's Gen AI SDK) or api-key (Azure OpenAI
+		// clients)
 		via string
 		// what the upstream must see
 		authorization, apiKey string
@@ -42,6 +43,9 @@ func TestCaddyForwardAuth(t *testing.T) {
 			apiKey: "sk-ant-provider"},
 		{name: "bearer key, nothing configured", via: "Authorization"},
 		{name: "x-goog-api-key (Google's Gen AI SDK), nothing configured", via: "X-Goog-Api-Key"},
+		{name: "api-key (Azure OpenAI clients), nothing configured", via: "Api-Key"},
+		{name: "api-key (Azure OpenAI clients), provider Authorization configured", env: []string{"TOLLGATE_UPSTREAM_AUTHORIZATION=Bearer sk-provider-openai"},
+			via: "Api-Key", authorization: "Bearer sk-provider-openai"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			caddyForwardAuth(t, tc.env, tc.via, tc.authorization, tc.apiKey)

@@ -53,7 +53,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 
 func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	a, err := h.gate.Check(r.Context(), gate.Credentials{APIKey: r.Header.Get("X-Api-Key"), Authorization: r.Header.Get("Authorization"),
-		GoogAPIKey: r.Header.Get("X-Goog-Api-Key")})
+		GoogAPIKey: r.Header.Get("X-Goog-Api-Key"), AzureAPIKey: r.Header.Get("Api-Key")})
 	if err != nil {
 		return // the proxy hung up
 	}

@@ -186,3 +186,47 @@ func TestHTTPSettle(t *testing.T) {
 		}
 	})
 }
+
+// Both front doors of a forward-auth or Envoy deployment (/check and ext_authz) read the
+// member's key from each header clients send it in: x-api-key, x-goog-api-key (Google's
+// Gen AI SDK), api-key (Azure OpenAI clients) and Authorization: Bearer. Two different
+// keys are a 401 whichever headers hold them; ext_authz removes the header the key came
+// in from the upstream request.
+func TestEveryKeyHeaderAtBothFrontDoors(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	other := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	blocked := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	e.CP.SetSpend(blocked.ID, window.Day, 1*enforcertest.USD)
+	for _, tc := range []struct {
+		name    string
+		headers map[string]string
+		status  int
+		removed string // ext_authz's headers_to_remove on admission
+	}{
+		{"x-api-key", map[string]string{"X-Api-Key": w.Key}, 200, "x-api-key"},
+		{"x-goog-api-key", map[string]string{"X-Goog-Api-Key": w.Key}, 200, "x-goog-api-key"},
+		{"api-key", map[string]string{"Api-Key": w.Key}, 200, "api-key"},
+		{"bearer", map[string]string{"Authorization": "Bearer " + w.Key}, 200, "authorization"},
+		{"the same key in api-key and x-api-key", map[string]string{"Api-Key": w.Key, "X-Api-Key": w.Key}, 200, "x-api-key,api-key"},
+		{"two keys in api-key and x-api-key", map[string]string{"Api-Key": w.Key, "X-Api-Key": other.Key}, 401, ""},
+		{"two keys in api-key and x-goog-api-key", map[string]string{"Api-Key": other.Key, "X-Goog-Api-Key": w.Key}, 401, ""},
+		{"two keys in api-key and Authorization", map[string]string{"Api-Key": w.Key, "Authorization": "Bearer " + other.Key}, 401, ""},
+		{"a provider key in api-key", map[string]string{"Api-Key": "0123456789abcdef0123456789abcdef"}, 401, ""},
+		{"a blocked member's key in api-key", map[string]string{"Api-Key": blocked.Key}, 429, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if res, body := httpCheck(t, e, "POST", tc.headers); res.StatusCode != tc.status {
+				t.Fatalf("/check: %d %s, want %d", res.StatusCode, body, tc.status)
+			}
+			resp := e.Check(t, tc.headers)
+			if tc.status != 200 {
+				enforcertest.Denied(t, resp, tc.status)
+				return
+			}
+			if got := strings.Join(enforcertest.OK(t, resp).GetHeadersToRemove(), ","); got != tc.removed {
+				t.Fatalf("ext_authz removes %q, want %q", got, tc.removed)
+			}
+		})
+	}
+}

@@ -13,8 +13,8 @@ import (
 // enforcer's /check with the client's headers, passes the enforcer's refusal through
 // unchanged, and on 200 forwards the request upstream with the request id added and the
 // credentials swapped, as deploy/caddy/Caddyfile does: the member's Tollgate key never
-// goes upstream (x-api-key, and an Authorization bearer tgk_/tgs_), and the provider's
-// credential is set when configured.
+// goes upstream (x-api-key, x-goog-api-key, api-key, and an Authorization bearer
+// tgk_/tgs_), and the provider's credential is set when configured.
 type Proxy struct {
 	CheckURL string
 	Upstream *url.URL
@@ -78,6 +78,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *Proxy) swapCredentials(h http.Header) {
 	h.Del("X-Api-Key")
 	h.Del("X-Goog-Api-Key")
+	h.Del("Api-Key")
 	if tok, ok := credential.BearerFromHeader(h.Get("Authorization")); ok && credential.IsTollgateToken(tok) {
 		h.Del("Authorization")
 	}

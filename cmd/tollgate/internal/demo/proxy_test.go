@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -24,11 +25,16 @@ func TestProxySwapsCredentials(t *testing.T) {
 			px: Proxy{UpstreamAPIKey: "sk-ant"}, apiKey: "sk-ant"},
 		{name: "another Authorization is left alone", client: map[string]string{"Authorization": "Bearer sk-theirs", "X-Api-Key": "tgk_k"},
 			authorization: "Bearer sk-theirs"},
+		{name: "x-goog-api-key (Google's Gen AI SDK)", client: map[string]string{"X-Goog-Api-Key": "tgk_k"}},
+		{name: "api-key (Azure OpenAI clients), provider Authorization", client: map[string]string{"Api-Key": "tgk_k"},
+			px: Proxy{UpstreamAuthorization: "Bearer sk-provider"}, authorization: "Bearer sk-provider"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			enf := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Header.Get("X-Api-Key") != tc.client["X-Api-Key"] || r.Header.Get("Authorization") != tc.client["Authorization"] {
-					t.Errorf("/check did not get the client's credentials: %v", r.Header)
+				for k, v := range tc.client {
+					if r.Header.Get(k) != v {
+						t.Errorf("/check did not get the client's credentials: %v", r.Header)
+					}
 				}
 				w.Header().Set("X-Service-Request-Id", "req_1")
 			}))
@@ -56,6 +62,13 @@ func TestProxySwapsCredentials(t *testing.T) {
 			}
 			if got.Get("Authorization") != tc.authorization || got.Get("X-Api-Key") != tc.apiKey {
 				t.Fatalf("upstream got Authorization %q, X-Api-Key %q", got.Get("Authorization"), got.Get("X-Api-Key"))
+			}
+			for k, vs := range got {
+				for _, v := range vs {
+					if strings.Contains(v, "tgk_") || strings.Contains(v, "tgs_") {
+						t.Fatalf("the member's credential reached the upstream in %s", k)
+					}
+				}
 			}
 		})
 	}
