@@ -5,7 +5,7 @@
 // deployment being TOLLGATE_MODEL. Scenarios: "json" and "stream" (asked WITHOUT
 // stream_options, as openai.mjs does). See report.mjs for the settings.
 import { AzureOpenAI } from 'openai';
-import { run, settings } from './report.mjs';
+import { chatCompletion, chatStream, run, settings } from './report.mjs';
 
 const s = settings();
 const client = new AzureOpenAI({ endpoint: s.baseURL, apiKey: s.apiKey, apiVersion: '2024-10-21', deployment: s.model });
@@ -13,20 +13,8 @@ const messages = [{ role: 'user', content: 'How are tolls paid?' }];
 
 await run('openai', s.scenario, async () => {
   if (s.scenario === 'json') {
-    const res = await client.chat.completions.create({ model: s.model, messages });
-    return { text: res.choices[0]?.message?.content ?? '', model: res.model, usage: res.usage ?? null, chunks: 1 };
+    return chatCompletion(await client.chat.completions.create({ model: s.model, messages }));
   }
   if (s.scenario !== 'stream') throw new Error(`"${s.scenario}" is not an Azure OpenAI scenario`);
-  const stream = await client.chat.completions.create({ model: s.model, messages, stream: true });
-  let text = '';
-  let model = null;
-  let usage = null;
-  let chunks = 0;
-  for await (const chunk of stream) {
-    chunks++;
-    model = chunk.model ?? model;
-    text += chunk.choices[0]?.delta?.content ?? '';
-    if (chunk.usage) usage = chunk.usage;
-  }
-  return { text, model, usage, chunks };
+  return chatStream(await client.chat.completions.create({ model: s.model, messages, stream: true }));
 });

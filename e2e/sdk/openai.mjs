@@ -9,7 +9,7 @@
 // Authorization: Bearer. The stream is asked for WITHOUT stream_options: a client that
 // does not ask for usage must be settled all the same. See report.mjs for the settings.
 import OpenAI, { toFile } from 'openai';
-import { run, settings } from './report.mjs';
+import { chatCompletion, chatStream, run, settings } from './report.mjs';
 
 const s = settings();
 const client = new OpenAI({ baseURL: `${s.baseURL}/v1`, apiKey: s.apiKey });
@@ -81,19 +81,7 @@ await run('openai', s.scenario, async () => {
     return { text, model, usage, chunks };
   }
   if (s.scenario === 'json') {
-    const res = await client.chat.completions.create({ model: s.model, messages });
-    return { text: res.choices[0]?.message?.content ?? '', model: res.model, usage: res.usage ?? null, chunks: 1 };
+    return chatCompletion(await client.chat.completions.create({ model: s.model, messages }));
   }
-  const stream = await client.chat.completions.create({ model: s.model, messages, stream: true });
-  let text = '';
-  let model = null;
-  let usage = null;
-  let chunks = 0;
-  for await (const chunk of stream) {
-    chunks++;
-    model = chunk.model;
-    text += chunk.choices[0]?.delta?.content ?? '';
-    if (chunk.usage) usage = chunk.usage;
-  }
-  return { text, model, usage, chunks };
+  return chatStream(await client.chat.completions.create({ model: s.model, messages, stream: true }));
 });

@@ -63,3 +63,23 @@ export async function run(sdk, scenario, call) {
   out.elapsedMs = Math.round(performance.now() - start);
   process.stdout.write(JSON.stringify(out) + '\n');
 }
+
+// chatCompletion and chatStream are one OpenAI chat completion's result, not streamed
+// and streamed (text, model, usage, chunks), as the OpenAI and Azure scripts report it.
+export function chatCompletion(res) {
+  return { text: res.choices[0]?.message?.content ?? '', model: res.model, usage: res.usage ?? null, chunks: 1 };
+}
+
+export async function chatStream(stream) {
+  let text = '';
+  let model = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    model = chunk.model ?? model;
+    text += chunk.choices[0]?.delta?.content ?? '';
+    if (chunk.usage) usage = chunk.usage;
+  }
+  return { text, model, usage, chunks };
+}
