@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
@@ -444,6 +445,41 @@ func TestDurationBilledAudioThroughTheGateway(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSpeechThroughTheGateway: text to speech (tts-1, 15 USD per million characters)
+// answers audio and no usage. The official OpenAI SDK asks for 1,000 characters through
+// the gateway: the audio passes whole, and the request is charged its input as the
+// enforcer estimates it from the request's text, at the catalog's tts-1 price per token
+// (four characters a token), marked an estimate, priced (not counted unpriced).
+func TestSpeechThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o, _ := gatewayWithFixedUsage(t)
+	r := runSDK(t, dir, "openai.mjs", "speech", s.gateway, o.key, "tts-1")
+	if !r.OK || r.Text != strconv.Itoa(fakellm.SpeechBytes) {
+		t.Fatalf("the speech failed or lost audio: %+v", r)
+	}
+	calls := fake.Calls()
+	if len(calls) != 1 || calls[0].API != fakellm.OpenAISpeech || calls[0].Model != "tts-1" {
+		t.Fatalf("the provider got %+v, want one speech call", calls)
+	}
+	est, err := estimate.Input(calls[0].Body)
+	if err != nil || est.InputTokens < 250 {
+		t.Fatalf("the request's estimate: %+v %v", est, err)
+	}
+	tts, _ := pricecatalog.Lookup("tts-1")
+	want := ceilDiv(est.InputTokens*tts.InputPerMillion, 1_000_000)
+	rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+	if rec.cost() != want || rec["cost_basis"] != "estimate" || rec["price_source"] != "catalog" || rec["complete"] != false ||
+		rec["input_tokens"] != float64(est.InputTokens) || rec["output_tokens"] != 0.0 {
+		t.Fatalf("receipt %s, want %d: the input's %d estimated tokens at tts-1's price", rec, want, est.InputTokens)
+	}
+	t.Logf("1,000 characters of tts-1: %d estimated tokens, charged %d micro-USD", est.InputTokens, want)
+	// 1,000 characters cost 15,000 micro-USD; the estimate is within a tenth above.
+	if want < 15_000 || want > 16_500 {
+		t.Errorf("charged %d micro-USD for 1,000 characters of tts-1 (15,000 at its price)", want)
 	}
 }
 

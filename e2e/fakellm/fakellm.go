@@ -30,6 +30,8 @@
 //     stream=true as transcript.text.* events), or whisper-1's duration usage ({"type":
 //     "duration", "seconds"}; none in the text formats). Call.Body is then the upload's
 //     size in decimal, not its bytes.
+//   - OpenAI's speech (POST /v1/audio/speech) answers SpeechBytes of audio/mpeg and no
+//     usage, as OpenAI does.
 //   - Google's Gemini API: POST /v1beta/models/{model}:generateContent answers the
 //     candidates and usageMetadata (promptTokenCount, candidatesTokenCount and
 //     thoughtsTokenCount, a quarter of the output tokens being thinking,
@@ -99,12 +101,16 @@ const (
 	OpenAIRetrieve       = "openai.responses.retrieve"
 	OpenAITranscription  = "openai.audio.transcriptions"
 	OpenAITranslation    = "openai.audio.translations"
+	OpenAISpeech         = "openai.audio.speech"
 	GeminiGenerate       = "gemini.generateContent"
 	GeminiStream         = "gemini.streamGenerateContent"
 	GeminiCountTokens    = "gemini.countTokens"
 	AnthropicMessages    = "anthropic.messages"
 	AnthropicCountTokens = "anthropic.messages.count_tokens"
 )
+
+// SpeechBytes is the length of every speech answer's audio (POST /v1/audio/speech).
+const SpeechBytes = 16 << 10
 
 // EmbeddingDimensions is the length of every embedding vector (text-embedding-3-small's).
 const EmbeddingDimensions = 1536
@@ -186,6 +192,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.API = OpenAIResponses
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/embeddings":
 		c.API = OpenAIEmbeddings
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/audio/speech":
+		c.API = OpenAISpeech
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/resp_"):
 		c.API = OpenAIRetrieve
 	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1beta/models/"):
@@ -253,6 +261,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if geminiAPI {
 		geminiAnswer(ew, c.API, model, u)
+		return
+	}
+	if c.API == OpenAISpeech {
+		// Audio, and nothing about its cost: OpenAI's speech answers report no usage.
+		ew.start("audio/mpeg", http.StatusOK)
+		ew.write(strings.Repeat("\xff\xf3\x44\xc4", SpeechBytes/4))
 		return
 	}
 	if c.API == OpenAIRetrieve {

@@ -4,7 +4,7 @@
 // response, which a Tollgate gateway refuses; with "retrieve", a stored response read
 // again; with "transcribe", an audio upload to transcribe, "transcribe-verbose" and
 // "transcribe-text" in those response formats, "transcribe-stream" streamed, "translate"
-// a translation) through the official OpenAI SDK, with its defaults (two retries,
+// a translation; with "speech", text to speech) through the official OpenAI SDK, with its defaults (two retries,
 // its own backoff, whatever headers it sends). The key is a Tollgate key, sent as
 // Authorization: Bearer. The stream is asked for WITHOUT stream_options: a client that
 // does not ask for usage must be settled all the same. See report.mjs for the settings.
@@ -39,6 +39,12 @@ await run('openai', s.scenario, async () => {
     const res = await client.audio.transcriptions.create({ file, model: s.model, ...(format ? { response_format: format } : {}) });
     if (typeof res === 'string') return { text: res.trim(), model: null, usage: null, chunks: 1 };
     return { text: res.text, model: null, usage: res.usage ?? null, chunks: 1 };
+  }
+  if (s.scenario === 'speech') {
+    // Text to speech: 1,000 characters in, audio out with no usage. text: the audio's length.
+    const res = await client.audio.speech.create({ model: s.model, voice: 'alloy', input: 'Tolls are paid in tokens. '.repeat(40).slice(0, 1000) });
+    const audio = Buffer.from(await res.arrayBuffer());
+    return { text: String(audio.length), model: null, usage: null, chunks: 1 };
   }
   if (s.scenario === 'batch') {
     // Billed later, out of the gateway's sight: refused (403), never retried.
