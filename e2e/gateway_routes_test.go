@@ -483,6 +483,30 @@ func TestSpeechThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestSpeechEventsThroughTheGateway: gpt-4o-mini-tts answering in SSE (stream_format
+// "sse") reports its usage in speech.audio.done, its audio output counted in output
+// tokens: the official OpenAI SDK's call through the gateway is charged exactly that
+// usage at the catalog's price, complete; the base64 audio passes whole.
+func TestSpeechEventsThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o, _ := gatewayWithFixedUsage(t)
+	r := runSDK(t, dir, "openai.mjs", "speech-sse", s.gateway, o.key, "gpt-4o-mini-tts")
+	if !r.OK || r.Text != strconv.Itoa(fakellm.SpeechBytes) || !strings.Contains(string(r.Usage), `"output_tokens":10000`) {
+		t.Fatalf("the speech failed or lost audio or usage: %+v", r)
+	}
+	calls := fake.Calls()
+	if len(calls) != 1 || calls[0].API != fakellm.OpenAISpeech || calls[0].Model != "gpt-4o-mini-tts" {
+		t.Fatalf("the provider got %+v, want one speech call", calls)
+	}
+	tts, _ := pricecatalog.Lookup("gpt-4o-mini-tts")
+	want := ceilDiv(100_000*tts.InputPerMillion+10_000*tts.OutputPerMillion, 1_000_000)
+	rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+	if rec.cost() != want || rec["cost_basis"] != "reported_usage" || rec["complete"] != true || rec["output_tokens"] != 10_000.0 {
+		t.Fatalf("receipt %s, want %d from the events' usage", rec, want)
+	}
+}
+
 // TestGeminiThroughTheGateway: Google's official Gen AI SDK (@google/genai), its key in
 // x-goog-api-key, calls Gemini's own API through a gateway whose route sends Google's
 // key the same way. The member's key never reaches the provider; each call is charged

@@ -31,7 +31,8 @@
 //     "duration", "seconds"}; none in the text formats). Call.Body is then the upload's
 //     size in decimal, not its bytes.
 //   - OpenAI's speech (POST /v1/audio/speech) answers SpeechBytes of audio/mpeg and no
-//     usage, as OpenAI does.
+//     usage, as OpenAI does; with stream_format "sse", speech.audio.delta events of base64
+//     audio and a speech.audio.done with the token usage.
 //   - Google's Gemini API: POST /v1beta/models/{model}:generateContent answers the
 //     candidates and usageMetadata (promptTokenCount, candidatesTokenCount and
 //     thoughtsTokenCount, a quarter of the output tokens being thinking,
@@ -165,6 +166,8 @@ type request struct {
 	// ServiceTier is OpenAI's service_tier: a chat completion answers priority (or flex)
 	// when asked, default otherwise.
 	ServiceTier string `json:"service_tier"`
+	// StreamFormat: a speech request's "sse" (gpt-4o-mini-tts) asks for events.
+	StreamFormat string `json:"stream_format"`
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -264,6 +267,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c.API == OpenAISpeech {
+		if req.StreamFormat == "sse" {
+			// gpt-4o-mini-tts's SSE: base64 audio in four deltas, then the usage.
+			ew.start("text/event-stream", http.StatusOK)
+			chunk := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("\xff\xf3\x44\xc4", SpeechBytes/16)))
+			for range 4 {
+				ew.write(fmt.Sprintf("data: {\"type\":\"speech.audio.delta\",\"audio\":%q}\n\n", chunk))
+			}
+			ew.write(fmt.Sprintf("data: {\"type\":\"speech.audio.done\",\"usage\":{\"input_tokens\":%d,\"output_tokens\":%d,\"total_tokens\":%d}}\n\n",
+				u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens))
+			return
+		}
 		// Audio, and nothing about its cost: OpenAI's speech answers report no usage.
 		ew.start("audio/mpeg", http.StatusOK)
 		ew.write(strings.Repeat("\xff\xf3\x44\xc4", SpeechBytes/4))

@@ -4,11 +4,12 @@
 // response, which a Tollgate gateway refuses; with "retrieve", a stored response read
 // again; with "transcribe", an audio upload to transcribe, "transcribe-verbose" and
 // "transcribe-text" in those response formats, "transcribe-stream" streamed, "translate"
-// a translation; with "speech", text to speech) through the official OpenAI SDK, with its defaults (two retries,
+// a translation; with "speech" and "speech-sse", text to speech as audio and as events) through the official OpenAI SDK, with its defaults (two retries,
 // its own backoff, whatever headers it sends). The key is a Tollgate key, sent as
 // Authorization: Bearer. The stream is asked for WITHOUT stream_options: a client that
 // does not ask for usage must be settled all the same. See report.mjs for the settings.
 import OpenAI, { toFile } from 'openai';
+import { Stream } from 'openai/streaming';
 import { chatCompletion, chatStream, run, settings } from './report.mjs';
 
 const s = settings();
@@ -40,11 +41,23 @@ await run('openai', s.scenario, async () => {
     if (typeof res === 'string') return { text: res.trim(), model: null, usage: null, chunks: 1 };
     return { text: res.text, model: null, usage: res.usage ?? null, chunks: 1 };
   }
-  if (s.scenario === 'speech') {
-    // Text to speech: 1,000 characters in, audio out with no usage. text: the audio's length.
-    const res = await client.audio.speech.create({ model: s.model, voice: 'alloy', input: 'Tolls are paid in tokens. '.repeat(40).slice(0, 1000) });
-    const audio = Buffer.from(await res.arrayBuffer());
-    return { text: String(audio.length), model: null, usage: null, chunks: 1 };
+  if (s.scenario === 'speech' || s.scenario === 'speech-sse') {
+    // Text to speech: 1,000 characters in, audio out (text: the audio's length). As audio
+    // there is no usage; in SSE (stream_format "sse") base64 deltas, then the usage.
+    const input = 'Tolls are paid in tokens. '.repeat(40).slice(0, 1000);
+    if (s.scenario === 'speech') {
+      const res = await client.audio.speech.create({ model: s.model, voice: 'alloy', input });
+      const audio = Buffer.from(await res.arrayBuffer());
+      return { text: String(audio.length), model: null, usage: null, chunks: 1 };
+    }
+    const res = await client.audio.speech.create({ model: s.model, voice: 'alloy', input, stream_format: 'sse' });
+    let audio = 0, usage = null, chunks = 0;
+    for await (const ev of Stream.fromSSEResponse(res, new AbortController())) {
+      chunks++;
+      if (ev.type === 'speech.audio.delta') audio += Buffer.from(ev.audio, 'base64').length;
+      if (ev.type === 'speech.audio.done') usage = ev.usage ?? null;
+    }
+    return { text: String(audio), model: null, usage, chunks };
   }
   if (s.scenario === 'batch') {
     // Billed later, out of the gateway's sight: refused (403), never retried.

@@ -16,7 +16,7 @@ import { readFileSync } from 'node:fs';
 export function settings() {
   const scenario = process.argv[2];
   const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
-    'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech'];
+    'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse'];
   if (!scenarios.includes(scenario)) {
     throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);
   }

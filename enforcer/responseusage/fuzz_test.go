@@ -110,6 +110,7 @@ func FuzzExtractSSE(f *testing.F) {
 			"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"b\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":5,\"candidatesTokenCount\":2,\"thoughtsTokenCount\":7}}\r\n\r\n",
 		"data: {\"type\":\"transcript.text.delta\",\"delta\":\"h\\u00e9\"}\ndata: {\"delta\":\"x\",\"type\":\"transcript.text.done\",\"text\":\"h\u00e9\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2,\"seconds\":3.5}}\n",
 		"data: {\"text\":\"a\",\"usage\":{\"type\":\"duration\",\"seconds\":9.5}}\n\ndata: {\"type\":\"transcript.text.segment\",\"delta\":\"a\"}\n\n",
+		"data: {\"type\":\"speech.audio.delta\",\"audio\":\"SUQz\",\"delta\":\"x\"}\n\ndata: {\"type\":\"speech.audio.done\",\"usage\":{\"input_tokens\":14,\"output_tokens\":101}}\n\n",
 	} {
 		f.Add([]byte(s), uint64(11))
 	}

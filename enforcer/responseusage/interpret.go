@@ -22,6 +22,10 @@ const (
 	// famTranscription: the transcript.text.* events of a streamed
 	// transcription, whose usage has the Responses API's count names.
 	famTranscription
+	// famSpeech: the speech.audio.* events of a speech answer in SSE
+	// (gpt-4o-mini-tts with stream_format "sse"): base64 audio deltas, then
+	// speech.audio.done with the usage, in the Responses API's count names.
+	famSpeech
 	nFam
 )
 
@@ -69,6 +73,8 @@ func sseFamily(d *docFields) (family, int) {
 		return famResponses, rootResponse
 	case d.typ.ok && len(d.typ.b) > len("transcript.text.") && string(d.typ.b[:len("transcript.text.")]) == "transcript.text.":
 		return famTranscription, rootTop
+	case d.typ.ok && len(d.typ.b) > len("speech.audio.") && string(d.typ.b[:len("speech.audio.")]) == "speech.audio.":
+		return famSpeech, rootTop
 	case d.object.is("chat.completion.chunk"), d.object.is("text_completion"):
 		return famChat, rootTop
 	case isGeminiUsage(&d.usage[rootTop]):
@@ -115,12 +121,13 @@ func (a *accumulator) applySSE(d *docFields) {
 			a.u.merge(u)
 			a.final = a.final || (isResponseTerminal(d) && u.hasTok(tokInput) && u.hasTok(tokOutput))
 		}
-	case famTranscription:
-		// transcript.text.done ends the stream with the usage of the whole
-		// transcription.
+	case famTranscription, famSpeech:
+		// transcript.text.done (speech.audio.done) ends the stream with the usage of
+		// the whole transcription (speech).
 		if u := &d.usage[rootTop]; u.obj {
 			a.u.merge(u)
-			a.final = a.final || (d.typ.is("transcript.text.done") && u.hasTok(tokInput) && u.hasTok(tokOutput))
+			a.final = a.final || ((d.typ.is("transcript.text.done") || d.typ.is("speech.audio.done")) &&
+				u.hasTok(tokInput) && u.hasTok(tokOutput))
 		}
 	case famGemini:
 		// Every chunk reports the usage so far; the one whose candidate gives its
@@ -206,8 +213,8 @@ func (a *accumulator) notePriority(d *docFields, root int) {
 // and audio durations are not streamed; a non-streamed transcription that counts
 // tokens is read as openai-responses (its usage has the Responses API's names).
 var formats = [2][nFam]string{
-	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini, FormatOpenAIAudioDuration, ""},
-	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE, "", FormatOpenAITranscriptionSSE},
+	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini, FormatOpenAIAudioDuration, "", ""},
+	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE, "", FormatOpenAITranscriptionSSE, FormatOpenAISpeechSSE},
 }
 
 // fill writes the normalised usage into u. u.Complete is set as if the
@@ -239,7 +246,7 @@ func (a *accumulator) fill(u *Usage) {
 	switch a.fam {
 	case famChat:
 		inTok, outTok, cachedTok = tokPrompt, tokCompletion, tokCachedPrompt
-	case famResponses, famTranscription:
+	case famResponses, famTranscription, famSpeech:
 		inTok, outTok, cachedTok = tokInput, tokOutput, tokCachedInput
 	case famAnthropic:
 		inTok, outTok, cachedTok = tokInput, tokOutput, tokCacheRead

@@ -27,6 +27,11 @@ const (
 	// (gpt-4o-transcribe and the like with stream=true): transcript.text.delta
 	// events, then transcript.text.done with the token usage.
 	FormatOpenAITranscriptionSSE = "openai-transcription-sse"
+	// FormatOpenAISpeechSSE is OpenAI's speech in SSE (gpt-4o-mini-tts with
+	// stream_format "sse"): speech.audio.delta events of base64 audio, then
+	// speech.audio.done with the token usage (its audio output counted in
+	// output_tokens). A speech answer in audio reports nothing.
+	FormatOpenAISpeechSSE = "openai-speech-sse"
 )
 
 // Response headers (lower-cased) through which an upstream reports its cost.

@@ -985,3 +985,35 @@ func TestPlainTextTranscript(t *testing.T) {
 		})
 	}
 }
+
+// Speech in SSE (gpt-4o-mini-tts, stream_format "sse"): base64 audio deltas (not text),
+// then speech.audio.done with the usage, whose output counts the audio tokens.
+func TestSpeechSSE(t *testing.T) {
+	const (
+		delta = `data: {"type":"speech.audio.delta","audio":"SUQzBAAAAAAAI1RTU0UAAAAPAAADTGF2ZjU4Ljc2LjEwMAAAAAAAAAAAAAAA"}` + "\n\n"
+		done  = `data: {"type":"speech.audio.done","usage":{"input_tokens":14,"output_tokens":101,"total_tokens":115}}` + "\n\n"
+	)
+	full := Usage{InputTokens: 14, OutputTokens: 101, Complete: true, Format: FormatOpenAISpeechSSE, InputReported: true, OutputReported: true}
+	for _, tc := range []struct {
+		name string
+		body string
+		eos  bool
+		want Usage
+	}{
+		{"complete", delta + delta + done, true, full},
+		{"cut before done: nothing reported, no text", delta + delta, false, Usage{Format: FormatOpenAISpeechSSE}},
+		{"cut after done", delta + done, false, func() Usage { u := full; u.Complete = false; return u }()},
+		{"done without counts", delta + `data: {"type":"speech.audio.done"}` + "\n\n", true, Usage{Format: FormatOpenAISpeechSSE}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for how, chunks := range map[string][][]byte{"whole": {[]byte(tc.body)}, "byte by byte": bytewise([]byte(tc.body))} {
+				if got := run(ctSSE, nil, Limits{}, chunks, tc.eos); !reflect.DeepEqual(got, tc.want) {
+					t.Fatalf("%s:\n got %s\nwant %s", how, show(got), show(tc.want))
+				}
+			}
+			if ref, _ := oracleFor(ctSSE, []byte(tc.body)); tc.eos && !reflect.DeepEqual(ref, tc.want) {
+				t.Fatalf("reference:\n got %s\nwant %s", show(ref), show(tc.want))
+			}
+		})
+	}
+}
