@@ -177,6 +177,7 @@ type priceEntry struct {
 	OutputMicroUsdPerMillion      int64
 	CachedInputMicroUsdPerMillion int64
 	CacheWriteMicroUsdPerMillion  *int64
+	AudioMicroUsdPerMinute        *int64
 	Source                        string
 	UpdatedAt                     string
 }
@@ -237,8 +238,13 @@ func TestUsageModelPrices(t *testing.T) {
 	if p, ok := got.find("gpt-4o-mini"); !ok || p.InputMicroUsdPerMillion != 150_000 || p.OutputMicroUsdPerMillion != 600_000 || p.Source != "catalog" {
 		t.Fatalf("gpt-4o-mini %+v", p)
 	}
-	if p, _ := got.find("claude-sonnet-4"); p.CacheWriteMicroUsdPerMillion == nil || *p.CacheWriteMicroUsdPerMillion != 3_750_000 {
+	if p, _ := got.find("claude-sonnet-4"); p.CacheWriteMicroUsdPerMillion == nil || *p.CacheWriteMicroUsdPerMillion != 3_750_000 ||
+		p.AudioMicroUsdPerMinute != nil {
 		t.Fatalf("claude-sonnet-4 %+v", p)
+	}
+	// A model billed by the minute shows its minute's price.
+	if p, _ := got.find("whisper-1"); p.AudioMicroUsdPerMinute == nil || *p.AudioMicroUsdPerMinute != 6_000 {
+		t.Fatalf("whisper-1 %+v", p)
 	}
 	entry := func(model string, in, out, cached int64) map[string]any {
 		return map[string]any{"model": model, "inputMicroUsdPerMillion": in, "outputMicroUsdPerMillion": out, "cachedInputMicroUsdPerMillion": cached}

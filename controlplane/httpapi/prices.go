@@ -33,13 +33,16 @@ const (
 )
 
 type modelPriceView struct {
-	Model                         string     `json:"model"`
-	InputMicroUsdPerMillion       int64      `json:"inputMicroUsdPerMillion"`
-	OutputMicroUsdPerMillion      int64      `json:"outputMicroUsdPerMillion"`
-	CachedInputMicroUsdPerMillion int64      `json:"cachedInputMicroUsdPerMillion"`
-	CacheWriteMicroUsdPerMillion  *int64     `json:"cacheWriteMicroUsdPerMillion"`
-	Source                        string     `json:"source"`
-	UpdatedAt                     jsonx.Time `json:"updatedAt"`
+	Model                         string `json:"model"`
+	InputMicroUsdPerMillion       int64  `json:"inputMicroUsdPerMillion"`
+	OutputMicroUsdPerMillion      int64  `json:"outputMicroUsdPerMillion"`
+	CachedInputMicroUsdPerMillion int64  `json:"cachedInputMicroUsdPerMillion"`
+	CacheWriteMicroUsdPerMillion  *int64 `json:"cacheWriteMicroUsdPerMillion"`
+	// AudioMicroUsdPerMinute is a duration-billed catalog model's price of a minute
+	// (pricecatalog.AudioDuration); absent for every other row.
+	AudioMicroUsdPerMinute int64      `json:"audioMicroUsdPerMinute,omitempty"`
+	Source                 string     `json:"source"`
+	UpdatedAt              jsonx.Time `json:"updatedAt"`
 }
 
 type fallbackPriceView struct {
@@ -97,7 +100,8 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 			}
 			out.Prices = append(out.Prices, modelPriceView{Model: e.Model, InputMicroUsdPerMillion: e.InputPerMillion,
 				OutputMicroUsdPerMillion: e.OutputPerMillion, CachedInputMicroUsdPerMillion: e.CachedInputPerMillion,
-				CacheWriteMicroUsdPerMillion: e.CacheWritePerMillion, Source: priceFromCatalog, UpdatedAt: jsonx.Time(cat.AsOf())})
+				CacheWriteMicroUsdPerMillion: e.CacheWritePerMillion, AudioMicroUsdPerMinute: e.AudioPerMinute, Source: priceFromCatalog,
+				UpdatedAt: jsonx.Time(cat.AsOf())})
 		}
 	}
 	slices.SortStableFunc(out.Prices, func(a, b modelPriceView) int { return strings.Compare(a.Model, b.Model) })
