@@ -737,9 +737,42 @@ func TestAnthropicOneHourCacheWritesThroughTheGateway(t *testing.T) {
 	}
 }
 
-// gatewayWithFixedUsage is a stack whose gateway fronts a fakellm answering every call
-// with 100,000 input (20,000 cached) and 10,000 output tokens, an organization on it,
-// and what one such call costs at the catalog's price.
+// TestAnthropicWebSearchesThroughTheGateway: Anthropic bills its web search server tool
+// apiece (10 USD per 1,000 searches) on top of the tokens, and reports the searches in
+// usage.server_tool_use. The official Anthropic SDK's call through the gateway, streamed
+// and not, is charged its tokens and its 3 searches exactly, and the receipt keeps them.
+func TestAnthropicWebSearchesThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, WebSearchRequests: 3})
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	const claude = "claude-sonnet-4-5"
+	e, _ := pricecatalog.Lookup(claude)
+	search, ok := pricecatalog.Default().WebSearch("anthropic")
+	if !ok || search != 10_000 {
+		t.Fatalf("Anthropic's web search in the catalog: %d %v", search, ok)
+	}
+	want := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000) + 3*search
+	for _, scenario := range []string{"json", "stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "anthropic.mjs", scenario, s.gateway, o.key, claude)
+			if !r.OK || r.Text != fakellm.Text || !strings.Contains(string(r.Usage), `"web_search_requests":3`) {
+				t.Fatalf("the call failed or lost its usage: %+v", r)
+			}
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 {
+				t.Fatalf("%d provider calls", len(calls))
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" || rec["web_search_requests"] != 3.0 {
+				t.Fatalf("receipt %s, want %d: the tokens and 3 searches", rec, want)
+			}
+		})
+	}
+}
+
 // fixedUsageUpstream is a fake provider (fakellm) whose every answer reports u, served
 // on a loopback port until the test ends.
 func fixedUsageUpstream(t *testing.T, u fakellm.Usage) (*fakellm.Server, *httptest.Server) {
@@ -750,6 +783,9 @@ func fixedUsageUpstream(t *testing.T, u fakellm.Usage) (*fakellm.Server, *httpte
 	return fake, up
 }
 
+// gatewayWithFixedUsage is a stack whose gateway fronts a fakellm answering every call
+// with 100,000 input (20,000 cached) and 10,000 output tokens, an organization on it,
+// and what one such call costs at the catalog's price.
 func gatewayWithFixedUsage(t *testing.T) (*fakellm.Server, *stack, org, int64) {
 	t.Helper()
 	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000})

@@ -84,6 +84,15 @@ func TestCostOf(t *testing.T) {
 		{"audio at the fallback's price", Usage{AudioInputMillis: 60_000}, PricedAt{Price: Price{AudioPerMinute: 7}, Source: PriceFallback}, 7, SourceFallback, BasisReportedUsage, false, nil},
 		{"audio with no minute price is free only at a price of 0", Usage{AudioInputMillis: 60_000}, org, 0, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"negative audio", Usage{AudioInputMillis: -1}, whisper, 0, "", "", false, ErrBadUsage},
+		// Web searches apiece (Anthropic: 10,000 micro-USD each), on top of the tokens.
+		{"web searches apiece", Usage{InputTokens: 1000, OutputTokens: 100, WebSearchRequests: 3}, PricedAt{Price: Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, WebSearch: 10_000}, Source: PriceCatalog},
+			3_000 + 1_500 + 30_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"web searches alone are charged", Usage{WebSearchRequests: 2}, PricedAt{Price: Price{WebSearch: 10_000}, Source: PriceCatalog}, 20_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"web searches are not doubled by a tier", Usage{InputTokens: 1_000_000, WebSearchRequests: 1, Priority: true}, PricedAt{Price: Price{InputPerMillion: 1, WebSearch: 10_000}, Source: PriceCatalog},
+			2 + 10_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"negative web searches", Usage{WebSearchRequests: -1}, whisper, 0, "", "", false, ErrBadUsage},
+		{"web searches beyond int64 are capped", Usage{WebSearchRequests: math.MaxInt64}, PricedAt{Price: Price{WebSearch: 2}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"audio beyond int64 is capped", Usage{AudioInputMillis: math.MaxInt64}, PricedAt{Price: Price{AudioPerMinute: math.MaxInt64}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 	}

@@ -71,7 +71,7 @@ func Bound(u Usage) (Usage, []string) {
 		v    *int64
 	}{{"input_tokens", &u.InputTokens}, {"output_tokens", &u.OutputTokens}, {"cached_input_tokens", &u.CachedInputTokens},
 		{"cache_creation_input_tokens", &u.CacheWriteTokens}, {"cache_creation_one_hour_input_tokens", &u.CacheWrite1hTokens},
-		{"audio_input_millis", &u.AudioInputMillis}} {
+		{"audio_input_millis", &u.AudioInputMillis}, {"web_search_requests", &u.WebSearchRequests}} {
 		limit := MaxTokens
 		if c.v == &u.AudioInputMillis {
 			limit = MaxAudioMillis

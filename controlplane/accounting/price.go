@@ -58,6 +58,10 @@ type Price struct {
 	// (pricecatalog.AudioDuration); the ledger fills it from the catalog whatever priced
 	// the tokens, since organizations price tokens only.
 	AudioPerMinute int64
+	// WebSearch prices one web search a provider's server tool made, in micro-USD: the
+	// catalog's price for the model's provider, filled by the ledger like
+	// AudioPerMinute.
+	WebSearch int64
 }
 
 // CacheWrite is the price cache writes are charged at.
@@ -95,6 +99,9 @@ type Usage struct {
 	// usage {"type": "duration", "seconds"}), in milliseconds: priced per minute
 	// (Price.AudioPerMinute), on top of the tokens.
 	AudioInputMillis int64
+	// WebSearchRequests counts web searches billed apiece (Anthropic's server tool),
+	// priced at Price.WebSearch each, on top of the tokens.
+	WebSearchRequests int64
 	// UpstreamCost is the cost the upstream reported, when it did.
 	UpstreamCost *int64
 	// Estimated: some counts were estimated by the enforcer from the bytes it saw.
@@ -111,7 +118,8 @@ func (u Usage) Basis() string {
 	switch {
 	case u.UpstreamCost != nil:
 		return BasisUpstreamCost
-	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0 && u.AudioInputMillis == 0:
+	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0 && u.AudioInputMillis == 0 &&
+		u.WebSearchRequests == 0:
 		return BasisNone
 	case u.Estimated:
 		return BasisEstimate
@@ -150,7 +158,7 @@ type Cost struct {
 // flagged: a request is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
-		u.AudioInputMillis < 0 {
+		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 {
 		return Cost{}, ErrBadUsage
 	}
 	c := Cost{Basis: u.Basis()}
@@ -188,6 +196,15 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 			err = ErrCostOverflow
 		} else {
 			v *= pricecatalog.PriorityMultiplier
+		}
+	}
+	if err == nil && u.WebSearchRequests > 0 {
+		// Searches are priced apiece, after the service tier: it multiplies tokens.
+		hi, lo := bits.Mul64(uint64(u.WebSearchRequests), uint64(max(p.Price.WebSearch, 0)))
+		if hi != 0 || lo > math.MaxInt64 || v > math.MaxInt64-int64(lo) {
+			err = ErrCostOverflow
+		} else {
+			v += int64(lo)
 		}
 	}
 	switch {

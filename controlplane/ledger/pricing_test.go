@@ -92,6 +92,14 @@ func TestSettlementPricing(t *testing.T) {
 		{"audio of a model nobody priced by the minute: the catalog's highest, unpriced", func() { setPrices() },
 			&internalv1.SettleItem{Model: "acme-listen-2", AudioInputMillis: 60_000, Complete: true},
 			high.AudioPerMinute, "fallback", "fallback", "reported_usage"},
+		// Web searches apiece at the catalog's price for the model's provider (Anthropic:
+		// 10,000 micro-USD each), whatever priced the tokens.
+		{"Anthropic's web searches apiece, on top of the tokens", nil,
+			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 1_000_000, WebSearchRequests: 3, Complete: true},
+			3_000_000 + 30_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"web searches of a model nobody priced: the catalog's highest, unpriced", func() { setPrices() },
+			&internalv1.SettleItem{Model: "acme-search-1", WebSearchRequests: 2, Complete: true},
+			2 * pricecatalog.Default().HighestWebSearch(), "fallback", "fallback", "reported_usage"},
 	}
 	var unpriced int64
 	for _, c := range cases {
@@ -111,10 +119,11 @@ func TestSettlementPricing(t *testing.T) {
 				unpriced++
 			}
 			var basis, priceSource string
-			var audio int64
-			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis FROM usage_receipts WHERE request_id = $1`,
-				id).Scan(&basis, &priceSource, &audio); err != nil || basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() {
-				t.Fatalf("stored %q %q %d ms of audio %v", basis, priceSource, audio, err)
+			var audio, searches int64
+			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis, web_search_requests FROM usage_receipts
+				WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches); err != nil || basis != c.basis || priceSource != c.price ||
+				audio != c.item.GetAudioInputMillis() || searches != c.item.GetWebSearchRequests() {
+				t.Fatalf("stored %q %q %d ms of audio %d searches %v", basis, priceSource, audio, searches, err)
 			}
 			// The same settlement again changes nothing, a fallback-priced one included.
 			if again := settle1(t, e, c.item); again.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE || again.CostMicroUsd != c.cost ||

@@ -122,7 +122,8 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 	u, notes := accounting.Bound(accounting.Usage{InputTokens: it.GetInputTokens(), OutputTokens: it.GetOutputTokens(),
 		CachedInputTokens: it.GetCachedInputTokens(), CacheWriteTokens: it.GetCacheCreationInputTokens(),
 		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(), AudioInputMillis: it.GetAudioInputMillis(),
-		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier()})
+		WebSearchRequests: it.GetWebSearchRequests(),
+		UpstreamCost:      it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier()})
 	if len(notes) > 0 {
 		sj.notes = append(sj.notes, notes...)
 		sj.adjusted = append(sj.adjusted, "usage_bounded")
@@ -444,7 +445,8 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			Source: d.Receipt.Source, Basis: d.Receipt.Basis, PriceSource: d.Receipt.PriceSource, Model: j.item.model,
 			InputTokens: j.item.usage.InputTokens, OutputTokens: j.item.usage.OutputTokens, CachedInputTokens: j.item.usage.CachedInputTokens,
 			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
-			UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
+			WebSearchRequests: j.item.usage.WebSearchRequests,
+			UpstreamStatus:    it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
 			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: j.item.finishedAt}
 		if j.item.withoutModel {
 			rw.Model = ""
@@ -589,7 +591,27 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 			p.Source = accounting.PriceFallback // the audio of a model nobody priced: unpriced
 		}
 	}
+	if sj.usage.WebSearchRequests > 0 {
+		var known bool
+		if p.Price.WebSearch, known = sj.webSearchPrice(); !known {
+			p.Source = accounting.PriceFallback // searches of a provider nobody priced: unpriced
+		}
+	}
 	return p
+}
+
+// webSearchPrice is the catalog's price of one web search by the provider of the job's
+// model (the first step with a catalog entry), else the catalog's highest (known false).
+func (sj *settleJob) webSearchPrice() (price int64, known bool) {
+	for _, e := range sj.catalog {
+		if e != nil {
+			if p, ok := pricecatalog.Default().WebSearch(e.Provider); ok {
+				return p, true
+			}
+			break
+		}
+	}
+	return pricecatalog.Default().HighestWebSearch(), false
 }
 
 // audioPrice is the catalog's price of a minute of the job's model's audio (the first

@@ -89,6 +89,9 @@ type Usage struct {
 	CacheCreation1hInputTokens int64
 	// OutputTokens: completion_tokens / output_tokens.
 	OutputTokens int64
+	// WebSearchRequests: Anthropic's usage.server_tool_use.web_search_requests (sent
+	// when not 0: in the message, and in a stream's message_delta).
+	WebSearchRequests int64
 	// AudioMillis: a duration-billed transcription's (whisper-1's) usage.seconds, in
 	// milliseconds (written as a decimal number of seconds).
 	AudioMillis int64
@@ -659,8 +662,17 @@ func responsesStream(ew *eventWriter, id, model string, u Usage) {
 }
 
 func anthropicJSON(id, model string, u Usage) string {
-	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s"output_tokens":%d,"service_tier":"standard"}}`,
-		id, model, Text, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), u.OutputTokens)
+	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s%s"output_tokens":%d,"service_tier":"standard"}}`,
+		id, model, Text, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), serverToolUse(u), u.OutputTokens)
+}
+
+// serverToolUse is Anthropic's server_tool_use object and a comma, when the request made
+// web searches ("" otherwise).
+func serverToolUse(u Usage) string {
+	if u.WebSearchRequests == 0 {
+		return ""
+	}
+	return fmt.Sprintf(`"server_tool_use":{"web_search_requests":%d},`, u.WebSearchRequests)
 }
 
 // cacheCreation is Anthropic's cache_creation object (the writes by lifetime) and a
@@ -682,6 +694,7 @@ func anthropicStream(ew *eventWriter, id, model string, u Usage) {
 		event("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%q}}`, w))
 	}
 	event("content_block_stop", `{"type":"content_block_stop","index":0}`)
-	event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":%d}}`, u.OutputTokens))
+	event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{%s"output_tokens":%d}}`,
+		serverToolUse(u), u.OutputTokens))
 	event("message_stop", `{"type":"message_stop"}`)
 }

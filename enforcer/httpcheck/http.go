@@ -90,7 +90,10 @@ type settleBody struct {
 	// AudioInputMillis is input audio the upstream billed by duration, in milliseconds
 	// (OpenAI whisper-1's usage {"type": "duration", "seconds"} times 1000), priced per
 	// minute from the catalog.
-	AudioInputMillis     *int64 `json:"audioInputMillis"`
+	AudioInputMillis *int64 `json:"audioInputMillis"`
+	// WebSearchRequests counts web searches the upstream billed apiece (Anthropic's
+	// usage.server_tool_use.web_search_requests).
+	WebSearchRequests    *int64 `json:"webSearchRequests"`
 	UpstreamCostMicroUSD *int64 `json:"upstreamCostMicroUsd"`
 	Complete             *bool  `json:"complete"`
 	// Estimated says the token counts are the reporter's estimates, not the upstream's
@@ -146,7 +149,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		v    *int64
 	}{{"inputTokens", in.InputTokens}, {"outputTokens", in.OutputTokens}, {"cachedInputTokens", in.CachedInputTokens},
 		{"cacheCreationInputTokens", in.CacheCreationInputTokens}, {"cacheCreationOneHourInputTokens", in.CacheCreationOneHourInputTokens},
-		{"audioInputMillis", in.AudioInputMillis}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
+		{"audioInputMillis", in.AudioInputMillis}, {"webSearchRequests", in.WebSearchRequests}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
 		if f.v != nil && *f.v < 0 {
 			probs = append(probs, problem{f.name + " must not be negative", []any{f.name}})
 		}
@@ -165,7 +168,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		src *int64
 	}{{&u.InputTokens, in.InputTokens}, {&u.OutputTokens, in.OutputTokens}, {&u.CachedTokens, in.CachedInputTokens},
 		{&u.CacheCreationTokens, in.CacheCreationInputTokens}, {&u.CacheCreation1hTokens, in.CacheCreationOneHourInputTokens},
-		{&u.AudioInputMillis, in.AudioInputMillis}} {
+		{&u.AudioInputMillis, in.AudioInputMillis}, {&u.WebSearchRequests, in.WebSearchRequests}} {
 		if f.src != nil {
 			*f.dst = *f.src
 			reported = true

@@ -100,7 +100,7 @@ func TestHTTPSettle(t *testing.T) {
 		for _, bad := range []string{`{}`, `{"requestId":"nope"}`, `{"requestId":"` + reqID + `","inputTokens":-1}`,
 			`{"requestId":"` + reqID + `","extra":1}`, `{"requestId":"` + reqID + `"} {}`, `[1]`, `{"requestId":"` + reqID + `","inputTokens":"5"}`,
 			`{"requestId":"` + reqID + `","audioInputMillis":-1}`, `{"requestId":"` + reqID + `","cacheCreationOneHourInputTokens":-1}`,
-			`{"requestId":"` + reqID + `","audioInputMillis":1.5}`} {
+			`{"requestId":"` + reqID + `","audioInputMillis":1.5}`, `{"requestId":"` + reqID + `","webSearchRequests":-1}`} {
 			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
 				t.Fatalf("%s: %d %v", bad, code, out)
 			}
@@ -168,6 +168,17 @@ func TestHTTPSettle(t *testing.T) {
 			t.Fatalf("%d %v", code, out)
 		}
 		if it := e.CP.Receipt(id).Item; it.GetAudioInputMillis() != 9500 || !it.GetComplete() {
+			t.Fatalf("settled %v", it)
+		}
+	})
+	t.Run("web searches reach the control plane", func(t *testing.T) {
+		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})
+		id := res.Header.Get("X-Service-Request-Id")
+		code, out := postSettle(t, h, "127.0.0.1:5555", "", `{"requestId":"`+id+`","model":"claude-sonnet-4-5","inputTokens":10,"outputTokens":2,"webSearchRequests":3}`)
+		if code != 200 || out["outcome"] != "settled" {
+			t.Fatalf("%d %v", code, out)
+		}
+		if it := e.CP.Receipt(id).Item; it.GetWebSearchRequests() != 3 || !it.GetComplete() {
 			t.Fatalf("settled %v", it)
 		}
 	})

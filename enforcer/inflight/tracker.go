@@ -69,6 +69,9 @@ type Usage struct {
 	// AudioInputMillis is input audio the upstream billed by duration, in milliseconds
 	// (responseusage.Usage.AudioInputMillis).
 	AudioInputMillis int64
+	// WebSearchRequests counts the web searches billed apiece
+	// (responseusage.Usage.WebSearchRequests).
+	WebSearchRequests int64
 	// UpstreamCostMicroUSD, when not nil, wins over the catalog price.
 	UpstreamCostMicroUSD *int64
 	// Complete is false when the response broke off or carried no usage.
@@ -100,7 +103,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 	}
 	return Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
 		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens, CacheCreation1hTokens: got.CacheCreation1hInputTokens,
-		AudioInputMillis: got.AudioInputMillis, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
+		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status)}}
 }
 
@@ -340,6 +343,7 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		CacheCreationInputTokens:        u.CacheCreationTokens,
 		CacheCreationOneHourInputTokens: u.CacheCreation1hTokens,
 		AudioInputMillis:                u.AudioInputMillis,
+		WebSearchRequests:               u.WebSearchRequests,
 		UpstreamCostMicroUsd:            u.UpstreamCostMicroUSD,
 		Complete:                        u.Complete,
 		FinishedAtUnixMs:                t.clk.Now().UnixMilli(),

@@ -282,6 +282,8 @@ func (a *accumulator) fill(u *Usage) {
 		// more than the writes.
 		created1h, _ := a.u.get(tokCacheWrite1h)
 		u.CacheCreation1hInputTokens = min(created1h, created)
+		// Web searches are billed apiece (usage.server_tool_use.web_search_requests).
+		u.WebSearchRequests, _ = a.u.get(tokWebSearches)
 		if hasIn {
 			if in > math.MaxInt64-cached || in+cached > math.MaxInt64-created {
 				in, hasIn = 0, false

@@ -265,7 +265,7 @@ func oracleUsage(obj []member) usageFields {
 			tok        int
 			key, inner string
 		}{{tokCachedPrompt, "prompt_tokens_details", "cached_tokens"}, {tokCachedInput, "input_tokens_details", "cached_tokens"},
-			{tokCacheWrite1h, "cache_creation", "ephemeral_1h_input_tokens"}} {
+			{tokCacheWrite1h, "cache_creation", "ephemeral_1h_input_tokens"}, {tokWebSearches, "server_tool_use", "web_search_requests"}} {
 			for _, d := range all(us, det.key) {
 				for _, m := range d {
 					if m.key == det.inner {

@@ -29,7 +29,7 @@ const (
 	maxPath       = 8  // deepest path that holds a field we read: choices[].delta.tool_calls[].function.arguments
 	maxKeyBytes   = 32 // longer keys are none of ours
 	maxSmallBytes = 64 // longest "type" / "object" value kept (response.code_interpreter_call_code.delta)
-	maxTierBytes  = 16 // longest service_tier value kept (priority, default, flex, scale)
+	maxTierBytes  = 8  // longest service_tier value kept (priority, default, flex, scale)
 )
 
 // Key ids of the object keys we look for.
@@ -47,6 +47,8 @@ const (
 	kCachedTokens
 	kCacheCreation // Anthropic: usage.cache_creation (the cache writes by lifetime)
 	kEphemeral1h   // Anthropic: usage.cache_creation.ephemeral_1h_input_tokens
+	kServerToolUse // Anthropic: usage.server_tool_use (the server tools' uses)
+	kWebSearches   // Anthropic: usage.server_tool_use.web_search_requests
 	kChoices
 	kDelta
 	kContent
@@ -86,6 +88,7 @@ const (
 	tokCachedPrompt            // prompt_tokens_details.cached_tokens (OpenAI chat)
 	tokCachedInput             // input_tokens_details.cached_tokens (OpenAI Responses)
 	tokCacheWrite1h            // cache_creation.ephemeral_1h_input_tokens (Anthropic)
+	tokWebSearches             // server_tool_use.web_search_requests (Anthropic: billed per search)
 	nTok
 )
 
@@ -116,6 +119,10 @@ func keyID(b []byte) uint8 {
 		return kCacheCreation
 	case "ephemeral_1h_input_tokens":
 		return kEphemeral1h
+	case "server_tool_use":
+		return kServerToolUse
+	case "web_search_requests":
+		return kWebSearches
 	case "choices":
 		return kChoices
 	case "delta":
@@ -1094,6 +1101,8 @@ func detailTok(k uint8) (tok, inner uint8, ok bool) {
 		return tokCachedInput, kCachedTokens, true
 	case kCacheCreation:
 		return tokCacheWrite1h, kEphemeral1h, true
+	case kServerToolUse:
+		return tokWebSearches, kWebSearches, true
 	}
 	return 0, 0, false
 }

@@ -68,6 +68,10 @@ type Usage struct {
 	// Anthropic's one-hour cache (cache_creation.ephemeral_1h_input_tokens), dearer
 	// than the default five-minute one.
 	CacheCreation1hInputTokens int64
+	// WebSearchRequests counts the web searches Anthropic's server tool made for the
+	// request (usage.server_tool_use.web_search_requests, the largest reported), which
+	// it bills apiece on top of the tokens; 0 elsewhere.
+	WebSearchRequests int64
 	// AudioInputMillis is the duration of input audio the response reported, in
 	// milliseconds: OpenAI's usage {"type":"duration","seconds":N} of a
 	// non-streamed transcription or translation by a model billed per minute of
@@ -141,29 +145,27 @@ const (
 // use; create one per response with New (it must not be copied).
 type Extractor struct {
 	mode     mode
-	cost     int64
 	hasCost  bool
 	finished bool
+	// plainType: the content type is plain text (isPlainText); rawBytes then counts
+	// its decoded bytes.
+	plainType bool
+	// JSON mode: a top-level value was completed.
+	jsonDone bool
+	cost     int64
 	result   Usage
 
 	dec      *decoder // a supported content encoding is being decoded
-	rawBytes int64    // body bytes of an unsupported encoding
-	// plainType: the content type is plain text (isPlainText); plainBytes counts its
-	// decoded bytes.
-	plainType  bool
-	plainBytes int64
+	rawBytes int64    // body bytes of an unsupported encoding, or of a plain-text one
 
 	scan scanner
 	sse  sseReader
 	acc  accumulator
 
-	// JSON mode: a top-level value was completed.
-	jsonDone bool
-
 	// Backing store for the captured strings, so that capturing does not
 	// allocate. A model name longer than inlineModelBytes (up to
 	// MaxModelBytes) grows its buffer once. In line, the four model buffers
-	// take 256 bytes of the Extractor (1792 bytes, exactly its size class), where
+	// take 256 bytes of the Extractor (1776 bytes, its size class 1792), where
 	// buffers of MaxModelBytes took 1 KiB more, which a response held however
 	// short its model's name (an idle stream of the gateway too).
 	keyArr   [maxKeyBytes]byte
@@ -259,7 +261,7 @@ func (e *Extractor) Write(chunk []byte) error {
 // writePlain reads decoded body bytes.
 func (e *Extractor) writePlain(chunk []byte) {
 	if e.plainType {
-		e.plainBytes += int64(len(chunk))
+		e.rawBytes += int64(len(chunk))
 	}
 	if e.mode == modeSniff {
 		i := 0
@@ -331,7 +333,7 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 	if e.plainType && u.Format == "" && u.TextBytes == 0 {
 		// A plain-text body that held no document read here is its text, byte for
 		// byte (sniffed, a stream or a JSON body sent as text/plain is read as one).
-		u.TextBytes, u.PlainText = e.plainBytes, true
+		u.TextBytes, u.PlainText = e.rawBytes, true
 	}
 	u.Complete = u.Complete && endOfStream
 	if undecoded > 0 {

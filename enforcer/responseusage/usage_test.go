@@ -1017,3 +1017,35 @@ func TestSpeechSSE(t *testing.T) {
 		})
 	}
 }
+
+// Anthropic bills its web search server tool apiece: usage.server_tool_use.
+// web_search_requests, in a message and in a stream's message_delta (cumulative, so the
+// largest wins). Another family's usage never carries it.
+func TestWebSearchRequests(t *testing.T) {
+	const msg = `{"type":"message","model":"claude-sonnet-4-5","usage":{"input_tokens":10,"output_tokens":20,"server_tool_use":{"web_search_requests":3}}}`
+	stream := "data: " + `{"type":"message_start","message":{"model":"claude-sonnet-4-5","usage":{"input_tokens":10,"output_tokens":1}}}` + "\n\n" +
+		"data: " + `{"type":"message_delta","usage":{"output_tokens":20,"server_tool_use":{"web_search_requests":2}}}` + "\n\n" +
+		"data: " + `{"type":"message_delta","usage":{"output_tokens":20,"server_tool_use":{"web_search_requests":3}}}` + "\n\n"
+	for _, tc := range []struct {
+		name, ct, body string
+		want           int64
+	}{
+		{"message", ctJSON, msg, 3},
+		{"stream", ctSSE, stream, 3},
+		{"none", ctJSON, `{"type":"message","usage":{"input_tokens":10,"output_tokens":20}}`, 0},
+		{"not a count", ctJSON, `{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"server_tool_use":{"web_search_requests":"3"}}}`, 0},
+		{"outside usage", ctJSON, `{"type":"message","server_tool_use":{"web_search_requests":3},"usage":{"input_tokens":1,"output_tokens":2}}`, 0},
+		{"an OpenAI usage does not carry it", ctJSON, `{"object":"chat.completion","usage":{"prompt_tokens":1,"completion_tokens":2,"server_tool_use":{"web_search_requests":3}}}`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for how, chunks := range map[string][][]byte{"whole": {[]byte(tc.body)}, "byte by byte": bytewise([]byte(tc.body))} {
+				if got := run(tc.ct, nil, Limits{}, chunks, true); got.WebSearchRequests != tc.want || !got.Complete {
+					t.Fatalf("%s: %s with %d web searches, want %d, complete", how, show(got), got.WebSearchRequests, tc.want)
+				}
+			}
+			if ref, _ := oracleFor(tc.ct, []byte(tc.body)); ref.WebSearchRequests != tc.want {
+				t.Fatalf("reference: %d web searches, want %d", ref.WebSearchRequests, tc.want)
+			}
+		})
+	}
+}

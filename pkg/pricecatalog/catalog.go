@@ -115,6 +115,10 @@ type Catalog struct {
 	entries []Entry
 	byName  map[string]int
 	highest Price
+	// webSearch is each provider's price of one web search (file.WebSearch), and
+	// highestWebSearch the highest of them.
+	webSearch        map[string]int64
+	highestWebSearch int64
 }
 
 type fileEntry struct {
@@ -132,11 +136,14 @@ type fileEntry struct {
 }
 
 type file struct {
-	AsOf    string      `json:"asOf"`
-	Unit    string      `json:"unit"`
-	Sources []string    `json:"sources"`
-	Notes   []string    `json:"notes"`
-	Models  []fileEntry `json:"models"`
+	AsOf    string   `json:"asOf"`
+	Unit    string   `json:"unit"`
+	Sources []string `json:"sources"`
+	Notes   []string `json:"notes"`
+	// WebSearch is each provider's price of one web search its server tool makes, in
+	// integer micro-USD (Anthropic's: 10 USD per 1,000 searches).
+	WebSearch map[string]int64 `json:"webSearch"`
+	Models    []fileEntry      `json:"models"`
 }
 
 // Unit is the only unit a catalog file may declare.
@@ -184,6 +191,18 @@ func Load(data []byte) (*Catalog, error) {
 	}
 	if len(f.Models) == 0 {
 		bad("no models")
+	}
+	c.webSearch = map[string]int64{}
+	for provider, price := range f.WebSearch {
+		switch {
+		case !slices.Contains(providers, provider):
+			bad("webSearch: provider %q is not one of %v", provider, providers)
+		case price <= 0 || price > money.MaxAllowanceMicroUSD:
+			bad("webSearch: %s's price must be from 1 to %d", provider, money.MaxAllowanceMicroUSD)
+		default:
+			c.webSearch[provider] = price
+			c.highestWebSearch = max(c.highestWebSearch, price)
+		}
 	}
 	for i, m := range f.Models {
 		where := fmt.Sprintf("models[%d] %q", i, m.Model)
@@ -336,6 +355,17 @@ func (e Entry) clone() Entry {
 	e.Price = e.Price.clone()
 	return e
 }
+
+// WebSearch is the price of one web search made by provider's server tool, in micro-USD,
+// and whether the catalog knows it. A search billed by a provider it does not know is
+// charged HighestWebSearch: never less than a known one.
+func (c *Catalog) WebSearch(provider string) (int64, bool) {
+	p, ok := c.webSearch[provider]
+	return p, ok
+}
+
+// HighestWebSearch is the highest price of one web search in the catalog.
+func (c *Catalog) HighestWebSearch() int64 { return c.highestWebSearch }
 
 // AsOf is the day the prices were checked against their sources.
 func (c *Catalog) AsOf() time.Time { return c.asOf }

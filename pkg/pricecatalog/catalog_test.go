@@ -280,36 +280,39 @@ func TestLoadRefuses(t *testing.T) {
 		t.Fatalf("good file: %v", err)
 	}
 	for name, body := range map[string]string{
-		"unknown field":              head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"x":1}]}`,
-		"duplicate":                  head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1},{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
-		"negative":                   head + `{"model":"m","provider":"openai","input":-1,"output":2,"cachedInput":1}]}`,
-		"too large":                  head + `{"model":"m","provider":"openai","input":4503599627370496,"output":2,"cachedInput":1}]}`,
-		"missing output":             head + `{"model":"m","provider":"openai","input":1,"cachedInput":1}]}`,
-		"upper-case name":            head + `{"model":"M","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
-		"provider prefix":            head + `{"model":"openai/m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
-		"unknown provider":           head + `{"model":"m","provider":"acme","input":1,"output":2,"cachedInput":1}]}`,
-		"negative write":             head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cacheWrite":-5}]}`,
-		"fraction":                   head + `{"model":"m","provider":"openai","input":1.5,"output":2,"cachedInput":1}]}`,
-		"no models":                  head + `]}`,
-		"trailing data":              good + `{}`,
-		"bad date":                   strings.Replace(good, "2025-01-02", "Jan 2", 1),
-		"no sources":                 strings.Replace(good, `["https://example.com/p"]`, `[]`, 1),
-		"http source":                strings.Replace(good, "https://", "http://", 1),
-		"wrong unit":                 strings.Replace(good, "integer micro-USD", "USD", 1),
-		"zero maxOutput":             head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":0}]}`,
-		"huge maxOutput":             head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":10000001}]}`,
-		"fraction maxOut":            head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":1.5}]}`,
-		"unknown kind":               head + `{"model":"m","provider":"openai","kind":"image","input":1,"output":2,"cachedInput":1}]}`,
-		"embedding output":           head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"output":0}]}`,
-		"embedding cache":            head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"cachedInput":1}]}`,
-		"embedding limit":            head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"maxOutput":1024}]}`,
-		"embedding free":             head + `{"model":"m","provider":"openai","kind":"embedding"}]}`,
-		"per minute on a text model": head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioPerMinute":5}]}`,
-		"audio without a price":      head + `{"model":"m","provider":"openai","kind":"audio-duration"}]}`,
-		"audio free":                 head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":0}]}`,
-		"audio with token prices":    head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"input":1}]}`,
-		"audio with an output limit": head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"maxOutput":1024}]}`,
-		"audio beyond the bound":     head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":4503599628}]}`,
+		"unknown field":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"x":1}]}`,
+		"duplicate":                         head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1},{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"negative":                          head + `{"model":"m","provider":"openai","input":-1,"output":2,"cachedInput":1}]}`,
+		"too large":                         head + `{"model":"m","provider":"openai","input":4503599627370496,"output":2,"cachedInput":1}]}`,
+		"missing output":                    head + `{"model":"m","provider":"openai","input":1,"cachedInput":1}]}`,
+		"upper-case name":                   head + `{"model":"M","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"provider prefix":                   head + `{"model":"openai/m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"unknown provider":                  head + `{"model":"m","provider":"acme","input":1,"output":2,"cachedInput":1}]}`,
+		"negative write":                    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cacheWrite":-5}]}`,
+		"fraction":                          head + `{"model":"m","provider":"openai","input":1.5,"output":2,"cachedInput":1}]}`,
+		"no models":                         head + `]}`,
+		"trailing data":                     good + `{}`,
+		"bad date":                          strings.Replace(good, "2025-01-02", "Jan 2", 1),
+		"no sources":                        strings.Replace(good, `["https://example.com/p"]`, `[]`, 1),
+		"http source":                       strings.Replace(good, "https://", "http://", 1),
+		"wrong unit":                        strings.Replace(good, "integer micro-USD", "USD", 1),
+		"zero maxOutput":                    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":0}]}`,
+		"huge maxOutput":                    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":10000001}]}`,
+		"fraction maxOut":                   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":1.5}]}`,
+		"unknown kind":                      head + `{"model":"m","provider":"openai","kind":"image","input":1,"output":2,"cachedInput":1}]}`,
+		"embedding output":                  head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"output":0}]}`,
+		"embedding cache":                   head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"cachedInput":1}]}`,
+		"embedding limit":                   head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"maxOutput":1024}]}`,
+		"embedding free":                    head + `{"model":"m","provider":"openai","kind":"embedding"}]}`,
+		"per minute on a text model":        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioPerMinute":5}]}`,
+		"web search of an unknown provider": strings.Replace(good, `"models":[`, `"webSearch":{"acme":1},"models":[`, 1),
+		"free web search":                   strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":0},"models":[`, 1),
+		"web search beyond the bound":       strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":4503599627370496},"models":[`, 1),
+		"audio without a price":             head + `{"model":"m","provider":"openai","kind":"audio-duration"}]}`,
+		"audio free":                        head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":0}]}`,
+		"audio with token prices":           head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"input":1}]}`,
+		"audio with an output limit":        head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"maxOutput":1024}]}`,
+		"audio beyond the bound":            head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":4503599628}]}`,
 	} {
 		if _, err := Load([]byte(body)); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -402,5 +405,21 @@ func TestAudioDurationModels(t *testing.T) {
 	}
 	if e, _ := Lookup("gpt-4o-transcribe"); e.Kind != Text || e.AudioPerMinute != 0 {
 		t.Errorf("gpt-4o-transcribe (token-billed) is %+v", e)
+	}
+}
+
+// TestWebSearch: Anthropic's web search costs 10 USD per 1,000 searches, 10,000
+// micro-USD each; a provider the catalog prices no search for has none, and the highest
+// price is the fallback for searches of an unknown model.
+func TestWebSearch(t *testing.T) {
+	c := Default()
+	if p, ok := c.WebSearch("anthropic"); !ok || p != 10_000 {
+		t.Fatalf("anthropic's web search: %d %v", p, ok)
+	}
+	if p, ok := c.WebSearch("acme"); ok || p != 0 {
+		t.Fatalf("an unknown provider's web search: %d %v", p, ok)
+	}
+	if c.HighestWebSearch() != 10_000 {
+		t.Fatalf("HighestWebSearch %d", c.HighestWebSearch())
 	}
 }

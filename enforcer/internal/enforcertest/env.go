@@ -178,6 +178,10 @@ func New(t testing.TB, opts Options) *Env {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// And its invalidation subscription: an invalidation published before it is
+	// confirmed is not received (the caches are cleared at confirmation instead), so a
+	// test that waits for one would wait in vain on a slow machine.
+	WaitFor(t, "the invalidation subscription", e.Enforcer.Gate.Blocks.Live)
 	return e
 }
 

@@ -1378,8 +1378,13 @@ type SettleItem struct {
 	// transcriptions and translations). It is priced per minute from the catalog
 	// (pricecatalog.Entry.AudioPerMinute), on top of any tokens.
 	AudioInputMillis int64 `protobuf:"varint,18,opt,name=audio_input_millis,json=audioInputMillis,proto3" json:"audio_input_millis,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// web_search_requests counts the web searches the upstream's server tool made for the
+	// request (Anthropic's usage.server_tool_use.web_search_requests), billed apiece on top
+	// of the tokens at the catalog's price of a search for the model's provider
+	// (pricecatalog.Catalog.WebSearch).
+	WebSearchRequests int64 `protobuf:"varint,19,opt,name=web_search_requests,json=webSearchRequests,proto3" json:"web_search_requests,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1534,6 +1539,13 @@ func (x *SettleItem) GetCacheCreationOneHourInputTokens() int64 {
 func (x *SettleItem) GetAudioInputMillis() int64 {
 	if x != nil {
 		return x.AudioInputMillis
+	}
+	return 0
+}
+
+func (x *SettleItem) GetWebSearchRequests() int64 {
+	if x != nil {
+		return x.WebSearchRequests
 	}
 	return 0
 }
@@ -1906,7 +1918,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xc9\x06\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xf9\x06\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -1928,7 +1940,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x17admitted_without_record\x18\x0f \x01(\bR\x15admittedWithoutRecord\x12#\n" +
 	"\rpriority_tier\x18\x10 \x01(\bR\fpriorityTier\x12M\n" +
 	"$cache_creation_one_hour_input_tokens\x18\x11 \x01(\x03R\x1fcacheCreationOneHourInputTokens\x12,\n" +
-	"\x12audio_input_millis\x18\x12 \x01(\x03R\x10audioInputMillisB\x1a\n" +
+	"\x12audio_input_millis\x18\x12 \x01(\x03R\x10audioInputMillis\x12.\n" +
+	"\x13web_search_requests\x18\x13 \x01(\x03R\x11webSearchRequestsB\x1a\n" +
 	"\x18_upstream_cost_micro_usd\"G\n" +
 	"\rSettleRequest\x126\n" +
 	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\x8f\x02\n" +
