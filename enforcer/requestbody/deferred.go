@@ -1,6 +1,9 @@
 package requestbody
 
-import "strings"
+import (
+	"net/url"
+	"strings"
+)
 
 // Endpoints whose cost is billed later, out of a front door's sight (Deferred).
 const (
@@ -24,11 +27,15 @@ var DeferredEndpoints = []string{DeferredBatches, DeferredAssistants, DeferredFi
 // refuses them unless an operator allows them (docs/enforcer.md, "Deferred billing").
 // "" for any other request. background is the body's top-level "background": true
 // (estimate.Request.Background). The path is the one the upstream gets, after any
-// route prefix: only its end is compared. An unknown method ("") counts as a POST.
+// route prefix: only its end is compared, as a server would read it (percent-escapes
+// decoded, trailing slashes dropped, letters in any case: see comparable), so that a
+// spelling a provider accepts is no way around it. An unknown method ("") counts as a
+// POST.
 func Deferred(method, path string, background bool) string {
 	if !generates(method) {
 		return ""
 	}
+	path = comparable(path)
 	switch {
 	case strings.HasSuffix(path, "/batches"), strings.HasSuffix(path, ":batchGenerateContent"),
 		strings.HasSuffix(path, ":asyncBatchEmbedContent"):
@@ -46,4 +53,24 @@ func Deferred(method, path string, background bool) string {
 		return DeferredBackground
 	}
 	return ""
+}
+
+// comparable is a request path as Deferred compares it: ext_proc sees the path as the
+// client sent it (Envoy's :path, escapes and all), so "/v1/batche%73" or "/v1/batches/"
+// must name the batches too, in case the provider reads them so. The gateway's path is
+// already decoded. Lower-cased too, but Gemini's method names keep their case in the
+// comparisons above ("batchGenerateContent"), so those are compared as they are.
+func comparable(path string) string {
+	if strings.Contains(path, "%") {
+		if p, err := url.PathUnescape(path); err == nil {
+			path = p
+		}
+	}
+	for len(path) > 1 && strings.HasSuffix(path, "/") {
+		path = path[:len(path)-1]
+	}
+	if i := strings.LastIndexByte(path, ':'); i >= 0 {
+		return strings.ToLower(path[:i]) + path[i:]
+	}
+	return strings.ToLower(path)
 }

@@ -72,6 +72,14 @@ func TestDeferred(t *testing.T) {
 		{"DELETE", "/v1/videos/video_1", false, ""},
 		{"POST", "", false, ""},
 		{"", "/v1/batches", false, requestbody.DeferredBatches}, // a method nobody told counts as a POST
+		// Spellings a server may read as the same path (ext_proc sees the path as sent).
+		{"POST", "/v1/batches/", false, requestbody.DeferredBatches},
+		{"POST", "/v1/batche%73", false, requestbody.DeferredBatches},
+		{"POST", "/v1/%62atches//", false, requestbody.DeferredBatches},
+		{"POST", "/v1/Batches", false, requestbody.DeferredBatches},
+		{"POST", "/v1/fine_tuning/jobs/", false, requestbody.DeferredFineTuning},
+		{"POST", "/V1/Models/gemini-2.5-flash:batchGenerateContent", false, requestbody.DeferredBatches},
+		{"POST", "/v1/batches%2", false, ""}, // a malformed escape is compared as it is
 	} {
 		if got := requestbody.Deferred(c.method, c.path, c.background); got != c.want {
 			t.Errorf("Deferred(%s %q, background %v) = %q, want %q", c.method, c.path, c.background, got, c.want)
