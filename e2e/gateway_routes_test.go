@@ -392,9 +392,7 @@ func TestAudioTranscriptionThroughTheGateway(t *testing.T) {
 func TestDurationBilledAudioThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 100_000, OutputTokens: 10_000, AudioMillis: 62_500})
-	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 100_000, OutputTokens: 10_000, AudioMillis: 62_500})
 	whisper, ok := pricecatalog.Lookup("whisper-1")
 	if !ok || whisper.AudioPerMinute != 6_000 {
 		t.Fatalf("whisper-1 in the catalog: %+v %v", whisper, ok)
@@ -705,9 +703,7 @@ func TestPriorityTierThroughTheGateway(t *testing.T) {
 // price, the five-minute ones at the cache-write price, streamed or not.
 func TestAnthropicOneHourCacheWritesThroughTheGateway(t *testing.T) {
 	awayFromDayBoundary(t, 3*time.Minute)
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 2000, CacheCreationInputTokens: 3000, CacheCreation1hInputTokens: 2000, OutputTokens: 100})
-	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 2000, CacheCreationInputTokens: 3000, CacheCreation1hInputTokens: 2000, OutputTokens: 100})
 	const claude = "claude-sonnet-4-5"
 	e, ok := pricecatalog.Lookup(claude)
 	if !ok || e.CacheWritePerMillion == nil {
@@ -744,9 +740,7 @@ func TestAnthropicOneHourCacheWritesThroughTheGateway(t *testing.T) {
 func TestAnthropicWebSearchesThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, WebSearchRequests: 3})
-	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, WebSearchRequests: 3})
 	const claude = "claude-sonnet-4-5"
 	e, _ := pricecatalog.Lookup(claude)
 	search, ok := pricecatalog.Default().WebSearch("anthropic")
@@ -783,12 +777,19 @@ func fixedUsageUpstream(t *testing.T, u fakellm.Usage) (*fakellm.Server, *httpte
 	return fake, up
 }
 
-// gatewayWithFixedUsage is a stack whose gateway fronts a fakellm answering every call
-// with 100,000 input (20,000 cached) and 10,000 output tokens, an organization on it,
-// and what one such call costs at the catalog's price.
+// gatewayWithUsage is a stack whose gateway fronts a fakellm answering every call with
+// usage u, and an organization on it.
+func gatewayWithUsage(t *testing.T, u fakellm.Usage) (*fakellm.Server, *stack, org) {
+	t.Helper()
+	fake, up := fixedUsageUpstream(t, u)
+	s := startStack(t, gatewayEnv(up.URL))
+	return fake, s, s.setUpOrg(t)
+}
+
+// gatewayWithFixedUsage is gatewayWithUsage with 100,000 input (20,000 cached) and
+// 10,000 output tokens a call, and what one such call costs at the catalog's price.
 func gatewayWithFixedUsage(t *testing.T) (*fakellm.Server, *stack, org, int64) {
 	t.Helper()
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000})
-	s := startStack(t, gatewayEnv(up.URL))
-	return fake, s, s.setUpOrg(t), catalogCost(100_000, 20_000, 10_000)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000})
+	return fake, s, o, catalogCost(100_000, 20_000, 10_000)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -149,39 +150,30 @@ func TestHTTPSettle(t *testing.T) {
 			t.Fatal("cost basis not counted")
 		}
 	})
-	t.Run("a priority-tier report reaches the control plane so", func(t *testing.T) {
-		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})
-		id := res.Header.Get("X-Service-Request-Id")
-		code, out := postSettle(t, h, "127.0.0.1:5555", "", `{"requestId":"`+id+`","model":"gpt-4o","inputTokens":10,"outputTokens":2,"priorityTier":true}`)
-		if code != 200 || out["outcome"] != "settled" {
-			t.Fatalf("%d %v", code, out)
-		}
-		if it := e.CP.Receipt(id).Item; !it.GetPriorityTier() || !it.GetComplete() {
-			t.Fatalf("settled %v", it)
-		}
-	})
-	t.Run("audio billed by duration reaches the control plane, complete", func(t *testing.T) {
-		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})
-		id := res.Header.Get("X-Service-Request-Id")
-		code, out := postSettle(t, h, "127.0.0.1:5555", "", `{"requestId":"`+id+`","model":"whisper-1","audioInputMillis":9500}`)
-		if code != 200 || out["outcome"] != "settled" {
-			t.Fatalf("%d %v", code, out)
-		}
-		if it := e.CP.Receipt(id).Item; it.GetAudioInputMillis() != 9500 || !it.GetComplete() {
-			t.Fatalf("settled %v", it)
-		}
-	})
-	t.Run("web searches reach the control plane", func(t *testing.T) {
-		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})
-		id := res.Header.Get("X-Service-Request-Id")
-		code, out := postSettle(t, h, "127.0.0.1:5555", "", `{"requestId":"`+id+`","model":"claude-sonnet-4-5","inputTokens":10,"outputTokens":2,"webSearchRequests":3}`)
-		if code != 200 || out["outcome"] != "settled" {
-			t.Fatalf("%d %v", code, out)
-		}
-		if it := e.CP.Receipt(id).Item; it.GetWebSearchRequests() != 3 || !it.GetComplete() {
-			t.Fatalf("settled %v", it)
-		}
-	})
+	// Fields beyond the tokens reach the control plane as sent, the settlement complete.
+	for _, f := range []struct {
+		name, fields string
+		reached      func(*internalv1.SettleItem) bool
+	}{
+		{"a priority-tier report", `"model":"gpt-4o","inputTokens":10,"outputTokens":2,"priorityTier":true`,
+			func(it *internalv1.SettleItem) bool { return it.GetPriorityTier() }},
+		{"audio billed by duration", `"model":"whisper-1","audioInputMillis":9500`,
+			func(it *internalv1.SettleItem) bool { return it.GetAudioInputMillis() == 9500 }},
+		{"web searches", `"model":"claude-sonnet-4-5","inputTokens":10,"outputTokens":2,"webSearchRequests":3`,
+			func(it *internalv1.SettleItem) bool { return it.GetWebSearchRequests() == 3 }},
+	} {
+		t.Run(f.name+" reaches the control plane", func(t *testing.T) {
+			res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})
+			id := res.Header.Get("X-Service-Request-Id")
+			code, out := postSettle(t, h, "127.0.0.1:5555", "", `{"requestId":"`+id+`",`+f.fields+`}`)
+			if code != 200 || out["outcome"] != "settled" {
+				t.Fatalf("%d %v", code, out)
+			}
+			if it := e.CP.Receipt(id).Item; !f.reached(it) || !it.GetComplete() {
+				t.Fatalf("settled %v", it)
+			}
+		})
+	}
 	t.Run("202 while the control plane is down, delivered later", func(t *testing.T) {
 		res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})
 		id := res.Header.Get("X-Service-Request-Id")
