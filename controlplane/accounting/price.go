@@ -151,10 +151,11 @@ type Cost struct {
 }
 
 // CostOf prices a request whose usage was bounded (Bound): an upstream-reported cost
-// wins; else, with no token counted, the cost is unknown (0); else the tokens times p,
+// wins; else, with nothing counted, the cost is unknown (0); else the tokens times p,
 // the price found for the model (SourceFallback when p is the fallback price, else
-// SourceCatalogEstimate), times pricecatalog.PriorityMultiplier when it ran at a
-// priority tier. A cost above money.MaxAllowanceMicroUSD is capped there and
+// SourceCatalogEstimate), plus its audio by the minute (AudioCost), times
+// pricecatalog.PriorityMultiplier when it ran at a priority tier, plus its web searches
+// apiece. A cost above money.MaxAllowanceMicroUSD is capped there and
 // flagged: a request is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||

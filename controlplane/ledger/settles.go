@@ -172,13 +172,17 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 }
 
 // catalogMatch is whether the shipped catalog prices the job's model at all.
-func (sj *settleJob) catalogMatch() bool {
+func (sj *settleJob) catalogMatch() bool { return sj.catalogEntry() != nil }
+
+// catalogEntry is the shipped catalog's entry nearest the job's model (the first step
+// that finds one), nil when none does.
+func (sj *settleJob) catalogEntry() *pricecatalog.Entry {
 	for _, e := range sj.catalog {
 		if e != nil {
-			return true
+			return e
 		}
 	}
-	return false
+	return nil
 }
 
 // runSettles commits one batch of settlements. Their callers wait for the Redis write
@@ -603,25 +607,20 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 // webSearchPrice is the catalog's price of one web search by the provider of the job's
 // model (the first step with a catalog entry), else the catalog's highest (known false).
 func (sj *settleJob) webSearchPrice() (price int64, known bool) {
-	for _, e := range sj.catalog {
-		if e != nil {
-			if p, ok := pricecatalog.Default().WebSearch(e.Provider); ok {
-				return p, true
-			}
-			break
+	if e := sj.catalogEntry(); e != nil {
+		if p, ok := pricecatalog.Default().WebSearch(e.Provider); ok {
+			return p, true
 		}
 	}
 	return pricecatalog.Default().HighestWebSearch(), false
 }
 
-// audioPrice is the catalog's price of a minute of the job's model's audio (the first
-// step with an entry that has one), else the catalog's highest (known false): audio a
-// model nobody priced by the minute reported is never cheaper than a known model's.
+// audioPrice is the catalog's price of a minute of the job's model's audio (its nearest
+// entry's), else the catalog's highest (known false): audio a model nobody priced by the
+// minute reported is never cheaper than a known model's.
 func (sj *settleJob) audioPrice() (perMinute int64, known bool) {
-	for _, e := range sj.catalog {
-		if e != nil && e.AudioPerMinute > 0 {
-			return e.AudioPerMinute, true
-		}
+	if e := sj.catalogEntry(); e != nil && e.AudioPerMinute > 0 {
+		return e.AudioPerMinute, true
 	}
 	return pricecatalog.Highest().AudioPerMinute, false
 }

@@ -515,7 +515,7 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 	usage := fmt.Sprintf(`{"type":"tokens","input_tokens":%d,"input_token_details":{"text_tokens":0,"audio_tokens":%d},"output_tokens":%d,"total_tokens":%d}`,
 		u.InputTokens, u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens)
 	if c.Stream {
-		ew := &eventWriter{w: w}
+		ew := newEventWriter(w, false)
 		ew.start("text/event-stream", http.StatusOK)
 		for i, word := range strings.Fields(Text) {
 			if i > 0 {

@@ -166,7 +166,14 @@ func newEnvLogging(t *testing.T, upstream string, cfg gateway.Config, log *slog.
 
 func post(t *testing.T, url, key, body string, hdr ...string) *http.Response {
 	t.Helper()
-	r, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	return send(t, "POST", url, key, strings.NewReader(body), hdr...)
+}
+
+// send makes a request with the member's key as a bearer (none when key is "") and the
+// header pairs hdr; the caller reads and closes the body.
+func send(t *testing.T, method, url, key string, body io.Reader, hdr ...string) *http.Response {
+	t.Helper()
+	r, _ := http.NewRequest(method, url, body)
 	if key != "" {
 		r.Header.Set("Authorization", "Bearer "+key)
 	}
@@ -384,13 +391,7 @@ func TestUploadsStreamPastTheBodyCap(t *testing.T) {
 // sendUpload posts body as contentType with key and reads the answer to its end.
 func sendUpload(t *testing.T, url, key, contentType string, body io.Reader) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, body)
-	req.Header.Set("Content-Type", contentType)
-	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := send(t, "POST", url, key, body, "Content-Type", contentType)
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	return res
@@ -1021,12 +1022,7 @@ func TestDeferredBillingAndRetrievals(t *testing.T) {
 	}
 
 	e := newEnv(t, up.URL, gateway.Config{})
-	req, _ := http.NewRequest("GET", e.front.URL+"/v1/responses/resp_1", nil)
-	req.Header.Set("Authorization", "Bearer tgk_good")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res = send(t, "GET", e.front.URL+"/v1/responses/resp_1", "tgk_good", nil)
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	if res.StatusCode != 200 || calls.Load() != 2 {
