@@ -61,6 +61,19 @@ func (p *Proxy) serve(ln net.Listener) {
 				continue
 			}
 			p.mu.Lock()
+			// Down or Stall may have come while this one dialed: it must not answer then.
+			switch {
+			case p.ln != ln:
+				up.Close()
+				c.Close()
+				p.mu.Unlock()
+				continue
+			case p.stalled:
+				up.Close()
+				p.conns[c] = struct{}{}
+				p.mu.Unlock()
+				continue
+			}
 			p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 			p.mu.Unlock()
 			go pipe(c, up)
