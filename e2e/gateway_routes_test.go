@@ -733,37 +733,49 @@ func TestAnthropicOneHourCacheWritesThroughTheGateway(t *testing.T) {
 	}
 }
 
-// TestAnthropicWebSearchesThroughTheGateway: Anthropic bills its web search server tool
-// apiece (10 USD per 1,000 searches) on top of the tokens, and reports the searches in
-// usage.server_tool_use. The official Anthropic SDK's call through the gateway, streamed
-// and not, is charged its tokens and its 3 searches exactly, and the receipt keeps them.
-func TestAnthropicWebSearchesThroughTheGateway(t *testing.T) {
+// TestWebSearchesThroughTheGateway: Anthropic bills its web search server tool, and OpenAI
+// its Responses API's web search tool, apiece (10 USD per 1,000) on top of the tokens.
+// Anthropic reports the searches in usage.server_tool_use, OpenAI only as output items of
+// type web_search_call. Each official SDK's call through the gateway, streamed and not,
+// is charged its tokens and its 3 searches exactly, and the receipt keeps them.
+func TestWebSearchesThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, WebSearchRequests: 3})
-	const claude = "claude-sonnet-4-5"
-	e, _ := pricecatalog.Lookup(claude)
-	search, ok := pricecatalog.Default().WebSearch("anthropic")
-	if !ok || search != 10_000 {
-		t.Fatalf("Anthropic's web search in the catalog: %d %v", search, ok)
-	}
-	want := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000) + 3*search
-	for _, scenario := range []string{"json", "stream"} {
-		t.Run(scenario, func(t *testing.T) {
-			before := len(fake.Calls())
-			r := runSDK(t, dir, "anthropic.mjs", scenario, s.gateway, o.key, claude)
-			if !r.OK || r.Text != fakellm.Text || !strings.Contains(string(r.Usage), `"web_search_requests":3`) {
-				t.Fatalf("the call failed or lost its usage: %+v", r)
-			}
-			calls := fake.Calls()[before:]
-			if len(calls) != 1 {
-				t.Fatalf("%d provider calls", len(calls))
-			}
-			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
-			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" || rec["web_search_requests"] != 3.0 {
-				t.Fatalf("receipt %s, want %d: the tokens and 3 searches", rec, want)
-			}
-		})
+	for _, tc := range []struct {
+		provider, script, model string
+		scenarios               []string
+		// sawSearches: the SDK's result shows the 3 searches.
+		sawSearches func(sdkResult) bool
+	}{
+		{"anthropic", "anthropic.mjs", "claude-sonnet-4-5", []string{"json", "stream"},
+			func(r sdkResult) bool { return strings.Contains(string(r.Usage), `"web_search_requests":3`) }},
+		{"openai", "openai.mjs", "gpt-5", []string{"responses-search", "responses-search-stream"},
+			func(r sdkResult) bool { return r.Searches == 3 }},
+	} {
+		e, _ := pricecatalog.Lookup(tc.model)
+		search, ok := pricecatalog.Default().WebSearch(tc.provider)
+		if !ok || search != 10_000 || e.Provider != tc.provider {
+			t.Fatalf("%s's web search in the catalog: %d %v (%s's provider %q)", tc.provider, search, ok, tc.model, e.Provider)
+		}
+		want := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000) + 3*search
+		for _, scenario := range tc.scenarios {
+			t.Run(tc.provider+"/"+scenario, func(t *testing.T) {
+				before := len(fake.Calls())
+				r := runSDK(t, dir, tc.script, scenario, s.gateway, o.key, tc.model)
+				if !r.OK || r.Text != fakellm.Text || !tc.sawSearches(r) {
+					t.Fatalf("the call failed or lost its searches: %+v", r)
+				}
+				calls := fake.Calls()[before:]
+				if len(calls) != 1 {
+					t.Fatalf("%d provider calls", len(calls))
+				}
+				rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+				if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" || rec["web_search_requests"] != 3.0 {
+					t.Fatalf("receipt %s, want %d: the tokens and 3 searches", rec, want)
+				}
+			})
+		}
 	}
 }
 

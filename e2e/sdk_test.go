@@ -93,7 +93,10 @@ type sdkResult struct {
 	Text, Model                     string
 	Usage                           json.RawMessage
 	Chunks                          int
-	Error                           string
+	// Searches: the web_search_call output items the SDK saw (openai.mjs's
+	// responses-search scenarios).
+	Searches int
+	Error    string
 }
 
 // TestOfficialSDKsThroughTheEnforcedPath is issue 17's item 4: the official openai and

@@ -90,7 +90,9 @@ type Usage struct {
 	// OutputTokens: completion_tokens / output_tokens.
 	OutputTokens int64
 	// WebSearchRequests: Anthropic's usage.server_tool_use.web_search_requests (sent
-	// when not 0: in the message, and in a stream's message_delta).
+	// when not 0: in the message, and in a stream's message_delta); on the Responses API,
+	// that many web_search_call output items before the message (and, streamed, each
+	// call's events), which is how OpenAI reports its web search tool's calls.
 	WebSearchRequests int64
 	// AudioMillis: a duration-billed transcription's (whisper-1's) usage.seconds, in
 	// milliseconds (written as a decimal number of seconds).
@@ -630,7 +632,7 @@ func embeddingValue(i, d int) float32 {
 func responsesJSON(id, model, status string, u Usage) string {
 	output, usage := `[]`, `null`
 	if status == "completed" {
-		output = fmt.Sprintf(`[{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[],"logprobs":[]}]}]`, id, Text)
+		output = fmt.Sprintf(`[%s{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[],"logprobs":[]}]}]`, searchCalls(u), id, Text)
 		usage = fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`,
 			u.InputTokens, u.CachedInputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens)
 	}
@@ -647,18 +649,42 @@ func responsesStream(ew *eventWriter, id, model string, u Usage) {
 		ew.write(fmt.Sprintf("event: %s\ndata: {\"type\":%q,\"sequence_number\":%d,%s}\n\n", typ, typ, seq, fields))
 		seq++
 	}
-	item := fmt.Sprintf(`"item_id":"msg_%s","output_index":0`, id)
 	event("response.created", `"response":`+responsesJSON(id, model, "in_progress", u))
 	event("response.in_progress", `"response":`+responsesJSON(id, model, "in_progress", u))
-	event("response.output_item.added", fmt.Sprintf(`"output_index":0,"item":{"type":"message","id":"msg_%s","status":"in_progress","role":"assistant","content":[]}`, id))
+	for i := range u.WebSearchRequests {
+		at := fmt.Sprintf(`"output_index":%d`, i)
+		event("response.output_item.added", at+fmt.Sprintf(`,"item":{"type":"web_search_call","id":"ws_%d","status":"in_progress"}`, i))
+		for _, phase := range []string{"in_progress", "searching", "completed"} {
+			event("response.web_search_call."+phase, at+fmt.Sprintf(`,"item_id":"ws_%d"`, i))
+		}
+		event("response.output_item.done", at+`,"item":`+searchCall(i))
+	}
+	msg := u.WebSearchRequests // the message's output index, after the searches
+	item := fmt.Sprintf(`"item_id":"msg_%s","output_index":%d`, id, msg)
+	event("response.output_item.added", fmt.Sprintf(`"output_index":%d,"item":{"type":"message","id":"msg_%s","status":"in_progress","role":"assistant","content":[]}`, msg, id))
 	event("response.content_part.added", item+`,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}`)
 	for _, w := range words() {
 		event("response.output_text.delta", item+fmt.Sprintf(`,"content_index":0,"delta":%q,"logprobs":[]`, w))
 	}
 	event("response.output_text.done", item+fmt.Sprintf(`,"content_index":0,"text":%q,"logprobs":[]`, Text))
 	event("response.content_part.done", item+fmt.Sprintf(`,"content_index":0,"part":{"type":"output_text","text":%q,"annotations":[]}`, Text))
-	event("response.output_item.done", fmt.Sprintf(`"output_index":0,"item":{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[]}]}`, id, Text))
+	event("response.output_item.done", fmt.Sprintf(`"output_index":%d,"item":{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[]}]}`, msg, id, Text))
 	event("response.completed", `"response":`+responsesJSON(id, model, "completed", u))
+}
+
+// searchCalls are the web_search_call output items of u's searches, each followed by a
+// comma.
+func searchCalls(u Usage) string {
+	var b strings.Builder
+	for i := range u.WebSearchRequests {
+		b.WriteString(searchCall(i) + ",")
+	}
+	return b.String()
+}
+
+// searchCall is the output item of the web search tool's call i.
+func searchCall(i int64) string {
+	return fmt.Sprintf(`{"type":"web_search_call","id":"ws_%d","status":"completed","action":{"type":"search","query":"tolls %d"}}`, i, i)
 }
 
 func anthropicJSON(id, model string, u Usage) string {

@@ -1,5 +1,6 @@
 // One chat completion (or, with the scenarios "responses" and "responses-stream", one
-// Responses API call; with "embeddings", one embeddings call, whose vectors the SDK asks
+// Responses API call, "responses-search" and "responses-search-stream" with the web
+// search tool; with "embeddings", one embeddings call, whose vectors the SDK asks
 // as base64 and decodes; with "batch" and "background", a batch or a background
 // response, which a Tollgate gateway refuses; with "retrieve", a stored response read
 // again; with "transcribe", an audio upload to transcribe, "transcribe-verbose" and
@@ -78,26 +79,33 @@ await run('openai', s.scenario, async () => {
     const res = await client.embeddings.create({ model: s.model, input: ['How are tolls paid?', 'In tokens.'] });
     return { text: `${res.data.length}x${res.data[0].embedding.length}`, model: res.model, usage: res.usage ?? null, chunks: 1 };
   }
-  if (s.scenario === 'responses') {
-    // The Responses API, what OpenAI's newer clients (Codex CLI among them) call.
-    const res = await client.responses.create({ model: s.model, input: 'How are tolls paid?' });
-    return { text: res.output_text, model: res.model, usage: res.usage ?? null, chunks: 1 };
-  }
-  if (s.scenario === 'responses-stream') {
-    const stream = await client.responses.create({ model: s.model, input: 'How are tolls paid?', stream: true });
+  if (s.scenario.startsWith('responses')) {
+    // The Responses API, what OpenAI's newer clients (Codex CLI among them) call;
+    // "responses-search" and "responses-search-stream" give it the web search tool, and
+    // report how many web_search_call items the SDK saw (searches).
+    const params = { model: s.model, input: 'How are tolls paid?' };
+    if (s.scenario.includes('-search')) params.tools = [{ type: 'web_search' }];
+    const searchesIn = (output) => output.filter((item) => item.type === 'web_search_call').length;
+    if (!s.scenario.endsWith('-stream')) {
+      const res = await client.responses.create(params);
+      return { text: res.output_text, model: res.model, usage: res.usage ?? null, chunks: 1, searches: searchesIn(res.output) };
+    }
+    const stream = await client.responses.create({ ...params, stream: true });
     let text = '';
     let model = null;
     let usage = null;
     let chunks = 0;
+    let searches = 0;
     for await (const event of stream) {
       chunks++;
       if (event.type === 'response.output_text.delta') text += event.delta;
       if (event.type === 'response.completed') {
         model = event.response.model;
         usage = event.response.usage;
+        searches = searchesIn(event.response.output);
       }
     }
-    return { text, model, usage, chunks };
+    return { text, model, usage, chunks, searches };
   }
   if (s.scenario === 'json') {
     return chatCompletion(await client.chat.completions.create({ model: s.model, messages }));

@@ -3,19 +3,21 @@
 // Settings (environment): TOLLGATE_BASE_URL (the proxy, no path), TOLLGATE_API_KEY (the
 // member's Tollgate key, tgk_...), TOLLGATE_MODEL; argv[2] is the scenario, "json" (one
 // buffered answer), "stream", "count" (Anthropic's token counting, which generates
-// nothing), "responses" / "responses-stream" (OpenAI's Responses API), "embeddings"
+// nothing), "responses" / "responses-stream" (OpenAI's Responses API; "responses-search" /
+// "responses-search-stream" with the web search tool), "embeddings"
 // (OpenAI's embeddings), "batch" and "background" (a batch, a background response) or
 // "retrieve" (a stored response read again) or "transcribe" (an audio upload). The SDK client is built with its defaults: retries,
 // timeout, headers, fetch.
 //
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
-// headerCode, shouldRetry, retryAfter, elapsedMs, text, model, usage, chunks, error}.
+// headerCode, shouldRetry, retryAfter, elapsedMs, text, model, usage, chunks, searches,
+// error}.
 // The exit status is 0 when a line was printed.
 import { readFileSync } from 'node:fs';
 
 export function settings() {
   const scenario = process.argv[2];
-  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
+  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
     'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse'];
   if (!scenarios.includes(scenario)) {
     throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);

@@ -77,6 +77,7 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"task":"transcribe","duration":9.21,"segments":[{"text":" a","seconds":1}],"usage":{"type":"duration","seconds":0.0004,"seconds":9223372036854775.807},"usage":{"seconds":-1.5e3}}`,
 		`{"usage":{"seconds":0.00000,"seconds":9e1,"seconds":92233720368547758.07,"seconds":"9"},"message":{"usage":{"seconds":1.5}}}`,
 		`{"text":"x","usage":{"type":"tokens","seconds":9,"input_tokens":14,"input_token_details":{"text_tokens":0,"audio_tokens":14},"output_tokens":45,"total_tokens":59}}`,
+		`{"object":"response","output":[{"type":"web_search_call","type":"web_\u0073earch_call","action":{"type":"web_search_call"}},{"type":"message"},["x"]],"output":[{"type":"web_search_call"}],"usage":{"input_tokens":1,"output_tokens":2}}`,
 	} {
 		f.Add([]byte(s), uint64(7))
 	}
@@ -111,6 +112,7 @@ func FuzzExtractSSE(f *testing.F) {
 		"data: {\"type\":\"transcript.text.delta\",\"delta\":\"h\\u00e9\"}\ndata: {\"delta\":\"x\",\"type\":\"transcript.text.done\",\"text\":\"h\u00e9\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2,\"seconds\":3.5}}\n",
 		"data: {\"text\":\"a\",\"usage\":{\"type\":\"duration\",\"seconds\":9.5}}\n\ndata: {\"type\":\"transcript.text.segment\",\"delta\":\"a\"}\n\n",
 		"data: {\"type\":\"speech.audio.delta\",\"audio\":\"SUQz\",\"delta\":\"x\"}\n\ndata: {\"type\":\"speech.audio.done\",\"usage\":{\"input_tokens\":14,\"output_tokens\":101}}\n\n",
+		"data: {\"type\":\"response.web_search_call.completed\",\"item_id\":\"ws_1\"}\n\ndata: {\"type\":\"response.completed\",\"response\":{\"output\":[{\"type\":\"web_search_call\"},{\"type\":\"web_search_call\"}],\"usage\":{\"input_tokens\":1,\"output_tokens\":2}},\"response\":{\"output\":[{\"type\":\"web_search_call\"}]}}\n\n",
 	} {
 		f.Add([]byte(s), uint64(11))
 	}

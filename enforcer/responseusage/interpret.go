@@ -121,6 +121,14 @@ func (a *accumulator) applySSE(d *docFields) {
 			a.u.merge(u)
 			a.final = a.final || (isResponseTerminal(d) && u.hasTok(tokInput) && u.hasTok(tokOutput))
 		}
+		// The web search tool's calls: each one's completion event, and the output
+		// items of the response an event carries (the terminal one lists them all),
+		// whichever counts more, so that a cut stream keeps the calls it saw.
+		if d.typ.is("response.web_search_call.completed") {
+			n, _ := a.u.get(tokWebSearches)
+			a.u.setMax(tokWebSearches, n+1)
+		}
+		a.noteSearchCalls(d)
 	case famTranscription, famSpeech:
 		// transcript.text.done (speech.audio.done) ends the stream with the usage of
 		// the whole transcription (speech).
@@ -198,7 +206,17 @@ func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 	a.setModel(&d.model[rootTop])
 	a.notePriority(d, rootTop)
 	a.u = d.usage[rootTop]
+	a.noteSearchCalls(d)
 	a.final = wellFormed
+}
+
+// noteSearchCalls counts the web_search_call output items of a Responses document:
+// OpenAI bills its web search tool per call, on top of the tokens, and its usage does
+// not count them.
+func (a *accumulator) noteSearchCalls(d *docFields) {
+	if a.fam == famResponses && d.searchCalls > 0 {
+		a.u.setMax(tokWebSearches, int64(d.searchCalls))
+	}
 }
 
 // notePriority keeps whether an OpenAI document (chat, Responses) said it ran at the
@@ -272,6 +290,11 @@ func (a *accumulator) fill(u *Usage) {
 		}
 	}
 	cached, _ := a.u.get(cachedTok)
+	if a.fam == famAnthropic || a.fam == famResponses {
+		// Web searches are billed apiece: Anthropic's usage.server_tool_use.
+		// web_search_requests, OpenAI's web_search_call output items.
+		u.WebSearchRequests, _ = a.u.get(tokWebSearches)
+	}
 	u.OutputTokens = out
 	u.CachedInputTokens = cached
 	if a.fam == famAnthropic {
@@ -282,8 +305,6 @@ func (a *accumulator) fill(u *Usage) {
 		// more than the writes.
 		created1h, _ := a.u.get(tokCacheWrite1h)
 		u.CacheCreation1hInputTokens = min(created1h, created)
-		// Web searches are billed apiece (usage.server_tool_use.web_search_requests).
-		u.WebSearchRequests, _ = a.u.get(tokWebSearches)
 		if hasIn {
 			if in > math.MaxInt64-cached || in+cached > math.MaxInt64-created {
 				in, hasIn = 0, false

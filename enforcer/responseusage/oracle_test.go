@@ -278,6 +278,28 @@ func oracleUsage(obj []member) usageFields {
 	return u
 }
 
+// oracleSearchCalls counts, in every array named "output" of obj, each "type" member of
+// an element that is the string "web_search_call".
+func oracleSearchCalls(obj []member) uint32 {
+	var n uint32
+	for _, m := range obj {
+		items, ok := m.val.([]any)
+		if !ok || m.key != "output" {
+			continue
+		}
+		for _, it := range items {
+			if it, ok := it.([]member); ok {
+				for _, f := range it {
+					if f.key == "type" && f.val == "web_search_call" {
+						n++
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
 func oracleDoc(v any, modelLimit int) *docFields {
 	d := newDocFields(modelLimit)
 	d.text = treeText(v, "")
@@ -310,6 +332,10 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	str(&d.model[rootTop], m, "model")
 	str(&d.tier[rootTop], m, "service_tier")
 	d.usage[rootTop] = oracleUsage(m)
+	d.searchCalls = oracleSearchCalls(m)
+	for _, sub := range all(m, "response") {
+		d.searchCalls += oracleSearchCalls(sub)
+	}
 	for _, mm := range m {
 		if s, ok := mm.val.(string); ok && mm.key == "delta" {
 			d.delta += int64(len(s))

@@ -245,6 +245,10 @@ type docFields struct {
 	// finished: a Gemini candidate gave its finishReason (the last chunk of a
 	// stream carries it).
 	finished bool
+	// searchCalls counts the OpenAI Responses output items of type
+	// "web_search_call" (output[] of a Responses object, response.output[] of an
+	// event): the web search tool's calls, billed apiece.
+	searchCalls uint32
 }
 
 func (d *docFields) reset() {
@@ -257,6 +261,7 @@ func (d *docFields) reset() {
 	d.usage = [nRoot]usageFields{}
 	d.text, d.delta = 0, 0
 	d.finished = false
+	d.searchCalls = 0
 }
 
 // capture collects a decoded string into a buffer whose capacity is its
@@ -373,6 +378,7 @@ const (
 	tgTok          // a count of root
 	tgFinish       // a Gemini candidate's finishReason
 	tgTier         // a service_tier string of root
+	tgItemType     // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
 )
 
 type target struct{ kind, root, tok uint8 }
@@ -809,6 +815,10 @@ func (s *scanner) endString() bool {
 	}
 	if str != nil {
 		str.commit()
+		// keyCap takes a value only at an output item's type (tgItemType).
+		if str == &s.keyCap && s.keyCap.is("web_search_call") && s.doc.searchCalls < math.MaxUint32 {
+			s.doc.searchCalls++
+		}
 	}
 	s.txt = txNone
 	return s.endValue()
@@ -856,6 +866,11 @@ func (s *scanner) valueStart(c byte, at int) {
 			s.str = &d.object
 		case tgFinish:
 			d.finished = true
+		case tgItemType:
+			// An object key is never read inside a string, so the key buffer is
+			// free to take this short value.
+			s.keyCap.reset()
+			s.str = &s.keyCap
 		case tgNone:
 			if tx := s.textTarget(); tx == txText || tx == txDelta {
 				s.txt = tx
@@ -1060,10 +1075,15 @@ func (s *scanner) classify() target {
 			}
 		} else if k[0] == kCandidates && k[1] == kArr && k[2] == kFinishReason {
 			return target{kind: tgFinish}
+		} else if k[0] == kOutput && k[1] == kArr && k[2] == kType {
+			return target{kind: tgItemType}
 		} else if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
 			return usageMember(r, k[2])
 		}
 	case 4:
+		if k[0] == kResponse && k[1] == kOutput && k[2] == kArr && k[3] == kType {
+			return target{kind: tgItemType}
+		}
 		if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
 			if t, inner, ok := detailTok(k[2]); ok && k[3] == inner {
 				return target{kind: tgTok, root: r, tok: t}

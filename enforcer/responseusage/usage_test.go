@@ -1036,11 +1036,20 @@ func TestWebSearchRequests(t *testing.T) {
 		{"not a count", ctJSON, `{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"server_tool_use":{"web_search_requests":"3"}}}`, 0},
 		{"outside usage", ctJSON, `{"type":"message","server_tool_use":{"web_search_requests":3},"usage":{"input_tokens":1,"output_tokens":2}}`, 0},
 		{"an OpenAI usage does not carry it", ctJSON, `{"object":"chat.completion","usage":{"prompt_tokens":1,"completion_tokens":2,"server_tool_use":{"web_search_requests":3}}}`, 0},
+		// OpenAI's Responses API bills its web search tool per call, and counts the calls
+		// nowhere in its usage: each is an output item of type web_search_call.
+		{"responses", ctJSON, responsesWithSearches, 2},
+		{"responses stream", ctSSE, responsesStreamWithSearches, 2},
+		{"responses stream cut after a search", ctSSE, responsesStreamWithSearches[:strings.Index(responsesStreamWithSearches, `{"type":"response.completed"`)-len("data: ")], 2},
+		{"responses stream, the terminal lists more than its events", ctSSE, "data: " + `{"type":"response.web_search_call.completed","item_id":"ws_1"}` + "\n\n" + responsesStreamWithSearches[strings.Index(responsesStreamWithSearches, "data: "+`{"type":"response.completed"`):], 2},
+		{"a chat completion has no output items", ctJSON, `{"object":"chat.completion","output":[{"type":"web_search_call"}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`, 0},
+		{"an output item's type only", ctJSON, `{"object":"response","output":[{"type":"message","action":{"type":"web_search_call"}},[{"type":"web_search_call"}]],"tools":[{"type":"web_search_call"}],"usage":{"input_tokens":1,"output_tokens":2}}`, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			cut := strings.Contains(tc.name, "cut")
 			for how, chunks := range map[string][][]byte{"whole": {[]byte(tc.body)}, "byte by byte": bytewise([]byte(tc.body))} {
-				if got := run(tc.ct, nil, Limits{}, chunks, true); got.WebSearchRequests != tc.want || !got.Complete {
-					t.Fatalf("%s: %s with %d web searches, want %d, complete", how, show(got), got.WebSearchRequests, tc.want)
+				if got := run(tc.ct, nil, Limits{}, chunks, true); got.WebSearchRequests != tc.want || got.Complete == cut {
+					t.Fatalf("%s: %s with %d web searches, want %d, complete %v", how, show(got), got.WebSearchRequests, tc.want, !cut)
 				}
 			}
 			if ref, _ := oracleFor(tc.ct, []byte(tc.body)); ref.WebSearchRequests != tc.want {
@@ -1049,3 +1058,22 @@ func TestWebSearchRequests(t *testing.T) {
 		})
 	}
 }
+
+// A Responses object with two calls of the web search tool (each with an action whose
+// own type is not an item's), as OpenAI answers a request with tools [{"type":"web_search"}].
+const responsesWithSearches = `{"id":"resp_1","object":"response","model":"gpt-5-2025-08-07","output":[` +
+	`{"type":"web_search_call","id":"ws_1","status":"completed","action":{"type":"search","query":"tollgate"}},` +
+	`{"type":"web_search_call","id":"ws_2","status":"completed","action":{"type":"search","query":"envoy ext_proc"}},` +
+	`{"type":"message","id":"msg_1","role":"assistant","content":[{"type":"output_text","text":"Found it."}]}],` +
+	`"tools":[{"type":"web_search"}],"usage":{"input_tokens":9000,"output_tokens":300,"input_tokens_details":{"cached_tokens":0}}}`
+
+// The same answer streamed: each call's events, then response.completed with the whole
+// response.
+var responsesStreamWithSearches = "data: " + `{"type":"response.created","response":{"object":"response","model":"gpt-5-2025-08-07","output":[]}}` + "\n\n" +
+	"data: " + `{"type":"response.output_item.added","output_index":0,"item":{"type":"web_search_call","id":"ws_1","status":"in_progress"}}` + "\n\n" +
+	"data: " + `{"type":"response.web_search_call.searching","output_index":0,"item_id":"ws_1"}` + "\n\n" +
+	"data: " + `{"type":"response.web_search_call.completed","output_index":0,"item_id":"ws_1"}` + "\n\n" +
+	"data: " + `{"type":"response.output_item.done","output_index":0,"item":{"type":"web_search_call","id":"ws_1","status":"completed"}}` + "\n\n" +
+	"data: " + `{"type":"response.web_search_call.completed","output_index":1,"item_id":"ws_2"}` + "\n\n" +
+	"data: " + `{"type":"response.output_text.delta","output_index":2,"delta":"Found it."}` + "\n\n" +
+	"data: " + `{"type":"response.completed","response":` + responsesWithSearches + `}` + "\n\n"
