@@ -368,17 +368,17 @@ const (
 
 // Targets: what the value being read means to us.
 const (
-	tgNone   uint8 = iota
-	tgModel        // a model string of root
-	tgType         // the top-level "type"
-	tgObject       // the top-level "object"
-	tgUsage        // a usage value of root
-	tgRoot         // the "message" or "response" value
-	tgDetail       // a *_tokens_details value of root (tok: its cached count)
-	tgTok          // a count of root
-	tgFinish       // a Gemini candidate's finishReason
-	tgTier         // a service_tier string of root
-	tgItemType     // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
+	tgNone     uint8 = iota
+	tgModel          // a model string of root
+	tgType           // the top-level "type"
+	tgObject         // the top-level "object"
+	tgUsage          // a usage value of root
+	tgRoot           // the "message" or "response" value
+	tgDetail         // a *_tokens_details value of root (tok: its cached count)
+	tgTok            // a count of root
+	tgFinish         // a Gemini candidate's finishReason
+	tgTier           // a service_tier string of root
+	tgItemType       // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
 )
 
 type target struct{ kind, root, tok uint8 }
