@@ -505,6 +505,41 @@ func TestSpeechEventsThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestImagesThroughTheGateway: gpt-image-1 reports its tokens in the answer (no model,
+// no object: the Responses API's count names), and, streamed, in
+// image_generation.completed after the partial images. The official OpenAI SDK's image,
+// streamed and not, is charged exactly those tokens at the catalog's price of the
+// request's model (before 2026-11-28 the model had no entry: its tokens were charged the
+// catalog's highest prices, counted unpriced).
+func TestImagesThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 50, OutputTokens: 4_160})
+	const model = "gpt-image-1"
+	e, ok := pricecatalog.Lookup(model)
+	if !ok {
+		t.Fatal("gpt-image-1 is not in the catalog")
+	}
+	want := ceilDiv(50*e.InputPerMillion+4_160*e.OutputPerMillion, 1_000_000)
+	for _, scenario := range []string{"image", "image-stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model)
+			if !r.OK || r.Text != "1 image(s)" || !strings.Contains(string(r.Usage), `"output_tokens":4160`) {
+				t.Fatalf("the image failed or lost its usage: %+v", r)
+			}
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 || calls[0].API != fakellm.OpenAIImages || calls[0].Stream != (scenario == "image-stream") {
+				t.Fatalf("the provider got %+v, want one image call", calls)
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != want || rec["cost_basis"] != "reported_usage" || rec["complete"] != true || rec["model"] != model {
+				t.Fatalf("receipt %s, want %d from the image's usage", rec, want)
+			}
+		})
+	}
+}
+
 // TestGeminiThroughTheGateway: Google's official Gen AI SDK (@google/genai), its key in
 // x-goog-api-key, calls Gemini's own API through a gateway whose route sends Google's
 // key the same way. The member's key never reaches the provider; each call is charged

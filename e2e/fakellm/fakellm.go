@@ -33,6 +33,10 @@
 //   - OpenAI's speech (POST /v1/audio/speech) answers SpeechBytes of audio/mpeg and no
 //     usage, as OpenAI does; with stream_format "sse", speech.audio.delta events of base64
 //     audio and a speech.audio.done with the token usage.
+//   - OpenAI's images (POST /v1/images/generations, gpt-image-1) answer one base64 PNG
+//     and the token usage (no model, as OpenAI's answer has none); with stream=true, two
+//     image_generation.partial_image events, then image_generation.completed with the
+//     usage.
 //   - Google's Gemini API: POST /v1beta/models/{model}:generateContent answers the
 //     candidates and usageMetadata (promptTokenCount, candidatesTokenCount and
 //     thoughtsTokenCount, a quarter of the output tokens being thinking,
@@ -108,6 +112,7 @@ const (
 	OpenAITranscription  = "openai.audio.transcriptions"
 	OpenAITranslation    = "openai.audio.translations"
 	OpenAISpeech         = "openai.audio.speech"
+	OpenAIImages         = "openai.images.generations"
 	GeminiGenerate       = "gemini.generateContent"
 	GeminiStream         = "gemini.streamGenerateContent"
 	GeminiCountTokens    = "gemini.countTokens"
@@ -202,6 +207,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.API = OpenAIEmbeddings
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/audio/speech":
 		c.API = OpenAISpeech
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/images/generations":
+		c.API = OpenAIImages
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/resp_"):
 		c.API = OpenAIRetrieve
 	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1beta/models/"):
@@ -286,6 +293,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Audio, and nothing about its cost: OpenAI's speech answers report no usage.
 		ew.start("audio/mpeg", http.StatusOK)
 		ew.write(strings.Repeat("\xff\xf3\x44\xc4", SpeechBytes/4))
+		return
+	}
+	if c.API == OpenAIImages {
+		generateImage(ew, c.Stream, u)
 		return
 	}
 	if c.API == OpenAIRetrieve {
@@ -723,4 +734,23 @@ func anthropicStream(ew *eventWriter, id, model string, u Usage) {
 	event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{%s"output_tokens":%d}}`,
 		serverToolUse(u), u.OutputTokens))
 	event("message_stop", `{"type":"message_stop"}`)
+}
+
+// generateImage answers an image generation: one tiny PNG in base64, and u's tokens in
+// the usage of the JSON answer or, streamed, of image_generation.completed after two
+// partial images.
+func generateImage(ew *eventWriter, stream bool, u Usage) {
+	const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+	usage := fmt.Sprintf(`{"total_tokens":%d,"input_tokens":%d,"output_tokens":%d,"input_tokens_details":{"text_tokens":%d,"image_tokens":0}}`,
+		u.InputTokens+u.OutputTokens, u.InputTokens, u.OutputTokens, u.InputTokens)
+	if !stream {
+		ew.start("application/json", http.StatusOK)
+		ew.write(fmt.Sprintf(`{"created":1767225600,"background":"opaque","data":[{"b64_json":%q}],"output_format":"png","quality":"high","size":"1024x1024","usage":%s}`, png, usage))
+		return
+	}
+	ew.start("text/event-stream", http.StatusOK)
+	for i := range 2 {
+		ew.write(fmt.Sprintf("event: image_generation.partial_image\ndata: {\"type\":\"image_generation.partial_image\",\"b64_json\":%q,\"created_at\":1767225600,\"size\":\"1024x1024\",\"quality\":\"high\",\"background\":\"opaque\",\"output_format\":\"png\",\"partial_image_index\":%d}\n\n", png, i))
+	}
+	ew.write(fmt.Sprintf("event: image_generation.completed\ndata: {\"type\":\"image_generation.completed\",\"b64_json\":%q,\"created_at\":1767225600,\"size\":\"1024x1024\",\"quality\":\"high\",\"background\":\"opaque\",\"output_format\":\"png\",\"usage\":%s}\n\n", png, usage))
 }

@@ -1,14 +1,18 @@
-// One chat completion (or, with the scenarios "responses" and "responses-stream", one
-// Responses API call, "responses-search" and "responses-search-stream" with the web
-// search tool; with "embeddings", one embeddings call, whose vectors the SDK asks
-// as base64 and decodes; with "batch" and "background", a batch or a background
-// response, which a Tollgate gateway refuses; with "retrieve", a stored response read
-// again; with "transcribe", an audio upload to transcribe, "transcribe-verbose" and
-// "transcribe-text" in those response formats, "transcribe-stream" streamed, "translate"
-// a translation; with "speech" and "speech-sse", text to speech as audio and as events) through the official OpenAI SDK, with its defaults (two retries,
-// its own backoff, whatever headers it sends). The key is a Tollgate key, sent as
-// Authorization: Bearer. The stream is asked for WITHOUT stream_options: a client that
-// does not ask for usage must be settled all the same. See report.mjs for the settings.
+// One chat completion through the official OpenAI SDK, with its defaults (two retries,
+// its own backoff, whatever headers it sends), or, by scenario:
+// - "responses", "responses-stream": one Responses API call; "responses-search" and
+//   "responses-search-stream" with the web search tool;
+// - "image", "image-stream": an image generation;
+// - "embeddings": one embeddings call, whose vectors the SDK asks as base64 and decodes;
+// - "batch", "background": a batch or a background response, which a Tollgate gateway
+//   refuses; "retrieve": a stored response read again;
+// - "transcribe": an audio upload to transcribe, "transcribe-verbose" and
+//   "transcribe-text" in those response formats, "transcribe-stream" streamed,
+//   "translate" a translation;
+// - "speech", "speech-sse": text to speech as audio and as events.
+// The key is a Tollgate key, sent as Authorization: Bearer. The stream is asked for
+// WITHOUT stream_options: a client that does not ask for usage must be settled all the
+// same. See report.mjs for the settings.
 import OpenAI, { toFile } from 'openai';
 import { Stream } from 'openai/streaming';
 import { chatCompletion, chatStream, run, settings } from './report.mjs';
@@ -78,6 +82,26 @@ await run('openai', s.scenario, async () => {
     // text: how many numbers the first vector decoded to.
     const res = await client.embeddings.create({ model: s.model, input: ['How are tolls paid?', 'In tokens.'] });
     return { text: `${res.data.length}x${res.data[0].embedding.length}`, model: res.model, usage: res.usage ?? null, chunks: 1 };
+  }
+  if (s.scenario === 'image' || s.scenario === 'image-stream') {
+    // An image (gpt-image-1): its answer reports tokens; streamed, partial images first.
+    const params = { model: s.model, prompt: 'A toll gate at dawn', size: '1024x1024', quality: 'high' };
+    if (s.scenario === 'image') {
+      const res = await client.images.generate(params);
+      return { text: `${res.data.length} image(s)`, model: s.model, usage: res.usage ?? null, chunks: 1 };
+    }
+    const stream = await client.images.generate({ ...params, stream: true, partial_images: 2 });
+    let chunks = 0;
+    let images = 0;
+    let usage = null;
+    for await (const event of stream) {
+      chunks++;
+      if (event.type === 'image_generation.completed') {
+        images++;
+        usage = event.usage;
+      }
+    }
+    return { text: `${images} image(s)`, model: s.model, usage, chunks };
   }
   if (s.scenario.startsWith('responses')) {
     // The Responses API, what OpenAI's newer clients (Codex CLI among them) call;

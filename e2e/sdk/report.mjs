@@ -4,7 +4,8 @@
 // member's Tollgate key, tgk_...), TOLLGATE_MODEL; argv[2] is the scenario, "json" (one
 // buffered answer), "stream", "count" (Anthropic's token counting, which generates
 // nothing), "responses" / "responses-stream" (OpenAI's Responses API; "responses-search" /
-// "responses-search-stream" with the web search tool), "embeddings"
+// "responses-search-stream" with the web search tool), "image" / "image-stream" (an image
+// generation), "embeddings"
 // (OpenAI's embeddings), "batch" and "background" (a batch, a background response) or
 // "retrieve" (a stored response read again) or "transcribe" (an audio upload). The SDK client is built with its defaults: retries,
 // timeout, headers, fetch.
@@ -17,7 +18,7 @@ import { readFileSync } from 'node:fs';
 
 export function settings() {
   const scenario = process.argv[2];
-  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
+  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'image', 'image-stream', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
     'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse'];
   if (!scenarios.includes(scenario)) {
     throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);

@@ -112,6 +112,7 @@ func FuzzExtractSSE(f *testing.F) {
 		"data: {\"type\":\"transcript.text.delta\",\"delta\":\"h\\u00e9\"}\ndata: {\"delta\":\"x\",\"type\":\"transcript.text.done\",\"text\":\"h\u00e9\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2,\"seconds\":3.5}}\n",
 		"data: {\"text\":\"a\",\"usage\":{\"type\":\"duration\",\"seconds\":9.5}}\n\ndata: {\"type\":\"transcript.text.segment\",\"delta\":\"a\"}\n\n",
 		"data: {\"type\":\"speech.audio.delta\",\"audio\":\"SUQz\",\"delta\":\"x\"}\n\ndata: {\"type\":\"speech.audio.done\",\"usage\":{\"input_tokens\":14,\"output_tokens\":101}}\n\n",
+		"data: {\"type\":\"image_generation.partial_image\",\"b64_json\":\"iVBO\"}\n\ndata: {\"type\":\"image_edit.completed\",\"usage\":{\"input_tokens\":5,\"output_tokens\":4160,\"input_tokens_details\":{\"image_tokens\":4}}}\n\n",
 		"data: {\"type\":\"response.web_search_call.completed\",\"item_id\":\"ws_1\"}\n\ndata: {\"type\":\"response.completed\",\"response\":{\"output\":[{\"type\":\"web_search_call\"},{\"type\":\"web_search_call\"}],\"usage\":{\"input_tokens\":1,\"output_tokens\":2}},\"response\":{\"output\":[{\"type\":\"web_search_call\"}]}}\n\n",
 	} {
 		f.Add([]byte(s), uint64(11))

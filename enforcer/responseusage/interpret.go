@@ -26,6 +26,10 @@ const (
 	// (gpt-4o-mini-tts with stream_format "sse"): base64 audio deltas, then
 	// speech.audio.done with the usage, in the Responses API's count names.
 	famSpeech
+	// famImage: the image_generation.* (image_edit.*) events of a streamed image
+	// (gpt-image-1 with stream=true): partial images, then *.completed with the
+	// usage, in the Responses API's count names.
+	famImage
 	nFam
 )
 
@@ -75,6 +79,9 @@ func sseFamily(d *docFields) (family, int) {
 		return famTranscription, rootTop
 	case d.typ.ok && len(d.typ.b) > len("speech.audio.") && string(d.typ.b[:len("speech.audio.")]) == "speech.audio.":
 		return famSpeech, rootTop
+	case d.typ.ok && (len(d.typ.b) > len("image_generation.") && string(d.typ.b[:len("image_generation.")]) == "image_generation." ||
+		len(d.typ.b) > len("image_edit.") && string(d.typ.b[:len("image_edit.")]) == "image_edit."):
+		return famImage, rootTop
 	case d.object.is("chat.completion.chunk"), d.object.is("text_completion"):
 		return famChat, rootTop
 	case isGeminiUsage(&d.usage[rootTop]):
@@ -129,12 +136,14 @@ func (a *accumulator) applySSE(d *docFields) {
 			a.u.setMax(tokWebSearches, n+1)
 		}
 		a.noteSearchCalls(d)
-	case famTranscription, famSpeech:
-		// transcript.text.done (speech.audio.done) ends the stream with the usage of
-		// the whole transcription (speech).
+	case famTranscription, famSpeech, famImage:
+		// transcript.text.done (speech.audio.done, image_generation.completed,
+		// image_edit.completed) ends the stream with the usage of the whole
+		// transcription (speech, image).
 		if u := &d.usage[rootTop]; u.obj {
 			a.u.merge(u)
-			a.final = a.final || ((d.typ.is("transcript.text.done") || d.typ.is("speech.audio.done")) &&
+			a.final = a.final || ((d.typ.is("transcript.text.done") || d.typ.is("speech.audio.done") ||
+				d.typ.is("image_generation.completed") || d.typ.is("image_edit.completed")) &&
 				u.hasTok(tokInput) && u.hasTok(tokOutput))
 		}
 	case famGemini:
@@ -228,11 +237,11 @@ func (a *accumulator) notePriority(d *docFields, root int) {
 }
 
 // formats names the shape of each family, not streamed then streamed. Embeddings
-// and audio durations are not streamed; a non-streamed transcription that counts
-// tokens is read as openai-responses (its usage has the Responses API's names).
+// and audio durations are not streamed; a non-streamed transcription or image that
+// counts tokens is read as openai-responses (its usage has the Responses API's names).
 var formats = [2][nFam]string{
-	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini, FormatOpenAIAudioDuration, "", ""},
-	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE, "", FormatOpenAITranscriptionSSE, FormatOpenAISpeechSSE},
+	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini, FormatOpenAIAudioDuration, "", "", ""},
+	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE, "", FormatOpenAITranscriptionSSE, FormatOpenAISpeechSSE, FormatOpenAIImageSSE},
 }
 
 // fill writes the normalised usage into u. u.Complete is set as if the
@@ -264,7 +273,7 @@ func (a *accumulator) fill(u *Usage) {
 	switch a.fam {
 	case famChat:
 		inTok, outTok, cachedTok = tokPrompt, tokCompletion, tokCachedPrompt
-	case famResponses, famTranscription, famSpeech:
+	case famResponses, famTranscription, famSpeech, famImage:
 		inTok, outTok, cachedTok = tokInput, tokOutput, tokCachedInput
 	case famAnthropic:
 		inTok, outTok, cachedTok = tokInput, tokOutput, tokCacheRead

@@ -32,6 +32,11 @@ const (
 	// speech.audio.done with the token usage (its audio output counted in
 	// output_tokens). A speech answer in audio reports nothing.
 	FormatOpenAISpeechSSE = "openai-speech-sse"
+	// FormatOpenAIImageSSE is OpenAI's streamed image (gpt-image-1 with
+	// stream=true): image_generation.partial_image events (image_edit.* for an edit),
+	// then image_generation.completed with the token usage. A non-streamed image's
+	// JSON reports the same usage and is read as FormatOpenAIResponses.
+	FormatOpenAIImageSSE = "openai-image-sse"
 )
 
 // Response headers (lower-cased) through which an upstream reports its cost.

@@ -1005,16 +1005,48 @@ func TestSpeechSSE(t *testing.T) {
 		{"cut after done", delta + done, false, func() Usage { u := full; u.Complete = false; return u }()},
 		{"done without counts", delta + `data: {"type":"speech.audio.done"}` + "\n\n", true, Usage{Format: FormatOpenAISpeechSSE}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			for how, chunks := range map[string][][]byte{"whole": {[]byte(tc.body)}, "byte by byte": bytewise([]byte(tc.body))} {
-				if got := run(ctSSE, nil, Limits{}, chunks, tc.eos); !reflect.DeepEqual(got, tc.want) {
-					t.Fatalf("%s:\n got %s\nwant %s", how, show(got), show(tc.want))
-				}
-			}
-			if ref, _ := oracleFor(ctSSE, []byte(tc.body)); tc.eos && !reflect.DeepEqual(ref, tc.want) {
-				t.Fatalf("reference:\n got %s\nwant %s", show(ref), show(tc.want))
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkWholeAndBytewise(t, ctSSE, tc.body, tc.eos, tc.want) })
+	}
+}
+
+// checkWholeAndBytewise reads body whole and byte by byte, ended as eos says, and
+// compares both with want, and, for a body that ended, the reference's reading too.
+func checkWholeAndBytewise(t *testing.T, ct, body string, eos bool, want Usage) {
+	t.Helper()
+	for how, chunks := range map[string][][]byte{"whole": {[]byte(body)}, "byte by byte": bytewise([]byte(body))} {
+		if got := run(ct, nil, Limits{}, chunks, eos); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s:\n got %s\nwant %s", how, show(got), show(want))
+		}
+	}
+	if ref, _ := oracleFor(ct, []byte(body)); eos && !reflect.DeepEqual(ref, want) {
+		t.Fatalf("reference:\n got %s\nwant %s", show(ref), show(want))
+	}
+}
+
+// OpenAI's images (gpt-image-1) report token usage in the Responses API's names: in the
+// JSON answer, and streamed in image_generation.completed (image_edit.completed) after
+// partial images, whose base64 is not output text.
+func TestImages(t *testing.T) {
+	const (
+		usage   = `"usage":{"total_tokens":4210,"input_tokens":50,"output_tokens":4160,"input_tokens_details":{"text_tokens":40,"image_tokens":10}}`
+		b64     = `"b64_json":"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="`
+		json    = `{"created":1713833628,"background":"opaque","data":[{` + b64 + `}],"output_format":"png","quality":"high","size":"1024x1024",` + usage + `}`
+		partial = `data: {"type":"image_generation.partial_image",` + b64 + `,"partial_image_index":0,"size":"1024x1024"}` + "\n\n"
+		done    = `data: {"type":"image_generation.completed",` + b64 + `,"size":"1024x1024",` + usage + `}` + "\n\n"
+	)
+	stream := Usage{InputTokens: 50, OutputTokens: 4160, Complete: true, Format: FormatOpenAIImageSSE, InputReported: true, OutputReported: true}
+	for _, tc := range []struct {
+		name, ct, body string
+		eos            bool
+		want           Usage
+	}{
+		{"json", ctJSON, json, true, func() Usage { u := stream; u.Format = FormatOpenAIResponses; return u }()},
+		{"stream", ctSSE, partial + partial + done, true, stream},
+		{"edit stream", ctSSE, strings.ReplaceAll(partial+done, "image_generation.", "image_edit."), true, stream},
+		{"stream cut before completed: nothing reported, no text", ctSSE, partial + partial, false, Usage{Format: FormatOpenAIImageSSE}},
+		{"completed without counts", ctSSE, partial + `data: {"type":"image_generation.completed"}` + "\n\n", true, Usage{Format: FormatOpenAIImageSSE}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkWholeAndBytewise(t, tc.ct, tc.body, tc.eos, tc.want) })
 	}
 }
 
