@@ -252,7 +252,14 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer p.done()
-	if !p.admit(w, r) || !p.forward(w, r) {
+	if !p.admit(w, r) {
+		return
+	}
+	if isWebSocket(r) {
+		p.realtime(w, r)
+		return
+	}
+	if !p.forward(w, r) {
 		return
 	}
 	p.respond(w)
@@ -567,14 +574,7 @@ func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 // credential and any X-Service-* header, with the provider's credential and the
 // request id.
 func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []byte) (*http.Request, error) {
-	u := *p.route.Upstream
-	u.Path = singleJoin(u.Path, r.URL.Path)
-	u.RawPath = ""
-	if r.URL.RawPath != "" {
-		u.RawPath = singleJoin(p.route.Upstream.EscapedPath(), r.URL.RawPath)
-	}
-	u.RawQuery = r.URL.RawQuery
-	out, err := http.NewRequestWithContext(ctx, r.Method, u.String(), nil)
+	out, err := http.NewRequestWithContext(ctx, r.Method, p.upstreamURL(r), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -587,29 +587,52 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 	case len(body) > 0:
 		out.Body, out.ContentLength = &releasingReader{b: body}, int64(len(body))
 	}
-	copyHeaders(out.Header, r.Header)
+	out.Header = p.upstreamHeader(r.Header, false)
 	// Only codings the extractor reads may come back (a zstd answer could only be
 	// estimated); the client offered all of them, so it decodes what it gets.
 	if ae, changed := responseusage.ReadableAcceptEncoding(strings.Join(out.Header.Values("Accept-Encoding"), ", ")); changed {
 		out.Header.Set("Accept-Encoding", ae)
 	}
-	out.Header.Del("Authorization")
-	out.Header.Del("X-Api-Key")
-	out.Header.Del("X-Goog-Api-Key")
-	out.Header.Del("Api-Key")
-	out.Header.Del("Content-Length")
-	for k := range out.Header {
-		if strings.HasPrefix(k, "X-Service-") {
-			delete(out.Header, k)
+	return out, nil
+}
+
+// upstreamURL is where the request goes: the route's upstream, the path joined to its
+// own, the query as it came.
+func (p *proxied) upstreamURL(r *http.Request) string {
+	u := *p.route.Upstream
+	u.Path = singleJoin(u.Path, r.URL.Path)
+	u.RawPath = ""
+	if r.URL.RawPath != "" {
+		u.RawPath = singleJoin(p.route.Upstream.EscapedPath(), r.URL.RawPath)
+	}
+	u.RawQuery = r.URL.RawQuery
+	return u.String()
+}
+
+// upstreamHeader is the header the upstream gets: the client's, without hop-by-hop
+// headers, the member's credential and any X-Service-* header, with the provider's
+// credential and the admitted request's id. A WebSocket handshake's own headers
+// (Sec-WebSocket-*) are left out too: the upstream handshake makes its own.
+func (p *proxied) upstreamHeader(in http.Header, webSocket bool) http.Header {
+	out := make(http.Header, len(in)+2)
+	copyHeaders(out, in)
+	out.Del("Authorization")
+	out.Del("X-Api-Key")
+	out.Del("X-Goog-Api-Key")
+	out.Del("Api-Key")
+	out.Del("Content-Length")
+	for k := range out {
+		if strings.HasPrefix(k, "X-Service-") || webSocket && strings.HasPrefix(k, "Sec-Websocket-") {
+			delete(out, k)
 		}
 	}
 	if p.route.Header != "" {
-		out.Header.Set(p.route.Header, p.route.Credential)
+		out.Set(p.route.Header, p.route.Credential)
 	}
 	if p.id != "" {
-		out.Header.Set(gate.HeaderRequestID, p.id)
+		out.Set(gate.HeaderRequestID, p.id)
 	}
-	return out, nil
+	return out
 }
 
 // nameRequest tells the client the admitted request's id (X-Service-Request-Id), the

@@ -1,0 +1,277 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/coder/websocket"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/realtimeusage"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+)
+
+// A Realtime session (OpenAI's Realtime API over a WebSocket: GET /v1/realtime?model=...,
+// Azure's /openai/realtime?deployment=...) is proxied message by message and charged
+// response by response:
+//
+//   - The upgrade request is checked like any request (its key in a header: Authorization,
+//     x-api-key or api-key; a browser's key in a subprotocol is not read, so it is a 401)
+//     and admitted as the session's first request. The upstream's handshake comes first:
+//     a refusal of the provider's (401, 404...) is passed on as it came, uncharged.
+//   - Every message goes through as it came, either way. The server's events are read
+//     (package realtimeusage); each response.done settles the admitted request with that
+//     response's usage, and the member is checked again, a new request, before the next
+//     response: a member whose limit the session spent gets the close code 1008 (policy
+//     violation) with the refusal's error code as its reason, and the upstream
+//     connection is closed. So a session spends past a limit by one response at most,
+//     as a stream does.
+//   - At the end (either side closes, the upstream is silent for the idle timeout, an
+//     error) the last request is settled: at 0 and complete when no response was in
+//     progress, else incomplete and estimated from the text the response had sent.
+//
+// Any other WebSocket upgrade is refused (400): nothing else a provider serves that way
+// could be charged.
+
+// realtimeMessageBytes bounds one message from the provider (an audio delta, a
+// response.done with its whole output); the client's are bounded by the body cap.
+const realtimeMessageBytes = 64 << 20
+
+// isWebSocket tells a WebSocket opening handshake (RFC 6455 4.1).
+func isWebSocket(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.EqualFold(r.Header.Get("Upgrade"), "websocket") &&
+		headerHasToken(r.Header, "Connection", "upgrade")
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isRealtimePath tells the Realtime API's WebSocket path (OpenAI's /v1/realtime,
+// Azure's /openai/realtime), compared as requestbody.Deferred compares paths.
+func isRealtimePath(path string) bool {
+	return strings.HasSuffix(strings.TrimRight(strings.ToLower(path), "/"), "/realtime")
+}
+
+// realtime proxies an admitted WebSocket upgrade (see above).
+func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
+	gw := p.gw
+	if p.id != "" {
+		gw.tracker.Follow(p.id)
+	}
+	if !isRealtimePath(r.URL.Path) {
+		p.settle(inflight.Refused())
+		gw.answered(w, OutcomeRefused)
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_websocket_unsupported",
+			"Only the Realtime API's WebSocket (/v1/realtime) can be proxied and charged.", nil)
+		return
+	}
+	q := r.URL.Query()
+	model := requestbody.CleanModel(q.Get("model"))
+	if model == "" {
+		model = requestbody.CleanModel(q.Get("deployment")) // Azure names the deployment
+	}
+	if !p.record(w, model) {
+		return
+	}
+
+	ctx, cancel := context.WithCancel(r.Context())
+	p.cancel = cancel
+	up, resp, err := websocket.Dial(ctx, p.upstreamURL(r), &websocket.DialOptions{
+		HTTPClient:   &http.Client{Transport: gw.up},
+		HTTPHeader:   p.upstreamHeader(r.Header, true),
+		Subprotocols: subprotocols(r.Header),
+	})
+	if err != nil {
+		p.handshakeFailed(w, r, resp, err)
+		return
+	}
+	defer up.CloseNow()
+	up.SetReadLimit(realtimeMessageBytes)
+
+	var accept websocket.AcceptOptions
+	if sp := up.Subprotocol(); sp != "" {
+		accept.Subprotocols = []string{sp}
+	}
+	// Origins are not checked: the member's key authenticates the session, in a header a
+	// page cannot set, and no cookie is read.
+	accept.InsecureSkipVerify = true
+	gw.answered(w, OutcomeProxied)
+	client, err := websocket.Accept(w, r, &accept)
+	if err != nil {
+		return // Accept answered the client; nothing reached the model
+	}
+	defer client.CloseNow()
+	client.SetReadLimit(gw.cfg.MaxBodyBytes)
+
+	creds := credentialsOf(r.Header)
+	events := realtimeusage.New(model)
+	go relayClient(ctx, cancel, client, up)
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, gw.cfg.IdleTimeout)
+		typ, msg, err := up.Read(rctx)
+		rcancel()
+		if err != nil {
+			closeWith(client, err)
+			break
+		}
+		var u realtimeusage.Usage
+		var done bool
+		if typ == websocket.MessageText {
+			u, done = events.Event(msg)
+		}
+		if err := client.Write(ctx, typ, msg); err != nil {
+			closeWith(up, err)
+			break
+		}
+		if done && !p.nextResponse(ctx, u, creds, events.Model(), client, up) {
+			break
+		}
+	}
+	cancel()
+	unfinished, inProgress := events.Unfinished()
+	if !inProgress {
+		p.settle(inflight.Usage{Model: unfinished.Model, Complete: true, UpstreamStatus: http.StatusSwitchingProtocols})
+		return
+	}
+	p.settle(inflight.Usage{Model: unfinished.Model, UpstreamStatus: http.StatusSwitchingProtocols,
+		Seen: &inflight.Seen{TextBytes: unfinished.TextBytes}})
+}
+
+// record prepares the admitted request's settlement with its model (the organization
+// may refuse a model nobody priced: 403); false when it was answered.
+func (p *proxied) record(w http.ResponseWriter, model string) bool {
+	if p.id == "" || model == "" {
+		return true
+	}
+	if p.gw.tracker.RefuseUnpricedModel(p.id, model) {
+		p.settled = true // RefuseUnpricedModel settled it
+		p.gw.answered(w, OutcomeRefused)
+		refuse(w, gate.ModelNotPricedRefusal(model))
+		return false
+	}
+	p.gw.tracker.RecordRequest(p.id, 0, model)
+	return true
+}
+
+// nextResponse settles the request with the response that ended (u) and admits the
+// session's next one; false when the member was refused (both sides are then closed:
+// the client with 1008 and the refusal's code) or the check could not finish.
+func (p *proxied) nextResponse(ctx context.Context, u realtimeusage.Usage, creds gate.Credentials, model string,
+	client, up *websocket.Conn) bool {
+	settled := inflight.Usage{Model: u.Model, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		CachedTokens: u.CachedInputTokens, Complete: u.Reported, UpstreamStatus: http.StatusSwitchingProtocols}
+	if !u.Reported {
+		settled.Seen = &inflight.Seen{TextBytes: u.TextBytes}
+	}
+	p.settle(settled)
+	a, err := p.gw.gate.CheckRequest(ctx, creds, gate.Hint{})
+	if err != nil {
+		return false
+	}
+	if !a.Allowed() {
+		p.id = ""
+		_ = client.Close(websocket.StatusPolicyViolation, closeReason(a))
+		_ = up.Close(websocket.StatusNormalClosure, "")
+		return false
+	}
+	p.id, p.settled = a.RequestID, false
+	if p.id != "" {
+		p.gw.tracker.Follow(p.id)
+		p.gw.tracker.RecordRequest(p.id, 0, model)
+	}
+	return true
+}
+
+// closeReason is a refusal's error code, as a close frame's reason carries it (at most
+// 123 bytes).
+func closeReason(a gate.Answer) string {
+	for _, h := range a.DeniedHeaders() {
+		if h.Name == gate.HeaderErrorCode {
+			return h.Value
+		}
+	}
+	return a.Reason.String()
+}
+
+// relayClient sends the client's messages to the upstream until either side ends; then
+// the session ends (cancel).
+func relayClient(ctx context.Context, cancel context.CancelFunc, client, up *websocket.Conn) {
+	defer cancel()
+	for {
+		typ, msg, err := client.Read(ctx)
+		if err != nil {
+			closeWith(up, err)
+			return
+		}
+		if err := up.Write(ctx, typ, msg); err != nil {
+			closeWith(client, err)
+			return
+		}
+	}
+}
+
+// closeWith closes c with the status the other side closed with (normal when it did
+// not say, or went away without a close).
+func closeWith(c *websocket.Conn, err error) {
+	status := websocket.CloseStatus(err)
+	if status == -1 || status == websocket.StatusNoStatusRcvd || status == websocket.StatusAbnormalClosure {
+		status = websocket.StatusGoingAway
+	}
+	var ce websocket.CloseError
+	reason := ""
+	if errors.As(err, &ce) {
+		reason = ce.Reason
+	}
+	_ = c.Close(status, reason)
+}
+
+// subprotocols are the client's offered subprotocols, for the upstream, without any that
+// would carry a key (a browser's "openai-insecure-api-key.<key>").
+func subprotocols(h http.Header) []string {
+	var out []string
+	for _, v := range h.Values("Sec-Websocket-Protocol") {
+		for _, sp := range strings.Split(v, ",") {
+			if sp = strings.TrimSpace(sp); sp != "" && !strings.Contains(strings.ToLower(sp), "api-key") {
+				out = append(out, sp)
+			}
+		}
+	}
+	return out
+}
+
+// credentialsOf are the member's credentials in h, as admit reads them.
+func credentialsOf(h http.Header) gate.Credentials {
+	return gate.Credentials{APIKey: h.Get("X-Api-Key"), Authorization: h.Get("Authorization"),
+		GoogAPIKey: h.Get("X-Goog-Api-Key"), AzureAPIKey: h.Get("Api-Key")}
+}
+
+// handshakeFailed answers an upstream that did not open the WebSocket: its own answer
+// when it gave one (a 401 for a bad provider key, say), else 502 or 504. Nothing was
+// used either way.
+func (p *proxied) handshakeFailed(w http.ResponseWriter, r *http.Request, resp *http.Response, err error) {
+	if resp == nil || resp.StatusCode == http.StatusSwitchingProtocols {
+		p.upstreamFailed(w, r, err)
+		return
+	}
+	p.settle(inflight.Usage{Complete: true, UpstreamStatus: int32(resp.StatusCode)})
+	p.gw.answered(w, OutcomeProxied)
+	h := w.Header()
+	copyHeaders(h, resp.Header)
+	p.nameRequest(h)
+	w.WriteHeader(resp.StatusCode)
+	if resp.Body != nil {
+		_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
+	}
+}

@@ -1,0 +1,326 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
+)
+
+// realtimeUpstream is a fake Realtime API: it opens the session (session.created), then
+// answers each client message with one response (response.created, a text delta,
+// response.done with in+i input and out+i output tokens, i counting from 0). With
+// hang, the second response never ends. It records the handshake's headers and the
+// client messages.
+type realtimeUpstream struct {
+	in, out int64
+	hang    bool
+	mu      sync.Mutex
+	header  http.Header
+	got     []string
+}
+
+func (u *realtimeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.mu.Lock()
+	u.header = r.Header.Clone()
+	u.mu.Unlock()
+	if r.Header.Get("Authorization") != "Bearer sk-provider" {
+		http.Error(w, `{"error":{"message":"Incorrect API key provided"}}`, http.StatusUnauthorized)
+		return
+	}
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	ctx := r.Context()
+	send := func(s string) error { return c.Write(ctx, websocket.MessageText, []byte(s)) }
+	if send(`{"type":"session.created","event_id":"ev_0","session":{"object":"realtime.session","model":"gpt-realtime-2025-08-28"}}`) != nil {
+		return
+	}
+	for i := int64(0); ; i++ {
+		_, msg, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		u.mu.Lock()
+		u.got = append(u.got, string(msg))
+		u.mu.Unlock()
+		id := fmt.Sprintf("resp_%d", i)
+		_ = send(`{"type":"response.created","response":{"object":"realtime.response","id":"` + id + `","status":"in_progress","usage":null}}`)
+		_ = c.Write(ctx, websocket.MessageBinary, []byte{0, 1, 2}) // not an event: passed on as it came
+		_ = send(`{"type":"response.output_text.delta","response_id":"` + id + `","delta":"Tolls are paid in tokens."}`)
+		if u.hang && i == 1 {
+			continue
+		}
+		_ = send(fmt.Sprintf(`{"type":"response.done","response":{"object":"realtime.response","id":%q,"status":"completed","usage":{"total_tokens":%d,"input_tokens":%d,"output_tokens":%d,"input_token_details":{"cached_tokens":%d,"text_tokens":1,"audio_tokens":2}}}}`,
+			id, u.in+u.out+2*i, u.in+i, u.out+i, i))
+	}
+}
+
+// countingGate admits its first n checks (request ids req_1, req_2, ...) and refuses the
+// next with the usage-limit 429.
+type countingGate struct {
+	n      int
+	mu     sync.Mutex
+	checks int
+}
+
+func (g *countingGate) CheckRequest(_ context.Context, c gate.Credentials, _ gate.Hint) (gate.Answer, error) {
+	if c.Authorization != "Bearer tgk_good" {
+		return gate.Refusal(gate.ReasonUnknownCredential), nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.checks++
+	if g.checks > g.n {
+		a := gate.Refusal(gate.ReasonUsageLimit)
+		a.UsageState = "blocked"
+		return a, nil
+	}
+	return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: fmt.Sprintf("req_%d", g.checks), UsageState: "within_limit"}, nil
+}
+
+func newRealtimeEnv(t *testing.T, up http.Handler, admits int) (*countingGate, *fakeTracker, string) {
+	t.Helper()
+	upstream := httptest.NewServer(up)
+	t.Cleanup(upstream.Close)
+	rt, err := gateway.NewRoute("/", upstream.URL, "", "Bearer sk-provider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := newMetrics()
+	g, tr := &countingGate{n: admits}, newTracker()
+	gw, err := gateway.New(gateway.Config{Routes: []gateway.Route{rt}}, g, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(gw)
+	t.Cleanup(front.Close)
+	return g, tr, "ws" + strings.TrimPrefix(front.URL, "http")
+}
+
+func dialRealtime(t *testing.T, url, key string) (*websocket.Conn, *http.Response, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h := http.Header{}
+	if key != "" {
+		h.Set("Authorization", "Bearer "+key)
+	}
+	return websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
+}
+
+// readUntil reads messages until one contains want; it returns the text ones read.
+func readUntil(t *testing.T, c *websocket.Conn, want string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var got []string
+	for {
+		typ, msg, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("reading until %q: %v (read %q)", want, err, got)
+		}
+		if typ == websocket.MessageText {
+			got = append(got, string(msg))
+		}
+		if strings.Contains(string(msg), want) {
+			return got
+		}
+	}
+}
+
+// settlements waits for n settlements and returns them.
+func (f *fakeTracker) settlements(t *testing.T, n int) []inflight.Usage {
+	t.Helper()
+	for range n {
+		select {
+		case <-f.done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d settlements, want %d", len(f.finished), n)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]inflight.Usage(nil), f.finished...)
+}
+
+// A Realtime session is proxied message by message and charged response by response:
+// each response.done settles one admitted request with its usage (the model as the
+// server named it) and the member is checked again before the next; the upstream gets
+// the provider's key, never the member's; the session's end settles the last request
+// at 0.
+func TestRealtimeSessionIsChargedByResponse(t *testing.T) {
+	up := &realtimeUpstream{in: 1000, out: 200}
+	g, tr, url := newRealtimeEnv(t, up, 10)
+	c, res, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := res.Header.Get(gate.HeaderRequestID); id != "" {
+		t.Fatalf("the handshake named request %q: a session is many requests", id)
+	}
+	ctx := context.Background()
+	readUntil(t, c, "session.created")
+	for i := range 2 {
+		if err := c.Write(ctx, websocket.MessageText, []byte(fmt.Sprintf(`{"type":"response.create","n":%d}`, i))); err != nil {
+			t.Fatal(err)
+		}
+		got := readUntil(t, c, "response.done")
+		if len(got) != 3 || !strings.Contains(got[1], "Tolls are paid") {
+			t.Fatalf("response %d reached the client as %q", i, got)
+		}
+	}
+	_ = c.Close(websocket.StatusNormalClosure, "bye")
+	s := tr.settlements(t, 3)
+	for i, want := range []inflight.Usage{
+		{Model: "gpt-realtime-2025-08-28", InputTokens: 1000, OutputTokens: 200, Complete: true, UpstreamStatus: 101},
+		{Model: "gpt-realtime-2025-08-28", InputTokens: 1001, OutputTokens: 201, CachedTokens: 1, Complete: true, UpstreamStatus: 101},
+		{Model: "gpt-realtime-2025-08-28", Complete: true, UpstreamStatus: 101}, // nothing after the last response
+	} {
+		if fmt.Sprint(s[i]) != fmt.Sprint(want) {
+			t.Fatalf("settlement %d: %+v, want %+v", i, s[i], want)
+		}
+	}
+	if g.checks != 3 {
+		t.Fatalf("%d checks, want the session's opening and one after each response", g.checks)
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if up.header.Get("Authorization") != "Bearer sk-provider" || strings.Contains(fmt.Sprint(up.header), "tgk_good") ||
+		up.header.Get(gate.HeaderRequestID) != "req_1" {
+		t.Fatalf("the upstream's handshake headers: %v", up.header)
+	}
+	if len(up.got) != 2 || up.got[1] != `{"type":"response.create","n":1}` {
+		t.Fatalf("the upstream got %q", up.got)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if fmt.Sprint(tr.recorded) != "[gpt-realtime gpt-realtime-2025-08-28 gpt-realtime-2025-08-28]" {
+		t.Fatalf("recorded models %v", tr.recorded)
+	}
+}
+
+// A member whose limit a response spent is refused before the next: the client gets the
+// close code 1008 with the refusal's error code, the upstream is closed, and nothing more
+// is admitted or settled.
+func TestRealtimeSessionEndsAtTheLimit(t *testing.T) {
+	up := &realtimeUpstream{in: 10, out: 20}
+	g, tr, url := newRealtimeEnv(t, up, 1)
+	c, _, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	readUntil(t, c, "session.created")
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create"}`)); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, c, "response.done")
+	_, _, err = c.Read(ctx)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || ce.Reason != gate.CodeUsageLimitExceeded {
+		t.Fatalf("after the limit: %v, want close 1008 %s", err, gate.CodeUsageLimitExceeded)
+	}
+	s := tr.settlements(t, 1)
+	if s[0].InputTokens != 10 || s[0].OutputTokens != 20 || !s[0].Complete {
+		t.Fatalf("the response was settled %+v", s[0])
+	}
+	time.Sleep(100 * time.Millisecond)
+	tr.mu.Lock()
+	n := len(tr.finished)
+	tr.mu.Unlock()
+	if n != 1 || g.checks != 2 {
+		t.Fatalf("%d settlements and %d checks, want 1 and 2", n, g.checks)
+	}
+}
+
+// A session that ends while a response is in progress settles that request as
+// incomplete, estimated from the text the response had sent.
+func TestRealtimeSessionCutMidResponse(t *testing.T) {
+	up := &realtimeUpstream{in: 10, out: 20, hang: true}
+	_, tr, url := newRealtimeEnv(t, up, 10)
+	c, _, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	readUntil(t, c, "session.created")
+	for range 2 {
+		if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readUntil(t, c, "response.done")
+	readUntil(t, c, "Tolls are paid") // the second response's delta; it never ends
+	_ = c.CloseNow()
+	s := tr.settlements(t, 2)
+	cut := s[1]
+	if cut.Complete || cut.Seen == nil || cut.Seen.TextBytes != int64(len("Tolls are paid in tokens.")) || cut.InputTokens != 0 {
+		t.Fatalf("the cut response was settled %+v (seen %+v)", cut, cut.Seen)
+	}
+}
+
+// Refusals never reach the upstream; another WebSocket than the Realtime API's is
+// refused; the provider's refusal of the handshake reaches the client as it came, and
+// is settled with its status (nothing used).
+func TestRealtimeRefusals(t *testing.T) {
+	up := &realtimeUpstream{}
+	_, tr, url := newRealtimeEnv(t, up, 10)
+	for _, tc := range []struct {
+		name, path, key string
+		status          int
+	}{
+		{"no key", "/v1/realtime?model=gpt-realtime", "", http.StatusUnauthorized},
+		{"another websocket", "/v1/responses", "tgk_good", http.StatusBadRequest},
+	} {
+		_, res, err := dialRealtime(t, url+tc.path, tc.key)
+		if err == nil || res == nil || res.StatusCode != tc.status {
+			t.Fatalf("%s: %v %v, want %d", tc.name, err, res, tc.status)
+		}
+	}
+	up.mu.Lock()
+	reached := up.header != nil
+	up.mu.Unlock()
+	if reached {
+		t.Fatal("a refused handshake reached the upstream")
+	}
+	tr.settlements(t, 1) // the other websocket, admitted then refused
+	tr.reset()
+
+	// The upstream refuses our provider key.
+	bad := &realtimeUpstream{}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("Authorization", "Bearer sk-revoked")
+		bad.ServeHTTP(w, r)
+	}))
+	defer upstream.Close()
+	rt, _ := gateway.NewRoute("/", upstream.URL, "", "Bearer sk-provider")
+	m, _ := newMetrics()
+	tr2 := newTracker()
+	gw, _ := gateway.New(gateway.Config{Routes: []gateway.Route{rt}}, &countingGate{n: 1}, tr2, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	front := httptest.NewServer(gw)
+	defer front.Close()
+	_, res, err := dialRealtime(t, "ws"+strings.TrimPrefix(front.URL, "http")+"/v1/realtime?model=gpt-realtime", "tgk_good")
+	if err == nil || res == nil || res.StatusCode != http.StatusUnauthorized || res.Header.Get(gate.HeaderRequestID) != "req_1" {
+		t.Fatalf("the provider's 401: %v %+v", err, res)
+	}
+	if u := tr2.settled(t); u.UpstreamStatus != http.StatusUnauthorized || u.InputTokens != 0 || u.Seen != nil {
+		t.Fatalf("settled %+v", u)
+	}
+}
