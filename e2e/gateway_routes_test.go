@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -537,6 +538,61 @@ func TestImagesThroughTheGateway(t *testing.T) {
 				t.Fatalf("receipt %s, want %d from the image's usage", rec, want)
 			}
 		})
+	}
+}
+
+// TestRealtimeThroughTheGateway: the official OpenAI SDK's Realtime client
+// (OpenAIRealtimeWS, on the ws package) holds a session with gpt-realtime through the
+// gateway's WebSocket. Each response is charged its usage exactly, at the catalog's
+// price of the model the server named, as a request of its own; the member is checked
+// again before each next response, so once two responses spent the 1 USD day limit the
+// session is closed with 1008 and the refusal's code, and a new session's handshake is
+// the 429 with both headers. The provider sees its own key, never the member's.
+func TestRealtimeThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, CachedInputTokens: 2_000, OutputTokens: 5_000})
+	fake.Snapshots = map[string]string{"gpt-realtime": "gpt-realtime-2025-08-28"}
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	e, _ := pricecatalog.Lookup("gpt-realtime")
+	want := ceilDiv(8_000*e.InputPerMillion+2_000*e.CachedInputPerMillion+5_000*e.OutputPerMillion, 1_000_000)
+	if want >= usd || 2*want < usd {
+		t.Fatalf("a response costs %d micro-USD: the test wants two to spend the 1 USD limit, one not to", want)
+	}
+
+	r := runSDK(t, dir, "openai.mjs", "realtime", s.gateway, o.key, "gpt-realtime")
+	if !r.OK || r.Chunks != 2 || r.Text != fakellm.Text+fakellm.Text || r.CloseCode != 1008 || r.CloseReason != "service_gateway_usage_limit_exceeded" {
+		t.Fatalf("the session: %+v, want two responses, then closed with 1008 at the limit", r)
+	}
+	calls := fake.Calls()
+	if len(calls) != 1 || calls[0].API != fakellm.OpenAIRealtime || calls[0].Model != "gpt-realtime" ||
+		calls[0].Header.Get("Authorization") != providerAuthorization || strings.Contains(fmt.Sprint(calls[0].Header), o.key) {
+		t.Fatalf("the provider got %+v", calls)
+	}
+	s.waitUsed(t, o, 2, 2*want)
+	rows, err := s.db.Pool.Query(context.Background(), `SELECT cost_micro_usd, complete, model FROM usage_receipts
+		WHERE organization_id = $1 ORDER BY settled_at, request_id`, o.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var cost int64
+		var complete bool
+		var model string
+		if err := rows.Scan(&cost, &complete, &model); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprint(cost, complete, model))
+	}
+	if rows.Err() != nil || len(got) != 2 || got[0] != fmt.Sprint(want, true, "gpt-realtime-2025-08-28") || got[1] != got[0] {
+		t.Fatalf("receipts %q (%v), want two of %d, complete", got, rows.Err(), want)
+	}
+
+	again := runSDK(t, dir, "openai.mjs", "realtime", s.gateway, o.key, "gpt-realtime")
+	if again.OK || again.Status != 429 || again.HeaderCode == nil || *again.HeaderCode != "service_gateway_usage_limit_exceeded" || len(fake.Calls()) != 1 {
+		t.Fatalf("a blocked member's session: %+v; the provider got %d sessions", again, len(fake.Calls()))
 	}
 }
 

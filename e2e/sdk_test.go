@@ -96,7 +96,11 @@ type sdkResult struct {
 	// Searches: the web_search_call output items the SDK saw (openai.mjs's
 	// responses-search scenarios).
 	Searches int
-	Error    string
+	// CloseCode and CloseReason: how a Realtime session's WebSocket closed (openai.mjs's
+	// realtime scenario).
+	CloseCode   int
+	CloseReason string
+	Error       string
 }
 
 // TestOfficialSDKsThroughTheEnforcedPath is issue 17's item 4: the official openai and

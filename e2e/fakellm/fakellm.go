@@ -37,6 +37,9 @@
 //     and the token usage (no model, as OpenAI's answer has none); with stream=true, two
 //     image_generation.partial_image events, then image_generation.completed with the
 //     usage.
+//   - OpenAI's Realtime API (GET /v1/realtime?model=..., a WebSocket): session.created,
+//     then, for each response.create, a response's events ending in response.done with
+//     its usage (realtime.go).
 //   - Google's Gemini API: POST /v1beta/models/{model}:generateContent answers the
 //     candidates and usageMetadata (promptTokenCount, candidatesTokenCount and
 //     thoughtsTokenCount, a quarter of the output tokens being thinking,
@@ -183,6 +186,10 @@ type request struct {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && (r.URL.Path == "/v1/audio/transcriptions" || r.URL.Path == "/v1/audio/translations") {
 		s.transcribe(w, r)
+		return
+	}
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/realtime" {
+		s.realtime(w, r)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))

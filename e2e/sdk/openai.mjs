@@ -9,11 +9,17 @@
 // - "transcribe": an audio upload to transcribe, "transcribe-verbose" and
 //   "transcribe-text" in those response formats, "transcribe-stream" streamed,
 //   "translate" a translation;
-// - "speech", "speech-sse": text to speech as audio and as events.
+// - "speech", "speech-sse": text to speech as audio and as events;
+// - "realtime": a Realtime session over a WebSocket (the SDK's OpenAIRealtimeWS, on the
+//   ws package), asking up to three responses, each after the last ended: usage is the
+//   list of the responses' usage, text their text, closeCode and closeReason how the
+//   session closed (1000 when the script closed it).
 // The key is a Tollgate key, sent as Authorization: Bearer. The stream is asked for
 // WITHOUT stream_options: a client that does not ask for usage must be settled all the
 // same. See report.mjs for the settings.
+import net from 'node:net';
 import OpenAI, { toFile } from 'openai';
+import { OpenAIRealtimeWS } from 'openai/realtime/ws';
 import { Stream } from 'openai/streaming';
 import { chatCompletion, chatStream, run, settings } from './report.mjs';
 
@@ -83,6 +89,7 @@ await run('openai', s.scenario, async () => {
     const res = await client.embeddings.create({ model: s.model, input: ['How are tolls paid?', 'In tokens.'] });
     return { text: `${res.data.length}x${res.data[0].embedding.length}`, model: res.model, usage: res.usage ?? null, chunks: 1 };
   }
+  if (s.scenario === 'realtime') return realtimeSession();
   if (s.scenario === 'image' || s.scenario === 'image-stream') {
     // An image (gpt-image-1): its answer reports tokens; streamed, partial images first.
     const params = { model: s.model, prompt: 'A toll gate at dawn', size: '1024x1024', quality: 'high' };
@@ -136,3 +143,44 @@ await run('openai', s.scenario, async () => {
   }
   return chatStream(await client.chat.completions.create({ model: s.model, messages, stream: true }));
 });
+
+async function realtimeSession() {
+  // The SDK always dials wss://. The tests' gateway listens in plain HTTP (in production
+  // a TLS front such as Caddy hands it the session): over http://, the socket is plain
+  // TCP (ws's createConnection), and everything else is the SDK's own.
+  const options = {};
+  if (s.baseURL.startsWith('http://')) {
+    options.createConnection = (o) => net.connect({ host: o.host, port: Number(o.port) });
+  }
+  const rt = new OpenAIRealtimeWS({ model: s.model, options }, client);
+  const errors = [];
+  rt.on('error', (e) => errors.push(String(e?.message ?? e)));
+  const closed = new Promise((resolve) => rt.socket.on('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+  // A refused handshake (401, 429, ...) is an HTTP answer: reported as run() reports a
+  // refused call (status, headerCode).
+  const refused = new Promise((resolve) => rt.socket.on('unexpected-response', (req, res) => {
+    resolve(res);
+    req.destroy();
+  }));
+  const opened = new Promise((resolve) => rt.socket.on('open', () => resolve(null)));
+  const failed = closed.then((c) => { throw new Error(`the session closed before it opened (${c.code}): ${errors.join('; ')}`); });
+  const res = await Promise.race([opened, refused, failed]);
+  if (res) {
+    const err = new Error(`the handshake was answered ${res.statusCode}`);
+    err.status = res.statusCode;
+    err.headers = { get: (k) => res.headers[k.toLowerCase()] ?? null };
+    throw err;
+  }
+  let text = '';
+  rt.on('response.output_text.delta', (e) => { text += e.delta; });
+  const usage = [];
+  for (let i = 0; i < 3; i++) {
+    rt.send({ type: 'response.create' });
+    const done = await Promise.race([rt.emitted('response.done'), closed.then(() => null)]);
+    if (!done) break;
+    usage.push(done.response.usage);
+  }
+  rt.close({ code: 1000, reason: 'done' });
+  const c = await closed;
+  return { text, model: s.model, usage, chunks: usage.length, closeCode: c.code, closeReason: c.reason };
+}

@@ -5,20 +5,20 @@
 // buffered answer), "stream", "count" (Anthropic's token counting, which generates
 // nothing), "responses" / "responses-stream" (OpenAI's Responses API; "responses-search" /
 // "responses-search-stream" with the web search tool), "image" / "image-stream" (an image
-// generation), "embeddings"
+// generation), "realtime" (a Realtime session over a WebSocket), "embeddings"
 // (OpenAI's embeddings), "batch" and "background" (a batch, a background response) or
 // "retrieve" (a stored response read again) or "transcribe" (an audio upload). The SDK client is built with its defaults: retries,
 // timeout, headers, fetch.
 //
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
 // headerCode, shouldRetry, retryAfter, elapsedMs, text, model, usage, chunks, searches,
-// error}.
+// closeCode, closeReason, error}.
 // The exit status is 0 when a line was printed.
 import { readFileSync } from 'node:fs';
 
 export function settings() {
   const scenario = process.argv[2];
-  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'image', 'image-stream', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
+  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'image', 'image-stream', 'realtime', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
     'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse'];
   if (!scenarios.includes(scenario)) {
     throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);

@@ -67,8 +67,10 @@ type stream struct {
 	// (then a mutation must use raw_value too: Envoy reads only that one).
 	path, method     string
 	hasContentLength bool
-	rawValues        bool
-	bodySeen         bool
+	// webSocket: the request asks to upgrade to a WebSocket (Upgrade: websocket).
+	webSocket bool
+	rawValues bool
+	bodySeen  bool
 
 	status int32
 	ext    *responseusage.Extractor
@@ -105,6 +107,14 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		st.requestHeaders(r.RequestHeaders.GetHeaders())
+		if st.webSocket && st.requestID != "" && !st.s.AllowDeferredBilling {
+			// A WebSocket (the Realtime API) is relayed past ext_proc once upgraded: its
+			// messages, and the usage in them, are never seen here. Only the enforcer's
+			// gateway charges one (docs/gateway.md, "Realtime").
+			_ = st.s.tracker.Finish(st.requestID, inflight.Refused(), nil) // never sent upstream
+			st.s.m.ExtProcRequestBodies.WithLabelValues("billing_deferred").Inc()
+			return immediate(gate.BillingDeferredRefusal(requestbody.DeferredRealtime))
+		}
 		return continueRequestHeaders
 	case *extprocv3.ProcessingRequest_RequestBody:
 		if st.requestID != "" && !st.bodySeen {
@@ -170,6 +180,8 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 			st.method = value(hv)
 		case "content-length":
 			st.hasContentLength = true
+		case "upgrade":
+			st.webSocket = strings.EqualFold(strings.TrimSpace(value(hv)), "websocket")
 		}
 	}
 	if st.requestID != "" && !st.requestOnly {

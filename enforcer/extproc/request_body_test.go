@@ -382,3 +382,49 @@ func TestExtProcRefusesDeferredBilling(t *testing.T) {
 		}
 	}
 }
+
+// A WebSocket upgrade (the Realtime API) is relayed past ext_proc once upgraded, its
+// usage never seen: it is refused on its headers as billed out of sight (403
+// service_gateway_billing_deferred, endpoint realtime_sessions) and settled at a known 0;
+// with TOLLGATE_DEFERRED_BILLING=allow it goes on.
+func TestExtProcRefusesWebSockets(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		e := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) {
+			if allow {
+				c.DeferredBilling = "allow"
+			}
+		}})
+		w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+		id, _ := e.Admit(t, w.Key)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := e.ExtProc.Process(metadata.AppendToOutgoingContext(ctx, extproc.RoleMetadata, extproc.RoleRequest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hm := enforcertest.HeaderMap(":method", "GET", ":path", "/v1/realtime?model=gpt-realtime", ":authority", "llm.example.test",
+			"connection", "Upgrade", "upgrade", "websocket", "x-service-request-id", id)
+		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: &extprocv3.HttpHeaders{Headers: hm}}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if allow {
+			if resp.GetRequestHeaders() == nil || e.CP.Receipt(id) != nil {
+				t.Fatalf("allowed: answered %v", resp)
+			}
+			continue
+		}
+		ir := resp.GetImmediateResponse()
+		if ir == nil || ir.GetStatus().GetCode() != 403 || !strings.Contains(string(ir.GetBody()), `"endpoint":"realtime_sessions"`) {
+			t.Fatalf("want a 403 naming realtime_sessions, got %v", resp)
+		}
+		enforcertest.WaitFor(t, "the refused request settled", func() bool { return e.CP.Receipt(id) != nil })
+		if r := e.CP.Receipt(id); r.Cost != 0 || !r.Item.GetComplete() || r.Item.GetUpstreamStatus() != 403 {
+			t.Fatalf("receipt %+v of %v", r, r.Item)
+		}
+	}
+}

@@ -470,15 +470,19 @@ func (p *proxied) done() {
 }
 
 // settle reports the request's end once.
-func (p *proxied) settle(u inflight.Usage) {
+func (p *proxied) settle(u inflight.Usage) { p.settleThen(u, nil) }
+
+// settleThen is settle, calling done (when not nil) once the settlement was applied or
+// given up; false when there was nothing to settle (done is then never called).
+func (p *proxied) settleThen(u inflight.Usage, done func(settleq.Result)) bool {
 	if p.settled || p.id == "" {
-		return
+		return false
 	}
 	p.settled = true
 	if p.log != nil {
 		p.log.usage, p.log.settled = u, true
 	}
-	_ = p.gw.tracker.Finish(p.id, u, nil)
+	return p.gw.tracker.Finish(p.id, u, done) == nil
 }
 
 // forward sends the admitted request upstream; false when it was answered (the

@@ -92,11 +92,14 @@ func (f *fakeTracker) RefuseUnpricedModel(id, model string) bool {
 	return model != "" && model == f.refuse
 }
 
-func (f *fakeTracker) Finish(id string, u inflight.Usage, _ func(settleq.Result)) error {
+func (f *fakeTracker) Finish(id string, u inflight.Usage, done func(settleq.Result)) error {
 	f.mu.Lock()
 	f.finished = append(f.finished, u)
 	f.mu.Unlock()
 	f.done <- struct{}{}
+	if done != nil {
+		done(settleq.Result{})
+	}
 	return nil
 }
 

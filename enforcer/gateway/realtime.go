@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/realtimeusage"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 )
 
 // A Realtime session (OpenAI's Realtime API over a WebSocket: GET /v1/realtime?model=...,
@@ -36,6 +38,10 @@ import (
 //
 // Any other WebSocket upgrade is refused (400): nothing else a provider serves that way
 // could be charged.
+
+// realtimeSettleWait is the longest a session waits for a response's settlement before
+// it checks the member again.
+const realtimeSettleWait = 2 * time.Second
 
 // realtimeMessageBytes bounds one message from the provider (an audio delta, a
 // response.done with its whole output); the client's are bounded by the body cap.
@@ -175,7 +181,19 @@ func (p *proxied) nextResponse(ctx context.Context, u realtimeusage.Usage, creds
 	if !u.Reported {
 		settled.Seen = &inflight.Seen{TextBytes: u.TextBytes}
 	}
-	p.settle(settled)
+	// The next check must see this response's cost: the control plane answers a
+	// settlement once the member's record holds it. A settlement that takes longer (the
+	// control plane unreachable: it waits in the spool) does not hold the session up.
+	applied := make(chan struct{})
+	if p.settleThen(settled, func(settleq.Result) { close(applied) }) {
+		wait := time.NewTimer(realtimeSettleWait)
+		select {
+		case <-applied:
+		case <-wait.C:
+		case <-ctx.Done():
+		}
+		wait.Stop()
+	}
 	a, err := p.gw.gate.CheckRequest(ctx, creds, gate.Hint{})
 	if err != nil {
 		return false

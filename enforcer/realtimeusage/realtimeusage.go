@@ -103,14 +103,18 @@ func (r *Reader) Event(msg []byte) (Usage, bool) {
 			return Usage{}, false
 		}
 		delete(r.open, e.Response.ID)
-		if len(r.open) == 0 {
-			r.text = 0
-		}
 		u := Usage{Model: r.model}
 		if us := e.Response.Usage; us != nil && us.InputTokens >= 0 && us.OutputTokens >= 0 && us.InputTokenDetails.CachedTokens >= 0 {
 			u.InputTokens, u.OutputTokens = us.InputTokens, us.OutputTokens
 			u.CachedInputTokens = min(us.InputTokenDetails.CachedTokens, us.InputTokens)
 			u.Reported = true
+		} else {
+			// No usage: the text seen is what there is to estimate from (the text of
+			// every response in progress, when several overlap).
+			u.TextBytes = r.text
+		}
+		if len(r.open) == 0 {
+			r.text = 0
 		}
 		return u, true
 	default: // a text delta
