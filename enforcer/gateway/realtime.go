@@ -27,8 +27,8 @@ import (
 //     a refusal of the provider's (401, 404...) is passed on as it came, uncharged.
 //   - Every message goes through as it came, either way. The server's events are read
 //     (package realtimeusage); each response.done settles the admitted request with that
-//     response's usage, and the member is checked again, a new request, before the next
-//     response: a member whose limit the session spent gets the close code 1008 (policy
+//     response's usage, and once the control plane applied it (realtimeSettleWait at
+//     most) the member is checked again, a new request, before the next response: a member whose limit the session spent gets the close code 1008 (policy
 //     violation) with the refusal's error code as its reason, and the upstream
 //     connection is closed. So a session spends past a limit by one response at most,
 //     as a stream does.
