@@ -260,7 +260,7 @@ func TestUnknownPathAndBadBody(t *testing.T) {
 	s := &Server{}
 	srv := httptest.NewServer(s)
 	defer srv.Close()
-	if res, _ := post(t, srv.URL, "/v1/images/generations", "", `{"model":"m"}`); res.StatusCode != 404 {
+	if res, _ := post(t, srv.URL, "/v1/images/variations", "", `{"model":"m"}`); res.StatusCode != 404 {
 		t.Fatalf("unknown path: %d", res.StatusCode)
 	}
 	if res, _ := post(t, srv.URL, "/v1/chat/completions", "gzip", `not json`); res.StatusCode != 400 || res.Header.Get("Content-Encoding") != "" {

@@ -345,12 +345,7 @@ func TestExtProcRefusesUnpricedModels(t *testing.T) {
 // TOLLGATE_DEFERRED_BILLING=allow it goes on.
 func TestExtProcRefusesDeferredBilling(t *testing.T) {
 	for _, allow := range []bool{false, true} {
-		e := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) {
-			if allow {
-				c.DeferredBilling = "allow"
-			}
-		}})
-		w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+		e, w := deferredBillingEnv(t, allow)
 		for _, tc := range []struct{ path, body, endpoint string }{
 			{"/v1/batches", `{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`, "batches"},
 			{"/v1/responses", `{"model":"gpt-5","background":true,"input":"write a novel"}`, "background_responses"},
@@ -389,12 +384,7 @@ func TestExtProcRefusesDeferredBilling(t *testing.T) {
 // with TOLLGATE_DEFERRED_BILLING=allow it goes on.
 func TestExtProcRefusesWebSockets(t *testing.T) {
 	for _, allow := range []bool{false, true} {
-		e := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) {
-			if allow {
-				c.DeferredBilling = "allow"
-			}
-		}})
-		w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+		e, w := deferredBillingEnv(t, allow)
 		id, _ := e.Admit(t, w.Key)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -427,4 +417,17 @@ func TestExtProcRefusesWebSockets(t *testing.T) {
 			t.Fatalf("receipt %+v of %v", r, r.Item)
 		}
 	}
+}
+
+// deferredBillingEnv is an enforcer whose deferred billing is allowed
+// (TOLLGATE_DEFERRED_BILLING=allow) or refused (the default), and a member with a 1 USD
+// day limit.
+func deferredBillingEnv(t *testing.T, allow bool) (*enforcertest.Env, enforcertest.Member) {
+	t.Helper()
+	e := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) {
+		if allow {
+			c.DeferredBilling = "allow"
+		}
+	}})
+	return e, e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
 }

@@ -591,7 +591,7 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 	case len(body) > 0:
 		out.Body, out.ContentLength = &releasingReader{b: body}, int64(len(body))
 	}
-	out.Header = p.upstreamHeader(r.Header, false)
+	p.upstreamHeader(out.Header, r.Header, false)
 	// Only codings the extractor reads may come back (a zstd answer could only be
 	// estimated); the client offered all of them, so it decodes what it gets.
 	if ae, changed := responseusage.ReadableAcceptEncoding(strings.Join(out.Header.Values("Accept-Encoding"), ", ")); changed {
@@ -613,12 +613,11 @@ func (p *proxied) upstreamURL(r *http.Request) string {
 	return u.String()
 }
 
-// upstreamHeader is the header the upstream gets: the client's, without hop-by-hop
-// headers, the member's credential and any X-Service-* header, with the provider's
-// credential and the admitted request's id. A WebSocket handshake's own headers
-// (Sec-WebSocket-*) are left out too: the upstream handshake makes its own.
-func (p *proxied) upstreamHeader(in http.Header, webSocket bool) http.Header {
-	out := make(http.Header, len(in)+2)
+// upstreamHeader fills out, the header the upstream gets: the client's (in), without
+// hop-by-hop headers, the member's credential and any X-Service-* header, with the
+// provider's credential and the admitted request's id. A WebSocket handshake's own
+// headers (Sec-WebSocket-*) are left out too: the upstream handshake makes its own.
+func (p *proxied) upstreamHeader(out, in http.Header, webSocket bool) {
 	copyHeaders(out, in)
 	out.Del("Authorization")
 	out.Del("X-Api-Key")
@@ -636,7 +635,6 @@ func (p *proxied) upstreamHeader(in http.Header, webSocket bool) http.Header {
 	if p.id != "" {
 		out.Set(gate.HeaderRequestID, p.id)
 	}
-	return out
 }
 
 // nameRequest tells the client the admitted request's id (X-Service-Request-Id), the

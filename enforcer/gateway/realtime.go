@@ -94,9 +94,11 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithCancel(r.Context())
 	p.cancel = cancel
+	header := http.Header{}
+	p.upstreamHeader(header, r.Header, true)
 	up, resp, err := websocket.Dial(ctx, p.upstreamURL(r), &websocket.DialOptions{
 		HTTPClient:   &http.Client{Transport: gw.up},
-		HTTPHeader:   p.upstreamHeader(r.Header, true),
+		HTTPHeader:   header,
 		Subprotocols: subprotocols(r.Header),
 	})
 	if err != nil {
