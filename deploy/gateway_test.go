@@ -379,14 +379,23 @@ func checkNginx(top []*ngxDirective) []string {
 					bad("%s: %s %q, want %q", where, directive, got, want)
 				}
 			}
-			keepAliveHeader := false
+			// Keep-alive needs an empty Connection header, a WebSocket "upgrade" with the
+			// client's Upgrade header: both come from Connection $connection_upgrade and its
+			// map ('' for no Upgrade), Upgrade $http_upgrade.
+			connection, upgrade := "", ""
 			for _, h := range ngxAll(loc.Block, "proxy_set_header") {
-				if len(h.Args) == 2 && strings.EqualFold(h.Args[0], "Connection") && h.Args[1] == "" {
-					keepAliveHeader = true
+				switch {
+				case len(h.Args) == 2 && strings.EqualFold(h.Args[0], "Connection"):
+					connection = h.Args[1]
+				case len(h.Args) == 2 && strings.EqualFold(h.Args[0], "Upgrade"):
+					upgrade = h.Args[1]
 				}
 			}
-			if !keepAliveHeader {
-				bad(`%s: no proxy_set_header Connection ""; upstream keep-alive needs it`, where)
+			if connection != "$connection_upgrade" || !upgradeMap(http) {
+				bad(`%s: proxy_set_header Connection %q, want $connection_upgrade mapped from $http_upgrade ('' to '': upstream keep-alive; else upgrade: WebSockets)`, where, connection)
+			}
+			if upgrade != "$http_upgrade" {
+				bad("%s: proxy_set_header Upgrade %q, want $http_upgrade: the Realtime API's WebSocket needs it", where, upgrade)
 			}
 			if d, err := ngxTime(ngxOne(loc.Block, "proxy_read_timeout")); err != nil || d <= gatewayHeaders {
 				bad("%s: proxy_read_timeout %q must exceed the gateway's header timeout (%s)", where, ngxOne(loc.Block, "proxy_read_timeout"), gatewayHeaders)
@@ -397,6 +406,27 @@ func checkNginx(top []*ngxDirective) []string {
 		bad("no location proxies anywhere")
 	}
 	return problems
+}
+
+// upgradeMap tells whether http maps $http_upgrade to $connection_upgrade as keep-alive
+// and WebSockets need: an empty Upgrade to '' (keep-alive), any other to "upgrade".
+func upgradeMap(http []*ngxDirective) bool {
+	for _, m := range ngxAll(http, "map") {
+		if len(m.Args) != 2 || m.Args[0] != "$http_upgrade" || m.Args[1] != "$connection_upgrade" {
+			continue
+		}
+		def, empty := "", "?"
+		for _, d := range m.Block {
+			switch {
+			case d.Name == "default" && len(d.Args) == 1:
+				def = d.Args[0]
+			case d.Name == "" && len(d.Args) == 1:
+				empty = d.Args[0]
+			}
+		}
+		return def == "upgrade" && empty == ""
+	}
+	return false
 }
 
 // TestNginxConfig parses nginx/nginx.conf and checks what the gateway needs of it.
@@ -427,7 +457,10 @@ func TestNginxCheckerCatches(t *testing.T) {
 		{"request buffering", "proxy_request_buffering off;", "", "proxy_request_buffering"},
 		{"short read timeout", "proxy_read_timeout 15m;", "proxy_read_timeout 60s;", "proxy_read_timeout"},
 		{"http/1.0 upstream", "proxy_http_version 1.1;", "", "proxy_http_version"},
-		{"connection close", `proxy_set_header Connection "";`, "", "Connection"},
+		{"connection close", `proxy_set_header Connection $connection_upgrade;`, "", "Connection"},
+		{"no upgrade passed on", `proxy_set_header Upgrade $http_upgrade;`, "", "Upgrade"},
+		{"every connection upgraded", `''      '';`, "", "Connection"},
+		{"keep-alive without websockets", `proxy_set_header Connection $connection_upgrade;`, `proxy_set_header Connection "";`, "Connection"},
 		{"no keepalive", "keepalive 64;", "", "keepalive"},
 		{"gzip", "gzip off;", "gzip on;", "gzip on"},
 		{"retries", "proxy_next_upstream off;", "", "proxy_next_upstream"},

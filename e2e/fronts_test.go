@@ -1,0 +1,168 @@
+package e2e_test
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+)
+
+// TestReverseProxiesInFrontOfTheGateway runs deploy/'s own Caddy and nginx examples, as
+// written (only their addresses and, for nginx, its scratch paths changed), in front of
+// the gateway, and the official OpenAI SDK through each: a streamed chat completion and
+// a Realtime session (a WebSocket the front must upgrade) are charged exactly. A front
+// that buffered the stream, dropped the member's key or refused the upgrade would fail.
+func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 1_000, CachedInputTokens: 200, OutputTokens: 500})
+	gw, err := url.Parse(s.gateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := url.Parse(s.enfAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, _ := pricecatalog.Lookup("gpt-realtime")
+	chatCost := ceilDiv(800*inputPrice+200*cachedPrice+500*outputPrice, 1_000_000) // the organization's own price of model
+	rtCost := ceilDiv(800*rt.InputPerMillion+200*rt.CachedInputPerMillion+500*rt.OutputPerMillion, 1_000_000)
+
+	fronts := map[string]func(t *testing.T, listen string) *exec.Cmd{
+		"caddy": func(t *testing.T, listen string) *exec.Cmd {
+			caddy := lookFront(t, "caddy")
+			cmd := exec.Command(caddy, "run", "--config", "../deploy/caddy/Caddyfile.gateway", "--adapter", "caddyfile")
+			home := t.TempDir()
+			cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home,
+				"TOLLGATE_CADDY_ADDR="+listen, "TOLLGATE_GATEWAY_ADDR="+gw.Host, "TOLLGATE_ENFORCER_ADMIN_PORT="+admin.Port())
+			return cmd
+		},
+		"nginx": func(t *testing.T, listen string) *exec.Cmd {
+			nginx := lookFront(t, "nginx")
+			b, err := os.ReadFile("../deploy/nginx/nginx.conf")
+			if err != nil {
+				t.Fatal(err)
+			}
+			work := t.TempDir()
+			if err := os.Chmod(work, 0o755); err != nil { // workers run as nobody under root
+				t.Fatal(err)
+			}
+			conf := string(b)
+			for _, r := range []struct{ old, new string }{
+				{"listen 127.0.0.1:8080;", "listen " + listen + ";"},
+				{"server 127.0.0.1:9003;", "server " + gw.Host + ";"},
+				{"access_log /dev/stdout combined;", "access_log off;"},
+			} {
+				if !strings.Contains(conf, r.old) {
+					t.Fatalf("nginx.conf no longer holds %q", r.old)
+				}
+				conf = strings.Replace(conf, r.old, r.new, 1)
+			}
+			var temps strings.Builder
+			temps.WriteString("pid " + filepath.Join(work, "nginx.pid") + ";\nhttp {\n")
+			for _, kind := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+				fmt.Fprintf(&temps, "    %s_temp_path %s;\n", kind, filepath.Join(work, kind))
+			}
+			conf = regexp.MustCompile(`(?m)^http \{\n`).ReplaceAllLiteralString(conf, temps.String())
+			path := filepath.Join(work, "nginx.conf")
+			if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return exec.Command(nginx, "-p", work+"/", "-c", path, "-e", "stderr", "-g", "daemon off;")
+		},
+	}
+	for _, name := range []string{"caddy", "nginx"} {
+		t.Run(name, func(t *testing.T) {
+			listen := freeLoopbackAddr(t)
+			cmd := fronts[name](t, listen)
+			logs := &testio.SyncBuffer{}
+			cmd.Stdout, cmd.Stderr = logs, logs
+			// Its own process group, so that the stop reaches nginx's workers too (they
+			// hold the output pipe: a master killed alone would leave them running).
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			cmd.WaitDelay = 5 * time.Second
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				// SIGTERM: nginx's master stops (and reaps) its workers, Caddy stops.
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				stopped := make(chan struct{})
+				go func() { _ = cmd.Wait(); close(stopped) }()
+				select {
+				case <-stopped:
+				case <-time.After(10 * time.Second):
+					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+					<-stopped
+				}
+			})
+			waitFor(t, 10*time.Second, name+" listening", func() bool {
+				c, err := net.DialTimeout("tcp", listen, 100*time.Millisecond)
+				if err == nil {
+					c.Close()
+				}
+				return err == nil
+			})
+			base := "http://" + listen
+
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", "stream", base, o.key, model)
+			calls := fake.Calls()[before:]
+			if !r.OK || r.Text != fakellm.Text || r.Chunks < 3 || len(calls) != 1 {
+				t.Fatalf("the stream through %s: %+v (%d provider calls)\n%s", name, r, len(calls), logs.String())
+			}
+			if rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id")); rec.cost() != chatCost || rec["complete"] != true {
+				t.Fatalf("the stream's receipt %s, want %d", rec, chatCost)
+			}
+
+			before = len(fake.Calls())
+			r = runSDK(t, dir, "openai.mjs", "realtime", base, o.key, "gpt-realtime")
+			calls = fake.Calls()[before:]
+			if !r.OK || r.Chunks != 3 || r.CloseCode != 1000 || len(calls) != 1 || calls[0].API != fakellm.OpenAIRealtime {
+				t.Fatalf("the Realtime session through %s: %+v (provider calls %+v)\n%s", name, r, calls, logs.String())
+			}
+			if rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id")); rec.cost() != rtCost || rec["complete"] != true {
+				t.Fatalf("the session's first response's receipt %s, want %d", rec, rtCost)
+			}
+		})
+	}
+	// Both fronts: a stream and three responses each (and, when the check after a
+	// session's last response finished before the client closed, a request at 0).
+	s.waitUsed(t, o, 2*(1+3), 2*(chatCost+3*rtCost))
+}
+
+// lookFront is the path of a reverse proxy the test runs; without it the test is skipped,
+// except in CI, whose .ci/run installs it.
+func lookFront(t *testing.T, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not on PATH (CI=true: .ci/run installs it)", name)
+		}
+		t.Skipf("%s is not on PATH (apt-get install %s)", name, name)
+	}
+	return path
+}
+
+// freeLoopbackAddr is a loopback address no one listens on (just now).
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
