@@ -409,7 +409,7 @@ func checkNginx(top []*ngxDirective) []string {
 }
 
 // upgradeMap tells whether http maps $http_upgrade to $connection_upgrade as keep-alive
-// and WebSockets need: an empty Upgrade to '' (keep-alive), any other to "upgrade".
+// and WebSockets need: an empty Upgrade to ” (keep-alive), any other to "upgrade".
 func upgradeMap(http []*ngxDirective) bool {
 	for _, m := range ngxAll(http, "map") {
 		if len(m.Args) != 2 || m.Args[0] != "$http_upgrade" || m.Args[1] != "$connection_upgrade" {

@@ -824,34 +824,38 @@ func TestAnthropicOneHourCacheWritesThroughTheGateway(t *testing.T) {
 	}
 }
 
-// TestWebSearchesThroughTheGateway: Anthropic bills its web search server tool, and OpenAI
-// its Responses API's web search tool, apiece (10 USD per 1,000) on top of the tokens.
-// Anthropic reports the searches in usage.server_tool_use, OpenAI only as output items of
-// type web_search_call. Each official SDK's call through the gateway, streamed and not,
-// is charged its tokens and its 3 searches exactly, and the receipt keeps them.
+// TestWebSearchesThroughTheGateway: Anthropic's web search server tool, OpenAI's
+// Responses API web search tool and Google's Search grounding are billed on top of the
+// tokens: 10 USD per 1,000 searches (Anthropic, OpenAI), 14 USD per 1,000 queries
+// (Gemini 3), 35 USD per 1,000 grounded prompts whatever their queries (Gemini 2.5).
+// Anthropic reports the searches in usage.server_tool_use, OpenAI only as output items
+// of type web_search_call, Gemini as the grounding's webSearchQueries. Each official
+// SDK's call through the gateway, streamed and not, is charged its tokens and its 3
+// searches exactly, and the receipt keeps them.
 func TestWebSearchesThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, WebSearchRequests: 3})
 	for _, tc := range []struct {
-		provider, script, model string
-		scenarios               []string
+		script, model string
+		scenarios     []string
+		searchCost    int64 // what the 3 searches cost, as the providers price them
 		// sawSearches: the SDK's result shows the 3 searches.
 		sawSearches func(sdkResult) bool
 	}{
-		{"anthropic", "anthropic.mjs", "claude-sonnet-4-5", []string{"json", "stream"},
+		{"anthropic.mjs", "claude-sonnet-4-5", []string{"json", "stream"}, 3 * 10_000,
 			func(r sdkResult) bool { return strings.Contains(string(r.Usage), `"web_search_requests":3`) }},
-		{"openai", "openai.mjs", "gpt-5", []string{"responses-search", "responses-search-stream"},
+		{"openai.mjs", "gpt-5", []string{"responses-search", "responses-search-stream"}, 3 * 10_000,
+			func(r sdkResult) bool { return r.Searches == 3 }},
+		{"gemini.mjs", "gemini-3-pro-preview", []string{"search", "search-stream"}, 3 * 14_000,
+			func(r sdkResult) bool { return r.Searches == 3 }},
+		{"gemini.mjs", "gemini-2.5-flash", []string{"search"}, 35_000,
 			func(r sdkResult) bool { return r.Searches == 3 }},
 	} {
 		e, _ := pricecatalog.Lookup(tc.model)
-		search, ok := pricecatalog.Default().WebSearch(tc.provider)
-		if !ok || search != 10_000 || e.Provider != tc.provider {
-			t.Fatalf("%s's web search in the catalog: %d %v (%s's provider %q)", tc.provider, search, ok, tc.model, e.Provider)
-		}
-		want := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000) + 3*search
+		want := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000) + tc.searchCost
 		for _, scenario := range tc.scenarios {
-			t.Run(tc.provider+"/"+scenario, func(t *testing.T) {
+			t.Run(tc.model+"/"+scenario, func(t *testing.T) {
 				before := len(fake.Calls())
 				r := runSDK(t, dir, tc.script, scenario, s.gateway, o.key, tc.model)
 				if !r.OK || r.Text != fakellm.Text || !tc.sawSearches(r) {

@@ -88,6 +88,7 @@ func TestCostOf(t *testing.T) {
 		{"web searches apiece", Usage{InputTokens: 1000, OutputTokens: 100, WebSearchRequests: 3}, PricedAt{Price: Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, WebSearch: 10_000}, Source: PriceCatalog},
 			3_000 + 1_500 + 30_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"web searches alone are charged", Usage{WebSearchRequests: 2}, PricedAt{Price: Price{WebSearch: 10_000}, Source: PriceCatalog}, 20_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"a grounded prompt is charged once, however many searches", Usage{WebSearchRequests: 4}, PricedAt{Price: Price{WebSearch: 35_000, WebSearchOnce: true}, Source: PriceCatalog}, 35_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"web searches are not doubled by a tier", Usage{InputTokens: 1_000_000, WebSearchRequests: 1, Priority: true}, PricedAt{Price: Price{InputPerMillion: 1, WebSearch: 10_000}, Source: PriceCatalog},
 			2 + 10_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"negative web searches", Usage{WebSearchRequests: -1}, whisper, 0, "", "", false, ErrBadUsage},

@@ -62,6 +62,10 @@ type Price struct {
 	// catalog's price for the model's provider, filled by the ledger like
 	// AudioPerMinute.
 	WebSearch int64
+	// WebSearchOnce: WebSearch is the price of all of a request's searches, charged
+	// once when it made any (a model billed per grounded prompt:
+	// pricecatalog.Entry.WebSearchPerPrompt).
+	WebSearchOnce bool
 }
 
 // CacheWrite is the price cache writes are charged at.
@@ -200,8 +204,13 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 		}
 	}
 	if err == nil && u.WebSearchRequests > 0 {
-		// Searches are priced apiece, after the service tier: it multiplies tokens.
-		hi, lo := bits.Mul64(uint64(u.WebSearchRequests), uint64(max(p.Price.WebSearch, 0)))
+		// Searches are priced apiece (or once: WebSearchOnce), after the service tier:
+		// it multiplies tokens.
+		searches := u.WebSearchRequests
+		if p.Price.WebSearchOnce {
+			searches = 1
+		}
+		hi, lo := bits.Mul64(uint64(searches), uint64(max(p.Price.WebSearch, 0)))
 		if hi != 0 || lo > math.MaxInt64 || v > math.MaxInt64-int64(lo) {
 			err = ErrCostOverflow
 		} else {

@@ -597,22 +597,27 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 	}
 	if sj.usage.WebSearchRequests > 0 {
 		var known bool
-		if p.Price.WebSearch, known = sj.webSearchPrice(); !known {
+		if p.Price.WebSearch, p.Price.WebSearchOnce, known = sj.webSearchPrice(); !known {
 			p.Source = accounting.PriceFallback // searches of a provider nobody priced: unpriced
 		}
 	}
 	return p
 }
 
-// webSearchPrice is the catalog's price of one web search by the provider of the job's
-// model (the first step with a catalog entry), else the catalog's highest (known false).
-func (sj *settleJob) webSearchPrice() (price int64, known bool) {
+// webSearchPrice is the catalog's price of the job's model's web searches (its nearest
+// entry's): the entry's price of a grounded prompt, charged once (Gemini 2.5 and older),
+// else its provider's price of one search; else the catalog's highest, apiece (known
+// false).
+func (sj *settleJob) webSearchPrice() (price int64, once, known bool) {
 	if e := sj.catalogEntry(); e != nil {
+		if e.WebSearchPerPrompt > 0 {
+			return e.WebSearchPerPrompt, true, true
+		}
 		if p, ok := pricecatalog.Default().WebSearch(e.Provider); ok {
-			return p, true
+			return p, false, true
 		}
 	}
-	return pricecatalog.Default().HighestWebSearch(), false
+	return pricecatalog.Default().HighestWebSearch(), false, false
 }
 
 // audioPrice is the catalog's price of a minute of the job's model's audio (its nearest

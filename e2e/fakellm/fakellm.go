@@ -99,7 +99,8 @@ type Usage struct {
 	// WebSearchRequests: Anthropic's usage.server_tool_use.web_search_requests (sent
 	// when not 0: in the message, and in a stream's message_delta); on the Responses API,
 	// that many web_search_call output items before the message (and, streamed, each
-	// call's events), which is how OpenAI reports its web search tool's calls.
+	// call's events), which is how OpenAI reports its web search tool's calls; on Gemini,
+	// that many search queries in the (last) candidate's groundingMetadata.
 	WebSearchRequests int64
 	// AudioMillis: a duration-billed transcription's (whisper-1's) usage.seconds, in
 	// milliseconds (written as a decimal number of seconds).
@@ -576,7 +577,7 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage) {
 	}
 	candidate := func(text, finish string) string {
 		if finish != "" {
-			finish = `,"finishReason":"` + finish + `"`
+			finish = `,"finishReason":"` + finish + `"` + grounding(u)
 		}
 		return fmt.Sprintf(`{"candidates":[{"content":{"parts":[{"text":%q}],"role":"model"}%s,"index":0}]`, text, finish)
 	}
@@ -595,6 +596,21 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage) {
 		}
 		ew.write("data: " + candidate(w, finish) + fmt.Sprintf(`,"usageMetadata":%s,"modelVersion":%q,"responseId":"fake"}`, usage(last), model) + "\r\n\r\n")
 	}
+}
+
+// grounding is a Gemini candidate's groundingMetadata member (with its comma) listing
+// u's web searches as the queries Grounding with Google Search ran; "" without searches.
+func grounding(u Usage) string {
+	if u.WebSearchRequests == 0 {
+		return ""
+	}
+	queries := make([]string, u.WebSearchRequests)
+	for i := range queries {
+		queries[i] = fmt.Sprintf("%q", fmt.Sprint("how are tolls paid ", i))
+	}
+	return `,"groundingMetadata":{"webSearchQueries":[` + strings.Join(queries, ",") + `],"searchEntryPoint":{"renderedContent":"<div></div>"},` +
+		`"groundingChunks":[{"web":{"uri":"https://example.com/tolls","title":"example.com"}}],` +
+		`"groundingSupports":[{"segment":{"endIndex":25,"text":` + fmt.Sprintf("%q", Text) + `},"groundingChunkIndices":[0]}]}`
 }
 
 // inputCount is how many inputs an embeddings request has: the length of an array of

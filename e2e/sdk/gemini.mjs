@@ -1,8 +1,9 @@
 // One Gemini call through Google's official Gen AI SDK (@google/genai), with its
 // defaults: its key in x-goog-api-key (here the member's Tollgate key), the base URL at
 // the gateway. Scenarios: "json" (generateContent), "stream" (generateContentStream,
-// server-sent events) and "count" (countTokens, which Google does not charge). See
-// report.mjs for the settings.
+// server-sent events), "search" and "search-stream" (the same with Grounding with Google
+// Search; searches is how many queries the answer lists) and "count" (countTokens, which
+// Google does not charge). See report.mjs for the settings.
 import { GoogleGenAI } from '@google/genai';
 import { run, settings } from './report.mjs';
 
@@ -15,20 +16,25 @@ await run('@google/genai', s.scenario, async () => {
     const res = await ai.models.countTokens({ model: s.model, contents });
     return { text: '', model: null, usage: { totalTokens: res.totalTokens }, chunks: 1 };
   }
-  if (s.scenario === 'json') {
-    const res = await ai.models.generateContent({ model: s.model, contents });
-    return { text: res.text ?? '', model: res.modelVersion ?? null, usage: res.usageMetadata ?? null, chunks: 1 };
+  const search = s.scenario === 'search' || s.scenario === 'search-stream';
+  const config = search ? { tools: [{ googleSearch: {} }] } : undefined;
+  const searchesIn = (res) => res?.candidates?.[0]?.groundingMetadata?.webSearchQueries?.length ?? 0;
+  if (s.scenario === 'json' || s.scenario === 'search') {
+    const res = await ai.models.generateContent({ model: s.model, contents, config });
+    return { text: res.text ?? '', model: res.modelVersion ?? null, usage: res.usageMetadata ?? null, chunks: 1, searches: searchesIn(res) };
   }
-  if (s.scenario !== 'stream') throw new Error(`"${s.scenario}" is not a Gemini scenario`);
+  if (s.scenario !== 'stream' && s.scenario !== 'search-stream') throw new Error(`"${s.scenario}" is not a Gemini scenario`);
   let text = '';
   let model = null;
   let usage = null;
   let chunks = 0;
-  for await (const chunk of await ai.models.generateContentStream({ model: s.model, contents })) {
+  let searches = 0;
+  for await (const chunk of await ai.models.generateContentStream({ model: s.model, contents, config })) {
     chunks++;
     text += chunk.text ?? '';
     model = chunk.modelVersion ?? model;
     if (chunk.usageMetadata) usage = chunk.usageMetadata;
+    searches = Math.max(searches, searchesIn(chunk));
   }
-  return { text, model, usage, chunks };
+  return { text, model, usage, chunks, searches };
 });

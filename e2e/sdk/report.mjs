@@ -4,7 +4,8 @@
 // member's Tollgate key, tgk_...), TOLLGATE_MODEL; argv[2] is the scenario, "json" (one
 // buffered answer), "stream", "count" (Anthropic's token counting, which generates
 // nothing), "responses" / "responses-stream" (OpenAI's Responses API; "responses-search" /
-// "responses-search-stream" with the web search tool), "image" / "image-stream" (an image
+// "responses-search-stream" with the web search tool), "search" / "search-stream"
+// (Gemini with Grounding with Google Search), "image" / "image-stream" (an image
 // generation), "realtime" (a Realtime session over a WebSocket), "embeddings"
 // (OpenAI's embeddings), "batch" and "background" (a batch, a background response) or
 // "retrieve" (a stored response read again) or "transcribe" (an audio upload). The SDK client is built with its defaults: retries,
@@ -18,7 +19,7 @@ import { readFileSync } from 'node:fs';
 
 export function settings() {
   const scenario = process.argv[2];
-  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'image', 'image-stream', 'realtime', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
+  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'search', 'search-stream', 'image', 'image-stream', 'realtime', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
     'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse'];
   if (!scenarios.includes(scenario)) {
     throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);

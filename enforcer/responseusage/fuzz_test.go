@@ -77,6 +77,7 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"task":"transcribe","duration":9.21,"segments":[{"text":" a","seconds":1}],"usage":{"type":"duration","seconds":0.0004,"seconds":9223372036854775.807},"usage":{"seconds":-1.5e3}}`,
 		`{"usage":{"seconds":0.00000,"seconds":9e1,"seconds":92233720368547758.07,"seconds":"9"},"message":{"usage":{"seconds":1.5}}}`,
 		`{"text":"x","usage":{"type":"tokens","seconds":9,"input_tokens":14,"input_token_details":{"text_tokens":0,"audio_tokens":14},"output_tokens":45,"total_tokens":59}}`,
+		`{"candidates":[{"groundingMetadata":{"webSearchQueries":["a","\u0062",1,["c"]],"webSearchQueries":["d"]},"finishReason":"STOP"},{"groundingMetadata":{"webSearchQueries":[]}}],"usageMetadata":{"promptTokenCount":1}}`,
 		`{"object":"response","output":[{"type":"web_search_call","type":"web_\u0073earch_call","action":{"type":"web_search_call"}},{"type":"message"},["x"]],"output":[{"type":"web_search_call"}],"usage":{"input_tokens":1,"output_tokens":2}}`,
 	} {
 		f.Add([]byte(s), uint64(7))

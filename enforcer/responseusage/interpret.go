@@ -135,7 +135,7 @@ func (a *accumulator) applySSE(d *docFields) {
 			n, _ := a.u.get(tokWebSearches)
 			a.u.setMax(tokWebSearches, n+1)
 		}
-		a.noteSearchCalls(d)
+		a.noteSearches(d)
 	case famTranscription, famSpeech, famImage:
 		// transcript.text.done (speech.audio.done, image_generation.completed,
 		// image_edit.completed) ends the stream with the usage of the whole
@@ -152,6 +152,7 @@ func (a *accumulator) applySSE(d *docFields) {
 		u := &d.usage[rootTop]
 		a.u.merge(u)
 		a.final = a.final || (d.finished && u.hasTok(tokGeminiPrompt))
+		a.noteSearches(d)
 	case famAnthropic:
 		switch {
 		case d.typ.is("message_start"):
@@ -215,16 +216,18 @@ func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 	a.setModel(&d.model[rootTop])
 	a.notePriority(d, rootTop)
 	a.u = d.usage[rootTop]
-	a.noteSearchCalls(d)
+	a.noteSearches(d)
 	a.final = wellFormed
 }
 
-// noteSearchCalls counts the web_search_call output items of a Responses document:
-// OpenAI bills its web search tool per call, on top of the tokens, and its usage does
-// not count them.
-func (a *accumulator) noteSearchCalls(d *docFields) {
-	if a.fam == famResponses && d.searchCalls > 0 {
-		a.u.setMax(tokWebSearches, int64(d.searchCalls))
+// noteSearches keeps the web searches a Responses or Gemini document lists (the
+// web_search_call output items, the grounding's search queries), the largest of a
+// stream's documents: OpenAI bills its web search tool per call, Google its Search
+// grounding per query (or per grounded prompt), on top of the tokens, and neither
+// usage counts them.
+func (a *accumulator) noteSearches(d *docFields) {
+	if (a.fam == famResponses || a.fam == famGemini) && d.searches > 0 {
+		a.u.setMax(tokWebSearches, int64(d.searches))
 	}
 }
 
@@ -299,9 +302,10 @@ func (a *accumulator) fill(u *Usage) {
 		}
 	}
 	cached, _ := a.u.get(cachedTok)
-	if a.fam == famAnthropic || a.fam == famResponses {
-		// Web searches are billed apiece: Anthropic's usage.server_tool_use.
-		// web_search_requests, OpenAI's web_search_call output items.
+	if a.fam == famAnthropic || a.fam == famResponses || a.fam == famGemini {
+		// Web searches are billed apart: Anthropic's usage.server_tool_use.
+		// web_search_requests, OpenAI's web_search_call output items, Gemini's
+		// grounding search queries.
 		u.WebSearchRequests, _ = a.u.get(tokWebSearches)
 	}
 	u.OutputTokens = out

@@ -300,6 +300,33 @@ func oracleSearchCalls(obj []member) uint32 {
 	return n
 }
 
+// oracleSearchQueries counts the strings of every webSearchQueries array of every
+// groundingMetadata object of every candidate in obj's candidates arrays.
+func oracleSearchQueries(obj []member) uint32 {
+	var n uint32
+	for _, m := range obj {
+		cands, ok := m.val.([]any)
+		if !ok || m.key != "candidates" {
+			continue
+		}
+		for _, c := range cands {
+			c, _ := c.([]member)
+			for _, g := range all(c, "groundingMetadata") {
+				for _, q := range g {
+					if qs, ok := q.val.([]any); ok && q.key == "webSearchQueries" {
+						for _, s := range qs {
+							if _, ok := s.(string); ok {
+								n++
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
 func oracleDoc(v any, modelLimit int) *docFields {
 	d := newDocFields(modelLimit)
 	d.text = treeText(v, "")
@@ -332,9 +359,9 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	str(&d.model[rootTop], m, "model")
 	str(&d.tier[rootTop], m, "service_tier")
 	d.usage[rootTop] = oracleUsage(m)
-	d.searchCalls = oracleSearchCalls(m)
+	d.searches = oracleSearchCalls(m) + oracleSearchQueries(m)
 	for _, sub := range all(m, "response") {
-		d.searchCalls += oracleSearchCalls(sub)
+		d.searches += oracleSearchCalls(sub)
 	}
 	for _, mm := range m {
 		if s, ok := mm.val.(string); ok && mm.key == "delta" {

@@ -69,6 +69,8 @@ const (
 	kParts        // Gemini: candidates[].content.parts[]
 	kFinishReason // Gemini: candidates[].finishReason
 	kServiceTier  // OpenAI: service_tier (the processing tier the request ran at)
+	kGrounding    // Gemini: candidates[].groundingMetadata
+	kSearchQuery  // Gemini: candidates[].groundingMetadata.webSearchQueries
 	kTok0         // kTok0+tok for the counts tokPrompt..tokAudioSeconds
 )
 
@@ -163,6 +165,10 @@ func keyID(b []byte) uint8 {
 		return kFinishReason
 	case "service_tier":
 		return kServiceTier
+	case "groundingMetadata":
+		return kGrounding
+	case "webSearchQueries":
+		return kSearchQuery
 	case "prompt_tokens":
 		return kTok0 + tokPrompt
 	case "completion_tokens":
@@ -245,10 +251,12 @@ type docFields struct {
 	// finished: a Gemini candidate gave its finishReason (the last chunk of a
 	// stream carries it).
 	finished bool
-	// searchCalls counts the OpenAI Responses output items of type
+	// searches counts the web searches the document lists, which the provider bills
+	// and its usage does not count: OpenAI Responses output items of type
 	// "web_search_call" (output[] of a Responses object, response.output[] of an
-	// event): the web search tool's calls, billed apiece.
-	searchCalls uint32
+	// event), Gemini's search queries (candidates[].groundingMetadata.
+	// webSearchQueries[], each a string).
+	searches uint32
 }
 
 func (d *docFields) reset() {
@@ -261,7 +269,14 @@ func (d *docFields) reset() {
 	d.usage = [nRoot]usageFields{}
 	d.text, d.delta = 0, 0
 	d.finished = false
-	d.searchCalls = 0
+	d.searches = 0
+}
+
+// countSearch counts one web search the document lists (searches).
+func (d *docFields) countSearch() {
+	if d.searches < math.MaxUint32 {
+		d.searches++
+	}
 }
 
 // capture collects a decoded string into a buffer whose capacity is its
@@ -368,17 +383,18 @@ const (
 
 // Targets: what the value being read means to us.
 const (
-	tgNone     uint8 = iota
-	tgModel          // a model string of root
-	tgType           // the top-level "type"
-	tgObject         // the top-level "object"
-	tgUsage          // a usage value of root
-	tgRoot           // the "message" or "response" value
-	tgDetail         // a *_tokens_details value of root (tok: its cached count)
-	tgTok            // a count of root
-	tgFinish         // a Gemini candidate's finishReason
-	tgTier           // a service_tier string of root
-	tgItemType       // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
+	tgNone        uint8 = iota
+	tgModel             // a model string of root
+	tgType              // the top-level "type"
+	tgObject            // the top-level "object"
+	tgUsage             // a usage value of root
+	tgRoot              // the "message" or "response" value
+	tgDetail            // a *_tokens_details value of root (tok: its cached count)
+	tgTok               // a count of root
+	tgFinish            // a Gemini candidate's finishReason
+	tgTier              // a service_tier string of root
+	tgItemType          // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
+	tgSearchQuery       // a Gemini search query (candidates[].groundingMetadata.webSearchQueries[])
 )
 
 type target struct{ kind, root, tok uint8 }
@@ -816,8 +832,8 @@ func (s *scanner) endString() bool {
 	if str != nil {
 		str.commit()
 		// keyCap takes a value only at an output item's type (tgItemType).
-		if str == &s.keyCap && s.keyCap.is("web_search_call") && s.doc.searchCalls < math.MaxUint32 {
-			s.doc.searchCalls++
+		if str == &s.keyCap && s.keyCap.is("web_search_call") {
+			s.doc.countSearch()
 		}
 	}
 	s.txt = txNone
@@ -871,6 +887,8 @@ func (s *scanner) valueStart(c byte, at int) {
 			// free to take this short value.
 			s.keyCap.reset()
 			s.str = &s.keyCap
+		case tgSearchQuery:
+			d.countSearch() // the string is a query: its text does not matter
 		case tgNone:
 			if tx := s.textTarget(); tx == txText || tx == txDelta {
 				s.txt = tx
@@ -1088,6 +1106,10 @@ func (s *scanner) classify() target {
 			if t, inner, ok := detailTok(k[2]); ok && k[3] == inner {
 				return target{kind: tgTok, root: r, tok: t}
 			}
+		}
+	case 5:
+		if k[0] == kCandidates && k[1] == kArr && k[2] == kGrounding && k[3] == kSearchQuery && k[4] == kArr {
+			return target{kind: tgSearchQuery}
 		}
 	}
 	return target{}

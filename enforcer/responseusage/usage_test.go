@@ -1075,6 +1075,12 @@ func TestWebSearchRequests(t *testing.T) {
 		{"responses stream cut after a search", ctSSE, responsesStreamWithSearches[:strings.Index(responsesStreamWithSearches, `{"type":"response.completed"`)-len("data: ")], 2},
 		{"responses stream, the terminal lists more than its events", ctSSE, "data: " + `{"type":"response.web_search_call.completed","item_id":"ws_1"}` + "\n\n" + responsesStreamWithSearches[strings.Index(responsesStreamWithSearches, "data: "+`{"type":"response.completed"`):], 2},
 		{"a chat completion has no output items", ctJSON, `{"object":"chat.completion","output":[{"type":"web_search_call"}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`, 0},
+		// Gemini's Search grounding lists the queries it ran (billed per query on Gemini
+		// 3, per grounded prompt before); its usageMetadata does not count them.
+		{"gemini", ctJSON, geminiGrounded, 2},
+		{"gemini stream", ctSSE, "data: " + `{"candidates":[{"content":{"parts":[{"text":"Spain "}]}}],"usageMetadata":{"promptTokenCount":9},"modelVersion":"gemini-3-pro-preview"}` + "\r\n\r\n" +
+			"data: " + geminiGrounded + "\r\n\r\n", 2},
+		{"gemini queries elsewhere, or not strings", ctJSON, `{"groundingMetadata":{"webSearchQueries":["a"]},"candidates":[{"groundingMetadata":{"webSearchQueries":[1,null,["b"],{"q":"c"}],"searchEntryPoint":{"webSearchQueries":["d"]}},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2}}`, 0},
 		{"an output item's type only", ctJSON, `{"object":"response","output":[{"type":"message","action":{"type":"web_search_call"}},[{"type":"web_search_call"}]],"tools":[{"type":"web_search_call"}],"usage":{"input_tokens":1,"output_tokens":2}}`, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1109,3 +1115,10 @@ var responsesStreamWithSearches = "data: " + `{"type":"response.created","respon
 	"data: " + `{"type":"response.web_search_call.completed","output_index":1,"item_id":"ws_2"}` + "\n\n" +
 	"data: " + `{"type":"response.output_text.delta","output_index":2,"delta":"Found it."}` + "\n\n" +
 	"data: " + `{"type":"response.completed","response":` + responsesWithSearches + `}` + "\n\n"
+
+// A Gemini answer grounded with Google Search: two queries in the candidate's
+// groundingMetadata (with the chunks and supports it cites, which are not searches).
+const geminiGrounded = `{"candidates":[{"content":{"parts":[{"text":"Spain won Euro 2024."}],"role":"model"},"finishReason":"STOP",` +
+	`"groundingMetadata":{"webSearchQueries":["euro 2024 winner","who won euro 2024"],"searchEntryPoint":{"renderedContent":"<style></style>"},` +
+	`"groundingChunks":[{"web":{"uri":"https://example.com/a","title":"a"}}],"groundingSupports":[{"segment":{"endIndex":20,"text":"Spain won Euro 2024."},"groundingChunkIndices":[0]}]}}],` +
+	`"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":6,"totalTokenCount":15},"modelVersion":"gemini-3-pro-preview"}`

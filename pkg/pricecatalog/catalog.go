@@ -104,6 +104,11 @@ type Entry struct {
 	// model generate (its output cap's upper bound); 0 when the catalog does not know it.
 	// The enforcer's worst case of a request reads it (enforcer/worstcase).
 	MaxOutputTokens int64
+	// WebSearchPerPrompt, when not 0, is what the model's web searches cost a request,
+	// in micro-USD, however many it made: Gemini 2.5 and older bill Search grounding per
+	// grounded prompt (35 USD per 1,000), where the provider's webSearch price is per
+	// search (Gemini 3: per query).
+	WebSearchPerPrompt int64
 	Price
 }
 
@@ -132,7 +137,9 @@ type fileEntry struct {
 	MaxOutput   *int64 `json:"maxOutput"`
 	// AudioPerMinute is in micro-USD per minute of input audio (kind audio-duration).
 	AudioPerMinute *int64 `json:"audioPerMinute"`
-	Note           string `json:"note"`
+	// WebSearchPerPrompt is in micro-USD per request that searched (Entry).
+	WebSearchPerPrompt *int64 `json:"webSearchPerPrompt"`
+	Note               string `json:"note"`
 }
 
 type file struct {
@@ -259,6 +266,14 @@ func Load(data []byte) (*Catalog, error) {
 				*p.dst = *p.v
 			}
 		}
+		if m.WebSearchPerPrompt != nil {
+			if *m.WebSearchPerPrompt < 1 || *m.WebSearchPerPrompt > money.MaxAllowanceMicroUSD {
+				bad("%s: webSearchPerPrompt must be from 1 to %d", where, money.MaxAllowanceMicroUSD)
+			} else {
+				e.WebSearchPerPrompt = *m.WebSearchPerPrompt
+				c.highestWebSearch = max(c.highestWebSearch, e.WebSearchPerPrompt)
+			}
+		}
 		if m.MaxOutput != nil {
 			if *m.MaxOutput < 1 || *m.MaxOutput > MaxOutputLimit {
 				bad("%s: maxOutput must be from 1 to %d", where, MaxOutputLimit)
@@ -364,7 +379,8 @@ func (c *Catalog) WebSearch(provider string) (int64, bool) {
 	return p, ok
 }
 
-// HighestWebSearch is the highest price of one web search in the catalog.
+// HighestWebSearch is the highest price of one web search in the catalog, a grounded
+// prompt's (Entry.WebSearchPerPrompt) included.
 func (c *Catalog) HighestWebSearch() int64 { return c.highestWebSearch }
 
 // AsOf is the day the prices were checked against their sources.

@@ -419,7 +419,26 @@ func TestWebSearch(t *testing.T) {
 	if p, ok := c.WebSearch("acme"); ok || p != 0 {
 		t.Fatalf("an unknown provider's web search: %d %v", p, ok)
 	}
-	if c.HighestWebSearch() != 10_000 {
+	if p, ok := c.WebSearch("google"); !ok || p != 14_000 {
+		t.Fatalf("Google's search query (Gemini 3): %d %v", p, ok)
+	}
+	// Gemini 2.5 and older bill a grounded prompt; Gemini 3 falls back on the provider's
+	// price of a query.
+	for model, want := range map[string]int64{"gemini-2.5-flash": 35_000, "gemini-2.0-flash-001": 35_000, "gemini-3-pro-preview": 0} {
+		if e, ok := Lookup(model); !ok || e.WebSearchPerPrompt != want {
+			t.Fatalf("%s: a grounded prompt costs %d, want %d", model, e.WebSearchPerPrompt, want)
+		}
+	}
+	// The highest price of a search counts a grounded prompt's: an unknown provider's
+	// searches are never charged less than one of those.
+	if c.HighestWebSearch() != 35_000 {
 		t.Fatalf("HighestWebSearch %d", c.HighestWebSearch())
+	}
+	for _, bad := range []string{`0`, `-1`, `1e3`, `"35000"`} {
+		f := `{"asOf":"2025-11-24","unit":"` + Unit + `","sources":["https://ai.google.dev/gemini-api/docs/pricing"],` +
+			`"models":[{"model":"g","provider":"google","input":1,"output":1,"cachedInput":1,"webSearchPerPrompt":` + bad + `}]}`
+		if _, err := Load([]byte(f)); err == nil {
+			t.Errorf("webSearchPerPrompt %s was accepted", bad)
+		}
 	}
 }
