@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -178,6 +179,8 @@ type priceEntry struct {
 	CachedInputMicroUsdPerMillion int64
 	CacheWriteMicroUsdPerMillion  *int64
 	AudioMicroUsdPerMinute        *int64
+	WebSearchMicroUsd             *int64
+	WebSearchBilledPer            string
 	Source                        string
 	UpdatedAt                     string
 }
@@ -245,6 +248,13 @@ func TestUsageModelPrices(t *testing.T) {
 	// A model billed by the minute shows its minute's price.
 	if p, _ := got.find("whisper-1"); p.AudioMicroUsdPerMinute == nil || *p.AudioMicroUsdPerMinute != 6_000 {
 		t.Fatalf("whisper-1 %+v", p)
+	}
+	// Web searches: a search's price at the model's provider, or a grounded prompt's.
+	for model, want := range map[string]string{"claude-sonnet-4-5": "10000 search", "gpt-5": "10000 search",
+		"gemini-3-pro-preview": "14000 search", "gemini-2.5-flash": "35000 prompt"} {
+		if p, _ := got.find(model); p.WebSearchMicroUsd == nil || fmt.Sprint(*p.WebSearchMicroUsd, " ", p.WebSearchBilledPer) != want {
+			t.Fatalf("%s's web searches: %+v, want %s", model, p, want)
+		}
 	}
 	entry := func(model string, in, out, cached int64) map[string]any {
 		return map[string]any{"model": model, "inputMicroUsdPerMillion": in, "outputMicroUsdPerMillion": out, "cachedInputMicroUsdPerMillion": cached}

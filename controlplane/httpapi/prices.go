@@ -40,9 +40,14 @@ type modelPriceView struct {
 	CacheWriteMicroUsdPerMillion  *int64 `json:"cacheWriteMicroUsdPerMillion"`
 	// AudioMicroUsdPerMinute is a duration-billed catalog model's price of a minute
 	// (pricecatalog.AudioDuration); absent for every other row.
-	AudioMicroUsdPerMinute int64      `json:"audioMicroUsdPerMinute,omitempty"`
-	Source                 string     `json:"source"`
-	UpdatedAt              jsonx.Time `json:"updatedAt"`
+	AudioMicroUsdPerMinute int64 `json:"audioMicroUsdPerMinute,omitempty"`
+	// WebSearchMicroUsd is what a catalog model's web searches are charged (the
+	// provider's price of one search, or the model's price of a grounded prompt, charged
+	// once: WebSearchBilledPer "prompt"); absent where the catalog prices none.
+	WebSearchMicroUsd  int64      `json:"webSearchMicroUsd,omitempty"`
+	WebSearchBilledPer string     `json:"webSearchBilledPer,omitempty"`
+	Source             string     `json:"source"`
+	UpdatedAt          jsonx.Time `json:"updatedAt"`
 }
 
 type fallbackPriceView struct {
@@ -98,10 +103,16 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 			if overridden[e.Model] {
 				continue
 			}
-			out.Prices = append(out.Prices, modelPriceView{Model: e.Model, InputMicroUsdPerMillion: e.InputPerMillion,
+			v := modelPriceView{Model: e.Model, InputMicroUsdPerMillion: e.InputPerMillion,
 				OutputMicroUsdPerMillion: e.OutputPerMillion, CachedInputMicroUsdPerMillion: e.CachedInputPerMillion,
 				CacheWriteMicroUsdPerMillion: e.CacheWritePerMillion, AudioMicroUsdPerMinute: e.AudioPerMinute, Source: priceFromCatalog,
-				UpdatedAt: jsonx.Time(cat.AsOf())})
+				UpdatedAt: jsonx.Time(cat.AsOf())}
+			if e.WebSearchPerPrompt > 0 {
+				v.WebSearchMicroUsd, v.WebSearchBilledPer = e.WebSearchPerPrompt, "prompt"
+			} else if p, ok := cat.WebSearch(e.Provider); ok {
+				v.WebSearchMicroUsd, v.WebSearchBilledPer = p, "search"
+			}
+			out.Prices = append(out.Prices, v)
 		}
 	}
 	slices.SortStableFunc(out.Prices, func(a, b modelPriceView) int { return strings.Compare(a.Model, b.Model) })
