@@ -44,6 +44,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -90,6 +91,15 @@ type Request struct {
 	// Priority is a top-level "service_tier": "priority" (OpenAI: the request asks to
 	// run at the priority tier, dearer than the standard prices; enforcer/worstcase).
 	Priority bool
+	// WebSearch: the request gives the model a web search tool, whose searches the
+	// provider bills apart from the tokens (enforcer/worstcase): an element of the
+	// top-level "tools" array whose "type" starts with "web_search" (Anthropic's
+	// web_search_20250305, OpenAI's web_search and web_search_preview), or that has a
+	// googleSearch, google_search or googleSearchRetrieval member (Gemini).
+	// WebSearchMaxUses is the most searches the request allows (the sum of Anthropic's
+	// max_uses), 0 when any of its search tools sets no limit.
+	WebSearch        bool
+	WebSearchMaxUses int64
 }
 
 // maxCap bounds OutputCap: a float64 holds every whole number up to 2^53 exactly, and
@@ -161,6 +171,11 @@ func Input(body []byte) (Request, error) {
 			}
 		case jsonscan.KeyIs(key, "messages"), jsonscan.KeyIs(key, "input"):
 			i = w.value(i, messageList)
+		case jsonscan.KeyIs(key, "tools"):
+			// The tools' definitions are input text; their search tools are noted too.
+			// The last "tools" counts, as encoding/json reads a repeated key.
+			r.WebSearch, r.WebSearchMaxUses = searchTools(body, i)
+			i = w.value(i, kindOf(key))
 		case jsonscan.KeyIs(key, "background"):
 			// The last one counts, as encoding/json reads a repeated key.
 			r.Background = bytes.HasPrefix(body[i:], []byte("true"))
@@ -339,4 +354,73 @@ func hex4(h []byte) rune {
 		r = r<<4 | rune(c)
 	}
 	return r
+}
+
+// searchTools reads the tools array at b[i] (any other value has none): whether one of
+// them is a web search tool, and the most searches they allow together (0 when one of
+// them sets no max_uses). See Request.WebSearch.
+func searchTools(b []byte, i int) (search bool, maxUses int64) {
+	if b[i] != '[' {
+		return false, 0
+	}
+	capped := true
+	for i = jsonscan.SkipSpace(b, i+1); b[i] != ']'; {
+		end := jsonscan.SkipValue(b, i)
+		if b[i] == '{' {
+			if isSearch, uses := searchTool(b, i); isSearch {
+				search = true
+				if uses <= 0 || maxUses > maxCap-uses {
+					capped = false
+				} else {
+					maxUses += uses
+				}
+			}
+		}
+		if i = jsonscan.SkipSpace(b, end); b[i] == ',' {
+			i = jsonscan.SkipSpace(b, i+1)
+		}
+	}
+	if !search || !capped {
+		return search, 0
+	}
+	return true, maxUses
+}
+
+// searchTool reads one tool object at b[i]: whether it is a web search tool, and its
+// max_uses (0 when it sets none, or none that is a positive whole number).
+func searchTool(b []byte, i int) (search bool, maxUses int64) {
+	for i = jsonscan.SkipSpace(b, i+1); b[i] != '}'; {
+		end := jsonscan.SkipString(b, i)
+		key := b[i:end]
+		i = jsonscan.SkipSpace(b, jsonscan.SkipSpace(b, end)+1) // past the colon
+		switch {
+		case jsonscan.KeyIs(key, "type"):
+			if b[i] == '"' {
+				end := jsonscan.SkipString(b, i)
+				search = search || hasPrefixDecoded(b[i:end], "web_search")
+			}
+		case jsonscan.KeyIs(key, "googleSearch"), jsonscan.KeyIs(key, "google_search"), jsonscan.KeyIs(key, "googleSearchRetrieval"):
+			search = true
+		case jsonscan.KeyIs(key, "max_uses"):
+			if jsonscan.IsNumber(b[i]) {
+				end := jsonscan.SkipNumber(b, i)
+				if n, err := strconv.ParseFloat(string(b[i:end]), 64); err == nil && n >= 1 && n == math.Trunc(n) {
+					maxUses = int64(min(n, maxCap))
+				}
+			}
+		}
+		if i = jsonscan.SkipSpace(b, jsonscan.SkipValue(b, i)); b[i] == ',' {
+			i = jsonscan.SkipSpace(b, i+1)
+		}
+	}
+	return search, maxUses
+}
+
+// hasPrefixDecoded tells whether a quoted JSON string starts with prefix once decoded;
+// it decodes (allocating) only a string with an escape.
+func hasPrefixDecoded(quoted []byte, prefix string) bool {
+	if bytes.IndexByte(quoted, '\\') < 0 {
+		return bytes.HasPrefix(quoted[1:], []byte(prefix))
+	}
+	return strings.HasPrefix(jsonscan.DecodeString(quoted), prefix)
 }

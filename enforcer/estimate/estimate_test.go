@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -182,6 +183,7 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"background":true,"b\u0061ckground":"x","input":"y","background":[true]}`,
 		`{"service_tier":"priority","service_tier":"pri\u006frity","messages":[],"service_tier":{"a":"priority"}}`,
 		`{"service_tier":"flex","service_tier":"pri\u006frity","messages":[{"content":"x"}]}`,
+		`{"tools":[{"type":"web_search_20250305","max_uses":3,"type":"x"},{"googleSearch":{}},{"type":"web_search","max_uses":1e2}],"t\u006fols":[1]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
 	} {
 		f.Add([]byte(s))
@@ -292,7 +294,88 @@ func decoderInput(body []byte) (Request, error) {
 		return Request{}, ErrNotObject // trailing data
 	}
 	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
+	r.WebSearch, r.WebSearchMaxUses = decoderSearchTools(body)
 	return r, nil
+}
+
+// decoderSearchTools is searchTools read with encoding/json: the last top-level "tools"
+// (as Unmarshal keeps it), each object element's members in order.
+func decoderSearchTools(body []byte) (search bool, maxUses int64) {
+	var top map[string]json.RawMessage
+	var tools []json.RawMessage
+	if json.Unmarshal(body, &top) != nil || json.Unmarshal(top["tools"], &tools) != nil {
+		return false, 0
+	}
+	capped := true
+	for _, tool := range tools {
+		dec := json.NewDecoder(bytes.NewReader(tool))
+		if tok, _ := dec.Token(); tok != json.Delim('{') {
+			continue
+		}
+		isSearch, uses := false, int64(0)
+		for dec.More() {
+			k, _ := dec.Token()
+			var v json.RawMessage
+			if dec.Decode(&v) != nil {
+				return false, 0
+			}
+			switch k {
+			case "type":
+				var s string
+				isSearch = isSearch || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "web_search")
+			case "googleSearch", "google_search", "googleSearchRetrieval":
+				isSearch = true
+			case "max_uses":
+				if n, err := strconv.ParseFloat(string(v), 64); err == nil && (v[0] == '-' || '0' <= v[0] && v[0] <= '9') && n >= 1 && n == math.Trunc(n) {
+					uses = int64(min(n, maxCap))
+				}
+			}
+		}
+		if isSearch {
+			search = true
+			if uses <= 0 || maxUses > maxCap-uses {
+				capped = false
+			} else {
+				maxUses += uses
+			}
+		}
+	}
+	if !search || !capped {
+		return search, 0
+	}
+	return true, maxUses
+}
+
+// Search tools: a request that gives the model a web search tool says so, with the most
+// searches its tools allow (Anthropic's max_uses), or 0 when one of them sets none.
+func TestSearchTools(t *testing.T) {
+	for _, tc := range []struct {
+		body    string
+		search  bool
+		maxUses int64
+	}{
+		{`{"model":"claude-sonnet-4-5","tools":[{"type":"web_search_20250305","name":"web_search","max_uses":5}]}`, true, 5},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":5},{"type":"web_search_20250305","max_uses":2}]}`, true, 7},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":5},{"type":"web_search_20250305"}]}`, true, 0},
+		{`{"tools":[{"type":"web_search"}],"input":"x"}`, true, 0},
+		{`{"tools":[{"type":"web_search_preview","search_context_size":"low"}]}`, true, 0},
+		{`{"contents":[],"tools":[{"googleSearch":{}}]}`, true, 0},
+		{`{"tools":[{"google_search_retrieval":{}},{"googleSearchRetrieval":{}}]}`, true, 0},
+		{`{"tools":[{"type":"web_\u0073earch"}]}`, true, 0},
+		{`{"tools":[{"type":"function","function":{"name":"web_search","type":"web_search"}}]}`, false, 0},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":5}],"tools":[]}`, false, 0},
+		{`{"tools":{"type":"web_search"}}`, false, 0},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":"5"}]}`, true, 0},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":2.5}]}`, true, 0},
+	} {
+		r, err := Input([]byte(tc.body))
+		if err != nil || r.WebSearch != tc.search || r.WebSearchMaxUses != tc.maxUses {
+			t.Errorf("%s: search %v max uses %d (%v), want %v %d", tc.body, r.WebSearch, r.WebSearchMaxUses, err, tc.search, tc.maxUses)
+		}
+		if s, n := decoderSearchTools([]byte(tc.body)); s != tc.search || n != tc.maxUses {
+			t.Errorf("%s: the reference reads search %v max uses %d", tc.body, s, n)
+		}
+	}
 }
 
 type decoderWalker struct {

@@ -18,8 +18,10 @@
 //
 // It is unknown (the policy's amount applies) when the body is not a JSON object, names
 // no model, names one the catalog does not price, names one the organization prices
-// itself (its own price wins at settlement, and the enforcer knows only its keys), or
-// states no cap for a model whose limit the catalog does not know.
+// itself (its own price wins at settlement, and the enforcer knows only its keys),
+// states no cap for a model whose limit the catalog does not know, or gives the model a
+// web search tool whose searches it does not cap (they are billed apiece; a capped
+// tool's max_uses, or a grounded prompt billed once, adds its price to the worst case).
 //
 // A request that asks for OpenAI's priority tier ("service_tier": "priority") costs twice
 // that, as settlement charges it.
@@ -56,7 +58,14 @@ const (
 	// DurationBilled: the model is billed by the minute of audio it hears (whisper-1),
 	// and an upload's length is not read before it goes upstream.
 	DurationBilled Unknown = "duration_billed"
+	// SearchesUncapped: the request gives the model a web search tool that sets no limit
+	// on its searches (OpenAI's, Gemini 3's, Anthropic's without max_uses), each billed
+	// apart from the tokens.
+	SearchesUncapped Unknown = "searches_uncapped"
 )
+
+// Unknowns lists every reason a worst case is unknown (the metric's labels).
+var Unknowns = []Unknown{NoModel, NotInCatalog, OrganizationPriced, NoCap, DurationBilled, SearchesUncapped}
 
 // Cost is a request's worst case.
 type Cost struct {
@@ -113,7 +122,34 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		// Asked to run at the priority tier: charged so at settlement.
 		cost = min(cost*pricecatalog.PriorityMultiplier, money.MaxAllowanceMicroUSD) // cost ≤ 2^52: no overflow
 	}
+	if req.WebSearch {
+		// Searches are charged on top of the tokens (after the tier), as settlement
+		// charges them: a grounded prompt once, else each search at the provider's price,
+		// which bounds the cost only when the request caps its searches.
+		searches, ok := searchesCost(cat, e, req.WebSearchMaxUses)
+		if !ok {
+			return Cost{Unknown: SearchesUncapped}
+		}
+		cost = min(cost+searches, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
+	}
 	return Cost{MicroUSD: cost, Model: e.Model, InputTokens: in, OutputTokens: out}
+}
+
+// searchesCost is the most a request's web searches cost (at most maxUses of them; 0:
+// no limit), and whether that is known.
+func searchesCost(cat *pricecatalog.Catalog, e pricecatalog.Entry, maxUses int64) (int64, bool) {
+	if e.WebSearchPerPrompt > 0 {
+		return e.WebSearchPerPrompt, true
+	}
+	perSearch, ok := cat.WebSearch(e.Provider)
+	if !ok || maxUses <= 0 {
+		return 0, false
+	}
+	hi, lo := bits.Mul64(uint64(maxUses), uint64(perSearch))
+	if hi != 0 || lo > uint64(money.MaxAllowanceMicroUSD) {
+		return money.MaxAllowanceMicroUSD, true
+	}
+	return int64(lo), true
 }
 
 // find walks the matching steps as settlement does (controlplane/ledger: at each step

@@ -16,7 +16,8 @@ import (
 func testCatalog(t *testing.T) *pricecatalog.Catalog {
 	t.Helper()
 	c, err := pricecatalog.Load([]byte(`{"asOf":"2025-01-02","unit":"integer micro-USD per million tokens",
-		"sources":["https://example.com/p"],"notes":[],"models":[
+		"sources":["https://example.com/p"],"notes":[],"webSearch":{"anthropic":10000},"models":[
+		{"model":"grounded","provider":"google","input":1000000,"output":1000000,"cachedInput":1000000,"maxOutput":100,"webSearchPerPrompt":35000},
 		{"model":"small","provider":"openai","input":1000000,"output":4000000,"cachedInput":500000,"maxOutput":1000},
 		{"model":"writer","provider":"anthropic","input":2000000,"output":10000000,"cachedInput":200000,"cacheWrite":2500000,"maxOutput":8000},
 		{"model":"nolimit","provider":"google","input":1000000,"output":1000000,"cachedInput":1000000},
@@ -48,6 +49,19 @@ func TestOf(t *testing.T) {
 		orgKeys []string
 		want    Cost
 	}{
+		// Web searches, billed apart: capped (Anthropic's max_uses) at the provider's price
+		// each, a grounded prompt once; uncapped, unknown.
+		{"capped web searches", `{"model":"writer","max_tokens":100,"tools":[{"type":"web_search_20250305","name":"web_search","max_uses":3}],` + msgs + `}`, nil,
+			// input: "hello world!" and the tool's name "web_search" (22 bytes: 6 tokens) + 3 +
+			// 3 = 12 at the one-hour cache write's 4 USD/M, 100 at 10 USD/M: 1,048; 3 × 10,000
+			Cost{MicroUSD: 1_048 + 30_000, Model: "writer", InputTokens: 12, OutputTokens: 100}},
+		{"a grounded prompt once", `{"model":"grounded","tools":[{"googleSearch":{}}],` + msgs + `}`, nil,
+			// 9 + 100 tokens at 1 USD/M = 109, + 35,000
+			Cost{MicroUSD: 109 + 35_000, Model: "grounded", InputTokens: 9, OutputTokens: 100}},
+		{"uncapped web searches", `{"model":"writer","max_tokens":100,"tools":[{"type":"web_search_20250305"}],` + msgs + `}`, nil,
+			Cost{Unknown: SearchesUncapped}},
+		{"searches of a provider the catalog does not price", `{"model":"small","max_tokens":100,"tools":[{"type":"web_search","max_uses":2}],` + msgs + `}`, nil,
+			Cost{Unknown: SearchesUncapped}},
 		{"cap below the limit", `{"model":"small","max_tokens":100,` + msgs + `}`, nil,
 			// (9 × 1 + 100 × 4) USD/M = 409 µUSD
 			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
@@ -103,7 +117,7 @@ func TestOf(t *testing.T) {
 
 // Every reason a worst case is unknown is a label of the enforcer's reservations metric.
 func TestUnknownsAreMetricLabels(t *testing.T) {
-	for _, u := range []Unknown{NoModel, NotInCatalog, OrganizationPriced, NoCap, DurationBilled} {
+	for _, u := range Unknowns {
 		if !slices.Contains(metrics.ReservationBases, string(u)) {
 			t.Errorf("%s is not in metrics.ReservationBases", u)
 		}
