@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/internal/testio"
+
 	"go.yaml.in/yaml/v3"
 )
 
@@ -240,14 +242,7 @@ func TestAlertRulesPromtool(t *testing.T) {
 // CI, which installs it (.ci/run).
 func promtool(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("promtool is not on PATH (CI=true: .ci/run installs it)")
-		}
-		t.Skip("promtool is not on PATH; apt-get install --no-install-recommends prometheus")
-	}
-	return p
+	return testio.LookTool(t, "promtool", "apt-get install --no-install-recommends prometheus")
 }
 
 // TestMetricsCheckerCatchesDrift proves the checks above have teeth.
@@ -288,13 +283,7 @@ func TestMetricsCheckerCatchesDrift(t *testing.T) {
 // run` does first) and checks the result: loopback only, forward_auth to
 // the enforcer's /check. CI installs caddy (.ci/run), so there it must run.
 func TestCaddyfile(t *testing.T) {
-	caddy, err := exec.LookPath("caddy")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("caddy is not on PATH (CI=true: .ci/run installs it)")
-		}
-		t.Skip("caddy is not on PATH; apt-get install caddy")
-	}
+	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
 	cmd := exec.Command(caddy, "adapt", "--config", "caddy/Caddyfile", "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "XDG_DATA_HOME="+t.TempDir(), "XDG_CONFIG_HOME="+t.TempDir())
 	var stderr bytes.Buffer

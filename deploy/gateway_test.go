@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/testio"
+
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
@@ -35,25 +37,11 @@ const (
 	gatewayBody    = gateway.DefaultMaxBodyBytes  // TOLLGATE_GATEWAY_MAX_BODY_BYTES's default
 )
 
-// lookTool finds a binary, skipping the test without it; under CI=true it must exist
-// (.ci/run installs it).
-func lookTool(t *testing.T, name, install string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not on PATH (CI=true: .ci/run installs it)", name)
-		}
-		t.Skipf("%s is not on PATH, so it does not check the file (the structural checks still run); %s", name, install)
-	}
-	return path
-}
-
 // TestCaddyfileGateway adapts and validates Caddyfile.gateway with the installed caddy
 // and checks the result: loopback only, one reverse_proxy to the gateway that flushes
 // at once and probes the enforcer's /readyz, and nothing else in the way.
 func TestCaddyfileGateway(t *testing.T) {
-	caddy := lookTool(t, "caddy", "apt-get install caddy")
+	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
 	home := t.TempDir()
 	// The file's own defaults: none of its variables from the caller (Caddy substitutes
 	// an empty value too, so they are left out rather than emptied).
@@ -497,7 +485,7 @@ func TestNginxCheckerCatches(t *testing.T) {
 // /var/lib/nginx/body), so the copy it tests points them into the temporary directory
 // too; nothing else of the file is changed.
 func TestNginxConfigTest(t *testing.T) {
-	nginx := lookTool(t, "nginx", "apt-get install --no-install-recommends nginx")
+	nginx := testio.LookTool(t, "nginx", "apt-get install --no-install-recommends nginx")
 	b, err := os.ReadFile("nginx/nginx.conf")
 	if err != nil {
 		t.Fatal(err)

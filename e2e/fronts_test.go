@@ -41,7 +41,7 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 
 	fronts := map[string]func(t *testing.T, listen string) *exec.Cmd{
 		"caddy": func(t *testing.T, listen string) *exec.Cmd {
-			caddy := lookFront(t, "caddy")
+			caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
 			cmd := exec.Command(caddy, "run", "--config", "../deploy/caddy/Caddyfile.gateway", "--adapter", "caddyfile")
 			home := t.TempDir()
 			cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home,
@@ -49,7 +49,7 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 			return cmd
 		},
 		"nginx": func(t *testing.T, listen string) *exec.Cmd {
-			nginx := lookFront(t, "nginx")
+			nginx := testio.LookTool(t, "nginx", "apt-get install --no-install-recommends nginx")
 			b, err := os.ReadFile("../deploy/nginx/nginx.conf")
 			if err != nil {
 				t.Fatal(err)
@@ -84,7 +84,7 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 	}
 	for _, name := range []string{"caddy", "nginx"} {
 		t.Run(name, func(t *testing.T) {
-			listen := freeLoopbackAddr(t)
+			listen := testio.FreeAddr(t)
 			cmd := fronts[name](t, listen)
 			logs := &testio.SyncBuffer{}
 			cmd.Stdout, cmd.Stderr = logs, logs
@@ -140,29 +140,4 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 	// Both fronts: a stream and three responses each (and, when the check after a
 	// session's last response finished before the client closed, a request at 0).
 	s.waitUsed(t, o, 2*(1+3), 2*(chatCost+3*rtCost))
-}
-
-// lookFront is the path of a reverse proxy the test runs; without it the test is skipped,
-// except in CI, whose .ci/run installs it.
-func lookFront(t *testing.T, name string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not on PATH (CI=true: .ci/run installs it)", name)
-		}
-		t.Skipf("%s is not on PATH (apt-get install %s)", name, name)
-	}
-	return path
-}
-
-// freeLoopbackAddr is a loopback address no one listens on (just now).
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

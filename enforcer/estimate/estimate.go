@@ -158,13 +158,11 @@ func Input(body []byte) (Request, error) {
 		case jsonscan.KeyIs(key, "max_tokens"), jsonscan.KeyIs(key, "max_completion_tokens"), jsonscan.KeyIs(key, "max_output_tokens"):
 			if jsonscan.IsNumber(body[i]) {
 				end := jsonscan.SkipNumber(body, i)
-				n, err := strconv.ParseFloat(string(body[i:end]), 64)
+				n, err := positiveWhole(body[i:end])
 				if err != nil {
 					return Request{}, ErrNotObject
 				}
-				if n >= 1 && n == math.Trunc(n) {
-					r.OutputCap = max(r.OutputCap, int64(min(n, maxCap)))
-				}
+				r.OutputCap = max(r.OutputCap, n)
 				i = end
 			} else {
 				i = w.value(i, skipped)
@@ -403,9 +401,8 @@ func searchTool(b []byte, i int) (search bool, maxUses int64) {
 			search = true
 		case jsonscan.KeyIs(key, "max_uses"):
 			if jsonscan.IsNumber(b[i]) {
-				end := jsonscan.SkipNumber(b, i)
-				if n, err := strconv.ParseFloat(string(b[i:end]), 64); err == nil && n >= 1 && n == math.Trunc(n) {
-					maxUses = int64(min(n, maxCap))
+				if n, err := positiveWhole(b[i:jsonscan.SkipNumber(b, i)]); err == nil && n > 0 {
+					maxUses = n
 				}
 			}
 		}
@@ -423,4 +420,18 @@ func hasPrefixDecoded(quoted []byte, prefix string) bool {
 		return bytes.HasPrefix(quoted[1:], []byte(prefix))
 	}
 	return strings.HasPrefix(jsonscan.DecodeString(quoted), prefix)
+}
+
+// positiveWhole is a JSON number's value when it is a positive whole number (at most
+// maxCap), else 0; an error for a number beyond float64's range, which encoding/json
+// refuses.
+func positiveWhole(num []byte) (int64, error) {
+	n, err := strconv.ParseFloat(string(num), 64)
+	if err != nil {
+		return 0, err
+	}
+	if n >= 1 && n == math.Trunc(n) {
+		return int64(min(n, maxCap)), nil
+	}
+	return 0, nil
 }

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/testio"
+
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
@@ -54,13 +56,7 @@ func TestCaddyForwardAuth(t *testing.T) {
 }
 
 func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization, wantAPIKey string) {
-	caddy, err := exec.LookPath("caddy")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("caddy is required under CI=true (apt-get install caddy)")
-		}
-		t.Skip("caddy not installed")
-	}
+	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
 	e := enforcertest.New(t, enforcertest.Options{})
 	e.CP.SetPrice("gpt-4o-mini", 2_000, 8_000)
 	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
@@ -103,7 +99,7 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 	}))
 	defer upstream.Close()
 
-	caddyAddr := freeAddr(t)
+	caddyAddr := testio.FreeAddr(t)
 	caddyfile, err := filepath.Abs("../../deploy/caddy/Caddyfile")
 	if err != nil {
 		t.Fatal(err)
@@ -185,13 +181,4 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 			t.Fatalf("upstream saw request id %q", id)
 		}
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

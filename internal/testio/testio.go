@@ -1,11 +1,16 @@
 // Package testio holds the small I/O helpers several packages' tests share: a log
-// destination a test may read while a program writes it, and a body cut into the
-// arbitrary pieces a stream arrives in. Tests only; nothing in a program imports it.
+// destination a test may read while a program writes it, a body cut into the arbitrary
+// pieces a stream arrives in, a free loopback address, and the path of a third-party
+// tool. Tests only; nothing in a program imports it.
 package testio
 
 import (
 	"bytes"
+	"net"
+	"os"
+	"os/exec"
 	"sync"
+	"testing"
 )
 
 // SyncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
@@ -36,4 +41,31 @@ func Chunks(s string, n int) [][]byte {
 		out = append(out, []byte(s[i:min(i+step, len(s))]))
 	}
 	return out
+}
+
+// FreeAddr is a loopback address nothing listened on a moment ago, for a program a test
+// starts to listen on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// LookTool is the path of a third-party program a test runs (caddy, nginx...). Without
+// it the test is skipped, saying how to install it, except in CI (CI=true), whose
+// .ci/run installs it: there its absence fails the test.
+func LookTool(t testing.TB, name, install string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not on PATH (CI=true: .ci/run installs it)", name)
+		}
+		t.Skipf("%s is not on PATH; %s", name, install)
+	}
+	return path
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -20,16 +19,6 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 func requireRedis(t *testing.T) string {
 	t.Helper()
@@ -62,9 +51,9 @@ func TestDevStackReachesThe429(t *testing.T) {
 	env := map[string]string{
 		"TOLLGATE_DATABASE_URL": storetest.URLFor(storetest.NewDatabase(t)),
 		"TOLLGATE_REDIS_URL":    redisURL, "TOLLGATE_REDIS_PREFIX": prefix,
-		"TOLLGATE_HTTP_ADDR": freeAddr(t), "TOLLGATE_GRPC_ADDR": freeAddr(t), "TOLLGATE_ADMIN_ADDR": freeAddr(t),
-		"TOLLGATE_ENFORCER_GRPC_ADDR": freeAddr(t), "TOLLGATE_ENFORCER_HTTP_ADDR": freeAddr(t), "TOLLGATE_ENFORCER_ADMIN_ADDR": freeAddr(t),
-		"TOLLGATE_DEMO_UPSTREAM_ADDR": freeAddr(t), "TOLLGATE_DEMO_PROXY_ADDR": freeAddr(t),
+		"TOLLGATE_HTTP_ADDR": testio.FreeAddr(t), "TOLLGATE_GRPC_ADDR": testio.FreeAddr(t), "TOLLGATE_ADMIN_ADDR": testio.FreeAddr(t),
+		"TOLLGATE_ENFORCER_GRPC_ADDR": testio.FreeAddr(t), "TOLLGATE_ENFORCER_HTTP_ADDR": testio.FreeAddr(t), "TOLLGATE_ENFORCER_ADMIN_ADDR": testio.FreeAddr(t),
+		"TOLLGATE_DEMO_UPSTREAM_ADDR": testio.FreeAddr(t), "TOLLGATE_DEMO_PROXY_ADDR": testio.FreeAddr(t),
 		"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": t.TempDir(),
 	}
 	getenv := func(k string) string { return env[k] }
