@@ -311,9 +311,10 @@ func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
 // fails), then shuts down in this order:
 //
 //  1. report not-ready (/readyz "draining", gRPC health NOT_SERVING);
-//  2. stop taking checks: the HTTP, gateway and gRPC servers drain in-flight checks and
-//     response streams within three quarters of the shutdown deadline, then cut what is
-//     left (its ext_proc and gateway handlers settle what they saw);
+//  2. stop taking checks: the HTTP, gateway and gRPC servers drain in-flight checks,
+//     response streams and Realtime sessions within three quarters of the shutdown
+//     deadline, then cut what is left (its ext_proc and gateway handlers settle what they
+//     saw; a cut Realtime session's client gets 1001);
 //  3. stop the start queue (queued starts are refused);
 //  4. settle as incomplete every admitted request nobody will report any more (those
 //     without a durable start first), within half of what is left of the deadline;
@@ -373,10 +374,16 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	gwDone := make(chan struct{})
 	go func() {
 		defer close(gwDone)
-		if gwSrv != nil && gwSrv.Shutdown(serveCtx) != nil {
+		if gwSrv == nil {
+			return
+		}
+		if gwSrv.Shutdown(serveCtx) != nil {
 			// Streams still open are cut; each handler settles what it saw.
 			_ = gwSrv.Close()
 		}
+		// Realtime sessions are connections the gateway took over, which the server's
+		// Shutdown neither waits for nor closes: they get the same time, then are cut.
+		e.Gateway.DrainSessions(serveCtx)
 	}()
 	stopped := make(chan struct{})
 	go func() { e.GRPC.GracefulStop(); close(stopped) }()

@@ -157,6 +157,11 @@ type Gateway struct {
 	// fails every request, and Metrics.Requests counts each one (upstream_error,
 	// upstream_timeout).
 	upstreamFailures logging.Throttle
+	// sessions are the Realtime sessions open now, each with the cancellation that ends
+	// it (realtime.go): net/http's Shutdown neither waits for nor closes a connection
+	// its handler took over, so DrainSessions does.
+	sessionsMu sync.Mutex
+	sessions   map[*proxied]context.CancelFunc
 }
 
 // New returns the gateway. Routes must have been validated (ParseRoutes, NewRoute).
@@ -166,7 +171,7 @@ func New(cfg Config, g Checker, t Tracker, limits responseusage.Limits, m Metric
 		return nil, errors.New("gateway: no upstream: set an upstream or a routes file")
 	}
 	gw := &Gateway{cfg: cfg, routes: sortRoutes(cfg.Routes), gate: g, tracker: t, limits: limits,
-		slots: make(chan struct{}, cfg.MaxStreams), m: m, log: log}
+		slots: make(chan struct{}, cfg.MaxStreams), m: m, log: log, sessions: map[*proxied]context.CancelFunc{}}
 	gw.up = cfg.Transport
 	if gw.up == nil {
 		gw.up = newTransport(cfg)

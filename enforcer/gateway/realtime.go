@@ -122,15 +122,24 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	}
 	defer client.CloseNow()
 	client.SetReadLimit(gw.cfg.MaxBodyBytes)
+	// The upstream's messages are read under their own cancellation, which a shutdown
+	// uses (DrainSessions): the client's side stays open for the close that says why.
+	upCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	gw.openSession(p, stop)
+	defer gw.closeSession(p)
 
 	creds := credentialsOf(r.Header)
 	events := realtimeusage.New(model)
 	go relayClient(ctx, cancel, client, up)
 	for {
-		rctx, rcancel := context.WithTimeout(ctx, gw.cfg.IdleTimeout)
+		rctx, rcancel := context.WithTimeout(upCtx, gw.cfg.IdleTimeout)
 		typ, msg, err := up.Read(rctx)
 		rcancel()
 		if err != nil {
+			if upCtx.Err() != nil && ctx.Err() == nil {
+				err = errShuttingDown // DrainSessions ended the session
+			}
 			closeWith(client, err)
 			break
 		}
@@ -293,5 +302,57 @@ func (p *proxied) handshakeFailed(w http.ResponseWriter, r *http.Request, resp *
 	w.WriteHeader(resp.StatusCode)
 	if resp.Body != nil {
 		_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
+	}
+}
+
+// errShuttingDown ends a session the enforcer's shutdown cut: the client is told 1001
+// (going away).
+var errShuttingDown = websocket.CloseError{Code: websocket.StatusGoingAway, Reason: "the enforcer is shutting down"}
+
+func (gw *Gateway) openSession(p *proxied, cancel context.CancelFunc) {
+	gw.sessionsMu.Lock()
+	gw.sessions[p] = cancel
+	gw.sessionsMu.Unlock()
+}
+
+func (gw *Gateway) closeSession(p *proxied) {
+	gw.sessionsMu.Lock()
+	delete(gw.sessions, p)
+	gw.sessionsMu.Unlock()
+}
+
+func (gw *Gateway) openSessions() int {
+	gw.sessionsMu.Lock()
+	defer gw.sessionsMu.Unlock()
+	return len(gw.sessions)
+}
+
+// sessionPoll is how often DrainSessions looks whether the sessions ended.
+const sessionPoll = 50 * time.Millisecond
+
+// DrainSessions is the gateway's part of a shutdown, after its server's Shutdown: it
+// lets the open Realtime sessions go on until ctx ends, then ends those left (the client
+// gets 1001, going away) and returns once each has settled what it saw, or after
+// realtimeSettleWait more. A session ended this way is settled as any that ends: its
+// finished responses already were, a response in progress is estimated.
+func (gw *Gateway) DrainSessions(ctx context.Context) {
+	tick := time.NewTicker(sessionPoll)
+	defer tick.Stop()
+	for gw.openSessions() > 0 {
+		select {
+		case <-tick.C:
+			continue
+		case <-ctx.Done():
+		}
+		gw.sessionsMu.Lock()
+		for _, cancel := range gw.sessions {
+			cancel()
+		}
+		gw.sessionsMu.Unlock()
+		deadline := time.Now().Add(realtimeSettleWait)
+		for gw.openSessions() > 0 && time.Now().Before(deadline) {
+			<-tick.C
+		}
+		return
 	}
 }

@@ -94,7 +94,7 @@ func (g *countingGate) CheckRequest(_ context.Context, c gate.Credentials, _ gat
 	return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: fmt.Sprintf("req_%d", g.checks), UsageState: "within_limit"}, nil
 }
 
-func newRealtimeEnv(t *testing.T, up http.Handler, admits int) (*countingGate, *fakeTracker, string) {
+func newRealtimeEnv(t *testing.T, up http.Handler, admits int) (*countingGate, *fakeTracker, string, *gateway.Gateway) {
 	t.Helper()
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
@@ -110,7 +110,7 @@ func newRealtimeEnv(t *testing.T, up http.Handler, admits int) (*countingGate, *
 	}
 	front := httptest.NewServer(gw)
 	t.Cleanup(front.Close)
-	return g, tr, "ws" + strings.TrimPrefix(front.URL, "http")
+	return g, tr, "ws" + strings.TrimPrefix(front.URL, "http"), gw
 }
 
 func dialRealtime(t *testing.T, url, key string) (*websocket.Conn, *http.Response, error) {
@@ -166,7 +166,7 @@ func (f *fakeTracker) settlements(t *testing.T, n int) []inflight.Usage {
 // at 0.
 func TestRealtimeSessionIsChargedByResponse(t *testing.T) {
 	up := &realtimeUpstream{in: 1000, out: 200}
-	g, tr, url := newRealtimeEnv(t, up, 10)
+	g, tr, url, _ := newRealtimeEnv(t, up, 10)
 	c, res, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +220,7 @@ func TestRealtimeSessionIsChargedByResponse(t *testing.T) {
 // is admitted or settled.
 func TestRealtimeSessionEndsAtTheLimit(t *testing.T) {
 	up := &realtimeUpstream{in: 10, out: 20}
-	g, tr, url := newRealtimeEnv(t, up, 1)
+	g, tr, url, _ := newRealtimeEnv(t, up, 1)
 	c, _, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +254,7 @@ func TestRealtimeSessionEndsAtTheLimit(t *testing.T) {
 // incomplete, estimated from the text the response had sent.
 func TestRealtimeSessionCutMidResponse(t *testing.T) {
 	up := &realtimeUpstream{in: 10, out: 20, hang: true}
-	_, tr, url := newRealtimeEnv(t, up, 10)
+	_, tr, url, _ := newRealtimeEnv(t, up, 10)
 	c, _, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +281,7 @@ func TestRealtimeSessionCutMidResponse(t *testing.T) {
 // is settled with its status (nothing used).
 func TestRealtimeRefusals(t *testing.T) {
 	up := &realtimeUpstream{}
-	_, tr, url := newRealtimeEnv(t, up, 10)
+	_, tr, url, _ := newRealtimeEnv(t, up, 10)
 	for _, tc := range []struct {
 		name, path, key string
 		status          int
@@ -322,5 +322,44 @@ func TestRealtimeRefusals(t *testing.T) {
 	}
 	if u := tr2.settled(t); u.UpstreamStatus != http.StatusUnauthorized || u.InputTokens != 0 || u.Seen != nil {
 		t.Fatalf("settled %+v", u)
+	}
+}
+
+// At shutdown (DrainSessions) an open session goes on until the deadline, then is ended:
+// the client gets 1001 with the reason, the provider's side is closed, and the session's
+// request is settled before DrainSessions returns.
+func TestRealtimeSessionsEndAtShutdown(t *testing.T) {
+	up := &realtimeUpstream{in: 10, out: 20}
+	_, tr, url, gw := newRealtimeEnv(t, up, 10)
+	c, _, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, c, "session.created")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create"}`)); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, c, "response.done")
+	closed := make(chan error, 1)
+	go func() {
+		_, _, err := c.Read(ctx)
+		closed <- err
+	}()
+	grace, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer stop()
+	began := time.Now()
+	gw.DrainSessions(grace)
+	if took := time.Since(began); took < 200*time.Millisecond {
+		t.Fatalf("DrainSessions returned after %v, before its grace period", took)
+	}
+	var ce websocket.CloseError
+	if err := <-closed; !errors.As(err, &ce) || ce.Code != websocket.StatusGoingAway {
+		t.Fatalf("the client saw %v, want 1001", err)
+	}
+	s := tr.settlements(t, 2)
+	if s[0].OutputTokens != 20 || !s[1].Complete || s[1].OutputTokens != 0 {
+		t.Fatalf("settled %+v", s)
 	}
 }
