@@ -27,8 +27,10 @@ import (
 //     a refusal of the provider's (401, 404...) is passed on as it came, uncharged.
 //   - Every message goes through as it came, either way. The server's events are read
 //     (package realtimeusage); each response.done settles the admitted request with that
-//     response's usage, and once the control plane applied it (realtimeSettleWait at
-//     most) the member is checked again, a new request, before the next response: a member whose limit the session spent gets the close code 1008 (policy
+//     response's usage, and each transcription of the user's audio with its own (at its
+//     transcription model's price; one that ends while a response is in progress waits
+//     for that response's end). Once the control plane applied it (realtimeSettleWait
+//     at most) the member is checked again, a new request, before what comes next: a member whose limit the session spent gets the close code 1008 (policy
 //     violation) with the refusal's error code as its reason, and the upstream
 //     connection is closed. So a session spends past a limit by one response at most,
 //     as a stream does.
@@ -131,7 +133,11 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 
 	creds := credentialsOf(r.Header)
 	events := realtimeusage.New(model)
+	// Transcriptions that ended while a response was in progress wait for its end: a
+	// member refused in between would have the response cut, uncharged.
+	var waiting []realtimeusage.Usage
 	go relayClient(ctx, cancel, client, up)
+relay:
 	for {
 		rctx, rcancel := context.WithTimeout(upCtx, gw.cfg.IdleTimeout)
 		typ, msg, err := up.Read(rctx)
@@ -144,17 +150,27 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		var u realtimeusage.Usage
-		var done bool
+		kind := realtimeusage.None
 		if typ == websocket.MessageText {
-			u, done = events.Event(msg)
+			u, kind = events.Event(msg)
 		}
 		if err := client.Write(ctx, typ, msg); err != nil {
 			closeWith(up, err)
 			break
 		}
-		if done && !p.nextResponse(ctx, u, creds, events.Model(), client, up) {
-			break
+		if kind == realtimeusage.None {
+			continue
 		}
+		if _, inProgress := events.Unfinished(); kind == realtimeusage.Transcription && inProgress {
+			waiting = append(waiting, u)
+			continue
+		}
+		for _, u := range append([]realtimeusage.Usage{u}, waiting...) {
+			if !p.charge(ctx, u, creds, events.Model(), client, up) {
+				break relay
+			}
+		}
+		waiting = waiting[:0]
 	}
 	cancel()
 	unfinished, inProgress := events.Unfinished()
@@ -182,13 +198,20 @@ func (p *proxied) record(w http.ResponseWriter, model string) bool {
 	return true
 }
 
-// nextResponse settles the request with the response that ended (u) and admits the
-// session's next one; false when the member was refused (both sides are then closed:
-// the client with 1008 and the refusal's code) or the check could not finish.
-func (p *proxied) nextResponse(ctx context.Context, u realtimeusage.Usage, creds gate.Credentials, model string,
+// charge settles the request with what a response or a transcription that ended
+// reported (u), and admits the session's next request; false when the member was
+// refused (both sides are then closed: the client with 1008 and the refusal's code) or
+// the check could not finish.
+func (p *proxied) charge(ctx context.Context, u realtimeusage.Usage, creds gate.Credentials, model string,
 	client, up *websocket.Conn) bool {
 	settled := inflight.Usage{Model: u.Model, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-		CachedTokens: u.CachedInputTokens, Complete: u.Reported, UpstreamStatus: http.StatusSwitchingProtocols}
+		CachedTokens: u.CachedInputTokens, AudioInputMillis: u.AudioInputMillis, Complete: u.Reported,
+		UpstreamStatus: http.StatusSwitchingProtocols}
+	if settled.Model == "" {
+		// A transcription by a model the session never named: priced at the session's
+		// model, never at nothing.
+		settled.Model = model
+	}
 	if !u.Reported {
 		settled.Seen = &inflight.Seen{TextBytes: u.TextBytes}
 	}

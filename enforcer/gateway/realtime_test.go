@@ -20,14 +20,17 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 )
 
-// realtimeUpstream is a fake Realtime API: it opens the session (session.created), then
-// answers each client message with one response (response.created, a text delta,
-// response.done with in+i input and out+i output tokens, i counting from 0). With
-// hang, the second response never ends. It records the handshake's headers and the
-// client messages.
+// realtimeUpstream is a fake Realtime API: it opens the session (session.created, with
+// gpt-4o-transcribe transcribing the user's audio), then answers each client message
+// with one response (response.created, a text delta, response.done with in+i input and
+// out+i output tokens, i counting from 0), or an input_audio_buffer.commit with a
+// transcription (17 input and 9 output tokens). With hang, the second response never
+// ends; with transcribeDuring, each response carries a transcription (5 and 3 tokens)
+// before its end. It records the handshake's headers and the client messages.
 type realtimeUpstream struct {
-	in, out int64
-	hang    bool
+	in, out          int64
+	hang             bool
+	transcribeDuring bool
 	mu      sync.Mutex
 	header  http.Header
 	got     []string
@@ -48,10 +51,15 @@ func (u *realtimeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer c.CloseNow()
 	ctx := r.Context()
 	send := func(s string) error { return c.Write(ctx, websocket.MessageText, []byte(s)) }
-	if send(`{"type":"session.created","event_id":"ev_0","session":{"object":"realtime.session","model":"gpt-realtime-2025-08-28"}}`) != nil {
+	if send(`{"type":"session.created","event_id":"ev_0","session":{"object":"realtime.session","model":"gpt-realtime-2025-08-28",`+
+		`"audio":{"input":{"transcription":{"model":"gpt-4o-transcribe"}}}}}`) != nil {
 		return
 	}
-	for i := int64(0); ; i++ {
+	transcribed := func(in, out int) error {
+		return send(fmt.Sprintf(`{"type":"conversation.item.input_audio_transcription.completed","item_id":"item_u","content_index":0,"transcript":"Hi.",`+
+			`"usage":{"type":"tokens","total_tokens":%d,"input_tokens":%d,"input_token_details":{"text_tokens":0,"audio_tokens":%d},"output_tokens":%d}}`, in+out, in, in, out))
+	}
+	for i := int64(0); ; {
 		_, msg, err := c.Read(ctx)
 		if err != nil {
 			return
@@ -59,15 +67,24 @@ func (u *realtimeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		u.got = append(u.got, string(msg))
 		u.mu.Unlock()
+		if strings.Contains(string(msg), "input_audio_buffer.commit") {
+			_ = transcribed(17, 9)
+			continue
+		}
 		id := fmt.Sprintf("resp_%d", i)
 		_ = send(`{"type":"response.created","response":{"object":"realtime.response","id":"` + id + `","status":"in_progress","usage":null}}`)
 		_ = c.Write(ctx, websocket.MessageBinary, []byte{0, 1, 2}) // not an event: passed on as it came
 		_ = send(`{"type":"response.output_text.delta","response_id":"` + id + `","delta":"Tolls are paid in tokens."}`)
+		if u.transcribeDuring {
+			_ = transcribed(5, 3)
+		}
 		if u.hang && i == 1 {
+			i++
 			continue
 		}
 		_ = send(fmt.Sprintf(`{"type":"response.done","response":{"object":"realtime.response","id":%q,"status":"completed","usage":{"total_tokens":%d,"input_tokens":%d,"output_tokens":%d,"input_token_details":{"cached_tokens":%d,"text_tokens":1,"audio_tokens":2}}}}`,
 			id, u.in+u.out+2*i, u.in+i, u.out+i, i))
+		i++
 	}
 }
 
@@ -361,5 +378,43 @@ func TestRealtimeSessionsEndAtShutdown(t *testing.T) {
 	s := tr.settlements(t, 2)
 	if s[0].OutputTokens != 20 || !s[1].Complete || s[1].OutputTokens != 0 {
 		t.Fatalf("settled %+v", s)
+	}
+}
+
+// A transcription of the user's audio is charged as a request of its own, at the
+// transcription model the session names: at once when no response is in progress, else
+// once that response ended (after it), so that a member refused in between never has a
+// response cut uncharged.
+func TestRealtimeTranscriptionsAreCharged(t *testing.T) {
+	up := &realtimeUpstream{in: 100, out: 50, transcribeDuring: true}
+	g, tr, url, _ := newRealtimeEnv(t, up, 10)
+	c, _, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	readUntil(t, c, "session.created")
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"input_audio_buffer.commit"}`)); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, c, "input_audio_transcription.completed")
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create"}`)); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, c, "response.done")
+	_ = c.Close(websocket.StatusNormalClosure, "")
+	s := tr.settlements(t, 4)
+	for i, want := range []inflight.Usage{
+		{Model: "gpt-4o-transcribe", InputTokens: 17, OutputTokens: 9, Complete: true, UpstreamStatus: 101},
+		{Model: "gpt-realtime-2025-08-28", InputTokens: 100, OutputTokens: 50, Complete: true, UpstreamStatus: 101},
+		{Model: "gpt-4o-transcribe", InputTokens: 5, OutputTokens: 3, Complete: true, UpstreamStatus: 101}, // waited for the response
+		{Model: "gpt-realtime-2025-08-28", Complete: true, UpstreamStatus: 101},
+	} {
+		if fmt.Sprint(s[i]) != fmt.Sprint(want) {
+			t.Fatalf("settlement %d: %+v, want %+v", i, s[i], want)
+		}
+	}
+	if g.checks != 4 {
+		t.Fatalf("%d checks, want the opening and one after each charge", g.checks)
 	}
 }

@@ -1,32 +1,58 @@
 // Package realtimeusage reads what a Realtime session costs from its server's events:
 // OpenAI's Realtime API over a WebSocket (GET /v1/realtime?model=..., Azure's
 // /openai/realtime), where the client and the model talk in JSON events for as long as
-// the session lasts, and every response the model makes ends with a response.done event
-// carrying that response's usage (response.usage: input_tokens, output_tokens, and
-// input_token_details.cached_tokens; text, audio and image tokens counted together).
+// the session lasts. Two kinds of events carry a cost:
 //
-// The gateway charges a session response by response (enforcer/gateway, realtime.go):
-// each response.done settles one admitted request, so a member's limit is checked again
-// before the next response. A Reader follows one session: the model it runs
-// (session.created and session.updated name it), the responses in progress, and the
-// text their deltas carried, from which a response cut before its response.done is
-// estimated.
+//   - every response the model makes ends with a response.done event carrying that
+//     response's usage (response.usage: input_tokens, output_tokens, and
+//     input_token_details.cached_tokens; text, audio and image tokens counted together),
+//     priced at the session's model;
+//   - when the session transcribes the user's audio, each transcription ends with
+//     conversation.item.input_audio_transcription.completed carrying its usage, in
+//     tokens ({"type": "tokens", input_tokens, output_tokens}) or in seconds of audio
+//     ({"type": "duration", "seconds"}: whisper-1), priced at the transcription model
+//     the session names (session.audio.input.transcription.model; the beta's
+//     session.input_audio_transcription.model).
+//
+// The gateway charges a session usage by usage (enforcer/gateway, realtime.go): each
+// settles one admitted request, so a member's limit is checked again before the next. A
+// Reader follows one session: its models, the responses in progress, and the text their
+// deltas carried, from which a response cut before its response.done is estimated.
 //
 // It does no I/O and keeps a few counters: the events themselves are not retained.
 package realtimeusage
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+)
 
-// Usage is what one response reported (Response), or what the responses in progress
-// at the session's end had shown (Reader.Unfinished).
+// What an event reported (Reader.Event).
+const (
+	None          Kind = iota // nothing to charge
+	Response                  // a response ended (response.done)
+	Transcription             // a transcription of the user's audio ended
+)
+
+// Kind says what an event reported.
+type Kind uint8
+
+// Usage is what one response or transcription reported (Reader.Event), or what the
+// responses in progress at the session's end had shown (Reader.Unfinished).
 type Usage struct {
-	// Model is the session's model as the server named it ("" before it did).
+	// Model is the model to price it at: the session's model as the server named it
+	// (the request's before it did), or the session's transcription model ("" when the
+	// session never named one).
 	Model string
 	// InputTokens counts all input tokens, cached ones included; CachedInputTokens
 	// the part read from the prompt cache.
 	InputTokens, OutputTokens, CachedInputTokens int64
-	// Reported: the counts are the server's (a response.done with its usage); else
-	// they are 0 and TextBytes is what there is to estimate from.
+	// AudioInputMillis is a transcription billed by the duration of its audio
+	// (whisper-1), in milliseconds, a fraction rounded up.
+	AudioInputMillis int64
+	// Reported: the counts are the server's; else they are 0 and TextBytes is what
+	// there is to estimate from.
 	Reported bool
 	// TextBytes is the output text (and audio transcript) the response's deltas carried.
 	TextBytes int64
@@ -34,7 +60,7 @@ type Usage struct {
 
 // Reader follows one session's server events. Not safe for concurrent use.
 type Reader struct {
-	model string
+	model, transcriptionModel string
 	// open holds the ids of the responses created and not yet done; text the bytes of
 	// text their deltas carried.
 	open map[string]struct{}
@@ -47,60 +73,76 @@ func New(model string) *Reader {
 	return &Reader{model: model, open: map[string]struct{}{}}
 }
 
+// transcriptionSettings are a session's transcription settings: GA's audio.input.transcription and
+// the beta's input_audio_transcription.
+type transcriptionSettings struct {
+	Model string `json:"model"`
+}
+
+// usage is a response's or a transcription's usage object.
+type usage struct {
+	Type              string      `json:"type"`
+	InputTokens       int64       `json:"input_tokens"`
+	OutputTokens      int64       `json:"output_tokens"`
+	Seconds           json.Number `json:"seconds"`
+	InputTokenDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_token_details"`
+}
+
 // event is the part of a server event the Reader looks at.
 type event struct {
 	Type    string `json:"type"`
 	Session *struct {
 		Model string `json:"model"`
+		Audio *struct {
+			Input *struct {
+				Transcription *transcriptionSettings `json:"transcription"`
+			} `json:"input"`
+		} `json:"audio"`
+		InputAudioTranscription *transcriptionSettings `json:"input_audio_transcription"`
 	} `json:"session"`
 	Response *struct {
 		ID    string `json:"id"`
-		Usage *struct {
-			InputTokens       int64 `json:"input_tokens"`
-			OutputTokens      int64 `json:"output_tokens"`
-			InputTokenDetails struct {
-				CachedTokens int64 `json:"cached_tokens"`
-			} `json:"input_token_details"`
-		} `json:"usage"`
+		Usage *usage `json:"usage"`
 	} `json:"response"`
+	Usage      *usage `json:"usage"`
 	ResponseID string `json:"response_id"`
 	Delta      string `json:"delta"`
 }
 
-// Event reads one text message the server sent. When it is a response.done it returns
-// that response's usage and true.
-func (r *Reader) Event(msg []byte) (Usage, bool) {
+// Event reads one text message the server sent: what it reported, with its usage.
+func (r *Reader) Event(msg []byte) (Usage, Kind) {
 	var head struct {
 		Type string `json:"type"`
 	}
 	// Most messages (audio deltas above all) matter only by their type: the rest is
 	// decoded only for the few that count. An event that is not JSON is not ours.
 	if json.Unmarshal(msg, &head) != nil {
-		return Usage{}, false
+		return Usage{}, None
 	}
 	switch head.Type {
 	case "session.created", "session.updated", "response.created", "response.done",
+		"conversation.item.input_audio_transcription.completed",
 		"response.output_text.delta", "response.output_audio_transcript.delta", // GA names
 		"response.text.delta", "response.audio_transcript.delta": // the beta's
 	default:
-		return Usage{}, false
+		return Usage{}, None
 	}
 	var e event
 	if json.Unmarshal(msg, &e) != nil {
-		return Usage{}, false
+		return Usage{}, None
 	}
 	switch e.Type {
 	case "session.created", "session.updated":
-		if e.Session != nil && e.Session.Model != "" {
-			r.model = e.Session.Model
-		}
+		r.noteSession(&e)
 	case "response.created":
 		if e.Response != nil {
 			r.open[e.Response.ID] = struct{}{}
 		}
 	case "response.done":
 		if e.Response == nil {
-			return Usage{}, false
+			return Usage{}, None
 		}
 		delete(r.open, e.Response.ID)
 		u := Usage{Model: r.model}
@@ -116,13 +158,55 @@ func (r *Reader) Event(msg []byte) (Usage, bool) {
 		if len(r.open) == 0 {
 			r.text = 0
 		}
-		return u, true
+		return u, Response
+	case "conversation.item.input_audio_transcription.completed":
+		u, ok := transcribed(e.Usage)
+		if !ok {
+			return Usage{}, None // nothing reported: nothing to charge it by
+		}
+		u.Model = r.transcriptionModel
+		return u, Transcription
 	default: // a text delta
 		if _, ok := r.open[e.ResponseID]; ok || e.ResponseID == "" {
 			r.text += int64(len(e.Delta))
 		}
 	}
-	return Usage{}, false
+	return Usage{}, None
+}
+
+// noteSession keeps the models a session.created or session.updated names.
+func (r *Reader) noteSession(e *event) {
+	s := e.Session
+	if s == nil {
+		return
+	}
+	if s.Model != "" {
+		r.model = s.Model
+	}
+	switch {
+	case s.Audio != nil && s.Audio.Input != nil && s.Audio.Input.Transcription != nil:
+		r.transcriptionModel = s.Audio.Input.Transcription.Model
+	case s.InputAudioTranscription != nil:
+		r.transcriptionModel = s.InputAudioTranscription.Model
+	}
+}
+
+// transcribed is a transcription's usage: its tokens, or its audio's duration.
+func transcribed(us *usage) (Usage, bool) {
+	if us == nil {
+		return Usage{}, false
+	}
+	if us.Type == "duration" {
+		ms, ok := millis(string(us.Seconds))
+		if !ok {
+			return Usage{}, false
+		}
+		return Usage{AudioInputMillis: ms, Reported: true}, true
+	}
+	if us.InputTokens < 0 || us.OutputTokens < 0 || us.InputTokens == 0 && us.OutputTokens == 0 {
+		return Usage{}, false
+	}
+	return Usage{InputTokens: us.InputTokens, OutputTokens: us.OutputTokens, Reported: true}, true
 }
 
 // Model is the session's model: the server's name once it gave one, else the request's.
@@ -132,4 +216,27 @@ func (r *Reader) Model() string { return r.model }
 // whether there were any: at the session's end they never reported their usage.
 func (r *Reader) Unfinished() (Usage, bool) {
 	return Usage{Model: r.model, TextBytes: r.text}, len(r.open) > 0
+}
+
+// millis reads a decimal number of seconds (no sign, no exponent) as milliseconds,
+// exactly: digits below the millisecond round up, as the usage reader of HTTP answers
+// reads whisper-1's usage.seconds (enforcer/responseusage).
+func millis(seconds string) (int64, bool) {
+	whole, frac, _ := strings.Cut(seconds, ".")
+	if whole == "" || strings.Trim(whole, "0123456789") != "" || strings.Trim(frac, "0123456789") != "" || len(whole) > 15 {
+		return 0, false
+	}
+	ms, _ := strconv.ParseInt(whole, 10, 64)
+	ms *= 1000
+	for i := range 3 {
+		d := int64(0)
+		if i < len(frac) {
+			d = int64(frac[i] - '0')
+		}
+		ms += d * []int64{100, 10, 1}[i]
+	}
+	if len(frac) > 3 && strings.Trim(frac[3:], "0") != "" {
+		ms++
+	}
+	return ms, true
 }

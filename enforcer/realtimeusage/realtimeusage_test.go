@@ -23,7 +23,7 @@ func TestSessionResponses(t *testing.T) {
 	}
 	var got []Usage
 	for _, e := range events {
-		if u, done := r.Event([]byte(e)); done {
+		if u, kind := r.Event([]byte(e)); kind == Response {
 			got = append(got, u)
 		}
 	}
@@ -50,7 +50,7 @@ func TestUnfinishedAndUnreported(t *testing.T) {
 		`{"type":"response.output_text.delta","response_id":"resp_1","delta":"paid."}`,
 		`not json`,
 	} {
-		if _, done := r.Event([]byte(e)); done {
+		if _, kind := r.Event([]byte(e)); kind != None {
 			t.Fatalf("%s ended a response", e)
 		}
 	}
@@ -66,8 +66,8 @@ func TestUnfinishedAndUnreported(t *testing.T) {
 		r := New("m")
 		r.Event([]byte(`{"type":"response.created","response":{"id":"resp_1"}}`))
 		r.Event([]byte(`{"type":"response.output_text.delta","response_id":"resp_1","delta":"Paid."}`))
-		u, ok := r.Event([]byte(done))
-		if !ok {
+		u, kind := r.Event([]byte(done))
+		if kind != Response {
 			t.Fatalf("%s did not end the response", done)
 		}
 		if strings.Contains(done, "cached_tokens\":9") {
@@ -80,5 +80,39 @@ func TestUnfinishedAndUnreported(t *testing.T) {
 		if u.Reported || u.InputTokens != 0 || u.OutputTokens != 0 || u.TextBytes != int64(len("Paid.")) {
 			t.Fatalf("%s reported %+v", done, u)
 		}
+	}
+}
+
+// A transcription of the user's audio is charged at the transcription model the session
+// names (GA's audio.input.transcription, the beta's input_audio_transcription), by its
+// tokens or by its audio's duration (exact to the millisecond, rounded up).
+func TestTranscriptions(t *testing.T) {
+	for _, tc := range []struct {
+		name, session, usage string
+		want                 Usage
+		kind                 Kind
+	}{
+		{"GA, tokens", `{"type":"session.created","session":{"model":"gpt-realtime","audio":{"input":{"transcription":{"model":"gpt-4o-transcribe"}}}}}`,
+			`{"type":"tokens","total_tokens":26,"input_tokens":17,"input_token_details":{"text_tokens":0,"audio_tokens":17},"output_tokens":9}`,
+			Usage{Model: "gpt-4o-transcribe", InputTokens: 17, OutputTokens: 9, Reported: true}, Transcription},
+		{"beta, duration", `{"type":"session.updated","session":{"model":"gpt-4o-realtime-preview","input_audio_transcription":{"model":"whisper-1"}}}`,
+			`{"type":"duration","seconds":2.3}`, Usage{Model: "whisper-1", AudioInputMillis: 2_300, Reported: true}, Transcription},
+		{"a fraction below the millisecond rounds up", ``, `{"type":"duration","seconds":0.1004}`,
+			Usage{AudioInputMillis: 101, Reported: true}, Transcription},
+		{"no usage", ``, `null`, Usage{}, None},
+		{"a negative duration", ``, `{"type":"duration","seconds":-1}`, Usage{}, None},
+		{"an exponent", ``, `{"type":"duration","seconds":1e3}`, Usage{}, None},
+		{"no tokens", ``, `{"type":"tokens","input_tokens":0,"output_tokens":0}`, Usage{}, None},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New("gpt-realtime")
+			if tc.session != "" {
+				r.Event([]byte(tc.session))
+			}
+			u, kind := r.Event([]byte(`{"type":"conversation.item.input_audio_transcription.completed","item_id":"item_1","content_index":0,"transcript":"Hello.","usage":` + tc.usage + `}`))
+			if u != tc.want || kind != tc.kind {
+				t.Fatalf("%+v %v, want %+v %v", u, kind, tc.want, tc.kind)
+			}
+		})
 	}
 }
