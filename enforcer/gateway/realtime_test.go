@@ -31,9 +31,9 @@ type realtimeUpstream struct {
 	in, out          int64
 	hang             bool
 	transcribeDuring bool
-	mu      sync.Mutex
-	header  http.Header
-	got     []string
+	mu               sync.Mutex
+	header           http.Header
+	got              []string
 }
 
 func (u *realtimeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
