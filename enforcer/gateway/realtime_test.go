@@ -141,6 +141,28 @@ func dialRealtime(t *testing.T, url, key string) (*websocket.Conn, *http.Respons
 	return websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
 }
 
+// openSession opens a Realtime session with the good key and reads up to its
+// session.created.
+func openSession(t *testing.T, url string) (*websocket.Conn, *http.Response) {
+	t.Helper()
+	c, res, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, c, "session.created")
+	return c, res
+}
+
+// say sends the client event msg.
+func say(t *testing.T, c *websocket.Conn, msg string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // readUntil reads messages until one contains want; it returns the text ones read.
 func readUntil(t *testing.T, c *websocket.Conn, want string) []string {
 	t.Helper()
@@ -184,19 +206,12 @@ func (f *fakeTracker) settlements(t *testing.T, n int) []inflight.Usage {
 func TestRealtimeSessionIsChargedByResponse(t *testing.T) {
 	up := &realtimeUpstream{in: 1000, out: 200}
 	g, tr, url, _ := newRealtimeEnv(t, up, 10)
-	c, res, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, res := openSession(t, url)
 	if id := res.Header.Get(gate.HeaderRequestID); id != "" {
 		t.Fatalf("the handshake named request %q: a session is many requests", id)
 	}
-	ctx := context.Background()
-	readUntil(t, c, "session.created")
 	for i := range 2 {
-		if err := c.Write(ctx, websocket.MessageText, []byte(fmt.Sprintf(`{"type":"response.create","n":%d}`, i))); err != nil {
-			t.Fatal(err)
-		}
+		say(t, c, fmt.Sprintf(`{"type":"response.create","n":%d}`, i))
 		got := readUntil(t, c, "response.done")
 		if len(got) != 3 || !strings.Contains(got[1], "Tolls are paid") {
 			t.Fatalf("response %d reached the client as %q", i, got)
@@ -238,18 +253,12 @@ func TestRealtimeSessionIsChargedByResponse(t *testing.T) {
 func TestRealtimeSessionEndsAtTheLimit(t *testing.T) {
 	up := &realtimeUpstream{in: 10, out: 20}
 	g, tr, url, _ := newRealtimeEnv(t, up, 1)
-	c, _, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := openSession(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	readUntil(t, c, "session.created")
-	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create"}`)); err != nil {
-		t.Fatal(err)
-	}
+	say(t, c, `{"type":"response.create"}`)
 	readUntil(t, c, "response.done")
-	_, _, err = c.Read(ctx)
+	_, _, err := c.Read(ctx)
 	var ce websocket.CloseError
 	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || ce.Reason != gate.CodeUsageLimitExceeded {
 		t.Fatalf("after the limit: %v, want close 1008 %s", err, gate.CodeUsageLimitExceeded)
@@ -272,16 +281,9 @@ func TestRealtimeSessionEndsAtTheLimit(t *testing.T) {
 func TestRealtimeSessionCutMidResponse(t *testing.T) {
 	up := &realtimeUpstream{in: 10, out: 20, hang: true}
 	_, tr, url, _ := newRealtimeEnv(t, up, 10)
-	c, _, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	readUntil(t, c, "session.created")
+	c, _ := openSession(t, url)
 	for range 2 {
-		if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create"}`)); err != nil {
-			t.Fatal(err)
-		}
+		say(t, c, `{"type":"response.create"}`)
 	}
 	readUntil(t, c, "response.done")
 	readUntil(t, c, "Tolls are paid") // the second response's delta; it never ends
@@ -348,16 +350,10 @@ func TestRealtimeRefusals(t *testing.T) {
 func TestRealtimeSessionsEndAtShutdown(t *testing.T) {
 	up := &realtimeUpstream{in: 10, out: 20}
 	_, tr, url, gw := newRealtimeEnv(t, up, 10)
-	c, _, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readUntil(t, c, "session.created")
+	c, _ := openSession(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create"}`)); err != nil {
-		t.Fatal(err)
-	}
+	say(t, c, `{"type":"response.create"}`)
 	readUntil(t, c, "response.done")
 	closed := make(chan error, 1)
 	go func() {
@@ -388,19 +384,10 @@ func TestRealtimeSessionsEndAtShutdown(t *testing.T) {
 func TestRealtimeTranscriptionsAreCharged(t *testing.T) {
 	up := &realtimeUpstream{in: 100, out: 50, transcribeDuring: true}
 	g, tr, url, _ := newRealtimeEnv(t, up, 10)
-	c, _, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	readUntil(t, c, "session.created")
-	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"input_audio_buffer.commit"}`)); err != nil {
-		t.Fatal(err)
-	}
+	c, _ := openSession(t, url)
+	say(t, c, `{"type":"input_audio_buffer.commit"}`)
 	readUntil(t, c, "input_audio_transcription.completed")
-	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create"}`)); err != nil {
-		t.Fatal(err)
-	}
+	say(t, c, `{"type":"response.create"}`)
 	readUntil(t, c, "response.done")
 	_ = c.Close(websocket.StatusNormalClosure, "")
 	s := tr.settlements(t, 4)
