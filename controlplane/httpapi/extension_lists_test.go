@@ -179,8 +179,7 @@ type priceEntry struct {
 	CachedInputMicroUsdPerMillion int64
 	CacheWriteMicroUsdPerMillion  *int64
 	AudioMicroUsdPerMinute        *int64
-	WebSearchMicroUsd             *int64
-	WebSearchBilledPer            string
+	WebSearchPerPromptMicroUsd    *int64
 	Source                        string
 	UpdatedAt                     string
 }
@@ -198,8 +197,9 @@ type pricesView struct {
 	Prices   []priceEntry
 	Fallback fallbackView
 	Catalog  struct {
-		AsOf    string
-		Sources []string
+		AsOf              string
+		Sources           []string
+		WebSearchMicroUsd map[string]int64
 	}
 }
 
@@ -249,12 +249,16 @@ func TestUsageModelPrices(t *testing.T) {
 	if p, _ := got.find("whisper-1"); p.AudioMicroUsdPerMinute == nil || *p.AudioMicroUsdPerMinute != 6_000 {
 		t.Fatalf("whisper-1 %+v", p)
 	}
-	// Web searches: a search's price at the model's provider, or a grounded prompt's.
-	for model, want := range map[string]string{"claude-sonnet-4-5": "10000 search", "gpt-5": "10000 search",
-		"gemini-3-pro-preview": "14000 search", "gemini-2.5-flash": "35000 prompt"} {
-		if p, _ := got.find(model); p.WebSearchMicroUsd == nil || fmt.Sprint(*p.WebSearchMicroUsd, " ", p.WebSearchBilledPer) != want {
-			t.Fatalf("%s's web searches: %+v, want %s", model, p, want)
-		}
+	// Web searches: each provider's price of a search, and a grounded prompt's on the
+	// models that bill one.
+	if fmt.Sprint(got.Catalog.WebSearchMicroUsd) != fmt.Sprint(cat.WebSearchPrices()) || got.Catalog.WebSearchMicroUsd["google"] != 14_000 {
+		t.Fatalf("web search prices %v, want the catalog's %v", got.Catalog.WebSearchMicroUsd, cat.WebSearchPrices())
+	}
+	if p, _ := got.find("gemini-2.5-flash"); p.WebSearchPerPromptMicroUsd == nil || *p.WebSearchPerPromptMicroUsd != 35_000 {
+		t.Fatalf("gemini-2.5-flash %+v", p)
+	}
+	if p, _ := got.find("gemini-3-pro-preview"); p.WebSearchPerPromptMicroUsd != nil {
+		t.Fatalf("gemini-3-pro-preview %+v", p)
 	}
 	entry := func(model string, in, out, cached int64) map[string]any {
 		return map[string]any{"model": model, "inputMicroUsdPerMillion": in, "outputMicroUsdPerMillion": out, "cachedInputMicroUsdPerMillion": cached}

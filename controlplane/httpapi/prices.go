@@ -41,13 +41,12 @@ type modelPriceView struct {
 	// AudioMicroUsdPerMinute is a duration-billed catalog model's price of a minute
 	// (pricecatalog.AudioDuration); absent for every other row.
 	AudioMicroUsdPerMinute int64 `json:"audioMicroUsdPerMinute,omitempty"`
-	// WebSearchMicroUsd is what a catalog model's web searches are charged (the
-	// provider's price of one search, or the model's price of a grounded prompt, charged
-	// once: WebSearchBilledPer "prompt"); absent where the catalog prices none.
-	WebSearchMicroUsd  int64      `json:"webSearchMicroUsd,omitempty"`
-	WebSearchBilledPer string     `json:"webSearchBilledPer,omitempty"`
-	Source             string     `json:"source"`
-	UpdatedAt          jsonx.Time `json:"updatedAt"`
+	// WebSearchPerPromptMicroUsd is a catalog model's price of all the web searches of
+	// a request that searched, charged once instead of the provider's price of each
+	// (Gemini 2.5 and older bill a grounded prompt); absent for every other row.
+	WebSearchPerPromptMicroUsd int64      `json:"webSearchPerPromptMicroUsd,omitempty"`
+	Source                     string     `json:"source"`
+	UpdatedAt                  jsonx.Time `json:"updatedAt"`
 }
 
 type fallbackPriceView struct {
@@ -62,6 +61,10 @@ type fallbackPriceView struct {
 type catalogView struct {
 	AsOf    string   `json:"asOf"`
 	Sources []string `json:"sources"`
+	// WebSearchMicroUsd is each provider's price of one web search its search tool
+	// makes (pricecatalog.Catalog.WebSearch), charged on top of the tokens whatever
+	// priced them.
+	WebSearchMicroUsd map[string]int64 `json:"webSearchMicroUsd"`
 }
 
 type modelPricesView struct {
@@ -88,7 +91,7 @@ func viewFallback(f *store.FallbackPrice) fallbackPriceView {
 func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, catalog bool) modelPricesView {
 	cat := pricecatalog.Default()
 	out := modelPricesView{Prices: []modelPriceView{}, Fallback: viewFallback(fallback),
-		Catalog: catalogView{AsOf: cat.AsOf().Format(time.DateOnly), Sources: cat.Sources()}}
+		Catalog: catalogView{AsOf: cat.AsOf().Format(time.DateOnly), Sources: cat.Sources(), WebSearchMicroUsd: cat.WebSearchPrices()}}
 	overridden := map[string]bool{}
 	for _, p := range ps {
 		overridden[p.MatchKey] = true
@@ -107,11 +110,7 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 				OutputMicroUsdPerMillion: e.OutputPerMillion, CachedInputMicroUsdPerMillion: e.CachedInputPerMillion,
 				CacheWriteMicroUsdPerMillion: e.CacheWritePerMillion, AudioMicroUsdPerMinute: e.AudioPerMinute, Source: priceFromCatalog,
 				UpdatedAt: jsonx.Time(cat.AsOf())}
-			if e.WebSearchPerPrompt > 0 {
-				v.WebSearchMicroUsd, v.WebSearchBilledPer = e.WebSearchPerPrompt, "prompt"
-			} else if p, ok := cat.WebSearch(e.Provider); ok {
-				v.WebSearchMicroUsd, v.WebSearchBilledPer = p, "search"
-			}
+			v.WebSearchPerPromptMicroUsd = e.WebSearchPerPrompt
 			out.Prices = append(out.Prices, v)
 		}
 	}

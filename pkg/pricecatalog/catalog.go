@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/url"
 	"slices"
@@ -378,6 +379,9 @@ func (c *Catalog) WebSearch(provider string) (int64, bool) {
 	p, ok := c.webSearch[provider]
 	return p, ok
 }
+
+// WebSearchPrices is each provider's price of one web search (a copy).
+func (c *Catalog) WebSearchPrices() map[string]int64 { return maps.Clone(c.webSearch) }
 
 // HighestWebSearch is the highest price of one web search in the catalog, a grounded
 // prompt's (Entry.WebSearchPerPrompt) included.
