@@ -165,8 +165,14 @@ relay:
 			waiting = append(waiting, u)
 			continue
 		}
-		for _, u := range append([]realtimeusage.Usage{u}, waiting...) {
-			if !p.charge(ctx, u, creds, events.Model(), client, up) {
+		if !p.charge(ctx, u, creds, events.Model(), client, up) {
+			break
+		}
+		if _, inProgress := events.Unfinished(); inProgress {
+			continue // another response overlaps: the transcriptions wait for its end too
+		}
+		for _, w := range waiting {
+			if !p.charge(ctx, w, creds, events.Model(), client, up) {
 				break relay
 			}
 		}
