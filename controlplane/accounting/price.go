@@ -103,8 +103,9 @@ type Usage struct {
 	// usage {"type": "duration", "seconds"}), in milliseconds: priced per minute
 	// (Price.AudioPerMinute), on top of the tokens.
 	AudioInputMillis int64
-	// WebSearchRequests counts web searches billed apiece (Anthropic's server tool),
-	// priced at Price.WebSearch each, on top of the tokens.
+	// WebSearchRequests counts the web searches a provider's search tool made (Anthropic's,
+	// OpenAI's, Google's grounding queries), priced at Price.WebSearch each (or once:
+	// Price.WebSearchOnce), on top of the tokens.
 	WebSearchRequests int64
 	// UpstreamCost is the cost the upstream reported, when it did.
 	UpstreamCost *int64

@@ -605,16 +605,12 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 }
 
 // webSearchPrice is the catalog's price of the job's model's web searches (its nearest
-// entry's): the entry's price of a grounded prompt, charged once (Gemini 2.5 and older),
-// else its provider's price of one search; else the catalog's highest, apiece (known
+// entry's: pricecatalog.Catalog.SearchPrice), else the catalog's highest, apiece (known
 // false).
 func (sj *settleJob) webSearchPrice() (price int64, once, known bool) {
 	if e := sj.catalogEntry(); e != nil {
-		if e.WebSearchPerPrompt > 0 {
-			return e.WebSearchPerPrompt, true, true
-		}
-		if p, ok := pricecatalog.Default().WebSearch(e.Provider); ok {
-			return p, false, true
+		if p, once, ok := pricecatalog.Default().SearchPrice(*e); ok {
+			return p, once, true
 		}
 	}
 	return pricecatalog.Default().HighestWebSearch(), false, false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -123,6 +124,13 @@ type Credentials struct {
 	// SDKs' AzureOpenAI): read as x-api-key is, and refused when another raw key header
 	// holds another.
 	AzureAPIKey string
+}
+
+// CredentialsFrom reads the credential headers of an HTTP request (the gateway's, /check's;
+// ext_authz reads Envoy's header maps: authz.Credentials).
+func CredentialsFrom(h http.Header) Credentials {
+	return Credentials{APIKey: h.Get("X-Api-Key"), Authorization: h.Get("Authorization"),
+		GoogAPIKey: h.Get("X-Goog-Api-Key"), AzureAPIKey: h.Get("Api-Key")}
 }
 
 // TollgateAuthorization reports whether the Authorization header carries a Tollgate

@@ -327,9 +327,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		est.Model = requestbody.RequestModel(est.Model, r.URL.Path) // Gemini names it in the path
 		hint.Body = &est
 	}
-	a, err := gw.gate.CheckRequest(r.Context(), gate.Credentials{APIKey: r.Header.Get("X-Api-Key"),
-		Authorization: r.Header.Get("Authorization"), GoogAPIKey: r.Header.Get("X-Goog-Api-Key"),
-		AzureAPIKey: r.Header.Get("Api-Key")}, hint)
+	a, err := gw.gate.CheckRequest(r.Context(), gate.CredentialsFrom(r.Header), hint)
 	if err != nil {
 		gw.answered(w, OutcomeClientGone)
 		return false
@@ -490,6 +488,22 @@ func (p *proxied) settleThen(u inflight.Usage, done func(settleq.Result)) bool {
 	return p.gw.tracker.Finish(p.id, u, done) == nil
 }
 
+// record prepares the admitted request's settlement with its model and input estimate
+// (the organization may refuse a model nobody priced: 403); false when it was answered.
+func (p *proxied) record(w http.ResponseWriter, model string, inputEstimate int64) bool {
+	if p.id == "" {
+		return true
+	}
+	if p.gw.tracker.RefuseUnpricedModel(p.id, model) {
+		p.settled = true // RefuseUnpricedModel settled it
+		p.gw.answered(w, OutcomeRefused)
+		refuse(w, gate.ModelNotPricedRefusal(model))
+		return false
+	}
+	p.gw.tracker.RecordRequest(p.id, inputEstimate, model)
+	return true
+}
+
 // forward sends the admitted request upstream; false when it was answered (the
 // unpriced-model refusal, 502, 504) or the client left before the upstream answered.
 func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
@@ -511,15 +525,8 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		refuse(w, gate.BillingDeferredRefusal(endpoint))
 		return false
 	}
-	if est != nil && p.id != "" && !p.unbilled {
-		model := requestbody.CleanModel(est.Model)
-		if gw.tracker.RefuseUnpricedModel(p.id, model) {
-			p.settled = true // RefuseUnpricedModel settled it
-			gw.answered(w, OutcomeRefused)
-			refuse(w, gate.ModelNotPricedRefusal(model))
-			return false
-		}
-		gw.tracker.RecordRequest(p.id, est.InputTokens, model)
+	if est != nil && !p.unbilled && !p.record(w, requestbody.CleanModel(est.Model), est.InputTokens) {
+		return false
 	}
 	if strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		if b, ok := requestbody.WithIncludeUsage(body); ok {

@@ -90,7 +90,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	if model == "" {
 		model = requestbody.CleanModel(q.Get("deployment")) // Azure names the deployment
 	}
-	if !p.record(w, model) {
+	if !p.record(w, model, 0) {
 		return
 	}
 
@@ -131,7 +131,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	gw.openSession(p, stop)
 	defer gw.closeSession(p)
 
-	creds := credentialsOf(r.Header)
+	creds := gate.CredentialsFrom(r.Header)
 	events := realtimeusage.New(model)
 	// Transcriptions that ended while a response was in progress wait for its end: a
 	// member refused in between would have the response cut, uncharged.
@@ -179,29 +179,27 @@ relay:
 		waiting = waiting[:0]
 	}
 	cancel()
-	unfinished, inProgress := events.Unfinished()
-	if !inProgress {
-		p.settle(inflight.Usage{Model: unfinished.Model, Complete: true, UpstreamStatus: http.StatusSwitchingProtocols})
-		return
-	}
-	p.settle(inflight.Usage{Model: unfinished.Model, UpstreamStatus: http.StatusSwitchingProtocols,
-		Seen: &inflight.Seen{TextBytes: unfinished.TextBytes}})
+	// The last request: nothing more when no response was in progress (complete at 0),
+	// else the cut response, estimated from its text.
+	last, inProgress := events.Unfinished()
+	last.Reported = !inProgress
+	p.settle(settlement(last, events.Model()))
 }
 
-// record prepares the admitted request's settlement with its model (the organization
-// may refuse a model nobody priced: 403); false when it was answered.
-func (p *proxied) record(w http.ResponseWriter, model string) bool {
-	if p.id == "" || model == "" {
-		return true
+// settlement is the inflight.Usage of what a session reported (u): unreported counts
+// are estimated from the text seen (inflight.Seen). A usage whose model the session never
+// named (a transcription's) is priced at the session's model, never at nothing.
+func settlement(u realtimeusage.Usage, sessionModel string) inflight.Usage {
+	s := inflight.Usage{Model: u.Model, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		CachedTokens: u.CachedInputTokens, AudioInputMillis: u.AudioInputMillis, Complete: u.Reported,
+		UpstreamStatus: http.StatusSwitchingProtocols}
+	if s.Model == "" {
+		s.Model = sessionModel
 	}
-	if p.gw.tracker.RefuseUnpricedModel(p.id, model) {
-		p.settled = true // RefuseUnpricedModel settled it
-		p.gw.answered(w, OutcomeRefused)
-		refuse(w, gate.ModelNotPricedRefusal(model))
-		return false
+	if !u.Reported {
+		s.Seen = &inflight.Seen{TextBytes: u.TextBytes}
 	}
-	p.gw.tracker.RecordRequest(p.id, 0, model)
-	return true
+	return s
 }
 
 // charge settles the request with what a response or a transcription that ended
@@ -210,22 +208,11 @@ func (p *proxied) record(w http.ResponseWriter, model string) bool {
 // the check could not finish.
 func (p *proxied) charge(ctx context.Context, u realtimeusage.Usage, creds gate.Credentials, model string,
 	client, up *websocket.Conn) bool {
-	settled := inflight.Usage{Model: u.Model, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-		CachedTokens: u.CachedInputTokens, AudioInputMillis: u.AudioInputMillis, Complete: u.Reported,
-		UpstreamStatus: http.StatusSwitchingProtocols}
-	if settled.Model == "" {
-		// A transcription by a model the session never named: priced at the session's
-		// model, never at nothing.
-		settled.Model = model
-	}
-	if !u.Reported {
-		settled.Seen = &inflight.Seen{TextBytes: u.TextBytes}
-	}
 	// The next check must see this response's cost: the control plane answers a
 	// settlement once the member's record holds it. A settlement that takes longer (the
 	// control plane unreachable: it waits in the spool) does not hold the session up.
 	applied := make(chan struct{})
-	if p.settleThen(settled, func(settleq.Result) { close(applied) }) {
+	if p.settleThen(settlement(u, model), func(settleq.Result) { close(applied) }) {
 		wait := time.NewTimer(realtimeSettleWait)
 		select {
 		case <-applied:
@@ -307,12 +294,6 @@ func subprotocols(h http.Header) []string {
 		}
 	}
 	return out
-}
-
-// credentialsOf are the member's credentials in h, as admit reads them.
-func credentialsOf(h http.Header) gate.Credentials {
-	return gate.Credentials{APIKey: h.Get("X-Api-Key"), Authorization: h.Get("Authorization"),
-		GoogAPIKey: h.Get("X-Goog-Api-Key"), AzureAPIKey: h.Get("Api-Key")}
 }
 
 // handshakeFailed answers an upstream that did not open the WebSocket: its own answer

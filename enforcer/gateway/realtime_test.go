@@ -163,6 +163,28 @@ func say(t *testing.T, c *websocket.Conn, msg string) {
 	}
 }
 
+// oneResponse opens a session and has one response made, up to its response.done.
+func oneResponse(t *testing.T, url string) *websocket.Conn {
+	t.Helper()
+	c, _ := openSession(t, url)
+	say(t, c, `{"type":"response.create"}`)
+	readUntil(t, c, "response.done")
+	return c
+}
+
+// closeOf reads c until it ends: the close the other side sent, else the error (within 5
+// seconds).
+func closeOf(c *websocket.Conn) (websocket.CloseError, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _, err := c.Read(ctx)
+	var ce websocket.CloseError
+	if errors.As(err, &ce) {
+		return ce, nil
+	}
+	return ce, err
+}
+
 // readUntil reads messages until one contains want; it returns the text ones read.
 func readUntil(t *testing.T, c *websocket.Conn, want string) []string {
 	t.Helper()
@@ -253,15 +275,9 @@ func TestRealtimeSessionIsChargedByResponse(t *testing.T) {
 func TestRealtimeSessionEndsAtTheLimit(t *testing.T) {
 	up := &realtimeUpstream{in: 10, out: 20}
 	g, tr, url, _ := newRealtimeEnv(t, up, 1)
-	c, _ := openSession(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	say(t, c, `{"type":"response.create"}`)
-	readUntil(t, c, "response.done")
-	_, _, err := c.Read(ctx)
-	var ce websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || ce.Reason != gate.CodeUsageLimitExceeded {
-		t.Fatalf("after the limit: %v, want close 1008 %s", err, gate.CodeUsageLimitExceeded)
+	c := oneResponse(t, url)
+	if ce, err := closeOf(c); ce.Code != websocket.StatusPolicyViolation || ce.Reason != gate.CodeUsageLimitExceeded {
+		t.Fatalf("after the limit: %v %v, want close 1008 %s", ce, err, gate.CodeUsageLimitExceeded)
 	}
 	s := tr.settlements(t, 1)
 	if s[0].InputTokens != 10 || s[0].OutputTokens != 20 || !s[0].Complete {
@@ -350,15 +366,11 @@ func TestRealtimeRefusals(t *testing.T) {
 func TestRealtimeSessionsEndAtShutdown(t *testing.T) {
 	up := &realtimeUpstream{in: 10, out: 20}
 	_, tr, url, gw := newRealtimeEnv(t, up, 10)
-	c, _ := openSession(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	say(t, c, `{"type":"response.create"}`)
-	readUntil(t, c, "response.done")
-	closed := make(chan error, 1)
+	c := oneResponse(t, url)
+	closed := make(chan websocket.CloseError, 1)
 	go func() {
-		_, _, err := c.Read(ctx)
-		closed <- err
+		ce, _ := closeOf(c)
+		closed <- ce
 	}()
 	grace, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer stop()
@@ -367,9 +379,8 @@ func TestRealtimeSessionsEndAtShutdown(t *testing.T) {
 	if took := time.Since(began); took < 200*time.Millisecond {
 		t.Fatalf("DrainSessions returned after %v, before its grace period", took)
 	}
-	var ce websocket.CloseError
-	if err := <-closed; !errors.As(err, &ce) || ce.Code != websocket.StatusGoingAway {
-		t.Fatalf("the client saw %v, want 1001", err)
+	if ce := <-closed; ce.Code != websocket.StatusGoingAway {
+		t.Fatalf("the client saw %v, want 1001", ce)
 	}
 	s := tr.settlements(t, 2)
 	if s[0].OutputTokens != 20 || !s[1].Complete || s[1].OutputTokens != 0 {

@@ -52,8 +52,7 @@ func New(g *gate.Gate, t *inflight.Tracker, cfg Config, log *slog.Logger) *Handl
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
-	a, err := h.gate.Check(r.Context(), gate.Credentials{APIKey: r.Header.Get("X-Api-Key"), Authorization: r.Header.Get("Authorization"),
-		GoogAPIKey: r.Header.Get("X-Goog-Api-Key"), AzureAPIKey: r.Header.Get("Api-Key")})
+	a, err := h.gate.Check(r.Context(), gate.CredentialsFrom(r.Header))
 	if err != nil {
 		return // the proxy hung up
 	}

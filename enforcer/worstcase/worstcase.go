@@ -138,11 +138,11 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 // searchesCost is the most a request's web searches cost (at most maxUses of them; 0:
 // no limit), and whether that is known.
 func searchesCost(cat *pricecatalog.Catalog, e pricecatalog.Entry, maxUses int64) (int64, bool) {
-	if e.WebSearchPerPrompt > 0 {
-		return e.WebSearchPerPrompt, true
-	}
-	perSearch, ok := cat.WebSearch(e.Provider)
-	if !ok || maxUses <= 0 {
+	perSearch, once, ok := cat.SearchPrice(e)
+	switch {
+	case once:
+		return perSearch, true
+	case !ok || maxUses <= 0:
 		return 0, false
 	}
 	hi, lo := bits.Mul64(uint64(maxUses), uint64(perSearch))

@@ -380,6 +380,17 @@ func (c *Catalog) WebSearch(provider string) (int64, bool) {
 	return p, ok
 }
 
+// SearchPrice is what the web searches of e's model cost: its price of a grounded prompt,
+// charged once for a request that searched (once true), else its provider's price of
+// each search. known is false when the catalog prices neither.
+func (c *Catalog) SearchPrice(e Entry) (price int64, once, known bool) {
+	if e.WebSearchPerPrompt > 0 {
+		return e.WebSearchPerPrompt, true, true
+	}
+	price, known = c.webSearch[e.Provider]
+	return price, false, known
+}
+
 // WebSearchPrices is each provider's price of one web search (a copy).
 func (c *Catalog) WebSearchPrices() map[string]int64 { return maps.Clone(c.webSearch) }
 
