@@ -109,23 +109,23 @@ func TestKeptBlockIsDroppedByTheRecordInvalidation(t *testing.T) {
 }
 
 // A new mirror generation drops every kept block: the next check reads the record
-// written under it.
+// written under it. The extension is granted unannounced (no invalidation drops the
+// block), and a resync rewrites the records under a new generation, so the control
+// plane and Redis agree however the check reads the record. (The test wrote the new
+// record into Redis by hand before, under a generation the control plane did not know:
+// a resolve in between rewrote it under the old one, and the check was refused.)
 func TestKeptBlockIsDroppedOnGenerationChange(t *testing.T) {
 	e, w := keptBlockEnv(t, 20*time.Millisecond)
-	ctx := context.Background()
-	rec, err := e.Layout.Read(ctx, e.Redis, w.member, e.CP.Generation())
-	if err != nil {
+	old := e.CP.Generation()
+	e.CP.SetExtensionUnmirrored(w.member, window.Day, 250_000)
+	if err := e.CP.Resync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rec.Entitlement.Limits[0].ExtensionMicroUsd = 250_000
-	rec.Generation = "rebuilt"
-	if err := e.Layout.SetGeneration(ctx, e.Redis, rec.Generation); err != nil {
-		t.Fatal(err)
+	gen := e.CP.Generation()
+	if gen == old {
+		t.Fatal("the resync kept the generation")
 	}
-	if _, err := e.Layout.Write(ctx, e.Redis, rec, 0); err != nil {
-		t.Fatal(err)
-	}
-	enforcertest.WaitFor(t, "the new generation", func() bool { g, _ := e.Enforcer.Records.Generation(); return g == rec.Generation })
+	enforcertest.WaitFor(t, "the new generation", func() bool { g, _ := e.Enforcer.Records.Generation(); return g == gen })
 	okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key}))
 }
 

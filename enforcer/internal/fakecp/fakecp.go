@@ -268,6 +268,17 @@ func (s *Server) SetExtension(memberID string, tf window.Timeframe, ext int64) {
 	s.publish(mirror.KindRecord, memberID)
 }
 
+// SetExtensionUnmirrored grants an extension as SetExtension does, but neither mirrors nor
+// announces it: Redis keeps the old record until the next Resync rewrites it.
+func (s *Server) SetExtensionUnmirrored(memberID string, tf window.Timeframe, ext int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.members[memberID]
+	l := m.limits[tf]
+	l.ExtensionMicroUSD = ext
+	m.limits[tf] = l
+}
+
 // SetCapture suspends or resumes a member's capture; both bump the tracking version.
 // The rewritten record is announced.
 func (s *Server) SetCapture(memberID string, enabled bool) {
