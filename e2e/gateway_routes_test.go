@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
+	"github.com/tollgate-dev/tollgate/internal/testaudio"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
@@ -451,13 +452,15 @@ func TestDurationBilledAudioThroughTheGateway(t *testing.T) {
 // answers audio and no usage. The official OpenAI SDK asks for 1,000 characters through
 // the gateway: the audio passes whole, and the request is charged its input as the
 // enforcer estimates it from the request's text, at the catalog's tts-1 price per token
-// (four characters a token), marked an estimate, priced (not counted unpriced).
+// (four characters a token), marked an estimate, priced (not counted unpriced). The
+// audio's 2.568 s are counted as 52 output tokens, which tts-1 prices at 0.
 func TestSpeechThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, _ := gatewayWithFixedUsage(t)
+	mp3, _ := testaudio.Speech("mp3")
 	r := runSDK(t, dir, "openai.mjs", "speech", s.gateway, o.key, "tts-1")
-	if !r.OK || r.Text != strconv.Itoa(fakellm.SpeechBytes) {
+	if !r.OK || r.Text != strconv.Itoa(len(mp3.Bytes)) {
 		t.Fatalf("the speech failed or lost audio: %+v", r)
 	}
 	calls := fake.Calls()
@@ -472,13 +475,59 @@ func TestSpeechThroughTheGateway(t *testing.T) {
 	want := ceilDiv(est.InputTokens*tts.InputPerMillion, 1_000_000)
 	rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
 	if rec.cost() != want || rec["cost_basis"] != "estimate" || rec["price_source"] != "catalog" || rec["complete"] != false ||
-		rec["input_tokens"] != float64(est.InputTokens) || rec["output_tokens"] != 0.0 {
+		rec["input_tokens"] != float64(est.InputTokens) || rec["output_tokens"] != float64(audioTokens(mp3.DecodedMillis)) {
 		t.Fatalf("receipt %s, want %d: the input's %d estimated tokens at tts-1's price", rec, want, est.InputTokens)
 	}
 	t.Logf("1,000 characters of tts-1: %d estimated tokens, charged %d micro-USD", est.InputTokens, want)
 	// 1,000 characters cost 15,000 micro-USD; the estimate is within a tenth above.
 	if want < 15_000 || want > 16_500 {
 		t.Errorf("charged %d micro-USD for 1,000 characters of tts-1 (15,000 at its price)", want)
+	}
+}
+
+// audioTokens is what the enforcer counts a speech answer's audio as: 20 tokens a
+// second, rounded up.
+func audioTokens(millis int64) int64 {
+	return ceilDiv(millis*pricecatalog.AudioOutputTokensPerSecond, 1000)
+}
+
+// TestSpeechAudioThroughTheGateway: gpt-4o-mini-tts bills its audio output by the token
+// and, answering audio (its default), reports none. The official OpenAI SDK asks for
+// speech in each response_format; the fake provider answers 2.5 s of real audio in that
+// container (made by ffmpeg). Each request is charged its input estimate and the audio's
+// duration, as ffmpeg decodes it, at 20 output tokens a second, marked an estimate.
+func TestSpeechAudioThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o, _ := gatewayWithFixedUsage(t)
+	tts, _ := pricecatalog.Lookup("gpt-4o-mini-tts")
+	for i, format := range []string{"mp3", "opus", "aac", "flac", "wav", "pcm"} {
+		audio, ok := testaudio.Speech(format)
+		if !ok {
+			t.Fatalf("no %s fixture", format)
+		}
+		r := runSDK(t, dir, "openai.mjs", "speech-"+format, s.gateway, o.key, "gpt-4o-mini-tts")
+		if !r.OK || r.Text != strconv.Itoa(len(audio.Bytes)) {
+			t.Fatalf("%s: the speech failed or lost audio: %+v", format, r)
+		}
+		calls := fake.Calls()
+		if len(calls) != i+1 {
+			t.Fatalf("%s: the provider got %d calls, want %d", format, len(calls), i+1)
+		}
+		call := calls[i]
+		est, err := estimate.Input(call.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := audioTokens(audio.DecodedMillis)
+		want := ceilDiv(est.InputTokens*tts.InputPerMillion+out*tts.OutputPerMillion, 1_000_000)
+		rec := waitReceipt(t, s, call.Header.Get("X-Service-Request-Id"))
+		if rec.cost() != want || rec["cost_basis"] != "estimate" || rec["complete"] != false || rec["price_source"] != "catalog" ||
+			rec["output_tokens"] != float64(out) {
+			t.Fatalf("%s: receipt %s, want %d micro-USD: %d input tokens estimated, %d ms of audio as %d output tokens",
+				format, rec, want, est.InputTokens, audio.DecodedMillis, out)
+		}
+		t.Logf("%s: %d ms of audio, %d output tokens, charged %d micro-USD", format, audio.DecodedMillis, out, want)
 	}
 }
 

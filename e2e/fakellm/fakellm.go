@@ -30,9 +30,11 @@
 //     stream=true as transcript.text.* events), or whisper-1's duration usage ({"type":
 //     "duration", "seconds"}; none in the text formats). Call.Body is then the upload's
 //     size in decimal, not its bytes.
-//   - OpenAI's speech (POST /v1/audio/speech) answers SpeechBytes of audio/mpeg and no
-//     usage, as OpenAI does; with stream_format "sse", speech.audio.delta events of base64
-//     audio and a speech.audio.done with the token usage.
+//   - OpenAI's speech (POST /v1/audio/speech) answers 2.5 s of real audio in the
+//     response_format asked (mp3 by default; opus, aac, flac, wav, pcm: internal/testaudio's
+//     files, with OpenAI's media types) and no usage, as OpenAI does (an unknown format is
+//     400); with stream_format "sse", SpeechBytes of audio in speech.audio.delta events of
+//     base64 and a speech.audio.done with the token usage.
 //   - OpenAI's images (POST /v1/images/generations, gpt-image-1) answer one base64 PNG
 //     and the token usage (no model, as OpenAI's answer has none); with stream=true, two
 //     image_generation.partial_image events, then image_generation.completed with the
@@ -79,6 +81,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/tollgate-dev/tollgate/internal/testaudio"
 )
 
 // Usage is what one answer reports.
@@ -124,7 +128,8 @@ const (
 	AnthropicCountTokens = "anthropic.messages.count_tokens"
 )
 
-// SpeechBytes is the length of every speech answer's audio (POST /v1/audio/speech).
+// SpeechBytes is the length of the audio of every speech answer in events (POST
+// /v1/audio/speech with stream_format "sse").
 const SpeechBytes = 16 << 10
 
 // EmbeddingDimensions is the length of every embedding vector (text-embedding-3-small's).
@@ -182,6 +187,9 @@ type request struct {
 	ServiceTier string `json:"service_tier"`
 	// StreamFormat: a speech request's "sse" (gpt-4o-mini-tts) asks for events.
 	StreamFormat string `json:"stream_format"`
+	// ResponseFormat: a speech request's audio container (a string; mp3 when not
+	// given). Raw, since chat's response_format is an object.
+	ResponseFormat json.RawMessage `json:"response_format"`
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -299,8 +307,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// Audio, and nothing about its cost: OpenAI's speech answers report no usage.
-		ew.start("audio/mpeg", http.StatusOK)
-		ew.write(strings.Repeat("\xff\xf3\x44\xc4", SpeechBytes/4))
+		var format string
+		_ = json.Unmarshal(req.ResponseFormat, &format)
+		audio, ok := testaudio.Speech(format)
+		if !ok {
+			http.Error(w, `{"error":{"message":"unknown response_format","type":"invalid_request_error"}}`, http.StatusBadRequest)
+			return
+		}
+		ew.start(audio.ContentType, http.StatusOK)
+		ew.write(string(audio.Bytes))
 		return
 	}
 	if c.API == OpenAIImages {

@@ -9,7 +9,8 @@
 // - "transcribe": an audio upload to transcribe, "transcribe-verbose" and
 //   "transcribe-text" in those response formats, "transcribe-stream" streamed,
 //   "translate" a translation;
-// - "speech", "speech-sse": text to speech as audio and as events;
+// - "speech", "speech-sse": text to speech as audio and as events; "speech-opus" (aac,
+//   flac, wav, pcm, mp3): as audio in that response_format;
 // - "realtime": a Realtime session over a WebSocket (the SDK's OpenAIRealtimeWS, on the
 //   ws package), asking up to three responses, each after the last ended: usage is the
 //   list of the responses' usage, text their text, closeCode and closeReason how the
@@ -52,12 +53,14 @@ await run('openai', s.scenario, async () => {
     if (typeof res === 'string') return { text: res.trim(), model: null, usage: null, chunks: 1 };
     return { text: res.text, model: null, usage: res.usage ?? null, chunks: 1 };
   }
-  if (s.scenario === 'speech' || s.scenario === 'speech-sse') {
+  if (s.scenario === 'speech' || s.scenario.startsWith('speech-')) {
     // Text to speech: 1,000 characters in, audio out (text: the audio's length). As audio
-    // there is no usage; in SSE (stream_format "sse") base64 deltas, then the usage.
+    // there is no usage ("speech-opus" and the like ask for that response_format); in
+    // SSE (stream_format "sse") base64 deltas, then the usage.
     const input = 'Tolls are paid in tokens. '.repeat(40).slice(0, 1000);
-    if (s.scenario === 'speech') {
-      const res = await client.audio.speech.create({ model: s.model, voice: 'alloy', input });
+    if (s.scenario !== 'speech-sse') {
+      const format = s.scenario === 'speech' ? {} : { response_format: s.scenario.slice('speech-'.length) };
+      const res = await client.audio.speech.create({ model: s.model, voice: 'alloy', input, ...format });
       const audio = Buffer.from(await res.arrayBuffer());
       return { text: String(audio.length), model: null, usage: null, chunks: 1 };
     }

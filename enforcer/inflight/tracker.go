@@ -104,7 +104,8 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 	return Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
 		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens, CacheCreation1hTokens: got.CacheCreation1hInputTokens,
 		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
-		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status)}}
+		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
+			AudioOutputMillis: got.AudioOutputMillis}}
 }
 
 func outputText(got responseusage.Usage, status int32) int64 {
@@ -126,6 +127,8 @@ type Seen struct {
 	InputReported, OutputReported bool
 	// TextBytes is the bytes of output text the response carried.
 	TextBytes int64
+	// AudioOutputMillis is the duration of the audio an answer in audio carried.
+	AudioOutputMillis int64
 }
 
 // Queue is where settlements go (settleq.Queue).
@@ -387,12 +390,20 @@ func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
 	// count reported early is only a floor (Anthropic's message_start says 1 output
 	// token before any text), and a stream cut after thousands of tokens must not be
 	// charged for one.
-	if est := estimate.Tokens(seen.TextBytes); est > 0 && (!seen.OutputReported || !item.Complete && est > item.OutputTokens) {
+	// An answer in audio reports nothing: its duration is its output (a speech
+	// model's audio tokens; pricecatalog.AudioOutputTokensPerSecond).
+	est := max(estimate.Tokens(seen.TextBytes), audioTokens(seen.AudioOutputMillis))
+	if est > 0 && (!seen.OutputReported || !item.Complete && est > item.OutputTokens) {
 		item.OutputTokens, estimated = est, true
 	}
 	if estimated {
 		item.UsageEstimated, item.Complete = true, false
 	}
+}
+
+// audioTokens counts millis of generated audio as output tokens, rounded up.
+func audioTokens(millis int64) int64 {
+	return (millis*pricecatalog.AudioOutputTokensPerSecond + 999) / 1000
 }
 
 // SettleOrphan settles a start that became (or may have become) durable after its check

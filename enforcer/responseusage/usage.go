@@ -3,6 +3,8 @@ package responseusage
 import (
 	"errors"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/enforcer/audiolength"
 )
 
 // Format names the shape a response was recognised as (Usage.Format).
@@ -37,6 +39,10 @@ const (
 	// then image_generation.completed with the token usage. A non-streamed image's
 	// JSON reports the same usage and is read as FormatOpenAIResponses.
 	FormatOpenAIImageSSE = "openai-image-sse"
+	// FormatAudio is an answer in audio (an audio/* media type: OpenAI's speech in
+	// its default shape), which reports no usage: the audio's duration is read from
+	// its container's headers (package audiolength) into Usage.AudioOutputMillis.
+	FormatAudio = "audio"
 )
 
 // Response headers (lower-cased) through which an upstream reports its cost.
@@ -83,6 +89,10 @@ type Usage struct {
 	// audio (whisper-1; Format FormatOpenAIAudioDuration). A fraction of a
 	// millisecond rounds up. 0 for every other shape, whose usage is in tokens.
 	AudioInputMillis int64
+	// AudioOutputMillis is the duration of the audio an answer in audio carried
+	// (Format FormatAudio), in milliseconds rounded up; 0 when its container is not one
+	// package audiolength reads.
+	AudioOutputMillis int64
 	// CostMicroUSD is the cost the upstream reported in a header, if any.
 	CostMicroUSD *int64
 	// Complete is true when the stream ended normally and its final usage
@@ -144,6 +154,7 @@ const (
 	modeJSON
 	modeSSE
 	modeIgnore // unsupported content encoding
+	modeAudio  // an audio/* media type: measured by audio when it reads the container
 )
 
 // Extractor reads the usage of one response. It is not safe for concurrent
@@ -161,6 +172,7 @@ type Extractor struct {
 	result   Usage
 
 	dec      *decoder // a supported content encoding is being decoded
+	audio    *audiolength.Meter
 	rawBytes int64    // body bytes of an unsupported encoding, or of a plain-text one
 
 	scan scanner
@@ -170,7 +182,7 @@ type Extractor struct {
 	// Backing store for the captured strings, so that capturing does not
 	// allocate. A model name longer than inlineModelBytes (up to
 	// MaxModelBytes) grows its buffer once. In line, the four model buffers
-	// take 256 bytes of the Extractor (1776 bytes, its size class 1792), where
+	// take 256 bytes of the Extractor (1792 bytes, a size class of its own), where
 	// buffers of MaxModelBytes took 1 KiB more, which a response held however
 	// short its model's name (an idle stream of the gateway too).
 	keyArr   [maxKeyBytes]byte
@@ -209,6 +221,8 @@ func New(contentType string, headers map[string]string, limits Limits) *Extracto
 		e.mode = modeSSE
 	case strings.HasSuffix(mt, "/json") || strings.HasSuffix(mt, "+json"):
 		e.mode = modeJSON
+	case strings.HasPrefix(mt, "audio/"):
+		e.mode, e.audio = modeAudio, audiolength.New(contentType)
 	default:
 		e.mode = modeSniff
 	}
@@ -265,6 +279,12 @@ func (e *Extractor) Write(chunk []byte) error {
 
 // writePlain reads decoded body bytes.
 func (e *Extractor) writePlain(chunk []byte) {
+	if e.mode == modeAudio {
+		if e.audio != nil {
+			e.audio.Write(chunk)
+		}
+		return
+	}
 	if e.plainType {
 		e.rawBytes += int64(len(chunk))
 	}
@@ -327,6 +347,13 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		e.dec = nil
 	}
 	switch e.mode {
+	case modeAudio:
+		u.Format = FormatAudio
+		if e.audio != nil {
+			u.AudioOutputMillis = e.audio.Millis()
+		}
+		e.result = u
+		return u
 	case modeJSON:
 		if e.scan.flush() {
 			e.jsonDone = true

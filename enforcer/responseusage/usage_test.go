@@ -12,6 +12,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/testaudio"
 )
 
 const (
@@ -1122,3 +1124,41 @@ const geminiGrounded = `{"candidates":[{"content":{"parts":[{"text":"Spain won E
 	`"groundingMetadata":{"webSearchQueries":["euro 2024 winner","who won euro 2024"],"searchEntryPoint":{"renderedContent":"<style></style>"},` +
 	`"groundingChunks":[{"web":{"uri":"https://example.com/a","title":"a"}}],"groundingSupports":[{"segment":{"endIndex":20,"text":"Spain won Euro 2024."},"groundingChunkIndices":[0]}]}}],` +
 	`"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":6,"totalTokenCount":15},"modelVersion":"gemini-3-pro-preview"}`
+
+// TestSpeechAudio: an answer in audio (OpenAI's speech in its default shape) reports no
+// usage; its duration is read from the container (package audiolength), compressed or
+// not, whole or cut.
+func TestSpeechAudio(t *testing.T) {
+	f, ok := testaudio.Speech("mp3")
+	if !ok {
+		t.Fatal("no mp3 fixture")
+	}
+	mp3, mp3Millis := f.Bytes, f.DecodedMillis // what ffmpeg decodes of it
+	audio := func(ms int64) Usage { return Usage{Format: FormatAudio, AudioOutputMillis: ms} }
+	for _, tc := range []struct {
+		name, ct string
+		h        map[string]string
+		body     []byte
+		eos      bool
+		want     Usage
+	}{
+		{"mp3", "audio/mpeg", nil, mp3, true, audio(mp3Millis)},
+		{"mp3, gzip", "audio/mpeg", map[string]string{"content-encoding": "gzip"}, compress("gzip", mp3, nil), true, audio(mp3Millis)},
+		{"mp3 with an upstream cost", "audio/mpeg", map[string]string{HeaderCostMicroUSD: "77"}, mp3, true,
+			func() Usage { u := audio(mp3Millis); c := int64(77); u.CostMicroUSD = &c; return u }()},
+		{"an audio type not read: no text either", "audio/x-unknown", nil, mp3, true, audio(0)},
+		{"not sniffed as events or JSON", "audio/mpeg", nil, []byte(`{"usage":{"input_tokens":1,"output_tokens":1}}`), true, audio(0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for how, chunks := range map[string][][]byte{"whole": {tc.body}, "byte by byte": bytewise(tc.body)} {
+				if got := run(tc.ct, tc.h, Limits{}, chunks, tc.eos); !reflect.DeepEqual(got, tc.want) {
+					t.Fatalf("%s:\n got %s\nwant %s", how, show(got), show(tc.want))
+				}
+			}
+		})
+	}
+	cut := run("audio/mpeg", nil, Limits{}, [][]byte{mp3[:len(mp3)/2]}, false)
+	if cut.Format != FormatAudio || cut.AudioOutputMillis < mp3Millis*4/10 || cut.AudioOutputMillis > mp3Millis*6/10 || cut.Complete {
+		t.Fatalf("cut at half: %s, want about half of %d ms", show(cut), mp3Millis)
+	}
+}

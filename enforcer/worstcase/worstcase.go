@@ -100,8 +100,9 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 	}
 	out := req.OutputCap
 	switch lim := e.MaxOutputTokens; {
-	case e.Kind == pricecatalog.Embedding:
-		// An embedding model generates nothing: its worst case is its input.
+	case e.Kind == pricecatalog.Embedding || e.Kind == pricecatalog.Speech:
+		// An embedding model generates nothing, a speech model nothing billed: the
+		// worst case is the input.
 		out = 0
 	case lim > 0 && (out <= 0 || out > lim):
 		// A request may not ask for more than the model's limit (the provider refuses

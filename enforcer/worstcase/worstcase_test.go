@@ -23,6 +23,7 @@ func testCatalog(t *testing.T) *pricecatalog.Catalog {
 		{"model":"nolimit","provider":"google","input":1000000,"output":1000000,"cachedInput":1000000},
 		{"model":"embedder","provider":"openai","kind":"embedding","input":3000000},
 		{"model":"listener","provider":"openai","kind":"audio-duration","audioPerMinute":6000},
+		{"model":"speaker","provider":"openai","kind":"speech","input":60000000,"cachedInput":60000000},
 		{"model":"dear","provider":"openai","input":4503599627370495,"output":4503599627370495,"cachedInput":0,"maxOutput":10000000}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +87,10 @@ func TestOf(t *testing.T) {
 			Cost{MicroUSD: 45, Model: "embedder", InputTokens: 15}},
 		{"an embedding model ignores a cap", `{"model":"embedder","max_tokens":1000,"input":"hello world!"}`, nil,
 			Cost{MicroUSD: 18, Model: "embedder", InputTokens: 6}},
+		{"a speech model: its input alone, its audio not billed", `{"model":"speaker","voice":"alloy","input":"hello world!"}`, nil,
+			// the input's 3 tokens and the voice's 2 (the estimate counts every string)
+			// + 3 priming = 8; 8 × 60 USD/M = 480 µUSD
+			Cost{MicroUSD: 480, Model: "speaker", InputTokens: 8}},
 		{"the priority tier: twice", `{"model":"small","max_tokens":100,"service_tier":"priority",` + msgs + `}`, nil,
 			Cost{MicroUSD: 2 * 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
 		{"the priority tier at the bound stays there", `{"model":"dear","max_tokens":10000000,"service_tier":"priority"}`, nil,
@@ -155,9 +160,9 @@ func FuzzOf(f *testing.F) {
 		}
 		c := Of(pricecatalog.Default(), r, []string{"gpt-4o"})
 		// Every shipped price is positive: a known worst case costs something, and
-		// counts output tokens unless its model is an embedding model.
+		// counts output tokens unless its model is an embedding or a speech model.
 		e, _ := pricecatalog.Lookup(c.Model)
-		if c.Known() != (c.MicroUSD > 0) || c.Known() != (c.OutputTokens > 0 || e.Kind == pricecatalog.Embedding) {
+		if c.Known() != (c.MicroUSD > 0) || c.Known() != (c.OutputTokens > 0 || e.Kind == pricecatalog.Embedding || e.Kind == pricecatalog.Speech) {
 			t.Fatalf("%+v", c)
 		}
 		if c.MicroUSD < 0 || c.MicroUSD > money.MaxAllowanceMicroUSD {

@@ -62,12 +62,26 @@ const (
 	// which the enforcer counts from the text it relays, then estimate the minutes at a
 	// typical speaking rate, and such a request is charged as an estimate, never free.
 	AudioDuration Kind = "audio-duration"
+	// Speech models are billed per character of input text and answer audio, which is
+	// not billed (OpenAI's tts-1 and tts-1-hd). The file gives input and cachedInput
+	// (per token, at four characters a token); Load prices output at 0, so that the
+	// audio an answer carries, which the enforcer counts as output tokens
+	// (AudioOutputTokensPerSecond) for the models that bill it, costs nothing here.
+	Speech Kind = "speech"
 )
 
 // TranscriptTokensPerMinute is the speaking rate a transcript's tokens are read at to
 // estimate the audio's minutes (AudioDuration): about 150 spoken words a minute, at
 // about 1.33 tokens a word.
 const TranscriptTokensPerMinute = 200
+
+// AudioOutputTokensPerSecond is how many output tokens a second of generated audio is
+// counted as when the answer is audio and reports no usage (gpt-4o-mini-tts's default
+// answer): OpenAI's audio models count one token per 50 ms of the audio they generate,
+// which its speech pricing states as about 0.015 USD a minute at 12 USD per million
+// output tokens. Models billed otherwise (tts-1, per character of input) price their
+// output at 0, so the count costs nothing there.
+const AudioOutputTokensPerSecond = 20
 
 // PriorityMultiplier is what a request run at a provider's priority service tier costs
 // against the standard prices the catalog holds (and an organization's own prices,
@@ -233,6 +247,12 @@ func Load(data []byte) (*Catalog, error) {
 				bad("%s: an embedding model is priced by its input alone (no output, cachedInput, cacheWrite or maxOutput)", where)
 			}
 			m.Output, m.CachedInput = m.Input, m.Input
+		case Speech:
+			if m.Output != nil || m.MaxOutput != nil {
+				bad("%s: a speech model's audio output is not billed (no output or maxOutput)", where)
+			}
+			zero := int64(0)
+			m.Output = &zero
 		case AudioDuration:
 			switch {
 			case m.Input != nil || m.Output != nil || m.CachedInput != nil || m.CacheWrite != nil || m.MaxOutput != nil:
@@ -245,7 +265,7 @@ func Load(data []byte) (*Catalog, error) {
 				m.Input, m.Output, m.CachedInput = &perToken, &perToken, &perToken
 			}
 		default:
-			bad("%s: kind %q is not text, embedding or audio-duration", where, m.Kind)
+			bad("%s: kind %q is not text, embedding, audio-duration or speech", where, m.Kind)
 		}
 		if m.AudioPerMinute != nil && e.Kind != AudioDuration {
 			bad("%s: audioPerMinute is for audio-duration models only", where)

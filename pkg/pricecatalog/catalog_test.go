@@ -28,6 +28,10 @@ func TestEmbeddedCatalog(t *testing.T) {
 	for _, e := range c.Entries() {
 		providers[e.Provider]++
 		switch {
+		case e.Kind == Speech:
+			if e.OutputPerMillion != 0 || e.InputPerMillion == 0 {
+				t.Errorf("%s: a speech model bills its input alone: %+v", e.Model, e.Price)
+			}
 		case e.OutputPerMillion < e.InputPerMillion:
 			t.Errorf("%s: output %d below input %d", e.Model, e.OutputPerMillion, e.InputPerMillion)
 		case e.CachedInputPerMillion > e.InputPerMillion:
@@ -74,18 +78,20 @@ func TestEmbeddingModels(t *testing.T) {
 			t.Errorf("%s: %+v (found %v), want an embedding model at %d per million tokens", model, e, ok, want)
 		}
 	}
-	embeddings := 0
+	embeddings, speech := 0, 0
 	for _, e := range Default().Entries() {
 		switch e.Kind {
 		case Embedding:
 			embeddings++
+		case Speech:
+			speech++
 		case Text, AudioDuration:
 		default:
 			t.Errorf("%s: kind %q", e.Model, e.Kind)
 		}
 	}
-	if embeddings != 4 {
-		t.Errorf("%d embedding models, want 4", embeddings)
+	if embeddings != 4 || speech != 2 {
+		t.Errorf("%d embedding models, want 4; %d speech models, want 2 (tts-1 and tts-1-hd)", embeddings, speech)
 	}
 	if e, _ := Lookup("gpt-4o-mini"); e.Kind != Text {
 		t.Errorf("gpt-4o-mini is of kind %q", e.Kind)
