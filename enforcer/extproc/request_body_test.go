@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/extproc"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+	"github.com/tollgate-dev/tollgate/internal/testaudio"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
@@ -159,6 +160,7 @@ func TestExtProcChargesWhatWasSeen(t *testing.T) {
 	inEst := estimate.Tokens(400) + estimate.PerMessage + estimate.Priming
 	events := strings.SplitAfter(openAISSE, "\n\n")
 	textOnly := strings.Join(events[:3], "") // role, "Hello", finish: no usage
+	mp3, _ := testaudio.Speech("mp3")        // 2,568 ms of audio: 52 tokens at 20 a second
 	for _, tc := range []struct {
 		name            string
 		spec            streamSpec
@@ -192,6 +194,8 @@ func TestExtProcChargesWhatWasSeen(t *testing.T) {
 				"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\""+strings.Repeat("y", 4000)+"\"}}\n\n", 9),
 				breakOff: true},
 			in: 550, out: 1000 + 1, model: "claude-3-5-haiku-20241022", estimated: true, cost: 550*2 + 1001*8, basis: "estimate", costSrc: "catalog_estimate"},
+		{name: "an answer in audio: its duration as output tokens", spec: streamSpec{contentType: "audio/mpeg", chunks: testio.Chunks(string(mp3.Bytes), 7)},
+			in: inEst, out: 52, model: "gpt-4o-mini", estimated: true, cost: inEst*2 + 52*8, basis: "estimate", costSrc: "catalog_estimate"},
 		{name: "no request body seen: output only", skipRequestBody: true,
 			spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(textOnly, 4), breakOff: true},
 			out:  2, model: "gpt-4o-mini-2024-07-18", estimated: true, cost: 2 * 8, basis: "estimate", costSrc: "catalog_estimate"},

@@ -72,6 +72,12 @@
 //     and the like with stream=true): transcript.text.delta events, then
 //     transcript.text.done whose usage has input_tokens and output_tokens
 //     (read as the Responses API's are).
+//   - audio: an answer of an audio/* media type (OpenAI's speech in its default
+//     shape, whatever its response_format), which reports nothing: it is never
+//     sniffed as JSON or events, and its duration is read from its container's
+//     headers by package audiolength into AudioOutputMillis (0 for a container
+//     it does not read). Never Complete: the settlement counts the duration as
+//     estimated output tokens (enforcer/inflight).
 //
 // OpenAI's top-level "service_tier" (a chat document's, a Responses object's, a
 // Responses event's response.service_tier) sets Priority when it is "priority" in any
