@@ -173,7 +173,7 @@ type Extractor struct {
 
 	dec      *decoder // a supported content encoding is being decoded
 	audio    *audiolength.Meter
-	rawBytes int64    // body bytes of an unsupported encoding, or of a plain-text one
+	rawBytes int64 // body bytes of an unsupported encoding, or of a plain-text one
 
 	scan scanner
 	sse  sseReader
