@@ -207,7 +207,9 @@ func New(d Deps) *Enforcer {
 	}
 	cfg, m, log := d.Config, d.Metrics, d.Log
 	e := &Enforcer{cfg: cfg, log: log, reg: d.Registry, rdb: d.Redis, layout: d.Layout, spool: d.Spool, Metrics: m}
-	e.ControlPlane = cpclient.NewHealth(d.ControlPlane, cfg.ControlPlaneAddr, cpclient.HealthConfig{}, log)
+	// parseConfig read the same files: no error here.
+	tlsConfig, _ := cfg.ControlPlaneTLS.Config()
+	e.ControlPlane = cpclient.NewHealth(d.ControlPlane, cfg.ControlPlaneAddr, cpclient.HealthConfig{TLS: tlsConfig}, log)
 	cp := e.ControlPlane
 	linger := cfg.SettleLinger
 	if linger == 0 {

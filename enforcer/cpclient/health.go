@@ -3,8 +3,10 @@ package cpclient
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -44,6 +46,10 @@ type HealthConfig struct {
 	// Timeout bounds one probe; a probe that times out finds the control plane
 	// unreachable.
 	Timeout time.Duration
+	// TLS is the connection's TLS configuration (nil for plaintext). With it, a probe
+	// that finds the control plane unreachable shakes hands with it once more by hand,
+	// to tell a handshake it refused (diagnoseTLS) from a control plane not reached.
+	TLS *tls.Config
 }
 
 // DefaultHealthConfig probes an idle control plane every 10s and a failing one every
@@ -155,11 +161,62 @@ func (h *Health) probe(ctx context.Context) {
 	if status.Code(err) == codes.DeadlineExceeded {
 		err = status.Error(codes.Unavailable, "no answer within "+h.cfg.Timeout.String())
 	}
-	h.observe(err)
+	if status.Code(err) == codes.Unavailable && !isTLSFailure(err) && h.cfg.TLS != nil {
+		if terr := diagnoseTLS(pctx, h.addr, h.cfg.TLS); terr != nil {
+			err = status.Error(codes.Unavailable, "authentication handshake failed: "+terr.Error())
+		}
+	}
+	h.diagnosed(err)
 }
 
-// observe notes the outcome of one call.
+// diagnoseTLS dials addr and shakes hands as the gRPC connection does, to find a TLS
+// failure gRPC's error may not show: with TLS 1.3 a server that refuses this side's
+// client certificate (or its absence) says so in an alert after the handshake, and the
+// connection may report the broken pipe of its first write before reading the alert.
+// It returns the handshake's error, or the alert the first read gets; nil when the
+// control plane cannot be dialled (not a TLS matter) or accepts the handshake.
+func diagnoseTLS(ctx context.Context, addr string, cfg *tls.Config) error {
+	c := cfg.Clone()
+	if c.ServerName == "" {
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			c.ServerName = host
+		}
+	}
+	c.NextProtos = []string{"h2"}
+	conn, err := (&tls.Dialer{Config: c}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		if opErr := (*net.OpError)(nil); errors.As(err, &opErr) && opErr.Op == "dial" {
+			return nil
+		}
+		return err
+	}
+	defer conn.Close()
+	// A server that accepted waits for the client's HTTP/2 preface; one that refused
+	// has sent its alert already, or sends it at once.
+	_ = conn.SetReadDeadline(time.Now().Add(diagnoseReadWait))
+	_, err = conn.Read(make([]byte, 1))
+	if opErr := (*net.OpError)(nil); errors.As(err, &opErr) && opErr.Op == "remote error" {
+		return err
+	}
+	return nil
+}
+
+// diagnoseReadWait is how long diagnoseTLS waits for an alert after the handshake.
+const diagnoseReadWait = 300 * time.Millisecond
+
+// observe notes the outcome of one call. A call's failure to reach the control plane
+// does not undo a TLS failure the probe found: with TLS 1.3 a refused client
+// certificate can look like a broken connection, which only the probe's diagnosis tells
+// apart.
 func (h *Health) observe(err error) {
+	if h.cfg.TLS != nil && status.Code(err) == codes.Unavailable && !isTLSFailure(err) && state(h.state.Load()) == tlsFailed {
+		return
+	}
+	h.diagnosed(err)
+}
+
+// diagnosed notes the outcome of one call, or of a probe and its diagnosis.
+func (h *Health) diagnosed(err error) {
 	var next state
 	switch code := status.Code(err); code {
 	case codes.Unauthenticated, codes.PermissionDenied:

@@ -2,8 +2,12 @@ package cpclient_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/cpclient"
 	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/internal/testtls"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
@@ -153,5 +158,92 @@ func TestHealthProbesAndRunReturnsOnCancel(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return on cancel")
+	}
+}
+
+// TestProbeTellsARefusedClientCertificate: with TLS 1.3 a control plane that refuses
+// the enforcer's client certificate (or its absence) says so only after the handshake,
+// and gRPC may report just a broken pipe. The probe shakes hands itself and reads the
+// alert: readiness says "TLS handshake failed", and later calls' broken pipes do not
+// undo it. A handshake the server accepts, or a port nobody listens on, stays
+// "unreachable".
+func TestProbeTellsARefusedClientCertificate(t *testing.T) {
+	ca := testtls.NewCA(t, "test-ca")
+	server, err := tls.LoadX509KeyPair(ca.Server(t).CertFile, ca.Server(t).KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pem, err := os.ReadFile(ca.CertFile)
+	if err != nil || !pool.AppendCertsFromPEM(pem) {
+		t.Fatal("CA", err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{server},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				if conn.(*tls.Conn).Handshake() == nil {
+					_, _ = io.Copy(io.Discard, conn) // accepted: wait for the client
+				}
+			}()
+		}
+	}()
+	clientPair := ca.Client(t, "enforcer")
+	withCert := &tls.Config{RootCAs: pool}
+	pair, err := tls.LoadX509KeyPair(clientPair.CertFile, clientPair.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCert.Certificates = []tls.Certificate{pair}
+	closed := testio.FreeAddr(t)
+	brokenPipe := status.Error(codes.Unavailable, `connection error: desc = "transport: failed to write client preface: write tcp: write: broken pipe"`)
+
+	for _, tc := range []struct {
+		name string
+		addr string
+		tls  *tls.Config
+		want error
+	}{
+		{"no client certificate", ln.Addr().String(), &tls.Config{RootCAs: pool}, cpclient.ErrTLSFailed},
+		{"a client certificate it accepts", ln.Addr().String(), withCert, cpclient.ErrUnreachable},
+		{"nobody listening", closed, &tls.Config{RootCAs: pool}, cpclient.ErrUnreachable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &testio.SyncBuffer{}
+			cp := &answering{err: brokenPipe}
+			h := cpclient.NewHealth(cp, tc.addr, cpclient.HealthConfig{Retry: 20 * time.Millisecond, TLS: tc.tls},
+				slog.New(slog.NewTextHandler(logs, nil)))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { _ = h.Run(ctx) }()
+			deadline := time.Now().Add(5 * time.Second)
+			for !errors.Is(h.Ready(), tc.want) {
+				if time.Now().After(deadline) {
+					t.Fatalf("ready %v, want %v:\n%s", h.Ready(), tc.want, logs.String())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			// Calls that fail the same way do not change the verdict.
+			for range 3 {
+				_, _ = h.Settle(context.Background(), &internalv1.SettleRequest{})
+			}
+			time.Sleep(100 * time.Millisecond) // a few more probes
+			if err := h.Ready(); !errors.Is(err, tc.want) {
+				t.Fatalf("after more calls and probes: %v, want %v", err, tc.want)
+			}
+			if tc.want == cpclient.ErrTLSFailed && !strings.Contains(logs.String(), "certificate required") {
+				t.Fatalf("the log does not say why:\n%s", logs.String())
+			}
+		})
 	}
 }

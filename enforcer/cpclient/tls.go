@@ -37,6 +37,16 @@ func (f TLSFiles) Enabled() bool {
 // Files are read once, at start: a rotated certificate takes effect on restart (the
 // chart's Secret mounts change, the rollout restarts the pods).
 func (f TLSFiles) Credentials() (credentials.TransportCredentials, error) {
+	cfg, err := f.Config()
+	if cfg == nil || err != nil {
+		return nil, err
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// Config reads the files and builds the TLS configuration Credentials uses, or says
+// which setting is wrong. Nil without error when TLS is not configured.
+func (f TLSFiles) Config() (*tls.Config, error) {
 	if !f.Enabled() {
 		return nil, nil
 	}
@@ -62,5 +72,5 @@ func (f TLSFiles) Credentials() (credentials.TransportCredentials, error) {
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
-	return credentials.NewTLS(cfg), nil
+	return cfg, nil
 }
