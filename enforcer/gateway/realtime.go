@@ -28,8 +28,10 @@ import (
 //   - Every message goes through as it came, either way. The server's events are read
 //     (package realtimeusage); each response.done settles the admitted request with that
 //     response's usage, and each transcription of the user's audio with its own (at its
-//     transcription model's price; one that ends while a response is in progress waits
-//     for that response's end). Once the control plane applied it (realtimeSettleWait
+//     transcription model's price). A transcription that ends while a response is in
+//     progress is charged on a request of its own, admitted then (chargeAside); if the
+//     member is refused it waits for the response's end instead, since closing the
+//     session then would cut the response uncharged. Once the control plane applied it (realtimeSettleWait
 //     at most) the member is checked again, a new request, before what comes next: a member whose limit the session spent gets the close code 1008 (policy
 //     violation) with the refusal's error code as its reason, and the upstream
 //     connection is closed. So a session spends past a limit by one response at most,
@@ -133,8 +135,9 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 
 	creds := gate.CredentialsFrom(r.Header)
 	events := realtimeusage.New(model)
-	// Transcriptions that ended while a response was in progress wait for its end: a
-	// member refused in between would have the response cut, uncharged.
+	// Transcriptions that ended while a response was in progress and could not be
+	// charged aside (the member was refused) wait for its end: closing the session in
+	// between would cut the response, uncharged.
 	var waiting []realtimeusage.Usage
 	go relayClient(ctx, cancel, client, up)
 relay:
@@ -162,7 +165,9 @@ relay:
 			continue
 		}
 		if _, inProgress := events.Unfinished(); kind == realtimeusage.Transcription && inProgress {
-			waiting = append(waiting, u)
+			if !p.chargeAside(ctx, u, creds, events.Model()) {
+				waiting = append(waiting, u)
+			}
 			continue
 		}
 		if !p.charge(ctx, u, creds, events.Model(), client, up) {
@@ -179,6 +184,11 @@ relay:
 		waiting = waiting[:0]
 	}
 	cancel()
+	// Transcriptions still waiting (the member was refused while a response was in
+	// progress, and the session ended before the response did): one more try each.
+	for _, w := range waiting {
+		p.chargeAside(context.WithoutCancel(ctx), w, creds, events.Model())
+	}
 	// The last request: nothing more when no response was in progress (complete at 0),
 	// else the cut response, estimated from its text.
 	last, inProgress := events.Unfinished()
@@ -235,6 +245,22 @@ func (p *proxied) charge(ctx context.Context, u realtimeusage.Usage, creds gate.
 	if p.id != "" {
 		p.gw.tracker.Follow(p.id)
 		p.gw.tracker.RecordRequest(p.id, 0, model)
+	}
+	return true
+}
+
+// chargeAside charges what a transcription reported (u) on a request of its own,
+// admitted now, while the session's request stays with the response in progress; false
+// when the member was refused or the check could not finish (nothing was charged).
+func (p *proxied) chargeAside(ctx context.Context, u realtimeusage.Usage, creds gate.Credentials, model string) bool {
+	a, err := p.gw.gate.CheckRequest(ctx, creds, gate.Hint{})
+	if err != nil || !a.Allowed() {
+		return false
+	}
+	if a.RequestID != "" {
+		p.gw.tracker.Follow(a.RequestID)
+		p.gw.tracker.RecordRequest(a.RequestID, 0, model)
+		_ = p.gw.tracker.Finish(a.RequestID, settlement(u, model), nil)
 	}
 	return true
 }

@@ -404,8 +404,8 @@ func TestRealtimeTranscriptionsAreCharged(t *testing.T) {
 	s := tr.settlements(t, 4)
 	for i, want := range []inflight.Usage{
 		{Model: "gpt-4o-transcribe", InputTokens: 17, OutputTokens: 9, Complete: true, UpstreamStatus: 101},
+		{Model: "gpt-4o-transcribe", InputTokens: 5, OutputTokens: 3, Complete: true, UpstreamStatus: 101}, // aside, during the response
 		{Model: "gpt-realtime-2025-08-28", InputTokens: 100, OutputTokens: 50, Complete: true, UpstreamStatus: 101},
-		{Model: "gpt-4o-transcribe", InputTokens: 5, OutputTokens: 3, Complete: true, UpstreamStatus: 101}, // waited for the response
 		{Model: "gpt-realtime-2025-08-28", Complete: true, UpstreamStatus: 101},
 	} {
 		if fmt.Sprint(s[i]) != fmt.Sprint(want) {
@@ -413,6 +413,50 @@ func TestRealtimeTranscriptionsAreCharged(t *testing.T) {
 		}
 	}
 	if g.checks != 4 {
-		t.Fatalf("%d checks, want the opening and one after each charge", g.checks)
+		t.Fatalf("%d checks, want the opening, one after each charge and one for the transcription aside", g.checks)
+	}
+}
+
+// A transcription that ends during a response the session is then cut in is charged
+// (aside, on a request of its own); before 2026-11-28 it waited for the response's end,
+// which never came, and was lost.
+func TestRealtimeTranscriptionDuringACutResponse(t *testing.T) {
+	up := &realtimeUpstream{in: 100, out: 50, transcribeDuring: true, hang: true}
+	_, tr, url, _ := newRealtimeEnv(t, up, 10)
+	c, _ := openSession(t, url)
+	for range 2 {
+		say(t, c, `{"type":"response.create"}`)
+	}
+	readUntil(t, c, "response.done")
+	readUntil(t, c, "input_audio_transcription.completed") // during the second response, which never ends
+	_ = c.CloseNow()
+	s := tr.settlements(t, 4)
+	transcription := inflight.Usage{Model: "gpt-4o-transcribe", InputTokens: 5, OutputTokens: 3, Complete: true, UpstreamStatus: 101}
+	if fmt.Sprint(s[0]) != fmt.Sprint(transcription) || fmt.Sprint(s[2]) != fmt.Sprint(transcription) {
+		t.Fatalf("settlements %+v: the transcriptions are not 1st and 3rd", s)
+	}
+	if cut := s[3]; cut.Complete || cut.Seen == nil || cut.Seen.TextBytes == 0 {
+		t.Fatalf("the cut response was settled %+v", cut)
+	}
+}
+
+// A member refused when a transcription ends during a response is not closed on (that
+// would cut the response): the transcription waits, and the response's end closes the
+// session on the refusal (1008) as usual.
+func TestRealtimeTranscriptionRefusedAside(t *testing.T) {
+	up := &realtimeUpstream{in: 100, out: 50, transcribeDuring: true}
+	g, tr, url, _ := newRealtimeEnv(t, up, 1) // the opening only
+	c, _ := openSession(t, url)
+	say(t, c, `{"type":"response.create"}`)
+	readUntil(t, c, "response.done") // the refusal aside did not cut it
+	if ce, err := closeOf(c); err != nil || ce.Code != websocket.StatusPolicyViolation {
+		t.Fatalf("closed with %v (%v), want 1008", ce, err)
+	}
+	s := tr.settlements(t, 1)
+	if s[0].Model != "gpt-realtime-2025-08-28" || s[0].InputTokens != 100 || !s[0].Complete {
+		t.Fatalf("settled %+v, want the response", s[0])
+	}
+	if g.checks < 3 {
+		t.Fatalf("%d checks, want the opening, the refused one aside, the refused one after the response", g.checks)
 	}
 }
