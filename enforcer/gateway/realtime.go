@@ -128,10 +128,11 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	client.SetReadLimit(gw.cfg.MaxBodyBytes)
 	// The upstream's messages are read under their own cancellation, which a shutdown
 	// uses (DrainSessions): the client's side stays open for the close that says why.
-	upCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	gw.openSession(p, stop)
+	upCtx, stopCause := context.WithCancelCause(ctx)
+	defer stopCause(nil)
+	gw.openSession(p, func() { stopCause(errShuttingDown) })
 	defer gw.closeSession(p)
+	go keepAlive(upCtx, gw.cfg.IdleTimeout, up, stopCause)
 
 	creds := gate.CredentialsFrom(r.Header)
 	events := realtimeusage.New(model)
@@ -142,12 +143,12 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	go relayClient(ctx, cancel, client, up)
 relay:
 	for {
-		rctx, rcancel := context.WithTimeout(upCtx, gw.cfg.IdleTimeout)
-		typ, msg, err := up.Read(rctx)
-		rcancel()
+		// No read deadline: a session may be silent for long (a user who says nothing);
+		// keepAlive ends it when the provider stops answering pings.
+		typ, msg, err := up.Read(upCtx)
 		if err != nil {
 			if upCtx.Err() != nil && ctx.Err() == nil {
-				err = errShuttingDown // DrainSessions ended the session
+				err = context.Cause(upCtx) // DrainSessions, or the provider stopped answering
 			}
 			closeWith(client, err)
 			break
@@ -340,6 +341,39 @@ func (p *proxied) handshakeFailed(w http.ResponseWriter, r *http.Request, resp *
 		_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
 	}
 }
+
+// keepAlive pings the provider's side of a session every interval (the idle timeout,
+// 30s at most), each ping answered within the idle timeout, until ctx ends; a provider
+// that does not answer gets its side stopped (stop), and the client is told 1001 with
+// errProviderSilent. Silence alone ends nothing: a Realtime session may wait minutes
+// for its user to speak, where a response stream silent that long is stuck. The client
+// is not pinged (not every client library answers a ping while it is not reading): a
+// client that vanished is found by TCP keepalive, as on every connection of the
+// gateway's server.
+func keepAlive(ctx context.Context, idle time.Duration, up *websocket.Conn, stop context.CancelCauseFunc) {
+	t := time.NewTicker(min(idle, realtimePingInterval))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, pcancel := context.WithTimeout(ctx, idle)
+		err := up.Ping(pctx)
+		pcancel()
+		if err != nil && ctx.Err() == nil {
+			stop(errProviderSilent)
+			return
+		}
+	}
+}
+
+// realtimePingInterval is the longest a session goes without a ping of each side.
+const realtimePingInterval = 30 * time.Second
+
+// errProviderSilent ends a session whose provider stopped answering pings.
+var errProviderSilent = websocket.CloseError{Code: websocket.StatusGoingAway, Reason: "the provider stopped answering"}
 
 // errShuttingDown ends a session the enforcer's shutdown cut: the client is told 1001
 // (going away).

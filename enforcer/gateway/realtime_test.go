@@ -96,6 +96,12 @@ type countingGate struct {
 	checks int
 }
 
+func (g *countingGate) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.checks
+}
+
 func (g *countingGate) CheckRequest(_ context.Context, c gate.Credentials, _ gate.Hint) (gate.Answer, error) {
 	if c.Authorization != "Bearer tgk_good" {
 		return gate.Refusal(gate.ReasonUnknownCredential), nil
@@ -111,7 +117,7 @@ func (g *countingGate) CheckRequest(_ context.Context, c gate.Credentials, _ gat
 	return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: fmt.Sprintf("req_%d", g.checks), UsageState: "within_limit"}, nil
 }
 
-func newRealtimeEnv(t *testing.T, up http.Handler, admits int) (*countingGate, *fakeTracker, string, *gateway.Gateway) {
+func newRealtimeEnv(t *testing.T, up http.Handler, admits int, configure ...func(*gateway.Config)) (*countingGate, *fakeTracker, string, *gateway.Gateway) {
 	t.Helper()
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
@@ -121,7 +127,11 @@ func newRealtimeEnv(t *testing.T, up http.Handler, admits int) (*countingGate, *
 	}
 	m, _ := newMetrics()
 	g, tr := &countingGate{n: admits}, newTracker()
-	gw, err := gateway.New(gateway.Config{Routes: []gateway.Route{rt}}, g, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	cfg := gateway.Config{Routes: []gateway.Route{rt}}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	gw, err := gateway.New(cfg, g, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +466,46 @@ func TestRealtimeTranscriptionRefusedAside(t *testing.T) {
 	if s[0].Model != "gpt-realtime-2025-08-28" || s[0].InputTokens != 100 || !s[0].Complete {
 		t.Fatalf("settled %+v, want the response", s[0])
 	}
-	if g.checks < 3 {
-		t.Fatalf("%d checks, want the opening, the refused one aside, the refused one after the response", g.checks)
+	if n := g.count(); n < 3 {
+		t.Fatalf("%d checks, want the opening, the refused one aside, the refused one after the response", n)
 	}
+}
+
+// A session silent for longer than the idle timeout goes on (the provider answers pings);
+// a provider that stops answering pings ends the session: 1001, and the session's
+// request settled.
+func TestRealtimeSilenceIsNotIdleness(t *testing.T) {
+	idle := func(c *gateway.Config) { c.IdleTimeout = 100 * time.Millisecond }
+	t.Run("silent", func(t *testing.T) {
+		up := &realtimeUpstream{in: 10, out: 20}
+		_, tr, url, _ := newRealtimeEnv(t, up, 10, idle)
+		c, _ := openSession(t, url)
+		time.Sleep(800 * time.Millisecond) // eight idle timeouts without a message
+		say(t, c, `{"type":"response.create"}`)
+		readUntil(t, c, "response.done")
+		_ = c.Close(websocket.StatusNormalClosure, "")
+		if s := tr.settlements(t, 2); s[0].InputTokens != 10 || !s[0].Complete {
+			t.Fatalf("settled %+v, want the response", s)
+		}
+	})
+	t.Run("a provider that stopped answering", func(t *testing.T) {
+		stuck := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, err := websocket.Accept(w, r, nil)
+			if err != nil {
+				return
+			}
+			defer c.CloseNow()
+			_ = c.Write(r.Context(), websocket.MessageText, []byte(`{"type":"session.created","session":{"model":"gpt-realtime"}}`))
+			<-r.Context().Done() // reads nothing, so answers no ping
+		})
+		_, tr, url, _ := newRealtimeEnv(t, stuck, 10, idle)
+		c, _ := openSession(t, url)
+		ce, err := closeOf(c)
+		if err != nil || ce.Code != websocket.StatusGoingAway || ce.Reason != "the provider stopped answering" {
+			t.Fatalf("closed with %v (%v), want 1001 and why", ce, err)
+		}
+		if s := tr.settlements(t, 1); !s[0].Complete || s[0].InputTokens != 0 {
+			t.Fatalf("settled %+v, want the idle request at 0", s)
+		}
+	})
 }
