@@ -1383,8 +1383,13 @@ type SettleItem struct {
 	// of the tokens at the catalog's price of a search for the model's provider
 	// (pricecatalog.Catalog.WebSearch).
 	WebSearchRequests int64 `protobuf:"varint,19,opt,name=web_search_requests,json=webSearchRequests,proto3" json:"web_search_requests,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// file_search_calls counts the calls of OpenAI's file search tool the response listed
+	// (Responses API output items of type file_search_call), billed apiece on top of the
+	// tokens at the catalog's price of a call for the model's provider
+	// (pricecatalog.Catalog.FileSearch).
+	FileSearchCalls int64 `protobuf:"varint,20,opt,name=file_search_calls,json=fileSearchCalls,proto3" json:"file_search_calls,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1546,6 +1551,13 @@ func (x *SettleItem) GetAudioInputMillis() int64 {
 func (x *SettleItem) GetWebSearchRequests() int64 {
 	if x != nil {
 		return x.WebSearchRequests
+	}
+	return 0
+}
+
+func (x *SettleItem) GetFileSearchCalls() int64 {
+	if x != nil {
+		return x.FileSearchCalls
 	}
 	return 0
 }
@@ -1918,7 +1930,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xf9\x06\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xa5\a\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -1941,7 +1953,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\rpriority_tier\x18\x10 \x01(\bR\fpriorityTier\x12M\n" +
 	"$cache_creation_one_hour_input_tokens\x18\x11 \x01(\x03R\x1fcacheCreationOneHourInputTokens\x12,\n" +
 	"\x12audio_input_millis\x18\x12 \x01(\x03R\x10audioInputMillis\x12.\n" +
-	"\x13web_search_requests\x18\x13 \x01(\x03R\x11webSearchRequestsB\x1a\n" +
+	"\x13web_search_requests\x18\x13 \x01(\x03R\x11webSearchRequests\x12*\n" +
+	"\x11file_search_calls\x18\x14 \x01(\x03R\x0ffileSearchCallsB\x1a\n" +
 	"\x18_upstream_cost_micro_usd\"G\n" +
 	"\rSettleRequest\x126\n" +
 	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\x8f\x02\n" +
