@@ -139,6 +139,10 @@ type Catalog struct {
 	// highestWebSearch the highest of them.
 	webSearch        map[string]int64
 	highestWebSearch int64
+	// fileSearch is each provider's price of one call of its file search tool
+	// (file.FileSearch), and highestFileSearch the highest of them.
+	fileSearch        map[string]int64
+	highestFileSearch int64
 }
 
 type fileEntry struct {
@@ -165,7 +169,10 @@ type file struct {
 	// WebSearch is each provider's price of one web search its server tool makes, in
 	// integer micro-USD (Anthropic's: 10 USD per 1,000 searches).
 	WebSearch map[string]int64 `json:"webSearch"`
-	Models    []fileEntry      `json:"models"`
+	// FileSearch is each provider's price of one call of its file search tool, in
+	// integer micro-USD (OpenAI's: 2.50 USD per 1,000 calls).
+	FileSearch map[string]int64 `json:"fileSearch"`
+	Models     []fileEntry      `json:"models"`
 }
 
 // Unit is the only unit a catalog file may declare.
@@ -214,18 +221,23 @@ func Load(data []byte) (*Catalog, error) {
 	if len(f.Models) == 0 {
 		bad("no models")
 	}
-	c.webSearch = map[string]int64{}
-	for provider, price := range f.WebSearch {
-		switch {
-		case !slices.Contains(providers, provider):
-			bad("webSearch: provider %q is not one of %v", provider, providers)
-		case price <= 0 || price > money.MaxAllowanceMicroUSD:
-			bad("webSearch: %s's price must be from 1 to %d", provider, money.MaxAllowanceMicroUSD)
-		default:
-			c.webSearch[provider] = price
-			c.highestWebSearch = max(c.highestWebSearch, price)
+	perCall := func(name string, prices map[string]int64, highest *int64) map[string]int64 {
+		out := map[string]int64{}
+		for provider, price := range prices {
+			switch {
+			case !slices.Contains(providers, provider):
+				bad("%s: provider %q is not one of %v", name, provider, providers)
+			case price <= 0 || price > money.MaxAllowanceMicroUSD:
+				bad("%s: %s's price must be from 1 to %d", name, provider, money.MaxAllowanceMicroUSD)
+			default:
+				out[provider] = price
+				*highest = max(*highest, price)
+			}
 		}
+		return out
 	}
+	c.webSearch = perCall("webSearch", f.WebSearch, &c.highestWebSearch)
+	c.fileSearch = perCall("fileSearch", f.FileSearch, &c.highestFileSearch)
 	for i, m := range f.Models {
 		where := fmt.Sprintf("models[%d] %q", i, m.Model)
 		if m.Model == "" || Key(m.Model) != m.Model || strings.TrimSpace(m.Model) != m.Model {
@@ -417,6 +429,19 @@ func (c *Catalog) WebSearchPrices() map[string]int64 { return maps.Clone(c.webSe
 // HighestWebSearch is the highest price of one web search in the catalog, a grounded
 // prompt's (Entry.WebSearchPerPrompt) included.
 func (c *Catalog) HighestWebSearch() int64 { return c.highestWebSearch }
+
+// FileSearch is the price of one call of provider's file search tool, in micro-USD; ok
+// is false when the catalog does not price it.
+func (c *Catalog) FileSearch(provider string) (int64, bool) {
+	p, ok := c.fileSearch[provider]
+	return p, ok
+}
+
+// FileSearchPrices is each provider's price of one file search call (a copy).
+func (c *Catalog) FileSearchPrices() map[string]int64 { return maps.Clone(c.fileSearch) }
+
+// HighestFileSearch is the highest price of one file search call in the catalog.
+func (c *Catalog) HighestFileSearch() int64 { return c.highestFileSearch }
 
 // AsOf is the day the prices were checked against their sources.
 func (c *Catalog) AsOf() time.Time { return c.asOf }

@@ -286,39 +286,41 @@ func TestLoadRefuses(t *testing.T) {
 		t.Fatalf("good file: %v", err)
 	}
 	for name, body := range map[string]string{
-		"unknown field":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"x":1}]}`,
-		"duplicate":                         head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1},{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
-		"negative":                          head + `{"model":"m","provider":"openai","input":-1,"output":2,"cachedInput":1}]}`,
-		"too large":                         head + `{"model":"m","provider":"openai","input":4503599627370496,"output":2,"cachedInput":1}]}`,
-		"missing output":                    head + `{"model":"m","provider":"openai","input":1,"cachedInput":1}]}`,
-		"upper-case name":                   head + `{"model":"M","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
-		"provider prefix":                   head + `{"model":"openai/m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
-		"unknown provider":                  head + `{"model":"m","provider":"acme","input":1,"output":2,"cachedInput":1}]}`,
-		"negative write":                    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cacheWrite":-5}]}`,
-		"fraction":                          head + `{"model":"m","provider":"openai","input":1.5,"output":2,"cachedInput":1}]}`,
-		"no models":                         head + `]}`,
-		"trailing data":                     good + `{}`,
-		"bad date":                          strings.Replace(good, "2025-01-02", "Jan 2", 1),
-		"no sources":                        strings.Replace(good, `["https://example.com/p"]`, `[]`, 1),
-		"http source":                       strings.Replace(good, "https://", "http://", 1),
-		"wrong unit":                        strings.Replace(good, "integer micro-USD", "USD", 1),
-		"zero maxOutput":                    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":0}]}`,
-		"huge maxOutput":                    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":10000001}]}`,
-		"fraction maxOut":                   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":1.5}]}`,
-		"unknown kind":                      head + `{"model":"m","provider":"openai","kind":"image","input":1,"output":2,"cachedInput":1}]}`,
-		"embedding output":                  head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"output":0}]}`,
-		"embedding cache":                   head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"cachedInput":1}]}`,
-		"embedding limit":                   head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"maxOutput":1024}]}`,
-		"embedding free":                    head + `{"model":"m","provider":"openai","kind":"embedding"}]}`,
-		"per minute on a text model":        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioPerMinute":5}]}`,
-		"web search of an unknown provider": strings.Replace(good, `"models":[`, `"webSearch":{"acme":1},"models":[`, 1),
-		"free web search":                   strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":0},"models":[`, 1),
-		"web search beyond the bound":       strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":4503599627370496},"models":[`, 1),
-		"audio without a price":             head + `{"model":"m","provider":"openai","kind":"audio-duration"}]}`,
-		"audio free":                        head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":0}]}`,
-		"audio with token prices":           head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"input":1}]}`,
-		"audio with an output limit":        head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"maxOutput":1024}]}`,
-		"audio beyond the bound":            head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":4503599628}]}`,
+		"unknown field":                      head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"x":1}]}`,
+		"duplicate":                          head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1},{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"negative":                           head + `{"model":"m","provider":"openai","input":-1,"output":2,"cachedInput":1}]}`,
+		"too large":                          head + `{"model":"m","provider":"openai","input":4503599627370496,"output":2,"cachedInput":1}]}`,
+		"missing output":                     head + `{"model":"m","provider":"openai","input":1,"cachedInput":1}]}`,
+		"upper-case name":                    head + `{"model":"M","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"provider prefix":                    head + `{"model":"openai/m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"unknown provider":                   head + `{"model":"m","provider":"acme","input":1,"output":2,"cachedInput":1}]}`,
+		"negative write":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cacheWrite":-5}]}`,
+		"fraction":                           head + `{"model":"m","provider":"openai","input":1.5,"output":2,"cachedInput":1}]}`,
+		"no models":                          head + `]}`,
+		"trailing data":                      good + `{}`,
+		"bad date":                           strings.Replace(good, "2025-01-02", "Jan 2", 1),
+		"no sources":                         strings.Replace(good, `["https://example.com/p"]`, `[]`, 1),
+		"http source":                        strings.Replace(good, "https://", "http://", 1),
+		"wrong unit":                         strings.Replace(good, "integer micro-USD", "USD", 1),
+		"zero maxOutput":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":0}]}`,
+		"huge maxOutput":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":10000001}]}`,
+		"fraction maxOut":                    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":1.5}]}`,
+		"unknown kind":                       head + `{"model":"m","provider":"openai","kind":"image","input":1,"output":2,"cachedInput":1}]}`,
+		"embedding output":                   head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"output":0}]}`,
+		"embedding cache":                    head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"cachedInput":1}]}`,
+		"embedding limit":                    head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"maxOutput":1024}]}`,
+		"embedding free":                     head + `{"model":"m","provider":"openai","kind":"embedding"}]}`,
+		"per minute on a text model":         head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioPerMinute":5}]}`,
+		"web search of an unknown provider":  strings.Replace(good, `"models":[`, `"webSearch":{"acme":1},"models":[`, 1),
+		"free web search":                    strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":0},"models":[`, 1),
+		"web search beyond the bound":        strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":4503599627370496},"models":[`, 1),
+		"file search of an unknown provider": strings.Replace(good, `"models":[`, `"fileSearch":{"acme":1},"models":[`, 1),
+		"free file search":                   strings.Replace(good, `"models":[`, `"fileSearch":{"openai":0},"models":[`, 1),
+		"audio without a price":              head + `{"model":"m","provider":"openai","kind":"audio-duration"}]}`,
+		"audio free":                         head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":0}]}`,
+		"audio with token prices":            head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"input":1}]}`,
+		"audio with an output limit":         head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"maxOutput":1024}]}`,
+		"audio beyond the bound":             head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":4503599628}]}`,
 	} {
 		if _, err := Load([]byte(body)); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -411,6 +413,21 @@ func TestAudioDurationModels(t *testing.T) {
 	}
 	if e, _ := Lookup("gpt-4o-transcribe"); e.Kind != Text || e.AudioPerMinute != 0 {
 		t.Errorf("gpt-4o-transcribe (token-billed) is %+v", e)
+	}
+}
+
+// TestFileSearch: OpenAI's file search tool costs 2.50 USD per 1,000 calls, 2,500
+// micro-USD a call; no other provider's is priced.
+func TestFileSearch(t *testing.T) {
+	c := Default()
+	if p, ok := c.FileSearch("openai"); !ok || p != 2_500 {
+		t.Fatalf("OpenAI's file search %d (%v), want 2500", p, ok)
+	}
+	if p, ok := c.FileSearch("anthropic"); ok || p != 0 {
+		t.Fatalf("Anthropic's file search priced at %d", p)
+	}
+	if c.HighestFileSearch() != 2_500 || len(c.FileSearchPrices()) != 1 {
+		t.Fatalf("highest %d, prices %v", c.HighestFileSearch(), c.FileSearchPrices())
 	}
 }
 
