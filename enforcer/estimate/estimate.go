@@ -100,6 +100,10 @@ type Request struct {
 	// max_uses), 0 when any of its search tools sets no limit.
 	WebSearch        bool
 	WebSearchMaxUses int64
+	// FileSearch: the request gives the model OpenAI's file search tool (a "tools"
+	// element whose "type" starts with "file_search"), whose calls are billed apiece and
+	// which no field of the tool caps.
+	FileSearch bool
 }
 
 // maxCap bounds OutputCap: a float64 holds every whole number up to 2^53 exactly, and
@@ -172,7 +176,7 @@ func Input(body []byte) (Request, error) {
 		case jsonscan.KeyIs(key, "tools"):
 			// The tools' definitions are input text; their search tools are noted too.
 			// The last "tools" counts, as encoding/json reads a repeated key.
-			r.WebSearch, r.WebSearchMaxUses = searchTools(body, i)
+			r.WebSearch, r.WebSearchMaxUses, r.FileSearch = searchTools(body, i)
 			i = w.value(i, kindOf(key))
 		case jsonscan.KeyIs(key, "background"):
 			// The last one counts, as encoding/json reads a repeated key.
@@ -356,16 +360,19 @@ func hex4(h []byte) rune {
 
 // searchTools reads the tools array at b[i] (any other value has none): whether one of
 // them is a web search tool, and the most searches they allow together (0 when one of
-// them sets no max_uses). See Request.WebSearch.
-func searchTools(b []byte, i int) (search bool, maxUses int64) {
+// them sets no max_uses), and whether one is a file search tool. See Request.WebSearch
+// and Request.FileSearch.
+func searchTools(b []byte, i int) (search bool, maxUses int64, fileSearch bool) {
 	if b[i] != '[' {
-		return false, 0
+		return false, 0, false
 	}
 	capped := true
 	for i = jsonscan.SkipSpace(b, i+1); b[i] != ']'; {
 		end := jsonscan.SkipValue(b, i)
 		if b[i] == '{' {
-			if isSearch, uses := searchTool(b, i); isSearch {
+			isSearch, uses, isFileSearch := searchTool(b, i)
+			fileSearch = fileSearch || isFileSearch
+			if isSearch {
 				search = true
 				if uses <= 0 || maxUses > maxCap-uses {
 					capped = false
@@ -379,14 +386,15 @@ func searchTools(b []byte, i int) (search bool, maxUses int64) {
 		}
 	}
 	if !search || !capped {
-		return search, 0
+		return search, 0, fileSearch
 	}
-	return true, maxUses
+	return true, maxUses, fileSearch
 }
 
 // searchTool reads one tool object at b[i]: whether it is a web search tool, and its
-// max_uses (0 when it sets none, or none that is a positive whole number).
-func searchTool(b []byte, i int) (search bool, maxUses int64) {
+// max_uses (0 when it sets none, or none that is a positive whole number), and whether
+// it is a file search tool.
+func searchTool(b []byte, i int) (search bool, maxUses int64, fileSearch bool) {
 	for i = jsonscan.SkipSpace(b, i+1); b[i] != '}'; {
 		end := jsonscan.SkipString(b, i)
 		key := b[i:end]
@@ -396,6 +404,7 @@ func searchTool(b []byte, i int) (search bool, maxUses int64) {
 			if b[i] == '"' {
 				end := jsonscan.SkipString(b, i)
 				search = search || hasPrefixDecoded(b[i:end], "web_search")
+				fileSearch = fileSearch || hasPrefixDecoded(b[i:end], "file_search")
 			}
 		case jsonscan.KeyIs(key, "googleSearch"), jsonscan.KeyIs(key, "google_search"), jsonscan.KeyIs(key, "googleSearchRetrieval"):
 			search = true
@@ -410,7 +419,7 @@ func searchTool(b []byte, i int) (search bool, maxUses int64) {
 			i = jsonscan.SkipSpace(b, i+1)
 		}
 	}
-	return search, maxUses
+	return search, maxUses, fileSearch
 }
 
 // hasPrefixDecoded tells whether a quoted JSON string starts with prefix once decoded;

@@ -294,17 +294,17 @@ func decoderInput(body []byte) (Request, error) {
 		return Request{}, ErrNotObject // trailing data
 	}
 	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
-	r.WebSearch, r.WebSearchMaxUses = decoderSearchTools(body)
+	r.WebSearch, r.WebSearchMaxUses, r.FileSearch = decoderSearchTools(body)
 	return r, nil
 }
 
 // decoderSearchTools is searchTools read with encoding/json: the last top-level "tools"
 // (as Unmarshal keeps it), each object element's members in order.
-func decoderSearchTools(body []byte) (search bool, maxUses int64) {
+func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch bool) {
 	var top map[string]json.RawMessage
 	var tools []json.RawMessage
 	if json.Unmarshal(body, &top) != nil || json.Unmarshal(top["tools"], &tools) != nil {
-		return false, 0
+		return false, 0, false
 	}
 	capped := true
 	for _, tool := range tools {
@@ -317,12 +317,13 @@ func decoderSearchTools(body []byte) (search bool, maxUses int64) {
 			k, _ := dec.Token()
 			var v json.RawMessage
 			if dec.Decode(&v) != nil {
-				return false, 0
+				return false, 0, false
 			}
 			switch k {
 			case "type":
 				var s string
 				isSearch = isSearch || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "web_search")
+				fileSearch = fileSearch || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "file_search")
 			case "googleSearch", "google_search", "googleSearchRetrieval":
 				isSearch = true
 			case "max_uses":
@@ -341,39 +342,45 @@ func decoderSearchTools(body []byte) (search bool, maxUses int64) {
 		}
 	}
 	if !search || !capped {
-		return search, 0
+		return search, 0, fileSearch
 	}
-	return true, maxUses
+	return true, maxUses, fileSearch
 }
 
 // Search tools: a request that gives the model a web search tool says so, with the most
 // searches its tools allow (Anthropic's max_uses), or 0 when one of them sets none.
 func TestSearchTools(t *testing.T) {
 	for _, tc := range []struct {
-		body    string
-		search  bool
-		maxUses int64
+		body       string
+		search     bool
+		maxUses    int64
+		fileSearch bool
 	}{
-		{`{"model":"claude-sonnet-4-5","tools":[{"type":"web_search_20250305","name":"web_search","max_uses":5}]}`, true, 5},
-		{`{"tools":[{"type":"web_search_20250305","max_uses":5},{"type":"web_search_20250305","max_uses":2}]}`, true, 7},
-		{`{"tools":[{"type":"web_search_20250305","max_uses":5},{"type":"web_search_20250305"}]}`, true, 0},
-		{`{"tools":[{"type":"web_search"}],"input":"x"}`, true, 0},
-		{`{"tools":[{"type":"web_search_preview","search_context_size":"low"}]}`, true, 0},
-		{`{"contents":[],"tools":[{"googleSearch":{}}]}`, true, 0},
-		{`{"tools":[{"google_search_retrieval":{}},{"googleSearchRetrieval":{}}]}`, true, 0},
-		{`{"tools":[{"type":"web_\u0073earch"}]}`, true, 0},
-		{`{"tools":[{"type":"function","function":{"name":"web_search","type":"web_search"}}]}`, false, 0},
-		{`{"tools":[{"type":"web_search_20250305","max_uses":5}],"tools":[]}`, false, 0},
-		{`{"tools":{"type":"web_search"}}`, false, 0},
-		{`{"tools":[{"type":"web_search_20250305","max_uses":"5"}]}`, true, 0},
-		{`{"tools":[{"type":"web_search_20250305","max_uses":2.5}]}`, true, 0},
+		{`{"model":"claude-sonnet-4-5","tools":[{"type":"web_search_20250305","name":"web_search","max_uses":5}]}`, true, 5, false},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":5},{"type":"web_search_20250305","max_uses":2}]}`, true, 7, false},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":5},{"type":"web_search_20250305"}]}`, true, 0, false},
+		{`{"tools":[{"type":"web_search"}],"input":"x"}`, true, 0, false},
+		{`{"tools":[{"type":"web_search_preview","search_context_size":"low"}]}`, true, 0, false},
+		{`{"contents":[],"tools":[{"googleSearch":{}}]}`, true, 0, false},
+		{`{"tools":[{"google_search_retrieval":{}},{"googleSearchRetrieval":{}}]}`, true, 0, false},
+		{`{"tools":[{"type":"web_\u0073earch"}]}`, true, 0, false},
+		{`{"tools":[{"type":"function","function":{"name":"web_search","type":"web_search"}}]}`, false, 0, false},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":5}],"tools":[]}`, false, 0, false},
+		{`{"tools":{"type":"web_search"}}`, false, 0, false},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":"5"}]}`, true, 0, false},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":2.5}]}`, true, 0, false},
+		{`{"tools":[{"type":"file_search","vector_store_ids":["vs_1"],"max_num_results":5}]}`, false, 0, true},
+		{`{"tools":[{"type":"web_search"},{"type":"file_search","vector_store_ids":["vs_1"]}]}`, true, 0, true},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":3},{"type":"file_\u0073earch"}]}`, true, 3, true},
+		{`{"tools":[{"type":"function","name":"file_search"}]}`, false, 0, false},
 	} {
 		r, err := Input([]byte(tc.body))
-		if err != nil || r.WebSearch != tc.search || r.WebSearchMaxUses != tc.maxUses {
-			t.Errorf("%s: search %v max uses %d (%v), want %v %d", tc.body, r.WebSearch, r.WebSearchMaxUses, err, tc.search, tc.maxUses)
+		if err != nil || r.WebSearch != tc.search || r.WebSearchMaxUses != tc.maxUses || r.FileSearch != tc.fileSearch {
+			t.Errorf("%s: search %v max uses %d file search %v (%v), want %v %d %v", tc.body, r.WebSearch, r.WebSearchMaxUses, r.FileSearch, err,
+				tc.search, tc.maxUses, tc.fileSearch)
 		}
-		if s, n := decoderSearchTools([]byte(tc.body)); s != tc.search || n != tc.maxUses {
-			t.Errorf("%s: the reference reads search %v max uses %d", tc.body, s, n)
+		if s, n, f := decoderSearchTools([]byte(tc.body)); s != tc.search || n != tc.maxUses || f != tc.fileSearch {
+			t.Errorf("%s: the reference reads search %v max uses %d file search %v", tc.body, s, n, f)
 		}
 	}
 }

@@ -92,7 +92,10 @@ type settleBody struct {
 	AudioInputMillis *int64 `json:"audioInputMillis"`
 	// WebSearchRequests counts web searches the upstream billed apiece (Anthropic's
 	// usage.server_tool_use.web_search_requests).
-	WebSearchRequests    *int64 `json:"webSearchRequests"`
+	WebSearchRequests *int64 `json:"webSearchRequests"`
+	// FileSearchCalls counts the calls of a file search tool the upstream billed apiece
+	// (OpenAI's Responses API: output items of type file_search_call).
+	FileSearchCalls      *int64 `json:"fileSearchCalls"`
 	UpstreamCostMicroUSD *int64 `json:"upstreamCostMicroUsd"`
 	Complete             *bool  `json:"complete"`
 	// Estimated says the token counts are the reporter's estimates, not the upstream's
@@ -148,7 +151,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		v    *int64
 	}{{"inputTokens", in.InputTokens}, {"outputTokens", in.OutputTokens}, {"cachedInputTokens", in.CachedInputTokens},
 		{"cacheCreationInputTokens", in.CacheCreationInputTokens}, {"cacheCreationOneHourInputTokens", in.CacheCreationOneHourInputTokens},
-		{"audioInputMillis", in.AudioInputMillis}, {"webSearchRequests", in.WebSearchRequests}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
+		{"audioInputMillis", in.AudioInputMillis}, {"webSearchRequests", in.WebSearchRequests}, {"fileSearchCalls", in.FileSearchCalls}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
 		if f.v != nil && *f.v < 0 {
 			probs = append(probs, problem{f.name + " must not be negative", []any{f.name}})
 		}
@@ -167,7 +170,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		src *int64
 	}{{&u.InputTokens, in.InputTokens}, {&u.OutputTokens, in.OutputTokens}, {&u.CachedTokens, in.CachedInputTokens},
 		{&u.CacheCreationTokens, in.CacheCreationInputTokens}, {&u.CacheCreation1hTokens, in.CacheCreationOneHourInputTokens},
-		{&u.AudioInputMillis, in.AudioInputMillis}, {&u.WebSearchRequests, in.WebSearchRequests}} {
+		{&u.AudioInputMillis, in.AudioInputMillis}, {&u.WebSearchRequests, in.WebSearchRequests}, {&u.FileSearchCalls, in.FileSearchCalls}} {
 		if f.src != nil {
 			*f.dst = *f.src
 			reported = true

@@ -101,7 +101,8 @@ func TestHTTPSettle(t *testing.T) {
 		for _, bad := range []string{`{}`, `{"requestId":"nope"}`, `{"requestId":"` + reqID + `","inputTokens":-1}`,
 			`{"requestId":"` + reqID + `","extra":1}`, `{"requestId":"` + reqID + `"} {}`, `[1]`, `{"requestId":"` + reqID + `","inputTokens":"5"}`,
 			`{"requestId":"` + reqID + `","audioInputMillis":-1}`, `{"requestId":"` + reqID + `","cacheCreationOneHourInputTokens":-1}`,
-			`{"requestId":"` + reqID + `","audioInputMillis":1.5}`, `{"requestId":"` + reqID + `","webSearchRequests":-1}`} {
+			`{"requestId":"` + reqID + `","audioInputMillis":1.5}`, `{"requestId":"` + reqID + `","webSearchRequests":-1}`,
+			`{"requestId":"` + reqID + `","fileSearchCalls":-2}`} {
 			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
 				t.Fatalf("%s: %d %v", bad, code, out)
 			}
@@ -161,6 +162,8 @@ func TestHTTPSettle(t *testing.T) {
 			func(it *internalv1.SettleItem) bool { return it.GetAudioInputMillis() == 9500 }},
 		{"web searches", `"model":"claude-sonnet-4-5","inputTokens":10,"outputTokens":2,"webSearchRequests":3`,
 			func(it *internalv1.SettleItem) bool { return it.GetWebSearchRequests() == 3 }},
+		{"file search calls", `"model":"gpt-5","inputTokens":10,"outputTokens":2,"fileSearchCalls":4`,
+			func(it *internalv1.SettleItem) bool { return it.GetFileSearchCalls() == 4 }},
 	} {
 		t.Run(f.name+" reaches the control plane", func(t *testing.T) {
 			res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})

@@ -72,6 +72,9 @@ type Usage struct {
 	// WebSearchRequests counts the web searches billed apiece
 	// (responseusage.Usage.WebSearchRequests).
 	WebSearchRequests int64
+	// FileSearchCalls counts the file search calls billed apiece
+	// (responseusage.Usage.FileSearchCalls).
+	FileSearchCalls int64
 	// UpstreamCostMicroUSD, when not nil, wins over the catalog price.
 	UpstreamCostMicroUSD *int64
 	// Complete is false when the response broke off or carried no usage.
@@ -103,7 +106,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 	}
 	return Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
 		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens, CacheCreation1hTokens: got.CacheCreation1hInputTokens,
-		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
+		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
 			AudioOutputMillis: got.AudioOutputMillis}}
 }
@@ -347,6 +350,7 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		CacheCreationOneHourInputTokens: u.CacheCreation1hTokens,
 		AudioInputMillis:                u.AudioInputMillis,
 		WebSearchRequests:               u.WebSearchRequests,
+		FileSearchCalls:                 u.FileSearchCalls,
 		UpstreamCostMicroUsd:            u.UpstreamCostMicroUSD,
 		Complete:                        u.Complete,
 		FinishedAtUnixMs:                t.clk.Now().UnixMilli(),

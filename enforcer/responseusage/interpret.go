@@ -36,12 +36,15 @@ const (
 type accumulator struct {
 	fam   family
 	sse   bool
-	model capture
-	u     usageFields
-	final bool  // the shape's final usage report was seen
-	text  int64 // output text of every document, whatever its shape
+	final bool // the shape's final usage report was seen
 	// priority: an OpenAI document of the shape said service_tier "priority".
 	priority bool
+	// fileSearches counts the calls of OpenAI's file search tool (see noteSearches).
+	// The small fields come first, together: the Extractor stays in its size class.
+	fileSearches uint32
+	model        capture
+	u            usageFields
+	text         int64 // output text of every document, whatever its shape
 }
 
 func (a *accumulator) switchTo(f family) {
@@ -51,6 +54,7 @@ func (a *accumulator) switchTo(f family) {
 		a.u = usageFields{}
 		a.final = false
 		a.priority = false
+		a.fileSearches = 0
 	}
 }
 
@@ -134,6 +138,9 @@ func (a *accumulator) applySSE(d *docFields) {
 		if d.typ.is("response.web_search_call.completed") {
 			n, _ := a.u.get(tokWebSearches)
 			a.u.setMax(tokWebSearches, n+1)
+		}
+		if d.typ.is("response.file_search_call.completed") && a.fileSearches < math.MaxUint32 {
+			a.fileSearches++
 		}
 		a.noteSearches(d)
 	case famTranscription, famSpeech, famImage:
@@ -229,6 +236,9 @@ func (a *accumulator) noteSearches(d *docFields) {
 	if (a.fam == famResponses || a.fam == famGemini) && d.searches > 0 {
 		a.u.setMax(tokWebSearches, int64(d.searches))
 	}
+	if a.fam == famResponses {
+		a.fileSearches = max(a.fileSearches, uint32(d.fileSearches))
+	}
 }
 
 // notePriority keeps whether an OpenAI document (chat, Responses) said it ran at the
@@ -308,6 +318,8 @@ func (a *accumulator) fill(u *Usage) {
 		// grounding search queries.
 		u.WebSearchRequests, _ = a.u.get(tokWebSearches)
 	}
+	// OpenAI's file search tool's calls, billed apiece: file_search_call output items.
+	u.FileSearchCalls = int64(a.fileSearches)
 	u.OutputTokens = out
 	u.CachedInputTokens = cached
 	if a.fam == famAnthropic {

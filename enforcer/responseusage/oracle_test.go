@@ -278,10 +278,10 @@ func oracleUsage(obj []member) usageFields {
 	return u
 }
 
-// oracleSearchCalls counts, in every array named "output" of obj, each "type" member of
-// an element that is the string "web_search_call".
-func oracleSearchCalls(obj []member) uint32 {
-	var n uint32
+// oracleOutputItems counts, in every array named "output" of obj, each "type" member of
+// an element that is the string typ ("web_search_call", "file_search_call").
+func oracleOutputItems(obj []member, typ string) uint16 {
+	var n uint16
 	for _, m := range obj {
 		items, ok := m.val.([]any)
 		if !ok || m.key != "output" {
@@ -290,7 +290,7 @@ func oracleSearchCalls(obj []member) uint32 {
 		for _, it := range items {
 			if it, ok := it.([]member); ok {
 				for _, f := range it {
-					if f.key == "type" && f.val == "web_search_call" {
+					if f.key == "type" && f.val == typ {
 						n++
 					}
 				}
@@ -302,8 +302,8 @@ func oracleSearchCalls(obj []member) uint32 {
 
 // oracleSearchQueries counts the strings of every webSearchQueries array of every
 // groundingMetadata object of every candidate in obj's candidates arrays.
-func oracleSearchQueries(obj []member) uint32 {
-	var n uint32
+func oracleSearchQueries(obj []member) uint16 {
+	var n uint16
 	for _, m := range obj {
 		cands, ok := m.val.([]any)
 		if !ok || m.key != "candidates" {
@@ -359,9 +359,11 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	str(&d.model[rootTop], m, "model")
 	str(&d.tier[rootTop], m, "service_tier")
 	d.usage[rootTop] = oracleUsage(m)
-	d.searches = oracleSearchCalls(m) + oracleSearchQueries(m)
+	d.searches = oracleOutputItems(m, "web_search_call") + oracleSearchQueries(m)
+	d.fileSearches = oracleOutputItems(m, "file_search_call")
 	for _, sub := range all(m, "response") {
-		d.searches += oracleSearchCalls(sub)
+		d.searches += oracleOutputItems(sub, "web_search_call")
+		d.fileSearches += oracleOutputItems(sub, "file_search_call")
 	}
 	for _, mm := range m {
 		if s, ok := mm.val.(string); ok && mm.key == "delta" {

@@ -255,8 +255,10 @@ type docFields struct {
 	// and its usage does not count: OpenAI Responses output items of type
 	// "web_search_call" (output[] of a Responses object, response.output[] of an
 	// event), Gemini's search queries (candidates[].groundingMetadata.
-	// webSearchQueries[], each a string).
-	searches uint32
+	// webSearchQueries[], each a string). fileSearches counts OpenAI's
+	// "file_search_call" output items alike (its file search tool, billed per call).
+	// Each saturates at 65,535, more than any response makes.
+	searches, fileSearches uint16
 }
 
 func (d *docFields) reset() {
@@ -274,8 +276,14 @@ func (d *docFields) reset() {
 
 // countSearch counts one web search the document lists (searches).
 func (d *docFields) countSearch() {
-	if d.searches < math.MaxUint32 {
+	if d.searches < math.MaxUint16 {
 		d.searches++
+	}
+}
+
+func (d *docFields) countFileSearch() {
+	if d.fileSearches < math.MaxUint16 {
+		d.fileSearches++
 	}
 }
 
@@ -832,8 +840,13 @@ func (s *scanner) endString() bool {
 	if str != nil {
 		str.commit()
 		// keyCap takes a value only at an output item's type (tgItemType).
-		if str == &s.keyCap && s.keyCap.is("web_search_call") {
-			s.doc.countSearch()
+		if str == &s.keyCap {
+			switch {
+			case s.keyCap.is("web_search_call"):
+				s.doc.countSearch()
+			case s.keyCap.is("file_search_call"):
+				s.doc.countFileSearch()
+			}
 		}
 	}
 	s.txt = txNone

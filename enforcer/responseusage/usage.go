@@ -83,6 +83,11 @@ type Usage struct {
 	// request (usage.server_tool_use.web_search_requests, the largest reported), which
 	// it bills apiece on top of the tokens; 0 elsewhere.
 	WebSearchRequests int64
+	// FileSearchCalls counts the calls of OpenAI's file search tool a Responses answer
+	// lists (output items of type file_search_call; a stream's
+	// response.file_search_call.completed events, whichever counts more), which it
+	// bills apiece and its usage does not count; 0 elsewhere.
+	FileSearchCalls int64
 	// AudioInputMillis is the duration of input audio the response reported, in
 	// milliseconds: OpenAI's usage {"type":"duration","seconds":N} of a
 	// non-streamed transcription or translation by a model billed per minute of
@@ -182,7 +187,7 @@ type Extractor struct {
 	// Backing store for the captured strings, so that capturing does not
 	// allocate. A model name longer than inlineModelBytes (up to
 	// MaxModelBytes) grows its buffer once. In line, the four model buffers
-	// take 256 bytes of the Extractor (1792 bytes, a size class of its own), where
+	// take 256 bytes of the Extractor (1784 bytes, in size class 1792: TestExtractorSize), where
 	// buffers of MaxModelBytes took 1 KiB more, which a response held however
 	// short its model's name (an idle stream of the gateway too).
 	keyArr   [maxKeyBytes]byte

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/tollgate-dev/tollgate/internal/testaudio"
 )
@@ -1160,5 +1161,54 @@ func TestSpeechAudio(t *testing.T) {
 	cut := run("audio/mpeg", nil, Limits{}, [][]byte{mp3[:len(mp3)/2]}, false)
 	if cut.Format != FormatAudio || cut.AudioOutputMillis < mp3Millis*4/10 || cut.AudioOutputMillis > mp3Millis*6/10 || cut.Complete {
 		t.Fatalf("cut at half: %s, want about half of %d ms", show(cut), mp3Millis)
+	}
+}
+
+// TestFileSearchCalls: OpenAI's Responses API bills its file search tool per call and
+// counts the calls nowhere in its usage: each is an output item of type
+// file_search_call, and a stream's response.file_search_call.completed events. Web
+// searches and file searches in one answer are counted apart.
+func TestFileSearchCalls(t *testing.T) {
+	fileSearch := func(s string) string {
+		s = strings.ReplaceAll(s, `"web_search_call"`, `"file_search_call"`)
+		s = strings.ReplaceAll(s, "response.web_search_call.", "response.file_search_call.")
+		return strings.ReplaceAll(s, `"tools":[{"type":"web_search"}]`, `"tools":[{"type":"file_search","vector_store_ids":["vs_1"]}]`)
+	}
+	stream := fileSearch(responsesStreamWithSearches)
+	both := strings.Replace(responsesWithSearches, `"output":[`, `"output":[{"type":"file_search_call","id":"fs_9","status":"completed","queries":["web_search_call"]},`, 1)
+	for _, tc := range []struct {
+		name, ct, body string
+		files, webs    int64
+	}{
+		{"responses", ctJSON, fileSearch(responsesWithSearches), 2, 0},
+		{"responses stream", ctSSE, stream, 2, 0},
+		{"responses stream cut after a call", ctSSE, stream[:strings.Index(stream, `{"type":"response.completed"`)-len("data: ")], 2, 0},
+		{"the terminal lists more than its events", ctSSE, "data: " + `{"type":"response.file_search_call.completed","item_id":"fs_1"}` + "\n\n" + stream[strings.Index(stream, "data: "+`{"type":"response.completed"`):], 2, 0},
+		{"with web searches", ctJSON, both, 1, 2},
+		{"a chat completion has no output items", ctJSON, `{"object":"chat.completion","output":[{"type":"file_search_call"}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`, 0, 0},
+		{"an Anthropic message has none", ctJSON, `{"type":"message","output":[{"type":"file_search_call"}],"usage":{"input_tokens":1,"output_tokens":2}}`, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cut := strings.Contains(tc.name, "cut")
+			for how, chunks := range map[string][][]byte{"whole": {[]byte(tc.body)}, "byte by byte": bytewise([]byte(tc.body))} {
+				got := run(tc.ct, nil, Limits{}, chunks, true)
+				if got.FileSearchCalls != tc.files || got.WebSearchRequests != tc.webs || got.Complete == cut {
+					t.Fatalf("%s: %s, want %d file searches and %d web searches, complete %v", how, show(got), tc.files, tc.webs, !cut)
+				}
+			}
+			if ref, _ := oracleFor(tc.ct, []byte(tc.body)); ref.FileSearchCalls != tc.files || ref.WebSearchRequests != tc.webs {
+				t.Fatalf("reference: %d file searches, %d web searches", ref.FileSearchCalls, ref.WebSearchRequests)
+			}
+		})
+	}
+}
+
+// TestExtractorSize: an Extractor is what each stream the gateway holds keeps besides
+// its buffers (issue 19's goal: under 64 KiB an idle stream). It stays in the 1,792-byte
+// size class; a field that pushes it to the next (2,048) costs every idle stream 256
+// bytes: reorder the small fields first.
+func TestExtractorSize(t *testing.T) {
+	if n := unsafe.Sizeof(Extractor{}); n > 1792 {
+		t.Fatalf("an Extractor is %d bytes, beyond the 1,792-byte size class", n)
 	}
 }

@@ -59,7 +59,8 @@ const (
 	// and an upload's length is not read before it goes upstream.
 	DurationBilled Unknown = "duration_billed"
 	// SearchesUncapped: the request gives the model a web search tool that sets no limit
-	// on its searches (OpenAI's, Gemini 3's, Anthropic's without max_uses), each billed
+	// on its searches (OpenAI's, Gemini 3's, Anthropic's without max_uses), or OpenAI's
+	// file search tool (which sets none), each search or call billed
 	// apart from the tokens.
 	SearchesUncapped Unknown = "searches_uncapped"
 )
@@ -132,6 +133,10 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 			return Cost{Unknown: SearchesUncapped}
 		}
 		cost = min(cost+searches, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
+	}
+	if req.FileSearch {
+		// File search calls are billed apiece, and no field of the tool caps them.
+		return Cost{Unknown: SearchesUncapped}
 	}
 	return Cost{MicroUSD: cost, Model: e.Model, InputTokens: in, OutputTokens: out}
 }

@@ -61,6 +61,8 @@ func TestOf(t *testing.T) {
 			Cost{MicroUSD: 109 + 35_000, Model: "grounded", InputTokens: 9, OutputTokens: 100}},
 		{"uncapped web searches", `{"model":"writer","max_tokens":100,"tools":[{"type":"web_search_20250305"}],` + msgs + `}`, nil,
 			Cost{Unknown: SearchesUncapped}},
+		{"file search calls, which nothing caps", `{"model":"small","max_tokens":100,"tools":[{"type":"file_search","vector_store_ids":["vs_1"]}],` + msgs + `}`, nil,
+			Cost{Unknown: SearchesUncapped}},
 		{"searches of a provider the catalog does not price", `{"model":"small","max_tokens":100,"tools":[{"type":"web_search","max_uses":2}],` + msgs + `}`, nil,
 			Cost{Unknown: SearchesUncapped}},
 		{"cap below the limit", `{"model":"small","max_tokens":100,` + msgs + `}`, nil,
