@@ -923,6 +923,41 @@ func TestWebSearchesThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestFileSearchesThroughTheGateway: OpenAI bills its Responses API's file search tool
+// per call (2.50 USD per 1,000) on top of the tokens, and its usage does not count the
+// calls: each is an output item of type file_search_call. The official OpenAI SDK's
+// call with the tool, streamed and not, is charged its tokens and 4 calls exactly, and
+// the receipt counts them.
+func TestFileSearchesThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, FileSearchCalls: 4})
+	e, _ := pricecatalog.Lookup("gpt-5")
+	perCall, ok := pricecatalog.Default().FileSearch("openai")
+	if !ok {
+		t.Fatal("the catalog prices no OpenAI file search")
+	}
+	want := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000) + 4*perCall
+	for _, scenario := range []string{"responses-file-search", "responses-file-search-stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, "gpt-5")
+			if !r.OK || r.Text != fakellm.Text || r.Searches != 4 {
+				t.Fatalf("the call failed or lost its file searches: %+v", r)
+			}
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 {
+				t.Fatalf("%d provider calls", len(calls))
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
+				rec["file_search_calls"] != 4.0 || rec["web_search_requests"] != 0.0 {
+				t.Fatalf("receipt %s, want %d: the tokens and 4 file search calls at %d", rec, want, perCall)
+			}
+		})
+	}
+}
+
 // fixedUsageUpstream is a fake provider (fakellm) whose every answer reports u, served
 // on a loopback port until the test ends.
 func fixedUsageUpstream(t *testing.T, u fakellm.Usage) (*fakellm.Server, *httptest.Server) {

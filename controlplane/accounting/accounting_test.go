@@ -94,6 +94,19 @@ func TestCostOf(t *testing.T) {
 		{"negative web searches", Usage{WebSearchRequests: -1}, whisper, 0, "", "", false, ErrBadUsage},
 		{"web searches beyond int64 are capped", Usage{WebSearchRequests: math.MaxInt64}, PricedAt{Price: Price{WebSearch: 2}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		// File search calls apiece (OpenAI: 2,500 micro-USD each), on top of the tokens.
+		{"file search calls apiece", Usage{InputTokens: 1000, OutputTokens: 100, FileSearchCalls: 3}, PricedAt{Price: Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, FileSearch: 2_500}, Source: PriceCatalog},
+			3_000 + 1_500 + 7_500, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"file search calls alone are charged", Usage{FileSearchCalls: 2}, PricedAt{Price: Price{FileSearch: 2_500}, Source: PriceCatalog}, 5_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"file search calls are not doubled by a tier", Usage{InputTokens: 1_000_000, FileSearchCalls: 1, Priority: true}, PricedAt{Price: Price{InputPerMillion: 1, FileSearch: 2_500}, Source: PriceCatalog},
+			2 + 2_500, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"web searches and file search calls, each apiece", Usage{WebSearchRequests: 2, FileSearchCalls: 3}, PricedAt{Price: Price{WebSearch: 10_000, WebSearchOnce: true, FileSearch: 2_500}, Source: PriceCatalog},
+			10_000 + 7_500, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"negative file search calls", Usage{FileSearchCalls: -1}, whisper, 0, "", "", false, ErrBadUsage},
+		{"file search calls beyond int64 are capped", Usage{FileSearchCalls: math.MaxInt64}, PricedAt{Price: Price{FileSearch: 2}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		{"file search calls on top of a cost near int64 are capped", Usage{InputTokens: 1, FileSearchCalls: 1}, PricedAt{Price: Price{InputPerMillion: math.MaxInt64, FileSearch: math.MaxInt64}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"audio beyond int64 is capped", Usage{AudioInputMillis: math.MaxInt64}, PricedAt{Price: Price{AudioPerMinute: math.MaxInt64}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 	}
@@ -236,6 +249,12 @@ func TestBound(t *testing.T) {
 	}
 	if u, notes = Bound(Usage{AudioInputMillis: -3}); u.AudioInputMillis != 0 || len(notes) != 1 {
 		t.Fatalf("negative audio: %+v %v", u, notes)
+	}
+	if u, notes = Bound(Usage{FileSearchCalls: math.MaxInt64}); u.FileSearchCalls != MaxTokens || len(notes) != 1 || !strings.Contains(notes[0], "file_search_calls") {
+		t.Fatalf("absurd file search calls: %+v %v", u, notes)
+	}
+	if u, notes = Bound(Usage{FileSearchCalls: -2}); u.FileSearchCalls != 0 || len(notes) != 1 {
+		t.Fatalf("negative file search calls: %+v %v", u, notes)
 	}
 	if _, notes := Bound(Usage{InputTokens: MaxTokens, AudioInputMillis: MaxAudioMillis, UpstreamCost: i64(money.MaxAllowanceMicroUSD)}); len(notes) != 0 {
 		t.Fatalf("values at the bounds changed: %v", notes)

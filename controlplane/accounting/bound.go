@@ -71,7 +71,8 @@ func Bound(u Usage) (Usage, []string) {
 		v    *int64
 	}{{"input_tokens", &u.InputTokens}, {"output_tokens", &u.OutputTokens}, {"cached_input_tokens", &u.CachedInputTokens},
 		{"cache_creation_input_tokens", &u.CacheWriteTokens}, {"cache_creation_one_hour_input_tokens", &u.CacheWrite1hTokens},
-		{"audio_input_millis", &u.AudioInputMillis}, {"web_search_requests", &u.WebSearchRequests}} {
+		{"audio_input_millis", &u.AudioInputMillis}, {"web_search_requests", &u.WebSearchRequests},
+		{"file_search_calls", &u.FileSearchCalls}} {
 		limit := MaxTokens
 		if c.v == &u.AudioInputMillis {
 			limit = MaxAudioMillis

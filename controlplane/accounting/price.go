@@ -66,6 +66,9 @@ type Price struct {
 	// once when it made any (a model billed per grounded prompt:
 	// pricecatalog.Entry.WebSearchPerPrompt).
 	WebSearchOnce bool
+	// FileSearch prices one call of a provider's file search tool, in micro-USD: the
+	// catalog's price for the model's provider, filled by the ledger like WebSearch.
+	FileSearch int64
 }
 
 // CacheWrite is the price cache writes are charged at.
@@ -107,6 +110,10 @@ type Usage struct {
 	// OpenAI's, Google's grounding queries), priced at Price.WebSearch each (or once:
 	// Price.WebSearchOnce), on top of the tokens.
 	WebSearchRequests int64
+	// FileSearchCalls counts the calls of a provider's file search tool (OpenAI's
+	// Responses API file_search_call items), priced at Price.FileSearch each, on top of
+	// the tokens.
+	FileSearchCalls int64
 	// UpstreamCost is the cost the upstream reported, when it did.
 	UpstreamCost *int64
 	// Estimated: some counts were estimated by the enforcer from the bytes it saw.
@@ -124,7 +131,7 @@ func (u Usage) Basis() string {
 	case u.UpstreamCost != nil:
 		return BasisUpstreamCost
 	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0 && u.AudioInputMillis == 0 &&
-		u.WebSearchRequests == 0:
+		u.WebSearchRequests == 0 && u.FileSearchCalls == 0:
 		return BasisNone
 	case u.Estimated:
 		return BasisEstimate
@@ -160,11 +167,11 @@ type Cost struct {
 // the price found for the model (SourceFallback when p is the fallback price, else
 // SourceCatalogEstimate), plus its audio by the minute (AudioCost), times
 // pricecatalog.PriorityMultiplier when it ran at a priority tier, plus its web searches
-// apiece. A cost above money.MaxAllowanceMicroUSD is capped there and
-// flagged: a request is never left uncharged because its numbers are absurd.
+// and file search calls apiece. A cost above money.MaxAllowanceMicroUSD is capped there
+// and flagged: a request is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
-		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 {
+		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 {
 		return Cost{}, ErrBadUsage
 	}
 	c := Cost{Basis: u.Basis()}
@@ -204,18 +211,15 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 			v *= pricecatalog.PriorityMultiplier
 		}
 	}
-	if err == nil && u.WebSearchRequests > 0 {
-		// Searches are priced apiece (or once: WebSearchOnce), after the service tier:
-		// it multiplies tokens.
-		searches := u.WebSearchRequests
-		if p.Price.WebSearchOnce {
-			searches = 1
-		}
-		hi, lo := bits.Mul64(uint64(searches), uint64(max(p.Price.WebSearch, 0)))
-		if hi != 0 || lo > math.MaxInt64 || v > math.MaxInt64-int64(lo) {
-			err = ErrCostOverflow
-		} else {
-			v += int64(lo)
+	// Searches and file search calls are priced apiece (searches of a model billed per
+	// grounded prompt once: WebSearchOnce), after the service tier: it multiplies tokens.
+	searches := u.WebSearchRequests
+	if p.Price.WebSearchOnce {
+		searches = min(searches, 1)
+	}
+	for _, calls := range [...]struct{ n, price int64 }{{searches, p.Price.WebSearch}, {u.FileSearchCalls, p.Price.FileSearch}} {
+		if err == nil && calls.n > 0 {
+			v, err = addApiece(v, calls.n, calls.price)
 		}
 	}
 	switch {
@@ -311,4 +315,13 @@ func CatalogCost(u Usage, p Price) (int64, error) {
 		return 0, ErrCostOverflow
 	}
 	return int64(q), nil
+}
+
+// addApiece adds n calls at price each to v, or fails with ErrCostOverflow past int64.
+func addApiece(v, n, price int64) (int64, error) {
+	hi, lo := bits.Mul64(uint64(n), uint64(max(price, 0)))
+	if hi != 0 || lo > math.MaxInt64 || v > math.MaxInt64-int64(lo) {
+		return v, ErrCostOverflow
+	}
+	return v + int64(lo), nil
 }

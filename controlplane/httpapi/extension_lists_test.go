@@ -197,9 +197,10 @@ type pricesView struct {
 	Prices   []priceEntry
 	Fallback fallbackView
 	Catalog  struct {
-		AsOf              string
-		Sources           []string
-		WebSearchMicroUsd map[string]int64
+		AsOf               string
+		Sources            []string
+		WebSearchMicroUsd  map[string]int64
+		FileSearchMicroUsd map[string]int64
 	}
 }
 
@@ -253,6 +254,10 @@ func TestUsageModelPrices(t *testing.T) {
 	// models that bill one.
 	if fmt.Sprint(got.Catalog.WebSearchMicroUsd) != fmt.Sprint(cat.WebSearchPrices()) || got.Catalog.WebSearchMicroUsd["google"] != 14_000 {
 		t.Fatalf("web search prices %v, want the catalog's %v", got.Catalog.WebSearchMicroUsd, cat.WebSearchPrices())
+	}
+	// File search calls: each provider's price of a call.
+	if fmt.Sprint(got.Catalog.FileSearchMicroUsd) != fmt.Sprint(cat.FileSearchPrices()) || got.Catalog.FileSearchMicroUsd["openai"] != 2_500 {
+		t.Fatalf("file search prices %v, want the catalog's %v", got.Catalog.FileSearchMicroUsd, cat.FileSearchPrices())
 	}
 	if p, _ := got.find("gemini-2.5-flash"); p.WebSearchPerPromptMicroUsd == nil || *p.WebSearchPerPromptMicroUsd != 35_000 {
 		t.Fatalf("gemini-2.5-flash %+v", p)

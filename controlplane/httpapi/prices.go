@@ -65,6 +65,10 @@ type catalogView struct {
 	// makes (pricecatalog.Catalog.WebSearch), charged on top of the tokens whatever
 	// priced them.
 	WebSearchMicroUsd map[string]int64 `json:"webSearchMicroUsd"`
+	// FileSearchMicroUsd is each provider's price of one call of its file search tool
+	// (pricecatalog.Catalog.FileSearch), charged on top of the tokens whatever priced
+	// them.
+	FileSearchMicroUsd map[string]int64 `json:"fileSearchMicroUsd"`
 }
 
 type modelPricesView struct {
@@ -91,7 +95,8 @@ func viewFallback(f *store.FallbackPrice) fallbackPriceView {
 func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, catalog bool) modelPricesView {
 	cat := pricecatalog.Default()
 	out := modelPricesView{Prices: []modelPriceView{}, Fallback: viewFallback(fallback),
-		Catalog: catalogView{AsOf: cat.AsOf().Format(time.DateOnly), Sources: cat.Sources(), WebSearchMicroUsd: cat.WebSearchPrices()}}
+		Catalog: catalogView{AsOf: cat.AsOf().Format(time.DateOnly), Sources: cat.Sources(), WebSearchMicroUsd: cat.WebSearchPrices(),
+			FileSearchMicroUsd: cat.FileSearchPrices()}}
 	overridden := map[string]bool{}
 	for _, p := range ps {
 		overridden[p.MatchKey] = true

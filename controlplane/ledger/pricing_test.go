@@ -108,6 +108,20 @@ func TestSettlementPricing(t *testing.T) {
 		{"web searches of a model nobody priced: the catalog's highest, unpriced", func() { setPrices() },
 			&internalv1.SettleItem{Model: "acme-search-1", WebSearchRequests: 2, Complete: true},
 			2 * pricecatalog.Default().HighestWebSearch(), "fallback", "fallback", "reported_usage"},
+		// File search calls apiece at the catalog's price for the model's provider
+		// (OpenAI: 2,500 micro-USD each), whatever priced the tokens.
+		{"OpenAI's file search calls apiece, on top of the tokens", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, FileSearchCalls: 3, Complete: true},
+			150_000 + 7_500, "catalog_estimate", "catalog", "reported_usage"},
+		{"file search calls and web searches, each at its price", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", WebSearchRequests: 1, FileSearchCalls: 2, Complete: true},
+			10_000 + 2*2_500, "catalog_estimate", "catalog", "reported_usage"},
+		{"file search calls of a model nobody priced: the catalog's highest, unpriced", func() { setPrices() },
+			&internalv1.SettleItem{Model: "acme-search-1", FileSearchCalls: 2, Complete: true},
+			2 * pricecatalog.Default().HighestFileSearch(), "fallback", "fallback", "reported_usage"},
+		{"file search calls of a provider the catalog prices none for: the highest, unpriced", nil,
+			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 1_000_000, FileSearchCalls: 1, Complete: true},
+			3_000_000 + pricecatalog.Default().HighestFileSearch(), "fallback", "fallback", "reported_usage"},
 	}
 	var unpriced int64
 	for _, c := range cases {
@@ -127,11 +141,12 @@ func TestSettlementPricing(t *testing.T) {
 				unpriced++
 			}
 			var basis, priceSource string
-			var audio, searches int64
-			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis, web_search_requests FROM usage_receipts
-				WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches); err != nil || basis != c.basis || priceSource != c.price ||
-				audio != c.item.GetAudioInputMillis() || searches != c.item.GetWebSearchRequests() {
-				t.Fatalf("stored %q %q %d ms of audio %d searches %v", basis, priceSource, audio, searches, err)
+			var audio, searches, fileSearches int64
+			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis, web_search_requests, file_search_calls
+				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches); err != nil ||
+				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != c.item.GetWebSearchRequests() ||
+				fileSearches != c.item.GetFileSearchCalls() {
+				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %v", basis, priceSource, audio, searches, fileSearches, err)
 			}
 			// The same settlement again changes nothing, a fallback-priced one included.
 			if again := settle1(t, e, c.item); again.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE || again.CostMicroUsd != c.cost ||

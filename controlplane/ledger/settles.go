@@ -122,8 +122,8 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 	u, notes := accounting.Bound(accounting.Usage{InputTokens: it.GetInputTokens(), OutputTokens: it.GetOutputTokens(),
 		CachedInputTokens: it.GetCachedInputTokens(), CacheWriteTokens: it.GetCacheCreationInputTokens(),
 		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(), AudioInputMillis: it.GetAudioInputMillis(),
-		WebSearchRequests: it.GetWebSearchRequests(),
-		UpstreamCost:      it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier()})
+		WebSearchRequests: it.GetWebSearchRequests(), FileSearchCalls: it.GetFileSearchCalls(),
+		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier()})
 	if len(notes) > 0 {
 		sj.notes = append(sj.notes, notes...)
 		sj.adjusted = append(sj.adjusted, "usage_bounded")
@@ -449,8 +449,8 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			Source: d.Receipt.Source, Basis: d.Receipt.Basis, PriceSource: d.Receipt.PriceSource, Model: j.item.model,
 			InputTokens: j.item.usage.InputTokens, OutputTokens: j.item.usage.OutputTokens, CachedInputTokens: j.item.usage.CachedInputTokens,
 			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
-			WebSearchRequests: j.item.usage.WebSearchRequests,
-			UpstreamStatus:    it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
+			WebSearchRequests: j.item.usage.WebSearchRequests, FileSearchCalls: j.item.usage.FileSearchCalls,
+			UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
 			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: j.item.finishedAt}
 		if j.item.withoutModel {
 			rw.Model = ""
@@ -586,7 +586,8 @@ func newOrgPrices(ps []store.ModelPrice) *orgPrices {
 // the organization's own price, then the shipped catalog's; when no step finds one, the
 // organization's fallback price, else the catalog's highest price of each token class.
 // Audio billed by duration is priced from the catalog whatever priced the tokens
-// (organizations price tokens only): see audioPrice.
+// (organizations price tokens only): see audioPrice; so are web searches and file search
+// calls (webSearchPrice, fileSearchPrice).
 func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPrice, orgID string) accounting.PricedAt {
 	p := sj.tokenPrice(org, fallbacks, orgID)
 	if sj.usage.AudioInputMillis > 0 {
@@ -601,7 +602,25 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 			p.Source = accounting.PriceFallback // searches of a provider nobody priced: unpriced
 		}
 	}
+	if sj.usage.FileSearchCalls > 0 {
+		var known bool
+		if p.Price.FileSearch, known = sj.fileSearchPrice(); !known {
+			p.Source = accounting.PriceFallback // file searches of a provider nobody priced: unpriced
+		}
+	}
 	return p
+}
+
+// fileSearchPrice is the catalog's price of one call of the job's model's provider's file
+// search tool (its nearest entry's provider: pricecatalog.Catalog.FileSearch), else the
+// catalog's highest (known false): calls nobody priced are never cheaper than known ones.
+func (sj *settleJob) fileSearchPrice() (price int64, known bool) {
+	if e := sj.catalogEntry(); e != nil {
+		if p, ok := pricecatalog.Default().FileSearch(e.Provider); ok {
+			return p, true
+		}
+	}
+	return pricecatalog.Default().HighestFileSearch(), false
 }
 
 // webSearchPrice is the catalog's price of the job's model's web searches (its nearest

@@ -106,6 +106,10 @@ type Usage struct {
 	// call's events), which is how OpenAI reports its web search tool's calls; on Gemini,
 	// that many search queries in the (last) candidate's groundingMetadata.
 	WebSearchRequests int64
+	// FileSearchCalls: on the Responses API, that many file_search_call output items
+	// after the web searches' (and, streamed, each call's events), which is how OpenAI
+	// reports its file search tool's calls.
+	FileSearchCalls int64
 	// AudioMillis: a duration-billed transcription's (whisper-1's) usage.seconds, in
 	// milliseconds (written as a decimal number of seconds).
 	AudioMillis int64
@@ -700,15 +704,16 @@ func responsesStream(ew *eventWriter, id, model string, u Usage) {
 	}
 	event("response.created", `"response":`+responsesJSON(id, model, "in_progress", u))
 	event("response.in_progress", `"response":`+responsesJSON(id, model, "in_progress", u))
-	for i := range u.WebSearchRequests {
+	calls := toolCalls(u)
+	for i, c := range calls {
 		at := fmt.Sprintf(`"output_index":%d`, i)
-		event("response.output_item.added", at+fmt.Sprintf(`,"item":{"type":"web_search_call","id":"ws_%d","status":"in_progress"}`, i))
+		event("response.output_item.added", at+fmt.Sprintf(`,"item":{"type":%q,"id":%q,"status":"in_progress"}`, c.typ, c.id))
 		for _, phase := range []string{"in_progress", "searching", "completed"} {
-			event("response.web_search_call."+phase, at+fmt.Sprintf(`,"item_id":"ws_%d"`, i))
+			event("response."+c.typ+"."+phase, at+fmt.Sprintf(`,"item_id":%q`, c.id))
 		}
-		event("response.output_item.done", at+`,"item":`+searchCall(i))
+		event("response.output_item.done", at+`,"item":`+c.item)
 	}
-	msg := u.WebSearchRequests // the message's output index, after the searches
+	msg := len(calls) // the message's output index, after the tools' calls
 	item := fmt.Sprintf(`"item_id":"msg_%s","output_index":%d`, id, msg)
 	event("response.output_item.added", fmt.Sprintf(`"output_index":%d,"item":{"type":"message","id":"msg_%s","status":"in_progress","role":"assistant","content":[]}`, msg, id))
 	event("response.content_part.added", item+`,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}`)
@@ -721,19 +726,32 @@ func responsesStream(ew *eventWriter, id, model string, u Usage) {
 	event("response.completed", `"response":`+responsesJSON(id, model, "completed", u))
 }
 
-// searchCalls are the web_search_call output items of u's searches, each followed by a
-// comma.
-func searchCalls(u Usage) string {
-	var b strings.Builder
+// toolCall is one output item of a Responses tool's call.
+type toolCall struct{ typ, id, item string }
+
+// toolCalls are the output items of u's web searches, then of its file searches.
+func toolCalls(u Usage) []toolCall {
+	var out []toolCall
 	for i := range u.WebSearchRequests {
-		b.WriteString(searchCall(i) + ",")
+		id := fmt.Sprintf("ws_%d", i)
+		out = append(out, toolCall{"web_search_call", id,
+			fmt.Sprintf(`{"type":"web_search_call","id":%q,"status":"completed","action":{"type":"search","query":"tolls %d"}}`, id, i)})
 	}
-	return b.String()
+	for i := range u.FileSearchCalls {
+		id := fmt.Sprintf("fs_%d", i)
+		out = append(out, toolCall{"file_search_call", id,
+			fmt.Sprintf(`{"type":"file_search_call","id":%q,"status":"completed","queries":["tolls %d"],"results":null}`, id, i)})
+	}
+	return out
 }
 
-// searchCall is the output item of the web search tool's call i.
-func searchCall(i int64) string {
-	return fmt.Sprintf(`{"type":"web_search_call","id":"ws_%d","status":"completed","action":{"type":"search","query":"tolls %d"}}`, i, i)
+// searchCalls are the output items of u's tool calls, each followed by a comma.
+func searchCalls(u Usage) string {
+	var b strings.Builder
+	for _, c := range toolCalls(u) {
+		b.WriteString(c.item + ",")
+	}
+	return b.String()
 }
 
 func anthropicJSON(id, model string, u Usage) string {

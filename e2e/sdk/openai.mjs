@@ -1,7 +1,8 @@
 // One chat completion through the official OpenAI SDK, with its defaults (two retries,
 // its own backoff, whatever headers it sends), or, by scenario:
 // - "responses", "responses-stream": one Responses API call; "responses-search" and
-//   "responses-search-stream" with the web search tool;
+//   "responses-search-stream" with the web search tool; "responses-file-search" and
+//   "responses-file-search-stream" with the file search tool;
 // - "image", "image-stream": an image generation;
 // - "embeddings": one embeddings call, whose vectors the SDK asks as base64 and decodes;
 // - "batch", "background": a batch or a background response, which a Tollgate gateway
@@ -116,10 +117,15 @@ await run('openai', s.scenario, async () => {
   if (s.scenario.startsWith('responses')) {
     // The Responses API, what OpenAI's newer clients (Codex CLI among them) call;
     // "responses-search" and "responses-search-stream" give it the web search tool, and
-    // report how many web_search_call items the SDK saw (searches).
+    // report how many web_search_call items the SDK saw (searches); "responses-file-search"
+    // and "responses-file-search-stream" the file search tool, and its file_search_call
+    // items.
     const params = { model: s.model, input: 'How are tolls paid?' };
-    if (s.scenario.includes('-search')) params.tools = [{ type: 'web_search' }];
-    const searchesIn = (output) => output.filter((item) => item.type === 'web_search_call').length;
+    const fileSearch = s.scenario.includes('-file-search');
+    if (fileSearch) params.tools = [{ type: 'file_search', vector_store_ids: ['vs_tolls'] }];
+    else if (s.scenario.includes('-search')) params.tools = [{ type: 'web_search' }];
+    const callType = fileSearch ? 'file_search_call' : 'web_search_call';
+    const searchesIn = (output) => output.filter((item) => item.type === callType).length;
     if (!s.scenario.endsWith('-stream')) {
       const res = await client.responses.create(params);
       return { text: res.output_text, model: res.model, usage: res.usage ?? null, chunks: 1, searches: searchesIn(res.output) };
