@@ -71,6 +71,8 @@ type stream struct {
 	webSocket bool
 	rawValues bool
 	bodySeen  bool
+	// codings: the request's Content-Encoding (requestbody.Codings).
+	codings []string
 
 	status int32
 	ext    *responseusage.Extractor
@@ -180,6 +182,8 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 			st.method = value(hv)
 		case "content-length":
 			st.hasContentLength = true
+		case "content-encoding":
+			st.codings = append(st.codings, requestbody.Codings([]string{value(hv)})...)
 		case "upgrade":
 			st.webSocket = strings.EqualFold(strings.TrimSpace(value(hv)), "websocket")
 		}
@@ -189,18 +193,29 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 	}
 }
 
-// requestBody handles the whole request body of a tracked request: it records the
-// request's input estimate and model for the settlement, and asks an OpenAI
-// chat-completions stream for its usage (stream_options.include_usage) when the client
-// did not. A rewritten body's content-length is set to its new length when the request
-// carried one (Envoy refuses a buffered body mutation whose content-length does not
-// match it); without one, Envoy frames the body itself.
+// requestBody handles the whole request body of a tracked request: it decodes a
+// compressed one, records the request's input estimate and model for the settlement,
+// and asks an OpenAI chat-completions stream for its usage (stream_options.include_usage)
+// when the client did not; a decoded or rewritten body replaces the one that came
+// (replaceBody).
 func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	m := st.s.m.ExtProcRequestBodies
 	if requestbody.Unbilled(st.method, st.path) {
 		// Nothing to estimate, nothing to ask usage of: settled at what it reports (finish).
 		m.WithLabelValues("unbilled").Inc()
 		return continueRequestBody
+	}
+	// A compressed body is read decoded and sent decoded (requestbody.Decode); one that
+	// does not decode goes as it came, unread (an Envoy decompressor filter before
+	// ext_proc can decode more codings).
+	replace := false // the body that goes upstream is not the one that came
+	if len(st.codings) > 0 {
+		if b, err := requestbody.Decode(st.codings, body, maxDecodedBody); err == nil {
+			body, replace = b, true
+			m.WithLabelValues("decoded").Inc()
+		} else {
+			m.WithLabelValues("undecodable").Inc()
+		}
 	}
 	est, err := estimate.Input(body)
 	if endpoint := requestbody.Deferred(st.method, st.path, err == nil && est.Background); endpoint != "" && !st.s.AllowDeferredBilling {
@@ -219,24 +234,43 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	} else {
 		m.WithLabelValues("not_json").Inc()
 	}
-	if !strings.HasSuffix(st.path, "/chat/completions") {
+	if strings.HasSuffix(st.path, "/chat/completions") {
+		if b, ok := requestbody.WithIncludeUsage(body); ok {
+			body, replace = b, true
+			m.WithLabelValues("include_usage_set").Inc()
+		}
+	}
+	if !replace {
 		return continueRequestBody
 	}
-	newBody, ok := requestbody.WithIncludeUsage(body)
-	if !ok {
-		return continueRequestBody
-	}
-	m.WithLabelValues("include_usage_set").Inc()
-	cr := &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: newBody}}}
+	return st.replaceBody(body)
+}
+
+// maxDecodedBody bounds what a compressed request body may decode to (a compression
+// bomb is not inflated further; such a body goes as it came, unread).
+const maxDecodedBody = 32 << 20
+
+// replaceBody sends body upstream instead of the one that came: decoded (without its
+// content-encoding) or rewritten. Its content-length is set to the new length when the
+// request carried one (Envoy refuses a buffered body mutation whose content-length does
+// not match it); without one, Envoy frames the body itself.
+func (st *stream) replaceBody(body []byte) *extprocv3.ProcessingResponse {
+	cr := &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}}
+	hm := &extprocv3.HeaderMutation{}
 	if st.hasContentLength {
 		hv := &corev3.HeaderValue{Key: "content-length"}
-		if n := strconv.Itoa(len(newBody)); st.rawValues {
+		if n := strconv.Itoa(len(body)); st.rawValues {
 			hv.RawValue = []byte(n)
 		} else {
 			hv.Value = n
 		}
-		cr.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: hv,
-			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}}
+		hm.SetHeaders = []*corev3.HeaderValueOption{{Header: hv, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}
+	}
+	if len(st.codings) > 0 {
+		hm.RemoveHeaders = []string{"content-encoding"}
+	}
+	if len(hm.SetHeaders) > 0 || len(hm.RemoveHeaders) > 0 {
+		cr.HeaderMutation = hm
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cr}}}
 }

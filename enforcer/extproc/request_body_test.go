@@ -1,8 +1,11 @@
 package extproc_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,6 +31,8 @@ type bodySpec struct {
 	stringValues bool
 	// noContentLength: the request came without one (chunked, or HTTP/2).
 	noContentLength bool
+	// contentEncoding: the request's Content-Encoding ("": none).
+	contentEncoding string
 }
 
 // sendRequestBody plays the request-body filter of deploy/envoy/envoy.yaml: a stream
@@ -58,6 +63,9 @@ func answerRequestBody(t *testing.T, e *enforcertest.Env, s bodySpec) *extprocv3
 	}
 	if s.requestID != "" {
 		kv = append(kv, "x-service-request-id", s.requestID)
+	}
+	if s.contentEncoding != "" {
+		kv = append(kv, "content-encoding", s.contentEncoding)
 	}
 	hm := enforcertest.HeaderMap(kv...)
 	if s.stringValues {
@@ -142,6 +150,58 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 	// A request-body stream never settles: the response's stream does.
 	if e.CP.SettleItems.Load() != 0 || e.Enforcer.Tracker.Len() != 7 {
 		t.Fatalf("settled %d, tracked %d", e.CP.SettleItems.Load(), e.Enforcer.Tracker.Len())
+	}
+}
+
+// A compressed body (gzip, deflate, br) is read decoded and sent decoded: the body
+// mutation carries it (a chat stream's asked for its usage too), content-encoding is
+// removed and content-length set to its length; its estimate is recorded. A body of
+// another coding, or corrupt, goes as it came.
+func TestExtProcDecodesCompressedBodies(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	gz := func(b string) string {
+		var buf bytes.Buffer
+		z := gzip.NewWriter(&buf)
+		_, _ = z.Write([]byte(b))
+		_ = z.Close()
+		return buf.String()
+	}
+	messages := `{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hello"}]}`
+	withUsage := `{"stream_options":{"include_usage":true},` + chatStreamBody[1:]
+	for _, tc := range []struct {
+		name    string
+		spec    bodySpec
+		mutated string // "" = not mutated
+	}{
+		{"a gzip chat stream: decoded and asked for its usage", bodySpec{path: "/v1/chat/completions", body: gz(chatStreamBody), contentEncoding: "gzip"}, withUsage},
+		{"gzip messages: decoded", bodySpec{path: "/v1/messages", body: gz(messages), contentEncoding: "gzip"}, messages},
+		{"zstd: as it came", bodySpec{path: "/v1/messages", body: "(\xb5/\xfd", contentEncoding: "zstd"}, ""},
+		{"corrupt gzip: as it came", bodySpec{path: "/v1/messages", body: "not gzip", contentEncoding: "gzip"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.spec.requestID, _ = e.Admit(t, w.Key)
+			cr := sendRequestBody(t, e, tc.spec).GetResponse()
+			if tc.mutated == "" {
+				if cr != nil {
+					t.Fatalf("mutated: %v", cr)
+				}
+				return
+			}
+			if got := string(cr.GetBodyMutation().GetBody()); got != tc.mutated {
+				t.Fatalf("body %q\nwant %s", got, tc.mutated)
+			}
+			hm := cr.GetHeaderMutation()
+			if !slices.Equal(hm.GetRemoveHeaders(), []string{"content-encoding"}) || len(hm.GetSetHeaders()) != 1 ||
+				string(hm.GetSetHeaders()[0].GetHeader().GetRawValue()) != strconv.Itoa(len(tc.mutated)) {
+				t.Fatalf("header mutation %v", hm)
+			}
+		})
+	}
+	if e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "decoded") != 2 ||
+		e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "undecodable") != 2 ||
+		e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "estimated") != 2 {
+		t.Fatal("request bodies not counted")
 	}
 }
 

@@ -67,13 +67,14 @@ const (
 	OutcomeNoRoute         = "no_route"         // 404: no route's prefix matches
 	OutcomeBusy            = "busy"             // 503: MaxStreams requests in flight
 	OutcomeBodyTooLarge    = "body_too_large"   // 413
+	OutcomeBadBody         = "bad_body"         // 400, 415: a compressed body that cannot be read
 	OutcomeUpstreamError   = "upstream_error"   // 502: no answer (refused, reset, bad URL)
 	OutcomeUpstreamTimeout = "upstream_timeout" // 504: no answer in time
 	OutcomeClientGone      = "client_gone"      // the client left before the upstream answered
 )
 
 // Outcomes lists every outcome (metrics pre-create their series).
-var Outcomes = []string{OutcomeProxied, OutcomeRefused, OutcomeNoRoute, OutcomeBusy, OutcomeBodyTooLarge,
+var Outcomes = []string{OutcomeProxied, OutcomeRefused, OutcomeNoRoute, OutcomeBusy, OutcomeBodyTooLarge, OutcomeBadBody,
 	OutcomeUpstreamError, OutcomeUpstreamTimeout, OutcomeClientGone}
 
 // Metrics the gateway updates (from the enforcer's catalogue, enforcer/metrics).
@@ -310,6 +311,15 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	var err error
 	if p.upload = isUpload(r.Header.Get("Content-Type")); !p.upload {
 		body, err = readBody(http.MaxBytesReader(unwrapped(w), r.Body, gw.cfg.MaxBodyBytes), r.ContentLength, gw.cfg.MaxBodyBytes)
+		if codings := requestbody.Codings(r.Header.Values("Content-Encoding")); err == nil && len(codings) > 0 {
+			// Compressed: decoded here, sent decoded (requestcoding.go).
+			if body, err = requestbody.Decode(codings, body, gw.cfg.MaxBodyBytes); err == nil {
+				p.decoded = true
+			} else if answered := refuseBody(w, err, codings); answered {
+				gw.answered(w, OutcomeBadBody)
+				return false
+			}
+		}
 	}
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -424,6 +434,8 @@ type proxied struct {
 	// object), from admission until the upstream request carries the body.
 	body []byte
 	est  *estimate.Request
+	// decoded: the body came compressed and body is what it decoded to.
+	decoded bool
 	// settled: the request was reported to the tracker.
 	settled bool
 	// unbilled: the provider does not charge the path (a token count, a moderation:
@@ -604,6 +616,9 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 		out.Body, out.ContentLength = &releasingReader{b: body}, int64(len(body))
 	}
 	p.upstreamHeader(out.Header, r.Header, false)
+	if p.decoded {
+		out.Header.Del("Content-Encoding") // the body goes as the gateway decoded it
+	}
 	// Only codings the extractor reads may come back (a zstd answer could only be
 	// estimated); the client offered all of them, so it decodes what it gets.
 	if ae, changed := responseusage.ReadableAcceptEncoding(strings.Join(out.Header.Values("Accept-Encoding"), ", ")); changed {

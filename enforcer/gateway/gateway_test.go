@@ -3,6 +3,8 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"encoding/json"
 	"io"
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/andybalholm/brotli"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -1140,5 +1143,108 @@ func TestAzureKey(t *testing.T) {
 		if res.StatusCode != status {
 			t.Fatalf("%s: %d, want %d", key, res.StatusCode, status)
 		}
+	}
+}
+
+// A compressed request body (gzip, deflate, br) is decoded before the check, which sees
+// its model and text, and goes upstream decoded, without Content-Encoding, a chat stream
+// asked for its usage; a coding the gateway does not read is 415, a corrupt body 400, a
+// body that decodes past the cap 413: none of them checked or sent upstream.
+func TestCompressedRequestBodies(t *testing.T) {
+	var mu sync.Mutex
+	var got []*http.Request
+	var bodies []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got, bodies = append(got, r), append(bodies, string(b))
+		mu.Unlock()
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{MaxBodyBytes: 4096})
+	compress := func(coding string, b []byte) []byte {
+		var buf bytes.Buffer
+		var w io.WriteCloser
+		switch coding {
+		case "gzip":
+			w = gzip.NewWriter(&buf)
+		case "deflate":
+			w = zlib.NewWriter(&buf)
+		case "br":
+			w = brotli.NewWriter(&buf)
+		}
+		_, _ = w.Write(b)
+		_ = w.Close()
+		return buf.Bytes()
+	}
+	for _, coding := range []string{"gzip", "deflate", "br", "gzip, br"} {
+		t.Run(coding, func(t *testing.T) {
+			body := []byte(chatBody)
+			for _, c := range strings.Split(coding, ", ") {
+				body = compress(c, body)
+			}
+			res := send(t, "POST", e.front.URL+"/v1/chat/completions", "tgk_good", bytes.NewReader(body), "Content-Encoding", coding, "Content-Type", "application/json")
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				t.Fatalf("%d", res.StatusCode)
+			}
+			e.tracker.settled(t)
+			e.tracker.mu.Lock()
+			e.tracker.finished = nil
+			e.tracker.mu.Unlock()
+			mu.Lock()
+			last, lastBody := got[len(got)-1], bodies[len(bodies)-1]
+			mu.Unlock()
+			if last.Header.Get("Content-Encoding") != "" || last.ContentLength != int64(len(lastBody)) ||
+				!strings.Contains(lastBody, `"include_usage":true`) || !strings.Contains(lastBody, `"model":"gpt-4o-mini"`) {
+				t.Fatalf("upstream got %v (%d bytes) %q", last.Header, last.ContentLength, lastBody)
+			}
+			e.gate.mu.Lock()
+			h := e.gate.hints[len(e.gate.hints)-1].Body
+			e.gate.mu.Unlock()
+			if h == nil || h.Model != "gpt-4o-mini" || h.InputTokens == 0 {
+				t.Fatalf("the check's hint %+v", h)
+			}
+		})
+	}
+	bomb := compress("gzip", bytes.Repeat([]byte(" "), 1<<20)) // 1 MiB of spaces in about 1 KiB
+	for _, tc := range []struct {
+		name, coding string
+		body         []byte
+		status       int
+		code         string
+	}{
+		{"zstd", "zstd", []byte("(\xb5/\xfd..."), http.StatusUnsupportedMediaType, "service_gateway_request_encoding_unsupported"},
+		{"three codings", "gzip, gzip, gzip", compress("gzip", compress("gzip", compress("gzip", []byte(chatBody)))), http.StatusUnsupportedMediaType, "service_gateway_request_encoding_unsupported"},
+		{"corrupt gzip", "gzip", []byte("not gzip at all"), http.StatusBadRequest, "service_gateway_request_body_corrupt"},
+		{"cut gzip", "gzip", compress("gzip", []byte(chatBody))[:20], http.StatusBadRequest, "service_gateway_request_body_corrupt"},
+		{"a bomb", "gzip", bomb, http.StatusRequestEntityTooLarge, "service_gateway_body_too_large"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			before := len(got)
+			mu.Unlock()
+			e.gate.mu.Lock()
+			checks := len(e.gate.hints)
+			e.gate.mu.Unlock()
+			res := send(t, "POST", e.front.URL+"/v1/chat/completions", "tgk_good", bytes.NewReader(tc.body), "Content-Encoding", tc.coding)
+			msg, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.status || res.Header.Get("X-Service-Error-Code") != tc.code {
+				t.Fatalf("%d %s %s, want %d %s", res.StatusCode, res.Header.Get("X-Service-Error-Code"), msg, tc.status, tc.code)
+			}
+			mu.Lock()
+			after := len(got)
+			mu.Unlock()
+			e.gate.mu.Lock()
+			checked := len(e.gate.hints) - checks
+			e.gate.mu.Unlock()
+			if after != before || checked != 0 {
+				t.Fatalf("%d upstream calls, %d checks for a body refused", after-before, checked)
+			}
+		})
+	}
+	if n := testutil.ToFloat64(e.req.WithLabelValues(gateway.OutcomeBadBody)); n != 4 {
+		t.Fatalf("bad_body counted %v times, want 4", n)
 	}
 }

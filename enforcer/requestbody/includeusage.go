@@ -2,7 +2,8 @@
 // request body before it goes upstream, whichever front door saw it (the ext_proc
 // request-body filter, the gateway): asking an OpenAI chat-completions stream for its
 // usage (WithIncludeUsage) and keeping a model name only when it is safe to carry
-// (CleanModel), and telling the endpoints the providers do not charge (Unbilled).
+// (CleanModel), telling the endpoints the providers do not charge (Unbilled), and
+// decoding a compressed body (Decode).
 package requestbody
 
 import (

@@ -1,0 +1,85 @@
+package requestbody
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/andybalholm/brotli"
+)
+
+// A request body with a Content-Encoding (gzip, deflate, br) is decoded by the front
+// doors (Decode) and goes upstream decoded, without the header: compressed, its model,
+// output cap and text could not be read, so its worst case would be unknown, a chat
+// stream could not be asked for its usage (WithIncludeUsage), and such a stream would be
+// charged its output alone. Providers take plain JSON; few take compressed bodies.
+
+// Errors of Decode.
+var (
+	ErrCodingUnsupported = errors.New("unsupported content coding")
+	ErrCodingCorrupt     = errors.New("corrupt compressed body")
+)
+
+// Codings lists the codings of a request's Content-Encoding values in the order they
+// were applied, lower-cased, identity left out.
+func Codings(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// Decode undoes codings (the last applied first), each result at most limit bytes
+// (else an *http.MaxBytesError: a compression bomb is not inflated further). Two
+// codings at most, of gzip, deflate and br (ErrCodingUnsupported); a body that does not
+// decode is ErrCodingCorrupt.
+func Decode(codings []string, body []byte, limit int64) ([]byte, error) {
+	if len(codings) > 2 {
+		return nil, ErrCodingUnsupported // as the response side: two codings at most
+	}
+	for i := len(codings) - 1; i >= 0; i-- {
+		r, err := decoderOf(codings[i], body)
+		if err != nil {
+			return nil, err
+		}
+		out, err := io.ReadAll(io.LimitReader(r, limit+1))
+		switch {
+		case err != nil:
+			return nil, ErrCodingCorrupt
+		case int64(len(out)) > limit:
+			return nil, &http.MaxBytesError{Limit: limit}
+		}
+		body = out
+	}
+	return body, nil
+}
+
+func decoderOf(coding string, body []byte) (io.Reader, error) {
+	switch coding {
+	case "gzip", "x-gzip":
+		r, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, ErrCodingCorrupt
+		}
+		return r, nil
+	case "deflate":
+		// zlib-wrapped, as the standard says; some clients send raw deflate.
+		if r, err := zlib.NewReader(bytes.NewReader(body)); err == nil {
+			return r, nil
+		}
+		return flate.NewReader(bytes.NewReader(body)), nil
+	case "br":
+		return brotli.NewReader(bytes.NewReader(body)), nil
+	}
+	return nil, ErrCodingUnsupported
+}
