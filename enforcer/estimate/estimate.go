@@ -104,6 +104,10 @@ type Request struct {
 	// element whose "type" starts with "file_search"), whose calls are billed apiece and
 	// which no field of the tool caps.
 	FileSearch bool
+	// MaxToolCalls is OpenAI's max_tool_calls: the most calls of built-in tools (web
+	// search, file search...) a Responses request allows, all tools together; 0 when it
+	// sets none, or none that is a positive whole number.
+	MaxToolCalls int64
 }
 
 // maxCap bounds OutputCap: a float64 holds every whole number up to 2^53 exactly, and
@@ -167,6 +171,18 @@ func Input(body []byte) (Request, error) {
 					return Request{}, ErrNotObject
 				}
 				r.OutputCap = max(r.OutputCap, n)
+				i = end
+			} else {
+				i = w.value(i, skipped)
+			}
+		case jsonscan.KeyIs(key, "max_tool_calls"):
+			// The last one counts; anything but a positive whole number caps nothing.
+			r.MaxToolCalls = 0
+			if jsonscan.IsNumber(body[i]) {
+				end := jsonscan.SkipNumber(body, i)
+				if n, err := positiveWhole(body[i:end]); err == nil && n > 0 {
+					r.MaxToolCalls = n
+				}
 				i = end
 			} else {
 				i = w.value(i, skipped)

@@ -263,6 +263,23 @@ func decoderInput(body []byte) (Request, error) {
 				}
 			}
 			continue
+		case "max_tool_calls":
+			v, err := dec.Token()
+			if err != nil {
+				return Request{}, ErrNotObject
+			}
+			r.MaxToolCalls = 0
+			switch n := v.(type) {
+			case float64:
+				if n >= 1 && n == math.Trunc(n) {
+					r.MaxToolCalls = int64(min(n, maxCap))
+				}
+			case json.Delim:
+				if err := w.skip(n); err != nil {
+					return Request{}, ErrNotObject
+				}
+			}
+			continue
 		case "background":
 			v, err := dec.Token()
 			if err != nil {
@@ -453,4 +470,27 @@ func (w *decoderWalker) skip(open json.Delim) error {
 		}
 	}
 	return nil
+}
+
+// OpenAI's max_tool_calls caps a Responses request's built-in tool calls, all tools
+// together: a positive whole number, the last one given; anything else caps nothing.
+func TestMaxToolCalls(t *testing.T) {
+	for body, want := range map[string]int64{
+		`{"model":"gpt-5","max_tool_calls":3,"tools":[{"type":"web_search"}],"input":"x"}`: 3,
+		`{"max_tool_calls":3,"max_tool_calls":5}`:                                          5,
+		`{"max_tool_calls":3,"max_tool_calls":null}`:                                       0,
+		`{"max_tool_calls":2.5}`:                                                           0,
+		`{"max_tool_calls":-1}`:                                                            0,
+		`{"max_tool_calls":"4"}`:                                                           0,
+		`{"max_tool_calls":{"n":4}}`:                                                       0,
+		`{"input":"x"}`:                                                                    0,
+	} {
+		r, err := Input([]byte(body))
+		if err != nil || r.MaxToolCalls != want {
+			t.Errorf("%s: %d (%v), want %d", body, r.MaxToolCalls, err, want)
+		}
+		if ref, err := decoderInput([]byte(body)); err != nil || ref.MaxToolCalls != want {
+			t.Errorf("%s: the reference reads %d (%v)", body, ref.MaxToolCalls, err)
+		}
+	}
 }

@@ -124,38 +124,59 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		// Asked to run at the priority tier: charged so at settlement.
 		cost = min(cost*pricecatalog.PriorityMultiplier, money.MaxAllowanceMicroUSD) // cost ≤ 2^52: no overflow
 	}
-	if req.WebSearch {
-		// Searches are charged on top of the tokens (after the tier), as settlement
-		// charges them: a grounded prompt once, else each search at the provider's price,
-		// which bounds the cost only when the request caps its searches.
-		searches, ok := searchesCost(cat, e, req.WebSearchMaxUses)
+	if req.WebSearch || req.FileSearch {
+		// Searches and file search calls are charged on top of the tokens (after the
+		// tier), as settlement charges them; they bound the cost only when capped.
+		calls, ok := toolCallsCost(cat, e, req)
 		if !ok {
 			return Cost{Unknown: SearchesUncapped}
 		}
-		cost = min(cost+searches, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
-	}
-	if req.FileSearch {
-		// File search calls are billed apiece, and no field of the tool caps them.
-		return Cost{Unknown: SearchesUncapped}
+		cost = min(cost+calls, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
 	}
 	return Cost{MicroUSD: cost, Model: e.Model, InputTokens: in, OutputTokens: out}
 }
 
-// searchesCost is the most a request's web searches cost (at most maxUses of them; 0:
-// no limit), and whether that is known.
-func searchesCost(cat *pricecatalog.Catalog, e pricecatalog.Entry, maxUses int64) (int64, bool) {
-	perSearch, once, ok := cat.SearchPrice(e)
-	switch {
-	case once:
-		return perSearch, true
-	case !ok || maxUses <= 0:
+// toolCallsCost is the most a request's billed tool calls cost, and whether that is
+// known: a grounded prompt's price once (Gemini 2.5 and older); else the calls its caps
+// allow (the web search tools' max_uses, Anthropic's; OpenAI's max_tool_calls, for all
+// its built-in tools together, the smaller of the two when both are set), each at the
+// dearest price of the tools given. Unknown when a tool's provider has no price, or
+// nothing caps the calls.
+func toolCallsCost(cat *pricecatalog.Catalog, e pricecatalog.Entry, req estimate.Request) (int64, bool) {
+	var once, perCall int64
+	if req.WebSearch {
+		p, grounded, ok := cat.SearchPrice(e)
+		switch {
+		case !ok:
+			return 0, false
+		case grounded:
+			once = p
+		default:
+			perCall = p
+		}
+	}
+	if req.FileSearch {
+		p, ok := cat.FileSearch(e.Provider)
+		if !ok {
+			return 0, false
+		}
+		perCall = max(perCall, p)
+	}
+	if perCall == 0 {
+		return once, true
+	}
+	calls := req.MaxToolCalls
+	if req.WebSearch && !req.FileSearch && req.WebSearchMaxUses > 0 && (calls == 0 || req.WebSearchMaxUses < calls) {
+		calls = req.WebSearchMaxUses
+	}
+	if calls <= 0 {
 		return 0, false
 	}
-	hi, lo := bits.Mul64(uint64(maxUses), uint64(perSearch))
-	if hi != 0 || lo > uint64(money.MaxAllowanceMicroUSD) {
+	hi, lo := bits.Mul64(uint64(calls), uint64(perCall))
+	if hi != 0 || lo > uint64(money.MaxAllowanceMicroUSD-once) {
 		return money.MaxAllowanceMicroUSD, true
 	}
-	return int64(lo), true
+	return once + int64(lo), true
 }
 
 // find walks the matching steps as settlement does (controlplane/ledger: at each step

@@ -16,7 +16,7 @@ import (
 func testCatalog(t *testing.T) *pricecatalog.Catalog {
 	t.Helper()
 	c, err := pricecatalog.Load([]byte(`{"asOf":"2025-01-02","unit":"integer micro-USD per million tokens",
-		"sources":["https://example.com/p"],"notes":[],"webSearch":{"anthropic":10000},"models":[
+		"sources":["https://example.com/p"],"notes":[],"webSearch":{"anthropic":10000,"openai":20000},"fileSearch":{"openai":2500},"models":[
 		{"model":"grounded","provider":"google","input":1000000,"output":1000000,"cachedInput":1000000,"maxOutput":100,"webSearchPerPrompt":35000},
 		{"model":"small","provider":"openai","input":1000000,"output":4000000,"cachedInput":500000,"maxOutput":1000},
 		{"model":"writer","provider":"anthropic","input":2000000,"output":10000000,"cachedInput":200000,"cacheWrite":2500000,"maxOutput":8000},
@@ -63,8 +63,21 @@ func TestOf(t *testing.T) {
 			Cost{Unknown: SearchesUncapped}},
 		{"file search calls, which nothing caps", `{"model":"small","max_tokens":100,"tools":[{"type":"file_search","vector_store_ids":["vs_1"]}],` + msgs + `}`, nil,
 			Cost{Unknown: SearchesUncapped}},
-		{"searches of a provider the catalog does not price", `{"model":"small","max_tokens":100,"tools":[{"type":"web_search","max_uses":2}],` + msgs + `}`, nil,
+		{"searches of a provider the catalog does not price", `{"model":"nolimit","max_tokens":100,"tools":[{"type":"web_search","max_uses":2}],` + msgs + `}`, nil,
 			Cost{Unknown: SearchesUncapped}},
+		{"file searches of a provider the catalog does not price", `{"model":"writer","max_tokens":100,"max_tool_calls":2,"tools":[{"type":"file_search"}],` + msgs + `}`, nil,
+			Cost{Unknown: SearchesUncapped}},
+		{"OpenAI web searches capped by max_tool_calls", `{"model":"small","max_tokens":100,"max_tool_calls":3,"tools":[{"type":"web_search"}],` + msgs + `}`, nil,
+			// 409 for the tokens, + 3 × 20,000
+			Cost{MicroUSD: 409 + 60_000, Model: "small", InputTokens: 9, OutputTokens: 100}},
+		{"file searches capped by max_tool_calls", `{"model":"small","max_tokens":100,"max_tool_calls":4,"tools":[{"type":"file_search","vector_store_ids":["v"]}],` + msgs + `}`, nil,
+			// the tool's definition adds its text: 10 input tokens; 10 × 1 + 100 × 4, + 4 × 2,500
+			Cost{MicroUSD: 410 + 10_000, Model: "small", InputTokens: 10, OutputTokens: 100}},
+		{"both tools: max_tool_calls of the dearer", `{"model":"small","max_tokens":100,"max_tool_calls":2,"tools":[{"type":"web_search"},{"type":"file_search"}],` + msgs + `}`, nil,
+			Cost{MicroUSD: 409 + 40_000, Model: "small", InputTokens: 9, OutputTokens: 100}},
+		{"max_uses below max_tool_calls", `{"model":"writer","max_tokens":100,"max_tool_calls":9,"tools":[{"type":"web_search_20250305","max_uses":2}],` + msgs + `}`, nil,
+			// 9 × 4 (an hour's cache write) + 100 × 10, + 2 × 10,000 (Anthropic's)
+			Cost{MicroUSD: 1_036 + 20_000, Model: "writer", InputTokens: 9, OutputTokens: 100}},
 		{"cap below the limit", `{"model":"small","max_tokens":100,` + msgs + `}`, nil,
 			// (9 × 1 + 100 × 4) USD/M = 409 µUSD
 			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
