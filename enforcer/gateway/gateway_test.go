@@ -129,6 +129,16 @@ func (f *fakeTracker) settled(t *testing.T) inflight.Usage {
 	return f.finished[0]
 }
 
+// settledOnce is settled, then forgets the settlement, for the next request's.
+func (f *fakeTracker) settledOnce(t *testing.T) inflight.Usage {
+	t.Helper()
+	u := f.settled(t)
+	f.mu.Lock()
+	f.finished = nil
+	f.mu.Unlock()
+	return u
+}
+
 func newMetrics() (gateway.Metrics, *prometheus.CounterVec) {
 	req := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "req"}, []string{"outcome"})
 	return gateway.Metrics{Requests: req, Active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "active"}),
@@ -424,10 +434,7 @@ func TestCheckSeesTheBody(t *testing.T) {
 		if res.StatusCode != 200 {
 			t.Fatalf("%d", res.StatusCode)
 		}
-		e.tracker.settled(t)
-		e.tracker.mu.Lock()
-		e.tracker.finished = nil
-		e.tracker.mu.Unlock()
+		e.tracker.settledOnce(t)
 	}
 	e.gate.mu.Lock()
 	defer e.gate.mu.Unlock()
@@ -1188,10 +1195,7 @@ func TestCompressedRequestBodies(t *testing.T) {
 			if res.StatusCode != 200 {
 				t.Fatalf("%d", res.StatusCode)
 			}
-			e.tracker.settled(t)
-			e.tracker.mu.Lock()
-			e.tracker.finished = nil
-			e.tracker.mu.Unlock()
+			e.tracker.settledOnce(t)
 			mu.Lock()
 			last, lastBody := got[len(got)-1], bodies[len(bodies)-1]
 			mu.Unlock()
