@@ -131,3 +131,23 @@ func FuzzMeter(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkMeter measures each container in 4 KiB chunks, as a response body arrives:
+//
+//	go test -run '^$' -bench Meter ./enforcer/audiolength
+func BenchmarkMeter(b *testing.B) {
+	all := fixtures(b)
+	for _, name := range []string{"speech.mp3", "speech.opus", "speech.aac", "speech.flac", "speech.wav"} {
+		f := all[name]
+		chunks := split(f.Bytes, func() int { return 4096 })
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(f.Bytes)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if measure(f.ContentType, chunks) != f.DecodedMillis {
+					b.Fatal("wrong duration")
+				}
+			}
+		})
+	}
+}
