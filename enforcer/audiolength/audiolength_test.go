@@ -151,3 +151,32 @@ func BenchmarkMeter(b *testing.B) {
 		})
 	}
 }
+
+// TestFLACFalseSyncIsNotAFrame: a frame header found inside another frame's data (sync
+// code and CRC-8 alike, as one candidate in 256 passes the CRC by chance) but out of the
+// stream's numbering is not counted.
+func TestFLACFalseSyncIsNotAFrame(t *testing.T) {
+	f := fixtures(t)["speech.flac"]
+	b := f.Bytes
+	// The first frame follows the metadata blocks.
+	at := 4
+	for last := false; !last; {
+		last = b[at]&0x80 != 0
+		at += 4 + (int(b[at+1])<<16 | int(b[at+2])<<8 | int(b[at+3]))
+	}
+	m := New(f.ContentType)
+	s := (&flac{phase: 2}).frame(m, b[at:at+16])
+	if s.lost || s.more > 0 || s.consumed < 6 || m.nanos == 0 {
+		t.Fatalf("the first frame's header at %d was not read: %+v", at, s)
+	}
+	// The same header renumbered 3 (with its CRC-8 made right), put inside the first
+	// frame's data.
+	fake := append([]byte(nil), b[at:at+s.consumed]...)
+	fake[4] = 3
+	fake[len(fake)-1] = crc8(fake[:len(fake)-1])
+	inside := at + s.consumed + 100
+	withFake := append(append(append([]byte(nil), b[:inside]...), fake...), b[inside:]...)
+	if got := measure(f.ContentType, [][]byte{withFake}); got != f.DecodedMillis {
+		t.Fatalf("%d ms with a false header inside a frame, want %d", got, f.DecodedMillis)
+	}
+}

@@ -89,6 +89,12 @@ func (p *ogg) readCodec(id []byte) {
 type flac struct {
 	phase int // 0: the "fLaC" marker; 1: metadata blocks; 2: frames
 	rate  int64
+	// next is the number the next frame's header must carry, once a frame was read
+	// (counted): its frame number in a fixed-blocksize stream, its first sample's in a
+	// variable one. A sync code and a CRC-8 that match by chance inside a frame's data
+	// (one candidate in 256 passes the CRC) do not also carry the next number.
+	next    int64
+	counted bool
 }
 
 func (p *flac) start() int { return 4 }
@@ -169,12 +175,17 @@ func (p *flac) frame(m *Meter, h []byte) step {
 	if len(h) < total {
 		return step{more: total}
 	}
+	number := int64(h[4])
+	if n > 1 {
+		number &= 0xff >> (n + 1)
+	}
 	for _, b := range h[5 : 4+n] {
 		if b&0xc0 != 0x80 {
 			return step{lost: true}
 		}
+		number = number<<6 | int64(b&0x3f)
 	}
-	if crc8(h[:total-1]) != h[total-1] {
+	if crc8(h[:total-1]) != h[total-1] || p.counted && number != p.next {
 		return step{lost: true}
 	}
 	var samples int64
@@ -202,6 +213,10 @@ func (p *flac) frame(m *Meter, h []byte) step {
 		rate = (int64(h[rateAt])<<8 | int64(h[rateAt+1])) * 10
 	}
 	m.add(samples, rate)
+	p.counted, p.next = true, number+1
+	if h[1]&1 == 1 { // variable blocksize: numbered by sample
+		p.next = number + samples
+	}
 	// The frame's data follows; its end is found by the next header's sync code.
 	return step{consumed: total, next: 4, hunt: true}
 }
