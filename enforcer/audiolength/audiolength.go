@@ -19,12 +19,13 @@
 //
 // Bytes a parser cannot place (junk between frames, an ID3v1 tag at the end) are
 // passed over until the next header. A stream cut mid-frame counts the frames whose
-// headers arrived. There is no hand-kept library for this in Go: the decoders that
-// exist (go-mp3, the Ogg and FLAC packages) decode whole files from an io.Reader, where
-// this reads pushed chunks and only the headers.
+// headers arrived. No well-kept Go library does this: the decoders that exist (go-mp3,
+// the Ogg and FLAC packages) decode whole files pulled from an io.Reader, where this
+// reads pushed chunks, and only their headers.
 package audiolength
 
 import (
+	"bytes"
 	"mime"
 	"strconv"
 	"strings"
@@ -53,7 +54,7 @@ const maxHeader = 27 + 255 + 16
 
 // parser reads one container's headers.
 type parser interface {
-	// start returns how many bytes the stream's first header needs.
+	// start returns how many bytes the next header needs (a header's first bytes).
 	start() int
 	// header is given the need bytes at the current position (hdr) and returns what
 	// to do next (the step's fields).
@@ -122,7 +123,7 @@ func (m *Meter) Write(b []byte) {
 			b = b[k:]
 			continue
 		case m.hunting && m.n == 0:
-			i := indexByte(b, m.p.sync())
+			i := bytes.IndexByte(b, m.p.sync())
 			if i < 0 {
 				return
 			}
@@ -151,7 +152,7 @@ func (m *Meter) advance() {
 		m.hunting = true
 		m.need = m.p.start()
 		if m.n > 0 && m.buf[0] != m.p.sync() {
-			if i := indexByte(m.buf[:m.n], m.p.sync()); i >= 0 {
+			if i := bytes.IndexByte(m.buf[:m.n], m.p.sync()); i >= 0 {
 				m.n = copy(m.buf[:], m.buf[i:m.n])
 			} else {
 				m.n = 0
@@ -203,15 +204,6 @@ func (m *Meter) add(samples, rate int64) {
 
 // dataRate is a parser whose duration is its sample data's bytes (WAV, PCM).
 type dataRate interface{ nanosOf(bytes int64) int64 }
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
-}
 
 // id3Length is the length of an ID3v2 tag that hdr (10 bytes) begins, or 0.
 func id3Length(hdr []byte) int64 {

@@ -187,8 +187,12 @@ relay:
 	cancel()
 	// Transcriptions still waiting (the member was refused while a response was in
 	// progress, and the session ended before the response did): one more try each.
-	for _, w := range waiting {
-		p.chargeAside(context.WithoutCancel(ctx), w, creds, events.Model())
+	if len(waiting) > 0 {
+		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), realtimeSettleWait)
+		for _, w := range waiting {
+			p.chargeAside(wctx, w, creds, events.Model())
+		}
+		wcancel()
 	}
 	// The last request: nothing more when no response was in progress (complete at 0),
 	// else the cut response, estimated from its text.
@@ -369,7 +373,7 @@ func keepAlive(ctx context.Context, idle time.Duration, up *websocket.Conn, stop
 	}
 }
 
-// realtimePingInterval is the longest a session goes without a ping of each side.
+// realtimePingInterval is the longest a session goes without a ping of its provider.
 const realtimePingInterval = 30 * time.Second
 
 // errProviderSilent ends a session whose provider stopped answering pings.
