@@ -697,7 +697,29 @@ func TestGeminiThroughTheGateway(t *testing.T) {
 			}
 		})
 	}
-	s.waitUsed(t, o, n, 2*want)
+	spent := 2 * want
+	// Gemini's speech and image models have entries of their own: their family's would
+	// price their audio or image output 4 and 12 times too low.
+	for _, model := range []string{"gemini-2.5-flash-preview-tts", "gemini-2.5-flash-image"} {
+		t.Run(model, func(t *testing.T) {
+			e, _ := pricecatalog.Lookup(model)
+			if f, _ := pricecatalog.Lookup(gemini); e.Model != model || e.OutputPerMillion < 4*f.OutputPerMillion {
+				t.Fatalf("%s is priced as %+v", model, e)
+			}
+			before := len(fake.Calls())
+			if r := runSDK(t, dir, "gemini.mjs", "json", s.gateway, o.key, model); !r.OK {
+				t.Fatalf("the call failed: %+v", r)
+			}
+			rec := waitReceipt(t, s, fake.Calls()[before].Header.Get("X-Service-Request-Id"))
+			cost := ceilDiv(80_000*e.InputPerMillion+20_000*e.CachedInputPerMillion+10_000*e.OutputPerMillion, 1_000_000)
+			if rec.cost() != cost || rec["model"] != model || rec["price_source"] != "catalog" {
+				t.Fatalf("receipt %s, want %d at %s's price", rec, cost, model)
+			}
+			n++
+			spent += cost
+		})
+	}
+	s.waitUsed(t, o, n, spent)
 }
 
 // TestAzureOpenAIThroughTheGateway: the official openai package's Azure client

@@ -200,6 +200,13 @@ func TestLookup(t *testing.T) {
 		{"speech, not gpt-4o-mini", "gpt-4o-mini-tts", "gpt-4o-mini-tts"},
 		{"audio preview, dated", "gpt-4o-audio-preview-2024-12-17", "gpt-4o-audio-preview"},
 		{"mini audio preview, dated", "gpt-4o-mini-audio-preview-2024-12-17", "gpt-4o-mini-audio-preview"},
+		// Gemini's image and speech variants: the text family would price their output
+		// 4 to 12 times too low.
+		{"Gemini image, not gemini-2.5-flash", "gemini-2.5-flash-image", "gemini-2.5-flash-image"},
+		{"Gemini image preview: its family", "models/gemini-2.5-flash-image-preview", "gemini-2.5-flash-image"},
+		{"Gemini speech, not gemini-2.5-flash", "gemini-2.5-flash-preview-tts", "gemini-2.5-flash-preview-tts"},
+		{"Gemini pro speech, not gemini-2.5-pro", "gemini-2.5-pro-preview-tts", "gemini-2.5-pro-preview-tts"},
+		{"Gemini 3 pro image", "gemini-3-pro-image-preview", "gemini-3-pro-image-preview"},
 		{"no '-' boundary: not found", "gpt-5.2", ""},
 		{"unknown", "llama-3.1-70b", ""},
 		{"empty", "", ""},
@@ -224,7 +231,8 @@ func TestLookup(t *testing.T) {
 // audio tokens, dearer than text, with the text.
 func TestAudioVariantsAreNotCheaperThanTheirFamily(t *testing.T) {
 	for variant, family := range map[string]string{"gpt-4o-transcribe": "gpt-4o", "gpt-4o-mini-transcribe": "gpt-4o-mini",
-		"gpt-4o-mini-tts": "gpt-4o-mini", "gpt-4o-audio-preview": "gpt-4o", "gpt-4o-mini-audio-preview": "gpt-4o-mini"} {
+		"gpt-4o-mini-tts": "gpt-4o-mini", "gpt-4o-audio-preview": "gpt-4o", "gpt-4o-mini-audio-preview": "gpt-4o-mini",
+		"gemini-2.5-flash-image": "gemini-2.5-flash", "gemini-2.5-flash-preview-tts": "gemini-2.5-flash"} {
 		v, _ := Lookup(variant)
 		f, _ := Lookup(family)
 		if v.Model != variant || f.Model != family || v.InputPerMillion < f.InputPerMillion || v.OutputPerMillion < f.OutputPerMillion {
