@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -17,6 +19,7 @@ import (
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/internal/testaudio"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
@@ -169,27 +172,45 @@ func TestBothSDKsThroughOneGatewayByRoute(t *testing.T) {
 // its libcurl decodes (Debian's: deflate, gzip, br, zstd). The gateway offers the
 // provider only those the usage extractor reads, so a provider that speaks zstd (behind
 // a CDN) cannot answer in it; this one answers gzip, curl decodes it, and the call,
-// streamed or not, is charged exactly from the reported usage.
+// streamed or not, is charged exactly from the reported usage. The same over HTTP/2
+// without TLS (h2c, prior knowledge: how a proxy or a mesh sidecar may multiplex its
+// requests to the gateway), and with a gzip-compressed request body, which the provider
+// gets decoded and asked for its usage.
 func TestCurlThroughTheGateway(t *testing.T) {
-	curl, err := exec.LookPath("curl")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("curl is not on PATH (CI=true: .ci/run installs it)")
-		}
-		t.Skip("curl is not on PATH")
-	}
+	curl := testio.LookTool(t, "curl", "install curl")
 	t.Parallel() // its own database and Redis prefix
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, want := gatewayWithFixedUsage(t)
-	for _, stream := range []bool{false, true} {
-		t.Run(fmt.Sprintf("stream %v", stream), func(t *testing.T) {
-			body := fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, model, stream)
+	for _, tc := range []struct {
+		name         string
+		stream, gzip bool
+		args         []string
+		version      string
+	}{
+		{"json", false, false, nil, "1.1"},
+		{"stream", true, false, nil, "1.1"},
+		{"stream over h2c", true, false, []string{"--http2-prior-knowledge"}, "2"},
+		{"stream with a gzip body", true, true, nil, "1.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, model, tc.stream))
+			args := append([]string{"--silent", "--show-error", "--fail", "--compressed", "--max-time", "30",
+				"-H", "Authorization: Bearer " + o.key, "-H", "Content-Type: application/json",
+				"--write-out", `\nhttp_version=%{http_version}`}, tc.args...)
+			if tc.gzip {
+				var z bytes.Buffer
+				zw := gzip.NewWriter(&z)
+				_, _ = zw.Write(body)
+				_ = zw.Close()
+				body = z.Bytes()
+				args = append(args, "-H", "Content-Encoding: gzip")
+			}
+			args = append(args, "--data-binary", "@-", s.gateway+"/v1/chat/completions")
 			before := len(fake.Calls())
-			cmd := exec.Command(curl, "--silent", "--show-error", "--fail", "--compressed", "--max-time", "30",
-				"-H", "Authorization: Bearer "+o.key, "-H", "Content-Type: application/json", "-d", body,
-				s.gateway+"/v1/chat/completions")
+			cmd := exec.Command(curl, args...)
+			cmd.Stdin = bytes.NewReader(body)
 			out, err := cmd.CombinedOutput()
-			if err != nil || !strings.Contains(string(out), "paid") {
+			if err != nil || !strings.Contains(string(out), "paid") || !strings.HasSuffix(string(out), "http_version="+tc.version) {
 				t.Fatalf("curl: %v\n%s", err, out)
 			}
 			calls := fake.Calls()[before:]
@@ -199,6 +220,10 @@ func TestCurlThroughTheGateway(t *testing.T) {
 			ae := calls[0].Header.Get("Accept-Encoding")
 			if strings.Contains(ae, "zstd") || !calls[0].Gzip {
 				t.Errorf("the provider was offered %q and answered gzip %v; want no zstd, and gzip", ae, calls[0].Gzip)
+			}
+			if tc.gzip && (calls[0].Header.Get("Content-Encoding") != "" || !strings.Contains(string(calls[0].Body), `"include_usage":true`)) {
+				t.Errorf("the provider got %q with Content-Encoding %q: want it decoded and asked for its usage",
+					calls[0].Body, calls[0].Header.Get("Content-Encoding"))
 			}
 			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
 			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
