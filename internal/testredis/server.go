@@ -2,6 +2,7 @@ package testredis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -27,13 +28,15 @@ type Server struct {
 	// bus is a cluster node's bus port (0 otherwise).
 	bus int
 	cmd *exec.Cmd
+	// exited is closed once the process started last has exited.
+	exited chan struct{}
 }
 
 // StartServer starts a redis-server (no persistence) on a free 127.0.0.1 port; it is
 // stopped when the test ends.
 func StartServer(t testing.TB) *Server {
 	t.Helper()
-	return startServer(t, serverBinary(t), freePort(t))
+	return startOnFreePort(t, serverBinary(t), func(*Server) []string { return nil })
 }
 
 // serverBinary finds redis-server, or skips (fails under CI=true).
@@ -57,39 +60,71 @@ func freePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// startServer starts redis-server on port with extra arguments; it is stopped when the
-// test ends.
-func startServer(t testing.TB, bin string, port int, args ...string) *Server {
+// startOnFreePort starts redis-server on a free port with the extra arguments args gives
+// for it (a cluster node picks its bus port there, a sentinel its configuration); it is
+// stopped when the test ends. A port is free when chosen, but another test's outgoing
+// connection may take it before the server binds it (both come from the ephemeral
+// range): a server that exits at start is started again on other ports, three times at
+// most.
+func startOnFreePort(t testing.TB, bin string, args func(s *Server) []string) *Server {
 	t.Helper()
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir(), bin: bin, args: args}
-	s.Start(t)
-	t.Cleanup(s.Stop)
-	return s
+	for attempt := 1; ; attempt++ {
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))), dir: t.TempDir(), bin: bin}
+		s.args = args(s)
+		err := s.start()
+		if err == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+		if !errors.Is(err, errExited) || attempt == 3 {
+			t.Fatalf("redis-server on %s: %v\n%s", s.Addr, err, s.Log())
+		}
+		t.Logf("redis-server on %s exited at start (attempt %d), trying other ports:\n%s", s.Addr, attempt, s.Log())
+	}
 }
+
+// errExited: the server exited before it answered (a port already bound, say).
+var errExited = errors.New("exited before it answered")
 
 // Start starts the server (again) on its port and waits until it answers.
 func (s *Server) Start(t testing.TB) {
 	t.Helper()
+	if err := s.start(); err != nil {
+		t.Fatalf("redis-server on %s: %v\n%s", s.Addr, err, s.Log())
+	}
+}
+
+func (s *Server) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")}, s.args...)
 	if s.conf != "" {
 		args = append([]string{s.conf}, args...)
 	}
-	s.cmd = exec.Command(s.bin, args...)
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
+	cmd := exec.Command(s.bin, args...)
+	if err := cmd.Start(); err != nil {
+		return err
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	// One dial a ping, no retries: a server that exited is noticed within a poll.
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialerRetries: 1, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if c.Ping(context.Background()).Err() == nil {
-			return
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-exited:
+			s.cmd = nil
+			return errExited
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	t.Fatalf("redis-server on %s did not answer", s.Addr)
+	s.Stop()
+	return errors.New("did not answer within 10s")
 }
 
 // Stop kills the server (SIGKILL: no goodbye to replicas, sentinels or cluster peers;
@@ -99,7 +134,7 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_, _ = s.cmd.Process.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 

@@ -37,14 +37,15 @@ func StartCluster(t testing.TB) *Cluster {
 	bin := topologyBinary(t)
 	c := &Cluster{}
 	for range 6 {
-		port, bus := freePort(t), freePort(t)
 		// The bus port is set explicitly: the default (port + 10000) may lie past 65535
 		// for an ephemeral port. Full coverage is not required, so the shards that are
 		// up keep answering while one fails over (docs/redis.md recommends the same).
-		c.Nodes = append(c.Nodes, startServer(t, bin, port, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout.Milliseconds())), "--cluster-port", strconv.Itoa(bus),
-			"--cluster-require-full-coverage", "no"))
-		c.Nodes[len(c.Nodes)-1].bus = bus
+		c.Nodes = append(c.Nodes, startOnFreePort(t, bin, func(s *Server) []string {
+			s.bus = freePort(t)
+			return []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+				"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout.Milliseconds())), "--cluster-port", strconv.Itoa(s.bus),
+				"--cluster-require-full-coverage", "no"}
+		}))
 	}
 	ctx := context.Background()
 	nodes := make([]*redis.Client, len(c.Nodes))
@@ -262,23 +263,24 @@ func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	bin := topologyBinary(t)
 	s := &Sentinel{MasterName: "tollgate"}
-	master := startServer(t, bin, freePort(t))
-	replica := startServer(t, bin, freePort(t), "--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))
+	master := startOnFreePort(t, bin, func(*Server) []string { return nil })
+	replica := startOnFreePort(t, bin, func(*Server) []string {
+		return []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port())}
+	})
 	s.Data = []*Server{master, replica}
 	for range 3 {
 		// A sentinel rewrites its configuration file as it learns the group, so each
 		// gets a file of its own, which must come first on the command line.
-		port := freePort(t)
-		conf := filepath.Join(t.TempDir(), "sentinel.conf")
-		text := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s %d\n"+
-			"sentinel failover-timeout %s 3000\nsentinel parallel-syncs %s 1\n",
-			s.MasterName, master.Port(), s.MasterName, SentinelDownAfter.Milliseconds(), s.MasterName, s.MasterName)
-		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		sen := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), dir: t.TempDir(), bin: bin, conf: conf, args: []string{"--sentinel"}}
-		sen.Start(t)
-		t.Cleanup(sen.Stop)
+		sen := startOnFreePort(t, bin, func(sen *Server) []string {
+			sen.conf = filepath.Join(t.TempDir(), "sentinel.conf")
+			text := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s %d\n"+
+				"sentinel failover-timeout %s 3000\nsentinel parallel-syncs %s 1\n",
+				s.MasterName, master.Port(), s.MasterName, SentinelDownAfter.Milliseconds(), s.MasterName, s.MasterName)
+			if err := os.WriteFile(sen.conf, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"--sentinel"}
+		})
 		s.Sentinels = append(s.Sentinels, sen)
 	}
 	ctx := context.Background()
