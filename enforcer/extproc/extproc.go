@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"encoding/json"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -113,7 +115,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 			// A WebSocket (the Realtime API) is relayed past ext_proc once upgraded: its
 			// messages, and the usage in them, are never seen here. Only the enforcer's
 			// gateway charges one (docs/gateway.md, "Realtime").
-			_ = st.s.tracker.Finish(st.requestID, inflight.Refused(), nil) // never sent upstream
+			_ = st.s.tracker.Finish(st.requestID, inflight.Refused(http.StatusForbidden), nil) // never sent upstream
 			st.s.m.ExtProcRequestBodies.WithLabelValues("billing_deferred").Inc()
 			return immediate(gate.BillingDeferredRefusal(requestbody.DeferredRealtime))
 		}
@@ -206,20 +208,24 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		return continueRequestBody
 	}
 	// A compressed body is read decoded and sent decoded (requestbody.Decode); one that
-	// does not decode goes as it came, unread (an Envoy decompressor filter before
-	// ext_proc can decode more codings).
+	// does not decode is refused, as the gateway refuses it, and settled at 0: unread, it
+	// could not be estimated nor a stream asked for its usage (an Envoy decompressor
+	// filter before ext_proc can decode more codings).
 	replace := false // the body that goes upstream is not the one that came
 	if len(st.codings) > 0 {
-		if b, err := requestbody.Decode(st.codings, body, maxDecodedBody); err == nil {
-			body, replace = b, true
-			m.WithLabelValues("decoded").Inc()
-		} else {
+		b, err := requestbody.Decode(st.codings, body, maxDecodedBody)
+		if err != nil {
+			r := requestbody.DecodeRefusal(err, st.codings, maxDecodedBody)
+			_ = st.s.tracker.Finish(st.requestID, inflight.Refused(r.Status), nil) // never sent upstream
 			m.WithLabelValues("undecodable").Inc()
+			return refusal(r)
 		}
+		body, replace = b, true
+		m.WithLabelValues("decoded").Inc()
 	}
 	est, err := estimate.Input(body)
 	if endpoint := requestbody.Deferred(st.method, st.path, err == nil && est.Background); endpoint != "" && !st.s.AllowDeferredBilling {
-		_ = st.s.tracker.Finish(st.requestID, inflight.Refused(), nil) // never sent upstream
+		_ = st.s.tracker.Finish(st.requestID, inflight.Refused(http.StatusForbidden), nil) // never sent upstream
 		m.WithLabelValues("billing_deferred").Inc()
 		return immediate(gate.BillingDeferredRefusal(endpoint))
 	}
@@ -247,7 +253,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 }
 
 // maxDecodedBody bounds what a compressed request body may decode to (a compression
-// bomb is not inflated further; such a body goes as it came, unread).
+// bomb is not inflated further: 413).
 const maxDecodedBody = 32 << 20
 
 // replaceBody sends body upstream instead of the one that came: decoded (without its
@@ -273,6 +279,20 @@ func (st *stream) replaceBody(body []byte) *extprocv3.ProcessingResponse {
 		cr.HeaderMutation = hm
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cr}}}
+}
+
+// refusal answers the client with a front door's own refusal of a body it cannot read,
+// in the shape of the gateway's errors.
+func refusal(r requestbody.Refusal) *extprocv3.ProcessingResponse {
+	body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": "invalid_request_error", "code": r.Code, "message": r.Message}})
+	set := []*corev3.HeaderValueOption{
+		{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+		{Header: &corev3.HeaderValue{Key: strings.ToLower(gate.HeaderErrorCode), RawValue: []byte(r.Code)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+		Status: &typev3.HttpStatus{Code: typev3.StatusCode(r.Status)}, Headers: &extprocv3.HeaderMutation{SetHeaders: set},
+		Body: body, Details: r.Code,
+	}}}
 }
 
 // immediate answers the client with a gate refusal instead of sending the request

@@ -156,7 +156,8 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 // A compressed body (gzip, deflate, br) is read decoded and sent decoded: the body
 // mutation carries it (a chat stream's asked for its usage too), content-encoding is
 // removed and content-length set to its length; its estimate is recorded. A body of
-// another coding, or corrupt, goes as it came.
+// another coding, or corrupt, is refused as the gateway refuses it (415, 400, with the
+// error code) and settled at 0 with that status: unread, it would go uncharged.
 func TestExtProcDecodesCompressedBodies(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{})
 	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
@@ -172,22 +173,14 @@ func TestExtProcDecodesCompressedBodies(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		spec    bodySpec
-		mutated string // "" = not mutated
+		mutated string
 	}{
 		{"a gzip chat stream: decoded and asked for its usage", bodySpec{path: "/v1/chat/completions", body: gz(chatStreamBody), contentEncoding: "gzip"}, withUsage},
 		{"gzip messages: decoded", bodySpec{path: "/v1/messages", body: gz(messages), contentEncoding: "gzip"}, messages},
-		{"zstd: as it came", bodySpec{path: "/v1/messages", body: "(\xb5/\xfd", contentEncoding: "zstd"}, ""},
-		{"corrupt gzip: as it came", bodySpec{path: "/v1/messages", body: "not gzip", contentEncoding: "gzip"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.spec.requestID, _ = e.Admit(t, w.Key)
 			cr := sendRequestBody(t, e, tc.spec).GetResponse()
-			if tc.mutated == "" {
-				if cr != nil {
-					t.Fatalf("mutated: %v", cr)
-				}
-				return
-			}
 			if got := string(cr.GetBodyMutation().GetBody()); got != tc.mutated {
 				t.Fatalf("body %q\nwant %s", got, tc.mutated)
 			}
@@ -195,6 +188,33 @@ func TestExtProcDecodesCompressedBodies(t *testing.T) {
 			if !slices.Equal(hm.GetRemoveHeaders(), []string{"content-encoding"}) || len(hm.GetSetHeaders()) != 1 ||
 				string(hm.GetSetHeaders()[0].GetHeader().GetRawValue()) != strconv.Itoa(len(tc.mutated)) {
 				t.Fatalf("header mutation %v", hm)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name   string
+		spec   bodySpec
+		status int
+		code   string
+	}{
+		{"zstd: refused", bodySpec{path: "/v1/messages", body: "(\xb5/\xfd", contentEncoding: "zstd"}, 415, "service_gateway_request_encoding_unsupported"},
+		{"corrupt gzip: refused", bodySpec{path: "/v1/messages", body: "not gzip", contentEncoding: "gzip"}, 400, "service_gateway_request_body_corrupt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.spec.requestID, _ = e.Admit(t, w.Key)
+			ir := answerRequestBody(t, e, tc.spec).GetImmediateResponse()
+			var code string
+			for _, h := range ir.GetHeaders().GetSetHeaders() {
+				if h.GetHeader().GetKey() == "x-service-error-code" {
+					code = string(h.GetHeader().GetRawValue())
+				}
+			}
+			if int(ir.GetStatus().GetCode()) != tc.status || code != tc.code || !strings.Contains(string(ir.GetBody()), tc.code) {
+				t.Fatalf("answered %v, want %d %s", ir, tc.status, tc.code)
+			}
+			enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(tc.spec.requestID) != nil })
+			if rc := e.CP.Receipt(tc.spec.requestID); rc.Cost != 0 || rc.Item.GetUpstreamStatus() != int32(tc.status) || !rc.Item.GetComplete() {
+				t.Fatalf("settled %v at %d", rc.Item, rc.Cost)
 			}
 		})
 	}

@@ -532,7 +532,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 
 	p.unbilled = requestbody.Unbilled(r.Method, r.URL.Path)
 	if endpoint := requestbody.Deferred(r.Method, r.URL.Path, est != nil && est.Background); endpoint != "" && !gw.cfg.AllowDeferredBilling {
-		p.settle(inflight.Refused()) // never sent upstream
+		p.settle(inflight.Refused(http.StatusForbidden)) // never sent upstream
 		gw.answered(w, OutcomeRefused)
 		refuse(w, gate.BillingDeferredRefusal(endpoint))
 		return false

@@ -81,7 +81,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 		gw.tracker.Follow(p.id)
 	}
 	if !isRealtimePath(r.URL.Path) {
-		p.settle(inflight.Refused())
+		p.settle(inflight.Refused(http.StatusForbidden))
 		gw.answered(w, OutcomeRefused)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_websocket_unsupported",
 			"Only the Realtime API's WebSocket (/v1/realtime) can be proxied and charged.", nil)

@@ -3,7 +3,6 @@ package gateway
 import (
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 )
@@ -14,19 +13,15 @@ import (
 // body cap is 413, however small it came. Uploads (isUpload) pass as they came: nothing
 // in them is read.
 
-// refuseBody answers a compressed body decodeRequestBody could not read: 415 for a
-// coding it does not read, 400 for a corrupt one; false for a body past the cap, which
-// the caller answers 413 as any.
+// refuseBody answers a compressed body requestbody.Decode could not read: 415 for a
+// coding it does not read, 400 for a corrupt one (requestbody.DecodeRefusal); false for
+// a body past the cap, which the caller answers 413 as any.
 func refuseBody(w http.ResponseWriter, err error, codings []string) bool {
-	switch {
-	case errors.Is(err, requestbody.ErrCodingUnsupported):
-		writeError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "service_gateway_request_encoding_unsupported",
-			"The request body's Content-Encoding ("+strings.Join(codings, ", ")+") is not one the gateway reads: send it uncompressed, or as gzip, deflate or br.", nil)
-		return true
-	case errors.Is(err, requestbody.ErrCodingCorrupt):
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_request_body_corrupt",
-			"The request body is not valid "+strings.Join(codings, ", ")+" data.", nil)
-		return true
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return false
 	}
-	return false
+	r := requestbody.DecodeRefusal(err, codings, 0)
+	writeError(w, r.Status, "invalid_request_error", r.Code, r.Message, nil)
+	return true
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"hash/maphash"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,10 +117,11 @@ func outputText(got responseusage.Usage, status int32) int64 {
 	return got.TextBytes
 }
 
-// Refused is the Usage of an admitted request the front door refused itself (its 403,
-// say: billing deferred) and never sent upstream: complete, at a known cost of 0.
-func Refused() Usage {
-	return Usage{Complete: true, UpstreamStatus: http.StatusForbidden, UpstreamCostMicroUSD: requestbody.UnbilledCost(nil)}
+// Refused is the Usage of an admitted request the front door refused itself with status
+// (403 billing deferred, 415 a body it cannot read...) and never sent upstream:
+// complete, at a known cost of 0.
+func Refused(status int) Usage {
+	return Usage{Complete: true, UpstreamStatus: int32(status), UpstreamCostMicroUSD: requestbody.UnbilledCost(nil)}
 }
 
 // Seen is what a response stream saw besides the usage it reported.

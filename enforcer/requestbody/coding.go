@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/andybalholm/brotli"
@@ -82,4 +83,30 @@ func decoderOf(coding string, body []byte) (io.Reader, error) {
 		return brotli.NewReader(bytes.NewReader(body)), nil
 	}
 	return nil, ErrCodingUnsupported
+}
+
+// Refusal is how a front door answers a compressed body Decode could not read, before
+// it goes upstream: the gateway before admission, ext_proc after it (its request then
+// settled at 0). A body that is not read cannot be estimated, nor a chat stream asked
+// for its usage, so it is never sent as it came.
+type Refusal struct {
+	Status        int
+	Code, Message string
+}
+
+// DecodeRefusal is the answer to Decode's error err for a body of codings that may
+// decode to limit bytes: 415 for a coding it does not read, 400 for a corrupt body,
+// 413 past the limit.
+func DecodeRefusal(err error, codings []string, limit int64) Refusal {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return Refusal{http.StatusRequestEntityTooLarge, "service_gateway_body_too_large",
+			"The request body exceeds " + strconv.FormatInt(limit, 10) + " bytes."}
+	case errors.Is(err, ErrCodingUnsupported):
+		return Refusal{http.StatusUnsupportedMediaType, "service_gateway_request_encoding_unsupported",
+			"The request body's Content-Encoding (" + strings.Join(codings, ", ") + ") is not one the gateway reads: send it uncompressed, or as gzip, deflate or br."}
+	}
+	return Refusal{http.StatusBadRequest, "service_gateway_request_body_corrupt",
+		"The request body is not valid " + strings.Join(codings, ", ") + " data."}
 }

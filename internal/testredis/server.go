@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
 // Server is a throwaway redis-server on a loopback port.
@@ -49,15 +50,12 @@ func serverBinary(t testing.TB) string {
 	return bin
 }
 
-// freePort is a loopback port nothing listens on now.
+// freePort is a loopback port nothing listens on now (testio.FreeAddr's).
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	_, port, _ := net.SplitHostPort(testio.FreeAddr(t))
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
 // startOnFreePort starts redis-server on a free port with the extra arguments args gives
