@@ -1388,8 +1388,19 @@ type SettleItem struct {
 	// tokens at the catalog's price of a call for the model's provider
 	// (pricecatalog.Catalog.FileSearch).
 	FileSearchCalls int64 `protobuf:"varint,20,opt,name=file_search_calls,json=fileSearchCalls,proto3" json:"file_search_calls,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// audio_input_tokens is the part of input_tokens that is audio (OpenAI's
+	// prompt_tokens_details.audio_tokens and input_token_details.audio_tokens, Gemini's
+	// promptTokensDetails entry of modality AUDIO), and audio_output_tokens the part of
+	// output_tokens (completion_tokens_details.audio_tokens, candidatesTokensDetails), where
+	// the upstream reported it: a model whose catalog entry prices audio tokens apart
+	// (pricecatalog.Price.AudioInputPerMillion, AudioOutputPerMillion) is charged them at
+	// that price and the rest at its text price. Absent (not reported, or estimated),
+	// such a model's tokens of that direction are all charged at the dearer of the two, so
+	// an unknown split never lowers a charge. 0 is a report: no audio.
+	AudioInputTokens  *int64 `protobuf:"varint,21,opt,name=audio_input_tokens,json=audioInputTokens,proto3,oneof" json:"audio_input_tokens,omitempty"`
+	AudioOutputTokens *int64 `protobuf:"varint,22,opt,name=audio_output_tokens,json=audioOutputTokens,proto3,oneof" json:"audio_output_tokens,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1558,6 +1569,20 @@ func (x *SettleItem) GetWebSearchRequests() int64 {
 func (x *SettleItem) GetFileSearchCalls() int64 {
 	if x != nil {
 		return x.FileSearchCalls
+	}
+	return 0
+}
+
+func (x *SettleItem) GetAudioInputTokens() int64 {
+	if x != nil && x.AudioInputTokens != nil {
+		return *x.AudioInputTokens
+	}
+	return 0
+}
+
+func (x *SettleItem) GetAudioOutputTokens() int64 {
+	if x != nil && x.AudioOutputTokens != nil {
+		return *x.AudioOutputTokens
 	}
 	return 0
 }
@@ -1930,7 +1955,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xa5\a\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xbc\b\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -1954,8 +1979,12 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"$cache_creation_one_hour_input_tokens\x18\x11 \x01(\x03R\x1fcacheCreationOneHourInputTokens\x12,\n" +
 	"\x12audio_input_millis\x18\x12 \x01(\x03R\x10audioInputMillis\x12.\n" +
 	"\x13web_search_requests\x18\x13 \x01(\x03R\x11webSearchRequests\x12*\n" +
-	"\x11file_search_calls\x18\x14 \x01(\x03R\x0ffileSearchCallsB\x1a\n" +
-	"\x18_upstream_cost_micro_usd\"G\n" +
+	"\x11file_search_calls\x18\x14 \x01(\x03R\x0ffileSearchCalls\x121\n" +
+	"\x12audio_input_tokens\x18\x15 \x01(\x03H\x01R\x10audioInputTokens\x88\x01\x01\x123\n" +
+	"\x13audio_output_tokens\x18\x16 \x01(\x03H\x02R\x11audioOutputTokens\x88\x01\x01B\x1a\n" +
+	"\x18_upstream_cost_micro_usdB\x15\n" +
+	"\x13_audio_input_tokensB\x16\n" +
+	"\x14_audio_output_tokens\"G\n" +
 	"\rSettleRequest\x126\n" +
 	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\x8f\x02\n" +
 	"\fSettleResult\x12\x1d\n" +
