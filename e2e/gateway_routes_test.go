@@ -454,8 +454,9 @@ func TestDurationBilledAudioThroughTheGateway(t *testing.T) {
 					t.Fatalf("receipt %s, want the transcript's tokens charged at whisper-1's token price (%d), an estimate", rec, want)
 				}
 			case "transcribe-stream":
+				// All the input is audio (input_token_details.audio_tokens): the audio price.
 				gpt, _ := pricecatalog.Lookup("gpt-4o-transcribe")
-				want := ceilDiv(100_000*gpt.InputPerMillion+10_000*gpt.OutputPerMillion, 1_000_000)
+				want := ceilDiv(100_000*gpt.AudioInputPerMillion+10_000*gpt.OutputPerMillion, 1_000_000)
 				if !strings.Contains(string(r.Usage), `"output_tokens":10000`) || r.Chunks < 2 ||
 					rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
 					t.Fatalf("receipt %s (usage %s, %d events), want %d from the stream's usage", rec, r.Usage, r.Chunks, want)
@@ -615,6 +616,38 @@ func TestImagesThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestAudioTokensThroughTheGateway: the official OpenAI SDK's chat completion that hears
+// and speaks (gpt-audio, an input_audio part, modalities text and audio), not streamed
+// and streamed (the gateway asks the stream for its usage), is charged its audio tokens
+// at the audio prices and the rest at the text prices, from the usage's
+// prompt_tokens_details and completion_tokens_details.audio_tokens; the receipt keeps both
+// parts. Before 2026-11-28 such a model's tokens were all charged at the audio prices.
+func TestAudioTokensThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	u := fakellm.Usage{InputTokens: 10_000, OutputTokens: 2_000, AudioInputTokens: 8_000, AudioOutputTokens: 1_500}
+	fake, s, o := gatewayWithUsage(t, u)
+	e, _ := pricecatalog.Lookup("gpt-audio")
+	if e.Model != "gpt-audio" || e.AudioInputPerMillion <= e.InputPerMillion || e.AudioOutputPerMillion <= e.OutputPerMillion {
+		t.Fatalf("gpt-audio is priced %+v: no dearer audio prices to tell apart", e.Price)
+	}
+	want := ceilDiv(2_000*e.InputPerMillion+8_000*e.AudioInputPerMillion+500*e.OutputPerMillion+1_500*e.AudioOutputPerMillion, 1_000_000)
+	for _, scenario := range []string{"audio", "audio-stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, "gpt-audio")
+			calls := fake.Calls()[before:]
+			if !r.OK || len(calls) != 1 || !strings.Contains(string(calls[0].Body), `"input_audio"`) {
+				t.Fatalf("the call: %+v; the provider got %d calls", r, len(calls))
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != want || rec["cost_basis"] != "reported_usage" || rec["complete"] != true ||
+				rec["audio_input_tokens"] != 8_000.0 || rec["audio_output_tokens"] != 1_500.0 {
+				t.Fatalf("receipt %s, want %d: 8,000 audio and 2,000 text input tokens, 1,500 audio and 500 text output tokens, each at its price", rec, want)
+			}
+		})
+	}
+}
+
 // TestRealtimeThroughTheGateway: the official OpenAI SDK's Realtime client
 // (OpenAIRealtimeWS, on the ws package) holds a session with gpt-realtime through the
 // gateway's WebSocket. Each response is charged its usage exactly, at the catalog's
@@ -625,12 +658,16 @@ func TestImagesThroughTheGateway(t *testing.T) {
 func TestRealtimeThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, CachedInputTokens: 2_000, OutputTokens: 5_000})
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, CachedInputTokens: 2_000, OutputTokens: 5_000,
+		AudioInputTokens: 7_000, AudioOutputTokens: 4_500})
 	fake.Snapshots = map[string]string{"gpt-realtime": "gpt-realtime-2025-08-28"}
 	s := startStack(t, gatewayEnv(up.URL))
 	o := s.setUpOrg(t)
 	e, _ := pricecatalog.Lookup("gpt-realtime")
-	want := ceilDiv(8_000*e.InputPerMillion+2_000*e.CachedInputPerMillion+5_000*e.OutputPerMillion, 1_000_000)
+	// Of the 8,000 uncached input tokens 7,000 are audio; of the 5,000 output 4,500: each
+	// part at its price (input_token_details and output_token_details.audio_tokens).
+	want := ceilDiv(1_000*e.InputPerMillion+7_000*e.AudioInputPerMillion+2_000*e.CachedInputPerMillion+
+		500*e.OutputPerMillion+4_500*e.AudioOutputPerMillion, 1_000_000)
 	if want >= usd || 2*want < usd {
 		t.Fatalf("a response costs %d micro-USD: the test wants two to spend the 1 USD limit, one not to", want)
 	}
@@ -678,7 +715,7 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 func TestGeminiThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000})
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000, AudioInputTokens: 30_000})
 	routes := filepath.Join(t.TempDir(), "routes.yaml")
 	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: x-goog-api-key\n    credentialEnv: GOOGLE_KEY\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -690,7 +727,12 @@ func TestGeminiThroughTheGateway(t *testing.T) {
 	if !ok {
 		t.Fatal("gemini-2.5-flash is not in the catalog")
 	}
-	want := ceilDiv(80_000*e.InputPerMillion+20_000*e.CachedInputPerMillion+10_000*e.OutputPerMillion, 1_000_000)
+	// 30,000 of the 80,000 uncached input tokens are audio (promptTokensDetails), dearer
+	// than text on Gemini Flash.
+	if e.AudioInputPerMillion <= e.InputPerMillion {
+		t.Fatalf("%s's audio input is priced %d, its text %d", gemini, e.AudioInputPerMillion, e.InputPerMillion)
+	}
+	want := ceilDiv(50_000*e.InputPerMillion+30_000*e.AudioInputPerMillion+20_000*e.CachedInputPerMillion+10_000*e.OutputPerMillion, 1_000_000)
 
 	n := 0
 	for _, scenario := range []string{"json", "stream", "count"} {

@@ -145,6 +145,85 @@ func TestCatalogContract(t *testing.T) {
 	}
 }
 
+// Audio tokens priced apart (gpt-realtime's prices: text input 4 USD per million, audio
+// input 32, cached input 0.40, text output 16, audio output 64): a reported split is
+// charged each part at its price, an unknown one all of its class at the dearer price;
+// the audio input falls on the uncached input first, cached input keeps its one price,
+// and a price without audio prices ignores the counts.
+func TestAudioTokenPrices(t *testing.T) {
+	realtime := PricedAt{Price: Price{InputPerMillion: 4_000_000, AudioInputPerMillion: 32_000_000, CachedInputPerMillion: 400_000,
+		OutputPerMillion: 16_000_000, AudioOutputPerMillion: 64_000_000}, Source: PriceCatalog}
+	text := PricedAt{Price: Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000}, Source: PriceOrganization}
+	cases := []struct {
+		name   string
+		u      Usage
+		p      PricedAt
+		cost   int64
+		capped bool
+		err    error
+	}{
+		{"known split: each part at its price", Usage{InputTokens: 1000, AudioInputTokens: i64(600), OutputTokens: 500, AudioOutputTokens: i64(300)}, realtime,
+			600*32 + 400*4 + 300*64 + 200*16, false, nil}, // 44,200
+		{"unknown split: the dearer price for all", Usage{InputTokens: 1000, OutputTokens: 500}, realtime, 1000*32 + 500*64, false, nil},
+		{"an estimate without a split: the dearer price", Usage{OutputTokens: 1000, Estimated: true}, realtime, 1000 * 64, false, nil},
+		{"input split known, output unknown", Usage{InputTokens: 1000, AudioInputTokens: i64(600), OutputTokens: 500}, realtime,
+			600*32 + 400*4 + 500*64, false, nil},
+		{"no audio reported: the text prices", Usage{InputTokens: 1000, AudioInputTokens: i64(0), OutputTokens: 500, AudioOutputTokens: i64(0)}, realtime,
+			1000*4 + 500*16, false, nil},
+		{"all audio", Usage{InputTokens: 1000, AudioInputTokens: i64(1000), OutputTokens: 500, AudioOutputTokens: i64(500)}, realtime,
+			1000*32 + 500*64, false, nil},
+		{"an audio count above its class counts as the class", Usage{InputTokens: 100, AudioInputTokens: i64(500), OutputTokens: 10, AudioOutputTokens: i64(50)}, realtime,
+			100*32 + 10*64, false, nil},
+		{"audio tokens without the class's tokens cost nothing", Usage{OutputTokens: 10, AudioInputTokens: i64(500)}, realtime, 10 * 64, false, nil},
+		// 1,000 input tokens, 600 of them cached: the 500 audio tokens cover the 400
+		// uncached ones first (at 32), the cached ones stay at 0.40 whatever they are.
+		{"cached input with audio: the audio on the uncached input first", Usage{InputTokens: 1000, CachedInputTokens: 600, AudioInputTokens: i64(500)}, realtime,
+			400*32 + 600*4/10, false, nil}, // 13,040
+		{"cached input with less audio than the uncached input", Usage{InputTokens: 1000, CachedInputTokens: 600, AudioInputTokens: i64(100)}, realtime,
+			100*32 + 300*4 + 600*4/10, false, nil},
+		{"cached input without a split: uncached at the dearer, cached at its price", Usage{InputTokens: 1000, CachedInputTokens: 600}, realtime,
+			400*32 + 600*4/10, false, nil},
+		{"cache writes are not audio input", Usage{InputTokens: 1000, CacheWriteTokens: 400, AudioInputTokens: i64(1000)}, realtime,
+			600*32 + 400*4, false, nil},
+		{"a price without audio prices ignores the counts", Usage{InputTokens: 1000, AudioInputTokens: i64(1000), OutputTokens: 100, AudioOutputTokens: i64(100)}, text,
+			3_000 + 1_500, false, nil},
+		{"a price without audio prices, split unknown: its prices", Usage{InputTokens: 1000, OutputTokens: 100}, text, 3_000 + 1_500, false, nil},
+		{"an audio price below the text price: the dearer when unknown", Usage{InputTokens: 1_000_000}, PricedAt{Price: Price{InputPerMillion: 5, AudioInputPerMillion: 2}, Source: PriceCatalog},
+			5, false, nil},
+		{"an audio price below the text price, split known", Usage{InputTokens: 1_000_000, AudioInputTokens: i64(1_000_000)}, PricedAt{Price: Price{InputPerMillion: 5, AudioInputPerMillion: 2}, Source: PriceCatalog},
+			2, false, nil},
+		// Parts of 0.3 + 0.2 + 0.3 + 0.2 micro-USD: 1 rounded once, 4 rounded each.
+		{"rounded once, the parts together", Usage{InputTokens: 300_000, AudioInputTokens: i64(100_000), OutputTokens: 300_000, AudioOutputTokens: i64(100_000)},
+			PricedAt{Price: Price{InputPerMillion: 1, AudioInputPerMillion: 3, OutputPerMillion: 1, AudioOutputPerMillion: 3}, Source: PriceCatalog}, 1, false, nil},
+		{"priority tier: twice the split", Usage{InputTokens: 1000, AudioInputTokens: i64(600), OutputTokens: 500, AudioOutputTokens: i64(300), Priority: true}, realtime,
+			2 * (600*32 + 400*4 + 300*64 + 200*16), false, nil},
+		{"negative audio input", Usage{InputTokens: 10, AudioInputTokens: i64(-1)}, realtime, 0, false, ErrBadUsage},
+		{"negative audio output", Usage{OutputTokens: 10, AudioOutputTokens: i64(-1)}, realtime, 0, false, ErrBadUsage},
+		{"negative audio input without audio prices", Usage{InputTokens: 10, AudioInputTokens: i64(-1)}, text, 0, false, ErrBadUsage},
+		{"huge audio products are capped", Usage{InputTokens: math.MaxInt64, AudioInputTokens: i64(math.MaxInt64 / 2), OutputTokens: math.MaxInt64, AudioOutputTokens: i64(1)},
+			PricedAt{Price: Price{InputPerMillion: math.MaxInt64, AudioInputPerMillion: math.MaxInt64, OutputPerMillion: math.MaxInt64, AudioOutputPerMillion: math.MaxInt64,
+				CachedInputPerMillion: math.MaxInt64}, Source: PriceCatalog}, money.MaxAllowanceMicroUSD, true, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := CostOf(c.u, c.p)
+			if !errors.Is(err, c.err) || got.MicroUSD != c.cost || got.Capped != c.capped {
+				t.Fatalf("CostOf = %+v %v; want %d capped %v, %v", got, err, c.cost, c.capped, c.err)
+			}
+			if c.err == nil && got.Basis != c.u.Basis() {
+				t.Fatalf("basis %q", got.Basis)
+			}
+		})
+	}
+	// CatalogCost refuses a negative audio count, and a negative audio price, itself.
+	if _, err := CatalogCost(Usage{AudioOutputTokens: i64(-1)}, realtime.Price); !errors.Is(err, ErrBadUsage) {
+		t.Fatalf("negative audio output: %v", err)
+	}
+	if _, err := CatalogCost(Usage{InputTokens: 1}, Price{AudioInputPerMillion: -1}); !errors.Is(err, ErrBadUsage) {
+		t.Fatalf("negative audio price: %v", err)
+	}
+}
+
 func TestDecide(t *testing.T) {
 	unknown := &Receipt{Cost: 0, Source: SourceUnknown, Complete: false, Basis: BasisNone}
 	known := &Receipt{Cost: 100, Source: SourceUpstream, Complete: true, Basis: BasisUpstreamCost}
@@ -259,6 +338,25 @@ func TestBound(t *testing.T) {
 	if _, notes := Bound(Usage{InputTokens: MaxTokens, AudioInputMillis: MaxAudioMillis, UpstreamCost: i64(money.MaxAllowanceMicroUSD)}); len(notes) != 0 {
 		t.Fatalf("values at the bounds changed: %v", notes)
 	}
+	// The audio token counts: capped like the token counts, a negative one ignored (the
+	// split unknown, priced at the dearer price, not read as no audio), absent ones kept
+	// absent, the caller's values never written through.
+	absurd, below := int64(math.MaxInt64), int64(-4)
+	u, notes = Bound(Usage{InputTokens: 10, AudioInputTokens: &absurd, AudioOutputTokens: &below})
+	if u.AudioInputTokens == nil || *u.AudioInputTokens != MaxTokens || u.AudioOutputTokens != nil || len(notes) != 2 ||
+		!strings.Contains(notes[0], "audio_input_tokens") || !strings.Contains(notes[1], "audio_output_tokens") {
+		t.Fatalf("absurd and negative audio tokens: %+v %v", u, notes)
+	}
+	if absurd != math.MaxInt64 || below != -4 {
+		t.Fatalf("Bound wrote through the caller's counts: %d %d", absurd, below)
+	}
+	if u, notes = Bound(Usage{InputTokens: 10}); u.AudioInputTokens != nil || u.AudioOutputTokens != nil || len(notes) != 0 {
+		t.Fatalf("absent audio tokens: %+v %v", u, notes)
+	}
+	if u, notes = Bound(Usage{AudioInputTokens: i64(0), AudioOutputTokens: i64(MaxTokens)}); u.AudioInputTokens == nil || *u.AudioInputTokens != 0 ||
+		u.AudioOutputTokens == nil || *u.AudioOutputTokens != MaxTokens || len(notes) != 0 {
+		t.Fatalf("audio tokens within the bounds: %+v %v", u, notes)
+	}
 }
 
 // FuzzPricing is the pure half of the settlement path, from a SettleItem's values to
@@ -277,9 +375,14 @@ func FuzzPricing(f *testing.F) {
 		if upstream >= 0 {
 			u.UpstreamCost = &upstream
 		}
+		if !estimated { // audio token counts, hostile ones included
+			audioIn, audioOut := cached^out, written-in
+			u.AudioInputTokens, u.AudioOutputTokens = &audioIn, &audioOut
+		}
 		u, _ = Bound(u)
 		price = max(price, 1) % (money.MaxAllowanceMicroUSD + 1)
-		c, err := CostOf(u, PricedAt{Price: Price{InputPerMillion: price, OutputPerMillion: price, CachedInputPerMillion: price, AudioPerMinute: price}, Source: PriceFallback})
+		c, err := CostOf(u, PricedAt{Price: Price{InputPerMillion: price, OutputPerMillion: price, CachedInputPerMillion: price, AudioPerMinute: price,
+			AudioInputPerMillion: price/2 + 1, AudioOutputPerMillion: price / 3}, Source: PriceFallback})
 		if err != nil {
 			t.Fatalf("CostOf(%+v): %v", u, err)
 		}

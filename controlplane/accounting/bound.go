@@ -62,7 +62,10 @@ func CleanModel(s string) (clean string, changed bool) {
 // MaxAudioMillis]) and an upstream cost within [0,
 // money.MaxAllowanceMicroUSD]: a count above the bound is capped, a negative count is
 // read as 0, a negative upstream cost is ignored (the tokens are priced instead), and an
-// upstream cost above the bound is capped. notes says what was changed, for the
+// upstream cost above the bound is capped. The audio token counts, parts that may be
+// absent, are capped the same way, a negative one ignored like a negative upstream cost
+// (the split is then unknown, and priced at the dearer price rather than read as no
+// audio at all); an absent one stays absent. notes says what was changed, for the
 // settlement's message.
 func Bound(u Usage) (Usage, []string) {
 	var notes []string
@@ -84,6 +87,23 @@ func Bound(u Usage) (Usage, []string) {
 		case *c.v > limit:
 			notes = append(notes, fmt.Sprintf("%s %d capped at %d", c.name, *c.v, limit))
 			*c.v = limit
+		}
+	}
+	for _, c := range []struct {
+		name string
+		v    **int64
+	}{{"audio_input_tokens", &u.AudioInputTokens}, {"audio_output_tokens", &u.AudioOutputTokens}} {
+		if *c.v == nil {
+			continue
+		}
+		switch v := **c.v; {
+		case v < 0:
+			notes = append(notes, fmt.Sprintf("%s %d ignored", c.name, v))
+			*c.v = nil
+		case v > MaxTokens:
+			notes = append(notes, fmt.Sprintf("%s %d capped at %d", c.name, v, MaxTokens))
+			capped := MaxTokens
+			*c.v = &capped
 		}
 	}
 	if u.UpstreamCost != nil {

@@ -69,6 +69,13 @@ type Price struct {
 	// FileSearch prices one call of a provider's file search tool, in micro-USD: the
 	// catalog's price for the model's provider, filled by the ledger like WebSearch.
 	FileSearch int64
+	// AudioInputPerMillion and AudioOutputPerMillion price audio tokens apart from text
+	// tokens (pricecatalog.Price.AudioInputPerMillion); 0: audio tokens are priced as
+	// the rest of their class. Only a catalog entry has them: an organization's price
+	// prices a model's tokens whatever their modality, and the fallback prices (the
+	// catalog's highest already counts the audio prices in its classes) have none.
+	AudioInputPerMillion  int64
+	AudioOutputPerMillion int64
 }
 
 // CacheWrite is the price cache writes are charged at.
@@ -114,6 +121,13 @@ type Usage struct {
 	// Responses API file_search_call items), priced at Price.FileSearch each, on top of
 	// the tokens.
 	FileSearchCalls int64
+	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
+	// OutputTokens where the upstream reported them (OpenAI's audio_tokens, Gemini's
+	// AUDIO modality); nil when it did not (or the counts are estimates): the split is
+	// unknown, and a price with audio prices charges all of the class at the dearer
+	// (CatalogCost). They are parts, so Basis does not look at them.
+	AudioInputTokens  *int64
+	AudioOutputTokens *int64
 	// UpstreamCost is the cost the upstream reported, when it did.
 	UpstreamCost *int64
 	// Estimated: some counts were estimated by the enforcer from the bytes it saw.
@@ -171,7 +185,7 @@ type Cost struct {
 // and flagged: a request is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
-		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 {
+		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
 		return Cost{}, ErrBadUsage
 	}
 	c := Cost{Basis: u.Basis()}
@@ -257,19 +271,34 @@ func AudioCost(millis, perMinute int64) (int64, error) {
 
 // CatalogCost is ceil((uncached * input + cached * cachedInput + written * cacheWrite +
 // written1h * cacheWrite1h + output * outputPrice) / 1e6), where written1h is the part
-// of the writes made for an hour (at most the writes) and written the rest, where cached and written are the parts of the input
-// read from and written to a prompt cache and uncached is the rest. Input tokens include
-// cached and written ones (OpenAI's convention, and the enforcer normalises Anthropic's
-// to it). When the parts add up to more than the input count, the counts disagree and
-// the larger reading is charged: the parts as reported, and no uncached input (never a
-// negative count, never tokens that flowed priced at 0). The sum is computed in 128
-// bits, so no intermediate product overflows; only a result beyond int64 is an error.
-// Rounding up means a fraction of a micro-USD is never given away.
+// of the writes made for an hour (at most the writes) and written the rest, where cached
+// and written are the parts of the input read from and written to a prompt cache and
+// uncached is the rest. Input tokens include cached and written ones (OpenAI's
+// convention, and the enforcer normalises Anthropic's to it). When the parts add up to
+// more than the input count, the counts disagree and the larger reading is charged: the
+// parts as reported, and no uncached input (never a negative count, never tokens that
+// flowed priced at 0).
+//
+// A price with audio prices (AudioInputPerMillion, AudioOutputPerMillion above 0) splits
+// the uncached input and the output: with the audio part reported, that part (at most
+// the class's count) is priced at the audio price and the rest at the text price; with
+// the split unknown (nil), all of the class is priced at the dearer of the two, so that
+// an unknown split never lowers a charge. Cached input keeps its one price whatever its
+// modality (the catalog's is the dearer of the cached text and audio prices), and the
+// audio input count is taken from the uncached input first: a usage does not say how
+// its audio divides between cached and uncached tokens, and this reading is the dearest.
+// Without audio prices the audio counts change nothing.
+//
+// The sum is computed in 128 bits, so no intermediate product overflows; only a result
+// beyond int64 is an error. It is rounded up once: a fraction of a micro-USD is never
+// given away.
 func CatalogCost(u Usage, p Price) (int64, error) {
-	if p.InputPerMillion < 0 || p.OutputPerMillion < 0 || p.CachedInputPerMillion < 0 || p.CacheWrite() < 0 {
+	if p.InputPerMillion < 0 || p.OutputPerMillion < 0 || p.CachedInputPerMillion < 0 || p.CacheWrite() < 0 ||
+		p.AudioInputPerMillion < 0 || p.AudioOutputPerMillion < 0 {
 		return 0, ErrBadUsage
 	}
-	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 {
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
+		negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
 		return 0, ErrBadUsage
 	}
 	cached, written := u.CachedInputTokens, u.CacheWriteTokens
@@ -291,15 +320,30 @@ func CatalogCost(u Usage, p Price) (int64, error) {
 		lo, carry = bits.Add64(lo, l, 0)
 		hi, _ = bits.Add64(hi, h, carry)
 	}
-	add(uncached, p.InputPerMillion)
+	// split adds a class of n tokens, of which audio (nil: unknown) are audio, at its
+	// text and audio prices (see above).
+	split := func(n int64, audio *int64, text, audioPrice int64) {
+		switch {
+		case audioPrice == 0:
+			add(n, text)
+		case audio == nil:
+			add(n, max(text, audioPrice))
+		default:
+			a := min(*audio, n)
+			add(a, audioPrice)
+			add(n-a, text)
+		}
+	}
+	split(uncached, u.AudioInputTokens, p.InputPerMillion, p.AudioInputPerMillion)
 	add(cached, p.CachedInputPerMillion)
 	hour := min(u.CacheWrite1hTokens, written) // the writes made for an hour
 	add(written-hour, p.CacheWrite())
 	add(hour, p.CacheWrite1h())
-	add(u.OutputTokens, p.OutputPerMillion)
+	split(u.OutputTokens, u.AudioOutputTokens, p.OutputPerMillion, p.AudioOutputPerMillion)
 	// The products of values below 2^63 stay below 2^126 each, and the two parts of the
-	// writes together below written times the dearer price: the sum stays below 2^128,
-	// so hi never wrapped.
+	// writes, of the uncached input and of the output each together below their count
+	// times the dearer price: four terms below 2^126, so the sum stays below 2^128 and
+	// hi never wrapped.
 	const million = 1_000_000
 	if hi >= million {
 		return 0, ErrCostOverflow
@@ -316,6 +360,9 @@ func CatalogCost(u Usage, p Price) (int64, error) {
 	}
 	return int64(q), nil
 }
+
+// negative tells whether an optional count is present and below 0.
+func negative(v *int64) bool { return v != nil && *v < 0 }
 
 // addApiece adds n calls at price each to v, or fails with ErrCostOverflow past int64.
 func addApiece(v, n, price int64) (int64, error) {

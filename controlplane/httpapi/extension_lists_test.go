@@ -180,6 +180,8 @@ type priceEntry struct {
 	CacheWriteMicroUsdPerMillion  *int64
 	AudioMicroUsdPerMinute        *int64
 	WebSearchPerPromptMicroUsd    *int64
+	AudioInputMicroUsdPerMillion  *int64
+	AudioOutputMicroUsdPerMillion *int64
 	Source                        string
 	UpdatedAt                     string
 }
@@ -265,6 +267,20 @@ func TestUsageModelPrices(t *testing.T) {
 	if p, _ := got.find("gemini-3-pro-preview"); p.WebSearchPerPromptMicroUsd != nil {
 		t.Fatalf("gemini-3-pro-preview %+v", p)
 	}
+	// Audio tokens priced apart: the audio prices beside the text prices, absent where
+	// the catalog has none.
+	if p, _ := got.find("gpt-realtime"); p.InputMicroUsdPerMillion != 4_000_000 || p.OutputMicroUsdPerMillion != 16_000_000 ||
+		p.AudioInputMicroUsdPerMillion == nil || *p.AudioInputMicroUsdPerMillion != 32_000_000 ||
+		p.AudioOutputMicroUsdPerMillion == nil || *p.AudioOutputMicroUsdPerMillion != 64_000_000 {
+		t.Fatalf("gpt-realtime %+v", p)
+	}
+	if p, _ := got.find("gemini-2.5-flash"); p.AudioInputMicroUsdPerMillion == nil || *p.AudioInputMicroUsdPerMillion != 1_000_000 ||
+		p.AudioOutputMicroUsdPerMillion != nil {
+		t.Fatalf("gemini-2.5-flash %+v", p)
+	}
+	if p, ok := got.find("gpt-4o"); !ok || p.AudioInputMicroUsdPerMillion != nil || p.AudioOutputMicroUsdPerMillion != nil {
+		t.Fatalf("gpt-4o %+v", p)
+	}
 	entry := func(model string, in, out, cached int64) map[string]any {
 		return map[string]any{"model": model, "inputMicroUsdPerMillion": in, "outputMicroUsdPerMillion": out, "cachedInputMicroUsdPerMillion": cached}
 	}
@@ -285,7 +301,8 @@ func TestUsageModelPrices(t *testing.T) {
 	if _, ok := got.find("gpt-4o-mini"); ok || len(got.Prices) != len(cat.Entries())-1+3 {
 		t.Fatalf("the overridden catalog entry is listed: %d prices", len(got.Prices))
 	}
-	if p, _ := got.find("GPT-4o-mini"); p.Source != "organization" || p.InputMicroUsdPerMillion != 1 {
+	if p, _ := got.find("GPT-4o-mini"); p.Source != "organization" || p.InputMicroUsdPerMillion != 1 ||
+		p.AudioInputMicroUsdPerMillion != nil || p.AudioOutputMicroUsdPerMillion != nil {
 		t.Fatalf("%+v", p)
 	}
 	if p, _ := got.find("gpt-4o"); p.Source != "catalog" || p.UpdatedAt != cat.AsOf().Format(time.DateOnly)+"T00:00:00.000Z" {

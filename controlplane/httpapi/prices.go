@@ -44,9 +44,16 @@ type modelPriceView struct {
 	// WebSearchPerPromptMicroUsd is a catalog model's price of all the web searches of
 	// a request that searched, charged once instead of the provider's price of each
 	// (Gemini 2.5 and older bill a grounded prompt); absent for every other row.
-	WebSearchPerPromptMicroUsd int64      `json:"webSearchPerPromptMicroUsd,omitempty"`
-	Source                     string     `json:"source"`
-	UpdatedAt                  jsonx.Time `json:"updatedAt"`
+	WebSearchPerPromptMicroUsd int64 `json:"webSearchPerPromptMicroUsd,omitempty"`
+	// AudioInputMicroUsdPerMillion and AudioOutputMicroUsdPerMillion are a catalog
+	// model's prices of audio tokens where they differ from its text tokens'
+	// (pricecatalog.Price.AudioInputPerMillion; the input and output prices are then the
+	// text prices); absent for every other row, an organization's included: its prices
+	// price all of a model's tokens.
+	AudioInputMicroUsdPerMillion  int64      `json:"audioInputMicroUsdPerMillion,omitempty"`
+	AudioOutputMicroUsdPerMillion int64      `json:"audioOutputMicroUsdPerMillion,omitempty"`
+	Source                        string     `json:"source"`
+	UpdatedAt                     jsonx.Time `json:"updatedAt"`
 }
 
 type fallbackPriceView struct {
@@ -116,6 +123,7 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 				CacheWriteMicroUsdPerMillion: e.CacheWritePerMillion, AudioMicroUsdPerMinute: e.AudioPerMinute, Source: priceFromCatalog,
 				UpdatedAt: jsonx.Time(cat.AsOf())}
 			v.WebSearchPerPromptMicroUsd = e.WebSearchPerPrompt
+			v.AudioInputMicroUsdPerMillion, v.AudioOutputMicroUsdPerMillion = e.AudioInputPerMillion, e.AudioOutputPerMillion
 			out.Prices = append(out.Prices, v)
 		}
 	}

@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +123,48 @@ func TestSettlementPricing(t *testing.T) {
 		{"file search calls of a provider the catalog prices none for: the highest, unpriced", nil,
 			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 1_000_000, FileSearchCalls: 1, Complete: true},
 			3_000_000 + pricecatalog.Default().HighestFileSearch(), "fallback", "fallback", "reported_usage"},
+		// Audio tokens at the catalog's audio prices (gpt-realtime: text input 4 USD per
+		// million, audio input 32, cached input 0.40, text output 16, audio output 64):
+		// 10,000 input tokens of which 2,000 cached and 6,000 audio (on the 8,000 uncached
+		// first), 5,000 output tokens of which 2,000 audio.
+		{"gpt-realtime with the audio split: each part at its price", func() { setPrices() },
+			&internalv1.SettleItem{Model: "gpt-realtime-2025-08-28", InputTokens: 10_000, CachedInputTokens: 2_000, AudioInputTokens: i64p(6_000),
+				OutputTokens: 5_000, AudioOutputTokens: i64p(2_000), Complete: true},
+			6_000*32 + 2_000*4 + 2_000*4/10 + 2_000*64 + 3_000*16, "catalog_estimate", "catalog", "reported_usage"}, // 376,800
+		{"gpt-realtime without the split: the dearer price for all", nil,
+			&internalv1.SettleItem{Model: "gpt-realtime-2025-08-28", InputTokens: 10_000, CachedInputTokens: 2_000, OutputTokens: 5_000, Complete: true},
+			8_000*32 + 2_000*4/10 + 5_000*64, "catalog_estimate", "catalog", "reported_usage"}, // 576,800
+		{"gpt-realtime, output split only", nil,
+			&internalv1.SettleItem{Model: "gpt-realtime", InputTokens: 1_000, OutputTokens: 1_000, AudioOutputTokens: i64p(0), Complete: true},
+			1_000*32 + 1_000*16, "catalog_estimate", "catalog", "reported_usage"},
+		{"gpt-realtime, an estimate: the dearer price", nil,
+			&internalv1.SettleItem{Model: "gpt-realtime", OutputTokens: 1_000, UsageEstimated: true},
+			1_000 * 64, "catalog_estimate", "catalog", "estimate"},
+		{"gpt-realtime, a negative audio count is ignored: the dearer price", nil,
+			&internalv1.SettleItem{Model: "gpt-realtime", InputTokens: 1_000, AudioInputTokens: i64p(-5), Complete: true},
+			1_000 * 32, "catalog_estimate", "catalog", "reported_usage"},
+		// Gemini 2.5 Flash: text input 0.30, audio input 1.00, one output price.
+		{"gemini-2.5-flash's audio input at its audio price", nil,
+			&internalv1.SettleItem{Model: "gemini-2.5-flash", InputTokens: 1_000_000, AudioInputTokens: i64p(250_000), OutputTokens: 1_000,
+				AudioOutputTokens: i64p(1_000), Complete: true},
+			250_000 + 750_000*3/10 + 1_000*25/10, "catalog_estimate", "catalog", "reported_usage"},
+		{"audio counts of a model without audio prices change nothing", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, AudioInputTokens: i64p(1_000_000), Complete: true},
+			150_000, "catalog_estimate", "catalog", "reported_usage"},
+		// The organization's price is the authority for its model: all its tokens at its
+		// token prices, audio or not, reported or not.
+		{"the organization's price of gpt-realtime prices its audio tokens too", func() {
+			setPrices(store.ModelPrice{Model: "gpt-realtime", InputPerMillion: 1_000_000, OutputPerMillion: 2_000_000, CachedInputPerMillion: 100_000})
+		}, &internalv1.SettleItem{Model: "gpt-realtime-2025-08-28", InputTokens: 10_000, CachedInputTokens: 2_000, AudioInputTokens: i64p(6_000),
+			OutputTokens: 5_000, AudioOutputTokens: i64p(2_000), Complete: true},
+			8_000 + 2_000/10 + 5_000*2, "catalog_estimate", "organization", "reported_usage"},
+		{"the organization's price of gpt-realtime, split unknown", nil,
+			&internalv1.SettleItem{Model: "gpt-realtime", InputTokens: 10_000, OutputTokens: 5_000, Complete: true},
+			10_000 + 5_000*2, "catalog_estimate", "organization", "reported_usage"},
+		// The organization's fallback price (7 and 11, set above) has no audio prices.
+		{"audio tokens of a model nobody priced: the fallback price", func() { setPrices() },
+			&internalv1.SettleItem{Model: "acme-voice-1", InputTokens: 1_000_000, AudioInputTokens: i64p(500_000), OutputTokens: 1_000_000, Complete: true},
+			7 + 11, "fallback", "fallback", "reported_usage"},
 	}
 	var unpriced int64
 	for _, c := range cases {
@@ -142,11 +185,18 @@ func TestSettlementPricing(t *testing.T) {
 			}
 			var basis, priceSource string
 			var audio, searches, fileSearches int64
-			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis, web_search_requests, file_search_calls
-				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches); err != nil ||
+			var audioIn, audioOut *int64
+			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis, web_search_requests, file_search_calls,
+					audio_input_tokens, audio_output_tokens
+				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches, &audioIn, &audioOut); err != nil ||
 				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != c.item.GetWebSearchRequests() ||
 				fileSearches != c.item.GetFileSearchCalls() {
 				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %v", basis, priceSource, audio, searches, fileSearches, err)
+			}
+			// The audio counts as reported (NULL when not; a negative one is ignored).
+			if !sameCount(audioIn, storedCount(c.item.AudioInputTokens)) || !sameCount(audioOut, storedCount(c.item.AudioOutputTokens)) {
+				t.Fatalf("stored audio tokens %v %v, want %v %v", fmtCount(audioIn), fmtCount(audioOut), fmtCount(c.item.AudioInputTokens),
+					fmtCount(c.item.AudioOutputTokens))
 			}
 			// The same settlement again changes nothing, a fallback-priced one included.
 			if again := settle1(t, e, c.item); again.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE || again.CostMicroUsd != c.cost ||
@@ -159,6 +209,71 @@ func TestSettlementPricing(t *testing.T) {
 		t.Fatalf("unpriced %d, want %d", got, unpriced)
 	}
 	at.Check(t, e.Store)
+}
+
+// storedCount is an audio count as a receipt keeps it: a negative one is ignored.
+func storedCount(v *int64) *int64 {
+	if v == nil || *v < 0 {
+		return nil
+	}
+	return v
+}
+
+func sameCount(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+func fmtCount(v *int64) string {
+	if v == nil {
+		return "NULL"
+	}
+	return strconv.FormatInt(*v, 10)
+}
+
+// An estimate of gpt-realtime (no audio split: the dearer prices) promoted by the real
+// usage, which reports the split: the receipt takes the new counts, and retention's
+// pruning clears them with the other detail.
+func TestAudioSplitOnPromotionAndPruning(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	now := e.Clock.Now()
+	id := at.ReqID()
+	start1(t, e, at.StartItem(id, org, m, now, 0))
+	r := settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-realtime", OutputTokens: 1_000, UsageEstimated: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd != 1_000*64 {
+		t.Fatalf("estimate: %v", r)
+	}
+	counts := func() (in, out *int64) {
+		t.Helper()
+		if err := e.Store.Pool.QueryRow(ctx, `SELECT audio_input_tokens, audio_output_tokens FROM usage_receipts WHERE request_id = $1`, id).
+			Scan(&in, &out); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if in, out := counts(); in != nil || out != nil {
+		t.Fatalf("an estimate's audio tokens %s %s, want NULL", fmtCount(in), fmtCount(out))
+	}
+	// 2,000 input tokens, all audio (64,000), 1,000 output tokens of which 500 audio
+	// (32,000 + 8,000): more than the estimate, so it promotes it.
+	r = settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-realtime", InputTokens: 2_000, AudioInputTokens: i64p(2_000),
+		OutputTokens: 1_000, AudioOutputTokens: i64p(500), Complete: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED || r.CostMicroUsd != 2_000*32+500*64+500*16 {
+		t.Fatalf("promotion: %v", r)
+	}
+	if in, out := counts(); !sameCount(in, i64p(2_000)) || !sameCount(out, i64p(500)) {
+		t.Fatalf("promoted audio tokens %s %s, want 2000 500", fmtCount(in), fmtCount(out))
+	}
+	if used := e.Used(t, org, m, window.Day, now); used != 2_000*32+500*64+500*16 {
+		t.Fatalf("used %d", used)
+	}
+	at.Check(t, e.Store)
+	if n, err := store.PruneReceiptDetail(ctx, e.Store.Pool, []string{id}, now.Add(24*time.Hour), now.Add(24*time.Hour)); err != nil || n != 1 {
+		t.Fatalf("pruned %d %v", n, err)
+	}
+	if in, out := counts(); in != nil || out != nil {
+		t.Fatalf("pruned audio tokens %s %s, want NULL", fmtCount(in), fmtCount(out))
+	}
 }
 
 // An estimated receipt is incomplete and counted estimated until the real usage of the

@@ -123,6 +123,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		CachedInputTokens: it.GetCachedInputTokens(), CacheWriteTokens: it.GetCacheCreationInputTokens(),
 		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(), AudioInputMillis: it.GetAudioInputMillis(),
 		WebSearchRequests: it.GetWebSearchRequests(), FileSearchCalls: it.GetFileSearchCalls(),
+		AudioInputTokens: it.AudioInputTokens, AudioOutputTokens: it.AudioOutputTokens,
 		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier()})
 	if len(notes) > 0 {
 		sj.notes = append(sj.notes, notes...)
@@ -450,6 +451,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			InputTokens: j.item.usage.InputTokens, OutputTokens: j.item.usage.OutputTokens, CachedInputTokens: j.item.usage.CachedInputTokens,
 			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
 			WebSearchRequests: j.item.usage.WebSearchRequests, FileSearchCalls: j.item.usage.FileSearchCalls,
+			AudioInputTokens: j.item.usage.AudioInputTokens, AudioOutputTokens: j.item.usage.AudioOutputTokens,
 			UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
 			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: j.item.finishedAt}
 		if j.item.withoutModel {
@@ -587,7 +589,9 @@ func newOrgPrices(ps []store.ModelPrice) *orgPrices {
 // organization's fallback price, else the catalog's highest price of each token class.
 // Audio billed by duration is priced from the catalog whatever priced the tokens
 // (organizations price tokens only): see audioPrice; so are web searches and file search
-// calls (webSearchPrice, fileSearchPrice).
+// calls (webSearchPrice, fileSearchPrice). Audio tokens are not: they are tokens, priced
+// apart only by a catalog entry that has audio prices (fromCatalog); an organization's
+// price of the model prices them at its token prices, being the authority for it.
 func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPrice, orgID string) accounting.PricedAt {
 	p := sj.tokenPrice(org, fallbacks, orgID)
 	if sj.usage.AudioInputMillis > 0 {
@@ -668,9 +672,12 @@ func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.Fallb
 	return accounting.PricedAt{Source: accounting.PriceFallback, Price: fromCatalog(pricecatalog.Highest())}
 }
 
+// fromCatalog is a catalog price as settlement uses it, audio token prices included
+// (pricecatalog.Highest has none: its classes already hold the dearest audio prices).
 func fromCatalog(p pricecatalog.Price) accounting.Price {
 	return accounting.Price{InputPerMillion: p.InputPerMillion, OutputPerMillion: p.OutputPerMillion,
-		CachedInputPerMillion: p.CachedInputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion, AudioPerMinute: p.AudioPerMinute}
+		CachedInputPerMillion: p.CachedInputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion, AudioPerMinute: p.AudioPerMinute,
+		AudioInputPerMillion: p.AudioInputPerMillion, AudioOutputPerMillion: p.AudioOutputPerMillion}
 }
 
 // quarantine records a settlement that may not be charged, with its payload (its model

@@ -113,6 +113,13 @@ type Usage struct {
 	// AudioMillis: a duration-billed transcription's (whisper-1's) usage.seconds, in
 	// milliseconds (written as a decimal number of seconds).
 	AudioMillis int64
+	// AudioInputTokens and AudioOutputTokens: the audio parts of InputTokens and
+	// OutputTokens, as the usage reports them: OpenAI chat's prompt_tokens_details and
+	// completion_tokens_details.audio_tokens, the Realtime API's input_token_details and
+	// output_token_details.audio_tokens, Gemini's promptTokensDetails and
+	// candidatesTokensDetails (a TEXT entry for the rest, an AUDIO entry when not 0,
+	// as Gemini lists the modalities it counted).
+	AudioInputTokens, AudioOutputTokens int64
 }
 
 // API names the surfaces.
@@ -464,8 +471,8 @@ func writeError(w http.ResponseWriter, status int, api, msg string) {
 func words() []string { return strings.SplitAfter(Text, " ") }
 
 func openAIUsage(u Usage) string {
-	return fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
-		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens, u.CachedInputTokens)
+	return fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d,"audio_tokens":%d},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":%d,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
+		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens, u.CachedInputTokens, u.AudioInputTokens, u.AudioOutputTokens)
 }
 
 // openAIJSON is a chat completion that ran at tier (chatTier).
@@ -572,6 +579,18 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 
 // geminiAnswer answers a Gemini call: a token count, a whole answer, or a stream of one
 // chunk per word whose last gives the finishReason.
+// geminiModalities is a *TokensDetails list: the modalities counted, 0 left out.
+func geminiModalities(text, audio int64) string {
+	var entries []string
+	if text > 0 {
+		entries = append(entries, fmt.Sprintf(`{"modality":"TEXT","tokenCount":%d}`, text))
+	}
+	if audio > 0 {
+		entries = append(entries, fmt.Sprintf(`{"modality":"AUDIO","tokenCount":%d}`, audio))
+	}
+	return "[" + strings.Join(entries, ",") + "]"
+}
+
 func geminiAnswer(ew *eventWriter, api, model string, u Usage) {
 	if api == GeminiCountTokens {
 		ew.start("application/json", http.StatusOK)
@@ -590,6 +609,10 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage) {
 		}
 		if u.CachedInputTokens > 0 {
 			fmt.Fprintf(&b, `,"cachedContentTokenCount":%d`, u.CachedInputTokens)
+		}
+		fmt.Fprintf(&b, `,"promptTokensDetails":%s`, geminiModalities(u.InputTokens-u.AudioInputTokens, u.AudioInputTokens))
+		if final {
+			fmt.Fprintf(&b, `,"candidatesTokensDetails":%s`, geminiModalities(u.OutputTokens-thoughts-u.AudioOutputTokens, u.AudioOutputTokens))
 		}
 		fmt.Fprintf(&b, `,"totalTokenCount":%d}`, total)
 		return b.String()

@@ -15,7 +15,9 @@
 // - "realtime": a Realtime session over a WebSocket (the SDK's OpenAIRealtimeWS, on the
 //   ws package), asking up to three responses, each after the last ended: usage is the
 //   list of the responses' usage, text their text, closeCode and closeReason how the
-//   session closed (1000 when the script closed it).
+//   session closed (1000 when the script closed it);
+// - "audio", "audio-stream": a chat completion that hears and speaks (modalities text and
+//   audio, an input_audio part of WAV), not streamed and streamed.
 // The key is a Tollgate key, sent as Authorization: Bearer. The stream is asked for
 // WITHOUT stream_options: a client that does not ask for usage must be settled all the
 // same. See report.mjs for the settings.
@@ -146,6 +148,19 @@ await run('openai', s.scenario, async () => {
       }
     }
     return { text, model, usage, chunks, searches };
+  }
+  if (s.scenario === 'audio' || s.scenario === 'audio-stream') {
+    // 0.1 s of silence, 16-bit mono at 8 kHz, as a WAV file.
+    const pcm = Buffer.alloc(1600);
+    const wav = Buffer.alloc(44);
+    wav.write('RIFF', 0); wav.writeUInt32LE(36 + pcm.length, 4); wav.write('WAVEfmt ', 8);
+    wav.writeUInt32LE(16, 16); wav.writeUInt16LE(1, 20); wav.writeUInt16LE(1, 22); wav.writeUInt32LE(8000, 24);
+    wav.writeUInt32LE(16000, 28); wav.writeUInt16LE(2, 32); wav.writeUInt16LE(16, 34); wav.write('data', 36); wav.writeUInt32LE(pcm.length, 40);
+    const heard = [{ role: 'user', content: [{ type: 'text', text: 'What do you hear?' },
+      { type: 'input_audio', input_audio: { data: Buffer.concat([wav, pcm]).toString('base64'), format: 'wav' } }] }];
+    const req = { model: s.model, modalities: ['text', 'audio'], audio: { voice: 'alloy', format: 'wav' }, messages: heard };
+    if (s.scenario === 'audio') return chatCompletion(await client.chat.completions.create(req));
+    return chatStream(await client.chat.completions.create({ ...req, stream: true }));
   }
   if (s.scenario === 'json') {
     return chatCompletion(await client.chat.completions.create({ model: s.model, messages }));

@@ -230,6 +230,21 @@ func (f *fakeTracker) settlements(t *testing.T, n int) []inflight.Usage {
 	return append([]inflight.Usage(nil), f.finished...)
 }
 
+// shown is u as the tests compare it: its audio parts by value, not by pointer.
+func shown(u inflight.Usage) string {
+	part := func(p *int64) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprint(*p)
+	}
+	in, out := part(u.AudioInputTokens), part(u.AudioOutputTokens)
+	u.AudioInputTokens, u.AudioOutputTokens = nil, nil
+	return fmt.Sprintf("%+v audio %s/%s", u, in, out)
+}
+
+func i64(n int64) *int64 { return &n }
+
 // A Realtime session is proxied message by message and charged response by response:
 // each response.done settles one admitted request with its usage (the model as the
 // server named it) and the member is checked again before the next; the upstream gets
@@ -252,12 +267,12 @@ func TestRealtimeSessionIsChargedByResponse(t *testing.T) {
 	_ = c.Close(websocket.StatusNormalClosure, "bye")
 	s := tr.settlements(t, 3)
 	for i, want := range []inflight.Usage{
-		{Model: "gpt-realtime-2025-08-28", InputTokens: 1000, OutputTokens: 200, Complete: true, UpstreamStatus: 101},
-		{Model: "gpt-realtime-2025-08-28", InputTokens: 1001, OutputTokens: 201, CachedTokens: 1, Complete: true, UpstreamStatus: 101},
+		{Model: "gpt-realtime-2025-08-28", InputTokens: 1000, OutputTokens: 200, AudioInputTokens: i64(2), Complete: true, UpstreamStatus: 101},
+		{Model: "gpt-realtime-2025-08-28", InputTokens: 1001, OutputTokens: 201, CachedTokens: 1, AudioInputTokens: i64(2), Complete: true, UpstreamStatus: 101},
 		{Model: "gpt-realtime-2025-08-28", Complete: true, UpstreamStatus: 101}, // nothing after the last response
 	} {
-		if fmt.Sprint(s[i]) != fmt.Sprint(want) {
-			t.Fatalf("settlement %d: %+v, want %+v", i, s[i], want)
+		if shown(s[i]) != shown(want) {
+			t.Fatalf("settlement %d: %s, want %s", i, shown(s[i]), shown(want))
 		}
 	}
 	if g.checks != 3 {
@@ -413,13 +428,13 @@ func TestRealtimeTranscriptionsAreCharged(t *testing.T) {
 	_ = c.Close(websocket.StatusNormalClosure, "")
 	s := tr.settlements(t, 4)
 	for i, want := range []inflight.Usage{
-		{Model: "gpt-4o-transcribe", InputTokens: 17, OutputTokens: 9, Complete: true, UpstreamStatus: 101},
-		{Model: "gpt-4o-transcribe", InputTokens: 5, OutputTokens: 3, Complete: true, UpstreamStatus: 101}, // aside, during the response
-		{Model: "gpt-realtime-2025-08-28", InputTokens: 100, OutputTokens: 50, Complete: true, UpstreamStatus: 101},
+		{Model: "gpt-4o-transcribe", InputTokens: 17, OutputTokens: 9, AudioInputTokens: i64(17), Complete: true, UpstreamStatus: 101},
+		{Model: "gpt-4o-transcribe", InputTokens: 5, OutputTokens: 3, AudioInputTokens: i64(5), Complete: true, UpstreamStatus: 101}, // aside, during the response
+		{Model: "gpt-realtime-2025-08-28", InputTokens: 100, OutputTokens: 50, AudioInputTokens: i64(2), Complete: true, UpstreamStatus: 101},
 		{Model: "gpt-realtime-2025-08-28", Complete: true, UpstreamStatus: 101},
 	} {
-		if fmt.Sprint(s[i]) != fmt.Sprint(want) {
-			t.Fatalf("settlement %d: %+v, want %+v", i, s[i], want)
+		if shown(s[i]) != shown(want) {
+			t.Fatalf("settlement %d: %s, want %s", i, shown(s[i]), shown(want))
 		}
 	}
 	if g.checks != 4 {
@@ -441,8 +456,8 @@ func TestRealtimeTranscriptionDuringACutResponse(t *testing.T) {
 	readUntil(t, c, "input_audio_transcription.completed") // during the second response, which never ends
 	_ = c.CloseNow()
 	s := tr.settlements(t, 4)
-	transcription := inflight.Usage{Model: "gpt-4o-transcribe", InputTokens: 5, OutputTokens: 3, Complete: true, UpstreamStatus: 101}
-	if fmt.Sprint(s[0]) != fmt.Sprint(transcription) || fmt.Sprint(s[2]) != fmt.Sprint(transcription) {
+	transcription := inflight.Usage{Model: "gpt-4o-transcribe", InputTokens: 5, OutputTokens: 3, AudioInputTokens: i64(5), Complete: true, UpstreamStatus: 101}
+	if shown(s[0]) != shown(transcription) || shown(s[2]) != shown(transcription) {
 		t.Fatalf("settlements %+v: the transcriptions are not 1st and 3rd", s)
 	}
 	if cut := s[3]; cut.Complete || cut.Seen == nil || cut.Seen.TextBytes == 0 {

@@ -95,7 +95,13 @@ type settleBody struct {
 	WebSearchRequests *int64 `json:"webSearchRequests"`
 	// FileSearchCalls counts the calls of a file search tool the upstream billed apiece
 	// (OpenAI's Responses API: output items of type file_search_call).
-	FileSearchCalls      *int64 `json:"fileSearchCalls"`
+	FileSearchCalls *int64 `json:"fileSearchCalls"`
+	// AudioInputTokens and AudioOutputTokens are the audio parts of inputTokens and
+	// outputTokens (OpenAI's *_tokens_details.audio_tokens, Gemini's AUDIO modality).
+	// Absent, a model whose catalog entry prices audio apart is charged the dearer
+	// price for all its tokens of that direction; 0 says there was no audio.
+	AudioInputTokens     *int64 `json:"audioInputTokens"`
+	AudioOutputTokens    *int64 `json:"audioOutputTokens"`
 	UpstreamCostMicroUSD *int64 `json:"upstreamCostMicroUsd"`
 	Complete             *bool  `json:"complete"`
 	// Estimated says the token counts are the reporter's estimates, not the upstream's
@@ -151,7 +157,8 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		v    *int64
 	}{{"inputTokens", in.InputTokens}, {"outputTokens", in.OutputTokens}, {"cachedInputTokens", in.CachedInputTokens},
 		{"cacheCreationInputTokens", in.CacheCreationInputTokens}, {"cacheCreationOneHourInputTokens", in.CacheCreationOneHourInputTokens},
-		{"audioInputMillis", in.AudioInputMillis}, {"webSearchRequests", in.WebSearchRequests}, {"fileSearchCalls", in.FileSearchCalls}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
+		{"audioInputMillis", in.AudioInputMillis}, {"webSearchRequests", in.WebSearchRequests}, {"fileSearchCalls", in.FileSearchCalls},
+		{"audioInputTokens", in.AudioInputTokens}, {"audioOutputTokens", in.AudioOutputTokens}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
 		if f.v != nil && *f.v < 0 {
 			probs = append(probs, problem{f.name + " must not be negative", []any{f.name}})
 		}
@@ -163,7 +170,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "details": probs})
 		return
 	}
-	u := inflight.Usage{UpstreamCostMicroUSD: in.UpstreamCostMicroUSD}
+	u := inflight.Usage{UpstreamCostMicroUSD: in.UpstreamCostMicroUSD, AudioInputTokens: in.AudioInputTokens, AudioOutputTokens: in.AudioOutputTokens}
 	reported := in.UpstreamCostMicroUSD != nil
 	for _, f := range []struct {
 		dst *int64

@@ -102,7 +102,8 @@ func TestHTTPSettle(t *testing.T) {
 			`{"requestId":"` + reqID + `","extra":1}`, `{"requestId":"` + reqID + `"} {}`, `[1]`, `{"requestId":"` + reqID + `","inputTokens":"5"}`,
 			`{"requestId":"` + reqID + `","audioInputMillis":-1}`, `{"requestId":"` + reqID + `","cacheCreationOneHourInputTokens":-1}`,
 			`{"requestId":"` + reqID + `","audioInputMillis":1.5}`, `{"requestId":"` + reqID + `","webSearchRequests":-1}`,
-			`{"requestId":"` + reqID + `","fileSearchCalls":-2}`} {
+			`{"requestId":"` + reqID + `","fileSearchCalls":-2}`, `{"requestId":"` + reqID + `","audioInputTokens":-1}`,
+			`{"requestId":"` + reqID + `","audioOutputTokens":-3}`} {
 			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
 				t.Fatalf("%s: %d %v", bad, code, out)
 			}
@@ -164,6 +165,12 @@ func TestHTTPSettle(t *testing.T) {
 			func(it *internalv1.SettleItem) bool { return it.GetWebSearchRequests() == 3 }},
 		{"file search calls", `"model":"gpt-5","inputTokens":10,"outputTokens":2,"fileSearchCalls":4`,
 			func(it *internalv1.SettleItem) bool { return it.GetFileSearchCalls() == 4 }},
+		{"the audio parts of the counts", `"model":"gpt-realtime","inputTokens":10,"outputTokens":20,"audioInputTokens":0,"audioOutputTokens":15`,
+			func(it *internalv1.SettleItem) bool {
+				return it.AudioInputTokens != nil && it.GetAudioInputTokens() == 0 && it.GetAudioOutputTokens() == 15
+			}},
+		{"no audio parts: unknown, not 0", `"model":"gpt-realtime","inputTokens":10,"outputTokens":20`,
+			func(it *internalv1.SettleItem) bool { return it.AudioInputTokens == nil && it.AudioOutputTokens == nil }},
 	} {
 		t.Run(f.name+" reaches the control plane", func(t *testing.T) {
 			res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})

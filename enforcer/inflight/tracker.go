@@ -74,6 +74,11 @@ type Usage struct {
 	// FileSearchCalls counts the file search calls billed apiece
 	// (responseusage.Usage.FileSearchCalls).
 	FileSearchCalls int64
+	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
+	// OutputTokens where the upstream reported them, nil where not: settlement charges a
+	// model that prices audio apart at the dearer price when the split is unknown
+	// (responseusage.Usage.AudioInputTokens).
+	AudioInputTokens, AudioOutputTokens *int64
 	// UpstreamCostMicroUSD, when not nil, wins over the catalog price.
 	UpstreamCostMicroUSD *int64
 	// Complete is false when the response broke off or carried no usage.
@@ -106,8 +111,17 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 	return Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
 		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens, CacheCreation1hTokens: got.CacheCreation1hInputTokens,
 		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
+		AudioInputTokens: reported(got.AudioInputTokens, got.AudioInputReported), AudioOutputTokens: reported(got.AudioOutputTokens, got.AudioOutputReported),
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
 			AudioOutputMillis: got.AudioOutputMillis}}
+}
+
+// reported is n when the upstream reported it, else nil.
+func reported(n int64, ok bool) *int64 {
+	if !ok {
+		return nil
+	}
+	return &n
 }
 
 func outputText(got responseusage.Usage, status int32) int64 {
@@ -351,6 +365,8 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		AudioInputMillis:                u.AudioInputMillis,
 		WebSearchRequests:               u.WebSearchRequests,
 		FileSearchCalls:                 u.FileSearchCalls,
+		AudioInputTokens:                u.AudioInputTokens,
+		AudioOutputTokens:               u.AudioOutputTokens,
 		UpstreamCostMicroUsd:            u.UpstreamCostMicroUSD,
 		Complete:                        u.Complete,
 		FinishedAtUnixMs:                t.clk.Now().UnixMilli(),
@@ -386,8 +402,10 @@ func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
 		return // an error answer without usage: nothing was generated
 	}
 	estimated := false
+	// An estimated count has no known audio part: its split is unknown, and a model
+	// that prices audio apart is charged it at the dearer price.
 	if !seen.InputReported && r != nil && r.requestSeen {
-		item.InputTokens, estimated = r.inputEstimate, true
+		item.InputTokens, item.AudioInputTokens, estimated = r.inputEstimate, nil, true
 	}
 	// Output: the estimate from the text seen when none was reported; and when the
 	// response did not end with its final usage (incomplete), the larger of the two: a
@@ -398,7 +416,7 @@ func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
 	// model's audio tokens; pricecatalog.AudioOutputTokensPerSecond).
 	est := max(estimate.Tokens(seen.TextBytes), audioTokens(seen.AudioOutputMillis))
 	if est > 0 && (!seen.OutputReported || !item.Complete && est > item.OutputTokens) {
-		item.OutputTokens, estimated = est, true
+		item.OutputTokens, item.AudioOutputTokens, estimated = est, nil, true
 	}
 	if estimated {
 		item.UsageEstimated, item.Complete = true, false

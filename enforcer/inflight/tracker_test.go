@@ -269,3 +269,44 @@ func TestSettleAllStopsAtTheDeadlineFailOpenFirst(t *testing.T) {
 		t.Fatalf("settled %d, left %d: %v", settled, left, q.items)
 	}
 }
+
+// The audio parts of the counts travel to the settlement where the upstream reported
+// them (FromResponse), and an estimated count drops its part: its split is unknown, and
+// a model that prices audio apart is then charged the dearer price.
+func TestAudioPartsTravelUnlessEstimated(t *testing.T) {
+	got := responseusage.Usage{Model: "gpt-realtime", InputTokens: 100, OutputTokens: 60, AudioInputTokens: 80, AudioInputReported: true,
+		InputReported: true, OutputReported: true, Complete: true}
+	u := FromResponse(got, true, 200, false)
+	if u.AudioInputTokens == nil || *u.AudioInputTokens != 80 || u.AudioOutputTokens != nil {
+		t.Fatalf("FromResponse: audio %v / %v", u.AudioInputTokens, u.AudioOutputTokens)
+	}
+	for _, tc := range []struct {
+		name            string
+		seen            Seen
+		complete        bool
+		wantIn, wantOut bool // the part is still there
+	}{
+		{"reported in full", Seen{InputReported: true, OutputReported: true}, true, true, true},
+		{"output estimated from the text of a cut stream", Seen{InputReported: true, OutputReported: true, TextBytes: 4000}, false, true, false},
+		{"input estimated from the request", Seen{OutputReported: true}, false, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &queue{}
+			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+			tr.RecordRequest("req_a", 500, "gpt-realtime")
+			in, out := int64(80), int64(50)
+			seen := tc.seen
+			_ = tr.Finish("req_a", Usage{Model: "gpt-realtime", InputTokens: 100, OutputTokens: 60, AudioInputTokens: &in, AudioOutputTokens: &out,
+				Complete: tc.complete, UpstreamStatus: 200, Seen: &seen}, nil)
+			it := q.items[0]
+			if (it.AudioInputTokens != nil) != tc.wantIn || (it.AudioOutputTokens != nil) != tc.wantOut {
+				t.Fatalf("settled audio %v / %v (estimated %v)", it.AudioInputTokens, it.AudioOutputTokens, it.GetUsageEstimated())
+			}
+			if tc.wantIn && it.GetAudioInputTokens() != 80 || tc.wantOut && it.GetAudioOutputTokens() != 50 {
+				t.Fatalf("settled audio %d / %d", it.GetAudioInputTokens(), it.GetAudioOutputTokens())
+			}
+		})
+	}
+}

@@ -4,9 +4,10 @@
 // the session lasts. Two kinds of events carry a cost:
 //
 //   - every response the model makes ends with a response.done event carrying that
-//     response's usage (response.usage: input_tokens, output_tokens, and
-//     input_token_details.cached_tokens; text, audio and image tokens counted together),
-//     priced at the session's model;
+//     response's usage (response.usage: input_tokens, output_tokens,
+//     input_token_details.cached_tokens, and the audio parts of the counts,
+//     input_token_details.audio_tokens and output_token_details.audio_tokens, which
+//     the realtime models price above text), priced at the session's model;
 //   - when the session transcribes the user's audio, each transcription ends with
 //     conversation.item.input_audio_transcription.completed carrying its usage, in
 //     tokens ({"type": "tokens", input_tokens, output_tokens}) or in seconds of audio
@@ -48,6 +49,10 @@ type Usage struct {
 	// InputTokens counts all input tokens, cached ones included; CachedInputTokens
 	// the part read from the prompt cache.
 	InputTokens, OutputTokens, CachedInputTokens int64
+	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
+	// OutputTokens (input_token_details.audio_tokens, output_token_details.audio_tokens),
+	// nil when the usage did not say.
+	AudioInputTokens, AudioOutputTokens *int64
 	// AudioInputMillis is a transcription billed by the duration of its audio
 	// (whisper-1), in milliseconds, a fraction rounded up.
 	AudioInputMillis int64
@@ -86,8 +91,23 @@ type usage struct {
 	OutputTokens      int64       `json:"output_tokens"`
 	Seconds           json.Number `json:"seconds"`
 	InputTokenDetails struct {
-		CachedTokens int64 `json:"cached_tokens"`
+		CachedTokens int64  `json:"cached_tokens"`
+		AudioTokens  *int64 `json:"audio_tokens"`
 	} `json:"input_token_details"`
+	OutputTokenDetails struct {
+		AudioTokens *int64 `json:"audio_tokens"`
+	} `json:"output_token_details"`
+}
+
+// audio is the audio parts of u's counts, each nil when not reported (or negative).
+func (u *usage) audio() (in, out *int64) {
+	part := func(n *int64) *int64 {
+		if n == nil || *n < 0 {
+			return nil
+		}
+		return n
+	}
+	return part(u.InputTokenDetails.AudioTokens), part(u.OutputTokenDetails.AudioTokens)
 }
 
 // event is the part of a server event the Reader looks at.
@@ -149,6 +169,7 @@ func (r *Reader) Event(msg []byte) (Usage, Kind) {
 		if us := e.Response.Usage; us != nil && us.InputTokens >= 0 && us.OutputTokens >= 0 && us.InputTokenDetails.CachedTokens >= 0 {
 			u.InputTokens, u.OutputTokens = us.InputTokens, us.OutputTokens
 			u.CachedInputTokens = min(us.InputTokenDetails.CachedTokens, us.InputTokens)
+			u.AudioInputTokens, u.AudioOutputTokens = us.audio()
 			u.Reported = true
 		} else {
 			// No usage: the text seen is what there is to estimate from (the text of
@@ -206,7 +227,8 @@ func transcribed(us *usage) (Usage, bool) {
 	if us.InputTokens < 0 || us.OutputTokens < 0 || us.InputTokens == 0 && us.OutputTokens == 0 {
 		return Usage{}, false
 	}
-	return Usage{InputTokens: us.InputTokens, OutputTokens: us.OutputTokens, Reported: true}, true
+	in, out := us.audio()
+	return Usage{InputTokens: us.InputTokens, OutputTokens: us.OutputTokens, AudioInputTokens: in, AudioOutputTokens: out, Reported: true}, true
 }
 
 // Model is the session's model: the server's name once it gave one, else the request's.

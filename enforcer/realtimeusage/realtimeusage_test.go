@@ -1,9 +1,12 @@
 package realtimeusage
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
+
+func i64(n int64) *int64 { return &n }
 
 // A session's events, as OpenAI's Realtime API (GA) sends them: the session names its
 // model, each response ends with its own usage, audio deltas and other events do not
@@ -28,10 +31,11 @@ func TestSessionResponses(t *testing.T) {
 		}
 	}
 	want := []Usage{
-		{Model: "gpt-realtime-2025-08-28", InputTokens: 1000, OutputTokens: 250, CachedInputTokens: 640, Reported: true},
+		{Model: "gpt-realtime-2025-08-28", InputTokens: 1000, OutputTokens: 250, CachedInputTokens: 640, Reported: true,
+			AudioInputTokens: i64(900), AudioOutputTokens: i64(200)},
 		{Model: "gpt-realtime-2025-08-28", InputTokens: 7, OutputTokens: 3, Reported: true},
 	}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("responses %+v, want %+v", got, want)
 	}
 	if u, open := r.Unfinished(); open || u.TextBytes != 0 {
@@ -61,7 +65,7 @@ func TestUnfinishedAndUnreported(t *testing.T) {
 	for _, done := range []string{
 		`{"type":"response.done","response":{"id":"resp_1","usage":null}}`,
 		`{"type":"response.done","response":{"id":"resp_1","usage":{"input_tokens":-5,"output_tokens":3}}}`,
-		`{"type":"response.done","response":{"id":"resp_1","usage":{"input_tokens":5,"output_tokens":3,"input_token_details":{"cached_tokens":9}}}}`,
+		`{"type":"response.done","response":{"id":"resp_1","usage":{"input_tokens":5,"output_tokens":3,"input_token_details":{"cached_tokens":9,"audio_tokens":-2},"output_token_details":{"audio_tokens":2}}}}`,
 	} {
 		r := New("m")
 		r.Event([]byte(`{"type":"response.created","response":{"id":"resp_1"}}`))
@@ -72,7 +76,8 @@ func TestUnfinishedAndUnreported(t *testing.T) {
 		}
 		if strings.Contains(done, "cached_tokens\":9") {
 			// More cached than input: the cached part is at most the input.
-			if !u.Reported || u.CachedInputTokens != 5 {
+			// A negative audio count is no report: the split stays unknown.
+			if !u.Reported || u.CachedInputTokens != 5 || u.AudioInputTokens != nil || u.AudioOutputTokens == nil || *u.AudioOutputTokens != 2 {
 				t.Fatalf("%s: %+v", done, u)
 			}
 			continue
@@ -94,7 +99,7 @@ func TestTranscriptions(t *testing.T) {
 	}{
 		{"GA, tokens", `{"type":"session.created","session":{"model":"gpt-realtime","audio":{"input":{"transcription":{"model":"gpt-4o-transcribe"}}}}}`,
 			`{"type":"tokens","total_tokens":26,"input_tokens":17,"input_token_details":{"text_tokens":0,"audio_tokens":17},"output_tokens":9}`,
-			Usage{Model: "gpt-4o-transcribe", InputTokens: 17, OutputTokens: 9, Reported: true}, Transcription},
+			Usage{Model: "gpt-4o-transcribe", InputTokens: 17, OutputTokens: 9, AudioInputTokens: i64(17), Reported: true}, Transcription},
 		{"beta, duration", `{"type":"session.updated","session":{"model":"gpt-4o-realtime-preview","input_audio_transcription":{"model":"whisper-1"}}}`,
 			`{"type":"duration","seconds":2.3}`, Usage{Model: "whisper-1", AudioInputMillis: 2_300, Reported: true}, Transcription},
 		{"a fraction below the millisecond rounds up", ``, `{"type":"duration","seconds":0.1004}`,
@@ -110,7 +115,7 @@ func TestTranscriptions(t *testing.T) {
 				r.Event([]byte(tc.session))
 			}
 			u, kind := r.Event([]byte(`{"type":"conversation.item.input_audio_transcription.completed","item_id":"item_1","content_index":0,"transcript":"Hello.","usage":` + tc.usage + `}`))
-			if u != tc.want || kind != tc.kind {
+			if !reflect.DeepEqual(u, tc.want) || kind != tc.kind {
 				t.Fatalf("%+v %v, want %+v %v", u, kind, tc.want, tc.kind)
 			}
 		})

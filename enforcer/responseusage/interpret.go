@@ -320,6 +320,11 @@ func (a *accumulator) fill(u *Usage) {
 	}
 	// OpenAI's file search tool's calls, billed apiece: file_search_call output items.
 	u.FileSearchCalls = int64(a.fileSearches)
+	if a.fam == famChat || a.fam == famResponses || a.fam == famTranscription || a.fam == famGemini {
+		// The audio parts of the counts, where the shape reports them.
+		u.AudioInputTokens, u.AudioInputReported = a.u.get(tokAudioIn)
+		u.AudioOutputTokens, u.AudioOutputReported = a.u.get(tokAudioOut)
+	}
 	u.OutputTokens = out
 	u.CachedInputTokens = cached
 	if a.fam == famAnthropic {

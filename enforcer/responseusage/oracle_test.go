@@ -26,14 +26,14 @@ func newDocFields(modelLimit int) *docFields {
 		object: capture{b: make([]byte, 0, maxSmallBytes), limit: maxSmallBytes},
 	}
 	for i := range d.model {
-		d.model[i] = capture{b: make([]byte, 0, modelLimit), limit: modelLimit}
+		d.model[i] = capture{b: make([]byte, 0, modelLimit), limit: uint16(modelLimit)}
 		d.tier[i] = capture{b: make([]byte, 0, maxTierBytes), limit: maxTierBytes}
 	}
 	return d
 }
 
 func newAccumulator(modelLimit int) *accumulator {
-	return &accumulator{model: capture{b: make([]byte, 0, modelLimit), limit: modelLimit}}
+	return &accumulator{model: capture{b: make([]byte, 0, modelLimit), limit: uint16(modelLimit)}}
 }
 
 // member is one member of an object; an object is []member.
@@ -265,7 +265,9 @@ func oracleUsage(obj []member) usageFields {
 			tok        int
 			key, inner string
 		}{{tokCachedPrompt, "prompt_tokens_details", "cached_tokens"}, {tokCachedInput, "input_tokens_details", "cached_tokens"},
-			{tokCacheWrite1h, "cache_creation", "ephemeral_1h_input_tokens"}, {tokWebSearches, "server_tool_use", "web_search_requests"}} {
+			{tokCacheWrite1h, "cache_creation", "ephemeral_1h_input_tokens"}, {tokWebSearches, "server_tool_use", "web_search_requests"},
+			{tokAudioIn, "prompt_tokens_details", "audio_tokens"}, {tokAudioOut, "completion_tokens_details", "audio_tokens"},
+			{tokAudioIn, "input_token_details", "audio_tokens"}} {
 			for _, d := range all(us, det.key) {
 				for _, m := range d {
 					if m.key == det.inner {
@@ -276,6 +278,39 @@ func oracleUsage(obj []member) usageFields {
 		}
 	}
 	return u
+}
+
+// oracleModalities reads Gemini's promptTokensDetails and candidatesTokensDetails lists
+// of every usage in obj (the top level's only): a list reports its audio count, 0 unless
+// an entry (an object) whose last string modality is "AUDIO" has a tokenCount, the last
+// valid one of the entry; the largest of them wins, like any count.
+func oracleModalities(obj []member, u *usageFields) {
+	for _, us := range all(obj, "usage") {
+		for _, m := range us {
+			tok := map[string]int{"promptTokensDetails": tokAudioIn, "candidatesTokensDetails": tokAudioOut}
+			t, ok := tok[m.key]
+			list, isList := m.val.([]any)
+			if !ok || !isList {
+				continue
+			}
+			u.setMax(t, 0)
+			for _, e := range list {
+				e, _ := e.([]member)
+				audio, count := false, int64(0)
+				for _, f := range e {
+					if s, ok := f.val.(string); ok && f.key == "modality" {
+						audio = s == "AUDIO"
+					}
+					if n, ok := plainCount(f.val); ok && f.key == "tokenCount" {
+						count = n
+					}
+				}
+				if audio {
+					u.setMax(t, count)
+				}
+			}
+		}
+	}
 }
 
 // oracleOutputItems counts, in every array named "output" of obj, each "type" member of
@@ -359,6 +394,7 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	str(&d.model[rootTop], m, "model")
 	str(&d.tier[rootTop], m, "service_tier")
 	d.usage[rootTop] = oracleUsage(m)
+	oracleModalities(m, &d.usage[rootTop])
 	d.searches = oracleOutputItems(m, "web_search_call") + oracleSearchQueries(m)
 	d.fileSearches = oracleOutputItems(m, "file_search_call")
 	for _, sub := range all(m, "response") {

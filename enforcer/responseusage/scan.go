@@ -49,6 +49,13 @@ const (
 	kEphemeral1h   // Anthropic: usage.cache_creation.ephemeral_1h_input_tokens
 	kServerToolUse // Anthropic: usage.server_tool_use (the server tools' uses)
 	kWebSearches   // Anthropic: usage.server_tool_use.web_search_requests
+	kAudioTokens   // OpenAI: usage.*_details.audio_tokens (the audio part of a count)
+	kCompletionDetails
+	kInputTokenDetails // OpenAI transcriptions: usage.input_token_details (singular "token")
+	kPromptModalities  // Gemini: usageMetadata.promptTokensDetails[] ({modality, tokenCount})
+	kOutputModalities  // Gemini: usageMetadata.candidatesTokensDetails[]
+	kModality          // Gemini: a *TokensDetails[] entry's modality
+	kTokenCount        // Gemini: a *TokensDetails[] entry's tokenCount
 	kChoices
 	kDelta
 	kContent
@@ -91,11 +98,20 @@ const (
 	tokCachedInput             // input_tokens_details.cached_tokens (OpenAI Responses)
 	tokCacheWrite1h            // cache_creation.ephemeral_1h_input_tokens (Anthropic)
 	tokWebSearches             // server_tool_use.web_search_requests (Anthropic: billed per search)
+	// tokAudioIn and tokAudioOut are the audio parts of the input and output counts,
+	// which some models price above text: OpenAI's prompt_tokens_details.audio_tokens
+	// and completion_tokens_details.audio_tokens (chat), input_token_details.audio_tokens
+	// (transcriptions), Gemini's AUDIO entries of promptTokensDetails and
+	// candidatesTokensDetails. Reported (its bit in has) when the details were there:
+	// Gemini lists only the modalities it counted, so its list reports 0 audio when it
+	// has no AUDIO entry.
+	tokAudioIn
+	tokAudioOut
 	nTok
 )
 
 // usageFields.has holds a bit per count.
-var _ [16 - nTok]struct{} // nTok <= 16
+var _ [32 - nTok]struct{} // nTok <= 32
 
 func keyID(b []byte) uint8 {
 	switch string(b) {
@@ -191,6 +207,20 @@ func keyID(b []byte) uint8 {
 		return kTok0 + tokGeminiCached
 	case "seconds":
 		return kTok0 + tokAudioSeconds
+	case "audio_tokens":
+		return kAudioTokens
+	case "completion_tokens_details":
+		return kCompletionDetails
+	case "input_token_details":
+		return kInputTokenDetails
+	case "promptTokensDetails":
+		return kPromptModalities
+	case "candidatesTokensDetails":
+		return kOutputModalities
+	case "modality":
+		return kModality
+	case "tokenCount":
+		return kTokenCount
 	}
 	return kOther
 }
@@ -206,7 +236,7 @@ const (
 // usageFields are the counts of one usage object.
 type usageFields struct {
 	obj bool   // the usage value was an object (not null or absent)
-	has uint16 // bit tok set: tok[tok] was a valid count
+	has uint32 // bit tok set: tok[tok] was a valid count
 	tok [nTok]int64
 }
 
@@ -259,6 +289,12 @@ type docFields struct {
 	// "file_search_call" output items alike (its file search tool, billed per call).
 	// Each saturates at 65,535, more than any response makes.
 	searches, fileSearches uint16
+	// entry is the Gemini *TokensDetails[] entry being read: whether its modality is
+	// AUDIO, and its tokenCount (Gemini leaves a count of 0 out).
+	entry struct {
+		audio bool
+		count int64
+	}
 }
 
 func (d *docFields) reset() {
@@ -272,6 +308,7 @@ func (d *docFields) reset() {
 	d.text, d.delta = 0, 0
 	d.finished = false
 	d.searches = 0
+	d.entry.audio, d.entry.count = false, 0
 }
 
 // countSearch counts one web search the document lists (searches).
@@ -290,8 +327,10 @@ func (d *docFields) countFileSearch() {
 // capture collects a decoded string into a buffer whose capacity is its
 // limit, so it never allocates; a longer string sets over.
 type capture struct {
-	b     []byte
-	limit int
+	b []byte
+	// limit is a uint16 so that limit, over and ok share one word: the Extractor holds
+	// ten captures (TestExtractorSize). No capture keeps more than 65,535 bytes.
+	limit uint16
 	over  bool
 	ok    bool // a complete string that fits
 }
@@ -306,7 +345,7 @@ func (c *capture) add(p []byte) {
 	if c.over {
 		return
 	}
-	if len(c.b)+len(p) > c.limit {
+	if len(c.b)+len(p) > int(c.limit) {
 		c.over = true
 		return
 	}
@@ -317,7 +356,7 @@ func (c *capture) addByte(b byte) {
 	if c.over {
 		return
 	}
-	if len(c.b) >= c.limit {
+	if len(c.b) >= int(c.limit) {
 		c.over = true
 		return
 	}
@@ -343,7 +382,7 @@ func (c *capture) commit() {
 			fixed = utf8.AppendRune(fixed, r) // RuneError for an invalid byte
 			p = p[n:]
 		}
-		if len(fixed) > c.limit {
+		if len(fixed) > int(c.limit) {
 			c.over = true
 			return
 		}
@@ -403,6 +442,10 @@ const (
 	tgTier              // a service_tier string of root
 	tgItemType          // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
 	tgSearchQuery       // a Gemini search query (candidates[].groundingMetadata.webSearchQueries[])
+	tgModalities        // a Gemini *TokensDetails list (tok: the count its AUDIO entries add to)
+	tgModEntry          // an entry of that list
+	tgModality          // an entry's modality string
+	tgModCount          // an entry's tokenCount
 )
 
 type target struct{ kind, root, tok uint8 }
@@ -416,17 +459,20 @@ type scanner struct {
 	keys     [maxPath]uint8 // key id of the current value at depths 1..maxPath
 	doc      docFields
 
-	strKey bool     // the string being read is an object key
-	str    *capture // where the string being read goes, or nil
-	keyCap capture
-	hex    rune
-	hexN   uint8
-	surr   rune // a surrogate waiting for its pair
-	num    int64
-	numOK  bool // the number so far is a non-negative integer that fits int64 (in ms mode: its milliseconds do)
-	numTok target
-	lit    string
-	litPos int
+	strKey bool // the string being read is an object key
+	// modality: the string being read into keyCap is a Gemini entry's modality
+	// (tgModality), not an output item's type (tgItemType).
+	modality bool
+	str      *capture // where the string being read goes, or nil
+	keyCap   capture
+	hex      rune
+	hexN     uint8
+	surr     rune // a surrogate waiting for its pair
+	num      int64
+	numOK    bool // the number so far is a non-negative integer that fits int64 (in ms mode: its milliseconds do)
+	numTok   target
+	lit      string
+	litPos   int
 
 	// ms mode, for usage.seconds alone (numTok's tok is tokAudioSeconds): the
 	// number is a decimal of seconds, read as milliseconds. num takes the digits
@@ -453,7 +499,7 @@ const (
 	txRaw         // an object or array: its raw bytes go to text
 )
 
-func (s *scanner) init(maxDepth int, stack []uint64, key, typ, obj []byte, models, tiers [nRoot][]byte, modelLimit int) {
+func (s *scanner) init(maxDepth int, stack []uint64, key, typ, obj []byte, models, tiers [nRoot][]byte, modelLimit uint16) {
 	s.maxDepth = maxDepth
 	s.stack = stack
 	s.keyCap = capture{b: key, limit: maxKeyBytes}
@@ -810,6 +856,14 @@ func (s *scanner) pop(end int) bool {
 		s.doc.text += s.rawN + int64(end-s.rawFrom)
 		s.raw, s.rawN = false, 0
 	}
+	if s.depth == 3 && s.keys[2] == kArr && s.keys[0] == kUsage {
+		// An entry of a Gemini *TokensDetails list closed: its tokens are audio ones
+		// when its modality said so.
+		// Gemini lists each modality once; like any count, the largest reported wins.
+		if tok, ok := modalitiesTok(s.keys[1]); ok && s.doc.entry.audio {
+			s.doc.usage[rootTop].setMax(int(tok), s.doc.entry.count)
+		}
+	}
 	return s.endValue()
 }
 
@@ -842,12 +896,15 @@ func (s *scanner) endString() bool {
 		// keyCap takes a value only at an output item's type (tgItemType).
 		if str == &s.keyCap {
 			switch {
+			case s.modality:
+				s.doc.entry.audio = s.keyCap.is("AUDIO")
 			case s.keyCap.is("web_search_call"):
 				s.doc.countSearch()
 			case s.keyCap.is("file_search_call"):
 				s.doc.countFileSearch()
 			}
 		}
+		s.modality = false
 	}
 	s.txt = txNone
 	return s.endValue()
@@ -875,6 +932,13 @@ func (s *scanner) valueStart(c byte, at int) {
 		}
 	case tgRoot:
 		d.model[t.root].reset()
+	case tgModalities:
+		if c == '[' {
+			// The list says which modalities were counted: no AUDIO entry is no audio.
+			d.usage[rootTop].setMax(int(t.tok), 0)
+		}
+	case tgModEntry:
+		d.entry.audio, d.entry.count = false, 0
 	}
 	switch {
 	case c == '{' || c == '[':
@@ -902,6 +966,9 @@ func (s *scanner) valueStart(c byte, at int) {
 			s.str = &s.keyCap
 		case tgSearchQuery:
 			d.countSearch() // the string is a query: its text does not matter
+		case tgModality:
+			s.keyCap.reset()
+			s.str, s.modality = &s.keyCap, true
 		case tgNone:
 			if tx := s.textTarget(); tx == txText || tx == txDelta {
 				s.txt = tx
@@ -1039,6 +1106,8 @@ func (s *scanner) endNumber() bool {
 		if ok {
 			s.doc.usage[t.root].setMax(int(t.tok), v)
 		}
+	} else if t.kind == tgModCount && s.numOK {
+		s.doc.entry.count = s.num
 	}
 	s.numTok = target{}
 	return s.endValue()
@@ -1101,8 +1170,11 @@ func (s *scanner) classify() target {
 		}
 	case 3:
 		if k[0] == kUsage {
-			if t, inner, ok := detailTok(k[1]); ok && k[2] == inner {
+			if t, ok := detailTok(k[1], k[2]); ok {
 				return target{kind: tgTok, root: rootTop, tok: t}
+			}
+			if t, ok := modalitiesTok(k[1]); ok && k[2] == kArr {
+				return target{kind: tgModEntry, root: rootTop, tok: t}
 			}
 		} else if k[0] == kCandidates && k[1] == kArr && k[2] == kFinishReason {
 			return target{kind: tgFinish}
@@ -1116,8 +1188,16 @@ func (s *scanner) classify() target {
 			return target{kind: tgItemType}
 		}
 		if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
-			if t, inner, ok := detailTok(k[2]); ok && k[3] == inner {
+			if t, ok := detailTok(k[2], k[3]); ok {
 				return target{kind: tgTok, root: r, tok: t}
+			}
+		}
+		if t, ok := modalitiesTok(k[1]); ok && k[0] == kUsage && k[2] == kArr {
+			switch k[3] {
+			case kModality:
+				return target{kind: tgModality, root: rootTop, tok: t}
+			case kTokenCount:
+				return target{kind: tgModCount, root: rootTop, tok: t}
 			}
 		}
 	case 5:
@@ -1132,8 +1212,12 @@ func usageMember(root, k uint8) target {
 	if k >= kTok0 && k < kTok0+tokCachedPrompt {
 		return target{kind: tgTok, root: root, tok: k - kTok0}
 	}
-	if t, _, ok := detailTok(k); ok {
-		return target{kind: tgDetail, root: root, tok: t}
+	if isDetail(k) {
+		return target{kind: tgDetail, root: root}
+	}
+	if t, ok := modalitiesTok(k); ok && root == rootTop {
+		// Gemini's usage is at the top level only.
+		return target{kind: tgModalities, root: root, tok: t}
 	}
 	return target{}
 }
@@ -1148,16 +1232,44 @@ func rootOf(k uint8) (uint8, bool) {
 	return 0, false
 }
 
-func detailTok(k uint8) (tok, inner uint8, ok bool) {
-	switch k {
-	case kPromptDetails:
-		return tokCachedPrompt, kCachedTokens, true
-	case kInputDetails:
-		return tokCachedInput, kCachedTokens, true
-	case kCacheCreation:
-		return tokCacheWrite1h, kEphemeral1h, true
-	case kServerToolUse:
-		return tokWebSearches, kWebSearches, true
+// detailTok names the count at usage.detail.inner, where a detail object of a usage
+// holds one we read.
+func detailTok(detail, inner uint8) (tok uint8, ok bool) {
+	switch {
+	case detail == kPromptDetails && inner == kCachedTokens:
+		return tokCachedPrompt, true
+	case detail == kPromptDetails && inner == kAudioTokens:
+		return tokAudioIn, true
+	case detail == kCompletionDetails && inner == kAudioTokens:
+		return tokAudioOut, true
+	case detail == kInputDetails && inner == kCachedTokens:
+		return tokCachedInput, true
+	case detail == kInputTokenDetails && inner == kAudioTokens:
+		return tokAudioIn, true
+	case detail == kCacheCreation && inner == kEphemeral1h:
+		return tokCacheWrite1h, true
+	case detail == kServerToolUse && inner == kWebSearches:
+		return tokWebSearches, true
 	}
-	return 0, 0, false
+	return 0, false
+}
+
+// isDetail: k is the key of a usage's detail object that holds a count we read.
+func isDetail(k uint8) bool {
+	switch k {
+	case kPromptDetails, kCompletionDetails, kInputDetails, kInputTokenDetails, kCacheCreation, kServerToolUse:
+		return true
+	}
+	return false
+}
+
+// modalitiesTok names the count a Gemini *TokensDetails list's AUDIO entries add to.
+func modalitiesTok(k uint8) (tok uint8, ok bool) {
+	switch k {
+	case kPromptModalities:
+		return tokAudioIn, true
+	case kOutputModalities:
+		return tokAudioOut, true
+	}
+	return 0, false
 }

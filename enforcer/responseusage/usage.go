@@ -2,6 +2,7 @@ package responseusage
 
 import (
 	"errors"
+	"math"
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/enforcer/audiolength"
@@ -88,6 +89,15 @@ type Usage struct {
 	// response.file_search_call.completed events, whichever counts more), which it
 	// bills apiece and its usage does not count; 0 elsewhere.
 	FileSearchCalls int64
+	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
+	// OutputTokens, which some models price above text (pricecatalog.Price.
+	// AudioInputPerMillion): OpenAI's prompt_tokens_details.audio_tokens and
+	// completion_tokens_details.audio_tokens (chat), input_token_details.audio_tokens (a
+	// transcription), Gemini's AUDIO entries of promptTokensDetails and
+	// candidatesTokensDetails. AudioInputReported and AudioOutputReported say whether the
+	// response said (a Gemini list without an AUDIO entry says 0); when not, the split
+	// is unknown and settlement charges such a model's tokens at the dearer price.
+	AudioInputTokens, AudioOutputTokens int64
 	// AudioInputMillis is the duration of input audio the response reported, in
 	// milliseconds: OpenAI's usage {"type":"duration","seconds":N} of a
 	// non-streamed transcription or translation by a model billed per minute of
@@ -100,11 +110,19 @@ type Usage struct {
 	AudioOutputMillis int64
 	// CostMicroUSD is the cost the upstream reported in a header, if any.
 	CostMicroUSD *int64
+	// Format names the recognised shape (the Format constants), or "".
+	Format string
+	// TextBytes counts the output text the response carried, in bytes of
+	// UTF-8 after JSON unescaping (see the package doc for where it is read),
+	// so that missing counts can be estimated. It is counted whether or not
+	// usage was reported.
+	TextBytes int64
+	// The flags are together, with AudioInputReported and AudioOutputReported, in one
+	// word: an Extractor holds a Usage (TestExtractorSize).
+	//
 	// Complete is true when the stream ended normally and its final usage
 	// report, with input and output counts, was seen (see the package doc).
 	Complete bool
-	// Format names the recognised shape (the Format constants), or "".
-	Format string
 	// Priority: an OpenAI response (chat or Responses) says it ran at the priority
 	// service tier (service_tier "priority"), which costs more than the standard prices
 	// of the catalog.
@@ -114,11 +132,8 @@ type Usage struct {
 	// because nothing was reported, not because the count was 0.
 	InputReported  bool
 	OutputReported bool
-	// TextBytes counts the output text the response carried, in bytes of
-	// UTF-8 after JSON unescaping (see the package doc for where it is read),
-	// so that missing counts can be estimated. It is counted whether or not
-	// usage was reported.
-	TextBytes int64
+	// AudioInputReported and AudioOutputReported: see AudioInputTokens.
+	AudioInputReported, AudioOutputReported bool
 	// PlainText: the body was plain text (a transcript in a text format, or an error
 	// page), all of it counted in TextBytes; no usage is reported in such a body.
 	PlainText bool
@@ -135,7 +150,7 @@ type Usage struct {
 // other.
 type Limits struct {
 	// MaxModelBytes is the longest model name kept, in bytes after JSON
-	// unescaping; a longer one is reported as "". Default 256.
+	// unescaping; a longer one is reported as "". Default 256, at most 65,535.
 	MaxModelBytes int
 	// MaxDepth is the deepest JSON nesting accepted; a deeper document is
 	// treated as malformed, as encoding/json does. Default 10000.
@@ -146,6 +161,7 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxModelBytes <= 0 {
 		l.MaxModelBytes = DefaultMaxModelBytes
 	}
+	l.MaxModelBytes = min(l.MaxModelBytes, math.MaxUint16)
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = DefaultMaxDepth
 	}
@@ -211,7 +227,7 @@ func New(contentType string, headers map[string]string, limits Limits) *Extracto
 	e := &Extractor{}
 	e.cost, e.hasCost = costFromHeaders(headers)
 
-	m := limits.MaxModelBytes
+	m := uint16(limits.MaxModelBytes)
 	e.scan.init(limits.MaxDepth, e.stackAr[:0], e.keyArr[:0], e.typArr[:0], e.objArr[:0],
 		[nRoot][]byte{e.modelArr[0][:0], e.modelArr[1][:0], e.modelArr[2][:0]},
 		[nRoot][]byte{e.tierArr[0][:0], e.tierArr[1][:0], e.tierArr[2][:0]}, m)

@@ -104,8 +104,9 @@ func show(u Usage) string {
 	if u.CostMicroUSD != nil {
 		c = fmt.Sprint(*u.CostMicroUSD)
 	}
-	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d Cost:%s Complete:%v Format:%q Priority:%v Reported:%v/%v Text:%d FromRaw:%v}",
+	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d AudioTokens:%d/%d(%v/%v) Cost:%s Complete:%v Format:%q Priority:%v Reported:%v/%v Text:%d FromRaw:%v}",
 		u.Model, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.AudioInputMillis,
+		u.AudioInputTokens, u.AudioOutputTokens, u.AudioInputReported, u.AudioOutputReported,
 		c, u.Complete, u.Format, u.Priority, u.InputReported, u.OutputReported, u.TextBytes, u.TextBytesFromRaw)
 }
 
@@ -129,11 +130,11 @@ type fixtureCase struct {
 var fixtureCases = []fixtureCase{
 	{
 		name: "openai chat json", file: "openai_chat.json", ct: "application/json",
-		want: Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, CachedInputTokens: 1024, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, TextBytes: 172},
+		want: Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, CachedInputTokens: 1024, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, AudioInputReported: true, AudioOutputReported: true, TextBytes: 172},
 	},
 	{
 		name: "openai chat json with tool call arguments that mention usage", file: "openai_chat_tools.json", ct: "application/json; charset=utf-8",
-		want: Usage{Model: "gpt-4o-mini-2024-07-18", InputTokens: 82, OutputTokens: 17, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, TextBytes: 61},
+		want: Usage{Model: "gpt-4o-mini-2024-07-18", InputTokens: 82, OutputTokens: 17, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, AudioInputReported: true, AudioOutputReported: true, TextBytes: 61},
 	},
 	{
 		name: "openai legacy completions json", file: "openai_completions.json", ct: "application/json",
@@ -153,7 +154,7 @@ var fixtureCases = []fixtureCase{
 	},
 	{
 		name: "openai chat sse with include_usage", file: "openai_chat_stream.sse", ct: ctSSE,
-		want: Usage{Model: "gpt-4.1-mini-2025-04-14", InputTokens: 1930, OutputTokens: 12, CachedInputTokens: 1792, Complete: true, Format: FormatOpenAIChatSSE, InputReported: true, OutputReported: true, TextBytes: 83},
+		want: Usage{Model: "gpt-4.1-mini-2025-04-14", InputTokens: 1930, OutputTokens: 12, CachedInputTokens: 1792, Complete: true, Format: FormatOpenAIChatSSE, InputReported: true, OutputReported: true, AudioInputReported: true, AudioOutputReported: true, TextBytes: 83},
 	},
 	{
 		name: "openai chat sse without include_usage", file: "openai_chat_stream_no_usage.sse", ct: ctSSE,
@@ -197,11 +198,11 @@ var fixtureCases = []fixtureCase{
 		// gpt-4o-transcribe: a token usage with the Responses API's names, read as
 		// it was before audio durations were.
 		name: "openai gpt-4o-transcribe json", file: "openai_transcribe.json", ct: ctJSON,
-		want: Usage{InputTokens: 14, OutputTokens: 45, Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true},
+		want: Usage{InputTokens: 14, OutputTokens: 45, AudioInputTokens: 14, AudioInputReported: true, Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true},
 	},
 	{
 		name: "openai gpt-4o-transcribe sse", file: "openai_transcribe_stream.sse", ct: ctSSE,
-		want: Usage{InputTokens: 14, OutputTokens: 45, Complete: true, Format: FormatOpenAITranscriptionSSE, InputReported: true, OutputReported: true, TextBytes: 29},
+		want: Usage{InputTokens: 14, OutputTokens: 45, AudioInputTokens: 14, AudioInputReported: true, Complete: true, Format: FormatOpenAITranscriptionSSE, InputReported: true, OutputReported: true, TextBytes: 29},
 	},
 	{
 		name: "json sniffed without content type", file: "anthropic_messages.json", ct: "",
@@ -214,7 +215,7 @@ var fixtureCases = []fixtureCase{
 	{
 		name: "upstream cost header in USD", file: "openai_chat.json", ct: ctJSON,
 		headers: map[string]string{HeaderCostUSD: "0.0031675", "content-encoding": "identity"},
-		want:    Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, CachedInputTokens: 1024, CostMicroUSD: i64(3168), Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, TextBytes: 172},
+		want:    Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1117, OutputTokens: 46, CachedInputTokens: 1024, CostMicroUSD: i64(3168), Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, AudioInputReported: true, AudioOutputReported: true, TextBytes: 172},
 	},
 	{
 		name: "upstream cost header in micro-USD wins", file: "anthropic_stream.sse", ct: ctSSE,
@@ -654,7 +655,7 @@ func TestGemini(t *testing.T) {
 		`"usageMetadata":{"promptTokenCount":120,"candidatesTokenCount":4,"totalTokenCount":224,"cachedContentTokenCount":100,"thoughtsTokenCount":100,` +
 		`"promptTokensDetails":[{"modality":"TEXT","tokenCount":120}]},"modelVersion":"gemini-2.5-flash","responseId":"abc"}`
 	checkSplits(t, ctJSON, nil, []byte(geminiJSON), Usage{Model: "gemini-2.5-flash", InputTokens: 120, OutputTokens: 104, CachedInputTokens: 100,
-		Complete: true, Format: FormatGemini, InputReported: true, OutputReported: true, TextBytes: 15})
+		AudioInputReported: true, Complete: true, Format: FormatGemini, InputReported: true, OutputReported: true, TextBytes: 15})
 	// Blocked before any output: no candidates count at all, still the whole report.
 	checkSplits(t, ctJSON, nil, []byte(`{"promptFeedback":{"blockReason":"SAFETY"},"usageMetadata":{"promptTokenCount":9,"totalTokenCount":9},"modelVersion":"gemini-2.5-pro"}`),
 		Usage{Model: "gemini-2.5-pro", InputTokens: 9, Complete: true, Format: FormatGemini, InputReported: true, OutputReported: true})
@@ -764,13 +765,13 @@ func TestAudioTranscription(t *testing.T) {
 	incomplete := func(u Usage) Usage { u.Complete = false; return u }
 	const transcribeUsage = `{"type":"tokens","input_tokens":14,"input_token_details":{"text_tokens":0,"audio_tokens":14},"output_tokens":45,"total_tokens":59}`
 	const transcribe = `{"text":"Hello there.","usage":` + transcribeUsage + `}`
-	tokens := Usage{InputTokens: 14, OutputTokens: 45, Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true}
+	tokens := Usage{InputTokens: 14, OutputTokens: 45, AudioInputTokens: 14, AudioInputReported: true, Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true}
 	const (
 		delta1 = `data: {"type":"transcript.text.delta","delta":"Hel"}` + "\n\n"
 		delta2 = `data: {"type":"transcript.text.delta","delta":"lo."}` + "\n\n"
 		done   = `data: {"type":"transcript.text.done","text":"Hello.","usage":` + transcribeUsage + "}\n\n"
 	)
-	streamed := Usage{InputTokens: 14, OutputTokens: 45, Complete: true, Format: FormatOpenAITranscriptionSSE, InputReported: true, OutputReported: true, TextBytes: 6}
+	streamed := Usage{InputTokens: 14, OutputTokens: 45, AudioInputTokens: 14, AudioInputReported: true, Complete: true, Format: FormatOpenAITranscriptionSSE, InputReported: true, OutputReported: true, TextBytes: 6}
 	deltasOnly := Usage{Format: FormatOpenAITranscriptionSSE, TextBytes: 6}
 	gz := func(body string) string { return string(compress("gzip", []byte(body), nil)) }
 	gzipped := map[string]string{"content-encoding": "gzip"}
@@ -834,7 +835,7 @@ func TestAudioTranscription(t *testing.T) {
 		// A usage with token counts keeps its family; its seconds are not read.
 		{"gpt-4o-transcribe json", ctJSON, nil, transcribe, true, tokens},
 		{"gpt-4o-transcribe json, gzip", ctJSON, gzipped, gz(transcribe), true, tokens},
-		{"tokens and seconds", ctJSON, nil, `{"usage":{"type":"tokens","seconds":9,"input_tokens":14,"output_tokens":45}}`, true, tokens},
+		{"tokens and seconds", ctJSON, nil, `{"usage":{"type":"tokens","seconds":9,"input_tokens":14,"output_tokens":45,"input_token_details":{"audio_tokens":14}}}`, true, tokens},
 		{"chat usage with seconds", ctJSON, nil, `{"usage":{"prompt_tokens":1,"completion_tokens":2,"seconds":3}}`, true,
 			Usage{InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
 		{"seconds in a recognised object is not a duration", ctJSON, nil, `{"object":"response","usage":{"seconds":9}}`, true, Usage{Format: FormatOpenAIResponses}},
@@ -855,7 +856,7 @@ func TestAudioTranscription(t *testing.T) {
 		{"usage before done is not final", ctSSE, nil, `data: {"type":"transcript.text.delta","delta":"Hel","usage":{"input_tokens":14,"output_tokens":45}}` + "\n\n", true,
 			Usage{InputTokens: 14, OutputTokens: 45, Format: FormatOpenAITranscriptionSSE, InputReported: true, OutputReported: true, TextBytes: 3}},
 		{"a later smaller done does not lower the counts", ctSSE, nil, done + strings.ReplaceAll(done, `"output_tokens":45`, `"output_tokens":4`), true,
-			Usage{InputTokens: 14, OutputTokens: 45, Complete: true, Format: FormatOpenAITranscriptionSSE, InputReported: true, OutputReported: true}},
+			Usage{InputTokens: 14, OutputTokens: 45, AudioInputTokens: 14, AudioInputReported: true, Complete: true, Format: FormatOpenAITranscriptionSSE, InputReported: true, OutputReported: true}},
 		{"a delta that is not a string", ctSSE, nil, `data: {"type":"transcript.text.delta","delta":7}` + "\n\n" + `data: {"type":"transcript.text.delta","delta":null}` + "\n\n" + delta2, true,
 			Usage{Format: FormatOpenAITranscriptionSSE, TextBytes: 3}},
 		{"another transcript event's delta is not text", ctSSE, nil, `data: {"type":"transcript.text.segment","delta":"Hel","text":"Hel"}` + "\n\n", true,
@@ -1210,5 +1211,65 @@ func TestFileSearchCalls(t *testing.T) {
 func TestExtractorSize(t *testing.T) {
 	if n := unsafe.Sizeof(Extractor{}); n > 1792 {
 		t.Fatalf("an Extractor is %d bytes, beyond the 1,792-byte size class", n)
+	}
+}
+
+// TestAudioTokens: the audio parts of the counts, which some models price above text,
+// are read where each shape reports them, in any chunking, and agree with the reference
+// reading; a usage without them leaves the split unknown (not 0).
+func TestAudioTokens(t *testing.T) {
+	gemini := func(details string) string {
+		return `{"candidates":[{"content":{"parts":[{"text":"Heard."}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":800,` +
+			`"candidatesTokenCount":40,` + details + `},"modelVersion":"gemini-2.5-flash"}`
+	}
+	geminiWant := Usage{Model: "gemini-2.5-flash", InputTokens: 800, OutputTokens: 40, Complete: true, Format: FormatGemini,
+		InputReported: true, OutputReported: true, TextBytes: 6}
+	with := func(u Usage, in, out int64, inOK, outOK bool) Usage {
+		u.AudioInputTokens, u.AudioOutputTokens, u.AudioInputReported, u.AudioOutputReported = in, out, inOK, outOK
+		return u
+	}
+	chat := Usage{Model: "gpt-4o-audio-preview-2025-06-03", InputTokens: 312, OutputTokens: 1055, Complete: true, Format: FormatOpenAIChat,
+		InputReported: true, OutputReported: true}
+	cases := []struct {
+		name, ct, body string
+		want           Usage
+	}{
+		{"openai chat with audio in and out", ctJSON, `{"object":"chat.completion","model":"gpt-4o-audio-preview-2025-06-03","usage":{"prompt_tokens":312,` +
+			`"completion_tokens":1055,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":296},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":1003}}}`,
+			with(chat, 296, 1003, true, true)},
+		{"openai chat without details: unknown", ctJSON, `{"object":"chat.completion","model":"gpt-4o-audio-preview-2025-06-03","usage":{"prompt_tokens":312,"completion_tokens":1055}}`,
+			chat},
+		{"openai chat with a cached count only: audio unknown", ctJSON, `{"object":"chat.completion","model":"gpt-4o-audio-preview-2025-06-03","usage":{"prompt_tokens":312,` +
+			`"completion_tokens":1055,"prompt_tokens_details":{"cached_tokens":0}}}`, chat},
+		{"gemini audio input", ctJSON, gemini(`"promptTokensDetails":[{"modality":"TEXT","tokenCount":32},{"modality":"AUDIO","tokenCount":768}]`),
+			with(geminiWant, 768, 0, true, false)},
+		{"gemini count before modality", ctJSON, gemini(`"promptTokensDetails":[{"tokenCount":768,"modality":"AUDIO"},{"tokenCount":32,"modality":"TEXT"}]`),
+			with(geminiWant, 768, 0, true, false)},
+		{"gemini text only: no audio, reported", ctJSON, gemini(`"promptTokensDetails":[{"modality":"TEXT","tokenCount":800}],"candidatesTokensDetails":[{"modality":"TEXT","tokenCount":40}]`),
+			with(geminiWant, 0, 0, true, true)},
+		{"gemini audio output", ctJSON, gemini(`"promptTokensDetails":[{"modality":"TEXT","tokenCount":800}],"candidatesTokensDetails":[{"modality":"AUDIO","tokenCount":40}]`),
+			with(geminiWant, 0, 40, true, true)},
+		{"gemini an AUDIO entry without a count (0 left out)", ctJSON, gemini(`"promptTokensDetails":[{"modality":"AUDIO"},{"modality":"TEXT","tokenCount":800}]`),
+			with(geminiWant, 0, 0, true, false)},
+		{"gemini modality not a string, nested entries, other lists", ctJSON, gemini(`"promptTokensDetails":[{"modality":7,"tokenCount":5},[{"modality":"AUDIO","tokenCount":9}],` +
+			`{"modality":"AUDIO","tokenCount":{"n":3},"x":{"modality":"AUDIO","tokenCount":4}}],"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":11}]`),
+			with(geminiWant, 0, 0, true, false)},
+		{"gemini without details: unknown", ctJSON, gemini(`"totalTokenCount":840`), geminiWant},
+		{"gemini stream: the largest report", ctSSE,
+			"data: " + strings.Replace(gemini(`"promptTokensDetails":[{"modality":"AUDIO","tokenCount":700}]`), `,"finishReason":"STOP"`, "", 1) + "\n\n" +
+				"data: " + gemini(`"promptTokensDetails":[{"modality":"AUDIO","tokenCount":768}]`) + "\n\n",
+			func() Usage {
+				u := with(geminiWant, 768, 0, true, false)
+				u.Format, u.TextBytes = FormatGeminiSSE, 12
+				return u
+			}()},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			checkSplits(t, c.ct, nil, []byte(c.body), c.want)
+			if ref, ok := oracleFor(c.ct, []byte(c.body)); !ok || !reflect.DeepEqual(ref, c.want) {
+				t.Fatalf("the reference reads %s", show(ref))
+			}
+		})
 	}
 }

@@ -115,11 +115,11 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 	in := max(req.InputTokens, 0)
 	// A request may write its whole prompt to a cache, for an hour at that, where the
 	// provider prices cache writes (Anthropic).
-	inPrice := e.InputPerMillion
+	inPrice := e.DearestInput() // the request's input may be all audio
 	if e.CacheWritePerMillion != nil {
-		inPrice = pricecatalog.OneHourCacheWrite(e.InputPerMillion, *e.CacheWritePerMillion)
+		inPrice = max(inPrice, pricecatalog.OneHourCacheWrite(e.InputPerMillion, *e.CacheWritePerMillion))
 	}
-	cost := price(in, inPrice, out, e.OutputPerMillion)
+	cost := price(in, inPrice, out, e.DearestOutput())
 	if req.Priority {
 		// Asked to run at the priority tier: charged so at settlement.
 		cost = min(cost*pricecatalog.PriorityMultiplier, money.MaxAllowanceMicroUSD) // cost ≤ 2^52: no overflow

@@ -24,6 +24,7 @@ func testCatalog(t *testing.T) *pricecatalog.Catalog {
 		{"model":"embedder","provider":"openai","kind":"embedding","input":3000000},
 		{"model":"listener","provider":"openai","kind":"audio-duration","audioPerMinute":6000},
 		{"model":"speaker","provider":"openai","kind":"speech","input":60000000,"cachedInput":60000000},
+		{"model":"talker","provider":"openai","input":1000000,"output":4000000,"cachedInput":500000,"audioInput":8000000,"audioOutput":16000000,"maxOutput":1000},
 		{"model":"dear","provider":"openai","input":4503599627370495,"output":4503599627370495,"cachedInput":0,"maxOutput":10000000}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +107,9 @@ func TestOf(t *testing.T) {
 			// the input's 3 tokens and the voice's 2 (the estimate counts every string)
 			// + 3 priming = 8; 8 × 60 USD/M = 480 µUSD
 			Cost{MicroUSD: 480, Model: "speaker", InputTokens: 8}},
+		{"audio prices: input and output at the dearer, the request's may be all audio", `{"model":"talker","max_tokens":100,` + msgs + `}`, nil,
+			// 9 input tokens × 8 USD/M + 100 output × 16 USD/M = 72 + 1600
+			Cost{MicroUSD: 1672, Model: "talker", InputTokens: 9, OutputTokens: 100}},
 		{"the priority tier: twice", `{"model":"small","max_tokens":100,"service_tier":"priority",` + msgs + `}`, nil,
 			Cost{MicroUSD: 2 * 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
 		{"the priority tier at the bound stays there", `{"model":"dear","max_tokens":10000000,"service_tier":"priority"}`, nil,

@@ -33,7 +33,24 @@ type Price struct {
 	// model billed by the duration of the audio it hears (AudioDuration); 0 for the
 	// others.
 	AudioPerMinute int64
+	// AudioInputPerMillion and AudioOutputPerMillion price a model's audio tokens where
+	// they cost more than its text tokens (OpenAI's audio, realtime and transcribe
+	// models; Gemini Flash's audio input); 0 when audio tokens are priced as the rest.
+	// InputPerMillion and OutputPerMillion are then the text prices. A usage that says
+	// which tokens were audio (OpenAI's audio_tokens, Gemini's AUDIO modality) is charged
+	// each part at its price; one that does not is charged the dearer price for all
+	// (DearestInput, DearestOutput), so that an unknown split never lowers a charge.
+	// Cached input has one price for both (CachedInputPerMillion).
+	AudioInputPerMillion  int64
+	AudioOutputPerMillion int64
 }
+
+// DearestInput is the most an uncached input token of the model may cost: its audio
+// price when it has one above its text price.
+func (p Price) DearestInput() int64 { return max(p.InputPerMillion, p.AudioInputPerMillion) }
+
+// DearestOutput is the most an output token may cost (see DearestInput).
+func (p Price) DearestOutput() int64 { return max(p.OutputPerMillion, p.AudioOutputPerMillion) }
 
 // CacheWrite is the price cache writes are charged at: CacheWritePerMillion, else the
 // input price.
@@ -158,7 +175,10 @@ type fileEntry struct {
 	AudioPerMinute *int64 `json:"audioPerMinute"`
 	// WebSearchPerPrompt is in micro-USD per request that searched (Entry).
 	WebSearchPerPrompt *int64 `json:"webSearchPerPrompt"`
-	Note               string `json:"note"`
+	// AudioInput and AudioOutput price audio tokens apart (Price.AudioInputPerMillion).
+	AudioInput  *int64 `json:"audioInput"`
+	AudioOutput *int64 `json:"audioOutput"`
+	Note        string `json:"note"`
 }
 
 type file struct {
@@ -299,6 +319,21 @@ func Load(data []byte) (*Catalog, error) {
 				*p.dst = *p.v
 			}
 		}
+		for _, p := range []struct {
+			name string
+			v    *int64
+			dst  *int64
+		}{{"audioInput", m.AudioInput, &e.AudioInputPerMillion}, {"audioOutput", m.AudioOutput, &e.AudioOutputPerMillion}} {
+			switch {
+			case p.v == nil:
+			case e.Kind != Text:
+				bad("%s: %s is for text models only (kind text)", where, p.name)
+			case *p.v < 1 || *p.v > money.MaxAllowanceMicroUSD:
+				bad("%s: %s must be from 1 to %d", where, p.name, money.MaxAllowanceMicroUSD)
+			default:
+				*p.dst = *p.v
+			}
+		}
 		if m.WebSearchPerPrompt != nil {
 			if *m.WebSearchPerPrompt < 1 || *m.WebSearchPerPrompt > money.MaxAllowanceMicroUSD {
 				bad("%s: webSearchPerPrompt must be from 1 to %d", where, money.MaxAllowanceMicroUSD)
@@ -327,8 +362,8 @@ func Load(data []byte) (*Catalog, error) {
 	var write int64
 	for _, e := range c.entries {
 		h := &c.highest
-		h.InputPerMillion = max(h.InputPerMillion, e.InputPerMillion)
-		h.OutputPerMillion = max(h.OutputPerMillion, e.OutputPerMillion)
+		h.InputPerMillion = max(h.InputPerMillion, e.DearestInput())
+		h.OutputPerMillion = max(h.OutputPerMillion, e.DearestOutput())
 		h.CachedInputPerMillion = max(h.CachedInputPerMillion, e.CachedInputPerMillion)
 		write = max(write, e.CacheWrite())
 		h.AudioPerMinute = max(h.AudioPerMinute, e.AudioPerMinute)
@@ -376,7 +411,8 @@ func (c *Catalog) Lookup(model string) (Entry, bool) {
 
 // Highest is the highest price of each token class across the catalog: the default
 // fallback price for models nobody priced, so that an unknown model is never cheaper
-// than a known one. Its cache-write price is the highest price any entry charges for a
+// than a known one (an audio token's price counts with its class: the highest price has
+// no audio prices of its own). Its cache-write price is the highest price any entry charges for a
 // cache write (its cache-write price, or its input price when it has none), and its
 // AudioPerMinute the highest price of a minute of audio.
 func (c *Catalog) Highest() Price { return c.highest.clone() }

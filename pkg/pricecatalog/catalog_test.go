@@ -34,8 +34,13 @@ func TestEmbeddedCatalog(t *testing.T) {
 			}
 		case e.OutputPerMillion < e.InputPerMillion:
 			t.Errorf("%s: output %d below input %d", e.Model, e.OutputPerMillion, e.InputPerMillion)
-		case e.CachedInputPerMillion > e.InputPerMillion:
-			t.Errorf("%s: cached input %d above input %d", e.Model, e.CachedInputPerMillion, e.InputPerMillion)
+		case e.CachedInputPerMillion > e.DearestInput():
+			// Cached input has one price for text and audio: at most the dearer.
+			t.Errorf("%s: cached input %d above input %d", e.Model, e.CachedInputPerMillion, e.DearestInput())
+		case e.AudioInputPerMillion != 0 && e.AudioInputPerMillion <= e.InputPerMillion,
+			e.AudioOutputPerMillion != 0 && e.AudioOutputPerMillion <= e.OutputPerMillion:
+			// An audio price exists where audio costs more than text.
+			t.Errorf("%s: an audio price at or below the text price: %+v", e.Model, e.Price)
 		case e.CacheWrite() < e.InputPerMillion:
 			t.Errorf("%s: cache write %d below input %d", e.Model, e.CacheWrite(), e.InputPerMillion)
 		case e.InputPerMillion == 0 || e.OutputPerMillion == 0:
@@ -165,6 +170,38 @@ func TestContractPrices(t *testing.T) {
 	}
 }
 
+// TestAudioTokenPrices: the models whose audio tokens cost more than their text ones
+// carry both prices, as the providers' pages list them (text input, audio input, text
+// output, audio output, cached input), and a text model has no audio price.
+func TestAudioTokenPrices(t *testing.T) {
+	for model, want := range map[string][5]int64{
+		"gpt-realtime":                 {4_000_000, 32_000_000, 16_000_000, 64_000_000, 400_000},
+		"gpt-realtime-mini":            {600_000, 10_000_000, 2_400_000, 20_000_000, 300_000},
+		"gpt-4o-realtime-preview":      {5_000_000, 40_000_000, 20_000_000, 80_000_000, 2_500_000},
+		"gpt-4o-mini-realtime-preview": {600_000, 10_000_000, 2_400_000, 20_000_000, 300_000},
+		"gpt-4o-audio-preview":         {2_500_000, 40_000_000, 10_000_000, 80_000_000, 40_000_000},
+		"gpt-4o-mini-audio-preview":    {150_000, 10_000_000, 600_000, 20_000_000, 10_000_000},
+		"gpt-audio":                    {2_500_000, 32_000_000, 10_000_000, 64_000_000, 32_000_000},
+		"gpt-audio-mini":               {600_000, 10_000_000, 2_400_000, 20_000_000, 10_000_000},
+		"gpt-4o-transcribe":            {2_500_000, 6_000_000, 10_000_000, 0, 6_000_000},
+		"gpt-4o-mini-transcribe":       {1_250_000, 3_000_000, 5_000_000, 0, 3_000_000},
+		"gemini-2.5-flash":             {300_000, 1_000_000, 2_500_000, 0, 75_000},
+		"gemini-2.5-flash-lite":        {100_000, 300_000, 400_000, 0, 25_000},
+		"gemini-2.0-flash":             {100_000, 700_000, 400_000, 0, 25_000},
+		"gpt-4o":                       {2_500_000, 0, 10_000_000, 0, 1_250_000},
+		"gemini-2.5-pro":               {2_500_000, 0, 15_000_000, 0, 625_000},
+	} {
+		e, ok := Lookup(model)
+		got := [5]int64{e.InputPerMillion, e.AudioInputPerMillion, e.OutputPerMillion, e.AudioOutputPerMillion, e.CachedInputPerMillion}
+		if !ok || e.Model != model || got != want {
+			t.Errorf("%s: %v, want %v", model, got, want)
+		}
+	}
+	if e, _ := Lookup("gpt-audio-2025-08-28"); e.Model != "gpt-audio" {
+		t.Errorf("gpt-audio's snapshot found %q", e.Model)
+	}
+}
+
 func TestLookup(t *testing.T) {
 	cases := []struct{ name, model, want string }{
 		{"exact", "gpt-4o-mini", "gpt-4o-mini"},
@@ -227,15 +264,19 @@ func TestLookup(t *testing.T) {
 }
 
 // Hostile names: huge, all separators, all prefixes. Matching stays bounded.
-// An audio variant is never priced below its text family in any class: its usage counts
-// audio tokens, dearer than text, with the text.
+// An audio variant is never priced below its text family in any class it bills: its
+// usage counts audio tokens, dearer than text, with the text.
 func TestAudioVariantsAreNotCheaperThanTheirFamily(t *testing.T) {
 	for variant, family := range map[string]string{"gpt-4o-transcribe": "gpt-4o", "gpt-4o-mini-transcribe": "gpt-4o-mini",
 		"gpt-4o-mini-tts": "gpt-4o-mini", "gpt-4o-audio-preview": "gpt-4o", "gpt-4o-mini-audio-preview": "gpt-4o-mini",
 		"gemini-2.5-flash-image": "gemini-2.5-flash", "gemini-2.5-flash-preview-tts": "gemini-2.5-flash"} {
 		v, _ := Lookup(variant)
 		f, _ := Lookup(family)
-		if v.Model != variant || f.Model != family || v.InputPerMillion < f.InputPerMillion || v.OutputPerMillion < f.OutputPerMillion {
+		// Text input at least the family's, audio input too where the variant hears audio
+		// (the image and speech variants take text and images only), output at least the
+		// family's dearest.
+		if v.Model != variant || f.Model != family || v.InputPerMillion < f.InputPerMillion ||
+			v.AudioInputPerMillion != 0 && v.AudioInputPerMillion < f.AudioInputPerMillion || v.DearestOutput() < f.DearestOutput() {
 			t.Errorf("%s (%+v) is priced below %s (%+v)", variant, v.Price, family, f.Price)
 		}
 	}
@@ -268,7 +309,7 @@ func TestHighest(t *testing.T) {
 	h := Highest()
 	var in, out, cached, write int64
 	for _, e := range Default().Entries() {
-		in, out, cached, write = max(in, e.InputPerMillion), max(out, e.OutputPerMillion), max(cached, e.CachedInputPerMillion), max(write, e.CacheWrite())
+		in, out, cached, write = max(in, e.DearestInput()), max(out, e.DearestOutput()), max(cached, e.CachedInputPerMillion), max(write, e.CacheWrite())
 	}
 	if h.InputPerMillion != in || h.OutputPerMillion != out || h.CachedInputPerMillion != cached || h.CacheWrite() != write ||
 		h.CacheWritePerMillion == nil {
@@ -276,7 +317,7 @@ func TestHighest(t *testing.T) {
 	}
 	// No known model is dearer than the fallback default in any class.
 	for _, e := range Default().Entries() {
-		if e.InputPerMillion > h.InputPerMillion || e.OutputPerMillion > h.OutputPerMillion ||
+		if e.DearestInput() > h.InputPerMillion || e.DearestOutput() > h.OutputPerMillion ||
 			e.CachedInputPerMillion > h.CachedInputPerMillion || e.CacheWrite() > h.CacheWrite() {
 			t.Errorf("%s is dearer than Highest", e.Model)
 		}
@@ -322,6 +363,10 @@ func TestLoadRefuses(t *testing.T) {
 		"web search of an unknown provider":  strings.Replace(good, `"models":[`, `"webSearch":{"acme":1},"models":[`, 1),
 		"free web search":                    strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":0},"models":[`, 1),
 		"web search beyond the bound":        strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":4503599627370496},"models":[`, 1),
+		"free audio input":                   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":0}]}`,
+		"audio output beyond the bound":      head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioOutput":4503599627370496}]}`,
+		"audio input of an embedding model":  head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"audioInput":5}]}`,
+		"audio output of a speech model":     head + `{"model":"m","provider":"openai","kind":"speech","input":1,"cachedInput":1,"audioOutput":5}]}`,
 		"file search of an unknown provider": strings.Replace(good, `"models":[`, `"fileSearch":{"acme":1},"models":[`, 1),
 		"free file search":                   strings.Replace(good, `"models":[`, `"fileSearch":{"openai":0},"models":[`, 1),
 		"audio without a price":              head + `{"model":"m","provider":"openai","kind":"audio-duration"}]}`,
