@@ -1047,6 +1047,37 @@ func TestFileSearchesThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestSearchModelsThroughTheGateway: OpenAI's Chat Completions search models search the
+// web for every request they answer, billed per request (the highest of its prices by
+// search context size: 30 USD per 1,000 for gpt-4o-mini-search-preview), and their
+// answer does not report the search. The official OpenAI SDK's chat completion with the
+// model, streamed and not, is charged its tokens and its one search; before 2026-11-28
+// the search, most of such a request's price, was free.
+func TestSearchModelsThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
+	const model = "gpt-4o-mini-search-preview"
+	e, _ := pricecatalog.Lookup(model)
+	if e.Model != model || !e.SearchesEveryRequest || e.WebSearchPerPrompt != 30_000 {
+		t.Fatalf("%s is in the catalog as %+v", model, e)
+	}
+	want := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000) + e.WebSearchPerPrompt
+	for _, scenario := range []string{"json", "stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model)
+			calls := fake.Calls()[before:]
+			if !r.OK || r.Text != fakellm.Text || len(calls) != 1 {
+				t.Fatalf("the call: %+v; %d provider calls", r, len(calls))
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" || rec["web_search_requests"] != 1.0 {
+				t.Fatalf("receipt %s, want %d: the tokens and the request's search", rec, want)
+			}
+		})
+	}
+}
+
 // fixedUsageUpstream is a fake provider (fakellm) whose every answer reports u, served
 // on a loopback port until the test ends.
 func fixedUsageUpstream(t *testing.T, u fakellm.Usage) (*fakellm.Server, *httptest.Server) {

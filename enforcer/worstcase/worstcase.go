@@ -124,6 +124,8 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		// Asked to run at the priority tier: charged so at settlement.
 		cost = min(cost*pricecatalog.PriorityMultiplier, money.MaxAllowanceMicroUSD) // cost ≤ 2^52: no overflow
 	}
+	// A model that searches for every request has a search tool without being given one.
+	req.WebSearch = req.WebSearch || e.SearchesEveryRequest
 	if req.WebSearch || req.FileSearch {
 		// Searches and file search calls are charged on top of the tokens (after the
 		// tier), as settlement charges them; they bound the cost only when capped.

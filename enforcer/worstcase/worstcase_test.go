@@ -18,6 +18,7 @@ func testCatalog(t *testing.T) *pricecatalog.Catalog {
 	c, err := pricecatalog.Load([]byte(`{"asOf":"2025-01-02","unit":"integer micro-USD per million tokens",
 		"sources":["https://example.com/p"],"notes":[],"webSearch":{"anthropic":10000,"openai":20000},"fileSearch":{"openai":2500},"models":[
 		{"model":"grounded","provider":"google","input":1000000,"output":1000000,"cachedInput":1000000,"maxOutput":100,"webSearchPerPrompt":35000},
+		{"model":"searcher","provider":"openai","input":1000000,"output":1000000,"cachedInput":1000000,"maxOutput":100,"webSearchPerPrompt":50000,"searchesEveryRequest":true},
 		{"model":"small","provider":"openai","input":1000000,"output":4000000,"cachedInput":500000,"maxOutput":1000},
 		{"model":"writer","provider":"anthropic","input":2000000,"output":10000000,"cachedInput":200000,"cacheWrite":2500000,"maxOutput":8000},
 		{"model":"nolimit","provider":"google","input":1000000,"output":1000000,"cachedInput":1000000},
@@ -60,6 +61,9 @@ func TestOf(t *testing.T) {
 		{"a grounded prompt once", `{"model":"grounded","tools":[{"googleSearch":{}}],` + msgs + `}`, nil,
 			// 9 + 100 tokens at 1 USD/M = 109, + 35,000
 			Cost{MicroUSD: 109 + 35_000, Model: "grounded", InputTokens: 9, OutputTokens: 100}},
+		{"a model that searches every request, given no tool", `{"model":"searcher",` + msgs + `}`, nil,
+			// 9 + 100 tokens at 1 USD/M = 109, + its search's 50,000
+			Cost{MicroUSD: 109 + 50_000, Model: "searcher", InputTokens: 9, OutputTokens: 100}},
 		{"uncapped web searches", `{"model":"writer","max_tokens":100,"tools":[{"type":"web_search_20250305"}],` + msgs + `}`, nil,
 			Cost{Unknown: SearchesUncapped}},
 		{"file search calls, which nothing caps", `{"model":"small","max_tokens":100,"tools":[{"type":"file_search","vector_store_ids":["vs_1"]}],` + msgs + `}`, nil,

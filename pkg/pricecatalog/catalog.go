@@ -141,6 +141,11 @@ type Entry struct {
 	// grounded prompt (35 USD per 1,000), where the provider's webSearch price is per
 	// search (Gemini 3: per query).
 	WebSearchPerPrompt int64
+	// SearchesEveryRequest: the model searches the web for every request it answers
+	// (OpenAI's gpt-4o-search-preview and gpt-4o-mini-search-preview in Chat
+	// Completions), which its answer does not report as a search: a request it answered
+	// is charged WebSearchPerPrompt once, whatever the answer shows.
+	SearchesEveryRequest bool
 	Price
 }
 
@@ -178,7 +183,9 @@ type fileEntry struct {
 	// AudioInput and AudioOutput price audio tokens apart (Price.AudioInputPerMillion).
 	AudioInput  *int64 `json:"audioInput"`
 	AudioOutput *int64 `json:"audioOutput"`
-	Note        string `json:"note"`
+	// SearchesEveryRequest needs WebSearchPerPrompt, the price of a request's search.
+	SearchesEveryRequest bool   `json:"searchesEveryRequest"`
+	Note                 string `json:"note"`
 }
 
 type file struct {
@@ -342,6 +349,12 @@ func Load(data []byte) (*Catalog, error) {
 				c.highestWebSearch = max(c.highestWebSearch, e.WebSearchPerPrompt)
 			}
 		}
+		if m.SearchesEveryRequest {
+			if m.WebSearchPerPrompt == nil {
+				bad("%s: searchesEveryRequest needs webSearchPerPrompt, the price of a request's search", where)
+			}
+			e.SearchesEveryRequest = true
+		}
 		if m.MaxOutput != nil {
 			if *m.MaxOutput < 1 || *m.MaxOutput > MaxOutputLimit {
 				bad("%s: maxOutput must be from 1 to %d", where, MaxOutputLimit)
@@ -388,6 +401,13 @@ func Default() *Catalog {
 		defaultCatalog = c
 	})
 	return defaultCatalog
+}
+
+// SearchesEveryRequest tells whether the embedded catalog's entry for model searches the
+// web for every request it answers (Entry.SearchesEveryRequest).
+func SearchesEveryRequest(model string) bool {
+	e, ok := Lookup(model)
+	return ok && e.SearchesEveryRequest
 }
 
 // Lookup finds a model in the embedded catalog (see Catalog.Lookup).

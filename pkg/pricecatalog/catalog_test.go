@@ -505,10 +505,22 @@ func TestWebSearch(t *testing.T) {
 			t.Fatalf("%s: a grounded prompt costs %d, want %d", model, e.WebSearchPerPrompt, want)
 		}
 	}
-	// The highest price of a search counts a grounded prompt's: an unknown provider's
-	// searches are never charged less than one of those.
-	if c.HighestWebSearch() != 35_000 {
+	// The highest price of a search counts a grounded prompt's and a search model's: an
+	// unknown provider's searches are never charged less than one of those.
+	if c.HighestWebSearch() != 50_000 {
 		t.Fatalf("HighestWebSearch %d", c.HighestWebSearch())
+	}
+	// OpenAI's Chat Completions search models search for every request, charged once at
+	// the highest of their prices by search context size; no other model does.
+	for model, want := range map[string]int64{"gpt-4o-search-preview-2025-03-11": 50_000, "gpt-4o-mini-search-preview": 30_000, "gpt-4o": 0, "gemini-2.5-flash": 0} {
+		e, _ := Lookup(model)
+		if SearchesEveryRequest(model) != (want > 0) || want > 0 && e.WebSearchPerPrompt != want {
+			t.Errorf("%s: searches every request %v at %d, want %d", model, e.SearchesEveryRequest, e.WebSearchPerPrompt, want)
+		}
+	}
+	if _, err := Load([]byte(`{"asOf":"2025-11-24","unit":"` + Unit + `","sources":["https://openai.com/api/pricing/"],` +
+		`"models":[{"model":"s","provider":"openai","input":1,"output":1,"cachedInput":1,"searchesEveryRequest":true}]}`)); err == nil {
+		t.Error("searchesEveryRequest without its price was accepted")
 	}
 	for _, bad := range []string{`0`, `-1`, `1e3`, `"35000"`} {
 		f := `{"asOf":"2025-11-24","unit":"` + Unit + `","sources":["https://ai.google.dev/gemini-api/docs/pricing"],` +
