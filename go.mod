@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/VictoriaMetrics/metricsql v0.87.3
 	github.com/andybalholm/brotli v1.2.8
+	github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream v1.7.27
 	github.com/coder/websocket v1.8.14
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -25,6 +26,7 @@ require (
 require (
 	cel.dev/expr v0.25.3 // indirect
 	github.com/VictoriaMetrics/metrics v1.35.3 // indirect
+	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/bahlo/generic-list-go v0.2.0 // indirect
 	github.com/basgys/goxml2json v1.1.1-0.20231018121955-e66ee54ceaad // indirect
 	github.com/beorn7/perks v1.0.1 // indirect

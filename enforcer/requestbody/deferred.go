@@ -7,7 +7,7 @@ import (
 
 // Endpoints whose cost is billed later, out of a front door's sight (Deferred).
 const (
-	DeferredBatches    = "batches"              // OpenAI POST /v1/batches, Anthropic POST /v1/messages/batches, Gemini :batchGenerateContent
+	DeferredBatches    = "batches"              // OpenAI POST /v1/batches, Anthropic POST /v1/messages/batches, Gemini :batchGenerateContent, Bedrock POST /async-invoke and /model-invocation-job
 	DeferredAssistants = "assistants_runs"      // OpenAI POST /v1/threads/runs, /v1/threads/{id}/runs, .../submit_tool_outputs
 	DeferredFineTuning = "fine_tuning"          // OpenAI POST /v1/fine_tuning/jobs
 	DeferredRealtime   = "realtime_sessions"    // OpenAI POST /v1/realtime/sessions, /transcription_sessions, /client_secrets
@@ -38,7 +38,10 @@ func Deferred(method, path string, background bool) string {
 	path = comparable(path)
 	switch {
 	case strings.HasSuffix(path, "/batches"), strings.HasSuffix(path, ":batchGenerateContent"),
-		strings.HasSuffix(path, ":asyncBatchEmbedContent"):
+		strings.HasSuffix(path, ":asyncBatchEmbedContent"),
+		// Amazon Bedrock: an asynchronous invocation (StartAsyncInvoke) and a batch
+		// inference job (CreateModelInvocationJob) write their output to S3, billed then.
+		strings.HasSuffix(path, "/async-invoke"), strings.HasSuffix(path, "/model-invocation-job"):
 		return DeferredBatches
 	case strings.Contains(path, "/threads/") && (strings.HasSuffix(path, "/runs") || strings.HasSuffix(path, "/submit_tool_outputs")):
 		return DeferredAssistants

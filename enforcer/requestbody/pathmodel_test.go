@@ -17,6 +17,15 @@ func TestModelFromPath(t *testing.T) {
 		"/v1beta/models/a/b:generateContent":                                                           "",
 		"/v1/chat/completions":                                                                         "",
 		"/v1beta/models/gem\x01ini:generateContent":                                                    "",
+		// Amazon Bedrock Runtime: the id between /model/ and the invocation, encoded or not.
+		"/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke":                                                  "anthropic.claude-sonnet-4-5-20250929-v1:0",
+		"/model/anthropic.claude-3-5-haiku-20241022-v1:0/invoke-with-response-stream":                                "anthropic.claude-3-5-haiku-20241022-v1:0",
+		"/model/us.anthropic.claude-sonnet-4-20250514-v1:0/converse":                                                 "us.anthropic.claude-sonnet-4-20250514-v1:0",
+		"/bedrock/model/meta.llama3-70b-instruct-v1%3A0/converse-stream":                                             "meta.llama3-70b-instruct-v1:0",
+		"/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fus.amazon.nova-pro-v1%3A0/converse":        "arn:aws:bedrock:us-east-1:1:inference-profile/us.amazon.nova-pro-v1:0",
+		"/model/arn:aws:bedrock:us-east-1:1:inference-profile/eu.anthropic.claude-3-7-sonnet-20250219-v1:0/converse": "arn:aws:bedrock:us-east-1:1:inference-profile/eu.anthropic.claude-3-7-sonnet-20250219-v1:0",
+		"/model/anthropic.claude-v2/describe":                                                                        "",
+		"/model//invoke":                                                                                             "",
 	} {
 		if got := requestbody.ModelFromPath(path); got != want {
 			t.Errorf("ModelFromPath(%q) = %q, want %q", path, got, want)

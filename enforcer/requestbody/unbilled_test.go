@@ -56,6 +56,9 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/v1/videos/video_1/remix", false, requestbody.DeferredVideos},
 		{"POST", "/v1/responses", true, requestbody.DeferredBackground},
 		{"POST", "/v1beta/models/gemini-2.5-flash:batchGenerateContent", false, requestbody.DeferredBatches},
+		{"POST", "/async-invoke", false, requestbody.DeferredBatches},
+		{"POST", "/bedrock/model-invocation-job", false, requestbody.DeferredBatches},
+		{"POST", "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke", false, ""},
 		{"POST", "/v1beta/models/gemini-embedding-001:asyncBatchEmbedContent", false, requestbody.DeferredBatches},
 		{"POST", "/v1beta/models/gemini-2.5-flash:generateContent", false, ""},
 		// Their answers carry their cost, or they cost nothing.

@@ -30,6 +30,9 @@ const (
 	// (gpt-image-1 with stream=true): partial images, then *.completed with the
 	// usage, in the Responses API's count names.
 	famImage
+	// famConverse: Amazon Bedrock's Converse (its JSON, or ConverseStream's metadata
+	// event): usage in camelCase, counted as Anthropic counts (input without the cache).
+	famConverse
 	nFam
 )
 
@@ -90,6 +93,8 @@ func sseFamily(d *docFields) (family, int) {
 		return famChat, rootTop
 	case isGeminiUsage(&d.usage[rootTop]):
 		return famGemini, rootTop
+	case d.converse:
+		return famConverse, rootTop
 	case d.usage[rootTop].obj && (d.usage[rootTop].hasTok(tokPrompt) || d.usage[rootTop].hasTok(tokCompletion)):
 		return famChat, rootTop
 	}
@@ -153,6 +158,12 @@ func (a *accumulator) applySSE(d *docFields) {
 				d.typ.is("image_generation.completed") || d.typ.is("image_edit.completed")) &&
 				u.hasTok(tokInput) && u.hasTok(tokOutput))
 		}
+	case famConverse:
+		// ConverseStream's metadata event reports the usage of the whole answer.
+		if u := &d.usage[rootTop]; u.obj {
+			a.u.merge(u)
+			a.final = a.final || (u.hasTok(tokInput) && u.hasTok(tokOutput))
+		}
 	case famGemini:
 		// Every chunk reports the usage so far; the one whose candidate gives its
 		// finishReason is the last.
@@ -191,6 +202,8 @@ func jsonFamily(d *docFields) family {
 		return famNone
 	case isGeminiUsage(u):
 		return famGemini
+	case d.converse:
+		return famConverse
 	case u.has == 1<<tokAudioSeconds:
 		// whisper-1's transcriptions and translations: billed per minute of
 		// input audio, their usage is its duration and nothing else. A usage that
@@ -253,8 +266,10 @@ func (a *accumulator) notePriority(d *docFields, root int) {
 // and audio durations are not streamed; a non-streamed transcription or image that
 // counts tokens is read as openai-responses (its usage has the Responses API's names).
 var formats = [2][nFam]string{
-	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini, FormatOpenAIAudioDuration, "", "", ""},
-	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE, "", FormatOpenAITranscriptionSSE, FormatOpenAISpeechSSE, FormatOpenAIImageSSE},
+	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini, FormatOpenAIAudioDuration, "", "", "",
+		FormatBedrockConverse},
+	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE, "", FormatOpenAITranscriptionSSE, FormatOpenAISpeechSSE, FormatOpenAIImageSSE,
+		FormatBedrockConverseStream},
 }
 
 // fill writes the normalised usage into u. u.Complete is set as if the
@@ -288,7 +303,7 @@ func (a *accumulator) fill(u *Usage) {
 		inTok, outTok, cachedTok = tokPrompt, tokCompletion, tokCachedPrompt
 	case famResponses, famTranscription, famSpeech, famImage:
 		inTok, outTok, cachedTok = tokInput, tokOutput, tokCachedInput
-	case famAnthropic:
+	case famAnthropic, famConverse:
 		inTok, outTok, cachedTok = tokInput, tokOutput, tokCacheRead
 	case famEmbeddings:
 		inTok, outTok, cachedTok = tokPrompt, tokCompletion, tokCachedPrompt
@@ -327,8 +342,9 @@ func (a *accumulator) fill(u *Usage) {
 	}
 	u.OutputTokens = out
 	u.CachedInputTokens = cached
-	if a.fam == famAnthropic {
-		// Anthropic's input_tokens leaves out cache reads and writes.
+	if a.fam == famAnthropic || a.fam == famConverse {
+		// Anthropic's input_tokens leaves out cache reads and writes (Converse's
+		// inputTokens too).
 		created, _ := a.u.get(tokCacheCreation)
 		u.CacheCreationInputTokens = created
 		// The part written for an hour (cache_creation.ephemeral_1h_input_tokens), never

@@ -131,6 +131,7 @@ var textPaths, rawPaths = func() (map[string]bool, map[string]bool) {
 		"/content/[]/text":                     true,
 		"/content/[]/thinking":                 true,
 		"/candidates/[]/content/parts/[]/text": true,
+		"/output/message/content/[]/text":      true,
 	}
 	for _, at := range []string{"delta", "message"} {
 		for _, k := range []string{"content", "refusal", "reasoning", "reasoning_content", "function_call/arguments", "tool_calls/[]/function/arguments"} {
@@ -241,8 +242,14 @@ func secondsMillis(v any) (int64, bool) {
 
 // oracleUsage merges every usage object named "usage" in obj: each count is
 // the largest valid value reported by any of them, any repetition of its key.
-func oracleUsage(obj []member) usageFields {
+// converseKeys are Bedrock Converse's usage names, read as the Anthropic counts; a valid
+// one marks the document as Converse's (the second result).
+var converseKeys = map[string]int{"inputTokens": tokInput, "outputTokens": tokOutput,
+	"cacheReadInputTokens": tokCacheRead, "cacheWriteInputTokens": tokCacheCreation}
+
+func oracleUsage(obj []member) (usageFields, bool) {
 	var u usageFields
+	converse := false
 	report := func(t int, v any) {
 		count := plainCount
 		if t == tokAudioSeconds {
@@ -259,6 +266,12 @@ func oracleUsage(obj []member) usageFields {
 				if m.key == k {
 					report(t, m.val)
 				}
+			}
+			if t, ok := converseKeys[m.key]; ok {
+				if _, valid := plainCount(m.val); valid {
+					converse = true
+				}
+				report(t, m.val)
 			}
 		}
 		for _, det := range [...]struct {
@@ -277,7 +290,7 @@ func oracleUsage(obj []member) usageFields {
 			}
 		}
 	}
-	return u
+	return u, converse
 }
 
 // oracleModalities reads Gemini's promptTokensDetails and candidatesTokensDetails lists
@@ -393,7 +406,9 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	}
 	str(&d.model[rootTop], m, "model")
 	str(&d.tier[rootTop], m, "service_tier")
-	d.usage[rootTop] = oracleUsage(m)
+	var converse bool
+	d.usage[rootTop], converse = oracleUsage(m)
+	d.converse = d.converse || converse
 	oracleModalities(m, &d.usage[rootTop])
 	d.searches = oracleOutputItems(m, "web_search_call") + oracleSearchQueries(m)
 	d.fileSearches = oracleOutputItems(m, "file_search_call")
@@ -419,7 +434,8 @@ func oracleDoc(v any, modelLimit int) *docFields {
 			}
 		}
 		for _, sub := range all(m, root.key) {
-			u := oracleUsage(sub)
+			u, converse := oracleUsage(sub)
+			d.converse = d.converse || converse
 			d.usage[root.r].merge(&u)
 		}
 	}

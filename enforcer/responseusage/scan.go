@@ -56,6 +56,13 @@ const (
 	kOutputModalities  // Gemini: usageMetadata.candidatesTokensDetails[]
 	kModality          // Gemini: a *TokensDetails[] entry's modality
 	kTokenCount        // Gemini: a *TokensDetails[] entry's tokenCount
+	// Amazon Bedrock's Converse usage (camelCase), read into Anthropic's counts:
+	// inputTokens (without the cache), outputTokens, cacheReadInputTokens,
+	// cacheWriteInputTokens.
+	kConverseInput
+	kConverseOutput
+	kConverseCacheRead
+	kConverseCacheWrite
 	kChoices
 	kDelta
 	kContent
@@ -221,6 +228,14 @@ func keyID(b []byte) uint8 {
 		return kModality
 	case "tokenCount":
 		return kTokenCount
+	case "inputTokens":
+		return kConverseInput
+	case "outputTokens":
+		return kConverseOutput
+	case "cacheReadInputTokens":
+		return kConverseCacheRead
+	case "cacheWriteInputTokens":
+		return kConverseCacheWrite
 	}
 	return kOther
 }
@@ -281,6 +296,8 @@ type docFields struct {
 	// finished: a Gemini candidate gave its finishReason (the last chunk of a
 	// stream carries it).
 	finished bool
+	// converse: a usage count had a Bedrock Converse name (tgConverseTok).
+	converse bool
 	// searches counts the web searches the document lists, which the provider bills
 	// and its usage does not count: OpenAI Responses output items of type
 	// "web_search_call" (output[] of a Responses object, response.output[] of an
@@ -306,7 +323,7 @@ func (d *docFields) reset() {
 	}
 	d.usage = [nRoot]usageFields{}
 	d.text, d.delta = 0, 0
-	d.finished = false
+	d.finished, d.converse = false, false
 	d.searches = 0
 	d.entry.audio, d.entry.count = false, 0
 }
@@ -446,6 +463,7 @@ const (
 	tgModEntry          // an entry of that list
 	tgModality          // an entry's modality string
 	tgModCount          // an entry's tokenCount
+	tgConverseTok       // a count of root by a Bedrock Converse name (tok: the Anthropic count it is)
 )
 
 type target struct{ kind, root, tok uint8 }
@@ -1106,6 +1124,9 @@ func (s *scanner) endNumber() bool {
 		if ok {
 			s.doc.usage[t.root].setMax(int(t.tok), v)
 		}
+	} else if t.kind == tgConverseTok && s.numOK {
+		s.doc.usage[t.root].setMax(int(t.tok), s.num)
+		s.doc.converse = true
 	} else if t.kind == tgModCount && s.numOK {
 		s.doc.entry.count = s.num
 	}
@@ -1215,6 +1236,9 @@ func usageMember(root, k uint8) target {
 	if isDetail(k) {
 		return target{kind: tgDetail, root: root}
 	}
+	if t, ok := converseTok(k); ok {
+		return target{kind: tgConverseTok, root: root, tok: t}
+	}
 	if t, ok := modalitiesTok(k); ok && root == rootTop {
 		// Gemini's usage is at the top level only.
 		return target{kind: tgModalities, root: root, tok: t}
@@ -1261,6 +1285,21 @@ func isDetail(k uint8) bool {
 		return true
 	}
 	return false
+}
+
+// converseTok names the Anthropic count a Bedrock Converse usage key is.
+func converseTok(k uint8) (tok uint8, ok bool) {
+	switch k {
+	case kConverseInput:
+		return tokInput, true
+	case kConverseOutput:
+		return tokOutput, true
+	case kConverseCacheRead:
+		return tokCacheRead, true
+	case kConverseCacheWrite:
+		return tokCacheCreation, true
+	}
+	return 0, false
 }
 
 // modalitiesTok names the count a Gemini *TokensDetails list's AUDIO entries add to.

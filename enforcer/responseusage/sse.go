@@ -133,11 +133,17 @@ func (r *sseReader) startData(e *Extractor) {
 }
 
 func (r *sseReader) endEvent(e *Extractor) {
+	e.endEvent()
+	r.hasData = false
+}
+
+// endEvent ends an event's data: a top-level number waiting for a delimiter is
+// complete, and a value left open is dropped.
+func (e *Extractor) endEvent() {
 	if e.scan.flush() {
 		e.onDoc()
 	}
 	e.scan.restart()
-	r.hasData = false
 }
 
 // feedData passes event data to the scanner, handling each JSON value as it

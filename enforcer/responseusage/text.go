@@ -27,6 +27,8 @@ import (
 //	content[].text / .thinking                        Anthropic, not streamed
 //	content[].input (raw)                             Anthropic tool_use, not streamed
 //	candidates[].content.parts[].text                 Gemini, streamed or not
+//	output.message.content[].text                     Bedrock Converse, not streamed
+//	                                                  (ConverseStream: delta.text)
 //
 // A streamed response's text is read from its deltas only: the full text
 // that a terminal event repeats (response.completed's response.output,
@@ -77,7 +79,8 @@ func (s *scanner) textTarget() uint8 {
 		switch {
 		case isChoice(k) && k[3] == kFunctionCall && k[4] == kArguments,
 			k[0] == kOutput && k[1] == kArr && k[2] == kContent && k[3] == kArr && (k[4] == kText || k[4] == kRefusal),
-			k[0] == kOutput && k[1] == kArr && k[2] == kSummary && k[3] == kArr && k[4] == kText:
+			k[0] == kOutput && k[1] == kArr && k[2] == kSummary && k[3] == kArr && k[4] == kText,
+			k[0] == kOutput && k[1] == kMessage && k[2] == kContent && k[3] == kArr && k[4] == kText:
 			return txText
 		}
 	case 6:

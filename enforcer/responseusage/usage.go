@@ -44,6 +44,13 @@ const (
 	// its default shape), which reports no usage: the audio's duration is read from
 	// its container's headers (package audiolength) into Usage.AudioOutputMillis.
 	FormatAudio = "audio"
+	// FormatBedrockConverse is Amazon Bedrock's Converse JSON, and
+	// FormatBedrockConverseStream its ConverseStream (AWS's binary event stream);
+	// FormatBedrockInvoke an InvokeModel answer read from its token count headers alone
+	// (bedrock.go).
+	FormatBedrockConverse       = "bedrock-converse"
+	FormatBedrockConverseStream = "bedrock-converse-stream"
+	FormatBedrockInvoke         = "bedrock-invoke"
 )
 
 // Response headers (lower-cased) through which an upstream reports its cost.
@@ -176,6 +183,9 @@ const (
 	modeSSE
 	modeIgnore // unsupported content encoding
 	modeAudio  // an audio/* media type: measured by audio when it reads the container
+	// modeEventStream: AWS's binary event stream (Amazon Bedrock's streamed answers),
+	// each frame's event read as an SSE event (bedrock.go).
+	modeEventStream
 )
 
 // Extractor reads the usage of one response. It is not safe for concurrent
@@ -194,6 +204,7 @@ type Extractor struct {
 
 	dec      *decoder // a supported content encoding is being decoded
 	audio    *audiolength.Meter
+	bedrock  *bedrockState // Amazon Bedrock's event stream or token count headers (bedrock.go)
 	rawBytes int64 // body bytes of an unsupported encoding, or of a plain-text one
 
 	scan scanner
@@ -247,7 +258,10 @@ func New(contentType string, headers map[string]string, limits Limits) *Extracto
 	default:
 		e.mode = modeSniff
 	}
-	e.scan.multi = e.mode == modeSSE
+	if e.bedrock = newBedrock(mt, headers); e.bedrock != nil && e.bedrock.dec != nil && supported {
+		e.mode = modeEventStream
+	}
+	e.scan.multi = e.mode == modeSSE || e.mode == modeEventStream
 	e.plainType = isPlainText(mt)
 	if supported && n > 0 {
 		e.dec = newDecoder(e, codings, n)
@@ -336,6 +350,8 @@ func (e *Extractor) writePlain(chunk []byte) {
 		}
 	case modeSSE:
 		e.sse.write(chunk, e)
+	case modeEventStream:
+		e.bedrock.write(chunk, e)
 	}
 }
 
@@ -383,6 +399,7 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		e.acc.fromJSON(&e.scan.doc, wellFormed)
 	}
 	e.acc.fill(&u)
+	e.bedrock.fillFromHeaders(&u, endOfStream)
 	if e.plainType && u.Format == "" && u.TextBytes == 0 {
 		// A plain-text body that held no document read here is its text, byte for
 		// byte (sniffed, a stream or a JSON body sent as text/plain is read as one).

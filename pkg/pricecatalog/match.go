@@ -51,8 +51,14 @@ func lowerASCII(s string) string {
 }
 
 // snapshotSuffix is a dated snapshot or version suffix: OpenAI's -2024-07-18,
-// Anthropic's -20241022, Vertex AI's @20240620, -latest, and Gemini's -001 / -002.
-var snapshotSuffix = regexp.MustCompile(`(-[0-9]{4}-[0-9]{2}-[0-9]{2}|-[0-9]{8}|@[0-9]{8}|-latest|-[0-9]{3})$`)
+// Anthropic's -20241022, Vertex AI's @20240620, -latest, Gemini's -001 / -002, and
+// Amazon Bedrock's -v1:0 / -v2:0.
+var snapshotSuffix = regexp.MustCompile(`(-[0-9]{4}-[0-9]{2}-[0-9]{2}|-[0-9]{8}|@[0-9]{8}|-latest|-[0-9]{3}|-v[0-9]+:[0-9]+)$`)
+
+// bedrockPrefix is how an Amazon Bedrock model id names its provider
+// (anthropic.claude-sonnet-4-5-20250929-v1:0), and a cross-region inference profile its
+// geography before that (us.anthropic..., global.anthropic...).
+var bedrockPrefix = regexp.MustCompile(`^(?:(?:us|eu|apac|global|us-gov|jp|au|ca)\.)?(?:anthropic|openai|amazon|meta|mistral|cohere|ai21|deepseek|qwen|writer)\.`)
 
 // StripSnapshot removes snapshot suffixes from a key (at most three, as in
 // "gemini-1.5-flash-002-latest"), never the whole key.
@@ -68,7 +74,9 @@ func StripSnapshot(key string) string {
 }
 
 // Steps are the attempts, in order of preference, to find model in price tables: the
-// exact name; then its Key; then the key without a snapshot suffix; then the family
+// exact name; then its Key; then, for an Amazon Bedrock model id, the key without its
+// provider and geography prefixes (bedrockPrefix); then the key without a snapshot
+// suffix; then the family
 // prefixes of that, longest first, each ending just before a '-' (so
 // "gpt-4o-mini-2024-07-18" finds "gpt-4o-mini", and "gpt-4.5-preview" never finds
 // "gpt-4"). The work is bounded by MaxNameLen and maxPrefixes whatever the name.
@@ -83,6 +91,12 @@ func Steps(model string) []Step {
 		return out
 	}
 	out = append(out, Step{Name: k})
+	// A Bedrock model id is matched as the provider's own name after its own key
+	// (an organization may price the id as written).
+	if core := bedrockPrefix.ReplaceAllString(k, ""); core != k && core != "" {
+		k = core
+		out = append(out, Step{Name: k})
+	}
 	s := StripSnapshot(k)
 	if s != k {
 		out = append(out, Step{Name: s})

@@ -1,0 +1,158 @@
+package responseusage
+
+import (
+	"bytes"
+	"encoding/base64"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
+)
+
+const ctEventStream = "application/vnd.amazon.eventstream"
+
+// frame is one AWS event stream frame, encoded by AWS's own package.
+func frame(t testing.TB, messageType, eventType, payload string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	msg := eventstream.Message{Payload: []byte(payload)}
+	msg.Headers.Set(":message-type", eventstream.StringValue(messageType))
+	msg.Headers.Set(":event-type", eventstream.StringValue(eventType))
+	msg.Headers.Set(":content-type", eventstream.StringValue("application/json"))
+	if err := eventstream.NewEncoder().Encode(&b, msg); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// invokeChunk is a frame of InvokeModelWithResponseStream: the model's event in base64.
+func invokeChunk(t testing.TB, event string) []byte {
+	return frame(t, "event", "chunk", `{"bytes":"`+base64.StdEncoding.EncodeToString([]byte(event))+`","p":"abcdefgh"}`)
+}
+
+// A Claude model's stream through InvokeModelWithResponseStream: Anthropic's events,
+// each in a frame, read as Anthropic's stream (usage from message_start and
+// message_delta, text from the deltas), in any chunking; cut before its last usage, it
+// is not complete and keeps what it saw.
+func TestBedrockInvokeStream(t *testing.T) {
+	events := []string{
+		`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"usage":{"input_tokens":10,"cache_read_input_tokens":2000,"cache_creation_input_tokens":1000,"output_tokens":1}}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Tolls are "}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"paid."}}`,
+		`{"type":"content_block_stop","index":0}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":50}}`,
+		`{"type":"message_stop","amazon-bedrock-invocationMetrics":{"inputTokenCount":10,"outputTokenCount":50,"invocationLatency":900,"firstByteLatency":300}}`,
+	}
+	var body []byte
+	for _, ev := range events {
+		body = append(body, invokeChunk(t, ev)...)
+	}
+	want := Usage{Model: "claude-sonnet-4-5-20250929", InputTokens: 3010, OutputTokens: 50, CachedInputTokens: 2000, CacheCreationInputTokens: 1000,
+		Complete: true, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true, TextBytes: int64(len("Tolls are paid."))}
+	checkSplits(t, ctEventStream, nil, body, want)
+
+	cut := body[:len(body)-len(invokeChunk(t, events[6]))-len(invokeChunk(t, events[5]))/2]
+	got := run(ctEventStream, nil, Limits{}, [][]byte{cut}, false)
+	if got.Complete || got.OutputTokens != 1 || got.InputTokens != 3010 || got.TextBytes != want.TextBytes {
+		t.Fatalf("cut inside message_delta's frame: %s", show(got))
+	}
+}
+
+// ConverseStream: every model's events in one shape, read for the text of its deltas
+// and the usage of its metadata event (Anthropic's counting: the input without the
+// cache reads and writes).
+func TestBedrockConverseStream(t *testing.T) {
+	body := bytes.Join([][]byte{
+		frame(t, "event", "messageStart", `{"p":"abc","role":"assistant"}`),
+		frame(t, "event", "contentBlockDelta", `{"contentBlockIndex":0,"delta":{"text":"Tolls are "},"p":"ab"}`),
+		frame(t, "event", "contentBlockDelta", `{"contentBlockIndex":0,"delta":{"text":"paid."},"p":"ab"}`),
+		frame(t, "event", "contentBlockStop", `{"contentBlockIndex":0}`),
+		frame(t, "event", "messageStop", `{"stopReason":"end_turn"}`),
+		frame(t, "event", "metadata", `{"metrics":{"latencyMs":412},"usage":{"inputTokens":12,"outputTokens":200,"totalTokens":1424,"cacheReadInputTokens":0,"cacheWriteInputTokens":1212}}`),
+	}, nil)
+	want := Usage{InputTokens: 1224, OutputTokens: 200, CacheCreationInputTokens: 1212, Complete: true, Format: FormatBedrockConverseStream,
+		InputReported: true, OutputReported: true, TextBytes: int64(len("Tolls are paid."))}
+	checkSplits(t, ctEventStream, nil, body, want)
+
+	// Cut before the metadata: the text seen, no usage, so that it is estimated.
+	cut := body[:bytes.Index(body, []byte(`{"metrics"`))]
+	if got := run(ctEventStream, nil, Limits{}, [][]byte{cut}, false); got.Complete || got.InputReported || got.TextBytes != want.TextBytes {
+		t.Fatalf("cut before the metadata: %s", show(got))
+	}
+}
+
+// Frames that are not events carry no usage; a frame whose CRC does not match ends the
+// reading (nothing after it can be trusted); a length out of bounds too.
+func TestBedrockBrokenFrames(t *testing.T) {
+	usage := frame(t, "event", "metadata", `{"usage":{"inputTokens":5,"outputTokens":7}}`)
+	exception := frame(t, "exception", "throttlingException", `{"message":"Too many requests","usage":{"inputTokens":5,"outputTokens":7}}`)
+	if got := run(ctEventStream, nil, Limits{}, [][]byte{exception}, true); got.InputReported || got.Format != "" {
+		t.Fatalf("an exception read as usage: %s", show(got))
+	}
+	if got := run(ctEventStream, nil, Limits{}, [][]byte{exception, usage}, true); !got.Complete || got.InputTokens != 5 || got.OutputTokens != 7 {
+		t.Fatalf("the usage after an exception frame: %s", show(got))
+	}
+	corrupt := bytes.Clone(usage)
+	corrupt[len(corrupt)-10] ^= 0x20 // inside the payload: the message CRC no longer matches
+	if got := run(ctEventStream, nil, Limits{}, [][]byte{corrupt, usage}, true); got.InputReported {
+		t.Fatalf("a frame after a corrupt one was read: %s", show(got))
+	}
+	for _, prelude := range [][]byte{{0, 0, 0, 8}, {0x7f, 0xff, 0xff, 0xff}} {
+		if got := run(ctEventStream, nil, Limits{}, [][]byte{prelude, usage}, true); got.InputReported {
+			t.Fatalf("a frame after a length of %x was read: %s", prelude, show(got))
+		}
+	}
+}
+
+// Converse, not streamed: its camelCase usage and output.message.content[].text, in any
+// chunking and as the reference reads it.
+func TestBedrockConverse(t *testing.T) {
+	body := `{"metrics":{"latencyMs":412},"output":{"message":{"content":[{"text":"Tolls are paid."}],"role":"assistant"}},"stopReason":"end_turn",` +
+		`"usage":{"cacheReadInputTokens":300,"cacheWriteInputTokens":0,"inputTokens":12,"outputTokens":200,"totalTokens":512}}`
+	want := Usage{InputTokens: 312, OutputTokens: 200, CachedInputTokens: 300, Complete: true, Format: FormatBedrockConverse,
+		InputReported: true, OutputReported: true, TextBytes: int64(len("Tolls are paid."))}
+	checkSplits(t, ctJSON, nil, []byte(body), want)
+	if ref, ok := oracleFor(ctJSON, []byte(body)); !ok || !reflect.DeepEqual(ref, want) {
+		t.Fatalf("the reference reads %s", show(ref))
+	}
+	// A model without prompt caching: no cache counts.
+	plain := `{"output":{"message":{"content":[{"text":"Hi"}]}},"usage":{"inputTokens":7,"outputTokens":3,"totalTokens":10}}`
+	if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(plain)}, true); got.Format != FormatBedrockConverse || got.InputTokens != 7 || !got.Complete {
+		t.Fatalf("%s", show(got))
+	}
+}
+
+// InvokeModel answers every model's counts in headers: read when the body is no shape
+// the extractor knows (a Llama model's), the body's own usage when it is (a Claude
+// model's Anthropic message).
+func TestBedrockInvokeHeaders(t *testing.T) {
+	h := map[string]string{headerBedrockInput: "42", headerBedrockOutput: "17", headerBedrockCacheRead: "8", "content-type": ctJSON}
+	llama := `{"generation":"Tolls are paid.","prompt_token_count":42,"generation_token_count":17,"stop_reason":"stop"}`
+	want := Usage{InputTokens: 50, OutputTokens: 17, CachedInputTokens: 8, Complete: true, Format: FormatBedrockInvoke, InputReported: true, OutputReported: true}
+	checkSplits(t, ctJSON, h, []byte(llama), want)
+	if got := run(ctJSON, h, Limits{}, [][]byte{[]byte(llama)}, false); got.Complete || got.InputTokens != 50 {
+		t.Fatalf("a cut body with its headers: %s", show(got))
+	}
+	claude := `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"Paid."}],` +
+		`"usage":{"input_tokens":40,"output_tokens":20}}`
+	if got := run(ctJSON, h, Limits{}, [][]byte{[]byte(claude)}, true); got.Format != FormatAnthropicMessages || got.InputTokens != 40 || got.OutputTokens != 20 {
+		t.Fatalf("the body's usage did not win: %s", show(got))
+	}
+	// One count alone is no report.
+	if got := run(ctJSON, map[string]string{headerBedrockInput: "42"}, Limits{}, [][]byte{[]byte(llama)}, true); got.InputReported {
+		t.Fatalf("an input count alone: %s", show(got))
+	}
+}
+
+// Any bytes in event stream mode, cut anywhere: the same answer, no panic.
+func FuzzExtractEventStream(f *testing.F) {
+	f.Add(bytes.Join([][]byte{frame(f, "event", "contentBlockDelta", `{"delta":{"text":"a"}}`),
+		frame(f, "event", "metadata", `{"usage":{"inputTokens":1,"outputTokens":2}}`)}, nil), uint64(3))
+	f.Add(invokeChunk(f, `{"type":"message_start","message":{"usage":{"input_tokens":3}}}`), uint64(5))
+	f.Add([]byte(strings.Repeat("\x00", 20)), uint64(1))
+	f.Fuzz(func(t *testing.T, body []byte, seed uint64) {
+		checkInvariants(t, ctEventStream, body, seed)
+	})
+}
