@@ -53,6 +53,11 @@
 //     /openai/deployments/{deployment}/chat/completions?api-version=...) answer as
 //     OpenAI's do; the model is the body's, else the deployment's name. Without an
 //     api-version the path is unknown, as Azure has it.
+//   - Amazon Bedrock Runtime's model invocation for a Claude model (POST
+//     /model/{modelId}/invoke, /invoke-with-response-stream, /converse,
+//     /converse-stream; the model id percent-decoded from the path): Anthropic's
+//     message with Bedrock's token-count headers, Anthropic's stream events in AWS event
+//     stream frames, the Converse API's answer and its event stream (bedrock.go).
 //   - A stored response is retrieved (GET /v1/responses/{id}) as the completed
 //     response object with its usage, as OpenAI shows it again (free: it was charged
 //     when it was generated).
@@ -219,7 +224,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := Call{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
 	deployment := azureDeployment(r.URL.Path)
+	bedrockAPI, bedrockModel := bedrockRoute(r.URL.EscapedPath())
 	switch {
+	case r.Method == http.MethodPost && bedrockAPI != "":
+		c.API, c.Stream = bedrockAPI, bedrockStreaming(bedrockAPI)
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions":
 		c.API = OpenAIChat
 	case r.Method == http.MethodPost && deployment != "" && r.URL.Query().Get("api-version") != "":
@@ -255,6 +263,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.API == OpenAIChat && deployment != "" && jsonErr == nil && req.Model == "" {
 		req.Model = deployment // Azure: the deployment names the model
+	}
+	if bedrockModel != "" && c.API != "" {
+		// Bedrock: the model is in the path, the operation says whether it streams.
+		req.Model, req.Stream = bedrockModel, c.Stream
 	}
 	geminiAPI := strings.HasPrefix(c.API, "gemini.")
 	if geminiAPI {
@@ -303,6 +315,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if geminiAPI {
 		geminiAnswer(ew, c.API, model, u)
+		return
+	}
+	if strings.HasPrefix(c.API, "bedrock.") {
+		bedrockAnswer(w, ew, c, n, u)
 		return
 	}
 	if c.API == OpenAISpeech {
@@ -459,9 +475,16 @@ func (e *eventWriter) close() {
 
 func writeError(w http.ResponseWriter, status int, api, msg string) {
 	w.Header().Set("Content-Type", "application/json")
+	if strings.HasPrefix(api, "bedrock.") {
+		w.Header().Set("X-Amzn-Errortype", "ValidationException") // what the AWS SDKs read
+	}
 	w.WriteHeader(status)
 	if strings.HasPrefix(api, "anthropic.") {
 		fmt.Fprintf(w, `{"type":"error","error":{"type":"invalid_request_error","message":%q}}`, msg)
+		return
+	}
+	if strings.HasPrefix(api, "bedrock.") {
+		fmt.Fprintf(w, `{"message":%q}`, msg)
 		return
 	}
 	fmt.Fprintf(w, `{"error":{"message":%q,"type":"invalid_request_error","param":null,"code":null}}`, msg)

@@ -8,8 +8,10 @@
 // (Gemini with Grounding with Google Search), "image" / "image-stream" (an image
 // generation), "realtime" (a Realtime session over a WebSocket), "embeddings"
 // (OpenAI's embeddings), "batch" and "background" (a batch, a background response) or
-// "retrieve" (a stored response read again) or "transcribe" (an audio upload). The SDK client is built with its defaults: retries,
-// timeout, headers, fetch.
+// "retrieve" (a stored response read again) or "transcribe" (an audio upload), or
+// "invoke" / "invoke-stream" / "converse" / "converse-stream" (Amazon Bedrock Runtime,
+// bedrock.mjs). The SDK client is built with its defaults: retries, timeout, headers,
+// fetch (bedrock.mjs says where it departs from them).
 //
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
 // headerCode, shouldRetry, retryAfter, elapsedMs, text, model, usage, chunks, searches,
@@ -21,7 +23,8 @@ export function settings() {
   const scenario = process.argv[2];
   const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'responses-file-search', 'responses-file-search-stream', 'search', 'search-stream', 'image', 'image-stream', 'realtime', 'audio', 'audio-stream', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
     'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse',
-    'speech-mp3', 'speech-opus', 'speech-aac', 'speech-flac', 'speech-wav', 'speech-pcm'];
+    'speech-mp3', 'speech-opus', 'speech-aac', 'speech-flac', 'speech-wav', 'speech-pcm',
+    'invoke', 'invoke-stream', 'converse', 'converse-stream'];
   if (!scenarios.includes(scenario)) {
     throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);
   }
@@ -44,7 +47,9 @@ export function versionOf(pkg) {
 }
 
 // run times call(), which returns {text, model, usage, chunks}, and prints the result;
-// an API error (an HTTP status) is a result too.
+// an API error (an HTTP status) is a result too: the OpenAI, Anthropic and Google SDKs'
+// (e.status, e.headers a Headers) and the AWS SDK's (e.$metadata.httpStatusCode, the
+// headers in e.$response.headers, a plain object).
 export async function run(sdk, scenario, call) {
   const out = { sdk, sdkVersion: versionOf(sdk), node: process.version, scenario, ok: false };
   const start = performance.now();
@@ -54,12 +59,18 @@ export async function run(sdk, scenario, call) {
     out.status = 200;
   } catch (e) {
     out.error = String(e?.message ?? e);
-    if (typeof e?.status === 'number') {
-      out.status = e.status;
+    const status = typeof e?.status === 'number' ? e.status : e?.$metadata?.httpStatusCode;
+    if (typeof status === 'number') {
+      out.status = status;
       // OpenAI: e.code is the body's error.code. Anthropic: e.error is the whole body.
       out.code = e.code ?? e.error?.error?.code ?? e.error?.code ?? null;
-      const h = e.headers;
-      const get = (k) => (h && typeof h.get === 'function' ? h.get(k) : null);
+      const h = e.headers ?? e.$response?.headers;
+      const get = (k) => {
+        if (!h) return null;
+        if (typeof h.get === 'function') return h.get(k);
+        const name = Object.keys(h).find((n) => n.toLowerCase() === k);
+        return name === undefined ? null : h[name];
+      };
       out.headerCode = get('x-service-error-code');
       out.shouldRetry = get('x-should-retry');
       out.retryAfter = get('retry-after');

@@ -1,0 +1,149 @@
+package e2e_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+)
+
+// TestBedrockThroughTheGateway: AWS's official JavaScript SDK
+// (@aws-sdk/client-bedrock-runtime) calls Amazon Bedrock Runtime through the gateway
+// with a Bedrock API key, here the member's Tollgate key (Authorization: Bearer, no
+// SigV4), and the gateway's route sends the provider's Bedrock API key the same way.
+// A Claude model is invoked four ways: InvokeModel (Anthropic's message, the counts also
+// in Bedrock's headers), InvokeModelWithResponseStream (Anthropic's stream events in
+// AWS's binary event stream), Converse and ConverseStream (Bedrock's own shapes; the
+// last through a cross-region inference profile). The member's key never reaches the
+// provider; each call is charged exactly at the catalog's price of claude-sonnet-4-5
+// from the usage the answer reports (input, cache reads, cache writes, output), complete;
+// a blocked member's call is the 429 with its code, fast, and does not reach the
+// provider. (bedrock.mjs makes one attempt: the SDK's default retry strategy would send
+// a 429 three times, as it reads no X-Should-Retry.)
+func TestBedrockThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	const providerAuth = "Bearer bedrock-provider-key-0123456789"
+	// Bedrock, as Anthropic, counts the input without the cache reads and writes.
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, CachedInputTokens: 2_000, CacheCreationInputTokens: 1_000, OutputTokens: 1_000})
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: authorization\n    credentialEnv: BEDROCK_AUTHORIZATION\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "BEDROCK_AUTHORIZATION": providerAuth})
+	o := s.setUpOrg(t)
+
+	const claude = "claude-sonnet-4-5"
+	e, ok := pricecatalog.Lookup(claude)
+	if !ok || e.CacheWritePerMillion == nil {
+		t.Fatalf("%s is not in the catalog with a cache-write price: %+v", claude, e)
+	}
+	want := ceilDiv(10_000*e.InputPerMillion+2_000*e.CachedInputPerMillion+1_000**e.CacheWritePerMillion+1_000*e.OutputPerMillion, 1_000_000)
+	// The block below lowers the member's limit to 0.01 USD: four calls must be over it,
+	// and their sum far from the 1 USD limit they are made under.
+	if want <= usd/100 || 4*want >= usd {
+		t.Fatalf("the test's own arithmetic: %d micro-USD a call", want)
+	}
+
+	const modelID = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+	n := 0
+	for _, tc := range []struct {
+		scenario, model, api, operation string
+		stream                          bool
+		// usage: what the SDK's result shows of the answer's usage.
+		usage []string
+	}{
+		{"invoke", modelID, fakellm.BedrockInvoke, "invoke", false,
+			[]string{`"input_tokens":10000`, `"cache_read_input_tokens":2000`, `"cache_creation_input_tokens":1000`, `"output_tokens":1000`}},
+		{"invoke-stream", modelID, fakellm.BedrockInvokeStream, "invoke-with-response-stream", true,
+			[]string{`"input_tokens":10000`, `"cache_read_input_tokens":2000`, `"output_tokens":1000`, `"inputTokenCount":10000`}},
+		{"converse", modelID, fakellm.BedrockConverse, "converse", false,
+			[]string{`"inputTokens":10000`, `"cacheReadInputTokens":2000`, `"cacheWriteInputTokens":1000`, `"outputTokens":1000`, `"totalTokens":14000`}},
+		{"converse-stream", "us." + modelID, fakellm.BedrockConverseStream, "converse-stream", true,
+			[]string{`"inputTokens":10000`, `"cacheReadInputTokens":2000`, `"cacheWriteInputTokens":1000`, `"outputTokens":1000`}},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "bedrock.mjs", tc.scenario, s.gateway, o.key, tc.model)
+			if !r.OK || r.Status != 200 || r.Text != fakellm.Text {
+				t.Fatalf("the call failed or lost its text: %+v", r)
+			}
+			for _, u := range tc.usage {
+				if !strings.Contains(string(r.Usage), u) {
+					t.Errorf("the SDK's usage %s lacks %s", r.Usage, u)
+				}
+			}
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 {
+				t.Fatalf("the provider got %d calls: %+v", len(calls), calls)
+			}
+			call := calls[0]
+			// The SDK percent-encodes the model id in the path (":" as %3A); the
+			// provider gets the path as the SDK sent it, which names the model.
+			if call.API != tc.api || call.Model != tc.model || call.Stream != tc.stream || call.Path != "/model/"+tc.model+"/"+tc.operation {
+				t.Fatalf("the provider got %s %s (API %q, model %q, stream %v), want %s for %s", call.Method, call.Path, call.API, call.Model, call.Stream, tc.api, tc.model)
+			}
+			// Only the route's credential, once; nothing of the member's key; nothing a
+			// SigV4 signature would have added.
+			if a := call.Header.Values("Authorization"); len(a) != 1 || a[0] != providerAuth {
+				t.Errorf("the provider got Authorization %q, want only the route's", a)
+			}
+			all := strings.Join(flatten(call.Header), "\n")
+			if strings.Contains(all, o.key) || strings.Contains(all, "tgk_") {
+				t.Errorf("the member's Tollgate key reached the provider: %v", call.Header)
+			}
+			for _, h := range []string{"X-Amz-Date", "X-Amz-Security-Token", "X-Amz-Content-Sha256"} {
+				if v := call.Header.Get(h); v != "" {
+					t.Errorf("the SDK signed with SigV4: the provider got %s: %s", h, v)
+				}
+			}
+			t.Logf("the provider got %s %s, user agent %q, accept-encoding %q, answered gzip %v", call.Method, call.Path,
+				call.Header.Get("User-Agent"), call.Header.Get("Accept-Encoding"), call.Gzip)
+
+			rec := waitReceipt(t, s, call.Header.Get("X-Service-Request-Id"))
+			n++
+			model, _ := rec["model"].(string)
+			t.Logf("receipt: model %q, cost %d (want %d), complete %v, cost_basis %v, price_source %v, cost_source %v; tokens: input %v, cached %v, cache writes %v, output %v",
+				model, rec.cost(), want, rec["complete"], rec["cost_basis"], rec["price_source"], rec["cost_source"],
+				rec["input_tokens"], rec["cached_input_tokens"], rec["cache_creation_input_tokens"], rec["output_tokens"])
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" || rec["price_source"] != "catalog" {
+				t.Errorf("receipt %s, want %d micro-USD, complete, from the reported usage at the catalog's price", rec, want)
+			}
+			if !strings.Contains(model, claude) {
+				t.Errorf("the receipt's model is %q, want one naming %s", model, claude)
+			}
+			if rec["output_tokens"] != 1_000.0 || rec["cached_input_tokens"] != 2_000.0 || rec["cache_creation_input_tokens"] != 1_000.0 {
+				t.Errorf("receipt %s, want 1,000 output tokens, 2,000 cache reads, 1,000 cache writes", rec)
+			}
+		})
+	}
+	s.waitUsed(t, o, n, 4*want)
+
+	t.Run("a blocked member gets the 429, not retried", func(t *testing.T) {
+		// The member has spent 4 calls' cost; a limit of 0.01 USD is below it.
+		s.guardPolicy(t, o, "0.01", nil)
+		waitFor(t, 15*time.Second, "the member blocked", func() bool { return s.status(t, o).State == "blocked" })
+		refusedBefore := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+		before := len(fake.Calls())
+		for _, scenario := range []string{"invoke", "converse-stream"} {
+			// The code in the body (the AWS SDK's error carries the body's "error"
+			// object) and in X-Service-Error-Code, X-Should-Retry false, within 2 s.
+			runSDK(t, dir, "bedrock.mjs", scenario, s.gateway, o.key, modelID).wasRefusedFast(t)
+		}
+		if got := len(fake.Calls()) - before; got != 0 {
+			t.Errorf("refused calls reached the provider (%d calls)", got)
+		}
+		// bedrock.mjs makes one attempt: with its defaults the SDK would retry the 429
+		// twice (it reads neither X-Should-Retry nor the body's code).
+		if got := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refusedBefore; got != 2 {
+			t.Errorf("the gateway refused %v requests, want 2 (one per call)", got)
+		}
+		if st := s.status(t, o); st.Buckets[0].UsedMicroUsd != 4*want {
+			t.Errorf("used %d after the refusals, want %d", st.Buckets[0].UsedMicroUsd, 4*want)
+		}
+	})
+}

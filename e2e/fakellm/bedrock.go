@@ -1,0 +1,202 @@
+package fakellm
+
+// Amazon Bedrock Runtime's model invocation, answered as Bedrock answers for an Anthropic
+// Claude model:
+//
+//   - POST /model/{modelId}/invoke: the Anthropic Messages response (anthropicJSON),
+//     with the token counts in the response headers X-Amzn-Bedrock-Input-Token-Count and
+//     -Output-Token-Count (and -Cache-Read- / -Cache-Write-Input-Token-Count when not 0).
+//   - POST /model/{modelId}/invoke-with-response-stream: an AWS event stream
+//     (application/vnd.amazon.eventstream) of "chunk" events, each carrying one Anthropic
+//     stream event's JSON in base64 ({"bytes": ..., "p": padding}): message_start (the
+//     input usage), content_block_start, one text delta per word, content_block_stop,
+//     message_delta (the output tokens), message_stop, which Bedrock extends with
+//     "amazon-bedrock-invocationMetrics" (input and output token counts, cache counts
+//     when not 0, latencies). No ping: Bedrock does not pass Anthropic's on.
+//   - POST /model/{modelId}/converse: Bedrock's own shape, output.message.content
+//     [{text}], stopReason, usage {inputTokens, outputTokens, totalTokens,
+//     cacheReadInputTokens, cacheWriteInputTokens}, metrics.
+//   - POST /model/{modelId}/converse-stream: an event stream of messageStart, one
+//     contentBlockDelta per word, contentBlockStop, messageStop and metadata (the usage
+//     and metrics as converse reports them); each event's payload is its JSON, with the
+//     "p" padding Bedrock adds.
+//
+// Bedrock's inputTokens (and inputTokenCount, X-Amzn-Bedrock-Input-Token-Count) leave
+// out the cache reads and writes, as Anthropic's input_tokens does: Usage.InputTokens is
+// reported as it is, CachedInputTokens as the cache reads, CacheCreationInputTokens as
+// the cache writes. totalTokens is the sum of the four.
+//
+// The model id is the path's segment, percent-decoded ("anthropic.claude-sonnet-4-5-
+// 20250929-v1%3A0", an inference profile "us.anthropic...", or an ARN with its slashes
+// encoded): Call.Model. The Anthropic events' "model" is the Claude model it names, as
+// Bedrock answers ("claude-sonnet-4-5-20250929").
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
+)
+
+// Bedrock Runtime's API names.
+const (
+	BedrockInvoke         = "bedrock.invokeModel"
+	BedrockInvokeStream   = "bedrock.invokeModelWithResponseStream"
+	BedrockConverse       = "bedrock.converse"
+	BedrockConverseStream = "bedrock.converseStream"
+)
+
+// bedrockPadding is the "p" member Bedrock adds to every event, padding it to hide the
+// length of its content.
+const bedrockPadding = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"
+
+// bedrockRoute is the API and the model id of a Bedrock Runtime path
+// (/model/{modelId}/{operation}, escaped as the request sent it); "" for another path.
+func bedrockRoute(escapedPath string) (api, modelID string) {
+	rest, ok := strings.CutPrefix(escapedPath, "/model/")
+	if !ok {
+		return "", ""
+	}
+	id, op, ok := strings.Cut(rest, "/")
+	if !ok || id == "" {
+		return "", ""
+	}
+	switch op {
+	case "invoke":
+		api = BedrockInvoke
+	case "invoke-with-response-stream":
+		api = BedrockInvokeStream
+	case "converse":
+		api = BedrockConverse
+	case "converse-stream":
+		api = BedrockConverseStream
+	default:
+		return "", ""
+	}
+	modelID, err := url.PathUnescape(id)
+	if err != nil || modelID == "" {
+		return "", ""
+	}
+	return api, modelID
+}
+
+// bedrockStreaming reports whether a Bedrock API answers an event stream.
+func bedrockStreaming(api string) bool {
+	return api == BedrockInvokeStream || api == BedrockConverseStream
+}
+
+// bedrockClaudeModel is the Anthropic model a Bedrock model id names, as the Anthropic
+// events' "model" gives it: the id without an ARN's prefix, a cross-region inference
+// profile's geography (us., eu., apac., global., ...), "anthropic." and the version
+// suffix ("-v1:0"). An id that is not an Anthropic model's is answered as it is.
+func bedrockClaudeModel(id string) string {
+	if i := strings.LastIndex(id, "/"); i >= 0 {
+		id = id[i+1:] // arn:aws:bedrock:...:inference-profile/us.anthropic...
+	}
+	i := strings.Index(id, "anthropic.")
+	if i < 0 {
+		return id
+	}
+	m := id[i+len("anthropic."):]
+	if j := strings.LastIndex(m, "-v"); j > 0 {
+		m = m[:j]
+	}
+	return m
+}
+
+// bedrockAnswer answers a Bedrock call (c.API one of the Bedrock APIs) with usage u.
+func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usage) {
+	h := w.Header()
+	h.Set("X-Amzn-Requestid", fmt.Sprintf("00000000-0000-4000-8000-%012d", n))
+	switch c.API {
+	case BedrockInvoke:
+		h.Set("X-Amzn-Bedrock-Invocation-Latency", "1")
+		h.Set("X-Amzn-Bedrock-Input-Token-Count", fmt.Sprint(u.InputTokens))
+		h.Set("X-Amzn-Bedrock-Output-Token-Count", fmt.Sprint(u.OutputTokens))
+		if u.CachedInputTokens != 0 {
+			h.Set("X-Amzn-Bedrock-Cache-Read-Input-Token-Count", fmt.Sprint(u.CachedInputTokens))
+		}
+		if u.CacheCreationInputTokens != 0 {
+			h.Set("X-Amzn-Bedrock-Cache-Write-Input-Token-Count", fmt.Sprint(u.CacheCreationInputTokens))
+		}
+		ew.start("application/json", http.StatusOK)
+		ew.write(anthropicJSON(bedrockMessageID(n), bedrockClaudeModel(c.Model), u))
+	case BedrockInvokeStream:
+		h.Set("X-Amzn-Bedrock-Content-Type", "application/json")
+		ew.start("application/vnd.amazon.eventstream", http.StatusOK)
+		for _, e := range bedrockAnthropicEvents(bedrockMessageID(n), bedrockClaudeModel(c.Model), u) {
+			payload := fmt.Sprintf(`{"bytes":%q,"p":%q}`, base64.StdEncoding.EncodeToString([]byte(e)), bedrockPadding)
+			ew.write(bedrockFrame("chunk", payload))
+		}
+	case BedrockConverse:
+		ew.start("application/json", http.StatusOK)
+		ew.write(fmt.Sprintf(`{"output":{"message":{"role":"assistant","content":[{"text":%q}]}},"stopReason":"end_turn","usage":%s,"metrics":{"latencyMs":1}}`,
+			Text, converseUsage(u)))
+	case BedrockConverseStream:
+		ew.start("application/vnd.amazon.eventstream", http.StatusOK)
+		p := fmt.Sprintf(`,"p":%q}`, bedrockPadding)
+		ew.write(bedrockFrame("messageStart", `{"role":"assistant"`+p))
+		for _, word := range words() {
+			ew.write(bedrockFrame("contentBlockDelta", fmt.Sprintf(`{"contentBlockIndex":0,"delta":{"text":%q}`, word)+p))
+		}
+		ew.write(bedrockFrame("contentBlockStop", `{"contentBlockIndex":0`+p))
+		ew.write(bedrockFrame("messageStop", `{"stopReason":"end_turn"`+p))
+		ew.write(bedrockFrame("metadata", `{"usage":`+converseUsage(u)+`,"metrics":{"latencyMs":1}`+p))
+	}
+}
+
+func bedrockMessageID(n int) string { return fmt.Sprintf("msg_bdrk_fake%06d", n) }
+
+// converseUsage is the Converse API's usage: inputTokens without the cache reads and
+// writes, which are counted apart; totalTokens all of them and the output.
+func converseUsage(u Usage) string {
+	return fmt.Sprintf(`{"inputTokens":%d,"outputTokens":%d,"totalTokens":%d,"cacheReadInputTokens":%d,"cacheWriteInputTokens":%d}`,
+		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens+u.CachedInputTokens+u.CacheCreationInputTokens,
+		u.CachedInputTokens, u.CacheCreationInputTokens)
+}
+
+// bedrockAnthropicEvents are the Anthropic stream events InvokeModelWithResponseStream
+// carries, each an event's JSON (its type inside, as Anthropic's data lines have it):
+// anthropicStream's, without the ping, and message_stop with Bedrock's invocation
+// metrics.
+func bedrockAnthropicEvents(id, model string, u Usage) []string {
+	events := []string{
+		fmt.Sprintf(`{"type":"message_start","message":{"id":%q,"type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s"output_tokens":1}}}`,
+			id, model, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u)),
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+	}
+	for _, w := range words() {
+		events = append(events, fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%q}}`, w))
+	}
+	var cache strings.Builder
+	if u.CachedInputTokens != 0 {
+		fmt.Fprintf(&cache, `,"cacheReadInputTokenCount":%d`, u.CachedInputTokens)
+	}
+	if u.CacheCreationInputTokens != 0 {
+		fmt.Fprintf(&cache, `,"cacheWriteInputTokenCount":%d`, u.CacheCreationInputTokens)
+	}
+	return append(events,
+		`{"type":"content_block_stop","index":0}`,
+		fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{%s"output_tokens":%d}}`, serverToolUse(u), u.OutputTokens),
+		fmt.Sprintf(`{"type":"message_stop","amazon-bedrock-invocationMetrics":{"inputTokenCount":%d,"outputTokenCount":%d,"invocationLatency":1,"firstByteLatency":1%s}}`,
+			u.InputTokens, u.OutputTokens, cache.String()),
+	)
+}
+
+// bedrockFrame is one event stream message: an event of the type given, its payload
+// JSON.
+func bedrockFrame(eventType, payload string) string {
+	var headers eventstream.Headers
+	headers.Set(":event-type", eventstream.StringValue(eventType))
+	headers.Set(":content-type", eventstream.StringValue("application/json"))
+	headers.Set(":message-type", eventstream.StringValue("event"))
+	var b bytes.Buffer
+	if err := eventstream.NewEncoder().Encode(&b, eventstream.Message{Headers: headers, Payload: []byte(payload)}); err != nil {
+		panic(err) // only a header too long to encode fails, and these are short
+	}
+	return b.String()
+}

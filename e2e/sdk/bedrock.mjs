@@ -1,0 +1,117 @@
+// One Amazon Bedrock Runtime call through AWS's official JavaScript SDK
+// (@aws-sdk/client-bedrock-runtime), its endpoint at the gateway, region us-east-1,
+// authenticated with a Bedrock API key, here the member's Tollgate key: sent as
+// `Authorization: Bearer <key>` (the SDK's httpBearerAuth scheme), with no SigV4
+// signing. TOLLGATE_MODEL is the model id or inference profile
+// ("anthropic.claude-sonnet-4-5-20250929-v1:0", "us.anthropic..."), which the SDK puts in
+// the path, percent-encoded. Scenarios: "invoke" (InvokeModel with an Anthropic Messages
+// body), "invoke-stream" (InvokeModelWithResponseStream: each chunk's bytes are one
+// Anthropic stream event's JSON), "converse" (Converse) and "converse-stream"
+// (ConverseStream). See report.mjs for the settings and the output.
+import {
+  BedrockRuntimeClient,
+  ConverseCommand,
+  ConverseStreamCommand,
+  InvokeModelCommand,
+  InvokeModelWithResponseStreamCommand,
+} from '@aws-sdk/client-bedrock-runtime';
+import { run, settings } from './report.mjs';
+
+const s = settings();
+const client = new BedrockRuntimeClient({
+  endpoint: s.baseURL,
+  region: 'us-east-1',
+  // A Bedrock API key is a bearer token: the SDK sends it as `Authorization: Bearer`
+  // when it is the token and httpBearerAuth comes first. Without the preference the SDK
+  // would sign with SigV4 (its first scheme) from whatever credentials it finds.
+  // Setting AWS_BEARER_TOKEN_BEDROCK in the environment does the same (it is what
+  // Claude Code and the AWS docs use); here it is explicit, the environment being
+  // runSDK's.
+  token: { token: s.apiKey },
+  authSchemePreference: ['httpBearerAuth'],
+  // Never SigV4: were the SDK to fall back to it, the call fails here instead of being
+  // signed with credentials found on the machine.
+  credentials: async () => {
+    throw new Error('SigV4 was chosen: the test sends a Bedrock API key (Authorization: Bearer), never AWS credentials');
+  },
+  // One attempt: the SDK's standard retry strategy retries a 429 (a throttling error to
+  // it) twice with backoff and does not read X-Should-Retry, so a refused call would be
+  // sent three times.
+  maxAttempts: 1,
+});
+const prompt = 'How are tolls paid?';
+const utf8 = new TextDecoder();
+
+await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
+  switch (s.scenario) {
+    case 'invoke': {
+      const res = await client.send(new InvokeModelCommand({
+        modelId: s.model,
+        contentType: 'application/json',
+        accept: 'application/json',
+        body: JSON.stringify(anthropicRequest()),
+      }));
+      const msg = JSON.parse(utf8.decode(res.body));
+      const text = (msg.content ?? []).filter((b) => b.type === 'text').map((b) => b.text).join('');
+      return { text, model: msg.model ?? null, usage: msg.usage ?? null, chunks: 1 };
+    }
+    case 'invoke-stream': {
+      const res = await client.send(new InvokeModelWithResponseStreamCommand({
+        modelId: s.model,
+        contentType: 'application/json',
+        accept: 'application/json',
+        body: JSON.stringify(anthropicRequest()),
+      }));
+      let text = '';
+      let model = null;
+      const usage = {};
+      let chunks = 0;
+      for await (const event of res.body) {
+        if (!event.chunk?.bytes) continue;
+        chunks++;
+        const e = JSON.parse(utf8.decode(event.chunk.bytes));
+        if (e.type === 'message_start') {
+          model = e.message?.model ?? model;
+          Object.assign(usage, e.message?.usage);
+        } else if (e.type === 'content_block_delta' && e.delta?.type === 'text_delta') {
+          text += e.delta.text;
+        } else if (e.type === 'message_delta') {
+          Object.assign(usage, e.usage);
+        } else if (e.type === 'message_stop' && e['amazon-bedrock-invocationMetrics']) {
+          usage['amazon-bedrock-invocationMetrics'] = e['amazon-bedrock-invocationMetrics'];
+        }
+      }
+      return { text, model, usage, chunks };
+    }
+    case 'converse': {
+      const res = await client.send(new ConverseCommand({ modelId: s.model, ...converseRequest() }));
+      const text = (res.output?.message?.content ?? []).map((b) => b.text ?? '').join('');
+      // Converse names no model in its answer.
+      return { text, model: null, usage: res.usage ?? null, chunks: 1 };
+    }
+    case 'converse-stream': {
+      const res = await client.send(new ConverseStreamCommand({ modelId: s.model, ...converseRequest() }));
+      let text = '';
+      let usage = null;
+      let chunks = 0;
+      for await (const event of res.stream) {
+        chunks++;
+        if (event.contentBlockDelta) text += event.contentBlockDelta.delta?.text ?? '';
+        if (event.metadata) usage = event.metadata.usage ?? null;
+      }
+      return { text, model: null, usage, chunks };
+    }
+    default:
+      throw new Error(`"${s.scenario}" is not a Bedrock scenario`);
+  }
+});
+
+// anthropicRequest is InvokeModel's body for a Claude model: Anthropic's Messages
+// request, with Bedrock's anthropic_version and without the model (the path names it).
+function anthropicRequest() {
+  return { anthropic_version: 'bedrock-2023-05-31', max_tokens: 1024, messages: [{ role: 'user', content: prompt }] };
+}
+
+function converseRequest() {
+  return { messages: [{ role: 'user', content: [{ text: prompt }] }], inferenceConfig: { maxTokens: 1024 } };
+}
