@@ -1078,6 +1078,32 @@ func TestSearchModelsThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestOpenRouterThroughTheGateway: OpenRouter answers in OpenAI's shape and reports what
+// each request cost in its usage (usage.cost, USD), for any of the models it routes to,
+// named its own way ("anthropic/claude-sonnet-4.5", which no catalog entry matches).
+// The official OpenAI SDK's chat completion through the gateway, streamed and not, is
+// charged that cost exactly (cost basis upstream_cost); before 2026-11-28 it was charged
+// its tokens at the fallback price, the catalog's highest (o1-pro's), and counted unpriced.
+func TestOpenRouterThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, CostUSD: "0.045"})
+	const model = "anthropic/claude-sonnet-4.5"
+	for _, scenario := range []string{"json", "stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model)
+			calls := fake.Calls()[before:]
+			if !r.OK || r.Text != fakellm.Text || len(calls) != 1 || !strings.Contains(string(r.Usage), `"cost":0.045`) {
+				t.Fatalf("the call: %+v; %d provider calls", r, len(calls))
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != 45_000 || rec["complete"] != true || rec["cost_basis"] != "upstream_cost" || rec["cost_source"] != "upstream" {
+				t.Fatalf("receipt %s, want the 45,000 micro-USD OpenRouter reported", rec)
+			}
+		})
+	}
+}
+
 // fixedUsageUpstream is a fake provider (fakellm) whose every answer reports u, served
 // on a loopback port until the test ends.
 func fixedUsageUpstream(t *testing.T, u fakellm.Usage) (*fakellm.Server, *httptest.Server) {

@@ -125,6 +125,9 @@ type Usage struct {
 	// candidatesTokensDetails (a TEXT entry for the rest, an AUDIO entry when not 0,
 	// as Gemini lists the modalities it counted).
 	AudioInputTokens, AudioOutputTokens int64
+	// CostUSD, when not "", is an OpenAI chat usage's "cost" (a JSON number of USD, as
+	// OpenRouter reports what a request cost), written as given.
+	CostUSD string
 }
 
 // API names the surfaces.
@@ -494,8 +497,12 @@ func writeError(w http.ResponseWriter, status int, api, msg string) {
 func words() []string { return strings.SplitAfter(Text, " ") }
 
 func openAIUsage(u Usage) string {
-	return fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d,"audio_tokens":%d},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":%d,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
-		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens, u.CachedInputTokens, u.AudioInputTokens, u.AudioOutputTokens)
+	cost := ""
+	if u.CostUSD != "" {
+		cost = `,"cost":` + u.CostUSD + `,"is_byok":false`
+	}
+	return fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d%s,"prompt_tokens_details":{"cached_tokens":%d,"audio_tokens":%d},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":%d,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
+		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens, cost, u.CachedInputTokens, u.AudioInputTokens, u.AudioOutputTokens)
 }
 
 // openAIJSON is a chat completion that ran at tier (chatTier).

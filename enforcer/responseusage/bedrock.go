@@ -35,7 +35,7 @@ type bedrockState struct {
 	dec    *eventstream.Decoder
 
 	// The token counts of InvokeModel's headers, and whether it sent them.
-	headers                                     bool
+	headers                                      bool
 	headerIn, headerOut, headerRead, headerWrite int64
 }
 

@@ -10,7 +10,10 @@ func costFromHeaders(h map[string]string) (int64, bool) {
 	if v, ok := parseMicroUSD(h[HeaderCostMicroUSD]); ok {
 		return v, true
 	}
-	return parseUSDCeil(h[HeaderCostUSD])
+	if v, ok := parseUSDCeil(h[HeaderCostUSD]); ok {
+		return v, true
+	}
+	return parseUSDCeil(h[HeaderLiteLLMCost])
 }
 
 // parseMicroUSD reads a non-negative integer of micro-USD.
@@ -37,6 +40,16 @@ func digitsValue(s string) (int64, bool) {
 		v = v*10 + d
 	}
 	return v, true
+}
+
+// costOf is the micro-USD of a usage's cost, a JSON number of USD whose text c holds
+// (rounded up, as parseUSDCeil reads it); false when it is none (negative, or longer
+// than c keeps).
+func costOf(c *capture) (int64, bool) {
+	if c.over || len(c.b) == 0 || c.b[0] == '-' {
+		return 0, false
+	}
+	return parseUSDCeil(string(c.b))
 }
 
 // maxUSDLen is the longest USD value read; exponents have at most two

@@ -210,9 +210,16 @@
 //     micro-USD round the amount up to the next micro-USD, so an upstream's
 //     sub-micro precision never makes a charge smaller than the real cost.
 //
-// When both are present and valid the micro-USD one wins. Invalid values
-// (signs, NaN, overflow, stray characters) are ignored. The cost is reported
-// independently of Complete.
+// LiteLLM proxy's own header, HeaderLiteLLMCost ("x-litellm-response-cost", USD),
+// is read like the second. When several are present and valid the micro-USD one
+// wins, then Tollgate's USD one. Invalid values (signs, NaN, overflow, stray
+// characters) are ignored. The cost is reported independently of Complete.
+//
+// A body may report it too: OpenRouter's usage.cost (in a chat completion, or a
+// stream's last chunk) is the request's cost in USD, a JSON number read as the
+// USD header is (exactly, rounded up to the micro-USD; a number longer than 32
+// bytes or negative is ignored), the largest a stream's documents reported. A
+// header wins over it.
 //
 // # Content encodings
 //

@@ -80,6 +80,7 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"text":"x","usage":{"type":"tokens","seconds":9,"input_tokens":14,"input_token_details":{"text_tokens":0,"audio_tokens":14},"output_tokens":45,"total_tokens":59}}`,
 		`{"candidates":[{"groundingMetadata":{"webSearchQueries":["a","\u0062",1,["c"]],"webSearchQueries":["d"]},"finishReason":"STOP"},{"groundingMetadata":{"webSearchQueries":[]}}],"usageMetadata":{"promptTokenCount":1}}`,
 		`{"usageMetadata":{"promptTokenCount":9,"promptTokensDetails":[{"tokenCount":5,"modality":"AUDIO","modality":"AUDIO"},{"modality":"AUD\u0049O","tokenCount":7,"tokenCount":1.5},{"modality":"AUDIO","tokenCount":-1}],"candidatesTokensDetails":[7,{"modality":"TEXT"}]},"usage":{"prompt_tokens_details":{"audio_tokens":3},"completion_tokens_details":{"audio_tokens":2,"audio_tokens":1}}}`,
+		`{"usage":{"cost":1.5e-7,"cost":0.0000100,"cost":-1,"cost":"2","prompt_tokens":1},"message":{"usage":{"cost":12E1}},"response":{"usage":{"cost":0.000000000000000000000000000000001}}}`,
 		`{"object":"response","output":[{"type":"web_search_call","type":"web_\u0073earch_call","action":{"type":"web_search_call"}},{"type":"message"},["x"]],"output":[{"type":"web_search_call"}],"usage":{"input_tokens":1,"output_tokens":2}}`,
 	} {
 		f.Add([]byte(s), uint64(7))

@@ -45,6 +45,10 @@ type accumulator struct {
 	// fileSearches counts the calls of OpenAI's file search tool (see noteSearches).
 	// The small fields come first, together: the Extractor stays in its size class.
 	fileSearches uint32
+	// hasCost: a document's usage reported the cost (OpenRouter's usage.cost), the
+	// largest of a stream's in cost, micro-USD, whatever the shape.
+	hasCost bool
+	cost    int64
 	model        capture
 	u            usageFields
 	text         int64 // output text of every document, whatever its shape
@@ -119,6 +123,7 @@ func isResponseTerminal(d *docFields) bool {
 func (a *accumulator) applySSE(d *docFields) {
 	a.sse = true
 	a.text += docText(d)
+	a.noteCost(d)
 	fam, root := sseFamily(d)
 	if fam == famNone {
 		return
@@ -229,6 +234,7 @@ func jsonFamily(d *docFields) family {
 func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 	a.sse = false
 	a.text += docText(d)
+	a.noteCost(d)
 	a.switchTo(jsonFamily(d))
 	if a.fam == famNone {
 		return
@@ -254,6 +260,13 @@ func (a *accumulator) noteSearches(d *docFields) {
 	}
 }
 
+// noteCost keeps the cost a document's usage reported, the largest of a stream's.
+func (a *accumulator) noteCost(d *docFields) {
+	if d.hasCost && (!a.hasCost || d.cost > a.cost) {
+		a.cost, a.hasCost = d.cost, true
+	}
+}
+
 // notePriority keeps whether an OpenAI document (chat, Responses) said it ran at the
 // priority tier: any one of a stream's saying so is enough.
 func (a *accumulator) notePriority(d *docFields, root int) {
@@ -276,6 +289,11 @@ var formats = [2][nFam]string{
 // stream ended normally.
 func (a *accumulator) fill(u *Usage) {
 	u.TextBytes = a.text
+	if a.hasCost && u.CostMicroUSD == nil {
+		// A cost header (already in u) wins over the body's.
+		c := a.cost
+		u.CostMicroUSD = &c
+	}
 	if a.fam == famNone {
 		return
 	}

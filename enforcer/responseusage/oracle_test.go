@@ -293,6 +293,34 @@ func oracleUsage(obj []member) (usageFields, bool) {
 	return u, converse
 }
 
+// oracleCost is the largest cost of the usage objects of obj and of its message and
+// response roots: a "cost" member that is a JSON number, not negative, whose text fits
+// the key buffer (maxKeyBytes), in micro-USD rounded up (parseUSDCeil).
+func oracleCost(obj []member) (int64, bool) {
+	var best int64
+	found := false
+	consider := func(o []member) {
+		for _, us := range all(o, "usage") {
+			for _, f := range us {
+				n, ok := f.val.(json.Number)
+				if f.key != "cost" || !ok || len(n) > maxKeyBytes || strings.HasPrefix(string(n), "-") {
+					continue
+				}
+				if v, ok := parseUSDCeil(string(n)); ok && (!found || v > best) {
+					best, found = v, true
+				}
+			}
+		}
+	}
+	consider(obj)
+	for _, root := range []string{"message", "response"} {
+		for _, sub := range all(obj, root) {
+			consider(sub)
+		}
+	}
+	return best, found
+}
+
 // oracleModalities reads Gemini's promptTokensDetails and candidatesTokensDetails lists
 // of every usage in obj (the top level's only): a list reports its audio count, 0 unless
 // an entry (an object) whose last string modality is "AUDIO" has a tokenCount, the last
@@ -406,6 +434,7 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	}
 	str(&d.model[rootTop], m, "model")
 	str(&d.tier[rootTop], m, "service_tier")
+	d.cost, d.hasCost = oracleCost(m)
 	var converse bool
 	d.usage[rootTop], converse = oracleUsage(m)
 	d.converse = d.converse || converse

@@ -63,6 +63,7 @@ const (
 	kConverseOutput
 	kConverseCacheRead
 	kConverseCacheWrite
+	kCost // OpenRouter: usage.cost, what the request cost in USD
 	kChoices
 	kDelta
 	kContent
@@ -236,6 +237,8 @@ func keyID(b []byte) uint8 {
 		return kConverseCacheRead
 	case "cacheWriteInputTokens":
 		return kConverseCacheWrite
+	case "cost":
+		return kCost
 	}
 	return kOther
 }
@@ -298,6 +301,9 @@ type docFields struct {
 	finished bool
 	// converse: a usage count had a Bedrock Converse name (tgConverseTok).
 	converse bool
+	// hasCost: a usage reported cost, the cost the upstream billed in USD (OpenRouter's
+	// usage.cost), the largest reported, in micro-USD rounded up.
+	hasCost bool
 	// searches counts the web searches the document lists, which the provider bills
 	// and its usage does not count: OpenAI Responses output items of type
 	// "web_search_call" (output[] of a Responses object, response.output[] of an
@@ -312,6 +318,7 @@ type docFields struct {
 		audio bool
 		count int64
 	}
+	cost int64
 }
 
 func (d *docFields) reset() {
@@ -323,7 +330,7 @@ func (d *docFields) reset() {
 	}
 	d.usage = [nRoot]usageFields{}
 	d.text, d.delta = 0, 0
-	d.finished, d.converse = false, false
+	d.finished, d.converse, d.hasCost, d.cost = false, false, false, 0
 	d.searches = 0
 	d.entry.audio, d.entry.count = false, 0
 }
@@ -464,33 +471,42 @@ const (
 	tgModality          // an entry's modality string
 	tgModCount          // an entry's tokenCount
 	tgConverseTok       // a count of root by a Bedrock Converse name (tok: the Anthropic count it is)
+	tgCost              // a usage's cost in USD (its number's text goes to keyCap)
 )
 
 type target struct{ kind, root, tok uint8 }
 
+// The scanner's small fields are together at its end, so that they share words: the
+// Extractor holds a scanner (TestExtractorSize).
 type scanner struct {
-	multi    bool // a sequence of top-level values (SSE data), not exactly one
 	maxDepth int
-	state    uint8
 	depth    int
 	stack    []uint64       // bit i: the container at depth i+1 is an object
 	keys     [maxPath]uint8 // key id of the current value at depths 1..maxPath
 	doc      docFields
 
+	str    *capture // where the string being read goes, or nil
+	keyCap capture
+	num    int64
+
+	rawDepth int   // depth outside the container counted raw (raw)
+	rawFrom  int   // index in the current input where the count goes on
+	rawN     int64 // its bytes so far; added to the text when it closes
+
+	hex  rune
+	surr rune // a surrogate waiting for its pair
+
+	multi  bool // a sequence of top-level values (SSE data), not exactly one
+	state  uint8
 	strKey bool // the string being read is an object key
 	// modality: the string being read into keyCap is a Gemini entry's modality
 	// (tgModality), not an output item's type (tgItemType).
 	modality bool
-	str      *capture // where the string being read goes, or nil
-	keyCap   capture
-	hex      rune
 	hexN     uint8
-	surr     rune // a surrogate waiting for its pair
-	num      int64
 	numOK    bool // the number so far is a non-negative integer that fits int64 (in ms mode: its milliseconds do)
 	numTok   target
-	lit      string
-	litPos   int
+	lit      uint8 // the literal being read: its index in literals
+	litPos   uint8
 
 	// ms mode, for usage.seconds alone (numTok's tok is tokAudioSeconds): the
 	// number is a decimal of seconds, read as milliseconds. num takes the digits
@@ -502,12 +518,11 @@ type scanner struct {
 
 	txt uint8     // what the string being read adds to: txNone, txText or txDelta
 	u8  utf8Count // UTF-8 state of that string
-
-	raw      bool  // counting the raw bytes of a container at a raw path
-	rawDepth int   // depth outside that container
-	rawFrom  int   // index in the current input where the count goes on
-	rawN     int64 // its bytes so far; added to the text when it closes
+	raw bool      // counting the raw bytes of a container at a raw path
 }
+
+// literals are JSON's literals (scanner.lit).
+var literals = [...]string{"true", "false", "null"}
 
 // What a value at a text path adds to the document's text.
 const (
@@ -746,6 +761,9 @@ func (s *scanner) feedTokens(p []byte) (int, bool) {
 
 		case stNumMinus, stNumZero, stNumInt, stNumDot, stNumFrac, stNumE, stNumESign, stNumExp:
 			if s.numByte(c) {
+				if s.numTok.kind == tgCost {
+					s.keyCap.addByte(c)
+				}
 				i++
 				continue
 			}
@@ -759,11 +777,11 @@ func (s *scanner) feedTokens(p []byte) (int, bool) {
 
 		case stLit:
 			i++
-			if c != s.lit[s.litPos] {
+			if c != literals[s.lit][s.litPos] {
 				s.fail()
 				continue
 			}
-			if s.litPos++; s.litPos == len(s.lit) {
+			if s.litPos++; int(s.litPos) == len(literals[s.lit]) {
 				if s.endValue() {
 					return i, true
 				}
@@ -994,28 +1012,34 @@ func (s *scanner) valueStart(c byte, at int) {
 		}
 		s.state = stStr
 	case c == '-':
-		s.startNumber(t, 0, false)
+		s.startNumber(t, 0, false, c)
 		s.state = stNumMinus
 	case c == '0':
-		s.startNumber(t, 0, true)
+		s.startNumber(t, 0, true, c)
 		s.state = stNumZero
 	case '1' <= c && c <= '9':
-		s.startNumber(t, int64(c-'0'), true)
+		s.startNumber(t, int64(c-'0'), true, c)
 		s.state = stNumInt
 	case c == 't':
-		s.lit, s.litPos, s.state = "true", 1, stLit
+		s.lit, s.litPos, s.state = 0, 1, stLit
 	case c == 'f':
-		s.lit, s.litPos, s.state = "false", 1, stLit
+		s.lit, s.litPos, s.state = 1, 1, stLit
 	case c == 'n':
-		s.lit, s.litPos, s.state = "null", 1, stLit
+		s.lit, s.litPos, s.state = 2, 1, stLit
 	default:
 		s.fail()
 	}
 }
 
-func (s *scanner) startNumber(t target, first int64, ok bool) {
+// startNumber begins a number whose first byte is c (its value so far first).
+func (s *scanner) startNumber(t target, first int64, ok bool, c byte) {
 	s.num, s.numOK, s.numTok = first, ok, t
 	s.numMs, s.numFrac, s.numUp = t.kind == tgTok && t.tok == tokAudioSeconds, 0, false
+	if t.kind == tgCost {
+		// No string is being read: the key buffer is free to take the number's text.
+		s.keyCap.reset()
+		s.keyCap.addByte(c)
+	}
 }
 
 // numByte advances the number grammar by c, reporting whether c continues
@@ -1123,6 +1147,12 @@ func (s *scanner) endNumber() bool {
 		}
 		if ok {
 			s.doc.usage[t.root].setMax(int(t.tok), v)
+		}
+	} else if t.kind == tgCost {
+		// A decimal amount of USD, maybe with a fraction or an exponent: read exactly
+		// from its text (parseUSDCeil), a longer one than keyCap holds not at all.
+		if v, ok := costOf(&s.keyCap); ok && (!s.doc.hasCost || v > s.doc.cost) {
+			s.doc.cost, s.doc.hasCost = v, true
 		}
 	} else if t.kind == tgConverseTok && s.numOK {
 		s.doc.usage[t.root].setMax(int(t.tok), s.num)
@@ -1238,6 +1268,9 @@ func usageMember(root, k uint8) target {
 	}
 	if t, ok := converseTok(k); ok {
 		return target{kind: tgConverseTok, root: root, tok: t}
+	}
+	if k == kCost {
+		return target{kind: tgCost, root: root}
 	}
 	if t, ok := modalitiesTok(k); ok && root == rootTop {
 		// Gemini's usage is at the top level only.

@@ -59,6 +59,8 @@ const (
 	HeaderCostMicroUSD = "x-upstream-cost-micro-usd"
 	// HeaderCostUSD holds a non-negative decimal amount of USD.
 	HeaderCostUSD = "x-upstream-cost-usd"
+	// HeaderLiteLLMCost is LiteLLM proxy's: the request's cost in USD, a decimal.
+	HeaderLiteLLMCost = "x-litellm-response-cost"
 )
 
 // Default limits, used for the zero fields of Limits.
@@ -205,7 +207,7 @@ type Extractor struct {
 	dec      *decoder // a supported content encoding is being decoded
 	audio    *audiolength.Meter
 	bedrock  *bedrockState // Amazon Bedrock's event stream or token count headers (bedrock.go)
-	rawBytes int64 // body bytes of an unsupported encoding, or of a plain-text one
+	rawBytes int64         // body bytes of an unsupported encoding, or of a plain-text one
 
 	scan scanner
 	sse  sseReader

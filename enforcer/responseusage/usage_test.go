@@ -565,6 +565,8 @@ func TestCostHeaders(t *testing.T) {
 		{"usd too long", map[string]string{HeaderCostUSD: "0." + strings.Repeat("0", 70)}, nil},
 		{"invalid micro falls back to usd", map[string]string{HeaderCostMicroUSD: "x", HeaderCostUSD: "0.25"}, i64(250_000)},
 		{"header names are lower-case", map[string]string{"X-Upstream-Cost-USD": "1"}, nil},
+		{"LiteLLM's header", map[string]string{HeaderLiteLLMCost: "3.2e-05"}, i64(32)},
+		{"Tollgate's USD header wins over LiteLLM's", map[string]string{HeaderLiteLLMCost: "1", HeaderCostUSD: "0.5"}, i64(500_000)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1271,5 +1273,47 @@ func TestAudioTokens(t *testing.T) {
 				t.Fatalf("the reference reads %s", show(ref))
 			}
 		})
+	}
+}
+
+// OpenRouter reports what a request cost in its usage (usage.cost, USD): read exactly
+// (rounded up to the micro-USD, an exponent too), from a JSON body or a stream's last
+// chunk, in any chunking and as the reference reads it; a cost header wins; a negative or
+// malformed cost is none.
+func TestBodyCost(t *testing.T) {
+	chat := func(cost string) string {
+		return `{"id":"gen-1","object":"chat.completion","model":"anthropic/claude-sonnet-4.5","choices":[{"message":{"role":"assistant","content":"Paid."}}],` +
+			`"usage":{"prompt_tokens":120,"completion_tokens":30,"total_tokens":150,"cost":` + cost + `,"is_byok":false,"cost_details":{"upstream_inference_cost":null}}}`
+	}
+	base := Usage{Model: "anthropic/claude-sonnet-4.5", InputTokens: 120, OutputTokens: 30, Complete: true, Format: FormatOpenAIChat,
+		InputReported: true, OutputReported: true, TextBytes: 5}
+	withCost := func(c int64) Usage { u := base; u.CostMicroUSD = &c; return u }
+	stream := "data: " + `{"id":"gen-1","object":"chat.completion.chunk","model":"anthropic/claude-sonnet-4.5","choices":[{"delta":{"content":"Paid."}}]}` + "\n\n" +
+		"data: " + `{"id":"gen-1","object":"chat.completion.chunk","model":"anthropic/claude-sonnet-4.5","choices":[],"usage":{"prompt_tokens":120,"completion_tokens":30,"cost":0.00081}}` + "\n\n" +
+		"data: [DONE]\n\n"
+	streamed := withCost(810)
+	streamed.Format = FormatOpenAIChatSSE
+	for _, tc := range []struct {
+		name, ct, body string
+		want           Usage
+	}{
+		{"a decimal", ctJSON, chat("0.00081"), withCost(810)},
+		{"below a micro-USD: rounded up", ctJSON, chat("0.0000001"), withCost(1)},
+		{"an exponent", ctJSON, chat("1.4e-05"), withCost(14)},
+		{"zero", ctJSON, chat("0"), withCost(0)},
+		{"negative: none", ctJSON, chat("-0.5"), base},
+		{"a string: none", ctJSON, chat(`"0.5"`), base},
+		{"longer than 32 bytes: none", ctJSON, chat("0.000810000000000000000000000000001"), base},
+		{"a stream's last chunk", ctSSE, stream, streamed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkSplits(t, tc.ct, nil, []byte(tc.body), tc.want)
+			if ref, ok := oracleFor(tc.ct, []byte(tc.body)); !ok || !reflect.DeepEqual(ref, tc.want) {
+				t.Fatalf("the reference reads %s", show(ref))
+			}
+		})
+	}
+	if got := run(ctJSON, map[string]string{HeaderCostMicroUSD: "7"}, Limits{}, [][]byte{[]byte(chat("0.00081"))}, true); got.CostMicroUSD == nil || *got.CostMicroUSD != 7 {
+		t.Fatalf("the header did not win: %s", show(got))
 	}
 }
