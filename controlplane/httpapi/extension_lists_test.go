@@ -182,8 +182,14 @@ type priceEntry struct {
 	WebSearchPerPromptMicroUsd    *int64
 	AudioInputMicroUsdPerMillion  *int64
 	AudioOutputMicroUsdPerMillion *int64
-	Source                        string
-	UpdatedAt                     string
+	LongContext                   *struct {
+		AboveInputTokens                                  int64
+		InputMicroUsdPerMillion, OutputMicroUsdPerMillion int64
+		CachedInputMicroUsdPerMillion                     int64
+		CacheWriteMicroUsdPerMillion                      *int64
+	}
+	Source    string
+	UpdatedAt string
 }
 
 type fallbackView struct {
@@ -278,8 +284,16 @@ func TestUsageModelPrices(t *testing.T) {
 		p.AudioOutputMicroUsdPerMillion != nil {
 		t.Fatalf("gemini-2.5-flash %+v", p)
 	}
-	if p, ok := got.find("gpt-4o"); !ok || p.AudioInputMicroUsdPerMillion != nil || p.AudioOutputMicroUsdPerMillion != nil {
+	if p, ok := got.find("gpt-4o"); !ok || p.AudioInputMicroUsdPerMillion != nil || p.AudioOutputMicroUsdPerMillion != nil || p.LongContext != nil {
 		t.Fatalf("gpt-4o %+v", p)
+	}
+	// A model whose long prompts cost more: its shorter prompts' prices, and the long ones'.
+	if p, _ := got.find("gemini-2.5-pro"); p.InputMicroUsdPerMillion != 1_250_000 || p.LongContext == nil || p.LongContext.AboveInputTokens != 200_000 ||
+		p.LongContext.InputMicroUsdPerMillion != 2_500_000 || p.LongContext.OutputMicroUsdPerMillion != 15_000_000 || p.LongContext.CacheWriteMicroUsdPerMillion != nil {
+		t.Fatalf("gemini-2.5-pro %+v", p)
+	}
+	if p, _ := got.find("claude-sonnet-4-5"); p.LongContext == nil || p.LongContext.CacheWriteMicroUsdPerMillion == nil || *p.LongContext.CacheWriteMicroUsdPerMillion != 7_500_000 {
+		t.Fatalf("claude-sonnet-4-5 %+v", p)
 	}
 	entry := func(model string, in, out, cached int64) map[string]any {
 		return map[string]any{"model": model, "inputMicroUsdPerMillion": in, "outputMicroUsdPerMillion": out, "cachedInputMicroUsdPerMillion": cached}

@@ -50,10 +50,21 @@ type modelPriceView struct {
 	// (pricecatalog.Price.AudioInputPerMillion; the input and output prices are then the
 	// text prices); absent for every other row, an organization's included: its prices
 	// price all of a model's tokens.
-	AudioInputMicroUsdPerMillion  int64      `json:"audioInputMicroUsdPerMillion,omitempty"`
-	AudioOutputMicroUsdPerMillion int64      `json:"audioOutputMicroUsdPerMillion,omitempty"`
-	Source                        string     `json:"source"`
-	UpdatedAt                     jsonx.Time `json:"updatedAt"`
+	AudioInputMicroUsdPerMillion  int64 `json:"audioInputMicroUsdPerMillion,omitempty"`
+	AudioOutputMicroUsdPerMillion int64 `json:"audioOutputMicroUsdPerMillion,omitempty"`
+	// LongContext is a catalog model's price of a request whose input is above its
+	// threshold (pricecatalog.Entry.LongContext); absent for every other row.
+	LongContext *longContextView `json:"longContext,omitempty"`
+	Source      string           `json:"source"`
+	UpdatedAt   jsonx.Time       `json:"updatedAt"`
+}
+
+type longContextView struct {
+	AboveInputTokens              int64  `json:"aboveInputTokens"`
+	InputMicroUsdPerMillion       int64  `json:"inputMicroUsdPerMillion"`
+	OutputMicroUsdPerMillion      int64  `json:"outputMicroUsdPerMillion"`
+	CachedInputMicroUsdPerMillion int64  `json:"cachedInputMicroUsdPerMillion"`
+	CacheWriteMicroUsdPerMillion  *int64 `json:"cacheWriteMicroUsdPerMillion"`
 }
 
 type fallbackPriceView struct {
@@ -124,6 +135,11 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 				UpdatedAt: jsonx.Time(cat.AsOf())}
 			v.WebSearchPerPromptMicroUsd = e.WebSearchPerPrompt
 			v.AudioInputMicroUsdPerMillion, v.AudioOutputMicroUsdPerMillion = e.AudioInputPerMillion, e.AudioOutputPerMillion
+			if lc := e.LongContext; lc != nil {
+				v.LongContext = &longContextView{AboveInputTokens: lc.Above, InputMicroUsdPerMillion: lc.InputPerMillion,
+					OutputMicroUsdPerMillion: lc.OutputPerMillion, CachedInputMicroUsdPerMillion: lc.CachedInputPerMillion,
+					CacheWriteMicroUsdPerMillion: lc.CacheWritePerMillion}
+			}
 			out.Prices = append(out.Prices, v)
 		}
 	}

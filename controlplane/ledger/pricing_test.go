@@ -47,8 +47,23 @@ func TestSettlementPricing(t *testing.T) {
 			&internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
 			750_000, "catalog_estimate", "catalog", "reported_usage"},
 		{"a cache write at the catalog's cache-write price", nil,
-			&internalv1.SettleItem{Model: "claude-sonnet-4-20250514", InputTokens: 1_000_000, CacheCreationInputTokens: 1_000_000, Complete: true},
-			3_750_000, "catalog_estimate", "catalog", "reported_usage"},
+			&internalv1.SettleItem{Model: "claude-sonnet-4-20250514", InputTokens: 100_000, CacheCreationInputTokens: 100_000, Complete: true},
+			375_000, "catalog_estimate", "catalog", "reported_usage"},
+		// Long prompts: the whole request at the long-context price, above the threshold
+		// (input, cached and written tokens together), not at it.
+		{"a long prompt at the long-context price", nil,
+			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 300_000, CachedInputTokens: 100_000, CacheCreationInputTokens: 50_000,
+				OutputTokens: 10_000, Complete: true},
+			150_000*6 + 100_000*6/10 + 50_000*15/2 + 10_000*45/2, "catalog_estimate", "catalog", "reported_usage"},
+		{"a prompt at the threshold: the shorter prompts' price", nil,
+			&internalv1.SettleItem{Model: "gemini-2.5-pro", InputTokens: 200_000, OutputTokens: 1_000, Complete: true},
+			200_000*5/4 + 1_000*10, "catalog_estimate", "catalog", "reported_usage"},
+		{"a token beyond it: the long prompts' price, rounded up once", nil,
+			&internalv1.SettleItem{Model: "gemini-2.5-pro", InputTokens: 200_001, OutputTokens: 1_000, Complete: true},
+			500_003 + 1_000*15, "catalog_estimate", "catalog", "reported_usage"},
+		{"an estimated long prompt too", nil,
+			&internalv1.SettleItem{Model: "gemini-3-pro-preview", InputTokens: 250_000, UsageEstimated: true},
+			250_000 * 4, "catalog_estimate", "catalog", "estimate"},
 		{"a model nobody priced: the default fallback, still charged", nil,
 			&internalv1.SettleItem{Model: "acme-llm-7", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
 			high.InputPerMillion + high.OutputPerMillion, "fallback", "fallback", "reported_usage"},
@@ -96,8 +111,8 @@ func TestSettlementPricing(t *testing.T) {
 		// Web searches apiece at the catalog's price for the model's provider (Anthropic:
 		// 10,000 micro-USD each), whatever priced the tokens.
 		{"Anthropic's web searches apiece, on top of the tokens", nil,
-			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 1_000_000, WebSearchRequests: 3, Complete: true},
-			3_000_000 + 30_000, "catalog_estimate", "catalog", "reported_usage"},
+			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 100_000, WebSearchRequests: 3, Complete: true},
+			300_000 + 30_000, "catalog_estimate", "catalog", "reported_usage"},
 		// Google: a Gemini 3 query apiece (14,000); Gemini 2.5 bills the grounded prompt,
 		// 35,000 once however many queries it ran.
 		{"Gemini 3's search queries apiece", nil,
@@ -121,8 +136,8 @@ func TestSettlementPricing(t *testing.T) {
 			&internalv1.SettleItem{Model: "acme-search-1", FileSearchCalls: 2, Complete: true},
 			2 * pricecatalog.Default().HighestFileSearch(), "fallback", "fallback", "reported_usage"},
 		{"file search calls of a provider the catalog prices none for: the highest, unpriced", nil,
-			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 1_000_000, FileSearchCalls: 1, Complete: true},
-			3_000_000 + pricecatalog.Default().HighestFileSearch(), "fallback", "fallback", "reported_usage"},
+			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 100_000, FileSearchCalls: 1, Complete: true},
+			300_000 + pricecatalog.Default().HighestFileSearch(), "fallback", "fallback", "reported_usage"},
 		// Audio tokens at the catalog's audio prices (gpt-realtime: text input 4 USD per
 		// million, audio input 32, cached input 0.40, text output 16, audio output 64):
 		// 10,000 input tokens of which 2,000 cached and 6,000 audio (on the 8,000 uncached

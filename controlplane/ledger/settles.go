@@ -662,7 +662,9 @@ func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.Fallb
 			}
 		}
 		if e := sj.catalog[i]; e != nil {
-			return accounting.PricedAt{Source: accounting.PriceCatalog, Price: fromCatalog(e.Price)}
+			// The tier of the request's prompt length, where the model has two: its
+			// input, cached ones and cache writes included, reported or estimated.
+			return accounting.PricedAt{Source: accounting.PriceCatalog, Price: fromCatalog(e.ForInput(sj.usage.InputTokens))}
 		}
 	}
 	if f, ok := fallbacks[orgID]; ok {

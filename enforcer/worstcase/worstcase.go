@@ -115,11 +115,14 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 	in := max(req.InputTokens, 0)
 	// A request may write its whole prompt to a cache, for an hour at that, where the
 	// provider prices cache writes (Anthropic).
-	inPrice := e.DearestInput() // the request's input may be all audio
-	if e.CacheWritePerMillion != nil {
-		inPrice = max(inPrice, pricecatalog.OneHourCacheWrite(e.InputPerMillion, *e.CacheWritePerMillion))
+	// The dearest tier (a long prompt's, where the model has one: the estimate of the
+	// input is not exact enough to rule it out), and the input may be all audio.
+	p := e.Dearest()
+	inPrice := p.DearestInput()
+	if p.CacheWritePerMillion != nil {
+		inPrice = max(inPrice, pricecatalog.OneHourCacheWrite(p.InputPerMillion, *p.CacheWritePerMillion))
 	}
-	cost := price(in, inPrice, out, e.DearestOutput())
+	cost := price(in, inPrice, out, p.DearestOutput())
 	if req.Priority {
 		// Asked to run at the priority tier: charged so at settlement.
 		cost = min(cost*pricecatalog.PriorityMultiplier, money.MaxAllowanceMicroUSD) // cost ≤ 2^52: no overflow

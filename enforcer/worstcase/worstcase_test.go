@@ -25,6 +25,7 @@ func testCatalog(t *testing.T) *pricecatalog.Catalog {
 		{"model":"embedder","provider":"openai","kind":"embedding","input":3000000},
 		{"model":"listener","provider":"openai","kind":"audio-duration","audioPerMinute":6000},
 		{"model":"speaker","provider":"openai","kind":"speech","input":60000000,"cachedInput":60000000},
+		{"model":"longer","provider":"google","input":1000000,"output":2000000,"cachedInput":100000,"maxOutput":1000,"longContext":{"above":200000,"input":2000000,"output":3000000,"cachedInput":200000}},
 		{"model":"talker","provider":"openai","input":1000000,"output":4000000,"cachedInput":500000,"audioInput":8000000,"audioOutput":16000000,"maxOutput":1000},
 		{"model":"dear","provider":"openai","input":4503599627370495,"output":4503599627370495,"cachedInput":0,"maxOutput":10000000}]}`))
 	if err != nil {
@@ -114,6 +115,9 @@ func TestOf(t *testing.T) {
 		{"audio prices: input and output at the dearer, the request's may be all audio", `{"model":"talker","max_tokens":100,` + msgs + `}`, nil,
 			// 9 input tokens × 8 USD/M + 100 output × 16 USD/M = 72 + 1600
 			Cost{MicroUSD: 1672, Model: "talker", InputTokens: 9, OutputTokens: 100}},
+		{"a model that charges long prompts more: their price, the estimate is no bound", `{"model":"longer","max_tokens":100,` + msgs + `}`, nil,
+			// 9 input tokens × 2 USD/M + 100 output × 3 USD/M = 18 + 300
+			Cost{MicroUSD: 318, Model: "longer", InputTokens: 9, OutputTokens: 100}},
 		{"the priority tier: twice", `{"model":"small","max_tokens":100,"service_tier":"priority",` + msgs + `}`, nil,
 			Cost{MicroUSD: 2 * 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
 		{"the priority tier at the bound stays there", `{"model":"dear","max_tokens":10000000,"service_tier":"priority"}`, nil,

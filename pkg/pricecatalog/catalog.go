@@ -146,7 +146,37 @@ type Entry struct {
 	// Completions), which its answer does not report as a search: a request it answered
 	// is charged WebSearchPerPrompt once, whatever the answer shows.
 	SearchesEveryRequest bool
+	// LongContext, when not nil, is the model's price for a request whose prompt is
+	// longer than LongContext.Above input tokens (cached ones and cache writes included):
+	// Gemini 2.5 Pro and 3 Pro above 200k tokens, Gemini 1.5 above 128k, Claude Sonnet 4
+	// and 4.5 above 200k (their 1M-token context). The provider charges the whole
+	// request at it; Price is then the price of the shorter prompts.
+	LongContext *LongContext
 	Price
+}
+
+// LongContext is a model's price for long prompts (Entry.LongContext).
+type LongContext struct {
+	Above int64
+	Price
+}
+
+// ForInput is e's price for a request of inputTokens input tokens: the long-context
+// price above its threshold, else the entry's own.
+func (e Entry) ForInput(inputTokens int64) Price {
+	if e.LongContext != nil && inputTokens > e.LongContext.Above {
+		return e.LongContext.Price.clone()
+	}
+	return e.Price.clone()
+}
+
+// Dearest is the most e may charge a request: its long-context price where it has one
+// (every class of it is at least the shorter prompts' price: Load checks).
+func (e Entry) Dearest() Price {
+	if e.LongContext != nil {
+		return e.LongContext.Price.clone()
+	}
+	return e.Price.clone()
 }
 
 // Catalog is a validated price catalog.
@@ -184,8 +214,18 @@ type fileEntry struct {
 	AudioInput  *int64 `json:"audioInput"`
 	AudioOutput *int64 `json:"audioOutput"`
 	// SearchesEveryRequest needs WebSearchPerPrompt, the price of a request's search.
-	SearchesEveryRequest bool   `json:"searchesEveryRequest"`
-	Note                 string `json:"note"`
+	SearchesEveryRequest bool `json:"searchesEveryRequest"`
+	// LongContext is the price of prompts above its threshold (Entry.LongContext).
+	LongContext *fileLongContext `json:"longContext"`
+	Note        string           `json:"note"`
+}
+
+type fileLongContext struct {
+	Above       int64  `json:"above"`
+	Input       *int64 `json:"input"`
+	Output      *int64 `json:"output"`
+	CachedInput *int64 `json:"cachedInput"`
+	CacheWrite  *int64 `json:"cacheWrite"`
 }
 
 type file struct {
@@ -366,6 +406,13 @@ func Load(data []byte) (*Catalog, error) {
 			w := *m.CacheWrite
 			e.CacheWritePerMillion = &w
 		}
+		if m.LongContext != nil {
+			if lc, problem := longContext(m.LongContext, e); problem != "" {
+				bad("%s: longContext: %s", where, problem)
+			} else {
+				e.LongContext = lc
+			}
+		}
 		c.byName[m.Model] = len(c.entries)
 		c.entries = append(c.entries, e)
 	}
@@ -374,15 +421,52 @@ func Load(data []byte) (*Catalog, error) {
 	}
 	var write int64
 	for _, e := range c.entries {
-		h := &c.highest
-		h.InputPerMillion = max(h.InputPerMillion, e.DearestInput())
-		h.OutputPerMillion = max(h.OutputPerMillion, e.DearestOutput())
-		h.CachedInputPerMillion = max(h.CachedInputPerMillion, e.CachedInputPerMillion)
-		write = max(write, e.CacheWrite())
+		h, d := &c.highest, e.Dearest()
+		h.InputPerMillion = max(h.InputPerMillion, d.DearestInput())
+		h.OutputPerMillion = max(h.OutputPerMillion, d.DearestOutput())
+		h.CachedInputPerMillion = max(h.CachedInputPerMillion, d.CachedInputPerMillion)
+		write = max(write, d.CacheWrite())
 		h.AudioPerMinute = max(h.AudioPerMinute, e.AudioPerMinute)
 	}
 	c.highest.CacheWritePerMillion = &write
 	return c, nil
+}
+
+// longContext validates an entry's long-context price: a threshold of at least 1,000
+// tokens, and each class's price given, within bounds and not below the shorter prompts'
+// (a provider's long prompts cost more); a cache-write price where the entry has one,
+// else none. e is the entry as loaded so far.
+func longContext(f *fileLongContext, e Entry) (*LongContext, string) {
+	if f.Above < 1_000 || f.Above > MaxOutputLimit*10 {
+		return nil, fmt.Sprintf("above must be from 1000 to %d input tokens", MaxOutputLimit*10)
+	}
+	lc := &LongContext{Above: f.Above}
+	for _, p := range []struct {
+		name      string
+		v         *int64
+		dst       *int64
+		shortered int64
+	}{{"input", f.Input, &lc.InputPerMillion, e.InputPerMillion}, {"output", f.Output, &lc.OutputPerMillion, e.OutputPerMillion},
+		{"cachedInput", f.CachedInput, &lc.CachedInputPerMillion, e.CachedInputPerMillion}} {
+		switch {
+		case p.v == nil:
+			return nil, p.name + " is required"
+		case *p.v < p.shortered || *p.v > money.MaxAllowanceMicroUSD:
+			return nil, fmt.Sprintf("%s must be from the shorter prompts' %d to %d", p.name, p.shortered, money.MaxAllowanceMicroUSD)
+		}
+		*p.dst = *p.v
+	}
+	switch {
+	case (f.CacheWrite == nil) != (e.CacheWritePerMillion == nil):
+		return nil, "cacheWrite is given where the entry gives one, and only there"
+	case f.CacheWrite != nil && (*f.CacheWrite < *e.CacheWritePerMillion || *f.CacheWrite > money.MaxAllowanceMicroUSD):
+		return nil, fmt.Sprintf("cacheWrite must be from the shorter prompts' %d to %d", *e.CacheWritePerMillion, money.MaxAllowanceMicroUSD)
+	case f.CacheWrite != nil:
+		w := *f.CacheWrite
+		lc.CacheWritePerMillion = &w
+	}
+	lc.AudioInputPerMillion, lc.AudioOutputPerMillion = e.AudioInputPerMillion, e.AudioOutputPerMillion
+	return lc, ""
 }
 
 var (
@@ -457,6 +541,11 @@ func (p Price) clone() Price {
 
 func (e Entry) clone() Entry {
 	e.Price = e.Price.clone()
+	if e.LongContext != nil {
+		lc := *e.LongContext
+		lc.Price = lc.Price.clone()
+		e.LongContext = &lc
+	}
 	return e
 }
 

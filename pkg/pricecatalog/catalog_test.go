@@ -189,7 +189,7 @@ func TestAudioTokenPrices(t *testing.T) {
 		"gemini-2.5-flash-lite":        {100_000, 300_000, 400_000, 0, 25_000},
 		"gemini-2.0-flash":             {100_000, 700_000, 400_000, 0, 25_000},
 		"gpt-4o":                       {2_500_000, 0, 10_000_000, 0, 1_250_000},
-		"gemini-2.5-pro":               {2_500_000, 0, 15_000_000, 0, 625_000},
+		"gemini-2.5-pro":               {1_250_000, 0, 10_000_000, 0, 310_000},
 	} {
 		e, ok := Lookup(model)
 		got := [5]int64{e.InputPerMillion, e.AudioInputPerMillion, e.OutputPerMillion, e.AudioOutputPerMillion, e.CachedInputPerMillion}
@@ -199,6 +199,42 @@ func TestAudioTokenPrices(t *testing.T) {
 	}
 	if e, _ := Lookup("gpt-audio-2025-08-28"); e.Model != "gpt-audio" {
 		t.Errorf("gpt-audio's snapshot found %q", e.Model)
+	}
+}
+
+// TestLongContextPrices: the models whose providers charge long prompts more carry both
+// tiers (the shorter prompts' as the entry's price), and a request is priced at the tier
+// its input falls in: above the threshold, not at it.
+func TestLongContextPrices(t *testing.T) {
+	for model, want := range map[string][2][4]int64{ // the shorter and the longer prompts': threshold, input, output, cached
+		"gemini-3-pro-preview": {{200_000, 2_000_000, 12_000_000, 200_000}, {200_000, 4_000_000, 18_000_000, 400_000}},
+		"gemini-2.5-pro":       {{200_000, 1_250_000, 10_000_000, 310_000}, {200_000, 2_500_000, 15_000_000, 625_000}},
+		"gemini-1.5-pro":       {{128_000, 1_250_000, 5_000_000, 312_500}, {128_000, 2_500_000, 10_000_000, 625_000}},
+		"gemini-1.5-flash":     {{128_000, 75_000, 300_000, 18_750}, {128_000, 150_000, 600_000, 37_500}},
+		"claude-sonnet-4-5":    {{200_000, 3_000_000, 15_000_000, 300_000}, {200_000, 6_000_000, 22_500_000, 600_000}},
+		"claude-sonnet-4":      {{200_000, 3_000_000, 15_000_000, 300_000}, {200_000, 6_000_000, 22_500_000, 600_000}},
+	} {
+		e, ok := Lookup(model)
+		if !ok || e.LongContext == nil {
+			t.Errorf("%s: no long-context price", model)
+			continue
+		}
+		short, long := e.ForInput(e.LongContext.Above), e.ForInput(e.LongContext.Above+1)
+		got := [2][4]int64{{e.LongContext.Above, short.InputPerMillion, short.OutputPerMillion, short.CachedInputPerMillion},
+			{e.LongContext.Above, long.InputPerMillion, long.OutputPerMillion, long.CachedInputPerMillion}}
+		if got != want {
+			t.Errorf("%s: %v, want %v", model, got, want)
+		}
+		if e.Dearest() != long && (e.Dearest().CacheWritePerMillion == nil || *e.Dearest().CacheWritePerMillion != *long.CacheWritePerMillion) {
+			t.Errorf("%s: dearest %+v is not the long prompts' %+v", model, e.Dearest(), long)
+		}
+	}
+	// Claude's long prompts' cache writes cost twice the shorter ones'.
+	if e, _ := Lookup("claude-sonnet-4-5-20250929"); e.ForInput(300_000).CacheWrite() != 7_500_000 || e.ForInput(1_000).CacheWrite() != 3_750_000 {
+		t.Errorf("claude-sonnet-4-5's cache writes: %d and %d", e.ForInput(1_000).CacheWrite(), e.ForInput(300_000).CacheWrite())
+	}
+	if e, _ := Lookup("gpt-4o"); e.LongContext != nil || e.ForInput(1<<40) != e.Price {
+		t.Errorf("gpt-4o has a long-context price")
 	}
 }
 
@@ -318,7 +354,8 @@ func TestHighest(t *testing.T) {
 	h := Highest()
 	var in, out, cached, write int64
 	for _, e := range Default().Entries() {
-		in, out, cached, write = max(in, e.DearestInput()), max(out, e.DearestOutput()), max(cached, e.CachedInputPerMillion), max(write, e.CacheWrite())
+		d := e.Dearest()
+		in, out, cached, write = max(in, d.DearestInput()), max(out, d.DearestOutput()), max(cached, d.CachedInputPerMillion), max(write, d.CacheWrite())
 	}
 	if h.InputPerMillion != in || h.OutputPerMillion != out || h.CachedInputPerMillion != cached || h.CacheWrite() != write ||
 		h.CacheWritePerMillion == nil {
@@ -326,8 +363,8 @@ func TestHighest(t *testing.T) {
 	}
 	// No known model is dearer than the fallback default in any class.
 	for _, e := range Default().Entries() {
-		if e.DearestInput() > h.InputPerMillion || e.DearestOutput() > h.OutputPerMillion ||
-			e.CachedInputPerMillion > h.CachedInputPerMillion || e.CacheWrite() > h.CacheWrite() {
+		if d := e.Dearest(); d.DearestInput() > h.InputPerMillion || d.DearestOutput() > h.OutputPerMillion ||
+			d.CachedInputPerMillion > h.CachedInputPerMillion || d.CacheWrite() > h.CacheWrite() {
 			t.Errorf("%s is dearer than Highest", e.Model)
 		}
 	}
@@ -372,6 +409,11 @@ func TestLoadRefuses(t *testing.T) {
 		"web search of an unknown provider":  strings.Replace(good, `"models":[`, `"webSearch":{"acme":1},"models":[`, 1),
 		"free web search":                    strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":0},"models":[`, 1),
 		"web search beyond the bound":        strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":4503599627370496},"models":[`, 1),
+		"long context below 1,000 tokens":    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"longContext":{"above":999,"input":2,"output":4,"cachedInput":2}}]}`,
+		"long context cheaper":               head + `{"model":"m","provider":"openai","input":2,"output":2,"cachedInput":1,"longContext":{"above":200000,"input":1,"output":4,"cachedInput":2}}]}`,
+		"long context without output":        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"longContext":{"above":200000,"input":2,"cachedInput":2}}]}`,
+		"long context cache write alone":     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"longContext":{"above":200000,"input":2,"output":4,"cachedInput":2,"cacheWrite":3}}]}`,
+		"long context unknown field":         head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"longContext":{"above":200000,"input":2,"output":4,"cachedInput":2,"x":1}}]}`,
 		"free audio input":                   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":0}]}`,
 		"audio output beyond the bound":      head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioOutput":4503599627370496}]}`,
 		"audio input of an embedding model":  head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"audioInput":5}]}`,
