@@ -1104,6 +1104,37 @@ func TestOpenRouterThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestLongPromptsThroughTheGateway: Anthropic charges a Claude Sonnet 4.5 request whose
+// input is above 200k tokens (its 1M-token context) at its long-context prices, the whole
+// request. The official Anthropic SDK's call with such a usage, streamed and not, is
+// charged at them exactly; before 2026-11-28 it was charged the shorter prompts' prices,
+// half its input's price.
+func TestLongPromptsThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 250_000, OutputTokens: 1_000})
+	s.guardPolicy(t, o, "10", nil) // a day limit that two such requests (1.52 USD each) do not reach
+	const model = "claude-sonnet-4-5"
+	e, _ := pricecatalog.Lookup(model)
+	if e.LongContext == nil || e.LongContext.Above != 200_000 || e.LongContext.InputPerMillion <= e.InputPerMillion {
+		t.Fatalf("%s has no dearer long-context price: %+v", model, e.LongContext)
+	}
+	want := ceilDiv(250_000*e.LongContext.InputPerMillion+1_000*e.LongContext.OutputPerMillion, 1_000_000)
+	for _, scenario := range []string{"json", "stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "anthropic.mjs", scenario, s.gateway, o.key, model)
+			calls := fake.Calls()[before:]
+			if !r.OK || len(calls) != 1 {
+				t.Fatalf("the call: %+v; %d provider calls", r, len(calls))
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
+				t.Fatalf("receipt %s, want %d at the long-context prices", rec, want)
+			}
+		})
+	}
+}
+
 // fixedUsageUpstream is a fake provider (fakellm) whose every answer reports u, served
 // on a loopback port until the test ends.
 func fixedUsageUpstream(t *testing.T, u fakellm.Usage) (*fakellm.Server, *httptest.Server) {
