@@ -80,7 +80,9 @@ type Request struct {
 	InputTokens int64
 	// OutputCap is the most output tokens the request asks for: the largest positive
 	// whole number among the top-level max_tokens (OpenAI chat, Anthropic messages),
-	// max_completion_tokens (OpenAI chat) and max_output_tokens (OpenAI Responses); 0
+	// max_completion_tokens (OpenAI chat) and max_output_tokens (OpenAI Responses),
+	// Gemini's generationConfig.maxOutputTokens and Bedrock Converse's
+	// inferenceConfig.maxTokens; 0
 	// when none is given (or none is a positive whole number: the upstream refuses such a
 	// request). Not an estimate: what the request itself allows (enforcer/worstcase).
 	OutputCap int64
@@ -212,6 +214,11 @@ func Input(body []byte) (Request, error) {
 		default:
 			if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
 				r.Messages++
+			}
+			if capKeys := configCapKeys(key); capKeys != nil && body[i] == '{' {
+				// Gemini's generationConfig.maxOutputTokens, Bedrock Converse's
+				// inferenceConfig.maxTokens: the cap in the request's settings object.
+				r.OutputCap = max(r.OutputCap, configCap(body, i, capKeys))
 			}
 			i = w.value(i, kindOf(key))
 		}
@@ -436,6 +443,41 @@ func searchTool(b []byte, i int) (search bool, maxUses int64, fileSearch bool) {
 		}
 	}
 	return search, maxUses, fileSearch
+}
+
+// configCapKeys are the keys of an output cap inside the settings object named key
+// (Gemini's generationConfig, as its REST API also takes it in snake case; Bedrock
+// Converse's inferenceConfig); nil for any other key.
+func configCapKeys(key []byte) []string {
+	switch {
+	case jsonscan.KeyIs(key, "generationConfig"), jsonscan.KeyIs(key, "generation_config"):
+		return []string{"maxOutputTokens", "max_output_tokens"}
+	case jsonscan.KeyIs(key, "inferenceConfig"):
+		return []string{"maxTokens"}
+	}
+	return nil
+}
+
+// configCap is the largest positive whole number among the members of the object at
+// b[i] named one of keys (0 when none is): the output cap of a settings object.
+func configCap(b []byte, i int, keys []string) int64 {
+	var most int64
+	for i = jsonscan.SkipSpace(b, i+1); b[i] != '}'; {
+		end := jsonscan.SkipString(b, i)
+		key := b[i:end]
+		i = jsonscan.SkipSpace(b, jsonscan.SkipSpace(b, end)+1) // past the colon
+		for _, k := range keys {
+			if jsonscan.KeyIs(key, k) && jsonscan.IsNumber(b[i]) {
+				if n, err := positiveWhole(b[i:jsonscan.SkipNumber(b, i)]); err == nil {
+					most = max(most, n)
+				}
+			}
+		}
+		if i = jsonscan.SkipSpace(b, jsonscan.SkipValue(b, i)); b[i] == ',' {
+			i = jsonscan.SkipSpace(b, i+1)
+		}
+	}
+	return most
 }
 
 // hasPrefixDecoded tells whether a quoted JSON string starts with prefix once decoded;

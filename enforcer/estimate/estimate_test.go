@@ -80,6 +80,16 @@ func TestOutputCap(t *testing.T) {
 		{"exponent", `{"max_tokens":1e3}`, 1000},
 		{"huge, bounded", `{"max_tokens":1e300}`, maxCap},
 		{"nested is not the request's", `{"metadata":{"max_tokens":99},"tools":[{"max_tokens":7}]}`, 0},
+		// Settings objects: Gemini's (camelCase, or snake case as its REST API takes it),
+		// Bedrock Converse's.
+		{"Gemini generationConfig", `{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"temperature":0.2,"maxOutputTokens":800}}`, 800},
+		{"Gemini generation_config", `{"generation_config":{"max_output_tokens":640}}`, 640},
+		{"Bedrock Converse inferenceConfig", `{"messages":[{"role":"user","content":[{"text":"hi"}]}],"inferenceConfig":{"maxTokens":1024,"topP":0.9}}`, 1024},
+		{"a settings key twice: the larger", `{"generationConfig":{"maxOutputTokens":5,"maxOutputTokens":50}}`, 50},
+		{"with a top-level cap: the larger", `{"max_tokens":100,"inferenceConfig":{"maxTokens":70}}`, 100},
+		{"another settings object's name is none", `{"inferenceConfig":{"maxOutputTokens":9},"generationConfig":{"maxTokens":9}}`, 0},
+		{"a settings object that is no object", `{"generationConfig":[{"maxOutputTokens":9}],"inferenceConfig":null}`, 0},
+		{"deeper is not the cap", `{"generationConfig":{"thinkingConfig":{"maxOutputTokens":9}}}`, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := Input([]byte(tc.body))
@@ -184,6 +194,7 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"service_tier":"priority","service_tier":"pri\u006frity","messages":[],"service_tier":{"a":"priority"}}`,
 		`{"service_tier":"flex","service_tier":"pri\u006frity","messages":[{"content":"x"}]}`,
 		`{"tools":[{"type":"web_search_20250305","max_uses":3,"type":"x"},{"googleSearch":{}},{"type":"web_search","max_uses":1e2}],"t\u006fols":[1]}`,
+		`{"generationConfig":{"maxOutputTokens":8e2,"stopSequences":["end"],"max_output_tokens":9},"generati\u006fnConfig":{"maxOutputTokens":1.5},"inferenceConfig":{"maxTokens":70,"maxTokens":"90"},"generation_config":[1]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
 	} {
 		f.Add([]byte(s))
@@ -299,6 +310,18 @@ func decoderInput(body []byte) (Request, error) {
 			continue
 		case "system", "instructions":
 			r.Messages++
+		case "generationConfig", "generation_config", "inferenceConfig":
+			// The settings object's output cap, then its text as any value's.
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return Request{}, ErrNotObject
+			}
+			r.OutputCap = max(r.OutputCap, decoderConfigCap(raw, key))
+			sub := decoderWalker{dec: json.NewDecoder(bytes.NewReader(raw)), r: &r}
+			if err := sub.value(key, false); err != nil {
+				return Request{}, ErrNotObject
+			}
+			continue
 		}
 		if err := w.value(key, false); err != nil {
 			return Request{}, ErrNotObject
@@ -313,6 +336,33 @@ func decoderInput(body []byte) (Request, error) {
 	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
 	r.WebSearch, r.WebSearchMaxUses, r.FileSearch = decoderSearchTools(body)
 	return r, nil
+}
+
+// decoderConfigCap is configCap read with encoding/json: the largest positive whole
+// number among the object's members named as the settings object (named key) names its
+// output cap, every repetition of them.
+func decoderConfigCap(raw json.RawMessage, key string) int64 {
+	names := map[string]bool{"maxOutputTokens": true, "max_output_tokens": true}
+	if key == "inferenceConfig" {
+		names = map[string]bool{"maxTokens": true}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, _ := dec.Token(); tok != json.Delim('{') {
+		return 0
+	}
+	var most int64
+	for dec.More() {
+		k, _ := dec.Token()
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			return most
+		}
+		var n float64
+		if name, _ := k.(string); names[name] && json.Unmarshal(v, &n) == nil && n >= 1 && n == math.Trunc(n) {
+			most = max(most, int64(min(n, maxCap)))
+		}
+	}
+	return most
 }
 
 // decoderSearchTools is searchTools read with encoding/json: the last top-level "tools"
