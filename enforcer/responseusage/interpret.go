@@ -49,9 +49,9 @@ type accumulator struct {
 	// largest of a stream's in cost, micro-USD, whatever the shape.
 	hasCost bool
 	cost    int64
-	model        capture
-	u            usageFields
-	text         int64 // output text of every document, whatever its shape
+	model   capture
+	u       usageFields
+	text    int64 // output text of every document, whatever its shape
 }
 
 func (a *accumulator) switchTo(f family) {
