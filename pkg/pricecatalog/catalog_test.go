@@ -563,7 +563,8 @@ func TestWebSearch(t *testing.T) {
 	}
 	// OpenAI's Chat Completions search models search for every request, charged once at
 	// the highest of their prices by search context size; no other model does.
-	for model, want := range map[string]int64{"gpt-4o-search-preview-2025-03-11": 50_000, "gpt-4o-mini-search-preview": 30_000, "gpt-4o": 0, "gemini-2.5-flash": 0} {
+	for model, want := range map[string]int64{"gpt-4o-search-preview-2025-03-11": 50_000, "gpt-4o-mini-search-preview": 30_000, "gpt-4o": 0, "gemini-2.5-flash": 0,
+		"OpenAI/GPT-4o-Mini-Search-Preview": 30_000, "gpt-4o-search": 0} {
 		e, _ := Lookup(model)
 		if SearchesEveryRequest(model) != (want > 0) || want > 0 && e.WebSearchPerPrompt != want {
 			t.Errorf("%s: searches every request %v at %d, want %d", model, e.SearchesEveryRequest, e.WebSearchPerPrompt, want)
