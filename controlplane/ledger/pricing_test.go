@@ -121,6 +121,24 @@ func TestSettlementPricing(t *testing.T) {
 		{"Gemini 2.5's grounded prompt once", nil,
 			&internalv1.SettleItem{Model: "gemini-2.5-flash", WebSearchRequests: 3, Complete: true},
 			35_000, "catalog_estimate", "catalog", "reported_usage"},
+		// OpenAI's Chat Completions search models search for every request they answer,
+		// unreported: gpt-4o-mini-search-preview's search is 30,000 once, whoever reports
+		// (a status 0 is /settle's), and a refused request (status 400 and above) made none.
+		{"a search model's unreported search", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini-search-preview-2025-03-11", InputTokens: 1_000_000, UpstreamStatus: 200, Complete: true},
+			150_000 + 30_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"a search model reported by /settle (no status)", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini-search-preview", OutputTokens: 1_000_000, Complete: true},
+			600_000 + 30_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"a search model's estimated answer searched too", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-search-preview", InputTokens: 100_000, UpstreamStatus: 200, UsageEstimated: true},
+			250_000 + 50_000, "catalog_estimate", "catalog", "estimate"},
+		{"a search model's error answer searched nothing", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini-search-preview", InputTokens: 1_000_000, UpstreamStatus: 400, Complete: true},
+			150_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"a search model's reported searches are not added to", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini-search-preview", WebSearchRequests: 2, UpstreamStatus: 200, Complete: true},
+			30_000, "catalog_estimate", "catalog", "reported_usage"},
 		{"web searches of a model nobody priced: the catalog's highest, unpriced", func() { setPrices() },
 			&internalv1.SettleItem{Model: "acme-search-1", WebSearchRequests: 2, Complete: true},
 			2 * pricecatalog.Default().HighestWebSearch(), "fallback", "fallback", "reported_usage"},
@@ -198,13 +216,18 @@ func TestSettlementPricing(t *testing.T) {
 			if c.source == "fallback" || c.source == "unknown" {
 				unpriced++
 			}
+			// The receipt counts a search model's unreported search (its catalog entry's).
+			wantSearches := c.item.GetWebSearchRequests()
+			if e, _ := pricecatalog.Lookup(c.item.GetModel()); e.SearchesEveryRequest && wantSearches == 0 && c.item.GetUpstreamStatus() < 400 {
+				wantSearches = 1
+			}
 			var basis, priceSource string
 			var audio, searches, fileSearches int64
 			var audioIn, audioOut *int64
 			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis, web_search_requests, file_search_calls,
 					audio_input_tokens, audio_output_tokens
 				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches, &audioIn, &audioOut); err != nil ||
-				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != c.item.GetWebSearchRequests() ||
+				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != wantSearches ||
 				fileSearches != c.item.GetFileSearchCalls() {
 				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %v", basis, priceSource, audio, searches, fileSearches, err)
 			}

@@ -151,6 +151,13 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 				sj.catalog[i] = &e
 			}
 		}
+		// A model that searches the web for every request it answers (OpenAI's Chat
+		// Completions search models) made its search, which its answer does not report:
+		// an answered request (no error status; 0 is a reporter's, who saw the tokens)
+		// is charged one, whoever reported it.
+		if e := sj.catalogEntry(); e != nil && e.SearchesEveryRequest && sj.usage.WebSearchRequests == 0 && it.GetUpstreamStatus() < 400 {
+			sj.usage.WebSearchRequests = 1
+		}
 	}
 	if it.GetSnapshot() != nil {
 		if it.GetOrganizationId() == "" || it.GetMemberId() == "" {

@@ -401,11 +401,6 @@ func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
 	if item.UpstreamStatus >= 400 && !seen.InputReported && !seen.OutputReported && seen.TextBytes == 0 {
 		return // an error answer without usage: nothing was generated
 	}
-	// A model that searches the web for every request it answers (OpenAI's Chat
-	// Completions search models) made its search, which the answer does not report.
-	if item.UpstreamStatus > 0 && item.UpstreamStatus < 400 && item.WebSearchRequests == 0 && pricecatalog.SearchesEveryRequest(item.Model) {
-		item.WebSearchRequests = 1
-	}
 	estimated := false
 	// An estimated count has no known audio part: its split is unknown, and a model
 	// that prices audio apart is charged it at the dearer price.

@@ -195,8 +195,6 @@ type Catalog struct {
 	// (file.FileSearch), and highestFileSearch the highest of them.
 	fileSearch        map[string]int64
 	highestFileSearch int64
-	// searchingModels are the names of the entries that search every request.
-	searchingModels []string
 }
 
 type fileEntry struct {
@@ -415,9 +413,6 @@ func Load(data []byte) (*Catalog, error) {
 				e.LongContext = lc
 			}
 		}
-		if e.SearchesEveryRequest {
-			c.searchingModels = append(c.searchingModels, e.Model)
-		}
 		c.byName[m.Model] = len(c.entries)
 		c.entries = append(c.entries, e)
 	}
@@ -490,39 +485,6 @@ func Default() *Catalog {
 		defaultCatalog = c
 	})
 	return defaultCatalog
-}
-
-// SearchesEveryRequest tells whether the embedded catalog's entry for model searches the
-// web for every request it answers (Entry.SearchesEveryRequest). The enforcer asks it of
-// every response it settles: a name that does not contain such an entry's name (in any
-// case), as every step of a match does, is answered without a Lookup.
-func SearchesEveryRequest(model string) bool {
-	c := Default()
-	if !slices.ContainsFunc(c.searchingModels, func(name string) bool { return containsFold(model, name) }) {
-		return false
-	}
-	e, ok := c.Lookup(model)
-	return ok && e.SearchesEveryRequest
-}
-
-// containsFold tells whether s contains sub, a lower-case ASCII name, in any ASCII case.
-func containsFold(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		j := 0
-		for ; j < len(sub); j++ {
-			c := s[i+j]
-			if 'A' <= c && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			if c != sub[j] {
-				break
-			}
-		}
-		if j == len(sub) {
-			return true
-		}
-	}
-	return false
 }
 
 // Lookup finds a model in the embedded catalog (see Catalog.Lookup).

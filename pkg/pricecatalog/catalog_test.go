@@ -566,7 +566,7 @@ func TestWebSearch(t *testing.T) {
 	for model, want := range map[string]int64{"gpt-4o-search-preview-2025-03-11": 50_000, "gpt-4o-mini-search-preview": 30_000, "gpt-4o": 0, "gemini-2.5-flash": 0,
 		"OpenAI/GPT-4o-Mini-Search-Preview": 30_000, "gpt-4o-search": 0} {
 		e, _ := Lookup(model)
-		if SearchesEveryRequest(model) != (want > 0) || want > 0 && e.WebSearchPerPrompt != want {
+		if e.SearchesEveryRequest != (want > 0) || want > 0 && e.WebSearchPerPrompt != want {
 			t.Errorf("%s: searches every request %v at %d, want %d", model, e.SearchesEveryRequest, e.WebSearchPerPrompt, want)
 		}
 	}
