@@ -32,6 +32,10 @@ import (
 type bedrockState struct {
 	frame  []byte // the frame being collected
 	broken bool   // a frame failed its length or CRC check: the rest is not read
+	// unread counts the bytes from the broken frame on, added to the text as received
+	// (Usage.TextBytesFromRaw), as the bytes of a corrupt compressed body are, so that
+	// an estimate stays possible.
+	unread int64
 	dec    *eventstream.Decoder
 
 	// The token counts of InvokeModel's headers, and whether it sent them.
@@ -56,6 +60,7 @@ const (
 // media type is AWS's event stream, and its header counts when it sent them; nil when
 // it is neither (every response of another provider).
 func newBedrock(mt string, headers map[string]string) *bedrockState {
+	// The counts are whole numbers, read as the micro-USD header is.
 	in, okIn := parseMicroUSD(headers[headerBedrockInput])
 	out, okOut := parseMicroUSD(headers[headerBedrockOutput])
 	stream := mt == "application/vnd.amazon.eventstream"
@@ -76,14 +81,18 @@ func newBedrock(mt string, headers map[string]string) *bedrockState {
 
 // write reads event stream bytes, handing each whole frame's event to e.
 func (b *bedrockState) write(p []byte, e *Extractor) {
-	for len(p) > 0 && !b.broken {
+	for len(p) > 0 {
+		if b.broken {
+			b.unread += int64(len(p))
+			return
+		}
 		// The prelude's first 4 bytes are the frame's total length, big-endian.
 		need := 4
 		if len(b.frame) >= 4 {
 			need = int(binary.BigEndian.Uint32(b.frame))
 			if need < 16 || need > maxBedrockFrame { // a prelude (12) and a CRC (4) at least
-				b.broken = true
-				return
+				b.breakAt()
+				continue
 			}
 		}
 		n := min(need-len(b.frame), len(p))
@@ -100,7 +109,7 @@ func (b *bedrockState) write(p []byte, e *Extractor) {
 func (b *bedrockState) event(e *Extractor) {
 	msg, err := b.dec.Decode(bytes.NewReader(b.frame), nil)
 	if err != nil {
-		b.broken = true // a CRC that does not match: nothing after it can be trusted
+		b.breakAt() // a CRC that does not match: nothing after it can be trusted
 		return
 	}
 	if t := msg.Headers.Get(":message-type"); t == nil || t.String() != "event" {
@@ -119,6 +128,21 @@ func (b *bedrockState) event(e *Extractor) {
 	}
 	e.feedData(payload)
 	e.endEvent()
+}
+
+// breakAt stops the reading at the frame being collected, whose bytes are unread.
+func (b *bedrockState) breakAt() {
+	b.broken = true
+	b.unread += int64(len(b.frame))
+	b.frame = nil
+}
+
+// unreadText adds the bytes the stream's reading stopped at to u's text, as received.
+func (b *bedrockState) unreadText(u *Usage) {
+	if b != nil && b.unread > 0 {
+		u.TextBytes += b.unread
+		u.TextBytesFromRaw = true
+	}
 }
 
 // fillFromHeaders reports InvokeModel's header counts in u when its body told nothing

@@ -84,7 +84,8 @@ func TestBedrockConverseStream(t *testing.T) {
 }
 
 // Frames that are not events carry no usage; a frame whose CRC does not match ends the
-// reading (nothing after it can be trusted); a length out of bounds too.
+// reading (nothing after it can be trusted), and a length out of bounds too: the bytes from
+// there on are text as received, so that the output can still be estimated.
 func TestBedrockBrokenFrames(t *testing.T) {
 	usage := frame(t, "event", "metadata", `{"usage":{"inputTokens":5,"outputTokens":7}}`)
 	exception := frame(t, "exception", "throttlingException", `{"message":"Too many requests","usage":{"inputTokens":5,"outputTokens":7}}`)
@@ -96,13 +97,20 @@ func TestBedrockBrokenFrames(t *testing.T) {
 	}
 	corrupt := bytes.Clone(usage)
 	corrupt[len(corrupt)-10] ^= 0x20 // inside the payload: the message CRC no longer matches
-	if got := run(ctEventStream, nil, Limits{}, [][]byte{corrupt, usage}, true); got.InputReported {
+	if got := run(ctEventStream, nil, Limits{}, [][]byte{corrupt, usage}, true); got.InputReported ||
+		got.TextBytes != int64(len(corrupt)+len(usage)) || !got.TextBytesFromRaw {
 		t.Fatalf("a frame after a corrupt one was read: %s", show(got))
 	}
 	for _, prelude := range [][]byte{{0, 0, 0, 8}, {0x7f, 0xff, 0xff, 0xff}} {
-		if got := run(ctEventStream, nil, Limits{}, [][]byte{prelude, usage}, true); got.InputReported {
+		if got := run(ctEventStream, nil, Limits{}, [][]byte{prelude, usage}, true); got.InputReported ||
+			got.TextBytes != int64(len(prelude)+len(usage)) || !got.TextBytesFromRaw {
 			t.Fatalf("a frame after a length of %x was read: %s", prelude, show(got))
 		}
+	}
+	// What was read before the break stands.
+	delta := frame(t, "event", "contentBlockDelta", `{"delta":{"text":"Paid."}}`)
+	if got := run(ctEventStream, nil, Limits{}, [][]byte{delta, corrupt}, true); got.TextBytes != int64(len("Paid.")+len(corrupt)) {
+		t.Fatalf("the text before a corrupt frame: %s", show(got))
 	}
 }
 

@@ -402,6 +402,7 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 	}
 	e.acc.fill(&u)
 	e.bedrock.fillFromHeaders(&u, endOfStream)
+	e.bedrock.unreadText(&u)
 	if e.plainType && u.Format == "" && u.TextBytes == 0 {
 		// A plain-text body that held no document read here is its text, byte for
 		// byte (sniffed, a stream or a JSON body sent as text/plain is read as one).
