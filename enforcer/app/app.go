@@ -356,6 +356,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 		gwSrv.Protocols.SetHTTP1(true)
 		gwSrv.Protocols.SetUnencryptedHTTP2(true)
 		go func() { errc <- listen.IgnoreClosed(gwSrv.Serve(lns.Gateway)) }()
+		go e.Gateway.WarmCredentials(ctx)
 	}
 	go func() { errc <- listen.IgnoreClosed(httpSrv.Serve(lns.HTTP)) }()
 	go func() { errc <- listen.IgnoreClosed(adminSrv.Serve(lns.Admin)) }()

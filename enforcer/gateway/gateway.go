@@ -548,7 +548,12 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 
 	ctx, cancel := context.WithCancel(r.Context())
 	p.cancel = cancel
-	out, err := p.upstreamRequest(ctx, r, body)
+	cred, err := p.route.credential(ctx)
+	if err != nil {
+		p.credentialFailed(w, r, err)
+		return false
+	}
+	out, err := p.upstreamRequest(ctx, r, body, cred)
 	if err != nil {
 		gw.answered(w, OutcomeUpstreamError)
 		writeError(w, http.StatusBadGateway, "api_error", "service_gateway_upstream_error", "The upstream request could not be built.", nil)
@@ -597,11 +602,34 @@ func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	writeError(w, status, "api_error", "service_gateway_upstream_unavailable", msg, nil)
 }
 
+// credentialFailed answers a route whose provider credential could not be had (no
+// Google token: its token endpoint or metadata server failed): 502. Nothing was sent,
+// so the request is settled at a known cost of 0, as when the client left meanwhile
+// (499, nginx's "client closed request").
+func (p *proxied) credentialFailed(w http.ResponseWriter, r *http.Request, err error) {
+	gw := p.gw
+	if r.Context().Err() != nil {
+		gw.answered(w, OutcomeClientGone)
+		p.settle(inflight.Refused(statusClientClosed))
+		return
+	}
+	gw.answered(w, OutcomeUpstreamError)
+	gw.upstreamFailures.Log(gw.log, slog.LevelError, "gateway: no credential for the upstream", "request_id", p.id,
+		"upstream", p.route.Upstream.Host, "err", err)
+	p.settle(inflight.Refused(http.StatusBadGateway))
+	p.nameRequest(w.Header())
+	writeError(w, http.StatusBadGateway, "api_error", "service_gateway_upstream_credential",
+		"The gateway could not get its credential for the upstream; nothing was sent and nothing is charged.", nil)
+}
+
+// statusClientClosed is the status of a request the client left before it was sent.
+const statusClientClosed = 499
+
 // upstreamRequest builds the request to the upstream: its URL with the path and query
 // unchanged, the client's headers without hop-by-hop ones, without the member's
-// credential and any X-Service-* header, with the provider's credential and the
+// credential and any X-Service-* header, with the provider's credential (cred) and the
 // request id.
-func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []byte) (*http.Request, error) {
+func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []byte, cred string) (*http.Request, error) {
 	out, err := http.NewRequestWithContext(ctx, r.Method, p.upstreamURL(r), nil)
 	if err != nil {
 		return nil, err
@@ -615,7 +643,7 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 	case len(body) > 0:
 		out.Body, out.ContentLength = &releasingReader{b: body}, int64(len(body))
 	}
-	p.upstreamHeader(out.Header, r.Header, false)
+	p.upstreamHeader(out.Header, r.Header, cred, false)
 	if p.decoded {
 		out.Header.Del("Content-Encoding") // the body goes as the gateway decoded it
 	}
@@ -642,9 +670,10 @@ func (p *proxied) upstreamURL(r *http.Request) string {
 
 // upstreamHeader fills out, the header the upstream gets: the client's (in), without
 // hop-by-hop headers, the member's credential and any X-Service-* header, with the
-// provider's credential and the admitted request's id. A WebSocket handshake's own
-// headers (Sec-WebSocket-*) are left out too: the upstream handshake makes its own.
-func (p *proxied) upstreamHeader(out, in http.Header, webSocket bool) {
+// provider's credential (cred, in the route's header) and the admitted request's id. A
+// WebSocket handshake's own headers (Sec-WebSocket-*) are left out too: the upstream
+// handshake makes its own.
+func (p *proxied) upstreamHeader(out, in http.Header, cred string, webSocket bool) {
 	copyHeaders(out, in)
 	out.Del("Authorization")
 	out.Del("X-Api-Key")
@@ -657,7 +686,7 @@ func (p *proxied) upstreamHeader(out, in http.Header, webSocket bool) {
 		}
 	}
 	if p.route.Header != "" {
-		out.Set(p.route.Header, p.route.Credential)
+		out.Set(p.route.Header, cred)
 	}
 	if p.id != "" {
 		out.Set(gate.HeaderRequestID, p.id)

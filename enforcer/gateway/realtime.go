@@ -98,8 +98,13 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithCancel(r.Context())
 	p.cancel = cancel
+	cred, err := p.route.credential(ctx)
+	if err != nil {
+		p.credentialFailed(w, r, err)
+		return
+	}
 	header := http.Header{}
-	p.upstreamHeader(header, r.Header, true)
+	p.upstreamHeader(header, r.Header, cred, true)
 	up, resp, err := websocket.Dial(ctx, p.upstreamURL(r), &websocket.DialOptions{
 		HTTPClient:   &http.Client{Transport: gw.up},
 		HTTPHeader:   header,

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,16 +12,34 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tollgate-dev/tollgate/enforcer/googleauth"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 )
 
 // Route sends the requests whose path starts with Prefix to Upstream, with the
-// provider's credential in Header (canonical name; "" sets none).
+// provider's credential in Header (canonical name; "" sets none): Credential, or when
+// Tokens is set, the value it gives at each request.
 type Route struct {
 	Prefix     string
 	Upstream   *url.URL
 	Header     string
 	Credential string
+	// Tokens gives the credential of a provider whose tokens expire (Google's, for
+	// Vertex AI: package googleauth), asked at every request; it caches them.
+	Tokens Tokens
+}
+
+// Tokens gives a route's credential, the whole header value, at each request.
+type Tokens interface {
+	Authorization(ctx context.Context) (string, error)
+}
+
+// credential is the value of the route's Header for a request now.
+func (rt *Route) credential(ctx context.Context) (string, error) {
+	if rt.Tokens == nil {
+		return rt.Credential, nil
+	}
+	return rt.Tokens.Authorization(ctx)
 }
 
 // NewRoute checks one route. header defaults to Authorization when a credential is given.
@@ -63,12 +82,19 @@ type routesFile struct {
 		Header         string `yaml:"header"`
 		CredentialFile string `yaml:"credentialFile"`
 		CredentialEnv  string `yaml:"credentialEnv"`
+		// Google: the route's credential is a Google access token (Vertex AI), from
+		// CredentialsFile or, when it is empty, Application Default Credentials.
+		Google *struct {
+			CredentialsFile string `yaml:"credentialsFile"`
+		} `yaml:"google"`
 	} `yaml:"routes"`
 }
 
-// ParseRoutes reads a routes file: a list of {prefix, upstream, header, credentialFile
-// or credentialEnv}. A credential file's trailing line break is dropped; getenv reads
-// credentialEnv. Prefixes must be distinct.
+// ParseRoutes reads a routes file: a list of {prefix, upstream, header, and the
+// credential: credentialFile, credentialEnv or google}. A credential file's trailing
+// line break is dropped; getenv reads credentialEnv; google's tokens come from its
+// credentialsFile or Google's Application Default Credentials (package googleauth),
+// found now, fetched at the first request. Prefixes must be distinct.
 func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 	var f routesFile
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
@@ -87,9 +113,16 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 		}
 		seen[r.Prefix] = true
 		var cred string
+		var tokens Tokens
 		switch {
-		case r.CredentialFile != "" && r.CredentialEnv != "":
-			return nil, fmt.Errorf("routes[%d]: set credentialFile or credentialEnv, not both", i)
+		case r.CredentialFile != "" && r.CredentialEnv != "" || r.Google != nil && (r.CredentialFile != "" || r.CredentialEnv != ""):
+			return nil, fmt.Errorf("routes[%d]: set one of credentialFile, credentialEnv and google", i)
+		case r.Google != nil:
+			src, err := googleTokens(r.Google.CredentialsFile)
+			if err != nil {
+				return nil, fmt.Errorf("routes[%d]: google: %w", i, err)
+			}
+			tokens = src
 		case r.CredentialFile != "":
 			b, err := os.ReadFile(r.CredentialFile)
 			if err != nil {
@@ -105,9 +138,23 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 		if err != nil {
 			return nil, fmt.Errorf("routes[%d]: %w", i, err)
 		}
+		if tokens != nil {
+			if rt.Header == "" {
+				rt.Header = "Authorization"
+			}
+			rt.Tokens = tokens
+		}
 		out = append(out, rt)
 	}
 	return out, nil
+}
+
+// googleTokens is the token source of a route's google credential.
+func googleTokens(file string) (Tokens, error) {
+	if file != "" {
+		return googleauth.FromFile(file)
+	}
+	return googleauth.Default()
 }
 
 // sortRoutes orders routes longest prefix first, so the first match is the longest.
@@ -125,4 +172,25 @@ func (gw *Gateway) route(path string) *Route {
 		}
 	}
 	return nil
+}
+
+// WarmCredentials fetches the first token of each route whose credential is one
+// (Tokens), and logs whether it came: a credential that cannot be had shows in the log
+// when the enforcer starts, not first at a member's request, which would wait for it.
+// Each route's requests still fetch for themselves (the source caches), so a failure
+// here only logs.
+func (gw *Gateway) WarmCredentials(ctx context.Context) {
+	for i := range gw.routes {
+		rt := &gw.routes[i]
+		if rt.Tokens == nil {
+			continue
+		}
+		if _, err := rt.credential(ctx); err != nil {
+			if ctx.Err() == nil {
+				gw.log.Error("gateway: the route's credential cannot be had; its requests will be answered 502 until it can", "prefix", rt.Prefix, "err", err)
+			}
+			continue
+		}
+		gw.log.Info("gateway: the route's credential is ready", "prefix", rt.Prefix, "source", fmt.Sprint(rt.Tokens))
+	}
 }

@@ -1,0 +1,143 @@
+package gateway_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
+	"github.com/tollgate-dev/tollgate/internal/googlefake"
+)
+
+// A route with a google credential (Vertex AI): each request goes with a Google access
+// token in Authorization, fetched with the service account's key and cached, never
+// with the member's key. While no token can be had, requests are answered 502 with
+// their own code, never sent, and settled at a known 0; once Google answers again,
+// they go through.
+func TestGoogleTokenRoute(t *testing.T) {
+	t.Setenv("HOME", t.TempDir()) // no gcloud credentials of this machine's
+	g := googlefake.Start(t)
+	var mu sync.Mutex
+	var auths []string
+	vertex := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auths = append(auths, strings.Join(r.Header.Values("Authorization"), "|"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"type":"message","model":"claude-sonnet-4-5","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":7,"output_tokens":2}}`)
+	}))
+	defer vertex.Close()
+	routes, err := gateway.ParseRoutes([]byte(`
+routes:
+  - prefix: /v1/projects/
+    upstream: `+vertex.URL+`
+    google:
+      credentialsFile: `+g.ServiceAccountFile(t)+`
+`), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Asked() != 0 {
+		t.Fatal("parsing the routes fetched a token")
+	}
+	m, req := newMetrics()
+	tr := newTracker()
+	gw, err := gateway.New(gateway.Config{Routes: routes}, &fakeGate{}, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.WarmCredentials(context.Background())
+	if got := g.Issued(); len(got) != 1 {
+		t.Fatalf("WarmCredentials: issued %v, want the first token", got)
+	}
+	front := httptest.NewServer(gw)
+	defer front.Close()
+	const path = "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict"
+	body := `{"anthropic_version":"vertex-2023-10-16","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+	for range 2 {
+		res := post(t, front.URL+path, "tgk_good", body)
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("status %d: %s", res.StatusCode, b)
+		}
+		if u := tr.settledOnce(t); !u.Complete || u.InputTokens != 7 || u.OutputTokens != 2 {
+			t.Fatalf("settled %+v", u)
+		}
+	}
+	mu.Lock()
+	got := append([]string(nil), auths...)
+	mu.Unlock()
+	if len(got) != 2 || got[0] != "Bearer ya29.fake-1" || got[1] != "Bearer ya29.fake-1" {
+		t.Fatalf("Vertex got Authorization %q, want the one cached token twice", got)
+	}
+
+	// A fresh source (a restarted enforcer) while Google's token endpoint fails.
+	g.SetFailing(true)
+	routes, err = gateway.ParseRoutes([]byte("routes:\n  - prefix: /\n    upstream: "+vertex.URL+"\n    google:\n      credentialsFile: "+
+		filepath.ToSlash(g.ServiceAccountFile(t))+"\n"), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err = gateway.New(gateway.Config{Routes: routes}, &fakeGate{}, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front2 := httptest.NewServer(gw)
+	defer front2.Close()
+	before := testutil.ToFloat64(req.WithLabelValues(gateway.OutcomeUpstreamError))
+	res := post(t, front2.URL+path, "tgk_good", body)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "service_gateway_upstream_credential") ||
+		res.Header.Get("X-Service-Request-Id") != "req_test" {
+		t.Fatalf("without a token: %d %v %s", res.StatusCode, res.Header, b)
+	}
+	if u := tr.settledOnce(t); !u.Complete || u.UpstreamStatus != http.StatusBadGateway || u.UpstreamCostMicroUSD == nil || *u.UpstreamCostMicroUSD != 0 {
+		t.Fatalf("settled %+v, want complete at a known 0 with status 502", u)
+	}
+	if got := testutil.ToFloat64(req.WithLabelValues(gateway.OutcomeUpstreamError)) - before; got != 1 {
+		t.Fatalf("upstream_error counted %v times, want 1", got)
+	}
+	mu.Lock()
+	n := len(auths)
+	mu.Unlock()
+	if n != 2 {
+		t.Fatalf("a request without a token reached the upstream (%d calls)", n)
+	}
+	g.SetFailing(false)
+	res = post(t, front2.URL+path, "tgk_good", body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("after Google recovered: %d", res.StatusCode)
+	}
+	tr.settledOnce(t)
+}
+
+func TestParseGoogleRoutesRefuses(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", filepath.Join(t.TempDir(), "missing.json"))
+	for name, doc := range map[string]string{
+		"google and credentialEnv":    "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: A\n    google: {}",
+		"google and credentialFile":   "routes:\n  - prefix: /\n    upstream: http://x\n    credentialFile: /b\n    google: {}",
+		"missing credentials file":    "routes:\n  - prefix: /\n    upstream: http://x\n    google:\n      credentialsFile: /nonexistent/key.json",
+		"default credentials missing": "routes:\n  - prefix: /\n    upstream: http://x\n    google: {}",
+		"unknown google field":        "routes:\n  - prefix: /\n    upstream: http://x\n    google:\n      keyFile: /k",
+	} {
+		_, err := gateway.ParseRoutes([]byte(doc), func(k string) string { return "x" })
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if !strings.Contains(err.Error(), "routes") {
+			t.Errorf("%s: %v, want the route named", name, err)
+		}
+	}
+}

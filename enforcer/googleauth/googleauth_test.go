@@ -1,0 +1,200 @@
+package googleauth_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/googleauth"
+	"github.com/tollgate-dev/tollgate/internal/googlefake"
+)
+
+// isolate keeps Google's library from finding credentials of this machine's (gcloud's
+// file, GOOGLE_APPLICATION_CREDENTIALS): each test says where they are.
+func isolate(t *testing.T) {
+	t.Helper()
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("CLOUDSDK_CONFIG", filepath.Join(home, "gcloud"))
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "")
+	t.Setenv("GCE_METADATA_HOST", "")
+}
+
+func authorization(t *testing.T, s *googleauth.Source) string {
+	t.Helper()
+	v, err := s.Authorization(context.Background())
+	if err != nil {
+		t.Fatalf("Authorization: %v", err)
+	}
+	return v
+}
+
+// A service account's key file: the library signs its JWT (the fake checks the
+// signature, issuer, audience and expiry), and one token serves every request until
+// it nears its expiry.
+func TestServiceAccountFile(t *testing.T) {
+	isolate(t)
+	g := googlefake.Start(t)
+	src, err := googleauth.FromFile(g.ServiceAccountFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Asked() != 0 {
+		t.Fatalf("the source asked for a token before it was used (%d requests)", g.Asked())
+	}
+	for i := range 3 {
+		if got := authorization(t, src); got != "Bearer ya29.fake-1" {
+			t.Fatalf("call %d: Authorization %q, want the first token", i, got)
+		}
+	}
+	if got := g.Issued(); len(got) != 1 {
+		t.Errorf("issued %v, want one token for three requests", got)
+	}
+	if sc := g.Scopes(); len(sc) != 1 || !strings.Contains(sc[0], googleauth.Scope) {
+		t.Errorf("scopes asked %q, want %s", sc, googleauth.Scope)
+	}
+	if s := src.String(); !strings.Contains(s, googlefake.Email) {
+		t.Errorf("String() = %q, want the account's address", s)
+	}
+}
+
+// A token near its expiry is renewed in the background: the request that notices it
+// gets the old, still valid token at once, later ones the new one.
+func TestRenewedBeforeExpiry(t *testing.T) {
+	isolate(t)
+	g := googlefake.Start(t)
+	// A minute's lifetime is inside the library's renewal window (3m45s before expiry):
+	// every token is due for renewal as soon as it is issued.
+	g.SetLifetime(time.Minute)
+	src, err := googleauth.FromFile(g.ServiceAccountFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := authorization(t, src); got != "Bearer ya29.fake-1" {
+		t.Fatalf("first Authorization %q", got)
+	}
+	if got := authorization(t, src); got != "Bearer ya29.fake-1" {
+		t.Fatalf("the request that starts the renewal got %q, want the still valid token at once", got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for authorization(t, src) == "Bearer ya29.fake-1" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the token was not renewed in 10 s (issued %v)", g.Issued())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// No token: an error that says whose credentials failed, wrapping ErrNoToken.
+func TestTokenEndpointFails(t *testing.T) {
+	isolate(t)
+	g := googlefake.Start(t)
+	g.SetFailing(true)
+	src, err := googleauth.FromFile(g.ServiceAccountFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = src.Authorization(context.Background())
+	if !errors.Is(err, googleauth.ErrNoToken) || !strings.Contains(err.Error(), googlefake.Email) {
+		t.Fatalf("err = %v, want ErrNoToken naming the service account", err)
+	}
+	if strings.Contains(err.Error(), "PRIVATE KEY") {
+		t.Fatalf("the error quotes the key: %v", err)
+	}
+	g.SetFailing(false)
+	if got := authorization(t, src); got != "Bearer ya29.fake-1" {
+		t.Fatalf("after the endpoint recovered: %q", got)
+	}
+}
+
+// Files that are not credentials of an accepted type are refused when read, and the
+// error never quotes their bytes.
+func TestFileRefused(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, content, want string }{
+		{"not JSON", "secret-value-not-json", "not JSON"},
+		{"no type", `{"client_email":"a@b"}`, `type ""`},
+		{"a type not taken", `{"type":"gdch_service_account"}`, `"gdch_service_account" are not taken`},
+		{"a service account without its key", `{"type":"service_account","client_email":"a@b"}`, "private key must be provided"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".json")
+			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			src, err := googleauth.FromFile(path)
+			if err == nil {
+				// Some defects show only at the first token.
+				_, err = src.Authorization(context.Background())
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "secret-value") {
+				t.Fatalf("the error quotes the file: %v", err)
+			}
+		})
+	}
+	if _, err := googleauth.FromFile(filepath.Join(dir, "missing.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a missing file: %v", err)
+	}
+}
+
+// Application Default Credentials: the file GOOGLE_APPLICATION_CREDENTIALS names.
+func TestDefaultFromEnvironment(t *testing.T) {
+	isolate(t)
+	g := googlefake.Start(t)
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", g.ServiceAccountFile(t))
+	src, err := googleauth.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := authorization(t, src); got != "Bearer ya29.fake-1" {
+		t.Fatalf("Authorization %q", got)
+	}
+}
+
+// Application Default Credentials on GKE (Workload Identity) or GCE: the metadata
+// server, which GCE_METADATA_HOST points at. (The library remembers for the process
+// whether it runs on Google Cloud: TestNoDefaultCredentials runs in a process of its
+// own.)
+func TestDefaultFromMetadataServer(t *testing.T) {
+	isolate(t)
+	g := googlefake.Start(t)
+	t.Setenv("GCE_METADATA_HOST", g.MetadataHost())
+	src, err := googleauth.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := authorization(t, src); got != "Bearer ya29.metadata-1" {
+		t.Fatalf("Authorization %q", got)
+	}
+	if sc := g.Scopes(); len(sc) != 1 || !strings.Contains(sc[0], googleauth.Scope) {
+		t.Errorf("scopes asked %q, want %s", sc, googleauth.Scope)
+	}
+}
+
+// No credentials anywhere (and not on Google Cloud): Default fails, so the enforcer
+// refuses its configuration instead of answering 502 to every request.
+func TestNoDefaultCredentials(t *testing.T) {
+	if os.Getenv("GOOGLEAUTH_CHILD") == "1" {
+		_, err := googleauth.Default()
+		if err == nil || !strings.Contains(err.Error(), "could not find default credentials") {
+			t.Fatalf("Default() err = %v, want the library's 'could not find default credentials'", err)
+		}
+		return
+	}
+	isolate(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestNoDefaultCredentials$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "GOOGLEAUTH_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PASS") {
+		t.Fatalf("the child: %v\n%s", err, out)
+	}
+}
