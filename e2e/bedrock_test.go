@@ -17,10 +17,13 @@ import (
 // SigV4), and the gateway's route sends the provider's Bedrock API key the same way.
 // A Claude model is invoked four ways: InvokeModel (Anthropic's message, the counts also
 // in Bedrock's headers), InvokeModelWithResponseStream (Anthropic's stream events in
-// AWS's binary event stream), Converse and ConverseStream (Bedrock's own shapes; the
-// last through a cross-region inference profile). The member's key never reaches the
-// provider; each call is charged exactly at the catalog's price of claude-sonnet-4-5
-// from the usage the answer reports (input, cache reads, cache writes, output), complete;
+// AWS's binary event stream), Converse and ConverseStream (Bedrock's own shapes). The
+// model is named by its in-region id, by the global cross-region inference profile
+// (invoke stream) and by a geographic one (converse stream). The member's key never
+// reaches the provider; each call is charged exactly at the catalog's price of
+// claude-sonnet-4-5 from the usage the answer reports (input, cache reads, cache writes,
+// output), complete, with the model's 10% premium of regional endpoints except the
+// global profile's call;
 // a blocked member's call is the 429 with its code, fast, and does not reach the
 // provider. (bedrock.mjs makes one attempt: the SDK's default retry strategy would send
 // a 429 three times, as it reads no X-Should-Retry.)
@@ -42,15 +45,21 @@ func TestBedrockThroughTheGateway(t *testing.T) {
 	if !ok || e.CacheWritePerMillion == nil {
 		t.Fatalf("%s is not in the catalog with a cache-write price: %+v", claude, e)
 	}
-	want := ceilDiv(10_000*e.InputPerMillion+2_000*e.CachedInputPerMillion+1_000**e.CacheWritePerMillion+1_000*e.OutputPerMillion, 1_000_000)
+	global := ceilDiv(10_000*e.InputPerMillion+2_000*e.CachedInputPerMillion+1_000**e.CacheWritePerMillion+1_000*e.OutputPerMillion, 1_000_000)
+	// A model id without the global. prefix (in-region, or a geographic inference
+	// profile) is a regional endpoint: the model's premium on top (10%, rounded up).
+	if e.RegionalPremiumPercent != 10 {
+		t.Fatalf("%s has a regional premium of %d%%, want 10", claude, e.RegionalPremiumPercent)
+	}
+	regional := ceilDiv(global*110, 100)
 	// The block below lowers the member's limit to 0.01 USD: four calls must be over it,
 	// and their sum far from the 1 USD limit they are made under.
-	if want <= usd/100 || 4*want >= usd {
-		t.Fatalf("the test's own arithmetic: %d micro-USD a call", want)
+	if global <= usd/100 || 4*regional >= usd {
+		t.Fatalf("the test's own arithmetic: %d micro-USD a call", global)
 	}
 
 	const modelID = "anthropic.claude-sonnet-4-5-20250929-v1:0"
-	n := 0
+	n, total := 0, int64(0)
 	for _, tc := range []struct {
 		scenario, model, api, operation string
 		stream                          bool
@@ -59,7 +68,7 @@ func TestBedrockThroughTheGateway(t *testing.T) {
 	}{
 		{"invoke", modelID, fakellm.BedrockInvoke, "invoke", false,
 			[]string{`"input_tokens":10000`, `"cache_read_input_tokens":2000`, `"cache_creation_input_tokens":1000`, `"output_tokens":1000`}},
-		{"invoke-stream", modelID, fakellm.BedrockInvokeStream, "invoke-with-response-stream", true,
+		{"invoke-stream", "global." + modelID, fakellm.BedrockInvokeStream, "invoke-with-response-stream", true,
 			[]string{`"input_tokens":10000`, `"cache_read_input_tokens":2000`, `"output_tokens":1000`, `"inputTokenCount":10000`}},
 		{"converse", modelID, fakellm.BedrockConverse, "converse", false,
 			[]string{`"inputTokens":10000`, `"cacheReadInputTokens":2000`, `"cacheWriteInputTokens":1000`, `"outputTokens":1000`, `"totalTokens":14000`}},
@@ -106,6 +115,11 @@ func TestBedrockThroughTheGateway(t *testing.T) {
 
 			rec := waitReceipt(t, s, call.Header.Get("X-Service-Request-Id"))
 			n++
+			want := regional
+			if strings.HasPrefix(tc.model, "global.") {
+				want = global
+			}
+			total += want
 			model, _ := rec["model"].(string)
 			t.Logf("receipt: model %q, cost %d (want %d), complete %v, cost_basis %v, price_source %v, cost_source %v; tokens: input %v, cached %v, cache writes %v, output %v",
 				model, rec.cost(), want, rec["complete"], rec["cost_basis"], rec["price_source"], rec["cost_source"],
@@ -121,7 +135,7 @@ func TestBedrockThroughTheGateway(t *testing.T) {
 			}
 		})
 	}
-	s.waitUsed(t, o, n, 4*want)
+	s.waitUsed(t, o, n, total)
 
 	t.Run("a blocked member gets the 429, not retried", func(t *testing.T) {
 		// The member has spent 4 calls' cost; a limit of 0.01 USD is below it.
@@ -142,8 +156,8 @@ func TestBedrockThroughTheGateway(t *testing.T) {
 		if got := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refusedBefore; got != 2 {
 			t.Errorf("the gateway refused %v requests, want 2 (one per call)", got)
 		}
-		if st := s.status(t, o); st.Buckets[0].UsedMicroUsd != 4*want {
-			t.Errorf("used %d after the refusals, want %d", st.Buckets[0].UsedMicroUsd, 4*want)
+		if st := s.status(t, o); st.Buckets[0].UsedMicroUsd != total {
+			t.Errorf("used %d after the refusals, want %d", st.Buckets[0].UsedMicroUsd, total)
 		}
 	})
 }

@@ -76,6 +76,24 @@ func TestCostOf(t *testing.T) {
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"priority tier: twice that is past int64, capped", Usage{OutputTokens: 1 << 40, Priority: true}, PricedAt{Price: Price{OutputPerMillion: 1 << 42}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		// A regional endpoint's premium (10%: Claude Sonnet 4.5 on Bedrock or Vertex AI in a
+		// region) on the tokens, rounded up, after the tier; none without a premium.
+		{"regional endpoint: 10% more", Usage{InputTokens: 1000, OutputTokens: 100, Regional: true},
+			PricedAt{Price: Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, RegionalPremiumPercent: 10}, Source: PriceCatalog},
+			(3_000 + 1_500) * 110 / 100, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"regional endpoint: the premium rounded up", Usage{InputTokens: 1, Regional: true},
+			PricedAt{Price: Price{InputPerMillion: 1_000_000, RegionalPremiumPercent: 10}, Source: PriceCatalog}, 2, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"global endpoint: no premium", Usage{InputTokens: 1000, OutputTokens: 100},
+			PricedAt{Price: Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, RegionalPremiumPercent: 10}, Source: PriceCatalog},
+			3_000 + 1_500, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"regional endpoint of a price without a premium", Usage{InputTokens: 1000, Regional: true}, org, 3_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"regional endpoint and priority tier", Usage{InputTokens: 1000, Regional: true, Priority: true},
+			PricedAt{Price: Price{InputPerMillion: 3_000_000, RegionalPremiumPercent: 10}, Source: PriceCatalog}, 6_600, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"web searches are not raised by the regional premium", Usage{InputTokens: 1000, WebSearchRequests: 1, Regional: true},
+			PricedAt{Price: Price{InputPerMillion: 3_000_000, WebSearch: 10_000, RegionalPremiumPercent: 10}, Source: PriceCatalog}, 3_300 + 10_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"regional endpoint, the upstream's cost as it is", Usage{InputTokens: 1000, UpstreamCost: i64(42), Regional: true}, org, 42, SourceUpstream, BasisUpstreamCost, false, nil},
+		{"regional premium past int64, capped", Usage{OutputTokens: 1 << 40, Regional: true},
+			PricedAt{Price: Price{OutputPerMillion: 1 << 42, RegionalPremiumPercent: 10}, Source: PriceCatalog}, money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		// Audio billed by duration (whisper-1: 6,000 micro-USD a minute), per minute on top
 		// of any tokens, each rounded up.
 		{"audio seconds at the minute's price", Usage{AudioInputMillis: 9_000}, whisper, 900, SourceCatalogEstimate, BasisReportedUsage, false, nil},

@@ -76,6 +76,11 @@ type Price struct {
 	// catalog's highest already counts the audio prices in its classes) have none.
 	AudioInputPerMillion  int64
 	AudioOutputPerMillion int64
+	// RegionalPremiumPercent is what the model's tokens cost more on a cloud's regional
+	// endpoint (pricecatalog.Entry.RegionalPremiumPercent), charged when the usage says
+	// the request went to one (Usage.Regional). Only a catalog entry has it: an
+	// organization's own price of a model is what the organization pays for it.
+	RegionalPremiumPercent int64
 }
 
 // CacheWrite is the price cache writes are charged at.
@@ -136,6 +141,10 @@ type Usage struct {
 	// service_tier "priority"): priced tokens cost pricecatalog.PriorityMultiplier times
 	// their price.
 	Priority bool
+	// Regional: the request went to a cloud's regional endpoint (Amazon Bedrock, Google
+	// Vertex AI), where a price with a regional premium (Price.RegionalPremiumPercent)
+	// costs that much more.
+	Regional bool
 }
 
 // Basis says how a cost for u is known: an upstream cost; else nothing when no token
@@ -180,7 +189,9 @@ type Cost struct {
 // wins; else, with nothing counted, the cost is unknown (0); else the tokens times p,
 // the price found for the model (SourceFallback when p is the fallback price, else
 // SourceCatalogEstimate), plus its audio by the minute (AudioCost), times
-// pricecatalog.PriorityMultiplier when it ran at a priority tier, plus its web searches
+// pricecatalog.PriorityMultiplier when it ran at a priority tier, with the price's
+// regional premium when it went to a regional endpoint (pricecatalog.RegionalPremium),
+// plus its web searches
 // and file search calls apiece. A cost above money.MaxAllowanceMicroUSD is capped there
 // and flagged: a request is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
@@ -223,6 +234,12 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 			err = ErrCostOverflow
 		} else {
 			v *= pricecatalog.PriorityMultiplier
+		}
+	}
+	if err == nil && u.Regional {
+		var ok bool
+		if v, ok = pricecatalog.RegionalPremium(v, p.Price.RegionalPremiumPercent); !ok {
+			err = ErrCostOverflow
 		}
 	}
 	// Searches and file search calls are priced apiece (searches of a model billed per

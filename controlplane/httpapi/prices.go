@@ -52,6 +52,9 @@ type modelPriceView struct {
 	// price all of a model's tokens.
 	AudioInputMicroUsdPerMillion  int64 `json:"audioInputMicroUsdPerMillion,omitempty"`
 	AudioOutputMicroUsdPerMillion int64 `json:"audioOutputMicroUsdPerMillion,omitempty"`
+	// RegionalPremiumPercent is a catalog model's premium on a cloud's regional
+	// endpoints (pricecatalog.Entry.RegionalPremiumPercent); absent for every other row.
+	RegionalPremiumPercent int64 `json:"regionalPremiumPercent,omitempty"`
 	// LongContext is a catalog model's price of a request whose input is above its
 	// threshold (pricecatalog.Entry.LongContext); absent for every other row.
 	LongContext *longContextView `json:"longContext,omitempty"`
@@ -133,7 +136,7 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 				OutputMicroUsdPerMillion: e.OutputPerMillion, CachedInputMicroUsdPerMillion: e.CachedInputPerMillion,
 				CacheWriteMicroUsdPerMillion: e.CacheWritePerMillion, AudioMicroUsdPerMinute: e.AudioPerMinute, Source: priceFromCatalog,
 				UpdatedAt: jsonx.Time(cat.AsOf())}
-			v.WebSearchPerPromptMicroUsd = e.WebSearchPerPrompt
+			v.WebSearchPerPromptMicroUsd, v.RegionalPremiumPercent = e.WebSearchPerPrompt, e.RegionalPremiumPercent
 			v.AudioInputMicroUsdPerMillion, v.AudioOutputMicroUsdPerMillion = e.AudioInputPerMillion, e.AudioOutputPerMillion
 			if lc := e.LongContext; lc != nil {
 				v.LongContext = &longContextView{AboveInputTokens: lc.Above, InputMicroUsdPerMillion: lc.InputPerMillion,

@@ -64,6 +64,18 @@ func TestSettlementPricing(t *testing.T) {
 		{"an estimated long prompt too", nil,
 			&internalv1.SettleItem{Model: "gemini-3-pro-preview", InputTokens: 250_000, UsageEstimated: true},
 			250_000 * 4, "catalog_estimate", "catalog", "estimate"},
+		// A regional endpoint (Bedrock's in-region or geographic inference, a Vertex AI
+		// region): the newest Claude models' 10% premium on the catalog's price.
+		{"a regional endpoint: the catalog's price and its premium", nil,
+			&internalv1.SettleItem{Model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0", InputTokens: 100_000, OutputTokens: 10_000, Complete: true,
+				RegionalEndpoint: true},
+			(100_000*3 + 10_000*15) * 110 / 100, "catalog_estimate", "catalog", "reported_usage"},
+		{"the global endpoint: no premium", nil,
+			&internalv1.SettleItem{Model: "global.anthropic.claude-sonnet-4-5-20250929-v1:0", InputTokens: 100_000, OutputTokens: 10_000, Complete: true},
+			100_000*3 + 10_000*15, "catalog_estimate", "catalog", "reported_usage"},
+		{"a regional endpoint of a model without a premium", nil,
+			&internalv1.SettleItem{Model: "claude-sonnet-4-20250514", InputTokens: 100_000, Complete: true, RegionalEndpoint: true},
+			300_000, "catalog_estimate", "catalog", "reported_usage"},
 		{"a model nobody priced: the default fallback, still charged", nil,
 			&internalv1.SettleItem{Model: "acme-llm-7", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
 			high.InputPerMillion + high.OutputPerMillion, "fallback", "fallback", "reported_usage"},
@@ -88,6 +100,10 @@ func TestSettlementPricing(t *testing.T) {
 			setPrices(store.ModelPrice{Model: "acme-llm-7", InputPerMillion: 3, OutputPerMillion: 4, CachedInputPerMillion: 1, CacheWritePerMillion: i64p(5)})
 		}, &internalv1.SettleItem{Model: "acme-llm-7", InputTokens: 3_000_000, CachedInputTokens: 1_000_000, CacheCreationInputTokens: 1_000_000,
 			OutputTokens: 1_000_000, Complete: true}, 3 + 1 + 5 + 4, "catalog_estimate", "organization", "reported_usage"},
+		{"the organization's own price has no regional premium", func() {
+			setPrices(store.ModelPrice{Model: "claude-sonnet-4-5", InputPerMillion: 2_000_000, OutputPerMillion: 2_000_000})
+		}, &internalv1.SettleItem{Model: "claude-sonnet-4-5@20250929", InputTokens: 1_000_000, Complete: true, RegionalEndpoint: true},
+			2_000_000, "catalog_estimate", "organization", "reported_usage"},
 		{"the organization's fallback price", func() {
 			setPrices()
 			if err := store.SetFallbackPrice(ctx, e.Store.Pool, org, store.FallbackPrice{InputPerMillion: 7, OutputPerMillion: 11}, now); err != nil {

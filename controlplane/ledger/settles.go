@@ -124,7 +124,8 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(), AudioInputMillis: it.GetAudioInputMillis(),
 		WebSearchRequests: it.GetWebSearchRequests(), FileSearchCalls: it.GetFileSearchCalls(),
 		AudioInputTokens: it.AudioInputTokens, AudioOutputTokens: it.AudioOutputTokens,
-		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier()})
+		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier(),
+		Regional: it.GetRegionalEndpoint()})
 	if len(notes) > 0 {
 		sj.notes = append(sj.notes, notes...)
 		sj.adjusted = append(sj.adjusted, "usage_bounded")
@@ -671,7 +672,9 @@ func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.Fallb
 		if e := sj.catalog[i]; e != nil {
 			// The tier of the request's prompt length, where the model has two: its
 			// input, cached ones and cache writes included, reported or estimated.
-			return accounting.PricedAt{Source: accounting.PriceCatalog, Price: fromCatalog(e.ForInput(sj.usage.InputTokens))}
+			p := fromCatalog(e.ForInput(sj.usage.InputTokens))
+			p.RegionalPremiumPercent = e.RegionalPremiumPercent
+			return accounting.PricedAt{Source: accounting.PriceCatalog, Price: p}
 		}
 	}
 	if f, ok := fallbacks[orgID]; ok {

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 )
@@ -61,9 +60,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	cred := Credentials(h)
 	var hint gate.Hint
 	if b := RequestBody(h); len(b) > 0 {
-		if est, err := estimate.Input(b); err == nil {
-			hint.Body = &est
-		}
+		hint = gate.BodyHint(b, h.GetPath())
 	}
 	a, err := s.gate.CheckRequest(ctx, cred, hint)
 	if err != nil {

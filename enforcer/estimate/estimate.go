@@ -93,6 +93,10 @@ type Request struct {
 	// Priority is a top-level "service_tier": "priority" (OpenAI: the request asks to
 	// run at the priority tier, dearer than the standard prices; enforcer/worstcase).
 	Priority bool
+	// Regional is not the body's: the front door sets it when the request's path goes to
+	// a cloud's regional endpoint (requestbody.RegionalEndpoint), where some models cost
+	// more (enforcer/worstcase).
+	Regional bool
 	// WebSearch: the request gives the model a web search tool, whose searches the
 	// provider bills apart from the tokens (enforcer/worstcase): an element of the
 	// top-level "tools" array whose "type" starts with "web_search" (Anthropic's

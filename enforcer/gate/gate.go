@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/record"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/startq"
 	"github.com/tollgate-dev/tollgate/enforcer/worstcase"
@@ -148,6 +149,20 @@ func (c Credentials) TollgateAuthorization() bool {
 // is known, instead of the policy's amount.
 type Hint struct {
 	Body *estimate.Request
+}
+
+// BodyHint is the hint of a request whose body and path the front door has: the body's
+// estimate, with the model its path names where the body names none (Gemini, Amazon
+// Bedrock, Vertex AI) and whether the path goes to a cloud's regional endpoint. A body
+// that is no JSON object gives no hint.
+func BodyHint(body []byte, path string) Hint {
+	est, err := estimate.Input(body)
+	if err != nil {
+		return Hint{}
+	}
+	est.Model = requestbody.RequestModel(est.Model, path)
+	est.Regional = requestbody.RegionalEndpoint(path)
+	return Hint{Body: &est}
 }
 
 // Check answers one request whose body the front door has not seen (CheckRequest

@@ -55,7 +55,7 @@ type Checker interface {
 // Tracker is the in-flight tracker (inflight.Tracker).
 type Tracker interface {
 	Follow(id string) bool
-	RecordRequest(id string, inputEstimate int64, model string) bool
+	RecordRequest(id string, inputEstimate int64, model string, regional bool) bool
 	RefuseUnpricedModel(id, model string) bool
 	Finish(id string, u inflight.Usage, done func(settleq.Result)) error
 }
@@ -332,11 +332,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		gw.answered(w, OutcomeClientGone)
 		return false
 	}
-	var hint gate.Hint
-	if est, err := estimate.Input(body); err == nil {
-		est.Model = requestbody.RequestModel(est.Model, r.URL.Path) // Gemini names it in the path
-		hint.Body = &est
-	}
+	hint := gate.BodyHint(body, r.URL.Path)
 	a, err := gw.gate.CheckRequest(r.Context(), gate.CredentialsFrom(r.Header), hint)
 	if err != nil {
 		gw.answered(w, OutcomeClientGone)
@@ -500,9 +496,10 @@ func (p *proxied) settleThen(u inflight.Usage, done func(settleq.Result)) bool {
 	return p.gw.tracker.Finish(p.id, u, done) == nil
 }
 
-// record prepares the admitted request's settlement with its model and input estimate
-// (the organization may refuse a model nobody priced: 403); false when it was answered.
-func (p *proxied) record(w http.ResponseWriter, model string, inputEstimate int64) bool {
+// record prepares the admitted request's settlement with its model, input estimate and
+// whether it goes to a regional endpoint (the organization may refuse a model nobody
+// priced: 403); false when it was answered.
+func (p *proxied) record(w http.ResponseWriter, model string, inputEstimate int64, regional bool) bool {
 	if p.id == "" {
 		return true
 	}
@@ -512,7 +509,7 @@ func (p *proxied) record(w http.ResponseWriter, model string, inputEstimate int6
 		refuse(w, gate.ModelNotPricedRefusal(model))
 		return false
 	}
-	p.gw.tracker.RecordRequest(p.id, inputEstimate, model)
+	p.gw.tracker.RecordRequest(p.id, inputEstimate, model, regional)
 	return true
 }
 
@@ -537,7 +534,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		refuse(w, gate.BillingDeferredRefusal(endpoint))
 		return false
 	}
-	if est != nil && !p.unbilled && !p.record(w, requestbody.CleanModel(est.Model), est.InputTokens) {
+	if est != nil && !p.unbilled && !p.record(w, requestbody.CleanModel(est.Model), est.InputTokens, requestbody.RegionalEndpoint(r.URL.Path)) {
 		return false
 	}
 	if strings.HasSuffix(r.URL.Path, "/chat/completions") {

@@ -84,7 +84,7 @@ func (f *fakeTracker) Follow(id string) bool {
 	return true
 }
 
-func (f *fakeTracker) RecordRequest(id string, est int64, model string) bool {
+func (f *fakeTracker) RecordRequest(id string, est int64, model string, regional bool) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.recorded = append(f.recorded, model)

@@ -92,7 +92,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	if model == "" {
 		model = requestbody.CleanModel(q.Get("deployment")) // Azure names the deployment
 	}
-	if !p.record(w, model, 0) {
+	if !p.record(w, model, 0, false) {
 		return
 	}
 
@@ -255,7 +255,7 @@ func (p *proxied) charge(ctx context.Context, u realtimeusage.Usage, creds gate.
 	p.id, p.settled = a.RequestID, false
 	if p.id != "" {
 		p.gw.tracker.Follow(p.id)
-		p.gw.tracker.RecordRequest(p.id, 0, model)
+		p.gw.tracker.RecordRequest(p.id, 0, model, false)
 	}
 	return true
 }
@@ -270,7 +270,7 @@ func (p *proxied) chargeAside(ctx context.Context, u realtimeusage.Usage, creds 
 	}
 	if a.RequestID != "" {
 		p.gw.tracker.Follow(a.RequestID)
-		p.gw.tracker.RecordRequest(a.RequestID, 0, model)
+		p.gw.tracker.RecordRequest(a.RequestID, 0, model, false)
 		_ = p.gw.tracker.Finish(a.RequestID, settlement(u, model), nil)
 	}
 	return true

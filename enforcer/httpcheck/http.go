@@ -111,6 +111,11 @@ type settleBody struct {
 	// (OpenAI's service_tier "priority"): priced tokens are charged
 	// pricecatalog.PriorityMultiplier times.
 	PriorityTier *bool `json:"priorityTier"`
+	// RegionalEndpoint says the request went to a cloud's regional endpoint (Amazon
+	// Bedrock in-region or geographic inference, a Vertex AI region), where a model with
+	// a regional premium (pricecatalog.Entry.RegionalPremiumPercent) costs that much
+	// more.
+	RegionalEndpoint *bool `json:"regionalEndpoint"`
 }
 
 // Receipt is the answer of POST /settle.
@@ -197,6 +202,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		u.Estimated, u.Complete = true, false
 	}
 	u.Priority = in.PriorityTier != nil && *in.PriorityTier
+	u.Regional = in.RegionalEndpoint != nil && *in.RegionalEndpoint
 
 	done := make(chan settleq.Result, 1)
 	if err := h.tracker.Finish(in.RequestID, u, func(r settleq.Result) { done <- r }); err != nil {

@@ -159,6 +159,8 @@ func TestHTTPSettle(t *testing.T) {
 	}{
 		{"a priority-tier report", `"model":"gpt-4o","inputTokens":10,"outputTokens":2,"priorityTier":true`,
 			func(it *internalv1.SettleItem) bool { return it.GetPriorityTier() }},
+		{"a regional endpoint's report", `"model":"claude-sonnet-4-5","inputTokens":10,"outputTokens":2,"regionalEndpoint":true`,
+			func(it *internalv1.SettleItem) bool { return it.GetRegionalEndpoint() }},
 		{"audio billed by duration", `"model":"whisper-1","audioInputMillis":9500`,
 			func(it *internalv1.SettleItem) bool { return it.GetAudioInputMillis() == 9500 }},
 		{"web searches", `"model":"claude-sonnet-4-5","inputTokens":10,"outputTokens":2,"webSearchRequests":3`,

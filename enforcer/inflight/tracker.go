@@ -46,11 +46,13 @@ type Request struct {
 	PricedModelKeys []string
 
 	following atomic.Bool
-	// What the request body said (RecordRequest), guarded by the shard's lock while the
-	// request is in the table: requestSeen, the input estimate and the model it named.
+	// What the request said (RecordRequest), guarded by the shard's lock while the
+	// request is in the table: requestSeen, the input estimate, the model it named, and
+	// whether it went to a regional endpoint.
 	requestSeen   bool
 	inputEstimate int64
 	requestModel  string
+	regional      bool
 	// older and newer link the shard's requests that no response stream follows, in
 	// admission order (the oldest is evicted first); listed says it is in that list.
 	older, newer *Request
@@ -93,6 +95,9 @@ type Usage struct {
 	// Priority: the upstream ran the request at its priority service tier, dearer than
 	// the catalog's standard prices (responseusage.Usage.Priority).
 	Priority bool
+	// Regional: the request went to a cloud's regional endpoint (POST /settle's
+	// "regionalEndpoint"; the front doors' requests say it in RecordRequest).
+	Regional bool
 }
 
 // FromResponse is the Usage of a response a front door relayed (the gateway, ext_proc):
@@ -278,10 +283,11 @@ func (t *Tracker) Follow(id string) bool {
 	return r != nil
 }
 
-// RecordRequest notes what the request body of a tracked request said: its estimated
-// input tokens and the model it named (package estimate). It reports whether this
-// process knows the request.
-func (t *Tracker) RecordRequest(id string, inputEstimate int64, model string) bool {
+// RecordRequest notes what the request of a tracked request said: its estimated input
+// tokens and the model it named (package estimate), and whether it goes to a cloud's
+// regional endpoint (requestbody.RegionalEndpoint), which its settlement carries
+// whatever ends it. It reports whether this process knows the request.
+func (t *Tracker) RecordRequest(id string, inputEstimate int64, model string, regional bool) bool {
 	s := t.shard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -289,7 +295,7 @@ func (t *Tracker) RecordRequest(id string, inputEstimate int64, model string) bo
 	if r == nil {
 		return false
 	}
-	r.requestSeen, r.inputEstimate, r.requestModel = true, inputEstimate, model
+	r.requestSeen, r.inputEstimate, r.requestModel, r.regional = true, inputEstimate, model, regional
 	return true
 }
 
@@ -373,11 +379,13 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		UpstreamStatus:                  u.UpstreamStatus,
 		UsageEstimated:                  u.Estimated,
 		PriorityTier:                    u.Priority,
+		RegionalEndpoint:                u.Regional,
 	}
 	var res *settleq.Reservation
 	r := t.take(id)
 	if r != nil {
 		item.OrganizationId, item.MemberId = r.OrganizationID, r.MemberID
+		item.RegionalEndpoint = item.RegionalEndpoint || r.regional
 		if !r.Durable {
 			item.Snapshot, item.AdmittedWithoutRecord = r.Snapshot, r.WithoutRecord
 		}

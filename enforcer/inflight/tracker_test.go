@@ -126,7 +126,7 @@ func TestFinishChargesWhatWasSeen(t *testing.T) {
 			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
 			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
-			if tc.recorded && !tr.RecordRequest("req_a", 500, "req-model") {
+			if tc.recorded && !tr.RecordRequest("req_a", 500, "req-model", false) {
 				t.Fatal("not recorded")
 			}
 			_ = tr.Finish("req_a", tc.u, nil)
@@ -134,6 +134,27 @@ func TestFinishChargesWhatWasSeen(t *testing.T) {
 			if it.GetInputTokens() != tc.in || it.GetOutputTokens() != tc.out || it.GetModel() != tc.model ||
 				it.GetUsageEstimated() != tc.estimated || it.GetComplete() != tc.complete {
 				t.Fatalf("settled %v", it)
+			}
+		})
+	}
+}
+
+// Whether a request went to a regional endpoint reaches its settlement from what the
+// front door recorded of the request, or from the report itself (POST /settle).
+func TestRegionalEndpointIsSettled(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		recorded, reported bool
+	}{{"neither", false, false}, {"recorded", true, false}, {"reported", false, true}, {"both", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &queue{}
+			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+			tr.RecordRequest("req_a", 10, "claude-sonnet-4-5", tc.recorded)
+			_ = tr.Finish("req_a", Usage{Model: "claude-sonnet-4-5", InputTokens: 10, Complete: true, UpstreamStatus: 200, Regional: tc.reported}, nil)
+			if got := q.items[0].GetRegionalEndpoint(); got != (tc.recorded || tc.reported) {
+				t.Fatalf("regional_endpoint %v", got)
 			}
 		})
 	}
@@ -169,7 +190,7 @@ func TestReapAndShutdownChargeTheInputEstimate(t *testing.T) {
 	snap := &internalv1.Snapshot{Version: 2}
 	tr.Admitted(&Request{ID: "req_reaped", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
 	tr.Admitted(&Request{ID: "req_norecord", OrganizationID: "org", MemberID: "om", Snapshot: snap, WithoutRecord: true, AdmittedAt: clk.Now()})
-	if tr.RecordRequest("req_unknown", 1, "m") || !tr.RecordRequest("req_reaped", 42, "gpt-x") || !tr.RecordRequest("req_norecord", 7, "gpt-y") {
+	if tr.RecordRequest("req_unknown", 1, "m", false) || !tr.RecordRequest("req_reaped", 42, "gpt-x", false) || !tr.RecordRequest("req_norecord", 7, "gpt-y", false) {
 		t.Fatal("RecordRequest")
 	}
 	clk.Advance(time.Hour)
@@ -187,7 +208,7 @@ func TestReapAndShutdownChargeTheInputEstimate(t *testing.T) {
 		t.Fatalf("reaped %v", it)
 	}
 	tr.Admitted(&Request{ID: "req_shutdown", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
-	tr.RecordRequest("req_shutdown", 9, "gpt-z")
+	tr.RecordRequest("req_shutdown", 9, "gpt-z", false)
 	if n, left := tr.SettleAll(context.Background()); n != 1 || left != 0 {
 		t.Fatal("SettleAll")
 	}
@@ -238,7 +259,7 @@ func TestCapacityEvictsTheOldestUnfollowed(t *testing.T) {
 		t.Fatalf("len %d, evicted metric %v", tr.Len(), testutil.ToFloat64(m.InflightEvicted))
 	}
 	// The followed one is still known; the newest too.
-	if tr.RecordRequest(ids[0], 1, "m") != true || tr.RecordRequest(ids[3], 1, "m") != true || tr.RecordRequest(ids[2], 1, "m") {
+	if tr.RecordRequest(ids[0], 1, "m", false) != true || tr.RecordRequest(ids[3], 1, "m", false) != true || tr.RecordRequest(ids[2], 1, "m", false) {
 		t.Fatal("wrong requests kept")
 	}
 }
@@ -295,7 +316,7 @@ func TestAudioPartsTravelUnlessEstimated(t *testing.T) {
 			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
 			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
-			tr.RecordRequest("req_a", 500, "gpt-realtime")
+			tr.RecordRequest("req_a", 500, "gpt-realtime", false)
 			in, out := int64(80), int64(50)
 			seen := tc.seen
 			_ = tr.Finish("req_a", Usage{Model: "gpt-realtime", InputTokens: 100, OutputTokens: 60, AudioInputTokens: &in, AudioOutputTokens: &out,

@@ -22,6 +22,7 @@ func RequestModel(bodyModel, path string) string {
 // included). "" when the path names none. The name is cleaned as a body's is
 // (CleanModel); it is priced and its worst case reserved like one.
 func ModelFromPath(path string) string {
+	path, _, _ = strings.Cut(path, "?") // Envoy's :path carries the query
 	if m, ok := bedrockModel(path); ok {
 		return m
 	}
@@ -40,9 +41,16 @@ func ModelFromPath(path string) string {
 // bedrockActions are Bedrock Runtime's model invocations, after /model/{modelId}.
 var bedrockActions = []string{"/invoke", "/invoke-with-response-stream", "/converse", "/converse-stream"}
 
-// bedrockModel is the model id of a Bedrock Runtime invocation's path, and whether the
-// path is one (behind a route prefix too).
+// bedrockModel is the model of a Bedrock Runtime invocation's path, cleaned, and
+// whether the path is one.
 func bedrockModel(path string) (string, bool) {
+	id, ok := bedrockID(path)
+	return CleanModel(id), ok
+}
+
+// bedrockID is the model id of a Bedrock Runtime invocation's path, unescaped, and
+// whether the path is one (behind a route prefix too).
+func bedrockID(path string) (string, bool) {
 	i := strings.Index(path, "/model/")
 	if i < 0 {
 		return "", false
@@ -53,8 +61,32 @@ func bedrockModel(path string) (string, bool) {
 			if unescaped, err := url.PathUnescape(id); err == nil {
 				id = unescaped
 			}
-			return CleanModel(id), true
+			return id, true
 		}
 	}
 	return "", false
+}
+
+// RegionalEndpoint tells whether a request's path goes to a cloud's regional endpoint
+// rather than its global one, where Anthropic's newest models cost more
+// (pricecatalog.Entry.RegionalPremiumPercent): an Amazon Bedrock Runtime invocation of
+// a model id or inference profile that is not global (global.anthropic...; an
+// inference profile's ARN is read by its id; an application inference profile, whose id
+// says nothing, is taken as regional, the dearer reading), or a Vertex AI model of a
+// location other than global (/v1/projects/{p}/locations/{location}/publishers/...).
+// Every other path (a provider's own API) is global.
+func RegionalEndpoint(path string) bool {
+	path, _, _ = strings.Cut(path, "?")
+	if id, ok := bedrockID(path); ok {
+		if j := strings.LastIndexByte(id, '/'); j >= 0 {
+			id = id[j+1:] // arn:aws:bedrock:{region}:{account}:inference-profile/{id}
+		}
+		return !strings.HasPrefix(strings.ToLower(id), "global.")
+	}
+	i := strings.Index(path, "/locations/")
+	if i < 0 || !strings.Contains(path[i:], "/publishers/") {
+		return false
+	}
+	location, _, _ := strings.Cut(path[i+len("/locations/"):], "/")
+	return location != "" && location != "global"
 }

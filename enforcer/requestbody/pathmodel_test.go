@@ -45,3 +45,33 @@ func TestRequestModel(t *testing.T) {
 		}
 	}
 }
+
+func TestRegionalEndpoint(t *testing.T) {
+	for path, want := range map[string]bool{
+		// Bedrock: in-region and geographic inference are regional, global. is not.
+		"/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke":                                                  true,
+		"/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/converse-stream":                                        true,
+		"/model/eu.anthropic.claude-haiku-4-5-20251001-v1:0/invoke-with-response-stream":                             true,
+		"/model/global.anthropic.claude-sonnet-4-5-20250929-v1:0/converse":                                           false,
+		"/model/GLOBAL.anthropic.claude-sonnet-4-5-20250929-v1:0/converse":                                           false,
+		"/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fglobal.anthropic.claude-opus-4-5/converse": false,
+		"/model/arn:aws:bedrock:us-east-1:1:inference-profile/us.anthropic.claude-opus-4-5/converse":                 true,
+		"/model/arn:aws:bedrock:us-east-1:1:application-inference-profile/a1b2c3/invoke":                             true, // says nothing: the dearer reading
+		"/bedrock/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/converse":                                       true, // behind a route prefix
+		"/model/anthropic.claude-v2/describe":                                                                        false,
+		// Vertex AI: a region is regional, global is not.
+		"/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict":     true,
+		"/v1/projects/p/locations/global/publishers/anthropic/models/claude-sonnet-4-5@20250929:streamRawPredict": false,
+		"/v1/projects/p/locations/europe-west1/publishers/google/models/gemini-2.5-pro:generateContent":           true,
+		"/v1/projects/p/locations/us-east5/endpoints/123:predict":                                                 false, // not a publisher model
+		"/v1/projects/p/locations//publishers/anthropic/models/x:rawPredict":                                      false,
+		// The providers' own APIs.
+		"/v1/messages":         false,
+		"/v1/chat/completions": false,
+		"/v1beta/models/gemini-2.5-flash:generateContent": false,
+	} {
+		if got := requestbody.RegionalEndpoint(path); got != want {
+			t.Errorf("RegionalEndpoint(%q) = %v, want %v", path, got, want)
+		}
+	}
+}

@@ -127,6 +127,14 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		// Asked to run at the priority tier: charged so at settlement.
 		cost = min(cost*pricecatalog.PriorityMultiplier, money.MaxAllowanceMicroUSD) // cost ≤ 2^52: no overflow
 	}
+	if req.Regional {
+		// Sent to a cloud's regional endpoint: charged its premium at settlement.
+		if c, ok := pricecatalog.RegionalPremium(cost, e.RegionalPremiumPercent); ok {
+			cost = min(c, money.MaxAllowanceMicroUSD)
+		} else {
+			cost = money.MaxAllowanceMicroUSD
+		}
+	}
 	// A model that searches for every request has a search tool without being given one.
 	req.WebSearch = req.WebSearch || e.SearchesEveryRequest
 	if req.WebSearch || req.FileSearch {

@@ -172,6 +172,26 @@ func TestOfShippedCatalog(t *testing.T) {
 	}
 }
 
+// A request to a cloud's regional endpoint reserves the model's regional premium (10%
+// for claude-sonnet-4-5), rounded up; a model without one, or the global endpoint, none.
+func TestRegionalEndpoint(t *testing.T) {
+	r := body(t, `{"anthropic_version":"vertex-2023-10-16","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`)
+	r.Model = "claude-sonnet-4-5@20250929"
+	global := Of(pricecatalog.Default(), r, nil)
+	r.Regional = true
+	regional := Of(pricecatalog.Default(), r, nil)
+	if !global.Known() || regional.MicroUSD != (global.MicroUSD*110+99)/100 {
+		t.Fatalf("global %+v, regional %+v: want 10%% more, rounded up", global, regional)
+	}
+	r.Model = "claude-3-5-sonnet"
+	r.Regional = false
+	older := Of(pricecatalog.Default(), r, nil)
+	r.Regional = true
+	if got := Of(pricecatalog.Default(), r, nil); got.MicroUSD != older.MicroUSD {
+		t.Fatalf("a model without a regional premium: %d regional, %d global", got.MicroUSD, older.MicroUSD)
+	}
+}
+
 // FuzzOf: any body the estimator reads gives a worst case that is known with a positive
 // cost within the bound, or unknown with none; never a panic.
 func FuzzOf(f *testing.F) {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"math/bits"
 	"net/url"
 	"slices"
 	"strings"
@@ -109,6 +110,23 @@ const AudioOutputTokensPerSecond = 20
 // enforcer's worst case (enforcer/worstcase) both apply it.
 const PriorityMultiplier = 2
 
+// RegionalPremium is cost with a regional endpoint's premium of percent added, rounded
+// up to the micro-USD; ok is false when it does not fit in int64. Anthropic's newest
+// models cost 10% more on a cloud's regional endpoints (Amazon Bedrock in-region or
+// geographic inference, a Vertex AI region) than on its global one
+// (Entry.RegionalPremiumPercent). Settlement (controlplane/accounting) and the enforcer's
+// worst case (enforcer/worstcase) both apply it.
+func RegionalPremium(cost, percent int64) (int64, bool) {
+	if percent <= 0 || cost <= 0 {
+		return cost, true
+	}
+	hi, lo := bits.Mul64(uint64(cost), uint64(100+percent))
+	if hi != 0 || lo > math.MaxUint64-99 {
+		return 0, false
+	}
+	return int64((lo + 99) / 100), true // < 2^64 / 100: fits
+}
+
 // OneHourCacheWrite is the price of cache writes made for an hour (Anthropic's one-hour
 // cache: twice the input price, where its default five-minute writes cost 1.25 times
 // it), from a price's input and cache-write prices: the larger of the cache-write price
@@ -146,6 +164,13 @@ type Entry struct {
 	// Completions), which its answer does not report as a search: a request it answered
 	// is charged WebSearchPerPrompt once, whatever the answer shows.
 	SearchesEveryRequest bool
+	// RegionalPremiumPercent is what the model costs more, in percent of its price, on a
+	// cloud's regional endpoints than on its global one: Anthropic's Claude Sonnet 4.5,
+	// Haiku 4.5 and Opus 4.5 on Amazon Bedrock (in-region and geographic inference
+	// profiles against global.) and Google Vertex AI (a region against "global"), 10.
+	// The enforcer says when a request went to a regional endpoint
+	// (requestbody.RegionalEndpoint); the provider's own API is global.
+	RegionalPremiumPercent int64
 	// LongContext, when not nil, is the model's price for a request whose prompt is
 	// longer than LongContext.Above input tokens (cached ones and cache writes included):
 	// Gemini 2.5 Pro and 3 Pro above 200k tokens, Gemini 1.5 above 128k, Claude Sonnet 4
@@ -215,6 +240,8 @@ type fileEntry struct {
 	AudioOutput *int64 `json:"audioOutput"`
 	// SearchesEveryRequest needs WebSearchPerPrompt, the price of a request's search.
 	SearchesEveryRequest bool `json:"searchesEveryRequest"`
+	// RegionalPremiumPercent is the premium of regional endpoints (Entry).
+	RegionalPremiumPercent *int64 `json:"regionalPremiumPercent"`
 	// LongContext is the price of prompts above its threshold (Entry.LongContext).
 	LongContext *fileLongContext `json:"longContext"`
 	Note        string           `json:"note"`
@@ -387,6 +414,13 @@ func Load(data []byte) (*Catalog, error) {
 			} else {
 				e.WebSearchPerPrompt = *m.WebSearchPerPrompt
 				c.highestWebSearch = max(c.highestWebSearch, e.WebSearchPerPrompt)
+			}
+		}
+		if m.RegionalPremiumPercent != nil {
+			if *m.RegionalPremiumPercent < 1 || *m.RegionalPremiumPercent > 100 {
+				bad("%s: regionalPremiumPercent must be from 1 to 100", where)
+			} else {
+				e.RegionalPremiumPercent = *m.RegionalPremiumPercent
 			}
 		}
 		if m.SearchesEveryRequest {

@@ -1,6 +1,7 @@
 package pricecatalog
 
 import (
+	"math"
 	"math/big"
 	"os"
 	"strings"
@@ -398,6 +399,8 @@ func TestLoadRefuses(t *testing.T) {
 		"http source":                        strings.Replace(good, "https://", "http://", 1),
 		"wrong unit":                         strings.Replace(good, "integer micro-USD", "USD", 1),
 		"zero maxOutput":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":0}]}`,
+		"zero regional premium":              head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"regionalPremiumPercent":0}]}`,
+		"regional premium above 100":         head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"regionalPremiumPercent":101}]}`,
 		"huge maxOutput":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":10000001}]}`,
 		"fraction maxOut":                    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":1.5}]}`,
 		"unknown kind":                       head + `{"model":"m","provider":"openai","kind":"image","input":1,"output":2,"cachedInput":1}]}`,
@@ -579,6 +582,32 @@ func TestWebSearch(t *testing.T) {
 			`"models":[{"model":"g","provider":"google","input":1,"output":1,"cachedInput":1,"webSearchPerPrompt":` + bad + `}]}`
 		if _, err := Load([]byte(f)); err == nil {
 			t.Errorf("webSearchPerPrompt %s was accepted", bad)
+		}
+	}
+}
+
+func TestRegionalPremium(t *testing.T) {
+	for _, tc := range []struct {
+		cost, percent, want int64
+		ok                  bool
+	}{
+		{1000, 10, 1100, true},
+		{1, 10, 2, true}, // 1.1 rounded up
+		{10, 10, 11, true},
+		{0, 10, 0, true},
+		{1000, 0, 1000, true},
+		{math.MaxInt64 / 2, 10, 0, false},
+		{math.MaxInt64 / 110, 10, (math.MaxInt64/110*110 + 99) / 100, true},
+	} {
+		got, ok := RegionalPremium(tc.cost, tc.percent)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("RegionalPremium(%d, %d) = %d, %v; want %d, %v", tc.cost, tc.percent, got, ok, tc.want, tc.ok)
+		}
+	}
+	// The shipped catalog: Anthropic's newest models, 10%; the older ones none.
+	for model, want := range map[string]int64{"claude-sonnet-4-5": 10, "claude-haiku-4-5": 10, "claude-opus-4-5": 10, "claude-sonnet-4": 0, "claude-3-5-haiku": 0, "gpt-4o": 0} {
+		if e, ok := Lookup(model); !ok || e.RegionalPremiumPercent != want {
+			t.Errorf("%s: regional premium %d, want %d", model, e.RegionalPremiumPercent, want)
 		}
 	}
 }

@@ -1399,8 +1399,15 @@ type SettleItem struct {
 	// an unknown split never lowers a charge. 0 is a report: no audio.
 	AudioInputTokens  *int64 `protobuf:"varint,21,opt,name=audio_input_tokens,json=audioInputTokens,proto3,oneof" json:"audio_input_tokens,omitempty"`
 	AudioOutputTokens *int64 `protobuf:"varint,22,opt,name=audio_output_tokens,json=audioOutputTokens,proto3,oneof" json:"audio_output_tokens,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// regional_endpoint is true when the request went to a cloud's regional endpoint, not
+	// its global one (Amazon Bedrock: a model id or inference profile without the global.
+	// prefix; Google Vertex AI: a location other than global), which the enforcer reads
+	// from the request's path (requestbody.RegionalEndpoint). A model whose catalog entry
+	// has a regional premium (pricecatalog.Entry.RegionalPremiumPercent: Anthropic's
+	// newest, 10%) is charged its tokens that much more.
+	RegionalEndpoint bool `protobuf:"varint,23,opt,name=regional_endpoint,json=regionalEndpoint,proto3" json:"regional_endpoint,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1585,6 +1592,13 @@ func (x *SettleItem) GetAudioOutputTokens() int64 {
 		return *x.AudioOutputTokens
 	}
 	return 0
+}
+
+func (x *SettleItem) GetRegionalEndpoint() bool {
+	if x != nil {
+		return x.RegionalEndpoint
+	}
+	return false
 }
 
 type SettleRequest struct {
@@ -1955,7 +1969,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xbc\b\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xe9\b\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -1981,7 +1995,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x13web_search_requests\x18\x13 \x01(\x03R\x11webSearchRequests\x12*\n" +
 	"\x11file_search_calls\x18\x14 \x01(\x03R\x0ffileSearchCalls\x121\n" +
 	"\x12audio_input_tokens\x18\x15 \x01(\x03H\x01R\x10audioInputTokens\x88\x01\x01\x123\n" +
-	"\x13audio_output_tokens\x18\x16 \x01(\x03H\x02R\x11audioOutputTokens\x88\x01\x01B\x1a\n" +
+	"\x13audio_output_tokens\x18\x16 \x01(\x03H\x02R\x11audioOutputTokens\x88\x01\x01\x12+\n" +
+	"\x11regional_endpoint\x18\x17 \x01(\bR\x10regionalEndpointB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokens\"G\n" +

@@ -1,0 +1,37 @@
+package gate_test
+
+import (
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+)
+
+// The hint of a body and its path: the body's model, else the path's (Gemini, Bedrock,
+// Vertex AI, the query ignored), and whether the path goes to a regional endpoint; no
+// hint for a body that is no JSON object.
+func TestBodyHint(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, path string
+		model            string
+		regional         bool
+	}{
+		{"the body's model", `{"model":"gpt-4o-mini","max_tokens":5}`, "/v1/chat/completions", "gpt-4o-mini", false},
+		{"Gemini's path, with a query", `{"contents":[]}`, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "gemini-2.5-flash", false},
+		{"Vertex AI in a region", `{"anthropic_version":"vertex-2023-10-16","max_tokens":5}`,
+			"/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict", "claude-sonnet-4-5@20250929", true},
+		{"Vertex AI global", `{"max_tokens":5}`,
+			"/v1/projects/p/locations/global/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict", "claude-sonnet-4-5@20250929", false},
+		{"Bedrock geographic inference", `{"max_tokens":5}`, "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke",
+			"us.anthropic.claude-sonnet-4-5-20250929-v1:0", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := gate.BodyHint([]byte(tc.body), tc.path)
+			if h.Body == nil || h.Body.Model != tc.model || h.Body.Regional != tc.regional {
+				t.Fatalf("hint %+v, want model %q, regional %v", h.Body, tc.model, tc.regional)
+			}
+		})
+	}
+	if h := gate.BodyHint([]byte(`not json`), "/v1beta/models/gemini-2.5-flash:generateContent"); h.Body != nil {
+		t.Fatalf("a body that is no JSON object gave a hint: %+v", h.Body)
+	}
+}
