@@ -2,6 +2,7 @@ package charttest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"maps"
@@ -367,8 +368,9 @@ func TestEnvContractDocumented(t *testing.T) {
 // (with its credential only then), routes, or both; its routes file is a
 // ConfigMap of the render, mounted where
 // TOLLGATE_GATEWAY_ROUTES points, holding no credential, whose routes' credential
-// files are keys of mounted Secrets; a change of the routes rolls the pods; and
-// the enforcer Service exposes the gateway port.
+// files (credentialFile, google's credentialsFile) are keys of mounted Secrets; a
+// change of the routes rolls the pods; and the enforcer Service exposes the
+// gateway port.
 func checkGateway(t *testing.T, kinds map[string][]obj) {
 	t.Helper()
 	configMaps := map[string]obj{}
@@ -450,23 +452,31 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 				continue
 			}
 			var rf struct {
-				Routes []map[string]string `yaml:"routes"`
+				Routes []map[string]any `yaml:"routes"`
 			}
 			if err := yaml.Unmarshal([]byte(str(cm, "data", file)), &rf); err != nil || len(rf.Routes) == 0 {
 				t.Errorf("ConfigMap %s: %s holds no routes (%v)", str(cm, "metadata", "name"), file, err)
 				continue
 			}
 			// The enforcer's own parser accepts the file (known keys, prefixes,
-			// upstreams, header names), with stand-ins for the credentials.
-			parsed := make([]map[string]string, len(rf.Routes))
+			// upstreams, header names), with stand-ins for the credentials. A google
+			// route gets a stand-in credentials file, given or not: without one the
+			// parser would look for Google's Application Default Credentials (the
+			// metadata server of GKE), which are not here.
+			parsed := make([]map[string]any, len(rf.Routes))
 			for i, r := range rf.Routes {
 				parsed[i] = maps.Clone(r)
-				if r["credentialFile"] != "" {
+				if field(r, "credentialFile") != "" {
 					stand := filepath.Join(t.TempDir(), "credential")
 					if err := os.WriteFile(stand, []byte("Bearer stand-in\n"), 0o600); err != nil {
 						t.Fatal(err)
 					}
 					parsed[i]["credentialFile"] = stand
+				}
+				if g, ok := r["google"].(map[string]any); ok {
+					g = maps.Clone(g)
+					g["credentialsFile"] = googleStandIn(t)
+					parsed[i]["google"] = g
 				}
 			}
 			b, _ := yaml.Marshal(map[string]any{"routes": parsed})
@@ -474,15 +484,30 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 				t.Errorf("ConfigMap %s: the enforcer refuses %s: %v", str(cm, "metadata", "name"), file, err)
 			}
 			for i, r := range rf.Routes {
-				for k := range r {
-					if !slices.Contains([]string{"prefix", "upstream", "header", "credentialFile", "credentialEnv"}, k) {
-						t.Errorf("routes file, route %d: key %q (credentials come from credentialFile or credentialEnv only)", i, k)
+				for k, v := range r {
+					if !slices.Contains([]string{"prefix", "upstream", "header", "credentialFile", "credentialEnv", "google"}, k) {
+						t.Errorf("routes file, route %d: key %q (credentials come from credentialFile, credentialEnv or google only)", i, k)
+					} else if _, ok := v.(string); !ok && k != "google" {
+						t.Errorf("routes file, route %d: %s is %T, not a string", i, k, v)
 					}
 				}
-				if !strings.HasPrefix(r["prefix"], "/") || !strings.HasPrefix(r["upstream"], "http") {
+				files := []string{field(r, "credentialFile")}
+				if g, ok := r["google"]; ok {
+					gm, ok := g.(map[string]any)
+					if !ok {
+						t.Errorf("routes file, route %d: google is %T, not a mapping", i, g)
+					}
+					for k, v := range gm {
+						if _, ok := v.(string); k != "credentialsFile" || !ok {
+							t.Errorf("routes file, route %d: google.%s = %v (a Google credential comes from credentialsFile, or from the default credentials, only)", i, k, v)
+						}
+					}
+					files = append(files, field(gm, "credentialsFile"))
+				}
+				if !strings.HasPrefix(field(r, "prefix"), "/") || !strings.HasPrefix(field(r, "upstream"), "http") {
 					t.Errorf("routes file, route %d: prefix %q, upstream %q", i, r["prefix"], r["upstream"])
 				}
-				if name := r["credentialEnv"]; name != "" {
+				if name := field(r, "credentialEnv"); name != "" {
 					found := false
 					for _, e := range list(c, "env") {
 						found = found || str(e, "name") == name
@@ -491,30 +516,55 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 						t.Errorf("routes file, route %d: credentialEnv %s is not in the container's environment", i, name)
 					}
 				}
-				f := r["credentialFile"]
-				if f == "" {
-					continue
-				}
-				vol, item := mountOf(f)
-				var sources []any
-				if s := get(vol, "secret"); s != nil {
-					sources = []any{obj{"secret": s}}
-				} else {
-					sources = list(vol, "projected", "sources")
-				}
-				found := false
-				for _, src := range sources {
-					if get(src, "secret") == nil {
-						t.Errorf("%s: the credential volume of route %d projects something else than Secrets: %v", where, i, src)
+				for _, f := range files {
+					if f == "" {
+						continue
 					}
-					for _, it := range list(src, "secret", "items") {
-						found = found || str(it, "path") == item
+					vol, item := mountOf(f)
+					var sources []any
+					if s := get(vol, "secret"); s != nil {
+						sources = []any{obj{"secret": s}}
+					} else {
+						sources = list(vol, "projected", "sources")
 					}
-				}
-				if !found {
-					t.Errorf("routes file, route %d: credentialFile %s is no key of a mounted Secret", i, f)
+					found := false
+					for _, src := range sources {
+						if get(src, "secret") == nil {
+							t.Errorf("%s: the credential volume of route %d projects something else than Secrets: %v", where, i, src)
+						}
+						for _, it := range list(src, "secret", "items") {
+							found = found || str(it, "path") == item
+						}
+					}
+					if !found {
+						t.Errorf("routes file, route %d: credential file %s is no key of a mounted Secret", i, f)
+					}
 				}
 			}
 		}
 	}
+}
+
+// field is the string value of m[k], empty when it is missing or not a string.
+func field(m map[string]any, k string) string {
+	s, _ := m[k].(string)
+	return s
+}
+
+// googleStandIn writes a Google service account's credentials file for the
+// enforcer's parser and returns its path. The parser checks its type and
+// fields; the key is never used (nothing is fetched), so it is no key.
+func googleStandIn(t *testing.T) string {
+	t.Helper()
+	b, _ := json.Marshal(map[string]string{
+		"type":         "service_account",
+		"client_email": "stand-in@tollgate-test.iam.gserviceaccount.com",
+		"private_key":  "stand-in",
+		"token_uri":    "https://oauth2.googleapis.com/token",
+	})
+	path := filepath.Join(t.TempDir(), "google-credentials.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -70,6 +70,13 @@ func TestValuesRejected(t *testing.T) {
 		{"routes with the same prefix", append(route, "--set", "enforcer.gateway.routes[1].prefix=/", "--set", "enforcer.gateway.routes[1].upstream=https://api.anthropic.com"), `prefix "/" appears twice`},
 		{"gateway upstream secret without upstream", append(route, "--set", "secrets.gatewayUpstreamAuthorization.name=openai"), "secrets.gatewayUpstreamAuthorization"},
 		{"route header with an underscore", append(route, "--set", "enforcer.gateway.routes[0].header=x_api_key"), "/enforcer/gateway/routes/0/header"},
+		// Google Vertex AI routes: google is the route's only credential.
+		{"route with google and a secret", append(route, "--set-json", `enforcer.gateway.routes[0].google={}`, "--set", "enforcer.gateway.routes[0].credentialSecret.name=vertex", "--set", "enforcer.gateway.routes[0].credentialSecret.key=token"), "'/enforcer/gateway/routes/0/credentialSecret': false schema"},
+		{"route with google and an env credential", append(route, "--set", "enforcer.gateway.routes[0].google.credentialsSecret.name=vertex", "--set", "enforcer.gateway.routes[0].google.credentialsSecret.key=key.json", "--set", "enforcer.gateway.routes[0].credentialEnv=VERTEX_TOKEN"), "'/enforcer/gateway/routes/0/credentialEnv': false schema"},
+		{"route google credentials file path", append(route, "--set", "enforcer.gateway.routes[0].google.credentialsFile=/etc/key.json"), "additional properties 'credentialsFile' not allowed"},
+		{"route google secret without key", append(route, "--set", "enforcer.gateway.routes[0].google.credentialsSecret.name=vertex"), "/enforcer/gateway/routes/0/google/credentialsSecret"},
+		{"route google not an object", append(route, "--set", "enforcer.gateway.routes[0].google=true"), "/enforcer/gateway/routes/0/google"},
+		{"route with google and a secret, schema skipped", append(route, "--skip-schema-validation", "--set-json", `enforcer.gateway.routes[0].google={}`, "--set", "enforcer.gateway.routes[0].credentialEnv=VERTEX_TOKEN"), `prefix "/" has google and credentialSecret or credentialEnv`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,6 +110,11 @@ func TestValuesAccepted(t *testing.T) {
 		{"gateway to a local model server without credential", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=http://vllm.models.svc:8000/"}},
 		{"gateway routes only", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/", "--set", "enforcer.gateway.routes[0].upstream=https://api.openai.com",
 			"--set", "enforcer.gateway.routes[0].credentialSecret.name=openai", "--set", "enforcer.gateway.routes[0].credentialSecret.key=authorization"}},
+		{"gateway route to Vertex AI with a service account's key", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/v1/projects/",
+			"--set", "enforcer.gateway.routes[0].upstream=https://us-east5-aiplatform.googleapis.com", "--set", "enforcer.gateway.routes[0].google.credentialsSecret.name=vertex", "--set", "enforcer.gateway.routes[0].google.credentialsSecret.key=key.json"}},
+		{"gateway route to Vertex AI with the default credentials", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/v1/projects/",
+			"--set", "enforcer.gateway.routes[0].upstream=https://aiplatform.googleapis.com", "--set-json", `enforcer.gateway.routes[0].google={}`,
+			"--set", "serviceAccount.annotations.iam\\.gke\\.io/gcp-service-account=tollgate@acme.iam.gserviceaccount.com"}},
 		{"gateway off with values set", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.mode=sidecar"}},
 	}
 	for _, tc := range tests {

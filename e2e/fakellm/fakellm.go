@@ -58,6 +58,11 @@
 //     /converse-stream; the model id percent-decoded from the path): Anthropic's
 //     message with Bedrock's token-count headers, Anthropic's stream events in AWS event
 //     stream frames, the Converse API's answer and its event stream (bedrock.go).
+//   - Google Vertex AI's publisher models (POST /v1/projects/{project}/locations/
+//     {location}/publishers/{anthropic,google}/models/{model}:{method}; the model from
+//     the path): Claude's :rawPredict and :streamRawPredict answered as Anthropic's
+//     messages, Gemini's :generateContent, :streamGenerateContent and :countTokens as
+//     the Gemini API's (vertex.go).
 //   - A stored response is retrieved (GET /v1/responses/{id}) as the completed
 //     response object with its usage, as OpenAI shows it again (free: it was charged
 //     when it was generated).
@@ -228,9 +233,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := Call{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
 	deployment := azureDeployment(r.URL.Path)
 	bedrockAPI, bedrockModel := bedrockRoute(r.URL.EscapedPath())
+	vertexAPI, vertexModel, vertexStream := vertexRoute(r.URL.Path)
 	switch {
 	case r.Method == http.MethodPost && bedrockAPI != "":
 		c.API, c.Stream = bedrockAPI, bedrockStreaming(bedrockAPI)
+	case r.Method == http.MethodPost && vertexAPI != "":
+		c.API, c.Stream = vertexAPI, vertexStream
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions":
 		c.API = OpenAIChat
 	case r.Method == http.MethodPost && deployment != "" && r.URL.Query().Get("api-version") != "":
@@ -271,8 +279,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Bedrock: the model is in the path, the operation says whether it streams.
 		req.Model, req.Stream = bedrockModel, c.Stream
 	}
+	if vertexAPI != "" && c.API != "" {
+		// Vertex AI: the path names the model (Claude's token counting excepted); the
+		// method says whether it streams, or a Claude body's "stream".
+		if vertexModel != "" {
+			req.Model = vertexModel
+		}
+		req.Stream = req.Stream || c.Stream
+	}
 	geminiAPI := strings.HasPrefix(c.API, "gemini.")
-	if geminiAPI {
+	if geminiAPI && vertexAPI == "" {
 		// The model is in the path: /v1beta/models/{model}:{method}.
 		req.Model, _, _ = strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1beta/models/"), ":")
 		req.Stream = c.Stream
@@ -301,6 +317,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	model := req.Model
 	if m, ok := s.Snapshots[model]; ok {
 		model = m
+	}
+	if vertexAPI == AnthropicMessages {
+		model = vertexClaudeModel(model)
 	}
 	ew := newEventWriter(w, c.Gzip)
 	defer ew.close()

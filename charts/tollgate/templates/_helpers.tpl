@@ -358,16 +358,26 @@ routes file and the routes' credentials are mounted at fixed paths.
 {{- if and $g.enabled $g.routes (eq .Values.enforcer.mode "deployment") }}true{{ end -}}
 {{- end -}}
 
+{{/*
+The Secret key a route mounts as its file route-{i}: its credentialSecret, or its
+google.credentialsSecret (a Google credentials JSON); empty for none.
+*/}}
+{{- define "tollgate.gateway.routeSecret" -}}
+{{- toYaml (.credentialSecret | default (dig "google" "credentialsSecret" dict .)) -}}
+{{- end -}}
+
 {{/* Whether a route takes its credential from a Secret: "true" or "". */}}
 {{- define "tollgate.gateway.hasCredentialSecrets" -}}
 {{- if include "tollgate.gateway.hasRoutes" . }}
-{{- range .Values.enforcer.gateway.routes }}{{ if .credentialSecret }}true{{ end }}{{ end }}
+{{- range .Values.enforcer.gateway.routes }}{{ if include "tollgate.gateway.routeSecret" . | fromYaml }}true{{ end }}{{ end }}
 {{- end }}
 {{- end -}}
 
 {{/*
 The routes file the gateway reads (TOLLGATE_GATEWAY_ROUTES): enforcer.gateway.routes
-with each credentialSecret replaced by the file it is mounted as.
+with each credentialSecret, and each google.credentialsSecret, replaced by the file
+it is mounted as. google without credentialsSecret stays google: {} (Application
+Default Credentials).
 */}}
 {{- define "tollgate.gateway.routesFile" -}}
 {{- $root := . -}}
@@ -386,7 +396,17 @@ routes:
     {{- with $r.header }}
     header: {{ . | quote }}
     {{- end }}
-    {{- if $r.credentialSecret }}
+    {{- if hasKey $r "google" }}
+    {{- if or $r.credentialSecret $r.credentialEnv }}
+    {{- fail (printf "enforcer.gateway.routes: the route of prefix %q has google and credentialSecret or credentialEnv; give it one credential" $r.prefix) }}
+    {{- end }}
+    {{- if dig "google" "credentialsSecret" "" $r }}
+    google:
+      credentialsFile: "{{ include "tollgate.gateway.credentialsDir" $root }}/route-{{ $i }}"
+    {{- else }}
+    google: {}
+    {{- end }}
+    {{- else if $r.credentialSecret }}
     credentialFile: "{{ include "tollgate.gateway.credentialsDir" $root }}/route-{{ $i }}"
     {{- else if $r.credentialEnv }}
     credentialEnv: {{ $r.credentialEnv | quote }}
@@ -421,7 +441,10 @@ routes:
 {{- end }}
 {{- end -}}
 
-{{/* The enforcer pod's volumes for the gateway: the routes ConfigMap and the routes' Secret keys. */}}
+{{/*
+The enforcer pod's volumes for the gateway: the routes ConfigMap and the routes'
+Secret keys (credentialSecret or google.credentialsSecret), route i's as route-{i}.
+*/}}
 {{- define "tollgate.gateway.volumes" -}}
 {{- if include "tollgate.gateway.hasRoutes" . }}
 - name: gateway-routes
@@ -432,7 +455,7 @@ routes:
   projected:
     sources:
     {{- range $i, $r := .Values.enforcer.gateway.routes }}
-    {{- with $r.credentialSecret }}
+    {{- with include "tollgate.gateway.routeSecret" $r | fromYaml }}
       - secret:
           name: {{ .name }}
           items:
