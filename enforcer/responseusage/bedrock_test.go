@@ -132,6 +132,19 @@ func TestBedrockConverse(t *testing.T) {
 	}
 }
 
+// Amazon Nova's InvokeModel answer is Converse's shape with its own names of the cache
+// counts (cacheReadInputTokenCount, cacheWriteInputTokenCount): read the same way.
+func TestBedrockNovaInvoke(t *testing.T) {
+	body := `{"output":{"message":{"content":[{"text":"Tolls are paid."}],"role":"assistant"}},"stopReason":"end_turn",` +
+		`"usage":{"inputTokens":12,"outputTokens":200,"totalTokens":612,"cacheReadInputTokenCount":300,"cacheWriteInputTokenCount":100}}`
+	want := Usage{InputTokens: 412, OutputTokens: 200, CachedInputTokens: 300, CacheCreationInputTokens: 100, Complete: true,
+		Format: FormatBedrockConverse, InputReported: true, OutputReported: true, TextBytes: int64(len("Tolls are paid."))}
+	checkSplits(t, ctJSON, nil, []byte(body), want)
+	if ref, ok := oracleFor(ctJSON, []byte(body)); !ok || !reflect.DeepEqual(ref, want) {
+		t.Fatalf("the reference reads %s", show(ref))
+	}
+}
+
 // InvokeModel answers every model's counts in headers: read when the body is no shape
 // the extractor knows (a Llama model's), the body's own usage when it is (a Claude
 // model's Anthropic message).

@@ -245,7 +245,8 @@ func secondsMillis(v any) (int64, bool) {
 // converseKeys are Bedrock Converse's usage names, read as the Anthropic counts; a valid
 // one marks the document as Converse's (the second result).
 var converseKeys = map[string]int{"inputTokens": tokInput, "outputTokens": tokOutput,
-	"cacheReadInputTokens": tokCacheRead, "cacheWriteInputTokens": tokCacheCreation}
+	"cacheReadInputTokens": tokCacheRead, "cacheWriteInputTokens": tokCacheCreation,
+	"cacheReadInputTokenCount": tokCacheRead, "cacheWriteInputTokenCount": tokCacheCreation}
 
 func oracleUsage(obj []member) (usageFields, bool) {
 	var u usageFields

@@ -58,7 +58,8 @@ const (
 	kTokenCount        // Gemini: a *TokensDetails[] entry's tokenCount
 	// Amazon Bedrock's Converse usage (camelCase), read into Anthropic's counts:
 	// inputTokens (without the cache), outputTokens, cacheReadInputTokens,
-	// cacheWriteInputTokens.
+	// cacheWriteInputTokens (Amazon Nova's InvokeModel answer: cacheReadInputTokenCount,
+	// cacheWriteInputTokenCount).
 	kConverseInput
 	kConverseOutput
 	kConverseCacheRead
@@ -233,9 +234,9 @@ func keyID(b []byte) uint8 {
 		return kConverseInput
 	case "outputTokens":
 		return kConverseOutput
-	case "cacheReadInputTokens":
+	case "cacheReadInputTokens", "cacheReadInputTokenCount": // Converse's; Amazon Nova's InvokeModel
 		return kConverseCacheRead
-	case "cacheWriteInputTokens":
+	case "cacheWriteInputTokens", "cacheWriteInputTokenCount":
 		return kConverseCacheWrite
 	case "cost":
 		return kCost
