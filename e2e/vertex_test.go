@@ -206,6 +206,23 @@ func TestVertexAIThroughTheGateway(t *testing.T) {
 		})
 	}
 
+	t.Run("vertex-count: Claude's token count, free", func(t *testing.T) {
+		before := len(fake.Calls())
+		r := runSDK(t, dir, "vertex.mjs", "vertex-count", s.gateway, o.key, modelID)
+		if !r.OK || r.Status != 200 || !strings.Contains(string(r.Usage), `"input_tokens":10000`) {
+			t.Fatalf("the count failed: %+v", r)
+		}
+		call := providerCall(t, before, "/v1/projects/tollgate-test/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict", modelID, "Bearer ya29.fake-1")
+		if call.API != fakellm.AnthropicCountTokens {
+			t.Errorf("the provider got API %q, want Claude's token count", call.API)
+		}
+		rec := waitReceipt(t, s, call.Header.Get("X-Service-Request-Id"))
+		if rec.cost() != 0 || rec["complete"] != true {
+			t.Errorf("the token count's receipt %s, want complete at 0", rec)
+		}
+		n++
+	})
+
 	t.Run("gemini", func(t *testing.T) {
 		const path = "/v1/projects/tollgate-test/locations/us-central1/publishers/google/models/" + gemini + ":generateContent"
 		before := len(fake.Calls())

@@ -10,7 +10,7 @@
 // (OpenAI's embeddings), "batch" and "background" (a batch, a background response) or
 // "retrieve" (a stored response read again) or "transcribe" (an audio upload), or
 // "invoke" / "invoke-stream" / "converse" / "converse-stream" (Amazon Bedrock Runtime,
-// bedrock.mjs), or "vertex" / "vertex-stream" (Claude on Google Vertex AI, vertex.mjs).
+// bedrock.mjs), or "vertex" / "vertex-stream" / "vertex-count" (Claude on Google Vertex AI, vertex.mjs).
 // The SDK client is built with its defaults: retries, timeout, headers, fetch
 // (bedrock.mjs and vertex.mjs say where they depart from them).
 //
@@ -25,7 +25,7 @@ export function settings() {
   const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'responses-file-search', 'responses-file-search-stream', 'search', 'search-stream', 'image', 'image-stream', 'realtime', 'audio', 'audio-stream', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
     'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse',
     'speech-mp3', 'speech-opus', 'speech-aac', 'speech-flac', 'speech-wav', 'speech-pcm',
-    'invoke', 'invoke-stream', 'converse', 'converse-stream', 'vertex', 'vertex-stream'];
+    'invoke', 'invoke-stream', 'converse', 'converse-stream', 'vertex', 'vertex-stream', 'vertex-count'];
   if (!scenarios.includes(scenario)) {
     throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);
   }

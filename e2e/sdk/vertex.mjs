@@ -6,7 +6,8 @@
 // (:streamRawPredict when streamed), the model out of the body and anthropic_version in
 // it (the base SDK's anthropic-version, moved from the header). TOLLGATE_MODEL is the Vertex model id
 // ("claude-sonnet-4-5@20250929"). Scenarios: "vertex" (messages.create) and
-// "vertex-stream" (messages.stream: the text as it comes, the final message's usage).
+// "vertex-stream" (messages.stream: the text as it comes, the final message's usage) and
+// "vertex-count" (messages.countTokens: .../models/count-tokens:rawPredict).
 // Otherwise the client's defaults (two retries, its backoff, its headers). See
 // report.mjs for the settings and the output.
 //
@@ -52,6 +53,11 @@ await run('@anthropic-ai/vertex-sdk', s.scenario, async () => {
       // The final message: message_start's usage with message_delta's output tokens.
       const msg = await stream.finalMessage();
       return { text, model: msg.model, usage: msg.usage ?? null, chunks };
+    }
+    case 'vertex-count': {
+      // messages.countTokens: Vertex's count-tokens:rawPredict, the model in the body.
+      const res = await client.messages.countTokens({ model: s.model, messages: request.messages });
+      return { text: '', model: null, usage: res, chunks: 0 };
     }
     default:
       throw new Error(`"${s.scenario}" is not a Vertex scenario`);

@@ -9,9 +9,10 @@ import (
 // not charged, though their bodies look like a generation request's (a model, messages
 // or input text): Anthropic's POST /v1/messages/count_tokens (which Claude Code calls
 // before many turns), OpenAI's POST /v1/responses/input_tokens, and OpenAI's
-// POST /v1/moderations (free; its answer reports no usage), and Gemini's
-// POST /v1beta/models/{model}:countTokens.
-var unbilledPaths = []string{"/messages/count_tokens", "/responses/input_tokens", "/moderations", ":countTokens"}
+// POST /v1/moderations (free; its answer reports no usage), Gemini's
+// POST /v1beta/models/{model}:countTokens (Vertex AI's too), and Claude's token count on
+// Vertex AI, POST .../publishers/anthropic/models/count-tokens:rawPredict.
+var unbilledPaths = []string{"/messages/count_tokens", "/responses/input_tokens", "/moderations", ":countTokens", "/models/count-tokens:rawPredict"}
 
 // Unbilled reports whether a request is one the provider does not charge: any method
 // but POST (every provider's generation is a POST; a GET reads a stored object, such as

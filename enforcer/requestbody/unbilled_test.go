@@ -23,12 +23,15 @@ func TestUnbilled(t *testing.T) {
 		"/v1/responses/input_tokens":                  true,
 		"/v1/moderations":                             true,
 		"/v1beta/models/gemini-2.5-flash:countTokens": true,
-		"/v1/messages":                                false,
-		"/v1/chat/completions":                        false,
-		"/v1/responses":                               false,
-		"/v1/embeddings":                              false, // charged: it reports its usage
-		"/v1/messages/count_tokens/extra":             false,
-		"":                                            false,
+		"/v1/projects/p/locations/us-east5/publishers/google/models/gemini-2.5-flash:countTokens":    true,
+		"/v1/projects/p/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict":      true, // Claude's token count on Vertex AI
+		"/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5:rawPredict": false,
+		"/v1/messages":                    false,
+		"/v1/chat/completions":            false,
+		"/v1/responses":                   false,
+		"/v1/embeddings":                  false, // charged: it reports its usage
+		"/v1/messages/count_tokens/extra": false,
+		"":                                false,
 	} {
 		if got := requestbody.Unbilled("POST", path); got != want {
 			t.Errorf("Unbilled(%q) = %v, want %v", path, got, want)
