@@ -32,7 +32,7 @@ func TestBedrockThroughTheGateway(t *testing.T) {
 	awayFromDayBoundary(t, 3*time.Minute)
 	const providerAuth = "Bearer bedrock-provider-key-0123456789"
 	// Bedrock, as Anthropic, counts the input without the cache reads and writes.
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, CachedInputTokens: 2_000, CacheCreationInputTokens: 1_000, OutputTokens: 1_000})
+	fake, up := fixedUsageUpstream(t, cloudClaudeUsage)
 	routes := filepath.Join(t.TempDir(), "routes.yaml")
 	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: authorization\n    credentialEnv: BEDROCK_AUTHORIZATION\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -40,18 +40,9 @@ func TestBedrockThroughTheGateway(t *testing.T) {
 	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "BEDROCK_AUTHORIZATION": providerAuth})
 	o := s.setUpOrg(t)
 
-	const claude = "claude-sonnet-4-5"
-	e, ok := pricecatalog.Lookup(claude)
-	if !ok || e.CacheWritePerMillion == nil {
-		t.Fatalf("%s is not in the catalog with a cache-write price: %+v", claude, e)
-	}
-	global := ceilDiv(10_000*e.InputPerMillion+2_000*e.CachedInputPerMillion+1_000**e.CacheWritePerMillion+1_000*e.OutputPerMillion, 1_000_000)
 	// A model id without the global. prefix (in-region, or a geographic inference
-	// profile) is a regional endpoint: the model's premium on top (10%, rounded up).
-	if e.RegionalPremiumPercent != 10 {
-		t.Fatalf("%s has a regional premium of %d%%, want 10", claude, e.RegionalPremiumPercent)
-	}
-	regional := ceilDiv(global*110, 100)
+	// profile) is a regional endpoint: the model's premium on top.
+	global, regional := cloudClaudeCost(t)
 	// The block below lowers the member's limit to 0.01 USD: four calls must be over it,
 	// and their sum far from the 1 USD limit they are made under.
 	if global <= usd/100 || 4*regional >= usd {
@@ -127,8 +118,8 @@ func TestBedrockThroughTheGateway(t *testing.T) {
 			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" || rec["price_source"] != "catalog" {
 				t.Errorf("receipt %s, want %d micro-USD, complete, from the reported usage at the catalog's price", rec, want)
 			}
-			if !strings.Contains(model, claude) {
-				t.Errorf("the receipt's model is %q, want one naming %s", model, claude)
+			if !strings.Contains(model, cloudClaude) {
+				t.Errorf("the receipt's model is %q, want one naming %s", model, cloudClaude)
 			}
 			if rec["output_tokens"] != 1_000.0 || rec["cached_input_tokens"] != 2_000.0 || rec["cache_creation_input_tokens"] != 1_000.0 {
 				t.Errorf("receipt %s, want 1,000 output tokens, 2,000 cache reads, 1,000 cache writes", rec)
@@ -160,4 +151,26 @@ func TestBedrockThroughTheGateway(t *testing.T) {
 			t.Errorf("used %d after the refusals, want %d", st.Buckets[0].UsedMicroUsd, total)
 		}
 	})
+}
+
+// cloudClaude is the model the cloud tests call (Bedrock's and Vertex AI's Claude), and
+// cloudClaudeUsage the usage their fake provider answers: 10,000 input tokens (without
+// the cache, as Anthropic counts), 2,000 cache reads, 1,000 cache writes, 1,000 output.
+const cloudClaude = "claude-sonnet-4-5"
+
+var cloudClaudeUsage = fakellm.Usage{InputTokens: 10_000, CachedInputTokens: 2_000, CacheCreationInputTokens: 1_000, OutputTokens: 1_000}
+
+// cloudClaudeCost is what a call of cloudClaude with cloudClaudeUsage costs at the
+// catalog's price on a cloud's global endpoint, and on a regional one (its 10% premium,
+// rounded up).
+func cloudClaudeCost(t *testing.T) (global, regional int64) {
+	t.Helper()
+	e, ok := pricecatalog.Lookup(cloudClaude)
+	if !ok || e.CacheWritePerMillion == nil || e.RegionalPremiumPercent != 10 {
+		t.Fatalf("%s is not in the catalog with a cache-write price and a 10%% regional premium: %+v", cloudClaude, e)
+	}
+	u := cloudClaudeUsage
+	global = ceilDiv(u.InputTokens*e.InputPerMillion+u.CachedInputTokens*e.CachedInputPerMillion+
+		u.CacheCreationInputTokens**e.CacheWritePerMillion+u.OutputTokens*e.OutputPerMillion, 1_000_000)
+	return global, ceilDiv(global*110, 100)
 }

@@ -52,7 +52,7 @@ func TestVertexAIThroughTheGateway(t *testing.T) {
 	// Claude on Vertex counts the input without the cache reads and writes, as Anthropic
 	// does; the Gemini answer reports 10,000 prompt tokens of which 2,000 cached, and no
 	// cache writes.
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, CachedInputTokens: 2_000, CacheCreationInputTokens: 1_000, OutputTokens: 1_000})
+	fake, up := fixedUsageUpstream(t, cloudClaudeUsage)
 	// Three routes to the one provider, the longest prefix taken: the service account's
 	// for every project but two, Application Default Credentials' for gke-project, and
 	// the broken token endpoint's account for broken-project.
@@ -75,18 +75,9 @@ func TestVertexAIThroughTheGateway(t *testing.T) {
 	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes})
 	o := s.setUpOrg(t)
 
-	const claude, gemini = "claude-sonnet-4-5", "gemini-2.5-flash"
-	c, ok := pricecatalog.Lookup(claude)
-	if !ok || c.CacheWritePerMillion == nil {
-		t.Fatalf("%s is not in the catalog with a cache-write price: %+v", claude, c)
-	}
-	global := ceilDiv(10_000*c.InputPerMillion+2_000*c.CachedInputPerMillion+1_000**c.CacheWritePerMillion+1_000*c.OutputPerMillion, 1_000_000)
-	// A location other than global is a regional endpoint: the model's premium on top
-	// (10%, rounded up).
-	if c.RegionalPremiumPercent != 10 {
-		t.Fatalf("%s has a regional premium of %d%%, want 10", claude, c.RegionalPremiumPercent)
-	}
-	regional := ceilDiv(global*110, 100)
+	const claude, gemini = cloudClaude, "gemini-2.5-flash"
+	// A location other than global is a regional endpoint: the model's premium on top.
+	global, regional := cloudClaudeCost(t)
 	g, ok := pricecatalog.Lookup(gemini)
 	if !ok || g.RegionalPremiumPercent != 0 {
 		t.Fatalf("%s is not in the catalog without a regional premium: %+v", gemini, g)
