@@ -23,10 +23,12 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/auth"
 	"cloud.google.com/go/auth/credentials"
+	"golang.org/x/sync/singleflight"
 )
 
 // Scope is the OAuth scope of the tokens: Vertex AI's (all of Google Cloud's APIs; the
@@ -41,15 +43,26 @@ var FileTypes = []credentials.CredType{
 	credentials.ImpersonatedServiceAccount,
 }
 
-// FetchTimeout bounds one wait for a token when none is cached. The library serializes
-// fetches: a request that finds no token waits for the one fetch in progress.
+// FetchTimeout bounds one fetch of a token when none is cached.
 const FetchTimeout = 10 * time.Second
+
+// fetchTimeout is FetchTimeout, shorter in tests.
+var fetchTimeout = FetchTimeout
 
 // Source gives a route's Authorization value.
 type Source struct {
 	creds *auth.Credentials
 	// what says where the tokens come from, for errors and logs (never a secret).
 	what string
+	// current is the header of the last token, with the instant until which it is
+	// served without asking the library (renewBefore its expiry): the hot path's cost
+	// is one atomic load.
+	current atomic.Pointer[header]
+	// fetches makes the callers that find no valid token share one fetch, each waiting
+	// for it no longer than its own context allows. The library alone would hold its
+	// lock through each caller's fetch in turn: with Google's endpoint unreachable
+	// (packets dropped), requests would queue behind one another's timeouts.
+	fetches singleflight.Group
 }
 
 // FromFile reads a Google credentials file (a service account's key, or another type of
@@ -97,19 +110,50 @@ func Default() (*Source, error) {
 // ErrNoToken wraps every failure of Authorization.
 var ErrNoToken = errors.New("googleauth: no access token")
 
-// Authorization is the header value to send now: "Bearer " and a valid token.
+// header is an Authorization value and the instant until which it is served as is.
+type header struct {
+	value      string
+	freshUntil time.Time
+}
+
+// renewBefore is how long before its expiry a token stops being served from current
+// and the library is asked again: longer than the library's own renewal window (3m45s
+// by default, in which it answers the old token while it fetches the next one in the
+// background), so that window is what renews it.
+const renewBefore = 5 * time.Minute
+
+// Authorization is the header value to send now: "Bearer " and a valid token. It
+// waits for a fetch (FetchTimeout at most) only when no valid token is cached, and no
+// longer than ctx allows; the fetch goes on for the callers still waiting.
 func (s *Source) Authorization(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, FetchTimeout)
-	defer cancel()
-	tok, err := s.creds.Token(ctx)
-	if err != nil {
-		return "", fmt.Errorf("%w from %s: %w", ErrNoToken, s.what, err)
+	if h := s.current.Load(); h != nil && time.Now().Before(h.freshUntil) {
+		return h.value, nil
+	}
+	ch := s.fetches.DoChan("", func() (any, error) {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fetchTimeout)
+		defer cancel()
+		return s.creds.Token(fctx)
+	})
+	var tok *auth.Token
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return "", fmt.Errorf("%w from %s: %w", ErrNoToken, s.what, r.Err)
+		}
+		tok = r.Val.(*auth.Token)
+	case <-ctx.Done():
+		return "", fmt.Errorf("%w from %s: %w", ErrNoToken, s.what, context.Cause(ctx))
 	}
 	typ := tok.Type
 	if typ == "" {
 		typ = "Bearer"
 	}
-	return typ + " " + tok.Value, nil
+	h := &header{value: typ + " " + tok.Value, freshUntil: tok.Expiry.Add(-renewBefore)}
+	if tok.Expiry.IsZero() {
+		h.freshUntil = time.Now().Add(renewBefore) // a token without expiry: ask again now and then
+	}
+	s.current.Store(h)
+	return h.value, nil
 }
 
 // String says where the tokens come from (for logs; no secret).

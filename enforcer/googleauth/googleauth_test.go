@@ -198,3 +198,73 @@ func TestNoDefaultCredentials(t *testing.T) {
 		t.Fatalf("the child: %v\n%s", err, out)
 	}
 }
+
+// Google's endpoint does not answer (its packets dropped): the callers that find no
+// token share one fetch, bounded by FetchTimeout, instead of each waiting for the
+// library's lock through the fetches of those before it (the gateway's requests have no
+// deadline of their own); once the endpoint answers, tokens come again.
+func TestUnansweredEndpoint(t *testing.T) {
+	isolate(t)
+	defer googleauth.SetFetchTimeout(300 * time.Millisecond)()
+	g := googlefake.Start(t)
+	release := g.Stall()
+	defer release()
+	src, err := googleauth.FromFile(g.ServiceAccountFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 8
+	errs := make(chan error, callers)
+	start := time.Now()
+	for range callers {
+		go func() {
+			_, err := src.Authorization(context.Background())
+			errs <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // arriving while the first fetch waits
+	}
+	for range callers {
+		if err := <-errs; !errors.Is(err, googleauth.ErrNoToken) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want ErrNoToken and the fetch's deadline", err)
+		}
+	}
+	// One shared fetch: 300 ms. Queued, eight would take 2.4 s.
+	if waited := time.Since(start); waited > 1200*time.Millisecond {
+		t.Fatalf("%d callers took %v: they queued behind one another's fetches", callers, waited)
+	}
+	if asked := g.Asked(); asked != 1 {
+		t.Fatalf("the endpoint was asked %d times, want the one shared fetch", asked)
+	}
+	// A caller that leaves stops waiting at once; the fetch is not its own.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := src.Authorization(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled caller: %v", err)
+	}
+	release()
+	if got := authorization(t, src); got != "Bearer ya29.fake-1" {
+		t.Fatalf("after the endpoint answered: %q", got)
+	}
+}
+
+// BenchmarkAuthorization: the cost a proxied request of a google route pays for its
+// header while a valid token is cached (the shared fetch's bookkeeping and the library's
+// cache).
+func BenchmarkAuthorization(b *testing.B) {
+	b.Setenv("HOME", b.TempDir())
+	g := googlefake.Start(b)
+	src, err := googleauth.FromFile(g.ServiceAccountFile(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := src.Authorization(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := src.Authorization(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

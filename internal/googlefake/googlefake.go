@@ -46,6 +46,9 @@ type Server struct {
 	failing bool
 	// lifetime is the expires_in of the tokens issued.
 	lifetime time.Duration
+	// stall, when not nil, holds every token request until it is closed (or the
+	// request is cancelled): an endpoint that does not answer.
+	stall chan struct{}
 }
 
 // Start starts the fake; it stops at the test's end.
@@ -124,6 +127,23 @@ func (s *Server) SetFailing(on bool) {
 	s.failing = on
 }
 
+// Stall makes token requests wait, unanswered, until the returned function is called.
+func (s *Server) Stall() (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.stall = ch
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.stall = nil
+			s.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
 // SetLifetime sets the expires_in of the tokens issued from now on.
 func (s *Server) SetLifetime(d time.Duration) {
 	s.mu.Lock()
@@ -132,9 +152,19 @@ func (s *Server) SetLifetime(d time.Duration) {
 }
 
 // issue counts a request and, unless failing, returns a new token named prefix-N.
-func (s *Server) issue(w http.ResponseWriter, prefix, scope string) {
+func (s *Server) issue(w http.ResponseWriter, r *http.Request, prefix, scope string) {
 	s.mu.Lock()
 	s.asked++
+	stall := s.stall
+	s.mu.Unlock()
+	if stall != nil {
+		select {
+		case <-stall:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	s.mu.Lock()
 	if s.failing {
 		s.mu.Unlock()
 		http.Error(w, `{"error":"internal_failure"}`, http.StatusInternalServerError)
@@ -162,7 +192,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		refuse(w, "invalid_grant", err.Error())
 		return
 	}
-	s.issue(w, "ya29.fake", scope)
+	s.issue(w, r, "ya29.fake", scope)
 }
 
 func (s *Server) metadataToken(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +200,7 @@ func (s *Server) metadataToken(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Missing Metadata-Flavor:Google header.", http.StatusForbidden)
 		return
 	}
-	s.issue(w, "ya29.metadata", r.URL.Query().Get("scopes"))
+	s.issue(w, r, "ya29.metadata", r.URL.Query().Get("scopes"))
 }
 
 func refuse(w http.ResponseWriter, code, desc string) {
