@@ -556,6 +556,12 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		writeError(w, http.StatusBadGateway, "api_error", "service_gateway_upstream_error", "The upstream request could not be built.", nil)
 		return false
 	}
+	if p.route.Signer != nil {
+		if err := p.route.Signer.Sign(ctx, out, body, p.upload && r.ContentLength != 0); err != nil {
+			p.credentialFailed(w, r, err)
+			return false
+		}
+	}
 	if p.log != nil {
 		p.log.upstream = p.route.Upstream.Host
 	}
@@ -600,7 +606,8 @@ func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 }
 
 // credentialFailed answers a route whose provider credential could not be had (no
-// Google token: its token endpoint or metadata server failed): 502. Nothing was sent,
+// Google token: its token endpoint or metadata server failed; no AWS credentials to
+// sign with): 502. Nothing was sent,
 // so the request is settled at a known cost of 0, as when the client left meanwhile
 // (499, nginx's "client closed request").
 func (p *proxied) credentialFailed(w http.ResponseWriter, r *http.Request, err error) {

@@ -80,11 +80,11 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	if p.id != "" {
 		gw.tracker.Follow(p.id)
 	}
-	if !isRealtimePath(r.URL.Path) {
+	if !isRealtimePath(r.URL.Path) || p.route.Signer != nil {
 		p.settle(inflight.Refused(http.StatusForbidden))
 		gw.answered(w, OutcomeRefused)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_websocket_unsupported",
-			"Only the Realtime API's WebSocket (/v1/realtime) can be proxied and charged.", nil)
+			"Only the Realtime API's WebSocket (/v1/realtime), on a route that does not sign its requests, can be proxied and charged.", nil)
 		return
 	}
 	q := r.URL.Query()

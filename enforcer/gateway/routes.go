@@ -12,6 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tollgate-dev/tollgate/enforcer/awsauth"
 	"github.com/tollgate-dev/tollgate/enforcer/googleauth"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 )
@@ -27,6 +28,16 @@ type Route struct {
 	// Tokens gives the credential of a provider whose tokens expire (Google's, for
 	// Vertex AI: package googleauth), asked at every request; it caches them.
 	Tokens Tokens
+	// Signer, when set, signs each request in place of a credential header (AWS's
+	// SigV4 for Amazon Bedrock: package awsauth).
+	Signer Signer
+}
+
+// Signer signs a request as it goes upstream; body is its body, streamed true when the
+// body streams as it came (an upload) and body is nil.
+type Signer interface {
+	Sign(ctx context.Context, req *http.Request, body []byte, streamed bool) error
+	Warm(ctx context.Context) error
 }
 
 // Tokens gives a route's credential, the whole header value, at each request.
@@ -87,14 +98,22 @@ type routesFile struct {
 		Google *struct {
 			CredentialsFile string `yaml:"credentialsFile"`
 		} `yaml:"google"`
+		// AWS: the route's requests are signed with SigV4 (Amazon Bedrock) for Region and
+		// Service (default bedrock), with the AWS default credential chain.
+		AWS *struct {
+			Region  string `yaml:"region"`
+			Service string `yaml:"service"`
+		} `yaml:"aws"`
 	} `yaml:"routes"`
 }
 
 // ParseRoutes reads a routes file: a list of {prefix, upstream, header, and the
-// credential: credentialFile, credentialEnv or google}. A credential file's trailing
+// credential: credentialFile, credentialEnv, google or aws}. A credential file's trailing
 // line break is dropped; getenv reads credentialEnv; google's tokens come from its
 // credentialsFile or Google's Application Default Credentials (package googleauth),
-// found now, fetched at the first request. Prefixes must be distinct.
+// found now, fetched at the first request; aws signs with SigV4 for its region
+// (package awsauth), the credentials fetched at the first request. Prefixes must be
+// distinct.
 func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 	var f routesFile
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
@@ -114,9 +133,19 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 		seen[r.Prefix] = true
 		var cred string
 		var tokens Tokens
+		var signer Signer
 		switch {
-		case r.CredentialFile != "" && r.CredentialEnv != "" || r.Google != nil && (r.CredentialFile != "" || r.CredentialEnv != ""):
-			return nil, fmt.Errorf("routes[%d]: set one of credentialFile, credentialEnv and google", i)
+		case credentials(r.CredentialFile != "", r.CredentialEnv != "", r.Google != nil, r.AWS != nil) > 1:
+			return nil, fmt.Errorf("routes[%d]: set one of credentialFile, credentialEnv, google and aws", i)
+		case r.AWS != nil:
+			if r.Header != "" {
+				return nil, fmt.Errorf("routes[%d]: aws signs the request: it takes no header", i)
+			}
+			sg, err := awsauth.New(context.Background(), r.AWS.Region, r.AWS.Service)
+			if err != nil {
+				return nil, fmt.Errorf("routes[%d]: aws: %w", i, err)
+			}
+			signer = sg
 		case r.Google != nil:
 			src, err := googleTokens(r.Google.CredentialsFile)
 			if err != nil {
@@ -144,9 +173,21 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 			}
 			rt.Tokens = tokens
 		}
+		rt.Signer = signer
 		out = append(out, rt)
 	}
 	return out, nil
+}
+
+// credentials counts the credentials a route sets.
+func credentials(set ...bool) int {
+	n := 0
+	for _, b := range set {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // googleTokens is the token source of a route's google credential.
@@ -175,22 +216,32 @@ func (gw *Gateway) route(path string) *Route {
 }
 
 // WarmCredentials fetches the first token of each route whose credential is one
-// (Tokens), and logs whether it came: a credential that cannot be had shows in the log
+// (Tokens), or the credentials of each route that signs (Signer), and logs whether
+// they came: a credential that cannot be had shows in the log
 // when the enforcer starts, not first at a member's request, which would wait for it.
 // Each route's requests still fetch for themselves (the source caches), so a failure
 // here only logs.
 func (gw *Gateway) WarmCredentials(ctx context.Context) {
 	for i := range gw.routes {
 		rt := &gw.routes[i]
-		if rt.Tokens == nil {
+		var err error
+		var source any
+		switch {
+		case rt.Tokens != nil:
+			_, err = rt.credential(ctx)
+			source = rt.Tokens
+		case rt.Signer != nil:
+			err = rt.Signer.Warm(ctx)
+			source = rt.Signer
+		default:
 			continue
 		}
-		if _, err := rt.credential(ctx); err != nil {
+		if err != nil {
 			if ctx.Err() == nil {
 				gw.log.Error("gateway: the route's credential cannot be had; its requests will be answered 502 until it can", "prefix", rt.Prefix, "err", err)
 			}
 			continue
 		}
-		gw.log.Info("gateway: the route's credential is ready", "prefix", rt.Prefix, "source", fmt.Sprint(rt.Tokens))
+		gw.log.Info("gateway: the route's credential is ready", "prefix", rt.Prefix, "source", fmt.Sprint(source))
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
+	"github.com/tollgate-dev/tollgate/internal/awsfake"
 	"github.com/tollgate-dev/tollgate/internal/googlefake"
 )
 
@@ -140,4 +141,71 @@ func TestParseGoogleRoutesRefuses(t *testing.T) {
 			t.Errorf("%s: %v, want the route named", name, err)
 		}
 	}
+}
+
+// A route with aws (Amazon Bedrock with IAM credentials): each request goes signed with
+// SigV4 for the route's region by the enforcer's AWS credentials (here the
+// environment's), its body hashed, never with the member's key.
+func TestAWSSignedRoute(t *testing.T) {
+	dir := t.TempDir()
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "AKIDGATEWAY", "AWS_SECRET_ACCESS_KEY": "gateway-secret", "AWS_SESSION_TOKEN": "",
+		"AWS_CONFIG_FILE": filepath.Join(dir, "config"), "AWS_SHARED_CREDENTIALS_FILE": filepath.Join(dir, "credentials"), "AWS_PROFILE": "",
+		"AWS_EC2_METADATA_DISABLED": "true"} {
+		t.Setenv(k, v)
+	}
+	var mu sync.Mutex
+	var problems []string
+	calls := 0
+	bedrock := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		calls++
+		if p := awsfake.SigV4Problem(r, body, "AKIDGATEWAY", "gateway-secret", "us-east-1", "bedrock"); p != "" {
+			problems = append(problems, p)
+		}
+		if strings.Contains(strings.Join(flattenHeader(r.Header), "\n"), "tgk_") {
+			problems = append(problems, "the member's key reached Bedrock")
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"output":{"message":{"content":[{"text":"hi"}]}},"usage":{"inputTokens":7,"outputTokens":2,"totalTokens":9}}`)
+	}))
+	defer bedrock.Close()
+	routes, err := gateway.ParseRoutes([]byte("routes:\n  - prefix: /model/\n    upstream: "+bedrock.URL+"\n    aws:\n      region: us-east-1\n"), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := newMetrics()
+	tr := newTracker()
+	gw, err := gateway.New(gateway.Config{Routes: routes}, &fakeGate{}, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(gw)
+	defer front.Close()
+	res := post(t, front.URL+"/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse", "tgk_good",
+		`{"messages":[{"role":"user","content":[{"text":"hi"}]}],"inferenceConfig":{"maxTokens":10}}`, "X-Amz-Date", "20000101T000000Z")
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("status %d: %s", res.StatusCode, b)
+	}
+	if u := tr.settledOnce(t); !u.Complete || u.InputTokens != 7 || u.OutputTokens != 2 {
+		t.Fatalf("settled %+v", u)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 || len(problems) > 0 {
+		t.Fatalf("Bedrock got %d calls; problems: %v", calls, problems)
+	}
+}
+
+func flattenHeader(h http.Header) []string {
+	var out []string
+	for k, vs := range h {
+		for _, v := range vs {
+			out = append(out, k+": "+v)
+		}
+	}
+	return out
 }
