@@ -368,9 +368,9 @@ func TestEnvContractDocumented(t *testing.T) {
 // (with its credential only then), routes, or both; its routes file is a
 // ConfigMap of the render, mounted where
 // TOLLGATE_GATEWAY_ROUTES points, holding no credential, whose routes' credential
-// files (credentialFile, google's credentialsFile) are keys of mounted Secrets; a
-// change of the routes rolls the pods; and the enforcer Service exposes the
-// gateway port.
+// files (credentialFile, google's credentialsFile) are keys of mounted Secrets
+// (aws names none: the pod's AWS identity signs); a change of the routes rolls
+// the pods; and the enforcer Service exposes the gateway port.
 func checkGateway(t *testing.T, kinds map[string][]obj) {
 	t.Helper()
 	configMaps := map[string]obj{}
@@ -462,7 +462,10 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 			// upstreams, header names), with stand-ins for the credentials. A google
 			// route gets a stand-in credentials file, given or not: without one the
 			// parser would look for Google's Application Default Credentials (the
-			// metadata server of GKE), which are not here.
+			// metadata server of GKE), which are not here. An aws route needs no
+			// stand-in: the parser only loads AWS's default configuration (nothing is
+			// fetched), kept from this machine's AWS files and environment.
+			isolateAWS(t)
 			parsed := make([]map[string]any, len(rf.Routes))
 			for i, r := range rf.Routes {
 				parsed[i] = maps.Clone(r)
@@ -485,9 +488,9 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 			}
 			for i, r := range rf.Routes {
 				for k, v := range r {
-					if !slices.Contains([]string{"prefix", "upstream", "header", "credentialFile", "credentialEnv", "google"}, k) {
-						t.Errorf("routes file, route %d: key %q (credentials come from credentialFile, credentialEnv or google only)", i, k)
-					} else if _, ok := v.(string); !ok && k != "google" {
+					if !slices.Contains([]string{"prefix", "upstream", "header", "credentialFile", "credentialEnv", "google", "aws"}, k) {
+						t.Errorf("routes file, route %d: key %q (credentials come from credentialFile, credentialEnv, google or aws only)", i, k)
+					} else if _, ok := v.(string); !ok && k != "google" && k != "aws" {
 						t.Errorf("routes file, route %d: %s is %T, not a string", i, k, v)
 					}
 				}
@@ -503,6 +506,23 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 						}
 					}
 					files = append(files, field(gm, "credentialsFile"))
+				}
+				if a, ok := r["aws"]; ok {
+					am, ok := a.(map[string]any)
+					if !ok {
+						t.Errorf("routes file, route %d: aws is %T, not a mapping", i, a)
+					}
+					if field(am, "region") == "" {
+						t.Errorf("routes file, route %d: aws has no region (%v)", i, am)
+					}
+					for k, v := range am {
+						if _, ok := v.(string); !slices.Contains([]string{"region", "service"}, k) || !ok {
+							t.Errorf("routes file, route %d: aws.%s = %v (an AWS route names its region and service only; its credentials are the pod's)", i, k, v)
+						}
+					}
+					if _, ok := r["header"]; ok {
+						t.Errorf("routes file, route %d: aws with a header (the signature is the credential)", i)
+					}
 				}
 				if !strings.HasPrefix(field(r, "prefix"), "/") || !strings.HasPrefix(field(r, "upstream"), "http") {
 					t.Errorf("routes file, route %d: prefix %q, upstream %q", i, r["prefix"], r["upstream"])
@@ -549,6 +569,23 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 func field(m map[string]any, k string) string {
 	s, _ := m[k].(string)
 	return s
+}
+
+// isolateAWS keeps the enforcer's parser, which loads AWS's default
+// configuration for an aws route, from this machine's AWS setup: its shared
+// files (paths that do not exist, which the SDK reads as empty; an empty
+// AWS_CONFIG_FILE would mean ~/.aws/config), a profile, container or web
+// identity credentials it would otherwise validate, and the instance metadata
+// service.
+func isolateAWS(t *testing.T) {
+	t.Helper()
+	dir := t.TempDir()
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "no-config"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "no-credentials"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	for _, k := range []string{"AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"} {
+		t.Setenv(k, "")
+	}
 }
 
 // googleStandIn writes a Google service account's credentials file for the

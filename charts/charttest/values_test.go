@@ -77,6 +77,20 @@ func TestValuesRejected(t *testing.T) {
 		{"route google secret without key", append(route, "--set", "enforcer.gateway.routes[0].google.credentialsSecret.name=vertex"), "/enforcer/gateway/routes/0/google/credentialsSecret"},
 		{"route google not an object", append(route, "--set", "enforcer.gateway.routes[0].google=true"), "/enforcer/gateway/routes/0/google"},
 		{"route with google and a secret, schema skipped", append(route, "--skip-schema-validation", "--set-json", `enforcer.gateway.routes[0].google={}`, "--set", "enforcer.gateway.routes[0].credentialEnv=VERTEX_TOKEN"), `prefix "/" has google and credentialSecret or credentialEnv`},
+		// Amazon Bedrock routes: aws signs the request, the route's only credential.
+		{"route aws without region", append(route, "--set-json", `enforcer.gateway.routes[0].aws={}`), "/enforcer/gateway/routes/0/aws"},
+		{"route aws with a header", append(route, "--set", "enforcer.gateway.routes[0].aws.region=us-east-1", "--set", "enforcer.gateway.routes[0].header=x-api-key"), "'/enforcer/gateway/routes/0/header': false schema"},
+		{"route aws with a secret", append(route, "--set", "enforcer.gateway.routes[0].aws.region=us-east-1", "--set", "enforcer.gateway.routes[0].credentialSecret.name=bedrock", "--set", "enforcer.gateway.routes[0].credentialSecret.key=api-key"), "'/enforcer/gateway/routes/0/credentialSecret': false schema"},
+		{"route aws with an env credential", append(route, "--set", "enforcer.gateway.routes[0].aws.region=us-east-1", "--set", "enforcer.gateway.routes[0].credentialEnv=AWS_BEARER_TOKEN_BEDROCK"), "'/enforcer/gateway/routes/0/credentialEnv': false schema"},
+		{"route aws with google", append(route, "--set", "enforcer.gateway.routes[0].aws.region=us-east-1", "--set-json", `enforcer.gateway.routes[0].google={}`), "'/enforcer/gateway/routes/0/google': false schema"},
+		{"route aws unknown field", append(route, "--set", "enforcer.gateway.routes[0].aws.region=us-east-1", "--set", "enforcer.gateway.routes[0].aws.roleArn=arn:aws:iam::111122223333:role/x"), "additional properties 'roleArn' not allowed"},
+		{"route aws region as a name", append(route, "--set", "enforcer.gateway.routes[0].aws.region=US East (N. Virginia)"), "/enforcer/gateway/routes/0/aws/region"},
+		{"route aws region with a zone", append(route, "--set", "enforcer.gateway.routes[0].aws.region=us-east-1a"), "/enforcer/gateway/routes/0/aws/region"},
+		{"route aws bad service", append(route, "--set", "enforcer.gateway.routes[0].aws.region=us-east-1", "--set", "enforcer.gateway.routes[0].aws.service=Bedrock Runtime"), "/enforcer/gateway/routes/0/aws/service"},
+		{"route aws not an object", append(route, "--set", "enforcer.gateway.routes[0].aws=us-east-1"), "/enforcer/gateway/routes/0/aws"},
+		{"route aws with a header, schema skipped", append(route, "--skip-schema-validation", "--set", "enforcer.gateway.routes[0].aws.region=us-east-1", "--set", "enforcer.gateway.routes[0].header=x-api-key"), `prefix "/" has aws and header, credentialSecret, credentialEnv or google`},
+		{"route aws with google, schema skipped", append(route, "--skip-schema-validation", "--set", "enforcer.gateway.routes[0].aws.region=us-east-1", "--set-json", `enforcer.gateway.routes[0].google={}`), `prefix "/" has aws and header, credentialSecret, credentialEnv or google`},
+		{"route aws without region, schema skipped", append(route, "--skip-schema-validation", "--set", "enforcer.gateway.routes[0].aws.service=bedrock"), `prefix "/" has aws without region`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,6 +129,16 @@ func TestValuesAccepted(t *testing.T) {
 		{"gateway route to Vertex AI with the default credentials", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/v1/projects/",
 			"--set", "enforcer.gateway.routes[0].upstream=https://aiplatform.googleapis.com", "--set-json", `enforcer.gateway.routes[0].google={}`,
 			"--set", "serviceAccount.annotations.iam\\.gke\\.io/gcp-service-account=tollgate@acme.iam.gserviceaccount.com"}},
+		{"gateway route to Bedrock with IAM roles for service accounts", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/model/",
+			"--set", "enforcer.gateway.routes[0].upstream=https://bedrock-runtime.us-east-1.amazonaws.com", "--set", "enforcer.gateway.routes[0].aws.region=us-east-1",
+			"--set", "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::111122223333:role/tollgate-bedrock"}},
+		{"gateway route to Bedrock with a service, keys from the environment", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/model/",
+			"--set", "enforcer.gateway.routes[0].upstream=https://bedrock-runtime.us-gov-west-1.amazonaws.com", "--set", "enforcer.gateway.routes[0].aws.region=us-gov-west-1", "--set", "enforcer.gateway.routes[0].aws.service=bedrock",
+			"--set", "enforcer.extraEnvFrom[0].secretRef.name=bedrock-iam"}},
+		{"gateway routes to Bedrock in several regions", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true",
+			"--set", "enforcer.gateway.routes[0].prefix=/eu/", "--set", "enforcer.gateway.routes[0].upstream=https://bedrock-runtime.eu-west-3.amazonaws.com", "--set", "enforcer.gateway.routes[0].aws.region=eu-west-3",
+			"--set", "enforcer.gateway.routes[1].prefix=/ap/", "--set", "enforcer.gateway.routes[1].upstream=https://bedrock-runtime.ap-southeast-2.amazonaws.com", "--set", "enforcer.gateway.routes[1].aws.region=ap-southeast-2",
+			"--set", "enforcer.gateway.routes[2].prefix=/eusc/", "--set", "enforcer.gateway.routes[2].upstream=https://bedrock-runtime.eusc-de-east-1.amazonaws.eu", "--set", "enforcer.gateway.routes[2].aws.region=eusc-de-east-1"}},
 		{"gateway off with values set", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.mode=sidecar"}},
 	}
 	for _, tc := range tests {

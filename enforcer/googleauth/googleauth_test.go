@@ -242,8 +242,11 @@ func TestUnansweredEndpoint(t *testing.T) {
 		t.Fatalf("a cancelled caller: %v", err)
 	}
 	release()
-	if got := authorization(t, src); got != "Bearer ya29.fake-1" {
-		t.Fatalf("after the endpoint answered: %q", got)
+	// The fetch the cancelled caller started may have been answered, or have timed out
+	// just as the endpoint answered it: the token is the last one issued either way.
+	got := authorization(t, src)
+	if issued := g.Issued(); len(issued) == 0 || got != "Bearer "+issued[len(issued)-1] {
+		t.Fatalf("after the endpoint answered: %q (issued %q)", got, issued)
 	}
 }
 

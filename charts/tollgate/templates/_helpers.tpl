@@ -377,7 +377,8 @@ google.credentialsSecret (a Google credentials JSON); empty for none.
 The routes file the gateway reads (TOLLGATE_GATEWAY_ROUTES): enforcer.gateway.routes
 with each credentialSecret, and each google.credentialsSecret, replaced by the file
 it is mounted as. google without credentialsSecret stays google: {} (Application
-Default Credentials).
+Default Credentials). aws stays aws: {region, service}: the gateway signs with the
+pod's AWS identity (IRSA, EKS Pod Identity or environment variables), no file.
 */}}
 {{- define "tollgate.gateway.routesFile" -}}
 {{- $root := . -}}
@@ -396,7 +397,19 @@ routes:
     {{- with $r.header }}
     header: {{ . | quote }}
     {{- end }}
-    {{- if hasKey $r "google" }}
+    {{- if hasKey $r "aws" }}
+    {{- if or $r.header $r.credentialSecret $r.credentialEnv (hasKey $r "google") }}
+    {{- fail (printf "enforcer.gateway.routes: the route of prefix %q has aws and header, credentialSecret, credentialEnv or google; aws signs the request, give it no other credential" $r.prefix) }}
+    {{- end }}
+    {{- if not (dig "aws" "region" "" $r) }}
+    {{- fail (printf "enforcer.gateway.routes: the route of prefix %q has aws without region" $r.prefix) }}
+    {{- end }}
+    aws:
+      region: {{ dig "aws" "region" "" $r | quote }}
+      {{- with dig "aws" "service" "" $r }}
+      service: {{ . | quote }}
+      {{- end }}
+    {{- else if hasKey $r "google" }}
     {{- if or $r.credentialSecret $r.credentialEnv }}
     {{- fail (printf "enforcer.gateway.routes: the route of prefix %q has google and credentialSecret or credentialEnv; give it one credential" $r.prefix) }}
     {{- end }}
