@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -242,10 +243,10 @@ func TestUnansweredEndpoint(t *testing.T) {
 		t.Fatalf("a cancelled caller: %v", err)
 	}
 	release()
-	// The fetch the cancelled caller started may have been answered, or have timed out
-	// just as the endpoint answered it: the token is the last one issued either way.
+	// The stalled requests are answered at once, the ones whose callers gave up too (a
+	// token nobody takes): the token served is one the endpoint issued.
 	got := authorization(t, src)
-	if issued := g.Issued(); len(issued) == 0 || got != "Bearer "+issued[len(issued)-1] {
+	if issued := g.Issued(); !slices.Contains(issued, strings.TrimPrefix(got, "Bearer ")) {
 		t.Fatalf("after the endpoint answered: %q (issued %q)", got, issued)
 	}
 }
