@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/awsauth"
 	"github.com/tollgate-dev/tollgate/enforcer/googleauth"
+	"github.com/tollgate-dev/tollgate/enforcer/oauthclient"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 )
 
@@ -98,6 +99,17 @@ type routesFile struct {
 		Google *struct {
 			CredentialsFile string `yaml:"credentialsFile"`
 		} `yaml:"google"`
+		// OAuth2: the route's credential is an OAuth client's access token (client
+		// credentials grant: Azure OpenAI with Entra ID), its secret from a file or the
+		// environment, or a client assertion file.
+		OAuth2 *struct {
+			TokenURL            string   `yaml:"tokenURL"`
+			ClientID            string   `yaml:"clientID"`
+			ClientSecretFile    string   `yaml:"clientSecretFile"`
+			ClientSecretEnv     string   `yaml:"clientSecretEnv"`
+			ClientAssertionFile string   `yaml:"clientAssertionFile"`
+			Scopes              []string `yaml:"scopes"`
+		} `yaml:"oauth2"`
 		// AWS: the route's requests are signed with SigV4 (Amazon Bedrock) for Region and
 		// Service (default bedrock), with the AWS default credential chain.
 		AWS *struct {
@@ -108,12 +120,13 @@ type routesFile struct {
 }
 
 // ParseRoutes reads a routes file: a list of {prefix, upstream, header, and the
-// credential: credentialFile, credentialEnv, google or aws}. A credential file's trailing
+// credential: credentialFile, credentialEnv, google, aws or oauth2}. A credential file's trailing
 // line break is dropped; getenv reads credentialEnv; google's tokens come from its
 // credentialsFile or Google's Application Default Credentials (package googleauth),
 // found now, fetched at the first request; aws signs with SigV4 for its region
-// (package awsauth), the credentials fetched at the first request. Prefixes must be
-// distinct.
+// (package awsauth), the credentials fetched at the first request; oauth2's tokens
+// come from an OAuth client's credentials grant (package oauthclient), fetched at the
+// first request. Prefixes must be distinct.
 func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 	var f routesFile
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
@@ -135,8 +148,15 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 		var tokens Tokens
 		var signer Signer
 		switch {
-		case credentials(r.CredentialFile != "", r.CredentialEnv != "", r.Google != nil, r.AWS != nil) > 1:
-			return nil, fmt.Errorf("routes[%d]: set one of credentialFile, credentialEnv, google and aws", i)
+		case credentials(r.CredentialFile != "", r.CredentialEnv != "", r.Google != nil, r.AWS != nil, r.OAuth2 != nil) > 1:
+			return nil, fmt.Errorf("routes[%d]: set one of credentialFile, credentialEnv, google, aws and oauth2", i)
+		case r.OAuth2 != nil:
+			src, err := oauthTokens(r.OAuth2.TokenURL, r.OAuth2.ClientID, r.OAuth2.ClientSecretFile, r.OAuth2.ClientSecretEnv,
+				r.OAuth2.ClientAssertionFile, r.OAuth2.Scopes, getenv)
+			if err != nil {
+				return nil, fmt.Errorf("routes[%d]: oauth2: %w", i, err)
+			}
+			tokens = src
 		case r.AWS != nil:
 			if r.Header != "" {
 				return nil, fmt.Errorf("routes[%d]: aws signs the request: it takes no header", i)
@@ -188,6 +208,28 @@ func credentials(set ...bool) int {
 		}
 	}
 	return n
+}
+
+// oauthTokens is the token source of a route's oauth2 credential: the client's secret
+// from its file (the trailing line break dropped) or environment variable, or its
+// assertion file.
+func oauthTokens(tokenURL, clientID, secretFile, secretEnv, assertionFile string, scopes []string, getenv func(string) string) (Tokens, error) {
+	cfg := oauthclient.Config{TokenURL: tokenURL, ClientID: clientID, ClientAssertionFile: assertionFile, Scopes: scopes}
+	switch {
+	case credentials(secretFile != "", secretEnv != "", assertionFile != "") != 1:
+		return nil, errors.New("set one of clientSecretFile, clientSecretEnv and clientAssertionFile")
+	case secretFile != "":
+		b, err := os.ReadFile(secretFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.ClientSecret = strings.TrimRight(string(b), "\r\n")
+	case secretEnv != "":
+		if cfg.ClientSecret = getenv(secretEnv); cfg.ClientSecret == "" {
+			return nil, fmt.Errorf("the environment variable %s is empty", secretEnv)
+		}
+	}
+	return oauthclient.New(cfg)
 }
 
 // googleTokens is the token source of a route's google credential.

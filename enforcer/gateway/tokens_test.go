@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/internal/awsfake"
 	"github.com/tollgate-dev/tollgate/internal/googlefake"
+	"github.com/tollgate-dev/tollgate/internal/oauthfake"
 )
 
 // A route with a google credential (Vertex AI): each request goes with a Google access
@@ -208,4 +209,76 @@ func flattenHeader(h http.Header) []string {
 		}
 	}
 	return out
+}
+
+// A route with oauth2 (Azure OpenAI with Entra ID): each request goes with the OAuth
+// client's access token in the route's header, its secret from the environment.
+func TestOAuthClientRoute(t *testing.T) {
+	f := oauthfake.Start(t, "tollgate-gateway", "entra-secret")
+	var mu sync.Mutex
+	var auths []string
+	azure := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auths = append(auths, strings.Join(r.Header.Values("Authorization"), "|")+" api-key="+r.Header.Get("Api-Key"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"model":"gpt-4o-mini-2024-07-18","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}`)
+	}))
+	defer azure.Close()
+	routes, err := gateway.ParseRoutes([]byte(`
+routes:
+  - prefix: /openai/
+    upstream: `+azure.URL+`
+    oauth2:
+      tokenURL: `+f.URL+`
+      clientID: tollgate-gateway
+      clientSecretEnv: ENTRA_SECRET
+      scopes: [https://cognitiveservices.azure.com/.default]
+`), func(k string) string { return map[string]string{"ENTRA_SECRET": "entra-secret"}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := newMetrics()
+	tr := newTracker()
+	gw, err := gateway.New(gateway.Config{Routes: routes}, &fakeGate{}, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(gw)
+	defer front.Close()
+	for range 2 {
+		res := send(t, "POST", front.URL+"/openai/deployments/gpt-4o-mini/chat/completions?api-version=2024-10-21", "",
+			strings.NewReader(`{"messages":[{"role":"user","content":"hi"}]}`), "Api-Key", "tgk_good")
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("status %d: %s", res.StatusCode, b)
+		}
+		if u := tr.settledOnce(t); !u.Complete || u.InputTokens != 5 {
+			t.Fatalf("settled %+v", u)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(auths) != 2 || auths[0] != "Bearer oauth-token-1 api-key=" || auths[1] != auths[0] {
+		t.Fatalf("Azure got %q, want the one client token and no api-key", auths)
+	}
+}
+
+func TestParseOAuthRoutesRefuses(t *testing.T) {
+	env := func(string) string { return "" }
+	const head = "routes:\n  - prefix: /\n    upstream: http://x\n"
+	for name, doc := range map[string]string{
+		"two secrets":       head + "    oauth2: {tokenURL: 'https://l/t', clientID: c, clientSecretEnv: A, clientAssertionFile: /f}",
+		"empty secret env":  head + "    oauth2: {tokenURL: 'https://l/t', clientID: c, clientSecretEnv: A}",
+		"no client id":      head + "    oauth2: {tokenURL: 'https://l/t', clientSecretFile: /etc/hostname}",
+		"missing file":      head + "    oauth2: {tokenURL: 'https://l/t', clientID: c, clientSecretFile: /nonexistent}",
+		"plain http":        head + "    oauth2: {tokenURL: 'http://login.example.com/t', clientID: c, clientAssertionFile: /etc/hostname}",
+		"oauth2 and google": head + "    google: {}\n    oauth2: {tokenURL: 'https://l/t', clientID: c, clientAssertionFile: /etc/hostname}",
+		"unknown field":     head + "    oauth2: {tokenUrl: 'https://l/t', clientID: c, clientAssertionFile: /etc/hostname}",
+	} {
+		if _, err := gateway.ParseRoutes([]byte(doc), env); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
 }

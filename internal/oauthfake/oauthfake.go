@@ -1,0 +1,122 @@
+// Package oauthfake is a stand-in for an OAuth 2.0 token endpoint (Microsoft Entra ID's,
+// say) serving the client credentials grant, for tests of the gateway's OAuth client
+// routes (enforcer/oauthclient) driven by golang.org/x/oauth2.
+//
+// It checks what such an endpoint checks: grant_type=client_credentials, the client's
+// id, and its proof: the secret (HTTP Basic or in the form) or a JWT client assertion
+// equal to the one it expects; then it issues "oauth-token-N" for the scopes asked.
+package oauthfake
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Server is the fake; Start makes one.
+type Server struct {
+	URL      string // the token endpoint
+	ClientID string
+	// Secret is the client's secret (unless SetAssertion asks for an assertion).
+	Secret string
+
+	mu        sync.Mutex
+	assertion string
+	issued    []string
+	scopes    []string
+	asked     int
+	lifetime  time.Duration
+	failing   bool
+}
+
+// Start starts the fake endpoint of clientID with secret; it stops at the test's end.
+func Start(t testing.TB, clientID, secret string) *Server {
+	t.Helper()
+	s := &Server{ClientID: clientID, Secret: secret, lifetime: time.Hour}
+	srv := httptest.NewServer(http.HandlerFunc(s.token))
+	t.Cleanup(srv.Close)
+	s.URL = srv.URL + "/oauth2/v2.0/token"
+	return s
+}
+
+// SetAssertion makes the client prove itself with this assertion instead of a secret.
+func (s *Server) SetAssertion(a string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.assertion = a
+}
+
+// SetFailing makes every later request fail with 500, or succeed again.
+func (s *Server) SetFailing(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failing = on
+}
+
+// Issued returns the tokens issued so far; Scopes the scope each was asked for.
+func (s *Server) Issued() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.issued...)
+}
+
+// Scopes returns the scope parameter of each issued token's request.
+func (s *Server) Scopes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.scopes...)
+}
+
+// Asked is how many token requests came, refused ones included.
+func (s *Server) Asked() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asked
+}
+
+func (s *Server) token(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked++
+	if s.failing {
+		http.Error(w, `{"error":"temporarily_unavailable"}`, http.StatusInternalServerError)
+		return
+	}
+	if r.Method != http.MethodPost || r.ParseForm() != nil || r.PostForm.Get("grant_type") != "client_credentials" {
+		refuse(w, http.StatusBadRequest, "unsupported_grant_type", "a POSTed client_credentials grant is expected")
+		return
+	}
+	id, secret, basic := r.BasicAuth()
+	if !basic {
+		id, secret = r.PostForm.Get("client_id"), r.PostForm.Get("client_secret")
+	}
+	switch {
+	case id != s.ClientID:
+		refuse(w, http.StatusBadRequest, "unauthorized_client", fmt.Sprintf("client %q is unknown", id))
+		return
+	case s.assertion != "":
+		if r.PostForm.Get("client_assertion_type") != "urn:ietf:params:oauth:client-assertion-type:jwt-bearer" ||
+			r.PostForm.Get("client_assertion") != s.assertion || secret != "" {
+			refuse(w, http.StatusUnauthorized, "invalid_client", "the client assertion is not the expected one")
+			return
+		}
+	case secret != s.Secret:
+		refuse(w, http.StatusUnauthorized, "invalid_client", "the client secret is wrong")
+		return
+	}
+	tok := fmt.Sprintf("oauth-token-%d", len(s.issued)+1)
+	s.issued = append(s.issued, tok)
+	s.scopes = append(s.scopes, r.PostForm.Get("scope"))
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"access_token": tok, "token_type": "Bearer", "expires_in": int(s.lifetime.Seconds())})
+}
+
+func refuse(w http.ResponseWriter, status int, code, desc string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "error_description": desc})
+}
