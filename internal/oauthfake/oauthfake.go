@@ -4,7 +4,8 @@
 //
 // It checks what such an endpoint checks: grant_type=client_credentials, the client's
 // id, and its proof: the secret (HTTP Basic or in the form) or a JWT client assertion
-// equal to the one it expects; then it issues "oauth-token-N" for the scopes asked.
+// equal to the one it expects; then it issues "oauth-token-N" (or another prefix's,
+// SetTokenPrefix: two fakes in one test tell their tokens apart) for the scopes asked.
 package oauthfake
 
 import (
@@ -24,19 +25,21 @@ type Server struct {
 	// Secret is the client's secret (unless SetAssertion asks for an assertion).
 	Secret string
 
-	mu        sync.Mutex
-	assertion string
-	issued    []string
-	scopes    []string
-	asked     int
-	lifetime  time.Duration
-	failing   bool
+	mu         sync.Mutex
+	assertion  string
+	prefix     string
+	issued     []string
+	scopes     []string
+	assertions []string
+	asked      int
+	lifetime   time.Duration
+	failing    bool
 }
 
 // Start starts the fake endpoint of clientID with secret; it stops at the test's end.
 func Start(t testing.TB, clientID, secret string) *Server {
 	t.Helper()
-	s := &Server{ClientID: clientID, Secret: secret, lifetime: time.Hour}
+	s := &Server{ClientID: clientID, Secret: secret, prefix: "oauth-token-", lifetime: time.Hour}
 	srv := httptest.NewServer(http.HandlerFunc(s.token))
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL + "/oauth2/v2.0/token"
@@ -48,6 +51,14 @@ func (s *Server) SetAssertion(a string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.assertion = a
+}
+
+// SetTokenPrefix makes the tokens issued from now on prefix followed by their number
+// (from 1, counting those issued before): "oauth-token-" unless set.
+func (s *Server) SetTokenPrefix(prefix string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.prefix = prefix
 }
 
 // SetFailing makes every later request fail with 500, or succeed again.
@@ -71,6 +82,14 @@ func (s *Server) Scopes() []string {
 	return append([]string(nil), s.scopes...)
 }
 
+// Assertions returns the client assertion each token request presented ("" for none),
+// refused ones included, failing or not.
+func (s *Server) Assertions() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.assertions...)
+}
+
 // Asked is how many token requests came, refused ones included.
 func (s *Server) Asked() int {
 	s.mu.Lock()
@@ -82,6 +101,11 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked++
+	if r.Method == http.MethodPost && r.ParseForm() == nil {
+		s.assertions = append(s.assertions, r.PostForm.Get("client_assertion"))
+	} else {
+		s.assertions = append(s.assertions, "")
+	}
 	if s.failing {
 		http.Error(w, `{"error":"temporarily_unavailable"}`, http.StatusInternalServerError)
 		return
@@ -108,7 +132,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusUnauthorized, "invalid_client", "the client secret is wrong")
 		return
 	}
-	tok := fmt.Sprintf("oauth-token-%d", len(s.issued)+1)
+	tok := fmt.Sprintf("%s%d", s.prefix, len(s.issued)+1)
 	s.issued = append(s.issued, tok)
 	s.scopes = append(s.scopes, r.PostForm.Get("scope"))
 	w.Header().Set("Content-Type", "application/json")
