@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -254,25 +253,9 @@ func TestAzureOpenAIEntraThroughTheGateway(t *testing.T) {
 	})
 }
 
-// azurePost sends an Azure OpenAI chat completion (a JSON body, api-version 2024-10-21)
-// to the gateway as a plain HTTP client would, the member's key in api-key where Azure
-// takes the resource's key; it returns the answer's status, headers and body.
+// azurePost sends an Azure OpenAI chat completion (api-version 2024-10-21), the
+// member's key in api-key where Azure takes the resource's key.
 func azurePost(t *testing.T, gateway, path, key, body string) (int, http.Header, string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", gateway+path+"?api-version=2024-10-21", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Api-Key", key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.StatusCode, res.Header, string(b)
+	return postJSON(t, gateway, path+"?api-version=2024-10-21", "Api-Key", key, body)
 }

@@ -282,17 +282,20 @@ func TestVertexAIThroughTheGateway(t *testing.T) {
 	})
 }
 
-// vertexPost sends a Vertex AI request (a JSON body) to the gateway as a plain HTTP
-// client would, the member's key as the bearer token where Vertex takes a Google access
-// token; it returns the answer's status, headers and body.
-func vertexPost(t *testing.T, gateway, path, key, body string) (int, http.Header, string) {
+// postJSON sends a JSON body to the gateway at path as a plain HTTP client would, the
+// member's key in the header keyHeader ("Authorization" takes it as a bearer token);
+// it returns the answer's status, headers and body.
+func postJSON(t *testing.T, gateway, path, keyHeader, key, body string) (int, http.Header, string) {
 	t.Helper()
 	req, err := http.NewRequest("POST", gateway+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+key)
+	if keyHeader == "Authorization" {
+		key = "Bearer " + key
+	}
+	req.Header.Set(keyHeader, key)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -303,4 +306,11 @@ func vertexPost(t *testing.T, gateway, path, key, body string) (int, http.Header
 		t.Fatal(err)
 	}
 	return res.StatusCode, res.Header, string(b)
+}
+
+// vertexPost sends a Vertex AI request, the member's key as the bearer token where
+// Vertex takes a Google access token.
+func vertexPost(t *testing.T, gateway, path, key, body string) (int, http.Header, string) {
+	t.Helper()
+	return postJSON(t, gateway, path, "Authorization", key, body)
 }

@@ -176,14 +176,7 @@ func TestAWSSignedRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := newMetrics()
-	tr := newTracker()
-	gw, err := gateway.New(gateway.Config{Routes: routes}, &fakeGate{}, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(gw)
-	defer front.Close()
+	front, tr := routesFront(t, routes)
 	res := post(t, front.URL+"/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse", "tgk_good",
 		`{"messages":[{"role":"user","content":[{"text":"hi"}]}],"inferenceConfig":{"maxTokens":10}}`, "X-Amz-Date", "20000101T000000Z")
 	b, _ := io.ReadAll(res.Body)
@@ -238,14 +231,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := newMetrics()
-	tr := newTracker()
-	gw, err := gateway.New(gateway.Config{Routes: routes}, &fakeGate{}, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(gw)
-	defer front.Close()
+	front, tr := routesFront(t, routes)
 	for range 2 {
 		res := send(t, "POST", front.URL+"/openai/deployments/gpt-4o-mini/chat/completions?api-version=2024-10-21", "",
 			strings.NewReader(`{"messages":[{"role":"user","content":"hi"}]}`), "Api-Key", "tgk_good")
@@ -281,4 +267,19 @@ func TestParseOAuthRoutesRefuses(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+}
+
+// routesFront serves a gateway of routes, with the fake gate and a tracker, until the
+// test ends.
+func routesFront(t *testing.T, routes []gateway.Route) (*httptest.Server, *fakeTracker) {
+	t.Helper()
+	m, _ := newMetrics()
+	tr := newTracker()
+	gw, err := gateway.New(gateway.Config{Routes: routes}, &fakeGate{}, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(gw)
+	t.Cleanup(front.Close)
+	return front, tr
 }
