@@ -368,9 +368,11 @@ func TestEnvContractDocumented(t *testing.T) {
 // (with its credential only then), routes, or both; its routes file is a
 // ConfigMap of the render, mounted where
 // TOLLGATE_GATEWAY_ROUTES points, holding no credential, whose routes' credential
-// files (credentialFile, google's credentialsFile) are keys of mounted Secrets
-// (aws names none: the pod's AWS identity signs); a change of the routes rolls
-// the pods; and the enforcer Service exposes the gateway port.
+// files (credentialFile, google's credentialsFile, oauth2's clientSecretFile)
+// are keys of mounted Secrets (aws names none: the pod's AWS identity signs;
+// oauth2's clientAssertionFile is a token file of the pod, as given, e.g. AKS
+// workload identity's); a change of the routes rolls the pods; and the enforcer
+// Service exposes the gateway port.
 func checkGateway(t *testing.T, kinds map[string][]obj) {
 	t.Helper()
 	configMaps := map[string]obj{}
@@ -464,7 +466,10 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 			// parser would look for Google's Application Default Credentials (the
 			// metadata server of GKE), which are not here. An aws route needs no
 			// stand-in: the parser only loads AWS's default configuration (nothing is
-			// fetched), kept from this machine's AWS files and environment.
+			// fetched), kept from this machine's AWS files and environment. An oauth2
+			// route gets a stand-in secret file or assertion file (the parser reads
+			// the one, stats the other; nothing is fetched), and its clientSecretEnv,
+			// like credentialEnv, the stand-in value of getenv.
 			isolateAWS(t)
 			parsed := make([]map[string]any, len(rf.Routes))
 			for i, r := range rf.Routes {
@@ -481,6 +486,19 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 					g["credentialsFile"] = googleStandIn(t)
 					parsed[i]["google"] = g
 				}
+				if o, ok := r["oauth2"].(map[string]any); ok {
+					o = maps.Clone(o)
+					for k, content := range map[string]string{"clientSecretFile": "stand-in\n", "clientAssertionFile": "stand-in.jwt.stand-in\n"} {
+						if field(o, k) != "" {
+							stand := filepath.Join(t.TempDir(), k)
+							if err := os.WriteFile(stand, []byte(content), 0o600); err != nil {
+								t.Fatal(err)
+							}
+							o[k] = stand
+						}
+					}
+					parsed[i]["oauth2"] = o
+				}
 			}
 			b, _ := yaml.Marshal(map[string]any{"routes": parsed})
 			if _, err := gateway.ParseRoutes(b, func(string) string { return "stand-in" }); err != nil {
@@ -488,9 +506,9 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 			}
 			for i, r := range rf.Routes {
 				for k, v := range r {
-					if !slices.Contains([]string{"prefix", "upstream", "header", "credentialFile", "credentialEnv", "google", "aws"}, k) {
-						t.Errorf("routes file, route %d: key %q (credentials come from credentialFile, credentialEnv, google or aws only)", i, k)
-					} else if _, ok := v.(string); !ok && k != "google" && k != "aws" {
+					if !slices.Contains([]string{"prefix", "upstream", "header", "credentialFile", "credentialEnv", "google", "aws", "oauth2"}, k) {
+						t.Errorf("routes file, route %d: key %q (credentials come from credentialFile, credentialEnv, google, aws or oauth2 only)", i, k)
+					} else if _, ok := v.(string); !ok && k != "google" && k != "aws" && k != "oauth2" {
 						t.Errorf("routes file, route %d: %s is %T, not a string", i, k, v)
 					}
 				}
@@ -524,16 +542,55 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 						t.Errorf("routes file, route %d: aws with a header (the signature is the credential)", i)
 					}
 				}
+				envs := []string{field(r, "credentialEnv")}
+				if o, ok := r["oauth2"]; ok {
+					om, ok := o.(map[string]any)
+					if !ok {
+						t.Errorf("routes file, route %d: oauth2 is %T, not a mapping", i, o)
+					}
+					proofs := 0
+					for k, v := range om {
+						if k == "scopes" {
+							scopes, ok := v.([]any)
+							if !ok {
+								t.Errorf("routes file, route %d: oauth2.scopes is %T, not a list", i, v)
+							}
+							for _, sc := range scopes {
+								if s, ok := sc.(string); !ok || s == "" {
+									t.Errorf("routes file, route %d: oauth2.scopes holds %v, not a scope", i, sc)
+								}
+							}
+							continue
+						}
+						if _, ok := v.(string); !slices.Contains([]string{"tokenURL", "clientID", "clientSecretFile", "clientSecretEnv", "clientAssertionFile"}, k) || !ok {
+							t.Errorf("routes file, route %d: oauth2.%s = %v (an OAuth client's secret comes from clientSecretFile or clientSecretEnv, or its assertion from clientAssertionFile, only)", i, k, v)
+						}
+						if slices.Contains([]string{"clientSecretFile", "clientSecretEnv", "clientAssertionFile"}, k) {
+							proofs++
+						}
+					}
+					if proofs != 1 || field(om, "tokenURL") == "" || field(om, "clientID") == "" {
+						t.Errorf("routes file, route %d: oauth2 needs tokenURL, clientID and one of clientSecretFile, clientSecretEnv and clientAssertionFile (%v)", i, om)
+					}
+					if f := field(om, "clientAssertionFile"); f != "" && !filepath.IsAbs(f) {
+						t.Errorf("routes file, route %d: oauth2.clientAssertionFile %q is not an absolute path", i, f)
+					}
+					files = append(files, field(om, "clientSecretFile"))
+					envs = append(envs, field(om, "clientSecretEnv"))
+				}
 				if !strings.HasPrefix(field(r, "prefix"), "/") || !strings.HasPrefix(field(r, "upstream"), "http") {
 					t.Errorf("routes file, route %d: prefix %q, upstream %q", i, r["prefix"], r["upstream"])
 				}
-				if name := field(r, "credentialEnv"); name != "" {
+				for _, name := range envs {
+					if name == "" {
+						continue
+					}
 					found := false
 					for _, e := range list(c, "env") {
 						found = found || str(e, "name") == name
 					}
 					if !found && len(list(c, "envFrom")) == 0 {
-						t.Errorf("routes file, route %d: credentialEnv %s is not in the container's environment", i, name)
+						t.Errorf("routes file, route %d: the environment variable %s (credentialEnv or oauth2.clientSecretEnv) is not in the container's environment", i, name)
 					}
 				}
 				for _, f := range files {

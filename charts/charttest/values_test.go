@@ -12,8 +12,14 @@ import (
 func TestValuesRejected(t *testing.T) {
 	helm, _ := needTools(t)
 	ok := []string{"--set", "secrets.existingSecret=creds"}
-	gw := append(slices.Clone(ok), "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com")
-	route := append(slices.Clone(ok), "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/", "--set", "enforcer.gateway.routes[0].upstream=https://api.openai.com")
+	// The bases below are clipped (capacity = length): every case appends to
+	// one, and an append into spare capacity would write the cases' arguments
+	// into one shared array, the last case's overwriting the others'.
+	gw := slices.Clip(append(slices.Clone(ok), "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com"))
+	route := slices.Clip(append(slices.Clone(ok), "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/", "--set", "enforcer.gateway.routes[0].upstream=https://api.openai.com"))
+	// A valid oauth2 route (its client's secret from the environment), to add one wrong value to.
+	oauth2 := slices.Clip(append(slices.Clone(route), "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=https://login.microsoftonline.com/t/oauth2/v2.0/token",
+		"--set", "enforcer.gateway.routes[0].oauth2.clientID=app", "--set", "enforcer.gateway.routes[0].oauth2.clientSecretEnv=AZURE_CLIENT_SECRET"))
 	tests := []struct {
 		name string
 		args []string
@@ -91,6 +97,30 @@ func TestValuesRejected(t *testing.T) {
 		{"route aws with a header, schema skipped", append(route, "--skip-schema-validation", "--set", "enforcer.gateway.routes[0].aws.region=us-east-1", "--set", "enforcer.gateway.routes[0].header=x-api-key"), `prefix "/" has aws and header, credentialSecret, credentialEnv or google`},
 		{"route aws with google, schema skipped", append(route, "--skip-schema-validation", "--set", "enforcer.gateway.routes[0].aws.region=us-east-1", "--set-json", `enforcer.gateway.routes[0].google={}`), `prefix "/" has aws and header, credentialSecret, credentialEnv or google`},
 		{"route aws without region, schema skipped", append(route, "--skip-schema-validation", "--set", "enforcer.gateway.routes[0].aws.service=bedrock"), `prefix "/" has aws without region`},
+		// OAuth 2.0 client routes (Azure OpenAI with Entra ID): oauth2 is the route's
+		// only credential, its client proved by exactly one secret or assertion.
+		{"route oauth2 with google", append(oauth2, "--set-json", `enforcer.gateway.routes[0].google={}`), "'/enforcer/gateway/routes/0/google': false schema"},
+		{"route oauth2 with aws", append(oauth2, "--set", "enforcer.gateway.routes[0].aws.region=us-east-1"), "'/enforcer/gateway/routes/0/aws': false schema"},
+		{"route oauth2 with a secret", append(oauth2, "--set", "enforcer.gateway.routes[0].credentialSecret.name=azure", "--set", "enforcer.gateway.routes[0].credentialSecret.key=api-key"), "'/enforcer/gateway/routes/0/credentialSecret': false schema"},
+		{"route oauth2 with an env credential", append(oauth2, "--set", "enforcer.gateway.routes[0].credentialEnv=AZURE_OPENAI_API_KEY"), "'/enforcer/gateway/routes/0/credentialEnv': false schema"},
+		{"route oauth2 without clientID", append(route, "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=https://login.microsoftonline.com/t/oauth2/v2.0/token", "--set", "enforcer.gateway.routes[0].oauth2.clientSecretEnv=AZURE_CLIENT_SECRET"), "'/enforcer/gateway/routes/0/oauth2': missing property 'clientID'"},
+		{"route oauth2 without tokenURL", append(route, "--set", "enforcer.gateway.routes[0].oauth2.clientID=app", "--set", "enforcer.gateway.routes[0].oauth2.clientSecretEnv=AZURE_CLIENT_SECRET"), "'/enforcer/gateway/routes/0/oauth2': missing property 'tokenURL'"},
+		{"route oauth2 with two secrets", append(oauth2, "--set", "enforcer.gateway.routes[0].oauth2.clientSecret.name=azure", "--set", "enforcer.gateway.routes[0].oauth2.clientSecret.key=client-secret"), "'/enforcer/gateway/routes/0/oauth2/clientSecretEnv': false schema"},
+		{"route oauth2 with a secret and an assertion", append(oauth2, "--set", "enforcer.gateway.routes[0].oauth2.clientAssertionFile=/var/run/secrets/azure/tokens/azure-identity-token"), "'/enforcer/gateway/routes/0/oauth2/clientAssertionFile': false schema"},
+		{"route oauth2 without a secret", append(route, "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=https://login.microsoftonline.com/t/oauth2/v2.0/token", "--set", "enforcer.gateway.routes[0].oauth2.clientID=app"), "'/enforcer/gateway/routes/0/oauth2': 'anyOf' failed"},
+		{"route oauth2 secret as a value", append(route, "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=https://login.microsoftonline.com/t/oauth2/v2.0/token", "--set", "enforcer.gateway.routes[0].oauth2.clientID=app", "--set", "enforcer.gateway.routes[0].oauth2.clientSecret=s3cr3t"), "'/enforcer/gateway/routes/0/oauth2/clientSecret': got string, want object"},
+		{"route oauth2 secret without key", append(route, "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=https://login.microsoftonline.com/t/oauth2/v2.0/token", "--set", "enforcer.gateway.routes[0].oauth2.clientID=app", "--set", "enforcer.gateway.routes[0].oauth2.clientSecret.name=azure"), "/enforcer/gateway/routes/0/oauth2/clientSecret"},
+		{"route oauth2 unknown field", append(oauth2, "--set", "enforcer.gateway.routes[0].oauth2.tenantID=t"), "additional properties 'tenantID' not allowed"},
+		{"route oauth2 token URL not a URL", append(route, "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=login.microsoftonline.com/t/oauth2/v2.0/token", "--set", "enforcer.gateway.routes[0].oauth2.clientID=app", "--set", "enforcer.gateway.routes[0].oauth2.clientSecretEnv=AZURE_CLIENT_SECRET"), "/enforcer/gateway/routes/0/oauth2/tokenURL"},
+		{"route oauth2 token URL in clear", append(route, "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=http://login.microsoftonline.com/t/oauth2/v2.0/token", "--set", "enforcer.gateway.routes[0].oauth2.clientID=app", "--set", "enforcer.gateway.routes[0].oauth2.clientSecretEnv=AZURE_CLIENT_SECRET"), "/enforcer/gateway/routes/0/oauth2/tokenURL"},
+		{"route oauth2 assertion file relative", append(route, "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=https://login.microsoftonline.com/t/oauth2/v2.0/token", "--set", "enforcer.gateway.routes[0].oauth2.clientID=app", "--set", "enforcer.gateway.routes[0].oauth2.clientAssertionFile=azure-identity-token"), "/enforcer/gateway/routes/0/oauth2/clientAssertionFile"},
+		{"route oauth2 scopes as a string", append(oauth2, "--set", "enforcer.gateway.routes[0].oauth2.scopes=https://cognitiveservices.azure.com/.default"), "/enforcer/gateway/routes/0/oauth2/scopes"},
+		{"route oauth2 not an object", append(route, "--set", "enforcer.gateway.routes[0].oauth2=azure"), "/enforcer/gateway/routes/0/oauth2"},
+		{"route oauth2 with aws, schema skipped", append(oauth2, "--skip-schema-validation", "--set", "enforcer.gateway.routes[0].aws.region=us-east-1"), `prefix "/" has oauth2 and credentialSecret, credentialEnv, google or aws`},
+		{"route oauth2 with an env credential, schema skipped", append(oauth2, "--skip-schema-validation", "--set", "enforcer.gateway.routes[0].credentialEnv=AZURE_OPENAI_API_KEY"), `prefix "/" has oauth2 and credentialSecret, credentialEnv, google or aws`},
+		{"route oauth2 without clientID, schema skipped", append(route, "--skip-schema-validation", "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=https://login.microsoftonline.com/t/oauth2/v2.0/token", "--set", "enforcer.gateway.routes[0].oauth2.clientSecretEnv=AZURE_CLIENT_SECRET"), `prefix "/" has oauth2 without tokenURL or clientID`},
+		{"route oauth2 with two secrets, schema skipped", append(oauth2, "--skip-schema-validation", "--set", "enforcer.gateway.routes[0].oauth2.clientAssertionFile=/var/run/secrets/azure/tokens/azure-identity-token"), `prefix "/" has oauth2 with none or several of clientSecret, clientSecretEnv and clientAssertionFile`},
+		{"route oauth2 without a secret, schema skipped", append(route, "--skip-schema-validation", "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=https://login.microsoftonline.com/t/oauth2/v2.0/token", "--set", "enforcer.gateway.routes[0].oauth2.clientID=app"), `prefix "/" has oauth2 with none or several of clientSecret, clientSecretEnv and clientAssertionFile`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,6 +169,22 @@ func TestValuesAccepted(t *testing.T) {
 			"--set", "enforcer.gateway.routes[0].prefix=/eu/", "--set", "enforcer.gateway.routes[0].upstream=https://bedrock-runtime.eu-west-3.amazonaws.com", "--set", "enforcer.gateway.routes[0].aws.region=eu-west-3",
 			"--set", "enforcer.gateway.routes[1].prefix=/ap/", "--set", "enforcer.gateway.routes[1].upstream=https://bedrock-runtime.ap-southeast-2.amazonaws.com", "--set", "enforcer.gateway.routes[1].aws.region=ap-southeast-2",
 			"--set", "enforcer.gateway.routes[2].prefix=/eusc/", "--set", "enforcer.gateway.routes[2].upstream=https://bedrock-runtime.eusc-de-east-1.amazonaws.eu", "--set", "enforcer.gateway.routes[2].aws.region=eusc-de-east-1"}},
+		{"gateway route to Azure OpenAI with a client secret from a Secret", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/openai/",
+			"--set", "enforcer.gateway.routes[0].upstream=https://acme.openai.azure.com", "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=https://login.microsoftonline.com/t/oauth2/v2.0/token",
+			"--set", "enforcer.gateway.routes[0].oauth2.clientID=00000000-0000-0000-0000-000000000000", "--set", "enforcer.gateway.routes[0].oauth2.clientSecret.name=azure-openai", "--set", "enforcer.gateway.routes[0].oauth2.clientSecret.key=client-secret",
+			"--set", "enforcer.gateway.routes[0].oauth2.scopes={https://cognitiveservices.azure.com/.default}"}},
+		{"gateway route to Azure OpenAI with a client secret from the environment", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/openai/",
+			"--set", "enforcer.gateway.routes[0].upstream=https://acme.openai.azure.com", "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=https://login.microsoftonline.com/t/oauth2/v2.0/token",
+			"--set", "enforcer.gateway.routes[0].oauth2.clientID=00000000-0000-0000-0000-000000000000", "--set", "enforcer.gateway.routes[0].oauth2.clientSecretEnv=AZURE_CLIENT_SECRET",
+			"--set", "enforcer.gateway.routes[0].oauth2.scopes={https://cognitiveservices.azure.com/.default}", "--set", "enforcer.extraEnvFrom[0].secretRef.name=azure-openai"}},
+		{"gateway route to Azure OpenAI with AKS workload identity", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/openai/",
+			"--set", "enforcer.gateway.routes[0].upstream=https://acme.openai.azure.com", "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=https://login.microsoftonline.com/t/oauth2/v2.0/token",
+			"--set", "enforcer.gateway.routes[0].oauth2.clientID=00000000-0000-0000-0000-000000000000", "--set", "enforcer.gateway.routes[0].oauth2.clientAssertionFile=/var/run/secrets/azure/tokens/azure-identity-token",
+			"--set", "enforcer.gateway.routes[0].oauth2.scopes={https://cognitiveservices.azure.com/.default}",
+			"--set-string", "enforcer.podLabels.azure\\.workload\\.identity/use=true", "--set", "serviceAccount.annotations.azure\\.workload\\.identity/client-id=00000000-0000-0000-0000-000000000000"}},
+		{"gateway route to an OAuth-fronted upstream on loopback, with a header and no scopes", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/",
+			"--set", "enforcer.gateway.routes[0].upstream=http://llm.internal:8080", "--set", "enforcer.gateway.routes[0].header=x-access-token", "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=http://127.0.0.1:4444/oauth2/token",
+			"--set", "enforcer.gateway.routes[0].oauth2.clientID=tollgate", "--set", "enforcer.gateway.routes[0].oauth2.clientSecretEnv=LLM_CLIENT_SECRET", "--set", "enforcer.extraEnvFrom[0].secretRef.name=llm-client"}},
 		{"gateway off with values set", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.mode=sidecar"}},
 	}
 	for _, tc := range tests {

@@ -359,11 +359,12 @@ routes file and the routes' credentials are mounted at fixed paths.
 {{- end -}}
 
 {{/*
-The Secret key a route mounts as its file route-{i}: its credentialSecret, or its
-google.credentialsSecret (a Google credentials JSON); empty for none.
+The Secret key a route mounts as its file route-{i}: its credentialSecret, its
+google.credentialsSecret (a Google credentials JSON) or its oauth2.clientSecret (an
+OAuth client's secret); empty for none.
 */}}
 {{- define "tollgate.gateway.routeSecret" -}}
-{{- toYaml (.credentialSecret | default (dig "google" "credentialsSecret" dict .)) -}}
+{{- toYaml (.credentialSecret | default (dig "google" "credentialsSecret" dict .) | default (dig "oauth2" "clientSecret" dict .)) -}}
 {{- end -}}
 
 {{/* Whether a route takes its credential from a Secret: "true" or "". */}}
@@ -379,6 +380,9 @@ with each credentialSecret, and each google.credentialsSecret, replaced by the f
 it is mounted as. google without credentialsSecret stays google: {} (Application
 Default Credentials). aws stays aws: {region, service}: the gateway signs with the
 pod's AWS identity (IRSA, EKS Pod Identity or environment variables), no file.
+oauth2 stays oauth2: {tokenURL, clientID, scopes} with its clientSecret replaced by
+the file it is mounted as (clientSecretFile), or its clientSecretEnv or
+clientAssertionFile as given.
 */}}
 {{- define "tollgate.gateway.routesFile" -}}
 {{- $root := . -}}
@@ -397,7 +401,36 @@ routes:
     {{- with $r.header }}
     header: {{ . | quote }}
     {{- end }}
-    {{- if hasKey $r "aws" }}
+    {{- if hasKey $r "oauth2" }}
+    {{- if or $r.credentialSecret $r.credentialEnv (hasKey $r "google") (hasKey $r "aws") }}
+    {{- fail (printf "enforcer.gateway.routes: the route of prefix %q has oauth2 and credentialSecret, credentialEnv, google or aws; give it one credential" $r.prefix) }}
+    {{- end }}
+    {{- $o := $r.oauth2 | default dict }}
+    {{- if not (and $o.tokenURL $o.clientID) }}
+    {{- fail (printf "enforcer.gateway.routes: the route of prefix %q has oauth2 without tokenURL or clientID" $r.prefix) }}
+    {{- end }}
+    {{- $proofs := 0 }}
+    {{- range (list $o.clientSecret $o.clientSecretEnv $o.clientAssertionFile) }}{{ if . }}{{ $proofs = add1 $proofs }}{{ end }}{{ end }}
+    {{- if ne $proofs 1 }}
+    {{- fail (printf "enforcer.gateway.routes: the route of prefix %q has oauth2 with none or several of clientSecret, clientSecretEnv and clientAssertionFile; give it one" $r.prefix) }}
+    {{- end }}
+    oauth2:
+      tokenURL: {{ $o.tokenURL | quote }}
+      clientID: {{ $o.clientID | quote }}
+      {{- if $o.clientSecret }}
+      clientSecretFile: "{{ include "tollgate.gateway.credentialsDir" $root }}/route-{{ $i }}"
+      {{- else if $o.clientSecretEnv }}
+      clientSecretEnv: {{ $o.clientSecretEnv | quote }}
+      {{- else }}
+      clientAssertionFile: {{ $o.clientAssertionFile | quote }}
+      {{- end }}
+      {{- with $o.scopes }}
+      scopes:
+        {{- range . }}
+        - {{ . | quote }}
+        {{- end }}
+      {{- end }}
+    {{- else if hasKey $r "aws" }}
     {{- if or $r.header $r.credentialSecret $r.credentialEnv (hasKey $r "google") }}
     {{- fail (printf "enforcer.gateway.routes: the route of prefix %q has aws and header, credentialSecret, credentialEnv or google; aws signs the request, give it no other credential" $r.prefix) }}
     {{- end }}
@@ -456,7 +489,8 @@ routes:
 
 {{/*
 The enforcer pod's volumes for the gateway: the routes ConfigMap and the routes'
-Secret keys (credentialSecret or google.credentialsSecret), route i's as route-{i}.
+Secret keys (credentialSecret, google.credentialsSecret or oauth2.clientSecret),
+route i's as route-{i}.
 */}}
 {{- define "tollgate.gateway.volumes" -}}
 {{- if include "tollgate.gateway.hasRoutes" . }}
