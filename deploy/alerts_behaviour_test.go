@@ -12,7 +12,8 @@ import (
 // TestGatewayAlertsFire runs the gateway's alerts, as alerts.yaml writes them, through
 // `promtool test rules` on made-up series of two enforcers: enf-1 answers 1 request a
 // second busy and 1 in 12 with no answer from the provider, enf-2 is at its bound never
-// and misses 1% of its answers. Each alert must fire for enf-1 alone once its `for` has
+// and misses 1% of its answers; enf-2 has a route without its credential from the
+// 10th minute on. Each alert must fire for enf-1 alone once its `for` has
 // passed, and for nobody before. The rules are copied without their annotations, which
 // promtool would otherwise compare word for word; their expressions, durations and
 // labels are the file's. CI installs promtool (.ci/run), so there it must run.
@@ -35,8 +36,8 @@ func TestGatewayAlertsFire(t *testing.T) {
 			rules = append(rules, rule{r.Alert, r.Expr, r.For, r.Labels})
 		}
 	}
-	if len(rules) != 2 {
-		t.Fatalf("the tollgate-gateway group has %d rules; this test knows TollgateGatewayBusy and TollgateGatewayUpstreamFailing", len(rules))
+	if len(rules) != 3 {
+		t.Fatalf("the tollgate-gateway group has %d rules; this test knows TollgateGatewayBusy, TollgateGatewayUpstreamFailing and TollgateGatewayNoCredential", len(rules))
 	}
 	dir := t.TempDir()
 	writeYAML(t, filepath.Join(dir, "rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "gateway", "rules": rules}}})
@@ -60,12 +61,16 @@ func TestGatewayAlertsFire(t *testing.T) {
 			"input_series": []any{
 				series("enf-1", "busy", "0+60x30"), series("enf-1", "proxied", "0+600x30"), series("enf-1", "upstream_error", "0+60x30"),
 				series("enf-2", "busy", "0x30"), series("enf-2", "proxied", "0+600x30"), series("enf-2", "upstream_timeout", "0+6x30"),
+				series("enf-1", "no_credential", "0x30"), series("enf-2", "no_credential", "0x10 0+30x20"),
 			},
 			"alert_rule_test": []any{
 				fires("3m", "TollgateGatewayBusy", "critical"), // pending: for 5m
 				fires("12m", "TollgateGatewayBusy", "critical", "enf-1"),
 				fires("8m", "TollgateGatewayUpstreamFailing", "warning"), // pending: for 10m
 				fires("15m", "TollgateGatewayUpstreamFailing", "warning", "enf-1"),
+				fires("9m", "TollgateGatewayNoCredential", "critical"),
+				fires("13m", "TollgateGatewayNoCredential", "critical"), // pending: for 5m
+				fires("18m", "TollgateGatewayNoCredential", "critical", "enf-2"),
 			},
 		}},
 	})

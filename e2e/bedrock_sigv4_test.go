@@ -170,8 +170,8 @@ func TestBedrockSignedThroughTheGateway(t *testing.T) {
 		if got := len(b.fake.Calls()); got != 0 {
 			t.Errorf("the provider got %d calls without credentials", got)
 		}
-		if got := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "upstream_error"); got != 1 {
-			t.Errorf("the gateway counted %v upstream errors, want 1", got)
+		if got := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "no_credential"); got != 1 {
+			t.Errorf("the gateway counted %v requests without a credential, want 1", got)
 		}
 		rec := waitReceipt(t, s, h.Get("X-Service-Request-Id"))
 		if rec.cost() != 0 {

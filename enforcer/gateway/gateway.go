@@ -71,11 +71,12 @@ const (
 	OutcomeUpstreamError   = "upstream_error"   // 502: no answer (refused, reset, bad URL)
 	OutcomeUpstreamTimeout = "upstream_timeout" // 504: no answer in time
 	OutcomeClientGone      = "client_gone"      // the client left before the upstream answered
+	OutcomeNoCredential    = "no_credential"    // 502: the route's token or signing credentials could not be had
 )
 
 // Outcomes lists every outcome (metrics pre-create their series).
 var Outcomes = []string{OutcomeProxied, OutcomeRefused, OutcomeNoRoute, OutcomeBusy, OutcomeBodyTooLarge, OutcomeBadBody,
-	OutcomeUpstreamError, OutcomeUpstreamTimeout, OutcomeClientGone}
+	OutcomeUpstreamError, OutcomeUpstreamTimeout, OutcomeClientGone, OutcomeNoCredential}
 
 // Metrics the gateway updates (from the enforcer's catalogue, enforcer/metrics).
 type Metrics struct {
@@ -617,7 +618,7 @@ func (p *proxied) credentialFailed(w http.ResponseWriter, r *http.Request, err e
 		p.settle(inflight.Refused(statusClientClosed))
 		return
 	}
-	gw.answered(w, OutcomeUpstreamError)
+	gw.answered(w, OutcomeNoCredential)
 	gw.upstreamFailures.Log(gw.log, slog.LevelError, "gateway: no credential for the upstream", "request_id", p.id,
 		"upstream", p.route.Upstream.Host, "err", err)
 	p.settle(inflight.Refused(http.StatusBadGateway))

@@ -96,7 +96,7 @@ routes:
 	}
 	front2 := httptest.NewServer(gw)
 	defer front2.Close()
-	before := testutil.ToFloat64(req.WithLabelValues(gateway.OutcomeUpstreamError))
+	before := testutil.ToFloat64(req.WithLabelValues(gateway.OutcomeNoCredential))
 	res := post(t, front2.URL+path, "tgk_good", body)
 	b, _ := io.ReadAll(res.Body)
 	res.Body.Close()
@@ -107,8 +107,8 @@ routes:
 	if u := tr.settledOnce(t); !u.Complete || u.UpstreamStatus != http.StatusBadGateway || u.UpstreamCostMicroUSD == nil || *u.UpstreamCostMicroUSD != 0 {
 		t.Fatalf("settled %+v, want complete at a known 0 with status 502", u)
 	}
-	if got := testutil.ToFloat64(req.WithLabelValues(gateway.OutcomeUpstreamError)) - before; got != 1 {
-		t.Fatalf("upstream_error counted %v times, want 1", got)
+	if got := testutil.ToFloat64(req.WithLabelValues(gateway.OutcomeNoCredential)) - before; got != 1 {
+		t.Fatalf("no_credential counted %v times, want 1", got)
 	}
 	mu.Lock()
 	n := len(auths)
