@@ -10,11 +10,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
+	"github.com/tollgate-dev/tollgate/enforcer/tokencache"
 	"github.com/tollgate-dev/tollgate/internal/awsfake"
 	"github.com/tollgate-dev/tollgate/internal/googlefake"
 	"github.com/tollgate-dev/tollgate/internal/oauthfake"
@@ -117,6 +119,7 @@ routes:
 		t.Fatalf("a request without a token reached the upstream (%d calls)", n)
 	}
 	g.SetFailing(false)
+	time.Sleep(tokencache.FailureHold) // the failure answers for a second
 	res = post(t, front2.URL+path, "tgk_good", body)
 	res.Body.Close()
 	if res.StatusCode != 200 {

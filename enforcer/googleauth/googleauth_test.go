@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/googleauth"
+	"github.com/tollgate-dev/tollgate/enforcer/tokencache"
 	"github.com/tollgate-dev/tollgate/internal/googlefake"
 )
 
@@ -108,6 +109,7 @@ func TestTokenEndpointFails(t *testing.T) {
 		t.Fatalf("the error quotes the key: %v", err)
 	}
 	g.SetFailing(false)
+	time.Sleep(tokencache.FailureHold) // the failure answers for a second
 	if got := authorization(t, src); got != "Bearer ya29.fake-1" {
 		t.Fatalf("after the endpoint recovered: %q", got)
 	}
@@ -236,7 +238,9 @@ func TestUnansweredEndpoint(t *testing.T) {
 	if asked := g.Asked(); asked != 1 {
 		t.Fatalf("the endpoint was asked %d times, want the one shared fetch", asked)
 	}
-	// A caller that leaves stops waiting at once; the fetch is not its own.
+	// A caller that leaves stops waiting at once; the fetch is not its own. (After the
+	// failure's hold, which answers without a fetch.)
+	time.Sleep(tokencache.FailureHold)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := src.Authorization(ctx); !errors.Is(err, context.Canceled) {

@@ -9,7 +9,8 @@
 // first request, or fetches failed until the token expired) do requests wait, for one
 // fetch they all share, each no longer than its own context allows and the fetch no
 // longer than Timeout: a token endpoint that drops packets never queues the requests
-// behind one another's timeouts.
+// behind one another's timeouts. A fetch that failed answers the requests of the next
+// second with its error, so an endpoint that is down is not asked once per request.
 package tokencache
 
 import (
@@ -42,7 +43,20 @@ type Cache struct {
 	// retryAt (unix nanoseconds) holds off background renewals after one failed, for a
 	// timeout's length: a failing endpoint is not asked again by every request.
 	retryAt atomic.Int64
+	// failed is the last fetch's failure while no valid credential is held, answered
+	// to the requests of the next FailureHold without a fetch: an endpoint that is down
+	// (or throttles, as Entra ID does) is asked once a second, not once per request.
+	failed atomic.Pointer[failure]
 }
+
+type failure struct {
+	err   error
+	until time.Time
+}
+
+// FailureHold is how long a failed fetch answers the requests that find no valid
+// credential, before the next one tries again.
+const FailureHold = time.Second
 
 type entry struct {
 	value   string
@@ -72,6 +86,9 @@ func (c *Cache) Value(ctx context.Context) (string, error) {
 		}
 		return e.value, nil
 	}
+	if f := c.failed.Load(); f != nil && now.Before(f.until) {
+		return "", f.err
+	}
 	select {
 	case r := <-c.fetches.DoChan("", c.fetchOnce):
 		if r.Err != nil {
@@ -92,8 +109,10 @@ func (c *Cache) fetchOnce() (any, error) {
 	now := c.now()
 	if err != nil {
 		c.retryAt.Store(now.Add(c.timeout).UnixNano())
+		c.failed.Store(&failure{err: err, until: now.Add(FailureHold)})
 		return nil, err
 	}
+	c.failed.Store(nil)
 	if expiry.IsZero() {
 		expiry = now.Add(2 * c.renewBefore)
 	}

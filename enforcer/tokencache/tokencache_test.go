@@ -151,7 +151,21 @@ func TestFailures(t *testing.T) {
 	if _, err := c.Value(context.Background()); err == nil || err.Error() != "endpoint down" {
 		t.Fatalf("an expired token: err %v", err)
 	}
+	// For a second the failure answers without asking the endpoint again.
+	asked := f.fetches()
+	for range 5 {
+		if _, err := c.Value(context.Background()); err == nil || err.Error() != "endpoint down" {
+			t.Fatalf("within the failure's hold: err %v", err)
+		}
+	}
+	if f.fetches() != asked {
+		t.Fatalf("%d fetches within the failure's hold, want none", f.fetches()-asked)
+	}
 	f.fail = false
+	if _, err := c.Value(context.Background()); err == nil {
+		t.Fatal("the endpoint was asked within the failure's hold")
+	}
+	clk.advance(FailureHold)
 	if v := value(t, c); v == "Bearer t-1" || v == "" {
 		t.Fatalf("after the endpoint recovered: %q", v)
 	}
