@@ -68,15 +68,7 @@ routes:
 	const path = "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict"
 	body := `{"anthropic_version":"vertex-2023-10-16","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
 	for range 2 {
-		res := post(t, front.URL+path, "tgk_good", body)
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != 200 {
-			t.Fatalf("status %d: %s", res.StatusCode, b)
-		}
-		if u := tr.settledOnce(t); !u.Complete || u.InputTokens != 7 || u.OutputTokens != 2 {
-			t.Fatalf("settled %+v", u)
-		}
+		proxiedAndSettled(t, post(t, front.URL+path, "tgk_good", body), tr, 7, 2)
 	}
 	mu.Lock()
 	got := append([]string(nil), auths...)
@@ -180,16 +172,8 @@ func TestAWSSignedRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	front, tr := routesFront(t, routes)
-	res := post(t, front.URL+"/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse", "tgk_good",
-		`{"messages":[{"role":"user","content":[{"text":"hi"}]}],"inferenceConfig":{"maxTokens":10}}`, "X-Amz-Date", "20000101T000000Z")
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != 200 {
-		t.Fatalf("status %d: %s", res.StatusCode, b)
-	}
-	if u := tr.settledOnce(t); !u.Complete || u.InputTokens != 7 || u.OutputTokens != 2 {
-		t.Fatalf("settled %+v", u)
-	}
+	proxiedAndSettled(t, post(t, front.URL+"/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse", "tgk_good",
+		`{"messages":[{"role":"user","content":[{"text":"hi"}]}],"inferenceConfig":{"maxTokens":10}}`, "X-Amz-Date", "20000101T000000Z"), tr, 7, 2)
 	mu.Lock()
 	defer mu.Unlock()
 	if calls != 1 || len(problems) > 0 {
@@ -236,16 +220,8 @@ routes:
 	}
 	front, tr := routesFront(t, routes)
 	for range 2 {
-		res := send(t, "POST", front.URL+"/openai/deployments/gpt-4o-mini/chat/completions?api-version=2024-10-21", "",
-			strings.NewReader(`{"messages":[{"role":"user","content":"hi"}]}`), "Api-Key", "tgk_good")
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != 200 {
-			t.Fatalf("status %d: %s", res.StatusCode, b)
-		}
-		if u := tr.settledOnce(t); !u.Complete || u.InputTokens != 5 {
-			t.Fatalf("settled %+v", u)
-		}
+		proxiedAndSettled(t, send(t, "POST", front.URL+"/openai/deployments/gpt-4o-mini/chat/completions?api-version=2024-10-21", "",
+			strings.NewReader(`{"messages":[{"role":"user","content":"hi"}]}`), "Api-Key", "tgk_good"), tr, 5, 1)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -285,4 +261,18 @@ func routesFront(t *testing.T, routes []gateway.Route) (*httptest.Server, *fakeT
 	front := httptest.NewServer(gw)
 	t.Cleanup(front.Close)
 	return front, tr
+}
+
+// proxiedAndSettled checks that res is the upstream's 200 and its request was settled
+// complete with in input and out output tokens.
+func proxiedAndSettled(t *testing.T, res *http.Response, tr *fakeTracker, in, out int64) {
+	t.Helper()
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("status %d: %s", res.StatusCode, b)
+	}
+	if u := tr.settledOnce(t); !u.Complete || u.InputTokens != in || u.OutputTokens != out {
+		t.Fatalf("settled %+v", u)
+	}
 }
