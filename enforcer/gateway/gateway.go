@@ -607,10 +607,10 @@ func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 }
 
 // credentialFailed answers a route whose provider credential could not be had (no
-// Google token: its token endpoint or metadata server failed; no AWS credentials to
-// sign with): 502. Nothing was sent,
-// so the request is settled at a known cost of 0, as when the client left meanwhile
-// (499, nginx's "client closed request").
+// Google or OAuth client token: its endpoint or the metadata server failed; no AWS
+// credentials to sign with): 502, outcome no_credential. Nothing was sent, so the
+// request is settled at a known cost of 0, as when the client left meanwhile (499,
+// nginx's "client closed request").
 func (p *proxied) credentialFailed(w http.ResponseWriter, r *http.Request, err error) {
 	gw := p.gw
 	if r.Context().Err() != nil {
