@@ -6,7 +6,9 @@
 // (401, 403, 429, 503) are answered here and never reach the upstream. An admitted
 // request goes to the upstream its path routes to, path unchanged, with the member's
 // credential and any client-sent X-Service-* headers removed and the provider's
-// credential set; an OpenAI chat-completions stream is asked for its usage
+// credential set: a fixed header value, a token the gateway gets and renews (Google's
+// for Vertex AI, an OAuth client's for Azure OpenAI), or a SigV4 signature for Amazon
+// Bedrock (routecreds.go); an OpenAI chat-completions stream is asked for its usage
 // (stream_options.include_usage). The response streams back chunk by chunk, each flushed
 // as it arrives, while the usage extractor (package responseusage) reads it; at the end the
 // request is settled through the in-flight tracker with what was seen, estimated where
