@@ -154,6 +154,7 @@ func TestInvariants(t *testing.T) {
 				}
 			}
 			checkJob(t, kinds["Job"])
+			checkServiceAccounts(t, kinds, chartValues(t, cases[name]))
 			checkGateway(t, kinds)
 			checkServices(t, kinds["Service"], kinds["Deployment"])
 			if sidecar {
@@ -162,7 +163,7 @@ func TestInvariants(t *testing.T) {
 						t.Errorf("sidecar mode rendered a %s", k)
 					}
 				}
-				for _, d := range append(append(kinds["Deployment"], kinds["Service"]...), kinds["PodDisruptionBudget"]...) {
+				for _, d := range slices.Concat(kinds["Deployment"], kinds["Service"], kinds["PodDisruptionBudget"], kinds["ServiceAccount"]) {
 					if str(d, "metadata", "labels", "app.kubernetes.io/component") == "enforcer" {
 						t.Errorf("sidecar mode rendered enforcer %s %s", str(d, "kind"), str(d, "metadata", "name"))
 					}

@@ -67,11 +67,29 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* The shared ServiceAccount (serviceAccount): the control plane's, and the enforcer's by default. */}}
 {{- define "tollgate.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "tollgate.fullname" .) .Values.serviceAccount.name -}}
 {{- else -}}
 {{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The enforcer pods' ServiceAccount (enforcer.serviceAccount): its own, created as
+"<fullname>-enforcer" or as named; an existing one, named; else the shared one.
+*/}}
+{{- define "tollgate.enforcer.serviceAccountName" -}}
+{{- $sa := .Values.enforcer.serviceAccount -}}
+{{- if $sa.create -}}
+{{- $name := default (include "tollgate.enforcer.fullname" .) $sa.name -}}
+{{- if eq $name (include "tollgate.serviceAccountName" .) -}}
+{{- fail (printf "enforcer.serviceAccount.name %q is the control plane's ServiceAccount (serviceAccount): give the enforcer's another name, or leave enforcer.serviceAccount.create false to share it" $name) -}}
+{{- end -}}
+{{- $name -}}
+{{- else -}}
+{{- default (include "tollgate.serviceAccountName" .) $sa.name -}}
 {{- end -}}
 {{- end -}}
 
