@@ -11,7 +11,6 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
@@ -223,19 +222,20 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		body, replace = b, true
 		m.WithLabelValues("decoded").Inc()
 	}
-	est, err := estimate.Input(body)
-	if endpoint := requestbody.Deferred(st.method, st.path, err == nil && est.Background); endpoint != "" && !st.s.AllowDeferredBilling {
+	// The body's estimate, with the model its path names (Gemini, Bedrock, Vertex AI)
+	// and whether the path is a regional endpoint, as the gateway reads them.
+	est := gate.BodyHint(body, st.path).Body
+	if endpoint := requestbody.Deferred(st.method, st.path, est != nil && est.Background); endpoint != "" && !st.s.AllowDeferredBilling {
 		_ = st.s.tracker.Finish(st.requestID, inflight.Refused(http.StatusForbidden), nil) // never sent upstream
 		m.WithLabelValues("billing_deferred").Inc()
 		return immediate(gate.BillingDeferredRefusal(endpoint))
 	}
-	if err == nil {
-		model := requestbody.RequestModel(est.Model, st.path) // Gemini names it in the path
-		if st.s.tracker.RefuseUnpricedModel(st.requestID, model) {
+	if est != nil {
+		if st.s.tracker.RefuseUnpricedModel(st.requestID, est.Model) {
 			m.WithLabelValues("model_not_priced").Inc()
-			return immediate(gate.ModelNotPricedRefusal(model))
+			return immediate(gate.ModelNotPricedRefusal(est.Model))
 		}
-		st.s.tracker.RecordRequest(st.requestID, est.InputTokens, model, requestbody.RegionalEndpoint(st.path))
+		st.s.tracker.RecordRequest(st.requestID, est.InputTokens, est.Model, est.Regional)
 		m.WithLabelValues("estimated").Inc()
 	} else {
 		m.WithLabelValues("not_json").Inc()

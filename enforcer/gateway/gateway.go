@@ -537,7 +537,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		refuse(w, gate.BillingDeferredRefusal(endpoint))
 		return false
 	}
-	if est != nil && !p.unbilled && !p.record(w, requestbody.CleanModel(est.Model), est.InputTokens, requestbody.RegionalEndpoint(r.URL.Path)) {
+	if est != nil && !p.unbilled && !p.record(w, est.Model, est.InputTokens, est.Regional) {
 		return false
 	}
 	if strings.HasSuffix(r.URL.Path, "/chat/completions") {
