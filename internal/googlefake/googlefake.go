@@ -27,6 +27,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/tokenledger"
 )
 
 // Email is the service account's address in the files ServiceAccountFile writes.
@@ -37,13 +39,11 @@ type Server struct {
 	URL string
 	key *rsa.PrivateKey
 
+	// Ledger records the requests and the tokens issued (Asked, Issued, Scopes,
+	// SetFailing).
+	tokenledger.Ledger
+
 	mu sync.Mutex
-	// Issued are the tokens given, in order; scopes the scopes each was asked for.
-	issued, scopes []string
-	// Asked counts the token requests, refused ones included.
-	asked int
-	// failing makes every token request fail with 500.
-	failing bool
 	// lifetime is the expires_in of the tokens issued.
 	lifetime time.Duration
 	// stall, when not nil, holds every token request until it is closed (or the
@@ -98,35 +98,6 @@ func (s *Server) ServiceAccountFile(t testing.TB) string {
 	return path
 }
 
-// Issued returns the tokens issued so far, in order.
-func (s *Server) Issued() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.issued...)
-}
-
-// Scopes returns the scopes each issued token was asked for (space- or
-// comma-separated, as the request gave them), in order.
-func (s *Server) Scopes() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.scopes...)
-}
-
-// Asked is how many token requests came, refused ones included.
-func (s *Server) Asked() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.asked
-}
-
-// SetFailing makes every later token request fail (500) or succeed again.
-func (s *Server) SetFailing(on bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failing = on
-}
-
 // Stall makes token requests wait, unanswered, until the returned function is called.
 func (s *Server) Stall() (release func()) {
 	ch := make(chan struct{})
@@ -153,9 +124,10 @@ func (s *Server) SetLifetime(d time.Duration) {
 
 // issue counts a request and, unless failing, returns a new token named prefix-N.
 func (s *Server) issue(w http.ResponseWriter, r *http.Request, prefix, scope string) {
+	s.Count()
 	s.mu.Lock()
-	s.asked++
 	stall := s.stall
+	lifetime := s.lifetime
 	s.mu.Unlock()
 	if stall != nil {
 		select {
@@ -164,17 +136,11 @@ func (s *Server) issue(w http.ResponseWriter, r *http.Request, prefix, scope str
 			return
 		}
 	}
-	s.mu.Lock()
-	if s.failing {
-		s.mu.Unlock()
+	if s.Failing() {
 		http.Error(w, `{"error":"internal_failure"}`, http.StatusInternalServerError)
 		return
 	}
-	tok := fmt.Sprintf("%s-%d", prefix, len(s.issued)+1)
-	s.issued = append(s.issued, tok)
-	s.scopes = append(s.scopes, scope)
-	lifetime := s.lifetime
-	s.mu.Unlock()
+	tok := s.Issue(prefix+"-", scope)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"access_token": tok, "token_type": "Bearer", "expires_in": int(lifetime.Seconds())})
 }
@@ -186,9 +152,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	}
 	scope, err := s.verify(r.PostForm.Get("assertion"), "http://"+r.Host+r.URL.Path)
 	if err != nil {
-		s.mu.Lock()
-		s.asked++
-		s.mu.Unlock()
+		s.Count()
 		refuse(w, "invalid_grant", err.Error())
 		return
 	}

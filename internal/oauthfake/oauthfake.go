@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/tokenledger"
 )
 
 // Server is the fake; Start makes one.
@@ -25,15 +27,15 @@ type Server struct {
 	// Secret is the client's secret (unless SetAssertion asks for an assertion).
 	Secret string
 
+	// Ledger records the requests and the tokens issued (Asked, Issued, Scopes,
+	// SetFailing).
+	tokenledger.Ledger
+
 	mu         sync.Mutex
 	assertion  string
 	prefix     string
-	issued     []string
-	scopes     []string
 	assertions []string
-	asked      int
 	lifetime   time.Duration
-	failing    bool
 }
 
 // Start starts the fake endpoint of clientID with secret; it stops at the test's end.
@@ -61,27 +63,6 @@ func (s *Server) SetTokenPrefix(prefix string) {
 	s.prefix = prefix
 }
 
-// SetFailing makes every later request fail with 500, or succeed again.
-func (s *Server) SetFailing(on bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failing = on
-}
-
-// Issued returns the tokens issued so far; Scopes the scope each was asked for.
-func (s *Server) Issued() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.issued...)
-}
-
-// Scopes returns the scope parameter of each issued token's request.
-func (s *Server) Scopes() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.scopes...)
-}
-
 // Assertions returns the client assertion each token request presented ("" for none),
 // refused ones included, failing or not.
 func (s *Server) Assertions() []string {
@@ -90,23 +71,16 @@ func (s *Server) Assertions() []string {
 	return append([]string(nil), s.assertions...)
 }
 
-// Asked is how many token requests came, refused ones included.
-func (s *Server) Asked() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.asked
-}
-
 func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.asked++
+	s.Count()
 	if r.Method == http.MethodPost && r.ParseForm() == nil {
 		s.assertions = append(s.assertions, r.PostForm.Get("client_assertion"))
 	} else {
 		s.assertions = append(s.assertions, "")
 	}
-	if s.failing {
+	if s.Failing() {
 		http.Error(w, `{"error":"temporarily_unavailable"}`, http.StatusInternalServerError)
 		return
 	}
@@ -132,9 +106,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusUnauthorized, "invalid_client", "the client secret is wrong")
 		return
 	}
-	tok := fmt.Sprintf("%s%d", s.prefix, len(s.issued)+1)
-	s.issued = append(s.issued, tok)
-	s.scopes = append(s.scopes, r.PostForm.Get("scope"))
+	tok := s.Issue(s.prefix, r.PostForm.Get("scope"))
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"access_token": tok, "token_type": "Bearer", "expires_in": int(s.lifetime.Seconds())})
 }
