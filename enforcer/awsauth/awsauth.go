@@ -24,14 +24,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/config"
+
+	"github.com/tollgate-dev/tollgate/enforcer/tokencache"
 )
 
 // DefaultService is the signing name of Bedrock Runtime (and of Bedrock's other APIs).
 const DefaultService = "bedrock"
 
 // FetchTimeout bounds one wait for credentials when none are cached (the web identity's
-// STS call, the instance's metadata).
-const FetchTimeout = 10 * time.Second
+// STS call, the instance's metadata), as long as a token route's (tokencache).
+const FetchTimeout = tokencache.DefaultTimeout
 
 // unsignedPayload is what a signature says of a body it does not hash (one streamed
 // as it came: an upload).
@@ -71,11 +73,9 @@ var ErrNoCredentials = errors.New("awsauth: no AWS credentials")
 // unsigned), replacing any signature headers it carries. It waits for credentials
 // (FetchTimeout at most) only when none valid are cached.
 func (s *Signer) Sign(ctx context.Context, req *http.Request, body []byte, streamed bool) error {
-	cctx, cancel := context.WithTimeout(ctx, FetchTimeout)
-	defer cancel()
-	creds, err := s.creds.Retrieve(cctx)
+	creds, err := s.retrieve(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNoCredentials, err)
+		return err
 	}
 	for _, h := range []string{"Authorization", "X-Amz-Date", "X-Amz-Security-Token", "X-Amz-Content-Sha256"} {
 		req.Header.Del(h)
@@ -92,12 +92,19 @@ func (s *Signer) Sign(ctx context.Context, req *http.Request, body []byte, strea
 
 // Warm fetches the credentials once (they are cached), for a problem to show at start.
 func (s *Signer) Warm(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, FetchTimeout)
+	_, err := s.retrieve(ctx)
+	return err
+}
+
+// retrieve gets the credentials: the SDK's cache, or a fetch of FetchTimeout at most.
+func (s *Signer) retrieve(ctx context.Context) (aws.Credentials, error) {
+	ctx, cancel := context.WithTimeout(ctx, FetchTimeout)
 	defer cancel()
-	if _, err := s.creds.Retrieve(cctx); err != nil {
-		return fmt.Errorf("%w: %w", ErrNoCredentials, err)
+	creds, err := s.creds.Retrieve(ctx)
+	if err != nil {
+		return aws.Credentials{}, fmt.Errorf("%w: %w", ErrNoCredentials, err)
 	}
-	return nil
+	return creds, nil
 }
 
 // String says what the signer signs for (for logs; no secret).
