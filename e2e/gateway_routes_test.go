@@ -616,6 +616,69 @@ func TestImagesThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestImageLeftUnfinishedIsCharged: an image generation whose client leaves before the
+// usage comes, the official OpenAI SDK breaking off a stream after its first partial
+// image or giving up on a slow answer (a proxy's timeout does the same), is charged the
+// images it asked for, as the provider bills them whether or not anyone waits: one
+// high-quality square image of gpt-image-1 (4,160 output tokens) and, streamed, its two
+// partial images (100 each), with the prompt's estimated input; incomplete and
+// estimated. The provider's request is cancelled. Before 2026-11-28 such a request was
+// charged its prompt's few tokens alone.
+func TestImageLeftUnfinishedIsCharged(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake := &fakellm.Server{}
+	left := make(chan string, 2)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !bytes.Contains(body, []byte(`"prompt":"hold"`)) {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			fake.ServeHTTP(w, r)
+			return
+		}
+		// A slow image: streamed, its first partial image, then nothing more.
+		if bytes.Contains(body, []byte(`"stream":true`)) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "event: image_generation.partial_image\ndata: "+
+				`{"type":"image_generation.partial_image","b64_json":"iVBORw0KGgo=","size":"1024x1024","quality":"high","output_format":"png","partial_image_index":0}`+"\n\n")
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+		left <- r.Header.Get("X-Service-Request-Id")
+	}))
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	e, _ := pricecatalog.Lookup("gpt-image-1")
+	for _, tc := range []struct {
+		scenario, text string
+		images         int64
+	}{
+		{"image-stream-abort", "left after a partial image", 4_160 + 2*100},
+		{"image-timeout", "APIConnectionTimeoutError", 4_160},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			r := runSDK(t, dir, "openai.mjs", tc.scenario, s.gateway, o.key, "gpt-image-1")
+			if !r.OK || r.Text != tc.text {
+				t.Fatalf("the client: %+v, want %q", r, tc.text)
+			}
+			var id string
+			select {
+			case id = <-left:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the provider's request was not cancelled")
+			}
+			rec := waitReceipt(t, s, id)
+			in, _ := rec["input_tokens"].(float64)
+			want := ceilDiv(int64(in)*e.InputPerMillion+tc.images*e.OutputPerMillion, 1_000_000)
+			if rec["output_tokens"] != float64(tc.images) || in <= 0 || rec["complete"] != false || rec["cost_basis"] != "estimate" ||
+				rec["model"] != "gpt-image-1" || rec.cost() != want {
+				t.Fatalf("receipt %s, want %d output tokens and the prompt's estimate, %d micro-USD, incomplete and estimated", rec, tc.images, want)
+			}
+		})
+	}
+}
+
 // TestAudioTokensThroughTheGateway: the official OpenAI SDK's chat completion that hears
 // and speaks (gpt-audio, an input_audio part, modalities text and audio), not streamed
 // and streamed (the gateway asks the stream for its usage), is charged its audio tokens

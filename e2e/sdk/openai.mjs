@@ -3,7 +3,9 @@
 // - "responses", "responses-stream": one Responses API call; "responses-search" and
 //   "responses-search-stream" with the web search tool; "responses-file-search" and
 //   "responses-file-search-stream" with the file search tool;
-// - "image", "image-stream": an image generation;
+// - "image", "image-stream": an image generation; "image-stream-abort": streamed, the
+//   client leaving after the first partial image; "image-timeout": not streamed, the
+//   client giving up after 1 s without retrying (text: the error's name);
 // - "embeddings": one embeddings call, whose vectors the SDK asks as base64 and decodes;
 // - "batch", "background": a batch or a background response, which a Tollgate gateway
 //   refuses; "retrieve": a stored response read again;
@@ -96,6 +98,24 @@ await run('openai', s.scenario, async () => {
     return { text: `${res.data.length}x${res.data[0].embedding.length}`, model: res.model, usage: res.usage ?? null, chunks: 1 };
   }
   if (s.scenario === 'realtime') return realtimeSession();
+  if (s.scenario === 'image-stream-abort') {
+    // Leaves after the first partial image: breaking out of the loop aborts the request.
+    const stream = await client.images.generate({ model: s.model, prompt: 'hold', size: '1024x1024', quality: 'high', stream: true, partial_images: 2 });
+    let chunks = 0;
+    for await (const event of stream) {
+      chunks++;
+      if (event.type === 'image_generation.partial_image') break;
+    }
+    return { text: 'left after a partial image', model: s.model, usage: null, chunks };
+  }
+  if (s.scenario === 'image-timeout') {
+    try {
+      await client.images.generate({ model: s.model, prompt: 'hold', size: '1024x1024', quality: 'high' }, { timeout: 1000, maxRetries: 0 });
+    } catch (err) {
+      return { text: err.constructor.name, model: s.model, usage: null, chunks: 0 };
+    }
+    throw new Error('the image came back before the timeout');
+  }
   if (s.scenario === 'image' || s.scenario === 'image-stream') {
     // An image (gpt-image-1): its answer reports tokens; streamed, partial images first.
     const params = { model: s.model, prompt: 'A toll gate at dawn', size: '1024x1024', quality: 'high' };

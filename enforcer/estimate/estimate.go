@@ -97,6 +97,11 @@ type Request struct {
 	// a cloud's regional endpoint (requestbody.RegionalEndpoint), where some models cost
 	// more (enforcer/worstcase).
 	Regional bool
+	// ImageOutputTokens is not the body's estimate either: the front door sets it for an
+	// image generation, whose output its parameters fix (requestbody.ImageOutputTokens):
+	// what it is charged for output when its answer reports no usage (the stream broke,
+	// the client left), and its worst case's output (enforcer/worstcase).
+	ImageOutputTokens int64
 	// WebSearch: the request gives the model a web search tool, whose searches the
 	// provider bills apart from the tokens (enforcer/worstcase): an element of the
 	// top-level "tools" array whose "type" starts with "web_search" (Anthropic's

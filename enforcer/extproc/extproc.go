@@ -235,7 +235,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 			m.WithLabelValues("model_not_priced").Inc()
 			return immediate(gate.ModelNotPricedRefusal(est.Model))
 		}
-		st.s.tracker.RecordRequest(st.requestID, est.InputTokens, est.Model, est.Regional)
+		st.s.tracker.RecordRequest(st.requestID, *est)
 		m.WithLabelValues("estimated").Inc()
 	} else {
 		m.WithLabelValues("not_json").Inc()

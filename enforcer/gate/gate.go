@@ -153,8 +153,8 @@ type Hint struct {
 
 // BodyHint is the hint of a request whose body and path the front door has: the body's
 // estimate, with the model its path names where the body names none (Gemini, Amazon
-// Bedrock, Vertex AI) and whether the path goes to a cloud's regional endpoint. A body
-// that is no JSON object gives no hint.
+// Bedrock, Vertex AI), whether the path goes to a cloud's regional endpoint, and the
+// output an image generation is billed. A body that is no JSON object gives no hint.
 func BodyHint(body []byte, path string) Hint {
 	est, err := estimate.Input(body)
 	if err != nil {
@@ -162,6 +162,7 @@ func BodyHint(body []byte, path string) Hint {
 	}
 	est.Model = requestbody.RequestModel(est.Model, path)
 	est.Regional = requestbody.RegionalEndpoint(path)
+	est.ImageOutputTokens = requestbody.ImageOutputTokens(path, body, est.Model)
 	return Hint{Body: &est}
 }
 

@@ -57,7 +57,7 @@ type Checker interface {
 // Tracker is the in-flight tracker (inflight.Tracker).
 type Tracker interface {
 	Follow(id string) bool
-	RecordRequest(id string, inputEstimate int64, model string, regional bool) bool
+	RecordRequest(id string, req estimate.Request) bool
 	RefuseUnpricedModel(id, model string) bool
 	Finish(id string, u inflight.Usage, done func(settleq.Result)) error
 }
@@ -499,20 +499,20 @@ func (p *proxied) settleThen(u inflight.Usage, done func(settleq.Result)) bool {
 	return p.gw.tracker.Finish(p.id, u, done) == nil
 }
 
-// record prepares the admitted request's settlement with its model, input estimate and
-// whether it goes to a regional endpoint (the organization may refuse a model nobody
-// priced: 403); false when it was answered.
-func (p *proxied) record(w http.ResponseWriter, model string, inputEstimate int64, regional bool) bool {
+// record prepares the admitted request's settlement with what its body and path said
+// (gate.BodyHint: its model, input estimate, regional endpoint, images); the
+// organization may refuse a model nobody priced (403). False when it was answered.
+func (p *proxied) record(w http.ResponseWriter, est estimate.Request) bool {
 	if p.id == "" {
 		return true
 	}
-	if p.gw.tracker.RefuseUnpricedModel(p.id, model) {
+	if p.gw.tracker.RefuseUnpricedModel(p.id, est.Model) {
 		p.settled = true // RefuseUnpricedModel settled it
 		p.gw.answered(w, OutcomeRefused)
-		refuse(w, gate.ModelNotPricedRefusal(model))
+		refuse(w, gate.ModelNotPricedRefusal(est.Model))
 		return false
 	}
-	p.gw.tracker.RecordRequest(p.id, inputEstimate, model, regional)
+	p.gw.tracker.RecordRequest(p.id, est)
 	return true
 }
 
@@ -537,7 +537,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		refuse(w, gate.BillingDeferredRefusal(endpoint))
 		return false
 	}
-	if est != nil && !p.unbilled && !p.record(w, est.Model, est.InputTokens, est.Regional) {
+	if est != nil && !p.unbilled && !p.record(w, *est) {
 		return false
 	}
 	if strings.HasSuffix(r.URL.Path, "/chat/completions") {

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
@@ -84,10 +85,10 @@ func (f *fakeTracker) Follow(id string) bool {
 	return true
 }
 
-func (f *fakeTracker) RecordRequest(id string, est int64, model string, regional bool) bool {
+func (f *fakeTracker) RecordRequest(id string, req estimate.Request) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.recorded = append(f.recorded, model)
+	f.recorded = append(f.recorded, req.Model)
 	return true
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/realtimeusage"
@@ -92,7 +93,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	if model == "" {
 		model = requestbody.CleanModel(q.Get("deployment")) // Azure names the deployment
 	}
-	if !p.record(w, model, 0, false) {
+	if !p.record(w, estimate.Request{Model: model}) {
 		return
 	}
 
@@ -255,7 +256,7 @@ func (p *proxied) charge(ctx context.Context, u realtimeusage.Usage, creds gate.
 	p.id, p.settled = a.RequestID, false
 	if p.id != "" {
 		p.gw.tracker.Follow(p.id)
-		p.gw.tracker.RecordRequest(p.id, 0, model, false)
+		p.gw.tracker.RecordRequest(p.id, estimate.Request{Model: model})
 	}
 	return true
 }
@@ -270,7 +271,7 @@ func (p *proxied) chargeAside(ctx context.Context, u realtimeusage.Usage, creds 
 	}
 	if a.RequestID != "" {
 		p.gw.tracker.Follow(a.RequestID)
-		p.gw.tracker.RecordRequest(a.RequestID, 0, model, false)
+		p.gw.tracker.RecordRequest(a.RequestID, estimate.Request{Model: model})
 		_ = p.gw.tracker.Finish(a.RequestID, settlement(u, model), nil)
 	}
 	return true

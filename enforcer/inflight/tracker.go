@@ -47,12 +47,14 @@ type Request struct {
 
 	following atomic.Bool
 	// What the request said (RecordRequest), guarded by the shard's lock while the
-	// request is in the table: requestSeen, the input estimate, the model it named, and
-	// whether it went to a regional endpoint.
+	// request is in the table: requestSeen, the input estimate, the model it named,
+	// whether it went to a regional endpoint, and the output an image generation is
+	// billed whatever its answer reports.
 	requestSeen   bool
 	inputEstimate int64
 	requestModel  string
 	regional      bool
+	imageOutput   int64
 	// older and newer link the shard's requests that no response stream follows, in
 	// admission order (the oldest is evicted first); listed says it is in that list.
 	older, newer *Request
@@ -283,11 +285,12 @@ func (t *Tracker) Follow(id string) bool {
 	return r != nil
 }
 
-// RecordRequest notes what the request of a tracked request said: its estimated input
-// tokens and the model it named (package estimate), and whether it goes to a cloud's
-// regional endpoint (requestbody.RegionalEndpoint), which its settlement carries
-// whatever ends it. It reports whether this process knows the request.
-func (t *Tracker) RecordRequest(id string, inputEstimate int64, model string, regional bool) bool {
+// RecordRequest notes what the request of a tracked request said (the front door's
+// gate.BodyHint): its estimated input tokens and the model it named (package estimate),
+// whether it goes to a cloud's regional endpoint (requestbody.RegionalEndpoint), which
+// its settlement carries whatever ends it, and the output an image generation is billed
+// (requestbody.ImageOutputTokens). It reports whether this process knows the request.
+func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 	s := t.shard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -295,7 +298,7 @@ func (t *Tracker) RecordRequest(id string, inputEstimate int64, model string, re
 	if r == nil {
 		return false
 	}
-	r.requestSeen, r.inputEstimate, r.requestModel, r.regional = true, inputEstimate, model, regional
+	r.requestSeen, r.inputEstimate, r.requestModel, r.regional, r.imageOutput = true, req.InputTokens, req.Model, req.Regional, req.ImageOutputTokens
 	return true
 }
 
@@ -355,7 +358,7 @@ func (t *Tracker) Len() int { return int(t.count.Load()) }
 // With u.Seen (a response stream), counts the upstream did not report are estimated
 // and the settlement marked usage_estimated (and never complete): input from the
 // request body's estimate (RecordRequest), output from the streamed text
-// (estimate.Tokens), which also replaces a smaller output count of a response that did
+// (estimate.Tokens) or an image generation's images, which also replaces a smaller output count of a response that did
 // not end with its final usage. The model is the response's, else the request's. Nothing is
 // estimated when the upstream reported a cost, nor for an error answer (status 400 or
 // more) that reported no usage and carried no text: that costs nothing.
@@ -422,7 +425,12 @@ func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
 	// charged for one.
 	// An answer in audio reports nothing: its duration is its output (a speech
 	// model's audio tokens; pricecatalog.AudioOutputTokensPerSecond).
+	// An image generation is billed the images it asked for, however little of them
+	// came back (requestbody.ImageOutputTokens).
 	est := max(estimate.Tokens(seen.TextBytes), audioTokens(seen.AudioOutputMillis))
+	if r != nil && r.requestSeen {
+		est = max(est, r.imageOutput)
+	}
 	if est > 0 && (!seen.OutputReported || !item.Complete && est > item.OutputTokens) {
 		item.OutputTokens, item.AudioOutputTokens, estimated = est, nil, true
 	}

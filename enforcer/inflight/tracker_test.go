@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
@@ -126,7 +127,7 @@ func TestFinishChargesWhatWasSeen(t *testing.T) {
 			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
 			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
-			if tc.recorded && !tr.RecordRequest("req_a", 500, "req-model", false) {
+			if tc.recorded && !tr.RecordRequest("req_a", estimate.Request{InputTokens: 500, Model: "req-model"}) {
 				t.Fatal("not recorded")
 			}
 			_ = tr.Finish("req_a", tc.u, nil)
@@ -134,6 +135,39 @@ func TestFinishChargesWhatWasSeen(t *testing.T) {
 			if it.GetInputTokens() != tc.in || it.GetOutputTokens() != tc.out || it.GetModel() != tc.model ||
 				it.GetUsageEstimated() != tc.estimated || it.GetComplete() != tc.complete {
 				t.Fatalf("settled %v", it)
+			}
+		})
+	}
+}
+
+// An image generation whose answer reports no usage (the stream broke after its partial
+// images, the client left before the answer) is charged the images it asked for
+// (RecordRequest's ImageOutputTokens), as the provider bills them; a reported usage
+// stands, and a refusal without usage costs nothing.
+func TestImageGenerationIsChargedItsImages(t *testing.T) {
+	const images = 4_360 // one high-quality square image and two partial images
+	for _, tc := range []struct {
+		name      string
+		u         Usage
+		out       int64
+		estimated bool
+	}{
+		{"the stream broke after its partial images", Usage{UpstreamStatus: 200, Seen: &Seen{}}, images, true},
+		{"the client left before the answer", Usage{Seen: &Seen{}}, images, true},
+		{"reported in full", Usage{Model: "gpt-image-1", InputTokens: 50, OutputTokens: 4_160, Complete: true, UpstreamStatus: 200,
+			Seen: &Seen{InputReported: true, OutputReported: true}}, 4_160, false},
+		{"refused without usage", Usage{UpstreamStatus: 400, Seen: &Seen{}}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &queue{}
+			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+			tr.RecordRequest("req_a", estimate.Request{InputTokens: 12, Model: "gpt-image-1", ImageOutputTokens: images})
+			_ = tr.Finish("req_a", tc.u, nil)
+			it := q.items[0]
+			if it.GetOutputTokens() != tc.out || it.GetUsageEstimated() != tc.estimated || it.GetModel() != "gpt-image-1" && tc.out > 0 {
+				t.Fatalf("settled %v, want %d output tokens (estimated %v)", it, tc.out, tc.estimated)
 			}
 		})
 	}
@@ -151,7 +185,7 @@ func TestRegionalEndpointIsSettled(t *testing.T) {
 			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
 			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
-			tr.RecordRequest("req_a", 10, "claude-sonnet-4-5", tc.recorded)
+			tr.RecordRequest("req_a", estimate.Request{InputTokens: 10, Model: "claude-sonnet-4-5", Regional: tc.recorded})
 			_ = tr.Finish("req_a", Usage{Model: "claude-sonnet-4-5", InputTokens: 10, Complete: true, UpstreamStatus: 200, Regional: tc.reported}, nil)
 			if got := q.items[0].GetRegionalEndpoint(); got != (tc.recorded || tc.reported) {
 				t.Fatalf("regional_endpoint %v", got)
@@ -190,7 +224,7 @@ func TestReapAndShutdownChargeTheInputEstimate(t *testing.T) {
 	snap := &internalv1.Snapshot{Version: 2}
 	tr.Admitted(&Request{ID: "req_reaped", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
 	tr.Admitted(&Request{ID: "req_norecord", OrganizationID: "org", MemberID: "om", Snapshot: snap, WithoutRecord: true, AdmittedAt: clk.Now()})
-	if tr.RecordRequest("req_unknown", 1, "m", false) || !tr.RecordRequest("req_reaped", 42, "gpt-x", false) || !tr.RecordRequest("req_norecord", 7, "gpt-y", false) {
+	if tr.RecordRequest("req_unknown", estimate.Request{InputTokens: 1, Model: "m"}) || !tr.RecordRequest("req_reaped", estimate.Request{InputTokens: 42, Model: "gpt-x"}) || !tr.RecordRequest("req_norecord", estimate.Request{InputTokens: 7, Model: "gpt-y"}) {
 		t.Fatal("RecordRequest")
 	}
 	clk.Advance(time.Hour)
@@ -208,7 +242,7 @@ func TestReapAndShutdownChargeTheInputEstimate(t *testing.T) {
 		t.Fatalf("reaped %v", it)
 	}
 	tr.Admitted(&Request{ID: "req_shutdown", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
-	tr.RecordRequest("req_shutdown", 9, "gpt-z", false)
+	tr.RecordRequest("req_shutdown", estimate.Request{InputTokens: 9, Model: "gpt-z"})
 	if n, left := tr.SettleAll(context.Background()); n != 1 || left != 0 {
 		t.Fatal("SettleAll")
 	}
@@ -259,7 +293,7 @@ func TestCapacityEvictsTheOldestUnfollowed(t *testing.T) {
 		t.Fatalf("len %d, evicted metric %v", tr.Len(), testutil.ToFloat64(m.InflightEvicted))
 	}
 	// The followed one is still known; the newest too.
-	if tr.RecordRequest(ids[0], 1, "m", false) != true || tr.RecordRequest(ids[3], 1, "m", false) != true || tr.RecordRequest(ids[2], 1, "m", false) {
+	if tr.RecordRequest(ids[0], estimate.Request{InputTokens: 1, Model: "m"}) != true || tr.RecordRequest(ids[3], estimate.Request{InputTokens: 1, Model: "m"}) != true || tr.RecordRequest(ids[2], estimate.Request{InputTokens: 1, Model: "m"}) {
 		t.Fatal("wrong requests kept")
 	}
 }
@@ -316,7 +350,7 @@ func TestAudioPartsTravelUnlessEstimated(t *testing.T) {
 			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
 			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
-			tr.RecordRequest("req_a", 500, "gpt-realtime", false)
+			tr.RecordRequest("req_a", estimate.Request{InputTokens: 500, Model: "gpt-realtime"})
 			in, out := int64(80), int64(50)
 			seen := tc.seen
 			_ = tr.Finish("req_a", Usage{Model: "gpt-realtime", InputTokens: 100, OutputTokens: 60, AudioInputTokens: &in, AudioOutputTokens: &out,

@@ -99,7 +99,8 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 	if e.Kind == pricecatalog.AudioDuration {
 		return Cost{Unknown: DurationBilled}
 	}
-	out := req.OutputCap
+	// An image generation's output is fixed by its parameters, not capped by a field.
+	out := max(req.OutputCap, req.ImageOutputTokens)
 	switch lim := e.MaxOutputTokens; {
 	case e.Kind == pricecatalog.Embedding || e.Kind == pricecatalog.Speech:
 		// An embedding model generates nothing, a speech model nothing billed: the

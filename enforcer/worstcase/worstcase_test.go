@@ -172,6 +172,22 @@ func TestOfShippedCatalog(t *testing.T) {
 	}
 }
 
+// An image generation's worst case is its images (gate.BodyHint sets
+// ImageOutputTokens from its size, quality and count): gpt-image-1 states no output
+// limit, so without them it is unknown.
+func TestImageGeneration(t *testing.T) {
+	r := body(t, `{"model":"gpt-image-1","prompt":"a toll gate at dawn","size":"1024x1024","quality":"high"}`)
+	if got := Of(pricecatalog.Default(), r, nil); got.Unknown != NoCap {
+		t.Fatalf("without its images: %+v", got)
+	}
+	r.ImageOutputTokens = 4_160
+	e, _ := pricecatalog.Lookup("gpt-image-1")
+	want := (r.InputTokens*e.InputPerMillion + 4_160*e.OutputPerMillion + 999_999) / 1_000_000
+	if got := Of(pricecatalog.Default(), r, nil); got.MicroUSD != want || got.OutputTokens != 4_160 {
+		t.Fatalf("with its images: %+v, want %d micro-USD", got, want)
+	}
+}
+
 // A request to a cloud's regional endpoint reserves the model's regional premium (10%
 // for claude-sonnet-4-5), rounded up; a model without one, or the global endpoint, none.
 func TestRegionalEndpoint(t *testing.T) {

@@ -1,0 +1,68 @@
+package requestbody
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+)
+
+// GPT Image's output tokens per image, by quality and shape: OpenAI's table for
+// gpt-image-1 ("Size and quality options" of its image generation guide), which its
+// per-image prices follow (4,160 tokens at 40 USD per million is the 0.167 USD of a high
+// quality square image). Portrait (1024x1536) and landscape (1536x1024) differ by under
+// 1% (408 and 400, 1,584 and 1,568, 6,240 and 6,208): both are counted the dearer way.
+var imageTokens = map[string]struct{ square, oblong int64 }{
+	"low":    {272, 408},
+	"medium": {1_056, 1_584},
+	"high":   {4_160, 6_240},
+}
+
+// PartialImageTokens are the image output tokens each streamed partial image adds.
+const PartialImageTokens = 100
+
+// gptImage1 matches gpt-image-1 and gpt-image-1-mini and their dated snapshots, the
+// models the table is for; gpt-image-1.5 and later models count their tokens otherwise.
+var gptImage1 = regexp.MustCompile(`^gpt-image-1(-mini)?(-\d{4}-\d{2}-\d{2})?$`)
+
+// ImageOutputTokens is the output an image generation request is billed whatever
+// becomes of its answer: the provider generates every image it asked for (n, 1 unless
+// given) at its size and quality, and each partial image it asked to stream, even when
+// the client leaves or the stream breaks before the usage comes. It is what such a
+// request is charged for output when the answer does not report its usage
+// (inflight.Tracker), and its worst case's output (enforcer/worstcase). It is 0 when the
+// request is not a JSON image generation (POST .../images/generations) of a model whose
+// tokens the table knows (gpt-image-1, gpt-image-1-mini), or its body does not read:
+// the provider refuses what it cannot read, and bills nothing. A quality or size of
+// "auto", or none, counts as the dearest (high; portrait or landscape). An image edit
+// is a multipart form, not read here (docs/prices.md, "Images").
+func ImageOutputTokens(path string, body []byte, model string) int64 {
+	if !strings.HasSuffix(comparable(path), "/images/generations") || !gptImage1.MatchString(model) {
+		return 0
+	}
+	var req struct {
+		N             *int64 `json:"n"`
+		Size          string `json:"size"`
+		Quality       string `json:"quality"`
+		PartialImages int64  `json:"partial_images"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return 0
+	}
+	n := int64(1)
+	if req.N != nil {
+		n = *req.N
+	}
+	// OpenAI takes 1 to 10 images and 0 to 3 partial images; beyond, it refuses the request.
+	if n < 1 || n > 10 || req.PartialImages < 0 || req.PartialImages > 3 {
+		return 0
+	}
+	per, ok := imageTokens[req.Quality]
+	if !ok {
+		per = imageTokens["high"] // "auto", none, or a quality of another model
+	}
+	tokens := per.oblong
+	if req.Size == "1024x1024" {
+		tokens = per.square
+	}
+	return n * (tokens + req.PartialImages*PartialImageTokens)
+}
