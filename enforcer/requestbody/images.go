@@ -20,9 +20,11 @@ var imageTokens = map[string]struct{ square, oblong int64 }{
 // PartialImageTokens are the image output tokens each streamed partial image adds.
 const PartialImageTokens = 100
 
-// gptImage1 matches gpt-image-1 and gpt-image-1-mini and their dated snapshots, the
-// models the table is for; gpt-image-1.5 and later models count their tokens otherwise.
-var gptImage1 = regexp.MustCompile(`^gpt-image-1(-mini)?(-\d{4}-\d{2}-\d{2})?$`)
+// gptImage1 matches the models the table is for, and their dated snapshots:
+// gpt-image-1, gpt-image-1-mini, and gpt-image-1.5, whose per-image prices are the
+// table's tokens at its 32 USD per million within 3% (0.133 USD a high-quality square
+// image: 4,156 tokens). gpt-image-2 takes any size and counts its tokens otherwise.
+var gptImage1 = regexp.MustCompile(`^gpt-image-1(-mini|\.5)?(-\d{4}-\d{2}-\d{2})?$`)
 
 // ImageOutputTokens is the output an image generation request is billed whatever
 // becomes of its answer: the provider generates every image it asked for (n, 1 unless
@@ -31,7 +33,7 @@ var gptImage1 = regexp.MustCompile(`^gpt-image-1(-mini)?(-\d{4}-\d{2}-\d{2})?$`)
 // request is charged for output when the answer does not report its usage
 // (inflight.Tracker), and its worst case's output (enforcer/worstcase). It is 0 when the
 // request is not a JSON image generation (POST .../images/generations) of a model whose
-// tokens the table knows (gpt-image-1, gpt-image-1-mini), or its body does not read:
+// tokens the table knows (gptImage1), or its body does not read:
 // the provider refuses what it cannot read, and bills nothing. A quality or size of
 // "auto", or none, counts as the dearest (high; portrait or landscape). An image edit
 // is a multipart form, not read here (docs/prices.md, "Images").

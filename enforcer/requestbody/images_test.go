@@ -24,7 +24,9 @@ func TestImageOutputTokens(t *testing.T) {
 		{"a dated snapshot", gen, `{"size":"1024x1024","quality":"high"}`, "gpt-image-1-2025-04-15", 4_160},
 		{"behind a route prefix, escaped", "/openai/v1/images/generation%73", `{"size":"1024x1024","quality":"high"}`, "gpt-image-1", 4_160},
 		// Not counted: another model's tokens, an edit, other endpoints, what the provider refuses.
-		{"a later model", gen, `{"size":"1024x1024","quality":"high"}`, "gpt-image-1.5", 0},
+		{"gpt-image-1.5", gen, `{"size":"1024x1536","quality":"high"}`, "gpt-image-1.5", 6_240},
+		{"a model of other sizes", gen, `{"size":"2048x2048","quality":"high"}`, "gpt-image-2", 0},
+		{"a model whose name only begins so", gen, `{"size":"1024x1024","quality":"high"}`, "gpt-image-1.5-turbo", 0},
 		{"DALL-E", gen, `{"size":"1024x1024","quality":"hd"}`, "dall-e-3", 0},
 		{"an edit", "/v1/images/edits", `{"size":"1024x1024"}`, "gpt-image-1", 0},
 		{"a chat completion", "/v1/chat/completions", `{"n":2}`, "gpt-image-1", 0},

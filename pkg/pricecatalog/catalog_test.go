@@ -281,6 +281,10 @@ func TestLookup(t *testing.T) {
 		{"Gemini speech, not gemini-2.5-flash", "gemini-2.5-flash-preview-tts", "gemini-2.5-flash-preview-tts"},
 		{"Gemini pro speech, not gemini-2.5-pro", "gemini-2.5-pro-preview-tts", "gemini-2.5-pro-preview-tts"},
 		{"Gemini 3 pro image", "gemini-3-pro-image-preview", "gemini-3-pro-image-preview"},
+		// GPT Image models: a later version is not the first's family.
+		{"gpt-image-1.5, not gpt-image-1", "gpt-image-1.5", "gpt-image-1.5"},
+		{"gpt-image-2, dated", "gpt-image-2-2026-04-21", "gpt-image-2"},
+		{"gpt-image-1-mini, not gpt-image-1", "gpt-image-1-mini", "gpt-image-1-mini"},
 		// Amazon Bedrock's model ids: provider and geography prefixes, a version suffix.
 		{"Bedrock id", "anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-sonnet-4-5"},
 		{"Bedrock v2", "anthropic.claude-3-5-sonnet-20241022-v2:0", "claude-3-5-sonnet"},
