@@ -618,7 +618,7 @@ func TestImagesThroughTheGateway(t *testing.T) {
 
 // TestImageLeftUnfinishedIsCharged: an image generation whose client leaves before the
 // usage comes, the official OpenAI SDK breaking off a stream after its first partial
-// image or giving up on a slow answer (a proxy's timeout does the same), is charged the
+// image or giving up on a slow answer or edit (a proxy's timeout does the same), is charged the
 // images it asked for, as the provider bills them whether or not anyone waits: one
 // high-quality square image of gpt-image-1 (4,160 output tokens) and, streamed, its two
 // partial images (100 each), with the prompt's estimated input; incomplete and
@@ -631,7 +631,7 @@ func TestImageLeftUnfinishedIsCharged(t *testing.T) {
 	left := make(chan string, 2)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if !bytes.Contains(body, []byte(`"prompt":"hold"`)) {
+		if !bytes.Contains(body, []byte(`"prompt":"hold"`)) && !bytes.Contains(body, []byte("name=\"prompt\"\r\n\r\nhold")) {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			fake.ServeHTTP(w, r)
 			return
@@ -653,9 +653,11 @@ func TestImageLeftUnfinishedIsCharged(t *testing.T) {
 	for _, tc := range []struct {
 		scenario, text string
 		images         int64
+		prompt         bool // the prompt's input is estimated (an edit's form is not read)
 	}{
-		{"image-stream-abort", "left after a partial image", 4_160 + 2*100},
-		{"image-timeout", "APIConnectionTimeoutError", 4_160},
+		{"image-stream-abort", "left after a partial image", 4_160 + 2*100, true},
+		{"image-timeout", "APIConnectionTimeoutError", 4_160, true},
+		{"image-edit-timeout", "APIConnectionTimeoutError", 4_160, false},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			r := runSDK(t, dir, "openai.mjs", tc.scenario, s.gateway, o.key, "gpt-image-1")
@@ -671,7 +673,7 @@ func TestImageLeftUnfinishedIsCharged(t *testing.T) {
 			rec := waitReceipt(t, s, id)
 			in, _ := rec["input_tokens"].(float64)
 			want := ceilDiv(int64(in)*e.InputPerMillion+tc.images*e.OutputPerMillion, 1_000_000)
-			if rec["output_tokens"] != float64(tc.images) || in <= 0 || rec["complete"] != false || rec["cost_basis"] != "estimate" ||
+			if rec["output_tokens"] != float64(tc.images) || (in > 0) != tc.prompt || rec["complete"] != false || rec["cost_basis"] != "estimate" ||
 				rec["model"] != "gpt-image-1" || rec.cost() != want {
 				t.Fatalf("receipt %s, want %d output tokens and the prompt's estimate, %d micro-USD, incomplete and estimated", rec, tc.images, want)
 			}

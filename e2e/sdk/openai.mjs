@@ -6,6 +6,7 @@
 // - "image", "image-stream": an image generation; "image-stream-abort": streamed, the
 //   client leaving after the first partial image; "image-timeout": not streamed, the
 //   client giving up after 1 s without retrying (text: the error's name);
+//   "image-edit-timeout" the same with an image edit (a multipart form);
 // - "embeddings": one embeddings call, whose vectors the SDK asks as base64 and decodes;
 // - "batch", "background": a batch or a background response, which a Tollgate gateway
 //   refuses; "retrieve": a stored response read again;
@@ -108,9 +109,13 @@ await run('openai', s.scenario, async () => {
     }
     return { text: 'left after a partial image', model: s.model, usage: null, chunks };
   }
-  if (s.scenario === 'image-timeout') {
+  if (s.scenario === 'image-timeout' || s.scenario === 'image-edit-timeout') {
+    const params = { model: s.model, prompt: 'hold', size: '1024x1024', quality: 'high' };
+    const options = { timeout: 1000, maxRetries: 0 };
     try {
-      await client.images.generate({ model: s.model, prompt: 'hold', size: '1024x1024', quality: 'high' }, { timeout: 1000, maxRetries: 0 });
+      if (s.scenario === 'image-timeout') await client.images.generate(params, options);
+      // An edit: the image to edit first, the form's fields after it.
+      else await client.images.edit({ image: await toFile(Buffer.alloc(64 << 10, 1), 'gate.png', { type: 'image/png' }), ...params }, options);
     } catch (err) {
       return { text: err.constructor.name, model: s.model, usage: null, chunks: 0 };
     }

@@ -441,9 +441,10 @@ type proxied struct {
 	// requestbody.Unbilled); nothing is estimated for it.
 	unbilled bool
 	// upload: the request body is an upload, streamed to the upstream unread (isUpload);
-	// form reads a multipart upload's model on the side (sniffForm), when it is one.
-	upload bool
-	form   *formSniffer
+	// form reads a multipart upload's model on the side (sniffForm), when it is one, and
+	// an image edit's (imageEdit) size, quality and counts.
+	upload, imageEdit bool
+	form              *formSniffer
 
 	// From the upstream's answer on: the response being relayed, the cancellation of
 	// the upstream request, the idle timer, the usage extractor and the read buffers
@@ -587,12 +588,14 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 // upstreamFailed answers an upstream that answered nothing: 504 on a timeout, else 502.
 // Nothing came back, so nothing is charged (the settlement carries the status), unless
 // the client left first: then the upstream had the request, and its input estimate is
-// charged as for any response cut before it began.
+// charged as for any response cut before it began (an image's images too).
 func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	gw := p.gw
 	if r.Context().Err() != nil {
 		gw.answered(w, OutcomeClientGone)
-		p.settle(inflight.Usage{Seen: &inflight.Seen{}})
+		u := inflight.Usage{Seen: &inflight.Seen{}}
+		p.formSaid(&u)
+		p.settle(u)
 		return
 	}
 	status, outcome, msg := http.StatusBadGateway, OutcomeUpstreamError, "The upstream could not be reached or broke off before answering."
@@ -645,6 +648,7 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 	case p.upload && r.ContentLength != 0:
 		out.Body, out.ContentLength = r.Body, r.ContentLength // -1: sent chunked, as it came
 		if p.form = sniffForm(r.Header.Get("Content-Type"), r.Body); p.form != nil {
+			p.imageEdit = requestbody.IsImageEdit(r.URL.Path)
 			out.Body = p.form
 		}
 	case len(body) > 0:
@@ -783,14 +787,34 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 	}
 }
 
-// finish settles the relayed response with what the extractor saw. An upload's answer
-// does not name its model: the form's does (formSniffer).
+// finish settles the relayed response with what the extractor saw, and an upload's
+// form said (formSaid).
 func (p *proxied) finish(ended bool) {
 	u := inflight.FromResponse(p.ext.Finish(ended), ended, int32(p.resp.StatusCode), p.unbilled)
-	if u.Model == "" && p.form != nil {
-		u.Model = p.form.Model()
-	}
+	p.formSaid(&u)
 	p.settle(u)
+}
+
+// formSaid completes an upload's settlement with what its form said once it passed
+// (formSniffer): its model, which the answers of these endpoints do not name, and, for
+// an image edit, the images it asked for, which it is billed when its answer is lost
+// (requestbody.ImageRequest.OutputTokens; the tracker charges them then).
+func (p *proxied) formSaid(u *inflight.Usage) {
+	if p.form == nil {
+		return
+	}
+	f := p.form.Said()
+	if u.Model == "" {
+		u.Model = f.model
+	}
+	if !p.imageEdit || p.id == "" || f.fields == nil {
+		return
+	}
+	if req, ok := requestbody.FormImageRequest(f.fields); ok {
+		if n := req.OutputTokens(f.model); n > 0 {
+			p.gw.tracker.RecordRequest(p.id, estimate.Request{Model: f.model, ImageOutputTokens: n})
+		}
+	}
 }
 
 // hopByHop are the headers of one connection, never forwarded (RFC 9110 7.6.1).

@@ -5,6 +5,7 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,9 +18,11 @@ import (
 // streams an upload unread (isUpload), so a formSniffer reads the form's structure on
 // the side, as the upstream will: the body's bytes are copied, as the transport reads
 // them, into a pipe that a goroutine parses with mime/multipart, skipping every part
-// but the model. The model is then recorded for the settlement, which prices the usage
-// the answer reports at it (answers of these endpoints do not name their model; without
-// it the usage is priced at the fallback price, the catalog's highest).
+// but the model and an image edit's few fields. The model is then recorded for the
+// settlement, which prices the usage the answer reports at it (answers of these
+// endpoints do not name their model; without it the usage is priced at the fallback
+// price, the catalog's highest); an image edit's size, quality and counts tell the
+// images it is billed when its answer is lost (requestbody.FormImageRequest).
 //
 // The whole form is read, the file skipped: a form that names its model twice, two ways,
 // has no model here (the usage is then priced at the fallback price), since which one
@@ -28,18 +31,30 @@ import (
 // turns out malformed, the parser stops and the copy with it, and a failed copy is
 // dropped. It costs one goroutine and no buffer of the body's size.
 
-// maxSniffedModel bounds the model name read from a form.
-const maxSniffedModel = 256
+// maxSniffedModel bounds the model name read from a form, maxSniffedField the other
+// fields read.
+const (
+	maxSniffedModel = 256
+	maxSniffedField = 64
+)
 
 // sniffTimeout bounds the wait for the parser once the response has ended (the upstream
 // read the whole body before answering, so the parser has had all of it).
 const sniffTimeout = time.Second
 
 type formSniffer struct {
-	body  io.ReadCloser
-	pw    *io.PipeWriter
-	off   atomic.Bool
-	model chan string // one value: the model, or "" when none was found
+	body io.ReadCloser
+	pw   *io.PipeWriter
+	off  atomic.Bool
+	said chan formSaid // one value, once the form has passed
+}
+
+// formSaid is what a form said: its model ("" when it had none, named two, or was
+// malformed) and the fields requestbody.ImageFormFields names that it had (nil when it
+// was malformed).
+type formSaid struct {
+	model  string
+	fields map[string]string
 }
 
 // sniffForm wraps an upload's body when its content type is a multipart form with a
@@ -50,7 +65,7 @@ func sniffForm(contentType string, body io.ReadCloser) *formSniffer {
 		return nil
 	}
 	pr, pw := io.Pipe()
-	s := &formSniffer{body: body, pw: pw, model: make(chan string, 1)}
+	s := &formSniffer{body: body, pw: pw, said: make(chan formSaid, 1)}
 	go s.parse(multipart.NewReader(pr, params["boundary"]), pr)
 	return s
 }
@@ -79,11 +94,12 @@ var errSniffed = errors.New("gateway: form read")
 
 func (s *formSniffer) parse(mr *multipart.Reader, pr *io.PipeReader) {
 	model, named, ambiguous := "", false, false
+	fields := map[string]string{}
 	defer func() {
 		if ambiguous {
-			model = ""
+			model, fields = "", nil
 		}
-		s.model <- model
+		s.said <- formSaid{model: model, fields: fields}
 		_ = pr.CloseWithError(errSniffed) // the copy stops (Read's write fails)
 	}()
 	for {
@@ -95,11 +111,15 @@ func (s *formSniffer) parse(mr *multipart.Reader, pr *io.PipeReader) {
 			ambiguous = true // a malformed form: the upstream will not read it as here
 			return
 		}
-		if part.FormName() == "model" {
+		switch name := part.FormName(); {
+		case name == "model":
 			b, _ := io.ReadAll(io.LimitReader(part, maxSniffedModel))
 			m := requestbody.CleanModel(strings.TrimSpace(string(b)))
 			ambiguous = ambiguous || (named && m != model) // named twice, two ways
 			model, named = m, true
+		case slices.Contains(requestbody.ImageFormFields, name):
+			b, _ := io.ReadAll(io.LimitReader(part, maxSniffedField))
+			fields[name] = string(b) // the last one counts
 		}
 		if _, err := io.Copy(io.Discard, part); err != nil {
 			ambiguous = true
@@ -108,14 +128,13 @@ func (s *formSniffer) parse(mr *multipart.Reader, pr *io.PipeReader) {
 	}
 }
 
-// Model is the form's model once the body has passed: "" when it had none or the form
-// was malformed, or when the parser did not finish within sniffTimeout. It is read once
-// (the settlement's).
-func (s *formSniffer) Model() string {
+// Said is what the form said once the body has passed (formSaid); nothing when the
+// parser did not finish within sniffTimeout. It is read once (the settlement's).
+func (s *formSniffer) Said() formSaid {
 	select {
-	case m := <-s.model:
-		return m
+	case f := <-s.said:
+		return f
 	case <-time.After(sniffTimeout):
-		return ""
+		return formSaid{}
 	}
 }

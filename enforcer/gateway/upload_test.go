@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"io"
+	"maps"
 	"mime/multipart"
 	"runtime"
 	"strings"
@@ -72,10 +73,28 @@ func TestFormSnifferFindsTheModel(t *testing.T) {
 			if !bytes.Equal(got.Bytes(), body) {
 				t.Fatalf("the upload changed: %d bytes, want %d", got.Len(), len(body))
 			}
-			if m := s.Model(); m != tc.want {
+			if m := s.Said().model; m != tc.want {
 				t.Fatalf("model %q, want %q", m, tc.want)
 			}
 		})
+	}
+}
+
+// An image edit's fields (size, quality, n, partial_images) are read wherever they sit,
+// the last of a repeated one counting, and cut at maxSniffedField bytes; others are not
+// kept.
+func TestFormSnifferReadsAnImageEditsFields(t *testing.T) {
+	ct, body := form(t, bytes.Repeat([]byte{9}, 200_000), "model", "gpt-image-1", "n", "1", "file", "",
+		"prompt", "a gate", "size", "1024x1024", "quality", "low", "n", "2", "partial_images", strings.Repeat("7", 100))
+	s := sniffForm(ct, io.NopCloser(bytes.NewReader(body)))
+	if _, err := io.Copy(io.Discard, s); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	f := s.Said()
+	want := map[string]string{"n": "2", "size": "1024x1024", "quality": "low", "partial_images": strings.Repeat("7", maxSniffedField)}
+	if f.model != "gpt-image-1" || !maps.Equal(f.fields, want) {
+		t.Fatalf("%+v, want the model and %v", f, want)
 	}
 }
 
@@ -94,8 +113,8 @@ func TestFormSnifferNeverHoldsTheUploadBack(t *testing.T) {
 	if err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("a malformed form: %d bytes, %v", len(got), err)
 	}
-	if m := s.Model(); m != "" {
-		t.Fatalf("model %q from a malformed form", m)
+	if f := s.Said(); f.model != "" || f.fields != nil {
+		t.Fatalf("%+v from a malformed form", f)
 	}
 
 	before := runtime.NumGoroutine()
@@ -107,7 +126,7 @@ func TestFormSnifferNeverHoldsTheUploadBack(t *testing.T) {
 	}
 	s.Close()
 	start := time.Now()
-	if m := s.Model(); m != "" || time.Since(start) > sniffTimeout/2 {
+	if m := s.Said().model; m != "" || time.Since(start) > sniffTimeout/2 {
 		t.Fatalf("an upload cut short: model %q after %v", m, time.Since(start))
 	}
 	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {

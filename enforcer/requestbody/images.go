@@ -3,6 +3,7 @@ package requestbody
 import (
 	"encoding/json"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -26,35 +27,78 @@ const PartialImageTokens = 100
 // image: 4,156 tokens). gpt-image-2 takes any size and counts its tokens otherwise.
 var gptImage1 = regexp.MustCompile(`^gpt-image-1(-mini|\.5)?(-\d{4}-\d{2}-\d{2})?$`)
 
+// ImageRequest is what an image generation or edit asks that fixes its output: how many
+// images (n, 1 unless given), their size and quality, and how many partial images a
+// stream sends of each.
+type ImageRequest struct {
+	N             *int64 `json:"n"`
+	Size          string `json:"size"`
+	Quality       string `json:"quality"`
+	PartialImages int64  `json:"partial_images"`
+}
+
 // ImageOutputTokens is the output an image generation request is billed whatever
-// becomes of its answer: the provider generates every image it asked for (n, 1 unless
-// given) at its size and quality, and each partial image it asked to stream, even when
-// the client leaves or the stream breaks before the usage comes. It is what such a
-// request is charged for output when the answer does not report its usage
-// (inflight.Tracker), and its worst case's output (enforcer/worstcase). It is 0 when the
-// request is not a JSON image generation (POST .../images/generations) of a model whose
-// tokens the table knows (gptImage1), or its body does not read:
-// the provider refuses what it cannot read, and bills nothing. A quality or size of
-// "auto", or none, counts as the dearest (high; portrait or landscape). An image edit
-// is a multipart form, not read here (docs/prices.md, "Images").
+// becomes of its answer: the provider generates every image it asked for at its size
+// and quality, and each partial image it asked to stream, even when the client leaves or
+// the stream breaks before the usage comes. It is what such a request is charged for
+// output when the answer does not report its usage (inflight.Tracker), and its worst
+// case's output (enforcer/worstcase). It is 0 when the request is not a JSON image
+// generation (POST .../images/generations) or its body does not read (the provider
+// refuses what it cannot read, and bills nothing); see ImageRequest.OutputTokens for
+// the rest. An image edit is a multipart form, read as it streams (IsImageEdit,
+// FormImageRequest).
 func ImageOutputTokens(path string, body []byte, model string) int64 {
-	if !strings.HasSuffix(comparable(path), "/images/generations") || !gptImage1.MatchString(model) {
+	if !strings.HasSuffix(comparable(path), "/images/generations") {
 		return 0
 	}
-	var req struct {
-		N             *int64 `json:"n"`
-		Size          string `json:"size"`
-		Quality       string `json:"quality"`
-		PartialImages int64  `json:"partial_images"`
-	}
+	var req ImageRequest
 	if json.Unmarshal(body, &req) != nil {
+		return 0
+	}
+	return req.OutputTokens(model)
+}
+
+// IsImageEdit reports whether path is an image edit's (POST .../images/edits), whose
+// form's fields give an ImageRequest (FormImageRequest).
+func IsImageEdit(path string) bool { return strings.HasSuffix(comparable(path), "/images/edits") }
+
+// ImageFormFields are the form fields FormImageRequest reads.
+var ImageFormFields = []string{"n", "size", "quality", "partial_images"}
+
+// FormImageRequest reads an image edit's form fields (ImageFormFields, by name); false
+// when a number does not read (the provider refuses the form).
+func FormImageRequest(fields map[string]string) (ImageRequest, bool) {
+	req := ImageRequest{Size: fields["size"], Quality: fields["quality"]}
+	number := func(name string) (int64, bool) {
+		v, ok := fields[name]
+		if !ok {
+			return 0, true
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		return n, err == nil
+	}
+	n, okN := number("n")
+	if _, given := fields["n"]; given {
+		req.N = &n
+	}
+	partial, okP := number("partial_images")
+	req.PartialImages = partial
+	return req, okN && okP
+}
+
+// OutputTokens is the output req is billed by model: n images at their size and
+// quality, and their partial images. 0 when the table does not know the model
+// (gptImage1), or the provider refuses the request (n outside 1 to 10, partial images
+// outside 0 to 3). A quality or size of "auto", or none, counts as the dearest (high;
+// portrait or landscape).
+func (req ImageRequest) OutputTokens(model string) int64 {
+	if !gptImage1.MatchString(model) {
 		return 0
 	}
 	n := int64(1)
 	if req.N != nil {
 		n = *req.N
 	}
-	// OpenAI takes 1 to 10 images and 0 to 3 partial images; beyond, it refuses the request.
 	if n < 1 || n > 10 || req.PartialImages < 0 || req.PartialImages > 3 {
 		return 0
 	}

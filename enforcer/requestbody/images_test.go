@@ -41,3 +41,27 @@ func TestImageOutputTokens(t *testing.T) {
 		}
 	}
 }
+
+// An image edit's form fields count as a generation's JSON members do.
+func TestFormImageRequest(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		fields map[string]string
+		ok     bool
+		want   int64 // gpt-image-1's output tokens
+	}{
+		{"none given: one image, the dearest", map[string]string{}, true, 6_240},
+		{"two low square images, a partial image each", map[string]string{"n": "2", "size": "1024x1024", "quality": "low", "partial_images": "1"}, true, 2 * (272 + 100)},
+		{"a number with spaces", map[string]string{"n": " 3 ", "size": "1024x1024", "quality": "medium"}, true, 3 * 1_056},
+		{"n that is no number", map[string]string{"n": "two"}, false, 0},
+		{"partial images that are no number", map[string]string{"partial_images": "1.5"}, false, 0},
+	} {
+		req, ok := requestbody.FormImageRequest(c.fields)
+		if ok != c.ok || ok && req.OutputTokens("gpt-image-1") != c.want {
+			t.Errorf("%s: %+v %v, want ok %v and %d tokens", c.name, req, ok, c.ok, c.want)
+		}
+	}
+	if !requestbody.IsImageEdit("/v1/images/edits") || !requestbody.IsImageEdit("/openai/v1/images/edit%73") || requestbody.IsImageEdit("/v1/images/generations") {
+		t.Error("IsImageEdit")
+	}
+}
