@@ -168,6 +168,10 @@ func (r *Reader) Read(ctx context.Context, orgID, memberID string) (Record, erro
 		// resyncs, so skip the pointless read.
 		return r.Resolve(ctx, orgID, memberID)
 	}
+	// A read that begins in doubt is not used even if the doubt ends before it does: the
+	// watcher may have ended it on seeing the rebuild begin (a new generation) while
+	// this read, decoding under the old one, fetched a promoted replica's older record.
+	doubted := r.doubt.Load()
 	k := r.known(memberID)
 	key := ""
 	if k != nil {
@@ -187,10 +191,11 @@ func (r *Reader) Read(ctx context.Context, orgID, memberID string) (Record, erro
 		}
 	}
 	switch {
-	case err == nil && r.doubt.Load():
+	case err == nil && (doubted || r.doubt.Load() || *r.gen.Load() != *gen):
 		// Redis answers, but a master may have been replaced with writes lost
-		// (masters.go): the record may be older than it looks. (A Redis that does not
-		// answer is still a Redis failure, below: the failure mode decides.)
+		// (masters.go): the record may be older than it looks. Or the generation moved
+		// during the read, and the record was decoded under the old one. (A Redis that
+		// does not answer is still a Redis failure, below: the failure mode decides.)
 		return r.Resolve(ctx, orgID, memberID)
 	case err == nil:
 		r.fromRedis.Inc()

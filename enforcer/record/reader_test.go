@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
@@ -179,5 +180,47 @@ func TestUnreachableMasterRaisesTheDoubt(t *testing.T) {
 	r.watchMasters(ctx, "g1")
 	if !r.doubt.Load() {
 		t.Fatal("a master that cannot be reached left the records trusted")
+	}
+}
+
+// onCommand runs before each command a client sends (a go-redis hook).
+type onCommand func()
+
+func (f onCommand) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f onCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { f(); return next(ctx, cmd) }
+}
+func (f onCommand) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { f(); return next(ctx, cmds) }
+}
+
+// A record read that began in doubt is not used, though the doubt ended while it was in
+// flight: the watcher may have seen the rebuild begin (a new generation) while the read,
+// which took the old generation for current, fetched the promoted replica's older
+// record. TestFailoverThatLosesTheBlockingWrite admitted a blocked member once so, at the
+// instant the control plane began the rebuild.
+func TestDoubtEndingDuringTheReadKeepsItsRecordOut(t *testing.T) {
+	rdb, l := testredis.New(t)
+	ctx := context.Background()
+	r := New(rdb, l, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r.gen.Store(new("g1"))
+	if _, err := l.Write(ctx, rdb, rec(1, 10, "g1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	r.doubt.Store(true)
+	var once sync.Once
+	rdb.AddHook(onCommand(func() {
+		once.Do(func() { r.gen.Store(new("g2")); r.doubt.Store(false) }) // the watcher's look, mid-read
+	}))
+	if got, err := r.Read(ctx, "org_x", "om_a"); !errors.Is(err, ErrControlPlane) {
+		t.Fatalf("a record read in doubt was used: %v %v", got.Record, err)
+	}
+	// Without doubt, a read during which the generation moved is not used either: its
+	// record was decoded under the generation it began with.
+	r.gen.Store(new("g1"))
+	once = sync.Once{}
+	rdb.AddHook(onCommand(func() { once.Do(func() { r.gen.Store(new("g2")) }) }))
+	if got, err := r.Read(ctx, "org_x", "om_a"); !errors.Is(err, ErrControlPlane) {
+		t.Fatalf("a record read across a generation change was used: %v %v", got.Record, err)
 	}
 }
