@@ -18,8 +18,9 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
-// TestReverseProxiesInFrontOfTheGateway runs deploy/'s own Caddy and nginx examples, as
-// written (only their addresses and, for nginx, its scratch paths changed), in front of
+// TestReverseProxiesInFrontOfTheGateway runs deploy/'s own Caddy, nginx and Traefik
+// examples, as written (only their addresses and, for nginx, its scratch paths, for
+// Traefik its dynamic file's path, changed), in front of
 // the gateway, and the official OpenAI SDK through each: a streamed chat completion and
 // a Realtime session (a WebSocket the front must upgrade) are charged exactly. A front
 // that buffered the stream, dropped the member's key or refused the upgrade would fail.
@@ -81,8 +82,21 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 			}
 			return exec.Command(nginx, "-p", work+"/", "-c", path, "-e", "stderr", "-g", "daemon off;")
 		},
+		"traefik": func(t *testing.T, listen string) *exec.Cmd {
+			traefik := testio.LookTool(t, "traefik", "bash deploy/traefik/build.sh (Traefik is not packaged for Debian: it builds Traefik from its Go module)")
+			work := t.TempDir()
+			dynamic := filepath.Join(work, "dynamic.yaml")
+			edit(t, "../deploy/traefik/traefik.yaml", filepath.Join(work, "traefik.yaml"),
+				`address: "127.0.0.1:8080"`, `address: "`+listen+`"`,
+				"filename: deploy/traefik/dynamic.yaml", "filename: "+dynamic)
+			edit(t, "../deploy/traefik/dynamic.yaml", dynamic,
+				`- url: "http://127.0.0.1:9003"`, `- url: "http://`+gw.Host+`"`,
+				"port: 9091", "port: "+admin.Port())
+			return exec.Command(traefik, "--configFile="+filepath.Join(work, "traefik.yaml"))
+		},
 	}
-	for _, name := range []string{"caddy", "nginx"} {
+	ran := 0 // fronts whose run finished (a front not installed is skipped outside CI)
+	for _, name := range []string{"caddy", "nginx", "traefik"} {
 		t.Run(name, func(t *testing.T) {
 			listen := testio.FreeAddr(t)
 			cmd := fronts[name](t, listen)
@@ -135,9 +149,30 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 			if rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id")); rec.cost() != rtCost || rec["complete"] != true {
 				t.Fatalf("the session's first response's receipt %s, want %d", rec, rtCost)
 			}
+			ran++
 		})
 	}
-	// Both fronts: a stream and three responses each (and, when the check after a
+	// Every front: a stream and three responses each (and, when the check after a
 	// session's last response finished before the client closed, a request at 0).
-	s.waitUsed(t, o, 2*(1+3), 2*(chatCost+3*rtCost))
+	s.waitUsed(t, o, ran*(1+3), int64(ran)*(chatCost+3*rtCost))
+}
+
+// edit writes src to dst with each old string replaced by its new one (pairs), failing
+// when src no longer holds one: the example changed, and the test must follow.
+func edit(t *testing.T, src, dst string, pairs ...string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if !strings.Contains(text, pairs[i]) {
+			t.Fatalf("%s no longer holds %q", src, pairs[i])
+		}
+		text = strings.Replace(text, pairs[i], pairs[i+1], 1)
+	}
+	if err := os.WriteFile(dst, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
