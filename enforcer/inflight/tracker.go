@@ -358,10 +358,11 @@ func (t *Tracker) Len() int { return int(t.count.Load()) }
 // With u.Seen (a response stream), counts the upstream did not report are estimated
 // and the settlement marked usage_estimated (and never complete): input from the
 // request body's estimate (RecordRequest), output from the streamed text
-// (estimate.Tokens) or an image generation's images, which also replaces a smaller output count of a response that did
-// not end with its final usage. The model is the response's, else the request's. Nothing is
-// estimated when the upstream reported a cost, nor for an error answer (status 400 or
-// more) that reported no usage and carried no text: that costs nothing.
+// (estimate.Tokens) or an image generation's images, which also replaces a smaller
+// output count of a response that did not end with its final usage. The model is the
+// response's, else the request's. Nothing is estimated when the upstream reported a
+// cost, nor for an error answer (status 400 or more) that reported no usage and carried
+// no text: that costs nothing.
 func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 	item := &internalv1.SettleItem{
 		RequestId:                       id,
