@@ -532,7 +532,16 @@ type traefikStatic struct {
 				IdleTimeout  string `yaml:"idleTimeout"`
 			} `yaml:"respondingTimeouts"`
 		} `yaml:"transport"`
+		HTTP *struct {
+			EncodedCharacters *struct {
+				AllowEncodedSlash bool `yaml:"allowEncodedSlash"`
+			} `yaml:"encodedCharacters"`
+		} `yaml:"http"`
 	} `yaml:"entryPoints"`
+	Global *struct {
+		CheckNewVersion    bool `yaml:"checkNewVersion"`
+		SendAnonymousUsage bool `yaml:"sendAnonymousUsage"`
+	} `yaml:"global"`
 	Providers struct {
 		File *struct {
 			Filename  string `yaml:"filename"`
@@ -621,6 +630,20 @@ var traefikChecks = []struct {
 			if !strings.HasPrefix(ep.Address, "127.0.0.1:") {
 				return fmt.Errorf("entry point %s listens on %q, want 127.0.0.1", name, ep.Address)
 			}
+		}
+		return nil
+	}},
+	{"entry points pass encoded slashes (Bedrock's profile ARNs)", func(s *traefikStatic, d *traefikDynamic) error {
+		for name, ep := range s.EntryPoints {
+			if ep.HTTP == nil || ep.HTTP.EncodedCharacters == nil || !ep.HTTP.EncodedCharacters.AllowEncodedSlash {
+				return fmt.Errorf("entry point %s does not set http.encodedCharacters.allowEncodedSlash: a Bedrock application inference profile's ARN (%%2F) may be refused", name)
+			}
+		}
+		return nil
+	}},
+	{"no calls home", func(s *traefikStatic, d *traefikDynamic) error {
+		if s.Global == nil || s.Global.CheckNewVersion || s.Global.SendAnonymousUsage {
+			return fmt.Errorf("global.checkNewVersion and global.sendAnonymousUsage must be false: Traefik would call home")
 		}
 		return nil
 	}},
@@ -780,8 +803,10 @@ func readTraefik(t *testing.T) (static, dynamic []byte) {
 }
 
 // TestTraefikConfig checks traefik/traefik.yaml (static) and traefik/dynamic.yaml
-// (file provider) against the structure Traefik v3 reads; no Traefik binary is
-// available here, so the schema is the part of Traefik's configuration types above.
+// (file provider) against the structure Traefik v3 reads (the part of Traefik's
+// configuration types above: Traefik itself ignores a misspelt key), and the values
+// that matter in front of the gateway. TestReverseProxiesInFrontOfTheGateway (e2e) runs
+// them with a real Traefik.
 func TestTraefikConfig(t *testing.T) {
 	s, d, err := loadTraefik(readTraefik(t))
 	if err != nil {
@@ -815,6 +840,8 @@ func TestTraefikCheckerCatches(t *testing.T) {
 		{"default read timeout", "static", "readTimeout: 1h", "readTimeout: 60s", "would cut a stream"},
 		{"every interface", "static", `address: "127.0.0.1:8080"`, `address: ":8080"`, "want 127.0.0.1"},
 		{"dashboard", "static", "dashboard: false", "dashboard: true", "dashboard"},
+		{"encoded slashes refused", "static", "allowEncodedSlash: true", "allowEncodedSlash: false", "allowEncodedSlash"},
+		{"release check", "static", "checkNewVersion: false", "checkNewVersion: true", "call home"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -129,6 +130,25 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 				return err == nil
 			})
 			base := "http://" + listen
+			// Listening is not routing: Traefik answers its own 404 until its file
+			// provider's routers are loaded. Routed, a call without a key is the
+			// gateway's 401.
+			waitFor(t, 10*time.Second, name+" routing to the gateway", func() bool {
+				res, err := http.Get(base + "/v1/models")
+				if err != nil {
+					return false
+				}
+				res.Body.Close()
+				return res.StatusCode == http.StatusUnauthorized
+			})
+			// A path with an encoded slash (Bedrock's application inference profile
+			// ARN) reaches the gateway too: its 401, not the front's 400.
+			arn := base + "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Aapplication-inference-profile%2Fabc123/invoke"
+			if res, err := http.Post(arn, "application/json", strings.NewReader(`{}`)); err != nil || res.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("an encoded slash through %s: %v %v\n%s", name, res, err, logs.String())
+			} else {
+				res.Body.Close()
+			}
 
 			before := len(fake.Calls())
 			r := runSDK(t, dir, "openai.mjs", "stream", base, o.key, model)

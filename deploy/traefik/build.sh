@@ -10,7 +10,10 @@
 # module versions the Go module proxy refuses to serve (github.com/yandex-cloud/go-sdk
 # through lego v5, a github.com/containous/go-http-auth pseudo-version), so v3.6 it is.
 # Traefik's go.mod has replace directives, which `go install module@version` refuses:
-# the module is downloaded and built as the main module instead.
+# the module is downloaded and built as the main module instead. It is built without
+# the compiler's optimizations (-N -l), which cuts a quarter of the build (5.7 instead
+# of about 8 minutes on 2 cores): a Traefik for tests and trials. In production, run
+# Traefik's own release binaries or images.
 set -euo pipefail
 
 version=${TRAEFIK_VERSION:-v3.6.12}
@@ -26,5 +29,5 @@ if [[ -z $dir || ! -d $dir ]]; then
 fi
 echo "traefik: building $out (a few minutes)" >&2
 cd "$dir"
-GOFLAGS=-mod=mod go build -trimpath -ldflags='-s -w' -o "$out" ./cmd/traefik
+GOFLAGS=-mod=mod go build -trimpath -gcflags='all=-N -l' -ldflags='-s -w' -o "$out" ./cmd/traefik
 "$out" version >&2
