@@ -180,22 +180,25 @@ func (r *Reader) Read(ctx context.Context, orgID, memberID string) (Record, erro
 		key = r.layout.MemberKey(memberID)
 	}
 	f, err := r.readRedis(rctx, key)
+	// Redis answered, but a master may have been replaced with writes lost (masters.go):
+	// the record may be older than it looks. Or the generation moved during the read,
+	// and the record was decoded under the old one. Such a record is neither used nor
+	// kept (it would be the last known record that open mode admits on).
+	trusted := !doubted && !r.doubt.Load() && *r.gen.Load() == *gen
 	var rec *mirror.Record
 	if err == nil {
 		if k != nil && k.fields.Usable(*gen) && k.fields == f {
 			// Unchanged since the last read: same bytes, same record. Records are
 			// never modified once decoded, so sharing it is safe.
 			rec = k.rec
-		} else if rec, err = f.Decode(*gen); err == nil {
+		} else if rec, err = f.Decode(*gen); err == nil && trusted {
 			r.store(memberID, &known{key: key, fields: f, rec: rec})
 		}
 	}
 	switch {
-	case err == nil && (doubted || r.doubt.Load() || *r.gen.Load() != *gen):
-		// Redis answers, but a master may have been replaced with writes lost
-		// (masters.go): the record may be older than it looks. Or the generation moved
-		// during the read, and the record was decoded under the old one. (A Redis that
-		// does not answer is still a Redis failure, below: the failure mode decides.)
+	case err == nil && !trusted:
+		// (A Redis that does not answer is still a Redis failure, below: the failure
+		// mode decides.)
 		return r.Resolve(ctx, orgID, memberID)
 	case err == nil:
 		r.fromRedis.Inc()

@@ -198,7 +198,8 @@ func (f onCommand) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // flight: the watcher may have seen the rebuild begin (a new generation) while the read,
 // which took the old generation for current, fetched the promoted replica's older
 // record. TestFailoverThatLosesTheBlockingWrite admitted a blocked member once so, at the
-// instant the control plane began the rebuild.
+// instant the control plane began the rebuild. Nor is such a record kept as the member's
+// last known one, which open mode admits on when the control plane cannot answer.
 func TestDoubtEndingDuringTheReadKeepsItsRecordOut(t *testing.T) {
 	rdb, l := testredis.New(t)
 	ctx := context.Background()
@@ -214,6 +215,9 @@ func TestDoubtEndingDuringTheReadKeepsItsRecordOut(t *testing.T) {
 	}))
 	if got, err := r.Read(ctx, "org_x", "om_a"); !errors.Is(err, ErrControlPlane) {
 		t.Fatalf("a record read in doubt was used: %v %v", got.Record, err)
+	}
+	if last := r.LastKnown("om_a"); last != nil {
+		t.Fatalf("a record read in doubt was kept as the last known one (open mode admits on it): %v", last)
 	}
 	// Without doubt, a read during which the generation moved is not used either: its
 	// record was decoded under the generation it began with.
