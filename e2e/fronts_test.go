@@ -52,24 +52,13 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 		},
 		"nginx": func(t *testing.T, listen string) *exec.Cmd {
 			nginx := testio.LookTool(t, "nginx", "apt-get install --no-install-recommends nginx")
-			b, err := os.ReadFile("../deploy/nginx/nginx.conf")
-			if err != nil {
-				t.Fatal(err)
-			}
+			conf := replaced(t, "../deploy/nginx/nginx.conf",
+				"listen 127.0.0.1:8080;", "listen "+listen+";",
+				"server 127.0.0.1:9003;", "server "+gw.Host+";",
+				"access_log /dev/stdout combined;", "access_log off;")
 			work := t.TempDir()
 			if err := os.Chmod(work, 0o755); err != nil { // workers run as nobody under root
 				t.Fatal(err)
-			}
-			conf := string(b)
-			for _, r := range []struct{ old, new string }{
-				{"listen 127.0.0.1:8080;", "listen " + listen + ";"},
-				{"server 127.0.0.1:9003;", "server " + gw.Host + ";"},
-				{"access_log /dev/stdout combined;", "access_log off;"},
-			} {
-				if !strings.Contains(conf, r.old) {
-					t.Fatalf("nginx.conf no longer holds %q", r.old)
-				}
-				conf = strings.Replace(conf, r.old, r.new, 1)
 			}
 			var temps strings.Builder
 			temps.WriteString("pid " + filepath.Join(work, "nginx.pid") + ";\nhttp {\n")
@@ -78,21 +67,19 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 			}
 			conf = regexp.MustCompile(`(?m)^http \{\n`).ReplaceAllLiteralString(conf, temps.String())
 			path := filepath.Join(work, "nginx.conf")
-			if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			writeFile(t, path, conf)
 			return exec.Command(nginx, "-p", work+"/", "-c", path, "-e", "stderr", "-g", "daemon off;")
 		},
 		"traefik": func(t *testing.T, listen string) *exec.Cmd {
 			traefik := testio.LookTool(t, "traefik", "bash deploy/traefik/build.sh (Traefik is not packaged for Debian: it builds Traefik from its Go module)")
 			work := t.TempDir()
 			dynamic := filepath.Join(work, "dynamic.yaml")
-			edit(t, "../deploy/traefik/traefik.yaml", filepath.Join(work, "traefik.yaml"),
+			writeFile(t, filepath.Join(work, "traefik.yaml"), replaced(t, "../deploy/traefik/traefik.yaml",
 				`address: "127.0.0.1:8080"`, `address: "`+listen+`"`,
-				"filename: deploy/traefik/dynamic.yaml", "filename: "+dynamic)
-			edit(t, "../deploy/traefik/dynamic.yaml", dynamic,
+				"filename: deploy/traefik/dynamic.yaml", "filename: "+dynamic))
+			writeFile(t, dynamic, replaced(t, "../deploy/traefik/dynamic.yaml",
 				`- url: "http://127.0.0.1:9003"`, `- url: "http://`+gw.Host+`"`,
-				"port: 9091", "port: "+admin.Port())
+				"port: 9091", "port: "+admin.Port()))
 			return exec.Command(traefik, "--configFile="+filepath.Join(work, "traefik.yaml"))
 		},
 	}
@@ -177,9 +164,9 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 	s.waitUsed(t, o, ran*(1+3), int64(ran)*(chatCost+3*rtCost))
 }
 
-// edit writes src to dst with each old string replaced by its new one (pairs), failing
+// replaced is src's text with each old string replaced by its new one (pairs), failing
 // when src no longer holds one: the example changed, and the test must follow.
-func edit(t *testing.T, src, dst string, pairs ...string) {
+func replaced(t *testing.T, src string, pairs ...string) string {
 	t.Helper()
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -192,7 +179,12 @@ func edit(t *testing.T, src, dst string, pairs ...string) {
 		}
 		text = strings.Replace(text, pairs[i], pairs[i+1], 1)
 	}
-	if err := os.WriteFile(dst, []byte(text), 0o644); err != nil {
+	return text
+}
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -48,7 +48,8 @@ type ImageRequest struct {
 // the rest. An image edit is a multipart form, read as it streams (IsImageEdit,
 // FormImageRequest).
 func ImageOutputTokens(path string, body []byte, model string) int64 {
-	if !strings.HasSuffix(comparable(path), "/images/generations") {
+	// Every request's hint asks: a prefix comparison first spares the others the rest.
+	if !strings.HasPrefix(model, "gpt-image-") || !strings.HasSuffix(comparable(path), "/images/generations") {
 		return 0
 	}
 	var req ImageRequest
