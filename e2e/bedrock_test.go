@@ -118,6 +118,10 @@ func TestBedrockThroughTheGateway(t *testing.T) {
 			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" || rec["price_source"] != "catalog" {
 				t.Errorf("receipt %s, want %d micro-USD, complete, from the reported usage at the catalog's price", rec, want)
 			}
+			// The receipt says why it costs the premium.
+			if regionalCall := want == regional; rec["regional_endpoint"] != regionalCall {
+				t.Errorf("receipt %s, want regional_endpoint %v", rec, regionalCall)
+			}
 			if !strings.Contains(model, cloudClaude) {
 				t.Errorf("the receipt's model is %q, want one naming %s", model, cloudClaude)
 			}

@@ -747,23 +747,25 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 		t.Fatalf("the provider got %+v", calls)
 	}
 	s.waitUsed(t, o, 2, 2*want)
-	rows, err := s.db.Pool.Query(context.Background(), `SELECT cost_micro_usd, complete, model FROM usage_receipts
-		WHERE organization_id = $1 ORDER BY settled_at, request_id`, o.id)
+	// The receipts keep the cached audio part the usage reported (cached_tokens_details:
+	// none of the cached tokens was audio), not NULL.
+	rows, err := s.db.Pool.Query(context.Background(), `SELECT cost_micro_usd, complete, model, coalesce(cached_audio_input_tokens, -1)
+		FROM usage_receipts WHERE organization_id = $1 ORDER BY settled_at, request_id`, o.id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for rows.Next() {
-		var cost int64
+		var cost, cachedAudio int64
 		var complete bool
 		var model string
-		if err := rows.Scan(&cost, &complete, &model); err != nil {
+		if err := rows.Scan(&cost, &complete, &model, &cachedAudio); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, fmt.Sprint(cost, complete, model))
+		got = append(got, fmt.Sprint(cost, complete, model, cachedAudio))
 	}
-	if rows.Err() != nil || len(got) != 2 || got[0] != fmt.Sprint(want, true, "gpt-realtime-2025-08-28") || got[1] != got[0] {
-		t.Fatalf("receipts %q (%v), want two of %d, complete", got, rows.Err(), want)
+	if rows.Err() != nil || len(got) != 2 || got[0] != fmt.Sprint(want, true, "gpt-realtime-2025-08-28", 0) || got[1] != got[0] {
+		t.Fatalf("receipts %q (%v), want two of %d, complete, with 0 cached audio tokens", got, rows.Err(), want)
 	}
 
 	again := runSDK(t, dir, "openai.mjs", "realtime", s.gateway, o.key, "gpt-realtime")
@@ -780,7 +782,8 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 func TestGeminiThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000, AudioInputTokens: 30_000})
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000, AudioInputTokens: 30_000,
+		CachedAudioInputTokens: 5_000})
 	routes := filepath.Join(t.TempDir(), "routes.yaml")
 	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: x-goog-api-key\n    credentialEnv: GOOGLE_KEY\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -792,12 +795,16 @@ func TestGeminiThroughTheGateway(t *testing.T) {
 	if !ok {
 		t.Fatal("gemini-2.5-flash is not in the catalog")
 	}
-	// 30,000 of the 80,000 uncached input tokens are audio (promptTokensDetails), dearer
-	// than text on Gemini Flash.
-	if e.AudioInputPerMillion <= e.InputPerMillion {
-		t.Fatalf("%s's audio input is priced %d, its text %d", gemini, e.AudioInputPerMillion, e.InputPerMillion)
+	// 30,000 of the 100,000 input tokens are audio (promptTokensDetails), dearer than
+	// text on Gemini Flash; 5,000 of them are among the 20,000 cached ones
+	// (cacheTokensDetails), dearer than cached text: 25,000 uncached audio and 55,000
+	// uncached text, 5,000 cached audio and 15,000 cached text.
+	if e.AudioInputPerMillion <= e.InputPerMillion || e.CachedAudioInputPerMillion <= e.CachedInputPerMillion {
+		t.Fatalf("%s's audio input is priced %d, its text %d; cached %d and %d", gemini, e.AudioInputPerMillion, e.InputPerMillion,
+			e.CachedAudioInputPerMillion, e.CachedInputPerMillion)
 	}
-	want := ceilDiv(50_000*e.InputPerMillion+30_000*e.AudioInputPerMillion+20_000*e.CachedInputPerMillion+10_000*e.OutputPerMillion, 1_000_000)
+	want := ceilDiv(55_000*e.InputPerMillion+25_000*e.AudioInputPerMillion+15_000*e.CachedInputPerMillion+5_000*e.CachedAudioInputPerMillion+
+		10_000*e.OutputPerMillion, 1_000_000)
 
 	n := 0
 	for _, scenario := range []string{"json", "stream", "count"} {
@@ -824,8 +831,8 @@ func TestGeminiThroughTheGateway(t *testing.T) {
 				t.Fatalf("text or usage lost: %+v", r)
 			}
 			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" || rec["model"] != gemini ||
-				rec["output_tokens"] != 10_000.0 {
-				t.Fatalf("receipt %s, want %d for 10,000 output tokens (thinking included)", rec, want)
+				rec["output_tokens"] != 10_000.0 || rec["cached_audio_input_tokens"] != 5_000.0 {
+				t.Fatalf("receipt %s, want %d for 10,000 output tokens (thinking included) and 5,000 cached audio tokens", rec, want)
 			}
 		})
 	}
@@ -983,8 +990,9 @@ func TestPriorityTierThroughTheGateway(t *testing.T) {
 			}
 			calls := fake.Calls()
 			rec := waitReceipt(t, s, calls[len(calls)-1].Header.Get("X-Service-Request-Id"))
-			if rec.cost() != tc.cost || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
-				t.Fatalf("receipt %s, want %d", rec, tc.cost)
+			if rec.cost() != tc.cost || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
+				rec["priority_tier"] != (tc.tier == "priority") {
+				t.Fatalf("receipt %s, want %d, priority_tier %v", rec, tc.cost, tc.tier == "priority")
 			}
 			n, used = n+1, used+tc.cost
 			s.waitUsed(t, o, n, used)

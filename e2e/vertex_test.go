@@ -132,6 +132,11 @@ func TestVertexAIThroughTheGateway(t *testing.T) {
 		if !strings.Contains(m, model) {
 			t.Errorf("the receipt's model is %q, want one naming %s", m, model)
 		}
+		// The receipt says whether the call went to a regional endpoint (a model without a
+		// premium, Gemini's, too: the flag is the endpoint's, the premium the model's).
+		if regionalCall := !strings.Contains(call.Path, "/locations/global/"); rec["regional_endpoint"] != regionalCall {
+			t.Errorf("receipt %s, want regional_endpoint %v for %s", rec, regionalCall, call.Path)
+		}
 	}
 
 	// First, while the member has spent nothing.

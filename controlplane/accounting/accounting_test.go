@@ -237,6 +237,12 @@ func TestAudioTokenPrices(t *testing.T) {
 	if _, err := CatalogCost(Usage{AudioOutputTokens: i64(-1)}, realtime.Price); !errors.Is(err, ErrBadUsage) {
 		t.Fatalf("negative audio output: %v", err)
 	}
+	if _, err := CatalogCost(Usage{CachedInputTokens: 1, CachedAudioInputTokens: i64(-1)}, realtime.Price); !errors.Is(err, ErrBadUsage) {
+		t.Fatalf("negative cached audio input: %v", err)
+	}
+	if _, err := CatalogCost(Usage{CachedInputTokens: 1}, Price{CachedAudioInputPerMillion: -1}); !errors.Is(err, ErrBadUsage) {
+		t.Fatalf("negative cached audio price: %v", err)
+	}
 	if _, err := CatalogCost(Usage{InputTokens: 1}, Price{AudioInputPerMillion: -1}); !errors.Is(err, ErrBadUsage) {
 		t.Fatalf("negative audio price: %v", err)
 	}
@@ -377,6 +383,66 @@ func TestBound(t *testing.T) {
 	}
 }
 
+// Cached audio priced apart (gemini-2.5-flash's prices: text input 0.30 USD per
+// million, audio input 1.00, cached text 0.075, cached audio 0.25, output 2.50): a
+// reported cached split is charged each part at its price, an unknown one all the
+// cached tokens at the dearer; the cached audio is taken out of the audio count, which
+// covers the whole prompt, before the uncached audio is priced.
+func TestCachedAudioPrices(t *testing.T) {
+	flash := PricedAt{Price: Price{InputPerMillion: 300_000, AudioInputPerMillion: 1_000_000, CachedInputPerMillion: 75_000,
+		CachedAudioInputPerMillion: 250_000, OutputPerMillion: 2_500_000}, Source: PriceCatalog}
+	// gpt-realtime: one cached price for both (0.40), so only the uncached split moves.
+	realtime := PricedAt{Price: Price{InputPerMillion: 4_000_000, AudioInputPerMillion: 32_000_000, CachedInputPerMillion: 400_000,
+		OutputPerMillion: 16_000_000, AudioOutputPerMillion: 64_000_000}, Source: PriceCatalog}
+	// 100,000 input tokens, 80,000 of them cached; 50,000 audio, 40,000 of those cached.
+	in, cached := int64(100_000), int64(80_000)
+	cases := []struct {
+		name string
+		u    Usage
+		p    PricedAt
+		cost int64
+	}{
+		{"both splits known", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(50_000), CachedAudioInputTokens: i64(40_000)}, flash,
+			// uncached: 10,000 audio at 1.00 and 10,000 text at 0.30; cached: 40,000
+			// audio at 0.25 and 40,000 text at 0.075.
+			(10_000*1_000_000 + 10_000*300_000 + 40_000*250_000 + 40_000*75_000) / 1_000_000}, // 26,000
+		{"cached split unknown: the cached at the dearer, the audio on the uncached first", Usage{InputTokens: in, CachedInputTokens: cached,
+			AudioInputTokens: i64(50_000)}, flash, (20_000*1_000_000 + 80_000*250_000) / 1_000_000}, // 40,000
+		{"no split at all: the dearer prices", Usage{InputTokens: in, CachedInputTokens: cached}, flash,
+			(20_000*1_000_000 + 80_000*250_000) / 1_000_000},
+		{"cached split known, audio count unknown: uncached at the dearer", Usage{InputTokens: in, CachedInputTokens: cached,
+			CachedAudioInputTokens: i64(40_000)}, flash, (20_000*1_000_000 + 40_000*250_000 + 40_000*75_000) / 1_000_000}, // 33,000
+		{"no cached audio reported: the cached text price", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0),
+			CachedAudioInputTokens: i64(0)}, flash, (20_000*300_000 + 80_000*75_000) / 1_000_000}, // 12,000
+		{"a cached audio count above the cached count counts as it", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(100_000),
+			CachedAudioInputTokens: i64(90_000)}, flash, (10_000*1_000_000 + 10_000*300_000 + 80_000*250_000) / 1_000_000},
+		{"more cached audio than audio: no uncached audio", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(10_000),
+			CachedAudioInputTokens: i64(40_000)}, flash, (20_000*300_000 + 40_000*250_000 + 40_000*75_000) / 1_000_000},
+		// One cached price: the cached audio still tells the uncached audio apart (the
+		// old reading put 20,000 of the 50,000 audio tokens on the uncached input).
+		{"one cached price: the uncached audio is the audio less the cached", Usage{InputTokens: in, CachedInputTokens: cached,
+			AudioInputTokens: i64(50_000), CachedAudioInputTokens: i64(40_000)}, realtime, (10_000*32_000_000 + 10_000*4_000_000 + 80_000*400_000) / 1_000_000},
+		{"one cached price, cached split unknown", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(50_000)}, realtime,
+			(20_000*32_000_000 + 80_000*400_000) / 1_000_000},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := CostOf(c.u, c.p)
+			if err != nil || got.MicroUSD != c.cost {
+				t.Fatalf("CostOf = %+v %v; want %d", got, err, c.cost)
+			}
+		})
+	}
+	// Bound caps a cached audio count like the other parts and ignores a negative one.
+	u, notes := Bound(Usage{CachedInputTokens: 10, CachedAudioInputTokens: i64(-3)})
+	if u.CachedAudioInputTokens != nil || len(notes) != 1 || !strings.Contains(notes[0], "cached_audio_input_tokens") {
+		t.Fatalf("negative cached audio: %+v %v", u, notes)
+	}
+	if u, _ = Bound(Usage{CachedAudioInputTokens: i64(math.MaxInt64)}); u.CachedAudioInputTokens == nil || *u.CachedAudioInputTokens != MaxTokens {
+		t.Fatalf("absurd cached audio: %+v", u)
+	}
+}
+
 // FuzzPricing is the pure half of the settlement path, from a SettleItem's values to
 // its receipt's cost: the model name comes out storable, the usage bounded, and pricing
 // never fails; with tokens and a price above zero the cost is above zero.
@@ -394,13 +460,13 @@ func FuzzPricing(f *testing.F) {
 			u.UpstreamCost = &upstream
 		}
 		if !estimated { // audio token counts, hostile ones included
-			audioIn, audioOut := cached^out, written-in
-			u.AudioInputTokens, u.AudioOutputTokens = &audioIn, &audioOut
+			audioIn, audioOut, cachedAudio := cached^out, written-in, cached-out
+			u.AudioInputTokens, u.AudioOutputTokens, u.CachedAudioInputTokens = &audioIn, &audioOut, &cachedAudio
 		}
 		u, _ = Bound(u)
 		price = max(price, 1) % (money.MaxAllowanceMicroUSD + 1)
 		c, err := CostOf(u, PricedAt{Price: Price{InputPerMillion: price, OutputPerMillion: price, CachedInputPerMillion: price, AudioPerMinute: price,
-			AudioInputPerMillion: price/2 + 1, AudioOutputPerMillion: price / 3}, Source: PriceFallback})
+			AudioInputPerMillion: price/2 + 1, AudioOutputPerMillion: price / 3, CachedAudioInputPerMillion: price / 5}, Source: PriceFallback})
 		if err != nil {
 			t.Fatalf("CostOf(%+v): %v", u, err)
 		}

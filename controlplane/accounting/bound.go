@@ -92,7 +92,8 @@ func Bound(u Usage) (Usage, []string) {
 	for _, c := range []struct {
 		name string
 		v    **int64
-	}{{"audio_input_tokens", &u.AudioInputTokens}, {"audio_output_tokens", &u.AudioOutputTokens}} {
+	}{{"audio_input_tokens", &u.AudioInputTokens}, {"audio_output_tokens", &u.AudioOutputTokens},
+		{"cached_audio_input_tokens", &u.CachedAudioInputTokens}} {
 		if *c.v == nil {
 			continue
 		}

@@ -76,6 +76,10 @@ type Price struct {
 	// catalog's highest already counts the audio prices in its classes) have none.
 	AudioInputPerMillion  int64
 	AudioOutputPerMillion int64
+	// CachedAudioInputPerMillion prices cached audio tokens apart from cached text
+	// tokens (pricecatalog.Price.CachedAudioInputPerMillion); 0: cached input has one
+	// price. Only a catalog entry has it, like the audio prices.
+	CachedAudioInputPerMillion int64
 	// RegionalPremiumPercent is what the model's tokens cost more on a cloud's regional
 	// endpoint (pricecatalog.Entry.RegionalPremiumPercent), charged when the usage says
 	// the request went to one (Usage.Regional). Only a catalog entry has it: an
@@ -133,6 +137,11 @@ type Usage struct {
 	// (CatalogCost). They are parts, so Basis does not look at them.
 	AudioInputTokens  *int64
 	AudioOutputTokens *int64
+	// CachedAudioInputTokens is the audio part of CachedInputTokens where the upstream
+	// reported it (Gemini's cacheTokensDetails, the Realtime API's
+	// cached_tokens_details.audio_tokens), and so also part of AudioInputTokens; nil
+	// when it did not.
+	CachedAudioInputTokens *int64
 	// UpstreamCost is the cost the upstream reported, when it did.
 	UpstreamCost *int64
 	// Estimated: some counts were estimated by the enforcer from the bytes it saw.
@@ -296,26 +305,29 @@ func AudioCost(millis, perMinute int64) (int64, error) {
 // parts as reported, and no uncached input (never a negative count, never tokens that
 // flowed priced at 0).
 //
-// A price with audio prices (AudioInputPerMillion, AudioOutputPerMillion above 0) splits
-// the uncached input and the output: with the audio part reported, that part (at most
-// the class's count) is priced at the audio price and the rest at the text price; with
-// the split unknown (nil), all of the class is priced at the dearer of the two, so that
-// an unknown split never lowers a charge. Cached input keeps its one price whatever its
-// modality (the catalog's is the dearer of the cached text and audio prices), and the
-// audio input count is taken from the uncached input first: a usage does not say how
-// its audio divides between cached and uncached tokens, and this reading is the dearest.
-// Without audio prices the audio counts change nothing.
+// A price with audio prices (AudioInputPerMillion, AudioOutputPerMillion,
+// CachedAudioInputPerMillion above 0) splits the uncached input, the cached input and
+// the output: with the audio part reported, that part (at most the class's count) is
+// priced at the audio price and the rest at the text price; with the split unknown
+// (nil), all of the class is priced at the dearer of the two, so that an unknown split
+// never lowers a charge. A price without a cached audio price has one price for cached
+// input whatever its modality (the catalog's is then the dearer of the cached text and
+// audio prices). The audio input count covers cached and uncached tokens: the uncached
+// audio is that count less the cached audio when the usage reports both, and otherwise
+// the audio count is taken from the uncached input first, the dearest reading of a
+// usage that does not say how its audio divides. Without audio prices the audio counts
+// change nothing.
 //
 // The sum is computed in 128 bits, so no intermediate product overflows; only a result
 // beyond int64 is an error. It is rounded up once: a fraction of a micro-USD is never
 // given away.
 func CatalogCost(u Usage, p Price) (int64, error) {
 	if p.InputPerMillion < 0 || p.OutputPerMillion < 0 || p.CachedInputPerMillion < 0 || p.CacheWrite() < 0 ||
-		p.AudioInputPerMillion < 0 || p.AudioOutputPerMillion < 0 {
+		p.AudioInputPerMillion < 0 || p.AudioOutputPerMillion < 0 || p.CachedAudioInputPerMillion < 0 {
 		return 0, ErrBadUsage
 	}
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
-		negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
+		negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) || negative(u.CachedAudioInputTokens) {
 		return 0, ErrBadUsage
 	}
 	cached, written := u.CachedInputTokens, u.CacheWriteTokens
@@ -351,16 +363,16 @@ func CatalogCost(u Usage, p Price) (int64, error) {
 			add(n-a, text)
 		}
 	}
-	split(uncached, u.AudioInputTokens, p.InputPerMillion, p.AudioInputPerMillion)
-	add(cached, p.CachedInputPerMillion)
+	split(uncached, uncachedAudio(u), p.InputPerMillion, p.AudioInputPerMillion)
+	split(cached, u.CachedAudioInputTokens, p.CachedInputPerMillion, p.CachedAudioInputPerMillion)
 	hour := min(u.CacheWrite1hTokens, written) // the writes made for an hour
 	add(written-hour, p.CacheWrite())
 	add(hour, p.CacheWrite1h())
 	split(u.OutputTokens, u.AudioOutputTokens, p.OutputPerMillion, p.AudioOutputPerMillion)
 	// The products of values below 2^63 stay below 2^126 each, and the two parts of the
-	// writes, of the uncached input and of the output each together below their count
-	// times the dearer price: four terms below 2^126, so the sum stays below 2^128 and
-	// hi never wrapped.
+	// writes, of the uncached input, of the cached input and of the output each together
+	// below their count times the dearer price: four terms below 2^126, so the sum stays
+	// below 2^128 and hi never wrapped.
 	const million = 1_000_000
 	if hi >= million {
 		return 0, ErrCostOverflow
@@ -376,6 +388,18 @@ func CatalogCost(u Usage, p Price) (int64, error) {
 		return 0, ErrCostOverflow
 	}
 	return int64(q), nil
+}
+
+// uncachedAudio is the audio part of the uncached input, nil when unknown: the audio
+// count less the cached audio when the usage reports both (the audio count covers the
+// cached tokens too), else the audio count, which split takes from the uncached input
+// first.
+func uncachedAudio(u Usage) *int64 {
+	if u.AudioInputTokens == nil || u.CachedAudioInputTokens == nil {
+		return u.AudioInputTokens
+	}
+	a := max(*u.AudioInputTokens-*u.CachedAudioInputTokens, 0)
+	return &a
 }
 
 // negative tells whether an optional count is present and below 0.

@@ -182,7 +182,9 @@ type priceEntry struct {
 	WebSearchPerPromptMicroUsd    *int64
 	AudioInputMicroUsdPerMillion  *int64
 	AudioOutputMicroUsdPerMillion *int64
-	LongContext                   *struct {
+	// CachedAudioInputMicroUsdPerMillion: only where cached audio has its own price.
+	CachedAudioInputMicroUsdPerMillion *int64
+	LongContext                        *struct {
 		AboveInputTokens                                  int64
 		InputMicroUsdPerMillion, OutputMicroUsdPerMillion int64
 		CachedInputMicroUsdPerMillion                     int64
@@ -277,11 +279,12 @@ func TestUsageModelPrices(t *testing.T) {
 	// the catalog has none.
 	if p, _ := got.find("gpt-realtime"); p.InputMicroUsdPerMillion != 4_000_000 || p.OutputMicroUsdPerMillion != 16_000_000 ||
 		p.AudioInputMicroUsdPerMillion == nil || *p.AudioInputMicroUsdPerMillion != 32_000_000 ||
-		p.AudioOutputMicroUsdPerMillion == nil || *p.AudioOutputMicroUsdPerMillion != 64_000_000 {
+		p.AudioOutputMicroUsdPerMillion == nil || *p.AudioOutputMicroUsdPerMillion != 64_000_000 || p.CachedAudioInputMicroUsdPerMillion != nil {
 		t.Fatalf("gpt-realtime %+v", p)
 	}
 	if p, _ := got.find("gemini-2.5-flash"); p.AudioInputMicroUsdPerMillion == nil || *p.AudioInputMicroUsdPerMillion != 1_000_000 ||
-		p.AudioOutputMicroUsdPerMillion != nil {
+		p.AudioOutputMicroUsdPerMillion != nil || p.CachedInputMicroUsdPerMillion != 75_000 ||
+		p.CachedAudioInputMicroUsdPerMillion == nil || *p.CachedAudioInputMicroUsdPerMillion != 250_000 {
 		t.Fatalf("gemini-2.5-flash %+v", p)
 	}
 	if p, ok := got.find("gpt-4o"); !ok || p.AudioInputMicroUsdPerMillion != nil || p.AudioOutputMicroUsdPerMillion != nil || p.LongContext != nil {

@@ -52,6 +52,10 @@ type modelPriceView struct {
 	// price all of a model's tokens.
 	AudioInputMicroUsdPerMillion  int64 `json:"audioInputMicroUsdPerMillion,omitempty"`
 	AudioOutputMicroUsdPerMillion int64 `json:"audioOutputMicroUsdPerMillion,omitempty"`
+	// CachedAudioInputMicroUsdPerMillion is a catalog model's price of cached audio
+	// tokens where it differs from its cached text tokens'
+	// (pricecatalog.Price.CachedAudioInputPerMillion); absent for every other row.
+	CachedAudioInputMicroUsdPerMillion int64 `json:"cachedAudioInputMicroUsdPerMillion,omitempty"`
 	// RegionalPremiumPercent is a catalog model's premium on a cloud's regional
 	// endpoints (pricecatalog.Entry.RegionalPremiumPercent); absent for every other row.
 	RegionalPremiumPercent int64 `json:"regionalPremiumPercent,omitempty"`
@@ -138,6 +142,7 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 				UpdatedAt: jsonx.Time(cat.AsOf())}
 			v.WebSearchPerPromptMicroUsd, v.RegionalPremiumPercent = e.WebSearchPerPrompt, e.RegionalPremiumPercent
 			v.AudioInputMicroUsdPerMillion, v.AudioOutputMicroUsdPerMillion = e.AudioInputPerMillion, e.AudioOutputPerMillion
+			v.CachedAudioInputMicroUsdPerMillion = e.CachedAudioInputPerMillion
 			if lc := e.LongContext; lc != nil {
 				v.LongContext = &longContextView{AboveInputTokens: lc.Above, InputMicroUsdPerMillion: lc.InputPerMillion,
 					OutputMicroUsdPerMillion: lc.OutputPerMillion, CachedInputMicroUsdPerMillion: lc.CachedInputPerMillion,

@@ -70,6 +70,9 @@ func TestSettlementPricing(t *testing.T) {
 			&internalv1.SettleItem{Model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0", InputTokens: 100_000, OutputTokens: 10_000, Complete: true,
 				RegionalEndpoint: true},
 			(100_000*3 + 10_000*15) * 110 / 100, "catalog_estimate", "catalog", "reported_usage"},
+		{"the priority tier: twice the catalog's price", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, Complete: true, PriorityTier: true},
+			2 * 150_000, "catalog_estimate", "catalog", "reported_usage"},
 		{"the global endpoint: no premium", nil,
 			&internalv1.SettleItem{Model: "global.anthropic.claude-sonnet-4-5-20250929-v1:0", InputTokens: 100_000, OutputTokens: 10_000, Complete: true},
 			100_000*3 + 10_000*15, "catalog_estimate", "catalog", "reported_usage"},
@@ -200,6 +203,20 @@ func TestSettlementPricing(t *testing.T) {
 			&internalv1.SettleItem{Model: "gemini-2.5-flash", InputTokens: 1_000_000, AudioInputTokens: i64p(250_000), OutputTokens: 1_000,
 				AudioOutputTokens: i64p(1_000), Complete: true},
 			250_000 + 750_000*3/10 + 1_000*25/10, "catalog_estimate", "catalog", "reported_usage"},
+		// Its cached audio at 0.25, its cached text at 0.075: 1,000,000 input tokens, 400,000
+		// of them cached (100,000 audio), 250,000 audio in all (so 150,000 uncached).
+		{"gemini-2.5-flash's cached audio at its cached audio price", nil,
+			&internalv1.SettleItem{Model: "gemini-2.5-flash", InputTokens: 1_000_000, CachedInputTokens: 400_000, AudioInputTokens: i64p(250_000),
+				CachedAudioInputTokens: i64p(100_000), Complete: true},
+			150_000 + 450_000*3/10 + 100_000/4 + 300_000*75/1000, "catalog_estimate", "catalog", "reported_usage"}, // 332,500
+		{"gemini-2.5-flash's cached input without its split: the cached audio price for all", nil,
+			&internalv1.SettleItem{Model: "gemini-2.5-flash", InputTokens: 1_000_000, CachedInputTokens: 400_000, AudioInputTokens: i64p(250_000), Complete: true},
+			250_000 + 350_000*3/10 + 400_000/4, "catalog_estimate", "catalog", "reported_usage"}, // 455,000
+		// gpt-realtime-mini: text 0.60, cached text 0.06 (cached audio 0.30).
+		{"gpt-realtime-mini's cached text at its cached text price", nil,
+			&internalv1.SettleItem{Model: "gpt-realtime-mini", InputTokens: 10_000, CachedInputTokens: 8_000, AudioInputTokens: i64p(0),
+				CachedAudioInputTokens: i64p(0), Complete: true},
+			2_000*6/10 + 8_000*6/100, "catalog_estimate", "catalog", "reported_usage"}, // 1,680
 		{"audio counts of a model without audio prices change nothing", nil,
 			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, AudioInputTokens: i64p(1_000_000), Complete: true},
 			150_000, "catalog_estimate", "catalog", "reported_usage"},
@@ -242,18 +259,25 @@ func TestSettlementPricing(t *testing.T) {
 			}
 			var basis, priceSource string
 			var audio, searches, fileSearches int64
-			var audioIn, audioOut *int64
+			var audioIn, audioOut, cachedAudio *int64
+			var priority, regional bool
 			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis, web_search_requests, file_search_calls,
-					audio_input_tokens, audio_output_tokens
-				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches, &audioIn, &audioOut); err != nil ||
+					audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint
+				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches, &audioIn, &audioOut,
+				&cachedAudio, &priority, &regional); err != nil ||
 				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != wantSearches ||
 				fileSearches != c.item.GetFileSearchCalls() {
 				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %v", basis, priceSource, audio, searches, fileSearches, err)
 			}
 			// The audio counts as reported (NULL when not; a negative one is ignored).
-			if !sameCount(audioIn, storedCount(c.item.AudioInputTokens)) || !sameCount(audioOut, storedCount(c.item.AudioOutputTokens)) {
-				t.Fatalf("stored audio tokens %v %v, want %v %v", fmtCount(audioIn), fmtCount(audioOut), fmtCount(c.item.AudioInputTokens),
-					fmtCount(c.item.AudioOutputTokens))
+			if !sameCount(audioIn, storedCount(c.item.AudioInputTokens)) || !sameCount(audioOut, storedCount(c.item.AudioOutputTokens)) ||
+				!sameCount(cachedAudio, storedCount(c.item.CachedAudioInputTokens)) {
+				t.Fatalf("stored audio tokens %v %v (cached %v), want %v %v (%v)", fmtCount(audioIn), fmtCount(audioOut), fmtCount(cachedAudio),
+					fmtCount(c.item.AudioInputTokens), fmtCount(c.item.AudioOutputTokens), fmtCount(c.item.CachedAudioInputTokens))
+			}
+			// The tier flags the cost was priced with.
+			if priority != c.item.GetPriorityTier() || regional != c.item.GetRegionalEndpoint() {
+				t.Fatalf("stored priority %v regional %v, want %v %v", priority, regional, c.item.GetPriorityTier(), c.item.GetRegionalEndpoint())
 			}
 			// The same settlement again changes nothing, a fallback-priced one included.
 			if again := settle1(t, e, c.item); again.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE || again.CostMicroUsd != c.cost ||
@@ -286,8 +310,9 @@ func fmtCount(v *int64) string {
 }
 
 // An estimate of gpt-realtime (no audio split: the dearer prices) promoted by the real
-// usage, which reports the split: the receipt takes the new counts, and retention's
-// pruning clears them with the other detail.
+// usage, which reports the split (its cached audio too, and the priority tier): the
+// receipt takes the new counts, and retention's pruning clears them with the other
+// detail and keeps the tier, which explains the cost it keeps.
 func TestAudioSplitOnPromotionAndPruning(t *testing.T) {
 	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
@@ -300,36 +325,40 @@ func TestAudioSplitOnPromotionAndPruning(t *testing.T) {
 	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd != 1_000*64 {
 		t.Fatalf("estimate: %v", r)
 	}
-	counts := func() (in, out *int64) {
+	var priority bool
+	counts := func() (in, out, cachedIn *int64) {
 		t.Helper()
-		if err := e.Store.Pool.QueryRow(ctx, `SELECT audio_input_tokens, audio_output_tokens FROM usage_receipts WHERE request_id = $1`, id).
-			Scan(&in, &out); err != nil {
+		if err := e.Store.Pool.QueryRow(ctx, `SELECT audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier
+			FROM usage_receipts WHERE request_id = $1`, id).Scan(&in, &out, &cachedIn, &priority); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	if in, out := counts(); in != nil || out != nil {
-		t.Fatalf("an estimate's audio tokens %s %s, want NULL", fmtCount(in), fmtCount(out))
+	if in, out, cachedIn := counts(); in != nil || out != nil || cachedIn != nil || priority {
+		t.Fatalf("an estimate's audio tokens %s %s %s, priority %v, want NULL", fmtCount(in), fmtCount(out), fmtCount(cachedIn), priority)
 	}
-	// 2,000 input tokens, all audio (64,000), 1,000 output tokens of which 500 audio
-	// (32,000 + 8,000): more than the estimate, so it promotes it.
-	r = settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-realtime", InputTokens: 2_000, AudioInputTokens: i64p(2_000),
-		OutputTokens: 1_000, AudioOutputTokens: i64p(500), Complete: true})
-	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED || r.CostMicroUsd != 2_000*32+500*64+500*16 {
-		t.Fatalf("promotion: %v", r)
+	// 3,000 input tokens, all audio, 1,000 of them cached (2,000*32 + 1,000*0.4), 1,000
+	// output tokens of which 500 audio (32,000 + 8,000), at the priority tier (twice):
+	// more than the estimate, so it promotes it.
+	const promoted = 2 * (2_000*32 + 1_000*4/10 + 500*64 + 500*16)
+	r = settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-realtime", InputTokens: 3_000, CachedInputTokens: 1_000,
+		AudioInputTokens: i64p(3_000), CachedAudioInputTokens: i64p(1_000), OutputTokens: 1_000, AudioOutputTokens: i64p(500),
+		Complete: true, PriorityTier: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED || r.CostMicroUsd != promoted {
+		t.Fatalf("promotion: %v, want %d", r, promoted)
 	}
-	if in, out := counts(); !sameCount(in, i64p(2_000)) || !sameCount(out, i64p(500)) {
-		t.Fatalf("promoted audio tokens %s %s, want 2000 500", fmtCount(in), fmtCount(out))
+	if in, out, cachedIn := counts(); !sameCount(in, i64p(3_000)) || !sameCount(out, i64p(500)) || !sameCount(cachedIn, i64p(1_000)) || !priority {
+		t.Fatalf("promoted audio tokens %s %s %s, priority %v; want 3000 500 1000, true", fmtCount(in), fmtCount(out), fmtCount(cachedIn), priority)
 	}
-	if used := e.Used(t, org, m, window.Day, now); used != 2_000*32+500*64+500*16 {
+	if used := e.Used(t, org, m, window.Day, now); used != promoted {
 		t.Fatalf("used %d", used)
 	}
 	at.Check(t, e.Store)
 	if n, err := store.PruneReceiptDetail(ctx, e.Store.Pool, []string{id}, now.Add(24*time.Hour), now.Add(24*time.Hour)); err != nil || n != 1 {
 		t.Fatalf("pruned %d %v", n, err)
 	}
-	if in, out := counts(); in != nil || out != nil {
-		t.Fatalf("pruned audio tokens %s %s, want NULL", fmtCount(in), fmtCount(out))
+	if in, out, cachedIn := counts(); in != nil || out != nil || cachedIn != nil || !priority {
+		t.Fatalf("pruned audio tokens %s %s %s, priority %v; want NULL and the tier kept", fmtCount(in), fmtCount(out), fmtCount(cachedIn), priority)
 	}
 }
 

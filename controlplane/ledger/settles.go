@@ -123,7 +123,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		CachedInputTokens: it.GetCachedInputTokens(), CacheWriteTokens: it.GetCacheCreationInputTokens(),
 		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(), AudioInputMillis: it.GetAudioInputMillis(),
 		WebSearchRequests: it.GetWebSearchRequests(), FileSearchCalls: it.GetFileSearchCalls(),
-		AudioInputTokens: it.AudioInputTokens, AudioOutputTokens: it.AudioOutputTokens,
+		AudioInputTokens: it.AudioInputTokens, AudioOutputTokens: it.AudioOutputTokens, CachedAudioInputTokens: it.CachedAudioInputTokens,
 		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier(),
 		Regional: it.GetRegionalEndpoint()})
 	if len(notes) > 0 {
@@ -460,6 +460,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
 			WebSearchRequests: j.item.usage.WebSearchRequests, FileSearchCalls: j.item.usage.FileSearchCalls,
 			AudioInputTokens: j.item.usage.AudioInputTokens, AudioOutputTokens: j.item.usage.AudioOutputTokens,
+			CachedAudioInputTokens: j.item.usage.CachedAudioInputTokens, Priority: j.item.usage.Priority, Regional: j.item.usage.Regional,
 			UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
 			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: j.item.finishedAt}
 		if j.item.withoutModel {
@@ -689,7 +690,8 @@ func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.Fallb
 func fromCatalog(p pricecatalog.Price) accounting.Price {
 	return accounting.Price{InputPerMillion: p.InputPerMillion, OutputPerMillion: p.OutputPerMillion,
 		CachedInputPerMillion: p.CachedInputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion, AudioPerMinute: p.AudioPerMinute,
-		AudioInputPerMillion: p.AudioInputPerMillion, AudioOutputPerMillion: p.AudioOutputPerMillion}
+		AudioInputPerMillion: p.AudioInputPerMillion, AudioOutputPerMillion: p.AudioOutputPerMillion,
+		CachedAudioInputPerMillion: p.CachedAudioInputPerMillion}
 }
 
 // quarantine records a settlement that may not be charged, with its payload (its model

@@ -130,6 +130,11 @@ type Usage struct {
 	// candidatesTokensDetails (a TEXT entry for the rest, an AUDIO entry when not 0,
 	// as Gemini lists the modalities it counted).
 	AudioInputTokens, AudioOutputTokens int64
+	// CachedAudioInputTokens: the audio part of CachedInputTokens (and of
+	// AudioInputTokens), as Gemini's cacheTokensDetails (written whenever the answer has
+	// cached tokens: a TEXT entry for the rest, an AUDIO entry when not 0) and the
+	// Realtime API's input_token_details.cached_tokens_details report it.
+	CachedAudioInputTokens int64
 	// CostUSD, when not "", is an OpenAI chat usage's "cost" (a JSON number of USD, as
 	// OpenRouter reports what a request cost), written as given.
 	CostUSD string
@@ -658,6 +663,7 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage) {
 		}
 		if u.CachedInputTokens > 0 {
 			fmt.Fprintf(&b, `,"cachedContentTokenCount":%d`, u.CachedInputTokens)
+			fmt.Fprintf(&b, `,"cacheTokensDetails":%s`, geminiModalities(u.CachedInputTokens-u.CachedAudioInputTokens, u.CachedAudioInputTokens))
 		}
 		fmt.Fprintf(&b, `,"promptTokensDetails":%s`, geminiModalities(u.InputTokens-u.AudioInputTokens, u.AudioInputTokens))
 		if final {

@@ -94,7 +94,7 @@ func respond(ctx context.Context, send func(string, ...any) error, session, i in
 	if err := send(`{"type":"response.output_audio.delta","event_id":"event_%s_a","response_id":%q,"item_id":"item_%s","output_index":0,"content_index":1,"delta":%q}`, id, id, id, audio); err != nil {
 		return err
 	}
-	return send(`{"type":"response.done","event_id":"event_%s_d","response":{"object":"realtime.response","id":%q,"status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":%q}]}],"usage":{"total_tokens":%d,"input_tokens":%d,"output_tokens":%d,"input_token_details":{"text_tokens":%d,"audio_tokens":%d,"image_tokens":0,"cached_tokens":%d},"output_token_details":{"text_tokens":%d,"audio_tokens":%d}}}}`,
+	return send(`{"type":"response.done","event_id":"event_%s_d","response":{"object":"realtime.response","id":%q,"status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":%q}]}],"usage":{"total_tokens":%d,"input_tokens":%d,"output_tokens":%d,"input_token_details":{"text_tokens":%d,"audio_tokens":%d,"image_tokens":0,"cached_tokens":%d,"cached_tokens_details":{"text_tokens":%d,"audio_tokens":%d,"image_tokens":0}},"output_token_details":{"text_tokens":%d,"audio_tokens":%d}}}}`,
 		id, id, Text, u.InputTokens+u.OutputTokens, u.InputTokens, u.OutputTokens, u.InputTokens-u.AudioInputTokens, u.AudioInputTokens, u.CachedInputTokens,
-		u.OutputTokens-u.AudioOutputTokens, u.AudioOutputTokens)
+		u.CachedInputTokens-u.CachedAudioInputTokens, u.CachedAudioInputTokens, u.OutputTokens-u.AudioOutputTokens, u.AudioOutputTokens)
 }

@@ -213,7 +213,7 @@ relay:
 func settlement(u realtimeusage.Usage, sessionModel string) inflight.Usage {
 	s := inflight.Usage{Model: u.Model, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CachedTokens: u.CachedInputTokens, AudioInputMillis: u.AudioInputMillis, Complete: u.Reported,
-		AudioInputTokens: u.AudioInputTokens, AudioOutputTokens: u.AudioOutputTokens,
+		AudioInputTokens: u.AudioInputTokens, AudioOutputTokens: u.AudioOutputTokens, CachedAudioInputTokens: u.CachedAudioInputTokens,
 		UpstreamStatus: http.StatusSwitchingProtocols}
 	if s.Model == "" {
 		s.Model = sessionModel

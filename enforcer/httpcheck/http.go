@@ -100,10 +100,16 @@ type settleBody struct {
 	// outputTokens (OpenAI's *_tokens_details.audio_tokens, Gemini's AUDIO modality).
 	// Absent, a model whose catalog entry prices audio apart is charged the dearer
 	// price for all its tokens of that direction; 0 says there was no audio.
-	AudioInputTokens     *int64 `json:"audioInputTokens"`
-	AudioOutputTokens    *int64 `json:"audioOutputTokens"`
-	UpstreamCostMicroUSD *int64 `json:"upstreamCostMicroUsd"`
-	Complete             *bool  `json:"complete"`
+	AudioInputTokens  *int64 `json:"audioInputTokens"`
+	AudioOutputTokens *int64 `json:"audioOutputTokens"`
+	// CachedAudioInputTokens is the audio part of cachedInputTokens (Gemini's
+	// cacheTokensDetails AUDIO entry, the Realtime API's
+	// cached_tokens_details.audio_tokens), also counted in audioInputTokens. Absent, a
+	// model whose catalog entry prices cached audio apart is charged the dearer cached
+	// price for all its cached tokens.
+	CachedAudioInputTokens *int64 `json:"cachedAudioInputTokens"`
+	UpstreamCostMicroUSD   *int64 `json:"upstreamCostMicroUsd"`
+	Complete               *bool  `json:"complete"`
 	// Estimated says the token counts are the reporter's estimates, not the upstream's
 	// report: the receipt's cost basis is then "estimate".
 	Estimated *bool `json:"estimated"`
@@ -163,7 +169,8 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	}{{"inputTokens", in.InputTokens}, {"outputTokens", in.OutputTokens}, {"cachedInputTokens", in.CachedInputTokens},
 		{"cacheCreationInputTokens", in.CacheCreationInputTokens}, {"cacheCreationOneHourInputTokens", in.CacheCreationOneHourInputTokens},
 		{"audioInputMillis", in.AudioInputMillis}, {"webSearchRequests", in.WebSearchRequests}, {"fileSearchCalls", in.FileSearchCalls},
-		{"audioInputTokens", in.AudioInputTokens}, {"audioOutputTokens", in.AudioOutputTokens}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
+		{"audioInputTokens", in.AudioInputTokens}, {"audioOutputTokens", in.AudioOutputTokens}, {"cachedAudioInputTokens", in.CachedAudioInputTokens},
+		{"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
 		if f.v != nil && *f.v < 0 {
 			probs = append(probs, problem{f.name + " must not be negative", []any{f.name}})
 		}
@@ -175,7 +182,8 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "details": probs})
 		return
 	}
-	u := inflight.Usage{UpstreamCostMicroUSD: in.UpstreamCostMicroUSD, AudioInputTokens: in.AudioInputTokens, AudioOutputTokens: in.AudioOutputTokens}
+	u := inflight.Usage{UpstreamCostMicroUSD: in.UpstreamCostMicroUSD, AudioInputTokens: in.AudioInputTokens, AudioOutputTokens: in.AudioOutputTokens,
+		CachedAudioInputTokens: in.CachedAudioInputTokens}
 	reported := in.UpstreamCostMicroUSD != nil
 	for _, f := range []struct {
 		dst *int64

@@ -103,7 +103,7 @@ func TestHTTPSettle(t *testing.T) {
 			`{"requestId":"` + reqID + `","audioInputMillis":-1}`, `{"requestId":"` + reqID + `","cacheCreationOneHourInputTokens":-1}`,
 			`{"requestId":"` + reqID + `","audioInputMillis":1.5}`, `{"requestId":"` + reqID + `","webSearchRequests":-1}`,
 			`{"requestId":"` + reqID + `","fileSearchCalls":-2}`, `{"requestId":"` + reqID + `","audioInputTokens":-1}`,
-			`{"requestId":"` + reqID + `","audioOutputTokens":-3}`} {
+			`{"requestId":"` + reqID + `","audioOutputTokens":-3}`, `{"requestId":"` + reqID + `","cachedAudioInputTokens":-4}`} {
 			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
 				t.Fatalf("%s: %d %v", bad, code, out)
 			}
@@ -172,7 +172,13 @@ func TestHTTPSettle(t *testing.T) {
 				return it.AudioInputTokens != nil && it.GetAudioInputTokens() == 0 && it.GetAudioOutputTokens() == 15
 			}},
 		{"no audio parts: unknown, not 0", `"model":"gpt-realtime","inputTokens":10,"outputTokens":20`,
-			func(it *internalv1.SettleItem) bool { return it.AudioInputTokens == nil && it.AudioOutputTokens == nil }},
+			func(it *internalv1.SettleItem) bool {
+				return it.AudioInputTokens == nil && it.AudioOutputTokens == nil && it.CachedAudioInputTokens == nil
+			}},
+		{"the cached audio part", `"model":"gemini-2.5-flash","inputTokens":10,"cachedInputTokens":8,"cachedAudioInputTokens":6`,
+			func(it *internalv1.SettleItem) bool {
+				return it.CachedAudioInputTokens != nil && it.GetCachedAudioInputTokens() == 6
+			}},
 	} {
 		t.Run(f.name+" reaches the control plane", func(t *testing.T) {
 			res, _ := httpCheck(t, e, "GET", map[string]string{"X-Api-Key": w.Key})

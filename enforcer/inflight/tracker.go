@@ -83,6 +83,10 @@ type Usage struct {
 	// model that prices audio apart at the dearer price when the split is unknown
 	// (responseusage.Usage.AudioInputTokens).
 	AudioInputTokens, AudioOutputTokens *int64
+	// CachedAudioInputTokens is the audio part of CachedTokens where the upstream
+	// reported it, nil where not (responseusage.Usage.CachedAudioInputTokens): settlement
+	// charges a model that prices cached audio apart at the dearer price when unknown.
+	CachedAudioInputTokens *int64
 	// UpstreamCostMicroUSD, when not nil, wins over the catalog price.
 	UpstreamCostMicroUSD *int64
 	// Complete is false when the response broke off or carried no usage.
@@ -119,6 +123,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens, CacheCreation1hTokens: got.CacheCreation1hInputTokens,
 		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
 		AudioInputTokens: reported(got.AudioInputTokens, got.AudioInputReported), AudioOutputTokens: reported(got.AudioOutputTokens, got.AudioOutputReported),
+		CachedAudioInputTokens: reported(got.CachedAudioInputTokens, got.CachedAudioInputReported),
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
 			AudioOutputMillis: got.AudioOutputMillis}}
 }
@@ -377,6 +382,7 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		FileSearchCalls:                 u.FileSearchCalls,
 		AudioInputTokens:                u.AudioInputTokens,
 		AudioOutputTokens:               u.AudioOutputTokens,
+		CachedAudioInputTokens:          u.CachedAudioInputTokens,
 		UpstreamCostMicroUsd:            u.UpstreamCostMicroUSD,
 		Complete:                        u.Complete,
 		FinishedAtUnixMs:                t.clk.Now().UnixMilli(),
@@ -417,7 +423,7 @@ func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
 	// An estimated count has no known audio part: its split is unknown, and a model
 	// that prices audio apart is charged it at the dearer price.
 	if !seen.InputReported && r != nil && r.requestSeen {
-		item.InputTokens, item.AudioInputTokens, estimated = r.inputEstimate, nil, true
+		item.InputTokens, item.AudioInputTokens, item.CachedAudioInputTokens, estimated = r.inputEstimate, nil, nil, true
 	}
 	// Output: the estimate from the text seen when none was reported; and when the
 	// response did not end with its final usage (incomplete), the larger of the two: a

@@ -6,8 +6,9 @@
 //   - every response the model makes ends with a response.done event carrying that
 //     response's usage (response.usage: input_tokens, output_tokens,
 //     input_token_details.cached_tokens, and the audio parts of the counts,
-//     input_token_details.audio_tokens and output_token_details.audio_tokens, which
-//     the realtime models price above text), priced at the session's model;
+//     input_token_details.audio_tokens, output_token_details.audio_tokens and, of the
+//     cached tokens, input_token_details.cached_tokens_details.audio_tokens, which the
+//     realtime models price above text), priced at the session's model;
 //   - when the session transcribes the user's audio, each transcription ends with
 //     conversation.item.input_audio_transcription.completed carrying its usage, in
 //     tokens ({"type": "tokens", input_tokens, output_tokens}) or in seconds of audio
@@ -53,6 +54,11 @@ type Usage struct {
 	// OutputTokens (input_token_details.audio_tokens, output_token_details.audio_tokens),
 	// nil when the usage did not say.
 	AudioInputTokens, AudioOutputTokens *int64
+	// CachedAudioInputTokens is the audio part of CachedInputTokens (and so of
+	// AudioInputTokens too), which some models price above cached text (gpt-realtime-mini):
+	// input_token_details.cached_tokens_details.audio_tokens, at most CachedInputTokens,
+	// nil when the usage did not say (or said a negative count).
+	CachedAudioInputTokens *int64
 	// AudioInputMillis is a transcription billed by the duration of its audio
 	// (whisper-1), in milliseconds, a fraction rounded up.
 	AudioInputMillis int64
@@ -91,8 +97,11 @@ type usage struct {
 	OutputTokens      int64       `json:"output_tokens"`
 	Seconds           json.Number `json:"seconds"`
 	InputTokenDetails struct {
-		CachedTokens int64  `json:"cached_tokens"`
-		AudioTokens  *int64 `json:"audio_tokens"`
+		CachedTokens        int64  `json:"cached_tokens"`
+		AudioTokens         *int64 `json:"audio_tokens"`
+		CachedTokensDetails struct {
+			AudioTokens *int64 `json:"audio_tokens"`
+		} `json:"cached_tokens_details"`
 	} `json:"input_token_details"`
 	OutputTokenDetails struct {
 		AudioTokens *int64 `json:"audio_tokens"`
@@ -101,13 +110,27 @@ type usage struct {
 
 // audio is the audio parts of u's counts, each nil when not reported (or negative).
 func (u *usage) audio() (in, out *int64) {
-	part := func(n *int64) *int64 {
-		if n == nil || *n < 0 {
-			return nil
-		}
-		return n
-	}
 	return part(u.InputTokenDetails.AudioTokens), part(u.OutputTokenDetails.AudioTokens)
+}
+
+// cachedAudio is the audio part of u's cached count, nil when not reported (or
+// negative), at most cached (the cached count as read): a larger one would be taken off
+// the uncached audio that settlement charges.
+func (u *usage) cachedAudio(cached int64) *int64 {
+	n := part(u.InputTokenDetails.CachedTokensDetails.AudioTokens)
+	if n == nil {
+		return nil
+	}
+	c := min(*n, cached)
+	return &c
+}
+
+// part is a reported audio part: nil when the usage did not say, or said a negative count.
+func part(n *int64) *int64 {
+	if n == nil || *n < 0 {
+		return nil
+	}
+	return n
 }
 
 // event is the part of a server event the Reader looks at.
@@ -169,7 +192,12 @@ func (r *Reader) Event(msg []byte) (Usage, Kind) {
 		if us := e.Response.Usage; us != nil && us.InputTokens >= 0 && us.OutputTokens >= 0 && us.InputTokenDetails.CachedTokens >= 0 {
 			u.InputTokens, u.OutputTokens = us.InputTokens, us.OutputTokens
 			u.CachedInputTokens = min(us.InputTokenDetails.CachedTokens, us.InputTokens)
+			// Each response reports its own usage, charged on its own: one that does not
+			// say how its cached tokens divide leaves its split unknown (nil, charged at
+			// the dearer cached price), whatever an earlier response said, as its audio
+			// parts do.
 			u.AudioInputTokens, u.AudioOutputTokens = us.audio()
+			u.CachedAudioInputTokens = us.cachedAudio(u.CachedInputTokens)
 			u.Reported = true
 		} else {
 			// No usage: the text seen is what there is to estimate from (the text of

@@ -18,7 +18,7 @@ func TestSessionResponses(t *testing.T) {
 		`{"type":"response.created","response":{"id":"resp_1","status":"in_progress","usage":null}}`,
 		`{"type":"response.output_audio.delta","response_id":"resp_1","delta":"` + strings.Repeat("UklGR", 400) + `"}`,
 		`{"type":"response.output_audio_transcript.delta","response_id":"resp_1","delta":"Hello"}`,
-		`{"type":"response.done","response":{"id":"resp_1","status":"completed","usage":{"total_tokens":1250,"input_tokens":1000,"output_tokens":250,"input_token_details":{"cached_tokens":640,"text_tokens":100,"audio_tokens":900},"output_token_details":{"text_tokens":50,"audio_tokens":200}}}}`,
+		`{"type":"response.done","response":{"id":"resp_1","status":"completed","usage":{"total_tokens":1250,"input_tokens":1000,"output_tokens":250,"input_token_details":{"cached_tokens":640,"text_tokens":100,"audio_tokens":900,"image_tokens":0,"cached_tokens_details":{"text_tokens":64,"audio_tokens":576,"image_tokens":0}},"output_token_details":{"text_tokens":50,"audio_tokens":200}}}}`,
 		`{"type":"input_audio_buffer.speech_started","audio_start_ms":1000}`,
 		`{"type":"response.created","response":{"id":"resp_2"}}`,
 		`{"type":"response.text.delta","response_id":"resp_2","delta":"Hi"}`,
@@ -32,7 +32,9 @@ func TestSessionResponses(t *testing.T) {
 	}
 	want := []Usage{
 		{Model: "gpt-realtime-2025-08-28", InputTokens: 1000, OutputTokens: 250, CachedInputTokens: 640, Reported: true,
-			AudioInputTokens: i64(900), AudioOutputTokens: i64(200)},
+			AudioInputTokens: i64(900), AudioOutputTokens: i64(200), CachedAudioInputTokens: i64(576)},
+		// Each response's usage is its own: this one does not split its counts, whatever
+		// the first said.
 		{Model: "gpt-realtime-2025-08-28", InputTokens: 7, OutputTokens: 3, Reported: true},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -120,4 +122,54 @@ func TestTranscriptions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The audio part of a response's cached tokens (input_token_details.cached_tokens_details.
+// audio_tokens), which gpt-realtime-mini prices above cached text: reported 0 when the
+// cached tokens were text, unknown (nil) when the usage does not say or says a negative
+// count, and never more than the cached tokens (themselves at most the input).
+func TestCachedAudio(t *testing.T) {
+	for _, tc := range []struct {
+		name, usage string
+		cached      int64
+		want        *int64
+	}{
+		{"audio and text cached", `{"input_tokens":1000,"output_tokens":5,"input_token_details":{"cached_tokens":640,"text_tokens":100,"audio_tokens":900,` +
+			`"cached_tokens_details":{"text_tokens":64,"audio_tokens":576,"image_tokens":0}}}`, 640, i64(576)},
+		{"text cached only: 0", `{"input_tokens":1000,"output_tokens":5,"input_token_details":{"cached_tokens":640,"audio_tokens":900,` +
+			`"cached_tokens_details":{"text_tokens":640,"audio_tokens":0}}}`, 640, i64(0)},
+		{"no details: unknown", `{"input_tokens":1000,"output_tokens":5,"input_token_details":{"cached_tokens":640,"audio_tokens":900}}`, 640, nil},
+		{"details without audio_tokens: unknown", `{"input_tokens":1000,"output_tokens":5,"input_token_details":{"cached_tokens":640,` +
+			`"cached_tokens_details":{"text_tokens":640}}}`, 640, nil},
+		{"details null: unknown", `{"input_tokens":1000,"output_tokens":5,"input_token_details":{"cached_tokens":640,"cached_tokens_details":null}}`, 640, nil},
+		{"negative: unknown", `{"input_tokens":1000,"output_tokens":5,"input_token_details":{"cached_tokens":640,"cached_tokens_details":{"audio_tokens":-1}}}`, 640, nil},
+		{"more than the cached tokens: at most them", `{"input_tokens":1000,"output_tokens":5,"input_token_details":{"cached_tokens":640,` +
+			`"cached_tokens_details":{"audio_tokens":700}}}`, 640, i64(640)},
+		{"more cached than input: at most the input", `{"input_tokens":500,"output_tokens":5,"input_token_details":{"cached_tokens":900,` +
+			`"cached_tokens_details":{"audio_tokens":800}}}`, 500, i64(500)},
+		{"no cached count: 0", `{"input_tokens":500,"output_tokens":5,"input_token_details":{"cached_tokens_details":{"audio_tokens":8}}}`, 0, i64(0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New("gpt-realtime-mini")
+			u, kind := r.Event([]byte(`{"type":"response.done","response":{"id":"resp_1","status":"completed","usage":` + tc.usage + `}}`))
+			if kind != Response || !u.Reported || u.CachedInputTokens != tc.cached || !reflect.DeepEqual(u.CachedAudioInputTokens, tc.want) {
+				t.Fatalf("%+v %v: cached %d, cached audio %v, want %d, %v", u, kind, u.CachedInputTokens, deref(u.CachedAudioInputTokens), tc.cached, deref(tc.want))
+			}
+		})
+	}
+	// A transcription's usage has no cached tokens: nothing to split.
+	r := New("gpt-realtime-mini")
+	u, _ := r.Event([]byte(`{"type":"conversation.item.input_audio_transcription.completed","usage":{"type":"tokens","input_tokens":17,"output_tokens":9,` +
+		`"input_token_details":{"audio_tokens":17,"cached_tokens_details":{"audio_tokens":4}}}}`))
+	if u.CachedAudioInputTokens != nil || u.CachedInputTokens != 0 {
+		t.Fatalf("a transcription: %+v", u)
+	}
+}
+
+// deref shows an optional count: its value, or nil.
+func deref(n *int64) any {
+	if n == nil {
+		return nil
+	}
+	return *n
 }

@@ -33,7 +33,10 @@
 // SSE.
 //
 //   - openai-chat: OpenAI chat/completions and legacy completions JSON,
-//     usage {prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens}.
+//     usage {prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens},
+//     and the audio parts prompt_tokens_details.audio_tokens and
+//     completion_tokens_details.audio_tokens (no split of the cached tokens by
+//     modality: CachedAudioInputReported stays false).
 //   - openai-responses: OpenAI Responses API JSON (object "response"),
 //     usage {input_tokens, output_tokens, input_tokens_details.cached_tokens}.
 //   - anthropic-messages: Anthropic Messages JSON (type "message"), usage
@@ -47,7 +50,13 @@
 //     {promptTokenCount (cached ones included), candidatesTokenCount,
 //     thoughtsTokenCount, cachedContentTokenCount}, the model in modelVersion.
 //     Output is candidates + thoughts (thinking is billed as output). Gemini
-//     leaves a count of 0 out, so the input count is the whole report.
+//     leaves a count of 0 out, so the input count is the whole report. The
+//     lists promptTokensDetails, candidatesTokensDetails and cacheTokensDetails
+//     ([{modality, tokenCount}]) split the input, the output and the cached
+//     input by modality: their AUDIO entries are AudioInputTokens,
+//     AudioOutputTokens and CachedAudioInputTokens (at most the cached count).
+//     Gemini lists only the modalities it counted: a list without an AUDIO
+//     entry reports 0 audio, no list leaves the split unreported.
 //   - openai-audio-duration: OpenAI's audio transcriptions and translations
 //     by a model billed per minute of input audio (whisper-1), JSON (the json
 //     and verbose_json response formats), usage {"type": "duration",
@@ -95,9 +104,9 @@
 // events (an OpenAI chunk per choice or a proxy's extra chunk, Anthropic's
 // message_start then each message_delta, the Responses API's in-progress
 // events then its terminal one), a JSON body with "usage" twice. Each count
-// (input, output, cached, cache creation, audio duration) is the LARGEST
-// valid value any of them reported, the usage object of each recognised place and every
-// repetition of a key within it alike. A later, smaller report never lowers
+// (input, output, cached, cache creation, audio duration, the audio parts)
+// is the LARGEST valid value any of them reported, the usage object of each
+// recognised place and every repetition of a key within it alike. A later, smaller report never lowers
 // a count: cumulative reports only grow, a report that shrinks is a bug or a
 // forgery, and charging the larger one never undercharges. A null usage or
 // a count of the wrong type reports nothing (it does not erase an earlier
@@ -114,6 +123,11 @@
 // separately, so InputTokens = input_tokens + cache_read_input_tokens +
 // cache_creation_input_tokens there. A price is therefore
 // (In-Cached)*input + Cached*cachedInput + Out*output.
+//
+// The audio parts, where reported, split these further: AudioInputTokens is
+// the audio part of InputTokens, cached audio included, and
+// CachedAudioInputTokens the audio part of CachedInputTokens, so the uncached
+// audio is their difference.
 //
 // # Completeness
 //

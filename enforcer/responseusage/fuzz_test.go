@@ -80,6 +80,7 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"text":"x","usage":{"type":"tokens","seconds":9,"input_tokens":14,"input_token_details":{"text_tokens":0,"audio_tokens":14},"output_tokens":45,"total_tokens":59}}`,
 		`{"candidates":[{"groundingMetadata":{"webSearchQueries":["a","\u0062",1,["c"]],"webSearchQueries":["d"]},"finishReason":"STOP"},{"groundingMetadata":{"webSearchQueries":[]}}],"usageMetadata":{"promptTokenCount":1}}`,
 		`{"usageMetadata":{"promptTokenCount":9,"promptTokensDetails":[{"tokenCount":5,"modality":"AUDIO","modality":"AUDIO"},{"modality":"AUD\u0049O","tokenCount":7,"tokenCount":1.5},{"modality":"AUDIO","tokenCount":-1}],"candidatesTokensDetails":[7,{"modality":"TEXT"}]},"usage":{"prompt_tokens_details":{"audio_tokens":3},"completion_tokens_details":{"audio_tokens":2,"audio_tokens":1}}}`,
+		`{"usageMetadata":{"promptTokenCount":9,"cachedContentTokenCount":6,"cacheTokensDetails":[{"tokenCount":7,"modality":"AUDIO"},{"modality":"AUDIO","tokenCount":5},{"modality":"TEXT","tokenCount":1}],"cacheTokensDetails":{"modality":"AUDIO"}},"usage":{"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":3}]},"message":{"usage":{"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":8}]}}}`,
 		`{"usage":{"cost":1.5e-7,"cost":0.0000100,"cost":-1,"cost":"2","prompt_tokens":1},"message":{"usage":{"cost":12E1}},"response":{"usage":{"cost":0.000000000000000000000000000000001}}}`,
 		`{"object":"response","output":[{"type":"web_search_call","type":"web_\u0073earch_call","action":{"type":"web_search_call"}},{"type":"message"},["x"]],"output":[{"type":"web_search_call"}],"usage":{"input_tokens":1,"output_tokens":2}}`,
 	} {
@@ -113,6 +114,9 @@ func FuzzExtractSSE(f *testing.F) {
 		"data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"x\",\"partial_json\":\"{\",\"thinking\":\"t\"}}\n\n",
 		"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}],\"usageMetadata\":{\"promptTokenCount\":5,\"totalTokenCount\":5},\"modelVersion\":\"g\"}\r\n\r\n" +
 			"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"b\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":5,\"candidatesTokenCount\":2,\"thoughtsTokenCount\":7}}\r\n\r\n",
+		"data: {\"usageMetadata\":{\"promptTokenCount\":5,\"cachedContentTokenCount\":4,\"cacheTokensDetails\":[{\"modality\":\"AUDIO\",\"tokenCount\":3}]}}\n\n" +
+			"data: {\"candidates\":[{\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":5,\"cachedContentTokenCount\":4,\"cacheTokensDetails\":[{\"modality\":\"TEXT\",\"tokenCount\":4}]}}\n\n" +
+			"data: {\"object\":\"chat.completion.chunk\",\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2,\"cacheTokensDetails\":[{\"modality\":\"AUDIO\",\"tokenCount\":1}]}}\n\n",
 		"data: {\"type\":\"transcript.text.delta\",\"delta\":\"h\\u00e9\"}\ndata: {\"delta\":\"x\",\"type\":\"transcript.text.done\",\"text\":\"h\u00e9\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2,\"seconds\":3.5}}\n",
 		"data: {\"text\":\"a\",\"usage\":{\"type\":\"duration\",\"seconds\":9.5}}\n\ndata: {\"type\":\"transcript.text.segment\",\"delta\":\"a\"}\n\n",
 		"data: {\"type\":\"speech.audio.delta\",\"audio\":\"SUQz\",\"delta\":\"x\"}\n\ndata: {\"type\":\"speech.audio.done\",\"usage\":{\"input_tokens\":14,\"output_tokens\":101}}\n\n",

@@ -48,10 +48,15 @@ type accumulator struct {
 	// hasCost: a document's usage reported the cost (OpenRouter's usage.cost), the
 	// largest of a stream's in cost, micro-USD, whatever the shape.
 	hasCost bool
-	cost    int64
-	model   capture
-	u       usageFields
-	text    int64 // output text of every document, whatever its shape
+	// hasCachedAudio: a document reported the audio part of its cached count (Gemini's
+	// cacheTokensDetails), the largest of a stream's in cachedAudio: a field apart from
+	// u's counts, as docFields.cachedAudio is, for the Extractor's size class.
+	hasCachedAudio bool
+	cost           int64
+	cachedAudio    int64
+	model          capture
+	u              usageFields
+	text           int64 // output text of every document, whatever its shape
 }
 
 func (a *accumulator) switchTo(f family) {
@@ -62,6 +67,7 @@ func (a *accumulator) switchTo(f family) {
 		a.final = false
 		a.priority = false
 		a.fileSearches = 0
+		a.hasCachedAudio, a.cachedAudio = false, 0
 	}
 }
 
@@ -174,6 +180,7 @@ func (a *accumulator) applySSE(d *docFields) {
 		// finishReason is the last.
 		u := &d.usage[rootTop]
 		a.u.merge(u)
+		a.noteCachedAudio(d)
 		a.final = a.final || (d.finished && u.hasTok(tokGeminiPrompt))
 		a.noteSearches(d)
 	case famAnthropic:
@@ -242,8 +249,18 @@ func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 	a.setModel(&d.model[rootTop])
 	a.notePriority(d, rootTop)
 	a.u = d.usage[rootTop]
+	a.noteCachedAudio(d)
 	a.noteSearches(d)
 	a.final = wellFormed
+}
+
+// noteCachedAudio keeps the audio part of the cached count a document reported
+// (docFields.cachedAudio): like the counts of usage, the largest of a stream's, and read
+// for Gemini's shape alone (fill).
+func (a *accumulator) noteCachedAudio(d *docFields) {
+	if d.hasCachedAudio && (!a.hasCachedAudio || d.cachedAudio > a.cachedAudio) {
+		a.cachedAudio, a.hasCachedAudio = d.cachedAudio, true
+	}
 }
 
 // noteSearches keeps the web searches a Responses or Gemini document lists (the
@@ -357,6 +374,11 @@ func (a *accumulator) fill(u *Usage) {
 		// The audio parts of the counts, where the shape reports them.
 		u.AudioInputTokens, u.AudioInputReported = a.u.get(tokAudioIn)
 		u.AudioOutputTokens, u.AudioOutputReported = a.u.get(tokAudioOut)
+	}
+	if a.fam == famGemini && a.hasCachedAudio {
+		// The audio part of the cached count (cacheTokensDetails), never more than it: a
+		// larger one would be taken off the uncached audio that settlement charges.
+		u.CachedAudioInputTokens, u.CachedAudioInputReported = min(a.cachedAudio, cached), true
 	}
 	u.OutputTokens = out
 	u.CachedInputTokens = cached

@@ -322,20 +322,30 @@ func oracleCost(obj []member) (int64, bool) {
 	return best, found
 }
 
-// oracleModalities reads Gemini's promptTokensDetails and candidatesTokensDetails lists
-// of every usage in obj (the top level's only): a list reports its audio count, 0 unless
-// an entry (an object) whose last string modality is "AUDIO" has a tokenCount, the last
+// oracleModalities reads Gemini's promptTokensDetails, candidatesTokensDetails and
+// cacheTokensDetails lists of every usage in obj (the top level's only) into d: a list
+// reports its audio count (of the input, the output, the cached input), 0 unless an
+// entry (an object) whose last string modality is "AUDIO" has a tokenCount, the last
 // valid one of the entry; the largest of them wins, like any count.
-func oracleModalities(obj []member, u *usageFields) {
+func oracleModalities(obj []member, d *docFields) {
+	u := &d.usage[rootTop]
+	report := map[string]func(int64){
+		"promptTokensDetails":     func(n int64) { u.setMax(tokAudioIn, n) },
+		"candidatesTokensDetails": func(n int64) { u.setMax(tokAudioOut, n) },
+		"cacheTokensDetails": func(n int64) {
+			if !d.hasCachedAudio || n > d.cachedAudio {
+				d.cachedAudio, d.hasCachedAudio = n, true
+			}
+		},
+	}
 	for _, us := range all(obj, "usage") {
 		for _, m := range us {
-			tok := map[string]int{"promptTokensDetails": tokAudioIn, "candidatesTokensDetails": tokAudioOut}
-			t, ok := tok[m.key]
+			setMax, ok := report[m.key]
 			list, isList := m.val.([]any)
 			if !ok || !isList {
 				continue
 			}
-			u.setMax(t, 0)
+			setMax(0)
 			for _, e := range list {
 				e, _ := e.([]member)
 				audio, count := false, int64(0)
@@ -348,7 +358,7 @@ func oracleModalities(obj []member, u *usageFields) {
 					}
 				}
 				if audio {
-					u.setMax(t, count)
+					setMax(count)
 				}
 			}
 		}
@@ -439,7 +449,7 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	var converse bool
 	d.usage[rootTop], converse = oracleUsage(m)
 	d.converse = d.converse || converse
-	oracleModalities(m, &d.usage[rootTop])
+	oracleModalities(m, d)
 	d.searches = oracleOutputItems(m, "web_search_call") + oracleSearchQueries(m)
 	d.fileSearches = oracleOutputItems(m, "file_search_call")
 	for _, sub := range all(m, "response") {

@@ -54,6 +54,7 @@ const (
 	kInputTokenDetails // OpenAI transcriptions: usage.input_token_details (singular "token")
 	kPromptModalities  // Gemini: usageMetadata.promptTokensDetails[] ({modality, tokenCount})
 	kOutputModalities  // Gemini: usageMetadata.candidatesTokensDetails[]
+	kCacheModalities   // Gemini: usageMetadata.cacheTokensDetails[] (the cached content's)
 	kModality          // Gemini: a *TokensDetails[] entry's modality
 	kTokenCount        // Gemini: a *TokensDetails[] entry's tokenCount
 	// Amazon Bedrock's Converse usage (camelCase), read into Anthropic's counts:
@@ -113,7 +114,8 @@ const (
 	// (transcriptions), Gemini's AUDIO entries of promptTokensDetails and
 	// candidatesTokensDetails. Reported (its bit in has) when the details were there:
 	// Gemini lists only the modalities it counted, so its list reports 0 audio when it
-	// has no AUDIO entry.
+	// has no AUDIO entry. The audio part of Gemini's cached count (cacheTokensDetails)
+	// is no count slot here but docFields.cachedAudio (see there why).
 	tokAudioIn
 	tokAudioOut
 	nTok
@@ -226,6 +228,8 @@ func keyID(b []byte) uint8 {
 		return kPromptModalities
 	case "candidatesTokensDetails":
 		return kOutputModalities
+	case "cacheTokensDetails":
+		return kCacheModalities
 	case "modality":
 		return kModality
 	case "tokenCount":
@@ -305,6 +309,8 @@ type docFields struct {
 	// hasCost: a usage reported cost, the cost the upstream billed in USD (OpenRouter's
 	// usage.cost), the largest reported, in micro-USD rounded up.
 	hasCost bool
+	// hasCachedAudio: see cachedAudio. With the other flags, it takes no word of its own.
+	hasCachedAudio bool
 	// searches counts the web searches the document lists, which the provider bills
 	// and its usage does not count: OpenAI Responses output items of type
 	// "web_search_call" (output[] of a Responses object, response.output[] of an
@@ -313,13 +319,15 @@ type docFields struct {
 	// "file_search_call" output items alike (its file search tool, billed per call).
 	// Each saturates at 65,535, more than any response makes.
 	searches, fileSearches uint16
-	// entry is the Gemini *TokensDetails[] entry being read: whether its modality is
-	// AUDIO, and its tokenCount (Gemini leaves a count of 0 out).
-	entry struct {
-		audio bool
-		count int64
-	}
-	cost int64
+	// cachedAudio is the audio part of Gemini's cached count (cachedContentTokenCount):
+	// the AUDIO entry of usageMetadata.cacheTokensDetails, reported (hasCachedAudio) when
+	// the list was there, 0 when it has no AUDIO entry. The largest reported wins, as for
+	// a count of usage. It is no slot of usageFields.tok for the size class
+	// (TestExtractorSize): a slot takes 8 bytes in each of the four usageFields an
+	// Extractor holds (the three roots here, the accumulator's), where Gemini reports at
+	// the top level only; this field and the accumulator's take 16.
+	cachedAudio int64
+	cost        int64
 }
 
 func (d *docFields) reset() {
@@ -332,8 +340,24 @@ func (d *docFields) reset() {
 	d.usage = [nRoot]usageFields{}
 	d.text, d.delta = 0, 0
 	d.finished, d.converse, d.hasCost, d.cost = false, false, false, 0
-	d.searches = 0
-	d.entry.audio, d.entry.count = false, 0
+	d.searches, d.fileSearches = 0, 0
+	d.hasCachedAudio, d.cachedAudio = false, 0
+}
+
+// setListAudio records the audio count a Gemini *TokensDetails list (list: its key)
+// reported: of the input (promptTokensDetails), of the output (candidatesTokensDetails),
+// of the cached input (cacheTokensDetails). Like any count, the largest reported wins.
+func (d *docFields) setListAudio(list uint8, n int64) {
+	switch list {
+	case kPromptModalities:
+		d.usage[rootTop].setMax(tokAudioIn, n)
+	case kOutputModalities:
+		d.usage[rootTop].setMax(tokAudioOut, n)
+	case kCacheModalities:
+		if !d.hasCachedAudio || n > d.cachedAudio {
+			d.cachedAudio, d.hasCachedAudio = n, true
+		}
+	}
 }
 
 // countSearch counts one web search the document lists (searches).
@@ -467,7 +491,7 @@ const (
 	tgTier              // a service_tier string of root
 	tgItemType          // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
 	tgSearchQuery       // a Gemini search query (candidates[].groundingMetadata.webSearchQueries[])
-	tgModalities        // a Gemini *TokensDetails list (tok: the count its AUDIO entries add to)
+	tgModalities        // a Gemini *TokensDetails list (tok: its key, which names the count its AUDIO entries report: setListAudio)
 	tgModEntry          // an entry of that list
 	tgModality          // an entry's modality string
 	tgModCount          // an entry's tokenCount
@@ -489,6 +513,10 @@ type scanner struct {
 	str    *capture // where the string being read goes, or nil
 	keyCap capture
 	num    int64
+	// entryCount is the tokenCount of the Gemini *TokensDetails[] entry being read
+	// (Gemini leaves a count of 0 out), entryAudio whether its modality is AUDIO. They
+	// are the scanner's, not the document's: entryAudio sits with the small fields below.
+	entryCount int64
 
 	rawDepth int   // depth outside the container counted raw (raw)
 	rawFrom  int   // index in the current input where the count goes on
@@ -502,12 +530,13 @@ type scanner struct {
 	strKey bool // the string being read is an object key
 	// modality: the string being read into keyCap is a Gemini entry's modality
 	// (tgModality), not an output item's type (tgItemType).
-	modality bool
-	hexN     uint8
-	numOK    bool // the number so far is a non-negative integer that fits int64 (in ms mode: its milliseconds do)
-	numTok   target
-	lit      uint8 // the literal being read: its index in literals
-	litPos   uint8
+	modality   bool
+	entryAudio bool // see entryCount
+	hexN       uint8
+	numOK      bool // the number so far is a non-negative integer that fits int64 (in ms mode: its milliseconds do)
+	numTok     target
+	lit        uint8 // the literal being read: its index in literals
+	litPos     uint8
 
 	// ms mode, for usage.seconds alone (numTok's tok is tokAudioSeconds): the
 	// number is a decimal of seconds, read as milliseconds. num takes the digits
@@ -897,8 +926,8 @@ func (s *scanner) pop(end int) bool {
 		// An entry of a Gemini *TokensDetails list closed: its tokens are audio ones
 		// when its modality said so.
 		// Gemini lists each modality once; like any count, the largest reported wins.
-		if tok, ok := modalitiesTok(s.keys[1]); ok && s.doc.entry.audio {
-			s.doc.usage[rootTop].setMax(int(tok), s.doc.entry.count)
+		if isModalities(s.keys[1]) && s.entryAudio {
+			s.doc.setListAudio(s.keys[1], s.entryCount)
 		}
 	}
 	return s.endValue()
@@ -934,7 +963,7 @@ func (s *scanner) endString() bool {
 		if str == &s.keyCap {
 			switch {
 			case s.modality:
-				s.doc.entry.audio = s.keyCap.is("AUDIO")
+				s.entryAudio = s.keyCap.is("AUDIO")
 			case s.keyCap.is("web_search_call"):
 				s.doc.countSearch()
 			case s.keyCap.is("file_search_call"):
@@ -972,10 +1001,10 @@ func (s *scanner) valueStart(c byte, at int) {
 	case tgModalities:
 		if c == '[' {
 			// The list says which modalities were counted: no AUDIO entry is no audio.
-			d.usage[rootTop].setMax(int(t.tok), 0)
+			d.setListAudio(t.tok, 0)
 		}
 	case tgModEntry:
-		d.entry.audio, d.entry.count = false, 0
+		s.entryAudio, s.entryCount = false, 0
 	}
 	switch {
 	case c == '{' || c == '[':
@@ -1159,7 +1188,7 @@ func (s *scanner) endNumber() bool {
 		s.doc.usage[t.root].setMax(int(t.tok), s.num)
 		s.doc.converse = true
 	} else if t.kind == tgModCount && s.numOK {
-		s.doc.entry.count = s.num
+		s.entryCount = s.num
 	}
 	s.numTok = target{}
 	return s.endValue()
@@ -1225,8 +1254,8 @@ func (s *scanner) classify() target {
 			if t, ok := detailTok(k[1], k[2]); ok {
 				return target{kind: tgTok, root: rootTop, tok: t}
 			}
-			if t, ok := modalitiesTok(k[1]); ok && k[2] == kArr {
-				return target{kind: tgModEntry, root: rootTop, tok: t}
+			if isModalities(k[1]) && k[2] == kArr {
+				return target{kind: tgModEntry, root: rootTop}
 			}
 		} else if k[0] == kCandidates && k[1] == kArr && k[2] == kFinishReason {
 			return target{kind: tgFinish}
@@ -1244,12 +1273,12 @@ func (s *scanner) classify() target {
 				return target{kind: tgTok, root: r, tok: t}
 			}
 		}
-		if t, ok := modalitiesTok(k[1]); ok && k[0] == kUsage && k[2] == kArr {
+		if isModalities(k[1]) && k[0] == kUsage && k[2] == kArr {
 			switch k[3] {
 			case kModality:
-				return target{kind: tgModality, root: rootTop, tok: t}
+				return target{kind: tgModality, root: rootTop}
 			case kTokenCount:
-				return target{kind: tgModCount, root: rootTop, tok: t}
+				return target{kind: tgModCount, root: rootTop}
 			}
 		}
 	case 5:
@@ -1273,9 +1302,9 @@ func usageMember(root, k uint8) target {
 	if k == kCost {
 		return target{kind: tgCost, root: root}
 	}
-	if t, ok := modalitiesTok(k); ok && root == rootTop {
+	if isModalities(k) && root == rootTop {
 		// Gemini's usage is at the top level only.
-		return target{kind: tgModalities, root: root, tok: t}
+		return target{kind: tgModalities, root: root, tok: k}
 	}
 	return target{}
 }
@@ -1336,13 +1365,8 @@ func converseTok(k uint8) (tok uint8, ok bool) {
 	return 0, false
 }
 
-// modalitiesTok names the count a Gemini *TokensDetails list's AUDIO entries add to.
-func modalitiesTok(k uint8) (tok uint8, ok bool) {
-	switch k {
-	case kPromptModalities:
-		return tokAudioIn, true
-	case kOutputModalities:
-		return tokAudioOut, true
-	}
-	return 0, false
+// isModalities: k is the key of a Gemini *TokensDetails list, whose AUDIO entry
+// reports an audio count (setListAudio).
+func isModalities(k uint8) bool {
+	return k == kPromptModalities || k == kOutputModalities || k == kCacheModalities
 }

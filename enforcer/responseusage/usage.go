@@ -107,6 +107,13 @@ type Usage struct {
 	// response said (a Gemini list without an AUDIO entry says 0); when not, the split
 	// is unknown and settlement charges such a model's tokens at the dearer price.
 	AudioInputTokens, AudioOutputTokens int64
+	// CachedAudioInputTokens is the audio part of CachedInputTokens (and so of
+	// AudioInputTokens too, when that is reported), which some models price above cached
+	// text (pricecatalog.Price.CachedAudioInputPerMillion): Gemini's AUDIO entry of
+	// cacheTokensDetails, at most CachedInputTokens. CachedAudioInputReported says whether
+	// the response said (a list without an AUDIO entry says 0; no other shape says);
+	// when not, settlement charges such a model's cached tokens at the dearer cached price.
+	CachedAudioInputTokens int64
 	// AudioInputMillis is the duration of input audio the response reported, in
 	// milliseconds: OpenAI's usage {"type":"duration","seconds":N} of a
 	// non-streamed transcription or translation by a model billed per minute of
@@ -126,8 +133,8 @@ type Usage struct {
 	// so that missing counts can be estimated. It is counted whether or not
 	// usage was reported.
 	TextBytes int64
-	// The flags are together, with AudioInputReported and AudioOutputReported, in one
-	// word: an Extractor holds a Usage (TestExtractorSize).
+	// The flags are together at the end, so that they share words: an Extractor holds a
+	// Usage (TestExtractorSize).
 	//
 	// Complete is true when the stream ended normally and its final usage
 	// report, with input and output counts, was seen (see the package doc).
@@ -151,6 +158,8 @@ type Usage struct {
 	// after the point where a compressed body turned out corrupt. An estimate
 	// from them is rougher.
 	TextBytesFromRaw bool
+	// CachedAudioInputReported: see CachedAudioInputTokens.
+	CachedAudioInputReported bool
 }
 
 // Limits bound the little state an Extractor keeps. Zero fields take the
@@ -216,7 +225,7 @@ type Extractor struct {
 	// Backing store for the captured strings, so that capturing does not
 	// allocate. A model name longer than inlineModelBytes (up to
 	// MaxModelBytes) grows its buffer once. In line, the four model buffers
-	// take 256 bytes of the Extractor (1784 bytes, in size class 1792: TestExtractorSize), where
+	// take 256 bytes of the Extractor (1792 bytes, all of size class 1792: TestExtractorSize), where
 	// buffers of MaxModelBytes took 1 KiB more, which a response held however
 	// short its model's name (an idle stream of the gateway too).
 	keyArr   [maxKeyBytes]byte

@@ -104,9 +104,9 @@ func show(u Usage) string {
 	if u.CostMicroUSD != nil {
 		c = fmt.Sprint(*u.CostMicroUSD)
 	}
-	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d AudioTokens:%d/%d(%v/%v) Cost:%s Complete:%v Format:%q Priority:%v Reported:%v/%v Text:%d FromRaw:%v}",
+	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d AudioTokens:%d/%d(%v/%v) CachedAudio:%d(%v) Cost:%s Complete:%v Format:%q Priority:%v Reported:%v/%v Text:%d FromRaw:%v}",
 		u.Model, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.AudioInputMillis,
-		u.AudioInputTokens, u.AudioOutputTokens, u.AudioInputReported, u.AudioOutputReported,
+		u.AudioInputTokens, u.AudioOutputTokens, u.AudioInputReported, u.AudioOutputReported, u.CachedAudioInputTokens, u.CachedAudioInputReported,
 		c, u.Complete, u.Format, u.Priority, u.InputReported, u.OutputReported, u.TextBytes, u.TextBytesFromRaw)
 }
 
@@ -1188,6 +1188,11 @@ func TestFileSearchCalls(t *testing.T) {
 		{"responses stream cut after a call", ctSSE, stream[:strings.Index(stream, `{"type":"response.completed"`)-len("data: ")], 2, 0},
 		{"the terminal lists more than its events", ctSSE, "data: " + `{"type":"response.file_search_call.completed","item_id":"fs_1"}` + "\n\n" + stream[strings.Index(stream, "data: "+`{"type":"response.completed"`):], 2, 0},
 		{"with web searches", ctJSON, both, 1, 2},
+		// Each event that lists the response's output lists all of it so far: the
+		// largest list counts, not their sum.
+		{"two events list the same call", ctSSE, "data: " + `{"type":"response.in_progress","response":{"object":"response","output":[{"type":"file_search_call","id":"fs_1"}],"usage":null}}` +
+			"\n\ndata: " + `{"type":"response.completed","response":{"object":"response","model":"gpt-4.1","output":[{"type":"file_search_call","id":"fs_1"}],` +
+			`"usage":{"input_tokens":1,"output_tokens":2,"total_tokens":3}}}` + "\n\n", 1, 0},
 		{"a chat completion has no output items", ctJSON, `{"object":"chat.completion","output":[{"type":"file_search_call"}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`, 0, 0},
 		{"an Anthropic message has none", ctJSON, `{"type":"message","output":[{"type":"file_search_call"}],"usage":{"input_tokens":1,"output_tokens":2}}`, 0, 0},
 	} {
@@ -1196,7 +1201,8 @@ func TestFileSearchCalls(t *testing.T) {
 			for how, chunks := range map[string][][]byte{"whole": {[]byte(tc.body)}, "byte by byte": bytewise([]byte(tc.body))} {
 				got := run(tc.ct, nil, Limits{}, chunks, true)
 				if got.FileSearchCalls != tc.files || got.WebSearchRequests != tc.webs || got.Complete == cut {
-					t.Fatalf("%s: %s, want %d file searches and %d web searches, complete %v", how, show(got), tc.files, tc.webs, !cut)
+					t.Fatalf("%s: %s with %d file searches and %d web searches, want %d and %d, complete %v", how, show(got),
+						got.FileSearchCalls, got.WebSearchRequests, tc.files, tc.webs, !cut)
 				}
 			}
 			if ref, _ := oracleFor(tc.ct, []byte(tc.body)); ref.FileSearchCalls != tc.files || ref.WebSearchRequests != tc.webs {
@@ -1218,7 +1224,8 @@ func TestExtractorSize(t *testing.T) {
 
 // TestAudioTokens: the audio parts of the counts, which some models price above text,
 // are read where each shape reports them, in any chunking, and agree with the reference
-// reading; a usage without them leaves the split unknown (not 0).
+// reading; a usage without them leaves the split unknown (not 0). So is the audio part of
+// Gemini's cached count (cacheTokensDetails), which some models price above cached text.
 func TestAudioTokens(t *testing.T) {
 	gemini := func(details string) string {
 		return `{"candidates":[{"content":{"parts":[{"text":"Heard."}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":800,` +
@@ -1228,6 +1235,25 @@ func TestAudioTokens(t *testing.T) {
 		InputReported: true, OutputReported: true, TextBytes: 6}
 	with := func(u Usage, in, out int64, inOK, outOK bool) Usage {
 		u.AudioInputTokens, u.AudioOutputTokens, u.AudioInputReported, u.AudioOutputReported = in, out, inOK, outOK
+		return u
+	}
+	// cachedAudio: the cached count, and its audio part and whether it was reported.
+	cachedAudio := func(u Usage, cached, audio int64, ok bool) Usage {
+		u.CachedInputTokens, u.CachedAudioInputTokens, u.CachedAudioInputReported = cached, audio, ok
+		return u
+	}
+	// geminiChunk is gemini's document as a stream's chunk, without its finishReason
+	// unless last.
+	geminiChunk := func(details string, last bool) string {
+		doc := gemini(details)
+		if !last {
+			doc = strings.Replace(doc, `,"finishReason":"STOP"`, "", 1)
+		}
+		return "data: " + doc + "\n\n"
+	}
+	// geminiStreamWant is u streamed in chunks of gemini's documents (its text in each).
+	geminiStreamWant := func(u Usage, chunks int64) Usage {
+		u.Format, u.TextBytes = FormatGeminiSSE, chunks*u.TextBytes
 		return u
 	}
 	chat := Usage{Model: "gpt-4o-audio-preview-2025-06-03", InputTokens: 312, OutputTokens: 1055, Complete: true, Format: FormatOpenAIChat,
@@ -1254,8 +1280,31 @@ func TestAudioTokens(t *testing.T) {
 		{"gemini an AUDIO entry without a count (0 left out)", ctJSON, gemini(`"promptTokensDetails":[{"modality":"AUDIO"},{"modality":"TEXT","tokenCount":800}]`),
 			with(geminiWant, 0, 0, true, false)},
 		{"gemini modality not a string, nested entries, other lists", ctJSON, gemini(`"promptTokensDetails":[{"modality":7,"tokenCount":5},[{"modality":"AUDIO","tokenCount":9}],` +
-			`{"modality":"AUDIO","tokenCount":{"n":3},"x":{"modality":"AUDIO","tokenCount":4}}],"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":11}]`),
+			`{"modality":"AUDIO","tokenCount":{"n":3},"x":{"modality":"AUDIO","tokenCount":4}}],"toolUsePromptTokensDetails":[{"modality":"AUDIO","tokenCount":11}]`),
 			with(geminiWant, 0, 0, true, false)},
+		{"gemini cached audio and text", ctJSON, gemini(`"cachedContentTokenCount":600,"promptTokensDetails":[{"modality":"TEXT","tokenCount":32},{"modality":"AUDIO","tokenCount":768}],` +
+			`"cacheTokensDetails":[{"modality":"TEXT","tokenCount":24},{"modality":"AUDIO","tokenCount":576}]`),
+			cachedAudio(with(geminiWant, 768, 0, true, false), 600, 576, true)},
+		{"gemini cached audio, count before modality, list before the cached count", ctJSON,
+			gemini(`"cacheTokensDetails":[{"tokenCount":576,"modality":"AUDIO"},{"tokenCount":24,"modality":"TEXT"}],"cachedContentTokenCount":600`),
+			cachedAudio(geminiWant, 600, 576, true)},
+		{"gemini cached text only: no cached audio, reported", ctJSON, gemini(`"cachedContentTokenCount":600,"cacheTokensDetails":[{"modality":"TEXT","tokenCount":600}]`),
+			cachedAudio(geminiWant, 600, 0, true)},
+		{"gemini cached count without its list: unknown", ctJSON, gemini(`"cachedContentTokenCount":600,"promptTokensDetails":[{"modality":"AUDIO","tokenCount":800}]`),
+			cachedAudio(with(geminiWant, 800, 0, true, false), 600, 0, false)},
+		{"gemini cached audio above the cached count: at most it", ctJSON, gemini(`"cachedContentTokenCount":100,"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":576}]`),
+			cachedAudio(geminiWant, 100, 100, true)},
+		{"gemini cached audio entries malformed: reported 0", ctJSON, gemini(`"cachedContentTokenCount":600,"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":"576"},` +
+			`[{"modality":"AUDIO","tokenCount":9}],{"modality":"AUDIO","tokenCount":-3}]`),
+			cachedAudio(geminiWant, 600, 0, true)},
+		{"gemini cached audio reported twice, the list again: the largest", ctJSON, gemini(`"cachedContentTokenCount":600,` +
+			`"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":576},{"modality":"AUDIO","tokenCount":9}],"cacheTokensDetails":[]`),
+			cachedAudio(geminiWant, 600, 576, true)},
+		{"gemini cacheTokensDetails not a list: unknown", ctJSON, gemini(`"cachedContentTokenCount":600,"cacheTokensDetails":{"modality":"AUDIO","tokenCount":576}`),
+			cachedAudio(geminiWant, 600, 0, false)},
+		{"openai chat has no cached audio split, even with a Gemini list", ctJSON, `{"object":"chat.completion","model":"gpt-4o-audio-preview-2025-06-03","usage":{"prompt_tokens":312,` +
+			`"completion_tokens":1055,"prompt_tokens_details":{"cached_tokens":256,"audio_tokens":296},"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":200}]}}`,
+			cachedAudio(with(chat, 296, 0, true, false), 256, 0, false)},
 		{"gemini without details: unknown", ctJSON, gemini(`"totalTokenCount":840`), geminiWant},
 		{"gemini stream: the largest report", ctSSE,
 			"data: " + strings.Replace(gemini(`"promptTokensDetails":[{"modality":"AUDIO","tokenCount":700}]`), `,"finishReason":"STOP"`, "", 1) + "\n\n" +
@@ -1265,6 +1314,29 @@ func TestAudioTokens(t *testing.T) {
 				u.Format, u.TextBytes = FormatGeminiSSE, 12
 				return u
 			}()},
+		// Gemini repeats usageMetadata in its chunks: the cached audio, like the counts,
+		// is the largest reported (a later, smaller report does not lower it), and a chunk
+		// without the list does not undo it.
+		{"gemini stream: cached audio, the largest report", ctSSE,
+			geminiChunk(`"cachedContentTokenCount":600,"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":500}]`, false) +
+				geminiChunk(`"cachedContentTokenCount":600,"cacheTokensDetails":[{"modality":"TEXT","tokenCount":24},{"modality":"AUDIO","tokenCount":576}]`, true) +
+				geminiChunk(`"cachedContentTokenCount":600,"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":300}]`, false) +
+				geminiChunk(`"cachedContentTokenCount":600`, false),
+			geminiStreamWant(cachedAudio(geminiWant, 600, 576, true), 4)},
+		{"gemini stream: cached text only, reported 0", ctSSE,
+			geminiChunk(`"cachedContentTokenCount":600`, false) +
+				geminiChunk(`"cachedContentTokenCount":600,"cacheTokensDetails":[{"modality":"TEXT","tokenCount":600}]`, true),
+			geminiStreamWant(cachedAudio(geminiWant, 600, 0, true), 2)},
+		{"gemini stream without the list: unknown", ctSSE,
+			geminiChunk(`"cachedContentTokenCount":600`, false) + geminiChunk(`"cachedContentTokenCount":600`, true),
+			geminiStreamWant(cachedAudio(geminiWant, 600, 0, false), 2)},
+		// A stream whose shape changes starts its usage over: the cached audio of the
+		// Gemini chunks before the change is forgotten with their counts.
+		{"a stream that changes shape forgets the cached audio", ctSSE,
+			geminiChunk(`"cachedContentTokenCount":600,"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":576}]`, false) +
+				`data: {"object":"chat.completion.chunk","usage":{"prompt_tokens":1,"completion_tokens":2}}` + "\n\n" +
+				geminiChunk(`"cachedContentTokenCount":600`, true),
+			geminiStreamWant(cachedAudio(geminiWant, 600, 0, false), 2)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -41,14 +41,26 @@ type Price struct {
 	// which tokens were audio (OpenAI's audio_tokens, Gemini's AUDIO modality) is charged
 	// each part at its price; one that does not is charged the dearer price for all
 	// (DearestInput, DearestOutput), so that an unknown split never lowers a charge.
-	// Cached input has one price for both (CachedInputPerMillion).
 	AudioInputPerMillion  int64
 	AudioOutputPerMillion int64
+	// CachedAudioInputPerMillion prices cached audio tokens where they cost more than
+	// cached text tokens (Gemini Flash, gpt-realtime-mini); 0 when cached input has one
+	// price (CachedInputPerMillion, then the dearer of the two where they differ). A
+	// usage that says which cached tokens were audio (Gemini's cacheTokensDetails, the
+	// Realtime API's cached_tokens_details) is charged each part at its price; one that
+	// does not, the dearer (DearestCachedInput).
+	CachedAudioInputPerMillion int64
 }
 
 // DearestInput is the most an uncached input token of the model may cost: its audio
 // price when it has one above its text price.
 func (p Price) DearestInput() int64 { return max(p.InputPerMillion, p.AudioInputPerMillion) }
+
+// DearestCachedInput is the most a cached input token may cost: its cached audio price
+// when it has one above its cached text price.
+func (p Price) DearestCachedInput() int64 {
+	return max(p.CachedInputPerMillion, p.CachedAudioInputPerMillion)
+}
 
 // DearestOutput is the most an output token may cost (see DearestInput).
 func (p Price) DearestOutput() int64 { return max(p.OutputPerMillion, p.AudioOutputPerMillion) }
@@ -238,6 +250,9 @@ type fileEntry struct {
 	// AudioInput and AudioOutput price audio tokens apart (Price.AudioInputPerMillion).
 	AudioInput  *int64 `json:"audioInput"`
 	AudioOutput *int64 `json:"audioOutput"`
+	// CachedAudioInput prices cached audio tokens apart
+	// (Price.CachedAudioInputPerMillion); it needs AudioInput.
+	CachedAudioInput *int64 `json:"cachedAudioInput"`
 	// SearchesEveryRequest needs WebSearchPerPrompt, the price of a request's search.
 	SearchesEveryRequest bool `json:"searchesEveryRequest"`
 	// RegionalPremiumPercent is the premium of regional endpoints (Entry).
@@ -408,6 +423,16 @@ func Load(data []byte) (*Catalog, error) {
 				*p.dst = *p.v
 			}
 		}
+		if v := m.CachedAudioInput; v != nil {
+			switch {
+			case m.AudioInput == nil:
+				bad("%s: cachedAudioInput needs audioInput (a model that prices audio tokens apart)", where)
+			case *v < 1 || *v > e.AudioInputPerMillion:
+				bad("%s: cachedAudioInput must be from 1 to the audioInput price", where)
+			default:
+				e.CachedAudioInputPerMillion = *v
+			}
+		}
 		if m.WebSearchPerPrompt != nil {
 			if *m.WebSearchPerPrompt < 1 || *m.WebSearchPerPrompt > money.MaxAllowanceMicroUSD {
 				bad("%s: webSearchPerPrompt must be from 1 to %d", where, money.MaxAllowanceMicroUSD)
@@ -458,7 +483,7 @@ func Load(data []byte) (*Catalog, error) {
 		h, d := &c.highest, e.Dearest()
 		h.InputPerMillion = max(h.InputPerMillion, d.DearestInput())
 		h.OutputPerMillion = max(h.OutputPerMillion, d.DearestOutput())
-		h.CachedInputPerMillion = max(h.CachedInputPerMillion, d.CachedInputPerMillion)
+		h.CachedInputPerMillion = max(h.CachedInputPerMillion, d.DearestCachedInput())
 		write = max(write, d.CacheWrite())
 		h.AudioPerMinute = max(h.AudioPerMinute, e.AudioPerMinute)
 	}
@@ -500,6 +525,7 @@ func longContext(f *fileLongContext, e Entry) (*LongContext, string) {
 		lc.CacheWritePerMillion = &w
 	}
 	lc.AudioInputPerMillion, lc.AudioOutputPerMillion = e.AudioInputPerMillion, e.AudioOutputPerMillion
+	lc.CachedAudioInputPerMillion = e.CachedAudioInputPerMillion
 	return lc, ""
 }
 

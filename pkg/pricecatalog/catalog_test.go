@@ -36,8 +36,14 @@ func TestEmbeddedCatalog(t *testing.T) {
 		case e.OutputPerMillion < e.InputPerMillion:
 			t.Errorf("%s: output %d below input %d", e.Model, e.OutputPerMillion, e.InputPerMillion)
 		case e.CachedInputPerMillion > e.DearestInput():
-			// Cached input has one price for text and audio: at most the dearer.
+			// Cached input has one price for text and audio (unless cached audio has its
+			// own): at most the dearer.
 			t.Errorf("%s: cached input %d above input %d", e.Model, e.CachedInputPerMillion, e.DearestInput())
+		case e.CachedAudioInputPerMillion != 0 && (e.CachedAudioInputPerMillion <= e.CachedInputPerMillion ||
+			e.CachedAudioInputPerMillion > e.AudioInputPerMillion):
+			// A cached audio price exists where cached audio costs more than cached text,
+			// and no more than uncached audio.
+			t.Errorf("%s: a cached audio price out of place: %+v", e.Model, e.Price)
 		case e.AudioInputPerMillion != 0 && e.AudioInputPerMillion <= e.InputPerMillion,
 			e.AudioOutputPerMillion != 0 && e.AudioOutputPerMillion <= e.OutputPerMillion:
 			// An audio price exists where audio costs more than text.
@@ -173,27 +179,30 @@ func TestContractPrices(t *testing.T) {
 
 // TestAudioTokenPrices: the models whose audio tokens cost more than their text ones
 // carry both prices, as the providers' pages list them (text input, audio input, text
-// output, audio output, cached input), and a text model has no audio price.
+// output, audio output, cached input, cached audio input where it has its own price),
+// and a text model has no audio price.
 func TestAudioTokenPrices(t *testing.T) {
-	for model, want := range map[string][5]int64{
-		"gpt-realtime":                 {4_000_000, 32_000_000, 16_000_000, 64_000_000, 400_000},
-		"gpt-realtime-mini":            {600_000, 10_000_000, 2_400_000, 20_000_000, 300_000},
-		"gpt-4o-realtime-preview":      {5_000_000, 40_000_000, 20_000_000, 80_000_000, 2_500_000},
-		"gpt-4o-mini-realtime-preview": {600_000, 10_000_000, 2_400_000, 20_000_000, 300_000},
-		"gpt-4o-audio-preview":         {2_500_000, 40_000_000, 10_000_000, 80_000_000, 40_000_000},
-		"gpt-4o-mini-audio-preview":    {150_000, 10_000_000, 600_000, 20_000_000, 10_000_000},
-		"gpt-audio":                    {2_500_000, 32_000_000, 10_000_000, 64_000_000, 32_000_000},
-		"gpt-audio-mini":               {600_000, 10_000_000, 2_400_000, 20_000_000, 10_000_000},
-		"gpt-4o-transcribe":            {2_500_000, 6_000_000, 10_000_000, 0, 6_000_000},
-		"gpt-4o-mini-transcribe":       {1_250_000, 3_000_000, 5_000_000, 0, 3_000_000},
-		"gemini-2.5-flash":             {300_000, 1_000_000, 2_500_000, 0, 75_000},
-		"gemini-2.5-flash-lite":        {100_000, 300_000, 400_000, 0, 25_000},
-		"gemini-2.0-flash":             {100_000, 700_000, 400_000, 0, 25_000},
-		"gpt-4o":                       {2_500_000, 0, 10_000_000, 0, 1_250_000},
-		"gemini-2.5-pro":               {1_250_000, 0, 10_000_000, 0, 310_000},
+	for model, want := range map[string][6]int64{
+		"gpt-realtime":                 {4_000_000, 32_000_000, 16_000_000, 64_000_000, 400_000, 0},
+		"gpt-realtime-mini":            {600_000, 10_000_000, 2_400_000, 20_000_000, 60_000, 300_000},
+		"gpt-4o-realtime-preview":      {5_000_000, 40_000_000, 20_000_000, 80_000_000, 2_500_000, 0},
+		"gpt-4o-mini-realtime-preview": {600_000, 10_000_000, 2_400_000, 20_000_000, 300_000, 0},
+		"gpt-4o-audio-preview":         {2_500_000, 40_000_000, 10_000_000, 80_000_000, 40_000_000, 0},
+		"gpt-4o-mini-audio-preview":    {150_000, 10_000_000, 600_000, 20_000_000, 10_000_000, 0},
+		"gpt-audio":                    {2_500_000, 32_000_000, 10_000_000, 64_000_000, 32_000_000, 0},
+		"gpt-audio-mini":               {600_000, 10_000_000, 2_400_000, 20_000_000, 10_000_000, 0},
+		"gpt-4o-transcribe":            {2_500_000, 6_000_000, 10_000_000, 0, 6_000_000, 0},
+		"gpt-4o-mini-transcribe":       {1_250_000, 3_000_000, 5_000_000, 0, 3_000_000, 0},
+		"gemini-3-flash-preview":       {500_000, 1_000_000, 3_000_000, 0, 50_000, 100_000},
+		"gemini-2.5-flash":             {300_000, 1_000_000, 2_500_000, 0, 75_000, 250_000},
+		"gemini-2.5-flash-lite":        {100_000, 300_000, 400_000, 0, 25_000, 75_000},
+		"gemini-2.0-flash":             {100_000, 700_000, 400_000, 0, 25_000, 175_000},
+		"gpt-4o":                       {2_500_000, 0, 10_000_000, 0, 1_250_000, 0},
+		"gemini-2.5-pro":               {1_250_000, 0, 10_000_000, 0, 310_000, 0},
 	} {
 		e, ok := Lookup(model)
-		got := [5]int64{e.InputPerMillion, e.AudioInputPerMillion, e.OutputPerMillion, e.AudioOutputPerMillion, e.CachedInputPerMillion}
+		got := [6]int64{e.InputPerMillion, e.AudioInputPerMillion, e.OutputPerMillion, e.AudioOutputPerMillion, e.CachedInputPerMillion,
+			e.CachedAudioInputPerMillion}
 		if !ok || e.Model != model || got != want {
 			t.Errorf("%s: %v, want %v", model, got, want)
 		}
@@ -367,7 +376,7 @@ func TestHighest(t *testing.T) {
 	var in, out, cached, write int64
 	for _, e := range Default().Entries() {
 		d := e.Dearest()
-		in, out, cached, write = max(in, d.DearestInput()), max(out, d.DearestOutput()), max(cached, d.CachedInputPerMillion), max(write, d.CacheWrite())
+		in, out, cached, write = max(in, d.DearestInput()), max(out, d.DearestOutput()), max(cached, d.DearestCachedInput()), max(write, d.CacheWrite())
 	}
 	if h.InputPerMillion != in || h.OutputPerMillion != out || h.CachedInputPerMillion != cached || h.CacheWrite() != write ||
 		h.CacheWritePerMillion == nil {
@@ -376,7 +385,7 @@ func TestHighest(t *testing.T) {
 	// No known model is dearer than the fallback default in any class.
 	for _, e := range Default().Entries() {
 		if d := e.Dearest(); d.DearestInput() > h.InputPerMillion || d.DearestOutput() > h.OutputPerMillion ||
-			d.CachedInputPerMillion > h.CachedInputPerMillion || d.CacheWrite() > h.CacheWrite() {
+			d.DearestCachedInput() > h.CachedInputPerMillion || d.CacheWrite() > h.CacheWrite() {
 			t.Errorf("%s is dearer than Highest", e.Model)
 		}
 	}
@@ -432,6 +441,9 @@ func TestLoadRefuses(t *testing.T) {
 		"audio output beyond the bound":      head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioOutput":4503599627370496}]}`,
 		"audio input of an embedding model":  head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"audioInput":5}]}`,
 		"audio output of a speech model":     head + `{"model":"m","provider":"openai","kind":"speech","input":1,"cachedInput":1,"audioOutput":5}]}`,
+		"cached audio without audio input":   head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cachedAudioInput":2}]}`,
+		"cached audio above audio input":     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":5,"cachedAudioInput":6}]}`,
+		"free cached audio":                  head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":5,"cachedAudioInput":0}]}`,
 		"file search of an unknown provider": strings.Replace(good, `"models":[`, `"fileSearch":{"acme":1},"models":[`, 1),
 		"free file search":                   strings.Replace(good, `"models":[`, `"fileSearch":{"openai":0},"models":[`, 1),
 		"audio without a price":              head + `{"model":"m","provider":"openai","kind":"audio-duration"}]}`,

@@ -1406,8 +1406,17 @@ type SettleItem struct {
 	// has a regional premium (pricecatalog.Entry.RegionalPremiumPercent: Anthropic's
 	// newest, 10%) is charged its tokens that much more.
 	RegionalEndpoint bool `protobuf:"varint,23,opt,name=regional_endpoint,json=regionalEndpoint,proto3" json:"regional_endpoint,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// cached_audio_input_tokens is the part of cached_input_tokens that is audio (Gemini's
+	// cacheTokensDetails entry of modality AUDIO; the Realtime API's
+	// input_token_details.cached_tokens_details.audio_tokens), where the upstream reported
+	// it. A model whose catalog entry prices cached audio apart
+	// (pricecatalog.Price.CachedAudioInputPerMillion) is charged that part at that price and
+	// the rest of the cached tokens at its cached text price; absent, all its cached tokens
+	// are charged at the dearer of the two. It is also part of audio_input_tokens, when
+	// that is reported: the uncached audio is the difference. 0 is a report: no cached audio.
+	CachedAudioInputTokens *int64 `protobuf:"varint,24,opt,name=cached_audio_input_tokens,json=cachedAudioInputTokens,proto3,oneof" json:"cached_audio_input_tokens,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1599,6 +1608,13 @@ func (x *SettleItem) GetRegionalEndpoint() bool {
 		return x.RegionalEndpoint
 	}
 	return false
+}
+
+func (x *SettleItem) GetCachedAudioInputTokens() int64 {
+	if x != nil && x.CachedAudioInputTokens != nil {
+		return *x.CachedAudioInputTokens
+	}
+	return 0
 }
 
 type SettleRequest struct {
@@ -1969,7 +1985,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xe9\b\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xc7\t\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -1996,10 +2012,12 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x11file_search_calls\x18\x14 \x01(\x03R\x0ffileSearchCalls\x121\n" +
 	"\x12audio_input_tokens\x18\x15 \x01(\x03H\x01R\x10audioInputTokens\x88\x01\x01\x123\n" +
 	"\x13audio_output_tokens\x18\x16 \x01(\x03H\x02R\x11audioOutputTokens\x88\x01\x01\x12+\n" +
-	"\x11regional_endpoint\x18\x17 \x01(\bR\x10regionalEndpointB\x1a\n" +
+	"\x11regional_endpoint\x18\x17 \x01(\bR\x10regionalEndpoint\x12>\n" +
+	"\x19cached_audio_input_tokens\x18\x18 \x01(\x03H\x03R\x16cachedAudioInputTokens\x88\x01\x01B\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
-	"\x14_audio_output_tokens\"G\n" +
+	"\x14_audio_output_tokensB\x1c\n" +
+	"\x1a_cached_audio_input_tokens\"G\n" +
 	"\rSettleRequest\x126\n" +
 	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\x8f\x02\n" +
 	"\fSettleResult\x12\x1d\n" +
