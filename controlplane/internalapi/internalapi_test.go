@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -333,6 +335,14 @@ func TestRedisStoppedAndRestarted(t *testing.T) {
 // Backends serving the ledger are killed while batches run: every call either succeeds
 // or fails cleanly (Unavailable), a retry finishes the job, and no receipt is partial or
 // charged twice.
+//
+// The killer strikes in storms: every busy backend, every 40 ms, ten times, so that calls
+// die mid-batch and their own retries die too (the ledger retries a batch itself: a lone
+// kill is mostly absorbed, and the caller sees success); then it holds off until every
+// caller got a call through. Striking on a fixed beat without end livelocks on a slow
+// machine, where a batch outlasts the beat: every attempt is killed, and a caller gives
+// up (seen on 2026-11-28 under a full `make test`: three callers past 50 attempts). A
+// caller's batch is now killed only within one storm, a bounded number of times.
 func TestPostgresConnectionKilledMidBatch(t *testing.T) {
 	e := at.New(t, at.Options{})
 	e.Serve(t)
@@ -346,18 +356,42 @@ func TestPostgresConnectionKilledMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer killer.Close(ctx)
+	const workers, stormStrikes = 8, 10
 	stop := make(chan struct{})
 	var kills int
+	// storm counts the storms begun; caller w got a call through after the start of storm
+	// gotThrough[w] (math.MaxInt64 once it is done).
+	var storm atomic.Int64
+	var gotThrough [workers]atomic.Int64
+	everyCallerGotThrough := func() bool {
+		for w := range gotThrough {
+			if gotThrough[w].Load() < storm.Load() {
+				return false
+			}
+		}
+		return true
+	}
 	var killerDone sync.WaitGroup
 	killerDone.Add(1)
 	go func() {
 		defer killerDone.Done()
+		strikes := 0
 		for {
 			select {
 			case <-stop:
 				return
 			case <-time.After(40 * time.Millisecond):
 			}
+			if strikes == stormStrikes {
+				if !everyCallerGotThrough() {
+					continue // calm: no caller is starved
+				}
+				strikes = 0
+			}
+			if strikes == 0 {
+				storm.Add(1)
+			}
+			strikes++
 			var n int
 			_ = killer.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 				WHERE datname = $1 AND pid <> pg_backend_pid() AND state <> 'idle'`, dbName).Scan(&n)
@@ -369,10 +403,11 @@ func TestPostgresConnectionKilledMidBatch(t *testing.T) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var unavailable int
-	for w := range 8 {
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer gotThrough[w].Store(math.MaxInt64) // done: the calm waits for it no longer
 			for i := range 40 {
 				var items []*internalv1.SettleItem
 				for k := range 5 {
@@ -388,6 +423,7 @@ func TestPostgresConnectionKilledMidBatch(t *testing.T) {
 				for attempt := 0; ; attempt++ {
 					_, err := e.Client.Settle(ctx, &internalv1.SettleRequest{Items: items})
 					if err == nil {
+						gotThrough[w].Store(storm.Load())
 						break
 					}
 					if status.Code(err) != codes.Unavailable || attempt > 50 {
@@ -405,6 +441,9 @@ func TestPostgresConnectionKilledMidBatch(t *testing.T) {
 	close(stop)
 	killerDone.Wait()
 	t.Logf("%d backends killed, %d calls answered Unavailable and retried", kills, unavailable)
+	if kills == 0 || unavailable == 0 {
+		t.Fatalf("%d backends killed, %d calls failed: the test killed nothing mid-batch", kills, unavailable)
+	}
 	// A backend terminated just after it answered leaves its FATAL in a connection already
 	// back in the pool, to be read by that connection's next query. The service meets it as
 	// one more Unavailable (retried above); the checks below must read the ledger, so they
