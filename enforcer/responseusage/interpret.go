@@ -42,9 +42,6 @@ type accumulator struct {
 	final bool // the shape's final usage report was seen
 	// priority: an OpenAI document of the shape said service_tier "priority".
 	priority bool
-	// fileSearches counts the calls of OpenAI's file search tool (see noteSearches).
-	// The small fields come first, together: the Extractor stays in its size class.
-	fileSearches uint32
 	// hasCost: a document's usage reported the cost (OpenRouter's usage.cost), the
 	// largest of a stream's in cost, micro-USD, whatever the shape.
 	hasCost bool
@@ -52,11 +49,16 @@ type accumulator struct {
 	// cacheTokensDetails), the largest of a stream's in cachedAudio: a field apart from
 	// u's counts, as docFields.cachedAudio is, for the Extractor's size class.
 	hasCachedAudio bool
-	cost           int64
-	cachedAudio    int64
-	model          capture
-	u              usageFields
-	text           int64 // output text of every document, whatever its shape
+	// fileSearches counts the calls of OpenAI's file search tool (see noteSearches),
+	// saturating at 65,535 as a document's count does.
+	// The small fields come first, together, in one word: the Extractor stays in its
+	// size class (TestExtractorSize).
+	fileSearches uint16
+	cost         int64
+	cachedAudio  int64
+	model        capture
+	u            usageFields
+	text         int64 // output text of every document, whatever its shape
 }
 
 func (a *accumulator) switchTo(f family) {
@@ -155,7 +157,7 @@ func (a *accumulator) applySSE(d *docFields) {
 			n, _ := a.u.get(tokWebSearches)
 			a.u.setMax(tokWebSearches, n+1)
 		}
-		if d.typ.is("response.file_search_call.completed") && a.fileSearches < math.MaxUint32 {
+		if d.typ.is("response.file_search_call.completed") && a.fileSearches < math.MaxUint16 {
 			a.fileSearches++
 		}
 		a.noteSearches(d)
@@ -273,7 +275,7 @@ func (a *accumulator) noteSearches(d *docFields) {
 		a.u.setMax(tokWebSearches, int64(d.searches))
 	}
 	if a.fam == famResponses {
-		a.fileSearches = max(a.fileSearches, uint32(d.fileSearches))
+		a.fileSearches = max(a.fileSearches, d.fileSearches)
 	}
 }
 
