@@ -1,0 +1,4 @@
+package ledger
+
+// SlowBatch is slowBatch, for the tests of package ledger_test.
+const SlowBatch = slowBatch
