@@ -414,8 +414,10 @@ func TestCachedAudioPrices(t *testing.T) {
 			CachedAudioInputTokens: i64(40_000)}, flash, (20_000*1_000_000 + 40_000*250_000 + 40_000*75_000) / 1_000_000}, // 33,000
 		{"no cached audio reported: the cached text price", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0),
 			CachedAudioInputTokens: i64(0)}, flash, (20_000*300_000 + 80_000*75_000) / 1_000_000}, // 12,000
+		// Counts that disagree are read the dearer way: 80,000 cached audio tokens at most,
+		// so 20,000 of the 100,000 audio tokens are uncached.
 		{"a cached audio count above the cached count counts as it", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(100_000),
-			CachedAudioInputTokens: i64(90_000)}, flash, (10_000*1_000_000 + 10_000*300_000 + 80_000*250_000) / 1_000_000},
+			CachedAudioInputTokens: i64(90_000)}, flash, (20_000*1_000_000 + 80_000*250_000) / 1_000_000},
 		{"more cached audio than audio: no uncached audio", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(10_000),
 			CachedAudioInputTokens: i64(40_000)}, flash, (20_000*300_000 + 40_000*250_000 + 40_000*75_000) / 1_000_000},
 		// One cached price: the cached audio still tells the uncached audio apart (the

@@ -393,12 +393,13 @@ func CatalogCost(u Usage, p Price) (int64, error) {
 // uncachedAudio is the audio part of the uncached input, nil when unknown: the audio
 // count less the cached audio when the usage reports both (the audio count covers the
 // cached tokens too), else the audio count, which split takes from the uncached input
-// first.
+// first. The cached audio taken off is at most the cached count, as split charges it:
+// counts that disagree are read the dearer way.
 func uncachedAudio(u Usage) *int64 {
 	if u.AudioInputTokens == nil || u.CachedAudioInputTokens == nil {
 		return u.AudioInputTokens
 	}
-	a := max(*u.AudioInputTokens-*u.CachedAudioInputTokens, 0)
+	a := max(*u.AudioInputTokens-min(*u.CachedAudioInputTokens, u.CachedInputTokens), 0)
 	return &a
 }
 
