@@ -260,8 +260,8 @@ func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 // (docFields.cachedAudio): like the counts of usage, the largest of a stream's, and read
 // for Gemini's shape alone (fill).
 func (a *accumulator) noteCachedAudio(d *docFields) {
-	if d.hasCachedAudio && (!a.hasCachedAudio || d.cachedAudio > a.cachedAudio) {
-		a.cachedAudio, a.hasCachedAudio = d.cachedAudio, true
+	if d.hasCachedAudio {
+		keepLargest(&a.cachedAudio, &a.hasCachedAudio, d.cachedAudio)
 	}
 }
 

@@ -354,9 +354,16 @@ func (d *docFields) setListAudio(list uint8, n int64) {
 	case kOutputModalities:
 		d.usage[rootTop].setMax(tokAudioOut, n)
 	case kCacheModalities:
-		if !d.hasCachedAudio || n > d.cachedAudio {
-			d.cachedAudio, d.hasCachedAudio = n, true
-		}
+		keepLargest(&d.cachedAudio, &d.hasCachedAudio, n)
+	}
+}
+
+// keepLargest records a reported count kept outside usageFields (the cached audio, see
+// docFields.cachedAudio) by usageFields.setMax's rule: the largest reported wins. The
+// count and its flag stay apart, each where the size class has room for it.
+func keepLargest(v *int64, has *bool, n int64) {
+	if !*has || n > *v {
+		*v, *has = n, true
 	}
 }
 
@@ -491,7 +498,7 @@ const (
 	tgTier              // a service_tier string of root
 	tgItemType          // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
 	tgSearchQuery       // a Gemini search query (candidates[].groundingMetadata.webSearchQueries[])
-	tgModalities        // a Gemini *TokensDetails list (tok: its key, which names the count its AUDIO entries report: setListAudio)
+	tgModalities        // a Gemini *TokensDetails list (its key names the count its AUDIO entries report: setListAudio)
 	tgModEntry          // an entry of that list
 	tgModality          // an entry's modality string
 	tgModCount          // an entry's tokenCount
@@ -1001,7 +1008,7 @@ func (s *scanner) valueStart(c byte, at int) {
 	case tgModalities:
 		if c == '[' {
 			// The list says which modalities were counted: no AUDIO entry is no audio.
-			d.setListAudio(t.tok, 0)
+			d.setListAudio(s.keys[1], 0) // the list's key: usage is the top level's (usageMember)
 		}
 	case tgModEntry:
 		s.entryAudio, s.entryCount = false, 0
@@ -1304,7 +1311,7 @@ func usageMember(root, k uint8) target {
 	}
 	if isModalities(k) && root == rootTop {
 		// Gemini's usage is at the top level only.
-		return target{kind: tgModalities, root: root, tok: k}
+		return target{kind: tgModalities, root: root}
 	}
 	return target{}
 }
