@@ -50,26 +50,7 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 				"TOLLGATE_CADDY_ADDR="+listen, "TOLLGATE_GATEWAY_ADDR="+gw.Host, "TOLLGATE_ENFORCER_ADMIN_PORT="+admin.Port())
 			return cmd
 		},
-		"nginx": func(t *testing.T, listen string) *exec.Cmd {
-			nginx := testio.LookTool(t, "nginx", "apt-get install --no-install-recommends nginx")
-			conf := replaced(t, "../deploy/nginx/nginx.conf",
-				"listen 127.0.0.1:8080;", "listen "+listen+";",
-				"server 127.0.0.1:9003;", "server "+gw.Host+";",
-				"access_log /dev/stdout combined;", "access_log off;")
-			work := t.TempDir()
-			if err := os.Chmod(work, 0o755); err != nil { // workers run as nobody under root
-				t.Fatal(err)
-			}
-			var temps strings.Builder
-			temps.WriteString("pid " + filepath.Join(work, "nginx.pid") + ";\nhttp {\n")
-			for _, kind := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
-				fmt.Fprintf(&temps, "    %s_temp_path %s;\n", kind, filepath.Join(work, kind))
-			}
-			conf = regexp.MustCompile(`(?m)^http \{\n`).ReplaceAllLiteralString(conf, temps.String())
-			path := filepath.Join(work, "nginx.conf")
-			writeFile(t, path, conf)
-			return exec.Command(nginx, "-p", work+"/", "-c", path, "-e", "stderr", "-g", "daemon off;")
-		},
+		"nginx": func(t *testing.T, listen string) *exec.Cmd { return nginxCommand(t, listen, gw.Host) },
 		"traefik": func(t *testing.T, listen string) *exec.Cmd {
 			traefik := testio.LookTool(t, "traefik", "bash deploy/traefik/build.sh (Traefik is not packaged for Debian: it builds Traefik from its Go module)")
 			work := t.TempDir()
@@ -88,34 +69,7 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			listen := testio.FreeAddr(t)
 			cmd := fronts[name](t, listen)
-			logs := &testio.SyncBuffer{}
-			cmd.Stdout, cmd.Stderr = logs, logs
-			// Its own process group, so that the stop reaches nginx's workers too (they
-			// hold the output pipe: a master killed alone would leave them running).
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			cmd.WaitDelay = 5 * time.Second
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				// SIGTERM: nginx's master stops (and reaps) its workers, Caddy stops.
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				stopped := make(chan struct{})
-				go func() { _ = cmd.Wait(); close(stopped) }()
-				select {
-				case <-stopped:
-				case <-time.After(10 * time.Second):
-					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-					<-stopped
-				}
-			})
-			waitFor(t, 10*time.Second, name+" listening", func() bool {
-				c, err := net.DialTimeout("tcp", listen, 100*time.Millisecond)
-				if err == nil {
-					c.Close()
-				}
-				return err == nil
-			})
+			logs := startFront(t, name, cmd, listen)
 			base := "http://" + listen
 			// Listening is not routing: Traefik answers its own 404 until its file
 			// provider's routers are loaded. Routed, a call without a key is the
@@ -166,7 +120,7 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 
 // replaced is src's text with each old string replaced by its new one (pairs), failing
 // when src no longer holds one: the example changed, and the test must follow.
-func replaced(t *testing.T, src string, pairs ...string) string {
+func replaced(t testing.TB, src string, pairs ...string) string {
 	t.Helper()
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -182,9 +136,68 @@ func replaced(t *testing.T, src string, pairs ...string) string {
 	return text
 }
 
-func writeFile(t *testing.T, path, text string) {
+func writeFile(t testing.TB, path, text string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// nginxCommand runs deploy/nginx/nginx.conf as written but for its addresses (listen,
+// and upstream in place of the gateway's), its scratch paths and its access log (off).
+func nginxCommand(t testing.TB, listen, upstream string) *exec.Cmd {
+	t.Helper()
+	nginx := testio.LookTool(t, "nginx", "apt-get install --no-install-recommends nginx")
+	conf := replaced(t, "../deploy/nginx/nginx.conf",
+		"listen 127.0.0.1:8080;", "listen "+listen+";",
+		"server 127.0.0.1:9003;", "server "+upstream+";",
+		"access_log /dev/stdout combined;", "access_log off;")
+	work := t.TempDir()
+	if err := os.Chmod(work, 0o755); err != nil { // workers run as nobody under root
+		t.Fatal(err)
+	}
+	var temps strings.Builder
+	temps.WriteString("pid " + filepath.Join(work, "nginx.pid") + ";\nhttp {\n")
+	for _, kind := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		fmt.Fprintf(&temps, "    %s_temp_path %s;\n", kind, filepath.Join(work, kind))
+	}
+	conf = regexp.MustCompile(`(?m)^http \{\n`).ReplaceAllLiteralString(conf, temps.String())
+	path := filepath.Join(work, "nginx.conf")
+	writeFile(t, path, conf)
+	return exec.Command(nginx, "-p", work+"/", "-c", path, "-e", "stderr", "-g", "daemon off;")
+}
+
+// startFront starts a reverse proxy's command, stops it when the test ends, and waits
+// until it accepts connections on listen. It returns the proxy's output.
+func startFront(t testing.TB, name string, cmd *exec.Cmd, listen string) *testio.SyncBuffer {
+	t.Helper()
+	logs := &testio.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	// Its own process group, so that the stop reaches nginx's workers too (they
+	// hold the output pipe: a master killed alone would leave them running).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// SIGTERM: nginx's master stops (and reaps) its workers, Caddy stops.
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		stopped := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-stopped
+		}
+	})
+	waitFor(t, 10*time.Second, name+" listening", func() bool {
+		c, err := net.DialTimeout("tcp", listen, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return logs
 }

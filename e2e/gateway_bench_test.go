@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -24,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
 // The loads of BenchmarkGateway.
@@ -120,6 +123,14 @@ const (
 //     connection and its upstream connection), so the gateway's own cost per stream is
 //     (gateway delta - direct delta) / 1,000. Kernel socket buffers are not in either.
 //     Goal: under 64 KiB per idle stream.
+//
+// The floor of any proxy here: with nginx on PATH, the json and sse cases also run
+// through deploy/nginx/nginx.conf as written (no buffering, keep-alive upstream, access
+// log off) in front of the same fake upstream, nothing else: nginx-added-p50/p99-ms
+// (nginx-ttfb-added-* for streams) is what one plain proxy hop costs on this machine, at
+// the same rate, against the same direct run; nginx-cpu-us/req its workers' CPU. The
+// gateway's own hop is in its added-beyond-start-wait-* figures too, so their difference
+// is what the gateway adds beyond a hop any proxy pays. Without nginx these are left out.
 //
 // Processes: the timed cases (json, sse) run the control plane and the enforcer each in
 // a process of its own (this test binary again, as TestMain's children), as they are
@@ -221,6 +232,15 @@ func BenchmarkGateway(b *testing.B) {
 		stream: chatBody(true), // include_usage already set: the gateway sends it unchanged
 	}
 	direct, gw, inProcessGW := upSrv.URL, ps.gateway, s.gateway
+	viaNginx := "" // the plain proxy hop in front of the fake upstream, when nginx is here
+	if _, err := exec.LookPath("nginx"); err == nil {
+		listen := testio.FreeAddr(b)
+		startFront(b, "nginx", nginxCommand(b, listen, strings.TrimPrefix(upSrv.URL, "http://")), listen)
+		viaNginx = "http://" + listen
+	} else {
+		b.Log("nginx is not on PATH: no proxy hop's floor measured (apt-get install --no-install-recommends nginx)")
+	}
+	nginxCPU := func() time.Duration { return procCPU(func(comm string) bool { return comm == "nginx" }) }
 
 	settled := func(b *testing.B, on *stack) {
 		b.Helper()
@@ -241,6 +261,9 @@ func BenchmarkGateway(b *testing.B) {
 	mustRun(b, "warm-up, gateway", runPaced(2000, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(gw, i) }))
 	mustRun(b, "warm-up, /check", runPaced(500, gwRate, gwInFlight, func(i int) (sample, error) { return c.check(ps.enfHTTP, i) }))
 	mustRun(b, "warm-up, direct", runPaced(500, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(direct, i) }))
+	if viaNginx != "" {
+		mustRun(b, "warm-up, nginx", runPaced(500, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(viaNginx, i) }))
+	}
 	mustRun(b, "warm-up, streams", runPaced(200, gwStreamRate, gwInFlight, func(i int) (sample, error) { return c.firstChunk(gw, "sse", i, nil) }))
 	mustRun(b, "warm-up, in-process gateway", runPaced(500, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(inProcessGW, i) }))
 	settled(b, ps)
@@ -287,8 +310,26 @@ func BenchmarkGateway(b *testing.B) {
 	}
 	perReq := func(d time.Duration, n int) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(n) }
 
+	// throughNginx is a paced run through the plain proxy hop, with its workers' CPU per
+	// request beyond the generator's and the upstream's (the direct run's) own.
+	throughNginx := func(b *testing.B, n int, rate float64, do func(base string, i int) (sample, error)) (pacedResult, float64) {
+		b.Helper()
+		defer up.track(n)()
+		cpu0 := nginxCPU()
+		r := mustRun(b, "nginx", runPaced(n, rate, gwInFlight, func(i int) (sample, error) { return do(viaNginx, i) }))
+		cpu := nginxCPU() - cpu0
+		b.Logf("%-8s %v; nginx cpu %v", "nginx", r, cpu)
+		return r, perReq(cpu, n)
+	}
+
 	b.Run("json_at_1000_per_s", func(b *testing.B) {
 		d := measure(b, "direct", gwRequests, gwRate, func(i int) (sample, error) { return c.complete(direct, i) })
+		if viaNginx != "" {
+			hop, cpu := throughNginx(b, gwRequests, gwRate, c.complete)
+			b.ReportMetric(msd(hop.pct(.50)-d.pct(.50)), "nginx-added-p50-ms")
+			b.ReportMetric(msd(hop.pct(.99)-d.pct(.99)), "nginx-added-p99-ms")
+			b.ReportMetric(cpu, "nginx-cpu-us/req")
+		}
 		chk := measure(b, "/check", gwRequests, gwRate, func(i int) (sample, error) { return c.check(ps.enfHTTP, i) })
 		start0 := scrapeHistogram(b, ps.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`)
 		gate0 := scrapeHistogram(b, ps.enfAdmin, "tollgate_enforcer_check_duration_seconds", `decision="admitted"`)
@@ -355,6 +396,12 @@ func BenchmarkGateway(b *testing.B) {
 
 	b.Run("sse_ttfb_at_500_per_s", func(b *testing.B) {
 		d := measure(b, "direct", gwStreams, gwStreamRate, func(i int) (sample, error) { return c.firstChunk(direct, "sse", i, nil) })
+		if viaNginx != "" {
+			hop, cpu := throughNginx(b, gwStreams, gwStreamRate, func(base string, i int) (sample, error) { return c.firstChunk(base, "sse", i, nil) })
+			b.ReportMetric(msd(hop.pct(.50)-d.pct(.50)), "nginx-ttfb-added-p50-ms")
+			b.ReportMetric(msd(hop.pct(.99)-d.pct(.99)), "nginx-ttfb-added-p99-ms")
+			b.ReportMetric(cpu, "nginx-cpu-us/stream")
+		}
 		start0 := scrapeHistogram(b, ps.enfAdmin, "tollgate_enforcer_controlplane_duration_seconds", `method="Start"`)
 		gate0 := scrapeHistogram(b, ps.enfAdmin, "tollgate_enforcer_check_duration_seconds", `decision="admitted"`)
 		stop := startCPUProfile(b, profiles, "gateway-sse")
