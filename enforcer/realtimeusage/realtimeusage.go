@@ -26,6 +26,7 @@ package realtimeusage
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 )
@@ -173,7 +174,7 @@ func (r *Reader) Event(msg []byte) (Usage, Kind) {
 		return Usage{}, None
 	}
 	var e event
-	if json.Unmarshal(msg, &e) != nil {
+	if err := json.Unmarshal(msg, &e); err != nil && !r.trustedEnough(err, &e) {
 		return Usage{}, None
 	}
 	switch e.Type {
@@ -221,6 +222,22 @@ func (r *Reader) Event(msg []byte) (Usage, Kind) {
 		}
 	}
 	return Usage{}, None
+}
+
+// trustedEnough reports whether an event that failed to decode with err is still read:
+// one whose JSON is whole but holds a field of an unexpected type (json.Unmarshal decodes
+// the rest), when it is a response.done naming its response. Its response ended all the
+// same: it is charged now, from the text its deltas carried (its usage, which may be the
+// field in doubt, is dropped), rather than at the session's end, so that the member's
+// limit is checked again before the next response. Any other such event is skipped, as
+// one that is not JSON.
+func (r *Reader) trustedEnough(err error, e *event) bool {
+	var typeErr *json.UnmarshalTypeError
+	if !errors.As(err, &typeErr) || e.Type != "response.done" || e.Response == nil || e.Response.ID == "" {
+		return false
+	}
+	e.Response.Usage = nil
+	return true
 }
 
 // noteSession keeps the models a session.created or session.updated names.

@@ -46,7 +46,8 @@ func TestSessionResponses(t *testing.T) {
 }
 
 // A response in progress when the session ends has shown only its text; a response.done
-// whose usage is missing or malformed reports nothing, and its text is what there is.
+// whose usage is missing or malformed (a field of an unexpected type included) reports
+// nothing but ends its response, and its text is what there is.
 func TestUnfinishedAndUnreported(t *testing.T) {
 	r := New("gpt-realtime-mini")
 	for _, e := range []string{
@@ -68,6 +69,9 @@ func TestUnfinishedAndUnreported(t *testing.T) {
 		`{"type":"response.done","response":{"id":"resp_1","usage":null}}`,
 		`{"type":"response.done","response":{"id":"resp_1","usage":{"input_tokens":-5,"output_tokens":3}}}`,
 		`{"type":"response.done","response":{"id":"resp_1","usage":{"input_tokens":5,"output_tokens":3,"input_token_details":{"cached_tokens":9,"audio_tokens":-2},"output_token_details":{"audio_tokens":2}}}}`,
+		// A field of an unexpected type: the response ended, its usage is in doubt.
+		`{"type":"response.done","response":{"id":"resp_1","usage":{"input_tokens":"5","output_tokens":3}}}`,
+		`{"type":"response.done","response":{"id":"resp_1","status":7,"usage":{"input_tokens":5,"output_tokens":{"text":3}}}}`,
 	} {
 		r := New("m")
 		r.Event([]byte(`{"type":"response.created","response":{"id":"resp_1"}}`))
@@ -87,6 +91,21 @@ func TestUnfinishedAndUnreported(t *testing.T) {
 		if u.Reported || u.InputTokens != 0 || u.OutputTokens != 0 || u.TextBytes != int64(len("Paid.")) {
 			t.Fatalf("%s reported %+v", done, u)
 		}
+		// It ended its response: nothing is left to estimate again at the end.
+		if u, open := r.Unfinished(); open {
+			t.Fatalf("%s left the response open: %+v", done, u)
+		}
+	}
+	// A response.done that does not say which response ended (its id of another type)
+	// ends none: the response is estimated at the session's end, once.
+	r = New("m")
+	r.Event([]byte(`{"type":"response.created","response":{"id":"resp_1"}}`))
+	r.Event([]byte(`{"type":"response.output_text.delta","response_id":"resp_1","delta":"Paid."}`))
+	if _, kind := r.Event([]byte(`{"type":"response.done","response":{"id":1,"usage":{"input_tokens":5,"output_tokens":3}}}`)); kind != None {
+		t.Fatal("a response.done without a readable id ended a response")
+	}
+	if u, open := r.Unfinished(); !open || u.TextBytes != int64(len("Paid.")) {
+		t.Fatalf("unfinished %+v open %v", u, open)
 	}
 }
 
