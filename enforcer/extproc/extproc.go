@@ -225,7 +225,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	// The body's estimate, with the model its path names (Gemini, Bedrock, Vertex AI)
 	// and whether the path is a regional endpoint, as the gateway reads them.
 	est := gate.BodyHint(body, st.path).Body
-	if endpoint := requestbody.Deferred(st.method, st.path, est != nil && est.Background); endpoint != "" && !st.s.AllowDeferredBilling {
+	if endpoint := requestbody.Deferred(st.method, st.path, requestbody.InBackground(est, body)); endpoint != "" && !st.s.AllowDeferredBilling {
 		_ = st.s.tracker.Finish(st.requestID, inflight.Refused(http.StatusForbidden), nil) // never sent upstream
 		m.WithLabelValues("billing_deferred").Inc()
 		return immediate(gate.BillingDeferredRefusal(endpoint))

@@ -32,10 +32,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -312,7 +314,9 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	// streams to the upstream once admitted (isUpload).
 	var body []byte
 	var err error
-	if p.upload = isUpload(r.Header.Get("Content-Type")); !p.upload {
+	// A Responses call is read whatever its Content-Type: its "background" decides
+	// whether it may go at all (forward).
+	if p.upload = isUpload(r.Header.Get("Content-Type")) && !requestbody.AlwaysJSON(r.URL.Path); !p.upload {
 		body, err = readBody(http.MaxBytesReader(unwrapped(w), r.Body, gw.cfg.MaxBodyBytes), r.ContentLength, gw.cfg.MaxBodyBytes)
 		if codings := requestbody.Codings(r.Header.Values("Content-Encoding")); err == nil && len(codings) > 0 {
 			// Compressed: decoded here, sent decoded (requestcoding.go).
@@ -458,6 +462,11 @@ type proxied struct {
 	large  *[]byte
 	// whole: the body's length was announced (not a stream): see respond.
 	whole bool
+	// trace tells, through wrote, that the whole request was written to the upstream
+	// (httptrace's WroteRequest, called from the transport's write loop): one that
+	// then fails had reached the provider (upstreamFailed).
+	trace httptrace.ClientTrace
+	wrote atomic.Bool
 	// log is the request's access-log line, when the log is on.
 	log *access
 }
@@ -479,7 +488,13 @@ func (p *proxied) done() {
 	if p.cancel != nil {
 		p.cancel()
 	}
-	p.settle(inflight.Usage{Complete: true})
+	// Not settled by now (a panic on the way): a request the upstream received is
+	// charged what was known before it (its input estimate), one it never got nothing.
+	if p.resp != nil || p.wrote.Load() {
+		p.settleReceived()
+	} else {
+		p.settle(inflight.Usage{Complete: true})
+	}
 	p.gw.m.Active.Dec()
 	<-p.gw.slots
 }
@@ -532,7 +547,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	}
 
 	p.unbilled = requestbody.Unbilled(r.Method, r.URL.Path)
-	if endpoint := requestbody.Deferred(r.Method, r.URL.Path, est != nil && est.Background); endpoint != "" && !gw.cfg.AllowDeferredBilling {
+	if endpoint := requestbody.Deferred(r.Method, r.URL.Path, requestbody.InBackground(est, body)); endpoint != "" && !gw.cfg.AllowDeferredBilling {
 		p.settle(inflight.Refused(http.StatusForbidden)) // never sent upstream
 		gw.answered(w, OutcomeRefused)
 		refuse(w, gate.BillingDeferredRefusal(endpoint))
@@ -569,6 +584,12 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	if p.log != nil {
 		p.log.upstream = p.route.Upstream.Host
 	}
+	p.trace.WroteRequest = func(info httptrace.WroteRequestInfo) {
+		if info.Err == nil {
+			p.wrote.Store(true)
+		}
+	}
+	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &p.trace))
 	sent := time.Now()
 	resp, err := gw.up.RoundTrip(out)
 	if err != nil {
@@ -586,16 +607,22 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // upstreamFailed answers an upstream that answered nothing: 504 on a timeout, else 502.
-// Nothing came back, so nothing is charged (the settlement carries the status), unless
-// the client left first: then the upstream had the request, and its input estimate is
-// charged as for any response cut before it began (an image's images too).
+// What is charged depends on whether the upstream had the request:
+//   - the client left first: the upstream had it, and its input estimate is charged as
+//     for any response cut before it began (an image's images too);
+//   - the whole request was written to the upstream (its response headers then timed
+//     out, or the connection broke while it worked): the provider may bill it all the
+//     same, so it is charged the same way, incomplete, though the client gets the
+//     504 or 502 (a member could otherwise make a long request free by outlasting
+//     TOLLGATE_GATEWAY_HEADER_TIMEOUT);
+//   - else (no connection, or it broke before the request was out): nothing was
+//     received, nothing is charged (the settlement carries the status).
 func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	gw := p.gw
+	received := p.wrote.Load()
 	if r.Context().Err() != nil {
 		gw.answered(w, OutcomeClientGone)
-		u := inflight.Usage{Seen: &inflight.Seen{}}
-		p.formSaid(&u)
-		p.settle(u)
+		p.settleReceived()
 		return
 	}
 	status, outcome, msg := http.StatusBadGateway, OutcomeUpstreamError, "The upstream could not be reached or broke off before answering."
@@ -606,9 +633,21 @@ func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	gw.answered(w, outcome)
 	gw.upstreamFailures.Log(gw.log, slog.LevelWarn, "gateway: upstream failed", "request_id", p.id, "upstream", p.route.Upstream.Host,
 		"status", status, "err", err)
-	p.settle(inflight.Usage{Complete: true, UpstreamStatus: int32(status), Seen: &inflight.Seen{}})
+	if received {
+		p.settleReceived()
+	} else {
+		p.settle(inflight.Usage{Complete: true, UpstreamStatus: int32(status), Seen: &inflight.Seen{}})
+	}
 	p.nameRequest(w.Header())
 	writeError(w, status, "api_error", "service_gateway_upstream_unavailable", msg, nil)
+}
+
+// settleReceived settles a request the upstream received but never answered: nothing
+// seen, so its input estimate (and an image edit's images) is charged, incomplete.
+func (p *proxied) settleReceived() {
+	u := inflight.Usage{Seen: &inflight.Seen{}}
+	p.formSaid(&u)
+	p.settle(u)
 }
 
 // credentialFailed answers a route whose provider credential could not be had (no
@@ -675,8 +714,29 @@ func (p *proxied) upstreamURL(r *http.Request) string {
 	if r.URL.RawPath != "" {
 		u.RawPath = singleJoin(p.route.Upstream.EscapedPath(), r.URL.RawPath)
 	}
-	u.RawQuery = r.URL.RawQuery
+	u.RawQuery = withoutFieldMask(r.URL.RawQuery)
 	return u.String()
+}
+
+// withoutFieldMask is a query without Google's response field mask (the system
+// parameter fields, or $fields): a mask that leaves usageMetadata out would hide the
+// usage the request is charged by (its output and thinking tokens then estimated from
+// the text at best). The client gets the whole answer instead; the other parameters
+// stay as sent, in their order. The X-Goog-FieldMask header goes the same way
+// (upstreamHeader).
+func withoutFieldMask(rawQuery string) string {
+	if !strings.Contains(rawQuery, "fields") {
+		return rawQuery
+	}
+	kept := make([]string, 0, strings.Count(rawQuery, "&")+1)
+	for _, param := range strings.Split(rawQuery, "&") {
+		name, _, _ := strings.Cut(param, "=")
+		if name, err := url.QueryUnescape(name); err == nil && (name == "fields" || name == "$fields") {
+			continue
+		}
+		kept = append(kept, param)
+	}
+	return strings.Join(kept, "&")
 }
 
 // upstreamHeader fills out, the header the upstream gets: the client's (in), without
@@ -691,6 +751,7 @@ func (p *proxied) upstreamHeader(out, in http.Header, cred string, webSocket boo
 	out.Del("X-Goog-Api-Key")
 	out.Del("Api-Key")
 	out.Del("Content-Length")
+	out.Del("X-Goog-Fieldmask") // withoutFieldMask
 	for k := range out {
 		if strings.HasPrefix(k, "X-Service-") || webSocket && strings.HasPrefix(k, "Sec-Websocket-") {
 			delete(out, k)

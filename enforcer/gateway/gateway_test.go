@@ -227,8 +227,10 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 	}))
 	defer up.Close()
 	e := newEnv(t, up.URL, gateway.Config{})
-	res := post(t, e.front.URL+"/v1/chat/completions?api-version=1", "tgk_good", chatBody,
-		"X-Api-Key", "tgk_good", "X-Service-Request-Id", "req_forged", "X-Service-Whatever", "x", "Accept-Encoding", "gzip, zstd")
+	// Google's response field mask (query or header) could strip the usage: dropped.
+	res := post(t, e.front.URL+"/v1/chat/completions?fields=candidates&api-version=1&%24fields=x", "tgk_good", chatBody,
+		"X-Api-Key", "tgk_good", "X-Service-Request-Id", "req_forged", "X-Service-Whatever", "x", "Accept-Encoding", "gzip, zstd",
+		"X-Goog-FieldMask", "candidates")
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	if res.StatusCode != 200 || res.Header.Get("X-Upstream") != "yes" || res.Header.Get("X-Service-Usage-State") != "within_limit" ||
@@ -237,7 +239,7 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 	}
 	if got.URL.Path != "/v1/chat/completions" || got.URL.RawQuery != "api-version=1" || got.Header.Get("Authorization") != "Bearer sk-provider" ||
 		got.Header.Get("X-Api-Key") != "" || got.Header.Get("X-Service-Request-Id") != "req_test" || got.Header.Get("X-Service-Whatever") != "" ||
-		got.Header.Get("Accept-Encoding") != "gzip" {
+		got.Header.Get("Accept-Encoding") != "gzip" || got.Header.Get("X-Goog-FieldMask") != "" {
 		t.Fatalf("upstream got %s %v", got.URL, got.Header)
 	}
 	if !strings.Contains(gotBody, `"include_usage":true`) {
@@ -454,8 +456,11 @@ func TestCheckSeesTheBody(t *testing.T) {
 	}
 }
 
-// An upstream that answers nothing: 502 (refused connection) or 504 (no headers in
-// time), in JSON, settled with that status and nothing seen (not charged).
+// An upstream that answers nothing: 502 (refused connection, or a connection broken
+// after the request was sent) or 504 (no headers in time), in JSON. One that never got
+// the request is settled with that status and nothing seen (not charged, complete); one
+// that got it all (it worked on it until the header timeout, or broke off) is charged
+// its input estimate, incomplete: the provider may bill it.
 func TestUpstreamFailures(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := "http://" + ln.Addr().String()
@@ -485,8 +490,65 @@ func TestUpstreamFailures(t *testing.T) {
 	if res.StatusCode != 504 {
 		t.Fatalf("no headers in time: %d", res.StatusCode)
 	}
-	if u := e.tracker.settled(t); u.UpstreamStatus != 504 {
-		t.Fatalf("settled %+v", u)
+	if u := e.tracker.settled(t); u.UpstreamStatus != 0 || u.Complete || u.Seen == nil || len(e.tracker.recorded) != 1 {
+		t.Fatalf("a request the upstream had until its header timeout was settled %+v (recorded %v), want its estimate charged", u, e.tracker.recorded)
+	}
+
+	// The connection breaks once the whole request was read: 502, charged the same way.
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	defer broken.Close()
+	e = newEnv(t, broken.URL, gateway.Config{})
+	res = post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
+	res.Body.Close()
+	if res.StatusCode != 502 {
+		t.Fatalf("a connection broken after the request: %d", res.StatusCode)
+	}
+	if u := e.tracker.settled(t); u.UpstreamStatus != 0 || u.Complete || u.Seen == nil {
+		t.Fatalf("a request broken off after it was sent was settled %+v, want its estimate charged", u)
+	}
+}
+
+// A Responses call run in the background is refused (deferred billing) however its body
+// is sent: with a number the estimate cannot read (1e400, beyond float64, which a
+// provider may read as infinity), or with a Content-Type that would make it an upload.
+func TestBackgroundResponsesAreSeenInAnyBody(t *testing.T) {
+	hits := 0
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits++
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"resp_1","object":"response","status":"queued","background":true,"output":[],"usage":null}`)
+	}))
+	defer up.Close()
+	for _, c := range []struct{ name, body, contentType string }{
+		{"a number beyond float64", `{"model":"o3-pro","background":true,"input":"write a novel","tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"x":{"type":"number","maximum":1e400}}}}]}`, "application/json"},
+		{"sent as octet-stream", `{"model":"o3-pro","background":true,"input":"write a novel"}`, "application/octet-stream"},
+		{"sent as octet-stream, a number beyond float64", `{"background":true,"model":"o3-pro","n":1e400}`, "application/octet-stream"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, up.URL, gateway.Config{})
+			res := post(t, e.front.URL+"/v1/responses", "tgk_good", c.body, "Content-Type", c.contentType)
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 403 || !strings.Contains(string(b), "background_responses") || hits != 0 {
+				t.Fatalf("status %d (upstream called %d times): %s", res.StatusCode, hits, b)
+			}
+			if u := e.tracker.settled(t); u.UpstreamStatus != 403 || !u.Complete {
+				t.Fatalf("settled %+v", u)
+			}
+		})
+	}
+	// Not in the background, the same body goes through.
+	e := newEnv(t, up.URL, gateway.Config{})
+	res := post(t, e.front.URL+"/v1/responses", "tgk_good", `{"model":"o3-pro","background":false,"n":1e400}`, "Content-Type", "application/octet-stream")
+	res.Body.Close()
+	if res.StatusCode != 200 || hits != 1 {
+		t.Fatalf("a foreground call: %d (upstream called %d times)", res.StatusCode, hits)
 	}
 }
 

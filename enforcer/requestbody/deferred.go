@@ -1,8 +1,13 @@
 package requestbody
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/url"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/jsonscan"
 )
 
 // Endpoints whose cost is billed later, out of a front door's sight (Deferred).
@@ -83,3 +88,47 @@ func comparable(path string) string {
 	}
 	return strings.ToLower(path)
 }
+
+// InBackground is Deferred's background for a request body: the estimate's reading
+// (est, nil when the estimate could not read the body), or, without one, the body's
+// own top-level "background": true (AsksBackground).
+func InBackground(est *estimate.Request, body []byte) bool {
+	if est != nil {
+		return est.Background
+	}
+	return AsksBackground(body)
+}
+
+// AsksBackground reports whether a JSON body's top level holds "background": true. It is
+// the check of a body the estimate could not read (estimate.Input refuses a number
+// beyond float64's range, which a provider may take as infinity): a Responses call run
+// in the background is deferred billing however the rest of its body reads. A body that
+// is not a well-formed JSON object asks nothing (the provider refuses it too).
+func AsksBackground(body []byte) bool {
+	if !json.Valid(body) {
+		return false
+	}
+	i := jsonscan.SkipSpace(body, 0)
+	if body[i] != '{' {
+		return false
+	}
+	background := false
+	for i = jsonscan.SkipSpace(body, i+1); body[i] != '}'; {
+		end := jsonscan.SkipString(body, i)
+		key := body[i:end]
+		i = jsonscan.SkipSpace(body, jsonscan.SkipSpace(body, end)+1) // past the colon
+		if jsonscan.KeyIs(key, "background") {
+			// The last of repeated keys wins, as in encoding/json and Python's json.
+			background = bytes.HasPrefix(body[i:], []byte("true"))
+		}
+		if i = jsonscan.SkipSpace(body, jsonscan.SkipValue(body, i)); body[i] == ',' {
+			i = jsonscan.SkipSpace(body, i+1)
+		}
+	}
+	return background
+}
+
+// AlwaysJSON reports whether a request to path has a JSON body whatever its
+// Content-Type says: an OpenAI Responses call, whose body must be read (not streamed
+// past as an upload) for its "background" to be seen.
+func AlwaysJSON(path string) bool { return strings.HasSuffix(comparable(path), "/responses") }
