@@ -223,6 +223,13 @@ func TestLongContextPrices(t *testing.T) {
 		"gemini-1.5-flash":     {{128_000, 75_000, 300_000, 18_750}, {128_000, 150_000, 600_000, 37_500}},
 		"claude-sonnet-4-5":    {{200_000, 3_000_000, 15_000_000, 300_000}, {200_000, 6_000_000, 22_500_000, 600_000}},
 		"claude-sonnet-4":      {{200_000, 3_000_000, 15_000_000, 300_000}, {200_000, 6_000_000, 22_500_000, 600_000}},
+		// Added 2026-11-28: OpenAI's prompts above 272k tokens (input and cache x2,
+		// output x1.5), Claude Haiku 5.5's above 100k, Gemini 3.1 Pro's above 200k.
+		"gpt-6-sol":              {{272_000, 2_000_000, 10_000_000, 200_000}, {272_000, 4_000_000, 15_000_000, 400_000}},
+		"gpt-6.1-sol":            {{272_000, 2_000_000, 10_000_000, 100_000}, {272_000, 4_000_000, 15_000_000, 200_000}},
+		"gpt-5.4-2026-03-05":     {{272_000, 2_500_000, 15_000_000, 250_000}, {272_000, 5_000_000, 22_500_000, 500_000}},
+		"claude-haiku-5-5":       {{100_000, 100_000, 500_000, 10_000}, {100_000, 500_000, 2_500_000, 50_000}},
+		"gemini-3.1-pro-preview": {{200_000, 2_000_000, 12_000_000, 200_000}, {200_000, 4_000_000, 18_000_000, 400_000}},
 	} {
 		e, ok := Lookup(model)
 		if !ok || e.LongContext == nil {
@@ -242,6 +249,10 @@ func TestLongContextPrices(t *testing.T) {
 	// Claude's long prompts' cache writes cost twice the shorter ones'.
 	if e, _ := Lookup("claude-sonnet-4-5-20250929"); e.ForInput(300_000).CacheWrite() != 7_500_000 || e.ForInput(1_000).CacheWrite() != 3_750_000 {
 		t.Errorf("claude-sonnet-4-5's cache writes: %d and %d", e.ForInput(1_000).CacheWrite(), e.ForInput(300_000).CacheWrite())
+	}
+	// OpenAI's cache writes (GPT-5.6 on) cost 1.25 times the input, long prompts' too.
+	if e, _ := Lookup("gpt-6-sol"); e.ForInput(1_000).CacheWrite() != 2_500_000 || e.ForInput(300_000).CacheWrite() != 5_000_000 {
+		t.Errorf("gpt-6-sol's cache writes: %d and %d", e.ForInput(1_000).CacheWrite(), e.ForInput(300_000).CacheWrite())
 	}
 	if e, _ := Lookup("gpt-4o"); e.LongContext != nil || e.ForInput(1<<40) != e.Price {
 		t.Errorf("gpt-4o has a long-context price")
@@ -311,6 +322,20 @@ func TestLookup(t *testing.T) {
 		{"a point release's variant, at the point release's price", "gpt-5.2-codex", "gpt-5.2"},
 		{"no '-' boundary: not found", "gpt-5.3", ""},
 		{"Gemini 3 Flash, not 3 Pro", "gemini-3-flash-preview", "gemini-3-flash-preview"},
+		// Added 2026-11-28: each a family's point release or variant, none at its
+		// forerunner's price (claude-opus-4 charged Opus 4.6 three times its own).
+		{"Opus 4.6, not Opus 4", "claude-opus-4-6-20260205", "claude-opus-4-6"},
+		{"Opus 4.6 on Bedrock", "global.anthropic.claude-opus-4-6-20260205-v1:0", "claude-opus-4-6"},
+		{"Sonnet 5.5, not Sonnet 5", "claude-sonnet-5-5", "claude-sonnet-5-5"},
+		{"Sonnet 5", "claude-sonnet-5", "claude-sonnet-5"},
+		{"GPT-6.1 Sol, not GPT-6 Sol", "gpt-6.1-sol", "gpt-6.1-sol"},
+		{"GPT-5.6 by its alias", "gpt-5.6", "gpt-5.6"},
+		{"GPT-5.6 Terra, not the alias", "gpt-5.6-terra", "gpt-5.6-terra"},
+		{"GPT-5.4 dated", "gpt-5.4-2026-03-05", "gpt-5.4"},
+		{"GPT-5.4 mini, not GPT-5.4", "gpt-5.4-mini-2026-03-17", "gpt-5.4-mini"},
+		{"Gemini 3.5 Flash-Lite, not 3.5 Flash", "gemini-3.5-flash-lite", "gemini-3.5-flash-lite"},
+		{"Gemini 3.1 Flash-Lite preview: its family", "gemini-3.1-flash-lite-preview", "gemini-3.1-flash-lite"},
+		{"GPT Image 2.6 Flare, not GPT Image 2", "gpt-image-2.6-flare", "gpt-image-2.6-flare"},
 		{"unknown", "llama-3.1-70b", ""},
 		{"empty", "", ""},
 		{"only dashes", "----", ""},
