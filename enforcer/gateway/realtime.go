@@ -39,7 +39,12 @@ import (
 //     as a stream does.
 //   - At the end (either side closes, the upstream is silent for the idle timeout, an
 //     error) the last request is settled: at 0 and complete when no response was in
-//     progress, else incomplete and estimated from the text the response had sent.
+//     progress, else incomplete and estimated from the text the response had sent. A
+//     client that leaves while a response is in progress (or can no longer be written
+//     to) does not end the session at once: the provider's events are still read (not
+//     forwarded) for realtimeLeftGrace at most, until each response in progress sent its
+//     response.done, charged as any (without a check for a next response), and only
+//     then is the provider's side closed.
 //
 // Any other WebSocket upgrade is refused (400): nothing else a provider serves that way
 // could be charged.
@@ -47,6 +52,19 @@ import (
 // realtimeSettleWait is the longest a session waits for a response's settlement before
 // it checks the member again.
 const realtimeSettleWait = 2 * time.Second
+
+// realtimeLeftGrace is how long a session whose client left (closed, went away, or can no
+// longer be written to) while a response was in progress still reads the provider's
+// events for that response's response.done, which carries what the provider bills: the
+// whole input (the context, the audio), which a response cut is charged nothing for
+// (only its text is estimated). The provider does not know the client left and goes on
+// generating the response, faster than it would be played: a few seconds end most
+// responses, and a response.done already on its way arrives within milliseconds. It is
+// longer than realtimeSettleWait (the wait for the control plane, not for the model),
+// short enough that a client gone does not hold its slot and the provider's connection
+// for long, and a shutdown (DrainSessions) cuts it short. A variable only so that the
+// tests can shorten it (realtime_export_test.go).
+var realtimeLeftGrace = 5 * time.Second
 
 // realtimeMessageBytes bounds one message from the provider (an audio delta, a
 // response.done with its whole output); the client's are bounded by the body cap.
@@ -146,65 +164,145 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	// charged aside (the member was refused) wait for its end: closing the session in
 	// between would cut the response, uncharged.
 	var waiting []realtimeusage.Usage
-	go relayClient(ctx, cancel, client, up)
+	// The provider's messages are read on their own (readUpstream), so that the session
+	// also hears of its client's end (relayClient) while the provider is silent.
+	clientEnded := make(chan error, 1)
+	go relayClient(ctx, cancel, client, up, clientEnded)
+	fromUp := make(chan upstreamMessage)
+	stopReading := make(chan struct{})
+	defer close(stopReading)
+	go readUpstream(upCtx, up, fromUp, stopReading)
+	// left is why the client's side ended (it closed, went away, or can no longer be
+	// written to), nil while it is there. From then on nothing is forwarded: the
+	// provider's events are only read, for the usage of the responses in progress, which
+	// the provider bills whether or not anyone hears them, until they ended or the grace
+	// (graceOver) passed; then the provider's side is closed.
+	var left error
+	var grace *time.Timer
+	var graceOver <-chan time.Time
+	// leaving ends the session once its client left (true), unless a response is in
+	// progress: then its response.done is waited for, realtimeLeftGrace at most.
+	leaving := func() bool {
+		if _, inProgress := events.Unfinished(); !inProgress {
+			closeWith(up, left)
+			return true
+		}
+		if grace == nil {
+			grace = time.NewTimer(realtimeLeftGrace)
+			graceOver = grace.C
+		}
+		return false
+	}
 relay:
 	for {
-		// No read deadline: a session may be silent for long (a user who says nothing);
-		// keepAlive ends it when the provider stops answering pings.
-		typ, msg, err := up.Read(upCtx)
-		if err != nil {
-			if upCtx.Err() != nil && ctx.Err() == nil {
-				err = context.Cause(upCtx) // DrainSessions, or the provider stopped answering
+		var m upstreamMessage
+		select {
+		case m = <-fromUp:
+		case err := <-clientEnded:
+			if left == nil {
+				left = err
+				if leaving() {
+					break relay
+				}
 			}
-			closeWith(client, err)
+			continue
+		case <-graceOver:
+			closeWith(up, left) // the responses in progress are settled as cut, below
+			break relay
+		}
+		// No read deadline: a session may be silent for long (a user who says nothing);
+		// keepAlive ends it when the provider stops answering pings. The grace after the
+		// client left ends with upCtx too (a shutdown: DrainSessions).
+		if m.err != nil {
+			if left == nil {
+				err := m.err
+				if upCtx.Err() != nil && ctx.Err() == nil {
+					err = context.Cause(upCtx) // DrainSessions, or the provider stopped answering
+				}
+				closeWith(client, err)
+			}
 			break
 		}
 		var u realtimeusage.Usage
 		kind := realtimeusage.None
-		if typ == websocket.MessageText {
-			u, kind = events.Event(msg)
+		if m.typ == websocket.MessageText {
+			u, kind = events.Event(m.msg)
 		}
-		if err := client.Write(ctx, typ, msg); err != nil {
-			closeWith(up, err)
-			break
-		}
-		if kind == realtimeusage.None {
-			continue
-		}
-		if _, inProgress := events.Unfinished(); kind == realtimeusage.Transcription && inProgress {
-			if !p.chargeAside(ctx, u, creds, events.Model()) {
-				waiting = append(waiting, u)
-			}
-			continue
-		}
-		if !p.charge(ctx, u, creds, events.Model(), client, up) {
-			break
-		}
-		if _, inProgress := events.Unfinished(); inProgress {
-			continue // another response overlaps: the transcriptions wait for its end too
-		}
-		for _, w := range waiting {
-			if !p.charge(ctx, w, creds, events.Model(), client, up) {
-				break relay
+		if left == nil {
+			if err := client.Write(ctx, m.typ, m.msg); err != nil {
+				// The client is gone; what this event reported is charged all the same (the
+				// provider billed it), below.
+				left = err
 			}
 		}
-		waiting = waiting[:0]
+		if kind != realtimeusage.None {
+			if _, inProgress := events.Unfinished(); kind == realtimeusage.Transcription && inProgress {
+				if !p.chargeAside(ctx, u, creds, events.Model()) {
+					waiting = append(waiting, u)
+				}
+			} else if left != nil {
+				p.chargeLeft(ctx, u, creds, events.Model())
+			} else if !p.charge(ctx, u, creds, events.Model(), client, up) {
+				break
+			} else if _, inProgress := events.Unfinished(); !inProgress {
+				// Else another response overlaps: the transcriptions wait for its end too.
+				for _, w := range waiting {
+					if !p.charge(ctx, w, creds, events.Model(), client, up) {
+						break relay
+					}
+				}
+				waiting = waiting[:0]
+			}
+		}
+		if left != nil && leaving() {
+			break
+		}
+	}
+	if grace != nil {
+		grace.Stop()
 	}
 	cancel()
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), realtimeSettleWait)
+	defer wcancel()
 	// Transcriptions still waiting (the member was refused while a response was in
 	// progress, and the session ended before the response did): one more try each.
-	if len(waiting) > 0 {
-		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), realtimeSettleWait)
-		for _, w := range waiting {
-			p.chargeAside(wctx, w, creds, events.Model())
-		}
-		wcancel()
+	for _, w := range waiting {
+		p.chargeAside(wctx, w, creds, events.Model())
 	}
 	// The last request: nothing more when no response was in progress (complete at 0),
-	// else the cut response, estimated from its text.
+	// else the cut response, estimated from its text; on a request of its own when the
+	// session's request carried a response that ended after the client left
+	// (chargeLeft).
 	last, inProgress := events.Unfinished()
 	last.Reported = !inProgress
+	if inProgress && left != nil && p.settled && p.id != "" {
+		p.chargeAside(wctx, last, creds, events.Model())
+		return
+	}
 	p.settle(settlement(last, events.Model()))
+}
+
+// upstreamMessage is a message the provider sent, or the error its side ended with.
+type upstreamMessage struct {
+	typ websocket.MessageType
+	msg []byte
+	err error
+}
+
+// readUpstream reads the provider's messages (under ctx) and hands them to the session
+// (out) until a read fails, its error handed on last, or the session ended (stop).
+func readUpstream(ctx context.Context, up *websocket.Conn, out chan<- upstreamMessage, stop <-chan struct{}) {
+	for {
+		typ, msg, err := up.Read(ctx)
+		select {
+		case out <- upstreamMessage{typ, msg, err}:
+		case <-stop:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // settlement is the inflight.Usage of what a session reported (u): unreported counts
@@ -277,6 +375,19 @@ func (p *proxied) chargeAside(ctx context.Context, u realtimeusage.Usage, creds 
 	return true
 }
 
+// chargeLeft charges what a response or a transcription that ended after the client
+// left reported (u): on the session's request while it is unsettled, else on a request
+// of its own (chargeAside: if the member is refused then, it is not charged). Unlike
+// charge, the member is not checked again for a next response: there is no client left
+// to ask for one, nor to be closed with 1008.
+func (p *proxied) chargeLeft(ctx context.Context, u realtimeusage.Usage, creds gate.Credentials, model string) {
+	if p.settled {
+		p.chargeAside(ctx, u, creds, model)
+		return
+	}
+	p.settle(settlement(u, model))
+}
+
 // closeReason is a refusal's error code, as a close frame's reason carries it (at most
 // 123 bytes).
 func closeReason(a gate.Answer) string {
@@ -288,18 +399,20 @@ func closeReason(a gate.Answer) string {
 	return a.Reason.String()
 }
 
-// relayClient sends the client's messages to the upstream until either side ends; then
-// the session ends (cancel).
-func relayClient(ctx context.Context, cancel context.CancelFunc, client, up *websocket.Conn) {
-	defer cancel()
+// relayClient sends the client's messages to the upstream until either side ends. A
+// client that ends (closes, goes away) is reported on ended: the session decides when
+// the upstream's side closes (at once, unless a response is in progress). An upstream
+// that can no longer be written to ends the session (cancel), the client told why.
+func relayClient(ctx context.Context, cancel context.CancelFunc, client, up *websocket.Conn, ended chan<- error) {
 	for {
 		typ, msg, err := client.Read(ctx)
 		if err != nil {
-			closeWith(up, err)
+			ended <- err
 			return
 		}
 		if err := up.Write(ctx, typ, msg); err != nil {
 			closeWith(client, err)
+			cancel()
 			return
 		}
 	}

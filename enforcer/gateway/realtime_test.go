@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,6 +123,15 @@ func (g *countingGate) CheckRequest(_ context.Context, c gate.Credentials, _ gat
 
 func newRealtimeEnv(t *testing.T, up http.Handler, admits int, configure ...func(*gateway.Config)) (*countingGate, *fakeTracker, string, *gateway.Gateway) {
 	t.Helper()
+	g, tr, gw := newRealtimeGateway(t, up, admits, configure...)
+	front := httptest.NewServer(gw)
+	t.Cleanup(front.Close)
+	return g, tr, "ws" + strings.TrimPrefix(front.URL, "http"), gw
+}
+
+// newRealtimeGateway is a gateway with one route, to the fake Realtime server up.
+func newRealtimeGateway(t *testing.T, up http.Handler, admits int, configure ...func(*gateway.Config)) (*countingGate, *fakeTracker, *gateway.Gateway) {
+	t.Helper()
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
 	rt, err := gateway.NewRoute("/", upstream.URL, "", "Bearer sk-provider")
@@ -135,9 +148,7 @@ func newRealtimeEnv(t *testing.T, up http.Handler, admits int, configure ...func
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(gw)
-	t.Cleanup(front.Close)
-	return g, tr, "ws" + strings.TrimPrefix(front.URL, "http"), gw
+	return g, tr, gw
 }
 
 func dialRealtime(t *testing.T, url, key string) (*websocket.Conn, *http.Response, error) {
@@ -522,5 +533,333 @@ func TestRealtimeSilenceIsNotIdleness(t *testing.T) {
 		if s := tr.settlements(t, 1); !s[0].Complete || s[0].InputTokens != 0 {
 			t.Fatalf("settled %+v, want the idle request at 0", s)
 		}
+	})
+}
+
+// leavingUpstream is a fake Realtime API for a client that leaves mid-response: it opens
+// the session and, on the client's first message, starts responses responses
+// (response.created and a text delta each, resp_0, resp_1...); once let (the test's word
+// that the client's end was noticed) it ends the first done of them (response.done with
+// 1000+i input and 200+i output tokens), then reads until the gateway closes its side,
+// reported on closed. With done 0 it ends none and reads at once.
+type leavingUpstream struct {
+	responses, done int
+	proceed         chan struct{}
+	letOnce         sync.Once
+	closed          chan providerClose
+}
+
+// providerClose is how the gateway ended the provider's side of a session, and when.
+type providerClose struct {
+	err error
+	at  time.Time
+}
+
+const leavingDelta = "Tolls are paid in tokens."
+
+func newLeavingUpstream(t *testing.T, responses, done int) *leavingUpstream {
+	u := &leavingUpstream{responses: responses, done: done, proceed: make(chan struct{}), closed: make(chan providerClose, 1)}
+	t.Cleanup(u.let)
+	return u
+}
+
+// let has the responses end.
+func (u *leavingUpstream) let() { u.letOnce.Do(func() { close(u.proceed) }) }
+
+func (u *leavingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	ctx := r.Context()
+	send := func(s string) { _ = c.Write(ctx, websocket.MessageText, []byte(s)) }
+	send(`{"type":"session.created","session":{"model":"gpt-realtime-2025-08-28"}}`)
+	if _, _, err := c.Read(ctx); err != nil {
+		return
+	}
+	for i := range u.responses {
+		send(fmt.Sprintf(`{"type":"response.created","response":{"id":"resp_%d","status":"in_progress","usage":null}}`, i))
+		send(fmt.Sprintf(`{"type":"response.output_text.delta","response_id":"resp_%d","delta":%q}`, i, leavingDelta))
+	}
+	if u.done > 0 {
+		<-u.proceed
+	}
+	for i := range u.done {
+		send(fmt.Sprintf(`{"type":"response.done","response":{"id":"resp_%d","status":"completed",`+
+			`"usage":{"input_tokens":%d,"output_tokens":%d,"input_token_details":{"cached_tokens":0}}}}`, i, 1000+i, 200+i))
+	}
+	_, _, err = c.Read(ctx)
+	u.closed <- providerClose{err, time.Now()}
+}
+
+// closedBy waits for the gateway to close the provider's side and returns how.
+func (u *leavingUpstream) closedBy(t *testing.T) providerClose {
+	t.Helper()
+	select {
+	case c := <-u.closed:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("the provider's side was never closed")
+		return providerClose{}
+	}
+}
+
+// clientConns is the gateway's listener, handing the test each client connection it
+// accepts (accepted): the test learns when the gateway's side noticed the client's end
+// (ended: a read failed, or the gateway closed it), or makes writes to the client fail,
+// as to a client whose network vanished (its reads then wait, as a TCP connection's do
+// until keepalive finds the peer gone).
+type clientConns struct {
+	net.Listener
+	accepted chan *clientConn
+}
+
+func (l *clientConns) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	cc := &clientConn{Conn: c, ended: make(chan struct{})}
+	select {
+	case l.accepted <- cc:
+	default:
+	}
+	return cc, nil
+}
+
+// next is the client connection accepted first.
+func (l *clientConns) next(t *testing.T) *clientConn {
+	t.Helper()
+	select {
+	case c := <-l.accepted:
+		return c
+	case <-time.After(5 * time.Second):
+		t.Fatal("no client connection")
+		return nil
+	}
+}
+
+type clientConn struct {
+	net.Conn
+	ended      chan struct{}
+	endOnce    sync.Once
+	failWrites atomic.Bool
+}
+
+func (c *clientConn) end() { c.endOnce.Do(func() { close(c.ended) }) }
+
+func (c *clientConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	// A deadline passed is net/http's own, stopping its background read at the hijack.
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		c.end()
+	}
+	return n, err
+}
+
+func (c *clientConn) Write(b []byte) (int, error) {
+	if c.failWrites.Load() {
+		return 0, syscall.EPIPE
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *clientConn) Close() error {
+	c.end()
+	return c.Conn.Close()
+}
+
+// noticed waits until the gateway's side of the client's connection c noticed its end.
+func (c *clientConn) noticed(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the gateway never noticed the client's end")
+	}
+}
+
+// newWatchedRealtimeEnv is newRealtimeEnv (10 admissions) with the client connections
+// its front accepts handed to the test.
+func newWatchedRealtimeEnv(t *testing.T, up http.Handler) (*fakeTracker, string, *clientConns, *gateway.Gateway) {
+	t.Helper()
+	_, tr, gw := newRealtimeGateway(t, up, 10)
+	front := httptest.NewUnstartedServer(gw)
+	conns := &clientConns{Listener: front.Listener, accepted: make(chan *clientConn, 1)}
+	front.Listener = conns
+	front.Start()
+	t.Cleanup(front.Close)
+	return tr, "ws" + strings.TrimPrefix(front.URL, "http"), conns, gw
+}
+
+// onlyOne checks, once the session ended (the provider's side was closed), that it
+// settled nothing more than the one settlement seen.
+func onlyOne(t *testing.T, tr *fakeTracker) {
+	t.Helper()
+	time.Sleep(100 * time.Millisecond)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.finished) != 1 {
+		t.Fatalf("%d settlements, want 1: %+v", len(tr.finished), tr.finished)
+	}
+}
+
+// leftResponse is what leavingUpstream's first response reports.
+var leftResponse = inflight.Usage{Model: "gpt-realtime-2025-08-28", InputTokens: 1000, OutputTokens: 200, Complete: true, UpstreamStatus: 101}
+
+// A response in progress when the client leaves is charged from its response.done, which
+// the provider sends a moment later with what it bills (the whole input above all): the
+// session goes on reading the provider's events for it (forwarding nothing), and only
+// then closes the provider's side, with the client's close code. Before 2026-11-28 the
+// provider's side was closed at once, the close handshake discarded the response.done,
+// and the response was estimated from its text, with 0 input tokens.
+func TestRealtimeResponseDoneAfterTheClientLeftIsCharged(t *testing.T) {
+	up := newLeavingUpstream(t, 1, 1)
+	tr, url, conns, _ := newWatchedRealtimeEnv(t, up)
+	c, _ := openSession(t, url)
+	conn := conns.next(t)
+	say(t, c, `{"type":"response.create"}`)
+	readUntil(t, c, "output_text.delta")
+	_ = c.Close(websocket.StatusNormalClosure, "bye")
+	conn.noticed(t)
+	up.let()
+	if u := tr.settled(t); shown(u) != shown(leftResponse) {
+		t.Fatalf("settled %s, want %s", shown(u), shown(leftResponse))
+	}
+	var ce websocket.CloseError
+	if closed := up.closedBy(t); !errors.As(closed.err, &ce) || ce.Code != websocket.StatusNormalClosure || ce.Reason != "bye" {
+		t.Fatalf("the provider's side ended with %v, want the client's close (1000 bye)", closed.err)
+	}
+	onlyOne(t, tr)
+}
+
+// A response.done the client can no longer be given (the write to it fails) is charged all
+// the same: the provider billed it. Before 2026-11-28 the session ended on the failed
+// write before charging it and, the response no longer in progress, settled its request
+// complete at 0. The provider sends the response.done only once the gateway's side of the
+// client's connection is broken.
+func TestRealtimeResponseDoneToAGoneClientIsCharged(t *testing.T) {
+	t.Run("its network vanished", func(t *testing.T) {
+		// The failed write is the only sign: reads from the client wait.
+		up := newLeavingUpstream(t, 1, 1)
+		tr, url, conns, _ := newWatchedRealtimeEnv(t, up)
+		c, _ := openSession(t, url)
+		defer c.CloseNow()
+		conn := conns.next(t)
+		say(t, c, `{"type":"response.create"}`)
+		readUntil(t, c, "output_text.delta")
+		conn.failWrites.Store(true)
+		up.let()
+		if u := tr.settled(t); shown(u) != shown(leftResponse) {
+			t.Fatalf("settled %s, want %s", shown(u), shown(leftResponse))
+		}
+		if closed := up.closedBy(t); websocket.CloseStatus(closed.err) != websocket.StatusGoingAway {
+			t.Fatalf("the provider's side ended with %v, want 1001", closed.err)
+		}
+		onlyOne(t, tr)
+	})
+	t.Run("it reset its connection", func(t *testing.T) {
+		up := newLeavingUpstream(t, 1, 1)
+		tr, url, conns, _ := newWatchedRealtimeEnv(t, up)
+		var raw net.Conn
+		dial := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			raw = c
+			return c, err
+		}}}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, _, err := websocket.Dial(ctx, url+"/v1/realtime?model=gpt-realtime", &websocket.DialOptions{
+			HTTPClient: dial, HTTPHeader: http.Header{"Authorization": {"Bearer tgk_good"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		conn := conns.next(t)
+		readUntil(t, c, "session.created")
+		say(t, c, `{"type":"response.create"}`)
+		readUntil(t, c, "output_text.delta")
+		_ = raw.(*net.TCPConn).SetLinger(0) // Close sends a reset
+		_ = raw.Close()
+		conn.noticed(t)
+		up.let()
+		if u := tr.settled(t); shown(u) != shown(leftResponse) {
+			t.Fatalf("settled %s, want %s", shown(u), shown(leftResponse))
+		}
+		up.closedBy(t)
+		onlyOne(t, tr)
+	})
+}
+
+// The grace after the client left (realtimeLeftGrace) is bounded: a provider that sends
+// no response.done within it has the response settled as cut (incomplete, estimated from
+// its text, as before 2026-11-28), and its side closed then, not before. Of two
+// overlapping responses one of which ends, that one is charged on the session's request
+// and the other estimated on a request of its own. A shutdown ends the grace at once,
+// the session settled before DrainSessions returns.
+func TestRealtimeGraceAfterTheClientLeft(t *testing.T) {
+	grace := gateway.RealtimeLeftGrace()
+	cut := func(t *testing.T, u inflight.Usage, text int) {
+		t.Helper()
+		if u.Complete || u.Seen == nil || u.Seen.TextBytes != int64(text) || u.InputTokens != 0 || u.Model != "gpt-realtime-2025-08-28" {
+			t.Fatalf("the cut response was settled %+v (seen %+v), want incomplete and %d bytes of text", u, u.Seen, text)
+		}
+	}
+	t.Run("no response.done", func(t *testing.T) {
+		up := newLeavingUpstream(t, 1, 0)
+		tr, url, _, _ := newWatchedRealtimeEnv(t, up)
+		c, _ := openSession(t, url)
+		say(t, c, `{"type":"response.create"}`)
+		readUntil(t, c, "output_text.delta")
+		left := time.Now()
+		_ = c.Close(websocket.StatusNormalClosure, "bye")
+		closed := up.closedBy(t)
+		if held := closed.at.Sub(left); held < grace || held > grace+3*time.Second {
+			t.Fatalf("the provider's side was closed %v after the client left, want after the grace (%v)", held, grace)
+		}
+		if ce := websocket.CloseStatus(closed.err); ce != websocket.StatusNormalClosure {
+			t.Fatalf("the provider's side ended with %v, want the client's close (1000)", closed.err)
+		}
+		cut(t, tr.settled(t), len(leavingDelta))
+		onlyOne(t, tr)
+	})
+	t.Run("one of two responses ends", func(t *testing.T) {
+		up := newLeavingUpstream(t, 2, 1)
+		tr, url, conns, _ := newWatchedRealtimeEnv(t, up)
+		c, _ := openSession(t, url)
+		conn := conns.next(t)
+		say(t, c, `{"type":"response.create"}`)
+		readUntil(t, c, `"response_id":"resp_1"`)
+		_ = c.Close(websocket.StatusNormalClosure, "bye")
+		conn.noticed(t)
+		up.let()
+		s := tr.settlements(t, 2)
+		if shown(s[0]) != shown(leftResponse) {
+			t.Fatalf("settled %s first, want %s", shown(s[0]), shown(leftResponse))
+		}
+		cut(t, s[1], 2*len(leavingDelta)) // the text of both: overlapping responses share their estimate
+	})
+	t.Run("a shutdown ends it", func(t *testing.T) {
+		up := newLeavingUpstream(t, 1, 0)
+		tr, url, conns, gw := newWatchedRealtimeEnv(t, up)
+		c, _ := openSession(t, url)
+		conn := conns.next(t)
+		say(t, c, `{"type":"response.create"}`)
+		readUntil(t, c, "output_text.delta")
+		_ = c.Close(websocket.StatusNormalClosure, "bye")
+		conn.noticed(t)
+		stopped, stop := context.WithCancel(context.Background())
+		stop()
+		began := time.Now()
+		gw.DrainSessions(stopped)
+		took := time.Since(began)
+		tr.mu.Lock()
+		n := len(tr.finished)
+		tr.mu.Unlock()
+		if took > grace/2 || n != 1 {
+			t.Fatalf("DrainSessions returned after %v with %d settlements, want the session settled and ended at once (its grace is %v)", took, n, grace)
+		}
+		cut(t, tr.settled(t), len(leavingDelta))
 	})
 }
