@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -778,7 +779,8 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 // x-goog-api-key, calls Gemini's own API through a gateway whose route sends Google's
 // key the same way. The member's key never reaches the provider; each call is charged
 // exactly at the catalog's price of the model the path names (its output counting the
-// thinking tokens); a token count is free.
+// thinking tokens); a token count is free. A stream without alt=sse (a plain client's
+// REST call: the chunks in a JSON array) is charged as the SDK's event stream is.
 func TestGeminiThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -806,11 +808,49 @@ func TestGeminiThroughTheGateway(t *testing.T) {
 	want := ceilDiv(55_000*e.InputPerMillion+25_000*e.AudioInputPerMillion+15_000*e.CachedInputPerMillion+5_000*e.CachedAudioInputPerMillion+
 		10_000*e.OutputPerMillion, 1_000_000)
 
+	// arrayStream calls :streamGenerateContent without alt=sse, as curl or a hand-written
+	// client does (gzip accepted, as Go's client asks): Google answers the chunks of its
+	// event stream as a JSON array, streamed.
+	arrayStream := func(t *testing.T) sdkResult {
+		req, _ := http.NewRequest("POST", s.gateway+"/v1beta/models/"+gemini+":streamGenerateContent",
+			strings.NewReader(`{"contents":[{"role":"user","parts":[{"text":"How are tolls paid?"}]}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Goog-Api-Key", o.key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var chunks []struct {
+			Candidates []struct {
+				Content struct{ Parts []struct{ Text string } }
+			}
+			UsageMetadata json.RawMessage
+		}
+		if err := json.NewDecoder(res.Body).Decode(&chunks); err != nil || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+			t.Fatalf("%s answered %s: %v", res.Header.Get("Content-Type"), res.Status, err)
+		}
+		r := sdkResult{OK: true, Status: res.StatusCode, Chunks: len(chunks)}
+		for _, c := range chunks {
+			for _, cand := range c.Candidates {
+				for _, p := range cand.Content.Parts {
+					r.Text += p.Text
+				}
+			}
+			r.Usage = c.UsageMetadata
+		}
+		return r
+	}
 	n := 0
-	for _, scenario := range []string{"json", "stream", "count"} {
+	for _, scenario := range []string{"json", "stream", "stream without alt=sse", "count"} {
 		t.Run(scenario, func(t *testing.T) {
 			before := len(fake.Calls())
-			r := runSDK(t, dir, "gemini.mjs", scenario, s.gateway, o.key, gemini)
+			var r sdkResult
+			if scenario == "stream without alt=sse" {
+				r = arrayStream(t)
+			} else {
+				r = runSDK(t, dir, "gemini.mjs", scenario, s.gateway, o.key, gemini)
+			}
 			if !r.OK || r.Status != 200 {
 				t.Fatalf("the call failed: %+v", r)
 			}
@@ -836,7 +876,7 @@ func TestGeminiThroughTheGateway(t *testing.T) {
 			}
 		})
 	}
-	spent := 2 * want
+	spent := 3 * want
 	// Gemini's speech and image models have entries of their own: their family's would
 	// price their audio or image output 4 and 12 times too low.
 	for _, model := range []string{"gemini-2.5-flash-preview-tts", "gemini-2.5-flash-image"} {

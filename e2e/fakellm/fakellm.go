@@ -47,8 +47,9 @@
 //     thoughtsTokenCount, a quarter of the output tokens being thinking,
 //     cachedContentTokenCount; a count of 0 left out, as Gemini does) with the
 //     modelVersion; :streamGenerateContent?alt=sse streams one chunk per word, each with
-//     the usage so far, the last with finishReason STOP; :countTokens answers
-//     {"totalTokens": N}, free.
+//     the usage so far, the last with finishReason STOP (without alt=sse, as Google
+//     does: application/json, the same chunks as the elements of a JSON array, each
+//     flushed as it is written); :countTokens answers {"totalTokens": N}, free.
 //   - Azure OpenAI's chat completions (POST
 //     /openai/deployments/{deployment}/chat/completions?api-version=...) answer as
 //     OpenAI's do; the model is the body's, else the deployment's name. Without an
@@ -341,7 +342,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if geminiAPI {
-		geminiAnswer(ew, c.API, model, u)
+		geminiAnswer(ew, c.API, model, u, r.URL.Query().Get("alt") == "sse")
 		return
 	}
 	if strings.HasPrefix(c.API, "bedrock.") {
@@ -632,7 +633,8 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 }
 
 // geminiAnswer answers a Gemini call: a token count, a whole answer, or a stream of one
-// chunk per word whose last gives the finishReason.
+// chunk per word whose last gives the finishReason, as events when sse (alt=sse), else as
+// the elements of a JSON array.
 // geminiModalities is a *TokensDetails list: the modalities counted, 0 left out.
 func geminiModalities(text, audio int64) string {
 	var entries []string
@@ -645,7 +647,7 @@ func geminiModalities(text, audio int64) string {
 	return "[" + strings.Join(entries, ",") + "]"
 }
 
-func geminiAnswer(ew *eventWriter, api, model string, u Usage) {
+func geminiAnswer(ew *eventWriter, api, model string, u Usage, sse bool) {
 	if api == GeminiCountTokens {
 		ew.start("application/json", http.StatusOK)
 		ew.write(fmt.Sprintf(`{"totalTokens":%d}`, u.InputTokens))
@@ -683,7 +685,11 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage) {
 		ew.write(candidate(Text, "STOP") + fmt.Sprintf(`,"usageMetadata":%s,"modelVersion":%q,"responseId":"fake"}`, usage(true), model))
 		return
 	}
-	ew.start("text/event-stream", http.StatusOK)
+	ct := "application/json; charset=UTF-8"
+	if sse {
+		ct = "text/event-stream"
+	}
+	ew.start(ct, http.StatusOK)
 	ws := words()
 	for i, w := range ws {
 		last := i == len(ws)-1
@@ -691,7 +697,19 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage) {
 		if last {
 			finish = "STOP"
 		}
-		ew.write("data: " + candidate(w, finish) + fmt.Sprintf(`,"usageMetadata":%s,"modelVersion":%q,"responseId":"fake"}`, usage(last), model) + "\r\n\r\n")
+		chunk := candidate(w, finish) + fmt.Sprintf(`,"usageMetadata":%s,"modelVersion":%q,"responseId":"fake"}`, usage(last), model)
+		switch {
+		case sse:
+			chunk = "data: " + chunk + "\r\n\r\n"
+		case i == 0:
+			chunk = "[" + chunk // "[" chunk "\r\n,\r\n" chunk ... "\r\n]", as Google streams it
+		default:
+			chunk = "\r\n,\r\n" + chunk
+		}
+		if last && !sse {
+			chunk += "\r\n]"
+		}
+		ew.write(chunk)
 	}
 }
 

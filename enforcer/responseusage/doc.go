@@ -30,7 +30,8 @@
 // Non-streamed JSON (any content type ending in json) and server-sent events
 // (text/event-stream). Other or missing content types are sniffed from the
 // first byte that is not white space: '{' or '[' means JSON, anything else
-// SSE.
+// SSE. A JSON body that is a top-level array is read element by element, each
+// element a document of a stream (gemini-json-stream).
 //
 //   - openai-chat: OpenAI chat/completions and legacy completions JSON,
 //     usage {prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens},
@@ -68,6 +69,14 @@
 //     its input_tokens counting the audio tokens too). Never streamed.
 //   - gemini-sse: streamGenerateContent?alt=sse: every chunk carries the usage
 //     so far; the chunk whose candidate gives its finishReason is the last.
+//   - gemini-json-stream: streamGenerateContent without alt=sse, as Google's REST
+//     API answers a client that leaves it out (curl, hand-written clients):
+//     application/json, a top-level array of the chunks gemini-sse carries
+//     ("[{...}\r\n,\r\n{...}\r\n]"), each element sent as it is generated. Each
+//     element is read when it completes, as the same chunk of the event stream is;
+//     an element that is not a Gemini chunk adds only its output text (an array of
+//     anything else reports no usage: no other API answers with an array of usage
+//     reports).
 //   - openai-chat-sse: chat.completion.chunk events; with
 //     stream_options.include_usage the last chunk carries usage (earlier
 //     ones carry "usage": null, which reports nothing).
@@ -148,6 +157,11 @@
 //     reported usage);
 //   - openai-transcription-sse: a transcript.text.done event whose usage has
 //     both counts (a stream cut before it is not Complete);
+//   - gemini-sse: the chunk whose candidate gives its finishReason, with the
+//     input count; gemini-json-stream: the same, and the array closed (nothing
+//     but white space after its ']'). An array cut anywhere is not Complete, and
+//     reports what its complete elements did (their text too), as a cut event
+//     stream does;
 //   - anthropic-sse: a message_delta with usage.output_tokens, after the
 //     input count (from message_start or the delta itself). message_delta is
 //     where Anthropic reports the final output count; message_stop carries

@@ -63,6 +63,10 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"\u0075sage":{"prompt_tokens":1e3,"completion_tokens":-0},"model":"\ud800\udc00\ud800x"}`,
 		"{\"model\":\"\xff\xfe\",\"usage\":null}",
 		`[1,true,false,null,"x",{"a":[]}] `,
+		// Gemini's streamGenerateContent without alt=sse: its chunks in an array (applyElement).
+		"[{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"h\u00e9\"}]}}],\"usageMetadata\":{\"promptTokenCount\":5,\"cachedContentTokenCount\":4,\"cacheTokensDetails\":[{\"modality\":\"AUDIO\",\"tokenCount\":3}]},\"modelVersion\":\"g\"}\r\n,\r\n" +
+			"{\"object\":\"chat.completion.chunk\",\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}},7,[{\"usageMetadata\":{\"promptTokenCount\":9}}]," +
+			"{\"candidates\":[{\"finishReason\":\"STOP\",\"groundingMetadata\":{\"webSearchQueries\":[\"q\"]}}],\"usageMetadata\":{\"promptTokenCount\":5,\"candidatesTokenCount\":2,\"thoughtsTokenCount\":7}}\r\n]",
 		`{"usage":{"prompt_tokens":5,"completion_tokens":2},"usage":{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens":1}}`,
 		`{"choices":[{"message":{"content":"h\u00e9\ud83d\ude00\n","reasoning_content":"r","tool_calls":[{"function":{"arguments":"{\"a\":1}"}}]},"text":"t"}]}`,
 		"{\"choices\":[{\"delta\":{\"content\":\"a\xff\xe2\x82\xed\xa0\x80\\u00e9\"}}]}",

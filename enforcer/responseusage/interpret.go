@@ -36,9 +36,17 @@ const (
 	nFam
 )
 
+// How the documents came (accumulator.shape), which names the format (formats).
+const (
+	shapeJSON  uint8 = iota // one JSON body
+	shapeSSE                // the events of a stream (SSE, or AWS's event stream)
+	shapeArray              // the elements of a top-level JSON array (applyElement)
+	nShape
+)
+
 type accumulator struct {
 	fam   family
-	sse   bool
+	shape uint8
 	final bool // the shape's final usage report was seen
 	// priority: an OpenAI document of the shape said service_tier "priority".
 	priority bool
@@ -129,7 +137,27 @@ func isResponseTerminal(d *docFields) bool {
 // later, smaller report never lowers one. Once the final report was seen the
 // usage stays final.
 func (a *accumulator) applySSE(d *docFields) {
-	a.sse = true
+	a.shape = shapeSSE
+	a.applyEvent(d)
+}
+
+// applyElement takes in one element of a JSON body that is a top-level array. Gemini's
+// streamGenerateContent without alt=sse streams the chunks of its event stream so (each
+// element a GenerateContentResponse): a Gemini chunk is read as the same chunk of an
+// event stream is (applySSE). Any other element only adds its output text, as an event
+// of no shape does: no other API answers with an array of its usage reports, and a
+// usage in one is not read.
+func (a *accumulator) applyElement(d *docFields) {
+	a.shape = shapeArray
+	if fam, _ := sseFamily(d); fam != famGemini {
+		a.text += docText(d)
+		return
+	}
+	a.applyEvent(d)
+}
+
+// applyEvent takes in one document of a stream (applySSE).
+func (a *accumulator) applyEvent(d *docFields) {
 	a.text += docText(d)
 	a.noteCost(d)
 	fam, root := sseFamily(d)
@@ -241,7 +269,7 @@ func jsonFamily(d *docFields) family {
 // fromJSON takes in the (only) document of a JSON body; wellFormed says it
 // was one complete JSON value.
 func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
-	a.sse = false
+	a.shape = shapeJSON
 	a.text += docText(d)
 	a.noteCost(d)
 	a.switchTo(jsonFamily(d))
@@ -294,14 +322,16 @@ func (a *accumulator) notePriority(d *docFields, root int) {
 	}
 }
 
-// formats names the shape of each family, not streamed then streamed. Embeddings
-// and audio durations are not streamed; a non-streamed transcription or image that
-// counts tokens is read as openai-responses (its usage has the Responses API's names).
-var formats = [2][nFam]string{
-	{"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini, FormatOpenAIAudioDuration, "", "", "",
+// formats names the shape of each family, not streamed, streamed, then streamed as a
+// JSON array (Gemini's alone: applyElement). Embeddings and audio durations are not
+// streamed; a non-streamed transcription or image that counts tokens is read as
+// openai-responses (its usage has the Responses API's names).
+var formats = [nShape][nFam]string{
+	shapeJSON: {"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini, FormatOpenAIAudioDuration, "", "", "",
 		FormatBedrockConverse},
-	{"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE, "", FormatOpenAITranscriptionSSE, FormatOpenAISpeechSSE, FormatOpenAIImageSSE,
+	shapeSSE: {"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE, "", FormatOpenAITranscriptionSSE, FormatOpenAISpeechSSE, FormatOpenAIImageSSE,
 		FormatBedrockConverseStream},
+	shapeArray: {famGemini: FormatGeminiJSONStream},
 }
 
 // fill writes the normalised usage into u. u.Complete is set as if the
@@ -317,11 +347,7 @@ func (a *accumulator) fill(u *Usage) {
 		return
 	}
 	u.Priority = a.priority
-	sse := 0
-	if a.sse {
-		sse = 1
-	}
-	u.Format = formats[sse][a.fam]
+	u.Format = formats[a.shape][a.fam]
 	if a.model.ok {
 		u.Model = string(a.model.b)
 	}

@@ -482,7 +482,6 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	return d
 }
 
-// oracleJSON is the usage of a body that json.Valid accepts, ended normally.
 // oracleFor is the reference reading of a test case's body: an event stream's when its
 // content type is ctSSE, else a JSON body's; false when the body is neither (the
 // reference reads only those).
@@ -496,10 +495,23 @@ func oracleFor(ct string, body []byte) (Usage, bool) {
 	return Usage{}, false
 }
 
+// oracleJSON is the usage of a body that json.Valid accepts, ended normally. A body
+// that is a top-level array is read element by element, each element a document
+// of a stream (applyElement: Gemini's streamGenerateContent without alt=sse).
 func oracleJSON(body []byte, lim Limits) Usage {
 	lim = lim.withDefaults()
 	a := newAccumulator(lim.MaxModelBytes)
-	a.fromJSON(oracleDoc(parseTree(body), lim.MaxModelBytes), true)
+	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] == '[' {
+		var elems []json.RawMessage
+		if err := json.Unmarshal(body, &elems); err != nil {
+			panic("oracleJSON: " + err.Error())
+		}
+		for _, el := range elems {
+			a.applyElement(oracleDoc(parseTree(el), lim.MaxModelBytes))
+		}
+	} else {
+		a.fromJSON(oracleDoc(parseTree(body), lim.MaxModelBytes), true)
+	}
 	var u Usage
 	a.fill(&u)
 	return u
@@ -509,7 +521,7 @@ func oracleJSON(body []byte, lim Limits) Usage {
 func oracleSSE(body []byte, lim Limits) Usage {
 	lim = lim.withDefaults()
 	a := newAccumulator(lim.MaxModelBytes)
-	a.sse = true
+	a.shape = shapeSSE
 	var data []byte
 	hasData := false
 	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))

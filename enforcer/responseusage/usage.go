@@ -40,6 +40,10 @@ const (
 	// then image_generation.completed with the token usage. A non-streamed image's
 	// JSON reports the same usage and is read as FormatOpenAIResponses.
 	FormatOpenAIImageSSE = "openai-image-sse"
+	// FormatGeminiJSONStream is Gemini's streamGenerateContent without alt=sse: a JSON
+	// array of the chunks its event stream would carry, streamed element by element, and
+	// read as that event stream is (FormatGeminiSSE).
+	FormatGeminiJSONStream = "gemini-json-stream"
 	// FormatAudio is an answer in audio (an audio/* media type: OpenAI's speech in
 	// its default shape), which reports no usage: the audio's duration is read from
 	// its container's headers (package audiolength) into Usage.AudioOutputMillis.
@@ -197,6 +201,21 @@ const (
 	// modeEventStream: AWS's binary event stream (Amazon Bedrock's streamed answers),
 	// each frame's event read as an SSE event (bedrock.go).
 	modeEventStream
+	// modeArray: a JSON body that is a top-level array, each element read as a
+	// document as it completes (writeArray): Gemini's streamGenerateContent without
+	// alt=sse streams its chunks so.
+	modeArray
+)
+
+// Where a top-level array's reading is (Extractor.arr, modeArray): the scanner reads
+// each element as a top-level value, writeArray the brackets and commas around them.
+const (
+	arrFirst  uint8 = iota // after '[': an element or ']'
+	arrNext                // after ',': an element
+	arrIn                  // in an element
+	arrAfter               // after an element: ',' or ']'
+	arrClosed              // after ']': white space only
+	arrBad                 // malformed: nothing more is read
 )
 
 // Extractor reads the usage of one response. It is not safe for concurrent
@@ -210,6 +229,7 @@ type Extractor struct {
 	plainType bool
 	// JSON mode: a top-level value was completed.
 	jsonDone bool
+	arr      uint8 // modeArray: where the array's reading is (arrFirst...); a byte cost's alignment left free
 	cost     int64
 	result   Usage
 
@@ -352,6 +372,18 @@ func (e *Extractor) writePlain(chunk []byte) {
 	}
 	switch e.mode {
 	case modeJSON:
+		if e.scan.state == stTop {
+			// Before the body's value: a top-level array is read element by element.
+			i := 0
+			for i < len(chunk) && isSpace(chunk[i]) {
+				i++
+			}
+			if i < len(chunk) && chunk[i] == '[' {
+				e.startArray()
+				e.writeArray(chunk[i+1:])
+				return
+			}
+		}
 		for len(chunk) > 0 {
 			n, done := e.scan.feed(chunk)
 			if done {
@@ -361,8 +393,63 @@ func (e *Extractor) writePlain(chunk []byte) {
 		}
 	case modeSSE:
 		e.sse.write(chunk, e)
+	case modeArray:
+		e.writeArray(chunk)
 	case modeEventStream:
 		e.bedrock.write(chunk, e)
+	}
+}
+
+// startArray begins the reading of a JSON body that is a top-level array, its '['
+// consumed. Its elements are read as the documents of a stream are, one after another;
+// the scanner's nesting limit leaves a level for the array, as encoding/json counts it.
+func (e *Extractor) startArray() {
+	e.mode, e.arr = modeArray, arrFirst
+	e.scan.multi = true
+	e.scan.maxDepth--
+}
+
+// writeArray reads the body of a top-level JSON array: white space, commas and the
+// closing bracket here, each element by the scanner, taken in when it completes
+// (onElement). A malformed array is read no further; what its elements reported stands.
+func (e *Extractor) writeArray(p []byte) {
+	for i := 0; i < len(p); {
+		if e.arr == arrIn {
+			n, done := e.scan.feed(p[i:])
+			i += n
+			if done {
+				e.acc.applyElement(&e.scan.doc)
+				e.arr = arrAfter
+			}
+			continue
+		}
+		c := p[i]
+		if isSpace(c) {
+			i++
+			continue
+		}
+		switch e.arr {
+		case arrFirst, arrNext:
+			if c == ']' && e.arr == arrFirst {
+				e.arr = arrClosed
+				i++
+			} else {
+				e.arr = arrIn // c starts the element (the scanner fails on one that cannot)
+			}
+		case arrAfter:
+			i++
+			switch c {
+			case ',':
+				e.arr = arrNext
+			case ']':
+				e.arr = arrClosed
+			default:
+				e.arr = arrBad
+			}
+		default: // arrClosed (anything after the array), arrBad
+			e.arr = arrBad
+			return
+		}
 	}
 }
 
@@ -410,6 +497,9 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		e.acc.fromJSON(&e.scan.doc, wellFormed)
 	}
 	e.acc.fill(&u)
+	if e.mode == modeArray && e.arr != arrClosed {
+		u.Complete = false // a cut or malformed array
+	}
 	e.bedrock.fillFromHeaders(&u, endOfStream)
 	e.bedrock.unreadText(&u)
 	if e.plainType && u.Format == "" && u.TextBytes == 0 {

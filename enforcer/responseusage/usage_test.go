@@ -207,6 +207,21 @@ var fixtureCases = []fixtureCase{
 		want: Usage{InputTokens: 14, OutputTokens: 45, AudioInputTokens: 14, AudioInputReported: true, Complete: true, Format: FormatOpenAITranscriptionSSE, InputReported: true, OutputReported: true, TextBytes: 29},
 	},
 	{
+		// Gemini's streamGenerateContent?alt=sse, and the same chunks without alt=sse: a
+		// JSON array of them, streamed (geminiarray_test.go). The second chunk has no
+		// usageMetadata; its text counts all the same.
+		name: "gemini sse", file: "gemini_stream.sse", ct: ctSSE,
+		want: geminiStreamFixture(FormatGeminiSSE),
+	},
+	{
+		name: "gemini json array (streamGenerateContent without alt=sse)", file: "gemini_stream.json", ct: "application/json; charset=UTF-8",
+		want: geminiStreamFixture(FormatGeminiJSONStream),
+	},
+	{
+		name: "gemini json array sniffed without content type", file: "gemini_stream.json", ct: "",
+		want: geminiStreamFixture(FormatGeminiJSONStream),
+	},
+	{
 		name: "json sniffed without content type", file: "anthropic_messages.json", ct: "",
 		want: Usage{Model: "claude-sonnet-4-20250514", InputTokens: 12 + 4096 + 2048, OutputTokens: 37, CachedInputTokens: 4096, CacheCreationInputTokens: 2048, Complete: true, Format: FormatAnthropicMessages, InputReported: true, OutputReported: true, TextBytes: 77},
 	},
@@ -627,7 +642,7 @@ func TestLimits(t *testing.T) {
 // TestWriteDoesNotAllocate keeps the per-chunk path free of allocations.
 func TestWriteDoesNotAllocate(t *testing.T) {
 	for _, file := range []string{"openai_chat_stream.sse", "anthropic_stream.sse", "openai_responses_stream.sse", "openai_chat.json",
-		"openai_transcribe_stream.sse", "openai_whisper_verbose.json"} {
+		"openai_transcribe_stream.sse", "openai_whisper_verbose.json", "gemini_stream.json"} {
 		body := readFixture(t, file)
 		chunks := randomSplit(body, rand.New(rand.NewPCG(3, 4)))
 		ct := ctSSE
