@@ -49,6 +49,15 @@ func TestSettlementPricing(t *testing.T) {
 		{"a cache write at the catalog's cache-write price", nil,
 			&internalv1.SettleItem{Model: "claude-sonnet-4-20250514", InputTokens: 100_000, CacheCreationInputTokens: 100_000, Complete: true},
 			375_000, "catalog_estimate", "catalog", "reported_usage"},
+		// OpenAI's cache writes (GPT-5.6 on) are a part of the input, at 1.25 times its
+		// price: the prompt-caching guide's example, 2,600 input tokens, 2,000 cached,
+		// 400 written, 200 neither (gpt-6-sol: 2, 0.20 and 2.50 USD per million).
+		{"an OpenAI cache write at its price", nil,
+			&internalv1.SettleItem{Model: "gpt-6-sol", InputTokens: 2_600, CachedInputTokens: 2_000, CacheCreationInputTokens: 400, Complete: true},
+			200*2 + 2_000*2/10 + 400*5/2, "catalog_estimate", "catalog", "reported_usage"},
+		{"a long OpenAI prompt: every class at the long prompts' price", nil,
+			&internalv1.SettleItem{Model: "gpt-6.1-sol", InputTokens: 300_000, CachedInputTokens: 200_000, CacheCreationInputTokens: 50_000, OutputTokens: 1_000, Complete: true},
+			50_000*4 + 200_000*2/10 + 50_000*5 + 1_000*15, "catalog_estimate", "catalog", "reported_usage"},
 		// Long prompts: the whole request at the long-context price, above the threshold
 		// (input, cached and written tokens together), not at it.
 		{"a long prompt at the long-context price", nil,

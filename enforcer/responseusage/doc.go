@@ -34,12 +34,14 @@
 // element a document of a stream (gemini-json-stream).
 //
 //   - openai-chat: OpenAI chat/completions and legacy completions JSON,
-//     usage {prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens},
+//     usage {prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens
+//     and .cache_write_tokens},
 //     and the audio parts prompt_tokens_details.audio_tokens and
 //     completion_tokens_details.audio_tokens (no split of the cached tokens by
 //     modality: CachedAudioInputReported stays false).
 //   - openai-responses: OpenAI Responses API JSON (object "response"),
-//     usage {input_tokens, output_tokens, input_tokens_details.cached_tokens}.
+//     usage {input_tokens, output_tokens, input_tokens_details.cached_tokens and
+//     .cache_write_tokens}.
 //   - anthropic-messages: Anthropic Messages JSON (type "message"), usage
 //     {input_tokens, output_tokens, cache_read_input_tokens,
 //     cache_creation_input_tokens}.
@@ -128,7 +130,8 @@
 // InputTokens counts every input token, cached or not; CachedInputTokens is
 // the part of it read from a prompt cache and CacheCreationInputTokens the
 // part written to one. OpenAI already reports this way (prompt_tokens and
-// input_tokens include cached_tokens). Anthropic reports the three parts
+// input_tokens include cached_tokens, and cache_write_tokens, the cache writes
+// OpenAI bills from GPT-5.6 on). Anthropic reports the three parts
 // separately, so InputTokens = input_tokens + cache_read_input_tokens +
 // cache_creation_input_tokens there. A price is therefore
 // (In-Cached)*input + Cached*cachedInput + Out*output.

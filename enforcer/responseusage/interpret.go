@@ -417,7 +417,7 @@ func (a *accumulator) fill(u *Usage) {
 		u.CacheCreationInputTokens = created
 		// The part written for an hour (cache_creation.ephemeral_1h_input_tokens), never
 		// more than the writes.
-		created1h, _ := a.u.get(tokCacheWrite1h)
+		created1h, _ := a.u.get(tokCacheWritePart)
 		u.CacheCreation1hInputTokens = min(created1h, created)
 		if hasIn {
 			if in > math.MaxInt64-cached || in+cached > math.MaxInt64-created {
@@ -426,6 +426,12 @@ func (a *accumulator) fill(u *Usage) {
 				in += cached + created
 			}
 		}
+	}
+	if (a.fam == famChat || a.fam == famResponses) && hasIn {
+		// OpenAI's cache writes (cache_write_tokens, GPT-5.6 on) are a part of its input
+		// already, as cached_tokens is: never more than the input left uncached.
+		written, _ := a.u.get(tokCacheWritePart)
+		u.CacheCreationInputTokens = max(0, min(written, in-min(cached, in)))
 	}
 	u.InputTokens = in
 	u.InputReported, u.OutputReported = hasIn, hasOut

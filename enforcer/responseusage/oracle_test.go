@@ -279,7 +279,8 @@ func oracleUsage(obj []member) (usageFields, bool) {
 			tok        int
 			key, inner string
 		}{{tokCachedPrompt, "prompt_tokens_details", "cached_tokens"}, {tokCachedInput, "input_tokens_details", "cached_tokens"},
-			{tokCacheWrite1h, "cache_creation", "ephemeral_1h_input_tokens"}, {tokWebSearches, "server_tool_use", "web_search_requests"},
+			{tokCacheWritePart, "cache_creation", "ephemeral_1h_input_tokens"}, {tokWebSearches, "server_tool_use", "web_search_requests"},
+			{tokCacheWritePart, "prompt_tokens_details", "cache_write_tokens"}, {tokCacheWritePart, "input_tokens_details", "cache_write_tokens"},
 			{tokAudioIn, "prompt_tokens_details", "audio_tokens"}, {tokAudioOut, "completion_tokens_details", "audio_tokens"},
 			{tokAudioIn, "input_token_details", "audio_tokens"}} {
 			for _, d := range all(us, det.key) {

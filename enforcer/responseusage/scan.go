@@ -45,7 +45,8 @@ const (
 	kPromptDetails
 	kInputDetails
 	kCachedTokens
-	kCacheCreation // Anthropic: usage.cache_creation (the cache writes by lifetime)
+	kCacheWriteTokens // OpenAI: usage.{prompt,input}_tokens_details.cache_write_tokens (GPT-5.6 on)
+	kCacheCreation    // Anthropic: usage.cache_creation (the cache writes by lifetime)
 	kEphemeral1h   // Anthropic: usage.cache_creation.ephemeral_1h_input_tokens
 	kServerToolUse // Anthropic: usage.server_tool_use (the server tools' uses)
 	kWebSearches   // Anthropic: usage.server_tool_use.web_search_requests
@@ -106,7 +107,14 @@ const (
 	tokAudioSeconds            // seconds (OpenAI whisper-1's duration usage), read as milliseconds (see msByte)
 	tokCachedPrompt            // prompt_tokens_details.cached_tokens (OpenAI chat)
 	tokCachedInput             // input_tokens_details.cached_tokens (OpenAI Responses)
-	tokCacheWrite1h            // cache_creation.ephemeral_1h_input_tokens (Anthropic)
+	// tokCacheWritePart is a part of the cache writes, by family: Anthropic's
+	// cache_creation.ephemeral_1h_input_tokens (the writes made for an hour, a part of
+	// cache_creation_input_tokens), OpenAI's prompt_tokens_details.cache_write_tokens
+	// (chat) and input_tokens_details.cache_write_tokens (Responses): its cache writes,
+	// billed from GPT-5.6 on, a part of the input. One slot for both: a usage reports
+	// one or the other, and one more slot (a word in each of the Extractor's four
+	// copies of the counts) would take the Extractor to the heap's next size class.
+	tokCacheWritePart
 	tokWebSearches             // server_tool_use.web_search_requests (Anthropic: billed per search)
 	// tokAudioIn and tokAudioOut are the audio parts of the input and output counts,
 	// which some models price above text: OpenAI's prompt_tokens_details.audio_tokens
@@ -144,6 +152,8 @@ func keyID(b []byte) uint8 {
 		return kInputDetails
 	case "cached_tokens":
 		return kCachedTokens
+	case "cache_write_tokens":
+		return kCacheWriteTokens
 	case "cache_creation":
 		return kCacheCreation
 	case "ephemeral_1h_input_tokens":
@@ -1338,10 +1348,12 @@ func detailTok(detail, inner uint8) (tok uint8, ok bool) {
 		return tokAudioOut, true
 	case detail == kInputDetails && inner == kCachedTokens:
 		return tokCachedInput, true
+	case (detail == kPromptDetails || detail == kInputDetails) && inner == kCacheWriteTokens:
+		return tokCacheWritePart, true
 	case detail == kInputTokenDetails && inner == kAudioTokens:
 		return tokAudioIn, true
 	case detail == kCacheCreation && inner == kEphemeral1h:
-		return tokCacheWrite1h, true
+		return tokCacheWritePart, true
 	case detail == kServerToolUse && inner == kWebSearches:
 		return tokWebSearches, true
 	}

@@ -407,6 +407,16 @@ func TestJSONEdgeCases(t *testing.T) {
 		{"usage then null: null reports nothing", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":null}`, chat(1, 2)},
 		{"duplicate details: the largest cached count", `{"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens_details":{"cached_tokens":3}}}`,
 			Usage{InputTokens: 9, OutputTokens: 2, CachedInputTokens: 5, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
+		// OpenAI's cache writes (GPT-5.6 on): a part of the input, as cached_tokens is
+		// (the prompt-caching guide's example: 2,600 input, 2,000 cached, 400 written).
+		{"chat cache writes", `{"usage":{"prompt_tokens":2600,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":2000,"cache_write_tokens":400}}}`,
+			Usage{InputTokens: 2600, OutputTokens: 2, CachedInputTokens: 2000, CacheCreationInputTokens: 400, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
+		{"responses cache writes", `{"object":"response","usage":{"input_tokens":2600,"output_tokens":2,"input_tokens_details":{"cached_tokens":2000,"cache_write_tokens":400}}}`,
+			Usage{InputTokens: 2600, OutputTokens: 2, CachedInputTokens: 2000, CacheCreationInputTokens: 400, Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true}},
+		{"cache writes above the uncached input: at most it", `{"usage":{"prompt_tokens":2600,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":2000,"cache_write_tokens":900}}}`,
+			Usage{InputTokens: 2600, OutputTokens: 2, CachedInputTokens: 2000, CacheCreationInputTokens: 600, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
+		{"cache writes without an input count: none", `{"usage":{"completion_tokens":2,"prompt_tokens_details":{"cache_write_tokens":400}}}`, outOnly(2)},
+		{"cache writes under another detail are not ours", `{"usage":{"prompt_tokens":9,"completion_tokens":2,"completion_tokens_details":{"cache_write_tokens":4}}}`, chat(9, 2)},
 		{"usage null", `{"object":"chat.completion","model":"m","usage":null}`, Usage{Model: "m", Format: FormatOpenAIChat}},
 		{"float count", `{"usage":{"prompt_tokens":1.0,"completion_tokens":2}}`, outOnly(2)},
 		{"exponent count", `{"usage":{"prompt_tokens":1e2,"completion_tokens":2}}`, outOnly(2)},
