@@ -47,10 +47,10 @@ const (
 	kCachedTokens
 	kCacheWriteTokens // OpenAI: usage.{prompt,input}_tokens_details.cache_write_tokens (GPT-5.6 on)
 	kCacheCreation    // Anthropic: usage.cache_creation (the cache writes by lifetime)
-	kEphemeral1h   // Anthropic: usage.cache_creation.ephemeral_1h_input_tokens
-	kServerToolUse // Anthropic: usage.server_tool_use (the server tools' uses)
-	kWebSearches   // Anthropic: usage.server_tool_use.web_search_requests
-	kAudioTokens   // OpenAI: usage.*_details.audio_tokens (the audio part of a count)
+	kEphemeral1h      // Anthropic: usage.cache_creation.ephemeral_1h_input_tokens
+	kServerToolUse    // Anthropic: usage.server_tool_use (the server tools' uses)
+	kWebSearches      // Anthropic: usage.server_tool_use.web_search_requests
+	kAudioTokens      // OpenAI: usage.*_details.audio_tokens (the audio part of a count)
 	kCompletionDetails
 	kInputTokenDetails // OpenAI transcriptions: usage.input_token_details (singular "token")
 	kPromptModalities  // Gemini: usageMetadata.promptTokensDetails[] ({modality, tokenCount})
@@ -115,7 +115,7 @@ const (
 	// one or the other, and one more slot (a word in each of the Extractor's four
 	// copies of the counts) would take the Extractor to the heap's next size class.
 	tokCacheWritePart
-	tokWebSearches             // server_tool_use.web_search_requests (Anthropic: billed per search)
+	tokWebSearches // server_tool_use.web_search_requests (Anthropic: billed per search)
 	// tokAudioIn and tokAudioOut are the audio parts of the input and output counts,
 	// which some models price above text: OpenAI's prompt_tokens_details.audio_tokens
 	// and completion_tokens_details.audio_tokens (chat), input_token_details.audio_tokens
