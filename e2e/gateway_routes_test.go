@@ -1075,6 +1075,40 @@ func TestAnthropicOneHourCacheWritesThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestOpenAICacheWritesThroughTheGateway: OpenAI's cache writes, billed from GPT-5.6 on
+// at 1.25 times the input price and reported as a part of the input
+// (prompt_tokens_details.cache_write_tokens, input_tokens_details.cache_write_tokens),
+// are charged at the catalog's cache-write price: the official SDK's chat completion and
+// Responses call, streamed and not, each charged exactly, the receipt keeping the count.
+func TestOpenAICacheWritesThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	// The prompt-caching guide's example: 2,600 input tokens, 2,000 of them cached, 400
+	// written, 200 neither.
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 2_600, CachedInputTokens: 2_000, CacheCreationInputTokens: 400, OutputTokens: 100})
+	const gpt6 = "gpt-6-sol"
+	e, ok := pricecatalog.Lookup(gpt6)
+	if !ok || e.CacheWritePerMillion == nil || *e.CacheWritePerMillion <= e.InputPerMillion {
+		t.Fatalf("%s: %+v", gpt6, e)
+	}
+	want := ceilDiv(200*e.InputPerMillion+2_000*e.CachedInputPerMillion+400**e.CacheWritePerMillion+100*e.OutputPerMillion, 1_000_000)
+	for i, scenario := range []string{"json", "stream", "responses", "responses-stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, gpt6)
+			calls := fake.Calls()[before:]
+			if !r.OK || len(calls) != 1 {
+				t.Fatalf("the call: %+v (%d provider calls)", r, len(calls))
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != want || rec["complete"] != true || rec["cache_creation_input_tokens"] != 400.0 {
+				t.Fatalf("receipt %s, want %d with 400 tokens written", rec, want)
+			}
+			s.waitUsed(t, o, i+1, int64(i+1)*want)
+		})
+	}
+}
+
 // TestWebSearchesThroughTheGateway: Anthropic's web search server tool, OpenAI's
 // Responses API web search tool and Google's Search grounding are billed on top of the
 // tokens: 10 USD per 1,000 searches (Anthropic, OpenAI), 14 USD per 1,000 queries

@@ -104,8 +104,10 @@ type Usage struct {
 	// CachedInputTokens: OpenAI's prompt_tokens_details.cached_tokens; Anthropic's
 	// cache_read_input_tokens.
 	CachedInputTokens int64
-	// CacheCreationInputTokens: Anthropic's cache_creation_input_tokens (0 for OpenAI),
-	// of them CacheCreation1hInputTokens written for an hour
+	// CacheCreationInputTokens: Anthropic's cache_creation_input_tokens; for OpenAI the
+	// part of InputTokens written to the cache (cache_write_tokens of
+	// prompt_tokens_details and input_tokens_details, reported from GPT-5.6 on, when not
+	// 0). Of them CacheCreation1hInputTokens (Anthropic) were written for an hour
 	// (cache_creation.ephemeral_1h_input_tokens; the rest ephemeral_5m_input_tokens).
 	CacheCreationInputTokens   int64
 	CacheCreation1hInputTokens int64
@@ -526,8 +528,17 @@ func openAIUsage(u Usage) string {
 	if u.CostUSD != "" {
 		cost = `,"cost":` + u.CostUSD + `,"is_byok":false`
 	}
-	return fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d%s,"prompt_tokens_details":{"cached_tokens":%d,"audio_tokens":%d},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":%d,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
-		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens, cost, u.CachedInputTokens, u.AudioInputTokens, u.AudioOutputTokens)
+	return fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d%s,"prompt_tokens_details":{"cached_tokens":%d%s,"audio_tokens":%d},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":%d,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
+		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens, cost, u.CachedInputTokens, openAICacheWrites(u), u.AudioInputTokens, u.AudioOutputTokens)
+}
+
+// openAICacheWrites is the cache_write_tokens member of OpenAI's details (with its
+// leading comma), "" when nothing was written: the models before GPT-5.6 leave it out.
+func openAICacheWrites(u Usage) string {
+	if u.CacheCreationInputTokens == 0 {
+		return ""
+	}
+	return fmt.Sprintf(`,"cache_write_tokens":%d`, u.CacheCreationInputTokens)
 }
 
 // openAIJSON is a chat completion that ran at tier (chatTier).
@@ -782,8 +793,8 @@ func responsesJSON(id, model, status string, u Usage) string {
 	output, usage := `[]`, `null`
 	if status == "completed" {
 		output = fmt.Sprintf(`[%s{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[],"logprobs":[]}]}]`, searchCalls(u), id, Text)
-		usage = fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`,
-			u.InputTokens, u.CachedInputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens)
+		usage = fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d%s},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`,
+			u.InputTokens, u.CachedInputTokens, openAICacheWrites(u), u.OutputTokens, u.InputTokens+u.OutputTokens)
 	}
 	return fmt.Sprintf(`{"id":%q,"object":"response","created_at":1767225600,"status":%q,"error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":%q,"output":%s,"parallel_tool_calls":true,"previous_response_id":null,"store":true,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":%s,"metadata":{}}`,
 		id, status, model, output, usage)
