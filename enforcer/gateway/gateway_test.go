@@ -74,6 +74,8 @@ type fakeTracker struct {
 	followed []string
 	refuse   string
 	done     chan struct{}
+	// slow, when set, is how long Finish takes before it records (a handler unwinding).
+	slow time.Duration
 }
 
 func newTracker() *fakeTracker { return &fakeTracker{done: make(chan struct{}, 10)} }
@@ -97,6 +99,7 @@ func (f *fakeTracker) RefuseUnpricedModel(id, model string) bool {
 }
 
 func (f *fakeTracker) Finish(id string, u inflight.Usage, done func(settleq.Result)) error {
+	time.Sleep(f.slow)
 	f.mu.Lock()
 	f.finished = append(f.finished, u)
 	f.mu.Unlock()
@@ -1313,5 +1316,43 @@ func TestCompressedRequestBodies(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(e.req.WithLabelValues(gateway.OutcomeBadBody)); n != 4 {
 		t.Fatalf("bad_body counted %v times, want 4", n)
+	}
+}
+
+// At shutdown, once the server cut the streams, DrainSessions returns only when their
+// handlers have settled what they saw: the tracker's SettleAll, which comes next, would
+// otherwise settle a stream still unwinding at its input estimate alone.
+func TestDrainWaitsForCutStreamsToSettle(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"first\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer up.Close()
+	defer close(release)
+	e := newEnv(t, up.URL, gateway.Config{})
+	e.tracker.slow = 200 * time.Millisecond // the handler takes a while to settle
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
+	defer res.Body.Close()
+	if line, err := bufio.NewReader(res.Body).ReadString('\n'); err != nil || !strings.Contains(line, "first") {
+		t.Fatalf("first chunk %q %v", line, err)
+	}
+	e.front.CloseClientConnections() // what the server's Close does to a stream
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	e.gw.DrainSessions(stopped)
+	e.tracker.mu.Lock()
+	n := len(e.tracker.finished)
+	e.tracker.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("DrainSessions returned with %d settlements, want the cut stream's", n)
+	}
+	if u := e.tracker.settled(t); u.Complete || u.Seen == nil || u.Seen.TextBytes != int64(len("first")) {
+		t.Fatalf("the cut stream was settled %+v", u)
 	}
 }

@@ -528,8 +528,11 @@ const sessionPoll = 50 * time.Millisecond
 // lets the open Realtime sessions go on until ctx ends, then ends those left (the client
 // gets 1001, going away) and returns once each has settled what it saw, or after
 // realtimeSettleWait more. A session ended this way is settled as any that ends: its
-// finished responses already were, a response in progress is estimated.
+// finished responses already were, a response in progress is estimated. It returns
+// once the streams its server cut have settled too (waitIdle), realtimeSettleWait at
+// most.
 func (gw *Gateway) DrainSessions(ctx context.Context) {
+	defer gw.waitIdle(realtimeSettleWait)
 	tick := time.NewTicker(sessionPoll)
 	defer tick.Stop()
 	for gw.openSessions() > 0 {
@@ -548,5 +551,17 @@ func (gw *Gateway) DrainSessions(ctx context.Context) {
 			<-tick.C
 		}
 		return
+	}
+}
+
+// waitIdle waits until every request the gateway took has ended, each having settled
+// what it saw, or limit passed. At shutdown its server was closed (streams cut) and its
+// sessions ended; their handlers unwind a moment longer. The tracker's SettleAll, which
+// comes next, would otherwise settle a request still unwinding at its input estimate
+// alone, before the handler reports what the stream had shown.
+func (gw *Gateway) waitIdle(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for len(gw.slots) > 0 && time.Now().Before(deadline) {
+		time.Sleep(sessionPoll / 10)
 	}
 }
