@@ -1094,13 +1094,7 @@ func TestOpenAICacheWritesThroughTheGateway(t *testing.T) {
 	want := ceilDiv(200*e.InputPerMillion+2_000*e.CachedInputPerMillion+400**e.CacheWritePerMillion+100*e.OutputPerMillion, 1_000_000)
 	for i, scenario := range []string{"json", "stream", "responses", "responses-stream"} {
 		t.Run(scenario, func(t *testing.T) {
-			before := len(fake.Calls())
-			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, gpt6)
-			calls := fake.Calls()[before:]
-			if !r.OK || len(calls) != 1 {
-				t.Fatalf("the call: %+v (%d provider calls)", r, len(calls))
-			}
-			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			rec := oneSDKCall(t, fake, s, dir, "openai.mjs", scenario, o.key, gpt6)
 			if rec.cost() != want || rec["complete"] != true || rec["cache_creation_input_tokens"] != 400.0 {
 				t.Fatalf("receipt %s, want %d with 400 tokens written", rec, want)
 			}
@@ -1268,13 +1262,7 @@ func TestLongPromptsThroughTheGateway(t *testing.T) {
 	want := ceilDiv(250_000*e.LongContext.InputPerMillion+1_000*e.LongContext.OutputPerMillion, 1_000_000)
 	for _, scenario := range []string{"json", "stream"} {
 		t.Run(scenario, func(t *testing.T) {
-			before := len(fake.Calls())
-			r := runSDK(t, dir, "anthropic.mjs", scenario, s.gateway, o.key, model)
-			calls := fake.Calls()[before:]
-			if !r.OK || len(calls) != 1 {
-				t.Fatalf("the call: %+v; %d provider calls", r, len(calls))
-			}
-			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			rec := oneSDKCall(t, fake, s, dir, "anthropic.mjs", scenario, o.key, model)
 			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
 				t.Fatalf("receipt %s, want %d at the long-context prices", rec, want)
 			}
@@ -1294,6 +1282,19 @@ func fixedUsageUpstream(t *testing.T, u fakellm.Usage) (*fakellm.Server, *httpte
 
 // gatewayWithUsage is a stack whose gateway fronts a fakellm answering every call with
 // usage u, and an organization on it.
+// oneSDKCall runs an official SDK's script (scenario) through the gateway and requires
+// it to succeed with one call to the provider: it returns that call's receipt.
+func oneSDKCall(t *testing.T, fake *fakellm.Server, s *stack, dir, script, scenario, key, model string) receipt {
+	t.Helper()
+	before := len(fake.Calls())
+	r := runSDK(t, dir, script, scenario, s.gateway, key, model)
+	calls := fake.Calls()[before:]
+	if !r.OK || len(calls) != 1 {
+		t.Fatalf("the call: %+v; %d provider calls", r, len(calls))
+	}
+	return waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+}
+
 func gatewayWithUsage(t *testing.T, u fakellm.Usage) (*fakellm.Server, *stack, org) {
 	t.Helper()
 	fake, up := fixedUsageUpstream(t, u)

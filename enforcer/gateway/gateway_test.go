@@ -295,21 +295,36 @@ func TestRefusalsNeverReachTheUpstream(t *testing.T) {
 
 // The first chunk reaches the client while the upstream is still writing.
 func TestChunksAreFlushedAsTheyArrive(t *testing.T) {
+	e := newEnv(t, firstChunkUpstream(t), gateway.Config{})
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
+	defer res.Body.Close()
+	readFirstChunk(t, res)
+}
+
+// firstChunkUpstream is an upstream whose stream sends its first chunk ("first") at
+// once, then holds on until the test ends (or the gateway cancels it), and ends with
+// [DONE].
+func firstChunkUpstream(t *testing.T) string {
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"first\"}}]}\n\n")
 		w.(http.Flusher).Flush()
-		<-release
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		select {
+		case <-release:
+			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		case <-r.Context().Done():
+		}
 	}))
-	defer up.Close()
-	defer close(release)
-	e := newEnv(t, up.URL, gateway.Config{})
-	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
-	defer res.Body.Close()
-	line, err := bufio.NewReader(res.Body).ReadString('\n')
-	if err != nil || !strings.Contains(line, "first") {
+	t.Cleanup(up.Close)
+	t.Cleanup(func() { close(release) }) // before up.Close, which waits for the handler
+	return up.URL
+}
+
+// readFirstChunk reads the first line of a stream through the gateway: "first"'s.
+func readFirstChunk(t *testing.T, res *http.Response) {
+	t.Helper()
+	if line, err := bufio.NewReader(res.Body).ReadString('\n'); err != nil || !strings.Contains(line, "first") {
 		t.Fatalf("first chunk %q %v", line, err)
 	}
 }
@@ -1323,25 +1338,11 @@ func TestCompressedRequestBodies(t *testing.T) {
 // handlers have settled what they saw: the tracker's SettleAll, which comes next, would
 // otherwise settle a stream still unwinding at its input estimate alone.
 func TestDrainWaitsForCutStreamsToSettle(t *testing.T) {
-	release := make(chan struct{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"first\"}}]}\n\n")
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	defer up.Close()
-	defer close(release)
-	e := newEnv(t, up.URL, gateway.Config{})
+	e := newEnv(t, firstChunkUpstream(t), gateway.Config{})
 	e.tracker.slow = 200 * time.Millisecond // the handler takes a while to settle
 	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
 	defer res.Body.Close()
-	if line, err := bufio.NewReader(res.Body).ReadString('\n'); err != nil || !strings.Contains(line, "first") {
-		t.Fatalf("first chunk %q %v", line, err)
-	}
+	readFirstChunk(t, res)
 	e.front.CloseClientConnections() // what the server's Close does to a stream
 	stopped, cancel := context.WithCancel(context.Background())
 	cancel()

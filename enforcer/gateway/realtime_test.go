@@ -705,6 +705,19 @@ func onlyOne(t *testing.T, tr *fakeTracker) {
 	}
 }
 
+// leaveMidResponse opens a session, asks a response and, once the client has read
+// until (a text it waits for), closes the client's side (1000, "bye") and waits until
+// the gateway noticed.
+func leaveMidResponse(t *testing.T, url string, conns *clientConns, until string) {
+	t.Helper()
+	c, _ := openSession(t, url)
+	conn := conns.next(t)
+	say(t, c, `{"type":"response.create"}`)
+	readUntil(t, c, until)
+	_ = c.Close(websocket.StatusNormalClosure, "bye")
+	conn.noticed(t)
+}
+
 // leftResponse is what leavingUpstream's first response reports.
 var leftResponse = inflight.Usage{Model: "gpt-realtime-2025-08-28", InputTokens: 1000, OutputTokens: 200, Complete: true, UpstreamStatus: 101}
 
@@ -717,12 +730,7 @@ var leftResponse = inflight.Usage{Model: "gpt-realtime-2025-08-28", InputTokens:
 func TestRealtimeResponseDoneAfterTheClientLeftIsCharged(t *testing.T) {
 	up := newLeavingUpstream(t, 1, 1)
 	tr, url, conns, _ := newWatchedRealtimeEnv(t, up)
-	c, _ := openSession(t, url)
-	conn := conns.next(t)
-	say(t, c, `{"type":"response.create"}`)
-	readUntil(t, c, "output_text.delta")
-	_ = c.Close(websocket.StatusNormalClosure, "bye")
-	conn.noticed(t)
+	leaveMidResponse(t, url, conns, "output_text.delta")
 	up.let()
 	if u := tr.settled(t); shown(u) != shown(leftResponse) {
 		t.Fatalf("settled %s, want %s", shown(u), shown(leftResponse))
@@ -827,12 +835,7 @@ func TestRealtimeGraceAfterTheClientLeft(t *testing.T) {
 	t.Run("one of two responses ends", func(t *testing.T) {
 		up := newLeavingUpstream(t, 2, 1)
 		tr, url, conns, _ := newWatchedRealtimeEnv(t, up)
-		c, _ := openSession(t, url)
-		conn := conns.next(t)
-		say(t, c, `{"type":"response.create"}`)
-		readUntil(t, c, `"response_id":"resp_1"`)
-		_ = c.Close(websocket.StatusNormalClosure, "bye")
-		conn.noticed(t)
+		leaveMidResponse(t, url, conns, `"response_id":"resp_1"`)
 		up.let()
 		s := tr.settlements(t, 2)
 		if shown(s[0]) != shown(leftResponse) {
@@ -843,12 +846,7 @@ func TestRealtimeGraceAfterTheClientLeft(t *testing.T) {
 	t.Run("a shutdown ends it", func(t *testing.T) {
 		up := newLeavingUpstream(t, 1, 0)
 		tr, url, conns, gw := newWatchedRealtimeEnv(t, up)
-		c, _ := openSession(t, url)
-		conn := conns.next(t)
-		say(t, c, `{"type":"response.create"}`)
-		readUntil(t, c, "output_text.delta")
-		_ = c.Close(websocket.StatusNormalClosure, "bye")
-		conn.noticed(t)
+		leaveMidResponse(t, url, conns, "output_text.delta")
 		stopped, stop := context.WithCancel(context.Background())
 		stop()
 		began := time.Now()
