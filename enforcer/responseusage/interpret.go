@@ -317,7 +317,9 @@ func (a *accumulator) noteCost(d *docFields) {
 // notePriority keeps whether an OpenAI document (chat, Responses) said it ran at the
 // priority tier: any one of a stream's saying so is enough.
 func (a *accumulator) notePriority(d *docFields, root int) {
-	if (a.fam == famChat || a.fam == famResponses) && d.tier[root].is("priority") {
+	// "fast" is the priority tier's name since 2026-07-30, which the models after GPT-5.6
+	// answer with; "ultrafast" is dearer still (3 to 6 times), charged at least so.
+	if t := &d.tier[root]; (a.fam == famChat || a.fam == famResponses) && (t.is("priority") || t.is("fast") || t.is("ultrafast")) {
 		a.priority = true
 	}
 }

@@ -23,7 +23,7 @@ import (
 func newDocFields(modelLimit int) *docFields {
 	d := &docFields{
 		typ:    capture{b: make([]byte, 0, maxSmallBytes), limit: maxSmallBytes},
-		object: capture{b: make([]byte, 0, maxSmallBytes), limit: maxSmallBytes},
+		object: capture{b: make([]byte, 0, maxObjectBytes), limit: maxObjectBytes},
 	}
 	for i := range d.model {
 		d.model[i] = capture{b: make([]byte, 0, modelLimit), limit: uint16(modelLimit)}

@@ -26,10 +26,11 @@ import (
 // U+FFFD), and the raw JSON bytes of the container at a raw path.
 
 const (
-	maxPath       = 8  // deepest path that holds a field we read: choices[].delta.tool_calls[].function.arguments
-	maxKeyBytes   = 32 // longer keys are none of ours
-	maxSmallBytes = 64 // longest "type" / "object" value kept (response.code_interpreter_call_code.delta)
-	maxTierBytes  = 8  // longest service_tier value kept (priority, default, flex, scale)
+	maxPath        = 8  // deepest path that holds a field we read: choices[].delta.tool_calls[].function.arguments
+	maxKeyBytes    = 32 // longer keys are none of ours
+	maxSmallBytes  = 64 // longest "type" value kept (response.code_interpreter_call_code.delta)
+	maxObjectBytes = 32 // longest "object" value kept (chat.completion.chunk is the longest compared)
+	maxTierBytes   = 9  // longest service_tier value kept (priority, ultrafast, default, flex)
 )
 
 // Key ids of the object keys we look for.
@@ -584,7 +585,7 @@ func (s *scanner) init(maxDepth int, stack []uint64, key, typ, obj []byte, model
 	s.stack = stack
 	s.keyCap = capture{b: key, limit: maxKeyBytes}
 	s.doc.typ = capture{b: typ, limit: maxSmallBytes}
-	s.doc.object = capture{b: obj, limit: maxSmallBytes}
+	s.doc.object = capture{b: obj, limit: maxObjectBytes}
 	for i := range s.doc.model {
 		s.doc.model[i] = capture{b: models[i], limit: modelLimit}
 		s.doc.tier[i] = capture{b: tiers[i], limit: maxTierBytes}

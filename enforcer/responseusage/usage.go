@@ -245,12 +245,12 @@ type Extractor struct {
 	// Backing store for the captured strings, so that capturing does not
 	// allocate. A model name longer than inlineModelBytes (up to
 	// MaxModelBytes) grows its buffer once. In line, the four model buffers
-	// take 256 bytes of the Extractor (1784 bytes, with the allocator's 8-byte header all of size class 1792: TestExtractorSize), where
+	// take 256 bytes of the Extractor (1760 bytes, with the allocator's 8-byte header in size class 1792: TestExtractorSize), where
 	// buffers of MaxModelBytes took 1 KiB more, which a response held however
 	// short its model's name (an idle stream of the gateway too).
 	keyArr   [maxKeyBytes]byte
 	typArr   [maxSmallBytes]byte
-	objArr   [maxSmallBytes]byte
+	objArr   [maxObjectBytes]byte
 	modelArr [nRoot + 1][inlineModelBytes]byte
 	tierArr  [nRoot][maxTierBytes]byte
 	stackAr  [4]uint64

@@ -726,6 +726,11 @@ func TestPriorityTier(t *testing.T) {
 		{"chat, default", ctJSON, `{"object":"chat.completion","model":"gpt-5","service_tier":"default","usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
 		{"chat, flex", ctJSON, `{"object":"chat.completion","service_tier":"flex","usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
 		{"Responses object", ctJSON, `{"object":"response","service_tier":"priority","usage":{"input_tokens":1,"output_tokens":2}}`, true},
+		// The priority tier's name since 2026-07-30, which the models after GPT-5.6
+		// answer with, and the dearer "ultrafast" (charged at least as priority).
+		{"chat, fast", ctJSON, `{"object":"chat.completion","model":"gpt-6-sol","service_tier":"fast","usage":{"prompt_tokens":1,"completion_tokens":2}}`, true},
+		{"Responses object, ultrafast", ctJSON, `{"object":"response","service_tier":"ultrafast","usage":{"input_tokens":1,"output_tokens":2}}`, true},
+		{"a tier that is no tier of ours", ctJSON, `{"object":"chat.completion","service_tier":"faster","usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
 		{"a tier too long to be one", ctJSON, `{"object":"chat.completion","service_tier":"priority-and-then-some","usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
 		{"nested is not the request's", ctJSON, `{"object":"chat.completion","metadata":{"service_tier":"priority"},"usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
 		{"Anthropic's usage.service_tier is not read", ctJSON, `{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"service_tier":"priority"}}`, false},
@@ -733,6 +738,8 @@ func TestPriorityTier(t *testing.T) {
 			"data: {\"object\":\"chat.completion.chunk\",\"service_tier\":\"priority\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n", true},
 		{"Responses stream", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"auto\"}}\n\n" +
 			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"priority\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", true},
+		{"Responses stream, fast", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"auto\"}}\n\n" +
+			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"fast\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := []byte(tc.body)
