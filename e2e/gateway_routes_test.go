@@ -1012,6 +1012,9 @@ func TestPriorityTierThroughTheGateway(t *testing.T) {
 	}{
 		{"priority", "priority", false, 2 * want},
 		{"priority, streamed", "priority", true, 2 * want},
+		// The tier's name since 2026-07-30, and the dearer ultrafast (at least priority's).
+		{"fast", "fast", false, 2 * want},
+		{"ultrafast, streamed", "ultrafast", true, 2 * want},
 		{"default", "auto", false, want},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1025,14 +1028,15 @@ func TestPriorityTierThroughTheGateway(t *testing.T) {
 			}
 			answer, _ := io.ReadAll(res.Body)
 			res.Body.Close()
-			if res.StatusCode != 200 || !strings.Contains(string(answer), `"service_tier":"`+map[bool]string{true: "priority", false: "default"}[tc.tier == "priority"]+`"`) {
+			answered := map[bool]string{true: tc.tier, false: "default"}[tc.tier != "auto"]
+			if res.StatusCode != 200 || !strings.Contains(string(answer), `"service_tier":"`+answered+`"`) {
 				t.Fatalf("%d %s", res.StatusCode, answer)
 			}
 			calls := fake.Calls()
 			rec := waitReceipt(t, s, calls[len(calls)-1].Header.Get("X-Service-Request-Id"))
 			if rec.cost() != tc.cost || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
-				rec["priority_tier"] != (tc.tier == "priority") {
-				t.Fatalf("receipt %s, want %d, priority_tier %v", rec, tc.cost, tc.tier == "priority")
+				rec["priority_tier"] != (tc.tier != "auto") {
+				t.Fatalf("receipt %s, want %d, priority_tier %v", rec, tc.cost, tc.tier != "auto")
 			}
 			n, used = n+1, used+tc.cost
 			s.waitUsed(t, o, n, used)

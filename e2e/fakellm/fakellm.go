@@ -8,8 +8,9 @@
 //   - An OpenAI stream carries a usage chunk (choices [], usage {...}) only when the
 //     request set stream_options.include_usage to true; its other chunks then carry
 //     "usage": null. Without it, no chunk mentions usage at all.
-//   - A chat completion says which service tier it ran at ("service_tier"): "priority"
-//     or "flex" when the request asked for it, "default" otherwise.
+//   - A chat completion says which service tier it ran at ("service_tier"): "priority",
+//     "fast", "ultrafast" or "flex" when the request asked for it (the models after
+//     GPT-5.6 answer the priority tier's new name, "fast"), "default" otherwise.
 //   - OpenAI answers a model with its dated snapshot when Server.Snapshots says so
 //     ("gpt-4o-mini" answered as "gpt-4o-mini-2024-07-18").
 //   - An Anthropic stream reports input tokens in message_start and output tokens in
@@ -214,8 +215,8 @@ type request struct {
 	// Embeddings: the input (a string or an array) and how vectors are encoded.
 	Input          json.RawMessage `json:"input"`
 	EncodingFormat string          `json:"encoding_format"`
-	// ServiceTier is OpenAI's service_tier: a chat completion answers priority (or flex)
-	// when asked, default otherwise.
+	// ServiceTier is OpenAI's service_tier: a chat completion answers priority (fast,
+	// ultrafast, flex) when asked, default otherwise.
 	ServiceTier string `json:"service_tier"`
 	// StreamFormat: a speech request's "sse" (gpt-4o-mini-tts) asks for events.
 	StreamFormat string `json:"stream_format"`
@@ -550,7 +551,8 @@ func openAIJSON(id, model, tier string, u Usage) string {
 // chatTier is the service tier a chat completion runs at: priority when the request asks
 // for it, else default (what OpenAI answers for "auto" and for no tier).
 func chatTier(asked string) string {
-	if asked == "priority" || asked == "flex" {
+	switch asked {
+	case "priority", "flex", "fast", "ultrafast":
 		return asked
 	}
 	return "default"
