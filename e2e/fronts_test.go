@@ -65,6 +65,9 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 		},
 	}
 	ran := 0 // fronts whose run finished (a front not installed is skipped outside CI)
+	// Streams a front cut and the test asked again (Caddy's, below): settled and charged
+	// too. The subtests run one after another.
+	extraSettled, extraUsed := 0, int64(0)
 	for _, name := range []string{"caddy", "nginx", "traefik"} {
 		t.Run(name, func(t *testing.T) {
 			listen := testio.FreeAddr(t)
@@ -94,6 +97,19 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 			before := len(fake.Calls())
 			r := runSDK(t, dir, "openai.mjs", "stream", base, o.key, model)
 			calls := fake.Calls()[before:]
+			if name == "caddy" && r.OK && r.Chunks == 0 && len(calls) == 1 {
+				// Debian's Caddy (2.6) now and then cuts a stream it proxies to an HTTP/1.1
+				// client before its first chunk ("reading from backend: use of closed
+				// network connection", caddyserver/caddy#5431, seen once on a loaded
+				// machine). The gateway settled that request as any other, and it is
+				// counted; the stream is asked once more.
+				rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+				t.Logf("Caddy cut the stream (caddyserver/caddy#5431), charged %d; once more\n%s", rec.cost(), logs.String())
+				extraSettled, extraUsed = extraSettled+1, extraUsed+rec.cost()
+				before = len(fake.Calls())
+				r = runSDK(t, dir, "openai.mjs", "stream", base, o.key, model)
+				calls = fake.Calls()[before:]
+			}
 			if !r.OK || r.Text != fakellm.Text || r.Chunks < 3 || len(calls) != 1 {
 				t.Fatalf("the stream through %s: %+v (%d provider calls)\n%s", name, r, len(calls), logs.String())
 			}
@@ -115,7 +131,7 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 	}
 	// Every front: a stream and three responses each (and, when the check after a
 	// session's last response finished before the client closed, a request at 0).
-	s.waitUsed(t, o, ran*(1+3), int64(ran)*(chatCost+3*rtCost))
+	s.waitUsed(t, o, ran*(1+3)+extraSettled, int64(ran)*(chatCost+3*rtCost)+extraUsed)
 }
 
 // replaced is src's text with each old string replaced by its new one (pairs), failing
