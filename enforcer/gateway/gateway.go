@@ -490,7 +490,7 @@ func (p *proxied) done() {
 	}
 	// Not settled by now (a panic on the way): a request the upstream received is
 	// charged what was known before it (its input estimate), one it never got nothing.
-	if p.resp != nil || p.wrote.Load() {
+	if (p.resp != nil || p.wrote.Load()) && !p.unbilled {
 		p.settleReceived()
 	} else {
 		p.settle(inflight.Usage{Complete: true})
@@ -619,7 +619,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 //     received, nothing is charged (the settlement carries the status).
 func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	gw := p.gw
-	received := p.wrote.Load()
+	received := p.wrote.Load() && !p.unbilled // a request the provider does not bill costs nothing however it ends
 	if r.Context().Err() != nil {
 		gw.answered(w, OutcomeClientGone)
 		p.settleReceived()

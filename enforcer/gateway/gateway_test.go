@@ -512,6 +512,14 @@ func TestUpstreamFailures(t *testing.T) {
 		t.Fatalf("a request the upstream had until its header timeout was settled %+v (recorded %v), want its estimate charged", u, e.tracker.recorded)
 	}
 
+	// A request the provider does not bill (a token count) costs nothing however it ends.
+	e = newEnv(t, slow.URL, gateway.Config{HeaderTimeout: 100 * time.Millisecond})
+	res = post(t, e.front.URL+"/v1/messages/count_tokens", "tgk_good", chatBody)
+	res.Body.Close()
+	if u := e.tracker.settled(t); res.StatusCode != 504 || u.UpstreamStatus != 504 || !u.Complete {
+		t.Fatalf("an unbilled request past the header timeout: %d, settled %+v", res.StatusCode, u)
+	}
+
 	// The connection breaks once the whole request was read: 502, charged the same way.
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
