@@ -48,6 +48,8 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+
 	"github.com/tollgate-dev/tollgate/enforcer/internal/jsonscan"
 )
 
@@ -90,9 +92,9 @@ type Request struct {
 	// background: the answer comes before the generation, without its usage;
 	// requestbody.Deferred).
 	Background bool
-	// Priority is a top-level "service_tier" of "priority", "fast" or "ultrafast"
-	// (OpenAI: the request asks to run at the priority tier, renamed "fast" on
-	// 2026-07-30, or faster still; dearer than the standard prices; enforcer/worstcase).
+	// Priority is a top-level "service_tier" of pricecatalog.PriorityTiers (OpenAI: the
+	// request asks to run at the priority tier or faster still, dearer than the
+	// standard prices; enforcer/worstcase).
 	Priority bool
 	// Regional is not the body's: the front door sets it when the request's path goes to
 	// a cloud's regional endpoint (requestbody.RegionalEndpoint), where some models cost
@@ -211,13 +213,14 @@ func Input(body []byte) (Request, error) {
 			r.Background = bytes.HasPrefix(body[i:], []byte("true"))
 			i = w.value(i, skipped)
 		case jsonscan.KeyIs(key, "service_tier"):
-			// The last one counts; the string "priority", "fast" or "ultrafast" (escaped
-			// or not), as the API takes it.
+			// The last one counts; a string of pricecatalog.PriorityTiers (escaped or
+			// not), as the API takes it.
 			r.Priority = false
 			if body[i] == '"' {
 				end := jsonscan.SkipString(body, i)
-				tier := body[i:end]
-				r.Priority = jsonscan.KeyIs(tier, "priority") || jsonscan.KeyIs(tier, "fast") || jsonscan.KeyIs(tier, "ultrafast")
+				for _, name := range pricecatalog.PriorityTiers {
+					r.Priority = r.Priority || jsonscan.KeyIs(body[i:end], name)
+				}
 				i = end
 			} else {
 				i = w.value(i, skipped)

@@ -6,9 +6,12 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 func TestTokens(t *testing.T) {
@@ -268,7 +271,8 @@ func decoderInput(body []byte) (Request, error) {
 			if err != nil {
 				return Request{}, ErrNotObject
 			}
-			r.Priority = v == "priority" || v == "fast" || v == "ultrafast"
+			name, _ := v.(string)
+			r.Priority = slices.Contains(pricecatalog.PriorityTiers[:], name)
 			if d, ok := v.(json.Delim); ok {
 				if err := w.skip(d); err != nil {
 					return Request{}, ErrNotObject

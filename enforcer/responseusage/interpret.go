@@ -1,6 +1,10 @@
 package responseusage
 
-import "math"
+import (
+	"math"
+
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+)
 
 // The accumulator turns the documents the scanner read into one usage: it
 // recognises the shape of each document, keeps the model and, for each
@@ -315,12 +319,14 @@ func (a *accumulator) noteCost(d *docFields) {
 }
 
 // notePriority keeps whether an OpenAI document (chat, Responses) said it ran at the
-// priority tier: any one of a stream's saying so is enough.
+// priority tier or faster (pricecatalog.PriorityTiers): any one of a stream's saying so
+// is enough.
 func (a *accumulator) notePriority(d *docFields, root int) {
-	// "fast" is the priority tier's name since 2026-07-30, which the models after GPT-5.6
-	// answer with; "ultrafast" is dearer still (3 to 6 times), charged at least so.
-	if t := &d.tier[root]; (a.fam == famChat || a.fam == famResponses) && (t.is("priority") || t.is("fast") || t.is("ultrafast")) {
-		a.priority = true
+	if a.fam != famChat && a.fam != famResponses {
+		return
+	}
+	for _, name := range pricecatalog.PriorityTiers {
+		a.priority = a.priority || d.tier[root].is(name)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/tollgate-dev/tollgate/internal/testaudio"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 const (
@@ -718,6 +719,13 @@ func TestGemini(t *testing.T) {
 // than the catalog's standard prices, and the settlement charges it so (Usage.Priority).
 // Any chunk of a stream saying so is enough; another API's service_tier is not read.
 func TestPriorityTier(t *testing.T) {
+	// Every name the catalog charges as priority fits the tier's capture, and is read so.
+	for _, name := range pricecatalog.PriorityTiers {
+		body := `{"object":"chat.completion","service_tier":"` + name + `","usage":{"prompt_tokens":1,"completion_tokens":2}}`
+		if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(body)}, true); len(name) > maxTierBytes || !got.Priority {
+			t.Errorf("service_tier %q (capture of %d bytes): %s", name, maxTierBytes, show(got))
+		}
+	}
 	for _, tc := range []struct {
 		name, ct, body string
 		want           bool

@@ -122,6 +122,13 @@ const AudioOutputTokensPerSecond = 20
 // enforcer's worst case (enforcer/worstcase) both apply it.
 const PriorityMultiplier = 2
 
+// PriorityTiers are the names of OpenAI's service_tier charged at PriorityMultiplier,
+// asked in a request (the enforcer's worst case) or said in an answer (settlement):
+// "priority", "fast", its name since 2026-07-30, which the models after GPT-5.6 answer
+// with, and "ultrafast", dearer still (3 to 6 times), which the catalog has no price of
+// and charges at least so.
+var PriorityTiers = [...]string{"priority", "fast", "ultrafast"}
+
 // RegionalPremium is cost with a regional endpoint's premium of percent added, rounded
 // up to the micro-USD; ok is false when it does not fit in int64. Anthropic's newest
 // models cost 10% more on a cloud's regional endpoints (Amazon Bedrock in-region or
