@@ -998,24 +998,108 @@ func TestAzureOpenAIThroughTheGateway(t *testing.T) {
 // ceilDiv is a / b rounded up, for non-negative a and positive b.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
+// TestGeminiPriorityThroughTheGateway: Google's priority inference, asked by the official
+// Gen AI SDK (config.serviceTier, sent as the body's serviceTier) on the Gemini API and by
+// the X-Vertex-AI-LLM-Shared-Request-Type header on Vertex AI, is charged the model's fast
+// percent of its price (Gemini's default: twice; Google charges 1.75 to 2 times), from
+// what the answer says: the Gemini API's X-Gemini-Service-Tier header and usage
+// serviceTier, Vertex AI's usage trafficType ON_DEMAND_PRIORITY. The same calls at the
+// standard tier are charged the price. Before 2026-11-29 they were charged the price.
+func TestGeminiPriorityThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: x-goog-api-key\n    credentialEnv: GOOGLE_KEY\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "GOOGLE_KEY": "AIza-provider-key"})
+	o := s.setUpOrg(t)
+	const gemini = "gemini-2.5-flash"
+	e, ok := pricecatalog.Lookup(gemini)
+	if !ok || e.FastPercent != 0 {
+		t.Fatalf("%s: %+v; this test charges the default fast percent", gemini, e)
+	}
+	standard := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
+	priority := 2 * standard
+	vertexCall := func(t *testing.T, header string) {
+		req, _ := http.NewRequest("POST", s.gateway+"/v1/projects/tollgate-test/locations/global/publishers/google/models/"+gemini+":generateContent",
+			strings.NewReader(`{"contents":[{"role":"user","parts":[{"text":"How are tolls paid?"}]}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Goog-Api-Key", o.key)
+		if header != "" {
+			req.Header.Set("X-Vertex-AI-LLM-Shared-Request-Type", header)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || !strings.Contains(string(body), `"trafficType"`) {
+			t.Fatalf("%d %s", res.StatusCode, body)
+		}
+	}
+	for _, tc := range []struct {
+		name, tier string
+		call       func(t *testing.T)
+		cost       int64
+	}{
+		{"Gemini API, priority", "fast", func(t *testing.T) { sdkOK(t, runSDK(t, dir, "gemini.mjs", "priority", s.gateway, o.key, gemini)) }, priority},
+		{"Gemini API, priority, streamed", "fast", func(t *testing.T) { sdkOK(t, runSDK(t, dir, "gemini.mjs", "priority-stream", s.gateway, o.key, gemini)) }, priority},
+		{"Gemini API, standard", "", func(t *testing.T) { sdkOK(t, runSDK(t, dir, "gemini.mjs", "json", s.gateway, o.key, gemini)) }, standard},
+		{"Vertex AI, priority", "fast", func(t *testing.T) { vertexCall(t, "priority") }, priority},
+		{"Vertex AI, on demand", "", func(t *testing.T) { vertexCall(t, "") }, standard},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(fake.Calls())
+			tc.call(t)
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 {
+				t.Fatalf("%d provider calls", len(calls))
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != tc.cost || rec["complete"] != true || rec["service_tier"] != tc.tier {
+				t.Fatalf("receipt %s, want %d at tier %q", rec, tc.cost, tc.tier)
+			}
+		})
+	}
+}
+
+// sdkOK fails the test unless an SDK's call succeeded.
+func sdkOK(t *testing.T, r sdkResult) {
+	t.Helper()
+	if !r.OK || r.Status != 200 {
+		t.Fatalf("the call failed: %+v", r)
+	}
+}
+
 // TestPriorityTierThroughTheGateway: a chat completion that ran at OpenAI's priority
-// tier (the answer's service_tier says so), streamed or not, is charged twice the
-// catalog's standard price; the same call at the default tier is charged the price.
+// tier (the answer's service_tier says so, by its old name or its new one, "fast"),
+// streamed or not, is charged the model's fast percent of the catalog's standard price
+// (gpt-4o-mini: 1.67 times, what OpenAI charges); at its ultrafast tier six times; the
+// same call at the default tier the price.
 func TestPriorityTierThroughTheGateway(t *testing.T) {
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, want := gatewayWithFixedUsage(t)
+	// The organization's own price of the model is a standard one: the tiers' percents
+	// are the catalog's entry's.
+	if e, _ := pricecatalog.Lookup(model); e.FastPercent != 167 || e.UltrafastPercent != 0 {
+		t.Fatalf("%s: fast %d%%, ultrafast %d%%; this test charges 167%% and the default 600%%", model, e.FastPercent, e.UltrafastPercent)
+	}
+	fast, ultrafast := ceilDiv(want*167, 100), want*6
 	n, used := 0, int64(0)
 	for _, tc := range []struct {
-		name, tier string
-		stream     bool
-		cost       int64
+		name, tier, receiptTier string
+		stream                  bool
+		cost                    int64
 	}{
-		{"priority", "priority", false, 2 * want},
-		{"priority, streamed", "priority", true, 2 * want},
-		// The tier's name since 2026-07-30, and the dearer ultrafast (at least priority's).
-		{"fast", "fast", false, 2 * want},
-		{"ultrafast, streamed", "ultrafast", true, 2 * want},
-		{"default", "auto", false, want},
+		{"priority", "priority", "fast", false, fast},
+		{"priority, streamed", "priority", "fast", true, fast},
+		// The tier's name since 2026-07-30, and the dearer ultrafast.
+		{"fast", "fast", "fast", false, fast},
+		{"ultrafast, streamed", "ultrafast", "ultrafast", true, ultrafast},
+		{"ultrafast", "ultrafast", "ultrafast", false, ultrafast},
+		{"default", "auto", "", false, want},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := fmt.Sprintf(`{"model":%q,"service_tier":%q,"stream":%v,"messages":[{"role":"user","content":"How are tolls paid?"}]}`, model, tc.tier, tc.stream)
@@ -1035,12 +1119,50 @@ func TestPriorityTierThroughTheGateway(t *testing.T) {
 			calls := fake.Calls()
 			rec := waitReceipt(t, s, calls[len(calls)-1].Header.Get("X-Service-Request-Id"))
 			if rec.cost() != tc.cost || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
-				rec["priority_tier"] != (tc.tier != "auto") {
-				t.Fatalf("receipt %s, want %d, priority_tier %v", rec, tc.cost, tc.tier != "auto")
+				rec["priority_tier"] != (tc.tier != "auto") || rec["service_tier"] != tc.receiptTier {
+				t.Fatalf("receipt %s, want %d, priority_tier %v, service_tier %q", rec, tc.cost, tc.tier != "auto", tc.receiptTier)
 			}
 			n, used = n+1, used+tc.cost
 			s.waitUsed(t, o, n, used)
 		})
+	}
+}
+
+// TestAnthropicFastModeThroughTheGateway: the official Anthropic SDK's call in fast mode
+// ("speed": "fast", the fast-mode beta), streamed and not, answered with usage.speed
+// "fast", is charged the model's fast percent of its price: Claude Opus 4.6 six times,
+// Opus 5 twice (Anthropic's prices). The same call at the standard speed is charged the
+// price. Before 2026-11-29 fast mode was charged the standard price.
+func TestAnthropicFastModeThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
+	s.guardPolicy(t, o, "10", nil) // a day limit these calls (at most 0.45 USD each) do not reach
+	for _, tc := range []struct {
+		model   string
+		percent int64
+	}{{"claude-opus-4-6", 600}, {"claude-opus-5", 200}} {
+		e, ok := pricecatalog.Lookup(tc.model)
+		if !ok {
+			t.Fatalf("%s is not in the catalog", tc.model)
+		}
+		standard := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
+		for _, sc := range []struct {
+			scenario, tier string
+			cost           int64
+		}{{"fast", "fast", ceilDiv(standard*tc.percent, 100)}, {"fast-stream", "fast", ceilDiv(standard*tc.percent, 100)}, {"json", "", standard}} {
+			t.Run(tc.model+"/"+sc.scenario, func(t *testing.T) {
+				before := len(fake.Calls())
+				r := runSDK(t, dir, "anthropic.mjs", sc.scenario, s.gateway, o.key, tc.model)
+				calls := fake.Calls()[before:]
+				if !r.OK || len(calls) != 1 || (sc.tier == "fast") != strings.Contains(string(r.Usage), `"speed":"fast"`) {
+					t.Fatalf("the call: %+v (usage %s); %d provider calls", r, r.Usage, len(calls))
+				}
+				rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+				if rec.cost() != sc.cost || rec["complete"] != true || rec["service_tier"] != sc.tier || rec["priority_tier"] != (sc.tier != "") {
+					t.Fatalf("receipt %s, want %d at tier %q", rec, sc.cost, sc.tier)
+				}
+			})
+		}
 	}
 }
 
@@ -1284,8 +1406,6 @@ func fixedUsageUpstream(t *testing.T, u fakellm.Usage) (*fakellm.Server, *httpte
 	return fake, up
 }
 
-// gatewayWithUsage is a stack whose gateway fronts a fakellm answering every call with
-// usage u, and an organization on it.
 // oneSDKCall runs an official SDK's script (scenario) through the gateway and requires
 // it to succeed with one call to the provider: it returns that call's receipt.
 func oneSDKCall(t *testing.T, fake *fakellm.Server, s *stack, dir, script, scenario, key, model string) receipt {
@@ -1299,6 +1419,8 @@ func oneSDKCall(t *testing.T, fake *fakellm.Server, s *stack, dir, script, scena
 	return waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
 }
 
+// gatewayWithUsage is a stack whose gateway fronts a fakellm answering every call with
+// usage u, and an organization on it.
 func gatewayWithUsage(t *testing.T, u fakellm.Usage) (*fakellm.Server, *stack, org) {
 	t.Helper()
 	fake, up := fixedUsageUpstream(t, u)

@@ -85,6 +85,17 @@ type Price struct {
 	// the request went to one (Usage.Regional). Only a catalog entry has it: an
 	// organization's own price of a model is what the organization pays for it.
 	RegionalPremiumPercent int64
+	// FastPercent and UltrafastPercent are what the model's tokens cost at a dearer
+	// speed tier, in percent of this price (pricecatalog.Entry.FastPercent), charged at
+	// the tier the usage says the request ran at (Usage.Tier); 0 for the tier's default
+	// (pricecatalog.DefaultTierPercent). An organization's own price of a model, which is
+	// a standard one, takes them from the model's catalog entry.
+	FastPercent, UltrafastPercent int64
+}
+
+// TierPercent is what p's tokens cost at tier t, in percent of p.
+func (p Price) TierPercent(t pricecatalog.Tier) int64 {
+	return pricecatalog.Entry{FastPercent: p.FastPercent, UltrafastPercent: p.UltrafastPercent}.TierPercent(t)
 }
 
 // CacheWrite is the price cache writes are charged at.
@@ -146,10 +157,9 @@ type Usage struct {
 	UpstreamCost *int64
 	// Estimated: some counts were estimated by the enforcer from the bytes it saw.
 	Estimated bool
-	// Priority: the upstream ran the request at its priority service tier (OpenAI's
-	// service_tier "priority"): priced tokens cost pricecatalog.PriorityMultiplier times
-	// their price.
-	Priority bool
+	// Tier is the speed tier the upstream ran the request at: priced tokens cost
+	// Price.TierPercent of their price.
+	Tier pricecatalog.Tier
 	// Regional: the request went to a cloud's regional endpoint (Amazon Bedrock, Google
 	// Vertex AI), where a price with a regional premium (Price.RegionalPremiumPercent)
 	// costs that much more.
@@ -197,8 +207,8 @@ type Cost struct {
 // CostOf prices a request whose usage was bounded (Bound): an upstream-reported cost
 // wins; else, with nothing counted, the cost is unknown (0); else the tokens times p,
 // the price found for the model (SourceFallback when p is the fallback price, else
-// SourceCatalogEstimate), plus its audio by the minute (AudioCost), times
-// pricecatalog.PriorityMultiplier when it ran at a priority tier, with the price's
+// SourceCatalogEstimate), plus its audio by the minute (AudioCost), at the percent of
+// its speed tier (Price.TierPercent, rounded up) when it ran at a dearer one, with the price's
 // regional premium when it went to a regional endpoint (pricecatalog.RegionalPremium),
 // plus its web searches
 // and file search calls apiece. A cost above money.MaxAllowanceMicroUSD is capped there
@@ -238,11 +248,10 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 			}
 		}
 	}
-	if err == nil && u.Priority {
-		if v > math.MaxInt64/pricecatalog.PriorityMultiplier {
+	if err == nil && u.Tier != pricecatalog.Standard {
+		var ok bool
+		if v, ok = pricecatalog.AtPercent(v, p.Price.TierPercent(u.Tier)); !ok {
 			err = ErrCostOverflow
-		} else {
-			v *= pricecatalog.PriorityMultiplier
 		}
 	}
 	if err == nil && u.Regional {

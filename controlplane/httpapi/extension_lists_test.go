@@ -184,6 +184,7 @@ type priceEntry struct {
 	AudioOutputMicroUsdPerMillion *int64
 	// CachedAudioInputMicroUsdPerMillion: only where cached audio has its own price.
 	CachedAudioInputMicroUsdPerMillion *int64
+	FastPercent, UltrafastPercent      int64
 	LongContext                        *struct {
 		AboveInputTokens                                  int64
 		InputMicroUsdPerMillion, OutputMicroUsdPerMillion int64
@@ -289,6 +290,12 @@ func TestUsageModelPrices(t *testing.T) {
 	}
 	if p, ok := got.find("gpt-4o"); !ok || p.AudioInputMicroUsdPerMillion != nil || p.AudioOutputMicroUsdPerMillion != nil || p.LongContext != nil {
 		t.Fatalf("gpt-4o %+v", p)
+	}
+	// The speed tiers' percents: the entry's where it has one, else the defaults.
+	for model, want := range map[string][2]int64{"gpt-5.5": {250, 600}, "claude-opus-4-6": {600, 600}, "gpt-4o": {170, 600}, "gemini-2.5-flash": {200, 600}} {
+		if p, ok := got.find(model); !ok || p.FastPercent != want[0] || p.UltrafastPercent != want[1] {
+			t.Fatalf("%s %+v, want fast %d%% and ultrafast %d%%", model, p, want[0], want[1])
+		}
 	}
 	// A model whose long prompts cost more: its shorter prompts' prices, and the long ones'.
 	if p, _ := got.find("gemini-2.5-pro"); p.InputMicroUsdPerMillion != 1_250_000 || p.LongContext == nil || p.LongContext.AboveInputTokens != 200_000 ||

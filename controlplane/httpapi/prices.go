@@ -59,6 +59,12 @@ type modelPriceView struct {
 	// RegionalPremiumPercent is a catalog model's premium on a cloud's regional
 	// endpoints (pricecatalog.Entry.RegionalPremiumPercent); absent for every other row.
 	RegionalPremiumPercent int64 `json:"regionalPremiumPercent,omitempty"`
+	// FastPercent and UltrafastPercent are what a catalog model's tokens cost at its
+	// dearer speed tiers, in percent of its price (pricecatalog.Entry.TierPercent: the
+	// entry's, else the tier's default); absent for every other row (an organization's
+	// price of a model takes the catalog's percents of the model).
+	FastPercent      int64 `json:"fastPercent,omitempty"`
+	UltrafastPercent int64 `json:"ultrafastPercent,omitempty"`
 	// LongContext is a catalog model's price of a request whose input is above its
 	// threshold (pricecatalog.Entry.LongContext); absent for every other row.
 	LongContext *longContextView `json:"longContext,omitempty"`
@@ -141,6 +147,7 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 				CacheWriteMicroUsdPerMillion: e.CacheWritePerMillion, AudioMicroUsdPerMinute: e.AudioPerMinute, Source: priceFromCatalog,
 				UpdatedAt: jsonx.Time(cat.AsOf())}
 			v.WebSearchPerPromptMicroUsd, v.RegionalPremiumPercent = e.WebSearchPerPrompt, e.RegionalPremiumPercent
+			v.FastPercent, v.UltrafastPercent = e.TierPercent(pricecatalog.Fast), e.TierPercent(pricecatalog.Ultrafast)
 			v.AudioInputMicroUsdPerMillion, v.AudioOutputMicroUsdPerMillion = e.AudioInputPerMillion, e.AudioOutputPerMillion
 			v.CachedAudioInputMicroUsdPerMillion = e.CachedAudioInputPerMillion
 			if lc := e.LongContext; lc != nil {

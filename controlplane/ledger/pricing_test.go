@@ -79,9 +79,35 @@ func TestSettlementPricing(t *testing.T) {
 			&internalv1.SettleItem{Model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0", InputTokens: 100_000, OutputTokens: 10_000, Complete: true,
 				RegionalEndpoint: true},
 			(100_000*3 + 10_000*15) * 110 / 100, "catalog_estimate", "catalog", "reported_usage"},
-		{"the priority tier: twice the catalog's price", nil,
+		// A speed tier: the model's own percent of the catalog's price, else the tier's
+		// default (docs/prices.md, "Service tiers"). An enforcer older than service_tier
+		// says priority_tier alone: the fast tier.
+		{"the priority tier of an older enforcer: gpt-4o-mini's fast percent", nil,
 			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, Complete: true, PriorityTier: true},
-			2 * 150_000, "catalog_estimate", "catalog", "reported_usage"},
+			150_000 * 167 / 100, "catalog_estimate", "catalog", "reported_usage"},
+		{"the fast tier of gpt-5.5: 2.5 times", nil,
+			&internalv1.SettleItem{Model: "gpt-5.5-2026-04-23", InputTokens: 100_000, OutputTokens: 10_000, Complete: true, PriorityTier: true,
+				ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST},
+			(100_000*5 + 10_000*30) * 250 / 100, "catalog_estimate", "catalog", "reported_usage"},
+		{"the fast tier of a model without its own percent: twice", nil,
+			&internalv1.SettleItem{Model: "gpt-6-sol", InputTokens: 100_000, OutputTokens: 10_000, Complete: true, PriorityTier: true,
+				ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST},
+			(100_000*2 + 10_000*10) * 2, "catalog_estimate", "catalog", "reported_usage"},
+		{"the ultrafast tier: six times", nil,
+			&internalv1.SettleItem{Model: "gpt-6-astra", InputTokens: 100_000, CachedInputTokens: 50_000, OutputTokens: 10_000, Complete: true, PriorityTier: true,
+				ServiceTier: internalv1.ServiceTier_SERVICE_TIER_ULTRAFAST},
+			(50_000*10 + 50_000*1 + 10_000*50) * 6, "catalog_estimate", "catalog", "reported_usage"},
+		{"a tier this control plane does not know: the dearest it knows", nil,
+			&internalv1.SettleItem{Model: "gpt-6-sol", InputTokens: 100_000, Complete: true, PriorityTier: true, ServiceTier: internalv1.ServiceTier(7)},
+			100_000 * 2 * 6, "catalog_estimate", "catalog", "reported_usage"},
+		{"Anthropic's fast mode on Opus 4.6: six times, with the regional premium", nil,
+			&internalv1.SettleItem{Model: "claude-opus-4-6", InputTokens: 100_000, OutputTokens: 10_000, Complete: true, PriorityTier: true,
+				ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST, RegionalEndpoint: true},
+			(100_000*5 + 10_000*25) * 6 * 110 / 100, "catalog_estimate", "catalog", "reported_usage"},
+		{"Anthropic's fast mode on Opus 5: twice", nil,
+			&internalv1.SettleItem{Model: "claude-opus-5", InputTokens: 100_000, OutputTokens: 10_000, Complete: true, PriorityTier: true,
+				ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST},
+			(100_000*5 + 10_000*25) * 2, "catalog_estimate", "catalog", "reported_usage"},
 		{"the global endpoint: no premium", nil,
 			&internalv1.SettleItem{Model: "global.anthropic.claude-sonnet-4-5-20250929-v1:0", InputTokens: 100_000, OutputTokens: 10_000, Complete: true},
 			100_000*3 + 10_000*15, "catalog_estimate", "catalog", "reported_usage"},
@@ -108,6 +134,10 @@ func TestSettlementPricing(t *testing.T) {
 			},
 			&internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
 			3_000_000, "catalog_estimate", "organization", "reported_usage"},
+		{"the organization's price at a speed tier: the catalog's percent of the model's tier", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true, PriorityTier: true,
+				ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST},
+			3_000_000 * 167 / 100, "catalog_estimate", "organization", "reported_usage"},
 		{"a catalog family nearer than the organization's: gpt-4o-mini is never gpt-4o", func() {
 			setPrices(store.ModelPrice{Model: "gpt-4o", InputPerMillion: 9, OutputPerMillion: 9})
 		}, &internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, Complete: true}, 150_000, "catalog_estimate", "catalog", "reported_usage"},
@@ -270,10 +300,11 @@ func TestSettlementPricing(t *testing.T) {
 			var audio, searches, fileSearches int64
 			var audioIn, audioOut, cachedAudio *int64
 			var priority, regional bool
+			var tier string
 			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis, web_search_requests, file_search_calls,
-					audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint
+					audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier
 				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches, &audioIn, &audioOut,
-				&cachedAudio, &priority, &regional); err != nil ||
+				&cachedAudio, &priority, &regional, &tier); err != nil ||
 				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != wantSearches ||
 				fileSearches != c.item.GetFileSearchCalls() {
 				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %v", basis, priceSource, audio, searches, fileSearches, err)
@@ -285,8 +316,9 @@ func TestSettlementPricing(t *testing.T) {
 					fmtCount(c.item.AudioInputTokens), fmtCount(c.item.AudioOutputTokens), fmtCount(c.item.CachedAudioInputTokens))
 			}
 			// The tier flags the cost was priced with.
-			if priority != c.item.GetPriorityTier() || regional != c.item.GetRegionalEndpoint() {
-				t.Fatalf("stored priority %v regional %v, want %v %v", priority, regional, c.item.GetPriorityTier(), c.item.GetRegionalEndpoint())
+			if wantTier := receiptTier(c.item); priority != c.item.GetPriorityTier() || regional != c.item.GetRegionalEndpoint() || tier != wantTier {
+				t.Fatalf("stored priority %v regional %v tier %q, want %v %v %q", priority, regional, tier, c.item.GetPriorityTier(),
+					c.item.GetRegionalEndpoint(), wantTier)
 			}
 			// The same settlement again changes nothing, a fallback-priced one included.
 			if again := settle1(t, e, c.item); again.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE || again.CostMicroUsd != c.cost ||
@@ -519,4 +551,20 @@ func TestFailOpenWithoutRecordIsCharged(t *testing.T) {
 		t.Fatalf("no snapshot: %v", r)
 	}
 	at.Check(t, e.Store)
+}
+
+// receiptTier is the service_tier a receipt of it should say: its service_tier's, a tier
+// unknown here as "ultrafast" (the dearest), else "fast" for an older enforcer's
+// priority_tier.
+func receiptTier(it *internalv1.SettleItem) string {
+	switch it.GetServiceTier() {
+	case internalv1.ServiceTier_SERVICE_TIER_UNSPECIFIED:
+		if it.GetPriorityTier() {
+			return "fast"
+		}
+		return ""
+	case internalv1.ServiceTier_SERVICE_TIER_FAST:
+		return "fast"
+	}
+	return "ultrafast"
 }

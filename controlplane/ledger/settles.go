@@ -124,7 +124,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(), AudioInputMillis: it.GetAudioInputMillis(),
 		WebSearchRequests: it.GetWebSearchRequests(), FileSearchCalls: it.GetFileSearchCalls(),
 		AudioInputTokens: it.AudioInputTokens, AudioOutputTokens: it.AudioOutputTokens, CachedAudioInputTokens: it.CachedAudioInputTokens,
-		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Priority: it.GetPriorityTier(),
+		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Tier: tierOf(it),
 		Regional: it.GetRegionalEndpoint()})
 	if len(notes) > 0 {
 		sj.notes = append(sj.notes, notes...)
@@ -460,7 +460,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
 			WebSearchRequests: j.item.usage.WebSearchRequests, FileSearchCalls: j.item.usage.FileSearchCalls,
 			AudioInputTokens: j.item.usage.AudioInputTokens, AudioOutputTokens: j.item.usage.AudioOutputTokens,
-			CachedAudioInputTokens: j.item.usage.CachedAudioInputTokens, Priority: j.item.usage.Priority, Regional: j.item.usage.Regional,
+			CachedAudioInputTokens: j.item.usage.CachedAudioInputTokens, ServiceTier: j.item.usage.Tier.String(), Regional: j.item.usage.Regional,
 			UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
 			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: j.item.finishedAt}
 		if j.item.withoutModel {
@@ -658,6 +658,22 @@ func (sj *settleJob) audioPrice() (perMinute int64, known bool) {
 	return pricecatalog.Highest().AudioPerMinute, false
 }
 
+// tierOf is the speed tier an item says its request ran at: its service_tier, else
+// (an enforcer older than it) priority_tier, OpenAI's priority tier, read as Fast. A
+// value this control plane does not know is read as the dearest it knows: never below
+// the price.
+func tierOf(it *internalv1.SettleItem) pricecatalog.Tier {
+	switch t := it.GetServiceTier(); {
+	case t == internalv1.ServiceTier_SERVICE_TIER_FAST:
+		return pricecatalog.Fast
+	case t != internalv1.ServiceTier_SERVICE_TIER_UNSPECIFIED:
+		return pricecatalog.Ultrafast
+	case it.GetPriorityTier():
+		return pricecatalog.Fast
+	}
+	return pricecatalog.Standard
+}
+
 func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.FallbackPrice, orgID string) accounting.PricedAt {
 	for i, step := range sj.steps {
 		if org != nil {
@@ -666,8 +682,8 @@ func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.Fallb
 				m = org.byName
 			}
 			if p, ok := m[step.Name]; ok {
-				return accounting.PricedAt{Source: accounting.PriceOrganization, Price: accounting.Price{InputPerMillion: p.InputPerMillion,
-					OutputPerMillion: p.OutputPerMillion, CachedInputPerMillion: p.CachedInputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion}}
+				return accounting.PricedAt{Source: accounting.PriceOrganization, Price: sj.withTiers(accounting.Price{InputPerMillion: p.InputPerMillion,
+					OutputPerMillion: p.OutputPerMillion, CachedInputPerMillion: p.CachedInputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion})}
 			}
 		}
 		if e := sj.catalog[i]; e != nil {
@@ -675,14 +691,26 @@ func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.Fallb
 			// input, cached ones and cache writes included, reported or estimated.
 			p := fromCatalog(e.ForInput(sj.usage.InputTokens))
 			p.RegionalPremiumPercent = e.RegionalPremiumPercent
+			p.FastPercent, p.UltrafastPercent = e.FastPercent, e.UltrafastPercent
 			return accounting.PricedAt{Source: accounting.PriceCatalog, Price: p}
 		}
 	}
 	if f, ok := fallbacks[orgID]; ok {
-		return accounting.PricedAt{Source: accounting.PriceFallback, Price: accounting.Price{InputPerMillion: f.InputPerMillion,
-			OutputPerMillion: f.OutputPerMillion, CachedInputPerMillion: f.CachedInputPerMillion, CacheWritePerMillion: f.CacheWritePerMillion}}
+		return accounting.PricedAt{Source: accounting.PriceFallback, Price: sj.withTiers(accounting.Price{InputPerMillion: f.InputPerMillion,
+			OutputPerMillion: f.OutputPerMillion, CachedInputPerMillion: f.CachedInputPerMillion, CacheWritePerMillion: f.CacheWritePerMillion})}
 	}
 	return accounting.PricedAt{Source: accounting.PriceFallback, Price: fromCatalog(pricecatalog.Highest())}
+}
+
+// withTiers is an organization's price of the job's model (or its fallback price) with
+// the speed tiers' percents of the model's nearest catalog entry: the organization's
+// price is a standard one, and the tiers cost that much more (the tiers' defaults for a
+// model the catalog does not know).
+func (sj *settleJob) withTiers(p accounting.Price) accounting.Price {
+	if e := sj.catalogEntry(); e != nil {
+		p.FastPercent, p.UltrafastPercent = e.FastPercent, e.UltrafastPercent
+	}
+	return p
 }
 
 // fromCatalog is a catalog price as settlement uses it, audio token prices included

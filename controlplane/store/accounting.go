@@ -546,9 +546,12 @@ type ReceiptWrite struct {
 	// CachedAudioInputTokens is the audio part of the cached input tokens as the
 	// upstream reported it (bounded); nil (NULL) when it did not.
 	CachedAudioInputTokens *int64
-	// Priority and Regional: the upstream ran the request at its priority tier, or on a
-	// cloud's regional endpoint (accounting.Usage), which raise a catalog price.
-	Priority, Regional bool
+	// ServiceTier is the speed tier the upstream ran the request at ("", "fast",
+	// "ultrafast": pricecatalog.Tier's names), Regional whether it went to a cloud's
+	// regional endpoint (accounting.Usage): each raises a catalog price. The receipt's
+	// priority_tier says whether ServiceTier is a dear one.
+	ServiceTier string
+	Regional    bool
 	UpstreamStatus     int32
 	Complete           bool
 	// Outcome is "settled" or "recovered".
@@ -718,7 +721,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 	costs, in, out, cached, written, audio := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	searches, fileSearches := make([]int64, n), make([]int64, n)
 	audioIn, audioOut, cachedAudio := make([]*int64, n), make([]*int64, n), make([]*int64, n) // nil: NULL, not reported
-	priority, regional := make([]bool, n), make([]bool, n)
+	tiers, regional := make([]string, n), make([]bool, n)
 	statuses := make([]int32, n)
 	complete, promoted := make([]bool, n), make([]bool, n)
 	refs := make([]*string, n)
@@ -733,7 +736,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 		costs[i], in[i], out[i], cached[i], written[i], audio[i] = r.Cost, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.CacheWriteTokens, r.AudioInputMillis
 		searches[i], fileSearches[i] = r.WebSearchRequests, r.FileSearchCalls
 		audioIn[i], audioOut[i], cachedAudio[i] = r.AudioInputTokens, r.AudioOutputTokens, r.CachedAudioInputTokens
-		priority[i], regional[i] = r.Priority, r.Regional
+		tiers[i], regional[i] = r.ServiceTier, r.Regional
 		bases[i], priceSources[i] = r.Basis, r.PriceSource
 		statuses[i], complete[i], promoted[i], refs[i], finished[i] = r.UpstreamStatus, r.Complete, r.Promoted, r.ReviewReference, r.FinishedAt
 		from[i] = int32(len(chargeIDs) + 1)
@@ -747,19 +750,19 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			input_tokens, output_tokens, cached_input_tokens, upstream_status, complete, outcome, promoted_at, review_reference,
 			finished_at, settled_at, updated_at, charge_bucket_ids, charge_amounts_micro_usd, cost_basis, price_source,
 			cache_creation_input_tokens, audio_input_millis, web_search_requests, file_search_calls, audio_input_tokens,
-			audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint)
+			audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier)
 		SELECT x.id, x.org, x.member, x.cost, x.source, x.model, x.input, x.output, x.cached, x.status, x.complete, x.outcome,
 			CASE WHEN x.promoted THEN $16::timestamptz END, x.ref, x.finished, $16, $16,
 			coalesce(($17::text[])[x.c_from:x.c_to], '{}'), coalesce(($18::bigint[])[x.c_from:x.c_to], '{}'),
 			x.basis, x.price_source, x.written, x.audio, x.searches, x.file_searches, x.audio_in, x.audio_out, x.cached_audio,
-			x.priority, x.regional
+			x.tier <> '', x.regional, x.tier
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[],
 			$9::bigint[], $10::int[], $11::bool[], $12::text[], $13::bool[], $14::text[], $15::timestamptz[], $19::int[], $20::int[],
 			$21::text[], $22::text[], $23::bigint[], $24::bigint[], $25::bigint[], $26::bigint[], $27::bigint[], $28::bigint[],
-			$29::bigint[], $30::bool[], $31::bool[])
+			$29::bigint[], $30::text[], $31::bool[])
 			AS x(id, org, member, cost, source, model, input, output, cached, status, complete, outcome, promoted, ref, finished,
 				c_from, c_to, basis, price_source, written, audio, searches, file_searches, audio_in, audio_out, cached_audio,
-				priority, regional)
+				tier, regional)
 		ON CONFLICT (request_id) DO UPDATE SET cost_micro_usd = EXCLUDED.cost_micro_usd, cost_source = EXCLUDED.cost_source,
 			model = EXCLUDED.model, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
 			cached_input_tokens = EXCLUDED.cached_input_tokens, upstream_status = EXCLUDED.upstream_status,
@@ -771,10 +774,10 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			web_search_requests = EXCLUDED.web_search_requests, file_search_calls = EXCLUDED.file_search_calls,
 			audio_input_tokens = EXCLUDED.audio_input_tokens, audio_output_tokens = EXCLUDED.audio_output_tokens,
 			cached_audio_input_tokens = EXCLUDED.cached_audio_input_tokens, priority_tier = EXCLUDED.priority_tier,
-			regional_endpoint = EXCLUDED.regional_endpoint`,
+			service_tier = EXCLUDED.service_tier, regional_endpoint = EXCLUDED.regional_endpoint`,
 		ids, orgs, members, costs, sources, models, in, out, cached, statuses, complete, outcomes, promoted, refs, finished, now,
 		chargeIDs, chargeAmounts, from, to, bases, priceSources, written, audio, searches, fileSearches, audioIn, audioOut,
-		cachedAudio, priority, regional)
+		cachedAudio, tiers, regional)
 }
 
 // CredentialIdentity is what a credential hash resolves to for the internal API.

@@ -70,7 +70,7 @@ func ReceiptsAfter(ctx context.Context, q Querier, after string, limit int) ([]R
 // PruneReceiptDetail clears the raw detail of the receipts among ids last changed
 // before cutoff: model name, token counts, upstream status and finish instant. What
 // counters, coverage and review rest on stays: cost, cost source and basis, price
-// source, the priority and regional flags (which explain the cost), completeness,
+// source, the service tier and the regional flag (which explain the cost), completeness,
 // outcome, promotion, review reference and the charges.
 func PruneReceiptDetail(ctx context.Context, q Querier, ids []string, cutoff, now time.Time) (int64, error) {
 	tag, err := q.Exec(ctx, `UPDATE usage_receipts SET model = '', input_tokens = 0, output_tokens = 0, cached_input_tokens = 0,

@@ -124,7 +124,7 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 			h.Set("X-Amzn-Bedrock-Cache-Write-Input-Token-Count", fmt.Sprint(u.CacheCreationInputTokens))
 		}
 		ew.start("application/json", http.StatusOK)
-		ew.write(anthropicJSON(bedrockMessageID(n), bedrockClaudeModel(c.Model), u))
+		ew.write(anthropicJSON(bedrockMessageID(n), bedrockClaudeModel(c.Model), u, ""))
 	case BedrockInvokeStream:
 		h.Set("X-Amzn-Bedrock-Content-Type", "application/json")
 		ew.start("application/vnd.amazon.eventstream", http.StatusOK)

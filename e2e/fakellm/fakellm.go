@@ -11,10 +11,15 @@
 //   - A chat completion says which service tier it ran at ("service_tier"): "priority",
 //     "fast", "ultrafast" or "flex" when the request asked for it (the models after
 //     GPT-5.6 answer the priority tier's new name, "fast"), "default" otherwise.
+//   - The Gemini API says the tier it served in the X-Gemini-Service-Tier header and
+//     its usage's serviceTier ("priority" when the request's service_tier or
+//     serviceTier asked for it, else "standard"); Vertex AI in its usage's trafficType (ON_DEMAND_PRIORITY when the
+//     X-Vertex-AI-LLM-Shared-Request-Type header asked for priority, else ON_DEMAND).
 //   - OpenAI answers a model with its dated snapshot when Server.Snapshots says so
 //     ("gpt-4o-mini" answered as "gpt-4o-mini-2024-07-18").
 //   - An Anthropic stream reports input tokens in message_start and output tokens in
-//     message_delta.
+//     message_delta. A request that asks for a speed ("speed": "fast", its fast mode)
+//     is answered with the speed in its usage (message_start's, streamed).
 //   - OpenAI's Responses API (POST /v1/responses) answers a response object with its
 //     usage (input_tokens, cached in input_tokens_details, output_tokens) or, streamed,
 //     the typed events a client reads (response.created, output_text deltas, ...,
@@ -218,6 +223,13 @@ type request struct {
 	// ServiceTier is OpenAI's service_tier: a chat completion answers priority (fast,
 	// ultrafast, flex) when asked, default otherwise.
 	ServiceTier string `json:"service_tier"`
+	// Speed is Anthropic's speed: its answer's usage says the speed it ran at (in
+	// message_start's, streamed), "fast" when asked for fast.
+	Speed string `json:"speed"`
+	// ServiceTierCamel is the Gemini API's service tier as its JSON names it
+	// ("serviceTier"; "service_tier" is read too): "priority" is answered so in the
+	// X-Gemini-Service-Tier header.
+	ServiceTierCamel string `json:"serviceTier"`
 	// StreamFormat: a speech request's "sse" (gpt-4o-mini-tts) asks for events.
 	StreamFormat string `json:"stream_format"`
 	// ResponseFormat: a speech request's audio container (a string; mp3 when not
@@ -345,7 +357,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if geminiAPI {
-		geminiAnswer(ew, c.API, model, u, r.URL.Query().Get("alt") == "sse")
+		var tierField string
+		if vertexAPI != "" {
+			// Vertex AI says the tier it served in the usage's trafficType: its priority
+			// tier when the request's header asked for it.
+			traffic := "ON_DEMAND"
+			if strings.EqualFold(r.Header.Get("X-Vertex-AI-LLM-Shared-Request-Type"), "priority") {
+				traffic = "ON_DEMAND_PRIORITY"
+			}
+			tierField = fmt.Sprintf(`"trafficType":%q`, traffic)
+		} else if c.API != GeminiCountTokens {
+			// The Gemini API says it in a header and in the usage's serviceTier.
+			tier := "standard"
+			if req.ServiceTier == "priority" || req.ServiceTierCamel == "priority" {
+				tier = "priority"
+			}
+			w.Header().Set("X-Gemini-Service-Tier", tier)
+			tierField = fmt.Sprintf(`"serviceTier":%q`, tier)
+		}
+		geminiAnswer(ew, c.API, model, u, r.URL.Query().Get("alt") == "sse", tierField)
 		return
 	}
 	if strings.HasPrefix(c.API, "bedrock.") {
@@ -413,11 +443,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Request-Id", fmt.Sprintf("req_fake%06d", n))
 	if !c.Stream {
 		ew.start("application/json", http.StatusOK)
-		ew.write(anthropicJSON(id, model, u))
+		ew.write(anthropicJSON(id, model, u, req.Speed))
 		return
 	}
 	ew.start("text/event-stream; charset=utf-8", http.StatusOK)
-	anthropicStream(ew, id, model, u)
+	anthropicStream(ew, id, model, u, req.Speed)
 }
 
 // azureDeployment is the deployment an Azure OpenAI chat-completions path names
@@ -645,9 +675,6 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"text":%q,"usage":%s}`, Text, usage)
 }
 
-// geminiAnswer answers a Gemini call: a token count, a whole answer, or a stream of one
-// chunk per word whose last gives the finishReason, as events when sse (alt=sse), else as
-// the elements of a JSON array.
 // geminiModalities is a *TokensDetails list: the modalities counted, 0 left out.
 func geminiModalities(text, audio int64) string {
 	var entries []string
@@ -660,7 +687,11 @@ func geminiModalities(text, audio int64) string {
 	return "[" + strings.Join(entries, ",") + "]"
 }
 
-func geminiAnswer(ew *eventWriter, api, model string, u Usage, sse bool) {
+// geminiAnswer answers a Gemini call: a token count, a whole answer, or a stream of one
+// chunk per word whose last gives the finishReason, as events when sse (alt=sse), else as
+// the elements of a JSON array. Its usage has tierField, the field that says the tier it
+// ran at, unless it is "".
+func geminiAnswer(ew *eventWriter, api, model string, u Usage, sse bool, tierField string) {
 	if api == GeminiCountTokens {
 		ew.start("application/json", http.StatusOK)
 		ew.write(fmt.Sprintf(`{"totalTokens":%d}`, u.InputTokens))
@@ -683,6 +714,9 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage, sse bool) {
 		fmt.Fprintf(&b, `,"promptTokensDetails":%s`, geminiModalities(u.InputTokens-u.AudioInputTokens, u.AudioInputTokens))
 		if final {
 			fmt.Fprintf(&b, `,"candidatesTokensDetails":%s`, geminiModalities(u.OutputTokens-thoughts-u.AudioOutputTokens, u.AudioOutputTokens))
+		}
+		if tierField != "" {
+			b.WriteString("," + tierField)
 		}
 		fmt.Fprintf(&b, `,"totalTokenCount":%d}`, total)
 		return b.String()
@@ -863,9 +897,22 @@ func searchCalls(u Usage) string {
 	return b.String()
 }
 
-func anthropicJSON(id, model string, u Usage) string {
-	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s%s"output_tokens":%d,"service_tier":"standard"}}`,
-		id, model, Text, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), serverToolUse(u), u.OutputTokens)
+func anthropicJSON(id, model string, u Usage, speed string) string {
+	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s%s"output_tokens":%d,"service_tier":"standard"%s}}`,
+		id, model, Text, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), serverToolUse(u), u.OutputTokens, speedField(speed))
+}
+
+// speedField is the usage's speed field, with its leading comma, of a request that
+// asked for a speed ("" for one that did not): "fast" when it asked for fast, else
+// "standard".
+func speedField(asked string) string {
+	switch asked {
+	case "":
+		return ""
+	case "fast":
+		return `,"speed":"fast"`
+	}
+	return `,"speed":"standard"`
 }
 
 // serverToolUse is Anthropic's server_tool_use object and a comma, when the request made
@@ -886,10 +933,10 @@ func cacheCreation(u Usage) string {
 
 // anthropicStream sends the messages stream: message_start (input usage), a text
 // block of one delta per word, message_delta (output usage), message_stop.
-func anthropicStream(ew *eventWriter, id, model string, u Usage) {
+func anthropicStream(ew *eventWriter, id, model string, u Usage, speed string) {
 	event := func(name, data string) { ew.write("event: " + name + "\ndata: " + data + "\n\n") }
-	event("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":%q,"type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s"output_tokens":1,"service_tier":"standard"}}}`,
-		id, model, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u)))
+	event("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":%q,"type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s"output_tokens":1,"service_tier":"standard"%s}}}`,
+		id, model, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), speedField(speed)))
 	event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
 	event("ping", `{"type": "ping"}`)
 	for _, w := range words() {

@@ -6,7 +6,14 @@ import { run, settings } from './report.mjs';
 
 const s = settings();
 const client = new Anthropic({ baseURL: s.baseURL, apiKey: s.apiKey });
-const request = { model: s.model, max_tokens: 256, messages: [{ role: 'user', content: 'How are tolls paid?' }] };
+// 'fast' and 'fast-stream' ask for Anthropic's fast mode, as its docs call it: the beta
+// client, the fast-mode beta and "speed": "fast".
+const fast = s.scenario === 'fast' || s.scenario === 'fast-stream';
+const messages = fast ? client.beta.messages : client.messages;
+const request = {
+  model: s.model, max_tokens: 256, messages: [{ role: 'user', content: 'How are tolls paid?' }],
+  ...(fast ? { speed: 'fast', betas: ['fast-mode-2026-02-01'] } : {}),
+};
 
 await run('@anthropic-ai/sdk', s.scenario, async () => {
   if (s.scenario === 'count') {
@@ -14,12 +21,12 @@ await run('@anthropic-ai/sdk', s.scenario, async () => {
     const res = await client.messages.countTokens({ model: s.model, messages: request.messages });
     return { text: '', model: null, usage: res, chunks: 1 };
   }
-  if (s.scenario === 'json') {
-    const res = await client.messages.create(request);
+  if (s.scenario === 'json' || s.scenario === 'fast') {
+    const res = await messages.create(request);
     const text = res.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
     return { text, model: res.model, usage: res.usage ?? null, chunks: 1 };
   }
-  const stream = await client.messages.create({ ...request, stream: true });
+  const stream = await messages.create({ ...request, stream: true });
   let text = '';
   let model = null;
   const usage = {};

@@ -2,8 +2,9 @@
 // defaults: its key in x-goog-api-key (here the member's Tollgate key), the base URL at
 // the gateway. Scenarios: "json" (generateContent), "stream" (generateContentStream,
 // server-sent events), "search" and "search-stream" (the same with Grounding with Google
-// Search; searches is how many queries the answer lists) and "count" (countTokens, which
-// Google does not charge). See report.mjs for the settings.
+// Search; searches is how many queries the answer lists), "priority" and
+// "priority-stream" (the same at Google's priority inference: config.serviceTier) and
+// "count" (countTokens, which Google does not charge). See report.mjs for the settings.
 import { GoogleGenAI } from '@google/genai';
 import { run, settings } from './report.mjs';
 
@@ -17,13 +18,14 @@ await run('@google/genai', s.scenario, async () => {
     return { text: '', model: null, usage: { totalTokens: res.totalTokens }, chunks: 1 };
   }
   const search = s.scenario === 'search' || s.scenario === 'search-stream';
-  const config = search ? { tools: [{ googleSearch: {} }] } : undefined;
+  const priority = s.scenario === 'priority' || s.scenario === 'priority-stream';
+  const config = search ? { tools: [{ googleSearch: {} }] } : priority ? { serviceTier: 'priority' } : undefined;
   const searchesIn = (res) => res?.candidates?.[0]?.groundingMetadata?.webSearchQueries?.length ?? 0;
-  if (s.scenario === 'json' || s.scenario === 'search') {
+  if (s.scenario === 'json' || s.scenario === 'search' || s.scenario === 'priority') {
     const res = await ai.models.generateContent({ model: s.model, contents, config });
     return { text: res.text ?? '', model: res.modelVersion ?? null, usage: res.usageMetadata ?? null, chunks: 1, searches: searchesIn(res) };
   }
-  if (s.scenario !== 'stream' && s.scenario !== 'search-stream') throw new Error(`"${s.scenario}" is not a Gemini scenario`);
+  if (s.scenario !== 'stream' && s.scenario !== 'search-stream' && s.scenario !== 'priority-stream') throw new Error(`"${s.scenario}" is not a Gemini scenario`);
   let text = '';
   let model = null;
   let usage = null;

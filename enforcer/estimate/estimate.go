@@ -92,10 +92,12 @@ type Request struct {
 	// background: the answer comes before the generation, without its usage;
 	// requestbody.Deferred).
 	Background bool
-	// Priority is a top-level "service_tier" of pricecatalog.PriorityTiers (OpenAI: the
-	// request asks to run at the priority tier or faster still, dearer than the
-	// standard prices; enforcer/worstcase).
-	Priority bool
+	// ServiceTier is the tier a top-level "service_tier" (or "serviceTier", Gemini's
+	// camel case) asks for (pricecatalog.TierNamed: OpenAI's "priority", "fast" or
+	// "ultrafast", Gemini's "priority"), Speed the one a
+	// top-level "speed" asks for (Anthropic's fast mode, "fast"): dearer than the
+	// standard prices (enforcer/worstcase; AskedTier).
+	ServiceTier, Speed pricecatalog.Tier
 	// Regional is not the body's: the front door sets it when the request's path goes to
 	// a cloud's regional endpoint (requestbody.RegionalEndpoint), where some models cost
 	// more (enforcer/worstcase).
@@ -131,11 +133,24 @@ const maxCap = 1 << 53
 // ErrNotObject is returned for a body that is not one JSON object.
 var ErrNotObject = errors.New("estimate: the body is not a JSON object")
 
+// AskedTier is the dearest tier the request asks for.
+func (r Request) AskedTier() pricecatalog.Tier { return max(r.ServiceTier, r.Speed) }
+
+// allTierNames are the names a "service_tier" may ask a dear tier by; speedNames those
+// of Anthropic's "speed" (its fast mode).
+var (
+	allTierNames = pricecatalog.TierNames[:]
+	speedNames   = []struct {
+		Name string
+		Tier pricecatalog.Tier
+	}{{"fast", pricecatalog.Fast}}
+)
+
 // skipValue are keys whose string value names something rather than carrying text.
 var skipValue = map[string]bool{
 	"model": true, "role": true, "type": true, "id": true, "tool_call_id": true, "call_id": true,
 	"media_type": true, "mime_type": true, "detail": true, "format": true, "file_id": true,
-	"encoding_format": true, "service_tier": true, "reasoning_effort": true, "user": true,
+	"encoding_format": true, "service_tier": true, "serviceTier": true, "speed": true, "reasoning_effort": true, "user": true,
 	"previous_response_id": true, "tool_choice": true, "cache_control": true, "status": true,
 }
 
@@ -212,19 +227,11 @@ func Input(body []byte) (Request, error) {
 			// The last one counts, as encoding/json reads a repeated key.
 			r.Background = bytes.HasPrefix(body[i:], []byte("true"))
 			i = w.value(i, skipped)
-		case jsonscan.KeyIs(key, "service_tier"):
-			// The last one counts; a string of pricecatalog.PriorityTiers (escaped or
-			// not), as the API takes it.
-			r.Priority = false
-			if body[i] == '"' {
-				end := jsonscan.SkipString(body, i)
-				for _, name := range pricecatalog.PriorityTiers {
-					r.Priority = r.Priority || jsonscan.KeyIs(body[i:end], name)
-				}
-				i = end
-			} else {
-				i = w.value(i, skipped)
-			}
+		case jsonscan.KeyIs(key, "service_tier"), jsonscan.KeyIs(key, "serviceTier"):
+			// serviceTier: the Gemini API's JSON name of it (its SDK sends that).
+			r.ServiceTier, i = w.tier(i, allTierNames)
+		case jsonscan.KeyIs(key, "speed"):
+			r.Speed, i = w.tier(i, speedNames)
 		default:
 			if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
 				r.Messages++
@@ -287,6 +294,25 @@ type walker struct {
 	b   []byte
 	r   Request
 	bad bool
+}
+
+// tier reads the tier the value at b[i] names among names: a string (escaped or
+// not, as the API takes it), else Standard. Of a repeated key the last one counts, as
+// encoding/json reads it.
+func (w *walker) tier(i int, names []struct {
+	Name string
+	Tier pricecatalog.Tier
+}) (pricecatalog.Tier, int) {
+	if w.b[i] != '"' {
+		return pricecatalog.Standard, w.value(i, skipped)
+	}
+	end := jsonscan.SkipString(w.b, i)
+	for _, n := range names {
+		if jsonscan.KeyIs(w.b[i:end], n.Name) {
+			return n.Tier, end
+		}
+	}
+	return pricecatalog.Standard, end
 }
 
 // value reads the value at b[i] and returns the index just after it.

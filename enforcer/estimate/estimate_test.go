@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -197,6 +196,7 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"service_tier":"priority","service_tier":"pri\u006frity","messages":[],"service_tier":{"a":"priority"}}`,
 		`{"service_tier":"flex","service_tier":"pri\u006frity","messages":[{"content":"x"}]}`,
 		`{"service_tier":"fast","messages":[]}`, `{"service_tier":"ultr\u0061fast"}`, `{"service_tier":"fast","service_tier":"faster"}`,
+		`{"serviceTier":"priority","service_tier":"standard","serviceTier":"fast"}`, `{"speed":"fast","messages":[]}`, `{"speed":"f\u0061st","speed":"standard","speed":"fast"}`, `{"speed":"ultrafast","service_tier":"standard_only"}`, `{"speed":["fast"]}`,
 		`{"tools":[{"type":"web_search_20250305","max_uses":3,"type":"x"},{"googleSearch":{}},{"type":"web_search","max_uses":1e2}],"t\u006fols":[1]}`,
 		`{"generationConfig":{"maxOutputTokens":8e2,"stopSequences":["end"],"max_output_tokens":9},"generati\u006fnConfig":{"maxOutputTokens":1.5},"inferenceConfig":{"maxTokens":70,"maxTokens":"90"},"generation_config":[1]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
@@ -266,13 +266,20 @@ func decoderInput(body []byte) (Request, error) {
 				}
 			}
 			continue
-		case "service_tier":
+		case "service_tier", "serviceTier", "speed":
 			v, err := dec.Token()
 			if err != nil {
 				return Request{}, ErrNotObject
 			}
 			name, _ := v.(string)
-			r.Priority = slices.Contains(pricecatalog.PriorityTiers[:], name)
+			if key == "speed" {
+				r.Speed = pricecatalog.Standard
+				if name == "fast" {
+					r.Speed = pricecatalog.Fast
+				}
+			} else {
+				r.ServiceTier = pricecatalog.TierNamed(name)
+			}
 			if d, ok := v.(json.Delim); ok {
 				if err := w.skip(d); err != nil {
 					return Request{}, ErrNotObject
@@ -546,6 +553,36 @@ func TestMaxToolCalls(t *testing.T) {
 		}
 		if ref, err := decoderInput([]byte(body)); err != nil || ref.MaxToolCalls != want {
 			t.Errorf("%s: the reference reads %d (%v)", body, ref.MaxToolCalls, err)
+		}
+	}
+}
+
+// A request asks for a dearer speed tier by OpenAI's (and Gemini's) top-level
+// "service_tier" or Anthropic's top-level "speed"; the last of a repeated key counts, an
+// escaped name is the name, and anything else is the standard tier.
+func TestAskedTier(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want pricecatalog.Tier
+	}{
+		{`{"service_tier":"priority"}`, pricecatalog.Fast},
+		{`{"service_tier":"fast"}`, pricecatalog.Fast},
+		{`{"service_tier":"ultr\u0061fast"}`, pricecatalog.Ultrafast},
+		{`{"service_tier":"ultrafast","service_tier":"default"}`, pricecatalog.Standard},
+		{`{"service_tier":"flex"}`, pricecatalog.Standard},
+		{`{"service_tier":["priority"]}`, pricecatalog.Standard},
+		{`{"speed":"fast"}`, pricecatalog.Fast},
+		{`{"speed":"fast","speed":"standard"}`, pricecatalog.Standard},
+		{`{"speed":"ultrafast"}`, pricecatalog.Standard}, // no speed of Anthropic's
+		{`{"speed":"fast","service_tier":"ultrafast"}`, pricecatalog.Ultrafast},
+		{`{"service_tier":"auto","speed":"fast"}`, pricecatalog.Fast},
+		{`{"metadata":{"speed":"fast","service_tier":"priority"}}`, pricecatalog.Standard},
+		{`{"serviceTier":"priority","contents":[]}`, pricecatalog.Fast}, // the Gemini SDK's
+		{`{"serviceTier":"priority","service_tier":"flex"}`, pricecatalog.Standard},
+	} {
+		r, err := Input([]byte(tc.body))
+		if err != nil || r.AskedTier() != tc.want {
+			t.Errorf("%s: %v %v, want %v", tc.body, r.AskedTier(), err, tc.want)
 		}
 	}
 }

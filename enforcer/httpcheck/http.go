@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
@@ -113,9 +114,12 @@ type settleBody struct {
 	// Estimated says the token counts are the reporter's estimates, not the upstream's
 	// report: the receipt's cost basis is then "estimate".
 	Estimated *bool `json:"estimated"`
-	// PriorityTier says the upstream ran the request at its priority service tier
-	// (OpenAI's service_tier "priority"): priced tokens are charged
-	// pricecatalog.PriorityMultiplier times.
+	// ServiceTier is the speed tier the upstream ran the request at, dearer than the
+	// standard prices: "fast" (OpenAI's "priority" or "fast", Anthropic's fast mode) or
+	// "ultrafast" (OpenAI's); "" or absent for standard. Priced tokens are charged the
+	// model's percent of the tier (pricecatalog.Entry.TierPercent).
+	ServiceTier *string `json:"serviceTier"`
+	// PriorityTier true, without serviceTier, is "fast" (its name before serviceTier).
 	PriorityTier *bool `json:"priorityTier"`
 	// RegionalEndpoint says the request went to a cloud's regional endpoint (Amazon
 	// Bedrock in-region or geographic inference, a Vertex AI region), where a model with
@@ -178,6 +182,15 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	if in.Model != nil && len(*in.Model) > 256 {
 		probs = append(probs, problem{"model must be at most 256 characters", []any{"model"}})
 	}
+	tier := pricecatalog.Standard
+	if in.ServiceTier != nil {
+		var ok bool
+		if tier, ok = pricecatalog.ParseTier(*in.ServiceTier); !ok {
+			probs = append(probs, problem{`serviceTier must be "", "fast" or "ultrafast"`, []any{"serviceTier"}})
+		}
+	} else if in.PriorityTier != nil && *in.PriorityTier {
+		tier = pricecatalog.Fast
+	}
 	if len(probs) > 0 {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "details": probs})
 		return
@@ -209,7 +222,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		// Estimated counts are never a complete report.
 		u.Estimated, u.Complete = true, false
 	}
-	u.Priority = in.PriorityTier != nil && *in.PriorityTier
+	u.Tier = tier
 	u.Regional = in.RegionalEndpoint != nil && *in.RegionalEndpoint
 
 	done := make(chan settleq.Result, 1)

@@ -103,7 +103,8 @@ func TestHTTPSettle(t *testing.T) {
 			`{"requestId":"` + reqID + `","audioInputMillis":-1}`, `{"requestId":"` + reqID + `","cacheCreationOneHourInputTokens":-1}`,
 			`{"requestId":"` + reqID + `","audioInputMillis":1.5}`, `{"requestId":"` + reqID + `","webSearchRequests":-1}`,
 			`{"requestId":"` + reqID + `","fileSearchCalls":-2}`, `{"requestId":"` + reqID + `","audioInputTokens":-1}`,
-			`{"requestId":"` + reqID + `","audioOutputTokens":-3}`, `{"requestId":"` + reqID + `","cachedAudioInputTokens":-4}`} {
+			`{"requestId":"` + reqID + `","audioOutputTokens":-3}`, `{"requestId":"` + reqID + `","cachedAudioInputTokens":-4}`,
+			`{"requestId":"` + reqID + `","serviceTier":"priority"}`, `{"requestId":"` + reqID + `","serviceTier":true}`} {
 			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
 				t.Fatalf("%s: %d %v", bad, code, out)
 			}
@@ -157,8 +158,22 @@ func TestHTTPSettle(t *testing.T) {
 		name, fields string
 		reached      func(*internalv1.SettleItem) bool
 	}{
-		{"a priority-tier report", `"model":"gpt-4o","inputTokens":10,"outputTokens":2,"priorityTier":true`,
-			func(it *internalv1.SettleItem) bool { return it.GetPriorityTier() }},
+		{"a priority-tier report (its name before serviceTier): fast", `"model":"gpt-4o","inputTokens":10,"outputTokens":2,"priorityTier":true`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetPriorityTier() && it.GetServiceTier() == internalv1.ServiceTier_SERVICE_TIER_FAST
+			}},
+		{"a fast-tier report", `"model":"claude-opus-5","inputTokens":10,"outputTokens":2,"serviceTier":"fast"`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetPriorityTier() && it.GetServiceTier() == internalv1.ServiceTier_SERVICE_TIER_FAST
+			}},
+		{"an ultrafast-tier report", `"model":"gpt-6-astra","inputTokens":10,"outputTokens":2,"serviceTier":"ultrafast","priorityTier":false`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetPriorityTier() && it.GetServiceTier() == internalv1.ServiceTier_SERVICE_TIER_ULTRAFAST
+			}},
+		{"the standard tier, said", `"model":"gpt-4o","inputTokens":10,"outputTokens":2,"serviceTier":""`,
+			func(it *internalv1.SettleItem) bool {
+				return !it.GetPriorityTier() && it.GetServiceTier() == internalv1.ServiceTier_SERVICE_TIER_UNSPECIFIED
+			}},
 		{"a regional endpoint's report", `"model":"claude-sonnet-4-5","inputTokens":10,"outputTokens":2,"regionalEndpoint":true`,
 			func(it *internalv1.SettleItem) bool { return it.GetRegionalEndpoint() }},
 		{"audio billed by duration", `"model":"whisper-1","audioInputMillis":9500`,

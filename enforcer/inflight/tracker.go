@@ -98,9 +98,9 @@ type Usage struct {
 	Seen *Seen
 	// Estimated marks counts that are themselves estimates (POST /settle's "estimated").
 	Estimated bool
-	// Priority: the upstream ran the request at its priority service tier, dearer than
-	// the catalog's standard prices (responseusage.Usage.Priority).
-	Priority bool
+	// Tier is the speed tier the upstream ran the request at, dearer than the catalog's
+	// standard prices (responseusage.Usage.Tier).
+	Tier pricecatalog.Tier
 	// Regional: the request went to a cloud's regional endpoint (POST /settle's
 	// "regionalEndpoint"; the front doors' requests say it in RecordRequest).
 	Regional bool
@@ -121,7 +121,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 	}
 	return Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
 		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens, CacheCreation1hTokens: got.CacheCreation1hInputTokens,
-		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Priority: got.Priority,
+		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier,
 		AudioInputTokens: reported(got.AudioInputTokens, got.AudioInputReported), AudioOutputTokens: reported(got.AudioOutputTokens, got.AudioOutputReported),
 		CachedAudioInputTokens: reported(got.CachedAudioInputTokens, got.CachedAudioInputReported),
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
@@ -388,7 +388,8 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		FinishedAtUnixMs:                t.clk.Now().UnixMilli(),
 		UpstreamStatus:                  u.UpstreamStatus,
 		UsageEstimated:                  u.Estimated,
-		PriorityTier:                    u.Priority,
+		PriorityTier:                    u.Tier != pricecatalog.Standard,
+		ServiceTier:                     serviceTiers[u.Tier],
 		RegionalEndpoint:                u.Regional,
 	}
 	var res *settleq.Reservation
@@ -544,4 +545,11 @@ func (t *Tracker) SettleAll(ctx context.Context) (settled, left int) {
 		}
 	}
 	return settled, left
+}
+
+// serviceTiers is each speed tier as the internal API says it.
+var serviceTiers = [...]internalv1.ServiceTier{
+	pricecatalog.Standard:  internalv1.ServiceTier_SERVICE_TIER_UNSPECIFIED,
+	pricecatalog.Fast:      internalv1.ServiceTier_SERVICE_TIER_FAST,
+	pricecatalog.Ultrafast: internalv1.ServiceTier_SERVICE_TIER_ULTRAFAST,
 }

@@ -99,9 +99,20 @@
 //     it does not read). Never Complete: the settlement counts the duration as
 //     estimated output tokens (enforcer/inflight).
 //
-// OpenAI's top-level "service_tier" (a chat document's, a Responses object's, a
-// Responses event's response.service_tier) sets Priority when it is "priority" in any
-// document of the shape: the request ran at the dearer priority tier.
+// The speed tier a request ran at (Usage.Tier, dearer than the catalog's standard
+// prices) is read where each provider says it, any document of the shape saying so
+// being enough:
+//   - OpenAI's top-level "service_tier" (a chat document's, a Responses object's, a
+//     Responses event's response.service_tier): "priority" and "fast" are the fast
+//     tier, "ultrafast" the ultrafast one;
+//   - Anthropic's usage.speed (a message's, message_start's message.usage,
+//     message_delta's usage) "fast": its fast mode. A usage's speed never overrides a
+//     service_tier of the same object. Anthropic's usage.service_tier "priority" (its
+//     Priority Tier, a capacity commitment without a per-token surcharge) is not read;
+//   - Gemini's usageMetadata.trafficType ON_DEMAND_PRIORITY (Vertex AI) or
+//     usageMetadata.serviceTier "priority" (the Gemini API), and the Gemini API's
+//     response header X-Gemini-Service-Tier "priority" (HeaderGeminiServiceTier),
+//     whatever the body.
 //
 // A body without usage (an error body, a stream without include_usage) gives
 // a Usage that is not Complete; Format still names the shape when it was

@@ -87,6 +87,10 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"usageMetadata":{"promptTokenCount":9,"cachedContentTokenCount":6,"cacheTokensDetails":[{"tokenCount":7,"modality":"AUDIO"},{"modality":"AUDIO","tokenCount":5},{"modality":"TEXT","tokenCount":1}],"cacheTokensDetails":{"modality":"AUDIO"}},"usage":{"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":3}]},"message":{"usage":{"cacheTokensDetails":[{"modality":"AUDIO","tokenCount":8}]}}}`,
 		`{"usage":{"cost":1.5e-7,"cost":0.0000100,"cost":-1,"cost":"2","prompt_tokens":1},"message":{"usage":{"cost":12E1}},"response":{"usage":{"cost":0.000000000000000000000000000000001}}}`,
 		`{"object":"response","output":[{"type":"web_search_call","type":"web_\u0073earch_call","action":{"type":"web_search_call"}},{"type":"message"},["x"]],"output":[{"type":"web_search_call"}],"usage":{"input_tokens":1,"output_tokens":2}}`,
+		`{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"speed":"fast","speed":"f\u0061st","service_tier":"priority"},"message":{"usage":{"speed":"fast"},"service_tier":"x"},"usage":{"speed":null}}`,
+		`{"usage":{"speed":"fast"},"object":"chat.completion","service_tier":"default","usage":{"speed":"fast","prompt_tokens":1}}`,
+		`{"usageMetadata":{"trafficType":"ON_DEMAND_PRIORITY","promptTokenCount":1,"trafficType":"ON_DEMAND_PRIORITY_AND_MORE_THAN_THIRTY_TWO_BYTES"},"usage":{"trafficType":"ON_DEMAND_PRIORITY"},"message":{"usage":{"trafficType":"ON_DEMAND_PRIORITY"}}}`,
+		`{"usageMetadata":{"serviceTier":"priority","trafficType":"ON_DEMAND"},"usageMetadata":{"serviceTier":"pri\u006frity"},"serviceTier":"priority"}`,
 	} {
 		f.Add([]byte(s), uint64(7))
 	}

@@ -52,8 +52,9 @@ type accumulator struct {
 	fam   family
 	shape uint8
 	final bool // the shape's final usage report was seen
-	// priority: an OpenAI document of the shape said service_tier "priority".
-	priority bool
+	// tier: the dearest speed tier a document of the shape said the request ran at
+	// (notePriority).
+	tier pricecatalog.Tier
 	// hasCost: a document's usage reported the cost (OpenRouter's usage.cost), the
 	// largest of a stream's in cost, micro-USD, whatever the shape.
 	hasCost bool
@@ -79,7 +80,7 @@ func (a *accumulator) switchTo(f family) {
 		a.model.reset()
 		a.u = usageFields{}
 		a.final = false
-		a.priority = false
+		a.tier = pricecatalog.Standard
 		a.fileSearches = 0
 		a.hasCachedAudio, a.cachedAudio = false, 0
 	}
@@ -318,15 +319,28 @@ func (a *accumulator) noteCost(d *docFields) {
 	}
 }
 
-// notePriority keeps whether an OpenAI document (chat, Responses) said it ran at the
-// priority tier or faster (pricecatalog.PriorityTiers): any one of a stream's saying so
-// is enough.
+// notePriority keeps the dearest speed tier a document said the request ran at: an
+// OpenAI document's (chat, Responses) service_tier of pricecatalog.TierNames, an
+// Anthropic one's usage.speed "fast", a Gemini one's usageMetadata.trafficType
+// ON_DEMAND_PRIORITY (Vertex AI) or serviceTier "priority" (the Gemini API). Any one of a
+// stream's saying so is enough.
 func (a *accumulator) notePriority(d *docFields, root int) {
-	if a.fam != famChat && a.fam != famResponses {
-		return
-	}
-	for _, name := range pricecatalog.PriorityTiers {
-		a.priority = a.priority || d.tier[root].is(name)
+	tier := &d.tier[root]
+	switch a.fam {
+	case famChat, famResponses:
+		for _, n := range pricecatalog.TierNames {
+			if tier.is(n.Name) {
+				a.tier = max(a.tier, n.Tier)
+			}
+		}
+	case famAnthropic:
+		if tier.is("fast") {
+			a.tier = max(a.tier, pricecatalog.Fast)
+		}
+	case famGemini:
+		if d.priorityTraffic {
+			a.tier = max(a.tier, pricecatalog.Fast)
+		}
 	}
 }
 
@@ -354,7 +368,7 @@ func (a *accumulator) fill(u *Usage) {
 	if a.fam == famNone {
 		return
 	}
-	u.Priority = a.priority
+	u.Tier = a.tier
 	u.Format = formats[a.shape][a.fam]
 	if a.model.ok {
 		u.Model = string(a.model.b)

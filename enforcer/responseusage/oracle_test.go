@@ -445,6 +445,8 @@ func oracleDoc(v any, modelLimit int) *docFields {
 		}
 	}
 	str(&d.model[rootTop], m, "model")
+	oracleSpeed(&d.tier[rootTop], [][]member{m})
+	d.priorityTraffic = oracleTraffic(m)
 	str(&d.tier[rootTop], m, "service_tier")
 	d.cost, d.hasCost = oracleCost(m)
 	var converse bool
@@ -468,6 +470,7 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	}{{rootMessage, "message"}, {rootResponse, "response"}} {
 		// The model is that of the last occurrence of the root; the counts
 		// are merged from all of them.
+		oracleSpeed(&d.tier[root.r], all(m, root.key))
 		if sub, ok := last(m, root.key); ok {
 			if sub, ok := sub.([]member); ok {
 				str(&d.model[root.r], sub, "model")
@@ -481,6 +484,49 @@ func oracleDoc(v any, modelLimit int) *docFields {
 		}
 	}
 	return d
+}
+
+// oracleSpeed sets c to the last usage.speed of the objects of a root (Anthropic's
+// fast mode; a value that is no string clears it), when none of them has a service_tier,
+// which is read instead.
+func oracleSpeed(c *capture, objs [][]member) {
+	for _, obj := range objs {
+		if _, ok := last(obj, "service_tier"); ok {
+			return
+		}
+	}
+	for _, obj := range objs {
+		for _, u := range all(obj, "usage") {
+			for _, f := range u {
+				if f.key != "speed" {
+					continue
+				}
+				c.reset()
+				if s, ok := f.val.(string); ok {
+					c.set(s)
+				}
+			}
+		}
+	}
+}
+
+// oracleTraffic says whether the last trafficType or serviceTier of a top-level usage
+// (Gemini's usageMetadata) is ON_DEMAND_PRIORITY or "priority".
+func oracleTraffic(m []member) bool {
+	priority := false
+	for _, mm := range m {
+		u, ok := mm.val.([]member)
+		if !ok || (mm.key != "usage" && mm.key != "usageMetadata") {
+			continue
+		}
+		for _, f := range u {
+			if f.key == "trafficType" || f.key == "serviceTier" {
+				s, _ := f.val.(string)
+				priority = s == "ON_DEMAND_PRIORITY" || s == "priority"
+			}
+		}
+	}
+	return priority
 }
 
 // oracleFor is the reference reading of a test case's body: an event stream's when its

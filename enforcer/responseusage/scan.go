@@ -30,7 +30,7 @@ const (
 	maxKeyBytes    = 32 // longer keys are none of ours
 	maxSmallBytes  = 64 // longest "type" value kept (response.code_interpreter_call_code.delta)
 	maxObjectBytes = 32 // longest "object" value kept (chat.completion.chunk is the longest compared)
-	maxTierBytes   = 9  // longest service_tier value kept (priority, ultrafast, default, flex)
+	maxTierBytes   = 9  // longest service_tier or speed value kept (priority, ultrafast, default, flex, fast)
 )
 
 // Key ids of the object keys we look for.
@@ -58,6 +58,8 @@ const (
 	kOutputModalities  // Gemini: usageMetadata.candidatesTokensDetails[]
 	kCacheModalities   // Gemini: usageMetadata.cacheTokensDetails[] (the cached content's)
 	kModality          // Gemini: a *TokensDetails[] entry's modality
+	kTrafficType       // Vertex AI: usageMetadata.trafficType (ON_DEMAND_PRIORITY: its priority tier)
+	kGeminiTier        // the Gemini API: usageMetadata.serviceTier ("priority")
 	kTokenCount        // Gemini: a *TokensDetails[] entry's tokenCount
 	// Amazon Bedrock's Converse usage (camelCase), read into Anthropic's counts:
 	// inputTokens (without the cache), outputTokens, cacheReadInputTokens,
@@ -88,6 +90,7 @@ const (
 	kParts        // Gemini: candidates[].content.parts[]
 	kFinishReason // Gemini: candidates[].finishReason
 	kServiceTier  // OpenAI: service_tier (the processing tier the request ran at)
+	kSpeed        // Anthropic: usage.speed (its fast mode)
 	kGrounding    // Gemini: candidates[].groundingMetadata
 	kSearchQuery  // Gemini: candidates[].groundingMetadata.webSearchQueries
 	kTok0         // kTok0+tok for the counts tokPrompt..tokAudioSeconds
@@ -203,6 +206,8 @@ func keyID(b []byte) uint8 {
 		return kFinishReason
 	case "service_tier":
 		return kServiceTier
+	case "speed":
+		return kSpeed
 	case "groundingMetadata":
 		return kGrounding
 	case "webSearchQueries":
@@ -243,6 +248,10 @@ func keyID(b []byte) uint8 {
 		return kCacheModalities
 	case "modality":
 		return kModality
+	case "trafficType":
+		return kTrafficType
+	case "serviceTier":
+		return kGeminiTier
 	case "tokenCount":
 		return kTokenCount
 	case "inputTokens":
@@ -305,7 +314,10 @@ type docFields struct {
 	typ, object capture
 	model       [nRoot]capture
 	// tier is OpenAI's service_tier of root: the top level (chat, a Responses object)
-	// or a Responses event's response.
+	// or a Responses event's response; or, where the document has no service_tier of
+	// root (tierSeen), Anthropic's usage.speed of root: the top level (a message, a
+	// message_delta event) or a message_start event's message. Of each, the last
+	// occurrence wins.
 	tier  [nRoot]capture
 	usage [nRoot]usageFields
 	// text counts the output text at the text paths (textTarget), delta
@@ -322,6 +334,14 @@ type docFields struct {
 	hasCost bool
 	// hasCachedAudio: see cachedAudio. With the other flags, it takes no word of its own.
 	hasCachedAudio bool
+	// tierSeen has bit 1<<root set once a service_tier of root began: a usage.speed
+	// of root no longer goes to tier (the one speaks for OpenAI, the other for
+	// Anthropic, and no document is both).
+	tierSeen uint8
+	// priorityTraffic: Vertex AI's usageMetadata.trafficType said ON_DEMAND_PRIORITY,
+	// or the Gemini API's usageMetadata.serviceTier "priority": their priority tier (the
+	// last of the two fields counts).
+	priorityTraffic bool
 	// searches counts the web searches the document lists, which the provider bills
 	// and its usage does not count: OpenAI Responses output items of type
 	// "web_search_call" (output[] of a Responses object, response.output[] of an
@@ -353,6 +373,7 @@ func (d *docFields) reset() {
 	d.finished, d.converse, d.hasCost, d.cost = false, false, false, 0
 	d.searches, d.fileSearches = 0, 0
 	d.hasCachedAudio, d.cachedAudio = false, 0
+	d.tierSeen, d.priorityTraffic = 0, false
 }
 
 // setListAudio records the audio count a Gemini *TokensDetails list (list: its key)
@@ -495,6 +516,13 @@ const (
 	stError
 )
 
+// What a string read into the scanner's keyCap is (scanner.capFor).
+const (
+	capItemType uint8 = iota
+	capModality
+	capTraffic
+)
+
 // Targets: what the value being read means to us.
 const (
 	tgNone        uint8 = iota
@@ -507,11 +535,13 @@ const (
 	tgTok               // a count of root
 	tgFinish            // a Gemini candidate's finishReason
 	tgTier              // a service_tier string of root
+	tgSpeed             // Anthropic's usage.speed string of root (kept in tier unless a service_tier of root was seen)
 	tgItemType          // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
 	tgSearchQuery       // a Gemini search query (candidates[].groundingMetadata.webSearchQueries[])
 	tgModalities        // a Gemini *TokensDetails list (its key names the count its AUDIO entries report: setListAudio)
 	tgModEntry          // an entry of that list
 	tgModality          // an entry's modality string
+	tgTraffic           // Vertex AI's usageMetadata.trafficType, the Gemini API's usageMetadata.serviceTier
 	tgModCount          // an entry's tokenCount
 	tgConverseTok       // a count of root by a Bedrock Converse name (tok: the Anthropic count it is)
 	tgCost              // a usage's cost in USD (its number's text goes to keyCap)
@@ -546,9 +576,10 @@ type scanner struct {
 	multi  bool // a sequence of top-level values (SSE data), not exactly one
 	state  uint8
 	strKey bool // the string being read is an object key
-	// modality: the string being read into keyCap is a Gemini entry's modality
-	// (tgModality), not an output item's type (tgItemType).
-	modality   bool
+	// capFor says what the string being read into keyCap is: an output item's type
+	// (capItemType), a Gemini entry's modality (capModality) or Vertex AI's
+	// trafficType (capTraffic).
+	capFor     uint8
 	entryAudio bool // see entryCount
 	hexN       uint8
 	numOK      bool // the number so far is a non-negative integer that fits int64 (in ms mode: its milliseconds do)
@@ -980,15 +1011,17 @@ func (s *scanner) endString() bool {
 		// keyCap takes a value only at an output item's type (tgItemType).
 		if str == &s.keyCap {
 			switch {
-			case s.modality:
+			case s.capFor == capModality:
 				s.entryAudio = s.keyCap.is("AUDIO")
+			case s.capFor == capTraffic:
+				s.doc.priorityTraffic = s.keyCap.is("ON_DEMAND_PRIORITY") || s.keyCap.is("priority")
 			case s.keyCap.is("web_search_call"):
 				s.doc.countSearch()
 			case s.keyCap.is("file_search_call"):
 				s.doc.countFileSearch()
 			}
 		}
-		s.modality = false
+		s.capFor = capItemType
 	}
 	s.txt = txNone
 	return s.endValue()
@@ -1006,6 +1039,13 @@ func (s *scanner) valueStart(c byte, at int) {
 		d.model[t.root].reset()
 	case tgTier:
 		d.tier[t.root].reset()
+		d.tierSeen |= 1 << t.root
+	case tgSpeed:
+		if d.tierSeen&(1<<t.root) == 0 {
+			d.tier[t.root].reset()
+		}
+	case tgTraffic:
+		d.priorityTraffic = false // the last one counts
 	case tgType:
 		d.typ.reset()
 	case tgObject:
@@ -1037,6 +1077,10 @@ func (s *scanner) valueStart(c byte, at int) {
 			s.str = &d.model[t.root]
 		case tgTier:
 			s.str = &d.tier[t.root]
+		case tgSpeed:
+			if d.tierSeen&(1<<t.root) == 0 {
+				s.str = &d.tier[t.root]
+			}
 		case tgType:
 			s.str = &d.typ
 		case tgObject:
@@ -1052,7 +1096,10 @@ func (s *scanner) valueStart(c byte, at int) {
 			d.countSearch() // the string is a query: its text does not matter
 		case tgModality:
 			s.keyCap.reset()
-			s.str, s.modality = &s.keyCap, true
+			s.str, s.capFor = &s.keyCap, capModality
+		case tgTraffic:
+			s.keyCap.reset()
+			s.str, s.capFor = &s.keyCap, capTraffic
 		case tgNone:
 			if tx := s.textTarget(); tx == txText || tx == txDelta {
 				s.txt = tx
@@ -1319,6 +1366,13 @@ func usageMember(root, k uint8) target {
 	}
 	if k == kCost {
 		return target{kind: tgCost, root: root}
+	}
+	if k == kSpeed {
+		return target{kind: tgSpeed, root: root}
+	}
+	if (k == kTrafficType || k == kGeminiTier) && root == rootTop {
+		// Gemini's usage is at the top level only.
+		return target{kind: tgTraffic, root: root}
 	}
 	if isModalities(k) && root == rootTop {
 		// Gemini's usage is at the top level only.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/enforcer/audiolength"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // Format names the shape a response was recognised as (Usage.Format).
@@ -66,6 +67,12 @@ const (
 	// HeaderLiteLLMCost is LiteLLM proxy's: the request's cost in USD, a decimal.
 	HeaderLiteLLMCost = "x-litellm-response-cost"
 )
+
+// HeaderGeminiServiceTier is the response header through which the Gemini API says the
+// tier it served a request at ("priority" or "standard": its priority inference, asked by
+// a request's "service_tier", falls back to standard when capacity is short): no body
+// field says it.
+const HeaderGeminiServiceTier = "x-gemini-service-tier"
 
 // Default limits, used for the zero fields of Limits.
 const (
@@ -143,10 +150,10 @@ type Usage struct {
 	// Complete is true when the stream ended normally and its final usage
 	// report, with input and output counts, was seen (see the package doc).
 	Complete bool
-	// Priority: an OpenAI response (chat or Responses) says it ran at the priority
-	// service tier (service_tier "priority"), which costs more than the standard prices
-	// of the catalog.
-	Priority bool
+	// Tier is the speed tier the response says it ran at, dearer than the standard
+	// prices of the catalog: an OpenAI response's (chat or Responses) service_tier
+	// "priority", "fast" or "ultrafast", an Anthropic one's usage.speed "fast".
+	Tier pricecatalog.Tier
 	// InputReported and OutputReported say whether the response reported an
 	// input (output) count: when false, InputTokens (OutputTokens) is 0
 	// because nothing was reported, not because the count was 0.
@@ -221,9 +228,12 @@ const (
 // Extractor reads the usage of one response. It is not safe for concurrent
 // use; create one per response with New (it must not be copied).
 type Extractor struct {
-	mode     mode
-	hasCost  bool
-	finished bool
+	mode    mode
+	hasCost bool
+	// headerTier is the tier a response header said the request ran at
+	// (HeaderGeminiServiceTier).
+	headerTier pricecatalog.Tier
+	finished   bool
 	// plainType: the content type is plain text (isPlainText); rawBytes then counts
 	// its decoded bytes.
 	plainType bool
@@ -263,11 +273,15 @@ const inlineModelBytes = 64
 
 // New returns an Extractor for a response with the given Content-Type and
 // headers. Header names must be lower-case (as Envoy passes them); only the
-// content encoding and the cost headers are read.
+// content encoding, the cost headers, Bedrock's and the Gemini API's service tier
+// (HeaderGeminiServiceTier) are read.
 func New(contentType string, headers map[string]string, limits Limits) *Extractor {
 	limits = limits.withDefaults()
 	e := &Extractor{}
 	e.cost, e.hasCost = costFromHeaders(headers)
+	if headers[HeaderGeminiServiceTier] == "priority" {
+		e.headerTier = pricecatalog.Fast
+	}
 
 	m := uint16(limits.MaxModelBytes)
 	e.scan.init(limits.MaxDepth, e.stackAr[:0], e.keyArr[:0], e.typArr[:0], e.objArr[:0],
@@ -463,7 +477,7 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		return e.result
 	}
 	e.finished = true
-	u := Usage{}
+	u := Usage{Tier: e.headerTier}
 	if e.hasCost {
 		c := e.cost
 		u.CostMicroUSD = &c
@@ -497,6 +511,7 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		e.acc.fromJSON(&e.scan.doc, wellFormed)
 	}
 	e.acc.fill(&u)
+	u.Tier = max(u.Tier, e.headerTier) // a header's say, whatever the body's
 	if e.mode == modeArray && e.arr != arrClosed {
 		u.Complete = false // a cut or malformed array
 	}

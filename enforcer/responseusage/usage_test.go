@@ -107,10 +107,10 @@ func show(u Usage) string {
 	if u.CostMicroUSD != nil {
 		c = fmt.Sprint(*u.CostMicroUSD)
 	}
-	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d AudioTokens:%d/%d(%v/%v) CachedAudio:%d(%v) Cost:%s Complete:%v Format:%q Priority:%v Reported:%v/%v Text:%d FromRaw:%v}",
+	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d AudioTokens:%d/%d(%v/%v) CachedAudio:%d(%v) Cost:%s Complete:%v Format:%q Tier:%v Reported:%v/%v Text:%d FromRaw:%v}",
 		u.Model, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.AudioInputMillis,
 		u.AudioInputTokens, u.AudioOutputTokens, u.AudioInputReported, u.AudioOutputReported, u.CachedAudioInputTokens, u.CachedAudioInputReported,
-		c, u.Complete, u.Format, u.Priority, u.InputReported, u.OutputReported, u.TextBytes, u.TextBytesFromRaw)
+		c, u.Complete, u.Format, u.Tier, u.InputReported, u.OutputReported, u.TextBytes, u.TextBytesFromRaw)
 }
 
 func readFixture(t testing.TB, name string) []byte {
@@ -715,44 +715,75 @@ func TestGemini(t *testing.T) {
 	}
 }
 
-// OpenAI says which service tier a request ran at (service_tier): "priority" costs more
-// than the catalog's standard prices, and the settlement charges it so (Usage.Priority).
-// Any chunk of a stream saying so is enough; another API's service_tier is not read.
+// OpenAI says which service tier a request ran at (service_tier), Anthropic which speed
+// (usage.speed): "priority", "fast" and "ultrafast" cost more than the catalog's standard
+// prices, and the settlement charges them so (Usage.Tier). Any chunk of a stream saying
+// so is enough; another API's service_tier is not read.
 func TestPriorityTier(t *testing.T) {
-	// Every name the catalog charges as priority fits the tier's capture, and is read so.
-	for _, name := range pricecatalog.PriorityTiers {
-		body := `{"object":"chat.completion","service_tier":"` + name + `","usage":{"prompt_tokens":1,"completion_tokens":2}}`
-		if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(body)}, true); len(name) > maxTierBytes || !got.Priority {
-			t.Errorf("service_tier %q (capture of %d bytes): %s", name, maxTierBytes, show(got))
+	// Every name the catalog charges as a dear tier fits the tier's capture, and is read so.
+	for _, n := range pricecatalog.TierNames {
+		body := `{"object":"chat.completion","service_tier":"` + n.Name + `","usage":{"prompt_tokens":1,"completion_tokens":2}}`
+		if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(body)}, true); len(n.Name) > maxTierBytes || got.Tier != n.Tier {
+			t.Errorf("service_tier %q (capture of %d bytes): %s", n.Name, maxTierBytes, show(got))
 		}
 	}
+	const (
+		std       = pricecatalog.Standard
+		fast      = pricecatalog.Fast
+		ultrafast = pricecatalog.Ultrafast
+	)
 	for _, tc := range []struct {
 		name, ct, body string
-		want           bool
+		want           pricecatalog.Tier
 	}{
-		{"chat, priority", ctJSON, `{"object":"chat.completion","model":"gpt-5","service_tier":"priority","usage":{"prompt_tokens":1,"completion_tokens":2}}`, true},
-		{"chat, default", ctJSON, `{"object":"chat.completion","model":"gpt-5","service_tier":"default","usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
-		{"chat, flex", ctJSON, `{"object":"chat.completion","service_tier":"flex","usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
-		{"Responses object", ctJSON, `{"object":"response","service_tier":"priority","usage":{"input_tokens":1,"output_tokens":2}}`, true},
+		{"chat, priority", ctJSON, `{"object":"chat.completion","model":"gpt-5","service_tier":"priority","usage":{"prompt_tokens":1,"completion_tokens":2}}`, fast},
+		{"chat, default", ctJSON, `{"object":"chat.completion","model":"gpt-5","service_tier":"default","usage":{"prompt_tokens":1,"completion_tokens":2}}`, std},
+		{"chat, flex", ctJSON, `{"object":"chat.completion","service_tier":"flex","usage":{"prompt_tokens":1,"completion_tokens":2}}`, std},
+		{"Responses object", ctJSON, `{"object":"response","service_tier":"priority","usage":{"input_tokens":1,"output_tokens":2}}`, fast},
 		// The priority tier's name since 2026-07-30, which the models after GPT-5.6
-		// answer with, and the dearer "ultrafast" (charged at least as priority).
-		{"chat, fast", ctJSON, `{"object":"chat.completion","model":"gpt-6-sol","service_tier":"fast","usage":{"prompt_tokens":1,"completion_tokens":2}}`, true},
-		{"Responses object, ultrafast", ctJSON, `{"object":"response","service_tier":"ultrafast","usage":{"input_tokens":1,"output_tokens":2}}`, true},
-		{"a tier that is no tier of ours", ctJSON, `{"object":"chat.completion","service_tier":"faster","usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
-		{"a tier too long to be one", ctJSON, `{"object":"chat.completion","service_tier":"priority-and-then-some","usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
-		{"nested is not the request's", ctJSON, `{"object":"chat.completion","metadata":{"service_tier":"priority"},"usage":{"prompt_tokens":1,"completion_tokens":2}}`, false},
-		{"Anthropic's usage.service_tier is not read", ctJSON, `{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"service_tier":"priority"}}`, false},
+		// answer with, and the dearer "ultrafast".
+		{"chat, fast", ctJSON, `{"object":"chat.completion","model":"gpt-6-sol","service_tier":"fast","usage":{"prompt_tokens":1,"completion_tokens":2}}`, fast},
+		{"Responses object, ultrafast", ctJSON, `{"object":"response","service_tier":"ultrafast","usage":{"input_tokens":1,"output_tokens":2}}`, ultrafast},
+		{"a tier that is no tier of ours", ctJSON, `{"object":"chat.completion","service_tier":"faster","usage":{"prompt_tokens":1,"completion_tokens":2}}`, std},
+		{"a tier too long to be one", ctJSON, `{"object":"chat.completion","service_tier":"priority-and-then-some","usage":{"prompt_tokens":1,"completion_tokens":2}}`, std},
+		{"nested is not the request's", ctJSON, `{"object":"chat.completion","metadata":{"service_tier":"priority"},"usage":{"prompt_tokens":1,"completion_tokens":2}}`, std},
+		// A usage's speed never overrides a service_tier, before or after it.
+		{"chat: service_tier wins over a usage's speed", ctJSON, `{"object":"chat.completion","service_tier":"priority","usage":{"prompt_tokens":1,"completion_tokens":2,"speed":"standard"}}`, fast},
+		{"chat: a speed before the service_tier", ctJSON, `{"usage":{"prompt_tokens":1,"completion_tokens":2,"speed":"fast"},"object":"chat.completion","service_tier":"default"}`, std},
 		{"chat stream", ctSSE, "data: {\"object\":\"chat.completion.chunk\",\"service_tier\":\"priority\",\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n" +
-			"data: {\"object\":\"chat.completion.chunk\",\"service_tier\":\"priority\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n", true},
+			"data: {\"object\":\"chat.completion.chunk\",\"service_tier\":\"priority\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n", fast},
 		{"Responses stream", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"auto\"}}\n\n" +
-			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"priority\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", true},
+			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"priority\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", fast},
 		{"Responses stream, fast", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"auto\"}}\n\n" +
-			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"fast\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", true},
+			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"fast\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", fast},
+		{"Responses stream, ultrafast", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"ultrafast\"}}\n\n" +
+			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"default\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", ultrafast},
+		// Anthropic: its fast mode in usage.speed; usage.service_tier "priority" (its
+		// Priority Tier, a capacity commitment) has no surcharge, and is not read.
+		{"Anthropic's usage.service_tier is not read", ctJSON, `{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"service_tier":"priority"}}`, std},
+		{"Anthropic message, fast", ctJSON, `{"type":"message","model":"claude-opus-5","usage":{"input_tokens":1,"output_tokens":2,"service_tier":"standard","speed":"fast"}}`, fast},
+		{"Anthropic message, standard speed", ctJSON, `{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"speed":"standard"}}`, std},
+		{"Anthropic message, the last speed", ctJSON, `{"type":"message","usage":{"speed":"standard","input_tokens":1,"output_tokens":2,"speed":"fast"}}`, fast},
+		{"Anthropic message, a speed that is no string", ctJSON, `{"type":"message","usage":{"speed":"fast","input_tokens":1,"output_tokens":2,"speed":null}}`, std},
+		{"Anthropic: a speed elsewhere is not the request's", ctJSON, `{"type":"message","speed":"fast","metadata":{"usage":{"speed":"fast"}},"usage":{"input_tokens":1,"output_tokens":2}}`, std},
+		// Vertex AI: usageMetadata.trafficType ON_DEMAND_PRIORITY, its priority tier.
+		{"Vertex AI, priority", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2,"trafficType":"ON_DEMAND_PRIORITY"},"modelVersion":"gemini-3-pro-preview"}`, fast},
+		{"Vertex AI, on demand", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2,"trafficType":"ON_DEMAND"},"modelVersion":"gemini-3-pro-preview"}`, std},
+		{"Vertex AI, the last trafficType", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"trafficType":"ON_DEMAND_PRIORITY","promptTokenCount":1,"candidatesTokenCount":2,"trafficType":"ON_DEMAND_FLEX"}}`, std},
+		{"the Gemini API, priority", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2,"serviceTier":"priority"}}`, fast},
+		{"the Gemini API, standard", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2,"serviceTier":"standard"}}`, std},
+		{"Vertex AI: a trafficType elsewhere is not the request's", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"metadata":{"trafficType":"ON_DEMAND_PRIORITY"},"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2}}`, std},
+		{"Vertex AI stream, priority in a chunk", ctSSE, "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}]}}],\"usageMetadata\":{\"promptTokenCount\":1,\"trafficType\":\"ON_DEMAND_PRIORITY\"}}\r\n\r\n" +
+			"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"y\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":1,\"candidatesTokenCount\":2}}\r\n\r\n", fast},
+		{"Anthropic stream, fast in message_start", ctSSE, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-opus-5\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1,\"speed\":\"fast\"}}}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":2}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", fast},
+		{"Anthropic stream, fast in message_delta", ctSSE, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-opus-5\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":2,\"speed\":\"fast\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", fast},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := []byte(tc.body)
 			got := run(tc.ct, nil, Limits{}, bytewise(body), true)
-			if got.Priority != tc.want || !got.Complete {
+			if got.Tier != tc.want || !got.Complete {
 				t.Fatalf("%s", show(got))
 			}
 			var ref Usage
@@ -1251,6 +1282,28 @@ func TestFileSearchCalls(t *testing.T) {
 				t.Fatalf("reference: %d file searches, %d web searches", ref.FileSearchCalls, ref.WebSearchRequests)
 			}
 		})
+	}
+}
+
+// The Gemini API says the tier it served a request at in a response header alone
+// (HeaderGeminiServiceTier): "priority" is charged as the fast tier, whatever the body.
+func TestGeminiServiceTierHeader(t *testing.T) {
+	body := []byte(`{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2}}`)
+	for _, tc := range []struct {
+		header string
+		want   pricecatalog.Tier
+	}{{"priority", pricecatalog.Fast}, {"standard", pricecatalog.Standard}, {"", pricecatalog.Standard}, {"PRIORITY", pricecatalog.Standard}} {
+		e := New(ctJSON, map[string]string{HeaderGeminiServiceTier: tc.header}, Limits{})
+		e.Write(body)
+		if got := e.Finish(true); got.Tier != tc.want || !got.Complete || got.InputTokens != 1 {
+			t.Errorf("%s %q: %s, want tier %v", HeaderGeminiServiceTier, tc.header, show(got), tc.want)
+		}
+	}
+	// A body read no further (an encoding not supported) keeps the header's tier too.
+	e := New(ctJSON, map[string]string{HeaderGeminiServiceTier: "priority", "content-encoding": "zstd"}, Limits{})
+	e.Write(body)
+	if got := e.Finish(true); got.Tier != pricecatalog.Fast || got.Format != FormatUnsupportedEncoding {
+		t.Errorf("unsupported encoding: %s", show(got))
 	}
 }
 

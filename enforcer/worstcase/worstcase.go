@@ -23,8 +23,10 @@
 // web search tool whose searches it does not cap (they are billed apiece; a capped
 // tool's max_uses, or a grounded prompt billed once, adds its price to the worst case).
 //
-// A request that asks for OpenAI's priority tier ("service_tier": "priority") costs twice
-// that, as settlement charges it.
+// A request that asks for a dearer speed tier (OpenAI's "service_tier": "priority",
+// "fast" or "ultrafast", Gemini's "priority", Anthropic's "speed": "fast") costs the
+// model's percent of the tier of that (pricecatalog.Entry.TierPercent), as settlement
+// charges it.
 //
 // Its error is the estimator's on the input part (docs/enforcer.md: within about 30%
 // either way for English text and code; images, audio and files not counted), none on
@@ -124,9 +126,14 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		inPrice = max(inPrice, pricecatalog.OneHourCacheWrite(p.InputPerMillion, *p.CacheWritePerMillion))
 	}
 	cost := price(in, inPrice, out, p.DearestOutput())
-	if req.Priority {
-		// Asked to run at the priority tier: charged so at settlement.
-		cost = min(cost*pricecatalog.PriorityMultiplier, money.MaxAllowanceMicroUSD) // cost ≤ 2^52: no overflow
+	if t := req.AskedTier(); t != pricecatalog.Standard {
+		// Asked to run at a dearer speed tier: charged so at settlement, when the answer
+		// says it ran there.
+		if c, ok := pricecatalog.AtPercent(cost, e.TierPercent(t)); ok {
+			cost = min(c, money.MaxAllowanceMicroUSD)
+		} else {
+			cost = money.MaxAllowanceMicroUSD
+		}
 	}
 	if req.Regional {
 		// Sent to a cloud's regional endpoint: charged its premium at settlement.

@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"math"
-	"math/bits"
 	"net/url"
 	"slices"
 	"strings"
@@ -113,22 +112,6 @@ const TranscriptTokensPerMinute = 200
 // output at 0, so the count costs nothing there.
 const AudioOutputTokensPerSecond = 20
 
-// PriorityMultiplier is what a request run at a provider's priority service tier costs
-// against the standard prices the catalog holds (and an organization's own prices,
-// which are standard ones too): OpenAI's priority prices are 1.7 to 2 times the standard
-// ones (gpt-5 and gpt-5-mini about 2, gpt-4.1 and o3 1.75, gpt-4o 1.7), and the highest
-// ratio is charged so that no priority request is charged below its price. One
-// multiplier rather than a second table: settlement (controlplane/accounting) and the
-// enforcer's worst case (enforcer/worstcase) both apply it.
-const PriorityMultiplier = 2
-
-// PriorityTiers are the names of OpenAI's service_tier charged at PriorityMultiplier,
-// asked in a request (the enforcer's worst case) or said in an answer (settlement):
-// "priority", "fast", its name since 2026-07-30, which the models after GPT-5.6 answer
-// with, and "ultrafast", dearer still (3 to 6 times), which the catalog has no price of
-// and charges at least so.
-var PriorityTiers = [...]string{"priority", "fast", "ultrafast"}
-
 // RegionalPremium is cost with a regional endpoint's premium of percent added, rounded
 // up to the micro-USD; ok is false when it does not fit in int64. Anthropic's newest
 // models cost 10% more on a cloud's regional endpoints (Amazon Bedrock in-region or
@@ -136,14 +119,10 @@ var PriorityTiers = [...]string{"priority", "fast", "ultrafast"}
 // (Entry.RegionalPremiumPercent). Settlement (controlplane/accounting) and the enforcer's
 // worst case (enforcer/worstcase) both apply it.
 func RegionalPremium(cost, percent int64) (int64, bool) {
-	if percent <= 0 || cost <= 0 {
+	if percent <= 0 {
 		return cost, true
 	}
-	hi, lo := bits.Mul64(uint64(cost), uint64(100+percent))
-	if hi != 0 || lo > math.MaxUint64-99 {
-		return 0, false
-	}
-	return int64((lo + 99) / 100), true // < 2^64 / 100: fits
+	return AtPercent(cost, 100+percent)
 }
 
 // OneHourCacheWrite is the price of cache writes made for an hour (Anthropic's one-hour
@@ -190,6 +169,10 @@ type Entry struct {
 	// The enforcer says when a request went to a regional endpoint
 	// (requestbody.RegionalEndpoint); the provider's own API is global.
 	RegionalPremiumPercent int64
+	// FastPercent and UltrafastPercent are what a request run at the model's dearer
+	// speed tiers costs, in percent of its standard price (Tier, TierPercent); 0 when
+	// the file does not say, and the tier's default applies (DefaultTierPercent).
+	FastPercent, UltrafastPercent int64
 	// LongContext, when not nil, is the model's price for a request whose prompt is
 	// longer than LongContext.Above input tokens (cached ones and cache writes included):
 	// Gemini 2.5 Pro and 3 Pro above 200k tokens, Gemini 1.5 above 128k, Claude Sonnet 4
@@ -264,6 +247,9 @@ type fileEntry struct {
 	SearchesEveryRequest bool `json:"searchesEveryRequest"`
 	// RegionalPremiumPercent is the premium of regional endpoints (Entry).
 	RegionalPremiumPercent *int64 `json:"regionalPremiumPercent"`
+	// FastPercent and UltrafastPercent price the speed tiers (Entry.FastPercent).
+	FastPercent      *int64 `json:"fastPercent"`
+	UltrafastPercent *int64 `json:"ultrafastPercent"`
 	// LongContext is the price of prompts above its threshold (Entry.LongContext).
 	LongContext *fileLongContext `json:"longContext"`
 	Note        string           `json:"note"`
@@ -453,6 +439,20 @@ func Load(data []byte) (*Catalog, error) {
 				bad("%s: regionalPremiumPercent must be from 1 to 100", where)
 			} else {
 				e.RegionalPremiumPercent = *m.RegionalPremiumPercent
+			}
+		}
+		for _, t := range []struct {
+			name string
+			v    *int64
+			to   *int64
+		}{{"fastPercent", m.FastPercent, &e.FastPercent}, {"ultrafastPercent", m.UltrafastPercent, &e.UltrafastPercent}} {
+			if t.v == nil {
+				continue
+			}
+			if *t.v < 100 || *t.v > maxTierPercent {
+				bad("%s: %s must be from 100 to %d", where, t.name, maxTierPercent)
+			} else {
+				*t.to = *t.v
 			}
 		}
 		if m.SearchesEveryRequest {

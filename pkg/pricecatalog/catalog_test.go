@@ -446,6 +446,8 @@ func TestLoadRefuses(t *testing.T) {
 		"zero maxOutput":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":0}]}`,
 		"zero regional premium":              head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"regionalPremiumPercent":0}]}`,
 		"regional premium above 100":         head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"regionalPremiumPercent":101}]}`,
+		"a fast tier below the standard price": head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"fastPercent":99}]}`,
+		"an ultrafast tier above ten times":    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"ultrafastPercent":1001}]}`,
 		"huge maxOutput":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":10000001}]}`,
 		"fraction maxOut":                    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":1.5}]}`,
 		"unknown kind":                       head + `{"model":"m","provider":"openai","kind":"image","input":1,"output":2,"cachedInput":1}]}`,
@@ -644,7 +646,8 @@ func TestRegionalPremium(t *testing.T) {
 		{10, 10, 11, true},
 		{0, 10, 0, true},
 		{1000, 0, 1000, true},
-		{math.MaxInt64 / 2, 10, 0, false},
+		{math.MaxInt64 / 2, 10, (math.MaxInt64/2*110 + 99) / 100, true}, // exact past 64 bits of the product: 128-bit
+		{math.MaxInt64 / 10 * 10, 10, 0, false},                           // the result beyond int64
 		{math.MaxInt64 / 110, 10, (math.MaxInt64/110*110 + 99) / 100, true},
 	} {
 		got, ok := RegionalPremium(tc.cost, tc.percent)

@@ -150,6 +150,59 @@ func (StartOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_v1_accounting_proto_rawDescGZIP(), []int{1}
 }
 
+// ServiceTier is a speed tier dearer than the standard prices (pricecatalog.Tier).
+type ServiceTier int32
+
+const (
+	// Standard prices (or a tier cheaper than them, charged as standard).
+	ServiceTier_SERVICE_TIER_UNSPECIFIED ServiceTier = 0
+	// OpenAI's "priority" or "fast", Anthropic's fast mode ("speed": "fast").
+	ServiceTier_SERVICE_TIER_FAST ServiceTier = 1
+	// OpenAI's "ultrafast".
+	ServiceTier_SERVICE_TIER_ULTRAFAST ServiceTier = 2
+)
+
+// Enum value maps for ServiceTier.
+var (
+	ServiceTier_name = map[int32]string{
+		0: "SERVICE_TIER_UNSPECIFIED",
+		1: "SERVICE_TIER_FAST",
+		2: "SERVICE_TIER_ULTRAFAST",
+	}
+	ServiceTier_value = map[string]int32{
+		"SERVICE_TIER_UNSPECIFIED": 0,
+		"SERVICE_TIER_FAST":        1,
+		"SERVICE_TIER_ULTRAFAST":   2,
+	}
+)
+
+func (x ServiceTier) Enum() *ServiceTier {
+	p := new(ServiceTier)
+	*p = x
+	return p
+}
+
+func (x ServiceTier) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ServiceTier) Descriptor() protoreflect.EnumDescriptor {
+	return file_v1_accounting_proto_enumTypes[2].Descriptor()
+}
+
+func (ServiceTier) Type() protoreflect.EnumType {
+	return &file_v1_accounting_proto_enumTypes[2]
+}
+
+func (x ServiceTier) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ServiceTier.Descriptor instead.
+func (ServiceTier) EnumDescriptor() ([]byte, []int) {
+	return file_v1_accounting_proto_rawDescGZIP(), []int{2}
+}
+
 type SettleOutcome int32
 
 const (
@@ -205,11 +258,11 @@ func (x SettleOutcome) String() string {
 }
 
 func (SettleOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_v1_accounting_proto_enumTypes[2].Descriptor()
+	return file_v1_accounting_proto_enumTypes[3].Descriptor()
 }
 
 func (SettleOutcome) Type() protoreflect.EnumType {
-	return &file_v1_accounting_proto_enumTypes[2]
+	return &file_v1_accounting_proto_enumTypes[3]
 }
 
 func (x SettleOutcome) Number() protoreflect.EnumNumber {
@@ -218,7 +271,7 @@ func (x SettleOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SettleOutcome.Descriptor instead.
 func (SettleOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{2}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{3}
 }
 
 type AuthenticateRequest struct {
@@ -1363,10 +1416,10 @@ type SettleItem struct {
 	// charges it on those windows when the admission instant lies in the member's current
 	// capture epoch, and quarantines it otherwise.
 	AdmittedWithoutRecord bool `protobuf:"varint,15,opt,name=admitted_without_record,json=admittedWithoutRecord,proto3" json:"admitted_without_record,omitempty"`
-	// priority_tier is true when the upstream said it ran the request at its priority
-	// service tier (OpenAI's service_tier "priority"), which costs more than the standard
-	// prices the catalog holds: priced tokens are charged twice their price
-	// (pricecatalog.PriorityMultiplier).
+	// priority_tier is true when the upstream said it ran the request at a speed tier
+	// dearer than the standard prices the catalog holds (service_tier says which). An
+	// enforcer older than service_tier sends it alone, for OpenAI's "priority": it is then
+	// read as SERVICE_TIER_FAST.
 	PriorityTier bool `protobuf:"varint,16,opt,name=priority_tier,json=priorityTier,proto3" json:"priority_tier,omitempty"`
 	// cache_creation_one_hour_input_tokens is the part of cache_creation_input_tokens written
 	// to Anthropic's one-hour cache (cache_creation.ephemeral_1h_input_tokens), which
@@ -1415,8 +1468,12 @@ type SettleItem struct {
 	// are charged at the dearer of the two. It is also part of audio_input_tokens, when
 	// that is reported: the uncached audio is the difference. 0 is a report: no cached audio.
 	CachedAudioInputTokens *int64 `protobuf:"varint,24,opt,name=cached_audio_input_tokens,json=cachedAudioInputTokens,proto3,oneof" json:"cached_audio_input_tokens,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// service_tier is the speed tier the upstream said it ran the request at
+	// (pricecatalog.Tier): its priced tokens cost the model's percent of the tier
+	// (pricecatalog.Entry.TierPercent) of their standard price.
+	ServiceTier   ServiceTier `protobuf:"varint,25,opt,name=service_tier,json=serviceTier,proto3,enum=tollgate.internal.v1.ServiceTier" json:"service_tier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1615,6 +1672,13 @@ func (x *SettleItem) GetCachedAudioInputTokens() int64 {
 		return *x.CachedAudioInputTokens
 	}
 	return 0
+}
+
+func (x *SettleItem) GetServiceTier() ServiceTier {
+	if x != nil {
+		return x.ServiceTier
+	}
+	return ServiceTier_SERVICE_TIER_UNSPECIFIED
 }
 
 type SettleRequest struct {
@@ -1985,7 +2049,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xc7\t\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x8d\n" +
+	"\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2013,7 +2078,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x12audio_input_tokens\x18\x15 \x01(\x03H\x01R\x10audioInputTokens\x88\x01\x01\x123\n" +
 	"\x13audio_output_tokens\x18\x16 \x01(\x03H\x02R\x11audioOutputTokens\x88\x01\x01\x12+\n" +
 	"\x11regional_endpoint\x18\x17 \x01(\bR\x10regionalEndpoint\x12>\n" +
-	"\x19cached_audio_input_tokens\x18\x18 \x01(\x03H\x03R\x16cachedAudioInputTokens\x88\x01\x01B\x1a\n" +
+	"\x19cached_audio_input_tokens\x18\x18 \x01(\x03H\x03R\x16cachedAudioInputTokens\x88\x01\x01\x12D\n" +
+	"\fservice_tier\x18\x19 \x01(\x0e2!.tollgate.internal.v1.ServiceTierR\vserviceTierB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
@@ -2054,7 +2120,11 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x1bSTART_OUTCOME_EPOCH_CHANGED\x10\x04\x12\x19\n" +
 	"\x15START_OUTCOME_INVALID\x10\x05\x12 \n" +
 	"\x1cSTART_OUTCOME_LIMIT_RESERVED\x10\x06\x12%\n" +
-	"!START_OUTCOME_CONCURRENCY_LIMITED\x10\a*\x86\x02\n" +
+	"!START_OUTCOME_CONCURRENCY_LIMITED\x10\a*^\n" +
+	"\vServiceTier\x12\x1c\n" +
+	"\x18SERVICE_TIER_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11SERVICE_TIER_FAST\x10\x01\x12\x1a\n" +
+	"\x16SERVICE_TIER_ULTRAFAST\x10\x02*\x86\x02\n" +
 	"\rSettleOutcome\x12\x1e\n" +
 	"\x1aSETTLE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SETTLE_OUTCOME_SETTLED\x10\x01\x12\x1c\n" +
@@ -2083,62 +2153,64 @@ func file_v1_accounting_proto_rawDescGZIP() []byte {
 	return file_v1_accounting_proto_rawDescData
 }
 
-var file_v1_accounting_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_v1_accounting_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_v1_accounting_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_v1_accounting_proto_goTypes = []any{
 	(CredentialKind)(0),          // 0: tollgate.internal.v1.CredentialKind
 	(StartOutcome)(0),            // 1: tollgate.internal.v1.StartOutcome
-	(SettleOutcome)(0),           // 2: tollgate.internal.v1.SettleOutcome
-	(*AuthenticateRequest)(nil),  // 3: tollgate.internal.v1.AuthenticateRequest
-	(*AuthenticateResponse)(nil), // 4: tollgate.internal.v1.AuthenticateResponse
-	(*Limit)(nil),                // 5: tollgate.internal.v1.Limit
-	(*Entitlement)(nil),          // 6: tollgate.internal.v1.Entitlement
-	(*WindowSpend)(nil),          // 7: tollgate.internal.v1.WindowSpend
-	(*ResolveRequest)(nil),       // 8: tollgate.internal.v1.ResolveRequest
-	(*ResolveResponse)(nil),      // 9: tollgate.internal.v1.ResolveResponse
-	(*SnapshotBucket)(nil),       // 10: tollgate.internal.v1.SnapshotBucket
-	(*Snapshot)(nil),             // 11: tollgate.internal.v1.Snapshot
-	(*StartItem)(nil),            // 12: tollgate.internal.v1.StartItem
-	(*StartRequest)(nil),         // 13: tollgate.internal.v1.StartRequest
-	(*GuardRefusal)(nil),         // 14: tollgate.internal.v1.GuardRefusal
-	(*StartResult)(nil),          // 15: tollgate.internal.v1.StartResult
-	(*StartResponse)(nil),        // 16: tollgate.internal.v1.StartResponse
-	(*SettleItem)(nil),           // 17: tollgate.internal.v1.SettleItem
-	(*SettleRequest)(nil),        // 18: tollgate.internal.v1.SettleRequest
-	(*SettleResult)(nil),         // 19: tollgate.internal.v1.SettleResult
-	(*SettleResponse)(nil),       // 20: tollgate.internal.v1.SettleResponse
-	(*MirrorRecord)(nil),         // 21: tollgate.internal.v1.MirrorRecord
+	(ServiceTier)(0),             // 2: tollgate.internal.v1.ServiceTier
+	(SettleOutcome)(0),           // 3: tollgate.internal.v1.SettleOutcome
+	(*AuthenticateRequest)(nil),  // 4: tollgate.internal.v1.AuthenticateRequest
+	(*AuthenticateResponse)(nil), // 5: tollgate.internal.v1.AuthenticateResponse
+	(*Limit)(nil),                // 6: tollgate.internal.v1.Limit
+	(*Entitlement)(nil),          // 7: tollgate.internal.v1.Entitlement
+	(*WindowSpend)(nil),          // 8: tollgate.internal.v1.WindowSpend
+	(*ResolveRequest)(nil),       // 9: tollgate.internal.v1.ResolveRequest
+	(*ResolveResponse)(nil),      // 10: tollgate.internal.v1.ResolveResponse
+	(*SnapshotBucket)(nil),       // 11: tollgate.internal.v1.SnapshotBucket
+	(*Snapshot)(nil),             // 12: tollgate.internal.v1.Snapshot
+	(*StartItem)(nil),            // 13: tollgate.internal.v1.StartItem
+	(*StartRequest)(nil),         // 14: tollgate.internal.v1.StartRequest
+	(*GuardRefusal)(nil),         // 15: tollgate.internal.v1.GuardRefusal
+	(*StartResult)(nil),          // 16: tollgate.internal.v1.StartResult
+	(*StartResponse)(nil),        // 17: tollgate.internal.v1.StartResponse
+	(*SettleItem)(nil),           // 18: tollgate.internal.v1.SettleItem
+	(*SettleRequest)(nil),        // 19: tollgate.internal.v1.SettleRequest
+	(*SettleResult)(nil),         // 20: tollgate.internal.v1.SettleResult
+	(*SettleResponse)(nil),       // 21: tollgate.internal.v1.SettleResponse
+	(*MirrorRecord)(nil),         // 22: tollgate.internal.v1.MirrorRecord
 }
 var file_v1_accounting_proto_depIdxs = []int32{
 	0,  // 0: tollgate.internal.v1.AuthenticateRequest.kind:type_name -> tollgate.internal.v1.CredentialKind
-	5,  // 1: tollgate.internal.v1.Entitlement.limits:type_name -> tollgate.internal.v1.Limit
-	6,  // 2: tollgate.internal.v1.ResolveResponse.entitlement:type_name -> tollgate.internal.v1.Entitlement
-	7,  // 3: tollgate.internal.v1.ResolveResponse.spend:type_name -> tollgate.internal.v1.WindowSpend
-	10, // 4: tollgate.internal.v1.Snapshot.buckets:type_name -> tollgate.internal.v1.SnapshotBucket
-	11, // 5: tollgate.internal.v1.StartItem.snapshot:type_name -> tollgate.internal.v1.Snapshot
-	12, // 6: tollgate.internal.v1.StartRequest.items:type_name -> tollgate.internal.v1.StartItem
+	6,  // 1: tollgate.internal.v1.Entitlement.limits:type_name -> tollgate.internal.v1.Limit
+	7,  // 2: tollgate.internal.v1.ResolveResponse.entitlement:type_name -> tollgate.internal.v1.Entitlement
+	8,  // 3: tollgate.internal.v1.ResolveResponse.spend:type_name -> tollgate.internal.v1.WindowSpend
+	11, // 4: tollgate.internal.v1.Snapshot.buckets:type_name -> tollgate.internal.v1.SnapshotBucket
+	12, // 5: tollgate.internal.v1.StartItem.snapshot:type_name -> tollgate.internal.v1.Snapshot
+	13, // 6: tollgate.internal.v1.StartRequest.items:type_name -> tollgate.internal.v1.StartItem
 	1,  // 7: tollgate.internal.v1.StartResult.outcome:type_name -> tollgate.internal.v1.StartOutcome
-	14, // 8: tollgate.internal.v1.StartResult.guard:type_name -> tollgate.internal.v1.GuardRefusal
-	15, // 9: tollgate.internal.v1.StartResponse.results:type_name -> tollgate.internal.v1.StartResult
-	11, // 10: tollgate.internal.v1.SettleItem.snapshot:type_name -> tollgate.internal.v1.Snapshot
-	17, // 11: tollgate.internal.v1.SettleRequest.items:type_name -> tollgate.internal.v1.SettleItem
-	2,  // 12: tollgate.internal.v1.SettleResult.outcome:type_name -> tollgate.internal.v1.SettleOutcome
-	19, // 13: tollgate.internal.v1.SettleResponse.results:type_name -> tollgate.internal.v1.SettleResult
-	6,  // 14: tollgate.internal.v1.MirrorRecord.entitlement:type_name -> tollgate.internal.v1.Entitlement
-	7,  // 15: tollgate.internal.v1.MirrorRecord.spend:type_name -> tollgate.internal.v1.WindowSpend
-	3,  // 16: tollgate.internal.v1.Accounting.Authenticate:input_type -> tollgate.internal.v1.AuthenticateRequest
-	8,  // 17: tollgate.internal.v1.Accounting.Resolve:input_type -> tollgate.internal.v1.ResolveRequest
-	13, // 18: tollgate.internal.v1.Accounting.Start:input_type -> tollgate.internal.v1.StartRequest
-	18, // 19: tollgate.internal.v1.Accounting.Settle:input_type -> tollgate.internal.v1.SettleRequest
-	4,  // 20: tollgate.internal.v1.Accounting.Authenticate:output_type -> tollgate.internal.v1.AuthenticateResponse
-	9,  // 21: tollgate.internal.v1.Accounting.Resolve:output_type -> tollgate.internal.v1.ResolveResponse
-	16, // 22: tollgate.internal.v1.Accounting.Start:output_type -> tollgate.internal.v1.StartResponse
-	20, // 23: tollgate.internal.v1.Accounting.Settle:output_type -> tollgate.internal.v1.SettleResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	15, // 8: tollgate.internal.v1.StartResult.guard:type_name -> tollgate.internal.v1.GuardRefusal
+	16, // 9: tollgate.internal.v1.StartResponse.results:type_name -> tollgate.internal.v1.StartResult
+	12, // 10: tollgate.internal.v1.SettleItem.snapshot:type_name -> tollgate.internal.v1.Snapshot
+	2,  // 11: tollgate.internal.v1.SettleItem.service_tier:type_name -> tollgate.internal.v1.ServiceTier
+	18, // 12: tollgate.internal.v1.SettleRequest.items:type_name -> tollgate.internal.v1.SettleItem
+	3,  // 13: tollgate.internal.v1.SettleResult.outcome:type_name -> tollgate.internal.v1.SettleOutcome
+	20, // 14: tollgate.internal.v1.SettleResponse.results:type_name -> tollgate.internal.v1.SettleResult
+	7,  // 15: tollgate.internal.v1.MirrorRecord.entitlement:type_name -> tollgate.internal.v1.Entitlement
+	8,  // 16: tollgate.internal.v1.MirrorRecord.spend:type_name -> tollgate.internal.v1.WindowSpend
+	4,  // 17: tollgate.internal.v1.Accounting.Authenticate:input_type -> tollgate.internal.v1.AuthenticateRequest
+	9,  // 18: tollgate.internal.v1.Accounting.Resolve:input_type -> tollgate.internal.v1.ResolveRequest
+	14, // 19: tollgate.internal.v1.Accounting.Start:input_type -> tollgate.internal.v1.StartRequest
+	19, // 20: tollgate.internal.v1.Accounting.Settle:input_type -> tollgate.internal.v1.SettleRequest
+	5,  // 21: tollgate.internal.v1.Accounting.Authenticate:output_type -> tollgate.internal.v1.AuthenticateResponse
+	10, // 22: tollgate.internal.v1.Accounting.Resolve:output_type -> tollgate.internal.v1.ResolveResponse
+	17, // 23: tollgate.internal.v1.Accounting.Start:output_type -> tollgate.internal.v1.StartResponse
+	21, // 24: tollgate.internal.v1.Accounting.Settle:output_type -> tollgate.internal.v1.SettleResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_v1_accounting_proto_init() }
@@ -2152,7 +2224,7 @@ func file_v1_accounting_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v1_accounting_proto_rawDesc), len(file_v1_accounting_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,

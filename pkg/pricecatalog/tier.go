@@ -1,0 +1,125 @@
+package pricecatalog
+
+import (
+	"math"
+	"math/bits"
+)
+
+// Tier is the speed (service) tier a request ran at, where the provider charges more
+// than the standard prices the catalog holds (and an organization's own prices, which
+// are standard ones too).
+//
+// Each provider names its tiers differently, and the catalog keeps one scale:
+//
+//   - Fast: OpenAI's "priority" processing, named "fast" since 2026-07-30 (GPT-5.6 and
+//     older answer "priority" whichever name was asked, GPT-6 answers "fast"), 1.67 to
+//     2.5 times the standard price by model; Anthropic's fast mode ("speed": "fast",
+//     usage.speed in the answer), 2 or 6 times by model; Gemini's priority inference,
+//     75% to 100% more.
+//   - Ultrafast: OpenAI's "ultrafast" (the Responses API, gpt-6-astra), 6 times.
+//
+// A tier that costs less than standard (flex, batch) is charged as standard: never
+// below the real price. A tier whose answer does not say it (Anthropic's Priority Tier,
+// a capacity commitment with no per-token surcharge) is Standard.
+type Tier uint8
+
+// The tiers, cheapest first: of two reports of one request, the larger wins.
+const (
+	Standard Tier = iota
+	Fast
+	Ultrafast
+)
+
+// String is the tier's name on the wire (the settle API's serviceTier, a receipt's
+// service_tier): "" for Standard.
+func (t Tier) String() string {
+	switch t {
+	case Fast:
+		return "fast"
+	case Ultrafast:
+		return "ultrafast"
+	}
+	return ""
+}
+
+// TierNames maps every name a provider gives a dear tier, in a request (the enforcer's
+// worst case) or an answer (settlement), to its Tier. Names are matched exactly, as the
+// providers send them. Anthropic's usage.service_tier "priority" is not read: its
+// Priority Tier has no per-token surcharge, so only an OpenAI or Gemini service_tier
+// (and Anthropic's speed) is looked up here.
+var TierNames = [...]struct {
+	Name string
+	Tier Tier
+}{{"priority", Fast}, {"fast", Fast}, {"ultrafast", Ultrafast}}
+
+// TierNamed is the tier a provider's name stands for, Standard for any other name.
+func TierNamed(name string) Tier {
+	for _, n := range TierNames {
+		if n.Name == name {
+			return n.Tier
+		}
+	}
+	return Standard
+}
+
+// ParseTier reads a tier's wire name (Tier.String): ok is false for an unknown one.
+func ParseTier(name string) (Tier, bool) {
+	for _, t := range [...]Tier{Standard, Fast, Ultrafast} {
+		if t.String() == name {
+			return t, true
+		}
+	}
+	return Standard, false
+}
+
+// maxTierPercent bounds a catalog entry's tier percent: ten times the standard price,
+// above any tier sold.
+const maxTierPercent = 1000
+
+// DefaultTierPercent is what a tier costs, in percent of the standard price, for a
+// model whose entry does not say (or that no entry prices): the most the tier costs any
+// model the catalog knows at its list price, so that a model left out is never charged
+// below it. Fast: 200 (OpenAI's fast tier of most models since GPT-5, Anthropic's fast
+// mode from Opus 4.8 on; Anthropic's 6 times of Opus 4.6 and 4.7 is in their entries).
+// Ultrafast: 600 (OpenAI's).
+func DefaultTierPercent(t Tier) int64 {
+	switch t {
+	case Fast:
+		return 200
+	case Ultrafast:
+		return 600
+	}
+	return 100
+}
+
+// TierPercent is what a request of e run at t costs, in percent of its standard price:
+// the entry's own where the catalog gives it, else the tier's default.
+func (e Entry) TierPercent(t Tier) int64 {
+	switch {
+	case t == Fast && e.FastPercent > 0:
+		return e.FastPercent
+	case t == Ultrafast && e.UltrafastPercent > 0:
+		return e.UltrafastPercent
+	}
+	return DefaultTierPercent(t)
+}
+
+// AtPercent is cost times percent / 100, rounded up to the micro-USD; ok is false when it
+// does not fit in int64. A speed tier's price (Entry.TierPercent) and a regional
+// endpoint's premium (RegionalPremium) are both applied so.
+func AtPercent(cost, percent int64) (int64, bool) {
+	if percent == 100 || cost <= 0 || percent <= 0 {
+		return cost, true
+	}
+	hi, lo := bits.Mul64(uint64(cost), uint64(percent))
+	lo, carry := bits.Add64(lo, 99, 0) // rounded up
+	hi += carry
+	if hi >= 100 { // the quotient needs more than 64 bits
+		return 0, false
+	}
+	q, _ := bits.Div64(hi, lo, 100)
+	if q > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(q), true
+}
