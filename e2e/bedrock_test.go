@@ -11,6 +11,58 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
+// bedrockProviderAuth is the provider's Bedrock API key that bedrockGateway's route sends.
+const bedrockProviderAuth = "Bearer bedrock-provider-key-0123456789"
+
+// bedrockGateway is a stack whose gateway routes every path to a fakellm answering every
+// call with usage u, with the provider's Bedrock API key (bedrockProviderAuth) as its
+// Authorization, and an organization on it.
+func bedrockGateway(t *testing.T, u fakellm.Usage) (*fakellm.Server, *stack, org) {
+	t.Helper()
+	fake, up := fixedUsageUpstream(t, u)
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: authorization\n    credentialEnv: BEDROCK_AUTHORIZATION\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "BEDROCK_AUTHORIZATION": bedrockProviderAuth})
+	return fake, s, s.setUpOrg(t)
+}
+
+// TestBedrockPriorityThroughTheGateway: AWS's official SDK's Converse and ConverseStream
+// calls at Bedrock's priority tier (serviceTier {"type": "priority"}), answered with that
+// serviceTier, are charged the model's fast percent of its price (Amazon Nova Pro: the
+// default, twice; AWS publishes a "premium" without its ratio, and twice bounds any
+// premium up to the standard price); the same call at the default tier the price. Before
+// 2026-11-29 they were charged the price.
+func TestBedrockPriorityThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
+	const model = "us.amazon.nova-pro-v1:0"
+	e, ok := pricecatalog.Lookup("nova-pro")
+	if !ok || e.FastPercent != 0 || e.RegionalPremiumPercent != 0 {
+		t.Fatalf("nova-pro: %+v; this test charges the default fast percent and no regional premium", e)
+	}
+	standard := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
+	for _, tc := range []struct {
+		scenario, tier string
+		cost           int64
+	}{{"converse-priority", "fast", 2 * standard}, {"converse-stream-priority", "fast", 2 * standard}, {"converse", "", standard}} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "bedrock.mjs", tc.scenario, s.gateway, o.key, model)
+			calls := fake.Calls()[before:]
+			wantTier := map[bool]string{true: `"serviceTier":{"type":"priority"}`, false: `"serviceTier":{"type":"default"}`}[tc.tier != ""]
+			if !r.OK || r.Status != 200 || len(calls) != 1 || !strings.Contains(string(r.Usage), wantTier) {
+				t.Fatalf("the call: %+v (usage %s); %d provider calls", r, r.Usage, len(calls))
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != tc.cost || rec["complete"] != true || rec["service_tier"] != tc.tier {
+				t.Fatalf("receipt %s, want %d at tier %q", rec, tc.cost, tc.tier)
+			}
+		})
+	}
+}
+
 // TestBedrockThroughTheGateway: AWS's official JavaScript SDK
 // (@aws-sdk/client-bedrock-runtime) calls Amazon Bedrock Runtime through the gateway
 // with a Bedrock API key, here the member's Tollgate key (Authorization: Bearer, no
@@ -30,15 +82,9 @@ import (
 func TestBedrockThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
-	const providerAuth = "Bearer bedrock-provider-key-0123456789"
+	const providerAuth = bedrockProviderAuth
 	// Bedrock, as Anthropic, counts the input without the cache reads and writes.
-	fake, up := fixedUsageUpstream(t, cloudClaudeUsage)
-	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: authorization\n    credentialEnv: BEDROCK_AUTHORIZATION\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "BEDROCK_AUTHORIZATION": providerAuth})
-	o := s.setUpOrg(t)
+	fake, s, o := bedrockGateway(t, cloudClaudeUsage)
 
 	// A model id without the global. prefix (in-region, or a geographic inference
 	// profile) is a regional endpoint: the model's premium on top.

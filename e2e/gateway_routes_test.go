@@ -784,14 +784,8 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 func TestGeminiThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000, AudioInputTokens: 30_000,
+	fake, s, o := googleGateway(t, fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000, AudioInputTokens: 30_000,
 		CachedAudioInputTokens: 5_000})
-	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: x-goog-api-key\n    credentialEnv: GOOGLE_KEY\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "GOOGLE_KEY": "AIza-provider-key"})
-	o := s.setUpOrg(t)
 	const gemini = "gemini-2.5-flash"
 	e, ok := pricecatalog.Lookup(gemini)
 	if !ok {
@@ -1007,13 +1001,7 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // standard tier are charged the price. Before 2026-11-29 they were charged the price.
 func TestGeminiPriorityThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
-	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: x-goog-api-key\n    credentialEnv: GOOGLE_KEY\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "GOOGLE_KEY": "AIza-provider-key"})
-	o := s.setUpOrg(t)
+	fake, s, o := googleGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
 	const gemini = "gemini-2.5-flash"
 	e, ok := pricecatalog.Lookup(gemini)
 	if !ok || e.FastPercent != 0 {
@@ -1063,6 +1051,20 @@ func TestGeminiPriorityThroughTheGateway(t *testing.T) {
 			}
 		})
 	}
+}
+
+// googleGateway is a stack whose gateway routes every path to a fakellm answering every
+// call with usage u, with Google's key in x-goog-api-key (AIza-provider-key), and an
+// organization on it.
+func googleGateway(t *testing.T, u fakellm.Usage) (*fakellm.Server, *stack, org) {
+	t.Helper()
+	fake, up := fixedUsageUpstream(t, u)
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: x-goog-api-key\n    credentialEnv: GOOGLE_KEY\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "GOOGLE_KEY": "AIza-provider-key"})
+	return fake, s, s.setUpOrg(t)
 }
 
 // sdkOK fails the test unless an SDK's call succeeded.

@@ -17,7 +17,8 @@ package fakellm
 //     [{text}], stopReason, usage {inputTokens, outputTokens, totalTokens,
 //     cacheReadInputTokens, cacheWriteInputTokens}, metrics.
 //   - POST /model/{modelId}/converse-stream: an event stream of messageStart, one
-//     contentBlockDelta per word, contentBlockStop, messageStop and metadata (the usage
+//     contentBlockDelta per word, contentBlockStop, messageStop and metadata (the
+//     serviceTier the request asked for, {"type": "default"} when none, and the usage
 //     and metrics as converse reports them); each event's payload is its JSON, with the
 //     "p" padding Bedrock adds.
 //
@@ -34,6 +35,7 @@ package fakellm
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -134,8 +136,8 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 		}
 	case BedrockConverse:
 		ew.start("application/json", http.StatusOK)
-		ew.write(fmt.Sprintf(`{"output":{"message":{"role":"assistant","content":[{"text":%q}]}},"stopReason":"end_turn","usage":%s,"metrics":{"latencyMs":1}}`,
-			Text, converseUsage(u)))
+		ew.write(fmt.Sprintf(`{"output":{"message":{"role":"assistant","content":[{"text":%q}]}},"stopReason":"end_turn","usage":%s,"metrics":{"latencyMs":1},"serviceTier":%s}`,
+			Text, converseUsage(u), converseTier(c.Body)))
 	case BedrockConverseStream:
 		ew.start("application/vnd.amazon.eventstream", http.StatusOK)
 		p := fmt.Sprintf(`,"p":%q}`, bedrockPadding)
@@ -145,8 +147,23 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 		}
 		ew.write(bedrockFrame("contentBlockStop", `{"contentBlockIndex":0`+p))
 		ew.write(bedrockFrame("messageStop", `{"stopReason":"end_turn"`+p))
-		ew.write(bedrockFrame("metadata", `{"usage":`+converseUsage(u)+`,"metrics":{"latencyMs":1}`+p))
+		ew.write(bedrockFrame("metadata", `{"usage":`+converseUsage(u)+`,"metrics":{"latencyMs":1},"serviceTier":`+converseTier(c.Body)+p))
 	}
+}
+
+// converseTier is the serviceTier a Converse answer says it ran at: the one the request
+// asked for ({"type": "priority"}, "flex", ...), else {"type": "default"}.
+func converseTier(body []byte) string {
+	var req struct {
+		ServiceTier struct {
+			Type string `json:"type"`
+		} `json:"serviceTier"`
+	}
+	_ = json.Unmarshal(body, &req)
+	if req.ServiceTier.Type == "" {
+		req.ServiceTier.Type = "default"
+	}
+	return fmt.Sprintf(`{"type":%q}`, req.ServiceTier.Type)
 }
 
 func bedrockMessageID(n int) string { return fmt.Sprintf("msg_bdrk_fake%06d", n) }

@@ -227,9 +227,10 @@ type request struct {
 	// message_start's, streamed), "fast" when asked for fast.
 	Speed string `json:"speed"`
 	// ServiceTierCamel is the Gemini API's service tier as its JSON names it
-	// ("serviceTier"; "service_tier" is read too): "priority" is answered so in the
-	// X-Gemini-Service-Tier header.
-	ServiceTierCamel string `json:"serviceTier"`
+	// ("serviceTier", a string; "service_tier" is read too): "priority" is answered so
+	// in the X-Gemini-Service-Tier header. Raw: Bedrock Converse's is an object
+	// (converseTier reads it).
+	ServiceTierCamel json.RawMessage `json:"serviceTier"`
 	// StreamFormat: a speech request's "sse" (gpt-4o-mini-tts) asks for events.
 	StreamFormat string `json:"stream_format"`
 	// ResponseFormat: a speech request's audio container (a string; mp3 when not
@@ -369,7 +370,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} else if c.API != GeminiCountTokens {
 			// The Gemini API says it in a header and in the usage's serviceTier.
 			tier := "standard"
-			if req.ServiceTier == "priority" || req.ServiceTierCamel == "priority" {
+			if req.ServiceTier == "priority" || string(req.ServiceTierCamel) == `"priority"` {
 				tier = "priority"
 			}
 			w.Header().Set("X-Gemini-Service-Tier", tier)

@@ -7,7 +7,8 @@
 // the path, percent-encoded. Scenarios: "invoke" (InvokeModel with an Anthropic Messages
 // body), "invoke-stream" (InvokeModelWithResponseStream: each chunk's bytes are one
 // Anthropic stream event's JSON), "converse" (Converse) and "converse-stream"
-// (ConverseStream). See report.mjs for the settings and the output.
+// (ConverseStream), and those two at Bedrock's priority tier ("converse-priority",
+// "converse-stream-priority"). See report.mjs for the settings and the output.
 import {
   BedrockRuntimeClient,
   ConverseCommand,
@@ -83,13 +84,15 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
       }
       return { text, model, usage, chunks };
     }
-    case 'converse': {
+    case 'converse':
+    case 'converse-priority': {
       const res = await client.send(new ConverseCommand({ modelId: s.model, ...converseRequest() }));
       const text = (res.output?.message?.content ?? []).map((b) => b.text ?? '').join('');
       // Converse names no model in its answer.
-      return { text, model: null, usage: res.usage ?? null, chunks: 1 };
+      return { text, model: null, usage: { ...res.usage, serviceTier: res.serviceTier }, chunks: 1 };
     }
-    case 'converse-stream': {
+    case 'converse-stream':
+    case 'converse-stream-priority': {
       const res = await client.send(new ConverseStreamCommand({ modelId: s.model, ...converseRequest() }));
       let text = '';
       let usage = null;
@@ -97,7 +100,7 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
       for await (const event of res.stream) {
         chunks++;
         if (event.contentBlockDelta) text += event.contentBlockDelta.delta?.text ?? '';
-        if (event.metadata) usage = event.metadata.usage ?? null;
+        if (event.metadata) usage = { ...event.metadata.usage, serviceTier: event.metadata.serviceTier };
       }
       return { text, model: null, usage, chunks };
     }
@@ -112,6 +115,9 @@ function anthropicRequest() {
   return { anthropic_version: 'bedrock-2023-05-31', max_tokens: 1024, messages: [{ role: 'user', content: prompt }] };
 }
 
+// converseRequest is a Converse request, at Bedrock's priority tier (serviceTier) in the
+// -priority scenarios.
 function converseRequest() {
-  return { messages: [{ role: 'user', content: [{ text: prompt }] }], inferenceConfig: { maxTokens: 1024 } };
+  const priority = s.scenario.endsWith('-priority') ? { serviceTier: { type: 'priority' } } : {};
+  return { messages: [{ role: 'user', content: [{ text: prompt }] }], inferenceConfig: { maxTokens: 1024 }, ...priority };
 }

@@ -93,8 +93,9 @@ type Request struct {
 	// requestbody.Deferred).
 	Background bool
 	// ServiceTier is the tier a top-level "service_tier" (or "serviceTier", Gemini's
-	// camel case) asks for (pricecatalog.TierNamed: OpenAI's "priority", "fast" or
-	// "ultrafast", Gemini's "priority"), Speed the one a
+	// camel case, and Bedrock Converse's object {"type": ...}) asks for
+	// (pricecatalog.TierNamed: OpenAI's "priority", "fast" or "ultrafast", Gemini's and
+	// Bedrock's "priority"), Speed the one a
 	// top-level "speed" asks for (Anthropic's fast mode, "fast"): dearer than the
 	// standard prices (enforcer/worstcase; AskedTier).
 	ServiceTier, Speed pricecatalog.Tier
@@ -228,10 +229,11 @@ func Input(body []byte) (Request, error) {
 			r.Background = bytes.HasPrefix(body[i:], []byte("true"))
 			i = w.value(i, skipped)
 		case jsonscan.KeyIs(key, "service_tier"), jsonscan.KeyIs(key, "serviceTier"):
-			// serviceTier: the Gemini API's JSON name of it (its SDK sends that).
-			r.ServiceTier, i = w.tier(i, allTierNames)
+			// serviceTier: the Gemini API's JSON name of it (its SDK sends that), and
+			// Bedrock Converse's, an object ({"type": "priority"}).
+			r.ServiceTier, i = w.tier(i, allTierNames, true)
 		case jsonscan.KeyIs(key, "speed"):
-			r.Speed, i = w.tier(i, speedNames)
+			r.Speed, i = w.tier(i, speedNames, false)
 		default:
 			if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
 				r.Messages++
@@ -297,22 +299,47 @@ type walker struct {
 }
 
 // tier reads the tier the value at b[i] names among names: a string (escaped or
-// not, as the API takes it), else Standard. Of a repeated key the last one counts, as
-// encoding/json reads it.
+// not, as the API takes it), or when typed an object's "type" string (Bedrock
+// Converse's {"type": "priority"}), else Standard. Of a repeated key the last one
+// counts, as encoding/json reads it.
 func (w *walker) tier(i int, names []struct {
 	Name string
 	Tier pricecatalog.Tier
-}) (pricecatalog.Tier, int) {
-	if w.b[i] != '"' {
-		return pricecatalog.Standard, w.value(i, skipped)
-	}
-	end := jsonscan.SkipString(w.b, i)
-	for _, n := range names {
-		if jsonscan.KeyIs(w.b[i:end], n.Name) {
-			return n.Tier, end
+}, typed bool) (pricecatalog.Tier, int) {
+	named := func(s, end int) pricecatalog.Tier {
+		for _, n := range names {
+			if jsonscan.KeyIs(w.b[s:end], n.Name) {
+				return n.Tier
+			}
 		}
+		return pricecatalog.Standard
 	}
-	return pricecatalog.Standard, end
+	switch w.b[i] {
+	case '"':
+		end := jsonscan.SkipString(w.b, i)
+		return named(i, end), end
+	case '{':
+		if !typed {
+			break
+		}
+		tier := pricecatalog.Standard
+		for j := jsonscan.SkipSpace(w.b, i+1); w.b[j] != '}'; {
+			end := jsonscan.SkipString(w.b, j)
+			key := w.b[j:end]
+			j = jsonscan.SkipSpace(w.b, jsonscan.SkipSpace(w.b, end)+1) // past the colon
+			if jsonscan.KeyIs(key, "type") {
+				tier = pricecatalog.Standard
+				if w.b[j] == '"' {
+					tier = named(j, jsonscan.SkipString(w.b, j))
+				}
+			}
+			if j = jsonscan.SkipSpace(w.b, jsonscan.SkipValue(w.b, j)); w.b[j] == ',' {
+				j = jsonscan.SkipSpace(w.b, j+1)
+			}
+		}
+		return tier, w.value(i, skipped)
+	}
+	return pricecatalog.Standard, w.value(i, skipped)
 }
 
 // value reads the value at b[i] and returns the index just after it.

@@ -196,7 +196,8 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"service_tier":"priority","service_tier":"pri\u006frity","messages":[],"service_tier":{"a":"priority"}}`,
 		`{"service_tier":"flex","service_tier":"pri\u006frity","messages":[{"content":"x"}]}`,
 		`{"service_tier":"fast","messages":[]}`, `{"service_tier":"ultr\u0061fast"}`, `{"service_tier":"fast","service_tier":"faster"}`,
-		`{"serviceTier":"priority","service_tier":"standard","serviceTier":"fast"}`, `{"speed":"fast","messages":[]}`, `{"speed":"f\u0061st","speed":"standard","speed":"fast"}`, `{"speed":"ultrafast","service_tier":"standard_only"}`, `{"speed":["fast"]}`,
+		`{"serviceTier":"priority","service_tier":"standard","serviceTier":"fast"}`, `{"serviceTier":{"type":"priority","x":[1e2,{"type":"fast"}]},"messages":[]}`,
+		`{"serviceTier":{"type":"flex","type":"priority"}}`, `{"service_tier":{"type":1e999}}`, `{"speed":{"type":"fast"}}`, `{"speed":"fast","messages":[]}`, `{"speed":"f\u0061st","speed":"standard","speed":"fast"}`, `{"speed":"ultrafast","service_tier":"standard_only"}`, `{"speed":["fast"]}`,
 		`{"tools":[{"type":"web_search_20250305","max_uses":3,"type":"x"},{"googleSearch":{}},{"type":"web_search","max_uses":1e2}],"t\u006fols":[1]}`,
 		`{"generationConfig":{"maxOutputTokens":8e2,"stopSequences":["end"],"max_output_tokens":9},"generati\u006fnConfig":{"maxOutputTokens":1.5},"inferenceConfig":{"maxTokens":70,"maxTokens":"90"},"generation_config":[1]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
@@ -280,7 +281,31 @@ func decoderInput(body []byte) (Request, error) {
 			} else {
 				r.ServiceTier = pricecatalog.TierNamed(name)
 			}
-			if d, ok := v.(json.Delim); ok {
+			if d, ok := v.(json.Delim); ok && d == '{' && key != "speed" {
+				// Bedrock Converse's {"type": "priority"}: its last "type" string names it.
+				for w.dec.More() {
+					k, err := w.dec.Token()
+					if err != nil {
+						return Request{}, ErrNotObject
+					}
+					v, err := w.dec.Token()
+					if err != nil {
+						return Request{}, ErrNotObject
+					}
+					if k == "type" {
+						name, _ := v.(string)
+						r.ServiceTier = pricecatalog.TierNamed(name)
+					}
+					if d, ok := v.(json.Delim); ok {
+						if err := w.skip(d); err != nil {
+							return Request{}, ErrNotObject
+						}
+					}
+				}
+				if _, err := w.dec.Token(); err != nil { // the closing brace
+					return Request{}, ErrNotObject
+				}
+			} else if ok {
 				if err := w.skip(d); err != nil {
 					return Request{}, ErrNotObject
 				}
@@ -579,6 +604,10 @@ func TestAskedTier(t *testing.T) {
 		{`{"metadata":{"speed":"fast","service_tier":"priority"}}`, pricecatalog.Standard},
 		{`{"serviceTier":"priority","contents":[]}`, pricecatalog.Fast}, // the Gemini SDK's
 		{`{"serviceTier":"priority","service_tier":"flex"}`, pricecatalog.Standard},
+		{`{"serviceTier":{"type":"priority"}}`, pricecatalog.Fast}, // Bedrock Converse's
+		{`{"serviceTier":{"type":"priority","type":"default"}}`, pricecatalog.Standard},
+		{`{"serviceTier":{"type":["priority"],"x":{"type":"priority"}}}`, pricecatalog.Standard},
+		{`{"serviceTier":{"x":1,"type":"flex"},"service_tier":{"t\u0079pe":"pri\u006frity"}}`, pricecatalog.Fast},
 	} {
 		r, err := Input([]byte(tc.body))
 		if err != nil || r.AskedTier() != tc.want {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 const ctEventStream = "application/vnd.amazon.eventstream"
@@ -81,6 +82,12 @@ func TestBedrockConverseStream(t *testing.T) {
 	if got := run(ctEventStream, nil, Limits{}, [][]byte{cut}, false); got.Complete || got.InputReported || got.TextBytes != want.TextBytes {
 		t.Fatalf("cut before the metadata: %s", show(got))
 	}
+	// Run at Bedrock's priority tier: its metadata event says so (serviceTier.type).
+	last := frame(t, "event", "metadata", `{"metrics":{"latencyMs":412},"usage":{"inputTokens":12,"outputTokens":200,"totalTokens":1424,"cacheReadInputTokens":0,"cacheWriteInputTokens":1212}}`)
+	priority := append(bytes.Clone(body[:len(body)-len(last)]), frame(t, "event", "metadata",
+		`{"metrics":{"latencyMs":412},"serviceTier":{"type":"priority"},"usage":{"inputTokens":12,"outputTokens":200,"totalTokens":1424,"cacheReadInputTokens":0,"cacheWriteInputTokens":1212}}`)...)
+	want.Tier = pricecatalog.Fast
+	checkSplits(t, ctEventStream, nil, priority, want)
 }
 
 // Frames that are not events carry no usage; a frame whose CRC does not match ends the

@@ -112,7 +112,9 @@
 //   - Gemini's usageMetadata.trafficType ON_DEMAND_PRIORITY (Vertex AI) or
 //     usageMetadata.serviceTier "priority" (the Gemini API), and the Gemini API's
 //     response header X-Gemini-Service-Tier "priority" (HeaderGeminiServiceTier),
-//     whatever the body.
+//     whatever the body;
+//   - Amazon Bedrock Converse's serviceTier.type "priority" (its answer, its stream's
+//     metadata event).
 //
 // A body without usage (an error body, a stream without include_usage) gives
 // a Usage that is not Complete; Format still names the shape when it was

@@ -322,8 +322,8 @@ func (a *accumulator) noteCost(d *docFields) {
 // notePriority keeps the dearest speed tier a document said the request ran at: an
 // OpenAI document's (chat, Responses) service_tier of pricecatalog.TierNames, an
 // Anthropic one's usage.speed "fast", a Gemini one's usageMetadata.trafficType
-// ON_DEMAND_PRIORITY (Vertex AI) or serviceTier "priority" (the Gemini API). Any one of a
-// stream's saying so is enough.
+// ON_DEMAND_PRIORITY (Vertex AI) or serviceTier "priority" (the Gemini API), a Bedrock
+// Converse one's serviceTier.type "priority". Any one of a stream's saying so is enough.
 func (a *accumulator) notePriority(d *docFields, root int) {
 	tier := &d.tier[root]
 	switch a.fam {
@@ -337,7 +337,7 @@ func (a *accumulator) notePriority(d *docFields, root int) {
 		if tier.is("fast") {
 			a.tier = max(a.tier, pricecatalog.Fast)
 		}
-	case famGemini:
+	case famGemini, famConverse:
 		if d.priorityTraffic {
 			a.tier = max(a.tier, pricecatalog.Fast)
 		}

@@ -511,16 +511,17 @@ func oracleSpeed(c *capture, objs [][]member) {
 }
 
 // oracleTraffic says whether the last trafficType or serviceTier of a top-level usage
-// (Gemini's usageMetadata) is ON_DEMAND_PRIORITY or "priority".
+// (Gemini's usageMetadata), or type of a top-level serviceTier (Bedrock Converse's), is
+// ON_DEMAND_PRIORITY or "priority".
 func oracleTraffic(m []member) bool {
 	priority := false
 	for _, mm := range m {
 		u, ok := mm.val.([]member)
-		if !ok || (mm.key != "usage" && mm.key != "usageMetadata") {
+		if !ok || (mm.key != "usage" && mm.key != "usageMetadata" && mm.key != "serviceTier") {
 			continue
 		}
 		for _, f := range u {
-			if f.key == "trafficType" || f.key == "serviceTier" {
+			if (mm.key != "serviceTier" && (f.key == "trafficType" || f.key == "serviceTier")) || (mm.key == "serviceTier" && f.key == "type") {
 				s, _ := f.val.(string)
 				priority = s == "ON_DEMAND_PRIORITY" || s == "priority"
 			}

@@ -59,7 +59,7 @@ const (
 	kCacheModalities   // Gemini: usageMetadata.cacheTokensDetails[] (the cached content's)
 	kModality          // Gemini: a *TokensDetails[] entry's modality
 	kTrafficType       // Vertex AI: usageMetadata.trafficType (ON_DEMAND_PRIORITY: its priority tier)
-	kGeminiTier        // the Gemini API: usageMetadata.serviceTier ("priority")
+	kServiceTierCamel  // the Gemini API's usageMetadata.serviceTier ("priority"), Bedrock Converse's serviceTier ({"type": "priority"})
 	kTokenCount        // Gemini: a *TokensDetails[] entry's tokenCount
 	// Amazon Bedrock's Converse usage (camelCase), read into Anthropic's counts:
 	// inputTokens (without the cache), outputTokens, cacheReadInputTokens,
@@ -251,7 +251,7 @@ func keyID(b []byte) uint8 {
 	case "trafficType":
 		return kTrafficType
 	case "serviceTier":
-		return kGeminiTier
+		return kServiceTierCamel
 	case "tokenCount":
 		return kTokenCount
 	case "inputTokens":
@@ -339,8 +339,8 @@ type docFields struct {
 	// Anthropic, and no document is both).
 	tierSeen uint8
 	// priorityTraffic: Vertex AI's usageMetadata.trafficType said ON_DEMAND_PRIORITY,
-	// or the Gemini API's usageMetadata.serviceTier "priority": their priority tier (the
-	// last of the two fields counts).
+	// the Gemini API's usageMetadata.serviceTier or Bedrock Converse's serviceTier.type
+	// "priority": their priority tier (the last of these fields counts).
 	priorityTraffic bool
 	// searches counts the web searches the document lists, which the provider bills
 	// and its usage does not count: OpenAI Responses output items of type
@@ -1304,6 +1304,11 @@ func (s *scanner) classify() target {
 		if k[0] == kUsage {
 			return usageMember(rootTop, k[1])
 		}
+		if k[0] == kServiceTierCamel && k[1] == kType {
+			// Bedrock Converse's serviceTier.type (its answer's, its stream's metadata
+			// event's): kept as Gemini's priority is.
+			return target{kind: tgTraffic, root: rootTop}
+		}
 		if r, ok := rootOf(k[0]); ok {
 			switch k[1] {
 			case kModel:
@@ -1370,7 +1375,7 @@ func usageMember(root, k uint8) target {
 	if k == kSpeed {
 		return target{kind: tgSpeed, root: root}
 	}
-	if (k == kTrafficType || k == kGeminiTier) && root == rootTop {
+	if (k == kTrafficType || k == kServiceTierCamel) && root == rootTop {
 		// Gemini's usage is at the top level only.
 		return target{kind: tgTraffic, root: root}
 	}
