@@ -1033,7 +1033,9 @@ func TestGeminiPriorityThroughTheGateway(t *testing.T) {
 		cost       int64
 	}{
 		{"Gemini API, priority", "fast", func(t *testing.T) { sdkOK(t, runSDK(t, dir, "gemini.mjs", "priority", s.gateway, o.key, gemini)) }, priority},
-		{"Gemini API, priority, streamed", "fast", func(t *testing.T) { sdkOK(t, runSDK(t, dir, "gemini.mjs", "priority-stream", s.gateway, o.key, gemini)) }, priority},
+		{"Gemini API, priority, streamed", "fast", func(t *testing.T) {
+			sdkOK(t, runSDK(t, dir, "gemini.mjs", "priority-stream", s.gateway, o.key, gemini))
+		}, priority},
 		{"Gemini API, standard", "", func(t *testing.T) { sdkOK(t, runSDK(t, dir, "gemini.mjs", "json", s.gateway, o.key, gemini)) }, standard},
 		{"Vertex AI, priority", "fast", func(t *testing.T) { vertexCall(t, "priority") }, priority},
 		{"Vertex AI, on demand", "", func(t *testing.T) { vertexCall(t, "") }, standard},

@@ -550,10 +550,10 @@ type ReceiptWrite struct {
 	// "ultrafast": pricecatalog.Tier's names), Regional whether it went to a cloud's
 	// regional endpoint (accounting.Usage): each raises a catalog price. The receipt's
 	// priority_tier says whether ServiceTier is a dear one.
-	ServiceTier string
-	Regional    bool
-	UpstreamStatus     int32
-	Complete           bool
+	ServiceTier    string
+	Regional       bool
+	UpstreamStatus int32
+	Complete       bool
 	// Outcome is "settled" or "recovered".
 	Outcome         string
 	Promoted        bool
