@@ -137,16 +137,6 @@ var ErrNotObject = errors.New("estimate: the body is not a JSON object")
 // AskedTier is the dearest tier the request asks for.
 func (r Request) AskedTier() pricecatalog.Tier { return max(r.ServiceTier, r.Speed) }
 
-// allTierNames are the names a "service_tier" may ask a dear tier by; speedNames those
-// of Anthropic's "speed" (its fast mode).
-var (
-	allTierNames = pricecatalog.TierNames[:]
-	speedNames   = []struct {
-		Name string
-		Tier pricecatalog.Tier
-	}{{"fast", pricecatalog.Fast}}
-)
-
 // skipValue are keys whose string value names something rather than carrying text.
 var skipValue = map[string]bool{
 	"model": true, "role": true, "type": true, "id": true, "tool_call_id": true, "call_id": true,
@@ -231,9 +221,9 @@ func Input(body []byte) (Request, error) {
 		case jsonscan.KeyIs(key, "service_tier"), jsonscan.KeyIs(key, "serviceTier"):
 			// serviceTier: the Gemini API's JSON name of it (its SDK sends that), and
 			// Bedrock Converse's, an object ({"type": "priority"}).
-			r.ServiceTier, i = w.tier(i, allTierNames, true)
+			r.ServiceTier, i = w.tier(i, pricecatalog.TierNames[:], true)
 		case jsonscan.KeyIs(key, "speed"):
-			r.Speed, i = w.tier(i, speedNames, false)
+			r.Speed, i = w.tier(i, pricecatalog.SpeedNames[:], false)
 		default:
 			if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
 				r.Messages++
@@ -302,10 +292,7 @@ type walker struct {
 // not, as the API takes it), or when typed an object's "type" string (Bedrock
 // Converse's {"type": "priority"}), else Standard. Of a repeated key the last one
 // counts, as encoding/json reads it.
-func (w *walker) tier(i int, names []struct {
-	Name string
-	Tier pricecatalog.Tier
-}, typed bool) (pricecatalog.Tier, int) {
+func (w *walker) tier(i int, names []pricecatalog.TierName, typed bool) (pricecatalog.Tier, int) {
 	named := func(s, end int) pricecatalog.Tier {
 		for _, n := range names {
 			if jsonscan.KeyIs(w.b[s:end], n.Name) {

@@ -275,8 +275,10 @@ func decoderInput(body []byte) (Request, error) {
 			name, _ := v.(string)
 			if key == "speed" {
 				r.Speed = pricecatalog.Standard
-				if name == "fast" {
-					r.Speed = pricecatalog.Fast
+				for _, n := range pricecatalog.SpeedNames {
+					if name == n.Name {
+						r.Speed = n.Tier
+					}
 				}
 			} else {
 				r.ServiceTier = pricecatalog.TierNamed(name)

@@ -115,8 +115,9 @@ type settleBody struct {
 	// report: the receipt's cost basis is then "estimate".
 	Estimated *bool `json:"estimated"`
 	// ServiceTier is the speed tier the upstream ran the request at, dearer than the
-	// standard prices: "fast" (OpenAI's "priority" or "fast", Anthropic's fast mode) or
-	// "ultrafast" (OpenAI's); "" or absent for standard. Priced tokens are charged the
+	// standard prices: "fast" (OpenAI's "priority" or "fast", Anthropic's fast mode,
+	// Google's and Bedrock's priority) or "ultrafast" (OpenAI's); "" or absent for
+	// standard. Priced tokens are charged the
 	// model's percent of the tier (pricecatalog.Entry.TierPercent).
 	ServiceTier *string `json:"serviceTier"`
 	// PriorityTier true, without serviceTier, is "fast" (its name before serviceTier).

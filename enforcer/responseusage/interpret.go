@@ -334,8 +334,10 @@ func (a *accumulator) notePriority(d *docFields, root int) {
 			}
 		}
 	case famAnthropic:
-		if tier.is("fast") {
-			a.tier = max(a.tier, pricecatalog.Fast)
+		for _, n := range pricecatalog.SpeedNames {
+			if tier.is(n.Name) {
+				a.tier = max(a.tier, n.Tier)
+			}
 		}
 	case famGemini, famConverse:
 		if d.priorityTraffic {

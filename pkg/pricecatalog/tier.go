@@ -15,7 +15,7 @@ import (
 //     older answer "priority" whichever name was asked, GPT-6 answers "fast"), 1.67 to
 //     2.5 times the standard price by model; Anthropic's fast mode ("speed": "fast",
 //     usage.speed in the answer), 2 or 6 times by model; Gemini's priority inference,
-//     75% to 100% more.
+//     75% to 100% more; Amazon Bedrock's priority tier, a premium AWS does not state.
 //   - Ultrafast: OpenAI's "ultrafast" (the Responses API, gpt-6-astra), 6 times.
 //
 // A tier that costs less than standard (flex, batch) is charged as standard: never
@@ -42,15 +42,22 @@ func (t Tier) String() string {
 	return ""
 }
 
-// TierNames maps every name a provider gives a dear tier, in a request (the enforcer's
-// worst case) or an answer (settlement), to its Tier. Names are matched exactly, as the
-// providers send them. Anthropic's usage.service_tier "priority" is not read: its
-// Priority Tier has no per-token surcharge, so only an OpenAI or Gemini service_tier
-// (and Anthropic's speed) is looked up here.
-var TierNames = [...]struct {
+// TierName is a name a provider gives a tier.
+type TierName struct {
 	Name string
 	Tier Tier
-}{{"priority", Fast}, {"fast", Fast}, {"ultrafast", Ultrafast}}
+}
+
+// TierNames maps every name a provider gives a dear tier in its service_tier (OpenAI's,
+// Gemini's, Bedrock's), in a request (the enforcer's worst case) or an answer
+// (settlement), to its Tier. Names are matched exactly, as the providers send them.
+// Anthropic's usage.service_tier "priority" is not looked up here: its Priority Tier has
+// no per-token surcharge (its fast mode is its speed, SpeedNames).
+var TierNames = [...]TierName{{"priority", Fast}, {"fast", Fast}, {"ultrafast", Ultrafast}}
+
+// SpeedNames are the names of Anthropic's speed ("speed": "fast", usage.speed) that
+// cost more than the standard prices.
+var SpeedNames = [...]TierName{{"fast", Fast}}
 
 // TierNamed is the tier a provider's name stands for, Standard for any other name.
 func TierNamed(name string) Tier {
