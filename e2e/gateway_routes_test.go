@@ -1055,6 +1055,27 @@ func TestGeminiPriorityThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestGeminiToolResultsThroughTheGateway: Gemini counts the results of its tools given back
+// to the model (URL context, code execution, Search) apart from the prompt
+// (usageMetadata.toolUsePromptTokenCount) and bills them as input. The official Gen AI
+// SDK's call whose answer reports 3,000 of them beside a 10,000-token prompt, streamed and
+// not, is charged 13,000 input tokens. Before 2026-11-29 they were not charged.
+func TestGeminiToolResultsThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := googleGateway(t, fakellm.Usage{InputTokens: 10_000, ToolUsePromptTokens: 3_000, OutputTokens: 1_000})
+	const gemini = "gemini-2.5-flash"
+	e, _ := pricecatalog.Lookup(gemini)
+	want := ceilDiv(13_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
+	for _, scenario := range []string{"json", "stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			rec := oneSDKCall(t, fake, s, dir, "gemini.mjs", scenario, o.key, gemini)
+			if rec.cost() != want || rec["input_tokens"] != 13_000.0 || rec["complete"] != true {
+				t.Fatalf("receipt %s, want %d for 13,000 input tokens", rec, want)
+			}
+		})
+	}
+}
+
 // googleGateway is a stack whose gateway routes every path to a fakellm answering every
 // call with usage u, with Google's key in x-goog-api-key (AIza-provider-key), and an
 // organization on it.

@@ -119,6 +119,10 @@ type Usage struct {
 	CacheCreation1hInputTokens int64
 	// OutputTokens: completion_tokens / output_tokens.
 	OutputTokens int64
+	// ToolUsePromptTokens: Gemini's toolUsePromptTokenCount (sent when not 0), the
+	// results of its tools given back to the model: input apart from promptTokenCount
+	// (InputTokens), which the total counts too.
+	ToolUsePromptTokens int64
 	// WebSearchRequests: Anthropic's usage.server_tool_use.web_search_requests (sent
 	// when not 0: in the message, and in a stream's message_delta); on the Responses API,
 	// that many web_search_call output items before the message (and, streamed, each
@@ -703,7 +707,10 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage, sse bool, tierFie
 		// Gemini leaves a count of 0 out.
 		var b strings.Builder
 		fmt.Fprintf(&b, `{"promptTokenCount":%d`, u.InputTokens)
-		total := u.InputTokens
+		total := u.InputTokens + u.ToolUsePromptTokens
+		if u.ToolUsePromptTokens > 0 {
+			fmt.Fprintf(&b, `,"toolUsePromptTokenCount":%d`, u.ToolUsePromptTokens)
+		}
 		if final {
 			fmt.Fprintf(&b, `,"candidatesTokenCount":%d,"thoughtsTokenCount":%d`, u.OutputTokens-thoughts, thoughts)
 			total += u.OutputTokens

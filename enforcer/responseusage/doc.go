@@ -51,8 +51,10 @@
 //     as openai-chat).
 //   - gemini: Google's Gemini API (generateContent) JSON, usage in usageMetadata
 //     {promptTokenCount (cached ones included), candidatesTokenCount,
-//     thoughtsTokenCount, cachedContentTokenCount}, the model in modelVersion.
-//     Output is candidates + thoughts (thinking is billed as output). Gemini
+//     thoughtsTokenCount, cachedContentTokenCount, toolUsePromptTokenCount}, the model
+//     in modelVersion. Output is candidates + thoughts (thinking is billed as output);
+//     input is the prompt + the results of its tools given back to the model
+//     (toolUsePromptTokenCount: URL context, code execution, Search, billed as input). Gemini
 //     leaves a count of 0 out, so the input count is the whole report. The
 //     lists promptTokensDetails, candidatesTokensDetails and cacheTokensDetails
 //     ([{modality, tokenCount}]) split the input, the output and the cached

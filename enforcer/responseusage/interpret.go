@@ -412,6 +412,11 @@ func (a *accumulator) fill(u *Usage) {
 		} else {
 			out, hasOut = out+thoughts, hasIn
 		}
+		// The results of its tools given back to the model (toolUsePromptTokenCount)
+		// are input it bills, apart from promptTokenCount.
+		if toolUse, ok := a.u.get(tokGeminiToolUse); ok && hasIn {
+			in = min(in, math.MaxInt64-toolUse) + toolUse
+		}
 	}
 	cached, _ := a.u.get(cachedTok)
 	if a.fam == famAnthropic || a.fam == famResponses || a.fam == famGemini {

@@ -451,6 +451,16 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	d.cost, d.hasCost = oracleCost(m)
 	var converse bool
 	d.usage[rootTop], converse = oracleUsage(m)
+	// Gemini's toolUsePromptTokenCount, read at the top level alone, in the slot it
+	// shares with Anthropic's cache writes (the largest of the two wins).
+	for _, us := range all(m, "usage") {
+		for _, f := range us {
+			u := &d.usage[rootTop]
+			if n, ok := plainCount(f.val); ok && f.key == "toolUsePromptTokenCount" && (u.has&(1<<tokGeminiToolUse) == 0 || n > u.tok[tokGeminiToolUse]) {
+				u.tok[tokGeminiToolUse], u.has = n, u.has|1<<tokGeminiToolUse
+			}
+		}
+	}
 	d.converse = d.converse || converse
 	oracleModalities(m, d)
 	d.searches = oracleOutputItems(m, "web_search_call") + oracleSearchQueries(m)

@@ -59,6 +59,7 @@ const (
 	kCacheModalities   // Gemini: usageMetadata.cacheTokensDetails[] (the cached content's)
 	kModality          // Gemini: a *TokensDetails[] entry's modality
 	kTrafficType       // Vertex AI: usageMetadata.trafficType (ON_DEMAND_PRIORITY: its priority tier)
+	kToolUsePrompt     // Gemini: usageMetadata.toolUsePromptTokenCount (tokGeminiToolUse)
 	kServiceTierCamel  // the Gemini API's usageMetadata.serviceTier ("priority"), Bedrock Converse's serviceTier ({"type": "priority"})
 	kTokenCount        // Gemini: a *TokensDetails[] entry's tokenCount
 	// Amazon Bedrock's Converse usage (camelCase), read into Anthropic's counts:
@@ -131,6 +132,13 @@ const (
 	tokAudioIn
 	tokAudioOut
 	nTok
+	// tokGeminiToolUse is Gemini's usageMetadata.toolUsePromptTokenCount: the results of
+	// its tools (URL context, code execution, Search) given back to the model, input it
+	// bills that promptTokenCount leaves out. It shares the slot of Anthropic's
+	// cache_creation_input_tokens, which no Gemini usage has and which only the
+	// Anthropic and Converse families read: one more slot would take the Extractor to
+	// the heap's next size class (tokCacheWritePart).
+	tokGeminiToolUse = tokCacheCreation
 )
 
 // usageFields.has holds a bit per count.
@@ -232,6 +240,8 @@ func keyID(b []byte) uint8 {
 		return kTok0 + tokGeminiThoughts
 	case "cachedContentTokenCount":
 		return kTok0 + tokGeminiCached
+	case "toolUsePromptTokenCount":
+		return kToolUsePrompt
 	case "seconds":
 		return kTok0 + tokAudioSeconds
 	case "audio_tokens":
@@ -1362,6 +1372,10 @@ func (s *scanner) classify() target {
 func usageMember(root, k uint8) target {
 	if k >= kTok0 && k < kTok0+tokCachedPrompt {
 		return target{kind: tgTok, root: root, tok: k - kTok0}
+	}
+	if k == kToolUsePrompt && root == rootTop {
+		// Gemini's usage is at the top level only.
+		return target{kind: tgTok, root: root, tok: tokGeminiToolUse}
 	}
 	if isDetail(k) {
 		return target{kind: tgDetail, root: root}

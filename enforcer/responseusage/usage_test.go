@@ -1291,6 +1291,29 @@ func TestFileSearchCalls(t *testing.T) {
 
 // The Gemini API says the tier it served a request at in a response header alone
 // (HeaderGeminiServiceTier): "priority" is charged as the fast tier, whatever the body.
+// Gemini counts the results of its tools given back to the model (URL context, code
+// execution, Search) apart from the prompt, in usageMetadata.toolUsePromptTokenCount,
+// and bills them as input: read into the input, at the top level alone, streamed or not.
+func TestGeminiToolUsePromptTokens(t *testing.T) {
+	body := `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":100,"candidatesTokenCount":20,` +
+		`"toolUsePromptTokenCount":3000,"thoughtsTokenCount":5,"totalTokenCount":3125},"modelVersion":"gemini-2.5-flash"}`
+	want := Usage{Model: "gemini-2.5-flash", InputTokens: 3100, OutputTokens: 25, Complete: true, Format: FormatGemini, InputReported: true, OutputReported: true, TextBytes: 1}
+	checkSplits(t, ctJSON, nil, []byte(body), want)
+	if got, ref := run(ctJSON, nil, Limits{}, [][]byte{[]byte(body)}, true), oracleJSON([]byte(body), Limits{}); !reflect.DeepEqual(got, ref) {
+		t.Fatalf("differs from the reference:\n got %s\n ref %s", show(got), show(ref))
+	}
+	stream := "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}]}}],\"usageMetadata\":{\"promptTokenCount\":100,\"toolUsePromptTokenCount\":3000}}\r\n\r\n" +
+		"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"y\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":100,\"candidatesTokenCount\":20,\"toolUsePromptTokenCount\":3000,\"thoughtsTokenCount\":5}}\r\n\r\n"
+	want.Format, want.TextBytes, want.Model = FormatGeminiSSE, 2, ""
+	checkSplits(t, ctSSE, nil, []byte(stream), want)
+	// Not the top level's: not the request's.
+	nested := `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":100,"candidatesTokenCount":20},` +
+		`"message":{"usage":{"toolUsePromptTokenCount":3000}}}`
+	if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(nested)}, true); got.InputTokens != 100 {
+		t.Fatalf("a nested count was read: %s", show(got))
+	}
+}
+
 func TestGeminiServiceTierHeader(t *testing.T) {
 	body := []byte(`{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2}}`)
 	for _, tc := range []struct {
