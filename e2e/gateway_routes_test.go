@@ -992,6 +992,37 @@ func TestAzureOpenAIThroughTheGateway(t *testing.T) {
 // ceilDiv is a / b rounded up, for non-negative a and positive b.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
+// TestAnthropicInferenceGeoThroughTheGateway: the official Anthropic SDK's call with
+// inference_geo "us" (US-only inference), answered with usage.inference_geo "us",
+// streamed and not, is charged the model's regional premium (Claude Opus 4.6: 1.1 times
+// the price, as Anthropic charges), and the receipt says so (regional_endpoint). Before
+// 2026-11-29 it was charged the price.
+func TestAnthropicInferenceGeoThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
+	const model = "claude-opus-4-6"
+	e, ok := pricecatalog.Lookup(model)
+	if !ok || e.RegionalPremiumPercent != 10 {
+		t.Fatalf("%s: %+v; this test charges a 10%% premium", model, e)
+	}
+	standard := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
+	for _, sc := range []struct {
+		scenario string
+		regional bool
+	}{{"us", true}, {"us-stream", true}, {"json", false}} {
+		t.Run(sc.scenario, func(t *testing.T) {
+			want := standard
+			if sc.regional {
+				want = ceilDiv(standard*110, 100)
+			}
+			rec := oneSDKCall(t, fake, s, dir, "anthropic.mjs", sc.scenario, o.key, model)
+			if rec.cost() != want || rec["complete"] != true || rec["regional_endpoint"] != sc.regional {
+				t.Fatalf("receipt %s, want %d, regional_endpoint %v", rec, want, sc.regional)
+			}
+		})
+	}
+}
+
 // TestGeminiPriorityThroughTheGateway: Google's priority inference, asked by the official
 // Gen AI SDK (config.serviceTier, sent as the body's serviceTier) on the Gemini API and by
 // the X-Vertex-AI-LLM-Shared-Request-Type header on Vertex AI, is charged the model's fast

@@ -19,7 +19,8 @@
 //     ("gpt-4o-mini" answered as "gpt-4o-mini-2024-07-18").
 //   - An Anthropic stream reports input tokens in message_start and output tokens in
 //     message_delta. A request that asks for a speed ("speed": "fast", its fast mode)
-//     is answered with the speed in its usage (message_start's, streamed).
+//     or names an inference_geo ("us") is answered with it in its usage
+//     (message_start's, streamed).
 //   - OpenAI's Responses API (POST /v1/responses) answers a response object with its
 //     usage (input_tokens, cached in input_tokens_details, output_tokens) or, streamed,
 //     the typed events a client reads (response.created, output_text deltas, ...,
@@ -230,6 +231,9 @@ type request struct {
 	// Speed is Anthropic's speed: its answer's usage says the speed it ran at (in
 	// message_start's, streamed), "fast" when asked for fast.
 	Speed string `json:"speed"`
+	// InferenceGeo is Anthropic's inference_geo: a request that names one is answered
+	// with it in its usage (message_start's, streamed).
+	InferenceGeo string `json:"inference_geo"`
 	// ServiceTierCamel is the Gemini API's service tier as its JSON names it
 	// ("serviceTier", a string; "service_tier" is read too): "priority" is answered so
 	// in the X-Gemini-Service-Tier header. Raw: Bedrock Converse's is an object
@@ -448,11 +452,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Request-Id", fmt.Sprintf("req_fake%06d", n))
 	if !c.Stream {
 		ew.start("application/json", http.StatusOK)
-		ew.write(anthropicJSON(id, model, u, req.Speed))
+		ew.write(anthropicJSON(id, model, u, speedField(req.Speed)+geoField(req.InferenceGeo)))
 		return
 	}
 	ew.start("text/event-stream; charset=utf-8", http.StatusOK)
-	anthropicStream(ew, id, model, u, req.Speed)
+	anthropicStream(ew, id, model, u, speedField(req.Speed)+geoField(req.InferenceGeo))
 }
 
 // azureDeployment is the deployment an Azure OpenAI chat-completions path names
@@ -905,9 +909,20 @@ func searchCalls(u Usage) string {
 	return b.String()
 }
 
-func anthropicJSON(id, model string, u Usage, speed string) string {
+// anthropicJSON is Anthropic's message; extra are more fields of its usage, each with its
+// leading comma (speedField, geoField).
+func anthropicJSON(id, model string, u Usage, extra string) string {
 	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s%s"output_tokens":%d,"service_tier":"standard"%s}}`,
-		id, model, Text, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), serverToolUse(u), u.OutputTokens, speedField(speed))
+		id, model, Text, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), serverToolUse(u), u.OutputTokens, extra)
+}
+
+// geoField is the usage's inference_geo field, with its leading comma, of a request that
+// named one ("" for one that did not).
+func geoField(asked string) string {
+	if asked == "" {
+		return ""
+	}
+	return fmt.Sprintf(`,"inference_geo":%q`, asked)
 }
 
 // speedField is the usage's speed field, with its leading comma, of a request that
@@ -941,10 +956,10 @@ func cacheCreation(u Usage) string {
 
 // anthropicStream sends the messages stream: message_start (input usage), a text
 // block of one delta per word, message_delta (output usage), message_stop.
-func anthropicStream(ew *eventWriter, id, model string, u Usage, speed string) {
+func anthropicStream(ew *eventWriter, id, model string, u Usage, extra string) {
 	event := func(name, data string) { ew.write("event: " + name + "\ndata: " + data + "\n\n") }
 	event("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":%q,"type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s"output_tokens":1,"service_tier":"standard"%s}}}`,
-		id, model, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), speedField(speed)))
+		id, model, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), extra))
 	event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
 	event("ping", `{"type": "ping"}`)
 	for _, w := range words() {

@@ -99,6 +99,9 @@ type Request struct {
 	// top-level "speed" asks for (Anthropic's fast mode, "fast"): dearer than the
 	// standard prices (enforcer/worstcase; AskedTier).
 	ServiceTier, Speed pricecatalog.Tier
+	// InferenceGeo is a top-level "inference_geo" other than "global" (Anthropic's
+	// US-only inference, "us"): dearer by the model's regional premium (enforcer/worstcase).
+	InferenceGeo bool
 	// Regional is not the body's: the front door sets it when the request's path goes to
 	// a cloud's regional endpoint (requestbody.RegionalEndpoint), where some models cost
 	// more (enforcer/worstcase).
@@ -141,7 +144,7 @@ func (r Request) AskedTier() pricecatalog.Tier { return max(r.ServiceTier, r.Spe
 var skipValue = map[string]bool{
 	"model": true, "role": true, "type": true, "id": true, "tool_call_id": true, "call_id": true,
 	"media_type": true, "mime_type": true, "detail": true, "format": true, "file_id": true,
-	"encoding_format": true, "service_tier": true, "serviceTier": true, "speed": true, "reasoning_effort": true, "user": true,
+	"encoding_format": true, "service_tier": true, "serviceTier": true, "speed": true, "inference_geo": true, "reasoning_effort": true, "user": true,
 	"previous_response_id": true, "tool_choice": true, "cache_control": true, "status": true,
 }
 
@@ -224,6 +227,16 @@ func Input(body []byte) (Request, error) {
 			r.ServiceTier, i = w.tier(i, pricecatalog.TierNames[:], true)
 		case jsonscan.KeyIs(key, "speed"):
 			r.Speed, i = w.tier(i, pricecatalog.SpeedNames[:], false)
+		case jsonscan.KeyIs(key, "inference_geo"):
+			// Anthropic's: a string other than "global" pins the inference to a geography.
+			r.InferenceGeo = false
+			if body[i] == '"' {
+				end := jsonscan.SkipString(body, i)
+				r.InferenceGeo = !jsonscan.KeyIs(body[i:end], "global")
+				i = end
+			} else {
+				i = w.value(i, skipped)
+			}
 		default:
 			if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
 				r.Messages++

@@ -197,7 +197,7 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"service_tier":"flex","service_tier":"pri\u006frity","messages":[{"content":"x"}]}`,
 		`{"service_tier":"fast","messages":[]}`, `{"service_tier":"ultr\u0061fast"}`, `{"service_tier":"fast","service_tier":"faster"}`,
 		`{"serviceTier":"priority","service_tier":"standard","serviceTier":"fast"}`, `{"serviceTier":{"type":"priority","x":[1e2,{"type":"fast"}]},"messages":[]}`,
-		`{"serviceTier":{"type":"flex","type":"priority"}}`, `{"service_tier":{"type":1e999}}`, `{"speed":{"type":"fast"}}`, `{"speed":"fast","messages":[]}`, `{"speed":"f\u0061st","speed":"standard","speed":"fast"}`, `{"speed":"ultrafast","service_tier":"standard_only"}`, `{"speed":["fast"]}`,
+		`{"serviceTier":{"type":"flex","type":"priority"}}`, `{"inference_geo":"us","messages":[]}`, `{"inference_geo":"us","inference_geo":"gl\u006fbal"}`, `{"inference_geo":["us"]}`, `{"service_tier":{"type":1e999}}`, `{"speed":{"type":"fast"}}`, `{"speed":"fast","messages":[]}`, `{"speed":"f\u0061st","speed":"standard","speed":"fast"}`, `{"speed":"ultrafast","service_tier":"standard_only"}`, `{"speed":["fast"]}`,
 		`{"tools":[{"type":"web_search_20250305","max_uses":3,"type":"x"},{"googleSearch":{}},{"type":"web_search","max_uses":1e2}],"t\u006fols":[1]}`,
 		`{"generationConfig":{"maxOutputTokens":8e2,"stopSequences":["end"],"max_output_tokens":9},"generati\u006fnConfig":{"maxOutputTokens":1.5},"inferenceConfig":{"maxTokens":70,"maxTokens":"90"},"generation_config":[1]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
@@ -263,6 +263,19 @@ func decoderInput(body []byte) (Request, error) {
 				}
 			case json.Delim:
 				if err := w.skip(n); err != nil {
+					return Request{}, ErrNotObject
+				}
+			}
+			continue
+		case "inference_geo":
+			v, err := dec.Token()
+			if err != nil {
+				return Request{}, ErrNotObject
+			}
+			geo, ok := v.(string)
+			r.InferenceGeo = ok && geo != "global"
+			if d, ok := v.(json.Delim); ok {
+				if err := w.skip(d); err != nil {
 					return Request{}, ErrNotObject
 				}
 			}

@@ -90,6 +90,7 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"speed":"fast","speed":"f\u0061st","service_tier":"priority"},"message":{"usage":{"speed":"fast"},"service_tier":"x"},"usage":{"speed":null}}`,
 		`{"usage":{"speed":"fast"},"object":"chat.completion","service_tier":"default","usage":{"speed":"fast","prompt_tokens":1}}`,
 		`{"usageMetadata":{"trafficType":"ON_DEMAND_PRIORITY","promptTokenCount":1,"trafficType":"ON_DEMAND_PRIORITY_AND_MORE_THAN_THIRTY_TWO_BYTES"},"usage":{"trafficType":"ON_DEMAND_PRIORITY"},"message":{"usage":{"trafficType":"ON_DEMAND_PRIORITY"}}}`,
+		`{"type":"message","usage":{"inference_geo":"us","input_tokens":1,"inference_geo":"gl\u006fbal"},"message":{"usage":{"inference_geo":"us"}},"response":{"usage":{"inference_geo":7}}}`,
 		`{"usageMetadata":{"promptTokenCount":5,"toolUsePromptTokenCount":7,"toolUsePromptTokenCount":2,"cache_creation_input_tokens":9},"message":{"usage":{"toolUsePromptTokenCount":4}}}`,
 		`{"usageMetadata":{"serviceTier":"priority","trafficType":"ON_DEMAND"},"usageMetadata":{"serviceTier":"pri\u006frity"},"serviceTier":"priority"}`,
 	} {

@@ -53,8 +53,9 @@ type accumulator struct {
 	shape uint8
 	final bool // the shape's final usage report was seen
 	// tier: the dearest speed tier a document of the shape said the request ran at
-	// (notePriority).
-	tier pricecatalog.Tier
+	// (noteTier); regional: one said it ran in a geography (Usage.Regional).
+	tier     pricecatalog.Tier
+	regional bool
 	// hasCost: a document's usage reported the cost (OpenRouter's usage.cost), the
 	// largest of a stream's in cost, micro-USD, whatever the shape.
 	hasCost bool
@@ -80,7 +81,7 @@ func (a *accumulator) switchTo(f family) {
 		a.model.reset()
 		a.u = usageFields{}
 		a.final = false
-		a.tier = pricecatalog.Standard
+		a.tier, a.regional = pricecatalog.Standard, false
 		a.fileSearches = 0
 		a.hasCachedAudio, a.cachedAudio = false, 0
 	}
@@ -171,7 +172,7 @@ func (a *accumulator) applyEvent(d *docFields) {
 	}
 	a.switchTo(fam)
 	a.setModel(&d.model[root])
-	a.notePriority(d, root)
+	a.noteTier(d, root)
 	switch fam {
 	case famChat:
 		if u := &d.usage[rootTop]; u.obj {
@@ -282,7 +283,7 @@ func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 		return
 	}
 	a.setModel(&d.model[rootTop])
-	a.notePriority(d, rootTop)
+	a.noteTier(d, rootTop)
 	a.u = d.usage[rootTop]
 	a.noteCachedAudio(d)
 	a.noteSearches(d)
@@ -319,12 +320,13 @@ func (a *accumulator) noteCost(d *docFields) {
 	}
 }
 
-// notePriority keeps the dearest speed tier a document said the request ran at: an
+// noteTier keeps the dearest speed tier a document said the request ran at: an
 // OpenAI document's (chat, Responses) service_tier of pricecatalog.TierNames, an
 // Anthropic one's usage.speed "fast", a Gemini one's usageMetadata.trafficType
 // ON_DEMAND_PRIORITY (Vertex AI) or serviceTier "priority" (the Gemini API), a Bedrock
-// Converse one's serviceTier.type "priority". Any one of a stream's saying so is enough.
-func (a *accumulator) notePriority(d *docFields, root int) {
+// Converse one's serviceTier.type "priority". Any one of a stream's saying so is enough;
+// so for an Anthropic usage's inference_geo naming a geography (a.regional).
+func (a *accumulator) noteTier(d *docFields, root int) {
 	tier := &d.tier[root]
 	switch a.fam {
 	case famChat, famResponses:
@@ -339,6 +341,8 @@ func (a *accumulator) notePriority(d *docFields, root int) {
 				a.tier = max(a.tier, n.Tier)
 			}
 		}
+		// Its inference_geo ("us": US-only inference, 1.1 times the price).
+		a.regional = a.regional || d.geoPinned
 	case famGemini, famConverse:
 		if d.priorityTraffic {
 			a.tier = max(a.tier, pricecatalog.Fast)
@@ -370,7 +374,7 @@ func (a *accumulator) fill(u *Usage) {
 	if a.fam == famNone {
 		return
 	}
-	u.Tier = a.tier
+	u.Tier, u.Regional = a.tier, a.regional
 	u.Format = formats[a.shape][a.fam]
 	if a.model.ok {
 		u.Model = string(a.model.b)

@@ -447,6 +447,7 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	str(&d.model[rootTop], m, "model")
 	oracleSpeed(&d.tier[rootTop], [][]member{m})
 	d.priorityTraffic = oracleTraffic(m)
+	d.geoPinned = oracleGeo(m)
 	str(&d.tier[rootTop], m, "service_tier")
 	d.cost, d.hasCost = oracleCost(m)
 	var converse bool
@@ -538,6 +539,35 @@ func oracleTraffic(m []member) bool {
 		}
 	}
 	return priority
+}
+
+// oracleGeo says whether the last inference_geo of a usage (the top level's, a message's
+// or a response's), in the document's order, is a string other than "global".
+func oracleGeo(m []member) bool {
+	pinned := false
+	inUsage := func(u []member) {
+		for _, f := range u {
+			if f.key == "inference_geo" {
+				s, ok := f.val.(string)
+				pinned = ok && s != "global"
+			}
+		}
+	}
+	for _, mm := range m {
+		obj, ok := mm.val.([]member)
+		switch {
+		case !ok:
+		case mm.key == "usage":
+			inUsage(obj)
+		case mm.key == "message" || mm.key == "response":
+			for _, f := range obj {
+				if u, ok := f.val.([]member); ok && f.key == "usage" {
+					inUsage(u)
+				}
+			}
+		}
+	}
+	return pinned
 }
 
 // oracleFor is the reference reading of a test case's body: an event stream's when its

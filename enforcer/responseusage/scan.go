@@ -59,6 +59,7 @@ const (
 	kCacheModalities   // Gemini: usageMetadata.cacheTokensDetails[] (the cached content's)
 	kModality          // Gemini: a *TokensDetails[] entry's modality
 	kTrafficType       // Vertex AI: usageMetadata.trafficType (ON_DEMAND_PRIORITY: its priority tier)
+	kInferenceGeo      // Anthropic: usage.inference_geo (where inference ran: "global", "us")
 	kToolUsePrompt     // Gemini: usageMetadata.toolUsePromptTokenCount (tokGeminiToolUse)
 	kServiceTierCamel  // the Gemini API's usageMetadata.serviceTier ("priority"), Bedrock Converse's serviceTier ({"type": "priority"})
 	kTokenCount        // Gemini: a *TokensDetails[] entry's tokenCount
@@ -242,6 +243,8 @@ func keyID(b []byte) uint8 {
 		return kTok0 + tokGeminiCached
 	case "toolUsePromptTokenCount":
 		return kToolUsePrompt
+	case "inference_geo":
+		return kInferenceGeo
 	case "seconds":
 		return kTok0 + tokAudioSeconds
 	case "audio_tokens":
@@ -352,6 +355,9 @@ type docFields struct {
 	// the Gemini API's usageMetadata.serviceTier or Bedrock Converse's serviceTier.type
 	// "priority": their priority tier (the last of these fields counts).
 	priorityTraffic bool
+	// geoPinned: a usage's inference_geo (Anthropic's) named a geography, not "global"
+	// (the last one counts, of any root).
+	geoPinned bool
 	// searches counts the web searches the document lists, which the provider bills
 	// and its usage does not count: OpenAI Responses output items of type
 	// "web_search_call" (output[] of a Responses object, response.output[] of an
@@ -383,7 +389,7 @@ func (d *docFields) reset() {
 	d.finished, d.converse, d.hasCost, d.cost = false, false, false, 0
 	d.searches, d.fileSearches = 0, 0
 	d.hasCachedAudio, d.cachedAudio = false, 0
-	d.tierSeen, d.priorityTraffic = 0, false
+	d.tierSeen, d.priorityTraffic, d.geoPinned = 0, false, false
 }
 
 // setListAudio records the audio count a Gemini *TokensDetails list (list: its key)
@@ -531,6 +537,7 @@ const (
 	capItemType uint8 = iota
 	capModality
 	capTraffic
+	capGeo
 )
 
 // Targets: what the value being read means to us.
@@ -551,6 +558,7 @@ const (
 	tgModalities        // a Gemini *TokensDetails list (its key names the count its AUDIO entries report: setListAudio)
 	tgModEntry          // an entry of that list
 	tgModality          // an entry's modality string
+	tgGeo               // Anthropic's usage.inference_geo
 	tgTraffic           // Vertex AI's usageMetadata.trafficType, the Gemini API's usageMetadata.serviceTier
 	tgModCount          // an entry's tokenCount
 	tgConverseTok       // a count of root by a Bedrock Converse name (tok: the Anthropic count it is)
@@ -587,8 +595,8 @@ type scanner struct {
 	state  uint8
 	strKey bool // the string being read is an object key
 	// capFor says what the string being read into keyCap is: an output item's type
-	// (capItemType), a Gemini entry's modality (capModality) or Vertex AI's
-	// trafficType (capTraffic).
+	// (capItemType), a Gemini entry's modality (capModality), Vertex AI's trafficType
+	// (capTraffic) or Anthropic's inference_geo (capGeo).
 	capFor     uint8
 	entryAudio bool // see entryCount
 	hexN       uint8
@@ -1025,6 +1033,8 @@ func (s *scanner) endString() bool {
 				s.entryAudio = s.keyCap.is("AUDIO")
 			case s.capFor == capTraffic:
 				s.doc.priorityTraffic = s.keyCap.is("ON_DEMAND_PRIORITY") || s.keyCap.is("priority")
+			case s.capFor == capGeo:
+				s.doc.geoPinned = !s.keyCap.is("global")
 			case s.keyCap.is("web_search_call"):
 				s.doc.countSearch()
 			case s.keyCap.is("file_search_call"):
@@ -1056,6 +1066,8 @@ func (s *scanner) valueStart(c byte, at int) {
 		}
 	case tgTraffic:
 		d.priorityTraffic = false // the last one counts
+	case tgGeo:
+		d.geoPinned = false // the last one counts
 	case tgType:
 		d.typ.reset()
 	case tgObject:
@@ -1110,6 +1122,9 @@ func (s *scanner) valueStart(c byte, at int) {
 		case tgTraffic:
 			s.keyCap.reset()
 			s.str, s.capFor = &s.keyCap, capTraffic
+		case tgGeo:
+			s.keyCap.reset()
+			s.str, s.capFor = &s.keyCap, capGeo
 		case tgNone:
 			if tx := s.textTarget(); tx == txText || tx == txDelta {
 				s.txt = tx
@@ -1388,6 +1403,9 @@ func usageMember(root, k uint8) target {
 	}
 	if k == kSpeed {
 		return target{kind: tgSpeed, root: root}
+	}
+	if k == kInferenceGeo {
+		return target{kind: tgGeo, root: root}
 	}
 	if (k == kTrafficType || k == kServiceTierCamel) && root == rootTop {
 		// Gemini's usage is at the top level only.

@@ -151,9 +151,13 @@ type Usage struct {
 	// report, with input and output counts, was seen (see the package doc).
 	Complete bool
 	// Tier is the speed tier the response says it ran at, dearer than the standard
-	// prices of the catalog: an OpenAI response's (chat or Responses) service_tier
-	// "priority", "fast" or "ultrafast", an Anthropic one's usage.speed "fast".
+	// prices of the catalog (see the package doc).
 	Tier pricecatalog.Tier
+	// Regional: the response says it ran in one geography rather than anywhere
+	// (Anthropic's usage.inference_geo other than "global": "us"), which costs a model's
+	// regional premium (pricecatalog.Entry.RegionalPremiumPercent), as a cloud's
+	// regional endpoint does.
+	Regional bool
 	// InputReported and OutputReported say whether the response reported an
 	// input (output) count: when false, InputTokens (OutputTokens) is 0
 	// because nothing was reported, not because the count was 0.
@@ -255,7 +259,7 @@ type Extractor struct {
 	// Backing store for the captured strings, so that capturing does not
 	// allocate. A model name longer than inlineModelBytes (up to
 	// MaxModelBytes) grows its buffer once. In line, the four model buffers
-	// take 256 bytes of the Extractor (1760 bytes, with the allocator's 8-byte header in size class 1792: TestExtractorSize), where
+	// take 256 bytes of the Extractor (1776 bytes, with the allocator's 8-byte header in size class 1792: TestExtractorSize), where
 	// buffers of MaxModelBytes took 1 KiB more, which a response held however
 	// short its model's name (an idle stream of the gateway too).
 	keyArr   [maxKeyBytes]byte

@@ -107,10 +107,10 @@ func show(u Usage) string {
 	if u.CostMicroUSD != nil {
 		c = fmt.Sprint(*u.CostMicroUSD)
 	}
-	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d AudioTokens:%d/%d(%v/%v) CachedAudio:%d(%v) Cost:%s Complete:%v Format:%q Tier:%v Reported:%v/%v Text:%d FromRaw:%v}",
+	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d AudioTokens:%d/%d(%v/%v) CachedAudio:%d(%v) Cost:%s Complete:%v Format:%q Tier:%v Regional:%v Reported:%v/%v Text:%d FromRaw:%v}",
 		u.Model, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.AudioInputMillis,
 		u.AudioInputTokens, u.AudioOutputTokens, u.AudioInputReported, u.AudioOutputReported, u.CachedAudioInputTokens, u.CachedAudioInputReported,
-		c, u.Complete, u.Format, u.Tier, u.InputReported, u.OutputReported, u.TextBytes, u.TextBytesFromRaw)
+		c, u.Complete, u.Format, u.Tier, u.Regional, u.InputReported, u.OutputReported, u.TextBytes, u.TextBytesFromRaw)
 }
 
 func readFixture(t testing.TB, name string) []byte {
@@ -1284,6 +1284,37 @@ func TestFileSearchCalls(t *testing.T) {
 			}
 			if ref, _ := oracleFor(tc.ct, []byte(tc.body)); ref.FileSearchCalls != tc.files || ref.WebSearchRequests != tc.webs {
 				t.Fatalf("reference: %d file searches, %d web searches", ref.FileSearchCalls, ref.WebSearchRequests)
+			}
+		})
+	}
+}
+
+// Anthropic says where a request's inference ran (usage.inference_geo): a geography
+// ("us", US-only inference) costs 1.1 times the price (Usage.Regional), "global" does not.
+// The last one counts, of the message, of message_start's message or of message_delta.
+func TestAnthropicInferenceGeo(t *testing.T) {
+	for _, tc := range []struct {
+		name, ct, body string
+		want           bool
+	}{
+		{"US-only", ctJSON, `{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"inference_geo":"us"}}`, true},
+		{"global", ctJSON, `{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"inference_geo":"global"}}`, false},
+		{"not said", ctJSON, `{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"inference_geo":null}}`, false},
+		{"the last one", ctJSON, `{"type":"message","usage":{"inference_geo":"us","input_tokens":1,"output_tokens":2,"inference_geo":"global"}}`, false},
+		{"elsewhere is not the request's", ctJSON, `{"type":"message","inference_geo":"us","metadata":{"usage":{"inference_geo":"us"}},"usage":{"input_tokens":1,"output_tokens":2}}`, false},
+		{"not Anthropic's", ctJSON, `{"object":"chat.completion","usage":{"prompt_tokens":1,"completion_tokens":2,"inference_geo":"us"}}`, false},
+		{"streamed, in message_start", ctSSE, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-opus-5\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1,\"inference_geo\":\"us\"}}}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":2}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(tc.body)
+			got := run(tc.ct, nil, Limits{}, bytewise(body), true)
+			if got.Regional != tc.want || !got.Complete {
+				t.Fatalf("%s", show(got))
+			}
+			ref, _ := oracleFor(tc.ct, body)
+			if !reflect.DeepEqual(got, ref) {
+				t.Fatalf("differs from the reference:\n got %s\n ref %s", show(got), show(ref))
 			}
 		})
 	}

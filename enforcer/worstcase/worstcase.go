@@ -135,8 +135,9 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 			cost = money.MaxAllowanceMicroUSD
 		}
 	}
-	if req.Regional {
-		// Sent to a cloud's regional endpoint: charged its premium at settlement.
+	if req.Regional || req.InferenceGeo {
+		// Sent to a cloud's regional endpoint, or pinned to a geography (Anthropic's
+		// inference_geo): charged its premium at settlement.
 		if c, ok := pricecatalog.RegionalPremium(cost, e.RegionalPremiumPercent); ok {
 			cost = min(c, money.MaxAllowanceMicroUSD)
 		} else {

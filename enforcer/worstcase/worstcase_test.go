@@ -221,6 +221,22 @@ func TestRegionalEndpoint(t *testing.T) {
 	}
 }
 
+// A request pinned to a geography (Anthropic's inference_geo "us": US-only inference,
+// 1.1 times the price on Claude Opus 4.6 and later) reserves the model's regional premium
+// too; "global" does not; with fast mode, both (six times, then 10% more).
+func TestInferenceGeo(t *testing.T) {
+	const msgs = `"model":"claude-opus-4-6","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]`
+	global := Of(pricecatalog.Default(), body(t, `{`+msgs+`,"inference_geo":"global"}`), nil)
+	us := Of(pricecatalog.Default(), body(t, `{`+msgs+`,"inference_geo":"us"}`), nil)
+	fastUS := Of(pricecatalog.Default(), body(t, `{`+msgs+`,"inference_geo":"us","speed":"fast"}`), nil)
+	if !global.Known() || us.MicroUSD != (global.MicroUSD*110+99)/100 {
+		t.Fatalf("global %+v, us %+v: want 10%% more, rounded up", global, us)
+	}
+	if want := ((global.MicroUSD*6)*110 + 99) / 100; fastUS.MicroUSD != want {
+		t.Fatalf("fast mode in the US: %d, want %d", fastUS.MicroUSD, want)
+	}
+}
+
 // FuzzOf: any body the estimator reads gives a worst case that is known with a positive
 // cost within the bound, or unknown with none; never a panic.
 func FuzzOf(f *testing.F) {
