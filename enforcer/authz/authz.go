@@ -60,7 +60,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	cred := Credentials(h)
 	var hint gate.Hint
 	if b := RequestBody(h); len(b) > 0 {
-		hint = gate.BodyHint(b, h.GetPath())
+		hint = gate.BodyHint(b, h.GetPath(), h.GetHost())
 	}
 	a, err := s.gate.CheckRequest(ctx, cred, hint)
 	if err != nil {

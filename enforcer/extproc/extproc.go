@@ -67,6 +67,7 @@ type stream struct {
 	// carried a content-length, and whether Envoy sends header values as raw_value
 	// (then a mutation must use raw_value too: Envoy reads only that one).
 	path, method     string
+	authority        string // the host the request is for (requestbody.RegionalHost)
 	hasContentLength bool
 	// webSocket: the request asks to upgrade to a WebSocket (Upgrade: websocket).
 	webSocket bool
@@ -181,6 +182,8 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 			st.path, _, _ = strings.Cut(value(hv), "?")
 		case ":method":
 			st.method = value(hv)
+		case ":authority":
+			st.authority = value(hv)
 		case "content-length":
 			st.hasContentLength = true
 		case "content-encoding":
@@ -224,7 +227,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	}
 	// The body's estimate, with the model its path names (Gemini, Bedrock, Vertex AI)
 	// and whether the path is a regional endpoint, as the gateway reads them.
-	est := gate.BodyHint(body, st.path).Body
+	est := gate.BodyHint(body, st.path, st.authority).Body
 	if endpoint := requestbody.Deferred(st.method, st.path, requestbody.InBackground(est, body)); endpoint != "" && !st.s.AllowDeferredBilling {
 		_ = st.s.tracker.Finish(st.requestID, inflight.Refused(http.StatusForbidden), nil) // never sent upstream
 		m.WithLabelValues("billing_deferred").Inc()

@@ -33,6 +33,8 @@ type bodySpec struct {
 	noContentLength bool
 	// contentEncoding: the request's Content-Encoding ("": none).
 	contentEncoding string
+	// authority: the request's :authority ("": llm.example.test).
+	authority string
 }
 
 // sendRequestBody plays the request-body filter of deploy/envoy/envoy.yaml: a stream
@@ -57,7 +59,11 @@ func answerRequestBody(t *testing.T, e *enforcertest.Env, s bodySpec) *extprocv3
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv := []string{":method", "POST", ":path", s.path, ":authority", "llm.example.test", "content-type", "application/json"}
+	authority := s.authority
+	if authority == "" {
+		authority = "llm.example.test"
+	}
+	kv := []string{":method", "POST", ":path", s.path, ":authority", authority, "content-type", "application/json"}
 	if !s.noContentLength {
 		kv = append(kv, "content-length", strconv.Itoa(len(s.body)))
 	}
@@ -306,6 +312,25 @@ func TestExtProcChargesWhatWasSeen(t *testing.T) {
 			}
 			if e.Enforcer.Tracker.Len() != 0 || e.CP.Pending(w.ID) != 0 {
 				t.Fatal("left pending")
+			}
+		})
+	}
+}
+
+// A request for OpenAI's data residency endpoint ({region}.api.openai.com, its
+// :authority) is settled as a regional endpoint's (10% more on the newest models); one
+// for another host is not.
+func TestExtProcRegionalHost(t *testing.T) {
+	for authority, want := range map[string]bool{"eu.api.openai.com": true, "api.openai.com": false} {
+		t.Run(authority, func(t *testing.T) {
+			e := enforcertest.New(t, enforcertest.Options{})
+			w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+			reqID, _ := e.Admit(t, w.Key)
+			sendRequestBody(t, e, bodySpec{requestID: reqID, path: "/v1/chat/completions", body: chatStreamBody, authority: authority})
+			runStream(t, e, streamSpec{requestID: reqID, contentType: "text/event-stream", chunks: testio.Chunks(openAISSE, 3)})
+			enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
+			if it := e.CP.Receipt(reqID).Item; it.GetRegionalEndpoint() != want || !it.GetComplete() {
+				t.Fatalf("settled %v, want regional_endpoint %v", it, want)
 			}
 		})
 	}

@@ -151,17 +151,19 @@ type Hint struct {
 	Body *estimate.Request
 }
 
-// BodyHint is the hint of a request whose body and path the front door has: the body's
-// estimate, with the model its path names where the body names none (Gemini, Amazon
-// Bedrock, Vertex AI), whether the path goes to a cloud's regional endpoint, and the
-// output an image generation is billed. A body that is no JSON object gives no hint.
-func BodyHint(body []byte, path string) Hint {
+// BodyHint is the hint of a request whose body and path the front door has, going to
+// host (the upstream's, or the request's authority where the front door does not know
+// the upstream): the body's estimate, with the model its path names where the body names
+// none (Gemini, Amazon Bedrock, Vertex AI), whether the path or the host is a regional
+// endpoint, and the output an image generation is billed. A body that is no JSON object
+// gives no hint.
+func BodyHint(body []byte, path, host string) Hint {
 	est, err := estimate.Input(body)
 	if err != nil {
 		return Hint{}
 	}
 	est.Model = requestbody.RequestModel(est.Model, path)
-	est.Regional = requestbody.RegionalEndpoint(path)
+	est.Regional = requestbody.RegionalEndpoint(path) || requestbody.RegionalHost(host)
 	est.ImageOutputTokens = requestbody.ImageOutputTokens(path, body, est.Model)
 	return Hint{Body: &est}
 }

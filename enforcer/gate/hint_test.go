@@ -7,34 +7,35 @@ import (
 )
 
 // The hint of a body and its path: the body's model, else the path's (Gemini, Bedrock,
-// Vertex AI, the query ignored), whether the path goes to a regional endpoint, and an
-// image generation's images; no hint for a body that is no JSON object.
+// Vertex AI, the query ignored), whether the path or the host goes to a regional endpoint,
+// and an image generation's images; no hint for a body that is no JSON object.
 func TestBodyHint(t *testing.T) {
 	for _, tc := range []struct {
-		name, body, path string
+		name, body, path, host string
 		model            string
 		regional         bool
 		images           int64
 	}{
-		{"the body's model", `{"model":"gpt-4o-mini","max_tokens":5}`, "/v1/chat/completions", "gpt-4o-mini", false, 0},
-		{"Gemini's path, with a query", `{"contents":[]}`, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "gemini-2.5-flash", false, 0},
+		{"the body's model", `{"model":"gpt-4o-mini","max_tokens":5}`, "/v1/chat/completions", "api.openai.com", "gpt-4o-mini", false, 0},
+		{"OpenAI's data residency endpoint", `{"model":"gpt-5.5","max_tokens":5}`, "/v1/chat/completions", "eu.api.openai.com:443", "gpt-5.5", true, 0},
+		{"Gemini's path, with a query", `{"contents":[]}`, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "", "gemini-2.5-flash", false, 0},
 		{"Vertex AI in a region", `{"anthropic_version":"vertex-2023-10-16","max_tokens":5}`,
-			"/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict", "claude-sonnet-4-5@20250929", true, 0},
+			"/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict", "us-east5-aiplatform.googleapis.com", "claude-sonnet-4-5@20250929", true, 0},
 		{"Vertex AI global", `{"max_tokens":5}`,
-			"/v1/projects/p/locations/global/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict", "claude-sonnet-4-5@20250929", false, 0},
-		{"Bedrock geographic inference", `{"max_tokens":5}`, "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke",
+			"/v1/projects/p/locations/global/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict", "aiplatform.googleapis.com", "claude-sonnet-4-5@20250929", false, 0},
+		{"Bedrock geographic inference", `{"max_tokens":5}`, "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke", "",
 			"us.anthropic.claude-sonnet-4-5-20250929-v1:0", true, 0},
-		{"an image generation", `{"model":"gpt-image-1","prompt":"a gate","n":2,"size":"1024x1024","quality":"low"}`, "/v1/images/generations",
+		{"an image generation", `{"model":"gpt-image-1","prompt":"a gate","n":2,"size":"1024x1024","quality":"low"}`, "/v1/images/generations", "",
 			"gpt-image-1", false, 2 * 272},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := gate.BodyHint([]byte(tc.body), tc.path)
+			h := gate.BodyHint([]byte(tc.body), tc.path, tc.host)
 			if h.Body == nil || h.Body.Model != tc.model || h.Body.Regional != tc.regional || h.Body.ImageOutputTokens != tc.images {
 				t.Fatalf("hint %+v, want model %q, regional %v, %d image tokens", h.Body, tc.model, tc.regional, tc.images)
 			}
 		})
 	}
-	if h := gate.BodyHint([]byte(`not json`), "/v1beta/models/gemini-2.5-flash:generateContent"); h.Body != nil {
+	if h := gate.BodyHint([]byte(`not json`), "/v1beta/models/gemini-2.5-flash:generateContent", ""); h.Body != nil {
 		t.Fatalf("a body that is no JSON object gave a hint: %+v", h.Body)
 	}
 }

@@ -1,6 +1,7 @@
 package requestbody
 
 import (
+	"net"
 	"net/url"
 	"strings"
 )
@@ -65,6 +66,19 @@ func bedrockID(path string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// RegionalHost tells whether a request goes to a host that is a provider's regional
+// endpoint, where its newest models cost more (pricecatalog.Entry.RegionalPremiumPercent):
+// OpenAI's data residency endpoints, {region}.api.openai.com (us, eu, au, in, jp, ...),
+// which charge a 10% uplift on the models released from 2026-03-05 on. host may carry a
+// port; api.openai.com itself is global.
+func RegionalHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	region, ok := strings.CutSuffix(strings.ToLower(strings.TrimSuffix(host, ".")), ".api.openai.com")
+	return ok && region != "" && !strings.Contains(region, ".")
 }
 
 // RegionalEndpoint tells whether a request's path goes to a cloud's regional endpoint

@@ -46,6 +46,20 @@ func TestRequestModel(t *testing.T) {
 	}
 }
 
+// OpenAI's data residency endpoints ({region}.api.openai.com) are regional; its global
+// API and every other host are not.
+func TestRegionalHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"eu.api.openai.com": true, "us.api.openai.com:443": true, "JP.API.OpenAI.com.": true, "au.api.openai.com": true,
+		"api.openai.com": false, "api.openai.com:443": false, "a.b.api.openai.com": false, ".api.openai.com": false,
+		"eu.api.openai.com.evil.test": false, "api.anthropic.com": false, "": false, "bedrock-runtime.us-east-1.amazonaws.com": false,
+	} {
+		if got := requestbody.RegionalHost(host); got != want {
+			t.Errorf("RegionalHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
+
 func TestRegionalEndpoint(t *testing.T) {
 	for path, want := range map[string]bool{
 		// Bedrock: in-region and geographic inference are regional, global. is not.
