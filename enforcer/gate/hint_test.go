@@ -12,9 +12,9 @@ import (
 func TestBodyHint(t *testing.T) {
 	for _, tc := range []struct {
 		name, body, path, host string
-		model            string
-		regional         bool
-		images           int64
+		model                  string
+		regional               bool
+		images                 int64
 	}{
 		{"the body's model", `{"model":"gpt-4o-mini","max_tokens":5}`, "/v1/chat/completions", "api.openai.com", "gpt-4o-mini", false, 0},
 		{"OpenAI's data residency endpoint", `{"model":"gpt-5.5","max_tokens":5}`, "/v1/chat/completions", "eu.api.openai.com:443", "gpt-5.5", true, 0},
