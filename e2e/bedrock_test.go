@@ -63,6 +63,30 @@ func TestBedrockPriorityThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestBedrockOneHourCacheWritesThroughTheGateway: Bedrock Converse says which cache writes
+// were made for an hour (usage.cacheDetails, ttl "1h"), which cost twice the input where
+// the five-minute ones cost 1.25 times it. The official SDK's Converse and ConverseStream
+// calls, 1,000 writes of which 400 for an hour, are charged each part at its price.
+// Before 2026-11-29 every write was charged the five-minute price.
+func TestBedrockOneHourCacheWritesThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 2_000, CacheCreationInputTokens: 1_000, CacheCreation1hInputTokens: 400, OutputTokens: 100})
+	const modelID = "global.anthropic.claude-sonnet-4-5-20250929-v1:0"
+	e, ok := pricecatalog.Lookup("claude-sonnet-4-5")
+	if !ok || e.CacheWritePerMillion == nil {
+		t.Fatalf("claude-sonnet-4-5: %+v", e)
+	}
+	want := ceilDiv(2_000*e.InputPerMillion+600**e.CacheWritePerMillion+400*2*e.InputPerMillion+100*e.OutputPerMillion, 1_000_000)
+	for _, scenario := range []string{"converse", "converse-stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			rec := oneSDKCall(t, fake, s, dir, "bedrock.mjs", scenario, o.key, modelID)
+			if rec.cost() != want || rec["complete"] != true || rec["cache_creation_input_tokens"] != 1_000.0 {
+				t.Fatalf("receipt %s, want %d", rec, want)
+			}
+		})
+	}
+}
+
 // TestBedrockThroughTheGateway: AWS's official JavaScript SDK
 // (@aws-sdk/client-bedrock-runtime) calls Amazon Bedrock Runtime through the gateway
 // with a Bedrock API key, here the member's Tollgate key (Authorization: Bearer, no

@@ -169,11 +169,17 @@ func converseTier(body []byte) string {
 func bedrockMessageID(n int) string { return fmt.Sprintf("msg_bdrk_fake%06d", n) }
 
 // converseUsage is the Converse API's usage: inputTokens without the cache reads and
-// writes, which are counted apart; totalTokens all of them and the output.
+// writes, which are counted apart; totalTokens all of them and the output; the writes by
+// TTL (cacheDetails, the hour's first) when some were made for an hour.
 func converseUsage(u Usage) string {
-	return fmt.Sprintf(`{"inputTokens":%d,"outputTokens":%d,"totalTokens":%d,"cacheReadInputTokens":%d,"cacheWriteInputTokens":%d}`,
+	details := ""
+	if u.CacheCreation1hInputTokens > 0 {
+		details = fmt.Sprintf(`,"cacheDetails":[{"ttl":"1h","inputTokens":%d},{"ttl":"5m","inputTokens":%d}]`,
+			u.CacheCreation1hInputTokens, u.CacheCreationInputTokens-u.CacheCreation1hInputTokens)
+	}
+	return fmt.Sprintf(`{"inputTokens":%d,"outputTokens":%d,"totalTokens":%d,"cacheReadInputTokens":%d,"cacheWriteInputTokens":%d%s}`,
 		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens+u.CachedInputTokens+u.CacheCreationInputTokens,
-		u.CachedInputTokens, u.CacheCreationInputTokens)
+		u.CachedInputTokens, u.CacheCreationInputTokens, details)
 }
 
 // bedrockAnthropicEvents are the Anthropic stream events InvokeModelWithResponseStream

@@ -132,6 +132,26 @@ func TestBedrockConverse(t *testing.T) {
 	if ref, ok := oracleFor(ctJSON, []byte(body)); !ok || !reflect.DeepEqual(ref, want) {
 		t.Fatalf("the reference reads %s", show(ref))
 	}
+	// Cache writes by TTL (usage.cacheDetails, "1h before 5m"): the hour's are the
+	// one-hour writes, priced at twice the input; a 5-minute entry alone says none.
+	for _, tc := range []struct {
+		details string
+		want1h  int64
+	}{
+		{`[{"ttl":"1h","inputTokens":800},{"ttl":"5m","inputTokens":412}]`, 800},
+		{`[{"inputTokens":800,"ttl":"1h"}]`, 800},
+		{`[{"ttl":"5m","inputTokens":1212}]`, 0},
+		{`[{"ttl":"1h","inputTokens":800,"ttl":"5m"},{"ttl":["1h"],"inputTokens":9}]`, 0},
+	} {
+		body := `{"output":{"message":{"content":[{"text":"Tolls are paid."}]}},"stopReason":"end_turn",` +
+			`"usage":{"inputTokens":12,"outputTokens":200,"cacheWriteInputTokens":1212,"cacheDetails":` + tc.details + `}}`
+		want := Usage{InputTokens: 1224, OutputTokens: 200, CacheCreationInputTokens: 1212, CacheCreation1hInputTokens: tc.want1h, Complete: true,
+			Format: FormatBedrockConverse, InputReported: true, OutputReported: true, TextBytes: int64(len("Tolls are paid."))}
+		checkSplits(t, ctJSON, nil, []byte(body), want)
+		if ref, ok := oracleFor(ctJSON, []byte(body)); !ok || !reflect.DeepEqual(ref, want) {
+			t.Fatalf("%s: the reference reads %s", tc.details, show(ref))
+		}
+	}
 	// A model without prompt caching: no cache counts.
 	plain := `{"output":{"message":{"content":[{"text":"Hi"}]}},"usage":{"inputTokens":7,"outputTokens":3,"totalTokens":10}}`
 	if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(plain)}, true); got.Format != FormatBedrockConverse || got.InputTokens != 7 || !got.Complete {

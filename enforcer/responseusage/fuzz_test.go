@@ -91,6 +91,7 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"usage":{"speed":"fast"},"object":"chat.completion","service_tier":"default","usage":{"speed":"fast","prompt_tokens":1}}`,
 		`{"usageMetadata":{"trafficType":"ON_DEMAND_PRIORITY","promptTokenCount":1,"trafficType":"ON_DEMAND_PRIORITY_AND_MORE_THAN_THIRTY_TWO_BYTES"},"usage":{"trafficType":"ON_DEMAND_PRIORITY"},"message":{"usage":{"trafficType":"ON_DEMAND_PRIORITY"}}}`,
 		`{"type":"message","usage":{"inference_geo":"us","input_tokens":1,"inference_geo":"gl\u006fbal"},"message":{"usage":{"inference_geo":"us"}},"response":{"usage":{"inference_geo":7}}}`,
+		`{"usage":{"inputTokens":1,"cacheWriteInputTokens":9,"cacheDetails":[{"ttl":"1h","inputTokens":5,"ttl":"1h"},{"ttl":"1h"},7,{"inputTokens":8}],"cacheDetails":[{"ttl":"1h","inputTokens":2}]},"message":{"usage":{"cacheDetails":[{"ttl":"1h","inputTokens":3}]}}}`,
 		`{"usageMetadata":{"promptTokenCount":5,"toolUsePromptTokenCount":7,"toolUsePromptTokenCount":2,"cache_creation_input_tokens":9},"message":{"usage":{"toolUsePromptTokenCount":4}}}`,
 		`{"usageMetadata":{"serviceTier":"priority","trafficType":"ON_DEMAND"},"usageMetadata":{"serviceTier":"pri\u006frity"},"serviceTier":"priority"}`,
 	} {

@@ -366,6 +366,35 @@ func oracleModalities(obj []member, d *docFields) {
 	}
 }
 
+// oracleCacheDetails reads Bedrock Converse's usage.cacheDetails[] at the top level: an
+// entry whose ttl is "1h" reports its inputTokens as the writes made for an hour
+// (tokCacheWritePart), the largest one winning.
+func oracleCacheDetails(obj []member, d *docFields) {
+	for _, us := range all(obj, "usage") {
+		for _, m := range us {
+			list, isList := m.val.([]any)
+			if m.key != "cacheDetails" || !isList {
+				continue
+			}
+			for _, e := range list {
+				e, _ := e.([]member)
+				hour, count := false, int64(0)
+				for _, f := range e {
+					if s, ok := f.val.(string); ok && f.key == "ttl" {
+						hour = s == "1h"
+					}
+					if n, ok := plainCount(f.val); ok && f.key == "inputTokens" {
+						count = n
+					}
+				}
+				if hour {
+					d.usage[rootTop].setMax(tokCacheWritePart, count)
+				}
+			}
+		}
+	}
+}
+
 // oracleOutputItems counts, in every array named "output" of obj, each "type" member of
 // an element that is the string typ ("web_search_call", "file_search_call").
 func oracleOutputItems(obj []member, typ string) uint16 {
@@ -464,6 +493,7 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	}
 	d.converse = d.converse || converse
 	oracleModalities(m, d)
+	oracleCacheDetails(m, d)
 	d.searches = oracleOutputItems(m, "web_search_call") + oracleSearchQueries(m)
 	d.fileSearches = oracleOutputItems(m, "file_search_call")
 	for _, sub := range all(m, "response") {

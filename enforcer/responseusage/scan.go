@@ -58,6 +58,8 @@ const (
 	kOutputModalities  // Gemini: usageMetadata.candidatesTokensDetails[]
 	kCacheModalities   // Gemini: usageMetadata.cacheTokensDetails[] (the cached content's)
 	kModality          // Gemini: a *TokensDetails[] entry's modality
+	kCacheDetails      // Bedrock Converse: usage.cacheDetails[] (the cache writes by TTL)
+	kTTL               // Bedrock Converse: a cacheDetails[] entry's ttl ("5m", "1h")
 	kTrafficType       // Vertex AI: usageMetadata.trafficType (ON_DEMAND_PRIORITY: its priority tier)
 	kInferenceGeo      // Anthropic: usage.inference_geo (where inference ran: "global", "us")
 	kToolUsePrompt     // Gemini: usageMetadata.toolUsePromptTokenCount (tokGeminiToolUse)
@@ -263,6 +265,10 @@ func keyID(b []byte) uint8 {
 		return kModality
 	case "trafficType":
 		return kTrafficType
+	case "cacheDetails":
+		return kCacheDetails
+	case "ttl":
+		return kTTL
 	case "serviceTier":
 		return kServiceTierCamel
 	case "tokenCount":
@@ -538,6 +544,7 @@ const (
 	capModality
 	capTraffic
 	capGeo
+	capTTL
 )
 
 // Targets: what the value being read means to us.
@@ -559,6 +566,7 @@ const (
 	tgModEntry          // an entry of that list
 	tgModality          // an entry's modality string
 	tgGeo               // Anthropic's usage.inference_geo
+	tgTTL               // a Bedrock Converse cacheDetails[] entry's ttl string
 	tgTraffic           // Vertex AI's usageMetadata.trafficType, the Gemini API's usageMetadata.serviceTier
 	tgModCount          // an entry's tokenCount
 	tgConverseTok       // a count of root by a Bedrock Converse name (tok: the Anthropic count it is)
@@ -580,8 +588,10 @@ type scanner struct {
 	keyCap capture
 	num    int64
 	// entryCount is the tokenCount of the Gemini *TokensDetails[] entry being read
-	// (Gemini leaves a count of 0 out), entryAudio whether its modality is AUDIO. They
-	// are the scanner's, not the document's: entryAudio sits with the small fields below.
+	// (Gemini leaves a count of 0 out), entryMatch whether its modality is AUDIO; or the
+	// inputTokens of the Bedrock Converse cacheDetails[] entry being read, and whether
+	// its ttl is "1h". They are the scanner's, not the document's: entryMatch sits with
+	// the small fields below.
 	entryCount int64
 
 	rawDepth int   // depth outside the container counted raw (raw)
@@ -598,7 +608,7 @@ type scanner struct {
 	// (capItemType), a Gemini entry's modality (capModality), Vertex AI's trafficType
 	// (capTraffic) or Anthropic's inference_geo (capGeo).
 	capFor     uint8
-	entryAudio bool // see entryCount
+	entryMatch bool // see entryCount
 	hexN       uint8
 	numOK      bool // the number so far is a non-negative integer that fits int64 (in ms mode: its milliseconds do)
 	numTok     target
@@ -993,8 +1003,14 @@ func (s *scanner) pop(end int) bool {
 		// An entry of a Gemini *TokensDetails list closed: its tokens are audio ones
 		// when its modality said so.
 		// Gemini lists each modality once; like any count, the largest reported wins.
-		if isModalities(s.keys[1]) && s.entryAudio {
+		if isModalities(s.keys[1]) && s.entryMatch {
 			s.doc.setListAudio(s.keys[1], s.entryCount)
+		}
+		// An entry of Bedrock Converse's cacheDetails closed: its inputTokens are the
+		// writes made for an hour when its ttl said "1h" (tokCacheWritePart, as
+		// Anthropic's ephemeral_1h_input_tokens).
+		if s.keys[1] == kCacheDetails && s.entryMatch {
+			s.doc.usage[rootTop].setMax(tokCacheWritePart, s.entryCount)
 		}
 	}
 	return s.endValue()
@@ -1030,9 +1046,11 @@ func (s *scanner) endString() bool {
 		if str == &s.keyCap {
 			switch {
 			case s.capFor == capModality:
-				s.entryAudio = s.keyCap.is("AUDIO")
+				s.entryMatch = s.keyCap.is("AUDIO")
 			case s.capFor == capTraffic:
 				s.doc.priorityTraffic = s.keyCap.is("ON_DEMAND_PRIORITY") || s.keyCap.is("priority")
+			case s.capFor == capTTL:
+				s.entryMatch = s.keyCap.is("1h")
 			case s.capFor == capGeo:
 				s.doc.geoPinned = !s.keyCap.is("global")
 			case s.keyCap.is("web_search_call"):
@@ -1084,7 +1102,7 @@ func (s *scanner) valueStart(c byte, at int) {
 			d.setListAudio(s.keys[1], 0) // the list's key: usage is the top level's (usageMember)
 		}
 	case tgModEntry:
-		s.entryAudio, s.entryCount = false, 0
+		s.entryMatch, s.entryCount = false, 0
 	}
 	switch {
 	case c == '{' || c == '[':
@@ -1125,6 +1143,9 @@ func (s *scanner) valueStart(c byte, at int) {
 		case tgGeo:
 			s.keyCap.reset()
 			s.str, s.capFor = &s.keyCap, capGeo
+		case tgTTL:
+			s.keyCap.reset()
+			s.str, s.capFor = &s.keyCap, capTTL
 		case tgNone:
 			if tx := s.textTarget(); tx == txText || tx == txDelta {
 				s.txt = tx
@@ -1349,7 +1370,7 @@ func (s *scanner) classify() target {
 			if t, ok := detailTok(k[1], k[2]); ok {
 				return target{kind: tgTok, root: rootTop, tok: t}
 			}
-			if isModalities(k[1]) && k[2] == kArr {
+			if (isModalities(k[1]) || k[1] == kCacheDetails) && k[2] == kArr {
 				return target{kind: tgModEntry, root: rootTop}
 			}
 		} else if k[0] == kCandidates && k[1] == kArr && k[2] == kFinishReason {
@@ -1373,6 +1394,14 @@ func (s *scanner) classify() target {
 			case kModality:
 				return target{kind: tgModality, root: rootTop}
 			case kTokenCount:
+				return target{kind: tgModCount, root: rootTop}
+			}
+		}
+		if k[0] == kUsage && k[1] == kCacheDetails && k[2] == kArr {
+			switch k[3] {
+			case kTTL:
+				return target{kind: tgTTL, root: rootTop}
+			case kConverseInput:
 				return target{kind: tgModCount, root: rootTop}
 			}
 		}
