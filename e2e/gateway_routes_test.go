@@ -992,6 +992,32 @@ func TestAzureOpenAIThroughTheGateway(t *testing.T) {
 // ceilDiv is a / b rounded up, for non-negative a and positive b.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
+// TestAnthropicCompactionThroughTheGateway: Anthropic's server-side compaction reports the
+// summary it made of a closed context as a usage.iterations[] entry of type
+// "compaction", which the top-level counts leave out and Anthropic bills. The official
+// Anthropic SDK's call whose answer compacted 180,000 input tokens into 3,500 output
+// tokens beside 23,000 and 1,000 of its own, streamed and not, is charged all of them.
+// Before 2026-11-29 the compaction was free: 85% of such a call's cost.
+func TestAnthropicCompactionThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 23_000, OutputTokens: 1_000, CompactionInputTokens: 180_000, CompactionOutputTokens: 3_500})
+	s.guardPolicy(t, o, "10", nil) // a day limit these calls (about 1.1 USD each) do not reach
+	const model = "claude-opus-4-8"
+	e, ok := pricecatalog.Lookup(model)
+	if !ok {
+		t.Fatalf("%s is not in the catalog", model)
+	}
+	want := ceilDiv((23_000+180_000)*e.InputPerMillion+(1_000+3_500)*e.OutputPerMillion, 1_000_000)
+	for _, scenario := range []string{"json", "stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			rec := oneSDKCall(t, fake, s, dir, "anthropic.mjs", scenario, o.key, model)
+			if rec.cost() != want || rec["input_tokens"] != 203_000.0 || rec["output_tokens"] != 4_500.0 || rec["complete"] != true {
+				t.Fatalf("receipt %s, want %d for 203,000 input and 4,500 output tokens", rec, want)
+			}
+		})
+	}
+}
+
 // TestAnthropicInferenceGeoThroughTheGateway: the official Anthropic SDK's call with
 // inference_geo "us" (US-only inference), answered with usage.inference_geo "us",
 // streamed and not, is charged the model's regional premium (Claude Opus 4.6: 1.1 times

@@ -124,6 +124,11 @@ type Usage struct {
 	// results of its tools given back to the model: input apart from promptTokenCount
 	// (InputTokens), which the total counts too.
 	ToolUsePromptTokens int64
+	// CompactionInputTokens and CompactionOutputTokens: an Anthropic answer's
+	// usage.iterations[] entry of type "compaction" (sent when either is not 0, with the
+	// "message" entry of the top-level counts): the server-side summary of a closed
+	// context, which the top-level counts leave out.
+	CompactionInputTokens, CompactionOutputTokens int64
 	// WebSearchRequests: Anthropic's usage.server_tool_use.web_search_requests (sent
 	// when not 0: in the message, and in a stream's message_delta); on the Responses API,
 	// that many web_search_call output items before the message (and, streamed, each
@@ -912,8 +917,8 @@ func searchCalls(u Usage) string {
 // anthropicJSON is Anthropic's message; extra are more fields of its usage, each with its
 // leading comma (speedField, geoField).
 func anthropicJSON(id, model string, u Usage, extra string) string {
-	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s%s"output_tokens":%d,"service_tier":"standard"%s}}`,
-		id, model, Text, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), serverToolUse(u), u.OutputTokens, extra)
+	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s%s%s"output_tokens":%d,"service_tier":"standard"%s}}`,
+		id, model, Text, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), serverToolUse(u), iterations(u), u.OutputTokens, extra)
 }
 
 // geoField is the usage's inference_geo field, with its leading comma, of a request that
@@ -936,6 +941,17 @@ func speedField(asked string) string {
 		return `,"speed":"fast"`
 	}
 	return `,"speed":"standard"`
+}
+
+// iterations is Anthropic's usage.iterations array and a comma, when the request
+// compacted its context ("" otherwise).
+func iterations(u Usage) string {
+	if u.CompactionInputTokens == 0 && u.CompactionOutputTokens == 0 {
+		return ""
+	}
+	return fmt.Sprintf(`"iterations":[{"type":"compaction","input_tokens":%d,"output_tokens":%d,"cache_read_input_tokens":0,"cache_creation_input_tokens":0},`+
+		`{"type":"message","input_tokens":%d,"output_tokens":%d,"cache_read_input_tokens":%d,"cache_creation_input_tokens":%d}],`,
+		u.CompactionInputTokens, u.CompactionOutputTokens, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens)
 }
 
 // serverToolUse is Anthropic's server_tool_use object and a comma, when the request made
@@ -966,8 +982,8 @@ func anthropicStream(ew *eventWriter, id, model string, u Usage, extra string) {
 		event("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%q}}`, w))
 	}
 	event("content_block_stop", `{"type":"content_block_stop","index":0}`)
-	event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{%s"output_tokens":%d}}`,
-		serverToolUse(u), u.OutputTokens))
+	event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{%s%s"output_tokens":%d}}`,
+		serverToolUse(u), iterations(u), u.OutputTokens))
 	event("message_stop", `{"type":"message_stop"}`)
 }
 

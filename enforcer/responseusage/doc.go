@@ -44,7 +44,9 @@
 //     .cache_write_tokens}.
 //   - anthropic-messages: Anthropic Messages JSON (type "message"), usage
 //     {input_tokens, output_tokens, cache_read_input_tokens,
-//     cache_creation_input_tokens}.
+//     cache_creation_input_tokens}, plus the counts of the usage.iterations[]
+//     entries the top-level ones leave out (every type but "message" and
+//     "fallback_message": compaction, advisor_message), which are billed.
 //   - openai-embeddings: OpenAI embeddings JSON (object "list"), usage
 //     {prompt_tokens, total_tokens}: input alone, since an embedding model
 //     generates nothing (a list whose usage has completion_tokens is read

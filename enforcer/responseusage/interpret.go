@@ -220,6 +220,7 @@ func (a *accumulator) applyEvent(d *docFields) {
 		a.final = a.final || (d.finished && u.hasTok(tokGeminiPrompt))
 		a.noteSearches(d)
 	case famAnthropic:
+		a.noteIterations(d)
 		switch {
 		case d.typ.is("message_start"):
 			if u := &d.usage[rootMessage]; u.obj {
@@ -285,6 +286,9 @@ func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 	a.setModel(&d.model[rootTop])
 	a.noteTier(d, rootTop)
 	a.u = d.usage[rootTop]
+	if a.fam == famAnthropic {
+		a.noteIterations(d)
+	}
 	a.noteCachedAudio(d)
 	a.noteSearches(d)
 	a.final = wellFormed
@@ -317,6 +321,30 @@ func (a *accumulator) noteSearches(d *docFields) {
 func (a *accumulator) noteCost(d *docFields) {
 	if d.hasCost && (!a.hasCost || d.cost > a.cost) {
 		a.cost, a.hasCost = d.cost, true
+	}
+}
+
+// The accumulator's slots of the sums of Anthropic's usage.iterations[] entries billed
+// apart (docFields' rootIterations): an Anthropic usage has no Gemini counts, whose slots
+// they take.
+const (
+	tokIterInput      = tokGeminiPrompt
+	tokIterOutput     = tokGeminiCandidates
+	tokIterCacheRead  = tokGeminiCached
+	tokIterCacheWrite = tokGeminiThoughts
+)
+
+// noteIterations keeps the sums of an Anthropic document's usage.iterations[] entries
+// that its top-level counts leave out (compaction: the server-side summary of a closed
+// context; advisor_message: an advisor model's sub-inference), the largest of a stream's:
+// message_delta's usage is cumulative.
+func (a *accumulator) noteIterations(d *docFields) {
+	it := &d.usage[rootIterations]
+	for _, m := range [...]struct{ from, to int }{{tokInput, tokIterInput}, {tokOutput, tokIterOutput},
+		{tokCacheRead, tokIterCacheRead}, {tokCacheCreation, tokIterCacheWrite}} {
+		if v, ok := it.get(m.from); ok {
+			a.u.setMax(m.to, v)
+		}
 	}
 }
 
@@ -443,10 +471,26 @@ func (a *accumulator) fill(u *Usage) {
 	}
 	u.OutputTokens = out
 	u.CachedInputTokens = cached
+	if a.fam == famAnthropic {
+		// The iterations billed apart (noteIterations) add to every count.
+		sat := func(x int64, t int) int64 {
+			v, _ := a.u.get(t)
+			return min(x, math.MaxInt64-v) + v
+		}
+		out, cached = sat(out, tokIterOutput), sat(cached, tokIterCacheRead)
+		if hasIn {
+			in = sat(in, tokIterInput)
+		}
+		u.OutputTokens, u.CachedInputTokens = out, cached
+	}
 	if a.fam == famAnthropic || a.fam == famConverse {
 		// Anthropic's input_tokens leaves out cache reads and writes (Converse's
 		// inputTokens too).
 		created, _ := a.u.get(tokCacheCreation)
+		if a.fam == famAnthropic {
+			v, _ := a.u.get(tokIterCacheWrite)
+			created = min(created, math.MaxInt64-v) + v
+		}
 		u.CacheCreationInputTokens = created
 		// The part written for an hour (cache_creation.ephemeral_1h_input_tokens), never
 		// more than the writes.

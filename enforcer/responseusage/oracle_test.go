@@ -366,6 +366,34 @@ func oracleModalities(obj []member, d *docFields) {
 	}
 }
 
+// oracleIterations adds to it the counts of the entries of a usage's iterations[] arrays
+// that the top-level counts leave out: an entry is apart until a "type" string says
+// "message" or "fallback_message" (counts read before it are added).
+func oracleIterations(usage []member, it *usageFields) {
+	keys := map[string]int{"input_tokens": tokInput, "output_tokens": tokOutput, "cache_read_input_tokens": tokCacheRead,
+		"cache_creation_input_tokens": tokCacheCreation}
+	for _, f := range usage {
+		list, ok := f.val.([]any)
+		if f.key != "iterations" || !ok {
+			continue
+		}
+		for _, e := range list {
+			entry, _ := e.([]member)
+			apart := true
+			for _, g := range entry {
+				if s, ok := g.val.(string); ok && g.key == "type" {
+					apart = s != "message" && s != "fallback_message"
+				}
+				if t, ok := keys[g.key]; ok && apart {
+					if n, ok := plainCount(g.val); ok {
+						it.add(t, n)
+					}
+				}
+			}
+		}
+	}
+}
+
 // oracleCacheDetails reads Bedrock Converse's usage.cacheDetails[] at the top level: an
 // entry whose ttl is "1h" reports its inputTokens as the writes made for an hour
 // (tokCacheWritePart), the largest one winning.
@@ -518,10 +546,34 @@ func oracleDoc(v any, modelLimit int) *docFields {
 				str(&d.tier[root.r], sub, "service_tier")
 			}
 		}
+		if root.r == rootIterations {
+			continue // below, in the document's order
+		}
 		for _, sub := range all(m, root.key) {
 			u, converse := oracleUsage(sub)
 			d.converse = d.converse || converse
 			d.usage[root.r].merge(&u)
+		}
+	}
+	// The response root's usage shares its slots with the sums of Anthropic's
+	// iterations billed apart (rootIterations): the scanner merges the one and adds the
+	// other as it meets them, top-level member by top-level member.
+	for _, mm := range m {
+		obj, ok := mm.val.([]member)
+		switch {
+		case !ok:
+		case mm.key == "response":
+			u, converse := oracleUsage(obj)
+			d.converse = d.converse || converse
+			d.usage[rootIterations].merge(&u)
+		case mm.key == "usage":
+			oracleIterations(obj, &d.usage[rootIterations])
+		case mm.key == "message":
+			for _, f := range obj {
+				if us, ok := f.val.([]member); ok && f.key == "usage" {
+					oracleIterations(us, &d.usage[rootIterations])
+				}
+			}
 		}
 	}
 	return d

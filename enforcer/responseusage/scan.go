@@ -58,6 +58,7 @@ const (
 	kOutputModalities  // Gemini: usageMetadata.candidatesTokensDetails[]
 	kCacheModalities   // Gemini: usageMetadata.cacheTokensDetails[] (the cached content's)
 	kModality          // Gemini: a *TokensDetails[] entry's modality
+	kIterations        // Anthropic: usage.iterations[] (its sampling iterations, some billed apart)
 	kCacheDetails      // Bedrock Converse: usage.cacheDetails[] (the cache writes by TTL)
 	kTTL               // Bedrock Converse: a cacheDetails[] entry's ttl ("5m", "1h")
 	kTrafficType       // Vertex AI: usageMetadata.trafficType (ON_DEMAND_PRIORITY: its priority tier)
@@ -267,6 +268,8 @@ func keyID(b []byte) uint8 {
 		return kTrafficType
 	case "cacheDetails":
 		return kCacheDetails
+	case "iterations":
+		return kIterations
 	case "ttl":
 		return kTTL
 	case "serviceTier":
@@ -293,6 +296,13 @@ const (
 	rootMessage         // {"message": {"model", "usage"}} (Anthropic message_start)
 	rootResponse        // {"response": {"model", "usage"}} (OpenAI Responses events)
 	nRoot
+	// rootIterations holds, in its Anthropic counts (input_tokens, output_tokens,
+	// cache_read_input_tokens, cache_creation_input_tokens), the sums of the entries of
+	// Anthropic's usage.iterations[] that the top-level counts leave out (compaction,
+	// advisor_message: scanner.iterApart), the top level's or message_start's
+	// message's. An Anthropic document has no response root, whose usage it borrows:
+	// a field of its own would take the Extractor to the heap's next size class.
+	rootIterations = rootResponse
 )
 
 // usageFields are the counts of one usage object.
@@ -308,6 +318,14 @@ func (u *usageFields) get(t int) (int64, bool) {
 		return 0, false
 	}
 	return u.tok[t], true
+}
+
+// add adds v to count t (saturating): the sum of the usage.iterations[] entries billed
+// apart (rootIterations).
+func (u *usageFields) add(t int, v int64) {
+	cur, _ := u.get(t)
+	u.tok[t] = min(cur, math.MaxInt64-v) + v
+	u.has |= 1 << t
 }
 
 // setMax records a reported count: the largest one reported wins.
@@ -337,7 +355,9 @@ type docFields struct {
 	// root (tierSeen), Anthropic's usage.speed of root: the top level (a message, a
 	// message_delta event) or a message_start event's message. Of each, the last
 	// occurrence wins.
-	tier  [nRoot]capture
+	tier [nRoot]capture
+	// usage is each root's usage; rootIterations's also sums Anthropic's iterations
+	// billed apart.
 	usage [nRoot]usageFields
 	// text counts the output text at the text paths (textTarget), delta
 	// the bytes of top-level "delta" strings, which are output text only
@@ -545,6 +565,7 @@ const (
 	capTraffic
 	capGeo
 	capTTL
+	capIterType
 )
 
 // Targets: what the value being read means to us.
@@ -567,6 +588,9 @@ const (
 	tgModality          // an entry's modality string
 	tgGeo               // Anthropic's usage.inference_geo
 	tgTTL               // a Bedrock Converse cacheDetails[] entry's ttl string
+	tgIterEntry         // an entry of Anthropic's usage.iterations[]
+	tgIterType          // that entry's type
+	tgIterTok           // that entry's count (tok: the Anthropic count it is)
 	tgTraffic           // Vertex AI's usageMetadata.trafficType, the Gemini API's usageMetadata.serviceTier
 	tgModCount          // an entry's tokenCount
 	tgConverseTok       // a count of root by a Bedrock Converse name (tok: the Anthropic count it is)
@@ -609,11 +633,16 @@ type scanner struct {
 	// (capTraffic) or Anthropic's inference_geo (capGeo).
 	capFor     uint8
 	entryMatch bool // see entryCount
-	hexN       uint8
-	numOK      bool // the number so far is a non-negative integer that fits int64 (in ms mode: its milliseconds do)
-	numTok     target
-	lit        uint8 // the literal being read: its index in literals
-	litPos     uint8
+	// iterApart: the usage.iterations[] entry being read is billed apart from the
+	// top-level counts (its type is neither "message" nor "fallback_message", or not
+	// read yet: an entry whose counts come before its type is taken as apart, the
+	// dearer reading).
+	iterApart bool
+	hexN      uint8
+	numOK     bool // the number so far is a non-negative integer that fits int64 (in ms mode: its milliseconds do)
+	numTok    target
+	lit       uint8 // the literal being read: its index in literals
+	litPos    uint8
 
 	// ms mode, for usage.seconds alone (numTok's tok is tokAudioSeconds): the
 	// number is a decimal of seconds, read as milliseconds. num takes the digits
@@ -1051,6 +1080,10 @@ func (s *scanner) endString() bool {
 				s.doc.priorityTraffic = s.keyCap.is("ON_DEMAND_PRIORITY") || s.keyCap.is("priority")
 			case s.capFor == capTTL:
 				s.entryMatch = s.keyCap.is("1h")
+			case s.capFor == capIterType:
+				// A "message" entry (or the fallback model's serving one) is in the
+				// top-level counts; any other (compaction, advisor_message) is not.
+				s.iterApart = !s.keyCap.is("message") && !s.keyCap.is("fallback_message")
 			case s.capFor == capGeo:
 				s.doc.geoPinned = !s.keyCap.is("global")
 			case s.keyCap.is("web_search_call"):
@@ -1103,6 +1136,9 @@ func (s *scanner) valueStart(c byte, at int) {
 		}
 	case tgModEntry:
 		s.entryMatch, s.entryCount = false, 0
+	case tgIterEntry:
+		// Billed apart until its type says it is not (see docFields.usage).
+		s.iterApart = true
 	}
 	switch {
 	case c == '{' || c == '[':
@@ -1146,6 +1182,9 @@ func (s *scanner) valueStart(c byte, at int) {
 		case tgTTL:
 			s.keyCap.reset()
 			s.str, s.capFor = &s.keyCap, capTTL
+		case tgIterType:
+			s.keyCap.reset()
+			s.str, s.capFor = &s.keyCap, capIterType
 		case tgNone:
 			if tx := s.textTarget(); tx == txText || tx == txDelta {
 				s.txt = tx
@@ -1300,6 +1339,8 @@ func (s *scanner) endNumber() bool {
 		s.doc.converse = true
 	} else if t.kind == tgModCount && s.numOK {
 		s.entryCount = s.num
+	} else if t.kind == tgIterTok && s.numOK && s.iterApart {
+		s.doc.usage[rootIterations].add(int(t.tok), s.num)
 	}
 	s.numTok = target{}
 	return s.endValue()
@@ -1373,6 +1414,9 @@ func (s *scanner) classify() target {
 			if (isModalities(k[1]) || k[1] == kCacheDetails) && k[2] == kArr {
 				return target{kind: tgModEntry, root: rootTop}
 			}
+			if k[1] == kIterations && k[2] == kArr {
+				return target{kind: tgIterEntry}
+			}
 		} else if k[0] == kCandidates && k[1] == kArr && k[2] == kFinishReason {
 			return target{kind: tgFinish}
 		} else if k[0] == kOutput && k[1] == kArr && k[2] == kType {
@@ -1397,6 +1441,12 @@ func (s *scanner) classify() target {
 				return target{kind: tgModCount, root: rootTop}
 			}
 		}
+		if k[0] == kUsage && k[1] == kIterations && k[2] == kArr {
+			return iterationMember(k[3])
+		}
+		if k[0] == kMessage && k[1] == kUsage && k[2] == kIterations && k[3] == kArr {
+			return target{kind: tgIterEntry}
+		}
 		if k[0] == kUsage && k[1] == kCacheDetails && k[2] == kArr {
 			switch k[3] {
 			case kTTL:
@@ -1406,9 +1456,24 @@ func (s *scanner) classify() target {
 			}
 		}
 	case 5:
+		if k[0] == kMessage && k[1] == kUsage && k[2] == kIterations && k[3] == kArr {
+			return iterationMember(k[4])
+		}
 		if k[0] == kCandidates && k[1] == kArr && k[2] == kGrounding && k[3] == kSearchQuery && k[4] == kArr {
 			return target{kind: tgSearchQuery}
 		}
+	}
+	return target{}
+}
+
+// iterationMember is the target of key k of an entry of Anthropic's usage.iterations[]
+// (the top level's: a message, message_delta; or message_start's message's).
+func iterationMember(k uint8) target {
+	switch k {
+	case kType:
+		return target{kind: tgIterType}
+	case kTok0 + tokInput, kTok0 + tokOutput, kTok0 + tokCacheRead, kTok0 + tokCacheCreation:
+		return target{kind: tgIterTok, tok: k - kTok0}
 	}
 	return target{}
 }

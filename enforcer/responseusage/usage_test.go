@@ -1289,6 +1289,55 @@ func TestFileSearchCalls(t *testing.T) {
 	}
 }
 
+// Anthropic's usage.iterations[] lists a request's sampling iterations; its "message"
+// entries are in the top-level counts, but a "compaction" entry (the server-side summary
+// of a closed context) and an "advisor_message" one (an advisor model's sub-inference) are
+// not, and are billed: their counts are added to the top level's. An entry whose counts
+// come before its type is taken as apart (the dearer reading). Streamed, message_delta's
+// usage is cumulative: its last iterations count once.
+func TestAnthropicIterations(t *testing.T) {
+	iterations := `"iterations":[{"type":"message","input_tokens":23000,"output_tokens":400},` +
+		`{"type":"compaction","input_tokens":180000,"output_tokens":3500,"cache_read_input_tokens":1000,"cache_creation_input_tokens":0},` +
+		`{"type":"message","input_tokens":2000,"output_tokens":600},` +
+		`{"type":"advisor_message","model":"claude-opus-4-8","input_tokens":60000,"output_tokens":1600,"cache_creation_input_tokens":500}]`
+	body := `{"type":"message","model":"claude-opus-4-8","content":[{"type":"text","text":"x"}],` +
+		`"usage":{"input_tokens":25000,"output_tokens":1000,"cache_read_input_tokens":0,"cache_creation_input_tokens":0,` + iterations + `}}`
+	want := Usage{Model: "claude-opus-4-8", InputTokens: 25000 + 180000 + 1000 + 60000 + 500, OutputTokens: 1000 + 3500 + 1600,
+		CachedInputTokens: 1000, CacheCreationInputTokens: 500, Complete: true, Format: FormatAnthropicMessages,
+		InputReported: true, OutputReported: true, TextBytes: 1}
+	checkSplits(t, ctJSON, nil, []byte(body), want)
+	if ref, ok := oracleFor(ctJSON, []byte(body)); !ok || !reflect.DeepEqual(ref, want) {
+		t.Fatalf("the reference reads %s", show(ref))
+	}
+	// The type after the counts: taken as apart, even a message entry.
+	late := `{"type":"message","usage":{"input_tokens":10,"output_tokens":2,"iterations":[{"input_tokens":10,"output_tokens":2,"type":"message"}]}}`
+	if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(late)}, true); got.InputTokens != 20 || got.OutputTokens != 4 {
+		t.Fatalf("counts before the type: %s", show(got))
+	}
+	// Message entries alone add nothing; null iterations neither.
+	for _, b := range []string{
+		`{"type":"message","usage":{"input_tokens":10,"output_tokens":2,"iterations":[{"type":"message","input_tokens":10,"output_tokens":2},{"type":"fallback_message","input_tokens":5}]}}`,
+		`{"type":"message","usage":{"input_tokens":10,"output_tokens":2,"iterations":null}}`,
+		`{"type":"message","usage":{"input_tokens":10,"output_tokens":2},"metadata":{"iterations":[{"type":"compaction","input_tokens":99}]}}`,
+	} {
+		if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(b)}, true); got.InputTokens != 10 || got.OutputTokens != 2 {
+			t.Fatalf("%s: %s", b, show(got))
+		}
+	}
+	// Streamed: message_delta's cumulative usage, its iterations growing; the last counts.
+	stream := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-opus-4-8\",\"usage\":{\"input_tokens\":25000,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":500,\"iterations\":[{\"type\":\"compaction\",\"input_tokens\":180000,\"output_tokens\":3500}]}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":1000,\"iterations\":[{\"type\":\"compaction\",\"input_tokens\":180000,\"output_tokens\":3500},{\"type\":\"message\",\"input_tokens\":25000,\"output_tokens\":1000}]}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	wantStream := Usage{Model: "claude-opus-4-8", InputTokens: 205000, OutputTokens: 4500, Complete: true, Format: FormatAnthropicSSE,
+		InputReported: true, OutputReported: true, TextBytes: 1}
+	checkSplits(t, ctSSE, nil, []byte(stream), wantStream)
+	if ref, ok := oracleFor(ctSSE, []byte(stream)); !ok || !reflect.DeepEqual(ref, wantStream) {
+		t.Fatalf("the reference reads %s", show(ref))
+	}
+}
+
 // Anthropic says where a request's inference ran (usage.inference_geo): a geography
 // ("us", US-only inference) costs 1.1 times the price (Usage.Regional), "global" does not.
 // The last one counts, of the message, of message_start's message or of message_delta.
