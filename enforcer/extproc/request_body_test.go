@@ -458,6 +458,7 @@ func TestExtProcRefusesDeferredBilling(t *testing.T) {
 		for _, tc := range []struct{ path, body, endpoint string }{
 			{"/v1/batches", `{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`, "batches"},
 			{"/v1/responses", `{"model":"gpt-5","background":true,"input":"write a novel"}`, "background_responses"},
+			{"/v1beta/interactions", `{"model":"gemini-3-pro-preview","input":"write a novel","background":true}`, "interactions"},
 		} {
 			id, _ := e.Admit(t, w.Key)
 			resp := answerRequestBody(t, e, bodySpec{requestID: id, path: tc.path, body: tc.body})
@@ -477,7 +478,7 @@ func TestExtProcRefusesDeferredBilling(t *testing.T) {
 				t.Fatalf("%s: receipt %+v of %v", tc.path, r, r.Item)
 			}
 		}
-		want := 2.0
+		want := 3.0 // each path above
 		if allow {
 			want = 0
 		}

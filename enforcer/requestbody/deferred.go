@@ -18,10 +18,16 @@ const (
 	DeferredRealtime   = "realtime_sessions"    // OpenAI POST /v1/realtime/sessions, /transcription_sessions, /client_secrets
 	DeferredVideos     = "videos"               // OpenAI POST /v1/videos, /v1/videos/{id}/remix, Veo's :predictLongRunning
 	DeferredBackground = "background_responses" // OpenAI POST /v1/responses with "background": true
+	// DeferredInteractions: the Gemini API's Interactions API (POST /v1beta/interactions),
+	// whose runs may go on in the background (background, agents) and whose answers'
+	// usage (usage.total_input_tokens, ...) this enforcer does not read: let through, a
+	// call would be charged its input estimate alone.
+	DeferredInteractions = "interactions"
 )
 
 // DeferredEndpoints lists every name Deferred returns (metrics and docs).
-var DeferredEndpoints = []string{DeferredBatches, DeferredAssistants, DeferredFineTuning, DeferredRealtime, DeferredVideos, DeferredBackground}
+var DeferredEndpoints = []string{DeferredBatches, DeferredAssistants, DeferredFineTuning, DeferredRealtime, DeferredVideos, DeferredBackground,
+	DeferredInteractions}
 
 // Deferred names the kind of a request whose cost its own answer does not carry: the
 // provider does the work later and bills it then (a batch, an Assistants run, a
@@ -65,6 +71,8 @@ func Deferred(method, path string, background bool) string {
 		return DeferredVideos
 	case background && strings.HasSuffix(path, "/responses"):
 		return DeferredBackground
+	case strings.HasSuffix(path, "/interactions"):
+		return DeferredInteractions
 	}
 	return ""
 }

@@ -69,6 +69,9 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke", false, ""},
 		{"POST", "/v1beta/models/gemini-embedding-001:asyncBatchEmbedContent", false, requestbody.DeferredBatches},
 		{"POST", "/v1beta/models/gemini-2.5-flash:generateContent", false, ""},
+		{"POST", "/v1beta/interactions", false, requestbody.DeferredInteractions},
+		{"POST", "/v1beta/Interaction%73/", true, requestbody.DeferredInteractions},
+		{"GET", "/v1beta/interactions/int_1", false, ""},
 		// Their answers carry their cost, or they cost nothing.
 		{"POST", "/v1/responses", false, ""},
 		{"POST", "/v1/chat/completions", true, ""},
