@@ -38,11 +38,10 @@ func TestBedrockPriorityThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
 	const model = "us.amazon.nova-pro-v1:0"
-	e, ok := pricecatalog.Lookup("nova-pro")
-	if !ok || e.FastPercent != 0 || e.RegionalPremiumPercent != 0 {
+	e, standard := tenThousandIn(t, "nova-pro")
+	if e.FastPercent != 0 || e.RegionalPremiumPercent != 0 {
 		t.Fatalf("nova-pro: %+v; this test charges the default fast percent and no regional premium", e)
 	}
-	standard := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
 	for _, tc := range []struct {
 		scenario, tier string
 		cost           int64

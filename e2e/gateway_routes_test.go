@@ -1027,11 +1027,10 @@ func TestAnthropicInferenceGeoThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
 	const model = "claude-opus-4-6"
-	e, ok := pricecatalog.Lookup(model)
-	if !ok || e.RegionalPremiumPercent != 10 {
+	e, standard := tenThousandIn(t, model)
+	if e.RegionalPremiumPercent != 10 {
 		t.Fatalf("%s: %+v; this test charges a 10%% premium", model, e)
 	}
-	standard := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
 	for _, sc := range []struct {
 		scenario string
 		regional bool
@@ -1060,11 +1059,10 @@ func TestGeminiPriorityThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	fake, s, o := googleGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
 	const gemini = "gemini-2.5-flash"
-	e, ok := pricecatalog.Lookup(gemini)
-	if !ok || e.FastPercent != 0 {
+	e, standard := tenThousandIn(t, gemini)
+	if e.FastPercent != 0 {
 		t.Fatalf("%s: %+v; this test charges the default fast percent", gemini, e)
 	}
-	standard := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
 	priority := 2 * standard
 	vertexCall := func(t *testing.T, header string) {
 		req, _ := http.NewRequest("POST", s.gateway+"/v1/projects/tollgate-test/locations/global/publishers/google/models/"+gemini+":generateContent",
@@ -1147,6 +1145,17 @@ func googleGateway(t *testing.T, u fakellm.Usage) (*fakellm.Server, *stack, org)
 	return fake, s, s.setUpOrg(t)
 }
 
+// tenThousandIn is model's catalog entry and what 10,000 input and 1,000 output tokens
+// cost at its price (uncached, standard tier).
+func tenThousandIn(t *testing.T, model string) (pricecatalog.Entry, int64) {
+	t.Helper()
+	e, ok := pricecatalog.Lookup(model)
+	if !ok {
+		t.Fatalf("%s is not in the catalog", model)
+	}
+	return e, ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
+}
+
 // sdkOK fails the test unless an SDK's call succeeded.
 func sdkOK(t *testing.T, r sdkResult) {
 	t.Helper()
@@ -1223,11 +1232,7 @@ func TestAnthropicFastModeThroughTheGateway(t *testing.T) {
 		model   string
 		percent int64
 	}{{"claude-opus-4-6", 600}, {"claude-opus-5", 200}} {
-		e, ok := pricecatalog.Lookup(tc.model)
-		if !ok {
-			t.Fatalf("%s is not in the catalog", tc.model)
-		}
-		standard := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
+		_, standard := tenThousandIn(t, tc.model)
 		for _, sc := range []struct {
 			scenario, tier string
 			cost           int64

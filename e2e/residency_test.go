@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
-	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // TestOpenAIDataResidencyThroughTheGateway: a gateway whose upstream is one of OpenAI's
@@ -26,15 +25,15 @@ func TestOpenAIDataResidencyThroughTheGateway(t *testing.T) {
 	child := startChildEnforcer(t, s, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0",
 		"TOLLGATE_GATEWAY_UPSTREAM": "http://eu.api.openai.com", "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": "Bearer sk-provider-eu",
 		"HTTP_PROXY": up.URL, "http_proxy": up.URL, "NO_PROXY": "", "no_proxy": ""})
-	gpt55, ok := pricecatalog.Lookup("gpt-5.5")
-	if !ok || gpt55.RegionalPremiumPercent != 10 {
+	gpt55, gpt55Cost := tenThousandIn(t, "gpt-5.5")
+	if gpt55.RegionalPremiumPercent != 10 {
 		t.Fatalf("gpt-5.5: %+v; this test charges a 10%% premium", gpt55)
 	}
 	for _, tc := range []struct {
 		model string
 		cost  int64
 	}{
-		{"gpt-5.5", ceilDiv(ceilDiv(10_000*gpt55.InputPerMillion+1_000*gpt55.OutputPerMillion, 1_000_000)*110, 100)},
+		{"gpt-5.5", ceilDiv(gpt55Cost*110, 100)},
 		{model, catalogCost(10_000, 0, 1_000)}, // the organization's own price (setUpOrg)
 	} {
 		for _, scenario := range []string{"json", "stream"} {

@@ -568,6 +568,23 @@ const (
 	capIterType
 )
 
+// keyCapFor is what a string of target kind read into keyCap is.
+func keyCapFor(kind uint8) uint8 {
+	switch kind {
+	case tgModality:
+		return capModality
+	case tgTraffic:
+		return capTraffic
+	case tgGeo:
+		return capGeo
+	case tgTTL:
+		return capTTL
+	case tgIterType:
+		return capIterType
+	}
+	return capItemType
+}
+
 // Targets: what the value being read means to us.
 const (
 	tgNone        uint8 = iota
@@ -629,8 +646,10 @@ type scanner struct {
 	state  uint8
 	strKey bool // the string being read is an object key
 	// capFor says what the string being read into keyCap is: an output item's type
-	// (capItemType), a Gemini entry's modality (capModality), Vertex AI's trafficType
-	// (capTraffic) or Anthropic's inference_geo (capGeo).
+	// (capItemType), a Gemini entry's modality (capModality), Gemini's traffic type or
+	// service tier and Bedrock's service tier (capTraffic), Anthropic's inference_geo
+	// (capGeo), a Bedrock cacheDetails entry's ttl (capTTL) or an Anthropic iterations
+	// entry's type (capIterType).
 	capFor     uint8
 	entryMatch bool // see entryCount
 	// iterApart: the usage.iterations[] entry being read is billed apart from the
@@ -1170,21 +1189,10 @@ func (s *scanner) valueStart(c byte, at int) {
 			s.str = &s.keyCap
 		case tgSearchQuery:
 			d.countSearch() // the string is a query: its text does not matter
-		case tgModality:
+		case tgModality, tgTraffic, tgGeo, tgTTL, tgIterType:
+			// A short value compared on its end (endString), in the key buffer too.
 			s.keyCap.reset()
-			s.str, s.capFor = &s.keyCap, capModality
-		case tgTraffic:
-			s.keyCap.reset()
-			s.str, s.capFor = &s.keyCap, capTraffic
-		case tgGeo:
-			s.keyCap.reset()
-			s.str, s.capFor = &s.keyCap, capGeo
-		case tgTTL:
-			s.keyCap.reset()
-			s.str, s.capFor = &s.keyCap, capTTL
-		case tgIterType:
-			s.keyCap.reset()
-			s.str, s.capFor = &s.keyCap, capIterType
+			s.str, s.capFor = &s.keyCap, keyCapFor(t.kind)
 		case tgNone:
 			if tx := s.textTarget(); tx == txText || tx == txDelta {
 				s.txt = tx
