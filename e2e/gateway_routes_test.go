@@ -1065,21 +1065,14 @@ func TestGeminiPriorityThroughTheGateway(t *testing.T) {
 	}
 	priority := 2 * standard
 	vertexCall := func(t *testing.T, header string) {
-		req, _ := http.NewRequest("POST", s.gateway+"/v1/projects/tollgate-test/locations/global/publishers/google/models/"+gemini+":generateContent",
-			strings.NewReader(`{"contents":[{"role":"user","parts":[{"text":"How are tolls paid?"}]}]}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Goog-Api-Key", o.key)
+		var extra []string
 		if header != "" {
-			req.Header.Set("X-Vertex-AI-LLM-Shared-Request-Type", header)
+			extra = []string{"X-Vertex-AI-LLM-Shared-Request-Type", header}
 		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != 200 || !strings.Contains(string(body), `"trafficType"`) {
-			t.Fatalf("%d %s", res.StatusCode, body)
+		status, _, body := postJSON(t, s.gateway, "/v1/projects/tollgate-test/locations/global/publishers/google/models/"+gemini+":generateContent",
+			"X-Goog-Api-Key", o.key, `{"contents":[{"role":"user","parts":[{"text":"How are tolls paid?"}]}]}`, extra...)
+		if status != 200 || !strings.Contains(body, `"trafficType"`) {
+			t.Fatalf("%d %s", status, body)
 		}
 	}
 	for _, tc := range []struct {

@@ -288,15 +288,19 @@ func TestVertexAIThroughTheGateway(t *testing.T) {
 }
 
 // postJSON sends a JSON body to the gateway at path as a plain HTTP client would, the
-// member's key in the header keyHeader ("Authorization" takes it as a bearer token);
-// it returns the answer's status, headers and body.
-func postJSON(t *testing.T, gateway, path, keyHeader, key, body string) (int, http.Header, string) {
+// member's key in the header keyHeader ("Authorization" takes it as a bearer token),
+// with the headers of extra (name, value, ...); it returns the answer's status, headers
+// and body.
+func postJSON(t *testing.T, gateway, path, keyHeader, key, body string, extra ...string) (int, http.Header, string) {
 	t.Helper()
 	req, err := http.NewRequest("POST", gateway+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(extra); i += 2 {
+		req.Header.Set(extra[i], extra[i+1])
+	}
 	if keyHeader == "Authorization" {
 		key = "Bearer " + key
 	}
