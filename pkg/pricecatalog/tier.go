@@ -84,11 +84,11 @@ func ParseTier(name string) (Tier, bool) {
 const maxTierPercent = 1000
 
 // DefaultTierPercent is what a tier costs, in percent of the standard price, for a
-// model whose entry does not say (or that no entry prices): the most the tier costs any
-// model the catalog knows at its list price, so that a model left out is never charged
-// below it. Fast: 200 (OpenAI's fast tier of most models since GPT-5, Anthropic's fast
-// mode from Opus 4.8 on; Anthropic's 6 times of Opus 4.6 and 4.7 is in their entries).
-// Ultrafast: 600 (OpenAI's).
+// model whose entry does not say (or that no entry prices): what it costs nearly every
+// model that has it. Fast: 200 (OpenAI's fast tier of every model since GPT-5 but
+// GPT-5.5, Anthropic's fast mode from Opus 5 on, Google's priority inference at most);
+// the models that cost more (Anthropic's Opus 4.6 to 4.8, six times; GPT-5.5, 2.5 times)
+// have their own percent in their entries. Ultrafast: 600 (OpenAI's).
 func DefaultTierPercent(t Tier) int64 {
 	switch t {
 	case Fast:
