@@ -71,6 +71,12 @@ func value(t *testing.T, c *Cache) string {
 	return v
 }
 
+// waitSettled waits for the fetch in flight, if any, to have stored what it got: a
+// no-op on the cache's flight joins it, or runs at once when none is.
+func waitSettled(c *Cache) {
+	<-c.fetches.DoChan("", func() (any, error) { return nil, nil })
+}
+
 // waitFetches waits for the background fetch to have run n fetches in all.
 func waitFetches(t *testing.T, f *fake, n int) {
 	t.Helper()
@@ -135,7 +141,7 @@ func TestFailures(t *testing.T) {
 		t.Fatalf("got %q", v)
 	}
 	waitFetches(t, f, 2)
-	time.Sleep(10 * time.Millisecond) // the failed renewal stored its hold-off
+	waitSettled(c) // the failed renewal stored its hold-off
 	for range 5 {
 		if v := value(t, c); v != "Bearer t-1" {
 			t.Fatalf("got %q", v)
@@ -147,6 +153,9 @@ func TestFailures(t *testing.T) {
 	clk.advance(2 * time.Second) // past the hold-off
 	value(t, c)
 	waitFetches(t, f, 3)
+	// Before the clock moves on: a renewal that stored its failure after it would hold
+	// the requests from the old clock's time, and a request would join it.
+	waitSettled(c)
 	clk.advance(5 * time.Minute) // expired
 	if _, err := c.Value(context.Background()); err == nil || err.Error() != "endpoint down" {
 		t.Fatalf("an expired token: err %v", err)
