@@ -1,8 +1,6 @@
 package e2e_test
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,13 +17,7 @@ const bedrockProviderAuth = "Bearer bedrock-provider-key-0123456789"
 // Authorization, and an organization on it.
 func bedrockGateway(t *testing.T, u fakellm.Usage) (*fakellm.Server, *stack, org) {
 	t.Helper()
-	fake, up := fixedUsageUpstream(t, u)
-	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: authorization\n    credentialEnv: BEDROCK_AUTHORIZATION\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "BEDROCK_AUTHORIZATION": bedrockProviderAuth})
-	return fake, s, s.setUpOrg(t)
+	return routedGateway(t, u, "authorization", bedrockProviderAuth)
 }
 
 // TestBedrockPriorityThroughTheGateway: AWS's official SDK's Converse and ConverseStream

@@ -908,13 +908,7 @@ func TestAzureOpenAIThroughTheGateway(t *testing.T) {
 	const providerKey = "azure-provider-key-0123456789"
 	// 1,000,000 input (200,000 cached) and 1,000,000 output: two calls spend the member's
 	// 1 USD day limit.
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 1_000_000, CachedInputTokens: 200_000, OutputTokens: 1_000_000})
-	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: api-key\n    credentialEnv: AZURE_OPENAI_KEY\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "AZURE_OPENAI_KEY": providerKey})
-	o := s.setUpOrg(t)
+	fake, s, o := routedGateway(t, fakellm.Usage{InputTokens: 1_000_000, CachedInputTokens: 200_000, OutputTokens: 1_000_000}, "api-key", providerKey)
 	// The deployment is named after its model, which the catalog prices (setUpOrg's
 	// organization price of it is the catalog's).
 	const deployment = model
@@ -1129,12 +1123,21 @@ func TestGeminiToolResultsThroughTheGateway(t *testing.T) {
 // organization on it.
 func googleGateway(t *testing.T, u fakellm.Usage) (*fakellm.Server, *stack, org) {
 	t.Helper()
+	return routedGateway(t, u, "x-goog-api-key", "AIza-provider-key")
+}
+
+// routedGateway is a stack whose gateway has one route, of every path, to a fakellm
+// answering every call with usage u, sending credential in header (the routes file's
+// credentialEnv), and an organization on it.
+func routedGateway(t *testing.T, u fakellm.Usage, header, credential string) (*fakellm.Server, *stack, org) {
+	t.Helper()
 	fake, up := fixedUsageUpstream(t, u)
 	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: "+up.URL+"\n    header: x-goog-api-key\n    credentialEnv: GOOGLE_KEY\n"), 0o600); err != nil {
+	file := "routes:\n  - prefix: /\n    upstream: " + up.URL + "\n    header: " + header + "\n    credentialEnv: PROVIDER_CREDENTIAL\n"
+	if err := os.WriteFile(routes, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "GOOGLE_KEY": "AIza-provider-key"})
+	s := startStack(t, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes, "PROVIDER_CREDENTIAL": credential})
 	return fake, s, s.setUpOrg(t)
 }
 

@@ -72,14 +72,14 @@ func TestCostOf(t *testing.T) {
 		// A model's own tier percent (gpt-5.5's fast tier: 2.5 times; gpt-4.1's: 1.75
 		// times, rounded up), the ultrafast default (6 times) and a model's own.
 		{"fast tier at the price's own percent", Usage{InputTokens: 1_000_000, OutputTokens: 1_000_000, Tier: pricecatalog.Fast},
-			PricedAt{Price: Price{InputPerMillion: 5_000_000, OutputPerMillion: 30_000_000, FastPercent: 250, UltrafastPercent: 900}, Source: PriceCatalog},
+			PricedAt{Price: Price{InputPerMillion: 5_000_000, OutputPerMillion: 30_000_000, TierPercents: pricecatalog.TierPercents{FastPercent: 250, UltrafastPercent: 900}}, Source: PriceCatalog},
 			87_500_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
-		{"fast tier at 175%, rounded up", Usage{InputTokens: 3, Tier: pricecatalog.Fast}, PricedAt{Price: Price{InputPerMillion: 1_000_000, FastPercent: 175}, Source: PriceCatalog},
+		{"fast tier at 175%, rounded up", Usage{InputTokens: 3, Tier: pricecatalog.Fast}, PricedAt{Price: Price{InputPerMillion: 1_000_000, TierPercents: pricecatalog.TierPercents{FastPercent: 175}}, Source: PriceCatalog},
 			6, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"ultrafast tier: six times by default", Usage{InputTokens: 1000, OutputTokens: 100, Tier: pricecatalog.Ultrafast}, org,
 			6 * ((1000*3_000_000 + 100*15_000_000) / 1_000_000), SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"ultrafast tier at the price's own percent", Usage{InputTokens: 1000, Tier: pricecatalog.Ultrafast},
-			PricedAt{Price: Price{InputPerMillion: 1_000_000, FastPercent: 250, UltrafastPercent: 900}, Source: PriceCatalog},
+			PricedAt{Price: Price{InputPerMillion: 1_000_000, TierPercents: pricecatalog.TierPercents{FastPercent: 250, UltrafastPercent: 900}}, Source: PriceCatalog},
 			9000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"priority tier, the upstream's cost as it is", Usage{InputTokens: 1000, UpstreamCost: i64(42), Tier: pricecatalog.Fast}, org, 42, SourceUpstream, BasisUpstreamCost, false, nil},
 		{"priority tier: within the bound at the standard price", Usage{OutputTokens: 1 << 40}, PricedAt{Price: Price{OutputPerMillion: 1 << 31}, Source: PriceCatalog},

@@ -85,17 +85,11 @@ type Price struct {
 	// the request went to one (Usage.Regional). Only a catalog entry has it: an
 	// organization's own price of a model is what the organization pays for it.
 	RegionalPremiumPercent int64
-	// FastPercent and UltrafastPercent are what the model's tokens cost at a dearer
-	// speed tier, in percent of this price (pricecatalog.Entry.FastPercent), charged at
-	// the tier the usage says the request ran at (Usage.Tier); 0 for the tier's default
-	// (pricecatalog.DefaultTierPercent). An organization's own price of a model, which is
-	// a standard one, takes them from the model's catalog entry.
-	FastPercent, UltrafastPercent int64
-}
-
-// TierPercent is what p's tokens cost at tier t, in percent of p.
-func (p Price) TierPercent(t pricecatalog.Tier) int64 {
-	return pricecatalog.Entry{FastPercent: p.FastPercent, UltrafastPercent: p.UltrafastPercent}.TierPercent(t)
+	// TierPercents are what the model's tokens cost at a dearer speed tier, in percent
+	// of this price, charged at the tier the usage says the request ran at (Usage.Tier).
+	// An organization's own price of a model, which is a standard one, takes them from
+	// the model's catalog entry.
+	pricecatalog.TierPercents
 }
 
 // CacheWrite is the price cache writes are charged at.

@@ -691,7 +691,7 @@ func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.Fallb
 			// input, cached ones and cache writes included, reported or estimated.
 			p := fromCatalog(e.ForInput(sj.usage.InputTokens))
 			p.RegionalPremiumPercent = e.RegionalPremiumPercent
-			p.FastPercent, p.UltrafastPercent = e.FastPercent, e.UltrafastPercent
+			p.TierPercents = e.TierPercents
 			return accounting.PricedAt{Source: accounting.PriceCatalog, Price: p}
 		}
 	}
@@ -708,7 +708,7 @@ func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.Fallb
 // model the catalog does not know).
 func (sj *settleJob) withTiers(p accounting.Price) accounting.Price {
 	if e := sj.catalogEntry(); e != nil {
-		p.FastPercent, p.UltrafastPercent = e.FastPercent, e.UltrafastPercent
+		p.TierPercents = e.TierPercents
 	}
 	return p
 }

@@ -94,7 +94,7 @@ type Request struct {
 	Background bool
 	// ServiceTier is the tier a top-level "service_tier" (or "serviceTier", Gemini's
 	// camel case, and Bedrock Converse's object {"type": ...}) asks for
-	// (pricecatalog.TierNamed: OpenAI's "priority", "fast" or "ultrafast", Gemini's and
+	// (pricecatalog.TierNames: OpenAI's "priority", "fast" or "ultrafast", Gemini's and
 	// Bedrock's "priority"), Speed the one a
 	// top-level "speed" asks for (Anthropic's fast mode, "fast"): dearer than the
 	// standard prices (enforcer/worstcase; AskedTier).

@@ -287,14 +287,9 @@ func decoderInput(body []byte) (Request, error) {
 			}
 			name, _ := v.(string)
 			if key == "speed" {
-				r.Speed = pricecatalog.Standard
-				for _, n := range pricecatalog.SpeedNames {
-					if name == n.Name {
-						r.Speed = n.Tier
-					}
-				}
+				r.Speed = tierNamed(pricecatalog.SpeedNames[:], name)
 			} else {
-				r.ServiceTier = pricecatalog.TierNamed(name)
+				r.ServiceTier = tierNamed(pricecatalog.TierNames[:], name)
 			}
 			if d, ok := v.(json.Delim); ok && d == '{' && key != "speed" {
 				// Bedrock Converse's {"type": "priority"}: its last "type" string names it.
@@ -309,7 +304,7 @@ func decoderInput(body []byte) (Request, error) {
 					}
 					if k == "type" {
 						name, _ := v.(string)
-						r.ServiceTier = pricecatalog.TierNamed(name)
+						r.ServiceTier = tierNamed(pricecatalog.TierNames[:], name)
 					}
 					if d, ok := v.(json.Delim); ok {
 						if err := w.skip(d); err != nil {
@@ -629,4 +624,15 @@ func TestAskedTier(t *testing.T) {
 			t.Errorf("%s: %v %v, want %v", tc.body, r.AskedTier(), err, tc.want)
 		}
 	}
+}
+
+// tierNamed is the tier names gives name (the reference decoder's reading), Standard for
+// any other name.
+func tierNamed(names []pricecatalog.TierName, name string) pricecatalog.Tier {
+	for _, n := range names {
+		if n.Name == name {
+			return n.Tier
+		}
+	}
+	return pricecatalog.Standard
 }

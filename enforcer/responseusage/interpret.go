@@ -447,7 +447,7 @@ func (a *accumulator) fill(u *Usage) {
 		// The results of its tools given back to the model (toolUsePromptTokenCount)
 		// are input it bills, apart from promptTokenCount.
 		if toolUse, ok := a.u.get(tokGeminiToolUse); ok && hasIn {
-			in = min(in, math.MaxInt64-toolUse) + toolUse
+			in = satAdd(in, toolUse)
 		}
 	}
 	cached, _ := a.u.get(cachedTok)
@@ -469,27 +469,26 @@ func (a *accumulator) fill(u *Usage) {
 		// larger one would be taken off the uncached audio that settlement charges.
 		u.CachedAudioInputTokens, u.CachedAudioInputReported = min(a.cachedAudio, cached), true
 	}
-	u.OutputTokens = out
-	u.CachedInputTokens = cached
 	if a.fam == famAnthropic {
 		// The iterations billed apart (noteIterations) add to every count.
-		sat := func(x int64, t int) int64 {
+		plus := func(x int64, t int) int64 {
 			v, _ := a.u.get(t)
-			return min(x, math.MaxInt64-v) + v
+			return satAdd(x, v)
 		}
-		out, cached = sat(out, tokIterOutput), sat(cached, tokIterCacheRead)
+		out, cached = plus(out, tokIterOutput), plus(cached, tokIterCacheRead)
 		if hasIn {
-			in = sat(in, tokIterInput)
+			in = plus(in, tokIterInput)
 		}
-		u.OutputTokens, u.CachedInputTokens = out, cached
 	}
+	u.OutputTokens = out
+	u.CachedInputTokens = cached
 	if a.fam == famAnthropic || a.fam == famConverse {
 		// Anthropic's input_tokens leaves out cache reads and writes (Converse's
 		// inputTokens too).
 		created, _ := a.u.get(tokCacheCreation)
 		if a.fam == famAnthropic {
 			v, _ := a.u.get(tokIterCacheWrite)
-			created = min(created, math.MaxInt64-v) + v
+			created = satAdd(created, v)
 		}
 		u.CacheCreationInputTokens = created
 		// The part written for an hour (cache_creation.ephemeral_1h_input_tokens), never

@@ -324,9 +324,12 @@ func (u *usageFields) get(t int) (int64, bool) {
 // apart (rootIterations).
 func (u *usageFields) add(t int, v int64) {
 	cur, _ := u.get(t)
-	u.tok[t] = min(cur, math.MaxInt64-v) + v
+	u.tok[t] = satAdd(cur, v)
 	u.has |= 1 << t
 }
+
+// satAdd is a + b for non-negative counts, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 { return min(a, math.MaxInt64-b) + b }
 
 // setMax records a reported count: the largest one reported wins.
 func (u *usageFields) setMax(t int, v int64) {

@@ -70,8 +70,9 @@ const (
 
 // HeaderGeminiServiceTier is the response header through which the Gemini API says the
 // tier it served a request at ("priority" or "standard": its priority inference, asked by
-// a request's "service_tier", falls back to standard when capacity is short): no body
-// field says it.
+// a request's "service_tier", falls back to standard when capacity is short), as its
+// usageMetadata.serviceTier does; a body read no further (an unsupported encoding)
+// keeps the header's say.
 const HeaderGeminiServiceTier = "x-gemini-service-tier"
 
 // Default limits, used for the zero fields of Limits.

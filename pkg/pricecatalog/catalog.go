@@ -169,10 +169,9 @@ type Entry struct {
 	// The enforcer says when a request went to a regional endpoint
 	// (requestbody.RegionalEndpoint); the provider's own API is global.
 	RegionalPremiumPercent int64
-	// FastPercent and UltrafastPercent are what a request run at the model's dearer
-	// speed tiers costs, in percent of its standard price (Tier, TierPercent); 0 when
-	// the file does not say, and the tier's default applies (DefaultTierPercent).
-	FastPercent, UltrafastPercent int64
+	// TierPercents are what a request run at the model's dearer speed tiers costs
+	// (fastPercent and ultrafastPercent in the file).
+	TierPercents
 	// LongContext, when not nil, is the model's price for a request whose prompt is
 	// longer than LongContext.Above input tokens (cached ones and cache writes included):
 	// Gemini 2.5 Pro and 3 Pro above 200k tokens, Gemini 1.5 above 128k, Claude Sonnet 4

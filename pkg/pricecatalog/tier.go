@@ -59,16 +59,6 @@ var TierNames = [...]TierName{{"priority", Fast}, {"fast", Fast}, {"ultrafast", 
 // cost more than the standard prices.
 var SpeedNames = [...]TierName{{"fast", Fast}}
 
-// TierNamed is the tier a provider's name stands for, Standard for any other name.
-func TierNamed(name string) Tier {
-	for _, n := range TierNames {
-		if n.Name == name {
-			return n.Tier
-		}
-	}
-	return Standard
-}
-
 // ParseTier reads a tier's wire name (Tier.String): ok is false for an unknown one.
 func ParseTier(name string) (Tier, bool) {
 	for _, t := range [...]Tier{Standard, Fast, Ultrafast} {
@@ -99,14 +89,22 @@ func DefaultTierPercent(t Tier) int64 {
 	return 100
 }
 
-// TierPercent is what a request of e run at t costs, in percent of its standard price:
-// the entry's own where the catalog gives it, else the tier's default.
-func (e Entry) TierPercent(t Tier) int64 {
+// TierPercents are what a model's tokens cost at the dearer speed tiers, in percent of
+// its standard price; 0 where the catalog does not say, and the tier's default applies
+// (DefaultTierPercent). A catalog entry has them (Entry), and so does the price
+// settlement charges (an organization's own price of a model takes its entry's).
+type TierPercents struct {
+	FastPercent, UltrafastPercent int64
+}
+
+// TierPercent is what a request run at t costs, in percent of the standard price: the
+// model's own where the catalog gives it, else the tier's default.
+func (p TierPercents) TierPercent(t Tier) int64 {
 	switch {
-	case t == Fast && e.FastPercent > 0:
-		return e.FastPercent
-	case t == Ultrafast && e.UltrafastPercent > 0:
-		return e.UltrafastPercent
+	case t == Fast && p.FastPercent > 0:
+		return p.FastPercent
+	case t == Ultrafast && p.UltrafastPercent > 0:
+		return p.UltrafastPercent
 	}
 	return DefaultTierPercent(t)
 }

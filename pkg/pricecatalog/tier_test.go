@@ -8,8 +8,8 @@ import (
 func TestTierNames(t *testing.T) {
 	for name, want := range map[string]Tier{"priority": Fast, "fast": Fast, "ultrafast": Ultrafast, "default": Standard, "flex": Standard,
 		"auto": Standard, "": Standard, "Priority": Standard, "standard_only": Standard} {
-		if got := TierNamed(name); got != want {
-			t.Errorf("TierNamed(%q) = %v, want %v", name, got, want)
+		if got := named(TierNames[:], name); got != want {
+			t.Errorf("the tier named %q: %v, want %v", name, got, want)
 		}
 	}
 	// The wire names read back; an unknown one is refused.
@@ -28,7 +28,7 @@ func TestTierNames(t *testing.T) {
 }
 
 func TestTierPercent(t *testing.T) {
-	plain, own := Entry{}, Entry{FastPercent: 250, UltrafastPercent: 900}
+	plain, own := Entry{}, Entry{TierPercents: TierPercents{FastPercent: 250, UltrafastPercent: 900}}
 	for _, tc := range []struct {
 		e    Entry
 		tier Tier
@@ -60,4 +60,14 @@ func TestAtPercent(t *testing.T) {
 			t.Errorf("AtPercent(%d, %d) = %d %v, want %d %v", tc.cost, tc.percent, got, ok, tc.want, tc.ok)
 		}
 	}
+}
+
+// named is the tier names gives name, Standard for any other name.
+func named(names []TierName, name string) Tier {
+	for _, n := range names {
+		if n.Name == name {
+			return n.Tier
+		}
+	}
+	return Standard
 }
