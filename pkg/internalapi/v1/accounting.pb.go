@@ -1471,9 +1471,24 @@ type SettleItem struct {
 	// service_tier is the speed tier the upstream said it ran the request at
 	// (pricecatalog.Tier): its priced tokens cost the model's percent of the tier
 	// (pricecatalog.Entry.TierPercent) of their standard price.
-	ServiceTier   ServiceTier `protobuf:"varint,25,opt,name=service_tier,json=serviceTier,proto3,enum=tollgate.internal.v1.ServiceTier" json:"service_tier,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ServiceTier ServiceTier `protobuf:"varint,25,opt,name=service_tier,json=serviceTier,proto3,enum=tollgate.internal.v1.ServiceTier" json:"service_tier,omitempty"`
+	// image_generation_calls counts the calls of OpenAI's image generation tool the
+	// response listed (Responses API output items of type image_generation_call). Each
+	// image is billed as the image model's output tokens, apart from the response's usage:
+	// image_output_tokens of them in all, priced at the catalog's output price of
+	// image_model (as web searches, from the catalog whatever priced the tokens; a model
+	// it does not know at its dearest image model's). Not multiplied by the service tier
+	// or a regional premium, which price the response's own model.
+	ImageGenerationCalls int64 `protobuf:"varint,26,opt,name=image_generation_calls,json=imageGenerationCalls,proto3" json:"image_generation_calls,omitempty"`
+	// image_model is the image model the calls ran (the tool's "model"; gpt-image-1 when
+	// the request named none).
+	ImageModel string `protobuf:"bytes,27,opt,name=image_model,json=imageModel,proto3" json:"image_model,omitempty"`
+	// image_output_tokens are the image model's output tokens the calls are billed: each
+	// image at its size and quality, and the partial images a stream asked for
+	// (requestbody.ImageRequest.OutputTokens).
+	ImageOutputTokens int64 `protobuf:"varint,28,opt,name=image_output_tokens,json=imageOutputTokens,proto3" json:"image_output_tokens,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1679,6 +1694,27 @@ func (x *SettleItem) GetServiceTier() ServiceTier {
 		return x.ServiceTier
 	}
 	return ServiceTier_SERVICE_TIER_UNSPECIFIED
+}
+
+func (x *SettleItem) GetImageGenerationCalls() int64 {
+	if x != nil {
+		return x.ImageGenerationCalls
+	}
+	return 0
+}
+
+func (x *SettleItem) GetImageModel() string {
+	if x != nil {
+		return x.ImageModel
+	}
+	return ""
+}
+
+func (x *SettleItem) GetImageOutputTokens() int64 {
+	if x != nil {
+		return x.ImageOutputTokens
+	}
+	return 0
 }
 
 type SettleRequest struct {
@@ -2049,8 +2085,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x8d\n" +
-	"\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x94\v\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2079,7 +2114,11 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x13audio_output_tokens\x18\x16 \x01(\x03H\x02R\x11audioOutputTokens\x88\x01\x01\x12+\n" +
 	"\x11regional_endpoint\x18\x17 \x01(\bR\x10regionalEndpoint\x12>\n" +
 	"\x19cached_audio_input_tokens\x18\x18 \x01(\x03H\x03R\x16cachedAudioInputTokens\x88\x01\x01\x12D\n" +
-	"\fservice_tier\x18\x19 \x01(\x0e2!.tollgate.internal.v1.ServiceTierR\vserviceTierB\x1a\n" +
+	"\fservice_tier\x18\x19 \x01(\x0e2!.tollgate.internal.v1.ServiceTierR\vserviceTier\x124\n" +
+	"\x16image_generation_calls\x18\x1a \x01(\x03R\x14imageGenerationCalls\x12\x1f\n" +
+	"\vimage_model\x18\x1b \x01(\tR\n" +
+	"imageModel\x12.\n" +
+	"\x13image_output_tokens\x18\x1c \x01(\x03R\x11imageOutputTokensB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
