@@ -124,10 +124,27 @@ type Request struct {
 	// element whose "type" starts with "file_search"), whose calls are billed apiece and
 	// which no field of the tool caps.
 	FileSearch bool
+	// ImageGeneration: the request gives the model OpenAI's image generation tool (a
+	// "tools" element whose "type" starts with "image_generation"), each of whose images
+	// is billed apart from the tokens, as its image model's output (enforcer/worstcase),
+	// and which no field of the tool caps.
+	ImageGeneration bool
+	// ImageCall is not the body's estimate: the front door sets it for a request with
+	// the image generation tool (requestbody.ImageToolCall): what each of the tool's
+	// calls is billed.
+	ImageCall ImageCall
 	// MaxToolCalls is OpenAI's max_tool_calls: the most calls of built-in tools (web
 	// search, file search...) a Responses request allows, all tools together; 0 when it
 	// sets none, or none that is a positive whole number.
 	MaxToolCalls int64
+}
+
+// ImageCall is what one call of OpenAI's image generation tool is billed: Tokens of
+// Model's output (one image at the tool's size and quality, and the partial images a
+// stream asked for).
+type ImageCall struct {
+	Model  string
+	Tokens int64
 }
 
 // maxCap bounds OutputCap: a float64 holds every whole number up to 2^53 exactly, and
@@ -215,7 +232,7 @@ func Input(body []byte) (Request, error) {
 		case jsonscan.KeyIs(key, "tools"):
 			// The tools' definitions are input text; their search tools are noted too.
 			// The last "tools" counts, as encoding/json reads a repeated key.
-			r.WebSearch, r.WebSearchMaxUses, r.FileSearch = searchTools(body, i)
+			r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration = searchTools(body, i)
 			i = w.value(i, kindOf(key))
 		case jsonscan.KeyIs(key, "background"):
 			// The last one counts, as encoding/json reads a repeated key.
@@ -450,18 +467,19 @@ func hex4(h []byte) rune {
 
 // searchTools reads the tools array at b[i] (any other value has none): whether one of
 // them is a web search tool, and the most searches they allow together (0 when one of
-// them sets no max_uses), and whether one is a file search tool. See Request.WebSearch
-// and Request.FileSearch.
-func searchTools(b []byte, i int) (search bool, maxUses int64, fileSearch bool) {
+// them sets no max_uses), and whether one is a file search tool, one an image
+// generation tool. See Request.WebSearch, Request.FileSearch and
+// Request.ImageGeneration.
+func searchTools(b []byte, i int) (search bool, maxUses int64, fileSearch, images bool) {
 	if b[i] != '[' {
-		return false, 0, false
+		return false, 0, false, false
 	}
 	capped := true
 	for i = jsonscan.SkipSpace(b, i+1); b[i] != ']'; {
 		end := jsonscan.SkipValue(b, i)
 		if b[i] == '{' {
-			isSearch, uses, isFileSearch := searchTool(b, i)
-			fileSearch = fileSearch || isFileSearch
+			isSearch, uses, isFileSearch, isImages := searchTool(b, i)
+			fileSearch, images = fileSearch || isFileSearch, images || isImages
 			if isSearch {
 				search = true
 				if uses <= 0 || maxUses > maxCap-uses {
@@ -476,15 +494,15 @@ func searchTools(b []byte, i int) (search bool, maxUses int64, fileSearch bool) 
 		}
 	}
 	if !search || !capped {
-		return search, 0, fileSearch
+		return search, 0, fileSearch, images
 	}
-	return true, maxUses, fileSearch
+	return true, maxUses, fileSearch, images
 }
 
 // searchTool reads one tool object at b[i]: whether it is a web search tool, and its
 // max_uses (0 when it sets none, or none that is a positive whole number), and whether
-// it is a file search tool.
-func searchTool(b []byte, i int) (search bool, maxUses int64, fileSearch bool) {
+// it is a file search tool, an image generation tool.
+func searchTool(b []byte, i int) (search bool, maxUses int64, fileSearch, images bool) {
 	for i = jsonscan.SkipSpace(b, i+1); b[i] != '}'; {
 		end := jsonscan.SkipString(b, i)
 		key := b[i:end]
@@ -495,6 +513,7 @@ func searchTool(b []byte, i int) (search bool, maxUses int64, fileSearch bool) {
 				end := jsonscan.SkipString(b, i)
 				search = search || hasPrefixDecoded(b[i:end], "web_search")
 				fileSearch = fileSearch || hasPrefixDecoded(b[i:end], "file_search")
+				images = images || hasPrefixDecoded(b[i:end], "image_generation")
 			}
 		case jsonscan.KeyIs(key, "googleSearch"), jsonscan.KeyIs(key, "google_search"), jsonscan.KeyIs(key, "googleSearchRetrieval"):
 			search = true
@@ -509,7 +528,7 @@ func searchTool(b []byte, i int) (search bool, maxUses int64, fileSearch bool) {
 			i = jsonscan.SkipSpace(b, i+1)
 		}
 	}
-	return search, maxUses, fileSearch
+	return search, maxUses, fileSearch, images
 }
 
 // configCapKeys are the keys of an output cap inside the settings object named key

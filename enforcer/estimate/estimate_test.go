@@ -381,7 +381,7 @@ func decoderInput(body []byte) (Request, error) {
 		return Request{}, ErrNotObject // trailing data
 	}
 	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
-	r.WebSearch, r.WebSearchMaxUses, r.FileSearch = decoderSearchTools(body)
+	r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration = decoderSearchTools(body)
 	return r, nil
 }
 
@@ -414,11 +414,11 @@ func decoderConfigCap(raw json.RawMessage, key string) int64 {
 
 // decoderSearchTools is searchTools read with encoding/json: the last top-level "tools"
 // (as Unmarshal keeps it), each object element's members in order.
-func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch bool) {
+func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch, images bool) {
 	var top map[string]json.RawMessage
 	var tools []json.RawMessage
 	if json.Unmarshal(body, &top) != nil || json.Unmarshal(top["tools"], &tools) != nil {
-		return false, 0, false
+		return false, 0, false, false
 	}
 	capped := true
 	for _, tool := range tools {
@@ -431,13 +431,14 @@ func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch boo
 			k, _ := dec.Token()
 			var v json.RawMessage
 			if dec.Decode(&v) != nil {
-				return false, 0, false
+				return false, 0, false, false
 			}
 			switch k {
 			case "type":
 				var s string
 				isSearch = isSearch || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "web_search")
 				fileSearch = fileSearch || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "file_search")
+				images = images || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "image_generation")
 			case "googleSearch", "google_search", "googleSearchRetrieval":
 				isSearch = true
 			case "max_uses":
@@ -456,9 +457,9 @@ func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch boo
 		}
 	}
 	if !search || !capped {
-		return search, 0, fileSearch
+		return search, 0, fileSearch, images
 	}
-	return true, maxUses, fileSearch
+	return true, maxUses, fileSearch, images
 }
 
 // Search tools: a request that gives the model a web search tool says so, with the most
@@ -469,32 +470,37 @@ func TestSearchTools(t *testing.T) {
 		search     bool
 		maxUses    int64
 		fileSearch bool
+		images     bool
 	}{
-		{`{"model":"claude-sonnet-4-5","tools":[{"type":"web_search_20250305","name":"web_search","max_uses":5}]}`, true, 5, false},
-		{`{"tools":[{"type":"web_search_20250305","max_uses":5},{"type":"web_search_20250305","max_uses":2}]}`, true, 7, false},
-		{`{"tools":[{"type":"web_search_20250305","max_uses":5},{"type":"web_search_20250305"}]}`, true, 0, false},
-		{`{"tools":[{"type":"web_search"}],"input":"x"}`, true, 0, false},
-		{`{"tools":[{"type":"web_search_preview","search_context_size":"low"}]}`, true, 0, false},
-		{`{"contents":[],"tools":[{"googleSearch":{}}]}`, true, 0, false},
-		{`{"tools":[{"google_search_retrieval":{}},{"googleSearchRetrieval":{}}]}`, true, 0, false},
-		{`{"tools":[{"type":"web_\u0073earch"}]}`, true, 0, false},
-		{`{"tools":[{"type":"function","function":{"name":"web_search","type":"web_search"}}]}`, false, 0, false},
-		{`{"tools":[{"type":"web_search_20250305","max_uses":5}],"tools":[]}`, false, 0, false},
-		{`{"tools":{"type":"web_search"}}`, false, 0, false},
-		{`{"tools":[{"type":"web_search_20250305","max_uses":"5"}]}`, true, 0, false},
-		{`{"tools":[{"type":"web_search_20250305","max_uses":2.5}]}`, true, 0, false},
-		{`{"tools":[{"type":"file_search","vector_store_ids":["vs_1"],"max_num_results":5}]}`, false, 0, true},
-		{`{"tools":[{"type":"web_search"},{"type":"file_search","vector_store_ids":["vs_1"]}]}`, true, 0, true},
-		{`{"tools":[{"type":"web_search_20250305","max_uses":3},{"type":"file_\u0073earch"}]}`, true, 3, true},
-		{`{"tools":[{"type":"function","name":"file_search"}]}`, false, 0, false},
+		{`{"model":"claude-sonnet-4-5","tools":[{"type":"web_search_20250305","name":"web_search","max_uses":5}]}`, true, 5, false, false},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":5},{"type":"web_search_20250305","max_uses":2}]}`, true, 7, false, false},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":5},{"type":"web_search_20250305"}]}`, true, 0, false, false},
+		{`{"tools":[{"type":"web_search"}],"input":"x"}`, true, 0, false, false},
+		{`{"tools":[{"type":"web_search_preview","search_context_size":"low"}]}`, true, 0, false, false},
+		{`{"contents":[],"tools":[{"googleSearch":{}}]}`, true, 0, false, false},
+		{`{"tools":[{"google_search_retrieval":{}},{"googleSearchRetrieval":{}}]}`, true, 0, false, false},
+		{`{"tools":[{"type":"web_\u0073earch"}]}`, true, 0, false, false},
+		{`{"tools":[{"type":"function","function":{"name":"web_search","type":"web_search"}}]}`, false, 0, false, false},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":5}],"tools":[]}`, false, 0, false, false},
+		{`{"tools":{"type":"web_search"}}`, false, 0, false, false},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":"5"}]}`, true, 0, false, false},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":2.5}]}`, true, 0, false, false},
+		{`{"tools":[{"type":"file_search","vector_store_ids":["vs_1"],"max_num_results":5}]}`, false, 0, true, false},
+		{`{"tools":[{"type":"web_search"},{"type":"file_search","vector_store_ids":["vs_1"]}]}`, true, 0, true, false},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":3},{"type":"file_\u0073earch"}]}`, true, 3, true, false},
+		{`{"tools":[{"type":"function","name":"file_search"}]}`, false, 0, false, false},
+		{`{"model":"gpt-5","tools":[{"type":"image_generation","quality":"low"}]}`, false, 0, false, true},
+		{`{"tools":[{"type":"image_gener\u0061tion"},{"type":"web_search"}]}`, true, 0, false, true},
+		{`{"tools":[{"type":"function","name":"image_generation"}]}`, false, 0, false, false},
+		{`{"tools":[{"type":"image_generation"}],"tools":[{"type":"file_search"}]}`, false, 0, true, false},
 	} {
 		r, err := Input([]byte(tc.body))
-		if err != nil || r.WebSearch != tc.search || r.WebSearchMaxUses != tc.maxUses || r.FileSearch != tc.fileSearch {
-			t.Errorf("%s: search %v max uses %d file search %v (%v), want %v %d %v", tc.body, r.WebSearch, r.WebSearchMaxUses, r.FileSearch, err,
-				tc.search, tc.maxUses, tc.fileSearch)
+		if err != nil || r.WebSearch != tc.search || r.WebSearchMaxUses != tc.maxUses || r.FileSearch != tc.fileSearch || r.ImageGeneration != tc.images {
+			t.Errorf("%s: search %v max uses %d file search %v images %v (%v), want %v %d %v %v", tc.body, r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, err,
+				tc.search, tc.maxUses, tc.fileSearch, tc.images)
 		}
-		if s, n, f := decoderSearchTools([]byte(tc.body)); s != tc.search || n != tc.maxUses || f != tc.fileSearch {
-			t.Errorf("%s: the reference reads search %v max uses %d file search %v", tc.body, s, n, f)
+		if s, n, f, im := decoderSearchTools([]byte(tc.body)); s != tc.search || n != tc.maxUses || f != tc.fileSearch || im != tc.images {
+			t.Errorf("%s: the reference reads search %v max uses %d file search %v images %v", tc.body, s, n, f, im)
 		}
 	}
 }

@@ -155,7 +155,8 @@ type Hint struct {
 // host (the upstream's, or the request's authority where the front door does not know
 // the upstream): the body's estimate, with the model its path names where the body names
 // none (Gemini, Amazon Bedrock, Vertex AI), whether the path or the host is a regional
-// endpoint, and the output an image generation is billed. A body that is no JSON object
+// endpoint, the output an image generation is billed, and what each call of an image
+// generation tool is billed. A body that is no JSON object
 // gives no hint.
 func BodyHint(body []byte, path, host string) Hint {
 	est, err := estimate.Input(body)
@@ -165,6 +166,9 @@ func BodyHint(body []byte, path, host string) Hint {
 	est.Model = requestbody.RequestModel(est.Model, path)
 	est.Regional = requestbody.RegionalEndpoint(path) || requestbody.RegionalHost(host)
 	est.ImageOutputTokens = requestbody.ImageOutputTokens(path, body, est.Model)
+	if est.ImageGeneration {
+		est.ImageCall = requestbody.ImageToolCall(body)
+	}
 	return Hint{Body: &est}
 }
 

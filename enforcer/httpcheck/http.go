@@ -97,6 +97,14 @@ type settleBody struct {
 	// FileSearchCalls counts the calls of a file search tool the upstream billed apiece
 	// (OpenAI's Responses API: output items of type file_search_call).
 	FileSearchCalls *int64 `json:"fileSearchCalls"`
+	// ImageGenerationCalls counts the calls of an image generation tool (OpenAI's
+	// Responses API: output items of type image_generation_call), each an image billed
+	// as imageModel's output: imageOutputTokens in all. imageModel absent is
+	// gpt-image-1; imageOutputTokens absent or 0 with calls is each call's dearest image
+	// (6,240 tokens: high quality, portrait or landscape).
+	ImageGenerationCalls *int64  `json:"imageGenerationCalls"`
+	ImageModel           *string `json:"imageModel"`
+	ImageOutputTokens    *int64  `json:"imageOutputTokens"`
 	// AudioInputTokens and AudioOutputTokens are the audio parts of inputTokens and
 	// outputTokens (OpenAI's *_tokens_details.audio_tokens, Gemini's AUDIO modality).
 	// Absent, a model whose catalog entry prices audio apart is charged the dearer
@@ -174,14 +182,20 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	}{{"inputTokens", in.InputTokens}, {"outputTokens", in.OutputTokens}, {"cachedInputTokens", in.CachedInputTokens},
 		{"cacheCreationInputTokens", in.CacheCreationInputTokens}, {"cacheCreationOneHourInputTokens", in.CacheCreationOneHourInputTokens},
 		{"audioInputMillis", in.AudioInputMillis}, {"webSearchRequests", in.WebSearchRequests}, {"fileSearchCalls", in.FileSearchCalls},
+		{"imageGenerationCalls", in.ImageGenerationCalls}, {"imageOutputTokens", in.ImageOutputTokens},
 		{"audioInputTokens", in.AudioInputTokens}, {"audioOutputTokens", in.AudioOutputTokens}, {"cachedAudioInputTokens", in.CachedAudioInputTokens},
 		{"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
 		if f.v != nil && *f.v < 0 {
 			probs = append(probs, problem{f.name + " must not be negative", []any{f.name}})
 		}
 	}
-	if in.Model != nil && len(*in.Model) > 256 {
-		probs = append(probs, problem{"model must be at most 256 characters", []any{"model"}})
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"model", in.Model}, {"imageModel", in.ImageModel}} {
+		if f.v != nil && len(*f.v) > 256 {
+			probs = append(probs, problem{f.name + " must be at most 256 characters", []any{f.name}})
+		}
 	}
 	tier := pricecatalog.Standard
 	if in.ServiceTier != nil {
@@ -204,7 +218,8 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		src *int64
 	}{{&u.InputTokens, in.InputTokens}, {&u.OutputTokens, in.OutputTokens}, {&u.CachedTokens, in.CachedInputTokens},
 		{&u.CacheCreationTokens, in.CacheCreationInputTokens}, {&u.CacheCreation1hTokens, in.CacheCreationOneHourInputTokens},
-		{&u.AudioInputMillis, in.AudioInputMillis}, {&u.WebSearchRequests, in.WebSearchRequests}, {&u.FileSearchCalls, in.FileSearchCalls}} {
+		{&u.AudioInputMillis, in.AudioInputMillis}, {&u.WebSearchRequests, in.WebSearchRequests}, {&u.FileSearchCalls, in.FileSearchCalls},
+		{&u.ImageGenerationCalls, in.ImageGenerationCalls}, {&u.ImageOutputTokens, in.ImageOutputTokens}} {
 		if f.src != nil {
 			*f.dst = *f.src
 			reported = true
@@ -212,6 +227,9 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	}
 	if in.Model != nil {
 		u.Model = *in.Model
+	}
+	if in.ImageModel != nil {
+		u.ImageModel = *in.ImageModel
 	}
 	// complete defaults to "some usage was reported": a bare {requestId} says the
 	// request ended without usage, which is exactly an incomplete settlement.

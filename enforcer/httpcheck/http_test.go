@@ -104,7 +104,9 @@ func TestHTTPSettle(t *testing.T) {
 			`{"requestId":"` + reqID + `","audioInputMillis":1.5}`, `{"requestId":"` + reqID + `","webSearchRequests":-1}`,
 			`{"requestId":"` + reqID + `","fileSearchCalls":-2}`, `{"requestId":"` + reqID + `","audioInputTokens":-1}`,
 			`{"requestId":"` + reqID + `","audioOutputTokens":-3}`, `{"requestId":"` + reqID + `","cachedAudioInputTokens":-4}`,
-			`{"requestId":"` + reqID + `","serviceTier":"priority"}`, `{"requestId":"` + reqID + `","serviceTier":true}`} {
+			`{"requestId":"` + reqID + `","serviceTier":"priority"}`, `{"requestId":"` + reqID + `","serviceTier":true}`,
+			`{"requestId":"` + reqID + `","imageGenerationCalls":-1}`, `{"requestId":"` + reqID + `","imageOutputTokens":-1}`,
+			`{"requestId":"` + reqID + `","imageModel":"` + strings.Repeat("m", 257) + `"}`, `{"requestId":"` + reqID + `","imageModel":1}`} {
 			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
 				t.Fatalf("%s: %d %v", bad, code, out)
 			}
@@ -182,6 +184,10 @@ func TestHTTPSettle(t *testing.T) {
 			func(it *internalv1.SettleItem) bool { return it.GetWebSearchRequests() == 3 }},
 		{"file search calls", `"model":"gpt-5","inputTokens":10,"outputTokens":2,"fileSearchCalls":4`,
 			func(it *internalv1.SettleItem) bool { return it.GetFileSearchCalls() == 4 }},
+		{"image generation calls", `"model":"gpt-5","inputTokens":10,"outputTokens":2,"imageGenerationCalls":2,"imageModel":"gpt-image-1-mini","imageOutputTokens":544`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetImageGenerationCalls() == 2 && it.GetImageModel() == "gpt-image-1-mini" && it.GetImageOutputTokens() == 544
+			}},
 		{"the audio parts of the counts", `"model":"gpt-realtime","inputTokens":10,"outputTokens":20,"audioInputTokens":0,"audioOutputTokens":15`,
 			func(it *internalv1.SettleItem) bool {
 				return it.AudioInputTokens != nil && it.GetAudioInputTokens() == 0 && it.GetAudioOutputTokens() == 15

@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,13 +49,15 @@ type Request struct {
 	following atomic.Bool
 	// What the request said (RecordRequest), guarded by the shard's lock while the
 	// request is in the table: requestSeen, the input estimate, the model it named,
-	// whether it went to a regional endpoint, and the output an image generation is
-	// billed whatever its answer reports.
+	// whether it went to a regional endpoint, the output an image generation is
+	// billed whatever its answer reports, and what each call of an image generation
+	// tool is billed.
 	requestSeen   bool
 	inputEstimate int64
 	requestModel  string
 	regional      bool
 	imageOutput   int64
+	imageCall     estimate.ImageCall
 	// older and newer link the shard's requests that no response stream follows, in
 	// admission order (the oldest is evicted first); listed says it is in that list.
 	older, newer *Request
@@ -78,6 +81,14 @@ type Usage struct {
 	// FileSearchCalls counts the file search calls billed apiece
 	// (responseusage.Usage.FileSearchCalls).
 	FileSearchCalls int64
+	// ImageGenerationCalls counts the calls of an image generation tool
+	// (responseusage.Usage.ImageGenerationCalls), each an image billed as ImageModel's
+	// output: ImageOutputTokens in all. A front door knows the calls alone: Finish
+	// takes the model and each call's tokens from the request (RecordRequest);
+	// POST /settle's reporter says all three.
+	ImageGenerationCalls int64
+	ImageModel           string
+	ImageOutputTokens    int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
 	// OutputTokens where the upstream reported them, nil where not: settlement charges a
 	// model that prices audio apart at the dearer price when the split is unknown
@@ -122,7 +133,8 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 	}
 	return Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
 		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens, CacheCreation1hTokens: got.CacheCreation1hInputTokens,
-		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier, Regional: got.Regional,
+		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls,
+		ImageGenerationCalls: got.ImageGenerationCalls, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier, Regional: got.Regional,
 		AudioInputTokens: reported(got.AudioInputTokens, got.AudioInputReported), AudioOutputTokens: reported(got.AudioOutputTokens, got.AudioOutputReported),
 		CachedAudioInputTokens: reported(got.CachedAudioInputTokens, got.CachedAudioInputReported),
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
@@ -294,8 +306,9 @@ func (t *Tracker) Follow(id string) bool {
 // RecordRequest notes what the request of a tracked request said (the front door's
 // gate.BodyHint): its estimated input tokens and the model it named (package estimate),
 // whether it goes to a cloud's regional endpoint (requestbody.RegionalEndpoint), which
-// its settlement carries whatever ends it, and the output an image generation is billed
-// (requestbody.ImageOutputTokens). It reports whether this process knows the request.
+// its settlement carries whatever ends it, the output an image generation is billed
+// (requestbody.ImageOutputTokens), and what each call of an image generation tool is
+// billed (requestbody.ImageToolCall). It reports whether this process knows the request.
 func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 	s := t.shard(id)
 	s.mu.Lock()
@@ -305,6 +318,7 @@ func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 		return false
 	}
 	r.requestSeen, r.inputEstimate, r.requestModel, r.regional, r.imageOutput = true, req.InputTokens, req.Model, req.Regional, req.ImageOutputTokens
+	r.imageCall = req.ImageCall
 	return true
 }
 
@@ -381,6 +395,9 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		AudioInputMillis:                u.AudioInputMillis,
 		WebSearchRequests:               u.WebSearchRequests,
 		FileSearchCalls:                 u.FileSearchCalls,
+		ImageGenerationCalls:            u.ImageGenerationCalls,
+		ImageModel:                      u.ImageModel,
+		ImageOutputTokens:               u.ImageOutputTokens,
 		AudioInputTokens:                u.AudioInputTokens,
 		AudioOutputTokens:               u.AudioOutputTokens,
 		CachedAudioInputTokens:          u.CachedAudioInputTokens,
@@ -402,11 +419,28 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 			item.Snapshot, item.AdmittedWithoutRecord = r.Snapshot, r.WithoutRecord
 		}
 		res = r.Reservation
+		imageCalls(item, r)
 	}
 	if u.Seen != nil {
 		charge(item, u.Seen, r)
 	}
 	return t.q.Enqueue(item, res, done)
+}
+
+// imageCalls prices the image generation calls a response made from what the request
+// asked (RecordRequest), where the report did not say it: each call the request's
+// image, at its image model. Where the request is not known either, settlement charges
+// each call the dearest image (docs/prices.md).
+func imageCalls(item *internalv1.SettleItem, r *Request) {
+	if item.ImageGenerationCalls <= 0 || item.ImageOutputTokens > 0 || !r.requestSeen || r.imageCall.Tokens <= 0 {
+		return
+	}
+	item.ImageModel = r.imageCall.Model
+	if item.ImageGenerationCalls > math.MaxInt64/r.imageCall.Tokens {
+		item.ImageOutputTokens = math.MaxInt64
+		return
+	}
+	item.ImageOutputTokens = item.ImageGenerationCalls * r.imageCall.Tokens
 }
 
 // charge completes what a response stream reported with estimates (see Finish). r is

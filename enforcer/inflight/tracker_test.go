@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -168,6 +169,41 @@ func TestImageGenerationIsChargedItsImages(t *testing.T) {
 			it := q.items[0]
 			if it.GetOutputTokens() != tc.out || it.GetUsageEstimated() != tc.estimated || it.GetModel() != "gpt-image-1" && tc.out > 0 {
 				t.Fatalf("settled %v, want %d output tokens (estimated %v)", it, tc.out, tc.estimated)
+			}
+		})
+	}
+}
+
+// An image generation tool's calls are settled as the request's image times the
+// calls (RecordRequest's ImageCall); a reporter's own figures stand (POST /settle); an
+// unknown request leaves the tokens to settlement's dearest image.
+func TestImageGenerationCallsAreSettled(t *testing.T) {
+	call := estimate.ImageCall{Model: "gpt-image-1-mini", Tokens: 272}
+	for _, tc := range []struct {
+		name     string
+		recorded bool
+		u        Usage
+		model    string
+		tokens   int64
+	}{
+		{"two calls of the request's image", true, Usage{Model: "gpt-5", ImageGenerationCalls: 2, Complete: true, UpstreamStatus: 200}, "gpt-image-1-mini", 544},
+		{"the reporter's figures", true, Usage{ImageGenerationCalls: 2, ImageModel: "gpt-image-1", ImageOutputTokens: 9_000}, "gpt-image-1", 9_000},
+		{"no call", true, Usage{Model: "gpt-5", Complete: true}, "", 0},
+		{"the request not known here", false, Usage{ImageGenerationCalls: 3}, "", 0},
+		{"saturated, never wrapped", true, Usage{ImageGenerationCalls: math.MaxInt64 / 100}, "gpt-image-1-mini", math.MaxInt64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &queue{}
+			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+			if tc.recorded {
+				tr.RecordRequest("req_a", estimate.Request{InputTokens: 10, Model: "gpt-5", ImageGeneration: true, ImageCall: call})
+			}
+			_ = tr.Finish("req_a", tc.u, nil)
+			it := q.items[0]
+			if it.GetImageGenerationCalls() != tc.u.ImageGenerationCalls || it.GetImageModel() != tc.model || it.GetImageOutputTokens() != tc.tokens {
+				t.Fatalf("settled %d calls of %q, %d tokens; want %q, %d", it.GetImageGenerationCalls(), it.GetImageModel(), it.GetImageOutputTokens(), tc.model, tc.tokens)
 			}
 		})
 	}

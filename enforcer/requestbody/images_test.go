@@ -3,6 +3,7 @@ package requestbody_test
 import (
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 )
 
@@ -63,5 +64,29 @@ func TestFormImageRequest(t *testing.T) {
 	}
 	if !requestbody.IsImageEdit("/v1/images/edits") || !requestbody.IsImageEdit("/openai/v1/images/edit%73") || requestbody.IsImageEdit("/v1/images/generations") {
 		t.Error("IsImageEdit")
+	}
+}
+
+// ImageToolCall: each call of the Responses API's image generation tool is one image
+// at the tool's model, size and quality (the model gpt-image-1 when unsaid), its partial
+// images in a stream alone; a model the table does not know is its dearest image.
+func TestImageToolCall(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want estimate.ImageCall
+	}{
+		{`{"model":"gpt-5","tools":[{"type":"image_generation"}]}`, estimate.ImageCall{Model: "gpt-image-1", Tokens: 6_240}},
+		{`{"tools":[{"type":"image_generation","model":"gpt-image-1-mini","size":"1024x1024","quality":"low"}]}`, estimate.ImageCall{Model: "gpt-image-1-mini", Tokens: 272}},
+		{`{"stream":true,"tools":[{"type":"image_generation","size":"1024x1024","quality":"medium","partial_images":3}]}`, estimate.ImageCall{Model: "gpt-image-1", Tokens: 1_056 + 300}},
+		{`{"tools":[{"type":"image_generation","size":"1024x1024","quality":"medium","partial_images":3}]}`, estimate.ImageCall{Model: "gpt-image-1", Tokens: 1_056}},
+		{`{"tools":[{"type":"image_generation","model":"gpt-image-2","size":"3840x2160","quality":"high"}]}`, estimate.ImageCall{Model: "gpt-image-2", Tokens: 6_240}},
+		{`{"tools":[{"type":"image_generation","quality":"low","size":"1024x1024"},{"type":"image_generation","quality":"high","size":"1024x1024"}]}`, estimate.ImageCall{Model: "gpt-image-1", Tokens: 4_160}},
+		{`{"stream":true,"tools":[{"type":"image_generation","partial_images":4}]}`, estimate.ImageCall{Model: "gpt-image-1"}},
+		{`{"tools":[{"type":"image_generation","partial_images":"2"}]}`, estimate.ImageCall{Model: "gpt-image-1"}},
+		{`{"tools":[{"type":"web_search"}]}`, estimate.ImageCall{Model: "gpt-image-1"}},
+	} {
+		if got := requestbody.ImageToolCall([]byte(tc.body)); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.body, got, tc.want)
+		}
 	}
 }

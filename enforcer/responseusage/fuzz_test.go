@@ -74,6 +74,7 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"object":"response","output":[{"content":[{"text":"a","refusal":"b"}],"arguments":"{}","summary":[{"text":"s"}]}]}`,
 		`{"delta":"abc","type":"response.output_text.delta"}`,
 		`{"object":"response","output":[{"type":"file_search_call"},{"type":"web_search_call"},{"type":"file_\u0073earch_call"}],"response":{"output":[{"type":"file_search_call"}]}}`,
+		`{"object":"response","output":[{"type":"image_generation_call"},{"type":"image_gener\u0061tion_call"}],"response":{"output":[{"type":"image_generation_call","status":"failed"}]}}`,
 		`{"candidates":[{"content":{"parts":[{"text":"hé"},{"text":"y"}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":8,"candidatesTokenCount":2,"thoughtsTokenCount":30,"cachedContentTokenCount":4,"totalTokenCount":40},"modelVersion":"gemini-2.5-flash"}`,
 		`{"usageMetadata":{"promptTokenCount":8},"usage":{"prompt_tokens":1},"modelVersion":"a","model":"b","candidates":[{"finishReason":1}]}`,
 		`{"type":"message","usage":{"input_tokens":1,"cache_creation_input_tokens":9,"cache_creation":{"ephemeral_1h_input_tokens":4,"ephemeral_1h_input_tokens":7}},"message":{"usage":{"cache_creation":{"ephemeral_1h_input_tokens":2}}}}`,

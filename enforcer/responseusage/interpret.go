@@ -64,15 +64,16 @@ type accumulator struct {
 	// u's counts, as docFields.cachedAudio is, for the Extractor's size class.
 	hasCachedAudio bool
 	// fileSearches counts the calls of OpenAI's file search tool (see noteSearches),
-	// saturating at 65,535 as a document's count does.
+	// saturating at 65,535 as a document's count does; imageCalls the calls of its
+	// image generation tool alike.
 	// The small fields come first, together, in one word: the Extractor stays in its
 	// size class (TestExtractorSize).
-	fileSearches uint16
-	cost         int64
-	cachedAudio  int64
-	model        capture
-	u            usageFields
-	text         int64 // output text of every document, whatever its shape
+	fileSearches, imageCalls uint16
+	cost                     int64
+	cachedAudio              int64
+	model                    capture
+	u                        usageFields
+	text                     int64 // output text of every document, whatever its shape
 }
 
 func (a *accumulator) switchTo(f family) {
@@ -82,7 +83,7 @@ func (a *accumulator) switchTo(f family) {
 		a.u = usageFields{}
 		a.final = false
 		a.tier, a.regional = pricecatalog.Standard, false
-		a.fileSearches = 0
+		a.fileSearches, a.imageCalls = 0, 0
 		a.hasCachedAudio, a.cachedAudio = false, 0
 	}
 }
@@ -193,6 +194,11 @@ func (a *accumulator) applyEvent(d *docFields) {
 		}
 		if d.typ.is("response.file_search_call.completed") && a.fileSearches < math.MaxUint16 {
 			a.fileSearches++
+		}
+		// An image is counted once its generation began: a stream cut before its
+		// completion may still be billed for it.
+		if d.typ.is("response.image_generation_call.in_progress") && a.imageCalls < math.MaxUint16 {
+			a.imageCalls++
 		}
 		a.noteSearches(d)
 	case famTranscription, famSpeech, famImage:
@@ -314,6 +320,7 @@ func (a *accumulator) noteSearches(d *docFields) {
 	}
 	if a.fam == famResponses {
 		a.fileSearches = max(a.fileSearches, d.fileSearches)
+		a.imageCalls = max(a.imageCalls, d.imageCalls)
 	}
 }
 
@@ -459,6 +466,8 @@ func (a *accumulator) fill(u *Usage) {
 	}
 	// OpenAI's file search tool's calls, billed apiece: file_search_call output items.
 	u.FileSearchCalls = int64(a.fileSearches)
+	// Its image generation tool's calls, billed per image: image_generation_call items.
+	u.ImageGenerationCalls = int64(a.imageCalls)
 	if a.fam == famChat || a.fam == famResponses || a.fam == famTranscription || a.fam == famGemini {
 		// The audio parts of the counts, where the shape reports them.
 		u.AudioInputTokens, u.AudioInputReported = a.u.get(tokAudioIn)

@@ -524,9 +524,11 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	oracleCacheDetails(m, d)
 	d.searches = oracleOutputItems(m, "web_search_call") + oracleSearchQueries(m)
 	d.fileSearches = oracleOutputItems(m, "file_search_call")
+	d.imageCalls = oracleOutputItems(m, "image_generation_call")
 	for _, sub := range all(m, "response") {
 		d.searches += oracleOutputItems(sub, "web_search_call")
 		d.fileSearches += oracleOutputItems(sub, "file_search_call")
+		d.imageCalls += oracleOutputItems(sub, "image_generation_call")
 	}
 	for _, mm := range m {
 		if s, ok := mm.val.(string); ok && mm.key == "delta" {

@@ -392,9 +392,11 @@ type docFields struct {
 	// "web_search_call" (output[] of a Responses object, response.output[] of an
 	// event), Gemini's search queries (candidates[].groundingMetadata.
 	// webSearchQueries[], each a string). fileSearches counts OpenAI's
-	// "file_search_call" output items alike (its file search tool, billed per call).
-	// Each saturates at 65,535, more than any response makes.
-	searches, fileSearches uint16
+	// "file_search_call" output items alike (its file search tool, billed per call),
+	// and imageCalls its "image_generation_call" items (its image generation tool,
+	// billed per image). Each saturates at 65,535, more than any response makes;
+	// imageCalls fills the padding before cachedAudio (TestExtractorSize).
+	searches, fileSearches, imageCalls uint16
 	// cachedAudio is the audio part of Gemini's cached count (cachedContentTokenCount):
 	// the AUDIO entry of usageMetadata.cacheTokensDetails, reported (hasCachedAudio) when
 	// the list was there, 0 when it has no AUDIO entry. The largest reported wins, as for
@@ -416,7 +418,7 @@ func (d *docFields) reset() {
 	d.usage = [nRoot]usageFields{}
 	d.text, d.delta = 0, 0
 	d.finished, d.converse, d.hasCost, d.cost = false, false, false, 0
-	d.searches, d.fileSearches = 0, 0
+	d.searches, d.fileSearches, d.imageCalls = 0, 0, 0
 	d.hasCachedAudio, d.cachedAudio = false, 0
 	d.tierSeen, d.priorityTraffic, d.geoPinned = 0, false, false
 }
@@ -454,6 +456,12 @@ func (d *docFields) countSearch() {
 func (d *docFields) countFileSearch() {
 	if d.fileSearches < math.MaxUint16 {
 		d.fileSearches++
+	}
+}
+
+func (d *docFields) countImageCall() {
+	if d.imageCalls < math.MaxUint16 {
+		d.imageCalls++
 	}
 }
 
@@ -1112,6 +1120,8 @@ func (s *scanner) endString() bool {
 				s.doc.countSearch()
 			case s.keyCap.is("file_search_call"):
 				s.doc.countFileSearch()
+			case s.keyCap.is("image_generation_call"):
+				s.doc.countImageCall()
 			}
 		}
 		s.capFor = capItemType

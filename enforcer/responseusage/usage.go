@@ -110,6 +110,12 @@ type Usage struct {
 	// response.file_search_call.completed events, whichever counts more), which it
 	// bills apiece and its usage does not count; 0 elsewhere.
 	FileSearchCalls int64
+	// ImageGenerationCalls counts the calls of OpenAI's image generation tool a
+	// Responses answer lists (output items of type image_generation_call; a stream's
+	// response.image_generation_call.in_progress events, whichever counts more), each
+	// an image billed apart from the usage, as its image model's output
+	// (requestbody.ImageToolCall says how many tokens).
+	ImageGenerationCalls int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
 	// OutputTokens, which some models price above text (pricecatalog.Price.
 	// AudioInputPerMillion): OpenAI's prompt_tokens_details.audio_tokens and

@@ -1289,6 +1289,53 @@ func TestFileSearchCalls(t *testing.T) {
 	}
 }
 
+// TestImageGenerationCalls: OpenAI's image generation tool in the Responses API bills
+// each image apart from the usage: an output item of type image_generation_call, and
+// in a stream a response.image_generation_call.in_progress event, counted once the
+// generation began (a stream cut after it keeps its image).
+func TestImageGenerationCalls(t *testing.T) {
+	const image = `{"type":"image_generation_call","id":"ig_1","status":"completed","result":"aGVsbG8="}`
+	whole := `{"id":"resp_1","object":"response","status":"completed","model":"gpt-4.1-mini","output":[` + image + `,` +
+		strings.Replace(image, "ig_1", "ig_2", 1) + `,{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Two."}]}],` +
+		`"tools":[{"type":"image_generation","quality":"low"}],"usage":{"input_tokens":40,"output_tokens":9,"total_tokens":49}}`
+	event := func(s string) string {
+		return "event: " + s[len(`{"type":"`):strings.Index(s, `",`)] + "\ndata: " + s + "\n\n"
+	}
+	started := event(`{"type":"response.created","response":{"id":"resp_1","object":"response","status":"in_progress","model":"gpt-4.1-mini","output":[],"usage":null}}`) +
+		event(`{"type":"response.output_item.added","output_index":0,"item":{"type":"image_generation_call","id":"ig_1","status":"in_progress"}}`) +
+		event(`{"type":"response.image_generation_call.in_progress","output_index":0,"item_id":"ig_1"}`) +
+		event(`{"type":"response.image_generation_call.partial_image","output_index":0,"item_id":"ig_1","partial_image_index":0,"partial_image_b64":"aGk="}`)
+	stream := started + event(`{"type":"response.image_generation_call.completed","output_index":0,"item_id":"ig_1"}`) +
+		event(`{"type":"response.output_item.done","output_index":0,"item":`+image+`}`) +
+		event(`{"type":"response.completed","response":{"id":"resp_1","object":"response","status":"completed","model":"gpt-4.1-mini","output":[`+image+`],`+
+			`"usage":{"input_tokens":40,"output_tokens":9,"total_tokens":49}}}`)
+	withSearch := strings.Replace(whole, `"output":[`, `"output":[{"type":"web_search_call","id":"ws_1","status":"completed"},`, 1)
+	for _, tc := range []struct {
+		name, ct, body string
+		images, webs   int64
+		complete       bool
+	}{
+		{"responses", ctJSON, whole, 2, 0, true},
+		{"responses stream", ctSSE, stream, 1, 0, true},
+		{"a stream cut while the image was made", ctSSE, started, 1, 0, false},
+		{"with a web search", ctJSON, withSearch, 2, 1, true},
+		{"a chat completion has no output items", ctJSON, `{"object":"chat.completion","output":[` + image + `],"usage":{"prompt_tokens":1,"completion_tokens":2}}`, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for how, chunks := range map[string][][]byte{"whole": {[]byte(tc.body)}, "byte by byte": bytewise([]byte(tc.body))} {
+				got := run(tc.ct, nil, Limits{}, chunks, true)
+				if got.ImageGenerationCalls != tc.images || got.WebSearchRequests != tc.webs || got.Complete != tc.complete {
+					t.Fatalf("%s: %s with %d images and %d web searches, want %d and %d, complete %v", how, show(got),
+						got.ImageGenerationCalls, got.WebSearchRequests, tc.images, tc.webs, tc.complete)
+				}
+			}
+			if ref, _ := oracleFor(tc.ct, []byte(tc.body)); ref.ImageGenerationCalls != tc.images || ref.WebSearchRequests != tc.webs {
+				t.Fatalf("reference: %d images, %d web searches", ref.ImageGenerationCalls, ref.WebSearchRequests)
+			}
+		})
+	}
+}
+
 // Anthropic's usage.iterations[] lists a request's sampling iterations; its "message"
 // entries are in the top-level counts, but a "compaction" entry (the server-side summary
 // of a closed context) and an "advisor_message" one (an advisor model's sub-inference) are

@@ -62,8 +62,8 @@ const (
 	DurationBilled Unknown = "duration_billed"
 	// SearchesUncapped: the request gives the model a web search tool that sets no limit
 	// on its searches (OpenAI's, Gemini 3's, Anthropic's without max_uses), or OpenAI's
-	// file search tool (which sets none), each search or call billed
-	// apart from the tokens.
+	// file search or image generation tool (which set none), each search or call billed
+	// apart from the tokens, and no max_tool_calls caps them all.
 	SearchesUncapped Unknown = "searches_uncapped"
 )
 
@@ -146,7 +146,7 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 	}
 	// A model that searches for every request has a search tool without being given one.
 	req.WebSearch = req.WebSearch || e.SearchesEveryRequest
-	if req.WebSearch || req.FileSearch {
+	if req.WebSearch || req.FileSearch || req.ImageGeneration {
 		// Searches and file search calls are charged on top of the tokens (after the
 		// tier), as settlement charges them; they bound the cost only when capped.
 		calls, ok := toolCallsCost(cat, e, req)
@@ -162,8 +162,9 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 // known: a grounded prompt's price once (Gemini 2.5 and older); else the calls its caps
 // allow (the web search tools' max_uses, Anthropic's; OpenAI's max_tool_calls, for all
 // its built-in tools together, the smaller of the two when both are set), each at the
-// dearest price of the tools given. Unknown when a tool's provider has no price, or
-// nothing caps the calls.
+// dearest price of the tools given (an image generation call: its image at its image
+// model's output price, estimate.ImageCall). Unknown when a tool's provider or image
+// model has no price, or nothing caps the calls.
 func toolCallsCost(cat *pricecatalog.Catalog, e pricecatalog.Entry, req estimate.Request) (int64, bool) {
 	var once, perCall int64
 	if req.WebSearch {
@@ -184,11 +185,18 @@ func toolCallsCost(cat *pricecatalog.Catalog, e pricecatalog.Entry, req estimate
 		}
 		perCall = max(perCall, p)
 	}
+	if req.ImageGeneration {
+		p, ok := imageCallPrice(cat, req.ImageCall)
+		if !ok {
+			return 0, false
+		}
+		perCall = max(perCall, p)
+	}
 	if perCall == 0 {
 		return once, true
 	}
 	calls := req.MaxToolCalls
-	if req.WebSearch && !req.FileSearch && req.WebSearchMaxUses > 0 && (calls == 0 || req.WebSearchMaxUses < calls) {
+	if req.WebSearch && !req.FileSearch && !req.ImageGeneration && req.WebSearchMaxUses > 0 && (calls == 0 || req.WebSearchMaxUses < calls) {
 		calls = req.WebSearchMaxUses
 	}
 	if calls <= 0 {
@@ -199,6 +207,22 @@ func toolCallsCost(cat *pricecatalog.Catalog, e pricecatalog.Entry, req estimate
 		return money.MaxAllowanceMicroUSD, true
 	}
 	return once + int64(lo), true
+}
+
+// imageCallPrice is what one call of the image generation tool costs at most: its
+// tokens at its image model's catalog output price (settlement prices them from the
+// catalog too, whatever prices the response's model). Unknown when the catalog does not
+// price the model, or the tokens are not known (a body that does not read).
+func imageCallPrice(cat *pricecatalog.Catalog, call estimate.ImageCall) (int64, bool) {
+	if call.Tokens <= 0 {
+		return 0, false
+	}
+	for _, s := range pricecatalog.Steps(call.Model) {
+		if e, ok := cat.Find(s.Name); ok {
+			return price(0, 0, call.Tokens, e.OutputPerMillion), true
+		}
+	}
+	return 0, false
 }
 
 // find walks the matching steps as settlement does (controlplane/ledger: at each step

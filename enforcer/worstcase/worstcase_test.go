@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/pkg/money"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
@@ -276,5 +277,55 @@ func BenchmarkOf(b *testing.B) {
 		if c := Of(pricecatalog.Default(), r, keys); !c.Known() {
 			b.Fatal(c.Unknown)
 		}
+	}
+}
+
+// OpenAI's image generation tool: each call is an image at its image model's output
+// price (the front door reads the tool: requestbody.ImageToolCall), on top of the
+// tokens; capped by max_tool_calls alone, else unknown, and so is an image model the
+// catalog does not price.
+func TestImageGenerationTool(t *testing.T) {
+	const msgs = `"model":"gpt-4o-mini","max_output_tokens":100,"input":"draw a toll gate"`
+	plain := Of(pricecatalog.Default(), body(t, `{`+msgs+`}`), nil)
+	if !plain.Known() {
+		t.Fatalf("without the tool: %+v", plain)
+	}
+	for _, tc := range []struct {
+		name, tools string
+		want        int64 // on top of the tokens, micro-USD; -1: unknown
+	}{
+		// gpt-image-1's output is 40 USD per million: a high-quality portrait (or, the
+		// quality and size unsaid, the dearest) is 6,240 tokens, 249,600 micro-USD.
+		{"two calls, the size and quality unsaid", `"max_tool_calls":2,"tools":[{"type":"image_generation"}]`, 2 * 249_600},
+		{"a low-quality square", `"max_tool_calls":3,"tools":[{"type":"image_generation","quality":"low","size":"1024x1024"}]`, 3 * 10_880},
+		// gpt-image-1-mini: 8 USD per million; a medium landscape is 1,584 tokens.
+		{"the tool's own model", `"max_tool_calls":1,"tools":[{"type":"image_generation","model":"gpt-image-1-mini","quality":"medium","size":"1536x1024"}]`, 12_672},
+		// Partial images count in a stream alone: 100 tokens each.
+		{"partial images of a stream", `"stream":true,"max_tool_calls":1,"tools":[{"type":"image_generation","quality":"low","size":"1024x1024","partial_images":2}]`, (272 + 200) * 40},
+		{"partial images asked without a stream", `"max_tool_calls":1,"tools":[{"type":"image_generation","quality":"low","size":"1024x1024","partial_images":2}]`, 272 * 40},
+		{"beside a web search: the dearer call", `"max_tool_calls":2,"tools":[{"type":"web_search"},{"type":"image_generation","quality":"low","size":"1024x1024"}]`, 2 * 10_880},
+		{"nothing caps the calls", `"tools":[{"type":"image_generation"}]`, -1},
+		{"an image model the catalog does not price", `"max_tool_calls":1,"tools":[{"type":"image_generation","model":"house-painter"}]`, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := []byte(`{` + msgs + `,` + tc.tools + `}`)
+			r := body(t, string(b))
+			if !r.ImageGeneration {
+				t.Fatal("the estimate does not see the tool")
+			}
+			r.ImageCall = requestbody.ImageToolCall(b)
+			got := Of(pricecatalog.Default(), r, nil)
+			if tc.want < 0 {
+				if got.Unknown != SearchesUncapped {
+					t.Fatalf("got %+v, want unknown (%s)", got, SearchesUncapped)
+				}
+				return
+			}
+			// The tools' definitions add a few input tokens to the plain request's.
+			tokens := price(got.InputTokens, 150_000, got.OutputTokens, 600_000)
+			if got.MicroUSD != tokens+tc.want || got.OutputTokens != plain.OutputTokens {
+				t.Fatalf("got %+v, want %d for the tokens and %d for the images", got, tokens, tc.want)
+			}
+		})
 	}
 }
