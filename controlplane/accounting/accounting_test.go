@@ -22,6 +22,7 @@ func TestCostOf(t *testing.T) {
 	p := Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, CachedInputPerMillion: 300_000, CacheWritePerMillion: &write}
 	org := PricedAt{Price: p, Source: PriceOrganization}
 	whisper := PricedAt{Price: Price{InputPerMillion: 30_000_000, OutputPerMillion: 30_000_000, CachedInputPerMillion: 30_000_000, AudioPerMinute: 6_000}, Source: PriceCatalog}
+	gptImage1 := PricedAt{Price: Price{ImageOutputPerMillion: 40_000_000}, Source: PriceCatalog} // images at gpt-image-1's output price
 	cases := []struct {
 		name   string
 		u      Usage
@@ -137,6 +138,42 @@ func TestCostOf(t *testing.T) {
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"file search calls on top of a cost near int64 are capped", Usage{InputTokens: 1, FileSearchCalls: 1}, PricedAt{Price: Price{InputPerMillion: math.MaxInt64, FileSearch: math.MaxInt64}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		// OpenAI's image generation tool: the images' output tokens at the image model's
+		// output price (gpt-image-1: 40 USD per million), on top of the tokens, rounded up
+		// on their own.
+		{"image generation calls at the image model's output price", Usage{InputTokens: 1_000_000, OutputTokens: 100, ImageGenerationCalls: 2, ImageOutputTokens: 12_480},
+			PricedAt{Price: Price{InputPerMillion: 150_000, OutputPerMillion: 600_000, ImageOutputPerMillion: 40_000_000}, Source: PriceCatalog},
+			150_000 + 60 + 499_200, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the image tokens as reported, whatever the calls", Usage{ImageGenerationCalls: 1, ImageOutputTokens: 272}, gptImage1, 10_880, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"image tokens are rounded up on their own", Usage{InputTokens: 1, ImageGenerationCalls: 1, ImageOutputTokens: 1},
+			PricedAt{Price: Price{InputPerMillion: 1, ImageOutputPerMillion: 1}, Source: PriceCatalog}, 1 + 1, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"image calls without tokens: the dearest image each", Usage{ImageGenerationCalls: 2}, gptImage1, 2 * 249_600, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"image calls without tokens at gpt-image-1-mini's price", Usage{ImageGenerationCalls: 1}, PricedAt{Price: Price{ImageOutputPerMillion: 8_000_000}, Source: PriceCatalog},
+			49_920, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"image tokens without calls are charged", Usage{ImageOutputTokens: 4_160}, gptImage1, 166_400, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"image tokens at the fallback's source", Usage{ImageGenerationCalls: 1, ImageOutputTokens: 6_240}, PricedAt{Price: Price{ImageOutputPerMillion: 40_000_000}, Source: PriceFallback},
+			249_600, SourceFallback, BasisReportedUsage, false, nil},
+		{"image tokens are not doubled by a tier", Usage{InputTokens: 1_000_000, ImageGenerationCalls: 1, ImageOutputTokens: 6_240, Tier: pricecatalog.Fast},
+			PricedAt{Price: Price{InputPerMillion: 1, ImageOutputPerMillion: 40_000_000}, Source: PriceCatalog}, 2 + 249_600, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"image tokens are not raised by the ultrafast tier", Usage{InputTokens: 1_000_000, ImageGenerationCalls: 1, Tier: pricecatalog.Ultrafast},
+			PricedAt{Price: Price{InputPerMillion: 1, ImageOutputPerMillion: 40_000_000}, Source: PriceCatalog}, 6 + 249_600, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"image tokens are not raised by the regional premium", Usage{InputTokens: 1000, ImageGenerationCalls: 1, ImageOutputTokens: 6_240, Regional: true},
+			PricedAt{Price: Price{InputPerMillion: 3_000_000, ImageOutputPerMillion: 40_000_000, RegionalPremiumPercent: 10}, Source: PriceCatalog},
+			3_300 + 249_600, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"image calls with file search calls and web searches, each at its price", Usage{WebSearchRequests: 1, FileSearchCalls: 2, ImageGenerationCalls: 1, ImageOutputTokens: 1_056},
+			PricedAt{Price: Price{WebSearch: 10_000, FileSearch: 2_500, ImageOutputPerMillion: 40_000_000}, Source: PriceCatalog},
+			10_000 + 5_000 + 42_240, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"image calls, estimated", Usage{ImageGenerationCalls: 1, ImageOutputTokens: 6_240, Estimated: true}, gptImage1, 249_600, SourceCatalogEstimate, BasisEstimate, false, nil},
+		{"image calls, the upstream's cost as it is", Usage{ImageGenerationCalls: 3, UpstreamCost: i64(42)}, gptImage1, 42, SourceUpstream, BasisUpstreamCost, false, nil},
+		{"negative image generation calls", Usage{ImageGenerationCalls: -1}, gptImage1, 0, "", "", false, ErrBadUsage},
+		{"negative image output tokens", Usage{ImageGenerationCalls: 1, ImageOutputTokens: -1}, gptImage1, 0, "", "", false, ErrBadUsage},
+		{"image calls beyond int64 are capped", Usage{ImageGenerationCalls: math.MaxInt64}, gptImage1,
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		{"image tokens beyond int64 are capped", Usage{ImageGenerationCalls: 1, ImageOutputTokens: math.MaxInt64}, PricedAt{Price: Price{ImageOutputPerMillion: math.MaxInt64}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		{"image tokens on top of a cost near int64 are capped", Usage{InputTokens: 1, ImageGenerationCalls: 1, ImageOutputTokens: 1_000_000},
+			PricedAt{Price: Price{InputPerMillion: math.MaxInt64, ImageOutputPerMillion: math.MaxInt64}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"audio beyond int64 is capped", Usage{AudioInputMillis: math.MaxInt64}, PricedAt{Price: Price{AudioPerMinute: math.MaxInt64}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 	}
@@ -172,6 +209,51 @@ func TestCatalogContract(t *testing.T) {
 		PricedAt{Price: Price{InputPerMillion: e.InputPerMillion, OutputPerMillion: e.OutputPerMillion, CachedInputPerMillion: e.CachedInputPerMillion}, Source: PriceCatalog})
 	if err != nil || c.MicroUSD != 750_000 {
 		t.Fatalf("%+v %v", c, err)
+	}
+}
+
+// The image generation tool's tokens: as reported, else pricecatalog.DearestImageTokens a
+// call (saturating), never a negative or overflowing product; ImageCost rounds up in 128
+// bits.
+func TestImageTokens(t *testing.T) {
+	if pricecatalog.DearestImageTokens != 6_240 {
+		t.Fatalf("DearestImageTokens %d, want gpt-image-1's high-quality 1024x1536 image, 6240", pricecatalog.DearestImageTokens)
+	}
+	for _, c := range []struct {
+		u    Usage
+		want int64
+	}{
+		{Usage{}, 0},
+		{Usage{ImageGenerationCalls: 3}, 3 * 6_240},
+		{Usage{ImageGenerationCalls: 3, ImageOutputTokens: 1_056}, 1_056},
+		{Usage{ImageOutputTokens: 272}, 272},
+		{Usage{ImageGenerationCalls: MaxTokens}, MaxTokens * 6_240},
+		{Usage{ImageGenerationCalls: math.MaxInt64}, math.MaxInt64},
+	} {
+		if got := c.u.ImageTokens(); got != c.want {
+			t.Errorf("%+v: %d image tokens, want %d", c.u, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		tokens, price, want int64
+		err                 error
+	}{
+		{6_240, 40_000_000, 249_600, nil},
+		{6_240, 8_000_000, 49_920, nil},
+		{1, 1, 1, nil},
+		{0, 40_000_000, 0, nil},
+		{MaxTokens * 6_240, money.MaxAllowanceMicroUSD, 0, ErrCostOverflow},
+		{math.MaxInt64, math.MaxInt64, 0, ErrCostOverflow},
+		{-1, 1, 0, ErrBadUsage},
+		{1, -1, 0, ErrBadUsage},
+	} {
+		if got, err := ImageCost(c.tokens, c.price); got != c.want || !errors.Is(err, c.err) {
+			t.Errorf("ImageCost(%d, %d) = %d, %v; want %d, %v", c.tokens, c.price, got, err, c.want, c.err)
+		}
+	}
+	// Settlement's bounds keep the dearest reading of the calls within int64.
+	if u, _ := Bound(Usage{ImageGenerationCalls: math.MaxInt64}); u.ImageTokens() != MaxTokens*pricecatalog.DearestImageTokens {
+		t.Fatalf("bounded calls: %d tokens", u.ImageTokens())
 	}
 }
 
@@ -370,6 +452,13 @@ func TestBound(t *testing.T) {
 	}
 	if u, notes = Bound(Usage{FileSearchCalls: -2}); u.FileSearchCalls != 0 || len(notes) != 1 {
 		t.Fatalf("negative file search calls: %+v %v", u, notes)
+	}
+	if u, notes = Bound(Usage{ImageGenerationCalls: math.MaxInt64, ImageOutputTokens: math.MaxInt64}); u.ImageGenerationCalls != MaxTokens ||
+		u.ImageOutputTokens != MaxTokens || len(notes) != 2 || !strings.Contains(notes[0], "image_generation_calls") || !strings.Contains(notes[1], "image_output_tokens") {
+		t.Fatalf("absurd image generation calls: %+v %v", u, notes)
+	}
+	if u, notes = Bound(Usage{ImageGenerationCalls: -2, ImageOutputTokens: -3}); u.ImageGenerationCalls != 0 || u.ImageOutputTokens != 0 || len(notes) != 2 {
+		t.Fatalf("negative image generation calls: %+v %v", u, notes)
 	}
 	if _, notes := Bound(Usage{InputTokens: MaxTokens, AudioInputMillis: MaxAudioMillis, UpstreamCost: i64(money.MaxAllowanceMicroUSD)}); len(notes) != 0 {
 		t.Fatalf("values at the bounds changed: %v", notes)

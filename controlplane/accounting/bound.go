@@ -58,8 +58,9 @@ func CleanModel(s string) (clean string, changed bool) {
 	return strings.TrimSpace(b.String()), true
 }
 
-// Bound keeps every token count within [0, MaxTokens] (the audio milliseconds within [0,
-// MaxAudioMillis]) and an upstream cost within [0,
+// Bound keeps every token count, and every count of calls billed apart (web searches,
+// file search and image generation calls), within [0, MaxTokens] (the audio milliseconds
+// within [0, MaxAudioMillis]) and an upstream cost within [0,
 // money.MaxAllowanceMicroUSD]: a count above the bound is capped, a negative count is
 // read as 0, a negative upstream cost is ignored (the tokens are priced instead), and an
 // upstream cost above the bound is capped. The audio token counts, parts that may be
@@ -75,7 +76,8 @@ func Bound(u Usage) (Usage, []string) {
 	}{{"input_tokens", &u.InputTokens}, {"output_tokens", &u.OutputTokens}, {"cached_input_tokens", &u.CachedInputTokens},
 		{"cache_creation_input_tokens", &u.CacheWriteTokens}, {"cache_creation_one_hour_input_tokens", &u.CacheWrite1hTokens},
 		{"audio_input_millis", &u.AudioInputMillis}, {"web_search_requests", &u.WebSearchRequests},
-		{"file_search_calls", &u.FileSearchCalls}} {
+		{"file_search_calls", &u.FileSearchCalls}, {"image_generation_calls", &u.ImageGenerationCalls},
+		{"image_output_tokens", &u.ImageOutputTokens}} {
 		limit := MaxTokens
 		if c.v == &u.AudioInputMillis {
 			limit = MaxAudioMillis

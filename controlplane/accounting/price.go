@@ -69,6 +69,10 @@ type Price struct {
 	// FileSearch prices one call of a provider's file search tool, in micro-USD: the
 	// catalog's price for the model's provider, filled by the ledger like WebSearch.
 	FileSearch int64
+	// ImageOutputPerMillion prices the output tokens of the images of OpenAI's image
+	// generation tool (Usage.ImageOutputTokens): the catalog's output price of the image
+	// model the tool ran, filled by the ledger like WebSearch whatever priced the tokens.
+	ImageOutputPerMillion int64
 	// AudioInputPerMillion and AudioOutputPerMillion price audio tokens apart from text
 	// tokens (pricecatalog.Price.AudioInputPerMillion); 0: audio tokens are priced as
 	// the rest of their class. Only a catalog entry has them: an organization's price
@@ -135,6 +139,13 @@ type Usage struct {
 	// Responses API file_search_call items), priced at Price.FileSearch each, on top of
 	// the tokens.
 	FileSearchCalls int64
+	// ImageGenerationCalls counts the calls of OpenAI's image generation tool (Responses
+	// API image_generation_call items), each an image billed as its image model's
+	// output tokens apart from the response's usage: ImageOutputTokens in all, priced at
+	// Price.ImageOutputPerMillion on top of the tokens. Calls with no tokens are charged
+	// pricecatalog.DearestImageTokens each (ImageTokens).
+	ImageGenerationCalls int64
+	ImageOutputTokens    int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
 	// OutputTokens where the upstream reported them (OpenAI's audio_tokens, Gemini's
 	// AUDIO modality); nil when it did not (or the counts are estimates): the split is
@@ -160,6 +171,19 @@ type Usage struct {
 	Regional bool
 }
 
+// ImageTokens are the image output tokens u is charged: ImageOutputTokens, else, when
+// it counts calls and no tokens, pricecatalog.DearestImageTokens a call (saturating at
+// MaxInt64, which CostOf caps): a call is never free for want of its image's size.
+func (u Usage) ImageTokens() int64 {
+	if u.ImageOutputTokens != 0 || u.ImageGenerationCalls <= 0 {
+		return u.ImageOutputTokens
+	}
+	if u.ImageGenerationCalls > math.MaxInt64/pricecatalog.DearestImageTokens {
+		return math.MaxInt64
+	}
+	return u.ImageGenerationCalls * pricecatalog.DearestImageTokens
+}
+
 // Basis says how a cost for u is known: an upstream cost; else nothing when no token
 // was counted; else an estimate when the enforcer estimated counts; else reported usage.
 func (u Usage) Basis() string {
@@ -167,7 +191,7 @@ func (u Usage) Basis() string {
 	case u.UpstreamCost != nil:
 		return BasisUpstreamCost
 	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0 && u.AudioInputMillis == 0 &&
-		u.WebSearchRequests == 0 && u.FileSearchCalls == 0:
+		u.WebSearchRequests == 0 && u.FileSearchCalls == 0 && u.ImageGenerationCalls == 0 && u.ImageOutputTokens == 0:
 		return BasisNone
 	case u.Estimated:
 		return BasisEstimate
@@ -204,12 +228,15 @@ type Cost struct {
 // SourceCatalogEstimate), plus its audio by the minute (AudioCost), at the percent of
 // its speed tier (Price.TierPercent, rounded up) when it ran at a dearer one, with the price's
 // regional premium when it went to a regional endpoint (pricecatalog.RegionalPremium),
-// plus its web searches
-// and file search calls apiece. A cost above money.MaxAllowanceMicroUSD is capped there
-// and flagged: a request is never left uncharged because its numbers are absurd.
+// plus its web searches and file search calls apiece and its image generation calls'
+// output tokens at the image model's output price (ImageCost of ImageTokens), none of
+// them multiplied by the tier or the regional premium, which price the response's own
+// model. A cost above money.MaxAllowanceMicroUSD is capped there and flagged: a request
+// is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
-		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
+		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 ||
+		u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
 		return Cost{}, ErrBadUsage
 	}
 	c := Cost{Basis: u.Basis()}
@@ -265,6 +292,18 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 			v, err = addApiece(v, calls.n, calls.price)
 		}
 	}
+	// The images of the image generation tool, at their image model's output price,
+	// after the tier and the regional premium as well.
+	if tokens := u.ImageTokens(); err == nil && tokens > 0 {
+		var images int64
+		if images, err = ImageCost(tokens, p.Price.ImageOutputPerMillion); err == nil {
+			if v > math.MaxInt64-images {
+				err = ErrCostOverflow
+			} else {
+				v += images
+			}
+		}
+	}
 	switch {
 	case errors.Is(err, ErrCostOverflow) || err == nil && v > money.MaxAllowanceMicroUSD:
 		v, c.Capped = money.MaxAllowanceMicroUSD, true
@@ -280,15 +319,28 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 // request with both is charged at most 1 micro-USD more than one sum would). Computed in
 // 128 bits; only a result beyond int64 is an error.
 func AudioCost(millis, perMinute int64) (int64, error) {
-	if millis < 0 || perMinute < 0 {
+	return mulDivUp(millis, perMinute, 60_000)
+}
+
+// ImageCost is ceil(tokens * perMillion / 1e6): the output tokens of the images of
+// OpenAI's image generation tool at their image model's output price, rounded up to the
+// micro-USD on their own, like AudioCost. Computed in 128 bits; only a result beyond
+// int64 is an error.
+func ImageCost(tokens, perMillion int64) (int64, error) {
+	return mulDivUp(tokens, perMillion, 1_000_000)
+}
+
+// mulDivUp is ceil(a * b / d) for d above 1, computed in 128 bits: ErrBadUsage
+// for a negative a or b, ErrCostOverflow for a result beyond int64.
+func mulDivUp(a, b int64, d uint64) (int64, error) {
+	if a < 0 || b < 0 {
 		return 0, ErrBadUsage
 	}
-	const msPerMinute = 60_000
-	hi, lo := bits.Mul64(uint64(millis), uint64(perMinute))
-	if hi >= msPerMinute {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= d {
 		return 0, ErrCostOverflow
 	}
-	q, r := bits.Div64(hi, lo, msPerMinute)
+	q, r := bits.Div64(hi, lo, d)
 	if r != 0 {
 		q++ // q < 2^64 - 1: the product is below 2^126
 	}

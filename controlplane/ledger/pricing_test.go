@@ -217,6 +217,50 @@ func TestSettlementPricing(t *testing.T) {
 		{"file search calls of a provider the catalog prices none for: the highest, unpriced", nil,
 			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 100_000, FileSearchCalls: 1, Complete: true},
 			300_000 + pricecatalog.Default().HighestFileSearch(), "fallback", "fallback", "reported_usage"},
+		// OpenAI's image generation tool: the images' output tokens at the catalog's
+		// output price of the image model (gpt-image-1: 40 USD per million, its mini 8,
+		// 1.5 32), on top of the tokens, whatever priced them, after the tier.
+		{"image generation calls at gpt-image-1's output price, on top of the tokens", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, ImageGenerationCalls: 2, ImageModel: "gpt-image-1",
+				ImageOutputTokens: 12_480, Complete: true},
+			150_000 + 499_200, "catalog_estimate", "catalog", "reported_usage"},
+		{"image generation calls naming no image model: gpt-image-1", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, ImageGenerationCalls: 2, ImageOutputTokens: 12_480, Complete: true},
+			150_000 + 499_200, "catalog_estimate", "catalog", "reported_usage"},
+		{"gpt-image-1-mini's images at its own price", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", OutputTokens: 1_000, ImageGenerationCalls: 1, ImageModel: "gpt-image-1-mini",
+				ImageOutputTokens: 1_056, Complete: true},
+			600 + 8_448, "catalog_estimate", "catalog", "reported_usage"},
+		{"gpt-image-1.5's images at its own price", nil,
+			&internalv1.SettleItem{Model: "gpt-5", ImageGenerationCalls: 1, ImageModel: "gpt-image-1.5", ImageOutputTokens: 4_160, Complete: true},
+			133_120, "catalog_estimate", "catalog", "reported_usage"},
+		{"a dated image model: its family's price", nil,
+			&internalv1.SettleItem{Model: "gpt-5", ImageGenerationCalls: 1, ImageModel: "gpt-image-1-mini-2025-10-06", ImageOutputTokens: 4_160, Complete: true},
+			33_280, "catalog_estimate", "catalog", "reported_usage"},
+		{"image generation calls without tokens: the dearest image each", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", ImageGenerationCalls: 2, Complete: true},
+			2 * 249_600, "catalog_estimate", "catalog", "reported_usage"},
+		{"gpt-image-1-mini's calls without tokens: the dearest image each at its price", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", ImageGenerationCalls: 2, ImageModel: "gpt-image-1-mini", Complete: true},
+			2 * 6_240 * 8, "catalog_estimate", "catalog", "reported_usage"},
+		{"an image model nobody priced: the catalog's highest image output price, unpriced", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, ImageGenerationCalls: 1, ImageModel: "acme-image-9",
+				ImageOutputTokens: 6_240, Complete: true},
+			150_000 + 6_240*pricecatalog.Default().HighestImageOutput()/1_000_000, "fallback", "fallback", "reported_usage"},
+		{"images are not raised by the fast tier", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, ImageGenerationCalls: 1, ImageOutputTokens: 6_240,
+				PriorityTier: true, ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST, Complete: true},
+			250_500 + 249_600, "catalog_estimate", "catalog", "reported_usage"}, // gpt-4o-mini: 1.67 times
+		{"an image model's name is cleaned", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", ImageGenerationCalls: 1, ImageModel: "gpt-image-1-mini\x00", ImageOutputTokens: 272, Complete: true},
+			2_176, "catalog_estimate", "catalog", "reported_usage"},
+		{"image generation calls, estimated", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000, ImageGenerationCalls: 1, ImageOutputTokens: 6_240, UsageEstimated: true},
+			150 + 249_600, "catalog_estimate", "catalog", "estimate"},
+		{"the organization's price of the model does not price its images", func() {
+			setPrices(store.ModelPrice{Model: "gpt-4o-mini", InputPerMillion: 1_000_000, OutputPerMillion: 2_000_000, CachedInputPerMillion: 100_000})
+		}, &internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, ImageGenerationCalls: 1, ImageOutputTokens: 6_240, Complete: true},
+			1_000_000 + 249_600, "catalog_estimate", "organization", "reported_usage"},
 		// Audio tokens at the catalog's audio prices (gpt-realtime: text input 4 USD per
 		// million, audio input 32, cached input 0.40, text output 16, audio output 64):
 		// 10,000 input tokens of which 2,000 cached and 6,000 audio (on the 8,000 uncached
@@ -300,14 +344,26 @@ func TestSettlementPricing(t *testing.T) {
 			var audio, searches, fileSearches int64
 			var audioIn, audioOut, cachedAudio *int64
 			var priority, regional bool
-			var tier string
+			var tier, imageModel string
+			var imageCalls, imageTokens int64
 			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis, web_search_requests, file_search_calls,
-					audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier
+					audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier,
+					image_generation_calls, image_model, image_output_tokens
 				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches, &audioIn, &audioOut,
-				&cachedAudio, &priority, &regional, &tier); err != nil ||
+				&cachedAudio, &priority, &regional, &tier, &imageCalls, &imageModel, &imageTokens); err != nil ||
 				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != wantSearches ||
 				fileSearches != c.item.GetFileSearchCalls() {
 				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %v", basis, priceSource, audio, searches, fileSearches, err)
+			}
+			// The image generation calls, their image model (gpt-image-1 when the item names
+			// none, cleaned) and their tokens, as reported.
+			wantImageModel := strings.ReplaceAll(c.item.GetImageModel(), "\x00", "")
+			if wantImageModel == "" && c.item.GetImageGenerationCalls() > 0 {
+				wantImageModel = "gpt-image-1"
+			}
+			if imageCalls != c.item.GetImageGenerationCalls() || imageModel != wantImageModel || imageTokens != c.item.GetImageOutputTokens() {
+				t.Fatalf("stored %d image calls of %q, %d tokens; want %d of %q, %d", imageCalls, imageModel, imageTokens,
+					c.item.GetImageGenerationCalls(), wantImageModel, c.item.GetImageOutputTokens())
 			}
 			// The audio counts as reported (NULL when not; a negative one is ignored).
 			if !sameCount(audioIn, storedCount(c.item.AudioInputTokens)) || !sameCount(audioOut, storedCount(c.item.AudioOutputTokens)) ||

@@ -27,6 +27,10 @@ type settleJob struct {
 	in *internalv1.SettleItem
 	// model is the cleaned model name (accounting.CleanModel).
 	model string
+	// imageModel is the image model the image generation tool's calls ran, cleaned:
+	// defaultImageModel where the item names none, "" when it counts no call and no
+	// token.
+	imageModel string
 	// snap is the snapshot the settlement brought (nil when it relies on its start).
 	snap     *accounting.Snapshot
 	snapJSON []byte
@@ -123,6 +127,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		CachedInputTokens: it.GetCachedInputTokens(), CacheWriteTokens: it.GetCacheCreationInputTokens(),
 		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(), AudioInputMillis: it.GetAudioInputMillis(),
 		WebSearchRequests: it.GetWebSearchRequests(), FileSearchCalls: it.GetFileSearchCalls(),
+		ImageGenerationCalls: it.GetImageGenerationCalls(), ImageOutputTokens: it.GetImageOutputTokens(),
 		AudioInputTokens: it.AudioInputTokens, AudioOutputTokens: it.AudioOutputTokens, CachedAudioInputTokens: it.CachedAudioInputTokens,
 		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Tier: tierOf(it),
 		Regional: it.GetRegionalEndpoint()})
@@ -131,6 +136,18 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		sj.adjusted = append(sj.adjusted, "usage_bounded")
 	}
 	sj.usage = u
+	if u.ImageGenerationCalls > 0 || u.ImageOutputTokens > 0 {
+		var imageChanged bool
+		if sj.imageModel, imageChanged = accounting.CleanModel(it.GetImageModel()); imageChanged {
+			sj.notes = append(sj.notes, "image model name cleaned (control characters, invalid UTF-8 or more than 200 bytes)")
+			if !changed {
+				sj.adjusted = append(sj.adjusted, "model_cleaned") // once for the settlement
+			}
+		}
+		if sj.imageModel == "" {
+			sj.imageModel = defaultImageModel
+		}
+	}
 	// Estimated usage is never complete: it is what the enforcer saw, not what the
 	// upstream reported.
 	sj.complete = it.GetComplete() && !(u.Estimated && u.Basis() == accounting.BasisEstimate)
@@ -459,12 +476,13 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			InputTokens: j.item.usage.InputTokens, OutputTokens: j.item.usage.OutputTokens, CachedInputTokens: j.item.usage.CachedInputTokens,
 			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
 			WebSearchRequests: j.item.usage.WebSearchRequests, FileSearchCalls: j.item.usage.FileSearchCalls,
+			ImageGenerationCalls: j.item.usage.ImageGenerationCalls, ImageModel: j.item.imageModel, ImageOutputTokens: j.item.usage.ImageOutputTokens,
 			AudioInputTokens: j.item.usage.AudioInputTokens, AudioOutputTokens: j.item.usage.AudioOutputTokens,
 			CachedAudioInputTokens: j.item.usage.CachedAudioInputTokens, ServiceTier: j.item.usage.Tier.String(), Regional: j.item.usage.Regional,
 			UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
 			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: j.item.finishedAt}
 		if j.item.withoutModel {
-			rw.Model = ""
+			rw.Model, rw.ImageModel = "", ""
 		}
 		if prev == nil && st.State == "recovered" {
 			// A recovered start always has its receipt; reaching here means the rows
@@ -597,8 +615,9 @@ func newOrgPrices(ps []store.ModelPrice) *orgPrices {
 // the organization's own price, then the shipped catalog's; when no step finds one, the
 // organization's fallback price, else the catalog's highest price of each token class.
 // Audio billed by duration is priced from the catalog whatever priced the tokens
-// (organizations price tokens only): see audioPrice; so are web searches and file search
-// calls (webSearchPrice, fileSearchPrice). Audio tokens are not: they are tokens, priced
+// (organizations price tokens only): see audioPrice; so are web searches, file search
+// calls and the image generation tool's images (webSearchPrice, fileSearchPrice,
+// imageOutputPrice). Audio tokens are not: they are tokens, priced
 // apart only by a catalog entry that has audio prices (fromCatalog); an organization's
 // price of the model prices them at its token prices, being the authority for it.
 func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPrice, orgID string) accounting.PricedAt {
@@ -621,7 +640,36 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 			p.Source = accounting.PriceFallback // file searches of a provider nobody priced: unpriced
 		}
 	}
+	if sj.usage.ImageGenerationCalls > 0 || sj.usage.ImageOutputTokens > 0 {
+		var known bool
+		if p.Price.ImageOutputPerMillion, known = sj.imageOutputPrice(); !known {
+			p.Source = accounting.PriceFallback // images of an image model nobody priced: unpriced
+		}
+	}
 	return p
+}
+
+// defaultImageModel is the image model of OpenAI's image generation tool when the
+// request names none (the tool's "model" defaults to it; the enforcer's
+// requestbody.DefaultImageToolModel).
+const defaultImageModel = "gpt-image-1"
+
+// imageOutputPrice is the catalog's output price of the image model the job's image
+// generation calls ran (its nearest entry, found by the steps that find the job's model:
+// pricecatalog.Steps, as catalogEntry), else the highest of the catalog's image models
+// (known false: pricecatalog.Catalog.HighestImageOutput): images nobody priced are never
+// cheaper than known ones.
+func (sj *settleJob) imageOutputPrice() (perMillion int64, known bool) {
+	cat := pricecatalog.Default()
+	for _, s := range pricecatalog.Steps(sj.imageModel) {
+		if s.Exact {
+			continue // the catalog's names are keys: key steps find them
+		}
+		if e, ok := cat.Find(s.Name); ok {
+			return e.Dearest().DearestOutput(), true
+		}
+	}
+	return cat.HighestImageOutput(), false
 }
 
 // fileSearchPrice is the catalog's price of one call of the job's model's provider's file
@@ -723,12 +771,13 @@ func fromCatalog(p pricecatalog.Price) accounting.Price {
 }
 
 // quarantine records a settlement that may not be charged, with its payload (its model
-// name cleaned: JSON and Postgres refuse what an upstream may have put in it).
+// names cleaned: JSON and Postgres refuse what an upstream may have put in it).
 func (s *settlement) quarantine(sj *settleJob, reason string) {
 	it := sj.in
-	if it.GetModel() != sj.model {
+	imageModel, imageChanged := accounting.CleanModel(it.GetImageModel())
+	if it.GetModel() != sj.model || imageChanged {
 		it = proto.CloneOf(it)
-		it.Model = sj.model
+		it.Model, it.ImageModel = sj.model, imageModel
 	}
 	payload, err := protojson.Marshal(it)
 	if err != nil {

@@ -539,6 +539,13 @@ type ReceiptWrite struct {
 	WebSearchRequests int64
 	// FileSearchCalls counts the file search tool calls billed apiece.
 	FileSearchCalls int64
+	// ImageGenerationCalls counts the calls of OpenAI's image generation tool, each an
+	// image billed as ImageModel's output tokens: ImageOutputTokens in all, as reported
+	// (0 with calls: each was charged pricecatalog.DearestImageTokens). ImageModel is ""
+	// without calls or tokens.
+	ImageGenerationCalls int64
+	ImageModel           string
+	ImageOutputTokens    int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of the input and output
 	// tokens as the upstream reported them (bounded); nil (NULL) when it did not.
 	AudioInputTokens  *int64
@@ -720,6 +727,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 	bases, priceSources := make([]string, n), make([]string, n)
 	costs, in, out, cached, written, audio := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	searches, fileSearches := make([]int64, n), make([]int64, n)
+	imageCalls, imageModels, imageTokens := make([]int64, n), make([]string, n), make([]int64, n)
 	audioIn, audioOut, cachedAudio := make([]*int64, n), make([]*int64, n), make([]*int64, n) // nil: NULL, not reported
 	tiers, regional := make([]string, n), make([]bool, n)
 	statuses := make([]int32, n)
@@ -735,6 +743,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 		ids[i], orgs[i], members[i], sources[i], models[i], outcomes[i] = r.RequestID, r.OrganizationID, r.MemberID, r.Source, r.Model, r.Outcome
 		costs[i], in[i], out[i], cached[i], written[i], audio[i] = r.Cost, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.CacheWriteTokens, r.AudioInputMillis
 		searches[i], fileSearches[i] = r.WebSearchRequests, r.FileSearchCalls
+		imageCalls[i], imageModels[i], imageTokens[i] = r.ImageGenerationCalls, r.ImageModel, r.ImageOutputTokens
 		audioIn[i], audioOut[i], cachedAudio[i] = r.AudioInputTokens, r.AudioOutputTokens, r.CachedAudioInputTokens
 		tiers[i], regional[i] = r.ServiceTier, r.Regional
 		bases[i], priceSources[i] = r.Basis, r.PriceSource
@@ -750,19 +759,20 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			input_tokens, output_tokens, cached_input_tokens, upstream_status, complete, outcome, promoted_at, review_reference,
 			finished_at, settled_at, updated_at, charge_bucket_ids, charge_amounts_micro_usd, cost_basis, price_source,
 			cache_creation_input_tokens, audio_input_millis, web_search_requests, file_search_calls, audio_input_tokens,
-			audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier)
+			audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier,
+			image_generation_calls, image_model, image_output_tokens)
 		SELECT x.id, x.org, x.member, x.cost, x.source, x.model, x.input, x.output, x.cached, x.status, x.complete, x.outcome,
 			CASE WHEN x.promoted THEN $16::timestamptz END, x.ref, x.finished, $16, $16,
 			coalesce(($17::text[])[x.c_from:x.c_to], '{}'), coalesce(($18::bigint[])[x.c_from:x.c_to], '{}'),
 			x.basis, x.price_source, x.written, x.audio, x.searches, x.file_searches, x.audio_in, x.audio_out, x.cached_audio,
-			x.tier <> '', x.regional, x.tier
+			x.tier <> '', x.regional, x.tier, x.image_calls, x.image_model, x.image_tokens
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[],
 			$9::bigint[], $10::int[], $11::bool[], $12::text[], $13::bool[], $14::text[], $15::timestamptz[], $19::int[], $20::int[],
 			$21::text[], $22::text[], $23::bigint[], $24::bigint[], $25::bigint[], $26::bigint[], $27::bigint[], $28::bigint[],
-			$29::bigint[], $30::text[], $31::bool[])
+			$29::bigint[], $30::text[], $31::bool[], $32::bigint[], $33::text[], $34::bigint[])
 			AS x(id, org, member, cost, source, model, input, output, cached, status, complete, outcome, promoted, ref, finished,
 				c_from, c_to, basis, price_source, written, audio, searches, file_searches, audio_in, audio_out, cached_audio,
-				tier, regional)
+				tier, regional, image_calls, image_model, image_tokens)
 		ON CONFLICT (request_id) DO UPDATE SET cost_micro_usd = EXCLUDED.cost_micro_usd, cost_source = EXCLUDED.cost_source,
 			model = EXCLUDED.model, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
 			cached_input_tokens = EXCLUDED.cached_input_tokens, upstream_status = EXCLUDED.upstream_status,
@@ -774,10 +784,12 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			web_search_requests = EXCLUDED.web_search_requests, file_search_calls = EXCLUDED.file_search_calls,
 			audio_input_tokens = EXCLUDED.audio_input_tokens, audio_output_tokens = EXCLUDED.audio_output_tokens,
 			cached_audio_input_tokens = EXCLUDED.cached_audio_input_tokens, priority_tier = EXCLUDED.priority_tier,
-			service_tier = EXCLUDED.service_tier, regional_endpoint = EXCLUDED.regional_endpoint`,
+			service_tier = EXCLUDED.service_tier, regional_endpoint = EXCLUDED.regional_endpoint,
+			image_generation_calls = EXCLUDED.image_generation_calls, image_model = EXCLUDED.image_model,
+			image_output_tokens = EXCLUDED.image_output_tokens`,
 		ids, orgs, members, costs, sources, models, in, out, cached, statuses, complete, outcomes, promoted, refs, finished, now,
 		chargeIDs, chargeAmounts, from, to, bases, priceSources, written, audio, searches, fileSearches, audioIn, audioOut,
-		cachedAudio, tiers, regional)
+		cachedAudio, tiers, regional, imageCalls, imageModels, imageTokens)
 }
 
 // CredentialIdentity is what a credential hash resolves to for the internal API.

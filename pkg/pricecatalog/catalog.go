@@ -112,6 +112,20 @@ const TranscriptTokensPerMinute = 200
 // output at 0, so the count costs nothing there.
 const AudioOutputTokensPerSecond = 20
 
+// ImageModelPrefix starts the name of each of OpenAI's image models in the catalog
+// (gpt-image-1, gpt-image-1-mini, gpt-image-1.5, gpt-image-2...): the models whose output
+// prices HighestImageOutput compares.
+const ImageModelPrefix = "gpt-image"
+
+// DearestImageTokens is the dearest image of gpt-image-1's table of output tokens per
+// image: high quality, portrait (1024x1536; the enforcer counts landscape, under 1% less,
+// as portrait), 6,240 tokens, 0.2496 USD at its 40 USD per million. Settlement charges
+// each call of OpenAI's image generation tool this many of its image model's output
+// tokens when a settlement counts calls and no tokens (whoever reported it did not read
+// what the request asked): a call whose image size is not known is never free, nor
+// charged below the dearest image the table has.
+const DearestImageTokens = 6_240
+
 // RegionalPremium is cost with a regional endpoint's premium of percent added, rounded
 // up to the micro-USD; ok is false when it does not fit in int64. Anthropic's newest
 // models cost 10% more on a cloud's regional endpoints (Amazon Bedrock in-region or
@@ -221,6 +235,9 @@ type Catalog struct {
 	// (file.FileSearch), and highestFileSearch the highest of them.
 	fileSearch        map[string]int64
 	highestFileSearch int64
+	// highestImageOutput is the highest output price of the catalog's image models
+	// (ImageModelPrefix), HighestImageOutput.
+	highestImageOutput int64
 }
 
 type fileEntry struct {
@@ -492,6 +509,12 @@ func Load(data []byte) (*Catalog, error) {
 		h.CachedInputPerMillion = max(h.CachedInputPerMillion, d.DearestCachedInput())
 		write = max(write, d.CacheWrite())
 		h.AudioPerMinute = max(h.AudioPerMinute, e.AudioPerMinute)
+		if strings.HasPrefix(e.Model, ImageModelPrefix) {
+			c.highestImageOutput = max(c.highestImageOutput, d.DearestOutput())
+		}
+	}
+	if c.highestImageOutput == 0 {
+		c.highestImageOutput = c.highest.OutputPerMillion // a catalog without image models
 	}
 	c.highest.CacheWritePerMillion = &write
 	return c, nil
@@ -646,6 +669,12 @@ func (c *Catalog) FileSearchPrices() map[string]int64 { return maps.Clone(c.file
 
 // HighestFileSearch is the highest price of one file search call in the catalog.
 func (c *Catalog) HighestFileSearch() int64 { return c.highestFileSearch }
+
+// HighestImageOutput is the highest output price, per million tokens, of the catalog's
+// image models (those whose name starts with ImageModelPrefix): the price of the images
+// of an image model the catalog does not know, never below a known one's (a catalog
+// without image models: its highest output price).
+func (c *Catalog) HighestImageOutput() int64 { return c.highestImageOutput }
 
 // AsOf is the day the prices were checked against their sources.
 func (c *Catalog) AsOf() time.Time { return c.asOf }

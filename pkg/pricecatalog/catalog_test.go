@@ -588,6 +588,35 @@ func TestFileSearch(t *testing.T) {
 	}
 }
 
+// TestHighestImageOutput: the images of an image model the catalog does not know cost
+// the dearest image model's output price, gpt-image-1's 40 USD per million (its mini,
+// 1.5 and 2 cost 8, 32 and 30); a catalog without image models gives its highest output
+// price.
+func TestHighestImageOutput(t *testing.T) {
+	c := Default()
+	if got := c.HighestImageOutput(); got != 40_000_000 {
+		t.Fatalf("HighestImageOutput %d, want 40000000", got)
+	}
+	for _, e := range c.Entries() {
+		if strings.HasPrefix(e.Model, ImageModelPrefix) && e.OutputPerMillion > c.HighestImageOutput() {
+			t.Errorf("%s's output %d is above the highest image output", e.Model, e.OutputPerMillion)
+		}
+	}
+	for model, want := range map[string]int64{"gpt-image-1": 40_000_000, "gpt-image-1-mini": 8_000_000} {
+		if e, ok := c.Lookup(model); !ok || e.OutputPerMillion != want {
+			t.Errorf("%s: %+v (%v), want output %d", model, e, ok, want)
+		}
+	}
+	text, err := Load([]byte(`{"asOf": "2026-11-29", "unit": "integer micro-USD per million tokens", "sources": ["https://example.com"],
+		"models": [{"model": "m", "provider": "openai", "input": 1, "output": 7, "cachedInput": 1}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := text.HighestImageOutput(); got != 7 {
+		t.Fatalf("a catalog without image models: %d, want its highest output 7", got)
+	}
+}
+
 // TestWebSearch: Anthropic's web search costs 10 USD per 1,000 searches, 10,000
 // micro-USD each; a provider the catalog prices no search for has none, and the highest
 // price is the fallback for searches of an unknown model.
