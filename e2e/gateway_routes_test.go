@@ -1479,6 +1479,44 @@ func TestLongPromptsThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestImageGenerationToolThroughTheGateway: OpenAI bills each image its Responses API's
+// image generation tool makes as the image model's output tokens, apart from the
+// response's usage, which does not count them: each is an output item of type
+// image_generation_call. The official OpenAI SDK's call with the tool (gpt-image-1-mini,
+// low quality, square: 272 tokens an image, and 100 for each of its two partial images
+// when streamed) is charged its tokens and its 3 images exactly, and the receipt says
+// them.
+func TestImageGenerationToolThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, ImageGenerationCalls: 3})
+	e, _ := pricecatalog.Lookup("gpt-5")
+	image, _ := pricecatalog.Lookup("gpt-image-1-mini")
+	tokens := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
+	for _, tc := range []struct {
+		scenario string
+		perImage int64
+	}{{"responses-image", 272}, {"responses-image-stream", 272 + 2*100}} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", tc.scenario, s.gateway, o.key, "gpt-5")
+			if !r.OK || r.Text != fakellm.Text || r.Searches != 3 {
+				t.Fatalf("the call failed or lost its images: %+v", r)
+			}
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 {
+				t.Fatalf("%d provider calls", len(calls))
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			want := tokens + ceilDiv(3*tc.perImage*image.OutputPerMillion, 1_000_000)
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
+				rec["image_generation_calls"] != 3.0 || rec["image_model"] != "gpt-image-1-mini" || rec["image_output_tokens"] != float64(3*tc.perImage) {
+				t.Fatalf("receipt %s, want %d: the tokens and 3 images of %d tokens at %d micro-USD per million", rec, want, tc.perImage, image.OutputPerMillion)
+			}
+		})
+	}
+}
+
 // fixedUsageUpstream is a fake provider (fakellm) whose every answer reports u, served
 // on a loopback port until the test ends.
 func fixedUsageUpstream(t *testing.T, u fakellm.Usage) (*fakellm.Server, *httptest.Server) {

@@ -139,6 +139,10 @@ type Usage struct {
 	// after the web searches' (and, streamed, each call's events), which is how OpenAI
 	// reports its file search tool's calls.
 	FileSearchCalls int64
+	// ImageGenerationCalls: on the Responses API, that many image_generation_call output
+	// items after the file searches' (and, streamed, each call's events), which is how
+	// OpenAI reports its image generation tool's images.
+	ImageGenerationCalls int64
 	// AudioMillis: a duration-billed transcription's (whisper-1's) usage.seconds, in
 	// milliseconds (written as a decimal number of seconds).
 	AudioMillis int64
@@ -868,7 +872,11 @@ func responsesStream(ew *eventWriter, id, model string, u Usage) {
 	for i, c := range calls {
 		at := fmt.Sprintf(`"output_index":%d`, i)
 		event("response.output_item.added", at+fmt.Sprintf(`,"item":{"type":%q,"id":%q,"status":"in_progress"}`, c.typ, c.id))
-		for _, phase := range []string{"in_progress", "searching", "completed"} {
+		phases := []string{"in_progress", "searching", "completed"}
+		if c.typ == "image_generation_call" {
+			phases[1] = "generating"
+		}
+		for _, phase := range phases {
 			event("response."+c.typ+"."+phase, at+fmt.Sprintf(`,"item_id":%q`, c.id))
 		}
 		event("response.output_item.done", at+`,"item":`+c.item)
@@ -901,6 +909,11 @@ func toolCalls(u Usage) []toolCall {
 		id := fmt.Sprintf("fs_%d", i)
 		out = append(out, toolCall{"file_search_call", id,
 			fmt.Sprintf(`{"type":"file_search_call","id":%q,"status":"completed","queries":["tolls %d"],"results":null}`, id, i)})
+	}
+	for i := range u.ImageGenerationCalls {
+		id := fmt.Sprintf("ig_%d", i)
+		out = append(out, toolCall{"image_generation_call", id,
+			fmt.Sprintf(`{"type":"image_generation_call","id":%q,"status":"completed","result":"iVBORw0KGgo=","revised_prompt":"a toll gate %d"}`, id, i)})
 	}
 	return out
 }

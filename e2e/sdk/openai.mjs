@@ -2,7 +2,8 @@
 // its own backoff, whatever headers it sends), or, by scenario:
 // - "responses", "responses-stream": one Responses API call; "responses-search" and
 //   "responses-search-stream" with the web search tool; "responses-file-search" and
-//   "responses-file-search-stream" with the file search tool;
+//   "responses-file-search-stream" with the file search tool; "responses-image" and
+//   "responses-image-stream" with the image generation tool;
 // - "image", "image-stream": an image generation; "image-stream-abort": streamed, the
 //   client leaving after the first partial image; "image-timeout": not streamed, the
 //   client giving up after 1 s without retrying (text: the error's name);
@@ -146,12 +147,17 @@ await run('openai', s.scenario, async () => {
     // "responses-search" and "responses-search-stream" give it the web search tool, and
     // report how many web_search_call items the SDK saw (searches); "responses-file-search"
     // and "responses-file-search-stream" the file search tool, and its file_search_call
-    // items.
+    // items; "responses-image" and "responses-image-stream" the image generation tool
+    // (a low-quality square image of gpt-image-1-mini, two partial images when streamed),
+    // and its image_generation_call items.
     const params = { model: s.model, input: 'How are tolls paid?' };
     const fileSearch = s.scenario.includes('-file-search');
+    const image = s.scenario.includes('-image');
     if (fileSearch) params.tools = [{ type: 'file_search', vector_store_ids: ['vs_tolls'] }];
-    else if (s.scenario.includes('-search')) params.tools = [{ type: 'web_search' }];
-    const callType = fileSearch ? 'file_search_call' : 'web_search_call';
+    else if (image) {
+      params.tools = [{ type: 'image_generation', model: 'gpt-image-1-mini', size: '1024x1024', quality: 'low', partial_images: 2 }];
+    } else if (s.scenario.includes('-search')) params.tools = [{ type: 'web_search' }];
+    const callType = fileSearch ? 'file_search_call' : image ? 'image_generation_call' : 'web_search_call';
     const searchesIn = (output) => output.filter((item) => item.type === callType).length;
     if (!s.scenario.endsWith('-stream')) {
       const res = await client.responses.create(params);

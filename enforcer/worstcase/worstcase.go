@@ -219,7 +219,7 @@ func imageCallPrice(cat *pricecatalog.Catalog, call estimate.ImageCall) (int64, 
 	}
 	for _, s := range pricecatalog.Steps(call.Model) {
 		if e, ok := cat.Find(s.Name); ok {
-			return price(0, 0, call.Tokens, e.OutputPerMillion), true
+			return price(0, 0, call.Tokens, e.Dearest().DearestOutput()), true
 		}
 	}
 	return 0, false
