@@ -29,6 +29,10 @@ const PartialImageTokens = 100
 // image: 4,156 tokens). gpt-image-2 takes any size and counts its tokens otherwise.
 var gptImage1 = regexp.MustCompile(`^gpt-image-1(-mini|\.5)?(-\d{4}-\d{2}-\d{2})?$`)
 
+// ImageTokensKnown reports whether the token table prices model's images
+// (ImageRequest.OutputTokens); of another model, an image's tokens are a guess.
+func ImageTokensKnown(model string) bool { return gptImage1.MatchString(model) }
+
 // ImageRequest is what an image generation or edit asks that fixes its output: how many
 // images (n, 1 unless given), their size and quality, and how many partial images a
 // stream sends of each.

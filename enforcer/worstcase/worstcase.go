@@ -212,9 +212,11 @@ func toolCallsCost(cat *pricecatalog.Catalog, e pricecatalog.Entry, req estimate
 // imageCallPrice is what one call of the image generation tool costs at most: its
 // tokens at its image model's catalog output price (settlement prices them from the
 // catalog too, whatever prices the response's model). Unknown when the catalog does not
-// price the model, or the tokens are not known (a body that does not read).
+// price the model, or the tokens are not known (a body that does not read, an image
+// model whose tokens the table does not know: gpt-image-2's 4K images cost more than the
+// table's dearest, which charges them).
 func imageCallPrice(cat *pricecatalog.Catalog, call estimate.ImageCall) (int64, bool) {
-	if call.Tokens <= 0 {
+	if call.Tokens <= 0 || !requestbody.ImageTokensKnown(call.Model) {
 		return 0, false
 	}
 	for _, s := range pricecatalog.Steps(call.Model) {
