@@ -1487,8 +1487,24 @@ type SettleItem struct {
 	// image at its size and quality, and the partial images a stream asked for
 	// (requestbody.ImageRequest.OutputTokens).
 	ImageOutputTokens int64 `protobuf:"varint,28,opt,name=image_output_tokens,json=imageOutputTokens,proto3" json:"image_output_tokens,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// advisor_model is the model of Anthropic's advisor tool (the request's tool's
+	// "model"), whose sub-inferences the response's usage.iterations[] lists as
+	// advisor_message entries, left out of the top-level counts. Their counts, below, are
+	// billed at the advisor model's prices, not the response's model's: settlement prices
+	// them at the catalog's entry of advisor_model (as images, from the catalog whatever
+	// priced the tokens; a model it does not know at the catalog's highest prices), apart
+	// from the other counts, which do not include them. Empty when there are none; an
+	// enforcer that does not know the advisor's model adds them to the other counts.
+	AdvisorModel string `protobuf:"bytes,29,opt,name=advisor_model,json=advisorModel,proto3" json:"advisor_model,omitempty"`
+	// advisor_input_tokens is the advisor's input, its cache reads and writes included
+	// (as input_tokens is the response's); advisor_cached_input_tokens and
+	// advisor_cache_creation_input_tokens are those parts of it.
+	AdvisorInputTokens              int64 `protobuf:"varint,30,opt,name=advisor_input_tokens,json=advisorInputTokens,proto3" json:"advisor_input_tokens,omitempty"`
+	AdvisorOutputTokens             int64 `protobuf:"varint,31,opt,name=advisor_output_tokens,json=advisorOutputTokens,proto3" json:"advisor_output_tokens,omitempty"`
+	AdvisorCachedInputTokens        int64 `protobuf:"varint,32,opt,name=advisor_cached_input_tokens,json=advisorCachedInputTokens,proto3" json:"advisor_cached_input_tokens,omitempty"`
+	AdvisorCacheCreationInputTokens int64 `protobuf:"varint,33,opt,name=advisor_cache_creation_input_tokens,json=advisorCacheCreationInputTokens,proto3" json:"advisor_cache_creation_input_tokens,omitempty"`
+	unknownFields                   protoimpl.UnknownFields
+	sizeCache                       protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1713,6 +1729,41 @@ func (x *SettleItem) GetImageModel() string {
 func (x *SettleItem) GetImageOutputTokens() int64 {
 	if x != nil {
 		return x.ImageOutputTokens
+	}
+	return 0
+}
+
+func (x *SettleItem) GetAdvisorModel() string {
+	if x != nil {
+		return x.AdvisorModel
+	}
+	return ""
+}
+
+func (x *SettleItem) GetAdvisorInputTokens() int64 {
+	if x != nil {
+		return x.AdvisorInputTokens
+	}
+	return 0
+}
+
+func (x *SettleItem) GetAdvisorOutputTokens() int64 {
+	if x != nil {
+		return x.AdvisorOutputTokens
+	}
+	return 0
+}
+
+func (x *SettleItem) GetAdvisorCachedInputTokens() int64 {
+	if x != nil {
+		return x.AdvisorCachedInputTokens
+	}
+	return 0
+}
+
+func (x *SettleItem) GetAdvisorCacheCreationInputTokens() int64 {
+	if x != nil {
+		return x.AdvisorCacheCreationInputTokens
 	}
 	return 0
 }
@@ -2085,7 +2136,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x94\v\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xac\r\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2118,7 +2169,12 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x16image_generation_calls\x18\x1a \x01(\x03R\x14imageGenerationCalls\x12\x1f\n" +
 	"\vimage_model\x18\x1b \x01(\tR\n" +
 	"imageModel\x12.\n" +
-	"\x13image_output_tokens\x18\x1c \x01(\x03R\x11imageOutputTokensB\x1a\n" +
+	"\x13image_output_tokens\x18\x1c \x01(\x03R\x11imageOutputTokens\x12#\n" +
+	"\radvisor_model\x18\x1d \x01(\tR\fadvisorModel\x120\n" +
+	"\x14advisor_input_tokens\x18\x1e \x01(\x03R\x12advisorInputTokens\x122\n" +
+	"\x15advisor_output_tokens\x18\x1f \x01(\x03R\x13advisorOutputTokens\x12=\n" +
+	"\x1badvisor_cached_input_tokens\x18  \x01(\x03R\x18advisorCachedInputTokens\x12L\n" +
+	"#advisor_cache_creation_input_tokens\x18! \x01(\x03R\x1fadvisorCacheCreationInputTokensB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
