@@ -133,6 +133,12 @@ type Request struct {
 	// the image generation tool (requestbody.ImageToolCall): what each of the tool's
 	// calls is billed.
 	ImageCall ImageCall
+	// Advisor: the request gives the model Anthropic's advisor tool (a "tools" element
+	// whose "type" starts with "advisor_"), whose sub-inferences are billed at the
+	// advisor model's prices. AdvisorModel is not the body's estimate: the front door
+	// sets it (requestbody.AdvisorModel), the model its settlement prices them at.
+	Advisor      bool
+	AdvisorModel string
 	// MaxToolCalls is OpenAI's max_tool_calls: the most calls of built-in tools (web
 	// search, file search...) a Responses request allows, all tools together; 0 when it
 	// sets none, or none that is a positive whole number.
@@ -232,7 +238,8 @@ func Input(body []byte) (Request, error) {
 		case jsonscan.KeyIs(key, "tools"):
 			// The tools' definitions are input text; their search tools are noted too.
 			// The last "tools" counts, as encoding/json reads a repeated key.
-			r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration = searchTools(body, i)
+			t := searchTools(body, i)
+			r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor = t.search, t.maxUses, t.fileSearch, t.images, t.advisor
 			i = w.value(i, kindOf(key))
 		case jsonscan.KeyIs(key, "background"):
 			// The last one counts, as encoding/json reads a repeated key.
@@ -465,27 +472,35 @@ func hex4(h []byte) rune {
 	return r
 }
 
-// searchTools reads the tools array at b[i] (any other value has none): whether one of
-// them is a web search tool, and the most searches they allow together (0 when one of
-// them sets no max_uses), and whether one is a file search tool, one an image
-// generation tool. See Request.WebSearch, Request.FileSearch and
-// Request.ImageGeneration.
-func searchTools(b []byte, i int) (search bool, maxUses int64, fileSearch, images bool) {
+// billedTools is what a request's tools say of the calls billed apart from its tokens:
+// whether one of them is a web search tool, and the most searches they allow together
+// (maxUses, 0 when one of them sets no max_uses), and whether one is a file search
+// tool, one an image generation tool, one an advisor. See Request.WebSearch,
+// Request.FileSearch, Request.ImageGeneration and Request.Advisor.
+type billedTools struct {
+	search                      bool
+	maxUses                     int64
+	fileSearch, images, advisor bool
+}
+
+// searchTools reads the tools array at b[i] (any other value has none).
+func searchTools(b []byte, i int) billedTools {
+	var t billedTools
 	if b[i] != '[' {
-		return false, 0, false, false
+		return t
 	}
 	capped := true
 	for i = jsonscan.SkipSpace(b, i+1); b[i] != ']'; {
 		end := jsonscan.SkipValue(b, i)
 		if b[i] == '{' {
-			isSearch, uses, isFileSearch, isImages := searchTool(b, i)
-			fileSearch, images = fileSearch || isFileSearch, images || isImages
-			if isSearch {
-				search = true
-				if uses <= 0 || maxUses > maxCap-uses {
+			one := searchTool(b, i)
+			t.fileSearch, t.images, t.advisor = t.fileSearch || one.fileSearch, t.images || one.images, t.advisor || one.advisor
+			if one.search {
+				t.search = true
+				if one.maxUses <= 0 || t.maxUses > maxCap-one.maxUses {
 					capped = false
 				} else {
-					maxUses += uses
+					t.maxUses += one.maxUses
 				}
 			}
 		}
@@ -493,16 +508,15 @@ func searchTools(b []byte, i int) (search bool, maxUses int64, fileSearch, image
 			i = jsonscan.SkipSpace(b, i+1)
 		}
 	}
-	if !search || !capped {
-		return search, 0, fileSearch, images
+	if !t.search || !capped {
+		t.maxUses = 0
 	}
-	return true, maxUses, fileSearch, images
+	return t
 }
 
-// searchTool reads one tool object at b[i]: whether it is a web search tool, and its
-// max_uses (0 when it sets none, or none that is a positive whole number), and whether
-// it is a file search tool, an image generation tool.
-func searchTool(b []byte, i int) (search bool, maxUses int64, fileSearch, images bool) {
+// searchTool reads one tool object at b[i]; its maxUses is its max_uses (0 when it sets
+// none, or none that is a positive whole number).
+func searchTool(b []byte, i int) (t billedTools) {
 	for i = jsonscan.SkipSpace(b, i+1); b[i] != '}'; {
 		end := jsonscan.SkipString(b, i)
 		key := b[i:end]
@@ -511,16 +525,17 @@ func searchTool(b []byte, i int) (search bool, maxUses int64, fileSearch, images
 		case jsonscan.KeyIs(key, "type"):
 			if b[i] == '"' {
 				end := jsonscan.SkipString(b, i)
-				search = search || hasPrefixDecoded(b[i:end], "web_search")
-				fileSearch = fileSearch || hasPrefixDecoded(b[i:end], "file_search")
-				images = images || hasPrefixDecoded(b[i:end], "image_generation")
+				t.search = t.search || hasPrefixDecoded(b[i:end], "web_search")
+				t.fileSearch = t.fileSearch || hasPrefixDecoded(b[i:end], "file_search")
+				t.images = t.images || hasPrefixDecoded(b[i:end], "image_generation")
+				t.advisor = t.advisor || hasPrefixDecoded(b[i:end], "advisor_")
 			}
 		case jsonscan.KeyIs(key, "googleSearch"), jsonscan.KeyIs(key, "google_search"), jsonscan.KeyIs(key, "googleSearchRetrieval"):
-			search = true
+			t.search = true
 		case jsonscan.KeyIs(key, "max_uses"):
 			if jsonscan.IsNumber(b[i]) {
 				if n, err := positiveWhole(b[i:jsonscan.SkipNumber(b, i)]); err == nil && n > 0 {
-					maxUses = n
+					t.maxUses = n
 				}
 			}
 		}
@@ -528,7 +543,7 @@ func searchTool(b []byte, i int) (search bool, maxUses int64, fileSearch, images
 			i = jsonscan.SkipSpace(b, i+1)
 		}
 	}
-	return search, maxUses, fileSearch, images
+	return t
 }
 
 // configCapKeys are the keys of an output cap inside the settings object named key

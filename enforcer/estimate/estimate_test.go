@@ -381,7 +381,7 @@ func decoderInput(body []byte) (Request, error) {
 		return Request{}, ErrNotObject // trailing data
 	}
 	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
-	r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration = decoderSearchTools(body)
+	r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor = decoderSearchTools(body)
 	return r, nil
 }
 
@@ -414,11 +414,11 @@ func decoderConfigCap(raw json.RawMessage, key string) int64 {
 
 // decoderSearchTools is searchTools read with encoding/json: the last top-level "tools"
 // (as Unmarshal keeps it), each object element's members in order.
-func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch, images bool) {
+func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch, images, advisor bool) {
 	var top map[string]json.RawMessage
 	var tools []json.RawMessage
 	if json.Unmarshal(body, &top) != nil || json.Unmarshal(top["tools"], &tools) != nil {
-		return false, 0, false, false
+		return false, 0, false, false, false
 	}
 	capped := true
 	for _, tool := range tools {
@@ -431,7 +431,7 @@ func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch, im
 			k, _ := dec.Token()
 			var v json.RawMessage
 			if dec.Decode(&v) != nil {
-				return false, 0, false, false
+				return false, 0, false, false, false
 			}
 			switch k {
 			case "type":
@@ -439,6 +439,7 @@ func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch, im
 				isSearch = isSearch || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "web_search")
 				fileSearch = fileSearch || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "file_search")
 				images = images || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "image_generation")
+				advisor = advisor || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "advisor_")
 			case "googleSearch", "google_search", "googleSearchRetrieval":
 				isSearch = true
 			case "max_uses":
@@ -457,9 +458,9 @@ func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch, im
 		}
 	}
 	if !search || !capped {
-		return search, 0, fileSearch, images
+		return search, 0, fileSearch, images, advisor
 	}
-	return true, maxUses, fileSearch, images
+	return true, maxUses, fileSearch, images, advisor
 }
 
 // Search tools: a request that gives the model a web search tool says so, with the most
@@ -499,7 +500,7 @@ func TestSearchTools(t *testing.T) {
 			t.Errorf("%s: search %v max uses %d file search %v images %v (%v), want %v %d %v %v", tc.body, r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, err,
 				tc.search, tc.maxUses, tc.fileSearch, tc.images)
 		}
-		if s, n, f, im := decoderSearchTools([]byte(tc.body)); s != tc.search || n != tc.maxUses || f != tc.fileSearch || im != tc.images {
+		if s, n, f, im, _ := decoderSearchTools([]byte(tc.body)); s != tc.search || n != tc.maxUses || f != tc.fileSearch || im != tc.images {
 			t.Errorf("%s: the reference reads search %v max uses %d file search %v images %v", tc.body, s, n, f, im)
 		}
 	}
@@ -641,4 +642,30 @@ func tierNamed(names []pricecatalog.TierName, name string) pricecatalog.Tier {
 		}
 	}
 	return pricecatalog.Standard
+}
+
+// Anthropic's advisor tool: a "tools" element whose type starts with "advisor_", read
+// as the reference decoder reads it.
+func TestAdvisorTool(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want bool
+	}{
+		{`{"model":"claude-haiku-4-5","tools":[{"type":"advisor_20260301","name":"advisor","model":"claude-opus-4-7","max_uses":3}]}`, true},
+		{`{"tools":[{"type":"web_search_20250305","max_uses":2},{"type":"adv\u0069sor_20260301","model":"claude-opus-4-7"}]}`, true},
+		{`{"tools":[{"type":"custom","name":"advisor_20260301"}]}`, false},
+		{`{"tools":[{"type":"advisor_20260301"}],"tools":[]}`, false},
+	} {
+		r, err := Input([]byte(tc.body))
+		if err != nil || r.Advisor != tc.want {
+			t.Errorf("%s: advisor %v (%v), want %v", tc.body, r.Advisor, err, tc.want)
+		}
+		if _, _, _, _, ref := decoderSearchTools([]byte(tc.body)); ref != tc.want {
+			t.Errorf("%s: the reference reads advisor %v", tc.body, ref)
+		}
+	}
+	// Its max_uses caps no search.
+	if r, _ := Input([]byte(`{"tools":[{"type":"web_search_20250305","max_uses":2},{"type":"advisor_20260301","max_uses":5}]}`)); r.WebSearchMaxUses != 2 {
+		t.Errorf("max uses %d, want the search's 2", r.WebSearchMaxUses)
+	}
 }

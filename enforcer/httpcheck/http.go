@@ -105,6 +105,16 @@ type settleBody struct {
 	ImageGenerationCalls *int64  `json:"imageGenerationCalls"`
 	ImageModel           *string `json:"imageModel"`
 	ImageOutputTokens    *int64  `json:"imageOutputTokens"`
+	// AdvisorModel and the advisor's counts: the advisor_message entries of Anthropic's
+	// usage.iterations[] (its advisor tool's sub-inferences), left out of the other
+	// counts and billed at advisorModel's prices. advisorInputTokens includes the
+	// advisor's cache reads and writes, which the other two are parts of. Counts without
+	// advisorModel are charged at the response's model's price.
+	AdvisorModel                    *string `json:"advisorModel"`
+	AdvisorInputTokens              *int64  `json:"advisorInputTokens"`
+	AdvisorOutputTokens             *int64  `json:"advisorOutputTokens"`
+	AdvisorCachedInputTokens        *int64  `json:"advisorCachedInputTokens"`
+	AdvisorCacheCreationInputTokens *int64  `json:"advisorCacheCreationInputTokens"`
 	// AudioInputTokens and AudioOutputTokens are the audio parts of inputTokens and
 	// outputTokens (OpenAI's *_tokens_details.audio_tokens, Gemini's AUDIO modality).
 	// Absent, a model whose catalog entry prices audio apart is charged the dearer
@@ -183,6 +193,8 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		{"cacheCreationInputTokens", in.CacheCreationInputTokens}, {"cacheCreationOneHourInputTokens", in.CacheCreationOneHourInputTokens},
 		{"audioInputMillis", in.AudioInputMillis}, {"webSearchRequests", in.WebSearchRequests}, {"fileSearchCalls", in.FileSearchCalls},
 		{"imageGenerationCalls", in.ImageGenerationCalls}, {"imageOutputTokens", in.ImageOutputTokens},
+		{"advisorInputTokens", in.AdvisorInputTokens}, {"advisorOutputTokens", in.AdvisorOutputTokens},
+		{"advisorCachedInputTokens", in.AdvisorCachedInputTokens}, {"advisorCacheCreationInputTokens", in.AdvisorCacheCreationInputTokens},
 		{"audioInputTokens", in.AudioInputTokens}, {"audioOutputTokens", in.AudioOutputTokens}, {"cachedAudioInputTokens", in.CachedAudioInputTokens},
 		{"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
 		if f.v != nil && *f.v < 0 {
@@ -192,7 +204,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	for _, f := range []struct {
 		name string
 		v    *string
-	}{{"model", in.Model}, {"imageModel", in.ImageModel}} {
+	}{{"model", in.Model}, {"imageModel", in.ImageModel}, {"advisorModel", in.AdvisorModel}} {
 		if f.v != nil && len(*f.v) > 256 {
 			probs = append(probs, problem{f.name + " must be at most 256 characters", []any{f.name}})
 		}
@@ -219,7 +231,9 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	}{{&u.InputTokens, in.InputTokens}, {&u.OutputTokens, in.OutputTokens}, {&u.CachedTokens, in.CachedInputTokens},
 		{&u.CacheCreationTokens, in.CacheCreationInputTokens}, {&u.CacheCreation1hTokens, in.CacheCreationOneHourInputTokens},
 		{&u.AudioInputMillis, in.AudioInputMillis}, {&u.WebSearchRequests, in.WebSearchRequests}, {&u.FileSearchCalls, in.FileSearchCalls},
-		{&u.ImageGenerationCalls, in.ImageGenerationCalls}, {&u.ImageOutputTokens, in.ImageOutputTokens}} {
+		{&u.ImageGenerationCalls, in.ImageGenerationCalls}, {&u.ImageOutputTokens, in.ImageOutputTokens},
+		{&u.AdvisorInputTokens, in.AdvisorInputTokens}, {&u.AdvisorOutputTokens, in.AdvisorOutputTokens},
+		{&u.AdvisorCachedInputTokens, in.AdvisorCachedInputTokens}, {&u.AdvisorCacheCreationInputTokens, in.AdvisorCacheCreationInputTokens}} {
 		if f.src != nil {
 			*f.dst = *f.src
 			reported = true
@@ -230,6 +244,9 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	}
 	if in.ImageModel != nil {
 		u.ImageModel = *in.ImageModel
+	}
+	if in.AdvisorModel != nil {
+		u.AdvisorModel = *in.AdvisorModel
 	}
 	// complete defaults to "some usage was reported": a bare {requestId} says the
 	// request ended without usage, which is exactly an incomplete settlement.

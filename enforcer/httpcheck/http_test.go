@@ -106,7 +106,9 @@ func TestHTTPSettle(t *testing.T) {
 			`{"requestId":"` + reqID + `","audioOutputTokens":-3}`, `{"requestId":"` + reqID + `","cachedAudioInputTokens":-4}`,
 			`{"requestId":"` + reqID + `","serviceTier":"priority"}`, `{"requestId":"` + reqID + `","serviceTier":true}`,
 			`{"requestId":"` + reqID + `","imageGenerationCalls":-1}`, `{"requestId":"` + reqID + `","imageOutputTokens":-1}`,
-			`{"requestId":"` + reqID + `","imageModel":"` + strings.Repeat("m", 257) + `"}`, `{"requestId":"` + reqID + `","imageModel":1}`} {
+			`{"requestId":"` + reqID + `","imageModel":"` + strings.Repeat("m", 257) + `"}`, `{"requestId":"` + reqID + `","imageModel":1}`,
+			`{"requestId":"` + reqID + `","advisorInputTokens":-1}`, `{"requestId":"` + reqID + `","advisorCachedInputTokens":-1}`,
+			`{"requestId":"` + reqID + `","advisorModel":"` + strings.Repeat("m", 257) + `"}`} {
 			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
 				t.Fatalf("%s: %d %v", bad, code, out)
 			}
@@ -187,6 +189,11 @@ func TestHTTPSettle(t *testing.T) {
 		{"image generation calls", `"model":"gpt-5","inputTokens":10,"outputTokens":2,"imageGenerationCalls":2,"imageModel":"gpt-image-1-mini","imageOutputTokens":544`,
 			func(it *internalv1.SettleItem) bool {
 				return it.GetImageGenerationCalls() == 2 && it.GetImageModel() == "gpt-image-1-mini" && it.GetImageOutputTokens() == 544
+			}},
+		{"an advisor's counts", `"model":"claude-haiku-4-5","inputTokens":10,"outputTokens":2,"advisorModel":"claude-opus-4-7","advisorInputTokens":700,"advisorOutputTokens":90,"advisorCachedInputTokens":300,"advisorCacheCreationInputTokens":40`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetAdvisorModel() == "claude-opus-4-7" && it.GetAdvisorInputTokens() == 700 && it.GetAdvisorOutputTokens() == 90 &&
+					it.GetAdvisorCachedInputTokens() == 300 && it.GetAdvisorCacheCreationInputTokens() == 40 && it.GetInputTokens() == 10
 			}},
 		{"the audio parts of the counts", `"model":"gpt-realtime","inputTokens":10,"outputTokens":20,"audioInputTokens":0,"audioOutputTokens":15`,
 			func(it *internalv1.SettleItem) bool {

@@ -58,6 +58,7 @@ type Request struct {
 	regional      bool
 	imageOutput   int64
 	imageCall     estimate.ImageCall
+	advisorModel  string
 	// older and newer link the shard's requests that no response stream follows, in
 	// admission order (the oldest is evicted first); listed says it is in that list.
 	older, newer *Request
@@ -89,6 +90,13 @@ type Usage struct {
 	ImageGenerationCalls int64
 	ImageModel           string
 	ImageOutputTokens    int64
+	// The advisor's counts (responseusage.Usage.AdvisorInputTokens...), apart from the
+	// others, billed at AdvisorModel's prices. A front door knows the counts alone:
+	// Finish takes the model from the request (RecordRequest), and adds the counts to
+	// the others when it does not know it; POST /settle's reporter says the model.
+	AdvisorModel                                              string
+	AdvisorInputTokens, AdvisorOutputTokens                   int64
+	AdvisorCachedInputTokens, AdvisorCacheCreationInputTokens int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
 	// OutputTokens where the upstream reported them, nil where not: settlement charges a
 	// model that prices audio apart at the dearer price when the split is unknown
@@ -134,7 +142,9 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 	return Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
 		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens, CacheCreation1hTokens: got.CacheCreation1hInputTokens,
 		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls,
-		ImageGenerationCalls: got.ImageGenerationCalls, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier, Regional: got.Regional,
+		ImageGenerationCalls: got.ImageGenerationCalls, AdvisorInputTokens: got.AdvisorInputTokens, AdvisorOutputTokens: got.AdvisorOutputTokens,
+		AdvisorCachedInputTokens: got.AdvisorCachedInputTokens, AdvisorCacheCreationInputTokens: got.AdvisorCacheCreationInputTokens,
+		UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier, Regional: got.Regional,
 		AudioInputTokens: reported(got.AudioInputTokens, got.AudioInputReported), AudioOutputTokens: reported(got.AudioOutputTokens, got.AudioOutputReported),
 		CachedAudioInputTokens: reported(got.CachedAudioInputTokens, got.CachedAudioInputReported),
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
@@ -308,7 +318,8 @@ func (t *Tracker) Follow(id string) bool {
 // whether it goes to a cloud's regional endpoint (requestbody.RegionalEndpoint), which
 // its settlement carries whatever ends it, the output an image generation is billed
 // (requestbody.ImageOutputTokens), and what each call of an image generation tool is
-// billed (requestbody.ImageToolCall). It reports whether this process knows the request.
+// billed (requestbody.ImageToolCall), and the model of its advisor tool
+// (requestbody.AdvisorModel). It reports whether this process knows the request.
 func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 	s := t.shard(id)
 	s.mu.Lock()
@@ -318,7 +329,7 @@ func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 		return false
 	}
 	r.requestSeen, r.inputEstimate, r.requestModel, r.regional, r.imageOutput = true, req.InputTokens, req.Model, req.Regional, req.ImageOutputTokens
-	r.imageCall = req.ImageCall
+	r.imageCall, r.advisorModel = req.ImageCall, req.AdvisorModel
 	return true
 }
 
@@ -398,6 +409,11 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		ImageGenerationCalls:            u.ImageGenerationCalls,
 		ImageModel:                      u.ImageModel,
 		ImageOutputTokens:               u.ImageOutputTokens,
+		AdvisorModel:                    u.AdvisorModel,
+		AdvisorInputTokens:              u.AdvisorInputTokens,
+		AdvisorOutputTokens:             u.AdvisorOutputTokens,
+		AdvisorCachedInputTokens:        u.AdvisorCachedInputTokens,
+		AdvisorCacheCreationInputTokens: u.AdvisorCacheCreationInputTokens,
 		AudioInputTokens:                u.AudioInputTokens,
 		AudioOutputTokens:               u.AudioOutputTokens,
 		CachedAudioInputTokens:          u.CachedAudioInputTokens,
@@ -424,6 +440,7 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 	if u.Seen != nil {
 		charge(item, u.Seen, r)
 	}
+	advisorCounts(item, r)
 	return t.q.Enqueue(item, res, done)
 }
 
@@ -441,6 +458,27 @@ func imageCalls(item *internalv1.SettleItem, r *Request) {
 		return
 	}
 	item.ImageOutputTokens = item.ImageGenerationCalls * r.imageCall.Tokens
+}
+
+// advisorCounts names the model of the advisor's counts a response reported, from the
+// request's advisor tool (RecordRequest), where the report did not. Where neither says
+// it (r nil: a request this process does not know), the counts are added to the
+// response's own, charged at its model's price: never dropped.
+func advisorCounts(item *internalv1.SettleItem, r *Request) {
+	if item.AdvisorModel != "" || item.AdvisorInputTokens == 0 && item.AdvisorOutputTokens == 0 {
+		return
+	}
+	if r != nil && r.requestSeen && r.advisorModel != "" {
+		item.AdvisorModel = r.advisorModel
+		return
+	}
+	add := func(to *int64, v int64) { *to = min(*to, math.MaxInt64-v) + v }
+	add(&item.InputTokens, item.AdvisorInputTokens)
+	add(&item.OutputTokens, item.AdvisorOutputTokens)
+	add(&item.CachedInputTokens, item.AdvisorCachedInputTokens)
+	add(&item.CacheCreationInputTokens, item.AdvisorCacheCreationInputTokens)
+	item.AdvisorInputTokens, item.AdvisorOutputTokens = 0, 0
+	item.AdvisorCachedInputTokens, item.AdvisorCacheCreationInputTokens = 0, 0
 }
 
 // charge completes what a response stream reported with estimates (see Finish). r is

@@ -209,6 +209,45 @@ func TestImageGenerationCallsAreSettled(t *testing.T) {
 	}
 }
 
+// An advisor's counts are settled apart, at the model of the request's advisor tool;
+// a reporter's model stands; without either, they are added to the response's own
+// counts (charged at its model's price, never dropped).
+func TestAdvisorCountsAreSettled(t *testing.T) {
+	advised := Usage{Model: "claude-haiku-4-5", InputTokens: 900, OutputTokens: 100, CachedTokens: 50, Complete: true, UpstreamStatus: 200,
+		AdvisorInputTokens: 1000, AdvisorOutputTokens: 200, AdvisorCachedInputTokens: 300, AdvisorCacheCreationInputTokens: 40}
+	reported := advised
+	reported.AdvisorModel = "claude-opus-4-8"
+	for _, tc := range []struct {
+		name                 string
+		recorded             bool
+		u                    Usage
+		model                string
+		in, out, cached      int64
+		advIn, advOut, write int64
+	}{
+		{"the request's advisor", true, advised, "claude-opus-4-7", 900, 100, 50, 1000, 200, 40},
+		{"the reporter's advisor", true, reported, "claude-opus-4-8", 900, 100, 50, 1000, 200, 40},
+		{"the request not known here: the response's own", false, advised, "", 1900, 300, 350, 0, 0, 0},
+		{"no advisor counts", true, Usage{Model: "m", InputTokens: 3, Complete: true}, "", 3, 0, 0, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &queue{}
+			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+			if tc.recorded {
+				tr.RecordRequest("req_a", estimate.Request{InputTokens: 10, Model: "claude-haiku-4-5", Advisor: true, AdvisorModel: "claude-opus-4-7"})
+			}
+			_ = tr.Finish("req_a", tc.u, nil)
+			it := q.items[0]
+			if it.GetAdvisorModel() != tc.model || it.GetInputTokens() != tc.in || it.GetOutputTokens() != tc.out || it.GetCachedInputTokens() != tc.cached ||
+				it.GetAdvisorInputTokens() != tc.advIn || it.GetAdvisorOutputTokens() != tc.advOut || it.GetAdvisorCacheCreationInputTokens() != tc.write {
+				t.Fatalf("settled %v", it)
+			}
+		})
+	}
+}
+
 // Whether a request went to a regional endpoint reaches its settlement from what the
 // front door recorded of the request, or from the report itself (POST /settle).
 func TestRegionalEndpointIsSettled(t *testing.T) {

@@ -348,7 +348,9 @@ const (
 func (a *accumulator) noteIterations(d *docFields) {
 	it := &d.usage[rootIterations]
 	for _, m := range [...]struct{ from, to int }{{tokInput, tokIterInput}, {tokOutput, tokIterOutput},
-		{tokCacheRead, tokIterCacheRead}, {tokCacheCreation, tokIterCacheWrite}} {
+		{tokCacheRead, tokIterCacheRead}, {tokCacheCreation, tokIterCacheWrite},
+		{tokAdvisorInput, tokAdvisorInput}, {tokAdvisorOutput, tokAdvisorOutput},
+		{tokAdvisorCacheRead, tokAdvisorCacheRead}, {tokAdvisorCacheWrite, tokAdvisorCacheWrite}} {
 		if v, ok := it.get(m.from); ok {
 			a.u.setMax(m.to, v)
 		}
@@ -488,6 +490,13 @@ func (a *accumulator) fill(u *Usage) {
 		if hasIn {
 			in = plus(in, tokIterInput)
 		}
+		// The advisor's sub-inferences, billed at its model's prices: apart. Its input
+		// includes its cache reads and writes, as InputTokens does.
+		advCached, _ := a.u.get(tokAdvisorCacheRead)
+		advWritten, _ := a.u.get(tokAdvisorCacheWrite)
+		u.AdvisorOutputTokens, _ = a.u.get(tokAdvisorOutput)
+		u.AdvisorInputTokens = plus(satAdd(advCached, advWritten), tokAdvisorInput)
+		u.AdvisorCachedInputTokens, u.AdvisorCacheCreationInputTokens = advCached, advWritten
 	}
 	u.OutputTokens = out
 	u.CachedInputTokens = cached

@@ -379,14 +379,15 @@ func oracleIterations(usage []member, it *usageFields) {
 		}
 		for _, e := range list {
 			entry, _ := e.([]member)
-			apart := true
+			apart, advisor := true, false
 			for _, g := range entry {
 				if s, ok := g.val.(string); ok && g.key == "type" {
 					apart = s != "message" && s != "fallback_message"
+					advisor = s == "advisor_message"
 				}
 				if t, ok := keys[g.key]; ok && apart {
 					if n, ok := plainCount(g.val); ok {
-						it.add(t, n)
+						it.add(iterSlot(t, advisor), n)
 					}
 				}
 			}

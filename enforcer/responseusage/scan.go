@@ -300,10 +300,40 @@ const (
 	// cache_read_input_tokens, cache_creation_input_tokens), the sums of the entries of
 	// Anthropic's usage.iterations[] that the top-level counts leave out (compaction,
 	// advisor_message: scanner.iterApart), the top level's or message_start's
-	// message's. An Anthropic document has no response root, whose usage it borrows:
-	// a field of its own would take the Extractor to the heap's next size class.
+	// message's; an advisor_message entry's in the advisor's slots (iterSlot). An
+	// Anthropic document has no response root, whose usage it borrows: a field of its
+	// own would take the Extractor to the heap's next size class.
 	rootIterations = rootResponse
 )
+
+// The slots of the sums of Anthropic's advisor_message entries, in rootIterations and
+// in the accumulator: an Anthropic usage has no OpenAI chat counts, whose slots they
+// take (as the other iterations' sums take Gemini's: tokIterInput).
+const (
+	tokAdvisorInput      = tokPrompt
+	tokAdvisorOutput     = tokCompletion
+	tokAdvisorCacheRead  = tokCachedPrompt
+	tokAdvisorCacheWrite = tokCachedInput
+)
+
+// iterSlot is the slot of rootIterations an iterations entry's count tok adds to: the
+// advisor's (advisor says the entry is an advisor_message), else tok's own.
+func iterSlot(tok int, advisor bool) int {
+	if !advisor {
+		return tok
+	}
+	switch tok {
+	case tokInput:
+		return tokAdvisorInput
+	case tokOutput:
+		return tokAdvisorOutput
+	case tokCacheRead:
+		return tokAdvisorCacheRead
+	case tokCacheCreation:
+		return tokAdvisorCacheWrite
+	}
+	return tok
+}
 
 // usageFields are the counts of one usage object.
 type usageFields struct {
@@ -666,13 +696,14 @@ type scanner struct {
 	// iterApart: the usage.iterations[] entry being read is billed apart from the
 	// top-level counts (its type is neither "message" nor "fallback_message", or not
 	// read yet: an entry whose counts come before its type is taken as apart, the
-	// dearer reading).
-	iterApart bool
-	hexN      uint8
-	numOK     bool // the number so far is a non-negative integer that fits int64 (in ms mode: its milliseconds do)
-	numTok    target
-	lit       uint8 // the literal being read: its index in literals
-	litPos    uint8
+	// dearer reading). iterAdvisor: its type said "advisor_message", an advisor model's
+	// sub-inference, billed at that model's prices: its counts go to the advisor's sums.
+	iterApart, iterAdvisor bool
+	hexN                   uint8
+	numOK                  bool // the number so far is a non-negative integer that fits int64 (in ms mode: its milliseconds do)
+	numTok                 target
+	lit                    uint8 // the literal being read: its index in literals
+	litPos                 uint8
 
 	// ms mode, for usage.seconds alone (numTok's tok is tokAudioSeconds): the
 	// number is a decimal of seconds, read as milliseconds. num takes the digits
@@ -1114,6 +1145,7 @@ func (s *scanner) endString() bool {
 				// A "message" entry (or the fallback model's serving one) is in the
 				// top-level counts; any other (compaction, advisor_message) is not.
 				s.iterApart = !s.keyCap.is("message") && !s.keyCap.is("fallback_message")
+				s.iterAdvisor = s.keyCap.is("advisor_message")
 			case s.capFor == capGeo:
 				s.doc.geoPinned = !s.keyCap.is("global")
 			case s.keyCap.is("web_search_call"):
@@ -1170,7 +1202,7 @@ func (s *scanner) valueStart(c byte, at int) {
 		s.entryMatch, s.entryCount = false, 0
 	case tgIterEntry:
 		// Billed apart until its type says it is not (see docFields.usage).
-		s.iterApart = true
+		s.iterApart, s.iterAdvisor = true, false
 	}
 	switch {
 	case c == '{' || c == '[':
@@ -1361,7 +1393,7 @@ func (s *scanner) endNumber() bool {
 	} else if t.kind == tgModCount && s.numOK {
 		s.entryCount = s.num
 	} else if t.kind == tgIterTok && s.numOK && s.iterApart {
-		s.doc.usage[rootIterations].add(int(t.tok), s.num)
+		s.doc.usage[rootIterations].add(iterSlot(int(t.tok), s.iterAdvisor), s.num)
 	}
 	s.numTok = target{}
 	return s.endValue()

@@ -116,6 +116,14 @@ type Usage struct {
 	// an image billed apart from the usage, as its image model's output
 	// (requestbody.ImageToolCall says how many tokens).
 	ImageGenerationCalls int64
+	// AdvisorInputTokens, AdvisorOutputTokens, AdvisorCachedInputTokens and
+	// AdvisorCacheCreationInputTokens are the sums of the advisor_message entries of
+	// Anthropic's usage.iterations[] (its advisor tool's sub-inferences), left out of
+	// the other counts: they are billed at the advisor model's prices (the request's
+	// tool names it). The input includes the cache reads and writes, which the other two
+	// are parts of. 0 elsewhere.
+	AdvisorInputTokens, AdvisorOutputTokens                   int64
+	AdvisorCachedInputTokens, AdvisorCacheCreationInputTokens int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
 	// OutputTokens, which some models price above text (pricecatalog.Price.
 	// AudioInputPerMillion): OpenAI's prompt_tokens_details.audio_tokens and
@@ -252,7 +260,10 @@ type Extractor struct {
 	jsonDone bool
 	arr      uint8 // modeArray: where the array's reading is (arrFirst...); a byte cost's alignment left free
 	cost     int64
-	result   Usage
+	// result is what Finish returned, for a later call: a pointer, so that the Usage
+	// (about 250 bytes) is allocated once, at the end, not held by every stream the
+	// gateway keeps (TestExtractorSize).
+	result *Usage
 
 	dec      *decoder // a supported content encoding is being decoded
 	audio    *audiolength.Meter
@@ -485,7 +496,7 @@ func (e *Extractor) writeArray(p []byte) {
 // goroutine that Finish releases). Later calls return the same Usage.
 func (e *Extractor) Finish(endOfStream bool) Usage {
 	if e.finished {
-		return e.result
+		return *e.result
 	}
 	e.finished = true
 	u := Usage{Tier: e.headerTier}
@@ -496,7 +507,7 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 	if e.mode == modeIgnore {
 		u.Format = FormatUnsupportedEncoding
 		u.TextBytes, u.TextBytesFromRaw = e.rawBytes, true
-		e.result = u
+		e.result = &u
 		return u
 	}
 	var undecoded int64
@@ -512,7 +523,7 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		if e.audio != nil {
 			u.AudioOutputMillis = e.audio.Millis()
 		}
-		e.result = u
+		e.result = &u
 		return u
 	case modeJSON:
 		if e.scan.flush() {
@@ -538,7 +549,7 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		u.TextBytes += undecoded
 		u.TextBytesFromRaw = true
 	}
-	e.result = u
+	e.result = &u
 	return u
 }
 

@@ -1339,9 +1339,10 @@ func TestImageGenerationCalls(t *testing.T) {
 // Anthropic's usage.iterations[] lists a request's sampling iterations; its "message"
 // entries are in the top-level counts, but a "compaction" entry (the server-side summary
 // of a closed context) and an "advisor_message" one (an advisor model's sub-inference) are
-// not, and are billed: their counts are added to the top level's. An entry whose counts
-// come before its type is taken as apart (the dearer reading). Streamed, message_delta's
-// usage is cumulative: its last iterations count once.
+// not, and are billed: a compaction's counts are added to the top level's, an advisor's
+// summed apart (billed at the advisor model's prices). An entry whose counts come before
+// its type is taken as apart (the dearer reading), with the top level's. Streamed,
+// message_delta's usage is cumulative: its last iterations count once.
 func TestAnthropicIterations(t *testing.T) {
 	iterations := `"iterations":[{"type":"message","input_tokens":23000,"output_tokens":400},` +
 		`{"type":"compaction","input_tokens":180000,"output_tokens":3500,"cache_read_input_tokens":1000,"cache_creation_input_tokens":0},` +
@@ -1349,8 +1350,9 @@ func TestAnthropicIterations(t *testing.T) {
 		`{"type":"advisor_message","model":"claude-opus-4-8","input_tokens":60000,"output_tokens":1600,"cache_creation_input_tokens":500}]`
 	body := `{"type":"message","model":"claude-opus-4-8","content":[{"type":"text","text":"x"}],` +
 		`"usage":{"input_tokens":25000,"output_tokens":1000,"cache_read_input_tokens":0,"cache_creation_input_tokens":0,` + iterations + `}}`
-	want := Usage{Model: "claude-opus-4-8", InputTokens: 25000 + 180000 + 1000 + 60000 + 500, OutputTokens: 1000 + 3500 + 1600,
-		CachedInputTokens: 1000, CacheCreationInputTokens: 500, Complete: true, Format: FormatAnthropicMessages,
+	want := Usage{Model: "claude-opus-4-8", InputTokens: 25000 + 180000 + 1000, OutputTokens: 1000 + 3500,
+		CachedInputTokens: 1000, Complete: true, Format: FormatAnthropicMessages,
+		AdvisorInputTokens: 60000 + 500, AdvisorOutputTokens: 1600, AdvisorCacheCreationInputTokens: 500,
 		InputReported: true, OutputReported: true, TextBytes: 1}
 	checkSplits(t, ctJSON, nil, []byte(body), want)
 	if ref, ok := oracleFor(ctJSON, []byte(body)); !ok || !reflect.DeepEqual(ref, want) {
@@ -1360,6 +1362,21 @@ func TestAnthropicIterations(t *testing.T) {
 	late := `{"type":"message","usage":{"input_tokens":10,"output_tokens":2,"iterations":[{"input_tokens":10,"output_tokens":2,"type":"message"}]}}`
 	if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(late)}, true); got.InputTokens != 20 || got.OutputTokens != 4 {
 		t.Fatalf("counts before the type: %s", show(got))
+	}
+	lateAdvisor := strings.Replace(late, `"type":"message"}`, `"type":"advisor_message"}`, 1)
+	if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(lateAdvisor)}, true); got.InputTokens != 20 || got.OutputTokens != 4 || got.AdvisorInputTokens != 0 {
+		t.Fatalf("an advisor's counts before its type: %s", show(got))
+	}
+	// Streamed: an advisor's entries in message_delta's cumulative list, its cache reads.
+	advised := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-haiku-4-5\",\"usage\":{\"input_tokens\":900,\"output_tokens\":1}}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":80,\"iterations\":[{\"type\":\"message\",\"input_tokens\":400,\"output_tokens\":30},{\"type\":\"advisor_message\",\"model\":\"claude-opus-4-7\",\"input_tokens\":700,\"output_tokens\":200,\"cache_read_input_tokens\":300}]}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":100,\"iterations\":[{\"type\":\"message\",\"input_tokens\":400,\"output_tokens\":30},{\"type\":\"advisor_message\",\"model\":\"claude-opus-4-7\",\"input_tokens\":700,\"output_tokens\":200,\"cache_read_input_tokens\":300},{\"type\":\"message\",\"input_tokens\":500,\"output_tokens\":70}]}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	wantAdvised := Usage{Model: "claude-haiku-4-5", InputTokens: 900, OutputTokens: 100, Complete: true, Format: FormatAnthropicSSE,
+		AdvisorInputTokens: 1000, AdvisorOutputTokens: 200, AdvisorCachedInputTokens: 300, InputReported: true, OutputReported: true}
+	checkSplits(t, ctSSE, nil, []byte(advised), wantAdvised)
+	if ref, ok := oracleFor(ctSSE, []byte(advised)); !ok || !reflect.DeepEqual(ref, wantAdvised) {
+		t.Fatalf("the reference reads %s", show(ref))
 	}
 	// Message entries alone add nothing; null iterations neither.
 	for _, b := range []string{
