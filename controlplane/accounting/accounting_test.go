@@ -23,6 +23,23 @@ func TestCostOf(t *testing.T) {
 	org := PricedAt{Price: p, Source: PriceOrganization}
 	whisper := PricedAt{Price: Price{InputPerMillion: 30_000_000, OutputPerMillion: 30_000_000, CachedInputPerMillion: 30_000_000, AudioPerMinute: 6_000}, Source: PriceCatalog}
 	gptImage1 := PricedAt{Price: Price{ImageOutputPerMillion: 40_000_000}, Source: PriceCatalog} // images at gpt-image-1's output price
+	// Anthropic's advisor tool: claude-haiku-4-5 executing (input 1 USD per million,
+	// output 5, cache reads 0.10, writes 1.25), claude-opus-4-7 advising (5, 25, 0.50,
+	// 6.25).
+	opusWrite, haikuWrite := int64(6_250_000), int64(1_250_000)
+	opus := &Price{InputPerMillion: 5_000_000, OutputPerMillion: 25_000_000, CachedInputPerMillion: 500_000, CacheWritePerMillion: &opusWrite}
+	haikuPrice := Price{InputPerMillion: 1_000_000, OutputPerMillion: 5_000_000, CachedInputPerMillion: 100_000, CacheWritePerMillion: &haikuWrite,
+		RegionalPremiumPercent: 10, Advisor: opus}
+	haiku := PricedAt{Price: haikuPrice, Source: PriceCatalog}
+	// The advisor's 30,000 input tokens (12,000 read from the cache, 8,000 written to it,
+	// 10,000 uncached) and 1,500 output tokens: 50,000 + 6,000 + 50,000 + 37,500.
+	advisor := Usage{AdvisorInputTokens: 30_000, AdvisorCachedInputTokens: 12_000, AdvisorCacheWriteTokens: 8_000, AdvisorOutputTokens: 1_500}
+	const advisorCost = 143_500
+	withAdvisor := func(u Usage) Usage {
+		u.AdvisorInputTokens, u.AdvisorCachedInputTokens, u.AdvisorCacheWriteTokens, u.AdvisorOutputTokens =
+			advisor.AdvisorInputTokens, advisor.AdvisorCachedInputTokens, advisor.AdvisorCacheWriteTokens, advisor.AdvisorOutputTokens
+		return u
+	}
 	cases := []struct {
 		name   string
 		u      Usage
@@ -175,6 +192,49 @@ func TestCostOf(t *testing.T) {
 			PricedAt{Price: Price{InputPerMillion: math.MaxInt64, ImageOutputPerMillion: math.MaxInt64}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"audio beyond int64 is capped", Usage{AudioInputMillis: math.MaxInt64}, PricedAt{Price: Price{AudioPerMinute: math.MaxInt64}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		// Anthropic's advisor tool: the advisor's sub-inferences priced as a response of
+		// the advisor model, on top of the executor's tokens, rounded up on their own.
+		{"the advisor at its model's prices, the executor at its own", withAdvisor(Usage{InputTokens: 10_000, OutputTokens: 2_000}), haiku,
+			10_000 + 10_000 + advisorCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the advisor alone is usage", advisor, haiku, advisorCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the advisor, estimated", withAdvisor(Usage{Estimated: true}), haiku, advisorCost, SourceCatalogEstimate, BasisEstimate, false, nil},
+		{"the advisor at the executor's price when its own is not known", withAdvisor(Usage{InputTokens: 10_000, OutputTokens: 2_000}),
+			PricedAt{Price: Price{InputPerMillion: 1_000_000, OutputPerMillion: 5_000_000, CachedInputPerMillion: 100_000, CacheWritePerMillion: &haikuWrite}, Source: PriceCatalog},
+			20_000 + 10_000 + 1_200 + 10_000 + 7_500, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the advisor's cache writes without a cache-write price: at its input price", Usage{AdvisorInputTokens: 1_000, AdvisorCacheWriteTokens: 1_000},
+			PricedAt{Price: Price{Advisor: &Price{InputPerMillion: 2_000_000}}, Source: PriceCatalog}, 2_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the advisor's cache reads and writes above its input: both charged, no uncached input",
+			Usage{AdvisorInputTokens: 10, AdvisorCachedInputTokens: 10, AdvisorCacheWriteTokens: 8}, haiku,
+			(10*500_000 + 8*6_250_000) / 1_000_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the advisor is rounded up on its own", Usage{InputTokens: 1, AdvisorOutputTokens: 1},
+			PricedAt{Price: Price{InputPerMillion: 1, Advisor: &Price{OutputPerMillion: 1}}, Source: PriceCatalog}, 1 + 1, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the advisor is not raised by the fast tier", withAdvisor(Usage{InputTokens: 10_000, OutputTokens: 2_000, Tier: pricecatalog.Fast}), haiku,
+			2*20_000 + advisorCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the advisor is not raised by the executor's tier percent", withAdvisor(Usage{InputTokens: 10_000, OutputTokens: 2_000, Tier: pricecatalog.Fast}),
+			PricedAt{Price: func() Price { p := haikuPrice; p.FastPercent = 600; return p }(), Source: PriceCatalog},
+			6*20_000 + advisorCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the advisor is not raised by the regional premium", withAdvisor(Usage{InputTokens: 10_000, OutputTokens: 2_000, Regional: true}), haiku,
+			22_000 + advisorCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the advisor at the fallback's source", advisor, PricedAt{Price: Price{Advisor: opus}, Source: PriceFallback},
+			advisorCost, SourceFallback, BasisReportedUsage, false, nil},
+		{"the advisor with images and file search calls, each at its price", withAdvisor(Usage{FileSearchCalls: 2, ImageGenerationCalls: 1, ImageOutputTokens: 1_056}),
+			PricedAt{Price: Price{FileSearch: 2_500, ImageOutputPerMillion: 40_000_000, Advisor: opus}, Source: PriceCatalog},
+			5_000 + 42_240 + advisorCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the advisor, the upstream's cost as it is", withAdvisor(Usage{UpstreamCost: i64(42)}), haiku, 42, SourceUpstream, BasisUpstreamCost, false, nil},
+		{"negative advisor input", Usage{AdvisorInputTokens: -1}, haiku, 0, "", "", false, ErrBadUsage},
+		{"negative advisor output", Usage{InputTokens: 1, AdvisorOutputTokens: -1}, haiku, 0, "", "", false, ErrBadUsage},
+		{"negative advisor cache reads", Usage{AdvisorInputTokens: 1, AdvisorCachedInputTokens: -1}, haiku, 0, "", "", false, ErrBadUsage},
+		{"negative advisor cache writes", Usage{AdvisorInputTokens: 1, AdvisorCacheWriteTokens: -1}, haiku, 0, "", "", false, ErrBadUsage},
+		{"negative advisor counts with an upstream cost", Usage{AdvisorOutputTokens: -1, UpstreamCost: i64(42)}, haiku, 0, "", "", false, ErrBadUsage},
+		{"advisor tokens beyond int64 are capped", Usage{AdvisorInputTokens: math.MaxInt64, AdvisorOutputTokens: math.MaxInt64},
+			PricedAt{Price: Price{Advisor: &Price{InputPerMillion: math.MaxInt64, OutputPerMillion: math.MaxInt64}}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		{"advisor tokens on top of a cost near int64 are capped", Usage{InputTokens: 1, AdvisorOutputTokens: 1_000_000},
+			PricedAt{Price: Price{InputPerMillion: math.MaxInt64, Advisor: &Price{OutputPerMillion: math.MaxInt64}}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		{"advisor tokens above the allowance bound are capped", Usage{AdvisorOutputTokens: MaxTokens},
+			PricedAt{Price: Price{Advisor: &Price{OutputPerMillion: 1 << 40}}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 	}
 	for _, c := range cases {
@@ -459,6 +519,12 @@ func TestBound(t *testing.T) {
 	}
 	if u, notes = Bound(Usage{ImageGenerationCalls: -2, ImageOutputTokens: -3}); u.ImageGenerationCalls != 0 || u.ImageOutputTokens != 0 || len(notes) != 2 {
 		t.Fatalf("negative image generation calls: %+v %v", u, notes)
+	}
+	if u, notes = Bound(Usage{AdvisorInputTokens: math.MaxInt64, AdvisorOutputTokens: -1, AdvisorCachedInputTokens: MaxTokens + 1, AdvisorCacheWriteTokens: -2}); u.AdvisorInputTokens != MaxTokens ||
+		u.AdvisorOutputTokens != 0 || u.AdvisorCachedInputTokens != MaxTokens || u.AdvisorCacheWriteTokens != 0 || len(notes) != 4 ||
+		!strings.Contains(notes[0], "advisor_input_tokens") || !strings.Contains(notes[1], "advisor_output_tokens") ||
+		!strings.Contains(notes[2], "advisor_cached_input_tokens") || !strings.Contains(notes[3], "advisor_cache_creation_input_tokens") {
+		t.Fatalf("absurd and negative advisor counts: %+v %v", u, notes)
 	}
 	if _, notes := Bound(Usage{InputTokens: MaxTokens, AudioInputMillis: MaxAudioMillis, UpstreamCost: i64(money.MaxAllowanceMicroUSD)}); len(notes) != 0 {
 		t.Fatalf("values at the bounds changed: %v", notes)

@@ -58,8 +58,8 @@ func CleanModel(s string) (clean string, changed bool) {
 	return strings.TrimSpace(b.String()), true
 }
 
-// Bound keeps every token count, and every count of calls billed apart (web searches,
-// file search and image generation calls), within [0, MaxTokens] (the audio milliseconds
+// Bound keeps every token count (the advisor's too), and every count of calls billed
+// apart (web searches, file search and image generation calls), within [0, MaxTokens] (the audio milliseconds
 // within [0, MaxAudioMillis]) and an upstream cost within [0,
 // money.MaxAllowanceMicroUSD]: a count above the bound is capped, a negative count is
 // read as 0, a negative upstream cost is ignored (the tokens are priced instead), and an
@@ -77,7 +77,9 @@ func Bound(u Usage) (Usage, []string) {
 		{"cache_creation_input_tokens", &u.CacheWriteTokens}, {"cache_creation_one_hour_input_tokens", &u.CacheWrite1hTokens},
 		{"audio_input_millis", &u.AudioInputMillis}, {"web_search_requests", &u.WebSearchRequests},
 		{"file_search_calls", &u.FileSearchCalls}, {"image_generation_calls", &u.ImageGenerationCalls},
-		{"image_output_tokens", &u.ImageOutputTokens}} {
+		{"image_output_tokens", &u.ImageOutputTokens}, {"advisor_input_tokens", &u.AdvisorInputTokens},
+		{"advisor_output_tokens", &u.AdvisorOutputTokens}, {"advisor_cached_input_tokens", &u.AdvisorCachedInputTokens},
+		{"advisor_cache_creation_input_tokens", &u.AdvisorCacheWriteTokens}} {
 		limit := MaxTokens
 		if c.v == &u.AudioInputMillis {
 			limit = MaxAudioMillis

@@ -73,6 +73,12 @@ type Price struct {
 	// generation tool (Usage.ImageOutputTokens): the catalog's output price of the image
 	// model the tool ran, filled by the ledger like WebSearch whatever priced the tokens.
 	ImageOutputPerMillion int64
+	// Advisor prices the sub-inferences of Anthropic's advisor tool
+	// (Usage.AdvisorInputTokens and the rest) as a response's tokens: the catalog's price
+	// of the advisor model, filled by the ledger like WebSearch whatever priced the
+	// tokens; nil prices them at this price, the response's model's (a settlement that
+	// does not name the advisor model). Only its token prices are read (CatalogCost).
+	Advisor *Price
 	// AudioInputPerMillion and AudioOutputPerMillion price audio tokens apart from text
 	// tokens (pricecatalog.Price.AudioInputPerMillion); 0: audio tokens are priced as
 	// the rest of their class. Only a catalog entry has them: an organization's price
@@ -146,6 +152,17 @@ type Usage struct {
 	// pricecatalog.DearestImageTokens each (ImageTokens).
 	ImageGenerationCalls int64
 	ImageOutputTokens    int64
+	// AdvisorInputTokens, AdvisorOutputTokens, AdvisorCachedInputTokens and
+	// AdvisorCacheWriteTokens are the counts of the sub-inferences of Anthropic's advisor
+	// tool (the response's usage.iterations[] advisor_message entries, summed), left out
+	// of the counts above and billed at the advisor model's prices: priced as a response
+	// of their own at Price.Advisor (AdvisorUsage), on top of the tokens. As for the
+	// response, AdvisorInputTokens includes the cache reads and writes, the two parts
+	// after it; the writes are five-minute ones (priced at the cache-write price).
+	AdvisorInputTokens       int64
+	AdvisorOutputTokens      int64
+	AdvisorCachedInputTokens int64
+	AdvisorCacheWriteTokens  int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
 	// OutputTokens where the upstream reported them (OpenAI's audio_tokens, Gemini's
 	// AUDIO modality); nil when it did not (or the counts are estimates): the split is
@@ -184,6 +201,19 @@ func (u Usage) ImageTokens() int64 {
 	return u.ImageGenerationCalls * pricecatalog.DearestImageTokens
 }
 
+// HasAdvisor tells whether u counts any of the advisor's tokens.
+func (u Usage) HasAdvisor() bool {
+	return u.AdvisorInputTokens != 0 || u.AdvisorOutputTokens != 0 || u.AdvisorCachedInputTokens != 0 || u.AdvisorCacheWriteTokens != 0
+}
+
+// AdvisorUsage is the usage of the advisor's sub-inferences as a response of their own:
+// their input (cache reads and writes included), output, cache reads and writes, which
+// CostOf prices at Price.Advisor with CatalogCost like the response's tokens.
+func (u Usage) AdvisorUsage() Usage {
+	return Usage{InputTokens: u.AdvisorInputTokens, OutputTokens: u.AdvisorOutputTokens,
+		CachedInputTokens: u.AdvisorCachedInputTokens, CacheWriteTokens: u.AdvisorCacheWriteTokens}
+}
+
 // Basis says how a cost for u is known: an upstream cost; else nothing when no token
 // was counted; else an estimate when the enforcer estimated counts; else reported usage.
 func (u Usage) Basis() string {
@@ -191,7 +221,7 @@ func (u Usage) Basis() string {
 	case u.UpstreamCost != nil:
 		return BasisUpstreamCost
 	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0 && u.AudioInputMillis == 0 &&
-		u.WebSearchRequests == 0 && u.FileSearchCalls == 0 && u.ImageGenerationCalls == 0 && u.ImageOutputTokens == 0:
+		u.WebSearchRequests == 0 && u.FileSearchCalls == 0 && u.ImageGenerationCalls == 0 && u.ImageOutputTokens == 0 && !u.HasAdvisor():
 		return BasisNone
 	case u.Estimated:
 		return BasisEstimate
@@ -228,15 +258,18 @@ type Cost struct {
 // SourceCatalogEstimate), plus its audio by the minute (AudioCost), at the percent of
 // its speed tier (Price.TierPercent, rounded up) when it ran at a dearer one, with the price's
 // regional premium when it went to a regional endpoint (pricecatalog.RegionalPremium),
-// plus its web searches and file search calls apiece and its image generation calls'
-// output tokens at the image model's output price (ImageCost of ImageTokens), none of
-// them multiplied by the tier or the regional premium, which price the response's own
-// model. A cost above money.MaxAllowanceMicroUSD is capped there and flagged: a request
-// is never left uncharged because its numbers are absurd.
+// plus its web searches and file search calls apiece, its image generation calls'
+// output tokens at the image model's output price (ImageCost of ImageTokens) and its
+// advisor's sub-inferences at the advisor model's prices (CatalogCost of AdvisorUsage at
+// Price.Advisor, rounded up on their own), none of them multiplied by the tier or the
+// regional premium, which price the response's own model. A cost above
+// money.MaxAllowanceMicroUSD is capped there and flagged: a request is never left
+// uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
 		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 ||
-		u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
+		u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || u.AdvisorInputTokens < 0 || u.AdvisorOutputTokens < 0 ||
+		u.AdvisorCachedInputTokens < 0 || u.AdvisorCacheWriteTokens < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
 		return Cost{}, ErrBadUsage
 	}
 	c := Cost{Basis: u.Basis()}
@@ -260,14 +293,7 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 	}
 	v, err := CatalogCost(u, p.Price)
 	if err == nil && u.AudioInputMillis > 0 {
-		var audio int64
-		if audio, err = AudioCost(u.AudioInputMillis, p.Price.AudioPerMinute); err == nil {
-			if v > math.MaxInt64-audio {
-				err = ErrCostOverflow
-			} else {
-				v += audio
-			}
-		}
+		v, err = addCost(v, func() (int64, error) { return AudioCost(u.AudioInputMillis, p.Price.AudioPerMinute) })
 	}
 	if err == nil && u.Tier != pricecatalog.Standard {
 		var ok bool
@@ -295,14 +321,17 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 	// The images of the image generation tool, at their image model's output price,
 	// after the tier and the regional premium as well.
 	if tokens := u.ImageTokens(); err == nil && tokens > 0 {
-		var images int64
-		if images, err = ImageCost(tokens, p.Price.ImageOutputPerMillion); err == nil {
-			if v > math.MaxInt64-images {
-				err = ErrCostOverflow
-			} else {
-				v += images
-			}
+		v, err = addCost(v, func() (int64, error) { return ImageCost(tokens, p.Price.ImageOutputPerMillion) })
+	}
+	// The advisor's sub-inferences, priced as a response of the advisor model (its
+	// uncached input, cache reads, cache writes and output each at its price), after
+	// the tier and the regional premium as well.
+	if err == nil && u.HasAdvisor() {
+		advisor := p.Price
+		if p.Price.Advisor != nil {
+			advisor = *p.Price.Advisor
 		}
+		v, err = addCost(v, func() (int64, error) { return CatalogCost(u.AdvisorUsage(), advisor) })
 	}
 	switch {
 	case errors.Is(err, ErrCostOverflow) || err == nil && v > money.MaxAllowanceMicroUSD:
@@ -312,6 +341,19 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 	}
 	c.MicroUSD = v
 	return c, nil
+}
+
+// addCost adds the cost part computes to v; an error of part, or a sum beyond int64
+// (ErrCostOverflow), is returned with v unchanged.
+func addCost(v int64, part func() (int64, error)) (int64, error) {
+	w, err := part()
+	switch {
+	case err != nil:
+		return v, err
+	case v > math.MaxInt64-w:
+		return v, ErrCostOverflow
+	}
+	return v + w, nil
 }
 
 // AudioCost is ceil(millis * perMinute / 60000): input audio billed by duration, priced

@@ -34,6 +34,34 @@ func TestSettlementPricing(t *testing.T) {
 		}
 	}
 	high := pricecatalog.Highest()
+	// Anthropic's advisor tool: claude-haiku-4-5 executing (1, 5, 0.10 and 1.25 USD per
+	// million input, output, cache reads and writes), claude-opus-4-7 advising (5, 25,
+	// 0.50, 6.25), each at the shipped catalog's figures. The executor reads 10,000 input
+	// tokens and writes 2,000 (20,000 micro-USD); the advisor reads 30,000 (12,000 from the
+	// cache, 8,000 written to it, 10,000 neither) and writes 1,500 (50,000 + 6,000 +
+	// 50,000 + 37,500 = 143,500 at Opus's prices, 28,700 at Haiku's).
+	haiku, okHaiku := pricecatalog.Lookup("claude-haiku-4-5")
+	opus, okOpus := pricecatalog.Lookup("claude-opus-4-7")
+	sonnet, okSonnet := pricecatalog.Lookup("claude-sonnet-4-5")
+	if !okHaiku || !okOpus || !okSonnet || sonnet.LongContext == nil {
+		t.Fatal("the catalog lacks claude-haiku-4-5, claude-opus-4-7 or claude-sonnet-4-5's long context")
+	}
+	// tokensAt is ceil((uncached * input + cached * cachedInput + written * cacheWrite +
+	// output * outputPrice) / 1e6) at a catalog price.
+	tokensAt := func(p pricecatalog.Price, uncached, cached, written, output int64) int64 {
+		return (uncached*p.InputPerMillion + cached*p.CachedInputPerMillion + written*p.CacheWrite() + output*p.OutputPerMillion + 999_999) / 1_000_000
+	}
+	executor := tokensAt(haiku.Price, 10_000, 0, 0, 2_000)                                              // 20,000
+	advisorAtOpus := tokensAt(opus.Price, 10_000, 12_000, 8_000, 1_500)                                 // 143,500
+	advisorAtHaiku := tokensAt(haiku.Price, 10_000, 12_000, 8_000, 1_500)                               // 28,700
+	advisorAtHighest := tokensAt(high, 10_000, 12_000, 8_000, 1_500)                                    // the catalog's dearest of each class
+	executorFast, _ := pricecatalog.AtPercent(executor, haiku.TierPercent(pricecatalog.Fast))           // 40,000
+	executorFastRegional, _ := pricecatalog.RegionalPremium(executorFast, haiku.RegionalPremiumPercent) // 44,000
+	advised := func(model string, it *internalv1.SettleItem) *internalv1.SettleItem {
+		it.AdvisorModel, it.AdvisorInputTokens, it.AdvisorCachedInputTokens, it.AdvisorCacheCreationInputTokens, it.AdvisorOutputTokens =
+			model, 30_000, 12_000, 8_000, 1_500
+		return it
+	}
 	cases := []struct {
 		name   string
 		setup  func()
@@ -261,6 +289,45 @@ func TestSettlementPricing(t *testing.T) {
 			setPrices(store.ModelPrice{Model: "gpt-4o-mini", InputPerMillion: 1_000_000, OutputPerMillion: 2_000_000, CachedInputPerMillion: 100_000})
 		}, &internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, ImageGenerationCalls: 1, ImageOutputTokens: 6_240, Complete: true},
 			1_000_000 + 249_600, "catalog_estimate", "organization", "reported_usage"},
+		// Anthropic's advisor tool: the advisor's sub-inferences at the catalog's prices of
+		// the advisor model, on top of the executor's tokens, whatever priced them, after
+		// the tier and the regional premium.
+		{"the advisor at claude-opus-4-7's prices, the executor at claude-haiku-4-5's", func() { setPrices() },
+			advised("claude-opus-4-7", &internalv1.SettleItem{Model: "claude-haiku-4-5-20251001", InputTokens: 10_000, OutputTokens: 2_000, Complete: true}),
+			executor + advisorAtOpus, "catalog_estimate", "catalog", "reported_usage"}, // 163,500; 48,700 before
+		{"the advisor alone is usage", nil,
+			advised("claude-opus-4-7", &internalv1.SettleItem{Model: "claude-haiku-4-5", Complete: true}),
+			advisorAtOpus, "catalog_estimate", "catalog", "reported_usage"},
+		{"a dated advisor model: its family's price", nil,
+			advised("claude-opus-4-7-20260301", &internalv1.SettleItem{Model: "claude-haiku-4-5", InputTokens: 10_000, OutputTokens: 2_000, Complete: true}),
+			executor + advisorAtOpus, "catalog_estimate", "catalog", "reported_usage"},
+		{"an advisor's long prompt: its model's long-context price, the executor's short one", nil,
+			&internalv1.SettleItem{Model: "claude-haiku-4-5", InputTokens: 10_000, OutputTokens: 2_000, AdvisorModel: "claude-sonnet-4-5",
+				AdvisorInputTokens: 300_000, AdvisorOutputTokens: 1_000, Complete: true},
+			executor + tokensAt(sonnet.ForInput(300_000), 300_000, 0, 0, 1_000), "catalog_estimate", "catalog", "reported_usage"}, // 20,000 + 1,822,500
+		{"an advisor model nobody priced: the catalog's highest prices, unpriced", nil,
+			advised("acme-advisor-9", &internalv1.SettleItem{Model: "claude-haiku-4-5", InputTokens: 10_000, OutputTokens: 2_000, Complete: true}),
+			executor + advisorAtHighest, "fallback", "fallback", "reported_usage"},
+		{"advisor counts naming no advisor model: the response's price, as before", nil,
+			advised("", &internalv1.SettleItem{Model: "claude-haiku-4-5", InputTokens: 10_000, OutputTokens: 2_000, Complete: true}),
+			executor + advisorAtHaiku, "catalog_estimate", "catalog", "reported_usage"}, // 48,700
+		{"the advisor is not raised by the executor's tier or regional premium", nil,
+			advised("claude-opus-4-7", &internalv1.SettleItem{Model: "claude-haiku-4-5", InputTokens: 10_000, OutputTokens: 2_000,
+				PriorityTier: true, ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST, RegionalEndpoint: true, Complete: true}),
+			executorFastRegional + advisorAtOpus, "catalog_estimate", "catalog", "reported_usage"}, // 44,000 + 143,500
+		{"an advisor model's name is cleaned", nil,
+			advised("claude-opus-4-7\x00", &internalv1.SettleItem{Model: "claude-haiku-4-5", Complete: true}),
+			advisorAtOpus, "catalog_estimate", "catalog", "reported_usage"},
+		{"the advisor, estimated", nil,
+			advised("claude-opus-4-7", &internalv1.SettleItem{Model: "claude-haiku-4-5", InputTokens: 10_000, UsageEstimated: true}),
+			10_000 + advisorAtOpus, "catalog_estimate", "catalog", "estimate"},
+		{"the organization's price of the executor does not price its advisor", func() {
+			setPrices(store.ModelPrice{Model: "claude-haiku-4-5", InputPerMillion: 2_000_000, OutputPerMillion: 3_000_000, CachedInputPerMillion: 200_000})
+		}, advised("claude-opus-4-7", &internalv1.SettleItem{Model: "claude-haiku-4-5", InputTokens: 10_000, OutputTokens: 2_000, Complete: true}),
+			20_000 + 6_000 + advisorAtOpus, "catalog_estimate", "organization", "reported_usage"},
+		{"the organization's price of the executor prices an advisor the item does not name", nil,
+			advised("", &internalv1.SettleItem{Model: "claude-haiku-4-5", InputTokens: 10_000, OutputTokens: 2_000, Complete: true}),
+			20_000 + 6_000 + 20_000 + 2_400 + 16_000 + 4_500, "catalog_estimate", "organization", "reported_usage"}, // writes at its input price
 		// Audio tokens at the catalog's audio prices (gpt-realtime: text input 4 USD per
 		// million, audio input 32, cached input 0.40, text output 16, audio output 64):
 		// 10,000 input tokens of which 2,000 cached and 6,000 audio (on the 8,000 uncached
@@ -346,11 +413,15 @@ func TestSettlementPricing(t *testing.T) {
 			var priority, regional bool
 			var tier, imageModel string
 			var imageCalls, imageTokens int64
+			var advisorModel string
+			var advisorIn, advisorOut, advisorCached, advisorWritten int64
 			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis, web_search_requests, file_search_calls,
 					audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier,
-					image_generation_calls, image_model, image_output_tokens
+					image_generation_calls, image_model, image_output_tokens, advisor_model, advisor_input_tokens, advisor_output_tokens,
+					advisor_cached_input_tokens, advisor_cache_creation_input_tokens
 				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches, &audioIn, &audioOut,
-				&cachedAudio, &priority, &regional, &tier, &imageCalls, &imageModel, &imageTokens); err != nil ||
+				&cachedAudio, &priority, &regional, &tier, &imageCalls, &imageModel, &imageTokens, &advisorModel, &advisorIn, &advisorOut,
+				&advisorCached, &advisorWritten); err != nil ||
 				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != wantSearches ||
 				fileSearches != c.item.GetFileSearchCalls() {
 				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %v", basis, priceSource, audio, searches, fileSearches, err)
@@ -364,6 +435,15 @@ func TestSettlementPricing(t *testing.T) {
 			if imageCalls != c.item.GetImageGenerationCalls() || imageModel != wantImageModel || imageTokens != c.item.GetImageOutputTokens() {
 				t.Fatalf("stored %d image calls of %q, %d tokens; want %d of %q, %d", imageCalls, imageModel, imageTokens,
 					c.item.GetImageGenerationCalls(), wantImageModel, c.item.GetImageOutputTokens())
+			}
+			// The advisor's model (cleaned; '' when the item names none) and its counts, as
+			// reported.
+			if advisorModel != strings.ReplaceAll(c.item.GetAdvisorModel(), "\x00", "") || advisorIn != c.item.GetAdvisorInputTokens() ||
+				advisorOut != c.item.GetAdvisorOutputTokens() || advisorCached != c.item.GetAdvisorCachedInputTokens() ||
+				advisorWritten != c.item.GetAdvisorCacheCreationInputTokens() {
+				t.Fatalf("stored the advisor %q: %d in (%d cached, %d written), %d out; want %q: %d (%d, %d), %d", advisorModel, advisorIn,
+					advisorCached, advisorWritten, advisorOut, c.item.GetAdvisorModel(), c.item.GetAdvisorInputTokens(),
+					c.item.GetAdvisorCachedInputTokens(), c.item.GetAdvisorCacheCreationInputTokens(), c.item.GetAdvisorOutputTokens())
 			}
 			// The audio counts as reported (NULL when not; a negative one is ignored).
 			if !sameCount(audioIn, storedCount(c.item.AudioInputTokens)) || !sameCount(audioOut, storedCount(c.item.AudioOutputTokens)) ||

@@ -42,6 +42,11 @@ func TestHostileValuesAreSettledNotRefused(t *testing.T) {
 			"m", money.MaxAllowanceMicroUSD, "upstream cost 9223372036854775807 capped"},
 		{"negative tokens", b, &internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: -5, OutputTokens: 1_000_000, Complete: true},
 			"gpt-4o-mini", 600_000, "input_tokens -5 read as 0"},
+		{"NUL in the advisor model", a, &internalv1.SettleItem{Model: "claude-haiku-4-5", AdvisorModel: "claude-opus-4-7\x00", AdvisorOutputTokens: 1_000_000,
+			Complete: true}, "claude-haiku-4-5", 25_000_000, "advisor model name cleaned"},
+		{"max int64 advisor tokens", b, &internalv1.SettleItem{Model: "claude-haiku-4-5", AdvisorModel: "claude-opus-4-7", AdvisorInputTokens: math.MaxInt64,
+			AdvisorOutputTokens: math.MaxInt64, AdvisorCachedInputTokens: math.MaxInt64, AdvisorCacheCreationInputTokens: math.MaxInt64, Complete: true},
+			"claude-haiku-4-5", 0, "advisor_input_tokens 9223372036854775807 capped at 1000000000000"},
 		{"finished_at beyond timestamptz", b, &internalv1.SettleItem{Model: "gpt-4o-mini", OutputTokens: 1_000_000, Complete: true,
 			FinishedAtUnixMs: math.MaxInt64}, "gpt-4o-mini", 600_000, "finished_at_unix_ms"},
 	}

@@ -31,6 +31,10 @@ type settleJob struct {
 	// defaultImageModel where the item names none, "" when it counts no call and no
 	// token.
 	imageModel string
+	// advisorModel is the model of Anthropic's advisor tool whose sub-inferences the
+	// advisor's counts are, cleaned: "" when there are none, or when the item does not
+	// name it (they are then priced at the response's own price, see price).
+	advisorModel string
 	// snap is the snapshot the settlement brought (nil when it relies on its start).
 	snap     *accounting.Snapshot
 	snapJSON []byte
@@ -128,6 +132,8 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(), AudioInputMillis: it.GetAudioInputMillis(),
 		WebSearchRequests: it.GetWebSearchRequests(), FileSearchCalls: it.GetFileSearchCalls(),
 		ImageGenerationCalls: it.GetImageGenerationCalls(), ImageOutputTokens: it.GetImageOutputTokens(),
+		AdvisorInputTokens: it.GetAdvisorInputTokens(), AdvisorOutputTokens: it.GetAdvisorOutputTokens(),
+		AdvisorCachedInputTokens: it.GetAdvisorCachedInputTokens(), AdvisorCacheWriteTokens: it.GetAdvisorCacheCreationInputTokens(),
 		AudioInputTokens: it.AudioInputTokens, AudioOutputTokens: it.AudioOutputTokens, CachedAudioInputTokens: it.CachedAudioInputTokens,
 		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Tier: tierOf(it),
 		Regional: it.GetRegionalEndpoint()})
@@ -136,17 +142,25 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		sj.adjusted = append(sj.adjusted, "usage_bounded")
 	}
 	sj.usage = u
-	if u.ImageGenerationCalls > 0 || u.ImageOutputTokens > 0 {
-		var imageChanged bool
-		if sj.imageModel, imageChanged = accounting.CleanModel(it.GetImageModel()); imageChanged {
-			sj.notes = append(sj.notes, "image model name cleaned (control characters, invalid UTF-8 or more than 200 bytes)")
+	// cleanModel cleans a model name the item gives besides its model's, noted as kind.
+	cleanModel := func(name, kind string) string {
+		clean, cleaned := accounting.CleanModel(name)
+		if cleaned {
+			sj.notes = append(sj.notes, kind+" model name cleaned (control characters, invalid UTF-8 or more than 200 bytes)")
 			if !changed {
 				sj.adjusted = append(sj.adjusted, "model_cleaned") // once for the settlement
+				changed = true
 			}
 		}
-		if sj.imageModel == "" {
+		return clean
+	}
+	if u.ImageGenerationCalls > 0 || u.ImageOutputTokens > 0 {
+		if sj.imageModel = cleanModel(it.GetImageModel(), "image"); sj.imageModel == "" {
 			sj.imageModel = defaultImageModel
 		}
+	}
+	if u.HasAdvisor() {
+		sj.advisorModel = cleanModel(it.GetAdvisorModel(), "advisor")
 	}
 	// Estimated usage is never complete: it is what the enforcer saw, not what the
 	// upstream reported.
@@ -477,12 +491,14 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
 			WebSearchRequests: j.item.usage.WebSearchRequests, FileSearchCalls: j.item.usage.FileSearchCalls,
 			ImageGenerationCalls: j.item.usage.ImageGenerationCalls, ImageModel: j.item.imageModel, ImageOutputTokens: j.item.usage.ImageOutputTokens,
+			AdvisorModel: j.item.advisorModel, AdvisorInputTokens: j.item.usage.AdvisorInputTokens, AdvisorOutputTokens: j.item.usage.AdvisorOutputTokens,
+			AdvisorCachedInputTokens: j.item.usage.AdvisorCachedInputTokens, AdvisorCacheWriteTokens: j.item.usage.AdvisorCacheWriteTokens,
 			AudioInputTokens: j.item.usage.AudioInputTokens, AudioOutputTokens: j.item.usage.AudioOutputTokens,
 			CachedAudioInputTokens: j.item.usage.CachedAudioInputTokens, ServiceTier: j.item.usage.Tier.String(), Regional: j.item.usage.Regional,
 			UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
 			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: j.item.finishedAt}
 		if j.item.withoutModel {
-			rw.Model, rw.ImageModel = "", ""
+			rw.Model, rw.ImageModel, rw.AdvisorModel = "", "", ""
 		}
 		if prev == nil && st.State == "recovered" {
 			// A recovered start always has its receipt; reaching here means the rows
@@ -616,10 +632,11 @@ func newOrgPrices(ps []store.ModelPrice) *orgPrices {
 // organization's fallback price, else the catalog's highest price of each token class.
 // Audio billed by duration is priced from the catalog whatever priced the tokens
 // (organizations price tokens only): see audioPrice; so are web searches, file search
-// calls and the image generation tool's images (webSearchPrice, fileSearchPrice,
-// imageOutputPrice). Audio tokens are not: they are tokens, priced
-// apart only by a catalog entry that has audio prices (fromCatalog); an organization's
-// price of the model prices them at its token prices, being the authority for it.
+// calls, the image generation tool's images and the advisor's sub-inferences
+// (webSearchPrice, fileSearchPrice, imageOutputPrice, advisorPrice). Audio tokens are
+// not: they are tokens, priced apart only by a catalog entry that has audio prices
+// (fromCatalog); an organization's price of the model prices them at its token prices,
+// being the authority for it.
 func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPrice, orgID string) accounting.PricedAt {
 	p := sj.tokenPrice(org, fallbacks, orgID)
 	if sj.usage.AudioInputMillis > 0 {
@@ -646,7 +663,47 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 			p.Source = accounting.PriceFallback // images of an image model nobody priced: unpriced
 		}
 	}
+	// The advisor's sub-inferences of an item that does not name the advisor model keep
+	// no Advisor price: CostOf prices them at the response's own price (the one just
+	// chosen, organization's, catalog's or fallback), what they were charged at before
+	// the advisor was priced apart. (An enforcer that does not know the advisor model
+	// adds its counts to the others instead, to the same effect but for the tier and the
+	// regional premium, which then multiply them.)
+	if sj.usage.HasAdvisor() && sj.advisorModel != "" {
+		var known bool
+		if p.Price.Advisor, known = sj.advisorPrice(); !known {
+			p.Source = accounting.PriceFallback // an advisor model nobody priced: unpriced
+		}
+	}
 	return p
+}
+
+// advisorPrice is the catalog's price of the advisor model of the job's advisor tool
+// (its nearest entry, as imageOutputPrice finds the image model's; the price of the
+// advisor's prompt length where the entry has two, its input with cache reads and
+// writes), else the catalog's highest price of each token class (known false:
+// pricecatalog.Highest), the price of a model nobody priced.
+func (sj *settleJob) advisorPrice() (p *accounting.Price, known bool) {
+	if e, ok := nearestCatalogEntry(sj.advisorModel); ok {
+		advisor := fromCatalog(e.ForInput(sj.usage.AdvisorInputTokens))
+		return &advisor, true
+	}
+	highest := fromCatalog(pricecatalog.Highest())
+	return &highest, false
+}
+
+// nearestCatalogEntry is the shipped catalog's entry nearest model, found by the steps
+// that find a job's model (pricecatalog.Steps, as catalogEntry).
+func nearestCatalogEntry(model string) (pricecatalog.Entry, bool) {
+	for _, s := range pricecatalog.Steps(model) {
+		if s.Exact {
+			continue // the catalog's names are keys: key steps find them
+		}
+		if e, ok := pricecatalog.Default().Find(s.Name); ok {
+			return e, true
+		}
+	}
+	return pricecatalog.Entry{}, false
 }
 
 // defaultImageModel is the image model of OpenAI's image generation tool when the
@@ -660,16 +717,10 @@ const defaultImageModel = "gpt-image-1"
 // (known false: pricecatalog.Catalog.HighestImageOutput): images nobody priced are never
 // cheaper than known ones.
 func (sj *settleJob) imageOutputPrice() (perMillion int64, known bool) {
-	cat := pricecatalog.Default()
-	for _, s := range pricecatalog.Steps(sj.imageModel) {
-		if s.Exact {
-			continue // the catalog's names are keys: key steps find them
-		}
-		if e, ok := cat.Find(s.Name); ok {
-			return e.Dearest().DearestOutput(), true
-		}
+	if e, ok := nearestCatalogEntry(sj.imageModel); ok {
+		return e.Dearest().DearestOutput(), true
 	}
-	return cat.HighestImageOutput(), false
+	return pricecatalog.Default().HighestImageOutput(), false
 }
 
 // fileSearchPrice is the catalog's price of one call of the job's model's provider's file
@@ -775,9 +826,10 @@ func fromCatalog(p pricecatalog.Price) accounting.Price {
 func (s *settlement) quarantine(sj *settleJob, reason string) {
 	it := sj.in
 	imageModel, imageChanged := accounting.CleanModel(it.GetImageModel())
-	if it.GetModel() != sj.model || imageChanged {
+	advisorModel, advisorChanged := accounting.CleanModel(it.GetAdvisorModel())
+	if it.GetModel() != sj.model || imageChanged || advisorChanged {
 		it = proto.CloneOf(it)
-		it.Model, it.ImageModel = sj.model, imageModel
+		it.Model, it.ImageModel, it.AdvisorModel = sj.model, imageModel, advisorModel
 	}
 	payload, err := protojson.Marshal(it)
 	if err != nil {
