@@ -1012,6 +1012,36 @@ func TestAnthropicCompactionThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestAnthropicAdvisorThroughTheGateway: Anthropic's advisor tool lets a cheap model
+// consult a dearer one; each consultation is an advisor_message entry of
+// usage.iterations[], left out of the top-level counts and billed at the advisor's
+// prices. The official Anthropic SDK's call (claude-haiku-4-5 advised by
+// claude-opus-4-7), streamed and not, is charged the executor's tokens at Haiku's
+// prices and the advisor's at Opus's (five times as dear), and the receipt keeps them
+// apart. Before 2026-11-29 the advisor's tokens were charged at Haiku's prices.
+func TestAnthropicAdvisorThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000,
+		AdvisorModel: "claude-opus-4-7", AdvisorInputTokens: 12_000, AdvisorOutputTokens: 2_000, AdvisorCachedInputTokens: 8_000})
+	executor, _ := pricecatalog.Lookup("claude-haiku-4-5")
+	advisor, _ := pricecatalog.Lookup("claude-opus-4-7")
+	if advisor.InputPerMillion <= executor.InputPerMillion {
+		t.Fatalf("the advisor (%+v) is no dearer than the executor (%+v)", advisor, executor)
+	}
+	tokens := ceilDiv(10_000*executor.InputPerMillion+1_000*executor.OutputPerMillion, 1_000_000)
+	advice := ceilDiv(12_000*advisor.InputPerMillion+8_000*advisor.CachedInputPerMillion+2_000*advisor.OutputPerMillion, 1_000_000)
+	for _, scenario := range []string{"advisor", "advisor-stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			rec := oneSDKCall(t, fake, s, dir, "anthropic.mjs", scenario, o.key, "claude-haiku-4-5")
+			if rec.cost() != tokens+advice || rec["input_tokens"] != 10_000.0 || rec["output_tokens"] != 1_000.0 || rec["complete"] != true ||
+				rec["advisor_model"] != "claude-opus-4-7" || rec["advisor_input_tokens"] != 20_000.0 || rec["advisor_output_tokens"] != 2_000.0 ||
+				rec["advisor_cached_input_tokens"] != 8_000.0 {
+				t.Fatalf("receipt %s, want %d: %d for Haiku's tokens and %d for Opus's advice", rec, tokens+advice, tokens, advice)
+			}
+		})
+	}
+}
+
 // TestAnthropicInferenceGeoThroughTheGateway: the official Anthropic SDK's call with
 // inference_geo "us" (US-only inference), answered with usage.inference_geo "us",
 // streamed and not, is charged the model's regional premium (Claude Opus 4.6: 1.1 times

@@ -129,6 +129,13 @@ type Usage struct {
 	// "message" entry of the top-level counts): the server-side summary of a closed
 	// context, which the top-level counts leave out.
 	CompactionInputTokens, CompactionOutputTokens int64
+	// AdvisorInputTokens, AdvisorOutputTokens and AdvisorCachedInputTokens: an Anthropic
+	// answer's usage.iterations[] entry of type "advisor_message" (sent when any is not
+	// 0, with the "message" entry of the top-level counts): an advisor tool's
+	// sub-inference, of the model AdvisorModel, which the top-level counts leave out.
+	// The input is uncached, as Anthropic counts it (cache reads apart).
+	AdvisorInputTokens, AdvisorOutputTokens, AdvisorCachedInputTokens int64
+	AdvisorModel                                                      string
 	// WebSearchRequests: Anthropic's usage.server_tool_use.web_search_requests (sent
 	// when not 0: in the message, and in a stream's message_delta); on the Responses API,
 	// that many web_search_call output items before the message (and, streamed, each
@@ -957,14 +964,25 @@ func speedField(asked string) string {
 }
 
 // iterations is Anthropic's usage.iterations array and a comma, when the request
-// compacted its context ("" otherwise).
+// compacted its context or consulted an advisor ("" otherwise).
 func iterations(u Usage) string {
-	if u.CompactionInputTokens == 0 && u.CompactionOutputTokens == 0 {
+	compacted := u.CompactionInputTokens != 0 || u.CompactionOutputTokens != 0
+	advised := u.AdvisorInputTokens != 0 || u.AdvisorOutputTokens != 0 || u.AdvisorCachedInputTokens != 0
+	if !compacted && !advised {
 		return ""
 	}
-	return fmt.Sprintf(`"iterations":[{"type":"compaction","input_tokens":%d,"output_tokens":%d,"cache_read_input_tokens":0,"cache_creation_input_tokens":0},`+
-		`{"type":"message","input_tokens":%d,"output_tokens":%d,"cache_read_input_tokens":%d,"cache_creation_input_tokens":%d}],`,
-		u.CompactionInputTokens, u.CompactionOutputTokens, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens)
+	var entries []string
+	if compacted {
+		entries = append(entries, fmt.Sprintf(`{"type":"compaction","input_tokens":%d,"output_tokens":%d,"cache_read_input_tokens":0,"cache_creation_input_tokens":0}`,
+			u.CompactionInputTokens, u.CompactionOutputTokens))
+	}
+	entries = append(entries, fmt.Sprintf(`{"type":"message","input_tokens":%d,"output_tokens":%d,"cache_read_input_tokens":%d,"cache_creation_input_tokens":%d}`,
+		u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens))
+	if advised {
+		entries = append(entries, fmt.Sprintf(`{"type":"advisor_message","model":%q,"input_tokens":%d,"output_tokens":%d,"cache_read_input_tokens":%d,"cache_creation_input_tokens":0,"cache_creation":null}`,
+			u.AdvisorModel, u.AdvisorInputTokens, u.AdvisorOutputTokens, u.AdvisorCachedInputTokens))
+	}
+	return `"iterations":[` + strings.Join(entries, ",") + `],`
 }
 
 // serverToolUse is Anthropic's server_tool_use object and a comma, when the request made

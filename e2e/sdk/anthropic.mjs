@@ -8,14 +8,20 @@ const s = settings();
 const client = new Anthropic({ baseURL: s.baseURL, apiKey: s.apiKey });
 // 'fast' and 'fast-stream' ask for Anthropic's fast mode, as its docs call it: the beta
 // client, the fast-mode beta and "speed": "fast"; 'us' and 'us-stream' for US-only
-// inference (inference_geo).
+// inference (inference_geo); 'advisor' and 'advisor-stream' give the model the advisor
+// tool (the beta client and the advisor beta), whose model is claude-opus-4-7.
 const fast = s.scenario === 'fast' || s.scenario === 'fast-stream';
 const us = s.scenario === 'us' || s.scenario === 'us-stream';
-const messages = fast ? client.beta.messages : client.messages;
+const advisor = s.scenario === 'advisor' || s.scenario === 'advisor-stream';
+const messages = fast || advisor ? client.beta.messages : client.messages;
 const request = {
   model: s.model, max_tokens: 256, messages: [{ role: 'user', content: 'How are tolls paid?' }],
   ...(fast ? { speed: 'fast', betas: ['fast-mode-2026-02-01'] } : {}),
   ...(us ? { inference_geo: 'us' } : {}),
+  ...(advisor ? {
+    tools: [{ type: 'advisor_20260301', name: 'advisor', model: 'claude-opus-4-7' }],
+    betas: ['advisor-tool-2026-03-01'],
+  } : {}),
 };
 
 await run('@anthropic-ai/sdk', s.scenario, async () => {
@@ -24,7 +30,7 @@ await run('@anthropic-ai/sdk', s.scenario, async () => {
     const res = await client.messages.countTokens({ model: s.model, messages: request.messages });
     return { text: '', model: null, usage: res, chunks: 1 };
   }
-  if (s.scenario === 'json' || s.scenario === 'fast' || s.scenario === 'us') {
+  if (s.scenario === 'json' || s.scenario === 'fast' || s.scenario === 'us' || s.scenario === 'advisor') {
     const res = await messages.create(request);
     const text = res.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
     return { text, model: res.model, usage: res.usage ?? null, chunks: 1 };
