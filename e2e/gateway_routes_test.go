@@ -1409,16 +1409,10 @@ func TestFileSearchesThroughTheGateway(t *testing.T) {
 	want := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000) + 4*perCall
 	for _, scenario := range []string{"responses-file-search", "responses-file-search-stream"} {
 		t.Run(scenario, func(t *testing.T) {
-			before := len(fake.Calls())
-			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, "gpt-5")
-			if !r.OK || r.Text != fakellm.Text || r.Searches != 4 {
-				t.Fatalf("the call failed or lost its file searches: %+v", r)
+			rec, r := oneSDKCallResult(t, fake, s, dir, "openai.mjs", scenario, o.key, "gpt-5")
+			if r.Text != fakellm.Text || r.Searches != 4 {
+				t.Fatalf("the call lost its file searches: %+v", r)
 			}
-			calls := fake.Calls()[before:]
-			if len(calls) != 1 {
-				t.Fatalf("%d provider calls", len(calls))
-			}
-			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
 			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
 				rec["file_search_calls"] != 4.0 || rec["web_search_requests"] != 0.0 {
 				t.Fatalf("receipt %s, want %d: the tokens and 4 file search calls at %d", rec, want, perCall)
@@ -1528,16 +1522,10 @@ func TestImageGenerationToolThroughTheGateway(t *testing.T) {
 		perImage int64
 	}{{"responses-image", 272}, {"responses-image-stream", 272 + 2*100}} {
 		t.Run(tc.scenario, func(t *testing.T) {
-			before := len(fake.Calls())
-			r := runSDK(t, dir, "openai.mjs", tc.scenario, s.gateway, o.key, "gpt-5")
-			if !r.OK || r.Text != fakellm.Text || r.Searches != 3 {
-				t.Fatalf("the call failed or lost its images: %+v", r)
+			rec, r := oneSDKCallResult(t, fake, s, dir, "openai.mjs", tc.scenario, o.key, "gpt-5")
+			if r.Text != fakellm.Text || r.Searches != 3 {
+				t.Fatalf("the call lost its images: %+v", r)
 			}
-			calls := fake.Calls()[before:]
-			if len(calls) != 1 {
-				t.Fatalf("%d provider calls", len(calls))
-			}
-			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
 			want := tokens + ceilDiv(3*tc.perImage*image.OutputPerMillion, 1_000_000)
 			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
 				rec["image_generation_calls"] != 3.0 || rec["image_model"] != "gpt-image-1-mini" || rec["image_output_tokens"] != float64(3*tc.perImage) {
@@ -1561,13 +1549,20 @@ func fixedUsageUpstream(t *testing.T, u fakellm.Usage) (*fakellm.Server, *httpte
 // it to succeed with one call to the provider: it returns that call's receipt.
 func oneSDKCall(t *testing.T, fake *fakellm.Server, s *stack, dir, script, scenario, key, model string) receipt {
 	t.Helper()
+	rec, _ := oneSDKCallResult(t, fake, s, dir, script, scenario, key, model)
+	return rec
+}
+
+// oneSDKCallResult is oneSDKCall that also gives what the SDK's script reported.
+func oneSDKCallResult(t *testing.T, fake *fakellm.Server, s *stack, dir, script, scenario, key, model string) (receipt, sdkResult) {
+	t.Helper()
 	before := len(fake.Calls())
 	r := runSDK(t, dir, script, scenario, s.gateway, key, model)
 	calls := fake.Calls()[before:]
 	if !r.OK || len(calls) != 1 {
 		t.Fatalf("the call: %+v; %d provider calls", r, len(calls))
 	}
-	return waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+	return waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id")), r
 }
 
 // gatewayWithUsage is a stack whose gateway fronts a fakellm answering every call with

@@ -124,10 +124,7 @@ func TestFinishChargesWhatWasSeen(t *testing.T) {
 			in: 3, model: "m", estimated: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := &queue{}
-			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
-			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+			tr, q := admittedReqA()
 			if tc.recorded && !tr.RecordRequest("req_a", estimate.Request{InputTokens: 500, Model: "req-model"}) {
 				t.Fatal("not recorded")
 			}
@@ -160,10 +157,7 @@ func TestImageGenerationIsChargedItsImages(t *testing.T) {
 		{"refused without usage", Usage{UpstreamStatus: 400, Seen: &Seen{}}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := &queue{}
-			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
-			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+			tr, q := admittedReqA()
 			tr.RecordRequest("req_a", estimate.Request{InputTokens: 12, Model: "gpt-image-1", ImageOutputTokens: images})
 			_ = tr.Finish("req_a", tc.u, nil)
 			it := q.items[0]
@@ -193,10 +187,7 @@ func TestImageGenerationCallsAreSettled(t *testing.T) {
 		{"saturated, never wrapped", true, Usage{ImageGenerationCalls: math.MaxInt64 / 100}, "gpt-image-1-mini", math.MaxInt64},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := &queue{}
-			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
-			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+			tr, q := admittedReqA()
 			if tc.recorded {
 				tr.RecordRequest("req_a", estimate.Request{InputTokens: 10, Model: "gpt-5", ImageGeneration: true, ImageCall: call})
 			}
@@ -231,10 +222,7 @@ func TestAdvisorCountsAreSettled(t *testing.T) {
 		{"no advisor counts", true, Usage{Model: "m", InputTokens: 3, Complete: true}, "", 3, 0, 0, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := &queue{}
-			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
-			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+			tr, q := admittedReqA()
 			if tc.recorded {
 				tr.RecordRequest("req_a", estimate.Request{InputTokens: 10, Model: "claude-haiku-4-5", Advisor: true, AdvisorModel: "claude-opus-4-7"})
 			}
@@ -256,10 +244,7 @@ func TestRegionalEndpointIsSettled(t *testing.T) {
 		recorded, reported bool
 	}{{"neither", false, false}, {"recorded", true, false}, {"reported", false, true}, {"both", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := &queue{}
-			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
-			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+			tr, q := admittedReqA()
 			tr.RecordRequest("req_a", estimate.Request{InputTokens: 10, Model: "claude-sonnet-4-5", Regional: tc.recorded})
 			_ = tr.Finish("req_a", Usage{Model: "claude-sonnet-4-5", InputTokens: 10, Complete: true, UpstreamStatus: 200, Regional: tc.reported}, nil)
 			if got := q.items[0].GetRegionalEndpoint(); got != (tc.recorded || tc.reported) {
@@ -421,10 +406,7 @@ func TestAudioPartsTravelUnlessEstimated(t *testing.T) {
 		{"input estimated from the request", Seen{OutputReported: true}, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := &queue{}
-			clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
-			tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-			tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+			tr, q := admittedReqA()
 			tr.RecordRequest("req_a", estimate.Request{InputTokens: 500, Model: "gpt-realtime"})
 			in, out := int64(80), int64(50)
 			seen := tc.seen
@@ -439,4 +421,14 @@ func TestAudioPartsTravelUnlessEstimated(t *testing.T) {
 			}
 		})
 	}
+}
+
+// admittedReqA is a tracker whose queue collects what it settles, that has admitted
+// req_a (org, om, durable).
+func admittedReqA() (*Tracker, *queue) {
+	q := &queue{}
+	clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+	tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+	return tr, q
 }
