@@ -28,7 +28,7 @@ type settleJob struct {
 	// model is the cleaned model name (accounting.CleanModel).
 	model string
 	// imageModel is the image model the image generation tool's calls ran, cleaned:
-	// defaultImageModel where the item names none, "" when it counts no call and no
+	// pricecatalog.DefaultImageToolModel where the item names none, "" when it counts no call and no
 	// token.
 	imageModel string
 	// advisorModel is the model of Anthropic's advisor tool whose sub-inferences the
@@ -156,7 +156,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 	}
 	if u.ImageGenerationCalls > 0 || u.ImageOutputTokens > 0 {
 		if sj.imageModel = cleanModel(it.GetImageModel(), "image"); sj.imageModel == "" {
-			sj.imageModel = defaultImageModel
+			sj.imageModel = pricecatalog.DefaultImageToolModel
 		}
 	}
 	if u.HasAdvisor() {
@@ -684,7 +684,7 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 // writes), else the catalog's highest price of each token class (known false:
 // pricecatalog.Highest), the price of a model nobody priced.
 func (sj *settleJob) advisorPrice() (p *accounting.Price, known bool) {
-	if e, ok := nearestCatalogEntry(sj.advisorModel); ok {
+	if e, ok := pricecatalog.Lookup(sj.advisorModel); ok {
 		advisor := fromCatalog(e.ForInput(sj.usage.AdvisorInputTokens))
 		return &advisor, true
 	}
@@ -692,32 +692,13 @@ func (sj *settleJob) advisorPrice() (p *accounting.Price, known bool) {
 	return &highest, false
 }
 
-// nearestCatalogEntry is the shipped catalog's entry nearest model, found by the steps
-// that find a job's model (pricecatalog.Steps, as catalogEntry).
-func nearestCatalogEntry(model string) (pricecatalog.Entry, bool) {
-	for _, s := range pricecatalog.Steps(model) {
-		if s.Exact {
-			continue // the catalog's names are keys: key steps find them
-		}
-		if e, ok := pricecatalog.Default().Find(s.Name); ok {
-			return e, true
-		}
-	}
-	return pricecatalog.Entry{}, false
-}
-
-// defaultImageModel is the image model of OpenAI's image generation tool when the
-// request names none (the tool's "model" defaults to it; the enforcer's
-// requestbody.DefaultImageToolModel).
-const defaultImageModel = "gpt-image-1"
-
 // imageOutputPrice is the catalog's output price of the image model the job's image
 // generation calls ran (its nearest entry, found by the steps that find the job's model:
-// pricecatalog.Steps, as catalogEntry), else the highest of the catalog's image models
+// pricecatalog.Lookup), else the highest of the catalog's image models
 // (known false: pricecatalog.Catalog.HighestImageOutput): images nobody priced are never
 // cheaper than known ones.
 func (sj *settleJob) imageOutputPrice() (perMillion int64, known bool) {
-	if e, ok := nearestCatalogEntry(sj.imageModel); ok {
+	if e, ok := pricecatalog.Lookup(sj.imageModel); ok {
 		return e.Dearest().DearestOutput(), true
 	}
 	return pricecatalog.Default().HighestImageOutput(), false

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // GPT Image's output tokens per image, by quality and shape: OpenAI's table for
@@ -120,20 +121,15 @@ func (req ImageRequest) OutputTokens(model string) int64 {
 	return n * (tokens + req.PartialImages*PartialImageTokens)
 }
 
-// DefaultImageToolModel is the image model of OpenAI's image generation tool when the
-// tool names none (the tool's "model" defaults to it, per the API reference).
-const DefaultImageToolModel = "gpt-image-1"
-
-// dearestImage is the table's dearest image: high quality, portrait or landscape.
-var dearestImage = imageTokens["high"].oblong
-
 // ImageToolCall is what each call of OpenAI's image generation tool is billed, for a
 // Responses request that gives the model the tool (estimate.Request.ImageGeneration):
 // its image model's output tokens for one image at the tool's size and quality
 // (ImageRequest.OutputTokens), and for the partial images it asked for when the request
 // streams (the tool makes them in streams alone). The model is the tool's "model", else
-// DefaultImageToolModel. A model the token table does not know (gpt-image-2, which takes
-// any size) is counted at the table's dearest image, 6,240 tokens. Tokens is 0 when the
+// pricecatalog.DefaultImageToolModel. A model the token table does not know (gpt-image-2,
+// which takes any size) is counted at the table's dearest image
+// (pricecatalog.DearestImageTokens, TestImageToolCall), which settlement also charges a
+// call of unknown tokens. Tokens is 0 when the
 // body does not read, or asks what the provider refuses (partial_images outside 0 to
 // 3): settlement then charges each call the dearest image (docs/prices.md). Of several
 // image generation tools, the dearest call counts.
@@ -149,16 +145,16 @@ func ImageToolCall(body []byte) estimate.ImageCall {
 		} `json:"tools"`
 	}
 	if json.Unmarshal(body, &req) != nil {
-		return estimate.ImageCall{Model: DefaultImageToolModel}
+		return estimate.ImageCall{Model: pricecatalog.DefaultImageToolModel}
 	}
-	call := estimate.ImageCall{Model: DefaultImageToolModel}
+	call := estimate.ImageCall{Model: pricecatalog.DefaultImageToolModel}
 	for _, t := range req.Tools {
 		if !strings.HasPrefix(t.Type, "image_generation") {
 			continue
 		}
 		model := t.Model
 		if model == "" {
-			model = DefaultImageToolModel
+			model = pricecatalog.DefaultImageToolModel
 		}
 		one := int64(1)
 		asked := ImageRequest{N: &one, Size: t.Size, Quality: t.Quality}
@@ -170,7 +166,7 @@ func ImageToolCall(body []byte) estimate.ImageCall {
 		}
 		tokens := asked.OutputTokens(model)
 		if tokens == 0 {
-			tokens = dearestImage + asked.PartialImages*PartialImageTokens
+			tokens = pricecatalog.DearestImageTokens + asked.PartialImages*PartialImageTokens
 		}
 		if tokens > call.Tokens {
 			call = estimate.ImageCall{Model: model, Tokens: tokens}

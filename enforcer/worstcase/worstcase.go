@@ -219,12 +219,11 @@ func imageCallPrice(cat *pricecatalog.Catalog, call estimate.ImageCall) (int64, 
 	if call.Tokens <= 0 || !requestbody.ImageTokensKnown(call.Model) {
 		return 0, false
 	}
-	for _, s := range pricecatalog.Steps(call.Model) {
-		if e, ok := cat.Find(s.Name); ok {
-			return price(0, 0, call.Tokens, e.Dearest().DearestOutput()), true
-		}
+	e, ok := cat.Lookup(call.Model)
+	if !ok {
+		return 0, false
 	}
-	return 0, false
+	return price(0, 0, call.Tokens, e.Dearest().DearestOutput()), true
 }
 
 // find walks the matching steps as settlement does (controlplane/ledger: at each step

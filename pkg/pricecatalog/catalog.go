@@ -117,6 +117,11 @@ const AudioOutputTokensPerSecond = 20
 // prices HighestImageOutput compares.
 const ImageModelPrefix = "gpt-image"
 
+// DefaultImageToolModel is the image model of OpenAI's image generation tool when the
+// request's tool names none (the tool's "model" defaults to it, per the API reference):
+// the enforcer prices a call's image by it, settlement a call that names no model.
+const DefaultImageToolModel = "gpt-image-1"
+
 // DearestImageTokens is the dearest image of gpt-image-1's table of output tokens per
 // image: high quality, portrait (1024x1536; the enforcer counts landscape, under 1% less,
 // as portrait), 6,240 tokens, 0.2496 USD at its 40 USD per million. Settlement charges
