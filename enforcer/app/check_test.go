@@ -383,7 +383,11 @@ func TestCheckEpochChangedResolvesAndRetriesOnce(t *testing.T) {
 		t.Fatal("retried start not durable")
 	}
 	if e.CP.StartItems.Load() != 2 {
-		t.Fatalf("%d start items, want the refused one and the retry", e.CP.StartItems.Load())
+		// Seen once in a full make test on a loaded machine and not reproduced since: the
+		// Resolve count and the log say whether the first start already had the new
+		// version (a record resolved, not read from the mirror) next time.
+		t.Fatalf("%d start items, want the refused one and the retry (%d Resolve calls); log:\n%s",
+			e.CP.StartItems.Load(), e.CP.CallCount("Resolve"), e.Logs.String())
 	}
 }
 
