@@ -1503,8 +1503,14 @@ type SettleItem struct {
 	AdvisorOutputTokens             int64 `protobuf:"varint,31,opt,name=advisor_output_tokens,json=advisorOutputTokens,proto3" json:"advisor_output_tokens,omitempty"`
 	AdvisorCachedInputTokens        int64 `protobuf:"varint,32,opt,name=advisor_cached_input_tokens,json=advisorCachedInputTokens,proto3" json:"advisor_cached_input_tokens,omitempty"`
 	AdvisorCacheCreationInputTokens int64 `protobuf:"varint,33,opt,name=advisor_cache_creation_input_tokens,json=advisorCacheCreationInputTokens,proto3" json:"advisor_cache_creation_input_tokens,omitempty"`
-	unknownFields                   protoimpl.UnknownFields
-	sizeCache                       protoimpl.SizeCache
+	// maps_grounded_prompts is 1 when the answer was grounded with Google Maps (Gemini's
+	// googleMaps tool: a candidate's groundingMetadata.groundingChunks[] held a maps
+	// source), else 0. Google bills a grounded prompt, however many places it found, at
+	// the catalog's price for the model's provider (pricecatalog.Catalog.MapsGrounding),
+	// on top of the tokens and of any web searches.
+	MapsGroundedPrompts int64 `protobuf:"varint,34,opt,name=maps_grounded_prompts,json=mapsGroundedPrompts,proto3" json:"maps_grounded_prompts,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1764,6 +1770,13 @@ func (x *SettleItem) GetAdvisorCachedInputTokens() int64 {
 func (x *SettleItem) GetAdvisorCacheCreationInputTokens() int64 {
 	if x != nil {
 		return x.AdvisorCacheCreationInputTokens
+	}
+	return 0
+}
+
+func (x *SettleItem) GetMapsGroundedPrompts() int64 {
+	if x != nil {
+		return x.MapsGroundedPrompts
 	}
 	return 0
 }
@@ -2136,7 +2149,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xac\r\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xe0\r\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2174,7 +2187,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x14advisor_input_tokens\x18\x1e \x01(\x03R\x12advisorInputTokens\x122\n" +
 	"\x15advisor_output_tokens\x18\x1f \x01(\x03R\x13advisorOutputTokens\x12=\n" +
 	"\x1badvisor_cached_input_tokens\x18  \x01(\x03R\x18advisorCachedInputTokens\x12L\n" +
-	"#advisor_cache_creation_input_tokens\x18! \x01(\x03R\x1fadvisorCacheCreationInputTokensB\x1a\n" +
+	"#advisor_cache_creation_input_tokens\x18! \x01(\x03R\x1fadvisorCacheCreationInputTokens\x122\n" +
+	"\x15maps_grounded_prompts\x18\" \x01(\x03R\x13mapsGroundedPromptsB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
