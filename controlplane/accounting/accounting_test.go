@@ -40,6 +40,10 @@ func TestCostOf(t *testing.T) {
 			advisor.AdvisorInputTokens, advisor.AdvisorCachedInputTokens, advisor.AdvisorCacheWriteTokens, advisor.AdvisorOutputTokens
 		return u
 	}
+	// gemini-2.5-flash (input 0.30 USD per million, output 2.50; a grounded prompt of
+	// Google Search 35 USD per 1,000, of Google Maps 25).
+	gemini25Flash := PricedAt{Price: Price{InputPerMillion: 300_000, OutputPerMillion: 2_500_000, WebSearch: 35_000, WebSearchOnce: true, MapsGrounding: 25_000},
+		Source: PriceCatalog}
 	cases := []struct {
 		name   string
 		u      Usage
@@ -154,6 +158,35 @@ func TestCostOf(t *testing.T) {
 		{"file search calls beyond int64 are capped", Usage{FileSearchCalls: math.MaxInt64}, PricedAt{Price: Price{FileSearch: 2}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"file search calls on top of a cost near int64 are capped", Usage{InputTokens: 1, FileSearchCalls: 1}, PricedAt{Price: Price{InputPerMillion: math.MaxInt64, FileSearch: math.MaxInt64}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		// Gemini's grounding with Google Maps: a grounded prompt at the provider's price
+		// (Google: 25,000 micro-USD), on top of the tokens and of any web searches, after
+		// the tier and the regional premium; gemini-2.5-flash's 1,000 input and 200 output
+		// tokens cost 300 + 500.
+		{"a maps-grounded prompt on top of the tokens", Usage{InputTokens: 1000, OutputTokens: 200, MapsGroundedPrompts: 1}, gemini25Flash,
+			300 + 500 + 25_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"a maps-grounded prompt alone is charged", Usage{MapsGroundedPrompts: 1}, gemini25Flash, 25_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"maps-grounded prompts apiece", Usage{MapsGroundedPrompts: 2}, gemini25Flash, 50_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"grounded with Google Search and Google Maps: both charged", Usage{InputTokens: 1000, OutputTokens: 200, WebSearchRequests: 3, MapsGroundedPrompts: 1},
+			gemini25Flash, 300 + 500 + 35_000 + 25_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"maps grounding, web searches and file search calls, each at its price", Usage{WebSearchRequests: 1, FileSearchCalls: 2, MapsGroundedPrompts: 1},
+			PricedAt{Price: Price{WebSearch: 10_000, FileSearch: 2_500, MapsGrounding: 25_000}, Source: PriceCatalog},
+			10_000 + 5_000 + 25_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"maps grounding is not doubled by the fast tier", Usage{InputTokens: 1000, OutputTokens: 200, MapsGroundedPrompts: 1, Tier: pricecatalog.Fast}, gemini25Flash,
+			2*(300+500) + 25_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"maps grounding is not raised by the regional premium", Usage{InputTokens: 1000, OutputTokens: 200, MapsGroundedPrompts: 1, Regional: true},
+			PricedAt{Price: func() Price { p := gemini25Flash.Price; p.RegionalPremiumPercent = 10; return p }(), Source: PriceCatalog},
+			(300+500)*110/100 + 25_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"maps grounding at the fallback's source", Usage{MapsGroundedPrompts: 1}, PricedAt{Price: Price{MapsGrounding: 25_000}, Source: PriceFallback},
+			25_000, SourceFallback, BasisReportedUsage, false, nil},
+		{"a maps-grounded prompt, estimated", Usage{MapsGroundedPrompts: 1, Estimated: true}, gemini25Flash, 25_000, SourceCatalogEstimate, BasisEstimate, false, nil},
+		{"a maps-grounded prompt, the upstream's cost as it is", Usage{InputTokens: 1000, MapsGroundedPrompts: 1, UpstreamCost: i64(42)}, gemini25Flash,
+			42, SourceUpstream, BasisUpstreamCost, false, nil},
+		{"negative maps-grounded prompts", Usage{MapsGroundedPrompts: -1}, gemini25Flash, 0, "", "", false, ErrBadUsage},
+		{"maps-grounded prompts beyond int64 are capped", Usage{MapsGroundedPrompts: math.MaxInt64}, PricedAt{Price: Price{MapsGrounding: 2}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		{"a maps-grounded prompt on top of a cost near int64 is capped", Usage{InputTokens: 1, MapsGroundedPrompts: 1},
+			PricedAt{Price: Price{InputPerMillion: math.MaxInt64, MapsGrounding: math.MaxInt64}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		// OpenAI's image generation tool: the images' output tokens at the image model's
 		// output price (gpt-image-1: 40 USD per million), on top of the tokens, rounded up
@@ -512,6 +545,13 @@ func TestBound(t *testing.T) {
 	}
 	if u, notes = Bound(Usage{FileSearchCalls: -2}); u.FileSearchCalls != 0 || len(notes) != 1 {
 		t.Fatalf("negative file search calls: %+v %v", u, notes)
+	}
+	if u, notes = Bound(Usage{MapsGroundedPrompts: math.MaxInt64}); u.MapsGroundedPrompts != MaxTokens || len(notes) != 1 ||
+		!strings.Contains(notes[0], "maps_grounded_prompts") {
+		t.Fatalf("absurd maps-grounded prompts: %+v %v", u, notes)
+	}
+	if u, notes = Bound(Usage{MapsGroundedPrompts: -2}); u.MapsGroundedPrompts != 0 || len(notes) != 1 {
+		t.Fatalf("negative maps-grounded prompts: %+v %v", u, notes)
 	}
 	if u, notes = Bound(Usage{ImageGenerationCalls: math.MaxInt64, ImageOutputTokens: math.MaxInt64}); u.ImageGenerationCalls != MaxTokens ||
 		u.ImageOutputTokens != MaxTokens || len(notes) != 2 || !strings.Contains(notes[0], "image_generation_calls") || !strings.Contains(notes[1], "image_output_tokens") {

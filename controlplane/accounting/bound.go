@@ -59,15 +59,15 @@ func CleanModel(s string) (clean string, changed bool) {
 }
 
 // Bound keeps every token count (the advisor's too), and every count of calls billed
-// apart (web searches, file search and image generation calls), within [0, MaxTokens] (the audio milliseconds
-// within [0, MaxAudioMillis]) and an upstream cost within [0,
-// money.MaxAllowanceMicroUSD]: a count above the bound is capped, a negative count is
-// read as 0, a negative upstream cost is ignored (the tokens are priced instead), and an
-// upstream cost above the bound is capped. The audio token counts, parts that may be
-// absent, are capped the same way, a negative one ignored like a negative upstream cost
-// (the split is then unknown, and priced at the dearer price rather than read as no
-// audio at all); an absent one stays absent. notes says what was changed, for the
-// settlement's message.
+// apart (web searches, file search and image generation calls, maps-grounded prompts),
+// within [0, MaxTokens] (the audio milliseconds within [0, MaxAudioMillis]) and an
+// upstream cost within [0, money.MaxAllowanceMicroUSD]: a count above the bound is
+// capped, a negative count is read as 0, a negative upstream cost is ignored (the tokens
+// are priced instead), and an upstream cost above the bound is capped. The audio token
+// counts, parts that may be absent, are capped the same way, a negative one ignored like
+// a negative upstream cost (the split is then unknown, and priced at the dearer price
+// rather than read as no audio at all); an absent one stays absent. notes says what was
+// changed, for the settlement's message.
 func Bound(u Usage) (Usage, []string) {
 	var notes []string
 	for _, c := range []struct {
@@ -76,7 +76,8 @@ func Bound(u Usage) (Usage, []string) {
 	}{{"input_tokens", &u.InputTokens}, {"output_tokens", &u.OutputTokens}, {"cached_input_tokens", &u.CachedInputTokens},
 		{"cache_creation_input_tokens", &u.CacheWriteTokens}, {"cache_creation_one_hour_input_tokens", &u.CacheWrite1hTokens},
 		{"audio_input_millis", &u.AudioInputMillis}, {"web_search_requests", &u.WebSearchRequests},
-		{"file_search_calls", &u.FileSearchCalls}, {"image_generation_calls", &u.ImageGenerationCalls},
+		{"file_search_calls", &u.FileSearchCalls}, {"maps_grounded_prompts", &u.MapsGroundedPrompts},
+		{"image_generation_calls", &u.ImageGenerationCalls},
 		{"image_output_tokens", &u.ImageOutputTokens}, {"advisor_input_tokens", &u.AdvisorInputTokens},
 		{"advisor_output_tokens", &u.AdvisorOutputTokens}, {"advisor_cached_input_tokens", &u.AdvisorCachedInputTokens},
 		{"advisor_cache_creation_input_tokens", &u.AdvisorCacheWriteTokens}} {

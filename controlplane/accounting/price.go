@@ -69,6 +69,10 @@ type Price struct {
 	// FileSearch prices one call of a provider's file search tool, in micro-USD: the
 	// catalog's price for the model's provider, filled by the ledger like WebSearch.
 	FileSearch int64
+	// MapsGrounding prices one prompt grounded with a provider's maps (Google's grounding
+	// with Google Maps), in micro-USD: the catalog's price for the model's provider,
+	// filled by the ledger like WebSearch.
+	MapsGrounding int64
 	// ImageOutputPerMillion prices the output tokens of the images of OpenAI's image
 	// generation tool (Usage.ImageOutputTokens): the catalog's output price of the image
 	// model the tool ran, filled by the ledger like WebSearch whatever priced the tokens.
@@ -145,6 +149,10 @@ type Usage struct {
 	// Responses API file_search_call items), priced at Price.FileSearch each, on top of
 	// the tokens.
 	FileSearchCalls int64
+	// MapsGroundedPrompts counts the prompts grounded with a provider's maps (Gemini's
+	// googleMaps tool: 1 when the answer held a maps source, however many), priced at
+	// Price.MapsGrounding each, on top of the tokens and of any web searches.
+	MapsGroundedPrompts int64
 	// ImageGenerationCalls counts the calls of OpenAI's image generation tool (Responses
 	// API image_generation_call items), each an image billed as its image model's
 	// output tokens apart from the response's usage: ImageOutputTokens in all, priced at
@@ -221,7 +229,8 @@ func (u Usage) Basis() string {
 	case u.UpstreamCost != nil:
 		return BasisUpstreamCost
 	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0 && u.AudioInputMillis == 0 &&
-		u.WebSearchRequests == 0 && u.FileSearchCalls == 0 && u.ImageGenerationCalls == 0 && u.ImageOutputTokens == 0 && !u.HasAdvisor():
+		u.WebSearchRequests == 0 && u.FileSearchCalls == 0 && u.MapsGroundedPrompts == 0 && u.ImageGenerationCalls == 0 &&
+		u.ImageOutputTokens == 0 && !u.HasAdvisor():
 		return BasisNone
 	case u.Estimated:
 		return BasisEstimate
@@ -253,21 +262,21 @@ type Cost struct {
 }
 
 // CostOf prices a request whose usage was bounded (Bound): an upstream-reported cost
-// wins; else, with nothing counted, the cost is unknown (0); else the tokens times p,
-// the price found for the model (SourceFallback when p is the fallback price, else
-// SourceCatalogEstimate), plus its audio by the minute (AudioCost), at the percent of
-// its speed tier (Price.TierPercent, rounded up) when it ran at a dearer one, with the price's
-// regional premium when it went to a regional endpoint (pricecatalog.RegionalPremium),
-// plus its web searches and file search calls apiece, its image generation calls'
-// output tokens at the image model's output price (ImageCost of ImageTokens) and its
-// advisor's sub-inferences at the advisor model's prices (CatalogCost of AdvisorUsage at
-// Price.Advisor, rounded up on their own), none of them multiplied by the tier or the
-// regional premium, which price the response's own model. A cost above
-// money.MaxAllowanceMicroUSD is capped there and flagged: a request is never left
-// uncharged because its numbers are absurd.
+// wins; else, with nothing counted, the cost is unknown (0); else the tokens times p, the
+// price found for the model (SourceFallback when p is the fallback price, else
+// SourceCatalogEstimate), plus its audio by the minute (AudioCost), at the percent of its
+// speed tier (Price.TierPercent, rounded up) when it ran at a dearer one, with the
+// price's regional premium when it went to a regional endpoint
+// (pricecatalog.RegionalPremium), plus its web searches, file search calls and
+// maps-grounded prompts apiece, its image generation calls' output tokens at the image
+// model's output price (ImageCost of ImageTokens) and its advisor's sub-inferences at the
+// advisor model's prices (CatalogCost of AdvisorUsage at Price.Advisor, rounded up on
+// their own), none of them multiplied by the tier or the regional premium, which price
+// the response's own model. A cost above money.MaxAllowanceMicroUSD is capped there and
+// flagged: a request is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
-		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 ||
+		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 || u.MapsGroundedPrompts < 0 ||
 		u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || u.AdvisorInputTokens < 0 || u.AdvisorOutputTokens < 0 ||
 		u.AdvisorCachedInputTokens < 0 || u.AdvisorCacheWriteTokens < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
 		return Cost{}, ErrBadUsage
@@ -307,13 +316,16 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 			err = ErrCostOverflow
 		}
 	}
-	// Searches and file search calls are priced apiece (searches of a model billed per
-	// grounded prompt once: WebSearchOnce), after the service tier: it multiplies tokens.
+	// Searches, file search calls and maps-grounded prompts are priced apiece (searches
+	// of a model billed per grounded prompt once: WebSearchOnce), after the service tier:
+	// it multiplies tokens. A prompt grounded with both Google Search and Google Maps pays
+	// both, as Google bills them apart.
 	searches := u.WebSearchRequests
 	if p.Price.WebSearchOnce {
 		searches = min(searches, 1)
 	}
-	for _, calls := range [...]struct{ n, price int64 }{{searches, p.Price.WebSearch}, {u.FileSearchCalls, p.Price.FileSearch}} {
+	for _, calls := range [...]struct{ n, price int64 }{{searches, p.Price.WebSearch}, {u.FileSearchCalls, p.Price.FileSearch},
+		{u.MapsGroundedPrompts, p.Price.MapsGrounding}} {
 		if err == nil && calls.n > 0 {
 			v, err = addApiece(v, calls.n, calls.price)
 		}

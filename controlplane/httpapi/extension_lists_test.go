@@ -208,10 +208,11 @@ type pricesView struct {
 	Prices   []priceEntry
 	Fallback fallbackView
 	Catalog  struct {
-		AsOf               string
-		Sources            []string
-		WebSearchMicroUsd  map[string]int64
-		FileSearchMicroUsd map[string]int64
+		AsOf                  string
+		Sources               []string
+		WebSearchMicroUsd     map[string]int64
+		FileSearchMicroUsd    map[string]int64
+		MapsGroundingMicroUsd map[string]int64
 	}
 }
 
@@ -269,6 +270,10 @@ func TestUsageModelPrices(t *testing.T) {
 	// File search calls: each provider's price of a call.
 	if fmt.Sprint(got.Catalog.FileSearchMicroUsd) != fmt.Sprint(cat.FileSearchPrices()) || got.Catalog.FileSearchMicroUsd["openai"] != 2_500 {
 		t.Fatalf("file search prices %v, want the catalog's %v", got.Catalog.FileSearchMicroUsd, cat.FileSearchPrices())
+	}
+	// Grounding with Google Maps: each provider's price of a grounded prompt.
+	if fmt.Sprint(got.Catalog.MapsGroundingMicroUsd) != fmt.Sprint(cat.MapsGroundingPrices()) || got.Catalog.MapsGroundingMicroUsd["google"] != 25_000 {
+		t.Fatalf("maps grounding prices %v, want the catalog's %v", got.Catalog.MapsGroundingMicroUsd, cat.MapsGroundingPrices())
 	}
 	if p, _ := got.find("gemini-2.5-flash"); p.WebSearchPerPromptMicroUsd == nil || *p.WebSearchPerPromptMicroUsd != 35_000 {
 		t.Fatalf("gemini-2.5-flash %+v", p)

@@ -100,6 +100,10 @@ type catalogView struct {
 	// (pricecatalog.Catalog.FileSearch), charged on top of the tokens whatever priced
 	// them.
 	FileSearchMicroUsd map[string]int64 `json:"fileSearchMicroUsd"`
+	// MapsGroundingMicroUsd is each provider's price of one prompt grounded with its maps
+	// (pricecatalog.Catalog.MapsGrounding), charged on top of the tokens and of any web
+	// searches whatever priced them.
+	MapsGroundingMicroUsd map[string]int64 `json:"mapsGroundingMicroUsd"`
 }
 
 type modelPricesView struct {
@@ -127,7 +131,7 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 	cat := pricecatalog.Default()
 	out := modelPricesView{Prices: []modelPriceView{}, Fallback: viewFallback(fallback),
 		Catalog: catalogView{AsOf: cat.AsOf().Format(time.DateOnly), Sources: cat.Sources(), WebSearchMicroUsd: cat.WebSearchPrices(),
-			FileSearchMicroUsd: cat.FileSearchPrices()}}
+			FileSearchMicroUsd: cat.FileSearchPrices(), MapsGroundingMicroUsd: cat.MapsGroundingPrices()}}
 	overridden := map[string]bool{}
 	for _, p := range ps {
 		overridden[p.MatchKey] = true

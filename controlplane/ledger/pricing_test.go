@@ -245,6 +245,39 @@ func TestSettlementPricing(t *testing.T) {
 		{"file search calls of a provider the catalog prices none for: the highest, unpriced", nil,
 			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 100_000, FileSearchCalls: 1, Complete: true},
 			300_000 + pricecatalog.Default().HighestFileSearch(), "fallback", "fallback", "reported_usage"},
+		// Gemini's grounding with Google Maps: a grounded prompt at the catalog's price for
+		// the model's provider (Google: 25,000 micro-USD), on top of the tokens and of any
+		// web searches, whatever priced the tokens; gemini-2.5-flash's 1,000 input tokens,
+		// none of them audio (else the audio input price, the dearer, prices them all), and
+		// 200 output tokens cost 300 + 500.
+		{"Gemini's maps-grounded prompt, on top of the tokens", nil,
+			&internalv1.SettleItem{Model: "gemini-2.5-flash", InputTokens: 1_000, AudioInputTokens: i64p(0), OutputTokens: 200, MapsGroundedPrompts: 1, Complete: true},
+			300 + 500 + 25_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"no maps-grounded prompt: nothing more than the tokens", nil,
+			&internalv1.SettleItem{Model: "gemini-2.5-flash", InputTokens: 1_000, AudioInputTokens: i64p(0), OutputTokens: 200, Complete: true},
+			300 + 500, "catalog_estimate", "catalog", "reported_usage"},
+		{"grounded with Google Search and Google Maps: the grounded prompt of each", nil,
+			&internalv1.SettleItem{Model: "gemini-2.5-flash", InputTokens: 1_000, AudioInputTokens: i64p(0), OutputTokens: 200, WebSearchRequests: 3,
+				MapsGroundedPrompts: 1, Complete: true},
+			300 + 500 + 35_000 + 25_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"Gemini 3's search queries apiece and its maps-grounded prompt", nil,
+			&internalv1.SettleItem{Model: "gemini-3-pro-preview", WebSearchRequests: 2, MapsGroundedPrompts: 1, Complete: true},
+			2*14_000 + 25_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"a maps-grounded prompt is not doubled by the fast tier", nil,
+			&internalv1.SettleItem{Model: "gemini-2.5-flash", InputTokens: 1_000, AudioInputTokens: i64p(0), OutputTokens: 200, MapsGroundedPrompts: 1,
+				PriorityTier: true, ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST, Complete: true},
+			2*(300+500) + 25_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"a maps-grounded prompt of a model nobody priced: the catalog's highest, unpriced", func() { setPrices() },
+			&internalv1.SettleItem{Model: "acme-maps-1", MapsGroundedPrompts: 1, Complete: true},
+			pricecatalog.Default().HighestMapsGrounding(), "fallback", "fallback", "reported_usage"}, // 25,000
+		{"a maps-grounded prompt of a provider the catalog prices none for: the highest, unpriced", nil,
+			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 100_000, MapsGroundedPrompts: 1, Complete: true},
+			300_000 + pricecatalog.Default().HighestMapsGrounding(), "fallback", "fallback", "reported_usage"},
+		{"the organization's price of the model does not price its maps grounding", func() {
+			setPrices(store.ModelPrice{Model: "gemini-2.5-flash", InputPerMillion: 1_000_000, OutputPerMillion: 2_000_000})
+		}, &internalv1.SettleItem{Model: "gemini-2.5-flash", InputTokens: 1_000, AudioInputTokens: i64p(0), OutputTokens: 200, MapsGroundedPrompts: 1,
+			Complete: true},
+			1_000 + 400 + 25_000, "catalog_estimate", "organization", "reported_usage"},
 		// OpenAI's image generation tool: the images' output tokens at the catalog's
 		// output price of the image model (gpt-image-1: 40 USD per million, its mini 8,
 		// 1.5 32), on top of the tokens, whatever priced them, after the tier.
@@ -408,7 +441,7 @@ func TestSettlementPricing(t *testing.T) {
 				wantSearches = 1
 			}
 			var basis, priceSource string
-			var audio, searches, fileSearches int64
+			var audio, searches, fileSearches, mapsGrounded int64
 			var audioIn, audioOut, cachedAudio *int64
 			var priority, regional bool
 			var tier, imageModel string
@@ -418,13 +451,14 @@ func TestSettlementPricing(t *testing.T) {
 			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis, web_search_requests, file_search_calls,
 					audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier,
 					image_generation_calls, image_model, image_output_tokens, advisor_model, advisor_input_tokens, advisor_output_tokens,
-					advisor_cached_input_tokens, advisor_cache_creation_input_tokens
+					advisor_cached_input_tokens, advisor_cache_creation_input_tokens, maps_grounded_prompts
 				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches, &audioIn, &audioOut,
 				&cachedAudio, &priority, &regional, &tier, &imageCalls, &imageModel, &imageTokens, &advisorModel, &advisorIn, &advisorOut,
-				&advisorCached, &advisorWritten); err != nil ||
+				&advisorCached, &advisorWritten, &mapsGrounded); err != nil ||
 				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != wantSearches ||
-				fileSearches != c.item.GetFileSearchCalls() {
-				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %v", basis, priceSource, audio, searches, fileSearches, err)
+				fileSearches != c.item.GetFileSearchCalls() || mapsGrounded != c.item.GetMapsGroundedPrompts() {
+				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %d maps-grounded prompts %v", basis, priceSource, audio, searches,
+					fileSearches, mapsGrounded, err)
 			}
 			// The image generation calls, their image model (gpt-image-1 when the item names
 			// none, cleaned) and their tokens, as reported.

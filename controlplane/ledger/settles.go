@@ -131,6 +131,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		CachedInputTokens: it.GetCachedInputTokens(), CacheWriteTokens: it.GetCacheCreationInputTokens(),
 		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(), AudioInputMillis: it.GetAudioInputMillis(),
 		WebSearchRequests: it.GetWebSearchRequests(), FileSearchCalls: it.GetFileSearchCalls(),
+		MapsGroundedPrompts:  it.GetMapsGroundedPrompts(),
 		ImageGenerationCalls: it.GetImageGenerationCalls(), ImageOutputTokens: it.GetImageOutputTokens(),
 		AdvisorInputTokens: it.GetAdvisorInputTokens(), AdvisorOutputTokens: it.GetAdvisorOutputTokens(),
 		AdvisorCachedInputTokens: it.GetAdvisorCachedInputTokens(), AdvisorCacheWriteTokens: it.GetAdvisorCacheCreationInputTokens(),
@@ -490,6 +491,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			InputTokens: j.item.usage.InputTokens, OutputTokens: j.item.usage.OutputTokens, CachedInputTokens: j.item.usage.CachedInputTokens,
 			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
 			WebSearchRequests: j.item.usage.WebSearchRequests, FileSearchCalls: j.item.usage.FileSearchCalls,
+			MapsGroundedPrompts:  j.item.usage.MapsGroundedPrompts,
 			ImageGenerationCalls: j.item.usage.ImageGenerationCalls, ImageModel: j.item.imageModel, ImageOutputTokens: j.item.usage.ImageOutputTokens,
 			AdvisorModel: j.item.advisorModel, AdvisorInputTokens: j.item.usage.AdvisorInputTokens, AdvisorOutputTokens: j.item.usage.AdvisorOutputTokens,
 			AdvisorCachedInputTokens: j.item.usage.AdvisorCachedInputTokens, AdvisorCacheWriteTokens: j.item.usage.AdvisorCacheWriteTokens,
@@ -627,16 +629,16 @@ func newOrgPrices(ps []store.ModelPrice) *orgPrices {
 }
 
 // price chooses the price of the job's model: at each matching step in turn (the exact
-// name, the key, the key without snapshot suffix, the family prefixes longest first),
-// the organization's own price, then the shipped catalog's; when no step finds one, the
+// name, the key, the key without snapshot suffix, the family prefixes longest first), the
+// organization's own price, then the shipped catalog's; when no step finds one, the
 // organization's fallback price, else the catalog's highest price of each token class.
 // Audio billed by duration is priced from the catalog whatever priced the tokens
 // (organizations price tokens only): see audioPrice; so are web searches, file search
-// calls, the image generation tool's images and the advisor's sub-inferences
-// (webSearchPrice, fileSearchPrice, imageOutputPrice, advisorPrice). Audio tokens are
-// not: they are tokens, priced apart only by a catalog entry that has audio prices
-// (fromCatalog); an organization's price of the model prices them at its token prices,
-// being the authority for it.
+// calls, maps-grounded prompts, the image generation tool's images and the advisor's
+// sub-inferences (webSearchPrice, fileSearchPrice, mapsGroundingPrice, imageOutputPrice,
+// advisorPrice). Audio tokens are not: they are tokens, priced apart only by a catalog
+// entry that has audio prices (fromCatalog); an organization's price of the model prices
+// them at its token prices, being the authority for it.
 func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPrice, orgID string) accounting.PricedAt {
 	p := sj.tokenPrice(org, fallbacks, orgID)
 	if sj.usage.AudioInputMillis > 0 {
@@ -655,6 +657,12 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 		var known bool
 		if p.Price.FileSearch, known = sj.fileSearchPrice(); !known {
 			p.Source = accounting.PriceFallback // file searches of a provider nobody priced: unpriced
+		}
+	}
+	if sj.usage.MapsGroundedPrompts > 0 {
+		var known bool
+		if p.Price.MapsGrounding, known = sj.mapsGroundingPrice(); !known {
+			p.Source = accounting.PriceFallback // maps grounding of a provider nobody priced: unpriced
 		}
 	}
 	if sj.usage.ImageGenerationCalls > 0 || sj.usage.ImageOutputTokens > 0 {
@@ -714,6 +722,19 @@ func (sj *settleJob) fileSearchPrice() (price int64, known bool) {
 		}
 	}
 	return pricecatalog.Default().HighestFileSearch(), false
+}
+
+// mapsGroundingPrice is the catalog's price of one prompt grounded with the maps of the
+// job's model's provider (its nearest entry's provider:
+// pricecatalog.Catalog.MapsGrounding), else the catalog's highest (known false): grounded
+// prompts nobody priced are never cheaper than known ones.
+func (sj *settleJob) mapsGroundingPrice() (price int64, known bool) {
+	if e := sj.catalogEntry(); e != nil {
+		if p, ok := pricecatalog.Default().MapsGrounding(e.Provider); ok {
+			return p, true
+		}
+	}
+	return pricecatalog.Default().HighestMapsGrounding(), false
 }
 
 // webSearchPrice is the catalog's price of the job's model's web searches (its nearest

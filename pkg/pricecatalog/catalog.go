@@ -240,6 +240,10 @@ type Catalog struct {
 	// (file.FileSearch), and highestFileSearch the highest of them.
 	fileSearch        map[string]int64
 	highestFileSearch int64
+	// mapsGrounding is each provider's price of one prompt grounded with its maps
+	// (file.MapsGrounding), and highestMapsGrounding the highest of them.
+	mapsGrounding        map[string]int64
+	highestMapsGrounding int64
 	// highestImageOutput is the highest output price of the catalog's image models
 	// (ImageModelPrefix), HighestImageOutput.
 	highestImageOutput int64
@@ -295,7 +299,11 @@ type file struct {
 	// FileSearch is each provider's price of one call of its file search tool, in
 	// integer micro-USD (OpenAI's: 2.50 USD per 1,000 calls).
 	FileSearch map[string]int64 `json:"fileSearch"`
-	Models     []fileEntry      `json:"models"`
+	// MapsGrounding is each provider's price of one prompt grounded with its maps, in
+	// integer micro-USD (Google's grounding with Google Maps: 25 USD per 1,000 grounded
+	// prompts).
+	MapsGrounding map[string]int64 `json:"mapsGrounding"`
+	Models        []fileEntry      `json:"models"`
 }
 
 // Unit is the only unit a catalog file may declare.
@@ -361,6 +369,7 @@ func Load(data []byte) (*Catalog, error) {
 	}
 	c.webSearch = perCall("webSearch", f.WebSearch, &c.highestWebSearch)
 	c.fileSearch = perCall("fileSearch", f.FileSearch, &c.highestFileSearch)
+	c.mapsGrounding = perCall("mapsGrounding", f.MapsGrounding, &c.highestMapsGrounding)
 	for i, m := range f.Models {
 		where := fmt.Sprintf("models[%d] %q", i, m.Model)
 		if m.Model == "" || Key(m.Model) != m.Model || strings.TrimSpace(m.Model) != m.Model {
@@ -674,6 +683,24 @@ func (c *Catalog) FileSearchPrices() map[string]int64 { return maps.Clone(c.file
 
 // HighestFileSearch is the highest price of one file search call in the catalog.
 func (c *Catalog) HighestFileSearch() int64 { return c.highestFileSearch }
+
+// MapsGrounding is the price of one prompt grounded with provider's maps (an answer
+// grounded with at least one of its sources: Google's grounding with Google Maps), in
+// micro-USD, however many sources grounded it; ok is false when the catalog does not
+// price it.
+func (c *Catalog) MapsGrounding(provider string) (int64, bool) {
+	p, ok := c.mapsGrounding[provider]
+	return p, ok
+}
+
+// MapsGroundingPrices is each provider's price of one prompt grounded with its maps (a
+// copy).
+func (c *Catalog) MapsGroundingPrices() map[string]int64 { return maps.Clone(c.mapsGrounding) }
+
+// HighestMapsGrounding is the highest price of one maps-grounded prompt in the catalog:
+// the price of a grounded prompt of a provider it does not price, never below a known
+// one's.
+func (c *Catalog) HighestMapsGrounding() int64 { return c.highestMapsGrounding }
 
 // HighestImageOutput is the highest output price, per million tokens, of the catalog's
 // image models (those whose name starts with ImageModelPrefix): the price of the images

@@ -427,57 +427,62 @@ func TestLoadRefuses(t *testing.T) {
 		t.Fatalf("good file: %v", err)
 	}
 	for name, body := range map[string]string{
-		"unknown field":                        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"x":1}]}`,
-		"duplicate":                            head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1},{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
-		"negative":                             head + `{"model":"m","provider":"openai","input":-1,"output":2,"cachedInput":1}]}`,
-		"too large":                            head + `{"model":"m","provider":"openai","input":4503599627370496,"output":2,"cachedInput":1}]}`,
-		"missing output":                       head + `{"model":"m","provider":"openai","input":1,"cachedInput":1}]}`,
-		"upper-case name":                      head + `{"model":"M","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
-		"provider prefix":                      head + `{"model":"openai/m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
-		"unknown provider":                     head + `{"model":"m","provider":"acme","input":1,"output":2,"cachedInput":1}]}`,
-		"negative write":                       head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cacheWrite":-5}]}`,
-		"fraction":                             head + `{"model":"m","provider":"openai","input":1.5,"output":2,"cachedInput":1}]}`,
-		"no models":                            head + `]}`,
-		"trailing data":                        good + `{}`,
-		"bad date":                             strings.Replace(good, "2025-01-02", "Jan 2", 1),
-		"no sources":                           strings.Replace(good, `["https://example.com/p"]`, `[]`, 1),
-		"http source":                          strings.Replace(good, "https://", "http://", 1),
-		"wrong unit":                           strings.Replace(good, "integer micro-USD", "USD", 1),
-		"zero maxOutput":                       head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":0}]}`,
-		"zero regional premium":                head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"regionalPremiumPercent":0}]}`,
-		"regional premium above 100":           head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"regionalPremiumPercent":101}]}`,
-		"a fast tier below the standard price": head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"fastPercent":99}]}`,
-		"an ultrafast tier above ten times":    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"ultrafastPercent":1001}]}`,
-		"huge maxOutput":                       head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":10000001}]}`,
-		"fraction maxOut":                      head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":1.5}]}`,
-		"unknown kind":                         head + `{"model":"m","provider":"openai","kind":"image","input":1,"output":2,"cachedInput":1}]}`,
-		"embedding output":                     head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"output":0}]}`,
-		"embedding cache":                      head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"cachedInput":1}]}`,
-		"embedding limit":                      head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"maxOutput":1024}]}`,
-		"embedding free":                       head + `{"model":"m","provider":"openai","kind":"embedding"}]}`,
-		"per minute on a text model":           head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioPerMinute":5}]}`,
-		"web search of an unknown provider":    strings.Replace(good, `"models":[`, `"webSearch":{"acme":1},"models":[`, 1),
-		"free web search":                      strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":0},"models":[`, 1),
-		"web search beyond the bound":          strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":4503599627370496},"models":[`, 1),
-		"long context below 1,000 tokens":      head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"longContext":{"above":999,"input":2,"output":4,"cachedInput":2}}]}`,
-		"long context cheaper":                 head + `{"model":"m","provider":"openai","input":2,"output":2,"cachedInput":1,"longContext":{"above":200000,"input":1,"output":4,"cachedInput":2}}]}`,
-		"long context without output":          head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"longContext":{"above":200000,"input":2,"cachedInput":2}}]}`,
-		"long context cache write alone":       head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"longContext":{"above":200000,"input":2,"output":4,"cachedInput":2,"cacheWrite":3}}]}`,
-		"long context unknown field":           head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"longContext":{"above":200000,"input":2,"output":4,"cachedInput":2,"x":1}}]}`,
-		"free audio input":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":0}]}`,
-		"audio output beyond the bound":        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioOutput":4503599627370496}]}`,
-		"audio input of an embedding model":    head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"audioInput":5}]}`,
-		"audio output of a speech model":       head + `{"model":"m","provider":"openai","kind":"speech","input":1,"cachedInput":1,"audioOutput":5}]}`,
-		"cached audio without audio input":     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cachedAudioInput":2}]}`,
-		"cached audio above audio input":       head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":5,"cachedAudioInput":6}]}`,
-		"free cached audio":                    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":5,"cachedAudioInput":0}]}`,
-		"file search of an unknown provider":   strings.Replace(good, `"models":[`, `"fileSearch":{"acme":1},"models":[`, 1),
-		"free file search":                     strings.Replace(good, `"models":[`, `"fileSearch":{"openai":0},"models":[`, 1),
-		"audio without a price":                head + `{"model":"m","provider":"openai","kind":"audio-duration"}]}`,
-		"audio free":                           head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":0}]}`,
-		"audio with token prices":              head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"input":1}]}`,
-		"audio with an output limit":           head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"maxOutput":1024}]}`,
-		"audio beyond the bound":               head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":4503599628}]}`,
+		"unknown field":                         head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"x":1}]}`,
+		"duplicate":                             head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1},{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"negative":                              head + `{"model":"m","provider":"openai","input":-1,"output":2,"cachedInput":1}]}`,
+		"too large":                             head + `{"model":"m","provider":"openai","input":4503599627370496,"output":2,"cachedInput":1}]}`,
+		"missing output":                        head + `{"model":"m","provider":"openai","input":1,"cachedInput":1}]}`,
+		"upper-case name":                       head + `{"model":"M","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"provider prefix":                       head + `{"model":"openai/m","provider":"openai","input":1,"output":2,"cachedInput":1}]}`,
+		"unknown provider":                      head + `{"model":"m","provider":"acme","input":1,"output":2,"cachedInput":1}]}`,
+		"negative write":                        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cacheWrite":-5}]}`,
+		"fraction":                              head + `{"model":"m","provider":"openai","input":1.5,"output":2,"cachedInput":1}]}`,
+		"no models":                             head + `]}`,
+		"trailing data":                         good + `{}`,
+		"bad date":                              strings.Replace(good, "2025-01-02", "Jan 2", 1),
+		"no sources":                            strings.Replace(good, `["https://example.com/p"]`, `[]`, 1),
+		"http source":                           strings.Replace(good, "https://", "http://", 1),
+		"wrong unit":                            strings.Replace(good, "integer micro-USD", "USD", 1),
+		"zero maxOutput":                        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":0}]}`,
+		"zero regional premium":                 head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"regionalPremiumPercent":0}]}`,
+		"regional premium above 100":            head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"regionalPremiumPercent":101}]}`,
+		"a fast tier below the standard price":  head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"fastPercent":99}]}`,
+		"an ultrafast tier above ten times":     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"ultrafastPercent":1001}]}`,
+		"huge maxOutput":                        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":10000001}]}`,
+		"fraction maxOut":                       head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"maxOutput":1.5}]}`,
+		"unknown kind":                          head + `{"model":"m","provider":"openai","kind":"image","input":1,"output":2,"cachedInput":1}]}`,
+		"embedding output":                      head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"output":0}]}`,
+		"embedding cache":                       head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"cachedInput":1}]}`,
+		"embedding limit":                       head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"maxOutput":1024}]}`,
+		"embedding free":                        head + `{"model":"m","provider":"openai","kind":"embedding"}]}`,
+		"per minute on a text model":            head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioPerMinute":5}]}`,
+		"web search of an unknown provider":     strings.Replace(good, `"models":[`, `"webSearch":{"acme":1},"models":[`, 1),
+		"free web search":                       strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":0},"models":[`, 1),
+		"web search beyond the bound":           strings.Replace(good, `"models":[`, `"webSearch":{"anthropic":4503599627370496},"models":[`, 1),
+		"long context below 1,000 tokens":       head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"longContext":{"above":999,"input":2,"output":4,"cachedInput":2}}]}`,
+		"long context cheaper":                  head + `{"model":"m","provider":"openai","input":2,"output":2,"cachedInput":1,"longContext":{"above":200000,"input":1,"output":4,"cachedInput":2}}]}`,
+		"long context without output":           head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"longContext":{"above":200000,"input":2,"cachedInput":2}}]}`,
+		"long context cache write alone":        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"longContext":{"above":200000,"input":2,"output":4,"cachedInput":2,"cacheWrite":3}}]}`,
+		"long context unknown field":            head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"longContext":{"above":200000,"input":2,"output":4,"cachedInput":2,"x":1}}]}`,
+		"free audio input":                      head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":0}]}`,
+		"audio output beyond the bound":         head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioOutput":4503599627370496}]}`,
+		"audio input of an embedding model":     head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"audioInput":5}]}`,
+		"audio output of a speech model":        head + `{"model":"m","provider":"openai","kind":"speech","input":1,"cachedInput":1,"audioOutput":5}]}`,
+		"cached audio without audio input":      head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cachedAudioInput":2}]}`,
+		"cached audio above audio input":        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":5,"cachedAudioInput":6}]}`,
+		"free cached audio":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":5,"cachedAudioInput":0}]}`,
+		"file search of an unknown provider":    strings.Replace(good, `"models":[`, `"fileSearch":{"acme":1},"models":[`, 1),
+		"free file search":                      strings.Replace(good, `"models":[`, `"fileSearch":{"openai":0},"models":[`, 1),
+		"maps grounding of an unknown provider": strings.Replace(good, `"models":[`, `"mapsGrounding":{"acme":1},"models":[`, 1),
+		"free maps grounding":                   strings.Replace(good, `"models":[`, `"mapsGrounding":{"google":0},"models":[`, 1),
+		"negative maps grounding":               strings.Replace(good, `"models":[`, `"mapsGrounding":{"google":-25000},"models":[`, 1),
+		"maps grounding beyond the bound":       strings.Replace(good, `"models":[`, `"mapsGrounding":{"google":4503599627370496},"models":[`, 1),
+		"fractional maps grounding":             strings.Replace(good, `"models":[`, `"mapsGrounding":{"google":2.5},"models":[`, 1),
+		"audio without a price":                 head + `{"model":"m","provider":"openai","kind":"audio-duration"}]}`,
+		"audio free":                            head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":0}]}`,
+		"audio with token prices":               head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"input":1}]}`,
+		"audio with an output limit":            head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":5,"maxOutput":1024}]}`,
+		"audio beyond the bound":                head + `{"model":"m","provider":"openai","kind":"audio-duration","audioPerMinute":4503599628}]}`,
 	} {
 		if _, err := Load([]byte(body)); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -585,6 +590,38 @@ func TestFileSearch(t *testing.T) {
 	}
 	if c.HighestFileSearch() != 2_500 || len(c.FileSearchPrices()) != 1 {
 		t.Fatalf("highest %d, prices %v", c.HighestFileSearch(), c.FileSearchPrices())
+	}
+}
+
+// TestMapsGrounding: Google's grounding with Google Maps costs 25 USD per 1,000
+// grounded prompts, 25,000 micro-USD a prompt; no other provider's is priced, and the
+// highest is the price of a grounded prompt of a model the catalog does not know.
+func TestMapsGrounding(t *testing.T) {
+	c := Default()
+	if p, ok := c.MapsGrounding("google"); !ok || p != 25_000 {
+		t.Fatalf("Google's maps grounding %d (%v), want 25000", p, ok)
+	}
+	for _, provider := range []string{"openai", "anthropic", "amazon", "acme"} {
+		if p, ok := c.MapsGrounding(provider); ok || p != 0 {
+			t.Fatalf("%s's maps grounding priced at %d", provider, p)
+		}
+	}
+	if c.HighestMapsGrounding() != 25_000 || len(c.MapsGroundingPrices()) != 1 {
+		t.Fatalf("highest %d, prices %v", c.HighestMapsGrounding(), c.MapsGroundingPrices())
+	}
+	// The listing is a copy: changing it changes no price.
+	c.MapsGroundingPrices()["google"] = 1
+	if p, _ := c.MapsGrounding("google"); p != 25_000 {
+		t.Fatalf("the listing changed the price to %d", p)
+	}
+	// A catalog without mapsGrounding prices none: the highest is 0.
+	none, err := Load([]byte(`{"asOf": "2026-11-29", "unit": "integer micro-USD per million tokens", "sources": ["https://example.com"],
+		"models": [{"model": "m", "provider": "google", "input": 1, "output": 7, "cachedInput": 1}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := none.MapsGrounding("google"); ok || p != 0 || none.HighestMapsGrounding() != 0 {
+		t.Fatalf("a catalog without mapsGrounding: %d (%v), highest %d", p, ok, none.HighestMapsGrounding())
 	}
 }
 
