@@ -120,6 +120,10 @@ type Request struct {
 	// max_uses), 0 when any of its search tools sets no limit.
 	WebSearch        bool
 	WebSearchMaxUses int64
+	// MapsGrounding: the request gives the model Gemini's grounding with Google Maps (a
+	// "tools" element with a googleMaps or google_maps member), which bills a grounded
+	// prompt once, apart from the tokens (enforcer/worstcase).
+	MapsGrounding bool
 	// FileSearch: the request gives the model OpenAI's file search tool (a "tools"
 	// element whose "type" starts with "file_search"), whose calls are billed apiece and
 	// which no field of the tool caps.
@@ -240,6 +244,7 @@ func Input(body []byte) (Request, error) {
 			// The last "tools" counts, as encoding/json reads a repeated key.
 			t := searchTools(body, i)
 			r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor = t.search, t.maxUses, t.fileSearch, t.images, t.advisor
+			r.MapsGrounding = t.maps
 			i = w.value(i, kindOf(key))
 		case jsonscan.KeyIs(key, "background"):
 			// The last one counts, as encoding/json reads a repeated key.
@@ -478,9 +483,9 @@ func hex4(h []byte) rune {
 // tool, one an image generation tool, one an advisor. See Request.WebSearch,
 // Request.FileSearch, Request.ImageGeneration and Request.Advisor.
 type billedTools struct {
-	search                      bool
-	maxUses                     int64
-	fileSearch, images, advisor bool
+	search                            bool
+	maxUses                           int64
+	fileSearch, images, advisor, maps bool
 }
 
 // searchTools reads the tools array at b[i] (any other value has none).
@@ -495,6 +500,7 @@ func searchTools(b []byte, i int) billedTools {
 		if b[i] == '{' {
 			one := searchTool(b, i)
 			t.fileSearch, t.images, t.advisor = t.fileSearch || one.fileSearch, t.images || one.images, t.advisor || one.advisor
+			t.maps = t.maps || one.maps
 			if one.search {
 				t.search = true
 				if one.maxUses <= 0 || t.maxUses > maxCap-one.maxUses {
@@ -532,6 +538,8 @@ func searchTool(b []byte, i int) (t billedTools) {
 			}
 		case jsonscan.KeyIs(key, "googleSearch"), jsonscan.KeyIs(key, "google_search"), jsonscan.KeyIs(key, "googleSearchRetrieval"):
 			t.search = true
+		case jsonscan.KeyIs(key, "googleMaps"), jsonscan.KeyIs(key, "google_maps"):
+			t.maps = true
 		case jsonscan.KeyIs(key, "max_uses"):
 			if jsonscan.IsNumber(b[i]) {
 				if n, err := positiveWhole(b[i:jsonscan.SkipNumber(b, i)]); err == nil && n > 0 {

@@ -381,7 +381,8 @@ func decoderInput(body []byte) (Request, error) {
 		return Request{}, ErrNotObject // trailing data
 	}
 	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
-	r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor = decoderSearchTools(body)
+	t := decoderSearchTools(body)
+	r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor, r.MapsGrounding = t.search, t.maxUses, t.fileSearch, t.images, t.advisor, t.maps
 	return r, nil
 }
 
@@ -414,11 +415,11 @@ func decoderConfigCap(raw json.RawMessage, key string) int64 {
 
 // decoderSearchTools is searchTools read with encoding/json: the last top-level "tools"
 // (as Unmarshal keeps it), each object element's members in order.
-func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch, images, advisor bool) {
+func decoderSearchTools(body []byte) (t billedTools) {
 	var top map[string]json.RawMessage
 	var tools []json.RawMessage
 	if json.Unmarshal(body, &top) != nil || json.Unmarshal(top["tools"], &tools) != nil {
-		return false, 0, false, false, false
+		return billedTools{}
 	}
 	capped := true
 	for _, tool := range tools {
@@ -431,17 +432,19 @@ func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch, im
 			k, _ := dec.Token()
 			var v json.RawMessage
 			if dec.Decode(&v) != nil {
-				return false, 0, false, false, false
+				return billedTools{}
 			}
 			switch k {
 			case "type":
 				var s string
 				isSearch = isSearch || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "web_search")
-				fileSearch = fileSearch || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "file_search")
-				images = images || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "image_generation")
-				advisor = advisor || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "advisor_")
+				t.fileSearch = t.fileSearch || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "file_search")
+				t.images = t.images || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "image_generation")
+				t.advisor = t.advisor || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "advisor_")
 			case "googleSearch", "google_search", "googleSearchRetrieval":
 				isSearch = true
+			case "googleMaps", "google_maps":
+				t.maps = true
 			case "max_uses":
 				if n, err := strconv.ParseFloat(string(v), 64); err == nil && (v[0] == '-' || '0' <= v[0] && v[0] <= '9') && n >= 1 && n == math.Trunc(n) {
 					uses = int64(min(n, maxCap))
@@ -449,18 +452,18 @@ func decoderSearchTools(body []byte) (search bool, maxUses int64, fileSearch, im
 			}
 		}
 		if isSearch {
-			search = true
-			if uses <= 0 || maxUses > maxCap-uses {
+			t.search = true
+			if uses <= 0 || t.maxUses > maxCap-uses {
 				capped = false
 			} else {
-				maxUses += uses
+				t.maxUses += uses
 			}
 		}
 	}
-	if !search || !capped {
-		return search, 0, fileSearch, images, advisor
+	if !t.search || !capped {
+		t.maxUses = 0
 	}
-	return true, maxUses, fileSearch, images, advisor
+	return t
 }
 
 // Search tools: a request that gives the model a web search tool says so, with the most
@@ -500,8 +503,8 @@ func TestSearchTools(t *testing.T) {
 			t.Errorf("%s: search %v max uses %d file search %v images %v (%v), want %v %d %v %v", tc.body, r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, err,
 				tc.search, tc.maxUses, tc.fileSearch, tc.images)
 		}
-		if s, n, f, im, _ := decoderSearchTools([]byte(tc.body)); s != tc.search || n != tc.maxUses || f != tc.fileSearch || im != tc.images {
-			t.Errorf("%s: the reference reads search %v max uses %d file search %v images %v", tc.body, s, n, f, im)
+		if ref := decoderSearchTools([]byte(tc.body)); ref.search != tc.search || ref.maxUses != tc.maxUses || ref.fileSearch != tc.fileSearch || ref.images != tc.images {
+			t.Errorf("%s: the reference reads %+v", tc.body, ref)
 		}
 	}
 }
@@ -660,12 +663,37 @@ func TestAdvisorTool(t *testing.T) {
 		if err != nil || r.Advisor != tc.want {
 			t.Errorf("%s: advisor %v (%v), want %v", tc.body, r.Advisor, err, tc.want)
 		}
-		if _, _, _, _, ref := decoderSearchTools([]byte(tc.body)); ref != tc.want {
-			t.Errorf("%s: the reference reads advisor %v", tc.body, ref)
+		if ref := decoderSearchTools([]byte(tc.body)); ref.advisor != tc.want {
+			t.Errorf("%s: the reference reads advisor %v", tc.body, ref.advisor)
 		}
 	}
 	// Its max_uses caps no search.
 	if r, _ := Input([]byte(`{"tools":[{"type":"web_search_20250305","max_uses":2},{"type":"advisor_20260301","max_uses":5}]}`)); r.WebSearchMaxUses != 2 {
 		t.Errorf("max uses %d, want the search's 2", r.WebSearchMaxUses)
+	}
+}
+
+// Gemini's grounding with Google Maps: a "tools" element with a googleMaps (or, in the
+// REST API's snake case, google_maps) member, read as the reference decoder reads it.
+func TestMapsGroundingTool(t *testing.T) {
+	for _, tc := range []struct {
+		body         string
+		maps, search bool
+	}{
+		{`{"contents":[{"parts":[{"text":"coffee near me"}]}],"tools":[{"googleMaps":{}}]}`, true, false},
+		{`{"tools":[{"google_maps":{"enableWidget":true}}]}`, true, false},
+		{`{"tools":[{"googleSearch":{}},{"googleMaps":{}}]}`, true, true},
+		{`{"tools":[{"googleSearch":{},"googleMaps":{}}]}`, true, true},
+		{`{"tools":[{"functionDeclarations":[{"name":"googleMaps"}]}]}`, false, false},
+		{`{"tools":[{"googleMaps":{}}],"tools":[]}`, false, false},
+		{`{"toolConfig":{"retrievalConfig":{"latLng":{"latitude":34.05,"longitude":-118.25}}},"googleMaps":{}}`, false, false},
+	} {
+		r, err := Input([]byte(tc.body))
+		if err != nil || r.MapsGrounding != tc.maps || r.WebSearch != tc.search {
+			t.Errorf("%s: maps %v search %v (%v), want %v %v", tc.body, r.MapsGrounding, r.WebSearch, err, tc.maps, tc.search)
+		}
+		if ref := decoderSearchTools([]byte(tc.body)); ref.maps != tc.maps || ref.search != tc.search {
+			t.Errorf("%s: the reference reads %+v", tc.body, ref)
+		}
 	}
 }

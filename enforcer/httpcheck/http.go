@@ -115,6 +115,10 @@ type settleBody struct {
 	AdvisorOutputTokens             *int64  `json:"advisorOutputTokens"`
 	AdvisorCachedInputTokens        *int64  `json:"advisorCachedInputTokens"`
 	AdvisorCacheCreationInputTokens *int64  `json:"advisorCacheCreationInputTokens"`
+	// MapsGroundedPrompts is 1 when the answer was grounded with Google Maps (Gemini's
+	// googleMaps tool: a candidate's groundingMetadata.groundingChunks[] held a maps
+	// source), billed per grounded prompt; a request is one prompt, so 0 or 1.
+	MapsGroundedPrompts *int64 `json:"mapsGroundedPrompts"`
 	// AudioInputTokens and AudioOutputTokens are the audio parts of inputTokens and
 	// outputTokens (OpenAI's *_tokens_details.audio_tokens, Gemini's AUDIO modality).
 	// Absent, a model whose catalog entry prices audio apart is charged the dearer
@@ -201,6 +205,9 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 			probs = append(probs, problem{f.name + " must not be negative", []any{f.name}})
 		}
 	}
+	if in.MapsGroundedPrompts != nil && *in.MapsGroundedPrompts != 0 && *in.MapsGroundedPrompts != 1 {
+		probs = append(probs, problem{"mapsGroundedPrompts must be 0 or 1 (a request is one prompt)", []any{"mapsGroundedPrompts"}})
+	}
 	for _, f := range []struct {
 		name string
 		v    *string
@@ -233,7 +240,8 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		{&u.AudioInputMillis, in.AudioInputMillis}, {&u.WebSearchRequests, in.WebSearchRequests}, {&u.FileSearchCalls, in.FileSearchCalls},
 		{&u.ImageGenerationCalls, in.ImageGenerationCalls}, {&u.ImageOutputTokens, in.ImageOutputTokens},
 		{&u.AdvisorInputTokens, in.AdvisorInputTokens}, {&u.AdvisorOutputTokens, in.AdvisorOutputTokens},
-		{&u.AdvisorCachedInputTokens, in.AdvisorCachedInputTokens}, {&u.AdvisorCacheCreationInputTokens, in.AdvisorCacheCreationInputTokens}} {
+		{&u.AdvisorCachedInputTokens, in.AdvisorCachedInputTokens}, {&u.AdvisorCacheCreationInputTokens, in.AdvisorCacheCreationInputTokens},
+		{&u.MapsGroundedPrompts, in.MapsGroundedPrompts}} {
 		if f.src != nil {
 			*f.dst = *f.src
 			reported = true

@@ -108,7 +108,8 @@ func TestHTTPSettle(t *testing.T) {
 			`{"requestId":"` + reqID + `","imageGenerationCalls":-1}`, `{"requestId":"` + reqID + `","imageOutputTokens":-1}`,
 			`{"requestId":"` + reqID + `","imageModel":"` + strings.Repeat("m", 257) + `"}`, `{"requestId":"` + reqID + `","imageModel":1}`,
 			`{"requestId":"` + reqID + `","advisorInputTokens":-1}`, `{"requestId":"` + reqID + `","advisorCachedInputTokens":-1}`,
-			`{"requestId":"` + reqID + `","advisorModel":"` + strings.Repeat("m", 257) + `"}`} {
+			`{"requestId":"` + reqID + `","advisorModel":"` + strings.Repeat("m", 257) + `"}`,
+			`{"requestId":"` + reqID + `","mapsGroundedPrompts":2}`, `{"requestId":"` + reqID + `","mapsGroundedPrompts":-1}`} {
 			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
 				t.Fatalf("%s: %d %v", bad, code, out)
 			}
@@ -194,6 +195,10 @@ func TestHTTPSettle(t *testing.T) {
 			func(it *internalv1.SettleItem) bool {
 				return it.GetAdvisorModel() == "claude-opus-4-7" && it.GetAdvisorInputTokens() == 700 && it.GetAdvisorOutputTokens() == 90 &&
 					it.GetAdvisorCachedInputTokens() == 300 && it.GetAdvisorCacheCreationInputTokens() == 40 && it.GetInputTokens() == 10
+			}},
+		{"a prompt grounded with Google Maps", `"model":"gemini-2.5-flash","inputTokens":10,"outputTokens":2,"mapsGroundedPrompts":1`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetMapsGroundedPrompts() == 1 && it.GetInputTokens() == 10
 			}},
 		{"the audio parts of the counts", `"model":"gpt-realtime","inputTokens":10,"outputTokens":20,"audioInputTokens":0,"audioOutputTokens":15`,
 			func(it *internalv1.SettleItem) bool {

@@ -97,6 +97,9 @@ type Usage struct {
 	AdvisorModel                                              string
 	AdvisorInputTokens, AdvisorOutputTokens                   int64
 	AdvisorCachedInputTokens, AdvisorCacheCreationInputTokens int64
+	// MapsGroundedPrompts is 1 when the answer was grounded with Google Maps, billed
+	// per grounded prompt (responseusage.Usage.MapsGroundedPrompts).
+	MapsGroundedPrompts int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
 	// OutputTokens where the upstream reported them, nil where not: settlement charges a
 	// model that prices audio apart at the dearer price when the split is unknown
@@ -144,7 +147,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls,
 		ImageGenerationCalls: got.ImageGenerationCalls, AdvisorInputTokens: got.AdvisorInputTokens, AdvisorOutputTokens: got.AdvisorOutputTokens,
 		AdvisorCachedInputTokens: got.AdvisorCachedInputTokens, AdvisorCacheCreationInputTokens: got.AdvisorCacheCreationInputTokens,
-		UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier, Regional: got.Regional,
+		MapsGroundedPrompts: got.MapsGroundedPrompts, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier, Regional: got.Regional,
 		AudioInputTokens: reported(got.AudioInputTokens, got.AudioInputReported), AudioOutputTokens: reported(got.AudioOutputTokens, got.AudioOutputReported),
 		CachedAudioInputTokens: reported(got.CachedAudioInputTokens, got.CachedAudioInputReported),
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
@@ -414,6 +417,7 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		AdvisorOutputTokens:             u.AdvisorOutputTokens,
 		AdvisorCachedInputTokens:        u.AdvisorCachedInputTokens,
 		AdvisorCacheCreationInputTokens: u.AdvisorCacheCreationInputTokens,
+		MapsGroundedPrompts:             u.MapsGroundedPrompts,
 		AudioInputTokens:                u.AudioInputTokens,
 		AudioOutputTokens:               u.AudioOutputTokens,
 		CachedAudioInputTokens:          u.CachedAudioInputTokens,

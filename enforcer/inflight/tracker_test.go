@@ -238,6 +238,26 @@ func TestAdvisorCountsAreSettled(t *testing.T) {
 
 // Whether a request went to a regional endpoint reaches its settlement from what the
 // front door recorded of the request, or from the report itself (POST /settle).
+// A prompt grounded with Google Maps reaches the settlement from the response read; an
+// answer the provider did not bill (unbilled) carries none.
+func TestMapsGroundedPromptIsSettled(t *testing.T) {
+	grounded := responseusage.Usage{Model: "gemini-2.5-flash", InputTokens: 30, OutputTokens: 4, MapsGroundedPrompts: 1, Complete: true,
+		InputReported: true, OutputReported: true}
+	for _, tc := range []struct {
+		name     string
+		unbilled bool
+		want     int64
+	}{{"grounded", false, 1}, {"not billed", true, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, q := admittedReqA()
+			_ = tr.Finish("req_a", FromResponse(grounded, true, 200, tc.unbilled), nil)
+			if it := q.items[0]; it.GetMapsGroundedPrompts() != tc.want {
+				t.Fatalf("settled %d grounded prompts, want %d", it.GetMapsGroundedPrompts(), tc.want)
+			}
+		})
+	}
+}
+
 func TestRegionalEndpointIsSettled(t *testing.T) {
 	for _, tc := range []struct {
 		name               string

@@ -69,11 +69,14 @@ type accumulator struct {
 	// The small fields come first, together, in one word: the Extractor stays in its
 	// size class (TestExtractorSize).
 	fileSearches, imageCalls uint16
-	cost                     int64
-	cachedAudio              int64
-	model                    capture
-	u                        usageFields
-	text                     int64 // output text of every document, whatever its shape
+	// mapsGrounded: a Gemini document's grounding cited a Google Maps source
+	// (docFields.mapsGrounded), which bills the prompt once.
+	mapsGrounded bool
+	cost         int64
+	cachedAudio  int64
+	model        capture
+	u            usageFields
+	text         int64 // output text of every document, whatever its shape
 }
 
 func (a *accumulator) switchTo(f family) {
@@ -83,7 +86,7 @@ func (a *accumulator) switchTo(f family) {
 		a.u = usageFields{}
 		a.final = false
 		a.tier, a.regional = pricecatalog.Standard, false
-		a.fileSearches, a.imageCalls = 0, 0
+		a.fileSearches, a.imageCalls, a.mapsGrounded = 0, 0, false
 		a.hasCachedAudio, a.cachedAudio = false, 0
 	}
 }
@@ -322,6 +325,9 @@ func (a *accumulator) noteSearches(d *docFields) {
 		a.fileSearches = max(a.fileSearches, d.fileSearches)
 		a.imageCalls = max(a.imageCalls, d.imageCalls)
 	}
+	if a.fam == famGemini {
+		a.mapsGrounded = a.mapsGrounded || d.mapsGrounded
+	}
 }
 
 // noteCost keeps the cost a document's usage reported, the largest of a stream's.
@@ -470,6 +476,10 @@ func (a *accumulator) fill(u *Usage) {
 	u.FileSearchCalls = int64(a.fileSearches)
 	// Its image generation tool's calls, billed per image: image_generation_call items.
 	u.ImageGenerationCalls = int64(a.imageCalls)
+	if a.mapsGrounded {
+		// Gemini's grounding with Google Maps, billed per grounded prompt.
+		u.MapsGroundedPrompts = 1
+	}
 	if a.fam == famChat || a.fam == famResponses || a.fam == famTranscription || a.fam == famGemini {
 		// The audio parts of the counts, where the shape reports them.
 		u.AudioInputTokens, u.AudioInputReported = a.u.get(tokAudioIn)

@@ -473,6 +473,38 @@ func oracleSearchQueries(obj []member) uint16 {
 	return n
 }
 
+// oracleMapsGrounded says whether an object is the maps source of an element of a
+// groundingChunks array of a groundingMetadata object of a candidate in obj's candidates
+// arrays.
+func oracleMapsGrounded(obj []member) bool {
+	for _, m := range obj {
+		cands, ok := m.val.([]any)
+		if !ok || m.key != "candidates" {
+			continue
+		}
+		for _, c := range cands {
+			c, _ := c.([]member)
+			for _, g := range all(c, "groundingMetadata") {
+				for _, f := range g {
+					chunks, ok := f.val.([]any)
+					if !ok || f.key != "groundingChunks" {
+						continue
+					}
+					for _, ch := range chunks {
+						ch, _ := ch.([]member)
+						for _, src := range ch {
+							if _, ok := src.val.([]member); ok && src.key == "maps" {
+								return true
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
 func oracleDoc(v any, modelLimit int) *docFields {
 	d := newDocFields(modelLimit)
 	d.text = treeText(v, "")
@@ -526,6 +558,7 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	d.searches = oracleOutputItems(m, "web_search_call") + oracleSearchQueries(m)
 	d.fileSearches = oracleOutputItems(m, "file_search_call")
 	d.imageCalls = oracleOutputItems(m, "image_generation_call")
+	d.mapsGrounded = oracleMapsGrounded(m)
 	for _, sub := range all(m, "response") {
 		d.searches += oracleOutputItems(sub, "web_search_call")
 		d.fileSearches += oracleOutputItems(sub, "file_search_call")

@@ -98,6 +98,8 @@ const (
 	kSpeed        // Anthropic: usage.speed (its fast mode)
 	kGrounding    // Gemini: candidates[].groundingMetadata
 	kSearchQuery  // Gemini: candidates[].groundingMetadata.webSearchQueries
+	kChunks       // Gemini: candidates[].groundingMetadata.groundingChunks
+	kMaps         // Gemini: a grounding chunk's maps source (groundingChunks[].maps)
 	kTok0         // kTok0+tok for the counts tokPrompt..tokAudioSeconds
 )
 
@@ -224,6 +226,10 @@ func keyID(b []byte) uint8 {
 		return kGrounding
 	case "webSearchQueries":
 		return kSearchQuery
+	case "groundingChunks":
+		return kChunks
+	case "maps":
+		return kMaps
 	case "prompt_tokens":
 		return kTok0 + tokPrompt
 	case "completion_tokens":
@@ -417,6 +423,11 @@ type docFields struct {
 	// geoPinned: a usage's inference_geo (Anthropic's) named a geography, not "global"
 	// (the last one counts, of any root).
 	geoPinned bool
+	// mapsGrounded: a Gemini candidate's grounding cites a Google Maps source (an object
+	// at candidates[].groundingMetadata.groundingChunks[].maps): the prompt was grounded
+	// with Google Maps, which Google bills per grounded prompt, however many places it
+	// cites.
+	mapsGrounded bool
 	// searches counts the web searches the document lists, which the provider bills
 	// and its usage does not count: OpenAI Responses output items of type
 	// "web_search_call" (output[] of a Responses object, response.output[] of an
@@ -450,7 +461,7 @@ func (d *docFields) reset() {
 	d.finished, d.converse, d.hasCost, d.cost = false, false, false, 0
 	d.searches, d.fileSearches, d.imageCalls = 0, 0, 0
 	d.hasCachedAudio, d.cachedAudio = false, 0
-	d.tierSeen, d.priorityTraffic, d.geoPinned = 0, false, false
+	d.tierSeen, d.priorityTraffic, d.geoPinned, d.mapsGrounded = 0, false, false, false
 }
 
 // setListAudio records the audio count a Gemini *TokensDetails list (list: its key)
@@ -641,6 +652,7 @@ const (
 	tgSpeed             // Anthropic's usage.speed string of root (kept in tier unless a service_tier of root was seen)
 	tgItemType          // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
 	tgSearchQuery       // a Gemini search query (candidates[].groundingMetadata.webSearchQueries[])
+	tgMapsSource        // a Gemini grounding chunk's maps source (candidates[].groundingMetadata.groundingChunks[].maps)
 	tgModalities        // a Gemini *TokensDetails list (its key names the count its AUDIO entries report: setListAudio)
 	tgModEntry          // an entry of that list
 	tgModality          // an entry's modality string
@@ -1203,6 +1215,9 @@ func (s *scanner) valueStart(c byte, at int) {
 	case tgIterEntry:
 		// Billed apart until its type says it is not (see docFields.usage).
 		s.iterApart, s.iterAdvisor = true, false
+	case tgMapsSource:
+		// A source is an object: its contents (uri, title, placeId) do not matter.
+		d.mapsGrounded = d.mapsGrounded || c == '{'
 	}
 	switch {
 	case c == '{' || c == '[':
@@ -1514,6 +1529,10 @@ func (s *scanner) classify() target {
 		}
 		if k[0] == kCandidates && k[1] == kArr && k[2] == kGrounding && k[3] == kSearchQuery && k[4] == kArr {
 			return target{kind: tgSearchQuery}
+		}
+	case 6:
+		if k[0] == kCandidates && k[1] == kArr && k[2] == kGrounding && k[3] == kChunks && k[4] == kArr && k[5] == kMaps {
+			return target{kind: tgMapsSource}
 		}
 	}
 	return target{}

@@ -116,6 +116,10 @@ type Usage struct {
 	// an image billed apart from the usage, as its image model's output
 	// (requestbody.ImageToolCall says how many tokens).
 	ImageGenerationCalls int64
+	// MapsGroundedPrompts is 1 when a Gemini answer was grounded with Google Maps (a
+	// candidate's groundingMetadata.groundingChunks[] held a maps source, in any chunk of
+	// a stream), which Google bills per grounded prompt, apart from the usage; else 0.
+	MapsGroundedPrompts int64
 	// AdvisorInputTokens, AdvisorOutputTokens, AdvisorCachedInputTokens and
 	// AdvisorCacheCreationInputTokens are the sums of the advisor_message entries of
 	// Anthropic's usage.iterations[] (its advisor tool's sub-inferences), left out of

@@ -1674,3 +1674,45 @@ func TestBodyCost(t *testing.T) {
 		t.Fatalf("the header did not win: %s", show(got))
 	}
 }
+
+// TestMapsGrounding: Gemini's grounding with Google Maps is billed per grounded prompt,
+// apart from its usage: an answer is grounded when a candidate's grounding cites a maps
+// source (groundingChunks[].maps), however many places it cites, in whichever chunk of a
+// stream (the grounding comes in the last).
+func TestMapsGrounding(t *testing.T) {
+	const grounded = `{"candidates":[{"content":{"parts":[{"text":"Try Bestia."}],"role":"model"},"finishReason":"STOP",` +
+		`"groundingMetadata":{"groundingChunks":[{"maps":{"uri":"https://maps.google.com/?cid=1","title":"Bestia","placeId":"places/ChIJ1"}},` +
+		`{"maps":{"uri":"https://maps.google.com/?cid=2","title":"Bavel","placeId":"places/ChIJ2"}}],` +
+		`"groundingSupports":[{"segment":{"endIndex":11,"text":"Try Bestia."},"groundingChunkIndices":[0,1]}],"googleMapsWidgetContextToken":"widgetcontent/x"}}],` +
+		`"usageMetadata":{"promptTokenCount":30,"candidatesTokenCount":4,"totalTokenCount":34},"modelVersion":"gemini-2.5-flash"}`
+	for _, tc := range []struct {
+		name, ct, body string
+		maps, webs     int64
+		complete       bool
+	}{
+		{"grounded", ctJSON, grounded, 1, 0, true},
+		{"streamed", ctSSE, "data: " + `{"candidates":[{"content":{"parts":[{"text":"Try "}],"role":"model"}}],"usageMetadata":{"promptTokenCount":30},"modelVersion":"gemini-2.5-flash"}` + "\r\n\r\n" +
+			"data: " + grounded + "\r\n\r\n", 1, 0, true},
+		{"streamed, grounded before the end", ctSSE, "data: " + grounded + "\r\n\r\n" +
+			"data: " + `{"candidates":[{"content":{"parts":[{"text":"."}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":30,"candidatesTokenCount":5},"modelVersion":"gemini-2.5-flash"}` + "\r\n\r\n", 1, 0, true},
+		{"as an array", ctJSON, "[" + grounded + "]", 1, 0, true},
+		{"with search grounding too", ctJSON, strings.Replace(grounded, `"groundingChunks":[`, `"webSearchQueries":["bestia"],"groundingChunks":[{"web":{"uri":"https://example.com","title":"e"}},`, 1), 1, 1, true},
+		{"web sources only", ctJSON, geminiGrounded, 0, 2, true},
+		{"no chunks", ctJSON, `{"candidates":[{"finishReason":"STOP","groundingMetadata":{"groundingChunks":[]}}],"usageMetadata":{"promptTokenCount":1}}`, 0, 0, true},
+		{"maps elsewhere, or not an object", ctJSON, `{"groundingMetadata":{"groundingChunks":[{"maps":{}}]},"candidates":[{"finishReason":"STOP","maps":{},` +
+			`"groundingMetadata":{"groundingChunks":[{"maps":"x"},{"maps":null},[{"maps":{}}],{"web":{"maps":{}}}],"maps":{}}}],"usageMetadata":{"promptTokenCount":1}}`, 0, 0, true},
+		{"an OpenAI answer with the same keys", ctJSON, `{"object":"chat.completion","candidates":[{"groundingMetadata":{"groundingChunks":[{"maps":{}}]}}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for how, chunks := range map[string][][]byte{"whole": {[]byte(tc.body)}, "byte by byte": bytewise([]byte(tc.body))} {
+				if got := run(tc.ct, nil, Limits{}, chunks, true); got.MapsGroundedPrompts != tc.maps || got.WebSearchRequests != tc.webs || got.Complete != tc.complete {
+					t.Fatalf("%s: %s with %d grounded prompts and %d web searches, want %d, %d, complete %v", how, show(got),
+						got.MapsGroundedPrompts, got.WebSearchRequests, tc.maps, tc.webs, tc.complete)
+				}
+			}
+			if ref, _ := oracleFor(tc.ct, []byte(tc.body)); ref.MapsGroundedPrompts != tc.maps || ref.WebSearchRequests != tc.webs {
+				t.Fatalf("reference: %d grounded prompts, %d web searches", ref.MapsGroundedPrompts, ref.WebSearchRequests)
+			}
+		})
+	}
+}

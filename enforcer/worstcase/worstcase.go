@@ -146,9 +146,10 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 	}
 	// A model that searches for every request has a search tool without being given one.
 	req.WebSearch = req.WebSearch || e.SearchesEveryRequest
-	if req.WebSearch || req.FileSearch || req.ImageGeneration {
-		// Searches and file search calls are charged on top of the tokens (after the
-		// tier), as settlement charges them; they bound the cost only when capped.
+	if req.WebSearch || req.FileSearch || req.ImageGeneration || req.MapsGrounding {
+		// Searches, file search calls, images and a Maps grounded prompt are charged on
+		// top of the tokens (after the tier), as settlement charges them; calls bound the
+		// cost only when capped.
 		calls, ok := toolCallsCost(cat, e, req)
 		if !ok {
 			return Cost{Unknown: SearchesUncapped}
@@ -159,21 +160,30 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 }
 
 // toolCallsCost is the most a request's billed tool calls cost, and whether that is
-// known: a grounded prompt's price once (Gemini 2.5 and older); else the calls its caps
-// allow (the web search tools' max_uses, Anthropic's; OpenAI's max_tool_calls, for all
-// its built-in tools together, the smaller of the two when both are set), each at the
-// dearest price of the tools given (an image generation call: its image at its image
-// model's output price, estimate.ImageCall). Unknown when a tool's provider or image
-// model has no price, or nothing caps the calls.
+// known: a grounded prompt's price once (Gemini 2.5 and older's search; Google Maps
+// grounding's, at the catalog's price for the provider, else its highest, as settlement
+// charges it), plus the calls its caps allow (the web search tools' max_uses,
+// Anthropic's; OpenAI's max_tool_calls, for all its built-in tools together, the smaller
+// of the two when both are set), each at the dearest price of the tools given (an image
+// generation call: its image at its image model's output price, estimate.ImageCall).
+// Unknown when a search tool's provider or an image model has no price, or nothing caps
+// the calls.
 func toolCallsCost(cat *pricecatalog.Catalog, e pricecatalog.Entry, req estimate.Request) (int64, bool) {
 	var once, perCall int64
+	if req.MapsGrounding {
+		p, ok := cat.MapsGrounding(e.Provider)
+		if !ok {
+			p = cat.HighestMapsGrounding()
+		}
+		once = p
+	}
 	if req.WebSearch {
 		p, grounded, ok := cat.SearchPrice(e)
 		switch {
 		case !ok:
 			return 0, false
 		case grounded:
-			once = p
+			once += p
 		default:
 			perCall = p
 		}

@@ -17,7 +17,7 @@ import (
 func testCatalog(t *testing.T) *pricecatalog.Catalog {
 	t.Helper()
 	c, err := pricecatalog.Load([]byte(`{"asOf":"2025-01-02","unit":"integer micro-USD per million tokens",
-		"sources":["https://example.com/p"],"notes":[],"webSearch":{"anthropic":10000,"openai":20000},"fileSearch":{"openai":2500},"models":[
+		"sources":["https://example.com/p"],"notes":[],"webSearch":{"anthropic":10000,"openai":20000},"fileSearch":{"openai":2500},"mapsGrounding":{"google":25000},"models":[
 		{"model":"grounded","provider":"google","input":1000000,"output":1000000,"cachedInput":1000000,"maxOutput":100,"webSearchPerPrompt":35000},
 		{"model":"searcher","provider":"openai","input":1000000,"output":1000000,"cachedInput":1000000,"maxOutput":100,"webSearchPerPrompt":50000,"searchesEveryRequest":true},
 		{"model":"small","provider":"openai","input":1000000,"output":4000000,"cachedInput":500000,"maxOutput":1000},
@@ -64,6 +64,15 @@ func TestOf(t *testing.T) {
 		{"a grounded prompt once", `{"model":"grounded","tools":[{"googleSearch":{}}],` + msgs + `}`, nil,
 			// 9 + 100 tokens at 1 USD/M = 109, + 35,000
 			Cost{MicroUSD: 109 + 35_000, Model: "grounded", InputTokens: 9, OutputTokens: 100}},
+		// Grounding with Google Maps: a grounded prompt once, at the provider's price, else
+		// at the catalog's highest (what settlement charges).
+		{"a Maps grounded prompt once", `{"model":"grounded","tools":[{"googleMaps":{}}],` + msgs + `}`, nil,
+			Cost{MicroUSD: 109 + 25_000, Model: "grounded", InputTokens: 9, OutputTokens: 100}},
+		{"grounded with Maps and Search", `{"model":"grounded","tools":[{"googleSearch":{}},{"googleMaps":{}}],` + msgs + `}`, nil,
+			Cost{MicroUSD: 109 + 35_000 + 25_000, Model: "grounded", InputTokens: 9, OutputTokens: 100}},
+		{"Maps grounding of a provider without its price", `{"model":"small","max_tokens":100,"tools":[{"googleMaps":{}}],` + msgs + `}`, nil,
+			// 9 tokens at 1 USD/M, 100 at 4 USD/M: 409, + the highest Maps price
+			Cost{MicroUSD: 409 + 25_000, Model: "small", InputTokens: 9, OutputTokens: 100}},
 		{"a model that searches every request, given no tool", `{"model":"searcher",` + msgs + `}`, nil,
 			// 9 + 100 tokens at 1 USD/M = 109, + its search's 50,000
 			Cost{MicroUSD: 109 + 50_000, Model: "searcher", InputTokens: 9, OutputTokens: 100}},
