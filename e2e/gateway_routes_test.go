@@ -1392,6 +1392,44 @@ func TestWebSearchesThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestMapsGroundingThroughTheGateway: Google bills Gemini's grounding with Google Maps
+// per grounded prompt (25 USD per 1,000), on top of the tokens, however many places the
+// answer cites; its usageMetadata does not count it. Google's Gen AI SDK's call with
+// tools [{googleMaps: {}}], streamed and not, whose answer cites two places, is charged
+// its tokens and one grounded prompt exactly, and the receipt says it was grounded. The
+// same call with an unpriced model is charged the catalog's highest price of a grounded
+// prompt, and the receipt is marked unpriced.
+func TestMapsGroundingThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, MapsGrounded: true})
+	perPrompt, ok := pricecatalog.Default().MapsGrounding("google")
+	if !ok || perPrompt != 25_000 {
+		t.Fatalf("the catalog prices a Maps grounded prompt of Google at %d (%v), want 25,000", perPrompt, ok)
+	}
+	e, _ := pricecatalog.Lookup("gemini-2.5-flash")
+	want := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000) + perPrompt
+	for _, scenario := range []string{"maps", "maps-stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			rec, r := oneSDKCallResult(t, fake, s, dir, "gemini.mjs", scenario, o.key, "gemini-2.5-flash")
+			if r.Text != fakellm.Text || r.Places != 2 {
+				t.Fatalf("the SDK saw %q and %d places: %+v", r.Text, r.Places, r)
+			}
+			if rec.cost() != want || rec["complete"] != true || rec["maps_grounded_prompts"] != 1.0 || rec["web_search_requests"] != 0.0 {
+				t.Fatalf("receipt %s, want %d: the tokens and one grounded prompt", rec, want)
+			}
+		})
+	}
+	t.Run("an unpriced model", func(t *testing.T) {
+		rec, _ := oneSDKCallResult(t, fake, s, dir, "gemini.mjs", "maps", o.key, "gemini-from-the-future")
+		h := pricecatalog.Highest()
+		want := ceilDiv(10_000*h.InputPerMillion+1_000*h.OutputPerMillion, 1_000_000) + pricecatalog.Default().HighestMapsGrounding()
+		if rec.cost() != want || rec["maps_grounded_prompts"] != 1.0 || rec["cost_source"] != "fallback" {
+			t.Fatalf("receipt %s, want %d: the tokens and a grounded prompt at the catalog's highest prices, unpriced", rec, want)
+		}
+	})
+}
+
 // TestFileSearchesThroughTheGateway: OpenAI bills its Responses API's file search tool
 // per call (2.50 USD per 1,000) on top of the tokens, and its usage does not count the
 // calls: each is an output item of type file_search_call. The official OpenAI SDK's

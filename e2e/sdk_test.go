@@ -96,6 +96,9 @@ type sdkResult struct {
 	// Searches: the web_search_call output items the SDK saw (openai.mjs's
 	// responses-search scenarios).
 	Searches int
+	// Places: the Google Maps sources a Gemini answer's grounding cites (gemini.mjs's
+	// maps scenarios).
+	Places int
 	// CloseCode and CloseReason: how a Realtime session's WebSocket closed (openai.mjs's
 	// realtime scenario).
 	CloseCode   int

@@ -142,6 +142,10 @@ type Usage struct {
 	// call's events), which is how OpenAI reports its web search tool's calls; on Gemini,
 	// that many search queries in the (last) candidate's groundingMetadata.
 	WebSearchRequests int64
+	// MapsGrounded: on Gemini, the (last) candidate's groundingMetadata cites two Google
+	// Maps places (groundingChunks[].maps, and a googleMapsWidgetContextToken), as an
+	// answer grounded with Google Maps does.
+	MapsGrounded bool
 	// FileSearchCalls: on the Responses API, that many file_search_call output items
 	// after the web searches' (and, streamed, each call's events), which is how OpenAI
 	// reports its file search tool's calls.
@@ -789,18 +793,34 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage, sse bool, tierFie
 }
 
 // grounding is a Gemini candidate's groundingMetadata member (with its comma) listing
-// u's web searches as the queries Grounding with Google Search ran; "" without searches.
+// u's web searches as the queries Grounding with Google Search ran, and the sources it
+// cites (a web page; two places of Grounding with Google Maps when u.MapsGrounded); ""
+// without either.
 func grounding(u Usage) string {
-	if u.WebSearchRequests == 0 {
+	if u.WebSearchRequests == 0 && !u.MapsGrounded {
 		return ""
 	}
-	queries := make([]string, u.WebSearchRequests)
-	for i := range queries {
-		queries[i] = fmt.Sprintf("%q", fmt.Sprint("how are tolls paid ", i))
+	var fields, chunks, cited []string
+	if u.WebSearchRequests > 0 {
+		queries := make([]string, u.WebSearchRequests)
+		for i := range queries {
+			queries[i] = fmt.Sprintf("%q", fmt.Sprint("how are tolls paid ", i))
+		}
+		fields = append(fields, `"webSearchQueries":[`+strings.Join(queries, ",")+`]`, `"searchEntryPoint":{"renderedContent":"<div></div>"}`)
+		chunks = append(chunks, `{"web":{"uri":"https://example.com/tolls","title":"example.com"}}`)
 	}
-	return `,"groundingMetadata":{"webSearchQueries":[` + strings.Join(queries, ",") + `],"searchEntryPoint":{"renderedContent":"<div></div>"},` +
-		`"groundingChunks":[{"web":{"uri":"https://example.com/tolls","title":"example.com"}}],` +
-		`"groundingSupports":[{"segment":{"endIndex":25,"text":` + fmt.Sprintf("%q", Text) + `},"groundingChunkIndices":[0]}]}`
+	if u.MapsGrounded {
+		for i, place := range []string{"Toll Plaza", "Bridge Toll Office"} {
+			chunks = append(chunks, fmt.Sprintf(`{"maps":{"uri":"https://maps.google.com/?cid=%d","title":%q,"placeId":"places/ChIJfake%d"}}`, i+1, place, i+1))
+		}
+		fields = append(fields, `"googleMapsWidgetContextToken":"widgetcontent/fake"`)
+	}
+	for i := range chunks {
+		cited = append(cited, strconv.Itoa(i))
+	}
+	fields = append(fields, `"groundingChunks":[`+strings.Join(chunks, ",")+`]`,
+		`"groundingSupports":[{"segment":{"endIndex":25,"text":`+fmt.Sprintf("%q", Text)+`},"groundingChunkIndices":[`+strings.Join(cited, ",")+`]}]`)
+	return `,"groundingMetadata":{` + strings.Join(fields, ",") + `}`
 }
 
 // inputCount is how many inputs an embeddings request has: the length of an array of

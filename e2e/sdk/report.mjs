@@ -5,7 +5,8 @@
 // buffered answer), "stream", "count" (Anthropic's token counting, which generates
 // nothing), "responses" / "responses-stream" (OpenAI's Responses API; "responses-search" /
 // "responses-search-stream" with the web search tool), "search" / "search-stream"
-// (Gemini with Grounding with Google Search), "image" / "image-stream" (an image
+// (Gemini with Grounding with Google Search), "maps" / "maps-stream" (with Grounding with
+// Google Maps), "image" / "image-stream" (an image
 // generation), "realtime" (a Realtime session over a WebSocket), "embeddings"
 // (OpenAI's embeddings), "batch" and "background" (a batch, a background response) or
 // "retrieve" (a stored response read again) or "transcribe" (an audio upload), or
@@ -16,13 +17,13 @@
 //
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
 // headerCode, shouldRetry, retryAfter, elapsedMs, text, model, usage, chunks, searches,
-// closeCode, closeReason, error}.
+// places, closeCode, closeReason, error}.
 // The exit status is 0 when a line was printed.
 import { readFileSync } from 'node:fs';
 
 export function settings() {
   const scenario = process.argv[2];
-  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'responses-file-search', 'responses-file-search-stream', 'responses-image', 'responses-image-stream', 'search', 'search-stream', 'image', 'image-stream', 'image-stream-abort', 'image-timeout', 'image-edit-timeout', 'realtime', 'audio', 'audio-stream', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
+  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'responses-file-search', 'responses-file-search-stream', 'responses-image', 'responses-image-stream', 'search', 'search-stream', 'maps', 'maps-stream', 'image', 'image-stream', 'image-stream-abort', 'image-timeout', 'image-edit-timeout', 'realtime', 'audio', 'audio-stream', 'embeddings', 'batch', 'background', 'retrieve', 'transcribe',
     'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse',
     'speech-mp3', 'speech-opus', 'speech-aac', 'speech-flac', 'speech-wav', 'speech-pcm',
     'invoke', 'invoke-stream', 'converse', 'converse-stream', 'vertex', 'vertex-stream', 'vertex-count', 'fast', 'fast-stream', 'priority', 'priority-stream', 'converse-priority', 'converse-stream-priority', 'us', 'us-stream', 'advisor', 'advisor-stream'];
