@@ -139,10 +139,13 @@ type Request struct {
 	ImageCall ImageCall
 	// Advisor: the request gives the model Anthropic's advisor tool (a "tools" element
 	// whose "type" starts with "advisor_"), whose sub-inferences are billed at the
-	// advisor model's prices. AdvisorModel is not the body's estimate: the front door
-	// sets it (requestbody.AdvisorModel), the model its settlement prices them at.
-	Advisor      bool
-	AdvisorModel string
+	// advisor model's prices. AdvisorModel, AdvisorMaxUses and AdvisorMaxTokens are not
+	// the body's estimate: the front door sets them (requestbody.AdvisorTool): the model
+	// its settlement prices them at, and the tool's caps, which bound its worst case
+	// (enforcer/worstcase; 0: unsaid).
+	Advisor                          bool
+	AdvisorModel                     string
+	AdvisorMaxUses, AdvisorMaxTokens int64
 	// MaxToolCalls is OpenAI's max_tool_calls: the most calls of built-in tools (web
 	// search, file search...) a Responses request allows, all tools together; 0 when it
 	// sets none, or none that is a positive whole number.

@@ -170,7 +170,8 @@ func BodyHint(body []byte, path, host string) Hint {
 		est.ImageCall = requestbody.ImageToolCall(body)
 	}
 	if est.Advisor {
-		est.AdvisorModel = requestbody.AdvisorModel(body)
+		a := requestbody.AdvisorTool(body)
+		est.AdvisorModel, est.AdvisorMaxUses, est.AdvisorMaxTokens = a.Model, a.MaxUses, a.MaxTokens
 	}
 	return Hint{Body: &est}
 }

@@ -35,6 +35,12 @@ func TestBodyHint(t *testing.T) {
 			}
 		})
 	}
+	// The advisor tool's model and caps, which its worst case is priced from.
+	advised := `{"model":"claude-haiku-4-5","max_tokens":5,"tools":[{"type":"advisor_20260301","name":"advisor","model":"claude-opus-4-7","max_uses":3,"max_tokens":2048}]}`
+	if h := gate.BodyHint([]byte(advised), "/v1/messages", ""); h.Body == nil || !h.Body.Advisor || h.Body.AdvisorModel != "claude-opus-4-7" ||
+		h.Body.AdvisorMaxUses != 3 || h.Body.AdvisorMaxTokens != 2048 {
+		t.Fatalf("the advisor's hint: %+v", h.Body)
+	}
 	if h := gate.BodyHint([]byte(`not json`), "/v1beta/models/gemini-2.5-flash:generateContent", ""); h.Body != nil {
 		t.Fatalf("a body that is no JSON object gave a hint: %+v", h.Body)
 	}

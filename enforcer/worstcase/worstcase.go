@@ -65,10 +65,15 @@ const (
 	// file search or image generation tool (which set none), each search or call billed
 	// apart from the tokens, and no max_tool_calls caps them all.
 	SearchesUncapped Unknown = "searches_uncapped"
+	// AdvisorUncapped: the request gives the model Anthropic's advisor tool without
+	// max_uses (its consultations, billed at the advisor model's prices, are then
+	// unlimited), or with an advisor model the catalog does not price or whose output
+	// nothing caps.
+	AdvisorUncapped Unknown = "advisor_uncapped"
 )
 
 // Unknowns lists every reason a worst case is unknown (the metric's labels).
-var Unknowns = []Unknown{NoModel, NotInCatalog, OrganizationPriced, NoCap, DurationBilled, SearchesUncapped}
+var Unknowns = []Unknown{NoModel, NotInCatalog, OrganizationPriced, NoCap, DurationBilled, SearchesUncapped, AdvisorUncapped}
 
 // Cost is a request's worst case.
 type Cost struct {
@@ -156,7 +161,54 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		}
 		cost = min(cost+calls, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
 	}
+	if req.Advisor {
+		// The advisor's consultations are charged at its own prices, from the catalog
+		// (as settlement prices them), on top of the rest.
+		advice, ok := advisorCost(cat, req, in, out)
+		if !ok {
+			return Cost{Unknown: AdvisorUncapped}
+		}
+		cost = min(cost+advice, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
+	}
 	return Cost{MicroUSD: cost, Model: e.Model, InputTokens: in, OutputTokens: out}
+}
+
+// advisorCost is the most the consultations of a request's advisor tool cost: max_uses
+// of them, each reading at most the whole transcript (the request's input in, the
+// executor's output out and every consultation's advice) and writing the tool's
+// max_tokens (else the advisor model's output limit), at the dearest prices of the
+// advisor model's catalog entry (its long prompts' tier, a one-hour cache write for its
+// input), not multiplied by the executor's tier or premium: settlement does not multiply
+// them. Unknown without max_uses, or for an advisor model the catalog does not price or
+// whose output nothing caps.
+func advisorCost(cat *pricecatalog.Catalog, req estimate.Request, in, out int64) (int64, bool) {
+	if req.AdvisorMaxUses <= 0 || req.AdvisorModel == "" {
+		return 0, false
+	}
+	e, ok := cat.Lookup(req.AdvisorModel)
+	if !ok {
+		return 0, false
+	}
+	advice := e.MaxOutputTokens
+	if req.AdvisorMaxTokens > 0 && (advice <= 0 || req.AdvisorMaxTokens < advice) {
+		advice = req.AdvisorMaxTokens
+	}
+	if advice <= 0 {
+		return 0, false
+	}
+	uses := req.AdvisorMaxUses
+	read := saturated(in, out, uses, advice)
+	p := e.Dearest()
+	inPrice := p.DearestInput()
+	if p.CacheWritePerMillion != nil {
+		inPrice = max(inPrice, pricecatalog.OneHourCacheWrite(p.InputPerMillion, *p.CacheWritePerMillion))
+	}
+	each := price(read, inPrice, advice, p.DearestOutput())
+	hi, lo := bits.Mul64(uint64(uses), uint64(each))
+	if hi != 0 || lo > uint64(money.MaxAllowanceMicroUSD) {
+		return money.MaxAllowanceMicroUSD, true
+	}
+	return int64(lo), true
 }
 
 // toolCallsCost is the most a request's billed tool calls cost, and whether that is
@@ -259,6 +311,18 @@ func find(cat *pricecatalog.Catalog, model string, orgKeys []string) (pricecatal
 
 // price is ceil((in × inPrice + out × outPrice) / 10^6), in 128 bits so that no product
 // overflows, capped at money.MaxAllowanceMicroUSD (the most a start may reserve).
+// saturated is a + b + n×m for non-negative counts, math.MaxInt64 when it is larger:
+// a count that large costs more than any allowance (price caps it).
+func saturated(a, b, n, m int64) int64 {
+	hi, nm := bits.Mul64(uint64(n), uint64(m))
+	sum, c1 := bits.Add64(uint64(a), uint64(b), 0)
+	sum, c2 := bits.Add64(sum, nm, 0)
+	if hi != 0 || c1 != 0 || c2 != 0 || sum > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(sum)
+}
+
 func price(in, inPrice, out, outPrice int64) int64 {
 	h1, l1 := bits.Mul64(uint64(in), uint64(inPrice))
 	h2, l2 := bits.Mul64(uint64(out), uint64(outPrice))

@@ -1,6 +1,7 @@
 package worstcase
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -23,6 +24,7 @@ func testCatalog(t *testing.T) *pricecatalog.Catalog {
 		{"model":"small","provider":"openai","input":1000000,"output":4000000,"cachedInput":500000,"maxOutput":1000},
 		{"model":"quick","provider":"openai","input":1000000,"output":4000000,"cachedInput":500000,"maxOutput":1000,"fastPercent":250,"ultrafastPercent":900},
 		{"model":"writer","provider":"anthropic","input":2000000,"output":10000000,"cachedInput":200000,"cacheWrite":2500000,"maxOutput":8000},
+		{"model":"adviser","provider":"anthropic","input":5000000,"output":25000000,"cachedInput":500000,"cacheWrite":6250000,"maxOutput":32000},
 		{"model":"nolimit","provider":"google","input":1000000,"output":1000000,"cachedInput":1000000},
 		{"model":"embedder","provider":"openai","kind":"embedding","input":3000000},
 		{"model":"listener","provider":"openai","kind":"audio-duration","audioPerMinute":6000},
@@ -337,5 +339,97 @@ func TestImageGenerationTool(t *testing.T) {
 				t.Fatalf("got %+v, want %d for the tokens and %d for the images", got, tokens, tc.want)
 			}
 		})
+	}
+}
+
+// Anthropic's advisor tool: each consultation reads the transcript and writes advice at
+// the advisor model's prices. With max_uses, the worst case adds that many, each reading
+// the request's input, the executor's output and all the advice, and writing the tool's
+// max_tokens (else the advisor model's limit); without, or with an advisor model the
+// catalog cannot bound, it is unknown.
+func TestAdvisorTool(t *testing.T) {
+	cat := testCatalog(t)
+	const msgs = `"model":"writer","max_tokens":100,"messages":[{"role":"user","content":"hello world!"}]`
+	for _, tc := range []struct {
+		name, tool string
+		uses       int64 // the consultations priced; 0: unknown
+		advice     int64 // the tokens each writes
+	}{
+		{"capped, with max_tokens", `"max_uses":2,"max_tokens":1000`, 2, 1000},
+		{"no max_tokens: the advisor model's limit", `"max_uses":3`, 3, 32000},
+		{"max_tokens above the model's limit", `"max_uses":1,"max_tokens":100000`, 1, 32000},
+		{"no max_uses", `"max_tokens":1000`, 0, 0},
+		{"max_uses that is no whole number", `"max_uses":2.5`, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := `{` + msgs + `,"tools":[{"type":"advisor_20260301","name":"advisor","model":"adviser",` + tc.tool + `}]}`
+			r := body(t, b)
+			a := requestbody.AdvisorTool([]byte(b))
+			r.AdvisorModel, r.AdvisorMaxUses, r.AdvisorMaxTokens = a.Model, a.MaxUses, a.MaxTokens
+			got := Of(cat, r, nil)
+			if tc.uses == 0 {
+				if got.Unknown != AdvisorUncapped {
+					t.Fatalf("got %+v, want unknown (%s)", got, AdvisorUncapped)
+				}
+				return
+			}
+			// The executor: its input at writer's one-hour cache write (4 USD/M), 100 tokens
+			// at 10 USD/M. Each consultation: the transcript at adviser's one-hour cache write
+			// (10 USD/M), its advice at 25 USD/M.
+			executor := price(got.InputTokens, 4_000_000, 100, 10_000_000)
+			each := price(got.InputTokens+100+tc.uses*tc.advice, 10_000_000, tc.advice, 25_000_000)
+			if got.MicroUSD != executor+tc.uses*each || got.Model != "writer" || got.OutputTokens != 100 {
+				t.Fatalf("got %+v, want %d for the executor and %d × %d for the advice", got, executor, tc.uses, each)
+			}
+		})
+	}
+	plain := Of(cat, body(t, `{`+msgs+`}`), nil)
+	for _, tc := range []struct {
+		name string
+		r    func(estimate.Request) estimate.Request
+		want Cost
+	}{
+		{"an advisor model the catalog does not price", func(r estimate.Request) estimate.Request {
+			r.AdvisorModel = "house-sage"
+			return r
+		}, Cost{Unknown: AdvisorUncapped}},
+		{"no advisor model (the front door did not read one)", func(r estimate.Request) estimate.Request {
+			r.AdvisorModel = ""
+			return r
+		}, Cost{Unknown: AdvisorUncapped}},
+		{"an advisor model whose output nothing caps", func(r estimate.Request) estimate.Request {
+			r.AdvisorModel, r.AdvisorMaxTokens = "nolimit", 0
+			return r
+		}, Cost{Unknown: AdvisorUncapped}},
+		{"consultations beyond any allowance", func(r estimate.Request) estimate.Request {
+			r.AdvisorMaxUses = math.MaxInt64
+			return r
+		}, Cost{MicroUSD: money.MaxAllowanceMicroUSD, Model: "writer", InputTokens: plain.InputTokens, OutputTokens: 100}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := body(t, `{`+msgs+`}`)
+			r.Advisor, r.AdvisorModel, r.AdvisorMaxUses, r.AdvisorMaxTokens = true, "adviser", 2, 1000
+			if got := Of(cat, tc.r(r), nil); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// docs/prices.md's example ("The advisor in the worst case"), on the shipped catalog:
+// claude-haiku-4-5 advised twice by claude-opus-4-7 reserves 404,320 micro-USD for the
+// advice on top of its own worst case.
+func TestAdvisorToolShippedCatalog(t *testing.T) {
+	// 39,973 bytes and the tool's name (3) are 9,994 tokens; with the message's 3 and the
+	// priming's 3, 10,000.
+	b := `{"model":"claude-haiku-4-5","max_tokens":1000,"messages":[{"role":"user","content":"` + strings.Repeat("x", 39_973) + `"}],` +
+		`"tools":[{"type":"advisor_20260301","name":"adv","model":"claude-opus-4-7","max_uses":2,"max_tokens":2048}]}`
+	r := body(t, b)
+	a := requestbody.AdvisorTool([]byte(b))
+	r.AdvisorModel, r.AdvisorMaxUses, r.AdvisorMaxTokens = a.Model, a.MaxUses, a.MaxTokens
+	// Haiku: 10,000 tokens at its one-hour cache write (2 USD/M), 1,000 at 5 USD/M.
+	const executor = 20_000 + 5_000
+	if got := Of(pricecatalog.Default(), r, nil); got.InputTokens != 10_000 || got.MicroUSD != executor+404_320 {
+		t.Fatalf("got %+v: want %d for Haiku and 404,320 for the advice", got, executor)
 	}
 }
