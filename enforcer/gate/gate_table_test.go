@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/identity"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
@@ -367,6 +366,15 @@ func gateCases() []gateCase {
 			body: `{"max_tokens":100000}`, want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "no_model" })},
 		{name: "reserving policy, no cap and no output limit in the catalog: the policy's amount", setup: rec(reservingRecord),
 			body: `{"model":"gpt-4-32k"}`, want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "no_cap" })},
+		{name: "reserving policy, an advisor tool without max_uses: the policy's amount", setup: rec(reservingRecord),
+			body: `{"model":"claude-haiku-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"advisor_20260301","model":"claude-opus-4-7"}]}`,
+			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "advisor_uncapped" })},
+		{name: "reserving policy, an advisor tool with max_uses: the advice in the worst case", setup: rec(reservingRecord),
+			body: `{"model":"claude-haiku-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"advisor_20260301","model":"claude-opus-4-7","max_uses":1,"max_tokens":1024}]}`,
+			// Haiku: 7 input tokens at 2 USD/M (a one-hour cache write), 100 at 5 USD/M: 514.
+			// Opus's advice: 7 + 100 + 1,024 tokens read at 10 USD/M, 1,024 written at 25
+			// USD/M: 11,310 + 25,600.
+			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 514 + 36_910, "worst_case" })},
 		{name: "policy without reservations: the body changes nothing", body: worstCaseBody, want: admitted("within_limit")},
 
 		// 503 decisions: the same in both modes.
@@ -467,11 +475,10 @@ func TestGateAnswers(t *testing.T) {
 				t.Helper()
 				var h gate.Hint
 				if tc.body != "" {
-					est, err := estimate.Input([]byte(tc.body))
-					if err != nil {
-						t.Fatal(err)
+					// What a front door reads of the body (the gateway's, ext_proc's).
+					if h = gate.BodyHint([]byte(tc.body), "/v1/messages", ""); h.Body == nil {
+						t.Fatalf("no hint from %s", tc.body)
 					}
-					h.Body = &est
 				}
 				a, err := g.CheckRequest(context.Background(), cred, h)
 				if err != nil {
