@@ -446,37 +446,10 @@ func oracleOutputItems(obj []member, typ string) uint16 {
 	return n
 }
 
-// oracleSearchQueries counts the strings of every webSearchQueries array of every
-// groundingMetadata object of every candidate in obj's candidates arrays.
-func oracleSearchQueries(obj []member) uint16 {
-	var n uint16
-	for _, m := range obj {
-		cands, ok := m.val.([]any)
-		if !ok || m.key != "candidates" {
-			continue
-		}
-		for _, c := range cands {
-			c, _ := c.([]member)
-			for _, g := range all(c, "groundingMetadata") {
-				for _, q := range g {
-					if qs, ok := q.val.([]any); ok && q.key == "webSearchQueries" {
-						for _, s := range qs {
-							if _, ok := s.(string); ok {
-								n++
-							}
-						}
-					}
-				}
-			}
-		}
-	}
-	return n
-}
-
-// oracleMapsGrounded says whether an object is the maps source of an element of a
-// groundingChunks array of a groundingMetadata object of a candidate in obj's candidates
-// arrays.
-func oracleMapsGrounded(obj []member) bool {
+// groundingArrays is every array named key of every groundingMetadata object of every
+// candidate in obj's candidates arrays.
+func groundingArrays(obj []member, key string) [][]any {
+	var out [][]any
 	for _, m := range obj {
 		cands, ok := m.val.([]any)
 		if !ok || m.key != "candidates" {
@@ -486,18 +459,39 @@ func oracleMapsGrounded(obj []member) bool {
 			c, _ := c.([]member)
 			for _, g := range all(c, "groundingMetadata") {
 				for _, f := range g {
-					chunks, ok := f.val.([]any)
-					if !ok || f.key != "groundingChunks" {
-						continue
+					if arr, ok := f.val.([]any); ok && f.key == key {
+						out = append(out, arr)
 					}
-					for _, ch := range chunks {
-						ch, _ := ch.([]member)
-						for _, src := range ch {
-							if _, ok := src.val.([]member); ok && src.key == "maps" {
-								return true
-							}
-						}
-					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// oracleSearchQueries counts the strings of every webSearchQueries array of a
+// candidate's grounding.
+func oracleSearchQueries(obj []member) uint16 {
+	var n uint16
+	for _, qs := range groundingArrays(obj, "webSearchQueries") {
+		for _, s := range qs {
+			if _, ok := s.(string); ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// oracleMapsGrounded says whether an element of a groundingChunks array of a
+// candidate's grounding has a maps member that is an object.
+func oracleMapsGrounded(obj []member) bool {
+	for _, chunks := range groundingArrays(obj, "groundingChunks") {
+		for _, ch := range chunks {
+			ch, _ := ch.([]member)
+			for _, src := range ch {
+				if _, ok := src.val.([]member); ok && src.key == "maps" {
+					return true
 				}
 			}
 		}
