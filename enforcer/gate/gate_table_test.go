@@ -374,7 +374,7 @@ func gateCases() []gateCase {
 			// Haiku: 7 input tokens at 2 USD/M (a one-hour cache write), 100 at 5 USD/M: 514.
 			// Opus's advice: 7 + 100 + 1,024 tokens read at 10 USD/M, 1,024 written at 25
 			// USD/M: 11,310 + 25,600.
-			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 514 + 36_910, "worst_case" })},
+			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 514+36_910, "worst_case" })},
 		{name: "policy without reservations: the body changes nothing", body: worstCaseBody, want: admitted("within_limit")},
 
 		// 503 decisions: the same in both modes.
