@@ -1042,6 +1042,60 @@ func TestAnthropicAdvisorThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestAdvisorLeftUnfinishedIsCharged: an Anthropic stream reports the advisor's counts
+// only in its last message_delta. The official Anthropic SDK, streaming a Haiku request
+// with the advisor tool (max_tokens 2,048), leaves once the first advice came (its
+// advisor_tool_result block): the consultation is charged, estimated, at Opus's prices
+// (the input and the executor's output so far read, 2,048 tokens written), with the
+// executor's tokens. Before, only the executor's were.
+func TestAdvisorLeftUnfinishedIsCharged(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	const advice = "Check the toll booth's hours first."
+	left := make(chan string, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		event := func(typ, data string) { _, _ = io.WriteString(w, "event: "+typ+"\ndata: "+data+"\n\n") }
+		event("message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-haiku-4-5","content":[],`+
+			`"stop_reason":null,"usage":{"input_tokens":10000,"output_tokens":1}}}`)
+		event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+		event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Let me ask for advice."}}`)
+		event("content_block_stop", `{"type":"content_block_stop","index":0}`)
+		event("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"advisor","input":{}}}`)
+		event("content_block_stop", `{"type":"content_block_stop","index":1}`)
+		event("content_block_start", `{"type":"content_block_start","index":2,"content_block":{"type":"advisor_tool_result","tool_use_id":"srvtoolu_1",`+
+			`"content":{"type":"advisor_result","text":"`+advice+`"}}}`)
+		event("content_block_stop", `{"type":"content_block_stop","index":2}`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the executor goes on writing; the client has left
+		left <- r.Header.Get("X-Service-Request-Id")
+	}))
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	r := runSDK(t, dir, "anthropic.mjs", "advisor-stream-abort", s.gateway, o.key, "claude-haiku-4-5")
+	if !r.OK || r.Text != advice {
+		t.Fatalf("the SDK did not see the advice: %+v", r)
+	}
+	var id string
+	select {
+	case id = <-left:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream request was not cancelled")
+	}
+	rec := waitReceipt(t, s, id)
+	executor, _ := pricecatalog.Lookup("claude-haiku-4-5")
+	advisor, _ := pricecatalog.Lookup("claude-opus-4-7")
+	out := int64(rec["output_tokens"].(float64))
+	read := 10_000 + out
+	want := ceilDiv(10_000*executor.InputPerMillion+out*executor.OutputPerMillion, 1_000_000) +
+		ceilDiv(read*advisor.InputPerMillion+2_048*advisor.OutputPerMillion, 1_000_000)
+	if out <= 1 || rec.cost() != want || rec["complete"] != false || rec["cost_basis"] != "estimate" || rec["advisor_model"] != "claude-opus-4-7" ||
+		rec["advisor_input_tokens"] != float64(read) || rec["advisor_output_tokens"] != 2_048.0 {
+		t.Fatalf("receipt %s, want %d: Haiku's tokens and one consultation at Opus's prices, estimated", rec, want)
+	}
+}
+
 // TestAnthropicInferenceGeoThroughTheGateway: the official Anthropic SDK's call with
 // inference_geo "us" (US-only inference), answered with usage.inference_geo "us",
 // streamed and not, is charged the model's regional premium (Claude Opus 4.6: 1.1 times

@@ -9,17 +9,20 @@ const client = new Anthropic({ baseURL: s.baseURL, apiKey: s.apiKey });
 // 'fast' and 'fast-stream' ask for Anthropic's fast mode, as its docs call it: the beta
 // client, the fast-mode beta and "speed": "fast"; 'us' and 'us-stream' for US-only
 // inference (inference_geo); 'advisor' and 'advisor-stream' give the model the advisor
-// tool (the beta client and the advisor beta), whose model is claude-opus-4-7.
+// tool (the beta client and the advisor beta), whose model is claude-opus-4-7;
+// 'advisor-stream-abort' streams with the tool capped (max_uses 3, max_tokens 2048) and
+// leaves once the first advice came (an advisor_tool_result block; text: its advice).
 const fast = s.scenario === 'fast' || s.scenario === 'fast-stream';
 const us = s.scenario === 'us' || s.scenario === 'us-stream';
-const advisor = s.scenario === 'advisor' || s.scenario === 'advisor-stream';
+const abort = s.scenario === 'advisor-stream-abort';
+const advisor = s.scenario === 'advisor' || s.scenario === 'advisor-stream' || abort;
 const messages = fast || advisor ? client.beta.messages : client.messages;
 const request = {
   model: s.model, max_tokens: 256, messages: [{ role: 'user', content: 'How are tolls paid?' }],
   ...(fast ? { speed: 'fast', betas: ['fast-mode-2026-02-01'] } : {}),
   ...(us ? { inference_geo: 'us' } : {}),
   ...(advisor ? {
-    tools: [{ type: 'advisor_20260301', name: 'advisor', model: 'claude-opus-4-7' }],
+    tools: [{ type: 'advisor_20260301', name: 'advisor', model: 'claude-opus-4-7', ...(abort ? { max_uses: 3, max_tokens: 2048 } : {}) }],
     betas: ['advisor-tool-2026-03-01'],
   } : {}),
 };
@@ -49,6 +52,9 @@ await run('@anthropic-ai/sdk', s.scenario, async () => {
       text += event.delta.text;
     } else if (event.type === 'message_delta') {
       Object.assign(usage, event.usage);
+    } else if (abort && event.type === 'content_block_start' && event.content_block.type === 'advisor_tool_result') {
+      // Breaking out of the loop aborts the request: the rest of the answer is not read.
+      return { text: event.content_block.content?.text ?? '', model, usage, chunks };
     }
   }
   return { text, model, usage, chunks };

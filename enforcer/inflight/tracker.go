@@ -50,15 +50,16 @@ type Request struct {
 	// What the request said (RecordRequest), guarded by the shard's lock while the
 	// request is in the table: requestSeen, the input estimate, the model it named,
 	// whether it went to a regional endpoint, the output an image generation is
-	// billed whatever its answer reports, and what each call of an image generation
-	// tool is billed.
-	requestSeen   bool
-	inputEstimate int64
-	requestModel  string
-	regional      bool
-	imageOutput   int64
-	imageCall     estimate.ImageCall
-	advisorModel  string
+	// billed whatever its answer reports, what each call of an image generation tool is
+	// billed, and its advisor tool's model and max_tokens.
+	requestSeen      bool
+	inputEstimate    int64
+	requestModel     string
+	regional         bool
+	imageOutput      int64
+	imageCall        estimate.ImageCall
+	advisorModel     string
+	advisorMaxTokens int64
 	// older and newer link the shard's requests that no response stream follows, in
 	// admission order (the oldest is evicted first); listed says it is in that list.
 	older, newer *Request
@@ -151,7 +152,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 		AudioInputTokens: reported(got.AudioInputTokens, got.AudioInputReported), AudioOutputTokens: reported(got.AudioOutputTokens, got.AudioOutputReported),
 		CachedAudioInputTokens: reported(got.CachedAudioInputTokens, got.CachedAudioInputReported),
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
-			AudioOutputMillis: got.AudioOutputMillis}}
+			AudioOutputMillis: got.AudioOutputMillis, AdvisorResults: got.AdvisorResults}}
 }
 
 // reported is n when the upstream reported it, else nil.
@@ -184,6 +185,10 @@ type Seen struct {
 	TextBytes int64
 	// AudioOutputMillis is the duration of the audio an answer in audio carried.
 	AudioOutputMillis int64
+	// AdvisorResults counts the consultations of Anthropic's advisor tool a stream
+	// showed (responseusage.Usage.AdvisorResults), estimated when it reported no
+	// advisor counts (cut before its last message_delta).
+	AdvisorResults int64
 }
 
 // Queue is where settlements go (settleq.Queue).
@@ -332,7 +337,7 @@ func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 		return false
 	}
 	r.requestSeen, r.inputEstimate, r.requestModel, r.regional, r.imageOutput = true, req.InputTokens, req.Model, req.Regional, req.ImageOutputTokens
-	r.imageCall, r.advisorModel = req.ImageCall, req.AdvisorModel
+	r.imageCall, r.advisorModel, r.advisorMaxTokens = req.ImageCall, req.AdvisorModel, req.AdvisorMaxTokens
 	return true
 }
 
@@ -519,9 +524,37 @@ func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
 	if est > 0 && (!seen.OutputReported || !item.Complete && est > item.OutputTokens) {
 		item.OutputTokens, item.AudioOutputTokens, estimated = est, nil, true
 	}
+	if seen.AdvisorResults > 0 && item.AdvisorInputTokens == 0 && item.AdvisorOutputTokens == 0 && r != nil && r.requestSeen {
+		adviceEstimate(item, seen.AdvisorResults, r)
+		estimated = true
+	}
 	if estimated {
 		item.UsageEstimated, item.Complete = true, false
 	}
+}
+
+// TypicalAdviceTokens is what one consultation of Anthropic's advisor tool writes, its
+// thinking included, when the tool sets no max_tokens: the top of the 1,400 - 1,800
+// tokens Anthropic's documentation gives as typical.
+const TypicalAdviceTokens = 1_800
+
+// adviceEstimate charges the consultations of the advisor tool a stream showed and
+// reported no counts of (it was cut before its last message_delta): each read the
+// transcript, at most the request's input and the executor's output so far, and wrote
+// the tool's max_tokens (else TypicalAdviceTokens); advisorCounts names their model.
+func adviceEstimate(item *internalv1.SettleItem, results int64, r *Request) {
+	each := r.advisorMaxTokens
+	if each <= 0 {
+		each = TypicalAdviceTokens
+	}
+	read := min(item.InputTokens, math.MaxInt64-max(item.OutputTokens, 0)) + max(item.OutputTokens, 0)
+	times := func(n, v int64) int64 {
+		if v > 0 && n > math.MaxInt64/v {
+			return math.MaxInt64
+		}
+		return n * v
+	}
+	item.AdvisorInputTokens, item.AdvisorOutputTokens = times(results, read), times(results, each)
 }
 
 // audioTokens counts millis of generated audio as output tokens, rounded up.

@@ -238,6 +238,49 @@ func TestAdvisorCountsAreSettled(t *testing.T) {
 
 // Whether a request went to a regional endpoint reaches its settlement from what the
 // front door recorded of the request, or from the report itself (POST /settle).
+// A stream cut before its last message_delta reports no advisor counts, though it showed
+// its consultations (advisor_tool_result blocks): each is estimated, reading the input
+// and the executor's output so far and writing the tool's max_tokens (else
+// TypicalAdviceTokens), at the advisor's model. Reported counts stand; a request not
+// known here is not estimated.
+func TestAdvisorResultsAreEstimated(t *testing.T) {
+	cut := Usage{Model: "claude-haiku-4-5", InputTokens: 900, OutputTokens: 1, UpstreamStatus: 200,
+		Seen: &Seen{InputReported: true, OutputReported: true, TextBytes: 400, AdvisorResults: 2}}
+	reported := cut
+	reported.AdvisorInputTokens, reported.AdvisorOutputTokens = 700, 90
+	for _, tc := range []struct {
+		name      string
+		recorded  bool
+		maxTokens int64
+		u         Usage
+		in, out   int64
+		model     string
+	}{
+		// 900 input tokens and 100 of output estimated from 400 bytes of text.
+		{"two consultations, max_tokens 2,048", true, 2048, cut, 2 * 1000, 2 * 2048, "claude-opus-4-7"},
+		{"no max_tokens: the typical advice", true, 0, cut, 2 * 1000, 2 * TypicalAdviceTokens, "claude-opus-4-7"},
+		{"counts reported", true, 2048, reported, 700, 90, "claude-opus-4-7"},
+		{"the request not known here", false, 2048, cut, 0, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, q := admittedReqA()
+			if tc.recorded {
+				tr.RecordRequest("req_a", estimate.Request{InputTokens: 10, Model: "claude-haiku-4-5", Advisor: true,
+					AdvisorModel: "claude-opus-4-7", AdvisorMaxUses: 3, AdvisorMaxTokens: tc.maxTokens})
+			}
+			_ = tr.Finish("req_a", tc.u, nil)
+			it := q.items[0]
+			if it.GetAdvisorInputTokens() != tc.in || it.GetAdvisorOutputTokens() != tc.out || it.GetAdvisorModel() != tc.model ||
+				it.GetComplete() || it.GetOutputTokens() != 100 {
+				t.Fatalf("settled %s", it)
+			}
+			if tc.in > 0 && !it.GetUsageEstimated() {
+				t.Fatal("the estimate is not marked so")
+			}
+		})
+	}
+}
+
 // A prompt grounded with Google Maps reaches the settlement from the response read; an
 // answer the provider did not bill (unbilled) carries none.
 func TestMapsGroundedPromptIsSettled(t *testing.T) {

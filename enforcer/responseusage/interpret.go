@@ -72,11 +72,14 @@ type accumulator struct {
 	// mapsGrounded: a Gemini document's grounding cited a Google Maps source
 	// (docFields.mapsGrounded), which bills the prompt once.
 	mapsGrounded bool
-	cost         int64
-	cachedAudio  int64
-	model        capture
-	u            usageFields
-	text         int64 // output text of every document, whatever its shape
+	// advisorResults counts an Anthropic stream's advisor_tool_result blocks (the advisor
+	// tool's consultations done), saturating at 65,535.
+	advisorResults uint16
+	cost           int64
+	cachedAudio    int64
+	model          capture
+	u              usageFields
+	text           int64 // output text of every document, whatever its shape
 }
 
 func (a *accumulator) switchTo(f family) {
@@ -86,7 +89,7 @@ func (a *accumulator) switchTo(f family) {
 		a.u = usageFields{}
 		a.final = false
 		a.tier, a.regional = pricecatalog.Standard, false
-		a.fileSearches, a.imageCalls, a.mapsGrounded = 0, 0, false
+		a.fileSearches, a.imageCalls, a.mapsGrounded, a.advisorResults = 0, 0, false, 0
 		a.hasCachedAudio, a.cachedAudio = false, 0
 	}
 }
@@ -230,6 +233,9 @@ func (a *accumulator) applyEvent(d *docFields) {
 		a.noteSearches(d)
 	case famAnthropic:
 		a.noteIterations(d)
+		if d.advisorResults > 0 && d.typ.is("content_block_start") && a.advisorResults < math.MaxUint16 {
+			a.advisorResults++
+		}
 		switch {
 		case d.typ.is("message_start"):
 			if u := &d.usage[rootMessage]; u.obj {
@@ -476,6 +482,8 @@ func (a *accumulator) fill(u *Usage) {
 	u.FileSearchCalls = int64(a.fileSearches)
 	// Its image generation tool's calls, billed per image: image_generation_call items.
 	u.ImageGenerationCalls = int64(a.imageCalls)
+	// An Anthropic stream's advisor consultations, estimated when its counts are lost.
+	u.AdvisorResults = int64(a.advisorResults)
 	if a.mapsGrounded {
 		// Gemini's grounding with Google Maps, billed per grounded prompt.
 		u.MapsGroundedPrompts = 1

@@ -553,6 +553,13 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	d.fileSearches = oracleOutputItems(m, "file_search_call")
 	d.imageCalls = oracleOutputItems(m, "image_generation_call")
 	d.mapsGrounded = oracleMapsGrounded(m)
+	for _, b := range all(m, "content_block") {
+		for _, f := range b {
+			if v, ok := f.val.(string); ok && f.key == "type" && v == "advisor_tool_result" {
+				d.advisorResults = 1
+			}
+		}
+	}
 	for _, sub := range all(m, "response") {
 		d.searches += oracleOutputItems(sub, "web_search_call")
 		d.fileSearches += oracleOutputItems(sub, "file_search_call")

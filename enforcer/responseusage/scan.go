@@ -100,6 +100,7 @@ const (
 	kSearchQuery  // Gemini: candidates[].groundingMetadata.webSearchQueries
 	kChunks       // Gemini: candidates[].groundingMetadata.groundingChunks
 	kMaps         // Gemini: a grounding chunk's maps source (groundingChunks[].maps)
+	kBlock        // Anthropic: a content_block_start event's content_block
 	kTok0         // kTok0+tok for the counts tokPrompt..tokAudioSeconds
 )
 
@@ -230,6 +231,8 @@ func keyID(b []byte) uint8 {
 		return kChunks
 	case "maps":
 		return kMaps
+	case "content_block":
+		return kBlock
 	case "prompt_tokens":
 		return kTok0 + tokPrompt
 	case "completion_tokens":
@@ -438,6 +441,10 @@ type docFields struct {
 	// billed per image). Each saturates at 65,535, more than any response makes;
 	// imageCalls fills the padding before cachedAudio (TestExtractorSize).
 	searches, fileSearches, imageCalls uint16
+	// advisorResults is 1 when the document is a content_block_start event that begins
+	// an advisor_tool_result block (Anthropic's advisor tool: a consultation done), which
+	// a stream cut before its last message_delta reports no count of.
+	advisorResults uint16
 	// cachedAudio is the audio part of Gemini's cached count (cachedContentTokenCount):
 	// the AUDIO entry of usageMetadata.cacheTokensDetails, reported (hasCachedAudio) when
 	// the list was there, 0 when it has no AUDIO entry. The largest reported wins, as for
@@ -459,7 +466,7 @@ func (d *docFields) reset() {
 	d.usage = [nRoot]usageFields{}
 	d.text, d.delta = 0, 0
 	d.finished, d.converse, d.hasCost, d.cost = false, false, false, 0
-	d.searches, d.fileSearches, d.imageCalls = 0, 0, 0
+	d.searches, d.fileSearches, d.imageCalls, d.advisorResults = 0, 0, 0, 0
 	d.hasCachedAudio, d.cachedAudio = false, 0
 	d.tierSeen, d.priorityTraffic, d.geoPinned, d.mapsGrounded = 0, false, false, false
 }
@@ -618,6 +625,7 @@ const (
 	capGeo
 	capTTL
 	capIterType
+	capBlockType
 )
 
 // keyCapFor is what a string of target kind read into keyCap is.
@@ -633,6 +641,8 @@ func keyCapFor(kind uint8) uint8 {
 		return capTTL
 	case tgIterType:
 		return capIterType
+	case tgBlockType:
+		return capBlockType
 	}
 	return capItemType
 }
@@ -653,6 +663,7 @@ const (
 	tgItemType          // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
 	tgSearchQuery       // a Gemini search query (candidates[].groundingMetadata.webSearchQueries[])
 	tgMapsSource        // a Gemini grounding chunk's maps source (candidates[].groundingMetadata.groundingChunks[].maps)
+	tgBlockType         // the type of an Anthropic content_block_start event's content_block
 	tgModalities        // a Gemini *TokensDetails list (its key names the count its AUDIO entries report: setListAudio)
 	tgModEntry          // an entry of that list
 	tgModality          // an entry's modality string
@@ -1160,6 +1171,10 @@ func (s *scanner) endString() bool {
 				s.iterAdvisor = s.keyCap.is("advisor_message")
 			case s.capFor == capGeo:
 				s.doc.geoPinned = !s.keyCap.is("global")
+			case s.capFor == capBlockType:
+				if s.keyCap.is("advisor_tool_result") {
+					s.doc.advisorResults = 1 // one block an event
+				}
 			case s.keyCap.is("web_search_call"):
 				s.doc.countSearch()
 			case s.keyCap.is("file_search_call"):
@@ -1249,7 +1264,7 @@ func (s *scanner) valueStart(c byte, at int) {
 			s.str = &s.keyCap
 		case tgSearchQuery:
 			d.countSearch() // the string is a query: its text does not matter
-		case tgModality, tgTraffic, tgGeo, tgTTL, tgIterType:
+		case tgModality, tgTraffic, tgGeo, tgTTL, tgIterType, tgBlockType:
 			// A short value compared on its end (endString), in the key buffer too.
 			s.keyCap.reset()
 			s.str, s.capFor = &s.keyCap, keyCapFor(t.kind)
@@ -1458,6 +1473,9 @@ func (s *scanner) classify() target {
 	case 2:
 		if k[0] == kUsage {
 			return usageMember(rootTop, k[1])
+		}
+		if k[0] == kBlock && k[1] == kType {
+			return target{kind: tgBlockType}
 		}
 		if k[0] == kServiceTierCamel && k[1] == kType {
 			// Bedrock Converse's serviceTier.type (its answer's, its stream's metadata

@@ -120,6 +120,11 @@ type Usage struct {
 	// candidate's groundingMetadata.groundingChunks[] held a maps source, in any chunk of
 	// a stream), which Google bills per grounded prompt, apart from the usage; else 0.
 	MapsGroundedPrompts int64
+	// AdvisorResults counts the advisor_tool_result blocks an Anthropic stream began (its
+	// content_block_start events): the advisor tool's consultations done, each billed.
+	// Their counts come only in the stream's last message_delta (AdvisorInputTokens...);
+	// a stream cut before it has them estimated from this count (package inflight).
+	AdvisorResults int64
 	// AdvisorInputTokens, AdvisorOutputTokens, AdvisorCachedInputTokens and
 	// AdvisorCacheCreationInputTokens are the sums of the advisor_message entries of
 	// Anthropic's usage.iterations[] (its advisor tool's sub-inferences), left out of

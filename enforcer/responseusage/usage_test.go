@@ -1716,3 +1716,43 @@ func TestMapsGrounding(t *testing.T) {
 		})
 	}
 }
+
+// TestAdvisorResults: an Anthropic stream shows each consultation of the advisor tool as
+// an advisor_tool_result block (its content_block_start event), long before the last
+// message_delta reports the advisor's counts: a stream cut in between keeps the count of
+// consultations done, which package inflight estimates.
+func TestAdvisorResults(t *testing.T) {
+	consult := func(i int) string {
+		return "event: content_block_start\ndata: " + fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":{"type":"server_tool_use","id":"srvtoolu_%d","name":"advisor","input":{}}}`, 2*i, i) + "\n\n" +
+			"event: content_block_stop\ndata: " + fmt.Sprintf(`{"type":"content_block_stop","index":%d}`, 2*i) + "\n\n" +
+			"event: content_block_start\ndata: " + fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":{"type":"advisor_tool_result","tool_use_id":"srvtoolu_%d","content":{"type":"advisor_result","text":"Check the edge case."}}}`, 2*i+1, i) + "\n\n" +
+			"event: content_block_stop\ndata: " + fmt.Sprintf(`{"type":"content_block_stop","index":%d}`, 2*i+1) + "\n\n"
+	}
+	start := "event: message_start\ndata: " + `{"type":"message_start","message":{"model":"claude-haiku-4-5","usage":{"input_tokens":900,"output_tokens":1}}}` + "\n\n"
+	text := "event: content_block_start\ndata: " + `{"type":"content_block_start","index":4,"content_block":{"type":"text","text":""}}` + "\n\n" +
+		"event: content_block_delta\ndata: " + `{"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":"Done."}}` + "\n\n"
+	end := "event: message_delta\ndata: " + `{"type":"message_delta","usage":{"output_tokens":100,"iterations":[{"type":"advisor_message","model":"claude-opus-4-7","input_tokens":700,"output_tokens":200}]}}` + "\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	for _, tc := range []struct {
+		name, body string
+		results    int64
+		complete   bool
+	}{
+		{"two consultations, whole", start + consult(0) + consult(1) + text + end, 2, true},
+		{"cut after them", start + consult(0) + consult(1) + text, 2, false},
+		{"cut before the result", start + consult(0)[:strings.Index(consult(0), "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1")], 0, false},
+		{"an escaped type", start + strings.Replace(consult(0), `"type":"advisor_tool_result"`, `"type":"adv\u0069sor_tool_result"`, 1), 1, false},
+		{"the type elsewhere", start + "event: content_block_delta\ndata: " + `{"type":"content_block_delta","index":1,"delta":{"type":"advisor_tool_result"},"content":{"type":"advisor_tool_result"}}` + "\n\n", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for how, chunks := range map[string][][]byte{"whole": {[]byte(tc.body)}, "byte by byte": bytewise([]byte(tc.body))} {
+				if got := run(ctSSE, nil, Limits{}, chunks, true); got.AdvisorResults != tc.results || got.Complete != tc.complete {
+					t.Fatalf("%s: %s with %d advisor results, want %d, complete %v", how, show(got), got.AdvisorResults, tc.results, tc.complete)
+				}
+			}
+			if ref, _ := oracleFor(ctSSE, []byte(tc.body)); ref.AdvisorResults != tc.results {
+				t.Fatalf("reference: %d advisor results", ref.AdvisorResults)
+			}
+		})
+	}
+}
