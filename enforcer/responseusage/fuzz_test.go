@@ -126,6 +126,8 @@ func FuzzExtractSSE(f *testing.F) {
 		"data: {\"choices\":[{\"delta\":{\"content\":\"h\\u00e9\xf0\x9f\x98\x80\",\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}}]}\n\n",
 		"data: {\"type\":\"response.output_text.delta\",\"delta\":\"ab\"}\n\ndata: {\"delta\":\"cd\",\"type\":\"response.audio.delta\"}\n\n",
 		"data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"x\",\"partial_json\":\"{\",\"thinking\":\"t\"}}\n\n",
+		"data: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"advisor_tool_result\",\"type\":\"text\",\"content\":{\"type\":\"advisor_result\",\"text\":\"a\"}}}\n\n" +
+			"data: {\"content_block\":{\"type\":\"advisor_tool_result\"},\"type\":\"content_block_start\"}\n\ndata: {\"type\":\"content_block_delta\",\"content_block\":{\"type\":\"advisor_tool_result\"}}\n\n",
 		"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}],\"usageMetadata\":{\"promptTokenCount\":5,\"totalTokenCount\":5},\"modelVersion\":\"g\"}\r\n\r\n" +
 			"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"b\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":5,\"candidatesTokenCount\":2,\"thoughtsTokenCount\":7}}\r\n\r\n",
 		"data: {\"usageMetadata\":{\"promptTokenCount\":5,\"cachedContentTokenCount\":4,\"cacheTokensDetails\":[{\"modality\":\"AUDIO\",\"tokenCount\":3}]}}\n\n" +
