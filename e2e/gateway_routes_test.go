@@ -665,13 +665,7 @@ func TestImageLeftUnfinishedIsCharged(t *testing.T) {
 			if !r.OK || r.Text != tc.text {
 				t.Fatalf("the client: %+v, want %q", r, tc.text)
 			}
-			var id string
-			select {
-			case id = <-left:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the provider's request was not cancelled")
-			}
-			rec := waitReceipt(t, s, id)
+			rec := receiptOfCancelled(t, s, left)
 			in, _ := rec["input_tokens"].(float64)
 			want := ceilDiv(int64(in)*e.InputPerMillion+tc.images*e.OutputPerMillion, 1_000_000)
 			if rec["output_tokens"] != float64(tc.images) || (in > 0) != tc.prompt || rec["complete"] != false || rec["cost_basis"] != "estimate" ||
@@ -1077,13 +1071,7 @@ func TestAdvisorLeftUnfinishedIsCharged(t *testing.T) {
 	if !r.OK || r.Text != advice {
 		t.Fatalf("the SDK did not see the advice: %+v", r)
 	}
-	var id string
-	select {
-	case id = <-left:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the upstream request was not cancelled")
-	}
-	rec := waitReceipt(t, s, id)
+	rec := receiptOfCancelled(t, s, left)
 	executor, _ := pricecatalog.Lookup("claude-haiku-4-5")
 	advisor, _ := pricecatalog.Lookup("claude-opus-4-7")
 	out := int64(rec["output_tokens"].(float64))
@@ -1655,6 +1643,20 @@ func oneSDKCallResult(t *testing.T, fake *fakellm.Server, s *stack, dir, script,
 		t.Fatalf("the call: %+v; %d provider calls", r, len(calls))
 	}
 	return waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id")), r
+}
+
+// receiptOfCancelled is the receipt of the request whose id a test's provider sends on
+// left once the gateway cancelled it (the client left): it fails the test when no id
+// comes within 10 s.
+func receiptOfCancelled(t *testing.T, s *stack, left <-chan string) receipt {
+	t.Helper()
+	select {
+	case id := <-left:
+		return waitReceipt(t, s, id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the provider's request was not cancelled")
+		return nil
+	}
 }
 
 // gatewayWithUsage is a stack whose gateway fronts a fakellm answering every call with
