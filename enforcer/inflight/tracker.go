@@ -327,7 +327,7 @@ func (t *Tracker) Follow(id string) bool {
 // its settlement carries whatever ends it, the output an image generation is billed
 // (requestbody.ImageOutputTokens), and what each call of an image generation tool is
 // billed (requestbody.ImageToolCall), and the model of its advisor tool
-// (requestbody.AdvisorModel). It reports whether this process knows the request.
+// (requestbody.AdvisorTool). It reports whether this process knows the request.
 func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 	s := t.shard(id)
 	s.mu.Lock()
