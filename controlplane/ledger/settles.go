@@ -713,28 +713,30 @@ func (sj *settleJob) imageOutputPrice() (perMillion int64, known bool) {
 }
 
 // fileSearchPrice is the catalog's price of one call of the job's model's provider's file
-// search tool (its nearest entry's provider: pricecatalog.Catalog.FileSearch), else the
-// catalog's highest (known false): calls nobody priced are never cheaper than known ones.
+// search tool (pricecatalog.Catalog.FileSearch), else the catalog's highest (known false).
 func (sj *settleJob) fileSearchPrice() (price int64, known bool) {
-	if e := sj.catalogEntry(); e != nil {
-		if p, ok := pricecatalog.Default().FileSearch(e.Provider); ok {
-			return p, true
-		}
-	}
-	return pricecatalog.Default().HighestFileSearch(), false
+	cat := pricecatalog.Default()
+	return sj.providerPrice(cat.FileSearch, cat.HighestFileSearch())
 }
 
 // mapsGroundingPrice is the catalog's price of one prompt grounded with the maps of the
-// job's model's provider (its nearest entry's provider:
-// pricecatalog.Catalog.MapsGrounding), else the catalog's highest (known false): grounded
-// prompts nobody priced are never cheaper than known ones.
+// job's model's provider (pricecatalog.Catalog.MapsGrounding), else the catalog's highest
+// (known false).
 func (sj *settleJob) mapsGroundingPrice() (price int64, known bool) {
+	cat := pricecatalog.Default()
+	return sj.providerPrice(cat.MapsGrounding, cat.HighestMapsGrounding())
+}
+
+// providerPrice is a provider's price of a tool's call (get) for the provider of the job's
+// model's nearest catalog entry, else highest (known false): calls nobody priced are never
+// cheaper than known ones.
+func (sj *settleJob) providerPrice(get func(provider string) (int64, bool), highest int64) (price int64, known bool) {
 	if e := sj.catalogEntry(); e != nil {
-		if p, ok := pricecatalog.Default().MapsGrounding(e.Provider); ok {
+		if p, ok := get(e.Provider); ok {
 			return p, true
 		}
 	}
-	return pricecatalog.Default().HighestMapsGrounding(), false
+	return highest, false
 }
 
 // webSearchPrice is the catalog's price of the job's model's web searches (its nearest

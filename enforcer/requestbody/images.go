@@ -144,10 +144,10 @@ func ImageToolCall(body []byte) estimate.ImageCall {
 			PartialImages int64  `json:"partial_images"`
 		} `json:"tools"`
 	}
-	if json.Unmarshal(body, &req) != nil {
-		return estimate.ImageCall{Model: pricecatalog.DefaultImageToolModel}
-	}
 	call := estimate.ImageCall{Model: pricecatalog.DefaultImageToolModel}
+	if json.Unmarshal(body, &req) != nil {
+		return call
+	}
 	for _, t := range req.Tools {
 		if !strings.HasPrefix(t.Type, "image_generation") {
 			continue

@@ -233,7 +233,7 @@ func (a *accumulator) applyEvent(d *docFields) {
 		a.noteSearches(d)
 	case famAnthropic:
 		a.noteIterations(d)
-		if d.advisorResults > 0 && d.typ.is("content_block_start") && a.advisorResults < math.MaxUint16 {
+		if d.advisorResult && d.typ.is("content_block_start") && a.advisorResults < math.MaxUint16 {
 			a.advisorResults++
 		}
 		switch {

@@ -556,7 +556,7 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	for _, b := range all(m, "content_block") {
 		for _, f := range b {
 			if v, ok := f.val.(string); ok && f.key == "type" && v == "advisor_tool_result" {
-				d.advisorResults = 1
+				d.advisorResult = true
 			}
 		}
 	}

@@ -441,10 +441,10 @@ type docFields struct {
 	// billed per image). Each saturates at 65,535, more than any response makes;
 	// imageCalls fills the padding before cachedAudio (TestExtractorSize).
 	searches, fileSearches, imageCalls uint16
-	// advisorResults is 1 when the document is a content_block_start event that begins
+	// advisorResult: the document is a content_block_start event that begins
 	// an advisor_tool_result block (Anthropic's advisor tool: a consultation done), which
 	// a stream cut before its last message_delta reports no count of.
-	advisorResults uint16
+	advisorResult bool
 	// cachedAudio is the audio part of Gemini's cached count (cachedContentTokenCount):
 	// the AUDIO entry of usageMetadata.cacheTokensDetails, reported (hasCachedAudio) when
 	// the list was there, 0 when it has no AUDIO entry. The largest reported wins, as for
@@ -466,7 +466,7 @@ func (d *docFields) reset() {
 	d.usage = [nRoot]usageFields{}
 	d.text, d.delta = 0, 0
 	d.finished, d.converse, d.hasCost, d.cost = false, false, false, 0
-	d.searches, d.fileSearches, d.imageCalls, d.advisorResults = 0, 0, 0, 0
+	d.searches, d.fileSearches, d.imageCalls, d.advisorResult = 0, 0, 0, false
 	d.hasCachedAudio, d.cachedAudio = false, 0
 	d.tierSeen, d.priorityTraffic, d.geoPinned, d.mapsGrounded = 0, false, false, false
 }
@@ -1173,7 +1173,7 @@ func (s *scanner) endString() bool {
 				s.doc.geoPinned = !s.keyCap.is("global")
 			case s.capFor == capBlockType:
 				if s.keyCap.is("advisor_tool_result") {
-					s.doc.advisorResults = 1 // one block an event
+					s.doc.advisorResult = true
 				}
 			case s.keyCap.is("web_search_call"):
 				s.doc.countSearch()

@@ -121,16 +121,10 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		return Cost{Unknown: NoCap}
 	}
 	in := max(req.InputTokens, 0)
-	// A request may write its whole prompt to a cache, for an hour at that, where the
-	// provider prices cache writes (Anthropic).
 	// The dearest tier (a long prompt's, where the model has one: the estimate of the
-	// input is not exact enough to rule it out), and the input may be all audio.
+	// input is not exact enough to rule it out).
 	p := e.Dearest()
-	inPrice := p.DearestInput()
-	if p.CacheWritePerMillion != nil {
-		inPrice = max(inPrice, pricecatalog.OneHourCacheWrite(p.InputPerMillion, *p.CacheWritePerMillion))
-	}
-	cost := price(in, inPrice, out, p.DearestOutput())
+	cost := price(in, dearestInput(p), out, p.DearestOutput())
 	if t := req.AskedTier(); t != pricecatalog.Standard {
 		// Asked to run at a dearer speed tier: charged so at settlement, when the answer
 		// says it ran there.
@@ -197,18 +191,29 @@ func advisorCost(cat *pricecatalog.Catalog, req estimate.Request, in, out int64)
 		return 0, false
 	}
 	uses := req.AdvisorMaxUses
-	read := saturated(in, out, uses, advice)
 	p := e.Dearest()
-	inPrice := p.DearestInput()
+	each := price(saturated(in, out, uses, advice), dearestInput(p), advice, p.DearestOutput())
+	return times(uses, each), true
+}
+
+// dearestInput is the dearest price an input token may cost at p: the input may be all
+// audio, and a request may write its whole prompt to a cache, for an hour at that, where
+// the provider prices cache writes (Anthropic).
+func dearestInput(p pricecatalog.Price) int64 {
+	in := p.DearestInput()
 	if p.CacheWritePerMillion != nil {
-		inPrice = max(inPrice, pricecatalog.OneHourCacheWrite(p.InputPerMillion, *p.CacheWritePerMillion))
+		in = max(in, pricecatalog.OneHourCacheWrite(p.InputPerMillion, *p.CacheWritePerMillion))
 	}
-	each := price(read, inPrice, advice, p.DearestOutput())
-	hi, lo := bits.Mul64(uint64(uses), uint64(each))
+	return in
+}
+
+// times is n calls at each apiece, capped at money.MaxAllowanceMicroUSD.
+func times(n, each int64) int64 {
+	hi, lo := bits.Mul64(uint64(n), uint64(each))
 	if hi != 0 || lo > uint64(money.MaxAllowanceMicroUSD) {
-		return money.MaxAllowanceMicroUSD, true
+		return money.MaxAllowanceMicroUSD
 	}
-	return int64(lo), true
+	return int64(lo)
 }
 
 // toolCallsCost is the most a request's billed tool calls cost, and whether that is
@@ -264,11 +269,7 @@ func toolCallsCost(cat *pricecatalog.Catalog, e pricecatalog.Entry, req estimate
 	if calls <= 0 {
 		return 0, false
 	}
-	hi, lo := bits.Mul64(uint64(calls), uint64(perCall))
-	if hi != 0 || lo > uint64(money.MaxAllowanceMicroUSD-once) {
-		return money.MaxAllowanceMicroUSD, true
-	}
-	return once + int64(lo), true
+	return min(once+times(calls, perCall), money.MaxAllowanceMicroUSD), true // each ≤ 2^52: no overflow
 }
 
 // imageCallPrice is what one call of the image generation tool costs at most: its
