@@ -714,20 +714,28 @@ func TestAudioTokensThroughTheGateway(t *testing.T) {
 // price of the model the server named, as a request of its own; the member is checked
 // again before each next response, so once two responses spent the 1 USD day limit the
 // session is closed with 1008 and the refusal's code, and a new session's handshake is
-// the 429 with both headers. The provider sees its own key, never the member's.
+// the 429 with both headers. The provider sees its own key, never the member's. Each
+// part of the counts is charged at its price: text, audio, and the images the session
+// was sent (input_token_details.image_tokens, dearer than text on gpt-realtime).
 func TestRealtimeThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, CachedInputTokens: 2_000, OutputTokens: 5_000,
-		AudioInputTokens: 7_000, AudioOutputTokens: 4_500})
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 12_000, CachedInputTokens: 2_000, OutputTokens: 5_000,
+		AudioInputTokens: 7_000, AudioOutputTokens: 4_500, ImageInputTokens: 1_500, CachedImageInputTokens: 500})
 	fake.Snapshots = map[string]string{"gpt-realtime": "gpt-realtime-2025-08-28"}
 	s := startStack(t, gatewayEnv(up.URL))
 	o := s.setUpOrg(t)
 	e, _ := pricecatalog.Lookup("gpt-realtime")
-	// Of the 8,000 uncached input tokens 7,000 are audio; of the 5,000 output 4,500: each
-	// part at its price (input_token_details and output_token_details.audio_tokens).
-	want := ceilDiv(1_000*e.InputPerMillion+7_000*e.AudioInputPerMillion+2_000*e.CachedInputPerMillion+
-		500*e.OutputPerMillion+4_500*e.AudioOutputPerMillion, 1_000_000)
+	// Of the 10,000 uncached input tokens 7,000 are audio and 1,000 image (1,500 less the
+	// 500 cached); of the 2,000 cached 500 are image; of the 5,000 output 4,500 are
+	// audio: each part at its price (input_token_details, its cached_tokens_details, and
+	// output_token_details).
+	if e.ImageInputPerMillion <= e.InputPerMillion || e.CachedImageInputPerMillion <= e.CachedInputPerMillion {
+		t.Fatalf("gpt-realtime's image input is priced %d, its text %d; cached %d and %d", e.ImageInputPerMillion, e.InputPerMillion,
+			e.CachedImageInputPerMillion, e.CachedInputPerMillion)
+	}
+	want := ceilDiv(2_000*e.InputPerMillion+7_000*e.AudioInputPerMillion+1_000*e.ImageInputPerMillion+
+		1_500*e.CachedInputPerMillion+500*e.CachedImageInputPerMillion+500*e.OutputPerMillion+4_500*e.AudioOutputPerMillion, 1_000_000)
 	if want >= usd || 2*want < usd {
 		t.Fatalf("a response costs %d micro-USD: the test wants two to spend the 1 USD limit, one not to", want)
 	}
@@ -742,25 +750,26 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 		t.Fatalf("the provider got %+v", calls)
 	}
 	s.waitUsed(t, o, 2, 2*want)
-	// The receipts keep the cached audio part the usage reported (cached_tokens_details:
-	// none of the cached tokens was audio), not NULL.
-	rows, err := s.db.Pool.Query(context.Background(), `SELECT cost_micro_usd, complete, model, coalesce(cached_audio_input_tokens, -1)
+	// The receipts keep the parts the usage reported (cached_tokens_details: none of the
+	// cached tokens was audio, 0 and not NULL; 1,500 image tokens, 500 of them cached).
+	rows, err := s.db.Pool.Query(context.Background(), `SELECT cost_micro_usd, complete, model, coalesce(cached_audio_input_tokens, -1),
+		coalesce(image_input_tokens, -1), coalesce(cached_image_input_tokens, -1)
 		FROM usage_receipts WHERE organization_id = $1 ORDER BY settled_at, request_id`, o.id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for rows.Next() {
-		var cost, cachedAudio int64
+		var cost, cachedAudio, image, cachedImage int64
 		var complete bool
 		var model string
-		if err := rows.Scan(&cost, &complete, &model, &cachedAudio); err != nil {
+		if err := rows.Scan(&cost, &complete, &model, &cachedAudio, &image, &cachedImage); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, fmt.Sprint(cost, complete, model, cachedAudio))
+		got = append(got, fmt.Sprint(cost, complete, model, cachedAudio, image, cachedImage))
 	}
-	if rows.Err() != nil || len(got) != 2 || got[0] != fmt.Sprint(want, true, "gpt-realtime-2025-08-28", 0) || got[1] != got[0] {
-		t.Fatalf("receipts %q (%v), want two of %d, complete, with 0 cached audio tokens", got, rows.Err(), want)
+	if rows.Err() != nil || len(got) != 2 || got[0] != fmt.Sprint(want, true, "gpt-realtime-2025-08-28", 0, 1_500, 500) || got[1] != got[0] {
+		t.Fatalf("receipts %q (%v), want two of %d, complete, with 0 cached audio tokens and 1,500 image tokens, 500 cached", got, rows.Err(), want)
 	}
 
 	again := runSDK(t, dir, "openai.mjs", "realtime", s.gateway, o.key, "gpt-realtime")

@@ -652,6 +652,163 @@ func TestCachedAudioPrices(t *testing.T) {
 	}
 }
 
+// Image input priced apart (gpt-realtime's prices: text input 4 USD per million, cached
+// 0.40, image input 5, cached image 0.50, audio input 32 with no cached audio price of
+// its own; gpt-realtime-mini's: text 0.60, cached 0.06, image 0.80, cached image 0.08,
+// audio 10, cached audio 0.30): each input class splits three ways, audio first, then
+// image, the rest text; a priced modality's count unknown prices the class at its
+// dearest; the cached image is taken out of the image count, which covers the whole
+// prompt, as for audio.
+func TestImageInputPrices(t *testing.T) {
+	realtimePrice := Price{InputPerMillion: 4_000_000, CachedInputPerMillion: 400_000, ImageInputPerMillion: 5_000_000,
+		CachedImageInputPerMillion: 500_000, AudioInputPerMillion: 32_000_000, OutputPerMillion: 16_000_000, AudioOutputPerMillion: 64_000_000}
+	realtime := PricedAt{Price: realtimePrice, Source: PriceCatalog}
+	mini := PricedAt{Price: Price{InputPerMillion: 600_000, CachedInputPerMillion: 60_000, ImageInputPerMillion: 800_000, CachedImageInputPerMillion: 80_000,
+		AudioInputPerMillion: 10_000_000, CachedAudioInputPerMillion: 300_000, OutputPerMillion: 2_400_000, AudioOutputPerMillion: 20_000_000}, Source: PriceCatalog}
+	// gpt-realtime's prices without its image prices: images priced as text.
+	noImagePrice := realtime
+	noImagePrice.Price.ImageInputPerMillion, noImagePrice.Price.CachedImageInputPerMillion = 0, 0
+	// Image prices and no audio price: images are the dearest input.
+	imagesOnly := PricedAt{Price: Price{InputPerMillion: 4_000_000, CachedInputPerMillion: 400_000, ImageInputPerMillion: 5_000_000,
+		CachedImageInputPerMillion: 500_000}, Source: PriceCatalog}
+	// 1,000,000 text and 200,000 image tokens uncached, 100,000 cached of which 40,000
+	// image: 1,300,000 input tokens, 240,000 of them image, no audio.
+	in, cached := int64(1_300_000), int64(100_000)
+	cases := []struct {
+		name string
+		u    Usage
+		p    PricedAt
+		cost int64
+	}{
+		// Uncached: 1,000,000 text at 4 (4,000,000) and 200,000 image at 5 (1,000,000);
+		// cached: 60,000 text at 0.40 (24,000) and 40,000 image at 0.50 (20,000).
+		{"every split known: each part at its price", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0),
+			CachedAudioInputTokens: i64(0), ImageInputTokens: i64(240_000), CachedImageInputTokens: i64(40_000)}, realtime,
+			4_000_000 + 1_000_000 + 24_000 + 20_000}, // 5,044,000
+		// gpt-realtime has no cached audio price: its cached audio count changes nothing.
+		{"no cached audio price: its count unknown changes nothing", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0),
+			ImageInputTokens: i64(240_000), CachedImageInputTokens: i64(40_000)}, realtime, 5_044_000},
+		// The image count unknown, the audio count 0: the 1,200,000 uncached tokens may be
+		// image, all at the image price (6,000,000), not the audio price; the cached split
+		// is known (44,000).
+		{"image count unknown: the rest of the uncached input at the image price", Usage{InputTokens: in, CachedInputTokens: cached,
+			AudioInputTokens: i64(0), CachedImageInputTokens: i64(40_000)}, realtime, 1_200_000*5 + 44_000}, // 6,044,000
+		{"image count unknown without an audio price: the image price for all", Usage{InputTokens: in, CachedInputTokens: cached},
+			imagesOnly, 1_200_000*5 + 100_000*5/10}, // 6,050,000
+		// The audio count alone reported (a reporter older than the image prices): the
+		// audio at its price, and the rest, where the images may be, at the dearer of
+		// text and image, rather than 600*32 + 400*4, or every token at the audio price.
+		{"audio known, image unknown: the audio at its price, the rest at the image price", Usage{InputTokens: 1_000, AudioInputTokens: i64(600)},
+			realtime, 600*32 + 400*5}, // 21,200
+		// The cached image count unknown: the image count on the uncached input first
+		// (240,000 at 5, 960,000 text at 4), all the cached at the dearer, 0.50.
+		{"cached image count unknown: the cached input at the dearer", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0),
+			ImageInputTokens: i64(240_000)}, realtime, 240_000*5 + 960_000*4 + 100_000*5/10}, // 5,090,000
+		// 2,000,000 image tokens, 40,000 cached: 1,960,000 uncached, at most the 1,200,000.
+		{"an image count above its class counts as the class", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0),
+			ImageInputTokens: i64(2_000_000), CachedImageInputTokens: i64(40_000)}, realtime, 1_200_000*5 + 44_000}, // 6,044,000
+		// 150,000 cached image tokens of 100,000 cached: all the cached at 0.50, and only
+		// 100,000 taken off the image count (140,000 uncached image at 5, 1,060,000 text).
+		{"a cached image count above the cached count counts as it", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0),
+			ImageInputTokens: i64(240_000), CachedImageInputTokens: i64(150_000)}, realtime, 140_000*5 + 1_060_000*4 + 100_000*5/10}, // 4,990,000
+		{"more cached image than image: no uncached image", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0),
+			ImageInputTokens: i64(20_000), CachedImageInputTokens: i64(40_000)}, realtime, 1_200_000*4 + 44_000}, // 4,844,000
+		{"no image reported: the text prices", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0),
+			ImageInputTokens: i64(0), CachedImageInputTokens: i64(0)}, realtime, 1_200_000*4 + 100_000*4/10}, // 4,840,000
+		{"image prices of 0: image tokens at the text prices", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0),
+			ImageInputTokens: i64(240_000), CachedImageInputTokens: i64(40_000)}, noImagePrice, 1_200_000*4 + 100_000*4/10},
+		{"image prices of 0, image counts unknown: the text prices", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0)},
+			noImagePrice, 1_200_000*4 + 100_000*4/10},
+		// 300,000 audio tokens (20,000 cached) and 240,000 image (40,000 cached) in one
+		// prompt: uncached 280,000 audio at 32 (8,960,000), 200,000 image at 5 (1,000,000),
+		// 720,000 text at 4 (2,880,000); cached 40,000 image at 0.50 (20,000), the other
+		// 60,000, audio or text, at 0.40 (24,000).
+		{"audio and image in one class: each at its price", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(300_000),
+			CachedAudioInputTokens: i64(20_000), ImageInputTokens: i64(240_000), CachedImageInputTokens: i64(40_000)}, realtime,
+			8_960_000 + 1_000_000 + 2_880_000 + 20_000 + 24_000}, // 12,884,000
+		// gpt-realtime-mini prices cached audio too: uncached 280,000 audio at 10
+		// (2,800,000), 200,000 image at 0.80 (160,000), 720,000 text at 0.60 (432,000);
+		// cached 20,000 audio at 0.30 (6,000), 40,000 image at 0.08 (3,200), 40,000 text
+		// at 0.06 (2,400).
+		{"audio and image in each class, cached audio priced apart", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(300_000),
+			CachedAudioInputTokens: i64(20_000), ImageInputTokens: i64(240_000), CachedImageInputTokens: i64(40_000)}, mini,
+			2_800_000 + 160_000 + 432_000 + 6_000 + 3_200 + 2_400}, // 3,403,600
+		// The cached audio unknown: the 40,000 cached image at its price, the other 60,000
+		// cached at the cached audio price, the dearer.
+		{"cached audio unknown: the rest of the cached input at cached audio's", Usage{InputTokens: in, CachedInputTokens: cached,
+			AudioInputTokens: i64(0), ImageInputTokens: i64(240_000), CachedImageInputTokens: i64(40_000)}, mini,
+			200_000*8/10 + 1_000_000*6/10 + 40_000*8/100 + 60_000*3/10}, // 781,200
+		// 800 audio and 500 image tokens of 1,000: the audio first, the image what is left.
+		{"audio and image above their class: the audio first", Usage{InputTokens: 1_000, AudioInputTokens: i64(800), ImageInputTokens: i64(500)}, realtime,
+			800*32 + 200*5}, // 26,600
+		// Cached 100 tokens, 70 cached audio at 0.30 and 50 cached image, of which 30 fit,
+		// at 0.08: 21 + 2.4 micro-USD, rounded up once.
+		{"cached audio and image above the cached count: the audio first", Usage{InputTokens: 100, CachedInputTokens: 100, AudioInputTokens: i64(70),
+			CachedAudioInputTokens: i64(70), ImageInputTokens: i64(50), CachedImageInputTokens: i64(50)}, mini, 24},
+		// Parts of 0.3 + 0.2 + 0.3 + 0.2 micro-USD: 1 rounded once, 4 rounded each.
+		{"rounded once, the parts together", Usage{InputTokens: 600_000, CachedInputTokens: 300_000, ImageInputTokens: i64(200_000),
+			CachedImageInputTokens: i64(100_000)}, PricedAt{Price: Price{InputPerMillion: 1, ImageInputPerMillion: 3, CachedInputPerMillion: 1,
+			CachedImageInputPerMillion: 3}, Source: PriceCatalog}, 1},
+		{"priority tier: twice the split", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0), ImageInputTokens: i64(240_000),
+			CachedImageInputTokens: i64(40_000), Tier: pricecatalog.Fast}, realtime, 2 * 5_044_000},
+		// An organization's price has no image prices: all its tokens at its prices.
+		{"a price without image prices ignores the counts", Usage{InputTokens: in, CachedInputTokens: cached, ImageInputTokens: i64(240_000),
+			CachedImageInputTokens: i64(40_000)}, PricedAt{Price: Price{InputPerMillion: 1_000_000, CachedInputPerMillion: 100_000}, Source: PriceOrganization},
+			1_200_000 + 10_000},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := CostOf(c.u, c.p)
+			if err != nil || got.MicroUSD != c.cost {
+				t.Fatalf("CostOf = %+v %v; want %d", got, err, c.cost)
+			}
+		})
+	}
+	// Negative image counts or prices are refused, like the audio ones.
+	for name, c := range map[string]struct {
+		u Usage
+		p Price
+	}{
+		"negative image input":                      {Usage{InputTokens: 1, ImageInputTokens: i64(-1)}, realtimePrice},
+		"negative cached image input":               {Usage{CachedInputTokens: 1, CachedImageInputTokens: i64(-1)}, realtimePrice},
+		"negative image price":                      {Usage{InputTokens: 1}, Price{ImageInputPerMillion: -1}},
+		"negative cached image price":               {Usage{CachedInputTokens: 1}, Price{CachedImageInputPerMillion: -1}},
+		"negative image input without image prices": {Usage{InputTokens: 1, ImageInputTokens: i64(-1)}, Price{InputPerMillion: 1}},
+	} {
+		if _, err := CatalogCost(c.u, c.p); !errors.Is(err, ErrBadUsage) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// Every class at its most, split three ways: four terms below 2^126 each, so the sum
+	// does not wrap and the cost overflows (CostOf caps it) rather than reading small.
+	huge := Price{InputPerMillion: math.MaxInt64, CachedInputPerMillion: math.MaxInt64, CacheWritePerMillion: i64(math.MaxInt64),
+		AudioInputPerMillion: math.MaxInt64, CachedAudioInputPerMillion: math.MaxInt64, ImageInputPerMillion: math.MaxInt64,
+		CachedImageInputPerMillion: math.MaxInt64, OutputPerMillion: math.MaxInt64, AudioOutputPerMillion: math.MaxInt64}
+	hugeUsage := Usage{InputTokens: math.MaxInt64, CachedInputTokens: math.MaxInt64, CacheWriteTokens: math.MaxInt64, OutputTokens: math.MaxInt64,
+		AudioInputTokens: i64(math.MaxInt64 / 3), CachedAudioInputTokens: i64(math.MaxInt64 / 3), ImageInputTokens: i64(math.MaxInt64 / 3),
+		CachedImageInputTokens: i64(math.MaxInt64 / 3), AudioOutputTokens: i64(math.MaxInt64 / 2)}
+	if _, err := CatalogCost(hugeUsage, huge); !errors.Is(err, ErrCostOverflow) {
+		t.Fatalf("huge parts: %v", err)
+	}
+	if c, err := CostOf(hugeUsage, PricedAt{Price: huge, Source: PriceCatalog}); err != nil || !c.Capped || c.MicroUSD != money.MaxAllowanceMicroUSD {
+		t.Fatalf("huge parts: %+v %v", c, err)
+	}
+	// Bound caps the image counts like the audio ones and ignores a negative one.
+	u, notes := Bound(Usage{InputTokens: 10, ImageInputTokens: i64(-3), CachedImageInputTokens: i64(-1)})
+	if u.ImageInputTokens != nil || u.CachedImageInputTokens != nil || len(notes) != 2 || !strings.Contains(notes[0], "image_input_tokens") ||
+		!strings.Contains(notes[1], "cached_image_input_tokens") {
+		t.Fatalf("negative image counts: %+v %v", u, notes)
+	}
+	u, _ = Bound(Usage{ImageInputTokens: i64(math.MaxInt64), CachedImageInputTokens: i64(MaxTokens + 1)})
+	if u.ImageInputTokens == nil || *u.ImageInputTokens != MaxTokens || u.CachedImageInputTokens == nil || *u.CachedImageInputTokens != MaxTokens {
+		t.Fatalf("absurd image counts: %+v", u)
+	}
+	// Parts: a usage of image counts alone has no basis.
+	if b := (Usage{ImageInputTokens: i64(5), CachedImageInputTokens: i64(5)}).Basis(); b != BasisNone {
+		t.Fatalf("basis %q", b)
+	}
+}
+
 // FuzzPricing is the pure half of the settlement path, from a SettleItem's values to
 // its receipt's cost: the model name comes out storable, the usage bounded, and pricing
 // never fails; with tokens and a price above zero the cost is above zero.
@@ -671,11 +828,14 @@ func FuzzPricing(f *testing.F) {
 		if !estimated { // audio token counts, hostile ones included
 			audioIn, audioOut, cachedAudio := cached^out, written-in, cached-out
 			u.AudioInputTokens, u.AudioOutputTokens, u.CachedAudioInputTokens = &audioIn, &audioOut, &cachedAudio
+			imageIn, cachedImage := in-out, written^cached
+			u.ImageInputTokens, u.CachedImageInputTokens = &imageIn, &cachedImage
 		}
 		u, _ = Bound(u)
 		price = max(price, 1) % (money.MaxAllowanceMicroUSD + 1)
 		c, err := CostOf(u, PricedAt{Price: Price{InputPerMillion: price, OutputPerMillion: price, CachedInputPerMillion: price, AudioPerMinute: price,
-			AudioInputPerMillion: price/2 + 1, AudioOutputPerMillion: price / 3, CachedAudioInputPerMillion: price / 5}, Source: PriceFallback})
+			AudioInputPerMillion: price/2 + 1, AudioOutputPerMillion: price / 3, CachedAudioInputPerMillion: price / 5,
+			ImageInputPerMillion: price/4 + 1, CachedImageInputPerMillion: price / 7}, Source: PriceFallback})
 		if err != nil {
 			t.Fatalf("CostOf(%+v): %v", u, err)
 		}

@@ -63,11 +63,11 @@ func CleanModel(s string) (clean string, changed bool) {
 // within [0, MaxTokens] (the audio milliseconds within [0, MaxAudioMillis]) and an
 // upstream cost within [0, money.MaxAllowanceMicroUSD]: a count above the bound is
 // capped, a negative count is read as 0, a negative upstream cost is ignored (the tokens
-// are priced instead), and an upstream cost above the bound is capped. The audio token
-// counts, parts that may be absent, are capped the same way, a negative one ignored like
-// a negative upstream cost (the split is then unknown, and priced at the dearer price
-// rather than read as no audio at all); an absent one stays absent. notes says what was
-// changed, for the settlement's message.
+// are priced instead), and an upstream cost above the bound is capped. The audio and
+// image token counts, parts that may be absent, are capped the same way, a negative one
+// ignored like a negative upstream cost (the split is then unknown, and priced at the
+// dearest price rather than read as no audio or image at all); an absent one stays
+// absent. notes says what was changed, for the settlement's message.
 func Bound(u Usage) (Usage, []string) {
 	var notes []string
 	for _, c := range []struct {
@@ -98,7 +98,8 @@ func Bound(u Usage) (Usage, []string) {
 		name string
 		v    **int64
 	}{{"audio_input_tokens", &u.AudioInputTokens}, {"audio_output_tokens", &u.AudioOutputTokens},
-		{"cached_audio_input_tokens", &u.CachedAudioInputTokens}} {
+		{"cached_audio_input_tokens", &u.CachedAudioInputTokens}, {"image_input_tokens", &u.ImageInputTokens},
+		{"cached_image_input_tokens", &u.CachedImageInputTokens}} {
 		if *c.v == nil {
 			continue
 		}

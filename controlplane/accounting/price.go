@@ -94,6 +94,13 @@ type Price struct {
 	// tokens (pricecatalog.Price.CachedAudioInputPerMillion); 0: cached input has one
 	// price. Only a catalog entry has it, like the audio prices.
 	CachedAudioInputPerMillion int64
+	// ImageInputPerMillion and CachedImageInputPerMillion price image input tokens, and
+	// cached ones, apart from text tokens (pricecatalog.Price.ImageInputPerMillion: the
+	// Realtime API's images cost more than its text); 0: image tokens are priced as the
+	// rest of their class. Only a catalog entry has them, like the audio prices (the
+	// catalog's highest counts them in its input and cached input classes).
+	ImageInputPerMillion       int64
+	CachedImageInputPerMillion int64
 	// RegionalPremiumPercent is what the model's tokens cost more on a cloud's regional
 	// endpoint (pricecatalog.Entry.RegionalPremiumPercent), charged when the usage says
 	// the request went to one (Usage.Regional). Only a catalog entry has it: an
@@ -183,6 +190,14 @@ type Usage struct {
 	// cached_tokens_details.audio_tokens), and so also part of AudioInputTokens; nil
 	// when it did not.
 	CachedAudioInputTokens *int64
+	// ImageInputTokens is the image part of InputTokens where the upstream reported it
+	// (the Realtime API's input_token_details.image_tokens), cached ones included, and
+	// CachedImageInputTokens the image part of CachedInputTokens
+	// (cached_tokens_details.image_tokens); nil when it did not: a price with image
+	// prices then charges the tokens the reported parts leave at the dearer of text and
+	// image (CatalogCost). Parts, like the audio ones, so Basis does not look at them.
+	ImageInputTokens       *int64
+	CachedImageInputTokens *int64
 	// UpstreamCost is the cost the upstream reported, when it did.
 	UpstreamCost *int64
 	// Estimated: some counts were estimated by the enforcer from the bytes it saw.
@@ -414,29 +429,40 @@ func mulDivUp(a, b int64, d uint64) (int64, error) {
 // parts as reported, and no uncached input (never a negative count, never tokens that
 // flowed priced at 0).
 //
-// A price with audio prices (AudioInputPerMillion, AudioOutputPerMillion,
-// CachedAudioInputPerMillion above 0) splits the uncached input, the cached input and
-// the output: with the audio part reported, that part (at most the class's count) is
-// priced at the audio price and the rest at the text price; with the split unknown
-// (nil), all of the class is priced at the dearer of the two, so that an unknown split
-// never lowers a charge. A price without a cached audio price has one price for cached
-// input whatever its modality (the catalog's is then the dearer of the cached text and
-// audio prices). The audio input count covers cached and uncached tokens: the uncached
-// audio is that count less the cached audio when the usage reports both, and otherwise
-// the audio count is taken from the uncached input first, the dearest reading of a
-// usage that does not say how its audio divides. Without audio prices the audio counts
-// change nothing.
+// A price with audio or image prices (AudioInputPerMillion, AudioOutputPerMillion,
+// CachedAudioInputPerMillion, ImageInputPerMillion, CachedImageInputPerMillion above 0)
+// splits the uncached input, the cached input and the output by modality. A modality
+// whose price in the class is 0 is priced as text there (its count changes nothing).
+// With the part of every priced modality reported, the audio part (at most the class's
+// count) is priced at the audio price (of every catalog entry with both, the dearer),
+// then the image part (at most what the audio left) at the image price, and the rest at
+// the text price: counts that disagree are read the dearer way, never as a negative
+// count nor as tokens priced at 0. A priced modality whose part is unknown (nil) may be
+// anywhere in what the reported parts leave, so that rest is priced at the dearest of
+// the text price and the unknown modalities' prices: an unknown split never lowers a
+// charge, and a part reported is charged its own price whatever another did not say (a
+// reporter that knows the audio part and not the image one, an enforcer older than
+// the image prices, is charged the audio at its price and the rest at the image price,
+// not every token at the audio price). A price without a cached audio (or cached
+// image) price charges the cached tokens of that modality as cached text (the catalog's
+// cached input price is then the dearer of the two). The audio and image input counts
+// cover cached and uncached tokens: the uncached part is the count less the cached part
+// when the usage reports both, and otherwise the count is taken from the uncached input
+// first, the dearest reading of a usage that does not say how its audio or images
+// divide. Without audio or image prices their counts change nothing.
 //
 // The sum is computed in 128 bits, so no intermediate product overflows; only a result
 // beyond int64 is an error. It is rounded up once: a fraction of a micro-USD is never
 // given away.
 func CatalogCost(u Usage, p Price) (int64, error) {
 	if p.InputPerMillion < 0 || p.OutputPerMillion < 0 || p.CachedInputPerMillion < 0 || p.CacheWrite() < 0 ||
-		p.AudioInputPerMillion < 0 || p.AudioOutputPerMillion < 0 || p.CachedAudioInputPerMillion < 0 {
+		p.AudioInputPerMillion < 0 || p.AudioOutputPerMillion < 0 || p.CachedAudioInputPerMillion < 0 ||
+		p.ImageInputPerMillion < 0 || p.CachedImageInputPerMillion < 0 {
 		return 0, ErrBadUsage
 	}
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
-		negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) || negative(u.CachedAudioInputTokens) {
+		negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) || negative(u.CachedAudioInputTokens) ||
+		negative(u.ImageInputTokens) || negative(u.CachedImageInputTokens) {
 		return 0, ErrBadUsage
 	}
 	cached, written := u.CachedInputTokens, u.CacheWriteTokens
@@ -458,30 +484,37 @@ func CatalogCost(u Usage, p Price) (int64, error) {
 		lo, carry = bits.Add64(lo, l, 0)
 		hi, _ = bits.Add64(hi, h, carry)
 	}
-	// split adds a class of n tokens, of which audio (nil: unknown) are audio, at its
-	// text and audio prices (see above).
-	split := func(n int64, audio *int64, text, audioPrice int64) {
-		switch {
-		case audioPrice == 0:
-			add(n, text)
-		case audio == nil:
-			add(n, max(text, audioPrice))
-		default:
-			a := min(*audio, n)
-			add(a, audioPrice)
-			add(n-a, text)
+	// split adds a class of n tokens at its text price, less the parts priced apart,
+	// each at its price, in order (see above).
+	split := func(n, text int64, parts ...part) {
+		rest := text // the price of what the reported parts leave
+		for _, m := range parts {
+			switch {
+			case m.price == 0: // priced as text
+			case m.tokens == nil: // anywhere in the rest
+				rest = max(rest, m.price)
+			default:
+				k := min(*m.tokens, n)
+				add(k, m.price)
+				n -= k
+			}
 		}
+		add(n, rest)
 	}
-	split(uncached, uncachedAudio(u), p.InputPerMillion, p.AudioInputPerMillion)
-	split(cached, u.CachedAudioInputTokens, p.CachedInputPerMillion, p.CachedAudioInputPerMillion)
+	split(uncached, p.InputPerMillion, part{uncachedPart(u.AudioInputTokens, u.CachedAudioInputTokens, cached), p.AudioInputPerMillion},
+		part{uncachedPart(u.ImageInputTokens, u.CachedImageInputTokens, cached), p.ImageInputPerMillion})
+	split(cached, p.CachedInputPerMillion, part{u.CachedAudioInputTokens, p.CachedAudioInputPerMillion},
+		part{u.CachedImageInputTokens, p.CachedImageInputPerMillion})
 	hour := min(u.CacheWrite1hTokens, written) // the writes made for an hour
 	add(written-hour, p.CacheWrite())
 	add(hour, p.CacheWrite1h())
-	split(u.OutputTokens, u.AudioOutputTokens, p.OutputPerMillion, p.AudioOutputPerMillion)
-	// The products of values below 2^63 stay below 2^126 each, and the two parts of the
-	// writes, of the uncached input, of the cached input and of the output each together
-	// below their count times the dearer price: four terms below 2^126, so the sum stays
-	// below 2^128 and hi never wrapped.
+	split(u.OutputTokens, p.OutputPerMillion, part{u.AudioOutputTokens, p.AudioOutputPerMillion})
+	// The products of values below 2^63 stay below 2^126 each, and the parts of the
+	// writes (two), of the uncached input and of the cached input (three each: audio,
+	// image, text) and of the output (two) each add up to at most their class's count
+	// times the dearest of its prices, the parts of a class never counting more tokens
+	// than it has: four terms below 2^126, so the sum stays below 2^128 and hi never
+	// wrapped.
 	const million = 1_000_000
 	if hi >= million {
 		return 0, ErrCostOverflow
@@ -499,16 +532,23 @@ func CatalogCost(u Usage, p Price) (int64, error) {
 	return int64(q), nil
 }
 
-// uncachedAudio is the audio part of the uncached input, nil when unknown: the audio
-// count less the cached audio when the usage reports both (the audio count covers the
-// cached tokens too), else the audio count, which split takes from the uncached input
-// first. The cached audio taken off is at most the cached count, as split charges it:
-// counts that disagree are read the dearer way.
-func uncachedAudio(u Usage) *int64 {
-	if u.AudioInputTokens == nil || u.CachedAudioInputTokens == nil {
-		return u.AudioInputTokens
+// part is the part of a class of tokens of one modality priced apart (audio, image):
+// its count (nil: not reported) and its price (0: priced as the class's text).
+type part struct {
+	tokens *int64
+	price  int64
+}
+
+// uncachedPart is a modality's part of the uncached input, nil when unknown: its input
+// count less its cached part when the usage reports both (the input count covers the
+// cached tokens too), else its input count, which CatalogCost takes from the uncached
+// input first. The cached part taken off is at most the cached count, as CatalogCost
+// charges it: counts that disagree are read the dearer way.
+func uncachedPart(all, cachedPart *int64, cached int64) *int64 {
+	if all == nil || cachedPart == nil {
+		return all
 	}
-	a := max(*u.AudioInputTokens-min(*u.CachedAudioInputTokens, u.CachedInputTokens), 0)
+	a := max(*all-min(*cachedPart, cached), 0)
 	return &a
 }
 

@@ -184,6 +184,10 @@ type priceEntry struct {
 	AudioOutputMicroUsdPerMillion *int64
 	// CachedAudioInputMicroUsdPerMillion: only where cached audio has its own price.
 	CachedAudioInputMicroUsdPerMillion *int64
+	// ImageInputMicroUsdPerMillion and CachedImageInputMicroUsdPerMillion: only where
+	// image input has its own prices.
+	ImageInputMicroUsdPerMillion       *int64
+	CachedImageInputMicroUsdPerMillion *int64
 	FastPercent, UltrafastPercent      int64
 	LongContext                        *struct {
 		AboveInputTokens                                  int64
@@ -293,8 +297,22 @@ func TestUsageModelPrices(t *testing.T) {
 		p.CachedAudioInputMicroUsdPerMillion == nil || *p.CachedAudioInputMicroUsdPerMillion != 250_000 {
 		t.Fatalf("gemini-2.5-flash %+v", p)
 	}
-	if p, ok := got.find("gpt-4o"); !ok || p.AudioInputMicroUsdPerMillion != nil || p.AudioOutputMicroUsdPerMillion != nil || p.LongContext != nil {
+	if p, ok := got.find("gpt-4o"); !ok || p.AudioInputMicroUsdPerMillion != nil || p.AudioOutputMicroUsdPerMillion != nil || p.LongContext != nil ||
+		p.ImageInputMicroUsdPerMillion != nil || p.CachedImageInputMicroUsdPerMillion != nil {
 		t.Fatalf("gpt-4o %+v", p)
+	}
+	// Image input priced apart (the Realtime API's): the image prices beside the text
+	// prices, absent where the catalog has none (the realtime previews take no images).
+	for model, want := range map[string][4]int64{"gpt-realtime": {4_000_000, 400_000, 5_000_000, 500_000},
+		"gpt-realtime-mini": {600_000, 60_000, 800_000, 80_000}} {
+		p, _ := got.find(model)
+		if p.InputMicroUsdPerMillion != want[0] || p.CachedInputMicroUsdPerMillion != want[1] || p.ImageInputMicroUsdPerMillion == nil ||
+			*p.ImageInputMicroUsdPerMillion != want[2] || p.CachedImageInputMicroUsdPerMillion == nil || *p.CachedImageInputMicroUsdPerMillion != want[3] {
+			t.Fatalf("%s %+v", model, p)
+		}
+	}
+	if p, ok := got.find("gpt-4o-realtime-preview"); !ok || p.ImageInputMicroUsdPerMillion != nil || p.CachedImageInputMicroUsdPerMillion != nil {
+		t.Fatalf("gpt-4o-realtime-preview %+v", p)
 	}
 	// The speed tiers' percents: the entry's where it has one, else the defaults.
 	for model, want := range map[string][2]int64{"gpt-5.5": {250, 600}, "claude-opus-4-6": {600, 600}, "gpt-4o": {170, 600}, "gemini-2.5-flash": {200, 600}} {

@@ -56,6 +56,12 @@ type modelPriceView struct {
 	// tokens where it differs from its cached text tokens'
 	// (pricecatalog.Price.CachedAudioInputPerMillion); absent for every other row.
 	CachedAudioInputMicroUsdPerMillion int64 `json:"cachedAudioInputMicroUsdPerMillion,omitempty"`
+	// ImageInputMicroUsdPerMillion and CachedImageInputMicroUsdPerMillion are a catalog
+	// model's prices of image input tokens, and of cached ones, where they differ from
+	// its text tokens' (pricecatalog.Price.ImageInputPerMillion: the Realtime API's);
+	// absent for every other row, an organization's included, as the audio prices.
+	ImageInputMicroUsdPerMillion       int64 `json:"imageInputMicroUsdPerMillion,omitempty"`
+	CachedImageInputMicroUsdPerMillion int64 `json:"cachedImageInputMicroUsdPerMillion,omitempty"`
 	// RegionalPremiumPercent is a catalog model's premium on a cloud's regional
 	// endpoints (pricecatalog.Entry.RegionalPremiumPercent); absent for every other row.
 	RegionalPremiumPercent int64 `json:"regionalPremiumPercent,omitempty"`
@@ -154,6 +160,7 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 			v.FastPercent, v.UltrafastPercent = e.TierPercent(pricecatalog.Fast), e.TierPercent(pricecatalog.Ultrafast)
 			v.AudioInputMicroUsdPerMillion, v.AudioOutputMicroUsdPerMillion = e.AudioInputPerMillion, e.AudioOutputPerMillion
 			v.CachedAudioInputMicroUsdPerMillion = e.CachedAudioInputPerMillion
+			v.ImageInputMicroUsdPerMillion, v.CachedImageInputMicroUsdPerMillion = e.ImageInputPerMillion, e.CachedImageInputPerMillion
 			if lc := e.LongContext; lc != nil {
 				v.LongContext = &longContextView{AboveInputTokens: lc.Above, InputMicroUsdPerMillion: lc.InputPerMillion,
 					OutputMicroUsdPerMillion: lc.OutputPerMillion, CachedInputMicroUsdPerMillion: lc.CachedInputPerMillion,

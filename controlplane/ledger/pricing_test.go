@@ -362,16 +362,18 @@ func TestSettlementPricing(t *testing.T) {
 			advised("", &internalv1.SettleItem{Model: "claude-haiku-4-5", InputTokens: 10_000, OutputTokens: 2_000, Complete: true}),
 			20_000 + 6_000 + 20_000 + 2_400 + 16_000 + 4_500, "catalog_estimate", "organization", "reported_usage"}, // writes at its input price
 		// Audio tokens at the catalog's audio prices (gpt-realtime: text input 4 USD per
-		// million, audio input 32, cached input 0.40, text output 16, audio output 64):
-		// 10,000 input tokens of which 2,000 cached and 6,000 audio (on the 8,000 uncached
-		// first), 5,000 output tokens of which 2,000 audio.
+		// million, audio input 32, cached input 0.40, text output 16, audio output 64;
+		// image input 5, cached 0.50): 10,000 input tokens of which 2,000 cached and 6,000
+		// audio (on the 8,000 uncached first), no image, 5,000 output tokens of which
+		// 2,000 audio.
 		{"gpt-realtime with the audio split: each part at its price", func() { setPrices() },
 			&internalv1.SettleItem{Model: "gpt-realtime-2025-08-28", InputTokens: 10_000, CachedInputTokens: 2_000, AudioInputTokens: i64p(6_000),
-				OutputTokens: 5_000, AudioOutputTokens: i64p(2_000), Complete: true},
+				ImageInputTokens: i64p(0), CachedImageInputTokens: i64p(0), OutputTokens: 5_000, AudioOutputTokens: i64p(2_000), Complete: true},
 			6_000*32 + 2_000*4 + 2_000*4/10 + 2_000*64 + 3_000*16, "catalog_estimate", "catalog", "reported_usage"}, // 376,800
+		// The cached input at the dearer of its prices too: the cached image's, 0.50.
 		{"gpt-realtime without the split: the dearer price for all", nil,
 			&internalv1.SettleItem{Model: "gpt-realtime-2025-08-28", InputTokens: 10_000, CachedInputTokens: 2_000, OutputTokens: 5_000, Complete: true},
-			8_000*32 + 2_000*4/10 + 5_000*64, "catalog_estimate", "catalog", "reported_usage"}, // 576,800
+			8_000*32 + 2_000*5/10 + 5_000*64, "catalog_estimate", "catalog", "reported_usage"}, // 577,000
 		{"gpt-realtime, output split only", nil,
 			&internalv1.SettleItem{Model: "gpt-realtime", InputTokens: 1_000, OutputTokens: 1_000, AudioOutputTokens: i64p(0), Complete: true},
 			1_000*32 + 1_000*16, "catalog_estimate", "catalog", "reported_usage"},
@@ -398,8 +400,31 @@ func TestSettlementPricing(t *testing.T) {
 		// gpt-realtime-mini: text 0.60, cached text 0.06 (cached audio 0.30).
 		{"gpt-realtime-mini's cached text at its cached text price", nil,
 			&internalv1.SettleItem{Model: "gpt-realtime-mini", InputTokens: 10_000, CachedInputTokens: 8_000, AudioInputTokens: i64p(0),
-				CachedAudioInputTokens: i64p(0), Complete: true},
+				CachedAudioInputTokens: i64p(0), ImageInputTokens: i64p(0), CachedImageInputTokens: i64p(0), Complete: true},
 			2_000*6/10 + 8_000*6/100, "catalog_estimate", "catalog", "reported_usage"}, // 1,680
+		// Image input at the catalog's image prices (gpt-realtime: 5 USD per million, cached
+		// 0.50): 1,000,000 text and 200,000 image tokens uncached, 100,000 cached of which
+		// 40,000 image, no audio.
+		{"gpt-realtime's image input at its image prices", nil,
+			&internalv1.SettleItem{Model: "gpt-realtime-2025-08-28", InputTokens: 1_300_000, CachedInputTokens: 100_000, AudioInputTokens: i64p(0),
+				CachedAudioInputTokens: i64p(0), ImageInputTokens: i64p(240_000), CachedImageInputTokens: i64p(40_000), Complete: true},
+			1_000_000*4 + 200_000*5 + 60_000*4/10 + 40_000*5/10, "catalog_estimate", "catalog", "reported_usage"}, // 5,044,000
+		// Without the image counts (an enforcer older than the image prices) the images
+		// may be any of the tokens the audio part leaves: those at the image prices, the
+		// dearer (5 and 0.50).
+		{"gpt-realtime's input without its image counts: the image prices", nil,
+			&internalv1.SettleItem{Model: "gpt-realtime-2025-08-28", InputTokens: 1_300_000, CachedInputTokens: 100_000, AudioInputTokens: i64p(0),
+				CachedAudioInputTokens: i64p(0), Complete: true},
+			1_200_000*5 + 100_000*5/10, "catalog_estimate", "catalog", "reported_usage"}, // 6,050,000
+		// Nor the audio count: every uncached token at the audio price, the dearest.
+		{"gpt-realtime's input without any split: the dearest prices", nil,
+			&internalv1.SettleItem{Model: "gpt-realtime-2025-08-28", InputTokens: 1_300_000, CachedInputTokens: 100_000, Complete: true},
+			1_200_000*32 + 100_000*5/10, "catalog_estimate", "catalog", "reported_usage"}, // 38,450,000
+		// gpt-realtime-mini: image 0.80, cached 0.08 (text 0.60, cached 0.06).
+		{"gpt-realtime-mini's image input at its image prices", nil,
+			&internalv1.SettleItem{Model: "gpt-realtime-mini", InputTokens: 1_300_000, CachedInputTokens: 100_000, AudioInputTokens: i64p(0),
+				CachedAudioInputTokens: i64p(0), ImageInputTokens: i64p(240_000), CachedImageInputTokens: i64p(40_000), Complete: true},
+			1_000_000*6/10 + 200_000*8/10 + 60_000*6/100 + 40_000*8/100, "catalog_estimate", "catalog", "reported_usage"}, // 766,800
 		{"audio counts of a model without audio prices change nothing", nil,
 			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, AudioInputTokens: i64p(1_000_000), Complete: true},
 			150_000, "catalog_estimate", "catalog", "reported_usage"},
@@ -413,6 +438,10 @@ func TestSettlementPricing(t *testing.T) {
 		{"the organization's price of gpt-realtime, split unknown", nil,
 			&internalv1.SettleItem{Model: "gpt-realtime", InputTokens: 10_000, OutputTokens: 5_000, Complete: true},
 			10_000 + 5_000*2, "catalog_estimate", "organization", "reported_usage"},
+		{"the organization's price of gpt-realtime prices its image tokens too", nil,
+			&internalv1.SettleItem{Model: "gpt-realtime", InputTokens: 1_300_000, CachedInputTokens: 100_000, AudioInputTokens: i64p(0),
+				CachedAudioInputTokens: i64p(0), ImageInputTokens: i64p(240_000), CachedImageInputTokens: i64p(40_000), Complete: true},
+			1_200_000 + 100_000/10, "catalog_estimate", "organization", "reported_usage"},
 		// The organization's fallback price (7 and 11, set above) has no audio prices.
 		{"audio tokens of a model nobody priced: the fallback price", func() { setPrices() },
 			&internalv1.SettleItem{Model: "acme-voice-1", InputTokens: 1_000_000, AudioInputTokens: i64p(500_000), OutputTokens: 1_000_000, Complete: true},
@@ -442,7 +471,7 @@ func TestSettlementPricing(t *testing.T) {
 			}
 			var basis, priceSource string
 			var audio, searches, fileSearches, mapsGrounded int64
-			var audioIn, audioOut, cachedAudio *int64
+			var audioIn, audioOut, cachedAudio, imageIn, cachedImage *int64
 			var priority, regional bool
 			var tier, imageModel string
 			var imageCalls, imageTokens int64
@@ -451,10 +480,11 @@ func TestSettlementPricing(t *testing.T) {
 			if err := e.Store.Pool.QueryRow(ctx, `SELECT cost_basis, price_source, audio_input_millis, web_search_requests, file_search_calls,
 					audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier,
 					image_generation_calls, image_model, image_output_tokens, advisor_model, advisor_input_tokens, advisor_output_tokens,
-					advisor_cached_input_tokens, advisor_cache_creation_input_tokens, maps_grounded_prompts
+					advisor_cached_input_tokens, advisor_cache_creation_input_tokens, maps_grounded_prompts, image_input_tokens,
+					cached_image_input_tokens
 				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches, &audioIn, &audioOut,
 				&cachedAudio, &priority, &regional, &tier, &imageCalls, &imageModel, &imageTokens, &advisorModel, &advisorIn, &advisorOut,
-				&advisorCached, &advisorWritten, &mapsGrounded); err != nil ||
+				&advisorCached, &advisorWritten, &mapsGrounded, &imageIn, &cachedImage); err != nil ||
 				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != wantSearches ||
 				fileSearches != c.item.GetFileSearchCalls() || mapsGrounded != c.item.GetMapsGroundedPrompts() {
 				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %d maps-grounded prompts %v", basis, priceSource, audio, searches,
@@ -485,6 +515,11 @@ func TestSettlementPricing(t *testing.T) {
 				t.Fatalf("stored audio tokens %v %v (cached %v), want %v %v (%v)", fmtCount(audioIn), fmtCount(audioOut), fmtCount(cachedAudio),
 					fmtCount(c.item.AudioInputTokens), fmtCount(c.item.AudioOutputTokens), fmtCount(c.item.CachedAudioInputTokens))
 			}
+			// The image input counts as reported (NULL when not).
+			if !sameCount(imageIn, storedCount(c.item.ImageInputTokens)) || !sameCount(cachedImage, storedCount(c.item.CachedImageInputTokens)) {
+				t.Fatalf("stored image input tokens %v (cached %v), want %v (%v)", fmtCount(imageIn), fmtCount(cachedImage),
+					fmtCount(c.item.ImageInputTokens), fmtCount(c.item.CachedImageInputTokens))
+			}
 			// The tier flags the cost was priced with.
 			if wantTier := receiptTier(c.item); priority != c.item.GetPriorityTier() || regional != c.item.GetRegionalEndpoint() || tier != wantTier {
 				t.Fatalf("stored priority %v regional %v tier %q, want %v %v %q", priority, regional, tier, c.item.GetPriorityTier(),
@@ -503,7 +538,8 @@ func TestSettlementPricing(t *testing.T) {
 	at.Check(t, e.Store)
 }
 
-// storedCount is an audio count as a receipt keeps it: a negative one is ignored.
+// storedCount is an audio or image count as a receipt keeps it: a negative one is
+// ignored.
 func storedCount(v *int64) *int64 {
 	if v == nil || *v < 0 {
 		return nil
@@ -521,9 +557,9 @@ func fmtCount(v *int64) string {
 }
 
 // An estimate of gpt-realtime (no audio split: the dearer prices) promoted by the real
-// usage, which reports the split (its cached audio too, and the priority tier): the
-// receipt takes the new counts, and retention's pruning clears them with the other
-// detail and keeps the tier, which explains the cost it keeps.
+// usage, which reports the split (its cached audio and its image parts too, and the
+// priority tier): the receipt takes the new counts, and retention's pruning clears them
+// with the other detail and keeps the tier, which explains the cost it keeps.
 func TestAudioSplitOnPromotionAndPruning(t *testing.T) {
 	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
@@ -537,29 +573,35 @@ func TestAudioSplitOnPromotionAndPruning(t *testing.T) {
 		t.Fatalf("estimate: %v", r)
 	}
 	var priority bool
+	var image, cachedImage *int64
 	counts := func() (in, out, cachedIn *int64) {
 		t.Helper()
-		if err := e.Store.Pool.QueryRow(ctx, `SELECT audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier
-			FROM usage_receipts WHERE request_id = $1`, id).Scan(&in, &out, &cachedIn, &priority); err != nil {
+		if err := e.Store.Pool.QueryRow(ctx, `SELECT audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier,
+				image_input_tokens, cached_image_input_tokens
+			FROM usage_receipts WHERE request_id = $1`, id).Scan(&in, &out, &cachedIn, &priority, &image, &cachedImage); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	if in, out, cachedIn := counts(); in != nil || out != nil || cachedIn != nil || priority {
-		t.Fatalf("an estimate's audio tokens %s %s %s, priority %v, want NULL", fmtCount(in), fmtCount(out), fmtCount(cachedIn), priority)
+	if in, out, cachedIn := counts(); in != nil || out != nil || cachedIn != nil || image != nil || cachedImage != nil || priority {
+		t.Fatalf("an estimate's audio tokens %s %s %s, image %s %s, priority %v, want NULL", fmtCount(in), fmtCount(out), fmtCount(cachedIn),
+			fmtCount(image), fmtCount(cachedImage), priority)
 	}
-	// 3,000 input tokens, all audio, 1,000 of them cached (2,000*32 + 1,000*0.4), 1,000
-	// output tokens of which 500 audio (32,000 + 8,000), at the priority tier (twice):
-	// more than the estimate, so it promotes it.
-	const promoted = 2 * (2_000*32 + 1_000*4/10 + 500*64 + 500*16)
-	r = settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-realtime", InputTokens: 3_000, CachedInputTokens: 1_000,
-		AudioInputTokens: i64p(3_000), CachedAudioInputTokens: i64p(1_000), OutputTokens: 1_000, AudioOutputTokens: i64p(500),
-		Complete: true, PriorityTier: true})
+	// 3,500 input tokens, 3,000 audio and 500 image: uncached 2,000 audio (2,000*32) and
+	// 300 image (300*5); cached 1,200, 200 image (200*0.5) and 1,000 audio, at the
+	// cached text price (1,000*0.4). 1,000 output tokens of which 500 audio (32,000 +
+	// 8,000), at the priority tier (twice): more than the estimate, so it promotes it.
+	const promoted = 2 * (2_000*32 + 300*5 + 200*5/10 + 1_000*4/10 + 500*64 + 500*16) // 212,000
+	r = settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-realtime", InputTokens: 3_500, CachedInputTokens: 1_200,
+		AudioInputTokens: i64p(3_000), CachedAudioInputTokens: i64p(1_000), ImageInputTokens: i64p(500), CachedImageInputTokens: i64p(200),
+		OutputTokens: 1_000, AudioOutputTokens: i64p(500), Complete: true, PriorityTier: true})
 	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED || r.CostMicroUsd != promoted {
 		t.Fatalf("promotion: %v, want %d", r, promoted)
 	}
-	if in, out, cachedIn := counts(); !sameCount(in, i64p(3_000)) || !sameCount(out, i64p(500)) || !sameCount(cachedIn, i64p(1_000)) || !priority {
-		t.Fatalf("promoted audio tokens %s %s %s, priority %v; want 3000 500 1000, true", fmtCount(in), fmtCount(out), fmtCount(cachedIn), priority)
+	if in, out, cachedIn := counts(); !sameCount(in, i64p(3_000)) || !sameCount(out, i64p(500)) || !sameCount(cachedIn, i64p(1_000)) ||
+		!sameCount(image, i64p(500)) || !sameCount(cachedImage, i64p(200)) || !priority {
+		t.Fatalf("promoted audio tokens %s %s %s, image %s %s, priority %v; want 3000 500 1000, 500 200, true", fmtCount(in), fmtCount(out),
+			fmtCount(cachedIn), fmtCount(image), fmtCount(cachedImage), priority)
 	}
 	if used := e.Used(t, org, m, window.Day, now); used != promoted {
 		t.Fatalf("used %d", used)
@@ -568,8 +610,9 @@ func TestAudioSplitOnPromotionAndPruning(t *testing.T) {
 	if n, err := store.PruneReceiptDetail(ctx, e.Store.Pool, []string{id}, now.Add(24*time.Hour), now.Add(24*time.Hour)); err != nil || n != 1 {
 		t.Fatalf("pruned %d %v", n, err)
 	}
-	if in, out, cachedIn := counts(); in != nil || out != nil || cachedIn != nil || !priority {
-		t.Fatalf("pruned audio tokens %s %s %s, priority %v; want NULL and the tier kept", fmtCount(in), fmtCount(out), fmtCount(cachedIn), priority)
+	if in, out, cachedIn := counts(); in != nil || out != nil || cachedIn != nil || image != nil || cachedImage != nil || !priority {
+		t.Fatalf("pruned audio tokens %s %s %s, image %s %s, priority %v; want NULL and the tier kept", fmtCount(in), fmtCount(out),
+			fmtCount(cachedIn), fmtCount(image), fmtCount(cachedImage), priority)
 	}
 }
 

@@ -136,6 +136,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		AdvisorInputTokens: it.GetAdvisorInputTokens(), AdvisorOutputTokens: it.GetAdvisorOutputTokens(),
 		AdvisorCachedInputTokens: it.GetAdvisorCachedInputTokens(), AdvisorCacheWriteTokens: it.GetAdvisorCacheCreationInputTokens(),
 		AudioInputTokens: it.AudioInputTokens, AudioOutputTokens: it.AudioOutputTokens, CachedAudioInputTokens: it.CachedAudioInputTokens,
+		ImageInputTokens: it.ImageInputTokens, CachedImageInputTokens: it.CachedImageInputTokens,
 		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Tier: tierOf(it),
 		Regional: it.GetRegionalEndpoint()})
 	if len(notes) > 0 {
@@ -496,7 +497,8 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			AdvisorModel: j.item.advisorModel, AdvisorInputTokens: j.item.usage.AdvisorInputTokens, AdvisorOutputTokens: j.item.usage.AdvisorOutputTokens,
 			AdvisorCachedInputTokens: j.item.usage.AdvisorCachedInputTokens, AdvisorCacheWriteTokens: j.item.usage.AdvisorCacheWriteTokens,
 			AudioInputTokens: j.item.usage.AudioInputTokens, AudioOutputTokens: j.item.usage.AudioOutputTokens,
-			CachedAudioInputTokens: j.item.usage.CachedAudioInputTokens, ServiceTier: j.item.usage.Tier.String(), Regional: j.item.usage.Regional,
+			CachedAudioInputTokens: j.item.usage.CachedAudioInputTokens, ImageInputTokens: j.item.usage.ImageInputTokens,
+			CachedImageInputTokens: j.item.usage.CachedImageInputTokens, ServiceTier: j.item.usage.Tier.String(), Regional: j.item.usage.Regional,
 			UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
 			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: j.item.finishedAt}
 		if j.item.withoutModel {
@@ -816,13 +818,15 @@ func (sj *settleJob) withTiers(p accounting.Price) accounting.Price {
 	return p
 }
 
-// fromCatalog is a catalog price as settlement uses it, audio token prices included
-// (pricecatalog.Highest has none: its classes already hold the dearest audio prices).
+// fromCatalog is a catalog price as settlement uses it, audio and image token prices
+// included (pricecatalog.Highest has none: its classes already hold the dearest audio
+// and image prices).
 func fromCatalog(p pricecatalog.Price) accounting.Price {
 	return accounting.Price{InputPerMillion: p.InputPerMillion, OutputPerMillion: p.OutputPerMillion,
 		CachedInputPerMillion: p.CachedInputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion, AudioPerMinute: p.AudioPerMinute,
 		AudioInputPerMillion: p.AudioInputPerMillion, AudioOutputPerMillion: p.AudioOutputPerMillion,
-		CachedAudioInputPerMillion: p.CachedAudioInputPerMillion}
+		CachedAudioInputPerMillion: p.CachedAudioInputPerMillion, ImageInputPerMillion: p.ImageInputPerMillion,
+		CachedImageInputPerMillion: p.CachedImageInputPerMillion}
 }
 
 // quarantine records a settlement that may not be charged, with its payload (its model

@@ -78,7 +78,8 @@ func PruneReceiptDetail(ctx context.Context, q Querier, ids []string, cutoff, no
 			cache_creation_input_tokens = 0, audio_input_millis = 0, web_search_requests = 0, file_search_calls = 0,
 			maps_grounded_prompts = 0, image_generation_calls = 0, image_model = '', image_output_tokens = 0, advisor_model = '',
 			advisor_input_tokens = 0, advisor_output_tokens = 0, advisor_cached_input_tokens = 0, advisor_cache_creation_input_tokens = 0,
-			audio_input_tokens = NULL, audio_output_tokens = NULL, cached_audio_input_tokens = NULL, upstream_status = 0, finished_at = NULL, detail_pruned_at = $3
+			audio_input_tokens = NULL, audio_output_tokens = NULL, cached_audio_input_tokens = NULL, image_input_tokens = NULL,
+			cached_image_input_tokens = NULL, upstream_status = 0, finished_at = NULL, detail_pruned_at = $3
 		WHERE request_id = ANY($1) AND updated_at < $2 AND detail_pruned_at IS NULL`, ids, cutoff, now)
 	return tag.RowsAffected(), err
 }

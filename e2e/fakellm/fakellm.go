@@ -169,6 +169,10 @@ type Usage struct {
 	// cached tokens: a TEXT entry for the rest, an AUDIO entry when not 0) and the
 	// Realtime API's input_token_details.cached_tokens_details report it.
 	CachedAudioInputTokens int64
+	// ImageInputTokens and CachedImageInputTokens: the image parts of InputTokens and
+	// CachedInputTokens (images the client sent), as the Realtime API's
+	// input_token_details.image_tokens and cached_tokens_details.image_tokens report them.
+	ImageInputTokens, CachedImageInputTokens int64
 	// CostUSD, when not "", is an OpenAI chat usage's "cost" (a JSON number of USD, as
 	// OpenRouter reports what a request cost), written as given.
 	CostUSD string

@@ -19,8 +19,8 @@ const OpenAIRealtime = "openai.realtime"
 // Server.Snapshots says so), and every response.create the client sends is answered by
 // response.created, one output_text delta per word of Text, an audio delta, and
 // response.done carrying that response's usage (the test's Usage, asked once per
-// session: input_tokens with input_token_details.cached_tokens and audio_tokens,
-// output_tokens with output_token_details.audio_tokens). The
+// session: input_tokens with input_token_details.cached_tokens, audio_tokens and
+// image_tokens, output_tokens with output_token_details.audio_tokens). The
 // session is one Call; its Body counts the client's messages, in decimal, when it ends.
 func (s *Server) realtime(w http.ResponseWriter, r *http.Request) {
 	c := Call{API: OpenAIRealtime, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(),
@@ -94,7 +94,8 @@ func respond(ctx context.Context, send func(string, ...any) error, session, i in
 	if err := send(`{"type":"response.output_audio.delta","event_id":"event_%s_a","response_id":%q,"item_id":"item_%s","output_index":0,"content_index":1,"delta":%q}`, id, id, id, audio); err != nil {
 		return err
 	}
-	return send(`{"type":"response.done","event_id":"event_%s_d","response":{"object":"realtime.response","id":%q,"status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":%q}]}],"usage":{"total_tokens":%d,"input_tokens":%d,"output_tokens":%d,"input_token_details":{"text_tokens":%d,"audio_tokens":%d,"image_tokens":0,"cached_tokens":%d,"cached_tokens_details":{"text_tokens":%d,"audio_tokens":%d,"image_tokens":0}},"output_token_details":{"text_tokens":%d,"audio_tokens":%d}}}}`,
-		id, id, Text, u.InputTokens+u.OutputTokens, u.InputTokens, u.OutputTokens, u.InputTokens-u.AudioInputTokens, u.AudioInputTokens, u.CachedInputTokens,
-		u.CachedInputTokens-u.CachedAudioInputTokens, u.CachedAudioInputTokens, u.OutputTokens-u.AudioOutputTokens, u.AudioOutputTokens)
+	return send(`{"type":"response.done","event_id":"event_%s_d","response":{"object":"realtime.response","id":%q,"status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":%q}]}],"usage":{"total_tokens":%d,"input_tokens":%d,"output_tokens":%d,"input_token_details":{"text_tokens":%d,"audio_tokens":%d,"image_tokens":%d,"cached_tokens":%d,"cached_tokens_details":{"text_tokens":%d,"audio_tokens":%d,"image_tokens":%d}},"output_token_details":{"text_tokens":%d,"audio_tokens":%d}}}}`,
+		id, id, Text, u.InputTokens+u.OutputTokens, u.InputTokens, u.OutputTokens, u.InputTokens-u.AudioInputTokens-u.ImageInputTokens, u.AudioInputTokens,
+		u.ImageInputTokens, u.CachedInputTokens, u.CachedInputTokens-u.CachedAudioInputTokens-u.CachedImageInputTokens, u.CachedAudioInputTokens,
+		u.CachedImageInputTokens, u.OutputTokens-u.AudioOutputTokens, u.AudioOutputTokens)
 }

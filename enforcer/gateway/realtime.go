@@ -312,6 +312,7 @@ func settlement(u realtimeusage.Usage, sessionModel string) inflight.Usage {
 	s := inflight.Usage{Model: u.Model, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CachedTokens: u.CachedInputTokens, AudioInputMillis: u.AudioInputMillis, Complete: u.Reported,
 		AudioInputTokens: u.AudioInputTokens, AudioOutputTokens: u.AudioOutputTokens, CachedAudioInputTokens: u.CachedAudioInputTokens,
+		ImageInputTokens: u.ImageInputTokens, CachedImageInputTokens: u.CachedImageInputTokens,
 		UpstreamStatus: http.StatusSwitchingProtocols}
 	if s.Model == "" {
 		s.Model = sessionModel

@@ -241,7 +241,7 @@ func (f *fakeTracker) settlements(t *testing.T, n int) []inflight.Usage {
 	return append([]inflight.Usage(nil), f.finished...)
 }
 
-// shown is u as the tests compare it: its audio parts by value, not by pointer.
+// shown is u as the tests compare it: its audio and image parts by value, not by pointer.
 func shown(u inflight.Usage) string {
 	part := func(p *int64) string {
 		if p == nil {
@@ -249,9 +249,9 @@ func shown(u inflight.Usage) string {
 		}
 		return fmt.Sprint(*p)
 	}
-	in, out := part(u.AudioInputTokens), part(u.AudioOutputTokens)
-	u.AudioInputTokens, u.AudioOutputTokens = nil, nil
-	return fmt.Sprintf("%+v audio %s/%s", u, in, out)
+	in, out, img, cimg := part(u.AudioInputTokens), part(u.AudioOutputTokens), part(u.ImageInputTokens), part(u.CachedImageInputTokens)
+	u.AudioInputTokens, u.AudioOutputTokens, u.ImageInputTokens, u.CachedImageInputTokens = nil, nil, nil, nil
+	return fmt.Sprintf("%+v audio %s/%s image %s/%s", u, in, out, img, cimg)
 }
 
 func i64(n int64) *int64 { return &n }

@@ -131,6 +131,12 @@ type settleBody struct {
 	// model whose catalog entry prices cached audio apart is charged the dearer cached
 	// price for all its cached tokens.
 	CachedAudioInputTokens *int64 `json:"cachedAudioInputTokens"`
+	// ImageInputTokens and CachedImageInputTokens are the image parts of inputTokens
+	// and cachedInputTokens (the Realtime API's input_token_details.image_tokens and
+	// cached_tokens_details.image_tokens). Absent, a model whose catalog entry prices
+	// image input apart (gpt-realtime) is charged the dearest price of the class.
+	ImageInputTokens       *int64 `json:"imageInputTokens"`
+	CachedImageInputTokens *int64 `json:"cachedImageInputTokens"`
 	UpstreamCostMicroUSD   *int64 `json:"upstreamCostMicroUsd"`
 	Complete               *bool  `json:"complete"`
 	// Estimated says the token counts are the reporter's estimates, not the upstream's
@@ -200,6 +206,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		{"advisorInputTokens", in.AdvisorInputTokens}, {"advisorOutputTokens", in.AdvisorOutputTokens},
 		{"advisorCachedInputTokens", in.AdvisorCachedInputTokens}, {"advisorCacheCreationInputTokens", in.AdvisorCacheCreationInputTokens},
 		{"audioInputTokens", in.AudioInputTokens}, {"audioOutputTokens", in.AudioOutputTokens}, {"cachedAudioInputTokens", in.CachedAudioInputTokens},
+		{"imageInputTokens", in.ImageInputTokens}, {"cachedImageInputTokens", in.CachedImageInputTokens},
 		{"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
 		if f.v != nil && *f.v < 0 {
 			probs = append(probs, problem{f.name + " must not be negative", []any{f.name}})
@@ -230,7 +237,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u := inflight.Usage{UpstreamCostMicroUSD: in.UpstreamCostMicroUSD, AudioInputTokens: in.AudioInputTokens, AudioOutputTokens: in.AudioOutputTokens,
-		CachedAudioInputTokens: in.CachedAudioInputTokens}
+		CachedAudioInputTokens: in.CachedAudioInputTokens, ImageInputTokens: in.ImageInputTokens, CachedImageInputTokens: in.CachedImageInputTokens}
 	reported := in.UpstreamCostMicroUSD != nil
 	for _, f := range []struct {
 		dst *int64

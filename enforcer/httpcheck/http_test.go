@@ -109,7 +109,8 @@ func TestHTTPSettle(t *testing.T) {
 			`{"requestId":"` + reqID + `","imageModel":"` + strings.Repeat("m", 257) + `"}`, `{"requestId":"` + reqID + `","imageModel":1}`,
 			`{"requestId":"` + reqID + `","advisorInputTokens":-1}`, `{"requestId":"` + reqID + `","advisorCachedInputTokens":-1}`,
 			`{"requestId":"` + reqID + `","advisorModel":"` + strings.Repeat("m", 257) + `"}`,
-			`{"requestId":"` + reqID + `","mapsGroundedPrompts":2}`, `{"requestId":"` + reqID + `","mapsGroundedPrompts":-1}`} {
+			`{"requestId":"` + reqID + `","mapsGroundedPrompts":2}`, `{"requestId":"` + reqID + `","mapsGroundedPrompts":-1}`,
+			`{"requestId":"` + reqID + `","imageInputTokens":-1}`, `{"requestId":"` + reqID + `","cachedImageInputTokens":-2}`} {
 			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
 				t.Fatalf("%s: %d %v", bad, code, out)
 			}
@@ -204,9 +205,14 @@ func TestHTTPSettle(t *testing.T) {
 			func(it *internalv1.SettleItem) bool {
 				return it.AudioInputTokens != nil && it.GetAudioInputTokens() == 0 && it.GetAudioOutputTokens() == 15
 			}},
-		{"no audio parts: unknown, not 0", `"model":"gpt-realtime","inputTokens":10,"outputTokens":20`,
+		{"no audio or image parts: unknown, not 0", `"model":"gpt-realtime","inputTokens":10,"outputTokens":20`,
 			func(it *internalv1.SettleItem) bool {
-				return it.AudioInputTokens == nil && it.AudioOutputTokens == nil && it.CachedAudioInputTokens == nil
+				return it.AudioInputTokens == nil && it.AudioOutputTokens == nil && it.CachedAudioInputTokens == nil &&
+					it.ImageInputTokens == nil && it.CachedImageInputTokens == nil
+			}},
+		{"the image parts", `"model":"gpt-realtime","inputTokens":900,"cachedInputTokens":300,"imageInputTokens":500,"cachedImageInputTokens":0`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetImageInputTokens() == 500 && it.CachedImageInputTokens != nil && it.GetCachedImageInputTokens() == 0
 			}},
 		{"the cached audio part", `"model":"gemini-2.5-flash","inputTokens":10,"cachedInputTokens":8,"cachedAudioInputTokens":6`,
 			func(it *internalv1.SettleItem) bool {

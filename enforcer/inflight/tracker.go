@@ -110,6 +110,11 @@ type Usage struct {
 	// reported it, nil where not (responseusage.Usage.CachedAudioInputTokens): settlement
 	// charges a model that prices cached audio apart at the dearer price when unknown.
 	CachedAudioInputTokens *int64
+	// ImageInputTokens and CachedImageInputTokens are the image parts of InputTokens and
+	// CachedTokens where the upstream reported them (the Realtime API's image_tokens,
+	// realtimeusage.Usage), nil where not: settlement charges a model that prices image
+	// input apart (gpt-realtime) at the dearest price of the class when unknown.
+	ImageInputTokens, CachedImageInputTokens *int64
 	// UpstreamCostMicroUSD, when not nil, wins over the catalog price.
 	UpstreamCostMicroUSD *int64
 	// Complete is false when the response broke off or carried no usage.
@@ -426,6 +431,8 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		AudioInputTokens:                u.AudioInputTokens,
 		AudioOutputTokens:               u.AudioOutputTokens,
 		CachedAudioInputTokens:          u.CachedAudioInputTokens,
+		ImageInputTokens:                u.ImageInputTokens,
+		CachedImageInputTokens:          u.CachedImageInputTokens,
 		UpstreamCostMicroUsd:            u.UpstreamCostMicroUSD,
 		Complete:                        u.Complete,
 		FinishedAtUnixMs:                t.clk.Now().UnixMilli(),
@@ -503,10 +510,11 @@ func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
 		return // an error answer without usage: nothing was generated
 	}
 	estimated := false
-	// An estimated count has no known audio part: its split is unknown, and a model
-	// that prices audio apart is charged it at the dearer price.
+	// An estimated count has no known audio or image part: its split is unknown, and a
+	// model that prices them apart is charged it at the dearest price.
 	if !seen.InputReported && r != nil && r.requestSeen {
-		item.InputTokens, item.AudioInputTokens, item.CachedAudioInputTokens, estimated = r.inputEstimate, nil, nil, true
+		item.InputTokens, estimated = r.inputEstimate, true
+		item.AudioInputTokens, item.CachedAudioInputTokens, item.ImageInputTokens, item.CachedImageInputTokens = nil, nil, nil, nil
 	}
 	// Output: the estimate from the text seen when none was reported; and when the
 	// response did not end with its final usage (incomplete), the larger of the two: a

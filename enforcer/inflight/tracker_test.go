@@ -448,9 +448,10 @@ func TestSettleAllStopsAtTheDeadlineFailOpenFirst(t *testing.T) {
 	}
 }
 
-// The audio parts of the counts travel to the settlement where the upstream reported
-// them (FromResponse), and an estimated count drops its part: its split is unknown, and
-// a model that prices audio apart is then charged the dearer price.
+// The audio and image parts of the counts travel to the settlement where the upstream
+// reported them (FromResponse; the Realtime API's image parts, realtime.go), and an
+// estimated count drops its parts: its split is unknown, and a model that prices audio
+// or images apart is then charged the dearest price.
 func TestAudioPartsTravelUnlessEstimated(t *testing.T) {
 	got := responseusage.Usage{Model: "gpt-realtime", InputTokens: 100, OutputTokens: 60, AudioInputTokens: 80, AudioInputReported: true,
 		InputReported: true, OutputReported: true, Complete: true}
@@ -471,13 +472,18 @@ func TestAudioPartsTravelUnlessEstimated(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, q := admittedReqA()
 			tr.RecordRequest("req_a", estimate.Request{InputTokens: 500, Model: "gpt-realtime"})
-			in, out := int64(80), int64(50)
+			in, out, img, cachedImg := int64(80), int64(50), int64(15), int64(5)
 			seen := tc.seen
-			_ = tr.Finish("req_a", Usage{Model: "gpt-realtime", InputTokens: 100, OutputTokens: 60, AudioInputTokens: &in, AudioOutputTokens: &out,
-				Complete: tc.complete, UpstreamStatus: 200, Seen: &seen}, nil)
+			_ = tr.Finish("req_a", Usage{Model: "gpt-realtime", InputTokens: 100, OutputTokens: 60, CachedTokens: 10, AudioInputTokens: &in, AudioOutputTokens: &out,
+				ImageInputTokens: &img, CachedImageInputTokens: &cachedImg, Complete: tc.complete, UpstreamStatus: 200, Seen: &seen}, nil)
 			it := q.items[0]
 			if (it.AudioInputTokens != nil) != tc.wantIn || (it.AudioOutputTokens != nil) != tc.wantOut {
 				t.Fatalf("settled audio %v / %v (estimated %v)", it.AudioInputTokens, it.AudioOutputTokens, it.GetUsageEstimated())
+			}
+			// The image parts are of the input: they go with it.
+			if (it.ImageInputTokens != nil) != tc.wantIn || (it.CachedImageInputTokens != nil) != tc.wantIn ||
+				tc.wantIn && (it.GetImageInputTokens() != 15 || it.GetCachedImageInputTokens() != 5) {
+				t.Fatalf("settled image %v / %v (estimated %v)", it.ImageInputTokens, it.CachedImageInputTokens, it.GetUsageEstimated())
 			}
 			if tc.wantIn && it.GetAudioInputTokens() != 80 || tc.wantOut && it.GetAudioOutputTokens() != 50 {
 				t.Fatalf("settled audio %d / %d", it.GetAudioInputTokens(), it.GetAudioOutputTokens())

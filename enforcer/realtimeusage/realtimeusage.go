@@ -8,7 +8,9 @@
 //     input_token_details.cached_tokens, and the audio parts of the counts,
 //     input_token_details.audio_tokens, output_token_details.audio_tokens and, of the
 //     cached tokens, input_token_details.cached_tokens_details.audio_tokens, which the
-//     realtime models price above text), priced at the session's model;
+//     realtime models price above text; and the image parts, input_token_details.
+//     image_tokens and cached_tokens_details.image_tokens, priced above text too),
+//     priced at the session's model;
 //   - when the session transcribes the user's audio, each transcription ends with
 //     conversation.item.input_audio_transcription.completed carrying its usage, in
 //     tokens ({"type": "tokens", input_tokens, output_tokens}) or in seconds of audio
@@ -60,6 +62,12 @@ type Usage struct {
 	// input_token_details.cached_tokens_details.audio_tokens, at most CachedInputTokens,
 	// nil when the usage did not say (or said a negative count).
 	CachedAudioInputTokens *int64
+	// ImageInputTokens and CachedImageInputTokens are the image parts of InputTokens
+	// and CachedInputTokens (input_token_details.image_tokens and
+	// cached_tokens_details.image_tokens: images the client sent, which gpt-realtime
+	// prices above text), read as the audio parts are: nil when the usage did not say,
+	// the cached part at most CachedInputTokens.
+	ImageInputTokens, CachedImageInputTokens *int64
 	// AudioInputMillis is a transcription billed by the duration of its audio
 	// (whisper-1), in milliseconds, a fraction rounded up.
 	AudioInputMillis int64
@@ -100,8 +108,10 @@ type usage struct {
 	InputTokenDetails struct {
 		CachedTokens        int64  `json:"cached_tokens"`
 		AudioTokens         *int64 `json:"audio_tokens"`
+		ImageTokens         *int64 `json:"image_tokens"`
 		CachedTokensDetails struct {
 			AudioTokens *int64 `json:"audio_tokens"`
+			ImageTokens *int64 `json:"image_tokens"`
 		} `json:"cached_tokens_details"`
 	} `json:"input_token_details"`
 	OutputTokenDetails struct {
@@ -114,19 +124,25 @@ func (u *usage) audio() (in, out *int64) {
 	return part(u.InputTokenDetails.AudioTokens), part(u.OutputTokenDetails.AudioTokens)
 }
 
-// cachedAudio is the audio part of u's cached count, nil when not reported (or
-// negative), at most cached (the cached count as read): a larger one would be taken off
-// the uncached audio that settlement charges.
-func (u *usage) cachedAudio(cached int64) *int64 {
-	n := part(u.InputTokenDetails.CachedTokensDetails.AudioTokens)
-	if n == nil {
+// cachedParts are the audio and image parts of u's cached count (see cachedPart).
+func (u *usage) cachedParts(cached int64) (audio, image *int64) {
+	d := &u.InputTokenDetails.CachedTokensDetails
+	return cachedPart(d.AudioTokens, cached), cachedPart(d.ImageTokens, cached)
+}
+
+// cachedPart is a part of the cached count, nil when not reported (or negative), at
+// most cached (the cached count as read): a larger one would be taken off the uncached
+// part of its modality that settlement charges.
+func cachedPart(n *int64, cached int64) *int64 {
+	if n = part(n); n == nil {
 		return nil
 	}
 	c := min(*n, cached)
 	return &c
 }
 
-// part is a reported audio part: nil when the usage did not say, or said a negative count.
+// part is a reported part (audio, image): nil when the usage did not say, or said a
+// negative count.
 func part(n *int64) *int64 {
 	if n == nil || *n < 0 {
 		return nil
@@ -194,11 +210,11 @@ func (r *Reader) Event(msg []byte) (Usage, Kind) {
 			u.InputTokens, u.OutputTokens = us.InputTokens, us.OutputTokens
 			u.CachedInputTokens = min(us.InputTokenDetails.CachedTokens, us.InputTokens)
 			// Each response reports its own usage, charged on its own: one that does not
-			// say how its cached tokens divide leaves its split unknown (nil, charged at
-			// the dearer cached price), whatever an earlier response said, as its audio
-			// parts do.
+			// say how its tokens divide leaves its split unknown (nil, charged at the
+			// dearer price), whatever an earlier response said.
 			u.AudioInputTokens, u.AudioOutputTokens = us.audio()
-			u.CachedAudioInputTokens = us.cachedAudio(u.CachedInputTokens)
+			u.ImageInputTokens = part(us.InputTokenDetails.ImageTokens)
+			u.CachedAudioInputTokens, u.CachedImageInputTokens = us.cachedParts(u.CachedInputTokens)
 			u.Reported = true
 		} else {
 			// No usage: the text seen is what there is to estimate from (the text of

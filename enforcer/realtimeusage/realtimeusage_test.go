@@ -32,7 +32,8 @@ func TestSessionResponses(t *testing.T) {
 	}
 	want := []Usage{
 		{Model: "gpt-realtime-2025-08-28", InputTokens: 1000, OutputTokens: 250, CachedInputTokens: 640, Reported: true,
-			AudioInputTokens: i64(900), AudioOutputTokens: i64(200), CachedAudioInputTokens: i64(576)},
+			AudioInputTokens: i64(900), AudioOutputTokens: i64(200), CachedAudioInputTokens: i64(576),
+			ImageInputTokens: i64(0), CachedImageInputTokens: i64(0)},
 		// Each response's usage is its own: this one does not split its counts, whatever
 		// the first said.
 		{Model: "gpt-realtime-2025-08-28", InputTokens: 7, OutputTokens: 3, Reported: true},
@@ -182,6 +183,36 @@ func TestCachedAudio(t *testing.T) {
 		`"input_token_details":{"audio_tokens":17,"cached_tokens_details":{"audio_tokens":4}}}}`))
 	if u.CachedAudioInputTokens != nil || u.CachedInputTokens != 0 {
 		t.Fatalf("a transcription: %+v", u)
+	}
+}
+
+// The image parts of a response's input (input_token_details.image_tokens, and of its
+// cached tokens cached_tokens_details.image_tokens: images the client sent, which
+// gpt-realtime prices above text) are read as the audio parts are: reported 0 when
+// there were none, unknown (nil) when the usage does not say or says a negative count,
+// the cached part never more than the cached tokens.
+func TestImageParts(t *testing.T) {
+	for _, tc := range []struct {
+		name, details      string
+		image, cachedImage *int64
+	}{
+		{"images, some cached", `"cached_tokens":640,"text_tokens":200,"audio_tokens":300,"image_tokens":500,` +
+			`"cached_tokens_details":{"text_tokens":64,"audio_tokens":176,"image_tokens":400}`, i64(500), i64(400)},
+		{"none: 0", `"cached_tokens":640,"text_tokens":1000,"image_tokens":0,"cached_tokens_details":{"text_tokens":640,"image_tokens":0}`, i64(0), i64(0)},
+		{"not said: unknown", `"cached_tokens":640,"text_tokens":1000,"cached_tokens_details":{"text_tokens":640}`, nil, nil},
+		{"negative: unknown", `"cached_tokens":640,"image_tokens":-1,"cached_tokens_details":{"image_tokens":-3}`, nil, nil},
+		{"more cached image than cached tokens: at most them", `"cached_tokens":640,"image_tokens":900,"cached_tokens_details":{"image_tokens":700}`,
+			i64(900), i64(640)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New("gpt-realtime")
+			u, kind := r.Event([]byte(`{"type":"response.done","response":{"id":"resp_1","status":"completed","usage":{"input_tokens":1000,"output_tokens":5,` +
+				`"input_token_details":{` + tc.details + `}}}}`))
+			if kind != Response || !u.Reported || !reflect.DeepEqual(u.ImageInputTokens, tc.image) || !reflect.DeepEqual(u.CachedImageInputTokens, tc.cachedImage) {
+				t.Fatalf("%+v %v: image %v, cached image %v, want %v, %v", u, kind, deref(u.ImageInputTokens), deref(u.CachedImageInputTokens),
+					deref(tc.image), deref(tc.cachedImage))
+			}
+		})
 	}
 }
 

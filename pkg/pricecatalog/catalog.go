@@ -49,16 +49,27 @@ type Price struct {
 	// Realtime API's cached_tokens_details) is charged each part at its price; one that
 	// does not, the dearer (DearestCachedInput).
 	CachedAudioInputPerMillion int64
+	// ImageInputPerMillion and CachedImageInputPerMillion price image input tokens, and
+	// cached ones, where they cost more than text tokens (the Realtime API's
+	// gpt-realtime and gpt-realtime-mini); 0 when image input is priced as the rest of
+	// its class. A usage that says which input tokens were images (the Realtime API's
+	// input_token_details.image_tokens and cached_tokens_details.image_tokens) is
+	// charged each part at its price; one that does not, the tokens the reported parts
+	// leave at the dearer of text and image (at most DearestInput, DearestCachedInput).
+	ImageInputPerMillion       int64
+	CachedImageInputPerMillion int64
 }
 
-// DearestInput is the most an uncached input token of the model may cost: its audio
-// price when it has one above its text price.
-func (p Price) DearestInput() int64 { return max(p.InputPerMillion, p.AudioInputPerMillion) }
+// DearestInput is the most an uncached input token of the model may cost: its audio or
+// image price when it has one above its text price.
+func (p Price) DearestInput() int64 {
+	return max(p.InputPerMillion, p.AudioInputPerMillion, p.ImageInputPerMillion)
+}
 
-// DearestCachedInput is the most a cached input token may cost: its cached audio price
-// when it has one above its cached text price.
+// DearestCachedInput is the most a cached input token may cost: its cached audio or
+// cached image price when it has one above its cached text price.
 func (p Price) DearestCachedInput() int64 {
-	return max(p.CachedInputPerMillion, p.CachedAudioInputPerMillion)
+	return max(p.CachedInputPerMillion, p.CachedAudioInputPerMillion, p.CachedImageInputPerMillion)
 }
 
 // DearestOutput is the most an output token may cost (see DearestInput).
@@ -268,6 +279,11 @@ type fileEntry struct {
 	// CachedAudioInput prices cached audio tokens apart
 	// (Price.CachedAudioInputPerMillion); it needs AudioInput.
 	CachedAudioInput *int64 `json:"cachedAudioInput"`
+	// ImageInput prices image input tokens apart (Price.ImageInputPerMillion), and
+	// CachedImageInput cached ones (Price.CachedImageInputPerMillion); the latter needs
+	// the former.
+	ImageInput       *int64 `json:"imageInput"`
+	CachedImageInput *int64 `json:"cachedImageInput"`
 	// SearchesEveryRequest needs WebSearchPerPrompt, the price of a request's search.
 	SearchesEveryRequest bool `json:"searchesEveryRequest"`
 	// RegionalPremiumPercent is the premium of regional endpoints (Entry).
@@ -435,7 +451,8 @@ func Load(data []byte) (*Catalog, error) {
 			name string
 			v    *int64
 			dst  *int64
-		}{{"audioInput", m.AudioInput, &e.AudioInputPerMillion}, {"audioOutput", m.AudioOutput, &e.AudioOutputPerMillion}} {
+		}{{"audioInput", m.AudioInput, &e.AudioInputPerMillion}, {"audioOutput", m.AudioOutput, &e.AudioOutputPerMillion},
+			{"imageInput", m.ImageInput, &e.ImageInputPerMillion}} {
 			switch {
 			case p.v == nil:
 			case e.Kind != Text:
@@ -446,14 +463,22 @@ func Load(data []byte) (*Catalog, error) {
 				*p.dst = *p.v
 			}
 		}
-		if v := m.CachedAudioInput; v != nil {
+		// A cached modality's price needs the uncached one, and is at most it.
+		for _, p := range []struct {
+			name, uncached, modality string
+			v, given                 *int64
+			price                    int64
+			dst                      *int64
+		}{{"cachedAudioInput", "audioInput", "audio", m.CachedAudioInput, m.AudioInput, e.AudioInputPerMillion, &e.CachedAudioInputPerMillion},
+			{"cachedImageInput", "imageInput", "image", m.CachedImageInput, m.ImageInput, e.ImageInputPerMillion, &e.CachedImageInputPerMillion}} {
 			switch {
-			case m.AudioInput == nil:
-				bad("%s: cachedAudioInput needs audioInput (a model that prices audio tokens apart)", where)
-			case *v < 1 || *v > e.AudioInputPerMillion:
-				bad("%s: cachedAudioInput must be from 1 to the audioInput price", where)
+			case p.v == nil:
+			case p.given == nil:
+				bad("%s: %s needs %s (a model that prices %s tokens apart)", where, p.name, p.uncached, p.modality)
+			case *p.v < 1 || *p.v > p.price:
+				bad("%s: %s must be from 1 to the %s price", where, p.name, p.uncached)
 			default:
-				e.CachedAudioInputPerMillion = *v
+				*p.dst = *p.v
 			}
 		}
 		if m.WebSearchPerPrompt != nil {
@@ -569,6 +594,7 @@ func longContext(f *fileLongContext, e Entry) (*LongContext, string) {
 	}
 	lc.AudioInputPerMillion, lc.AudioOutputPerMillion = e.AudioInputPerMillion, e.AudioOutputPerMillion
 	lc.CachedAudioInputPerMillion = e.CachedAudioInputPerMillion
+	lc.ImageInputPerMillion, lc.CachedImageInputPerMillion = e.ImageInputPerMillion, e.CachedImageInputPerMillion
 	return lc, ""
 }
 
@@ -611,10 +637,11 @@ func (c *Catalog) Lookup(model string) (Entry, bool) {
 
 // Highest is the highest price of each token class across the catalog: the default
 // fallback price for models nobody priced, so that an unknown model is never cheaper
-// than a known one (an audio token's price counts with its class: the highest price has
-// no audio prices of its own). Its cache-write price is the highest price any entry charges for a
-// cache write (its cache-write price, or its input price when it has none), and its
-// AudioPerMinute the highest price of a minute of audio.
+// than a known one (an audio or image token's price counts with its class, cached ones
+// with the cached input: the highest price has no audio or image prices of its own).
+// Its cache-write price is the highest price any entry charges for a cache write (its
+// cache-write price, or its input price when it has none), and its AudioPerMinute the
+// highest price of a minute of audio.
 func (c *Catalog) Highest() Price { return c.highest.clone() }
 
 // Entries are the catalog's models in file order.

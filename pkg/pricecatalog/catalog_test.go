@@ -48,6 +48,13 @@ func TestEmbeddedCatalog(t *testing.T) {
 			e.AudioOutputPerMillion != 0 && e.AudioOutputPerMillion <= e.OutputPerMillion:
 			// An audio price exists where audio costs more than text.
 			t.Errorf("%s: an audio price at or below the text price: %+v", e.Model, e.Price)
+		case e.ImageInputPerMillion != 0 && e.ImageInputPerMillion <= e.InputPerMillion,
+			e.CachedImageInputPerMillion != 0 && (e.CachedImageInputPerMillion <= e.CachedInputPerMillion ||
+				e.CachedImageInputPerMillion > e.ImageInputPerMillion):
+			// An image price exists where images cost more than text (the Realtime API's),
+			// a cached one where cached images cost more than cached text, and no more than
+			// uncached images.
+			t.Errorf("%s: an image price out of place: %+v", e.Model, e.Price)
 		case e.CacheWrite() < e.InputPerMillion:
 			t.Errorf("%s: cache write %d below input %d", e.Model, e.CacheWrite(), e.InputPerMillion)
 		case e.InputPerMillion == 0 || e.OutputPerMillion == 0:
@@ -209,6 +216,67 @@ func TestAudioTokenPrices(t *testing.T) {
 	}
 	if e, _ := Lookup("gpt-audio-2025-08-28"); e.Model != "gpt-audio" {
 		t.Errorf("gpt-audio's snapshot found %q", e.Model)
+	}
+}
+
+// TestImageInputPrices: the Realtime API's models that take images price their image
+// input tokens apart, dearer than text (text input, image input, cached text, cached
+// image), as OpenAI's page lists them; the older realtime previews take no images and a
+// text model has no image price. The dearest input and cached input count the image
+// prices with the audio ones.
+func TestImageInputPrices(t *testing.T) {
+	for model, want := range map[string][4]int64{
+		"gpt-realtime":                 {4_000_000, 5_000_000, 400_000, 500_000},
+		"gpt-realtime-2025-08-28":      {4_000_000, 5_000_000, 400_000, 500_000},
+		"gpt-realtime-mini":            {600_000, 800_000, 60_000, 80_000},
+		"gpt-4o-realtime-preview":      {5_000_000, 0, 2_500_000, 0},
+		"gpt-4o-mini-realtime-preview": {600_000, 0, 300_000, 0},
+		"gpt-4o":                       {2_500_000, 0, 1_250_000, 0},
+	} {
+		e, ok := Lookup(model)
+		got := [4]int64{e.InputPerMillion, e.ImageInputPerMillion, e.CachedInputPerMillion, e.CachedImageInputPerMillion}
+		if !ok || got != want {
+			t.Errorf("%s (%s): %v, want %v", model, e.Model, got, want)
+		}
+	}
+	// gpt-realtime: audio (32) is its dearest input, its cached image (0.50) its dearest
+	// cached input, above the one cached price of text and audio (0.40).
+	if e, _ := Lookup("gpt-realtime"); e.DearestInput() != 32_000_000 || e.DearestCachedInput() != 500_000 {
+		t.Errorf("gpt-realtime's dearest: %d %d", e.DearestInput(), e.DearestCachedInput())
+	}
+	// gpt-realtime-mini: its cached audio (0.30) stays dearer than its cached image.
+	if e, _ := Lookup("gpt-realtime-mini"); e.DearestInput() != 10_000_000 || e.DearestCachedInput() != 300_000 {
+		t.Errorf("gpt-realtime-mini's dearest: %d %d", e.DearestInput(), e.DearestCachedInput())
+	}
+	// Images the dearest of all, and each class's dearest whichever modality holds it.
+	for _, c := range []struct {
+		p            Price
+		in, cachedIn int64
+	}{
+		{Price{InputPerMillion: 1, AudioInputPerMillion: 2, ImageInputPerMillion: 3, CachedInputPerMillion: 1, CachedAudioInputPerMillion: 2,
+			CachedImageInputPerMillion: 3}, 3, 3},
+		{Price{InputPerMillion: 4, ImageInputPerMillion: 3, CachedInputPerMillion: 4, CachedImageInputPerMillion: 3}, 4, 4},
+		{Price{InputPerMillion: 1, ImageInputPerMillion: 5, CachedInputPerMillion: 1}, 5, 1},
+		{Price{InputPerMillion: 1, AudioInputPerMillion: 9, ImageInputPerMillion: 5, CachedInputPerMillion: 1, CachedImageInputPerMillion: 2}, 9, 2},
+	} {
+		if c.p.DearestInput() != c.in || c.p.DearestCachedInput() != c.cachedIn {
+			t.Errorf("%+v: dearest %d %d, want %d %d", c.p, c.p.DearestInput(), c.p.DearestCachedInput(), c.in, c.cachedIn)
+		}
+	}
+	// A long-context price keeps the entry's image prices, and the catalog's highest
+	// counts them in their classes.
+	c, err := Load([]byte(`{"asOf":"2025-01-02","unit":"integer micro-USD per million tokens","sources":["https://example.com/p"],"notes":[],"models":[
+		{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"imageInput":70,"cachedImageInput":7,
+			"longContext":{"above":1000,"input":2,"output":4,"cachedInput":2}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := c.Find("m")
+	if long := e.ForInput(2_000); long.InputPerMillion != 2 || long.ImageInputPerMillion != 70 || long.CachedImageInputPerMillion != 7 {
+		t.Errorf("long context %+v", long)
+	}
+	if h := c.Highest(); h.InputPerMillion != 70 || h.CachedInputPerMillion != 7 || h.ImageInputPerMillion != 0 || h.CachedImageInputPerMillion != 0 {
+		t.Errorf("highest %+v", h)
 	}
 }
 
@@ -471,6 +539,15 @@ func TestLoadRefuses(t *testing.T) {
 		"cached audio without audio input":      head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cachedAudioInput":2}]}`,
 		"cached audio above audio input":        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":5,"cachedAudioInput":6}]}`,
 		"free cached audio":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":5,"cachedAudioInput":0}]}`,
+		"free image input":                      head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"imageInput":0}]}`,
+		"negative image input":                  head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"imageInput":-5}]}`,
+		"image input beyond the bound":          head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"imageInput":4503599627370496}]}`,
+		"image input of an embedding model":     head + `{"model":"m","provider":"openai","kind":"embedding","input":1,"imageInput":5}]}`,
+		"cached image without image input":      head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cachedImageInput":2}]}`,
+		"cached image beside audio input alone": head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"audioInput":5,"cachedImageInput":2}]}`,
+		"cached image above image input":        head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"imageInput":5,"cachedImageInput":6}]}`,
+		"free cached image":                     head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"imageInput":5,"cachedImageInput":0}]}`,
+		"cached image of a free image input":    head + `{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"imageInput":0,"cachedImageInput":1}]}`,
 		"file search of an unknown provider":    strings.Replace(good, `"models":[`, `"fileSearch":{"acme":1},"models":[`, 1),
 		"free file search":                      strings.Replace(good, `"models":[`, `"fileSearch":{"openai":0},"models":[`, 1),
 		"maps grounding of an unknown provider": strings.Replace(good, `"models":[`, `"mapsGrounding":{"acme":1},"models":[`, 1),

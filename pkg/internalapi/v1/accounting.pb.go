@@ -1509,8 +1509,19 @@ type SettleItem struct {
 	// the catalog's price for the model's provider (pricecatalog.Catalog.MapsGrounding),
 	// on top of the tokens and of any web searches.
 	MapsGroundedPrompts int64 `protobuf:"varint,34,opt,name=maps_grounded_prompts,json=mapsGroundedPrompts,proto3" json:"maps_grounded_prompts,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// image_input_tokens is the part of input_tokens that is image (the Realtime API's
+	// input_token_details.image_tokens), and cached_image_input_tokens the part of
+	// cached_input_tokens (input_token_details.cached_tokens_details.image_tokens), where
+	// the upstream reported them: a model whose catalog entry prices image input apart
+	// (pricecatalog.Price.ImageInputPerMillion, CachedImageInputPerMillion: gpt-realtime's
+	// 5 and 0.50 USD per million against its text's 4 and 0.40) is charged those parts at
+	// those prices. Absent, the images may be any of the tokens the reported parts (audio)
+	// leave, which are charged at the dearer of the text and image prices. The uncached
+	// image is the difference of the two. 0 is a report: no image.
+	ImageInputTokens       *int64 `protobuf:"varint,35,opt,name=image_input_tokens,json=imageInputTokens,proto3,oneof" json:"image_input_tokens,omitempty"`
+	CachedImageInputTokens *int64 `protobuf:"varint,36,opt,name=cached_image_input_tokens,json=cachedImageInputTokens,proto3,oneof" json:"cached_image_input_tokens,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1777,6 +1788,20 @@ func (x *SettleItem) GetAdvisorCacheCreationInputTokens() int64 {
 func (x *SettleItem) GetMapsGroundedPrompts() int64 {
 	if x != nil {
 		return x.MapsGroundedPrompts
+	}
+	return 0
+}
+
+func (x *SettleItem) GetImageInputTokens() int64 {
+	if x != nil && x.ImageInputTokens != nil {
+		return *x.ImageInputTokens
+	}
+	return 0
+}
+
+func (x *SettleItem) GetCachedImageInputTokens() int64 {
+	if x != nil && x.CachedImageInputTokens != nil {
+		return *x.CachedImageInputTokens
 	}
 	return 0
 }
@@ -2149,7 +2174,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xe0\r\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x88\x0f\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2188,11 +2213,15 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x15advisor_output_tokens\x18\x1f \x01(\x03R\x13advisorOutputTokens\x12=\n" +
 	"\x1badvisor_cached_input_tokens\x18  \x01(\x03R\x18advisorCachedInputTokens\x12L\n" +
 	"#advisor_cache_creation_input_tokens\x18! \x01(\x03R\x1fadvisorCacheCreationInputTokens\x122\n" +
-	"\x15maps_grounded_prompts\x18\" \x01(\x03R\x13mapsGroundedPromptsB\x1a\n" +
+	"\x15maps_grounded_prompts\x18\" \x01(\x03R\x13mapsGroundedPrompts\x121\n" +
+	"\x12image_input_tokens\x18# \x01(\x03H\x04R\x10imageInputTokens\x88\x01\x01\x12>\n" +
+	"\x19cached_image_input_tokens\x18$ \x01(\x03H\x05R\x16cachedImageInputTokens\x88\x01\x01B\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
-	"\x1a_cached_audio_input_tokens\"G\n" +
+	"\x1a_cached_audio_input_tokensB\x15\n" +
+	"\x13_image_input_tokensB\x1c\n" +
+	"\x1a_cached_image_input_tokens\"G\n" +
 	"\rSettleRequest\x126\n" +
 	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\x8f\x02\n" +
 	"\fSettleResult\x12\x1d\n" +
