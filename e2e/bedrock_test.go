@@ -54,6 +54,47 @@ func TestBedrockPriorityThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestBedrockOpenModelsThroughTheGateway: AWS's official SDK calls the open models Amazon
+// Bedrock hosts (Meta's Llama, OpenAI's gpt-oss, Qwen, Amazon's Nova 2 Lite) by their
+// Bedrock ids, in-region and through cross-region profiles, Converse and ConverseStream.
+// Each is charged exactly at the catalog's price of its entry, found from the id
+// (llama3-3-70b-instruct from meta.llama3-3-70b-instruct-v1:0), and the receipt is priced
+// from the catalog: before 2026-11-29 they had no entry and were charged the fallback
+// price, the catalog's highest, a few hundred times theirs. Nova 2 Lite costs 10% more
+// through a geographic profile than through the global one, as AWS prices it.
+func TestBedrockOpenModelsThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
+	for _, tc := range []struct {
+		scenario, id, entry string
+		premium             bool
+	}{
+		{"converse", "us.meta.llama3-3-70b-instruct-v1:0", "llama3-3-70b-instruct", false},
+		{"converse-stream", "meta.llama4-maverick-17b-instruct-v1:0", "llama4-maverick-17b-instruct", false},
+		{"converse", "openai.gpt-oss-120b-1:0", "gpt-oss-120b", false},
+		{"converse-stream", "qwen.qwen3-coder-30b-a3b-v1:0", "qwen3-coder-30b-a3b", false},
+		{"converse", "global.amazon.nova-2-lite-v1:0", "nova-2-lite", false},
+		{"converse-stream", "us.amazon.nova-2-lite-v1:0", "nova-2-lite", true},
+	} {
+		t.Run(tc.scenario+" "+tc.id, func(t *testing.T) {
+			e, want := tenThousandIn(t, tc.entry)
+			if e.Model != tc.entry {
+				t.Fatalf("%s is priced as %s", tc.entry, e.Model)
+			}
+			if tc.premium {
+				var ok bool
+				if want, ok = pricecatalog.RegionalPremium(want, e.RegionalPremiumPercent); !ok || e.RegionalPremiumPercent != 10 {
+					t.Fatalf("%s's regional premium: %d%%", tc.entry, e.RegionalPremiumPercent)
+				}
+			}
+			rec := oneSDKCall(t, fake, s, dir, "bedrock.mjs", tc.scenario, o.key, tc.id)
+			if rec.cost() != want || rec["price_source"] != "catalog" || rec["complete"] != true {
+				t.Fatalf("receipt %s, want %d micro-USD at the catalog's price of %s", rec, want, tc.entry)
+			}
+		})
+	}
+}
+
 // TestBedrockOneHourCacheWritesThroughTheGateway: Bedrock Converse says which cache writes
 // were made for an hour (usage.cacheDetails, ttl "1h"), which cost twice the input where
 // the five-minute ones cost 1.25 times it. The official SDK's Converse and ConverseStream
