@@ -8,6 +8,10 @@
 //   - An OpenAI stream carries a usage chunk (choices [], usage {...}) only when the
 //     request set stream_options.include_usage to true; its other chunks then carry
 //     "usage": null. Without it, no chunk mentions usage at all.
+//   - Mistral's API (a chat completion whose Host is MistralHost: through an HTTP proxy,
+//     the test's fake is any host) refuses a body with a stream_options member, 422 with
+//     pydantic's extra_forbidden detail as Mistral answers it, and ends every stream
+//     with its usage in the last chunk, unasked.
 //   - A chat completion says which service tier it ran at ("service_tier"): "priority",
 //     "fast", "ultrafast" or "flex" when the request asked for it (the models after
 //     GPT-5.6 answer the priority tier's new name, "fast"), "default" otherwise.
@@ -360,9 +364,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.calls = append(s.calls, c)
 	s.mu.Unlock()
 
+	mistral := c.API == OpenAIChat && r.Host == MistralHost
 	switch {
 	case c.API == "":
 		writeError(w, http.StatusNotFound, c.API, "no such endpoint: "+r.Method+" "+r.URL.Path)
+		return
+	case mistral && hasMember(body, "stream_options"):
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprint(w, `{"object":"error","message":{"detail":[{"type":"extra_forbidden","loc":["body","stream_options"],"msg":"Extra inputs are not permitted","input":{"include_usage":true}}]},"type":"invalid_request_error","param":null,"code":null}`)
 		return
 	case jsonErr != nil || req.Model == "":
 		writeError(w, http.StatusBadRequest, c.API, "the body must be JSON with a model")
@@ -469,6 +479,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ew.start("text/event-stream; charset=utf-8", http.StatusOK)
+		if mistral {
+			mistralStream(ew, id, model, u)
+			return
+		}
 		openAIStream(ew, id, model, chatTier(req.ServiceTier), u, c.IncludeUsage)
 		return
 	}
@@ -641,6 +655,34 @@ func openAIStream(ew *eventWriter, id, model, tier string, u Usage, includeUsage
 		ew.write(fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1767225600,"model":%q,"service_tier":%q,"system_fingerprint":"fp_fake","choices":[],"usage":%s}`+"\n\n",
 			id, model, tier, openAIUsage(u)))
 	}
+	ew.write("data: [DONE]\n\n")
+}
+
+// MistralHost is the host of Mistral's API, which the fake answers as Mistral does.
+const MistralHost = "api.mistral.ai"
+
+// hasMember tells whether body is a JSON object with a member named key.
+func hasMember(body []byte, key string) bool {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(body, &members) != nil {
+		return false
+	}
+	_, ok := members[key]
+	return ok
+}
+
+// mistralStream is a chat completion stream as Mistral's API sends it: its usage in the
+// last chunk, beside the finish reason, whether the request asked for it or not.
+func mistralStream(ew *eventWriter, id, model string, u Usage) {
+	chunk := func(delta, finish, usage string) {
+		ew.write(fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1767225600,"model":%q,"choices":[{"index":0,"delta":%s,"finish_reason":%s}]%s}`+"\n\n",
+			id, model, delta, finish, usage))
+	}
+	chunk(`{"role":"assistant","content":""}`, "null", "")
+	for _, w := range words() {
+		chunk(fmt.Sprintf(`{"content":%q}`, w), "null", "")
+	}
+	chunk(`{"content":""}`, `"stop"`, `,"usage":`+openAIUsage(u))
 	ew.write("data: [DONE]\n\n")
 }
 

@@ -9,13 +9,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"

@@ -243,7 +243,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	} else {
 		m.WithLabelValues("not_json").Inc()
 	}
-	if strings.HasSuffix(st.path, "/chat/completions") {
+	if strings.HasSuffix(st.path, "/chat/completions") && !requestbody.UsageUnasked(st.authority) {
 		if b, ok := requestbody.WithIncludeUsage(body); ok {
 			body, replace = b, true
 			m.WithLabelValues("include_usage_set").Inc()

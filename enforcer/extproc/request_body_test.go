@@ -117,6 +117,8 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 		{"not streamed", bodySpec{path: "/v1/chat/completions", body: strings.Replace(chatStreamBody, `"stream":true`, `"stream":false`, 1)}, ""},
 		{"another API", bodySpec{path: "/v1/messages", body: chatStreamBody}, ""},
 		{"not JSON", bodySpec{path: "/v1/chat/completions", body: "stream=true"}, ""},
+		// Mistral's API refuses stream_options (422) and sends the usage unasked.
+		{"a stream to Mistral's API", bodySpec{path: "/v1/chat/completions", body: chatStreamBody, authority: "api.mistral.ai"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.spec.requestID, _ = e.Admit(t, w.Key)
@@ -154,7 +156,7 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 		t.Fatal("request bodies not counted")
 	}
 	// A request-body stream never settles: the response's stream does.
-	if e.CP.SettleItems.Load() != 0 || e.Enforcer.Tracker.Len() != 7 {
+	if e.CP.SettleItems.Load() != 0 || e.Enforcer.Tracker.Len() != 8 {
 		t.Fatalf("settled %d, tracked %d", e.CP.SettleItems.Load(), e.Enforcer.Tracker.Len())
 	}
 }

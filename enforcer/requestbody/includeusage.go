@@ -9,11 +9,27 @@ package requestbody
 import (
 	"bytes"
 	"encoding/json"
+	"net"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/enforcer/internal/jsonscan"
 )
+
+// UsageUnasked tells whether the OpenAI-compatible chat API at host ends every stream
+// with its usage unasked and refuses a body that asks for it: Mistral's API
+// (api.mistral.ai; host may carry a port) answers stream_options with 422 "Extra inputs
+// are not permitted", and its streams' last chunk carries the usage anyway. Such a
+// stream is sent as the client wrote it (WithIncludeUsage is not applied), or every
+// stream through the front door would fail.
+func UsageUnasked(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	return host == "api.mistral.ai"
+}
 
 // includeUsageMember is spliced in when a streaming request has no stream_options.
 var includeUsageMember = []byte(`"stream_options":{"include_usage":true},`)

@@ -184,3 +184,17 @@ func decoderIncludeUsage(body []byte) ([]byte, bool) {
 	out := append(append(append([]byte{}, body[:optsStart]...), replacement...), body[optsEnd:]...)
 	return out, true
 }
+
+// Mistral's API refuses stream_options (422) and sends a stream's usage unasked: its
+// host, however written, is told apart from every other.
+func TestUsageUnasked(t *testing.T) {
+	for host, want := range map[string]bool{
+		"api.mistral.ai": true, "API.Mistral.AI": true, "api.mistral.ai:443": true, "api.mistral.ai.": true,
+		"api.openai.com": false, "eu.api.openai.com": false, "mistral.ai": false, "api.mistral.ai.example.com": false,
+		"myresource.openai.azure.com": false, "": false, "127.0.0.1:8080": false,
+	} {
+		if got := UsageUnasked(host); got != want {
+			t.Errorf("UsageUnasked(%q) = %v, want %v", host, got, want)
+		}
+	}
+}

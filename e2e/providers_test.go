@@ -1,0 +1,75 @@
+package e2e_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+)
+
+// TestOpenAICompatibleProvidersThroughTheGateway: the official OpenAI SDK calls the
+// OpenAI-compatible APIs of DeepSeek, xAI and Mistral through the gateway (one route
+// with the provider's key), by the names their users send, streamed and not. Each is
+// charged exactly at its catalog entry's price, found from the name (a -latest alias,
+// a dated snapshot, a retired name its provider bills as another model), and the receipt
+// is priced from the catalog: before 2026-11-29 the catalog had no entry of these
+// providers, and each call was charged the fallback price, the catalog's highest, a
+// hundred to several thousand times its own.
+func TestOpenAICompatibleProvidersThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := routedGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000}, "authorization", "Bearer provider-key")
+	for _, tc := range []struct{ scenario, model, entry string }{
+		{"json", "deepseek-v4-flash", "deepseek-v4-flash"},
+		{"stream", "deepseek-v4-pro", "deepseek-v4-pro"},
+		{"json", "grok-4.3", "grok-4.3"},
+		{"stream", "grok-4-1-fast-reasoning", "grok-4"}, // retired, billed as grok-4.3
+		{"json", "mistral-large-latest", "mistral-large"},
+		{"stream", "mistral-small-2503", "mistral-small"},
+		{"json", "codestral-2508", "codestral"},
+	} {
+		t.Run(tc.scenario+" "+tc.model, func(t *testing.T) {
+			e, want := tenThousandIn(t, tc.entry)
+			if e.Model != tc.entry {
+				t.Fatalf("%s is priced as %s", tc.entry, e.Model)
+			}
+			rec := oneSDKCall(t, fake, s, dir, "openai.mjs", tc.scenario, o.key, tc.model)
+			if rec.cost() != want || rec["price_source"] != "catalog" || rec["complete"] != true || rec["model"] != tc.model {
+				t.Fatalf("receipt %s, want %d micro-USD for %s at the catalog's price of %s", rec, want, tc.model, tc.entry)
+			}
+		})
+	}
+}
+
+// TestMistralThroughTheGateway: Mistral's API refuses a chat completion body with a
+// member it does not know, stream_options among them (422), and ends each stream with its
+// usage unasked. A gateway whose upstream is Mistral's (http://api.mistral.ai, reached
+// through an HTTP proxy that is the test's fake Mistral) sends the official OpenAI SDK's
+// stream as the SDK wrote it, and charges it its usage exactly; before 2026-11-29 the
+// gateway asked every chat stream for its usage, and every stream to Mistral failed.
+func TestMistralThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
+	s := startStack(t, nil)
+	o := s.setUpOrg(t)
+	child := startChildEnforcer(t, s, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0",
+		"TOLLGATE_GATEWAY_UPSTREAM": "http://" + fakellm.MistralHost, "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": "Bearer mistral-provider-key",
+		"HTTP_PROXY": up.URL, "http_proxy": up.URL, "NO_PROXY": "", "no_proxy": ""})
+	_, want := tenThousandIn(t, "mistral-large")
+	for _, scenario := range []string{"stream", "json"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", scenario, child.view.gateway, o.key, "mistral-large-latest")
+			calls := fake.Calls()[before:]
+			if !r.OK || r.Status != 200 || r.Text != fakellm.Text || len(calls) != 1 {
+				t.Fatalf("the call %+v; the provider got %d calls", r, len(calls))
+			}
+			if c := calls[0]; c.Header.Get("Authorization") != "Bearer mistral-provider-key" || strings.Contains(string(c.Body), "stream_options") {
+				t.Fatalf("Mistral got %s with %s", c.Header, c.Body)
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
+				t.Fatalf("receipt %s, want %d micro-USD from the reported usage", rec, want)
+			}
+		})
+	}
+}
