@@ -556,7 +556,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	if est != nil && !p.unbilled && !p.record(w, *est) {
 		return false
 	}
-	if strings.HasSuffix(r.URL.Path, "/chat/completions") && !requestbody.UsageUnasked(p.route.Upstream.Host) {
+	if strings.HasSuffix(r.URL.Path, "/chat/completions") && p.route.AskStreamUsage {
 		if b, ok := requestbody.WithIncludeUsage(body); ok {
 			body = b
 		}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"mime/multipart"
 	"net"
 	"net/http"
@@ -1364,5 +1365,64 @@ func TestDrainWaitsForCutStreamsToSettle(t *testing.T) {
 	}
 	if u := e.tracker.settled(t); u.Complete || u.Seen == nil || u.Seen.TextBytes != int64(len("first")) {
 		t.Fatalf("the cut stream was settled %+v", u)
+	}
+}
+
+// A route's chat-completions streams are asked for their usage unless the route says
+// otherwise (includeUsage: false, for an OpenAI-compatible upstream that refuses
+// stream_options) or its upstream is Mistral's API, which refuses it and sends the
+// usage unasked; an explicit includeUsage wins either way.
+func TestStreamUsageAskedPerRoute(t *testing.T) {
+	bodies := map[string]string{}
+	var mu sync.Mutex
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies[r.URL.Path] = string(b)
+		mu.Unlock()
+	}))
+	defer up.Close()
+	routes, err := gateway.ParseRoutes([]byte(`
+routes:
+  - prefix: /asked/
+    upstream: `+up.URL+`
+    credentialEnv: KEY
+  - prefix: /strict/
+    upstream: `+up.URL+`
+    credentialEnv: KEY
+    includeUsage: false
+  - prefix: /mistral/
+    upstream: https://api.mistral.ai
+    credentialEnv: KEY
+  - prefix: /mistral-asked/
+    upstream: https://api.mistral.ai
+    credentialEnv: KEY
+    includeUsage: true
+`), func(string) string { return "Bearer sk" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	asks := map[string]bool{}
+	for _, rt := range routes {
+		asks[rt.Prefix] = rt.AskStreamUsage
+	}
+	if want := map[string]bool{"/asked/": true, "/strict/": false, "/mistral/": false, "/mistral-asked/": true}; !maps.Equal(asks, want) {
+		t.Fatalf("AskStreamUsage %v, want %v", asks, want)
+	}
+	m, _ := newMetrics()
+	gw, err := gateway.New(gateway.Config{Routes: routes[:2]}, &fakeGate{}, newTracker(), responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(gw)
+	defer front.Close()
+	stream := `{"model":"gpt-4o-mini","stream":true,"messages":[]}`
+	for _, path := range []string{"/asked/v1/chat/completions", "/strict/v1/chat/completions"} {
+		post(t, front.URL+path, "tgk_good", stream).Body.Close()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(bodies["/asked/v1/chat/completions"], `"include_usage":true`) || bodies["/strict/v1/chat/completions"] != stream {
+		t.Fatalf("the upstream got %q", bodies)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tollgate-dev/tollgate/enforcer/awsauth"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 )
 
@@ -31,6 +32,12 @@ type Route struct {
 	// Signer, when set, signs each request in place of a credential header (AWS's
 	// SigV4 for Amazon Bedrock: routecreds.go).
 	Signer Signer
+	// AskStreamUsage: an OpenAI chat-completions stream sent on this route is asked for
+	// its usage (stream_options.include_usage, requestbody.WithIncludeUsage). True but
+	// for an upstream known to refuse the member and send the usage unasked
+	// (requestbody.UsageUnasked: Mistral's API); the routes file's includeUsage says it
+	// for any other upstream that refuses it.
+	AskStreamUsage bool
 }
 
 // NewRoute checks one route. header defaults to Authorization when a credential is given.
@@ -52,7 +59,8 @@ func NewRoute(prefix, upstream, header, cred string) (Route, error) {
 	if header != "" && !validHeaderName(header) {
 		return Route{}, fmt.Errorf("header %q is not a header name", header)
 	}
-	return Route{Prefix: prefix, Upstream: u, Header: http.CanonicalHeaderKey(header), Credential: cred}, nil
+	return Route{Prefix: prefix, Upstream: u, Header: http.CanonicalHeaderKey(header), Credential: cred,
+		AskStreamUsage: !requestbody.UsageUnasked(u.Host)}, nil
 }
 
 func validHeaderName(s string) bool {
@@ -73,6 +81,10 @@ type routesFile struct {
 		Header         string `yaml:"header"`
 		CredentialFile string `yaml:"credentialFile"`
 		CredentialEnv  string `yaml:"credentialEnv"`
+		// IncludeUsage, when set, says whether the route's chat-completions streams are
+		// asked for their usage (Route.AskStreamUsage): false for an OpenAI-compatible
+		// upstream that refuses stream_options.
+		IncludeUsage *bool `yaml:"includeUsage"`
 		// Google: the route's credential is a Google access token (Vertex AI), from
 		// CredentialsFile or, when it is empty, Application Default Credentials.
 		Google *struct {
@@ -173,6 +185,9 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 			rt.Tokens = tokens
 		}
 		rt.Signer = signer
+		if r.IncludeUsage != nil {
+			rt.AskStreamUsage = *r.IncludeUsage
+		}
 		out = append(out, rt)
 	}
 	return out, nil
