@@ -507,9 +507,11 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 			}
 			for i, r := range rf.Routes {
 				for k, v := range r {
-					if !slices.Contains([]string{"prefix", "upstream", "header", "credentialFile", "credentialEnv", "google", "aws", "oauth2"}, k) {
+					if !slices.Contains([]string{"prefix", "upstream", "header", "credentialFile", "credentialEnv", "google", "aws", "oauth2", "includeUsage"}, k) {
 						t.Errorf("routes file, route %d: key %q (credentials come from credentialFile, credentialEnv, google, aws or oauth2 only)", i, k)
-					} else if _, ok := v.(string); !ok && k != "google" && k != "aws" && k != "oauth2" {
+					} else if _, ok := v.(bool); k == "includeUsage" && !ok {
+						t.Errorf("routes file, route %d: includeUsage is %T, not a boolean", i, v)
+					} else if _, ok := v.(string); !ok && k != "google" && k != "aws" && k != "oauth2" && k != "includeUsage" {
 						t.Errorf("routes file, route %d: %s is %T, not a string", i, k, v)
 					}
 				}

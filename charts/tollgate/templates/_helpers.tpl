@@ -419,6 +419,9 @@ routes:
     {{- with $r.header }}
     header: {{ . | quote }}
     {{- end }}
+    {{- if hasKey $r "includeUsage" }}
+    includeUsage: {{ $r.includeUsage }}
+    {{- end }}
     {{- if hasKey $r "oauth2" }}
     {{- if or $r.credentialSecret $r.credentialEnv (hasKey $r "google") (hasKey $r "aws") }}
     {{- fail (printf "enforcer.gateway.routes: the route of prefix %q has oauth2 and credentialSecret, credentialEnv, google or aws; give it one credential" $r.prefix) }}
