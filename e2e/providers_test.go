@@ -48,17 +48,12 @@ func TestOpenAICompatibleProvidersThroughTheGateway(t *testing.T) {
 // gateway asked every chat stream for its usage, and every stream to Mistral failed.
 func TestMistralThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
-	s := startStack(t, nil)
-	o := s.setUpOrg(t)
-	child := startChildEnforcer(t, s, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0",
-		"TOLLGATE_GATEWAY_UPSTREAM": "http://" + fakellm.MistralHost, "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": "Bearer mistral-provider-key",
-		"HTTP_PROXY": up.URL, "http_proxy": up.URL, "NO_PROXY": "", "no_proxy": ""})
+	fake, s, o, gw := proxiedGateway(t, "http://"+fakellm.MistralHost, "Bearer mistral-provider-key")
 	_, want := tenThousandIn(t, "mistral-large")
 	for _, scenario := range []string{"stream", "json"} {
 		t.Run(scenario, func(t *testing.T) {
 			before := len(fake.Calls())
-			r := runSDK(t, dir, "openai.mjs", scenario, child.view.gateway, o.key, "mistral-large-latest")
+			r := runSDK(t, dir, "openai.mjs", scenario, gw, o.key, "mistral-large-latest")
 			calls := fake.Calls()[before:]
 			if !r.OK || r.Status != 200 || r.Text != fakellm.Text || len(calls) != 1 {
 				t.Fatalf("the call %+v; the provider got %d calls", r, len(calls))

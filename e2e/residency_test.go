@@ -19,12 +19,7 @@ import (
 // provider is the proxy, and gets each request for the EU host in absolute form.
 func TestOpenAIDataResidencyThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
-	s := startStack(t, nil)
-	o := s.setUpOrg(t)
-	child := startChildEnforcer(t, s, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0",
-		"TOLLGATE_GATEWAY_UPSTREAM": "http://eu.api.openai.com", "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": "Bearer sk-provider-eu",
-		"HTTP_PROXY": up.URL, "http_proxy": up.URL, "NO_PROXY": "", "no_proxy": ""})
+	fake, s, o, gw := proxiedGateway(t, "http://eu.api.openai.com", "Bearer sk-provider-eu")
 	gpt55, gpt55Cost := tenThousandIn(t, "gpt-5.5")
 	if gpt55.RegionalPremiumPercent != 10 {
 		t.Fatalf("gpt-5.5: %+v; this test charges a 10%% premium", gpt55)
@@ -39,7 +34,7 @@ func TestOpenAIDataResidencyThroughTheGateway(t *testing.T) {
 		for _, scenario := range []string{"json", "stream"} {
 			t.Run(tc.model+"/"+scenario, func(t *testing.T) {
 				before := len(fake.Calls())
-				r := runSDK(t, dir, "openai.mjs", scenario, child.view.gateway, o.key, tc.model)
+				r := runSDK(t, dir, "openai.mjs", scenario, gw, o.key, tc.model)
 				calls := fake.Calls()[before:]
 				if !r.OK || len(calls) != 1 || calls[0].Header.Get("Authorization") != "Bearer sk-provider-eu" {
 					t.Fatalf("the call %+v; the provider got %+v", r, calls)
@@ -51,4 +46,21 @@ func TestOpenAIDataResidencyThroughTheGateway(t *testing.T) {
 			})
 		}
 	}
+}
+
+// proxiedGateway is a stack with an organization and a gateway, in an enforcer process
+// of its own (so that it reads HTTP_PROXY), whose upstream is the named host (upstream,
+// with authorization as the provider's credential), reached through an HTTP proxy that
+// is a fakellm answering 10,000 input and 1,000 output tokens: the fake gets each request
+// for that host in absolute form, and answers as the provider. It returns the fake, the
+// stack, the organization and the gateway's URL.
+func proxiedGateway(t *testing.T, upstream, authorization string) (*fakellm.Server, *stack, org, string) {
+	t.Helper()
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
+	s := startStack(t, nil)
+	o := s.setUpOrg(t)
+	child := startChildEnforcer(t, s, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0",
+		"TOLLGATE_GATEWAY_UPSTREAM": upstream, "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": authorization,
+		"HTTP_PROXY": up.URL, "http_proxy": up.URL, "NO_PROXY": "", "no_proxy": ""})
+	return fake, s, o, child.view.gateway
 }

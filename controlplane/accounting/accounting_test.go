@@ -603,12 +603,7 @@ func TestCachedAudioPrices(t *testing.T) {
 		OutputPerMillion: 16_000_000, AudioOutputPerMillion: 64_000_000}, Source: PriceCatalog}
 	// 100,000 input tokens, 80,000 of them cached; 50,000 audio, 40,000 of those cached.
 	in, cached := int64(100_000), int64(80_000)
-	cases := []struct {
-		name string
-		u    Usage
-		p    PricedAt
-		cost int64
-	}{
+	cases := []costCase{
 		{"both splits known", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(50_000), CachedAudioInputTokens: i64(40_000)}, flash,
 			// uncached: 10,000 audio at 1.00 and 10,000 text at 0.30; cached: 40,000
 			// audio at 0.25 and 40,000 text at 0.075.
@@ -634,14 +629,7 @@ func TestCachedAudioPrices(t *testing.T) {
 		{"one cached price, cached split unknown", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(50_000)}, realtime,
 			(20_000*32_000_000 + 80_000*400_000) / 1_000_000},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, err := CostOf(c.u, c.p)
-			if err != nil || got.MicroUSD != c.cost {
-				t.Fatalf("CostOf = %+v %v; want %d", got, err, c.cost)
-			}
-		})
-	}
+	runCostCases(t, cases)
 	// Bound caps a cached audio count like the other parts and ignores a negative one.
 	u, notes := Bound(Usage{CachedInputTokens: 10, CachedAudioInputTokens: i64(-3)})
 	if u.CachedAudioInputTokens != nil || len(notes) != 1 || !strings.Contains(notes[0], "cached_audio_input_tokens") {
@@ -674,12 +662,7 @@ func TestImageInputPrices(t *testing.T) {
 	// 1,000,000 text and 200,000 image tokens uncached, 100,000 cached of which 40,000
 	// image: 1,300,000 input tokens, 240,000 of them image, no audio.
 	in, cached := int64(1_300_000), int64(100_000)
-	cases := []struct {
-		name string
-		u    Usage
-		p    PricedAt
-		cost int64
-	}{
+	cases := []costCase{
 		// Uncached: 1,000,000 text at 4 (4,000,000) and 200,000 image at 5 (1,000,000);
 		// cached: 60,000 text at 0.40 (24,000) and 40,000 image at 0.50 (20,000).
 		{"every split known: each part at its price", Usage{InputTokens: in, CachedInputTokens: cached, AudioInputTokens: i64(0),
@@ -756,14 +739,7 @@ func TestImageInputPrices(t *testing.T) {
 			CachedImageInputTokens: i64(40_000)}, PricedAt{Price: Price{InputPerMillion: 1_000_000, CachedInputPerMillion: 100_000}, Source: PriceOrganization},
 			1_200_000 + 10_000},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, err := CostOf(c.u, c.p)
-			if err != nil || got.MicroUSD != c.cost {
-				t.Fatalf("CostOf = %+v %v; want %d", got, err, c.cost)
-			}
-		})
-	}
+	runCostCases(t, cases)
 	// Negative image counts or prices are refused, like the audio ones.
 	for name, c := range map[string]struct {
 		u Usage
@@ -980,5 +956,26 @@ func TestAdmissionBucketsAreTheAcceptedSnapshotsBuckets(t *testing.T) {
 				t.Fatalf("%s bucket %d: derived %+v, snapshot %+v", at, i, d, b)
 			}
 		}
+	}
+}
+
+// costCase is a usage, a price and the micro-USD CostOf must charge for them.
+type costCase struct {
+	name string
+	u    Usage
+	p    PricedAt
+	cost int64
+}
+
+// runCostCases runs each case as a subtest: CostOf must succeed and charge its cost.
+func runCostCases(t *testing.T, cases []costCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := CostOf(c.u, c.p)
+			if err != nil || got.MicroUSD != c.cost {
+				t.Fatalf("CostOf = %+v %v; want %d", got, err, c.cost)
+			}
+		})
 	}
 }
