@@ -55,7 +55,7 @@ func TestBedrockPriorityThroughTheGateway(t *testing.T) {
 }
 
 // TestBedrockOpenModelsThroughTheGateway: AWS's official SDK calls the open models Amazon
-// Bedrock hosts (Meta's Llama, OpenAI's gpt-oss, Qwen, Amazon's Nova 2 Lite) by their
+// Bedrock hosts (Meta's Llama, OpenAI's gpt-oss, Qwen, DeepSeek, Amazon's Nova 2 Lite) by their
 // Bedrock ids, in-region and through cross-region profiles, Converse and ConverseStream.
 // Each is charged exactly at the catalog's price of its entry, found from the id
 // (llama3-3-70b-instruct from meta.llama3-3-70b-instruct-v1:0), and the receipt is priced
@@ -73,6 +73,7 @@ func TestBedrockOpenModelsThroughTheGateway(t *testing.T) {
 		{"converse-stream", "meta.llama4-maverick-17b-instruct-v1:0", "llama4-maverick-17b-instruct", false},
 		{"converse", "openai.gpt-oss-120b-1:0", "gpt-oss-120b", false},
 		{"converse-stream", "qwen.qwen3-coder-30b-a3b-v1:0", "qwen3-coder-30b-a3b", false},
+		{"converse", "us.deepseek.r1-v1:0", "deepseek.r1", false},
 		{"converse", "global.amazon.nova-2-lite-v1:0", "nova-2-lite", false},
 		{"converse-stream", "us.amazon.nova-2-lite-v1:0", "nova-2-lite", true},
 	} {

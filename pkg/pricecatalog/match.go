@@ -60,6 +60,10 @@ var snapshotSuffix = regexp.MustCompile(`(-[0-9]{4}-[0-9]{2}-[0-9]{2}|-[0-9]{8}|
 // geography before that (us.anthropic..., global.anthropic...).
 var bedrockPrefix = regexp.MustCompile(`^(?:(?:us|eu|apac|global|us-gov|jp|au|ca)\.)?(?:anthropic|openai|amazon|meta|mistral|cohere|ai21|deepseek|qwen|writer)\.`)
 
+// bedrockGeography is a cross-region inference profile's geography before a Bedrock
+// model id (us., global.).
+var bedrockGeography = regexp.MustCompile(`^(?:us|eu|apac|global|us-gov|jp|au|ca)\.`)
+
 // StripSnapshot removes snapshot suffixes from a key (at most three, as in
 // "gemini-1.5-flash-002-latest"), never the whole key.
 func StripSnapshot(key string) string {
@@ -74,8 +78,10 @@ func StripSnapshot(key string) string {
 }
 
 // Steps are the attempts, in order of preference, to find model in price tables: the
-// exact name; then its Key; then, for an Amazon Bedrock model id, the key without its
-// provider and geography prefixes (bedrockPrefix); then the key without a snapshot
+// exact name; then its Key; then, for an Amazon Bedrock model id, the id as its provider
+// names it, without geography and version (deepseek.r1 for us.deepseek.r1-v1:0: the
+// entry of a model whose bare name says too little), and the key without its provider
+// and geography prefixes (bedrockPrefix); then the key without a snapshot
 // suffix; then the family
 // prefixes of that, longest first, each ending just before a '-' (so
 // "gpt-4o-mini-2024-07-18" finds "gpt-4o-mini", and "gpt-4.5-preview" never finds
@@ -94,6 +100,9 @@ func Steps(model string) []Step {
 	// A Bedrock model id is matched as the provider's own name after its own key
 	// (an organization may price the id as written).
 	if core := bedrockPrefix.ReplaceAllString(k, ""); core != k && core != "" {
+		if named := StripSnapshot(bedrockGeography.ReplaceAllString(k, "")); named != k {
+			out = append(out, Step{Name: named})
+		}
 		k = core
 		out = append(out, Step{Name: k})
 	}
