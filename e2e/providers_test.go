@@ -40,6 +40,25 @@ func TestOpenAICompatibleProvidersThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestGrokThinkingIsCharged: xAI's chat usage leaves a reasoning model's thinking out of
+// completion_tokens and counts it in total_tokens; xAI bills it as output. The official
+// OpenAI SDK's call to grok-4.3, streamed and not, is charged its 1,000 completion and
+// 4,000 thinking tokens as output; before 2026-11-29 the thinking was free.
+func TestGrokThinkingIsCharged(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := routedGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, ReasoningApart: 4_000}, "authorization", "Bearer xai-key")
+	e, _ := tenThousandIn(t, "grok-4.3")
+	want := ceilDiv(10_000*e.InputPerMillion+5_000*e.OutputPerMillion, 1_000_000)
+	for _, scenario := range []string{"json", "stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			rec := oneSDKCall(t, fake, s, dir, "openai.mjs", scenario, o.key, "grok-4.3")
+			if rec.cost() != want || rec["output_tokens"] != 5_000.0 || rec["complete"] != true {
+				t.Fatalf("receipt %s, want %d micro-USD for 5,000 output tokens", rec, want)
+			}
+		})
+	}
+}
+
 // TestMistralThroughTheGateway: Mistral's API refuses a chat completion body with a
 // member it does not know, stream_options among them (422), and ends each stream with its
 // usage unasked. A gateway whose upstream is Mistral's (http://api.mistral.ai, reached

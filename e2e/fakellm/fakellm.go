@@ -177,6 +177,10 @@ type Usage struct {
 	// CachedInputTokens (images the client sent), as the Realtime API's
 	// input_token_details.image_tokens and cached_tokens_details.image_tokens report them.
 	ImageInputTokens, CachedImageInputTokens int64
+	// ReasoningApart: reasoning tokens an OpenAI chat usage counts in total_tokens and
+	// completion_tokens_details.reasoning_tokens but not in completion_tokens, as xAI's
+	// does (OpenAI's completion_tokens counts them).
+	ReasoningApart int64
 	// CostUSD, when not "", is an OpenAI chat usage's "cost" (a JSON number of USD, as
 	// OpenRouter reports what a request cost), written as given.
 	CostUSD string
@@ -606,8 +610,9 @@ func openAIUsage(u Usage) string {
 	if u.CostUSD != "" {
 		cost = `,"cost":` + u.CostUSD + `,"is_byok":false`
 	}
-	return fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d%s,"prompt_tokens_details":{"cached_tokens":%d%s,"audio_tokens":%d},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":%d,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
-		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens, cost, u.CachedInputTokens, openAICacheWrites(u), u.AudioInputTokens, u.AudioOutputTokens)
+	return fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d%s,"prompt_tokens_details":{"cached_tokens":%d%s,"audio_tokens":%d},"completion_tokens_details":{"reasoning_tokens":%d,"audio_tokens":%d,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
+		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens+u.ReasoningApart, cost, u.CachedInputTokens, openAICacheWrites(u), u.AudioInputTokens,
+		u.ReasoningApart, u.AudioOutputTokens)
 }
 
 // openAICacheWrites is the cache_write_tokens member of OpenAI's details (with its

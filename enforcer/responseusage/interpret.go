@@ -453,6 +453,14 @@ func (a *accumulator) fill(u *Usage) {
 	in, hasIn := a.u.get(inTok)
 	out, hasOut := a.u.get(outTok)
 	switch a.fam {
+	case famChat:
+		// OpenAI counts a reasoning model's thinking in completion_tokens, and its
+		// total_tokens is prompt + completion; xAI leaves the thinking out of
+		// completion_tokens and counts it in total_tokens (and bills it as output). The
+		// output is at least what the total leaves beyond the prompt.
+		if total, ok := a.u.get(tokTotal); ok && hasIn && hasOut && total-in > out {
+			out = total - in
+		}
 	case famEmbeddings:
 		// Nothing is generated: the input count is the whole report, its output 0.
 		out, hasOut = 0, hasIn

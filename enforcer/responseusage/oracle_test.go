@@ -199,6 +199,7 @@ var tokKeys = [...]string{
 	tokGeminiThoughts:   "thoughtsTokenCount",
 	tokGeminiCached:     "cachedContentTokenCount",
 	tokAudioSeconds:     "seconds",
+	tokTotal:            "total_tokens",
 }
 
 // plainCount is the value of a JSON number that is a non-negative integer

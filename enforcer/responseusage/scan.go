@@ -117,6 +117,7 @@ const (
 	tokGeminiThoughts          // thoughtsTokenCount (Gemini: thinking, billed as output)
 	tokGeminiCached            // cachedContentTokenCount (Gemini)
 	tokAudioSeconds            // seconds (OpenAI whisper-1's duration usage), read as milliseconds (see msByte)
+	tokTotal                   // total_tokens (OpenAI chat; xAI's counts the thinking its completion_tokens leaves out)
 	tokCachedPrompt            // prompt_tokens_details.cached_tokens (OpenAI chat)
 	tokCachedInput             // input_tokens_details.cached_tokens (OpenAI Responses)
 	// tokCacheWritePart is a part of the cache writes, by family: Anthropic's
@@ -124,8 +125,8 @@ const (
 	// cache_creation_input_tokens), OpenAI's prompt_tokens_details.cache_write_tokens
 	// (chat) and input_tokens_details.cache_write_tokens (Responses): its cache writes,
 	// billed from GPT-5.6 on, a part of the input. One slot for both: a usage reports
-	// one or the other, and one more slot (a word in each of the Extractor's four
-	// copies of the counts) would take the Extractor to the heap's next size class.
+	// one or the other, and a slot costs a word in each of the Extractor's four copies
+	// of the counts (it must stay in its heap size class: TestExtractorSize).
 	tokCacheWritePart
 	tokWebSearches // server_tool_use.web_search_requests (Anthropic: billed per search)
 	// tokAudioIn and tokAudioOut are the audio parts of the input and output counts,
@@ -143,8 +144,7 @@ const (
 	// its tools (URL context, code execution, Search) given back to the model, input it
 	// bills that promptTokenCount leaves out. It shares the slot of Anthropic's
 	// cache_creation_input_tokens, which no Gemini usage has and which only the
-	// Anthropic and Converse families read: one more slot would take the Extractor to
-	// the heap's next size class (tokCacheWritePart).
+	// Anthropic and Converse families read (a slot's cost: tokCacheWritePart).
 	tokGeminiToolUse = tokCacheCreation
 )
 
@@ -237,6 +237,8 @@ func keyID(b []byte) uint8 {
 		return kTok0 + tokPrompt
 	case "completion_tokens":
 		return kTok0 + tokCompletion
+	case "total_tokens":
+		return kTok0 + tokTotal
 	case "input_tokens":
 		return kTok0 + tokInput
 	case "output_tokens":

@@ -1756,3 +1756,32 @@ func TestAdvisorResults(t *testing.T) {
 		})
 	}
 }
+
+// xAI's chat usage leaves a reasoning model's thinking out of completion_tokens and
+// counts it in total_tokens (and bills it as output); OpenAI's counts it in both. The
+// output is at least what the total leaves beyond the prompt, in JSON and in a stream,
+// whole and byte by byte, as the reference decoder reads it; a total at or below the
+// prompt and completion changes nothing.
+func TestChatTotalCountsTheThinking(t *testing.T) {
+	grok := Usage{Model: "grok-4.3", InputTokens: 119, OutputTokens: 107, CachedInputTokens: 112, Complete: true, Format: FormatOpenAIChat,
+		InputReported: true, OutputReported: true}
+	const xaiUsage = `"usage":{"prompt_tokens":119,"completion_tokens":9,"total_tokens":226,"prompt_tokens_details":{"text_tokens":119,"cached_tokens":112},` +
+		`"completion_tokens_details":{"reasoning_tokens":98}}`
+	stream := grok
+	stream.Format, stream.TextBytes = FormatOpenAIChatSSE, 2
+	openai := Usage{Model: "o4-mini", InputTokens: 119, OutputTokens: 107, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}
+	for _, tc := range []struct {
+		name, ct, body string
+		want           Usage
+	}{
+		{"xAI, JSON", ctJSON, `{"object":"chat.completion","model":"grok-4.3",` + xaiUsage + `}`, grok},
+		{"xAI, a stream's last chunk", ctSSE, `data: {"object":"chat.completion.chunk","model":"grok-4.3","choices":[{"index":0,"delta":{"content":"Hi"}}]}` + "\n\n" +
+			`data: {"object":"chat.completion.chunk","model":"grok-4.3","choices":[],` + xaiUsage + `}` + "\n\n" + "data: [DONE]\n\n", stream},
+		{"OpenAI: the thinking in both", ctJSON, `{"object":"chat.completion","model":"o4-mini","usage":{"prompt_tokens":119,"completion_tokens":107,` +
+			`"total_tokens":226,"completion_tokens_details":{"reasoning_tokens":98}}}`, openai},
+		{"a total below the counts changes nothing", ctJSON, `{"object":"chat.completion","model":"o4-mini","usage":{"prompt_tokens":119,"completion_tokens":107,` +
+			`"total_tokens":5}}`, openai},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkWholeAndBytewise(t, tc.ct, tc.body, true, tc.want) })
+	}
+}
