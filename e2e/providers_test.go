@@ -40,6 +40,25 @@ func TestOpenAICompatibleProvidersThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestPerplexityThroughTheGateway: Perplexity's usage.cost is an object of the cost's
+// parts (its tokens', its request fee, which no token count shows) with their total_cost.
+// The official OpenAI SDK's call to sonar-pro, streamed and not, is charged that total
+// exactly (cost basis upstream_cost); before 2026-11-29 the object was not read, and the
+// call was charged its tokens at the fallback price, the catalog's highest.
+func TestPerplexityThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := routedGateway(t, fakellm.Usage{InputTokens: 480, OutputTokens: 2_823, CostUSD: "0.0517805", CostParts: true},
+		"authorization", "Bearer pplx-key")
+	for _, scenario := range []string{"json", "stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			rec := oneSDKCall(t, fake, s, dir, "openai.mjs", scenario, o.key, "sonar-pro")
+			if rec.cost() != 51_781 || rec["cost_basis"] != "upstream_cost" || rec["complete"] != true {
+				t.Fatalf("receipt %s, want the 51,781 micro-USD Perplexity reported (0.0517805 USD, rounded up)", rec)
+			}
+		})
+	}
+}
+
 // TestGrokThinkingIsCharged: xAI's chat usage leaves a reasoning model's thinking out of
 // completion_tokens and counts it in total_tokens; xAI bills it as output. The official
 // OpenAI SDK's call to grok-4.3, streamed and not, is charged its 1,000 completion and

@@ -177,6 +177,9 @@ type Usage struct {
 	// CachedInputTokens (images the client sent), as the Realtime API's
 	// input_token_details.image_tokens and cached_tokens_details.image_tokens report them.
 	ImageInputTokens, CachedImageInputTokens int64
+	// CostParts: CostUSD is written as Perplexity's usage.cost, an object of the cost's
+	// parts whose total_cost it is, not as OpenRouter's number.
+	CostParts bool
 	// ReasoningApart: reasoning tokens an OpenAI chat usage counts in total_tokens and
 	// completion_tokens_details.reasoning_tokens but not in completion_tokens, as xAI's
 	// does (OpenAI's completion_tokens counts them).
@@ -607,7 +610,10 @@ func words() []string { return strings.SplitAfter(Text, " ") }
 
 func openAIUsage(u Usage) string {
 	cost := ""
-	if u.CostUSD != "" {
+	switch {
+	case u.CostUSD != "" && u.CostParts:
+		cost = `,"search_context_size":"low","cost":{"input_tokens_cost":0,"output_tokens_cost":0,"request_cost":0.005,"total_cost":` + u.CostUSD + `}`
+	case u.CostUSD != "":
 		cost = `,"cost":` + u.CostUSD + `,"is_byok":false`
 	}
 	return fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d%s,"prompt_tokens_details":{"cached_tokens":%d%s,"audio_tokens":%d},"completion_tokens_details":{"reasoning_tokens":%d,"audio_tokens":%d,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,

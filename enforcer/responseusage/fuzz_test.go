@@ -84,6 +84,7 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"usage":{"seconds":0.00000,"seconds":9e1,"seconds":92233720368547758.07,"seconds":"9"},"message":{"usage":{"seconds":1.5}}}`,
 		`{"text":"x","usage":{"type":"tokens","seconds":9,"input_tokens":14,"input_token_details":{"text_tokens":0,"audio_tokens":14},"output_tokens":45,"total_tokens":59}}`,
 		`{"object":"chat.completion","usage":{"prompt_tokens":119,"completion_tokens":9,"total_tokens":226,"total_tokens":-1,"total_tokens":"9"},"message":{"usage":{"total_tokens":9223372036854775807}}}`,
+		`{"usage":{"prompt_tokens":1,"cost":{"request_cost":0.008,"total_cost":0.05,"total_cost":1e-3,"total_cost":"2"},"cost":0.01},"message":{"usage":{"cost":{"total_cost":3}}},"cost":{"total_cost":4}}`,
 		`{"candidates":[{"groundingMetadata":{"webSearchQueries":["a","\u0062",1,["c"]],"webSearchQueries":["d"]},"finishReason":"STOP"},{"groundingMetadata":{"webSearchQueries":[]}}],"usageMetadata":{"promptTokenCount":1}}`,
 		`{"candidates":[{"groundingMetadata":{"groundingChunks":[{"maps":"x"},{"web":{"maps":{}}},[{"maps":{}}],{"m\u0061ps":{"placeId":"p"}}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1}}`,
 		`{"usageMetadata":{"promptTokenCount":9,"promptTokensDetails":[{"tokenCount":5,"modality":"AUDIO","modality":"AUDIO"},{"modality":"AUD\u0049O","tokenCount":7,"tokenCount":1.5},{"modality":"AUDIO","tokenCount":-1}],"candidatesTokensDetails":[7,{"modality":"TEXT"}]},"usage":{"prompt_tokens_details":{"audio_tokens":3},"completion_tokens_details":{"audio_tokens":2,"audio_tokens":1}}}`,

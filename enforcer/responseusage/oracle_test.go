@@ -302,20 +302,31 @@ func oracleUsage(obj []member) (usageFields, bool) {
 func oracleCost(obj []member) (int64, bool) {
 	var best int64
 	found := false
+	take := func(f member, key string) {
+		n, ok := f.val.(json.Number)
+		if f.key != key || !ok || len(n) > maxKeyBytes || strings.HasPrefix(string(n), "-") {
+			return
+		}
+		if v, ok := parseUSDCeil(string(n)); ok && (!found || v > best) {
+			best, found = v, true
+		}
+	}
 	consider := func(o []member) {
 		for _, us := range all(o, "usage") {
 			for _, f := range us {
-				n, ok := f.val.(json.Number)
-				if f.key != "cost" || !ok || len(n) > maxKeyBytes || strings.HasPrefix(string(n), "-") {
-					continue
-				}
-				if v, ok := parseUSDCeil(string(n)); ok && (!found || v > best) {
-					best, found = v, true
-				}
+				take(f, "cost")
 			}
 		}
 	}
 	consider(obj)
+	// Perplexity's usage.cost is an object of parts: its total_cost (the top level's).
+	for _, us := range all(obj, "usage") {
+		for _, c := range all(us, "cost") {
+			for _, f := range c {
+				take(f, "total_cost")
+			}
+		}
+	}
 	for _, root := range []string{"message", "response"} {
 		for _, sub := range all(obj, root) {
 			consider(sub)

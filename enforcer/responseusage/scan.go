@@ -101,6 +101,7 @@ const (
 	kChunks       // Gemini: candidates[].groundingMetadata.groundingChunks
 	kMaps         // Gemini: a grounding chunk's maps source (groundingChunks[].maps)
 	kBlock        // Anthropic: a content_block_start event's content_block
+	kTotalCost    // Perplexity: usage.cost.total_cost (its cost as an object of parts)
 	kTok0         // kTok0+tok for the counts tokPrompt..tokAudioSeconds
 )
 
@@ -297,6 +298,8 @@ func keyID(b []byte) uint8 {
 		return kConverseCacheWrite
 	case "cost":
 		return kCost
+	case "total_cost":
+		return kTotalCost
 	}
 	return kOther
 }
@@ -1504,6 +1507,11 @@ func (s *scanner) classify() target {
 			}
 			if k[1] == kIterations && k[2] == kArr {
 				return target{kind: tgIterEntry}
+			}
+			if k[1] == kCost && k[2] == kTotalCost {
+				// Perplexity's usage.cost is an object of the cost's parts (tokens, its
+				// request fee): its total_cost is the usage's cost, as OpenRouter's number is.
+				return target{kind: tgCost, root: rootTop}
 			}
 		} else if k[0] == kCandidates && k[1] == kArr && k[2] == kFinishReason {
 			return target{kind: tgFinish}

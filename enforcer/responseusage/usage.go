@@ -159,7 +159,8 @@ type Usage struct {
 	// (Format FormatAudio), in milliseconds rounded up; 0 when its container is not one
 	// package audiolength reads.
 	AudioOutputMillis int64
-	// CostMicroUSD is the cost the upstream reported in a header, if any.
+	// CostMicroUSD is the cost the upstream reported, if any: in a header, or in its
+	// usage (OpenRouter's usage.cost, Perplexity's usage.cost.total_cost).
 	CostMicroUSD *int64
 	// Format names the recognised shape (the Format constants), or "".
 	Format string

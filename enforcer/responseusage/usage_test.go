@@ -1785,3 +1785,31 @@ func TestChatTotalCountsTheThinking(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { checkWholeAndBytewise(t, tc.ct, tc.body, true, tc.want) })
 	}
 }
+
+// Perplexity's usage.cost is an object of the cost's parts (its tokens', its request
+// fee): its total_cost is what the request cost, read as OpenRouter's number is (rounded
+// up to the micro-USD), in JSON and in a stream, whole and byte by byte, as the reference
+// decoder reads it. Another member of the object, or a total_cost elsewhere, is not it.
+func TestPerplexityCost(t *testing.T) {
+	const usage = `"usage":{"prompt_tokens":480,"completion_tokens":2823,"total_tokens":3303,"search_context_size":"medium",` +
+		`"cost":{"input_tokens_cost":0.00144,"output_tokens_cost":0.04234,"request_cost":0.008,"total_cost":0.0517805}}`
+	cost := int64(51_781) // 0.0517805 USD, rounded up
+	json := Usage{Model: "sonar-pro", InputTokens: 480, OutputTokens: 2823, CostMicroUSD: &cost, Complete: true, Format: FormatOpenAIChat,
+		InputReported: true, OutputReported: true}
+	stream := json
+	stream.Format, stream.TextBytes = FormatOpenAIChatSSE, 2
+	noCost := json
+	noCost.CostMicroUSD = nil
+	for _, tc := range []struct {
+		name, ct, body string
+		want           Usage
+	}{
+		{"JSON", ctJSON, `{"object":"chat.completion","model":"sonar-pro","citations":["https://a.example"],` + usage + `}`, json},
+		{"a stream's last chunk", ctSSE, `data: {"object":"chat.completion.chunk","model":"sonar-pro","choices":[{"index":0,"delta":{"content":"Hi"}}]}` + "\n\n" +
+			`data: {"object":"chat.completion.chunk","model":"sonar-pro","choices":[],` + usage + `}` + "\n\n" + "data: [DONE]\n\n", stream},
+		{"a part is not the total", ctJSON, `{"object":"chat.completion","model":"sonar-pro","usage":{"prompt_tokens":480,"completion_tokens":2823,` +
+			`"cost":{"request_cost":0.008}},"total_cost":9}`, noCost},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkWholeAndBytewise(t, tc.ct, tc.body, true, tc.want) })
+	}
+}
