@@ -44,7 +44,8 @@ func TestOpenAICompatibleProvidersThroughTheGateway(t *testing.T) {
 // parts (its tokens', its request fee, which no token count shows) with their total_cost.
 // The official OpenAI SDK's call to sonar-pro, streamed and not, is charged that total
 // exactly (cost basis upstream_cost); before 2026-11-29 the object was not read, and the
-// call was charged its tokens at the fallback price, the catalog's highest.
+// call was charged its tokens at the fallback price, the catalog's highest. An answer
+// without its cost is charged at the catalog's price of its model, request fee included.
 func TestPerplexityThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	fake, s, o := routedGateway(t, fakellm.Usage{InputTokens: 480, OutputTokens: 2_823, CostUSD: "0.0517805", CostParts: true},
@@ -57,6 +58,21 @@ func TestPerplexityThroughTheGateway(t *testing.T) {
 			}
 		})
 	}
+	// An answer that reports no cost is charged its tokens at the catalog's price of
+	// sonar-pro and its request fee, the dearest (14 USD per 1,000: search_context_size
+	// high), which no token count shows.
+	t.Run("no cost reported", func(t *testing.T) {
+		fake, s, o := routedGateway(t, fakellm.Usage{InputTokens: 480, OutputTokens: 2_823}, "authorization", "Bearer pplx-key")
+		e, _ := tenThousandIn(t, "sonar-pro")
+		if !e.SearchesEveryRequest || e.WebSearchPerPrompt != 14_000 {
+			t.Fatalf("sonar-pro: %+v", e)
+		}
+		want := ceilDiv(480*e.InputPerMillion+2_823*e.OutputPerMillion, 1_000_000) + 14_000
+		rec := oneSDKCall(t, fake, s, dir, "openai.mjs", "json", o.key, "sonar-pro")
+		if rec.cost() != want || rec["price_source"] != "catalog" {
+			t.Fatalf("receipt %s, want %d micro-USD: its tokens and its request fee", rec, want)
+		}
+	})
 }
 
 // TestGrokThinkingIsCharged: xAI's chat usage leaves a reasoning model's thinking out of
