@@ -1222,13 +1222,14 @@ func routedGateway(t *testing.T, u fakellm.Usage, header, credential string) (*f
 	return fake, s, s.setUpOrg(t)
 }
 
-// tenThousandIn is model's catalog entry and what 10,000 input and 1,000 output tokens
-// cost at its price (uncached, standard tier).
+// tenThousandIn is the catalog entry named model (the test fails when model names none)
+// and what 10,000 input and 1,000 output tokens cost at its price (uncached, standard
+// tier).
 func tenThousandIn(t *testing.T, model string) (pricecatalog.Entry, int64) {
 	t.Helper()
 	e, ok := pricecatalog.Lookup(model)
-	if !ok {
-		t.Fatalf("%s is not in the catalog", model)
+	if !ok || e.Model != model {
+		t.Fatalf("%s is not a catalog entry (found %q)", model, e.Model)
 	}
 	return e, ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
 }

@@ -28,10 +28,7 @@ func TestOpenAICompatibleProvidersThroughTheGateway(t *testing.T) {
 		{"json", "codestral-2508", "codestral"},
 	} {
 		t.Run(tc.scenario+" "+tc.model, func(t *testing.T) {
-			e, want := tenThousandIn(t, tc.entry)
-			if e.Model != tc.entry {
-				t.Fatalf("%s is priced as %s", tc.entry, e.Model)
-			}
+			_, want := tenThousandIn(t, tc.entry)
 			rec := oneSDKCall(t, fake, s, dir, "openai.mjs", tc.scenario, o.key, tc.model)
 			if rec.cost() != want || rec["price_source"] != "catalog" || rec["complete"] != true || rec["model"] != tc.model {
 				t.Fatalf("receipt %s, want %d micro-USD for %s at the catalog's price of %s", rec, want, tc.model, tc.entry)

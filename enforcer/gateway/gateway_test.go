@@ -736,18 +736,19 @@ routes:
 func TestParseRoutesRefuses(t *testing.T) {
 	env := func(k string) string { return map[string]string{"PADDED": " Bearer sk-x"}[k] }
 	for name, doc := range map[string]string{
-		"no routes":           "routes: []",
-		"unknown field":       "routes:\n  - prefix: /\n    upstream: http://x\n    credential: y",
-		"relative prefix":     "routes:\n  - prefix: v1\n    upstream: http://x",
-		"no host":             "routes:\n  - prefix: /\n    upstream: http://",
-		"ftp":                 "routes:\n  - prefix: /\n    upstream: ftp://x",
-		"repeated prefix":     "routes:\n  - prefix: /\n    upstream: http://x\n  - prefix: /\n    upstream: http://y",
-		"empty env":           "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: NOPE",
-		"both credentials":    "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: A\n    credentialFile: /b",
-		"missing file":        "routes:\n  - prefix: /\n    upstream: http://x\n    credentialFile: /nonexistent/key",
-		"bad header":          "routes:\n  - prefix: /\n    upstream: http://x\n    header: 'x y'",
-		"padded credential":   "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: PADDED",
-		"not a routes object": "- a",
+		"no routes":                  "routes: []",
+		"unknown field":              "routes:\n  - prefix: /\n    upstream: http://x\n    credential: y",
+		"relative prefix":            "routes:\n  - prefix: v1\n    upstream: http://x",
+		"no host":                    "routes:\n  - prefix: /\n    upstream: http://",
+		"ftp":                        "routes:\n  - prefix: /\n    upstream: ftp://x",
+		"repeated prefix":            "routes:\n  - prefix: /\n    upstream: http://x\n  - prefix: /\n    upstream: http://y",
+		"empty env":                  "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: NOPE",
+		"both credentials":           "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: A\n    credentialFile: /b",
+		"missing file":               "routes:\n  - prefix: /\n    upstream: http://x\n    credentialFile: /nonexistent/key",
+		"bad header":                 "routes:\n  - prefix: /\n    upstream: http://x\n    header: 'x y'",
+		"padded credential":          "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: PADDED",
+		"not a routes object":        "- a",
+		"includeUsage not a boolean": "routes:\n  - prefix: /\n    upstream: http://x\n    includeUsage: sometimes",
 	} {
 		if _, err := gateway.ParseRoutes([]byte(doc), env); err == nil {
 			t.Errorf("%s: accepted", name)

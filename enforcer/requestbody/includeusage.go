@@ -9,8 +9,6 @@ package requestbody
 import (
 	"bytes"
 	"encoding/json"
-	"net"
-	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -24,11 +22,7 @@ import (
 // stream is sent as the client wrote it (WithIncludeUsage is not applied), or every
 // stream through the front door would fail.
 func UsageUnasked(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	return host == "api.mistral.ai"
+	return hostName(host) == "api.mistral.ai"
 }
 
 // includeUsageMember is spliced in when a streaming request has no stream_options.

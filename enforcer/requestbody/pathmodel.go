@@ -74,11 +74,17 @@ func bedrockID(path string) (string, bool) {
 // which charge a 10% uplift on the models released from 2026-03-05 on. host may carry a
 // port; api.openai.com itself is global.
 func RegionalHost(host string) bool {
+	region, ok := strings.CutSuffix(hostName(host), ".api.openai.com")
+	return ok && region != "" && !strings.Contains(region, ".")
+}
+
+// hostName is a request's host as the host rules compare it: without its port, in
+// lower case, without a trailing dot.
+func hostName(host string) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	region, ok := strings.CutSuffix(strings.ToLower(strings.TrimSuffix(host, ".")), ".api.openai.com")
-	return ok && region != "" && !strings.Contains(region, ".")
+	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
 // RegionalEndpoint tells whether a request's path goes to a cloud's regional endpoint

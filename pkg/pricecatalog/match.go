@@ -58,11 +58,14 @@ var snapshotSuffix = regexp.MustCompile(`(-[0-9]{4}-[0-9]{2}-[0-9]{2}|-[0-9]{8}|
 // bedrockPrefix is how an Amazon Bedrock model id names its provider
 // (anthropic.claude-sonnet-4-5-20250929-v1:0), and a cross-region inference profile its
 // geography before that (us.anthropic..., global.anthropic...).
-var bedrockPrefix = regexp.MustCompile(`^(?:(?:us|eu|apac|global|us-gov|jp|au|ca)\.)?(?:anthropic|openai|amazon|meta|mistral|cohere|ai21|deepseek|qwen|writer)\.`)
+var bedrockPrefix = regexp.MustCompile(`^(?:` + bedrockGeographies + `)?(?:anthropic|openai|amazon|meta|mistral|cohere|ai21|deepseek|qwen|writer)\.`)
 
 // bedrockGeography is a cross-region inference profile's geography before a Bedrock
 // model id (us., global.).
-var bedrockGeography = regexp.MustCompile(`^(?:us|eu|apac|global|us-gov|jp|au|ca)\.`)
+var bedrockGeography = regexp.MustCompile(`^` + bedrockGeographies)
+
+// bedrockGeographies are the geographies of Bedrock's cross-region inference profiles.
+const bedrockGeographies = `(?:us|eu|apac|global|us-gov|jp|au|ca)\.`
 
 // StripSnapshot removes snapshot suffixes from a key (at most three, as in
 // "gemini-1.5-flash-002-latest"), never the whole key.
