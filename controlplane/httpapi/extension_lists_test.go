@@ -195,6 +195,12 @@ type priceEntry struct {
 		CachedInputMicroUsdPerMillion                     int64
 		CacheWriteMicroUsdPerMillion                      *int64
 	}
+	Changes []struct {
+		From                                              string
+		InputMicroUsdPerMillion, OutputMicroUsdPerMillion int64
+		CachedInputMicroUsdPerMillion                     int64
+		CacheWriteMicroUsdPerMillion                      *int64
+	}
 	Source    string
 	UpdatedAt string
 }
@@ -237,6 +243,39 @@ func (v pricesView) from(source string) []priceEntry {
 		}
 	}
 	return out
+}
+
+// TestModelPricesAnnouncedChange: the table shows a catalog model's announced price change
+// until its day, and its new prices from then on.
+func TestModelPricesAnnouncedChange(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	newYear := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	e.Clock.Set(newYear.Add(-time.Minute))
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	var got pricesView
+	e.Do(t, "GET", "/v1/gateway/model-prices", nil, bob.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	p, _ := got.find("gemini-3.8-flash")
+	if p.InputMicroUsdPerMillion != 750_000 || len(p.Changes) != 1 || p.Changes[0].From != "2027-01-01" ||
+		p.Changes[0].InputMicroUsdPerMillion != 1_500_000 || p.Changes[0].OutputMicroUsdPerMillion != 7_500_000 ||
+		p.Changes[0].CachedInputMicroUsdPerMillion != 150_000 || p.Changes[0].CacheWriteMicroUsdPerMillion != nil {
+		t.Fatalf("before the change: %+v", p)
+	}
+	if p, _ := got.find("gpt-4o-mini"); p.Changes != nil {
+		t.Fatalf("gpt-4o-mini has changes: %+v", p)
+	}
+	e.Clock.Set(newYear)
+	got = pricesView{}
+	e.Do(t, "GET", "/v1/gateway/model-prices?source=catalog", nil, bob.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if p, _ := got.find("gemini-3.8-flash"); p.InputMicroUsdPerMillion != 1_500_000 || p.OutputMicroUsdPerMillion != 7_500_000 ||
+		p.Changes != nil || !strings.HasPrefix(p.UpdatedAt, "2027-01-01T00:00:00") {
+		t.Fatalf("from the change on: %+v", p)
+	}
+	// A price no change touched keeps the catalog's date.
+	if p, _ := got.find("gpt-4o-mini"); p.InputMicroUsdPerMillion != 150_000 || !strings.HasPrefix(p.UpdatedAt, pricecatalog.Default().AsOf().Format(time.DateOnly)) {
+		t.Fatalf("gpt-4o-mini %+v", p)
+	}
 }
 
 func TestUsageModelPrices(t *testing.T) {

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -74,8 +75,22 @@ type modelPriceView struct {
 	// LongContext is a catalog model's price of a request whose input is above its
 	// threshold (pricecatalog.Entry.LongContext); absent for every other row.
 	LongContext *longContextView `json:"longContext,omitempty"`
-	Source      string           `json:"source"`
-	UpdatedAt   jsonx.Time       `json:"updatedAt"`
+	// Changes are a catalog model's price changes its provider announced and that are
+	// still to come, oldest first (pricecatalog.Catalog.After); absent for every other
+	// row.
+	Changes   []priceChangeView `json:"changes,omitempty"`
+	Source    string            `json:"source"`
+	UpdatedAt jsonx.Time        `json:"updatedAt"`
+}
+
+// priceChangeView is a catalog model's token prices from a day on (UTC).
+type priceChangeView struct {
+	From                          string           `json:"from"`
+	InputMicroUsdPerMillion       int64            `json:"inputMicroUsdPerMillion"`
+	OutputMicroUsdPerMillion      int64            `json:"outputMicroUsdPerMillion"`
+	CachedInputMicroUsdPerMillion int64            `json:"cachedInputMicroUsdPerMillion"`
+	CacheWriteMicroUsdPerMillion  *int64           `json:"cacheWriteMicroUsdPerMillion"`
+	LongContext                   *longContextView `json:"longContext,omitempty"`
 }
 
 type longContextView struct {
@@ -118,9 +133,9 @@ type modelPricesView struct {
 	Catalog  catalogView       `json:"catalog"`
 }
 
-func viewFallback(f *store.FallbackPrice) fallbackPriceView {
+func viewFallback(f *store.FallbackPrice, now time.Time) fallbackPriceView {
 	if f == nil {
-		h := pricecatalog.Highest()
+		h := pricecatalog.At(now).Highest()
 		return fallbackPriceView{InputMicroUsdPerMillion: h.InputPerMillion, OutputMicroUsdPerMillion: h.OutputPerMillion,
 			CachedInputMicroUsdPerMillion: h.CachedInputPerMillion, CacheWriteMicroUsdPerMillion: h.CacheWritePerMillion, Source: priceFromDefault}
 	}
@@ -132,10 +147,11 @@ func viewFallback(f *store.FallbackPrice) fallbackPriceView {
 
 // viewModelPrices renders the price table: the organization's own prices, and, with
 // catalog, the shipped catalog's entries that no organization price overrides (one
-// whose key, pricecatalog.Key, is the catalog's model name), sorted by model name.
-func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, catalog bool) modelPricesView {
-	cat := pricecatalog.Default()
-	out := modelPricesView{Prices: []modelPriceView{}, Fallback: viewFallback(fallback),
+// whose key, pricecatalog.Key, is the catalog's model name), sorted by model name. The
+// catalog's prices are those in effect at now, each with the changes still to come.
+func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, catalog bool, now time.Time) modelPricesView {
+	cat := pricecatalog.At(now)
+	out := modelPricesView{Prices: []modelPriceView{}, Fallback: viewFallback(fallback, now),
 		Catalog: catalogView{AsOf: cat.AsOf().Format(time.DateOnly), Sources: cat.Sources(), WebSearchMicroUsd: cat.WebSearchPrices(),
 			FileSearchMicroUsd: cat.FileSearchPrices(), MapsGroundingMicroUsd: cat.MapsGroundingPrices()}}
 	overridden := map[string]bool{}
@@ -148,6 +164,7 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 		}
 	}
 	if catalog {
+		later := cat.After(now)
 		for _, e := range cat.Entries() {
 			if overridden[e.Model] {
 				continue
@@ -156,21 +173,53 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 				OutputMicroUsdPerMillion: e.OutputPerMillion, CachedInputMicroUsdPerMillion: e.CachedInputPerMillion,
 				CacheWriteMicroUsdPerMillion: e.CacheWritePerMillion, AudioMicroUsdPerMinute: e.AudioPerMinute, Source: priceFromCatalog,
 				UpdatedAt: jsonx.Time(cat.AsOf())}
+			if !e.Since.IsZero() {
+				v.UpdatedAt = jsonx.Time(e.Since) // an announced change's prices, from its day
+			}
 			v.WebSearchPerPromptMicroUsd, v.RegionalPremiumPercent = e.WebSearchPerPrompt, e.RegionalPremiumPercent
 			v.FastPercent, v.UltrafastPercent = e.TierPercent(pricecatalog.Fast), e.TierPercent(pricecatalog.Ultrafast)
 			v.AudioInputMicroUsdPerMillion, v.AudioOutputMicroUsdPerMillion = e.AudioInputPerMillion, e.AudioOutputPerMillion
 			v.CachedAudioInputMicroUsdPerMillion = e.CachedAudioInputPerMillion
 			v.ImageInputMicroUsdPerMillion, v.CachedImageInputMicroUsdPerMillion = e.ImageInputPerMillion, e.CachedImageInputPerMillion
-			if lc := e.LongContext; lc != nil {
-				v.LongContext = &longContextView{AboveInputTokens: lc.Above, InputMicroUsdPerMillion: lc.InputPerMillion,
-					OutputMicroUsdPerMillion: lc.OutputPerMillion, CachedInputMicroUsdPerMillion: lc.CachedInputPerMillion,
-					CacheWriteMicroUsdPerMillion: lc.CacheWritePerMillion}
-			}
+			v.LongContext = viewLongContext(e.LongContext)
+			v.Changes = viewChanges(e, later)
 			out.Prices = append(out.Prices, v)
 		}
 	}
 	slices.SortStableFunc(out.Prices, func(a, b modelPriceView) int { return strings.Compare(a.Model, b.Model) })
 	return out
+}
+
+func viewLongContext(lc *pricecatalog.LongContext) *longContextView {
+	if lc == nil {
+		return nil
+	}
+	return &longContextView{AboveInputTokens: lc.Above, InputMicroUsdPerMillion: lc.InputPerMillion,
+		OutputMicroUsdPerMillion: lc.OutputPerMillion, CachedInputMicroUsdPerMillion: lc.CachedInputPerMillion,
+		CacheWriteMicroUsdPerMillion: lc.CacheWritePerMillion}
+}
+
+// viewChanges are the later versions' prices of e where they differ from the version
+// before (each version holds every entry, changed or not).
+func viewChanges(e pricecatalog.Entry, later []*pricecatalog.Catalog) []priceChangeView {
+	var out []priceChangeView
+	prev := e
+	for _, v := range later {
+		next, ok := v.Find(e.Model)
+		if !ok || samePrices(prev, next) {
+			continue
+		}
+		out = append(out, priceChangeView{From: v.From().Format(time.DateOnly), InputMicroUsdPerMillion: next.InputPerMillion,
+			OutputMicroUsdPerMillion: next.OutputPerMillion, CachedInputMicroUsdPerMillion: next.CachedInputPerMillion,
+			CacheWriteMicroUsdPerMillion: next.CacheWritePerMillion, LongContext: viewLongContext(next.LongContext)})
+		prev = next
+	}
+	return out
+}
+
+// samePrices: a and b charge alike the token prices a change may set.
+func samePrices(a, b pricecatalog.Entry) bool {
+	return reflect.DeepEqual(a.Price, b.Price) && reflect.DeepEqual(a.LongContext, b.LongContext)
 }
 
 // listModelPrices answers the effective price table: the organization's prices and
@@ -192,7 +241,7 @@ func (s *Server) listModelPrices(c *Call) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, viewModelPrices(ps, f, own, catalog))
+	return c.JSON(http.StatusOK, viewModelPrices(ps, f, own, catalog, s.clock.Now()))
 }
 
 // priceFields validates the four prices of a body entry; cacheWrite may be absent or
@@ -291,7 +340,7 @@ func (s *Server) replaceModelPrices(c *Call) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, viewModelPrices(out, f, true, false))
+	return c.JSON(http.StatusOK, viewModelPrices(out, f, true, false, s.clock.Now()))
 }
 
 // getFallbackPrice answers the organization's fallback price: its own (source
@@ -302,7 +351,7 @@ func (s *Server) getFallbackPrice(c *Call) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, viewFallback(f))
+	return c.JSON(http.StatusOK, viewFallback(f, s.clock.Now()))
 }
 
 // setFallbackPrice sets the price of tokens of models nobody priced.
@@ -334,7 +383,7 @@ func (s *Server) setFallbackPrice(c *Call) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, viewFallback(out))
+	return c.JSON(http.StatusOK, viewFallback(out, s.clock.Now()))
 }
 
 // resetFallbackPrice returns the organization to the default fallback price and
@@ -350,7 +399,7 @@ func (s *Server) resetFallbackPrice(c *Call) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, viewFallback(nil))
+	return c.JSON(http.StatusOK, viewFallback(nil, s.clock.Now()))
 }
 
 // unpricedModelsView is what the organization does with models nobody priced.

@@ -781,3 +781,51 @@ func receiptTier(it *internalv1.SettleItem) string {
 	}
 	return "ultrafast"
 }
+
+// TestAnnouncedPriceChange: a price change the catalog announces applies to the requests
+// finished from its day on, whenever they are settled; a request that says not when it
+// finished is priced when it is settled.
+func TestAnnouncedPriceChange(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	newYear := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	e.Clock.Set(newYear.Add(-time.Hour))
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	// Gemini 3.8 Flash doubles on 2027-01-01 (the embedded catalog's change).
+	before, okBefore := pricecatalog.At(newYear.Add(-time.Nanosecond)).Lookup("gemini-3.8-flash")
+	after, okAfter := pricecatalog.At(newYear).Lookup("gemini-3.8-flash")
+	if !okBefore || !okAfter || after.InputPerMillion <= before.InputPerMillion || after.OutputPerMillion <= before.OutputPerMillion {
+		t.Fatalf("the catalog announces no rise of gemini-3.8-flash: %+v, then %+v", before.Price, after.Price)
+	}
+	// 1,000,000 input and 100,000 output tokens.
+	costAt := func(p pricecatalog.Price) int64 {
+		return (1_000_000*p.InputPerMillion + 100_000*p.OutputPerMillion + 999_999) / 1_000_000
+	}
+	for _, tc := range []struct {
+		name     string
+		clock    time.Time
+		finished time.Time // zero: not said
+		want     int64
+	}{
+		{"finished and settled the day before", newYear.Add(-time.Hour), newYear.Add(-time.Millisecond), costAt(before.Price)},
+		{"settled the day before, its end not said", newYear.Add(-time.Hour), time.Time{}, costAt(before.Price)},
+		{"finished the day before, settled after midnight", newYear.Add(30 * time.Minute), newYear.Add(-time.Second), costAt(before.Price)},
+		{"finished at midnight", newYear.Add(30 * time.Minute), newYear, costAt(after.Price)},
+		{"settled after midnight, its end not said", newYear.Add(30 * time.Minute), time.Time{}, costAt(after.Price)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.Clock.Set(tc.clock)
+			id := at.ReqID()
+			start1(t, e, at.StartItem(id, org, m, tc.clock, 0))
+			it := &internalv1.SettleItem{RequestId: id, Model: "gemini-3.8-flash", InputTokens: 1_000_000, OutputTokens: 100_000, Complete: true}
+			if !tc.finished.IsZero() {
+				it.FinishedAtUnixMs = tc.finished.UnixMilli()
+			}
+			r := settle1(t, e, it)
+			if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd != tc.want || r.PriceSource != "catalog" {
+				t.Fatalf("%v; want %d micro-USD at the catalog's price", r, tc.want)
+			}
+		})
+	}
+}

@@ -48,6 +48,10 @@ type settleJob struct {
 	// catalog's entry per step (nil: no entry), when pricing needs a price.
 	steps   []pricecatalog.Step
 	catalog []*pricecatalog.Entry
+	// prices is the shipped catalog's version in effect when the request finished
+	// (finishedAt, else when it is settled): a price change a provider announced applies
+	// to the requests finished from its day on (pricecatalog.At).
+	prices *pricecatalog.Catalog
 	// notes say what was cleaned or bounded, for the answer's message; adjusted names
 	// the same for the metric.
 	notes    []string
@@ -174,6 +178,11 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 			sj.finishedAt = &t
 		}
 	}
+	priced := now
+	if sj.finishedAt != nil {
+		priced = *sj.finishedAt
+	}
+	sj.prices = pricecatalog.At(priced)
 	if u.NeedsPrice() {
 		sj.steps = pricecatalog.Steps(sj.model)
 		sj.catalog = make([]*pricecatalog.Entry, len(sj.steps))
@@ -181,7 +190,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 			if s.Exact {
 				continue // the catalog's names are keys: key steps find them
 			}
-			if e, ok := pricecatalog.Default().Find(s.Name); ok {
+			if e, ok := sj.prices.Find(s.Name); ok {
 				sj.catalog[i] = &e
 			}
 		}
@@ -694,11 +703,11 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 // writes), else the catalog's highest price of each token class (known false:
 // pricecatalog.Highest), the price of a model nobody priced.
 func (sj *settleJob) advisorPrice() (p *accounting.Price, known bool) {
-	if e, ok := pricecatalog.Lookup(sj.advisorModel); ok {
+	if e, ok := sj.prices.Lookup(sj.advisorModel); ok {
 		advisor := fromCatalog(e.ForInput(sj.usage.AdvisorInputTokens))
 		return &advisor, true
 	}
-	highest := fromCatalog(pricecatalog.Highest())
+	highest := fromCatalog(sj.prices.Highest())
 	return &highest, false
 }
 
@@ -708,16 +717,16 @@ func (sj *settleJob) advisorPrice() (p *accounting.Price, known bool) {
 // (known false: pricecatalog.Catalog.HighestImageOutput): images nobody priced are never
 // cheaper than known ones.
 func (sj *settleJob) imageOutputPrice() (perMillion int64, known bool) {
-	if e, ok := pricecatalog.Lookup(sj.imageModel); ok {
+	if e, ok := sj.prices.Lookup(sj.imageModel); ok {
 		return e.Dearest().DearestOutput(), true
 	}
-	return pricecatalog.Default().HighestImageOutput(), false
+	return sj.prices.HighestImageOutput(), false
 }
 
 // fileSearchPrice is the catalog's price of one call of the job's model's provider's file
 // search tool (pricecatalog.Catalog.FileSearch), else the catalog's highest (known false).
 func (sj *settleJob) fileSearchPrice() (price int64, known bool) {
-	cat := pricecatalog.Default()
+	cat := sj.prices
 	return sj.providerPrice(cat.FileSearch, cat.HighestFileSearch())
 }
 
@@ -725,7 +734,7 @@ func (sj *settleJob) fileSearchPrice() (price int64, known bool) {
 // job's model's provider (pricecatalog.Catalog.MapsGrounding), else the catalog's highest
 // (known false).
 func (sj *settleJob) mapsGroundingPrice() (price int64, known bool) {
-	cat := pricecatalog.Default()
+	cat := sj.prices
 	return sj.providerPrice(cat.MapsGrounding, cat.HighestMapsGrounding())
 }
 
@@ -746,11 +755,11 @@ func (sj *settleJob) providerPrice(get func(provider string) (int64, bool), high
 // false).
 func (sj *settleJob) webSearchPrice() (price int64, once, known bool) {
 	if e := sj.catalogEntry(); e != nil {
-		if p, once, ok := pricecatalog.Default().SearchPrice(*e); ok {
+		if p, once, ok := sj.prices.SearchPrice(*e); ok {
 			return p, once, true
 		}
 	}
-	return pricecatalog.Default().HighestWebSearch(), false, false
+	return sj.prices.HighestWebSearch(), false, false
 }
 
 // audioPrice is the catalog's price of a minute of the job's model's audio (its nearest
@@ -760,7 +769,7 @@ func (sj *settleJob) audioPrice() (perMinute int64, known bool) {
 	if e := sj.catalogEntry(); e != nil && e.AudioPerMinute > 0 {
 		return e.AudioPerMinute, true
 	}
-	return pricecatalog.Highest().AudioPerMinute, false
+	return sj.prices.Highest().AudioPerMinute, false
 }
 
 // tierOf is the speed tier an item says its request ran at: its service_tier, else
@@ -804,7 +813,7 @@ func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.Fallb
 		return accounting.PricedAt{Source: accounting.PriceFallback, Price: sj.withTiers(accounting.Price{InputPerMillion: f.InputPerMillion,
 			OutputPerMillion: f.OutputPerMillion, CachedInputPerMillion: f.CachedInputPerMillion, CacheWritePerMillion: f.CacheWritePerMillion})}
 	}
-	return accounting.PricedAt{Source: accounting.PriceFallback, Price: fromCatalog(pricecatalog.Highest())}
+	return accounting.PricedAt{Source: accounting.PriceFallback, Price: fromCatalog(sj.prices.Highest())}
 }
 
 // withTiers is an organization's price of the job's model (or its fallback price) with

@@ -350,7 +350,7 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 	reqID := typeid.New(RequestPrefix)
 	snap := d.Snapshot(id.OrganizationID, id.MemberID, now)
 	item := &internalv1.StartItem{RequestId: reqID, OrganizationId: id.OrganizationID, MemberId: id.MemberID, Snapshot: snap,
-		ReservationMicroUsd: g.reservation(d, h), MaxInFlight: d.MaxInFlight}
+		ReservationMicroUsd: g.reservation(d, h, now), MaxInFlight: d.MaxInFlight}
 	submitted := time.Now()
 	res, reservation, err := g.Starts.Submit(ctx, item)
 	waited := time.Since(submitted)
@@ -385,7 +385,8 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 // the worst case replaces the policy's amount, smaller or larger, since it bounds what
 // this request can cost), else the policy's amount. The organization's own price keys
 // come from the decision's record: a model it prices itself has no catalog worst case.
-func (g *Gate) reservation(d *decision.Decision, h Hint) int64 {
+// The catalog's prices are those in effect at now (pricecatalog.At).
+func (g *Gate) reservation(d *decision.Decision, h Hint, now time.Time) int64 {
 	if d.Reservation <= 0 {
 		return 0
 	}
@@ -393,7 +394,7 @@ func (g *Gate) reservation(d *decision.Decision, h Hint) int64 {
 		g.Metrics.Reservations.WithLabelValues("no_body").Inc()
 		return d.Reservation
 	}
-	wc := worstcase.Of(pricecatalog.Default(), *h.Body, d.PricedModelKeys)
+	wc := worstcase.Of(pricecatalog.At(now), *h.Body, d.PricedModelKeys)
 	if !wc.Known() {
 		g.Metrics.Reservations.WithLabelValues(string(wc.Unknown)).Inc()
 		return d.Reservation

@@ -178,6 +178,9 @@ type Entry struct {
 	Kind     Kind
 	// Note says which tier or variant the price is, when it matters.
 	Note string
+	// Since is the day the entry's prices took effect, when they are an announced
+	// change's (fileChange); zero for the file's own prices (those of the catalog's asOf).
+	Since time.Time
 	// MaxOutputTokens is the most output tokens the provider lets one request of the
 	// model generate (its output cap's upper bound); 0 when the catalog does not know it.
 	// The enforcer's worst case of a request reads it (enforcer/worstcase).
@@ -235,14 +238,22 @@ func (e Entry) Dearest() Price {
 	return e.Price.clone()
 }
 
-// Catalog is a validated price catalog.
+// Catalog is a validated price catalog: the prices in effect from one moment on. A file
+// with announced price changes (fileChange) loads as one Catalog per day a change takes
+// effect, each with every entry at the prices of that day; At picks the one in effect at a
+// time.
 type Catalog struct {
-	asOf    time.Time
-	sources []string
-	notes   []string
-	entries []Entry
-	byName  map[string]int
-	highest Price
+	// from is when this version's prices take effect: the zero time for the file's own
+	// prices, a change's day for the others.
+	from time.Time
+	// versions are all the file's versions, oldest first, shared by each of them.
+	versions []*Catalog
+	asOf     time.Time
+	sources  []string
+	notes    []string
+	entries  []Entry
+	byName   map[string]int
+	highest  Price
 	// webSearch is each provider's price of one web search (file.WebSearch), and
 	// highestWebSearch the highest of them.
 	webSearch        map[string]int64
@@ -292,6 +303,23 @@ type fileEntry struct {
 	FastPercent      *int64 `json:"fastPercent"`
 	UltrafastPercent *int64 `json:"ultrafastPercent"`
 	// LongContext is the price of prompts above its threshold (Entry.LongContext).
+	LongContext *fileLongContext `json:"longContext"`
+	// Changes are the entry's announced price changes, oldest first (fileChange).
+	Changes []fileChange `json:"changes"`
+	Note    string       `json:"note"`
+}
+
+// fileChange is a price change a provider announced for a day after the catalog's asOf:
+// from that day (00:00 UTC) on, the entry's token prices are these (input, output and
+// cachedInput required; cacheWrite and longContext where the entry has them, and only
+// there). Everything else of the entry (its audio, image and tier prices, its limits)
+// stays as the entry says.
+type fileChange struct {
+	From        string           `json:"from"`
+	Input       *int64           `json:"input"`
+	Output      *int64           `json:"output"`
+	CachedInput *int64           `json:"cachedInput"`
+	CacheWrite  *int64           `json:"cacheWrite"`
 	LongContext *fileLongContext `json:"longContext"`
 	Note        string           `json:"note"`
 }
@@ -348,10 +376,16 @@ func Load(data []byte) (*Catalog, error) {
 		return nil, errors.New("pricecatalog: trailing data after the catalog")
 	}
 	var problems []string
-	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	c := &Catalog{byName: map[string]int{}, sources: f.Sources, notes: f.Notes}
-	var err error
-	if c.asOf, err = time.Parse(time.DateOnly, f.AsOf); err != nil {
+	seen := map[string]bool{}
+	bad := func(format string, args ...any) {
+		// Every version checks every entry: an entry's problem is reported once.
+		if p := fmt.Sprintf(format, args...); !seen[p] {
+			seen[p] = true
+			problems = append(problems, p)
+		}
+	}
+	asOf, err := time.Parse(time.DateOnly, f.AsOf)
+	if err != nil {
 		bad("asOf %q is not a YYYY-MM-DD date", f.AsOf)
 	}
 	if f.Unit != Unit {
@@ -368,6 +402,70 @@ func Load(data []byte) (*Catalog, error) {
 	if len(f.Models) == 0 {
 		bad("no models")
 	}
+	days := changeDays(f.Models, asOf, bad)
+	versions := make([]*Catalog, 0, 1+len(days))
+	for _, day := range append([]time.Time{{}}, days...) {
+		c := build(f, day, bad)
+		c.asOf = asOf
+		versions = append(versions, c)
+	}
+	if len(problems) > 0 {
+		return nil, errors.New("pricecatalog: " + strings.Join(problems, "; "))
+	}
+	for _, v := range versions {
+		v.versions = versions
+	}
+	return versions[0], nil
+}
+
+// changeDays checks each entry's changes (a from day after asOf, each later than the one
+// before) and returns the days any change takes effect, sorted, each once.
+func changeDays(models []fileEntry, asOf time.Time, bad func(string, ...any)) []time.Time {
+	var days []time.Time
+	for i, m := range models {
+		var last time.Time
+		for j, ch := range m.Changes {
+			day, err := time.Parse(time.DateOnly, ch.From)
+			switch {
+			case err != nil:
+				bad("models[%d] %q: changes[%d]: from %q is not a YYYY-MM-DD date", i, m.Model, j, ch.From)
+				continue
+			case !day.After(asOf):
+				bad("models[%d] %q: changes[%d]: from %s is not after the catalog's asOf (the entry's own prices are those of asOf)", i, m.Model, j, ch.From)
+			case !day.After(last):
+				bad("models[%d] %q: changes[%d]: from %s is not after the change before it", i, m.Model, j, ch.From)
+			}
+			last = day
+			if !slices.ContainsFunc(days, day.Equal) {
+				days = append(days, day)
+			}
+		}
+	}
+	slices.SortFunc(days, time.Time.Compare)
+	return days
+}
+
+// atDay is m as it stands on day: its token prices those of its latest change from day or
+// before (its own when none; day zero is the file's own prices), where reports which, and
+// since is the change's day (zero for the entry's own prices).
+func atDay(m fileEntry, i int, day time.Time) (_ fileEntry, where string, since time.Time) {
+	where = fmt.Sprintf("models[%d] %q", i, m.Model)
+	for j := len(m.Changes) - 1; j >= 0; j-- {
+		ch := m.Changes[j]
+		from, err := time.Parse(time.DateOnly, ch.From)
+		if err != nil || from.After(day) {
+			continue
+		}
+		m.Input, m.Output, m.CachedInput, m.CacheWrite, m.LongContext = ch.Input, ch.Output, ch.CachedInput, ch.CacheWrite, ch.LongContext
+		return m, fmt.Sprintf("%s from %s", where, ch.From), from
+	}
+	return m, where, time.Time{}
+}
+
+// build checks the entries as they stand on day (atDay) and makes the catalog of that
+// day's prices.
+func build(f file, day time.Time, bad func(string, ...any)) *Catalog {
+	c := &Catalog{from: day, byName: map[string]int{}, sources: f.Sources, notes: f.Notes}
 	perCall := func(name string, prices map[string]int64, highest *int64) map[string]int64 {
 		out := map[string]int64{}
 		for provider, price := range prices {
@@ -386,8 +484,13 @@ func Load(data []byte) (*Catalog, error) {
 	c.webSearch = perCall("webSearch", f.WebSearch, &c.highestWebSearch)
 	c.fileSearch = perCall("fileSearch", f.FileSearch, &c.highestFileSearch)
 	c.mapsGrounding = perCall("mapsGrounding", f.MapsGrounding, &c.highestMapsGrounding)
-	for i, m := range f.Models {
-		where := fmt.Sprintf("models[%d] %q", i, m.Model)
+	for i, own := range f.Models {
+		m, where, since := atDay(own, i, day)
+		for j, ch := range own.Changes {
+			if (ch.CacheWrite == nil) != (own.CacheWrite == nil) || (ch.LongContext == nil) != (own.LongContext == nil) {
+				bad("models[%d] %q: changes[%d]: cacheWrite and longContext are given where the entry gives them, and only there", i, own.Model, j)
+			}
+		}
 		if m.Model == "" || Key(m.Model) != m.Model || strings.TrimSpace(m.Model) != m.Model {
 			bad("%s: a model name must be non-empty, lower-case and without a provider prefix", where)
 		}
@@ -397,7 +500,7 @@ func Load(data []byte) (*Catalog, error) {
 		if !slices.Contains(providers, m.Provider) {
 			bad("%s: provider %q is not one of %v", where, m.Provider, providers)
 		}
-		e := Entry{Model: m.Model, Provider: m.Provider, Kind: Kind(m.Kind), Note: m.Note}
+		e := Entry{Model: m.Model, Provider: m.Provider, Kind: Kind(m.Kind), Note: m.Note, Since: since}
 		switch e.Kind {
 		case "":
 			e.Kind = Text
@@ -537,9 +640,6 @@ func Load(data []byte) (*Catalog, error) {
 		c.byName[m.Model] = len(c.entries)
 		c.entries = append(c.entries, e)
 	}
-	if len(problems) > 0 {
-		return nil, errors.New("pricecatalog: " + strings.Join(problems, "; "))
-	}
 	var write int64
 	for _, e := range c.entries {
 		h, d := &c.highest, e.Dearest()
@@ -556,7 +656,7 @@ func Load(data []byte) (*Catalog, error) {
 		c.highestImageOutput = c.highest.OutputPerMillion // a catalog without image models
 	}
 	c.highest.CacheWritePerMillion = &write
-	return c, nil
+	return c
 }
 
 // longContext validates an entry's long-context price: a threshold of at least 1,000
@@ -614,6 +714,39 @@ func Default() *Catalog {
 		defaultCatalog = c
 	})
 	return defaultCatalog
+}
+
+// At is the embedded catalog's prices in effect at t (see Catalog.At).
+func At(t time.Time) *Catalog { return Default().At(t) }
+
+// At is the version of c's file whose prices are in effect at t: the latest whose day
+// (00:00 UTC) is t or before, else the file's own prices. Settlement prices a request at
+// the prices of when it finished, the enforcer's worst case at those of its check.
+func (c *Catalog) At(t time.Time) *Catalog {
+	for i := len(c.versions) - 1; i > 0; i-- {
+		if !c.versions[i].from.After(t) {
+			return c.versions[i]
+		}
+	}
+	if len(c.versions) > 0 {
+		return c.versions[0]
+	}
+	return c
+}
+
+// From is when c's prices take effect: the zero time for the file's own prices.
+func (c *Catalog) From() time.Time { return c.from }
+
+// After are the versions of c's file whose prices take effect after t, oldest first:
+// the price changes announced and still to come.
+func (c *Catalog) After(t time.Time) []*Catalog {
+	var out []*Catalog
+	for _, v := range c.versions {
+		if v.from.After(t) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // Lookup finds a model in the embedded catalog (see Catalog.Lookup).

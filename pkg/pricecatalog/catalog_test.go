@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -28,6 +29,29 @@ func TestEmbeddedCatalog(t *testing.T) {
 	providers := map[string]int{}
 	for _, e := range c.Entries() {
 		providers[e.Provider]++
+	}
+	// Every version's prices (the file's own and each announced change's) keep the rules.
+	versions := append([]*Catalog{c}, c.After(c.AsOf())...)
+	if len(versions) < 2 {
+		t.Fatalf("%d versions: the embedded catalog announces Gemini Flash's change of 2027-01-01", len(versions))
+	}
+	for _, v := range versions {
+		checkEntries(t, v)
+	}
+	for _, p := range []string{"openai", "anthropic", "google"} {
+		if providers[p] < 8 {
+			t.Errorf("%d %s models", providers[p], p)
+		}
+	}
+	if Default().AsOf() != c.AsOf() || len(Default().Entries()) != len(c.Entries()) {
+		t.Fatal("Default is not the embedded file")
+	}
+}
+
+// checkEntries checks the rules every entry of a catalog version keeps.
+func checkEntries(t *testing.T, c *Catalog) {
+	t.Helper()
+	for _, e := range c.Entries() {
 		switch {
 		case e.Kind == Speech:
 			if e.OutputPerMillion != 0 || e.InputPerMillion == 0 {
@@ -71,13 +95,106 @@ func TestEmbeddedCatalog(t *testing.T) {
 			t.Errorf("Lookup(%q) = %q, %v", e.Model, got.Model, ok)
 		}
 	}
-	for _, p := range []string{"openai", "anthropic", "google"} {
-		if providers[p] < 8 {
-			t.Errorf("%d %s models", providers[p], p)
+}
+
+// TestAnnouncedChanges: an entry's announced price change takes effect at 00:00 UTC of its
+// day, in the version At gives from then on, with the catalog's highest price of that day;
+// before, and for the entries it does not name, the file's own prices stand.
+func TestAnnouncedChanges(t *testing.T) {
+	c, err := Load([]byte(`{"asOf":"2026-11-01","unit":"integer micro-USD per million tokens","sources":["https://example.com/p"],"notes":[],"models":[
+		{"model":"flash","provider":"google","input":100,"output":400,"cachedInput":10,
+		 "changes":[{"from":"2027-01-01","input":200,"output":800,"cachedInput":20},{"from":"2027-03-01","input":300,"output":900,"cachedInput":30}]},
+		{"model":"pro","provider":"google","input":500,"output":600,"cachedInput":50,"cacheWrite":700,
+		 "longContext":{"above":200000,"input":1000,"output":1200,"cachedInput":100,"cacheWrite":1400},
+		 "changes":[{"from":"2027-01-01","input":250,"output":300,"cachedInput":25,"cacheWrite":350,"longContext":{"above":200000,"input":500,"output":600,"cachedInput":50,"cacheWrite":700}}]},
+		{"model":"steady","provider":"openai","input":5,"output":6,"cachedInput":1}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newYear := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		at                  time.Time
+		flash, pro, highest [2]int64 // input, output
+		proLong             int64    // pro's long prompts' input
+	}{
+		{time.Time{}, [2]int64{100, 400}, [2]int64{500, 600}, [2]int64{1000, 1200}, 1000},
+		{newYear.Add(-time.Nanosecond), [2]int64{100, 400}, [2]int64{500, 600}, [2]int64{1000, 1200}, 1000},
+		{newYear, [2]int64{200, 800}, [2]int64{250, 300}, [2]int64{500, 800}, 500},
+		{newYear.Add(59 * 24 * time.Hour), [2]int64{300, 900}, [2]int64{250, 300}, [2]int64{500, 900}, 500},
+		{newYear.AddDate(5, 0, 0), [2]int64{300, 900}, [2]int64{250, 300}, [2]int64{500, 900}, 500},
+	} {
+		v := c.At(tc.at)
+		flash, _ := v.Lookup("flash-001")
+		pro, _ := v.Lookup("pro")
+		steady, _ := v.Lookup("steady")
+		h := v.Highest()
+		type prices struct{ flash, pro, highest [2]int64 }
+		got := prices{[2]int64{flash.InputPerMillion, flash.OutputPerMillion}, [2]int64{pro.InputPerMillion, pro.OutputPerMillion}, [2]int64{h.InputPerMillion, h.OutputPerMillion}}
+		if got.flash != tc.flash || got.pro != tc.pro || got.highest != tc.highest || pro.ForInput(300_000).InputPerMillion != tc.proLong ||
+			steady.InputPerMillion != 5 || pro.CacheWrite() != pro.InputPerMillion*7/5 {
+			t.Errorf("at %v: %+v, pro long %d, steady %d, pro write %d; want flash %v, pro %v (long %d), highest %v",
+				tc.at, got, pro.ForInput(300_000).InputPerMillion, steady.InputPerMillion, pro.CacheWrite(), tc.flash, tc.pro, tc.proLong, tc.highest)
+		}
+		if c.At(tc.at) != v.At(tc.at) || v.At(tc.at) != v {
+			t.Errorf("at %v: At differs by the version asked", tc.at)
 		}
 	}
-	if Default().AsOf() != c.AsOf() || len(Default().Entries()) != len(c.Entries()) {
-		t.Fatal("Default is not the embedded file")
+	if after := c.After(newYear); len(after) != 1 || !after[0].From().Equal(newYear.AddDate(0, 2, 0)) {
+		t.Errorf("After(new year) = %d versions", len(after))
+	}
+	if c.From() != (time.Time{}) || len(c.After(time.Time{})) != 2 {
+		t.Errorf("the file's own version: from %v, %d later", c.From(), len(c.After(time.Time{})))
+	}
+
+	// The embedded catalog: Gemini 3.6 to 3.8 Flash double on 2027-01-01.
+	for _, m := range []string{"gemini-3.8-flash", "gemini-3.7-flash", "gemini-3.6-flash-preview"} {
+		before, _ := At(newYear.Add(-time.Second)).Lookup(m)
+		after, _ := At(newYear).Lookup(m)
+		if before.InputPerMillion != 750_000 || before.OutputPerMillion != 3_750_000 || after.InputPerMillion != 1_500_000 ||
+			after.OutputPerMillion != 7_500_000 || after.CachedInputPerMillion != 150_000 || after.MaxOutputTokens != before.MaxOutputTokens {
+			t.Errorf("%s: %+v before the new year, %+v after", m, before.Price, after.Price)
+		}
+	}
+}
+
+// TestAnnouncedChangesRefused: a change is checked as its entry is, and dated after the
+// catalog and after the change before it.
+func TestAnnouncedChangesRefused(t *testing.T) {
+	const head = `{"asOf":"2026-11-01","unit":"integer micro-USD per million tokens","sources":["https://example.com/p"],"notes":[],"models":[{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1`
+	if _, err := Load([]byte(head + `,"changes":[{"from":"2027-01-01","input":2,"output":3,"cachedInput":1}]}]}`)); err != nil {
+		t.Fatalf("good file: %v", err)
+	}
+	for name, changes := range map[string]string{
+		"no date":              `[{"input":2,"output":3,"cachedInput":1}]`,
+		"a date and time":      `[{"from":"2027-01-01T00:00:00Z","input":2,"output":3,"cachedInput":1}]`,
+		"on the catalog's day": `[{"from":"2026-11-01","input":2,"output":3,"cachedInput":1}]`,
+		"before the catalog":   `[{"from":"2026-10-01","input":2,"output":3,"cachedInput":1}]`,
+		"out of order":         `[{"from":"2027-02-01","input":2,"output":3,"cachedInput":1},{"from":"2027-01-01","input":3,"output":4,"cachedInput":1}]`,
+		"twice the same day":   `[{"from":"2027-01-01","input":2,"output":3,"cachedInput":1},{"from":"2027-01-01","input":3,"output":4,"cachedInput":1}]`,
+		"without output":       `[{"from":"2027-01-01","input":2,"cachedInput":1}]`,
+		"negative":             `[{"from":"2027-01-01","input":-2,"output":3,"cachedInput":1}]`,
+		"beyond the bound":     `[{"from":"2027-01-01","input":4503599627370496,"output":3,"cachedInput":1}]`,
+		"a cache write alone":  `[{"from":"2027-01-01","input":2,"output":3,"cachedInput":1,"cacheWrite":3}]`,
+		"a long context alone": `[{"from":"2027-01-01","input":2,"output":3,"cachedInput":1,"longContext":{"above":200000,"input":4,"output":6,"cachedInput":2}}]`,
+		"an unknown field":     `[{"from":"2027-01-01","input":2,"output":3,"cachedInput":1,"audioInput":5}]`,
+	} {
+		if _, err := Load([]byte(head + `,"changes":` + changes + `}]}`)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	// A change of an entry with a cache write or a long-context price must give them too.
+	const shaped = `{"asOf":"2026-11-01","unit":"integer micro-USD per million tokens","sources":["https://example.com/p"],"notes":[],"models":[{"model":"m","provider":"openai","input":1,"output":2,"cachedInput":1,"cacheWrite":2,"longContext":{"above":200000,"input":2,"output":4,"cachedInput":2,"cacheWrite":4}`
+	for name, changes := range map[string]string{
+		"without its cache write":  `[{"from":"2027-01-01","input":2,"output":3,"cachedInput":1,"longContext":{"above":200000,"input":4,"output":6,"cachedInput":2,"cacheWrite":6}}]`,
+		"without its long context": `[{"from":"2027-01-01","input":2,"output":3,"cachedInput":1,"cacheWrite":3}]`,
+		"a long context cheaper":   `[{"from":"2027-01-01","input":2,"output":3,"cachedInput":1,"cacheWrite":3,"longContext":{"above":200000,"input":1,"output":6,"cachedInput":2,"cacheWrite":6}}]`,
+	} {
+		if _, err := Load([]byte(shaped + `,"changes":` + changes + `}]}`)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := Load([]byte(shaped + `,"changes":[{"from":"2027-01-01","input":2,"output":3,"cachedInput":1,"cacheWrite":3,"longContext":{"above":200000,"input":4,"output":6,"cachedInput":2,"cacheWrite":6}}]}]}`)); err != nil {
+		t.Errorf("a whole change refused: %v", err)
 	}
 }
 
