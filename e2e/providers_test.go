@@ -76,6 +76,25 @@ func TestPerplexityThroughTheGateway(t *testing.T) {
 // completion_tokens and counts it in total_tokens; xAI bills it as output. The official
 // OpenAI SDK's call to grok-4.3, streamed and not, is charged its 1,000 completion and
 // 4,000 thinking tokens as output; before 2026-11-29 the thinking was free.
+// TestGrokReportedCostIsCharged: xAI's answers report what they cost, tokens and
+// server-side tools (web and X search, code execution) together, as
+// usage.cost_in_usd_ticks (1e-10 USD); the gateway charges it as the upstream's cost,
+// rounded up to micro-USD, in chat completions (streamed and not) and the Responses API.
+func TestGrokReportedCostIsCharged(t *testing.T) {
+	dir := sdkDir(t)
+	// grok-4.3's tokens (1.25 / 2.50 USD per million: 3,750 micro-USD) and three X
+	// searches (15,000 micro-USD), as xAI billed them: 18,750.0001 micro-USD.
+	fake, s, o := routedGateway(t, fakellm.Usage{InputTokens: 1_000, OutputTokens: 1_000, CostTicks: 187_500_001}, "authorization", "Bearer xai-key")
+	for _, scenario := range []string{"json", "stream", "responses"} {
+		t.Run(scenario, func(t *testing.T) {
+			rec := oneSDKCall(t, fake, s, dir, "openai.mjs", scenario, o.key, "grok-4.3")
+			if rec.cost() != 18_751 || rec["cost_basis"] != "upstream_cost" || rec["complete"] != true {
+				t.Fatalf("receipt %s, want the 18,751 micro-USD xAI reported (187,500,001 ticks, rounded up)", rec)
+			}
+		})
+	}
+}
+
 func TestGrokThinkingIsCharged(t *testing.T) {
 	dir := sdkDir(t)
 	fake, s, o := routedGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, ReasoningApart: 4_000}, "authorization", "Bearer xai-key")

@@ -187,6 +187,18 @@ type Usage struct {
 	// CostUSD, when not "", is an OpenAI chat usage's "cost" (a JSON number of USD, as
 	// OpenRouter reports what a request cost), written as given.
 	CostUSD string
+	// CostTicks, when not 0, is what the request cost in ticks of 1e-10 USD, as xAI
+	// reports it (usage.cost_in_usd_ticks) in chat completions and the Responses API.
+	CostTicks int64
+}
+
+// xaiCost is the cost_in_usd_ticks member of a usage (with its leading comma), "" when
+// the answer reports none.
+func xaiCost(u Usage) string {
+	if u.CostTicks == 0 {
+		return ""
+	}
+	return fmt.Sprintf(`,"cost_in_usd_ticks":%d`, u.CostTicks)
 }
 
 // API names the surfaces.
@@ -616,6 +628,7 @@ func openAIUsage(u Usage) string {
 	case u.CostUSD != "":
 		cost = `,"cost":` + u.CostUSD + `,"is_byok":false`
 	}
+	cost += xaiCost(u)
 	return fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d%s,"prompt_tokens_details":{"cached_tokens":%d%s,"audio_tokens":%d},"completion_tokens_details":{"reasoning_tokens":%d,"audio_tokens":%d,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
 		u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens+u.ReasoningApart, cost, u.CachedInputTokens, openAICacheWrites(u), u.AudioInputTokens,
 		u.ReasoningApart, u.AudioOutputTokens)
@@ -934,8 +947,8 @@ func responsesJSON(id, model, status string, u Usage) string {
 	output, usage := `[]`, `null`
 	if status == "completed" {
 		output = fmt.Sprintf(`[%s{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[],"logprobs":[]}]}]`, searchCalls(u), id, Text)
-		usage = fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d%s},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`,
-			u.InputTokens, u.CachedInputTokens, openAICacheWrites(u), u.OutputTokens, u.InputTokens+u.OutputTokens)
+		usage = fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d%s},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d%s}`,
+			u.InputTokens, u.CachedInputTokens, openAICacheWrites(u), u.OutputTokens, u.InputTokens+u.OutputTokens, xaiCost(u))
 	}
 	return fmt.Sprintf(`{"id":%q,"object":"response","created_at":1767225600,"status":%q,"error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":%q,"output":%s,"parallel_tool_calls":true,"previous_response_id":null,"store":true,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":%s,"metadata":{}}`,
 		id, status, model, output, usage)

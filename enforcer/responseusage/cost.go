@@ -42,6 +42,23 @@ func digitsValue(s string) (int64, bool) {
 	return v, true
 }
 
+// ticksPerMicroUSD: xAI's cost_in_usd_ticks counts ticks of 1e-10 USD.
+const ticksPerMicroUSD = 10_000
+
+// ticksOf is the micro-USD of xAI's usage.cost_in_usd_ticks, a JSON integer of ticks
+// whose text c holds, rounded up; false when it is none (negative, fractional, an
+// exponent, or beyond int64).
+func ticksOf(c *capture) (int64, bool) {
+	if c.over {
+		return 0, false
+	}
+	n, ok := digitsValue(string(c.b))
+	if !ok || len(c.b) == 0 {
+		return 0, false
+	}
+	return n/ticksPerMicroUSD + min(n%ticksPerMicroUSD, 1), true
+}
+
 // costOf is the micro-USD of a usage's cost, a JSON number of USD whose text c holds
 // (rounded up, as parseUSDCeil reads it); false when it is none (negative, or longer
 // than c keeps).

@@ -38,8 +38,9 @@
 //     and .cache_write_tokens}, and total_tokens: the output is at least what the total
 //     leaves beyond the prompt (xAI leaves a reasoning model's thinking out of
 //     completion_tokens, which OpenAI counts it in, and counts it in the total); the
-//     usage's cost, OpenRouter's usage.cost (USD) or Perplexity's usage.cost.total_cost
-//     (its cost an object of parts), is the upstream's cost (CostMicroUSD),
+//     usage's cost, OpenRouter's usage.cost (USD), Perplexity's usage.cost.total_cost
+//     (its cost an object of parts) or xAI's usage.cost_in_usd_ticks (an integer of
+//     1e-10 USD, in the Responses API's usage too), is the upstream's cost (CostMicroUSD),
 //     and the audio parts prompt_tokens_details.audio_tokens and
 //     completion_tokens_details.audio_tokens (no split of the cached tokens by
 //     modality: CachedAudioInputReported stays false).

@@ -3,6 +3,7 @@ package responseusage
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/big"
 	"strconv"
 	"strings"
@@ -311,10 +312,29 @@ func oracleCost(obj []member) (int64, bool) {
 			best, found = v, true
 		}
 	}
+	// xAI's cost_in_usd_ticks: an integer of 1e-10 USD, rounded up to micro-USD.
+	takeTicks := func(f member) {
+		n, ok := f.val.(json.Number)
+		if f.key != "cost_in_usd_ticks" || !ok || len(n) > maxKeyBytes {
+			return
+		}
+		ticks, err := strconv.ParseInt(string(n), 10, 64)
+		if err != nil || ticks < 0 || strings.HasPrefix(string(n), "-") || strings.HasPrefix(string(n), "+") {
+			return
+		}
+		v := (ticks + 9_999) / 10_000
+		if ticks > math.MaxInt64-9_999 {
+			v = ticks/10_000 + 1
+		}
+		if !found || v > best {
+			best, found = v, true
+		}
+	}
 	consider := func(o []member) {
 		for _, us := range all(o, "usage") {
 			for _, f := range us {
 				take(f, "cost")
+				takeTicks(f)
 			}
 		}
 	}

@@ -102,6 +102,7 @@ const (
 	kMaps         // Gemini: a grounding chunk's maps source (groundingChunks[].maps)
 	kBlock        // Anthropic: a content_block_start event's content_block
 	kTotalCost    // Perplexity: usage.cost.total_cost (its cost as an object of parts)
+	kCostTicks    // xAI: usage.cost_in_usd_ticks (its cost in ticks of 1e-10 USD)
 	kTok0         // kTok0+tok for the counts tokPrompt..tokAudioSeconds
 )
 
@@ -300,6 +301,8 @@ func keyID(b []byte) uint8 {
 		return kCost
 	case "total_cost":
 		return kTotalCost
+	case "cost_in_usd_ticks":
+		return kCostTicks
 	}
 	return kOther
 }
@@ -680,8 +683,11 @@ const (
 	tgTraffic           // Vertex AI's usageMetadata.trafficType, the Gemini API's usageMetadata.serviceTier
 	tgModCount          // an entry's tokenCount
 	tgConverseTok       // a count of root by a Bedrock Converse name (tok: the Anthropic count it is)
-	tgCost              // a usage's cost in USD (its number's text goes to keyCap)
+	tgCost              // a usage's cost in USD, or in xAI's ticks (tok costInTicks); its number's text goes to keyCap
 )
+
+// costInTicks, as a tgCost target's tok: the cost is in xAI's ticks (1e-10 USD), not USD.
+const costInTicks = 1
 
 type target struct{ kind, root, tok uint8 }
 
@@ -1419,7 +1425,11 @@ func (s *scanner) endNumber() bool {
 	} else if t.kind == tgCost {
 		// A decimal amount of USD, maybe with a fraction or an exponent: read exactly
 		// from its text (parseUSDCeil), a longer one than keyCap holds not at all.
-		if v, ok := costOf(&s.keyCap); ok && (!s.doc.hasCost || v > s.doc.cost) {
+		read := costOf
+		if t.tok == costInTicks {
+			read = ticksOf
+		}
+		if v, ok := read(&s.keyCap); ok && (!s.doc.hasCost || v > s.doc.cost) {
 			s.doc.cost, s.doc.hasCost = v, true
 		}
 	} else if t.kind == tgConverseTok && s.numOK {
@@ -1594,6 +1604,9 @@ func usageMember(root, k uint8) target {
 	}
 	if k == kCost {
 		return target{kind: tgCost, root: root}
+	}
+	if k == kCostTicks {
+		return target{kind: tgCost, root: root, tok: costInTicks}
 	}
 	if k == kSpeed {
 		return target{kind: tgSpeed, root: root}

@@ -1790,6 +1790,42 @@ func TestChatTotalCountsTheThinking(t *testing.T) {
 // fee): its total_cost is what the request cost, read as OpenRouter's number is (rounded
 // up to the micro-USD), in JSON and in a stream, whole and byte by byte, as the reference
 // decoder reads it. Another member of the object, or a total_cost elsewhere, is not it.
+// TestXAICostInTicks: xAI reports what it billed (tokens, cache discounts and its server-side
+// tools: web and X search, code execution) as usage.cost_in_usd_ticks, in ticks of 1e-10
+// USD; it is the upstream's cost, rounded up to micro-USD, in chat completions, the
+// Responses API and a stream's last chunk.
+func TestXAICostInTicks(t *testing.T) {
+	cost := func(v int64) *int64 { return &v }
+	chat := Usage{Model: "grok-4.3", InputTokens: 199, OutputTokens: 1, CostMicroUSD: cost(16), Complete: true, Format: FormatOpenAIChat,
+		InputReported: true, OutputReported: true} // 158,500 ticks: 15.85 micro-USD
+	stream := chat
+	stream.Format, stream.TextBytes = FormatOpenAIChatSSE, 2
+	responses := Usage{Model: "grok-4.3", InputTokens: 9212, CachedInputTokens: 3072, OutputTokens: 3417, CostMicroUSD: cost(31_832),
+		Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true} // 318,319,000 ticks, 3 X searches among them
+	noCost := chat
+	noCost.CostMicroUSD = nil
+	const chatUsage = `"usage":{"prompt_tokens":199,"completion_tokens":1,"total_tokens":200,"cost_in_usd_ticks":158500}`
+	for _, tc := range []struct {
+		name, ct, body string
+		want           Usage
+	}{
+		{"chat JSON", ctJSON, `{"object":"chat.completion","model":"grok-4.3",` + chatUsage + `}`, chat},
+		{"a stream's last chunk", ctSSE, `data: {"object":"chat.completion.chunk","model":"grok-4.3","choices":[{"index":0,"delta":{"content":"Hi"}}]}` + "\n\n" +
+			`data: {"object":"chat.completion.chunk","model":"grok-4.3","choices":[],` + chatUsage + `}` + "\n\n" + "data: [DONE]\n\n", stream},
+		{"the Responses API, with its tools' calls", ctJSON, `{"object":"response","model":"grok-4.3","status":"completed","usage":{"input_tokens":9212,` +
+			`"input_tokens_details":{"cached_tokens":3072},"output_tokens":3417,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":12629,` +
+			`"num_sources_used":0,"num_server_side_tools_used":3,"cost_in_usd_ticks":318319000,"server_side_tool_usage_details":{"web_search_calls":0,` +
+			`"x_search_calls":3,"code_interpreter_calls":0}}}`, responses},
+		{"a whole number of micro-USD", ctJSON, `{"object":"chat.completion","model":"grok-4.3","usage":{"prompt_tokens":199,"completion_tokens":1,"cost_in_usd_ticks":160000}}`,
+			func() Usage { u := chat; u.CostMicroUSD = cost(16); return u }()},
+		{"a fraction is no tick count", ctJSON, `{"object":"chat.completion","model":"grok-4.3","usage":{"prompt_tokens":199,"completion_tokens":1,"cost_in_usd_ticks":158500.5}}`, noCost},
+		{"a negative one neither", ctJSON, `{"object":"chat.completion","model":"grok-4.3","usage":{"prompt_tokens":199,"completion_tokens":1,"cost_in_usd_ticks":-158500}}`, noCost},
+		{"nor one outside the usage", ctJSON, `{"object":"chat.completion","model":"grok-4.3","usage":{"prompt_tokens":199,"completion_tokens":1},"cost_in_usd_ticks":158500}`, noCost},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkWholeAndBytewise(t, tc.ct, tc.body, true, tc.want) })
+	}
+}
+
 func TestPerplexityCost(t *testing.T) {
 	const usage = `"usage":{"prompt_tokens":480,"completion_tokens":2823,"total_tokens":3303,"search_context_size":"medium",` +
 		`"cost":{"input_tokens_cost":0.00144,"output_tokens_cost":0.04234,"request_cost":0.008,"total_cost":0.0517805}}`
