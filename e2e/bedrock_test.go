@@ -71,7 +71,7 @@ func TestBedrockOpenModelsThroughTheGateway(t *testing.T) {
 	}{
 		{"converse", "us.meta.llama3-3-70b-instruct-v1:0", "llama3-3-70b-instruct", false},
 		{"converse-stream", "meta.llama4-maverick-17b-instruct-v1:0", "llama4-maverick-17b-instruct", false},
-		{"converse", "openai.gpt-oss-120b-1:0", "gpt-oss-120b", false},
+		{"converse", "openai.gpt-oss-120b-1:0", "openai.gpt-oss-120b", false},
 		{"converse-stream", "qwen.qwen3-coder-30b-a3b-v1:0", "qwen3-coder-30b-a3b", false},
 		{"converse", "us.deepseek.r1-v1:0", "deepseek.r1", false},
 		{"converse", "global.amazon.nova-2-lite-v1:0", "nova-2-lite", false},

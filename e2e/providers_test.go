@@ -16,6 +16,8 @@ import (
 // providers, and each call was charged the fallback price, the catalog's highest, a
 // hundred to several thousand times its own.
 func TestOpenAICompatibleProvidersThroughTheGateway(t *testing.T) {
+	// Each model is called by the name its users send, and charged exactly its entry's
+	// price (10,000 tokens in, 1,000 out).
 	dir := sdkDir(t)
 	fake, s, o := routedGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000}, "authorization", "Bearer provider-key")
 	for _, tc := range []struct{ scenario, model, entry string }{
@@ -26,6 +28,15 @@ func TestOpenAICompatibleProvidersThroughTheGateway(t *testing.T) {
 		{"json", "mistral-large-latest", "mistral-large"},
 		{"stream", "mistral-small-2503", "mistral-small"},
 		{"json", "codestral-2508", "codestral"},
+		// The open models' other hosts (Groq, Cerebras, Together, Fireworks), by the
+		// names their users send; a name several serve is charged the dearest's price.
+		{"stream", "llama-3.3-70b-versatile", "llama-3.3-70b-versatile"},
+		{"json", "openai/gpt-oss-120b", "gpt-oss-120b"},
+		{"stream", "qwen-3.8-27b", "qwen-3.8-27b"},
+		{"json", "meta-llama/Llama-3.3-70B-Instruct-Turbo", "llama-3.3-70b-instruct-turbo"},
+		{"stream", "moonshotai/Kimi-K2-Instruct-0905", "kimi-k2-instruct-0905"},
+		{"json", "accounts/fireworks/models/deepseek-v3p2", "deepseek-v3p2"},
+		{"stream", "accounts/fireworks/models/kimi-k2p6", "kimi-k2p6"},
 	} {
 		t.Run(tc.scenario+" "+tc.model, func(t *testing.T) {
 			_, want := tenThousandIn(t, tc.entry)

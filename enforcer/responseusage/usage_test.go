@@ -1790,6 +1790,20 @@ func TestChatTotalCountsTheThinking(t *testing.T) {
 // fee): its total_cost is what the request cost, read as OpenRouter's number is (rounded
 // up to the micro-USD), in JSON and in a stream, whole and byte by byte, as the reference
 // decoder reads it. Another member of the object, or a total_cost elsewhere, is not it.
+// TestGroqStreamStatesItsUsageTwice: a Groq stream's last content chunk carries its usage
+// twice (top-level usage and x_groq.usage, the same counts), and with include_usage a
+// trailing chunk states it again: the counts are read once, never added up (Groq's chunks
+// as captured from openai/gpt-oss-20b, 2026-08).
+func TestGroqStreamStatesItsUsageTwice(t *testing.T) {
+	const usage = `{"queue_time":0.017371826,"prompt_tokens":75,"prompt_time":0.003517995,"completion_tokens":1,"completion_time":0.001015726,"total_tokens":76,"total_time":0.004533721}`
+	body := `data: {"id":"chatcmpl-8087db6b","object":"chat.completion.chunk","created":1786530508,"model":"openai/gpt-oss-20b","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}]}` + "\n\n" +
+		`data: {"id":"chatcmpl-8087db6b","object":"chat.completion.chunk","created":1786530508,"model":"openai/gpt-oss-20b","system_fingerprint":"fp_ef00694abe","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}],"x_groq":{"id":"req_01kztr8bqme32rx8ttyjtpk0nw","usage":` + usage + `},"usage":` + usage + `}` + "\n\n" +
+		`data: {"id":"chatcmpl-8087db6b","object":"chat.completion.chunk","created":1786530508,"model":"openai/gpt-oss-20b","system_fingerprint":"fp_ef00694abe","choices":[],"usage":` + usage + `,"service_tier":"on_demand"}` + "\n\n" +
+		"data: [DONE]\n\n"
+	checkWholeAndBytewise(t, ctSSE, body, true, Usage{Model: "openai/gpt-oss-20b", InputTokens: 75, OutputTokens: 1, Complete: true,
+		Format: FormatOpenAIChatSSE, InputReported: true, OutputReported: true, TextBytes: 2})
+}
+
 // TestXAICostInTicks: xAI reports what it billed (tokens, cache discounts and its server-side
 // tools: web and X search, code execution) as usage.cost_in_usd_ticks, in ticks of 1e-10
 // USD; it is the upstream's cost, rounded up to micro-USD, in chat completions, the

@@ -357,7 +357,7 @@ const Unit = "integer micro-USD per million tokens"
 // tokens in one request, so a larger figure is a typing error.
 const MaxOutputLimit = 10_000_000
 
-var providers = []string{"openai", "anthropic", "google", "amazon", "deepseek", "xai", "mistral", "perplexity"}
+var providers = []string{"openai", "anthropic", "google", "amazon", "deepseek", "xai", "mistral", "perplexity", "groq", "cerebras", "together", "fireworks"}
 
 // Load parses and validates a catalog file: strict JSON (unknown fields refused), an
 // asOf date (YYYY-MM-DD), at least one https source, and models whose names are their
