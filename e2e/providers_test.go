@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // TestOpenAICompatibleProvidersThroughTheGateway: the official OpenAI SDK calls the
@@ -127,6 +128,34 @@ func TestGrokThinkingIsCharged(t *testing.T) {
 // through an HTTP proxy that is the test's fake Mistral) sends the official OpenAI SDK's
 // stream as the SDK wrote it, and charges it its usage exactly; before 2026-11-29 the
 // gateway asked every chat stream for its usage, and every stream to Mistral failed.
+// TestHostsOwnPriceThroughTheGateway: a gateway whose upstream is Groq's API charges
+// gpt-oss-120b at Groq's own price of it, not at the dearest host's, which the same name
+// sent elsewhere pays.
+func TestHostsOwnPriceThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o, gw := proxiedGateway(t, "http://api.groq.com", "Bearer gsk-provider-key")
+	groq, ok := pricecatalog.Default().LookupFor("api.groq.com", "openai/gpt-oss-120b")
+	_, dearest := tenThousandIn(t, "gpt-oss-120b")
+	want := ceilDiv(10_000*groq.InputPerMillion+1_000*groq.OutputPerMillion, 1_000_000)
+	if !ok || len(groq.Hosts) == 0 || want >= dearest {
+		t.Fatalf("no cheaper Groq price of gpt-oss-120b: %+v (%d against %d)", groq, want, dearest)
+	}
+	for _, scenario := range []string{"stream", "json"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "openai.mjs", scenario, gw, o.key, "openai/gpt-oss-120b")
+			calls := fake.Calls()[before:]
+			if !r.OK || r.Status != 200 || len(calls) != 1 || calls[0].Header.Get("Authorization") != "Bearer gsk-provider-key" {
+				t.Fatalf("the call %+v; the provider got %d calls", r, len(calls))
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != want || rec["price_source"] != "catalog" || rec["complete"] != true {
+				t.Fatalf("receipt %s, want %d micro-USD at Groq's price (the name's elsewhere: %d)", rec, want, dearest)
+			}
+		})
+	}
+}
+
 func TestMistralThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	fake, s, o, gw := proxiedGateway(t, "http://"+fakellm.MistralHost, "Bearer mistral-provider-key")

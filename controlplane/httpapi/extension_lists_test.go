@@ -195,6 +195,7 @@ type priceEntry struct {
 		CachedInputMicroUsdPerMillion                     int64
 		CacheWriteMicroUsdPerMillion                      *int64
 	}
+	Hosts   []string
 	Changes []struct {
 		From                                              string
 		InputMicroUsdPerMillion, OutputMicroUsdPerMillion int64
@@ -296,6 +297,17 @@ func TestUsageModelPrices(t *testing.T) {
 	}
 	if p, ok := got.find("gpt-4o-mini"); !ok || p.InputMicroUsdPerMillion != 150_000 || p.OutputMicroUsdPerMillion != 600_000 || p.Source != "catalog" {
 		t.Fatalf("gpt-4o-mini %+v", p)
+	}
+	// A name several hosts serve: the row for every host (the dearest's price), and the
+	// rows of the hosts' own prices, each naming its hosts.
+	byHosts := map[string]int64{}
+	for _, p := range got.Prices {
+		if p.Model == "gpt-oss-120b" {
+			byHosts[strings.Join(p.Hosts, " ")] = p.InputMicroUsdPerMillion
+		}
+	}
+	if byHosts[""] != 350_000 || byHosts["api.groq.com"] != 150_000 || byHosts["api.together.xyz api.together.ai"] != 150_000 || len(byHosts) != 4 {
+		t.Fatalf("gpt-oss-120b's rows by hosts: %v", byHosts)
 	}
 	if p, _ := got.find("claude-sonnet-4"); p.CacheWriteMicroUsdPerMillion == nil || *p.CacheWriteMicroUsdPerMillion != 3_750_000 ||
 		p.AudioMicroUsdPerMinute != nil {

@@ -75,6 +75,10 @@ type modelPriceView struct {
 	// LongContext is a catalog model's price of a request whose input is above its
 	// threshold (pricecatalog.Entry.LongContext); absent for every other row.
 	LongContext *longContextView `json:"longContext,omitempty"`
+	// Hosts, on a catalog row, are the only upstream hosts whose requests it prices: a
+	// host's own price of a name other hosts serve at another (the row of the same name
+	// without hosts prices every other request); absent for every other row.
+	Hosts []string `json:"hosts,omitempty"`
 	// Changes are a catalog model's price changes its provider announced and that are
 	// still to come, oldest first (pricecatalog.Catalog.After); absent for every other
 	// row.
@@ -183,6 +187,7 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 			v.ImageInputMicroUsdPerMillion, v.CachedImageInputMicroUsdPerMillion = e.ImageInputPerMillion, e.CachedImageInputPerMillion
 			v.LongContext = viewLongContext(e.LongContext)
 			v.Changes = viewChanges(e, later)
+			v.Hosts = e.Hosts
 			out.Prices = append(out.Prices, v)
 		}
 	}
@@ -206,6 +211,9 @@ func viewChanges(e pricecatalog.Entry, later []*pricecatalog.Catalog) []priceCha
 	prev := e
 	for _, v := range later {
 		next, ok := v.Find(e.Model)
+		if len(e.Hosts) > 0 {
+			next, ok = v.FindFor(e.Hosts[0], e.Model)
+		}
 		if !ok || samePrices(prev, next) {
 			continue
 		}

@@ -829,3 +829,45 @@ func TestAnnouncedPriceChange(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamHostPrices: a name several hosts serve at different prices is charged the
+// host's own catalog price where the item names that host (in any case, with a port),
+// else the name's price, the dearest; a host that is no host name is dropped and noted.
+func TestUpstreamHostPrices(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	now := e.Clock.Now()
+	groq, okGroq := pricecatalog.Default().LookupFor("api.groq.com", "gpt-oss-120b")
+	anyHost, okAny := pricecatalog.Lookup("gpt-oss-120b")
+	if !okGroq || !okAny || len(groq.Hosts) == 0 || groq.InputPerMillion >= anyHost.InputPerMillion {
+		t.Fatalf("the catalog has no cheaper price of gpt-oss-120b for Groq: %+v, %+v", groq, anyHost)
+	}
+	// 1,000,000 input tokens (200,000 of them cached) and 100,000 output.
+	costAt := func(p pricecatalog.Price) int64 {
+		return (800_000*p.InputPerMillion + 200_000*p.CachedInputPerMillion + 100_000*p.OutputPerMillion + 999_999) / 1_000_000
+	}
+	for _, tc := range []struct {
+		name, host string
+		want       int64
+		note       bool
+	}{
+		{"Groq's own price", "api.groq.com", costAt(groq.Price), false},
+		{"its host as a request's authority", "API.Groq.com:443", costAt(groq.Price), false},
+		{"another host: the name's price", "api.cerebras.ai", costAt(anyHost.Price), false},
+		{"no host: the name's price", "", costAt(anyHost.Price), false},
+		{"no host name: dropped", "api.groq.com/v1", costAt(anyHost.Price), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := at.ReqID()
+			start1(t, e, at.StartItem(id, org, m, now, 0))
+			r := settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "openai/gpt-oss-120b", InputTokens: 1_000_000,
+				CachedInputTokens: 200_000, OutputTokens: 100_000, Complete: true, UpstreamHost: tc.host})
+			if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd != tc.want || r.PriceSource != "catalog" ||
+				strings.Contains(r.Message, "upstream_host dropped") != tc.note {
+				t.Fatalf("%v; want %d micro-USD at the catalog's price (host noted as dropped: %v)", r, tc.want, tc.note)
+			}
+		})
+	}
+}

@@ -52,6 +52,10 @@ type settleJob struct {
 	// (finishedAt, else when it is settled): a price change a provider announced applies
 	// to the requests finished from its day on (pricecatalog.At).
 	prices *pricecatalog.Catalog
+	// host is the upstream's host the item names (pricecatalog.HostName), "" when it
+	// names none or one that is no host name: the catalog's entry of the model is that
+	// host's own where it has one (pricecatalog.Catalog.FindFor).
+	host string
 	// notes say what was cleaned or bounded, for the answer's message; adjusted names
 	// the same for the metric.
 	notes    []string
@@ -178,6 +182,12 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 			sj.finishedAt = &t
 		}
 	}
+	if h := it.GetUpstreamHost(); h != "" {
+		if sj.host = pricecatalog.HostName(h); !pricecatalog.ValidHost(sj.host) {
+			sj.host = ""
+			sj.notes = append(sj.notes, "upstream_host dropped: not a host name")
+		}
+	}
 	priced := now
 	if sj.finishedAt != nil {
 		priced = *sj.finishedAt
@@ -190,7 +200,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 			if s.Exact {
 				continue // the catalog's names are keys: key steps find them
 			}
-			if e, ok := sj.prices.Find(s.Name); ok {
+			if e, ok := sj.prices.FindFor(sj.host, s.Name); ok {
 				sj.catalog[i] = &e
 			}
 		}

@@ -155,7 +155,8 @@ type Hint struct {
 // host (the upstream's, or the request's authority where the front door does not know
 // the upstream): the body's estimate, with the model its path names where the body names
 // none (Gemini, Amazon Bedrock, Vertex AI), whether the path or the host is a regional
-// endpoint, the output an image generation is billed, what each call of an image
+// endpoint, the upstream's host (whose own prices of a model, where it has them, price
+// it), the output an image generation is billed, what each call of an image
 // generation tool is billed, and the model of an advisor tool. A body that is no JSON object
 // gives no hint.
 func BodyHint(body []byte, path, host string) Hint {
@@ -165,6 +166,7 @@ func BodyHint(body []byte, path, host string) Hint {
 	}
 	est.Model = requestbody.RequestModel(est.Model, path)
 	est.Regional = requestbody.RegionalEndpoint(path) || requestbody.RegionalHost(host)
+	est.Host = pricecatalog.HostName(host)
 	est.ImageOutputTokens = requestbody.ImageOutputTokens(path, body, est.Model)
 	if est.ImageGeneration {
 		est.ImageCall = requestbody.ImageToolCall(body)

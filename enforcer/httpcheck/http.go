@@ -155,6 +155,10 @@ type settleBody struct {
 	// a regional premium (pricecatalog.Entry.RegionalPremiumPercent) costs that much
 	// more.
 	RegionalEndpoint *bool `json:"regionalEndpoint"`
+	// UpstreamHost is the host the request went to (api.groq.com): a name several hosts
+	// serve at different prices is charged that host's own catalog price, where it has
+	// one (pricecatalog.Entry.Hosts).
+	UpstreamHost string `json:"upstreamHost"`
 }
 
 // Receipt is the answer of POST /settle.
@@ -275,6 +279,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	}
 	u.Tier = tier
 	u.Regional = in.RegionalEndpoint != nil && *in.RegionalEndpoint
+	u.Host = pricecatalog.HostName(in.UpstreamHost)
 
 	done := make(chan settleq.Result, 1)
 	if err := h.tracker.Finish(in.RequestID, u, func(r settleq.Result) { done <- r }); err != nil {

@@ -182,6 +182,8 @@ func TestHTTPSettle(t *testing.T) {
 			}},
 		{"a regional endpoint's report", `"model":"claude-sonnet-4-5","inputTokens":10,"outputTokens":2,"regionalEndpoint":true`,
 			func(it *internalv1.SettleItem) bool { return it.GetRegionalEndpoint() }},
+		{"the upstream's host, as the catalog compares it", `"model":"openai/gpt-oss-120b","inputTokens":10,"outputTokens":2,"upstreamHost":"API.Groq.com:443"`,
+			func(it *internalv1.SettleItem) bool { return it.GetUpstreamHost() == "api.groq.com" }},
 		{"audio billed by duration", `"model":"whisper-1","audioInputMillis":9500`,
 			func(it *internalv1.SettleItem) bool { return it.GetAudioInputMillis() == 9500 }},
 		{"web searches", `"model":"claude-sonnet-4-5","inputTokens":10,"outputTokens":2,"webSearchRequests":3`,

@@ -56,6 +56,7 @@ type Request struct {
 	inputEstimate    int64
 	requestModel     string
 	regional         bool
+	host             string // the upstream's host (estimate.Request.Host)
 	imageOutput      int64
 	imageCall        estimate.ImageCall
 	advisorModel     string
@@ -133,6 +134,9 @@ type Usage struct {
 	// "regionalEndpoint"; the front doors' requests say it in RecordRequest), or its
 	// answer says it ran in one geography (responseusage.Usage.Regional).
 	Regional bool
+	// Host is the upstream's host (POST /settle's "upstreamHost"; the front doors'
+	// requests say it in RecordRequest, which wins).
+	Host string
 }
 
 // FromResponse is the Usage of a response a front door relayed (the gateway, ext_proc):
@@ -343,6 +347,7 @@ func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 	}
 	r.requestSeen, r.inputEstimate, r.requestModel, r.regional, r.imageOutput = true, req.InputTokens, req.Model, req.Regional, req.ImageOutputTokens
 	r.imageCall, r.advisorModel, r.advisorMaxTokens = req.ImageCall, req.AdvisorModel, req.AdvisorMaxTokens
+	r.host = req.Host
 	return true
 }
 
@@ -441,12 +446,16 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		PriorityTier:                    u.Tier != pricecatalog.Standard,
 		ServiceTier:                     serviceTiers[u.Tier],
 		RegionalEndpoint:                u.Regional,
+		UpstreamHost:                    u.Host,
 	}
 	var res *settleq.Reservation
 	r := t.take(id)
 	if r != nil {
 		item.OrganizationId, item.MemberId = r.OrganizationID, r.MemberID
 		item.RegionalEndpoint = item.RegionalEndpoint || r.regional
+		if r.host != "" {
+			item.UpstreamHost = r.host
+		}
 		if !r.Durable {
 			item.Snapshot, item.AdmittedWithoutRecord = r.Snapshot, r.WithoutRecord
 		}

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/enforcer/internal/jsonscan"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // UsageUnasked tells whether the OpenAI-compatible chat API at host ends every stream
@@ -22,7 +23,7 @@ import (
 // stream is sent as the client wrote it (WithIncludeUsage is not applied), or every
 // stream through the front door would fail.
 func UsageUnasked(host string) bool {
-	return hostName(host) == "api.mistral.ai"
+	return pricecatalog.HostName(host) == "api.mistral.ai"
 }
 
 // includeUsageMember is spliced in when a streaming request has no stream_options.

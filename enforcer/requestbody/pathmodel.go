@@ -1,9 +1,10 @@
 package requestbody
 
 import (
-	"net"
 	"net/url"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // RequestModel is the model a request names: its body's (cleaned, CleanModel), else its
@@ -74,17 +75,8 @@ func bedrockID(path string) (string, bool) {
 // which charge a 10% uplift on the models released from 2026-03-05 on. host may carry a
 // port; api.openai.com itself is global.
 func RegionalHost(host string) bool {
-	region, ok := strings.CutSuffix(hostName(host), ".api.openai.com")
+	region, ok := strings.CutSuffix(pricecatalog.HostName(host), ".api.openai.com")
 	return ok && region != "" && !strings.Contains(region, ".")
-}
-
-// hostName is a request's host as the host rules compare it: without its port, in
-// lower case, without a trailing dot.
-func hostName(host string) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
 // RegionalEndpoint tells whether a request's path goes to a cloud's regional endpoint

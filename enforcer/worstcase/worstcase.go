@@ -99,7 +99,7 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 	if model == "" {
 		return Cost{Unknown: NoModel}
 	}
-	e, why := find(cat, model, orgKeys)
+	e, why := find(cat, req.Host, model, orgKeys)
 	if why != "" {
 		return Cost{Unknown: why}
 	}
@@ -293,8 +293,9 @@ func imageCallPrice(cat *pricecatalog.Catalog, call estimate.ImageCall) (int64, 
 // the organization's own price, then the catalog's). The enforcer knows the
 // organization's keys, not its exact names, so the exact step compares the name's key:
 // an organization name that differs from the model only in case or prefix makes the
-// worst case unknown, never priced at a catalog price settlement will not use.
-func find(cat *pricecatalog.Catalog, model string, orgKeys []string) (pricecatalog.Entry, Unknown) {
+// worst case unknown, never priced at a catalog price settlement will not use. The
+// catalog's entry is the upstream host's own where it has one (FindFor), as settlement's.
+func find(cat *pricecatalog.Catalog, host, model string, orgKeys []string) (pricecatalog.Entry, Unknown) {
 	for _, s := range pricecatalog.Steps(model) {
 		key := s.Name
 		if s.Exact {
@@ -303,7 +304,7 @@ func find(cat *pricecatalog.Catalog, model string, orgKeys []string) (pricecatal
 		if slices.Contains(orgKeys, key) {
 			return pricecatalog.Entry{}, OrganizationPriced
 		}
-		if e, ok := cat.Find(s.Name); ok {
+		if e, ok := cat.FindFor(host, s.Name); ok {
 			return e, ""
 		}
 	}

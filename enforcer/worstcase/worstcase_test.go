@@ -233,6 +233,23 @@ func TestRegionalEndpoint(t *testing.T) {
 	}
 }
 
+// TestUpstreamHost: a request to a host with its own price of the model reserves at that
+// price; to another host, at the name's (the dearest host's).
+func TestUpstreamHost(t *testing.T) {
+	r := body(t, `{"model":"openai/gpt-oss-120b","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`)
+	anyHost := Of(pricecatalog.Default(), r, nil)
+	r.Host = "api.groq.com"
+	groq := Of(pricecatalog.Default(), r, nil)
+	e, _ := pricecatalog.Default().LookupFor("api.groq.com", "gpt-oss-120b")
+	if !groq.Known() || !anyHost.Known() || groq.MicroUSD >= anyHost.MicroUSD || groq.MicroUSD < 1000*e.OutputPerMillion/1_000_000 {
+		t.Fatalf("Groq's worst case %+v, any host's %+v", groq, anyHost)
+	}
+	r.Host = "api.cerebras.ai"
+	if got := Of(pricecatalog.Default(), r, nil); got.MicroUSD != anyHost.MicroUSD {
+		t.Fatalf("Cerebras's worst case %+v, want the name's %+v", got, anyHost)
+	}
+}
+
 // A request pinned to a geography (Anthropic's inference_geo "us": US-only inference,
 // 1.1 times the price on Claude Opus 4.6 and later) reserves the model's regional premium
 // too; "global" does not; with fast mode, both (six times, then 10% more).

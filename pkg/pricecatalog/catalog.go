@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -178,6 +179,11 @@ type Entry struct {
 	Kind     Kind
 	// Note says which tier or variant the price is, when it matters.
 	Note string
+	// Hosts, when not empty, are the only upstream hosts whose requests the entry prices
+	// (lower-case names, api.groq.com): a host's own price of a name other hosts serve at
+	// other prices. The entry of the same name without hosts prices every other request
+	// (FindFor, LookupFor).
+	Hosts []string
 	// Since is the day the entry's prices took effect, when they are an announced
 	// change's (fileChange); zero for the file's own prices (those of the catalog's asOf).
 	Since time.Time
@@ -253,7 +259,9 @@ type Catalog struct {
 	notes    []string
 	entries  []Entry
 	byName   map[string]int
-	highest  Price
+	// byHost holds the entries with Hosts: host, then name.
+	byHost  map[string]map[string]int
+	highest Price
 	// webSearch is each provider's price of one web search (file.WebSearch), and
 	// highestWebSearch the highest of them.
 	webSearch        map[string]int64
@@ -304,6 +312,8 @@ type fileEntry struct {
 	UltrafastPercent *int64 `json:"ultrafastPercent"`
 	// LongContext is the price of prompts above its threshold (Entry.LongContext).
 	LongContext *fileLongContext `json:"longContext"`
+	// Hosts, when given, are the upstream hosts whose price this is (Entry.Hosts).
+	Hosts []string `json:"hosts"`
 	// Changes are the entry's announced price changes, oldest first (fileChange).
 	Changes []fileChange `json:"changes"`
 	Note    string       `json:"note"`
@@ -465,7 +475,7 @@ func atDay(m fileEntry, i int, day time.Time) (_ fileEntry, where string, since 
 // build checks the entries as they stand on day (atDay) and makes the catalog of that
 // day's prices.
 func build(f file, day time.Time, bad func(string, ...any)) *Catalog {
-	c := &Catalog{from: day, byName: map[string]int{}, sources: f.Sources, notes: f.Notes}
+	c := &Catalog{from: day, byName: map[string]int{}, byHost: map[string]map[string]int{}, sources: f.Sources, notes: f.Notes}
 	perCall := func(name string, prices map[string]int64, highest *int64) map[string]int64 {
 		out := map[string]int64{}
 		for provider, price := range prices {
@@ -494,13 +504,23 @@ func build(f file, day time.Time, bad func(string, ...any)) *Catalog {
 		if m.Model == "" || Key(m.Model) != m.Model || strings.TrimSpace(m.Model) != m.Model {
 			bad("%s: a model name must be non-empty, lower-case and without a provider prefix", where)
 		}
-		if _, dup := c.byName[m.Model]; dup {
-			bad("%s: listed twice", where)
+		if len(m.Hosts) == 0 {
+			if _, dup := c.byName[m.Model]; dup {
+				bad("%s: listed twice", where)
+			}
+		}
+		for _, h := range m.Hosts {
+			if !ValidHost(h) {
+				bad("%s: host %q is not a lower-case host name", where, h)
+			}
+			if _, dup := c.byHost[h][m.Model]; dup {
+				bad("%s: listed twice for host %s", where, h)
+			}
 		}
 		if !slices.Contains(providers, m.Provider) {
 			bad("%s: provider %q is not one of %v", where, m.Provider, providers)
 		}
-		e := Entry{Model: m.Model, Provider: m.Provider, Kind: Kind(m.Kind), Note: m.Note, Since: since}
+		e := Entry{Model: m.Model, Provider: m.Provider, Kind: Kind(m.Kind), Note: m.Note, Since: since, Hosts: slices.Clone(m.Hosts)}
 		switch e.Kind {
 		case "":
 			e.Kind = Text
@@ -637,8 +657,23 @@ func build(f file, day time.Time, bad func(string, ...any)) *Catalog {
 				e.LongContext = lc
 			}
 		}
-		c.byName[m.Model] = len(c.entries)
+		if len(e.Hosts) == 0 {
+			c.byName[m.Model] = len(c.entries)
+		}
+		for _, h := range e.Hosts {
+			if c.byHost[h] == nil {
+				c.byHost[h] = map[string]int{}
+			}
+			c.byHost[h][m.Model] = len(c.entries)
+		}
 		c.entries = append(c.entries, e)
+	}
+	for _, e := range c.entries {
+		// A host's price of a name sits beside the name's price for every other host,
+		// which an unknown or other host's request pays: never one without the other.
+		if _, ok := c.byName[e.Model]; len(e.Hosts) > 0 && !ok {
+			bad("model %q: an entry for hosts %v needs an entry of the name without hosts", e.Model, e.Hosts)
+		}
 	}
 	var write int64
 	for _, e := range c.entries {
@@ -797,6 +832,7 @@ func (p Price) clone() Price {
 
 func (e Entry) clone() Entry {
 	e.Price = e.Price.clone()
+	e.Hosts = slices.Clone(e.Hosts)
 	if e.LongContext != nil {
 		lc := *e.LongContext
 		lc.Price = lc.Price.clone()
@@ -877,8 +913,54 @@ func (c *Catalog) Sources() []string { return slices.Clone(c.sources) }
 // Notes say how the prices were chosen.
 func (c *Catalog) Notes() []string { return slices.Clone(c.notes) }
 
+// FindFor finds the entry of key for a request to host: the host's own entry of the name
+// (Entry.Hosts), else the name's (Find). host is compared as HostName gives it.
+func (c *Catalog) FindFor(host, key string) (Entry, bool) {
+	if host != "" && len(c.byHost) > 0 {
+		if i, ok := c.byHost[HostName(host)][key]; ok {
+			return c.entries[i].clone(), true
+		}
+	}
+	return c.Find(key)
+}
+
+// LookupFor is Lookup for a request to host: at each step the host's own entry of the
+// name first (FindFor).
+func (c *Catalog) LookupFor(host, model string) (Entry, bool) {
+	for _, s := range Steps(model) {
+		if e, ok := c.FindFor(host, s.Name); ok {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
+
+// HostName is a host as the catalog compares it: without its port, in lower case, without
+// a trailing dot ("api.groq.com" for "API.Groq.com:443").
+func HostName(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return strings.ToLower(strings.TrimSuffix(host, "."))
+}
+
+// ValidHost tells whether h is a host as HostName gives it: a lower-case DNS name
+// (letters, digits, dots and dashes, at most 253 bytes), as a catalog entry's hosts are.
+func ValidHost(h string) bool {
+	if h == "" || len(h) > 253 || h != HostName(h) {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // Find finds the entry whose name is key (a step's name): a catalog name is its own key,
-// so exact and key steps alike compare with the names.
+// so exact and key steps alike compare with the names. It never finds an entry for some
+// hosts only (FindFor does).
 func (c *Catalog) Find(key string) (Entry, bool) {
 	if i, ok := c.byName[key]; ok {
 		return c.entries[i].clone(), true

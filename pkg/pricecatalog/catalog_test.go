@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/big"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,9 +91,73 @@ func checkEntries(t *testing.T, c *Catalog) {
 			*e.CacheWritePerMillion*4 != e.InputPerMillion*5 && !(e.Model == "claude-3-haiku" && *e.CacheWritePerMillion == 300_000)) {
 			t.Errorf("%s: Anthropic's 5-minute cache write is 1.25x input", e.Model)
 		}
-		// Every entry is found by its own name (none is shadowed).
-		if got, ok := c.Lookup(e.Model); !ok || got.Model != e.Model {
-			t.Errorf("Lookup(%q) = %q, %v", e.Model, got.Model, ok)
+		// Every entry is found by its own name (none is shadowed), a host's by its host.
+		if got, ok := c.Lookup(e.Model); !ok || got.Model != e.Model || len(got.Hosts) != 0 {
+			t.Errorf("Lookup(%q) = %q %v, %v", e.Model, got.Model, got.Hosts, ok)
+		}
+		for _, h := range e.Hosts {
+			if got, ok := c.LookupFor(h, e.Model); !ok || got.Model != e.Model || !slices.Equal(got.Hosts, e.Hosts) {
+				t.Errorf("LookupFor(%q, %q) = %q %v, %v", h, e.Model, got.Model, got.Hosts, ok)
+			}
+			// A host's own price is never above the name's, which every other host pays.
+			if general, _ := c.Find(e.Model); e.InputPerMillion > general.InputPerMillion || e.OutputPerMillion > general.OutputPerMillion ||
+				e.CachedInputPerMillion > general.CachedInputPerMillion {
+				t.Errorf("%s for %s: %+v above the name's %+v", e.Model, h, e.Price, general.Price)
+			}
+		}
+	}
+}
+
+// TestHostPrices: a name several hosts serve at different prices is charged a host's own
+// price for that host's requests (its host name in any case, with a port), and the
+// name's price, the dearest, for any other; an unknown host never finds a host's entry.
+func TestHostPrices(t *testing.T) {
+	c := Default()
+	for _, tc := range []struct {
+		host, model string
+		input       int64
+		hosts       bool
+	}{
+		{"api.groq.com", "openai/gpt-oss-120b", 150_000, true},
+		{"API.Groq.com:443", "openai/gpt-oss-120b", 150_000, true},
+		{"api.groq.com.", "openai/gpt-oss-120b", 150_000, true},
+		{"api.together.xyz", "openai/gpt-oss-120b", 150_000, true},
+		{"api.fireworks.ai", "accounts/fireworks/models/gpt-oss-120b", 150_000, true},
+		{"api.cerebras.ai", "gpt-oss-120b", 350_000, false},
+		{"", "gpt-oss-120b", 350_000, false},
+		{"gateway.example", "openai/gpt-oss-120b", 350_000, false},
+		{"evil.api.groq.com", "openai/gpt-oss-120b", 350_000, false},
+		{"api.together.xyz", "deepseek-ai/DeepSeek-R1", 3_000_000, true},
+		{"api.fireworks.ai", "accounts/fireworks/models/deepseek-r1", 8_000_000, false},
+		// A name no host prices apart is the name's for every host.
+		{"api.groq.com", "llama-3.3-70b-versatile", 590_000, false},
+		// The host's entry is found at its step: a dated name finds its family's.
+		{"api.together.xyz", "deepseek-ai/DeepSeek-V4-Flash-0731", 140_000, true},
+	} {
+		e, ok := c.LookupFor(tc.host, tc.model)
+		if !ok || e.InputPerMillion != tc.input || (len(e.Hosts) > 0) != tc.hosts {
+			t.Errorf("LookupFor(%q, %q) = %+v, %v; want input %d (a host's entry: %v)", tc.host, tc.model, e, ok, tc.input, tc.hosts)
+		}
+	}
+	if e, _ := c.Lookup("gpt-oss-120b"); len(e.Hosts) != 0 || e.InputPerMillion != 350_000 {
+		t.Errorf("Lookup found a host's entry: %+v", e)
+	}
+	const head = `{"asOf":"2026-11-01","unit":"integer micro-USD per million tokens","sources":["https://example.com/p"],"notes":[],"models":[`
+	const general = `{"model":"m","provider":"groq","input":2,"output":2,"cachedInput":2}`
+	if _, err := Load([]byte(head + general + `,{"model":"m","provider":"groq","hosts":["api.groq.com","api.example"],"input":1,"output":1,"cachedInput":1}]}`)); err != nil {
+		t.Fatalf("good file: %v", err)
+	}
+	for name, body := range map[string]string{
+		"a host's entry alone":       head + `{"model":"m","provider":"groq","hosts":["api.groq.com"],"input":1,"output":1,"cachedInput":1}]}`,
+		"a host in upper case":       head + general + `,{"model":"m","provider":"groq","hosts":["API.groq.com"],"input":1,"output":1,"cachedInput":1}]}`,
+		"a host with a port":         head + general + `,{"model":"m","provider":"groq","hosts":["api.groq.com:443"],"input":1,"output":1,"cachedInput":1}]}`,
+		"a URL for a host":           head + general + `,{"model":"m","provider":"groq","hosts":["https://api.groq.com"],"input":1,"output":1,"cachedInput":1}]}`,
+		"an empty host":              head + general + `,{"model":"m","provider":"groq","hosts":[""],"input":1,"output":1,"cachedInput":1}]}`,
+		"one host's name twice":      head + general + `,{"model":"m","provider":"groq","hosts":["api.groq.com"],"input":1,"output":1,"cachedInput":1},{"model":"m","provider":"groq","hosts":["api.groq.com"],"input":1,"output":1,"cachedInput":1}]}`,
+		"a host's entry checked too": head + general + `,{"model":"m","provider":"groq","hosts":["api.groq.com"],"input":-1,"output":1,"cachedInput":1}]}`,
+	} {
+		if _, err := Load([]byte(body)); err == nil {
+			t.Errorf("%s: accepted", name)
 		}
 	}
 }

@@ -1520,8 +1520,14 @@ type SettleItem struct {
 	// image is the difference of the two. 0 is a report: no image.
 	ImageInputTokens       *int64 `protobuf:"varint,35,opt,name=image_input_tokens,json=imageInputTokens,proto3,oneof" json:"image_input_tokens,omitempty"`
 	CachedImageInputTokens *int64 `protobuf:"varint,36,opt,name=cached_image_input_tokens,json=cachedImageInputTokens,proto3,oneof" json:"cached_image_input_tokens,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// upstream_host is the host the request went to (api.groq.com), as the enforcer knows
+	// it: its gateway route's upstream, or the request's authority behind Envoy. A name
+	// several hosts serve at different prices is charged that host's own catalog price
+	// where it has one (pricecatalog.Entry.Hosts), else the name's; "" when not known. The
+	// control plane drops one that is no host name (noted in the answer's message).
+	UpstreamHost  string `protobuf:"bytes,37,opt,name=upstream_host,json=upstreamHost,proto3" json:"upstream_host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1804,6 +1810,13 @@ func (x *SettleItem) GetCachedImageInputTokens() int64 {
 		return *x.CachedImageInputTokens
 	}
 	return 0
+}
+
+func (x *SettleItem) GetUpstreamHost() string {
+	if x != nil {
+		return x.UpstreamHost
+	}
+	return ""
 }
 
 type SettleRequest struct {
@@ -2174,7 +2187,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x88\x0f\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xad\x0f\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2215,7 +2228,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"#advisor_cache_creation_input_tokens\x18! \x01(\x03R\x1fadvisorCacheCreationInputTokens\x122\n" +
 	"\x15maps_grounded_prompts\x18\" \x01(\x03R\x13mapsGroundedPrompts\x121\n" +
 	"\x12image_input_tokens\x18# \x01(\x03H\x04R\x10imageInputTokens\x88\x01\x01\x12>\n" +
-	"\x19cached_image_input_tokens\x18$ \x01(\x03H\x05R\x16cachedImageInputTokens\x88\x01\x01B\x1a\n" +
+	"\x19cached_image_input_tokens\x18$ \x01(\x03H\x05R\x16cachedImageInputTokens\x88\x01\x01\x12#\n" +
+	"\rupstream_host\x18% \x01(\tR\fupstreamHostB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
