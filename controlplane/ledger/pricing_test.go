@@ -868,6 +868,14 @@ func TestUpstreamHostPrices(t *testing.T) {
 				strings.Contains(r.Message, "upstream_host dropped") != tc.note {
 				t.Fatalf("%v; want %d micro-USD at the catalog's price (host noted as dropped: %v)", r, tc.want, tc.note)
 			}
+			// The receipt keeps the host it was priced for (NULL when none).
+			var host *string
+			if err := e.Store.Pool.QueryRow(ctx, `SELECT upstream_host FROM usage_receipts WHERE request_id = $1`, id).Scan(&host); err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.ToLower(strings.TrimSuffix(tc.host, ":443")); (host == nil) != (want == "" || tc.note) || (host != nil && *host != want) {
+				t.Fatalf("receipt's upstream_host %v, want %q", host, want)
+			}
 		})
 	}
 }

@@ -518,7 +518,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			AudioInputTokens: j.item.usage.AudioInputTokens, AudioOutputTokens: j.item.usage.AudioOutputTokens,
 			CachedAudioInputTokens: j.item.usage.CachedAudioInputTokens, ImageInputTokens: j.item.usage.ImageInputTokens,
 			CachedImageInputTokens: j.item.usage.CachedImageInputTokens, ServiceTier: j.item.usage.Tier.String(), Regional: j.item.usage.Regional,
-			UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
+			UpstreamHost: j.item.host, UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
 			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: j.item.finishedAt}
 		if j.item.withoutModel {
 			rw.Model, rw.ImageModel, rw.AdvisorModel = "", "", ""

@@ -576,8 +576,11 @@ type ReceiptWrite struct {
 	// "ultrafast": pricecatalog.Tier's names), Regional whether it went to a cloud's
 	// regional endpoint (accounting.Usage): each raises a catalog price. The receipt's
 	// priority_tier says whether ServiceTier is a dear one.
-	ServiceTier    string
-	Regional       bool
+	ServiceTier string
+	Regional    bool
+	// UpstreamHost is the host the request went to, whose own catalog price of the model
+	// priced it where the catalog has one; "" (NULL) when not known.
+	UpstreamHost   string
 	UpstreamStatus int32
 	Complete       bool
 	// Outcome is "settled" or "recovered".
@@ -751,6 +754,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 	audioIn, audioOut, cachedAudio := make([]*int64, n), make([]*int64, n), make([]*int64, n) // nil: NULL, not reported
 	imageIn, cachedImage := make([]*int64, n), make([]*int64, n)                              // nil: NULL, not reported
 	tiers, regional := make([]string, n), make([]bool, n)
+	hosts := make([]*string, n) // nil: NULL, not known
 	statuses := make([]int32, n)
 	complete, promoted := make([]bool, n), make([]bool, n)
 	refs := make([]*string, n)
@@ -770,6 +774,9 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 		audioIn[i], audioOut[i], cachedAudio[i] = r.AudioInputTokens, r.AudioOutputTokens, r.CachedAudioInputTokens
 		imageIn[i], cachedImage[i] = r.ImageInputTokens, r.CachedImageInputTokens
 		tiers[i], regional[i] = r.ServiceTier, r.Regional
+		if r.UpstreamHost != "" {
+			hosts[i] = &r.UpstreamHost
+		}
 		bases[i], priceSources[i] = r.Basis, r.PriceSource
 		statuses[i], complete[i], promoted[i], refs[i], finished[i] = r.UpstreamStatus, r.Complete, r.Promoted, r.ReviewReference, r.FinishedAt
 		from[i] = int32(len(chargeIDs) + 1)
@@ -786,22 +793,22 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier,
 			image_generation_calls, image_model, image_output_tokens, advisor_model, advisor_input_tokens, advisor_output_tokens,
 			advisor_cached_input_tokens, advisor_cache_creation_input_tokens, maps_grounded_prompts, image_input_tokens,
-			cached_image_input_tokens)
+			cached_image_input_tokens, upstream_host)
 		SELECT x.id, x.org, x.member, x.cost, x.source, x.model, x.input, x.output, x.cached, x.status, x.complete, x.outcome,
 			CASE WHEN x.promoted THEN $16::timestamptz END, x.ref, x.finished, $16, $16,
 			coalesce(($17::text[])[x.c_from:x.c_to], '{}'), coalesce(($18::bigint[])[x.c_from:x.c_to], '{}'),
 			x.basis, x.price_source, x.written, x.audio, x.searches, x.file_searches, x.audio_in, x.audio_out, x.cached_audio,
 			x.tier <> '', x.regional, x.tier, x.image_calls, x.image_model, x.image_tokens, x.advisor_model, x.advisor_in,
-			x.advisor_out, x.advisor_cached, x.advisor_written, x.maps_grounded, x.image_in, x.cached_image
+			x.advisor_out, x.advisor_cached, x.advisor_written, x.maps_grounded, x.image_in, x.cached_image, x.host
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[],
 			$9::bigint[], $10::int[], $11::bool[], $12::text[], $13::bool[], $14::text[], $15::timestamptz[], $19::int[], $20::int[],
 			$21::text[], $22::text[], $23::bigint[], $24::bigint[], $25::bigint[], $26::bigint[], $27::bigint[], $28::bigint[],
 			$29::bigint[], $30::text[], $31::bool[], $32::bigint[], $33::text[], $34::bigint[], $35::text[], $36::bigint[],
-			$37::bigint[], $38::bigint[], $39::bigint[], $40::bigint[], $41::bigint[], $42::bigint[])
+			$37::bigint[], $38::bigint[], $39::bigint[], $40::bigint[], $41::bigint[], $42::bigint[], $43::text[])
 			AS x(id, org, member, cost, source, model, input, output, cached, status, complete, outcome, promoted, ref, finished,
 				c_from, c_to, basis, price_source, written, audio, searches, file_searches, audio_in, audio_out, cached_audio,
 				tier, regional, image_calls, image_model, image_tokens, advisor_model, advisor_in, advisor_out, advisor_cached,
-				advisor_written, maps_grounded, image_in, cached_image)
+				advisor_written, maps_grounded, image_in, cached_image, host)
 		ON CONFLICT (request_id) DO UPDATE SET cost_micro_usd = EXCLUDED.cost_micro_usd, cost_source = EXCLUDED.cost_source,
 			model = EXCLUDED.model, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
 			cached_input_tokens = EXCLUDED.cached_input_tokens, upstream_status = EXCLUDED.upstream_status,
@@ -820,11 +827,11 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			advisor_cached_input_tokens = EXCLUDED.advisor_cached_input_tokens,
 			advisor_cache_creation_input_tokens = EXCLUDED.advisor_cache_creation_input_tokens,
 			maps_grounded_prompts = EXCLUDED.maps_grounded_prompts, image_input_tokens = EXCLUDED.image_input_tokens,
-			cached_image_input_tokens = EXCLUDED.cached_image_input_tokens`,
+			cached_image_input_tokens = EXCLUDED.cached_image_input_tokens, upstream_host = EXCLUDED.upstream_host`,
 		ids, orgs, members, costs, sources, models, in, out, cached, statuses, complete, outcomes, promoted, refs, finished, now,
 		chargeIDs, chargeAmounts, from, to, bases, priceSources, written, audio, searches, fileSearches, audioIn, audioOut,
 		cachedAudio, tiers, regional, imageCalls, imageModels, imageTokens, advisorModels, advisorIn, advisorOut, advisorCached,
-		advisorWritten, mapsGrounded, imageIn, cachedImage)
+		advisorWritten, mapsGrounded, imageIn, cachedImage, hosts)
 }
 
 // CredentialIdentity is what a credential hash resolves to for the internal API.
