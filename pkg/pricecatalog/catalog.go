@@ -371,10 +371,13 @@ var providers = []string{"openai", "anthropic", "google", "amazon", "deepseek", 
 
 // Load parses and validates a catalog file: strict JSON (unknown fields refused), an
 // asOf date (YYYY-MM-DD), at least one https source, and models whose names are their
-// own Key (lower-case, no provider prefix) and unique, from a known provider, with every
+// own Key (lower-case, no provider prefix) and unique (per host for an entry with hosts,
+// which needs an entry of its name without hosts), from a known provider, with every
 // price from 0 to money.MaxAllowanceMicroUSD and an optional maxOutput from 1 to
 // MaxOutputLimit. An entry's kind is "text" (the default) or "embedding", which states
-// an input price and nothing else (see Embedding). Every problem is reported.
+// an input price and nothing else (see Embedding). An entry's announced changes are
+// checked as the entry is, on each day they take effect. Every problem is reported. The
+// Catalog returned is the file's own prices; At gives those of a later day.
 func Load(data []byte) (*Catalog, error) {
 	var f file
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -429,7 +432,7 @@ func Load(data []byte) (*Catalog, error) {
 }
 
 // changeDays checks each entry's changes (a from day after asOf, each later than the one
-// before) and returns the days any change takes effect, sorted, each once.
+// before, with a cache write and a long-context price where the entry has them) and returns the days any change takes effect, sorted, each once.
 func changeDays(models []fileEntry, asOf time.Time, bad func(string, ...any)) []time.Time {
 	var days []time.Time
 	for i, m := range models {
@@ -444,6 +447,9 @@ func changeDays(models []fileEntry, asOf time.Time, bad func(string, ...any)) []
 				bad("models[%d] %q: changes[%d]: from %s is not after the catalog's asOf (the entry's own prices are those of asOf)", i, m.Model, j, ch.From)
 			case !day.After(last):
 				bad("models[%d] %q: changes[%d]: from %s is not after the change before it", i, m.Model, j, ch.From)
+			}
+			if (ch.CacheWrite == nil) != (m.CacheWrite == nil) || (ch.LongContext == nil) != (m.LongContext == nil) {
+				bad("models[%d] %q: changes[%d]: cacheWrite and longContext are given where the entry gives them, and only there", i, m.Model, j)
 			}
 			last = day
 			if !slices.ContainsFunc(days, day.Equal) {
@@ -496,11 +502,6 @@ func build(f file, day time.Time, bad func(string, ...any)) *Catalog {
 	c.mapsGrounding = perCall("mapsGrounding", f.MapsGrounding, &c.highestMapsGrounding)
 	for i, own := range f.Models {
 		m, where, since := atDay(own, i, day)
-		for j, ch := range own.Changes {
-			if (ch.CacheWrite == nil) != (own.CacheWrite == nil) || (ch.LongContext == nil) != (own.LongContext == nil) {
-				bad("models[%d] %q: changes[%d]: cacheWrite and longContext are given where the entry gives them, and only there", i, own.Model, j)
-			}
-		}
 		if m.Model == "" || Key(m.Model) != m.Model || strings.TrimSpace(m.Model) != m.Model {
 			bad("%s: a model name must be non-empty, lower-case and without a provider prefix", where)
 		}
@@ -738,8 +739,9 @@ var (
 	defaultCatalog *Catalog
 )
 
-// Default is the embedded catalog. An invalid embedded file is a build defect (the
-// package's tests load it), so it panics rather than ship a binary without prices.
+// Default is the embedded catalog, at its file's own prices (At gives those in effect at
+// a time). An invalid embedded file is a build defect (the package's tests load it), so
+// it panics rather than ship a binary without prices.
 func Default() *Catalog {
 	defaultOnce.Do(func() {
 		c, err := Load(embedded)
