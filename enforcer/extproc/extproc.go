@@ -10,12 +10,14 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
@@ -66,8 +68,11 @@ type stream struct {
 	// From the request headers: the path (without its query), whether the request
 	// carried a content-length, and whether Envoy sends header values as raw_value
 	// (then a mutation must use raw_value too: Envoy reads only that one).
-	path, method     string
-	authority        string // the host the request is for (requestbody.RegionalHost)
+	path, method string
+	authority    string // the host the request is for (requestbody.RegionalHost)
+	// upstreamHost is the route's upstream host where Envoy sends it as a request
+	// attribute (upstreamHostOf), which the host rules prefer to the authority.
+	upstreamHost     string
 	hasContentLength bool
 	// webSocket: the request asks to upgrade to a WebSocket (Upgrade: websocket).
 	webSocket bool
@@ -111,6 +116,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		st.requestHeaders(r.RequestHeaders.GetHeaders())
+		st.upstreamHost = upstreamHostOf(req.GetAttributes())
 		if st.webSocket && st.requestID != "" && !st.s.AllowDeferredBilling {
 			// A WebSocket (the Realtime API) is relayed past ext_proc once upgraded: its
 			// messages, and the usage in them, are never seen here. Only the enforcer's
@@ -227,7 +233,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	}
 	// The body's estimate, with the model its path names (Gemini, Bedrock, Vertex AI)
 	// and whether the path is a regional endpoint, as the gateway reads them.
-	est := gate.BodyHint(body, st.path, st.authority).Body
+	est := gate.BodyHint(body, st.path, st.host()).Body
 	if endpoint := requestbody.Deferred(st.method, st.path, requestbody.InBackground(est, body)); endpoint != "" && !st.s.AllowDeferredBilling {
 		_ = st.s.tracker.Finish(st.requestID, inflight.Refused(http.StatusForbidden), nil) // never sent upstream
 		m.WithLabelValues("billing_deferred").Inc()
@@ -243,7 +249,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	} else {
 		m.WithLabelValues("not_json").Inc()
 	}
-	if strings.HasSuffix(st.path, "/chat/completions") && !requestbody.UsageUnasked(st.authority) {
+	if strings.HasSuffix(st.path, "/chat/completions") && !requestbody.UsageUnasked(st.host()) {
 		if b, ok := requestbody.WithIncludeUsage(body); ok {
 			body, replace = b, true
 			m.WithLabelValues("include_usage_set").Inc()
@@ -253,6 +259,43 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		return continueRequestBody
 	}
 	return st.replaceBody(body)
+}
+
+// host is the host the request goes to as the host rules read it: the route's upstream
+// host where Envoy says it (upstreamHostOf), else the request's authority, the host the
+// client called (a route that rewrites it to the provider's is not seen here: ext_proc
+// runs before the router).
+func (st *stream) host() string {
+	if st.upstreamHost != "" {
+		return st.upstreamHost
+	}
+	return st.authority
+}
+
+// upstreamHostAttribute is the name that ends the request attribute whose value is the
+// route's upstream host: Envoy's ext_proc sends each of its request_attributes keyed by
+// the expression itself, so deploy/envoy/envoy.yaml's
+// xds.route_metadata.filter_metadata['tollgate']['upstream_host'] (the route's metadata)
+// arrives under that key, or under a plain upstream_host name a mapped attribute builder
+// gives it.
+const upstreamHostAttribute = "upstream_host"
+
+// upstreamHostOf is the route's upstream host among a request's attributes (any
+// attribute struct's string field whose key ends with upstreamHostAttribute, brackets and
+// quotes aside), as pricecatalog.HostName gives it; "" when there is none or it is no
+// host name.
+func upstreamHostOf(attrs map[string]*structpb.Struct) string {
+	for _, s := range attrs {
+		for k, v := range s.GetFields() {
+			if !strings.HasSuffix(strings.TrimRight(k, `'"]`), upstreamHostAttribute) {
+				continue
+			}
+			if h := pricecatalog.HostName(v.GetStringValue()); pricecatalog.ValidHost(h) {
+				return h
+			}
+		}
+	}
+	return ""
 }
 
 // maxDecodedBody bounds what a compressed request body may decode to (a compression

@@ -13,6 +13,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
@@ -35,6 +36,8 @@ type bodySpec struct {
 	contentEncoding string
 	// authority: the request's :authority ("": llm.example.test).
 	authority string
+	// attributes: the request attributes Envoy sends with the headers (request_attributes).
+	attributes map[string]*structpb.Struct
 }
 
 // sendRequestBody plays the request-body filter of deploy/envoy/envoy.yaml: a stream
@@ -80,7 +83,7 @@ func answerRequestBody(t *testing.T, e *enforcertest.Env, s bodySpec) *extprocv3
 		}
 	}
 	for _, req := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hm}}},
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hm}}, Attributes: s.attributes},
 		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(s.body), EndOfStream: true}}},
 	} {
 		if err := st.Send(req); err != nil {
@@ -119,6 +122,12 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 		{"not JSON", bodySpec{path: "/v1/chat/completions", body: "stream=true"}, ""},
 		// Mistral's API refuses stream_options (422) and sends the usage unasked.
 		{"a stream to Mistral's API", bodySpec{path: "/v1/chat/completions", body: chatStreamBody, authority: "api.mistral.ai"}, ""},
+		// The route's upstream host, where Envoy sends it, is the host: a client that
+		// called the proxy by its own name reaches Mistral's API.
+		{"a stream whose route goes to Mistral's API", bodySpec{path: "/v1/chat/completions", body: chatStreamBody,
+			attributes: routeHost("api.mistral.ai")}, ""},
+		{"a stream whose route goes elsewhere", bodySpec{path: "/v1/chat/completions", body: chatStreamBody, authority: "api.mistral.ai",
+			attributes: routeHost("api.groq.com")}, withUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.spec.requestID, _ = e.Admit(t, w.Key)
@@ -151,14 +160,21 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 			}
 		})
 	}
-	if e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "include_usage_set") != 3 ||
+	if e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "include_usage_set") != 4 ||
 		e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "not_json") != 1 {
 		t.Fatal("request bodies not counted")
 	}
 	// A request-body stream never settles: the response's stream does.
-	if e.CP.SettleItems.Load() != 0 || e.Enforcer.Tracker.Len() != 8 {
+	if e.CP.SettleItems.Load() != 0 || e.Enforcer.Tracker.Len() != 10 {
 		t.Fatalf("settled %d, tracked %d", e.CP.SettleItems.Load(), e.Enforcer.Tracker.Len())
 	}
+}
+
+// routeHost is the attribute deploy/envoy/envoy.yaml's request-body filter may ask Envoy
+// for: the route's metadata's upstream host, keyed by its expression, as Envoy sends it.
+func routeHost(host string) map[string]*structpb.Struct {
+	return map[string]*structpb.Struct{"envoy.filters.http.ext_proc": {Fields: map[string]*structpb.Value{
+		"xds.route_metadata.filter_metadata['tollgate']['upstream_host']": structpb.NewStringValue(host)}}}
 }
 
 // A compressed body (gzip, deflate, br) is read decoded and sent decoded: the body
@@ -333,6 +349,32 @@ func TestExtProcRegionalHost(t *testing.T) {
 			enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
 			if it := e.CP.Receipt(reqID).Item; it.GetRegionalEndpoint() != want || !it.GetComplete() {
 				t.Fatalf("settled %v, want regional_endpoint %v", it, want)
+			}
+		})
+	}
+}
+
+// A request's settlement names the host it went to: the route's upstream host where
+// Envoy sends it as a request attribute, else the request's authority.
+func TestExtProcUpstreamHost(t *testing.T) {
+	for name, tc := range map[string]struct {
+		authority string
+		attrs     map[string]*structpb.Struct
+		want      string
+	}{
+		"the route's upstream host":                {"llm.example.test", routeHost("API.Groq.com:443"), "api.groq.com"},
+		"the authority, without the attribute":     {"api.groq.com", nil, "api.groq.com"},
+		"the authority, when the attribute is bad": {"llm.example.test", routeHost("api.groq.com/v1"), "llm.example.test"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := enforcertest.New(t, enforcertest.Options{})
+			w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+			reqID, _ := e.Admit(t, w.Key)
+			sendRequestBody(t, e, bodySpec{requestID: reqID, path: "/v1/chat/completions", body: chatStreamBody, authority: tc.authority, attributes: tc.attrs})
+			runStream(t, e, streamSpec{requestID: reqID, contentType: "text/event-stream", chunks: testio.Chunks(openAISSE, 3)})
+			enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
+			if it := e.CP.Receipt(reqID).Item; it.GetUpstreamHost() != tc.want {
+				t.Fatalf("settled %v, want upstream_host %q", it, tc.want)
 			}
 		})
 	}
