@@ -1830,6 +1830,11 @@ func TestXAICostInTicks(t *testing.T) {
 			`"input_tokens_details":{"cached_tokens":3072},"output_tokens":3417,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":12629,` +
 			`"num_sources_used":0,"num_server_side_tools_used":3,"cost_in_usd_ticks":318319000,"server_side_tool_usage_details":{"web_search_calls":0,` +
 			`"x_search_calls":3,"code_interpreter_calls":0}}}`, responses},
+		{"a Responses API stream's completed event", ctSSE, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"object\":\"response\",\"model\":\"grok-4.3\",\"status\":\"in_progress\",\"usage\":null}}\n\n" +
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n" +
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"object\":\"response\",\"model\":\"grok-4.3\",\"status\":\"completed\",\"usage\":{\"input_tokens\":9212," +
+			"\"input_tokens_details\":{\"cached_tokens\":3072},\"output_tokens\":3417,\"total_tokens\":12629,\"cost_in_usd_ticks\":318319000}}}\n\n",
+			func() Usage { u := responses; u.Format, u.TextBytes = FormatOpenAIResponsesSSE, 2; return u }()},
 		{"a whole number of micro-USD", ctJSON, `{"object":"chat.completion","model":"grok-4.3","usage":{"prompt_tokens":199,"completion_tokens":1,"cost_in_usd_ticks":160000}}`,
 			func() Usage { u := chat; u.CostMicroUSD = cost(16); return u }()},
 		{"a fraction is no tick count", ctJSON, `{"object":"chat.completion","model":"grok-4.3","usage":{"prompt_tokens":199,"completion_tokens":1,"cost_in_usd_ticks":158500.5}}`, noCost},
