@@ -55,13 +55,13 @@ func TestBedrockPriorityThroughTheGateway(t *testing.T) {
 }
 
 // TestBedrockOpenModelsThroughTheGateway: AWS's official SDK calls the open models Amazon
-// Bedrock hosts (Meta's Llama, OpenAI's gpt-oss, Qwen, DeepSeek, Amazon's Nova 2 Lite) by their
+// Bedrock hosts (Meta's Llama, OpenAI's gpt-oss, Qwen, DeepSeek, Kimi, Gemma, Amazon's Nova 2 Lite) by their
 // Bedrock ids, in-region and through cross-region profiles, Converse and ConverseStream.
 // Each is charged exactly at the catalog's price of its entry, found from the id
 // (llama3-3-70b-instruct from meta.llama3-3-70b-instruct-v1:0), and the receipt is priced
 // from the catalog: before 2026-11-29 they had no entry and were charged the fallback
-// price, the catalog's highest, a few hundred times theirs. Nova 2 Lite costs 10% more
-// through a geographic profile than through the global one, as AWS prices it.
+// price, the catalog's highest, a few hundred times theirs. Nova 2 Lite and Kimi K3 cost
+// 10% more through a geographic profile than through the global one, as AWS prices them.
 func TestBedrockOpenModelsThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
@@ -76,6 +76,12 @@ func TestBedrockOpenModelsThroughTheGateway(t *testing.T) {
 		{"converse", "us.deepseek.r1-v1:0", "deepseek.r1", false},
 		{"converse", "global.amazon.nova-2-lite-v1:0", "nova-2-lite", false},
 		{"converse-stream", "us.amazon.nova-2-lite-v1:0", "nova-2-lite", true},
+		// The models of late 2025 and 2026, whose ids have no version.
+		{"converse", "moonshot.kimi-k2-thinking", "moonshot.kimi-k2-thinking", false},
+		{"converse-stream", "deepseek.v3.2", "deepseek.v3.2", false},
+		{"converse", "google.gemma-3-27b-it", "google.gemma-3-27b-it", false},
+		{"converse", "global.moonshotai.kimi-k3", "moonshotai.kimi-k3", false},
+		{"converse-stream", "us.moonshotai.kimi-k3", "moonshotai.kimi-k3", true},
 	} {
 		t.Run(tc.scenario+" "+tc.id, func(t *testing.T) {
 			e, want := tenThousandIn(t, tc.entry)

@@ -574,6 +574,15 @@ func TestLookup(t *testing.T) {
 		{"Mixtral's version suffix, on Bedrock", "mistral.mixtral-8x7b-instruct-v0:1", "mistral.mixtral-8x7b-instruct"},
 		{"Qwen3 32B on Bedrock", "qwen.qwen3-32b-v1:0", "qwen.qwen3-32b"},
 		{"Qwen3 32B on Groq", "qwen/qwen3-32b", "qwen3-32b"},
+		// Bedrock's models of late 2025 and 2026: ids without a version, more providers.
+		{"Kimi K2 Thinking on Bedrock, not Together's", "moonshot.kimi-k2-thinking", "moonshot.kimi-k2-thinking"},
+		{"Kimi K3 through Bedrock's global profile", "global.moonshotai.kimi-k3", "moonshotai.kimi-k3"},
+		{"DeepSeek V3.2 on Bedrock, not V3.1", "us.deepseek.v3.2", "deepseek.v3.2"},
+		{"Gemma 3 on Bedrock", "google.gemma-3-27b-it", "google.gemma-3-27b-it"},
+		{"Gemma 4 on Bedrock, not Cerebras's", "google.gemma-4-31b", "google.gemma-4-31b"},
+		{"Grok on Bedrock, xAI's price", "xai.grok-4.3", "grok-4.3"},
+		{"GPT-5.4 through Bedrock, not OpenAI's price", "openai.gpt-5.4", "openai.gpt-5.4"},
+		{"a Bedrock id of the OpenAI-compatible endpoint, its family elsewhere", "qwen.qwen3-next-80b-a3b-instruct", "qwen3-next-80b-a3b-instruct"},
 		// The open models' other hosts, by the names their users send.
 		{"Groq's Llama 3.3", "llama-3.3-70b-versatile", "llama-3.3-70b-versatile"},
 		{"Groq's gpt-oss", "openai/gpt-oss-120b", "gpt-oss-120b"},

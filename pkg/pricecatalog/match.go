@@ -58,7 +58,7 @@ var snapshotSuffix = regexp.MustCompile(`(-[0-9]{4}-[0-9]{2}-[0-9]{2}|-[0-9]{8}|
 // bedrockPrefix is how an Amazon Bedrock model id names its provider
 // (anthropic.claude-sonnet-4-5-20250929-v1:0), and a cross-region inference profile its
 // geography before that (us.anthropic..., global.anthropic...).
-var bedrockPrefix = regexp.MustCompile(`^(?:` + bedrockGeographies + `)?(?:anthropic|openai|amazon|meta|mistral|cohere|ai21|deepseek|qwen|writer)\.`)
+var bedrockPrefix = regexp.MustCompile(`^(?:` + bedrockGeographies + `)?(?:anthropic|openai|amazon|meta|mistral|cohere|ai21|deepseek|qwen|writer|moonshot|moonshotai|minimax|google|nvidia|zai|xai)\.`)
 
 // bedrockGeography is a cross-region inference profile's geography before a Bedrock
 // model id (us., global.).
