@@ -129,13 +129,18 @@ const (
 // memberRecord is a mirror record of the member with the given limits and spend in the
 // current windows; a timeframe without spend is one the record does not know.
 func memberRecord(limits []*internalv1.Limit, spend map[window.Timeframe]int64, edit ...func(*internalv1.Entitlement)) *mirror.Record {
+	return memberRecordAt(now, limits, spend, edit...)
+}
+
+// memberRecordAt is memberRecord with the windows current at t.
+func memberRecordAt(t time.Time, limits []*internalv1.Limit, spend map[window.Timeframe]int64, edit ...func(*internalv1.Entitlement)) *mirror.Record {
 	ent := &internalv1.Entitlement{OrganizationId: orgID, MemberId: memberID, MemberActive: true, CaptureEnabled: true,
 		TrackingVersion: 1, Limits: limits}
 	for _, e := range edit {
 		e(ent)
 	}
 	rec := &mirror.Record{Entitlement: ent, Version: 1}
-	for _, w := range window.Current(now) {
+	for _, w := range window.Current(t) {
 		if used, ok := spend[w.Timeframe]; ok {
 			rec.Spend = append(rec.Spend, &internalv1.WindowSpend{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(), UsedMicroUsd: used})
 		}
@@ -793,5 +798,31 @@ func TestEveryReasonIsExposedAtStart(t *testing.T) {
 		if !answered[p] {
 			t.Errorf("decision=%q reason=%q is created at start but never answered", p[0], p[1])
 		}
+	}
+}
+
+// TestReservationAtTheDaysPrices: a request's worst case (what it reserves) is priced at
+// the catalog of the moment it is checked: Gemini 3.8 Flash's announced rise of
+// 2027-01-01 raises it from midnight on.
+func TestReservationAtTheDaysPrices(t *testing.T) {
+	const body = `{"model":"gemini-3.8-flash","max_tokens":1000,"messages":[{"role":"user","content":"hello"}]}`
+	newYear := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	reserved := map[time.Time]int64{}
+	for _, at := range []time.Time{newYear.Add(-time.Second), newYear} {
+		f := newFakes()
+		f.records.rec = memberRecordAt(at, reservingDay, allSpend(10))
+		g := gate.New(gate.Deps{Identity: f.ids, Records: f.records, Starts: f.starts, Settle: f.settle, Inflight: f.tracker,
+			Clock: clock.NewManual(at), Metrics: metrics.New(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			BlockedTTL: time.Minute})
+		a, err := g.CheckRequest(context.Background(), gate.Credentials{APIKey: "tgk_key"}, gate.BodyHint([]byte(body), "/v1/chat/completions", ""))
+		if err != nil || a.Status != 200 || len(f.starts.items) != 1 {
+			t.Fatalf("at %v: %+v, %v, %d starts", at, a, err, len(f.starts.items))
+		}
+		reserved[at] = f.starts.items[0].GetReservationMicroUsd()
+	}
+	before, after := reserved[newYear.Add(-time.Second)], reserved[newYear]
+	// The output dominates: 1,000 tokens at 3.75 then 7.50 USD per million.
+	if before < 3_750 || after < 7_500 || after <= before || after >= 2*before+10 {
+		t.Fatalf("reserved %d before midnight and %d after: want the price's doubling", before, after)
 	}
 }
