@@ -106,10 +106,11 @@ type Request struct {
 	// a cloud's regional endpoint (requestbody.RegionalEndpoint), where some models cost
 	// more (enforcer/worstcase).
 	Regional bool
-	// Host is not the body's either: the host the front door sends the request to
-	// (pricecatalog.HostName of its gateway route's upstream, or of the request's
-	// authority), whose own catalog price of the model, where it has one, prices it
-	// (pricecatalog.Catalog.LookupFor; enforcer/worstcase and settlement).
+	// Host is not the body's either: the host the front door's configuration sends the
+	// request to (pricecatalog.HostName of its gateway route's upstream, or of its Envoy
+	// route's metadata; never the request's authority, which the client chooses), whose
+	// own catalog price of the model, where it has one, prices it
+	// (pricecatalog.Catalog.FindFor; enforcer/worstcase and settlement). "" when unknown.
 	Host string
 	// ImageOutputTokens is not the body's estimate either: the front door sets it for an
 	// image generation, whose output its parameters fix (requestbody.ImageOutputTokens):

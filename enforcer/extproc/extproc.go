@@ -233,7 +233,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	}
 	// The body's estimate, with the model its path names (Gemini, Bedrock, Vertex AI)
 	// and whether the path is a regional endpoint, as the gateway reads them.
-	est := gate.BodyHint(body, st.path, st.host()).Body
+	est := gate.BodyHint(body, st.path, st.host()).WithUpstreamHost(st.upstreamHost).Body
 	if endpoint := requestbody.Deferred(st.method, st.path, requestbody.InBackground(est, body)); endpoint != "" && !st.s.AllowDeferredBilling {
 		_ = st.s.tracker.Finish(st.requestID, inflight.Refused(http.StatusForbidden), nil) // never sent upstream
 		m.WithLabelValues("billing_deferred").Inc()
@@ -264,7 +264,8 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 // host is the host the request goes to as the host rules read it: the route's upstream
 // host where Envoy says it (upstreamHostOf), else the request's authority, the host the
 // client called (a route that rewrites it to the provider's is not seen here: ext_proc
-// runs before the router).
+// runs before the router). Only the route's prices a model by its host: the client
+// chooses the authority (WithUpstreamHost).
 func (st *stream) host() string {
 	if st.upstreamHost != "" {
 		return st.upstreamHost

@@ -354,8 +354,9 @@ func TestExtProcRegionalHost(t *testing.T) {
 	}
 }
 
-// A request's settlement names the host it went to: the route's upstream host where
-// Envoy sends it as a request attribute, else the request's authority.
+// A request's settlement names the host it went to where Envoy sends the route's upstream
+// host as a request attribute; never the request's authority, which the client chooses
+// (a client of a route to a dear host could name a cheap one).
 func TestExtProcUpstreamHost(t *testing.T) {
 	for name, tc := range map[string]struct {
 		authority string
@@ -363,8 +364,8 @@ func TestExtProcUpstreamHost(t *testing.T) {
 		want      string
 	}{
 		"the route's upstream host":                {"llm.example.test", routeHost("API.Groq.com:443"), "api.groq.com"},
-		"the authority, without the attribute":     {"api.groq.com", nil, "api.groq.com"},
-		"the authority, when the attribute is bad": {"llm.example.test", routeHost("api.groq.com/v1"), "llm.example.test"},
+		"not the authority, without the attribute": {"api.groq.com", nil, ""},
+		"none, when the attribute is bad":          {"api.groq.com", routeHost("api.groq.com/v1"), ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := enforcertest.New(t, enforcertest.Options{})

@@ -155,10 +155,11 @@ type Hint struct {
 // host (the upstream's, or the request's authority where the front door does not know
 // the upstream): the body's estimate, with the model its path names where the body names
 // none (Gemini, Amazon Bedrock, Vertex AI), whether the path or the host is a regional
-// endpoint, the upstream's host (whose own prices of a model, where it has them, price
-// it), the output an image generation is billed, what each call of an image
+// endpoint, the output an image generation is billed, what each call of an image
 // generation tool is billed, and the model of an advisor tool. A body that is no JSON object
-// gives no hint.
+// gives no hint. The hint names no upstream host (estimate.Request.Host): a front door
+// that knows it from its own configuration sets it (WithUpstreamHost), never from a
+// request's authority, which the client chooses.
 func BodyHint(body []byte, path, host string) Hint {
 	est, err := estimate.Input(body)
 	if err != nil {
@@ -166,7 +167,6 @@ func BodyHint(body []byte, path, host string) Hint {
 	}
 	est.Model = requestbody.RequestModel(est.Model, path)
 	est.Regional = requestbody.RegionalEndpoint(path) || requestbody.RegionalHost(host)
-	est.Host = pricecatalog.HostName(host)
 	est.ImageOutputTokens = requestbody.ImageOutputTokens(path, body, est.Model)
 	if est.ImageGeneration {
 		est.ImageCall = requestbody.ImageToolCall(body)
@@ -176,6 +176,17 @@ func BodyHint(body []byte, path, host string) Hint {
 		est.AdvisorModel, est.AdvisorMaxUses, est.AdvisorMaxTokens = a.Model, a.MaxUses, a.MaxTokens
 	}
 	return Hint{Body: &est}
+}
+
+// WithUpstreamHost is h naming host, the upstream the front door's configuration sends the
+// request to (its gateway route, its Envoy route's metadata), whose own catalog prices
+// of a model, where it has them, price it (estimate.Request.Host). A hint without a body
+// estimate is returned as it is.
+func (h Hint) WithUpstreamHost(host string) Hint {
+	if h.Body != nil {
+		h.Body.Host = pricecatalog.HostName(host)
+	}
+	return h
 }
 
 // Check answers one request whose body the front door has not seen (CheckRequest

@@ -45,3 +45,20 @@ func TestBodyHint(t *testing.T) {
 		t.Fatalf("a body that is no JSON object gave a hint: %+v", h.Body)
 	}
 }
+
+// TestHintUpstreamHost: a body's hint names no upstream host, whatever host the request
+// names (the client chooses its authority, and a host's own price may be the cheaper);
+// only the front door's configured upstream does, as the catalog compares it.
+func TestHintUpstreamHost(t *testing.T) {
+	body := []byte(`{"model":"openai/gpt-oss-120b","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
+	h := gate.BodyHint(body, "/v1/chat/completions", "api.groq.com")
+	if h.Body == nil || h.Body.Host != "" {
+		t.Fatalf("a hint from the request's host names %+v", h.Body)
+	}
+	if got := h.WithUpstreamHost("API.Groq.com:443").Body.Host; got != "api.groq.com" {
+		t.Fatalf("the configured upstream's host: %q", got)
+	}
+	if got := (gate.Hint{}).WithUpstreamHost("api.groq.com"); got.Body != nil {
+		t.Fatalf("a hint without a body: %+v", got)
+	}
+}

@@ -339,7 +339,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		gw.answered(w, OutcomeClientGone)
 		return false
 	}
-	hint := gate.BodyHint(body, r.URL.Path, p.route.Upstream.Host)
+	hint := gate.BodyHint(body, r.URL.Path, p.route.Upstream.Host).WithUpstreamHost(p.route.Upstream.Host)
 	a, err := gw.gate.CheckRequest(r.Context(), gate.CredentialsFrom(r.Header), hint)
 	if err != nil {
 		gw.answered(w, OutcomeClientGone)
