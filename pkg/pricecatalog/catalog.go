@@ -915,20 +915,22 @@ func (c *Catalog) Sources() []string { return slices.Clone(c.sources) }
 // Notes say how the prices were chosen.
 func (c *Catalog) Notes() []string { return slices.Clone(c.notes) }
 
-// FindFor finds the entry of key for a request to host: the host's own entry of the name
-// (Entry.Hosts), else the name's (Find). host is compared as HostName gives it.
+// FindFor finds the entry of key for a request to host, as HostName gives it (callers
+// normalize it once, not at each matching step): the host's own entry of the name
+// (Entry.Hosts), else the name's (Find).
 func (c *Catalog) FindFor(host, key string) (Entry, bool) {
 	if host != "" && len(c.byHost) > 0 {
-		if i, ok := c.byHost[HostName(host)][key]; ok {
+		if i, ok := c.byHost[host][key]; ok {
 			return c.entries[i].clone(), true
 		}
 	}
 	return c.Find(key)
 }
 
-// LookupFor is Lookup for a request to host: at each step the host's own entry of the
-// name first (FindFor).
+// LookupFor is Lookup for a request to host (any case, with a port): at each step the
+// host's own entry of the name first (FindFor).
 func (c *Catalog) LookupFor(host, model string) (Entry, bool) {
+	host = HostName(host)
 	for _, s := range Steps(model) {
 		if e, ok := c.FindFor(host, s.Name); ok {
 			return e, true
