@@ -321,8 +321,9 @@ func TestEmbeddingsThroughTheGateway(t *testing.T) {
 	})
 }
 
-// TestDeferredBillingThroughTheGateway: the official OpenAI SDK's batch and background
-// response, whose cost OpenAI bills later where the gateway cannot see it, are refused
+// TestDeferredBillingThroughTheGateway: the official OpenAI SDK's batch, background
+// response and video extension, and the Anthropic SDK's Managed Agents session told to
+// work, whose cost the provider bills later where the gateway cannot see it, are refused
 // with 403 service_gateway_billing_deferred at once (not retried) and never reach the
 // provider; a stored response read again (GET) reaches it and is settled at a known 0,
 // though its body shows the usage it was charged when generated; a plain call is
@@ -331,8 +332,10 @@ func TestDeferredBillingThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, want := gatewayWithFixedUsage(t)
-	for _, scenario := range []string{"batch", "background"} {
-		r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model)
+	for _, c := range []struct{ script, scenario string }{{"openai.mjs", "batch"}, {"openai.mjs", "background"},
+		{"openai.mjs", "video-extend"}, {"anthropic.mjs", "agent-events"}} {
+		scenario := c.scenario
+		r := runSDK(t, dir, c.script, scenario, s.gateway, o.key, model)
 		if r.OK || r.Status != 403 || r.Code == nil || *r.Code != "service_gateway_billing_deferred" ||
 			r.HeaderCode == nil || *r.HeaderCode != "service_gateway_billing_deferred" || r.ElapsedMs > 2000 {
 			t.Fatalf("%s: want a 403 billing_deferred at once, got %+v", scenario, r)
@@ -356,8 +359,8 @@ func TestDeferredBillingThroughTheGateway(t *testing.T) {
 	if r := runSDK(t, dir, "openai.mjs", "json", s.gateway, o.key, model); !r.OK {
 		t.Fatalf("a plain call: %+v", r)
 	}
-	// Four settlements (two refusals, the retrieval, the call); only the call costs.
-	s.waitUsed(t, o, 4, want)
+	// Six settlements (four refusals, the retrieval, the call); only the call costs.
+	s.waitUsed(t, o, 6, want)
 }
 
 // TestDeferredBillingAllowed: with TOLLGATE_DEFERRED_BILLING=allow the enforcer's gateway

@@ -11,7 +11,8 @@ const client = new Anthropic({ baseURL: s.baseURL, apiKey: s.apiKey });
 // inference (inference_geo); 'advisor' and 'advisor-stream' give the model the advisor
 // tool (the beta client and the advisor beta), whose model is claude-opus-4-7;
 // 'advisor-stream-abort' streams with the tool capped (max_uses 3, max_tokens 2048) and
-// leaves once the first advice came (an advisor_tool_result block; text: its advice).
+// leaves once the first advice came (an advisor_tool_result block; text: its advice);
+// 'agent-events' sends a Managed Agents session a user message (beta.sessions.events).
 const fast = s.scenario === 'fast' || s.scenario === 'fast-stream';
 const us = s.scenario === 'us' || s.scenario === 'us-stream';
 const abort = s.scenario === 'advisor-stream-abort';
@@ -32,6 +33,14 @@ await run('@anthropic-ai/sdk', s.scenario, async () => {
     // What Claude Code calls before many turns: it counts, it generates nothing.
     const res = await client.messages.countTokens({ model: s.model, messages: request.messages });
     return { text: '', model: null, usage: res, chunks: 1 };
+  }
+  if (s.scenario === 'agent-events') {
+    // A Managed Agents session told to work: the agent runs in Anthropic's environment,
+    // billed as it goes; a Tollgate gateway refuses it (403).
+    const res = await client.beta.sessions.events.send('sesn_stored0001', {
+      events: [{ type: 'user.message', content: [{ type: 'text', text: 'How are tolls paid?' }] }],
+    });
+    return { text: JSON.stringify(res), model: null, usage: null, chunks: 1 };
   }
   if (s.scenario === 'json' || s.scenario === 'fast' || s.scenario === 'us' || s.scenario === 'advisor') {
     const res = await messages.create(request);

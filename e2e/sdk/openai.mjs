@@ -9,8 +9,8 @@
 //   client giving up after 1 s without retrying (text: the error's name);
 //   "image-edit-timeout" the same with an image edit (a multipart form);
 // - "embeddings": one embeddings call, whose vectors the SDK asks as base64 and decodes;
-// - "batch", "background": a batch or a background response, which a Tollgate gateway
-//   refuses; "retrieve": a stored response read again;
+// - "batch", "background", "video-extend": a batch, a background response or a video
+//   extension, which a Tollgate gateway refuses; "retrieve": a stored response read again;
 // - "transcribe": an audio upload to transcribe, "transcribe-verbose" and
 //   "transcribe-text" in those response formats, "transcribe-stream" streamed,
 //   "translate" a translation;
@@ -84,6 +84,11 @@ await run('openai', s.scenario, async () => {
     // Billed later, out of the gateway's sight: refused (403), never retried.
     const b = await client.batches.create({ input_file_id: 'file-abc123', endpoint: '/v1/chat/completions', completion_window: '24h' });
     return { text: b.id, model: null, usage: null, chunks: 1 };
+  }
+  if (s.scenario === 'video-extend') {
+    // A video extension, billed per second when OpenAI renders it: refused (403).
+    const v = await client.videos.extend({ video: { id: 'video_stored0001' }, prompt: 'The toll booth at dusk', seconds: '8' });
+    return { text: v.id, model: v.model, usage: null, chunks: 1 };
   }
   if (s.scenario === 'background') {
     const res = await client.responses.create({ model: s.model, input: 'How are tolls paid?', background: true });

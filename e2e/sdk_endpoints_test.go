@@ -1,0 +1,320 @@
+package e2e_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+)
+
+// sdkEndpoint is one path an official SDK POSTs to: the SDK, and the path's template
+// as its code spells it ("/videos/${videoID}/remix", "{model}:predictLongRunning").
+type sdkEndpoint struct{ sdk, template string }
+
+func (e sdkEndpoint) String() string { return e.sdk + " " + e.template }
+
+// Every POST of the official SDKs (e2e/sdk's pinned npm packages) is a request some
+// member's client may send through the enforcer. Each is either charged from what its
+// answer reports, free (administration, lists, token counts), or billed later, out of
+// the enforcer's sight, and then refused by default (requestbody.Deferred, docs/enforcer.md
+// "Deferred billing"). The endpoints are read from the SDKs' own code, and each must be
+// classified in sdkEndpointClasses: an SDK update that adds one fails here until
+// someone decides what it costs. Before this test, OpenAI's video edits and extensions,
+// eval runs, WebRTC calls and ChatKit sessions, Anthropic's Managed Agents and Gemini's
+// context caches, file imports, agent triggers and ephemeral tokens went through at the
+// price of their request's few tokens.
+func TestEverySDKEndpointIsClassified(t *testing.T) {
+	dir := sdkDir(t)
+	found := sdkPOSTs(t, filepath.Join(dir, "node_modules"))
+	if len(found) < 150 {
+		t.Fatalf("read only %d endpoints from the SDKs: has their code's shape changed?", len(found))
+	}
+	seen := map[sdkEndpoint]bool{}
+	var unclassified []string
+	for _, e := range found {
+		seen[e] = true
+		want, ok := sdkEndpointClasses[e]
+		if !ok {
+			if !sdkAdministration(e) {
+				unclassified = append(unclassified, e.String())
+			}
+			continue
+		}
+		path := sdkRequestPath(e)
+		if got := requestbody.Deferred("POST", path, false); got != want {
+			t.Errorf("%s: Deferred(POST %s) = %q, want %q", e, path, got, want)
+		}
+	}
+	sort.Strings(unclassified)
+	for _, u := range unclassified {
+		t.Errorf("%s: not classified in sdkEndpointClasses: is it charged from its answer, free, or billed later?", u)
+	}
+	for e := range sdkEndpointClasses {
+		if !seen[e] {
+			t.Errorf("%s: classified, but no SDK posts to it any more", e)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	// Each kind the classes name is one the enforcer lists (metrics, docs).
+	for _, want := range sdkEndpointClasses {
+		if want != "" && !contains(requestbody.DeferredEndpoints, want) {
+			t.Errorf("%q is not in requestbody.DeferredEndpoints", want)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// The SDKs' ways of naming a POST's path:
+//   - OpenAI's and Anthropic's: this._client.post('/path', ...) or, with parameters,
+//     this._client.post((0, path_1.path) `/videos/${videoID}/remix`, ...);
+//   - Google Gen AI's hand-written methods: path = formatMap('{model}:generateContent', ...)
+//     with the request's httpMethod after it;
+//   - its generated ones: pathToFunc("/{api_version}/interactions"), method after it.
+var (
+	clientPost  = regexp.MustCompile("_client\\.post\\(\\s*(?:\\(0, path_1\\.path\\)\\s*)?[`']([^`']+)[`']")
+	genaiFormat = regexp.MustCompile(`formatMap\('([^']+)'`)
+	genaiPathFn = regexp.MustCompile(`pathToFunc\("([^"]+)"\)`)
+	genaiMethod = regexp.MustCompile(`(?:httpMethod|method): ['"]([A-Z]+)['"]`)
+)
+
+// sdkPOSTs reads the POST endpoints of the three SDKs under modules.
+func sdkPOSTs(t *testing.T, modules string) []sdkEndpoint {
+	t.Helper()
+	set := map[sdkEndpoint]bool{}
+	for sdk, root := range map[string]string{"openai": "openai/resources", "anthropic": "@anthropic-ai/sdk/resources"} {
+		err := filepath.WalkDir(filepath.Join(modules, root), func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".js") {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			for _, m := range clientPost.FindAllSubmatch(b, -1) {
+				set[sdkEndpoint{sdk, string(m[1])}] = true
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(modules, "@google/genai/dist/node/index.cjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []*regexp.Regexp{genaiFormat, genaiPathFn} {
+		for _, m := range re.FindAllSubmatchIndex(b, -1) {
+			template := string(b[m[2]:m[3]])
+			// The method is the first one named after the path, before the next path
+			// (a method that names none is one of the SDK's uploads or batches: a POST).
+			rest := b[m[1]:min(len(b), m[1]+3000)]
+			if next := genaiFormat.FindIndex(rest); next != nil {
+				rest = rest[:next[0]]
+			}
+			if next := genaiPathFn.FindIndex(rest); next != nil {
+				rest = rest[:next[0]]
+			}
+			if mm := genaiMethod.FindSubmatch(rest); mm != nil && string(mm[1]) != "POST" {
+				continue
+			}
+			set[sdkEndpoint{"genai", template}] = true
+		}
+	}
+	var out []sdkEndpoint
+	for e := range set {
+		out = append(out, e)
+	}
+	return out
+}
+
+// templateParam matches a path parameter of the SDKs' templates: ${videoID}, {model}.
+var templateParam = regexp.MustCompile(`\$?\{[^}]+\}`)
+
+// sdkRequestPath is the path a request of endpoint e reaches the enforcer with: OpenAI's
+// SDK puts its paths under the base URL's /v1, Gemini's under /v1beta; parameters are
+// filled in (a model as Gemini names it: models/{id}) and a query left out.
+func sdkRequestPath(e sdkEndpoint) string {
+	p, _, _ := strings.Cut(e.template, "?")
+	p = strings.ReplaceAll(p, "{api_version}", "v1beta")
+	p = strings.ReplaceAll(p, "{model}", "models/some-model")
+	p = templateParam.ReplaceAllString(p, "id_1")
+	switch e.sdk {
+	case "openai":
+		return "/v1" + p
+	case "genai":
+		if !strings.HasPrefix(p, "/") {
+			if !strings.HasPrefix(p, "upload/") {
+				p = "v1beta/" + p
+			}
+			p = "/" + p
+		}
+	}
+	return p
+}
+
+// sdkAdministration tells the endpoints of an organization's administration (keys,
+// users, projects, workspaces, spend limits, webhooks, skills, vaults, memory stores,
+// environments...), which no model works on: free, and not listed one by one.
+func sdkAdministration(e sdkEndpoint) bool {
+	for _, prefix := range []string{"/organization/", "/projects/", "/skills", "/v1/organizations/", "/v1/user_profiles",
+		"/v1/vaults", "/v1/tunnels", "/v1/compliance/", "/v1/environments", "/v1/memory_stores", "/v1/skills",
+		"/v1/agents", "/{api_version}/agents", "/{api_version}/credentials", "/{api_version}/environments",
+		"/{api_version}/webhooks"} {
+		if strings.HasPrefix(e.template, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// sdkEndpointClasses classifies every other POST the SDKs make: "" for one charged from
+// its answer's usage or free, else the requestbody.Deferred kind of one billed later.
+//
+// Free or charged from the answer, though not obviously: the Responses API's compaction
+// (its usage is read); Gemini's :predict (Imagen's images, billed apiece, are charged
+// their prompt's estimate alone: docs/enforcer.md, "Deferred billing"); OpenAI's vector
+// stores and files (billed by the gigabyte-day of storage, not by request); a Sora
+// character (no price published; Sora's API closed on 2026-09-24).
+var sdkEndpointClasses = map[sdkEndpoint]string{
+	// openai
+	{"openai", "/chat/completions"}:                                                "",
+	{"openai", "/completions"}:                                                     "",
+	{"openai", "/responses"}:                                                       "",
+	{"openai", "/responses?beta=true"}:                                             "",
+	{"openai", "/responses/compact"}:                                               "",
+	{"openai", "/responses/compact?beta=true"}:                                     "",
+	{"openai", "/embeddings"}:                                                      "",
+	{"openai", "/audio/speech"}:                                                    "",
+	{"openai", "/audio/transcriptions"}:                                            "",
+	{"openai", "/audio/translations"}:                                              "",
+	{"openai", "/images/generations"}:                                              "",
+	{"openai", "/images/edits"}:                                                    "",
+	{"openai", "/images/variations"}:                                               "",
+	{"openai", "/responses/input_tokens"}:                                          "",
+	{"openai", "/responses/input_tokens?beta=true"}:                                "",
+	{"openai", "/moderations"}:                                                     "",
+	{"openai", "/responses/${responseID}/cancel"}:                                  "",
+	{"openai", "/responses/${responseID}/cancel?beta=true"}:                        "",
+	{"openai", "/chat/completions/${completionID}"}:                                "",
+	{"openai", "/assistants"}:                                                      "",
+	{"openai", "/assistants/${assistantID}"}:                                       "",
+	{"openai", "/threads"}:                                                         "",
+	{"openai", "/threads/${threadID}"}:                                             "",
+	{"openai", "/threads/${threadID}/messages"}:                                    "",
+	{"openai", "/threads/${thread_id}/messages/${messageID}"}:                      "",
+	{"openai", "/threads/${thread_id}/runs/${runID}"}:                              "",
+	{"openai", "/threads/${thread_id}/runs/${runID}/cancel"}:                       "",
+	{"openai", "/conversations"}:                                                   "",
+	{"openai", "/conversations/${conversationID}"}:                                 "",
+	{"openai", "/conversations/${conversationID}/items"}:                           "",
+	{"openai", "/files"}:                                                           "",
+	{"openai", "/uploads"}:                                                         "",
+	{"openai", "/uploads/${uploadID}/cancel"}:                                      "",
+	{"openai", "/uploads/${uploadID}/complete"}:                                    "",
+	{"openai", "/uploads/${uploadID}/parts"}:                                       "",
+	{"openai", "/vector_stores"}:                                                   "",
+	{"openai", "/vector_stores/${vectorStoreID}"}:                                  "",
+	{"openai", "/vector_stores/${vectorStoreID}/file_batches"}:                     "",
+	{"openai", "/vector_stores/${vectorStoreID}/files"}:                            "",
+	{"openai", "/vector_stores/${vector_store_id}/file_batches/${batchID}/cancel"}: "",
+	{"openai", "/vector_stores/${vector_store_id}/files/${fileID}"}:                "",
+	{"openai", "/batches/${batchID}/cancel"}:                                       "",
+	{"openai", "/fine_tuning/jobs/${fineTuningJobID}/cancel"}:                      "",
+	{"openai", "/fine_tuning/jobs/${fineTuningJobID}/pause"}:                       "",
+	{"openai", "/fine_tuning/alpha/graders/validate"}:                              "",
+	{"openai", "/evals"}:                                                           "",
+	{"openai", "/evals/${evalID}"}:                                                 "",
+	{"openai", "/evals/${eval_id}/runs/${runID}"}:                                  "",
+	{"openai", "/containers/${containerID}/files"}:                                 "",
+	{"openai", "/chatkit/sessions/${sessionID}/cancel"}:                            "",
+	{"openai", "/realtime/calls/${callID}/hangup"}:                                 "",
+	{"openai", "/realtime/calls/${callID}/refer"}:                                  "",
+	{"openai", "/realtime/calls/${callID}/reject"}:                                 "",
+	{"openai", "/videos/characters"}:                                               "",
+	{"openai", "/batches"}:                                                         requestbody.DeferredBatches,
+	{"openai", "/threads/runs"}:                                                    requestbody.DeferredAssistants,
+	{"openai", "/threads/${threadID}/runs"}:                                        requestbody.DeferredAssistants,
+	{"openai", "/threads/${thread_id}/runs/${runID}/submit_tool_outputs"}:          requestbody.DeferredAssistants,
+	{"openai", "/fine_tuning/jobs"}:                                                requestbody.DeferredFineTuning,
+	{"openai", "/fine_tuning/jobs/${fineTuningJobID}/resume"}:                      requestbody.DeferredFineTuning,
+	{"openai", "/realtime/sessions"}:                                               requestbody.DeferredRealtime,
+	{"openai", "/realtime/transcription_sessions"}:                                 requestbody.DeferredRealtime,
+	{"openai", "/realtime/client_secrets"}:                                         requestbody.DeferredRealtime,
+	{"openai", "/realtime/calls/${callID}/accept"}:                                 requestbody.DeferredRealtime,
+	{"openai", "/videos"}:                                                          requestbody.DeferredVideos,
+	{"openai", "/videos/${videoID}/remix"}:                                         requestbody.DeferredVideos,
+	{"openai", "/videos/edits"}:                                                    requestbody.DeferredVideos,
+	{"openai", "/videos/extensions"}:                                               requestbody.DeferredVideos,
+	{"openai", "/evals/${evalID}/runs"}:                                            requestbody.DeferredEvals,
+	{"openai", "/fine_tuning/alpha/graders/run"}:                                   requestbody.DeferredEvals,
+	{"openai", "/chatkit/sessions"}:                                                requestbody.DeferredChatKit,
+	{"openai", "/containers"}:                                                      requestbody.DeferredContainers,
+	// anthropic
+	{"anthropic", "/v1/messages"}:                                           "",
+	{"anthropic", "/v1/messages/count_tokens"}:                              "",
+	{"anthropic", "/v1/files"}:                                              "",
+	{"anthropic", "/v1/messages/batches/${messageBatchID}/cancel"}:          "",
+	{"anthropic", "/v1/sessions/${sessionID}"}:                              "",
+	{"anthropic", "/v1/sessions/${sessionID}/archive"}:                      "",
+	{"anthropic", "/v1/sessions/${sessionID}/resources"}:                    "",
+	{"anthropic", "/v1/sessions/${session_id}/resources/${resourceID}"}:     "",
+	{"anthropic", "/v1/sessions/${session_id}/threads/${threadID}/archive"}: "",
+	{"anthropic", "/v1/deployments/${deploymentID}"}:                        "",
+	{"anthropic", "/v1/deployments/${deploymentID}/archive"}:                "",
+	{"anthropic", "/v1/deployments/${deploymentID}/pause"}:                  "",
+	{"anthropic", "/v1/dreams/${dreamID}/archive"}:                          "",
+	{"anthropic", "/v1/dreams/${dreamID}/cancel"}:                           "",
+	{"anthropic", "/v1/messages/batches"}:                                   requestbody.DeferredBatches,
+	{"anthropic", "/v1/sessions"}:                                           requestbody.DeferredAgents,
+	{"anthropic", "/v1/sessions/${sessionID}/events"}:                       requestbody.DeferredAgents,
+	{"anthropic", "/v1/deployments"}:                                        requestbody.DeferredAgents,
+	{"anthropic", "/v1/deployments/${deploymentID}/run"}:                    requestbody.DeferredAgents,
+	{"anthropic", "/v1/deployments/${deploymentID}/unpause"}:                requestbody.DeferredAgents,
+	{"anthropic", "/v1/dreams"}:                                             requestbody.DeferredAgents,
+	// genai
+	{"genai", "{model}:generateContent"}:                                        "",
+	{"genai", "{model}:streamGenerateContent?alt=sse"}:                          "",
+	{"genai", "{model}:countTokens"}:                                            "",
+	{"genai", "{model}:computeTokens"}:                                          "",
+	{"genai", "{model}:batchEmbedContents"}:                                     "",
+	{"genai", "{model}:predict"}:                                                "",
+	{"genai", "{resourceName}:fetchPredictOperation"}:                           "",
+	{"genai", "{name}:cancel"}:                                                  "",
+	{"genai", "batches/{name}:cancel"}:                                          "",
+	{"genai", "batchPredictionJobs/{name}:cancel"}:                              "",
+	{"genai", "files:register"}:                                                 "",
+	{"genai", "upload/v1beta/files"}:                                            "",
+	{"genai", "fileSearchStores"}:                                               "",
+	{"genai", "{parent}/tuningJobs:validateReinforcementTuningReward"}:          "",
+	{"genai", "/{api_version}/interactions/{interactionsId}/cancel"}:            "",
+	{"genai", "/{api_version}/voices"}:                                          "",
+	{"genai", "{model}:batchGenerateContent"}:                                   requestbody.DeferredBatches,
+	{"genai", "{model}:asyncBatchEmbedContent"}:                                 requestbody.DeferredBatches,
+	{"genai", "batchPredictionJobs"}:                                            requestbody.DeferredBatches,
+	{"genai", "tunedModels"}:                                                    requestbody.DeferredFineTuning,
+	{"genai", "tuningJobs"}:                                                     requestbody.DeferredFineTuning,
+	{"genai", "{model}:predictLongRunning"}:                                     requestbody.DeferredVideos,
+	{"genai", "/{api_version}/interactions"}:                                    requestbody.DeferredInteractions,
+	{"genai", "auth_tokens"}:                                                    requestbody.DeferredRealtime,
+	{"genai", "cachedContents"}:                                                 requestbody.DeferredContextCaches,
+	{"genai", "{file_search_store_name}:importFile"}:                            requestbody.DeferredFileIndexing,
+	{"genai", "upload/v1beta/{file_search_store_name}:uploadToFileSearchStore"}: requestbody.DeferredFileIndexing,
+	{"genai", "/{api_version}/triggers"}:                                        requestbody.DeferredAgents,
+	{"genai", "/{api_version}/triggers/{triggerId}/executions"}:                 requestbody.DeferredAgents,
+}
