@@ -877,16 +877,26 @@ func TestGeminiThroughTheGateway(t *testing.T) {
 		})
 	}
 	spent := 3 * want
-	// Gemini's speech and image models have entries of their own: their family's would
-	// price their audio or image output 4 and 12 times too low.
-	for _, model := range []string{"gemini-2.5-flash-preview-tts", "gemini-2.5-flash-image"} {
+	// Gemini's speech and image models have entries of their own: their text family's
+	// would price their audio or image output 2.4 to 20 times too low (and a name without
+	// an entry is never priced by its text family: pricecatalog.Steps).
+	for _, c := range []struct{ model, entry, family string }{
+		{"gemini-2.5-flash-preview-tts", "gemini-2.5-flash-preview-tts", "gemini-2.5-flash"},
+		{"gemini-2.5-flash-image", "gemini-2.5-flash-image", "gemini-2.5-flash"},
+		{"gemini-3.1-flash-image-preview", "gemini-3.1-flash-image", "gemini-3.1-flash-lite"},
+		{"gemini-3.8-flash-tts", "gemini-3.8-flash-tts", "gemini-3.8-flash"},
+	} {
+		model := c.model
 		t.Run(model, func(t *testing.T) {
 			e, _ := pricecatalog.Lookup(model)
-			if f, _ := pricecatalog.Lookup(gemini); e.Model != model || e.OutputPerMillion < 4*f.OutputPerMillion {
+			if f, _ := pricecatalog.Lookup(c.family); e.Model != c.entry || f.Model != c.family || e.OutputPerMillion < 2*f.OutputPerMillion {
 				t.Fatalf("%s is priced as %+v", model, e)
 			}
+			// An organization of its own: an image call costs more than half of a member's
+			// day limit.
+			mo := s.setUpOrg(t)
 			before := len(fake.Calls())
-			if r := runSDK(t, dir, "gemini.mjs", "json", s.gateway, o.key, model); !r.OK {
+			if r := runSDK(t, dir, "gemini.mjs", "json", s.gateway, mo.key, model); !r.OK {
 				t.Fatalf("the call failed: %+v", r)
 			}
 			rec := waitReceipt(t, s, fake.Calls()[before].Header.Get("X-Service-Request-Id"))
@@ -894,8 +904,7 @@ func TestGeminiThroughTheGateway(t *testing.T) {
 			if rec.cost() != cost || rec["model"] != model || rec["price_source"] != "catalog" {
 				t.Fatalf("receipt %s, want %d at %s's price", rec, cost, model)
 			}
-			n++
-			spent += cost
+			s.waitUsed(t, mo, 1, cost)
 		})
 	}
 	s.waitUsed(t, o, n, spent)

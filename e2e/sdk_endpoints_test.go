@@ -187,8 +187,9 @@ func sdkAdministration(e sdkEndpoint) bool {
 // its answer's usage or free, else the requestbody.Deferred kind of one billed later.
 //
 // Free or charged from the answer, though not obviously: the Responses API's compaction
-// (its usage is read); Gemini's :predict (Imagen's images, billed apiece, are charged
-// their prompt's estimate alone: docs/enforcer.md, "Deferred billing"); OpenAI's vector
+// (its usage is read); Gemini's :predict (Imagen's images, billed apiece, would be
+// charged their prompt's estimate alone; Google shut Imagen down in 2026: docs/enforcer.md,
+// "Deferred billing"); OpenAI's vector
 // stores and files (billed by the gigabyte-day of storage, not by request); a Sora
 // character (no price published; Sora's API closed on 2026-09-24).
 var sdkEndpointClasses = map[sdkEndpoint]string{

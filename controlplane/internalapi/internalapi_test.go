@@ -336,10 +336,12 @@ func TestRedisStoppedAndRestarted(t *testing.T) {
 // or fails cleanly (Unavailable), a retry finishes the job, and no receipt is partial or
 // charged twice.
 //
-// The killer strikes in storms: every busy backend, every 40 ms, ten times, so that calls
-// die mid-batch and their own retries die too (the ledger retries a batch itself: a lone
-// kill is mostly absorbed, and the caller sees success); then it holds off until every
-// caller got a call through. Striking on a fixed beat without end livelocks on a slow
+// The killer strikes in storms: every busy backend, every 2 ms, for about 80 ms, so that
+// calls die mid-batch and their own retries die too (the ledger runs a batch three times
+// over 60 ms before it answers Unavailable: a lone kill is absorbed, and the caller sees
+// success; with storms of a strike every 40 ms, a fast machine's batches, a millisecond
+// each, slipped between the strikes and no caller ever saw Unavailable, 2026-11-29); then
+// it holds off until every caller got a call through. Striking on a fixed beat without end livelocks on a slow
 // machine, where a batch outlasts the beat: every attempt is killed, and a caller gives
 // up (seen on 2026-11-28 under a full `make test`: three callers past 50 attempts). A
 // caller's batch is now killed only within one storm, a bounded number of times.
@@ -356,7 +358,7 @@ func TestPostgresConnectionKilledMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer killer.Close(ctx)
-	const workers, stormStrikes = 8, 10
+	const workers, stormStrikes = 8, 40
 	stop := make(chan struct{})
 	var kills int
 	// storm counts the storms begun; caller w got a call through after the start of storm
@@ -380,7 +382,7 @@ func TestPostgresConnectionKilledMidBatch(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(40 * time.Millisecond):
+			case <-time.After(2 * time.Millisecond):
 			}
 			if strikes == stormStrikes {
 				if !everyCallerGotThrough() {

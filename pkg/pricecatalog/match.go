@@ -88,7 +88,10 @@ func StripSnapshot(key string) string {
 // suffix; then the family
 // prefixes of that, longest first, each ending just before a '-' (so
 // "gpt-4o-mini-2024-07-18" finds "gpt-4o-mini", and "gpt-4.5-preview" never finds
-// "gpt-4"). The work is bounded by MaxNameLen and maxPrefixes whatever the name.
+// "gpt-4"). A family prefix never drops a word that names what the model makes
+// (modalityWords): "gemini-3.5-flash-image" is not priced as gemini-3.5-flash, whose
+// output is text at a tenth of an image's price. The work is bounded by MaxNameLen and
+// maxPrefixes whatever the name.
 func Steps(model string) []Step {
 	if len(model) > MaxNameLen {
 		model = model[:MaxNameLen]
@@ -114,15 +117,30 @@ func Steps(model string) []Step {
 		out = append(out, Step{Name: s})
 	}
 	// Every prefix is shorter than s (and so than k): no step repeats another.
-	n := 0
+	n, end := 0, len(s)
 	for i := len(s) - 1; i > 0 && n < maxPrefixes; i-- {
-		if s[i] == '-' && s[i-1] != '-' {
+		if s[i] != '-' {
+			continue
+		}
+		if slices.Contains(modalityWords, s[i+1:end]) {
+			break // this prefix, and every shorter one, drops what the model makes
+		}
+		end = i
+		if s[i-1] != '-' {
 			out = append(out, Step{Name: s[:i]})
 			n++
 		}
 	}
 	return out
 }
+
+// modalityWords are the words of a model name that say it makes (or hears) something
+// other than text, which its provider prices apart from its text family's tokens:
+// image output (gemini-3.1-flash-image), speech (gemini-2.5-flash-lite-preview-tts),
+// audio (gpt-4o-mini-audio-preview), a Realtime or Live session, a transcription, a
+// video. Such a name without an entry of its own is unpriced (charged the catalog's
+// highest price), never its text family's price.
+var modalityWords = []string{"image", "images", "tts", "audio", "native", "realtime", "live", "transcribe", "video"}
 
 // Priced tells whether model has a price, in the embedded catalog or among an
 // organization's own prices given by their keys (Key of each priced name), matched the
