@@ -29,6 +29,7 @@ package realtimeusage
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 )
@@ -322,4 +323,32 @@ func millis(seconds string) (int64, bool) {
 		ms++
 	}
 	return ms, true
+}
+
+// ReadsField tells whether a Realtime usage object's field at path
+// ("input_token_details.cached_tokens") is one this package reads: a contract test holds
+// the official SDKs' usage fields to it (e2e, TestEverySDKUsageFieldIsDecided).
+func ReadsField(path string) bool {
+	t := reflect.TypeFor[usage]()
+	for _, name := range strings.Split(path, ".") {
+		f, ok := fieldByTag(t, name)
+		if !ok {
+			return false
+		}
+		t = f.Type
+	}
+	return true
+}
+
+// fieldByTag is the field of struct t whose JSON name is name.
+func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
+	if t.Kind() != reflect.Struct {
+		return reflect.StructField{}, false
+	}
+	for i := range t.NumField() {
+		if f := t.Field(i); strings.Split(f.Tag.Get("json"), ",")[0] == name {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }

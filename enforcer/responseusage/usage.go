@@ -567,3 +567,8 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 func (e *Extractor) onDoc() {
 	e.acc.applySSE(&e.scan.doc)
 }
+
+// ReadsKey tells whether the reader looks for JSON object key name in an answer (a
+// usage count, a model, a tier, a tool's trace): a contract test holds the official
+// SDKs' usage fields to it (e2e, TestEverySDKUsageFieldIsDecided).
+func ReadsKey(name string) bool { return keyID([]byte(name)) != kOther }
