@@ -20,7 +20,7 @@ type sdkUsageRoot struct{ reader, file, typ string }
 
 // sdkUsageRoots are the usage types of the answers the enforcer charges from: chat,
 // Responses, embeddings, images, transcriptions and Realtime (OpenAI), Messages
-// (Anthropic, and its beta), generateContent (Google).
+// (Anthropic, and its beta), generateContent (Google), Converse (Amazon Bedrock).
 var sdkUsageRoots = []sdkUsageRoot{
 	{"openai", "openai/resources/completions.d.ts", "CompletionUsage"},
 	{"openai", "openai/resources/responses/responses.d.ts", "ResponseUsage"},
@@ -36,6 +36,7 @@ var sdkUsageRoots = []sdkUsageRoot{
 	{"anthropic", "@anthropic-ai/sdk/resources/beta/messages/messages.d.ts", "BetaUsage"},
 	{"anthropic", "@anthropic-ai/sdk/resources/beta/messages/messages.d.ts", "BetaMessageDeltaUsage"},
 	{"genai", "@google/genai/dist/genai.d.ts", "GenerateContentResponseUsageMetadata"},
+	{"bedrock", "@aws-sdk/client-bedrock-runtime/dist-types/models/models_0.d.ts", "TokenUsage"},
 }
 
 // Every field of the usage the official SDKs declare is either read by the enforcer's
@@ -180,6 +181,14 @@ var sdkUsageFields = map[string]string{
 	"genai cacheTokensDetails[].tokenCount":         read,
 	"genai toolUsePromptTokensDetails[].modality":   "the modalities of toolUsePromptTokenCount, whose tokens are charged at the text input price (audio among a tool's results, rare, below its own)",
 	"genai toolUsePromptTokensDetails[].tokenCount": "the modalities of toolUsePromptTokenCount, whose tokens are charged at the text input price (audio among a tool's results, rare, below its own)",
+	// Amazon Bedrock's Converse and ConverseStream.
+	"bedrock inputTokens":                read,
+	"bedrock outputTokens":               read,
+	"bedrock totalTokens":                "inputTokens plus outputTokens (and the cache's), each read",
+	"bedrock cacheReadInputTokens":       read,
+	"bedrock cacheWriteInputTokens":      read,
+	"bedrock cacheDetails[].ttl":         read,
+	"bedrock cacheDetails[].inputTokens": read,
 }
 
 // tsType is one interface, class or object type of a TypeScript declaration file: its
