@@ -1,9 +1,14 @@
 package charttest
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 )
 
 // TestValuesRejected: values.schema.json and the templates' own checks make
@@ -35,6 +40,7 @@ func TestValuesRejected(t *testing.T) {
 		{"address without port", append(ok, "--set", "redis.mode=cluster", "--set", "redis.cluster.addresses={redis}"), "/redis/cluster/addresses/0"},
 		{"bad failure mode", append(ok, "--set", "enforcer.failureMode=maybe"), "/enforcer/failureMode"},
 		{"bad deferred billing", append(ok, "--set", "enforcer.deferredBilling=sometimes"), "/enforcer/deferredBilling"},
+		{"bad deferred endpoint", append(ok, "--set", "enforcer.deferredBillingAllow={videos,holidays}"), "/enforcer/deferredBillingAllow/1"},
 		{"bad enforcer mode", append(ok, "--set", "enforcer.mode=daemonset"), "/enforcer/mode"},
 		{"replicas as text", append(ok, "--set-string", "controlplane.replicas=two"), "/controlplane/replicas"},
 		{"port out of range", append(ok, "--set", "enforcer.ports.grpc=70000"), "/enforcer/ports/grpc"},
@@ -212,5 +218,34 @@ func TestValuesAccepted(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestDeferredBillingAllowSchema: the chart accepts in enforcer.deferredBillingAllow
+// exactly the endpoints the enforcer lets an operator allow (requestbody.DeferredEndpoints,
+// which TOLLGATE_DEFERRED_BILLING_ALLOW is validated against): an endpoint added to the
+// enforcer must be added to the schema, or an operator could not allow it with Helm.
+func TestDeferredBillingAllowSchema(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Enforcer struct {
+				Properties struct {
+					DeferredBillingAllow struct {
+						Items struct{ Enum []string }
+					}
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &schema); err != nil {
+		t.Fatal(err)
+	}
+	got := schema.Properties.Enforcer.Properties.DeferredBillingAllow.Items.Enum
+	if !slices.Equal(got, requestbody.DeferredEndpoints) {
+		t.Fatalf("the schema's enforcer.deferredBillingAllow takes %v, the enforcer %v", got, requestbody.DeferredEndpoints)
 	}
 }

@@ -244,7 +244,7 @@ func New(d Deps) *Enforcer {
 		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))), grpc.WaitForHandlers(true), grpc.ConnectionTimeout(handshakeTimeout))...)
 	authv3.RegisterAuthorizationServer(e.GRPC, az)
 	xp := extproc.New(e.Tracker, m, responseusage.Limits{})
-	xp.AllowDeferredBilling = cfg.AllowDeferredBilling()
+	xp.AllowDeferred = cfg.AllowDeferred()
 	extprocv3.RegisterExternalProcessorServer(e.GRPC, xp)
 	e.Health = health.NewServer()
 	healthpb.RegisterHealthServer(e.GRPC, e.Health)
@@ -252,7 +252,7 @@ func New(d Deps) *Enforcer {
 
 	if cfg.GatewayAddr != "" {
 		gwCfg := cfg.Gateway
-		gwCfg.AllowDeferredBilling = cfg.AllowDeferredBilling()
+		gwCfg.AllowDeferred = cfg.AllowDeferred()
 		gw, err := gateway.New(gwCfg, e.Gate, e.Tracker, responseusage.Limits{},
 			gateway.Metrics{Requests: m.GatewayRequests, Active: m.GatewayActive, FirstByte: m.GatewayFirstByte}, log)
 		if err != nil {

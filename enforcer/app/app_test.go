@@ -48,6 +48,7 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES": "1000",
 		"TOLLGATE_ENFORCER_INFLIGHT_CAPACITY":      "-1",
 		"TOLLGATE_DEFERRED_BILLING":                "sometimes",
+		"TOLLGATE_DEFERRED_BILLING_ALLOW":          "videos, holidays",
 	}), app.IO{Stdout: io.Discard, Stderr: io.Discard})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
@@ -55,10 +56,16 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 	for _, want := range []string{"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_ADDRS", "TOLLGATE_REDIS_SENTINEL_MASTER", "TOLLGATE_ENFORCER_GRPC_ADDR",
 		"TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_START_DEADLINE", "TOLLGATE_ENFORCER_START_CAPACITY", "TOLLGATE_ENFORCER_SETTLE_CAPACITY",
 		"TOLLGATE_ENFORCER_SETTLE_LINGER", "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "TOLLGATE_ENFORCER_INFLIGHT_CAPACITY",
-		"TOLLGATE_DEFERRED_BILLING"} {
+		"TOLLGATE_DEFERRED_BILLING", `TOLLGATE_DEFERRED_BILLING_ALLOW: "holidays" is not an endpoint billed later`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}
+	}
+	// A list beside allow says nothing: refused, so that the operator knows.
+	if err := app.Run(context.Background(), nil, envOf(map[string]string{"TOLLGATE_DEFERRED_BILLING": "allow",
+		"TOLLGATE_DEFERRED_BILLING_ALLOW": "videos"}), app.IO{Stdout: io.Discard, Stderr: io.Discard}); err == nil ||
+		!strings.Contains(err.Error(), "TOLLGATE_DEFERRED_BILLING_ALLOW: only with TOLLGATE_DEFERRED_BILLING=refuse") {
+		t.Fatalf("allow with a list: %v", err)
 	}
 	// --failure-mode as a flag wins over the environment.
 	if err := app.Run(context.Background(), []string{"--failure-mode", "maybe"}, envOf(nil), app.IO{Stdout: io.Discard, Stderr: io.Discard}); err == nil ||
@@ -76,7 +83,7 @@ func TestHelpDocumentsEveryKnob(t *testing.T) {
 		"TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR", "TOLLGATE_CONTROLPLANE_ADDR",
 		"TOLLGATE_INTERNAL_TOKEN", "-failure-mode", "TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_SETTLE_LINGER",
 		"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR", "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "TOLLGATE_ENFORCER_INFLIGHT_CAPACITY",
-		"-deferred-billing", "TOLLGATE_DEFERRED_BILLING"} {
+		"-deferred-billing", "TOLLGATE_DEFERRED_BILLING", "-deferred-billing-allow", "TOLLGATE_DEFERRED_BILLING_ALLOW"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %s", want)
 		}

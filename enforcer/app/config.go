@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/cpclient"
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/spool"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
@@ -56,6 +57,11 @@ type Config struct {
 	// allow (such requests go through and are charged what their answers report, about
 	// nothing) (TOLLGATE_DEFERRED_BILLING).
 	DeferredBilling string
+	// DeferredBillingAllow lists the endpoints billed later (requestbody.DeferredEndpoints)
+	// let through when DeferredBilling is refuse, comma-separated
+	// (TOLLGATE_DEFERRED_BILLING_ALLOW): an organization that caches Gemini contexts on
+	// purpose can allow context_caches and still refuse the rest.
+	DeferredBillingAllow string
 	// LogFormat is text or json (TOLLGATE_LOG_FORMAT).
 	LogFormat string
 	// LogLevel is debug, info, warn or error (TOLLGATE_LOG_LEVEL).
@@ -150,8 +156,28 @@ func (c Config) InflightLimit() int {
 // FailOpen reports whether infrastructure failures admit.
 func (c Config) FailOpen() bool { return c.FailureMode == "open" }
 
-// AllowDeferredBilling reports whether requests billed later go through (DeferredBilling).
-func (c Config) AllowDeferredBilling() bool { return c.DeferredBilling == "allow" }
+// AllowDeferred is the set of endpoints billed later that go through: all of them with
+// DeferredBilling allow, else those DeferredBillingAllow lists (validated).
+func (c Config) AllowDeferred() requestbody.DeferredAllowed {
+	if c.DeferredBilling == "allow" {
+		a, _ := requestbody.AllowDeferred(requestbody.DeferredEndpoints...)
+		return a
+	}
+	a, _ := requestbody.AllowDeferred(c.deferredBillingAllowList()...)
+	return a
+}
+
+// deferredBillingAllowList is DeferredBillingAllow's endpoints, spaces and empty
+// entries dropped.
+func (c Config) deferredBillingAllowList() []string {
+	var out []string
+	for _, e := range strings.Split(c.DeferredBillingAllow, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
 
 // parseConfig builds the config from flags and the environment and validates it,
 // reporting every problem at once.
@@ -174,6 +200,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.InternalToken, "internal-token", getenv("TOLLGATE_INTERNAL_TOKEN"), "shared secret for the control plane's internal API and for non-loopback /settle callers (TOLLGATE_INTERNAL_TOKEN)")
 	fs.StringVar(&c.FailureMode, "failure-mode", env("TOLLGATE_FAILURE_MODE", "closed"), "on Redis or control-plane failure: closed answers 503, open admits (TOLLGATE_FAILURE_MODE)")
 	fs.StringVar(&c.DeferredBilling, "deferred-billing", env("TOLLGATE_DEFERRED_BILLING", "refuse"), "requests whose cost is billed later, out of the enforcer's sight (batches, background responses, Assistants runs, fine-tuning jobs, videos, Realtime sessions, eval runs, agent sessions, context caches, file indexing, containers: docs/enforcer.md): refuse answers 403, allow lets them through at about no charge (TOLLGATE_DEFERRED_BILLING)")
+	fs.StringVar(&c.DeferredBillingAllow, "deferred-billing-allow", env("TOLLGATE_DEFERRED_BILLING_ALLOW", ""), "with refuse, the endpoints billed later that are let through all the same, comma-separated (context_caches,batches; the names of docs/enforcer.md, \"Deferred billing\") (TOLLGATE_DEFERRED_BILLING_ALLOW)")
 	fs.StringVar(&c.LogFormat, "log-format", env("TOLLGATE_LOG_FORMAT", "text"), "log format: text or json (TOLLGATE_LOG_FORMAT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("TOLLGATE_LOG_LEVEL", "info"), "log level: debug, info, warn or error (TOLLGATE_LOG_LEVEL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT)")
@@ -276,6 +303,11 @@ func (c Config) validate() []string {
 	}
 	if c.DeferredBilling != "refuse" && c.DeferredBilling != "allow" {
 		p = append(p, "TOLLGATE_DEFERRED_BILLING: must be refuse or allow")
+	}
+	if _, err := requestbody.AllowDeferred(c.deferredBillingAllowList()...); err != nil {
+		p = append(p, "TOLLGATE_DEFERRED_BILLING_ALLOW: "+err.Error())
+	} else if c.DeferredBilling == "allow" && c.DeferredBillingAllow != "" {
+		p = append(p, "TOLLGATE_DEFERRED_BILLING_ALLOW: only with TOLLGATE_DEFERRED_BILLING=refuse (allow lets every endpoint through)")
 	}
 	p = append(p, logging.Validate(c.LogFormat, c.LogLevel)...)
 	positive := []struct {

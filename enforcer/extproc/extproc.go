@@ -37,9 +37,9 @@ type Server struct {
 	tracker *inflight.Tracker
 	m       *metrics.Metrics
 	limits  responseusage.Limits
-	// AllowDeferredBilling lets requests billed later through (requestbody.Deferred);
-	// by default they are refused with gate.BillingDeferredRefusal.
-	AllowDeferredBilling bool
+	// AllowDeferred lets the requests of these endpoints billed later through
+	// (requestbody.Deferred); the others are answered 403 service_gateway_billing_deferred.
+	AllowDeferred requestbody.DeferredAllowed
 }
 
 // New returns the ext_proc server.
@@ -117,7 +117,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		st.requestHeaders(r.RequestHeaders.GetHeaders())
 		st.upstreamHost = upstreamHostOf(req.GetAttributes())
-		if st.webSocket && st.requestID != "" && !st.s.AllowDeferredBilling {
+		if st.webSocket && st.requestID != "" && !st.s.AllowDeferred.Allows(requestbody.DeferredRealtime) {
 			// A WebSocket (the Realtime API) is relayed past ext_proc once upgraded: its
 			// messages, and the usage in them, are never seen here. Only the enforcer's
 			// gateway charges one (docs/gateway.md, "Realtime").
@@ -234,7 +234,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	// The body's estimate, with the model its path names (Gemini, Bedrock, Vertex AI)
 	// and whether the path is a regional endpoint, as the gateway reads them.
 	est := gate.BodyHint(body, st.path, st.host()).WithUpstreamHost(st.upstreamHost).Body
-	if endpoint := requestbody.Deferred(st.method, st.path, requestbody.InBackground(est, body)); endpoint != "" && !st.s.AllowDeferredBilling {
+	if endpoint := requestbody.Deferred(st.method, st.path, requestbody.InBackground(est, body)); endpoint != "" && !st.s.AllowDeferred.Allows(endpoint) {
 		_ = st.s.tracker.Finish(st.requestID, inflight.Refused(http.StatusForbidden), nil) // never sent upstream
 		m.WithLabelValues("billing_deferred").Inc()
 		return immediate(gate.BillingDeferredRefusal(endpoint))

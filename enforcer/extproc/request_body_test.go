@@ -496,18 +496,21 @@ func TestExtProcRefusesUnpricedModels(t *testing.T) {
 
 // A request whose cost the provider bills later is refused on its body with 403
 // service_gateway_billing_deferred and settled at a known 0; with
-// TOLLGATE_DEFERRED_BILLING=allow it goes on.
+// TOLLGATE_DEFERRED_BILLING=allow it goes on; with TOLLGATE_DEFERRED_BILLING_ALLOW, those
+// of the endpoints it lists go on and the others are refused.
 func TestExtProcRefusesDeferredBilling(t *testing.T) {
-	for _, allow := range []bool{false, true} {
-		e, w := deferredBillingEnv(t, allow)
+	for _, mode := range []string{"refuse", "allow", "interactions,context_caches"} {
+		e, w := deferredBillingEnv(t, mode)
+		refused := 0.0
 		for _, tc := range []struct{ path, body, endpoint string }{
 			{"/v1/batches", `{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`, "batches"},
 			{"/v1/responses", `{"model":"gpt-5","background":true,"input":"write a novel"}`, "background_responses"},
 			{"/v1beta/interactions", `{"model":"gemini-3-pro-preview","input":"write a novel","background":true}`, "interactions"},
+			{"/v1beta/cachedContents", `{"model":"models/gemini-3-pro-preview","contents":[{"parts":[{"text":"a long book"}]}],"ttl":"86400s"}`, "context_caches"},
 		} {
 			id, _ := e.Admit(t, w.Key)
 			resp := answerRequestBody(t, e, bodySpec{requestID: id, path: tc.path, body: tc.body})
-			if allow {
+			if mode == "allow" || strings.Contains(mode, tc.endpoint) {
 				if resp.GetRequestBody() == nil || e.CP.Receipt(id) != nil {
 					t.Fatalf("%s allowed: answered %v", tc.path, resp)
 				}
@@ -522,13 +525,14 @@ func TestExtProcRefusesDeferredBilling(t *testing.T) {
 				r.Item.UpstreamCostMicroUsd == nil || *r.Item.UpstreamCostMicroUsd != 0 {
 				t.Fatalf("%s: receipt %+v of %v", tc.path, r, r.Item)
 			}
+			refused++
 		}
-		want := 3.0 // each path above
-		if allow {
-			want = 0
+		want := map[string]float64{"refuse": 4, "allow": 0}[mode]
+		if mode != "refuse" && mode != "allow" {
+			want = 2 // the batch and the background response
 		}
-		if n := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "billing_deferred"); n != want {
-			t.Fatalf("allow %v: billing_deferred counted %v times, want %v", allow, n, want)
+		if n := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "billing_deferred"); n != want || refused != want {
+			t.Fatalf("%s: billing_deferred counted %v times, %v refused, want %v", mode, n, refused, want)
 		}
 	}
 }
@@ -539,7 +543,7 @@ func TestExtProcRefusesDeferredBilling(t *testing.T) {
 // with TOLLGATE_DEFERRED_BILLING=allow it goes on.
 func TestExtProcRefusesWebSockets(t *testing.T) {
 	for _, allow := range []bool{false, true} {
-		e, w := deferredBillingEnv(t, allow)
+		e, w := deferredBillingEnv(t, map[bool]string{false: "refuse", true: "allow"}[allow])
 		id, _ := e.Admit(t, w.Key)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -574,14 +578,19 @@ func TestExtProcRefusesWebSockets(t *testing.T) {
 	}
 }
 
-// deferredBillingEnv is an enforcer whose deferred billing is allowed
-// (TOLLGATE_DEFERRED_BILLING=allow) or refused (the default), and a member with a 1 USD
-// day limit.
-func deferredBillingEnv(t *testing.T, allow bool) (*enforcertest.Env, enforcertest.Member) {
+// deferredBillingEnv is an enforcer whose deferred billing is refused (mode "refuse",
+// the default), allowed (TOLLGATE_DEFERRED_BILLING=allow) or refused but for the
+// endpoints mode lists (TOLLGATE_DEFERRED_BILLING_ALLOW), and a member with a 1 USD day
+// limit.
+func deferredBillingEnv(t *testing.T, mode string) (*enforcertest.Env, enforcertest.Member) {
 	t.Helper()
 	e := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) {
-		if allow {
+		switch mode {
+		case "allow":
 			c.DeferredBilling = "allow"
+		case "refuse":
+		default:
+			c.DeferredBillingAllow = mode
 		}
 	}})
 	return e, e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))

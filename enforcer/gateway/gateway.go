@@ -107,9 +107,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxStreams bounds the requests proxied at once (default 10000).
 	MaxStreams int
-	// AllowDeferredBilling lets requests billed later through (requestbody.Deferred);
-	// by default they are refused with gate.BillingDeferredRefusal.
-	AllowDeferredBilling bool
+	// AllowDeferred lets the requests of these endpoints billed later through
+	// (requestbody.Deferred); the others are answered 403 service_gateway_billing_deferred.
+	AllowDeferred requestbody.DeferredAllowed
 	// AccessLog writes a line for every request when it ends, at level info (access).
 	AccessLog bool
 	// ServerTiming adds a Server-Timing header to every answer the gate decided:
@@ -547,7 +547,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	}
 
 	p.unbilled = requestbody.Unbilled(r.Method, r.URL.Path)
-	if endpoint := requestbody.Deferred(r.Method, r.URL.Path, requestbody.InBackground(est, body)); endpoint != "" && !gw.cfg.AllowDeferredBilling {
+	if endpoint := requestbody.Deferred(r.Method, r.URL.Path, requestbody.InBackground(est, body)); endpoint != "" && !gw.cfg.AllowDeferred.Allows(endpoint) {
 		p.settle(inflight.Refused(http.StatusForbidden)) // never sent upstream
 		gw.answered(w, OutcomeRefused)
 		refuse(w, gate.BillingDeferredRefusal(endpoint))

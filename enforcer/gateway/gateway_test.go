@@ -30,6 +30,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/internal/testio"
@@ -1074,7 +1075,8 @@ func TestTokenCountIsNotEstimated(t *testing.T) {
 
 // A request whose cost the provider bills later (requestbody.Deferred) is refused with
 // 403 service_gateway_billing_deferred, never reaches the upstream, and is settled at a
-// known 0; with AllowDeferredBilling it goes through. A retrieval (GET) of a stored
+// known 0; with its endpoint in AllowDeferred it goes through, and the others are
+// still refused. A retrieval (GET) of a stored
 // response goes through and is settled at a known 0 although its body shows the usage
 // the response was charged when it was generated.
 func TestDeferredBillingAndRetrievals(t *testing.T) {
@@ -1115,7 +1117,11 @@ func TestDeferredBillingAndRetrievals(t *testing.T) {
 		t.Fatalf("the upstream got %d deferred-billing requests", n)
 	}
 
-	allowed := newEnv(t, up.URL, gateway.Config{AllowDeferredBilling: true})
+	allow, err := requestbody.AllowDeferred(requestbody.DeferredBackground)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := newEnv(t, up.URL, gateway.Config{AllowDeferred: allow})
 	res := post(t, allowed.front.URL+"/v1/responses", "tgk_good", `{"model":"gpt-5","background":true,"input":"x"}`)
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
@@ -1125,6 +1131,15 @@ func TestDeferredBillingAndRetrievals(t *testing.T) {
 	if u := allowed.tracker.settled(t); u.InputTokens != 900 || u.UpstreamCostMicroUSD != nil {
 		t.Fatalf("allowed: settled %+v, want what the answer reported", u)
 	}
+	allowed.tracker.reset()
+	// An endpoint the list leaves out is refused all the same.
+	res = post(t, allowed.front.URL+"/v1/batches", "tgk_good", `{"input_file_id":"file-1"}`)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 403 || calls.Load() != 1 {
+		t.Fatalf("a batch with only background responses allowed: %d, %d upstream calls", res.StatusCode, calls.Load())
+	}
+	zeroKnown(t, allowed.tracker.settled(t), 403)
 
 	e := newEnv(t, up.URL, gateway.Config{})
 	res = send(t, "GET", e.front.URL+"/v1/responses/resp_1", "tgk_good", nil)

@@ -3,7 +3,9 @@ package requestbody
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
@@ -51,6 +53,27 @@ const (
 	// request.
 	DeferredContainers = "containers"
 )
+
+// DeferredAllowed is the set of the endpoints billed later (Deferred's names) that an
+// operator lets through: all of them with TOLLGATE_DEFERRED_BILLING=allow, those
+// TOLLGATE_DEFERRED_BILLING_ALLOW lists with refuse, none by default (nil).
+type DeferredAllowed map[string]bool
+
+// Allows tells whether requests of the deferred endpoint go through.
+func (a DeferredAllowed) Allows(endpoint string) bool { return a[endpoint] }
+
+// AllowDeferred is the DeferredAllowed of endpoints, each one of DeferredEndpoints; the
+// error names the first that is not.
+func AllowDeferred(endpoints ...string) (DeferredAllowed, error) {
+	a := DeferredAllowed{}
+	for _, e := range endpoints {
+		if !slices.Contains(DeferredEndpoints, e) {
+			return nil, fmt.Errorf("%q is not an endpoint billed later (one of %s)", e, strings.Join(DeferredEndpoints, ", "))
+		}
+		a[e] = true
+	}
+	return a, nil
+}
 
 // DeferredEndpoints lists every name Deferred returns (metrics and docs).
 var DeferredEndpoints = []string{DeferredBatches, DeferredAssistants, DeferredFineTuning, DeferredRealtime, DeferredVideos, DeferredBackground,

@@ -2,6 +2,7 @@ package requestbody_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
@@ -149,5 +150,24 @@ func TestUnbilledCost(t *testing.T) {
 	reported := int64(17)
 	if c := requestbody.UnbilledCost(&reported); c != &reported {
 		t.Errorf("UnbilledCost(&17) = %v, want the reported cost", c)
+	}
+}
+
+func TestAllowDeferred(t *testing.T) {
+	a, err := requestbody.AllowDeferred(requestbody.DeferredContextCaches, requestbody.DeferredBatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range requestbody.DeferredEndpoints {
+		if want := e == requestbody.DeferredContextCaches || e == requestbody.DeferredBatches; a.Allows(e) != want {
+			t.Errorf("Allows(%q) = %v, want %v", e, a.Allows(e), want)
+		}
+	}
+	if _, err := requestbody.AllowDeferred("videos", "Batches"); err == nil || !strings.Contains(err.Error(), `"Batches" is not an endpoint billed later`) {
+		t.Errorf("a name not in the list: %v", err)
+	}
+	var none requestbody.DeferredAllowed
+	if none.Allows(requestbody.DeferredBatches) {
+		t.Error("the default allows a batch")
 	}
 }

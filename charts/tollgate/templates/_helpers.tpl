@@ -266,6 +266,10 @@ env:
     value: {{ $e.failureMode | quote }}
   - name: TOLLGATE_DEFERRED_BILLING
     value: {{ $e.deferredBilling | quote }}
+  {{- with $e.deferredBillingAllow }}
+  - name: TOLLGATE_DEFERRED_BILLING_ALLOW
+    value: {{ join "," . | quote }}
+  {{- end }}
   - name: TOLLGATE_REDIS_CHECK_TIMEOUT
     value: {{ $e.redisCheckTimeout | quote }}
   {{- with include "tollgate.goRuntimeEnv" $e.goRuntime | trim }}{{ . | nindent 2 }}{{ end }}
