@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -64,19 +65,10 @@ func TestEverySDKEndpointIsClassified(t *testing.T) {
 	}
 	// Each kind the classes name is one the enforcer lists (metrics, docs).
 	for _, want := range sdkEndpointClasses {
-		if want != "" && !contains(requestbody.DeferredEndpoints, want) {
+		if want != "" && !slices.Contains(requestbody.DeferredEndpoints, want) {
 			t.Errorf("%q is not in requestbody.DeferredEndpoints", want)
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // The SDKs' ways of naming a POST's path:
