@@ -178,3 +178,33 @@ func TestMistralThroughTheGateway(t *testing.T) {
 		})
 	}
 }
+
+// TestMistralOCRThroughTheGateway: the official Mistral SDK's OCR call (ocr.process)
+// through the gateway is charged by the page, as Mistral bills it: the pages its answer
+// reports (usage_info.pages_processed) at the catalog's price of a page of the model
+// (mistral-ocr-latest: 4 USD per 1,000 pages), its tokens at 0, and the receipt keeps
+// the pages. An OCR model the catalog does not know is charged the catalog's highest
+// page price, counted unpriced. Before 2026-11-29 an OCR call was charged its request's
+// few estimated tokens at the fallback price, whatever its pages.
+func TestMistralOCRThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := routedGateway(t, fakellm.Usage{OCRPages: 12}, "authorization", "Bearer mistral-key")
+	for _, tc := range []struct {
+		model, source string
+		perPage       int64
+	}{
+		{"mistral-ocr-latest", "catalog", 4_000},
+		{"acme-ocr-1", "fallback", pricecatalog.Highest().PerPage},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			rec, r := oneSDKCallResult(t, fake, s, dir, "mistral.mjs", "ocr", o.key, tc.model)
+			if r.Chunks != 12 || !strings.Contains(r.Text, fakellm.Text) || !strings.Contains(string(r.Usage), `"pagesProcessed":12`) {
+				t.Fatalf("the SDK's answer: %+v", r)
+			}
+			if rec.cost() != 12*tc.perPage || rec["ocr_pages"] != 12.0 || rec["price_source"] != tc.source || rec["complete"] != true ||
+				rec["cost_basis"] != "reported_usage" {
+				t.Fatalf("receipt %s, want 12 pages at %d micro-USD each, priced from the %s", rec, tc.perPage, tc.source)
+			}
+		})
+	}
+}

@@ -110,11 +110,35 @@ func sdkPOSTs(t *testing.T, modules string) []sdkEndpoint {
 	if err != nil {
 		t.Fatal(err)
 	}
+	generatedPOSTs(set, "genai", b)
+	// The Mistral SDK is generated as Gen AI's newer methods are: one file a method.
+	err = filepath.WalkDir(filepath.Join(modules, "@mistralai/mistralai/esm/funcs"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".js") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err == nil {
+			generatedPOSTs(set, "mistral", b)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []sdkEndpoint
+	for e := range set {
+		out = append(out, e)
+	}
+	return out
+}
+
+// generatedPOSTs adds to set the paths code b names with formatMap or pathToFunc whose
+// request is a POST: the method is the first one named after the path, before the next
+// path (a method that names none is one of Gen AI's uploads or batches: a POST).
+func generatedPOSTs(set map[sdkEndpoint]bool, sdk string, b []byte) {
 	for _, re := range []*regexp.Regexp{genaiFormat, genaiPathFn} {
 		for _, m := range re.FindAllSubmatchIndex(b, -1) {
 			template := string(b[m[2]:m[3]])
-			// The method is the first one named after the path, before the next path
-			// (a method that names none is one of the SDK's uploads or batches: a POST).
 			rest := b[m[1]:min(len(b), m[1]+3000)]
 			if next := genaiFormat.FindIndex(rest); next != nil {
 				rest = rest[:next[0]]
@@ -125,14 +149,9 @@ func sdkPOSTs(t *testing.T, modules string) []sdkEndpoint {
 			if mm := genaiMethod.FindSubmatch(rest); mm != nil && string(mm[1]) != "POST" {
 				continue
 			}
-			set[sdkEndpoint{"genai", template}] = true
+			set[sdkEndpoint{sdk, template}] = true
 		}
 	}
-	var out []sdkEndpoint
-	for e := range set {
-		out = append(out, e)
-	}
-	return out
 }
 
 // templateParam matches a path parameter of the SDKs' templates: ${videoID}, {model}.
@@ -143,6 +162,7 @@ var templateParam = regexp.MustCompile(`\$?\{[^}]+\}`)
 // filled in (a model as Gemini names it: models/{id}) and a query left out.
 func sdkRequestPath(e sdkEndpoint) string {
 	p, _, _ := strings.Cut(e.template, "?")
+	p, _, _ = strings.Cut(p, "#") // Mistral's "/v1/chat/completions#stream": the same path
 	p = strings.ReplaceAll(p, "{api_version}", "v1beta")
 	p = strings.ReplaceAll(p, "{model}", "models/some-model")
 	p = templateParam.ReplaceAllString(p, "id_1")
@@ -310,4 +330,80 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"genai", "upload/v1beta/{file_search_store_name}:uploadToFileSearchStore"}: requestbody.DeferredFileIndexing,
 	{"genai", "/{api_version}/triggers"}:                                        requestbody.DeferredAgents,
 	{"genai", "/{api_version}/triggers/{triggerId}/executions"}:                 requestbody.DeferredAgents,
+	// mistral (its moderations are billed by the token and settled at 0
+	// as OpenAI's free moderations are: requestbody.Unbilled; its connectors' tool calls
+	// are charged nothing: docs/prices.md, "Billed items not charged yet")
+	{"mistral", "/v1/audio/speech"}:                                                   "",
+	{"mistral", "/v1/audio/transcriptions"}:                                           "",
+	{"mistral", "/v1/audio/transcriptions#stream"}:                                    "",
+	{"mistral", "/v1/audio/voices"}:                                                   "",
+	{"mistral", "/v1/batch/jobs/{job_id}/cancel"}:                                     "",
+	{"mistral", "/v1/chat/classifications"}:                                           "",
+	{"mistral", "/v1/chat/completions"}:                                               "",
+	{"mistral", "/v1/chat/completions#stream"}:                                        "",
+	{"mistral", "/v1/chat/moderations"}:                                               "",
+	{"mistral", "/v1/classifications"}:                                                "",
+	{"mistral", "/v1/connectors"}:                                                     "",
+	{"mistral", "/v1/connectors/{connector_id_or_name}/tools/{tool_name}/call"}:       "",
+	{"mistral", "/v1/connectors/{connector_id_or_name}/{consumer_scope}/credentials"}: "",
+	{"mistral", "/v1/connectors/{connector_id}/{consumer_scope}/activate"}:            "",
+	{"mistral", "/v1/connectors/{connector_id}/{consumer_scope}/deactivate"}:          "",
+	{"mistral", "/v1/conversations"}:                                                  "",
+	{"mistral", "/v1/conversations#stream"}:                                           "",
+	{"mistral", "/v1/conversations/{conversation_id}"}:                                "",
+	{"mistral", "/v1/conversations/{conversation_id}#stream"}:                         "",
+	{"mistral", "/v1/conversations/{conversation_id}/restart"}:                        "",
+	{"mistral", "/v1/conversations/{conversation_id}/restart#stream"}:                 "",
+	{"mistral", "/v1/embeddings"}:                                                     "",
+	{"mistral", "/v1/files"}:                                                          "",
+	{"mistral", "/v1/fim/completions"}:                                                "",
+	{"mistral", "/v1/fim/completions#stream"}:                                         "",
+	{"mistral", "/v1/fine_tuning/models/{model_id}/archive"}:                          "",
+	{"mistral", "/v1/libraries"}:                                                      "",
+	{"mistral", "/v1/moderations"}:                                                    "",
+	{"mistral", "/v1/observability/dataset-records/bulk-delete"}:                      "",
+	{"mistral", "/v1/observability/datasets"}:                                         "",
+	{"mistral", "/v1/observability/datasets/{dataset_id}/imports/from-dataset"}:       "",
+	{"mistral", "/v1/observability/datasets/{dataset_id}/imports/from-file"}:          "",
+	{"mistral", "/v1/observability/datasets/{dataset_id}/imports/from-playground"}:    "",
+	{"mistral", "/v1/observability/datasets/{dataset_id}/records"}:                    "",
+	{"mistral", "/v1/observability/judges"}:                                           "",
+	{"mistral", "/v1/observability/logs/search"}:                                      "",
+	{"mistral", "/v1/observability/pipeline-configs"}:                                 "",
+	{"mistral", "/v1/observability/spans/aggregate"}:                                  "",
+	{"mistral", "/v1/observability/spans/evaluations/search"}:                         "",
+	{"mistral", "/v1/observability/spans/evaluations/search/latest"}:                  "",
+	{"mistral", "/v1/observability/spans/search"}:                                     "",
+	{"mistral", "/v1/observability/traces/aggregate"}:                                 "",
+	{"mistral", "/v1/observability/traces/search"}:                                    "",
+	{"mistral", "/v1/ocr"}:                                                            "",
+	{"mistral", "/v1/service-accounts"}:                                               "",
+	{"mistral", "/v1/workflows/deployments"}:                                          "",
+	{"mistral", "/v1/workflows/deployments/{name}/stop"}:                              "",
+	{"mistral", "/v1/workflows/executions/cancel"}:                                    "",
+	{"mistral", "/v1/workflows/executions/terminate"}:                                 "",
+	{"mistral", "/v1/workflows/executions/{execution_id}/cancel"}:                     "",
+	{"mistral", "/v1/workflows/executions/{execution_id}/queries"}:                    "",
+	{"mistral", "/v1/workflows/executions/{execution_id}/reset"}:                      "",
+	{"mistral", "/v1/workflows/executions/{execution_id}/signals"}:                    "",
+	{"mistral", "/v1/workflows/executions/{execution_id}/terminate"}:                  "",
+	{"mistral", "/v1/workflows/executions/{execution_id}/updates"}:                    "",
+	{"mistral", "/v1/workflows/schedules/{schedule_id}/pause"}:                        "",
+	{"mistral", "/v2/prompts"}:                                                        "",
+	{"mistral", "/v2/prompts/{prompt_id}/versions"}:                                   "",
+	{"mistral", "/v2/skills"}:                                                         "",
+	{"mistral", "/v2/skills/{skill_id}/versions"}:                                     "",
+	{"mistral", "/v1/batch/jobs"}:                                                     requestbody.DeferredBatches,
+	{"mistral", "/v1/libraries/{library_id}/documents"}:                               requestbody.DeferredFileIndexing,
+	{"mistral", "/v1/libraries/{library_id}/documents/{document_id}/reprocess"}:       requestbody.DeferredFileIndexing,
+	{"mistral", "/v1/observability/dataset-records/{dataset_record_id}/live-judging"}: requestbody.DeferredEvals,
+	{"mistral", "/v1/observability/judges/{judge_id}/live-judging"}:                   requestbody.DeferredEvals,
+	{"mistral", "/v1/workflows/deployments/{name}/restart"}:                           requestbody.DeferredAgents,
+	{"mistral", "/v1/workflows/deployments/{name}/start"}:                             requestbody.DeferredAgents,
+	{"mistral", "/v1/workflows/registrations/{workflow_registration_id}/execute"}:     requestbody.DeferredAgents,
+	{"mistral", "/v1/workflows/schedules"}:                                            requestbody.DeferredAgents,
+	{"mistral", "/v1/workflows/schedules/{schedule_id}/resume"}:                       requestbody.DeferredAgents,
+	{"mistral", "/v1/workflows/schedules/{schedule_id}/trigger"}:                      requestbody.DeferredAgents,
+	{"mistral", "/v1/workflows/{workflow_identifier}/execute"}:                        requestbody.DeferredAgents,
+	{"mistral", "/v1/client/sessions"}:                                                requestbody.DeferredRealtime,
 }

@@ -59,7 +59,8 @@ func CleanModel(s string) (clean string, changed bool) {
 }
 
 // Bound keeps every token count (the advisor's too), and every count of calls billed
-// apart (web searches, file search and image generation calls, maps-grounded prompts),
+// apart (web searches, file search and image generation calls, maps-grounded prompts,
+// OCR pages),
 // within [0, MaxTokens] (the audio milliseconds within [0, MaxAudioMillis]) and an
 // upstream cost within [0, money.MaxAllowanceMicroUSD]: a count above the bound is
 // capped, a negative count is read as 0, a negative upstream cost is ignored (the tokens
@@ -76,7 +77,7 @@ func Bound(u Usage) (Usage, []string) {
 	}{{"input_tokens", &u.InputTokens}, {"output_tokens", &u.OutputTokens}, {"cached_input_tokens", &u.CachedInputTokens},
 		{"cache_creation_input_tokens", &u.CacheWriteTokens}, {"cache_creation_one_hour_input_tokens", &u.CacheWrite1hTokens},
 		{"audio_input_millis", &u.AudioInputMillis}, {"web_search_requests", &u.WebSearchRequests},
-		{"file_search_calls", &u.FileSearchCalls}, {"maps_grounded_prompts", &u.MapsGroundedPrompts},
+		{"file_search_calls", &u.FileSearchCalls}, {"maps_grounded_prompts", &u.MapsGroundedPrompts}, {"ocr_pages", &u.OCRPages},
 		{"image_generation_calls", &u.ImageGenerationCalls},
 		{"image_output_tokens", &u.ImageOutputTokens}, {"advisor_input_tokens", &u.AdvisorInputTokens},
 		{"advisor_output_tokens", &u.AdvisorOutputTokens}, {"advisor_cached_input_tokens", &u.AdvisorCachedInputTokens},

@@ -58,6 +58,9 @@ type Price struct {
 	// (pricecatalog.AudioDuration); the ledger fills it from the catalog whatever priced
 	// the tokens, since organizations price tokens only.
 	AudioPerMinute int64
+	// PerPage prices one page an OCR model read, in micro-USD (pricecatalog.OCR); filled
+	// by the ledger from the catalog like AudioPerMinute.
+	PerPage int64
 	// WebSearch prices one web search a provider's server tool made, in micro-USD: the
 	// catalog's price for the model's provider, filled by the ledger like
 	// AudioPerMinute.
@@ -160,6 +163,9 @@ type Usage struct {
 	// googleMaps tool: 1 when the answer held a maps source, however many), priced at
 	// Price.MapsGrounding each, on top of the tokens and of any web searches.
 	MapsGroundedPrompts int64
+	// OCRPages counts the pages an OCR model read (Mistral's usage_info.pages_processed),
+	// priced at Price.PerPage each, on top of the tokens (which an OCR model prices at 0).
+	OCRPages int64
 	// ImageGenerationCalls counts the calls of OpenAI's image generation tool (Responses
 	// API image_generation_call items), each an image billed as its image model's
 	// output tokens apart from the response's usage: ImageOutputTokens in all, priced at
@@ -244,7 +250,7 @@ func (u Usage) Basis() string {
 	case u.UpstreamCost != nil:
 		return BasisUpstreamCost
 	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0 && u.AudioInputMillis == 0 &&
-		u.WebSearchRequests == 0 && u.FileSearchCalls == 0 && u.MapsGroundedPrompts == 0 && u.ImageGenerationCalls == 0 &&
+		u.WebSearchRequests == 0 && u.FileSearchCalls == 0 && u.MapsGroundedPrompts == 0 && u.OCRPages == 0 && u.ImageGenerationCalls == 0 &&
 		u.ImageOutputTokens == 0 && !u.HasAdvisor():
 		return BasisNone
 	case u.Estimated:
@@ -282,8 +288,8 @@ type Cost struct {
 // SourceCatalogEstimate), plus its audio by the minute (AudioCost), at the percent of its
 // speed tier (Price.TierPercent, rounded up) when it ran at a dearer one, with the
 // price's regional premium when it went to a regional endpoint
-// (pricecatalog.RegionalPremium), plus its web searches, file search calls and
-// maps-grounded prompts apiece, its image generation calls' output tokens at the image
+// (pricecatalog.RegionalPremium), plus its web searches, file search calls,
+// maps-grounded prompts and OCR pages apiece, its image generation calls' output tokens at the image
 // model's output price (ImageCost of ImageTokens) and its advisor's sub-inferences at the
 // advisor model's prices (CatalogCost of AdvisorUsage at Price.Advisor, rounded up on
 // their own), none of them multiplied by the tier or the regional premium, which price
@@ -291,7 +297,7 @@ type Cost struct {
 // flagged: a request is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
-		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 || u.MapsGroundedPrompts < 0 ||
+		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 || u.MapsGroundedPrompts < 0 || u.OCRPages < 0 ||
 		u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || u.AdvisorInputTokens < 0 || u.AdvisorOutputTokens < 0 ||
 		u.AdvisorCachedInputTokens < 0 || u.AdvisorCacheWriteTokens < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
 		return Cost{}, ErrBadUsage
@@ -331,16 +337,16 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 			err = ErrCostOverflow
 		}
 	}
-	// Searches, file search calls and maps-grounded prompts are priced apiece (searches
-	// of a model billed per grounded prompt once: WebSearchOnce), after the service tier:
-	// it multiplies tokens. A prompt grounded with both Google Search and Google Maps pays
-	// both, as Google bills them apart.
+	// Searches, file search calls, maps-grounded prompts and OCR pages are priced apiece
+	// (searches of a model billed per grounded prompt once: WebSearchOnce), after the
+	// service tier: it multiplies tokens. A prompt grounded with both Google Search and
+	// Google Maps pays both, as Google bills them apart.
 	searches := u.WebSearchRequests
 	if p.Price.WebSearchOnce {
 		searches = min(searches, 1)
 	}
 	for _, calls := range [...]struct{ n, price int64 }{{searches, p.Price.WebSearch}, {u.FileSearchCalls, p.Price.FileSearch},
-		{u.MapsGroundedPrompts, p.Price.MapsGrounding}} {
+		{u.MapsGroundedPrompts, p.Price.MapsGrounding}, {u.OCRPages, p.Price.PerPage}} {
 		if err == nil && calls.n > 0 {
 			v, err = addApiece(v, calls.n, calls.price)
 		}

@@ -179,6 +179,7 @@ type priceEntry struct {
 	CachedInputMicroUsdPerMillion int64
 	CacheWriteMicroUsdPerMillion  *int64
 	AudioMicroUsdPerMinute        *int64
+	MicroUsdPerPage               *int64
 	WebSearchPerPromptMicroUsd    *int64
 	AudioInputMicroUsdPerMillion  *int64
 	AudioOutputMicroUsdPerMillion *int64
@@ -314,8 +315,12 @@ func TestUsageModelPrices(t *testing.T) {
 		t.Fatalf("claude-sonnet-4 %+v", p)
 	}
 	// A model billed by the minute shows its minute's price.
-	if p, _ := got.find("whisper-1"); p.AudioMicroUsdPerMinute == nil || *p.AudioMicroUsdPerMinute != 6_000 {
+	if p, _ := got.find("whisper-1"); p.AudioMicroUsdPerMinute == nil || *p.AudioMicroUsdPerMinute != 6_000 || p.MicroUsdPerPage != nil {
 		t.Fatalf("whisper-1 %+v", p)
+	}
+	// A model billed by the page shows its page's price.
+	if p, _ := got.find("mistral-ocr-latest"); p.MicroUsdPerPage == nil || *p.MicroUsdPerPage != 4_000 || p.AudioMicroUsdPerMinute != nil {
+		t.Fatalf("mistral-ocr-latest %+v", p)
 	}
 	// Web searches: each provider's price of a search, and a grounded prompt's on the
 	// models that bill one.

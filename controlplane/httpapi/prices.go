@@ -42,6 +42,9 @@ type modelPriceView struct {
 	// AudioMicroUsdPerMinute is a duration-billed catalog model's price of a minute
 	// (pricecatalog.AudioDuration); absent for every other row.
 	AudioMicroUsdPerMinute int64 `json:"audioMicroUsdPerMinute,omitempty"`
+	// MicroUsdPerPage is an OCR catalog model's price of a page it reads
+	// (pricecatalog.OCR); absent for every other row.
+	MicroUsdPerPage int64 `json:"microUsdPerPage,omitempty"`
 	// WebSearchPerPromptMicroUsd is a catalog model's price of all the web searches of
 	// a request that searched, charged once instead of the provider's price of each
 	// (Gemini 2.5 and older bill a grounded prompt); absent for every other row.
@@ -175,7 +178,7 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 			}
 			v := modelPriceView{Model: e.Model, InputMicroUsdPerMillion: e.InputPerMillion,
 				OutputMicroUsdPerMillion: e.OutputPerMillion, CachedInputMicroUsdPerMillion: e.CachedInputPerMillion,
-				CacheWriteMicroUsdPerMillion: e.CacheWritePerMillion, AudioMicroUsdPerMinute: e.AudioPerMinute, Source: priceFromCatalog,
+				CacheWriteMicroUsdPerMillion: e.CacheWritePerMillion, AudioMicroUsdPerMinute: e.AudioPerMinute, MicroUsdPerPage: e.PerPage, Source: priceFromCatalog,
 				UpdatedAt: jsonx.Time(cat.AsOf())}
 			if !e.Since.IsZero() {
 				v.UpdatedAt = jsonx.Time(e.Since) // an announced change's prices, from its day

@@ -278,6 +278,22 @@ func TestSettlementPricing(t *testing.T) {
 		}, &internalv1.SettleItem{Model: "gemini-2.5-flash", InputTokens: 1_000, AudioInputTokens: i64p(0), OutputTokens: 200, MapsGroundedPrompts: 1,
 			Complete: true},
 			1_000 + 400 + 25_000, "catalog_estimate", "organization", "reported_usage"},
+		// OCR models bill the pages they read, at the catalog's price of a page whatever
+		// priced the tokens (mistral-ocr-latest: 4,000 micro-USD; the 2505 snapshot 1,000
+		// under the name its answers give).
+		{"an OCR model's pages at the catalog's page price", nil,
+			&internalv1.SettleItem{Model: "mistral-ocr-latest", InputTokens: 3_000, OcrPages: 12, Complete: true},
+			12 * 4_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"an OCR snapshot by the name its answer gives", nil,
+			&internalv1.SettleItem{Model: "mistral-ocr-2505-completion", OcrPages: 3, Complete: true},
+			3 * 1_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"the pages of a model nobody priced by the page: the catalog's highest, unpriced", func() { setPrices() },
+			&internalv1.SettleItem{Model: "acme-ocr-1", OcrPages: 2, Complete: true},
+			2 * high.PerPage, "fallback", "fallback", "reported_usage"},
+		{"the organization's token price leaves the catalog's page price", func() {
+			setPrices(store.ModelPrice{Model: "mistral-ocr-latest", InputPerMillion: 1_000_000, OutputPerMillion: 1_000_000})
+		}, &internalv1.SettleItem{Model: "mistral-ocr-latest", InputTokens: 1_000, OcrPages: 1, Complete: true},
+			1_000 + 4_000, "catalog_estimate", "organization", "reported_usage"},
 		// OpenAI's image generation tool: the images' output tokens at the catalog's
 		// output price of the image model (gpt-image-1: 40 USD per million, its mini 8,
 		// 1.5 32), on top of the tokens, whatever priced them, after the tier.
@@ -470,7 +486,7 @@ func TestSettlementPricing(t *testing.T) {
 				wantSearches = 1
 			}
 			var basis, priceSource string
-			var audio, searches, fileSearches, mapsGrounded int64
+			var audio, searches, fileSearches, mapsGrounded, ocrPages int64
 			var audioIn, audioOut, cachedAudio, imageIn, cachedImage *int64
 			var priority, regional bool
 			var tier, imageModel string
@@ -481,14 +497,14 @@ func TestSettlementPricing(t *testing.T) {
 					audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier,
 					image_generation_calls, image_model, image_output_tokens, advisor_model, advisor_input_tokens, advisor_output_tokens,
 					advisor_cached_input_tokens, advisor_cache_creation_input_tokens, maps_grounded_prompts, image_input_tokens,
-					cached_image_input_tokens
+					cached_image_input_tokens, ocr_pages
 				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches, &audioIn, &audioOut,
 				&cachedAudio, &priority, &regional, &tier, &imageCalls, &imageModel, &imageTokens, &advisorModel, &advisorIn, &advisorOut,
-				&advisorCached, &advisorWritten, &mapsGrounded, &imageIn, &cachedImage); err != nil ||
+				&advisorCached, &advisorWritten, &mapsGrounded, &imageIn, &cachedImage, &ocrPages); err != nil ||
 				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != wantSearches ||
-				fileSearches != c.item.GetFileSearchCalls() || mapsGrounded != c.item.GetMapsGroundedPrompts() {
-				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %d maps-grounded prompts %v", basis, priceSource, audio, searches,
-					fileSearches, mapsGrounded, err)
+				fileSearches != c.item.GetFileSearchCalls() || mapsGrounded != c.item.GetMapsGroundedPrompts() || ocrPages != c.item.GetOcrPages() {
+				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %d maps-grounded prompts %d OCR pages %v", basis, priceSource,
+					audio, searches, fileSearches, mapsGrounded, ocrPages, err)
 			}
 			// The image generation calls, their image model (gpt-image-1 when the item names
 			// none, cleaned) and their tokens, as reported.

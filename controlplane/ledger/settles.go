@@ -139,7 +139,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		CachedInputTokens: it.GetCachedInputTokens(), CacheWriteTokens: it.GetCacheCreationInputTokens(),
 		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(), AudioInputMillis: it.GetAudioInputMillis(),
 		WebSearchRequests: it.GetWebSearchRequests(), FileSearchCalls: it.GetFileSearchCalls(),
-		MapsGroundedPrompts:  it.GetMapsGroundedPrompts(),
+		MapsGroundedPrompts: it.GetMapsGroundedPrompts(), OCRPages: it.GetOcrPages(),
 		ImageGenerationCalls: it.GetImageGenerationCalls(), ImageOutputTokens: it.GetImageOutputTokens(),
 		AdvisorInputTokens: it.GetAdvisorInputTokens(), AdvisorOutputTokens: it.GetAdvisorOutputTokens(),
 		AdvisorCachedInputTokens: it.GetAdvisorCachedInputTokens(), AdvisorCacheWriteTokens: it.GetAdvisorCacheCreationInputTokens(),
@@ -511,7 +511,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			InputTokens: j.item.usage.InputTokens, OutputTokens: j.item.usage.OutputTokens, CachedInputTokens: j.item.usage.CachedInputTokens,
 			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
 			WebSearchRequests: j.item.usage.WebSearchRequests, FileSearchCalls: j.item.usage.FileSearchCalls,
-			MapsGroundedPrompts:  j.item.usage.MapsGroundedPrompts,
+			MapsGroundedPrompts: j.item.usage.MapsGroundedPrompts, OCRPages: j.item.usage.OCRPages,
 			ImageGenerationCalls: j.item.usage.ImageGenerationCalls, ImageModel: j.item.imageModel, ImageOutputTokens: j.item.usage.ImageOutputTokens,
 			AdvisorModel: j.item.advisorModel, AdvisorInputTokens: j.item.usage.AdvisorInputTokens, AdvisorOutputTokens: j.item.usage.AdvisorOutputTokens,
 			AdvisorCachedInputTokens: j.item.usage.AdvisorCachedInputTokens, AdvisorCacheWriteTokens: j.item.usage.AdvisorCacheWriteTokens,
@@ -653,8 +653,8 @@ func newOrgPrices(ps []store.ModelPrice) *orgPrices {
 // name, the key, the key without snapshot suffix, the family prefixes longest first), the
 // organization's own price, then the shipped catalog's; when no step finds one, the
 // organization's fallback price, else the catalog's highest price of each token class.
-// Audio billed by duration is priced from the catalog whatever priced the tokens
-// (organizations price tokens only): see audioPrice; so are web searches, file search
+// Audio billed by duration and OCR pages are priced from the catalog whatever priced the
+// tokens (organizations price tokens only): see audioPrice and pagePrice; so are web searches, file search
 // calls, maps-grounded prompts, the image generation tool's images and the advisor's
 // sub-inferences (webSearchPrice, fileSearchPrice, mapsGroundingPrice, imageOutputPrice,
 // advisorPrice). Audio tokens are not: they are tokens, priced apart only by a catalog
@@ -666,6 +666,12 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 		var known bool
 		if p.Price.AudioPerMinute, known = sj.audioPrice(); !known {
 			p.Source = accounting.PriceFallback // the audio of a model nobody priced: unpriced
+		}
+	}
+	if sj.usage.OCRPages > 0 {
+		var known bool
+		if p.Price.PerPage, known = sj.pagePrice(); !known {
+			p.Source = accounting.PriceFallback // the pages of a model nobody priced by the page: unpriced
 		}
 	}
 	if sj.usage.WebSearchRequests > 0 {
@@ -780,6 +786,15 @@ func (sj *settleJob) audioPrice() (perMinute int64, known bool) {
 		return e.AudioPerMinute, true
 	}
 	return sj.prices.Highest().AudioPerMinute, false
+}
+
+// pagePrice is the catalog's price of a page the job's model read (its nearest entry's,
+// an OCR model's), else the catalog's highest (known false), like audioPrice.
+func (sj *settleJob) pagePrice() (perPage int64, known bool) {
+	if e := sj.catalogEntry(); e != nil && e.PerPage > 0 {
+		return e.PerPage, true
+	}
+	return sj.prices.Highest().PerPage, false
 }
 
 // tierOf is the speed tier an item says its request ran at: its service_tier, else

@@ -150,6 +150,9 @@ type Usage struct {
 	// Maps places (groundingChunks[].maps, and a googleMapsWidgetContextToken), as an
 	// answer grounded with Google Maps does.
 	MapsGrounded bool
+	// OCRPages: Mistral's OCR (POST /v1/ocr) says it read that many pages
+	// (usage_info.pages_processed), one markdown page each in its answer.
+	OCRPages int64
 	// FileSearchCalls: on the Responses API, that many file_search_call output items
 	// after the web searches' (and, streamed, each call's events), which is how OpenAI
 	// reports its file search tool's calls.
@@ -216,6 +219,7 @@ const (
 	GeminiCountTokens    = "gemini.countTokens"
 	AnthropicMessages    = "anthropic.messages"
 	AnthropicCountTokens = "anthropic.messages.count_tokens"
+	MistralOCR           = "mistral.ocr"
 )
 
 // SpeechBytes is the length of the audio of every speech answer in events (POST
@@ -332,6 +336,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.API = OpenAISpeech
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/images/generations":
 		c.API = OpenAIImages
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/ocr":
+		c.API = MistralOCR
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/resp_"):
 		c.API = OpenAIRetrieve
 	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1beta/models/"):
@@ -470,6 +476,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.API == OpenAIImages {
 		generateImage(ew, c.Stream, u)
+		return
+	}
+	if c.API == MistralOCR {
+		ew.start("application/json", http.StatusOK)
+		ew.write(ocrJSON(model, u.OCRPages))
 		return
 	}
 	if c.API == OpenAIRetrieve {
@@ -1125,4 +1136,19 @@ func generateImage(ew *eventWriter, stream bool, u Usage) {
 		ew.write(fmt.Sprintf("event: image_generation.partial_image\ndata: {\"type\":\"image_generation.partial_image\",\"b64_json\":%q,\"created_at\":1767225600,\"size\":\"1024x1024\",\"quality\":\"high\",\"background\":\"opaque\",\"output_format\":\"png\",\"partial_image_index\":%d}\n\n", png, i))
 	}
 	ew.write(fmt.Sprintf("event: image_generation.completed\ndata: {\"type\":\"image_generation.completed\",\"b64_json\":%q,\"created_at\":1767225600,\"size\":\"1024x1024\",\"quality\":\"high\",\"background\":\"opaque\",\"output_format\":\"png\",\"usage\":%s}\n\n", png, usage))
+}
+
+// ocrJSON is Mistral's OCR answer: a markdown page for each page read, the model, and
+// the pages it bills (usage_info.pages_processed), as its API and SDKs shape it.
+func ocrJSON(model string, pages int64) string {
+	var b strings.Builder
+	b.WriteString(`{"pages":[`)
+	for i := range pages {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"index":%d,"markdown":%q,"images":[],"dimensions":{"dpi":200,"height":2200,"width":1700}}`, i, "# "+Text)
+	}
+	fmt.Fprintf(&b, `],"model":%q,"document_annotation":null,"usage_info":{"pages_processed":%d,"doc_size_bytes":%d}}`, model, pages, 40_000*pages)
+	return b.String()
 }

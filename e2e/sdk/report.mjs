@@ -11,7 +11,8 @@
 // (OpenAI's embeddings), "batch" and "background" (a batch, a background response) or
 // "retrieve" (a stored response read again) or "transcribe" (an audio upload), or
 // "invoke" / "invoke-stream" / "converse" / "converse-stream" (Amazon Bedrock Runtime,
-// bedrock.mjs), or "vertex" / "vertex-stream" / "vertex-count" (Claude on Google Vertex AI, vertex.mjs).
+// bedrock.mjs), or "vertex" / "vertex-stream" / "vertex-count" (Claude on Google Vertex AI, vertex.mjs),
+// or "ocr" (Mistral's OCR, mistral.mjs).
 // The SDK client is built with its defaults: retries, timeout, headers, fetch
 // (bedrock.mjs and vertex.mjs say where they depart from them).
 //
@@ -26,7 +27,7 @@ export function settings() {
   const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'responses-file-search', 'responses-file-search-stream', 'responses-image', 'responses-image-stream', 'search', 'search-stream', 'maps', 'maps-stream', 'image', 'image-stream', 'image-stream-abort', 'image-timeout', 'image-edit-timeout', 'realtime', 'audio', 'audio-stream', 'embeddings', 'batch', 'background', 'video-extend', 'agent-events', 'retrieve', 'transcribe',
     'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse',
     'speech-mp3', 'speech-opus', 'speech-aac', 'speech-flac', 'speech-wav', 'speech-pcm',
-    'invoke', 'invoke-stream', 'converse', 'converse-stream', 'vertex', 'vertex-stream', 'vertex-count', 'fast', 'fast-stream', 'priority', 'priority-stream', 'converse-priority', 'converse-stream-priority', 'us', 'us-stream', 'advisor', 'advisor-stream', 'advisor-stream-abort'];
+    'invoke', 'invoke-stream', 'converse', 'converse-stream', 'vertex', 'vertex-stream', 'vertex-count', 'fast', 'fast-stream', 'priority', 'priority-stream', 'converse-priority', 'converse-stream-priority', 'us', 'us-stream', 'advisor', 'advisor-stream', 'advisor-stream-abort', 'ocr'];
   if (!scenarios.includes(scenario)) {
     throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);
   }
@@ -50,8 +51,8 @@ export function versionOf(pkg) {
 
 // run times call(), which returns {text, model, usage, chunks}, and prints the result;
 // an API error (an HTTP status) is a result too: the OpenAI, Anthropic and Google SDKs'
-// (e.status, e.headers a Headers) and the AWS SDK's (e.$metadata.httpStatusCode, the
-// headers in e.$response.headers, a plain object).
+// (e.status, e.headers a Headers), the Mistral SDK's (e.statusCode, e.headers) and the AWS
+// SDK's (e.$metadata.httpStatusCode, the headers in e.$response.headers, a plain object).
 export async function run(sdk, scenario, call) {
   const out = { sdk, sdkVersion: versionOf(sdk), node: process.version, scenario, ok: false };
   const start = performance.now();
@@ -61,7 +62,7 @@ export async function run(sdk, scenario, call) {
     out.status = 200;
   } catch (e) {
     out.error = String(e?.message ?? e);
-    const status = typeof e?.status === 'number' ? e.status : e?.$metadata?.httpStatusCode;
+    const status = typeof e?.status === 'number' ? e.status : e?.statusCode ?? e?.$metadata?.httpStatusCode;
     if (typeof status === 'number') {
       out.status = status;
       // OpenAI: e.code is the body's error.code. Anthropic: e.error is the whole body.

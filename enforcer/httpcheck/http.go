@@ -119,6 +119,9 @@ type settleBody struct {
 	// googleMaps tool: a candidate's groundingMetadata.groundingChunks[] held a maps
 	// source), billed per grounded prompt; a request is one prompt, so 0 or 1.
 	MapsGroundedPrompts *int64 `json:"mapsGroundedPrompts"`
+	// OCRPages is the pages an OCR model read (Mistral's usage_info.pages_processed),
+	// billed by the page.
+	OCRPages *int64 `json:"ocrPages"`
 	// AudioInputTokens and AudioOutputTokens are the audio parts of inputTokens and
 	// outputTokens (OpenAI's *_tokens_details.audio_tokens, Gemini's AUDIO modality).
 	// Absent, a model whose catalog entry prices audio apart is charged the dearer
@@ -211,7 +214,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		{"advisorCachedInputTokens", in.AdvisorCachedInputTokens}, {"advisorCacheCreationInputTokens", in.AdvisorCacheCreationInputTokens},
 		{"audioInputTokens", in.AudioInputTokens}, {"audioOutputTokens", in.AudioOutputTokens}, {"cachedAudioInputTokens", in.CachedAudioInputTokens},
 		{"imageInputTokens", in.ImageInputTokens}, {"cachedImageInputTokens", in.CachedImageInputTokens},
-		{"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
+		{"ocrPages", in.OCRPages}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
 		if f.v != nil && *f.v < 0 {
 			probs = append(probs, problem{f.name + " must not be negative", []any{f.name}})
 		}
@@ -252,7 +255,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		{&u.ImageGenerationCalls, in.ImageGenerationCalls}, {&u.ImageOutputTokens, in.ImageOutputTokens},
 		{&u.AdvisorInputTokens, in.AdvisorInputTokens}, {&u.AdvisorOutputTokens, in.AdvisorOutputTokens},
 		{&u.AdvisorCachedInputTokens, in.AdvisorCachedInputTokens}, {&u.AdvisorCacheCreationInputTokens, in.AdvisorCacheCreationInputTokens},
-		{&u.MapsGroundedPrompts, in.MapsGroundedPrompts}} {
+		{&u.MapsGroundedPrompts, in.MapsGroundedPrompts}, {&u.OCRPages, in.OCRPages}} {
 		if f.src != nil {
 			*f.dst = *f.src
 			reported = true

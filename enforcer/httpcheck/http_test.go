@@ -110,7 +110,8 @@ func TestHTTPSettle(t *testing.T) {
 			`{"requestId":"` + reqID + `","advisorInputTokens":-1}`, `{"requestId":"` + reqID + `","advisorCachedInputTokens":-1}`,
 			`{"requestId":"` + reqID + `","advisorModel":"` + strings.Repeat("m", 257) + `"}`,
 			`{"requestId":"` + reqID + `","mapsGroundedPrompts":2}`, `{"requestId":"` + reqID + `","mapsGroundedPrompts":-1}`,
-			`{"requestId":"` + reqID + `","imageInputTokens":-1}`, `{"requestId":"` + reqID + `","cachedImageInputTokens":-2}`} {
+			`{"requestId":"` + reqID + `","imageInputTokens":-1}`, `{"requestId":"` + reqID + `","cachedImageInputTokens":-2}`,
+			`{"requestId":"` + reqID + `","ocrPages":-1}`, `{"requestId":"` + reqID + `","ocrPages":1.5}`} {
 			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
 				t.Fatalf("%s: %d %v", bad, code, out)
 			}
@@ -202,6 +203,10 @@ func TestHTTPSettle(t *testing.T) {
 		{"a prompt grounded with Google Maps", `"model":"gemini-2.5-flash","inputTokens":10,"outputTokens":2,"mapsGroundedPrompts":1`,
 			func(it *internalv1.SettleItem) bool {
 				return it.GetMapsGroundedPrompts() == 1 && it.GetInputTokens() == 10
+			}},
+		{"an OCR model's pages", `"model":"mistral-ocr-latest","ocrPages":12`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetOcrPages() == 12 && it.GetModel() == "mistral-ocr-latest"
 			}},
 		{"the audio parts of the counts", `"model":"gpt-realtime","inputTokens":10,"outputTokens":20,"audioInputTokens":0,"audioOutputTokens":15`,
 			func(it *internalv1.SettleItem) bool {

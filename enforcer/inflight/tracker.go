@@ -102,6 +102,9 @@ type Usage struct {
 	// MapsGroundedPrompts is 1 when the answer was grounded with Google Maps, billed
 	// per grounded prompt (responseusage.Usage.MapsGroundedPrompts).
 	MapsGroundedPrompts int64
+	// OCRPages is the pages an OCR model read, billed apiece
+	// (responseusage.Usage.OCRPages).
+	OCRPages int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
 	// OutputTokens where the upstream reported them, nil where not: settlement charges a
 	// model that prices audio apart at the dearer price when the split is unknown
@@ -157,7 +160,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls,
 		ImageGenerationCalls: got.ImageGenerationCalls, AdvisorInputTokens: got.AdvisorInputTokens, AdvisorOutputTokens: got.AdvisorOutputTokens,
 		AdvisorCachedInputTokens: got.AdvisorCachedInputTokens, AdvisorCacheCreationInputTokens: got.AdvisorCacheCreationInputTokens,
-		MapsGroundedPrompts: got.MapsGroundedPrompts, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier, Regional: got.Regional,
+		MapsGroundedPrompts: got.MapsGroundedPrompts, OCRPages: got.OCRPages, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier, Regional: got.Regional,
 		AudioInputTokens: reported(got.AudioInputTokens, got.AudioInputReported), AudioOutputTokens: reported(got.AudioOutputTokens, got.AudioOutputReported),
 		CachedAudioInputTokens: reported(got.CachedAudioInputTokens, got.CachedAudioInputReported),
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
@@ -433,6 +436,7 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		AdvisorCachedInputTokens:        u.AdvisorCachedInputTokens,
 		AdvisorCacheCreationInputTokens: u.AdvisorCacheCreationInputTokens,
 		MapsGroundedPrompts:             u.MapsGroundedPrompts,
+		OcrPages:                        u.OCRPages,
 		AudioInputTokens:                u.AudioInputTokens,
 		AudioOutputTokens:               u.AudioOutputTokens,
 		CachedAudioInputTokens:          u.CachedAudioInputTokens,

@@ -301,6 +301,16 @@ func TestMapsGroundedPromptIsSettled(t *testing.T) {
 	}
 }
 
+// The pages an OCR model read reach the settlement from the answer read.
+func TestOCRPagesAreSettled(t *testing.T) {
+	tr, q := admittedReqA()
+	read := responseusage.Usage{Model: "mistral-ocr-2505-completion", OCRPages: 12, Complete: true, InputReported: true, OutputReported: true}
+	_ = tr.Finish("req_a", FromResponse(read, true, 200, false), nil)
+	if it := q.items[0]; it.GetOcrPages() != 12 || it.GetModel() != "mistral-ocr-2505-completion" || !it.GetComplete() {
+		t.Fatalf("settled %v, want 12 pages of mistral-ocr-2505-completion", it)
+	}
+}
+
 func TestRegionalEndpointIsSettled(t *testing.T) {
 	for _, tc := range []struct {
 		name               string

@@ -124,7 +124,7 @@ var (
 // door saw none: /check, ext_authz without with_request_body, a body that is no JSON
 // object), and worstcase.Unknown's reasons.
 var ReservationBases = []string{"worst_case", "no_body", "no_model", "not_in_catalog", "organization_priced", "no_cap", "duration_billed",
-	"searches_uncapped", "advisor_uncapped"}
+	"page_billed", "searches_uncapped", "advisor_uncapped"}
 
 // latency buckets for calls that should take about a millisecond.
 var fast = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
@@ -274,7 +274,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		Reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_reservations_total",
-			Help: "Starts that reserve in-flight cost, by basis: worst_case (the request's own worst case), else why the policy's amount was reserved (no_body, no_model, not_in_catalog, organization_priced, no_cap, duration_billed, searches_uncapped).",
+			Help: "Starts that reserve in-flight cost, by basis: worst_case (the request's own worst case), else why the policy's amount was reserved (no_body, no_model, not_in_catalog, organization_priced, no_cap, duration_billed, page_billed, searches_uncapped, advisor_uncapped).",
 		}, []string{"basis"}),
 		GatewayFirstByte: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_enforcer_gateway_upstream_header_seconds",

@@ -14,7 +14,7 @@ import (
 
 // Endpoints whose cost is billed later, out of a front door's sight (Deferred).
 const (
-	DeferredBatches    = "batches"              // OpenAI POST /v1/batches, Anthropic POST /v1/messages/batches, Gemini :batchGenerateContent, Bedrock POST /async-invoke and /model-invocation-job, Vertex AI POST .../batchPredictionJobs
+	DeferredBatches    = "batches"              // OpenAI POST /v1/batches, Anthropic POST /v1/messages/batches, Gemini :batchGenerateContent, Bedrock POST /async-invoke and /model-invocation-job, Vertex AI POST .../batchPredictionJobs, Mistral POST /v1/batch/jobs
 	DeferredAssistants = "assistants_runs"      // OpenAI POST /v1/threads/runs, /v1/threads/{id}/runs, .../submit_tool_outputs
 	DeferredFineTuning = "fine_tuning"          // OpenAI POST /v1/fine_tuning/jobs, Vertex AI POST .../tuningJobs
 	DeferredRealtime   = "realtime_sessions"    // OpenAI POST /v1/realtime/sessions, /transcription_sessions, /client_secrets
@@ -105,7 +105,9 @@ func Deferred(method, path string, background bool) string {
 		strings.HasSuffix(path, "/async-invoke"), strings.HasSuffix(path, "/model-invocation-job"),
 		// Google Vertex AI: a batch prediction job (Gemini's or Claude's) reads its
 		// input from and writes its output to Cloud Storage or BigQuery, billed then.
-		strings.HasSuffix(path, "/batchpredictionjobs"):
+		strings.HasSuffix(path, "/batchpredictionjobs"),
+		// Mistral's batch jobs.
+		strings.HasSuffix(path, "/batch/jobs"):
 		return DeferredBatches
 	case strings.Contains(path, "/threads/") && (strings.HasSuffix(path, "/runs") || strings.HasSuffix(path, "/submit_tool_outputs")):
 		return DeferredAssistants
@@ -118,8 +120,9 @@ func Deferred(method, path string, background bool) string {
 		// A WebRTC call (its SDP offer) and a SIP call accepted: the audio then flows
 		// between the caller and OpenAI.
 		strings.HasSuffix(path, "/realtime/calls"), strings.Contains(path, "/realtime/calls/") && strings.HasSuffix(path, "/accept"),
-		// The Gemini API's ephemeral tokens, for its Live API straight from a client.
-		strings.HasSuffix(path, "/auth_tokens"):
+		// The Gemini API's ephemeral tokens, for its Live API straight from a client;
+		// Mistral's client sessions, the same for its realtime API.
+		strings.HasSuffix(path, "/auth_tokens"), strings.HasSuffix(path, "/client/sessions"):
 		return DeferredRealtime
 	case strings.HasSuffix(path, "/videos"), strings.HasSuffix(path, "/videos/edits"), strings.HasSuffix(path, "/videos/extensions"),
 		strings.Contains(path, "/videos/") && strings.HasSuffix(path, "/remix"),
@@ -127,7 +130,9 @@ func Deferred(method, path string, background bool) string {
 		// long-running operation, polled for afterwards.
 		strings.HasSuffix(path, ":predictLongRunning"):
 		return DeferredVideos
-	case strings.Contains(path, "/evals/") && strings.HasSuffix(path, "/runs"), strings.HasSuffix(path, "/fine_tuning/alpha/graders/run"):
+	case strings.Contains(path, "/evals/") && strings.HasSuffix(path, "/runs"), strings.HasSuffix(path, "/fine_tuning/alpha/graders/run"),
+		// Mistral's judges run over its logged traffic.
+		strings.HasSuffix(path, "/live-judging"):
 		return DeferredEvals
 	case strings.HasSuffix(path, "/chatkit/sessions"):
 		return DeferredChatKit
@@ -135,11 +140,18 @@ func Deferred(method, path string, background bool) string {
 		strings.HasSuffix(path, "/v1/deployments"),
 		strings.Contains(path, "/v1/deployments/") && (strings.HasSuffix(path, "/run") || strings.HasSuffix(path, "/unpause")),
 		strings.HasSuffix(path, "/v1/dreams"),
-		strings.HasSuffix(path, "/triggers"), strings.Contains(path, "/triggers/") && strings.HasSuffix(path, "/executions"):
+		strings.HasSuffix(path, "/triggers"), strings.Contains(path, "/triggers/") && strings.HasSuffix(path, "/executions"),
+		// Mistral's workflows: an execution started, restarted, resumed or scheduled.
+		strings.Contains(path, "/workflows/") && (strings.HasSuffix(path, "/execute") || strings.HasSuffix(path, "/start") ||
+			strings.HasSuffix(path, "/restart") || strings.HasSuffix(path, "/trigger") || strings.HasSuffix(path, "/resume")),
+		strings.HasSuffix(path, "/workflows/schedules"):
 		return DeferredAgents
 	case strings.HasSuffix(path, "/cachedcontents"):
 		return DeferredContextCaches
-	case strings.HasSuffix(path, ":importFile"), strings.HasSuffix(path, ":uploadToFileSearchStore"):
+	case strings.HasSuffix(path, ":importFile"), strings.HasSuffix(path, ":uploadToFileSearchStore"),
+		// Mistral's document libraries: a document added or reprocessed is read (OCR) and
+		// indexed, billed as it is.
+		strings.Contains(path, "/libraries/") && (strings.HasSuffix(path, "/documents") || strings.HasSuffix(path, "/reprocess")):
 		return DeferredFileIndexing
 	case strings.HasSuffix(path, "/containers"):
 		return DeferredContainers

@@ -97,7 +97,17 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/v1beta/fileSearchStores/s_1:importFile", false, requestbody.DeferredFileIndexing},
 		{"POST", "/upload/v1beta/fileSearchStores/s_1:uploadToFileSearchStore", false, requestbody.DeferredFileIndexing},
 		{"POST", "/v1/containers", false, requestbody.DeferredContainers},
+		{"POST", "/v1/batch/jobs", false, requestbody.DeferredBatches}, // Mistral's
+		{"POST", "/v1/libraries/lib_1/documents", false, requestbody.DeferredFileIndexing},
+		{"POST", "/v1/libraries/lib_1/documents/doc_1/reprocess", false, requestbody.DeferredFileIndexing},
+		{"POST", "/v1/client/sessions", false, requestbody.DeferredRealtime},
+		{"POST", "/v1/workflows/wf_1/execute", false, requestbody.DeferredAgents},
+		{"POST", "/v1/workflows/schedules/sch_1/trigger", false, requestbody.DeferredAgents},
+		{"POST", "/v1/observability/judges/j_1/live-judging", false, requestbody.DeferredEvals},
 		// Their neighbours start nothing billed.
+		{"POST", "/v1/libraries", false, ""},
+		{"POST", "/v1/workflows/executions/ex_1/cancel", false, ""},
+		{"POST", "/v1/batch/jobs/job_1/cancel", false, ""},
 		{"POST", "/v1/realtime/calls/rtc_1/hangup", false, ""},
 		{"POST", "/v1/evals/eval_1/runs/run_1", false, ""}, // a run's cancellation
 		{"POST", "/v1/evals", false, ""},

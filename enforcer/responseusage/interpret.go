@@ -37,6 +37,9 @@ const (
 	// famConverse: Amazon Bedrock's Converse (its JSON, or ConverseStream's metadata
 	// event): usage in camelCase, counted as Anthropic counts (input without the cache).
 	famConverse
+	// famOCR: Mistral's OCR answer (POST /v1/ocr), one JSON document whose usage is the
+	// pages its model read (usage_info.pages_processed), billed apiece; never streamed.
+	famOCR
 	nFam
 )
 
@@ -274,6 +277,9 @@ func jsonFamily(d *docFields) family {
 		// also has a token count is read by its tokens (gpt-4o-transcribe's
 		// input_tokens and output_tokens: openai-responses), its seconds unread.
 		return famAudioDuration
+	case u.has == 1<<tokPages:
+		// Mistral's OCR: the pages read, and no token count.
+		return famOCR
 	case d.object.is("list") && u.hasTok(tokPrompt) && !u.hasTok(tokCompletion):
 		// OpenAI's embeddings (and the APIs that copy them): a list of vectors whose
 		// usage counts input alone, since an embedding model generates nothing.
@@ -405,7 +411,7 @@ func (a *accumulator) noteTier(d *docFields, root int) {
 // openai-responses (its usage has the Responses API's names).
 var formats = [nShape][nFam]string{
 	shapeJSON: {"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini, FormatOpenAIAudioDuration, "", "", "",
-		FormatBedrockConverse},
+		FormatBedrockConverse, FormatMistralOCR},
 	shapeSSE: {"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE, "", FormatOpenAITranscriptionSSE, FormatOpenAISpeechSSE, FormatOpenAIImageSSE,
 		FormatBedrockConverseStream},
 	shapeArray: {famGemini: FormatGeminiJSONStream},
@@ -433,6 +439,15 @@ func (a *accumulator) fill(u *Usage) {
 		// the duration is the whole report, and its counts are 0.
 		ms, ok := a.u.get(tokAudioSeconds)
 		u.AudioInputMillis = ms
+		u.InputReported, u.OutputReported = ok, ok
+		u.Complete = a.final && ok
+		return
+	}
+	if a.fam == famOCR {
+		// A model billed by the page has no token counts either: its pages are the
+		// whole report.
+		pages, ok := a.u.get(tokPages)
+		u.OCRPages = pages
 		u.InputReported, u.OutputReported = ok, ok
 		u.Complete = a.final && ok
 		return

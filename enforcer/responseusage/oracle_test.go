@@ -99,7 +99,7 @@ func decodeTree(dec *json.Decoder, path string) (any, error) {
 // and modelVersion are usage and model wherever they are (keyID).
 func canonicalKey(k string) string {
 	switch k {
-	case "usageMetadata":
+	case "usageMetadata", "usage_info":
 		return "usage"
 	case "modelVersion":
 		return "model"
@@ -575,6 +575,11 @@ func oracleDoc(v any, modelLimit int) *docFields {
 			u := &d.usage[rootTop]
 			if n, ok := plainCount(f.val); ok && f.key == "toolUsePromptTokenCount" && (u.has&(1<<tokGeminiToolUse) == 0 || n > u.tok[tokGeminiToolUse]) {
 				u.tok[tokGeminiToolUse], u.has = n, u.has|1<<tokGeminiToolUse
+			}
+			// Mistral's OCR pages, read at the top level alone, in the slot they share
+			// with Anthropic's web searches (the largest of the two wins).
+			if n, ok := plainCount(f.val); ok && f.key == "pages_processed" && (u.has&(1<<tokPages) == 0 || n > u.tok[tokPages]) {
+				u.tok[tokPages], u.has = n, u.has|1<<tokPages
 			}
 		}
 	}

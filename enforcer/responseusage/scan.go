@@ -103,6 +103,7 @@ const (
 	kBlock        // Anthropic: a content_block_start event's content_block
 	kTotalCost    // Perplexity: usage.cost.total_cost (its cost as an object of parts)
 	kCostTicks    // xAI: usage.cost_in_usd_ticks (its cost in ticks of 1e-10 USD)
+	kPages        // Mistral's OCR: usage_info.pages_processed (tokPages)
 	kTok0         // kTok0+tok for the counts tokPrompt..tokAudioSeconds
 )
 
@@ -148,6 +149,10 @@ const (
 	// cache_creation_input_tokens, which no Gemini usage has and which only the
 	// Anthropic and Converse families read (a slot's cost: tokCacheWritePart).
 	tokGeminiToolUse = tokCacheCreation
+	// tokPages is Mistral's OCR usage_info.pages_processed: the pages its model read,
+	// billed apiece. It shares the slot of Anthropic's web searches, which no OCR usage
+	// has and which only the Anthropic family reads (a slot's cost: tokCacheWritePart).
+	tokPages = tokWebSearches
 )
 
 // usageFields.has holds a bit per count.
@@ -161,7 +166,7 @@ func keyID(b []byte) uint8 {
 		return kType
 	case "object":
 		return kObject
-	case "usage", "usageMetadata": // usageMetadata: Gemini's
+	case "usage", "usageMetadata", "usage_info": // usageMetadata: Gemini's; usage_info: Mistral's OCR
 		return kUsage
 	case "message":
 		return kMessage
@@ -303,6 +308,8 @@ func keyID(b []byte) uint8 {
 		return kTotalCost
 	case "cost_in_usd_ticks":
 		return kCostTicks
+	case "pages_processed":
+		return kPages
 	}
 	return kOther
 }
@@ -1595,6 +1602,10 @@ func usageMember(root, k uint8) target {
 	if k == kToolUsePrompt && root == rootTop {
 		// Gemini's usage is at the top level only.
 		return target{kind: tgTok, root: root, tok: tokGeminiToolUse}
+	}
+	if k == kPages && root == rootTop {
+		// Mistral's OCR answer is one JSON document, its usage_info at the top level.
+		return target{kind: tgTok, root: root, tok: tokPages}
 	}
 	if isDetail(k) {
 		return target{kind: tgDetail, root: root}

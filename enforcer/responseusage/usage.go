@@ -56,6 +56,10 @@ const (
 	FormatBedrockConverse       = "bedrock-converse"
 	FormatBedrockConverseStream = "bedrock-converse-stream"
 	FormatBedrockInvoke         = "bedrock-invoke"
+	// FormatMistralOCR is Mistral's OCR answer (POST /v1/ocr): the pages read, in
+	// usage_info.pages_processed (Usage.OCRPages), billed by the page. It is never
+	// streamed.
+	FormatMistralOCR = "mistral-ocr"
 )
 
 // Response headers (lower-cased) through which an upstream reports its cost.
@@ -159,6 +163,9 @@ type Usage struct {
 	// (Format FormatAudio), in milliseconds rounded up; 0 when its container is not one
 	// package audiolength reads.
 	AudioOutputMillis int64
+	// OCRPages is the pages an OCR model read (Mistral's usage_info.pages_processed;
+	// Format FormatMistralOCR), billed apiece; 0 for every other shape.
+	OCRPages int64
 	// CostMicroUSD is the cost the upstream reported, if any: in a header, or in its
 	// usage (OpenRouter's usage.cost, Perplexity's usage.cost.total_cost).
 	CostMicroUSD *int64

@@ -107,8 +107,8 @@ func show(u Usage) string {
 	if u.CostMicroUSD != nil {
 		c = fmt.Sprint(*u.CostMicroUSD)
 	}
-	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d AudioTokens:%d/%d(%v/%v) CachedAudio:%d(%v) Cost:%s Complete:%v Format:%q Tier:%v Regional:%v Reported:%v/%v Text:%d FromRaw:%v}",
-		u.Model, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.AudioInputMillis,
+	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d Pages:%d AudioTokens:%d/%d(%v/%v) CachedAudio:%d(%v) Cost:%s Complete:%v Format:%q Tier:%v Regional:%v Reported:%v/%v Text:%d FromRaw:%v}",
+		u.Model, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.AudioInputMillis, u.OCRPages,
 		u.AudioInputTokens, u.AudioOutputTokens, u.AudioInputReported, u.AudioOutputReported, u.CachedAudioInputTokens, u.CachedAudioInputReported,
 		c, u.Complete, u.Format, u.Tier, u.Regional, u.InputReported, u.OutputReported, u.TextBytes, u.TextBytesFromRaw)
 }
@@ -1866,5 +1866,25 @@ func TestPerplexityCost(t *testing.T) {
 			`"cost":{"request_cost":0.008}},"total_cost":9}`, noCost},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkWholeAndBytewise(t, tc.ct, tc.body, true, tc.want) })
+	}
+}
+
+// Mistral's OCR answer reports the pages its model read (usage_info.pages_processed),
+// which it bills apiece, and no token count; its pages' markdown is no output text here.
+func TestMistralOCRPages(t *testing.T) {
+	ocr := Usage{Model: "mistral-ocr-2505-completion", OCRPages: 12, Complete: true, Format: FormatMistralOCR, InputReported: true,
+		OutputReported: true}
+	const pages = `"pages":[{"index":0,"markdown":"# Toll rates\n\n| Class | Fee |","images":[],"dimensions":{"dpi":200,"height":2200,"width":1700}}]`
+	for _, tc := range []struct {
+		name, body string
+		want       Usage
+	}{
+		{"an OCR answer", `{` + pages + `,"model":"mistral-ocr-2505-completion","document_annotation":null,` +
+			`"usage_info":{"pages_processed":12,"doc_size_bytes":3052374}}`, ocr},
+		{"its usage first", `{"usage_info":{"pages_processed":12,"doc_size_bytes":null},"model":"mistral-ocr-2505-completion",` + pages + `}`, ocr},
+		{"a fraction is no page count", `{"model":"mistral-ocr-latest","usage_info":{"pages_processed":1.5}}`, Usage{}},
+		{"nor pages outside the usage", `{"model":"mistral-ocr-latest","pages_processed":12,"usage_info":{"doc_size_bytes":1}}`, Usage{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkWholeAndBytewise(t, ctJSON, tc.body, true, tc.want) })
 	}
 }

@@ -60,6 +60,9 @@ const (
 	// DurationBilled: the model is billed by the minute of audio it hears (whisper-1),
 	// and an upload's length is not read before it goes upstream.
 	DurationBilled Unknown = "duration_billed"
+	// PageBilled: the model is billed by the page it reads (OCR), and the document's
+	// pages are not known before it is read.
+	PageBilled Unknown = "page_billed"
 	// SearchesUncapped: the request gives the model a web search tool that sets no limit
 	// on its searches (OpenAI's, Gemini 3's, Anthropic's without max_uses), or OpenAI's
 	// file search or image generation tool (which set none), each search or call billed
@@ -73,7 +76,7 @@ const (
 )
 
 // Unknowns lists every reason a worst case is unknown (the metric's labels).
-var Unknowns = []Unknown{NoModel, NotInCatalog, OrganizationPriced, NoCap, DurationBilled, SearchesUncapped, AdvisorUncapped}
+var Unknowns = []Unknown{NoModel, NotInCatalog, OrganizationPriced, NoCap, DurationBilled, PageBilled, SearchesUncapped, AdvisorUncapped}
 
 // Cost is a request's worst case.
 type Cost struct {
@@ -103,8 +106,11 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 	if why != "" {
 		return Cost{Unknown: why}
 	}
-	if e.Kind == pricecatalog.AudioDuration {
+	switch e.Kind {
+	case pricecatalog.AudioDuration:
 		return Cost{Unknown: DurationBilled}
+	case pricecatalog.OCR:
+		return Cost{Unknown: PageBilled}
 	}
 	// An image generation's output is fixed by its parameters, not capped by a field.
 	out := max(req.OutputCap, req.ImageOutputTokens)

@@ -34,6 +34,9 @@ type Price struct {
 	// model billed by the duration of the audio it hears (AudioDuration); 0 for the
 	// others.
 	AudioPerMinute int64
+	// PerPage is the price of a page read, in integer micro-USD, of a model billed by
+	// the page (OCR); 0 for the others.
+	PerPage int64
 	// AudioInputPerMillion and AudioOutputPerMillion price a model's audio tokens where
 	// they cost more than its text tokens (OpenAI's audio, realtime and transcribe
 	// models; Gemini Flash's audio input); 0 when audio tokens are priced as the rest.
@@ -109,6 +112,11 @@ const (
 	// audio an answer carries, which the enforcer counts as output tokens
 	// (AudioOutputTokensPerSecond) for the models that bill it, costs nothing here.
 	Speech Kind = "speech"
+	// OCR models are billed by the page they read (Mistral's OCR: usage_info.
+	// pages_processed in their answer), not by tokens: the file gives perPage alone, and
+	// Load prices every token class at 0, so that a request's estimated tokens cost
+	// nothing and its pages everything.
+	OCR Kind = "ocr"
 )
 
 // TranscriptTokensPerMinute is the speaking rate a transcript's tokens are read at to
@@ -290,6 +298,8 @@ type fileEntry struct {
 	MaxOutput   *int64 `json:"maxOutput"`
 	// AudioPerMinute is in micro-USD per minute of input audio (kind audio-duration).
 	AudioPerMinute *int64 `json:"audioPerMinute"`
+	// PerPage is in micro-USD per page read (kind ocr).
+	PerPage *int64 `json:"perPage"`
 	// WebSearchPerPrompt is in micro-USD per request that searched (Entry).
 	WebSearchPerPrompt *int64 `json:"webSearchPerPrompt"`
 	// AudioInput and AudioOutput price audio tokens apart (Price.AudioInputPerMillion).
@@ -548,11 +558,25 @@ func build(f file, day time.Time, bad func(string, ...any)) *Catalog {
 				perToken := *m.AudioPerMinute * 1_000_000 / TranscriptTokensPerMinute
 				m.Input, m.Output, m.CachedInput = &perToken, &perToken, &perToken
 			}
+		case OCR:
+			switch {
+			case m.Input != nil || m.Output != nil || m.CachedInput != nil || m.CacheWrite != nil || m.MaxOutput != nil:
+				bad("%s: an ocr model is priced by the page alone (perPage; no token prices or maxOutput)", where)
+			case m.PerPage == nil || *m.PerPage <= 0 || *m.PerPage > money.MaxAllowanceMicroUSD/1_000_000:
+				bad("%s: perPage is required, from 1 to %d", where, money.MaxAllowanceMicroUSD/1_000_000)
+			default:
+				e.PerPage = *m.PerPage
+				zero := int64(0)
+				m.Input, m.Output, m.CachedInput = &zero, &zero, &zero
+			}
 		default:
-			bad("%s: kind %q is not text, embedding, audio-duration or speech", where, m.Kind)
+			bad("%s: kind %q is not text, embedding, audio-duration, speech or ocr", where, m.Kind)
 		}
 		if m.AudioPerMinute != nil && e.Kind != AudioDuration {
 			bad("%s: audioPerMinute is for audio-duration models only", where)
+		}
+		if m.PerPage != nil && e.Kind != OCR {
+			bad("%s: perPage is for ocr models only", where)
 		}
 		for _, p := range []struct {
 			name     string
@@ -684,6 +708,7 @@ func build(f file, day time.Time, bad func(string, ...any)) *Catalog {
 		h.CachedInputPerMillion = max(h.CachedInputPerMillion, d.DearestCachedInput())
 		write = max(write, d.CacheWrite())
 		h.AudioPerMinute = max(h.AudioPerMinute, e.AudioPerMinute)
+		h.PerPage = max(h.PerPage, e.PerPage)
 		if strings.HasPrefix(e.Model, ImageModelPrefix) {
 			c.highestImageOutput = max(c.highestImageOutput, d.DearestOutput())
 		}

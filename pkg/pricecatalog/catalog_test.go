@@ -58,6 +58,10 @@ func checkEntries(t *testing.T, c *Catalog) {
 			if e.OutputPerMillion != 0 || e.InputPerMillion == 0 {
 				t.Errorf("%s: a speech model bills its input alone: %+v", e.Model, e.Price)
 			}
+		case e.Kind == OCR:
+			if e.PerPage == 0 || e.InputPerMillion != 0 || e.OutputPerMillion != 0 || e.CachedInputPerMillion != 0 {
+				t.Errorf("%s: an OCR model bills its pages alone: %+v", e.Model, e.Price)
+			}
 		case e.OutputPerMillion < e.InputPerMillion:
 			t.Errorf("%s: output %d below input %d", e.Model, e.OutputPerMillion, e.InputPerMillion)
 		case e.CachedInputPerMillion > e.DearestInput():
@@ -286,7 +290,7 @@ func TestEmbeddingModels(t *testing.T) {
 			embeddings++
 		case Speech:
 			speech++
-		case Text, AudioDuration:
+		case Text, AudioDuration, OCR:
 		default:
 			t.Errorf("%s: kind %q", e.Model, e.Kind)
 		}
@@ -301,6 +305,42 @@ func TestEmbeddingModels(t *testing.T) {
 		if e, ok := Lookup(model); ok {
 			t.Errorf("%s found %s, which is another model", model, e.Model)
 		}
+	}
+}
+
+// TestOCRModels: Mistral's OCR models are priced by the page alone, by the names its
+// answers give (mistral-ocr-2505-completion), their tokens at 0; the catalog's highest
+// page price prices the pages of a model nobody priced; a file that gives an OCR model
+// token prices, or no page price, or a page price to a text model, is refused.
+func TestOCRModels(t *testing.T) {
+	for model, want := range map[string]int64{
+		"mistral-ocr-latest": 4000, "mistral-ocr-4-1": 4000, "mistral-ocr-2512": 2000,
+		"mistral-ocr-2505-completion": 1000, "mistralai/mistral-ocr-2505": 1000, "mistral-document-ai-2505": 3000,
+	} {
+		e, ok := Lookup(model)
+		if !ok || e.Kind != OCR || e.PerPage != want || e.InputPerMillion != 0 || e.OutputPerMillion != 0 || e.CachedInputPerMillion != 0 {
+			t.Errorf("%s: %+v (found %v), want an OCR model at %d micro-USD a page", model, e, ok, want)
+		}
+	}
+	if h := Highest(); h.PerPage != 4000 {
+		t.Errorf("the highest page price is %d, want 4000", h.PerPage)
+	}
+	if e, _ := Lookup("mistral-large-latest"); e.PerPage != 0 {
+		t.Errorf("a text model has a page price: %+v", e)
+	}
+	shaped := `{"asOf":"2026-11-29","unit":"` + Unit + `","sources":["https://example.com"],"models":[`
+	for name, entry := range map[string]string{
+		"token prices":       `{"model":"o","provider":"mistral","kind":"ocr","perPage":4000,"input":1}`,
+		"no page price":      `{"model":"o","provider":"mistral","kind":"ocr"}`,
+		"a zero page price":  `{"model":"o","provider":"mistral","kind":"ocr","perPage":0}`,
+		"a text model paged": `{"model":"o","provider":"mistral","input":1,"output":1,"cachedInput":1,"perPage":4000}`,
+	} {
+		if _, err := Load([]byte(shaped + entry + `]}`)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := Load([]byte(shaped + `{"model":"o","provider":"mistral","kind":"ocr","perPage":4000}]}`)); err != nil {
+		t.Errorf("an OCR model refused: %v", err)
 	}
 }
 

@@ -1521,11 +1521,16 @@ type SettleItem struct {
 	ImageInputTokens       *int64 `protobuf:"varint,35,opt,name=image_input_tokens,json=imageInputTokens,proto3,oneof" json:"image_input_tokens,omitempty"`
 	CachedImageInputTokens *int64 `protobuf:"varint,36,opt,name=cached_image_input_tokens,json=cachedImageInputTokens,proto3,oneof" json:"cached_image_input_tokens,omitempty"`
 	// upstream_host is the host the request went to (api.groq.com), as the enforcer knows
-	// it: its gateway route's upstream, or the request's authority behind Envoy. A name
+	// it from its operator's configuration: its gateway route's upstream, or behind Envoy
+	// the route's upstream_host metadata (never the client's :authority). A name
 	// several hosts serve at different prices is charged that host's own catalog price
 	// where it has one (pricecatalog.Entry.Hosts), else the name's; "" when not known. The
 	// control plane drops one that is no host name (noted in the answer's message).
-	UpstreamHost  string `protobuf:"bytes,37,opt,name=upstream_host,json=upstreamHost,proto3" json:"upstream_host,omitempty"`
+	UpstreamHost string `protobuf:"bytes,37,opt,name=upstream_host,json=upstreamHost,proto3" json:"upstream_host,omitempty"`
+	// ocr_pages counts the pages an OCR model read for the request, which it bills by
+	// the page (Mistral's usage_info.pages_processed), priced per page from the catalog
+	// (pricecatalog.Entry.PerPage).
+	OcrPages      int64 `protobuf:"varint,38,opt,name=ocr_pages,json=ocrPages,proto3" json:"ocr_pages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1817,6 +1822,13 @@ func (x *SettleItem) GetUpstreamHost() string {
 		return x.UpstreamHost
 	}
 	return ""
+}
+
+func (x *SettleItem) GetOcrPages() int64 {
+	if x != nil {
+		return x.OcrPages
+	}
+	return 0
 }
 
 type SettleRequest struct {
@@ -2187,7 +2199,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xad\x0f\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xca\x0f\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2229,7 +2241,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x15maps_grounded_prompts\x18\" \x01(\x03R\x13mapsGroundedPrompts\x121\n" +
 	"\x12image_input_tokens\x18# \x01(\x03H\x04R\x10imageInputTokens\x88\x01\x01\x12>\n" +
 	"\x19cached_image_input_tokens\x18$ \x01(\x03H\x05R\x16cachedImageInputTokens\x88\x01\x01\x12#\n" +
-	"\rupstream_host\x18% \x01(\tR\fupstreamHostB\x1a\n" +
+	"\rupstream_host\x18% \x01(\tR\fupstreamHost\x12\x1b\n" +
+	"\tocr_pages\x18& \x01(\x03R\bocrPagesB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
