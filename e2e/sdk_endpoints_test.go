@@ -184,15 +184,20 @@ func sdkRequestPath(e sdkEndpoint) string {
 // users, projects, workspaces, spend limits, webhooks, skills, vaults, memory stores,
 // environments...), which no model works on: free, and not listed one by one.
 func sdkAdministration(e sdkEndpoint) bool {
-	for _, prefix := range []string{"/organization/", "/projects/", "/skills", "/v1/organizations/", "/v1/user_profiles",
-		"/v1/vaults", "/v1/tunnels", "/v1/compliance/", "/v1/environments", "/v1/memory_stores", "/v1/skills",
-		"/v1/agents", "/{api_version}/agents", "/{api_version}/credentials", "/{api_version}/environments",
-		"/{api_version}/webhooks"} {
+	for _, prefix := range sdkAdministrationPrefixes[e.sdk] {
 		if strings.HasPrefix(e.template, prefix) {
 			return true
 		}
 	}
 	return false
+}
+
+// sdkAdministrationPrefixes are, by SDK, the paths of administration (sdkAdministration).
+var sdkAdministrationPrefixes = map[string][]string{
+	"openai": {"/organization/", "/projects/", "/skills"},
+	"anthropic": {"/v1/organizations/", "/v1/user_profiles", "/v1/vaults", "/v1/tunnels", "/v1/compliance/", "/v1/environments",
+		"/v1/memory_stores", "/v1/skills", "/v1/agents"},
+	"genai": {"/{api_version}/agents", "/{api_version}/credentials", "/{api_version}/environments", "/{api_version}/webhooks"},
 }
 
 // sdkEndpointClasses classifies every other POST the SDKs make: "" for one charged from
