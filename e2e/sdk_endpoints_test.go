@@ -338,6 +338,9 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	// mistral (its moderations are billed by the token and settled at 0
 	// as OpenAI's free moderations are: requestbody.Unbilled; its connectors' tool calls
 	// are charged nothing: docs/prices.md, "Billed items not charged yet")
+	{"mistral", "/v1/agents"}:                                                         "",
+	{"mistral", "/v1/agents/completions"}:                                             "",
+	{"mistral", "/v1/agents/completions#stream"}:                                      "",
 	{"mistral", "/v1/audio/speech"}:                                                   "",
 	{"mistral", "/v1/audio/transcriptions"}:                                           "",
 	{"mistral", "/v1/audio/transcriptions#stream"}:                                    "",
