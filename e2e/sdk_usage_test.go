@@ -20,7 +20,8 @@ type sdkUsageRoot struct{ reader, file, typ string }
 
 // sdkUsageRoots are the usage types of the answers the enforcer charges from: chat,
 // Responses, embeddings, images, transcriptions and Realtime (OpenAI), Messages
-// (Anthropic, and its beta), generateContent (Google), Converse (Amazon Bedrock).
+// (Anthropic, and its beta), generateContent (Google), Converse (Amazon Bedrock), chat,
+// Conversations and OCR (Mistral).
 var sdkUsageRoots = []sdkUsageRoot{
 	{"openai", "openai/resources/completions.d.ts", "CompletionUsage"},
 	{"openai", "openai/resources/responses/responses.d.ts", "ResponseUsage"},
@@ -37,6 +38,10 @@ var sdkUsageRoots = []sdkUsageRoot{
 	{"anthropic", "@anthropic-ai/sdk/resources/beta/messages/messages.d.ts", "BetaMessageDeltaUsage"},
 	{"genai", "@google/genai/dist/genai.d.ts", "GenerateContentResponseUsageMetadata"},
 	{"bedrock", "@aws-sdk/client-bedrock-runtime/dist-types/models/models_0.d.ts", "TokenUsage"},
+	// Mistral's SDK names the fields in camelCase; its API, in snake_case (snakeCase).
+	{"mistral", "@mistralai/mistralai/esm/models/components/usageinfo.d.ts", "UsageInfo"},
+	{"mistral", "@mistralai/mistralai/esm/models/components/conversationusageinfo.d.ts", "ConversationUsageInfo"},
+	{"mistral", "@mistralai/mistralai/esm/models/components/ocrusageinfo.d.ts", "OCRUsageInfo"},
 }
 
 // Every field of the usage the official SDKs declare is either read by the enforcer's
@@ -60,6 +65,9 @@ func TestEverySDKUsageFieldIsDecided(t *testing.T) {
 			continue
 		}
 		for _, leaf := range tsLeaves(types, root.typ, root.typ, 0) {
+			if root.reader == "mistral" {
+				leaf = snakeCase(leaf)
+			}
 			found[root.reader+" "+leaf] = true
 		}
 	}
@@ -189,6 +197,16 @@ var sdkUsageFields = map[string]string{
 	"bedrock cacheWriteInputTokens":      read,
 	"bedrock cacheDetails[].ttl":         read,
 	"bedrock cacheDetails[].inputTokens": read,
+	// Mistral's chat, Conversations and OCR (camelCase in its SDK, snake_case on the wire).
+	"mistral prompt_tokens":        read,
+	"mistral completion_tokens":    read,
+	"mistral total_tokens":         read,
+	"mistral connector_tokens":     "counted in total_tokens beyond prompt and completion, which the reader charges as output (the dearer class)",
+	"mistral connectors":           "the connectors' calls, billed apiece by Mistral: one secondary source prices them, not charged (docs/prices.md, \"Billed items not charged yet\")",
+	"mistral pages_processed":      read,
+	"mistral doc_size_bytes":       "the document's size: OCR is billed by the page",
+	"mistral prompt_audio_seconds": "a Voxtral transcription's audio, billed by the minute (one source prices it): its tokens are charged the fallback price instead, above the bill",
+	"mistral service_tier":         "Mistral's priority tier: no source prices it apart, charged the standard price (docs/prices.md)",
 }
 
 // tsType is one interface, class or object type of a TypeScript declaration file: its
@@ -205,7 +223,7 @@ var (
 // tsTypes reads the interfaces, classes and object types of a declaration file, each by
 // its name within its namespaces ("CompletionUsage.CompletionTokensDetails"). It is a
 // line reader for the SDKs' generated declarations (one member a line, braces at line
-// ends), not a TypeScript parser: a member whose type spans lines is left out.
+// ends), not a TypeScript parser: a member whose type is an object literal is a leaf.
 func tsTypes(src string) map[string]tsType {
 	src = tsComment.ReplaceAllString(src, "")
 	types := map[string]tsType{}
@@ -236,7 +254,9 @@ func tsTypes(src string) map[string]tsType {
 			stack = append(stack, scope{name: name, typ: t})
 		default:
 			if len(stack) > 0 && stack[len(stack)-1].typ != nil {
-				if m := tsField.FindStringSubmatch(line); m != nil && !strings.Contains(m[2], "{") {
+				if m := tsField.FindStringSubmatch(line); m != nil {
+					// A member whose type is an object literal (Mistral's connectors,
+					// a map of counts) is a leaf: its members are not read.
 					stack[len(stack)-1].typ[m[1]] = m[2]
 				}
 			}
@@ -253,6 +273,22 @@ func tsTypes(src string) map[string]tsType {
 		}
 	}
 	return types
+}
+
+// snakeCase is a camelCase path ("usageInfo.pagesProcessed") in snake_case
+// ("usage_info.pages_processed"), the names Mistral's API sends.
+func snakeCase(path string) string {
+	var b strings.Builder
+	for i, r := range path {
+		if 'A' <= r && r <= 'Z' {
+			if i > 0 && path[i-1] != '.' {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // tsTypeName matches the names a field's type is made of.
