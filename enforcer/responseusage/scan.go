@@ -150,8 +150,10 @@ const (
 	// Anthropic and Converse families read (a slot's cost: tokCacheWritePart).
 	tokGeminiToolUse = tokCacheCreation
 	// tokPages is Mistral's OCR usage_info.pages_processed: the pages its model read,
-	// billed apiece. It shares the slot of Anthropic's web searches, which no OCR usage
-	// has and which only the Anthropic family reads (a slot's cost: tokCacheWritePart).
+	// billed apiece. It shares the slot of the web searches (Anthropic's count, OpenAI's
+	// and Gemini's calls), which no OCR answer has (a slot's cost: tokCacheWritePart): an
+	// answer that reported both would be read as the larger, charged as whichever its
+	// family bills, never below either.
 	tokPages = tokWebSearches
 )
 
