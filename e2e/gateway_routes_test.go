@@ -1456,6 +1456,32 @@ func TestWebSearchesThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestImageSearchQueriesThroughTheGateway: Gemini 3.1 Flash Image's grounding with
+// Google Search may search images too, and lists those queries apart
+// (groundingMetadata.imageSearchQueries); Google bills each as a search query, 14 USD per
+// 1,000 like the web's. Google's Gen AI SDK's call, whose answer lists one web and two
+// image queries, is charged its tokens and three queries; before 2026-11-29 the image
+// queries were free.
+func TestImageSearchQueriesThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 1_000, OutputTokens: 1_120, WebSearchRequests: 1, ImageSearchQueries: 2})
+	const model = "gemini-3.1-flash-image"
+	e, _ := pricecatalog.Lookup(model)
+	perQuery, ok := pricecatalog.Default().WebSearch("google")
+	if e.Model != model || !ok || perQuery != 14_000 {
+		t.Fatalf("%s is priced %+v, a Google search query %d", model, e, perQuery)
+	}
+	want := ceilDiv(1_000*e.InputPerMillion+1_120*e.OutputPerMillion, 1_000_000) + 3*perQuery
+	rec, r := oneSDKCallResult(t, fake, s, dir, "gemini.mjs", "search", o.key, model)
+	if r.Searches != 3 {
+		t.Fatalf("the SDK saw %d queries, want 3: %+v", r.Searches, r)
+	}
+	if rec.cost() != want || rec["web_search_requests"] != 3.0 || rec["complete"] != true {
+		t.Fatalf("receipt %s, want %d: the tokens and 3 queries", rec, want)
+	}
+}
+
 // TestMapsGroundingThroughTheGateway: Google bills Gemini's grounding with Google Maps
 // per grounded prompt (25 USD per 1,000), on top of the tokens, however many places the
 // answer cites; its usageMetadata does not count it. Google's Gen AI SDK's call with

@@ -146,6 +146,10 @@ type Usage struct {
 	// call's events), which is how OpenAI reports its web search tool's calls; on Gemini,
 	// that many search queries in the (last) candidate's groundingMetadata.
 	WebSearchRequests int64
+	// ImageSearchQueries: on Gemini, that many image search queries in the (last)
+	// candidate's groundingMetadata (imageSearchQueries, beside webSearchQueries), and
+	// an image source, as Gemini 3.1 Flash Image's grounding with image search lists them.
+	ImageSearchQueries int64
 	// MapsGrounded: on Gemini, the (last) candidate's groundingMetadata cites two Google
 	// Maps places (groundingChunks[].maps, and a googleMapsWidgetContextToken), as an
 	// answer grounded with Google Maps does.
@@ -878,7 +882,7 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage, sse bool, tierFie
 // cites (a web page; two places of Grounding with Google Maps when u.MapsGrounded); ""
 // without either.
 func grounding(u Usage) string {
-	if u.WebSearchRequests == 0 && !u.MapsGrounded {
+	if u.WebSearchRequests == 0 && u.ImageSearchQueries == 0 && !u.MapsGrounded {
 		return ""
 	}
 	var fields, chunks, cited []string
@@ -889,6 +893,14 @@ func grounding(u Usage) string {
 		}
 		fields = append(fields, `"webSearchQueries":[`+strings.Join(queries, ",")+`]`, `"searchEntryPoint":{"renderedContent":"<div></div>"}`)
 		chunks = append(chunks, `{"web":{"uri":"https://example.com/tolls","title":"example.com"}}`)
+	}
+	if u.ImageSearchQueries > 0 {
+		queries := make([]string, u.ImageSearchQueries)
+		for i := range queries {
+			queries[i] = fmt.Sprintf("%q", fmt.Sprint("toll booth photo ", i))
+		}
+		fields = append(fields, `"imageSearchQueries":[`+strings.Join(queries, ",")+`]`)
+		chunks = append(chunks, `{"image":{"uri":"https://example.com/tolls","image_uri":"https://example.com/booth.jpg"}}`)
 	}
 	if u.MapsGrounded {
 		for i, place := range []string{"Toll Plaza", "Bridge Toll Office"} {

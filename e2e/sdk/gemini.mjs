@@ -2,7 +2,7 @@
 // defaults: its key in x-goog-api-key (here the member's Tollgate key), the base URL at
 // the gateway. Scenarios: "json" (generateContent), "stream" (generateContentStream,
 // server-sent events), "search" and "search-stream" (the same with Grounding with Google
-// Search; searches is how many queries the answer lists), "maps" and "maps-stream" (the
+// Search; searches is how many queries, of the web and of images, the answer lists), "maps" and "maps-stream" (the
 // same with Grounding with Google Maps; places is how many maps sources it cites), "priority" and
 // "priority-stream" (the same at Google's priority inference: config.serviceTier) and
 // "count" (countTokens, which Google does not charge). See report.mjs for the settings.
@@ -22,7 +22,10 @@ await run('@google/genai', s.scenario, async () => {
   const maps = s.scenario === 'maps' || s.scenario === 'maps-stream';
   const priority = s.scenario === 'priority' || s.scenario === 'priority-stream';
   const config = search ? { tools: [{ googleSearch: {} }] } : maps ? { tools: [{ googleMaps: {} }] } : priority ? { serviceTier: 'priority' } : undefined;
-  const searchesIn = (res) => res?.candidates?.[0]?.groundingMetadata?.webSearchQueries?.length ?? 0;
+  const searchesIn = (res) => {
+    const g = res?.candidates?.[0]?.groundingMetadata;
+    return (g?.webSearchQueries?.length ?? 0) + (g?.imageSearchQueries?.length ?? 0);
+  };
   const placesIn = (res) => (res?.candidates?.[0]?.groundingMetadata?.groundingChunks ?? []).filter((c) => c.maps).length;
   if (['json', 'search', 'maps', 'priority'].includes(s.scenario)) {
     const res = await ai.models.generateContent({ model: s.model, contents, config });

@@ -505,10 +505,14 @@ func groundingArrays(obj []member, key string) [][]any {
 // candidate's grounding.
 func oracleSearchQueries(obj []member) uint16 {
 	var n uint16
-	for _, qs := range groundingArrays(obj, "webSearchQueries") {
-		for _, s := range qs {
-			if _, ok := s.(string); ok {
-				n++
+	// Google bills each query of Search grounding, of the web or of images (Gemini 3.1
+	// Flash Image's image search), alike.
+	for _, key := range []string{"webSearchQueries", "imageSearchQueries"} {
+		for _, qs := range groundingArrays(obj, key) {
+			for _, s := range qs {
+				if _, ok := s.(string); ok {
+					n++
+				}
 			}
 		}
 	}

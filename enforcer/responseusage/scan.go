@@ -97,7 +97,7 @@ const (
 	kServiceTier  // OpenAI: service_tier (the processing tier the request ran at)
 	kSpeed        // Anthropic: usage.speed (its fast mode)
 	kGrounding    // Gemini: candidates[].groundingMetadata
-	kSearchQuery  // Gemini: candidates[].groundingMetadata.webSearchQueries
+	kSearchQuery  // Gemini: candidates[].groundingMetadata.webSearchQueries and imageSearchQueries
 	kChunks       // Gemini: candidates[].groundingMetadata.groundingChunks
 	kMaps         // Gemini: a grounding chunk's maps source (groundingChunks[].maps)
 	kBlock        // Anthropic: a content_block_start event's content_block
@@ -234,7 +234,7 @@ func keyID(b []byte) uint8 {
 		return kSpeed
 	case "groundingMetadata":
 		return kGrounding
-	case "webSearchQueries":
+	case "webSearchQueries", "imageSearchQueries": // Google bills an image search query as a web search query
 		return kSearchQuery
 	case "groundingChunks":
 		return kChunks

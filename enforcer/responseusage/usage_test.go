@@ -1163,6 +1163,9 @@ func TestWebSearchRequests(t *testing.T) {
 		{"gemini", ctJSON, geminiGrounded, 2},
 		{"gemini stream", ctSSE, "data: " + `{"candidates":[{"content":{"parts":[{"text":"Spain "}]}}],"usageMetadata":{"promptTokenCount":9},"modelVersion":"gemini-3-pro-preview"}` + "\r\n\r\n" +
 			"data: " + geminiGrounded + "\r\n\r\n", 2},
+		// Gemini 3.1 Flash Image's grounding with image search lists its image queries
+		// apart; Google bills each as a search query, as the web's.
+		{"gemini image search queries", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"a"}]},"finishReason":"STOP","groundingMetadata":{"webSearchQueries":["tolls"],"imageSearchQueries":["toll booth","toll plaza"],"groundingChunks":[{"image":{"uri":"https://e.com","image_uri":"https://e.com/b.jpg"}}]}}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2},"modelVersion":"gemini-3.1-flash-image"}`, 3},
 		{"gemini queries elsewhere, or not strings", ctJSON, `{"groundingMetadata":{"webSearchQueries":["a"]},"candidates":[{"groundingMetadata":{"webSearchQueries":[1,null,["b"],{"q":"c"}],"searchEntryPoint":{"webSearchQueries":["d"]}},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2}}`, 0},
 		{"an output item's type only", ctJSON, `{"object":"response","output":[{"type":"message","action":{"type":"web_search_call"}},[{"type":"web_search_call"}]],"tools":[{"type":"web_search_call"}],"usage":{"input_tokens":1,"output_tokens":2}}`, 0},
 	} {
