@@ -434,20 +434,16 @@ func (a *accumulator) fill(u *Usage) {
 	if a.model.ok {
 		u.Model = string(a.model.b)
 	}
-	if a.fam == famAudioDuration {
-		// A model billed by the duration of its input audio has no token counts:
-		// the duration is the whole report, and its counts are 0.
-		ms, ok := a.u.get(tokAudioSeconds)
-		u.AudioInputMillis = ms
-		u.InputReported, u.OutputReported = ok, ok
-		u.Complete = a.final && ok
-		return
-	}
-	if a.fam == famOCR {
-		// A model billed by the page has no token counts either: its pages are the
-		// whole report.
-		pages, ok := a.u.get(tokPages)
-		u.OCRPages = pages
+	if a.fam == famAudioDuration || a.fam == famOCR {
+		// A model billed by a unit of its own (the duration of its input audio, the
+		// pages it read) has no token counts: the unit is the whole report, and its
+		// counts are 0.
+		tok, dst := tokAudioSeconds, &u.AudioInputMillis
+		if a.fam == famOCR {
+			tok, dst = tokPages, &u.OCRPages
+		}
+		n, ok := a.u.get(tok)
+		*dst = n
 		u.InputReported, u.OutputReported = ok, ok
 		u.Complete = a.final && ok
 		return
