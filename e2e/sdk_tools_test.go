@@ -13,7 +13,8 @@ import (
 // container, an image), and the enforcer must count their uses or say why it does not.
 // The tools are read from the official SDKs' own declarations: the types of OpenAI's
 // Responses API tool union (Tool), the server tools Anthropic's answers name
-// (ServerToolUseBlock's name, its beta's too), and the members of Google's Tool. Each
+// (ServerToolUseBlock's name, its beta's too), the members of Google's Tool, and the
+// tools of Mistral's Conversations requests. Each
 // must be decided in sdkToolDecisions: an SDK update that brings a tool fails here until
 // someone decides whether it bills apart and how the enforcer charges it.
 func TestEverySDKToolIsDecided(t *testing.T) {
@@ -55,6 +56,23 @@ func TestEverySDKToolIsDecided(t *testing.T) {
 	for member := range tsTypes(read("@google/genai/dist/genai.d.ts"))["Tool"] {
 		found["genai "+member] = true
 	}
+	// Mistral: the tools a Conversations request takes, each type in a file of its own
+	// (its name lower-cased), its "type" a literal.
+	const components = "@mistralai/mistralai/esm/models/components/"
+	tools := regexp.MustCompile(`tools\?: Array<([^>]+)>`).FindStringSubmatch(read(components + "conversationrequest.d.ts"))
+	if tools == nil {
+		t.Fatal("no tools in Mistral's ConversationRequest")
+	}
+	for _, member := range strings.Split(tools[1], "|") {
+		name := strings.TrimSpace(member)
+		literals := tsLiterals(tsTypes(read(components + strings.ToLower(name) + ".d.ts"))[name]["type"])
+		if len(literals) == 0 {
+			t.Errorf("Mistral's tool %s: no type literal", name)
+		}
+		for _, l := range literals {
+			found["mistral "+l] = true
+		}
+	}
 	if len(found) < 30 {
 		t.Fatalf("read only %d tools from the SDKs: has their code's shape changed?", len(found))
 	}
@@ -75,14 +93,14 @@ func TestEverySDKToolIsDecided(t *testing.T) {
 	}
 }
 
-// tsLiteral matches a string literal of a TypeScript type.
-var tsLiteral = regexp.MustCompile(`'([^']*)'`)
+// tsLiteral matches a string literal of a TypeScript type, in either quotes.
+var tsLiteral = regexp.MustCompile(`'([^']*)'|"([^"]*)"`)
 
 // tsLiterals are the string literals of a type ("'web_search' | 'web_search_2025_08_26'").
 func tsLiterals(typ string) []string {
 	var out []string
 	for _, m := range tsLiteral.FindAllStringSubmatch(typ, -1) {
-		out = append(out, m[1])
+		out = append(out, m[1]+m[2])
 	}
 	return out
 }
@@ -143,5 +161,14 @@ var sdkToolDecisions = map[string]string{
 	"genai enterpriseWebSearch":   "Vertex AI's Web Grounding for enterprise, billed per grounded prompt at its own price: charged as Google Search's grounding (its queries), perhaps below that price (unverified)",
 	"genai retrieval":             "Vertex AI Search or RAG Engine, billed by those services: not charged",
 	"genai exaAiSearch":           "Vertex AI's grounding with Exa, billed apart: not charged",
-	"genai parallelAiSearch":      "Vertex AI's grounding with Parallel, billed apart: not charged",
+	// Mistral's Conversations API: its connectors are billed apiece ("Billed items not
+	// charged yet": one secondary source prices them); their tokens are charged.
+	"mistral function":           toolTokens,
+	"mistral connector":          "a custom connector (MCP): tokens only, as far as any source says",
+	"mistral web_search":         "billed apiece (30 USD per 1,000 by one secondary source): not charged",
+	"mistral web_search_premium": "billed apiece (news sources): not charged",
+	"mistral code_interpreter":   "billed apiece (30 USD per 1,000 by one secondary source): not charged",
+	"mistral image_generation":   "billed apiece (100 USD per 1,000 images by one secondary source): not charged",
+	"mistral document_library":   "billed apiece, and its documents' indexing (file_indexing): not charged",
+	"genai parallelAiSearch":     "Vertex AI's grounding with Parallel, billed apart: not charged",
 }
