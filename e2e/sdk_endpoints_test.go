@@ -26,9 +26,11 @@ func (e sdkEndpoint) String() string { return e.sdk + " " + e.template }
 // "Deferred billing"). The endpoints are read from the SDKs' own code, and each must be
 // classified in sdkEndpointClasses: an SDK update that adds one fails here until
 // someone decides what it costs. Before this test, OpenAI's video edits and extensions,
-// eval runs, WebRTC calls and ChatKit sessions, Anthropic's Managed Agents and Gemini's
-// context caches, file imports, agent triggers and ephemeral tokens went through at the
-// price of their request's few tokens.
+// eval runs, WebRTC calls and ChatKit sessions, Anthropic's Managed Agents, Gemini's
+// context caches, file imports, agent triggers and ephemeral tokens, and Mistral's batch
+// jobs, document libraries and workflows went through at the price of their request's
+// few tokens. The SDKs: OpenAI's and Anthropic's (this._client.post), Google Gen AI's
+// and Mistral's (generated: formatMap and pathToFunc, the method named after the path).
 func TestEverySDKEndpointIsClassified(t *testing.T) {
 	dir := sdkDir(t)
 	found := sdkPOSTs(t, filepath.Join(dir, "node_modules"))
