@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 )
@@ -73,24 +72,7 @@ func TestEverySDKToolIsDecided(t *testing.T) {
 			found["mistral "+l] = true
 		}
 	}
-	if len(found) < 30 {
-		t.Fatalf("read only %d tools from the SDKs: has their code's shape changed?", len(found))
-	}
-	var names []string
-	for f := range found {
-		names = append(names, f)
-	}
-	sort.Strings(names)
-	for _, f := range names {
-		if _, ok := sdkToolDecisions[f]; !ok {
-			t.Errorf("%s: not decided in sdkToolDecisions: is it billed apart from the tokens, and is it charged?", f)
-		}
-	}
-	for f := range sdkToolDecisions {
-		if !found[f] {
-			t.Errorf("%s: decided, but no SDK declares it any more", f)
-		}
-	}
+	checkDecided(t, found, sdkToolDecisions, 30, "sdkToolDecisions", "is it billed apart from the tokens, and is it charged?")
 }
 
 // tsLiteral matches a string literal of a TypeScript type, in either quotes.

@@ -71,28 +71,37 @@ func TestEverySDKUsageFieldIsDecided(t *testing.T) {
 			found[root.reader+" "+leaf] = true
 		}
 	}
-	if len(found) < 60 {
-		t.Fatalf("read only %d usage fields from the SDKs: has their code's shape changed?", len(found))
-	}
-	var names []string
-	for f := range found {
-		names = append(names, f)
-	}
-	sort.Strings(names)
-	for _, f := range names {
-		decision, ok := sdkUsageFields[f]
-		switch {
-		case !ok:
-			t.Errorf("%s: not decided in sdkUsageFields: does it change what a request costs?", f)
-		case decision == read && !reads(f):
+	for _, f := range checkDecided(t, found, sdkUsageFields, 60, "sdkUsageFields", "does it change what a request costs?") {
+		if sdkUsageFields[f] == read && !reads(f) {
 			t.Errorf("%s: decided as read, but its reader does not read it", f)
 		}
 	}
-	for f := range sdkUsageFields {
+}
+
+// checkDecided holds what a contract test read from the SDKs (found: at least `least` of
+// them, else their code's shape changed) to its table of decisions (named table): each
+// found must be decided (else question is asked), and each decision found. It returns the
+// found that are decided, sorted.
+func checkDecided(t *testing.T, found map[string]bool, decisions map[string]string, least int, table, question string) []string {
+	t.Helper()
+	if len(found) < least {
+		t.Fatalf("read only %d from the SDKs, want %d or more: has their code's shape changed?", len(found), least)
+	}
+	var decided []string
+	for f := range found {
+		if _, ok := decisions[f]; ok {
+			decided = append(decided, f)
+		} else {
+			t.Errorf("%s: not decided in %s: %s", f, table, question)
+		}
+	}
+	for f := range decisions {
 		if !found[f] {
 			t.Errorf("%s: decided, but no SDK declares it any more", f)
 		}
 	}
+	sort.Strings(decided)
+	return decided
 }
 
 // read is sdkUsageFields' decision for a field the usage reader reads.

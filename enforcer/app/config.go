@@ -163,20 +163,8 @@ func (c Config) AllowDeferred() requestbody.DeferredAllowed {
 		a, _ := requestbody.AllowDeferred(requestbody.DeferredEndpoints...)
 		return a
 	}
-	a, _ := requestbody.AllowDeferred(c.deferredBillingAllowList()...)
+	a, _ := requestbody.AllowDeferred(envflag.List(c.DeferredBillingAllow)...)
 	return a
-}
-
-// deferredBillingAllowList is DeferredBillingAllow's endpoints, spaces and empty
-// entries dropped.
-func (c Config) deferredBillingAllowList() []string {
-	var out []string
-	for _, e := range strings.Split(c.DeferredBillingAllow, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // parseConfig builds the config from flags and the environment and validates it,
@@ -304,7 +292,7 @@ func (c Config) validate() []string {
 	if c.DeferredBilling != "refuse" && c.DeferredBilling != "allow" {
 		p = append(p, "TOLLGATE_DEFERRED_BILLING: must be refuse or allow")
 	}
-	if _, err := requestbody.AllowDeferred(c.deferredBillingAllowList()...); err != nil {
+	if _, err := requestbody.AllowDeferred(envflag.List(c.DeferredBillingAllow)...); err != nil {
 		p = append(p, "TOLLGATE_DEFERRED_BILLING_ALLOW: "+err.Error())
 	} else if c.DeferredBilling == "allow" && c.DeferredBillingAllow != "" {
 		p = append(p, "TOLLGATE_DEFERRED_BILLING_ALLOW: only with TOLLGATE_DEFERRED_BILLING=refuse (allow lets every endpoint through)")
