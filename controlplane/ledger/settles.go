@@ -654,7 +654,7 @@ func newOrgPrices(ps []store.ModelPrice) *orgPrices {
 // organization's own price, then the shipped catalog's; when no step finds one, the
 // organization's fallback price, else the catalog's highest price of each token class.
 // Audio billed by duration and OCR pages are priced from the catalog whatever priced the
-// tokens (organizations price tokens only): see audioPrice and pagePrice; so are web searches, file search
+// tokens (organizations price tokens only): see unitPrice; so are web searches, file search
 // calls, maps-grounded prompts, the image generation tool's images and the advisor's
 // sub-inferences (webSearchPrice, fileSearchPrice, mapsGroundingPrice, imageOutputPrice,
 // advisorPrice). Audio tokens are not: they are tokens, priced apart only by a catalog
@@ -664,13 +664,13 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 	p := sj.tokenPrice(org, fallbacks, orgID)
 	if sj.usage.AudioInputMillis > 0 {
 		var known bool
-		if p.Price.AudioPerMinute, known = sj.audioPrice(); !known {
+		if p.Price.AudioPerMinute, known = sj.unitPrice(perMinute); !known {
 			p.Source = accounting.PriceFallback // the audio of a model nobody priced: unpriced
 		}
 	}
 	if sj.usage.OCRPages > 0 {
 		var known bool
-		if p.Price.PerPage, known = sj.pagePrice(); !known {
+		if p.Price.PerPage, known = sj.unitPrice(perPage); !known {
 			p.Source = accounting.PriceFallback // the pages of a model nobody priced by the page: unpriced
 		}
 	}
@@ -778,24 +778,20 @@ func (sj *settleJob) webSearchPrice() (price int64, once, known bool) {
 	return sj.prices.HighestWebSearch(), false, false
 }
 
-// audioPrice is the catalog's price of a minute of the job's model's audio (its nearest
-// entry's), else the catalog's highest (known false): audio a model nobody priced by the
-// minute reported is never cheaper than a known model's.
-func (sj *settleJob) audioPrice() (perMinute int64, known bool) {
-	if e := sj.catalogEntry(); e != nil && e.AudioPerMinute > 0 {
-		return e.AudioPerMinute, true
+// unitPrice is the catalog's price of a unit the job's model is billed by apart from
+// its tokens (of reads it from a price: a minute of input audio, a page read), its
+// nearest entry's, else the catalog's highest (known false): units a model nobody priced
+// so reported are never cheaper than a known model's.
+func (sj *settleJob) unitPrice(of func(pricecatalog.Price) int64) (price int64, known bool) {
+	if e := sj.catalogEntry(); e != nil && of(e.Price) > 0 {
+		return of(e.Price), true
 	}
-	return sj.prices.Highest().AudioPerMinute, false
+	return of(sj.prices.Highest()), false
 }
 
-// pagePrice is the catalog's price of a page the job's model read (its nearest entry's,
-// an OCR model's), else the catalog's highest (known false), like audioPrice.
-func (sj *settleJob) pagePrice() (perPage int64, known bool) {
-	if e := sj.catalogEntry(); e != nil && e.PerPage > 0 {
-		return e.PerPage, true
-	}
-	return sj.prices.Highest().PerPage, false
-}
+// perMinute and perPage read a price's units for unitPrice.
+func perMinute(p pricecatalog.Price) int64 { return p.AudioPerMinute }
+func perPage(p pricecatalog.Price) int64   { return p.PerPage }
 
 // tierOf is the speed tier an item says its request ran at: its service_tier, else
 // (an enforcer older than it) priority_tier, OpenAI's priority tier, read as Fast. A
