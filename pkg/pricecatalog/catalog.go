@@ -821,14 +821,7 @@ func Highest() Price { return Default().Highest() }
 // Lookup finds the entry for model, trying Steps in order: the exact name, the name's
 // Key, the key without its snapshot suffix, then the longest family prefix in the
 // catalog.
-func (c *Catalog) Lookup(model string) (Entry, bool) {
-	for _, s := range Steps(model) {
-		if e, ok := c.Find(s.Name); ok {
-			return e, true
-		}
-	}
-	return Entry{}, false
-}
+func (c *Catalog) Lookup(model string) (Entry, bool) { return c.LookupFor("", model) }
 
 // Highest is the highest price of each token class across the catalog: the default
 // fallback price for models nobody priced, so that an unknown model is never cheaper
