@@ -290,6 +290,12 @@ func TestSettlementPricing(t *testing.T) {
 		{"the pages of a model nobody priced by the page: the catalog's highest, unpriced", func() { setPrices() },
 			&internalv1.SettleItem{Model: "acme-ocr-1", OcrPages: 2, Complete: true},
 			2 * high.PerPage, "fallback", "fallback", "reported_usage"},
+		{"a lost OCR answer: one page at the least, an estimate", nil,
+			&internalv1.SettleItem{Model: "mistral-ocr-latest", InputTokens: 30, UsageEstimated: true, UpstreamStatus: 200},
+			4_000, "catalog_estimate", "catalog", "estimate"},
+		{"an OCR request refused by the provider read nothing", nil,
+			&internalv1.SettleItem{Model: "mistral-ocr-latest", InputTokens: 30, UsageEstimated: true, UpstreamStatus: 422},
+			0, "catalog_estimate", "catalog", "estimate"},
 		{"the organization's token price leaves the catalog's page price", func() {
 			setPrices(store.ModelPrice{Model: "mistral-ocr-latest", InputPerMillion: 1_000_000, OutputPerMillion: 1_000_000})
 		}, &internalv1.SettleItem{Model: "mistral-ocr-latest", InputTokens: 1_000, OcrPages: 1, Complete: true},
@@ -481,6 +487,11 @@ func TestSettlementPricing(t *testing.T) {
 				unpriced++
 			}
 			// The receipt counts a search model's unreported search (its catalog entry's).
+			wantPages := c.item.GetOcrPages()
+			if e, _ := pricecatalog.Lookup(c.item.GetModel()); e.Kind == pricecatalog.OCR && wantPages == 0 && c.item.GetUsageEstimated() &&
+				c.item.GetUpstreamStatus() < 400 {
+				wantPages = 1
+			}
 			wantSearches := c.item.GetWebSearchRequests()
 			if e, _ := pricecatalog.Lookup(c.item.GetModel()); e.SearchesEveryRequest && wantSearches == 0 && c.item.GetUpstreamStatus() < 400 {
 				wantSearches = 1
@@ -502,7 +513,7 @@ func TestSettlementPricing(t *testing.T) {
 				&cachedAudio, &priority, &regional, &tier, &imageCalls, &imageModel, &imageTokens, &advisorModel, &advisorIn, &advisorOut,
 				&advisorCached, &advisorWritten, &mapsGrounded, &imageIn, &cachedImage, &ocrPages); err != nil ||
 				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != wantSearches ||
-				fileSearches != c.item.GetFileSearchCalls() || mapsGrounded != c.item.GetMapsGroundedPrompts() || ocrPages != c.item.GetOcrPages() {
+				fileSearches != c.item.GetFileSearchCalls() || mapsGrounded != c.item.GetMapsGroundedPrompts() || ocrPages != wantPages {
 				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %d maps-grounded prompts %d OCR pages %v", basis, priceSource,
 					audio, searches, fileSearches, mapsGrounded, ocrPages, err)
 			}

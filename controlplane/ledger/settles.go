@@ -211,6 +211,13 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		if e := sj.catalogEntry(); e != nil && e.SearchesEveryRequest && sj.usage.WebSearchRequests == 0 && it.GetUpstreamStatus() < 400 {
 			sj.usage.WebSearchRequests = 1
 		}
+		// A model billed by the page (OCR) whose answer was lost (the enforcer estimated
+		// the usage: no page count came) read its document all the same, a page at the
+		// least: charged one, an estimate, rather than its request's tokens at 0.
+		if e := sj.catalogEntry(); e != nil && e.Kind == pricecatalog.OCR && sj.usage.OCRPages == 0 && sj.usage.Estimated &&
+			it.GetUpstreamStatus() < 400 {
+			sj.usage.OCRPages = 1
+		}
 	}
 	if it.GetSnapshot() != nil {
 		if it.GetOrganizationId() == "" || it.GetMemberId() == "" {
