@@ -287,15 +287,21 @@ type Catalog struct {
 	highestImageOutput int64
 }
 
-type fileEntry struct {
-	Model       string `json:"model"`
-	Provider    string `json:"provider"`
-	Kind        string `json:"kind"`
+// fileTokenPrices are the token prices an entry, an announced change of it and a long
+// prompt's price each give.
+type fileTokenPrices struct {
 	Input       *int64 `json:"input"`
 	Output      *int64 `json:"output"`
 	CachedInput *int64 `json:"cachedInput"`
 	CacheWrite  *int64 `json:"cacheWrite"`
-	MaxOutput   *int64 `json:"maxOutput"`
+}
+
+type fileEntry struct {
+	Model    string `json:"model"`
+	Provider string `json:"provider"`
+	Kind     string `json:"kind"`
+	fileTokenPrices
+	MaxOutput *int64 `json:"maxOutput"`
 	// AudioPerMinute is in micro-USD per minute of input audio (kind audio-duration).
 	AudioPerMinute *int64 `json:"audioPerMinute"`
 	// PerPage is in micro-USD per page read (kind ocr).
@@ -335,21 +341,15 @@ type fileEntry struct {
 // there). Everything else of the entry (its audio, image and tier prices, its limits)
 // stays as the entry says.
 type fileChange struct {
-	From        string           `json:"from"`
-	Input       *int64           `json:"input"`
-	Output      *int64           `json:"output"`
-	CachedInput *int64           `json:"cachedInput"`
-	CacheWrite  *int64           `json:"cacheWrite"`
+	From string `json:"from"`
+	fileTokenPrices
 	LongContext *fileLongContext `json:"longContext"`
 	Note        string           `json:"note"`
 }
 
 type fileLongContext struct {
-	Above       int64  `json:"above"`
-	Input       *int64 `json:"input"`
-	Output      *int64 `json:"output"`
-	CachedInput *int64 `json:"cachedInput"`
-	CacheWrite  *int64 `json:"cacheWrite"`
+	Above int64 `json:"above"`
+	fileTokenPrices
 }
 
 type file struct {
@@ -482,7 +482,7 @@ func atDay(m fileEntry, i int, day time.Time) (_ fileEntry, where string, since 
 		if err != nil || from.After(day) {
 			continue
 		}
-		m.Input, m.Output, m.CachedInput, m.CacheWrite, m.LongContext = ch.Input, ch.Output, ch.CachedInput, ch.CacheWrite, ch.LongContext
+		m.fileTokenPrices, m.LongContext = ch.fileTokenPrices, ch.LongContext
 		return m, fmt.Sprintf("%s from %s", where, ch.From), from
 	}
 	return m, where, time.Time{}
