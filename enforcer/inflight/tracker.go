@@ -105,6 +105,14 @@ type Usage struct {
 	// OCRPages is the pages an OCR model read, billed apiece
 	// (responseusage.Usage.OCRPages).
 	OCRPages int64
+	// ContainerIDs are the containers the answer says the request's code tools ran in
+	// (responseusage.Usage.ContainerIDs): Finish charges their minutes no earlier request
+	// was charged (ContainerSessions), at the container kind the request's tools asked
+	// for (RecordRequest). A reporter (POST /settle) says ContainerKind and
+	// ContainerMinutes instead, final.
+	ContainerIDs     []string
+	ContainerKind    string
+	ContainerMinutes int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
 	// OutputTokens where the upstream reported them, nil where not: settlement charges a
 	// model that prices audio apart at the dearer price when the split is unknown
@@ -437,6 +445,8 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		AdvisorCacheCreationInputTokens: u.AdvisorCacheCreationInputTokens,
 		MapsGroundedPrompts:             u.MapsGroundedPrompts,
 		OcrPages:                        u.OCRPages,
+		ContainerKind:                   u.ContainerKind,
+		ContainerMinutes:                u.ContainerMinutes,
 		AudioInputTokens:                u.AudioInputTokens,
 		AudioOutputTokens:               u.AudioOutputTokens,
 		CachedAudioInputTokens:          u.CachedAudioInputTokens,

@@ -282,6 +282,8 @@ type Catalog struct {
 	// (file.MapsGrounding), and highestMapsGrounding the highest of them.
 	mapsGrounding        map[string]int64
 	highestMapsGrounding int64
+	// containers are the prices of the containers code tools run in, by kind.
+	containers map[string]Container
 	// highestImageOutput is the highest output price of the catalog's image models
 	// (ImageModelPrefix), HighestImageOutput.
 	highestImageOutput int64
@@ -367,7 +369,10 @@ type file struct {
 	// integer micro-USD (Google's grounding with Google Maps: 25 USD per 1,000 grounded
 	// prompts).
 	MapsGrounding map[string]int64 `json:"mapsGrounding"`
-	Models        []fileEntry      `json:"models"`
+	// Containers are the prices of the containers code tools run in, by kind
+	// (Container).
+	Containers map[string]fileContainer `json:"containers"`
+	Models     []fileEntry              `json:"models"`
 }
 
 // Unit is the only unit a catalog file may declare.
@@ -510,6 +515,7 @@ func build(f file, day time.Time, bad func(string, ...any)) *Catalog {
 	c.webSearch = perCall("webSearch", f.WebSearch, &c.highestWebSearch)
 	c.fileSearch = perCall("fileSearch", f.FileSearch, &c.highestFileSearch)
 	c.mapsGrounding = perCall("mapsGrounding", f.MapsGrounding, &c.highestMapsGrounding)
+	c.containers = buildContainers(f.Containers, bad)
 	for i, own := range f.Models {
 		m, where, since := atDay(own, i, day)
 		if m.Model == "" || Key(m.Model) != m.Model || strings.TrimSpace(m.Model) != m.Model {

@@ -1530,9 +1530,17 @@ type SettleItem struct {
 	// ocr_pages counts the pages an OCR model read for the request, which it bills by
 	// the page (Mistral's usage_info.pages_processed), priced per page from the catalog
 	// (pricecatalog.Entry.PerPage).
-	OcrPages      int64 `protobuf:"varint,38,opt,name=ocr_pages,json=ocrPages,proto3" json:"ocr_pages,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OcrPages int64 `protobuf:"varint,38,opt,name=ocr_pages,json=ocrPages,proto3" json:"ocr_pages,omitempty"`
+	// container_minutes are the minutes of the containers the request's code tools ran in
+	// (OpenAI's code interpreter and hosted shell, Anthropic's code execution) that no
+	// earlier request was charged, billed by the time a container lives
+	// (pricecatalog.Container), priced at container_kind's price per hour from the
+	// catalog; container_kind is "" when there are none. A kind the catalog does not know
+	// is charged its dearest container price, unpriced.
+	ContainerKind    string `protobuf:"bytes,39,opt,name=container_kind,json=containerKind,proto3" json:"container_kind,omitempty"`
+	ContainerMinutes int64  `protobuf:"varint,40,opt,name=container_minutes,json=containerMinutes,proto3" json:"container_minutes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1827,6 +1835,20 @@ func (x *SettleItem) GetUpstreamHost() string {
 func (x *SettleItem) GetOcrPages() int64 {
 	if x != nil {
 		return x.OcrPages
+	}
+	return 0
+}
+
+func (x *SettleItem) GetContainerKind() string {
+	if x != nil {
+		return x.ContainerKind
+	}
+	return ""
+}
+
+func (x *SettleItem) GetContainerMinutes() int64 {
+	if x != nil {
+		return x.ContainerMinutes
 	}
 	return 0
 }
@@ -2199,7 +2221,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xca\x0f\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x9e\x10\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2242,7 +2264,9 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x12image_input_tokens\x18# \x01(\x03H\x04R\x10imageInputTokens\x88\x01\x01\x12>\n" +
 	"\x19cached_image_input_tokens\x18$ \x01(\x03H\x05R\x16cachedImageInputTokens\x88\x01\x01\x12#\n" +
 	"\rupstream_host\x18% \x01(\tR\fupstreamHost\x12\x1b\n" +
-	"\tocr_pages\x18& \x01(\x03R\bocrPagesB\x1a\n" +
+	"\tocr_pages\x18& \x01(\x03R\bocrPages\x12%\n" +
+	"\x0econtainer_kind\x18' \x01(\tR\rcontainerKind\x12+\n" +
+	"\x11container_minutes\x18( \x01(\x03R\x10containerMinutesB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
