@@ -26,6 +26,11 @@ const MaxTokens int64 = 1_000_000_000_000
 // 31 years, far beyond any file an API takes (OpenAI's: 25 MB), like MaxTokens.
 const MaxAudioMillis int64 = 1_000_000_000_000
 
+// MaxContainerMinutes bounds a settlement's container minutes: a year of minutes, far
+// beyond what one request's containers live (OpenAI's expire after 20 idle minutes),
+// like MaxTokens.
+const MaxContainerMinutes int64 = 365 * 24 * 60
+
 // maxModelScan bounds the bytes of a model name CleanModel reads.
 const maxModelScan = 4 * MaxModelLen
 
@@ -61,7 +66,8 @@ func CleanModel(s string) (clean string, changed bool) {
 // Bound keeps every token count (the advisor's too), and every count of calls billed
 // apart (web searches, file search and image generation calls, maps-grounded prompts,
 // OCR pages),
-// within [0, MaxTokens] (the audio milliseconds within [0, MaxAudioMillis]) and an
+// within [0, MaxTokens] (the audio milliseconds within [0, MaxAudioMillis], the
+// container minutes within [0, MaxContainerMinutes]) and an
 // upstream cost within [0, money.MaxAllowanceMicroUSD]: a count above the bound is
 // capped, a negative count is read as 0, a negative upstream cost is ignored (the tokens
 // are priced instead), and an upstream cost above the bound is capped. The audio and
@@ -78,13 +84,16 @@ func Bound(u Usage) (Usage, []string) {
 		{"cache_creation_input_tokens", &u.CacheWriteTokens}, {"cache_creation_one_hour_input_tokens", &u.CacheWrite1hTokens},
 		{"audio_input_millis", &u.AudioInputMillis}, {"web_search_requests", &u.WebSearchRequests},
 		{"file_search_calls", &u.FileSearchCalls}, {"maps_grounded_prompts", &u.MapsGroundedPrompts}, {"ocr_pages", &u.OCRPages},
-		{"image_generation_calls", &u.ImageGenerationCalls},
+		{"container_minutes", &u.ContainerMinutes}, {"image_generation_calls", &u.ImageGenerationCalls},
 		{"image_output_tokens", &u.ImageOutputTokens}, {"advisor_input_tokens", &u.AdvisorInputTokens},
 		{"advisor_output_tokens", &u.AdvisorOutputTokens}, {"advisor_cached_input_tokens", &u.AdvisorCachedInputTokens},
 		{"advisor_cache_creation_input_tokens", &u.AdvisorCacheWriteTokens}} {
 		limit := MaxTokens
-		if c.v == &u.AudioInputMillis {
+		switch c.v {
+		case &u.AudioInputMillis:
 			limit = MaxAudioMillis
+		case &u.ContainerMinutes:
+			limit = MaxContainerMinutes
 		}
 		switch {
 		case *c.v < 0:

@@ -61,6 +61,11 @@ type Price struct {
 	// PerPage prices one page an OCR model read, in micro-USD (pricecatalog.OCR); filled
 	// by the ledger from the catalog like AudioPerMinute.
 	PerPage int64
+	// Container prices the minutes of the containers a request's code tools ran in
+	// (Usage.ContainerMinutes), per hour (pricecatalog.Container.Cost): the catalog's
+	// price of the container kind the settlement names, else its dearest, filled by the
+	// ledger like AudioPerMinute whatever priced the tokens. Only its PerHour is read.
+	Container pricecatalog.Container
 	// WebSearch prices one web search a provider's server tool made, in micro-USD: the
 	// catalog's price for the model's provider, filled by the ledger like
 	// AudioPerMinute.
@@ -166,6 +171,12 @@ type Usage struct {
 	// OCRPages counts the pages an OCR model read (Mistral's usage_info.pages_processed),
 	// priced at Price.PerPage each, on top of the tokens (which an OCR model prices at 0).
 	OCRPages int64
+	// ContainerMinutes are the minutes of the containers the request's code tools ran in
+	// (OpenAI's code interpreter and hosted shell, Anthropic's code execution tool) that no
+	// earlier request was charged, billed by the time a container lives: priced at
+	// Price.Container's price per hour, rounded up on their own, on top of the tokens.
+	// Which kind of container they are is the ledger's to price (Price.Container).
+	ContainerMinutes int64
 	// ImageGenerationCalls counts the calls of OpenAI's image generation tool (Responses
 	// API image_generation_call items), each an image billed as its image model's
 	// output tokens apart from the response's usage: ImageOutputTokens in all, priced at
@@ -250,8 +261,8 @@ func (u Usage) Basis() string {
 	case u.UpstreamCost != nil:
 		return BasisUpstreamCost
 	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0 && u.AudioInputMillis == 0 &&
-		u.WebSearchRequests == 0 && u.FileSearchCalls == 0 && u.MapsGroundedPrompts == 0 && u.OCRPages == 0 && u.ImageGenerationCalls == 0 &&
-		u.ImageOutputTokens == 0 && !u.HasAdvisor():
+		u.WebSearchRequests == 0 && u.FileSearchCalls == 0 && u.MapsGroundedPrompts == 0 && u.OCRPages == 0 && u.ContainerMinutes == 0 &&
+		u.ImageGenerationCalls == 0 && u.ImageOutputTokens == 0 && !u.HasAdvisor():
 		return BasisNone
 	case u.Estimated:
 		return BasisEstimate
@@ -289,7 +300,8 @@ type Cost struct {
 // speed tier (Price.TierPercent, rounded up) when it ran at a dearer one, with the
 // price's regional premium when it went to a regional endpoint
 // (pricecatalog.RegionalPremium), plus its web searches, file search calls,
-// maps-grounded prompts and OCR pages apiece, its image generation calls' output tokens at the image
+// maps-grounded prompts and OCR pages apiece, its container minutes at the container's
+// price per hour (pricecatalog.Container.Cost), its image generation calls' output tokens at the image
 // model's output price (ImageCost of ImageTokens) and its advisor's sub-inferences at the
 // advisor model's prices (CatalogCost of AdvisorUsage at Price.Advisor, rounded up on
 // their own), none of them multiplied by the tier or the regional premium, which price
@@ -298,7 +310,7 @@ type Cost struct {
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
 		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 || u.MapsGroundedPrompts < 0 || u.OCRPages < 0 ||
-		u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || u.AdvisorInputTokens < 0 || u.AdvisorOutputTokens < 0 ||
+		u.ContainerMinutes < 0 || p.Price.Container.PerHour < 0 || u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || u.AdvisorInputTokens < 0 || u.AdvisorOutputTokens < 0 ||
 		u.AdvisorCachedInputTokens < 0 || u.AdvisorCacheWriteTokens < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
 		return Cost{}, ErrBadUsage
 	}
@@ -350,6 +362,17 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 		if err == nil && calls.n > 0 {
 			v, err = addApiece(v, calls.n, calls.price)
 		}
+	}
+	// The containers' minutes, at their price per hour rounded up on their own, after
+	// the tier and the regional premium as well: a container is billed by its time,
+	// whatever tier or endpoint priced the tokens.
+	if err == nil && u.ContainerMinutes > 0 {
+		v, err = addCost(v, func() (int64, error) {
+			if c, ok := p.Price.Container.Cost(u.ContainerMinutes); ok {
+				return c, nil
+			}
+			return 0, ErrCostOverflow
+		})
 	}
 	// The images of the image generation tool, at their image model's output price,
 	// after the tier and the regional premium as well.

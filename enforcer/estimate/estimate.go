@@ -152,6 +152,16 @@ type Request struct {
 	Advisor                          bool
 	AdvisorModel                     string
 	AdvisorMaxUses, AdvisorMaxTokens int64
+	// Container: the request gives the model a code tool that runs in a container its
+	// provider bills by the time it lives (a "tools" element whose "type" starts with
+	// "code_interpreter" or "shell", OpenAI's, or "code_execution_", Anthropic's).
+	// ContainerKind and ExplicitContainer are not the body's estimate: the front door
+	// sets them (requestbody.ContainerTool): the container price its settlement charges
+	// (pricecatalog.Container; "" when nothing is charged), and whether a tool names a
+	// container by its id, created apart (requestbody.DeferredRequest).
+	Container         bool
+	ContainerKind     string
+	ExplicitContainer bool
 	// MaxToolCalls is OpenAI's max_tool_calls: the most calls of built-in tools (web
 	// search, file search...) a Responses request allows, all tools together; 0 when it
 	// sets none, or none that is a positive whole number.
@@ -253,7 +263,7 @@ func Input(body []byte) (Request, error) {
 			// The last "tools" counts, as encoding/json reads a repeated key.
 			t := searchTools(body, i)
 			r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor = t.search, t.maxUses, t.fileSearch, t.images, t.advisor
-			r.MapsGrounding = t.maps
+			r.MapsGrounding, r.Container = t.maps, t.containers
 			i = w.value(i, kindOf(key))
 		case jsonscan.KeyIs(key, "background"):
 			// The last one counts, as encoding/json reads a repeated key.
@@ -495,6 +505,7 @@ type billedTools struct {
 	search                            bool
 	maxUses                           int64
 	fileSearch, images, advisor, maps bool
+	containers                        bool
 }
 
 // searchTools reads the tools array at b[i] (any other value has none).
@@ -509,7 +520,7 @@ func searchTools(b []byte, i int) billedTools {
 		if b[i] == '{' {
 			one := searchTool(b, i)
 			t.fileSearch, t.images, t.advisor = t.fileSearch || one.fileSearch, t.images || one.images, t.advisor || one.advisor
-			t.maps = t.maps || one.maps
+			t.maps, t.containers = t.maps || one.maps, t.containers || one.containers
 			if one.search {
 				t.search = true
 				if one.maxUses <= 0 || t.maxUses > maxCap-one.maxUses {
@@ -544,6 +555,8 @@ func searchTool(b []byte, i int) (t billedTools) {
 				t.fileSearch = t.fileSearch || hasPrefixDecoded(b[i:end], "file_search")
 				t.images = t.images || hasPrefixDecoded(b[i:end], "image_generation")
 				t.advisor = t.advisor || hasPrefixDecoded(b[i:end], "advisor_")
+				t.containers = t.containers || hasPrefixDecoded(b[i:end], "code_interpreter") ||
+					hasPrefixDecoded(b[i:end], "shell") || hasPrefixDecoded(b[i:end], "code_execution_")
 			}
 		case jsonscan.KeyIs(key, "googleSearch"), jsonscan.KeyIs(key, "google_search"), jsonscan.KeyIs(key, "googleSearchRetrieval"):
 			t.search = true

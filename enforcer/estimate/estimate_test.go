@@ -383,6 +383,7 @@ func decoderInput(body []byte) (Request, error) {
 	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
 	t := decoderSearchTools(body)
 	r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor, r.MapsGrounding = t.search, t.maxUses, t.fileSearch, t.images, t.advisor, t.maps
+	r.Container = t.containers
 	return r, nil
 }
 
@@ -441,6 +442,8 @@ func decoderSearchTools(body []byte) (t billedTools) {
 				t.fileSearch = t.fileSearch || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "file_search")
 				t.images = t.images || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "image_generation")
 				t.advisor = t.advisor || json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, "advisor_")
+				t.containers = t.containers || json.Unmarshal(v, &s) == nil && (strings.HasPrefix(s, "code_interpreter") ||
+					strings.HasPrefix(s, "shell") || strings.HasPrefix(s, "code_execution_"))
 			case "googleSearch", "google_search", "googleSearchRetrieval":
 				isSearch = true
 			case "googleMaps", "google_maps":
@@ -464,6 +467,32 @@ func decoderSearchTools(body []byte) (t billedTools) {
 		t.maxUses = 0
 	}
 	return t
+}
+
+// TestContainerTools: a request that gives the model a code tool run in a container
+// billed by its time says so (Request.Container), as the reference reads it.
+func TestContainerTools(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want bool
+	}{
+		{`{"model":"gpt-5","tools":[{"type":"code_interpreter","container":{"type":"auto","memory_limit":"4g"}}]}`, true},
+		{`{"tools":[{"type":"web_search"},{"type":"shell","environment":{"type":"container_auto"}}]}`, true},
+		{`{"model":"claude-sonnet-4-5","tools":[{"type":"code_execution_20250825","name":"code_execution"}]}`, true},
+		{`{"tools":[{"type":"code_\u0069nterpreter","container":"cntr_1"}]}`, true},
+		{`{"tools":[{"type":"function","name":"code_interpreter"}]}`, false},
+		{`{"tools":[{"type":"local_shell"}]}`, false},
+		{`{"tools":[{"type":"code_interpreter"}],"tools":[{"type":"web_search"}]}`, false},
+		{`{"model":"gpt-5","input":"code_interpreter"}`, false},
+	} {
+		r, err := Input([]byte(tc.body))
+		if err != nil || r.Container != tc.want {
+			t.Errorf("%s: container %v (%v), want %v", tc.body, r.Container, err, tc.want)
+		}
+		if ref := decoderSearchTools([]byte(tc.body)); ref.containers != tc.want {
+			t.Errorf("%s: the reference reads %+v", tc.body, ref)
+		}
+	}
 }
 
 // Search tools: a request that gives the model a web search tool says so, with the most

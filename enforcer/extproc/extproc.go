@@ -234,7 +234,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	// The body's estimate, with the model its path names (Gemini, Bedrock, Vertex AI)
 	// and whether the path is a regional endpoint, as the gateway reads them.
 	est := gate.BodyHint(body, st.path, st.host()).WithUpstreamHost(st.upstreamHost).Body
-	if endpoint := requestbody.Deferred(st.method, st.path, requestbody.InBackground(est, body)); endpoint != "" && !st.s.AllowDeferred.Allows(endpoint) {
+	if endpoint := requestbody.DeferredRequest(st.method, st.path, est, body); endpoint != "" && !st.s.AllowDeferred.Allows(endpoint) {
 		_ = st.s.tracker.Finish(st.requestID, inflight.Refused(http.StatusForbidden), nil) // never sent upstream
 		m.WithLabelValues("billing_deferred").Inc()
 		return immediate(gate.BillingDeferredRefusal(endpoint))

@@ -156,7 +156,8 @@ type Hint struct {
 // the upstream): the body's estimate, with the model its path names where the body names
 // none (Gemini, Amazon Bedrock, Vertex AI), whether the path or the host is a regional
 // endpoint, the output an image generation is billed, what each call of an image
-// generation tool is billed, and the model of an advisor tool. A body that is no JSON object
+// generation tool is billed, the model of an advisor tool and the container its code
+// tools run in. A body that is no JSON object
 // gives no hint. The hint names no upstream host (estimate.Request.Host): a front door
 // that knows it from its own configuration sets it (WithUpstreamHost), never from a
 // request's authority, which the client chooses.
@@ -174,6 +175,10 @@ func BodyHint(body []byte, path, host string) Hint {
 	if est.Advisor {
 		a := requestbody.AdvisorTool(body)
 		est.AdvisorModel, est.AdvisorMaxUses, est.AdvisorMaxTokens = a.Model, a.MaxUses, a.MaxTokens
+	}
+	if est.Container {
+		c := requestbody.ContainerTool(body)
+		est.ContainerKind, est.ExplicitContainer = c.Kind, c.Explicit
 	}
 	return Hint{Body: &est}
 }

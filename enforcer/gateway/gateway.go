@@ -547,7 +547,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	}
 
 	p.unbilled = requestbody.Unbilled(r.Method, r.URL.Path)
-	if endpoint := requestbody.Deferred(r.Method, r.URL.Path, requestbody.InBackground(est, body)); endpoint != "" && !gw.cfg.AllowDeferred.Allows(endpoint) {
+	if endpoint := requestbody.DeferredRequest(r.Method, r.URL.Path, est, body); endpoint != "" && !gw.cfg.AllowDeferred.Allows(endpoint) {
 		p.settle(inflight.Refused(http.StatusForbidden)) // never sent upstream
 		gw.answered(w, OutcomeRefused)
 		refuse(w, gate.BillingDeferredRefusal(endpoint))
