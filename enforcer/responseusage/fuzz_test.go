@@ -85,6 +85,8 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"text":"x","usage":{"type":"tokens","seconds":9,"input_tokens":14,"input_token_details":{"text_tokens":0,"audio_tokens":14},"output_tokens":45,"total_tokens":59}}`,
 		`{"object":"chat.completion","usage":{"prompt_tokens":119,"completion_tokens":9,"total_tokens":226,"total_tokens":-1,"total_tokens":"9"},"message":{"usage":{"total_tokens":9223372036854775807}}}`,
 		`{"usage":{"prompt_tokens":1,"cost":{"request_cost":0.008,"total_cost":0.05,"total_cost":1e-3,"total_cost":"2"},"cost":0.01},"message":{"usage":{"cost":{"total_cost":3}}},"cost":{"total_cost":4}}`,
+		`{"object":"response","output":[{"type":"code_interpreter_call","container_id":"cntr_1","container_id":7},{"environment":{"container_id":"cntr_\u0032"}}],"container":{"id":"c","id":null},"usage":{"input_tokens":1,"output_tokens":2}}`,
+		`{"type":"message_delta","delta":{"container":{"id":"container_1"}},"usage":{"output_tokens":3}}`,
 		`{"usage_info":{"pages_processed":12,"pages_processed":9223372036854775807,"pages_processed":1e2,"pages_processed":"3","doc_size_bytes":null},"usage":{"pages_processed":2},"message":{"usage_info":{"pages_processed":4}},"pages_processed":5}`,
 		`{"usage":{"prompt_tokens":1,"cost_in_usd_ticks":158500,"cost_in_usd_ticks":9223372036854775807,"cost_in_usd_ticks":1e4,"cost_in_usd_ticks":"9","cost_in_usd_ticks":-1,"cost":0.01},"response":{"usage":{"cost_in_usd_ticks":9223372036854775808}},"cost_in_usd_ticks":7}`,
 		`{"candidates":[{"groundingMetadata":{"webSearchQueries":["a","\u0062",1,["c"]],"webSearchQueries":["d"]},"finishReason":"STOP"},{"groundingMetadata":{"webSearchQueries":[]}}],"usageMetadata":{"promptTokenCount":1}}`,

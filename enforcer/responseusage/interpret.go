@@ -2,6 +2,7 @@ package responseusage
 
 import (
 	"math"
+	"slices"
 
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
@@ -83,6 +84,9 @@ type accumulator struct {
 	model          capture
 	u              usageFields
 	text           int64 // output text of every document, whatever its shape
+	// containers are the distinct containers the documents of an OpenAI Responses or
+	// Anthropic shape named (docFields.containers), at most maxContainers.
+	containers []string
 }
 
 func (a *accumulator) switchTo(f family) {
@@ -94,6 +98,21 @@ func (a *accumulator) switchTo(f family) {
 		a.tier, a.regional = pricecatalog.Standard, false
 		a.fileSearches, a.imageCalls, a.mapsGrounded, a.advisorResults = 0, 0, false, 0
 		a.hasCachedAudio, a.cachedAudio = false, 0
+		a.containers = a.containers[:0]
+	}
+}
+
+// noteContainers keeps the containers an OpenAI Responses or Anthropic document named
+// (docFields.containers): their code tools' containers, billed by the time each lives.
+// Another shape's "container_id" is none of theirs.
+func (a *accumulator) noteContainers(d *docFields) {
+	if a.fam != famResponses && a.fam != famAnthropic {
+		return
+	}
+	for _, id := range d.containers {
+		if len(a.containers) < maxContainers && !slices.Contains(a.containers, id) {
+			a.containers = append(a.containers, id)
+		}
 	}
 }
 
@@ -210,6 +229,7 @@ func (a *accumulator) applyEvent(d *docFields) {
 			a.imageCalls++
 		}
 		a.noteSearches(d)
+		a.noteContainers(d)
 	case famTranscription, famSpeech, famImage:
 		// transcript.text.done (speech.audio.done, image_generation.completed,
 		// image_edit.completed) ends the stream with the usage of the whole
@@ -236,6 +256,7 @@ func (a *accumulator) applyEvent(d *docFields) {
 		a.noteSearches(d)
 	case famAnthropic:
 		a.noteIterations(d)
+		a.noteContainers(d)
 		if d.advisorResult && d.typ.is("content_block_start") && a.advisorResults < math.MaxUint16 {
 			a.advisorResults++
 		}
@@ -312,6 +333,7 @@ func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 	}
 	a.noteCachedAudio(d)
 	a.noteSearches(d)
+	a.noteContainers(d)
 	a.final = wellFormed
 }
 
@@ -503,6 +525,10 @@ func (a *accumulator) fill(u *Usage) {
 	u.ImageGenerationCalls = int64(a.imageCalls)
 	// An Anthropic stream's advisor consultations, estimated when its counts are lost.
 	u.AdvisorResults = int64(a.advisorResults)
+	// The containers its code tools ran in, billed by the time each lives.
+	if len(a.containers) > 0 {
+		u.ContainerIDs = slices.Clone(a.containers)
+	}
 	if a.mapsGrounded {
 		// Gemini's grounding with Google Maps, billed per grounded prompt.
 		u.MapsGroundedPrompts = 1

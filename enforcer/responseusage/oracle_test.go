@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -478,6 +479,71 @@ func oracleOutputItems(obj []member, typ string) uint16 {
 	return n
 }
 
+// oracleContainers is the distinct container ids a document names at the paths
+// containerTarget reads, written out as key paths, in document order, at most
+// maxContainers.
+func oracleContainers(obj []member) []string {
+	var ids []string
+	keep := func(v any) {
+		id, ok := v.(string)
+		if ok && id != "" && len(id) <= maxContainerIDBytes && len(ids) < maxContainers && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	// item reads an output item: its container_id, its environment's.
+	item := func(v any) {
+		it, _ := v.([]member)
+		for _, f := range it {
+			switch f.key {
+			case "container_id":
+				keep(f.val)
+			case "environment":
+				env, _ := f.val.([]member)
+				for _, e := range env {
+					if e.key == "container_id" {
+						keep(e.val)
+					}
+				}
+			}
+		}
+	}
+	output := func(v any) {
+		items, _ := v.([]any)
+		for _, it := range items {
+			item(it)
+		}
+	}
+	container := func(v any) {
+		c, _ := v.([]member)
+		for _, f := range c {
+			if f.key == "id" {
+				keep(f.val)
+			}
+		}
+	}
+	for _, m := range obj {
+		switch m.key {
+		case "output":
+			output(m.val)
+		case "item":
+			item(m.val)
+		case "container":
+			container(m.val)
+		case "response", "message", "delta":
+			sub, _ := m.val.([]member)
+			for _, f := range sub {
+				switch {
+				case m.key == "response" && f.key == "output":
+					output(f.val)
+				case m.key != "response" && f.key == "container":
+					container(f.val)
+				}
+			}
+		}
+	}
+	return ids
+}
+
 // groundingArrays is every array named key of every groundingMetadata object of every
 // candidate in obj's candidates arrays.
 func groundingArrays(obj []member, key string) [][]any {
@@ -594,6 +660,7 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	d.fileSearches = oracleOutputItems(m, "file_search_call")
 	d.imageCalls = oracleOutputItems(m, "image_generation_call")
 	d.mapsGrounded = oracleMapsGrounded(m)
+	d.containers = oracleContainers(m)
 	for _, b := range all(m, "content_block") {
 		for _, f := range b {
 			if v, ok := f.val.(string); ok && f.key == "type" && v == "advisor_tool_result" {

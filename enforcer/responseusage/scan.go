@@ -104,6 +104,11 @@ const (
 	kTotalCost    // Perplexity: usage.cost.total_cost (its cost as an object of parts)
 	kCostTicks    // xAI: usage.cost_in_usd_ticks (its cost in ticks of 1e-10 USD)
 	kPages        // Mistral's OCR: usage_info.pages_processed (tokPages)
+	kContainerID  // OpenAI: a code interpreter call's (a shell call's environment's) container_id
+	kEnvironment  // OpenAI: a shell call's environment
+	kItem         // OpenAI: an output item event's item
+	kContainer    // Anthropic: a message's (a message_delta's delta's) container
+	kID           // its id
 	kTok0         // kTok0+tok for the counts tokPrompt..tokAudioSeconds
 )
 
@@ -312,6 +317,16 @@ func keyID(b []byte) uint8 {
 		return kCostTicks
 	case "pages_processed":
 		return kPages
+	case "container_id":
+		return kContainerID
+	case "environment":
+		return kEnvironment
+	case "item":
+		return kItem
+	case "container":
+		return kContainer
+	case "id":
+		return kID
 	}
 	return kOther
 }
@@ -471,6 +486,34 @@ type docFields struct {
 	// the top level only; this field and the accumulator's take 16.
 	cachedAudio int64
 	cost        int64
+	// container is the container id being read (tgContainer), containers the distinct
+	// ones the document named, at most maxContainers: the containers its code tools ran
+	// in, billed by the time each lives. container's buffer is allocated by the first id
+	// read, so that an Extractor that never meets one holds none (TestExtractorSize).
+	container  capture
+	containers []string
+}
+
+// maxContainers bounds the distinct containers a response's ids are kept of: a request
+// opens one container per code tool (OpenAI's code interpreter and hosted shell), so a
+// response names one or two; more are not charged (docs/prices.md, "Containers").
+const maxContainers = 4
+
+// maxContainerIDBytes bounds a container id kept: OpenAI's cntr_ ids are 53 bytes,
+// Anthropic's container_ ids about 40. A longer one is not kept.
+const maxContainerIDBytes = 128
+
+// keepContainer keeps the container id just read (container) among the document's.
+func (d *docFields) keepContainer() {
+	if !d.container.ok || len(d.container.b) == 0 || len(d.containers) >= maxContainers {
+		return
+	}
+	for _, id := range d.containers {
+		if id == string(d.container.b) {
+			return
+		}
+	}
+	d.containers = append(d.containers, string(d.container.b))
 }
 
 func (d *docFields) reset() {
@@ -486,6 +529,8 @@ func (d *docFields) reset() {
 	d.searches, d.fileSearches, d.imageCalls, d.advisorResult = 0, 0, 0, false
 	d.hasCachedAudio, d.cachedAudio = false, 0
 	d.tierSeen, d.priorityTraffic, d.geoPinned, d.mapsGrounded = 0, false, false, false
+	d.container.reset()
+	d.containers = d.containers[:0]
 }
 
 // setListAudio records the audio count a Gemini *TokensDetails list (list: its key)
@@ -693,6 +738,7 @@ const (
 	tgModCount          // an entry's tokenCount
 	tgConverseTok       // a count of root by a Bedrock Converse name (tok: the Anthropic count it is)
 	tgCost              // a usage's cost in USD, or in xAI's ticks (tok costInTicks); its number's text goes to keyCap
+	tgContainer         // a container's id (containerTarget)
 )
 
 // costInTicks, as a tgCost target's tok: the cost is in xAI's ticks (1e-10 USD), not USD.
@@ -778,6 +824,7 @@ func (s *scanner) init(maxDepth int, stack []uint64, key, typ, obj []byte, model
 	s.keyCap = capture{b: key, limit: maxKeyBytes}
 	s.doc.typ = capture{b: typ, limit: maxSmallBytes}
 	s.doc.object = capture{b: obj, limit: maxObjectBytes}
+	s.doc.container = capture{limit: maxContainerIDBytes}
 	for i := range s.doc.model {
 		s.doc.model[i] = capture{b: models[i], limit: modelLimit}
 		s.doc.tier[i] = capture{b: tiers[i], limit: maxTierBytes}
@@ -1175,6 +1222,9 @@ func (s *scanner) endString() bool {
 	}
 	if str != nil {
 		str.commit()
+		if str == &s.doc.container {
+			s.doc.keepContainer()
+		}
 		// keyCap takes a value only at an output item's type (tgItemType).
 		if str == &s.keyCap {
 			switch {
@@ -1284,6 +1334,9 @@ func (s *scanner) valueStart(c byte, at int) {
 			s.str = &s.keyCap
 		case tgSearchQuery:
 			d.countSearch() // the string is a query: its text does not matter
+		case tgContainer:
+			d.container.reset()
+			s.str = &d.container
 		case tgModality, tgTraffic, tgGeo, tgTTL, tgIterType, tgBlockType:
 			// A short value compared on its end (endString), in the key buffer too.
 			s.keyCap.reset()
@@ -1476,6 +1529,9 @@ func millis(v int64, frac uint8, up bool) (int64, bool) {
 // classify names the value about to start from the keys above it.
 func (s *scanner) classify() target {
 	k := &s.keys
+	if s.containerTarget() {
+		return target{kind: tgContainer}
+	}
 	switch s.depth {
 	case 1:
 		switch k[0] {
@@ -1583,6 +1639,41 @@ func (s *scanner) classify() target {
 		}
 	}
 	return target{}
+}
+
+// containerTarget: the value about to start is the id of a container a code tool ran
+// in, which its provider bills by the time it lives: an OpenAI Responses output item's
+// container_id (a code_interpreter_call's) or environment.container_id (a shell_call's),
+// the item being an element of a Responses object's output[], of an event's
+// response.output[], or an output item event's item; Anthropic's container.id (a
+// message's), message.container.id (message_start's) or delta.container.id
+// (message_delta's). Only these paths: a tool's arguments may name anything. Where the
+// document's shape is not one of theirs, the ids are not read (noteContainers).
+func (s *scanner) containerTarget() bool {
+	d := s.depth
+	if d < 2 || d > 5 {
+		return false
+	}
+	k := s.keys[:d]
+	switch last := k[d-1]; {
+	case last == kID:
+		return d == 2 && k[0] == kContainer || d == 3 && (k[0] == kMessage || k[0] == kDelta) && k[1] == kContainer
+	case last != kContainerID:
+		return false
+	}
+	item := k[:d-1] // the path of the item's member that holds it
+	if item[len(item)-1] == kEnvironment {
+		item = item[:len(item)-1]
+	}
+	switch len(item) {
+	case 1:
+		return item[0] == kItem
+	case 2:
+		return item[0] == kOutput && item[1] == kArr
+	case 3:
+		return item[0] == kResponse && item[1] == kOutput && item[2] == kArr
+	}
+	return false
 }
 
 // iterationMember is the target of key k of an entry of Anthropic's usage.iterations[]

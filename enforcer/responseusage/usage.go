@@ -166,6 +166,12 @@ type Usage struct {
 	// OCRPages is the pages an OCR model read (Mistral's usage_info.pages_processed;
 	// Format FormatMistralOCR), billed apiece; 0 for every other shape.
 	OCRPages int64
+	// ContainerIDs are the containers the response says its code tools ran in (OpenAI
+	// Responses: a code_interpreter_call's container_id, a shell_call's
+	// environment.container_id; Anthropic: the message's container.id), distinct, at most
+	// four, in the order first named; nil for every other shape. Their providers bill
+	// each by the time it lives (pricecatalog.Container).
+	ContainerIDs []string
 	// CostMicroUSD is the cost the upstream reported, if any: in a header, or in its
 	// usage (OpenRouter's usage.cost, Perplexity's usage.cost.total_cost).
 	CostMicroUSD *int64

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -1334,6 +1335,66 @@ func TestImageGenerationCalls(t *testing.T) {
 			}
 			if ref, _ := oracleFor(tc.ct, []byte(tc.body)); ref.ImageGenerationCalls != tc.images || ref.WebSearchRequests != tc.webs {
 				t.Fatalf("reference: %d images, %d web searches", ref.ImageGenerationCalls, ref.WebSearchRequests)
+			}
+		})
+	}
+}
+
+// TestContainerIDs: the containers a response's code tools ran in, which their providers
+// bill by the time each lives, are read where OpenAI's Responses API (code interpreter,
+// hosted shell) and Anthropic's Messages API (code execution) name them, in any
+// chunking, and agree with the reference reading; the same key in a tool's arguments,
+// or in another API's answer, names no container.
+func TestContainerIDs(t *testing.T) {
+	const call = `{"type":"code_interpreter_call","id":"ci_1","status":"completed","code":"print(1)","container_id":"cntr_a1","outputs":null}`
+	shell := `{"type":"shell_call","id":"sh_1","call_id":"c1","status":"completed","action":{"commands":["ls"]},` +
+		`"environment":{"type":"container_reference","container_id":"cntr_b2"}}`
+	text := `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"1","annotations":[` +
+		`{"type":"container_file_citation","container_id":"cntr_zz","file_id":"cfile_1"}]}]}`
+	usage := `"usage":{"input_tokens":40,"output_tokens":9,"total_tokens":49}`
+	responses := `{"id":"resp_1","object":"response","status":"completed","model":"gpt-5","output":[` + call + `,` + shell + `,` + text + `],` + usage + `}`
+	event := func(s string) string {
+		return "event: " + s[len(`{"type":"`):strings.Index(s, `",`)] + "\ndata: " + s + "\n\n"
+	}
+	started := event(`{"type":"response.created","response":{"id":"resp_1","object":"response","status":"in_progress","model":"gpt-5","output":[],"usage":null}}`) +
+		event(`{"type":"response.output_item.added","output_index":0,"item":{"type":"code_interpreter_call","id":"ci_1","status":"in_progress","container_id":"cntr_a1"}}`)
+	stream := started + event(`{"type":"response.output_item.done","output_index":0,"item":`+call+`}`) +
+		event(`{"type":"response.output_item.done","output_index":1,"item":`+shell+`}`) +
+		event(`{"type":"response.completed","response":{"id":"resp_1","object":"response","status":"completed","model":"gpt-5","output":[`+call+`,`+shell+`],`+usage+`}}`)
+	message := `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"tu_1","name":"f",` +
+		`"input":{"container_id":"not_a_container","container":{"id":"nor_this"}}},{"type":"text","text":"Done."}],` +
+		`"container":{"id":"container_011abc","expires_at":"2026-11-29T20:00:00Z"},"stop_reason":"end_turn",` +
+		`"usage":{"input_tokens":12,"output_tokens":5}}`
+	anthropicStream := "event: message_start\ndata: " + `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"container":null,"usage":{"input_tokens":12,"output_tokens":1}}}` + "\n\n" +
+		"event: content_block_start\ndata: " + `{"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"bash_code_execution","input":{}}}` + "\n\n" +
+		"event: message_delta\ndata: " + `{"type":"message_delta","delta":{"stop_reason":"end_turn","container":{"id":"container_011abc","expires_at":"2026-11-29T20:00:00Z"}},"usage":{"output_tokens":5}}` + "\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	many := `{"id":"resp_1","object":"response","status":"completed","model":"gpt-5","output":[`
+	for i := range 6 {
+		many += strings.Replace(call, "cntr_a1", fmt.Sprintf("cntr_%d", i%5), 1) + ","
+	}
+	many += text + `],` + usage + `}`
+	for _, tc := range []struct {
+		name, ct, body string
+		want           []string
+	}{
+		{"responses", ctJSON, responses, []string{"cntr_a1", "cntr_b2"}},
+		{"responses stream", ctSSE, stream, []string{"cntr_a1", "cntr_b2"}},
+		{"a stream cut once the call began", ctSSE, started, []string{"cntr_a1"}},
+		{"at most four", ctJSON, many, []string{"cntr_0", "cntr_1", "cntr_2", "cntr_3"}},
+		{"anthropic message", ctJSON, message, []string{"container_011abc"}},
+		{"anthropic stream", ctSSE, anthropicStream, []string{"container_011abc"}},
+		{"a chat completion has no containers", ctJSON, `{"object":"chat.completion","output":[` + call + `],"container":{"id":"x"},"usage":{"prompt_tokens":1,"completion_tokens":2}}`, nil},
+		{"none", ctJSON, strings.Replace(responses, "container_id", "container_ref", -1), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for how, chunks := range map[string][][]byte{"whole": {[]byte(tc.body)}, "byte by byte": bytewise([]byte(tc.body))} {
+				if got := run(tc.ct, nil, Limits{}, chunks, true); !slices.Equal(got.ContainerIDs, tc.want) {
+					t.Fatalf("%s: containers %q, want %q (%s)", how, got.ContainerIDs, tc.want, show(got))
+				}
+			}
+			if ref, _ := oracleFor(tc.ct, []byte(tc.body)); !slices.Equal(ref.ContainerIDs, tc.want) {
+				t.Fatalf("reference: containers %q", ref.ContainerIDs)
 			}
 		})
 	}
