@@ -29,6 +29,20 @@ func (l Layout) MemberKey(memberID string) string {
 }
 
 // GenerationKey holds the current generation id. Its absence means Redis lost its data.
+// ContainerKey is the key of a container's charged time (package
+// enforcer/containersession): until when, in Unix milliseconds, its minutes are charged.
+// The enforcer's own, not the control plane's. The container id inside braces is the
+// Redis Cluster hash tag: ContainerRequestKey lives in its slot.
+func (l Layout) ContainerKey(containerID string) string {
+	return l.Prefix + "container:{" + containerID + "}"
+}
+
+// ContainerRequestKey is the key of what one request was charged of a container's
+// minutes, so that its settlement, computed again, charges the same.
+func (l Layout) ContainerRequestKey(containerID, requestID string) string {
+	return l.Prefix + "container:{" + containerID + "}:request:" + requestID
+}
+
 func (l Layout) GenerationKey() string { return l.Prefix + "generation" }
 
 // InvalidationChannel carries invalidations (see Invalidation).

@@ -1,0 +1,61 @@
+package containersession_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/containersession"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+)
+
+// TestCharge: a container's life is charged once across the requests that use it, from
+// the first one's start to its idle window after the last one's end, in whole minutes,
+// at least the minimum for a container first seen; one seen again after its charged time
+// ended is another session; a request asked again is charged the same.
+func TestCharge(t *testing.T) {
+	rdb, layout := testredis.New(t)
+	l := containersession.New(rdb, layout, 0)
+	ctx := context.Background()
+	openai, _ := pricecatalog.Default().Container("openai-1g")    // idle 20, minimum 5
+	anthropic, _ := pricecatalog.Default().Container("anthropic") // idle 5, minimum 5
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for _, step := range []struct {
+		what       string
+		request    string
+		c          pricecatalog.Container
+		ids        []string
+		start, end time.Duration
+		want       int64
+	}{
+		{"first use: its 10 s and 20 idle minutes", "r1", openai, []string{"cntr_a"}, 0, 10 * time.Second, 21},
+		{"asked again: the same", "r1", openai, []string{"cntr_a"}, 0, 10 * time.Second, 21},
+		{"used again 5 minutes later: the 5 minutes its idle window moved", "r2", openai, []string{"cntr_a"}, 5 * time.Minute, 5*time.Minute + 10*time.Second, 5},
+		{"a request inside the charged time: the minutes its end moved the idle window", "r3", openai, []string{"cntr_a"}, 6 * time.Minute, 7 * time.Minute, 2},
+		{"two containers: each its own", "r4", openai, []string{"cntr_a", "cntr_b"}, 8 * time.Minute, 8*time.Minute + 30*time.Second, 2 + 21},
+		{"after the charged time ended: another session", "r5", openai, []string{"cntr_a"}, 60 * time.Minute, 61 * time.Minute, 21},
+		{"anthropic: at least its minimum", "r6", anthropic, []string{"container_1"}, 0, time.Second, 6},
+		{"a long request: its own length and the idle window", "r7", anthropic, []string{"container_2"}, 0, 30 * time.Minute, 35},
+		{"an end before its start is the start", "r8", anthropic, []string{"container_3"}, time.Minute, 0, 5},
+	} {
+		got, estimated := l.Charge(ctx, step.request, step.c, step.ids, at(step.start), at(step.end))
+		if got != step.want || estimated {
+			t.Fatalf("%s: %d minutes (estimated %v), want %d", step.what, got, estimated, step.want)
+		}
+	}
+}
+
+// TestChargeWithoutRedis: when Redis does not answer, each container is charged as one
+// seen for the first time, and said to be an estimate.
+func TestChargeWithoutRedis(t *testing.T) {
+	_, layout := testredis.New(t)
+	l := containersession.New(testredis.Dead(t), layout, 200*time.Millisecond)
+	c, _ := pricecatalog.Default().Container("openai-4g")
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	got, estimated := l.Charge(context.Background(), "r1", c, []string{"cntr_a", "cntr_b"}, t0, t0.Add(90*time.Second))
+	if got != 2*22 || !estimated {
+		t.Fatalf("%d minutes (estimated %v), want 44, estimated", got, estimated)
+	}
+}
