@@ -28,6 +28,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate-dev/tollgate/enforcer/authz"
+	"github.com/tollgate-dev/tollgate/enforcer/containersession"
 	"github.com/tollgate-dev/tollgate/enforcer/cpclient"
 	"github.com/tollgate-dev/tollgate/enforcer/extproc"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
@@ -222,6 +223,7 @@ func New(d Deps) *Enforcer {
 	}
 	e.Tracker = inflight.New(e.Settle, d.Clock, m, log)
 	e.Tracker.SetCapacity(cfg.InflightLimit())
+	e.Tracker.UseContainerSessions(containersession.New(d.Redis, d.Layout, cfg.RedisCheckTimeout))
 	e.Starts = startq.New(cp, e.Settle, startq.Config{Capacity: cfg.StartCapacity, PerMember: cfg.StartPerMember,
 		Deadline: cfg.StartDeadline, Workers: d.StartWorkers}, e.Tracker.SettleOrphan, m, log)
 	e.Identity = identity.New(cp, identity.Config{TTL: cfg.IdentityTTL}, d.Clock, m, log)

@@ -64,9 +64,27 @@ func (l *Ledger) Charge(ctx context.Context, requestID string, c pricecatalog.Co
 		ms, err := chargeScript.Run(ctx, l.rdb, []string{l.layout.ContainerKey(id), l.layout.ContainerRequestKey(id, requestID)},
 			start.UnixMilli(), end.UnixMilli(), idle.Milliseconds(), minimum.Milliseconds(), keep.Milliseconds()).Int64()
 		if err != nil {
-			ms, estimated = max(end.Sub(start)+idle, minimum).Milliseconds(), true
+			ms, estimated = firstSeen(c, start, end).Milliseconds(), true
 		}
-		minutes += (ms + time.Minute.Milliseconds() - 1) / time.Minute.Milliseconds()
+		minutes += wholeMinutes(ms)
 	}
 	return minutes, estimated
+}
+
+// FirstSeen is the minutes of the containers ids, priced as c, charged to a request that
+// began at start and ended at end as if none had been seen before: where no Ledger
+// answers, an estimate never below the bill.
+func FirstSeen(c pricecatalog.Container, ids []string, start, end time.Time) int64 {
+	return int64(len(ids)) * wholeMinutes(firstSeen(c, start, end).Milliseconds())
+}
+
+// firstSeen is the time a container seen for the first time is charged: from the
+// request's start to the idle window after its end, at least the minimum.
+func firstSeen(c pricecatalog.Container, start, end time.Time) time.Duration {
+	return max(max(end.Sub(start), 0)+time.Duration(c.IdleMinutes)*time.Minute, time.Duration(c.MinimumMinutes)*time.Minute)
+}
+
+// wholeMinutes is ms in minutes, rounded up.
+func wholeMinutes(ms int64) int64 {
+	return (ms + time.Minute.Milliseconds() - 1) / time.Minute.Milliseconds()
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/enforcer/containersession"
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
@@ -61,6 +62,7 @@ type Request struct {
 	imageCall        estimate.ImageCall
 	advisorModel     string
 	advisorMaxTokens int64
+	containerKind    string // the container price its code tools asked for (estimate.Request.ContainerKind)
 	// older and newer link the shard's requests that no response stream follows, in
 	// admission order (the oldest is evicted first); listed says it is in that list.
 	older, newer *Request
@@ -105,12 +107,10 @@ type Usage struct {
 	// OCRPages is the pages an OCR model read, billed apiece
 	// (responseusage.Usage.OCRPages).
 	OCRPages int64
-	// ContainerIDs are the containers the answer says the request's code tools ran in
-	// (responseusage.Usage.ContainerIDs): Finish charges their minutes no earlier request
-	// was charged (ContainerSessions), at the container kind the request's tools asked
-	// for (RecordRequest). A reporter (POST /settle) says ContainerKind and
-	// ContainerMinutes instead, final.
-	ContainerIDs     []string
+	// ContainerKind and ContainerMinutes are the container minutes a reporter (POST
+	// /settle) says the request is charged, and their price's kind
+	// (pricecatalog.Container). A response stream names its containers instead
+	// (Seen.ContainerIDs), whose minutes Finish charges.
 	ContainerKind    string
 	ContainerMinutes int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
@@ -172,7 +172,8 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 		AudioInputTokens: reported(got.AudioInputTokens, got.AudioInputReported), AudioOutputTokens: reported(got.AudioOutputTokens, got.AudioOutputReported),
 		CachedAudioInputTokens: reported(got.CachedAudioInputTokens, got.CachedAudioInputReported),
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
-			AudioOutputMillis: got.AudioOutputMillis, AdvisorResults: got.AdvisorResults}}
+			AudioOutputMillis: got.AudioOutputMillis, AdvisorResults: got.AdvisorResults,
+			ContainerIDs: got.ContainerIDs, ContainerProvider: got.ContainerProvider()}}
 }
 
 // reported is n when the upstream reported it, else nil.
@@ -199,6 +200,12 @@ func Refused(status int) Usage {
 
 // Seen is what a response stream saw besides the usage it reported.
 type Seen struct {
+	// ContainerIDs are the containers the answer says the request's code tools ran in
+	// (responseusage.Usage.ContainerIDs), of ContainerProvider's: Finish charges their
+	// minutes no earlier request was charged (UseContainerSessions), at the container
+	// price the request's tools asked for (RecordRequest), else at the provider's dearest.
+	ContainerIDs      []string
+	ContainerProvider string
 	// InputReported and OutputReported: the upstream reported that count.
 	InputReported, OutputReported bool
 	// TextBytes is the bytes of output text the response carried.
@@ -218,12 +225,14 @@ type Queue interface {
 
 // Tracker is the table of admitted, unsettled requests.
 type Tracker struct {
-	q     Queue
-	clk   clock.Clock
-	m     *metrics.Metrics
-	log   *slog.Logger
-	seed  maphash.Seed
-	count atomic.Int64
+	q Queue
+	// containers charges container minutes (UseContainerSessions); nil: FirstSeen.
+	containers ContainerSessions
+	clk        clock.Clock
+	m          *metrics.Metrics
+	log        *slog.Logger
+	seed       maphash.Seed
+	count      atomic.Int64
 	// perShard bounds each shard's requests (SetCapacity); 0: unbounded.
 	perShard int
 	// lastEvictLog rate-limits the eviction warning (unix nanoseconds).
@@ -358,7 +367,7 @@ func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 	}
 	r.requestSeen, r.inputEstimate, r.requestModel, r.regional, r.imageOutput = true, req.InputTokens, req.Model, req.Regional, req.ImageOutputTokens
 	r.imageCall, r.advisorModel, r.advisorMaxTokens = req.ImageCall, req.AdvisorModel, req.AdvisorMaxTokens
-	r.host = req.Host
+	r.host, r.containerKind = req.Host, req.ContainerKind
 	return true
 }
 
@@ -478,9 +487,64 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 	}
 	if u.Seen != nil {
 		charge(item, u.Seen, r)
+		if len(u.Seen.ContainerIDs) > 0 && item.ContainerMinutes == 0 {
+			t.chargeContainers(item, u.Seen, r)
+		}
 	}
 	advisorCounts(item, r)
 	return t.q.Enqueue(item, res, done)
+}
+
+// ContainerSessions charges the minutes of the containers a request's code tools ran in,
+// shared by every enforcer (containersession.Ledger).
+type ContainerSessions interface {
+	Charge(ctx context.Context, requestID string, c pricecatalog.Container, ids []string, start, end time.Time) (minutes int64, estimated bool)
+}
+
+// UseContainerSessions has Finish charge the containers a response names through cs.
+// Call it before use; without it, each container is charged as one seen for the first
+// time (containersession.FirstSeen), an estimate.
+func (t *Tracker) UseContainerSessions(cs ContainerSessions) { t.containers = cs }
+
+// chargeContainers charges the containers a response named (seen.ContainerIDs): at the
+// container price the request's tools asked for, from its admission to now; where the
+// request's tools are not known here (another enforcer admitted it, or its body did not
+// read), at its provider's dearest price, an estimate, never below the bill. A request
+// whose tools ask for no charged container (Anthropic's code execution beside web
+// search, a container created apart) is charged none.
+func (t *Tracker) chargeContainers(item *internalv1.SettleItem, seen *Seen, r *Request) {
+	now := t.clk.Now()
+	cat := pricecatalog.At(now)
+	start := now
+	var c pricecatalog.Container
+	known := false
+	if r != nil {
+		start = r.AdmittedAt
+		if r.requestSeen {
+			if r.containerKind == "" {
+				return
+			}
+			c, known = cat.Container(r.containerKind)
+		}
+	}
+	if !known {
+		var ok bool
+		if c, ok = cat.DearestContainer(seen.ContainerProvider); !ok {
+			return
+		}
+		item.UsageEstimated, item.Complete = true, false
+	}
+	var minutes int64
+	estimated := true
+	if t.containers != nil {
+		minutes, estimated = t.containers.Charge(context.Background(), item.RequestId, c, seen.ContainerIDs, start, now)
+	} else {
+		minutes = containersession.FirstSeen(c, seen.ContainerIDs, start, now)
+	}
+	item.ContainerKind, item.ContainerMinutes = c.Kind, minutes
+	if estimated {
+		item.UsageEstimated, item.Complete = true, false
+	}
 }
 
 // imageCalls prices the image generation calls a response made from what the request

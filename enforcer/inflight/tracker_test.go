@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 type queue struct {
@@ -308,6 +310,81 @@ func TestOCRPagesAreSettled(t *testing.T) {
 	_ = tr.Finish("req_a", FromResponse(read, true, 200, false), nil)
 	if it := q.items[0]; it.GetOcrPages() != 12 || it.GetModel() != "mistral-ocr-2505-completion" || !it.GetComplete() {
 		t.Fatalf("settled %v, want 12 pages of mistral-ocr-2505-completion", it)
+	}
+}
+
+// sessions is a ContainerSessions that answers minutes and says what it was asked.
+type sessions struct {
+	minutes    int64
+	estimated  bool
+	kind       string
+	ids        []string
+	start, end time.Time
+}
+
+func (s *sessions) Charge(_ context.Context, _ string, c pricecatalog.Container, ids []string, start, end time.Time) (int64, bool) {
+	s.kind, s.ids, s.start, s.end = c.Kind, ids, start, end
+	return s.minutes, s.estimated
+}
+
+// TestContainersAreSettled: the containers an answer names are charged at the container
+// price the request's tools asked for, from its admission to its end; at the provider's
+// dearest where the request is not known, an estimate; not at all where its tools ask
+// for no charged container; and a reporter's minutes are taken as they are.
+func TestContainersAreSettled(t *testing.T) {
+	read := func(provider string, ids ...string) Usage {
+		return Usage{Model: "m", InputTokens: 5, OutputTokens: 6, Complete: true, UpstreamStatus: 200,
+			Seen: &Seen{InputReported: true, OutputReported: true, ContainerIDs: ids, ContainerProvider: provider}}
+	}
+	for _, tc := range []struct {
+		name      string
+		record    *estimate.Request // nil: the request's body was not seen
+		known     bool              // the tracker knows the request
+		answer    sessions
+		noLedger  bool
+		u         Usage
+		kind      string
+		minutes   int64
+		estimated bool
+	}{
+		{name: "the tools' memory", record: &estimate.Request{Model: "gpt-5", ContainerKind: "openai-4g"}, known: true,
+			answer: sessions{minutes: 21}, u: read("openai", "cntr_a"), kind: "openai-4g", minutes: 21},
+		{name: "the ledger's estimate", record: &estimate.Request{Model: "gpt-5", ContainerKind: "openai-1g"}, known: true,
+			answer: sessions{minutes: 42, estimated: true}, u: read("openai", "cntr_a", "cntr_b"), kind: "openai-1g", minutes: 42, estimated: true},
+		{name: "tools that ask for no charged container", record: &estimate.Request{Model: "claude-sonnet-4-5"}, known: true,
+			answer: sessions{minutes: 5}, u: read("anthropic", "container_1")},
+		{name: "a request whose body was not seen: the provider's dearest", known: true,
+			answer: sessions{minutes: 21}, u: read("openai", "cntr_a"), kind: "openai-64g", minutes: 21, estimated: true},
+		{name: "a request another enforcer admitted: the provider's dearest",
+			answer: sessions{minutes: 5}, u: read("anthropic", "container_1"), kind: "anthropic", minutes: 5, estimated: true},
+		{name: "without a ledger: as first seen", record: &estimate.Request{Model: "gpt-5", ContainerKind: "openai-1g"}, known: true,
+			noLedger: true, u: read("openai", "cntr_a"), kind: "openai-1g", minutes: 20, estimated: true},
+		{name: "a reporter's minutes", known: true, answer: sessions{minutes: 99},
+			u: Usage{Model: "m", InputTokens: 5, Complete: true, ContainerKind: "anthropic", ContainerMinutes: 7}, kind: "anthropic", minutes: 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, q := admittedReqA()
+			ledger := tc.answer
+			if !tc.noLedger {
+				tr.UseContainerSessions(&ledger)
+			}
+			id := "req_a"
+			if !tc.known {
+				id = "req_elsewhere"
+			}
+			if tc.record != nil && !tr.RecordRequest(id, *tc.record) {
+				t.Fatal("not recorded")
+			}
+			_ = tr.Finish(id, tc.u, nil)
+			it := q.items[0]
+			if it.GetContainerKind() != tc.kind || it.GetContainerMinutes() != tc.minutes || it.GetUsageEstimated() != tc.estimated ||
+				it.GetComplete() == tc.estimated {
+				t.Fatalf("settled %v, want %d minutes of %q, estimated %v", it, tc.minutes, tc.kind, tc.estimated)
+			}
+			if tc.minutes > 0 && !tc.noLedger && tc.u.Seen != nil && !slices.Equal(ledger.ids, tc.u.Seen.ContainerIDs) {
+				t.Fatalf("the ledger was asked for %q", ledger.ids)
+			}
+		})
 	}
 }
 

@@ -267,6 +267,18 @@ const (
 	arrBad                 // malformed: nothing more is read
 )
 
+// ContainerProvider is the provider whose containers ContainerIDs names ("openai" for a
+// Responses answer, "anthropic" for a Messages one), "" for any other shape.
+func (u Usage) ContainerProvider() string {
+	switch u.Format {
+	case FormatOpenAIResponses, FormatOpenAIResponsesSSE:
+		return "openai"
+	case FormatAnthropicMessages, FormatAnthropicSSE:
+		return "anthropic"
+	}
+	return ""
+}
+
 // Extractor reads the usage of one response. It is not safe for concurrent
 // use; create one per response with New (it must not be copied).
 type Extractor struct {
