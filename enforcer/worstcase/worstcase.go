@@ -23,6 +23,12 @@
 // web search tool whose searches it does not cap (they are billed apiece; a capped
 // tool's max_uses, or a grounded prompt billed once, adds its price to the worst case).
 //
+// A request whose code tools run in a container billed by its time (OpenAI's code
+// interpreter and hosted shell, Anthropic's code execution: estimate.Request.
+// ContainerKind) adds one container session: its idle window at its price
+// (pricecatalog.Container), what a container first seen costs beyond the request's own
+// length, which is not known before it runs.
+//
 // A request that asks for a dearer speed tier (OpenAI's "service_tier": "priority",
 // "fast" or "ultrafast", Gemini's "priority", Anthropic's "speed": "fast") costs the
 // model's percent of the tier of that (pricecatalog.Entry.TierPercent), as settlement
@@ -169,6 +175,13 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 			return Cost{Unknown: AdvisorUncapped}
 		}
 		cost = min(cost+advice, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
+	}
+	if c, ok := cat.Container(req.ContainerKind); ok {
+		// A code tool's container is charged its time on top of the rest: a container
+		// first seen, its idle window after the request (the request's own length is not
+		// known before it runs; docs/usage-limits.md).
+		session, _ := c.Cost(max(c.IdleMinutes, c.MinimumMinutes))
+		cost = min(cost+session, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
 	}
 	return Cost{MicroUSD: cost, Model: e.Model, InputTokens: in, OutputTokens: out}
 }

@@ -213,6 +213,22 @@ func TestImageGeneration(t *testing.T) {
 	}
 }
 
+// TestContainerTool: a request whose code tools run in a container reserves one container
+// session beside its tokens: its idle window at its price (20 minutes of a 16g OpenAI
+// container, 0.48 USD; 5 minutes of Anthropic's, 0.05 USD an hour); none without one.
+func TestContainerTool(t *testing.T) {
+	r := body(t, `{"model":"gpt-4o-mini","max_output_tokens":1000,"input":"hi","tools":[{"type":"code_interpreter","container":{"type":"auto","memory_limit":"16g"}}]}`)
+	tokens := Of(pricecatalog.Default(), r, nil)
+	r.ContainerKind = "openai-16g"
+	if got := Of(pricecatalog.Default(), r, nil); got.MicroUSD != tokens.MicroUSD+480_000 {
+		t.Fatalf("openai-16g: %+v, want %d + 480,000", got, tokens.MicroUSD)
+	}
+	r.ContainerKind = "anthropic"
+	if got := Of(pricecatalog.Default(), r, nil); got.MicroUSD != tokens.MicroUSD+4_167 {
+		t.Fatalf("anthropic: %+v, want %d + 4,167", got, tokens.MicroUSD)
+	}
+}
+
 // A request to a cloud's regional endpoint reserves the model's regional premium (10%
 // for claude-sonnet-4-5), rounded up; a model without one, or the global endpoint, none.
 func TestRegionalEndpoint(t *testing.T) {
