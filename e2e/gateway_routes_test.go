@@ -322,7 +322,8 @@ func TestEmbeddingsThroughTheGateway(t *testing.T) {
 }
 
 // TestDeferredBillingThroughTheGateway: the official OpenAI SDK's batch, background
-// response and video extension, and the Anthropic SDK's Managed Agents session told to
+// response, video extension and code interpreter in a container created apart
+// (its minutes billed to that container), and the Anthropic SDK's Managed Agents session told to
 // work, whose cost the provider bills later where the gateway cannot see it, are refused
 // with 403 service_gateway_billing_deferred at once (not retried) and never reach the
 // provider; a stored response read again (GET) reaches it and is settled at a known 0,
@@ -333,7 +334,7 @@ func TestDeferredBillingThroughTheGateway(t *testing.T) {
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, want := gatewayWithFixedUsage(t)
 	for _, c := range []struct{ script, scenario string }{{"openai.mjs", "batch"}, {"openai.mjs", "background"},
-		{"openai.mjs", "video-extend"}, {"anthropic.mjs", "agent-events"}} {
+		{"openai.mjs", "video-extend"}, {"anthropic.mjs", "agent-events"}, {"openai.mjs", "responses-code-explicit"}} {
 		scenario := c.scenario
 		r := runSDK(t, dir, c.script, scenario, s.gateway, o.key, model)
 		if r.OK || r.Status != 403 || r.Code == nil || *r.Code != "service_gateway_billing_deferred" ||

@@ -96,6 +96,9 @@ type sdkResult struct {
 	// Searches: the web_search_call output items the SDK saw (openai.mjs's
 	// responses-search scenarios).
 	Searches int
+	// Containers: the containers the answer's code tools ran in, as the SDK saw them
+	// (openai.mjs's responses-code scenarios, anthropic.mjs's code scenarios).
+	Containers []string
 	// Places: the Google Maps sources a Gemini answer's grounding cites (gemini.mjs's
 	// maps scenarios).
 	Places int

@@ -165,6 +165,11 @@ type Usage struct {
 	// items after the file searches' (and, streamed, each call's events), which is how
 	// OpenAI reports its image generation tool's images.
 	ImageGenerationCalls int64
+	// Container: the container the answer's code tools ran in: on the Responses API, a
+	// code_interpreter_call output item naming it (container_id) after the images' (and,
+	// streamed, its events); on Anthropic, the message's container (a stream's
+	// message_delta's delta.container), as Anthropic's code execution tool reports it.
+	Container string
 	// AudioMillis: a duration-billed transcription's (whisper-1's) usage.seconds, in
 	// milliseconds (written as a decimal number of seconds).
 	AudioMillis int64
@@ -993,8 +998,11 @@ func responsesStream(ew *eventWriter, id, model string, u Usage) {
 		at := fmt.Sprintf(`"output_index":%d`, i)
 		event("response.output_item.added", at+fmt.Sprintf(`,"item":{"type":%q,"id":%q,"status":"in_progress"}`, c.typ, c.id))
 		phases := []string{"in_progress", "searching", "completed"}
-		if c.typ == "image_generation_call" {
+		switch c.typ {
+		case "image_generation_call":
 			phases[1] = "generating"
+		case "code_interpreter_call":
+			phases[1] = "interpreting"
 		}
 		for _, phase := range phases {
 			event("response."+c.typ+"."+phase, at+fmt.Sprintf(`,"item_id":%q`, c.id))
@@ -1035,6 +1043,10 @@ func toolCalls(u Usage) []toolCall {
 		out = append(out, toolCall{"image_generation_call", id,
 			fmt.Sprintf(`{"type":"image_generation_call","id":%q,"status":"completed","result":"iVBORw0KGgo=","revised_prompt":"a toll gate %d"}`, id, i)})
 	}
+	if u.Container != "" {
+		out = append(out, toolCall{"code_interpreter_call", "ci_0",
+			fmt.Sprintf(`{"type":"code_interpreter_call","id":"ci_0","status":"completed","code":"print(6 * 7)","container_id":%q,"outputs":[{"type":"logs","logs":"42"}]}`, u.Container)})
+	}
 	return out
 }
 
@@ -1050,8 +1062,17 @@ func searchCalls(u Usage) string {
 // anthropicJSON is Anthropic's message; extra are more fields of its usage, each with its
 // leading comma (speedField, geoField).
 func anthropicJSON(id, model string, u Usage, extra string) string {
-	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s%s%s"output_tokens":%d,"service_tier":"standard"%s}}`,
-		id, model, Text, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), serverToolUse(u), iterations(u), u.OutputTokens, extra)
+	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,%s"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s%s%s"output_tokens":%d,"service_tier":"standard"%s}}`,
+		id, model, Text, container(u), u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), serverToolUse(u), iterations(u), u.OutputTokens, extra)
+}
+
+// container is Anthropic's container member and a comma, when the answer's code tools ran
+// in one ("" otherwise).
+func container(u Usage) string {
+	if u.Container == "" {
+		return ""
+	}
+	return fmt.Sprintf(`"container":{"id":%q,"expires_at":"2026-11-29T20:00:00Z"},`, u.Container)
 }
 
 // geoField is the usage's inference_geo field, with its leading comma, of a request that
@@ -1126,8 +1147,8 @@ func anthropicStream(ew *eventWriter, id, model string, u Usage, extra string) {
 		event("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%q}}`, w))
 	}
 	event("content_block_stop", `{"type":"content_block_stop","index":0}`)
-	event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{%s%s"output_tokens":%d}}`,
-		serverToolUse(u), iterations(u), u.OutputTokens))
+	event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{%s"stop_reason":"end_turn","stop_sequence":null},"usage":{%s%s"output_tokens":%d}}`,
+		container(u), serverToolUse(u), iterations(u), u.OutputTokens))
 	event("message_stop", `{"type":"message_stop"}`)
 }
 

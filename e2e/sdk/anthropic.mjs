@@ -12,7 +12,11 @@ const client = new Anthropic({ baseURL: s.baseURL, apiKey: s.apiKey });
 // tool (the beta client and the advisor beta), whose model is claude-opus-4-7;
 // 'advisor-stream-abort' streams with the tool capped (max_uses 3, max_tokens 2048) and
 // leaves once the first advice came (an advisor_tool_result block; text: its advice);
-// 'agent-events' sends a Managed Agents session a user message (beta.sessions.events).
+// 'agent-events' sends a Managed Agents session a user message (beta.sessions.events);
+// 'code' and 'code-stream' give the model the code execution tool, 'code-search' beside
+// web search of 2026-02-09 (with which it is free), and report the container the answer
+// names (containers).
+const code = s.scenario.startsWith('code');
 const fast = s.scenario === 'fast' || s.scenario === 'fast-stream';
 const us = s.scenario === 'us' || s.scenario === 'us-stream';
 const abort = s.scenario === 'advisor-stream-abort';
@@ -25,6 +29,10 @@ const request = {
   ...(advisor ? {
     tools: [{ type: 'advisor_20260301', name: 'advisor', model: 'claude-opus-4-7', ...(abort ? { max_uses: 3, max_tokens: 2048 } : {}) }],
     betas: ['advisor-tool-2026-03-01'],
+  } : {}),
+  ...(code ? {
+    tools: [{ type: 'code_execution_20250825', name: 'code_execution' },
+      ...(s.scenario === 'code-search' ? [{ type: 'web_search_20260209', name: 'web_search' }] : [])],
   } : {}),
 };
 
@@ -42,16 +50,17 @@ await run('@anthropic-ai/sdk', s.scenario, async () => {
     });
     return { text: JSON.stringify(res), model: null, usage: null, chunks: 1 };
   }
-  if (s.scenario === 'json' || s.scenario === 'fast' || s.scenario === 'us' || s.scenario === 'advisor') {
+  if (['json', 'fast', 'us', 'advisor', 'code', 'code-search'].includes(s.scenario)) {
     const res = await messages.create(request);
     const text = res.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
-    return { text, model: res.model, usage: res.usage ?? null, chunks: 1 };
+    return { text, model: res.model, usage: res.usage ?? null, chunks: 1, containers: res.container ? [res.container.id] : [] };
   }
   const stream = await messages.create({ ...request, stream: true });
   let text = '';
   let model = null;
   const usage = {};
   let chunks = 0;
+  const containers = [];
   for await (const event of stream) {
     chunks++;
     if (event.type === 'message_start') {
@@ -61,10 +70,11 @@ await run('@anthropic-ai/sdk', s.scenario, async () => {
       text += event.delta.text;
     } else if (event.type === 'message_delta') {
       Object.assign(usage, event.usage);
+      if (event.delta.container) containers.push(event.delta.container.id);
     } else if (abort && event.type === 'content_block_start' && event.content_block.type === 'advisor_tool_result') {
       // Breaking out of the loop aborts the request: the rest of the answer is not read.
       return { text: event.content_block.content?.text ?? '', model, usage, chunks };
     }
   }
-  return { text, model, usage, chunks };
+  return { text, model, usage, chunks, containers };
 });

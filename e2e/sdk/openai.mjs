@@ -154,19 +154,30 @@ await run('openai', s.scenario, async () => {
     // and "responses-file-search-stream" the file search tool, and its file_search_call
     // items; "responses-image" and "responses-image-stream" the image generation tool
     // (a low-quality square image of gpt-image-1-mini, two partial images when streamed),
-    // and its image_generation_call items.
+    // and its image_generation_call items; "responses-code" and "responses-code-stream"
+    // the code interpreter in a container of 4 GB it opens, "responses-code-explicit" in
+    // one created apart (cntr_stored0001), and its code_interpreter_call items, with the
+    // containers they name (containers).
     const params = { model: s.model, input: 'How are tolls paid?' };
     const fileSearch = s.scenario.includes('-file-search');
     const image = s.scenario.includes('-image');
+    const code = s.scenario.includes('-code');
     if (fileSearch) params.tools = [{ type: 'file_search', vector_store_ids: ['vs_tolls'] }];
     else if (image) {
       params.tools = [{ type: 'image_generation', model: 'gpt-image-1-mini', size: '1024x1024', quality: 'low', partial_images: 2 }];
+    } else if (code) {
+      const container = s.scenario.endsWith('-explicit') ? 'cntr_stored0001' : { type: 'auto', memory_limit: '4g' };
+      params.tools = [{ type: 'code_interpreter', container }];
     } else if (s.scenario.includes('-search')) params.tools = [{ type: 'web_search' }];
-    const callType = fileSearch ? 'file_search_call' : image ? 'image_generation_call' : 'web_search_call';
+    const callType = fileSearch ? 'file_search_call' : image ? 'image_generation_call' : code ? 'code_interpreter_call' : 'web_search_call';
     const searchesIn = (output) => output.filter((item) => item.type === callType).length;
+    const containersIn = (output) => [...new Set(output.filter((item) => item.container_id).map((item) => item.container_id))];
     if (!s.scenario.endsWith('-stream')) {
       const res = await client.responses.create(params);
-      return { text: res.output_text, model: res.model, usage: res.usage ?? null, chunks: 1, searches: searchesIn(res.output) };
+      return {
+        text: res.output_text, model: res.model, usage: res.usage ?? null, chunks: 1, searches: searchesIn(res.output),
+        containers: containersIn(res.output),
+      };
     }
     const stream = await client.responses.create({ ...params, stream: true });
     let text = '';
@@ -174,6 +185,7 @@ await run('openai', s.scenario, async () => {
     let usage = null;
     let chunks = 0;
     let searches = 0;
+    let containers = [];
     for await (const event of stream) {
       chunks++;
       if (event.type === 'response.output_text.delta') text += event.delta;
@@ -181,9 +193,10 @@ await run('openai', s.scenario, async () => {
         model = event.response.model;
         usage = event.response.usage;
         searches = searchesIn(event.response.output);
+        containers = containersIn(event.response.output);
       }
     }
-    return { text, model, usage, chunks, searches };
+    return { text, model, usage, chunks, searches, containers };
   }
   if (s.scenario === 'audio' || s.scenario === 'audio-stream') {
     // 0.1 s of silence, 16-bit mono at 8 kHz, as a WAV file.
