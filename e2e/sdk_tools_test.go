@@ -116,20 +116,20 @@ var sdkToolDecisions = map[string]string{
 	"openai web_search_preview_2025_03_11": toolCounted,
 	"openai file_search":                   toolCounted, // "File searches": its file_search_call items
 	"openai image_generation":              toolCounted, // "OpenAI's image generation tool": its image_generation_call items
-	// Containers, billed by the session, which outlives the request: not charged
-	// ("Billed items not charged yet", Containers).
-	"openai code_interpreter":          "a container's session, not charged",
-	"openai shell":                     "a hosted container's session (environment container_auto), not charged",
-	"openai programmatic_tool_calling": "code run in a container, its session not charged",
+	// Containers, billed by the minutes they live, which outlive the request ("Containers":
+	// the container its items name).
+	"openai code_interpreter":          toolCounted,
+	"openai shell":                     toolCounted, // a hosted container (environment container_auto); a local one is the client's
+	"openai programmatic_tool_calling": "a V8 runtime without a container, and no price found: tokens only (the code interpreter and shell calls it makes are charged as theirs)",
 	// Anthropic's server tools.
 	"anthropic web_search":                 toolCounted, // "Web searches": usage.server_tool_use.web_search_requests
 	"anthropic advisor":                    toolCounted, // "Anthropic's advisor tool": usage.iterations
 	"anthropic web_fetch":                  toolTokens,  // no fee: the pages fetched are input tokens
 	"anthropic tool_search_tool_regex":     toolTokens,
 	"anthropic tool_search_tool_bm25":      toolTokens,
-	"anthropic code_execution":             "container hours beyond a monthly allowance, not charged",
-	"anthropic bash_code_execution":        "container hours beyond a monthly allowance, not charged",
-	"anthropic text_editor_code_execution": "container hours beyond a monthly allowance, not charged",
+	"anthropic code_execution":             toolCounted, // "Containers": the message's container (its account's free hours unseen)
+	"anthropic bash_code_execution":        toolCounted, // the code execution tool's own uses, in its container
+	"anthropic text_editor_code_execution": toolCounted,
 	// Google's tools (the Gemini API and Vertex AI).
 	"genai functionDeclarations":  toolTokens,
 	"genai codeExecution":         toolTokens,
