@@ -44,6 +44,9 @@ func TestCostOf(t *testing.T) {
 	// Google Search 35 USD per 1,000, of Google Maps 25).
 	gemini25Flash := PricedAt{Price: Price{InputPerMillion: 300_000, OutputPerMillion: 2_500_000, WebSearch: 35_000, WebSearchOnce: true, MapsGrounding: 25_000},
 		Source: PriceCatalog}
+	// Containers: OpenAI's 1 GB at 0.09 USD an hour, Anthropic's at 0.05.
+	openai1g := PricedAt{Price: Price{Container: pricecatalog.Container{Kind: "openai-1g", Provider: "openai", PerHour: 90_000}}, Source: PriceCatalog}
+	anthropicContainer := pricecatalog.Container{Kind: "anthropic", Provider: "anthropic", PerHour: 50_000}
 	cases := []struct {
 		name   string
 		u      Usage
@@ -187,6 +190,39 @@ func TestCostOf(t *testing.T) {
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"a maps-grounded prompt on top of a cost near int64 is capped", Usage{InputTokens: 1, MapsGroundedPrompts: 1},
 			PricedAt{Price: Price{InputPerMillion: math.MaxInt64, MapsGrounding: math.MaxInt64}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		// Containers, billed by the minute they live: OpenAI's 1 GB one at 0.09 USD an hour
+		// (25 minutes: 37,500 micro-USD), Anthropic's at 0.05 (5 minutes: 4,166.67, rounded
+		// up), on top of the tokens, after the tier and the regional premium.
+		{"container minutes at the container's price per hour", Usage{ContainerMinutes: 25}, openai1g,
+			37_500, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"container minutes are rounded up", Usage{ContainerMinutes: 5}, PricedAt{Price: Price{Container: anthropicContainer}, Source: PriceCatalog},
+			4_167, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"container minutes on top of the tokens", Usage{InputTokens: 1000, OutputTokens: 200, ContainerMinutes: 25},
+			PricedAt{Price: Price{InputPerMillion: 300_000, OutputPerMillion: 2_500_000, Container: openai1g.Price.Container}, Source: PriceOrganization},
+			300 + 500 + 37_500, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"container minutes are not doubled by the fast tier", Usage{InputTokens: 1000, OutputTokens: 200, ContainerMinutes: 25, Tier: pricecatalog.Fast},
+			PricedAt{Price: Price{InputPerMillion: 300_000, OutputPerMillion: 2_500_000, Container: openai1g.Price.Container}, Source: PriceCatalog},
+			2*(300+500) + 37_500, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"container minutes are not raised by the regional premium", Usage{InputTokens: 1000, OutputTokens: 200, ContainerMinutes: 5, Regional: true},
+			PricedAt{Price: Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, RegionalPremiumPercent: 10, Container: anthropicContainer},
+				Source: PriceCatalog}, (3_000+3_000)*110/100 + 4_167, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"container minutes with searches and pages, each at its price", Usage{WebSearchRequests: 1, OCRPages: 2, ContainerMinutes: 25},
+			PricedAt{Price: Price{WebSearch: 10_000, PerPage: 4_000, Container: openai1g.Price.Container}, Source: PriceCatalog},
+			10_000 + 8_000 + 37_500, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"container minutes at the fallback's source", Usage{ContainerMinutes: 25}, PricedAt{Price: openai1g.Price, Source: PriceFallback},
+			37_500, SourceFallback, BasisReportedUsage, false, nil},
+		{"container minutes, estimated", Usage{ContainerMinutes: 25, Estimated: true}, openai1g, 37_500, SourceCatalogEstimate, BasisEstimate, false, nil},
+		{"container minutes, the upstream's cost as it is", Usage{InputTokens: 1000, ContainerMinutes: 25, UpstreamCost: i64(42)}, openai1g,
+			42, SourceUpstream, BasisUpstreamCost, false, nil},
+		{"negative container minutes", Usage{ContainerMinutes: -1}, openai1g, 0, "", "", false, ErrBadUsage},
+		{"a negative container price", Usage{ContainerMinutes: 1}, PricedAt{Price: Price{Container: pricecatalog.Container{PerHour: -60}}, Source: PriceCatalog},
+			0, "", "", false, ErrBadUsage},
+		{"container minutes beyond the allowance bound are capped", Usage{ContainerMinutes: math.MaxInt64},
+			PricedAt{Price: Price{Container: pricecatalog.Container{PerHour: math.MaxInt64}}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		{"container minutes on top of a cost near int64 are capped", Usage{InputTokens: 1_000_000, ContainerMinutes: 60},
+			PricedAt{Price: Price{InputPerMillion: math.MaxInt64, Container: pricecatalog.Container{PerHour: 1_000_000}}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		// OpenAI's image generation tool: the images' output tokens at the image model's
 		// output price (gpt-image-1: 40 USD per million), on top of the tokens, rounded up
@@ -552,6 +588,16 @@ func TestBound(t *testing.T) {
 	}
 	if u, notes = Bound(Usage{MapsGroundedPrompts: -2}); u.MapsGroundedPrompts != 0 || len(notes) != 1 {
 		t.Fatalf("negative maps-grounded prompts: %+v %v", u, notes)
+	}
+	if u, notes = Bound(Usage{ContainerMinutes: math.MaxInt64}); u.ContainerMinutes != MaxContainerMinutes || len(notes) != 1 ||
+		!strings.Contains(notes[0], "container_minutes") {
+		t.Fatalf("absurd container minutes: %+v %v", u, notes)
+	}
+	if u, notes = Bound(Usage{ContainerMinutes: -2}); u.ContainerMinutes != 0 || len(notes) != 1 {
+		t.Fatalf("negative container minutes: %+v %v", u, notes)
+	}
+	if u, notes = Bound(Usage{ContainerMinutes: MaxContainerMinutes}); u.ContainerMinutes != MaxContainerMinutes || len(notes) != 0 {
+		t.Fatalf("container minutes at the bound: %+v %v", u, notes)
 	}
 	if u, notes = Bound(Usage{ImageGenerationCalls: math.MaxInt64, ImageOutputTokens: math.MaxInt64}); u.ImageGenerationCalls != MaxTokens ||
 		u.ImageOutputTokens != MaxTokens || len(notes) != 2 || !strings.Contains(notes[0], "image_generation_calls") || !strings.Contains(notes[1], "image_output_tokens") {

@@ -34,6 +34,10 @@ func TestSettlementPricing(t *testing.T) {
 		}
 	}
 	high := pricecatalog.Highest()
+	dearestContainer, ok := pricecatalog.Default().DearestContainer("")
+	if !ok || dearestContainer.Kind != "openai-64g" {
+		t.Fatalf("the catalog's dearest container is %+v, want openai-64g", dearestContainer)
+	}
 	// Anthropic's advisor tool: claude-haiku-4-5 executing (1, 5, 0.10 and 1.25 USD per
 	// million input, output, cache reads and writes), claude-opus-4-7 advising (5, 25,
 	// 0.50, 6.25), each at the shipped catalog's figures. The executor reads 10,000 input
@@ -300,6 +304,39 @@ func TestSettlementPricing(t *testing.T) {
 			setPrices(store.ModelPrice{Model: "mistral-ocr-latest", InputPerMillion: 1_000_000, OutputPerMillion: 1_000_000})
 		}, &internalv1.SettleItem{Model: "mistral-ocr-latest", InputTokens: 1_000, OcrPages: 1, Complete: true},
 			1_000 + 4_000, "catalog_estimate", "organization", "reported_usage"},
+		// Containers are billed by the minute they live, at the catalog's price per hour of
+		// the kind the item names whatever priced the tokens, after the tier (openai-1g: 0.09
+		// USD an hour, 25 minutes 37,500 micro-USD; anthropic: 0.05, 5 minutes 4,167
+		// rounded up; openai-4g: 0.36, 5 minutes 30,000). A kind the catalog does not know,
+		// or none, is charged the catalog's dearest container, unpriced.
+		{"a container's minutes at its kind's price, beside the tokens", nil,
+			&internalv1.SettleItem{Model: "gpt-4.1-nano", InputTokens: 1_000_000, OutputTokens: 100_000, ContainerKind: "openai-1g", ContainerMinutes: 25,
+				Complete: true},
+			100_000 + 40_000 + 37_500, "catalog_estimate", "catalog", "reported_usage"},
+		{"Anthropic's container minutes, rounded up", nil,
+			&internalv1.SettleItem{Model: "claude-sonnet-4-5", InputTokens: 1_000, ContainerKind: "anthropic", ContainerMinutes: 5, Complete: true},
+			3_000 + 4_167, "catalog_estimate", "catalog", "reported_usage"},
+		{"container minutes alone are usage", nil,
+			&internalv1.SettleItem{Model: "gpt-4.1-nano", ContainerKind: "openai-4g", ContainerMinutes: 5, Complete: true},
+			30_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"container minutes are not multiplied by the fast tier", nil,
+			&internalv1.SettleItem{Model: "gpt-5-mini", InputTokens: 1_000_000, ContainerKind: "openai-1g", ContainerMinutes: 25, Complete: true,
+				PriorityTier: true, ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST},
+			250_000*180/100 + 37_500, "catalog_estimate", "catalog", "reported_usage"},
+		{"a container kind the catalog does not know: its dearest container, unpriced", nil,
+			&internalv1.SettleItem{Model: "gpt-4.1-nano", InputTokens: 1_000_000, ContainerKind: "openai-128g", ContainerMinutes: 10, Complete: true},
+			100_000 + containerCost(dearestContainer, 10), "fallback", "fallback", "reported_usage"},
+		{"container minutes of no kind: the dearest container, unpriced", nil,
+			&internalv1.SettleItem{Model: "gpt-4.1-nano", ContainerMinutes: 5, Complete: true},
+			containerCost(dearestContainer, 5), "fallback", "fallback", "reported_usage"},
+		{"the organization's token price leaves the catalog's container price", func() {
+			setPrices(store.ModelPrice{Model: "gpt-4.1-nano", InputPerMillion: 1_000_000, OutputPerMillion: 1_000_000})
+		}, &internalv1.SettleItem{Model: "gpt-4.1-nano", InputTokens: 1_000, ContainerKind: "openai-4g", ContainerMinutes: 5, Complete: true},
+			1_000 + 30_000, "catalog_estimate", "organization", "reported_usage"},
+		{"an upstream cost wins over container minutes, which the receipt keeps", func() { setPrices() },
+			&internalv1.SettleItem{Model: "gpt-4.1-nano", InputTokens: 1_000, ContainerKind: "openai-1g", ContainerMinutes: 25,
+				UpstreamCostMicroUsd: at.Cost(42), Complete: true},
+			42, "upstream", "", "upstream_cost"},
 		// OpenAI's image generation tool: the images' output tokens at the catalog's
 		// output price of the image model (gpt-image-1: 40 USD per million, its mini 8,
 		// 1.5 32), on top of the tokens, whatever priced them, after the tier.
@@ -496,8 +533,8 @@ func TestSettlementPricing(t *testing.T) {
 			if e, _ := pricecatalog.Lookup(c.item.GetModel()); e.SearchesEveryRequest && wantSearches == 0 && c.item.GetUpstreamStatus() < 400 {
 				wantSearches = 1
 			}
-			var basis, priceSource string
-			var audio, searches, fileSearches, mapsGrounded, ocrPages int64
+			var basis, priceSource, containerKind string
+			var audio, searches, fileSearches, mapsGrounded, ocrPages, containerMinutes int64
 			var audioIn, audioOut, cachedAudio, imageIn, cachedImage *int64
 			var priority, regional bool
 			var tier, imageModel string
@@ -508,14 +545,19 @@ func TestSettlementPricing(t *testing.T) {
 					audio_input_tokens, audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier,
 					image_generation_calls, image_model, image_output_tokens, advisor_model, advisor_input_tokens, advisor_output_tokens,
 					advisor_cached_input_tokens, advisor_cache_creation_input_tokens, maps_grounded_prompts, image_input_tokens,
-					cached_image_input_tokens, ocr_pages
+					cached_image_input_tokens, ocr_pages, container_kind, container_minutes
 				FROM usage_receipts WHERE request_id = $1`, id).Scan(&basis, &priceSource, &audio, &searches, &fileSearches, &audioIn, &audioOut,
 				&cachedAudio, &priority, &regional, &tier, &imageCalls, &imageModel, &imageTokens, &advisorModel, &advisorIn, &advisorOut,
-				&advisorCached, &advisorWritten, &mapsGrounded, &imageIn, &cachedImage, &ocrPages); err != nil ||
+				&advisorCached, &advisorWritten, &mapsGrounded, &imageIn, &cachedImage, &ocrPages, &containerKind, &containerMinutes); err != nil ||
 				basis != c.basis || priceSource != c.price || audio != c.item.GetAudioInputMillis() || searches != wantSearches ||
 				fileSearches != c.item.GetFileSearchCalls() || mapsGrounded != c.item.GetMapsGroundedPrompts() || ocrPages != wantPages {
 				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %d maps-grounded prompts %d OCR pages %v", basis, priceSource,
 					audio, searches, fileSearches, mapsGrounded, ocrPages, err)
+			}
+			// The container minutes as reported, and their kind as named.
+			if containerMinutes != c.item.GetContainerMinutes() || containerKind != c.item.GetContainerKind() {
+				t.Fatalf("stored %d container minutes of %q, want %d of %q", containerMinutes, containerKind, c.item.GetContainerMinutes(),
+					c.item.GetContainerKind())
 			}
 			// The image generation calls, their image model (gpt-image-1 when the item names
 			// none, cleaned) and their tokens, as reported.
@@ -563,6 +605,38 @@ func TestSettlementPricing(t *testing.T) {
 		t.Fatalf("unpriced %d, want %d", got, unpriced)
 	}
 	at.Check(t, e.Store)
+}
+
+// An estimate without container minutes (the answer was lost) promoted by the real
+// usage, which counts them: the receipt takes the minutes and their kind, and the cost
+// their price.
+func TestContainerMinutesOnPromotion(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	id := at.ReqID()
+	start1(t, e, at.StartItem(id, org, ms[0], e.Clock.Now(), 0))
+	if r := settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-4.1-nano", InputTokens: 1_000_000, UsageEstimated: true}); r.Outcome !=
+		internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd != 100_000 {
+		t.Fatalf("estimate: %v", r)
+	}
+	r := settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-4.1-nano", InputTokens: 1_000_000, ContainerKind: "openai-4g",
+		ContainerMinutes: 5, Complete: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED || r.CostMicroUsd != 100_000+30_000 || r.PriceSource != "catalog" {
+		t.Fatalf("promotion: %v", r)
+	}
+	var kind string
+	var minutes int64
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT container_kind, container_minutes FROM usage_receipts WHERE request_id = $1`, id).Scan(&kind,
+		&minutes); err != nil || kind != "openai-4g" || minutes != 5 {
+		t.Fatalf("promoted receipt's containers: %d minutes of %q (%v)", minutes, kind, err)
+	}
+	at.Check(t, e.Store)
+}
+
+// containerCost is the price of minutes of a container, ceil(minutes * perHour / 60).
+func containerCost(c pricecatalog.Container, minutes int64) int64 {
+	return (minutes*c.PerHour + 59) / 60
 }
 
 // storedCount is an audio or image count as a receipt keeps it: a negative one is

@@ -47,6 +47,10 @@ func TestHostileValuesAreSettledNotRefused(t *testing.T) {
 		{"max int64 advisor tokens", b, &internalv1.SettleItem{Model: "claude-haiku-4-5", AdvisorModel: "claude-opus-4-7", AdvisorInputTokens: math.MaxInt64,
 			AdvisorOutputTokens: math.MaxInt64, AdvisorCachedInputTokens: math.MaxInt64, AdvisorCacheCreationInputTokens: math.MaxInt64, Complete: true},
 			"claude-haiku-4-5", 0, "advisor_input_tokens 9223372036854775807 capped at 1000000000000"},
+		{"a container kind that is none", a, &internalv1.SettleItem{Model: "gpt-4o-mini", ContainerKind: "OpenAI-1G\x00", ContainerMinutes: 5,
+			Complete: true}, "gpt-4o-mini", 5 * 5_760_000 / 60, "container_kind dropped"},
+		{"max int64 container minutes", b, &internalv1.SettleItem{Model: "gpt-4o-mini", ContainerKind: "anthropic", ContainerMinutes: math.MaxInt64,
+			Complete: true}, "gpt-4o-mini", 525_600 * 50_000 / 60, "container_minutes 9223372036854775807 capped at 525600"},
 		{"finished_at beyond timestamptz", b, &internalv1.SettleItem{Model: "gpt-4o-mini", OutputTokens: 1_000_000, Complete: true,
 			FinishedAtUnixMs: math.MaxInt64}, "gpt-4o-mini", 600_000, "finished_at_unix_ms"},
 	}
@@ -71,9 +75,16 @@ func TestHostileValuesAreSettledNotRefused(t *testing.T) {
 			t.Errorf("%s: %v", c.name, r)
 			continue
 		}
-		var model string
-		if err := e.Store.Pool.QueryRow(ctx, `SELECT model FROM usage_receipts WHERE request_id = $1`, r.RequestId).Scan(&model); err != nil || model != c.model {
+		var model, kind string
+		var minutes int64
+		if err := e.Store.Pool.QueryRow(ctx, `SELECT model, container_kind, container_minutes FROM usage_receipts WHERE request_id = $1`,
+			r.RequestId).Scan(&model, &kind, &minutes); err != nil || model != c.model {
 			t.Errorf("%s: stored model %q (%v), want %q", c.name, model, err, c.model)
+		}
+		// A container kind that is none is stored as no kind, the minutes bounded.
+		if wantKind := c.item.GetContainerKind(); minutes != min(c.item.GetContainerMinutes(), 525_600) ||
+			kind != wantKind && (kind != "" || !strings.Contains(c.note, "container_kind")) {
+			t.Errorf("%s: stored %d container minutes of %q", c.name, minutes, kind)
 		}
 	}
 	if _, pending, _, _, _ := e.Tracking(t, a); pending != 0 {
@@ -144,4 +155,31 @@ func TestRefusedReceiptIsStoredWithoutItsModel(t *testing.T) {
 		t.Fatalf("member b used %d", used)
 	}
 	at.Check(t, e.Store)
+}
+
+// A settlement quarantined with a container kind that is none (a NUL byte, which JSON
+// escapes and Postgres's jsonb refuses) is recorded with no kind, as settlement reads it,
+// rather than refused with its batch.
+func TestQuarantineDropsAContainerKindThatIsNone(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	id := at.ReqID()
+	r := settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-5", InputTokens: 10, ContainerKind: "openai-1g\x00", ContainerMinutes: 5,
+		Complete: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+		t.Fatalf("%v", r)
+	}
+	var kind *string
+	var minutes int64
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT payload->>'containerKind', (payload->>'containerMinutes')::bigint
+		FROM usage_quarantined_settlements WHERE request_id = $1`, id).Scan(&kind, &minutes); err != nil || kind != nil || minutes != 5 {
+		t.Fatalf("quarantined container kind %v, %d minutes (%v)", kind, minutes, err)
+	}
+	// A kind that is one is kept.
+	id = at.ReqID()
+	settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-5", ContainerKind: "openai-1g", ContainerMinutes: 5, Complete: true})
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT payload->>'containerKind' FROM usage_quarantined_settlements WHERE request_id = $1`,
+		id).Scan(&kind); err != nil || kind == nil || *kind != "openai-1g" {
+		t.Fatalf("quarantined container kind %v (%v)", kind, err)
+	}
 }

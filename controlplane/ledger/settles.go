@@ -35,6 +35,12 @@ type settleJob struct {
 	// advisor's counts are, cleaned: "" when there are none, or when the item does not
 	// name it (they are then priced at the response's own price, see price).
 	advisorModel string
+	// containerKind is the kind of the containers whose minutes the item counts
+	// (pricecatalog.Container.Kind), as the enforcer named it when it is one
+	// (validContainerKind): "" when there are no minutes, or when the item names none or
+	// something that is no kind (they are then charged the catalog's dearest container,
+	// unpriced: see containerPrice).
+	containerKind string
 	// snap is the snapshot the settlement brought (nil when it relies on its start).
 	snap     *accounting.Snapshot
 	snapJSON []byte
@@ -139,7 +145,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		CachedInputTokens: it.GetCachedInputTokens(), CacheWriteTokens: it.GetCacheCreationInputTokens(),
 		CacheWrite1hTokens: it.GetCacheCreationOneHourInputTokens(), AudioInputMillis: it.GetAudioInputMillis(),
 		WebSearchRequests: it.GetWebSearchRequests(), FileSearchCalls: it.GetFileSearchCalls(),
-		MapsGroundedPrompts: it.GetMapsGroundedPrompts(), OCRPages: it.GetOcrPages(),
+		MapsGroundedPrompts: it.GetMapsGroundedPrompts(), OCRPages: it.GetOcrPages(), ContainerMinutes: it.GetContainerMinutes(),
 		ImageGenerationCalls: it.GetImageGenerationCalls(), ImageOutputTokens: it.GetImageOutputTokens(),
 		AdvisorInputTokens: it.GetAdvisorInputTokens(), AdvisorOutputTokens: it.GetAdvisorOutputTokens(),
 		AdvisorCachedInputTokens: it.GetAdvisorCachedInputTokens(), AdvisorCacheWriteTokens: it.GetAdvisorCacheCreationInputTokens(),
@@ -171,6 +177,13 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 	}
 	if u.HasAdvisor() {
 		sj.advisorModel = cleanModel(it.GetAdvisorModel(), "advisor")
+	}
+	if u.ContainerMinutes > 0 {
+		if k := it.GetContainerKind(); validContainerKind(k) {
+			sj.containerKind = k
+		} else if k != "" {
+			sj.notes = append(sj.notes, "container_kind dropped: not a container kind (at most 64 lower-case letters, digits and -)")
+		}
 	}
 	// Estimated usage is never complete: it is what the enforcer saw, not what the
 	// upstream reported.
@@ -519,6 +532,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
 			WebSearchRequests: j.item.usage.WebSearchRequests, FileSearchCalls: j.item.usage.FileSearchCalls,
 			MapsGroundedPrompts: j.item.usage.MapsGroundedPrompts, OCRPages: j.item.usage.OCRPages,
+			ContainerKind: j.item.containerKind, ContainerMinutes: j.item.usage.ContainerMinutes,
 			ImageGenerationCalls: j.item.usage.ImageGenerationCalls, ImageModel: j.item.imageModel, ImageOutputTokens: j.item.usage.ImageOutputTokens,
 			AdvisorModel: j.item.advisorModel, AdvisorInputTokens: j.item.usage.AdvisorInputTokens, AdvisorOutputTokens: j.item.usage.AdvisorOutputTokens,
 			AdvisorCachedInputTokens: j.item.usage.AdvisorCachedInputTokens, AdvisorCacheWriteTokens: j.item.usage.AdvisorCacheWriteTokens,
@@ -661,7 +675,8 @@ func newOrgPrices(ps []store.ModelPrice) *orgPrices {
 // organization's own price, then the shipped catalog's; when no step finds one, the
 // organization's fallback price, else the catalog's highest price of each token class.
 // Audio billed by duration and OCR pages are priced from the catalog whatever priced the
-// tokens (organizations price tokens only): see unitPrice; so are web searches, file search
+// tokens (organizations price tokens only): see unitPrice; so are container minutes
+// (containerPrice), web searches, file search
 // calls, maps-grounded prompts, the image generation tool's images and the advisor's
 // sub-inferences (webSearchPrice, fileSearchPrice, mapsGroundingPrice, imageOutputPrice,
 // advisorPrice). Audio tokens are not: they are tokens, priced apart only by a catalog
@@ -679,6 +694,12 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 		var known bool
 		if p.Price.PerPage, known = sj.unitPrice(perPage); !known {
 			p.Source = accounting.PriceFallback // the pages of a model nobody priced by the page: unpriced
+		}
+	}
+	if sj.usage.ContainerMinutes > 0 {
+		var known bool
+		if p.Price.Container, known = sj.containerPrice(); !known {
+			p.Source = accounting.PriceFallback // containers of a kind nobody priced: unpriced
 		}
 	}
 	if sj.usage.WebSearchRequests > 0 {
@@ -796,6 +817,38 @@ func (sj *settleJob) unitPrice(of func(pricecatalog.Price) int64) (price int64, 
 	return of(sj.prices.Highest()), false
 }
 
+// containerPrice is the catalog's price of the job's container kind, else (a kind the
+// catalog does not know, or none named) the catalog's dearest container of any provider
+// (known false): minutes of a container nobody priced are never cheaper than a known
+// one's.
+func (sj *settleJob) containerPrice() (c pricecatalog.Container, known bool) {
+	if sj.containerKind != "" {
+		if c, ok := sj.prices.Container(sj.containerKind); ok {
+			return c, true
+		}
+	}
+	c, _ = sj.prices.DearestContainer("")
+	return c, false
+}
+
+// maxContainerKindLen bounds a container kind a settlement names, in bytes.
+const maxContainerKindLen = 64
+
+// validContainerKind tells whether s can be a container kind (pricecatalog.Container's
+// names: openai-4g, anthropic): 1 to maxContainerKindLen lower-case ASCII letters,
+// digits and '-'. The enforcer names it; it is stored on the receipt as it came when so.
+func validContainerKind(s string) bool {
+	if s == "" || len(s) > maxContainerKindLen {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
 // perMinute and perPage read a price's units for unitPrice.
 func perMinute(p pricecatalog.Price) int64 { return p.AudioPerMinute }
 func perPage(p pricecatalog.Price) int64   { return p.PerPage }
@@ -867,14 +920,20 @@ func fromCatalog(p pricecatalog.Price) accounting.Price {
 }
 
 // quarantine records a settlement that may not be charged, with its payload (its model
-// names cleaned: JSON and Postgres refuse what an upstream may have put in it).
+// names cleaned, a container kind that is none dropped: JSON and Postgres refuse what an
+// upstream may have put in it).
 func (s *settlement) quarantine(sj *settleJob, reason string) {
 	it := sj.in
 	imageModel, imageChanged := accounting.CleanModel(it.GetImageModel())
 	advisorModel, advisorChanged := accounting.CleanModel(it.GetAdvisorModel())
-	if it.GetModel() != sj.model || imageChanged || advisorChanged {
+	containerKind := it.GetContainerKind()
+	kindChanged := containerKind != "" && !validContainerKind(containerKind)
+	if kindChanged {
+		containerKind = "" // what settlement reads it as: no kind
+	}
+	if it.GetModel() != sj.model || imageChanged || advisorChanged || kindChanged {
 		it = proto.CloneOf(it)
-		it.Model, it.ImageModel, it.AdvisorModel = sj.model, imageModel, advisorModel
+		it.Model, it.ImageModel, it.AdvisorModel, it.ContainerKind = sj.model, imageModel, advisorModel, containerKind
 	}
 	payload, err := protojson.Marshal(it)
 	if err != nil {

@@ -544,6 +544,12 @@ type ReceiptWrite struct {
 	MapsGroundedPrompts int64
 	// OCRPages counts the pages an OCR model read, billed apiece.
 	OCRPages int64
+	// ContainerMinutes are the minutes of the containers the request's code tools ran in
+	// that no earlier request was charged, billed at ContainerKind's price per hour;
+	// ContainerKind is "" without minutes, or when the settlement named no kind (they were
+	// then charged the catalog's dearest container).
+	ContainerKind    string
+	ContainerMinutes int64
 	// ImageGenerationCalls counts the calls of OpenAI's image generation tool, each an
 	// image billed as ImageModel's output tokens: ImageOutputTokens in all, as reported
 	// (0 with calls: each was charged pricecatalog.DearestImageTokens). ImageModel is ""
@@ -751,6 +757,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 	bases, priceSources := make([]string, n), make([]string, n)
 	costs, in, out, cached, written, audio := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	searches, fileSearches, mapsGrounded, ocrPages := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	containerKinds, containerMinutes := make([]string, n), make([]int64, n)
 	imageCalls, imageModels, imageTokens := make([]int64, n), make([]string, n), make([]int64, n)
 	advisorModels, advisorIn, advisorOut, advisorCached, advisorWritten := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	audioIn, audioOut, cachedAudio := make([]*int64, n), make([]*int64, n), make([]*int64, n) // nil: NULL, not reported
@@ -770,6 +777,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 		ids[i], orgs[i], members[i], sources[i], models[i], outcomes[i] = r.RequestID, r.OrganizationID, r.MemberID, r.Source, r.Model, r.Outcome
 		costs[i], in[i], out[i], cached[i], written[i], audio[i] = r.Cost, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.CacheWriteTokens, r.AudioInputMillis
 		searches[i], fileSearches[i], mapsGrounded[i], ocrPages[i] = r.WebSearchRequests, r.FileSearchCalls, r.MapsGroundedPrompts, r.OCRPages
+		containerKinds[i], containerMinutes[i] = r.ContainerKind, r.ContainerMinutes
 		imageCalls[i], imageModels[i], imageTokens[i] = r.ImageGenerationCalls, r.ImageModel, r.ImageOutputTokens
 		advisorModels[i], advisorIn[i], advisorOut[i], advisorCached[i], advisorWritten[i] = r.AdvisorModel, r.AdvisorInputTokens,
 			r.AdvisorOutputTokens, r.AdvisorCachedInputTokens, r.AdvisorCacheWriteTokens
@@ -795,22 +803,24 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			audio_output_tokens, cached_audio_input_tokens, priority_tier, regional_endpoint, service_tier,
 			image_generation_calls, image_model, image_output_tokens, advisor_model, advisor_input_tokens, advisor_output_tokens,
 			advisor_cached_input_tokens, advisor_cache_creation_input_tokens, maps_grounded_prompts, image_input_tokens,
-			cached_image_input_tokens, upstream_host, ocr_pages)
+			cached_image_input_tokens, upstream_host, ocr_pages, container_kind, container_minutes)
 		SELECT x.id, x.org, x.member, x.cost, x.source, x.model, x.input, x.output, x.cached, x.status, x.complete, x.outcome,
 			CASE WHEN x.promoted THEN $16::timestamptz END, x.ref, x.finished, $16, $16,
 			coalesce(($17::text[])[x.c_from:x.c_to], '{}'), coalesce(($18::bigint[])[x.c_from:x.c_to], '{}'),
 			x.basis, x.price_source, x.written, x.audio, x.searches, x.file_searches, x.audio_in, x.audio_out, x.cached_audio,
 			x.tier <> '', x.regional, x.tier, x.image_calls, x.image_model, x.image_tokens, x.advisor_model, x.advisor_in,
-			x.advisor_out, x.advisor_cached, x.advisor_written, x.maps_grounded, x.image_in, x.cached_image, x.host, x.ocr_pages
+			x.advisor_out, x.advisor_cached, x.advisor_written, x.maps_grounded, x.image_in, x.cached_image, x.host, x.ocr_pages,
+			x.container_kind, x.container_minutes
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[],
 			$9::bigint[], $10::int[], $11::bool[], $12::text[], $13::bool[], $14::text[], $15::timestamptz[], $19::int[], $20::int[],
 			$21::text[], $22::text[], $23::bigint[], $24::bigint[], $25::bigint[], $26::bigint[], $27::bigint[], $28::bigint[],
 			$29::bigint[], $30::text[], $31::bool[], $32::bigint[], $33::text[], $34::bigint[], $35::text[], $36::bigint[],
-			$37::bigint[], $38::bigint[], $39::bigint[], $40::bigint[], $41::bigint[], $42::bigint[], $43::text[], $44::bigint[])
+			$37::bigint[], $38::bigint[], $39::bigint[], $40::bigint[], $41::bigint[], $42::bigint[], $43::text[], $44::bigint[],
+			$45::text[], $46::bigint[])
 			AS x(id, org, member, cost, source, model, input, output, cached, status, complete, outcome, promoted, ref, finished,
 				c_from, c_to, basis, price_source, written, audio, searches, file_searches, audio_in, audio_out, cached_audio,
 				tier, regional, image_calls, image_model, image_tokens, advisor_model, advisor_in, advisor_out, advisor_cached,
-				advisor_written, maps_grounded, image_in, cached_image, host, ocr_pages)
+				advisor_written, maps_grounded, image_in, cached_image, host, ocr_pages, container_kind, container_minutes)
 		ON CONFLICT (request_id) DO UPDATE SET cost_micro_usd = EXCLUDED.cost_micro_usd, cost_source = EXCLUDED.cost_source,
 			model = EXCLUDED.model, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
 			cached_input_tokens = EXCLUDED.cached_input_tokens, upstream_status = EXCLUDED.upstream_status,
@@ -830,11 +840,12 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			advisor_cache_creation_input_tokens = EXCLUDED.advisor_cache_creation_input_tokens,
 			maps_grounded_prompts = EXCLUDED.maps_grounded_prompts, image_input_tokens = EXCLUDED.image_input_tokens,
 			cached_image_input_tokens = EXCLUDED.cached_image_input_tokens, upstream_host = EXCLUDED.upstream_host,
-			ocr_pages = EXCLUDED.ocr_pages`,
+			ocr_pages = EXCLUDED.ocr_pages, container_kind = EXCLUDED.container_kind,
+			container_minutes = EXCLUDED.container_minutes`,
 		ids, orgs, members, costs, sources, models, in, out, cached, statuses, complete, outcomes, promoted, refs, finished, now,
 		chargeIDs, chargeAmounts, from, to, bases, priceSources, written, audio, searches, fileSearches, audioIn, audioOut,
 		cachedAudio, tiers, regional, imageCalls, imageModels, imageTokens, advisorModels, advisorIn, advisorOut, advisorCached,
-		advisorWritten, mapsGrounded, imageIn, cachedImage, hosts, ocrPages)
+		advisorWritten, mapsGrounded, imageIn, cachedImage, hosts, ocrPages, containerKinds, containerMinutes)
 }
 
 // CredentialIdentity is what a credential hash resolves to for the internal API.
