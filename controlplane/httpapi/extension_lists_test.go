@@ -225,6 +225,10 @@ type pricesView struct {
 		WebSearchMicroUsd     map[string]int64
 		FileSearchMicroUsd    map[string]int64
 		MapsGroundingMicroUsd map[string]int64
+		Containers            []struct {
+			Kind, Provider                               string
+			MicroUsdPerHour, IdleMinutes, MinimumMinutes int64
+		}
 	}
 }
 
@@ -334,6 +338,16 @@ func TestUsageModelPrices(t *testing.T) {
 	// Grounding with Google Maps: each provider's price of a grounded prompt.
 	if fmt.Sprint(got.Catalog.MapsGroundingMicroUsd) != fmt.Sprint(cat.MapsGroundingPrices()) || got.Catalog.MapsGroundingMicroUsd["google"] != 25_000 {
 		t.Fatalf("maps grounding prices %v, want the catalog's %v", got.Catalog.MapsGroundingMicroUsd, cat.MapsGroundingPrices())
+	}
+	// Containers: each kind's price of an hour, idle and minimum minutes, by kind.
+	var containers []string
+	for _, c := range got.Catalog.Containers {
+		containers = append(containers, fmt.Sprintf("%s %s %d %d %d", c.Kind, c.Provider, c.MicroUsdPerHour, c.IdleMinutes, c.MinimumMinutes))
+	}
+	if want := []string{"anthropic anthropic 50000 5 5", "openai-16g openai 1440000 20 5", "openai-1g openai 90000 20 5",
+		"openai-4g openai 360000 20 5", "openai-64g openai 5760000 20 5"}; !slices.Equal(containers, want) ||
+		len(got.Catalog.Containers) != len(cat.Containers()) {
+		t.Fatalf("container prices %q, want %q", containers, want)
 	}
 	if p, _ := got.find("gemini-2.5-flash"); p.WebSearchPerPromptMicroUsd == nil || *p.WebSearchPerPromptMicroUsd != 35_000 {
 		t.Fatalf("gemini-2.5-flash %+v", p)

@@ -132,6 +132,31 @@ type catalogView struct {
 	// (pricecatalog.Catalog.MapsGrounding), charged on top of the tokens and of any web
 	// searches whatever priced them.
 	MapsGroundingMicroUsd map[string]int64 `json:"mapsGroundingMicroUsd"`
+	// Containers are the prices of the containers code tools run in, by kind
+	// (pricecatalog.Catalog.Containers): their minutes are charged on top of the tokens
+	// whatever priced them.
+	Containers []containerPriceView `json:"containers"`
+}
+
+// containerPriceView is the catalog's price of a kind of container code tools run in
+// (pricecatalog.Container): billed by the minute it lives, at least minimumMinutes, until
+// it has been idle idleMinutes.
+type containerPriceView struct {
+	Kind            string `json:"kind"`
+	Provider        string `json:"provider"`
+	MicroUsdPerHour int64  `json:"microUsdPerHour"`
+	IdleMinutes     int64  `json:"idleMinutes"`
+	MinimumMinutes  int64  `json:"minimumMinutes"`
+}
+
+// viewContainers lists the catalog's container prices by kind ([] when it has none).
+func viewContainers(cat *pricecatalog.Catalog) []containerPriceView {
+	out := []containerPriceView{}
+	for _, c := range cat.Containers() {
+		out = append(out, containerPriceView{Kind: c.Kind, Provider: c.Provider, MicroUsdPerHour: c.PerHour, IdleMinutes: c.IdleMinutes,
+			MinimumMinutes: c.MinimumMinutes})
+	}
+	return out
 }
 
 type modelPricesView struct {
@@ -160,7 +185,7 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 	cat := pricecatalog.At(now)
 	out := modelPricesView{Prices: []modelPriceView{}, Fallback: viewFallback(fallback, now),
 		Catalog: catalogView{AsOf: cat.AsOf().Format(time.DateOnly), Sources: cat.Sources(), WebSearchMicroUsd: cat.WebSearchPrices(),
-			FileSearchMicroUsd: cat.FileSearchPrices(), MapsGroundingMicroUsd: cat.MapsGroundingPrices()}}
+			FileSearchMicroUsd: cat.FileSearchPrices(), MapsGroundingMicroUsd: cat.MapsGroundingPrices(), Containers: viewContainers(cat)}}
 	overridden := map[string]bool{}
 	for _, p := range ps {
 		overridden[p.MatchKey] = true
