@@ -122,6 +122,15 @@ type settleBody struct {
 	// OCRPages is the pages an OCR model read (Mistral's usage_info.pages_processed),
 	// billed by the page.
 	OCRPages *int64 `json:"ocrPages"`
+	// ContainerMinutes are the minutes of the containers the request's code tools ran in
+	// (OpenAI's code interpreter and hosted shell, Anthropic's code execution tool) that no
+	// earlier request was charged: the reporter counts them (the enforcer does not see a
+	// reported request's containers). They are billed by the time a container lives, at
+	// the catalog's price per hour of ContainerKind (openai-1g, openai-4g, openai-16g,
+	// openai-64g, anthropic); a kind the catalog does not know, or none, is charged its
+	// dearest container, unpriced.
+	ContainerKind    *string `json:"containerKind"`
+	ContainerMinutes *int64  `json:"containerMinutes"`
 	// AudioInputTokens and AudioOutputTokens are the audio parts of inputTokens and
 	// outputTokens (OpenAI's *_tokens_details.audio_tokens, Gemini's AUDIO modality).
 	// Absent, a model whose catalog entry prices audio apart is charged the dearer
@@ -214,7 +223,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		{"advisorCachedInputTokens", in.AdvisorCachedInputTokens}, {"advisorCacheCreationInputTokens", in.AdvisorCacheCreationInputTokens},
 		{"audioInputTokens", in.AudioInputTokens}, {"audioOutputTokens", in.AudioOutputTokens}, {"cachedAudioInputTokens", in.CachedAudioInputTokens},
 		{"imageInputTokens", in.ImageInputTokens}, {"cachedImageInputTokens", in.CachedImageInputTokens},
-		{"ocrPages", in.OCRPages}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
+		{"ocrPages", in.OCRPages}, {"containerMinutes", in.ContainerMinutes}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
 		if f.v != nil && *f.v < 0 {
 			probs = append(probs, problem{f.name + " must not be negative", []any{f.name}})
 		}
@@ -229,6 +238,9 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		if f.v != nil && len(*f.v) > 256 {
 			probs = append(probs, problem{f.name + " must be at most 256 characters", []any{f.name}})
 		}
+	}
+	if in.ContainerKind != nil && !containerKind(*in.ContainerKind) {
+		probs = append(probs, problem{"containerKind must be at most 64 lower-case letters, digits and -", []any{"containerKind"}})
 	}
 	tier := pricecatalog.Standard
 	if in.ServiceTier != nil {
@@ -255,7 +267,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		{&u.ImageGenerationCalls, in.ImageGenerationCalls}, {&u.ImageOutputTokens, in.ImageOutputTokens},
 		{&u.AdvisorInputTokens, in.AdvisorInputTokens}, {&u.AdvisorOutputTokens, in.AdvisorOutputTokens},
 		{&u.AdvisorCachedInputTokens, in.AdvisorCachedInputTokens}, {&u.AdvisorCacheCreationInputTokens, in.AdvisorCacheCreationInputTokens},
-		{&u.MapsGroundedPrompts, in.MapsGroundedPrompts}, {&u.OCRPages, in.OCRPages}} {
+		{&u.MapsGroundedPrompts, in.MapsGroundedPrompts}, {&u.OCRPages, in.OCRPages}, {&u.ContainerMinutes, in.ContainerMinutes}} {
 		if f.src != nil {
 			*f.dst = *f.src
 			reported = true
@@ -269,6 +281,9 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	}
 	if in.AdvisorModel != nil {
 		u.AdvisorModel = *in.AdvisorModel
+	}
+	if in.ContainerKind != nil {
+		u.ContainerKind = *in.ContainerKind
 	}
 	// complete defaults to "some usage was reported": a bare {requestId} says the
 	// request ended without usage, which is exactly an incomplete settlement.
@@ -301,6 +316,21 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 			Message: "the control plane has not answered yet; the settlement stays queued and will be retried"})
 	case <-r.Context().Done():
 	}
+}
+
+// containerKind tells whether s may name a container kind (pricecatalog.Container.Kind):
+// "" (none), or at most 64 lower-case ASCII letters, digits and '-', what the control
+// plane reads as a kind.
+func containerKind(s string) bool {
+	if len(s) > 64 {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 func receipt(id string, res settleq.Result) (int, Receipt) {

@@ -111,7 +111,10 @@ func TestHTTPSettle(t *testing.T) {
 			`{"requestId":"` + reqID + `","advisorModel":"` + strings.Repeat("m", 257) + `"}`,
 			`{"requestId":"` + reqID + `","mapsGroundedPrompts":2}`, `{"requestId":"` + reqID + `","mapsGroundedPrompts":-1}`,
 			`{"requestId":"` + reqID + `","imageInputTokens":-1}`, `{"requestId":"` + reqID + `","cachedImageInputTokens":-2}`,
-			`{"requestId":"` + reqID + `","ocrPages":-1}`, `{"requestId":"` + reqID + `","ocrPages":1.5}`} {
+			`{"requestId":"` + reqID + `","ocrPages":-1}`, `{"requestId":"` + reqID + `","ocrPages":1.5}`,
+			`{"requestId":"` + reqID + `","containerMinutes":-1}`, `{"requestId":"` + reqID + `","containerMinutes":2.5}`,
+			`{"requestId":"` + reqID + `","containerKind":"` + strings.Repeat("k", 65) + `"}`, `{"requestId":"` + reqID + `","containerKind":"OpenAI-1G"}`,
+			`{"requestId":"` + reqID + `","containerKind":5}`} {
 			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
 				t.Fatalf("%s: %d %v", bad, code, out)
 			}
@@ -207,6 +210,14 @@ func TestHTTPSettle(t *testing.T) {
 		{"an OCR model's pages", `"model":"mistral-ocr-latest","ocrPages":12`,
 			func(it *internalv1.SettleItem) bool {
 				return it.GetOcrPages() == 12 && it.GetModel() == "mistral-ocr-latest"
+			}},
+		{"a container's minutes and kind", `"model":"gpt-5","inputTokens":10,"containerKind":"openai-4g","containerMinutes":25`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetContainerKind() == "openai-4g" && it.GetContainerMinutes() == 25 && it.GetInputTokens() == 10
+			}},
+		{"container minutes alone are usage", `"model":"claude-sonnet-4-5","containerMinutes":5`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetContainerKind() == "" && it.GetContainerMinutes() == 5
 			}},
 		{"the audio parts of the counts", `"model":"gpt-realtime","inputTokens":10,"outputTokens":20,"audioInputTokens":0,"audioOutputTokens":15`,
 			func(it *internalv1.SettleItem) bool {
