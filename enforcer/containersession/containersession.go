@@ -51,9 +51,10 @@ func New(rdb redis.Scripter, layout mirror.Layout, timeout time.Duration) *Ledge
 }
 
 // Charge is the minutes of the containers ids, priced as c, that request requestID is
-// charged: it began at start and ended at end. estimated is true when Redis did not
-// answer for one of them, which was then charged as a container seen for the first time.
-func (l *Ledger) Charge(ctx context.Context, requestID string, c pricecatalog.Container, ids []string, start, end time.Time) (minutes int64, estimated bool) {
+// charged: it began at start and ended at end. The error is Redis's when it did not
+// answer for one of them, which was then charged as a container seen for the first time
+// (the minutes are an estimate, never below the bill).
+func (l *Ledger) Charge(ctx context.Context, requestID string, c pricecatalog.Container, ids []string, start, end time.Time) (minutes int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	if end.Before(start) {
@@ -61,14 +62,14 @@ func (l *Ledger) Charge(ctx context.Context, requestID string, c pricecatalog.Co
 	}
 	idle, minimum := time.Duration(c.IdleMinutes)*time.Minute, time.Duration(c.MinimumMinutes)*time.Minute
 	for _, id := range ids {
-		ms, err := chargeScript.Run(ctx, l.rdb, []string{l.layout.ContainerKey(id), l.layout.ContainerRequestKey(id, requestID)},
+		ms, runErr := chargeScript.Run(ctx, l.rdb, []string{l.layout.ContainerKey(id), l.layout.ContainerRequestKey(id, requestID)},
 			start.UnixMilli(), end.UnixMilli(), idle.Milliseconds(), minimum.Milliseconds(), keep.Milliseconds()).Int64()
-		if err != nil {
-			ms, estimated = firstSeen(c, start, end).Milliseconds(), true
+		if runErr != nil {
+			ms, err = firstSeen(c, start, end).Milliseconds(), runErr
 		}
 		minutes += wholeMinutes(ms)
 	}
-	return minutes, estimated
+	return minutes, err
 }
 
 // FirstSeen is the minutes of the containers ids, priced as c, charged to a request that

@@ -40,22 +40,22 @@ func TestCharge(t *testing.T) {
 		{"a long request: its own length and the idle window", "r7", anthropic, []string{"container_2"}, 0, 30 * time.Minute, 35},
 		{"an end before its start is the start", "r8", anthropic, []string{"container_3"}, time.Minute, 0, 5},
 	} {
-		got, estimated := l.Charge(ctx, step.request, step.c, step.ids, at(step.start), at(step.end))
-		if got != step.want || estimated {
-			t.Fatalf("%s: %d minutes (estimated %v), want %d", step.what, got, estimated, step.want)
+		got, err := l.Charge(ctx, step.request, step.c, step.ids, at(step.start), at(step.end))
+		if got != step.want || err != nil {
+			t.Fatalf("%s: %d minutes (%v), want %d", step.what, got, err, step.want)
 		}
 	}
 }
 
 // TestChargeWithoutRedis: when Redis does not answer, each container is charged as one
-// seen for the first time, and said to be an estimate.
+// seen for the first time (an estimate), and the error says why.
 func TestChargeWithoutRedis(t *testing.T) {
 	_, layout := testredis.New(t)
 	l := containersession.New(testredis.Dead(t), layout, 200*time.Millisecond)
 	c, _ := pricecatalog.Default().Container("openai-4g")
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	got, estimated := l.Charge(context.Background(), "r1", c, []string{"cntr_a", "cntr_b"}, t0, t0.Add(90*time.Second))
-	if got != 2*22 || !estimated {
-		t.Fatalf("%d minutes (estimated %v), want 44, estimated", got, estimated)
+	got, err := l.Charge(context.Background(), "r1", c, []string{"cntr_a", "cntr_b"}, t0, t0.Add(90*time.Second))
+	if got != 2*22 || err == nil {
+		t.Fatalf("%d minutes (%v), want 44 and Redis's error", got, err)
 	}
 }

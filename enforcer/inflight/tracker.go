@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 
 	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
@@ -227,12 +228,14 @@ type Queue interface {
 type Tracker struct {
 	q Queue
 	// containers charges container minutes (UseContainerSessions); nil: FirstSeen.
-	containers ContainerSessions
-	clk        clock.Clock
-	m          *metrics.Metrics
-	log        *slog.Logger
-	seed       maphash.Seed
-	count      atomic.Int64
+	// containerFailed throttles the warning of a ledger that did not answer.
+	containers      ContainerSessions
+	containerFailed logging.Throttle
+	clk             clock.Clock
+	m               *metrics.Metrics
+	log             *slog.Logger
+	seed            maphash.Seed
+	count           atomic.Int64
 	// perShard bounds each shard's requests (SetCapacity); 0: unbounded.
 	perShard int
 	// lastEvictLog rate-limits the eviction warning (unix nanoseconds).
@@ -498,13 +501,16 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 // ContainerSessions charges the minutes of the containers a request's code tools ran in,
 // shared by every enforcer (containersession.Ledger).
 type ContainerSessions interface {
-	Charge(ctx context.Context, requestID string, c pricecatalog.Container, ids []string, start, end time.Time) (minutes int64, estimated bool)
+	Charge(ctx context.Context, requestID string, c pricecatalog.Container, ids []string, start, end time.Time) (minutes int64, err error)
 }
 
 // UseContainerSessions has Finish charge the containers a response names through cs.
 // Call it before use; without it, each container is charged as one seen for the first
 // time (containersession.FirstSeen), an estimate.
-func (t *Tracker) UseContainerSessions(cs ContainerSessions) { t.containers = cs }
+func (t *Tracker) UseContainerSessions(cs ContainerSessions) {
+	t.containers = cs
+	t.containerFailed.Clock = t.clk
+}
 
 // chargeContainers charges the containers a response named (seen.ContainerIDs): at the
 // container price the request's tools asked for, from its admission to now; where the
@@ -527,25 +533,43 @@ func (t *Tracker) chargeContainers(item *internalv1.SettleItem, seen *Seen, r *R
 			c, known = cat.Container(r.containerKind)
 		}
 	}
+	result := ContainerCharged
 	if !known {
 		var ok bool
 		if c, ok = cat.DearestContainer(seen.ContainerProvider); !ok {
 			return
 		}
-		item.UsageEstimated, item.Complete = true, false
+		result = ContainerUnknownRequest
 	}
 	var minutes int64
-	estimated := true
-	if t.containers != nil {
-		minutes, estimated = t.containers.Charge(context.Background(), item.RequestId, c, seen.ContainerIDs, start, now)
+	if t.containers == nil {
+		minutes, result = containersession.FirstSeen(c, seen.ContainerIDs, start, now), ContainerLedgerUnavailable
 	} else {
-		minutes = containersession.FirstSeen(c, seen.ContainerIDs, start, now)
+		var err error
+		if minutes, err = t.containers.Charge(context.Background(), item.RequestId, c, seen.ContainerIDs, start, now); err != nil {
+			result = ContainerLedgerUnavailable
+			t.containerFailed.Log(t.log, slog.LevelWarn, "container minutes estimated: the container ledger did not answer",
+				"request_id", item.RequestId, "error", err)
+		}
 	}
 	item.ContainerKind, item.ContainerMinutes = c.Kind, minutes
-	if estimated {
+	if result != ContainerCharged {
 		item.UsageEstimated, item.Complete = true, false
 	}
+	t.m.ContainerCharges.WithLabelValues(result).Inc()
 }
+
+// How a response's containers were charged (metrics.ContainerChargeResults).
+const (
+	// ContainerCharged: at the request's own container price, by the ledger.
+	ContainerCharged = "charged"
+	// ContainerUnknownRequest: the request's tools were not known here: at its
+	// provider's dearest container price, an estimate.
+	ContainerUnknownRequest = "unknown_request"
+	// ContainerLedgerUnavailable: the ledger (Redis) did not answer: each container as
+	// one seen for the first time, an estimate.
+	ContainerLedgerUnavailable = "ledger_unavailable"
+)
 
 // imageCalls prices the image generation calls a response made from what the request
 // asked (RecordRequest), where the report did not say it: each call the request's

@@ -2,6 +2,7 @@ package inflight
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"math"
@@ -316,15 +317,23 @@ func TestOCRPagesAreSettled(t *testing.T) {
 // sessions is a ContainerSessions that answers minutes and says what it was asked.
 type sessions struct {
 	minutes    int64
-	estimated  bool
+	err        error
 	kind       string
 	ids        []string
 	start, end time.Time
 }
 
-func (s *sessions) Charge(_ context.Context, _ string, c pricecatalog.Container, ids []string, start, end time.Time) (int64, bool) {
+func (s *sessions) Charge(_ context.Context, _ string, c pricecatalog.Container, ids []string, start, end time.Time) (int64, error) {
 	s.kind, s.ids, s.start, s.end = c.Kind, ids, start, end
-	return s.minutes, s.estimated
+	return s.minutes, s.err
+}
+
+// TestContainerChargeResults: the results chargeContainers counts are the metric's
+// labels, created at 0 (metrics.ContainerChargeResults).
+func TestContainerChargeResults(t *testing.T) {
+	if got := []string{ContainerCharged, ContainerUnknownRequest, ContainerLedgerUnavailable}; !slices.Equal(got, metrics.ContainerChargeResults) {
+		t.Fatalf("results %q, the metric's labels %q", got, metrics.ContainerChargeResults)
+	}
 }
 
 // TestContainersAreSettled: the containers an answer names are charged at the container
@@ -346,19 +355,20 @@ func TestContainersAreSettled(t *testing.T) {
 		kind      string
 		minutes   int64
 		estimated bool
+		result    string // the metric's result ("": none counted)
 	}{
 		{name: "the tools' memory", record: &estimate.Request{Model: "gpt-5", ContainerKind: "openai-4g"}, known: true,
-			answer: sessions{minutes: 21}, u: read("openai", "cntr_a"), kind: "openai-4g", minutes: 21},
+			answer: sessions{minutes: 21}, u: read("openai", "cntr_a"), kind: "openai-4g", minutes: 21, result: ContainerCharged},
 		{name: "the ledger's estimate", record: &estimate.Request{Model: "gpt-5", ContainerKind: "openai-1g"}, known: true,
-			answer: sessions{minutes: 42, estimated: true}, u: read("openai", "cntr_a", "cntr_b"), kind: "openai-1g", minutes: 42, estimated: true},
+			answer: sessions{minutes: 42, err: errors.New("redis: connection refused")}, u: read("openai", "cntr_a", "cntr_b"), kind: "openai-1g", minutes: 42, estimated: true, result: ContainerLedgerUnavailable},
 		{name: "tools that ask for no charged container", record: &estimate.Request{Model: "claude-sonnet-4-5"}, known: true,
 			answer: sessions{minutes: 5}, u: read("anthropic", "container_1")},
 		{name: "a request whose body was not seen: the provider's dearest", known: true,
-			answer: sessions{minutes: 21}, u: read("openai", "cntr_a"), kind: "openai-64g", minutes: 21, estimated: true},
+			answer: sessions{minutes: 21}, u: read("openai", "cntr_a"), kind: "openai-64g", minutes: 21, estimated: true, result: ContainerUnknownRequest},
 		{name: "a request another enforcer admitted: the provider's dearest",
-			answer: sessions{minutes: 5}, u: read("anthropic", "container_1"), kind: "anthropic", minutes: 5, estimated: true},
+			answer: sessions{minutes: 5}, u: read("anthropic", "container_1"), kind: "anthropic", minutes: 5, estimated: true, result: ContainerUnknownRequest},
 		{name: "without a ledger: as first seen", record: &estimate.Request{Model: "gpt-5", ContainerKind: "openai-1g"}, known: true,
-			noLedger: true, u: read("openai", "cntr_a"), kind: "openai-1g", minutes: 20, estimated: true},
+			noLedger: true, u: read("openai", "cntr_a"), kind: "openai-1g", minutes: 20, estimated: true, result: ContainerLedgerUnavailable},
 		{name: "a reporter's minutes", known: true, answer: sessions{minutes: 99},
 			u: Usage{Model: "m", InputTokens: 5, Complete: true, ContainerKind: "anthropic", ContainerMinutes: 7}, kind: "anthropic", minutes: 7},
 	} {
@@ -383,6 +393,15 @@ func TestContainersAreSettled(t *testing.T) {
 			}
 			if tc.minutes > 0 && !tc.noLedger && tc.u.Seen != nil && !slices.Equal(ledger.ids, tc.u.Seen.ContainerIDs) {
 				t.Fatalf("the ledger was asked for %q", ledger.ids)
+			}
+			for _, result := range metrics.ContainerChargeResults {
+				want := 0.0
+				if result == tc.result {
+					want = 1
+				}
+				if got := testutil.ToFloat64(tr.m.ContainerCharges.WithLabelValues(result)); got != want {
+					t.Fatalf("%s charges counted %v, want %v", result, got, want)
+				}
 			}
 		})
 	}

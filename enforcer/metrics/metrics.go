@@ -82,6 +82,9 @@ type Metrics struct {
 	// request's own, from its body), or why the policy's amount was used instead
 	// (ReservationBases).
 	Reservations *prometheus.CounterVec
+	// ContainerCharges counts the responses whose code tools' containers were charged, by
+	// result (ContainerChargeResults).
+	ContainerCharges *prometheus.CounterVec
 
 	settleOldest atomic.Int64 // unix nanoseconds of the oldest unacknowledged settlement; 0: none
 }
@@ -125,6 +128,10 @@ var (
 // object), and worstcase.Unknown's reasons.
 var ReservationBases = []string{"worst_case", "no_body", "no_model", "not_in_catalog", "organization_priced", "no_cap", "duration_billed",
 	"page_billed", "searches_uncapped", "advisor_uncapped"}
+
+// ContainerChargeResults are the label values of ContainerCharges (package inflight's
+// Container* constants; package inflight imports this one, so the list lives here).
+var ContainerChargeResults = []string{"charged", "unknown_request", "ledger_unavailable"}
 
 // latency buckets for calls that should take about a millisecond.
 var fast = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
@@ -276,6 +283,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_reservations_total",
 			Help: "Starts that reserve in-flight cost, by basis: worst_case (the request's own worst case), else why the policy's amount was reserved (no_body, no_model, not_in_catalog, organization_priced, no_cap, duration_billed, page_billed, searches_uncapped, advisor_uncapped).",
 		}, []string{"basis"}),
+		ContainerCharges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_container_charges_total",
+			Help: "Responses whose code tools' containers were charged their minutes, by result: charged (at the request's container price, by the container ledger in Redis), unknown_request (the request's tools not known here: at its provider's dearest container price, an estimate), ledger_unavailable (Redis did not answer: each container charged as one seen for the first time, an estimate).",
+		}, []string{"result"}),
 		GatewayFirstByte: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_enforcer_gateway_upstream_header_seconds",
 			Help:    "Time from sending a request upstream to its response headers (a streamed completion's time to first token, roughly).",
@@ -287,7 +298,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
 		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayActive, m.GatewayFirstByte,
-		m.Reservations)
+		m.Reservations, m.ContainerCharges)
 
 	for decision, reasons := range decisionReasons {
 		m.CheckDuration.WithLabelValues(decision)
@@ -299,7 +310,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.IdentityCache: identityResults, m.RecordReads: recordSources, m.StartQueueRejections: startRejections,
 		m.Settlements: settleOutcomes, m.SettledCostBasis: costBases, m.ExtProcStreams: extprocStreamResults,
 		m.ExtProcRequestBodies: requestBodyResults, m.SettleSpoolDropped: spoolDropReasons, m.InvalidationsReceived: invalidationKinds,
-		m.GatewayRequests: gatewayOutcomes, m.Reservations: ReservationBases,
+		m.GatewayRequests: gatewayOutcomes, m.Reservations: ReservationBases, m.ContainerCharges: ContainerChargeResults,
 	} {
 		for _, x := range values {
 			v.WithLabelValues(x)
