@@ -335,6 +335,39 @@ func TestExtProcChargesWhatWasSeen(t *testing.T) {
 	}
 }
 
+// TestExtProcChargesContainers: behind Envoy too, the container a Responses call's code
+// interpreter ran in is charged its minutes at the memory the request asked for (its own
+// length, 90 s here, and the 20 idle minutes: 22 minutes of a 16 GB container), and a
+// later call on the same container, streamed, the 2 minutes its idle window moved.
+func TestExtProcChargesContainers(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	e.CP.SetPrice("gpt-5", 2, 8)
+	w := e.NewMember(enforcertest.DayLimit(10*enforcertest.USD, true))
+	body := `{"model":"gpt-5","input":"6 x 7?","tools":[{"type":"code_interpreter","container":{"type":"auto","memory_limit":"16g"}}]}`
+	call := `{"type":"code_interpreter_call","id":"ci_1","status":"completed","code":"print(6*7)","container_id":"cntr_extproc1","outputs":null}`
+	usage := `"usage":{"input_tokens":100,"output_tokens":20,"total_tokens":120}`
+	answer := `{"id":"resp_1","object":"response","status":"completed","model":"gpt-5","output":[` + call + `],` + usage + `}`
+	stream := "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"output_index\":0,\"item\":" + call + "}\n\n" +
+		"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":" + answer + "}\n\n"
+	for i, tc := range []struct {
+		contentType, answer string
+		minutes             int64
+	}{
+		{"application/json", answer, 22},
+		{"text/event-stream", stream, 2},
+	} {
+		reqID, _ := e.Admit(t, w.Key)
+		sendRequestBody(t, e, bodySpec{requestID: reqID, path: "/v1/responses", body: body})
+		e.Clock.Advance(90 * time.Second) // the call runs
+		runStream(t, e, streamSpec{requestID: reqID, path: "/v1/responses", contentType: tc.contentType, chunks: testio.Chunks(tc.answer, 3)})
+		enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
+		it := e.CP.Receipt(reqID).Item
+		if it.GetContainerKind() != "openai-16g" || it.GetContainerMinutes() != tc.minutes || !it.GetComplete() || it.GetInputTokens() != 100 {
+			t.Fatalf("call %d: settled %v, want %d minutes of openai-16g", i+1, it, tc.minutes)
+		}
+	}
+}
+
 // A request for OpenAI's data residency endpoint ({region}.api.openai.com, its
 // :authority) is settled as a regional endpoint's (10% more on the newest models); one
 // for another host is not.
@@ -507,6 +540,7 @@ func TestExtProcRefusesDeferredBilling(t *testing.T) {
 			{"/v1/responses", `{"model":"gpt-5","background":true,"input":"write a novel"}`, "background_responses"},
 			{"/v1beta/interactions", `{"model":"gemini-3-pro-preview","input":"write a novel","background":true}`, "interactions"},
 			{"/v1beta/cachedContents", `{"model":"models/gemini-3-pro-preview","contents":[{"parts":[{"text":"a long book"}]}],"ttl":"86400s"}`, "context_caches"},
+			{"/v1/responses", `{"model":"gpt-5","input":"x","tools":[{"type":"code_interpreter","container":"cntr_made_apart"}]}`, "containers"},
 		} {
 			id, _ := e.Admit(t, w.Key)
 			resp := answerRequestBody(t, e, bodySpec{requestID: id, path: tc.path, body: tc.body})
@@ -527,9 +561,9 @@ func TestExtProcRefusesDeferredBilling(t *testing.T) {
 			}
 			refused++
 		}
-		want := map[string]float64{"refuse": 4, "allow": 0}[mode]
+		want := map[string]float64{"refuse": 5, "allow": 0}[mode]
 		if mode != "refuse" && mode != "allow" {
-			want = 2 // the batch and the background response
+			want = 3 // the batch, the background response and the container made apart
 		}
 		if n := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "billing_deferred"); n != want || refused != want {
 			t.Fatalf("%s: billing_deferred counted %v times, %v refused, want %v", mode, n, refused, want)
