@@ -50,20 +50,9 @@ type Request struct {
 
 	following atomic.Bool
 	// What the request said (RecordRequest), guarded by the shard's lock while the
-	// request is in the table: requestSeen, the input estimate, the model it named,
-	// whether it went to a regional endpoint, the output an image generation is
-	// billed whatever its answer reports, what each call of an image generation tool is
-	// billed, and its advisor tool's model and max_tokens.
-	requestSeen      bool
-	inputEstimate    int64
-	requestModel     string
-	regional         bool
-	host             string // the upstream's host (estimate.Request.Host)
-	imageOutput      int64
-	imageCall        estimate.ImageCall
-	advisorModel     string
-	advisorMaxTokens int64
-	containerKind    string // the container price its code tools asked for (estimate.Request.ContainerKind)
+	// request is in the table; requestSeen says it was.
+	requestSeen bool
+	read        reading
 	// older and newer link the shard's requests that no response stream follows, in
 	// admission order (the oldest is evicted first); listed says it is in that list.
 	older, newer *Request
@@ -353,6 +342,39 @@ func (t *Tracker) Follow(id string) bool {
 	return r != nil
 }
 
+// reading is what a request's body said that its settlement needs (estimate.Request,
+// as the front door read it): the input estimate, the model it named, whether it went to
+// a regional endpoint, the upstream's host, the output an image generation is billed
+// whatever its answer reports, what each call of an image generation tool is billed,
+// its advisor tool's model and max_tokens, and the container price its code tools asked
+// for.
+type reading struct {
+	inputEstimate    int64
+	model            string
+	regional         bool
+	host             string
+	imageOutput      int64
+	imageCall        estimate.ImageCall
+	advisorModel     string
+	advisorMaxTokens int64
+	containerKind    string
+}
+
+// reading is what the request's body said (RecordRequest), nil when it was not recorded.
+func (r *Request) reading() *reading {
+	if !r.requestSeen {
+		return nil
+	}
+	return &r.read
+}
+
+// readingOf is the reading of what a front door read of a request's body.
+func readingOf(req *estimate.Request) reading {
+	return reading{inputEstimate: req.InputTokens, model: req.Model, regional: req.Regional, host: req.Host,
+		imageOutput: req.ImageOutputTokens, imageCall: req.ImageCall, advisorModel: req.AdvisorModel,
+		advisorMaxTokens: req.AdvisorMaxTokens, containerKind: req.ContainerKind}
+}
+
 // RecordRequest notes what the request of a tracked request said (the front door's
 // gate.BodyHint): its estimated input tokens and the model it named (package estimate),
 // whether it goes to a cloud's regional endpoint (requestbody.RegionalEndpoint), which
@@ -368,9 +390,7 @@ func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 	if r == nil {
 		return false
 	}
-	r.requestSeen, r.inputEstimate, r.requestModel, r.regional, r.imageOutput = true, req.InputTokens, req.Model, req.Regional, req.ImageOutputTokens
-	r.imageCall, r.advisorModel, r.advisorMaxTokens = req.ImageCall, req.AdvisorModel, req.AdvisorMaxTokens
-	r.host, r.containerKind = req.Host, req.ContainerKind
+	r.requestSeen, r.read = true, readingOf(&req)
 	return true
 }
 
@@ -476,25 +496,29 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 	}
 	var res *settleq.Reservation
 	r := t.take(id)
+	start := t.clk.Now() // of a request this process did not admit: not known
+	var rd *reading      // what the request's body said (RecordRequest); nil when not recorded
 	if r != nil {
 		item.OrganizationId, item.MemberId = r.OrganizationID, r.MemberID
-		item.RegionalEndpoint = item.RegionalEndpoint || r.regional
-		if r.host != "" {
-			item.UpstreamHost = r.host
-		}
 		if !r.Durable {
 			item.Snapshot, item.AdmittedWithoutRecord = r.Snapshot, r.WithoutRecord
 		}
-		res = r.Reservation
-		imageCalls(item, r)
+		res, start, rd = r.Reservation, r.AdmittedAt, r.reading()
+	}
+	if rd != nil {
+		item.RegionalEndpoint = item.RegionalEndpoint || rd.regional
+		if rd.host != "" {
+			item.UpstreamHost = rd.host
+		}
+		imageCalls(item, rd)
 	}
 	if u.Seen != nil {
-		charge(item, u.Seen, r)
+		charge(item, u.Seen, rd)
 		if len(u.Seen.ContainerIDs) > 0 && item.ContainerMinutes == 0 {
-			t.chargeContainers(item, u.Seen, r)
+			t.chargeContainers(item, u.Seen, rd, start)
 		}
 	}
-	advisorCounts(item, r)
+	advisorCounts(item, rd)
 	return t.q.Enqueue(item, res, done)
 }
 
@@ -513,25 +537,21 @@ func (t *Tracker) UseContainerSessions(cs ContainerSessions) {
 }
 
 // chargeContainers charges the containers a response named (seen.ContainerIDs): at the
-// container price the request's tools asked for, from its admission to now; where the
-// request's tools are not known here (another enforcer admitted it, or its body did not
-// read), at its provider's dearest price, an estimate, never below the bill. A request
-// whose tools ask for no charged container (Anthropic's code execution beside web
-// search, a container created apart) is charged none.
-func (t *Tracker) chargeContainers(item *internalv1.SettleItem, seen *Seen, r *Request) {
+// container price the request's tools asked for (rd), from its start to now; where the
+// request's tools are not known (rd nil: its body did not read, or nobody here saw it),
+// at its provider's dearest price, an estimate, never below the bill. A request whose
+// tools ask for no charged container (Anthropic's code execution beside web search, a
+// container created apart) is charged none.
+func (t *Tracker) chargeContainers(item *internalv1.SettleItem, seen *Seen, rd *reading, start time.Time) {
 	now := t.clk.Now()
 	cat := pricecatalog.At(now)
-	start := now
 	var c pricecatalog.Container
 	known := false
-	if r != nil {
-		start = r.AdmittedAt
-		if r.requestSeen {
-			if r.containerKind == "" {
-				return
-			}
-			c, known = cat.Container(r.containerKind)
+	if rd != nil {
+		if rd.containerKind == "" {
+			return
 		}
+		c, known = cat.Container(rd.containerKind)
 	}
 	result := ContainerCharged
 	if !known {
@@ -575,28 +595,28 @@ const (
 // asked (RecordRequest), where the report did not say it: each call the request's
 // image, at its image model. Where the request is not known either, settlement charges
 // each call the dearest image (docs/prices.md).
-func imageCalls(item *internalv1.SettleItem, r *Request) {
-	if item.ImageGenerationCalls <= 0 || item.ImageOutputTokens > 0 || !r.requestSeen || r.imageCall.Tokens <= 0 {
+func imageCalls(item *internalv1.SettleItem, rd *reading) {
+	if item.ImageGenerationCalls <= 0 || item.ImageOutputTokens > 0 || rd.imageCall.Tokens <= 0 {
 		return
 	}
-	item.ImageModel = r.imageCall.Model
-	if item.ImageGenerationCalls > math.MaxInt64/r.imageCall.Tokens {
+	item.ImageModel = rd.imageCall.Model
+	if item.ImageGenerationCalls > math.MaxInt64/rd.imageCall.Tokens {
 		item.ImageOutputTokens = math.MaxInt64
 		return
 	}
-	item.ImageOutputTokens = item.ImageGenerationCalls * r.imageCall.Tokens
+	item.ImageOutputTokens = item.ImageGenerationCalls * rd.imageCall.Tokens
 }
 
 // advisorCounts names the model of the advisor's counts a response reported, from the
 // request's advisor tool (RecordRequest), where the report did not. Where neither says
-// it (r nil: a request this process does not know), the counts are added to the
+// it (rd nil: a request whose body nobody here read), the counts are added to the
 // response's own, charged at its model's price: never dropped.
-func advisorCounts(item *internalv1.SettleItem, r *Request) {
+func advisorCounts(item *internalv1.SettleItem, rd *reading) {
 	if item.AdvisorModel != "" || item.AdvisorInputTokens == 0 && item.AdvisorOutputTokens == 0 {
 		return
 	}
-	if r != nil && r.requestSeen && r.advisorModel != "" {
-		item.AdvisorModel = r.advisorModel
+	if rd != nil && rd.advisorModel != "" {
+		item.AdvisorModel = rd.advisorModel
 		return
 	}
 	add := func(to *int64, v int64) { *to = min(*to, math.MaxInt64-v) + v }
@@ -608,11 +628,11 @@ func advisorCounts(item *internalv1.SettleItem, r *Request) {
 	item.AdvisorCachedInputTokens, item.AdvisorCacheCreationInputTokens = 0, 0
 }
 
-// charge completes what a response stream reported with estimates (see Finish). r is
-// nil when this process does not know the request (no request estimate, no model).
-func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
-	if r != nil && r.requestSeen && item.Model == "" {
-		item.Model = r.requestModel
+// charge completes what a response stream reported with estimates (see Finish). rd is
+// nil when nobody here read the request's body (no request estimate, no model).
+func charge(item *internalv1.SettleItem, seen *Seen, rd *reading) {
+	if rd != nil && item.Model == "" {
+		item.Model = rd.model
 	}
 	if item.UpstreamCostMicroUsd != nil {
 		return
@@ -623,8 +643,8 @@ func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
 	estimated := false
 	// An estimated count has no known audio or image part: its split is unknown, and a
 	// model that prices them apart is charged it at the dearest price.
-	if !seen.InputReported && r != nil && r.requestSeen {
-		item.InputTokens, estimated = r.inputEstimate, true
+	if !seen.InputReported && rd != nil {
+		item.InputTokens, estimated = rd.inputEstimate, true
 		item.AudioInputTokens, item.CachedAudioInputTokens, item.ImageInputTokens, item.CachedImageInputTokens = nil, nil, nil, nil
 	}
 	// Output: the estimate from the text seen when none was reported; and when the
@@ -637,14 +657,14 @@ func charge(item *internalv1.SettleItem, seen *Seen, r *Request) {
 	// An image generation is billed the images it asked for, however little of them
 	// came back (requestbody.ImageOutputTokens).
 	est := max(estimate.Tokens(seen.TextBytes), audioTokens(seen.AudioOutputMillis))
-	if r != nil && r.requestSeen {
-		est = max(est, r.imageOutput)
+	if rd != nil {
+		est = max(est, rd.imageOutput)
 	}
 	if est > 0 && (!seen.OutputReported || !item.Complete && est > item.OutputTokens) {
 		item.OutputTokens, item.AudioOutputTokens, estimated = est, nil, true
 	}
-	if seen.AdvisorResults > 0 && item.AdvisorInputTokens == 0 && item.AdvisorOutputTokens == 0 && r != nil && r.requestSeen {
-		adviceEstimate(item, seen.AdvisorResults, r)
+	if seen.AdvisorResults > 0 && item.AdvisorInputTokens == 0 && item.AdvisorOutputTokens == 0 && rd != nil {
+		adviceEstimate(item, seen.AdvisorResults, rd)
 		estimated = true
 	}
 	if estimated {
@@ -661,8 +681,8 @@ const TypicalAdviceTokens = 1_800
 // reported no counts of (it was cut before its last message_delta): each read the
 // transcript, at most the request's input and the executor's output so far, and wrote
 // the tool's max_tokens (else TypicalAdviceTokens); advisorCounts names their model.
-func adviceEstimate(item *internalv1.SettleItem, results int64, r *Request) {
-	each := r.advisorMaxTokens
+func adviceEstimate(item *internalv1.SettleItem, results int64, rd *reading) {
+	each := rd.advisorMaxTokens
 	if each <= 0 {
 		each = TypicalAdviceTokens
 	}
@@ -728,7 +748,7 @@ func (t *Tracker) settleIncomplete(r *Request) {
 	if !r.Durable {
 		item.Snapshot, item.AdmittedWithoutRecord = r.Snapshot, r.WithoutRecord
 	}
-	charge(item, &Seen{}, r)
+	charge(item, &Seen{}, r.reading())
 	_ = t.q.Enqueue(item, r.Reservation, nil)
 }
 
