@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/containersession"
 	"github.com/tollgate-dev/tollgate/internal/testredis"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
@@ -57,5 +58,21 @@ func TestChargeWithoutRedis(t *testing.T) {
 	got, err := l.Charge(context.Background(), "r1", c, []string{"cntr_a", "cntr_b"}, t0, t0.Add(90*time.Second))
 	if got != 2*22 || err == nil {
 		t.Fatalf("%d minutes (%v), want 44 and Redis's error", got, err)
+	}
+}
+
+// TestChargeOnACluster: on Redis Cluster a container's two keys share its slot (the
+// container id is their hash tag), so the script runs; containers spread over the shards.
+func TestChargeOnACluster(t *testing.T) {
+	c := testredis.StartCluster(t)
+	l := containersession.New(c.Client(t), mirror.Layout{Prefix: "tg:"}, 0)
+	openai, _ := pricecatalog.Default().Container("openai-1g")
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	ids := []string{"cntr_a", "cntr_b", "cntr_c", "cntr_d"}
+	if got, err := l.Charge(context.Background(), "r1", openai, ids, t0, t0.Add(time.Second)); got != 4*21 || err != nil {
+		t.Fatalf("first use: %d minutes (%v), want 84", got, err)
+	}
+	if got, err := l.Charge(context.Background(), "r2", openai, ids, t0.Add(time.Minute), t0.Add(2*time.Minute)); got != 4*2 || err != nil {
+		t.Fatalf("used again: %d minutes (%v), want 8", got, err)
 	}
 }
