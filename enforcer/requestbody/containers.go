@@ -13,8 +13,10 @@ import (
 type Container struct {
 	// Kind is the container price its settlement charges (a pricecatalog.Container
 	// kind): "openai-<memory>" for OpenAI's code interpreter or hosted shell in a
-	// container the request opens or reuses ({"type": "auto"}, "container_auto"), of its
-	// memory_limit (1g when unsaid; the dearest of several tools'), "anthropic" for
+	// container the request opens or reuses ({"type": "auto"}, "container_auto", or no
+	// container or environment said), of its memory_limit (1g when unsaid; the dearest of
+	// several tools'): charged only for a container the answer names, so a shell run on
+	// the client's machine costs nothing here. "anthropic" for
 	// Anthropic's code execution tool. "" when nothing is charged: no such tool, or
 	// Anthropic's beside its web search or web fetch tool of version 20260209 or later,
 	// with which code execution is free.
@@ -34,6 +36,20 @@ var openAIMemory = []string{"1g", "4g", "16g", "64g"}
 // beside which its code execution is free (its changelog of 2026-02-17).
 const anthropicFreeFrom = "20260209"
 
+// environment is an OpenAI shell tool's environment.
+type environment struct {
+	Type        string `json:"type"`
+	MemoryLimit string `json:"memory_limit"`
+}
+
+// memoryLimit is the environment's memory limit, "" for none said.
+func (e *environment) memoryLimit() string {
+	if e == nil {
+		return ""
+	}
+	return e.MemoryLimit
+}
+
 // ContainerTool reads the request's container tools (estimate.Request.Container says
 // there is one). A body that does not read gives the zero Container.
 func ContainerTool(body []byte) Container {
@@ -41,10 +57,7 @@ func ContainerTool(body []byte) Container {
 		Tools []struct {
 			Type        string          `json:"type"`
 			Container   json.RawMessage `json:"container"`
-			Environment *struct {
-				Type        string `json:"type"`
-				MemoryLimit string `json:"memory_limit"`
-			} `json:"environment"`
+			Environment *environment `json:"environment"`
 		} `json:"tools"`
 	}
 	if json.Unmarshal(body, &req) != nil {
@@ -73,12 +86,16 @@ func ContainerTool(body []byte) Container {
 				c.Explicit = true
 			case json.Unmarshal(t.Container, &auto) == nil:
 				opens(auto.MemoryLimit)
+			default:
+				opens("") // no container said: one it opens, charged only if the answer names it
 			}
-		case t.Type == "shell" && t.Environment != nil:
-			switch t.Environment.Type {
-			case "container_auto":
-				opens(t.Environment.MemoryLimit)
-			case "container_reference":
+		case t.Type == "shell":
+			switch {
+			case t.Environment == nil || t.Environment.Type == "container_auto":
+				// A hosted container, or no environment said: charged only if the answer
+				// names a container (a local shell's calls name none).
+				opens(t.Environment.memoryLimit())
+			case t.Environment.Type == "container_reference":
 				c.Explicit = true
 			}
 		case strings.HasPrefix(t.Type, "code_execution_"):
