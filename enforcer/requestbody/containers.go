@@ -57,7 +57,7 @@ func ContainerTool(body []byte) Container {
 		Tools []struct {
 			Type        string          `json:"type"`
 			Container   json.RawMessage `json:"container"`
-			Environment *environment `json:"environment"`
+			Environment *environment    `json:"environment"`
 		} `json:"tools"`
 	}
 	if json.Unmarshal(body, &req) != nil {
