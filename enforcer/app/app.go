@@ -223,6 +223,8 @@ func New(d Deps) *Enforcer {
 	}
 	e.Tracker = inflight.New(e.Settle, d.Clock, m, log)
 	e.Tracker.SetCapacity(cfg.InflightLimit())
+	// The container ledger's Redis calls are bounded as a check's are: past the bound a
+	// container is charged as first seen (an estimate), and the answer's end waits no more.
 	e.Tracker.UseContainerSessions(containersession.New(d.Redis, d.Layout, cfg.RedisCheckTimeout))
 	e.Starts = startq.New(cp, e.Settle, startq.Config{Capacity: cfg.StartCapacity, PerMember: cfg.StartPerMember,
 		Deadline: cfg.StartDeadline, Workers: d.StartWorkers}, e.Tracker.SettleOrphan, m, log)
