@@ -22,7 +22,7 @@ func TestCostOf(t *testing.T) {
 	p := Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, CachedInputPerMillion: 300_000, CacheWritePerMillion: &write}
 	org := PricedAt{Price: p, Source: PriceOrganization}
 	whisper := PricedAt{Price: Price{InputPerMillion: 30_000_000, OutputPerMillion: 30_000_000, CachedInputPerMillion: 30_000_000, AudioPerMinute: 6_000}, Source: PriceCatalog}
-	gptImage1 := PricedAt{Price: Price{ImageOutputPerMillion: 40_000_000}, Source: PriceCatalog} // images at gpt-image-1's output price
+	gptImage1 := PricedAt{Price: Price{ImageOutputPerMillion: 40_000_000, ImageTokensPerCall: 6_240}, Source: PriceCatalog} // images at gpt-image-1's output price
 	// Anthropic's advisor tool: claude-haiku-4-5 executing (input 1 USD per million,
 	// output 5, cache reads 0.10, writes 1.25), claude-opus-4-7 advising (5, 25, 0.50,
 	// 6.25).
@@ -234,7 +234,7 @@ func TestCostOf(t *testing.T) {
 		{"image tokens are rounded up on their own", Usage{InputTokens: 1, ImageGenerationCalls: 1, ImageOutputTokens: 1},
 			PricedAt{Price: Price{InputPerMillion: 1, ImageOutputPerMillion: 1}, Source: PriceCatalog}, 1 + 1, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"image calls without tokens: the dearest image each", Usage{ImageGenerationCalls: 2}, gptImage1, 2 * 249_600, SourceCatalogEstimate, BasisReportedUsage, false, nil},
-		{"image calls without tokens at gpt-image-1-mini's price", Usage{ImageGenerationCalls: 1}, PricedAt{Price: Price{ImageOutputPerMillion: 8_000_000}, Source: PriceCatalog},
+		{"image calls without tokens at gpt-image-1-mini's price", Usage{ImageGenerationCalls: 1}, PricedAt{Price: Price{ImageOutputPerMillion: 8_000_000, ImageTokensPerCall: 6_240}, Source: PriceCatalog},
 			49_920, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"image tokens without calls are charged", Usage{ImageOutputTokens: 4_160}, gptImage1, 166_400, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"image tokens at the fallback's source", Usage{ImageGenerationCalls: 1, ImageOutputTokens: 6_240}, PricedAt{Price: Price{ImageOutputPerMillion: 40_000_000}, Source: PriceFallback},
@@ -242,7 +242,7 @@ func TestCostOf(t *testing.T) {
 		{"image tokens are not doubled by a tier", Usage{InputTokens: 1_000_000, ImageGenerationCalls: 1, ImageOutputTokens: 6_240, Tier: pricecatalog.Fast},
 			PricedAt{Price: Price{InputPerMillion: 1, ImageOutputPerMillion: 40_000_000}, Source: PriceCatalog}, 2 + 249_600, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"image tokens are not raised by the ultrafast tier", Usage{InputTokens: 1_000_000, ImageGenerationCalls: 1, Tier: pricecatalog.Ultrafast},
-			PricedAt{Price: Price{InputPerMillion: 1, ImageOutputPerMillion: 40_000_000}, Source: PriceCatalog}, 6 + 249_600, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+			PricedAt{Price: Price{InputPerMillion: 1, ImageOutputPerMillion: 40_000_000, ImageTokensPerCall: 6_240}, Source: PriceCatalog}, 6 + 249_600, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"image tokens are not raised by the regional premium", Usage{InputTokens: 1000, ImageGenerationCalls: 1, ImageOutputTokens: 6_240, Regional: true},
 			PricedAt{Price: Price{InputPerMillion: 3_000_000, ImageOutputPerMillion: 40_000_000, RegionalPremiumPercent: 10}, Source: PriceCatalog},
 			3_300 + 249_600, SourceCatalogEstimate, BasisReportedUsage, false, nil},
@@ -341,26 +341,34 @@ func TestCatalogContract(t *testing.T) {
 	}
 }
 
-// The image generation tool's tokens: as reported, else pricecatalog.DearestImageTokens a
-// call (saturating), never a negative or overflowing product; ImageCost rounds up in 128
-// bits.
+// The image generation tool's tokens: as reported, else the image model's dearest image a
+// call (pricecatalog.DearestImageTokensOf; without a model, pricecatalog.DearestImageTokens),
+// saturating, never a negative or overflowing product; ImageCost rounds up in 128 bits.
 func TestImageTokens(t *testing.T) {
-	if pricecatalog.DearestImageTokens != 6_240 {
-		t.Fatalf("DearestImageTokens %d, want gpt-image-1's high-quality 1024x1536 image, 6240", pricecatalog.DearestImageTokens)
+	if pricecatalog.DearestImageTokens != 23_719 {
+		t.Fatalf("DearestImageTokens %d, want gpt-image-2's high-quality 2880x2880 image, 23,719", pricecatalog.DearestImageTokens)
+	}
+	for model, want := range map[string]int64{"gpt-image-1": 6_240, "gpt-image-1-mini": 6_240, "gpt-image-1.5-2025-12-16": 6_240,
+		"gpt-image-2": 23_719, "gpt-image-9": 23_719, "": 23_719} {
+		if got := pricecatalog.DearestImageTokensOf(model); got != want {
+			t.Errorf("DearestImageTokensOf(%q) = %d, want %d", model, got, want)
+		}
 	}
 	for _, c := range []struct {
-		u    Usage
-		want int64
+		u       Usage
+		perCall int64
+		want    int64
 	}{
-		{Usage{}, 0},
-		{Usage{ImageGenerationCalls: 3}, 3 * 6_240},
-		{Usage{ImageGenerationCalls: 3, ImageOutputTokens: 1_056}, 1_056},
-		{Usage{ImageOutputTokens: 272}, 272},
-		{Usage{ImageGenerationCalls: MaxTokens}, MaxTokens * 6_240},
-		{Usage{ImageGenerationCalls: math.MaxInt64}, math.MaxInt64},
+		{Usage{}, 6_240, 0},
+		{Usage{ImageGenerationCalls: 3}, 6_240, 3 * 6_240},
+		{Usage{ImageGenerationCalls: 3}, 0, 3 * 23_719},
+		{Usage{ImageGenerationCalls: 3, ImageOutputTokens: 1_056}, 6_240, 1_056},
+		{Usage{ImageOutputTokens: 272}, 23_719, 272},
+		{Usage{ImageGenerationCalls: MaxTokens}, 6_240, MaxTokens * 6_240},
+		{Usage{ImageGenerationCalls: math.MaxInt64}, 6_240, math.MaxInt64},
 	} {
-		if got := c.u.ImageTokens(); got != c.want {
-			t.Errorf("%+v: %d image tokens, want %d", c.u, got, c.want)
+		if got := c.u.ImageTokensAt(c.perCall); got != c.want {
+			t.Errorf("%+v at %d a call: %d image tokens, want %d", c.u, c.perCall, got, c.want)
 		}
 	}
 	for _, c := range []struct {
@@ -381,8 +389,8 @@ func TestImageTokens(t *testing.T) {
 		}
 	}
 	// Settlement's bounds keep the dearest reading of the calls within int64.
-	if u, _ := Bound(Usage{ImageGenerationCalls: math.MaxInt64}); u.ImageTokens() != MaxTokens*pricecatalog.DearestImageTokens {
-		t.Fatalf("bounded calls: %d tokens", u.ImageTokens())
+	if u, _ := Bound(Usage{ImageGenerationCalls: math.MaxInt64}); u.ImageTokensAt(0) != MaxTokens*pricecatalog.DearestImageTokens {
+		t.Fatalf("bounded calls: %d tokens", u.ImageTokensAt(0))
 	}
 }
 

@@ -85,6 +85,11 @@ type Price struct {
 	// generation tool (Usage.ImageOutputTokens): the catalog's output price of the image
 	// model the tool ran, filled by the ledger like WebSearch whatever priced the tokens.
 	ImageOutputPerMillion int64
+	// ImageTokensPerCall is what one call of the image generation tool is charged when
+	// the usage counts calls and no tokens (Usage.ImageTokensAt): the dearest image of its
+	// image model (pricecatalog.DearestImageTokensOf), filled by the ledger with
+	// ImageOutputPerMillion; 0 reads as pricecatalog.DearestImageTokens.
+	ImageTokensPerCall int64
 	// Advisor prices the sub-inferences of Anthropic's advisor tool
 	// (Usage.AdvisorInputTokens and the rest) as a response's tokens: the catalog's price
 	// of the advisor model, filled by the ledger like WebSearch whatever priced the
@@ -181,7 +186,7 @@ type Usage struct {
 	// API image_generation_call items), each an image billed as its image model's
 	// output tokens apart from the response's usage: ImageOutputTokens in all, priced at
 	// Price.ImageOutputPerMillion on top of the tokens. Calls with no tokens are charged
-	// pricecatalog.DearestImageTokens each (ImageTokens).
+	// their image model's dearest image each (ImageTokensAt).
 	ImageGenerationCalls int64
 	ImageOutputTokens    int64
 	// AdvisorInputTokens, AdvisorOutputTokens, AdvisorCachedInputTokens and
@@ -228,17 +233,21 @@ type Usage struct {
 	Regional bool
 }
 
-// ImageTokens are the image output tokens u is charged: ImageOutputTokens, else, when
-// it counts calls and no tokens, pricecatalog.DearestImageTokens a call (saturating at
-// MaxInt64, which CostOf caps): a call is never free for want of its image's size.
-func (u Usage) ImageTokens() int64 {
+// ImageTokensAt are the image output tokens u is charged: ImageOutputTokens, else, when
+// it counts calls and no tokens, perCall a call (Price.ImageTokensPerCall; 0 reads as
+// pricecatalog.DearestImageTokens), saturating at MaxInt64, which CostOf caps: a call is
+// never free for want of its image's size.
+func (u Usage) ImageTokensAt(perCall int64) int64 {
 	if u.ImageOutputTokens != 0 || u.ImageGenerationCalls <= 0 {
 		return u.ImageOutputTokens
 	}
-	if u.ImageGenerationCalls > math.MaxInt64/pricecatalog.DearestImageTokens {
+	if perCall <= 0 {
+		perCall = pricecatalog.DearestImageTokens
+	}
+	if u.ImageGenerationCalls > math.MaxInt64/perCall {
 		return math.MaxInt64
 	}
-	return u.ImageGenerationCalls * pricecatalog.DearestImageTokens
+	return u.ImageGenerationCalls * perCall
 }
 
 // HasAdvisor tells whether u counts any of the advisor's tokens.
@@ -302,7 +311,7 @@ type Cost struct {
 // (pricecatalog.RegionalPremium), plus its web searches, file search calls,
 // maps-grounded prompts and OCR pages apiece, its container minutes at the container's
 // price per hour (pricecatalog.Container.Cost), its image generation calls' output tokens at the image
-// model's output price (ImageCost of ImageTokens) and its advisor's sub-inferences at the
+// model's output price (ImageCost of ImageTokensAt) and its advisor's sub-inferences at the
 // advisor model's prices (CatalogCost of AdvisorUsage at Price.Advisor, rounded up on
 // their own), none of them multiplied by the tier or the regional premium, which price
 // the response's own model. A cost above money.MaxAllowanceMicroUSD is capped there and
@@ -376,7 +385,7 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 	}
 	// The images of the image generation tool, at their image model's output price,
 	// after the tier and the regional premium as well.
-	if tokens := u.ImageTokens(); err == nil && tokens > 0 {
+	if tokens := u.ImageTokensAt(p.Price.ImageTokensPerCall); err == nil && tokens > 0 {
 		v, err = addCost(v, func() (int64, error) { return ImageCost(tokens, p.Price.ImageOutputPerMillion) })
 	}
 	// The advisor's sub-inferences, priced as a response of the advisor model (its

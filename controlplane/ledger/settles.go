@@ -725,6 +725,7 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 		if p.Price.ImageOutputPerMillion, known = sj.imageOutputPrice(); !known {
 			p.Source = accounting.PriceFallback // images of an image model nobody priced: unpriced
 		}
+		p.Price.ImageTokensPerCall = pricecatalog.DearestImageTokensOf(sj.imageModel)
 	}
 	// The advisor's sub-inferences of an item that does not name the advisor model keep
 	// no Advisor price: CostOf prices them at the response's own price (the one just

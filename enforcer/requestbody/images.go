@@ -27,12 +27,63 @@ const PartialImageTokens = 100
 // gptImage1 matches the models the table is for, and their dated snapshots:
 // gpt-image-1, gpt-image-1-mini, and gpt-image-1.5, whose per-image prices are the
 // table's tokens at its 32 USD per million within 3% (0.133 USD a high-quality square
-// image: 4,156 tokens). gpt-image-2 takes any size and counts its tokens otherwise.
+// image: 4,156 tokens). gpt-image-2 takes any size and counts its tokens otherwise
+// (gptImage2Tokens).
 var gptImage1 = regexp.MustCompile(`^gpt-image-1(-mini|\.5)?(-\d{4}-\d{2}-\d{2})?$`)
 
-// ImageTokensKnown reports whether the token table prices model's images
+// gptImage2 matches gpt-image-2 and its dated snapshots.
+var gptImage2 = regexp.MustCompile(`^gpt-image-2(-\d{4}-\d{2}-\d{2})?$`)
+
+// ImageTokensKnown reports whether the token tables price model's images
 // (ImageRequest.OutputTokens); of another model, an image's tokens are a guess.
-func ImageTokensKnown(model string) bool { return gptImage1.MatchString(model) }
+func ImageTokensKnown(model string) bool {
+	return gptImage1.MatchString(model) || gptImage2.MatchString(model)
+}
+
+// gptImage2Quality is the scale of a gpt-image-2 image's quality in its token count.
+var gptImage2Quality = map[string]int64{"low": 16, "medium": 48, "high": 96}
+
+// gptImage2Dearest is the most output tokens a gpt-image-2 image of each quality counts
+// over every size the model takes (a square 2880x2880: TestGPTImage2Tokens finds it by
+// trying them all): what an image of size "auto", or none said, is counted.
+var gptImage2Dearest = map[string]int64{"low": 659, "medium": 5_930, "high": 23_719}
+
+// gptImage2Tokens is the output tokens of one gpt-image-2 image of size WxH at quality
+// (ok false for a size the model refuses: each side a multiple of 16, the longer at most
+// 3,840 and at most three times the shorter, 655,360 to 8,294,400 pixels). OpenAI gives
+// a calculator, not a table, for gpt-image-2; this is the community's formula of it
+// (community.openai.com/t/1382699, 2026-06-05), which gives OpenAI's own per-image
+// prices exactly at 30 USD per million (1024x1024: 196, 1,756 and 7,024 tokens at low,
+// medium and high quality; 1536x1024: 158, 1,372 and 5,488) and the counts real answers
+// reported (3840x2160 at high quality: 13,342). docs/prices.md, "Images".
+func gptImage2Tokens(w, h int64, quality string) (int64, bool) {
+	q := gptImage2Quality[quality]
+	long, short := max(w, h), min(w, h)
+	if q == 0 || w%16 != 0 || h%16 != 0 || short <= 0 || long > 3_840 || long > 3*short || w*h < 655_360 || w*h > 8_294_400 {
+		return 0, false
+	}
+	side := (2*q*short + long) / (2 * long) // q × short / long, rounded half up
+	return (q*side*(w*h+2_000_000) + 3_999_999) / 4_000_000, true
+}
+
+// gptImage2Image is the output tokens of one gpt-image-2 image of the request's size and
+// quality: "auto", or none said, counts as the dearest; 0 for what the model refuses.
+func gptImage2Image(size, quality string) int64 {
+	if _, ok := gptImage2Quality[quality]; !ok {
+		quality = "high" // "auto", none, or another model's
+	}
+	if size == "" || size == "auto" {
+		return gptImage2Dearest[quality]
+	}
+	ws, hs, ok := strings.Cut(size, "x")
+	w, errW := strconv.ParseInt(ws, 10, 64)
+	h, errH := strconv.ParseInt(hs, 10, 64)
+	if !ok || errW != nil || errH != nil {
+		return 0
+	}
+	tokens, _ := gptImage2Tokens(w, h, quality)
+	return tokens
+}
 
 // ImageRequest is what an image generation or edit asks that fixes its output: how many
 // images (n, 1 unless given), their size and quality, and how many partial images a
@@ -95,14 +146,12 @@ func FormImageRequest(fields map[string]string) (ImageRequest, bool) {
 }
 
 // OutputTokens is the output req is billed by model: n images at their size and
-// quality, and their partial images. 0 when the table does not know the model
-// (gptImage1), or the provider refuses the request (n outside 1 to 10, partial images
-// outside 0 to 3). A quality or size of "auto", or none, counts as the dearest (high;
-// portrait or landscape).
+// quality, and their partial images. 0 when the tables do not know the model
+// (ImageTokensKnown), or the provider refuses the request (n outside 1 to 10, partial
+// images outside 0 to 3, a size gpt-image-2 does not take). A quality or size of "auto",
+// or none, counts as the dearest (high; portrait or landscape for gpt-image-1's table,
+// the dearest size for gpt-image-2).
 func (req ImageRequest) OutputTokens(model string) int64 {
-	if !gptImage1.MatchString(model) {
-		return 0
-	}
 	n := int64(1)
 	if req.N != nil {
 		n = *req.N
@@ -110,13 +159,23 @@ func (req ImageRequest) OutputTokens(model string) int64 {
 	if n < 1 || n > 10 || req.PartialImages < 0 || req.PartialImages > 3 {
 		return 0
 	}
-	per, ok := imageTokens[req.Quality]
-	if !ok {
-		per = imageTokens["high"] // "auto", none, or a quality of another model
-	}
-	tokens := per.oblong
-	if req.Size == "1024x1024" {
-		tokens = per.square
+	var tokens int64
+	switch {
+	case gptImage1.MatchString(model):
+		per, ok := imageTokens[req.Quality]
+		if !ok {
+			per = imageTokens["high"] // "auto", none, or a quality of another model
+		}
+		tokens = per.oblong
+		if req.Size == "1024x1024" {
+			tokens = per.square
+		}
+	case gptImage2.MatchString(model):
+		if tokens = gptImage2Image(req.Size, req.Quality); tokens == 0 {
+			return 0
+		}
+	default:
+		return 0
 	}
 	return n * (tokens + req.PartialImages*PartialImageTokens)
 }
@@ -126,10 +185,9 @@ func (req ImageRequest) OutputTokens(model string) int64 {
 // its image model's output tokens for one image at the tool's size and quality
 // (ImageRequest.OutputTokens), and for the partial images it asked for when the request
 // streams (the tool makes them in streams alone). The model is the tool's "model", else
-// pricecatalog.DefaultImageToolModel. A model the token table does not know (gpt-image-2,
-// which takes any size) is counted at the table's dearest image
-// (pricecatalog.DearestImageTokens, TestImageToolCall), which settlement also charges a
-// call of unknown tokens. Tokens is 0 when the
+// pricecatalog.DefaultImageToolModel. A model the token tables do not know is counted at
+// the dearest image of any (pricecatalog.DearestImageTokens, TestImageToolCall), which
+// settlement also charges a call of unknown tokens. Tokens is 0 when the
 // body does not read, or asks what the provider refuses (partial_images outside 0 to
 // 3): settlement then charges each call the dearest image (docs/prices.md). Of several
 // image generation tools, the dearest call counts.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 func TestImageOutputTokens(t *testing.T) {
@@ -26,7 +27,11 @@ func TestImageOutputTokens(t *testing.T) {
 		{"behind a route prefix, escaped", "/openai/v1/images/generation%73", `{"size":"1024x1024","quality":"high"}`, "gpt-image-1", 4_160},
 		// Not counted: another model's tokens, an edit, other endpoints, what the provider refuses.
 		{"gpt-image-1.5", gen, `{"size":"1024x1536","quality":"high"}`, "gpt-image-1.5", 6_240},
-		{"a model of other sizes", gen, `{"size":"2048x2048","quality":"high"}`, "gpt-image-2", 0},
+		{"gpt-image-2, a size of its own", gen, `{"size":"2048x2048","quality":"high"}`, "gpt-image-2", 14_272},
+		{"gpt-image-2, its square at medium quality", gen, `{"size":"1024x1024","quality":"medium","n":2}`, "gpt-image-2-2026-04-21", 2 * 1_756},
+		{"gpt-image-2, auto: its dearest", gen, `{"size":"auto"}`, "gpt-image-2", 23_719},
+		{"gpt-image-2, a size it refuses", gen, `{"size":"1000x1000","quality":"high"}`, "gpt-image-2", 0},
+		{"a model no table knows", gen, `{"size":"1024x1024","quality":"high"}`, "gpt-image-3", 0},
 		{"a model whose name only begins so", gen, `{"size":"1024x1024","quality":"high"}`, "gpt-image-1.5-turbo", 0},
 		{"DALL-E", gen, `{"size":"1024x1024","quality":"hd"}`, "dall-e-3", 0},
 		{"an edit", "/v1/images/edits", `{"size":"1024x1024"}`, "gpt-image-1", 0},
@@ -79,7 +84,8 @@ func TestImageToolCall(t *testing.T) {
 		{`{"tools":[{"type":"image_generation","model":"gpt-image-1-mini","size":"1024x1024","quality":"low"}]}`, estimate.ImageCall{Model: "gpt-image-1-mini", Tokens: 272}},
 		{`{"stream":true,"tools":[{"type":"image_generation","size":"1024x1024","quality":"medium","partial_images":3}]}`, estimate.ImageCall{Model: "gpt-image-1", Tokens: 1_056 + 300}},
 		{`{"tools":[{"type":"image_generation","size":"1024x1024","quality":"medium","partial_images":3}]}`, estimate.ImageCall{Model: "gpt-image-1", Tokens: 1_056}},
-		{`{"tools":[{"type":"image_generation","model":"gpt-image-2","size":"3840x2160","quality":"high"}]}`, estimate.ImageCall{Model: "gpt-image-2", Tokens: 6_240}},
+		{`{"tools":[{"type":"image_generation","model":"gpt-image-2","size":"3840x2160","quality":"high"}]}`, estimate.ImageCall{Model: "gpt-image-2", Tokens: 13_342}},
+		{`{"tools":[{"type":"image_generation","model":"gpt-image-3"}]}`, estimate.ImageCall{Model: "gpt-image-3", Tokens: pricecatalog.DearestImageTokens}},
 		{`{"tools":[{"type":"image_generation","quality":"low","size":"1024x1024"},{"type":"image_generation","quality":"high","size":"1024x1024"}]}`, estimate.ImageCall{Model: "gpt-image-1", Tokens: 4_160}},
 		{`{"stream":true,"tools":[{"type":"image_generation","partial_images":4}]}`, estimate.ImageCall{Model: "gpt-image-1"}},
 		{`{"tools":[{"type":"image_generation","partial_images":"2"}]}`, estimate.ImageCall{Model: "gpt-image-1"}},

@@ -295,8 +295,7 @@ func toolCallsCost(cat *pricecatalog.Catalog, e pricecatalog.Entry, req estimate
 // tokens at its image model's catalog output price (settlement prices them from the
 // catalog too, whatever prices the response's model). Unknown when the catalog does not
 // price the model, or the tokens are not known (a body that does not read, an image
-// model whose tokens the table does not know: gpt-image-2's 4K images cost more than the
-// table's dearest, which charges them).
+// model whose tokens no table knows: requestbody.ImageTokensKnown).
 func imageCallPrice(cat *pricecatalog.Catalog, call estimate.ImageCall) (int64, bool) {
 	if call.Tokens <= 0 || !requestbody.ImageTokensKnown(call.Model) {
 		return 0, false

@@ -350,7 +350,9 @@ func TestImageGenerationTool(t *testing.T) {
 		{"beside a web search: the dearer call", `"max_tool_calls":2,"tools":[{"type":"web_search"},{"type":"image_generation","quality":"low","size":"1024x1024"}]`, 2 * 10_880},
 		{"nothing caps the calls", `"tools":[{"type":"image_generation"}]`, -1},
 		{"an image model the catalog does not price", `"max_tool_calls":1,"tools":[{"type":"image_generation","model":"house-painter"}]`, -1},
-		{"an image model whose tokens the table does not know", `"max_tool_calls":1,"tools":[{"type":"image_generation","model":"gpt-image-2","size":"3840x2160"}]`, -1},
+		// gpt-image-2: 30 USD per million; a high-quality 3840x2160 image is 13,342 tokens.
+		{"gpt-image-2's 4K image", `"max_tool_calls":1,"tools":[{"type":"image_generation","model":"gpt-image-2","size":"3840x2160","quality":"high"}]`, 400_260},
+		{"an image model whose tokens no table knows", `"max_tool_calls":1,"tools":[{"type":"image_generation","model":"gpt-image-9","size":"3840x2160"}]`, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := []byte(`{` + msgs + `,` + tc.tools + `}`)

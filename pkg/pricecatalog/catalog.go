@@ -142,14 +142,31 @@ const ImageModelPrefix = "gpt-image"
 // the enforcer prices a call's image by it, settlement a call that names no model.
 const DefaultImageToolModel = "gpt-image-1"
 
-// DearestImageTokens is the dearest image of gpt-image-1's table of output tokens per
-// image: high quality, portrait (1024x1536; the enforcer counts landscape, under 1% less,
-// as portrait), 6,240 tokens, 0.2496 USD at its 40 USD per million. Settlement charges
-// each call of OpenAI's image generation tool this many of its image model's output
-// tokens when a settlement counts calls and no tokens (whoever reported it did not read
-// what the request asked): a call whose image size is not known is never free, nor
-// charged below the dearest image the table has.
-const DearestImageTokens = 6_240
+// DearestImageTokens is the most output tokens one image of any GPT Image model counts:
+// gpt-image-2's square 2880x2880 at high quality, 23,719 tokens, 0.71 USD at its 30 USD
+// per million (gpt-image-1's table tops at 6,240, a high-quality portrait). Settlement
+// charges each call of OpenAI's image generation tool this many of its image model's
+// output tokens when a settlement counts calls and no tokens (whoever reported it did not
+// read what the request asked): a call whose image size is not known is never free, nor
+// charged below the dearest image a model makes. Until 2026-11-29 it was gpt-image-1's
+// 6,240, below what gpt-image-2's larger images are billed.
+const DearestImageTokens = 23_719
+
+// GPTImage1DearestTokens is the dearest image of gpt-image-1's table (gpt-image-1,
+// gpt-image-1-mini and gpt-image-1.5 count by it): high quality, portrait (1024x1536;
+// landscape counts under 1% less), 6,240 tokens.
+const GPTImage1DearestTokens = 6_240
+
+// DearestImageTokensOf is the most output tokens one image of the image model model
+// counts: GPTImage1DearestTokens for the models of gpt-image-1's table, else (gpt-image-2,
+// a model the catalog does not know, none named) DearestImageTokens. What settlement
+// charges a call of the image generation tool that counts no tokens.
+func DearestImageTokensOf(model string) int64 {
+	if strings.HasPrefix(Key(model), "gpt-image-1") {
+		return GPTImage1DearestTokens
+	}
+	return DearestImageTokens
+}
 
 // RegionalPremium is cost with a regional endpoint's premium of percent added, rounded
 // up to the micro-USD; ok is false when it does not fit in int64. Anthropic's newest
