@@ -1637,27 +1637,28 @@ func TestLongPromptsThroughTheGateway(t *testing.T) {
 // response's usage, which does not count them: each is an output item of type
 // image_generation_call. The official OpenAI SDK's call with the tool (gpt-image-1-mini,
 // low quality, square: 272 tokens an image, and 100 for each of its two partial images
-// when streamed) is charged its tokens and its 3 images exactly, and the receipt says
-// them.
+// when streamed; gpt-image-2, high quality, 2048x2048: 14,272 tokens) is charged its
+// tokens and its 3 images exactly, and the receipt says them.
 func TestImageGenerationToolThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, ImageGenerationCalls: 3})
 	e, _ := pricecatalog.Lookup("gpt-5")
-	image, _ := pricecatalog.Lookup("gpt-image-1-mini")
 	tokens := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
 	for _, tc := range []struct {
-		scenario string
-		perImage int64
-	}{{"responses-image", 272}, {"responses-image-stream", 272 + 2*100}} {
+		scenario, model string
+		perImage        int64
+	}{{"responses-image", "gpt-image-1-mini", 272}, {"responses-image-stream", "gpt-image-1-mini", 272 + 2*100},
+		{"responses-image2", "gpt-image-2", 14_272}} {
 		t.Run(tc.scenario, func(t *testing.T) {
+			image, _ := pricecatalog.Lookup(tc.model)
 			rec, r := oneSDKCallResult(t, fake, s, dir, "openai.mjs", tc.scenario, o.key, "gpt-5")
 			if r.Text != fakellm.Text || r.Searches != 3 {
 				t.Fatalf("the call lost its images: %+v", r)
 			}
 			want := tokens + ceilDiv(3*tc.perImage*image.OutputPerMillion, 1_000_000)
 			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
-				rec["image_generation_calls"] != 3.0 || rec["image_model"] != "gpt-image-1-mini" || rec["image_output_tokens"] != float64(3*tc.perImage) {
+				rec["image_generation_calls"] != 3.0 || rec["image_model"] != tc.model || rec["image_output_tokens"] != float64(3*tc.perImage) {
 				t.Fatalf("receipt %s, want %d: the tokens and 3 images of %d tokens at %d micro-USD per million", rec, want, tc.perImage, image.OutputPerMillion)
 			}
 		})

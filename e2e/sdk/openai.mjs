@@ -153,8 +153,9 @@ await run('openai', s.scenario, async () => {
     // report how many web_search_call items the SDK saw (searches); "responses-file-search"
     // and "responses-file-search-stream" the file search tool, and its file_search_call
     // items; "responses-image" and "responses-image-stream" the image generation tool
-    // (a low-quality square image of gpt-image-1-mini, two partial images when streamed),
-    // and its image_generation_call items; "responses-code" and "responses-code-stream"
+    // (a low-quality square image of gpt-image-1-mini, two partial images when streamed;
+    // "responses-image2" a high-quality 2048x2048 one of gpt-image-2), and its
+    // image_generation_call items; "responses-code" and "responses-code-stream"
     // the code interpreter in a container of 4 GB it opens, "responses-code-explicit" in
     // one created apart (cntr_stored0001), and its code_interpreter_call items, with the
     // containers they name (containers).
@@ -163,7 +164,9 @@ await run('openai', s.scenario, async () => {
     const image = s.scenario.includes('-image');
     const code = s.scenario.includes('-code');
     if (fileSearch) params.tools = [{ type: 'file_search', vector_store_ids: ['vs_tolls'] }];
-    else if (image) {
+    else if (s.scenario === 'responses-image2') {
+      params.tools = [{ type: 'image_generation', model: 'gpt-image-2', size: '2048x2048', quality: 'high' }];
+    } else if (image) {
       params.tools = [{ type: 'image_generation', model: 'gpt-image-1-mini', size: '1024x1024', quality: 'low', partial_images: 2 }];
     } else if (code) {
       const container = s.scenario.endsWith('-explicit') ? 'cntr_stored0001' : { type: 'auto', memory_limit: '4g' };
