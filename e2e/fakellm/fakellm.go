@@ -170,6 +170,10 @@ type Usage struct {
 	// streamed, its events); on Anthropic, the message's container (a stream's
 	// message_delta's delta.container), as Anthropic's code execution tool reports it.
 	Container string
+	// ShellContainer: on the Responses API, a shell_call output item run in that hosted
+	// container (environment.container_id) after the code interpreter's, as OpenAI's
+	// hosted shell reports it.
+	ShellContainer string
 	// AudioMillis: a duration-billed transcription's (whisper-1's) usage.seconds, in
 	// milliseconds (written as a decimal number of seconds).
 	AudioMillis int64
@@ -1046,6 +1050,10 @@ func toolCalls(u Usage) []toolCall {
 	if u.Container != "" {
 		out = append(out, toolCall{"code_interpreter_call", "ci_0",
 			fmt.Sprintf(`{"type":"code_interpreter_call","id":"ci_0","status":"completed","code":"print(6 * 7)","container_id":%q,"outputs":[{"type":"logs","logs":"42"}]}`, u.Container)})
+	}
+	if u.ShellContainer != "" {
+		out = append(out, toolCall{"shell_call", "sh_0",
+			fmt.Sprintf(`{"type":"shell_call","id":"sh_0","call_id":"call_sh0","status":"completed","action":{"commands":["ls /mnt/data"]},"environment":{"type":"container_reference","container_id":%q}}`, u.ShellContainer)})
 	}
 	return out
 }

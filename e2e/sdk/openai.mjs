@@ -158,7 +158,8 @@ await run('openai', s.scenario, async () => {
     // image_generation_call items; "responses-code" and "responses-code-stream"
     // the code interpreter in a container of 4 GB it opens, "responses-code-explicit" in
     // one created apart (cntr_stored0001), and its code_interpreter_call items, with the
-    // containers they name (containers).
+    // containers they name (containers); "responses-shell" the hosted shell in a 16 GB
+    // container, and its shell_call items.
     const params = { model: s.model, input: 'How are tolls paid?' };
     const fileSearch = s.scenario.includes('-file-search');
     const image = s.scenario.includes('-image');
@@ -171,10 +172,14 @@ await run('openai', s.scenario, async () => {
     } else if (code) {
       const container = s.scenario.endsWith('-explicit') ? 'cntr_stored0001' : { type: 'auto', memory_limit: '4g' };
       params.tools = [{ type: 'code_interpreter', container }];
+    } else if (s.scenario === 'responses-shell') {
+      params.tools = [{ type: 'shell', environment: { type: 'container_auto', memory_limit: '16g' } }];
     } else if (s.scenario.includes('-search')) params.tools = [{ type: 'web_search' }];
-    const callType = fileSearch ? 'file_search_call' : image ? 'image_generation_call' : code ? 'code_interpreter_call' : 'web_search_call';
+    const callType = fileSearch ? 'file_search_call' : image ? 'image_generation_call' : code ? 'code_interpreter_call'
+      : s.scenario === 'responses-shell' ? 'shell_call' : 'web_search_call';
     const searchesIn = (output) => output.filter((item) => item.type === callType).length;
-    const containersIn = (output) => [...new Set(output.filter((item) => item.container_id).map((item) => item.container_id))];
+    const containerOf = (item) => item.container_id ?? item.environment?.container_id;
+    const containersIn = (output) => [...new Set(output.map(containerOf).filter(Boolean))];
     if (!s.scenario.endsWith('-stream')) {
       const res = await client.responses.create(params);
       return {

@@ -28,7 +28,7 @@ export function settings() {
     'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse',
     'speech-mp3', 'speech-opus', 'speech-aac', 'speech-flac', 'speech-wav', 'speech-pcm',
     'invoke', 'invoke-stream', 'converse', 'converse-stream', 'vertex', 'vertex-stream', 'vertex-count', 'fast', 'fast-stream', 'priority', 'priority-stream', 'converse-priority', 'converse-stream-priority', 'us', 'us-stream', 'advisor', 'advisor-stream', 'advisor-stream-abort', 'ocr',
-    'responses-image2', 'responses-code', 'responses-code-stream', 'responses-code-explicit', 'code', 'code-stream', 'code-search'];
+    'responses-image2', 'responses-code', 'responses-code-stream', 'responses-code-explicit', 'responses-shell', 'code', 'code-stream', 'code-search'];
   if (!scenarios.includes(scenario)) {
     throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);
   }
