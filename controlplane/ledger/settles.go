@@ -37,7 +37,7 @@ type settleJob struct {
 	advisorModel string
 	// containerKind is the kind of the containers whose minutes the item counts
 	// (pricecatalog.Container.Kind), as the enforcer named it when it is one
-	// (validContainerKind): "" when there are no minutes, or when the item names none or
+	// (pricecatalog.IsContainerKind): "" when there are no minutes, or when the item names none or
 	// something that is no kind (they are then charged the catalog's dearest container,
 	// unpriced: see containerPrice).
 	containerKind string
@@ -179,7 +179,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		sj.advisorModel = cleanModel(it.GetAdvisorModel(), "advisor")
 	}
 	if u.ContainerMinutes > 0 {
-		if k := it.GetContainerKind(); validContainerKind(k) {
+		if k := it.GetContainerKind(); pricecatalog.IsContainerKind(k) {
 			sj.containerKind = k
 		} else if k != "" {
 			sj.notes = append(sj.notes, "container_kind dropped: not a container kind (at most 64 lower-case letters, digits and -)")
@@ -832,24 +832,6 @@ func (sj *settleJob) containerPrice() (c pricecatalog.Container, known bool) {
 	return c, false
 }
 
-// maxContainerKindLen bounds a container kind a settlement names, in bytes.
-const maxContainerKindLen = 64
-
-// validContainerKind tells whether s can be a container kind (pricecatalog.Container's
-// names: openai-4g, anthropic): 1 to maxContainerKindLen lower-case ASCII letters,
-// digits and '-'. The enforcer names it; it is stored on the receipt as it came when so.
-func validContainerKind(s string) bool {
-	if s == "" || len(s) > maxContainerKindLen {
-		return false
-	}
-	for i := range len(s) {
-		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
 // perMinute and perPage read a price's units for unitPrice.
 func perMinute(p pricecatalog.Price) int64 { return p.AudioPerMinute }
 func perPage(p pricecatalog.Price) int64   { return p.PerPage }
@@ -928,7 +910,7 @@ func (s *settlement) quarantine(sj *settleJob, reason string) {
 	imageModel, imageChanged := accounting.CleanModel(it.GetImageModel())
 	advisorModel, advisorChanged := accounting.CleanModel(it.GetAdvisorModel())
 	containerKind := it.GetContainerKind()
-	kindChanged := containerKind != "" && !validContainerKind(containerKind)
+	kindChanged := containerKind != "" && !pricecatalog.IsContainerKind(containerKind)
 	if kindChanged {
 		containerKind = "" // what settlement reads it as: no kind
 	}

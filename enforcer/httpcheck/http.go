@@ -239,7 +239,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 			probs = append(probs, problem{f.name + " must be at most 256 characters", []any{f.name}})
 		}
 	}
-	if in.ContainerKind != nil && !containerKind(*in.ContainerKind) {
+	if k := in.ContainerKind; k != nil && *k != "" && !pricecatalog.IsContainerKind(*k) {
 		probs = append(probs, problem{"containerKind must be at most 64 lower-case letters, digits and -", []any{"containerKind"}})
 	}
 	tier := pricecatalog.Standard
@@ -316,21 +316,6 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 			Message: "the control plane has not answered yet; the settlement stays queued and will be retried"})
 	case <-r.Context().Done():
 	}
-}
-
-// containerKind tells whether s may name a container kind (pricecatalog.Container.Kind):
-// "" (none), or at most 64 lower-case ASCII letters, digits and '-', what the control
-// plane reads as a kind.
-func containerKind(s string) bool {
-	if len(s) > 64 {
-		return false
-	}
-	for i := range len(s) {
-		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
 }
 
 func receipt(id string, res settleq.Result) (int, Receipt) {

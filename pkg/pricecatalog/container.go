@@ -50,6 +50,25 @@ func (c Container) Cost(minutes int64) (int64, bool) {
 	return int64(q), true
 }
 
+// MaxContainerKindBytes bounds a container kind's name.
+const MaxContainerKindBytes = 64
+
+// IsContainerKind tells whether s can name a container kind: 1 to MaxContainerKindBytes
+// lower-case ASCII letters, digits and '-' (openai-4g, anthropic). The catalog's kinds are
+// such names; a settlement's kind that is not one names none (Postgres and JSON refuse
+// what an upstream may put in a string).
+func IsContainerKind(s string) bool {
+	if s == "" || len(s) > MaxContainerKindBytes {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
 // fileContainer is a container price in the catalog file ("containers", by kind).
 type fileContainer struct {
 	Provider       string `json:"provider"`
@@ -66,8 +85,8 @@ func buildContainers(f map[string]fileContainer, bad func(string, ...any)) map[s
 		switch {
 		case !slices.Contains(providers, fc.Provider):
 			bad("%s: provider %q is not one of %v", where, fc.Provider, providers)
-		case kind != fc.Provider && !strings.HasPrefix(kind, fc.Provider+"-"):
-			bad("%s: a kind is its provider's name, or that name and a dash", where)
+		case !IsContainerKind(kind) || kind != fc.Provider && !strings.HasPrefix(kind, fc.Provider+"-"):
+			bad("%s: a kind is its provider's name, or that name, a dash and lower-case letters or digits", where)
 		case fc.PerHour <= 0 || fc.PerHour > money.MaxAllowanceMicroUSD:
 			bad("%s: perHour must be from 1 to %d", where, money.MaxAllowanceMicroUSD)
 		case fc.MinimumMinutes <= 0 || fc.IdleMinutes < fc.MinimumMinutes || fc.IdleMinutes > 24*60:
