@@ -119,14 +119,14 @@ func ContainerTool(body []byte) Container {
 // tool names a container created apart (Container.Explicit: DeferredContainers), is
 // deferred billing too.
 func DeferredRequest(method, path string, est *estimate.Request, body []byte) string {
-	if kind := Deferred(method, path, InBackground(est, body)); kind != "" {
+	if kind := Deferred(method, path, InBackground(est, body)); kind != "" || !generates(method) {
 		return kind
 	}
 	explicit := est != nil && est.ExplicitContainer
-	if est == nil && generates(method) {
+	if est == nil && AlwaysJSON(path) {
 		explicit = ContainerTool(body).Explicit // a body the estimate refused, read as the provider would
 	}
-	if explicit && generates(method) {
+	if explicit {
 		return DeferredContainers
 	}
 	return ""
