@@ -24,12 +24,10 @@ var imageTokens = map[string]struct{ square, oblong int64 }{
 // PartialImageTokens are the image output tokens each streamed partial image adds.
 const PartialImageTokens = 100
 
-// gptImage1 matches the models the table is for, and their dated snapshots:
-// gpt-image-1, gpt-image-1-mini, and gpt-image-1.5, whose per-image prices are the
-// table's tokens at its 32 USD per million within 3% (0.133 USD a high-quality square
-// image: 4,156 tokens). gpt-image-2 takes any size and counts its tokens otherwise
-// (gptImage2Tokens).
-var gptImage1 = regexp.MustCompile(`^gpt-image-1(-mini|\.5)?(-\d{4}-\d{2}-\d{2})?$`)
+// The table is for gpt-image-1, gpt-image-1-mini and gpt-image-1.5
+// (pricecatalog.UsesGPTImage1Table), whose per-image prices are the table's tokens at its
+// 32 USD per million within 3% (0.133 USD a high-quality square image: 4,156 tokens).
+// gpt-image-2 takes any size and counts its tokens otherwise (gptImage2Tokens).
 
 // gptImage2 matches gpt-image-2 and its dated snapshots.
 var gptImage2 = regexp.MustCompile(`^gpt-image-2(-\d{4}-\d{2}-\d{2})?$`)
@@ -37,7 +35,7 @@ var gptImage2 = regexp.MustCompile(`^gpt-image-2(-\d{4}-\d{2}-\d{2})?$`)
 // ImageTokensKnown reports whether the token tables price model's images
 // (ImageRequest.OutputTokens); of another model, an image's tokens are a guess.
 func ImageTokensKnown(model string) bool {
-	return gptImage1.MatchString(model) || gptImage2.MatchString(model)
+	return pricecatalog.UsesGPTImage1Table(model) || gptImage2.MatchString(model)
 }
 
 // gptImage2Quality is the scale of a gpt-image-2 image's quality in its token count.
@@ -161,7 +159,7 @@ func (req ImageRequest) OutputTokens(model string) int64 {
 	}
 	var tokens int64
 	switch {
-	case gptImage1.MatchString(model):
+	case pricecatalog.UsesGPTImage1Table(model):
 		per, ok := imageTokens[req.Quality]
 		if !ok {
 			per = imageTokens["high"] // "auto", none, or a quality of another model

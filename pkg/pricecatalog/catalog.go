@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -162,11 +163,19 @@ const GPTImage1DearestTokens = 6_240
 // a model the catalog does not know, none named) DearestImageTokens. What settlement
 // charges a call of the image generation tool that counts no tokens.
 func DearestImageTokensOf(model string) int64 {
-	if strings.HasPrefix(Key(model), "gpt-image-1") {
+	if UsesGPTImage1Table(Key(model)) {
 		return GPTImage1DearestTokens
 	}
 	return DearestImageTokens
 }
+
+// gptImage1Table matches the models gpt-image-1's table counts, and their dated
+// snapshots: gpt-image-1, gpt-image-1-mini and gpt-image-1.5.
+var gptImage1Table = regexp.MustCompile(`^gpt-image-1(-mini|\.5)?(-\d{4}-\d{2}-\d{2})?$`)
+
+// UsesGPTImage1Table reports whether model's images count by gpt-image-1's table of
+// output tokens per image (package requestbody holds the table).
+func UsesGPTImage1Table(model string) bool { return gptImage1Table.MatchString(model) }
 
 // RegionalPremium is cost with a regional endpoint's premium of percent added, rounded
 // up to the micro-USD; ok is false when it does not fit in int64. Anthropic's newest
