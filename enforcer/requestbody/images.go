@@ -15,6 +15,10 @@ import (
 // per-image prices follow (4,160 tokens at 40 USD per million is the 0.167 USD of a high
 // quality square image). Portrait (1024x1536) and landscape (1536x1024) differ by under
 // 1% (408 and 400, 1,584 and 1,568, 6,240 and 6,208): both are counted the dearer way.
+// The table is for gpt-image-1, gpt-image-1-mini and gpt-image-1.5
+// (pricecatalog.UsesGPTImage1Table), whose per-image prices are the table's tokens at its
+// 32 USD per million within 3% (0.133 USD a high-quality square image: 4,156 tokens).
+// gpt-image-2 takes any size and counts its tokens otherwise (gptImage2Tokens).
 var imageTokens = map[string]struct{ square, oblong int64 }{
 	"low":    {272, 408},
 	"medium": {1_056, 1_584},
@@ -23,11 +27,6 @@ var imageTokens = map[string]struct{ square, oblong int64 }{
 
 // PartialImageTokens are the image output tokens each streamed partial image adds.
 const PartialImageTokens = 100
-
-// The table is for gpt-image-1, gpt-image-1-mini and gpt-image-1.5
-// (pricecatalog.UsesGPTImage1Table), whose per-image prices are the table's tokens at its
-// 32 USD per million within 3% (0.133 USD a high-quality square image: 4,156 tokens).
-// gpt-image-2 takes any size and counts its tokens otherwise (gptImage2Tokens).
 
 // gptImage2 matches gpt-image-2 and its dated snapshots.
 var gptImage2 = regexp.MustCompile(`^gpt-image-2(-\d{4}-\d{2}-\d{2})?$`)

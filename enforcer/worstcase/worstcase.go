@@ -180,7 +180,7 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		// A code tool's container is charged its time on top of the rest: a container
 		// first seen, its idle window after the request (the request's own length is not
 		// known before it runs; docs/usage-limits.md).
-		session, _ := c.Cost(c.IdleMinutes) // at least its minimum: the catalog holds idle ≥ minimum
+		session, _ := c.Cost(c.IdleMinutes)                  // at least its minimum: the catalog holds idle ≥ minimum
 		cost = min(cost+session, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
 	}
 	return Cost{MicroUSD: cost, Model: e.Model, InputTokens: in, OutputTokens: out}
