@@ -199,11 +199,16 @@ relay:
 		select {
 		case m = <-fromUp:
 		case err := <-clientEnded:
-			if left == nil {
+			switch {
+			case left == nil:
 				left = err
 				if leaving() {
 					break relay
 				}
+			case websocket.CloseStatus(left) == -1 && websocket.CloseStatus(err) != -1:
+				// A write to the client failed first (it had begun to close): its own close
+				// says why, and is what the provider's side is closed with.
+				left = err
 			}
 			continue
 		case <-graceOver:
