@@ -310,6 +310,8 @@ type Catalog struct {
 	highestMapsGrounding int64
 	// containers are the prices of the containers code tools run in, by kind.
 	containers map[string]Container
+	// guardrails are the prices of Amazon Bedrock's guardrails' policies.
+	guardrails GuardrailPrices
 	// highestImageOutput is the highest output price of the catalog's image models
 	// (ImageModelPrefix), HighestImageOutput.
 	highestImageOutput int64
@@ -398,6 +400,9 @@ type file struct {
 	// Containers are the prices of the containers code tools run in, by kind
 	// (Container).
 	Containers map[string]fileContainer `json:"containers"`
+	// Guardrails are the prices of Amazon Bedrock's guardrails' policies
+	// (GuardrailPrices).
+	Guardrails GuardrailPrices `json:"guardrails"`
 	Models     []fileEntry              `json:"models"`
 }
 
@@ -542,6 +547,7 @@ func build(f file, day time.Time, bad func(string, ...any)) *Catalog {
 	c.fileSearch = perCall("fileSearch", f.FileSearch, &c.highestFileSearch)
 	c.mapsGrounding = perCall("mapsGrounding", f.MapsGrounding, &c.highestMapsGrounding)
 	c.containers = buildContainers(f.Containers, bad)
+	c.guardrails = checkGuardrails(f.Guardrails, bad)
 	for i, own := range f.Models {
 		m, where, since := atDay(own, i, day)
 		if m.Model == "" || Key(m.Model) != m.Model || strings.TrimSpace(m.Model) != m.Model {

@@ -1539,8 +1539,13 @@ type SettleItem struct {
 	// is charged its dearest container price, unpriced.
 	ContainerKind    string `protobuf:"bytes,39,opt,name=container_kind,json=containerKind,proto3" json:"container_kind,omitempty"`
 	ContainerMinutes int64  `protobuf:"varint,40,opt,name=container_minutes,json=containerMinutes,proto3" json:"container_minutes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// guardrail_units are what the request's Amazon Bedrock guardrails assessed, by
+	// billed policy (pricecatalog.GuardrailUnits), priced from the catalog
+	// (pricecatalog.GuardrailPrices); absent when the request had none. Estimated (the
+	// answer did not say) when usage_estimated is set.
+	GuardrailUnits *GuardrailUnits `protobuf:"bytes,41,opt,name=guardrail_units,json=guardrailUnits,proto3" json:"guardrail_units,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1853,6 +1858,100 @@ func (x *SettleItem) GetContainerMinutes() int64 {
 	return 0
 }
 
+func (x *SettleItem) GetGuardrailUnits() *GuardrailUnits {
+	if x != nil {
+		return x.GuardrailUnits
+	}
+	return nil
+}
+
+// GuardrailUnits counts what Amazon Bedrock's guardrails assessed: text units (up to
+// 1,000 characters each) of each billed text policy, and images of the image content
+// filter.
+type GuardrailUnits struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	ContentText          int64                  `protobuf:"varint,1,opt,name=content_text,json=contentText,proto3" json:"content_text,omitempty"`
+	DeniedTopics         int64                  `protobuf:"varint,2,opt,name=denied_topics,json=deniedTopics,proto3" json:"denied_topics,omitempty"`
+	SensitiveInformation int64                  `protobuf:"varint,3,opt,name=sensitive_information,json=sensitiveInformation,proto3" json:"sensitive_information,omitempty"`
+	ContextualGrounding  int64                  `protobuf:"varint,4,opt,name=contextual_grounding,json=contextualGrounding,proto3" json:"contextual_grounding,omitempty"`
+	AutomatedReasoning   int64                  `protobuf:"varint,5,opt,name=automated_reasoning,json=automatedReasoning,proto3" json:"automated_reasoning,omitempty"`
+	ContentImages        int64                  `protobuf:"varint,6,opt,name=content_images,json=contentImages,proto3" json:"content_images,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *GuardrailUnits) Reset() {
+	*x = GuardrailUnits{}
+	mi := &file_v1_accounting_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuardrailUnits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuardrailUnits) ProtoMessage() {}
+
+func (x *GuardrailUnits) ProtoReflect() protoreflect.Message {
+	mi := &file_v1_accounting_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuardrailUnits.ProtoReflect.Descriptor instead.
+func (*GuardrailUnits) Descriptor() ([]byte, []int) {
+	return file_v1_accounting_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GuardrailUnits) GetContentText() int64 {
+	if x != nil {
+		return x.ContentText
+	}
+	return 0
+}
+
+func (x *GuardrailUnits) GetDeniedTopics() int64 {
+	if x != nil {
+		return x.DeniedTopics
+	}
+	return 0
+}
+
+func (x *GuardrailUnits) GetSensitiveInformation() int64 {
+	if x != nil {
+		return x.SensitiveInformation
+	}
+	return 0
+}
+
+func (x *GuardrailUnits) GetContextualGrounding() int64 {
+	if x != nil {
+		return x.ContextualGrounding
+	}
+	return 0
+}
+
+func (x *GuardrailUnits) GetAutomatedReasoning() int64 {
+	if x != nil {
+		return x.AutomatedReasoning
+	}
+	return 0
+}
+
+func (x *GuardrailUnits) GetContentImages() int64 {
+	if x != nil {
+		return x.ContentImages
+	}
+	return 0
+}
+
 type SettleRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Items         []*SettleItem          `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
@@ -1862,7 +1961,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_v1_accounting_proto_msgTypes[15]
+	mi := &file_v1_accounting_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +1973,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_accounting_proto_msgTypes[15]
+	mi := &file_v1_accounting_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +1986,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{15}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SettleRequest) GetItems() []*SettleItem {
@@ -1922,7 +2021,7 @@ type SettleResult struct {
 
 func (x *SettleResult) Reset() {
 	*x = SettleResult{}
-	mi := &file_v1_accounting_proto_msgTypes[16]
+	mi := &file_v1_accounting_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2033,7 @@ func (x *SettleResult) String() string {
 func (*SettleResult) ProtoMessage() {}
 
 func (x *SettleResult) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_accounting_proto_msgTypes[16]
+	mi := &file_v1_accounting_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2046,7 @@ func (x *SettleResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResult.ProtoReflect.Descriptor instead.
 func (*SettleResult) Descriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{16}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SettleResult) GetRequestId() string {
@@ -2008,7 +2107,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_v1_accounting_proto_msgTypes[17]
+	mi := &file_v1_accounting_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2119,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_accounting_proto_msgTypes[17]
+	mi := &file_v1_accounting_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2132,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{17}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SettleResponse) GetResults() []*SettleResult {
@@ -2062,7 +2161,7 @@ type MirrorRecord struct {
 
 func (x *MirrorRecord) Reset() {
 	*x = MirrorRecord{}
-	mi := &file_v1_accounting_proto_msgTypes[18]
+	mi := &file_v1_accounting_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2173,7 @@ func (x *MirrorRecord) String() string {
 func (*MirrorRecord) ProtoMessage() {}
 
 func (x *MirrorRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_accounting_proto_msgTypes[18]
+	mi := &file_v1_accounting_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2186,7 @@ func (x *MirrorRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MirrorRecord.ProtoReflect.Descriptor instead.
 func (*MirrorRecord) Descriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{18}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MirrorRecord) GetVersion() int64 {
@@ -2221,7 +2320,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x9e\x10\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xed\x10\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2266,13 +2365,21 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\rupstream_host\x18% \x01(\tR\fupstreamHost\x12\x1b\n" +
 	"\tocr_pages\x18& \x01(\x03R\bocrPages\x12%\n" +
 	"\x0econtainer_kind\x18' \x01(\tR\rcontainerKind\x12+\n" +
-	"\x11container_minutes\x18( \x01(\x03R\x10containerMinutesB\x1a\n" +
+	"\x11container_minutes\x18( \x01(\x03R\x10containerMinutes\x12M\n" +
+	"\x0fguardrail_units\x18) \x01(\v2$.tollgate.internal.v1.GuardrailUnitsR\x0eguardrailUnitsB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
 	"\x1a_cached_audio_input_tokensB\x15\n" +
 	"\x13_image_input_tokensB\x1c\n" +
-	"\x1a_cached_image_input_tokens\"G\n" +
+	"\x1a_cached_image_input_tokens\"\x98\x02\n" +
+	"\x0eGuardrailUnits\x12!\n" +
+	"\fcontent_text\x18\x01 \x01(\x03R\vcontentText\x12#\n" +
+	"\rdenied_topics\x18\x02 \x01(\x03R\fdeniedTopics\x123\n" +
+	"\x15sensitive_information\x18\x03 \x01(\x03R\x14sensitiveInformation\x121\n" +
+	"\x14contextual_grounding\x18\x04 \x01(\x03R\x13contextualGrounding\x12/\n" +
+	"\x13automated_reasoning\x18\x05 \x01(\x03R\x12automatedReasoning\x12%\n" +
+	"\x0econtent_images\x18\x06 \x01(\x03R\rcontentImages\"G\n" +
 	"\rSettleRequest\x126\n" +
 	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\x8f\x02\n" +
 	"\fSettleResult\x12\x1d\n" +
@@ -2343,7 +2450,7 @@ func file_v1_accounting_proto_rawDescGZIP() []byte {
 }
 
 var file_v1_accounting_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_v1_accounting_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_v1_accounting_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_v1_accounting_proto_goTypes = []any{
 	(CredentialKind)(0),          // 0: tollgate.internal.v1.CredentialKind
 	(StartOutcome)(0),            // 1: tollgate.internal.v1.StartOutcome
@@ -2364,10 +2471,11 @@ var file_v1_accounting_proto_goTypes = []any{
 	(*StartResult)(nil),          // 16: tollgate.internal.v1.StartResult
 	(*StartResponse)(nil),        // 17: tollgate.internal.v1.StartResponse
 	(*SettleItem)(nil),           // 18: tollgate.internal.v1.SettleItem
-	(*SettleRequest)(nil),        // 19: tollgate.internal.v1.SettleRequest
-	(*SettleResult)(nil),         // 20: tollgate.internal.v1.SettleResult
-	(*SettleResponse)(nil),       // 21: tollgate.internal.v1.SettleResponse
-	(*MirrorRecord)(nil),         // 22: tollgate.internal.v1.MirrorRecord
+	(*GuardrailUnits)(nil),       // 19: tollgate.internal.v1.GuardrailUnits
+	(*SettleRequest)(nil),        // 20: tollgate.internal.v1.SettleRequest
+	(*SettleResult)(nil),         // 21: tollgate.internal.v1.SettleResult
+	(*SettleResponse)(nil),       // 22: tollgate.internal.v1.SettleResponse
+	(*MirrorRecord)(nil),         // 23: tollgate.internal.v1.MirrorRecord
 }
 var file_v1_accounting_proto_depIdxs = []int32{
 	0,  // 0: tollgate.internal.v1.AuthenticateRequest.kind:type_name -> tollgate.internal.v1.CredentialKind
@@ -2382,24 +2490,25 @@ var file_v1_accounting_proto_depIdxs = []int32{
 	16, // 9: tollgate.internal.v1.StartResponse.results:type_name -> tollgate.internal.v1.StartResult
 	12, // 10: tollgate.internal.v1.SettleItem.snapshot:type_name -> tollgate.internal.v1.Snapshot
 	2,  // 11: tollgate.internal.v1.SettleItem.service_tier:type_name -> tollgate.internal.v1.ServiceTier
-	18, // 12: tollgate.internal.v1.SettleRequest.items:type_name -> tollgate.internal.v1.SettleItem
-	3,  // 13: tollgate.internal.v1.SettleResult.outcome:type_name -> tollgate.internal.v1.SettleOutcome
-	20, // 14: tollgate.internal.v1.SettleResponse.results:type_name -> tollgate.internal.v1.SettleResult
-	7,  // 15: tollgate.internal.v1.MirrorRecord.entitlement:type_name -> tollgate.internal.v1.Entitlement
-	8,  // 16: tollgate.internal.v1.MirrorRecord.spend:type_name -> tollgate.internal.v1.WindowSpend
-	4,  // 17: tollgate.internal.v1.Accounting.Authenticate:input_type -> tollgate.internal.v1.AuthenticateRequest
-	9,  // 18: tollgate.internal.v1.Accounting.Resolve:input_type -> tollgate.internal.v1.ResolveRequest
-	14, // 19: tollgate.internal.v1.Accounting.Start:input_type -> tollgate.internal.v1.StartRequest
-	19, // 20: tollgate.internal.v1.Accounting.Settle:input_type -> tollgate.internal.v1.SettleRequest
-	5,  // 21: tollgate.internal.v1.Accounting.Authenticate:output_type -> tollgate.internal.v1.AuthenticateResponse
-	10, // 22: tollgate.internal.v1.Accounting.Resolve:output_type -> tollgate.internal.v1.ResolveResponse
-	17, // 23: tollgate.internal.v1.Accounting.Start:output_type -> tollgate.internal.v1.StartResponse
-	21, // 24: tollgate.internal.v1.Accounting.Settle:output_type -> tollgate.internal.v1.SettleResponse
-	21, // [21:25] is the sub-list for method output_type
-	17, // [17:21] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	19, // 12: tollgate.internal.v1.SettleItem.guardrail_units:type_name -> tollgate.internal.v1.GuardrailUnits
+	18, // 13: tollgate.internal.v1.SettleRequest.items:type_name -> tollgate.internal.v1.SettleItem
+	3,  // 14: tollgate.internal.v1.SettleResult.outcome:type_name -> tollgate.internal.v1.SettleOutcome
+	21, // 15: tollgate.internal.v1.SettleResponse.results:type_name -> tollgate.internal.v1.SettleResult
+	7,  // 16: tollgate.internal.v1.MirrorRecord.entitlement:type_name -> tollgate.internal.v1.Entitlement
+	8,  // 17: tollgate.internal.v1.MirrorRecord.spend:type_name -> tollgate.internal.v1.WindowSpend
+	4,  // 18: tollgate.internal.v1.Accounting.Authenticate:input_type -> tollgate.internal.v1.AuthenticateRequest
+	9,  // 19: tollgate.internal.v1.Accounting.Resolve:input_type -> tollgate.internal.v1.ResolveRequest
+	14, // 20: tollgate.internal.v1.Accounting.Start:input_type -> tollgate.internal.v1.StartRequest
+	20, // 21: tollgate.internal.v1.Accounting.Settle:input_type -> tollgate.internal.v1.SettleRequest
+	5,  // 22: tollgate.internal.v1.Accounting.Authenticate:output_type -> tollgate.internal.v1.AuthenticateResponse
+	10, // 23: tollgate.internal.v1.Accounting.Resolve:output_type -> tollgate.internal.v1.ResolveResponse
+	17, // 24: tollgate.internal.v1.Accounting.Start:output_type -> tollgate.internal.v1.StartResponse
+	22, // 25: tollgate.internal.v1.Accounting.Settle:output_type -> tollgate.internal.v1.SettleResponse
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_v1_accounting_proto_init() }
@@ -2414,7 +2523,7 @@ func file_v1_accounting_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v1_accounting_proto_rawDesc), len(file_v1_accounting_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,114 @@
+package pricecatalog
+
+import (
+	"math"
+	"math/bits"
+
+	"github.com/tollgate-dev/tollgate/pkg/money"
+)
+
+// Amazon Bedrock's guardrails are billed apart from the model they guard: by the text
+// units (up to 1,000 characters each) each of a guardrail's policies assessed, in the
+// prompt and in the answer, and by the image for its image content filter. A request
+// its guardrail refused before the model ran is billed its guardrail's units and no
+// tokens. Word filters and regular-expression sensitive-information filters are free.
+// docs/prices.md, "Amazon Bedrock's guardrails".
+
+// GuardrailUnits are what a request's guardrails assessed, by billed policy: text units
+// of each text policy, and images of the image content filter.
+type GuardrailUnits struct {
+	ContentText          int64 // content filters, on text
+	DeniedTopics         int64
+	SensitiveInformation int64 // sensitive-information filters (PII), not their regular expressions
+	ContextualGrounding  int64
+	AutomatedReasoning   int64 // automated reasoning checks, already times their policies
+	ContentImages        int64 // content filters, on images
+}
+
+// IsZero tells whether nothing was assessed.
+func (u GuardrailUnits) IsZero() bool { return u == GuardrailUnits{} }
+
+// Add is u and o summed, each count saturating.
+func (u GuardrailUnits) Add(o GuardrailUnits) GuardrailUnits {
+	add := func(a, b int64) int64 { return min(a, math.MaxInt64-b) + b }
+	return GuardrailUnits{add(u.ContentText, o.ContentText), add(u.DeniedTopics, o.DeniedTopics),
+		add(u.SensitiveInformation, o.SensitiveInformation), add(u.ContextualGrounding, o.ContextualGrounding),
+		add(u.AutomatedReasoning, o.AutomatedReasoning), add(u.ContentImages, o.ContentImages)}
+}
+
+// Valid tells whether every count is non-negative.
+func (u GuardrailUnits) Valid() bool {
+	return min(u.ContentText, u.DeniedTopics, u.SensitiveInformation, u.ContextualGrounding, u.AutomatedReasoning,
+		u.ContentImages) >= 0
+}
+
+// GuardrailCharsPerUnit is the most characters one text unit holds.
+const GuardrailCharsPerUnit = 1000
+
+// EstimatedGuardrailUnits is what a guardrail whose answer did not say is charged for
+// chars characters of text it may have assessed: their text units at every billed text
+// policy but automated reasoning (which a guardrail has only with a policy made for it),
+// never below the bill of a guardrail without one.
+func EstimatedGuardrailUnits(chars int64) GuardrailUnits {
+	if chars <= 0 {
+		return GuardrailUnits{}
+	}
+	n := chars/GuardrailCharsPerUnit + min(chars%GuardrailCharsPerUnit, 1)
+	return GuardrailUnits{ContentText: n, DeniedTopics: n, SensitiveInformation: n, ContextualGrounding: n}
+}
+
+// GuardrailPrices are the prices of guardrails' policies in integer micro-USD: per
+// 1,000 text units of each text policy, per image of the image content filter.
+type GuardrailPrices struct {
+	ContentText          int64 `json:"contentText"`
+	DeniedTopics         int64 `json:"deniedTopics"`
+	SensitiveInformation int64 `json:"sensitiveInformation"`
+	ContextualGrounding  int64 `json:"contextualGrounding"`
+	AutomatedReasoning   int64 `json:"automatedReasoning"`
+	ContentImage         int64 `json:"contentImage"`
+}
+
+// Cost is the price of u, in micro-USD rounded up once for the whole, and false when it
+// exceeds money.MaxAllowanceMicroUSD (the caller charges the bound).
+func (p GuardrailPrices) Cost(u GuardrailUnits) (int64, bool) {
+	// The sum of units times price per 1,000 units, in 128 bits, then divided once.
+	var hi, lo uint64
+	over := false
+	for _, t := range [...][2]int64{{u.ContentText, p.ContentText}, {u.DeniedTopics, p.DeniedTopics},
+		{u.SensitiveInformation, p.SensitiveInformation}, {u.ContextualGrounding, p.ContextualGrounding},
+		{u.AutomatedReasoning, p.AutomatedReasoning}, {u.ContentImages, 1000 * p.ContentImage}} {
+		if t[0] <= 0 || t[1] <= 0 {
+			continue
+		}
+		h, l := bits.Mul64(uint64(t[0]), uint64(t[1]))
+		var c uint64
+		lo, c = bits.Add64(lo, l, 0)
+		hi, c = bits.Add64(hi, h, c)
+		over = over || c != 0
+	}
+	lo, c := bits.Add64(lo, 999, 0) // rounded up
+	hi, c = bits.Add64(hi, 0, c)
+	if over || c != 0 || hi >= 1000 {
+		return money.MaxAllowanceMicroUSD, false
+	}
+	q, _ := bits.Div64(hi, lo, 1000)
+	if q > uint64(money.MaxAllowanceMicroUSD) {
+		return money.MaxAllowanceMicroUSD, false
+	}
+	return int64(q), true
+}
+
+// checkGuardrails checks the file's guardrail prices: each from 0 (free) to the bound.
+func checkGuardrails(p GuardrailPrices, bad func(string, ...any)) GuardrailPrices {
+	for name, v := range map[string]int64{"contentText": p.ContentText, "deniedTopics": p.DeniedTopics,
+		"sensitiveInformation": p.SensitiveInformation, "contextualGrounding": p.ContextualGrounding,
+		"automatedReasoning": p.AutomatedReasoning, "contentImage": p.ContentImage} {
+		if v < 0 || v > money.MaxAllowanceMicroUSD/1000 {
+			bad("guardrails.%s: must be from 0 to %d", name, money.MaxAllowanceMicroUSD/1000)
+		}
+	}
+	return p
+}
+
+// Guardrails are the catalog's prices of Amazon Bedrock's guardrails.
+func (c *Catalog) Guardrails() GuardrailPrices { return c.guardrails }
