@@ -87,6 +87,23 @@ type accumulator struct {
 	// containers are the distinct containers the documents of an OpenAI Responses or
 	// Anthropic shape named (docFields.containers), at most maxContainers.
 	containers []string
+	// guard sums what the documents' guardrail assessments billed (docFields.guard),
+	// whatever their shape (a guardrail that refused the prompt answers no usage of the
+	// model's); nil until one did.
+	guard *pricecatalog.GuardrailUnits
+}
+
+// noteGuardrails adds what a document's guardrail assessments billed. Each document
+// reports assessments of its own: Converse's answer, ConverseStream's metadata event,
+// InvokeModel's answer or its stream's last chunk.
+func (a *accumulator) noteGuardrails(d *docFields) {
+	if d.guard == nil || d.guard.units.IsZero() {
+		return
+	}
+	if a.guard == nil {
+		a.guard = &pricecatalog.GuardrailUnits{}
+	}
+	*a.guard = a.guard.Add(d.guard.units)
 }
 
 func (a *accumulator) switchTo(f family) {
@@ -195,6 +212,7 @@ func (a *accumulator) applyElement(d *docFields) {
 func (a *accumulator) applyEvent(d *docFields) {
 	a.text += docText(d)
 	a.noteCost(d)
+	a.noteGuardrails(d)
 	fam, root := sseFamily(d)
 	if fam == famNone {
 		return
@@ -321,6 +339,7 @@ func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 	a.shape = shapeJSON
 	a.text += docText(d)
 	a.noteCost(d)
+	a.noteGuardrails(d)
 	a.switchTo(jsonFamily(d))
 	if a.fam == famNone {
 		return
@@ -447,6 +466,9 @@ func (a *accumulator) fill(u *Usage) {
 		// A cost header (already in u) wins over the body's.
 		c := a.cost
 		u.CostMicroUSD = &c
+	}
+	if a.guard != nil {
+		u.Guardrail = *a.guard
 	}
 	if a.fam == famNone {
 		return

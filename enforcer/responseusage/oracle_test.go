@@ -544,6 +544,89 @@ func oracleContainers(obj []member) []string {
 	return ids
 }
 
+// oracleGuardrails sums the billed counts of the guardrail assessments a document's
+// traces report, at the paths guardrailTarget reads, written out as key paths: each
+// assessment's invocationMetrics.usage, its automated reasoning units once per policy.
+func oracleGuardrails(obj []member) *guardReading {
+	g := &guardReading{}
+	usage := func(assessment []member) {
+		for _, im := range all(assessment, "invocationMetrics") {
+			for _, us := range all(im, "usage") {
+				var reasoning, policies int64
+				for _, f := range us {
+					n, ok := plainCount(f.val)
+					if !ok {
+						continue
+					}
+					u := &g.units
+					switch f.key {
+					case "contentPolicyUnits":
+						u.ContentText = satAdd(u.ContentText, n)
+					case "topicPolicyUnits":
+						u.DeniedTopics = satAdd(u.DeniedTopics, n)
+					case "sensitiveInformationPolicyUnits":
+						u.SensitiveInformation = satAdd(u.SensitiveInformation, n)
+					case "contextualGroundingPolicyUnits":
+						u.ContextualGrounding = satAdd(u.ContextualGrounding, n)
+					case "contentPolicyImageUnits":
+						u.ContentImages = satAdd(u.ContentImages, n)
+					case "automatedReasoningPolicyUnits":
+						reasoning = n
+					case "automatedReasoningPolicies":
+						policies = n
+					}
+				}
+				if reasoning > 0 {
+					g.units.AutomatedReasoning = satAdd(g.units.AutomatedReasoning, satMul(reasoning, max(policies, 1)))
+				}
+			}
+		}
+	}
+	byGuardrail := func(m []member) { // a map of guardrail id to its assessment
+		for _, f := range m {
+			if a, ok := f.val.([]member); ok {
+				usage(a)
+			}
+		}
+	}
+	elements := func(v any, each func([]member)) {
+		arr, _ := v.([]any)
+		for _, e := range arr {
+			if e, ok := e.([]member); ok {
+				each(e)
+			}
+		}
+	}
+	for _, tr := range all(obj, "trace") {
+		for _, gr := range all(tr, "guardrail") {
+			for _, f := range gr {
+				switch m, _ := f.val.([]member); f.key {
+				case "inputAssessment":
+					byGuardrail(m)
+				case "outputAssessments":
+					for _, id := range m {
+						elements(id.val, usage)
+					}
+				}
+			}
+		}
+	}
+	for _, tr := range all(obj, "amazon-bedrock-trace") {
+		for _, gr := range all(tr, "guardrail") {
+			for _, f := range gr {
+				switch f.key {
+				case "input":
+					m, _ := f.val.([]member)
+					byGuardrail(m)
+				case "outputs":
+					elements(f.val, byGuardrail)
+				}
+			}
+		}
+	}
+	return g
+}
+
 // groundingArrays is every array named key of every groundingMetadata object of every
 // candidate in obj's candidates arrays.
 func groundingArrays(obj []member, key string) [][]any {
@@ -661,6 +744,7 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	d.imageCalls = oracleOutputItems(m, "image_generation_call")
 	d.mapsGrounded = oracleMapsGrounded(m)
 	d.containers = oracleContainers(m)
+	d.guard = oracleGuardrails(m)
 	for _, b := range all(m, "content_block") {
 		for _, f := range b {
 			if v, ok := f.val.(string); ok && f.key == "type" && v == "advisor_tool_result" {

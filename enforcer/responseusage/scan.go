@@ -4,6 +4,8 @@ import (
 	"math"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // The scanner is an incremental, push-driven JSON reader. It checks the
@@ -109,7 +111,19 @@ const (
 	kItem         // OpenAI: an output item event's item
 	kContainer    // Anthropic: a message's (a message_delta's delta's) container
 	kID           // its id
-	kTok0         // kTok0+tok for the counts tokPrompt..tokAudioSeconds
+	// Amazon Bedrock's guardrail traces (guardrailTarget): Converse's
+	// trace.guardrail.{inputAssessment,outputAssessments}, InvokeModel's
+	// amazon-bedrock-trace.guardrail.{input,outputs}; an assessment's
+	// invocationMetrics.usage; and the billed counts of that usage (kGuard0+guard*).
+	kTrace
+	kBedrockTrace
+	kGuardrail
+	kInputAssessment
+	kOutputAssessments
+	kOutputs
+	kInvocationMetrics
+	kGuard0
+	kTok0 = kGuard0 + nGuard         // kTok0+tok for the counts tokPrompt..tokAudioSeconds
 )
 
 // Token counts read from a usage object.
@@ -327,9 +341,50 @@ func keyID(b []byte) uint8 {
 		return kContainer
 	case "id":
 		return kID
+	case "trace":
+		return kTrace
+	case "amazon-bedrock-trace":
+		return kBedrockTrace
+	case "guardrail":
+		return kGuardrail
+	case "inputAssessment":
+		return kInputAssessment
+	case "outputAssessments":
+		return kOutputAssessments
+	case "outputs":
+		return kOutputs
+	case "invocationMetrics":
+		return kInvocationMetrics
+	case "contentPolicyUnits":
+		return kGuard0 + guardContent
+	case "topicPolicyUnits":
+		return kGuard0 + guardTopic
+	case "sensitiveInformationPolicyUnits": // not ...FreeUnits, its free regular expressions
+		return kGuard0 + guardSensitive
+	case "contextualGroundingPolicyUnits":
+		return kGuard0 + guardGrounding
+	case "automatedReasoningPolicyUnits":
+		return kGuard0 + guardReasoning
+	case "automatedReasoningPolicies":
+		return kGuard0 + guardReasoningPolicies
+	case "contentPolicyImageUnits":
+		return kGuard0 + guardImages
 	}
 	return kOther
 }
+
+// The billed counts of a guardrail assessment's usage (kGuard0+guard*), word filters and
+// regular expressions left out: they are free.
+const (
+	guardContent uint8 = iota
+	guardTopic
+	guardSensitive
+	guardGrounding
+	guardReasoning
+	guardReasoningPolicies // how many automated reasoning policies the units were checked by
+	guardImages
+	nGuard
+)
 
 // Roots: where a usage object and a model may sit.
 const (
@@ -492,6 +547,65 @@ type docFields struct {
 	// read, so that an Extractor that never meets one holds none (TestExtractorSize).
 	container  capture
 	containers []string
+	// guard is what the document's guardrail assessments billed (guardrailTarget),
+	// allocated by the first count read, so that an Extractor that never meets one holds
+	// none (TestExtractorSize).
+	guard *guardReading
+}
+
+// guardReading sums the billed counts of a document's guardrail assessments.
+type guardReading struct {
+	units pricecatalog.GuardrailUnits
+	// reasoning and policies are the automated reasoning counts of the usage being read:
+	// its units are checked by each of its policies, and priced per policy (endGuardUsage).
+	reasoning, policies int64
+}
+
+// addGuard takes in count g of a guardrail assessment's usage.
+func (d *docFields) addGuard(g uint8, n int64) {
+	if d.guard == nil {
+		d.guard = &guardReading{}
+	}
+	u := &d.guard.units
+	switch g {
+	case guardContent:
+		u.ContentText = satAdd(u.ContentText, n)
+	case guardTopic:
+		u.DeniedTopics = satAdd(u.DeniedTopics, n)
+	case guardSensitive:
+		u.SensitiveInformation = satAdd(u.SensitiveInformation, n)
+	case guardGrounding:
+		u.ContextualGrounding = satAdd(u.ContextualGrounding, n)
+	case guardReasoning:
+		d.guard.reasoning = n
+	case guardReasoningPolicies:
+		d.guard.policies = n
+	case guardImages:
+		u.ContentImages = satAdd(u.ContentImages, n)
+	}
+}
+
+// endGuardUsage closes a guardrail assessment's usage: its automated reasoning units
+// count once for each policy that checked them. AWS prices them "per 1,000 text units
+// per policy" and reports the units and the policies apart; whether the units are
+// already multiplied no source says, and multiplying is never below the bill (a
+// guardrail has at most two such policies). docs/prices.md, "Amazon Bedrock's
+// guardrails".
+func (d *docFields) endGuardUsage() {
+	if g := d.guard; g != nil && g.reasoning > 0 {
+		g.units.AutomatedReasoning = satAdd(g.units.AutomatedReasoning, satMul(g.reasoning, max(g.policies, 1)))
+	}
+	if d.guard != nil {
+		d.guard.reasoning, d.guard.policies = 0, 0
+	}
+}
+
+// satMul is a * b for non-negative counts, saturating at math.MaxInt64.
+func satMul(a, b int64) int64 {
+	if b != 0 && a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
 }
 
 // maxContainers bounds the distinct containers a response's ids are kept of: a request
@@ -531,6 +645,9 @@ func (d *docFields) reset() {
 	d.tierSeen, d.priorityTraffic, d.geoPinned, d.mapsGrounded = 0, false, false, false
 	d.container.reset()
 	d.containers = d.containers[:0]
+	if d.guard != nil {
+		*d.guard = guardReading{}
+	}
 }
 
 // setListAudio records the audio count a Gemini *TokensDetails list (list: its key)
@@ -739,6 +856,7 @@ const (
 	tgConverseTok       // a count of root by a Bedrock Converse name (tok: the Anthropic count it is)
 	tgCost              // a usage's cost in USD, or in xAI's ticks (tok costInTicks); its number's text goes to keyCap
 	tgContainer         // a container's id (containerTarget)
+	tgGuard             // a billed count of a guardrail assessment's usage (tok: guard*; guardrailTarget)
 )
 
 // costInTicks, as a tgCost target's tok: the cost is in xAI's ticks (1e-10 USD), not USD.
@@ -1179,6 +1297,9 @@ func (s *scanner) pop(end int) bool {
 		s.doc.text += s.rawN + int64(end-s.rawFrom)
 		s.raw, s.rawN = false, 0
 	}
+	if (s.depth == 6 || s.depth == 7) && s.keys[s.depth-1] == kUsage && s.keys[s.depth-2] == kInvocationMetrics {
+		s.doc.endGuardUsage() // a guardrail assessment's usage closed (or another: nothing read)
+	}
 	if s.depth == 3 && s.keys[2] == kArr && s.keys[0] == kUsage {
 		// An entry of a Gemini *TokensDetails list closed: its tokens are audio ones
 		// when its modality said so.
@@ -1499,6 +1620,8 @@ func (s *scanner) endNumber() bool {
 		s.doc.converse = true
 	} else if t.kind == tgModCount && s.numOK {
 		s.entryCount = s.num
+	} else if t.kind == tgGuard && s.numOK {
+		s.doc.addGuard(t.tok, s.num)
 	} else if t.kind == tgIterTok && s.numOK && s.iterApart {
 		s.doc.usage[rootIterations].add(iterSlot(int(t.tok), s.iterAdvisor), s.num)
 	}
@@ -1531,6 +1654,9 @@ func (s *scanner) classify() target {
 	k := &s.keys
 	if s.containerTarget() {
 		return target{kind: tgContainer}
+	}
+	if g, ok := s.guardrailTarget(); ok {
+		return target{kind: tgGuard, tok: g}
 	}
 	switch s.depth {
 	case 1:
@@ -1674,6 +1800,39 @@ func (s *scanner) containerTarget() bool {
 		return item[0] == kResponse && item[1] == kOutput && item[2] == kArr
 	}
 	return false
+}
+
+// guardrailTarget: the value about to start is a billed count (guard*) of the usage of an
+// Amazon Bedrock guardrail's assessment, at the paths its trace puts them (the request
+// asked for it: trace "enabled", requestbody.WithGuardrailTrace):
+//
+//	trace.guardrail.inputAssessment.<guardrail>.invocationMetrics.usage.<count>        (Converse, ConverseStream's metadata event)
+//	trace.guardrail.outputAssessments.<guardrail>[].invocationMetrics.usage.<count>
+//	amazon-bedrock-trace.guardrail.input.<guardrail>.invocationMetrics.usage.<count>   (InvokeModel, its stream's last chunk)
+//	amazon-bedrock-trace.guardrail.outputs[].<guardrail>.invocationMetrics.usage.<count>
+//
+// The guardrail's id may be any key.
+func (s *scanner) guardrailTarget() (uint8, bool) {
+	d := s.depth
+	if d != 7 && d != 8 {
+		return 0, false
+	}
+	k := s.keys[:d]
+	g := k[d-1] - kGuard0
+	if k[d-1] < kGuard0 || g >= nGuard || k[d-2] != kUsage || k[d-3] != kInvocationMetrics || k[1] != kGuardrail {
+		return 0, false
+	}
+	switch {
+	case k[0] == kTrace && d == 7:
+		return g, k[2] == kInputAssessment
+	case k[0] == kTrace:
+		return g, k[2] == kOutputAssessments && k[4] == kArr
+	case k[0] == kBedrockTrace && d == 7:
+		return g, k[2] == kInput
+	case k[0] == kBedrockTrace:
+		return g, k[2] == kOutputs && k[3] == kArr
+	}
+	return 0, false
 }
 
 // iterationMember is the target of key k of an entry of Anthropic's usage.iterations[]

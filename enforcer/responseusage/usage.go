@@ -172,6 +172,12 @@ type Usage struct {
 	// four, in the order first named; nil for every other shape. Their providers bill
 	// each by the time it lives (pricecatalog.Container).
 	ContainerIDs []string
+	// Guardrail is what the request's Amazon Bedrock guardrails assessed, by billed
+	// policy, as their traces reported it (Converse's trace.guardrail, InvokeModel's
+	// amazon-bedrock-trace.guardrail: the request asked for them,
+	// requestbody.WithGuardrailTrace); zero when none did. Billed apart from the tokens,
+	// also when the guardrail refused the prompt and the model never ran.
+	Guardrail pricecatalog.GuardrailUnits
 	// CostMicroUSD is the cost the upstream reported, if any: in a header, or in its
 	// usage (OpenRouter's usage.cost, Perplexity's usage.cost.total_cost).
 	CostMicroUSD *int64
