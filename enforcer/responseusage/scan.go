@@ -123,7 +123,7 @@ const (
 	kOutputs
 	kInvocationMetrics
 	kGuard0
-	kTok0 = kGuard0 + nGuard         // kTok0+tok for the counts tokPrompt..tokAudioSeconds
+	kTok0 = kGuard0 + nGuard // kTok0+tok for the counts tokPrompt..tokAudioSeconds
 )
 
 // Token counts read from a usage object.

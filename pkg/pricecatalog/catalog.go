@@ -403,7 +403,7 @@ type file struct {
 	// Guardrails are the prices of Amazon Bedrock's guardrails' policies
 	// (GuardrailPrices).
 	Guardrails GuardrailPrices `json:"guardrails"`
-	Models     []fileEntry              `json:"models"`
+	Models     []fileEntry     `json:"models"`
 }
 
 // Unit is the only unit a catalog file may declare.
