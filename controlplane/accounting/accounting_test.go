@@ -47,6 +47,20 @@ func TestCostOf(t *testing.T) {
 	// Containers: OpenAI's 1 GB at 0.09 USD an hour, Anthropic's at 0.05.
 	openai1g := PricedAt{Price: Price{Container: pricecatalog.Container{Kind: "openai-1g", Provider: "openai", PerHour: 90_000}}, Source: PriceCatalog}
 	anthropicContainer := pricecatalog.Container{Kind: "anthropic", Provider: "anthropic", PerHour: 50_000}
+	// Amazon Bedrock's guardrails: content filters and denied topics 0.15 USD per 1,000
+	// text units, sensitive-information filters and contextual grounding 0.10, automated
+	// reasoning 0.17, an image 0.00075. 3 content-text units, 3 denied-topic units, 2
+	// sensitive-information units and an image: (3*150,000 + 3*150,000 + 2*100,000) / 1,000
+	// + 750 = 1,100 + 750 = 1,850 micro-USD.
+	bedrockGuardrails := pricecatalog.GuardrailPrices{ContentText: 150_000, DeniedTopics: 150_000, SensitiveInformation: 100_000,
+		ContextualGrounding: 100_000, AutomatedReasoning: 170_000, ContentImage: 750}
+	guarded := PricedAt{Price: Price{Guardrails: bedrockGuardrails}, Source: PriceCatalog}
+	guardrailed := pricecatalog.GuardrailUnits{ContentText: 3, DeniedTopics: 3, SensitiveInformation: 2, ContentImages: 1}
+	const guardrailCost = 1_850
+	everyPolicy := pricecatalog.GuardrailUnits{ContentText: 1, DeniedTopics: 2, SensitiveInformation: 3, ContextualGrounding: 4, AutomatedReasoning: 5,
+		ContentImages: 6}
+	maxUnits := pricecatalog.GuardrailUnits{ContentText: math.MaxInt64, DeniedTopics: math.MaxInt64, SensitiveInformation: math.MaxInt64,
+		ContextualGrounding: math.MaxInt64, AutomatedReasoning: math.MaxInt64, ContentImages: math.MaxInt64}
 	cases := []struct {
 		name   string
 		u      Usage
@@ -223,6 +237,60 @@ func TestCostOf(t *testing.T) {
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"container minutes on top of a cost near int64 are capped", Usage{InputTokens: 1_000_000, ContainerMinutes: 60},
 			PricedAt{Price: Price{InputPerMillion: math.MaxInt64, Container: pricecatalog.Container{PerHour: 1_000_000}}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		// Amazon Bedrock's guardrails: each policy's text units at its price per 1,000,
+		// images apiece, rounded up once for all of them, on top of the tokens whatever
+		// priced them, after the tier and the regional premium.
+		{"guardrail units at their policies' prices", Usage{GuardrailUnits: guardrailed}, guarded,
+			guardrailCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"every policy's units at its price", Usage{GuardrailUnits: everyPolicy}, guarded,
+			150 + 300 + 300 + 400 + 850 + 4_500, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"guardrail units are rounded up once, for all of them", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: 1, DeniedTopics: 1,
+			SensitiveInformation: 1}}, PricedAt{Price: Price{Guardrails: pricecatalog.GuardrailPrices{ContentText: 1, DeniedTopics: 1,
+			SensitiveInformation: 1}}, Source: PriceCatalog}, 1, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"a fraction of a text unit's price is rounded up", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: 1_001}}, guarded,
+			150_150, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"guardrail units on top of the tokens at the organization's price", Usage{InputTokens: 1000, OutputTokens: 200, GuardrailUnits: guardrailed},
+			PricedAt{Price: Price{InputPerMillion: 300_000, OutputPerMillion: 2_500_000, Guardrails: bedrockGuardrails}, Source: PriceOrganization},
+			300 + 500 + guardrailCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"guardrail units are not doubled by the fast tier", Usage{InputTokens: 1000, OutputTokens: 200, GuardrailUnits: guardrailed, Tier: pricecatalog.Fast},
+			PricedAt{Price: Price{InputPerMillion: 300_000, OutputPerMillion: 2_500_000, Guardrails: bedrockGuardrails}, Source: PriceCatalog},
+			2*(300+500) + guardrailCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"guardrail units are not raised by the regional premium", Usage{InputTokens: 1000, OutputTokens: 200, GuardrailUnits: guardrailed, Regional: true},
+			PricedAt{Price: Price{InputPerMillion: 3_000_000, OutputPerMillion: 15_000_000, RegionalPremiumPercent: 10, Guardrails: bedrockGuardrails},
+				Source: PriceCatalog}, (3_000+3_000)*110/100 + guardrailCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"guardrail units with searches and container minutes, each at its price", Usage{WebSearchRequests: 1, ContainerMinutes: 25, GuardrailUnits: guardrailed},
+			PricedAt{Price: Price{WebSearch: 10_000, Container: openai1g.Price.Container, Guardrails: bedrockGuardrails}, Source: PriceCatalog},
+			10_000 + 37_500 + guardrailCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"a request its guardrail blocked, estimated: its units alone", Usage{GuardrailUnits: guardrailed, Estimated: true}, guarded,
+			guardrailCost, SourceCatalogEstimate, BasisEstimate, false, nil},
+		{"guardrail units at the fallback's source", Usage{GuardrailUnits: guardrailed}, PricedAt{Price: Price{Guardrails: bedrockGuardrails}, Source: PriceFallback},
+			guardrailCost, SourceFallback, BasisReportedUsage, false, nil},
+		{"guardrail units without prices are free", Usage{InputTokens: 1000, GuardrailUnits: guardrailed},
+			PricedAt{Price: Price{InputPerMillion: 1_000_000}, Source: PriceCatalog}, 1_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"guardrail units, the upstream's cost as it is", Usage{InputTokens: 1000, GuardrailUnits: guardrailed, UpstreamCost: i64(42)}, guarded,
+			42, SourceUpstream, BasisUpstreamCost, false, nil},
+		{"negative guardrail units", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: 3, DeniedTopics: -1}}, guarded, 0, "", "", false, ErrBadUsage},
+		{"negative guardrail images with an upstream cost", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentImages: -1}, UpstreamCost: i64(42)},
+			guarded, 0, "", "", false, ErrBadUsage},
+		{"a negative guardrail price", Usage{GuardrailUnits: guardrailed},
+			PricedAt{Price: Price{Guardrails: pricecatalog.GuardrailPrices{ContentText: 150_000, ContentImage: -750}}, Source: PriceCatalog},
+			0, "", "", false, ErrBadUsage},
+		{"guardrail units beyond the allowance bound are capped", Usage{GuardrailUnits: maxUnits},
+			PricedAt{Price: Price{Guardrails: pricecatalog.GuardrailPrices{ContentText: math.MaxInt64, DeniedTopics: math.MaxInt64,
+				SensitiveInformation: math.MaxInt64, ContextualGrounding: math.MaxInt64, AutomatedReasoning: math.MaxInt64, ContentImage: math.MaxInt64}},
+				Source: PriceCatalog}, money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		{"every guardrail count at the bound, exactly", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: MaxTokens, DeniedTopics: MaxTokens,
+			SensitiveInformation: MaxTokens, ContextualGrounding: MaxTokens, AutomatedReasoning: MaxTokens, ContentImages: MaxTokens}}, guarded,
+			MaxTokens * (150 + 150 + 100 + 100 + 170 + 750), SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"an image at a price near int64 is capped, not free", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentImages: 1}},
+			PricedAt{Price: Price{Guardrails: pricecatalog.GuardrailPrices{ContentImage: math.MaxInt64}}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
+		{"an image above the catalog's price bound, exactly", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentImages: 1}},
+			PricedAt{Price: Price{Guardrails: pricecatalog.GuardrailPrices{ContentImage: money.MaxAllowanceMicroUSD/1000 + 1}}, Source: PriceCatalog},
+			money.MaxAllowanceMicroUSD/1000 + 1, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"guardrail units on top of a cost near int64 are capped", Usage{InputTokens: 1_000_000, GuardrailUnits: guardrailed},
+			PricedAt{Price: Price{InputPerMillion: math.MaxInt64, Guardrails: bedrockGuardrails}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		// OpenAI's image generation tool: the images' output tokens at the image model's
 		// output price (gpt-image-1: 40 USD per million), on top of the tokens, rounded up
@@ -606,6 +674,28 @@ func TestBound(t *testing.T) {
 	}
 	if u, notes = Bound(Usage{ContainerMinutes: MaxContainerMinutes}); u.ContainerMinutes != MaxContainerMinutes || len(notes) != 0 {
 		t.Fatalf("container minutes at the bound: %+v %v", u, notes)
+	}
+	// Each of the guardrails' counts like the calls billed apart: capped at MaxTokens, a
+	// negative one read as 0, each noted by its settlement field.
+	u, notes = Bound(Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: math.MaxInt64, DeniedTopics: MaxTokens + 1,
+		SensitiveInformation: math.MaxInt64, ContextualGrounding: math.MaxInt64, AutomatedReasoning: math.MaxInt64, ContentImages: math.MaxInt64}})
+	if want := (pricecatalog.GuardrailUnits{ContentText: MaxTokens, DeniedTopics: MaxTokens, SensitiveInformation: MaxTokens, ContextualGrounding: MaxTokens,
+		AutomatedReasoning: MaxTokens, ContentImages: MaxTokens}); u.GuardrailUnits != want || len(notes) != 6 ||
+		notes[0] != "guardrail_units.content_text 9223372036854775807 capped at 1000000000000" ||
+		notes[1] != "guardrail_units.denied_topics 1000000000001 capped at 1000000000000" ||
+		!strings.HasPrefix(notes[2], "guardrail_units.sensitive_information ") || !strings.HasPrefix(notes[3], "guardrail_units.contextual_grounding ") ||
+		!strings.HasPrefix(notes[4], "guardrail_units.automated_reasoning ") || !strings.HasPrefix(notes[5], "guardrail_units.content_images ") {
+		t.Fatalf("absurd guardrail units: %+v %q", u, notes)
+	}
+	u, notes = Bound(Usage{InputTokens: 10, GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: 3, DeniedTopics: -1, ContentImages: -2}})
+	if want := (pricecatalog.GuardrailUnits{ContentText: 3}); u.GuardrailUnits != want || u.InputTokens != 10 || len(notes) != 2 ||
+		notes[0] != "guardrail_units.denied_topics -1 read as 0" || notes[1] != "guardrail_units.content_images -2 read as 0" {
+		t.Fatalf("negative guardrail units: %+v %q", u, notes)
+	}
+	atBound := pricecatalog.GuardrailUnits{ContentText: MaxTokens, DeniedTopics: MaxTokens, SensitiveInformation: MaxTokens, ContextualGrounding: MaxTokens,
+		AutomatedReasoning: MaxTokens, ContentImages: MaxTokens}
+	if u, notes = Bound(Usage{GuardrailUnits: atBound}); u.GuardrailUnits != atBound || len(notes) != 0 {
+		t.Fatalf("guardrail units at the bound: %+v %v", u, notes)
 	}
 	if u, notes = Bound(Usage{ImageGenerationCalls: math.MaxInt64, ImageOutputTokens: math.MaxInt64}); u.ImageGenerationCalls != MaxTokens ||
 		u.ImageOutputTokens != MaxTokens || len(notes) != 2 || !strings.Contains(notes[0], "image_generation_calls") || !strings.Contains(notes[1], "image_output_tokens") {

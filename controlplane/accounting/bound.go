@@ -65,7 +65,7 @@ func CleanModel(s string) (clean string, changed bool) {
 
 // Bound keeps every token count (the advisor's too), and every count of calls billed
 // apart (web searches, file search and image generation calls, maps-grounded prompts,
-// OCR pages),
+// OCR pages, each of the guardrails' counts of units and images),
 // within [0, MaxTokens] (the audio milliseconds within [0, MaxAudioMillis], the
 // container minutes within [0, MaxContainerMinutes]) and an
 // upstream cost within [0, money.MaxAllowanceMicroUSD]: a count above the bound is
@@ -84,7 +84,12 @@ func Bound(u Usage) (Usage, []string) {
 		{"cache_creation_input_tokens", &u.CacheWriteTokens}, {"cache_creation_one_hour_input_tokens", &u.CacheWrite1hTokens},
 		{"audio_input_millis", &u.AudioInputMillis}, {"web_search_requests", &u.WebSearchRequests},
 		{"file_search_calls", &u.FileSearchCalls}, {"maps_grounded_prompts", &u.MapsGroundedPrompts}, {"ocr_pages", &u.OCRPages},
-		{"container_minutes", &u.ContainerMinutes}, {"image_generation_calls", &u.ImageGenerationCalls},
+		{"container_minutes", &u.ContainerMinutes}, {"guardrail_units.content_text", &u.GuardrailUnits.ContentText},
+		{"guardrail_units.denied_topics", &u.GuardrailUnits.DeniedTopics},
+		{"guardrail_units.sensitive_information", &u.GuardrailUnits.SensitiveInformation},
+		{"guardrail_units.contextual_grounding", &u.GuardrailUnits.ContextualGrounding},
+		{"guardrail_units.automated_reasoning", &u.GuardrailUnits.AutomatedReasoning},
+		{"guardrail_units.content_images", &u.GuardrailUnits.ContentImages}, {"image_generation_calls", &u.ImageGenerationCalls},
 		{"image_output_tokens", &u.ImageOutputTokens}, {"advisor_input_tokens", &u.AdvisorInputTokens},
 		{"advisor_output_tokens", &u.AdvisorOutputTokens}, {"advisor_cached_input_tokens", &u.AdvisorCachedInputTokens},
 		{"advisor_cache_creation_input_tokens", &u.AdvisorCacheWriteTokens}} {

@@ -66,6 +66,11 @@ type Price struct {
 	// price of the container kind the settlement names, else its dearest, filled by the
 	// ledger like AudioPerMinute whatever priced the tokens. Only its PerHour is read.
 	Container pricecatalog.Container
+	// Guardrails price what Amazon Bedrock's guardrails assessed (Usage.GuardrailUnits):
+	// the catalog's prices (pricecatalog.Catalog.Guardrails), filled by the ledger like
+	// Container whatever priced the tokens, since a guardrail is billed apart from the
+	// model it guards.
+	Guardrails pricecatalog.GuardrailPrices
 	// WebSearch prices one web search a provider's server tool made, in micro-USD: the
 	// catalog's price for the model's provider, filled by the ledger like
 	// AudioPerMinute.
@@ -182,6 +187,12 @@ type Usage struct {
 	// Price.Container's price per hour, rounded up on their own, on top of the tokens.
 	// Which kind of container they are is the ledger's to price (Price.Container).
 	ContainerMinutes int64
+	// GuardrailUnits are what the request's Amazon Bedrock guardrails assessed, by billed
+	// policy (text units of each text policy, images of the image content filter):
+	// priced at Price.Guardrails (pricecatalog.GuardrailPrices.Cost, rounded up once for
+	// all of them), on top of the tokens. A request its guardrail blocked before the
+	// model ran counts them and no token.
+	GuardrailUnits pricecatalog.GuardrailUnits
 	// ImageGenerationCalls counts the calls of OpenAI's image generation tool (Responses
 	// API image_generation_call items), each an image billed as its image model's
 	// output tokens apart from the response's usage: ImageOutputTokens in all, priced at
@@ -271,7 +282,7 @@ func (u Usage) Basis() string {
 		return BasisUpstreamCost
 	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0 && u.AudioInputMillis == 0 &&
 		u.WebSearchRequests == 0 && u.FileSearchCalls == 0 && u.MapsGroundedPrompts == 0 && u.OCRPages == 0 && u.ContainerMinutes == 0 &&
-		u.ImageGenerationCalls == 0 && u.ImageOutputTokens == 0 && !u.HasAdvisor():
+		u.GuardrailUnits.IsZero() && u.ImageGenerationCalls == 0 && u.ImageOutputTokens == 0 && !u.HasAdvisor():
 		return BasisNone
 	case u.Estimated:
 		return BasisEstimate
@@ -310,7 +321,8 @@ type Cost struct {
 // price's regional premium when it went to a regional endpoint
 // (pricecatalog.RegionalPremium), plus its web searches, file search calls,
 // maps-grounded prompts and OCR pages apiece, its container minutes at the container's
-// price per hour (pricecatalog.Container.Cost), its image generation calls' output tokens at the image
+// price per hour (pricecatalog.Container.Cost), its guardrails' units at their policies'
+// prices (pricecatalog.GuardrailPrices.Cost), its image generation calls' output tokens at the image
 // model's output price (ImageCost of ImageTokensAt) and its advisor's sub-inferences at the
 // advisor model's prices (CatalogCost of AdvisorUsage at Price.Advisor, rounded up on
 // their own), none of them multiplied by the tier or the regional premium, which price
@@ -319,7 +331,8 @@ type Cost struct {
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
 		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 || u.MapsGroundedPrompts < 0 || u.OCRPages < 0 ||
-		u.ContainerMinutes < 0 || p.Price.Container.PerHour < 0 || u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || u.AdvisorInputTokens < 0 || u.AdvisorOutputTokens < 0 ||
+		u.ContainerMinutes < 0 || p.Price.Container.PerHour < 0 || !u.GuardrailUnits.Valid() || negativeGuardrailPrice(p.Price.Guardrails) ||
+		u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || u.AdvisorInputTokens < 0 || u.AdvisorOutputTokens < 0 ||
 		u.AdvisorCachedInputTokens < 0 || u.AdvisorCacheWriteTokens < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
 		return Cost{}, ErrBadUsage
 	}
@@ -382,6 +395,25 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 			}
 			return 0, ErrCostOverflow
 		})
+	}
+	// The guardrails' units, at their policies' prices rounded up once on their own,
+	// after the tier and the regional premium as well: a guardrail is billed apart from
+	// the model it guards, whatever tier or endpoint priced the tokens. Images are whole
+	// micro-USD apiece, added apart from the text units (the same sum): Cost reads an
+	// image's price as 1,000 times itself, which a price the catalog would refuse (above
+	// money.MaxAllowanceMicroUSD/1000) could wrap.
+	if g := u.GuardrailUnits; err == nil && !g.IsZero() {
+		images := g.ContentImages
+		g.ContentImages = 0
+		v, err = addCost(v, func() (int64, error) {
+			if c, ok := p.Price.Guardrails.Cost(g); ok {
+				return c, nil
+			}
+			return 0, ErrCostOverflow
+		})
+		if err == nil && images > 0 {
+			v, err = addApiece(v, images, p.Price.Guardrails.ContentImage)
+		}
 	}
 	// The images of the image generation tool, at their image model's output price,
 	// after the tier and the regional premium as well.
@@ -588,6 +620,12 @@ func uncachedPart(all, cachedPart *int64, cached int64) *int64 {
 	}
 	a := max(*all-min(*cachedPart, cached), 0)
 	return &a
+}
+
+// negativeGuardrailPrice tells whether any of a guardrail's prices is below 0 (which
+// pricecatalog.GuardrailPrices.Cost would read as free).
+func negativeGuardrailPrice(p pricecatalog.GuardrailPrices) bool {
+	return min(p.ContentText, p.DeniedTopics, p.SensitiveInformation, p.ContextualGrounding, p.AutomatedReasoning, p.ContentImage) < 0
 }
 
 // negative tells whether an optional count is present and below 0.
