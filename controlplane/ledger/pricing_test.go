@@ -34,6 +34,19 @@ func TestSettlementPricing(t *testing.T) {
 		}
 	}
 	high := pricecatalog.Highest()
+	// Amazon Bedrock's guardrails at the shipped catalog's prices (content filters and
+	// denied topics 0.15 USD per 1,000 text units, sensitive-information filters and
+	// contextual grounding 0.10, automated reasoning 0.17, an image 0.00075). 3 content-text
+	// units, 3 denied-topic units, 2 sensitive-information units and an image:
+	// (3*150,000 + 3*150,000 + 2*100,000) / 1,000 + 750 = 1,100 + 750 = 1,850 micro-USD.
+	if g, want := pricecatalog.Default().Guardrails(), (pricecatalog.GuardrailPrices{ContentText: 150_000, DeniedTopics: 150_000,
+		SensitiveInformation: 100_000, ContextualGrounding: 100_000, AutomatedReasoning: 170_000, ContentImage: 750}); g != want {
+		t.Fatalf("the catalog's guardrail prices are %+v, want %+v", g, want)
+	}
+	guardrailed := func() *internalv1.GuardrailUnits {
+		return &internalv1.GuardrailUnits{ContentText: 3, DeniedTopics: 3, SensitiveInformation: 2, ContentImages: 1}
+	}
+	const guardrailCost = 1_850
 	dearestContainer, ok := pricecatalog.Default().DearestContainer("")
 	if !ok || dearestContainer.Kind != "openai-64g" {
 		t.Fatalf("the catalog's dearest container is %+v, want openai-64g", dearestContainer)
@@ -337,6 +350,43 @@ func TestSettlementPricing(t *testing.T) {
 			&internalv1.SettleItem{Model: "gpt-4.1-nano", InputTokens: 1_000, ContainerKind: "openai-1g", ContainerMinutes: 25,
 				UpstreamCostMicroUsd: at.Cost(42), Complete: true},
 			42, "upstream", "", "upstream_cost"},
+		// Amazon Bedrock's guardrails are billed apart from the model they guard: their
+		// units at the catalog's guardrail prices whatever priced the tokens, after the
+		// tier and the regional premium (nova-micro: 0.035 and 0.14 USD per million input
+		// and output tokens; claude-haiku-4-5: 1 and 5, 10% more on a regional endpoint).
+		{"a guardrail's units beside the tokens", nil,
+			&internalv1.SettleItem{Model: "amazon.nova-micro-v1:0", InputTokens: 1_000_000, OutputTokens: 100_000, GuardrailUnits: guardrailed(),
+				Complete: true},
+			35_000 + 14_000 + guardrailCost, "catalog_estimate", "catalog", "reported_usage"},
+		{"a request its guardrail blocked: its units and no token", nil,
+			&internalv1.SettleItem{Model: "amazon.nova-micro-v1:0", GuardrailUnits: guardrailed(), Complete: true},
+			guardrailCost, "catalog_estimate", "catalog", "reported_usage"},
+		{"a blocked request, estimated", nil,
+			&internalv1.SettleItem{Model: "amazon.nova-micro-v1:0", GuardrailUnits: guardrailed(), UsageEstimated: true},
+			guardrailCost, "catalog_estimate", "catalog", "estimate"},
+		{"contextual grounding and automated reasoning at their prices", nil,
+			&internalv1.SettleItem{Model: "amazon.nova-micro-v1:0", GuardrailUnits: &internalv1.GuardrailUnits{ContextualGrounding: 4,
+				AutomatedReasoning: 6}, Complete: true},
+			4*100 + 6*170, "catalog_estimate", "catalog", "reported_usage"},
+		{"guardrail units are not raised by the regional premium", nil,
+			&internalv1.SettleItem{Model: "us.anthropic.claude-haiku-4-5-20251001-v1:0", InputTokens: 100_000, OutputTokens: 10_000,
+				GuardrailUnits: guardrailed(), RegionalEndpoint: true, Complete: true},
+			(100_000+50_000)*110/100 + guardrailCost, "catalog_estimate", "catalog", "reported_usage"},
+		{"guardrail units are not multiplied by the fast tier", nil,
+			&internalv1.SettleItem{Model: "gpt-5-mini", InputTokens: 1_000_000, GuardrailUnits: guardrailed(), Complete: true,
+				PriorityTier: true, ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST},
+			250_000*180/100 + guardrailCost, "catalog_estimate", "catalog", "reported_usage"},
+		{"the organization's token price leaves the catalog's guardrail prices", func() {
+			setPrices(store.ModelPrice{Model: "nova-micro", InputPerMillion: 1_000_000, OutputPerMillion: 1_000_000})
+		}, &internalv1.SettleItem{Model: "amazon.nova-micro-v1:0", InputTokens: 1_000, GuardrailUnits: guardrailed(), Complete: true},
+			1_000 + guardrailCost, "catalog_estimate", "organization", "reported_usage"},
+		{"a blocked request of a model nobody priced: its units at the catalog's prices, unpriced", func() { setPrices() },
+			&internalv1.SettleItem{Model: "acme-guarded-1", GuardrailUnits: guardrailed(), Complete: true},
+			guardrailCost, "fallback", "fallback", "reported_usage"},
+		{"an upstream cost wins over guardrail units, which the receipt keeps", nil,
+			&internalv1.SettleItem{Model: "amazon.nova-micro-v1:0", InputTokens: 1_000, GuardrailUnits: guardrailed(),
+				UpstreamCostMicroUsd: at.Cost(42), Complete: true},
+			42, "upstream", "", "upstream_cost"},
 		// OpenAI's image generation tool: the images' output tokens at the catalog's
 		// output price of the image model (gpt-image-1: 40 USD per million, its mini 8,
 		// 1.5 32), on top of the tokens, whatever priced them, after the tier.
@@ -557,6 +607,21 @@ func TestSettlementPricing(t *testing.T) {
 				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %d maps-grounded prompts %d OCR pages %v", basis, priceSource,
 					audio, searches, fileSearches, mapsGrounded, ocrPages, err)
 			}
+			// The guardrail units as reported, by policy.
+			var guardText, guardTopics, guardSensitive, guardGrounding, guardReasoning, guardImages int64
+			if err := e.Store.Pool.QueryRow(ctx, `SELECT guardrail_content_text_units, guardrail_denied_topic_units,
+					guardrail_sensitive_information_units, guardrail_contextual_grounding_units, guardrail_automated_reasoning_units,
+					guardrail_content_images
+				FROM usage_receipts WHERE request_id = $1`, id).Scan(&guardText, &guardTopics, &guardSensitive, &guardGrounding, &guardReasoning,
+				&guardImages); err != nil {
+				t.Fatal(err)
+			}
+			if g := c.item.GetGuardrailUnits(); guardText != g.GetContentText() || guardTopics != g.GetDeniedTopics() ||
+				guardSensitive != g.GetSensitiveInformation() || guardGrounding != g.GetContextualGrounding() ||
+				guardReasoning != g.GetAutomatedReasoning() || guardImages != g.GetContentImages() {
+				t.Fatalf("stored guardrail units %d %d %d %d %d, %d images; want %v", guardText, guardTopics, guardSensitive, guardGrounding,
+					guardReasoning, guardImages, g)
+			}
 			// The container minutes as reported, and their kind as named.
 			if containerMinutes != c.item.GetContainerMinutes() || containerKind != c.item.GetContainerKind() {
 				t.Fatalf("stored %d container minutes of %q, want %d of %q", containerMinutes, containerKind, c.item.GetContainerMinutes(),
@@ -633,6 +698,64 @@ func TestContainerMinutesOnPromotion(t *testing.T) {
 	if err := e.Store.Pool.QueryRow(ctx, `SELECT container_kind, container_minutes FROM usage_receipts WHERE request_id = $1`, id).Scan(&kind,
 		&minutes); err != nil || kind != "openai-4g" || minutes != 5 {
 		t.Fatalf("promoted receipt's containers: %d minutes of %q (%v)", minutes, kind, err)
+	}
+	at.Check(t, e.Store)
+}
+
+// An estimate of a request whose answer was lost (its tokens, no guardrail units)
+// promoted by the real usage, which counts its guardrail's units: the receipt takes the
+// units, and the cost their price at the catalog's guardrail prices. Then a request its
+// guardrail blocked, estimated (the enforcer saw its guardrail's verdict, not its bill):
+// charged its units, never complete, counted as estimated.
+func TestGuardrailUnitsOnPromotion(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	id := at.ReqID()
+	start1(t, e, at.StartItem(id, org, m, e.Clock.Now(), 0))
+	if r := settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "amazon.nova-lite-v1:0", InputTokens: 1_000_000, UsageEstimated: true}); r.Outcome !=
+		internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd != 60_000 {
+		t.Fatalf("estimate: %v", r)
+	}
+	r := settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "amazon.nova-lite-v1:0", InputTokens: 1_000_000,
+		GuardrailUnits: &internalv1.GuardrailUnits{ContentText: 3, DeniedTopics: 3, SensitiveInformation: 2, ContentImages: 1}, Complete: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED || r.CostMicroUsd != 60_000+1_850 || r.PriceSource != "catalog" ||
+		r.CostBasis != "reported_usage" {
+		t.Fatalf("promotion: %v", r)
+	}
+	guardrails := func(id string) (units [6]int64, complete bool) {
+		t.Helper()
+		if err := e.Store.Pool.QueryRow(ctx, `SELECT guardrail_content_text_units, guardrail_denied_topic_units,
+				guardrail_sensitive_information_units, guardrail_contextual_grounding_units, guardrail_automated_reasoning_units,
+				guardrail_content_images, complete
+			FROM usage_receipts WHERE request_id = $1`, id).Scan(&units[0], &units[1], &units[2], &units[3], &units[4], &units[5],
+			&complete); err != nil {
+			t.Fatal(err)
+		}
+		return units, complete
+	}
+	if units, complete := guardrails(id); units != [6]int64{3, 3, 2, 0, 0, 1} || !complete {
+		t.Fatalf("promoted receipt's guardrail units %v, complete %v", units, complete)
+	}
+	blocked := at.ReqID()
+	start1(t, e, at.StartItem(blocked, org, m, e.Clock.Now(), 0))
+	r = settle1(t, e, &internalv1.SettleItem{RequestId: blocked, Model: "amazon.nova-lite-v1:0",
+		GuardrailUnits: &internalv1.GuardrailUnits{ContentText: 2, DeniedTopics: 2}, UsageEstimated: true, Complete: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd != 600 || r.CostBasis != "estimate" || r.PriceSource != "catalog" {
+		t.Fatalf("blocked, estimated: %v", r)
+	}
+	if units, complete := guardrails(blocked); units != [6]int64{2, 2, 0, 0, 0, 0} || complete {
+		t.Fatalf("blocked receipt's guardrail units %v, complete %v", units, complete)
+	}
+	if used := e.Used(t, org, m, window.Day, e.Clock.Now()); used != 60_000+1_850+600 {
+		t.Fatalf("member used %d, want %d", used, 60_000+1_850+600)
+	}
+	// The promotion resolved the first estimate; the blocked request is one.
+	var estimated, incomplete int64
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT estimated_requests, incomplete_requests FROM usage_member_tracking WHERE member_id = $1`,
+		m).Scan(&estimated, &incomplete); err != nil || estimated != 1 || incomplete != 1 {
+		t.Fatalf("member's estimated requests %d, incomplete %d, want 1 and 1 (%v)", estimated, incomplete, err)
 	}
 	at.Check(t, e.Store)
 }

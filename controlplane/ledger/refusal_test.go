@@ -51,6 +51,11 @@ func TestHostileValuesAreSettledNotRefused(t *testing.T) {
 			Complete: true}, "gpt-4o-mini", 5 * 5_760_000 / 60, "container_kind dropped"},
 		{"max int64 container minutes", b, &internalv1.SettleItem{Model: "gpt-4o-mini", ContainerKind: "anthropic", ContainerMinutes: math.MaxInt64,
 			Complete: true}, "gpt-4o-mini", 525_600 * 50_000 / 60, "container_minutes 9223372036854775807 capped at 525600"},
+		{"negative guardrail units", a, &internalv1.SettleItem{Model: "amazon.nova-micro-v1:0", GuardrailUnits: &internalv1.GuardrailUnits{ContentText: 3,
+			DeniedTopics: -3, ContentImages: -1}, Complete: true}, "amazon.nova-micro-v1:0", 3 * 150, "guardrail_units.denied_topics -3 read as 0"},
+		{"max int64 guardrail units", b, &internalv1.SettleItem{Model: "amazon.nova-micro-v1:0", GuardrailUnits: &internalv1.GuardrailUnits{
+			SensitiveInformation: math.MaxInt64}, Complete: true}, "amazon.nova-micro-v1:0", 1_000_000_000_000 * 100,
+			"guardrail_units.sensitive_information 9223372036854775807 capped at 1000000000000"},
 		{"finished_at beyond timestamptz", b, &internalv1.SettleItem{Model: "gpt-4o-mini", OutputTokens: 1_000_000, Complete: true,
 			FinishedAtUnixMs: math.MaxInt64}, "gpt-4o-mini", 600_000, "finished_at_unix_ms"},
 	}
@@ -85,6 +90,21 @@ func TestHostileValuesAreSettledNotRefused(t *testing.T) {
 		if wantKind := c.item.GetContainerKind(); minutes != min(c.item.GetContainerMinutes(), 525_600) ||
 			kind != wantKind && (kind != "" || !strings.Contains(c.note, "container_kind")) {
 			t.Errorf("%s: stored %d container minutes of %q", c.name, minutes, kind)
+		}
+		// Guardrail units bounded: a negative count is stored as 0, an absurd one capped.
+		var units [6]int64
+		if err := e.Store.Pool.QueryRow(ctx, `SELECT guardrail_content_text_units, guardrail_denied_topic_units,
+				guardrail_sensitive_information_units, guardrail_contextual_grounding_units, guardrail_automated_reasoning_units,
+				guardrail_content_images
+			FROM usage_receipts WHERE request_id = $1`, r.RequestId).Scan(&units[0], &units[1], &units[2], &units[3], &units[4],
+			&units[5]); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		g := c.item.GetGuardrailUnits()
+		bounded := func(v int64) int64 { return min(max(v, 0), 1_000_000_000_000) }
+		if want := [6]int64{bounded(g.GetContentText()), bounded(g.GetDeniedTopics()), bounded(g.GetSensitiveInformation()),
+			bounded(g.GetContextualGrounding()), bounded(g.GetAutomatedReasoning()), bounded(g.GetContentImages())}; units != want {
+			t.Errorf("%s: stored guardrail units %v, want %v", c.name, units, want)
 		}
 	}
 	if _, pending, _, _, _ := e.Tracking(t, a); pending != 0 {
@@ -181,5 +201,25 @@ func TestQuarantineDropsAContainerKindThatIsNone(t *testing.T) {
 	if err := e.Store.Pool.QueryRow(ctx, `SELECT payload->>'containerKind' FROM usage_quarantined_settlements WHERE request_id = $1`,
 		id).Scan(&kind); err != nil || kind == nil || *kind != "openai-1g" {
 		t.Fatalf("quarantined container kind %v (%v)", kind, err)
+	}
+}
+
+// A quarantined settlement keeps its guardrail units as the enforcer sent them (JSON and
+// Postgres take any integer, so nothing is dropped), for the operator who reviews it.
+func TestQuarantineKeepsGuardrailUnits(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	id := at.ReqID()
+	r := settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "amazon.nova-micro-v1:0", GuardrailUnits: &internalv1.GuardrailUnits{
+		ContentText: 3, DeniedTopics: -1, ContentImages: 1}, Complete: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+		t.Fatalf("%v", r)
+	}
+	var text, topics, images int64
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT (payload->'guardrailUnits'->>'contentText')::bigint,
+			(payload->'guardrailUnits'->>'deniedTopics')::bigint, (payload->'guardrailUnits'->>'contentImages')::bigint
+		FROM usage_quarantined_settlements WHERE request_id = $1`, id).Scan(&text, &topics, &images); err != nil || text != 3 || topics != -1 ||
+		images != 1 {
+		t.Fatalf("quarantined guardrail units %d %d %d (%v)", text, topics, images, err)
 	}
 }

@@ -152,7 +152,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		AudioInputTokens: it.AudioInputTokens, AudioOutputTokens: it.AudioOutputTokens, CachedAudioInputTokens: it.CachedAudioInputTokens,
 		ImageInputTokens: it.ImageInputTokens, CachedImageInputTokens: it.CachedImageInputTokens,
 		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Tier: tierOf(it),
-		Regional: it.GetRegionalEndpoint()})
+		Regional: it.GetRegionalEndpoint(), GuardrailUnits: guardrailUnitsOf(it.GetGuardrailUnits())})
 	if len(notes) > 0 {
 		sj.notes = append(sj.notes, notes...)
 		sj.adjusted = append(sj.adjusted, "usage_bounded")
@@ -532,7 +532,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
 			WebSearchRequests: j.item.usage.WebSearchRequests, FileSearchCalls: j.item.usage.FileSearchCalls,
 			MapsGroundedPrompts: j.item.usage.MapsGroundedPrompts, OCRPages: j.item.usage.OCRPages,
-			ContainerKind: j.item.containerKind, ContainerMinutes: j.item.usage.ContainerMinutes,
+			ContainerKind: j.item.containerKind, ContainerMinutes: j.item.usage.ContainerMinutes, Guardrails: j.item.usage.GuardrailUnits,
 			ImageGenerationCalls: j.item.usage.ImageGenerationCalls, ImageModel: j.item.imageModel, ImageOutputTokens: j.item.usage.ImageOutputTokens,
 			AdvisorModel: j.item.advisorModel, AdvisorInputTokens: j.item.usage.AdvisorInputTokens, AdvisorOutputTokens: j.item.usage.AdvisorOutputTokens,
 			AdvisorCachedInputTokens: j.item.usage.AdvisorCachedInputTokens, AdvisorCacheWriteTokens: j.item.usage.AdvisorCacheWriteTokens,
@@ -676,7 +676,8 @@ func newOrgPrices(ps []store.ModelPrice) *orgPrices {
 // organization's fallback price, else the catalog's highest price of each token class.
 // Audio billed by duration and OCR pages are priced from the catalog whatever priced the
 // tokens (organizations price tokens only): see unitPrice; so are container minutes
-// (containerPrice), web searches, file search
+// (containerPrice), Amazon Bedrock's guardrails (the catalog's prices, which price every
+// guardrail whatever model it guards), web searches, file search
 // calls, maps-grounded prompts, the image generation tool's images and the advisor's
 // sub-inferences (webSearchPrice, fileSearchPrice, mapsGroundingPrice, imageOutputPrice,
 // advisorPrice). Audio tokens are not: they are tokens, priced apart only by a catalog
@@ -701,6 +702,9 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 		if p.Price.Container, known = sj.containerPrice(); !known {
 			p.Source = accounting.PriceFallback // containers of a kind nobody priced: unpriced
 		}
+	}
+	if !sj.usage.GuardrailUnits.IsZero() {
+		p.Price.Guardrails = sj.prices.Guardrails()
 	}
 	if sj.usage.WebSearchRequests > 0 {
 		var known bool
@@ -830,6 +834,14 @@ func (sj *settleJob) containerPrice() (c pricecatalog.Container, known bool) {
 	}
 	c, _ = sj.prices.DearestContainer("")
 	return c, false
+}
+
+// guardrailUnitsOf is what a settlement's guardrails assessed (none when it says
+// nothing), as the enforcer counted it: accounting.Bound reads a negative count as 0.
+func guardrailUnitsOf(g *internalv1.GuardrailUnits) pricecatalog.GuardrailUnits {
+	return pricecatalog.GuardrailUnits{ContentText: g.GetContentText(), DeniedTopics: g.GetDeniedTopics(),
+		SensitiveInformation: g.GetSensitiveInformation(), ContextualGrounding: g.GetContextualGrounding(),
+		AutomatedReasoning: g.GetAutomatedReasoning(), ContentImages: g.GetContentImages()}
 }
 
 // perMinute and perPage read a price's units for unitPrice.
