@@ -162,6 +162,11 @@ type Request struct {
 	Container         bool
 	ContainerKind     string
 	ExplicitContainer bool
+	// Guardrail: the request asks Amazon Bedrock to guard it with a guardrail, billed
+	// apart by the text it assesses (Converse's guardrailConfig object; an InvokeModel
+	// request's X-Amzn-Bedrock-GuardrailIdentifier header, which the front door notes:
+	// requestbody.GuardrailTraceHeader).
+	Guardrail bool
 	// MaxToolCalls is OpenAI's max_tool_calls: the most calls of built-in tools (web
 	// search, file search...) a Responses request allows, all tools together; 0 when it
 	// sets none, or none that is a positive whole number.
@@ -265,6 +270,10 @@ func Input(body []byte) (Request, error) {
 			r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor = t.search, t.maxUses, t.fileSearch, t.images, t.advisor
 			r.MapsGrounding, r.Container = t.maps, t.containers
 			i = w.value(i, kindOf(key))
+		case jsonscan.KeyIs(key, "guardrailConfig"):
+			// The last one counts, as encoding/json reads a repeated key.
+			r.Guardrail = body[i] == '{'
+			i = w.value(i, skipped)
 		case jsonscan.KeyIs(key, "background"):
 			// The last one counts, as encoding/json reads a repeated key.
 			r.Background = bytes.HasPrefix(body[i:], []byte("true"))

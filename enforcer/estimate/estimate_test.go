@@ -116,6 +116,20 @@ func TestOutputCap(t *testing.T) {
 			t.Errorf("%s: background %v (%v), want %v", body, r.Background, err, want)
 		}
 	}
+	// Bedrock Converse's guardrailConfig, an object: the request's guardrail, billed apart.
+	for body, want := range map[string]bool{
+		`{"messages":[],"guardrailConfig":{"guardrailIdentifier":"gr1","guardrailVersion":"1"}}`: true,
+		`{"guardrailConfig":null}`: false,
+		`{"guardrailConfig":{"guardrailIdentifier":"g"},"guardrailConfig":null}`: false, // the last one counts
+		`{"inferenceConfig":{"guardrailConfig":{}}}`:                             false,
+	} {
+		if r, err := Input([]byte(body)); err != nil || r.Guardrail != want {
+			t.Errorf("%s: guardrail %v (%v), want %v", body, r.Guardrail, err, want)
+		}
+		if ref, err := decoderInput([]byte(body)); err != nil || ref.Guardrail != want {
+			t.Errorf("%s: the reference reads guardrail %v (%v), want %v", body, ref.Guardrail, err, want)
+		}
+	}
 	a, _ := Input([]byte(`{"model":"m","max_tokens":100000,"messages":[{"role":"user","content":"hello"}]}`))
 	b, _ := Input([]byte(`{"model":"m","messages":[{"role":"user","content":"hello"}]}`))
 	if a.InputTokens != b.InputTokens || a.Model != "m" {
@@ -344,6 +358,18 @@ func decoderInput(body []byte) (Request, error) {
 				return Request{}, ErrNotObject
 			}
 			r.Background = v == true
+			if d, ok := v.(json.Delim); ok {
+				if err := w.skip(d); err != nil {
+					return Request{}, ErrNotObject
+				}
+			}
+			continue
+		case "guardrailConfig":
+			v, err := dec.Token()
+			if err != nil {
+				return Request{}, ErrNotObject
+			}
+			r.Guardrail = v == json.Delim('{')
 			if d, ok := v.(json.Delim); ok {
 				if err := w.skip(d); err != nil {
 					return Request{}, ErrNotObject

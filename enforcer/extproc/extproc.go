@@ -80,6 +80,10 @@ type stream struct {
 	bodySeen  bool
 	// codings: the request's Content-Encoding (requestbody.Codings).
 	codings []string
+	// guardrailID and traceAsked are an InvokeModel request's guardrail and trace headers
+	// (X-Amzn-Bedrock-GuardrailIdentifier, X-Amzn-Bedrock-Trace); guardrailTrace the
+	// trace header its body's response sets, "" for none (requestbody.GuardrailTraceHeader).
+	guardrailID, traceAsked, guardrailTrace string
 
 	status int32
 	ext    *responseusage.Extractor
@@ -196,6 +200,10 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 			st.codings = append(st.codings, requestbody.Codings([]string{value(hv)})...)
 		case "upgrade":
 			st.webSocket = strings.EqualFold(strings.TrimSpace(value(hv)), "websocket")
+		case "x-amzn-bedrock-guardrailidentifier":
+			st.guardrailID = value(hv)
+		case "x-amzn-bedrock-trace":
+			st.traceAsked = value(hv)
 		}
 	}
 	if st.requestID != "" && !st.requestOnly {
@@ -234,6 +242,16 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	// The body's estimate, with the model its path names (Gemini, Bedrock, Vertex AI)
 	// and whether the path is a regional endpoint, as the gateway reads them.
 	est := gate.BodyHint(body, st.path, st.host()).WithUpstreamHost(st.upstreamHost).Body
+	// InvokeModel's guardrail, named by a header: its trace asked for by another, set
+	// with the body's response (replaceBody), as the gateway sets it.
+	if st.guardrailID != "" {
+		var guarded bool
+		st.guardrailTrace, guarded = requestbody.GuardrailTraceHeader(http.Header{
+			requestbody.HeaderGuardrailIdentifier: {st.guardrailID}, requestbody.HeaderBedrockTrace: {st.traceAsked}})
+		if guarded && est != nil {
+			est.Guardrail = true
+		}
+	}
 	if endpoint := requestbody.DeferredRequest(st.method, st.path, est, body); endpoint != "" && !st.s.AllowDeferred.Allows(endpoint) {
 		_ = st.s.tracker.Finish(st.requestID, inflight.Refused(http.StatusForbidden), nil) // never sent upstream
 		m.WithLabelValues("billing_deferred").Inc()
@@ -254,6 +272,17 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 			body, replace = b, true
 			m.WithLabelValues("include_usage_set").Inc()
 		}
+	}
+	if est != nil && est.Guardrail {
+		// Bedrock's guardrail reports what it billed only in its trace: asked for.
+		if b, ok := requestbody.WithGuardrailTrace(body); ok {
+			body, replace = b, true
+			m.WithLabelValues("guardrail_trace_set").Inc()
+		}
+	}
+	if st.guardrailTrace != "" {
+		replace = true // the body as it is, with the trace header (replaceBody)
+		m.WithLabelValues("guardrail_trace_set").Inc()
 	}
 	if !replace {
 		return continueRequestBody
@@ -311,21 +340,29 @@ func (st *stream) replaceBody(body []byte) *extprocv3.ProcessingResponse {
 	cr := &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}}
 	hm := &extprocv3.HeaderMutation{}
 	if st.hasContentLength {
-		hv := &corev3.HeaderValue{Key: "content-length"}
-		if n := strconv.Itoa(len(body)); st.rawValues {
-			hv.RawValue = []byte(n)
-		} else {
-			hv.Value = n
-		}
-		hm.SetHeaders = []*corev3.HeaderValueOption{{Header: hv, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}
+		hm.SetHeaders = []*corev3.HeaderValueOption{{Header: st.headerValue("content-length", strconv.Itoa(len(body))),
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}
 	}
 	if len(st.codings) > 0 {
 		hm.RemoveHeaders = []string{"content-encoding"}
+	}
+	if st.guardrailTrace != "" {
+		hm.SetHeaders = append(hm.SetHeaders, &corev3.HeaderValueOption{Header: st.headerValue(strings.ToLower(requestbody.HeaderBedrockTrace), st.guardrailTrace),
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
 	}
 	if len(hm.SetHeaders) > 0 || len(hm.RemoveHeaders) > 0 {
 		cr.HeaderMutation = hm
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cr}}}
+}
+
+// headerValue is a header as this stream's Envoy writes them: in raw_value when it sends
+// its values so, else in value.
+func (st *stream) headerValue(key, v string) *corev3.HeaderValue {
+	if st.rawValues {
+		return &corev3.HeaderValue{Key: key, RawValue: []byte(v)}
+	}
+	return &corev3.HeaderValue{Key: key, Value: v}
 }
 
 // refusal answers the client with a front door's own refusal of a body it cannot read,

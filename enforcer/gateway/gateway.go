@@ -340,6 +340,9 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	hint := gate.BodyHint(body, r.URL.Path, p.route.Upstream.Host).WithUpstreamHost(p.route.Upstream.Host)
+	if _, guarded := requestbody.GuardrailTraceHeader(r.Header); guarded && hint.Body != nil {
+		hint.Body.Guardrail = true // InvokeModel's guardrail, named by a header
+	}
 	a, err := gw.gate.CheckRequest(r.Context(), gate.CredentialsFrom(r.Header), hint)
 	if err != nil {
 		gw.answered(w, OutcomeClientGone)
@@ -561,6 +564,12 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 			body = b
 		}
 	}
+	if est != nil && est.Guardrail {
+		// Bedrock's guardrail reports what it billed only in its trace: asked for.
+		if b, ok := requestbody.WithGuardrailTrace(body); ok {
+			body = b
+		}
+	}
 
 	ctx, cancel := context.WithCancel(r.Context())
 	p.cancel = cancel
@@ -574,6 +583,9 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		gw.answered(w, OutcomeUpstreamError)
 		writeError(w, http.StatusBadGateway, "api_error", "service_gateway_upstream_error", "The upstream request could not be built.", nil)
 		return false
+	}
+	if trace, _ := requestbody.GuardrailTraceHeader(r.Header); trace != "" {
+		out.Header.Set(requestbody.HeaderBedrockTrace, trace) // before the request is signed
 	}
 	if p.route.Signer != nil {
 		if err := p.route.Signer.Sign(ctx, out, body, p.upload && r.ContentLength != 0); err != nil {

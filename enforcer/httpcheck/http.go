@@ -76,6 +76,16 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(a.Body)
 }
 
+// settleGuardrailUnits is /settle's guardrailUnits (pricecatalog.GuardrailUnits).
+type settleGuardrailUnits struct {
+	ContentText          int64 `json:"contentText"`
+	DeniedTopics         int64 `json:"deniedTopics"`
+	SensitiveInformation int64 `json:"sensitiveInformation"`
+	ContextualGrounding  int64 `json:"contextualGrounding"`
+	AutomatedReasoning   int64 `json:"automatedReasoning"`
+	ContentImages        int64 `json:"contentImages"`
+}
+
 // settleBody is the JSON of POST /settle. Pointers tell absent from zero.
 type settleBody struct {
 	RequestID                string  `json:"requestId"`
@@ -131,6 +141,11 @@ type settleBody struct {
 	// dearest container, unpriced.
 	ContainerKind    *string `json:"containerKind"`
 	ContainerMinutes *int64  `json:"containerMinutes"`
+	// GuardrailUnits is what the request's Amazon Bedrock guardrails assessed, by billed
+	// policy (the usage of the assessments of their trace, summed; automated reasoning
+	// units times its policies), billed apart from the tokens at the catalog's guardrail
+	// prices, also when the guardrail refused the prompt and no token was billed.
+	GuardrailUnits *settleGuardrailUnits `json:"guardrailUnits"`
 	// AudioInputTokens and AudioOutputTokens are the audio parts of inputTokens and
 	// outputTokens (OpenAI's *_tokens_details.audio_tokens, Gemini's AUDIO modality).
 	// Absent, a model whose catalog entry prices audio apart is charged the dearer
@@ -228,6 +243,17 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 			probs = append(probs, problem{f.name + " must not be negative", []any{f.name}})
 		}
 	}
+	if g := in.GuardrailUnits; g != nil {
+		for _, f := range []struct {
+			name string
+			v    int64
+		}{{"contentText", g.ContentText}, {"deniedTopics", g.DeniedTopics}, {"sensitiveInformation", g.SensitiveInformation},
+			{"contextualGrounding", g.ContextualGrounding}, {"automatedReasoning", g.AutomatedReasoning}, {"contentImages", g.ContentImages}} {
+			if f.v < 0 {
+				probs = append(probs, problem{"guardrailUnits." + f.name + " must not be negative", []any{"guardrailUnits", f.name}})
+			}
+		}
+	}
 	if in.MapsGroundedPrompts != nil && *in.MapsGroundedPrompts != 0 && *in.MapsGroundedPrompts != 1 {
 		probs = append(probs, problem{"mapsGroundedPrompts must be 0 or 1 (a request is one prompt)", []any{"mapsGroundedPrompts"}})
 	}
@@ -284,6 +310,10 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	}
 	if in.ContainerKind != nil {
 		u.ContainerKind = *in.ContainerKind
+	}
+	if g := in.GuardrailUnits; g != nil {
+		u.Guardrail = pricecatalog.GuardrailUnits(*g)
+		reported = true
 	}
 	// complete defaults to "some usage was reported": a bare {requestId} says the
 	// request ended without usage, which is exactly an incomplete settlement.

@@ -114,7 +114,9 @@ func TestHTTPSettle(t *testing.T) {
 			`{"requestId":"` + reqID + `","ocrPages":-1}`, `{"requestId":"` + reqID + `","ocrPages":1.5}`,
 			`{"requestId":"` + reqID + `","containerMinutes":-1}`, `{"requestId":"` + reqID + `","containerMinutes":2.5}`,
 			`{"requestId":"` + reqID + `","containerKind":"` + strings.Repeat("k", 65) + `"}`, `{"requestId":"` + reqID + `","containerKind":"OpenAI-1G"}`,
-			`{"requestId":"` + reqID + `","containerKind":5}`} {
+			`{"requestId":"` + reqID + `","containerKind":5}`,
+			`{"requestId":"` + reqID + `","guardrailUnits":{"contentText":-1}}`, `{"requestId":"` + reqID + `","guardrailUnits":{"deniedTopics":1.5}}`,
+			`{"requestId":"` + reqID + `","guardrailUnits":{"wordFilter":3}}`, `{"requestId":"` + reqID + `","guardrailUnits":[1]}`} {
 			if code, out := postSettle(t, h, "127.0.0.1:5555", "", bad); code != 400 || out["error"] != "invalid_request" || out["details"] == nil {
 				t.Fatalf("%s: %d %v", bad, code, out)
 			}
@@ -214,6 +216,16 @@ func TestHTTPSettle(t *testing.T) {
 		{"a container's minutes and kind", `"model":"gpt-5","inputTokens":10,"containerKind":"openai-4g","containerMinutes":25`,
 			func(it *internalv1.SettleItem) bool {
 				return it.GetContainerKind() == "openai-4g" && it.GetContainerMinutes() == 25 && it.GetInputTokens() == 10
+			}},
+		{"a guardrail's units", `"model":"anthropic.claude-haiku-4-5","inputTokens":10,"guardrailUnits":{"contentText":3,"deniedTopics":2,"sensitiveInformation":1,"contextualGrounding":4,"automatedReasoning":6,"contentImages":1}`,
+			func(it *internalv1.SettleItem) bool {
+				g := it.GetGuardrailUnits()
+				return g.GetContentText() == 3 && g.GetDeniedTopics() == 2 && g.GetSensitiveInformation() == 1 && g.GetContextualGrounding() == 4 &&
+					g.GetAutomatedReasoning() == 6 && g.GetContentImages() == 1 && it.GetInputTokens() == 10 && it.GetComplete()
+			}},
+		{"a guardrail's units alone are usage (it refused the prompt)", `"model":"anthropic.claude-haiku-4-5","guardrailUnits":{"deniedTopics":1}`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetGuardrailUnits().GetDeniedTopics() == 1 && it.GetComplete()
 			}},
 		{"container minutes alone are usage", `"model":"claude-sonnet-4-5","containerMinutes":5`,
 			func(it *internalv1.SettleItem) bool {

@@ -103,6 +103,9 @@ type Usage struct {
 	// (Seen.ContainerIDs), whose minutes Finish charges.
 	ContainerKind    string
 	ContainerMinutes int64
+	// Guardrail is what the request's Amazon Bedrock guardrails assessed, billed apart
+	// from the tokens (responseusage.Usage.Guardrail; POST /settle's "guardrailUnits").
+	Guardrail pricecatalog.GuardrailUnits
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
 	// OutputTokens where the upstream reported them, nil where not: settlement charges a
 	// model that prices audio apart at the dearer price when the split is unknown
@@ -158,7 +161,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls,
 		ImageGenerationCalls: got.ImageGenerationCalls, AdvisorInputTokens: got.AdvisorInputTokens, AdvisorOutputTokens: got.AdvisorOutputTokens,
 		AdvisorCachedInputTokens: got.AdvisorCachedInputTokens, AdvisorCacheCreationInputTokens: got.AdvisorCacheCreationInputTokens,
-		MapsGroundedPrompts: got.MapsGroundedPrompts, OCRPages: got.OCRPages, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier, Regional: got.Regional,
+		MapsGroundedPrompts: got.MapsGroundedPrompts, OCRPages: got.OCRPages, Guardrail: got.Guardrail, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier, Regional: got.Regional,
 		AudioInputTokens: reported(got.AudioInputTokens, got.AudioInputReported), AudioOutputTokens: reported(got.AudioOutputTokens, got.AudioOutputReported),
 		CachedAudioInputTokens: reported(got.CachedAudioInputTokens, got.CachedAudioInputReported),
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
@@ -358,6 +361,7 @@ type reading struct {
 	advisorModel     string
 	advisorMaxTokens int64
 	containerKind    string
+	guardrail        bool
 }
 
 // reading is what the request's body said (RecordRequest), nil when it was not recorded.
@@ -372,7 +376,7 @@ func (r *Request) reading() *reading {
 func readingOf(req *estimate.Request) reading {
 	return reading{inputEstimate: req.InputTokens, model: req.Model, regional: req.Regional, host: req.Host,
 		imageOutput: req.ImageOutputTokens, imageCall: req.ImageCall, advisorModel: req.AdvisorModel,
-		advisorMaxTokens: req.AdvisorMaxTokens, containerKind: req.ContainerKind}
+		advisorMaxTokens: req.AdvisorMaxTokens, containerKind: req.ContainerKind, guardrail: req.Guardrail}
 }
 
 // RecordRequest notes what the request of a tracked request said (the front door's
@@ -493,6 +497,7 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		ServiceTier:                     serviceTiers[u.Tier],
 		RegionalEndpoint:                u.Regional,
 		UpstreamHost:                    u.Host,
+		GuardrailUnits:                  guardrailUnits(u.Guardrail),
 	}
 	var res *settleq.Reservation
 	r := t.take(id)
@@ -514,6 +519,7 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 	}
 	if u.Seen != nil {
 		charge(item, u.Seen, rd)
+		guardrailEstimate(item, u.Seen, rd)
 		if len(u.Seen.ContainerIDs) > 0 && item.ContainerMinutes == 0 {
 			t.chargeContainers(item, u.Seen, rd, start)
 		}
@@ -670,6 +676,38 @@ func charge(item *internalv1.SettleItem, seen *Seen, rd *reading) {
 	if estimated {
 		item.UsageEstimated, item.Complete = true, false
 	}
+}
+
+// guardrailUnits is u as a settlement carries it, nil when nothing was assessed.
+func guardrailUnits(u pricecatalog.GuardrailUnits) *internalv1.GuardrailUnits {
+	if u.IsZero() {
+		return nil
+	}
+	return &internalv1.GuardrailUnits{ContentText: u.ContentText, DeniedTopics: u.DeniedTopics,
+		SensitiveInformation: u.SensitiveInformation, ContextualGrounding: u.ContextualGrounding,
+		AutomatedReasoning: u.AutomatedReasoning, ContentImages: u.ContentImages}
+}
+
+// guardrailEstimate charges the guardrail of a request whose body asked for one (rd) and
+// whose answer reported none of its units (a stream cut before its metadata event, an
+// answer without its trace): the text units of its prompt (the body's input estimate)
+// and of the answer's text seen, at every billed text policy
+// (pricecatalog.EstimatedGuardrailUnits), an estimate. An error answer without usage or
+// text costs nothing, as for the tokens (charge): the guardrail did not run.
+func guardrailEstimate(item *internalv1.SettleItem, seen *Seen, rd *reading) {
+	if rd == nil || !rd.guardrail || item.GuardrailUnits != nil {
+		return
+	}
+	if item.UpstreamStatus >= 400 && !seen.InputReported && !seen.OutputReported && seen.TextBytes == 0 {
+		return
+	}
+	// Each part at most half of int64's range, so that their sum cannot overflow.
+	chars := min(rd.inputEstimate, math.MaxInt64/2/estimate.BytesPerToken)*estimate.BytesPerToken + min(seen.TextBytes, math.MaxInt64/2)
+	if chars <= 0 {
+		return
+	}
+	item.GuardrailUnits = guardrailUnits(pricecatalog.EstimatedGuardrailUnits(chars))
+	item.UsageEstimated, item.Complete = true, false
 }
 
 // TypicalAdviceTokens is what one consultation of Anthropic's advisor tool writes, its

@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+	"google.golang.org/protobuf/proto"
 )
 
 type queue struct {
@@ -606,4 +607,46 @@ func admittedReqA() (*Tracker, *queue) {
 	tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	tr.Admitted(&Request{ID: "req_a", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
 	return tr, q
+}
+
+// An Amazon Bedrock guardrail's units go with the settlement as the answer reported them;
+// a request whose body asked for a guardrail and whose answer reported none (a stream cut
+// before its metadata event) is charged an estimate: the text units of its prompt and of
+// the answer seen, at every billed text policy. An error answer with nothing in it, none.
+func TestGuardrailsAreSettled(t *testing.T) {
+	reported := pricecatalog.GuardrailUnits{ContentText: 2, DeniedTopics: 2, AutomatedReasoning: 4, ContentImages: 1}
+	for _, tc := range []struct {
+		name      string
+		record    *estimate.Request
+		u         Usage
+		want      *internalv1.GuardrailUnits
+		estimated bool
+	}{
+		{name: "reported", record: &estimate.Request{Model: "m", InputTokens: 400, Guardrail: true},
+			u:    Usage{Model: "m", InputTokens: 5, OutputTokens: 6, Complete: true, UpstreamStatus: 200, Guardrail: reported, Seen: &Seen{InputReported: true, OutputReported: true}},
+			want: &internalv1.GuardrailUnits{ContentText: 2, DeniedTopics: 2, AutomatedReasoning: 4, ContentImages: 1}},
+		{name: "cut before its trace: estimated", record: &estimate.Request{Model: "m", InputTokens: 400, Guardrail: true},
+			u: Usage{Model: "m", UpstreamStatus: 200, Seen: &Seen{TextBytes: 1401}},
+			// 400 tokens of prompt are 1,600 bytes; with the 1,401 of the answer, 3,001: 4 units.
+			want:      &internalv1.GuardrailUnits{ContentText: 4, DeniedTopics: 4, SensitiveInformation: 4, ContextualGrounding: 4},
+			estimated: true},
+		{name: "no guardrail asked", record: &estimate.Request{Model: "m", InputTokens: 400},
+			u: Usage{Model: "m", InputTokens: 400, OutputTokens: 6, Complete: true, UpstreamStatus: 200, Seen: &Seen{InputReported: true, OutputReported: true}}},
+		{name: "an error answer with nothing in it", record: &estimate.Request{Model: "m", InputTokens: 400, Guardrail: true},
+			u: Usage{Model: "m", UpstreamStatus: 400, Seen: &Seen{}}},
+		{name: "a reporter's units", u: Usage{Model: "m", InputTokens: 5, Complete: true, Guardrail: reported},
+			want: &internalv1.GuardrailUnits{ContentText: 2, DeniedTopics: 2, AutomatedReasoning: 4, ContentImages: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, q := admittedReqA()
+			if tc.record != nil && !tr.RecordRequest("req_a", *tc.record) {
+				t.Fatal("not recorded")
+			}
+			_ = tr.Finish("req_a", tc.u, nil)
+			it := q.items[0]
+			if !proto.Equal(it.GetGuardrailUnits(), tc.want) || it.GetUsageEstimated() != tc.estimated {
+				t.Fatalf("settled %v, want guardrail units %v, estimated %v", it, tc.want, tc.estimated)
+			}
+		})
+	}
 }

@@ -116,7 +116,7 @@ var (
 	settleOutcomes       = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "abandoned", "overflow"}
 	costBases            = []string{"upstream_cost", "reported_usage", "estimate", "none", "unknown"}
 	extprocStreamResults = []string{"complete", "incomplete", "untracked"}
-	requestBodyResults   = []string{"estimated", "not_json", "include_usage_set", "not_buffered", "model_not_priced", "billing_deferred", "unbilled", "decoded", "undecodable"}
+	requestBodyResults   = []string{"estimated", "not_json", "include_usage_set", "not_buffered", "model_not_priced", "billing_deferred", "unbilled", "decoded", "undecodable", "guardrail_trace_set"}
 	spoolDropReasons     = []string{"full", "error"}
 	invalidationKinds    = []string{"credential", "member", "api_key", "record"}
 	// gatewayOutcomes are gateway.Outcomes (a gateway test checks they agree).
@@ -265,7 +265,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		ExtProcRequestBodies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_extproc_request_bodies_total",
-			Help: "Request bodies of admitted requests read through ext_proc, by result: estimated (input tokens estimated from it), not_json (nothing estimated), include_usage_set (an OpenAI stream's body rewritten to ask for its usage), not_buffered (sent in pieces: neither estimated nor rewritten), model_not_priced (refused: the organization refuses models nobody priced), billing_deferred (refused: an endpoint billed later, out of the enforcer's sight, a batch or a background response), unbilled (an endpoint the provider does not charge, a token count or a moderation: nothing estimated, nothing charged), decoded (a compressed body, gzip, deflate or br, read and sent decoded), undecodable (refused 415, 400 or 413: a compressed body of another coding, corrupt, or past 32 MiB decoded, which unread could not be charged). A rewritten body also counts as estimated.",
+			Help: "Request bodies of admitted requests read through ext_proc, by result: estimated (input tokens estimated from it), not_json (nothing estimated), include_usage_set (an OpenAI stream's body rewritten to ask for its usage), not_buffered (sent in pieces: neither estimated nor rewritten), model_not_priced (refused: the organization refuses models nobody priced), billing_deferred (refused: an endpoint billed later, out of the enforcer's sight, a batch or a background response), unbilled (an endpoint the provider does not charge, a token count or a moderation: nothing estimated, nothing charged), decoded (a compressed body, gzip, deflate or br, read and sent decoded), undecodable (refused 415, 400 or 413: a compressed body of another coding, corrupt, or past 32 MiB decoded, which unread could not be charged), guardrail_trace_set (an Amazon Bedrock request's guardrail asked for its trace, which reports what it billed: Converse's guardrailConfig.trace, InvokeModel's X-Amzn-Bedrock-Trace header). A rewritten body also counts as estimated.",
 		}, []string{"result"}),
 		InvalidationsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_invalidations_total",

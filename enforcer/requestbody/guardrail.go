@@ -1,0 +1,92 @@
+package requestbody
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/tollgate-dev/tollgate/enforcer/internal/jsonscan"
+)
+
+// Amazon Bedrock bills a request's guardrail apart from its model: by the text units
+// each of its policies assessed (pricecatalog.GuardrailUnits). Its answer says how many
+// only when the request asked for the guardrail's trace, and a request that did not is
+// billed all the same. So a front door asks for it: Converse's and ConverseStream's
+// guardrailConfig.trace "enabled" (WithGuardrailTrace), InvokeModel's
+// X-Amzn-Bedrock-Trace: ENABLED (GuardrailTraceHeader). The answer then carries the
+// trace (responseusage reads its usage): a client that did not ask for it gets it too, a
+// documented field of the answer its SDK reads or skips. docs/prices.md, "Amazon
+// Bedrock's guardrails".
+
+// Bedrock's InvokeModel headers of a guardrail.
+const (
+	HeaderGuardrailIdentifier = "X-Amzn-Bedrock-GuardrailIdentifier"
+	HeaderBedrockTrace        = "X-Amzn-Bedrock-Trace"
+)
+
+// traceEnabledMember is spliced into a guardrailConfig without a trace.
+var traceEnabledMember = []byte(`"trace":"enabled",`)
+
+// WithGuardrailTrace returns a Bedrock Converse (ConverseStream) request body whose
+// guardrail reports its usage: when body is one JSON object whose guardrailConfig is an
+// object without trace, or with trace "disabled", a copy with trace "enabled", and true;
+// otherwise false (no guardrail, a trace already on: "enabled" or "enabled_full", or not
+// a body this understands). Every other byte stays as it was; of keys given twice the
+// last counts.
+func WithGuardrailTrace(body []byte) ([]byte, bool) {
+	if !json.Valid(body) {
+		return nil, false
+	}
+	open := jsonscan.SkipSpace(body, 0)
+	if body[open] != '{' {
+		return nil, false
+	}
+	cfgStart := -1
+	eachMember(body, open, func(key []byte, start, _ int) {
+		if jsonscan.KeyIs(key, "guardrailConfig") {
+			cfgStart = start
+		}
+	})
+	if cfgStart < 0 || body[cfgStart] != '{' {
+		return nil, false
+	}
+	traceStart, traceEnd := -1, -1
+	eachMember(body, cfgStart, func(key []byte, start, end int) {
+		if jsonscan.KeyIs(key, "trace") {
+			traceStart, traceEnd = start, end
+		}
+	})
+	if traceStart < 0 {
+		at := cfgStart + 1 // just after the brace
+		if body[jsonscan.SkipSpace(body, at)] == '}' {
+			// An empty object: the member goes in without its comma.
+			return splice(body, at, at, []byte(`"trace":"enabled"`)), true
+		}
+		return splice(body, at, at, traceEnabledMember), true
+	}
+	if string(body[traceStart:traceEnd]) != `"disabled"` {
+		return nil, false
+	}
+	return splice(body, traceStart, traceEnd, []byte(`"enabled"`)), true
+}
+
+// splice is a copy of b with b[from:to] replaced by with.
+func splice(b []byte, from, to int, with []byte) []byte {
+	out := make([]byte, 0, len(b)-(to-from)+len(with))
+	return append(append(append(out, b[:from]...), with...), b[to:]...)
+}
+
+// GuardrailTraceHeader is the X-Amzn-Bedrock-Trace value an InvokeModel request with h
+// must carry for its guardrail to report its usage, and whether h asks for a guardrail
+// at all (X-Amzn-Bedrock-GuardrailIdentifier): "ENABLED" unless h already asks for
+// ENABLED or ENABLED_FULL (then "": nothing to change).
+func GuardrailTraceHeader(h http.Header) (set string, guardrail bool) {
+	if strings.TrimSpace(h.Get(HeaderGuardrailIdentifier)) == "" {
+		return "", false
+	}
+	switch strings.ToUpper(strings.TrimSpace(h.Get(HeaderBedrockTrace))) {
+	case "ENABLED", "ENABLED_FULL":
+		return "", true
+	}
+	return "ENABLED", true
+}

@@ -1,0 +1,52 @@
+package requestbody
+
+import (
+	"net/http"
+	"testing"
+)
+
+// A Converse request's guardrail is asked for its trace, which reports its usage: added
+// where absent, turned on where disabled, left alone where on; every other byte kept.
+func TestWithGuardrailTrace(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"messages":[],"guardrailConfig":{"guardrailIdentifier":"gr1","guardrailVersion":"1"}}`,
+			`{"messages":[],"guardrailConfig":{"trace":"enabled","guardrailIdentifier":"gr1","guardrailVersion":"1"}}`},
+		{`{"guardrailConfig": { "guardrailIdentifier":"gr1", "trace" : "disabled" }, "x":1.50}`,
+			`{"guardrailConfig": { "guardrailIdentifier":"gr1", "trace" : "enabled" }, "x":1.50}`},
+		{`{"guardrailConfig":{ }}`, `{"guardrailConfig":{"trace":"enabled" }}`},
+		{`{"guardrailConfig":{"trace":"enabled"},"guardrailConfig":{"guardrailIdentifier":"g"}}`,
+			`{"guardrailConfig":{"trace":"enabled"},"guardrailConfig":{"trace":"enabled","guardrailIdentifier":"g"}}`},
+		{`{"guardrailConfig":{"guardrailIdentifier":"gr1","streamProcessingMode":"async","trace":"enabled_full"}}`, ""},
+		{`{"guardrailConfig":{"guardrailIdentifier":"gr1","trace":"enabled"}}`, ""},
+		{`{"guardrailConfig":{"trace":"disabled","trace":"enabled"}}`, ""},
+		{`{"guardrailConfig":null}`, ""},
+		{`{"messages":[{"role":"user","content":[{"text":"guardrailConfig"}]}]}`, ""},
+		{`{"guardrailConfig":{"trace":"disabled"}`, ""}, // not JSON
+		{`["guardrailConfig"]`, ""},
+	} {
+		got, ok := WithGuardrailTrace([]byte(tc.in))
+		if ok != (tc.want != "") || string(got) != tc.want {
+			t.Errorf("%s: got %q, %v; want %q", tc.in, got, ok, tc.want)
+		}
+	}
+}
+
+// InvokeModel's guardrail is named by a header, its trace asked for by another.
+func TestGuardrailTraceHeader(t *testing.T) {
+	for _, tc := range []struct {
+		h         http.Header
+		set       string
+		guardrail bool
+	}{
+		{http.Header{}, "", false},
+		{http.Header{"X-Amzn-Bedrock-Trace": {"ENABLED"}}, "", false},
+		{http.Header{"X-Amzn-Bedrock-Guardrailidentifier": {"gr1"}}, "ENABLED", true},
+		{http.Header{"X-Amzn-Bedrock-Guardrailidentifier": {"gr1"}, "X-Amzn-Bedrock-Trace": {"DISABLED"}}, "ENABLED", true},
+		{http.Header{"X-Amzn-Bedrock-Guardrailidentifier": {"gr1"}, "X-Amzn-Bedrock-Trace": {"enabled_full"}}, "", true},
+		{http.Header{"X-Amzn-Bedrock-Guardrailidentifier": {" "}}, "", false},
+	} {
+		if set, g := GuardrailTraceHeader(tc.h); set != tc.set || g != tc.guardrail {
+			t.Errorf("%v: got %q, %v", tc.h, set, g)
+		}
+	}
+}
