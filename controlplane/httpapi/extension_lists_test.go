@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -229,6 +230,7 @@ type pricesView struct {
 			Kind, Provider                               string
 			MicroUsdPerHour, IdleMinutes, MinimumMinutes int64
 		}
+		Guardrails map[string]int64
 	}
 }
 
@@ -348,6 +350,11 @@ func TestUsageModelPrices(t *testing.T) {
 		"openai-4g openai 360000 20 5", "openai-64g openai 5760000 20 5"}; !slices.Equal(containers, want) ||
 		len(got.Catalog.Containers) != len(cat.Containers()) {
 		t.Fatalf("container prices %q, want %q", containers, want)
+	}
+	// Amazon Bedrock's guardrails: each policy's price per 1,000 text units, an image's.
+	if want := map[string]int64{"contentText": 150_000, "deniedTopics": 150_000, "sensitiveInformation": 100_000, "contextualGrounding": 100_000,
+		"automatedReasoning": 170_000, "contentImage": 750}; !maps.Equal(got.Catalog.Guardrails, want) {
+		t.Fatalf("guardrail prices %v, want %v", got.Catalog.Guardrails, want)
 	}
 	if p, _ := got.find("gemini-2.5-flash"); p.WebSearchPerPromptMicroUsd == nil || *p.WebSearchPerPromptMicroUsd != 35_000 {
 		t.Fatalf("gemini-2.5-flash %+v", p)

@@ -136,6 +136,28 @@ type catalogView struct {
 	// (pricecatalog.Catalog.Containers): their minutes are charged on top of the tokens
 	// whatever priced them.
 	Containers []containerPriceView `json:"containers"`
+	// Guardrails are the prices of Amazon Bedrock's guardrails' policies
+	// (pricecatalog.Catalog.Guardrails): their units are charged on top of the tokens
+	// whatever priced them.
+	Guardrails guardrailPricesView `json:"guardrails"`
+}
+
+// guardrailPricesView is the catalog's price of each billed policy of Amazon Bedrock's
+// guardrails (pricecatalog.GuardrailPrices), in integer micro-USD: per 1,000 text units
+// (up to 1,000 characters each) of each text policy, per image of the image content
+// filter. Its own type, so the listing's shape does not follow the catalog file's.
+type guardrailPricesView struct {
+	ContentText          int64 `json:"contentText"`
+	DeniedTopics         int64 `json:"deniedTopics"`
+	SensitiveInformation int64 `json:"sensitiveInformation"`
+	ContextualGrounding  int64 `json:"contextualGrounding"`
+	AutomatedReasoning   int64 `json:"automatedReasoning"`
+	ContentImage         int64 `json:"contentImage"`
+}
+
+func viewGuardrails(g pricecatalog.GuardrailPrices) guardrailPricesView {
+	return guardrailPricesView{ContentText: g.ContentText, DeniedTopics: g.DeniedTopics, SensitiveInformation: g.SensitiveInformation,
+		ContextualGrounding: g.ContextualGrounding, AutomatedReasoning: g.AutomatedReasoning, ContentImage: g.ContentImage}
 }
 
 // containerPriceView is the catalog's price of a kind of container code tools run in
@@ -185,7 +207,8 @@ func viewModelPrices(ps []store.ModelPrice, fallback *store.FallbackPrice, own, 
 	cat := pricecatalog.At(now)
 	out := modelPricesView{Prices: []modelPriceView{}, Fallback: viewFallback(fallback, now),
 		Catalog: catalogView{AsOf: cat.AsOf().Format(time.DateOnly), Sources: cat.Sources(), WebSearchMicroUsd: cat.WebSearchPrices(),
-			FileSearchMicroUsd: cat.FileSearchPrices(), MapsGroundingMicroUsd: cat.MapsGroundingPrices(), Containers: viewContainers(cat)}}
+			FileSearchMicroUsd: cat.FileSearchPrices(), MapsGroundingMicroUsd: cat.MapsGroundingPrices(), Containers: viewContainers(cat),
+			Guardrails: viewGuardrails(cat.Guardrails())}}
 	overridden := map[string]bool{}
 	for _, p := range ps {
 		overridden[p.MatchKey] = true
