@@ -284,3 +284,59 @@ func cloudClaudeCost(t *testing.T) (global, regional int64) {
 		u.CacheCreationInputTokens**e.CacheWritePerMillion+u.OutputTokens*e.OutputPerMillion, 1_000_000)
 	return global, ceilDiv(global*110, 100)
 }
+
+// TestBedrockGuardrailsThroughTheGateway: AWS's official SDK calls Amazon Bedrock with a
+// guardrail, Converse and ConverseStream (guardrailConfig), InvokeModel and its stream
+// (guardrailIdentifier, headers on the wire), none asking for the guardrail's trace. The
+// gateway asks for it (the provider gets trace "enabled", X-Amzn-Bedrock-Trace: ENABLED),
+// the answer's trace says what the guardrail assessed, and each call is charged its tokens
+// and its guardrail's units at the catalog's guardrail prices: the prompt's 2 text units
+// and the answer's 1, by the content filter and the denied topics each. A prompt the
+// guardrail refused is charged its guardrail alone: the model never ran. Before
+// 2026-11-29 a guardrail was charged nothing.
+func TestBedrockGuardrailsThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, GuardrailInputUnits: 2, GuardrailOutputUnits: 1})
+	const model = "us.amazon.nova-pro-v1:0"
+	_, tokens := tenThousandIn(t, "nova-pro")
+	prices := pricecatalog.At(time.Now()).Guardrails()
+	if prices.ContentText <= 0 || prices.DeniedTopics <= 0 {
+		t.Fatalf("the catalog prices no content filter or denied topics: %+v", prices)
+	}
+	// Text units are priced per 1,000, the whole rounded up once.
+	guard := func(units int64) int64 { return ceilDiv(units*(prices.ContentText+prices.DeniedTopics), 1000) }
+	for _, tc := range []struct {
+		scenario string
+		header   bool // InvokeModel: the trace asked for by a header, not in the body
+		cost     int64
+	}{
+		{"converse-guardrail", false, tokens + guard(3)},
+		{"converse-stream-guardrail", false, tokens + guard(3)},
+		{"invoke-guardrail", true, tokens + guard(3)},
+		{"invoke-stream-guardrail", true, tokens + guard(3)},
+		{"converse-guardrail-blocked", false, guard(2)},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "bedrock.mjs", tc.scenario, s.gateway, o.key, model)
+			calls := fake.Calls()[before:]
+			if !r.OK || r.Status != 200 || len(calls) != 1 || !strings.Contains(string(r.Usage), `"contentPolicyUnits":2`) {
+				t.Fatalf("the call: %+v (usage %s); %d provider calls", r, r.Usage, len(calls))
+			}
+			if tc.header {
+				if got := calls[0].Header.Get("X-Amzn-Bedrock-Trace"); got != "ENABLED" || calls[0].Header.Get("X-Amzn-Bedrock-GuardrailIdentifier") != "gr-tolls" {
+					t.Fatalf("the provider got X-Amzn-Bedrock-Trace %q", got)
+				}
+			} else if !strings.Contains(string(calls[0].Body), `"trace":"enabled"`) {
+				t.Fatalf("the provider got %s", calls[0].Body)
+			}
+			if strings.HasSuffix(tc.scenario, "-blocked") && !strings.Contains(string(r.Usage), `"stopReason":"guardrail_intervened"`) {
+				t.Fatalf("not refused by the guardrail: %s", r.Usage)
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != tc.cost || rec["complete"] != true {
+				t.Fatalf("receipt %s, want %d micro-USD (tokens %d)", rec, tc.cost, tokens)
+			}
+		})
+	}
+}

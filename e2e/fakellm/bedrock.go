@@ -22,6 +22,16 @@ package fakellm
 //     and metrics as converse reports them); each event's payload is its JSON, with the
 //     "p" padding Bedrock adds.
 //
+// A guardrail (Converse's guardrailConfig {guardrailIdentifier, guardrailVersion, trace},
+// InvokeModel's X-Amzn-Bedrock-GuardrailIdentifier and X-Amzn-Bedrock-Trace headers)
+// whose trace was asked for ("enabled", "enabled_full"; ENABLED, ENABLED_FULL) is
+// answered with it, its usage as Usage.GuardrailInputUnits and GuardrailOutputUnits say
+// (bedrockGuardrail): Converse's trace.guardrail (its stream's metadata event's),
+// InvokeModel's amazon-bedrock-trace.guardrail (its stream's last chunk's) with
+// amazon-bedrock-guardrailAction. The guardrail "gr-blocks-all" refuses every prompt:
+// the model does not run (no text of its own, no tokens), stopReason
+// "guardrail_intervened", the prompt's assessment alone.
+//
 // Bedrock's inputTokens (and inputTokenCount, X-Amzn-Bedrock-Input-Token-Count) leave
 // out the cache reads and writes, as Anthropic's input_tokens does: Usage.InputTokens is
 // reported as it is, CachedInputTokens as the cache reads, CacheCreationInputTokens as
@@ -110,8 +120,65 @@ func bedrockClaudeModel(id string) string {
 	return m
 }
 
+// BlockingGuardrail is the guardrail that refuses every prompt.
+const BlockingGuardrail = "gr-blocks-all"
+
+// bedrockGuardrail is the guardrail of a Bedrock call and whether its trace was asked for
+// ("" when it has none).
+func bedrockGuardrail(c Call) (id string, traced bool) {
+	if id = c.Header.Get("X-Amzn-Bedrock-GuardrailIdentifier"); id != "" {
+		t := strings.ToUpper(c.Header.Get("X-Amzn-Bedrock-Trace"))
+		return id, t == "ENABLED" || t == "ENABLED_FULL"
+	}
+	var req struct {
+		GuardrailConfig *struct {
+			GuardrailIdentifier string `json:"guardrailIdentifier"`
+			Trace               string `json:"trace"`
+		} `json:"guardrailConfig"`
+	}
+	if json.Unmarshal(c.Body, &req) != nil || req.GuardrailConfig == nil {
+		return "", false
+	}
+	return req.GuardrailConfig.GuardrailIdentifier, req.GuardrailConfig.Trace == "enabled" || req.GuardrailConfig.Trace == "enabled_full"
+}
+
+// guardrailAssessment is one assessment's JSON: its content filter and denied topics
+// assessed units text units each (the free word filter and regular expressions too).
+func guardrailAssessment(id string, units int64) string {
+	return fmt.Sprintf(`{"contentPolicy":{"filters":[]},"invocationMetrics":{"guardrailProcessingLatency":3,"usage":{"topicPolicyUnits":%d,"contentPolicyUnits":%d,"wordPolicyUnits":%d,"sensitiveInformationPolicyUnits":0,"sensitiveInformationPolicyFreeUnits":%d,"contextualGroundingPolicyUnits":0,"contentPolicyImageUnits":0},"guardrailCoverage":{"textCharacters":{"guarded":%d,"total":%d}}},"appliedGuardrailDetails":{"guardrailId":%q,"guardrailVersion":"1","guardrailOrigin":["REQUEST"],"guardrailOwnership":"SELF"}}`,
+		units, units, units, units, units*1000, units*1000, id)
+}
+
+// converseTrace is a Converse answer's trace member and a comma ("" without one).
+func converseTrace(id string, blocked bool, u Usage) string {
+	out := fmt.Sprintf(`,"outputAssessments":{%q:[%s]}`, id, guardrailAssessment(id, u.GuardrailOutputUnits))
+	if blocked {
+		out = `,"actionReason":"Guardrail blocked."`
+	}
+	return fmt.Sprintf(`"trace":{"guardrail":{"inputAssessment":{%q:%s}%s}},`, id, guardrailAssessment(id, u.GuardrailInputUnits), out)
+}
+
+// invokeTrace is an InvokeModel answer's guardrail members, each after a comma.
+func invokeTrace(id string, u Usage) string {
+	return fmt.Sprintf(`,"amazon-bedrock-guardrailAction":"NONE","amazon-bedrock-trace":{"guardrail":{"input":{%q:%s},"outputs":[{%q:%s}]}}`,
+		id, guardrailAssessment(id, u.GuardrailInputUnits), id, guardrailAssessment(id, u.GuardrailOutputUnits))
+}
+
 // bedrockAnswer answers a Bedrock call (c.API one of the Bedrock APIs) with usage u.
 func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usage) {
+	guardrail, traced := bedrockGuardrail(c)
+	blocked := guardrail == BlockingGuardrail
+	if blocked {
+		u = Usage{GuardrailInputUnits: u.GuardrailInputUnits}
+	}
+	trace := "" // the trace member and a comma, Converse's
+	if traced {
+		trace = converseTrace(guardrail, blocked, u)
+	}
+	stop := "end_turn"
+	if blocked {
+		stop = "guardrail_intervened"
+	}
 	h := w.Header()
 	h.Set("X-Amzn-Requestid", fmt.Sprintf("00000000-0000-4000-8000-%012d", n))
 	switch c.API {
@@ -126,18 +193,27 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 			h.Set("X-Amzn-Bedrock-Cache-Write-Input-Token-Count", fmt.Sprint(u.CacheCreationInputTokens))
 		}
 		ew.start("application/json", http.StatusOK)
-		ew.write(anthropicJSON(bedrockMessageID(n), bedrockClaudeModel(c.Model), u, ""))
+		msg := anthropicJSON(bedrockMessageID(n), bedrockClaudeModel(c.Model), u, "")
+		if traced {
+			msg = strings.TrimSuffix(msg, "}") + invokeTrace(guardrail, u) + "}"
+		}
+		ew.write(msg)
 	case BedrockInvokeStream:
 		h.Set("X-Amzn-Bedrock-Content-Type", "application/json")
 		ew.start("application/vnd.amazon.eventstream", http.StatusOK)
-		for _, e := range bedrockAnthropicEvents(bedrockMessageID(n), bedrockClaudeModel(c.Model), u) {
+		events := bedrockAnthropicEvents(bedrockMessageID(n), bedrockClaudeModel(c.Model), u)
+		if traced { // the last chunk carries the trace
+			last := len(events) - 1
+			events[last] = strings.TrimSuffix(events[last], "}") + invokeTrace(guardrail, u) + "}"
+		}
+		for _, e := range events {
 			payload := fmt.Sprintf(`{"bytes":%q,"p":%q}`, base64.StdEncoding.EncodeToString([]byte(e)), bedrockPadding)
 			ew.write(bedrockFrame("chunk", payload))
 		}
 	case BedrockConverse:
 		ew.start("application/json", http.StatusOK)
-		ew.write(fmt.Sprintf(`{"output":{"message":{"role":"assistant","content":[{"text":%q}]}},"stopReason":"end_turn","usage":%s,"metrics":{"latencyMs":1},"serviceTier":%s}`,
-			Text, converseUsage(u), converseTier(c.Body)))
+		ew.write(fmt.Sprintf(`{"output":{"message":{"role":"assistant","content":[{"text":%q}]}},"stopReason":%q,%s"usage":%s,"metrics":{"latencyMs":1},"serviceTier":%s}`,
+			Text, stop, trace, converseUsage(u), converseTier(c.Body)))
 	case BedrockConverseStream:
 		ew.start("application/vnd.amazon.eventstream", http.StatusOK)
 		p := fmt.Sprintf(`,"p":%q}`, bedrockPadding)
@@ -146,8 +222,8 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 			ew.write(bedrockFrame("contentBlockDelta", fmt.Sprintf(`{"contentBlockIndex":0,"delta":{"text":%q}`, word)+p))
 		}
 		ew.write(bedrockFrame("contentBlockStop", `{"contentBlockIndex":0`+p))
-		ew.write(bedrockFrame("messageStop", `{"stopReason":"end_turn"`+p))
-		ew.write(bedrockFrame("metadata", `{"usage":`+converseUsage(u)+`,"metrics":{"latencyMs":1},"serviceTier":`+converseTier(c.Body)+p))
+		ew.write(bedrockFrame("messageStop", fmt.Sprintf(`{"stopReason":%q`, stop)+p))
+		ew.write(bedrockFrame("metadata", `{`+trace+`"usage":`+converseUsage(u)+`,"metrics":{"latencyMs":1},"serviceTier":`+converseTier(c.Body)+p))
 	}
 }
 

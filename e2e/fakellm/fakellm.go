@@ -165,6 +165,13 @@ type Usage struct {
 	// items after the file searches' (and, streamed, each call's events), which is how
 	// OpenAI reports its image generation tool's images.
 	ImageGenerationCalls int64
+	// GuardrailInputUnits and GuardrailOutputUnits: on Amazon Bedrock, a request with a
+	// guardrail (Converse's guardrailConfig, InvokeModel's
+	// X-Amzn-Bedrock-GuardrailIdentifier) that asked for its trace is answered with it
+	// (bedrockGuardrail): its content filter and its denied topics each assessed that
+	// many text units of the prompt, and of the answer. Without the trace asked for,
+	// nothing says them, as Bedrock bills them all the same.
+	GuardrailInputUnits, GuardrailOutputUnits int64
 	// Container: the container the answer's code tools ran in: on the Responses API, a
 	// code_interpreter_call output item naming it (container_id) after the images' (and,
 	// streamed, its events); on Anthropic, the message's container (a stream's

@@ -8,7 +8,11 @@
 // body), "invoke-stream" (InvokeModelWithResponseStream: each chunk's bytes are one
 // Anthropic stream event's JSON), "converse" (Converse) and "converse-stream"
 // (ConverseStream), and those two at Bedrock's priority tier ("converse-priority",
-// "converse-stream-priority"). See report.mjs for the settings and the output.
+// "converse-stream-priority"). Each of the four with "-guardrail" after it is guarded by
+// the guardrail gr-tolls (Converse's guardrailConfig, InvokeModel's guardrailIdentifier
+// and guardrailVersion), its trace not asked for; "converse-guardrail-blocked" by the one
+// that refuses every prompt (fakellm.BlockingGuardrail). Their usage carries the trace the
+// answer gave (guardrailTrace). See report.mjs for the settings and the output.
 import {
   BedrockRuntimeClient,
   ConverseCommand,
@@ -41,20 +45,26 @@ const client = new BedrockRuntimeClient({
   maxAttempts: 1,
 });
 const prompt = 'How are tolls paid?';
+// The scenario's name without its guardrail suffix, and the guardrail ('' for none).
+const guardrail = s.scenario.endsWith('-guardrail-blocked') ? 'gr-blocks-all' : s.scenario.endsWith('-guardrail') ? 'gr-tolls' : '';
+const scenario = s.scenario.replace(/-guardrail(-blocked)?$/, '');
+// invokeGuardrail is InvokeModel's guardrail parameters (headers on the wire).
+const invokeGuardrail = guardrail ? { guardrailIdentifier: guardrail, guardrailVersion: '1' } : {};
 const utf8 = new TextDecoder();
 
 await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
-  switch (s.scenario) {
+  switch (scenario) {
     case 'invoke': {
       const res = await client.send(new InvokeModelCommand({
         modelId: s.model,
         contentType: 'application/json',
         accept: 'application/json',
         body: JSON.stringify(anthropicRequest()),
+        ...invokeGuardrail,
       }));
       const msg = JSON.parse(utf8.decode(res.body));
       const text = (msg.content ?? []).filter((b) => b.type === 'text').map((b) => b.text).join('');
-      return { text, model: msg.model ?? null, usage: msg.usage ?? null, chunks: 1 };
+      return { text, model: msg.model ?? null, usage: { ...msg.usage, guardrailTrace: msg['amazon-bedrock-trace'] ?? null }, chunks: 1 };
     }
     case 'invoke-stream': {
       const res = await client.send(new InvokeModelWithResponseStreamCommand({
@@ -62,6 +72,7 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
         contentType: 'application/json',
         accept: 'application/json',
         body: JSON.stringify(anthropicRequest()),
+        ...invokeGuardrail,
       }));
       let text = '';
       let model = null;
@@ -80,6 +91,7 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
           Object.assign(usage, e.usage);
         } else if (e.type === 'message_stop' && e['amazon-bedrock-invocationMetrics']) {
           usage['amazon-bedrock-invocationMetrics'] = e['amazon-bedrock-invocationMetrics'];
+          usage.guardrailTrace = e['amazon-bedrock-trace'] ?? null;
         }
       }
       return { text, model, usage, chunks };
@@ -89,7 +101,10 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
       const res = await client.send(new ConverseCommand({ modelId: s.model, ...converseRequest() }));
       const text = (res.output?.message?.content ?? []).map((b) => b.text ?? '').join('');
       // Converse names no model in its answer.
-      return { text, model: null, usage: { ...res.usage, serviceTier: res.serviceTier }, chunks: 1 };
+      return {
+        text, model: null, chunks: 1,
+        usage: { ...res.usage, serviceTier: res.serviceTier, stopReason: res.stopReason, guardrailTrace: res.trace?.guardrail ?? null },
+      };
     }
     case 'converse-stream':
     case 'converse-stream-priority': {
@@ -100,12 +115,15 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
       for await (const event of res.stream) {
         chunks++;
         if (event.contentBlockDelta) text += event.contentBlockDelta.delta?.text ?? '';
-        if (event.metadata) usage = { ...event.metadata.usage, serviceTier: event.metadata.serviceTier };
+        if (event.metadata) {
+          usage = { ...event.metadata.usage, serviceTier: event.metadata.serviceTier, guardrailTrace: event.metadata.trace?.guardrail ?? null };
+        }
       }
       return { text, model: null, usage, chunks };
     }
     default:
       throw new Error(`"${s.scenario}" is not a Bedrock scenario`);
+
   }
 });
 
@@ -118,6 +136,7 @@ function anthropicRequest() {
 // converseRequest is a Converse request, at Bedrock's priority tier (serviceTier) in the
 // -priority scenarios.
 function converseRequest() {
-  const priority = s.scenario.endsWith('-priority') ? { serviceTier: { type: 'priority' } } : {};
-  return { messages: [{ role: 'user', content: [{ text: prompt }] }], inferenceConfig: { maxTokens: 1024 }, ...priority };
+  const priority = scenario.endsWith('-priority') ? { serviceTier: { type: 'priority' } } : {};
+  const guarded = guardrail ? { guardrailConfig: { guardrailIdentifier: guardrail, guardrailVersion: '1' } } : {};
+  return { messages: [{ role: 'user', content: [{ text: prompt }] }], inferenceConfig: { maxTokens: 1024 }, ...priority, ...guarded };
 }
