@@ -246,8 +246,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	// with the body's response (replaceBody), as the gateway sets it.
 	if st.guardrailID != "" {
 		var guarded bool
-		st.guardrailTrace, guarded = requestbody.GuardrailTraceHeader(http.Header{
-			requestbody.HeaderGuardrailIdentifier: {st.guardrailID}, requestbody.HeaderBedrockTrace: {st.traceAsked}})
+		st.guardrailTrace, guarded = requestbody.GuardrailTrace(st.guardrailID, st.traceAsked)
 		if guarded && est != nil {
 			est.Guardrail = true
 		}

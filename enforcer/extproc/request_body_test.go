@@ -38,6 +38,8 @@ type bodySpec struct {
 	authority string
 	// attributes: the request attributes Envoy sends with the headers (request_attributes).
 	attributes map[string]*structpb.Struct
+	// headers: more request headers, name/value pairs.
+	headers []string
 }
 
 // sendRequestBody plays the request-body filter of deploy/envoy/envoy.yaml: a stream
@@ -76,6 +78,7 @@ func answerRequestBody(t *testing.T, e *enforcertest.Env, s bodySpec) *extprocv3
 	if s.contentEncoding != "" {
 		kv = append(kv, "content-encoding", s.contentEncoding)
 	}
+	kv = append(kv, s.headers...)
 	hm := enforcertest.HeaderMap(kv...)
 	if s.stringValues {
 		for _, h := range hm.GetHeaders() {
@@ -365,6 +368,58 @@ func TestExtProcChargesContainers(t *testing.T) {
 		if it.GetContainerKind() != "openai-16g" || it.GetContainerMinutes() != tc.minutes || !it.GetComplete() || it.GetInputTokens() != 100 {
 			t.Fatalf("call %d: settled %v, want %d minutes of openai-16g", i+1, it, tc.minutes)
 		}
+	}
+}
+
+// Behind Envoy, an Amazon Bedrock request's guardrail is asked for its trace as the
+// gateway asks it (Converse: the body's guardrailConfig.trace; InvokeModel: the
+// X-Amzn-Bedrock-Trace header, set with the body's answer, the body unchanged), and the
+// units its answer's trace reports are settled.
+func TestExtProcChargesGuardrails(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	e.CP.SetPrice("amazon.nova-pro-v1:0", 2, 8)
+	w := e.NewMember(enforcertest.DayLimit(10*enforcertest.USD, true))
+	usage := func(units int) string {
+		return `{"invocationMetrics":{"usage":{"topicPolicyUnits":` + strconv.Itoa(units) + `,"contentPolicyUnits":` + strconv.Itoa(units) + `,"wordPolicyUnits":0}}}`
+	}
+	converse := `{"messages":[{"role":"user","content":[{"text":"How are tolls paid?"}]}],"guardrailConfig":{"guardrailIdentifier":"gr1","guardrailVersion":"1"}}`
+	invoke := `{"anthropic_version":"bedrock-2023-05-31","max_tokens":100,"messages":[{"role":"user","content":"How are tolls paid?"}]}`
+	for _, tc := range []struct {
+		name, path, body, answer string
+		headers                  []string
+		mutated                  string // the body sent upstream
+		traceHeader              bool   // X-Amzn-Bedrock-Trace: ENABLED set
+		units                    int64  // of the content filter, and of the denied topics
+	}{
+		{name: "Converse", path: "/model/amazon.nova-pro-v1:0/converse", body: converse,
+			mutated: strings.Replace(converse, `"guardrailConfig":{`, `"guardrailConfig":{"trace":"enabled",`, 1),
+			answer: `{"output":{"message":{"content":[{"text":"By card."}]}},"stopReason":"end_turn","trace":{"guardrail":{"inputAssessment":{"gr1":` + usage(2) +
+				`},"outputAssessments":{"gr1":[` + usage(1) + `]}}},"usage":{"inputTokens":10,"outputTokens":3}}`, units: 3},
+		{name: "InvokeModel", path: "/model/anthropic.claude-haiku-4-5-20251001-v1:0/invoke", body: invoke,
+			headers: []string{"x-amzn-bedrock-guardrailidentifier", "gr1", "x-amzn-bedrock-guardrailversion", "1"}, mutated: invoke, traceHeader: true,
+			answer: `{"id":"msg_1","type":"message","model":"claude-haiku-4-5","content":[{"type":"text","text":"By card."}],"usage":{"input_tokens":10,"output_tokens":3},` +
+				`"amazon-bedrock-trace":{"guardrail":{"input":{"gr1":` + usage(2) + `},"outputs":[{"gr1":` + usage(2) + `}]}}}`, units: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reqID, _ := e.Admit(t, w.Key)
+			cr := sendRequestBody(t, e, bodySpec{requestID: reqID, path: tc.path, body: tc.body, headers: tc.headers}).GetResponse()
+			if got := string(cr.GetBodyMutation().GetBody()); got != tc.mutated {
+				t.Fatalf("body sent %s\nwant %s", got, tc.mutated)
+			}
+			sets := map[string]string{}
+			for _, h := range cr.GetHeaderMutation().GetSetHeaders() {
+				sets[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+			}
+			if sets["content-length"] != strconv.Itoa(len(tc.mutated)) || (sets["x-amzn-bedrock-trace"] == "ENABLED") != tc.traceHeader {
+				t.Fatalf("headers set %v", sets)
+			}
+			runStream(t, e, streamSpec{requestID: reqID, path: tc.path, contentType: "application/json", chunks: testio.Chunks(tc.answer, 3)})
+			enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
+			it := e.CP.Receipt(reqID).Item
+			if g := it.GetGuardrailUnits(); g.GetContentText() != tc.units || g.GetDeniedTopics() != tc.units || !it.GetComplete() || it.GetInputTokens() != 10 {
+				t.Fatalf("settled %v, want %d units of each", it, tc.units)
+			}
+		})
 	}
 }
 

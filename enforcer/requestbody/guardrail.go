@@ -76,15 +76,23 @@ func splice(b []byte, from, to int, with []byte) []byte {
 	return append(append(append(out, b[:from]...), with...), b[to:]...)
 }
 
-// GuardrailTraceHeader is the X-Amzn-Bedrock-Trace value an InvokeModel request with h
-// must carry for its guardrail to report its usage, and whether h asks for a guardrail
-// at all (X-Amzn-Bedrock-GuardrailIdentifier): "ENABLED" unless h already asks for
-// ENABLED or ENABLED_FULL (then "": nothing to change).
+// GuardrailTraceHeader is the X-Amzn-Bedrock-Trace value an InvokeModel request with
+// headers h must carry for its guardrail to report its usage, and whether h asks for a
+// guardrail at all (GuardrailTrace).
 func GuardrailTraceHeader(h http.Header) (set string, guardrail bool) {
-	if strings.TrimSpace(h.Get(HeaderGuardrailIdentifier)) == "" {
+	return GuardrailTrace(h.Get(HeaderGuardrailIdentifier), h.Get(HeaderBedrockTrace))
+}
+
+// GuardrailTrace is the X-Amzn-Bedrock-Trace value an InvokeModel request must carry
+// for its guardrail to report its usage, given its X-Amzn-Bedrock-GuardrailIdentifier
+// (id) and X-Amzn-Bedrock-Trace (trace) values, and whether it asks for a guardrail at
+// all (an id): "ENABLED" unless trace already asks for ENABLED or ENABLED_FULL (then "":
+// nothing to change).
+func GuardrailTrace(id, trace string) (set string, guardrail bool) {
+	if strings.TrimSpace(id) == "" {
 		return "", false
 	}
-	switch strings.ToUpper(strings.TrimSpace(h.Get(HeaderBedrockTrace))) {
+	switch strings.ToUpper(strings.TrimSpace(trace)) {
 	case "ENABLED", "ENABLED_FULL":
 		return "", true
 	}
