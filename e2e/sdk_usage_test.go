@@ -38,6 +38,8 @@ var sdkUsageRoots = []sdkUsageRoot{
 	{"anthropic", "@anthropic-ai/sdk/resources/beta/messages/messages.d.ts", "BetaMessageDeltaUsage"},
 	{"genai", "@google/genai/dist/genai.d.ts", "GenerateContentResponseUsageMetadata"},
 	{"bedrock", "@aws-sdk/client-bedrock-runtime/dist-types/models/models_0.d.ts", "TokenUsage"},
+	// A guardrail's trace: each assessment's invocationMetrics.usage (Converse, InvokeModel).
+	{"bedrock", "@aws-sdk/client-bedrock-runtime/dist-types/models/models_0.d.ts", "GuardrailUsage"},
 	// Mistral's SDK names the fields in camelCase; its API, in snake_case (snakeCase).
 	{"mistral", "@mistralai/mistralai/esm/models/components/usageinfo.d.ts", "UsageInfo"},
 	{"mistral", "@mistralai/mistralai/esm/models/components/conversationusageinfo.d.ts", "ConversationUsageInfo"},
@@ -206,6 +208,16 @@ var sdkUsageFields = map[string]string{
 	"bedrock cacheWriteInputTokens":      read,
 	"bedrock cacheDetails[].ttl":         read,
 	"bedrock cacheDetails[].inputTokens": read,
+	// Amazon Bedrock's guardrails, billed by the text units each policy assessed.
+	"bedrock contentPolicyUnits":                  read,
+	"bedrock topicPolicyUnits":                    read,
+	"bedrock sensitiveInformationPolicyUnits":     read,
+	"bedrock contextualGroundingPolicyUnits":      read,
+	"bedrock automatedReasoningPolicyUnits":       read,
+	"bedrock automatedReasoningPolicies":          read,
+	"bedrock contentPolicyImageUnits":             read,
+	"bedrock wordPolicyUnits":                     "word filters, free",
+	"bedrock sensitiveInformationPolicyFreeUnits": "the sensitive-information filters' regular expressions, free",
 	// Mistral's chat, Conversations and OCR (camelCase in its SDK, snake_case on the wire).
 	"mistral prompt_tokens":        read,
 	"mistral completion_tokens":    read,
