@@ -29,6 +29,12 @@
 // (pricecatalog.Container), what a container first seen costs beyond the request's own
 // length, which is not known before it runs.
 //
+// A request guarded by an Amazon Bedrock guardrail (estimate.Request.Guardrail) adds its
+// guardrail's units: the text units of its input and its output (at the estimator's four
+// bytes a token) at every billed text policy but automated reasoning
+// (pricecatalog.EstimatedGuardrailUnits), at the catalog's guardrail prices, as
+// settlement charges a guardrail whose answer said nothing.
+//
 // A request that asks for a dearer speed tier (OpenAI's "service_tier": "priority",
 // "fast" or "ultrafast", Gemini's "priority", Anthropic's "speed": "fast") costs the
 // model's percent of the tier of that (pricecatalog.Entry.TierPercent), as settlement
@@ -182,6 +188,13 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		// known before it runs; docs/usage-limits.md).
 		session, _ := c.Cost(c.IdleMinutes)                  // at least its minimum: the catalog holds idle ≥ minimum
 		cost = min(cost+session, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
+	}
+	if req.Guardrail {
+		// Each count at most half of int64's range: their sum in characters cannot overflow.
+		const most = math.MaxInt64 / 2 / estimate.BytesPerToken
+		chars := (min(in, most) + min(out, most)) * estimate.BytesPerToken
+		guard, _ := cat.Guardrails().Cost(pricecatalog.EstimatedGuardrailUnits(chars)) // the bound when over it
+		cost = min(cost+guard, money.MaxAllowanceMicroUSD)                              // both ≤ 2^53: no overflow
 	}
 	return Cost{MicroUSD: cost, Model: e.Model, InputTokens: in, OutputTokens: out}
 }

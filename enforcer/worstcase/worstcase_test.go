@@ -229,6 +229,24 @@ func TestContainerTool(t *testing.T) {
 	}
 }
 
+// A request guarded by an Amazon Bedrock guardrail reserves its guardrail: the text units
+// of its input and output at the four text policies settlement charges a silent guardrail.
+func TestGuardrail(t *testing.T) {
+	r := body(t, `{"messages":[{"role":"user","content":[{"text":"How are tolls paid?"}]}],"inferenceConfig":{"maxTokens":1000},"guardrailConfig":{"guardrailIdentifier":"gr1"}}`)
+	if !r.Guardrail {
+		t.Fatal("the body's guardrail not noted")
+	}
+	r.Model = "amazon.nova-pro-v1:0"
+	guarded := Of(pricecatalog.Default(), r, nil)
+	r.Guardrail = false
+	tokens := Of(pricecatalog.Default(), r, nil)
+	// (input + 1,000 output tokens) × 4 bytes: 4,000 and a few characters, 5 text units
+	// at 0.15 + 0.15 + 0.10 + 0.10 USD per 1,000: 2,500 micro-USD.
+	if !tokens.Known() || tokens.InputTokens >= 250 || guarded.MicroUSD != tokens.MicroUSD+2_500 {
+		t.Fatalf("guarded %+v, without the guardrail %+v: want 2,500 more", guarded, tokens)
+	}
+}
+
 // A request to a cloud's regional endpoint reserves the model's regional premium (10%
 // for claude-sonnet-4-5), rounded up; a model without one, or the global endpoint, none.
 func TestRegionalEndpoint(t *testing.T) {
