@@ -194,7 +194,7 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		const most = math.MaxInt64 / 2 / estimate.BytesPerToken
 		chars := (min(in, most) + min(out, most)) * estimate.BytesPerToken
 		guard, _ := cat.Guardrails().Cost(pricecatalog.EstimatedGuardrailUnits(chars)) // the bound when over it
-		cost = min(cost+guard, money.MaxAllowanceMicroUSD)                              // both ≤ 2^53: no overflow
+		cost = min(cost+guard, money.MaxAllowanceMicroUSD)                             // both ≤ 2^53: no overflow
 	}
 	return Cost{MicroUSD: cost, Model: e.Model, InputTokens: in, OutputTokens: out}
 }
