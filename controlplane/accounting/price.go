@@ -331,7 +331,7 @@ type Cost struct {
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
 		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 || u.MapsGroundedPrompts < 0 || u.OCRPages < 0 ||
-		u.ContainerMinutes < 0 || p.Price.Container.PerHour < 0 || !u.GuardrailUnits.Valid() || negativeGuardrailPrice(p.Price.Guardrails) ||
+		u.ContainerMinutes < 0 || p.Price.Container.PerHour < 0 || !u.GuardrailUnits.Valid() || !p.Price.Guardrails.Valid() ||
 		u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || u.AdvisorInputTokens < 0 || u.AdvisorOutputTokens < 0 ||
 		u.AdvisorCachedInputTokens < 0 || u.AdvisorCacheWriteTokens < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
 		return Cost{}, ErrBadUsage
@@ -398,22 +398,14 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 	}
 	// The guardrails' units, at their policies' prices rounded up once on their own,
 	// after the tier and the regional premium as well: a guardrail is billed apart from
-	// the model it guards, whatever tier or endpoint priced the tokens. Images are whole
-	// micro-USD apiece, added apart from the text units (the same sum): Cost reads an
-	// image's price as 1,000 times itself, which a price the catalog would refuse (above
-	// money.MaxAllowanceMicroUSD/1000) could wrap.
+	// the model it guards, whatever tier or endpoint priced the tokens.
 	if g := u.GuardrailUnits; err == nil && !g.IsZero() {
-		images := g.ContentImages
-		g.ContentImages = 0
 		v, err = addCost(v, func() (int64, error) {
 			if c, ok := p.Price.Guardrails.Cost(g); ok {
 				return c, nil
 			}
 			return 0, ErrCostOverflow
 		})
-		if err == nil && images > 0 {
-			v, err = addApiece(v, images, p.Price.Guardrails.ContentImage)
-		}
 	}
 	// The images of the image generation tool, at their image model's output price,
 	// after the tier and the regional premium as well.
@@ -620,12 +612,6 @@ func uncachedPart(all, cachedPart *int64, cached int64) *int64 {
 	}
 	a := max(*all-min(*cachedPart, cached), 0)
 	return &a
-}
-
-// negativeGuardrailPrice tells whether any of a guardrail's prices is below 0 (which
-// pricecatalog.GuardrailPrices.Cost would read as free).
-func negativeGuardrailPrice(p pricecatalog.GuardrailPrices) bool {
-	return min(p.ContentText, p.DeniedTopics, p.SensitiveInformation, p.ContextualGrounding, p.AutomatedReasoning, p.ContentImage) < 0
 }
 
 // negative tells whether an optional count is present and below 0.

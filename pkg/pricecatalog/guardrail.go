@@ -68,34 +68,48 @@ type GuardrailPrices struct {
 	ContentImage         int64 `json:"contentImage"`
 }
 
-// Cost is the price of u, in micro-USD rounded up once for the whole, and false when it
-// exceeds money.MaxAllowanceMicroUSD (the caller charges the bound).
+// Valid tells whether every price is non-negative (a negative one would read as free).
+func (p GuardrailPrices) Valid() bool {
+	return min(p.ContentText, p.DeniedTopics, p.SensitiveInformation, p.ContextualGrounding, p.AutomatedReasoning, p.ContentImage) >= 0
+}
+
+// Cost is the price of u: its text units at their policies' prices per 1,000, rounded up
+// once for them all, and its images apiece, in micro-USD; false when it exceeds
+// money.MaxAllowanceMicroUSD (the caller charges the bound). A negative count or price
+// counts as 0.
 func (p GuardrailPrices) Cost(u GuardrailUnits) (int64, bool) {
-	// The sum of units times price per 1,000 units, in 128 bits, then divided once.
+	// The text units' sum of units times price per 1,000, in 128 bits, divided once.
 	var hi, lo uint64
-	over := false
 	for _, t := range [...][2]int64{{u.ContentText, p.ContentText}, {u.DeniedTopics, p.DeniedTopics},
 		{u.SensitiveInformation, p.SensitiveInformation}, {u.ContextualGrounding, p.ContextualGrounding},
-		{u.AutomatedReasoning, p.AutomatedReasoning}, {u.ContentImages, 1000 * p.ContentImage}} {
+		{u.AutomatedReasoning, p.AutomatedReasoning}} {
 		if t[0] <= 0 || t[1] <= 0 {
 			continue
 		}
 		h, l := bits.Mul64(uint64(t[0]), uint64(t[1]))
 		var c uint64
 		lo, c = bits.Add64(lo, l, 0)
-		hi, c = bits.Add64(hi, h, c)
-		over = over || c != 0
+		if hi, c = bits.Add64(hi, h, c); c != 0 {
+			return money.MaxAllowanceMicroUSD, false
+		}
 	}
 	lo, c := bits.Add64(lo, 999, 0) // rounded up
-	hi, c = bits.Add64(hi, 0, c)
-	if over || c != 0 || hi >= 1000 {
+	if hi, c = bits.Add64(hi, 0, c); c != 0 || hi >= 1000 {
 		return money.MaxAllowanceMicroUSD, false
 	}
-	q, _ := bits.Div64(hi, lo, 1000)
-	if q > uint64(money.MaxAllowanceMicroUSD) {
+	text, _ := bits.Div64(hi, lo, 1000)
+	var images uint64
+	if u.ContentImages > 0 && p.ContentImage > 0 {
+		h, l := bits.Mul64(uint64(u.ContentImages), uint64(p.ContentImage))
+		if h != 0 {
+			return money.MaxAllowanceMicroUSD, false
+		}
+		images = l
+	}
+	if text > uint64(money.MaxAllowanceMicroUSD) || images > uint64(money.MaxAllowanceMicroUSD)-text {
 		return money.MaxAllowanceMicroUSD, false
 	}
-	return int64(q), true
+	return int64(text + images), true
 }
 
 // checkGuardrails checks the file's guardrail prices: each from 0 (free) to the bound.
