@@ -77,6 +77,18 @@ func TestGuardrailUnits(t *testing.T) {
 		t.Fatalf("invoke: the reference reads %s", show(ref))
 	}
 
+	// ApplyGuardrail (a guardrail called on its own, no model): its top-level usage, and
+	// not its assessments' own as well.
+	apply := `{"usage":{"topicPolicyUnits":1,"contentPolicyUnits":2,"wordPolicyUnits":1,"sensitiveInformationPolicyUnits":0,` +
+		`"sensitiveInformationPolicyFreeUnits":0,"contextualGroundingPolicyUnits":0,"automatedReasoningPolicyUnits":3,"automatedReasoningPolicies":2},` +
+		`"action":"NONE","actionReason":"No action.","outputs":[],"assessments":[{"invocationMetrics":` + guardUsage(2, 1, 0, 0, 3, 2, 0) + `}],` +
+		`"guardrailCoverage":{"textCharacters":{"guarded":1200,"total":1200}}}`
+	wantApply := Usage{Complete: false, Guardrail: pricecatalog.GuardrailUnits{ContentText: 2, DeniedTopics: 1, AutomatedReasoning: 6}}
+	checkSplits(t, ctJSON, nil, []byte(apply), wantApply)
+	if ref, ok := oracleFor(ctJSON, []byte(apply)); !ok || !reflect.DeepEqual(ref, wantApply) {
+		t.Fatalf("ApplyGuardrail: the reference reads %s", show(ref))
+	}
+
 	// Only at those paths: the same counts elsewhere (a tool's input, a usage without its
 	// invocationMetrics, a trace of another kind) are not the guardrail's.
 	for _, elsewhere := range []string{

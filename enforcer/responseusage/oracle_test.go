@@ -549,37 +549,47 @@ func oracleContainers(obj []member) []string {
 // assessment's invocationMetrics.usage, its automated reasoning units once per policy.
 func oracleGuardrails(obj []member) *guardReading {
 	g := &guardReading{}
+	counts := func(us []member) {
+		var reasoning, policies int64
+		for _, f := range us {
+			n, ok := plainCount(f.val)
+			if !ok {
+				continue
+			}
+			u := &g.units
+			switch f.key {
+			case "contentPolicyUnits":
+				u.ContentText = satAdd(u.ContentText, n)
+			case "topicPolicyUnits":
+				u.DeniedTopics = satAdd(u.DeniedTopics, n)
+			case "sensitiveInformationPolicyUnits":
+				u.SensitiveInformation = satAdd(u.SensitiveInformation, n)
+			case "contextualGroundingPolicyUnits":
+				u.ContextualGrounding = satAdd(u.ContextualGrounding, n)
+			case "contentPolicyImageUnits":
+				u.ContentImages = satAdd(u.ContentImages, n)
+			case "automatedReasoningPolicyUnits":
+				reasoning = n
+			case "automatedReasoningPolicies":
+				policies = n
+			}
+		}
+		if reasoning > 0 {
+			g.units.AutomatedReasoning = satAdd(g.units.AutomatedReasoning, satMul(reasoning, max(policies, 1)))
+		}
+	}
 	usage := func(assessment []member) {
 		for _, im := range all(assessment, "invocationMetrics") {
 			for _, us := range all(im, "usage") {
-				var reasoning, policies int64
-				for _, f := range us {
-					n, ok := plainCount(f.val)
-					if !ok {
-						continue
-					}
-					u := &g.units
-					switch f.key {
-					case "contentPolicyUnits":
-						u.ContentText = satAdd(u.ContentText, n)
-					case "topicPolicyUnits":
-						u.DeniedTopics = satAdd(u.DeniedTopics, n)
-					case "sensitiveInformationPolicyUnits":
-						u.SensitiveInformation = satAdd(u.SensitiveInformation, n)
-					case "contextualGroundingPolicyUnits":
-						u.ContextualGrounding = satAdd(u.ContextualGrounding, n)
-					case "contentPolicyImageUnits":
-						u.ContentImages = satAdd(u.ContentImages, n)
-					case "automatedReasoningPolicyUnits":
-						reasoning = n
-					case "automatedReasoningPolicies":
-						policies = n
-					}
-				}
-				if reasoning > 0 {
-					g.units.AutomatedReasoning = satAdd(g.units.AutomatedReasoning, satMul(reasoning, max(policies, 1)))
-				}
+				counts(us)
 			}
+		}
+	}
+	// ApplyGuardrail's top-level usage (and any top-level usage: no other API's holds
+	// these counts).
+	for _, name := range []string{"usage", "usageMetadata", "usage_info"} { // keyID's names of a usage
+		for _, us := range all(obj, name) {
+			counts(us)
 		}
 	}
 	byGuardrail := func(m []member) { // a map of guardrail id to its assessment

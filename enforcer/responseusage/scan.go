@@ -1297,8 +1297,9 @@ func (s *scanner) pop(end int) bool {
 		s.doc.text += s.rawN + int64(end-s.rawFrom)
 		s.raw, s.rawN = false, 0
 	}
-	if (s.depth == 6 || s.depth == 7) && s.keys[s.depth-1] == kUsage && s.keys[s.depth-2] == kInvocationMetrics {
-		s.doc.endGuardUsage() // a guardrail assessment's usage closed (or another: nothing read)
+	if (s.depth == 6 || s.depth == 7) && s.keys[s.depth-1] == kUsage && s.keys[s.depth-2] == kInvocationMetrics ||
+		s.depth == 1 && s.keys[0] == kUsage {
+		s.doc.endGuardUsage() // a guardrail's usage closed (or another: nothing read)
 	}
 	if s.depth == 3 && s.keys[2] == kArr && s.keys[0] == kUsage {
 		// An entry of a Gemini *TokensDetails list closed: its tokens are audio ones
@@ -1854,6 +1855,11 @@ func usageMember(root, k uint8) target {
 	if k == kToolUsePrompt && root == rootTop {
 		// Gemini's usage is at the top level only.
 		return target{kind: tgTok, root: root, tok: tokGeminiToolUse}
+	}
+	if k >= kGuard0 && k < kGuard0+nGuard && root == rootTop {
+		// Amazon Bedrock's ApplyGuardrail (a guardrail called on its own): its top-level
+		// usage is its guardrail's (GuardrailUsage), the assessments' own not read.
+		return target{kind: tgGuard, tok: k - kGuard0}
 	}
 	if k == kPages && root == rootTop {
 		// Mistral's OCR answer is one JSON document, its usage_info at the top level.
