@@ -290,6 +290,16 @@ func (u Usage) Basis() string {
 	return BasisReportedUsage
 }
 
+// GuardrailOnly tells whether u counts an Amazon Bedrock guardrail's units and nothing
+// else, no upstream cost either: ApplyGuardrail (a guardrail called on its own, no
+// model), or a prompt a guardrail refused before the model ran. The catalog's guardrail
+// prices price all of it, whatever the model's token price would have been.
+func (u Usage) GuardrailOnly() bool {
+	rest := u
+	rest.GuardrailUnits = pricecatalog.GuardrailUnits{}
+	return !u.GuardrailUnits.IsZero() && u.UpstreamCost == nil && rest.Basis() == BasisNone
+}
+
 // NeedsPrice tells whether pricing u needs a price (it has tokens and no upstream cost).
 func (u Usage) NeedsPrice() bool {
 	b := u.Basis()

@@ -380,9 +380,15 @@ func TestSettlementPricing(t *testing.T) {
 			setPrices(store.ModelPrice{Model: "nova-micro", InputPerMillion: 1_000_000, OutputPerMillion: 1_000_000})
 		}, &internalv1.SettleItem{Model: "amazon.nova-micro-v1:0", InputTokens: 1_000, GuardrailUnits: guardrailed(), Complete: true},
 			1_000 + guardrailCost, "catalog_estimate", "organization", "reported_usage"},
-		{"a blocked request of a model nobody priced: its units at the catalog's prices, unpriced", func() { setPrices() },
+		{"a blocked request of a model nobody priced: its units at the catalog's prices, priced (no token needed a price)", func() { setPrices() },
 			&internalv1.SettleItem{Model: "acme-guarded-1", GuardrailUnits: guardrailed(), Complete: true},
-			guardrailCost, "fallback", "fallback", "reported_usage"},
+			guardrailCost, "catalog_estimate", "catalog", "reported_usage"},
+		{"ApplyGuardrail, no model: its units at the catalog's prices, priced", nil,
+			&internalv1.SettleItem{GuardrailUnits: guardrailed(), Complete: true},
+			guardrailCost, "catalog_estimate", "catalog", "reported_usage"},
+		{"a guardrail's units beside tokens of a model nobody priced: unpriced", func() { setPrices() },
+			&internalv1.SettleItem{Model: "acme-guarded-1", InputTokens: 1, GuardrailUnits: guardrailed(), Complete: true},
+			guardrailCost + 1, "fallback", "fallback", "reported_usage"}, // the token at the organization's fallback price
 		{"an upstream cost wins over guardrail units, which the receipt keeps", nil,
 			&internalv1.SettleItem{Model: "amazon.nova-micro-v1:0", InputTokens: 1_000, GuardrailUnits: guardrailed(),
 				UpstreamCostMicroUsd: at.Cost(42), Complete: true},

@@ -705,6 +705,11 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 	}
 	if !sj.usage.GuardrailUnits.IsZero() {
 		p.Price.Guardrails = sj.prices.Guardrails()
+		if sj.usage.GuardrailOnly() {
+			// Nothing but a guardrail's units (ApplyGuardrail names no model; a refused
+			// prompt counts no token): the catalog priced all of it, not the fallback.
+			p.Source = accounting.PriceCatalog
+		}
 	}
 	if sj.usage.WebSearchRequests > 0 {
 		var known bool

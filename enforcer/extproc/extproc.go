@@ -84,6 +84,9 @@ type stream struct {
 	// (X-Amzn-Bedrock-GuardrailIdentifier, X-Amzn-Bedrock-Trace); guardrailTrace the
 	// trace header its body's response sets, "" for none (requestbody.GuardrailTraceHeader).
 	guardrailID, traceAsked, guardrailTrace string
+	// contentLength is the request's Content-Length (0 when it had none): what a
+	// guardrail called on its own whose answer said nothing is estimated from.
+	contentLength int64
 
 	status int32
 	ext    *responseusage.Extractor
@@ -196,6 +199,7 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 			st.authority = value(hv)
 		case "content-length":
 			st.hasContentLength = true
+			st.contentLength, _ = strconv.ParseInt(value(hv), 10, 64)
 		case "content-encoding":
 			st.codings = append(st.codings, requestbody.Codings([]string{value(hv)})...)
 		case "upgrade":
@@ -218,6 +222,12 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 // (replaceBody).
 func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	m := st.s.m.ExtProcRequestBodies
+	if requestbody.GuardrailCheck(st.method, st.path) {
+		// A guardrail called on its own: billed its units, which its answer says, and no
+		// token; nothing to estimate (finish).
+		m.WithLabelValues("guardrail_check").Inc()
+		return continueRequestBody
+	}
 	if requestbody.Unbilled(st.method, st.path) {
 		// Nothing to estimate, nothing to ask usage of: settled at what it reports (finish).
 		m.WithLabelValues("unbilled").Inc()
@@ -415,6 +425,9 @@ func (st *stream) finish(endOfStream bool) {
 		got = st.ext.Finish(endOfStream)
 	}
 	u := inflight.FromResponse(got, endOfStream, st.status, requestbody.Unbilled(st.method, st.path))
+	if requestbody.GuardrailCheck(st.method, st.path) {
+		u = inflight.FromGuardrailCheck(got, endOfStream, st.status, st.contentLength)
+	}
 	if u.Complete {
 		st.s.m.ExtProcStreams.WithLabelValues("complete").Inc()
 	} else {

@@ -447,6 +447,11 @@ type proxied struct {
 	// unbilled: the provider does not charge the path (a token count, a moderation:
 	// requestbody.Unbilled); nothing is estimated for it.
 	unbilled bool
+	// guardrailCheck: the request calls an Amazon Bedrock guardrail on its own
+	// (requestbody.GuardrailCheck), billed its units and no token; bodyBytes its body's
+	// length, what a guardrail that said nothing is estimated from.
+	guardrailCheck bool
+	bodyBytes      int64
 	// upload: the request body is an upload, streamed to the upstream unread (isUpload);
 	// form reads a multipart upload's model on the side (sniffForm), when it is one, and
 	// an image edit's (imageEdit) size, quality and counts.
@@ -550,13 +555,14 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	}
 
 	p.unbilled = requestbody.Unbilled(r.Method, r.URL.Path)
+	p.guardrailCheck, p.bodyBytes = requestbody.GuardrailCheck(r.Method, r.URL.Path), int64(len(body))
 	if endpoint := requestbody.DeferredRequest(r.Method, r.URL.Path, est, body); endpoint != "" && !gw.cfg.AllowDeferred.Allows(endpoint) {
 		p.settle(inflight.Refused(http.StatusForbidden)) // never sent upstream
 		gw.answered(w, OutcomeRefused)
 		refuse(w, gate.BillingDeferredRefusal(endpoint))
 		return false
 	}
-	if est != nil && !p.unbilled && !p.record(w, *est) {
+	if est != nil && !p.unbilled && !p.guardrailCheck && !p.record(w, *est) {
 		return false
 	}
 	if strings.HasSuffix(r.URL.Path, "/chat/completions") && p.route.AskStreamUsage {
@@ -657,6 +663,10 @@ func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 // settleReceived settles a request the upstream received but never answered: nothing
 // seen, so its input estimate (and an image edit's images) is charged, incomplete.
 func (p *proxied) settleReceived() {
+	if p.guardrailCheck {
+		p.settle(inflight.FromGuardrailCheck(responseusage.Usage{}, false, 0, p.bodyBytes))
+		return
+	}
 	u := inflight.Usage{Seen: &inflight.Seen{}}
 	p.formSaid(&u)
 	p.settle(u)
@@ -863,7 +873,11 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 // finish settles the relayed response with what the extractor saw, and an upload's
 // form said (formSaid).
 func (p *proxied) finish(ended bool) {
-	u := inflight.FromResponse(p.ext.Finish(ended), ended, int32(p.resp.StatusCode), p.unbilled)
+	got, status := p.ext.Finish(ended), int32(p.resp.StatusCode)
+	u := inflight.FromResponse(got, ended, status, p.unbilled)
+	if p.guardrailCheck {
+		u = inflight.FromGuardrailCheck(got, ended, status, p.bodyBytes)
+	}
 	p.formSaid(&u)
 	p.settle(u)
 }

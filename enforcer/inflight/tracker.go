@@ -169,6 +169,20 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 			ContainerIDs: got.ContainerIDs, ContainerProvider: got.ContainerProvider()}}
 }
 
+// FromGuardrailCheck is the Usage of an answer of Amazon Bedrock's ApplyGuardrail
+// (requestbody.GuardrailCheck): a guardrail called on its own, billed its units and no
+// token. Its answer's usage says them (got.Guardrail). A successful answer that said none
+// (cut before its usage) is charged an estimate: the text units of the request's body
+// (bodyBytes, more than its text) at the four billed text policies
+// (pricecatalog.EstimatedGuardrailUnits); an error answer nothing.
+func FromGuardrailCheck(got responseusage.Usage, ended bool, status int32, bodyBytes int64) Usage {
+	u := Usage{Guardrail: got.Guardrail, UpstreamCostMicroUSD: got.CostMicroUSD, UpstreamStatus: status, Complete: ended}
+	if got.Guardrail.IsZero() && status < 400 && got.CostMicroUSD == nil {
+		u.Guardrail, u.Estimated, u.Complete = pricecatalog.EstimatedGuardrailUnits(bodyBytes), true, false
+	}
+	return u
+}
+
 // reported is n when the upstream reported it, else nil.
 func reported(n int64, ok bool) *int64 {
 	if !ok {

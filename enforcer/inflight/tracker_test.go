@@ -650,3 +650,20 @@ func TestGuardrailsAreSettled(t *testing.T) {
 		})
 	}
 }
+
+// ApplyGuardrail's answer: its guardrail's units and no token; cut before its usage, an
+// estimate from the request's body; an error answer, nothing.
+func TestFromGuardrailCheck(t *testing.T) {
+	units := pricecatalog.GuardrailUnits{ContentText: 2, DeniedTopics: 1}
+	if u := FromGuardrailCheck(responseusage.Usage{Guardrail: units, TextBytes: 40}, true, 200, 2_500); u.Guardrail != units || !u.Complete ||
+		u.Estimated || u.InputTokens != 0 || u.OutputTokens != 0 || u.Seen != nil || u.Model != "" {
+		t.Fatalf("reported: %+v", u)
+	}
+	if u := FromGuardrailCheck(responseusage.Usage{}, false, 200, 2_500); u.Complete || !u.Estimated ||
+		u.Guardrail != (pricecatalog.GuardrailUnits{ContentText: 3, DeniedTopics: 3, SensitiveInformation: 3, ContextualGrounding: 3}) {
+		t.Fatalf("cut: %+v", u)
+	}
+	if u := FromGuardrailCheck(responseusage.Usage{}, true, 400, 2_500); !u.Guardrail.IsZero() || u.Estimated {
+		t.Fatalf("an error: %+v", u)
+	}
+}

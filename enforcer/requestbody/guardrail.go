@@ -98,3 +98,21 @@ func GuardrailTrace(id, trace string) (set string, guardrail bool) {
 	}
 	return "ENABLED", true
 }
+
+// GuardrailCheck reports whether a request calls an Amazon Bedrock guardrail on its own,
+// no model: ApplyGuardrail (POST /guardrail/{guardrailIdentifier}/version/{version}/apply).
+// It is billed its guardrail's units, which its answer's usage says, and no token
+// (inflight.FromGuardrailCheck): without this rule its text would be charged as a
+// prompt of no model, at the fallback price.
+func GuardrailCheck(method, path string) bool {
+	if !generates(method) {
+		return false
+	}
+	i := strings.LastIndex(path, "/guardrail/")
+	if i < 0 {
+		return false
+	}
+	id, rest, ok := strings.Cut(path[i+len("/guardrail/"):], "/version/")
+	version, ok2 := strings.CutSuffix(rest, "/apply")
+	return ok && ok2 && id != "" && version != "" && !strings.Contains(version, "/")
+}

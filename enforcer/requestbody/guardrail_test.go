@@ -50,3 +50,25 @@ func TestGuardrailTraceHeader(t *testing.T) {
 		}
 	}
 }
+
+// ApplyGuardrail's path, and nothing like it.
+func TestGuardrailCheck(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/guardrail/gr1/version/1/apply":     true,
+		"/guardrail/gr1/version/DRAFT/apply": true,
+		"/guardrail/arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Aguardrail%2Fgr1/version/2/apply": true,
+		"/bedrock/guardrail/gr1/version/1/apply":                                                      true, // behind a route's prefix
+		"/guardrail/gr1/version/1/apply/x":                                                            false,
+		"/guardrail//version/1/apply":                                                                 false,
+		"/guardrail/gr1/version//apply":                                                               false,
+		"/guardrail/gr1/apply":                                                                        false,
+		"/model/m/converse":                                                                           false,
+	} {
+		if got := GuardrailCheck("POST", path); got != want {
+			t.Errorf("%s: %v", path, got)
+		}
+	}
+	if GuardrailCheck("GET", "/guardrail/gr1/version/1/apply") {
+		t.Error("a GET calls a guardrail")
+	}
+}
