@@ -292,8 +292,10 @@ func cloudClaudeCost(t *testing.T) (global, regional int64) {
 // the answer's trace says what the guardrail assessed, and each call is charged its tokens
 // and its guardrail's units at the catalog's guardrail prices: the prompt's 2 text units
 // and the answer's 1, by the content filter and the denied topics each. A prompt the
-// guardrail refused is charged its guardrail alone: the model never ran. Before
-// 2026-11-29 a guardrail was charged nothing.
+// guardrail refused is charged its guardrail alone: the model never ran; so is the
+// guardrail called on its own (ApplyGuardrail), no model. Before 2026-11-29 a guardrail
+// was charged nothing, and ApplyGuardrail's text as a prompt of no model, at the fallback
+// price.
 func TestBedrockGuardrailsThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, GuardrailInputUnits: 2, GuardrailOutputUnits: 1})
@@ -315,6 +317,8 @@ func TestBedrockGuardrailsThroughTheGateway(t *testing.T) {
 		{"invoke-guardrail", true, tokens + guard(3)},
 		{"invoke-stream-guardrail", true, tokens + guard(3)},
 		{"converse-guardrail-blocked", false, guard(2)},
+		// A guardrail called on its own: its units, no model, no token.
+		{"apply-guardrail", false, guard(2)},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			before := len(fake.Calls())
@@ -323,7 +327,12 @@ func TestBedrockGuardrailsThroughTheGateway(t *testing.T) {
 			if !r.OK || r.Status != 200 || len(calls) != 1 || !strings.Contains(string(r.Usage), `"contentPolicyUnits":2`) {
 				t.Fatalf("the call: %+v (usage %s); %d provider calls", r, r.Usage, len(calls))
 			}
-			if tc.header {
+			if tc.scenario == "apply-guardrail" {
+				// Its body goes as it came; its answer's usage is the guardrail's.
+				if calls[0].API != fakellm.BedrockApplyGuardrail || calls[0].Model != "gr-tolls" || strings.Contains(string(calls[0].Body), "trace") {
+					t.Fatalf("the provider got %s %s", calls[0].Path, calls[0].Body)
+				}
+			} else if tc.header {
 				if got := calls[0].Header.Get("X-Amzn-Bedrock-Trace"); got != "ENABLED" || calls[0].Header.Get("X-Amzn-Bedrock-GuardrailIdentifier") != "gr-tolls" {
 					t.Fatalf("the provider got X-Amzn-Bedrock-Trace %q", got)
 				}

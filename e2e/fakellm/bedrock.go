@@ -60,6 +60,11 @@ const (
 	BedrockInvokeStream   = "bedrock.invokeModelWithResponseStream"
 	BedrockConverse       = "bedrock.converse"
 	BedrockConverseStream = "bedrock.converseStream"
+	// BedrockApplyGuardrail is a guardrail called on its own (POST
+	// /guardrail/{guardrailIdentifier}/version/{version}/apply; Call.Model is the
+	// guardrail): answered with its usage, Usage.GuardrailInputUnits of its content filter
+	// and of its denied topics, and its assessment's own.
+	BedrockApplyGuardrail = "bedrock.applyGuardrail"
 )
 
 // bedrockPadding is the "p" member Bedrock adds to every event, padding it to hide the
@@ -69,6 +74,15 @@ const bedrockPadding = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"
 // bedrockRoute is the API and the model id of a Bedrock Runtime path
 // (/model/{modelId}/{operation}, escaped as the request sent it); "" for another path.
 func bedrockRoute(escapedPath string) (api, modelID string) {
+	if rest, ok := strings.CutPrefix(escapedPath, "/guardrail/"); ok {
+		id, version, ok := strings.Cut(rest, "/version/")
+		if v, apply := strings.CutSuffix(version, "/apply"); ok && apply && id != "" && v != "" {
+			if id, err := url.PathUnescape(id); err == nil {
+				return BedrockApplyGuardrail, id
+			}
+		}
+		return "", ""
+	}
 	rest, ok := strings.CutPrefix(escapedPath, "/model/")
 	if !ok {
 		return "", ""
@@ -145,8 +159,16 @@ func bedrockGuardrail(c Call) (id string, traced bool) {
 // guardrailAssessment is one assessment's JSON: its content filter and denied topics
 // assessed units text units each (the free word filter and regular expressions too).
 func guardrailAssessment(id string, units int64) string {
-	return fmt.Sprintf(`{"contentPolicy":{"filters":[]},"invocationMetrics":{"guardrailProcessingLatency":3,"usage":{"topicPolicyUnits":%d,"contentPolicyUnits":%d,"wordPolicyUnits":%d,"sensitiveInformationPolicyUnits":0,"sensitiveInformationPolicyFreeUnits":%d,"contextualGroundingPolicyUnits":0,"contentPolicyImageUnits":0},"guardrailCoverage":{"textCharacters":{"guarded":%d,"total":%d}}},"appliedGuardrailDetails":{"guardrailId":%q,"guardrailVersion":"1","guardrailOrigin":["REQUEST"],"guardrailOwnership":"SELF"}}`,
-		units, units, units, units, units*1000, units*1000, id)
+	return fmt.Sprintf(`{"contentPolicy":{"filters":[]},"invocationMetrics":{"guardrailProcessingLatency":3,"usage":%s,"guardrailCoverage":{"textCharacters":{"guarded":%d,"total":%d}}},"appliedGuardrailDetails":{"guardrailId":%q,"guardrailVersion":"1","guardrailOrigin":["REQUEST"],"guardrailOwnership":"SELF"}}`,
+		guardrailUsage(units), units*1000, units*1000, id)
+}
+
+// guardrailUsage is a guardrail's usage (GuardrailUsage) whose content filter and denied
+// topics assessed units text units each (the free word filter and regular expressions
+// too).
+func guardrailUsage(units int64) string {
+	return fmt.Sprintf(`{"topicPolicyUnits":%d,"contentPolicyUnits":%d,"wordPolicyUnits":%d,"sensitiveInformationPolicyUnits":0,"sensitiveInformationPolicyFreeUnits":%d,"contextualGroundingPolicyUnits":0,"contentPolicyImageUnits":0}`,
+		units, units, units, units)
 }
 
 // converseTrace is a Converse answer's trace member and a comma ("" without one).
@@ -182,6 +204,15 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 	h := w.Header()
 	h.Set("X-Amzn-Requestid", fmt.Sprintf("00000000-0000-4000-8000-%012d", n))
 	switch c.API {
+	case BedrockApplyGuardrail:
+		action := "NONE"
+		if c.Model == BlockingGuardrail {
+			action = "GUARDRAIL_INTERVENED"
+		}
+		ew.start("application/json", http.StatusOK)
+		ew.write(fmt.Sprintf(`{"usage":%s,"action":%q,"actionReason":"No action.","outputs":[],"assessments":[%s],"guardrailCoverage":{"textCharacters":{"guarded":%d,"total":%d}}}`,
+			guardrailUsage(u.GuardrailInputUnits), action, guardrailAssessment(c.Model, u.GuardrailInputUnits),
+			u.GuardrailInputUnits*1000, u.GuardrailInputUnits*1000))
 	case BedrockInvoke:
 		h.Set("X-Amzn-Bedrock-Invocation-Latency", "1")
 		h.Set("X-Amzn-Bedrock-Input-Token-Count", fmt.Sprint(u.InputTokens))

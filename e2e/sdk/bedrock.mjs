@@ -12,8 +12,10 @@
 // the guardrail gr-tolls (Converse's guardrailConfig, InvokeModel's guardrailIdentifier
 // and guardrailVersion), its trace not asked for; "converse-guardrail-blocked" by the one
 // that refuses every prompt (fakellm.BlockingGuardrail). Their usage carries the trace the
-// answer gave (guardrailTrace). See report.mjs for the settings and the output.
+// answer gave (guardrailTrace). "apply-guardrail" calls the guardrail gr-tolls on its own
+// (ApplyGuardrail, no model; TOLLGATE_MODEL unused): its usage is the guardrail's. See report.mjs for the settings and the output.
 import {
+  ApplyGuardrailCommand,
   BedrockRuntimeClient,
   ConverseCommand,
   ConverseStreamCommand,
@@ -46,7 +48,7 @@ const client = new BedrockRuntimeClient({
 });
 const prompt = 'How are tolls paid?';
 // The scenario's name without its guardrail suffix, and the guardrail ('' for none).
-const guardrail = s.scenario.endsWith('-guardrail-blocked') ? 'gr-blocks-all' : s.scenario.endsWith('-guardrail') ? 'gr-tolls' : '';
+const guardrail = s.scenario === 'apply-guardrail' ? '' : s.scenario.endsWith('-guardrail-blocked') ? 'gr-blocks-all' : s.scenario.endsWith('-guardrail') ? 'gr-tolls' : '';
 const scenario = s.scenario.replace(/-guardrail(-blocked)?$/, '');
 // invokeGuardrail is InvokeModel's guardrail parameters (headers on the wire).
 const invokeGuardrail = guardrail ? { guardrailIdentifier: guardrail, guardrailVersion: '1' } : {};
@@ -120,6 +122,15 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
         }
       }
       return { text, model: null, usage, chunks };
+    }
+    case 'apply': {
+      const res = await client.send(new ApplyGuardrailCommand({
+        guardrailIdentifier: 'gr-tolls',
+        guardrailVersion: '1',
+        source: 'INPUT',
+        content: [{ text: { text: prompt } }],
+      }));
+      return { text: res.action ?? '', model: null, usage: res.usage ?? null, chunks: 1 };
     }
     default:
       throw new Error(`"${s.scenario}" is not a Bedrock scenario`);
