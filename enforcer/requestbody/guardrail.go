@@ -18,9 +18,11 @@ import (
 // documented field of the answer its SDK reads or skips. docs/prices.md, "Amazon
 // Bedrock's guardrails".
 
-// Bedrock's InvokeModel headers of a guardrail.
+// Bedrock's InvokeModel headers of a guardrail (X-Amzn-Bedrock-GuardrailIdentifier,
+// X-Amzn-Bedrock-Trace), in net/http's canonical form: a lookup of every request through
+// the gateway then allocates nothing.
 const (
-	HeaderGuardrailIdentifier = "X-Amzn-Bedrock-GuardrailIdentifier"
+	HeaderGuardrailIdentifier = "X-Amzn-Bedrock-Guardrailidentifier"
 	HeaderBedrockTrace        = "X-Amzn-Bedrock-Trace"
 )
 

@@ -72,3 +72,17 @@ func TestGuardrailCheck(t *testing.T) {
 		t.Error("a GET calls a guardrail")
 	}
 }
+
+// The headers are looked up on every request through the gateway: in canonical form, a
+// lookup allocates nothing.
+func TestGuardrailHeadersAreCanonical(t *testing.T) {
+	for _, h := range []string{HeaderGuardrailIdentifier, HeaderBedrockTrace} {
+		if http.CanonicalHeaderKey(h) != h {
+			t.Errorf("%s is not canonical", h)
+		}
+	}
+	h := http.Header{"Content-Type": {"application/json"}}
+	if n := testing.AllocsPerRun(100, func() { GuardrailTraceHeader(h) }); n != 0 {
+		t.Errorf("a request without a guardrail: %v allocations", n)
+	}
+}
