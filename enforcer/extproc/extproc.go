@@ -82,7 +82,7 @@ type stream struct {
 	codings []string
 	// guardrailID and traceAsked are an InvokeModel request's guardrail and trace headers
 	// (X-Amzn-Bedrock-GuardrailIdentifier, X-Amzn-Bedrock-Trace); guardrailTrace the
-	// trace header its body's response sets, "" for none (requestbody.GuardrailTraceHeader).
+	// trace header its body's response sets, "" for none (requestbody.GuardrailTrace).
 	guardrailID, traceAsked, guardrailTrace string
 	// contentLength is the request's Content-Length (0 when it had none): what a
 	// guardrail called on its own whose answer said nothing is estimated from.
