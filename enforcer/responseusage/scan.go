@@ -1656,8 +1656,10 @@ func (s *scanner) classify() target {
 	if s.containerTarget() {
 		return target{kind: tgContainer}
 	}
-	if g, ok := s.guardrailTarget(); ok {
-		return target{kind: tgGuard, tok: g}
+	if s.depth >= 7 { // the depth test here: most values are shallower, and need no call
+		if g, ok := s.guardrailTarget(); ok {
+			return target{kind: tgGuard, tok: g}
+		}
 	}
 	switch s.depth {
 	case 1:
