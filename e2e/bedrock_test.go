@@ -349,3 +349,21 @@ func TestBedrockGuardrailsThroughTheGateway(t *testing.T) {
 		})
 	}
 }
+
+// TestBedrockCountTokensThroughTheGateway: AWS's SDK counts a Converse request's input
+// through the gateway (CountTokens), which AWS does not charge: the provider answers it,
+// and it is settled at 0. Before 2026-11-29 its input estimate was charged at the model's
+// price.
+func TestBedrockCountTokensThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 12})
+	r := runSDK(t, dir, "bedrock.mjs", "count-tokens", s.gateway, o.key, "us.amazon.nova-pro-v1:0")
+	calls := fake.Calls()
+	if !r.OK || r.Status != 200 || len(calls) != 1 || calls[0].API != fakellm.BedrockCountTokens || !strings.Contains(string(r.Usage), `"inputTokens":12`) {
+		t.Fatalf("the call: %+v (usage %s); provider calls %+v", r, r.Usage, calls)
+	}
+	rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+	if rec.cost() != 0 || rec["complete"] != true {
+		t.Fatalf("receipt %s, want 0", rec)
+	}
+}

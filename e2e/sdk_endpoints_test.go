@@ -84,6 +84,8 @@ var (
 	genaiFormat = regexp.MustCompile(`formatMap\('([^']+)'`)
 	genaiPathFn = regexp.MustCompile(`pathToFunc\("([^"]+)"\)`)
 	genaiMethod = regexp.MustCompile(`(?:httpMethod|method): ['"]([A-Z]+)['"]`)
+	// AWS's SDKs: an operation's HTTP binding, ["POST", "/path", 200].
+	awsOperation = regexp.MustCompile(`\["POST", "([^"]+)", \d+\]`)
 )
 
 // sdkPOSTs reads the POST endpoints of the three SDKs under modules.
@@ -126,6 +128,14 @@ func sdkPOSTs(t *testing.T, modules string) []sdkEndpoint {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// AWS's SDK declares each operation's method and path: ["POST", "/model/{modelId}/converse", 200].
+	b, err = os.ReadFile(filepath.Join(modules, "@aws-sdk/client-bedrock-runtime/dist-cjs/index.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range awsOperation.FindAllSubmatch(b, -1) {
+		set[sdkEndpoint{"bedrock", string(m[1])}] = true
 	}
 	var out []sdkEndpoint
 	for e := range set {
@@ -286,8 +296,24 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"openai", "/chatkit/sessions"}:                                                requestbody.DeferredChatKit,
 	{"openai", "/containers"}:                                                      requestbody.DeferredContainers,
 	// anthropic
-	{"anthropic", "/v1/messages"}:                                           "",
-	{"anthropic", "/v1/messages/count_tokens"}:                              "",
+	{"anthropic", "/v1/messages"}:              "",
+	{"anthropic", "/v1/messages/count_tokens"}: "",
+	// bedrock (Amazon Bedrock Runtime)
+	{"bedrock", "/model/{modelId}/invoke"}:                      "",
+	{"bedrock", "/model/{modelId}/invoke-with-response-stream"}: "",
+	{"bedrock", "/model/{modelId}/converse"}:                    "",
+	{"bedrock", "/model/{modelId}/converse-stream"}:             "",
+	{"bedrock", "/model/{modelId}/count-tokens"}:                "", // free (requestbody.Unbilled)
+	// A guardrail called on its own: its units (requestbody.GuardrailCheck).
+	{"bedrock", "/guardrail/{guardrailIdentifier}/version/{guardrailVersion}/apply"}: "",
+	// The detect-only guardrail checks: charged as a prompt of no model, at the fallback
+	// price, until their own prices are read (docs/prices.md, "Billed items not charged yet").
+	{"bedrock", "/guardrail-checks/invoke"}: "",
+	// Nova Sonic's speech to speech, a bidirectional HTTP/2 stream: not supported (the
+	// gateway reads a request's body before it admits it, and a bidirectional session's
+	// body ends only with the session; docs/prices.md, "Billed items not charged yet").
+	{"bedrock", "/model/{modelId}/invoke-with-bidirectional-stream"}:        "",
+	{"bedrock", "/async-invoke"}:                                            requestbody.DeferredBatches,
 	{"anthropic", "/v1/files"}:                                              "",
 	{"anthropic", "/v1/messages/batches/${messageBatchID}/cancel"}:          "",
 	{"anthropic", "/v1/sessions/${sessionID}"}:                              "",

@@ -65,6 +65,9 @@ const (
 	// guardrail): answered with its usage, Usage.GuardrailInputUnits of its content filter
 	// and of its denied topics, and its assessment's own.
 	BedrockApplyGuardrail = "bedrock.applyGuardrail"
+	// BedrockCountTokens counts a request's input (POST /model/{modelId}/count-tokens),
+	// free: answered {"inputTokens": Usage.InputTokens}.
+	BedrockCountTokens = "bedrock.countTokens"
 )
 
 // bedrockPadding is the "p" member Bedrock adds to every event, padding it to hide the
@@ -100,6 +103,8 @@ func bedrockRoute(escapedPath string) (api, modelID string) {
 		api = BedrockConverse
 	case "converse-stream":
 		api = BedrockConverseStream
+	case "count-tokens":
+		api = BedrockCountTokens
 	default:
 		return "", ""
 	}
@@ -204,6 +209,9 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 	h := w.Header()
 	h.Set("X-Amzn-Requestid", fmt.Sprintf("00000000-0000-4000-8000-%012d", n))
 	switch c.API {
+	case BedrockCountTokens:
+		ew.start("application/json", http.StatusOK)
+		ew.write(fmt.Sprintf(`{"inputTokens":%d}`, u.InputTokens))
 	case BedrockApplyGuardrail:
 		action := "NONE"
 		if c.Model == BlockingGuardrail {

@@ -13,12 +13,14 @@
 // and guardrailVersion), its trace not asked for; "converse-guardrail-blocked" by the one
 // that refuses every prompt (fakellm.BlockingGuardrail). Their usage carries the trace the
 // answer gave (guardrailTrace). "apply-guardrail" calls the guardrail gr-tolls on its own
-// (ApplyGuardrail, no model; TOLLGATE_MODEL unused): its usage is the guardrail's. See report.mjs for the settings and the output.
+// (ApplyGuardrail, no model; TOLLGATE_MODEL unused): its usage is the guardrail's.
+// "count-tokens" counts a Converse request's input (CountTokens, free). See report.mjs for the settings and the output.
 import {
   ApplyGuardrailCommand,
   BedrockRuntimeClient,
   ConverseCommand,
   ConverseStreamCommand,
+  CountTokensCommand,
   InvokeModelCommand,
   InvokeModelWithResponseStreamCommand,
 } from '@aws-sdk/client-bedrock-runtime';
@@ -122,6 +124,10 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
         }
       }
       return { text, model: null, usage, chunks };
+    }
+    case 'count-tokens': {
+      const res = await client.send(new CountTokensCommand({ modelId: s.model, input: { converse: { messages: converseRequest().messages } } }));
+      return { text: '', model: null, usage: { inputTokens: res.inputTokens ?? null }, chunks: 1 };
     }
     case 'apply': {
       const res = await client.send(new ApplyGuardrailCommand({

@@ -10,9 +10,12 @@ import (
 // or input text): Anthropic's POST /v1/messages/count_tokens (which Claude Code calls
 // before many turns), OpenAI's POST /v1/responses/input_tokens, and OpenAI's
 // POST /v1/moderations (free; its answer reports no usage), Gemini's
-// POST /v1beta/models/{model}:countTokens (Vertex AI's too), and Claude's token count on
-// Vertex AI, POST .../publishers/anthropic/models/count-tokens:rawPredict.
-var unbilledPaths = []string{"/messages/count_tokens", "/responses/input_tokens", "/moderations", ":countTokens", "/models/count-tokens:rawPredict"}
+// POST /v1beta/models/{model}:countTokens (Vertex AI's too), Claude's token count on
+// Vertex AI, POST .../publishers/anthropic/models/count-tokens:rawPredict, and Amazon
+// Bedrock's CountTokens, POST /model/{modelId}/count-tokens ("Using the CountTokens API
+// doesn't incur charges", AWS's user guide).
+var unbilledPaths = []string{"/messages/count_tokens", "/responses/input_tokens", "/moderations", ":countTokens", "/models/count-tokens:rawPredict",
+	"/count-tokens"}
 
 // Unbilled reports whether a request is one the provider does not charge: any method
 // but POST (every provider's generation is a POST; a GET reads a stored object, such as

@@ -27,10 +27,13 @@ func TestUnbilled(t *testing.T) {
 		"/v1/projects/p/locations/us-east5/publishers/google/models/gemini-2.5-flash:countTokens":    true,
 		"/v1/projects/p/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict":      true, // Claude's token count on Vertex AI
 		"/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5:rawPredict": false,
-		"/v1/messages":                    false,
-		"/v1/chat/completions":            false,
-		"/v1/responses":                   false,
-		"/v1/embeddings":                  false, // charged: it reports its usage
+		"/v1/messages":         false,
+		"/v1/chat/completions": false,
+		"/v1/responses":        false,
+		"/v1/embeddings":       false, // charged: it reports its usage
+		"/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/count-tokens":  true, // Amazon Bedrock's
+		"/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/count-tokens": true,
+		"/model/m/count-tokens/x":         false,
 		"/v1/messages/count_tokens/extra": false,
 		"":                                false,
 	} {
