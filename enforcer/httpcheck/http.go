@@ -84,6 +84,10 @@ type settleGuardrailUnits struct {
 	ContextualGrounding  int64 `json:"contextualGrounding"`
 	AutomatedReasoning   int64 `json:"automatedReasoning"`
 	ContentImages        int64 `json:"contentImages"`
+	// The detect-only guardrail checks' text units (InvokeGuardrailChecks).
+	ChecksContentFilter        int64 `json:"checksContentFilter"`
+	ChecksPromptAttack         int64 `json:"checksPromptAttack"`
+	ChecksSensitiveInformation int64 `json:"checksSensitiveInformation"`
 }
 
 // settleBody is the JSON of POST /settle. Pointers tell absent from zero.
@@ -248,7 +252,9 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 			name string
 			v    int64
 		}{{"contentText", g.ContentText}, {"deniedTopics", g.DeniedTopics}, {"sensitiveInformation", g.SensitiveInformation},
-			{"contextualGrounding", g.ContextualGrounding}, {"automatedReasoning", g.AutomatedReasoning}, {"contentImages", g.ContentImages}} {
+			{"contextualGrounding", g.ContextualGrounding}, {"automatedReasoning", g.AutomatedReasoning}, {"contentImages", g.ContentImages},
+			{"checksContentFilter", g.ChecksContentFilter}, {"checksPromptAttack", g.ChecksPromptAttack},
+			{"checksSensitiveInformation", g.ChecksSensitiveInformation}} {
 			if f.v < 0 {
 				probs = append(probs, problem{"guardrailUnits." + f.name + " must not be negative", []any{"guardrailUnits", f.name}})
 			}

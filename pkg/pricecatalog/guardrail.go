@@ -15,7 +15,9 @@ import (
 // docs/prices.md, "Amazon Bedrock's guardrails".
 
 // GuardrailUnits are what a request's guardrails assessed, by billed policy: text units
-// of each text policy, and images of the image content filter.
+// of each text policy, and images of the image content filter; and the text units of
+// the detect-only guardrail checks (InvokeGuardrailChecks, June 2026: no guardrail, a
+// price of their own per check).
 type GuardrailUnits struct {
 	ContentText          int64 // content filters, on text
 	DeniedTopics         int64
@@ -23,6 +25,8 @@ type GuardrailUnits struct {
 	ContextualGrounding  int64
 	AutomatedReasoning   int64 // automated reasoning checks, already times their policies
 	ContentImages        int64 // content filters, on images
+	// The guardrail checks' text units, by check.
+	ChecksContentFilter, ChecksPromptAttack, ChecksSensitiveInformation int64
 }
 
 // IsZero tells whether nothing was assessed.
@@ -33,13 +37,15 @@ func (u GuardrailUnits) Add(o GuardrailUnits) GuardrailUnits {
 	add := func(a, b int64) int64 { return min(a, math.MaxInt64-b) + b }
 	return GuardrailUnits{add(u.ContentText, o.ContentText), add(u.DeniedTopics, o.DeniedTopics),
 		add(u.SensitiveInformation, o.SensitiveInformation), add(u.ContextualGrounding, o.ContextualGrounding),
-		add(u.AutomatedReasoning, o.AutomatedReasoning), add(u.ContentImages, o.ContentImages)}
+		add(u.AutomatedReasoning, o.AutomatedReasoning), add(u.ContentImages, o.ContentImages),
+		add(u.ChecksContentFilter, o.ChecksContentFilter), add(u.ChecksPromptAttack, o.ChecksPromptAttack),
+		add(u.ChecksSensitiveInformation, o.ChecksSensitiveInformation)}
 }
 
 // Valid tells whether every count is non-negative.
 func (u GuardrailUnits) Valid() bool {
 	return min(u.ContentText, u.DeniedTopics, u.SensitiveInformation, u.ContextualGrounding, u.AutomatedReasoning,
-		u.ContentImages) >= 0
+		u.ContentImages, u.ChecksContentFilter, u.ChecksPromptAttack, u.ChecksSensitiveInformation) >= 0
 }
 
 // GuardrailCharsPerUnit is the most characters one text unit holds.
@@ -66,11 +72,16 @@ type GuardrailPrices struct {
 	ContextualGrounding  int64 `json:"contextualGrounding"`
 	AutomatedReasoning   int64 `json:"automatedReasoning"`
 	ContentImage         int64 `json:"contentImage"`
+	// The detect-only guardrail checks (InvokeGuardrailChecks), per 1,000 text units.
+	ChecksContentFilter        int64 `json:"checksContentFilter"`
+	ChecksPromptAttack         int64 `json:"checksPromptAttack"`
+	ChecksSensitiveInformation int64 `json:"checksSensitiveInformation"`
 }
 
 // Valid tells whether every price is non-negative (a negative one would read as free).
 func (p GuardrailPrices) Valid() bool {
-	return min(p.ContentText, p.DeniedTopics, p.SensitiveInformation, p.ContextualGrounding, p.AutomatedReasoning, p.ContentImage) >= 0
+	return min(p.ContentText, p.DeniedTopics, p.SensitiveInformation, p.ContextualGrounding, p.AutomatedReasoning, p.ContentImage,
+		p.ChecksContentFilter, p.ChecksPromptAttack, p.ChecksSensitiveInformation) >= 0
 }
 
 // Cost is the price of u: its text units at their policies' prices per 1,000, rounded up
@@ -82,7 +93,8 @@ func (p GuardrailPrices) Cost(u GuardrailUnits) (int64, bool) {
 	var hi, lo uint64
 	for _, t := range [...][2]int64{{u.ContentText, p.ContentText}, {u.DeniedTopics, p.DeniedTopics},
 		{u.SensitiveInformation, p.SensitiveInformation}, {u.ContextualGrounding, p.ContextualGrounding},
-		{u.AutomatedReasoning, p.AutomatedReasoning}} {
+		{u.AutomatedReasoning, p.AutomatedReasoning}, {u.ChecksContentFilter, p.ChecksContentFilter},
+		{u.ChecksPromptAttack, p.ChecksPromptAttack}, {u.ChecksSensitiveInformation, p.ChecksSensitiveInformation}} {
 		if t[0] <= 0 || t[1] <= 0 {
 			continue
 		}
@@ -116,7 +128,8 @@ func (p GuardrailPrices) Cost(u GuardrailUnits) (int64, bool) {
 func checkGuardrails(p GuardrailPrices, bad func(string, ...any)) GuardrailPrices {
 	for name, v := range map[string]int64{"contentText": p.ContentText, "deniedTopics": p.DeniedTopics,
 		"sensitiveInformation": p.SensitiveInformation, "contextualGrounding": p.ContextualGrounding,
-		"automatedReasoning": p.AutomatedReasoning, "contentImage": p.ContentImage} {
+		"automatedReasoning": p.AutomatedReasoning, "contentImage": p.ContentImage, "checksContentFilter": p.ChecksContentFilter,
+		"checksPromptAttack": p.ChecksPromptAttack, "checksSensitiveInformation": p.ChecksSensitiveInformation} {
 		if v < 0 || v > money.MaxAllowanceMicroUSD/1000 {
 			bad("guardrails.%s: must be from 0 to %d", name, money.MaxAllowanceMicroUSD/1000)
 		}

@@ -13,7 +13,8 @@ import (
 func TestGuardrails(t *testing.T) {
 	p := Default().Guardrails()
 	if want := (GuardrailPrices{ContentText: 150_000, DeniedTopics: 150_000, SensitiveInformation: 100_000,
-		ContextualGrounding: 100_000, AutomatedReasoning: 170_000, ContentImage: 750}); p != want || !p.Valid() {
+		ContextualGrounding: 100_000, AutomatedReasoning: 170_000, ContentImage: 750,
+		ChecksContentFilter: 70_000, ChecksPromptAttack: 80_000, ChecksSensitiveInformation: 100_000}); p != want || !p.Valid() {
 		t.Fatalf("shipped %+v, want %+v", p, want)
 	}
 	for _, c := range []struct {
@@ -24,7 +25,9 @@ func TestGuardrails(t *testing.T) {
 		{GuardrailUnits{ContentText: 1, DeniedTopics: 1, SensitiveInformation: 1, ContextualGrounding: 1, AutomatedReasoning: 1, ContentImages: 1}, 670 + 750},
 		{GuardrailUnits{ContentText: 1, SensitiveInformation: 1}, 250}, // 0.25 micro-USD... per unit: 150 + 100
 		{GuardrailUnits{AutomatedReasoning: 3}, 510},                   // 3 × 170
-		{GuardrailUnits{DeniedTopics: -5, ContentImages: -1}, 0},       // a negative count is none
+		// The detect-only checks: 2 × 70 + 2 × 80 + 1 × 100.
+		{GuardrailUnits{ChecksContentFilter: 2, ChecksPromptAttack: 2, ChecksSensitiveInformation: 1}, 400},
+		{GuardrailUnits{DeniedTopics: -5, ContentImages: -1}, 0}, // a negative count is none
 		{GuardrailUnits{}, 0},
 	} {
 		if got, ok := p.Cost(c.u); !ok || got != c.want {

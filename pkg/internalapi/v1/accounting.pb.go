@@ -1876,8 +1876,12 @@ type GuardrailUnits struct {
 	ContextualGrounding  int64                  `protobuf:"varint,4,opt,name=contextual_grounding,json=contextualGrounding,proto3" json:"contextual_grounding,omitempty"`
 	AutomatedReasoning   int64                  `protobuf:"varint,5,opt,name=automated_reasoning,json=automatedReasoning,proto3" json:"automated_reasoning,omitempty"`
 	ContentImages        int64                  `protobuf:"varint,6,opt,name=content_images,json=contentImages,proto3" json:"content_images,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The detect-only guardrail checks' text units (InvokeGuardrailChecks), by check.
+	ChecksContentFilter        int64 `protobuf:"varint,7,opt,name=checks_content_filter,json=checksContentFilter,proto3" json:"checks_content_filter,omitempty"`
+	ChecksPromptAttack         int64 `protobuf:"varint,8,opt,name=checks_prompt_attack,json=checksPromptAttack,proto3" json:"checks_prompt_attack,omitempty"`
+	ChecksSensitiveInformation int64 `protobuf:"varint,9,opt,name=checks_sensitive_information,json=checksSensitiveInformation,proto3" json:"checks_sensitive_information,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *GuardrailUnits) Reset() {
@@ -1948,6 +1952,27 @@ func (x *GuardrailUnits) GetAutomatedReasoning() int64 {
 func (x *GuardrailUnits) GetContentImages() int64 {
 	if x != nil {
 		return x.ContentImages
+	}
+	return 0
+}
+
+func (x *GuardrailUnits) GetChecksContentFilter() int64 {
+	if x != nil {
+		return x.ChecksContentFilter
+	}
+	return 0
+}
+
+func (x *GuardrailUnits) GetChecksPromptAttack() int64 {
+	if x != nil {
+		return x.ChecksPromptAttack
+	}
+	return 0
+}
+
+func (x *GuardrailUnits) GetChecksSensitiveInformation() int64 {
+	if x != nil {
+		return x.ChecksSensitiveInformation
 	}
 	return 0
 }
@@ -2372,14 +2397,17 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x14_audio_output_tokensB\x1c\n" +
 	"\x1a_cached_audio_input_tokensB\x15\n" +
 	"\x13_image_input_tokensB\x1c\n" +
-	"\x1a_cached_image_input_tokens\"\x98\x02\n" +
+	"\x1a_cached_image_input_tokens\"\xc0\x03\n" +
 	"\x0eGuardrailUnits\x12!\n" +
 	"\fcontent_text\x18\x01 \x01(\x03R\vcontentText\x12#\n" +
 	"\rdenied_topics\x18\x02 \x01(\x03R\fdeniedTopics\x123\n" +
 	"\x15sensitive_information\x18\x03 \x01(\x03R\x14sensitiveInformation\x121\n" +
 	"\x14contextual_grounding\x18\x04 \x01(\x03R\x13contextualGrounding\x12/\n" +
 	"\x13automated_reasoning\x18\x05 \x01(\x03R\x12automatedReasoning\x12%\n" +
-	"\x0econtent_images\x18\x06 \x01(\x03R\rcontentImages\"G\n" +
+	"\x0econtent_images\x18\x06 \x01(\x03R\rcontentImages\x122\n" +
+	"\x15checks_content_filter\x18\a \x01(\x03R\x13checksContentFilter\x120\n" +
+	"\x14checks_prompt_attack\x18\b \x01(\x03R\x12checksPromptAttack\x12@\n" +
+	"\x1cchecks_sensitive_information\x18\t \x01(\x03R\x1achecksSensitiveInformation\"G\n" +
 	"\rSettleRequest\x126\n" +
 	"\x05items\x18\x01 \x03(\v2 .tollgate.internal.v1.SettleItemR\x05items\"\x8f\x02\n" +
 	"\fSettleResult\x12\x1d\n" +
