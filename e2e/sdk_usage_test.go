@@ -40,6 +40,8 @@ var sdkUsageRoots = []sdkUsageRoot{
 	{"bedrock", "@aws-sdk/client-bedrock-runtime/dist-types/models/models_0.d.ts", "TokenUsage"},
 	// A guardrail's trace: each assessment's invocationMetrics.usage (Converse, InvokeModel).
 	{"bedrock", "@aws-sdk/client-bedrock-runtime/dist-types/models/models_0.d.ts", "GuardrailUsage"},
+	// The detect-only guardrail checks (InvokeGuardrailChecks).
+	{"bedrock", "@aws-sdk/client-bedrock-runtime/dist-types/models/models_0.d.ts", "GuardrailChecksUsageResults"},
 	// Mistral's SDK names the fields in camelCase; its API, in snake_case (snakeCase).
 	{"mistral", "@mistralai/mistralai/esm/models/components/usageinfo.d.ts", "UsageInfo"},
 	{"mistral", "@mistralai/mistralai/esm/models/components/conversationusageinfo.d.ts", "ConversationUsageInfo"},
@@ -218,6 +220,9 @@ var sdkUsageFields = map[string]string{
 	"bedrock contentPolicyImageUnits":             read,
 	"bedrock wordPolicyUnits":                     "word filters, free",
 	"bedrock sensitiveInformationPolicyFreeUnits": "the sensitive-information filters' regular expressions, free",
+	"bedrock contentFilter.textUnits":             read,
+	"bedrock promptAttack.textUnits":              read,
+	"bedrock sensitiveInformation.textUnits":      read,
 	// Mistral's chat, Conversations and OCR (camelCase in its SDK, snake_case on the wire).
 	"mistral prompt_tokens":        read,
 	"mistral completion_tokens":    read,

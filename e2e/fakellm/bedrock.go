@@ -68,6 +68,10 @@ const (
 	// BedrockCountTokens counts a request's input (POST /model/{modelId}/count-tokens),
 	// free: answered {"inputTokens": Usage.InputTokens}.
 	BedrockCountTokens = "bedrock.countTokens"
+	// BedrockGuardrailChecks runs the detect-only checks (POST /guardrail-checks/invoke):
+	// answered with the usage of each check the request asked for, Usage.GuardrailInputUnits
+	// text units each.
+	BedrockGuardrailChecks = "bedrock.invokeGuardrailChecks"
 )
 
 // bedrockPadding is the "p" member Bedrock adds to every event, padding it to hide the
@@ -77,6 +81,9 @@ const bedrockPadding = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"
 // bedrockRoute is the API and the model id of a Bedrock Runtime path
 // (/model/{modelId}/{operation}, escaped as the request sent it); "" for another path.
 func bedrockRoute(escapedPath string) (api, modelID string) {
+	if escapedPath == "/guardrail-checks/invoke" {
+		return BedrockGuardrailChecks, ""
+	}
 	if rest, ok := strings.CutPrefix(escapedPath, "/guardrail/"); ok {
 		id, version, ok := strings.Cut(rest, "/version/")
 		if v, apply := strings.CutSuffix(version, "/apply"); ok && apply && id != "" && v != "" {
@@ -209,6 +216,19 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 	h := w.Header()
 	h.Set("X-Amzn-Requestid", fmt.Sprintf("00000000-0000-4000-8000-%012d", n))
 	switch c.API {
+	case BedrockGuardrailChecks:
+		var req struct {
+			Checks map[string]json.RawMessage `json:"checks"`
+		}
+		_ = json.Unmarshal(c.Body, &req)
+		var usage []string
+		for _, check := range []string{"contentFilter", "promptAttack", "sensitiveInformation"} {
+			if req.Checks[check] != nil {
+				usage = append(usage, fmt.Sprintf(`%q:{"textUnits":%d}`, check, u.GuardrailInputUnits))
+			}
+		}
+		ew.start("application/json", http.StatusOK)
+		ew.write(`{"results":{},"usage":{` + strings.Join(usage, ",") + `}}`)
 	case BedrockCountTokens:
 		ew.start("application/json", http.StatusOK)
 		ew.write(fmt.Sprintf(`{"inputTokens":%d}`, u.InputTokens))

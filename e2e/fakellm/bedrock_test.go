@@ -197,7 +197,7 @@ func TestBedrockAnswers(t *testing.T) {
 	})
 
 	t.Run("unknown operation and bad body", func(t *testing.T) {
-		if res, _ := post(t, srv.URL, "/model/"+escaped+"/count-tokens", "", converseBody); res.StatusCode != 404 {
+		if res, _ := post(t, srv.URL, "/model/"+escaped+"/no-such-operation", "", converseBody); res.StatusCode != 404 {
 			t.Fatalf("an unknown operation: %d", res.StatusCode)
 		}
 		res, body := post(t, srv.URL, "/model/"+escaped+"/converse", "", "not json")

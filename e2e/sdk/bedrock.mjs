@@ -14,13 +14,15 @@
 // that refuses every prompt (fakellm.BlockingGuardrail). Their usage carries the trace the
 // answer gave (guardrailTrace). "apply-guardrail" calls the guardrail gr-tolls on its own
 // (ApplyGuardrail, no model; TOLLGATE_MODEL unused): its usage is the guardrail's.
-// "count-tokens" counts a Converse request's input (CountTokens, free). See report.mjs for the settings and the output.
+// "count-tokens" counts a Converse request's input (CountTokens, free). "guardrail-checks"
+// runs the detect-only content filter and prompt attack checks (InvokeGuardrailChecks). See report.mjs for the settings and the output.
 import {
   ApplyGuardrailCommand,
   BedrockRuntimeClient,
   ConverseCommand,
   ConverseStreamCommand,
   CountTokensCommand,
+  InvokeGuardrailChecksCommand,
   InvokeModelCommand,
   InvokeModelWithResponseStreamCommand,
 } from '@aws-sdk/client-bedrock-runtime';
@@ -128,6 +130,16 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
     case 'count-tokens': {
       const res = await client.send(new CountTokensCommand({ modelId: s.model, input: { converse: { messages: converseRequest().messages } } }));
       return { text: '', model: null, usage: { inputTokens: res.inputTokens ?? null }, chunks: 1 };
+    }
+    case 'guardrail-checks': {
+      const res = await client.send(new InvokeGuardrailChecksCommand({
+        messages: [{ role: 'user', content: [{ text: prompt }] }],
+        checks: {
+          contentFilter: { categories: [{ category: 'VIOLENCE' }] },
+          promptAttack: { categories: [{ category: 'JAILBREAK' }] },
+        },
+      }));
+      return { text: '', model: null, usage: res.usage ?? null, chunks: 1 };
     }
     case 'apply': {
       const res = await client.send(new ApplyGuardrailCommand({

@@ -699,7 +699,8 @@ func guardrailUnits(u pricecatalog.GuardrailUnits) *internalv1.GuardrailUnits {
 	}
 	return &internalv1.GuardrailUnits{ContentText: u.ContentText, DeniedTopics: u.DeniedTopics,
 		SensitiveInformation: u.SensitiveInformation, ContextualGrounding: u.ContextualGrounding,
-		AutomatedReasoning: u.AutomatedReasoning, ContentImages: u.ContentImages}
+		AutomatedReasoning: u.AutomatedReasoning, ContentImages: u.ContentImages, ChecksContentFilter: u.ChecksContentFilter,
+		ChecksPromptAttack: u.ChecksPromptAttack, ChecksSensitiveInformation: u.ChecksSensitiveInformation}
 }
 
 // guardrailEstimate charges the guardrail of a request whose body asked for one (rd) and

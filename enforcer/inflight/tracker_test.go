@@ -614,7 +614,7 @@ func admittedReqA() (*Tracker, *queue) {
 // before its metadata event) is charged an estimate: the text units of its prompt and of
 // the answer seen, at every billed text policy. An error answer with nothing in it, none.
 func TestGuardrailsAreSettled(t *testing.T) {
-	reported := pricecatalog.GuardrailUnits{ContentText: 2, DeniedTopics: 2, AutomatedReasoning: 4, ContentImages: 1}
+	reported := pricecatalog.GuardrailUnits{ContentText: 2, DeniedTopics: 2, AutomatedReasoning: 4, ContentImages: 1, ChecksPromptAttack: 3}
 	for _, tc := range []struct {
 		name      string
 		record    *estimate.Request
@@ -624,7 +624,7 @@ func TestGuardrailsAreSettled(t *testing.T) {
 	}{
 		{name: "reported", record: &estimate.Request{Model: "m", InputTokens: 400, Guardrail: true},
 			u:    Usage{Model: "m", InputTokens: 5, OutputTokens: 6, Complete: true, UpstreamStatus: 200, Guardrail: reported, Seen: &Seen{InputReported: true, OutputReported: true}},
-			want: &internalv1.GuardrailUnits{ContentText: 2, DeniedTopics: 2, AutomatedReasoning: 4, ContentImages: 1}},
+			want: &internalv1.GuardrailUnits{ContentText: 2, DeniedTopics: 2, AutomatedReasoning: 4, ContentImages: 1, ChecksPromptAttack: 3}},
 		{name: "cut before its trace: estimated", record: &estimate.Request{Model: "m", InputTokens: 400, Guardrail: true},
 			u: Usage{Model: "m", UpstreamStatus: 200, Seen: &Seen{TextBytes: 1401}},
 			// 400 tokens of prompt are 1,600 bytes; with the 1,401 of the answer, 3,001: 4 units.
@@ -635,7 +635,7 @@ func TestGuardrailsAreSettled(t *testing.T) {
 		{name: "an error answer with nothing in it", record: &estimate.Request{Model: "m", InputTokens: 400, Guardrail: true},
 			u: Usage{Model: "m", UpstreamStatus: 400, Seen: &Seen{}}},
 		{name: "a reporter's units", u: Usage{Model: "m", InputTokens: 5, Complete: true, Guardrail: reported},
-			want: &internalv1.GuardrailUnits{ContentText: 2, DeniedTopics: 2, AutomatedReasoning: 4, ContentImages: 1}},
+			want: &internalv1.GuardrailUnits{ContentText: 2, DeniedTopics: 2, AutomatedReasoning: 4, ContentImages: 1, ChecksPromptAttack: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, q := admittedReqA()

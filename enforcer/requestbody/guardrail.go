@@ -101,14 +101,18 @@ func GuardrailTrace(id, trace string) (set string, guardrail bool) {
 	return "ENABLED", true
 }
 
-// GuardrailCheck reports whether a request calls an Amazon Bedrock guardrail on its own,
-// no model: ApplyGuardrail (POST /guardrail/{guardrailIdentifier}/version/{version}/apply).
-// It is billed its guardrail's units, which its answer's usage says, and no token
-// (inflight.FromGuardrailCheck): without this rule its text would be charged as a
-// prompt of no model, at the fallback price.
+// GuardrailCheck reports whether a request calls Amazon Bedrock's guardrails on their own,
+// no model: ApplyGuardrail (POST /guardrail/{guardrailIdentifier}/version/{version}/apply)
+// or the detect-only checks (InvokeGuardrailChecks, POST /guardrail-checks/invoke). It is
+// billed the units its answer's usage says, and no token (inflight.FromGuardrailCheck):
+// without this rule its text would be charged as a prompt of no model, at the fallback
+// price.
 func GuardrailCheck(method, path string) bool {
 	if !generates(method) {
 		return false
+	}
+	if strings.HasSuffix(path, "/guardrail-checks/invoke") {
+		return true
 	}
 	i := strings.LastIndex(path, "/guardrail/")
 	if i < 0 {

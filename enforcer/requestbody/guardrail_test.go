@@ -63,6 +63,8 @@ func TestGuardrailCheck(t *testing.T) {
 		"/guardrail/gr1/version//apply":                                                               false,
 		"/guardrail/gr1/apply":                                                                        false,
 		"/model/m/converse":                                                                           false,
+		"/guardrail-checks/invoke":                                                                    true, // InvokeGuardrailChecks
+		"/guardrail-checks/invoke/x":                                                                  false,
 	} {
 		if got := GuardrailCheck("POST", path); got != want {
 			t.Errorf("%s: %v", path, got)

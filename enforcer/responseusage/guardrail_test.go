@@ -89,12 +89,22 @@ func TestGuardrailUnits(t *testing.T) {
 		t.Fatalf("ApplyGuardrail: the reference reads %s", show(ref))
 	}
 
+	// InvokeGuardrailChecks (detect-only checks, no guardrail): each check's text units.
+	checks := `{"results":{"contentFilter":{"results":[{"category":"VIOLENCE","severityScore":0.01}]},"sensitiveInformation":{"results":[],"truncated":false}},` +
+		`"usage":{"contentFilter":{"textUnits":2},"promptAttack":{"textUnits":3},"sensitiveInformation":{"textUnits":1}}}`
+	wantChecks := Usage{Guardrail: pricecatalog.GuardrailUnits{ChecksContentFilter: 2, ChecksPromptAttack: 3, ChecksSensitiveInformation: 1}}
+	checkSplits(t, ctJSON, nil, []byte(checks), wantChecks)
+	if ref, ok := oracleFor(ctJSON, []byte(checks)); !ok || !reflect.DeepEqual(ref, wantChecks) {
+		t.Fatalf("guardrail checks: the reference reads %s", show(ref))
+	}
+
 	// Only at those paths: the same counts elsewhere (a tool's input, a usage without its
 	// invocationMetrics, a trace of another kind) are not the guardrail's.
 	for _, elsewhere := range []string{
 		`{"output":{"message":{"content":[{"toolUse":{"input":{"trace":{"guardrail":{"inputAssessment":{"g":{"invocationMetrics":` + guardUsage(9, 9, 9, 9, 9, 9, 9) + `}}}}}}}]}},"usage":{"inputTokens":1,"outputTokens":1}}`,
 		`{"trace":{"guardrail":{"inputAssessment":{"g":{"usage":{"contentPolicyUnits":9}}}}},"usage":{"inputTokens":1,"outputTokens":1}}`,
 		`{"trace":{"promptRouter":{"inputAssessment":{"g":{"invocationMetrics":` + guardUsage(9, 9, 9, 9, 9, 9, 9) + `}}}},"usage":{"inputTokens":1,"outputTokens":1}}`,
+		`{"results":{"contentFilter":{"textUnits":9}},"usage":{"inputTokens":1,"outputTokens":1,"contentFilter":{"units":9}}}`,
 		`{"trace":{"guardrail":{"outputAssessments":{"g":{"x":{"invocationMetrics":` + guardUsage(9, 9, 9, 9, 9, 9, 9) + `}}}}},"usage":{"inputTokens":1,"outputTokens":1}}`,
 		`{"trace":{"guardrail":{"input":{"g":{"invocationMetrics":` + guardUsage(9, 9, 9, 9, 9, 9, 9) + `}}}},"usage":{"inputTokens":1,"outputTokens":1}}`,
 	} {

@@ -590,6 +590,20 @@ func oracleGuardrails(obj []member) *guardReading {
 	for _, name := range []string{"usage", "usageMetadata", "usage_info"} { // keyID's names of a usage
 		for _, us := range all(obj, name) {
 			counts(us)
+			// InvokeGuardrailChecks' usage: each check's text units.
+			for _, c := range []struct {
+				key string
+				dst *int64
+			}{{"contentFilter", &g.units.ChecksContentFilter}, {"promptAttack", &g.units.ChecksPromptAttack},
+				{"sensitiveInformation", &g.units.ChecksSensitiveInformation}} {
+				for _, check := range all(us, c.key) {
+					for _, f := range check {
+						if n, ok := plainCount(f.val); ok && f.key == "textUnits" {
+							*c.dst = satAdd(*c.dst, n)
+						}
+					}
+				}
+			}
 		}
 	}
 	byGuardrail := func(m []member) { // a map of guardrail id to its assessment

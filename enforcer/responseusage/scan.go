@@ -122,6 +122,12 @@ const (
 	kOutputAssessments
 	kOutputs
 	kInvocationMetrics
+	// The detect-only guardrail checks (InvokeGuardrailChecks): their usage's
+	// {contentFilter,promptAttack,sensitiveInformation}.textUnits.
+	kContentFilter
+	kPromptAttack
+	kSensitiveInformation
+	kTextUnits
 	kGuard0
 	kTok0 = kGuard0 + nGuard // kTok0+tok for the counts tokPrompt..tokAudioSeconds
 )
@@ -355,6 +361,14 @@ func keyID(b []byte) uint8 {
 		return kOutputs
 	case "invocationMetrics":
 		return kInvocationMetrics
+	case "contentFilter":
+		return kContentFilter
+	case "promptAttack":
+		return kPromptAttack
+	case "sensitiveInformation":
+		return kSensitiveInformation
+	case "textUnits":
+		return kTextUnits
 	case "contentPolicyUnits":
 		return kGuard0 + guardContent
 	case "topicPolicyUnits":
@@ -383,6 +397,10 @@ const (
 	guardReasoning
 	guardReasoningPolicies // how many automated reasoning policies the units were checked by
 	guardImages
+	// The detect-only checks' text units (no key of their own: checksTarget).
+	guardChecksContent
+	guardChecksPrompt
+	guardChecksSensitive
 	nGuard
 )
 
@@ -582,6 +600,12 @@ func (d *docFields) addGuard(g uint8, n int64) {
 		d.guard.policies = n
 	case guardImages:
 		u.ContentImages = satAdd(u.ContentImages, n)
+	case guardChecksContent:
+		u.ChecksContentFilter = satAdd(u.ChecksContentFilter, n)
+	case guardChecksPrompt:
+		u.ChecksPromptAttack = satAdd(u.ChecksPromptAttack, n)
+	case guardChecksSensitive:
+		u.ChecksSensitiveInformation = satAdd(u.ChecksSensitiveInformation, n)
 	}
 }
 
@@ -1702,6 +1726,17 @@ func (s *scanner) classify() target {
 			}
 		}
 	case 3:
+		if k[0] == kUsage && k[2] == kTextUnits {
+			// InvokeGuardrailChecks' usage: each check's text units.
+			switch k[1] {
+			case kContentFilter:
+				return target{kind: tgGuard, tok: guardChecksContent}
+			case kPromptAttack:
+				return target{kind: tgGuard, tok: guardChecksPrompt}
+			case kSensitiveInformation:
+				return target{kind: tgGuard, tok: guardChecksSensitive}
+			}
+		}
 		if k[0] == kUsage {
 			if t, ok := detailTok(k[1], k[2]); ok {
 				return target{kind: tgTok, root: rootTop, tok: t}
