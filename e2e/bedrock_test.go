@@ -293,7 +293,8 @@ func cloudClaudeCost(t *testing.T) (global, regional int64) {
 // and its guardrail's units at the catalog's guardrail prices: the prompt's 2 text units
 // and the answer's 1, by the content filter and the denied topics each. A prompt the
 // guardrail refused is charged its guardrail alone: the model never ran; so is the
-// guardrail called on its own (ApplyGuardrail), no model. Before 2026-11-29 a guardrail
+// guardrail called on its own (ApplyGuardrail), no model, and the detect-only guardrail
+// checks (InvokeGuardrailChecks) at their own prices. Before 2026-11-29 a guardrail
 // was charged nothing, and ApplyGuardrail's text as a prompt of no model, at the fallback
 // price.
 func TestBedrockGuardrailsThroughTheGateway(t *testing.T) {
@@ -319,17 +320,22 @@ func TestBedrockGuardrailsThroughTheGateway(t *testing.T) {
 		{"converse-guardrail-blocked", false, guard(2)},
 		// A guardrail called on its own: its units, no model, no token.
 		{"apply-guardrail", false, guard(2)},
+		// The detect-only checks, content filter and prompt attack: 2 text units each at
+		// their own prices.
+		{"guardrail-checks", false, ceilDiv(2*(prices.ChecksContentFilter+prices.ChecksPromptAttack), 1000)},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			before := len(fake.Calls())
 			r := runSDK(t, dir, "bedrock.mjs", tc.scenario, s.gateway, o.key, model)
 			calls := fake.Calls()[before:]
-			if !r.OK || r.Status != 200 || len(calls) != 1 || !strings.Contains(string(r.Usage), `"contentPolicyUnits":2`) {
+			if !r.OK || r.Status != 200 || len(calls) != 1 || !strings.Contains(string(r.Usage), `"contentPolicyUnits":2`) &&
+				!strings.Contains(string(r.Usage), `"promptAttack":{"textUnits":2}`) {
 				t.Fatalf("the call: %+v (usage %s); %d provider calls", r, r.Usage, len(calls))
 			}
-			if tc.scenario == "apply-guardrail" {
+			if tc.scenario == "apply-guardrail" || tc.scenario == "guardrail-checks" {
 				// Its body goes as it came; its answer's usage is the guardrail's.
-				if calls[0].API != fakellm.BedrockApplyGuardrail || calls[0].Model != "gr-tolls" || strings.Contains(string(calls[0].Body), "trace") {
+				if api := map[bool]string{true: fakellm.BedrockApplyGuardrail, false: fakellm.BedrockGuardrailChecks}[tc.scenario == "apply-guardrail"]; calls[0].API != api ||
+					strings.Contains(string(calls[0].Body), "trace") {
 					t.Fatalf("the provider got %s %s", calls[0].Path, calls[0].Body)
 				}
 			} else if tc.header {

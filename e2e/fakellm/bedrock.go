@@ -82,7 +82,7 @@ const bedrockPadding = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"
 // (/model/{modelId}/{operation}, escaped as the request sent it); "" for another path.
 func bedrockRoute(escapedPath string) (api, modelID string) {
 	if escapedPath == "/guardrail-checks/invoke" {
-		return BedrockGuardrailChecks, ""
+		return BedrockGuardrailChecks, "guardrail-checks" // no model: Call.Model names the API
 	}
 	if rest, ok := strings.CutPrefix(escapedPath, "/guardrail/"); ok {
 		id, version, ok := strings.Cut(rest, "/version/")
