@@ -51,16 +51,23 @@ func TestCostOf(t *testing.T) {
 	// text units, sensitive-information filters and contextual grounding 0.10, automated
 	// reasoning 0.17, an image 0.00075. 3 content-text units, 3 denied-topic units, 2
 	// sensitive-information units and an image: (3*150,000 + 3*150,000 + 2*100,000) / 1,000
-	// + 750 = 1,100 + 750 = 1,850 micro-USD.
+	// + 750 = 1,100 + 750 = 1,850 micro-USD. The detect-only guardrail checks
+	// (InvokeGuardrailChecks): content filter 0.07 USD per 1,000 text units, prompt attack
+	// 0.08, sensitive information 0.10. 2 content-filter units, 2 prompt-attack units and
+	// 1 sensitive-information unit: (2*70,000 + 2*80,000 + 1*100,000) / 1,000 = 400.
 	bedrockGuardrails := pricecatalog.GuardrailPrices{ContentText: 150_000, DeniedTopics: 150_000, SensitiveInformation: 100_000,
-		ContextualGrounding: 100_000, AutomatedReasoning: 170_000, ContentImage: 750}
+		ContextualGrounding: 100_000, AutomatedReasoning: 170_000, ContentImage: 750, ChecksContentFilter: 70_000, ChecksPromptAttack: 80_000,
+		ChecksSensitiveInformation: 100_000}
+	checked := pricecatalog.GuardrailUnits{ChecksContentFilter: 2, ChecksPromptAttack: 2, ChecksSensitiveInformation: 1}
+	const checksCost = 400
 	guarded := PricedAt{Price: Price{Guardrails: bedrockGuardrails}, Source: PriceCatalog}
 	guardrailed := pricecatalog.GuardrailUnits{ContentText: 3, DeniedTopics: 3, SensitiveInformation: 2, ContentImages: 1}
 	const guardrailCost = 1_850
 	everyPolicy := pricecatalog.GuardrailUnits{ContentText: 1, DeniedTopics: 2, SensitiveInformation: 3, ContextualGrounding: 4, AutomatedReasoning: 5,
 		ContentImages: 6}
 	maxUnits := pricecatalog.GuardrailUnits{ContentText: math.MaxInt64, DeniedTopics: math.MaxInt64, SensitiveInformation: math.MaxInt64,
-		ContextualGrounding: math.MaxInt64, AutomatedReasoning: math.MaxInt64, ContentImages: math.MaxInt64}
+		ContextualGrounding: math.MaxInt64, AutomatedReasoning: math.MaxInt64, ContentImages: math.MaxInt64, ChecksContentFilter: math.MaxInt64,
+		ChecksPromptAttack: math.MaxInt64, ChecksSensitiveInformation: math.MaxInt64}
 	cases := []struct {
 		name   string
 		u      Usage
@@ -278,11 +285,46 @@ func TestCostOf(t *testing.T) {
 			0, "", "", false, ErrBadUsage},
 		{"guardrail units beyond the allowance bound are capped", Usage{GuardrailUnits: maxUnits},
 			PricedAt{Price: Price{Guardrails: pricecatalog.GuardrailPrices{ContentText: math.MaxInt64, DeniedTopics: math.MaxInt64,
-				SensitiveInformation: math.MaxInt64, ContextualGrounding: math.MaxInt64, AutomatedReasoning: math.MaxInt64, ContentImage: math.MaxInt64}},
+				SensitiveInformation: math.MaxInt64, ContextualGrounding: math.MaxInt64, AutomatedReasoning: math.MaxInt64, ContentImage: math.MaxInt64,
+				ChecksContentFilter: math.MaxInt64, ChecksPromptAttack: math.MaxInt64, ChecksSensitiveInformation: math.MaxInt64}},
 				Source: PriceCatalog}, money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"every guardrail count at the bound, exactly", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: MaxTokens, DeniedTopics: MaxTokens,
-			SensitiveInformation: MaxTokens, ContextualGrounding: MaxTokens, AutomatedReasoning: MaxTokens, ContentImages: MaxTokens}}, guarded,
-			MaxTokens * (150 + 150 + 100 + 100 + 170 + 750), SourceCatalogEstimate, BasisReportedUsage, false, nil},
+			SensitiveInformation: MaxTokens, ContextualGrounding: MaxTokens, AutomatedReasoning: MaxTokens, ContentImages: MaxTokens,
+			ChecksContentFilter: MaxTokens, ChecksPromptAttack: MaxTokens, ChecksSensitiveInformation: MaxTokens}}, guarded,
+			MaxTokens * (150 + 150 + 100 + 100 + 170 + 750 + 70 + 80 + 100), SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		// The detect-only guardrail checks (InvokeGuardrailChecks): each check's text units at
+		// its own price per 1,000, rounded up once with the guardrails' policies' units.
+		{"the guardrail checks' units at their own prices", Usage{GuardrailUnits: checked}, guarded,
+			checksCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"each check at its own price, not a policy's", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ChecksPromptAttack: 1_000}}, guarded,
+			80_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the checks' units beside a guardrail's", Usage{GuardrailUnits: guardrailed.Add(checked)}, guarded,
+			guardrailCost + checksCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		// 8 text units at 300 per 1,000 each: 2,400 / 1,000 = 2.4, rounded up once to 3,
+		// and the image's 7: 10 (each rounded up apart: 8 + 7 = 15; rounded down: 9).
+		{"the checks' units and the six others are rounded up once", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: 1, DeniedTopics: 1,
+			SensitiveInformation: 1, ContextualGrounding: 1, AutomatedReasoning: 1, ContentImages: 1, ChecksContentFilter: 1, ChecksPromptAttack: 1,
+			ChecksSensitiveInformation: 1}}, PricedAt{Price: Price{Guardrails: pricecatalog.GuardrailPrices{ContentText: 300, DeniedTopics: 300,
+			SensitiveInformation: 300, ContextualGrounding: 300, AutomatedReasoning: 300, ContentImage: 7, ChecksContentFilter: 300,
+			ChecksPromptAttack: 300, ChecksSensitiveInformation: 300}}, Source: PriceCatalog}, 3 + 7, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the checks' units, estimated", Usage{GuardrailUnits: checked, Estimated: true}, guarded,
+			checksCost, SourceCatalogEstimate, BasisEstimate, false, nil},
+		{"the checks' units are not doubled by the fast tier", Usage{InputTokens: 1000, GuardrailUnits: checked, Tier: pricecatalog.Fast},
+			PricedAt{Price: Price{InputPerMillion: 300_000, Guardrails: bedrockGuardrails}, Source: PriceCatalog},
+			2*300 + checksCost, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		{"the checks' units, the upstream's cost as it is", Usage{GuardrailUnits: checked, UpstreamCost: i64(42)}, guarded,
+			42, SourceUpstream, BasisUpstreamCost, false, nil},
+		{"negative content-filter checks' units", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: 3, ChecksContentFilter: -1}}, guarded,
+			0, "", "", false, ErrBadUsage},
+		{"negative prompt-attack checks' units", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ChecksPromptAttack: -1}}, guarded,
+			0, "", "", false, ErrBadUsage},
+		{"negative sensitive-information checks' units with an upstream cost", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{
+			ChecksSensitiveInformation: -1}, UpstreamCost: i64(42)}, guarded, 0, "", "", false, ErrBadUsage},
+		{"a negative check's price", Usage{GuardrailUnits: checked},
+			PricedAt{Price: Price{Guardrails: pricecatalog.GuardrailPrices{ChecksContentFilter: 70_000, ChecksPromptAttack: -80_000}}, Source: PriceCatalog},
+			0, "", "", false, ErrBadUsage},
+		{"a check's units beyond the allowance bound are capped", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ChecksSensitiveInformation: math.MaxInt64}},
+			guarded, money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
 		{"an image at a price near int64 is capped, not free", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentImages: 1}},
 			PricedAt{Price: Price{Guardrails: pricecatalog.GuardrailPrices{ContentImage: math.MaxInt64}}, Source: PriceCatalog},
 			money.MaxAllowanceMicroUSD, SourceCatalogEstimate, BasisReportedUsage, true, nil},
@@ -678,22 +720,34 @@ func TestBound(t *testing.T) {
 	// Each of the guardrails' counts like the calls billed apart: capped at MaxTokens, a
 	// negative one read as 0, each noted by its settlement field.
 	u, notes = Bound(Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: math.MaxInt64, DeniedTopics: MaxTokens + 1,
-		SensitiveInformation: math.MaxInt64, ContextualGrounding: math.MaxInt64, AutomatedReasoning: math.MaxInt64, ContentImages: math.MaxInt64}})
+		SensitiveInformation: math.MaxInt64, ContextualGrounding: math.MaxInt64, AutomatedReasoning: math.MaxInt64, ContentImages: math.MaxInt64,
+		ChecksContentFilter: math.MaxInt64, ChecksPromptAttack: MaxTokens + 2, ChecksSensitiveInformation: math.MaxInt64}})
 	if want := (pricecatalog.GuardrailUnits{ContentText: MaxTokens, DeniedTopics: MaxTokens, SensitiveInformation: MaxTokens, ContextualGrounding: MaxTokens,
-		AutomatedReasoning: MaxTokens, ContentImages: MaxTokens}); u.GuardrailUnits != want || len(notes) != 6 ||
+		AutomatedReasoning: MaxTokens, ContentImages: MaxTokens, ChecksContentFilter: MaxTokens, ChecksPromptAttack: MaxTokens,
+		ChecksSensitiveInformation: MaxTokens}); u.GuardrailUnits != want || len(notes) != 9 ||
 		notes[0] != "guardrail_units.content_text 9223372036854775807 capped at 1000000000000" ||
 		notes[1] != "guardrail_units.denied_topics 1000000000001 capped at 1000000000000" ||
 		!strings.HasPrefix(notes[2], "guardrail_units.sensitive_information ") || !strings.HasPrefix(notes[3], "guardrail_units.contextual_grounding ") ||
-		!strings.HasPrefix(notes[4], "guardrail_units.automated_reasoning ") || !strings.HasPrefix(notes[5], "guardrail_units.content_images ") {
+		!strings.HasPrefix(notes[4], "guardrail_units.automated_reasoning ") || !strings.HasPrefix(notes[5], "guardrail_units.content_images ") ||
+		notes[6] != "guardrail_units.checks_content_filter 9223372036854775807 capped at 1000000000000" ||
+		notes[7] != "guardrail_units.checks_prompt_attack 1000000000002 capped at 1000000000000" ||
+		notes[8] != "guardrail_units.checks_sensitive_information 9223372036854775807 capped at 1000000000000" {
 		t.Fatalf("absurd guardrail units: %+v %q", u, notes)
 	}
-	u, notes = Bound(Usage{InputTokens: 10, GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: 3, DeniedTopics: -1, ContentImages: -2}})
-	if want := (pricecatalog.GuardrailUnits{ContentText: 3}); u.GuardrailUnits != want || u.InputTokens != 10 || len(notes) != 2 ||
-		notes[0] != "guardrail_units.denied_topics -1 read as 0" || notes[1] != "guardrail_units.content_images -2 read as 0" {
+	u, notes = Bound(Usage{InputTokens: 10, GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: 3, DeniedTopics: -1, ContentImages: -2,
+		ChecksContentFilter: -3, ChecksPromptAttack: 4, ChecksSensitiveInformation: -5}})
+	if want := (pricecatalog.GuardrailUnits{ContentText: 3, ChecksPromptAttack: 4}); u.GuardrailUnits != want || u.InputTokens != 10 || len(notes) != 4 ||
+		notes[0] != "guardrail_units.denied_topics -1 read as 0" || notes[1] != "guardrail_units.content_images -2 read as 0" ||
+		notes[2] != "guardrail_units.checks_content_filter -3 read as 0" || notes[3] != "guardrail_units.checks_sensitive_information -5 read as 0" {
 		t.Fatalf("negative guardrail units: %+v %q", u, notes)
 	}
+	if u, notes = Bound(Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ChecksPromptAttack: -1}}); !u.GuardrailUnits.IsZero() || len(notes) != 1 ||
+		notes[0] != "guardrail_units.checks_prompt_attack -1 read as 0" {
+		t.Fatalf("negative prompt-attack checks' units: %+v %q", u, notes)
+	}
 	atBound := pricecatalog.GuardrailUnits{ContentText: MaxTokens, DeniedTopics: MaxTokens, SensitiveInformation: MaxTokens, ContextualGrounding: MaxTokens,
-		AutomatedReasoning: MaxTokens, ContentImages: MaxTokens}
+		AutomatedReasoning: MaxTokens, ContentImages: MaxTokens, ChecksContentFilter: MaxTokens, ChecksPromptAttack: MaxTokens,
+		ChecksSensitiveInformation: MaxTokens}
 	if u, notes = Bound(Usage{GuardrailUnits: atBound}); u.GuardrailUnits != atBound || len(notes) != 0 {
 		t.Fatalf("guardrail units at the bound: %+v %v", u, notes)
 	}
@@ -739,6 +793,32 @@ func TestBound(t *testing.T) {
 // reported cached split is charged each part at its price, an unknown one all the
 // cached tokens at the dearer; the cached audio is taken out of the audio count, which
 // covers the whole prompt, before the uncached audio is priced.
+// A settlement of nothing but guardrail units (ApplyGuardrail, a refused prompt, or the
+// detect-only guardrail checks, which name no model) is the catalog's to price: its
+// units are usage, and nothing else needs a price.
+func TestGuardrailOnly(t *testing.T) {
+	checks := pricecatalog.GuardrailUnits{ChecksContentFilter: 2, ChecksPromptAttack: 2, ChecksSensitiveInformation: 1}
+	for _, c := range []struct {
+		name  string
+		u     Usage
+		only  bool
+		basis string
+	}{
+		{"the checks' units alone", Usage{GuardrailUnits: checks}, true, BasisReportedUsage},
+		{"one check's units alone", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ChecksSensitiveInformation: 1}}, true, BasisReportedUsage},
+		{"the checks' units, estimated", Usage{GuardrailUnits: checks, Estimated: true}, true, BasisEstimate},
+		{"a guardrail's units alone", Usage{GuardrailUnits: pricecatalog.GuardrailUnits{ContentText: 3}}, true, BasisReportedUsage},
+		{"the checks' units beside tokens", Usage{InputTokens: 1, GuardrailUnits: checks}, false, BasisReportedUsage},
+		{"the checks' units beside a web search", Usage{WebSearchRequests: 1, GuardrailUnits: checks}, false, BasisReportedUsage},
+		{"the checks' units with an upstream cost", Usage{GuardrailUnits: checks, UpstreamCost: i64(42)}, false, BasisUpstreamCost},
+		{"nothing", Usage{}, false, BasisNone},
+	} {
+		if only, basis := c.u.GuardrailOnly(), c.u.Basis(); only != c.only || basis != c.basis {
+			t.Errorf("%s: GuardrailOnly %v, Basis %q; want %v, %q", c.name, only, basis, c.only, c.basis)
+		}
+	}
+}
+
 func TestCachedAudioPrices(t *testing.T) {
 	flash := PricedAt{Price: Price{InputPerMillion: 300_000, AudioInputPerMillion: 1_000_000, CachedInputPerMillion: 75_000,
 		CachedAudioInputPerMillion: 250_000, OutputPerMillion: 2_500_000}, Source: PriceCatalog}

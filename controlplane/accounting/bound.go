@@ -65,7 +65,8 @@ func CleanModel(s string) (clean string, changed bool) {
 
 // Bound keeps every token count (the advisor's too), and every count of calls billed
 // apart (web searches, file search and image generation calls, maps-grounded prompts,
-// OCR pages, each of the guardrails' counts of units and images),
+// OCR pages, each of the guardrails' counts of units and images, the guardrail checks'
+// units),
 // within [0, MaxTokens] (the audio milliseconds within [0, MaxAudioMillis], the
 // container minutes within [0, MaxContainerMinutes]) and an
 // upstream cost within [0, money.MaxAllowanceMicroUSD]: a count above the bound is
@@ -89,7 +90,11 @@ func Bound(u Usage) (Usage, []string) {
 		{"guardrail_units.sensitive_information", &u.GuardrailUnits.SensitiveInformation},
 		{"guardrail_units.contextual_grounding", &u.GuardrailUnits.ContextualGrounding},
 		{"guardrail_units.automated_reasoning", &u.GuardrailUnits.AutomatedReasoning},
-		{"guardrail_units.content_images", &u.GuardrailUnits.ContentImages}, {"image_generation_calls", &u.ImageGenerationCalls},
+		{"guardrail_units.content_images", &u.GuardrailUnits.ContentImages},
+		{"guardrail_units.checks_content_filter", &u.GuardrailUnits.ChecksContentFilter},
+		{"guardrail_units.checks_prompt_attack", &u.GuardrailUnits.ChecksPromptAttack},
+		{"guardrail_units.checks_sensitive_information", &u.GuardrailUnits.ChecksSensitiveInformation},
+		{"image_generation_calls", &u.ImageGenerationCalls},
 		{"image_output_tokens", &u.ImageOutputTokens}, {"advisor_input_tokens", &u.AdvisorInputTokens},
 		{"advisor_output_tokens", &u.AdvisorOutputTokens}, {"advisor_cached_input_tokens", &u.AdvisorCachedInputTokens},
 		{"advisor_cache_creation_input_tokens", &u.AdvisorCacheWriteTokens}} {

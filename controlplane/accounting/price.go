@@ -188,10 +188,12 @@ type Usage struct {
 	// Which kind of container they are is the ledger's to price (Price.Container).
 	ContainerMinutes int64
 	// GuardrailUnits are what the request's Amazon Bedrock guardrails assessed, by billed
-	// policy (text units of each text policy, images of the image content filter):
-	// priced at Price.Guardrails (pricecatalog.GuardrailPrices.Cost, rounded up once for
-	// all of them), on top of the tokens. A request its guardrail blocked before the
-	// model ran counts them and no token.
+	// policy (text units of each text policy, images of the image content filter), and
+	// the text units of the detect-only guardrail checks (InvokeGuardrailChecks), by
+	// check: priced at Price.Guardrails (pricecatalog.GuardrailPrices.Cost, rounded up
+	// once for all of them), on top of the tokens. A request its guardrail blocked before
+	// the model ran counts them and no token; so does a call of the checks, which names
+	// no model.
 	GuardrailUnits pricecatalog.GuardrailUnits
 	// ImageGenerationCalls counts the calls of OpenAI's image generation tool (Responses
 	// API image_generation_call items), each an image billed as its image model's
@@ -292,7 +294,8 @@ func (u Usage) Basis() string {
 
 // GuardrailOnly tells whether u counts an Amazon Bedrock guardrail's units and nothing
 // else, no upstream cost either: ApplyGuardrail (a guardrail called on its own, no
-// model), or a prompt a guardrail refused before the model ran. The catalog's guardrail
+// model), InvokeGuardrailChecks (the detect-only checks, no guardrail and no model), or a
+// prompt a guardrail refused before the model ran. The catalog's guardrail
 // prices price all of it, whatever the model's token price would have been.
 func (u Usage) GuardrailOnly() bool {
 	rest := u
