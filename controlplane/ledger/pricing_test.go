@@ -39,14 +39,23 @@ func TestSettlementPricing(t *testing.T) {
 	// contextual grounding 0.10, automated reasoning 0.17, an image 0.00075). 3 content-text
 	// units, 3 denied-topic units, 2 sensitive-information units and an image:
 	// (3*150,000 + 3*150,000 + 2*100,000) / 1,000 + 750 = 1,100 + 750 = 1,850 micro-USD.
+	// The detect-only guardrail checks (InvokeGuardrailChecks: content filter 0.07 USD per
+	// 1,000 text units, prompt attack 0.08, sensitive information 0.10): 2 content-filter
+	// units, 2 prompt-attack units and 1 sensitive-information unit:
+	// (2*70,000 + 2*80,000 + 1*100,000) / 1,000 = 400 micro-USD.
 	if g, want := pricecatalog.Default().Guardrails(), (pricecatalog.GuardrailPrices{ContentText: 150_000, DeniedTopics: 150_000,
-		SensitiveInformation: 100_000, ContextualGrounding: 100_000, AutomatedReasoning: 170_000, ContentImage: 750}); g != want {
+		SensitiveInformation: 100_000, ContextualGrounding: 100_000, AutomatedReasoning: 170_000, ContentImage: 750,
+		ChecksContentFilter: 70_000, ChecksPromptAttack: 80_000, ChecksSensitiveInformation: 100_000}); g != want {
 		t.Fatalf("the catalog's guardrail prices are %+v, want %+v", g, want)
 	}
 	guardrailed := func() *internalv1.GuardrailUnits {
 		return &internalv1.GuardrailUnits{ContentText: 3, DeniedTopics: 3, SensitiveInformation: 2, ContentImages: 1}
 	}
 	const guardrailCost = 1_850
+	checked := func() *internalv1.GuardrailUnits {
+		return &internalv1.GuardrailUnits{ChecksContentFilter: 2, ChecksPromptAttack: 2, ChecksSensitiveInformation: 1}
+	}
+	const checksCost = 400
 	dearestContainer, ok := pricecatalog.Default().DearestContainer("")
 	if !ok || dearestContainer.Kind != "openai-64g" {
 		t.Fatalf("the catalog's dearest container is %+v, want openai-64g", dearestContainer)
@@ -386,6 +395,28 @@ func TestSettlementPricing(t *testing.T) {
 		{"ApplyGuardrail, no model: its units at the catalog's prices, priced", nil,
 			&internalv1.SettleItem{GuardrailUnits: guardrailed(), Complete: true},
 			guardrailCost, "catalog_estimate", "catalog", "reported_usage"},
+		// InvokeGuardrailChecks, the detect-only checks: no guardrail, no model, each check's
+		// text units at its own price in the catalog.
+		{"InvokeGuardrailChecks, no model: its checks' units at their prices, priced", nil,
+			&internalv1.SettleItem{GuardrailUnits: checked(), Complete: true},
+			checksCost, "catalog_estimate", "catalog", "reported_usage"},
+		{"InvokeGuardrailChecks, estimated", nil,
+			&internalv1.SettleItem{GuardrailUnits: checked(), UsageEstimated: true},
+			checksCost, "catalog_estimate", "catalog", "estimate"},
+		{"each check at its own price", nil,
+			&internalv1.SettleItem{GuardrailUnits: &internalv1.GuardrailUnits{ChecksPromptAttack: 1_000}, Complete: true},
+			80_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"the checks' units of a model nobody priced, no token: the catalog's, priced", nil,
+			&internalv1.SettleItem{Model: "acme-guarded-1", GuardrailUnits: checked(), Complete: true},
+			checksCost, "catalog_estimate", "catalog", "reported_usage"},
+		{"the checks' units beside a guardrail's and the tokens", nil,
+			&internalv1.SettleItem{Model: "amazon.nova-micro-v1:0", InputTokens: 1_000_000, OutputTokens: 100_000, GuardrailUnits: &internalv1.GuardrailUnits{
+				ContentText: 3, DeniedTopics: 3, SensitiveInformation: 2, ContentImages: 1, ChecksContentFilter: 2, ChecksPromptAttack: 2,
+				ChecksSensitiveInformation: 1}, Complete: true},
+			35_000 + 14_000 + guardrailCost + checksCost, "catalog_estimate", "catalog", "reported_usage"},
+		{"an upstream cost wins over the checks' units, which the receipt keeps", nil,
+			&internalv1.SettleItem{GuardrailUnits: checked(), UpstreamCostMicroUsd: at.Cost(42), Complete: true},
+			42, "upstream", "", "upstream_cost"},
 		{"a guardrail's units beside tokens of a model nobody priced: unpriced", func() { setPrices() },
 			&internalv1.SettleItem{Model: "acme-guarded-1", InputTokens: 1, GuardrailUnits: guardrailed(), Complete: true},
 			guardrailCost + 1, "fallback", "fallback", "reported_usage"}, // the token at the organization's fallback price
@@ -613,20 +644,24 @@ func TestSettlementPricing(t *testing.T) {
 				t.Fatalf("stored %q %q %d ms of audio %d searches %d file searches %d maps-grounded prompts %d OCR pages %v", basis, priceSource,
 					audio, searches, fileSearches, mapsGrounded, ocrPages, err)
 			}
-			// The guardrail units as reported, by policy.
+			// The guardrail units as reported, by policy, and the guardrail checks' by check.
 			var guardText, guardTopics, guardSensitive, guardGrounding, guardReasoning, guardImages int64
+			var checksContent, checksAttack, checksSensitive int64
 			if err := e.Store.Pool.QueryRow(ctx, `SELECT guardrail_content_text_units, guardrail_denied_topic_units,
 					guardrail_sensitive_information_units, guardrail_contextual_grounding_units, guardrail_automated_reasoning_units,
-					guardrail_content_images
+					guardrail_content_images, guardrail_checks_content_filter_units, guardrail_checks_prompt_attack_units,
+					guardrail_checks_sensitive_information_units
 				FROM usage_receipts WHERE request_id = $1`, id).Scan(&guardText, &guardTopics, &guardSensitive, &guardGrounding, &guardReasoning,
-				&guardImages); err != nil {
+				&guardImages, &checksContent, &checksAttack, &checksSensitive); err != nil {
 				t.Fatal(err)
 			}
 			if g := c.item.GetGuardrailUnits(); guardText != g.GetContentText() || guardTopics != g.GetDeniedTopics() ||
 				guardSensitive != g.GetSensitiveInformation() || guardGrounding != g.GetContextualGrounding() ||
-				guardReasoning != g.GetAutomatedReasoning() || guardImages != g.GetContentImages() {
-				t.Fatalf("stored guardrail units %d %d %d %d %d, %d images; want %v", guardText, guardTopics, guardSensitive, guardGrounding,
-					guardReasoning, guardImages, g)
+				guardReasoning != g.GetAutomatedReasoning() || guardImages != g.GetContentImages() ||
+				checksContent != g.GetChecksContentFilter() || checksAttack != g.GetChecksPromptAttack() ||
+				checksSensitive != g.GetChecksSensitiveInformation() {
+				t.Fatalf("stored guardrail units %d %d %d %d %d, %d images, checks %d %d %d; want %v", guardText, guardTopics, guardSensitive,
+					guardGrounding, guardReasoning, guardImages, checksContent, checksAttack, checksSensitive, g)
 			}
 			// The container minutes as reported, and their kind as named.
 			if containerMinutes != c.item.GetContainerMinutes() || containerKind != c.item.GetContainerKind() {
@@ -762,6 +797,50 @@ func TestGuardrailUnitsOnPromotion(t *testing.T) {
 	if err := e.Store.Pool.QueryRow(ctx, `SELECT estimated_requests, incomplete_requests FROM usage_member_tracking WHERE member_id = $1`,
 		m).Scan(&estimated, &incomplete); err != nil || estimated != 1 || incomplete != 1 {
 		t.Fatalf("member's estimated requests %d, incomplete %d, want 1 and 1 (%v)", estimated, incomplete, err)
+	}
+	at.Check(t, e.Store)
+}
+
+// A call of the detect-only guardrail checks (InvokeGuardrailChecks, no model) whose
+// answer was lost, estimated (its request body's text units at every check: 1 each,
+// 70 + 80 + 100 = 250 micro-USD), promoted by the real usage (2 content-filter, 2
+// prompt-attack and 1 sensitive-information units: 400): the receipt takes the real
+// units and the cost their price, from the catalog.
+func TestGuardrailChecksOnPromotion(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	id := at.ReqID()
+	start1(t, e, at.StartItem(id, org, m, e.Clock.Now(), 0))
+	checks := func() (units [3]int64, complete bool, basis string) {
+		t.Helper()
+		if err := e.Store.Pool.QueryRow(ctx, `SELECT guardrail_checks_content_filter_units, guardrail_checks_prompt_attack_units,
+				guardrail_checks_sensitive_information_units, complete, cost_basis
+			FROM usage_receipts WHERE request_id = $1`, id).Scan(&units[0], &units[1], &units[2], &complete, &basis); err != nil {
+			t.Fatal(err)
+		}
+		return units, complete, basis
+	}
+	if r := settle1(t, e, &internalv1.SettleItem{RequestId: id, GuardrailUnits: &internalv1.GuardrailUnits{ChecksContentFilter: 1,
+		ChecksPromptAttack: 1, ChecksSensitiveInformation: 1}, UsageEstimated: true}); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED ||
+		r.CostMicroUsd != 250 || r.PriceSource != "catalog" || r.CostBasis != "estimate" {
+		t.Fatalf("estimate: %v", r)
+	}
+	if units, complete, basis := checks(); units != [3]int64{1, 1, 1} || complete || basis != "estimate" {
+		t.Fatalf("estimated receipt's checks' units %v, complete %v, basis %q", units, complete, basis)
+	}
+	r := settle1(t, e, &internalv1.SettleItem{RequestId: id, GuardrailUnits: &internalv1.GuardrailUnits{ChecksContentFilter: 2,
+		ChecksPromptAttack: 2, ChecksSensitiveInformation: 1}, Complete: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED || r.CostMicroUsd != 400 || r.PriceSource != "catalog" ||
+		r.CostSource != "catalog_estimate" || r.CostBasis != "reported_usage" {
+		t.Fatalf("promotion: %v", r)
+	}
+	if units, complete, basis := checks(); units != [3]int64{2, 2, 1} || !complete || basis != "reported_usage" {
+		t.Fatalf("promoted receipt's checks' units %v, complete %v, basis %q", units, complete, basis)
+	}
+	if used := e.Used(t, org, m, window.Day, e.Clock.Now()); used != 400 {
+		t.Fatalf("member used %d, want 400", used)
 	}
 	at.Check(t, e.Store)
 }

@@ -56,6 +56,10 @@ func TestHostileValuesAreSettledNotRefused(t *testing.T) {
 		{"max int64 guardrail units", b, &internalv1.SettleItem{Model: "amazon.nova-micro-v1:0", GuardrailUnits: &internalv1.GuardrailUnits{
 			SensitiveInformation: math.MaxInt64}, Complete: true}, "amazon.nova-micro-v1:0", 1_000_000_000_000 * 100,
 			"guardrail_units.sensitive_information 9223372036854775807 capped at 1000000000000"},
+		{"negative guardrail checks' units, no model", a, &internalv1.SettleItem{GuardrailUnits: &internalv1.GuardrailUnits{ChecksContentFilter: 2,
+			ChecksPromptAttack: -2, ChecksSensitiveInformation: 1}, Complete: true}, "", 2*70 + 100, "guardrail_units.checks_prompt_attack -2 read as 0"},
+		{"max int64 guardrail checks' units", b, &internalv1.SettleItem{GuardrailUnits: &internalv1.GuardrailUnits{ChecksContentFilter: math.MaxInt64},
+			Complete: true}, "", 1_000_000_000_000 * 70, "guardrail_units.checks_content_filter 9223372036854775807 capped at 1000000000000"},
 		{"finished_at beyond timestamptz", b, &internalv1.SettleItem{Model: "gpt-4o-mini", OutputTokens: 1_000_000, Complete: true,
 			FinishedAtUnixMs: math.MaxInt64}, "gpt-4o-mini", 600_000, "finished_at_unix_ms"},
 	}
@@ -91,19 +95,22 @@ func TestHostileValuesAreSettledNotRefused(t *testing.T) {
 			kind != wantKind && (kind != "" || !strings.Contains(c.note, "container_kind")) {
 			t.Errorf("%s: stored %d container minutes of %q", c.name, minutes, kind)
 		}
-		// Guardrail units bounded: a negative count is stored as 0, an absurd one capped.
-		var units [6]int64
+		// Guardrail units bounded: a negative count is stored as 0, an absurd one capped; the
+		// guardrail checks' too.
+		var units [9]int64
 		if err := e.Store.Pool.QueryRow(ctx, `SELECT guardrail_content_text_units, guardrail_denied_topic_units,
 				guardrail_sensitive_information_units, guardrail_contextual_grounding_units, guardrail_automated_reasoning_units,
-				guardrail_content_images
+				guardrail_content_images, guardrail_checks_content_filter_units, guardrail_checks_prompt_attack_units,
+				guardrail_checks_sensitive_information_units
 			FROM usage_receipts WHERE request_id = $1`, r.RequestId).Scan(&units[0], &units[1], &units[2], &units[3], &units[4],
-			&units[5]); err != nil {
+			&units[5], &units[6], &units[7], &units[8]); err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
 		g := c.item.GetGuardrailUnits()
 		bounded := func(v int64) int64 { return min(max(v, 0), 1_000_000_000_000) }
-		if want := [6]int64{bounded(g.GetContentText()), bounded(g.GetDeniedTopics()), bounded(g.GetSensitiveInformation()),
-			bounded(g.GetContextualGrounding()), bounded(g.GetAutomatedReasoning()), bounded(g.GetContentImages())}; units != want {
+		if want := [9]int64{bounded(g.GetContentText()), bounded(g.GetDeniedTopics()), bounded(g.GetSensitiveInformation()),
+			bounded(g.GetContextualGrounding()), bounded(g.GetAutomatedReasoning()), bounded(g.GetContentImages()),
+			bounded(g.GetChecksContentFilter()), bounded(g.GetChecksPromptAttack()), bounded(g.GetChecksSensitiveInformation())}; units != want {
 			t.Errorf("%s: stored guardrail units %v, want %v", c.name, units, want)
 		}
 	}
@@ -211,15 +218,19 @@ func TestQuarantineKeepsGuardrailUnits(t *testing.T) {
 	e := at.New(t, at.Options{})
 	id := at.ReqID()
 	r := settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "amazon.nova-micro-v1:0", GuardrailUnits: &internalv1.GuardrailUnits{
-		ContentText: 3, DeniedTopics: -1, ContentImages: 1}, Complete: true})
+		ContentText: 3, DeniedTopics: -1, ContentImages: 1, ChecksContentFilter: 2, ChecksPromptAttack: -4, ChecksSensitiveInformation: 5},
+		Complete: true})
 	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
 		t.Fatalf("%v", r)
 	}
-	var text, topics, images int64
+	var text, topics, images, checksContent, checksAttack, checksSensitive int64
 	if err := e.Store.Pool.QueryRow(ctx, `SELECT (payload->'guardrailUnits'->>'contentText')::bigint,
-			(payload->'guardrailUnits'->>'deniedTopics')::bigint, (payload->'guardrailUnits'->>'contentImages')::bigint
-		FROM usage_quarantined_settlements WHERE request_id = $1`, id).Scan(&text, &topics, &images); err != nil || text != 3 || topics != -1 ||
-		images != 1 {
-		t.Fatalf("quarantined guardrail units %d %d %d (%v)", text, topics, images, err)
+			(payload->'guardrailUnits'->>'deniedTopics')::bigint, (payload->'guardrailUnits'->>'contentImages')::bigint,
+			(payload->'guardrailUnits'->>'checksContentFilter')::bigint, (payload->'guardrailUnits'->>'checksPromptAttack')::bigint,
+			(payload->'guardrailUnits'->>'checksSensitiveInformation')::bigint
+		FROM usage_quarantined_settlements WHERE request_id = $1`, id).Scan(&text, &topics, &images, &checksContent, &checksAttack,
+		&checksSensitive); err != nil || text != 3 || topics != -1 || images != 1 || checksContent != 2 || checksAttack != -4 || checksSensitive != 5 {
+		t.Fatalf("quarantined guardrail units %d %d %d, checks %d %d %d (%v)", text, topics, images, checksContent, checksAttack,
+			checksSensitive, err)
 	}
 }

@@ -842,11 +842,14 @@ func (sj *settleJob) containerPrice() (c pricecatalog.Container, known bool) {
 }
 
 // guardrailUnitsOf is what a settlement's guardrails assessed (none when it says
-// nothing), as the enforcer counted it: accounting.Bound reads a negative count as 0.
+// nothing), the detect-only guardrail checks' text units too (InvokeGuardrailChecks), as
+// the enforcer counted it: accounting.Bound reads a negative count as 0.
 func guardrailUnitsOf(g *internalv1.GuardrailUnits) pricecatalog.GuardrailUnits {
 	return pricecatalog.GuardrailUnits{ContentText: g.GetContentText(), DeniedTopics: g.GetDeniedTopics(),
 		SensitiveInformation: g.GetSensitiveInformation(), ContextualGrounding: g.GetContextualGrounding(),
-		AutomatedReasoning: g.GetAutomatedReasoning(), ContentImages: g.GetContentImages()}
+		AutomatedReasoning: g.GetAutomatedReasoning(), ContentImages: g.GetContentImages(),
+		ChecksContentFilter: g.GetChecksContentFilter(), ChecksPromptAttack: g.GetChecksPromptAttack(),
+		ChecksSensitiveInformation: g.GetChecksSensitiveInformation()}
 }
 
 // perMinute and perPage read a price's units for unitPrice.

@@ -80,15 +80,17 @@ func TestRetentionKeepsPendingStartsAndIsIdempotent(t *testing.T) {
 		ImageGenerationCalls: 1, ImageModel: "gpt-image-1", ImageOutputTokens: 6_240, AdvisorModel: "claude-opus-4-7", AdvisorInputTokens: 30_000,
 		AdvisorOutputTokens: 1_500, AdvisorCachedInputTokens: 12_000, AdvisorCacheCreationInputTokens: 8_000, MapsGroundedPrompts: 1,
 		OcrPages: 4, ContainerKind: "openai-4g", ContainerMinutes: 25, GuardrailUnits: &internalv1.GuardrailUnits{ContentText: 3, DeniedTopics: 3,
-			SensitiveInformation: 2, ContextualGrounding: 1, AutomatedReasoning: 5, ContentImages: 1},
+			SensitiveInformation: 2, ContextualGrounding: 1, AutomatedReasoning: 5, ContentImages: 1, ChecksContentFilter: 2, ChecksPromptAttack: 4,
+			ChecksSensitiveInformation: 6},
 		UpstreamCostMicroUsd: accountingtest.Cost(300), Complete: true}); o != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
 		t.Fatalf("settle: %v", o)
 	}
 	if n := f.count(t, `SELECT count(*) FROM usage_receipts WHERE request_id = 'req_old_settled' AND maps_grounded_prompts = 1
 		AND ocr_pages = 4 AND container_kind = 'openai-4g' AND container_minutes = 25 AND guardrail_content_text_units = 3
 		AND guardrail_denied_topic_units = 3 AND guardrail_sensitive_information_units = 2 AND guardrail_contextual_grounding_units = 1
-		AND guardrail_automated_reasoning_units = 5 AND guardrail_content_images = 1`); n != 1 {
-		t.Fatal("the old receipt did not keep its maps-grounded prompt, its OCR pages, its container minutes and its guardrail units")
+		AND guardrail_automated_reasoning_units = 5 AND guardrail_content_images = 1 AND guardrail_checks_content_filter_units = 2
+		AND guardrail_checks_prompt_attack_units = 4 AND guardrail_checks_sensitive_information_units = 6`); n != 1 {
+		t.Fatal("the old receipt did not keep its maps-grounded prompt, its OCR pages, its container minutes, its guardrail units and its guardrail checks' units")
 	}
 	f.start(t, "req_old_pending", old)
 	f.start(t, "req_old_recovered", old)
@@ -140,7 +142,8 @@ func TestRetentionKeepsPendingStartsAndIsIdempotent(t *testing.T) {
 		AND advisor_output_tokens = 0 AND advisor_cached_input_tokens = 0 AND advisor_cache_creation_input_tokens = 0 AND maps_grounded_prompts = 0
 		AND ocr_pages = 0 AND container_kind = '' AND container_minutes = 0 AND guardrail_content_text_units = 0 AND guardrail_denied_topic_units = 0
 		AND guardrail_sensitive_information_units = 0 AND guardrail_contextual_grounding_units = 0 AND guardrail_automated_reasoning_units = 0
-		AND guardrail_content_images = 0 AND detail_pruned_at IS NOT NULL AND cost_micro_usd = 300 AND cardinality(charge_bucket_ids) = 3`); n != 1 {
+		AND guardrail_content_images = 0 AND guardrail_checks_content_filter_units = 0 AND guardrail_checks_prompt_attack_units = 0
+		AND guardrail_checks_sensitive_information_units = 0 AND detail_pruned_at IS NOT NULL AND cost_micro_usd = 300 AND cardinality(charge_bucket_ids) = 3`); n != 1 {
 		t.Fatal("the old receipt's detail was not cleared, or its cost or charges went with it")
 	}
 	if n := f.count(t, `SELECT count(*) FROM usage_receipts WHERE request_id = 'req_new_settled' AND model = 'gpt-4o' AND detail_pruned_at IS NULL`); n != 1 {
