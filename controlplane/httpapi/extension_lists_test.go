@@ -351,9 +351,11 @@ func TestUsageModelPrices(t *testing.T) {
 		len(got.Catalog.Containers) != len(cat.Containers()) {
 		t.Fatalf("container prices %q, want %q", containers, want)
 	}
-	// Amazon Bedrock's guardrails: each policy's price per 1,000 text units, an image's.
+	// Amazon Bedrock's guardrails: each policy's price per 1,000 text units, an image's,
+	// and each detect-only guardrail check's per 1,000 text units.
 	if want := map[string]int64{"contentText": 150_000, "deniedTopics": 150_000, "sensitiveInformation": 100_000, "contextualGrounding": 100_000,
-		"automatedReasoning": 170_000, "contentImage": 750}; !maps.Equal(got.Catalog.Guardrails, want) {
+		"automatedReasoning": 170_000, "contentImage": 750, "checksContentFilter": 70_000, "checksPromptAttack": 80_000,
+		"checksSensitiveInformation": 100_000}; !maps.Equal(got.Catalog.Guardrails, want) {
 		t.Fatalf("guardrail prices %v, want %v", got.Catalog.Guardrails, want)
 	}
 	if p, _ := got.find("gemini-2.5-flash"); p.WebSearchPerPromptMicroUsd == nil || *p.WebSearchPerPromptMicroUsd != 35_000 {

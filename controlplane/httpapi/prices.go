@@ -145,19 +145,26 @@ type catalogView struct {
 // guardrailPricesView is the catalog's price of each billed policy of Amazon Bedrock's
 // guardrails (pricecatalog.GuardrailPrices), in integer micro-USD: per 1,000 text units
 // (up to 1,000 characters each) of each text policy, per image of the image content
-// filter. Its own type, so the listing's shape does not follow the catalog file's.
+// filter, and per 1,000 text units of each detect-only guardrail check
+// (InvokeGuardrailChecks). Its own type, so the listing's shape does not follow the
+// catalog file's.
 type guardrailPricesView struct {
-	ContentText          int64 `json:"contentText"`
-	DeniedTopics         int64 `json:"deniedTopics"`
-	SensitiveInformation int64 `json:"sensitiveInformation"`
-	ContextualGrounding  int64 `json:"contextualGrounding"`
-	AutomatedReasoning   int64 `json:"automatedReasoning"`
-	ContentImage         int64 `json:"contentImage"`
+	ContentText                int64 `json:"contentText"`
+	DeniedTopics               int64 `json:"deniedTopics"`
+	SensitiveInformation       int64 `json:"sensitiveInformation"`
+	ContextualGrounding        int64 `json:"contextualGrounding"`
+	AutomatedReasoning         int64 `json:"automatedReasoning"`
+	ContentImage               int64 `json:"contentImage"`
+	ChecksContentFilter        int64 `json:"checksContentFilter"`
+	ChecksPromptAttack         int64 `json:"checksPromptAttack"`
+	ChecksSensitiveInformation int64 `json:"checksSensitiveInformation"`
 }
 
 func viewGuardrails(g pricecatalog.GuardrailPrices) guardrailPricesView {
 	return guardrailPricesView{ContentText: g.ContentText, DeniedTopics: g.DeniedTopics, SensitiveInformation: g.SensitiveInformation,
-		ContextualGrounding: g.ContextualGrounding, AutomatedReasoning: g.AutomatedReasoning, ContentImage: g.ContentImage}
+		ContextualGrounding: g.ContextualGrounding, AutomatedReasoning: g.AutomatedReasoning, ContentImage: g.ContentImage,
+		ChecksContentFilter: g.ChecksContentFilter, ChecksPromptAttack: g.ChecksPromptAttack,
+		ChecksSensitiveInformation: g.ChecksSensitiveInformation}
 }
 
 // containerPriceView is the catalog's price of a kind of container code tools run in
