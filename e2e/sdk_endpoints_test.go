@@ -306,8 +306,7 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"bedrock", "/model/{modelId}/count-tokens"}:                "", // free (requestbody.Unbilled)
 	// A guardrail called on its own: its units (requestbody.GuardrailCheck).
 	{"bedrock", "/guardrail/{guardrailIdentifier}/version/{guardrailVersion}/apply"}: "",
-	// The detect-only guardrail checks: charged as a prompt of no model, at the fallback
-	// price, until their own prices are read (docs/prices.md, "Billed items not charged yet").
+	// The detect-only guardrail checks: their units at their own prices (requestbody.GuardrailCheck).
 	{"bedrock", "/guardrail-checks/invoke"}: "",
 	// Nova Sonic's speech to speech, a bidirectional HTTP/2 stream: not supported (the
 	// gateway reads a request's body before it admits it, and a bidirectional session's
