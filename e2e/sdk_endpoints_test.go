@@ -308,9 +308,9 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"bedrock", "/guardrail/{guardrailIdentifier}/version/{guardrailVersion}/apply"}: "",
 	// The detect-only guardrail checks: their units at their own prices (requestbody.GuardrailCheck).
 	{"bedrock", "/guardrail-checks/invoke"}: "",
-	// Nova Sonic's speech to speech, a bidirectional HTTP/2 stream: not supported (the
-	// gateway reads a request's body before it admits it, and a bidirectional session's
-	// body ends only with the session; docs/prices.md, "Billed items not charged yet").
+	// Nova Sonic's speech to speech, a bidirectional HTTP/2 stream: the gateway answers
+	// it 501 (requestbody.Bidirectional: it reads a request's body before it admits it,
+	// and a bidirectional session's body ends only with the session).
 	{"bedrock", "/model/{modelId}/invoke-with-bidirectional-stream"}:        "",
 	{"bedrock", "/async-invoke"}:                                            requestbody.DeferredBatches,
 	{"anthropic", "/v1/files"}:                                              "",

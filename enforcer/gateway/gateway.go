@@ -76,11 +76,12 @@ const (
 	OutcomeUpstreamTimeout = "upstream_timeout" // 504: no answer in time
 	OutcomeClientGone      = "client_gone"      // the client left before the upstream answered
 	OutcomeNoCredential    = "no_credential"    // 502: the route's token or signing credentials could not be had
+	OutcomeUnsupported     = "unsupported"      // 501: an API the gateway does not proxy (requestbody.Bidirectional)
 )
 
 // Outcomes lists every outcome (metrics pre-create their series).
 var Outcomes = []string{OutcomeProxied, OutcomeRefused, OutcomeNoRoute, OutcomeBusy, OutcomeBodyTooLarge, OutcomeBadBody,
-	OutcomeUpstreamError, OutcomeUpstreamTimeout, OutcomeClientGone, OutcomeNoCredential}
+	OutcomeUpstreamError, OutcomeUpstreamTimeout, OutcomeClientGone, OutcomeNoCredential, OutcomeUnsupported}
 
 // Metrics the gateway updates (from the enforcer's catalogue, enforcer/metrics).
 type Metrics struct {
@@ -312,6 +313,18 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	// worst case, which its model and output cap tell (package worstcase). A body over
 	// the cap is refused before anything is admitted. An upload is not read here: it
 	// streams to the upstream once admitted (isUpload).
+	if requestbody.Bidirectional(r.URL.Path) {
+		// Its body ends only with its session: reading it first would hold the client
+		// until it gives up. Refused before anything is read or admitted, and over
+		// HTTP/1.1 with the connection closed: net/http would otherwise read what is left
+		// of the body before it answers.
+		w.Header().Set("Connection", "close")
+		gw.answered(w, OutcomeUnsupported)
+		writeError(w, http.StatusNotImplemented, "invalid_request_error", "service_gateway_unsupported",
+			"Amazon Bedrock's bidirectional streams (InvokeModelWithBidirectionalStream) are not proxied by the gateway: "+
+				"it reads a request's body before admitting it, and a bidirectional session's body ends only with the session.", nil)
+		return false
+	}
 	var body []byte
 	var err error
 	// A Responses call is read whatever its Content-Type: its "background" decides

@@ -331,6 +331,37 @@ func readFirstChunk(t *testing.T, res *http.Response) {
 	}
 }
 
+// Amazon Bedrock's bidirectional stream is answered 501 at once, its body (which ends
+// only with its session) unread: nothing checked, admitted, settled or sent.
+func TestBidirectionalStreamIsUnsupported(t *testing.T) {
+	calls := 0
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls++ }))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	body, open := io.Pipe() // a session's body: it does not end
+	defer open.Close()
+	done := make(chan *http.Response, 1)
+	go func() { done <- send(t, "POST", e.front.URL+"/model/amazon.nova-sonic-v1:0/invoke-with-bidirectional-stream", "tgk_good", body) }()
+	var res *http.Response
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer while the body is open")
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotImplemented || res.Header.Get("X-Service-Error-Code") != "service_gateway_unsupported" ||
+		!strings.Contains(string(b), "bidirectional") || calls != 0 {
+		t.Fatalf("%d %v %s, upstream calls %d", res.StatusCode, res.Header, b, calls)
+	}
+	e.gate.mu.Lock()
+	checked := len(e.gate.hints)
+	e.gate.mu.Unlock()
+	if checked != 0 || len(e.tracker.finished) != 0 || testutil.ToFloat64(e.req.WithLabelValues(gateway.OutcomeUnsupported)) != 1 {
+		t.Fatalf("%d checks, %d settlements for an unsupported stream", checked, len(e.tracker.finished))
+	}
+}
+
 // A body over the cap is 413, before the check: nothing is admitted (so nothing is
 // settled), nothing sent. A body at the cap goes through.
 func TestBodyCap(t *testing.T) {

@@ -91,7 +91,7 @@ type Metrics struct {
 
 // GatewayOutcomes are the outcome labels of GatewayRequests (package gateway's
 // Outcome constants; package gateway imports this one, so the list lives here).
-var GatewayOutcomes = []string{"proxied", "refused", "no_route", "busy", "body_too_large", "bad_body", "upstream_error", "upstream_timeout", "client_gone", "no_credential"}
+var GatewayOutcomes = []string{"proxied", "refused", "no_route", "busy", "body_too_large", "bad_body", "upstream_error", "upstream_timeout", "client_gone", "no_credential", "unsupported"}
 
 // The label values known in advance, created at construction: a fresh enforcer already
 // exposes them at 0, so a dashboard panel shows 0, not No data, and increase() sees the
@@ -273,7 +273,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		GatewayRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_gateway_requests_total",
-			Help: "Requests of the inference gateway, by outcome: proxied (the upstream answered), refused (by the gate), no_route, busy, body_too_large, upstream_error (502), upstream_timeout (504), client_gone, no_credential (502: the route's token or signing credentials could not be had).",
+			Help: "Requests of the inference gateway, by outcome: proxied (the upstream answered), refused (by the gate), no_route, busy, body_too_large, upstream_error (502), upstream_timeout (504), client_gone, no_credential (502: the route's token or signing credentials could not be had), unsupported (501: an API the gateway does not proxy, Amazon Bedrock's bidirectional streams).",
 		}, []string{"outcome"}),
 		GatewayActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_enforcer_gateway_active_requests",
