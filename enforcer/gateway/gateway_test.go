@@ -341,7 +341,9 @@ func TestBidirectionalStreamIsUnsupported(t *testing.T) {
 	body, open := io.Pipe() // a session's body: it does not end
 	defer open.Close()
 	done := make(chan *http.Response, 1)
-	go func() { done <- send(t, "POST", e.front.URL+"/model/amazon.nova-sonic-v1:0/invoke-with-bidirectional-stream", "tgk_good", body) }()
+	go func() {
+		done <- send(t, "POST", e.front.URL+"/model/amazon.nova-sonic-v1:0/invoke-with-bidirectional-stream", "tgk_good", body)
+	}()
 	var res *http.Response
 	select {
 	case res = <-done:
