@@ -340,13 +340,24 @@ func TestBidirectionalStreamIsUnsupported(t *testing.T) {
 	e := newEnv(t, up.URL, gateway.Config{})
 	body, open := io.Pipe() // a session's body: it does not end
 	defer open.Close()
-	done := make(chan *http.Response, 1)
-	go func() {
-		done <- send(t, "POST", e.front.URL+"/model/amazon.nova-sonic-v1:0/invoke-with-bidirectional-stream", "tgk_good", body)
+	req, _ := http.NewRequest("POST", e.front.URL+"/model/amazon.nova-sonic-v1:0/invoke-with-bidirectional-stream", body)
+	req.Header.Set("Authorization", "Bearer tgk_good")
+	type answer struct {
+		res *http.Response
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() { // not send: t.Fatal belongs to the test's goroutine
+		res, err := http.DefaultClient.Do(req)
+		done <- answer{res, err}
 	}()
 	var res *http.Response
 	select {
-	case res = <-done:
+	case a := <-done:
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		res = a.res
 	case <-time.After(10 * time.Second):
 		t.Fatal("no answer while the body is open")
 	}
