@@ -166,7 +166,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 		CachedAudioInputTokens: reported(got.CachedAudioInputTokens, got.CachedAudioInputReported),
 		Seen: &Seen{InputReported: got.InputReported, OutputReported: got.OutputReported, TextBytes: outputText(got, status),
 			AudioOutputMillis: got.AudioOutputMillis, AdvisorResults: got.AdvisorResults,
-			ContainerIDs: got.ContainerIDs, ContainerProvider: got.ContainerProvider()}}
+			ContainerIDs: got.ContainerIDs, ContainerProvider: got.ContainerProvider(), GuardrailReported: got.GuardrailReported}}
 }
 
 // FromGuardrailCheck is the Usage of an answer of Amazon Bedrock's ApplyGuardrail
@@ -177,7 +177,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 // (pricecatalog.EstimatedGuardrailUnits); an error answer nothing.
 func FromGuardrailCheck(got responseusage.Usage, ended bool, status int32, bodyBytes int64) Usage {
 	u := Usage{Guardrail: got.Guardrail, UpstreamCostMicroUSD: got.CostMicroUSD, UpstreamStatus: status, Complete: ended}
-	if got.Guardrail.IsZero() && status < 400 && got.CostMicroUSD == nil {
+	if !got.GuardrailReported && status < 400 && got.CostMicroUSD == nil {
 		u.Guardrail, u.Estimated, u.Complete = pricecatalog.EstimatedGuardrailUnits(bodyBytes), true, false
 	}
 	return u
@@ -223,6 +223,9 @@ type Seen struct {
 	// showed (responseusage.Usage.AdvisorResults), estimated when it reported no
 	// advisor counts (cut before its last message_delta).
 	AdvisorResults int64
+	// GuardrailReported: the answer reported its guardrail's usage, its billed counts 0
+	// too (responseusage.Usage.GuardrailReported): nothing to estimate.
+	GuardrailReported bool
 }
 
 // Queue is where settlements go (settleq.Queue).
@@ -704,13 +707,14 @@ func guardrailUnits(u pricecatalog.GuardrailUnits) *internalv1.GuardrailUnits {
 }
 
 // guardrailEstimate charges the guardrail of a request whose body asked for one (rd) and
-// whose answer reported none of its units (a stream cut before its metadata event, an
-// answer without its trace): the text units of its prompt (the body's input estimate)
+// whose answer reported no usage of it (a stream cut before its metadata event, an
+// answer without its trace; one that reported its billed counts as 0, a guardrail of
+// free policies alone, is not estimated): the text units of its prompt (the body's input estimate)
 // and of the answer's text seen, at every billed text policy
 // (pricecatalog.EstimatedGuardrailUnits), an estimate. An error answer without usage or
 // text costs nothing, as for the tokens (charge): the guardrail did not run.
 func guardrailEstimate(item *internalv1.SettleItem, seen *Seen, rd *reading) {
-	if rd == nil || !rd.guardrail || item.GuardrailUnits != nil {
+	if rd == nil || !rd.guardrail || item.GuardrailUnits != nil || seen.GuardrailReported {
 		return
 	}
 	if item.UpstreamStatus >= 400 && !seen.InputReported && !seen.OutputReported && seen.TextBytes == 0 {

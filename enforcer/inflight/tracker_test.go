@@ -630,6 +630,9 @@ func TestGuardrailsAreSettled(t *testing.T) {
 			// 400 tokens of prompt are 1,600 bytes; with the 1,401 of the answer, 3,001: 4 units.
 			want:      &internalv1.GuardrailUnits{ContentText: 4, DeniedTopics: 4, SensitiveInformation: 4, ContextualGrounding: 4},
 			estimated: true},
+		{name: "a guardrail of free policies alone: its counts reported as 0, nothing estimated", record: &estimate.Request{Model: "m", InputTokens: 400, Guardrail: true},
+			u: Usage{Model: "m", InputTokens: 400, OutputTokens: 6, Complete: true, UpstreamStatus: 200,
+				Seen: &Seen{InputReported: true, OutputReported: true, TextBytes: 1401, GuardrailReported: true}}},
 		{name: "no guardrail asked", record: &estimate.Request{Model: "m", InputTokens: 400},
 			u: Usage{Model: "m", InputTokens: 400, OutputTokens: 6, Complete: true, UpstreamStatus: 200, Seen: &Seen{InputReported: true, OutputReported: true}}},
 		{name: "an error answer with nothing in it", record: &estimate.Request{Model: "m", InputTokens: 400, Guardrail: true},
@@ -655,7 +658,7 @@ func TestGuardrailsAreSettled(t *testing.T) {
 // estimate from the request's body; an error answer, nothing.
 func TestFromGuardrailCheck(t *testing.T) {
 	units := pricecatalog.GuardrailUnits{ContentText: 2, DeniedTopics: 1}
-	if u := FromGuardrailCheck(responseusage.Usage{Guardrail: units, TextBytes: 40}, true, 200, 2_500); u.Guardrail != units || !u.Complete ||
+	if u := FromGuardrailCheck(responseusage.Usage{Guardrail: units, GuardrailReported: true, TextBytes: 40}, true, 200, 2_500); u.Guardrail != units || !u.Complete ||
 		u.Estimated || u.InputTokens != 0 || u.OutputTokens != 0 || u.Seen != nil || u.Model != "" {
 		t.Fatalf("reported: %+v", u)
 	}
@@ -665,5 +668,9 @@ func TestFromGuardrailCheck(t *testing.T) {
 	}
 	if u := FromGuardrailCheck(responseusage.Usage{}, true, 400, 2_500); !u.Guardrail.IsZero() || u.Estimated {
 		t.Fatalf("an error: %+v", u)
+	}
+	// Reported as 0 (nothing the checks bill): nothing estimated.
+	if u := FromGuardrailCheck(responseusage.Usage{GuardrailReported: true}, true, 200, 2_500); !u.Guardrail.IsZero() || u.Estimated || !u.Complete {
+		t.Fatalf("reported 0: %+v", u)
 	}
 }

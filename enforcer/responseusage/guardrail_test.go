@@ -35,7 +35,7 @@ func TestGuardrailUnits(t *testing.T) {
 	body := `{"metrics":{"latencyMs":812},"output":{"message":{"content":[{"text":"Tolls are paid."}],"role":"assistant"}},"stopReason":"end_turn",` +
 		trace + `,"usage":{"inputTokens":21,"outputTokens":9,"totalTokens":30}}`
 	want := Usage{InputTokens: 21, OutputTokens: 9, Complete: true, Format: FormatBedrockConverse, InputReported: true, OutputReported: true,
-		TextBytes: int64(len("Tolls are paid.")), Guardrail: wantUnits}
+		TextBytes: int64(len("Tolls are paid.")), Guardrail: wantUnits, GuardrailReported: true}
 	checkSplits(t, ctJSON, nil, []byte(body), want)
 	if ref, ok := oracleFor(ctJSON, []byte(body)); !ok || !reflect.DeepEqual(ref, want) {
 		t.Fatalf("the reference reads %s", show(ref))
@@ -47,7 +47,7 @@ func TestGuardrailUnits(t *testing.T) {
 		`"trace":{"guardrail":{"actionReason":"Guardrail blocked.","inputAssessment":{"gr1":{"topicPolicy":{"topics":[{"name":"x","type":"DENY","action":"BLOCKED","detected":true}]},` +
 		`"invocationMetrics":` + guardUsage(1, 1, 0, 0, 0, 0, 0) + `}}}},"usage":{"inputTokens":0,"outputTokens":0,"totalTokens":0}}`
 	wantBlocked := Usage{Complete: true, Format: FormatBedrockConverse, InputReported: true, OutputReported: true, TextBytes: int64(len("Sorry.")),
-		Guardrail: pricecatalog.GuardrailUnits{ContentText: 1, DeniedTopics: 1}}
+		Guardrail: pricecatalog.GuardrailUnits{ContentText: 1, DeniedTopics: 1}, GuardrailReported: true}
 	checkSplits(t, ctJSON, nil, []byte(blocked), wantBlocked)
 	if ref, ok := oracleFor(ctJSON, []byte(blocked)); !ok || !reflect.DeepEqual(ref, wantBlocked) {
 		t.Fatalf("blocked: the reference reads %s", show(ref))
@@ -71,7 +71,7 @@ func TestGuardrailUnits(t *testing.T) {
 		`"amazon-bedrock-trace":{"guardrail":{"input":{"h28wrktbwagn":{"invocationMetrics":` + guardUsage(2, 0, 0, 0, 0, 0, 0) + `}},` +
 		`"outputs":[{"h28wrktbwagn":{"invocationMetrics":` + guardUsage(1, 0, 0, 0, 0, 0, 0) + `}}]}}}`
 	wantInvoke := Usage{Model: "claude-haiku-4-5", InputTokens: 21, OutputTokens: 9, Complete: true, Format: FormatAnthropicMessages, InputReported: true,
-		OutputReported: true, TextBytes: int64(len("Tolls are paid.")), Guardrail: pricecatalog.GuardrailUnits{ContentText: 3}}
+		OutputReported: true, TextBytes: int64(len("Tolls are paid.")), Guardrail: pricecatalog.GuardrailUnits{ContentText: 3}, GuardrailReported: true}
 	checkSplits(t, ctJSON, nil, []byte(invoke), wantInvoke)
 	if ref, ok := oracleFor(ctJSON, []byte(invoke)); !ok || !reflect.DeepEqual(ref, wantInvoke) {
 		t.Fatalf("invoke: the reference reads %s", show(ref))
@@ -83,7 +83,7 @@ func TestGuardrailUnits(t *testing.T) {
 		`"sensitiveInformationPolicyFreeUnits":0,"contextualGroundingPolicyUnits":0,"automatedReasoningPolicyUnits":3,"automatedReasoningPolicies":2},` +
 		`"action":"NONE","actionReason":"No action.","outputs":[],"assessments":[{"invocationMetrics":` + guardUsage(2, 1, 0, 0, 3, 2, 0) + `}],` +
 		`"guardrailCoverage":{"textCharacters":{"guarded":1200,"total":1200}}}`
-	wantApply := Usage{Complete: false, Guardrail: pricecatalog.GuardrailUnits{ContentText: 2, DeniedTopics: 1, AutomatedReasoning: 6}}
+	wantApply := Usage{Complete: false, Guardrail: pricecatalog.GuardrailUnits{ContentText: 2, DeniedTopics: 1, AutomatedReasoning: 6}, GuardrailReported: true}
 	checkSplits(t, ctJSON, nil, []byte(apply), wantApply)
 	if ref, ok := oracleFor(ctJSON, []byte(apply)); !ok || !reflect.DeepEqual(ref, wantApply) {
 		t.Fatalf("ApplyGuardrail: the reference reads %s", show(ref))
@@ -92,10 +92,21 @@ func TestGuardrailUnits(t *testing.T) {
 	// InvokeGuardrailChecks (detect-only checks, no guardrail): each check's text units.
 	checks := `{"results":{"contentFilter":{"results":[{"category":"VIOLENCE","severityScore":0.01}]},"sensitiveInformation":{"results":[],"truncated":false}},` +
 		`"usage":{"contentFilter":{"textUnits":2},"promptAttack":{"textUnits":3},"sensitiveInformation":{"textUnits":1}}}`
-	wantChecks := Usage{Guardrail: pricecatalog.GuardrailUnits{ChecksContentFilter: 2, ChecksPromptAttack: 3, ChecksSensitiveInformation: 1}}
+	wantChecks := Usage{Guardrail: pricecatalog.GuardrailUnits{ChecksContentFilter: 2, ChecksPromptAttack: 3, ChecksSensitiveInformation: 1}, GuardrailReported: true}
 	checkSplits(t, ctJSON, nil, []byte(checks), wantChecks)
 	if ref, ok := oracleFor(ctJSON, []byte(checks)); !ok || !reflect.DeepEqual(ref, wantChecks) {
 		t.Fatalf("guardrail checks: the reference reads %s", show(ref))
+	}
+
+	// A guardrail of free policies alone (word filters) reports its billed counts as 0:
+	// reported, nothing to estimate.
+	free := `{"output":{"message":{"content":[{"text":"Hi"}]}},"trace":{"guardrail":{"inputAssessment":{"g":{"invocationMetrics":` +
+		guardUsage(0, 0, 0, 0, 0, 0, 0) + `}}}},"usage":{"inputTokens":1,"outputTokens":1}}`
+	wantFree := Usage{InputTokens: 1, OutputTokens: 1, Complete: true, Format: FormatBedrockConverse, InputReported: true, OutputReported: true,
+		TextBytes: 2, GuardrailReported: true}
+	checkSplits(t, ctJSON, nil, []byte(free), wantFree)
+	if ref, ok := oracleFor(ctJSON, []byte(free)); !ok || !reflect.DeepEqual(ref, wantFree) {
+		t.Fatalf("free policies: the reference reads %s", show(ref))
 	}
 
 	// Only at those paths: the same counts elsewhere (a tool's input, a usage without its
@@ -109,7 +120,7 @@ func TestGuardrailUnits(t *testing.T) {
 		`{"trace":{"guardrail":{"input":{"g":{"invocationMetrics":` + guardUsage(9, 9, 9, 9, 9, 9, 9) + `}}}},"usage":{"inputTokens":1,"outputTokens":1}}`,
 	} {
 		got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(elsewhere)}, true)
-		if !got.Guardrail.IsZero() {
+		if !got.Guardrail.IsZero() || got.GuardrailReported {
 			t.Fatalf("%s: read %+v", elsewhere, got.Guardrail)
 		}
 		if ref, _ := oracleFor(ctJSON, []byte(elsewhere)); !reflect.DeepEqual(ref, got) {

@@ -89,7 +89,7 @@ type accumulator struct {
 	containers []string
 	// guard sums what the documents' guardrail assessments billed (docFields.guard),
 	// whatever their shape (a guardrail that refused the prompt answers no usage of the
-	// model's); nil until one did.
+	// model's); nil until one reported a count (0 too).
 	guard *pricecatalog.GuardrailUnits
 }
 
@@ -97,7 +97,7 @@ type accumulator struct {
 // reports assessments of its own: Converse's answer, ConverseStream's metadata event,
 // InvokeModel's answer or its stream's last chunk.
 func (a *accumulator) noteGuardrails(d *docFields) {
-	if d.guard == nil || d.guard.units.IsZero() {
+	if d.guard == nil || !d.guard.seen {
 		return
 	}
 	if a.guard == nil {
@@ -468,7 +468,7 @@ func (a *accumulator) fill(u *Usage) {
 		u.CostMicroUSD = &c
 	}
 	if a.guard != nil {
-		u.Guardrail = *a.guard
+		u.Guardrail, u.GuardrailReported = *a.guard, true
 	}
 	if a.fam == famNone {
 		return

@@ -556,6 +556,11 @@ func oracleGuardrails(obj []member) *guardReading {
 			if !ok {
 				continue
 			}
+			switch f.key {
+			case "contentPolicyUnits", "topicPolicyUnits", "sensitiveInformationPolicyUnits", "contextualGroundingPolicyUnits",
+				"contentPolicyImageUnits", "automatedReasoningPolicyUnits", "automatedReasoningPolicies":
+				g.seen = true // a count read, 0 too
+			}
 			u := &g.units
 			switch f.key {
 			case "contentPolicyUnits":
@@ -599,7 +604,7 @@ func oracleGuardrails(obj []member) *guardReading {
 				for _, check := range all(us, c.key) {
 					for _, f := range check {
 						if n, ok := plainCount(f.val); ok && f.key == "textUnits" {
-							*c.dst = satAdd(*c.dst, n)
+							*c.dst, g.seen = satAdd(*c.dst, n), true
 						}
 					}
 				}

@@ -571,8 +571,10 @@ type docFields struct {
 	guard *guardReading
 }
 
-// guardReading sums the billed counts of a document's guardrail assessments.
+// guardReading sums the billed counts of a document's guardrail assessments; seen says
+// one was read (0 too: a guardrail of free policies alone reports its billed counts as 0).
 type guardReading struct {
+	seen  bool
 	units pricecatalog.GuardrailUnits
 	// reasoning and policies are the automated reasoning counts of the usage being read:
 	// its units are checked by each of its policies, and priced per policy (endGuardUsage).
@@ -584,6 +586,7 @@ func (d *docFields) addGuard(g uint8, n int64) {
 	if d.guard == nil {
 		d.guard = &guardReading{}
 	}
+	d.guard.seen = true
 	u := &d.guard.units
 	switch g {
 	case guardContent:

@@ -178,6 +178,10 @@ type Usage struct {
 	// requestbody.WithGuardrailTrace); zero when none did. Billed apart from the tokens,
 	// also when the guardrail refused the prompt and the model never ran.
 	Guardrail pricecatalog.GuardrailUnits
+	// GuardrailReported: a guardrail's usage was read, its billed counts 0 too (a
+	// guardrail of free policies alone, word filters and regular expressions): nothing
+	// to estimate.
+	GuardrailReported bool
 	// CostMicroUSD is the cost the upstream reported, if any: in a header, or in its
 	// usage (OpenRouter's usage.cost, Perplexity's usage.cost.total_cost).
 	CostMicroUSD *int64
