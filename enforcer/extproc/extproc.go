@@ -424,9 +424,11 @@ func (st *stream) finish(endOfStream bool) {
 	if st.ext != nil {
 		got = st.ext.Finish(endOfStream)
 	}
-	u := inflight.FromResponse(got, endOfStream, st.status, requestbody.Unbilled(st.method, st.path))
+	var u inflight.Usage
 	if requestbody.GuardrailCheck(st.method, st.path) {
 		u = inflight.FromGuardrailCheck(got, endOfStream, st.status, st.contentLength)
+	} else {
+		u = inflight.FromResponse(got, endOfStream, st.status, requestbody.Unbilled(st.method, st.path))
 	}
 	if u.Complete {
 		st.s.m.ExtProcStreams.WithLabelValues("complete").Inc()

@@ -353,7 +353,9 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	hint := gate.BodyHint(body, r.URL.Path, p.route.Upstream.Host).WithUpstreamHost(p.route.Upstream.Host)
-	if _, guarded := requestbody.GuardrailTraceHeader(r.Header); guarded && hint.Body != nil {
+	var guarded bool
+	p.guardrailTrace, guarded = requestbody.GuardrailTraceHeader(r.Header)
+	if guarded && hint.Body != nil {
 		hint.Body.Guardrail = true // InvokeModel's guardrail, named by a header
 	}
 	a, err := gw.gate.CheckRequest(r.Context(), gate.CredentialsFrom(r.Header), hint)
@@ -465,6 +467,9 @@ type proxied struct {
 	// length, what a guardrail that said nothing is estimated from.
 	guardrailCheck bool
 	bodyBytes      int64
+	// guardrailTrace is the X-Amzn-Bedrock-Trace value an InvokeModel request's guardrail
+	// needs to report its usage ("": none to set; requestbody.GuardrailTraceHeader).
+	guardrailTrace string
 	// upload: the request body is an upload, streamed to the upstream unread (isUpload);
 	// form reads a multipart upload's model on the side (sniffForm), when it is one, and
 	// an image edit's (imageEdit) size, quality and counts.
@@ -603,8 +608,8 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		writeError(w, http.StatusBadGateway, "api_error", "service_gateway_upstream_error", "The upstream request could not be built.", nil)
 		return false
 	}
-	if trace, _ := requestbody.GuardrailTraceHeader(r.Header); trace != "" {
-		out.Header.Set(requestbody.HeaderBedrockTrace, trace) // before the request is signed
+	if p.guardrailTrace != "" {
+		out.Header.Set(requestbody.HeaderBedrockTrace, p.guardrailTrace) // before the request is signed
 	}
 	if p.route.Signer != nil {
 		if err := p.route.Signer.Sign(ctx, out, body, p.upload && r.ContentLength != 0); err != nil {
@@ -887,9 +892,11 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 // form said (formSaid).
 func (p *proxied) finish(ended bool) {
 	got, status := p.ext.Finish(ended), int32(p.resp.StatusCode)
-	u := inflight.FromResponse(got, ended, status, p.unbilled)
+	var u inflight.Usage
 	if p.guardrailCheck {
 		u = inflight.FromGuardrailCheck(got, ended, status, p.bodyBytes)
+	} else {
+		u = inflight.FromResponse(got, ended, status, p.unbilled)
 	}
 	p.formSaid(&u)
 	p.settle(u)
