@@ -160,11 +160,10 @@ type guardrailPricesView struct {
 	ChecksSensitiveInformation int64 `json:"checksSensitiveInformation"`
 }
 
+// viewGuardrails converts: the two types have the same fields, which the compiler
+// holds them to (a field added to the catalog's and not here fails to build).
 func viewGuardrails(g pricecatalog.GuardrailPrices) guardrailPricesView {
-	return guardrailPricesView{ContentText: g.ContentText, DeniedTopics: g.DeniedTopics, SensitiveInformation: g.SensitiveInformation,
-		ContextualGrounding: g.ContextualGrounding, AutomatedReasoning: g.AutomatedReasoning, ContentImage: g.ContentImage,
-		ChecksContentFilter: g.ChecksContentFilter, ChecksPromptAttack: g.ChecksPromptAttack,
-		ChecksSensitiveInformation: g.ChecksSensitiveInformation}
+	return guardrailPricesView(g)
 }
 
 // containerPriceView is the catalog's price of a kind of container code tools run in

@@ -62,6 +62,12 @@ const (
 	Priming    = 3
 )
 
+// Bytes is the bytes of text n tokens stand for at BytesPerToken, at most half of
+// int64's range (so that two such amounts add without overflow); 0 for n <= 0.
+func Bytes(n int64) int64 {
+	return min(max(n, 0), math.MaxInt64/2/BytesPerToken) * BytesPerToken
+}
+
 // Tokens estimates the tokens of n bytes of UTF-8 text: ceil(n/4); 0 for n <= 0.
 func Tokens(n int64) int64 {
 	if n <= 0 {

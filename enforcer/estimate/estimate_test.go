@@ -752,3 +752,15 @@ func TestMapsGroundingTool(t *testing.T) {
 		}
 	}
 }
+
+// Tokens in bytes: four a token, none for a negative count, at most half of int64's range.
+func TestBytes(t *testing.T) {
+	for n, want := range map[int64]int64{0: 0, -3: 0, 1: 4, 250: 1000, math.MaxInt64: math.MaxInt64 / 2 / BytesPerToken * BytesPerToken} {
+		if got := Bytes(n); got != want {
+			t.Errorf("Bytes(%d) = %d, want %d", n, got, want)
+		}
+	}
+	if Bytes(math.MaxInt64)+Bytes(math.MaxInt64) < 0 {
+		t.Error("two amounts overflow")
+	}
+}

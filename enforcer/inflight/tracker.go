@@ -721,7 +721,7 @@ func guardrailEstimate(item *internalv1.SettleItem, seen *Seen, rd *reading) {
 		return
 	}
 	// Each part at most half of int64's range, so that their sum cannot overflow.
-	chars := min(rd.inputEstimate, math.MaxInt64/2/estimate.BytesPerToken)*estimate.BytesPerToken + min(seen.TextBytes, math.MaxInt64/2)
+	chars := estimate.Bytes(rd.inputEstimate) + min(seen.TextBytes, math.MaxInt64/2)
 	if chars <= 0 {
 		return
 	}

@@ -69,9 +69,7 @@ func WithIncludeUsage(body []byte) ([]byte, bool) {
 		return nil, false
 	}
 	if optsStart < 0 {
-		out := make([]byte, 0, len(body)+len(includeUsageMember))
-		out = append(append(append(out, body[:open]...), includeUsageMember...), body[open:]...)
-		return out, true
+		return splice(body, open, open, includeUsageMember), true
 	}
 	opts := body[optsStart:optsEnd]
 	var replacement []byte
@@ -103,9 +101,7 @@ func WithIncludeUsage(body []byte) ([]byte, bool) {
 	default:
 		return nil, false // not an object: the upstream will say so
 	}
-	out := make([]byte, 0, len(body)-len(opts)+len(replacement))
-	out = append(append(append(out, body[:optsStart]...), replacement...), body[optsEnd:]...)
-	return out, true
+	return splice(body, optsStart, optsEnd, replacement), true
 }
 
 // The helpers below walk JSON already known to be well-formed (json.Valid).

@@ -190,9 +190,7 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		cost = min(cost+session, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
 	}
 	if req.Guardrail {
-		// Each count at most half of int64's range: their sum in characters cannot overflow.
-		const most = math.MaxInt64 / 2 / estimate.BytesPerToken
-		chars := (min(in, most) + min(out, most)) * estimate.BytesPerToken
+		chars := estimate.Bytes(in) + estimate.Bytes(out)
 		guard, _ := cat.Guardrails().Cost(pricecatalog.EstimatedGuardrailUnits(chars)) // the bound when over it
 		cost = min(cost+guard, money.MaxAllowanceMicroUSD)                             // both ≤ 2^53: no overflow
 	}
