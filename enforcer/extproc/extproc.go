@@ -84,8 +84,9 @@ type stream struct {
 	// (X-Amzn-Bedrock-GuardrailIdentifier, X-Amzn-Bedrock-Trace); guardrailTrace the
 	// trace header its body's response sets, "" for none (requestbody.GuardrailTrace).
 	guardrailID, traceAsked, guardrailTrace string
-	// contentLength is the request's Content-Length (0 when it had none): what a
-	// guardrail called on its own whose answer said nothing is estimated from.
+	// contentLength is the request's Content-Length (0 when it had none), or its body's
+	// length once read whole: what a guardrail called on its own whose answer said
+	// nothing is estimated from.
 	contentLength int64
 
 	status int32
@@ -224,7 +225,10 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	m := st.s.m.ExtProcRequestBodies
 	if requestbody.GuardrailCheck(st.method, st.path) {
 		// A guardrail called on its own: billed its units, which its answer says, and no
-		// token; nothing to estimate (finish).
+		// token (finish); its body's units are the estimate when no answer says them,
+		// here or, its answer unseen (another replica's stream), when it is reaped.
+		st.contentLength = max(st.contentLength, int64(len(body)))
+		st.s.tracker.RecordGuardrailCheck(st.requestID, st.contentLength)
 		m.WithLabelValues("guardrail_check").Inc()
 		return continueRequestBody
 	}

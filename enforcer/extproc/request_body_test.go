@@ -499,6 +499,43 @@ func TestReapedRequestIsChargedItsInputEstimate(t *testing.T) {
 	}
 }
 
+// A guarded Amazon Bedrock request and a guardrail called on its own (ApplyGuardrail)
+// whose answers this replica never saw (another replica's response stream) are charged,
+// when reaped, their guardrail's estimate: the units of the prompt and of the check's
+// body, at the four billed text policies. Before, the guarded request was charged its
+// tokens alone and the check nothing.
+func TestReapedGuardrailsAreChargedTheirEstimate(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	converse := `{"messages":[{"role":"user","content":[{"text":"` + strings.Repeat("How are tolls paid? ", 100) + `"}]}],"guardrailConfig":{"guardrailIdentifier":"gr1","guardrailVersion":"1"}}`
+	apply := `{"source":"INPUT","content":[{"text":{"text":"` + strings.Repeat("Is this allowed? ", 150) + `"}}]}`
+	guarded, _ := e.Admit(t, w.Key)
+	check, _ := e.Admit(t, w.Key)
+	sendRequestBody(t, e, bodySpec{requestID: guarded, path: "/model/amazon.nova-pro-v1:0/converse", body: converse})
+	sendRequestBody(t, e, bodySpec{requestID: check, path: "/guardrail/gr1/version/1/apply", body: apply})
+	est, err := estimate.Input([]byte(converse))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := 15 * time.Minute
+	e.Clock.Advance(after + time.Second)
+	if n := e.Enforcer.Tracker.Reap(after); n != 2 {
+		t.Fatalf("reaped %d", n)
+	}
+	enforcertest.WaitFor(t, "receipts", func() bool { return e.CP.Receipt(guarded) != nil && e.CP.Receipt(check) != nil })
+	for id, want := range map[string]struct{ input, units int64 }{
+		guarded: {input: est.InputTokens, units: pricecatalog.EstimatedGuardrailUnits(estimate.Bytes(est.InputTokens)).ContentText},
+		check:   {units: pricecatalog.EstimatedGuardrailUnits(int64(len(apply))).ContentText},
+	} {
+		it := e.CP.Receipt(id).Item
+		g := it.GetGuardrailUnits()
+		if want.units < 2 || it.GetInputTokens() != want.input || g.GetContentText() != want.units || g.GetDeniedTopics() != want.units ||
+			g.GetSensitiveInformation() != want.units || g.GetContextualGrounding() != want.units || !it.GetUsageEstimated() || it.GetComplete() {
+			t.Errorf("reaped %v, want %d input tokens and %d units of each billed text policy, estimated", it, want.input, want.units)
+		}
+	}
+}
+
 // The mutated body is what an OpenAI upstream must accept: valid JSON, the same request.
 func TestIncludeUsageBodyIsTheSameRequest(t *testing.T) {
 	got, ok := requestbody.WithIncludeUsage([]byte(chatStreamBody))

@@ -60,6 +60,7 @@ type Checker interface {
 type Tracker interface {
 	Follow(id string) bool
 	RecordRequest(id string, req estimate.Request) bool
+	RecordGuardrailCheck(id string, bodyBytes int64) bool
 	RefuseUnpricedModel(id, model string) bool
 	Finish(id string, u inflight.Usage, done func(settleq.Result)) error
 }
@@ -582,6 +583,10 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if est != nil && !p.unbilled && !p.guardrailCheck && !p.record(w, *est) {
 		return false
+	}
+	if p.guardrailCheck && p.id != "" {
+		// Settled at shutdown before its answer came (SettleAll), it is charged its body.
+		gw.tracker.RecordGuardrailCheck(p.id, p.bodyBytes)
 	}
 	if strings.HasSuffix(r.URL.Path, "/chat/completions") && p.route.AskStreamUsage {
 		if b, ok := requestbody.WithIncludeUsage(body); ok {

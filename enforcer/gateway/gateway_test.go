@@ -73,7 +73,9 @@ type fakeTracker struct {
 	mu       sync.Mutex
 	finished []inflight.Usage
 	recorded []string
-	followed []string
+	// guardrailChecks are the body lengths of the guardrail checks recorded.
+	guardrailChecks []int64
+	followed        []string
 	refuse   string
 	done     chan struct{}
 	// slow, when set, is how long Finish takes before it records (a handler unwinding).
@@ -93,6 +95,13 @@ func (f *fakeTracker) RecordRequest(id string, req estimate.Request) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.recorded = append(f.recorded, req.Model)
+	return true
+}
+
+func (f *fakeTracker) RecordGuardrailCheck(id string, bodyBytes int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.guardrailChecks = append(f.guardrailChecks, bodyBytes)
 	return true
 }
 

@@ -379,6 +379,9 @@ type reading struct {
 	advisorMaxTokens int64
 	containerKind    string
 	guardrail        bool
+	// guardrailCheckBytes is the body's length of a guardrail called on its own
+	// (RecordGuardrailCheck), 0 for any other request.
+	guardrailCheckBytes int64
 }
 
 // reading is what the request's body said (RecordRequest), nil when it was not recorded.
@@ -412,6 +415,23 @@ func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 		return false
 	}
 	r.requestSeen, r.read = true, readingOf(&req)
+	return true
+}
+
+// RecordGuardrailCheck notes that request id calls an Amazon Bedrock guardrail on its
+// own (requestbody.GuardrailCheck) with a body of bodyBytes, billed its units and no
+// token: settled without its answer (Reap, SettleAll), it is charged the text units of
+// that body, an estimate, as an answer cut before its usage is (FromGuardrailCheck). It
+// reports whether this process knows the request.
+func (t *Tracker) RecordGuardrailCheck(id string, bodyBytes int64) bool {
+	s := t.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.m[id]
+	if r == nil {
+		return false
+	}
+	r.requestSeen, r.read = true, reading{guardrailCheckBytes: bodyBytes}
 	return true
 }
 
@@ -708,13 +728,14 @@ func guardrailUnits(u pricecatalog.GuardrailUnits) *internalv1.GuardrailUnits {
 
 // guardrailEstimate charges the guardrail of a request whose body asked for one (rd) and
 // whose answer reported no usage of it (a stream cut before its metadata event, an
-// answer without its trace; one that reported its billed counts as 0, a guardrail of
-// free policies alone, is not estimated): the text units of its prompt (the body's input estimate)
-// and of the answer's text seen, at every billed text policy
-// (pricecatalog.EstimatedGuardrailUnits), an estimate. An error answer without usage or
-// text costs nothing, as for the tokens (charge): the guardrail did not run.
+// answer without its trace, no answer seen at all; one that reported its billed counts
+// as 0, a guardrail of free policies alone, is not estimated): the text units of its
+// prompt (the body's input estimate) and of the answer's text seen, at every billed text
+// policy (pricecatalog.EstimatedGuardrailUnits), an estimate. A guardrail called on its
+// own (RecordGuardrailCheck) is charged the units of its body. An error answer without
+// usage or text costs nothing, as for the tokens (charge): the guardrail did not run.
 func guardrailEstimate(item *internalv1.SettleItem, seen *Seen, rd *reading) {
-	if rd == nil || !rd.guardrail || item.GuardrailUnits != nil || seen.GuardrailReported {
+	if rd == nil || !rd.guardrail && rd.guardrailCheckBytes == 0 || item.GuardrailUnits != nil || seen.GuardrailReported {
 		return
 	}
 	if item.UpstreamStatus >= 400 && !seen.InputReported && !seen.OutputReported && seen.TextBytes == 0 {
@@ -722,6 +743,9 @@ func guardrailEstimate(item *internalv1.SettleItem, seen *Seen, rd *reading) {
 	}
 	// Each part at most half of int64's range, so that their sum cannot overflow.
 	chars := estimate.Bytes(rd.inputEstimate) + min(seen.TextBytes, math.MaxInt64/2)
+	if rd.guardrailCheckBytes > 0 {
+		chars = rd.guardrailCheckBytes
+	}
 	if chars <= 0 {
 		return
 	}
@@ -797,15 +821,18 @@ func (t *Tracker) Reap(after time.Duration) int {
 }
 
 // settleIncomplete queues the settlement of a taken request whose usage nobody reported;
-// Reap and SettleAll share it. When its request body was seen (RecordRequest) the request
-// went upstream: it is charged the input estimate, as a response that showed nothing is.
+// Reap and SettleAll share it. When its request body was seen (RecordRequest,
+// RecordGuardrailCheck) the request went upstream: it is charged the input estimate, and
+// its guardrail's, as a response that showed nothing is.
 func (t *Tracker) settleIncomplete(r *Request) {
 	item := &internalv1.SettleItem{RequestId: r.ID, OrganizationId: r.OrganizationID, MemberId: r.MemberID,
 		FinishedAtUnixMs: t.clk.Now().UnixMilli()}
 	if !r.Durable {
 		item.Snapshot, item.AdmittedWithoutRecord = r.Snapshot, r.WithoutRecord
 	}
-	charge(item, &Seen{}, r.reading())
+	rd, seen := r.reading(), &Seen{}
+	charge(item, seen, rd)
+	guardrailEstimate(item, seen, rd)
 	_ = t.q.Enqueue(item, r.Reservation, nil)
 }
 

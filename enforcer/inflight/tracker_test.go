@@ -654,6 +654,52 @@ func TestGuardrailsAreSettled(t *testing.T) {
 	}
 }
 
+// A guarded request and a guardrail called on its own whose answers nobody reported
+// (reaped, or settled at shutdown) are charged their guardrail's estimate: the guarded
+// one the units of its prompt besides its input estimate, the check the units of its
+// body and no token.
+func TestUnreportedGuardrailsAreEstimated(t *testing.T) {
+	q := &queue{}
+	clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+	tr := New(q, clk, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, id := range []string{"req_guarded", "req_check", "req_check_shutdown"} {
+		tr.Admitted(&Request{ID: id, OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+	}
+	if !tr.RecordRequest("req_guarded", estimate.Request{Model: "m", InputTokens: 400, Guardrail: true}) ||
+		!tr.RecordGuardrailCheck("req_check", 2_500) || tr.RecordGuardrailCheck("req_unknown", 1) {
+		t.Fatal("not recorded")
+	}
+	clk.Advance(time.Hour)
+	tr.Admitted(&Request{ID: "req_check_shutdown", OrganizationID: "org", MemberID: "om", Durable: true, AdmittedAt: clk.Now()})
+	tr.RecordGuardrailCheck("req_check_shutdown", 999)
+	if n := tr.Reap(15 * time.Minute); n != 2 {
+		t.Fatalf("reaped %d", n)
+	}
+	if n, _ := tr.SettleAll(context.Background()); n != 1 {
+		t.Fatalf("settled %d at shutdown", n)
+	}
+	byID := map[string]*internalv1.SettleItem{}
+	for _, it := range q.items {
+		byID[it.GetRequestId()] = it
+	}
+	units := func(n int64) *internalv1.GuardrailUnits {
+		return &internalv1.GuardrailUnits{ContentText: n, DeniedTopics: n, SensitiveInformation: n, ContextualGrounding: n}
+	}
+	for id, want := range map[string]struct {
+		input int64
+		units *internalv1.GuardrailUnits
+	}{
+		"req_guarded":        {input: 400, units: units(2)}, // 400 tokens are 1,600 bytes: 2 units
+		"req_check":          {units: units(3)},             // 2,500 bytes
+		"req_check_shutdown": {units: units(1)},
+	} {
+		it := byID[id]
+		if it.GetInputTokens() != want.input || !proto.Equal(it.GetGuardrailUnits(), want.units) || !it.GetUsageEstimated() || it.GetComplete() {
+			t.Errorf("%s settled %v, want %d input tokens and guardrail units %v, estimated", id, it, want.input, want.units)
+		}
+	}
+}
+
 // ApplyGuardrail's answer: its guardrail's units and no token; cut before its usage, an
 // estimate from the request's body; an error answer, nothing.
 func TestFromGuardrailCheck(t *testing.T) {
