@@ -76,8 +76,8 @@ type fakeTracker struct {
 	// guardrailChecks are the body lengths of the guardrail checks recorded.
 	guardrailChecks []int64
 	followed        []string
-	refuse   string
-	done     chan struct{}
+	refuse          string
+	done            chan struct{}
 	// slow, when set, is how long Finish takes before it records (a handler unwinding).
 	slow time.Duration
 }
