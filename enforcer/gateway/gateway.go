@@ -48,6 +48,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 )
 
@@ -359,7 +360,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	if guarded && hint.Body != nil {
 		hint.Body.Guardrail = true // InvokeModel's guardrail, named by a header
 	}
-	a, err := gw.gate.CheckRequest(r.Context(), gate.CredentialsFrom(r.Header), hint)
+	a, err := gw.gate.CheckRequest(r.Context(), credentialsOf(r), hint)
 	if err != nil {
 		gw.answered(w, OutcomeClientGone)
 		return false
@@ -759,24 +760,41 @@ func (p *proxied) upstreamURL(r *http.Request) string {
 	if r.URL.RawPath != "" {
 		u.RawPath = singleJoin(p.route.Upstream.EscapedPath(), r.URL.RawPath)
 	}
-	u.RawQuery = withoutFieldMask(r.URL.RawQuery)
+	u.RawQuery = upstreamQuery(r.URL.RawQuery)
 	return u.String()
 }
 
-// withoutFieldMask is a query without Google's response field mask (the system
-// parameter fields, or $fields): a mask that leaves usageMetadata out would hide the
-// usage the request is charged by (its output and thinking tokens then estimated from
-// the text at best). The client gets the whole answer instead; the other parameters
-// stay as sent, in their order. The X-Goog-FieldMask header goes the same way
-// (upstreamHeader).
-func withoutFieldMask(rawQuery string) string {
-	if !strings.Contains(rawQuery, "fields") {
+// credentialsOf is the request's credentials: its headers' (gate.CredentialsFrom), else
+// Google's key in the query (?key=: Google's SDKs open a Gemini Live session so, and
+// Google's REST API takes it). With a credential in a header, a key in the query is not
+// the member's (it may be the provider's own, left to pass).
+func credentialsOf(r *http.Request) gate.Credentials {
+	c := gate.CredentialsFrom(r.Header)
+	if c == (gate.Credentials{}) && strings.Contains(r.URL.RawQuery, "key=") {
+		c.GoogAPIKey = r.URL.Query().Get("key")
+	}
+	return c
+}
+
+// upstreamQuery is the query the upstream gets: the client's, without the member's key
+// (a key parameter carrying a Tollgate credential, credentialsOf), which must never
+// reach the provider, and without Google's response field mask (the system parameter
+// fields, or $fields): a mask that leaves usageMetadata out would hide the usage the
+// request is charged by (its output and thinking tokens then estimated from the text at
+// best). The client gets the whole answer instead; the other parameters stay as sent,
+// in their order. The X-Goog-FieldMask header goes the same way (upstreamHeader).
+func upstreamQuery(rawQuery string) string {
+	if !strings.Contains(rawQuery, "fields") && !strings.Contains(rawQuery, "key=") {
 		return rawQuery
 	}
 	kept := make([]string, 0, strings.Count(rawQuery, "&")+1)
 	for _, param := range strings.Split(rawQuery, "&") {
-		name, _, _ := strings.Cut(param, "=")
-		if name, err := url.QueryUnescape(name); err == nil && (name == "fields" || name == "$fields") {
+		name, value, _ := strings.Cut(param, "=")
+		name, err := url.QueryUnescape(name)
+		if err == nil && (name == "fields" || name == "$fields") {
+			continue
+		}
+		if value, verr := url.QueryUnescape(value); err == nil && verr == nil && name == "key" && credential.IsTollgateToken(value) {
 			continue
 		}
 		kept = append(kept, param)
@@ -796,7 +814,7 @@ func (p *proxied) upstreamHeader(out, in http.Header, cred string, webSocket boo
 	out.Del("X-Goog-Api-Key")
 	out.Del("Api-Key")
 	out.Del("Content-Length")
-	out.Del("X-Goog-Fieldmask") // withoutFieldMask
+	out.Del("X-Goog-Fieldmask") // upstreamQuery
 	for k := range out {
 		if strings.HasPrefix(k, "X-Service-") || webSocket && strings.HasPrefix(k, "Sec-Websocket-") {
 			delete(out, k)

@@ -274,6 +274,50 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 	}
 }
 
+// Google's key may come in the query (?key=, as Google's SDKs open a Gemini Live session
+// and Google's REST API takes it): the member's is read from there and never reaches the
+// provider; a key that is no Tollgate credential stays in the query as sent.
+func TestGoogleKeyInTheQuery(t *testing.T) {
+	var queries []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries = append(queries, r.URL.RawQuery)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"candidates":[],"usageMetadata":{"promptTokenCount":3,"candidatesTokenCount":2}}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	const path = "/v1beta/models/gemini-2.5-flash:generateContent"
+	for _, tc := range []struct {
+		query, key, want string
+		status           int
+	}{
+		{query: "alt=json&key=tgk_good&x=1", want: "alt=json&x=1", status: 200},
+		{query: "key=tgk_good", want: "", status: 200},
+		// The member's key in a header, a provider's key in the query: left as sent.
+		{query: "key=AIza-provider&alt=json", key: "tgk_good", want: "key=AIza-provider&alt=json", status: 200},
+		{query: "key=tgk_blocked", status: 429},
+		{query: "key=AIza-provider", status: 401},
+	} {
+		before := len(queries)
+		res := post(t, e.front.URL+path+"?"+tc.query, tc.key, `{"contents":[{"parts":[{"text":"hi"}]}]}`)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.status {
+			t.Fatalf("?%s: %d, want %d", tc.query, res.StatusCode, tc.status)
+		}
+		if tc.status != 200 {
+			if len(queries) != before {
+				t.Fatalf("?%s reached the upstream", tc.query)
+			}
+			continue
+		}
+		if len(queries) != before+1 || queries[before] != tc.want {
+			t.Fatalf("?%s: the upstream got %q, want %q", tc.query, queries[before:], tc.want)
+		}
+		e.tracker.settledOnce(t)
+	}
+}
+
 // Refusals are the gate's, answered here; the upstream never sees them.
 func TestRefusalsNeverReachTheUpstream(t *testing.T) {
 	calls := 0

@@ -46,6 +46,11 @@ import (
 //     response.done, charged as any (without a check for a next response), and only
 //     then is the provider's side closed.
 //
+// Google's Gemini Live API (BidiGenerateContent: the Gemini API's and Vertex AI's) is
+// proxied the same way: its key may come in the query (?key=, as Google's SDKs send it),
+// the client's first message (setup) names the model, and each turn's usageMetadata
+// settles a request (realtimeusage.GeminiLive). It has no transcriptions billed apart.
+//
 // Any other WebSocket upgrade is refused (400): nothing else a provider serves that way
 // could be charged.
 
@@ -93,26 +98,55 @@ func isRealtimePath(path string) bool {
 	return strings.HasSuffix(strings.TrimRight(strings.ToLower(path), "/"), "/realtime")
 }
 
+// isGeminiLivePath tells the Gemini Live API's WebSocket path: the Gemini API's
+// /ws/google.ai.generativelanguage.{version}.GenerativeService.BidiGenerateContent and
+// Vertex AI's /ws/google.cloud.aiplatform.{version}.LlmBidiService/BidiGenerateContent.
+// Not BidiGenerateContentConstrained, whose key is an ephemeral token of Google's, nor
+// BidiGenerateMusic.
+func isGeminiLivePath(path string) bool {
+	p := strings.TrimRight(path, "/")
+	return strings.HasPrefix(p, "/ws/") && (strings.HasSuffix(p, ".GenerativeService.BidiGenerateContent") ||
+		strings.HasSuffix(p, ".LlmBidiService/BidiGenerateContent"))
+}
+
+// sessionEvents reads what a session's server messages report: OpenAI's Realtime events
+// (realtimeusage.Reader) or Gemini Live's (realtimeusage.GeminiLive).
+type sessionEvents interface {
+	Event(msg []byte) (realtimeusage.Usage, realtimeusage.Kind)
+	Model() string
+	Unfinished() (realtimeusage.Usage, bool)
+}
+
 // realtime proxies an admitted WebSocket upgrade (see above).
 func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	gw := p.gw
 	if p.id != "" {
 		gw.tracker.Follow(p.id)
 	}
-	if !isRealtimePath(r.URL.Path) || p.route.Signer != nil {
+	gemini := isGeminiLivePath(r.URL.Path)
+	if !isRealtimePath(r.URL.Path) && !gemini || p.route.Signer != nil {
 		p.settle(inflight.Refused(http.StatusForbidden))
 		gw.answered(w, OutcomeRefused)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_websocket_unsupported",
-			"Only the Realtime API's WebSocket (/v1/realtime), on a route that does not sign its requests, can be proxied and charged.", nil)
+			"Only the Realtime API's WebSocket (/v1/realtime) and the Gemini Live API's (BidiGenerateContent), on a route that does not sign its requests, can be proxied and charged.", nil)
 		return
 	}
-	q := r.URL.Query()
-	model := requestbody.CleanModel(q.Get("model"))
-	if model == "" {
-		model = requestbody.CleanModel(q.Get("deployment")) // Azure names the deployment
-	}
-	if !p.record(w, estimate.Request{Model: model}) {
-		return
+	var events sessionEvents
+	// setup reads the client's first message: Gemini Live's names the model.
+	var setup func([]byte)
+	if gemini {
+		live := realtimeusage.NewGeminiLive()
+		events, setup = live, live.Setup
+	} else {
+		q := r.URL.Query()
+		model := requestbody.CleanModel(q.Get("model"))
+		if model == "" {
+			model = requestbody.CleanModel(q.Get("deployment")) // Azure names the deployment
+		}
+		if !p.record(w, estimate.Request{Model: model}) {
+			return
+		}
+		events = realtimeusage.New(model)
 	}
 
 	ctx, cancel := context.WithCancel(r.Context())
@@ -158,8 +192,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	defer gw.closeSession(p)
 	go keepAlive(upCtx, gw.cfg.IdleTimeout, up, stopCause)
 
-	creds := gate.CredentialsFrom(r.Header)
-	events := realtimeusage.New(model)
+	creds := credentialsOf(r)
 	// Transcriptions that ended while a response was in progress and could not be
 	// charged aside (the member was refused) wait for its end: closing the session in
 	// between would cut the response, uncharged.
@@ -167,7 +200,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	// The provider's messages are read on their own (readUpstream), so that the session
 	// also hears of its client's end (relayClient) while the provider is silent.
 	clientEnded := make(chan error, 1)
-	go relayClient(ctx, cancel, client, up, clientEnded)
+	go relayClient(ctx, cancel, client, up, clientEnded, setup)
 	fromUp := make(chan upstreamMessage)
 	stopReading := make(chan struct{})
 	defer close(stopReading)
@@ -228,11 +261,9 @@ relay:
 			}
 			break
 		}
-		var u realtimeusage.Usage
-		kind := realtimeusage.None
-		if m.typ == websocket.MessageText {
-			u, kind = events.Event(m.msg)
-		}
+		// Gemini Live sends its JSON in binary frames too; OpenAI's binary frames, if
+		// any, are not JSON and report nothing.
+		u, kind := events.Event(m.msg)
 		if left == nil {
 			if err := client.Write(ctx, m.typ, m.msg); err != nil {
 				// The client is gone; what this event reported is charged all the same (the
@@ -409,12 +440,17 @@ func closeReason(a gate.Answer) string {
 // client that ends (closes, goes away) is reported on ended: the session decides when
 // the upstream's side closes (at once, unless a response is in progress). An upstream
 // that can no longer be written to ends the session (cancel), the client told why.
-func relayClient(ctx context.Context, cancel context.CancelFunc, client, up *websocket.Conn, ended chan<- error) {
+// setup, when not nil, reads the client's first message before it goes on.
+func relayClient(ctx context.Context, cancel context.CancelFunc, client, up *websocket.Conn, ended chan<- error, setup func([]byte)) {
 	for {
 		typ, msg, err := client.Read(ctx)
 		if err != nil {
 			ended <- err
 			return
+		}
+		if setup != nil {
+			setup(msg)
+			setup = nil
 		}
 		if err := up.Write(ctx, typ, msg); err != nil {
 			closeWith(client, err)

@@ -107,7 +107,7 @@ func (g *countingGate) count() int {
 }
 
 func (g *countingGate) CheckRequest(_ context.Context, c gate.Credentials, _ gate.Hint) (gate.Answer, error) {
-	if c.Authorization != "Bearer tgk_good" {
+	if c.Authorization != "Bearer tgk_good" && c.GoogAPIKey != "tgk_good" {
 		return gate.Refusal(gate.ReasonUnknownCredential), nil
 	}
 	g.mu.Lock()
@@ -860,4 +860,113 @@ func TestRealtimeGraceAfterTheClientLeft(t *testing.T) {
 		}
 		cut(t, tr.settled(t), len(leavingDelta))
 	})
+}
+
+// geminiLiveUpstream is a fake Gemini Live API: it answers the setup with setupComplete,
+// then each client message with one turn (a text part, turnComplete, and the turn's
+// usageMetadata: in+i prompt tokens, 300 of them audio, out+i response tokens, all
+// audio), every message in a binary frame as Google sends them. With hang, the second
+// turn never reports its usage. It records the handshake's query and headers.
+type geminiLiveUpstream struct {
+	in, out int64
+	hang    bool
+	mu      sync.Mutex
+	query   string
+	header  http.Header
+}
+
+func (u *geminiLiveUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.mu.Lock()
+	u.query, u.header = r.URL.RawQuery, r.Header.Clone()
+	u.mu.Unlock()
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	ctx := r.Context()
+	send := func(s string) error { return c.Write(ctx, websocket.MessageBinary, []byte(s)) }
+	if _, _, err := c.Read(ctx); err != nil || send(`{"setupComplete":{}}`) != nil {
+		return
+	}
+	for i := int64(0); ; i++ {
+		if _, _, err := c.Read(ctx); err != nil {
+			return
+		}
+		_ = send(`{"serverContent":{"modelTurn":{"parts":[{"text":"Tolls are paid in tokens."}]}}}`)
+		if u.hang && i == 1 {
+			continue
+		}
+		_ = send(`{"serverContent":{"turnComplete":true}}`)
+		_ = send(fmt.Sprintf(`{"usageMetadata":{"promptTokenCount":%d,"responseTokenCount":%d,"totalTokenCount":%d,`+
+			`"promptTokensDetails":[{"modality":"TEXT","tokenCount":%d},{"modality":"AUDIO","tokenCount":300}],"responseTokensDetails":[{"modality":"AUDIO","tokenCount":%d}]}}`,
+			u.in+i, u.out+i, u.in+u.out+2*i, u.in+i-300, u.out+i))
+	}
+}
+
+// geminiLivePath is the Gemini API's Live endpoint.
+const geminiLivePath = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+
+// A Gemini Live session, its key in the query as Google's SDKs send it, is proxied and
+// charged turn by turn as a Realtime session is: each turn's usageMetadata (in binary
+// frames) settles a request at the model the setup named, with its audio parts; the
+// member is checked again before the next; the provider gets its own key, never the
+// member's (nor in the query); a turn cut before its usage is estimated from its text.
+func TestGeminiLiveSessionIsChargedByTurn(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		t.Run(fmt.Sprint("hang ", hang), func(t *testing.T) {
+			up := &geminiLiveUpstream{in: 1000, out: 200, hang: hang}
+			g, tr, url, _ := newRealtimeEnv(t, up, 10)
+			c, res, err := dialRealtime(t, url+geminiLivePath+"?key=tgk_good", "")
+			if err != nil {
+				t.Fatal(err, res)
+			}
+			say(t, c, `{"setup":{"model":"models/gemini-2.5-flash-native-audio-preview-09-2025","generationConfig":{"responseModalities":["AUDIO"]}}}`)
+			readUntil(t, c, "setupComplete")
+			for i := range 2 {
+				say(t, c, fmt.Sprintf(`{"clientContent":{"turns":[{"role":"user","parts":[{"text":"Question %d"}]}],"turnComplete":true}}`, i))
+				if hang && i == 1 {
+					readUntil(t, c, "Tolls are paid")
+					break
+				}
+				readUntil(t, c, "usageMetadata")
+			}
+			_ = c.Close(websocket.StatusNormalClosure, "bye")
+			n := 3
+			if hang {
+				n = 2 // the first turn, and the cut one
+			}
+			s := tr.settlements(t, n)
+			const model = "gemini-2.5-flash-native-audio-preview-09-2025"
+			want := []inflight.Usage{
+				{Model: model, InputTokens: 1000, OutputTokens: 200, AudioInputTokens: i64(300), AudioOutputTokens: i64(200), Complete: true, UpstreamStatus: 101},
+				{Model: model, InputTokens: 1001, OutputTokens: 201, AudioInputTokens: i64(300), AudioOutputTokens: i64(201), Complete: true, UpstreamStatus: 101},
+				{Model: model, Complete: true, UpstreamStatus: 101}, // nothing after the last turn
+			}
+			if hang {
+				cut := s[1]
+				if cut.Seen == nil || cut.Seen.TextBytes != int64(len("Tolls are paid in tokens.")) {
+					t.Fatalf("the cut turn was seen %+v", cut.Seen)
+				}
+				cut.Seen = nil
+				s[1], want = cut, []inflight.Usage{want[0], {Model: model, UpstreamStatus: 101}}
+			}
+			if len(s) != len(want) {
+				t.Fatalf("%d settlements, want %d", len(s), len(want))
+			}
+			for i := range want {
+				if shown(s[i]) != shown(want[i]) {
+					t.Fatalf("settlement %d: %s, want %s", i, shown(s[i]), shown(want[i]))
+				}
+			}
+			if !hang && g.count() != 3 {
+				t.Fatalf("%d checks, want the session's opening and one after each turn", g.count())
+			}
+			up.mu.Lock()
+			defer up.mu.Unlock()
+			if up.query != "" || up.header.Get("Authorization") != "Bearer sk-provider" || strings.Contains(fmt.Sprint(up.header), "tgk_good") {
+				t.Fatalf("the upstream's handshake: query %q, headers %v", up.query, up.header)
+			}
+		})
+	}
 }
