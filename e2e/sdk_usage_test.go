@@ -37,6 +37,8 @@ var sdkUsageRoots = []sdkUsageRoot{
 	{"anthropic", "@anthropic-ai/sdk/resources/beta/messages/messages.d.ts", "BetaUsage"},
 	{"anthropic", "@anthropic-ai/sdk/resources/beta/messages/messages.d.ts", "BetaMessageDeltaUsage"},
 	{"genai", "@google/genai/dist/genai.d.ts", "GenerateContentResponseUsageMetadata"},
+	// A Live API session's turns (LiveServerMessage.usageMetadata).
+	{"genai-live", "@google/genai/dist/genai.d.ts", "UsageMetadata"},
 	{"bedrock", "@aws-sdk/client-bedrock-runtime/dist-types/models/models_0.d.ts", "TokenUsage"},
 	// A guardrail's trace: each assessment's invocationMetrics.usage (Converse, InvokeModel).
 	{"bedrock", "@aws-sdk/client-bedrock-runtime/dist-types/models/models_0.d.ts", "GuardrailUsage"},
@@ -117,8 +119,11 @@ const read = "read"
 func reads(field string) bool {
 	reader, path, _ := strings.Cut(field, " ")
 	path = strings.ReplaceAll(path, "[]", "")
-	if reader == "openai-realtime" {
+	switch reader {
+	case "openai-realtime":
 		return realtimeusage.ReadsField(path)
+	case "genai-live":
+		return realtimeusage.ReadsGeminiLiveField(path)
 	}
 	for _, key := range strings.Split(path, ".") {
 		if !responseusage.ReadsKey(key) {
@@ -202,6 +207,23 @@ var sdkUsageFields = map[string]string{
 	"genai cacheTokensDetails[].tokenCount":         read,
 	"genai toolUsePromptTokensDetails[].modality":   "the modalities of toolUsePromptTokenCount, whose tokens are charged at the text input price (audio among a tool's results, rare, below its own)",
 	"genai toolUsePromptTokensDetails[].tokenCount": "the modalities of toolUsePromptTokenCount, whose tokens are charged at the text input price (audio among a tool's results, rare, below its own)",
+	// Gemini's Live API: each turn's usage (realtimeusage.GeminiLive).
+	"genai-live promptTokenCount":                        read,
+	"genai-live responseTokenCount":                      read,
+	"genai-live thoughtsTokenCount":                      read,
+	"genai-live cachedContentTokenCount":                 read,
+	"genai-live toolUsePromptTokenCount":                 read,
+	"genai-live totalTokenCount":                         read, // the output is at least what it leaves beyond the input
+	"genai-live promptTokensDetails[].modality":          read,
+	"genai-live promptTokensDetails[].tokenCount":        read,
+	"genai-live responseTokensDetails[].modality":        read,
+	"genai-live responseTokensDetails[].tokenCount":      read,
+	"genai-live cacheTokensDetails[].modality":           read,
+	"genai-live cacheTokensDetails[].tokenCount":         read,
+	"genai-live toolUsePromptTokensDetails[].modality":   "the modalities of toolUsePromptTokenCount, whose tokens are charged at the text input price, as generateContent's",
+	"genai-live toolUsePromptTokensDetails[].tokenCount": "the modalities of toolUsePromptTokenCount, whose tokens are charged at the text input price, as generateContent's",
+	"genai-live trafficType":                             "Vertex AI's traffic type: no Live model is priced apart by it (docs/prices.md, \"Gemini's Live API\")",
+	"genai-live serviceTier":                             "the Gemini API's service tier: no Live model is priced apart by it (docs/prices.md, \"Gemini's Live API\")",
 	// Amazon Bedrock's Converse and ConverseStream.
 	"bedrock inputTokens":                read,
 	"bedrock outputTokens":               read,

@@ -53,6 +53,9 @@
 //   - OpenAI's Realtime API (GET /v1/realtime?model=..., a WebSocket): session.created,
 //     then, for each response.create, a response's events ending in response.done with
 //     its usage (realtime.go).
+//   - Google's Gemini Live API (GET /ws/google.ai.generativelanguage.v1beta.
+//     GenerativeService.BidiGenerateContent, a WebSocket): setupComplete, then, for each
+//     clientContent, a turn's messages ending in its usageMetadata (gemini_live.go).
 //   - Google's Gemini API: POST /v1beta/models/{model}:generateContent answers the
 //     candidates and usageMetadata (promptTokenCount, candidatesTokenCount and
 //     thoughtsTokenCount, a quarter of the output tokens being thinking,
@@ -324,6 +327,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method == http.MethodGet && r.URL.Path == "/v1/realtime" {
 		s.realtime(w, r)
+		return
+	}
+	if isGeminiLive(r) {
+		s.geminiLive(w, r)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))

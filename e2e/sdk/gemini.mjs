@@ -4,9 +4,13 @@
 // server-sent events), "search" and "search-stream" (the same with Grounding with Google
 // Search; searches is how many queries, of the web and of images, the answer lists), "maps" and "maps-stream" (the
 // same with Grounding with Google Maps; places is how many maps sources it cites), "priority" and
-// "priority-stream" (the same at Google's priority inference: config.serviceTier) and
-// "count" (countTokens, which Google does not charge). See report.mjs for the settings.
-import { GoogleGenAI } from '@google/genai';
+// "priority-stream" (the same at Google's priority inference: config.serviceTier),
+// "count" (countTokens, which Google does not charge) and "live" (a Live API session,
+// ai.live.connect, its key in the URL's query as the SDK sends it: up to three turns, each
+// after the last's usageMetadata; usage is the list of the turns' usage, text their text
+// parts, closeCode and closeReason how the session closed, 1000 when the script closed
+// it). See report.mjs for the settings.
+import { GoogleGenAI, Modality } from '@google/genai';
 import { run, settings } from './report.mjs';
 
 const s = settings();
@@ -14,6 +18,7 @@ const ai = new GoogleGenAI({ apiKey: s.apiKey, httpOptions: { baseUrl: s.baseURL
 const contents = 'How are tolls paid?';
 
 await run('@google/genai', s.scenario, async () => {
+  if (s.scenario === 'live') return liveSession();
   if (s.scenario === 'count') {
     const res = await ai.models.countTokens({ model: s.model, contents });
     return { text: '', model: null, usage: { totalTokens: res.totalTokens }, chunks: 1 };
@@ -48,3 +53,46 @@ await run('@google/genai', s.scenario, async () => {
   }
   return { text, model, usage, chunks, searches, places };
 });
+
+async function liveSession() {
+  let closedResolve;
+  const closed = new Promise((resolve) => { closedResolve = resolve; });
+  const errors = [];
+  let onTurn = null;
+  let text = '';
+  const connecting = ai.live.connect({
+    model: s.model,
+    config: { responseModalities: [Modality.AUDIO], outputAudioTranscription: {} },
+    callbacks: {
+      onmessage: (m) => {
+        for (const p of m.serverContent?.modelTurn?.parts ?? []) text += p.text ?? '';
+        if (m.usageMetadata && onTurn) {
+          const done = onTurn;
+          onTurn = null;
+          done(m.usageMetadata);
+        }
+      },
+      onerror: (e) => errors.push(String(e?.message ?? e)),
+      onclose: (e) => closedResolve({ code: e.code, reason: String(e.reason ?? '') }),
+    },
+  });
+  // A refused handshake (401, 429) ends the socket before it opens: the SDK's connect
+  // never returns, and ws says the status in its error ("Unexpected server response: 429").
+  const session = await Promise.race([connecting, closed.then((c) => {
+    const err = new Error(`the session closed before it opened (${c.code}): ${errors.join('; ')}`);
+    const status = /Unexpected server response: (\d+)/.exec(errors.join(' '));
+    if (status) err.status = Number(status[1]);
+    throw err;
+  })]);
+  const usage = [];
+  for (let i = 0; i < 3; i++) {
+    const turn = new Promise((resolve) => { onTurn = resolve; });
+    session.sendClientContent({ turns: [{ role: 'user', parts: [{ text: contents }] }], turnComplete: true });
+    const u = await Promise.race([turn, closed.then(() => null)]);
+    if (!u) break;
+    usage.push(u);
+  }
+  session.close();
+  const c = await closed;
+  return { text, model: s.model, usage, chunks: usage.length, closeCode: c.code, closeReason: c.reason };
+}

@@ -823,8 +823,14 @@ routes:
 	defer front.Close()
 	post(t, front.URL+"/v1/messages", "tgk_good", `{}`).Body.Close()
 	post(t, front.URL+"/v1/chat/completions", "tgk_good", `{}`).Body.Close()
+	// Google's SDKs join a base URL's "/" to a path's: "//v1/messages" is routed as
+	// "/v1/messages" and goes as it came.
+	post(t, front.URL+"//v1/messages", "tgk_good", `{}`).Body.Close()
 	if h := seen["anthropic /v1/messages"]; h == nil || h.Get("X-Api-Key") != "sk-ant" || h.Get("Authorization") != "" {
 		t.Fatalf("anthropic got %v (all: %v)", h, seen)
+	}
+	if h := seen["anthropic //v1/messages"]; h == nil || h.Get("X-Api-Key") != "sk-ant" {
+		t.Fatalf("a path of two leading slashes went to %v", seen)
 	}
 	if h := seen["openai /v1/chat/completions"]; h == nil || h.Get("Authorization") != "Bearer sk-openai" || h.Get("X-Api-Key") != "" {
 		t.Fatalf("openai got %v", h)

@@ -102,10 +102,11 @@ func isRealtimePath(path string) bool {
 // /ws/google.ai.generativelanguage.{version}.GenerativeService.BidiGenerateContent and
 // Vertex AI's /ws/google.cloud.aiplatform.{version}.LlmBidiService/BidiGenerateContent.
 // Not BidiGenerateContentConstrained, whose key is an ephemeral token of Google's, nor
-// BidiGenerateMusic.
+// BidiGenerateMusic. Google's SDKs join their base URL's "/" and the path's, so the path
+// may begin with "//".
 func isGeminiLivePath(path string) bool {
-	p := strings.TrimRight(path, "/")
-	return strings.HasPrefix(p, "/ws/") && (strings.HasSuffix(p, ".GenerativeService.BidiGenerateContent") ||
+	p := strings.TrimRight(strings.TrimLeft(path, "/"), "/")
+	return strings.HasPrefix(p, "ws/") && (strings.HasSuffix(p, ".GenerativeService.BidiGenerateContent") ||
 		strings.HasSuffix(p, ".LlmBidiService/BidiGenerateContent"))
 }
 

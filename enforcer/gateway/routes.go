@@ -202,6 +202,11 @@ func sortRoutes(rs []Route) []Route {
 
 // route finds the route of a path: the longest prefix that matches.
 func (gw *Gateway) route(path string) *Route {
+	// Google's SDKs join a base URL ending in "/" to a path beginning with one (a Gemini
+	// Live session's "//ws/..."): routed as the path it means.
+	for len(path) > 1 && path[1] == '/' {
+		path = path[1:]
+	}
 	for i := range gw.routes {
 		if strings.HasPrefix(path, gw.routes[i].Prefix) {
 			return &gw.routes[i]

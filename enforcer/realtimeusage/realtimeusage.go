@@ -23,6 +23,8 @@
 // Reader follows one session: its models, the responses in progress, and the text their
 // deltas carried, from which a response cut before its response.done is estimated.
 //
+// Google's Gemini Live API is read likewise, turn by turn (GeminiLive, gemini.go).
+//
 // It does no I/O and keeps a few counters: the events themselves are not retained.
 package realtimeusage
 
@@ -328,9 +330,17 @@ func millis(seconds string) (int64, bool) {
 // ReadsField tells whether a Realtime usage object's field at path
 // ("input_token_details.cached_tokens") is one this package reads: a contract test holds
 // the official SDKs' usage fields to it (e2e, TestEverySDKUsageFieldIsDecided).
-func ReadsField(path string) bool {
-	t := reflect.TypeFor[usage]()
+func ReadsField(path string) bool { return readsField(reflect.TypeFor[usage](), path) }
+
+// ReadsGeminiLiveField is ReadsField for a Gemini Live usageMetadata's field
+// ("promptTokensDetails.modality": a list's entries are named by the list).
+func ReadsGeminiLiveField(path string) bool { return readsField(reflect.TypeFor[liveUsage](), path) }
+
+func readsField(t reflect.Type, path string) bool {
 	for _, name := range strings.Split(path, ".") {
+		if t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
 		f, ok := fieldByTag(t, name)
 		if !ok {
 			return false
