@@ -9,3 +9,6 @@ func init() { realtimeLeftGrace = time.Second }
 
 // RealtimeLeftGrace is the grace the tests run with (realtimeLeftGrace).
 func RealtimeLeftGrace() time.Duration { return realtimeLeftGrace }
+
+// IsGeminiLivePath is isGeminiLivePath, for its table test.
+var IsGeminiLivePath = isGeminiLivePath

@@ -970,3 +970,23 @@ func TestGeminiLiveSessionIsChargedByTurn(t *testing.T) {
 		})
 	}
 }
+
+// The Gemini Live paths the gateway proxies: the Gemini API's and Vertex AI's, each
+// version, as Google's SDKs send them (two leading slashes); not the ephemeral tokens'
+// constrained endpoint, nor Lyria's music, nor look-alikes.
+func TestGeminiLivePaths(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent":             true,
+		"//ws/google.ai.generativelanguage.v1alpha.GenerativeService.BidiGenerateContent":           true,
+		"/ws/google.cloud.aiplatform.v1beta1.LlmBidiService/BidiGenerateContent":                    true,
+		"//ws/google.cloud.aiplatform.v1.LlmBidiService/BidiGenerateContent/":                       true,
+		"/ws/google.ai.generativelanguage.v1alpha.GenerativeService.BidiGenerateContentConstrained": false,
+		"/ws/google.ai.generativelanguage.v1alpha.GenerativeService.BidiGenerateMusic":              false,
+		"/v1beta/models/gemini-2.5-flash:BidiGenerateContent":                                       false,
+		"/v1/realtime": false,
+	} {
+		if got := gateway.IsGeminiLivePath(path); got != want {
+			t.Errorf("%s: %v, want %v", path, got, want)
+		}
+	}
+}
