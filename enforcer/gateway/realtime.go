@@ -392,6 +392,15 @@ func (p *proxied) charge(ctx context.Context, u realtimeusage.Usage, creds gate.
 	p.id, p.settled = a.RequestID, false
 	if p.id != "" {
 		p.gw.tracker.Follow(p.id)
+		if p.gw.tracker.RefuseUnpricedModel(p.id, model) {
+			// The organization refuses the model, which a Gemini Live session names only
+			// after its handshake: the tracker settled the request at 0, and the session
+			// ends as at a limit, with the refusal's code.
+			p.id = ""
+			_ = client.Close(websocket.StatusPolicyViolation, closeReason(gate.ModelNotPricedRefusal(model)))
+			_ = up.Close(websocket.StatusNormalClosure, "")
+			return false
+		}
 		p.gw.tracker.RecordRequest(p.id, estimate.Request{Model: model})
 	}
 	return true

@@ -990,3 +990,27 @@ func TestGeminiLivePaths(t *testing.T) {
 		}
 	}
 }
+
+// An organization that refuses models nobody priced refuses a Gemini Live session's
+// model, which its setup names after the handshake, at the first turn's end: that turn
+// is charged (at the fallback price), then the session is closed with 1008 and the
+// refusal's code.
+func TestGeminiLiveUnpricedModelIsRefusedAfterTheFirstTurn(t *testing.T) {
+	up := &geminiLiveUpstream{in: 10, out: 20}
+	_, tr, url, _ := newRealtimeEnv(t, up, 10)
+	tr.refuse = "gemini-unpriced-live"
+	c, _, err := dialRealtime(t, url+geminiLivePath+"?key=tgk_good", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	say(t, c, `{"setup":{"model":"models/gemini-unpriced-live"}}`)
+	readUntil(t, c, "setupComplete")
+	say(t, c, `{"clientContent":{"turnComplete":true}}`)
+	readUntil(t, c, "usageMetadata")
+	if ce, err := closeOf(c); ce.Code != websocket.StatusPolicyViolation || ce.Reason != gate.CodeModelNotPriced {
+		t.Fatalf("after the first turn: %v %v, want close 1008 %s", ce, err, gate.CodeModelNotPriced)
+	}
+	if s := tr.settlements(t, 1); s[0].Model != "gemini-unpriced-live" || s[0].InputTokens != 10 || !s[0].Complete {
+		t.Fatalf("the first turn was settled %+v", s[0])
+	}
+}
