@@ -782,6 +782,64 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestGeminiLiveThroughTheGateway: Google's official Gen AI SDK (@google/genai) holds a
+// Live API session (ai.live.connect: a WebSocket, the member's key in the URL's query as
+// the SDK sends it, the server's messages in binary frames) with a native audio model
+// through the gateway. Each turn is charged its usageMetadata exactly, at the catalog's
+// price of the model the setup named, its audio at the audio prices, as a request of its
+// own; the member is checked again before each next turn, so once two turns spent the 1
+// USD day limit the session is closed with 1008 and the refusal's code, and a new
+// session's handshake is refused 429. The provider gets its own key, never the member's
+// (neither in a header nor in the query).
+func TestGeminiLiveThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o := googleGateway(t, fakellm.Usage{InputTokens: 96_000, AudioInputTokens: 56_000, OutputTokens: 40_000, AudioOutputTokens: 36_000})
+	const model = "gemini-2.5-flash-native-audio-preview-09-2025"
+	e, ok := pricecatalog.Lookup(model)
+	if !ok || e.AudioInputPerMillion <= e.InputPerMillion || e.AudioOutputPerMillion <= e.OutputPerMillion {
+		t.Fatalf("%s is priced %+v: the test wants its audio dearer than its text", model, e)
+	}
+	want := ceilDiv(40_000*e.InputPerMillion+56_000*e.AudioInputPerMillion+4_000*e.OutputPerMillion+36_000*e.AudioOutputPerMillion, 1_000_000)
+	if want >= usd || 2*want < usd {
+		t.Fatalf("a turn costs %d micro-USD: the test wants two to spend the 1 USD limit, one not to", want)
+	}
+
+	r := runSDK(t, dir, "gemini.mjs", "live", s.gateway, o.key, model)
+	if !r.OK || r.Chunks != 2 || r.Text != fakellm.Text+fakellm.Text || r.CloseCode != 1008 || r.CloseReason != "service_gateway_usage_limit_exceeded" {
+		t.Fatalf("the session: %+v, want two turns, then closed with 1008 at the limit", r)
+	}
+	calls := fake.Calls()
+	if len(calls) != 1 || calls[0].API != fakellm.GeminiLive || calls[0].Model != "models/"+model ||
+		calls[0].Header.Get("X-Goog-Api-Key") != "AIza-provider-key" || strings.Contains(fmt.Sprint(calls[0].Header)+calls[0].Query, o.key) {
+		t.Fatalf("the provider got %+v", calls)
+	}
+	s.waitUsed(t, o, 2, 2*want)
+	rows, err := s.db.Pool.Query(context.Background(), `SELECT cost_micro_usd, complete, model, coalesce(audio_input_tokens, -1), coalesce(audio_output_tokens, -1)
+		FROM usage_receipts WHERE organization_id = $1 ORDER BY settled_at, request_id`, o.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var cost, audioIn, audioOut int64
+		var complete bool
+		var m string
+		if err := rows.Scan(&cost, &complete, &m, &audioIn, &audioOut); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprint(cost, complete, m, audioIn, audioOut))
+	}
+	if rows.Err() != nil || len(got) != 2 || got[0] != fmt.Sprint(want, true, model, 56_000, 36_000) || got[1] != got[0] {
+		t.Fatalf("receipts %q (%v), want two of %d, complete, with 56,000 audio input and 36,000 audio output tokens", got, rows.Err(), want)
+	}
+
+	again := runSDK(t, dir, "gemini.mjs", "live", s.gateway, o.key, model)
+	if again.OK || again.Status != 429 || len(fake.Calls()) != 1 {
+		t.Fatalf("a blocked member's session: %+v; the provider got %d sessions", again, len(fake.Calls()))
+	}
+}
+
 // TestGeminiThroughTheGateway: Google's official Gen AI SDK (@google/genai), its key in
 // x-goog-api-key, calls Gemini's own API through a gateway whose route sends Google's
 // key the same way. The member's key never reaches the provider; each call is charged

@@ -441,6 +441,50 @@ func TestAudioTokenPrices(t *testing.T) {
 	}
 }
 
+// TestGeminiLivePrices: the models of Gemini's Live API carry their text and audio
+// prices apart, as Google's pricing pages list them (docs/prices.md, "Gemini's Live
+// API"), and no image price: the Live session's reader (realtimeusage.GeminiLive)
+// counts images and video with audio, at the audio price (Google's own for them on 2.x,
+// above it on 3.x: never below their price). No cache discount either: the Live API has
+// no context caching, so a cached token costs what an uncached one of its class does.
+func TestGeminiLivePrices(t *testing.T) {
+	type prices struct{ in, audioIn, out, audioOut int64 }
+	nativeAudio := prices{500_000, 3_000_000, 2_000_000, 12_000_000}
+	gemini3 := prices{750_000, 3_000_000, 4_500_000, 12_000_000}
+	for model, want := range map[string]prices{
+		"gemini-2.5-flash-native-audio":              nativeAudio,
+		"gemini-live-2.5-flash-native-audio":         nativeAudio,
+		"gemini-live-2.5-flash-preview-native-audio": nativeAudio,
+		"gemini-live-2.5-flash":                      nativeAudio,
+		"gemini-2.0-flash-live-001":                  {350_000, 2_100_000, 1_500_000, 8_500_000},
+		"gemini-2.0-flash-live-preview-04-09":        nativeAudio,
+		"gemini-3.1-flash-live":                      gemini3,
+		"gemini-3.8-live":                            gemini3,
+		"gemini-3.8-live-extended-thinking":          gemini3,
+		// Speech to text: audio in, text out, every input token at the audio price.
+		"gemini-3.5-transcribe-live": {3_500_000, 0, 21_000_000, 0},
+	} {
+		e, ok := Lookup(model)
+		got := prices{e.InputPerMillion, e.AudioInputPerMillion, e.OutputPerMillion, e.AudioOutputPerMillion}
+		if !ok || e.Model != model || e.Provider != "google" || got != want || e.ImageInputPerMillion != 0 {
+			t.Errorf("%s: %+v (found %q, %v), want %+v", model, got, e.Model, ok, want)
+			continue
+		}
+		if e.CachedInputPerMillion != e.InputPerMillion || e.DearestCachedInput() != e.DearestInput() ||
+			e.CachedAudioInputPerMillion != e.AudioInputPerMillion {
+			t.Errorf("%s: a cache discount on a model without context caching: %+v", model, e.Price)
+		}
+		if !strings.Contains(e.Note, "added 2026-11-30") {
+			t.Errorf("%s: note %q does not say when it was added", model, e.Note)
+		}
+	}
+	// A usage that does not say which input tokens were audio, image or video is charged
+	// the dearest input price: 2.5 Flash's native audio session at the audio price.
+	if e, _ := Lookup("gemini-2.5-flash-native-audio-preview-12-2025"); e.DearestInput() != 3_000_000 || e.DearestOutput() != 12_000_000 {
+		t.Errorf("native audio's dearest prices %d and %d", e.DearestInput(), e.DearestOutput())
+	}
+}
+
 // TestImageInputPrices: the Realtime API's models that take images price their image
 // input tokens apart, dearer than text (text input, image input, cached text, cached
 // image), as OpenAI's page lists them; the older realtime previews take no images and a
@@ -686,7 +730,25 @@ func TestLookup(t *testing.T) {
 		// A family prefix never drops what the model makes (modalityWords).
 		{"an image model is not priced as its text family", "gemini-3.5-flash-image", ""},
 		{"nor a speech model", "gemini-2.5-flash-lite-preview-tts", ""},
-		{"nor a native audio model", "gemini-2.5-flash-native-audio-preview-09-2025", ""},
+		{"nor a native audio model without an entry of its own", "gemini-2.5-flash-preview-native-audio-dialog", ""},
+		{"nor a native thinking audio model", "gemini-2.5-flash-exp-native-audio-thinking-dialog", ""},
+		// Gemini's Live API models (added 2026-11-30): each finds its Live entry, never
+		// its text family (gemini-2.5-flash's audio output is not priced; Live's is 12 USD).
+		{"a native audio model's dated preview finds its native audio entry", "gemini-2.5-flash-native-audio-preview-09-2025", "gemini-2.5-flash-native-audio"},
+		{"the December native audio preview", "models/gemini-2.5-flash-native-audio-preview-12-2025", "gemini-2.5-flash-native-audio"},
+		{"the native audio model's -latest alias", "gemini-2.5-flash-native-audio-latest", "gemini-2.5-flash-native-audio"},
+		{"Vertex AI's Live model", "gemini-live-2.5-flash-native-audio", "gemini-live-2.5-flash-native-audio"},
+		{"Vertex AI's Live model by its resource name", "projects/P/locations/L/publishers/google/models/gemini-live-2.5-flash-native-audio", "gemini-live-2.5-flash-native-audio"},
+		{"Vertex AI's native audio preview, dated", "gemini-live-2.5-flash-preview-native-audio-09-2025", "gemini-live-2.5-flash-preview-native-audio"},
+		{"Vertex AI's half-cascade Live model", "publishers/google/models/gemini-live-2.5-flash", "gemini-live-2.5-flash"},
+		{"the Gemini API's half-cascade preview finds its family", "gemini-live-2.5-flash-preview", "gemini-live-2.5-flash"},
+		{"the 2.0 Live model, not gemini-2.0-flash", "models/gemini-2.0-flash-live-001", "gemini-2.0-flash-live-001"},
+		{"Vertex AI's 2.0 Live preview", "gemini-2.0-flash-live-preview-04-09", "gemini-2.0-flash-live-preview-04-09"},
+		{"Gemini 3.1 Flash Live's preview", "gemini-3.1-flash-live-preview", "gemini-3.1-flash-live"},
+		{"Gemini 3.8 Live", "models/gemini-3.8-live", "gemini-3.8-live"},
+		{"Gemini 3.8 Live Extended Thinking", "gemini-3.8-live-extended-thinking", "gemini-3.8-live-extended-thinking"},
+		{"Gemini 3.5 Transcribe Live", "gemini-3.5-transcribe-live", "gemini-3.5-transcribe-live"},
+		{"a Live model nobody priced is not its text family", "gemini-3.5-live-translate-preview", ""},
 		{"nor an image model with a version after the word", "grok-2-image-1212", ""},
 		{"an image model's preview finds its image family", "gemini-2.5-flash-image-preview", "gemini-2.5-flash-image"},
 		{"a speech model's snapshot finds its speech family", "gpt-4o-mini-tts-2025-12-15", "gpt-4o-mini-tts"},
@@ -719,7 +781,9 @@ func TestLookup(t *testing.T) {
 func TestAudioVariantsAreNotCheaperThanTheirFamily(t *testing.T) {
 	for variant, family := range map[string]string{"gpt-4o-transcribe": "gpt-4o", "gpt-4o-mini-transcribe": "gpt-4o-mini",
 		"gpt-4o-mini-tts": "gpt-4o-mini", "gpt-4o-audio-preview": "gpt-4o", "gpt-4o-mini-audio-preview": "gpt-4o-mini",
-		"gemini-2.5-flash-image": "gemini-2.5-flash", "gemini-2.5-flash-preview-tts": "gemini-2.5-flash"} {
+		"gemini-2.5-flash-image": "gemini-2.5-flash", "gemini-2.5-flash-preview-tts": "gemini-2.5-flash",
+		"gemini-2.5-flash-native-audio": "gemini-2.5-flash", "gemini-live-2.5-flash-native-audio": "gemini-2.5-flash",
+		"gemini-live-2.5-flash": "gemini-2.5-flash", "gemini-2.0-flash-live-001": "gemini-2.0-flash"} {
 		v, _ := Lookup(variant)
 		f, _ := Lookup(family)
 		// Text input at least the family's, audio input too where the variant hears audio
