@@ -756,30 +756,40 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 	s.waitUsed(t, o, 2, 2*want)
 	// The receipts keep the parts the usage reported (cached_tokens_details: none of the
 	// cached tokens was audio, 0 and not NULL; 1,500 image tokens, 500 of them cached).
-	rows, err := s.db.Pool.Query(context.Background(), `SELECT cost_micro_usd, complete, model, coalesce(cached_audio_input_tokens, -1),
-		coalesce(image_input_tokens, -1), coalesce(cached_image_input_tokens, -1)
-		FROM usage_receipts WHERE organization_id = $1 ORDER BY settled_at, request_id`, o.id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for rows.Next() {
-		var cost, cachedAudio, image, cachedImage int64
-		var complete bool
-		var model string
-		if err := rows.Scan(&cost, &complete, &model, &cachedAudio, &image, &cachedImage); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, fmt.Sprint(cost, complete, model, cachedAudio, image, cachedImage))
-	}
-	if rows.Err() != nil || len(got) != 2 || got[0] != fmt.Sprint(want, true, "gpt-realtime-2025-08-28", 0, 1_500, 500) || got[1] != got[0] {
-		t.Fatalf("receipts %q (%v), want two of %d, complete, with 0 cached audio tokens and 1,500 image tokens, 500 cached", got, rows.Err(), want)
+	got := receiptRows(t, s, o, `cost_micro_usd, complete, model, coalesce(cached_audio_input_tokens, -1),
+		coalesce(image_input_tokens, -1), coalesce(cached_image_input_tokens, -1)`)
+	if len(got) != 2 || got[0] != fmt.Sprint(want, true, "gpt-realtime-2025-08-28", 0, 1_500, 500) || got[1] != got[0] {
+		t.Fatalf("receipts %q, want two of %d, complete, with 0 cached audio tokens and 1,500 image tokens, 500 cached", got, want)
 	}
 
 	again := runSDK(t, dir, "openai.mjs", "realtime", s.gateway, o.key, "gpt-realtime")
 	if again.OK || again.Status != 429 || again.HeaderCode == nil || *again.HeaderCode != "service_gateway_usage_limit_exceeded" || len(fake.Calls()) != 1 {
 		t.Fatalf("a blocked member's session: %+v; the provider got %d sessions", again, len(fake.Calls()))
 	}
+}
+
+// receiptRows are the organization's receipts in the order they were settled, each the
+// columns asked for (SQL expressions) as fmt.Sprint renders them.
+func receiptRows(t *testing.T, s *stack, o org, columns string) []string {
+	t.Helper()
+	rows, err := s.db.Pool.Query(context.Background(), `SELECT `+columns+`
+		FROM usage_receipts WHERE organization_id = $1 ORDER BY settled_at, request_id`, o.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprint(vals...))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // TestGeminiLiveThroughTheGateway: Google's official Gen AI SDK (@google/genai) holds a
@@ -815,23 +825,9 @@ func TestGeminiLiveThroughTheGateway(t *testing.T) {
 		t.Fatalf("the provider got %+v", calls)
 	}
 	s.waitUsed(t, o, 2, 2*want)
-	rows, err := s.db.Pool.Query(context.Background(), `SELECT cost_micro_usd, complete, model, coalesce(audio_input_tokens, -1), coalesce(audio_output_tokens, -1)
-		FROM usage_receipts WHERE organization_id = $1 ORDER BY settled_at, request_id`, o.id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for rows.Next() {
-		var cost, audioIn, audioOut int64
-		var complete bool
-		var m string
-		if err := rows.Scan(&cost, &complete, &m, &audioIn, &audioOut); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, fmt.Sprint(cost, complete, m, audioIn, audioOut))
-	}
-	if rows.Err() != nil || len(got) != 2 || got[0] != fmt.Sprint(want, true, model, 56_000, 36_000) || got[1] != got[0] {
-		t.Fatalf("receipts %q (%v), want two of %d, complete, with 56,000 audio input and 36,000 audio output tokens", got, rows.Err(), want)
+	got := receiptRows(t, s, o, `cost_micro_usd, complete, model, coalesce(audio_input_tokens, -1), coalesce(audio_output_tokens, -1)`)
+	if len(got) != 2 || got[0] != fmt.Sprint(want, true, model, 56_000, 36_000) || got[1] != got[0] {
+		t.Fatalf("receipts %q, want two of %d, complete, with 56,000 audio input and 36,000 audio output tokens", got, want)
 	}
 
 	again := runSDK(t, dir, "gemini.mjs", "live", s.gateway, o.key, model)

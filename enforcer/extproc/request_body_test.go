@@ -482,12 +482,7 @@ func TestReapedRequestIsChargedItsInputEstimate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := 15 * time.Minute
-	e.Clock.Advance(after + time.Second)
-	if n := e.Enforcer.Tracker.Reap(after); n != 2 {
-		t.Fatalf("reaped %d", n)
-	}
-	enforcertest.WaitFor(t, "receipts", func() bool { return e.CP.Receipt(seen) != nil && e.CP.Receipt(unseen) != nil })
+	reapAll(t, e, seen, unseen)
 	if it := e.CP.Receipt(seen).Item; it.GetInputTokens() != est.InputTokens || it.GetModel() != "gpt-4o-mini" || !it.GetUsageEstimated() || it.GetComplete() {
 		t.Fatalf("reaped after its body was seen: %v", it)
 	}
@@ -497,6 +492,25 @@ func TestReapedRequestIsChargedItsInputEstimate(t *testing.T) {
 	if it := e.CP.Receipt(unseen).Item; it.GetInputTokens() != 0 || it.GetUsageEstimated() {
 		t.Fatalf("reaped without a body seen: %v", it)
 	}
+}
+
+// reapAll has the tracker reap the requests ids (admitted, their answers never reported)
+// and waits for their receipts.
+func reapAll(t *testing.T, e *enforcertest.Env, ids ...string) {
+	t.Helper()
+	after := 15 * time.Minute
+	e.Clock.Advance(after + time.Second)
+	if n := e.Enforcer.Tracker.Reap(after); n != len(ids) {
+		t.Fatalf("reaped %d, want %d", n, len(ids))
+	}
+	enforcertest.WaitFor(t, "receipts", func() bool {
+		for _, id := range ids {
+			if e.CP.Receipt(id) == nil {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // A guarded Amazon Bedrock request and a guardrail called on its own (ApplyGuardrail)
@@ -517,12 +531,7 @@ func TestReapedGuardrailsAreChargedTheirEstimate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := 15 * time.Minute
-	e.Clock.Advance(after + time.Second)
-	if n := e.Enforcer.Tracker.Reap(after); n != 2 {
-		t.Fatalf("reaped %d", n)
-	}
-	enforcertest.WaitFor(t, "receipts", func() bool { return e.CP.Receipt(guarded) != nil && e.CP.Receipt(check) != nil })
+	reapAll(t, e, guarded, check)
 	for id, want := range map[string]struct{ input, units int64 }{
 		guarded: {input: est.InputTokens, units: pricecatalog.EstimatedGuardrailUnits(estimate.Bytes(est.InputTokens)).ContentText},
 		check:   {units: pricecatalog.EstimatedGuardrailUnits(int64(len(apply))).ContentText},

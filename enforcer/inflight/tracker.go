@@ -407,6 +407,12 @@ func readingOf(req *estimate.Request) reading {
 // billed (requestbody.ImageToolCall), and the model of its advisor tool
 // (requestbody.AdvisorTool). It reports whether this process knows the request.
 func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
+	return t.record(id, readingOf(&req))
+}
+
+// record notes what request id's body said (rd), reporting whether this process knows
+// the request.
+func (t *Tracker) record(id string, rd reading) bool {
 	s := t.shard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -414,7 +420,7 @@ func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 	if r == nil {
 		return false
 	}
-	r.requestSeen, r.read = true, readingOf(&req)
+	r.requestSeen, r.read = true, rd
 	return true
 }
 
@@ -424,15 +430,7 @@ func (t *Tracker) RecordRequest(id string, req estimate.Request) bool {
 // that body, an estimate, as an answer cut before its usage is (FromGuardrailCheck). It
 // reports whether this process knows the request.
 func (t *Tracker) RecordGuardrailCheck(id string, bodyBytes int64) bool {
-	s := t.shard(id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.m[id]
-	if r == nil {
-		return false
-	}
-	r.requestSeen, r.read = true, reading{guardrailCheckBytes: bodyBytes}
-	return true
+	return t.record(id, reading{guardrailCheckBytes: bodyBytes})
 }
 
 // RefuseUnpricedModel settles request id at no cost, complete, with upstream status
