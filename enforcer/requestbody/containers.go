@@ -117,10 +117,13 @@ func ContainerTool(body []byte) Container {
 // DeferredRequest is Deferred for a request whose body the front door read (est nil
 // when the estimate could not): a Responses call in the background, or one whose code
 // tool names a container created apart (Container.Explicit: DeferredContainers), is
-// deferred billing too.
+// deferred billing too, and so is an Interactions API call run by an agent (NamesAgent).
 func DeferredRequest(method, path string, est *estimate.Request, body []byte) string {
 	if kind := Deferred(method, path, InBackground(est, body)); kind != "" || !generates(method) {
 		return kind
+	}
+	if strings.HasSuffix(comparable(path), "/interactions") && NamesAgent(body) {
+		return DeferredInteractions
 	}
 	explicit := est != nil && est.ExplicitContainer
 	if est == nil && AlwaysJSON(path) {

@@ -70,6 +70,14 @@ func TestDeferredRequest(t *testing.T) {
 		{"POST", "/v1/responses", background, false, DeferredBackground},
 		{"POST", "/v1/batches", auto, true, DeferredBatches},
 		{"POST", "/v1/responses", explicit, false, DeferredContainers},
+		// The Interactions API: a model's call is charged from its answer; one in the
+		// background or run by an agent is deferred billing.
+		{"POST", "/v1beta/interactions", `{"model":"gemini-3-flash-preview","input":"x"}`, true, ""},
+		{"POST", "/v1beta/interactions", `{"model":"gemini-3-flash-preview","input":"x","background":true}`, true, DeferredInteractions},
+		{"POST", "/v1beta/interactions", `{"agent":"deep-research-pro-preview-12-2025","input":"x"}`, true, DeferredInteractions},
+		{"POST", "/v1beta/interactions", `{"agent_config":{"type":"antigravity"},"input":"x"}`, false, DeferredInteractions},
+		{"POST", "/v1beta/interactions", `{"model":"gemini-3-flash-preview","agent":null,"input":"x"}`, true, ""},
+		{"POST", "/v1/responses", `{"agent":"x","input":"x"}`, true, ""},
 	} {
 		var est *estimate.Request
 		if tc.est {

@@ -20,10 +20,11 @@ const (
 	DeferredRealtime   = "realtime_sessions"    // OpenAI POST /v1/realtime/sessions, /transcription_sessions, /client_secrets
 	DeferredVideos     = "videos"               // OpenAI POST /v1/videos, /v1/videos/{id}/remix, Veo's :predictLongRunning
 	DeferredBackground = "background_responses" // OpenAI POST /v1/responses with "background": true
-	// DeferredInteractions: the Gemini API's Interactions API (POST /v1beta/interactions),
-	// whose runs may go on in the background (background, agents) and whose answers'
-	// usage (usage.total_input_tokens, ...) this enforcer does not read: let through, a
-	// call would be charged its input estimate alone.
+	// DeferredInteractions: the Gemini API's Interactions API (POST /v1beta/interactions)
+	// run in the background ("background": true) or by an agent ("agent", "agent_config":
+	// Deep Research and the like, whose loops run at Google): their usage comes only with
+	// a later GET. A call of a model in the foreground is charged from its answer's usage
+	// (since 2026-11-30).
 	DeferredInteractions = "interactions"
 	// DeferredEvals: OpenAI's eval runs (POST /v1/evals/{id}/runs), which sample models
 	// and grade with them in the background, and its grader runs
@@ -157,7 +158,7 @@ func Deferred(method, path string, background bool) string {
 		return DeferredContainers
 	case background && strings.HasSuffix(path, "/responses"):
 		return DeferredBackground
-	case strings.HasSuffix(path, "/interactions"):
+	case background && strings.HasSuffix(path, "/interactions"):
 		return DeferredInteractions
 	}
 	return ""
@@ -199,27 +200,49 @@ func InBackground(est *estimate.Request, body []byte) bool {
 // in the background is deferred billing however the rest of its body reads. A body that
 // is not a well-formed JSON object asks nothing (the provider refuses it too).
 func AsksBackground(body []byte) bool {
+	background := false
+	eachTopLevel(body, func(key, value []byte) {
+		if jsonscan.KeyIs(key, "background") {
+			// The last of repeated keys wins, as in encoding/json and Python's json.
+			background = bytes.HasPrefix(value, []byte("true"))
+		}
+	})
+	return background
+}
+
+// NamesAgent reports whether a JSON body's top level names an agent to run ("agent" or
+// "agent_config" with a value other than null): an Interactions API call run by an
+// agent, whose loops run at the provider and whose usage its answer does not carry.
+func NamesAgent(body []byte) bool {
+	agent := false
+	eachTopLevel(body, func(key, value []byte) {
+		if jsonscan.KeyIs(key, "agent") || jsonscan.KeyIs(key, "agent_config") {
+			agent = agent || !bytes.HasPrefix(value, []byte("null"))
+		}
+	})
+	return agent
+}
+
+// eachTopLevel calls fn with each member of a JSON body's top-level object: its key (the
+// string, quotes included) and its value (from its first byte to the body's end). A body
+// that is not a well-formed JSON object has none.
+func eachTopLevel(body []byte, fn func(key, value []byte)) {
 	if !json.Valid(body) {
-		return false
+		return
 	}
 	i := jsonscan.SkipSpace(body, 0)
 	if body[i] != '{' {
-		return false
+		return
 	}
-	background := false
 	for i = jsonscan.SkipSpace(body, i+1); body[i] != '}'; {
 		end := jsonscan.SkipString(body, i)
 		key := body[i:end]
 		i = jsonscan.SkipSpace(body, jsonscan.SkipSpace(body, end)+1) // past the colon
-		if jsonscan.KeyIs(key, "background") {
-			// The last of repeated keys wins, as in encoding/json and Python's json.
-			background = bytes.HasPrefix(body[i:], []byte("true"))
-		}
+		fn(key, body[i:])
 		if i = jsonscan.SkipSpace(body, jsonscan.SkipValue(body, i)); body[i] == ',' {
 			i = jsonscan.SkipSpace(body, i+1)
 		}
 	}
-	return background
 }
 
 // AlwaysJSON reports whether a request to path has a JSON body whatever its

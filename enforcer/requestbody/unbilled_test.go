@@ -73,8 +73,9 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke", false, ""},
 		{"POST", "/v1beta/models/gemini-embedding-001:asyncBatchEmbedContent", false, requestbody.DeferredBatches},
 		{"POST", "/v1beta/models/gemini-2.5-flash:generateContent", false, ""},
-		{"POST", "/v1beta/interactions", false, requestbody.DeferredInteractions},
+		{"POST", "/v1beta/interactions", true, requestbody.DeferredInteractions},
 		{"POST", "/v1beta/Interaction%73/", true, requestbody.DeferredInteractions},
+		{"POST", "/v1beta/interactions", false, ""}, // a model's call in the foreground: charged from its answer
 		{"GET", "/v1beta/interactions/int_1", false, ""},
 		// Found by TestEverySDKEndpointIsClassified (e2e), which reads the SDKs' endpoints.
 		{"POST", "/v1/videos/edits", false, requestbody.DeferredVideos},

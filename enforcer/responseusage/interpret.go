@@ -163,6 +163,11 @@ func sseFamily(d *docFields) (family, int) {
 		return famImage, rootTop
 	case d.object.is("chat.completion.chunk"), d.object.is("text_completion"):
 		return famChat, rootTop
+	case d.typ.is("interaction.created") || d.typ.is("interaction.completed"):
+		// The Gemini API's Interactions API: its lifecycle events carry the interaction
+		// (its model; at the end, its usage). Its other events (step.*,
+		// interaction.status_update) carry the usage so far at their top level.
+		return famGemini, rootResponse
 	case isGeminiUsage(&d.usage[rootTop]):
 		return famGemini, rootTop
 	case d.converse:
@@ -266,11 +271,11 @@ func (a *accumulator) applyEvent(d *docFields) {
 		}
 	case famGemini:
 		// Every chunk reports the usage so far; the one whose candidate gives its
-		// finishReason is the last.
-		u := &d.usage[rootTop]
+		// finishReason is the last (the Interactions API's: interaction.completed).
+		u := &d.usage[root]
 		a.u.merge(u)
 		a.noteCachedAudio(d)
-		a.final = a.final || (d.finished && u.hasTok(tokGeminiPrompt))
+		a.final = a.final || ((d.finished || d.typ.is("interaction.completed")) && u.hasTok(tokGeminiPrompt))
 		a.noteSearches(d)
 	case famAnthropic:
 		a.noteIterations(d)

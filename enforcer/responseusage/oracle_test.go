@@ -97,16 +97,30 @@ func decodeTree(dec *json.Decoder, path string) (any, error) {
 }
 
 // canonicalKey is a key under the name the scanner reads it by: Gemini's usageMetadata
-// and modelVersion are usage and model wherever they are (keyID).
+// and modelVersion are usage and model wherever they are, the Interactions API's names
+// Gemini's (keyID).
 func canonicalKey(k string) string {
 	switch k {
 	case "usageMetadata", "usage_info":
 		return "usage"
 	case "modelVersion":
 		return "model"
+	case "interaction":
+		return "response"
+	case "event_type":
+		return "type"
+	}
+	if name, ok := interactionsKeys[k]; ok {
+		return name
 	}
 	return k
 }
+
+// interactionsKeys are the Interactions API's names of Gemini's counts and lists.
+var interactionsKeys = map[string]string{"total_input_tokens": "promptTokenCount", "total_output_tokens": "candidatesTokenCount",
+	"total_thought_tokens": "thoughtsTokenCount", "total_cached_tokens": "cachedContentTokenCount",
+	"total_tool_use_tokens": "toolUsePromptTokenCount", "input_tokens_by_modality": "promptTokensDetails",
+	"output_tokens_by_modality": "candidatesTokensDetails", "cached_tokens_by_modality": "cacheTokensDetails", "tokens": "tokenCount"}
 
 // parseTree reads a body that holds exactly one valid JSON value.
 func parseTree(body []byte) any {
@@ -361,8 +375,8 @@ func oracleCost(obj []member) (int64, bool) {
 // reports its audio count (of the input, the output, the cached input), 0 unless an
 // entry (an object) whose last string modality is "AUDIO" has a tokenCount, the last
 // valid one of the entry; the largest of them wins, like any count.
-func oracleModalities(obj []member, d *docFields) {
-	u := &d.usage[rootTop]
+func oracleModalities(obj []member, d *docFields, root int) {
+	u := &d.usage[root]
 	report := map[string]func(int64){
 		"promptTokensDetails":     func(n int64) { u.setMax(tokAudioIn, n) },
 		"candidatesTokensDetails": func(n int64) { u.setMax(tokAudioOut, n) },
@@ -385,7 +399,7 @@ func oracleModalities(obj []member, d *docFields) {
 				audio, count := false, int64(0)
 				for _, f := range e {
 					if s, ok := f.val.(string); ok && f.key == "modality" {
-						audio = s == "AUDIO"
+						audio = s == "AUDIO" || s == "audio"
 					}
 					if n, ok := plainCount(f.val); ok && f.key == "tokenCount" {
 						count = n
@@ -393,6 +407,53 @@ func oracleModalities(obj []member, d *docFields) {
 				}
 				if audio {
 					setMax(count)
+				}
+			}
+		}
+	}
+}
+
+// oracleToolUse reads Gemini's toolUsePromptTokenCount of every usage in obj into u, in
+// the slot it shares with Anthropic's cache writes (the largest of the two wins): at the
+// top level, and in a response root (the Interactions API's interaction), never in a
+// message.
+func oracleToolUse(obj []member, u *usageFields) {
+	for _, us := range all(obj, "usage") {
+		for _, f := range us {
+			if n, ok := plainCount(f.val); ok && f.key == "toolUsePromptTokenCount" && (u.has&(1<<tokGeminiToolUse) == 0 || n > u.tok[tokGeminiToolUse]) {
+				u.tok[tokGeminiToolUse], u.has = n, u.has|1<<tokGeminiToolUse
+			}
+		}
+	}
+}
+
+// oracleGroundingTools reads the Interactions API's grounding_tool_count lists of every
+// usage in obj (the top level's only): an entry (an object) whose last string type is
+// "google_search" reports its last valid count (0 without one) as the web searches, the
+// largest of them winning, like any count.
+func oracleGroundingTools(obj []member, d *docFields, root int) {
+	for _, us := range all(obj, "usage") {
+		for _, m := range us {
+			list, ok := m.val.([]any)
+			if m.key != "grounding_tool_count" || !ok {
+				continue
+			}
+			for _, e := range list {
+				e, ok := e.([]member)
+				if !ok {
+					continue
+				}
+				search, count := false, int64(0)
+				for _, f := range e {
+					if s, ok := f.val.(string); ok && f.key == "type" {
+						search = s == "google_search"
+					}
+					if n, ok := plainCount(f.val); ok && f.key == "count" {
+						count = n
+					}
+				}
+				if search {
+					d.usage[root].setMax(tokWebSearches, count)
 				}
 			}
 		}
@@ -750,14 +811,10 @@ func oracleDoc(v any, modelLimit int) *docFields {
 	d.cost, d.hasCost = oracleCost(m)
 	var converse bool
 	d.usage[rootTop], converse = oracleUsage(m)
-	// Gemini's toolUsePromptTokenCount, read at the top level alone, in the slot it
-	// shares with Anthropic's cache writes (the largest of the two wins).
+	oracleToolUse(m, &d.usage[rootTop])
 	for _, us := range all(m, "usage") {
 		for _, f := range us {
 			u := &d.usage[rootTop]
-			if n, ok := plainCount(f.val); ok && f.key == "toolUsePromptTokenCount" && (u.has&(1<<tokGeminiToolUse) == 0 || n > u.tok[tokGeminiToolUse]) {
-				u.tok[tokGeminiToolUse], u.has = n, u.has|1<<tokGeminiToolUse
-			}
 			// Mistral's OCR pages, read at the top level alone, in the slot they share
 			// with Anthropic's web searches (the largest of the two wins).
 			if n, ok := plainCount(f.val); ok && f.key == "pages_processed" && (u.has&(1<<tokPages) == 0 || n > u.tok[tokPages]) {
@@ -766,7 +823,8 @@ func oracleDoc(v any, modelLimit int) *docFields {
 		}
 	}
 	d.converse = d.converse || converse
-	oracleModalities(m, d)
+	oracleModalities(m, d, rootTop)
+	oracleGroundingTools(m, d, rootTop)
 	oracleCacheDetails(m, d)
 	d.searches = oracleOutputItems(m, "web_search_call") + oracleSearchQueries(m)
 	d.fileSearches = oracleOutputItems(m, "file_search_call")
@@ -824,6 +882,11 @@ func oracleDoc(v any, modelLimit int) *docFields {
 			u, converse := oracleUsage(obj)
 			d.converse = d.converse || converse
 			d.usage[rootIterations].merge(&u)
+			// The Interactions API's interaction (read as a response): its usage is
+			// Gemini's, its tool results' count and lists read there too.
+			oracleToolUse(obj, &d.usage[rootResponse])
+			oracleModalities(obj, d, rootResponse)
+			oracleGroundingTools(obj, d, rootResponse)
 		case mm.key == "usage":
 			oracleIterations(obj, &d.usage[rootIterations])
 		case mm.key == "message":

@@ -111,6 +111,10 @@ const (
 	kItem         // OpenAI: an output item event's item
 	kContainer    // Anthropic: a message's (a message_delta's delta's) container
 	kID           // its id
+	// The Gemini API's Interactions API: usage.grounding_tool_count[] ({type, count}), the
+	// grounding tools' uses, of which Google Search's are billed per query.
+	kGroundingTools
+	kGroundingCount
 	// Amazon Bedrock's guardrail traces (guardrailTarget): Converse's
 	// trace.guardrail.{inputAssessment,outputAssessments}, InvokeModel's
 	// amazon-bedrock-trace.guardrail.{input,outputs}; an assessment's
@@ -197,8 +201,10 @@ func keyID(b []byte) uint8 {
 		return kUsage
 	case "message":
 		return kMessage
-	case "response":
+	case "response", "interaction": // interaction: the Interactions API's lifecycle events'
 		return kResponse
+	case "event_type": // the Interactions API's events' type
+		return kType
 	case "prompt_tokens_details":
 		return kPromptDetails
 	case "input_tokens_details":
@@ -281,15 +287,17 @@ func keyID(b []byte) uint8 {
 		return kTok0 + tokCacheRead
 	case "cache_creation_input_tokens":
 		return kTok0 + tokCacheCreation
-	case "promptTokenCount":
+	// Gemini's counts, by generateContent's names and by the Interactions API's
+	// (usage.total_*_tokens: the same counts, each apart from the others).
+	case "promptTokenCount", "total_input_tokens":
 		return kTok0 + tokGeminiPrompt
-	case "candidatesTokenCount":
+	case "candidatesTokenCount", "total_output_tokens":
 		return kTok0 + tokGeminiCandidates
-	case "thoughtsTokenCount":
+	case "thoughtsTokenCount", "total_thought_tokens":
 		return kTok0 + tokGeminiThoughts
-	case "cachedContentTokenCount":
+	case "cachedContentTokenCount", "total_cached_tokens":
 		return kTok0 + tokGeminiCached
-	case "toolUsePromptTokenCount":
+	case "toolUsePromptTokenCount", "total_tool_use_tokens":
 		return kToolUsePrompt
 	case "inference_geo":
 		return kInferenceGeo
@@ -301,11 +309,11 @@ func keyID(b []byte) uint8 {
 		return kCompletionDetails
 	case "input_token_details":
 		return kInputTokenDetails
-	case "promptTokensDetails":
+	case "promptTokensDetails", "input_tokens_by_modality": // the Interactions API's names
 		return kPromptModalities
-	case "candidatesTokensDetails":
+	case "candidatesTokensDetails", "output_tokens_by_modality":
 		return kOutputModalities
-	case "cacheTokensDetails":
+	case "cacheTokensDetails", "cached_tokens_by_modality":
 		return kCacheModalities
 	case "modality":
 		return kModality
@@ -319,8 +327,12 @@ func keyID(b []byte) uint8 {
 		return kTTL
 	case "serviceTier":
 		return kServiceTierCamel
-	case "tokenCount":
+	case "tokenCount", "tokens": // tokens: an Interactions API modality entry's
 		return kTokenCount
+	case "grounding_tool_count":
+		return kGroundingTools
+	case "count":
+		return kGroundingCount
 	case "inputTokens":
 		return kConverseInput
 	case "outputTokens":
@@ -680,12 +692,12 @@ func (d *docFields) reset() {
 // setListAudio records the audio count a Gemini *TokensDetails list (list: its key)
 // reported: of the input (promptTokensDetails), of the output (candidatesTokensDetails),
 // of the cached input (cacheTokensDetails). Like any count, the largest reported wins.
-func (d *docFields) setListAudio(list uint8, n int64) {
+func (d *docFields) setListAudio(root, list uint8, n int64) {
 	switch list {
 	case kPromptModalities:
-		d.usage[rootTop].setMax(tokAudioIn, n)
+		d.usage[root].setMax(tokAudioIn, n)
 	case kOutputModalities:
-		d.usage[rootTop].setMax(tokAudioOut, n)
+		d.usage[root].setMax(tokAudioOut, n)
 	case kCacheModalities:
 		keepLargest(&d.cachedAudio, &d.hasCachedAudio, n)
 	}
@@ -832,6 +844,7 @@ const (
 	capTTL
 	capIterType
 	capBlockType
+	capGroundingType
 )
 
 // keyCapFor is what a string of target kind read into keyCap is.
@@ -849,6 +862,8 @@ func keyCapFor(kind uint8) uint8 {
 		return capIterType
 	case tgBlockType:
 		return capBlockType
+	case tgGroundingType:
+		return capGroundingType
 	}
 	return capItemType
 }
@@ -884,6 +899,7 @@ const (
 	tgCost              // a usage's cost in USD, or in xAI's ticks (tok costInTicks); its number's text goes to keyCap
 	tgContainer         // a container's id (containerTarget)
 	tgGuard             // a billed count of a guardrail assessment's usage (tok: guard*; guardrailTarget)
+	tgGroundingType     // an Interactions API usage.grounding_tool_count[] entry's type
 )
 
 // costInTicks, as a tgCost target's tok: the cost is in xAI's ticks (1e-10 USD), not USD.
@@ -1329,20 +1345,33 @@ func (s *scanner) pop(end int) bool {
 		s.doc.endGuardUsage() // a guardrail's usage closed (or another: nothing read)
 	}
 	if s.depth == 3 && s.keys[2] == kArr && s.keys[0] == kUsage {
-		// An entry of a Gemini *TokensDetails list closed: its tokens are audio ones
-		// when its modality said so.
-		// Gemini lists each modality once; like any count, the largest reported wins.
-		if isModalities(s.keys[1]) && s.entryMatch {
-			s.doc.setListAudio(s.keys[1], s.entryCount)
-		}
+		s.entryClosed(rootTop, s.keys[1])
 		// An entry of Bedrock Converse's cacheDetails closed: its inputTokens are the
 		// writes made for an hour when its ttl said "1h" (tokCacheWritePart, as
 		// Anthropic's ephemeral_1h_input_tokens).
 		if s.keys[1] == kCacheDetails && s.entryMatch {
 			s.doc.usage[rootTop].setMax(tokCacheWritePart, s.entryCount)
 		}
+	} else if s.depth == 4 && s.keys[3] == kArr && s.keys[1] == kUsage && s.keys[0] == kResponse {
+		s.entryClosed(rootResponse, s.keys[2]) // the Interactions API's interaction.usage
 	}
 	return s.endValue()
+}
+
+// entryClosed ends an entry of a list of root's Gemini usage (list: its key): of a
+// *TokensDetails list (the Interactions API's *_tokens_by_modality), whose tokens are
+// audio ones when its modality said so (Gemini lists each modality once; like any count,
+// the largest reported wins); of the Interactions API's grounding_tool_count, whose count
+// is Google Search's queries when its type said so, billed as generateContent's search
+// queries are.
+func (s *scanner) entryClosed(root, list uint8) {
+	switch {
+	case !s.entryMatch:
+	case isModalities(list):
+		s.doc.setListAudio(root, list, s.entryCount)
+	case list == kGroundingTools:
+		s.doc.usage[root].setMax(tokWebSearches, s.entryCount)
+	}
 }
 
 func (s *scanner) endValue() bool {
@@ -1378,7 +1407,10 @@ func (s *scanner) endString() bool {
 		if str == &s.keyCap {
 			switch {
 			case s.capFor == capModality:
-				s.entryMatch = s.keyCap.is("AUDIO")
+				// generateContent's modalities are upper case, the Interactions API's lower.
+				s.entryMatch = s.keyCap.is("AUDIO") || s.keyCap.is("audio")
+			case s.capFor == capGroundingType:
+				s.entryMatch = s.keyCap.is("google_search")
 			case s.capFor == capTraffic:
 				s.doc.priorityTraffic = s.keyCap.is("ON_DEMAND_PRIORITY") || s.keyCap.is("priority")
 			case s.capFor == capTTL:
@@ -1442,7 +1474,7 @@ func (s *scanner) valueStart(c byte, at int) {
 	case tgModalities:
 		if c == '[' {
 			// The list says which modalities were counted: no AUDIO entry is no audio.
-			d.setListAudio(s.keys[1], 0) // the list's key: usage is the top level's (usageMember)
+			d.setListAudio(t.root, s.keys[s.depth-1], 0) // the list's key
 		}
 	case tgModEntry:
 		s.entryMatch, s.entryCount = false, 0
@@ -1486,7 +1518,7 @@ func (s *scanner) valueStart(c byte, at int) {
 		case tgContainer:
 			d.container.reset()
 			s.str = &d.container
-		case tgModality, tgTraffic, tgGeo, tgTTL, tgIterType, tgBlockType:
+		case tgModality, tgTraffic, tgGeo, tgTTL, tgIterType, tgBlockType, tgGroundingType:
 			// A short value compared on its end (endString), in the key buffer too.
 			s.keyCap.reset()
 			s.str, s.capFor = &s.keyCap, keyCapFor(t.kind)
@@ -1744,7 +1776,7 @@ func (s *scanner) classify() target {
 			if t, ok := detailTok(k[1], k[2]); ok {
 				return target{kind: tgTok, root: rootTop, tok: t}
 			}
-			if (isModalities(k[1]) || k[1] == kCacheDetails) && k[2] == kArr {
+			if (isModalities(k[1]) || k[1] == kCacheDetails || k[1] == kGroundingTools) && k[2] == kArr {
 				return target{kind: tgModEntry, root: rootTop}
 			}
 			if k[1] == kIterations && k[2] == kArr {
@@ -1771,13 +1803,14 @@ func (s *scanner) classify() target {
 				return target{kind: tgTok, root: r, tok: t}
 			}
 		}
-		if isModalities(k[1]) && k[0] == kUsage && k[2] == kArr {
-			switch k[3] {
-			case kModality:
-				return target{kind: tgModality, root: rootTop}
-			case kTokenCount:
-				return target{kind: tgModCount, root: rootTop}
+		if k[0] == kUsage && k[2] == kArr {
+			if t := listEntryMember(rootTop, k[1], k[3]); t.kind != tgNone {
+				return t
 			}
+		}
+		if k[0] == kResponse && k[1] == kUsage && k[3] == kArr && (isModalities(k[2]) || k[2] == kGroundingTools) {
+			// An entry of a list of the Interactions API's interaction.usage.
+			return target{kind: tgModEntry, root: rootResponse}
 		}
 		if k[0] == kUsage && k[1] == kIterations && k[2] == kArr {
 			return iterationMember(k[3])
@@ -1796,6 +1829,9 @@ func (s *scanner) classify() target {
 	case 5:
 		if k[0] == kMessage && k[1] == kUsage && k[2] == kIterations && k[3] == kArr {
 			return iterationMember(k[4])
+		}
+		if k[0] == kResponse && k[1] == kUsage && k[3] == kArr {
+			return listEntryMember(rootResponse, k[2], k[4])
 		}
 		if k[0] == kCandidates && k[1] == kArr && k[2] == kGrounding && k[3] == kSearchQuery && k[4] == kArr {
 			return target{kind: tgSearchQuery}
@@ -1888,12 +1924,31 @@ func iterationMember(k uint8) target {
 	return target{}
 }
 
+// listEntryMember is the target of key k of an entry of a list of root's Gemini usage
+// (list: the list's key): a *TokensDetails entry's modality and count, a
+// grounding_tool_count entry's type and count.
+func listEntryMember(root, list, k uint8) target {
+	switch {
+	case isModalities(list) && k == kModality:
+		return target{kind: tgModality, root: root}
+	case isModalities(list) && k == kTokenCount:
+		return target{kind: tgModCount, root: root}
+	case list == kGroundingTools && k == kType:
+		return target{kind: tgGroundingType, root: root}
+	case list == kGroundingTools && k == kGroundingCount:
+		return target{kind: tgModCount, root: root}
+	}
+	return target{}
+}
+
 func usageMember(root, k uint8) target {
 	if k >= kTok0 && k < kTok0+tokCachedPrompt {
 		return target{kind: tgTok, root: root, tok: k - kTok0}
 	}
-	if k == kToolUsePrompt && root == rootTop {
-		// Gemini's usage is at the top level only.
+	if k == kToolUsePrompt && root != rootMessage {
+		// Gemini's usage: generateContent's at the top level, the Interactions API's there
+		// and in its lifecycle events' interaction (rootResponse); never in Anthropic's
+		// message, whose cache writes share the slot.
 		return target{kind: tgTok, root: root, tok: tokGeminiToolUse}
 	}
 	if k >= kGuard0 && k < kGuard0+nGuard && root == rootTop {
@@ -1927,8 +1982,8 @@ func usageMember(root, k uint8) target {
 		// Gemini's usage is at the top level only.
 		return target{kind: tgTraffic, root: root}
 	}
-	if isModalities(k) && root == rootTop {
-		// Gemini's usage is at the top level only.
+	if isModalities(k) && root != rootMessage {
+		// Gemini's usage, as kToolUsePrompt's.
 		return target{kind: tgModalities, root: root}
 	}
 	return target{}
