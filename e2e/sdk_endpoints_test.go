@@ -355,7 +355,7 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"genai", "tunedModels"}:                                                    requestbody.DeferredFineTuning,
 	{"genai", "tuningJobs"}:                                                     requestbody.DeferredFineTuning,
 	{"genai", "{model}:predictLongRunning"}:                                     requestbody.DeferredVideos,
-	{"genai", "/{api_version}/interactions"}:                                    requestbody.DeferredInteractions,
+	{"genai", "/{api_version}/interactions"}:                                    "", // charged from its answer; in the background or by an agent deferred (requestbody.DeferredRequest)
 	{"genai", "auth_tokens"}:                                                    requestbody.DeferredRealtime,
 	{"genai", "cachedContents"}:                                                 requestbody.DeferredContextCaches,
 	{"genai", "{file_search_store_name}:importFile"}:                            requestbody.DeferredFileIndexing,
