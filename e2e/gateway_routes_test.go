@@ -965,6 +965,100 @@ func TestGeminiThroughTheGateway(t *testing.T) {
 	s.waitUsed(t, o, n, spent)
 }
 
+// TestGeminiInteractionsThroughTheGateway: Google's official Gen AI SDK calls Gemini's
+// Interactions API (ai.interactions.create, POST /v1beta/interactions, the model in the
+// body) through a gateway whose route sends Google's key in x-goog-api-key. The member's
+// key never reaches the provider; a call run in the foreground, whole or streamed, is
+// charged exactly as a generateContent call of the same counts at the catalog's price:
+// its input the prompt's and the tool results' tokens (total_input_tokens plus
+// total_tool_use_tokens), its audio apart (the modality lists, in lower case), its
+// output counting the thinking tokens, its search as a grounded prompt. One run in the
+// background is billed later, out of sight: refused 403 service_gateway_billing_deferred
+// at once, never sent. Two calls spend the member's 1 USD day limit: the next is the
+// 429.
+func TestGeminiInteractionsThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o := googleGateway(t, fakellm.Usage{InputTokens: 1_000_000, CachedInputTokens: 200_000, AudioInputTokens: 300_000,
+		CachedAudioInputTokens: 50_000, ToolUsePromptTokens: 30_000, OutputTokens: 100_000, WebSearchRequests: 1})
+	const gemini = "gemini-2.5-flash"
+	e, ok := pricecatalog.Lookup(gemini)
+	if !ok || e.AudioInputPerMillion <= e.InputPerMillion || e.CachedAudioInputPerMillion <= e.CachedInputPerMillion || e.WebSearchPerPrompt == 0 {
+		t.Fatalf("%s is priced %+v: the test wants its audio dearer than its text, and its searches priced per prompt", gemini, e)
+	}
+	// Of the 1,000,000 input tokens 300,000 are audio, 50,000 of them among the 200,000
+	// cached ones: 250,000 uncached audio, 50,000 cached audio, 150,000 cached text and
+	// 550,000 uncached text, and the 30,000 tool-use tokens are uncached text too. The
+	// 100,000 output tokens (25,000 of them thinking, total_thought_tokens) are text; the
+	// search is a grounded prompt, priced once.
+	want := ceilDiv(580_000*e.InputPerMillion+250_000*e.AudioInputPerMillion+150_000*e.CachedInputPerMillion+
+		50_000*e.CachedAudioInputPerMillion+100_000*e.OutputPerMillion, 1_000_000) + e.WebSearchPerPrompt
+	if want >= usd || 2*want < usd {
+		t.Fatalf("a call costs %d micro-USD: the test wants two to spend the 1 USD limit, one not to", want)
+	}
+
+	// First, within the limit (a blocked member is refused before the body is read).
+	t.Run("interactions-background", func(t *testing.T) {
+		r := runSDK(t, dir, "gemini.mjs", "interactions-background", s.gateway, o.key, gemini)
+		if r.OK || r.Status != 403 || deref(r.Code) != "service_gateway_billing_deferred" ||
+			deref(r.HeaderCode) != "service_gateway_billing_deferred" || r.ElapsedMs > 2000 {
+			t.Fatalf("want a 403 billing_deferred at once, got %+v", r)
+		}
+		if calls := fake.Calls(); len(calls) != 0 {
+			t.Fatalf("the provider got the refused call: %+v", calls)
+		}
+	})
+	n := 1
+	for _, scenario := range []string{"interactions", "interactions-stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "gemini.mjs", scenario, s.gateway, o.key, gemini)
+			if !r.OK || r.Status != 200 || r.Text != fakellm.Text || r.Model != gemini ||
+				!strings.Contains(string(r.Usage), `"total_thought_tokens":25000`) {
+				t.Fatalf("the call failed or lost its text or usage: %+v", r)
+			}
+			calls := fake.Calls()[before:]
+			if len(calls) != 1 || calls[0].API != fakellm.GeminiInteractions || calls[0].Model != gemini ||
+				calls[0].Stream != (scenario == "interactions-stream") || calls[0].Header.Get("X-Goog-Api-Key") != "AIza-provider-key" ||
+				strings.Contains(fmt.Sprint(calls[0].Header), o.key) {
+				t.Fatalf("the provider got %+v", calls)
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			n++
+			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" || rec["model"] != gemini ||
+				rec["input_tokens"] != 1_030_000.0 || rec["output_tokens"] != 100_000.0 || rec["cached_audio_input_tokens"] != 50_000.0 ||
+				rec["web_search_requests"] != 1.0 {
+				t.Fatalf("receipt %s, want %d for 1,030,000 input tokens (tool use included), 100,000 output tokens (thinking included), "+
+					"50,000 cached audio tokens and a search", rec, want)
+			}
+		})
+	}
+	s.waitUsed(t, o, n, 2*want)
+
+	// The SDK retries a 429 (up to 4 times, waiting out Retry-After up to 8 s each: it
+	// does not read X-Should-Retry), so the blocked call is a plain client's.
+	t.Run("a blocked member gets the 429", func(t *testing.T) {
+		before := len(fake.Calls())
+		req, _ := http.NewRequest("POST", s.gateway+"/v1beta/interactions", strings.NewReader(`{"model":"`+gemini+`","input":"How are tolls paid?"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Goog-Api-Key", o.key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		const code = "service_gateway_usage_limit_exceeded"
+		if res.StatusCode != 429 || res.Header.Get("X-Service-Error-Code") != code || res.Header.Get("X-Should-Retry") != "false" ||
+			!strings.Contains(string(body), code) {
+			t.Fatalf("%s %v: %s, want the usage-limit 429", res.Status, res.Header, body)
+		}
+		if got := len(fake.Calls()) - before; got != 0 {
+			t.Fatalf("the refused call reached the provider (%d calls)", got)
+		}
+	})
+}
+
 // TestAzureOpenAIThroughTheGateway: the official openai package's Azure client
 // (AzureOpenAI), its key in api-key, calls Azure OpenAI's deployment paths
 // (/openai/deployments/{deployment}/chat/completions?api-version=...) through a gateway

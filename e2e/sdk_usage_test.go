@@ -20,8 +20,8 @@ type sdkUsageRoot struct{ reader, file, typ string }
 
 // sdkUsageRoots are the usage types of the answers the enforcer charges from: chat,
 // Responses, embeddings, images, transcriptions and Realtime (OpenAI), Messages
-// (Anthropic, and its beta), generateContent (Google), Converse (Amazon Bedrock), chat,
-// Conversations and OCR (Mistral).
+// (Anthropic, and its beta), generateContent, the Live API and the Interactions API
+// (Google), Converse (Amazon Bedrock), chat, Conversations and OCR (Mistral).
 var sdkUsageRoots = []sdkUsageRoot{
 	{"openai", "openai/resources/completions.d.ts", "CompletionUsage"},
 	{"openai", "openai/resources/responses/responses.d.ts", "ResponseUsage"},
@@ -39,6 +39,9 @@ var sdkUsageRoots = []sdkUsageRoot{
 	{"genai", "@google/genai/dist/genai.d.ts", "GenerateContentResponseUsageMetadata"},
 	// A Live API session's turns (LiveServerMessage.usageMetadata).
 	{"genai-live", "@google/genai/dist/genai.d.ts", "UsageMetadata"},
+	// The Interactions API's usage (an Interaction's, a stream's interaction.completed's
+	// and step.stop's): the top-level `declare type Usage = {...}`, snake_case.
+	{"genai-interactions", "@google/genai/dist/genai.d.ts", "Usage"},
 	{"bedrock", "@aws-sdk/client-bedrock-runtime/dist-types/models/models_0.d.ts", "TokenUsage"},
 	// A guardrail's trace: each assessment's invocationMetrics.usage (Converse, InvokeModel).
 	{"bedrock", "@aws-sdk/client-bedrock-runtime/dist-types/models/models_0.d.ts", "GuardrailUsage"},
@@ -114,8 +117,9 @@ func checkDecided(t *testing.T, found map[string]bool, decisions map[string]stri
 const read = "read"
 
 // reads tells whether the reader of field ("openai prompt_tokens_details.cached_tokens")
-// reads it: package realtimeusage the Realtime API's by its path, package responseusage
-// the others by every key on the path (it reads an answer as a stream of keys).
+// reads it: package realtimeusage the Realtime API's and the Live API's by their path,
+// package responseusage the others (the Interactions API's, "genai-interactions", too) by
+// every key on the path (it reads an answer as a stream of keys).
 func reads(field string) bool {
 	reader, path, _ := strings.Cut(field, " ")
 	path = strings.ReplaceAll(path, "[]", "")
@@ -224,6 +228,25 @@ var sdkUsageFields = map[string]string{
 	"genai-live toolUsePromptTokensDetails[].tokenCount": "the modalities of toolUsePromptTokenCount, whose tokens are charged at the text input price, as generateContent's",
 	"genai-live trafficType":                             "Vertex AI's traffic type: no Live model is priced apart by it (docs/prices.md, \"Gemini's Live API\")",
 	"genai-live serviceTier":                             "the Gemini API's service tier: no Live model is priced apart by it (docs/prices.md, \"Gemini's Live API\")",
+	// Gemini's Interactions API (POST /v1beta/interactions): an Interaction's usage, read as
+	// generateContent's counts (docs/enforcer.md, "The Interactions API").
+	"genai-interactions total_input_tokens":                     read,
+	"genai-interactions total_cached_tokens":                    read,
+	"genai-interactions total_output_tokens":                    read,
+	"genai-interactions total_thought_tokens":                   read,
+	"genai-interactions total_tool_use_tokens":                  read,
+	"genai-interactions total_tokens":                           "the sum of the counts, each read",
+	"genai-interactions initial_input_tokens":                   "the first hop's part, a multi-hop call's SDK sums hops client-side: each POST's usage is its own",
+	"genai-interactions input_tokens_by_modality[].modality":    read,
+	"genai-interactions input_tokens_by_modality[].tokens":      read,
+	"genai-interactions cached_tokens_by_modality[].modality":   read,
+	"genai-interactions cached_tokens_by_modality[].tokens":     read,
+	"genai-interactions output_tokens_by_modality[].modality":   read,
+	"genai-interactions output_tokens_by_modality[].tokens":     read,
+	"genai-interactions tool_use_tokens_by_modality[].modality": "the modalities of total_tool_use_tokens, whose tokens are charged at the text input price, as generateContent's toolUsePromptTokensDetails",
+	"genai-interactions tool_use_tokens_by_modality[].tokens":   "the modalities of total_tool_use_tokens, whose tokens are charged at the text input price, as generateContent's toolUsePromptTokensDetails",
+	"genai-interactions grounding_tool_count[].type":            read,
+	"genai-interactions grounding_tool_count[].count":           read,
 	// Amazon Bedrock's Converse and ConverseStream.
 	"bedrock inputTokens":                read,
 	"bedrock outputTokens":               read,

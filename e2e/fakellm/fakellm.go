@@ -64,6 +64,11 @@
 //     the usage so far, the last with finishReason STOP (without alt=sse, as Google
 //     does: application/json, the same chunks as the elements of a JSON array, each
 //     flushed as it is written); :countTokens answers {"totalTokens": N}, free.
+//   - Google's Interactions API (POST /v1beta/interactions, the model in the body): the
+//     Interaction with its steps and usage (total_input_tokens, total_output_tokens and
+//     total_thought_tokens split as generateContent's, the lists by modality in lower
+//     case, grounding_tool_count), or with "stream": true its events, step.delta per
+//     word, interaction.completed with the usage, then [DONE] (interactions.go).
 //   - Azure OpenAI's chat completions (POST
 //     /openai/deployments/{deployment}/chat/completions?api-version=...) answer as
 //     OpenAI's do; the model is the body's, else the deployment's name. Without an
@@ -240,6 +245,7 @@ const (
 	GeminiGenerate       = "gemini.generateContent"
 	GeminiStream         = "gemini.streamGenerateContent"
 	GeminiCountTokens    = "gemini.countTokens"
+	GeminiInteractions   = "gemini.interactions"
 	AnthropicMessages    = "anthropic.messages"
 	AnthropicCountTokens = "anthropic.messages.count_tokens"
 	MistralOCR           = "mistral.ocr"
@@ -331,6 +337,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if isGeminiLive(r) {
 		s.geminiLive(w, r)
+		return
+	}
+	if r.Method == http.MethodPost && r.URL.Path == "/v1beta/interactions" {
+		s.interactions(w, r)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))

@@ -9,7 +9,11 @@
 // ai.live.connect, its key in the URL's query as the SDK sends it: up to three turns, each
 // after the last's usageMetadata; usage is the list of the turns' usage, text their text
 // parts, closeCode and closeReason how the session closed, 1000 when the script closed
-// it). See report.mjs for the settings.
+// it), "interactions" and "interactions-stream" (the Interactions API, ai.interactions.create
+// with input: a whole Interaction, its usage; or its events, text from the step.delta
+// text deltas, usage from interaction.completed's interaction) and
+// "interactions-background" (the same run in the background, stored: billed later, the
+// gateway refuses it). See report.mjs for the settings.
 import { GoogleGenAI, Modality } from '@google/genai';
 import { run, settings } from './report.mjs';
 
@@ -19,6 +23,7 @@ const contents = 'How are tolls paid?';
 
 await run('@google/genai', s.scenario, async () => {
   if (s.scenario === 'live') return liveSession();
+  if (s.scenario.startsWith('interactions')) return interaction();
   if (s.scenario === 'count') {
     const res = await ai.models.countTokens({ model: s.model, contents });
     return { text: '', model: null, usage: { totalTokens: res.totalTokens }, chunks: 1 };
@@ -95,4 +100,24 @@ async function liveSession() {
   session.close();
   const c = await closed;
   return { text, model: s.model, usage, chunks: usage.length, closeCode: c.code, closeReason: c.reason };
+}
+
+async function interaction() {
+  if (s.scenario === 'interactions' || s.scenario === 'interactions-background') {
+    const background = s.scenario === 'interactions-background' ? { background: true, store: true } : {};
+    const res = await ai.interactions.create({ model: s.model, input: contents, ...background });
+    return { text: res.output_text ?? '', model: res.model ?? null, usage: res.usage ?? null, chunks: 1 };
+  }
+  if (s.scenario !== 'interactions-stream') throw new Error(`"${s.scenario}" is not a Gemini scenario`);
+  let text = '';
+  let model = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const event of await ai.interactions.create({ model: s.model, input: contents, stream: true })) {
+    chunks++;
+    if (event.event_type === 'step.delta' && event.delta?.type === 'text') text += event.delta.text ?? '';
+    if (event.event_type === 'interaction.created' || event.event_type === 'interaction.completed') model = event.interaction?.model ?? model;
+    if (event.event_type === 'interaction.completed') usage = event.interaction?.usage ?? null;
+  }
+  return { text, model, usage, chunks };
 }

@@ -6,7 +6,8 @@
 // nothing), "responses" / "responses-stream" (OpenAI's Responses API; "responses-search" /
 // "responses-search-stream" with the web search tool), "search" / "search-stream"
 // (Gemini with Grounding with Google Search), "maps" / "maps-stream" (with Grounding with
-// Google Maps), "image" / "image-stream" (an image
+// Google Maps), "interactions" / "interactions-stream" / "interactions-background" (Gemini's
+// Interactions API), "image" / "image-stream" (an image
 // generation), "realtime" (a Realtime session over a WebSocket), "embeddings"
 // (OpenAI's embeddings), "batch" and "background" (a batch, a background response) or
 // "retrieve" (a stored response read again) or "transcribe" (an audio upload), or
@@ -24,7 +25,7 @@ import { readFileSync } from 'node:fs';
 
 export function settings() {
   const scenario = process.argv[2];
-  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'responses-file-search', 'responses-file-search-stream', 'responses-image', 'responses-image-stream', 'search', 'search-stream', 'maps', 'maps-stream', 'image', 'image-stream', 'image-stream-abort', 'image-timeout', 'image-edit-timeout', 'realtime', 'live', 'audio', 'audio-stream', 'embeddings', 'batch', 'background', 'video-extend', 'agent-events', 'retrieve', 'transcribe',
+  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'responses-file-search', 'responses-file-search-stream', 'responses-image', 'responses-image-stream', 'search', 'search-stream', 'maps', 'maps-stream', 'interactions', 'interactions-stream', 'interactions-background', 'image', 'image-stream', 'image-stream-abort', 'image-timeout', 'image-edit-timeout', 'realtime', 'live', 'audio', 'audio-stream', 'embeddings', 'batch', 'background', 'video-extend', 'agent-events', 'retrieve', 'transcribe',
     'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse',
     'speech-mp3', 'speech-opus', 'speech-aac', 'speech-flac', 'speech-wav', 'speech-pcm',
     'invoke', 'invoke-stream', 'converse', 'converse-stream', 'vertex', 'vertex-stream', 'vertex-count', 'fast', 'fast-stream', 'priority', 'priority-stream', 'converse-priority', 'converse-stream-priority', 'invoke-guardrail', 'invoke-stream-guardrail', 'converse-guardrail', 'converse-stream-guardrail', 'converse-guardrail-blocked', 'apply-guardrail', 'count-tokens', 'guardrail-checks', 'us', 'us-stream', 'advisor', 'advisor-stream', 'advisor-stream-abort', 'ocr',

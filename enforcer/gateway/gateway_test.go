@@ -1201,7 +1201,8 @@ func TestDeferredBillingAndRetrievals(t *testing.T) {
 		{"/v1/messages/batches", `{"requests":[]}`, "batches"},
 		{"/v1/responses", `{"model":"gpt-5","background":true,"input":"write a novel"}`, "background_responses"},
 		{"/v1/threads/thread_1/runs", `{"assistant_id":"asst_1"}`, "assistants_runs"},
-		{"/v1beta/interactions", `{"model":"gemini-3-pro-preview","input":"write a novel"}`, "interactions"},
+		{"/v1beta/interactions", `{"model":"gemini-3-pro-preview","input":"write a novel","background":true}`, "interactions"},
+		{"/v1beta/interactions", `{"agent":"deep-research-pro-preview-12-2025","input":"write a novel"}`, "interactions"},
 	} {
 		e := newEnv(t, up.URL, gateway.Config{})
 		res := post(t, e.front.URL+c.path, "tgk_good", c.body)

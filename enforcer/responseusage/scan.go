@@ -870,36 +870,36 @@ func keyCapFor(kind uint8) uint8 {
 
 // Targets: what the value being read means to us.
 const (
-	tgNone        uint8 = iota
-	tgModel             // a model string of root
-	tgType              // the top-level "type"
-	tgObject            // the top-level "object"
-	tgUsage             // a usage value of root
-	tgRoot              // the "message" or "response" value
-	tgDetail            // a *_tokens_details value of root (tok: its cached count)
-	tgTok               // a count of root
-	tgFinish            // a Gemini candidate's finishReason
-	tgTier              // a service_tier string of root
-	tgSpeed             // Anthropic's usage.speed string of root (kept in tier unless a service_tier of root was seen)
-	tgItemType          // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
-	tgSearchQuery       // a Gemini search query (candidates[].groundingMetadata.webSearchQueries[])
-	tgMapsSource        // a Gemini grounding chunk's maps source (candidates[].groundingMetadata.groundingChunks[].maps)
-	tgBlockType         // the type of an Anthropic content_block_start event's content_block
-	tgModalities        // a Gemini *TokensDetails list (its key names the count its AUDIO entries report: setListAudio)
-	tgModEntry          // an entry of that list
-	tgModality          // an entry's modality string
-	tgGeo               // Anthropic's usage.inference_geo
-	tgTTL               // a Bedrock Converse cacheDetails[] entry's ttl string
-	tgIterEntry         // an entry of Anthropic's usage.iterations[]
-	tgIterType          // that entry's type
-	tgIterTok           // that entry's count (tok: the Anthropic count it is)
-	tgTraffic           // Vertex AI's usageMetadata.trafficType, the Gemini API's usageMetadata.serviceTier
-	tgModCount          // an entry's tokenCount
-	tgConverseTok       // a count of root by a Bedrock Converse name (tok: the Anthropic count it is)
-	tgCost              // a usage's cost in USD, or in xAI's ticks (tok costInTicks); its number's text goes to keyCap
-	tgContainer         // a container's id (containerTarget)
-	tgGuard             // a billed count of a guardrail assessment's usage (tok: guard*; guardrailTarget)
-	tgGroundingType     // an Interactions API usage.grounding_tool_count[] entry's type
+	tgNone          uint8 = iota
+	tgModel               // a model string of root
+	tgType                // the top-level "type"
+	tgObject              // the top-level "object"
+	tgUsage               // a usage value of root
+	tgRoot                // the "message" or "response" value
+	tgDetail              // a *_tokens_details value of root (tok: its cached count)
+	tgTok                 // a count of root
+	tgFinish              // a Gemini candidate's finishReason
+	tgTier                // a service_tier string of root
+	tgSpeed               // Anthropic's usage.speed string of root (kept in tier unless a service_tier of root was seen)
+	tgItemType            // the "type" of an OpenAI Responses output item (output[].type, response.output[].type)
+	tgSearchQuery         // a Gemini search query (candidates[].groundingMetadata.webSearchQueries[])
+	tgMapsSource          // a Gemini grounding chunk's maps source (candidates[].groundingMetadata.groundingChunks[].maps)
+	tgBlockType           // the type of an Anthropic content_block_start event's content_block
+	tgModalities          // a Gemini *TokensDetails list (its key names the count its AUDIO entries report: setListAudio)
+	tgModEntry            // an entry of that list
+	tgModality            // an entry's modality string
+	tgGeo                 // Anthropic's usage.inference_geo
+	tgTTL                 // a Bedrock Converse cacheDetails[] entry's ttl string
+	tgIterEntry           // an entry of Anthropic's usage.iterations[]
+	tgIterType            // that entry's type
+	tgIterTok             // that entry's count (tok: the Anthropic count it is)
+	tgTraffic             // Vertex AI's usageMetadata.trafficType, the Gemini API's usageMetadata.serviceTier
+	tgModCount            // an entry's tokenCount
+	tgConverseTok         // a count of root by a Bedrock Converse name (tok: the Anthropic count it is)
+	tgCost                // a usage's cost in USD, or in xAI's ticks (tok costInTicks); its number's text goes to keyCap
+	tgContainer           // a container's id (containerTarget)
+	tgGuard               // a billed count of a guardrail assessment's usage (tok: guard*; guardrailTarget)
+	tgGroundingType       // an Interactions API usage.grounding_tool_count[] entry's type
 )
 
 // costInTicks, as a tgCost target's tok: the cost is in xAI's ticks (1e-10 USD), not USD.
