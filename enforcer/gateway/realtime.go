@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/realtimeusage"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 )
 
@@ -110,12 +111,11 @@ func isGeminiLivePath(path string) bool {
 		strings.HasSuffix(p, ".LlmBidiService/BidiGenerateContent"))
 }
 
-// sessionEvents reads what a session's server messages report: OpenAI's Realtime events
-// (realtimeusage.Reader) or Gemini Live's (realtimeusage.GeminiLive).
-type sessionEvents interface {
-	Event(msg []byte) (realtimeusage.Usage, realtimeusage.Kind)
-	Model() string
-	Unfinished() (realtimeusage.Usage, bool)
+// isResponsesPath tells the Responses API's path, whose WebSocket is its WebSocket mode
+// (OpenAI's /v1/responses, Azure's /openai/v1/responses, xAI's), compared as
+// isRealtimePath compares.
+func isResponsesPath(path string) bool {
+	return strings.HasSuffix(strings.TrimRight(strings.ToLower(path), "/"), "/responses")
 }
 
 // realtime proxies an admitted WebSocket upgrade (see above).
@@ -124,21 +124,18 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	if p.id != "" {
 		gw.tracker.Follow(p.id)
 	}
-	gemini := isGeminiLivePath(r.URL.Path)
-	if !isRealtimePath(r.URL.Path) && !gemini || p.route.Signer != nil {
-		p.settle(inflight.Refused(http.StatusForbidden))
-		gw.answered(w, OutcomeRefused)
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_websocket_unsupported",
-			"Only the Realtime API's WebSocket (/v1/realtime) and the Gemini Live API's (BidiGenerateContent), on a route that does not sign its requests, can be proxied and charged.", nil)
-		return
-	}
 	var events sessionEvents
 	// setup reads the client's first message: Gemini Live's names the model.
 	var setup func([]byte)
-	if gemini {
+	switch path := r.URL.Path; {
+	case p.route.Signer != nil:
+	case isGeminiLivePath(path):
 		live := realtimeusage.NewGeminiLive()
-		events, setup = live, live.Setup
-	} else {
+		events, setup = tokenSession{live}, live.Setup
+	case isResponsesPath(path):
+		// Each response.create names its model; each response's terminal event too.
+		events = responsesSession{responseusage.NewResponsesSession()}
+	case isRealtimePath(path):
 		q := r.URL.Query()
 		model := requestbody.CleanModel(q.Get("model"))
 		if model == "" {
@@ -147,7 +144,14 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 		if !p.record(w, estimate.Request{Model: model}) {
 			return
 		}
-		events = realtimeusage.New(model)
+		events = tokenSession{realtimeusage.New(model)}
+	}
+	if events == nil {
+		p.settle(inflight.Refused(http.StatusForbidden))
+		gw.answered(w, OutcomeRefused)
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_websocket_unsupported",
+			"Only the Realtime API's WebSocket (/v1/realtime), the Responses API's (/v1/responses) and the Gemini Live API's (BidiGenerateContent), on a route that does not sign its requests, can be proxied and charged.", nil)
+		return
 	}
 
 	ctx, cancel := context.WithCancel(r.Context())
@@ -197,7 +201,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	// Transcriptions that ended while a response was in progress and could not be
 	// charged aside (the member was refused) wait for its end: closing the session in
 	// between would cut the response, uncharged.
-	var waiting []realtimeusage.Usage
+	var waiting []inflight.Usage
 	// The provider's messages are read on their own (readUpstream), so that the session
 	// also hears of its client's end (relayClient) while the provider is silent.
 	clientEnded := make(chan error, 1)
@@ -311,12 +315,11 @@ relay:
 	// session's request carried a response that ended after the client left
 	// (chargeLeft).
 	last, inProgress := events.Unfinished()
-	last.Reported = !inProgress
 	if inProgress && left != nil && p.settled && p.id != "" {
 		p.chargeAside(wctx, last, creds, events.Model())
 		return
 	}
-	p.settle(settlement(last, events.Model()))
+	p.settle(last)
 }
 
 // upstreamMessage is a message the provider sent, or the error its side ended with.
@@ -342,35 +345,17 @@ func readUpstream(ctx context.Context, up *websocket.Conn, out chan<- upstreamMe
 	}
 }
 
-// settlement is the inflight.Usage of what a session reported (u): unreported counts
-// are estimated from the text seen (inflight.Seen). A usage whose model the session never
-// named (a transcription's) is priced at the session's model, never at nothing.
-func settlement(u realtimeusage.Usage, sessionModel string) inflight.Usage {
-	s := inflight.Usage{Model: u.Model, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-		CachedTokens: u.CachedInputTokens, AudioInputMillis: u.AudioInputMillis, Complete: u.Reported,
-		AudioInputTokens: u.AudioInputTokens, AudioOutputTokens: u.AudioOutputTokens, CachedAudioInputTokens: u.CachedAudioInputTokens,
-		ImageInputTokens: u.ImageInputTokens, CachedImageInputTokens: u.CachedImageInputTokens,
-		UpstreamStatus: http.StatusSwitchingProtocols}
-	if s.Model == "" {
-		s.Model = sessionModel
-	}
-	if !u.Reported {
-		s.Seen = &inflight.Seen{TextBytes: u.TextBytes}
-	}
-	return s
-}
-
 // charge settles the request with what a response or a transcription that ended
 // reported (u), and admits the session's next request; false when the member was
 // refused (both sides are then closed: the client with 1008 and the refusal's code) or
 // the check could not finish.
-func (p *proxied) charge(ctx context.Context, u realtimeusage.Usage, creds gate.Credentials, model string,
+func (p *proxied) charge(ctx context.Context, u inflight.Usage, creds gate.Credentials, model string,
 	client, up *websocket.Conn) bool {
 	// The next check must see this response's cost: the control plane answers a
 	// settlement once the member's record holds it. A settlement that takes longer (the
 	// control plane unreachable: it waits in the spool) does not hold the session up.
 	applied := make(chan struct{})
-	if p.settleThen(settlement(u, model), func(settleq.Result) { close(applied) }) {
+	if p.settleThen(u, func(settleq.Result) { close(applied) }) {
 		wait := time.NewTimer(realtimeSettleWait)
 		select {
 		case <-applied:
@@ -409,7 +394,7 @@ func (p *proxied) charge(ctx context.Context, u realtimeusage.Usage, creds gate.
 // chargeAside charges what a transcription reported (u) on a request of its own,
 // admitted now, while the session's request stays with the response in progress; false
 // when the member was refused or the check could not finish (nothing was charged).
-func (p *proxied) chargeAside(ctx context.Context, u realtimeusage.Usage, creds gate.Credentials, model string) bool {
+func (p *proxied) chargeAside(ctx context.Context, u inflight.Usage, creds gate.Credentials, model string) bool {
 	a, err := p.gw.gate.CheckRequest(ctx, creds, gate.Hint{})
 	if err != nil || !a.Allowed() {
 		return false
@@ -417,7 +402,7 @@ func (p *proxied) chargeAside(ctx context.Context, u realtimeusage.Usage, creds 
 	if a.RequestID != "" {
 		p.gw.tracker.Follow(a.RequestID)
 		p.gw.tracker.RecordRequest(a.RequestID, estimate.Request{Model: model})
-		_ = p.gw.tracker.Finish(a.RequestID, settlement(u, model), nil)
+		_ = p.gw.tracker.Finish(a.RequestID, u, nil)
 	}
 	return true
 }
@@ -427,12 +412,12 @@ func (p *proxied) chargeAside(ctx context.Context, u realtimeusage.Usage, creds 
 // of its own (chargeAside: if the member is refused then, it is not charged). Unlike
 // charge, the member is not checked again for a next response: there is no client left
 // to ask for one, nor to be closed with 1008.
-func (p *proxied) chargeLeft(ctx context.Context, u realtimeusage.Usage, creds gate.Credentials, model string) {
+func (p *proxied) chargeLeft(ctx context.Context, u inflight.Usage, creds gate.Credentials, model string) {
 	if p.settled {
 		p.chargeAside(ctx, u, creds, model)
 		return
 	}
-	p.settle(settlement(u, model))
+	p.settle(u)
 }
 
 // closeReason is a refusal's error code, as a close frame's reason carries it (at most

@@ -1,0 +1,92 @@
+package responseusage
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// ResponsesSession follows one OpenAI Responses API session over a WebSocket (its
+// "WebSocket mode": GET /v1/responses upgraded, the client sending response.create
+// events, the server the Responses stream events of each response it makes, on one
+// connection for as long as it lasts; xAI and Azure OpenAI serve it too).
+//
+// Each response ends with a terminal event (response.completed, response.incomplete,
+// response.failed) whose response object is the whole response: its model, its usage,
+// its output items (the web searches, file searches, image generations and code
+// containers billed apart), its service tier. That event alone is read, by an Extractor
+// of its own as the terminal event of an HTTP stream is, so a response is charged
+// exactly as the same response streamed over HTTP. A response cut before its terminal
+// event (the session ended) is estimated from the text its deltas carried.
+//
+// Not safe for concurrent use.
+type ResponsesSession struct {
+	model string
+	// open holds the ids of the responses created and not yet ended; text the bytes of
+	// text their deltas carried (of all of them: a connection may run several at once,
+	// whose deltas the events do not always tell apart).
+	open map[string]struct{}
+	text int64
+}
+
+// NewResponsesSession returns a reader of a session's server events.
+func NewResponsesSession() *ResponsesSession {
+	return &ResponsesSession{open: map[string]struct{}{}}
+}
+
+// responsesEvent is the part of a server event the session reads before choosing.
+type responsesEvent struct {
+	Type     string `json:"type"`
+	Delta    string `json:"delta"`
+	Response *struct {
+		ID    string `json:"id"`
+		Model string `json:"model"`
+	} `json:"response"`
+}
+
+// Event reads one message the server sent: the usage of the response it ended, and
+// whether it ended one.
+func (s *ResponsesSession) Event(msg []byte) (Usage, bool) {
+	var e responsesEvent
+	if json.Unmarshal(msg, &e) != nil {
+		return Usage{}, false // not JSON (or not an event's shape): not ours
+	}
+	if e.Response != nil && e.Response.Model != "" {
+		s.model = e.Response.Model
+	}
+	switch {
+	case e.Type == "response.created" && e.Response != nil:
+		s.open[e.Response.ID] = struct{}{}
+	case e.Type == "response.completed" || e.Type == "response.incomplete" || e.Type == "response.failed":
+		if e.Response != nil {
+			delete(s.open, e.Response.ID)
+		}
+		x := New("text/event-stream", nil, Limits{})
+		_ = x.Write([]byte("data: "))
+		_ = x.Write(msg)
+		_ = x.Write([]byte("\n\n"))
+		u := x.Finish(true)
+		if !u.OutputReported {
+			// No usage (a failed response may have none): its deltas' text is what
+			// there is to estimate from.
+			u.TextBytes = max(u.TextBytes, s.text)
+		}
+		if len(s.open) == 0 {
+			s.text = 0
+		}
+		return u, true
+	case strings.HasSuffix(e.Type, ".delta") && !strings.HasSuffix(e.Type, "audio.delta"):
+		// Text the model wrote (output text, refusals, reasoning summaries, function
+		// call arguments), output it bills, counted as the HTTP stream's is.
+		s.text += int64(len(e.Delta))
+	}
+	return Usage{}, false
+}
+
+// Model is the model the session's responses named, "" before one did.
+func (s *ResponsesSession) Model() string { return s.model }
+
+// Unfinished is the text the responses in progress had shown, and whether there were
+// any: at the session's end they never reported their usage.
+func (s *ResponsesSession) Unfinished() (textBytes int64, inProgress bool) {
+	return s.text, len(s.open) > 0
+}

@@ -1,0 +1,39 @@
+package responseusage
+
+import "testing"
+
+// A Responses WebSocket session: each terminal event is its response's whole usage, read
+// as an HTTP stream's terminal event; text deltas (not audio ones) count for a response
+// that reports no usage (a failed one) or is cut; the model is the responses'.
+func TestResponsesSession(t *testing.T) {
+	s := NewResponsesSession()
+	for _, m := range []string{
+		`{"type":"response.created","response":{"id":"resp_1","model":"gpt-5-2025-08-07","status":"in_progress"}}`,
+		`{"type":"response.output_text.delta","delta":"Tolls "}`,
+		`{"type":"response.output_audio.delta","delta":"UklGRiQAAABXQVZF"}`,
+		`{"type":"response.function_call_arguments.delta","delta":"{\"a\":1}"}`,
+	} {
+		if _, ended := s.Event([]byte(m)); ended {
+			t.Fatalf("%s ended a response", m)
+		}
+	}
+	if text, open := s.Unfinished(); !open || text != int64(len("Tolls ")+len(`{"a":1}`)) || s.Model() != "gpt-5-2025-08-07" {
+		t.Fatalf("in progress: %d bytes, open %v, model %q", text, open, s.Model())
+	}
+	u, ended := s.Event([]byte(`{"type":"response.completed","response":{"id":"resp_1","object":"response","model":"gpt-5-2025-08-07","status":"completed",` +
+		`"output":[{"type":"web_search_call","id":"ws_1","status":"completed"}],"service_tier":"priority",` +
+		`"usage":{"input_tokens":50,"input_tokens_details":{"cached_tokens":20},"output_tokens":9}}}`))
+	if !ended || !u.Complete || u.InputTokens != 50 || u.CachedInputTokens != 20 || u.OutputTokens != 9 || u.WebSearchRequests != 1 ||
+		u.Model != "gpt-5-2025-08-07" || u.Tier == 0 {
+		t.Fatalf("completed: %s (searches %d, tier %v)", show(u), u.WebSearchRequests, u.Tier)
+	}
+	if _, open := s.Unfinished(); open {
+		t.Fatal("a response still open after its end")
+	}
+	s.Event([]byte(`{"type":"response.created","response":{"id":"resp_2","model":"gpt-5-2025-08-07"}}`))
+	s.Event([]byte(`{"type":"response.output_text.delta","delta":"A long answer"}`))
+	u, ended = s.Event([]byte(`{"type":"response.failed","response":{"id":"resp_2","status":"failed","error":{"code":"server_error"}}}`))
+	if !ended || u.OutputReported || u.TextBytes != int64(len("A long answer")) {
+		t.Fatalf("failed without usage: %s", show(u))
+	}
+}
