@@ -68,7 +68,9 @@ func settlement(u realtimeusage.Usage, sessionModel string) inflight.Usage {
 
 // responsesSession settles each response of the Responses API's WebSocket mode as the
 // same response streamed over HTTP is settled (inflight.FromResponse).
-type responsesSession struct{ r *responseusage.ResponsesSession }
+type responsesSession struct {
+	r *responseusage.ResponsesSession
+}
 
 func (s responsesSession) Event(msg []byte) (inflight.Usage, realtimeusage.Kind) {
 	u, ended := s.r.Event(msg)
