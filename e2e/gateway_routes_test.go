@@ -768,6 +768,51 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestResponsesWebSocketThroughTheGateway: the official OpenAI SDK's ResponsesWS (the
+// Responses API's WebSocket mode, on the ws package) asks gpt-5 for responses on one
+// connection through the gateway. Each response is charged exactly as the same response
+// streamed over HTTP (its tokens, its cached input, the web search its output lists) as
+// a request of its own; the member is checked again before each next response, so once
+// two responses spent the 1 USD day limit the session is closed with 1008 and the
+// refusal's code, and a new session's handshake is refused 429. The provider sees its own
+// key, never the member's.
+func TestResponsesWebSocketThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 300_000, CachedInputTokens: 100_000, OutputTokens: 40_000, WebSearchRequests: 1})
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	e, ok := pricecatalog.Lookup("gpt-5")
+	if !ok {
+		t.Fatal("gpt-5 is not in the catalog")
+	}
+	const search = 10_000 // OpenAI's web search tool: 10 USD per 1,000 calls
+	want := ceilDiv(200_000*e.InputPerMillion+100_000*e.CachedInputPerMillion+40_000*e.OutputPerMillion, 1_000_000) + search
+	if want >= usd || 2*want < usd {
+		t.Fatalf("a response costs %d micro-USD: the test wants two to spend the 1 USD limit, one not to", want)
+	}
+
+	r := runSDK(t, dir, "openai.mjs", "responses-ws", s.gateway, o.key, "gpt-5")
+	if !r.OK || r.Chunks != 2 || r.Text != fakellm.Text+fakellm.Text || r.CloseCode != 1008 || r.CloseReason != "service_gateway_usage_limit_exceeded" {
+		t.Fatalf("the session: %+v, want two responses, then closed with 1008 at the limit", r)
+	}
+	calls := fake.Calls()
+	if len(calls) != 1 || calls[0].API != fakellm.OpenAIResponsesWebSocket || calls[0].Model != "gpt-5" ||
+		calls[0].Header.Get("Authorization") != providerAuthorization || strings.Contains(fmt.Sprint(calls[0].Header), o.key) {
+		t.Fatalf("the provider got %+v", calls)
+	}
+	s.waitUsed(t, o, 2, 2*want)
+	got := receiptRows(t, s, o, `cost_micro_usd, complete, model, cost_basis, web_search_requests`)
+	if len(got) != 2 || got[0] != fmt.Sprint(want, true, "gpt-5", "reported_usage", 1) || got[1] != got[0] {
+		t.Fatalf("receipts %q, want two of %d, complete, reported, with a web search", got, want)
+	}
+
+	again := runSDK(t, dir, "openai.mjs", "responses-ws", s.gateway, o.key, "gpt-5")
+	if again.OK || again.Status != 429 || len(fake.Calls()) != 1 {
+		t.Fatalf("a blocked member's session: %+v; the provider got %d sessions", again, len(fake.Calls()))
+	}
+}
+
 // receiptRows are the organization's receipts in the order they were settled, each the
 // columns asked for (SQL expressions) as fmt.Sprint renders them.
 func receiptRows(t *testing.T, s *stack, o org, columns string) []string {

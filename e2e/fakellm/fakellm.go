@@ -53,6 +53,9 @@
 //   - OpenAI's Realtime API (GET /v1/realtime?model=..., a WebSocket): session.created,
 //     then, for each response.create, a response's events ending in response.done with
 //     its usage (realtime.go).
+//   - OpenAI's Responses API in its WebSocket mode (GET /v1/responses, a WebSocket):
+//     each response.create answered by the events of the HTTP stream, a message each
+//     (responses_ws.go).
 //   - Google's Gemini Live API (GET /ws/google.ai.generativelanguage.v1beta.
 //     GenerativeService.BidiGenerateContent, a WebSocket): setupComplete, then, for each
 //     clientContent, a turn's messages ending in its usageMetadata (gemini_live.go).
@@ -333,6 +336,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method == http.MethodGet && r.URL.Path == "/v1/realtime" {
 		s.realtime(w, r)
+		return
+	}
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/responses" && strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		s.responsesWebSocket(w, r)
 		return
 	}
 	if isGeminiLive(r) {
@@ -1014,9 +1021,15 @@ func responsesJSON(id, model, status string, u Usage) string {
 // in_progress, the message item and its text part, one output_text delta per word, the
 // done events, and response.completed with the whole response and its usage.
 func responsesStream(ew *eventWriter, id, model string, u Usage) {
+	responsesEvents(id, model, u, func(typ, data string) { ew.write("event: " + typ + "\ndata: " + data + "\n\n") })
+}
+
+// responsesEvents makes the events responsesStream sends, each given to emit as its type
+// and its JSON (the Responses API's WebSocket mode sends the same JSON, a message each).
+func responsesEvents(id, model string, u Usage, emit func(typ, data string)) {
 	seq := 0
 	event := func(typ, fields string) {
-		ew.write(fmt.Sprintf("event: %s\ndata: {\"type\":%q,\"sequence_number\":%d,%s}\n\n", typ, typ, seq, fields))
+		emit(typ, fmt.Sprintf("{\"type\":%q,\"sequence_number\":%d,%s}", typ, seq, fields))
 		seq++
 	}
 	event("response.created", `"response":`+responsesJSON(id, model, "in_progress", u))

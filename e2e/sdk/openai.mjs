@@ -16,6 +16,10 @@
 //   "translate" a translation;
 // - "speech", "speech-sse": text to speech as audio and as events; "speech-opus" (aac,
 //   flac, wav, pcm, mp3): as audio in that response_format;
+// - "responses-ws": the Responses API's WebSocket mode (the SDK's ResponsesWS, on the ws
+//   package), asking up to three responses (response.create), each after the last's
+//   response.completed: usage is the list of their usage, text their text, closeCode and
+//   closeReason how the session closed (1000 when the script closed it);
 // - "realtime": a Realtime session over a WebSocket (the SDK's OpenAIRealtimeWS, on the
 //   ws package), asking up to three responses, each after the last ended: usage is the
 //   list of the responses' usage, text their text, closeCode and closeReason how the
@@ -28,6 +32,7 @@
 import net from 'node:net';
 import OpenAI, { toFile } from 'openai';
 import { OpenAIRealtimeWS } from 'openai/realtime/ws';
+import { ResponsesWS } from 'openai/resources/responses/ws';
 import { Stream } from 'openai/streaming';
 import { chatCompletion, chatStream, run, settings } from './report.mjs';
 
@@ -105,6 +110,7 @@ await run('openai', s.scenario, async () => {
     return { text: `${res.data.length}x${res.data[0].embedding.length}`, model: res.model, usage: res.usage ?? null, chunks: 1 };
   }
   if (s.scenario === 'realtime') return realtimeSession();
+  if (s.scenario === 'responses-ws') return responsesWebSocket();
   if (s.scenario === 'image-stream-abort') {
     // Leaves after the first partial image: breaking out of the loop aborts the request.
     const stream = await client.images.generate({ model: s.model, prompt: 'hold', size: '1024x1024', quality: 'high', stream: true, partial_images: 2 });
@@ -264,4 +270,34 @@ async function realtimeSession() {
   rt.close({ code: 1000, reason: 'done' });
   const c = await closed;
   return { text, model: s.model, usage, chunks: usage.length, closeCode: c.code, closeReason: c.reason };
+}
+
+async function responsesWebSocket() {
+  const ws = new ResponsesWS(client);
+  const errors = [];
+  ws.on('error', (e) => errors.push(String(e?.message ?? e)));
+  const closed = new Promise((resolve) => ws.on('close', (code, reason) => resolve({ code, reason: String(reason ?? '') })));
+  let text = '';
+  ws.on('response.output_text.delta', (e) => { text += e.delta; });
+  const usage = [];
+  let model = null;
+  for (let i = 0; i < 3; i++) {
+    ws.send({ type: 'response.create', model: s.model, input: messages[0].content });
+    const done = await Promise.race([ws.emitted('response.completed'), closed.then(() => null)]);
+    if (!done) break;
+    usage.push(done.response.usage);
+    model = done.response.model;
+  }
+  if (usage.length === 0) {
+    // A refused handshake (401, 429) closes the socket before it opens; ws says the
+    // status in its error ("Unexpected server response: 429").
+    const c = await closed;
+    const err = new Error(`the session closed before a response (${c.code}): ${errors.join('; ')}`);
+    const status = /Unexpected server response: (\d+)/.exec(errors.join(' '));
+    if (status) err.status = Number(status[1]);
+    throw err;
+  }
+  ws.close({ code: 1000, reason: 'done' });
+  const c = await closed;
+  return { text, model, usage, chunks: usage.length, closeCode: c.code, closeReason: c.reason };
 }

@@ -1,0 +1,78 @@
+package fakellm
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/coder/websocket"
+)
+
+// OpenAIResponsesWebSocket is a session of the Responses API's WebSocket mode (GET
+// /v1/responses, a WebSocket).
+const OpenAIResponsesWebSocket = "openai.responses.websocket"
+
+// responsesWebSocket serves the Responses API's WebSocket mode as OpenAI does, in the
+// parts the enforcer's accounting depends on: every response.create the client sends
+// (its model, as Call.Model, the first one's) is answered by the events an HTTP stream
+// of the same response carries (responsesEvents), each a text message, ending with
+// response.completed and the whole response with its usage (the test's Usage, asked once
+// per session). The session is one Call; its Body counts the client's messages, in
+// decimal, when it ends.
+func (s *Server) responsesWebSocket(w http.ResponseWriter, r *http.Request) {
+	conn, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer conn.CloseNow()
+	ctx := r.Context()
+	at := -1
+	got := 0
+	defer func() {
+		if at >= 0 {
+			s.mu.Lock()
+			s.calls[at].Body = []byte(fmt.Sprint(got))
+			s.mu.Unlock()
+		}
+	}()
+	var u Usage
+	for i := 0; ; i++ {
+		_, msg, err := conn.Read(ctx)
+		if err != nil {
+			return
+		}
+		got++
+		var ev struct {
+			Type  string `json:"type"`
+			Model string `json:"model"`
+		}
+		if json.Unmarshal(msg, &ev) != nil || ev.Type != "response.create" || ev.Model == "" {
+			continue
+		}
+		if at < 0 {
+			c := Call{API: OpenAIResponsesWebSocket, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(),
+				Model: ev.Model, Stream: true}
+			if s.Usage != nil {
+				c.Usage = s.Usage(c)
+			}
+			u = c.Usage
+			s.mu.Lock()
+			s.calls = append(s.calls, c)
+			at = len(s.calls) - 1
+			s.mu.Unlock()
+		}
+		model := ev.Model
+		if m, ok := s.Snapshots[model]; ok {
+			model = m
+		}
+		var werr error
+		responsesEvents(fmt.Sprintf("resp_ws%06d", i), model, u, func(_, data string) {
+			if werr == nil {
+				werr = conn.Write(ctx, websocket.MessageText, []byte(data))
+			}
+		})
+		if werr != nil {
+			return
+		}
+	}
+}
