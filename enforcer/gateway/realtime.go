@@ -52,6 +52,11 @@ import (
 // the client's first message (setup) names the model, and each turn's usageMetadata
 // settles a request (realtimeusage.GeminiLive). It has no transcriptions billed apart.
 //
+// So is the Responses API's WebSocket mode (GET /v1/responses upgraded): each
+// response's terminal event settles a request as the same response streamed over HTTP
+// would be settled (responseusage.ResponsesSession). The readers are behind one interface
+// (sessionEvents, session_events.go).
+//
 // Any other WebSocket upgrade is refused (400): nothing else a provider serves that way
 // could be charged.
 
