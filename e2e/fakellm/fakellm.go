@@ -291,6 +291,20 @@ type Server struct {
 	seq   int
 }
 
+// record keeps call c of request r, numbered n: a valid one is answered gzip when r
+// allows it, with the usage the test chose for it.
+func (s *Server) record(c *Call, r *http.Request, valid bool) (n int) {
+	c.Gzip = valid && acceptsGzip(r.Header.Values("Accept-Encoding"))
+	if s.Usage != nil && valid {
+		c.Usage = s.Usage(*c)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	s.calls = append(s.calls, *c)
+	return s.seq
+}
+
 // Calls returns the requests received so far, in order.
 func (s *Server) Calls() []Call {
 	s.mu.Lock()
@@ -423,15 +437,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.Model, c.Stream = req.Model, req.Stream
 	c.IncludeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	valid := c.API != "" && jsonErr == nil && req.Model != ""
-	c.Gzip = valid && acceptsGzip(r.Header.Values("Accept-Encoding"))
-	if s.Usage != nil && valid {
-		c.Usage = s.Usage(c)
-	}
-	s.mu.Lock()
-	s.seq++
-	n := s.seq
-	s.calls = append(s.calls, c)
-	s.mu.Unlock()
+	n := s.record(&c, r, valid)
 
 	mistral := c.API == OpenAIChat && r.Host == MistralHost
 	switch {

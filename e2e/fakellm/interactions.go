@@ -57,15 +57,7 @@ func (s *Server) interactions(w http.ResponseWriter, r *http.Request) {
 	jsonErr := json.Unmarshal(body, &req)
 	c.Model, c.Stream = req.Model, req.Stream
 	valid := jsonErr == nil && (req.Model != "" || len(req.Agent) > 0)
-	c.Gzip = valid && acceptsGzip(r.Header.Values("Accept-Encoding"))
-	if s.Usage != nil && valid {
-		c.Usage = s.Usage(c)
-	}
-	s.mu.Lock()
-	s.seq++
-	n := s.seq
-	s.calls = append(s.calls, c)
-	s.mu.Unlock()
+	n := s.record(&c, r, valid)
 	if !valid {
 		// Google's error shape.
 		w.Header().Set("Content-Type", "application/json; charset=UTF-8")

@@ -904,6 +904,27 @@ func (u *geminiLiveUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// askTwice sends msg on session c twice, each after the answer to the last was read up
+// to ended; with hang, the second answer only up to shown (it never ends). Then it closes
+// c and returns the session's settlements: one per answer that ended, and the session's
+// last request (with hang, the cut answer's).
+func askTwice(t *testing.T, c *websocket.Conn, tr *fakeTracker, msg, ended, shown string, hang bool) []inflight.Usage {
+	t.Helper()
+	for i := range 2 {
+		say(t, c, msg)
+		if hang && i == 1 {
+			readUntil(t, c, shown)
+			break
+		}
+		readUntil(t, c, ended)
+	}
+	_ = c.Close(websocket.StatusNormalClosure, "bye")
+	if hang {
+		return tr.settlements(t, 2)
+	}
+	return tr.settlements(t, 3)
+}
+
 // geminiLivePath is the Gemini API's Live endpoint.
 const geminiLivePath = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
 
@@ -923,20 +944,8 @@ func TestGeminiLiveSessionIsChargedByTurn(t *testing.T) {
 			}
 			say(t, c, `{"setup":{"model":"models/gemini-2.5-flash-native-audio-preview-09-2025","generationConfig":{"responseModalities":["AUDIO"]}}}`)
 			readUntil(t, c, "setupComplete")
-			for i := range 2 {
-				say(t, c, fmt.Sprintf(`{"clientContent":{"turns":[{"role":"user","parts":[{"text":"Question %d"}]}],"turnComplete":true}}`, i))
-				if hang && i == 1 {
-					readUntil(t, c, "Tolls are paid")
-					break
-				}
-				readUntil(t, c, "usageMetadata")
-			}
-			_ = c.Close(websocket.StatusNormalClosure, "bye")
-			n := 3
-			if hang {
-				n = 2 // the first turn, and the cut one
-			}
-			s := tr.settlements(t, n)
+			s := askTwice(t, c, tr, `{"clientContent":{"turns":[{"role":"user","parts":[{"text":"Question"}]}],"turnComplete":true}}`,
+				"usageMetadata", "Tolls are paid", hang)
 			const model = "gemini-2.5-flash-native-audio-preview-09-2025"
 			want := []inflight.Usage{
 				{Model: model, InputTokens: 1000, OutputTokens: 200, AudioInputTokens: i64(300), AudioOutputTokens: i64(200), Complete: true, UpstreamStatus: 101},
@@ -1064,20 +1073,8 @@ func TestResponsesWebSocketIsChargedByResponse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range 2 {
-				say(t, c, `{"type":"response.create","model":"gpt-5","input":"How are tolls paid?"}`)
-				if hang && i == 1 {
-					readUntil(t, c, "output_text.delta")
-					break
-				}
-				readUntil(t, c, "response.completed")
-			}
-			_ = c.Close(websocket.StatusNormalClosure, "bye")
-			n := 3
-			if hang {
-				n = 2
-			}
-			s := tr.settlements(t, n)
+			s := askTwice(t, c, tr, `{"type":"response.create","model":"gpt-5","input":"How are tolls paid?"}`,
+				"response.completed", "output_text.delta", hang)
 			for i := range 2 {
 				u := s[i]
 				if hang && i == 1 {
