@@ -68,7 +68,12 @@
 //     input by modality: their AUDIO entries are AudioInputTokens,
 //     AudioOutputTokens and CachedAudioInputTokens (at most the cached count).
 //     Gemini lists only the modalities it counted: a list without an AUDIO
-//     entry reports 0 audio, no list leaves the split unreported.
+//     entry reports 0 audio, no list leaves the split unreported. The Interactions
+//     API's answer (POST /v1beta/interactions) is read as this shape: its usage names
+//     the same counts total_input_tokens, total_output_tokens, total_thought_tokens,
+//     total_cached_tokens and total_tool_use_tokens, its lists *_tokens_by_modality
+//     ([{modality, tokens}], "audio" in lower case), and its grounding_tool_count's
+//     google_search entry counts Search's queries (WebSearchRequests).
 //   - openai-audio-duration: OpenAI's audio transcriptions and translations
 //     by a model billed per minute of input audio (whisper-1), JSON (the json
 //     and verbose_json response formats), usage {"type": "duration",
@@ -79,7 +84,11 @@
 //     {"type": "tokens", input_tokens, output_tokens, ...}, is openai-responses,
 //     its input_tokens counting the audio tokens too). Never streamed.
 //   - gemini-sse: streamGenerateContent?alt=sse: every chunk carries the usage
-//     so far; the chunk whose candidate gives its finishReason is the last.
+//     so far; the chunk whose candidate gives its finishReason is the last. The
+//     Interactions API's stream too: its events' event_type is read as a type,
+//     step.stop and interaction.status_update carry the usage so far, and
+//     interaction.completed, the last, carries the interaction (read as a response
+//     root: its model, its whole usage, lists included).
 //   - gemini-json-stream: streamGenerateContent without alt=sse, as Google's REST
 //     API answers a client that leaves it out (curl, hand-written clients):
 //     application/json, a top-level array of the chunks gemini-sse carries
