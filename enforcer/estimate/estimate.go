@@ -98,6 +98,10 @@ type Request struct {
 	// background: the answer comes before the generation, without its usage;
 	// requestbody.Deferred).
 	Background bool
+	// Stream is a top-level "stream": true (the last one counting, as encoding/json
+	// reads a repeated key): a front door asks only such an OpenAI chat stream for its
+	// usage (requestbody.WithIncludeUsage), without reading the body again.
+	Stream bool
 	// ServiceTier is the tier a top-level "service_tier" (or "serviceTier", Gemini's
 	// camel case, and Bedrock Converse's object {"type": ...}) asks for
 	// (pricecatalog.TierNames: OpenAI's "priority", "fast" or "ultrafast", Gemini's and
@@ -283,6 +287,10 @@ func Input(body []byte) (Request, error) {
 		case jsonscan.KeyIs(key, "background"):
 			// The last one counts, as encoding/json reads a repeated key.
 			r.Background = bytes.HasPrefix(body[i:], []byte("true"))
+			i = w.value(i, skipped)
+		case jsonscan.KeyIs(key, "stream"):
+			// The last one counts, as encoding/json reads a repeated key.
+			r.Stream = bytes.HasPrefix(body[i:], []byte("true"))
 			i = w.value(i, skipped)
 		case jsonscan.KeyIs(key, "service_tier"), jsonscan.KeyIs(key, "serviceTier"):
 			// serviceTier: the Gemini API's JSON name of it (its SDK sends that), and

@@ -116,6 +116,25 @@ func TestOutputCap(t *testing.T) {
 			t.Errorf("%s: background %v (%v), want %v", body, r.Background, err, want)
 		}
 	}
+	// The top-level "stream": true, read as WithIncludeUsage reads it (the last one
+	// counts), and as the reference reads it.
+	for body, want := range map[string]bool{
+		`{"model":"gpt-4o-mini","stream":true,"messages":[]}`: true,
+		`{"stream":false}`:                    false,
+		`{"stream":"true"}`:                   false,
+		`{"stream":true,"stream":false}`:      false,
+		`{"stream":false,"stream":true}`:      true,
+		`{"metadata":{"stream":true}}`:        false,
+		`{"stream":{"a":true},"messages":[]}`: false,
+	} {
+		r, err := Input([]byte(body))
+		if err != nil || r.Stream != want {
+			t.Errorf("%s: stream %v (%v), want %v", body, r.Stream, err, want)
+		}
+		if ref, err := decoderInput([]byte(body)); err != nil || ref.Stream != want {
+			t.Errorf("%s: the reference reads stream %v (%v), want %v", body, ref.Stream, err, want)
+		}
+	}
 	// Bedrock Converse's guardrailConfig, an object: the request's guardrail, billed apart.
 	for body, want := range map[string]bool{
 		`{"messages":[],"guardrailConfig":{"guardrailIdentifier":"gr1","guardrailVersion":"1"}}`: true,
@@ -352,12 +371,16 @@ func decoderInput(body []byte) (Request, error) {
 				}
 			}
 			continue
-		case "background":
+		case "background", "stream":
 			v, err := dec.Token()
 			if err != nil {
 				return Request{}, ErrNotObject
 			}
-			r.Background = v == true
+			if key == "stream" {
+				r.Stream = v == true
+			} else {
+				r.Background = v == true
+			}
 			if d, ok := v.(json.Delim); ok {
 				if err := w.skip(d); err != nil {
 					return Request{}, ErrNotObject

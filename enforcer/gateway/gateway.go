@@ -589,7 +589,9 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		// Settled at shutdown before its answer came (SettleAll), it is charged its body.
 		gw.tracker.RecordGuardrailCheck(p.id, p.bodyBytes)
 	}
-	if strings.HasSuffix(r.URL.Path, "/chat/completions") && p.route.AskStreamUsage {
+	// Only a stream is asked for its usage; the estimate read the body (est.Stream), so
+	// a body it read is not read again for nothing.
+	if strings.HasSuffix(r.URL.Path, "/chat/completions") && p.route.AskStreamUsage && (est == nil || est.Stream) {
 		if b, ok := requestbody.WithIncludeUsage(body); ok {
 			body = b
 		}

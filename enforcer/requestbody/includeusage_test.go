@@ -6,6 +6,8 @@ import (
 	"io"
 	"reflect"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 )
 
 func TestWithIncludeUsage(t *testing.T) {
@@ -42,6 +44,10 @@ func TestWithIncludeUsage(t *testing.T) {
 			if !ok || string(got) != tc.want {
 				t.Fatalf("got %s (%v)\nwant %s", got, ok, tc.want)
 			}
+			// The front doors ask only a body the estimate read as a stream.
+			if est, err := estimate.Input([]byte(tc.body)); err != nil || !est.Stream {
+				t.Fatalf("the estimate reads %s as no stream (%v)", tc.body, err)
+			}
 		})
 	}
 }
@@ -52,10 +58,16 @@ func FuzzWithIncludeUsage(f *testing.F) {
 	f.Add([]byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 	f.Add([]byte(`{"stream":true,"stream_options":{"include_usage":false,"a":[1,2]}}`))
 	f.Add([]byte(`{"stream":true,"stream_options":null}`))
+	f.Add([]byte(`{"stream":false,"stream":true}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		got, ok := WithIncludeUsage(body)
 		if !ok {
 			return
+		}
+		// The front doors ask only a body the estimate read as a stream (est.Stream),
+		// so the estimate must read every body rewritten here as one.
+		if est, err := estimate.Input(body); err == nil && !est.Stream {
+			t.Fatalf("rewrote %q, which the estimate reads as no stream", body)
 		}
 		var before, after map[string]any
 		if err := json.Unmarshal(body, &before); err != nil {
