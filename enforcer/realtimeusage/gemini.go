@@ -2,11 +2,13 @@ package realtimeusage
 
 import (
 	"encoding/json"
-	"math"
 	"mime"
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
+	"github.com/tollgate-dev/tollgate/pkg/saturate"
 )
 
 // GeminiLive follows one session of Google's Gemini Live API (BidiGenerateContent over a
@@ -130,15 +132,15 @@ func (r *GeminiLive) Event(msg []byte) (Usage, Kind) {
 		if t := c.ModelTurn; t != nil {
 			r.open = true
 			for _, p := range t.Parts {
-				r.text = satAdd(r.text, int64(len(p.Text)))
+				r.text = saturate.Add(r.text, int64(len(p.Text)))
 				if d := p.InlineData; d != nil {
-					r.audio = satAdd(r.audio, audioTokens(d.MimeType, len(d.Data)))
+					r.audio = saturate.Add(r.audio, audioTokens(d.MimeType, len(d.Data)))
 				}
 			}
 		}
 		if t := c.OutputTranscription; t != nil {
 			r.open = true
-			r.text = satAdd(r.text, int64(len(t.Text)))
+			r.text = saturate.Add(r.text, int64(len(t.Text)))
 		}
 	}
 	if len(m.ToolCall) > 0 {
@@ -154,11 +156,11 @@ func (r *GeminiLive) Event(msg []byte) (Usage, Kind) {
 }
 
 // Unfinished is what the turn in progress had shown, and whether one was: at the
-// session's end it never reported its usage. Its audio is counted as text bytes at four
-// a token, as the settlement estimates text (estimate.Tokens), so that the larger of the
-// two is what it is charged.
+// session's end it never reported its usage. Its audio tokens are counted as the text
+// bytes they stand for (estimate.Bytes), as the settlement estimates text
+// (estimate.Tokens), so that the larger of the two is what it is charged.
 func (r *GeminiLive) Unfinished() (Usage, bool) {
-	text := max(r.text, satMul(r.audio, 4))
+	text := max(r.text, estimate.Bytes(r.audio))
 	return Usage{Model: r.Model(), TextBytes: text}, r.open
 }
 
@@ -174,9 +176,9 @@ func (us *liveUsage) usage() (Usage, bool) {
 			return Usage{}, false
 		}
 	}
-	in := satAdd(us.PromptTokenCount, us.ToolUsePromptTokenCount)
-	out := satAdd(max(us.ResponseTokenCount, us.CandidatesTokenCount), us.ThoughtsTokenCount)
-	if us.TotalTokenCount > satAdd(in, out) {
+	in := saturate.Add(us.PromptTokenCount, us.ToolUsePromptTokenCount)
+	out := saturate.Add(max(us.ResponseTokenCount, us.CandidatesTokenCount), us.ThoughtsTokenCount)
+	if us.TotalTokenCount > saturate.Add(in, out) {
 		out = us.TotalTokenCount - in // never less than the total says
 	}
 	if in == 0 && out == 0 {
@@ -209,7 +211,7 @@ func nonText(list []modalityCount, limit int64) *int64 {
 			return nil
 		}
 		if c.Modality != "TEXT" {
-			n = satAdd(n, c.TokenCount)
+			n = saturate.Add(n, c.TokenCount)
 		}
 	}
 	n = min(n, limit)
@@ -231,20 +233,4 @@ func audioTokens(mimeType string, dataLen int) int64 {
 	bytes := int64(max(dataLen-2, 0)) * 3 / 4
 	samples := bytes / 2
 	return (samples*GeminiAudioTokensPerSecond + rate - 1) / rate
-}
-
-// satAdd is a + b for counts (never negative), at most math.MaxInt64.
-func satAdd(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
-}
-
-// satMul is a * b for counts (never negative), at most math.MaxInt64.
-func satMul(a, b int64) int64 {
-	if b != 0 && a > math.MaxInt64/b {
-		return math.MaxInt64
-	}
-	return a * b
 }

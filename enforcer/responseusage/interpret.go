@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+	"github.com/tollgate-dev/tollgate/pkg/saturate"
 )
 
 // The accumulator turns the documents the scanner read into one usage: it
@@ -536,7 +537,7 @@ func (a *accumulator) fill(u *Usage) {
 		// The results of its tools given back to the model (toolUsePromptTokenCount)
 		// are input it bills, apart from promptTokenCount.
 		if toolUse, ok := a.u.get(tokGeminiToolUse); ok && hasIn {
-			in = satAdd(in, toolUse)
+			in = saturate.Add(in, toolUse)
 		}
 	}
 	cached, _ := a.u.get(cachedTok)
@@ -574,7 +575,7 @@ func (a *accumulator) fill(u *Usage) {
 		// The iterations billed apart (noteIterations) add to every count.
 		plus := func(x int64, t int) int64 {
 			v, _ := a.u.get(t)
-			return satAdd(x, v)
+			return saturate.Add(x, v)
 		}
 		out, cached = plus(out, tokIterOutput), plus(cached, tokIterCacheRead)
 		if hasIn {
@@ -585,7 +586,7 @@ func (a *accumulator) fill(u *Usage) {
 		advCached, _ := a.u.get(tokAdvisorCacheRead)
 		advWritten, _ := a.u.get(tokAdvisorCacheWrite)
 		u.AdvisorOutputTokens, _ = a.u.get(tokAdvisorOutput)
-		u.AdvisorInputTokens = plus(satAdd(advCached, advWritten), tokAdvisorInput)
+		u.AdvisorInputTokens = plus(saturate.Add(advCached, advWritten), tokAdvisorInput)
 		u.AdvisorCachedInputTokens, u.AdvisorCacheCreationInputTokens = advCached, advWritten
 	}
 	u.OutputTokens = out
@@ -596,7 +597,7 @@ func (a *accumulator) fill(u *Usage) {
 		created, _ := a.u.get(tokCacheCreation)
 		if a.fam == famAnthropic {
 			v, _ := a.u.get(tokIterCacheWrite)
-			created = satAdd(created, v)
+			created = saturate.Add(created, v)
 		}
 		u.CacheCreationInputTokens = created
 		// The part written for an hour (cache_creation.ephemeral_1h_input_tokens), never

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/pkg/saturate"
 )
 
 // This file is a reference implementation for the tests: it reads a whole
@@ -625,15 +627,15 @@ func oracleGuardrails(obj []member) *guardReading {
 			u := &g.units
 			switch f.key {
 			case "contentPolicyUnits":
-				u.ContentText = satAdd(u.ContentText, n)
+				u.ContentText = saturate.Add(u.ContentText, n)
 			case "topicPolicyUnits":
-				u.DeniedTopics = satAdd(u.DeniedTopics, n)
+				u.DeniedTopics = saturate.Add(u.DeniedTopics, n)
 			case "sensitiveInformationPolicyUnits":
-				u.SensitiveInformation = satAdd(u.SensitiveInformation, n)
+				u.SensitiveInformation = saturate.Add(u.SensitiveInformation, n)
 			case "contextualGroundingPolicyUnits":
-				u.ContextualGrounding = satAdd(u.ContextualGrounding, n)
+				u.ContextualGrounding = saturate.Add(u.ContextualGrounding, n)
 			case "contentPolicyImageUnits":
-				u.ContentImages = satAdd(u.ContentImages, n)
+				u.ContentImages = saturate.Add(u.ContentImages, n)
 			case "automatedReasoningPolicyUnits":
 				reasoning = n
 			case "automatedReasoningPolicies":
@@ -641,7 +643,7 @@ func oracleGuardrails(obj []member) *guardReading {
 			}
 		}
 		if reasoning > 0 {
-			g.units.AutomatedReasoning = satAdd(g.units.AutomatedReasoning, satMul(reasoning, max(policies, 1)))
+			g.units.AutomatedReasoning = saturate.Add(g.units.AutomatedReasoning, saturate.Mul(reasoning, max(policies, 1)))
 		}
 	}
 	usage := func(assessment []member) {
@@ -665,7 +667,7 @@ func oracleGuardrails(obj []member) *guardReading {
 				for _, check := range all(us, c.key) {
 					for _, f := range check {
 						if n, ok := plainCount(f.val); ok && f.key == "textUnits" {
-							*c.dst, g.seen = satAdd(*c.dst, n), true
+							*c.dst, g.seen = saturate.Add(*c.dst, n), true
 						}
 					}
 				}

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+	"github.com/tollgate-dev/tollgate/pkg/saturate"
 )
 
 // The scanner is an incremental, push-driven JSON reader. It checks the
@@ -480,12 +481,9 @@ func (u *usageFields) get(t int) (int64, bool) {
 // apart (rootIterations).
 func (u *usageFields) add(t int, v int64) {
 	cur, _ := u.get(t)
-	u.tok[t] = satAdd(cur, v)
+	u.tok[t] = saturate.Add(cur, v)
 	u.has |= 1 << t
 }
-
-// satAdd is a + b for non-negative counts, saturating at math.MaxInt64.
-func satAdd(a, b int64) int64 { return min(a, math.MaxInt64-b) + b }
 
 // setMax records a reported count: the largest one reported wins.
 func (u *usageFields) setMax(t int, v int64) {
@@ -602,25 +600,25 @@ func (d *docFields) addGuard(g uint8, n int64) {
 	u := &d.guard.units
 	switch g {
 	case guardContent:
-		u.ContentText = satAdd(u.ContentText, n)
+		u.ContentText = saturate.Add(u.ContentText, n)
 	case guardTopic:
-		u.DeniedTopics = satAdd(u.DeniedTopics, n)
+		u.DeniedTopics = saturate.Add(u.DeniedTopics, n)
 	case guardSensitive:
-		u.SensitiveInformation = satAdd(u.SensitiveInformation, n)
+		u.SensitiveInformation = saturate.Add(u.SensitiveInformation, n)
 	case guardGrounding:
-		u.ContextualGrounding = satAdd(u.ContextualGrounding, n)
+		u.ContextualGrounding = saturate.Add(u.ContextualGrounding, n)
 	case guardReasoning:
 		d.guard.reasoning = n
 	case guardReasoningPolicies:
 		d.guard.policies = n
 	case guardImages:
-		u.ContentImages = satAdd(u.ContentImages, n)
+		u.ContentImages = saturate.Add(u.ContentImages, n)
 	case guardChecksContent:
-		u.ChecksContentFilter = satAdd(u.ChecksContentFilter, n)
+		u.ChecksContentFilter = saturate.Add(u.ChecksContentFilter, n)
 	case guardChecksPrompt:
-		u.ChecksPromptAttack = satAdd(u.ChecksPromptAttack, n)
+		u.ChecksPromptAttack = saturate.Add(u.ChecksPromptAttack, n)
 	case guardChecksSensitive:
-		u.ChecksSensitiveInformation = satAdd(u.ChecksSensitiveInformation, n)
+		u.ChecksSensitiveInformation = saturate.Add(u.ChecksSensitiveInformation, n)
 	}
 }
 
@@ -632,19 +630,11 @@ func (d *docFields) addGuard(g uint8, n int64) {
 // guardrails".
 func (d *docFields) endGuardUsage() {
 	if g := d.guard; g != nil && g.reasoning > 0 {
-		g.units.AutomatedReasoning = satAdd(g.units.AutomatedReasoning, satMul(g.reasoning, max(g.policies, 1)))
+		g.units.AutomatedReasoning = saturate.Add(g.units.AutomatedReasoning, saturate.Mul(g.reasoning, max(g.policies, 1)))
 	}
 	if d.guard != nil {
 		d.guard.reasoning, d.guard.policies = 0, 0
 	}
-}
-
-// satMul is a * b for non-negative counts, saturating at math.MaxInt64.
-func satMul(a, b int64) int64 {
-	if b != 0 && a > math.MaxInt64/b {
-		return math.MaxInt64
-	}
-	return a * b
 }
 
 // maxContainers bounds the distinct containers a response's ids are kept of: a request
