@@ -48,13 +48,12 @@ func (u *realtimeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"Incorrect API key provided"}}`, http.StatusUnauthorized)
 		return
 	}
-	c, err := websocket.Accept(w, r, nil)
-	if err != nil {
+	c, send := fakeSession(w, r, websocket.MessageText)
+	if c == nil {
 		return
 	}
 	defer c.CloseNow()
 	ctx := r.Context()
-	send := func(s string) error { return c.Write(ctx, websocket.MessageText, []byte(s)) }
 	if send(`{"type":"session.created","event_id":"ev_0","session":{"object":"realtime.session","model":"gpt-realtime-2025-08-28",`+
 		`"audio":{"input":{"transcription":{"model":"gpt-4o-transcribe"}}}}}`) != nil {
 		return
@@ -90,6 +89,17 @@ func (u *realtimeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			id, u.in+u.out+2*i, u.in+i, u.out+i, i))
 		i++
 	}
+}
+
+// fakeSession accepts a fake provider's side of a session (nil when the handshake
+// failed: it was answered) and gives a send of messages of typ on it; the caller closes
+// it.
+func fakeSession(w http.ResponseWriter, r *http.Request, typ websocket.MessageType) (*websocket.Conn, func(string) error) {
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return nil, nil
+	}
+	return c, func(s string) error { return c.Write(r.Context(), typ, []byte(s)) }
 }
 
 // countingGate admits its first n checks (request ids req_1, req_2, ...) and refuses the
@@ -567,13 +577,12 @@ func newLeavingUpstream(t *testing.T, responses, done int) *leavingUpstream {
 func (u *leavingUpstream) let() { u.letOnce.Do(func() { close(u.proceed) }) }
 
 func (u *leavingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c, err := websocket.Accept(w, r, nil)
-	if err != nil {
+	c, send := fakeSession(w, r, websocket.MessageText)
+	if c == nil {
 		return
 	}
 	defer c.CloseNow()
 	ctx := r.Context()
-	send := func(s string) { _ = c.Write(ctx, websocket.MessageText, []byte(s)) }
 	send(`{"type":"session.created","session":{"model":"gpt-realtime-2025-08-28"}}`)
 	if _, _, err := c.Read(ctx); err != nil {
 		return
@@ -589,7 +598,7 @@ func (u *leavingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		send(fmt.Sprintf(`{"type":"response.done","response":{"id":"resp_%d","status":"completed",`+
 			`"usage":{"input_tokens":%d,"output_tokens":%d,"input_token_details":{"cached_tokens":0}}}}`, i, 1000+i, 200+i))
 	}
-	_, _, err = c.Read(ctx)
+	_, _, err := c.Read(ctx)
 	u.closed <- providerClose{err, time.Now()}
 }
 
@@ -879,13 +888,12 @@ func (u *geminiLiveUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.query, u.header = r.URL.RawQuery, r.Header.Clone()
 	u.mu.Unlock()
-	c, err := websocket.Accept(w, r, nil)
-	if err != nil {
+	c, send := fakeSession(w, r, websocket.MessageBinary)
+	if c == nil {
 		return
 	}
 	defer c.CloseNow()
 	ctx := r.Context()
-	send := func(s string) error { return c.Write(ctx, websocket.MessageBinary, []byte(s)) }
 	if _, _, err := c.Read(ctx); err != nil || send(`{"setupComplete":{}}`) != nil {
 		return
 	}
@@ -1035,13 +1043,12 @@ type responsesUpstream struct {
 }
 
 func (u *responsesUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c, err := websocket.Accept(w, r, nil)
-	if err != nil {
+	c, send := fakeSession(w, r, websocket.MessageText)
+	if c == nil {
 		return
 	}
 	defer c.CloseNow()
 	ctx := r.Context()
-	send := func(s string) { _ = c.Write(ctx, websocket.MessageText, []byte(s)) }
 	for i := int64(0); ; i++ {
 		if _, _, err := c.Read(ctx); err != nil {
 			return
