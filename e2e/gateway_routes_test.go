@@ -770,12 +770,14 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 
 // TestResponsesWebSocketThroughTheGateway: the official OpenAI SDK's ResponsesWS (the
 // Responses API's WebSocket mode, on the ws package) asks gpt-5 for responses on one
-// connection through the gateway. Each response is charged exactly as the same response
-// streamed over HTTP (its tokens, its cached input, the web search its output lists) as
-// a request of its own; the member is checked again before each next response, so once
-// two responses spent the 1 USD day limit the session is closed with 1008 and the
-// refusal's code, and a new session's handshake is refused 429. The provider sees its own
-// key, never the member's.
+// connection through the gateway. Each response.create is checked as a request of its
+// own, and its response charged exactly as the same response streamed over HTTP (its
+// tokens, its cached input, the web search its output lists); the handshake's request is
+// settled at 0. Once two responses spent the 1 USD day limit, the third response.create
+// is refused before it reaches the provider: the session is closed with 1008 and the
+// refusal's code, and a new session's handshake is refused 429. In an organization that
+// refuses models nobody priced, a response.create naming one is refused the same way,
+// before it runs. The provider sees its own key, never the member's.
 func TestResponsesWebSocketThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -801,15 +803,29 @@ func TestResponsesWebSocketThroughTheGateway(t *testing.T) {
 		calls[0].Header.Get("Authorization") != providerAuthorization || strings.Contains(fmt.Sprint(calls[0].Header), o.key) {
 		t.Fatalf("the provider got %+v", calls)
 	}
-	s.waitUsed(t, o, 2, 2*want)
+	// The fake counts the session's messages when its side ends, after the script's.
+	waitFor(t, 5*time.Second, "the provider's session to end", func() bool { return fake.Calls()[0].Body != nil })
+	if got := string(fake.Calls()[0].Body); got != "2" {
+		t.Fatalf("the provider got %s response.create events, want the two admitted", got)
+	}
+	s.waitUsed(t, o, 3, 2*want)
 	got := receiptRows(t, s, o, `cost_micro_usd, complete, model, cost_basis, web_search_requests`)
-	if len(got) != 2 || got[0] != fmt.Sprint(want, true, "gpt-5", "reported_usage", 1) || got[1] != got[0] {
-		t.Fatalf("receipts %q, want two of %d, complete, reported, with a web search", got, want)
+	if len(got) != 3 || got[0] != fmt.Sprint(0, true, "", "none", 0) ||
+		got[1] != fmt.Sprint(want, true, "gpt-5", "reported_usage", 1) || got[2] != got[1] {
+		t.Fatalf("receipts %q, want the handshake's at 0, then two of %d, complete, reported, with a web search", got, want)
 	}
 
 	again := runSDK(t, dir, "openai.mjs", "responses-ws", s.gateway, o.key, "gpt-5")
 	if again.OK || again.Status != 429 || len(fake.Calls()) != 1 {
 		t.Fatalf("a blocked member's session: %+v; the provider got %d sessions", again, len(fake.Calls()))
+	}
+
+	strict := s.setUpOrg(t)
+	s.must(t, 200, "PUT", "/v1/gateway/model-prices/unpriced-models", strict.owner.token, strict.id, map[string]string{"action": "refuse"}, nil)
+	unpriced := runSDK(t, dir, "openai.mjs", "responses-ws", s.gateway, strict.key, "gpt-nobody-priced")
+	if !unpriced.OK || unpriced.Chunks != 0 || unpriced.CloseCode != 1008 || unpriced.CloseReason != "service_gateway_model_not_priced" ||
+		len(fake.Calls()) != 1 {
+		t.Fatalf("a response.create naming a model nobody priced: %+v; the provider got %d sessions", unpriced, len(fake.Calls()))
 	}
 }
 

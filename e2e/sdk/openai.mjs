@@ -19,7 +19,8 @@
 // - "responses-ws": the Responses API's WebSocket mode (the SDK's ResponsesWS, on the ws
 //   package), asking up to three responses (response.create), each after the last's
 //   response.completed: usage is the list of their usage, text their text, closeCode and
-//   closeReason how the session closed (1000 when the script closed it);
+//   closeReason how the session closed (1000 when the script closed it), also when it
+//   closed before any response (a refused handshake is an error with its status);
 // - "realtime": a Realtime session over a WebSocket (the SDK's OpenAIRealtimeWS, on the
 //   ws package), asking up to three responses, each after the last ended: usage is the
 //   list of the responses' usage, text their text, closeCode and closeReason how the
@@ -290,11 +291,13 @@ async function responsesWebSocket() {
   }
   if (usage.length === 0) {
     // A refused handshake (401, 429) closes the socket before it opens; ws says the
-    // status in its error ("Unexpected server response: 429").
+    // status in its error ("Unexpected server response: 429"). A session that opened and
+    // was closed before any response (its first response.create refused) says how.
     const c = await closed;
-    const err = new Error(`the session closed before a response (${c.code}): ${errors.join('; ')}`);
     const status = /Unexpected server response: (\d+)/.exec(errors.join(' '));
-    if (status) err.status = Number(status[1]);
+    if (!status) return { text, model, usage, chunks: 0, closeCode: c.code, closeReason: c.reason };
+    const err = new Error(`the session closed before a response (${c.code}): ${errors.join('; ')}`);
+    err.status = Number(status[1]);
     throw err;
   }
   ws.close({ code: 1000, reason: 'done' });

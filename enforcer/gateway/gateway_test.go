@@ -72,7 +72,9 @@ func (f *fakeGate) CheckRequest(_ context.Context, c gate.Credentials, h gate.Hi
 type fakeTracker struct {
 	mu       sync.Mutex
 	finished []inflight.Usage
-	recorded []string
+	// finishedIDs are the ids of the requests finished, in the same order.
+	finishedIDs []string
+	recorded    []string
 	// guardrailChecks are the body lengths of the guardrail checks recorded.
 	guardrailChecks []int64
 	followed        []string
@@ -113,6 +115,7 @@ func (f *fakeTracker) Finish(id string, u inflight.Usage, done func(settleq.Resu
 	time.Sleep(f.slow)
 	f.mu.Lock()
 	f.finished = append(f.finished, u)
+	f.finishedIDs = append(f.finishedIDs, id)
 	f.mu.Unlock()
 	f.done <- struct{}{}
 	if done != nil {
@@ -124,7 +127,7 @@ func (f *fakeTracker) Finish(id string, u inflight.Usage, done func(settleq.Resu
 // reset forgets the settlements seen so far.
 func (f *fakeTracker) reset() {
 	f.mu.Lock()
-	f.finished = nil
+	f.finished, f.finishedIDs = nil, nil
 	f.mu.Unlock()
 }
 
@@ -149,7 +152,7 @@ func (f *fakeTracker) settledOnce(t *testing.T) inflight.Usage {
 	t.Helper()
 	u := f.settled(t)
 	f.mu.Lock()
-	f.finished = nil
+	f.finished, f.finishedIDs = nil, nil
 	f.mu.Unlock()
 	return u
 }

@@ -52,10 +52,12 @@ import (
 // the client's first message (setup) names the model, and each turn's usageMetadata
 // settles a request (realtimeusage.GeminiLive). It has no transcriptions billed apart.
 //
-// So is the Responses API's WebSocket mode (GET /v1/responses upgraded): each
-// response's terminal event settles a request as the same response streamed over HTTP
-// would be settled (responseusage.ResponsesSession). The readers are behind one interface
-// (sessionEvents, session_events.go).
+// So is the Responses API's WebSocket mode (GET /v1/responses upgraded), where every
+// response is asked for by the client: each response.create is checked as a request of
+// its own before it goes upstream, and its response's terminal event settles it as the
+// same response streamed over HTTP would be settled (responses_ws.go,
+// responseusage.ResponsesSession). The readers are behind one interface (sessionEvents,
+// session_events.go).
 //
 // Any other WebSocket upgrade is refused (400): nothing else a provider serves that way
 // could be charged.
@@ -130,16 +132,19 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 		gw.tracker.Follow(p.id)
 	}
 	var events sessionEvents
-	// setup reads the client's first message: Gemini Live's names the model.
-	var setup func([]byte)
+	// inspect looks at the client's messages before they go upstream: Gemini Live's
+	// first names the model, the Responses API's response.create events are checked.
+	var inspect clientInspector
+	// creates: a Responses session's requests, one per response.create (responses_ws.go).
+	var creates *responseCreates
 	switch path := r.URL.Path; {
 	case p.route.Signer != nil:
 	case isGeminiLivePath(path):
 		live := realtimeusage.NewGeminiLive()
-		events, setup = tokenSession{live}, live.Setup
+		events, inspect = tokenSession{live}, &geminiSetup{live: live}
 	case isResponsesPath(path):
-		// Each response.create names its model; each response's terminal event too.
-		events = responsesSession{responseusage.NewResponsesSession()}
+		creates = &responseCreates{p: p, path: path}
+		events, inspect = responsesSession{responseusage.NewResponsesSession(), creates}, creates
 	case isRealtimePath(path):
 		q := r.URL.Query()
 		model := requestbody.CleanModel(q.Get("model"))
@@ -194,6 +199,13 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	}
 	defer client.CloseNow()
 	client.SetReadLimit(gw.cfg.MaxBodyBytes)
+	creds := credentialsOf(r)
+	if creates != nil {
+		// The handshake's request let the session open and asked for no response; each
+		// response.create is a request of its own.
+		creates.ctx, creates.creds = ctx, creds
+		p.settle(inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols})
+	}
 	// The upstream's messages are read under their own cancellation, which a shutdown
 	// uses (DrainSessions): the client's side stays open for the close that says why.
 	upCtx, stopCause := context.WithCancelCause(ctx)
@@ -202,7 +214,6 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	defer gw.closeSession(p)
 	go keepAlive(upCtx, gw.cfg.IdleTimeout, up, stopCause)
 
-	creds := credentialsOf(r)
 	// Transcriptions that ended while a response was in progress and could not be
 	// charged aside (the member was refused) wait for its end: closing the session in
 	// between would cut the response, uncharged.
@@ -210,7 +221,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	// The provider's messages are read on their own (readUpstream), so that the session
 	// also hears of its client's end (relayClient) while the provider is silent.
 	clientEnded := make(chan error, 1)
-	go relayClient(ctx, cancel, client, up, clientEnded, setup)
+	go relayClient(ctx, cancel, client, up, clientEnded, inspect)
 	fromUp := make(chan upstreamMessage)
 	stopReading := make(chan struct{})
 	defer close(stopReading)
@@ -281,7 +292,8 @@ relay:
 				left = err
 			}
 		}
-		if kind != realtimeusage.None {
+		// A Responses session settles its responses itself (responsesSession).
+		if kind != realtimeusage.None && creates == nil {
 			if _, inProgress := events.Unfinished(); kind == realtimeusage.Transcription && inProgress {
 				if !p.chargeAside(ctx, u, creds, events.Model()) {
 					waiting = append(waiting, u)
@@ -320,6 +332,10 @@ relay:
 	// session's request carried a response that ended after the client left
 	// (chargeLeft).
 	last, inProgress := events.Unfinished()
+	if creates != nil {
+		creates.finish(last, inProgress)
+		return
+	}
 	if inProgress && left != nil && p.settled && p.id != "" {
 		p.chargeAside(wctx, last, creds, events.Model())
 		return
@@ -436,23 +452,59 @@ func closeReason(a gate.Answer) string {
 	return a.Reason.String()
 }
 
+// clientInspector looks at each message a session's client sends before it goes
+// upstream.
+type clientInspector interface {
+	// pass tells whether msg may go upstream; else the reason the client's side is
+	// closed with (1008), "" when the session is ending.
+	pass(msg []byte) (reason string, ok bool)
+	// lost: msg, which pass let through, could not be written upstream.
+	lost(msg []byte)
+}
+
+// geminiSetup reads a Gemini Live session's first client message, its setup, which names
+// the model.
+type geminiSetup struct {
+	live *realtimeusage.GeminiLive
+	read bool
+}
+
+func (g *geminiSetup) pass(msg []byte) (string, bool) {
+	if !g.read {
+		g.live.Setup(msg)
+		g.read = true
+	}
+	return "", true
+}
+
+func (g *geminiSetup) lost([]byte) {}
+
 // relayClient sends the client's messages to the upstream until either side ends. A
 // client that ends (closes, goes away) is reported on ended: the session decides when
 // the upstream's side closes (at once, unless a response is in progress). An upstream
 // that can no longer be written to ends the session (cancel), the client told why.
-// setup, when not nil, reads the client's first message before it goes on.
-func relayClient(ctx context.Context, cancel context.CancelFunc, client, up *websocket.Conn, ended chan<- error, setup func([]byte)) {
+// inspect, when not nil, passes each message first: one it refuses ends the client's
+// side (closed with 1008 and the reason), reported on ended as errCreateRefused.
+func relayClient(ctx context.Context, cancel context.CancelFunc, client, up *websocket.Conn, ended chan<- error, inspect clientInspector) {
 	for {
 		typ, msg, err := client.Read(ctx)
 		if err != nil {
 			ended <- err
 			return
 		}
-		if setup != nil {
-			setup(msg)
-			setup = nil
+		if inspect != nil {
+			if reason, ok := inspect.pass(msg); !ok {
+				if reason != "" {
+					_ = client.Close(websocket.StatusPolicyViolation, reason)
+				}
+				ended <- errCreateRefused
+				return
+			}
 		}
 		if err := up.Write(ctx, typ, msg); err != nil {
+			if inspect != nil {
+				inspect.lost(msg)
+			}
 			closeWith(client, err)
 			cancel()
 			return

@@ -67,17 +67,27 @@ func settlement(u realtimeusage.Usage, sessionModel string) inflight.Usage {
 }
 
 // responsesSession settles each response of the Responses API's WebSocket mode as the
-// same response streamed over HTTP is settled (inflight.FromResponse).
+// same response streamed over HTTP is settled (inflight.FromResponse), on the request
+// its response.create was admitted as (responseCreates): it settles itself, before the
+// event that ended the response goes on to the client, who may ask for the next at once.
 type responsesSession struct {
 	r *responseusage.ResponsesSession
+	q *responseCreates
 }
 
 func (s responsesSession) Event(msg []byte) (inflight.Usage, realtimeusage.Kind) {
-	u, ended := s.r.Event(msg)
-	if !ended {
-		return inflight.Usage{}, realtimeusage.None
+	u, ev := s.r.Event(msg)
+	switch ev {
+	case responseusage.ResponseCreated:
+		s.q.started()
+	case responseusage.ErrorEvent:
+		s.q.rejected()
+	case responseusage.ResponseEnded:
+		settled := inflight.FromResponse(u, true, http.StatusSwitchingProtocols, false)
+		s.q.finished(settled, s.r.Model())
+		return settled, realtimeusage.Response
 	}
-	return inflight.FromResponse(u, true, http.StatusSwitchingProtocols, false), realtimeusage.Response
+	return inflight.Usage{}, realtimeusage.None
 }
 
 func (s responsesSession) Model() string { return s.r.Model() }

@@ -19,6 +19,10 @@ import (
 // event (the session ended) is estimated from the text its deltas carried.
 //
 // Not safe for concurrent use.
+//
+// Event says what each event was (SessionEvent), so that the front door can tell which
+// of the response.create events it admitted a server event concerns: the server makes
+// one response at a time, in the order they were asked for.
 type ResponsesSession struct {
 	model string
 	// open holds the ids of the responses created and not yet ended; text the bytes of
@@ -43,12 +47,29 @@ type responsesEvent struct {
 	} `json:"response"`
 }
 
-// Event reads one message the server sent: the usage of the response it ended, and
-// whether it ended one.
-func (s *ResponsesSession) Event(msg []byte) (Usage, bool) {
+// SessionEvent is what a server event of a Responses session was, as far as the requests
+// its response.create events asked for are concerned.
+type SessionEvent int
+
+const (
+	// OtherEvent concerns no request's start or end (a delta, an output item...).
+	OtherEvent SessionEvent = iota
+	// ResponseCreated: a response began (response.created).
+	ResponseCreated
+	// ResponseEnded: a response's terminal event; Event's Usage is that response's.
+	ResponseEnded
+	// ErrorEvent: the server's "error" event, which is how it refuses a response.create
+	// it will not run (previous_response_not_found, response_already_in_flight, a bad
+	// parameter); a response that began and then failed ends with response.failed.
+	ErrorEvent
+)
+
+// Event reads one message the server sent: what it was, and the usage of the response
+// it ended (ResponseEnded).
+func (s *ResponsesSession) Event(msg []byte) (Usage, SessionEvent) {
 	var e responsesEvent
 	if json.Unmarshal(msg, &e) != nil {
-		return Usage{}, false // not JSON (or not an event's shape): not ours
+		return Usage{}, OtherEvent // not JSON (or not an event's shape): not ours
 	}
 	if e.Response != nil && e.Response.Model != "" {
 		s.model = e.Response.Model
@@ -56,6 +77,9 @@ func (s *ResponsesSession) Event(msg []byte) (Usage, bool) {
 	switch {
 	case e.Type == "response.created" && e.Response != nil:
 		s.open[e.Response.ID] = struct{}{}
+		return Usage{}, ResponseCreated
+	case e.Type == "error":
+		return Usage{}, ErrorEvent
 	case e.Type == "response.completed" || e.Type == "response.incomplete" || e.Type == "response.failed":
 		if e.Response != nil {
 			delete(s.open, e.Response.ID)
@@ -73,13 +97,13 @@ func (s *ResponsesSession) Event(msg []byte) (Usage, bool) {
 		if len(s.open) == 0 {
 			s.text = 0
 		}
-		return u, true
+		return u, ResponseEnded
 	case strings.HasSuffix(e.Type, ".delta") && !strings.HasSuffix(e.Type, "audio.delta"):
 		// Text the model wrote (output text, refusals, reasoning summaries, function
 		// call arguments), output it bills, counted as the HTTP stream's is.
 		s.text += int64(len(e.Delta))
 	}
-	return Usage{}, false
+	return Usage{}, OtherEvent
 }
 
 // Model is the model the session's responses named, "" before one did.

@@ -1,6 +1,9 @@
 package responseusage
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // A Responses WebSocket session: each terminal event is its response's whole usage, read
 // as an HTTP stream's terminal event; text deltas (not audio ones) count for a response
@@ -13,17 +16,21 @@ func TestResponsesSession(t *testing.T) {
 		`{"type":"response.output_audio.delta","delta":"UklGRiQAAABXQVZF"}`,
 		`{"type":"response.function_call_arguments.delta","delta":"{\"a\":1}"}`,
 	} {
-		if _, ended := s.Event([]byte(m)); ended {
-			t.Fatalf("%s ended a response", m)
+		want := OtherEvent
+		if strings.Contains(m, "response.created") {
+			want = ResponseCreated
+		}
+		if _, ev := s.Event([]byte(m)); ev != want {
+			t.Fatalf("%s: event %d, want %d", m, ev, want)
 		}
 	}
 	if text, open := s.Unfinished(); !open || text != int64(len("Tolls ")+len(`{"a":1}`)) || s.Model() != "gpt-5-2025-08-07" {
 		t.Fatalf("in progress: %d bytes, open %v, model %q", text, open, s.Model())
 	}
-	u, ended := s.Event([]byte(`{"type":"response.completed","response":{"id":"resp_1","object":"response","model":"gpt-5-2025-08-07","status":"completed",` +
+	u, ev := s.Event([]byte(`{"type":"response.completed","response":{"id":"resp_1","object":"response","model":"gpt-5-2025-08-07","status":"completed",` +
 		`"output":[{"type":"web_search_call","id":"ws_1","status":"completed"}],"service_tier":"priority",` +
 		`"usage":{"input_tokens":50,"input_tokens_details":{"cached_tokens":20},"output_tokens":9}}}`))
-	if !ended || !u.Complete || u.InputTokens != 50 || u.CachedInputTokens != 20 || u.OutputTokens != 9 || u.WebSearchRequests != 1 ||
+	if ev != ResponseEnded || !u.Complete || u.InputTokens != 50 || u.CachedInputTokens != 20 || u.OutputTokens != 9 || u.WebSearchRequests != 1 ||
 		u.Model != "gpt-5-2025-08-07" || u.Tier == 0 {
 		t.Fatalf("completed: %s (searches %d, tier %v)", show(u), u.WebSearchRequests, u.Tier)
 	}
@@ -32,8 +39,12 @@ func TestResponsesSession(t *testing.T) {
 	}
 	s.Event([]byte(`{"type":"response.created","response":{"id":"resp_2","model":"gpt-5-2025-08-07"}}`))
 	s.Event([]byte(`{"type":"response.output_text.delta","delta":"A long answer"}`))
-	u, ended = s.Event([]byte(`{"type":"response.failed","response":{"id":"resp_2","status":"failed","error":{"code":"server_error"}}}`))
-	if !ended || u.OutputReported || u.TextBytes != int64(len("A long answer")) {
+	u, ev = s.Event([]byte(`{"type":"response.failed","response":{"id":"resp_2","status":"failed","error":{"code":"server_error"}}}`))
+	if ev != ResponseEnded || u.OutputReported || u.TextBytes != int64(len("A long answer")) {
 		t.Fatalf("failed without usage: %s", show(u))
+	}
+	// The server's refusal of a response.create it does not run.
+	if _, ev := s.Event([]byte(`{"type":"error","status":400,"error":{"type":"invalid_request_error","code":"previous_response_not_found"}}`)); ev != ErrorEvent {
+		t.Fatalf("an error event: %d", ev)
 	}
 }

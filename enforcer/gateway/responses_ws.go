@@ -1,0 +1,230 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+)
+
+// In the Responses API's WebSocket mode every response is asked for by the client, with
+// a response.create event whose fields are those of POST /v1/responses. So each one is
+// checked as the request it is, before it goes upstream (responseCreates.pass): the
+// gate reserves its worst case from its model and output cap, a Responses call the
+// organization cannot be charged for (a code tool naming a container created apart:
+// deferred billing) is refused, and so is a model nobody priced where the organization
+// refuses those. A refused response.create never reaches the provider: the client's
+// WebSocket is closed with 1008 and the refusal's error code, as a session at its limit
+// is. The handshake's own request, which let the session open, is settled at 0 once the
+// session is open: it asked for no response.
+//
+// The provider makes a connection's responses one at a time, in the order they were
+// asked for, so the requests admitted wait in that order (pending) for the events that
+// concern them: response.created starts the first that has not started, a response's
+// terminal event settles the first (with that response's usage), and an "error" event,
+// which is how the provider refuses a response.create it will not run, settles the
+// last one not started at 0. What the session's end leaves: the response in progress is
+// estimated from its text (as a cut stream is), one asked for and not yet begun is
+// charged its input estimate (the provider had it, as a request cut before its answer
+// began).
+
+// responseCreates are the requests a Responses WebSocket session's response.create
+// events were admitted as, and the settlement of each.
+type responseCreates struct {
+	p     *proxied
+	ctx   context.Context
+	creds gate.Credentials
+	path  string
+
+	mu      sync.Mutex
+	pending []pendingResponse
+	// applied is closed once the last response's settlement was applied: the next
+	// response.create's check waits for it, to see that response's cost.
+	applied chan struct{}
+	// ended: the session ended (finish); a request admitted since is settled at once.
+	ended bool
+}
+
+// pendingResponse is a response.create admitted as request id ("" when the gate admitted
+// it without a request to track), waiting for its response to begin and end.
+type pendingResponse struct {
+	id      string
+	started bool
+}
+
+func newResponseCreates(ctx context.Context, p *proxied, creds gate.Credentials, path string) *responseCreates {
+	return &responseCreates{p: p, ctx: ctx, creds: creds, path: path}
+}
+
+// errCreateRefused is how the client's side of a session ends when one of its
+// response.create events was refused: its WebSocket was closed with 1008 and the
+// refusal's code, and the provider's side is closed as for any client that left.
+var errCreateRefused = errors.New("a response.create was refused")
+
+// isResponseCreate tells a client's response.create event.
+func isResponseCreate(msg []byte) bool {
+	var ev struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(msg, &ev) == nil && ev.Type == "response.create"
+}
+
+// pass checks a message the client sent before it goes upstream: a response.create as
+// the request it is (see above). It returns the reason to close the client's side with
+// (1008) when the message must not go upstream: the refusal's error code, or "" when the
+// check could not finish (the session is ending). Any other message passes (a steer of
+// the response in progress, say): it asks for no response of its own.
+func (q *responseCreates) pass(msg []byte) (reason string, ok bool) {
+	if !isResponseCreate(msg) {
+		return "", true
+	}
+	p := q.p
+	gw := p.gw
+	q.waitApplied()
+	host := p.route.Upstream.Host
+	hint := gate.BodyHint(msg, q.path, host).WithUpstreamHost(host)
+	a, err := gw.gate.CheckRequest(q.ctx, q.creds, hint)
+	if err != nil {
+		return "", false
+	}
+	if !a.Allowed() {
+		return closeReason(a), false
+	}
+	id := a.RequestID
+	if id != "" {
+		gw.tracker.Follow(id)
+		if endpoint := requestbody.DeferredRequest(http.MethodPost, q.path, hint.Body, msg); endpoint != "" && !gw.cfg.AllowDeferred.Allows(endpoint) {
+			_ = gw.tracker.Finish(id, inflight.Refused(http.StatusForbidden), nil)
+			return closeReason(gate.BillingDeferredRefusal(endpoint)), false
+		}
+		if est := hint.Body; est != nil {
+			if gw.tracker.RefuseUnpricedModel(id, est.Model) {
+				return closeReason(gate.ModelNotPricedRefusal(est.Model)), false // settled by the tracker
+			}
+			gw.tracker.RecordRequest(id, *est)
+		}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ended {
+		// The session ended while the check ran: the create never goes upstream.
+		q.settle(id, inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, nil)
+		return "", false
+	}
+	q.pending = append(q.pending, pendingResponse{id: id})
+	return "", true
+}
+
+// lost settles a response.create admitted but not written upstream (the write failed)
+// at 0, unless the session's end settled it already.
+func (q *responseCreates) lost(msg []byte) {
+	if !isResponseCreate(msg) {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if n := len(q.pending); n > 0 && !q.pending[n-1].started {
+		q.settle(q.pending[n-1].id, inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, nil)
+		q.pending = q.pending[:n-1]
+	}
+}
+
+// waitApplied waits until the last response's settlement was applied, the session's
+// context ended, or realtimeSettleWait passed (a control plane that is down does not
+// hold the session up: the settlement waits in the spool).
+func (q *responseCreates) waitApplied() {
+	q.mu.Lock()
+	applied := q.applied
+	q.mu.Unlock()
+	if applied == nil {
+		return
+	}
+	wait := time.NewTimer(realtimeSettleWait)
+	defer wait.Stop()
+	select {
+	case <-applied:
+	case <-wait.C:
+	case <-q.ctx.Done():
+	}
+}
+
+// started notes response.created: the first request not started has begun.
+func (q *responseCreates) started() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range q.pending {
+		if !q.pending[i].started {
+			q.pending[i].started = true
+			return
+		}
+	}
+}
+
+// rejected notes the provider's "error" event: the last response.create not started was
+// refused, and is settled at 0. An error with none waiting concerns no request.
+func (q *responseCreates) rejected() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := len(q.pending) - 1; i >= 0; i-- {
+		if !q.pending[i].started {
+			q.settle(q.pending[i].id, inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, nil)
+			q.pending = append(q.pending[:i], q.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+// finished settles the first request waiting with the usage of the response that ended
+// (u). A response no response.create asked for (none waits) is charged on a request of
+// its own, checked now, and not charged if the member is refused then (chargeAside).
+func (q *responseCreates) finished(u inflight.Usage, model string) {
+	q.mu.Lock()
+	if len(q.pending) == 0 {
+		q.mu.Unlock()
+		q.p.chargeAside(q.ctx, u, q.creds, model)
+		return
+	}
+	head := q.pending[0]
+	q.pending = q.pending[1:]
+	applied := make(chan struct{})
+	q.applied = applied
+	q.settle(head.id, u, func(settleq.Result) { close(applied) })
+	q.mu.Unlock()
+}
+
+// finish settles what the session's end left waiting (see above): cut, the usage of the
+// response in progress as its text showed it (when inProgress); else the input
+// estimate of a response asked for. Requests admitted afterwards are settled at once
+// (pass).
+func (q *responseCreates) finish(cut inflight.Usage, inProgress bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.ended = true
+	for i, r := range q.pending {
+		if i == 0 && r.started && inProgress {
+			q.settle(r.id, cut, nil)
+			continue
+		}
+		q.settle(r.id, inflight.Usage{Seen: &inflight.Seen{}, UpstreamStatus: http.StatusSwitchingProtocols}, nil)
+	}
+	q.pending = nil
+}
+
+// settle reports request id's end (nothing for ""), calling done once it was applied or
+// given up (the tracker calls it on its errors too).
+func (q *responseCreates) settle(id string, u inflight.Usage, done func(settleq.Result)) {
+	if id == "" {
+		if done != nil {
+			done(settleq.Result{})
+		}
+		return
+	}
+	_ = q.p.gw.tracker.Finish(id, u, done)
+}
