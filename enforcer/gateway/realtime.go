@@ -141,7 +141,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	case p.route.Signer != nil:
 	case isGeminiLivePath(path):
 		live := realtimeusage.NewGeminiLive()
-		events, inspect = tokenSession{live}, &geminiSetup{live: live}
+		events, inspect = tokenSession{live}, &geminiSetup{live: live, id: p.id, tracker: gw.tracker}
 	case isResponsesPath(path):
 		creates = &responseCreates{p: p, path: path}
 		events, inspect = responsesSession{responseusage.NewResponsesSession(), creates}, creates
@@ -253,6 +253,9 @@ relay:
 		select {
 		case m = <-fromUp:
 		case err := <-clientEnded:
+			if errors.Is(err, errClientRefused) && creates == nil {
+				p.settled = true // Gemini Live's setup: the tracker settled the request (geminiSetup)
+			}
 			switch {
 			case left == nil:
 				left = err
@@ -463,16 +466,24 @@ type clientInspector interface {
 }
 
 // geminiSetup reads a Gemini Live session's first client message, its setup, which names
-// the model.
+// the model: where the organization refuses models nobody priced, such a model is
+// refused there, before the setup reaches the provider, and the session's first
+// request (id, admitted on the handshake) is settled at 0 by the tracker.
 type geminiSetup struct {
-	live *realtimeusage.GeminiLive
-	read bool
+	live    *realtimeusage.GeminiLive
+	id      string
+	tracker Tracker
+	read    bool
 }
 
 func (g *geminiSetup) pass(msg []byte) (string, bool) {
-	if !g.read {
-		g.live.Setup(msg)
-		g.read = true
+	if g.read {
+		return "", true
+	}
+	g.read = true
+	g.live.Setup(msg)
+	if model := g.live.Model(); g.id != "" && g.tracker.RefuseUnpricedModel(g.id, model) {
+		return closeReason(gate.ModelNotPricedRefusal(model)), false
 	}
 	return "", true
 }
@@ -484,7 +495,7 @@ func (g *geminiSetup) lost([]byte) {}
 // the upstream's side closes (at once, unless a response is in progress). An upstream
 // that can no longer be written to ends the session (cancel), the client told why.
 // inspect, when not nil, passes each message first: one it refuses ends the client's
-// side (closed with 1008 and the reason), reported on ended as errCreateRefused.
+// side (closed with 1008 and the reason), reported on ended as errClientRefused.
 func relayClient(ctx context.Context, cancel context.CancelFunc, client, up *websocket.Conn, ended chan<- error, inspect clientInspector) {
 	for {
 		typ, msg, err := client.Read(ctx)
@@ -497,7 +508,7 @@ func relayClient(ctx context.Context, cancel context.CancelFunc, client, up *web
 				if reason != "" {
 					_ = client.Close(websocket.StatusPolicyViolation, reason)
 				}
-				ended <- errCreateRefused
+				ended <- errClientRefused
 				return
 			}
 		}
@@ -589,6 +600,12 @@ func keepAlive(ctx context.Context, idle time.Duration, up *websocket.Conn, stop
 
 // realtimePingInterval is the longest a session goes without a ping of its provider.
 const realtimePingInterval = 30 * time.Second
+
+// errClientRefused is how the client's side of a session ends when one of its messages
+// was refused (a response.create, Gemini Live's setup: clientInspector): its WebSocket
+// was closed with 1008 and the refusal's code, and the provider's side is closed as for
+// any client that left.
+var errClientRefused = errors.New("a message of the client was refused")
 
 // errProviderSilent ends a session whose provider stopped answering pings.
 var errProviderSilent = websocket.CloseError{Code: websocket.StatusGoingAway, Reason: "the provider stopped answering"}

@@ -884,6 +884,8 @@ type geminiLiveUpstream struct {
 	mu      sync.Mutex
 	query   string
 	header  http.Header
+	// setups counts the setup messages it got.
+	setups int
 }
 
 func (u *geminiLiveUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -896,7 +898,13 @@ func (u *geminiLiveUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer c.CloseNow()
 	ctx := r.Context()
-	if _, _, err := c.Read(ctx); err != nil || send(`{"setupComplete":{}}`) != nil {
+	if _, _, err := c.Read(ctx); err != nil {
+		return
+	}
+	u.mu.Lock()
+	u.setups++
+	u.mu.Unlock()
+	if send(`{"setupComplete":{}}`) != nil {
 		return
 	}
 	for i := int64(0); ; i++ {
@@ -1011,10 +1019,11 @@ func TestGeminiLivePaths(t *testing.T) {
 }
 
 // An organization that refuses models nobody priced refuses a Gemini Live session's
-// model, which its setup names after the handshake, at the first turn's end: that turn
-// is charged (at the fallback price), then the session is closed with 1008 and the
-// refusal's code.
-func TestGeminiLiveUnpricedModelIsRefusedAfterTheFirstTurn(t *testing.T) {
+// model at its setup, which names it after the handshake: the setup never reaches the
+// provider, the session is closed with 1008 and the refusal's code, and the session's
+// request is left to the tracker, which settled it at 0 (no settlement of the gateway's
+// own). A session with a priced model goes on as any.
+func TestGeminiLiveUnpricedModelIsRefusedAtSetup(t *testing.T) {
 	up := &geminiLiveUpstream{in: 10, out: 20}
 	_, tr, url, _ := newRealtimeEnv(t, up, 10)
 	tr.refuse = "gemini-unpriced-live"
@@ -1023,13 +1032,30 @@ func TestGeminiLiveUnpricedModelIsRefusedAfterTheFirstTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	say(t, c, `{"setup":{"model":"models/gemini-unpriced-live"}}`)
+	if ce, err := closeOf(c); ce.Code != websocket.StatusPolicyViolation || ce.Reason != gate.CodeModelNotPriced {
+		t.Fatalf("after the setup: %v %v, want close 1008 %s", ce, err, gate.CodeModelNotPriced)
+	}
+	up.mu.Lock()
+	setups := up.setups
+	up.mu.Unlock()
+	if setups != 0 {
+		t.Fatalf("the provider got %d setups", setups)
+	}
+
+	c, _, err = dialRealtime(t, url+geminiLivePath+"?key=tgk_good", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	say(t, c, `{"setup":{"model":"models/gemini-2.5-flash-native-audio-preview-09-2025"}}`)
 	readUntil(t, c, "setupComplete")
 	say(t, c, `{"clientContent":{"turnComplete":true}}`)
 	readUntil(t, c, "usageMetadata")
-	if ce, err := closeOf(c); ce.Code != websocket.StatusPolicyViolation || ce.Reason != gate.CodeModelNotPriced {
-		t.Fatalf("after the first turn: %v %v, want close 1008 %s", ce, err, gate.CodeModelNotPriced)
+	_ = c.Close(websocket.StatusNormalClosure, "bye")
+	s := tr.settlements(t, 2)
+	if ids := tr.settledIDs(); fmt.Sprint(ids) != "[req_2 req_3]" {
+		t.Fatalf("settled %v, want the second session's turn and last request only", ids)
 	}
-	if s := tr.settlements(t, 1); s[0].Model != "gemini-unpriced-live" || s[0].InputTokens != 10 || !s[0].Complete {
-		t.Fatalf("the first turn was settled %+v", s[0])
+	if s[0].InputTokens != 10 || !s[0].Complete {
+		t.Fatalf("the priced session's turn was settled %+v", s[0])
 	}
 }

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -62,11 +61,6 @@ type pendingResponse struct {
 func newResponseCreates(ctx context.Context, p *proxied, creds gate.Credentials, path string) *responseCreates {
 	return &responseCreates{p: p, ctx: ctx, creds: creds, path: path}
 }
-
-// errCreateRefused is how the client's side of a session ends when one of its
-// response.create events was refused: its WebSocket was closed with 1008 and the
-// refusal's code, and the provider's side is closed as for any client that left.
-var errCreateRefused = errors.New("a response.create was refused")
 
 // isResponseCreate tells a client's response.create event.
 func isResponseCreate(msg []byte) bool {
