@@ -145,8 +145,8 @@ const (
 // 2026-11-25): in one process the programs' hand-offs to each other cost less (no
 // process switch) but their collections are shared, and each program's CPU cannot be
 // told apart (enforcer-cpu-us/req is then not reported). TOLLGATE_BENCH_CHILD_GOMAXPROCS
-// sets GOMAXPROCS in the enforcer's and the control plane's own processes (an
-// experiment: docs/gateway.md, "Latency").
+// sets GOMAXPROCS in the enforcer's and the control plane's own processes, and
+// TOLLGATE_BENCH_CHILD_GOGC their GOGC (experiments: docs/gateway.md, "Latency").
 //
 // CPU: each client's run is measured alone, from its first request to 200ms after its
 // last (so queued settlements are sent), with the same load. enforcer-cpu-us/req and
@@ -215,6 +215,9 @@ func BenchmarkGateway(b *testing.B) {
 		enfEnv["GOGC"], enfEnv["GOMEMLIMIT"] = "400", "200MiB"
 		if n := os.Getenv("TOLLGATE_BENCH_CHILD_GOMAXPROCS"); n != "" {
 			cpEnv["GOMAXPROCS"], enfEnv["GOMAXPROCS"] = n, n
+		}
+		if n := os.Getenv("TOLLGATE_BENCH_CHILD_GOGC"); n != "" {
+			cpEnv["GOGC"], enfEnv["GOGC"] = n, n
 		}
 		// The chart's enforcer writes each settlement to its spool (settleSpool.enabled).
 		enfEnv["TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR"] = b.TempDir()
