@@ -74,13 +74,15 @@ func TestEverySDKEndpointIsClassified(t *testing.T) {
 }
 
 // The SDKs' ways of naming a POST's path:
-//   - OpenAI's and Anthropic's: this._client.post('/path', ...) or, with parameters,
-//     this._client.post((0, path_1.path) `/videos/${videoID}/remix`, ...);
+//   - OpenAI's and Anthropic's: this._client.post('/path', ...) (since openai 7 often
+//     this._client on a line and .post on the next) or, with parameters,
+//     this._client.post((0, path_1.path) `/videos/${videoID}/remix`, ...); OpenAI's
+//     helpers (its lib/, where embeddings are created) call client.post(...);
 //   - Google Gen AI's hand-written methods: path = formatMap('{model}:generateContent', ...)
 //     with the request's httpMethod after it;
 //   - its generated ones: pathToFunc("/{api_version}/interactions"), method after it.
 var (
-	clientPost  = regexp.MustCompile("_client\\.post\\(\\s*(?:\\(0, path_1\\.path\\)\\s*)?[`']([^`']+)[`']")
+	clientPost  = regexp.MustCompile("\\b_?client\\s*\\.post\\(\\s*(?:\\(0, path_1\\.path\\)\\s*)?[`']([^`']+)[`']")
 	genaiFormat = regexp.MustCompile(`formatMap\('([^']+)'`)
 	genaiPathFn = regexp.MustCompile(`pathToFunc\("([^"]+)"\)`)
 	genaiMethod = regexp.MustCompile(`(?:httpMethod|method): ['"]([A-Z]+)['"]`)
@@ -92,7 +94,8 @@ var (
 func sdkPOSTs(t *testing.T, modules string) []sdkEndpoint {
 	t.Helper()
 	set := map[sdkEndpoint]bool{}
-	for sdk, root := range map[string]string{"openai": "openai/resources", "anthropic": "@anthropic-ai/sdk/resources"} {
+	for _, r := range []struct{ sdk, root string }{{"openai", "openai/resources"}, {"openai", "openai/lib"}, {"anthropic", "@anthropic-ai/sdk/resources"}} {
+		sdk, root := r.sdk, r.root
 		err := filepath.WalkDir(filepath.Join(modules, root), func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".js") {
 				return err
@@ -206,7 +209,7 @@ func sdkAdministration(e sdkEndpoint) bool {
 
 // sdkAdministrationPrefixes are, by SDK, the paths of administration (sdkAdministration).
 var sdkAdministrationPrefixes = map[string][]string{
-	"openai": {"/organization/", "/projects/", "/skills"},
+	"openai": {"/organization/", "/projects/", "/skills", "/vaults", "/webhook_endpoints"},
 	"anthropic": {"/v1/organizations/", "/v1/user_profiles", "/v1/vaults", "/v1/tunnels", "/v1/compliance/", "/v1/environments",
 		"/v1/memory_stores", "/v1/skills", "/v1/agents"},
 	"genai": {"/{api_version}/agents", "/{api_version}/credentials", "/{api_version}/environments", "/{api_version}/webhooks"},
@@ -270,7 +273,23 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"openai", "/fine_tuning/alpha/graders/validate"}:                              "",
 	{"openai", "/evals"}:                                                           "",
 	{"openai", "/evals/${evalID}"}:                                                 "",
-	{"openai", "/evals/${eval_id}/runs/${runID}"}:                                  "",
+	{"openai", "/evals/${eval_id}/runs/${runID}/cancel"}:                           "",
+	{"openai", "/decisions"}:                                                       "", // a classification's usage, read as a Responses answer's
+	{"openai", "/audio/voices"}:                                                    "",
+	{"openai", "/audio/voice_consents"}:                                            "",
+	{"openai", "/audio/voice_consents/${consentID}"}:                               "",
+	{"openai", "/content_provenance_checks"}:                                       "",
+	{"openai", "/agents"}:                                                          "", // a reusable agent's definition
+	{"openai", "/agents/${agentID}"}:                                               "",
+	{"openai", "/agents/sessions/${sessionID}"}:                                    "", // its settings, for its next turns
+	{"openai", "/agents/automations/${automationID}"}:                              "",
+	{"openai", "/agents/automations/${automationID}/pause"}:                        "",
+	{"openai", "/agents/environments/${environmentID}/files"}:                      "",
+	{"openai", "/agents/environments/templates"}:                                   "",
+	{"openai", "/agents/environments/templates/${environmentTemplateID}"}:          "",
+	{"openai", "/live/sessions/${sessionID}/hangup"}:                               "",
+	{"openai", "/live/sessions/${sessionID}/refer"}:                                "",
+	{"openai", "/live/sessions/${sessionID}/reject"}:                               "",
 	{"openai", "/containers/${containerID}/files"}:                                 "",
 	{"openai", "/chatkit/sessions/${sessionID}/cancel"}:                            "",
 	{"openai", "/realtime/calls/${callID}/hangup"}:                                 "",
@@ -287,6 +306,17 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"openai", "/realtime/transcription_sessions"}:                                 requestbody.DeferredRealtime,
 	{"openai", "/realtime/client_secrets"}:                                         requestbody.DeferredRealtime,
 	{"openai", "/realtime/calls/${callID}/accept"}:                                 requestbody.DeferredRealtime,
+	{"openai", "/realtime/calls"}:                                                  requestbody.DeferredRealtime,
+	{"openai", "/realtime/translations/client_secrets"}:                            requestbody.DeferredRealtime,
+	{"openai", "/live/sessions"}:                                                   requestbody.DeferredRealtime,
+	{"openai", "/live/sessions/${sessionID}/accept"}:                               requestbody.DeferredRealtime,
+	{"openai", "/live/sessions/${sessionID}/fork"}:                                 requestbody.DeferredRealtime,
+	{"openai", "/agents/sessions"}:                                                 requestbody.DeferredAgents,
+	{"openai", "/agents/sessions/${sessionID}/events"}:                             requestbody.DeferredAgents,
+	{"openai", "/agents/automations"}:                                              requestbody.DeferredAgents,
+	{"openai", "/agents/automations/${automationID}/invocations"}:                  requestbody.DeferredAgents,
+	{"openai", "/agents/automations/${automationID}/resume"}:                       requestbody.DeferredAgents,
+	{"openai", "/agents/environments"}:                                             requestbody.DeferredAgents,
 	{"openai", "/videos"}:                                                          requestbody.DeferredVideos,
 	{"openai", "/videos/${videoID}/remix"}:                                         requestbody.DeferredVideos,
 	{"openai", "/videos/edits"}:                                                    requestbody.DeferredVideos,
@@ -333,35 +363,36 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"anthropic", "/v1/deployments/${deploymentID}/unpause"}:                requestbody.DeferredAgents,
 	{"anthropic", "/v1/dreams"}:                                             requestbody.DeferredAgents,
 	// genai
-	{"genai", "{model}:generateContent"}:                                        "",
-	{"genai", "{model}:streamGenerateContent?alt=sse"}:                          "",
-	{"genai", "{model}:countTokens"}:                                            "",
-	{"genai", "{model}:computeTokens"}:                                          "",
-	{"genai", "{model}:batchEmbedContents"}:                                     "",
-	{"genai", "{model}:predict"}:                                                "",
-	{"genai", "{resourceName}:fetchPredictOperation"}:                           "",
-	{"genai", "{name}:cancel"}:                                                  "",
-	{"genai", "batches/{name}:cancel"}:                                          "",
-	{"genai", "batchPredictionJobs/{name}:cancel"}:                              "",
-	{"genai", "files:register"}:                                                 "",
-	{"genai", "upload/v1beta/files"}:                                            "",
-	{"genai", "fileSearchStores"}:                                               "",
-	{"genai", "{parent}/tuningJobs:validateReinforcementTuningReward"}:          "",
-	{"genai", "/{api_version}/interactions/{interactionsId}/cancel"}:            "",
-	{"genai", "/{api_version}/voices"}:                                          "",
-	{"genai", "{model}:batchGenerateContent"}:                                   requestbody.DeferredBatches,
-	{"genai", "{model}:asyncBatchEmbedContent"}:                                 requestbody.DeferredBatches,
-	{"genai", "batchPredictionJobs"}:                                            requestbody.DeferredBatches,
-	{"genai", "tunedModels"}:                                                    requestbody.DeferredFineTuning,
-	{"genai", "tuningJobs"}:                                                     requestbody.DeferredFineTuning,
-	{"genai", "{model}:predictLongRunning"}:                                     requestbody.DeferredVideos,
-	{"genai", "/{api_version}/interactions"}:                                    "", // charged from its answer; in the background or by an agent deferred (requestbody.DeferredRequest)
-	{"genai", "auth_tokens"}:                                                    requestbody.DeferredRealtime,
-	{"genai", "cachedContents"}:                                                 requestbody.DeferredContextCaches,
-	{"genai", "{file_search_store_name}:importFile"}:                            requestbody.DeferredFileIndexing,
-	{"genai", "upload/v1beta/{file_search_store_name}:uploadToFileSearchStore"}: requestbody.DeferredFileIndexing,
-	{"genai", "/{api_version}/triggers"}:                                        requestbody.DeferredAgents,
-	{"genai", "/{api_version}/triggers/{triggerId}/executions"}:                 requestbody.DeferredAgents,
+	{"genai", "{model}:generateContent"}:                                               "",
+	{"genai", "{model}:streamGenerateContent?alt=sse"}:                                 "",
+	{"genai", "{model}:countTokens"}:                                                   "",
+	{"genai", "{model}:computeTokens"}:                                                 "",
+	{"genai", "{model}:batchEmbedContents"}:                                            "",
+	{"genai", "{model}:predict"}:                                                       "",
+	{"genai", "{resourceName}:fetchPredictOperation"}:                                  "",
+	{"genai", "{name}:cancel"}:                                                         "",
+	{"genai", "batches/{name}:cancel"}:                                                 "",
+	{"genai", "batchPredictionJobs/{name}:cancel"}:                                     "",
+	{"genai", "files:register"}:                                                        "",
+	{"genai", "upload/{api_version}/files"}:                                            "",
+	{"genai", "/{api_version}/decisions"}:                                              "", // a classification's usage, read as an interaction's
+	{"genai", "fileSearchStores"}:                                                      "",
+	{"genai", "{parent}/tuningJobs:validateReinforcementTuningReward"}:                 "",
+	{"genai", "/{api_version}/interactions/{interactionsId}/cancel"}:                   "",
+	{"genai", "/{api_version}/voices"}:                                                 "",
+	{"genai", "{model}:batchGenerateContent"}:                                          requestbody.DeferredBatches,
+	{"genai", "{model}:asyncBatchEmbedContent"}:                                        requestbody.DeferredBatches,
+	{"genai", "batchPredictionJobs"}:                                                   requestbody.DeferredBatches,
+	{"genai", "tunedModels"}:                                                           requestbody.DeferredFineTuning,
+	{"genai", "tuningJobs"}:                                                            requestbody.DeferredFineTuning,
+	{"genai", "{model}:predictLongRunning"}:                                            requestbody.DeferredVideos,
+	{"genai", "/{api_version}/interactions"}:                                           "", // charged from its answer; in the background or by an agent deferred (requestbody.DeferredRequest)
+	{"genai", "auth_tokens"}:                                                           requestbody.DeferredRealtime,
+	{"genai", "cachedContents"}:                                                        requestbody.DeferredContextCaches,
+	{"genai", "{file_search_store_name}:importFile"}:                                   requestbody.DeferredFileIndexing,
+	{"genai", "upload/{api_version}/{file_search_store_name}:uploadToFileSearchStore"}: requestbody.DeferredFileIndexing,
+	{"genai", "/{api_version}/triggers"}:                                               requestbody.DeferredAgents,
+	{"genai", "/{api_version}/triggers/{triggerId}/executions"}:                        requestbody.DeferredAgents,
 	// mistral (its moderations are billed by the token and settled at 0
 	// as OpenAI's free moderations are: requestbody.Unbilled; its connectors' tool calls
 	// are charged nothing: docs/prices.md, "Billed items not charged yet")

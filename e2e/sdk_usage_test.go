@@ -141,29 +141,35 @@ func reads(field string) bool {
 // does not change a charge.
 var sdkUsageFields = map[string]string{
 	// OpenAI: chat completions, Responses, embeddings, images, transcriptions.
-	"openai prompt_tokens":                                        read,
-	"openai completion_tokens":                                    read,
-	"openai total_tokens":                                         read, // xAI's thinking: total_tokens beyond prompt and completion
-	"openai prompt_tokens_details.cached_tokens":                  read,
-	"openai prompt_tokens_details.cache_write_tokens":             read,
-	"openai prompt_tokens_details.audio_tokens":                   read,
-	"openai completion_tokens_details.audio_tokens":               read,
-	"openai completion_tokens_details.reasoning_tokens":           "a part of completion_tokens, which is charged",
-	"openai completion_tokens_details.accepted_prediction_tokens": "a part of completion_tokens, which is charged",
-	"openai completion_tokens_details.rejected_prediction_tokens": "counted in completion_tokens, and billed with them",
-	"openai input_tokens":                                         read,
-	"openai output_tokens":                                        read,
-	"openai input_tokens_details.cached_tokens":                   read,
-	"openai input_tokens_details.cache_write_tokens":              read,
-	"openai input_tokens_details.image_tokens":                    "an image model's input split: the catalog prices all its input at the image input price, the dearer",
-	"openai input_tokens_details.text_tokens":                     "an image model's input split: the catalog prices all its input at the image input price, the dearer",
-	"openai output_tokens_details.reasoning_tokens":               "a part of output_tokens, which is charged",
-	"openai output_tokens_details.image_tokens":                   "an image model's output split: the catalog prices all its output at the image output price, the dearer",
-	"openai output_tokens_details.text_tokens":                    "an image model's output split: the catalog prices all its output at the image output price, the dearer",
-	"openai input_token_details.audio_tokens":                     read, // a transcription's audio input
-	"openai input_token_details.text_tokens":                      "a transcription's text input: the rest of input_tokens, charged at the text price",
-	"openai type":                                                 read, // a transcription's usage by "tokens" or "duration"
-	"openai seconds":                                              read, // whisper-1's billed duration
+	"openai prompt_tokens":                                                  read,
+	"openai completion_tokens":                                              read,
+	"openai total_tokens":                                                   read, // xAI's thinking: total_tokens beyond prompt and completion
+	"openai prompt_tokens_details.cached_tokens":                            read,
+	"openai prompt_tokens_details.cache_write_tokens":                       read,
+	"openai prompt_tokens_details.audio_tokens":                             read,
+	"openai completion_tokens_details.audio_tokens":                         read,
+	"openai completion_tokens_details.reasoning_tokens":                     "a part of completion_tokens, which is charged",
+	"openai completion_tokens_details.text_tokens":                          "a part of completion_tokens, which is charged",
+	"openai prompt_tokens_details.text_tokens":                              "a part of prompt_tokens, which is charged",
+	"openai prompt_tokens_details.image_tokens":                             "a part of prompt_tokens: a chat model's image input is charged at its input price",
+	"openai completion_tokens_details.accepted_prediction_tokens":           "a part of completion_tokens, which is charged",
+	"openai completion_tokens_details.rejected_prediction_tokens":           "counted in completion_tokens, and billed with them",
+	"openai input_tokens":                                                   read,
+	"openai output_tokens":                                                  read,
+	"openai input_tokens_details.cached_tokens":                             read,
+	"openai input_tokens_details.cache_write_tokens":                        read,
+	"openai input_tokens_details.cache_write_tokens_details.ttl_30m_tokens": "a part of cache_write_tokens, charged at the cache-write price",
+	"openai input_tokens_details.cache_write_tokens_details.ttl_12h_tokens": "a part of cache_write_tokens, charged at the (30-minute) cache-write price: " +
+		"OpenAI bills a 12-hour write twice that, which no catalog entry prices yet (docs/prices.md, \"Left out\")",
+	"openai input_tokens_details.image_tokens":      "an image model's input split: the catalog prices all its input at the image input price, the dearer",
+	"openai input_tokens_details.text_tokens":       "an image model's input split: the catalog prices all its input at the image input price, the dearer",
+	"openai output_tokens_details.reasoning_tokens": "a part of output_tokens, which is charged",
+	"openai output_tokens_details.image_tokens":     "an image model's output split: the catalog prices all its output at the image output price, the dearer",
+	"openai output_tokens_details.text_tokens":      "an image model's output split: the catalog prices all its output at the image output price, the dearer",
+	"openai input_token_details.audio_tokens":       read, // a transcription's audio input
+	"openai input_token_details.text_tokens":        "a transcription's text input: the rest of input_tokens, charged at the text price",
+	"openai type":                                   read, // a transcription's usage by "tokens" or "duration"
+	"openai seconds":                                read, // whisper-1's billed duration
 	// OpenAI's Realtime API (package realtimeusage).
 	"openai-realtime input_tokens":                                           read,
 	"openai-realtime output_tokens":                                          read,

@@ -56,10 +56,10 @@
 //   - OpenAI's Responses API in its WebSocket mode (GET /v1/responses, a WebSocket):
 //     each response.create answered by the events of the HTTP stream, a message each
 //     (responses_ws.go).
-//   - Google's Gemini Live API (GET /ws/google.ai.generativelanguage.v1beta.
+//   - Google's Gemini Live API (GET /ws/google.ai.generativelanguage.{v1,v1beta,v1alpha}.
 //     GenerativeService.BidiGenerateContent, a WebSocket): setupComplete, then, for each
 //     clientContent, a turn's messages ending in its usageMetadata (gemini_live.go).
-//   - Google's Gemini API: POST /v1beta/models/{model}:generateContent answers the
+//   - Google's Gemini API: POST /{v1,v1beta,v1alpha}/models/{model}:generateContent answers the
 //     candidates and usageMetadata (promptTokenCount, candidatesTokenCount and
 //     thoughtsTokenCount, a quarter of the output tokens being thinking,
 //     cachedContentTokenCount; a count of 0 left out, as Gemini does) with the
@@ -67,7 +67,7 @@
 //     the usage so far, the last with finishReason STOP (without alt=sse, as Google
 //     does: application/json, the same chunks as the elements of a JSON array, each
 //     flushed as it is written); :countTokens answers {"totalTokens": N}, free.
-//   - Google's Interactions API (POST /v1beta/interactions, the model in the body): the
+//   - Google's Interactions API (POST /{version}/interactions, the model in the body): the
 //     Interaction with its steps and usage (total_input_tokens, total_output_tokens and
 //     total_thought_tokens split as generateContent's, the lists by modality in lower
 //     case, grounding_tool_count), or with "stream": true its events, step.delta per
@@ -111,6 +111,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -360,7 +361,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.geminiLive(w, r)
 		return
 	}
-	if r.Method == http.MethodPost && r.URL.Path == "/v1beta/interactions" {
+	if _, rest, ok := geminiVersioned(r.URL.Path); ok && r.Method == http.MethodPost && rest == "interactions" {
 		s.interactions(w, r)
 		return
 	}
@@ -398,7 +399,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.API = MistralOCR
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/resp_"):
 		c.API = OpenAIRetrieve
-	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1beta/models/"):
+	case r.Method == http.MethodPost && geminiModelPath(r.URL.Path):
 		switch _, method, _ := strings.Cut(r.URL.Path, ":"); method {
 		case "generateContent":
 			c.API = GeminiGenerate
@@ -430,8 +431,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	geminiAPI := strings.HasPrefix(c.API, "gemini.")
 	if geminiAPI && vertexAPI == "" {
-		// The model is in the path: /v1beta/models/{model}:{method}.
-		req.Model, _, _ = strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1beta/models/"), ":")
+		// The model is in the path: /{version}/models/{model}:{method}.
+		_, rest, _ := geminiVersioned(r.URL.Path)
+		req.Model, _, _ = strings.Cut(strings.TrimPrefix(rest, "models/"), ":")
 		req.Stream = c.Stream
 	}
 	c.Model, c.Stream = req.Model, req.Stream
@@ -1235,4 +1237,21 @@ func ocrJSON(model string, pages int64) string {
 	}
 	fmt.Fprintf(&b, `],"model":%q,"document_annotation":null,"usage_info":{"pages_processed":%d,"doc_size_bytes":%d}}`, model, pages, 40_000*pages)
 	return b.String()
+}
+
+// geminiVersions are the Gemini API's versions: Google's Gen AI SDK calls v1 since its
+// 3.0, v1beta before, v1alpha for previews.
+var geminiVersions = []string{"v1", "v1beta", "v1alpha"}
+
+// geminiVersioned splits a Gemini API path, /{version}/{rest}, into its version and
+// rest; ok is false for a path under no Gemini API version.
+func geminiVersioned(path string) (version, rest string, ok bool) {
+	v, rest, found := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	return v, rest, found && slices.Contains(geminiVersions, v)
+}
+
+// geminiModelPath tells a Gemini API model method's path: /{version}/models/{model}:{method}.
+func geminiModelPath(path string) bool {
+	_, rest, ok := geminiVersioned(path)
+	return ok && strings.HasPrefix(rest, "models/")
 }

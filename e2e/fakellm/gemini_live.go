@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/coder/websocket"
@@ -17,7 +18,12 @@ const GeminiLive = "gemini.live"
 // isGeminiLive tells the Gemini API's Live endpoint (Google's SDKs join their base URL
 // and the path with two slashes).
 func isGeminiLive(r *http.Request) bool {
-	return r.Method == http.MethodGet && strings.TrimLeft(r.URL.Path, "/") == "ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+	if r.Method != http.MethodGet {
+		return false
+	}
+	rest, ok := strings.CutPrefix(strings.TrimLeft(r.URL.Path, "/"), "ws/google.ai.generativelanguage.")
+	version, method, _ := strings.Cut(rest, ".")
+	return ok && slices.Contains(geminiVersions, version) && method == "GenerativeService.BidiGenerateContent"
 }
 
 // geminiLive serves a Live session as Google's Gemini API does, in the parts the

@@ -1,6 +1,6 @@
 package fakellm
 
-// Google's Gemini API's Interactions API (POST /v1beta/interactions), answered as Google
+// Google's Gemini API's Interactions API (POST /v1/interactions, /v1beta/...), answered as Google
 // answers it in the format of May 2026 (steps; the older outputs removed), in the parts
 // the official SDK (@google/genai) reads and the enforcer's accounting depends on:
 //
@@ -45,7 +45,7 @@ type interactionsRequest struct {
 	ServiceTier string          `json:"service_tier"`
 }
 
-// interactions answers POST /v1beta/interactions.
+// interactions answers POST /{version}/interactions.
 func (s *Server) interactions(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
 	if err != nil {

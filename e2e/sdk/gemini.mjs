@@ -15,7 +15,7 @@
 // "interactions-background" (the same run in the background, stored: billed later, the
 // gateway refuses it). See report.mjs for the settings.
 import { GoogleGenAI, Modality } from '@google/genai';
-import { run, settings } from './report.mjs';
+import { handshakeRefused, run, settings } from './report.mjs';
 
 const s = settings();
 const ai = new GoogleGenAI({ apiKey: s.apiKey, httpOptions: { baseUrl: s.baseURL } });
@@ -82,8 +82,9 @@ async function liveSession() {
     },
   });
   // A refused handshake (401, 429) ends the socket before it opens: the SDK's connect
-  // never returns, and ws says the status in its error ("Unexpected server response: 429").
-  const session = await Promise.race([connecting, closed.then((c) => {
+  // fails (since @google/genai 3: before, it never returned), and ws says the status in
+  // its error ("Unexpected server response: 429").
+  const session = await Promise.race([connecting.catch((e) => { throw handshakeRefused(e); }), closed.then((c) => {
     const err = new Error(`the session closed before it opened (${c.code}): ${errors.join('; ')}`);
     const status = /Unexpected server response: (\d+)/.exec(errors.join(' '));
     if (status) err.status = Number(status[1]);

@@ -35,7 +35,7 @@ import OpenAI, { toFile } from 'openai';
 import { OpenAIRealtimeWS } from 'openai/realtime/ws';
 import { ResponsesWS } from 'openai/resources/responses/ws';
 import { Stream } from 'openai/streaming';
-import { chatCompletion, chatStream, run, settings } from './report.mjs';
+import { chatCompletion, chatStream, handshakeRefused, run, settings } from './report.mjs';
 
 const s = settings();
 const client = new OpenAI({ baseURL: `${s.baseURL}/v1`, apiKey: s.apiKey });
@@ -284,7 +284,9 @@ async function responsesWebSocket() {
   let model = null;
   for (let i = 0; i < 3; i++) {
     ws.send({ type: 'response.create', model: s.model, input: messages[0].content });
-    const done = await Promise.race([ws.emitted('response.completed'), closed.then(() => null)]);
+    // A refused handshake (401, 429) fails the wait (openai 7: before, only closed it).
+    const done = await Promise.race([ws.emitted('response.completed'), closed.then(() => null)])
+      .catch((e) => { throw handshakeRefused(e); });
     if (!done) break;
     usage.push(done.response.usage);
     model = done.response.model;

@@ -55,6 +55,16 @@ export function versionOf(pkg) {
 // an API error (an HTTP status) is a result too: the OpenAI, Anthropic and Google SDKs'
 // (e.status, e.headers a Headers), the Mistral SDK's (e.statusCode, e.headers) and the AWS
 // SDK's (e.$metadata.httpStatusCode, the headers in e.$response.headers, a plain object).
+// handshakeRefused gives err, a WebSocket handshake's failure, the HTTP status the server
+// refused it with (401, 429), which the ws package says only in its message
+// ("Unexpected server response: 429"), and returns it; an error without one is returned
+// as it is.
+export function handshakeRefused(err) {
+  const status = /Unexpected server response: (\d+)/.exec(String(err?.message ?? err));
+  if (status && err && typeof err === 'object') err.status = Number(status[1]);
+  return err;
+}
+
 export async function run(sdk, scenario, call) {
   const out = { sdk, sdkVersion: versionOf(sdk), node: process.version, scenario, ok: false };
   const start = performance.now();

@@ -17,7 +17,7 @@ const (
 	DeferredBatches    = "batches"              // OpenAI POST /v1/batches, Anthropic POST /v1/messages/batches, Gemini :batchGenerateContent, Bedrock POST /async-invoke and /model-invocation-job, Vertex AI POST .../batchPredictionJobs, Mistral POST /v1/batch/jobs
 	DeferredAssistants = "assistants_runs"      // OpenAI POST /v1/threads/runs, /v1/threads/{id}/runs, .../submit_tool_outputs
 	DeferredFineTuning = "fine_tuning"          // OpenAI POST /v1/fine_tuning/jobs, Vertex AI POST .../tuningJobs
-	DeferredRealtime   = "realtime_sessions"    // OpenAI POST /v1/realtime/sessions, /transcription_sessions, /client_secrets
+	DeferredRealtime   = "realtime_sessions"    // OpenAI POST /v1/realtime/sessions, /transcription_sessions, /client_secrets, /calls, /translations/client_secrets, /v1/live/sessions
 	DeferredVideos     = "videos"               // OpenAI POST /v1/videos, /v1/videos/{id}/remix, Veo's :predictLongRunning
 	DeferredBackground = "background_responses" // OpenAI POST /v1/responses with "background": true
 	// DeferredInteractions: the Gemini API's Interactions API (POST /v1beta/interactions)
@@ -36,10 +36,13 @@ const (
 	// directly, as a Realtime client secret does.
 	DeferredChatKit = "chatkit_sessions"
 	// DeferredAgents: Anthropic's Managed Agents (POST /v1/sessions, /v1/sessions/{id}/events,
-	// /v1/deployments, /v1/deployments/{id}/run and /unpause, /v1/dreams) and the Gemini
-	// API's agent triggers (POST /v1beta/triggers, /v1beta/triggers/{id}/executions): the
-	// agent works in the provider's environment, billed for its tokens (and Anthropic's
-	// session hours) as it runs; the request only starts, schedules or steers it.
+	// /v1/deployments, /v1/deployments/{id}/run and /unpause, /v1/dreams), the Gemini
+	// API's agent triggers (POST /v1beta/triggers, /v1beta/triggers/{id}/executions) and
+	// OpenAI's Agents API (POST /v1/agents/sessions, /v1/agents/sessions/{id}/events,
+	// /v1/agents/automations, .../{id}/invocations and /resume, /v1/agents/environments):
+	// the agent works in the provider's environment, billed for its tokens (and
+	// Anthropic's session hours) as it runs; the request only starts, schedules or
+	// steers it.
 	DeferredAgents = "agent_sessions"
 	// DeferredContextCaches: the Gemini API's and Vertex AI's explicit context caches
 	// (POST .../cachedContents), billed for the tokens they hold by the hour of their
@@ -123,7 +126,12 @@ func Deferred(method, path string, background bool) string {
 		strings.HasSuffix(path, "/realtime/calls"), strings.Contains(path, "/realtime/calls/") && strings.HasSuffix(path, "/accept"),
 		// The Gemini API's ephemeral tokens, for its Live API straight from a client;
 		// Mistral's client sessions, the same for its realtime API.
-		strings.HasSuffix(path, "/auth_tokens"), strings.HasSuffix(path, "/client/sessions"):
+		strings.HasSuffix(path, "/auth_tokens"), strings.HasSuffix(path, "/client/sessions"),
+		// OpenAI's Realtime Translation client secrets, and its Live API's WebRTC
+		// sessions (created, forked onto a new connection) and SIP calls accepted.
+		strings.HasSuffix(path, "/realtime/translations/client_secrets"),
+		strings.HasSuffix(path, "/live/sessions"),
+		strings.Contains(path, "/live/sessions/") && (strings.HasSuffix(path, "/accept") || strings.HasSuffix(path, "/fork")):
 		return DeferredRealtime
 	case strings.HasSuffix(path, "/videos"), strings.HasSuffix(path, "/videos/edits"), strings.HasSuffix(path, "/videos/extensions"),
 		strings.Contains(path, "/videos/") && strings.HasSuffix(path, "/remix"),
@@ -142,6 +150,13 @@ func Deferred(method, path string, background bool) string {
 		strings.Contains(path, "/v1/deployments/") && (strings.HasSuffix(path, "/run") || strings.HasSuffix(path, "/unpause")),
 		strings.HasSuffix(path, "/v1/dreams"),
 		strings.HasSuffix(path, "/triggers"), strings.Contains(path, "/triggers/") && strings.HasSuffix(path, "/executions"),
+		// OpenAI's Agents API: a session created or sent an event (its agent runs at
+		// OpenAI), an automation saved, invoked or resumed (it runs on its schedule), a
+		// hosted environment made ready for sessions.
+		strings.HasSuffix(path, "/agents/sessions"), strings.Contains(path, "/agents/sessions/") && strings.HasSuffix(path, "/events"),
+		strings.HasSuffix(path, "/agents/automations"),
+		strings.Contains(path, "/agents/automations/") && (strings.HasSuffix(path, "/invocations") || strings.HasSuffix(path, "/resume")),
+		strings.HasSuffix(path, "/agents/environments"),
 		// Mistral's workflows: an execution started, restarted, resumed or scheduled.
 		strings.Contains(path, "/workflows/") && (strings.HasSuffix(path, "/execute") || strings.HasSuffix(path, "/start") ||
 			strings.HasSuffix(path, "/restart") || strings.HasSuffix(path, "/trigger") || strings.HasSuffix(path, "/resume")),

@@ -417,6 +417,14 @@ func TestJSONEdgeCases(t *testing.T) {
 			Usage{InputTokens: 2600, OutputTokens: 2, CachedInputTokens: 2000, CacheCreationInputTokens: 400, Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true}},
 		{"cache writes above the uncached input: at most it", `{"usage":{"prompt_tokens":2600,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":2000,"cache_write_tokens":900}}}`,
 			Usage{InputTokens: 2600, OutputTokens: 2, CachedInputTokens: 2000, CacheCreationInputTokens: 600, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
+		// The Decisions APIs (openai 7's POST /v1/decisions, Gemini's /v1/decisions): a
+		// classification's answers with a Responses-shaped usage (OpenAI's, with its
+		// model), or an interaction's usage (Google's, its model only in the request).
+		{"openai decision", `{"answers":[{"name":"spam","probability":0.1,"type":"predicate"}],"model":"gpt-6-luna",` +
+			`"usage":{"input_tokens":1200,"input_tokens_details":{"cache_write_tokens":0,"cached_tokens":1000},"output_tokens":3,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1203}}`,
+			Usage{Model: "gpt-6-luna", InputTokens: 1200, OutputTokens: 3, CachedInputTokens: 1000, Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true}},
+		{"gemini decision", `{"answers":{"spam":{"noul":{"probability":0.1}}},"usage":{"total_input_tokens":1200,"total_output_tokens":3,"total_tokens":1203}}`,
+			Usage{InputTokens: 1200, OutputTokens: 3, Complete: true, Format: FormatGemini, InputReported: true, OutputReported: true}},
 		{"cache writes without an input count: none", `{"usage":{"completion_tokens":2,"prompt_tokens_details":{"cache_write_tokens":400}}}`, outOnly(2)},
 		{"cache writes under another detail are not ours", `{"usage":{"prompt_tokens":9,"completion_tokens":2,"completion_tokens_details":{"cache_write_tokens":4}}}`, chat(9, 2)},
 		{"usage null", `{"object":"chat.completion","model":"m","usage":null}`, Usage{Model: "m", Format: FormatOpenAIChat}},
