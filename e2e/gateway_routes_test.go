@@ -829,6 +829,63 @@ func TestResponsesWebSocketThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestGPTLiveThroughTheGateway: the official OpenAI SDK's LiveWS (GPT-Live over a
+// WebSocket) holds a gpt-live-1 session through the gateway. Its time is charged by the
+// second at the catalog's minute price, from the session's own reports, and each
+// Responses call its backend makes at the backend model's price, each a request of its
+// own; the member is checked again after each, so once two rounds spent the 1 USD day
+// limit the session is closed with 1008 and the refusal's code, and a new session's
+// handshake is refused 429. In an organization that refuses models nobody priced, a
+// session.start naming one is refused with 1008 before the provider sees it. The
+// provider never gets the member's key.
+func TestGPTLiveThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 300_000, CachedInputTokens: 100_000, OutputTokens: 40_000, AudioMillis: 12_000})
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	live, ok := pricecatalog.Lookup("gpt-live-1")
+	backend, ok2 := pricecatalog.Lookup(fakellm.GPTLiveBackend)
+	if !ok || !ok2 || live.AudioPerMinute == 0 {
+		t.Fatalf("gpt-live-1 (%v, %d a minute) or the backend (%v) is not in the catalog", ok, live.AudioPerMinute, ok2)
+	}
+	timeCost := ceilDiv(12_000*live.AudioPerMinute, 60_000) // 12 seconds a round
+	backendCost := ceilDiv(200_000*backend.InputPerMillion+100_000*backend.CachedInputPerMillion+40_000*backend.OutputPerMillion, 1_000_000)
+	round := timeCost + backendCost
+	if round >= usd || 2*round < usd {
+		t.Fatalf("a round costs %d micro-USD: the test wants two to spend the 1 USD limit, one not to", round)
+	}
+
+	r := runSDK(t, dir, "openai.mjs", "gpt-live", s.gateway, o.key, "gpt-live-1")
+	if !r.OK || r.Chunks != 2 || r.Text != fakellm.Text+fakellm.Text || r.CloseCode != 1008 || r.CloseReason != "service_gateway_usage_limit_exceeded" {
+		t.Fatalf("the session: %+v, want two backend responses, then closed with 1008 at the limit", r)
+	}
+	calls := fake.Calls()
+	if len(calls) != 1 || calls[0].API != fakellm.OpenAIGPTLive || calls[0].Model != "gpt-live-1" ||
+		calls[0].Header.Get("Authorization") != providerAuthorization || strings.Contains(fmt.Sprint(calls[0].Header), o.key) {
+		t.Fatalf("the provider got %+v", calls)
+	}
+	s.waitUsed(t, o, 4, 2*round)
+	got := receiptRows(t, s, o, `cost_micro_usd, complete, model, audio_input_millis`)
+	want := []string{fmt.Sprint(timeCost, true, "gpt-live-1", 12_000), fmt.Sprint(backendCost, true, fakellm.GPTLiveBackend, 0)}
+	if len(got) != 4 || got[0] != want[0] || got[1] != want[1] || got[2] != want[0] || got[3] != want[1] {
+		t.Fatalf("receipts %q, want twice %q", got, want)
+	}
+
+	again := runSDK(t, dir, "openai.mjs", "gpt-live", s.gateway, o.key, "gpt-live-1")
+	if again.OK || again.Status != 429 || len(fake.Calls()) != 1 {
+		t.Fatalf("a blocked member's session: %+v; the provider got %d sessions", again, len(fake.Calls()))
+	}
+
+	strict := s.setUpOrg(t)
+	s.must(t, 200, "PUT", "/v1/gateway/model-prices/unpriced-models", strict.owner.token, strict.id, map[string]string{"action": "refuse"}, nil)
+	unpriced := runSDK(t, dir, "openai.mjs", "gpt-live", s.gateway, strict.key, "gpt-live-nobody-priced")
+	if !unpriced.OK || unpriced.Chunks != 0 || unpriced.CloseCode != 1008 || unpriced.CloseReason != "service_gateway_model_not_priced" ||
+		len(fake.Calls()) != 1 {
+		t.Fatalf("a session.start naming a model nobody priced: %+v; the provider got %d sessions", unpriced, len(fake.Calls()))
+	}
+}
+
 // receiptRows are the organization's receipts in the order they were settled, each the
 // columns asked for (SQL expressions) as fmt.Sprint renders them.
 func receiptRows(t *testing.T, s *stack, o org, columns string) []string {

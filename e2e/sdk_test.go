@@ -102,6 +102,9 @@ type sdkResult struct {
 	// Places: the Google Maps sources a Gemini answer's grounding cites (gemini.mjs's
 	// maps scenarios).
 	Places int
+	// Seconds: the session time a GPT-Live session's session.closed reported (openai.mjs's
+	// gpt-live scenario).
+	Seconds float64
 	// CloseCode and CloseReason: how a Realtime session's WebSocket closed (openai.mjs's
 	// realtime scenario).
 	CloseCode   int

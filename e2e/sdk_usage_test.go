@@ -32,6 +32,8 @@ var sdkUsageRoots = []sdkUsageRoot{
 	{"openai", "openai/resources/audio/transcriptions.d.ts", "Transcription.Duration"},
 	{"openai", "openai/resources/audio/transcriptions.d.ts", "TranscriptionTextDoneEvent.Usage"},
 	{"openai-realtime", "openai/resources/realtime/realtime.d.ts", "RealtimeResponseUsage"},
+	// A GPT-Live session's time (session.usage.updated, session.closed).
+	{"openai-live", "openai/resources/live/live.d.ts", "SessionUsage"},
 	{"anthropic", "@anthropic-ai/sdk/resources/messages/messages.d.ts", "Usage"},
 	{"anthropic", "@anthropic-ai/sdk/resources/messages/messages.d.ts", "MessageDeltaUsage"},
 	{"anthropic", "@anthropic-ai/sdk/resources/beta/messages/messages.d.ts", "BetaUsage"},
@@ -128,6 +130,8 @@ func reads(field string) bool {
 		return realtimeusage.ReadsField(path)
 	case "genai-live":
 		return realtimeusage.ReadsGeminiLiveField(path)
+	case "openai-live":
+		return realtimeusage.ReadsGPTLiveField(path)
 	}
 	for _, key := range strings.Split(path, ".") {
 		if !responseusage.ReadsKey(key) {
@@ -170,6 +174,8 @@ var sdkUsageFields = map[string]string{
 	"openai input_token_details.text_tokens":        "a transcription's text input: the rest of input_tokens, charged at the text price",
 	"openai type":                                   read, // a transcription's usage by "tokens" or "duration"
 	"openai seconds":                                read, // whisper-1's billed duration
+	// OpenAI's GPT-Live (package realtimeusage): the session's cumulative seconds.
+	"openai-live seconds": read,
 	// OpenAI's Realtime API (package realtimeusage).
 	"openai-realtime input_tokens":                                           read,
 	"openai-realtime output_tokens":                                          read,

@@ -56,6 +56,9 @@
 //   - OpenAI's Responses API in its WebSocket mode (GET /v1/responses, a WebSocket):
 //     each response.create answered by the events of the HTTP stream, a message each
 //     (responses_ws.go).
+//   - OpenAI's GPT-Live over a WebSocket (GET /v1/live/sessions): session.started, then
+//     for each response.create the session's seconds so far and a backend response,
+//     wrapped in response.event; session.closed with its total (gpt_live.go).
 //   - Google's Gemini Live API (GET /ws/google.ai.generativelanguage.{v1,v1beta,v1alpha}.
 //     GenerativeService.BidiGenerateContent, a WebSocket): setupComplete, then, for each
 //     clientContent, a turn's messages ending in its usageMetadata (gemini_live.go).
@@ -355,6 +358,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method == http.MethodGet && r.URL.Path == "/v1/responses" && strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		s.responsesWebSocket(w, r)
+		return
+	}
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/live/sessions" && strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		s.gptLive(w, r)
 		return
 	}
 	if isGeminiLive(r) {

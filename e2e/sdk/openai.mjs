@@ -21,6 +21,12 @@
 //   response.completed: usage is the list of their usage, text their text, closeCode and
 //   closeReason how the session closed (1000 when the script closed it), also when it
 //   closed before any response (a refused handshake is an error with its status);
+// - "gpt-live": a GPT-Live session over a WebSocket (the SDK's LiveWS): session.start
+//   with the model, up to three response.create events, each after its backend
+//   response's response.completed (wrapped in response.event), then session.close:
+//   usage is the list of the backend responses' usage, text their text, closeCode and
+//   closeReason how the session closed, seconds the session's time session.closed
+//   reported (0 when it did not get there);
 // - "realtime": a Realtime session over a WebSocket (the SDK's OpenAIRealtimeWS, on the
 //   ws package), asking up to three responses, each after the last ended: usage is the
 //   list of the responses' usage, text their text, closeCode and closeReason how the
@@ -33,6 +39,7 @@
 import net from 'node:net';
 import OpenAI, { toFile } from 'openai';
 import { OpenAIRealtimeWS } from 'openai/realtime/ws';
+import { LiveWS } from 'openai/resources/live/ws';
 import { ResponsesWS } from 'openai/resources/responses/ws';
 import { Stream } from 'openai/streaming';
 import { chatCompletion, chatStream, handshakeRefused, run, settings } from './report.mjs';
@@ -112,6 +119,7 @@ await run('openai', s.scenario, async () => {
   }
   if (s.scenario === 'realtime') return realtimeSession();
   if (s.scenario === 'responses-ws') return responsesWebSocket();
+  if (s.scenario === 'gpt-live') return gptLive();
   if (s.scenario === 'image-stream-abort') {
     // Leaves after the first partial image: breaking out of the loop aborts the request.
     const stream = await client.images.generate({ model: s.model, prompt: 'hold', size: '1024x1024', quality: 'high', stream: true, partial_images: 2 });
@@ -305,4 +313,45 @@ async function responsesWebSocket() {
   ws.close({ code: 1000, reason: 'done' });
   const c = await closed;
   return { text, model, usage, chunks: usage.length, closeCode: c.code, closeReason: c.reason };
+}
+
+async function gptLive() {
+  const ws = new LiveWS(client);
+  const errors = [];
+  ws.on('error', (e) => errors.push(String(e?.message ?? e)));
+  const closed = new Promise((resolve) => ws.on('close', (code, reason) => resolve({ code, reason: String(reason ?? '') })));
+  let text = '';
+  const usage = [];
+  let seconds = 0;
+  ws.on('response.event', (e) => {
+    if (e.event?.type === 'response.output_text.delta') text += e.event.delta;
+  });
+  const backendDone = () => new Promise((resolve) => {
+    const on = (e) => {
+      if (e.event?.type !== 'response.completed') return;
+      ws.off('response.event', on);
+      resolve(e.event.response);
+    };
+    ws.on('response.event', on);
+  });
+  const race = (p) => Promise.race([p, closed.then(() => null)]).catch((e) => { throw handshakeRefused(e); });
+  ws.send({ type: 'session.start', session: { model: s.model } });
+  if (await race(ws.emitted('session.started'))) {
+    for (let i = 0; i < 3; i++) {
+      const done = backendDone();
+      ws.send({ type: 'response.create' });
+      const response = await race(done);
+      if (!response) break;
+      usage.push(response.usage);
+    }
+    const c = await Promise.race([closed.then(() => null), (async () => {
+      ws.send({ type: 'session.close' });
+      return ws.emitted('session.closed');
+    })()]);
+    if (c) seconds = c.usage.seconds;
+  }
+  if (usage.length === 0 && /Unexpected server response/.test(errors.join(' '))) throw handshakeRefused(new Error(errors.join('; ')));
+  ws.close({ code: 1000, reason: 'done' });
+  const c = await closed;
+  return { text, model: s.model, usage, chunks: usage.length, seconds, closeCode: c.code, closeReason: c.reason };
 }

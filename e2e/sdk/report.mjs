@@ -19,13 +19,13 @@
 //
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
 // headerCode, shouldRetry, retryAfter, elapsedMs, text, model, usage, chunks, searches,
-// places, containers, closeCode, closeReason, error}.
+// places, containers, seconds, closeCode, closeReason, error}.
 // The exit status is 0 when a line was printed.
 import { readFileSync } from 'node:fs';
 
 export function settings() {
   const scenario = process.argv[2];
-  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'responses-file-search', 'responses-file-search-stream', 'responses-image', 'responses-image-stream', 'search', 'search-stream', 'maps', 'maps-stream', 'interactions', 'interactions-stream', 'interactions-background', 'image', 'image-stream', 'image-stream-abort', 'image-timeout', 'image-edit-timeout', 'realtime', 'responses-ws', 'live', 'audio', 'audio-stream', 'embeddings', 'batch', 'background', 'video-extend', 'agent-events', 'retrieve', 'transcribe',
+  const scenarios = ['json', 'stream', 'count', 'responses', 'responses-stream', 'responses-search', 'responses-search-stream', 'responses-file-search', 'responses-file-search-stream', 'responses-image', 'responses-image-stream', 'search', 'search-stream', 'maps', 'maps-stream', 'interactions', 'interactions-stream', 'interactions-background', 'image', 'image-stream', 'image-stream-abort', 'image-timeout', 'image-edit-timeout', 'realtime', 'responses-ws', 'gpt-live', 'live', 'audio', 'audio-stream', 'embeddings', 'batch', 'background', 'video-extend', 'agent-events', 'retrieve', 'transcribe',
     'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse',
     'speech-mp3', 'speech-opus', 'speech-aac', 'speech-flac', 'speech-wav', 'speech-pcm',
     'invoke', 'invoke-stream', 'converse', 'converse-stream', 'vertex', 'vertex-stream', 'vertex-count', 'fast', 'fast-stream', 'priority', 'priority-stream', 'converse-priority', 'converse-stream-priority', 'invoke-guardrail', 'invoke-stream-guardrail', 'converse-guardrail', 'converse-stream-guardrail', 'converse-guardrail-blocked', 'apply-guardrail', 'count-tokens', 'guardrail-checks', 'us', 'us-stream', 'advisor', 'advisor-stream', 'advisor-stream-abort', 'ocr',

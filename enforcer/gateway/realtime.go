@@ -59,6 +59,13 @@ import (
 // responseusage.ResponsesSession). The readers are behind one interface (sessionEvents,
 // session_events.go).
 //
+// So is OpenAI's GPT-Live over a WebSocket (GET /v1/live/sessions upgraded), billed by
+// the second of its session: its server's reports of the session's time settle it in
+// steps (realtimeusage.GPTLive), and each Responses call its backend makes (wrapped in
+// response.event) settles a request of its own kind, its tokens at the backend's model
+// (liveSession, session_events.go); its session.start names the model, refused there if
+// nobody priced it and the organization refuses those.
+//
 // Any other WebSocket upgrade is refused (400): nothing else a provider serves that way
 // could be charged.
 
@@ -118,6 +125,12 @@ func isGeminiLivePath(path string) bool {
 		strings.HasSuffix(p, ".LlmBidiService/BidiGenerateContent"))
 }
 
+// isGPTLivePath tells OpenAI's GPT-Live path (/v1/live/sessions), compared as
+// isRealtimePath compares; upgraded, it is a GPT-Live session over a WebSocket.
+func isGPTLivePath(path string) bool {
+	return strings.HasSuffix(strings.TrimRight(strings.ToLower(path), "/"), "/live/sessions")
+}
+
 // isResponsesPath tells the Responses API's path, whose WebSocket is its WebSocket mode
 // (OpenAI's /v1/responses, Azure's /openai/v1/responses, xAI's), compared as
 // isRealtimePath compares.
@@ -141,7 +154,19 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	case p.route.Signer != nil:
 	case isGeminiLivePath(path):
 		live := realtimeusage.NewGeminiLive()
-		events, inspect = tokenSession{live}, &geminiSetup{live: live, id: p.id, tracker: gw.tracker}
+		events = tokenSession{live}
+		inspect = &setupInspector{id: p.id, tracker: gw.tracker, name: func(msg []byte) string {
+			live.Setup(msg)
+			return live.Model()
+		}}
+	case isGPTLivePath(path):
+		live := realtimeusage.NewGPTLive(time.Now)
+		events = liveSession{live, responseusage.NewResponsesSession()}
+		inspect = &setupInspector{id: p.id, tracker: gw.tracker, name: func(msg []byte) string {
+			m := realtimeusage.SessionStart(msg)
+			live.SetModel(m)
+			return m
+		}}
 	case isResponsesPath(path):
 		creates = &responseCreates{p: p, path: path}
 		events, inspect = responsesSession{responseusage.NewResponsesSession(), creates}, creates
@@ -160,7 +185,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 		p.settle(inflight.Refused(http.StatusForbidden))
 		gw.answered(w, OutcomeRefused)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_websocket_unsupported",
-			"Only the Realtime API's WebSocket (/v1/realtime), the Responses API's (/v1/responses) and the Gemini Live API's (BidiGenerateContent), on a route that does not sign its requests, can be proxied and charged.", nil)
+			"Only the Realtime API's WebSocket (/v1/realtime), the Responses API's (/v1/responses), GPT-Live's (/v1/live/sessions) and the Gemini Live API's (BidiGenerateContent), on a route that does not sign its requests, can be proxied and charged.", nil)
 		return
 	}
 
@@ -254,7 +279,7 @@ relay:
 		case m = <-fromUp:
 		case err := <-clientEnded:
 			if errors.Is(err, errClientRefused) && creates == nil {
-				p.settled = true // Gemini Live's setup: the tracker settled the request (geminiSetup)
+				p.settled = true // a session's setup: the tracker settled the request (setupInspector)
 			}
 			switch {
 			case left == nil:
@@ -334,6 +359,11 @@ relay:
 	// else the cut response, estimated from its text; on a request of its own when the
 	// session's request carried a response that ended after the client left
 	// (chargeLeft).
+	if lo, ok := events.(sessionLeftovers); ok {
+		for _, u := range lo.Leftovers() {
+			p.chargeAside(wctx, u, creds, events.Model())
+		}
+	}
 	last, inProgress := events.Unfinished()
 	if creates != nil {
 		creates.finish(last, inProgress)
@@ -465,30 +495,30 @@ type clientInspector interface {
 	lost(msg []byte)
 }
 
-// geminiSetup reads a Gemini Live session's first client message, its setup, which names
-// the model: where the organization refuses models nobody priced, such a model is
-// refused there, before the setup reaches the provider, and the session's first
-// request (id, admitted on the handshake) is settled at 0 by the tracker.
-type geminiSetup struct {
-	live    *realtimeusage.GeminiLive
+// setupInspector reads a session's first client message, which names the model (Gemini
+// Live's setup, GPT-Live's session.start: name reads it): where the organization refuses
+// models nobody priced, such a model is refused there, before the message reaches the
+// provider, and the session's first request (id, admitted on the handshake) is settled
+// at 0 by the tracker.
+type setupInspector struct {
+	name    func(msg []byte) string
 	id      string
 	tracker Tracker
 	read    bool
 }
 
-func (g *geminiSetup) pass(msg []byte) (string, bool) {
+func (g *setupInspector) pass(msg []byte) (string, bool) {
 	if g.read {
 		return "", true
 	}
 	g.read = true
-	g.live.Setup(msg)
-	if model := g.live.Model(); g.id != "" && g.tracker.RefuseUnpricedModel(g.id, model) {
+	if model := g.name(msg); g.id != "" && g.tracker.RefuseUnpricedModel(g.id, model) {
 		return closeReason(gate.ModelNotPricedRefusal(model)), false
 	}
 	return "", true
 }
 
-func (g *geminiSetup) lost([]byte) {}
+func (g *setupInspector) lost([]byte) {}
 
 // relayClient sends the client's messages to the upstream until either side ends. A
 // client that ends (closes, goes away) is reported on ended: the session decides when

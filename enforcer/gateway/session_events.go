@@ -100,3 +100,58 @@ func (s responsesSession) Unfinished() (inflight.Usage, bool) {
 	}
 	return u, inProgress
 }
+
+// liveSession settles an OpenAI GPT-Live session (realtimeusage.GPTLive): its time, in
+// steps, at the session's model (priced by the minute), and each Responses call its
+// backend makes as the same call streamed over HTTP is settled (its model, its tokens).
+type liveSession struct {
+	l       *realtimeusage.GPTLive
+	backend *responseusage.ResponsesSession
+}
+
+func (s liveSession) Event(msg []byte) (inflight.Usage, realtimeusage.Kind) {
+	ms, nested := s.l.Event(msg)
+	if nested != nil {
+		u, ev := s.backend.Event(nested)
+		if ev != responseusage.ResponseEnded {
+			return inflight.Usage{}, realtimeusage.None
+		}
+		return inflight.FromResponse(u, true, http.StatusSwitchingProtocols, false), realtimeusage.Response
+	}
+	if ms == 0 {
+		return inflight.Usage{}, realtimeusage.None
+	}
+	return s.time(ms, false), realtimeusage.Response
+}
+
+// time is the settlement of ms milliseconds of the session, estimated or reported.
+func (s liveSession) time(ms int64, estimated bool) inflight.Usage {
+	return inflight.Usage{Model: s.l.Model(), AudioInputMillis: ms, Complete: !estimated, UpstreamStatus: http.StatusSwitchingProtocols}
+}
+
+func (s liveSession) Model() string { return s.l.Model() }
+
+// Unfinished is the session's time left to charge (estimated from the clock when the
+// server did not close the session); in progress while a backend response is, which the
+// provider finishes and bills whether or not the client is there.
+func (s liveSession) Unfinished() (inflight.Usage, bool) {
+	ms, estimated := s.l.Unreported()
+	_, open := s.backend.Unfinished()
+	return s.time(ms, estimated), open
+}
+
+// Leftovers is what the session's end leaves besides its time: a backend response cut
+// before its end, estimated from the text its deltas carried.
+func (s liveSession) Leftovers() []inflight.Usage {
+	text, open := s.backend.Unfinished()
+	if !open {
+		return nil
+	}
+	return []inflight.Usage{{Model: s.backend.Model(), Seen: &inflight.Seen{TextBytes: text}, UpstreamStatus: http.StatusSwitchingProtocols}}
+}
+
+// sessionLeftovers is a session whose end may leave more to settle than Unfinished's
+// one usage (liveSession): each is charged on a request of its own.
+type sessionLeftovers interface {
+	Leftovers() []inflight.Usage
+}

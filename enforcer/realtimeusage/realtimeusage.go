@@ -23,7 +23,8 @@
 // Reader follows one session: its models, the responses in progress, and the text their
 // deltas carried, from which a response cut before its response.done is estimated.
 //
-// Google's Gemini Live API is read likewise, turn by turn (GeminiLive, gemini.go).
+// Google's Gemini Live API is read likewise, turn by turn (GeminiLive, gemini.go), and
+// OpenAI's GPT-Live by the second of its session (GPTLive, gptlive.go).
 //
 // It does no I/O and keeps a few counters: the events themselves are not retained.
 package realtimeusage

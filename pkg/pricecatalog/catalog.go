@@ -741,11 +741,18 @@ func build(f file, day time.Time, bad func(string, ...any)) *Catalog {
 	var write int64
 	for _, e := range c.entries {
 		h, d := &c.highest, e.Dearest()
+		h.AudioPerMinute = max(h.AudioPerMinute, e.AudioPerMinute)
+		if e.Kind == AudioDuration {
+			// Its token prices only estimate minutes from a transcript's tokens
+			// (TranscriptTokensPerMinute): no token is billed at them, so they set no
+			// token's fallback price (gpt-live-1's minute would make it 250 USD a
+			// million tokens).
+			continue
+		}
 		h.InputPerMillion = max(h.InputPerMillion, d.DearestInput())
 		h.OutputPerMillion = max(h.OutputPerMillion, d.DearestOutput())
 		h.CachedInputPerMillion = max(h.CachedInputPerMillion, d.DearestCachedInput())
 		write = max(write, d.CacheWrite())
-		h.AudioPerMinute = max(h.AudioPerMinute, e.AudioPerMinute)
 		h.PerPage = max(h.PerPage, e.PerPage)
 		if strings.HasPrefix(e.Model, ImageModelPrefix) {
 			c.highestImageOutput = max(c.highestImageOutput, d.DearestOutput())

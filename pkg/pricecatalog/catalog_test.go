@@ -819,10 +819,16 @@ func TestStepsAreBounded(t *testing.T) {
 	}
 }
 
+// TestHighest: the fallback price is the dearest known price of each class. The token
+// prices of a model billed by the minute (AudioDuration: they only estimate minutes from
+// a transcript's tokens) are not among them, and not held to it.
 func TestHighest(t *testing.T) {
 	h := Highest()
 	var in, out, cached, write int64
 	for _, e := range Default().Entries() {
+		if e.Kind == AudioDuration {
+			continue
+		}
 		d := e.Dearest()
 		in, out, cached, write = max(in, d.DearestInput()), max(out, d.DearestOutput()), max(cached, d.DearestCachedInput()), max(write, d.CacheWrite())
 	}
@@ -832,6 +838,12 @@ func TestHighest(t *testing.T) {
 	}
 	// No known model is dearer than the fallback default in any class.
 	for _, e := range Default().Entries() {
+		if e.Kind == AudioDuration {
+			if e.AudioPerMinute > h.AudioPerMinute {
+				t.Errorf("%s's minute is dearer than Highest's", e.Model)
+			}
+			continue
+		}
 		if d := e.Dearest(); d.DearestInput() > h.InputPerMillion || d.DearestOutput() > h.OutputPerMillion ||
 			d.DearestCachedInput() > h.CachedInputPerMillion || d.CacheWrite() > h.CacheWrite() {
 			t.Errorf("%s is dearer than Highest", e.Model)
@@ -985,8 +997,9 @@ func TestPriced(t *testing.T) {
 
 // TestAudioDurationModels: whisper-1 is priced by the minute (0.006 USD), its token
 // classes at that price for TranscriptTokensPerMinute tokens (what a transcript in a
-// text format is estimated by), and it is the highest per-minute price, the fallback
-// for audio seconds an unknown model reports. No other kind has a per-minute price.
+// text format is estimated by); gpt-live-1's session time (0.05 USD a minute) is the
+// highest per-minute price, the fallback for audio seconds an unknown model reports. No
+// other kind has a per-minute price.
 func TestAudioDurationModels(t *testing.T) {
 	const perMinute = 6_000
 	const perToken = perMinute * 1_000_000 / TranscriptTokensPerMinute // 30 USD per million tokens
@@ -1002,8 +1015,11 @@ func TestAudioDurationModels(t *testing.T) {
 			t.Errorf("%s: kind %q with %d a minute", e.Model, e.Kind, e.AudioPerMinute)
 		}
 	}
-	if h := Highest(); h.AudioPerMinute != perMinute {
-		t.Errorf("Highest().AudioPerMinute = %d, want %d", h.AudioPerMinute, perMinute)
+	if e, ok := Lookup("gpt-live-1-2026-11-01"); !ok || e.Model != "gpt-live-1" || e.Kind != AudioDuration || e.AudioPerMinute != 50_000 {
+		t.Errorf("gpt-live-1's snapshot: %+v (found %v), want 50,000 a minute", e, ok)
+	}
+	if h := Highest(); h.AudioPerMinute != 50_000 {
+		t.Errorf("Highest().AudioPerMinute = %d, want gpt-live-1's 50,000", h.AudioPerMinute)
 	}
 	if e, _ := Lookup("gpt-4o-transcribe"); e.Kind != Text || e.AudioPerMinute != 0 {
 		t.Errorf("gpt-4o-transcribe (token-billed) is %+v", e)

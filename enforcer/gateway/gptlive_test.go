@@ -1,0 +1,162 @@
+package gateway_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/coder/websocket"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+)
+
+// gptLiveUpstream is a fake of OpenAI's GPT-Live over a WebSocket: the client's
+// session.start is answered by session.started (the model's snapshot); each "speak"
+// message by a session.usage.updated adding 6 seconds to the session's total and a
+// backend response (response.event wrapping response.created, a text delta and
+// response.completed, gpt-5.5, 300 input and 20 output tokens; with hang, the second one
+// never completes); "close" by session.closed with 1.5 seconds more. It counts the
+// session.start messages it got.
+type gptLiveUpstream struct {
+	hang bool
+
+	mu     sync.Mutex
+	starts int
+}
+
+func (u *gptLiveUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, send := fakeSession(w, r, websocket.MessageText)
+	if c == nil {
+		return
+	}
+	defer c.CloseNow()
+	ctx := r.Context()
+	var seconds float64
+	for i := 0; ; {
+		_, msg, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		switch m := string(msg); {
+		case strings.Contains(m, `"session.start"`):
+			u.mu.Lock()
+			u.starts++
+			u.mu.Unlock()
+			_ = send(`{"type":"session.started","event_id":"ev_0","session":{"id":"live_1","model":"gpt-live-1-2026-11-01"}}`)
+		case strings.Contains(m, "speak"):
+			seconds += 6
+			_ = send(fmt.Sprintf(`{"type":"session.usage.updated","event_id":"ev_u","usage":{"seconds":%g}}`, seconds))
+			id := fmt.Sprintf("resp_%d", i)
+			wrap := func(e string) string {
+				return `{"type":"response.event","event_id":"ev_r","delegation_id":"dl_1","event":` + e + `}`
+			}
+			_ = send(wrap(`{"type":"response.created","response":{"id":"` + id + `","model":"gpt-5.5","status":"in_progress"}}`))
+			_ = send(wrap(`{"type":"response.output_text.delta","delta":"Tolls are paid in tokens."}`))
+			if !(u.hang && i == 1) {
+				_ = send(wrap(`{"type":"response.completed","response":{"id":"` + id + `","model":"gpt-5.5","status":"completed","usage":{"input_tokens":300,"output_tokens":20}}}`))
+			}
+			i++
+		case strings.Contains(m, "close"):
+			seconds += 1.5
+			_ = send(fmt.Sprintf(`{"type":"session.closed","event_id":"ev_c","reason":"close_requested","session":{"model":"gpt-live-1-2026-11-01"},"usage":{"seconds":%g}}`, seconds))
+		}
+	}
+}
+
+// An OpenAI GPT-Live session over a WebSocket is charged by the second of its session, at
+// its model, in steps of at least 10 seconds, the rest at session.closed; each
+// Responses call its backend makes is charged its tokens at the backend's model; the
+// member is checked again after each settlement.
+func TestGPTLiveSessionIsChargedByTheSecond(t *testing.T) {
+	up := &gptLiveUpstream{}
+	g, tr, url, _ := newRealtimeEnv(t, up, 10)
+	c, _, err := dialRealtime(t, url+"/v1/live/sessions", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	say(t, c, `{"type":"session.start","session":{"model":"gpt-live-1"}}`)
+	readUntil(t, c, "session.started")
+	say(t, c, `{"type":"speak"}`)
+	readUntil(t, c, "response.completed")
+	say(t, c, `{"type":"speak"}`) // 12 s now: a step
+	readUntil(t, c, "response.completed")
+	say(t, c, `{"type":"session.close"}`)
+	readUntil(t, c, "session.closed")
+	_ = c.Close(websocket.StatusNormalClosure, "bye")
+	s := tr.settlements(t, 5)
+	got := make([]string, len(s))
+	for i, u := range s {
+		got[i] = fmt.Sprintf("%s in %d out %d ms %d complete %v", u.Model, u.InputTokens, u.OutputTokens, u.AudioInputMillis, u.Complete)
+	}
+	want := []string{
+		"gpt-5.5 in 300 out 20 ms 0 complete true",
+		"gpt-live-1-2026-11-01 in 0 out 0 ms 12000 complete true",
+		"gpt-5.5 in 300 out 20 ms 0 complete true",
+		"gpt-live-1-2026-11-01 in 0 out 0 ms 1500 complete true",
+		"gpt-live-1-2026-11-01 in 0 out 0 ms 0 complete true", // nothing after session.closed
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("settled:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := g.count(); n != 5 {
+		t.Fatalf("%d checks, want the handshake's and one after each settlement but the last", n)
+	}
+}
+
+// A GPT-Live session cut before session.closed is charged the time since its last report
+// as an estimate (incomplete), and a backend response cut with it is estimated from its
+// text on a request of its own. A model nobody priced, where the organization refuses
+// those, is refused at session.start, which never reaches the provider.
+func TestGPTLiveCutAndRefused(t *testing.T) {
+	up := &gptLiveUpstream{hang: true}
+	_, tr, url, _ := newRealtimeEnv(t, up, 10)
+	c, _, err := dialRealtime(t, url+"/v1/live/sessions", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	say(t, c, `{"type":"session.start","session":{"model":"gpt-live-1"}}`)
+	readUntil(t, c, "session.started")
+	say(t, c, `{"type":"speak"}`)
+	readUntil(t, c, "response.completed")
+	say(t, c, `{"type":"speak"}`)
+	readUntil(t, c, "output_text.delta")
+	_ = c.Close(websocket.StatusNormalClosure, "bye")
+	s := tr.settlements(t, 4)
+	if first := s[0]; first.Model != "gpt-5.5" || !first.Complete || first.InputTokens != 300 {
+		t.Fatalf("the first backend response: %+v", first)
+	}
+	if step := s[1]; step.AudioInputMillis != 12000 || !step.Complete {
+		t.Fatalf("the 12 s reported: %+v", step)
+	}
+	var cut, time bool
+	for _, u := range s[2:] {
+		switch {
+		case u.Model == "gpt-5.5" && !u.Complete && u.Seen != nil && u.Seen.TextBytes == int64(len("Tolls are paid in tokens.")):
+			cut = true
+		case strings.HasPrefix(u.Model, "gpt-live-1") && !u.Complete && u.AudioInputMillis > 0 && u.Seen == nil:
+			time = true // the time since the last report (the grace for the backend response included), estimated
+		}
+	}
+	if !cut || !time {
+		t.Fatalf("the session's end settled %+v, want the cut backend response and the session's time, estimated", s[2:])
+	}
+
+	up2 := &gptLiveUpstream{}
+	_, tr2, url2, _ := newRealtimeEnv(t, up2, 10)
+	tr2.refuse = "gpt-live-unpriced"
+	c, _, err = dialRealtime(t, url2+"/v1/live/sessions", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	say(t, c, `{"type":"session.start","session":{"model":"gpt-live-unpriced"}}`)
+	if ce, err := closeOf(c); ce.Code != websocket.StatusPolicyViolation || ce.Reason != gate.CodeModelNotPriced {
+		t.Fatalf("after session.start: %v %v, want close 1008 %s", ce, err, gate.CodeModelNotPriced)
+	}
+	up2.mu.Lock()
+	defer up2.mu.Unlock()
+	if up2.starts != 0 {
+		t.Fatalf("the provider got %d session.start", up2.starts)
+	}
+}

@@ -1,0 +1,158 @@
+package realtimeusage
+
+import (
+	"encoding/json"
+	"math"
+	"reflect"
+	"sync/atomic"
+	"time"
+)
+
+// GPTLive follows an OpenAI GPT-Live session over a WebSocket (GET /v1/live/sessions,
+// openai 7's LiveWS; gpt-live-1). GPT-Live bills the session's time, by the second, not
+// tokens: its server reports the session's cumulative seconds in session.usage.updated
+// (usage.seconds, a total, never an increment) and, finally, in session.closed. The
+// reasoning and tools a session delegates to a Responses backend are billed as those
+// Responses calls are, by their tokens: the server wraps the backend's Responses stream
+// events in response.event (event: the Responses event itself), which Event hands back
+// for a Responses reader (responseusage.ResponsesSession).
+//
+// The time is charged in steps of at least GPTLiveStep (and whatever is left at
+// session.closed): every report would be a settlement, and the server may report often.
+// A session that ends without session.closed (its connection cut) is charged, besides
+// what its reports said, the wall-clock time since its last report, an estimate
+// (Unreported).
+//
+// Not safe for concurrent use, but for SetModel (the client's side of the session) beside
+// the other methods (its server's side).
+type GPTLive struct {
+	now   func() time.Time
+	model atomic.Pointer[string]
+	// reported is the session's cumulative time as the server last reported it, and
+	// charged the part of it Event handed out; both in milliseconds.
+	reported, charged int64
+	// lastReport is when the server last reported (the session's start before it did).
+	lastReport time.Time
+	closed     bool
+}
+
+// GPTLiveStep is the least session time Event charges at once (but at session.closed):
+// 10 seconds, 0.83 cents at gpt-live-1's price, which a session may spend past a
+// member's limit besides what its backend spends.
+const GPTLiveStep = 10 * time.Second
+
+// NewGPTLive returns a reader for a session starting now (now is the clock: the
+// session's time is estimated from it when the server stops reporting).
+func NewGPTLive(now func() time.Time) *GPTLive {
+	return &GPTLive{now: now, lastReport: now()}
+}
+
+// gptLiveEvent is the part of a GPT-Live server event the reader reads.
+type gptLiveEvent struct {
+	Type    string `json:"type"`
+	Session *struct {
+		Model string `json:"model"`
+	} `json:"session"`
+	Usage *gptLiveUsage   `json:"usage"`
+	Event json.RawMessage `json:"event"`
+}
+
+// gptLiveUsage is a GPT-Live session's usage (session.usage.updated, session.closed): its
+// cumulative seconds.
+type gptLiveUsage struct {
+	Seconds *float64 `json:"seconds"`
+}
+
+// ReadsGPTLiveField is ReadsField for a GPT-Live session's usage field ("seconds").
+func ReadsGPTLiveField(path string) bool { return readsField(reflect.TypeFor[gptLiveUsage](), path) }
+
+// SetModel names the session's model before the server does: the client's session.start
+// (SessionStart).
+func (l *GPTLive) SetModel(model string) {
+	if model != "" {
+		l.model.CompareAndSwap(nil, &model)
+	}
+}
+
+// SessionStart reads the model a client's first message (session.start) names; "" for
+// any other message.
+func SessionStart(msg []byte) string {
+	var e gptLiveEvent
+	if json.Unmarshal(msg, &e) != nil || e.Type != "session.start" || e.Session == nil {
+		return ""
+	}
+	return e.Session.Model
+}
+
+// Event reads one server event: the session time to charge now, in milliseconds (0 but
+// at a step or the session's close), and, for a response.event, the Responses event it
+// wraps (nil otherwise).
+func (l *GPTLive) Event(msg []byte) (millis int64, nested []byte) {
+	var e gptLiveEvent
+	if json.Unmarshal(msg, &e) != nil {
+		return 0, nil // not JSON, or not an event's shape: not ours
+	}
+	if e.Session != nil && e.Session.Model != "" && (e.Type == "session.started" || e.Type == "session.updated" || e.Type == "session.closed") {
+		l.model.Store(&e.Session.Model)
+	}
+	switch e.Type {
+	case "response.event":
+		if len(e.Event) > 0 && e.Event[0] == '{' {
+			return 0, e.Event
+		}
+	case "session.usage.updated", "session.closed":
+		if e.Usage != nil && e.Usage.Seconds != nil {
+			l.report(*e.Usage.Seconds)
+		}
+		if e.Type == "session.closed" {
+			l.closed = true
+			return l.take(), nil
+		}
+		if l.reported-l.charged >= GPTLiveStep.Milliseconds() {
+			return l.take(), nil
+		}
+	}
+	return 0, nil
+}
+
+// report notes the server's cumulative seconds: a total, so a smaller or broken one
+// (negative, not a number) changes nothing.
+func (l *GPTLive) report(seconds float64) {
+	l.lastReport = l.now()
+	if math.IsNaN(seconds) || seconds <= 0 {
+		return
+	}
+	ms := int64(math.MaxInt64)
+	if seconds < math.MaxInt64/1000 {
+		ms = int64(math.Ceil(seconds * 1000)) // a started millisecond counts
+	}
+	l.reported = max(l.reported, ms)
+}
+
+// take hands out the time reported and not yet charged.
+func (l *GPTLive) take() int64 {
+	n := l.reported - l.charged
+	l.charged = l.reported
+	return n
+}
+
+// Model is the session's model as the server (or the client's session.start) named it,
+// "" before either did.
+func (l *GPTLive) Model() string {
+	if m := l.model.Load(); m != nil {
+		return *m
+	}
+	return ""
+}
+
+// Unreported is what the session's end leaves to charge, in milliseconds: the time
+// reported and not yet charged (a step not reached), and, unless the server closed the
+// session, the time since its last report, an estimate (estimated).
+func (l *GPTLive) Unreported() (millis int64, estimated bool) {
+	n := l.reported - l.charged
+	if l.closed {
+		return n, false
+	}
+	since := max(0, l.now().Sub(l.lastReport).Milliseconds())
+	return n + since, since > 0
+}
