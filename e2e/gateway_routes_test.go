@@ -744,15 +744,7 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 		t.Fatalf("a response costs %d micro-USD: the test wants two to spend the 1 USD limit, one not to", want)
 	}
 
-	r := runSDK(t, dir, "openai.mjs", "realtime", s.gateway, o.key, "gpt-realtime")
-	if !r.OK || r.Chunks != 2 || r.Text != fakellm.Text+fakellm.Text || r.CloseCode != 1008 || r.CloseReason != "service_gateway_usage_limit_exceeded" {
-		t.Fatalf("the session: %+v, want two responses, then closed with 1008 at the limit", r)
-	}
-	calls := fake.Calls()
-	if len(calls) != 1 || calls[0].API != fakellm.OpenAIRealtime || calls[0].Model != "gpt-realtime" ||
-		calls[0].Header.Get("Authorization") != providerAuthorization || strings.Contains(fmt.Sprint(calls[0].Header), o.key) {
-		t.Fatalf("the provider got %+v", calls)
-	}
+	openAISessionToLimit(t, s, dir, "realtime", o, "gpt-realtime", fake, fakellm.OpenAIRealtime)
 	s.waitUsed(t, o, 2, 2*want)
 	// The receipts keep the parts the usage reported (cached_tokens_details: none of the
 	// cached tokens was audio, 0 and not NULL; 1,500 image tokens, 500 of them cached).
@@ -794,15 +786,7 @@ func TestResponsesWebSocketThroughTheGateway(t *testing.T) {
 		t.Fatalf("a response costs %d micro-USD: the test wants two to spend the 1 USD limit, one not to", want)
 	}
 
-	r := runSDK(t, dir, "openai.mjs", "responses-ws", s.gateway, o.key, "gpt-5")
-	if !r.OK || r.Chunks != 2 || r.Text != fakellm.Text+fakellm.Text || r.CloseCode != 1008 || r.CloseReason != "service_gateway_usage_limit_exceeded" {
-		t.Fatalf("the session: %+v, want two responses, then closed with 1008 at the limit", r)
-	}
-	calls := fake.Calls()
-	if len(calls) != 1 || calls[0].API != fakellm.OpenAIResponsesWebSocket || calls[0].Model != "gpt-5" ||
-		calls[0].Header.Get("Authorization") != providerAuthorization || strings.Contains(fmt.Sprint(calls[0].Header), o.key) {
-		t.Fatalf("the provider got %+v", calls)
-	}
+	openAISessionToLimit(t, s, dir, "responses-ws", o, "gpt-5", fake, fakellm.OpenAIResponsesWebSocket)
 	// The fake counts the session's messages when its side ends, after the script's.
 	waitFor(t, 5*time.Second, "the provider's session to end", func() bool { return fake.Calls()[0].Body != nil })
 	if got := string(fake.Calls()[0].Body); got != "2" {
@@ -815,18 +799,8 @@ func TestResponsesWebSocketThroughTheGateway(t *testing.T) {
 		t.Fatalf("receipts %q, want the handshake's at 0, then two of %d, complete, reported, with a web search", got, want)
 	}
 
-	again := runSDK(t, dir, "openai.mjs", "responses-ws", s.gateway, o.key, "gpt-5")
-	if again.OK || again.Status != 429 || len(fake.Calls()) != 1 {
-		t.Fatalf("a blocked member's session: %+v; the provider got %d sessions", again, len(fake.Calls()))
-	}
-
-	strict := s.setUpOrg(t)
-	s.must(t, 200, "PUT", "/v1/gateway/model-prices/unpriced-models", strict.owner.token, strict.id, map[string]string{"action": "refuse"}, nil)
-	unpriced := runSDK(t, dir, "openai.mjs", "responses-ws", s.gateway, strict.key, "gpt-nobody-priced")
-	if !unpriced.OK || unpriced.Chunks != 0 || unpriced.CloseCode != 1008 || unpriced.CloseReason != "service_gateway_model_not_priced" ||
-		len(fake.Calls()) != 1 {
-		t.Fatalf("a response.create naming a model nobody priced: %+v; the provider got %d sessions", unpriced, len(fake.Calls()))
-	}
+	sessionBlocked(t, s, dir, "openai.mjs", "responses-ws", o.key, "gpt-5", fake)
+	sessionModelRefused(t, s, dir, "openai.mjs", "responses-ws", "gpt-nobody-priced", fake)
 }
 
 // TestGPTLiveThroughTheGateway: the official OpenAI SDK's LiveWS (GPT-Live over a
@@ -856,15 +830,7 @@ func TestGPTLiveThroughTheGateway(t *testing.T) {
 		t.Fatalf("a round costs %d micro-USD: the test wants two to spend the 1 USD limit, one not to", round)
 	}
 
-	r := runSDK(t, dir, "openai.mjs", "gpt-live", s.gateway, o.key, "gpt-live-1")
-	if !r.OK || r.Chunks != 2 || r.Text != fakellm.Text+fakellm.Text || r.CloseCode != 1008 || r.CloseReason != "service_gateway_usage_limit_exceeded" {
-		t.Fatalf("the session: %+v, want two backend responses, then closed with 1008 at the limit", r)
-	}
-	calls := fake.Calls()
-	if len(calls) != 1 || calls[0].API != fakellm.OpenAIGPTLive || calls[0].Model != "gpt-live-1" ||
-		calls[0].Header.Get("Authorization") != providerAuthorization || strings.Contains(fmt.Sprint(calls[0].Header), o.key) {
-		t.Fatalf("the provider got %+v", calls)
-	}
+	openAISessionToLimit(t, s, dir, "gpt-live", o, "gpt-live-1", fake, fakellm.OpenAIGPTLive)
 	s.waitUsed(t, o, 4, 2*round)
 	got := receiptRows(t, s, o, `cost_micro_usd, complete, model, audio_input_millis`)
 	want := []string{fmt.Sprint(timeCost, true, "gpt-live-1", 12_000), fmt.Sprint(backendCost, true, fakellm.GPTLiveBackend, 0)}
@@ -872,17 +838,49 @@ func TestGPTLiveThroughTheGateway(t *testing.T) {
 		t.Fatalf("receipts %q, want twice %q", got, want)
 	}
 
-	again := runSDK(t, dir, "openai.mjs", "gpt-live", s.gateway, o.key, "gpt-live-1")
+	sessionBlocked(t, s, dir, "openai.mjs", "gpt-live", o.key, "gpt-live-1", fake)
+	sessionModelRefused(t, s, dir, "openai.mjs", "gpt-live", "gpt-live-nobody-priced", fake)
+}
+
+// openAISessionToLimit runs openai.mjs's WebSocket scenario for o's member with model:
+// the session must get two answers (fakellm.Text each), then be closed with 1008 at the
+// member's limit; the provider (fake) must have had one session (api, model), with the
+// route's key, never the member's.
+func openAISessionToLimit(t *testing.T, s *stack, dir, scenario string, o org, model string, fake *fakellm.Server, api string) {
+	t.Helper()
+	r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model)
+	if !r.OK || r.Chunks != 2 || r.Text != fakellm.Text+fakellm.Text || r.CloseCode != 1008 || r.CloseReason != "service_gateway_usage_limit_exceeded" {
+		t.Fatalf("the session: %+v, want two answers, then closed with 1008 at the limit", r)
+	}
+	calls := fake.Calls()
+	if len(calls) != 1 || calls[0].API != api || calls[0].Model != model ||
+		calls[0].Header.Get("Authorization") != providerAuthorization || strings.Contains(fmt.Sprint(calls[0].Header), o.key) {
+		t.Fatalf("the provider got %+v", calls)
+	}
+}
+
+// sessionBlocked runs an SDK script's WebSocket scenario (script, scenario) for a member
+// at its limit (key): its handshake must be refused 429, and the provider (fake) must
+// still have had its one session only.
+func sessionBlocked(t *testing.T, s *stack, dir, script, scenario, key, model string, fake *fakellm.Server) {
+	t.Helper()
+	again := runSDK(t, dir, script, scenario, s.gateway, key, model)
 	if again.OK || again.Status != 429 || len(fake.Calls()) != 1 {
 		t.Fatalf("a blocked member's session: %+v; the provider got %d sessions", again, len(fake.Calls()))
 	}
+}
 
+// sessionModelRefused runs an SDK script's WebSocket scenario in a new organization that
+// refuses models nobody priced, with such a model: the session must be closed with 1008
+// service_gateway_model_not_priced before its first response, and the provider (fake)
+// must not have been asked (it still had its one session only).
+func sessionModelRefused(t *testing.T, s *stack, dir, script, scenario, model string, fake *fakellm.Server) {
+	t.Helper()
 	strict := s.setUpOrg(t)
 	s.must(t, 200, "PUT", "/v1/gateway/model-prices/unpriced-models", strict.owner.token, strict.id, map[string]string{"action": "refuse"}, nil)
-	unpriced := runSDK(t, dir, "openai.mjs", "gpt-live", s.gateway, strict.key, "gpt-live-nobody-priced")
-	if !unpriced.OK || unpriced.Chunks != 0 || unpriced.CloseCode != 1008 || unpriced.CloseReason != "service_gateway_model_not_priced" ||
-		len(fake.Calls()) != 1 {
-		t.Fatalf("a session.start naming a model nobody priced: %+v; the provider got %d sessions", unpriced, len(fake.Calls()))
+	r := runSDK(t, dir, script, scenario, s.gateway, strict.key, model)
+	if !r.OK || r.Chunks != 0 || r.CloseCode != 1008 || r.CloseReason != "service_gateway_model_not_priced" || len(fake.Calls()) != 1 {
+		t.Fatalf("a session naming a model nobody priced: %+v; the provider got %d sessions", r, len(fake.Calls()))
 	}
 }
 
@@ -948,10 +946,7 @@ func TestGeminiLiveThroughTheGateway(t *testing.T) {
 		t.Fatalf("receipts %q, want two of %d, complete, with 56,000 audio input and 36,000 audio output tokens", got, want)
 	}
 
-	again := runSDK(t, dir, "gemini.mjs", "live", s.gateway, o.key, model)
-	if again.OK || again.Status != 429 || len(fake.Calls()) != 1 {
-		t.Fatalf("a blocked member's session: %+v; the provider got %d sessions", again, len(fake.Calls()))
-	}
+	sessionBlocked(t, s, dir, "gemini.mjs", "live", o.key, model, fake)
 }
 
 // TestGeminiThroughTheGateway: Google's official Gen AI SDK (@google/genai), its key in

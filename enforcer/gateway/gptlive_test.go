@@ -65,6 +65,19 @@ func (u *gptLiveUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// startGPTLive opens a GPT-Live session of gpt-live-1 with the good key, up to its
+// session.started.
+func startGPTLive(t *testing.T, url string) *websocket.Conn {
+	t.Helper()
+	c, _, err := dialRealtime(t, url+"/v1/live/sessions", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	say(t, c, `{"type":"session.start","session":{"model":"gpt-live-1"}}`)
+	readUntil(t, c, "session.started")
+	return c
+}
+
 // An OpenAI GPT-Live session over a WebSocket is charged by the second of its session, at
 // its model, in steps of at least 10 seconds, the rest at session.closed; each
 // Responses call its backend makes is charged its tokens at the backend's model; the
@@ -72,12 +85,7 @@ func (u *gptLiveUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestGPTLiveSessionIsChargedByTheSecond(t *testing.T) {
 	up := &gptLiveUpstream{}
 	g, tr, url, _ := newRealtimeEnv(t, up, 10)
-	c, _, err := dialRealtime(t, url+"/v1/live/sessions", "tgk_good")
-	if err != nil {
-		t.Fatal(err)
-	}
-	say(t, c, `{"type":"session.start","session":{"model":"gpt-live-1"}}`)
-	readUntil(t, c, "session.started")
+	c := startGPTLive(t, url)
 	say(t, c, `{"type":"speak"}`)
 	readUntil(t, c, "response.completed")
 	say(t, c, `{"type":"speak"}`) // 12 s now: a step
@@ -112,12 +120,7 @@ func TestGPTLiveSessionIsChargedByTheSecond(t *testing.T) {
 func TestGPTLiveCutAndRefused(t *testing.T) {
 	up := &gptLiveUpstream{hang: true}
 	_, tr, url, _ := newRealtimeEnv(t, up, 10)
-	c, _, err := dialRealtime(t, url+"/v1/live/sessions", "tgk_good")
-	if err != nil {
-		t.Fatal(err)
-	}
-	say(t, c, `{"type":"session.start","session":{"model":"gpt-live-1"}}`)
-	readUntil(t, c, "session.started")
+	c := startGPTLive(t, url)
 	say(t, c, `{"type":"speak"}`)
 	readUntil(t, c, "response.completed")
 	say(t, c, `{"type":"speak"}`)
@@ -146,7 +149,7 @@ func TestGPTLiveCutAndRefused(t *testing.T) {
 	up2 := &gptLiveUpstream{}
 	_, tr2, url2, _ := newRealtimeEnv(t, up2, 10)
 	tr2.refuse = "gpt-live-unpriced"
-	c, _, err = dialRealtime(t, url2+"/v1/live/sessions", "tgk_good")
+	c, _, err := dialRealtime(t, url2+"/v1/live/sessions", "tgk_good")
 	if err != nil {
 		t.Fatal(err)
 	}
