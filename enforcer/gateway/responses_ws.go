@@ -37,10 +37,12 @@ import (
 // responseCreates are the requests a Responses WebSocket session's response.create
 // events were admitted as, and the settlement of each.
 type responseCreates struct {
-	p     *proxied
+	p    *proxied
+	path string
+	// ctx and creds, the session's and its member's, are set once the session is open,
+	// before its client's first message is read.
 	ctx   context.Context
 	creds gate.Credentials
-	path  string
 
 	mu      sync.Mutex
 	pending []pendingResponse
@@ -56,10 +58,6 @@ type responseCreates struct {
 type pendingResponse struct {
 	id      string
 	started bool
-}
-
-func newResponseCreates(ctx context.Context, p *proxied, creds gate.Credentials, path string) *responseCreates {
-	return &responseCreates{p: p, ctx: ctx, creds: creds, path: path}
 }
 
 // isResponseCreate tells a client's response.create event.
