@@ -110,7 +110,7 @@ type liveSession struct {
 }
 
 func (s liveSession) Event(msg []byte) (inflight.Usage, realtimeusage.Kind) {
-	ms, nested := s.l.Event(msg)
+	ms, estimated, nested := s.l.Event(msg)
 	if nested != nil {
 		u, ev := s.backend.Event(nested)
 		if ev != responseusage.ResponseEnded {
@@ -121,7 +121,7 @@ func (s liveSession) Event(msg []byte) (inflight.Usage, realtimeusage.Kind) {
 	if ms == 0 {
 		return inflight.Usage{}, realtimeusage.None
 	}
-	return s.time(ms, false), realtimeusage.Response
+	return s.time(ms, estimated), realtimeusage.Response
 }
 
 // time is the settlement of ms milliseconds of the session, estimated or reported.

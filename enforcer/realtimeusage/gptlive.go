@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/pkg/saturate"
 )
 
 // GPTLive follows an OpenAI GPT-Live session over a WebSocket (GET /v1/live/sessions,
@@ -19,9 +21,11 @@ import (
 //
 // The time is charged in steps of at least GPTLiveStep (and whatever is left at
 // session.closed): every report would be a settlement, and the server may report often.
-// A session that ends without session.closed (its connection cut) is charged, besides
-// what its reports said, the wall-clock time since its last report, an estimate
-// (Unreported).
+// A server silent for GPTLiveSilence (no report) has the session's clock time since its
+// last report charged at its next event, an estimate, so that a member's limit is
+// checked all the same; its later reports charge only what goes beyond. A session that
+// ends without session.closed (its connection cut) is charged, besides what its reports
+// said, the clock time since its last report, an estimate (Unreported).
 //
 // Not safe for concurrent use, but for SetModel (the client's side of the session) beside
 // the other methods (its server's side).
@@ -29,11 +33,13 @@ type GPTLive struct {
 	now   func() time.Time
 	model atomic.Pointer[string]
 	// reported is the session's cumulative time as the server last reported it, and
-	// charged the part of it Event handed out; both in milliseconds.
+	// charged the time Event handed out (reported, or estimated from the clock); both in
+	// milliseconds.
 	reported, charged int64
-	// lastReport is when the server last reported (the session's start before it did).
-	lastReport time.Time
-	closed     bool
+	// counted is the moment up to which the session's time was reported or estimated
+	// (the session's start before either).
+	counted time.Time
+	closed  bool
 }
 
 // GPTLiveStep is the least session time Event charges at once (but at session.closed):
@@ -41,10 +47,14 @@ type GPTLive struct {
 // member's limit besides what its backend spends.
 const GPTLiveStep = 10 * time.Second
 
+// GPTLiveSilence is how long a session runs without a report of its server before its
+// clock time is charged, an estimate: a minute, 5 cents at gpt-live-1's price.
+const GPTLiveSilence = time.Minute
+
 // NewGPTLive returns a reader for a session starting now (now is the clock: the
 // session's time is estimated from it when the server stops reporting).
 func NewGPTLive(now func() time.Time) *GPTLive {
-	return &GPTLive{now: now, lastReport: now()}
+	return &GPTLive{now: now, counted: now()}
 }
 
 // gptLiveEvent is the part of a GPT-Live server event the reader reads.
@@ -85,12 +95,12 @@ func SessionStart(msg []byte) string {
 }
 
 // Event reads one server event: the session time to charge now, in milliseconds (0 but
-// at a step or the session's close), and, for a response.event, the Responses event it
-// wraps (nil otherwise).
-func (l *GPTLive) Event(msg []byte) (millis int64, nested []byte) {
+// at a step, the session's close or a silence), and whether that is an estimate from
+// the clock; for a response.event, the Responses event it wraps (nil otherwise).
+func (l *GPTLive) Event(msg []byte) (millis int64, estimated bool, nested []byte) {
 	var e gptLiveEvent
 	if json.Unmarshal(msg, &e) != nil {
-		return 0, nil // not JSON, or not an event's shape: not ours
+		return 0, false, nil // not JSON, or not an event's shape: not ours
 	}
 	if e.Session != nil && e.Session.Model != "" && (e.Type == "session.started" || e.Type == "session.updated" || e.Type == "session.closed") {
 		l.model.Store(&e.Session.Model)
@@ -98,7 +108,7 @@ func (l *GPTLive) Event(msg []byte) (millis int64, nested []byte) {
 	switch e.Type {
 	case "response.event":
 		if len(e.Event) > 0 && e.Event[0] == '{' {
-			return 0, e.Event
+			return 0, false, e.Event // its own charge: the silence is counted at the next event
 		}
 	case "session.usage.updated", "session.closed":
 		if e.Usage != nil && e.Usage.Seconds != nil {
@@ -106,19 +116,29 @@ func (l *GPTLive) Event(msg []byte) (millis int64, nested []byte) {
 		}
 		if e.Type == "session.closed" {
 			l.closed = true
-			return l.take(), nil
+			return l.take(), false, nil
 		}
 		if l.reported-l.charged >= GPTLiveStep.Milliseconds() {
-			return l.take(), nil
+			return l.take(), false, nil
 		}
+		return 0, false, nil
 	}
-	return 0, nil
+	if l.closed {
+		return 0, false, nil
+	}
+	if since := l.now().Sub(l.counted); since >= GPTLiveSilence {
+		l.counted = l.counted.Add(since)
+		ms := since.Milliseconds()
+		l.charged = saturate.Add(l.charged, ms)
+		return ms, true, nil
+	}
+	return 0, false, nil
 }
 
 // report notes the server's cumulative seconds: a total, so a smaller or broken one
 // (negative, not a number) changes nothing.
 func (l *GPTLive) report(seconds float64) {
-	l.lastReport = l.now()
+	l.counted = l.now()
 	if math.IsNaN(seconds) || seconds <= 0 {
 		return
 	}
@@ -129,10 +149,11 @@ func (l *GPTLive) report(seconds float64) {
 	l.reported = max(l.reported, ms)
 }
 
-// take hands out the time reported and not yet charged.
+// take hands out the time reported and not yet charged (none while the estimates
+// charged reach beyond it).
 func (l *GPTLive) take() int64 {
-	n := l.reported - l.charged
-	l.charged = l.reported
+	n := max(0, l.reported-l.charged)
+	l.charged = max(l.charged, l.reported)
 	return n
 }
 
@@ -149,10 +170,10 @@ func (l *GPTLive) Model() string {
 // reported and not yet charged (a step not reached), and, unless the server closed the
 // session, the time since its last report, an estimate (estimated).
 func (l *GPTLive) Unreported() (millis int64, estimated bool) {
-	n := l.reported - l.charged
+	n := max(0, l.reported-l.charged)
 	if l.closed {
 		return n, false
 	}
-	since := max(0, l.now().Sub(l.lastReport).Milliseconds())
-	return n + since, since > 0
+	since := max(0, l.now().Sub(l.counted).Milliseconds())
+	return saturate.Add(n, since), since > 0
 }
