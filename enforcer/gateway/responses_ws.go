@@ -92,10 +92,14 @@ func (q *responseCreates) pass(msg []byte) (reason string, ok bool) {
 	id := a.RequestID
 	if id != "" {
 		gw.tracker.Follow(id)
-		if endpoint := requestbody.DeferredRequest(http.MethodPost, q.path, hint.Body, msg); endpoint != "" && !gw.cfg.AllowDeferred.Allows(endpoint) {
+	}
+	if endpoint := requestbody.DeferredRequest(http.MethodPost, q.path, hint.Body, msg); endpoint != "" && !gw.cfg.AllowDeferred.Allows(endpoint) {
+		if id != "" {
 			_ = gw.tracker.Finish(id, inflight.Refused(http.StatusForbidden), nil)
-			return closeReason(gate.BillingDeferredRefusal(endpoint)), false
 		}
+		return closeReason(gate.BillingDeferredRefusal(endpoint)), false
+	}
+	if id != "" {
 		if est := hint.Body; est != nil {
 			if gw.tracker.RefuseUnpricedModel(id, est.Model) {
 				return closeReason(gate.ModelNotPricedRefusal(est.Model)), false // settled by the tracker
