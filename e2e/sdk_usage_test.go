@@ -25,6 +25,8 @@ type sdkUsageRoot struct{ reader, file, typ string }
 var sdkUsageRoots = []sdkUsageRoot{
 	{"openai", "openai/resources/completions.d.ts", "CompletionUsage"},
 	{"openai", "openai/resources/responses/responses.d.ts", "ResponseUsage"},
+	// The hosted tools' usage beside it (response.tool_usage, openai 7).
+	{"openai-tools", "openai/resources/responses/responses.d.ts", "Response.ToolUsage"},
 	{"openai", "openai/resources/embeddings.d.ts", "CreateEmbeddingResponse.Usage"},
 	{"openai", "openai/resources/images.d.ts", "ImagesResponse.Usage"},
 	{"openai", "openai/resources/images.d.ts", "ImageGenCompletedEvent.Usage"},
@@ -174,6 +176,21 @@ var sdkUsageFields = map[string]string{
 	"openai input_token_details.text_tokens":        "a transcription's text input: the rest of input_tokens, charged at the text price",
 	"openai type":                                   read, // a transcription's usage by "tokens" or "duration"
 	"openai seconds":                                read, // whisper-1's billed duration
+	// OpenAI's hosted tools' usage (response.tool_usage, openai 7), beside the model's.
+	"openai-tools image_gen.output_tokens": "not read: each image generation call is charged its size and quality's tokens " +
+		"(docs/prices.md, \"OpenAI's image generation tool\"); OpenAI's sum may skip calls whose usage it has not recorded",
+	"openai-tools image_gen.output_tokens_details.image_tokens": "a part of image_gen.output_tokens",
+	"openai-tools image_gen.output_tokens_details.text_tokens":  "a part of image_gen.output_tokens",
+	"openai-tools image_gen.total_tokens":                       "image_gen.input_tokens plus image_gen.output_tokens",
+	"openai-tools image_gen.input_tokens": "not read: the image model's input is billed at its input price and not charged yet " +
+		"(docs/prices.md, \"Billed items not charged yet\"; a few hundred tokens a call)",
+	"openai-tools image_gen.input_tokens_details.image_tokens":         "a part of image_gen.input_tokens",
+	"openai-tools image_gen.input_tokens_details.text_tokens":          "a part of image_gen.input_tokens",
+	"openai-tools image_gen.cached_tokens":                             "a part of image_gen.input_tokens",
+	"openai-tools image_gen.cached_tokens_details.cached_image_tokens": "a part of image_gen.cached_tokens",
+	"openai-tools image_gen.cached_tokens_details.cached_text_tokens":  "a part of image_gen.cached_tokens",
+	"openai-tools web_search.num_requests": "not read: the answer's web_search_call items are counted, each a search charged " +
+		"(docs/prices.md, \"Web searches\"); OpenAI's count leaves out discounted searches and page opens, so it is never above them",
 	// OpenAI's GPT-Live (package realtimeusage): the session's cumulative seconds.
 	"openai-live seconds": read,
 	// OpenAI's Realtime API (package realtimeusage).
