@@ -309,6 +309,27 @@ func (s *Server) record(c *Call, r *http.Request, valid bool) (n int) {
 	return s.seq
 }
 
+// session records a WebSocket session as one Call of api, named model by the client
+// (the handshake's method, path, query and headers), its Usage asked once; it returns
+// the Call's index and its Usage.
+func (s *Server) session(r *http.Request, api, model string) (at int, u Usage) {
+	c := Call{API: api, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Model: model, Stream: true}
+	if s.Usage != nil {
+		c.Usage = s.Usage(c)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, c)
+	return len(s.calls) - 1, c.Usage
+}
+
+// countMessages sets the Body of session at to got, the client's messages, in decimal.
+func (s *Server) countMessages(at, got int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[at].Body = []byte(fmt.Sprint(got))
+}
+
 // Calls returns the requests received so far, in order.
 func (s *Server) Calls() []Call {
 	s.mu.Lock()

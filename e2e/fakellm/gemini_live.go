@@ -56,21 +56,9 @@ func (s *Server) geminiLive(w http.ResponseWriter, r *http.Request) {
 		_ = conn.Close(websocket.StatusPolicyViolation, "the first message must be a setup naming a model")
 		return
 	}
-	c := Call{API: GeminiLive, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(),
-		Model: setup.Setup.Model, Stream: true}
-	if s.Usage != nil {
-		c.Usage = s.Usage(c)
-	}
-	s.mu.Lock()
-	s.calls = append(s.calls, c)
-	at := len(s.calls) - 1
-	s.mu.Unlock()
+	at, u := s.session(r, GeminiLive, setup.Setup.Model)
 	got := 1
-	defer func() {
-		s.mu.Lock()
-		s.calls[at].Body = []byte(fmt.Sprint(got))
-		s.mu.Unlock()
-	}()
+	defer func() { s.countMessages(at, got) }()
 	send := func(format string, args ...any) error {
 		return conn.Write(ctx, websocket.MessageBinary, []byte(fmt.Sprintf(format, args...)))
 	}
@@ -89,7 +77,7 @@ func (s *Server) geminiLive(w http.ResponseWriter, r *http.Request) {
 		if json.Unmarshal(msg, &m) != nil || m.ClientContent == nil {
 			continue
 		}
-		if liveTurn(send, c.Usage) != nil {
+		if liveTurn(send, u) != nil {
 			return
 		}
 	}

@@ -49,15 +49,7 @@ func (s *Server) gptLive(w http.ResponseWriter, r *http.Request) {
 		}
 		switch ev.Type {
 		case "session.start":
-			c := Call{API: OpenAIGPTLive, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(),
-				Model: ev.Session.Model, Stream: true}
-			if s.Usage != nil {
-				c.Usage = s.Usage(c)
-			}
-			u = c.Usage
-			s.mu.Lock()
-			s.calls = append(s.calls, c)
-			s.mu.Unlock()
+			_, u = s.session(r, OpenAIGPTLive, ev.Session.Model)
 			if send(`{"type":"session.started","event_id":"event_start","session":{"id":"live_fake","model":`+strconv.Quote(ev.Session.Model)+`}}`) != nil {
 				return
 			}

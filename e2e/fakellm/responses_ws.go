@@ -30,9 +30,7 @@ func (s *Server) responsesWebSocket(w http.ResponseWriter, r *http.Request) {
 	got := 0
 	defer func() {
 		if at >= 0 {
-			s.mu.Lock()
-			s.calls[at].Body = []byte(fmt.Sprint(got))
-			s.mu.Unlock()
+			s.countMessages(at, got)
 		}
 	}()
 	var u Usage
@@ -50,16 +48,7 @@ func (s *Server) responsesWebSocket(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if at < 0 {
-			c := Call{API: OpenAIResponsesWebSocket, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(),
-				Model: ev.Model, Stream: true}
-			if s.Usage != nil {
-				c.Usage = s.Usage(c)
-			}
-			u = c.Usage
-			s.mu.Lock()
-			s.calls = append(s.calls, c)
-			at = len(s.calls) - 1
-			s.mu.Unlock()
+			at, u = s.session(r, OpenAIResponsesWebSocket, ev.Model)
 		}
 		model := ev.Model
 		if m, ok := s.Snapshots[model]; ok {
