@@ -1544,8 +1544,19 @@ type SettleItem struct {
 	// (pricecatalog.GuardrailPrices); absent when the request had none. Estimated (the
 	// answer did not say) when usage_estimated is set.
 	GuardrailUnits *GuardrailUnits `protobuf:"bytes,41,opt,name=guardrail_units,json=guardrailUnits,proto3" json:"guardrail_units,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// image_tool_input_tokens is the input of the image model the image generation
+	// tool's calls ran (OpenAI's Responses API: tool_usage.image_gen.input_tokens, text
+	// and image tokens of the prompt the response's model wrote for it and of any image it
+	// edits, its cache reads included), billed apart from the response's usage at the image
+	// model's input price; image_tool_cached_input_tokens is the part of it read from a
+	// prompt cache (tool_usage.image_gen.cached_tokens), at its cached input price. Priced
+	// from the catalog's entry of image_model whatever priced the tokens (a model it does
+	// not know at its dearest image model's, unpriced), on top of the images' output and
+	// not multiplied by the service tier or a regional premium. 0 when not reported.
+	ImageToolInputTokens       int64 `protobuf:"varint,42,opt,name=image_tool_input_tokens,json=imageToolInputTokens,proto3" json:"image_tool_input_tokens,omitempty"`
+	ImageToolCachedInputTokens int64 `protobuf:"varint,43,opt,name=image_tool_cached_input_tokens,json=imageToolCachedInputTokens,proto3" json:"image_tool_cached_input_tokens,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1863,6 +1874,20 @@ func (x *SettleItem) GetGuardrailUnits() *GuardrailUnits {
 		return x.GuardrailUnits
 	}
 	return nil
+}
+
+func (x *SettleItem) GetImageToolInputTokens() int64 {
+	if x != nil {
+		return x.ImageToolInputTokens
+	}
+	return 0
+}
+
+func (x *SettleItem) GetImageToolCachedInputTokens() int64 {
+	if x != nil {
+		return x.ImageToolCachedInputTokens
+	}
+	return 0
 }
 
 // GuardrailUnits counts what Amazon Bedrock's guardrails assessed: text units (up to
@@ -2345,7 +2370,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xed\x10\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xe8\x11\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2391,7 +2416,9 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\tocr_pages\x18& \x01(\x03R\bocrPages\x12%\n" +
 	"\x0econtainer_kind\x18' \x01(\tR\rcontainerKind\x12+\n" +
 	"\x11container_minutes\x18( \x01(\x03R\x10containerMinutes\x12M\n" +
-	"\x0fguardrail_units\x18) \x01(\v2$.tollgate.internal.v1.GuardrailUnitsR\x0eguardrailUnitsB\x1a\n" +
+	"\x0fguardrail_units\x18) \x01(\v2$.tollgate.internal.v1.GuardrailUnitsR\x0eguardrailUnits\x125\n" +
+	"\x17image_tool_input_tokens\x18* \x01(\x03R\x14imageToolInputTokens\x12B\n" +
+	"\x1eimage_tool_cached_input_tokens\x18+ \x01(\x03R\x1aimageToolCachedInputTokensB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
