@@ -95,7 +95,8 @@ func Bound(u Usage) (Usage, []string) {
 		{"guardrail_units.checks_prompt_attack", &u.GuardrailUnits.ChecksPromptAttack},
 		{"guardrail_units.checks_sensitive_information", &u.GuardrailUnits.ChecksSensitiveInformation},
 		{"image_generation_calls", &u.ImageGenerationCalls},
-		{"image_output_tokens", &u.ImageOutputTokens}, {"advisor_input_tokens", &u.AdvisorInputTokens},
+		{"image_output_tokens", &u.ImageOutputTokens}, {"image_tool_input_tokens", &u.ImageToolInputTokens},
+		{"image_tool_cached_input_tokens", &u.ImageToolCachedInputTokens}, {"advisor_input_tokens", &u.AdvisorInputTokens},
 		{"advisor_output_tokens", &u.AdvisorOutputTokens}, {"advisor_cached_input_tokens", &u.AdvisorCachedInputTokens},
 		{"advisor_cache_creation_input_tokens", &u.AdvisorCacheWriteTokens}} {
 		limit := MaxTokens

@@ -95,6 +95,12 @@ type Price struct {
 	// image model (pricecatalog.DearestImageTokensOf), filled by the ledger with
 	// ImageOutputPerMillion; 0 reads as pricecatalog.DearestImageTokens.
 	ImageTokensPerCall int64
+	// ImageToolInputPerMillion and ImageToolCachedInputPerMillion price the image model's
+	// input (Usage.ImageToolInputTokens and its cached part): the catalog's input and
+	// cached input prices of the image model the tool ran, filled by the ledger with
+	// ImageOutputPerMillion whatever priced the tokens.
+	ImageToolInputPerMillion       int64
+	ImageToolCachedInputPerMillion int64
 	// Advisor prices the sub-inferences of Anthropic's advisor tool
 	// (Usage.AdvisorInputTokens and the rest) as a response's tokens: the catalog's price
 	// of the advisor model, filled by the ledger like WebSearch whatever priced the
@@ -129,6 +135,12 @@ type Price struct {
 	// An organization's own price of a model, which is a standard one, takes them from
 	// the model's catalog entry.
 	pricecatalog.TierPercents
+}
+
+// ImageToolInputPrice is the image model's input as a price of its own, for
+// ImageToolInputUsage: its input and cached input prices.
+func (p Price) ImageToolInputPrice() Price {
+	return Price{InputPerMillion: p.ImageToolInputPerMillion, CachedInputPerMillion: p.ImageToolCachedInputPerMillion}
 }
 
 // CacheWrite is the price cache writes are charged at.
@@ -202,6 +214,15 @@ type Usage struct {
 	// their image model's dearest image each (ImageTokensAt).
 	ImageGenerationCalls int64
 	ImageOutputTokens    int64
+	// ImageToolInputTokens is the image model's input for those calls, as the upstream
+	// reported it (OpenAI's tool_usage.image_gen.input_tokens: the prompt the response's
+	// model wrote for it and any image it edits), its cache reads included, which
+	// ImageToolCachedInputTokens is the part of: priced as a response's input at the
+	// image model's input prices (ImageToolInputUsage at Price.ImageToolInputPrice), on
+	// top of the tokens. 0 when it was not reported: nothing is guessed for it (a few
+	// hundred tokens a call, which an answer that lists the calls reports).
+	ImageToolInputTokens       int64
+	ImageToolCachedInputTokens int64
 	// AdvisorInputTokens, AdvisorOutputTokens, AdvisorCachedInputTokens and
 	// AdvisorCacheWriteTokens are the counts of the sub-inferences of Anthropic's advisor
 	// tool (the response's usage.iterations[] advisor_message entries, summed), left out
@@ -263,6 +284,19 @@ func (u Usage) ImageTokensAt(perCall int64) int64 {
 	return u.ImageGenerationCalls * perCall
 }
 
+// ImageToolInputUsage is the image model's input as a response's usage of its own
+// (input, cache reads included, and the reads), which CostOf prices with CatalogCost at
+// the image model's input prices (Price.ImageToolInputPrice).
+func (u Usage) ImageToolInputUsage() Usage {
+	return Usage{InputTokens: u.ImageToolInputTokens, CachedInputTokens: u.ImageToolCachedInputTokens}
+}
+
+// HasImageTool tells whether u counts any of the image generation tool's calls, images
+// or input.
+func (u Usage) HasImageTool() bool {
+	return u.ImageGenerationCalls != 0 || u.ImageOutputTokens != 0 || u.ImageToolInputTokens != 0 || u.ImageToolCachedInputTokens != 0
+}
+
 // HasAdvisor tells whether u counts any of the advisor's tokens.
 func (u Usage) HasAdvisor() bool {
 	return u.AdvisorInputTokens != 0 || u.AdvisorOutputTokens != 0 || u.AdvisorCachedInputTokens != 0 || u.AdvisorCacheWriteTokens != 0
@@ -284,7 +318,7 @@ func (u Usage) Basis() string {
 		return BasisUpstreamCost
 	case u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 && u.CacheWriteTokens == 0 && u.AudioInputMillis == 0 &&
 		u.WebSearchRequests == 0 && u.FileSearchCalls == 0 && u.MapsGroundedPrompts == 0 && u.OCRPages == 0 && u.ContainerMinutes == 0 &&
-		u.GuardrailUnits.IsZero() && u.ImageGenerationCalls == 0 && u.ImageOutputTokens == 0 && !u.HasAdvisor():
+		u.GuardrailUnits.IsZero() && !u.HasImageTool() && !u.HasAdvisor():
 		return BasisNone
 	case u.Estimated:
 		return BasisEstimate
@@ -335,17 +369,19 @@ type Cost struct {
 // (pricecatalog.RegionalPremium), plus its web searches, file search calls,
 // maps-grounded prompts and OCR pages apiece, its container minutes at the container's
 // price per hour (pricecatalog.Container.Cost), its guardrails' units at their policies'
-// prices (pricecatalog.GuardrailPrices.Cost), its image generation calls' output tokens at the image
-// model's output price (ImageCost of ImageTokensAt) and its advisor's sub-inferences at the
-// advisor model's prices (CatalogCost of AdvisorUsage at Price.Advisor, rounded up on
-// their own), none of them multiplied by the tier or the regional premium, which price
+// prices (pricecatalog.GuardrailPrices.Cost), its image generation calls' output tokens
+// at the image model's output price (ImageCost of ImageTokensAt) and their input at its
+// input prices (CatalogCost of ImageToolInputUsage at Price.ImageToolInputPrice), and
+// its advisor's sub-inferences at the advisor model's prices (CatalogCost of
+// AdvisorUsage at Price.Advisor), each rounded up on its own, none of them multiplied by the tier or the regional premium, which price
 // the response's own model. A cost above money.MaxAllowanceMicroUSD is capped there and
 // flagged: a request is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||
 		u.AudioInputMillis < 0 || u.WebSearchRequests < 0 || u.FileSearchCalls < 0 || u.MapsGroundedPrompts < 0 || u.OCRPages < 0 ||
 		u.ContainerMinutes < 0 || p.Price.Container.PerHour < 0 || !u.GuardrailUnits.Valid() || !p.Price.Guardrails.Valid() ||
-		u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || u.AdvisorInputTokens < 0 || u.AdvisorOutputTokens < 0 ||
+		u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || u.ImageToolInputTokens < 0 || u.ImageToolCachedInputTokens < 0 ||
+		u.AdvisorInputTokens < 0 || u.AdvisorOutputTokens < 0 ||
 		u.AdvisorCachedInputTokens < 0 || u.AdvisorCacheWriteTokens < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
 		return Cost{}, ErrBadUsage
 	}
@@ -424,6 +460,12 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 	// after the tier and the regional premium as well.
 	if tokens := u.ImageTokensAt(p.Price.ImageTokensPerCall); err == nil && tokens > 0 {
 		v, err = addCost(v, func() (int64, error) { return ImageCost(tokens, p.Price.ImageOutputPerMillion) })
+	}
+	// The image model's input, priced as a response's input of the image model (its
+	// uncached input and cache reads each at its price, rounded up on their own), after
+	// the tier and the regional premium as well.
+	if in := u.ImageToolInputUsage(); err == nil && (in.InputTokens > 0 || in.CachedInputTokens > 0) {
+		v, err = addCost(v, func() (int64, error) { return CatalogCost(in, p.Price.ImageToolInputPrice()) })
 	}
 	// The advisor's sub-inferences, priced as a response of the advisor model (its
 	// uncached input, cache reads, cache writes and output each at its price), after

@@ -471,6 +471,32 @@ func TestSettlementPricing(t *testing.T) {
 			setPrices(store.ModelPrice{Model: "gpt-4o-mini", InputPerMillion: 1_000_000, OutputPerMillion: 2_000_000, CachedInputPerMillion: 100_000})
 		}, &internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, ImageGenerationCalls: 1, ImageOutputTokens: 6_240, Complete: true},
 			1_000_000 + 249_600, "catalog_estimate", "organization", "reported_usage"},
+		// The image model's input (tool_usage.image_gen): at the catalog's input and cached
+		// input prices of the image model (gpt-image-1: 10 and 2.5 USD per million, its
+		// image input price), whatever priced the tokens, after the tier.
+		{"the image model's input at gpt-image-1's input prices", func() { setPrices() },
+			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, ImageGenerationCalls: 1, ImageOutputTokens: 6_240,
+				ImageToolInputTokens: 1_100, ImageToolCachedInputTokens: 100, Complete: true},
+			150_000 + 249_600 + 10_000 + 250, "catalog_estimate", "catalog", "reported_usage"},
+		{"gpt-image-1-mini's input at its own prices", nil,
+			&internalv1.SettleItem{Model: "gpt-5", ImageGenerationCalls: 1, ImageModel: "gpt-image-1-mini", ImageOutputTokens: 272,
+				ImageToolInputTokens: 4_000, Complete: true},
+			2_176 + 10_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"an image model's input alone is usage", nil,
+			&internalv1.SettleItem{Model: "gpt-5", ImageModel: "gpt-image-1.5", ImageToolInputTokens: 1_000, Complete: true},
+			8_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"the input of an image model nobody priced: the catalog's highest image input prices, unpriced", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", ImageGenerationCalls: 1, ImageModel: "acme-image-9", ImageOutputTokens: 1_000,
+				ImageToolInputTokens: 1_000, Complete: true},
+			1_000*pricecatalog.Default().HighestImageOutput()/1_000_000 + 10_000, "fallback", "fallback", "reported_usage"},
+		{"the image model's input is not raised by the fast tier", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, ImageToolInputTokens: 1_000,
+				PriorityTier: true, ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST, Complete: true},
+			250_500 + 10_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"the organization's price of the model does not price the image model's input", func() {
+			setPrices(store.ModelPrice{Model: "gpt-4o-mini", InputPerMillion: 1_000_000, OutputPerMillion: 2_000_000, CachedInputPerMillion: 100_000})
+		}, &internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1_000_000, ImageToolInputTokens: 1_000, Complete: true},
+			1_000_000 + 10_000, "catalog_estimate", "organization", "reported_usage"},
 		// Anthropic's advisor tool: the advisor's sub-inferences at the catalog's prices of
 		// the advisor model, on top of the executor's tokens, whatever priced them, after
 		// the tier and the regional premium.
@@ -671,12 +697,20 @@ func TestSettlementPricing(t *testing.T) {
 			// The image generation calls, their image model (gpt-image-1 when the item names
 			// none, cleaned) and their tokens, as reported.
 			wantImageModel := strings.ReplaceAll(c.item.GetImageModel(), "\x00", "")
-			if wantImageModel == "" && c.item.GetImageGenerationCalls() > 0 {
+			if wantImageModel == "" && (c.item.GetImageGenerationCalls() > 0 || c.item.GetImageToolInputTokens() > 0) {
 				wantImageModel = "gpt-image-1"
 			}
 			if imageCalls != c.item.GetImageGenerationCalls() || imageModel != wantImageModel || imageTokens != c.item.GetImageOutputTokens() {
 				t.Fatalf("stored %d image calls of %q, %d tokens; want %d of %q, %d", imageCalls, imageModel, imageTokens,
 					c.item.GetImageGenerationCalls(), wantImageModel, c.item.GetImageOutputTokens())
+			}
+			// The image model's input as reported.
+			var imageToolIn, imageToolCached int64
+			if err := e.Store.Pool.QueryRow(ctx, `SELECT image_tool_input_tokens, image_tool_cached_input_tokens FROM usage_receipts
+				WHERE request_id = $1`, id).Scan(&imageToolIn, &imageToolCached); err != nil ||
+				imageToolIn != c.item.GetImageToolInputTokens() || imageToolCached != c.item.GetImageToolCachedInputTokens() {
+				t.Fatalf("stored the image model's input %d (%d cached), want %d (%d) %v", imageToolIn, imageToolCached,
+					c.item.GetImageToolInputTokens(), c.item.GetImageToolCachedInputTokens(), err)
 			}
 			// The advisor's model (cleaned; '' when the item names none) and its counts, as
 			// reported.

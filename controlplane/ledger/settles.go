@@ -147,6 +147,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		WebSearchRequests: it.GetWebSearchRequests(), FileSearchCalls: it.GetFileSearchCalls(),
 		MapsGroundedPrompts: it.GetMapsGroundedPrompts(), OCRPages: it.GetOcrPages(), ContainerMinutes: it.GetContainerMinutes(),
 		ImageGenerationCalls: it.GetImageGenerationCalls(), ImageOutputTokens: it.GetImageOutputTokens(),
+		ImageToolInputTokens: it.GetImageToolInputTokens(), ImageToolCachedInputTokens: it.GetImageToolCachedInputTokens(),
 		AdvisorInputTokens: it.GetAdvisorInputTokens(), AdvisorOutputTokens: it.GetAdvisorOutputTokens(),
 		AdvisorCachedInputTokens: it.GetAdvisorCachedInputTokens(), AdvisorCacheWriteTokens: it.GetAdvisorCacheCreationInputTokens(),
 		AudioInputTokens: it.AudioInputTokens, AudioOutputTokens: it.AudioOutputTokens, CachedAudioInputTokens: it.CachedAudioInputTokens,
@@ -170,7 +171,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		}
 		return clean
 	}
-	if u.ImageGenerationCalls > 0 || u.ImageOutputTokens > 0 {
+	if u.HasImageTool() {
 		if sj.imageModel = cleanModel(it.GetImageModel(), "image"); sj.imageModel == "" {
 			sj.imageModel = pricecatalog.DefaultImageToolModel
 		}
@@ -534,6 +535,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			MapsGroundedPrompts: j.item.usage.MapsGroundedPrompts, OCRPages: j.item.usage.OCRPages,
 			ContainerKind: j.item.containerKind, ContainerMinutes: j.item.usage.ContainerMinutes, Guardrails: j.item.usage.GuardrailUnits,
 			ImageGenerationCalls: j.item.usage.ImageGenerationCalls, ImageModel: j.item.imageModel, ImageOutputTokens: j.item.usage.ImageOutputTokens,
+			ImageToolInputTokens: j.item.usage.ImageToolInputTokens, ImageToolCachedInputTokens: j.item.usage.ImageToolCachedInputTokens,
 			AdvisorModel: j.item.advisorModel, AdvisorInputTokens: j.item.usage.AdvisorInputTokens, AdvisorOutputTokens: j.item.usage.AdvisorOutputTokens,
 			AdvisorCachedInputTokens: j.item.usage.AdvisorCachedInputTokens, AdvisorCacheWriteTokens: j.item.usage.AdvisorCacheWriteTokens,
 			AudioInputTokens: j.item.usage.AudioInputTokens, AudioOutputTokens: j.item.usage.AudioOutputTokens,
@@ -678,8 +680,8 @@ func newOrgPrices(ps []store.ModelPrice) *orgPrices {
 // tokens (organizations price tokens only): see unitPrice; so are container minutes
 // (containerPrice), Amazon Bedrock's guardrails (the catalog's prices, which price every
 // guardrail whatever model it guards), web searches, file search
-// calls, maps-grounded prompts, the image generation tool's images and the advisor's
-// sub-inferences (webSearchPrice, fileSearchPrice, mapsGroundingPrice, imageOutputPrice,
+// calls, maps-grounded prompts, the image generation tool's images and input and the advisor's
+// sub-inferences (webSearchPrice, fileSearchPrice, mapsGroundingPrice, imagePrices,
 // advisorPrice). Audio tokens are not: they are tokens, priced apart only by a catalog
 // entry that has audio prices (fromCatalog); an organization's price of the model prices
 // them at its token prices, being the authority for it.
@@ -729,9 +731,9 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 			p.Source = accounting.PriceFallback // maps grounding of a provider nobody priced: unpriced
 		}
 	}
-	if sj.usage.ImageGenerationCalls > 0 || sj.usage.ImageOutputTokens > 0 {
+	if sj.usage.HasImageTool() {
 		var known bool
-		if p.Price.ImageOutputPerMillion, known = sj.imageOutputPrice(); !known {
+		if known = sj.imagePrices(&p.Price); !known {
 			p.Source = accounting.PriceFallback // images of an image model nobody priced: unpriced
 		}
 		p.Price.ImageTokensPerCall = pricecatalog.DearestImageTokensOf(sj.imageModel)
@@ -752,7 +754,7 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 }
 
 // advisorPrice is the catalog's price of the advisor model of the job's advisor tool
-// (its nearest entry, as imageOutputPrice finds the image model's; the price of the
+// (its nearest entry, as imagePrices finds the image model's; the price of the
 // advisor's prompt length where the entry has two, its input with cache reads and
 // writes), else the catalog's highest price of each token class (known false:
 // pricecatalog.Highest), the price of a model nobody priced.
@@ -765,16 +767,22 @@ func (sj *settleJob) advisorPrice() (p *accounting.Price, known bool) {
 	return &highest, false
 }
 
-// imageOutputPrice is the catalog's output price of the image model the job's image
-// generation calls ran (its nearest entry, found by the steps that find the job's model:
-// pricecatalog.Lookup), else the highest of the catalog's image models
-// (known false: pricecatalog.Catalog.HighestImageOutput): images nobody priced are never
-// cheaper than known ones.
-func (sj *settleJob) imageOutputPrice() (perMillion int64, known bool) {
+// imagePrices sets p's prices of the image model the job's image generation calls ran:
+// its output price (the images) and its input and cached input prices (its input), from
+// the catalog's nearest entry (found by the steps that find the job's model:
+// pricecatalog.Lookup), else the highest of the catalog's image models (known false:
+// pricecatalog.Catalog.HighestImageOutput, HighestImageInput): images nobody priced are
+// never cheaper than known ones.
+func (sj *settleJob) imagePrices(p *accounting.Price) (known bool) {
 	if e, ok := sj.prices.Lookup(sj.imageModel); ok {
-		return e.Dearest().DearestOutput(), true
+		d := e.Dearest()
+		p.ImageOutputPerMillion = d.DearestOutput()
+		p.ImageToolInputPerMillion, p.ImageToolCachedInputPerMillion = d.DearestInput(), d.DearestCachedInput()
+		return true
 	}
-	return sj.prices.HighestImageOutput(), false
+	p.ImageOutputPerMillion = sj.prices.HighestImageOutput()
+	p.ImageToolInputPerMillion, p.ImageToolCachedInputPerMillion = sj.prices.HighestImageInput()
+	return false
 }
 
 // fileSearchPrice is the catalog's price of one call of the job's model's provider's file

@@ -77,7 +77,8 @@ func TestRetentionKeepsPendingStartsAndIsIdempotent(t *testing.T) {
 	// quarantined and reconciled, one quarantined and never reviewed.
 	f.start(t, "req_old_settled", old)
 	if o := f.settle(t, &internalv1.SettleItem{RequestId: "req_old_settled", Model: "gpt-4o", InputTokens: 10,
-		ImageGenerationCalls: 1, ImageModel: "gpt-image-1", ImageOutputTokens: 6_240, AdvisorModel: "claude-opus-4-7", AdvisorInputTokens: 30_000,
+		ImageGenerationCalls: 1, ImageModel: "gpt-image-1", ImageOutputTokens: 6_240, ImageToolInputTokens: 900, ImageToolCachedInputTokens: 100,
+		AdvisorModel: "claude-opus-4-7", AdvisorInputTokens: 30_000,
 		AdvisorOutputTokens: 1_500, AdvisorCachedInputTokens: 12_000, AdvisorCacheCreationInputTokens: 8_000, MapsGroundedPrompts: 1,
 		OcrPages: 4, ContainerKind: "openai-4g", ContainerMinutes: 25, GuardrailUnits: &internalv1.GuardrailUnits{ContentText: 3, DeniedTopics: 3,
 			SensitiveInformation: 2, ContextualGrounding: 1, AutomatedReasoning: 5, ContentImages: 1, ChecksContentFilter: 2, ChecksPromptAttack: 4,
@@ -138,7 +139,8 @@ func TestRetentionKeepsPendingStartsAndIsIdempotent(t *testing.T) {
 		t.Fatalf("%d old closed starts pruned, want 2", n)
 	}
 	if n := f.count(t, `SELECT count(*) FROM usage_receipts WHERE request_id = 'req_old_settled' AND model = '' AND input_tokens = 0
-		AND image_generation_calls = 0 AND image_model = '' AND image_output_tokens = 0 AND advisor_model = '' AND advisor_input_tokens = 0
+		AND image_generation_calls = 0 AND image_model = '' AND image_output_tokens = 0 AND image_tool_input_tokens = 0
+		AND image_tool_cached_input_tokens = 0 AND advisor_model = '' AND advisor_input_tokens = 0
 		AND advisor_output_tokens = 0 AND advisor_cached_input_tokens = 0 AND advisor_cache_creation_input_tokens = 0 AND maps_grounded_prompts = 0
 		AND ocr_pages = 0 AND container_kind = '' AND container_minutes = 0 AND guardrail_content_text_units = 0 AND guardrail_denied_topic_units = 0
 		AND guardrail_sensitive_information_units = 0 AND guardrail_contextual_grounding_units = 0 AND guardrail_automated_reasoning_units = 0

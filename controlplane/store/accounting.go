@@ -564,6 +564,11 @@ type ReceiptWrite struct {
 	ImageGenerationCalls int64
 	ImageModel           string
 	ImageOutputTokens    int64
+	// ImageToolInputTokens is ImageModel's input as reported (its cache reads included),
+	// ImageToolCachedInputTokens the cached part, priced at ImageModel's input prices; 0
+	// when not reported.
+	ImageToolInputTokens       int64
+	ImageToolCachedInputTokens int64
 	// AdvisorModel is the model of Anthropic's advisor tool, and AdvisorInputTokens (its
 	// cache reads and writes included), AdvisorOutputTokens, AdvisorCachedInputTokens and
 	// AdvisorCacheWriteTokens its sub-inferences' counts, left out of the counts above
@@ -769,6 +774,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 		make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	checksContent, checksAttack, checksSensitive := make([]int64, n), make([]int64, n), make([]int64, n)
 	imageCalls, imageModels, imageTokens := make([]int64, n), make([]string, n), make([]int64, n)
+	imageToolIn, imageToolCached := make([]int64, n), make([]int64, n)
 	advisorModels, advisorIn, advisorOut, advisorCached, advisorWritten := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	audioIn, audioOut, cachedAudio := make([]*int64, n), make([]*int64, n), make([]*int64, n) // nil: NULL, not reported
 	imageIn, cachedImage := make([]*int64, n), make([]*int64, n)                              // nil: NULL, not reported
@@ -793,6 +799,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			g.SensitiveInformation, g.ContextualGrounding, g.AutomatedReasoning, g.ContentImages
 		checksContent[i], checksAttack[i], checksSensitive[i] = g.ChecksContentFilter, g.ChecksPromptAttack, g.ChecksSensitiveInformation
 		imageCalls[i], imageModels[i], imageTokens[i] = r.ImageGenerationCalls, r.ImageModel, r.ImageOutputTokens
+		imageToolIn[i], imageToolCached[i] = r.ImageToolInputTokens, r.ImageToolCachedInputTokens
 		advisorModels[i], advisorIn[i], advisorOut[i], advisorCached[i], advisorWritten[i] = r.AdvisorModel, r.AdvisorInputTokens,
 			r.AdvisorOutputTokens, r.AdvisorCachedInputTokens, r.AdvisorCacheWriteTokens
 		audioIn[i], audioOut[i], cachedAudio[i] = r.AudioInputTokens, r.AudioOutputTokens, r.CachedAudioInputTokens
@@ -820,7 +827,8 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			cached_image_input_tokens, upstream_host, ocr_pages, container_kind, container_minutes,
 			guardrail_content_text_units, guardrail_denied_topic_units, guardrail_sensitive_information_units,
 			guardrail_contextual_grounding_units, guardrail_automated_reasoning_units, guardrail_content_images,
-			guardrail_checks_content_filter_units, guardrail_checks_prompt_attack_units, guardrail_checks_sensitive_information_units)
+			guardrail_checks_content_filter_units, guardrail_checks_prompt_attack_units, guardrail_checks_sensitive_information_units,
+			image_tool_input_tokens, image_tool_cached_input_tokens)
 		SELECT x.id, x.org, x.member, x.cost, x.source, x.model, x.input, x.output, x.cached, x.status, x.complete, x.outcome,
 			CASE WHEN x.promoted THEN $16::timestamptz END, x.ref, x.finished, $16, $16,
 			coalesce(($17::text[])[x.c_from:x.c_to], '{}'), coalesce(($18::bigint[])[x.c_from:x.c_to], '{}'),
@@ -828,20 +836,21 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			x.tier <> '', x.regional, x.tier, x.image_calls, x.image_model, x.image_tokens, x.advisor_model, x.advisor_in,
 			x.advisor_out, x.advisor_cached, x.advisor_written, x.maps_grounded, x.image_in, x.cached_image, x.host, x.ocr_pages,
 			x.container_kind, x.container_minutes, x.guard_text, x.guard_topics, x.guard_sensitive, x.guard_grounding,
-			x.guard_reasoning, x.guard_images, x.checks_content, x.checks_attack, x.checks_sensitive
+			x.guard_reasoning, x.guard_images, x.checks_content, x.checks_attack, x.checks_sensitive, x.image_tool_in,
+			x.image_tool_cached
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[],
 			$9::bigint[], $10::int[], $11::bool[], $12::text[], $13::bool[], $14::text[], $15::timestamptz[], $19::int[], $20::int[],
 			$21::text[], $22::text[], $23::bigint[], $24::bigint[], $25::bigint[], $26::bigint[], $27::bigint[], $28::bigint[],
 			$29::bigint[], $30::text[], $31::bool[], $32::bigint[], $33::text[], $34::bigint[], $35::text[], $36::bigint[],
 			$37::bigint[], $38::bigint[], $39::bigint[], $40::bigint[], $41::bigint[], $42::bigint[], $43::text[], $44::bigint[],
 			$45::text[], $46::bigint[], $47::bigint[], $48::bigint[], $49::bigint[], $50::bigint[], $51::bigint[], $52::bigint[],
-			$53::bigint[], $54::bigint[], $55::bigint[])
+			$53::bigint[], $54::bigint[], $55::bigint[], $56::bigint[], $57::bigint[])
 			AS x(id, org, member, cost, source, model, input, output, cached, status, complete, outcome, promoted, ref, finished,
 				c_from, c_to, basis, price_source, written, audio, searches, file_searches, audio_in, audio_out, cached_audio,
 				tier, regional, image_calls, image_model, image_tokens, advisor_model, advisor_in, advisor_out, advisor_cached,
 				advisor_written, maps_grounded, image_in, cached_image, host, ocr_pages, container_kind, container_minutes,
 				guard_text, guard_topics, guard_sensitive, guard_grounding, guard_reasoning, guard_images, checks_content,
-				checks_attack, checks_sensitive)
+				checks_attack, checks_sensitive, image_tool_in, image_tool_cached)
 		ON CONFLICT (request_id) DO UPDATE SET cost_micro_usd = EXCLUDED.cost_micro_usd, cost_source = EXCLUDED.cost_source,
 			model = EXCLUDED.model, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
 			cached_input_tokens = EXCLUDED.cached_input_tokens, upstream_status = EXCLUDED.upstream_status,
@@ -871,12 +880,15 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			guardrail_content_images = EXCLUDED.guardrail_content_images,
 			guardrail_checks_content_filter_units = EXCLUDED.guardrail_checks_content_filter_units,
 			guardrail_checks_prompt_attack_units = EXCLUDED.guardrail_checks_prompt_attack_units,
-			guardrail_checks_sensitive_information_units = EXCLUDED.guardrail_checks_sensitive_information_units`,
+			guardrail_checks_sensitive_information_units = EXCLUDED.guardrail_checks_sensitive_information_units,
+			image_tool_input_tokens = EXCLUDED.image_tool_input_tokens,
+			image_tool_cached_input_tokens = EXCLUDED.image_tool_cached_input_tokens`,
 		ids, orgs, members, costs, sources, models, in, out, cached, statuses, complete, outcomes, promoted, refs, finished, now,
 		chargeIDs, chargeAmounts, from, to, bases, priceSources, written, audio, searches, fileSearches, audioIn, audioOut,
 		cachedAudio, tiers, regional, imageCalls, imageModels, imageTokens, advisorModels, advisorIn, advisorOut, advisorCached,
 		advisorWritten, mapsGrounded, imageIn, cachedImage, hosts, ocrPages, containerKinds, containerMinutes, guardText, guardTopics,
-		guardSensitive, guardGrounding, guardReasoning, guardImages, checksContent, checksAttack, checksSensitive)
+		guardSensitive, guardGrounding, guardReasoning, guardImages, checksContent, checksAttack, checksSensitive, imageToolIn,
+		imageToolCached)
 }
 
 // CredentialIdentity is what a credential hash resolves to for the internal API.

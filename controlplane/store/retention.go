@@ -79,7 +79,8 @@ func PruneReceiptDetail(ctx context.Context, q Querier, ids []string, cutoff, no
 			maps_grounded_prompts = 0, ocr_pages = 0, container_kind = '', container_minutes = 0, guardrail_content_text_units = 0,
 			guardrail_denied_topic_units = 0, guardrail_sensitive_information_units = 0, guardrail_contextual_grounding_units = 0,
 			guardrail_automated_reasoning_units = 0, guardrail_content_images = 0, guardrail_checks_content_filter_units = 0,
-			guardrail_checks_prompt_attack_units = 0, guardrail_checks_sensitive_information_units = 0, image_generation_calls = 0, image_model = '', image_output_tokens = 0, advisor_model = '',
+			guardrail_checks_prompt_attack_units = 0, guardrail_checks_sensitive_information_units = 0, image_generation_calls = 0, image_model = '', image_output_tokens = 0,
+			image_tool_input_tokens = 0, image_tool_cached_input_tokens = 0, advisor_model = '',
 			advisor_input_tokens = 0, advisor_output_tokens = 0, advisor_cached_input_tokens = 0, advisor_cache_creation_input_tokens = 0,
 			audio_input_tokens = NULL, audio_output_tokens = NULL, cached_audio_input_tokens = NULL, image_input_tokens = NULL,
 			cached_image_input_tokens = NULL, upstream_status = 0, finished_at = NULL, detail_pruned_at = $3

@@ -313,8 +313,10 @@ type Catalog struct {
 	// guardrails are the prices of Amazon Bedrock's guardrails' policies.
 	guardrails GuardrailPrices
 	// highestImageOutput is the highest output price of the catalog's image models
-	// (ImageModelPrefix), HighestImageOutput.
-	highestImageOutput int64
+	// (ImageModelPrefix), HighestImageOutput; highestImageInput and
+	// highestImageCachedInput their highest input and cached input prices,
+	// HighestImageInput.
+	highestImageOutput, highestImageInput, highestImageCachedInput int64
 }
 
 // fileTokenPrices are the token prices an entry, an announced change of it and a long
@@ -756,10 +758,13 @@ func build(f file, day time.Time, bad func(string, ...any)) *Catalog {
 		h.PerPage = max(h.PerPage, e.PerPage)
 		if strings.HasPrefix(e.Model, ImageModelPrefix) {
 			c.highestImageOutput = max(c.highestImageOutput, d.DearestOutput())
+			c.highestImageInput = max(c.highestImageInput, d.DearestInput())
+			c.highestImageCachedInput = max(c.highestImageCachedInput, d.DearestCachedInput())
 		}
 	}
-	if c.highestImageOutput == 0 {
-		c.highestImageOutput = c.highest.OutputPerMillion // a catalog without image models
+	if c.highestImageOutput == 0 { // a catalog without image models
+		c.highestImageOutput = c.highest.OutputPerMillion
+		c.highestImageInput, c.highestImageCachedInput = c.highest.InputPerMillion, c.highest.CachedInputPerMillion
 	}
 	c.highest.CacheWritePerMillion = &write
 	return c
@@ -968,6 +973,13 @@ func (c *Catalog) HighestMapsGrounding() int64 { return c.highestMapsGrounding }
 // of an image model the catalog does not know, never below a known one's (a catalog
 // without image models: its highest output price).
 func (c *Catalog) HighestImageOutput() int64 { return c.highestImageOutput }
+
+// HighestImageInput is the highest input and cached input price of the catalog's image
+// models: the price of the input of an image model the catalog does not know, never below
+// a known one's (a catalog without image models: its highest input prices).
+func (c *Catalog) HighestImageInput() (input, cachedInput int64) {
+	return c.highestImageInput, c.highestImageCachedInput
+}
 
 // AsOf is the day the prices were checked against their sources.
 func (c *Catalog) AsOf() time.Time { return c.asOf }

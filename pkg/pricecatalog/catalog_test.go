@@ -1100,6 +1100,25 @@ func TestHighestImageOutput(t *testing.T) {
 	if got := text.HighestImageOutput(); got != 7 {
 		t.Fatalf("a catalog without image models: %d, want its highest output 7", got)
 	}
+	if in, cached := text.HighestImageInput(); in != 1 || cached != 1 {
+		t.Fatalf("a catalog without image models: input %d, cached %d, want its highest 1 and 1", in, cached)
+	}
+}
+
+// TestHighestImageInput: the input of an image model the catalog does not know costs the
+// dearest image model's input prices, gpt-image-1's 10 and 2.5 USD per million (its
+// image input, the dearer of its text's and its images').
+func TestHighestImageInput(t *testing.T) {
+	c := Default()
+	in, cached := c.HighestImageInput()
+	if in != 10_000_000 || cached != 2_500_000 {
+		t.Fatalf("HighestImageInput %d, %d, want 10000000, 2500000", in, cached)
+	}
+	for _, e := range c.Entries() {
+		if strings.HasPrefix(e.Model, ImageModelPrefix) && (e.InputPerMillion > in || e.CachedInputPerMillion > cached) {
+			t.Errorf("%s's input %d, cached %d, is above the highest image input", e.Model, e.InputPerMillion, e.CachedInputPerMillion)
+		}
+	}
 }
 
 // TestWebSearch: Anthropic's web search costs 10 USD per 1,000 searches, 10,000
