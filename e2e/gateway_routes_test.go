@@ -1899,11 +1899,14 @@ func TestLongPromptsThroughTheGateway(t *testing.T) {
 // image_generation_call. The official OpenAI SDK's call with the tool (gpt-image-1-mini,
 // low quality, square: 272 tokens an image, and 100 for each of its two partial images
 // when streamed; gpt-image-2, high quality, 2048x2048: 14,272 tokens) is charged its
-// tokens and its 3 images exactly, and the receipt says them.
+// tokens, its 3 images and the image model's input its tool_usage reports (openai 7: 900
+// tokens, 100 of them cache reads, at the image model's input prices) exactly, and the
+// receipt says them.
 func TestImageGenerationToolThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
-	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, ImageGenerationCalls: 3})
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, ImageGenerationCalls: 3,
+		ImageToolInputTokens: 900, ImageToolCachedInputTokens: 100})
 	e, _ := pricecatalog.Lookup("gpt-5")
 	tokens := ceilDiv(10_000*e.InputPerMillion+1_000*e.OutputPerMillion, 1_000_000)
 	for _, tc := range []struct {
@@ -1917,10 +1920,13 @@ func TestImageGenerationToolThroughTheGateway(t *testing.T) {
 			if r.Text != fakellm.Text || r.Searches != 3 {
 				t.Fatalf("the call lost its images: %+v", r)
 			}
-			want := tokens + ceilDiv(3*tc.perImage*image.OutputPerMillion, 1_000_000)
+			input := ceilDiv(800*image.InputPerMillion+100*image.CachedInputPerMillion, 1_000_000)
+			want := tokens + ceilDiv(3*tc.perImage*image.OutputPerMillion, 1_000_000) + input
 			if rec.cost() != want || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
-				rec["image_generation_calls"] != 3.0 || rec["image_model"] != tc.model || rec["image_output_tokens"] != float64(3*tc.perImage) {
-				t.Fatalf("receipt %s, want %d: the tokens and 3 images of %d tokens at %d micro-USD per million", rec, want, tc.perImage, image.OutputPerMillion)
+				rec["image_generation_calls"] != 3.0 || rec["image_model"] != tc.model || rec["image_output_tokens"] != float64(3*tc.perImage) ||
+				rec["image_tool_input_tokens"] != 900.0 || rec["image_tool_cached_input_tokens"] != 100.0 {
+				t.Fatalf("receipt %s, want %d: the tokens, 3 images of %d tokens at %d micro-USD per million and the image model's input (%d)",
+					rec, want, tc.perImage, image.OutputPerMillion, input)
 			}
 		})
 	}

@@ -182,11 +182,12 @@ var sdkUsageFields = map[string]string{
 	"openai-tools image_gen.output_tokens_details.image_tokens": "a part of image_gen.output_tokens",
 	"openai-tools image_gen.output_tokens_details.text_tokens":  "a part of image_gen.output_tokens",
 	"openai-tools image_gen.total_tokens":                       "image_gen.input_tokens plus image_gen.output_tokens",
-	"openai-tools image_gen.input_tokens": "not read: the image model's input is billed at its input price and not charged yet " +
-		"(docs/prices.md, \"Billed items not charged yet\"; a few hundred tokens a call)",
-	"openai-tools image_gen.input_tokens_details.image_tokens":         "a part of image_gen.input_tokens",
-	"openai-tools image_gen.input_tokens_details.text_tokens":          "a part of image_gen.input_tokens",
-	"openai-tools image_gen.cached_tokens":                             "a part of image_gen.input_tokens",
+	// The image model's input, charged at its input prices (its catalog entry's are its
+	// image input's, the dearer: docs/prices.md, "OpenAI's image generation tool").
+	"openai-tools image_gen.input_tokens":                              read,
+	"openai-tools image_gen.input_tokens_details.image_tokens":         "a part of image_gen.input_tokens, charged at the image input price",
+	"openai-tools image_gen.input_tokens_details.text_tokens":          "a part of image_gen.input_tokens, charged at the image input price",
+	"openai-tools image_gen.cached_tokens":                             read, // the cache reads among image_gen.input_tokens
 	"openai-tools image_gen.cached_tokens_details.cached_image_tokens": "a part of image_gen.cached_tokens",
 	"openai-tools image_gen.cached_tokens_details.cached_text_tokens":  "a part of image_gen.cached_tokens",
 	"openai-tools web_search.num_requests": "not read: the answer's web_search_call items are counted, each a search charged " +

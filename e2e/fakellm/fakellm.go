@@ -180,6 +180,11 @@ type Usage struct {
 	// items after the file searches' (and, streamed, each call's events), which is how
 	// OpenAI reports its image generation tool's images.
 	ImageGenerationCalls int64
+	// ImageToolInputTokens and ImageToolCachedInputTokens: on the Responses API, the
+	// answer's tool_usage.image_gen says the image model's input was that many tokens,
+	// that many of them cache reads (cached_tokens), as openai 7's Response has it; the
+	// field is left out when both are 0, as OpenAI may.
+	ImageToolInputTokens, ImageToolCachedInputTokens int64
 	// GuardrailInputUnits and GuardrailOutputUnits: on Amazon Bedrock, a request with a
 	// guardrail (Converse's guardrailConfig, InvokeModel's
 	// X-Amzn-Bedrock-GuardrailIdentifier) that asked for its trace is answered with it
@@ -1049,8 +1054,22 @@ func responsesJSON(id, model, status string, u Usage) string {
 		usage = fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d%s},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d%s}`,
 			u.InputTokens, u.CachedInputTokens, openAICacheWrites(u), u.OutputTokens, u.InputTokens+u.OutputTokens, xaiCost(u))
 	}
-	return fmt.Sprintf(`{"id":%q,"object":"response","created_at":1767225600,"status":%q,"error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":%q,"output":%s,"parallel_tool_calls":true,"previous_response_id":null,"store":true,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":%s,"metadata":{}}`,
-		id, status, model, output, usage)
+	return fmt.Sprintf(`{"id":%q,"object":"response","created_at":1767225600,"status":%q,"error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":%q,"output":%s,"parallel_tool_calls":true,"previous_response_id":null,"store":true,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":%s%s,"metadata":{}}`,
+		id, status, model, output, usage, toolUsage(status, u))
+}
+
+// toolUsage is a completed response's tool_usage (with its leading comma), the hosted
+// tools' usage beside the model's: the image model's input as u says it (its text and
+// image parts split in halves), its output as 1,056 tokens an image (which the enforcer
+// does not read: it charges each image its size and quality), and the web searches.
+// Empty when u says no image model input.
+func toolUsage(status string, u Usage) string {
+	if status != "completed" || u.ImageToolInputTokens == 0 && u.ImageToolCachedInputTokens == 0 {
+		return ""
+	}
+	in, cached, out := u.ImageToolInputTokens, u.ImageToolCachedInputTokens, 1_056*u.ImageGenerationCalls
+	return fmt.Sprintf(`,"tool_usage":{"image_gen":{"input_tokens":%d,"input_tokens_details":{"image_tokens":%d,"text_tokens":%d},"output_tokens":%d,"total_tokens":%d,"cached_tokens":%d,"cached_tokens_details":{"cached_image_tokens":%d,"cached_text_tokens":%d},"output_tokens_details":{"image_tokens":%d,"text_tokens":0}},"web_search":{"num_requests":%d}}`,
+		in, in/2, in-in/2, out, in+out, cached, cached/2, cached-cached/2, out, u.WebSearchRequests)
 }
 
 // responsesStream sends the Responses API's typed events: response.created and

@@ -119,6 +119,12 @@ type settleBody struct {
 	ImageGenerationCalls *int64  `json:"imageGenerationCalls"`
 	ImageModel           *string `json:"imageModel"`
 	ImageOutputTokens    *int64  `json:"imageOutputTokens"`
+	// ImageToolInputTokens is imageModel's input for those calls, its cache reads
+	// included (OpenAI's tool_usage.image_gen.input_tokens), and
+	// ImageToolCachedInputTokens the cached part (tool_usage.image_gen.cached_tokens),
+	// billed at imageModel's input prices.
+	ImageToolInputTokens       *int64 `json:"imageToolInputTokens"`
+	ImageToolCachedInputTokens *int64 `json:"imageToolCachedInputTokens"`
 	// AdvisorModel and the advisor's counts: the advisor_message entries of Anthropic's
 	// usage.iterations[] (its advisor tool's sub-inferences), left out of the other
 	// counts and billed at advisorModel's prices. advisorInputTokens includes the
@@ -238,6 +244,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		{"cacheCreationInputTokens", in.CacheCreationInputTokens}, {"cacheCreationOneHourInputTokens", in.CacheCreationOneHourInputTokens},
 		{"audioInputMillis", in.AudioInputMillis}, {"webSearchRequests", in.WebSearchRequests}, {"fileSearchCalls", in.FileSearchCalls},
 		{"imageGenerationCalls", in.ImageGenerationCalls}, {"imageOutputTokens", in.ImageOutputTokens},
+		{"imageToolInputTokens", in.ImageToolInputTokens}, {"imageToolCachedInputTokens", in.ImageToolCachedInputTokens},
 		{"advisorInputTokens", in.AdvisorInputTokens}, {"advisorOutputTokens", in.AdvisorOutputTokens},
 		{"advisorCachedInputTokens", in.AdvisorCachedInputTokens}, {"advisorCacheCreationInputTokens", in.AdvisorCacheCreationInputTokens},
 		{"audioInputTokens", in.AudioInputTokens}, {"audioOutputTokens", in.AudioOutputTokens}, {"cachedAudioInputTokens", in.CachedAudioInputTokens},
@@ -297,6 +304,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		{&u.CacheCreationTokens, in.CacheCreationInputTokens}, {&u.CacheCreation1hTokens, in.CacheCreationOneHourInputTokens},
 		{&u.AudioInputMillis, in.AudioInputMillis}, {&u.WebSearchRequests, in.WebSearchRequests}, {&u.FileSearchCalls, in.FileSearchCalls},
 		{&u.ImageGenerationCalls, in.ImageGenerationCalls}, {&u.ImageOutputTokens, in.ImageOutputTokens},
+		{&u.ImageToolInputTokens, in.ImageToolInputTokens}, {&u.ImageToolCachedInputTokens, in.ImageToolCachedInputTokens},
 		{&u.AdvisorInputTokens, in.AdvisorInputTokens}, {&u.AdvisorOutputTokens, in.AdvisorOutputTokens},
 		{&u.AdvisorCachedInputTokens, in.AdvisorCachedInputTokens}, {&u.AdvisorCacheCreationInputTokens, in.AdvisorCacheCreationInputTokens},
 		{&u.MapsGroundedPrompts, in.MapsGroundedPrompts}, {&u.OCRPages, in.OCRPages}, {&u.ContainerMinutes, in.ContainerMinutes}} {

@@ -106,6 +106,8 @@ func TestHTTPSettle(t *testing.T) {
 			`{"requestId":"` + reqID + `","audioOutputTokens":-3}`, `{"requestId":"` + reqID + `","cachedAudioInputTokens":-4}`,
 			`{"requestId":"` + reqID + `","serviceTier":"priority"}`, `{"requestId":"` + reqID + `","serviceTier":true}`,
 			`{"requestId":"` + reqID + `","imageGenerationCalls":-1}`, `{"requestId":"` + reqID + `","imageOutputTokens":-1}`,
+			`{"requestId":"` + reqID + `","imageToolInputTokens":-1}`, `{"requestId":"` + reqID + `","imageToolCachedInputTokens":-1}`,
+			`{"requestId":"` + reqID + `","imageToolInputTokens":1.5}`,
 			`{"requestId":"` + reqID + `","imageModel":"` + strings.Repeat("m", 257) + `"}`, `{"requestId":"` + reqID + `","imageModel":1}`,
 			`{"requestId":"` + reqID + `","advisorInputTokens":-1}`, `{"requestId":"` + reqID + `","advisorCachedInputTokens":-1}`,
 			`{"requestId":"` + reqID + `","advisorModel":"` + strings.Repeat("m", 257) + `"}`,
@@ -199,6 +201,15 @@ func TestHTTPSettle(t *testing.T) {
 		{"image generation calls", `"model":"gpt-5","inputTokens":10,"outputTokens":2,"imageGenerationCalls":2,"imageModel":"gpt-image-1-mini","imageOutputTokens":544`,
 			func(it *internalv1.SettleItem) bool {
 				return it.GetImageGenerationCalls() == 2 && it.GetImageModel() == "gpt-image-1-mini" && it.GetImageOutputTokens() == 544
+			}},
+		{"the image model's input", `"model":"gpt-5","inputTokens":10,"imageGenerationCalls":1,"imageModel":"gpt-image-1.5","imageToolInputTokens":900,"imageToolCachedInputTokens":100`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetImageModel() == "gpt-image-1.5" && it.GetImageToolInputTokens() == 900 && it.GetImageToolCachedInputTokens() == 100 &&
+					it.GetInputTokens() == 10
+			}},
+		{"the image model's input alone is usage", `"model":"gpt-5","imageToolInputTokens":900`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetImageToolInputTokens() == 900 && it.GetImageModel() == ""
 			}},
 		{"an advisor's counts", `"model":"claude-haiku-4-5","inputTokens":10,"outputTokens":2,"advisorModel":"claude-opus-4-7","advisorInputTokens":700,"advisorOutputTokens":90,"advisorCachedInputTokens":300,"advisorCacheCreationInputTokens":40`,
 			func(it *internalv1.SettleItem) bool {

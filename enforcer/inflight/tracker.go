@@ -84,6 +84,10 @@ type Usage struct {
 	ImageGenerationCalls int64
 	ImageModel           string
 	ImageOutputTokens    int64
+	// ImageToolInputTokens is the image model's input for those calls, its cache reads
+	// included, ImageToolCachedInputTokens the cached part, as the answer reported them
+	// (responseusage.Usage.ImageToolInputTokens), billed at ImageModel's input prices.
+	ImageToolInputTokens, ImageToolCachedInputTokens int64
 	// The advisor's counts (responseusage.Usage.AdvisorInputTokens...), apart from the
 	// others, billed at AdvisorModel's prices. A front door knows the counts alone:
 	// Finish takes the model from the request (RecordRequest), and adds the counts to
@@ -159,7 +163,8 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 	return Usage{Model: got.Model, InputTokens: got.InputTokens, OutputTokens: got.OutputTokens,
 		CachedTokens: got.CachedInputTokens, CacheCreationTokens: got.CacheCreationInputTokens, CacheCreation1hTokens: got.CacheCreation1hInputTokens,
 		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls,
-		ImageGenerationCalls: got.ImageGenerationCalls, AdvisorInputTokens: got.AdvisorInputTokens, AdvisorOutputTokens: got.AdvisorOutputTokens,
+		ImageGenerationCalls: got.ImageGenerationCalls, ImageToolInputTokens: got.ImageToolInputTokens,
+		ImageToolCachedInputTokens: got.ImageToolCachedInputTokens, AdvisorInputTokens: got.AdvisorInputTokens, AdvisorOutputTokens: got.AdvisorOutputTokens,
 		AdvisorCachedInputTokens: got.AdvisorCachedInputTokens, AdvisorCacheCreationInputTokens: got.AdvisorCacheCreationInputTokens,
 		MapsGroundedPrompts: got.MapsGroundedPrompts, OCRPages: got.OCRPages, Guardrail: got.Guardrail, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier, Regional: got.Regional,
 		AudioInputTokens: reported(got.AudioInputTokens, got.AudioInputReported), AudioOutputTokens: reported(got.AudioOutputTokens, got.AudioOutputReported),
@@ -509,6 +514,8 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		ImageGenerationCalls:            u.ImageGenerationCalls,
 		ImageModel:                      u.ImageModel,
 		ImageOutputTokens:               u.ImageOutputTokens,
+		ImageToolInputTokens:            u.ImageToolInputTokens,
+		ImageToolCachedInputTokens:      u.ImageToolCachedInputTokens,
 		AdvisorModel:                    u.AdvisorModel,
 		AdvisorInputTokens:              u.AdvisorInputTokens,
 		AdvisorOutputTokens:             u.AdvisorOutputTokens,
@@ -634,9 +641,13 @@ const (
 
 // imageCalls prices the image generation calls a response made from what the request
 // asked (RecordRequest), where the report did not say it: each call the request's
-// image, at its image model. Where the request is not known either, settlement charges
-// each call the dearest image (docs/prices.md).
+// image, at its image model, which also prices the image model's input the answer
+// reported. Where the request is not known either, settlement charges each call the
+// dearest image (docs/prices.md), and the input at gpt-image-1's prices.
 func imageCalls(item *internalv1.SettleItem, rd *reading) {
+	if item.ImageModel == "" && (item.ImageToolInputTokens > 0 || item.ImageToolCachedInputTokens > 0) {
+		item.ImageModel = rd.imageCall.Model
+	}
 	if item.ImageGenerationCalls <= 0 || item.ImageOutputTokens > 0 || rd.imageCall.Tokens <= 0 {
 		return
 	}

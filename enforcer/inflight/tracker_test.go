@@ -174,7 +174,8 @@ func TestImageGenerationIsChargedItsImages(t *testing.T) {
 
 // An image generation tool's calls are settled as the request's image times the
 // calls (RecordRequest's ImageCall); a reporter's own figures stand (POST /settle); an
-// unknown request leaves the tokens to settlement's dearest image.
+// unknown request leaves the tokens to settlement's dearest image. The image model's
+// input the answer reported is settled as it is, at the request's image model.
 func TestImageGenerationCallsAreSettled(t *testing.T) {
 	call := estimate.ImageCall{Model: "gpt-image-1-mini", Tokens: 272}
 	for _, tc := range []struct {
@@ -189,6 +190,11 @@ func TestImageGenerationCallsAreSettled(t *testing.T) {
 		{"no call", true, Usage{Model: "gpt-5", Complete: true}, "", 0},
 		{"the request not known here", false, Usage{ImageGenerationCalls: 3}, "", 0},
 		{"saturated, never wrapped", true, Usage{ImageGenerationCalls: math.MaxInt64 / 100}, "gpt-image-1-mini", math.MaxInt64},
+		{"calls and the image model's input", true, Usage{ImageGenerationCalls: 1, ImageToolInputTokens: 900, ImageToolCachedInputTokens: 100},
+			"gpt-image-1-mini", 272},
+		{"the image model's input alone, at the request's image model", true, Usage{ImageToolInputTokens: 900}, "gpt-image-1-mini", 0},
+		{"the image model's input of a request not known here", false, Usage{ImageToolInputTokens: 900}, "", 0},
+		{"the reporter's image model stands for its input", true, Usage{ImageModel: "gpt-image-1", ImageToolInputTokens: 900}, "gpt-image-1", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, q := admittedReqA()
@@ -199,6 +205,10 @@ func TestImageGenerationCallsAreSettled(t *testing.T) {
 			it := q.items[0]
 			if it.GetImageGenerationCalls() != tc.u.ImageGenerationCalls || it.GetImageModel() != tc.model || it.GetImageOutputTokens() != tc.tokens {
 				t.Fatalf("settled %d calls of %q, %d tokens; want %q, %d", it.GetImageGenerationCalls(), it.GetImageModel(), it.GetImageOutputTokens(), tc.model, tc.tokens)
+			}
+			if it.GetImageToolInputTokens() != tc.u.ImageToolInputTokens || it.GetImageToolCachedInputTokens() != tc.u.ImageToolCachedInputTokens {
+				t.Fatalf("settled the image model's input %d (%d cached), want %d (%d)", it.GetImageToolInputTokens(),
+					it.GetImageToolCachedInputTokens(), tc.u.ImageToolInputTokens, tc.u.ImageToolCachedInputTokens)
 			}
 		})
 	}

@@ -46,7 +46,9 @@
 //     modality: CachedAudioInputReported stays false).
 //   - openai-responses: OpenAI Responses API JSON (object "response"),
 //     usage {input_tokens, output_tokens, input_tokens_details.cached_tokens and
-//     .cache_write_tokens}.
+//     .cache_write_tokens}, and beside it tool_usage.image_gen {input_tokens,
+//     cached_tokens}: the input of its image generation tool's image model, billed
+//     apart (ImageToolInputTokens; nothing else of tool_usage is read).
 //   - anthropic-messages: Anthropic Messages JSON (type "message"), usage
 //     {input_tokens, output_tokens, cache_read_input_tokens,
 //     cache_creation_input_tokens}, plus the counts of the usage.iterations[]
@@ -102,7 +104,7 @@
 //     ones carry "usage": null, which reports nothing).
 //   - openai-responses-sse: "response.*" events; the terminal events
 //     response.completed, response.incomplete and response.failed carry
-//     response.usage.
+//     response.usage (and response.tool_usage, read as a JSON body's tool_usage).
 //   - anthropic-sse: message_start carries message.model and the input
 //     usage; each message_delta carries cumulative usage (output_tokens,
 //     sometimes the input counts too).

@@ -103,6 +103,9 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"usage":{"inputTokens":1,"cacheWriteInputTokens":9,"cacheDetails":[{"ttl":"1h","inputTokens":5,"ttl":"1h"},{"ttl":"1h"},7,{"inputTokens":8}],"cacheDetails":[{"ttl":"1h","inputTokens":2}]},"message":{"usage":{"cacheDetails":[{"ttl":"1h","inputTokens":3}]}}}`,
 		`{"usageMetadata":{"promptTokenCount":5,"toolUsePromptTokenCount":7,"toolUsePromptTokenCount":2,"cache_creation_input_tokens":9},"message":{"usage":{"toolUsePromptTokenCount":4}}}`,
 		`{"usageMetadata":{"serviceTier":"priority","trafficType":"ON_DEMAND"},"usageMetadata":{"serviceTier":"pri\u006frity"},"serviceTier":"priority"}`,
+		// OpenAI's image generation tool's usage (tool_usage.image_gen), beside the response's.
+		`{"object":"response","usage":{"input_tokens":5,"output_tokens":6,"total_tokens":11},"tool_usage":{"image_gen":{"input_tokens":9,"cached_tokens":12,"input_tokens":"3","output_tokens":7},"image_gen":{"cached_tokens":4},"web_search":{"num_requests":2}},` +
+			`"message":{"usage":{"total_tokens":20,"prompt_tokens_details":{"audio_tokens":30}}},"response":{"tool_usage":{"image_gen":{"input_tokens":99}}},"tool_usage":null,"tool_usage":{"image_g\u0061n":{"input_tokens":10}}}`,
 	} {
 		f.Add([]byte(s), uint64(7))
 	}
@@ -144,6 +147,9 @@ func FuzzExtractSSE(f *testing.F) {
 		"data: {\"type\":\"speech.audio.delta\",\"audio\":\"SUQz\",\"delta\":\"x\"}\n\ndata: {\"type\":\"speech.audio.done\",\"usage\":{\"input_tokens\":14,\"output_tokens\":101}}\n\n",
 		"data: {\"type\":\"image_generation.partial_image\",\"b64_json\":\"iVBO\"}\n\ndata: {\"type\":\"image_edit.completed\",\"usage\":{\"input_tokens\":5,\"output_tokens\":4160,\"input_tokens_details\":{\"image_tokens\":4}}}\n\n",
 		"data: {\"type\":\"response.web_search_call.completed\",\"item_id\":\"ws_1\"}\n\ndata: {\"type\":\"response.completed\",\"response\":{\"output\":[{\"type\":\"web_search_call\"},{\"type\":\"web_search_call\"}],\"usage\":{\"input_tokens\":1,\"output_tokens\":2}},\"response\":{\"output\":[{\"type\":\"web_search_call\"}]}}\n\n",
+		"data: {\"type\":\"response.in_progress\",\"response\":{\"tool_usage\":{\"image_gen\":{\"input_tokens\":50,\"cached_tokens\":60}}}}\n\n" +
+			"data: {\"type\":\"response.completed\",\"tool_usage\":{\"image_gen\":{\"input_tokens\":70}},\"response\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":2},\"tool_usage\":{\"image_gen\":{\"input_tokens\":40,\"cached_tokens\":\"9\"}}}}\n\n" +
+			"data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}},\"response\":{\"tool_usage\":{\"image_gen\":{\"input_tokens\":8}}}}\n\n",
 	} {
 		f.Add([]byte(s), uint64(11))
 	}

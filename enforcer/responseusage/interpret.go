@@ -85,6 +85,10 @@ type accumulator struct {
 	model          capture
 	u              usageFields
 	text           int64 // output text of every document, whatever its shape
+	// imageToolIn and imageToolCached are the input of OpenAI's image generation tool and
+	// its cached part (noteImageTool), the largest a Responses document reported: fields
+	// of their own, not slots of u, whose merges take in whatever a Responses usage holds.
+	imageToolIn, imageToolCached int64
 	// containers are the distinct containers the documents of an OpenAI Responses or
 	// Anthropic shape named (docFields.containers), at most maxContainers.
 	containers []string
@@ -116,6 +120,7 @@ func (a *accumulator) switchTo(f family) {
 		a.tier, a.regional = pricecatalog.Standard, false
 		a.fileSearches, a.imageCalls, a.mapsGrounded, a.advisorResults = 0, 0, false, 0
 		a.hasCachedAudio, a.cachedAudio = false, 0
+		a.imageToolIn, a.imageToolCached = 0, 0
 		a.containers = a.containers[:0]
 	}
 }
@@ -254,6 +259,7 @@ func (a *accumulator) applyEvent(d *docFields) {
 		}
 		a.noteSearches(d)
 		a.noteContainers(d)
+		a.noteImageTool(d)
 	case famTranscription, famSpeech, famImage:
 		// transcript.text.done (speech.audio.done, image_generation.completed,
 		// image_edit.completed) ends the stream with the usage of the whole
@@ -359,7 +365,20 @@ func (a *accumulator) fromJSON(d *docFields, wellFormed bool) {
 	a.noteCachedAudio(d)
 	a.noteSearches(d)
 	a.noteContainers(d)
+	if a.fam == famResponses {
+		a.noteImageTool(d)
+	}
 	a.final = wellFormed
+}
+
+// noteImageTool keeps the usage of OpenAI's image generation tool a Responses document
+// reported (its tool_usage.image_gen, in rootImageTool): its input and the cached part,
+// each the largest of a stream's, as the counts of usage are (a count not reported is 0).
+func (a *accumulator) noteImageTool(d *docFields) {
+	u := &d.usage[rootImageTool]
+	in, _ := u.get(tokImageToolInput)
+	cached, _ := u.get(tokImageToolCached)
+	a.imageToolIn, a.imageToolCached = max(a.imageToolIn, in), max(a.imageToolCached, cached)
 }
 
 // noteCachedAudio keeps the audio part of the cached count a document reported
@@ -551,6 +570,11 @@ func (a *accumulator) fill(u *Usage) {
 	u.FileSearchCalls = int64(a.fileSearches)
 	// Its image generation tool's calls, billed per image: image_generation_call items.
 	u.ImageGenerationCalls = int64(a.imageCalls)
+	// And that tool's input (tool_usage.image_gen), billed at its image model's input
+	// prices: its cached part never more than it, else the uncached rest, which
+	// settlement charges at the dearer price, would be negative.
+	u.ImageToolInputTokens = a.imageToolIn
+	u.ImageToolCachedInputTokens = min(a.imageToolCached, a.imageToolIn)
 	// An Anthropic stream's advisor consultations, estimated when its counts are lost.
 	u.AdvisorResults = int64(a.advisorResults)
 	// The containers its code tools ran in, billed by the time each lives.

@@ -776,7 +776,30 @@ func oracleMapsGrounded(obj []member) bool {
 	return false
 }
 
-func oracleDoc(v any, modelLimit int) *docFields {
+// oracleImageTool reads, into u's slots of the image generation tool's counts, the
+// input_tokens and cached_tokens of every image_gen object of every tool_usage object of
+// obj (an OpenAI Responses object): the largest valid count of each, any repetition of
+// its key.
+func oracleImageTool(obj []member, u *usageFields) {
+	for _, tools := range all(obj, "tool_usage") {
+		for _, gen := range all(tools, "image_gen") {
+			for _, f := range gen {
+				n, ok := plainCount(f.val)
+				switch {
+				case !ok:
+				case f.key == "input_tokens":
+					u.setMax(tokImageToolInput, n)
+				case f.key == "cached_tokens":
+					u.setMax(tokImageToolCached, n)
+				}
+			}
+		}
+	}
+}
+
+// oracleDoc reads one document; stream says it is one of a sequence (an event of a
+// stream, an element of a top-level array), not a whole JSON body.
+func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 	d := newDocFields(modelLimit)
 	d.text = treeText(v, "")
 	m, ok := v.([]member)
@@ -871,6 +894,16 @@ func oracleDoc(v any, modelLimit int) *docFields {
 			u, converse := oracleUsage(sub)
 			d.converse = d.converse || converse
 			d.usage[root.r].merge(&u)
+		}
+	}
+	// The image generation tool's usage is read where the Response is: a JSON body's top
+	// level, a stream event's response. Its counts borrow slots of the message root's
+	// usage (rootImageTool), the largest of the two winning.
+	if !stream {
+		oracleImageTool(m, &d.usage[rootImageTool])
+	} else {
+		for _, sub := range all(m, "response") {
+			oracleImageTool(sub, &d.usage[rootImageTool])
 		}
 	}
 	// The response root's usage shares its slots with the sums of Anthropic's
@@ -1000,10 +1033,10 @@ func oracleJSON(body []byte, lim Limits) Usage {
 			panic("oracleJSON: " + err.Error())
 		}
 		for _, el := range elems {
-			a.applyElement(oracleDoc(parseTree(el), lim.MaxModelBytes))
+			a.applyElement(oracleDoc(parseTree(el), lim.MaxModelBytes, true))
 		}
 	} else {
-		a.fromJSON(oracleDoc(parseTree(body), lim.MaxModelBytes), true)
+		a.fromJSON(oracleDoc(parseTree(body), lim.MaxModelBytes, false), true)
 	}
 	var u Usage
 	a.fill(&u)
@@ -1027,7 +1060,7 @@ func oracleSSE(body []byte, lim Limits) Usage {
 				if dec.Decode(&v) != nil {
 					break // the end, or a malformed rest: the values before it count
 				}
-				a.applySSE(oracleDoc(parseTree(v), lim.MaxModelBytes))
+				a.applySSE(oracleDoc(parseTree(v), lim.MaxModelBytes, true))
 			}
 		}
 		data, hasData = data[:0], false

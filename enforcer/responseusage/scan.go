@@ -112,6 +112,10 @@ const (
 	kItem         // OpenAI: an output item event's item
 	kContainer    // Anthropic: a message's (a message_delta's delta's) container
 	kID           // its id
+	// OpenAI Responses: a Response's tool_usage.image_gen, its image generation tool's
+	// usage (imageToolTarget).
+	kToolUsage
+	kImageGen
 	// The Gemini API's Interactions API: usage.grounding_tool_count[] ({type, count}), the
 	// grounding tools' uses, of which Google Search's are billed per query.
 	kGroundingTools
@@ -360,6 +364,10 @@ func keyID(b []byte) uint8 {
 		return kContainer
 	case "id":
 		return kID
+	case "tool_usage":
+		return kToolUsage
+	case "image_gen":
+		return kImageGen
 	case "trace":
 		return kTrace
 	case "amazon-bedrock-trace":
@@ -431,6 +439,21 @@ const (
 	// Anthropic document has no response root, whose usage it borrows: a field of its
 	// own would take the Extractor to the heap's next size class.
 	rootIterations = rootResponse
+	// rootImageTool holds, in its slots tokImageToolInput and tokImageToolCached, the
+	// input_tokens and cached_tokens of an OpenAI Responses document's
+	// tool_usage.image_gen (imageToolTarget): its image generation tool's usage, billed
+	// at the image model's prices apart from the response's. A Responses document (an
+	// object, an event) has no message root, whose usage it borrows: fields of their own
+	// in each root would take the Extractor to the heap's next size class.
+	rootImageTool = rootMessage
+)
+
+// The slots of rootImageTool that hold the image generation tool's counts: slots an
+// Anthropic message_start's usage, the one other reader of that root, does not bill (a
+// total and an audio part are no Anthropic counts), so that neither leaks into the other.
+const (
+	tokImageToolInput  = tokTotal
+	tokImageToolCached = tokAudioIn
 )
 
 // The slots of the sums of Anthropic's advisor_message entries, in rootIterations and
@@ -1783,6 +1806,9 @@ func (s *scanner) classify() target {
 			return target{kind: tgItemType}
 		} else if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
 			return usageMember(r, k[2])
+		} else if k[0] == kToolUsage && k[1] == kImageGen && !s.multi {
+			// A Responses object's (a JSON body's) tool_usage.
+			return imageToolTarget(k[2])
 		}
 	case 4:
 		if k[0] == kResponse && k[1] == kOutput && k[2] == kArr && k[3] == kType {
@@ -1792,6 +1818,10 @@ func (s *scanner) classify() target {
 			if t, ok := detailTok(k[2], k[3]); ok {
 				return target{kind: tgTok, root: r, tok: t}
 			}
+		}
+		if k[0] == kResponse && k[1] == kToolUsage && k[2] == kImageGen && s.multi {
+			// A Responses event's (a stream's, a WebSocket message's) response.tool_usage.
+			return imageToolTarget(k[3])
 		}
 		if k[0] == kUsage && k[2] == kArr {
 			if t := listEntryMember(rootTop, k[1], k[3]); t.kind != tgNone {
@@ -1900,6 +1930,22 @@ func (s *scanner) guardrailTarget() (uint8, bool) {
 		return g, k[2] == kOutputs && k[3] == kArr
 	}
 	return 0, false
+}
+
+// imageToolTarget is the target of key k of an OpenAI Responses document's
+// tool_usage.image_gen, the usage of its image generation tool: its input_tokens and
+// cached_tokens (the cached part of the input), in rootImageTool. Nothing else of
+// tool_usage is read. classify reads it where the Response is: at the top level of a JSON
+// body, in the response of a stream's event (as the response's usage is read, and no
+// other document's).
+func imageToolTarget(k uint8) target {
+	switch k {
+	case kTok0 + tokInput:
+		return target{kind: tgTok, root: rootImageTool, tok: tokImageToolInput}
+	case kCachedTokens:
+		return target{kind: tgTok, root: rootImageTool, tok: tokImageToolCached}
+	}
+	return target{}
 }
 
 // iterationMember is the target of key k of an entry of Anthropic's usage.iterations[]

@@ -120,6 +120,14 @@ type Usage struct {
 	// an image billed apart from the usage, as its image model's output
 	// (requestbody.ImageToolCall says how many tokens).
 	ImageGenerationCalls int64
+	// ImageToolInputTokens is the input of the image model OpenAI's image generation tool
+	// ran (a Responses answer's tool_usage.image_gen.input_tokens: the prompt the
+	// response's model wrote for it and any image it edits, text and image tokens, its
+	// cache reads included), billed at the image model's input price apart from the
+	// response's usage; ImageToolCachedInputTokens is its cached part
+	// (tool_usage.image_gen.cached_tokens), at most ImageToolInputTokens. Each is the
+	// largest reported; 0 for every other shape, and when the answer did not report them.
+	ImageToolInputTokens, ImageToolCachedInputTokens int64
 	// MapsGroundedPrompts is 1 when a Gemini answer was grounded with Google Maps (a
 	// candidate's groundingMetadata.groundingChunks[] held a maps source, in any chunk of
 	// a stream), which Google bills per grounded prompt, apart from the usage; else 0.

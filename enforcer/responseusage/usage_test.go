@@ -108,10 +108,10 @@ func show(u Usage) string {
 	if u.CostMicroUSD != nil {
 		c = fmt.Sprint(*u.CostMicroUSD)
 	}
-	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d Pages:%d AudioTokens:%d/%d(%v/%v) CachedAudio:%d(%v) Cost:%s Complete:%v Format:%q Tier:%v Regional:%v Reported:%v/%v Text:%d FromRaw:%v}",
+	return fmt.Sprintf("{Model:%q In:%d Out:%d Cached:%d CacheCreation:%d CacheCreation1h:%d AudioMs:%d Pages:%d AudioTokens:%d/%d(%v/%v) CachedAudio:%d(%v) ImageTool:%d/%d Cost:%s Complete:%v Format:%q Tier:%v Regional:%v Reported:%v/%v Text:%d FromRaw:%v}",
 		u.Model, u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheCreationInputTokens, u.CacheCreation1hInputTokens, u.AudioInputMillis, u.OCRPages,
 		u.AudioInputTokens, u.AudioOutputTokens, u.AudioInputReported, u.AudioOutputReported, u.CachedAudioInputTokens, u.CachedAudioInputReported,
-		c, u.Complete, u.Format, u.Tier, u.Regional, u.InputReported, u.OutputReported, u.TextBytes, u.TextBytesFromRaw)
+		u.ImageToolInputTokens, u.ImageToolCachedInputTokens, c, u.Complete, u.Format, u.Tier, u.Regional, u.InputReported, u.OutputReported, u.TextBytes, u.TextBytesFromRaw)
 }
 
 func readFixture(t testing.TB, name string) []byte {
@@ -1345,6 +1345,114 @@ func TestImageGenerationCalls(t *testing.T) {
 				t.Fatalf("reference: %d images, %d web searches", ref.ImageGenerationCalls, ref.WebSearchRequests)
 			}
 		})
+	}
+}
+
+// TestImageToolUsage: the input of the image model OpenAI's image generation tool ran, and
+// its cached part, are read from a Responses answer's tool_usage.image_gen (its top level
+// in a JSON body, a terminal event's response in a stream or a WebSocket session) into
+// ImageToolInputTokens and ImageToolCachedInputTokens, in any chunking, agreeing with the
+// reference reading; the response's own counts are not mixed with them either way, and
+// nothing else under tool_usage, or elsewhere, is read as them.
+func TestImageToolUsage(t *testing.T) {
+	const (
+		usage = `"usage":{"input_tokens":2000,"input_tokens_details":{"cached_tokens":500},"output_tokens":300,` +
+			`"output_tokens_details":{"reasoning_tokens":0},"total_tokens":2300}`
+		imageGen = `"image_gen":{"input_tokens":1234,"input_tokens_details":{"image_tokens":1000,"text_tokens":234},` +
+			`"output_tokens":4160,"total_tokens":5394,"cached_tokens":100,"cached_tokens_details":{"cached_image_tokens":80,"cached_text_tokens":20},` +
+			`"output_tokens_details":{"image_tokens":4160,"text_tokens":0}}`
+		tools    = `"tool_usage":{` + imageGen + `,"web_search":{"num_requests":2}}`
+		response = `{"id":"resp_1","object":"response","created_at":1760000000,"status":"completed","model":"gpt-5-2025-08-07","output":[` +
+			`{"type":"image_generation_call","id":"ig_1","status":"completed","result":"aGk="},` +
+			`{"type":"message","id":"msg_1","role":"assistant","content":[{"type":"output_text","text":"Done.","annotations":[]}]}],` +
+			`"tools":[{"type":"image_generation"}],` + usage + `,` + tools + `}`
+	)
+	// The response's usage alone (its image call, its text); with gives it the tool's counts.
+	plain := Usage{Model: "gpt-5-2025-08-07", InputTokens: 2000, OutputTokens: 300, CachedInputTokens: 500, ImageGenerationCalls: 1,
+		Complete: true, Format: FormatOpenAIResponses, InputReported: true, OutputReported: true, TextBytes: int64(len("Done."))}
+	with := func(u Usage, in, cached int64) Usage {
+		u.ImageToolInputTokens, u.ImageToolCachedInputTokens = in, cached
+		return u
+	}
+	// tooled is the response with its tool_usage replaced.
+	tooled := func(toolUsage string) string { return strings.Replace(response, tools, `"tool_usage":`+toolUsage, 1) }
+	streamed := func(u Usage) Usage {
+		u.Format, u.TextBytes = FormatOpenAIResponsesSSE, int64(len("Done."))
+		return u
+	}
+	event := func(doc string) string { return "event: x\ndata: " + doc + "\n\n" }
+	started := event(`{"type":"response.created","response":{"id":"resp_1","object":"response","status":"in_progress","model":"gpt-5-2025-08-07","output":[],"usage":null,"tool_usage":null}}`) +
+		event(`{"type":"response.image_generation_call.in_progress","output_index":0,"item_id":"ig_1"}`) +
+		event(`{"type":"response.output_text.delta","output_index":1,"delta":"Done."}`)
+	terminal := func(typ, resp string) string {
+		return event(`{"type":"` + typ + `","sequence_number":9,"response":` + resp + `}`)
+	}
+	for _, tc := range []struct {
+		name, ct, body string
+		want           Usage
+	}{
+		{"responses", ctJSON, response, with(plain, 1234, 100)},
+		{"tool_usage before usage", ctJSON, strings.Replace(strings.Replace(response, tools, `"x":0`, 1), usage, tools+`,`+usage, 1), with(plain, 1234, 100)},
+		{"no tool_usage", ctJSON, strings.Replace(response, `,`+tools, "", 1), plain},
+		{"tool_usage null", ctJSON, tooled(`null`), plain},
+		{"image_gen null", ctJSON, tooled(`{"image_gen":null,"web_search":{"num_requests":2}}`), plain},
+		{"families without usage: zero counts", ctJSON, tooled(`{"image_gen":{"input_tokens":0,"input_tokens_details":{"image_tokens":0,"text_tokens":0},"output_tokens":0,"total_tokens":0},"web_search":{"num_requests":0}}`), plain},
+		{"cached_tokens absent", ctJSON, tooled(`{"image_gen":{"input_tokens":1234,"output_tokens":4160,"total_tokens":5394}}`), with(plain, 1234, 0)},
+		{"not counts", ctJSON, tooled(`{"image_gen":{"input_tokens":"1234","cached_tokens":"100"}}`), plain},
+		{"not integers or negative", ctJSON, tooled(`{"image_gen":{"input_tokens":12.5,"cached_tokens":-1},"image_gen":{"input_tokens":null,"cached_tokens":true}}`), plain},
+		{"the largest of repetitions", ctJSON, tooled(`{"image_gen":{"input_tokens":1234,"input_tokens":9,"cached_tokens":7},"image_gen":{"cached_tokens":100,"input_tokens":"x"}}`), with(plain, 1234, 100)},
+		{"cached more than the input: the input", ctJSON, tooled(`{"image_gen":{"input_tokens":50,"cached_tokens":80}}`), with(plain, 50, 50)},
+		{"cached without the input", ctJSON, tooled(`{"image_gen":{"cached_tokens":80}}`), plain},
+		// The key names the response's usage uses too: neither reads the other.
+		{"its input is not the response's", ctJSON, strings.Replace(response, `"input_tokens":2000,`, "", 1), func() Usage {
+			u := with(plain, 1234, 100)
+			u.InputTokens, u.InputReported, u.Complete = 0, false, false
+			return u
+		}()},
+		{"the response's input is not its", ctJSON, tooled(`{"image_gen":{"output_tokens":4160,"total_tokens":4160,"input_tokens_details":{"cached_tokens":3}}}`), plain},
+		{"elsewhere than tool_usage.image_gen", ctJSON, strings.Replace(response, `,`+tools, `,"usage":{"tool_usage":{"image_gen":{"input_tokens":7}}},"image_gen":{"input_tokens":7},`+
+			`"response":{`+tools+`},"tool_usage":{"web_search":{"input_tokens":7},"image_gen":[{"input_tokens":7}],"image_gen":{"details":{"input_tokens":7}}}`, 1), plain},
+		{"a chat completion's is not read", ctJSON, `{"object":"chat.completion","model":"gpt-4o",` + tools + `,"usage":{"prompt_tokens":1,"completion_tokens":2}}`,
+			Usage{Model: "gpt-4o", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
+		{"an Anthropic message's is not read", ctJSON, `{"type":"message","model":"claude-sonnet-4-5",` + tools + `,"usage":{"input_tokens":1,"output_tokens":2}}`,
+			Usage{Model: "claude-sonnet-4-5", InputTokens: 1, OutputTokens: 2, Complete: true, Format: FormatAnthropicMessages, InputReported: true, OutputReported: true}},
+
+		{"responses stream", ctSSE, started + terminal("response.completed", response), streamed(with(plain, 1234, 100))},
+		{"an incomplete response", ctSSE, started + terminal("response.incomplete", strings.Replace(response, `"completed"`, `"incomplete"`, 1)), streamed(with(plain, 1234, 100))},
+		{"a failed response", ctSSE, started + terminal("response.failed", tooled(`{"image_gen":{"input_tokens":300}}`)), streamed(with(plain, 300, 0))},
+		{"stream without tool_usage", ctSSE, started + terminal("response.completed", strings.Replace(response, `,`+tools, "", 1)), streamed(plain)},
+		{"stream with tool_usage null", ctSSE, started + terminal("response.completed", tooled(`null`)), streamed(plain)},
+		{"stream, not counts", ctSSE, started + terminal("response.completed", tooled(`{"image_gen":{"input_tokens":"1234","cached_tokens":"100"}}`)), streamed(plain)},
+		// Each count is the largest any event reported, as the usage's are.
+		{"a later, smaller report", ctSSE, started + terminal("response.in_progress", tooled(`{"image_gen":{"input_tokens":2000,"cached_tokens":10}}`)) +
+			terminal("response.completed", response), streamed(with(plain, 2000, 100))},
+		{"an event's own tool_usage is not the response's", ctSSE, started + event(`{"type":"response.completed",`+tools+`,"response":`+
+			strings.Replace(response, `,`+tools, "", 1)+`}`), streamed(plain)},
+		{"stream: its input is not the response's", ctSSE, started + terminal("response.completed", strings.Replace(response, `"input_tokens":2000,`, "", 1)), func() Usage {
+			u := streamed(with(plain, 1234, 100))
+			u.InputTokens, u.InputReported, u.Complete = 0, false, false
+			return u
+		}()},
+		{"a stream cut before its terminal event", ctSSE, started, streamed(Usage{Model: "gpt-5-2025-08-07", ImageGenerationCalls: 1})},
+		{"an Anthropic event's response is not read", ctSSE, event(`{"type":"message_start","message":{"model":"claude-sonnet-4-5","usage":{"input_tokens":10,"output_tokens":1}},"response":{`+tools+`}}`) +
+			event(`{"type":"message_delta","usage":{"output_tokens":20}}`),
+			Usage{Model: "claude-sonnet-4-5", InputTokens: 10, OutputTokens: 20, Complete: true, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkSplits(t, tc.ct, nil, []byte(tc.body), tc.want)
+			if ref, ok := oracleFor(tc.ct, []byte(tc.body)); !ok || !reflect.DeepEqual(ref, tc.want) {
+				t.Fatalf("reference:\n got %s\nwant %s", show(ref), show(tc.want))
+			}
+		})
+	}
+	// The Responses API's WebSocket mode: the terminal event's response, as a stream's.
+	s := NewResponsesSession()
+	s.Event([]byte(`{"type":"response.created","response":{"id":"resp_1","model":"gpt-5-2025-08-07","status":"in_progress"}}`))
+	u, ev := s.Event([]byte(`{"type":"response.completed","sequence_number":9,"response":` + response + `}`))
+	want := streamed(with(plain, 1234, 100))
+	want.TextBytes = 0 // the terminal event's alone: its response's output is no delta
+	if ev != ResponseEnded || !reflect.DeepEqual(u, want) {
+		t.Fatalf("WebSocket: %s", show(u))
 	}
 }
 
