@@ -807,9 +807,11 @@ func TestResponsesWebSocketThroughTheGateway(t *testing.T) {
 // WebSocket) holds a gpt-live-1 session through the gateway. Its time is charged by the
 // second at the catalog's minute price, from the session's own reports, and each
 // Responses call its backend makes at the backend model's price, each a request of its
-// own; the member is checked again after each, so once two rounds spent the 1 USD day
-// limit the session is closed with 1008 and the refusal's code, and a new session's
-// handshake is refused 429. In an organization that refuses models nobody priced, a
+// own; the member is checked again after each, so once the second round's backend
+// response spent the 1 USD day limit the session is closed with 1008 and the refusal's
+// code, and charged the time it ran since its last charged step (the 6 seconds the
+// server reported before that response, and the time since by the clock) on a request
+// opened without a check; a new session's handshake is refused 429. In an organization that refuses models nobody priced, a
 // session.start naming one is refused with 1008 before the provider sees it. The
 // provider never gets the member's key.
 func TestGPTLiveThroughTheGateway(t *testing.T) {
@@ -826,17 +828,34 @@ func TestGPTLiveThroughTheGateway(t *testing.T) {
 	timeCost := ceilDiv(12_000*live.AudioPerMinute, 60_000) // 12 seconds a round
 	backendCost := ceilDiv(200_000*backend.InputPerMillion+100_000*backend.CachedInputPerMillion+40_000*backend.OutputPerMillion, 1_000_000)
 	round := timeCost + backendCost
-	if round >= usd || 2*round < usd {
-		t.Fatalf("a round costs %d micro-USD: the test wants two to spend the 1 USD limit, one not to", round)
+	if round >= usd || 2*backendCost+timeCost < usd {
+		t.Fatalf("a round costs %d micro-USD: the test wants a round and a backend response to spend the 1 USD limit, a round not to", round)
 	}
 
+	// Each round: 6 seconds, the backend's response, 6 seconds more (fakellm's GPT-Live):
+	// the first round's 12 are a step; the second's first 6 are not when the member is
+	// refused after its response.
 	openAISessionToLimit(t, s, dir, "gpt-live", o, "gpt-live-1", fake, fakellm.OpenAIGPTLive)
-	s.waitUsed(t, o, 4, 2*round)
-	got := receiptRows(t, s, o, `cost_micro_usd, complete, model, audio_input_millis`)
-	want := []string{fmt.Sprint(timeCost, true, "gpt-live-1", 12_000), fmt.Sprint(backendCost, true, fakellm.GPTLiveBackend, 0)}
-	if len(got) != 4 || got[0] != want[0] || got[1] != want[1] || got[2] != want[0] || got[3] != want[1] {
-		t.Fatalf("receipts %q, want twice %q", got, want)
+	var got []string
+	waitFor(t, 15*time.Second, "the session's four receipts", func() bool {
+		got = receiptRows(t, s, o, `cost_micro_usd, complete, model, audio_input_millis`)
+		return len(got) >= 4
+	})
+	backendRow, stepRow := fmt.Sprint(backendCost, true, fakellm.GPTLiveBackend, 0), fmt.Sprint(timeCost, true, "gpt-live-1", 12_000)
+	if len(got) != 4 || got[0] != backendRow || got[1] != stepRow || got[2] != backendRow {
+		t.Fatalf("receipts %q, want %q, %q, %q and the trailing time", got, backendRow, stepRow, backendRow)
 	}
+	var lastCost, lastMillis int64
+	var lastComplete bool
+	if err := s.db.Pool.QueryRow(context.Background(), `SELECT cost_micro_usd, complete, audio_input_millis FROM usage_receipts
+		WHERE organization_id = $1 AND model = 'gpt-live-1' ORDER BY settled_at DESC LIMIT 1`, o.id).Scan(&lastCost, &lastComplete, &lastMillis); err != nil {
+		t.Fatal(err)
+	}
+	if lastMillis < 6_000 || lastMillis > 11_000 || lastCost != ceilDiv(lastMillis*live.AudioPerMinute, 60_000) || lastComplete != (lastMillis == 6_000) {
+		t.Fatalf("the time after the last step: %d ms for %d micro-USD (complete %v), want the 6 s reported and the time since, estimated",
+			lastMillis, lastCost, lastComplete)
+	}
+	s.waitUsed(t, o, 4, 2*backendCost+timeCost+lastCost)
 
 	sessionBlocked(t, s, dir, "openai.mjs", "gpt-live", o.key, "gpt-live-1", fake)
 	sessionModelRefused(t, s, dir, "openai.mjs", "gpt-live", "gpt-live-nobody-priced", fake)

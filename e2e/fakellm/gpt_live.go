@@ -18,10 +18,12 @@ const GPTLiveBackend = "gpt-5"
 // gptLive serves OpenAI's GPT-Live over a WebSocket, in the parts the enforcer's
 // accounting depends on: the client's session.start (its session.model, as Call.Model)
 // is answered by session.started; each response.create by a session.usage.updated whose
-// seconds, the session's total, grow by the test's Usage.AudioMillis, then the backend's
-// response (GPTLiveBackend, with the Usage's tokens), each of its Responses events
-// wrapped in a response.event; session.close by session.closed with the session's total
-// grown once more. The session is one Call (the Usage asked once).
+// seconds, the session's total, grow by half the test's Usage.AudioMillis (the time the
+// model took to think), then the backend's response (GPTLiveBackend, with the Usage's
+// tokens), each of its Responses events wrapped in a response.event, then another
+// session.usage.updated with the other half (the time it took to speak the answer);
+// session.close by session.closed with the session's total grown by Usage.AudioMillis
+// once more. The session is one Call (the Usage asked once).
 func (s *Server) gptLive(w http.ResponseWriter, r *http.Request) {
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
@@ -54,8 +56,11 @@ func (s *Server) gptLive(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case "response.create":
-			millis += u.AudioMillis
-			if send(`{"type":"session.usage.updated","event_id":"event_usage","usage":{"seconds":`+seconds()+`}}`) != nil {
+			report := func(ms int64) error {
+				millis += ms
+				return send(`{"type":"session.usage.updated","event_id":"event_usage","usage":{"seconds":` + seconds() + `}}`)
+			}
+			if report(u.AudioMillis/2) != nil {
 				return
 			}
 			var werr error
@@ -64,7 +69,7 @@ func (s *Server) gptLive(w http.ResponseWriter, r *http.Request) {
 					werr = send(`{"type":"response.event","event_id":"event_backend","delegation_id":"dl_fake","event":` + data + `}`)
 				}
 			})
-			if werr != nil {
+			if werr != nil || report(u.AudioMillis-u.AudioMillis/2) != nil {
 				return
 			}
 			i++

@@ -480,6 +480,39 @@ func (g *Gate) failOpenAdmit(reason Reason, id *identity.Identity, d *decision.D
 	return Answer{Status: 200, Decision: FailOpen, Reason: reason, RequestID: reqID, UsageState: state}
 }
 
+// Trailing opens a request, without a check, for what an admitted session went on to
+// use after a check refused it: a session billed by its connection's time (OpenAI's
+// GPT-Live) runs between its last charged step and the close the refusal causes, and the
+// provider bills that time whatever the member's limit says. It is no admission (the
+// member's decisions are not counted; tollgate_enforcer_trailing_requests_total is) and
+// has no durable start: like an open-mode admission's, its settlement carries the
+// snapshot of the member's last-known record at now (without one, NoRecordSnapshot,
+// admitted_without_record), and the control plane charges it on those windows, beyond
+// the limits if need be. Its id is for the tracker's Finish; "" when nobody is named.
+func (g *Gate) Trailing(orgID, memberID string) string {
+	if orgID == "" || memberID == "" {
+		return ""
+	}
+	now := g.Clock.Now()
+	var snap *internalv1.Snapshot
+	if last := g.Records.LastKnown(memberID); last != nil {
+		d := decision.Decide(last, now, false)
+		if d.Result != decision.Unknown {
+			snap = d.Snapshot(orgID, memberID, now)
+		}
+	}
+	withoutRecord := snap == nil
+	if withoutRecord {
+		snap = NoRecordSnapshot(orgID, memberID, now)
+	}
+	reqID := typeid.New(RequestPrefix)
+	res, _ := g.Settle.Reserve() // as an open-mode admission's: may overflow later, loudly
+	g.Inflight.Admitted(&inflight.Request{ID: reqID, OrganizationID: orgID, MemberID: memberID,
+		Snapshot: snap, Durable: false, WithoutRecord: withoutRecord, Reservation: res, AdmittedAt: now})
+	g.Metrics.TrailingRequests.Inc()
+	return reqID
+}
+
 // UnknownPolicyID is the policy id of every bucket of a NoRecordSnapshot.
 const UnknownPolicyID = "unknown"
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -824,5 +825,60 @@ func TestReservationAtTheDaysPrices(t *testing.T) {
 	// The output dominates: 1,000 tokens at 3.75 then 7.50 USD per million.
 	if before < 3_750 || after < 7_500 || after <= before || after >= 2*before+10 {
 		t.Fatalf("reserved %d before midnight and %d after: want the price's doubling", before, after)
+	}
+}
+
+// Trailing opens a request without a check (a refused member too: the session's time ran
+// all the same), counted apart from the decisions, not durable: its settlement carries
+// the snapshot of the member's last-known record at now, the record's windows and
+// policy, and holds a settlement slot; without a record, the no-record snapshot.
+func TestTrailingRequestIsOpenedWithoutACheck(t *testing.T) {
+	blocked := memberRecord(day(100, true), allSpend(100))
+	for _, tc := range []struct {
+		name          string
+		last          *mirror.Record
+		withoutRecord bool
+		policy        string
+	}{
+		{"a member over its limit", blocked, false, "ulp_day"},
+		{"a member within it", withinRecord, false, "ulp_day"},
+		{"no record known", nil, true, gate.UnknownPolicyID},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakes()
+			f.records.last = tc.last
+			m := metrics.New(prometheus.NewRegistry())
+			g := gate.New(gate.Deps{Identity: f.ids, Records: f.records, Starts: f.starts, Settle: f.settle, Inflight: f.tracker,
+				Clock: clock.NewManual(now), Metrics: m, Log: slog.New(slog.DiscardHandler)})
+			id := g.Trailing(orgID, memberID)
+			if !strings.HasPrefix(id, "req_") || len(f.tracker.admitted) != 1 || f.settle.reserved != 1 || len(f.starts.items) != 0 {
+				t.Fatalf("id %q, %d tracked, %d slots, %d starts", id, len(f.tracker.admitted), f.settle.reserved, len(f.starts.items))
+			}
+			r := f.tracker.admitted[0]
+			if r.ID != id || r.Durable || r.WithoutRecord != tc.withoutRecord || r.OrganizationID != orgID || r.MemberID != memberID ||
+				!r.AdmittedAt.Equal(now) || r.Snapshot == nil || r.Snapshot.GetAdmittedAtUnixMs() != now.UnixMilli() {
+				t.Fatalf("tracked %+v", r)
+			}
+			var day *internalv1.SnapshotBucket
+			for _, b := range r.Snapshot.GetBuckets() {
+				if b.GetTimeframe() == "day" {
+					day = b
+				}
+			}
+			if day == nil || day.GetPolicyId() != tc.policy || day.GetBucketId() != window.BucketID(orgID, memberID, window.Day, window.Current(now)[0].Start) {
+				t.Fatalf("the day's bucket %v, want policy %s", day, tc.policy)
+			}
+			if n := counted(t, m.TrailingRequests); n != 1 {
+				t.Fatalf("%v trailing requests counted", n)
+			}
+			if n := counted(t, m.Decisions); n != 0 {
+				t.Fatalf("%v decisions counted", n)
+			}
+		})
+	}
+	g := gate.New(gate.Deps{Records: &fakeRecords{}, Settle: &fakeSettlements{}, Inflight: &fakeInFlight{}, Clock: clock.NewManual(now),
+		Metrics: metrics.New(prometheus.NewRegistry()), Log: slog.New(slog.DiscardHandler)})
+	if id := g.Trailing(orgID, ""); id != "" {
+		t.Fatalf("nobody named: %q", id)
 	}
 }

@@ -55,6 +55,9 @@ import (
 // Checker is the gate (gate.Gate).
 type Checker interface {
 	CheckRequest(ctx context.Context, cred gate.Credentials, h gate.Hint) (gate.Answer, error)
+	// Trailing opens a request without a check, for what a session used after a check
+	// refused its member (gate.Gate.Trailing).
+	Trailing(orgID, memberID string) string
 }
 
 // Tracker is the in-flight tracker (inflight.Tracker).

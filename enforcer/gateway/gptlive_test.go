@@ -113,6 +113,38 @@ func TestGPTLiveSessionIsChargedByTheSecond(t *testing.T) {
 	}
 }
 
+// A member refused at a check mid-session (1008) is charged what the session ran since
+// its last charged step: the seconds the server reported and no step charged, and the
+// time since its last report by the clock (an estimate: none passes in this test but a
+// millisecond or so), on a request opened without a
+// check (gate.Gate.Trailing) for the refused member; before 2026-11-30 it went uncharged.
+func TestGPTLiveRefusedIsChargedItsLastSeconds(t *testing.T) {
+	up := &gptLiveUpstream{}
+	g, tr, url, _ := newRealtimeEnv(t, up, 1) // the handshake's check alone is admitted
+	c := startGPTLive(t, url)
+	say(t, c, `{"type":"speak"}`) // 6 s reported (no step yet), and a backend response
+	readUntil(t, c, "response.completed")
+	if ce, err := closeOf(c); ce.Code != websocket.StatusPolicyViolation || ce.Reason != gate.CodeUsageLimitExceeded {
+		t.Fatalf("after the backend response: %v %v, want close 1008 %s", ce, err, gate.CodeUsageLimitExceeded)
+	}
+	s := tr.settlements(t, 2)
+	if backend := s[0]; backend.Model != "gpt-5.5" || backend.InputTokens != 300 || !backend.Complete {
+		t.Fatalf("the backend response: %+v", backend)
+	}
+	tr.mu.Lock()
+	id := tr.finishedIDs[1]
+	tr.mu.Unlock()
+	if last := s[1]; id != "req_trailing_1" || !strings.HasPrefix(last.Model, "gpt-live-1") || last.AudioInputMillis < 6000 ||
+		last.AudioInputMillis > 6000+5000 || last.Complete != (last.AudioInputMillis == 6000) {
+		t.Fatalf("the session's last seconds on %s: %+v, want the 6 s reported (and, estimated, the time since), on the trailing request", id, last)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.trailing) != 1 || g.trailing[0] != "org_1/om_1" {
+		t.Fatalf("trailing requests opened for %v, want the refused member's one", g.trailing)
+	}
+}
+
 // A GPT-Live session cut before session.closed is charged the time since its last report
 // as an estimate (incomplete), and a backend response cut with it is estimated from its
 // text on a request of its own. A model nobody priced, where the organization refuses

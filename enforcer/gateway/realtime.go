@@ -257,6 +257,9 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	// the provider bills whether or not anyone hears them, until they ended or the grace
 	// (graceOver) passed; then the provider's side is closed.
 	var left error
+	// refusal is the check that refused the member mid-session (charge), whose session
+	// may have used more since its last request ended (trailing, below).
+	var refusal gate.Answer
 	var grace *time.Timer
 	var graceOver <-chan time.Time
 	// leaving ends the session once its client left (true), unless a response is in
@@ -328,12 +331,12 @@ relay:
 				}
 			} else if left != nil {
 				p.chargeLeft(ctx, u, creds, events.Model())
-			} else if !p.charge(ctx, u, creds, events.Model(), client, up) {
+			} else if !p.charge(ctx, u, creds, events.Model(), client, up, &refusal) {
 				break
 			} else if _, inProgress := events.Unfinished(); !inProgress {
 				// Else another response overlaps: the transcriptions wait for its end too.
 				for _, w := range waiting {
-					if !p.charge(ctx, w, creds, events.Model(), client, up) {
+					if !p.charge(ctx, w, creds, events.Model(), client, up, &refusal) {
 						break relay
 					}
 				}
@@ -369,6 +372,15 @@ relay:
 		creates.finish(last, inProgress)
 		return
 	}
+	if p.id == "" && refusal.MemberID != "" && used(last) {
+		// A session billed by its time (GPT-Live) ran on between its last charged step
+		// and the close the refusal caused, and the provider bills that time: charged on
+		// a request opened without a check (gate.Gate.Trailing), never dropped.
+		if id := p.gw.gate.Trailing(refusal.OrganizationID, refusal.MemberID); id != "" {
+			p.chargeOn(id, last, events.Model())
+		}
+		return
+	}
 	if inProgress && left != nil && p.settled && p.id != "" {
 		p.chargeAside(wctx, last, creds, events.Model())
 		return
@@ -401,10 +413,10 @@ func readUpstream(ctx context.Context, up *websocket.Conn, out chan<- upstreamMe
 
 // charge settles the request with what a response or a transcription that ended
 // reported (u), and admits the session's next request; false when the member was
-// refused (both sides are then closed: the client with 1008 and the refusal's code) or
-// the check could not finish.
+// refused (both sides are then closed: the client with 1008 and the refusal's code; a
+// refusal of the member is kept in refused) or the check could not finish.
 func (p *proxied) charge(ctx context.Context, u inflight.Usage, creds gate.Credentials, model string,
-	client, up *websocket.Conn) bool {
+	client, up *websocket.Conn, refused *gate.Answer) bool {
 	// The next check must see this response's cost: the control plane answers a
 	// settlement once the member's record holds it. A settlement that takes longer (the
 	// control plane unreachable: it waits in the spool) does not hold the session up.
@@ -423,7 +435,7 @@ func (p *proxied) charge(ctx context.Context, u inflight.Usage, creds gate.Crede
 		return false
 	}
 	if !a.Allowed() {
-		p.id = ""
+		p.id, *refused = "", a
 		_ = client.Close(websocket.StatusPolicyViolation, closeReason(a))
 		_ = up.Close(websocket.StatusNormalClosure, "")
 		return false
@@ -454,11 +466,22 @@ func (p *proxied) chargeAside(ctx context.Context, u inflight.Usage, creds gate.
 		return false
 	}
 	if a.RequestID != "" {
-		p.gw.tracker.Follow(a.RequestID)
-		p.gw.tracker.RecordRequest(a.RequestID, estimate.Request{Model: model})
-		_ = p.gw.tracker.Finish(a.RequestID, u, nil)
+		p.chargeOn(a.RequestID, u, model)
 	}
 	return true
+}
+
+// chargeOn settles u, a session's usage at model, on the request id, opened for it.
+func (p *proxied) chargeOn(id string, u inflight.Usage, model string) {
+	p.gw.tracker.Follow(id)
+	p.gw.tracker.RecordRequest(id, estimate.Request{Model: model})
+	_ = p.gw.tracker.Finish(id, u, nil)
+}
+
+// used tells whether a session's usage u counts anything to charge: time, tokens, or
+// text to estimate them from.
+func used(u inflight.Usage) bool {
+	return u.AudioInputMillis > 0 || u.InputTokens > 0 || u.OutputTokens > 0 || u.Seen != nil && u.Seen.TextBytes > 0
 }
 
 // chargeLeft charges what a response or a transcription that ended after the client

@@ -103,12 +103,21 @@ func fakeSession(w http.ResponseWriter, r *http.Request, typ websocket.MessageTy
 }
 
 // countingGate admits its first n checks (request ids req_1, req_2, ...) and refuses the
-// next with the usage-limit 429.
+// next with the usage-limit 429 (member om_1 of org_1); it opens trailing requests
+// (req_trailing_1, ...) for whoever is named.
 type countingGate struct {
-	n      int
-	mu     sync.Mutex
-	checks int
-	hints  []gate.Hint
+	n        int
+	mu       sync.Mutex
+	checks   int
+	hints    []gate.Hint
+	trailing []string
+}
+
+func (g *countingGate) Trailing(orgID, memberID string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.trailing = append(g.trailing, orgID+"/"+memberID)
+	return fmt.Sprintf("req_trailing_%d", len(g.trailing))
 }
 
 func (g *countingGate) count() int {
@@ -127,7 +136,7 @@ func (g *countingGate) CheckRequest(_ context.Context, c gate.Credentials, h gat
 	g.hints = append(g.hints, h)
 	if g.checks > g.n {
 		a := gate.Refusal(gate.ReasonUsageLimit)
-		a.UsageState = "blocked"
+		a.UsageState, a.OrganizationID, a.MemberID = "blocked", "org_1", "om_1"
 		return a, nil
 	}
 	return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: fmt.Sprintf("req_%d", g.checks), UsageState: "within_limit"}, nil

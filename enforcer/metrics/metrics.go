@@ -25,6 +25,9 @@ type Metrics struct {
 	// BlockedCacheHits counts checks refused from a kept blocked decision, without
 	// reading the member's record.
 	BlockedCacheHits prometheus.Counter
+	// TrailingRequests counts requests opened without a check to charge what a session
+	// used after a check refused it (gate.Gate.Trailing).
+	TrailingRequests prometheus.Counter
 
 	RedisDuration        *prometheus.HistogramVec
 	RedisErrors          prometheus.Counter
@@ -165,6 +168,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_blocked_cache_hits_total",
 			Help: "Checks refused from a kept blocked decision, without reading the member's record. Share = this / tollgate_enforcer_decisions_total{decision=\"blocked\"}.",
 		}),
+		TrailingRequests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_trailing_requests_total",
+			Help: "Requests opened without a check to charge what a session billed by its time (GPT-Live) used after a check refused it.",
+		}),
 		RedisDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_enforcer_redis_duration_seconds",
 			Help:    "Duration of Redis calls, by operation.",
@@ -293,7 +300,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
 	}
-	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.IdentityRefreshes, m.RecordReads, m.BlockedCacheHits, m.RedisDuration, m.RedisErrors,
+	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.IdentityRefreshes, m.RecordReads, m.BlockedCacheHits, m.TrailingRequests, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
