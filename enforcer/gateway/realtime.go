@@ -32,8 +32,8 @@ import (
 //     response's usage, and each transcription of the user's audio with its own (at its
 //     transcription model's price). A transcription that ends while a response is in
 //     progress is charged on a request of its own, admitted then (chargeAside); if the
-//     member is refused it waits for the response's end instead, since closing the
-//     session then would cut the response uncharged. Once the control plane applied it (realtimeSettleWait
+//     member is refused, on one opened without a check (gate.Gate.Trailing), and the
+//     session is not closed then: that would cut the response uncharged. Once the control plane applied it (realtimeSettleWait
 //     at most) the member is checked again, a new request, before what comes next: a member whose limit the session spent gets the close code 1008 (policy
 //     violation) with the refusal's error code as its reason, and the upstream
 //     connection is closed. So a session spends past a limit by one response at most,
@@ -240,8 +240,8 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	go keepAlive(upCtx, gw.cfg.IdleTimeout, up, stopCause)
 
 	// Transcriptions that ended while a response was in progress and could not be
-	// charged aside (the member was refused) wait for its end: closing the session in
-	// between would cut the response, uncharged.
+	// charged aside (the check could not finish: the session's context ended) wait for
+	// its end, or the session's.
 	var waiting []inflight.Usage
 	// The provider's messages are read on their own (readUpstream), so that the session
 	// also hears of its client's end (relayClient) while the provider is silent.
@@ -353,8 +353,8 @@ relay:
 	cancel()
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), realtimeSettleWait)
 	defer wcancel()
-	// Transcriptions still waiting (the member was refused while a response was in
-	// progress, and the session ended before the response did): one more try each.
+	// Transcriptions still waiting (their check could not finish, and the session ended
+	// before the response did): one more try each.
 	for _, w := range waiting {
 		p.chargeAside(wctx, w, creds, events.Model())
 	}
@@ -457,16 +457,23 @@ func (p *proxied) charge(ctx context.Context, u inflight.Usage, creds gate.Crede
 	return true
 }
 
-// chargeAside charges what a transcription reported (u) on a request of its own,
-// admitted now, while the session's request stays with the response in progress; false
-// when the member was refused or the check could not finish (nothing was charged).
+// chargeAside charges what ended (u: a transcription, a response after the client left)
+// on a request of its own, while the session's request stays with the response in
+// progress: admitted now when the member passes the check, else opened without one for
+// the refused member (gate.Gate.Trailing), since it was used whatever the limit says
+// (the member learns of the refusal at the session's next check). False when the check
+// could not finish: nothing was charged.
 func (p *proxied) chargeAside(ctx context.Context, u inflight.Usage, creds gate.Credentials, model string) bool {
 	a, err := p.gw.gate.CheckRequest(ctx, creds, gate.Hint{})
-	if err != nil || !a.Allowed() {
+	if err != nil {
 		return false
 	}
-	if a.RequestID != "" {
-		p.chargeOn(a.RequestID, u, model)
+	id := a.RequestID
+	if !a.Allowed() {
+		id = p.gw.gate.Trailing(a.OrganizationID, a.MemberID)
+	}
+	if id != "" {
+		p.chargeOn(id, u, model)
 	}
 	return true
 }

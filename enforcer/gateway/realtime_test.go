@@ -498,8 +498,10 @@ func TestRealtimeTranscriptionDuringACutResponse(t *testing.T) {
 }
 
 // A member refused when a transcription ends during a response is not closed on (that
-// would cut the response): the transcription waits, and the response's end closes the
-// session on the refusal (1008) as usual.
+// would cut the response): the transcription, which was used all the same, is charged on
+// a request opened without a check for the refused member (before 2026-11-30 it waited
+// for the response's end, to be charged only if the member then passed a check, and was
+// lost), and the response's end closes the session on the refusal (1008) as usual.
 func TestRealtimeTranscriptionRefusedAside(t *testing.T) {
 	up := &realtimeUpstream{in: 100, out: 50, transcribeDuring: true}
 	g, tr, url, _ := newRealtimeEnv(t, up, 1) // the opening only
@@ -509,9 +511,15 @@ func TestRealtimeTranscriptionRefusedAside(t *testing.T) {
 	if ce, err := closeOf(c); err != nil || ce.Code != websocket.StatusPolicyViolation {
 		t.Fatalf("closed with %v (%v), want 1008", ce, err)
 	}
-	s := tr.settlements(t, 1)
-	if s[0].Model != "gpt-realtime-2025-08-28" || s[0].InputTokens != 100 || !s[0].Complete {
-		t.Fatalf("settled %+v, want the response", s[0])
+	s := tr.settlements(t, 2)
+	tr.mu.Lock()
+	ids := append([]string(nil), tr.finishedIDs...)
+	tr.mu.Unlock()
+	if s[0].Model != "gpt-4o-transcribe" || s[0].InputTokens != 5 || ids[0] != "req_trailing_1" {
+		t.Fatalf("settled %+v on %s first, want the transcription on the trailing request", s[0], ids[0])
+	}
+	if s[1].Model != "gpt-realtime-2025-08-28" || s[1].InputTokens != 100 || !s[1].Complete || ids[1] != "req_1" {
+		t.Fatalf("settled %+v on %s, want the response on the session's request", s[1], ids[1])
 	}
 	if n := g.count(); n < 3 {
 		t.Fatalf("%d checks, want the opening, the refused one aside, the refused one after the response", n)
