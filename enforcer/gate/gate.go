@@ -480,10 +480,12 @@ func (g *Gate) failOpenAdmit(reason Reason, id *identity.Identity, d *decision.D
 	return Answer{Status: 200, Decision: FailOpen, Reason: reason, RequestID: reqID, UsageState: state}
 }
 
-// Trailing opens a request, without a check, for what an admitted session went on to
-// use after a check refused it: a session billed by its connection's time (OpenAI's
-// GPT-Live) runs between its last charged step and the close the refusal causes, and the
-// provider bills that time whatever the member's limit says. It is no admission (the
+// Trailing opens a request, without a check, for what an admitted session used that no
+// admitted request is left to carry once a check refused its member: a transcription
+// that ended during a response (a Realtime session is not closed mid-response), the time
+// a session billed by its connection's time (OpenAI's GPT-Live) ran between its last
+// charged step and the close the refusal causes. The provider bills it whatever the
+// member's limit says. It is no admission (the
 // member's decisions are not counted; tollgate_enforcer_trailing_requests_total is) and
 // has no durable start: like an open-mode admission's, its settlement carries the
 // snapshot of the member's last-known record at now (without one, NoRecordSnapshot,

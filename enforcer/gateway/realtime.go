@@ -33,11 +33,12 @@ import (
 //     transcription model's price). A transcription that ends while a response is in
 //     progress is charged on a request of its own, admitted then (chargeAside); if the
 //     member is refused, on one opened without a check (gate.Gate.Trailing), and the
-//     session is not closed then: that would cut the response uncharged. Once the control plane applied it (realtimeSettleWait
-//     at most) the member is checked again, a new request, before what comes next: a member whose limit the session spent gets the close code 1008 (policy
-//     violation) with the refusal's error code as its reason, and the upstream
-//     connection is closed. So a session spends past a limit by one response at most,
-//     as a stream does.
+//     session is not closed then: that would cut the response uncharged. Once the
+//     control plane applied it (realtimeSettleWait at most) the member is checked again,
+//     a new request, before what comes next: a member whose limit the session spent gets
+//     the close code 1008 (policy violation) with the refusal's error code as its
+//     reason, and the upstream connection is closed. So a session spends past a limit by
+//     one response at most, as a stream does.
 //   - At the end (either side closes, the upstream is silent for the idle timeout, an
 //     error) the last request is settled: at 0 and complete when no response was in
 //     progress, else incomplete and estimated from the text the response had sent. A
@@ -493,7 +494,7 @@ func used(u inflight.Usage) bool {
 
 // chargeLeft charges what a response or a transcription that ended after the client
 // left reported (u): on the session's request while it is unsettled, else on a request
-// of its own (chargeAside: if the member is refused then, it is not charged). Unlike
+// of its own (chargeAside: one opened without a check if the member is refused). Unlike
 // charge, the member is not checked again for a next response: there is no client left
 // to ask for one, nor to be closed with 1008.
 func (p *proxied) chargeLeft(ctx context.Context, u inflight.Usage, creds gate.Credentials, model string) {

@@ -26,7 +26,7 @@ type Metrics struct {
 	// reading the member's record.
 	BlockedCacheHits prometheus.Counter
 	// TrailingRequests counts requests opened without a check to charge what a session
-	// used after a check refused it (gate.Gate.Trailing).
+	// used after a check refused its member (gate.Gate.Trailing).
 	TrailingRequests prometheus.Counter
 
 	RedisDuration        *prometheus.HistogramVec
@@ -170,7 +170,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		TrailingRequests: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_trailing_requests_total",
-			Help: "Requests opened without a check to charge what a session billed by its time (GPT-Live) used after a check refused it.",
+			Help: "Requests opened without a check to charge what a session used after a check refused its member (a transcription that ended during a response, GPT-Live's last seconds).",
 		}),
 		RedisDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_enforcer_redis_duration_seconds",
