@@ -811,9 +811,9 @@ func TestResponsesWebSocketThroughTheGateway(t *testing.T) {
 // response spent the 1 USD day limit the session is closed with 1008 and the refusal's
 // code, and charged the time it ran since its last charged step (the 6 seconds the
 // server reported before that response, and the time since by the clock) on a request
-// opened without a check; a new session's handshake is refused 429. In an organization that refuses models nobody priced, a
-// session.start naming one is refused with 1008 before the provider sees it. The
-// provider never gets the member's key.
+// opened without a check; a new session's handshake is refused 429. In an organization
+// that refuses models nobody priced, a session.start naming one is refused with 1008
+// before the provider sees it. The provider never gets the member's key.
 func TestGPTLiveThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)

@@ -467,17 +467,24 @@ func (g *Gate) failOpenAdmit(reason Reason, id *identity.Identity, d *decision.D
 	if d != nil {
 		state = string(d.State)
 	}
-	now := g.Clock.Now()
+	g.trackUndurable(reqID, id.OrganizationID, id.MemberID, snap, g.Clock.Now())
+	return Answer{Status: 200, Decision: FailOpen, Reason: reason, RequestID: reqID, UsageState: state}
+}
+
+// trackUndurable has the tracker follow a request admitted without a durable start (an
+// open-mode admission, a trailing request): its settlement carries snap, so the control
+// plane records the request then; without a snapshot (no record at all), the admission
+// instant's three windows (NoRecordSnapshot), marked admitted_without_record.
+func (g *Gate) trackUndurable(reqID, orgID, memberID string, snap *internalv1.Snapshot, now time.Time) {
 	withoutRecord := snap == nil
 	if withoutRecord {
-		snap = NoRecordSnapshot(id.OrganizationID, id.MemberID, now)
+		snap = NoRecordSnapshot(orgID, memberID, now)
 	}
 	// Try to hold a settlement slot; if even that fails, the settlement may overflow
 	// later, loudly. Admission does not wait on it: that is what open mode means.
 	res, _ := g.Settle.Reserve()
-	g.Inflight.Admitted(&inflight.Request{ID: reqID, OrganizationID: id.OrganizationID, MemberID: id.MemberID,
+	g.Inflight.Admitted(&inflight.Request{ID: reqID, OrganizationID: orgID, MemberID: memberID,
 		Snapshot: snap, Durable: false, WithoutRecord: withoutRecord, Reservation: res, AdmittedAt: now})
-	return Answer{Status: 200, Decision: FailOpen, Reason: reason, RequestID: reqID, UsageState: state}
 }
 
 // Trailing opens a request, without a check, for what an admitted session used that no
@@ -503,14 +510,8 @@ func (g *Gate) Trailing(orgID, memberID string) string {
 			snap = d.Snapshot(orgID, memberID, now)
 		}
 	}
-	withoutRecord := snap == nil
-	if withoutRecord {
-		snap = NoRecordSnapshot(orgID, memberID, now)
-	}
 	reqID := typeid.New(RequestPrefix)
-	res, _ := g.Settle.Reserve() // as an open-mode admission's: may overflow later, loudly
-	g.Inflight.Admitted(&inflight.Request{ID: reqID, OrganizationID: orgID, MemberID: memberID,
-		Snapshot: snap, Durable: false, WithoutRecord: withoutRecord, Reservation: res, AdmittedAt: now})
+	g.trackUndurable(reqID, orgID, memberID, snap, now)
 	g.Metrics.TrailingRequests.Inc()
 	return reqID
 }
