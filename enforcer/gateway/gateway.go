@@ -374,6 +374,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	if gw.cfg.ServerTiming {
 		w.Header().Set("Server-Timing", serverTiming(a))
 	}
+	p.org, p.member = a.OrganizationID, a.MemberID
 	if !a.Allowed() {
 		gw.answered(w, OutcomeRefused)
 		refuse(w, a)
@@ -456,6 +457,9 @@ type proxied struct {
 	// admission nobody can be charged for: it is proxied and not settled).
 	id    string
 	state string
+	// org and member are whose the admission was: a session's usage stays theirs when a
+	// check mid-session names nobody (named).
+	org, member string
 	// body and est are the request body and its estimate (nil when it is not a JSON
 	// object), from admission until the upstream request carries the body.
 	body []byte

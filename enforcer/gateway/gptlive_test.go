@@ -116,32 +116,46 @@ func TestGPTLiveSessionIsChargedByTheSecond(t *testing.T) {
 // A member refused at a check mid-session (1008) is charged what the session ran since
 // its last charged step: the seconds the server reported and no step charged, and the
 // time since its last report by the clock (an estimate: none passes in this test but a
-// millisecond or so), on a request opened without a
-// check (gate.Gate.Trailing) for the refused member; before 2026-11-30 it went uncharged.
+// millisecond or so), on a request opened without a check (gate.Gate.Trailing) for the
+// refused member; before 2026-11-30 it went uncharged. A key revoked during the session
+// is refused naming nobody: the time is the member's whose key opened the session
+// (before 2026-11-30's fourth session it went uncharged).
 func TestGPTLiveRefusedIsChargedItsLastSeconds(t *testing.T) {
-	up := &gptLiveUpstream{}
-	g, tr, url, _ := newRealtimeEnv(t, up, 1) // the handshake's check alone is admitted
-	c := startGPTLive(t, url)
-	say(t, c, `{"type":"speak"}`) // 6 s reported (no step yet), and a backend response
-	readUntil(t, c, "response.completed")
-	if ce, err := closeOf(c); ce.Code != websocket.StatusPolicyViolation || ce.Reason != gate.CodeUsageLimitExceeded {
-		t.Fatalf("after the backend response: %v %v, want close 1008 %s", ce, err, gate.CodeUsageLimitExceeded)
-	}
-	s := tr.settlements(t, 2)
-	if backend := s[0]; backend.Model != "gpt-5.5" || backend.InputTokens != 300 || !backend.Complete {
-		t.Fatalf("the backend response: %+v", backend)
-	}
-	tr.mu.Lock()
-	id := tr.finishedIDs[1]
-	tr.mu.Unlock()
-	if last := s[1]; id != "req_trailing_1" || !strings.HasPrefix(last.Model, "gpt-live-1") || last.AudioInputMillis < 6000 ||
-		last.AudioInputMillis > 6000+5000 || last.Complete != (last.AudioInputMillis == 6000) {
-		t.Fatalf("the session's last seconds on %s: %+v, want the 6 s reported (and, estimated, the time since), on the trailing request", id, last)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.trailing) != 1 || g.trailing[0] != "org_1/om_1" {
-		t.Fatalf("trailing requests opened for %v, want the refused member's one", g.trailing)
+	for _, tc := range []struct {
+		name    string
+		revoked bool
+		reason  string
+	}{
+		{"over the limit", false, gate.CodeUsageLimitExceeded},
+		{"key revoked", true, "unknown_credential"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &gptLiveUpstream{}
+			g, tr, url, _ := newRealtimeEnv(t, up, 1) // the handshake's check alone is admitted
+			g.revoked = tc.revoked
+			c := startGPTLive(t, url)
+			say(t, c, `{"type":"speak"}`) // 6 s reported (no step yet), and a backend response
+			readUntil(t, c, "response.completed")
+			if ce, err := closeOf(c); ce.Code != websocket.StatusPolicyViolation || ce.Reason != tc.reason {
+				t.Fatalf("after the backend response: %v %v, want close 1008 %s", ce, err, tc.reason)
+			}
+			s := tr.settlements(t, 2)
+			if backend := s[0]; backend.Model != "gpt-5.5" || backend.InputTokens != 300 || !backend.Complete {
+				t.Fatalf("the backend response: %+v", backend)
+			}
+			tr.mu.Lock()
+			id := tr.finishedIDs[1]
+			tr.mu.Unlock()
+			if last := s[1]; id != "req_trailing_1" || !strings.HasPrefix(last.Model, "gpt-live-1") || last.AudioInputMillis < 6000 ||
+				last.AudioInputMillis > 6000+5000 || last.Complete != (last.AudioInputMillis == 6000) {
+				t.Fatalf("the session's last seconds on %s: %+v, want the 6 s reported (and, estimated, the time since), on the trailing request", id, last)
+			}
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if len(g.trailing) != 1 || g.trailing[0] != "org_1/om_1" {
+				t.Fatalf("trailing requests opened for %v, want the session's member's one", g.trailing)
+			}
+		})
 	}
 }
 

@@ -436,7 +436,7 @@ func (p *proxied) charge(ctx context.Context, u inflight.Usage, creds gate.Crede
 		return false
 	}
 	if !a.Allowed() {
-		p.id, *refused = "", a
+		p.id, *refused = "", p.named(a)
 		_ = client.Close(websocket.StatusPolicyViolation, closeReason(a))
 		_ = up.Close(websocket.StatusNormalClosure, "")
 		return false
@@ -471,12 +471,25 @@ func (p *proxied) chargeAside(ctx context.Context, u inflight.Usage, creds gate.
 	}
 	id := a.RequestID
 	if !a.Allowed() {
+		a = p.named(a)
 		id = p.gw.gate.Trailing(a.OrganizationID, a.MemberID)
 	}
 	if id != "" {
 		p.chargeOn(id, u, model)
 	}
 	return true
+}
+
+// named is a mid-session refusal with the member it is about: the check's own, else the
+// member whose key opened the session. A check names nobody when the key was revoked (or
+// its member removed) during the session, or when the control plane could not say whose
+// it is; the session's usage up to then is that member's all the same, and the provider
+// bills it.
+func (p *proxied) named(a gate.Answer) gate.Answer {
+	if a.MemberID == "" {
+		a.OrganizationID, a.MemberID = p.org, p.member
+	}
+	return a
 }
 
 // chargeOn settles u, a session's usage at model, on the request id, opened for it.

@@ -102,11 +102,13 @@ func fakeSession(w http.ResponseWriter, r *http.Request, typ websocket.MessageTy
 	return c, func(s string) error { return c.Write(r.Context(), typ, []byte(s)) }
 }
 
-// countingGate admits its first n checks (request ids req_1, req_2, ...) and refuses the
-// next with the usage-limit 429 (member om_1 of org_1); it opens trailing requests
+// countingGate admits its first n checks of member om_1 of org_1 (request ids req_1,
+// req_2, ...) and refuses the next with the usage-limit 429, or, revoked, as gate.Gate
+// refuses a key revoked since: 401 naming nobody. It opens trailing requests
 // (req_trailing_1, ...) for whoever is named.
 type countingGate struct {
 	n        int
+	revoked  bool
 	mu       sync.Mutex
 	checks   int
 	hints    []gate.Hint
@@ -134,12 +136,16 @@ func (g *countingGate) CheckRequest(_ context.Context, c gate.Credentials, h gat
 	defer g.mu.Unlock()
 	g.checks++
 	g.hints = append(g.hints, h)
+	if g.checks > g.n && g.revoked {
+		return gate.Refusal(gate.ReasonUnknownCredential), nil
+	}
 	if g.checks > g.n {
 		a := gate.Refusal(gate.ReasonUsageLimit)
 		a.UsageState, a.OrganizationID, a.MemberID = "blocked", "org_1", "om_1"
 		return a, nil
 	}
-	return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: fmt.Sprintf("req_%d", g.checks), UsageState: "within_limit"}, nil
+	return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: fmt.Sprintf("req_%d", g.checks), UsageState: "within_limit",
+		OrganizationID: "org_1", MemberID: "om_1"}, nil
 }
 
 func newRealtimeEnv(t *testing.T, up http.Handler, admits int, configure ...func(*gateway.Config)) (*countingGate, *fakeTracker, string, *gateway.Gateway) {
@@ -501,28 +507,40 @@ func TestRealtimeTranscriptionDuringACutResponse(t *testing.T) {
 // would cut the response): the transcription, which was used all the same, is charged on
 // a request opened without a check for the refused member (before 2026-11-30 it waited
 // for the response's end, to be charged only if the member then passed a check, and was
-// lost), and the response's end closes the session on the refusal (1008) as usual.
+// lost), and the response's end closes the session on the refusal (1008) as usual. A key
+// revoked meanwhile is refused naming nobody: the transcription is the member's whose key
+// opened the session.
 func TestRealtimeTranscriptionRefusedAside(t *testing.T) {
-	up := &realtimeUpstream{in: 100, out: 50, transcribeDuring: true}
-	g, tr, url, _ := newRealtimeEnv(t, up, 1) // the opening only
-	c, _ := openSession(t, url)
-	say(t, c, `{"type":"response.create"}`)
-	readUntil(t, c, "response.done") // the refusal aside did not cut it
-	if ce, err := closeOf(c); err != nil || ce.Code != websocket.StatusPolicyViolation {
-		t.Fatalf("closed with %v (%v), want 1008", ce, err)
-	}
-	s := tr.settlements(t, 2)
-	tr.mu.Lock()
-	ids := append([]string(nil), tr.finishedIDs...)
-	tr.mu.Unlock()
-	if s[0].Model != "gpt-4o-transcribe" || s[0].InputTokens != 5 || ids[0] != "req_trailing_1" {
-		t.Fatalf("settled %+v on %s first, want the transcription on the trailing request", s[0], ids[0])
-	}
-	if s[1].Model != "gpt-realtime-2025-08-28" || s[1].InputTokens != 100 || !s[1].Complete || ids[1] != "req_1" {
-		t.Fatalf("settled %+v on %s, want the response on the session's request", s[1], ids[1])
-	}
-	if n := g.count(); n < 3 {
-		t.Fatalf("%d checks, want the opening, the refused one aside, the refused one after the response", n)
+	for _, revoked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("revoked=%v", revoked), func(t *testing.T) {
+			up := &realtimeUpstream{in: 100, out: 50, transcribeDuring: true}
+			g, tr, url, _ := newRealtimeEnv(t, up, 1) // the opening only
+			g.revoked = revoked
+			c, _ := openSession(t, url)
+			say(t, c, `{"type":"response.create"}`)
+			readUntil(t, c, "response.done") // the refusal aside did not cut it
+			if ce, err := closeOf(c); err != nil || ce.Code != websocket.StatusPolicyViolation {
+				t.Fatalf("closed with %v (%v), want 1008", ce, err)
+			}
+			s := tr.settlements(t, 2)
+			tr.mu.Lock()
+			ids := append([]string(nil), tr.finishedIDs...)
+			tr.mu.Unlock()
+			if s[0].Model != "gpt-4o-transcribe" || s[0].InputTokens != 5 || ids[0] != "req_trailing_1" {
+				t.Fatalf("settled %+v on %s first, want the transcription on the trailing request", s[0], ids[0])
+			}
+			if s[1].Model != "gpt-realtime-2025-08-28" || s[1].InputTokens != 100 || !s[1].Complete || ids[1] != "req_1" {
+				t.Fatalf("settled %+v on %s, want the response on the session's request", s[1], ids[1])
+			}
+			if n := g.count(); n < 3 {
+				t.Fatalf("%d checks, want the opening, the refused one aside, the refused one after the response", n)
+			}
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if len(g.trailing) != 1 || g.trailing[0] != "org_1/om_1" {
+				t.Fatalf("trailing requests opened for %v, want the session's member's one", g.trailing)
+			}
+		})
 	}
 }
 
