@@ -54,6 +54,43 @@ func TestBedrockPriorityThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestBedrockLatencyOptimizedThroughTheGateway: AWS's official SDK's calls at Bedrock's
+// latency-optimized inference (Converse's and ConverseStream's performanceConfig
+// {"latency": "optimized"}, InvokeModel's performanceConfigLatency, a header), answered
+// as served at it, are charged a quarter above the model's price (Amazon Nova Pro, Claude
+// 3.5 Haiku), the receipt at the tier latency_optimized. Before 2026-11-30's fourth
+// session they were charged the standard price, a fifth below the bill.
+func TestBedrockLatencyOptimizedThroughTheGateway(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
+	for _, tc := range []struct {
+		scenario, model, entry, served string
+	}{
+		{"converse-latency", "us.amazon.nova-pro-v1:0", "nova-pro", `"performanceConfig":{"latency":"optimized"}`},
+		{"converse-stream-latency", "us.amazon.nova-pro-v1:0", "nova-pro", `"performanceConfig":{"latency":"optimized"}`},
+		{"invoke-latency", "us.anthropic.claude-3-5-haiku-20241022-v1:0", "claude-3-5-haiku", `"performanceConfigLatency":"optimized"`},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			e, _ := tenThousandIn(t, tc.entry)
+			if e.RegionalPremiumPercent != 0 {
+				t.Fatalf("%s: %+v; this test charges no regional premium", tc.entry, e)
+			}
+			// The tier's percent of the whole cost, rounded up once.
+			want := ceilDiv((10_000*e.InputPerMillion+1_000*e.OutputPerMillion)*125, 100*1_000_000)
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "bedrock.mjs", tc.scenario, s.gateway, o.key, tc.model)
+			calls := fake.Calls()[before:]
+			if !r.OK || r.Status != 200 || len(calls) != 1 || !strings.Contains(string(r.Usage), tc.served) {
+				t.Fatalf("the call: %+v (usage %s); %d provider calls", r, r.Usage, len(calls))
+			}
+			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+			if rec.cost() != want || rec["complete"] != true || rec["service_tier"] != "latency_optimized" {
+				t.Fatalf("receipt %s, want %d at tier latency_optimized", rec, want)
+			}
+		})
+	}
+}
+
 // TestBedrockOpenModelsThroughTheGateway: AWS's official SDK calls the open models Amazon
 // Bedrock hosts (Meta's Llama, OpenAI's gpt-oss, Qwen, DeepSeek, Kimi, Gemma, Amazon's Nova 2 Lite) by their
 // Bedrock ids, in-region and through cross-region profiles, Converse and ConverseStream.

@@ -154,6 +154,16 @@ func TestSettlementPricing(t *testing.T) {
 		{"a tier this control plane does not know: the dearest it knows", nil,
 			&internalv1.SettleItem{Model: "gpt-6-sol", InputTokens: 100_000, Complete: true, PriorityTier: true, ServiceTier: internalv1.ServiceTier(7)},
 			100_000 * 2 * 6, "catalog_estimate", "catalog", "reported_usage"},
+		// Amazon Bedrock's latency-optimized inference: a quarter more, every model's
+		// (Nova Pro: 1.00 / 4.00 USD per million against 0.80 / 3.20), rounded up once.
+		{"Bedrock's latency-optimized inference: Nova Pro at 125%", nil,
+			&internalv1.SettleItem{Model: "us.amazon.nova-pro-v1:0", InputTokens: 100_000, OutputTokens: 10_000, Complete: true, PriorityTier: true,
+				ServiceTier: internalv1.ServiceTier_SERVICE_TIER_LATENCY_OPTIMIZED},
+			100_000 + 40_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"Bedrock's latency-optimized inference: Llama 3.1 70B, rounded up", nil,
+			&internalv1.SettleItem{Model: "us.meta.llama3-1-70b-instruct-v1:0", InputTokens: 1_001, OutputTokens: 10, Complete: true, PriorityTier: true,
+				ServiceTier: internalv1.ServiceTier_SERVICE_TIER_LATENCY_OPTIMIZED},
+			(1_011*720_000/1_000_000 + 1) * 125 / 100, "catalog_estimate", "catalog", "reported_usage"},
 		{"Anthropic's fast mode on Opus 4.6: six times, with the regional premium", nil,
 			&internalv1.SettleItem{Model: "claude-opus-4-6", InputTokens: 100_000, OutputTokens: 10_000, Complete: true, PriorityTier: true,
 				ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST, RegionalEndpoint: true},
@@ -1124,6 +1134,8 @@ func receiptTier(it *internalv1.SettleItem) string {
 		return ""
 	case internalv1.ServiceTier_SERVICE_TIER_FAST:
 		return "fast"
+	case internalv1.ServiceTier_SERVICE_TIER_LATENCY_OPTIMIZED:
+		return "latency_optimized"
 	}
 	return "ultrafast"
 }

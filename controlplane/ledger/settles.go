@@ -872,6 +872,8 @@ func tierOf(it *internalv1.SettleItem) pricecatalog.Tier {
 	switch t := it.GetServiceTier(); {
 	case t == internalv1.ServiceTier_SERVICE_TIER_FAST:
 		return pricecatalog.Fast
+	case t == internalv1.ServiceTier_SERVICE_TIER_LATENCY_OPTIMIZED:
+		return pricecatalog.LatencyOptimized
 	case t != internalv1.ServiceTier_SERVICE_TIER_UNSPECIFIED:
 		return pricecatalog.Ultrafast
 	case it.GetPriorityTier():

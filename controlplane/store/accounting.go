@@ -593,7 +593,7 @@ type ReceiptWrite struct {
 	ImageInputTokens       *int64
 	CachedImageInputTokens *int64
 	// ServiceTier is the speed tier the upstream ran the request at ("", "fast",
-	// "ultrafast": pricecatalog.Tier's names), Regional whether it went to a cloud's
+	// "ultrafast", "latency_optimized": pricecatalog.Tier's names), Regional whether it went to a cloud's
 	// regional endpoint (accounting.Usage): each raises a catalog price. The receipt's
 	// priority_tier says whether ServiceTier is a dear one.
 	ServiceTier string

@@ -22,6 +22,10 @@ package fakellm
 //     and metrics as converse reports them); each event's payload is its JSON, with the
 //     "p" padding Bedrock adds.
 //
+// A latency asked for (Converse's performanceConfig.latency, InvokeModel's
+// X-Amzn-Bedrock-PerformanceConfig-Latency header) is served: the answer says it, in its
+// performanceConfig (the stream's metadata event's) or in that header.
+//
 // A guardrail (Converse's guardrailConfig {guardrailIdentifier, guardrailVersion, trace},
 // InvokeModel's X-Amzn-Bedrock-GuardrailIdentifier and X-Amzn-Bedrock-Trace headers)
 // whose trace was asked for ("enabled", "enabled_full"; ENABLED, ENABLED_FULL) is
@@ -215,6 +219,9 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 	}
 	h := w.Header()
 	h.Set("X-Amzn-Requestid", fmt.Sprintf("00000000-0000-4000-8000-%012d", n))
+	if l := c.Header.Get(headerLatency); l != "" {
+		h.Set(headerLatency, l) // InvokeModel's latency, served as asked
+	}
 	switch c.API {
 	case BedrockGuardrailChecks:
 		var req struct {
@@ -271,8 +278,8 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 		}
 	case BedrockConverse:
 		ew.start("application/json", http.StatusOK)
-		ew.write(fmt.Sprintf(`{"output":{"message":{"role":"assistant","content":[{"text":%q}]}},"stopReason":%q,%s"usage":%s,"metrics":{"latencyMs":1},"serviceTier":%s}`,
-			Text, stop, trace, converseUsage(u), converseTier(c.Body)))
+		ew.write(fmt.Sprintf(`{"output":{"message":{"role":"assistant","content":[{"text":%q}]}},"stopReason":%q,%s"usage":%s,"metrics":{"latencyMs":1},"serviceTier":%s%s}`,
+			Text, stop, trace, converseUsage(u), converseTier(c.Body), conversePerformance(c.Body)))
 	case BedrockConverseStream:
 		ew.start("application/vnd.amazon.eventstream", http.StatusOK)
 		p := fmt.Sprintf(`,"p":%q}`, bedrockPadding)
@@ -282,7 +289,7 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 		}
 		ew.write(bedrockFrame("contentBlockStop", `{"contentBlockIndex":0`+p))
 		ew.write(bedrockFrame("messageStop", fmt.Sprintf(`{"stopReason":%q`, stop)+p))
-		ew.write(bedrockFrame("metadata", `{`+trace+`"usage":`+converseUsage(u)+`,"metrics":{"latencyMs":1},"serviceTier":`+converseTier(c.Body)+p))
+		ew.write(bedrockFrame("metadata", `{`+trace+`"usage":`+converseUsage(u)+`,"metrics":{"latencyMs":1},"serviceTier":`+converseTier(c.Body)+conversePerformance(c.Body)+p))
 	}
 }
 
@@ -299,6 +306,25 @@ func converseTier(body []byte) string {
 		req.ServiceTier.Type = "default"
 	}
 	return fmt.Sprintf(`{"type":%q}`, req.ServiceTier.Type)
+}
+
+// headerLatency asks InvokeModel for a latency, and its answer says the one it served.
+const headerLatency = "X-Amzn-Bedrock-PerformanceConfig-Latency"
+
+// conversePerformance is a Converse answer's performanceConfig member, after a comma:
+// the latency the request asked for ("optimized", "standard"), served as asked; "" when
+// it asked for none.
+func conversePerformance(body []byte) string {
+	var req struct {
+		PerformanceConfig struct {
+			Latency string `json:"latency"`
+		} `json:"performanceConfig"`
+	}
+	_ = json.Unmarshal(body, &req)
+	if req.PerformanceConfig.Latency == "" {
+		return ""
+	}
+	return fmt.Sprintf(`,"performanceConfig":{"latency":%q}`, req.PerformanceConfig.Latency)
 }
 
 func bedrockMessageID(n int) string { return fmt.Sprintf("msg_bdrk_fake%06d", n) }

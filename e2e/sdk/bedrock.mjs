@@ -8,7 +8,9 @@
 // body), "invoke-stream" (InvokeModelWithResponseStream: each chunk's bytes are one
 // Anthropic stream event's JSON), "converse" (Converse) and "converse-stream"
 // (ConverseStream), and those two at Bedrock's priority tier ("converse-priority",
-// "converse-stream-priority"). Each of the four with "-guardrail" after it is guarded by
+// "converse-stream-priority") or at its latency-optimized inference
+// ("converse-latency", "converse-stream-latency", and "invoke-latency": InvokeModel's
+// performanceConfigLatency, a header on the wire). Each of the four with "-guardrail" after it is guarded by
 // the guardrail gr-tolls (Converse's guardrailConfig, InvokeModel's guardrailIdentifier
 // and guardrailVersion), its trace not asked for; "converse-guardrail-blocked" by the one
 // that refuses every prompt (fakellm.BlockingGuardrail). Their usage carries the trace the
@@ -60,17 +62,22 @@ const utf8 = new TextDecoder();
 
 await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
   switch (scenario) {
-    case 'invoke': {
+    case 'invoke':
+    case 'invoke-latency': {
       const res = await client.send(new InvokeModelCommand({
         modelId: s.model,
         contentType: 'application/json',
         accept: 'application/json',
         body: JSON.stringify(anthropicRequest()),
         ...invokeGuardrail,
+        ...(scenario === 'invoke-latency' ? { performanceConfigLatency: 'optimized' } : {}),
       }));
       const msg = JSON.parse(utf8.decode(res.body));
       const text = (msg.content ?? []).filter((b) => b.type === 'text').map((b) => b.text).join('');
-      return { text, model: msg.model ?? null, usage: { ...msg.usage, guardrailTrace: msg['amazon-bedrock-trace'] ?? null }, chunks: 1 };
+      return {
+        text, model: msg.model ?? null, chunks: 1,
+        usage: { ...msg.usage, guardrailTrace: msg['amazon-bedrock-trace'] ?? null, performanceConfigLatency: res.performanceConfigLatency ?? null },
+      };
     }
     case 'invoke-stream': {
       const res = await client.send(new InvokeModelWithResponseStreamCommand({
@@ -103,17 +110,22 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
       return { text, model, usage, chunks };
     }
     case 'converse':
-    case 'converse-priority': {
+    case 'converse-priority':
+    case 'converse-latency': {
       const res = await client.send(new ConverseCommand({ modelId: s.model, ...converseRequest() }));
       const text = (res.output?.message?.content ?? []).map((b) => b.text ?? '').join('');
       // Converse names no model in its answer.
       return {
         text, model: null, chunks: 1,
-        usage: { ...res.usage, serviceTier: res.serviceTier, stopReason: res.stopReason, guardrailTrace: res.trace?.guardrail ?? null },
+        usage: {
+          ...res.usage, serviceTier: res.serviceTier, performanceConfig: res.performanceConfig ?? null, stopReason: res.stopReason,
+          guardrailTrace: res.trace?.guardrail ?? null,
+        },
       };
     }
     case 'converse-stream':
-    case 'converse-stream-priority': {
+    case 'converse-stream-priority':
+    case 'converse-stream-latency': {
       const res = await client.send(new ConverseStreamCommand({ modelId: s.model, ...converseRequest() }));
       let text = '';
       let usage = null;
@@ -122,7 +134,10 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
         chunks++;
         if (event.contentBlockDelta) text += event.contentBlockDelta.delta?.text ?? '';
         if (event.metadata) {
-          usage = { ...event.metadata.usage, serviceTier: event.metadata.serviceTier, guardrailTrace: event.metadata.trace?.guardrail ?? null };
+          usage = {
+            ...event.metadata.usage, serviceTier: event.metadata.serviceTier, performanceConfig: event.metadata.performanceConfig ?? null,
+            guardrailTrace: event.metadata.trace?.guardrail ?? null,
+          };
         }
       }
       return { text, model: null, usage, chunks };
@@ -163,9 +178,11 @@ function anthropicRequest() {
 }
 
 // converseRequest is a Converse request, at Bedrock's priority tier (serviceTier) in the
-// -priority scenarios.
+// -priority scenarios, at its latency-optimized inference (performanceConfig) in the
+// -latency ones.
 function converseRequest() {
-  const priority = scenario.endsWith('-priority') ? { serviceTier: { type: 'priority' } } : {};
+  const priority = scenario.endsWith('-priority') ? { serviceTier: { type: 'priority' } }
+    : scenario.endsWith('-latency') ? { performanceConfig: { latency: 'optimized' } } : {};
   const guarded = guardrail ? { guardrailConfig: { guardrailIdentifier: guardrail, guardrailVersion: '1' } } : {};
   return { messages: [{ role: 'user', content: [{ text: prompt }] }], inferenceConfig: { maxTokens: 1024 }, ...priority, ...guarded };
 }

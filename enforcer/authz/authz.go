@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 )
 
@@ -61,6 +62,10 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	var hint gate.Hint
 	if b := RequestBody(h); len(b) > 0 {
 		hint = gate.BodyHint(b, h.GetPath(), h.GetHost())
+		if hint.Body != nil {
+			// InvokeModel's latency-optimized inference, asked by a header.
+			hint.Body.Latency = max(hint.Body.Latency, requestbody.LatencyTier(h.GetHeaders()["x-amzn-bedrock-performanceconfig-latency"]))
+		}
 	}
 	a, err := s.gate.CheckRequest(ctx, cred, hint)
 	if err != nil {

@@ -107,8 +107,11 @@ type Request struct {
 	// (pricecatalog.TierNames: OpenAI's "priority", "fast" or "ultrafast", Gemini's and
 	// Bedrock's "priority"), Speed the one a
 	// top-level "speed" asks for (Anthropic's fast mode, "fast"): dearer than the
-	// standard prices (enforcer/worstcase; AskedTier).
-	ServiceTier, Speed pricecatalog.Tier
+	// standard prices (enforcer/worstcase; AskedTier). Latency is the one a top-level
+	// "performanceConfig" asks for (Bedrock Converse's {"latency": "optimized"}), or,
+	// set by the front door, InvokeModel's X-Amzn-Bedrock-PerformanceConfig-Latency
+	// header (requestbody.LatencyHeader).
+	ServiceTier, Speed, Latency pricecatalog.Tier
 	// InferenceGeo is a top-level "inference_geo" other than "global" (Anthropic's
 	// US-only inference, "us"): dearer by the model's regional premium (enforcer/worstcase).
 	InferenceGeo bool
@@ -199,7 +202,7 @@ const maxCap = 1 << 53
 var ErrNotObject = errors.New("estimate: the body is not a JSON object")
 
 // AskedTier is the dearest tier the request asks for.
-func (r Request) AskedTier() pricecatalog.Tier { return max(r.ServiceTier, r.Speed) }
+func (r Request) AskedTier() pricecatalog.Tier { return max(r.ServiceTier, r.Speed, r.Latency) }
 
 // skipValue are keys whose string value names something rather than carrying text.
 var skipValue = map[string]bool{
@@ -295,9 +298,12 @@ func Input(body []byte) (Request, error) {
 		case jsonscan.KeyIs(key, "service_tier"), jsonscan.KeyIs(key, "serviceTier"):
 			// serviceTier: the Gemini API's JSON name of it (its SDK sends that), and
 			// Bedrock Converse's, an object ({"type": "priority"}).
-			r.ServiceTier, i = w.tier(i, pricecatalog.TierNames[:], true)
+			r.ServiceTier, i = w.tier(i, pricecatalog.TierNames[:], "type")
 		case jsonscan.KeyIs(key, "speed"):
-			r.Speed, i = w.tier(i, pricecatalog.SpeedNames[:], false)
+			r.Speed, i = w.tier(i, pricecatalog.SpeedNames[:], "")
+		case jsonscan.KeyIs(key, "performanceConfig"):
+			// Bedrock Converse's {"latency": "optimized"}: its latency-optimized inference.
+			r.Latency, i = w.tier(i, pricecatalog.LatencyNames[:], "latency")
 		case jsonscan.KeyIs(key, "inference_geo"):
 			// Anthropic's: a string other than "global" pins the inference to a geography.
 			r.InferenceGeo = false
@@ -373,10 +379,11 @@ type walker struct {
 }
 
 // tier reads the tier the value at b[i] names among names: a string (escaped or
-// not, as the API takes it), or when typed an object's "type" string (Bedrock
-// Converse's {"type": "priority"}), else Standard. Of a repeated key the last one
-// counts, as encoding/json reads it.
-func (w *walker) tier(i int, names []pricecatalog.TierName, typed bool) (pricecatalog.Tier, int) {
+// not, as the API takes it), or, when member is not "", an object's member string of
+// that name (Bedrock Converse's serviceTier {"type": "priority"}, its performanceConfig
+// {"latency": "optimized"}), else Standard. Of a repeated key the last one counts, as
+// encoding/json reads it.
+func (w *walker) tier(i int, names []pricecatalog.TierName, member string) (pricecatalog.Tier, int) {
 	named := func(s, end int) pricecatalog.Tier {
 		for _, n := range names {
 			if jsonscan.KeyIs(w.b[s:end], n.Name) {
@@ -390,7 +397,7 @@ func (w *walker) tier(i int, names []pricecatalog.TierName, typed bool) (priceca
 		end := jsonscan.SkipString(w.b, i)
 		return named(i, end), end
 	case '{':
-		if !typed {
+		if member == "" {
 			break
 		}
 		tier := pricecatalog.Standard
@@ -398,7 +405,7 @@ func (w *walker) tier(i int, names []pricecatalog.TierName, typed bool) (priceca
 			end := jsonscan.SkipString(w.b, j)
 			key := w.b[j:end]
 			j = jsonscan.SkipSpace(w.b, jsonscan.SkipSpace(w.b, end)+1) // past the colon
-			if jsonscan.KeyIs(key, "type") {
+			if jsonscan.KeyIs(key, member) {
 				tier = pricecatalog.Standard
 				if w.b[j] == '"' {
 					tier = named(j, jsonscan.SkipString(w.b, j))

@@ -231,6 +231,7 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"service_tier":"fast","messages":[]}`, `{"service_tier":"ultr\u0061fast"}`, `{"service_tier":"fast","service_tier":"faster"}`,
 		`{"serviceTier":"priority","service_tier":"standard","serviceTier":"fast"}`, `{"serviceTier":{"type":"priority","x":[1e2,{"type":"fast"}]},"messages":[]}`,
 		`{"serviceTier":{"type":"flex","type":"priority"}}`, `{"inference_geo":"us","messages":[]}`, `{"inference_geo":"us","inference_geo":"gl\u006fbal"}`, `{"inference_geo":["us"]}`, `{"service_tier":{"type":1e999}}`, `{"speed":{"type":"fast"}}`, `{"speed":"fast","messages":[]}`, `{"speed":"f\u0061st","speed":"standard","speed":"fast"}`, `{"speed":"ultrafast","service_tier":"standard_only"}`, `{"speed":["fast"]}`,
+		`{"performanceConfig":{"latency":"optimized","x":[{"latency":"standard"}]},"performanceConfig":{"latency":"optimiz\u0065d"}}`, `{"performanceConfig":["optimized"],"performanceConfig":{"latency":7}}`,
 		`{"tools":[{"type":"web_search_20250305","max_uses":3,"type":"x"},{"googleSearch":{}},{"type":"web_search","max_uses":1e2}],"t\u006fols":[1]}`,
 		`{"generationConfig":{"maxOutputTokens":8e2,"stopSequences":["end"],"max_output_tokens":9},"generati\u006fnConfig":{"maxOutputTokens":1.5},"inferenceConfig":{"maxTokens":70,"maxTokens":"90"},"generation_config":[1]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
@@ -313,19 +314,25 @@ func decoderInput(body []byte) (Request, error) {
 				}
 			}
 			continue
-		case "service_tier", "serviceTier", "speed":
+		case "service_tier", "serviceTier", "speed", "performanceConfig":
 			v, err := dec.Token()
 			if err != nil {
 				return Request{}, ErrNotObject
 			}
 			name, _ := v.(string)
-			if key == "speed" {
-				r.Speed = tierNamed(pricecatalog.SpeedNames[:], name)
-			} else {
-				r.ServiceTier = tierNamed(pricecatalog.TierNames[:], name)
+			// Each key's tier, the names it takes, and the member of an object that
+			// names it (Bedrock Converse's serviceTier {"type": "priority"}, its
+			// performanceConfig {"latency": "optimized"}).
+			tier, names, member := &r.ServiceTier, pricecatalog.TierNames[:], "type"
+			switch key {
+			case "speed":
+				tier, names, member = &r.Speed, pricecatalog.SpeedNames[:], ""
+			case "performanceConfig":
+				tier, names, member = &r.Latency, pricecatalog.LatencyNames[:], "latency"
 			}
-			if d, ok := v.(json.Delim); ok && d == '{' && key != "speed" {
-				// Bedrock Converse's {"type": "priority"}: its last "type" string names it.
+			*tier = tierNamed(names, name)
+			if d, ok := v.(json.Delim); ok && d == '{' && member != "" {
+				// The object's last member string names it.
 				for w.dec.More() {
 					k, err := w.dec.Token()
 					if err != nil {
@@ -335,9 +342,9 @@ func decoderInput(body []byte) (Request, error) {
 					if err != nil {
 						return Request{}, ErrNotObject
 					}
-					if k == "type" {
+					if k == member {
 						name, _ := v.(string)
-						r.ServiceTier = tierNamed(pricecatalog.TierNames[:], name)
+						*tier = tierNamed(names, name)
 					}
 					if d, ok := v.(json.Delim); ok {
 						if err := w.skip(d); err != nil {
@@ -706,6 +713,14 @@ func TestAskedTier(t *testing.T) {
 		{`{"serviceTier":{"type":"priority","type":"default"}}`, pricecatalog.Standard},
 		{`{"serviceTier":{"type":["priority"],"x":{"type":"priority"}}}`, pricecatalog.Standard},
 		{`{"serviceTier":{"x":1,"type":"flex"},"service_tier":{"t\u0079pe":"pri\u006frity"}}`, pricecatalog.Fast},
+		// Bedrock Converse's latency-optimized inference, below the priority tier.
+		{`{"performanceConfig":{"latency":"optimized"},"messages":[]}`, pricecatalog.LatencyOptimized},
+		{`{"performanceConfig":{"latency":"optimized","latency":"standard"}}`, pricecatalog.Standard},
+		{`{"performanceConfig":{"l\u0061tency":"optimiz\u0065d"}}`, pricecatalog.LatencyOptimized},
+		{`{"performanceConfig":"optimized"}`, pricecatalog.LatencyOptimized}, // refused by Bedrock; read as a string tier is: the worst case errs dear
+		{`{"performanceConfig":{"type":"optimized","x":{"latency":"optimized"}}}`, pricecatalog.Standard},
+		{`{"inferenceConfig":{"performanceConfig":{"latency":"optimized"}}}`, pricecatalog.Standard},
+		{`{"performanceConfig":{"latency":"optimized"},"serviceTier":{"type":"priority"}}`, pricecatalog.Fast},
 	} {
 		r, err := Input([]byte(tc.body))
 		if err != nil || r.AskedTier() != tc.want {

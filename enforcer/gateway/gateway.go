@@ -363,6 +363,10 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	if guarded && hint.Body != nil {
 		hint.Body.Guardrail = true // InvokeModel's guardrail, named by a header
 	}
+	if hint.Body != nil {
+		// InvokeModel's latency-optimized inference, asked by a header.
+		hint.Body.Latency = max(hint.Body.Latency, requestbody.LatencyTier(r.Header.Get(requestbody.HeaderBedrockLatency)))
+	}
 	a, err := gw.gate.CheckRequest(r.Context(), credentialsOf(r), hint)
 	if err != nil {
 		gw.answered(w, OutcomeClientGone)

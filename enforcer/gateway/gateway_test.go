@@ -34,6 +34,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // fakeGate admits the key "tgk_good", answers its refusal for "tgk_blocked", and 401
@@ -1550,5 +1551,48 @@ routes:
 	defer mu.Unlock()
 	if !strings.Contains(bodies["/asked/v1/chat/completions"], `"include_usage":true`) || bodies["/strict/v1/chat/completions"] != stream {
 		t.Fatalf("the upstream got %q", bodies)
+	}
+}
+
+// Amazon Bedrock's InvokeModel asks for its latency-optimized inference in a header
+// (X-Amzn-Bedrock-PerformanceConfig-Latency: optimized): the check's worst case is priced
+// at that tier, and the header goes upstream as it came. The answer's header says the
+// latency it was served at, which is what is charged: optimized, or standard once the
+// model's quota of optimized requests was spent.
+func TestBedrockLatencyHeaders(t *testing.T) {
+	for _, served := range []string{"optimized", "standard"} {
+		t.Run(served, func(t *testing.T) {
+			var asked string
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				asked = r.Header.Get("X-Amzn-Bedrock-PerformanceConfig-Latency")
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("X-Amzn-Bedrock-Input-Token-Count", "12")
+				w.Header().Set("X-Amzn-Bedrock-Output-Token-Count", "34")
+				w.Header().Set("X-Amzn-Bedrock-PerformanceConfig-Latency", served)
+				_, _ = io.WriteString(w, `{"generation":"hi","stop_reason":"stop"}`)
+			}))
+			defer up.Close()
+			e := newEnv(t, up.URL, gateway.Config{})
+			res := post(t, e.front.URL+"/model/meta.llama3-1-70b-instruct-v1:0/invoke", "tgk_good",
+				`{"prompt":"hello","max_gen_len":50}`, "X-Amzn-Bedrock-PerformanceConfig-Latency", "optimized")
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || asked != "optimized" {
+				t.Fatalf("%d; the upstream was asked %q", res.StatusCode, asked)
+			}
+			want := pricecatalog.Standard
+			if served == "optimized" {
+				want = pricecatalog.LatencyOptimized
+			}
+			if u := e.tracker.settled(t); u.InputTokens != 12 || u.OutputTokens != 34 || u.Tier != want {
+				t.Fatalf("settled %+v, want tier %v", u, want)
+			}
+			e.gate.mu.Lock()
+			hint := e.gate.hints[len(e.gate.hints)-1].Body
+			e.gate.mu.Unlock()
+			if hint == nil || hint.AskedTier() != pricecatalog.LatencyOptimized {
+				t.Fatalf("hint %+v: want the latency-optimized tier asked", hint)
+			}
+		})
 	}
 }

@@ -184,6 +184,10 @@ func TestHTTPSettle(t *testing.T) {
 			func(it *internalv1.SettleItem) bool {
 				return it.GetPriorityTier() && it.GetServiceTier() == internalv1.ServiceTier_SERVICE_TIER_ULTRAFAST
 			}},
+		{"a latency-optimized report (Bedrock's)", `"model":"us.amazon.nova-pro-v1:0","inputTokens":10,"outputTokens":2,"serviceTier":"latency_optimized"`,
+			func(it *internalv1.SettleItem) bool {
+				return it.GetPriorityTier() && it.GetServiceTier() == internalv1.ServiceTier_SERVICE_TIER_LATENCY_OPTIMIZED
+			}},
 		{"the standard tier, said", `"model":"gpt-4o","inputTokens":10,"outputTokens":2,"serviceTier":""`,
 			func(it *internalv1.SettleItem) bool {
 				return !it.GetPriorityTier() && it.GetServiceTier() == internalv1.ServiceTier_SERVICE_TIER_UNSPECIFIED

@@ -891,7 +891,8 @@ func (t *Tracker) SettleAll(ctx context.Context) (settled, left int) {
 
 // serviceTiers is each speed tier as the internal API says it.
 var serviceTiers = [...]internalv1.ServiceTier{
-	pricecatalog.Standard:  internalv1.ServiceTier_SERVICE_TIER_UNSPECIFIED,
-	pricecatalog.Fast:      internalv1.ServiceTier_SERVICE_TIER_FAST,
-	pricecatalog.Ultrafast: internalv1.ServiceTier_SERVICE_TIER_ULTRAFAST,
+	pricecatalog.Standard:         internalv1.ServiceTier_SERVICE_TIER_UNSPECIFIED,
+	pricecatalog.Fast:             internalv1.ServiceTier_SERVICE_TIER_FAST,
+	pricecatalog.Ultrafast:        internalv1.ServiceTier_SERVICE_TIER_ULTRAFAST,
+	pricecatalog.LatencyOptimized: internalv1.ServiceTier_SERVICE_TIER_LATENCY_OPTIMIZED,
 }

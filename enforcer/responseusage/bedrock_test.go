@@ -88,6 +88,12 @@ func TestBedrockConverseStream(t *testing.T) {
 		`{"metrics":{"latencyMs":412},"serviceTier":{"type":"priority"},"usage":{"inputTokens":12,"outputTokens":200,"totalTokens":1424,"cacheReadInputTokens":0,"cacheWriteInputTokens":1212}}`)...)
 	want.Tier = pricecatalog.Fast
 	checkSplits(t, ctEventStream, nil, priority, want)
+	// Served at its latency-optimized inference: the metadata event's
+	// performanceConfig.latency.
+	optimized := append(bytes.Clone(body[:len(body)-len(last)]), frame(t, "event", "metadata",
+		`{"metrics":{"latencyMs":212},"performanceConfig":{"latency":"optimized"},"usage":{"inputTokens":12,"outputTokens":200,"totalTokens":1424,"cacheReadInputTokens":0,"cacheWriteInputTokens":1212}}`)...)
+	want.Tier = pricecatalog.LatencyOptimized
+	checkSplits(t, ctEventStream, nil, optimized, want)
 }
 
 // Frames that are not events carry no usage; a frame whose CRC does not match ends the

@@ -103,6 +103,8 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"usage":{"inputTokens":1,"cacheWriteInputTokens":9,"cacheDetails":[{"ttl":"1h","inputTokens":5,"ttl":"1h"},{"ttl":"1h"},7,{"inputTokens":8}],"cacheDetails":[{"ttl":"1h","inputTokens":2}]},"message":{"usage":{"cacheDetails":[{"ttl":"1h","inputTokens":3}]}}}`,
 		`{"usageMetadata":{"promptTokenCount":5,"toolUsePromptTokenCount":7,"toolUsePromptTokenCount":2,"cache_creation_input_tokens":9},"message":{"usage":{"toolUsePromptTokenCount":4}}}`,
 		`{"usageMetadata":{"serviceTier":"priority","trafficType":"ON_DEMAND"},"usageMetadata":{"serviceTier":"pri\u006frity"},"serviceTier":"priority"}`,
+		// Bedrock Converse's latency-optimized inference (performanceConfig.latency).
+		`{"usage":{"inputTokens":1,"outputTokens":2},"performanceConfig":{"latency":"optimized","latency":"st\u0061ndard"},"performanceConfig":{"latency":"optimiz\u0065d"},"metrics":{"latency":"optimized"},"message":{"performanceConfig":{"latency":"optimized"}},"performanceConfig":{"latency":{"latency":"optimized"}}}`,
 		// OpenAI's image generation tool's usage (tool_usage.image_gen), beside the response's.
 		`{"object":"response","usage":{"input_tokens":5,"output_tokens":6,"total_tokens":11},"tool_usage":{"image_gen":{"input_tokens":9,"cached_tokens":12,"input_tokens":"3","output_tokens":7},"image_gen":{"cached_tokens":4},"web_search":{"num_requests":2}},` +
 			`"message":{"usage":{"total_tokens":20,"prompt_tokens_details":{"audio_tokens":30}}},"response":{"tool_usage":{"image_gen":{"input_tokens":99}}},"tool_usage":null,"tool_usage":{"image_g\u0061n":{"input_tokens":10}}}`,

@@ -445,7 +445,7 @@ func (a *accumulator) noteIterations(d *docFields) {
 // OpenAI document's (chat, Responses) service_tier of pricecatalog.TierNames, an
 // Anthropic one's usage.speed "fast", a Gemini one's usageMetadata.trafficType
 // ON_DEMAND_PRIORITY (Vertex AI) or serviceTier "priority" (the Gemini API), a Bedrock
-// Converse one's serviceTier.type "priority". Any one of a stream's saying so is enough;
+// Converse one's serviceTier.type "priority" or performanceConfig.latency "optimized". Any one of a stream's saying so is enough;
 // so for an Anthropic usage's inference_geo naming a geography (a.regional).
 func (a *accumulator) noteTier(d *docFields, root int) {
 	tier := &d.tier[root]
@@ -468,6 +468,8 @@ func (a *accumulator) noteTier(d *docFields, root int) {
 		if d.priorityTraffic {
 			a.tier = max(a.tier, pricecatalog.Fast)
 		}
+		// Bedrock Converse's performanceConfig.latency "optimized".
+		a.tier = max(a.tier, d.latency)
 	}
 }
 

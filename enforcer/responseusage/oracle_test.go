@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/saturate"
 )
 
@@ -831,6 +832,7 @@ func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 	str(&d.model[rootTop], m, "model")
 	oracleSpeed(&d.tier[rootTop], [][]member{m})
 	d.priorityTraffic = oracleTraffic(m)
+	d.latency = oracleLatency(m)
 	d.geoPinned = oracleGeo(m)
 	str(&d.tier[rootTop], m, "service_tier")
 	d.cost, d.hasCost = oracleCost(m)
@@ -977,6 +979,29 @@ func oracleTraffic(m []member) bool {
 		}
 	}
 	return priority
+}
+
+// oracleLatency is the tier the last latency of a top-level performanceConfig (Bedrock
+// Converse's) names: LatencyOptimized for "optimized", else (another value, not a string)
+// Standard.
+func oracleLatency(m []member) pricecatalog.Tier {
+	tier := pricecatalog.Standard
+	for _, mm := range m {
+		pc, ok := mm.val.([]member)
+		if !ok || mm.key != "performanceConfig" {
+			continue
+		}
+		for _, f := range pc {
+			if f.key == "latency" {
+				s, _ := f.val.(string)
+				tier = pricecatalog.Standard
+				if s == "optimized" {
+					tier = pricecatalog.LatencyOptimized
+				}
+			}
+		}
+	}
+	return tier
 }
 
 // oracleGeo says whether the last inference_geo of a usage (the top level's, a message's

@@ -68,6 +68,8 @@ const (
 	kInferenceGeo      // Anthropic: usage.inference_geo (where inference ran: "global", "us")
 	kToolUsePrompt     // Gemini: usageMetadata.toolUsePromptTokenCount (tokGeminiToolUse)
 	kServiceTierCamel  // the Gemini API's usageMetadata.serviceTier ("priority"), Bedrock Converse's serviceTier ({"type": "priority"})
+	kPerformance       // Bedrock Converse: performanceConfig ({"latency": "optimized"}: its latency-optimized inference)
+	kLatency           // its latency
 	kTokenCount        // Gemini: a *TokensDetails[] entry's tokenCount
 	// Amazon Bedrock's Converse usage (camelCase), read into Anthropic's counts:
 	// inputTokens (without the cache), outputTokens, cacheReadInputTokens,
@@ -332,6 +334,10 @@ func keyID(b []byte) uint8 {
 		return kTTL
 	case "serviceTier":
 		return kServiceTierCamel
+	case "performanceConfig":
+		return kPerformance
+	case "latency":
+		return kLatency
 	case "tokenCount", "tokens": // tokens: an Interactions API modality entry's
 		return kTokenCount
 	case "grounding_tool_count":
@@ -561,6 +567,10 @@ type docFields struct {
 	// the Gemini API's usageMetadata.serviceTier or Bedrock Converse's serviceTier.type
 	// "priority": their priority tier (the last of these fields counts).
 	priorityTraffic bool
+	// latency: Bedrock Converse's performanceConfig.latency said "optimized", its
+	// latency-optimized inference, LatencyOptimized (pricecatalog.LatencyNames; the last
+	// one counts), else Standard.
+	latency pricecatalog.Tier
 	// geoPinned: a usage's inference_geo (Anthropic's) named a geography, not "global"
 	// (the last one counts, of any root).
 	geoPinned bool
@@ -695,6 +705,7 @@ func (d *docFields) reset() {
 	d.searches, d.fileSearches, d.imageCalls, d.advisorResult = 0, 0, 0, false
 	d.hasCachedAudio, d.cachedAudio = false, 0
 	d.tierSeen, d.priorityTraffic, d.geoPinned, d.mapsGrounded = 0, false, false, false
+	d.latency = pricecatalog.Standard
 	d.container.reset()
 	d.containers = d.containers[:0]
 	if d.guard != nil {
@@ -853,6 +864,7 @@ const (
 	capItemType uint8 = iota
 	capModality
 	capTraffic
+	capLatency
 	capGeo
 	capTTL
 	capIterType
@@ -867,6 +879,8 @@ func keyCapFor(kind uint8) uint8 {
 		return capModality
 	case tgTraffic:
 		return capTraffic
+	case tgLatency:
+		return capLatency
 	case tgGeo:
 		return capGeo
 	case tgTTL:
@@ -907,6 +921,7 @@ const (
 	tgIterType            // that entry's type
 	tgIterTok             // that entry's count (tok: the Anthropic count it is)
 	tgTraffic             // Vertex AI's usageMetadata.trafficType, the Gemini API's usageMetadata.serviceTier
+	tgLatency             // Bedrock Converse's performanceConfig.latency
 	tgModCount            // an entry's tokenCount
 	tgConverseTok         // a count of root by a Bedrock Converse name (tok: the Anthropic count it is)
 	tgCost                // a usage's cost in USD, or in xAI's ticks (tok costInTicks); its number's text goes to keyCap
@@ -1426,6 +1441,13 @@ func (s *scanner) endString() bool {
 				s.entryMatch = s.keyCap.is("google_search")
 			case s.capFor == capTraffic:
 				s.doc.priorityTraffic = s.keyCap.is("ON_DEMAND_PRIORITY") || s.keyCap.is("priority")
+			case s.capFor == capLatency:
+				s.doc.latency = pricecatalog.Standard
+				for _, n := range pricecatalog.LatencyNames {
+					if s.keyCap.is(n.Name) {
+						s.doc.latency = n.Tier
+					}
+				}
 			case s.capFor == capTTL:
 				s.entryMatch = s.keyCap.is("1h")
 			case s.capFor == capIterType:
@@ -1472,6 +1494,8 @@ func (s *scanner) valueStart(c byte, at int) {
 		}
 	case tgTraffic:
 		d.priorityTraffic = false // the last one counts
+	case tgLatency:
+		d.latency = pricecatalog.Standard // the last one counts
 	case tgGeo:
 		d.geoPinned = false // the last one counts
 	case tgType:
@@ -1531,7 +1555,7 @@ func (s *scanner) valueStart(c byte, at int) {
 		case tgContainer:
 			d.container.reset()
 			s.str = &d.container
-		case tgModality, tgTraffic, tgGeo, tgTTL, tgIterType, tgBlockType, tgGroundingType:
+		case tgModality, tgTraffic, tgLatency, tgGeo, tgTTL, tgIterType, tgBlockType, tgGroundingType:
 			// A short value compared on its end (endString), in the key buffer too.
 			s.keyCap.reset()
 			s.str, s.capFor = &s.keyCap, keyCapFor(t.kind)
@@ -1762,6 +1786,11 @@ func (s *scanner) classify() target {
 			// Bedrock Converse's serviceTier.type (its answer's, its stream's metadata
 			// event's): kept as Gemini's priority is.
 			return target{kind: tgTraffic, root: rootTop}
+		}
+		if k[0] == kPerformance && k[1] == kLatency {
+			// Bedrock Converse's performanceConfig.latency (its answer's, its stream's
+			// metadata event's): the latency it served the request at.
+			return target{kind: tgLatency, root: rootTop}
 		}
 		if r, ok := rootOf(k[0]); ok {
 			switch k[1] {

@@ -79,6 +79,13 @@ const (
 // keeps the header's say.
 const HeaderGeminiServiceTier = "x-gemini-service-tier"
 
+// HeaderBedrockLatency is the response header through which Amazon Bedrock's
+// InvokeModel (and its streamed form) says the latency it served a request at
+// ("optimized": its latency-optimized inference, pricecatalog.LatencyNames; "standard",
+// also when the model's quota of optimized requests was spent), as a Converse answer's
+// performanceConfig.latency does.
+const HeaderBedrockLatency = "x-amzn-bedrock-performanceconfig-latency"
+
 // Default limits, used for the zero fields of Limits.
 const (
 	DefaultMaxModelBytes = 256
@@ -303,7 +310,7 @@ type Extractor struct {
 	mode    mode
 	hasCost bool
 	// headerTier is the tier a response header said the request ran at
-	// (HeaderGeminiServiceTier).
+	// (HeaderGeminiServiceTier, HeaderBedrockLatency).
 	headerTier pricecatalog.Tier
 	finished   bool
 	// plainType: the content type is plain text (isPlainText); rawBytes then counts
@@ -349,13 +356,18 @@ const inlineModelBytes = 64
 // New returns an Extractor for a response with the given Content-Type and
 // headers. Header names must be lower-case (as Envoy passes them); only the
 // content encoding, the cost headers, Bedrock's and the Gemini API's service tier
-// (HeaderGeminiServiceTier) are read.
+// (HeaderGeminiServiceTier) and Bedrock's latency (HeaderBedrockLatency) are read.
 func New(contentType string, headers map[string]string, limits Limits) *Extractor {
 	limits = limits.withDefaults()
 	e := &Extractor{}
 	e.cost, e.hasCost = costFromHeaders(headers)
 	if headers[HeaderGeminiServiceTier] == "priority" {
 		e.headerTier = pricecatalog.Fast
+	}
+	for _, n := range pricecatalog.LatencyNames {
+		if headers[HeaderBedrockLatency] == n.Name {
+			e.headerTier = max(e.headerTier, n.Tier)
+		}
 	}
 
 	m := uint16(limits.MaxModelBytes)

@@ -740,6 +740,7 @@ func TestPriorityTier(t *testing.T) {
 		std       = pricecatalog.Standard
 		fast      = pricecatalog.Fast
 		ultrafast = pricecatalog.Ultrafast
+		latency   = pricecatalog.LatencyOptimized
 	)
 	for _, tc := range []struct {
 		name, ct, body string
@@ -784,6 +785,15 @@ func TestPriorityTier(t *testing.T) {
 		// Amazon Bedrock's Converse: serviceTier.type "priority".
 		{"Bedrock Converse, priority", ctJSON, `{"output":{"message":{"role":"assistant","content":[{"text":"x"}]}},"stopReason":"end_turn","usage":{"inputTokens":1,"outputTokens":2,"totalTokens":3},"metrics":{"latencyMs":9},"serviceTier":{"type":"priority"}}`, fast},
 		{"Bedrock Converse, default", ctJSON, `{"output":{"message":{"role":"assistant","content":[{"text":"x"}]}},"stopReason":"end_turn","usage":{"inputTokens":1,"outputTokens":2,"totalTokens":3},"serviceTier":{"type":"default"}}`, std},
+		// Its latency-optimized inference: performanceConfig.latency "optimized", the
+		// answer's say (a request that asked for it and was served at standard latency,
+		// once the quota was spent, says "standard"); priority, dearer, wins over it.
+		{"Bedrock Converse, latency-optimized", ctJSON, `{"output":{"message":{"role":"assistant","content":[{"text":"x"}]}},"stopReason":"end_turn","usage":{"inputTokens":1,"outputTokens":2,"totalTokens":3},"metrics":{"latencyMs":9},"performanceConfig":{"latency":"optimized"}}`, latency},
+		{"Bedrock Converse, standard latency", ctJSON, `{"output":{"message":{"role":"assistant","content":[{"text":"x"}]}},"stopReason":"end_turn","usage":{"inputTokens":1,"outputTokens":2,"totalTokens":3},"performanceConfig":{"latency":"standard"}}`, std},
+		{"Bedrock Converse, the last latency", ctJSON, `{"performanceConfig":{"latency":"optimized","latency":"standard"},"output":{"message":{"role":"assistant","content":[{"text":"x"}]}},"usage":{"inputTokens":1,"outputTokens":2},"performanceConfig":{"latency":"optimized"}}`, latency},
+		{"Bedrock Converse, a latency that is no string", ctJSON, `{"output":{"message":{"role":"assistant","content":[{"text":"x"}]}},"usage":{"inputTokens":1,"outputTokens":2},"performanceConfig":{"latency":"optimized","latency":{"x":"optimized"}}}`, std},
+		{"Bedrock Converse, a latency elsewhere is not the request's", ctJSON, `{"output":{"message":{"role":"assistant","content":[{"text":"x"}]}},"usage":{"inputTokens":1,"outputTokens":2},"latency":"optimized","metrics":{"latency":"optimized"},"performanceConfig":{"config":{"latency":"optimized"}}}`, std},
+		{"Bedrock Converse, priority and optimized", ctJSON, `{"output":{"message":{"role":"assistant","content":[{"text":"x"}]}},"usage":{"inputTokens":1,"outputTokens":2},"performanceConfig":{"latency":"optimized"},"serviceTier":{"type":"priority"}}`, fast},
 		{"Bedrock Converse, a tier that is no object", ctJSON, `{"output":{"message":{"role":"assistant","content":[{"text":"x"}]}},"stopReason":"end_turn","usage":{"inputTokens":1,"outputTokens":2,"totalTokens":3},"serviceTier":"priority"}`, std},
 		{"Vertex AI: a trafficType elsewhere is not the request's", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"metadata":{"trafficType":"ON_DEMAND_PRIORITY"},"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2}}`, std},
 		{"Vertex AI stream, priority in a chunk", ctSSE, "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}]}}],\"usageMetadata\":{\"promptTokenCount\":1,\"trafficType\":\"ON_DEMAND_PRIORITY\"}}\r\n\r\n" +
@@ -1654,6 +1664,36 @@ func TestGeminiServiceTierHeader(t *testing.T) {
 	e := New(ctJSON, map[string]string{HeaderGeminiServiceTier: "priority", "content-encoding": "zstd"}, Limits{})
 	e.Write(body)
 	if got := e.Finish(true); got.Tier != pricecatalog.Fast || got.Format != FormatUnsupportedEncoding {
+		t.Errorf("unsupported encoding: %s", show(got))
+	}
+}
+
+// Amazon Bedrock's InvokeModel says the latency it served a request at in a response
+// header alone (HeaderBedrockLatency): "optimized" is charged as the latency-optimized
+// tier, whatever the model's own body says; with the counts of its headers too.
+func TestBedrockLatencyHeader(t *testing.T) {
+	body := []byte(`{"generation":"x","prompt_token_count":1,"generation_token_count":2,"stop_reason":"stop"}`)
+	for _, tc := range []struct {
+		header string
+		want   pricecatalog.Tier
+	}{{"optimized", pricecatalog.LatencyOptimized}, {"standard", pricecatalog.Standard}, {"", pricecatalog.Standard}, {"OPTIMIZED", pricecatalog.Standard}} {
+		e := New(ctJSON, map[string]string{HeaderBedrockLatency: tc.header, headerBedrockInput: "11", headerBedrockOutput: "22"}, Limits{})
+		e.Write(body)
+		if got := e.Finish(true); got.Tier != tc.want || !got.Complete || got.InputTokens != 11 || got.OutputTokens != 22 {
+			t.Errorf("%s %q: %s, want tier %v", HeaderBedrockLatency, tc.header, show(got), tc.want)
+		}
+	}
+	// A Claude model's body, read as Anthropic's, keeps the header's tier.
+	claude := []byte(`{"type":"message","model":"claude-3-5-haiku-20241022","content":[{"type":"text","text":"x"}],"usage":{"input_tokens":3,"output_tokens":4}}`)
+	e := New(ctJSON, map[string]string{HeaderBedrockLatency: "optimized"}, Limits{})
+	e.Write(claude)
+	if got := e.Finish(true); got.Tier != pricecatalog.LatencyOptimized || got.InputTokens != 3 {
+		t.Errorf("a Claude body: %s", show(got))
+	}
+	// A body read no further (an encoding not supported) keeps it too.
+	e = New(ctJSON, map[string]string{HeaderBedrockLatency: "optimized", "content-encoding": "zstd"}, Limits{})
+	e.Write(body)
+	if got := e.Finish(true); got.Tier != pricecatalog.LatencyOptimized || got.Format != FormatUnsupportedEncoding {
 		t.Errorf("unsupported encoding: %s", show(got))
 	}
 }

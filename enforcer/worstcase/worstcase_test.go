@@ -143,6 +143,8 @@ func TestOf(t *testing.T) {
 			Cost{MicroUSD: 9 * 409, Model: "quick", InputTokens: 9, OutputTokens: 100}},
 		{"Anthropic's fast mode", `{"model":"quick","max_tokens":100,"speed":"fast",` + msgs + `}`, nil,
 			Cost{MicroUSD: (409*250 + 99) / 100, Model: "quick", InputTokens: 9, OutputTokens: 100}},
+		{"Bedrock's latency-optimized inference: a quarter more, rounded up", `{"model":"small","max_tokens":100,"performanceConfig":{"latency":"optimized"},` + msgs + `}`, nil,
+			Cost{MicroUSD: (409*125 + 99) / 100, Model: "small", InputTokens: 9, OutputTokens: 100}},
 		{"a standard speed and a flex tier: the standard price", `{"model":"quick","max_tokens":100,"speed":"standard","service_tier":"flex",` + msgs + `}`, nil,
 			Cost{MicroUSD: 409, Model: "quick", InputTokens: 9, OutputTokens: 100}},
 		{"the priority tier at the bound stays there", `{"model":"dear","max_tokens":10000000,"service_tier":"priority"}`, nil,

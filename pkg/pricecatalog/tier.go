@@ -17,6 +17,10 @@ import (
 //     usage.speed in the answer), 2 or 6 times by model; Gemini's priority inference,
 //     75% to 100% more; Amazon Bedrock's priority tier, a premium AWS does not state.
 //   - Ultrafast: OpenAI's "ultrafast" (the Responses API, gpt-6-astra), 6 times.
+//   - LatencyOptimized: Amazon Bedrock's latency-optimized inference
+//     ("performanceConfig": {"latency": "optimized"}, a preview), a quarter more for every
+//     model AWS sells it for (Nova Pro, Llama 3.1 70B, before them Claude 3.5 Haiku).
+//     Cheaper than Fast: of two reports, Fast wins.
 //
 // A tier that costs less than standard (flex, batch) is charged as standard: never
 // below the real price. A tier whose answer does not say it (Anthropic's Priority Tier,
@@ -26,6 +30,7 @@ type Tier uint8
 // The tiers, cheapest first: of two reports of one request, the larger wins.
 const (
 	Standard Tier = iota
+	LatencyOptimized
 	Fast
 	Ultrafast
 )
@@ -38,6 +43,8 @@ func (t Tier) String() string {
 		return "fast"
 	case Ultrafast:
 		return "ultrafast"
+	case LatencyOptimized:
+		return "latency_optimized"
 	}
 	return ""
 }
@@ -59,9 +66,16 @@ var TierNames = [...]TierName{{"priority", Fast}, {"fast", Fast}, {"ultrafast", 
 // cost more than the standard prices.
 var SpeedNames = [...]TierName{{"fast", Fast}}
 
+// LatencyNames are the names of Amazon Bedrock's performanceConfig.latency (a request's,
+// a Converse answer's, InvokeModel's X-Amzn-Bedrock-PerformanceConfig-Latency header)
+// that cost more than the standard prices. The answer's is the one charged: Bedrock
+// serves a request at standard latency, and its price, once the model's quota of
+// optimized requests is spent.
+var LatencyNames = [...]TierName{{"optimized", LatencyOptimized}}
+
 // ParseTier reads a tier's wire name (Tier.String): ok is false for an unknown one.
 func ParseTier(name string) (Tier, bool) {
-	for _, t := range [...]Tier{Standard, Fast, Ultrafast} {
+	for _, t := range [...]Tier{Standard, LatencyOptimized, Fast, Ultrafast} {
 		if t.String() == name {
 			return t, true
 		}
@@ -78,9 +92,15 @@ const maxTierPercent = 1000
 // model that has it. Fast: 200 (OpenAI's fast tier of every model since GPT-5 but
 // GPT-5.5, Anthropic's fast mode from Opus 5 on, Google's priority inference at most);
 // the models that cost more (Anthropic's Opus 4.6 to 4.8, six times; GPT-5.5, 2.5 times)
-// have their own percent in their entries. Ultrafast: 600 (OpenAI's).
+// have their own percent in their entries. Ultrafast: 600 (OpenAI's). LatencyOptimized:
+// 125, what it costs every model sold at it (AWS's price list on 2026-11-29: Nova Pro
+// 1.00 / 4.00 USD per million against 0.80 / 3.20, Llama 3.1 70B alike; Claude 3.5
+// Haiku's, retired, was 1.00 / 5.00 against 0.80 / 4.00); an entry field can come with
+// the first model that differs.
 func DefaultTierPercent(t Tier) int64 {
 	switch t {
+	case LatencyOptimized:
+		return 125
 	case Fast:
 		return 200
 	case Ultrafast:

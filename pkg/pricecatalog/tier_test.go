@@ -12,8 +12,14 @@ func TestTierNames(t *testing.T) {
 			t.Errorf("the tier named %q: %v, want %v", name, got, want)
 		}
 	}
+	// Bedrock's latency: "optimized" alone costs more.
+	for name, want := range map[string]Tier{"optimized": LatencyOptimized, "standard": Standard, "Optimized": Standard, "": Standard} {
+		if got := named(LatencyNames[:], name); got != want {
+			t.Errorf("the latency named %q: %v, want %v", name, got, want)
+		}
+	}
 	// The wire names read back; an unknown one is refused.
-	for _, tier := range []Tier{Standard, Fast, Ultrafast} {
+	for _, tier := range []Tier{Standard, LatencyOptimized, Fast, Ultrafast} {
 		if got, ok := ParseTier(tier.String()); !ok || got != tier {
 			t.Errorf("ParseTier(%q) = %v %v", tier.String(), got, ok)
 		}
@@ -22,7 +28,7 @@ func TestTierNames(t *testing.T) {
 		t.Error(`ParseTier("priority") accepted: the wire name is "fast"`)
 	}
 	// The tiers are ordered cheapest first (max picks the dearer of two reports).
-	if !(Standard < Fast && Fast < Ultrafast) {
+	if !(Standard < LatencyOptimized && LatencyOptimized < Fast && Fast < Ultrafast) {
 		t.Error("tiers out of order")
 	}
 }
@@ -33,7 +39,8 @@ func TestTierPercent(t *testing.T) {
 		e    Entry
 		tier Tier
 		want int64
-	}{{plain, Standard, 100}, {plain, Fast, 200}, {plain, Ultrafast, 600}, {own, Standard, 100}, {own, Fast, 250}, {own, Ultrafast, 900}} {
+	}{{plain, Standard, 100}, {plain, LatencyOptimized, 125}, {plain, Fast, 200}, {plain, Ultrafast, 600},
+		{own, Standard, 100}, {own, LatencyOptimized, 125}, {own, Fast, 250}, {own, Ultrafast, 900}} {
 		if got := tc.e.TierPercent(tc.tier); got != tc.want {
 			t.Errorf("%+v at %v: %d, want %d", tc.e, tc.tier, got, tc.want)
 		}

@@ -160,6 +160,10 @@ const (
 	ServiceTier_SERVICE_TIER_FAST ServiceTier = 1
 	// OpenAI's "ultrafast".
 	ServiceTier_SERVICE_TIER_ULTRAFAST ServiceTier = 2
+	// Amazon Bedrock's latency-optimized inference (performanceConfig.latency
+	// "optimized"). A control plane older than it reads it as ULTRAFAST, the dearest it
+	// knows: never below the price.
+	ServiceTier_SERVICE_TIER_LATENCY_OPTIMIZED ServiceTier = 3
 )
 
 // Enum value maps for ServiceTier.
@@ -168,11 +172,13 @@ var (
 		0: "SERVICE_TIER_UNSPECIFIED",
 		1: "SERVICE_TIER_FAST",
 		2: "SERVICE_TIER_ULTRAFAST",
+		3: "SERVICE_TIER_LATENCY_OPTIMIZED",
 	}
 	ServiceTier_value = map[string]int32{
-		"SERVICE_TIER_UNSPECIFIED": 0,
-		"SERVICE_TIER_FAST":        1,
-		"SERVICE_TIER_ULTRAFAST":   2,
+		"SERVICE_TIER_UNSPECIFIED":       0,
+		"SERVICE_TIER_FAST":              1,
+		"SERVICE_TIER_ULTRAFAST":         2,
+		"SERVICE_TIER_LATENCY_OPTIMIZED": 3,
 	}
 )
 
@@ -2471,11 +2477,12 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x1bSTART_OUTCOME_EPOCH_CHANGED\x10\x04\x12\x19\n" +
 	"\x15START_OUTCOME_INVALID\x10\x05\x12 \n" +
 	"\x1cSTART_OUTCOME_LIMIT_RESERVED\x10\x06\x12%\n" +
-	"!START_OUTCOME_CONCURRENCY_LIMITED\x10\a*^\n" +
+	"!START_OUTCOME_CONCURRENCY_LIMITED\x10\a*\x82\x01\n" +
 	"\vServiceTier\x12\x1c\n" +
 	"\x18SERVICE_TIER_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11SERVICE_TIER_FAST\x10\x01\x12\x1a\n" +
-	"\x16SERVICE_TIER_ULTRAFAST\x10\x02*\x86\x02\n" +
+	"\x16SERVICE_TIER_ULTRAFAST\x10\x02\x12\"\n" +
+	"\x1eSERVICE_TIER_LATENCY_OPTIMIZED\x10\x03*\x86\x02\n" +
 	"\rSettleOutcome\x12\x1e\n" +
 	"\x1aSETTLE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SETTLE_OUTCOME_SETTLED\x10\x01\x12\x1c\n" +
