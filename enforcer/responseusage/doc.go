@@ -134,7 +134,12 @@
 //     response header X-Gemini-Service-Tier "priority" (HeaderGeminiServiceTier),
 //     whatever the body;
 //   - Amazon Bedrock Converse's serviceTier.type "priority" (its answer, its stream's
-//     metadata event).
+//     metadata event);
+//   - Amazon Bedrock's latency-optimized inference: Converse's
+//     performanceConfig.latency "optimized" (its answer, its stream's metadata event),
+//     InvokeModel's response header X-Amzn-Bedrock-PerformanceConfig-Latency
+//     "optimized" (HeaderBedrockLatency), whatever the body. Bedrock says "standard"
+//     when it served the request at standard latency (the quota spent), and bills it so.
 //
 // A body without usage (an error body, a stream without include_usage) gives
 // a Usage that is not Complete; Format still names the shape when it was

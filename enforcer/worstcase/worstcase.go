@@ -36,7 +36,8 @@
 // settlement charges a guardrail whose answer said nothing.
 //
 // A request that asks for a dearer speed tier (OpenAI's "service_tier": "priority",
-// "fast" or "ultrafast", Gemini's "priority", Anthropic's "speed": "fast") costs the
+// "fast" or "ultrafast", Gemini's "priority", Anthropic's "speed": "fast", Bedrock's
+// performanceConfig {"latency": "optimized"} or its InvokeModel header) costs the
 // model's percent of the tier of that (pricecatalog.Entry.TierPercent), as settlement
 // charges it.
 //
