@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
-	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // Upstream is the provider's credential the enforcer puts on the upstream request of an
@@ -59,15 +59,7 @@ var requestIDHeader = strings.ToLower(gate.HeaderRequestID)
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	h := req.GetAttributes().GetRequest().GetHttp()
 	cred := Credentials(h)
-	var hint gate.Hint
-	if b := RequestBody(h); len(b) > 0 {
-		hint = gate.BodyHint(b, h.GetPath(), h.GetHost())
-		if hint.Body != nil {
-			// InvokeModel's latency-optimized inference, asked by a header.
-			hint.Body.Latency = max(hint.Body.Latency, requestbody.LatencyTier(h.GetHeaders()["x-amzn-bedrock-performanceconfig-latency"]))
-		}
-	}
-	a, err := s.gate.CheckRequest(ctx, cred, hint)
+	a, err := s.gate.CheckRequest(ctx, cred, hintOf(h))
 	if err != nil {
 		return nil, status.Error(codes.Canceled, "check abandoned by the caller")
 	}
@@ -75,6 +67,22 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		return s.denied.response(&a), nil
 	}
 	return s.admitted(&a, cred, h.GetHeaders()["accept-encoding"]), nil
+}
+
+// hintOf is what the check knows of the request beyond its credential: its body's
+// estimate, when Envoy sent the body, with the latency-optimized inference an InvokeModel
+// request asks for by a header (X-Amzn-Bedrock-PerformanceConfig-Latency), as the
+// gateway reads it.
+func hintOf(h *authv3.AttributeContext_HttpRequest) gate.Hint {
+	b := RequestBody(h)
+	if len(b) == 0 {
+		return gate.Hint{}
+	}
+	hint := gate.BodyHint(b, h.GetPath(), h.GetHost())
+	if hint.Body != nil {
+		hint.Body.Latency = max(hint.Body.Latency, pricecatalog.LatencyTier(h.GetHeaders()["x-amzn-bedrock-performanceconfig-latency"]))
+	}
+	return hint
 }
 
 // RequestBody is the request body Envoy sent with the check: raw_body (pack_as_bytes),

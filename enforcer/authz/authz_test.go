@@ -9,6 +9,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 func TestCredentialsFromBothHeaderShapes(t *testing.T) {
@@ -126,5 +127,33 @@ func TestAdmissionSwapsCredentials(t *testing.T) {
 				t.Fatalf("client response headers %v", rh)
 			}
 		})
+	}
+}
+
+// An InvokeModel request asks for Bedrock's latency-optimized inference by a header: the
+// check's worst case is priced at that tier, as the gateway's is; a body without the
+// header, or no body, asks for nothing.
+func TestHintReadsBedrocksLatencyHeader(t *testing.T) {
+	req := func(body string, headers map[string]string) *authv3.AttributeContext_HttpRequest {
+		return &authv3.AttributeContext_HttpRequest{Path: "/model/us.amazon.nova-pro-v1:0/invoke", Host: "bedrock-runtime.us-east-1.amazonaws.com",
+			Headers: headers, Body: body}
+	}
+	const body = `{"messages":[{"role":"user","content":[{"text":"hi"}]}],"inferenceConfig":{"maxTokens":50}}`
+	latency := map[string]string{"x-amzn-bedrock-performanceconfig-latency": "optimized"}
+	for _, tc := range []struct {
+		name string
+		req  *authv3.AttributeContext_HttpRequest
+		want pricecatalog.Tier
+		body bool
+	}{
+		{"the header", req(body, latency), pricecatalog.LatencyOptimized, true},
+		{"standard latency", req(body, map[string]string{"x-amzn-bedrock-performanceconfig-latency": "standard"}), pricecatalog.Standard, true},
+		{"no header", req(body, nil), pricecatalog.Standard, true},
+		{"no body", req("", latency), pricecatalog.Standard, false},
+	} {
+		h := hintOf(tc.req)
+		if (h.Body != nil) != tc.body || h.Body != nil && h.Body.AskedTier() != tc.want {
+			t.Errorf("%s: %+v, want the tier %v", tc.name, h.Body, tc.want)
+		}
 	}
 }

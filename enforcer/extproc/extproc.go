@@ -84,9 +84,6 @@ type stream struct {
 	// (X-Amzn-Bedrock-GuardrailIdentifier, X-Amzn-Bedrock-Trace); guardrailTrace the
 	// trace header its body's response sets, "" for none (requestbody.GuardrailTrace).
 	guardrailID, traceAsked, guardrailTrace string
-	// latency is the tier an InvokeModel request's X-Amzn-Bedrock-PerformanceConfig-Latency
-	// asks for (requestbody.LatencyTier), priced into its worst case as the gateway does.
-	latency pricecatalog.Tier
 	// contentLength is the request's Content-Length (0 when it had none), or its body's
 	// length once read whole: what a guardrail called on its own whose answer said
 	// nothing is estimated from.
@@ -212,8 +209,6 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 			st.guardrailID = value(hv)
 		case "x-amzn-bedrock-trace":
 			st.traceAsked = value(hv)
-		case "x-amzn-bedrock-performanceconfig-latency":
-			st.latency = requestbody.LatencyTier(value(hv))
 		}
 	}
 	if st.requestID != "" && !st.requestOnly {
@@ -263,9 +258,6 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	est := gate.BodyHint(body, st.path, st.host()).WithUpstreamHost(st.upstreamHost).Body
 	// InvokeModel's guardrail, named by a header: its trace asked for by another, set
 	// with the body's response (replaceBody), as the gateway sets it.
-	if est != nil {
-		est.Latency = max(est.Latency, st.latency)
-	}
 	if st.guardrailID != "" {
 		var guarded bool
 		st.guardrailTrace, guarded = requestbody.GuardrailTrace(st.guardrailID, st.traceAsked)

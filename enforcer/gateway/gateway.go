@@ -50,6 +50,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // Checker is the gate (gate.Gate).
@@ -365,7 +366,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if hint.Body != nil {
 		// InvokeModel's latency-optimized inference, asked by a header.
-		hint.Body.Latency = max(hint.Body.Latency, requestbody.LatencyTier(r.Header.Get(requestbody.HeaderBedrockLatency)))
+		hint.Body.Latency = max(hint.Body.Latency, pricecatalog.LatencyTier(r.Header.Get(requestbody.HeaderBedrockLatency)))
 	}
 	a, err := gw.gate.CheckRequest(r.Context(), credentialsOf(r), hint)
 	if err != nil {

@@ -364,11 +364,7 @@ func New(contentType string, headers map[string]string, limits Limits) *Extracto
 	if headers[HeaderGeminiServiceTier] == "priority" {
 		e.headerTier = pricecatalog.Fast
 	}
-	for _, n := range pricecatalog.LatencyNames {
-		if headers[HeaderBedrockLatency] == n.Name {
-			e.headerTier = max(e.headerTier, n.Tier)
-		}
-	}
+	e.headerTier = max(e.headerTier, pricecatalog.LatencyTier(headers[HeaderBedrockLatency]))
 
 	m := uint16(limits.MaxModelBytes)
 	e.scan.init(limits.MaxDepth, e.stackAr[:0], e.keyArr[:0], e.typArr[:0], e.objArr[:0],

@@ -73,6 +73,17 @@ var SpeedNames = [...]TierName{{"fast", Fast}}
 // optimized requests is spent.
 var LatencyNames = [...]TierName{{"optimized", LatencyOptimized}}
 
+// LatencyTier is the tier a Bedrock latency name (LatencyNames) costs: LatencyOptimized
+// for "optimized", Standard for any other.
+func LatencyTier(name string) Tier {
+	for _, n := range LatencyNames {
+		if name == n.Name {
+			return n.Tier
+		}
+	}
+	return Standard
+}
+
 // ParseTier reads a tier's wire name (Tier.String): ok is false for an unknown one.
 func ParseTier(name string) (Tier, bool) {
 	for _, t := range [...]Tier{Standard, LatencyOptimized, Fast, Ultrafast} {

@@ -14,7 +14,7 @@ func TestTierNames(t *testing.T) {
 	}
 	// Bedrock's latency: "optimized" alone costs more.
 	for name, want := range map[string]Tier{"optimized": LatencyOptimized, "standard": Standard, "Optimized": Standard, "": Standard} {
-		if got := named(LatencyNames[:], name); got != want {
+		if got := LatencyTier(name); got != want {
 			t.Errorf("the latency named %q: %v, want %v", name, got, want)
 		}
 	}
