@@ -278,8 +278,8 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 		}
 	case BedrockConverse:
 		ew.start("application/json", http.StatusOK)
-		ew.write(fmt.Sprintf(`{"output":{"message":{"role":"assistant","content":[{"text":%q}]}},"stopReason":%q,%s"usage":%s,"metrics":{"latencyMs":1},"serviceTier":%s%s}`,
-			Text, stop, trace, converseUsage(u), converseTier(c.Body), conversePerformance(c.Body)))
+		ew.write(fmt.Sprintf(`{"output":{"message":{"role":"assistant","content":[{"text":%q}]}},"stopReason":%q,%s"usage":%s,"metrics":{"latencyMs":1},%s}`,
+			Text, stop, trace, converseUsage(u), converseServed(c.Body)))
 	case BedrockConverseStream:
 		ew.start("application/vnd.amazon.eventstream", http.StatusOK)
 		p := fmt.Sprintf(`,"p":%q}`, bedrockPadding)
@@ -289,43 +289,36 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 		}
 		ew.write(bedrockFrame("contentBlockStop", `{"contentBlockIndex":0`+p))
 		ew.write(bedrockFrame("messageStop", fmt.Sprintf(`{"stopReason":%q`, stop)+p))
-		ew.write(bedrockFrame("metadata", `{`+trace+`"usage":`+converseUsage(u)+`,"metrics":{"latencyMs":1},"serviceTier":`+converseTier(c.Body)+conversePerformance(c.Body)+p))
+		ew.write(bedrockFrame("metadata", `{`+trace+`"usage":`+converseUsage(u)+`,"metrics":{"latencyMs":1},`+converseServed(c.Body)+p))
 	}
 }
 
-// converseTier is the serviceTier a Converse answer says it ran at: the one the request
-// asked for ({"type": "priority"}, "flex", ...), else {"type": "default"}.
-func converseTier(body []byte) string {
+// converseServed is how a Converse answer says it was served: its serviceTier member,
+// the tier the request asked for ({"type": "priority"}, "flex", ...), else {"type":
+// "default"}; then, when the request asked for a latency ("optimized", "standard"), its
+// performanceConfig member, served as asked.
+func converseServed(body []byte) string {
 	var req struct {
 		ServiceTier struct {
 			Type string `json:"type"`
 		} `json:"serviceTier"`
-	}
-	_ = json.Unmarshal(body, &req)
-	if req.ServiceTier.Type == "" {
-		req.ServiceTier.Type = "default"
-	}
-	return fmt.Sprintf(`{"type":%q}`, req.ServiceTier.Type)
-}
-
-// headerLatency asks InvokeModel for a latency, and its answer says the one it served.
-const headerLatency = "X-Amzn-Bedrock-PerformanceConfig-Latency"
-
-// conversePerformance is a Converse answer's performanceConfig member, after a comma:
-// the latency the request asked for ("optimized", "standard"), served as asked; "" when
-// it asked for none.
-func conversePerformance(body []byte) string {
-	var req struct {
 		PerformanceConfig struct {
 			Latency string `json:"latency"`
 		} `json:"performanceConfig"`
 	}
 	_ = json.Unmarshal(body, &req)
-	if req.PerformanceConfig.Latency == "" {
-		return ""
+	if req.ServiceTier.Type == "" {
+		req.ServiceTier.Type = "default"
 	}
-	return fmt.Sprintf(`,"performanceConfig":{"latency":%q}`, req.PerformanceConfig.Latency)
+	served := fmt.Sprintf(`"serviceTier":{"type":%q}`, req.ServiceTier.Type)
+	if req.PerformanceConfig.Latency != "" {
+		served += fmt.Sprintf(`,"performanceConfig":{"latency":%q}`, req.PerformanceConfig.Latency)
+	}
+	return served
 }
+
+// headerLatency asks InvokeModel for a latency, and its answer says the one it served.
+const headerLatency = "X-Amzn-Bedrock-PerformanceConfig-Latency"
 
 func bedrockMessageID(n int) string { return fmt.Sprintf("msg_bdrk_fake%06d", n) }
 
