@@ -22,10 +22,12 @@ func bedrockGateway(t *testing.T, u fakellm.Usage) (*fakellm.Server, *stack, org
 
 // TestBedrockPriorityThroughTheGateway: AWS's official SDK's Converse and ConverseStream
 // calls at Bedrock's priority tier (serviceTier {"type": "priority"}), answered with that
-// serviceTier, are charged the model's fast percent of its price (Amazon Nova Pro: the
-// default, twice; AWS publishes a "premium" without its ratio, and twice bounds any
-// premium up to the standard price); the same call at the default tier the price. Before
-// 2026-11-29 they were charged the price.
+// serviceTier, and its InvokeModel call at it (serviceTier "priority": the
+// X-Amzn-Bedrock-Service-Tier header, which its answer echoes), are charged the model's
+// fast percent of its price (Amazon Nova Pro: the default, twice; AWS publishes a
+// "premium" without its ratio, and twice bounds any premium up to the standard price);
+// the same call at the default tier the price. Before 2026-11-29 they were charged the
+// price; InvokeModel's, before 2026-11-30's fourth session.
 func TestBedrockPriorityThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
@@ -35,15 +37,19 @@ func TestBedrockPriorityThroughTheGateway(t *testing.T) {
 		t.Fatalf("nova-pro: %+v; this test charges the default fast percent and no regional premium", e)
 	}
 	for _, tc := range []struct {
-		scenario, tier string
-		cost           int64
-	}{{"converse-priority", "fast", 2 * standard}, {"converse-stream-priority", "fast", 2 * standard}, {"converse", "", standard}} {
+		scenario, tier, served string
+		cost                   int64
+	}{
+		{"converse-priority", "fast", `"serviceTier":{"type":"priority"}`, 2 * standard},
+		{"converse-stream-priority", "fast", `"serviceTier":{"type":"priority"}`, 2 * standard},
+		{"invoke-priority", "fast", `"serviceTier":"priority"`, 2 * standard},
+		{"converse", "", `"serviceTier":{"type":"default"}`, standard},
+	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			before := len(fake.Calls())
 			r := runSDK(t, dir, "bedrock.mjs", tc.scenario, s.gateway, o.key, model)
 			calls := fake.Calls()[before:]
-			wantTier := map[bool]string{true: `"serviceTier":{"type":"priority"}`, false: `"serviceTier":{"type":"default"}`}[tc.tier != ""]
-			if !r.OK || r.Status != 200 || len(calls) != 1 || !strings.Contains(string(r.Usage), wantTier) {
+			if !r.OK || r.Status != 200 || len(calls) != 1 || !strings.Contains(string(r.Usage), tc.served) {
 				t.Fatalf("the call: %+v (usage %s); %d provider calls", r, r.Usage, len(calls))
 			}
 			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))

@@ -24,7 +24,8 @@ package fakellm
 //
 // A latency asked for (Converse's performanceConfig.latency, InvokeModel's
 // X-Amzn-Bedrock-PerformanceConfig-Latency header) is served: the answer says it, in its
-// performanceConfig (the stream's metadata event's) or in that header.
+// performanceConfig (the stream's metadata event's) or in that header; so is
+// InvokeModel's service tier (X-Amzn-Bedrock-Service-Tier).
 //
 // A guardrail (Converse's guardrailConfig {guardrailIdentifier, guardrailVersion, trace},
 // InvokeModel's X-Amzn-Bedrock-GuardrailIdentifier and X-Amzn-Bedrock-Trace headers)
@@ -219,8 +220,10 @@ func bedrockAnswer(w http.ResponseWriter, ew *eventWriter, c Call, n int, u Usag
 	}
 	h := w.Header()
 	h.Set("X-Amzn-Requestid", fmt.Sprintf("00000000-0000-4000-8000-%012d", n))
-	if l := c.Header.Get(headerLatency); l != "" {
-		h.Set(headerLatency, l) // InvokeModel's latency, served as asked
+	for _, name := range []string{headerServiceTier, headerLatency} {
+		if v := c.Header.Get(name); v != "" {
+			h.Set(name, v) // InvokeModel's tier and latency, served as asked
+		}
 	}
 	switch c.API {
 	case BedrockGuardrailChecks:
@@ -317,8 +320,12 @@ func converseServed(body []byte) string {
 	return served
 }
 
-// headerLatency asks InvokeModel for a latency, and its answer says the one it served.
-const headerLatency = "X-Amzn-Bedrock-PerformanceConfig-Latency"
+// headerServiceTier and headerLatency ask InvokeModel for a service tier and a latency,
+// and its answer says the ones it served.
+const (
+	headerServiceTier = "X-Amzn-Bedrock-Service-Tier"
+	headerLatency     = "X-Amzn-Bedrock-PerformanceConfig-Latency"
+)
 
 func bedrockMessageID(n int) string { return fmt.Sprintf("msg_bdrk_fake%06d", n) }
 

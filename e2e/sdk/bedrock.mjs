@@ -10,7 +10,8 @@
 // (ConverseStream), and those two at Bedrock's priority tier ("converse-priority",
 // "converse-stream-priority") or at its latency-optimized inference
 // ("converse-latency", "converse-stream-latency", and "invoke-latency": InvokeModel's
-// performanceConfigLatency, a header on the wire). Each of the four with "-guardrail" after it is guarded by
+// performanceConfigLatency, a header on the wire), and InvokeModel at the priority tier
+// ("invoke-priority": its serviceTier, a header too). Each of the four with "-guardrail" after it is guarded by
 // the guardrail gr-tolls (Converse's guardrailConfig, InvokeModel's guardrailIdentifier
 // and guardrailVersion), its trace not asked for; "converse-guardrail-blocked" by the one
 // that refuses every prompt (fakellm.BlockingGuardrail). Their usage carries the trace the
@@ -63,7 +64,8 @@ const utf8 = new TextDecoder();
 await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
   switch (scenario) {
     case 'invoke':
-    case 'invoke-latency': {
+    case 'invoke-latency':
+    case 'invoke-priority': {
       const res = await client.send(new InvokeModelCommand({
         modelId: s.model,
         contentType: 'application/json',
@@ -71,12 +73,16 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
         body: JSON.stringify(anthropicRequest()),
         ...invokeGuardrail,
         ...(scenario === 'invoke-latency' ? { performanceConfigLatency: 'optimized' } : {}),
+        ...(scenario === 'invoke-priority' ? { serviceTier: 'priority' } : {}),
       }));
       const msg = JSON.parse(utf8.decode(res.body));
       const text = (msg.content ?? []).filter((b) => b.type === 'text').map((b) => b.text).join('');
       return {
         text, model: msg.model ?? null, chunks: 1,
-        usage: { ...msg.usage, guardrailTrace: msg['amazon-bedrock-trace'] ?? null, performanceConfigLatency: res.performanceConfigLatency ?? null },
+        usage: {
+          ...msg.usage, guardrailTrace: msg['amazon-bedrock-trace'] ?? null, performanceConfigLatency: res.performanceConfigLatency ?? null,
+          serviceTier: res.serviceTier ?? null,
+        },
       };
     }
     case 'invoke-stream': {

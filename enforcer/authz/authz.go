@@ -16,7 +16,6 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
-	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // Upstream is the provider's credential the enforcer puts on the upstream request of an
@@ -70,19 +69,17 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 }
 
 // hintOf is what the check knows of the request beyond its credential: its body's
-// estimate, when Envoy sent the body, with the latency-optimized inference an InvokeModel
-// request asks for by a header (X-Amzn-Bedrock-PerformanceConfig-Latency), as the
-// gateway reads it.
+// estimate, when Envoy sent the body, with the tiers an InvokeModel request asks for by
+// its headers (X-Amzn-Bedrock-Service-Tier, X-Amzn-Bedrock-PerformanceConfig-Latency),
+// as the gateway reads them.
 func hintOf(h *authv3.AttributeContext_HttpRequest) gate.Hint {
 	b := RequestBody(h)
 	if len(b) == 0 {
 		return gate.Hint{}
 	}
-	hint := gate.BodyHint(b, h.GetPath(), h.GetHost())
-	if hint.Body != nil {
-		hint.Body.Latency = max(hint.Body.Latency, pricecatalog.LatencyTier(h.GetHeaders()["x-amzn-bedrock-performanceconfig-latency"]))
-	}
-	return hint
+	hdrs := h.GetHeaders()
+	return gate.BodyHint(b, h.GetPath(), h.GetHost()).
+		WithTierHeaders(hdrs["x-amzn-bedrock-service-tier"], hdrs["x-amzn-bedrock-performanceconfig-latency"])
 }
 
 // RequestBody is the request body Envoy sent with the check: raw_body (pack_as_bytes),

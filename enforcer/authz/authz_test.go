@@ -130,10 +130,10 @@ func TestAdmissionSwapsCredentials(t *testing.T) {
 	}
 }
 
-// An InvokeModel request asks for Bedrock's latency-optimized inference by a header: the
-// check's worst case is priced at that tier, as the gateway's is; a body without the
-// header, or no body, asks for nothing.
-func TestHintReadsBedrocksLatencyHeader(t *testing.T) {
+// An InvokeModel request asks for Bedrock's priority tier and its latency-optimized
+// inference by headers: the check's worst case is priced at the dearer, as the gateway's
+// is; a body without the headers, or no body, asks for nothing.
+func TestHintReadsBedrocksTierHeaders(t *testing.T) {
 	req := func(body string, headers map[string]string) *authv3.AttributeContext_HttpRequest {
 		return &authv3.AttributeContext_HttpRequest{Path: "/model/us.amazon.nova-pro-v1:0/invoke", Host: "bedrock-runtime.us-east-1.amazonaws.com",
 			Headers: headers, Body: body}
@@ -147,6 +147,10 @@ func TestHintReadsBedrocksLatencyHeader(t *testing.T) {
 		body bool
 	}{
 		{"the header", req(body, latency), pricecatalog.LatencyOptimized, true},
+		{"the priority tier", req(body, map[string]string{"x-amzn-bedrock-service-tier": "priority"}), pricecatalog.Fast, true},
+		{"the priority tier and optimized latency", req(body, map[string]string{"x-amzn-bedrock-service-tier": "priority",
+			"x-amzn-bedrock-performanceconfig-latency": "optimized"}), pricecatalog.Fast, true},
+		{"the flex tier", req(body, map[string]string{"x-amzn-bedrock-service-tier": "flex"}), pricecatalog.Standard, true},
 		{"standard latency", req(body, map[string]string{"x-amzn-bedrock-performanceconfig-latency": "standard"}), pricecatalog.Standard, true},
 		{"no header", req(body, nil), pricecatalog.Standard, true},
 		{"no body", req("", latency), pricecatalog.Standard, false},

@@ -110,7 +110,8 @@ type Request struct {
 	// standard prices (enforcer/worstcase; AskedTier). Latency is the one a top-level
 	// "performanceConfig" asks for (Bedrock Converse's {"latency": "optimized"}), or,
 	// set by the front door, InvokeModel's X-Amzn-Bedrock-PerformanceConfig-Latency
-	// header (requestbody.HeaderBedrockLatency).
+	// header (gate.Hint.WithTierHeaders), as ServiceTier InvokeModel's
+	// X-Amzn-Bedrock-Service-Tier.
 	ServiceTier, Speed, Latency pricecatalog.Tier
 	// InferenceGeo is a top-level "inference_geo" other than "global" (Anthropic's
 	// US-only inference, "us"): dearer by the model's regional premium (enforcer/worstcase).

@@ -330,7 +330,7 @@ func decoderInput(body []byte) (Request, error) {
 			case "performanceConfig":
 				tier, names, member = &r.Latency, pricecatalog.LatencyNames[:], "latency"
 			}
-			*tier = tierNamed(names, name)
+			*tier = pricecatalog.TierNamed(names, name)
 			if d, ok := v.(json.Delim); ok && d == '{' && member != "" {
 				// The object's last member string names it.
 				for w.dec.More() {
@@ -344,7 +344,7 @@ func decoderInput(body []byte) (Request, error) {
 					}
 					if k == member {
 						name, _ := v.(string)
-						*tier = tierNamed(names, name)
+						*tier = pricecatalog.TierNamed(names, name)
 					}
 					if d, ok := v.(json.Delim); ok {
 						if err := w.skip(d); err != nil {
@@ -727,17 +727,6 @@ func TestAskedTier(t *testing.T) {
 			t.Errorf("%s: %v %v, want %v", tc.body, r.AskedTier(), err, tc.want)
 		}
 	}
-}
-
-// tierNamed is the tier names gives name (the reference decoder's reading), Standard for
-// any other name.
-func tierNamed(names []pricecatalog.TierName, name string) pricecatalog.Tier {
-	for _, n := range names {
-		if n.Name == name {
-			return n.Tier
-		}
-	}
-	return pricecatalog.Standard
 }
 
 // Anthropic's advisor tool: a "tools" element whose type starts with "advisor_", read

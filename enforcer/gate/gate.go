@@ -194,6 +194,18 @@ func (h Hint) WithUpstreamHost(host string) Hint {
 	return h
 }
 
+// WithTierHeaders is h with the dearer tiers an Amazon Bedrock InvokeModel request asks
+// for by its headers, serviceTier and latency being their values
+// (requestbody.HeaderBedrockServiceTier, HeaderBedrockLatency): its body, the model's
+// own, cannot say them. A hint without a body estimate is returned as it is.
+func (h Hint) WithTierHeaders(serviceTier, latency string) Hint {
+	if h.Body != nil {
+		h.Body.ServiceTier = max(h.Body.ServiceTier, pricecatalog.TierNamed(pricecatalog.TierNames[:], serviceTier))
+		h.Body.Latency = max(h.Body.Latency, pricecatalog.TierNamed(pricecatalog.LatencyNames[:], latency))
+	}
+	return h
+}
+
 // Check answers one request whose body the front door has not seen (CheckRequest
 // without a hint). The error is non-nil only when ctx ended first (the proxy gave up on
 // the check): then no answer matters and nothing was admitted.

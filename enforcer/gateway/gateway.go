@@ -50,7 +50,6 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
-	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // Checker is the gate (gate.Gate).
@@ -358,15 +357,12 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		gw.answered(w, OutcomeClientGone)
 		return false
 	}
-	hint := gate.BodyHint(body, r.URL.Path, p.route.Upstream.Host).WithUpstreamHost(p.route.Upstream.Host)
+	hint := gate.BodyHint(body, r.URL.Path, p.route.Upstream.Host).WithUpstreamHost(p.route.Upstream.Host).
+		WithTierHeaders(r.Header.Get(requestbody.HeaderBedrockServiceTier), r.Header.Get(requestbody.HeaderBedrockLatency))
 	var guarded bool
 	p.guardrailTrace, guarded = requestbody.GuardrailTraceHeader(r.Header)
 	if guarded && hint.Body != nil {
 		hint.Body.Guardrail = true // InvokeModel's guardrail, named by a header
-	}
-	if hint.Body != nil {
-		// InvokeModel's latency-optimized inference, asked by a header.
-		hint.Body.Latency = max(hint.Body.Latency, pricecatalog.LatencyTier(r.Header.Get(requestbody.HeaderBedrockLatency)))
 	}
 	a, err := gw.gate.CheckRequest(r.Context(), credentialsOf(r), hint)
 	if err != nil {

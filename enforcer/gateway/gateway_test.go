@@ -1554,44 +1554,50 @@ routes:
 	}
 }
 
-// Amazon Bedrock's InvokeModel asks for its latency-optimized inference in a header
-// (X-Amzn-Bedrock-PerformanceConfig-Latency: optimized): the check's worst case is priced
+// Amazon Bedrock's InvokeModel asks for its priority tier and its latency-optimized
+// inference in headers (X-Amzn-Bedrock-Service-Tier: priority,
+// X-Amzn-Bedrock-PerformanceConfig-Latency: optimized): the check's worst case is priced
 // at that tier, and the header goes upstream as it came. The answer's header says the
-// latency it was served at, which is what is charged: optimized, or standard once the
-// model's quota of optimized requests was spent.
-func TestBedrockLatencyHeaders(t *testing.T) {
-	for _, served := range []string{"optimized", "standard"} {
-		t.Run(served, func(t *testing.T) {
+// tier it was served at, which is what is charged: the one asked, or standard when
+// Bedrock had no room at it (the quota of optimized requests spent, the priority
+// capacity short).
+func TestBedrockTierHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		header, asked, served string
+		want                  pricecatalog.Tier
+	}{
+		{"X-Amzn-Bedrock-PerformanceConfig-Latency", "optimized", "optimized", pricecatalog.LatencyOptimized},
+		{"X-Amzn-Bedrock-PerformanceConfig-Latency", "optimized", "standard", pricecatalog.Standard},
+		{"X-Amzn-Bedrock-Service-Tier", "priority", "priority", pricecatalog.Fast},
+		{"X-Amzn-Bedrock-Service-Tier", "priority", "default", pricecatalog.Standard},
+	} {
+		t.Run(tc.asked+" served "+tc.served, func(t *testing.T) {
 			var asked string
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				asked = r.Header.Get("X-Amzn-Bedrock-PerformanceConfig-Latency")
+				asked = r.Header.Get(tc.header)
 				w.Header().Set("Content-Type", "application/json")
 				w.Header().Set("X-Amzn-Bedrock-Input-Token-Count", "12")
 				w.Header().Set("X-Amzn-Bedrock-Output-Token-Count", "34")
-				w.Header().Set("X-Amzn-Bedrock-PerformanceConfig-Latency", served)
+				w.Header().Set(tc.header, tc.served)
 				_, _ = io.WriteString(w, `{"generation":"hi","stop_reason":"stop"}`)
 			}))
 			defer up.Close()
 			e := newEnv(t, up.URL, gateway.Config{})
 			res := post(t, e.front.URL+"/model/meta.llama3-1-70b-instruct-v1:0/invoke", "tgk_good",
-				`{"prompt":"hello","max_gen_len":50}`, "X-Amzn-Bedrock-PerformanceConfig-Latency", "optimized")
+				`{"prompt":"hello","max_gen_len":50}`, tc.header, tc.asked)
 			io.Copy(io.Discard, res.Body)
 			res.Body.Close()
-			if res.StatusCode != 200 || asked != "optimized" {
+			if res.StatusCode != 200 || asked != tc.asked {
 				t.Fatalf("%d; the upstream was asked %q", res.StatusCode, asked)
 			}
-			want := pricecatalog.Standard
-			if served == "optimized" {
-				want = pricecatalog.LatencyOptimized
-			}
-			if u := e.tracker.settled(t); u.InputTokens != 12 || u.OutputTokens != 34 || u.Tier != want {
-				t.Fatalf("settled %+v, want tier %v", u, want)
+			if u := e.tracker.settled(t); u.InputTokens != 12 || u.OutputTokens != 34 || u.Tier != tc.want {
+				t.Fatalf("settled %+v, want tier %v", u, tc.want)
 			}
 			e.gate.mu.Lock()
 			hint := e.gate.hints[len(e.gate.hints)-1].Body
 			e.gate.mu.Unlock()
-			if hint == nil || hint.AskedTier() != pricecatalog.LatencyOptimized {
-				t.Fatalf("hint %+v: want the latency-optimized tier asked", hint)
+			if want := pricecatalog.TierNamed(append(pricecatalog.TierNames[:], pricecatalog.LatencyNames[:]...), tc.asked); hint == nil || hint.AskedTier() != want {
+				t.Fatalf("hint %+v: want the tier asked, %v", hint, want)
 			}
 		})
 	}

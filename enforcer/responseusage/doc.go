@@ -134,7 +134,8 @@
 //     response header X-Gemini-Service-Tier "priority" (HeaderGeminiServiceTier),
 //     whatever the body;
 //   - Amazon Bedrock Converse's serviceTier.type "priority" (its answer, its stream's
-//     metadata event);
+//     metadata event), InvokeModel's response header X-Amzn-Bedrock-Service-Tier
+//     "priority" (HeaderBedrockServiceTier), whatever the body;
 //   - Amazon Bedrock's latency-optimized inference: Converse's
 //     performanceConfig.latency "optimized" (its answer, its stream's metadata event),
 //     InvokeModel's response header X-Amzn-Bedrock-PerformanceConfig-Latency

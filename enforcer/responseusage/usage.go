@@ -79,6 +79,12 @@ const (
 // keeps the header's say.
 const HeaderGeminiServiceTier = "x-gemini-service-tier"
 
+// HeaderBedrockServiceTier is the response header through which Amazon Bedrock's
+// InvokeModel (and its streamed form) says the tier it served a request at ("priority",
+// "default", "flex", "reserved": its priority tier is the fast one, the others cost no
+// more than standard), as a Converse answer's serviceTier.type does.
+const HeaderBedrockServiceTier = "x-amzn-bedrock-service-tier"
+
 // HeaderBedrockLatency is the response header through which Amazon Bedrock's
 // InvokeModel (and its streamed form) says the latency it served a request at
 // ("optimized": its latency-optimized inference, pricecatalog.LatencyNames; "standard",
@@ -310,7 +316,7 @@ type Extractor struct {
 	mode    mode
 	hasCost bool
 	// headerTier is the tier a response header said the request ran at
-	// (HeaderGeminiServiceTier, HeaderBedrockLatency).
+	// (HeaderGeminiServiceTier, HeaderBedrockServiceTier, HeaderBedrockLatency).
 	headerTier pricecatalog.Tier
 	finished   bool
 	// plainType: the content type is plain text (isPlainText); rawBytes then counts
@@ -356,15 +362,16 @@ const inlineModelBytes = 64
 // New returns an Extractor for a response with the given Content-Type and
 // headers. Header names must be lower-case (as Envoy passes them); only the
 // content encoding, the cost headers, Bedrock's and the Gemini API's service tier
-// (HeaderGeminiServiceTier) and Bedrock's latency (HeaderBedrockLatency) are read.
+// (HeaderGeminiServiceTier, HeaderBedrockServiceTier) and Bedrock's latency
+// (HeaderBedrockLatency) are read.
 func New(contentType string, headers map[string]string, limits Limits) *Extractor {
 	limits = limits.withDefaults()
 	e := &Extractor{}
 	e.cost, e.hasCost = costFromHeaders(headers)
-	if headers[HeaderGeminiServiceTier] == "priority" {
+	if headers[HeaderGeminiServiceTier] == "priority" || headers[HeaderBedrockServiceTier] == "priority" {
 		e.headerTier = pricecatalog.Fast
 	}
-	e.headerTier = max(e.headerTier, pricecatalog.LatencyTier(headers[HeaderBedrockLatency]))
+	e.headerTier = max(e.headerTier, pricecatalog.TierNamed(pricecatalog.LatencyNames[:], headers[HeaderBedrockLatency]))
 
 	m := uint16(limits.MaxModelBytes)
 	e.scan.init(limits.MaxDepth, e.stackAr[:0], e.keyArr[:0], e.typArr[:0], e.objArr[:0],

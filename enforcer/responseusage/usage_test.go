@@ -2,6 +2,7 @@ package responseusage
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1668,33 +1669,50 @@ func TestGeminiServiceTierHeader(t *testing.T) {
 	}
 }
 
-// Amazon Bedrock's InvokeModel says the latency it served a request at in a response
-// header alone (HeaderBedrockLatency): "optimized" is charged as the latency-optimized
-// tier, whatever the model's own body says; with the counts of its headers too.
-func TestBedrockLatencyHeader(t *testing.T) {
+// Amazon Bedrock's InvokeModel says the tier it served a request at in response headers
+// alone: X-Amzn-Bedrock-Service-Tier (HeaderBedrockServiceTier) "priority" is the fast
+// tier, the others ("default", "flex", "reserved") cost no more than standard;
+// X-Amzn-Bedrock-PerformanceConfig-Latency (HeaderBedrockLatency) "optimized" the
+// latency-optimized one, "standard" (its quota spent) none. Priority, dearer, wins. The
+// body does not change it: the model's own (with the counts of its headers), a Claude
+// model's, a stream's, one read no further.
+func TestBedrockTierHeaders(t *testing.T) {
 	body := []byte(`{"generation":"x","prompt_token_count":1,"generation_token_count":2,"stop_reason":"stop"}`)
 	for _, tc := range []struct {
-		header string
-		want   pricecatalog.Tier
-	}{{"optimized", pricecatalog.LatencyOptimized}, {"standard", pricecatalog.Standard}, {"", pricecatalog.Standard}, {"OPTIMIZED", pricecatalog.Standard}} {
-		e := New(ctJSON, map[string]string{HeaderBedrockLatency: tc.header, headerBedrockInput: "11", headerBedrockOutput: "22"}, Limits{})
+		tier, latency string
+		want          pricecatalog.Tier
+	}{
+		{"priority", "", pricecatalog.Fast}, {"default", "", pricecatalog.Standard}, {"flex", "", pricecatalog.Standard},
+		{"reserved", "", pricecatalog.Standard}, {"Priority", "", pricecatalog.Standard},
+		{"", "optimized", pricecatalog.LatencyOptimized}, {"", "standard", pricecatalog.Standard}, {"", "OPTIMIZED", pricecatalog.Standard},
+		{"priority", "optimized", pricecatalog.Fast}, {"default", "optimized", pricecatalog.LatencyOptimized}, {"", "", pricecatalog.Standard},
+	} {
+		e := New(ctJSON, map[string]string{HeaderBedrockServiceTier: tc.tier, HeaderBedrockLatency: tc.latency,
+			headerBedrockInput: "11", headerBedrockOutput: "22"}, Limits{})
 		e.Write(body)
 		if got := e.Finish(true); got.Tier != tc.want || !got.Complete || got.InputTokens != 11 || got.OutputTokens != 22 {
-			t.Errorf("%s %q: %s, want tier %v", HeaderBedrockLatency, tc.header, show(got), tc.want)
+			t.Errorf("%s %q, %s %q: %s, want tier %v", HeaderBedrockServiceTier, tc.tier, HeaderBedrockLatency, tc.latency, show(got), tc.want)
 		}
 	}
-	// A Claude model's body, read as Anthropic's, keeps the header's tier.
 	claude := []byte(`{"type":"message","model":"claude-3-5-haiku-20241022","content":[{"type":"text","text":"x"}],"usage":{"input_tokens":3,"output_tokens":4}}`)
-	e := New(ctJSON, map[string]string{HeaderBedrockLatency: "optimized"}, Limits{})
-	e.Write(claude)
-	if got := e.Finish(true); got.Tier != pricecatalog.LatencyOptimized || got.InputTokens != 3 {
-		t.Errorf("a Claude body: %s", show(got))
-	}
-	// A body read no further (an encoding not supported) keeps it too.
-	e = New(ctJSON, map[string]string{HeaderBedrockLatency: "optimized", "content-encoding": "zstd"}, Limits{})
-	e.Write(body)
-	if got := e.Finish(true); got.Tier != pricecatalog.LatencyOptimized || got.Format != FormatUnsupportedEncoding {
-		t.Errorf("unsupported encoding: %s", show(got))
+	stream := frame(t, "event", "chunk", `{"bytes":"`+base64.StdEncoding.EncodeToString([]byte(`{"type":"message_start","message":{"model":"claude-haiku-4-5","usage":{"input_tokens":3,"output_tokens":1}}}`))+`"}`)
+	for _, tc := range []struct {
+		name, ct string
+		headers  map[string]string
+		body     []byte
+		want     pricecatalog.Tier
+		format   string
+	}{
+		{"a Claude body", ctJSON, map[string]string{HeaderBedrockLatency: "optimized"}, claude, pricecatalog.LatencyOptimized, FormatAnthropicMessages},
+		{"a stream", ctEventStream, map[string]string{HeaderBedrockServiceTier: "priority"}, stream, pricecatalog.Fast, FormatAnthropicSSE},
+		{"an encoding not supported", ctJSON, map[string]string{HeaderBedrockLatency: "optimized", "content-encoding": "zstd"}, body,
+			pricecatalog.LatencyOptimized, FormatUnsupportedEncoding},
+	} {
+		e := New(tc.ct, tc.headers, Limits{})
+		e.Write(tc.body)
+		if got := e.Finish(false); got.Tier != tc.want || got.Format != tc.format {
+			t.Errorf("%s: %s, want tier %v", tc.name, show(got), tc.want)
+		}
 	}
 }
 

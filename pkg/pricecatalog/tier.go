@@ -73,10 +73,10 @@ var SpeedNames = [...]TierName{{"fast", Fast}}
 // optimized requests is spent.
 var LatencyNames = [...]TierName{{"optimized", LatencyOptimized}}
 
-// LatencyTier is the tier a Bedrock latency name (LatencyNames) costs: LatencyOptimized
-// for "optimized", Standard for any other.
-func LatencyTier(name string) Tier {
-	for _, n := range LatencyNames {
+// TierNamed is the tier names gives name (TierNames, SpeedNames, LatencyNames),
+// Standard for any other name.
+func TierNamed(names []TierName, name string) Tier {
+	for _, n := range names {
 		if name == n.Name {
 			return n.Tier
 		}

@@ -8,13 +8,13 @@ import (
 func TestTierNames(t *testing.T) {
 	for name, want := range map[string]Tier{"priority": Fast, "fast": Fast, "ultrafast": Ultrafast, "default": Standard, "flex": Standard,
 		"auto": Standard, "": Standard, "Priority": Standard, "standard_only": Standard} {
-		if got := named(TierNames[:], name); got != want {
+		if got := TierNamed(TierNames[:], name); got != want {
 			t.Errorf("the tier named %q: %v, want %v", name, got, want)
 		}
 	}
 	// Bedrock's latency: "optimized" alone costs more.
 	for name, want := range map[string]Tier{"optimized": LatencyOptimized, "standard": Standard, "Optimized": Standard, "": Standard} {
-		if got := LatencyTier(name); got != want {
+		if got := TierNamed(LatencyNames[:], name); got != want {
 			t.Errorf("the latency named %q: %v, want %v", name, got, want)
 		}
 	}
@@ -67,14 +67,4 @@ func TestAtPercent(t *testing.T) {
 			t.Errorf("AtPercent(%d, %d) = %d %v, want %d %v", tc.cost, tc.percent, got, ok, tc.want, tc.ok)
 		}
 	}
-}
-
-// named is the tier names gives name, Standard for any other name.
-func named(names []TierName, name string) Tier {
-	for _, n := range names {
-		if n.Name == name {
-			return n.Tier
-		}
-	}
-	return Standard
 }
