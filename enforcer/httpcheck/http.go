@@ -182,8 +182,8 @@ type settleBody struct {
 	// ServiceTier is the speed tier the upstream ran the request at, dearer than the
 	// standard prices: "fast" (OpenAI's "priority" or "fast", Anthropic's fast mode,
 	// Google's and Bedrock's priority), "ultrafast" (OpenAI's) or "latency_optimized"
-	// (Bedrock's latency-optimized inference); "" or absent for standard. Priced tokens are charged the
-	// model's percent of the tier (pricecatalog.Entry.TierPercent).
+	// (Bedrock's latency-optimized inference); "" or absent for standard. Priced tokens
+	// are charged the model's percent of the tier (pricecatalog.Entry.TierPercent).
 	ServiceTier *string `json:"serviceTier"`
 	// PriorityTier true, without serviceTier, is "fast" (its name before serviceTier).
 	PriorityTier *bool `json:"priorityTier"`

@@ -445,8 +445,9 @@ func (a *accumulator) noteIterations(d *docFields) {
 // OpenAI document's (chat, Responses) service_tier of pricecatalog.TierNames, an
 // Anthropic one's usage.speed "fast", a Gemini one's usageMetadata.trafficType
 // ON_DEMAND_PRIORITY (Vertex AI) or serviceTier "priority" (the Gemini API), a Bedrock
-// Converse one's serviceTier.type "priority" or performanceConfig.latency "optimized". Any one of a stream's saying so is enough;
-// so for an Anthropic usage's inference_geo naming a geography (a.regional).
+// Converse one's serviceTier.type "priority" or performanceConfig.latency "optimized".
+// Any one of a stream's saying so is enough; so for an Anthropic usage's inference_geo
+// naming a geography (a.regional).
 func (a *accumulator) noteTier(d *docFields, root int) {
 	tier := &d.tier[root]
 	switch a.fam {
