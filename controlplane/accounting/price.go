@@ -373,8 +373,8 @@ type Cost struct {
 // at the image model's output price (ImageCost of ImageTokensAt) and their input at its
 // input prices (CatalogCost of ImageToolInputUsage at Price.ImageToolInputPrice), and
 // its advisor's sub-inferences at the advisor model's prices (CatalogCost of
-// AdvisorUsage at Price.Advisor), each rounded up on its own, none of them multiplied by the tier or the regional premium, which price
-// the response's own model. A cost above money.MaxAllowanceMicroUSD is capped there and
+// AdvisorUsage at Price.Advisor), each rounded up on its own, none of them multiplied
+// by the tier or the regional premium, which price the response's own model. A cost above money.MaxAllowanceMicroUSD is capped there and
 // flagged: a request is never left uncharged because its numbers are absurd.
 func CostOf(u Usage, p PricedAt) (Cost, error) {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 ||

@@ -108,10 +108,9 @@ type Request struct {
 	// Bedrock's "priority"), Speed the one a
 	// top-level "speed" asks for (Anthropic's fast mode, "fast"): dearer than the
 	// standard prices (enforcer/worstcase; AskedTier). Latency is the one a top-level
-	// "performanceConfig" asks for (Bedrock Converse's {"latency": "optimized"}), or,
-	// set by the front door, InvokeModel's X-Amzn-Bedrock-PerformanceConfig-Latency
-	// header (gate.Hint.WithTierHeaders), as ServiceTier InvokeModel's
-	// X-Amzn-Bedrock-Service-Tier.
+	// "performanceConfig" asks for (Bedrock Converse's {"latency": "optimized"}).
+	// InvokeModel asks for either by a header, which the front door adds to them
+	// (gate.Hint.WithTierHeaders).
 	ServiceTier, Speed, Latency pricecatalog.Tier
 	// InferenceGeo is a top-level "inference_geo" other than "global" (Anthropic's
 	// US-only inference, "us"): dearer by the model's regional premium (enforcer/worstcase).

@@ -20,8 +20,10 @@ type access struct {
 	bytes  int64
 	// outcome is the Requests metric's label; the rest is set once known: upstream is
 	// the host a request was sent to.
-	outcome          string
-	member, org      string
+	outcome string
+	// req is the request's state once routed (nil when it was answered before: no
+	// route, busy), whose admission names the member and organization charged.
+	req              *proxied
 	check, startWait time.Duration
 	upstream         string
 	firstByte        time.Duration
@@ -83,8 +85,8 @@ func (gw *Gateway) logAccess(a *access, r *http.Request) {
 	if code := h.Get(gate.HeaderErrorCode); code != "" && a.outcome != OutcomeProxied {
 		attrs = append(attrs, slog.String("code", code)) // the gateway's or the gate's own answer
 	}
-	if a.member != "" {
-		attrs = append(attrs, slog.String("member_id", a.member), slog.String("organization_id", a.org))
+	if a.req != nil && a.req.member != "" {
+		attrs = append(attrs, slog.String("member_id", a.req.member), slog.String("organization_id", a.req.org))
 	}
 	if a.check > 0 {
 		attrs = append(attrs, slog.Float64("check_ms", ms(a.check)), slog.Float64("start_ms", ms(a.startWait)))

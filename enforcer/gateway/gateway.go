@@ -305,7 +305,7 @@ func (gw *Gateway) take(w http.ResponseWriter, r *http.Request) *proxied {
 	gw.m.Active.Inc()
 	p := &proxied{gw: gw, route: rt}
 	if a, ok := w.(*access); ok {
-		p.log = a
+		p.log, a.req = a, p
 	}
 	return p
 }
@@ -370,7 +370,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if p.log != nil {
-		p.log.member, p.log.org, p.log.check, p.log.startWait = a.MemberID, a.OrganizationID, a.Took, a.StartWait
+		p.log.check, p.log.startWait = a.Took, a.StartWait
 	}
 	if gw.cfg.ServerTiming {
 		w.Header().Set("Server-Timing", serverTiming(a))
@@ -458,8 +458,9 @@ type proxied struct {
 	// admission nobody can be charged for: it is proxied and not settled).
 	id    string
 	state string
-	// org and member are whose the admission was: a session's usage stays theirs when a
-	// check mid-session names nobody (named).
+	// org and member are whom the check named (the admission's: whose the request's
+	// usage is), for the access log and for a session whose check mid-session names
+	// nobody (named).
 	org, member string
 	// body and est are the request body and its estimate (nil when it is not a JSON
 	// object), from admission until the upstream request carries the body.
