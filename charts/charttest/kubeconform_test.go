@@ -86,8 +86,8 @@ func TestKubeconform(t *testing.T) {
 }
 
 // TestKubeconformIsStrict proves the validation has teeth: a misspelt field,
-// a wrong type and a bad ServiceMonitor are all caught with the committed
-// schemas.
+// a wrong type, a bad ServiceMonitor and a bad PrometheusRule are all caught
+// with the committed schemas.
 func TestKubeconformIsStrict(t *testing.T) {
 	_, kc := needTools(t)
 	bad := map[string]string{
@@ -119,6 +119,16 @@ spec:
   endpoints:
     - port: admin
       scrapeInterval: 30s
+`,
+		"prometheusrule-field": `apiVersion: monitoring.coreos.com/v1
+kind: PrometheusRule
+metadata: {name: x}
+spec:
+  groups:
+    - name: g
+      rules:
+        - alert: A
+          expression: up == 0
 `,
 		"hpa-v2-shape": `apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler

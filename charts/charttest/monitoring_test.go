@@ -1,0 +1,171 @@
+package charttest
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// monitoringFiles are the alert rules and the dashboard the chart ships, the
+// files deploy/ links to (deploy/metrics_test.go checks their expressions
+// against the programs' metrics).
+var (
+	alertsFile    = filepath.Join(chartDir, "files", "alerts.yaml")
+	dashboardFile = filepath.Join(chartDir, "files", "dashboard.json")
+)
+
+// renderKind renders the chart with args and returns its objects of one kind.
+func renderKind(t *testing.T, helm, kind string, args ...string) []obj {
+	t.Helper()
+	out, err := render(t, helm, append([]string{"--set", "secrets.existingSecret=creds"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []obj
+	for _, d := range decodeAll(t, out) {
+		if str(d, "kind") == kind {
+			found = append(found, d)
+		}
+	}
+	return found
+}
+
+// alertGroups reads the groups of the alert rule file as plain values.
+func alertGroups(t *testing.T) []any {
+	t.Helper()
+	b, err := os.ReadFile(alertsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf obj
+	if err := yaml.Unmarshal(b, &rf); err != nil {
+		t.Fatalf("%s: %v", alertsFile, err)
+	}
+	groups := list(rf, "groups")
+	if len(groups) == 0 {
+		t.Fatalf("%s has no groups", alertsFile)
+	}
+	return groups
+}
+
+// TestPrometheusRuleCarriesTheAlerts: the PrometheusRule holds the alert rule
+// file's groups as they are (the rules' templates, {{ $value }}, untouched by
+// Helm), less the alerts disabledAlerts names, each rule with extraAlertLabels
+// under its own labels; and nothing is rendered unless enabled.
+func TestPrometheusRuleCarriesTheAlerts(t *testing.T) {
+	helm, _ := needTools(t)
+	if got := renderKind(t, helm, "PrometheusRule"); len(got) != 0 {
+		t.Fatalf("rendered %d PrometheusRules by default, want none", len(got))
+	}
+
+	t.Run("as written", func(t *testing.T) {
+		rules := renderKind(t, helm, "PrometheusRule", "--set", "metrics.prometheusRule.enabled=true",
+			"--set", "metrics.prometheusRule.labels.release=kube-prometheus-stack")
+		if len(rules) != 1 {
+			t.Fatalf("rendered %d PrometheusRules, want 1", len(rules))
+		}
+		pr := rules[0]
+		if got := str(pr, "metadata", "labels", "release"); got != "kube-prometheus-stack" {
+			t.Errorf("label release = %q, want the value's", got)
+		}
+		if got := str(pr, "metadata", "namespace"); got != namespace {
+			t.Errorf("namespace = %q, want the release's %q", got, namespace)
+		}
+		if want, got := alertGroups(t), list(pr, "spec", "groups"); !reflect.DeepEqual(want, got) {
+			t.Errorf("the PrometheusRule's groups differ from %s:\n got %v\nwant %v", alertsFile, got, want)
+		}
+	})
+
+	t.Run("disabled alerts and extra labels", func(t *testing.T) {
+		groups := alertGroups(t)
+		// Leave out every alert of the first group, and one of another: a group
+		// left empty is left out whole.
+		var disabled []string
+		for _, r := range list(groups[0], "rules") {
+			disabled = append(disabled, str(r, "alert"))
+		}
+		last := list(groups[len(groups)-1], "rules")
+		disabled = append(disabled, str(last[0], "alert"))
+		args := []string{"--set", "metrics.prometheusRule.enabled=true",
+			"--set", "metrics.prometheusRule.extraAlertLabels.team=platform",
+			"--set", "metrics.prometheusRule.extraAlertLabels.severity=none"}
+		for i, name := range disabled {
+			args = append(args, "--set", "metrics.prometheusRule.disabledAlerts["+strconv.Itoa(i)+"]="+name)
+		}
+		pr := renderKind(t, helm, "PrometheusRule", args...)[0]
+		got := list(pr, "spec", "groups")
+		if len(got) != len(groups)-1 {
+			t.Fatalf("%d groups rendered, want %d (the first left empty, so left out)", len(got), len(groups)-1)
+		}
+		want := 0
+		for _, g := range groups {
+			for _, r := range list(g, "rules") {
+				if !slices.Contains(disabled, str(r, "alert")) {
+					want++
+				}
+			}
+		}
+		n := 0
+		for _, g := range got {
+			for _, r := range list(g, "rules") {
+				n++
+				name := str(r, "alert")
+				if slices.Contains(disabled, name) {
+					t.Errorf("%s is disabled but rendered", name)
+				}
+				if got := str(r, "labels", "team"); got != "platform" {
+					t.Errorf("%s: label team = %q, want the extra label", name, got)
+				}
+				if sev := str(r, "labels", "severity"); sev != "warning" && sev != "critical" {
+					t.Errorf("%s: severity = %q: the rule's own label must win over an extra one", name, sev)
+				}
+			}
+		}
+		if n != want {
+			t.Errorf("%d rules rendered, want %d", n, want)
+		}
+	})
+}
+
+// TestGrafanaDashboardConfigMap: the ConfigMap holds the dashboard file byte
+// for byte, under the sidecar's label by default, and nothing is rendered
+// unless enabled.
+func TestGrafanaDashboardConfigMap(t *testing.T) {
+	helm, _ := needTools(t)
+	dashboards := func(args ...string) []obj {
+		var found []obj
+		for _, cm := range renderKind(t, helm, "ConfigMap", args...) {
+			if _, ok := get(cm, "data", "tollgate.json").(string); ok {
+				found = append(found, cm)
+			}
+		}
+		return found
+	}
+	if got := dashboards(); len(got) != 0 {
+		t.Fatalf("rendered %d dashboard ConfigMaps by default, want none", len(got))
+	}
+	got := dashboards("--set", "metrics.grafanaDashboard.enabled=true", "--set", "metrics.grafanaDashboard.namespace=monitoring")
+	if len(got) != 1 {
+		t.Fatalf("rendered %d dashboard ConfigMaps, want 1", len(got))
+	}
+	cm := got[0]
+	want, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A block scalar drops the file's final newline (|-); the rest is the file.
+	if data := str(cm, "data", "tollgate.json"); data+"\n" != string(want) && data != string(want) {
+		t.Errorf("the ConfigMap's dashboard differs from %s at %s", dashboardFile, firstDiff(string(want), data))
+	}
+	if got := str(cm, "metadata", "labels", "grafana_dashboard"); got != "1" {
+		t.Errorf("label grafana_dashboard = %q, want the sidecar's default \"1\"", got)
+	}
+	if got := str(cm, "metadata", "namespace"); got != "monitoring" {
+		t.Errorf("namespace = %q, want the value's", got)
+	}
+}
