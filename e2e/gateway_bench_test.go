@@ -146,7 +146,7 @@ const (
 // process switch) but their collections are shared, and each program's CPU cannot be
 // told apart (enforcer-cpu-us/req is then not reported). TOLLGATE_BENCH_CHILD_GOMAXPROCS
 // sets GOMAXPROCS in the enforcer's and the control plane's own processes, and
-// TOLLGATE_BENCH_CHILD_GOGC their GOGC (experiments: docs/gateway.md, "Latency").
+// TOLLGATE_BENCH_CHILD_GOGC their GOGC (experiments: docs/gateway-latency.md).
 //
 // CPU: each client's run is measured alone, from its first request to 200ms after its
 // last (so queued settlements are sent), with the same load. enforcer-cpu-us/req and
