@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
@@ -167,5 +168,82 @@ func TestGrafanaDashboardConfigMap(t *testing.T) {
 	}
 	if got := str(cm, "metadata", "namespace"); got != "monitoring" {
 		t.Errorf("namespace = %q, want the value's", got)
+	}
+}
+
+// TestPodMonitorScrapesTheSidecars: in sidecar mode the PodMonitor scrapes the
+// port the sidecar container names admin, in the pods podSelector selects,
+// under the job name the alert rules give the enforcer (TollgateEnforcerDown's
+// up{job="..."}), so that the enforcer's alerts see the sidecars.
+func TestPodMonitorScrapesTheSidecars(t *testing.T) {
+	helm, _ := needTools(t)
+	args := []string{"--set", "enforcer.mode=sidecar", "--set", "enforcer.ports.admin=9191",
+		"--set", "metrics.podMonitor.enabled=true", "--set", "metrics.podMonitor.podSelector.app=envoy"}
+	pms := renderKind(t, helm, "PodMonitor", args...)
+	if len(pms) != 1 {
+		t.Fatalf("rendered %d PodMonitors, want 1", len(pms))
+	}
+	pm := pms[0]
+
+	var adminPort any
+	for _, cm := range renderKind(t, helm, "ConfigMap", args...) {
+		snippet := str(cm, "data", "container.yaml")
+		if snippet == "" {
+			continue
+		}
+		var l []obj
+		if err := yaml.Unmarshal([]byte(snippet), &l); err != nil || len(l) != 1 {
+			t.Fatalf("sidecar snippet is not a one-container list: %v", err)
+		}
+		for _, p := range list(l[0], "ports") {
+			if str(p, "name") == "admin" {
+				adminPort = get(p, "containerPort")
+			}
+		}
+	}
+	if adminPort == nil {
+		t.Fatal("the sidecar container names no admin port")
+	}
+	eps := list(pm, "spec", "podMetricsEndpoints")
+	if len(eps) != 1 {
+		t.Fatalf("%d podMetricsEndpoints, want 1", len(eps))
+	}
+	if got := get(eps[0], "portNumber"); got != adminPort {
+		t.Errorf("scrapes port %v, want the sidecar's admin port %v", got, adminPort)
+	}
+	if got := str(eps[0], "path"); got != "/metrics" {
+		t.Errorf("path %q, want /metrics", got)
+	}
+	if got := str(pm, "spec", "selector", "matchLabels", "app"); got != "envoy" {
+		t.Errorf("selects app=%q, want the podSelector's envoy", got)
+	}
+
+	// The job the alerts expect the enforcers under.
+	var job string
+	for _, g := range alertGroups(t) {
+		for _, r := range list(g, "rules") {
+			if str(r, "alert") == "TollgateEnforcerDown" {
+				expr := str(r, "expr")
+				const at = `job="`
+				i := strings.Index(expr, at)
+				if i < 0 {
+					t.Fatalf("TollgateEnforcerDown selects no job: %s", expr)
+				}
+				job = expr[i+len(at):]
+				job = job[:strings.IndexByte(job, '"')]
+			}
+		}
+	}
+	if job == "" {
+		t.Fatal("no alert TollgateEnforcerDown")
+	}
+	named := false
+	for _, rl := range list(eps[0], "relabelings") {
+		if str(rl, "targetLabel") == "job" && str(rl, "replacement") == job && str(rl, "action") == "replace" {
+			named = true
+		}
+	}
+	if !named {
+		t.Errorf("the PodMonitor does not name its job %q, which TollgateEnforcerDown selects: %v", job, list(eps[0], "relabelings"))
 	}
 }

@@ -49,6 +49,8 @@ func TestValuesRejected(t *testing.T) {
 		{"unknown disabled alert", append(ok, "--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.prometheusRule.disabledAlerts={TollgateNoSuchAlert}"), `"TollgateNoSuchAlert" is not one of the chart's alerts`},
 		{"disabled alert not a name", append(ok, "--set", "metrics.prometheusRule.disabledAlerts={settlements}"), "/metrics/prometheusRule/disabledAlerts/0"},
 		{"dashboard annotation not a string", append(ok, "--set", "metrics.grafanaDashboard.annotations.folder=1"), "/metrics/grafanaDashboard/annotations/folder"},
+		{"pod monitor in deployment mode", append(ok, "--set", "metrics.podMonitor.enabled=true", "--set", "metrics.podMonitor.podSelector.app=envoy"), "metrics.podMonitor scrapes enforcer sidecars: it needs enforcer.mode sidecar"},
+		{"pod monitor selecting nothing", append(ok, "--set", "enforcer.mode=sidecar", "--set", "metrics.podMonitor.enabled=true"), "metrics.podMonitor.podSelector must select your Envoy pods"},
 		{"bad log format", append(ok, "--set", "log.format=xml"), "/log/format"},
 		{"bad GOGC", append(ok, "--set-string", "enforcer.goRuntime.gogc=lots"), "/enforcer/goRuntime/gogc"},
 		{"bad GOMEMLIMIT", append(ok, "--set-string", "enforcer.goRuntime.memoryLimit=200M"), "/enforcer/goRuntime/memoryLimit"},

@@ -2,10 +2,11 @@
 # Regenerates the offline Kubernetes JSON schemas of the chart tests
 # (charts/charttest/testdata/schemas) from the Go API types pinned in this
 # module's go.mod (k8s.io/api vX.Y.Z = Kubernetes 1.Y) and from the
-# prometheus-operator ServiceMonitor and PrometheusRule CRDs, generated with controller-gen from
-# the operator's Go types. Needs only the Go module proxy; run it after
-# bumping k8s.io/api or the operator's apis module, or after adding a kind to
-# main.go. The tests never download anything.
+# prometheus-operator ServiceMonitor, PodMonitor and PrometheusRule CRDs,
+# generated with controller-gen from the operator's Go types. Needs only the
+# Go module proxy; run it after bumping k8s.io/api or the operator's apis
+# module, or after adding a kind to main.go. The tests never download
+# anything.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 out=${1:-../../charts/charttest/testdata/schemas}
@@ -27,7 +28,7 @@ go tool openapi-gen \
 	k8s.io/apimachinery/pkg/util/intstr k8s.io/apimachinery/pkg/runtime \
 	k8s.io/apimachinery/pkg/version
 
-# ServiceMonitor and PrometheusRule: the CRDs as prometheus-operator builds it from its Go types.
+# ServiceMonitor, PodMonitor and PrometheusRule: the CRDs as prometheus-operator builds it from its Go types.
 go tool controller-gen crd:crdVersions=v1,allowDangerousTypes=true \
 	paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1 \
 	output:crd:dir="$work/crds"
@@ -35,5 +36,6 @@ go tool controller-gen crd:crdVersions=v1,allowDangerousTypes=true \
 rm -rf "$out"
 mkdir -p "$out"
 go run . -out "$out" -crd "$work/crds/monitoring.coreos.com_servicemonitors.yaml" \
-	-crd "$work/crds/monitoring.coreos.com_prometheusrules.yaml"
+	-crd "$work/crds/monitoring.coreos.com_prometheusrules.yaml" \
+	-crd "$work/crds/monitoring.coreos.com_podmonitors.yaml"
 echo "wrote $(find "$out" -name '*.json' | wc -l) schemas to $out"
