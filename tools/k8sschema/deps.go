@@ -8,6 +8,7 @@ import (
 	_ "k8s.io/api/autoscaling/v2"
 	_ "k8s.io/api/batch/v1"
 	_ "k8s.io/api/core/v1"
+	_ "k8s.io/api/networking/v1"
 	_ "k8s.io/api/policy/v1"
 	_ "k8s.io/api/scheduling/v1alpha3"
 	_ "k8s.io/apimachinery/pkg/version"

@@ -23,7 +23,7 @@ go tool openapi-gen \
 	--output-file zz_generated.openapi.go \
 	--report-filename /dev/null \
 	k8s.io/api/core/v1 k8s.io/api/apps/v1 k8s.io/api/batch/v1 k8s.io/api/policy/v1 \
-	k8s.io/api/autoscaling/v2 k8s.io/api/scheduling/v1alpha3 \
+	k8s.io/api/autoscaling/v2 k8s.io/api/networking/v1 k8s.io/api/scheduling/v1alpha3 \
 	k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/api/resource \
 	k8s.io/apimachinery/pkg/util/intstr k8s.io/apimachinery/pkg/runtime \
 	k8s.io/apimachinery/pkg/version

@@ -42,6 +42,7 @@ var kinds = []kind{
 	{"batch", "v1", "Job", "io.k8s.api.batch.v1.Job"},
 	{"policy", "v1", "PodDisruptionBudget", "io.k8s.api.policy.v1.PodDisruptionBudget"},
 	{"autoscaling", "v2", "HorizontalPodAutoscaler", "io.k8s.api.autoscaling.v2.HorizontalPodAutoscaler"},
+	{"networking.k8s.io", "v1", "Ingress", "io.k8s.api.networking.v1.Ingress"},
 }
 
 func main() {
