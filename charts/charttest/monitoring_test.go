@@ -39,15 +39,7 @@ func renderKind(t *testing.T, helm, kind string, args ...string) []obj {
 // alertGroups reads the groups of the alert rule file as plain values.
 func alertGroups(t *testing.T) []any {
 	t.Helper()
-	b, err := os.ReadFile(alertsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rf obj
-	if err := yaml.Unmarshal(b, &rf); err != nil {
-		t.Fatalf("%s: %v", alertsFile, err)
-	}
-	groups := list(rf, "groups")
+	groups := list(readYAMLFile(t, alertsFile), "groups")
 	if len(groups) == 0 {
 		t.Fatalf("%s has no groups", alertsFile)
 	}

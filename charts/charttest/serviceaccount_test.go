@@ -15,22 +15,25 @@ import (
 // key, anything else replaced, null removing the default).
 func chartValues(t *testing.T, files ...string) obj {
 	t.Helper()
-	load := func(path string) obj {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v obj
-		if err := yaml.Unmarshal(b, &v); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		return v
-	}
-	vals := load(filepath.Join(chartDir, "values.yaml"))
+	vals := readYAMLFile(t, filepath.Join(chartDir, "values.yaml"))
 	for _, f := range files {
-		mergeValues(vals, load(f))
+		mergeValues(vals, readYAMLFile(t, f))
 	}
 	return vals
+}
+
+// readYAMLFile reads one YAML document into plain values.
+func readYAMLFile(t *testing.T, path string) obj {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v obj
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return v
 }
 
 func mergeValues(dst, src obj) {
