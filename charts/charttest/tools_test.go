@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/gotool"
 )
 
 // Paths, relative to this package's directory (where go test runs it).
@@ -43,9 +45,9 @@ func needTools(t *testing.T) (helm, kubeconform string) {
 	t.Helper()
 	tools.once.Do(func() {
 		start := time.Now()
-		tools.helm, tools.err = goTool(toolsDir, "helm")
+		tools.helm, tools.err = gotool.Path(toolsDir, "helm")
 		if tools.err == nil {
-			tools.kubeconform, tools.err = goTool(toolsDir, "kubeconform")
+			tools.kubeconform, tools.err = gotool.Path(toolsDir, "kubeconform")
 		}
 		tools.took = time.Since(start)
 	})
@@ -59,29 +61,6 @@ func needTools(t *testing.T) (helm, kubeconform string) {
 		t.Logf("helm and kubeconform from tools/go.mod ready in %s", tools.took.Round(time.Millisecond))
 	})
 	return tools.helm, tools.kubeconform
-}
-
-// goTool builds (or finds in the build cache) a tool declared in the go.mod
-// of dir and returns the path of its executable.
-func goTool(dir, name string) (string, error) {
-	// go test puts the GOROOT/bin of the go command running it first on PATH.
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		return "", err
-	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(gobin, "tool", "-n", name)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go tool -n %s in %s: %v\n%s", name, dir, err, stderr.String())
-	}
-	path := strings.TrimSpace(stdout.String())
-	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("go tool -n %s printed %q: %v", name, path, err)
-	}
-	return path, nil
 }
 
 // run executes a tool and returns its standard output; standard error is

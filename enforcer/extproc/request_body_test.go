@@ -307,34 +307,48 @@ func TestExtProcChargesWhatWasSeen(t *testing.T) {
 			spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(textOnly, 4), breakOff: true},
 			out:  2, model: "gpt-4o-mini-2024-07-18", estimated: true, cost: 2 * 8, basis: "estimate", costSrc: "catalog_estimate"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := enforcertest.New(t, enforcertest.Options{})
-			for _, m := range []string{"gpt-4o-mini-2024-07-18", "gpt-4o-mini", "claude-3-5-haiku-20241022"} {
-				e.CP.SetPrice(m, 2, 8)
+		// The request body in a filter of its own (deploy/envoy/envoy.yaml), or in the
+		// response's (Envoy Gateway's one ext_proc, deploy/envoy-gateway): the same charge.
+		for _, oneFilter := range []bool{false, true} {
+			name := tc.name
+			if oneFilter {
+				name += " (one filter)"
 			}
-			w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
-			reqID, _ := e.Admit(t, w.Key)
-			if !tc.skipRequestBody {
-				if resp := sendRequestBody(t, e, bodySpec{requestID: reqID, path: "/v1/chat/completions", body: body}); resp.GetResponse() == nil {
+			t.Run(name, func(t *testing.T) {
+				e := enforcertest.New(t, enforcertest.Options{})
+				for _, m := range []string{"gpt-4o-mini-2024-07-18", "gpt-4o-mini", "claude-3-5-haiku-20241022"} {
+					e.CP.SetPrice(m, 2, 8)
+				}
+				w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+				reqID, _ := e.Admit(t, w.Key)
+				if !tc.skipRequestBody && !oneFilter {
+					if resp := sendRequestBody(t, e, bodySpec{requestID: reqID, path: "/v1/chat/completions", body: body}); resp.GetResponse() == nil {
+						t.Fatal("include_usage not asked for")
+					}
+				}
+				spec := tc.spec
+				spec.requestID = reqID
+				if !tc.skipRequestBody && oneFilter {
+					spec.requestBody = body
+				}
+				if answer := runStream(t, e, spec); spec.requestBody != "" && answer.GetResponse() == nil {
 					t.Fatal("include_usage not asked for")
 				}
-			}
-			tc.spec.requestID = reqID
-			runStream(t, e, tc.spec)
-			enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
-			rc := e.CP.Receipt(reqID)
-			it := rc.Item
-			if it.GetInputTokens() != tc.in || it.GetOutputTokens() != tc.out || it.GetModel() != tc.model ||
-				it.GetUsageEstimated() != tc.estimated || it.GetComplete() != tc.complete {
-				t.Fatalf("settled %v", it)
-			}
-			if rc.Cost != tc.cost || rc.CostBasis != tc.basis || rc.CostSource != tc.costSrc {
-				t.Fatalf("cost %d, basis %s, source %s", rc.Cost, rc.CostBasis, rc.CostSource)
-			}
-			if e.Enforcer.Tracker.Len() != 0 || e.CP.Pending(w.ID) != 0 {
-				t.Fatal("left pending")
-			}
-		})
+				enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
+				rc := e.CP.Receipt(reqID)
+				it := rc.Item
+				if it.GetInputTokens() != tc.in || it.GetOutputTokens() != tc.out || it.GetModel() != tc.model ||
+					it.GetUsageEstimated() != tc.estimated || it.GetComplete() != tc.complete {
+					t.Fatalf("settled %v", it)
+				}
+				if rc.Cost != tc.cost || rc.CostBasis != tc.basis || rc.CostSource != tc.costSrc {
+					t.Fatalf("cost %d, basis %s, source %s", rc.Cost, rc.CostBasis, rc.CostSource)
+				}
+				if e.Enforcer.Tracker.Len() != 0 || e.CP.Pending(w.ID) != 0 {
+					t.Fatal("left pending")
+				}
+			})
+		}
 	}
 }
 

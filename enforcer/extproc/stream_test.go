@@ -2,6 +2,7 @@ package extproc_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,11 +55,17 @@ type streamSpec struct {
 	breakOff bool
 	// bodyInHeaders: the response has no body (end_of_stream on the headers).
 	bodyless bool
+	// requestBody, when set, goes in the same stream after the request headers, whole
+	// (BUFFERED): one filter for the request body and the response, as Envoy
+	// Gateway's EnvoyExtensionPolicy of deploy/envoy-gateway/tollgate.yaml configures
+	// it, where deploy/envoy/envoy.yaml has a filter of its own for the body.
+	requestBody string
 }
 
 // runStream plays one response through ext_proc the way Envoy does, checking that
-// every message is answered at once with an unmodified "continue".
-func runStream(t *testing.T, e *enforcertest.Env, s streamSpec) {
+// every message is answered at once with an unmodified "continue", but the request
+// body's (spec.requestBody), which it returns.
+func runStream(t *testing.T, e *enforcertest.Env, s streamSpec) (requestBody *extprocv3.BodyResponse) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -91,10 +98,20 @@ func runStream(t *testing.T, e *enforcertest.Env, s streamSpec) {
 	if s.requestID != "" {
 		reqHeaders = append(reqHeaders, "x-service-request-id", s.requestID)
 	}
+	if s.requestBody != "" {
+		reqHeaders = append(reqHeaders, "content-length", strconv.Itoa(len(s.requestBody)))
+	}
 	exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
 		Headers: enforcertest.HeaderMap(reqHeaders...)}}}, func(r *extprocv3.ProcessingResponse) bool {
 		return r.GetRequestHeaders() != nil && r.GetRequestHeaders().GetResponse() == nil
 	})
+	if s.requestBody != "" {
+		exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
+			Body: []byte(s.requestBody), EndOfStream: true}}}, func(r *extprocv3.ProcessingResponse) bool {
+			requestBody = r.GetRequestBody()
+			return requestBody != nil
+		})
+	}
 	status := s.status
 	if status == "" {
 		status = "200"
@@ -114,9 +131,10 @@ func runStream(t *testing.T, e *enforcertest.Env, s streamSpec) {
 	}
 	if s.breakOff {
 		cancel() // the client went away: Envoy resets the stream
-		return
+		return requestBody
 	}
 	_ = st.CloseSend()
+	return requestBody
 }
 
 func TestExtProcSettlesStreams(t *testing.T) {
