@@ -57,11 +57,13 @@ test-topologies: ## only the Redis Cluster/Sentinel, failover and two-replica su
 # `//lint:ignore CHECK reason` where the check is wrong about that line.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-lint: ## gofmt, go vet, go.mod tidy (root and tools/), staticcheck
+lint: ## gofmt, go vet, go.mod tidy (root and the tools' modules), staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	cd tools && $(GO) mod tidy -diff
+	cd tools/composecheck && GOWORK=off $(GO) mod tidy -diff
+	cd tools/egctl && GOWORK=off $(GO) mod tidy -diff
 	$(GO) run $(STATICCHECK) ./...
 
 generate: ## regenerate committed code (protobuf of the internal API); needs protoc, protoc-gen-go, protoc-gen-go-grpc

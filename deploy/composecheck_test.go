@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,24 +13,7 @@ import (
 // Docker engine is needed, and none is available on CI. Like the chart tests,
 // it skips when the tool cannot be built, except under CI=true.
 func TestComposeSpec(t *testing.T) {
-	// `go tool -n` builds the tool into the Go build cache (or finds it
-	// there) and prints the executable's path.
-	find := exec.Command("go", "tool", "-n", "composecheck")
-	find.Dir = "../tools/composecheck"
-	find.Env = append(os.Environ(), "GOWORK=off")
-	path, err := find.Output()
-	bin := strings.TrimSpace(string(path))
-	if err != nil || bin == "" {
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		msg := fmt.Sprintf("cannot build tools/composecheck: %v\n%s", err, stderr)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	bin := pinnedTool(t, "../tools/composecheck", "composecheck")
 	check := exec.Command(bin, "-f", "compose/compose.yaml")
 	// Only the file's own defaults: no .env or variables from the caller.
 	var env []string

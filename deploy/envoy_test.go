@@ -27,75 +27,8 @@ import (
 // protos' validation rules, which is most of what `envoy --mode validate`
 // checks; then it checks the choices the file documents.
 func TestEnvoyConfig(t *testing.T) {
-	b, err := os.ReadFile("envoy/envoy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		t.Fatalf("envoy.yaml: %v", err)
-	}
-	js, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var bs bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &bs); err != nil {
-		t.Fatalf("envoy.yaml is not a valid Envoy v3 Bootstrap: %v", err)
-	}
-	if err := bs.ValidateAll(); err != nil {
-		t.Fatalf("envoy.yaml fails Envoy's validation rules: %v", err)
-	}
-
-	clusters := map[string]bool{}
-	for _, c := range bs.GetStaticResources().GetClusters() {
-		clusters[c.GetName()] = true
-	}
-	if !clusters["tollgate_enforcer"] {
-		t.Fatal("no tollgate_enforcer cluster")
-	}
-	var authz *extauthzv3.ExtAuthz
-	var procs []*extprocv3.ExternalProcessor
-	var order []string
-	var listener *listenerv3.Listener
-	var removed []string
-	for _, l := range bs.GetStaticResources().GetListeners() {
-		listener = l
-		for _, fc := range l.GetFilterChains() {
-			for _, f := range fc.GetFilters() {
-				var hcm hcmv3.HttpConnectionManager
-				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-					t.Fatalf("filter %s: %v", f.GetName(), err)
-				}
-				for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
-					for _, r := range vh.GetRoutes() {
-						if c := r.GetRoute().GetCluster(); c != "" && !clusters[c] {
-							t.Errorf("route to unknown cluster %s", c)
-						}
-						removed = append(removed, r.GetRequestHeadersToRemove()...)
-					}
-				}
-				for _, hf := range hcm.GetHttpFilters() {
-					// Envoy picks a filter by its config's type; the name is a label.
-					typ := hf.GetTypedConfig().GetTypeUrl()
-					order = append(order, typ[strings.LastIndex(typ, ".")+1:])
-					switch {
-					case hf.GetTypedConfig().MessageIs(&extauthzv3.ExtAuthz{}):
-						authz = &extauthzv3.ExtAuthz{}
-						if err := hf.GetTypedConfig().UnmarshalTo(authz); err != nil {
-							t.Fatal(err)
-						}
-					case hf.GetTypedConfig().MessageIs(&extprocv3.ExternalProcessor{}):
-						p := &extprocv3.ExternalProcessor{}
-						if err := hf.GetTypedConfig().UnmarshalTo(p); err != nil {
-							t.Fatal(err)
-						}
-						procs = append(procs, p)
-					}
-				}
-			}
-		}
-	}
+	ref := loadEnvoyConfig(t)
+	authz, procs, order, listener, removed := ref.authz, ref.procs, ref.order, ref.listener, ref.removed
 	// ext_authz first: both ext_proc filters need the request id it adds. The
 	// request-body filter before the response one, the router last.
 	want := []string{"ExtAuthz", "ExternalProcessor", "ExternalProcessor", "Router"}
@@ -179,4 +112,101 @@ func TestEnvoyConfig(t *testing.T) {
 			t.Errorf("routes remove %v: %s must not reach the provider", removed, h)
 		}
 	}
+}
+
+// envoyConfig is what the tests read of deploy/envoy/envoy.yaml: its listener, its
+// ext_authz and ext_proc filters in their order (the filters' config types, by
+// their last name), and the headers its routes remove.
+type envoyConfig struct {
+	listener *listenerv3.Listener
+	authz    *extauthzv3.ExtAuthz
+	procs    []*extprocv3.ExternalProcessor
+	order    []string
+	removed  []string
+}
+
+// loadEnvoyConfig loads deploy/envoy/envoy.yaml into Envoy's own Bootstrap proto
+// (unknown fields fail, every typed_config must resolve), runs the protos'
+// validation rules, and picks out its filters.
+func loadEnvoyConfig(t *testing.T) envoyConfig {
+	t.Helper()
+	b, err := os.ReadFile("envoy/envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("envoy.yaml: %v", err)
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bs bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &bs); err != nil {
+		t.Fatalf("envoy.yaml is not a valid Envoy v3 Bootstrap: %v", err)
+	}
+	if err := bs.ValidateAll(); err != nil {
+		t.Fatalf("envoy.yaml fails Envoy's validation rules: %v", err)
+	}
+
+	clusters := map[string]bool{}
+	for _, c := range bs.GetStaticResources().GetClusters() {
+		clusters[c.GetName()] = true
+	}
+	if !clusters["tollgate_enforcer"] {
+		t.Fatal("no tollgate_enforcer cluster")
+	}
+	var ref envoyConfig
+	for _, l := range bs.GetStaticResources().GetListeners() {
+		ref.listener = l
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				var hcm hcmv3.HttpConnectionManager
+				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+					t.Fatalf("filter %s: %v", f.GetName(), err)
+				}
+				for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+					for _, r := range vh.GetRoutes() {
+						if c := r.GetRoute().GetCluster(); c != "" && !clusters[c] {
+							t.Errorf("route to unknown cluster %s", c)
+						}
+						ref.removed = append(ref.removed, r.GetRequestHeadersToRemove()...)
+					}
+				}
+				for _, hf := range hcm.GetHttpFilters() {
+					kind, authz, proc := httpFilter(t, hf)
+					ref.order = append(ref.order, kind)
+					if authz != nil {
+						ref.authz = authz
+					}
+					if proc != nil {
+						ref.procs = append(ref.procs, proc)
+					}
+				}
+			}
+		}
+	}
+	return ref
+}
+
+// httpFilter names an HTTP filter by its config's type (Envoy picks a filter by it; the
+// filter's name is a label) and decodes it when it is ext_authz or ext_proc.
+func httpFilter(t *testing.T, hf *hcmv3.HttpFilter) (kind string, authz *extauthzv3.ExtAuthz, proc *extprocv3.ExternalProcessor) {
+	t.Helper()
+	typ := hf.GetTypedConfig().GetTypeUrl()
+	kind = typ[strings.LastIndex(typ, ".")+1:]
+	switch {
+	case hf.GetTypedConfig().MessageIs(&extauthzv3.ExtAuthz{}):
+		authz = &extauthzv3.ExtAuthz{}
+		if err := hf.GetTypedConfig().UnmarshalTo(authz); err != nil {
+			t.Fatal(err)
+		}
+	case hf.GetTypedConfig().MessageIs(&extprocv3.ExternalProcessor{}):
+		proc = &extprocv3.ExternalProcessor{}
+		if err := hf.GetTypedConfig().UnmarshalTo(proc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kind, authz, proc
 }

@@ -1,0 +1,307 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// egctlFixtures stand for what the cluster holds and the manifests assume: Envoy
+// Gateway's GatewayClass and the chart's enforcer Service (release "tollgate").
+const egctlFixtures = `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata:
+  name: eg
+spec:
+  controllerName: gateway.envoyproxy.io/gatewayclass-controller
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: tollgate-enforcer
+  namespace: tollgate
+spec:
+  clusterIP: 10.96.0.10
+  ports:
+    - name: grpc
+      port: 9001
+      targetPort: grpc
+      protocol: TCP
+      appProtocol: grpc
+`
+
+var (
+	yamlDocSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
+	yamlObject       = regexp.MustCompile(`(?m)^apiVersion:`)
+)
+
+// manifests joins the objects of the YAML files into one stream, leaving out the
+// documents that hold only comments (egctl refuses an object without a kind).
+func manifests(t *testing.T, extra string, files ...string) []byte {
+	t.Helper()
+	docs := yamlDocSeparator.Split(extra, -1)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, yamlDocSeparator.Split(string(b), -1)...)
+	}
+	var out []string
+	for _, d := range docs {
+		if yamlObject.MatchString(d) {
+			out = append(out, strings.Trim(d, "\n"))
+		}
+	}
+	return []byte(strings.Join(out, "\n---\n") + "\n")
+}
+
+// translate runs egctl x translate over the manifests: the Gateway API resources back
+// with the status Envoy Gateway would give them, and the xDS it would serve.
+func translate(t *testing.T, in []byte) map[string]any {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "in.yaml")
+	if err := os.WriteFile(f, in, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(pinnedTool(t, "../tools/egctl", "egctl"), "x", "translate", "--from", "gateway-api", "--to", "gateway-api,xds", "-t", "all", "-o", "json", "-f", f)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("egctl x translate: %v\n%s", err, stderr.String())
+	}
+	var out map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("egctl's output is not JSON: %v", err)
+	}
+	return out
+}
+
+func jget(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			l, _ := v.([]any)
+			if k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+func jlist(v any, path ...any) []any { l, _ := jget(v, path...).([]any); return l }
+
+func jstr(v any, path ...any) string { s, _ := jget(v, path...).(string); return s }
+
+// conditionsNotTrue lists the conditions of an object's status (its own, its
+// parents', its ancestors', its listeners') that are not True.
+func conditionsNotTrue(obj any) (bad []string, n int) {
+	var lists [][]any
+	lists = append(lists, jlist(obj, "status", "conditions"))
+	for _, key := range []string{"parents", "ancestors", "listeners"} {
+		for _, p := range jlist(obj, "status", key) {
+			lists = append(lists, jlist(p, "conditions"))
+		}
+	}
+	for _, l := range lists {
+		for _, c := range l {
+			n++
+			if jstr(c, "status") != "True" {
+				bad = append(bad, jstr(c, "type")+": "+jstr(c, "reason")+": "+jstr(c, "message"))
+			}
+		}
+	}
+	return bad, n
+}
+
+// TestEnvoyGatewayPolicies runs deploy/envoy-gateway's policies, with its example
+// route, through Envoy Gateway's own translator (egctl x translate, pinned in
+// tools/egctl/go.mod), which validates each object against Envoy Gateway's and the
+// Gateway API's CRDs and translates them as Envoy Gateway's controller does. Every
+// object must be accepted, and what Envoy would be given must do what
+// deploy/envoy/envoy.yaml's hand-written filters do: ext_authz first, closed (503)
+// when the enforcer is away, without the body; one ext_proc after it, open on
+// failure, answering (not observing: it may rewrite the request body) the buffered
+// request body and the streamed response; both on the route to the enforcer's
+// Service, whose member-key headers it removes; the listener buffering as much of a
+// body as envoy.yaml's.
+func TestEnvoyGatewayPolicies(t *testing.T) {
+	ref := loadEnvoyConfig(t)
+	out := translate(t, manifests(t, egctlFixtures, "envoy-gateway/example-route.yaml", "envoy-gateway/tollgate.yaml"))
+
+	// Every object accepted, and every kind the policies use among them.
+	for key, want := range map[string]int{"gateways": 1, "httpRoutes": 1, "securityPolicies": 1, "envoyExtensionPolicies": 1,
+		"clientTrafficPolicies": 1, "backends": 1, "backendTLSPolicies": 1} {
+		objs := jlist(out, key)
+		if len(objs) != want {
+			t.Errorf("%s: %d translated, want %d", key, len(objs), want)
+		}
+		for _, o := range objs {
+			bad, n := conditionsNotTrue(o)
+			if len(bad) > 0 || n == 0 {
+				t.Errorf("%s %s: %d conditions, not true: %v", key, jstr(o, "metadata", "name"), n, bad)
+			}
+		}
+	}
+
+	configs := jlist(out, "xds", "llm/llm", "configs")
+	if len(configs) == 0 {
+		t.Fatalf("no xDS for the Gateway llm/llm; got %v", jget(out, "xds"))
+	}
+	var listener, route map[string]any
+	endpoints := map[string][]string{}
+	for _, c := range configs {
+		for _, l := range jlist(c, "dynamicListeners") {
+			if jstr(l, "activeState", "listener", "name") == "llm/llm/http" {
+				listener, _ = jget(l, "activeState", "listener").(map[string]any)
+			}
+		}
+		for _, rc := range jlist(c, "dynamicRouteConfigs") {
+			for _, vh := range jlist(rc, "routeConfig", "virtualHosts") {
+				for _, r := range jlist(vh, "routes") {
+					route, _ = r.(map[string]any)
+				}
+			}
+		}
+		for _, e := range jlist(c, "dynamicEndpointConfigs") {
+			for _, le := range jlist(e, "endpointConfig", "endpoints") {
+				for _, lb := range jlist(le, "lbEndpoints") {
+					a := jget(lb, "endpoint", "address", "socketAddress")
+					cluster := jstr(e, "endpointConfig", "clusterName")
+					endpoints[cluster] = append(endpoints[cluster], fmt.Sprintf("%s:%v", jstr(a, "address"), jget(a, "portValue")))
+				}
+			}
+		}
+	}
+	if listener == nil || route == nil {
+		t.Fatalf("no listener llm/llm/http or no route in the xDS")
+	}
+
+	// The listener buffers as much of a request body as envoy.yaml's.
+	got, _ := jget(listener, "perConnectionBufferLimitBytes").(float64)
+	if got, want := uint32(got), ref.listener.GetPerConnectionBufferLimitBytes().GetValue(); got != want {
+		t.Errorf("listener per_connection_buffer_limit_bytes %v, want envoy.yaml's %v (ClientTrafficPolicy connection.bufferLimit)", got, want)
+	}
+
+	// The HTTP filters, decoded into Envoy's protos as envoy.yaml's are.
+	var kinds, names []string
+	var authzName, procName string
+	var hf []any
+	for _, fc := range append(jlist(listener, "filterChains"), jget(listener, "defaultFilterChain")) {
+		for _, f := range jlist(fc, "filters") {
+			hf = append(hf, jlist(f, "typedConfig", "httpFilters")...)
+		}
+	}
+	var authz *extauthzv3.ExtAuthz
+	var proc *extprocv3.ExternalProcessor
+	for _, raw := range hf {
+		var f hcmv3.HttpFilter
+		if err := protojson.Unmarshal(mustJSON(t, raw), &f); err != nil {
+			t.Fatalf("http filter %s: %v", jstr(raw, "name"), err)
+		}
+		kind, a, p := httpFilter(t, &f)
+		kinds, names = append(kinds, kind), append(names, f.GetName())
+		switch {
+		case a != nil:
+			if authz != nil {
+				t.Error("two ext_authz filters")
+			}
+			authz, authzName = a, f.GetName()
+		case p != nil:
+			if proc != nil {
+				t.Error("two ext_proc filters")
+			}
+			proc, procName = p, f.GetName()
+		}
+	}
+	if want := []string{"ExtAuthz", "ExternalProcessor", "Router"}; !slices.Equal(kinds, want) {
+		t.Fatalf("http filters %v (%v), want %v: ext_authz first (ext_proc follows the request id it sets), the router last", kinds, names, want)
+	}
+
+	// ext_authz: as envoy.yaml's.
+	if authz.GetFailureModeAllow() != ref.authz.GetFailureModeAllow() || authz.GetStatusOnError().GetCode() != ref.authz.GetStatusOnError().GetCode() {
+		t.Errorf("ext_authz failure_mode_allow %v, status_on_error %v; envoy.yaml's %v, %v",
+			authz.GetFailureModeAllow(), authz.GetStatusOnError().GetCode(), ref.authz.GetFailureModeAllow(), ref.authz.GetStatusOnError().GetCode())
+	}
+	if authz.GetWithRequestBody() != nil {
+		t.Error("ext_authz sends the request body: a refusal needs only the headers")
+	}
+	if got, want := authz.GetGrpcService().GetTimeout().AsDuration(), ref.authz.GetGrpcService().GetTimeout().AsDuration(); got != want {
+		t.Errorf("ext_authz timeout %v, envoy.yaml's %v", got, want)
+	}
+
+	// ext_proc: envoy.yaml's two filters in one. The request-body filter's request
+	// modes and message timeout, the response filter's response modes, open on
+	// failure like both; it answers every message (observability off), since it may
+	// rewrite the body.
+	body, resp := ref.procs[0], ref.procs[1]
+	pm, bm, rm := proc.GetProcessingMode(), body.GetProcessingMode(), resp.GetProcessingMode()
+	if pm.GetRequestHeaderMode() != bm.GetRequestHeaderMode() || pm.GetRequestBodyMode() != bm.GetRequestBodyMode() ||
+		pm.GetResponseHeaderMode() != rm.GetResponseHeaderMode() || pm.GetResponseBodyMode() != rm.GetResponseBodyMode() ||
+		pm.GetRequestTrailerMode() != bm.GetRequestTrailerMode() || pm.GetResponseTrailerMode() != rm.GetResponseTrailerMode() {
+		t.Errorf("ext_proc processing mode %v; want envoy.yaml's request-body filter's request modes (%v) and its response filter's response modes (%v)", pm, bm, rm)
+	}
+	if proc.GetObservabilityMode() {
+		t.Error("ext_proc in observability mode (shadowMode): the request body's rewrite would be ignored")
+	}
+	if proc.GetFailureModeAllow() != body.GetFailureModeAllow() || proc.GetFailureModeAllow() != resp.GetFailureModeAllow() {
+		t.Errorf("ext_proc failure_mode_allow %v, envoy.yaml's %v and %v", proc.GetFailureModeAllow(), body.GetFailureModeAllow(), resp.GetFailureModeAllow())
+	}
+	if got, want := proc.GetMessageTimeout().AsDuration(), body.GetMessageTimeout().AsDuration(); got != want {
+		t.Errorf("ext_proc message_timeout %v, envoy.yaml's request-body filter's %v", got, want)
+	}
+	if proc.GetAllowModeOverride() {
+		t.Error("ext_proc allows mode overrides: the enforcer never changes the mode")
+	}
+
+	// Both call the enforcer's Service, and both are on for the route (Envoy Gateway
+	// disables a policy's filter on the listener and enables it per route).
+	for _, c := range []string{authz.GetGrpcService().GetEnvoyGrpc().GetClusterName(), proc.GetGrpcService().GetEnvoyGrpc().GetClusterName()} {
+		if got := endpoints[c]; !slices.Equal(got, []string{"10.96.0.10:9001"}) {
+			t.Errorf("cluster %s reaches %v, want the enforcer Service's 10.96.0.10:9001", c, got)
+		}
+	}
+	perRoute, _ := jget(route, "typedPerFilterConfig").(map[string]any)
+	for _, name := range []string{authzName, procName} {
+		if _, ok := perRoute[name]; !ok {
+			t.Errorf("the route does not turn on %s (typed_per_filter_config has %v)", name, perRoute)
+		}
+	}
+
+	// The belt: the route removes the member-key headers envoy.yaml's routes remove.
+	var removed []string
+	for _, h := range jlist(route, "requestHeadersToRemove") {
+		removed = append(removed, h.(string))
+	}
+	for _, h := range ref.removed {
+		if !slices.Contains(removed, h) {
+			t.Errorf("the route removes %v, not %s, which envoy.yaml's routes remove", removed, h)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
