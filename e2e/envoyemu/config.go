@@ -54,6 +54,9 @@ type Route struct {
 	Prefix, Path string // match; one is set
 	Cluster      string
 	HostRewrite  string        // host_rewrite_literal
+	// AppendForwardedHost: a rewritten host's original goes in x-forwarded-host
+	// (append_x_forwarded_host).
+	AppendForwardedHost bool
 	Timeout      time.Duration // 0: none (Envoy's default is 15s; set it in the route)
 	// RemoveHeaders is the route's request_headers_to_remove: the router removes them
 	// from the upstream request after every filter ran (so also what a filter set).
@@ -114,11 +117,17 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 		return nil, fmt.Errorf("listener %q not found among %v", listener, names)
 	}
 	l := ls[i]
-	if len(l.GetFilterChains()) != 1 || len(l.GetFilterChains()[0].GetFilters()) != 1 {
-		return nil, fmt.Errorf("listener %s: want one filter chain with one network filter (the HTTP connection manager)", l.GetName())
+	chain := l.GetDefaultFilterChain() // Envoy Gateway's listeners have this one alone
+	if len(l.GetFilterChains()) == 1 && chain == nil {
+		chain = l.GetFilterChains()[0]
+	} else if len(l.GetFilterChains()) != 0 {
+		chain = nil
+	}
+	if chain == nil || len(chain.GetFilters()) != 1 {
+		return nil, fmt.Errorf("listener %s: want one filter chain (or a default one alone) with one network filter (the HTTP connection manager)", l.GetName())
 	}
 	var hcm hcmv3.HttpConnectionManager
-	if err := l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+	if err := chain.GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
 		return nil, fmt.Errorf("listener %s: %w", l.GetName(), err)
 	}
 	cfg := &Config{BufferLimit: 1 << 20}
@@ -194,7 +203,7 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 		if !slices.Equal(vh.GetDomains(), []string{"*"}) {
 			bad("virtual host %s: only domains [\"*\"] is emulated", vh.GetName())
 		}
-		if extra := setFields(vh, "name", "domains", "routes"); len(extra) > 0 {
+		if extra := setFields(vh, "name", "domains", "routes", "metadata"); len(extra) > 0 {
 			bad("virtual host %s: %v are not emulated (set them on routes)", vh.GetName(), extra)
 		}
 		for _, r := range vh.GetRoutes() {
@@ -242,7 +251,7 @@ func checkMode(m *extprocfv3.ProcessingMode, observability bool) error {
 	}
 	switch {
 	case m.GetResponseBodyMode() == extprocfv3.ProcessingMode_NONE:
-	case m.GetResponseBodyMode() == extprocfv3.ProcessingMode_STREAMED && observability:
+	case m.GetResponseBodyMode() == extprocfv3.ProcessingMode_STREAMED:
 	default:
 		problems = append(problems, fmt.Sprintf("response_body_mode %s (observability_mode %v)", m.GetResponseBodyMode(), observability))
 	}
@@ -257,7 +266,8 @@ func checkMode(m *extprocfv3.ProcessingMode, observability bool) error {
 
 func route(r *routev3.Route, filters map[string]Filter) (Route, error) {
 	var rt Route
-	if extra := setFields(r, "name", "match", "route", "typed_per_filter_config", "request_headers_to_remove"); len(extra) > 0 {
+	// metadata is read by no filter emulated here (nor set by one).
+	if extra := setFields(r, "name", "match", "route", "typed_per_filter_config", "request_headers_to_remove", "metadata"); len(extra) > 0 {
 		return rt, fmt.Errorf("%v are not emulated", extra)
 	}
 	m := r.GetMatch()
@@ -269,10 +279,10 @@ func route(r *routev3.Route, filters map[string]Filter) (Route, error) {
 	if a == nil {
 		return rt, errors.New("only route actions (to a cluster) are emulated")
 	}
-	if extra := setFields(a, "cluster", "timeout", "host_rewrite_literal", "idle_timeout"); len(extra) > 0 {
+	if extra := setFields(a, "cluster", "timeout", "host_rewrite_literal", "idle_timeout", "append_x_forwarded_host"); len(extra) > 0 {
 		return rt, fmt.Errorf("route action %v are not emulated", extra)
 	}
-	rt.Cluster, rt.HostRewrite = a.GetCluster(), a.GetHostRewriteLiteral()
+	rt.Cluster, rt.HostRewrite, rt.AppendForwardedHost = a.GetCluster(), a.GetHostRewriteLiteral(), a.GetAppendXForwardedHost()
 	for _, k := range r.GetRequestHeadersToRemove() {
 		rt.RemoveHeaders = append(rt.RemoveHeaders, strings.ToLower(k))
 	}
@@ -307,7 +317,7 @@ func perFilter(f Filter, a *anypb.Any) (PerFilter, error) {
 		if extra := setFields(fc, "disabled", "config"); len(extra) > 0 {
 			return PerFilter{}, fmt.Errorf("%v are not emulated", extra)
 		}
-		if fc.GetConfig() != nil {
+		if fc.GetConfig().GetTypeUrl() != "" {
 			pf, err := perFilter(f, fc.GetConfig())
 			if err != nil {
 				return pf, err
@@ -337,10 +347,16 @@ func perFilter(f Filter, a *anypb.Any) (PerFilter, error) {
 		if f.Authz == nil {
 			return PerFilter{}, errors.New("an ext_authz per-route config for another kind of filter")
 		}
-		if !c.GetDisabled() {
-			return PerFilter{}, errors.New("only disabled is emulated")
+		if c.GetDisabled() {
+			return PerFilter{Disabled: true}, nil
 		}
-		return PerFilter{Disabled: true}, nil
+		// Empty check settings change nothing; they turn on a filter the chain disables
+		// (as any per-route config does), which is how Envoy Gateway enables its
+		// SecurityPolicy's ext_authz on the routes the policy targets.
+		if cs := c.GetCheckSettings(); cs == nil || len(setFields(cs)) > 0 {
+			return PerFilter{}, errors.New("only disabled, or empty check_settings, is emulated")
+		}
+		return PerFilter{Enabled: true}, nil
 	case *bufferv3.BufferPerRoute:
 		if f.Buffer == nil {
 			return PerFilter{}, errors.New("a buffer per-route config for another kind of filter")

@@ -28,6 +28,10 @@
 //     failure_mode_allow / status_on_error (500 by default).
 //     The stream is closed when the exchange ends, as Envoy does when it destroys the
 //     filter.
+//     With response_body_mode STREAMED (one filter for the body and the response, as
+//     Envoy Gateway configures it), the response headers and then each response chunk
+//     are sent too, each answered before the chunk goes on to the client (a response
+//     body mutation is refused as not emulated).
 //   - ext_proc in observability mode: every message is sent without waiting for an
 //     answer (request headers, response headers with :status, then each response body
 //     chunk as it arrives, end_of_stream on the last), and the stream is half-closed
@@ -37,8 +41,11 @@
 //
 // Between the filters and the upstream it does what the connection manager and the
 // router do that matters here: hop-by-hop headers dropped, :authority sent as Host,
-// routes matched by prefix or path (per-route filter configs can disable a filter or
-// override an ext_proc processing mode), the route's request_headers_to_remove applied
+// routes matched by prefix or path (per-route filter configs can disable a filter,
+// override an ext_proc processing mode, or turn on a filter the chain disables: an
+// empty FilterConfig or ext_authz check settings, as Envoy Gateway writes them), a
+// rewritten host (host_rewrite_literal, its original appended to x-forwarded-host with
+// append_x_forwarded_host), the route's request_headers_to_remove applied
 // after every filter (so it removes what ext_authz set too), the upstream's answer
 // streamed to the client
 // chunk by chunk with a flush after each, an upstream or client that breaks off ends the

@@ -152,6 +152,10 @@ func (p *processor) Process(srv extprocv3.ExternalProcessor_ProcessServer) error
 			} else {
 				resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
 			}
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
 		default:
 			return fmt.Errorf("unexpected %T", r)
 		}
@@ -308,7 +312,7 @@ func TestLoadRefusesWhatItDoesNotEmulate(t *testing.T) {
 		{"ext_authz metadata_context_namespaces", "failure_mode_allow: false\n", "failure_mode_allow: false\n                      metadata_context_namespaces: [x]\n", "metadata_context_namespaces"},
 		{"ext_authz with_request_body without a size", "failure_mode_allow: false\n", "failure_mode_allow: false\n                      with_request_body: {allow_partial_message: true}\n", "max_request_bytes"},
 		{"streamed request body", "request_body_mode: BUFFERED", "request_body_mode: STREAMED", "request_body_mode STREAMED"},
-		{"response body outside observability", "response_header_mode: SKIP", "response_header_mode: SKIP\n                        response_body_mode: STREAMED", "response_body_mode STREAMED"},
+		{"buffered response body", "response_header_mode: SKIP", "response_header_mode: SKIP\n                        response_body_mode: BUFFERED", "response_body_mode BUFFERED"},
 		{"another filter", "envoy.extensions.filters.http.router.v3.Router", "envoy.extensions.filters.http.cors.v3.Cors", "Cors"},
 		{"a direct response", "route: {cluster: upstream, timeout: 60s}", "direct_response: {status: 200}", "direct_response"},
 	} {
@@ -551,6 +555,117 @@ func TestObservabilityStreamFollowsTheResponse(t *testing.T) {
 	want := []string{"request_headers", "response_headers", "body(eos=false)", "body(eos=false)", "body(eos=false)", "body(eos=true)"}
 	if !slices.Equal(kinds, want) || body.String() != strings.Join(up.answer, "") {
 		t.Fatalf("observer saw %v %q, want %v", kinds, body.String(), want)
+	}
+}
+
+// oneProcChain is in the shape Envoy Gateway gives deploy/envoy-gateway's policies: the
+// ext_authz and one ext_proc (request body BUFFERED, response body STREAMED, answered)
+// disabled on the listener, and turned on by the route's per-filter configs (empty
+// check settings; an empty FilterConfig); a listener with a default filter chain alone.
+const oneProcChain = `
+static_resources:
+  listeners:
+    - name: inference
+      address: {socket_address: {address: 0.0.0.0, port_value: 10000}}
+      default_filter_chain:
+        filters:
+          - name: envoy.filters.network.http_connection_manager
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+              stat_prefix: inference
+              route_config:
+                virtual_hosts:
+                  - name: llm
+                    domains: ["*"]
+                    metadata: {filter_metadata: {envoy-gateway: {resources: [{kind: Gateway}]}}}
+                    routes:
+                      - match: {prefix: "/"}
+                        metadata: {filter_metadata: {envoy-gateway: {resources: [{kind: HTTPRoute}]}}}
+                        route: {cluster: upstream, timeout: 60s, host_rewrite_literal: api.example.test, append_x_forwarded_host: true}
+                        typed_per_filter_config:
+                          envoy.filters.http.ext_authz/securitypolicy/llm/tollgate:
+                            "@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute
+                            check_settings: {}
+                          envoy.filters.http.ext_proc/envoyextensionpolicy/llm/tollgate/extproc/0:
+                            "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
+                            config: {}
+              http_filters:
+                - name: envoy.filters.http.ext_authz/securitypolicy/llm/tollgate
+                  disabled: true
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz
+                    transport_api_version: V3
+                    grpc_service: {envoy_grpc: {cluster_name: enforcer}, timeout: 5s}
+                    status_on_error: {code: ServiceUnavailable}
+                - name: envoy.filters.http.ext_proc/envoyextensionpolicy/llm/tollgate/extproc/0
+                  disabled: true
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
+                    grpc_service: {envoy_grpc: {cluster_name: enforcer}, timeout: 10s}
+                    failure_mode_allow: true
+                    message_timeout: 0.5s
+                    processing_mode:
+                      request_header_mode: SEND
+                      request_body_mode: BUFFERED
+                      response_header_mode: SEND
+                      response_body_mode: STREAMED
+                - name: envoy.filters.http.router
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+`
+
+// One ext_proc for the request body and the response, answered, as Envoy Gateway
+// configures it: the filters the route turns on run; every message goes on one stream,
+// each response chunk answered before the client gets it; the rewritten host's
+// original goes in x-forwarded-host.
+func TestOneProcessorAnswersTheStreamedResponse(t *testing.T) {
+	up := &upstream{answer: []string{"data: a\n\n", "data: b\n\n"}}
+	proc := &processor{check: admit(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{
+		hv("x-service-request-id", "req_1", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD)}})}
+	e := setup(t, oneProcChain, proc, up)
+	res, body := post(t, e.url+"/v1/chat/completions", `{"model":"m"}`, nil)
+	if res.StatusCode != 200 || body != strings.Join(up.answer, "") {
+		t.Fatalf("%d %q", res.StatusCode, body)
+	}
+	if len(proc.checks) != 1 {
+		t.Fatalf("%d checks, want the route's ext_authz once", len(proc.checks))
+	}
+	streams := e.proc.waitStreams(t, 1)
+	if len(streams) != 1 {
+		t.Fatalf("%d ext_proc streams, want one", len(streams))
+	}
+	var kinds []string
+	var got strings.Builder
+	for i, m := range streams[0] {
+		if m.GetObservabilityMode() {
+			t.Fatalf("message %d in observability mode", i)
+		}
+		switch r := m.GetRequest().(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			kinds = append(kinds, "request_headers")
+			if headerOf(r.RequestHeaders.GetHeaders(), "x-service-request-id") != "req_1" {
+				t.Fatalf("request headers %v", r.RequestHeaders)
+			}
+		case *extprocv3.ProcessingRequest_RequestBody:
+			kinds = append(kinds, fmt.Sprintf("request_body(eos=%v)", r.RequestBody.GetEndOfStream()))
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			kinds = append(kinds, "response_headers")
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			kinds = append(kinds, fmt.Sprintf("body(eos=%v)", r.ResponseBody.GetEndOfStream()))
+			got.Write(r.ResponseBody.GetBody())
+		}
+	}
+	// The upstream's two writes may arrive as one read: one body message or two, then
+	// the end.
+	want := []string{"request_headers", "request_body(eos=true)", "response_headers", "body(eos=false)"}
+	if len(kinds) < 5 || !slices.Equal(kinds[:4], want) || kinds[len(kinds)-1] != "body(eos=true)" || got.String() != strings.Join(up.answer, "") {
+		t.Fatalf("the processor saw %v %q, want %v, maybe one more chunk, then the end", kinds, got.String(), want)
+	}
+	up.mu.Lock()
+	r := up.got[len(up.got)-1]
+	up.mu.Unlock()
+	if h := r.Header.Get("X-Forwarded-Host"); r.Host != "api.example.test" || !strings.HasPrefix(h, "127.0.0.1:") {
+		t.Fatalf("upstream host %q, x-forwarded-host %q: want the rewritten host, and the original in x-forwarded-host", r.Host, h)
 	}
 }
 

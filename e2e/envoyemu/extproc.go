@@ -268,6 +268,40 @@ func (x *exchange) processResponseHeaders(af *activeFilter, rh headers, endOfStr
 	}
 }
 
+// processResponseBody hands a response chunk to the ext_proc filters not in
+// observability mode whose mode streams the response body, last filter first, each
+// answer awaited before the chunk goes on (STREAMED: Envoy holds it meanwhile). false
+// when the exchange ended (a processor answered the client, or failed closed).
+func (x *exchange) processResponseBody(chunk []byte, last bool) bool {
+	for i := len(x.active) - 1; i >= 0; i-- {
+		af := x.active[i]
+		if af.proc == nil || af.proc.dead || af.obs != nil || af.mode.respBody != extprocfv3.ProcessingMode_STREAMED {
+			continue
+		}
+		resp, err := af.proc.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: chunk, EndOfStream: last}}})
+		if err != nil {
+			if !x.failed(af, err) {
+				return false
+			}
+			continue
+		}
+		switch r := resp.GetResponse().(type) {
+		case *extprocv3.ProcessingResponse_ImmediateResponse:
+			return x.immediate(r.ImmediateResponse)
+		case *extprocv3.ProcessingResponse_ResponseBody:
+			if cr := r.ResponseBody.GetResponse(); cr.GetBodyMutation() != nil || cr.GetHeaderMutation() != nil {
+				return x.refuse(errorf("ext_proc %s: a response body mutation is not emulated", af.f.Name))
+			}
+		default:
+			if !x.failed(af, errorf("answered a response body chunk with %T", r)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // mutate applies a processor's header mutation the way Envoy does: removals first, then
 // the set_headers (raw_value; "append" defaults to false), both under the default
 // mutation rules.

@@ -332,6 +332,9 @@ func (x *exchange) forward() {
 	}
 	out.Host = x.req.value(":authority")
 	if x.route.HostRewrite != "" {
+		if x.route.AppendForwardedHost {
+			x.req.apply(appendOrAdd, "x-forwarded-host", out.Host)
+		}
 		out.Host = x.route.HostRewrite
 	}
 	// The router's own header changes come last: the route's request_headers_to_remove
@@ -401,6 +404,9 @@ func (x *exchange) forward() {
 			chunk := append([]byte(nil), buf[:n]...)
 			seen += int64(n)
 			last := resp.ContentLength >= 0 && seen == resp.ContentLength
+			if !x.processResponseBody(chunk, last) {
+				return
+			}
 			if _, werr := x.w.Write(chunk); werr != nil {
 				// The client went away: Envoy resets the upstream request, and the
 				// processors see the stream end without end_of_stream.
@@ -416,7 +422,9 @@ func (x *exchange) forward() {
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			x.responseBody(nil, true)
+			if x.processResponseBody(nil, true) {
+				x.responseBody(nil, true)
+			}
 			return
 		}
 		if err != nil {
