@@ -53,11 +53,11 @@ type Filter struct {
 type Route struct {
 	Prefix, Path string // match; one is set
 	Cluster      string
-	HostRewrite  string        // host_rewrite_literal
+	HostRewrite  string // host_rewrite_literal
 	// AppendForwardedHost: a rewritten host's original goes in x-forwarded-host
 	// (append_x_forwarded_host).
 	AppendForwardedHost bool
-	Timeout      time.Duration // 0: none (Envoy's default is 15s; set it in the route)
+	Timeout             time.Duration // 0: none (Envoy's default is 15s; set it in the route)
 	// RemoveHeaders is the route's request_headers_to_remove: the router removes them
 	// from the upstream request after every filter ran (so also what a filter set).
 	RemoveHeaders []string
