@@ -1,21 +1,17 @@
 package deploy
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"slices"
-	"strings"
 	"testing"
 
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/tollgate-dev/tollgate/internal/egtranslate"
 )
 
 // egctlFixtures stand for what the cluster holds and the manifests assume: Envoy
@@ -42,73 +38,11 @@ spec:
       appProtocol: grpc
 `
 
-var (
-	yamlDocSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
-	yamlObject       = regexp.MustCompile(`(?m)^apiVersion:`)
-)
+func jget(v any, path ...any) any { return egtranslate.Get(v, path...) }
 
-// manifests joins the objects of the YAML files into one stream, leaving out the
-// documents that hold only comments (egctl refuses an object without a kind).
-func manifests(t *testing.T, extra string, files ...string) []byte {
-	t.Helper()
-	docs := yamlDocSeparator.Split(extra, -1)
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, yamlDocSeparator.Split(string(b), -1)...)
-	}
-	var out []string
-	for _, d := range docs {
-		if yamlObject.MatchString(d) {
-			out = append(out, strings.Trim(d, "\n"))
-		}
-	}
-	return []byte(strings.Join(out, "\n---\n") + "\n")
-}
+func jlist(v any, path ...any) []any { return egtranslate.List(v, path...) }
 
-// translate runs egctl x translate over the manifests: the Gateway API resources back
-// with the status Envoy Gateway would give them, and the xDS it would serve.
-func translate(t *testing.T, in []byte) map[string]any {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "in.yaml")
-	if err := os.WriteFile(f, in, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(pinnedTool(t, "../tools/egctl", "egctl"), "x", "translate", "--from", "gateway-api", "--to", "gateway-api,xds", "-t", "all", "-o", "json", "-f", f)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("egctl x translate: %v\n%s", err, stderr.String())
-	}
-	var out map[string]any
-	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-		t.Fatalf("egctl's output is not JSON: %v", err)
-	}
-	return out
-}
-
-func jget(v any, path ...any) any {
-	for _, p := range path {
-		switch k := p.(type) {
-		case string:
-			m, _ := v.(map[string]any)
-			v = m[k]
-		case int:
-			l, _ := v.([]any)
-			if k >= len(l) {
-				return nil
-			}
-			v = l[k]
-		}
-	}
-	return v
-}
-
-func jlist(v any, path ...any) []any { l, _ := jget(v, path...).([]any); return l }
-
-func jstr(v any, path ...any) string { s, _ := jget(v, path...).(string); return s }
+func jstr(v any, path ...any) string { return egtranslate.Str(v, path...) }
 
 // conditionsNotTrue lists the conditions of an object's status (its own, its
 // parents', its ancestors', its listeners') that are not True.
@@ -131,6 +65,21 @@ func conditionsNotTrue(obj any) (bad []string, n int) {
 	return bad, n
 }
 
+// translateEnvoyGateway runs deploy/envoy-gateway's files, with the fixtures, through
+// Envoy Gateway's translator.
+func translateEnvoyGateway(t *testing.T) egtranslate.Output {
+	t.Helper()
+	in, err := egtranslate.Manifests(egctlFixtures, "envoy-gateway/example-route.yaml", "envoy-gateway/tollgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := egtranslate.Translate(pinnedTool(t, "../tools/egctl", "egctl"), t.TempDir(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // TestEnvoyGatewayPolicies runs deploy/envoy-gateway's policies, with its example
 // route, through Envoy Gateway's own translator (egctl x translate, pinned in
 // tools/egctl/go.mod), which validates each object against Envoy Gateway's and the
@@ -144,12 +93,12 @@ func conditionsNotTrue(obj any) (bad []string, n int) {
 // body as envoy.yaml's.
 func TestEnvoyGatewayPolicies(t *testing.T) {
 	ref := loadEnvoyConfig(t)
-	out := translate(t, manifests(t, egctlFixtures, "envoy-gateway/example-route.yaml", "envoy-gateway/tollgate.yaml"))
+	out := translateEnvoyGateway(t)
 
 	// Every object accepted, and every kind the policies use among them.
 	for key, want := range map[string]int{"gateways": 1, "httpRoutes": 1, "securityPolicies": 1, "envoyExtensionPolicies": 1,
 		"clientTrafficPolicies": 1, "backends": 1, "backendTLSPolicies": 1} {
-		objs := jlist(out, key)
+		objs := jlist(map[string]any(out), key)
 		if len(objs) != want {
 			t.Errorf("%s: %d translated, want %d", key, len(objs), want)
 		}
@@ -161,25 +110,18 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 		}
 	}
 
-	configs := jlist(out, "xds", "llm/llm", "configs")
-	if len(configs) == 0 {
-		t.Fatalf("no xDS for the Gateway llm/llm; got %v", jget(out, "xds"))
+	listener := out.Listener("llm/llm", "llm/llm/http")
+	if listener == nil {
+		t.Fatalf("no listener llm/llm/http in the xDS of the Gateway llm/llm: %v", jget(map[string]any(out), "xds"))
 	}
-	var listener, route map[string]any
+	var route map[string]any
+	for _, vh := range jlist(out.RouteConfig("llm/llm", "llm/llm/http"), "virtualHosts") {
+		for _, r := range jlist(vh, "routes") {
+			route, _ = r.(map[string]any)
+		}
+	}
 	endpoints := map[string][]string{}
-	for _, c := range configs {
-		for _, l := range jlist(c, "dynamicListeners") {
-			if jstr(l, "activeState", "listener", "name") == "llm/llm/http" {
-				listener, _ = jget(l, "activeState", "listener").(map[string]any)
-			}
-		}
-		for _, rc := range jlist(c, "dynamicRouteConfigs") {
-			for _, vh := range jlist(rc, "routeConfig", "virtualHosts") {
-				for _, r := range jlist(vh, "routes") {
-					route, _ = r.(map[string]any)
-				}
-			}
-		}
+	for _, c := range out.Configs("llm/llm") {
 		for _, e := range jlist(c, "dynamicEndpointConfigs") {
 			for _, le := range jlist(e, "endpointConfig", "endpoints") {
 				for _, lb := range jlist(le, "lbEndpoints") {
@@ -190,8 +132,8 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 			}
 		}
 	}
-	if listener == nil || route == nil {
-		t.Fatalf("no listener llm/llm/http or no route in the xDS")
+	if route == nil {
+		t.Fatal("no route in the route configuration llm/llm/http")
 	}
 
 	// The listener buffers as much of a request body as envoy.yaml's.

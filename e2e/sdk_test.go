@@ -19,6 +19,8 @@ import (
 
 	"github.com/tollgate-dev/tollgate/e2e/envoyemu"
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+	"github.com/tollgate-dev/tollgate/internal/egtranslate"
+	"github.com/tollgate-dev/tollgate/internal/gotool"
 )
 
 // providerAuthorization is the provider's credential the enforcer puts on admitted
@@ -123,6 +125,83 @@ type sdkResult struct {
 func TestOfficialSDKsThroughTheEnforcedPath(t *testing.T) {
 	// Not parallel: it times the refused calls (under 2 s), which a loaded machine
 	// would blur; Go runs it before the parallel tests.
+	cfg, err := envoyemu.LoadFile("../deploy/envoy/envoy.yaml", "inference")
+	if err != nil {
+		t.Fatalf("the Envoy emulator cannot play deploy/envoy/envoy.yaml: %v", err)
+	}
+	sdksThroughEnvoy(t, cfg, func(enforcer, upstream string) map[string]string {
+		return map[string]string{"tollgate_enforcer": enforcer, "llm_upstream": upstream}
+	})
+}
+
+// TestOfficialSDKsThroughEnvoyGateway is TestOfficialSDKsThroughTheEnforcedPath with
+// the Envoy configuration Envoy Gateway makes of deploy/envoy-gateway's policies and
+// example route (egctl x translate, tools/egctl): one ext_proc filter for the request
+// body and the response, answered, where envoy.yaml has two. The same calls, charged
+// the same, refused the same.
+func TestOfficialSDKsThroughEnvoyGateway(t *testing.T) {
+	egctl, err := gotool.Path("../tools/egctl", "egctl")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("cannot build egctl (CI=true, so this fails instead of skipping): %v", err)
+		}
+		t.Skipf("cannot build egctl (set CI=true to make this a failure): %v", err)
+	}
+	in, err := egtranslate.Manifests(envoyGatewayFixtures, "../deploy/envoy-gateway/example-route.yaml", "../deploy/envoy-gateway/tollgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := egtranslate.Translate(egctl, t.TempDir(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootstrap, err := out.Bootstrap("llm/llm", "llm/llm/http")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := envoyemu.Load(bootstrap, "llm/llm/http")
+	if err != nil {
+		t.Fatalf("the Envoy emulator cannot play Envoy Gateway's translation: %v", err)
+	}
+	clusters := out.Clusters("llm/llm")
+	sdksThroughEnvoy(t, cfg, func(enforcer, upstream string) map[string]string {
+		// Envoy Gateway names a policy's cluster after the policy, a route's after the route.
+		m := map[string]string{}
+		for _, c := range clusters {
+			switch {
+			case strings.HasPrefix(c, "securitypolicy/"), strings.HasPrefix(c, "envoyextensionpolicy/"):
+				m[c] = enforcer
+			case strings.HasPrefix(c, "httproute/"):
+				m[c] = upstream
+			}
+		}
+		return m
+	})
+}
+
+// envoyGatewayFixtures are what the cluster would hold besides deploy/envoy-gateway's
+// files: Envoy Gateway's GatewayClass and the chart's enforcer Service.
+const envoyGatewayFixtures = `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata:
+  name: eg
+spec:
+  controllerName: gateway.envoyproxy.io/gatewayclass-controller
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: tollgate-enforcer
+  namespace: tollgate
+spec:
+  clusterIP: 10.96.0.10
+  ports:
+    - {name: grpc, port: 9001, targetPort: grpc, protocol: TCP, appProtocol: grpc}
+`
+
+// sdksThroughEnvoy runs the official SDKs' calls through the emulated Envoy of cfg, whose
+// cluster names clusters maps to the enforcer's gRPC address and the fake provider's URL.
+func sdksThroughEnvoy(t *testing.T, cfg *envoyemu.Config, clusters func(enforcer, upstream string) map[string]string) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	s := startStack(t, map[string]string{"TOLLGATE_UPSTREAM_AUTHORIZATION": providerAuthorization})
@@ -144,14 +223,9 @@ func TestOfficialSDKsThroughTheEnforcedPath(t *testing.T) {
 	}
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
-	cfg, err := envoyemu.LoadFile("../deploy/envoy/envoy.yaml", "inference")
-	if err != nil {
-		t.Fatalf("the Envoy emulator cannot play deploy/envoy/envoy.yaml: %v", err)
-	}
 	// The floor keeps a loaded test machine's slow answer from becoming Envoy's 503 (and
 	// an SDK retry); a call over the configured timeout still shows in the logs.
-	proxy, err := envoyemu.New(envoyemu.Options{Config: cfg,
-		Clusters: map[string]string{"tollgate_enforcer": s.enfGRPC, "llm_upstream": up.URL}, Logf: t.Logf,
+	proxy, err := envoyemu.New(envoyemu.Options{Config: cfg, Clusters: clusters(s.enfGRPC, up.URL), Logf: t.Logf,
 		TimeoutFloor: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
