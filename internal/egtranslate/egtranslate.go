@@ -96,7 +96,9 @@ func List(v any, path ...any) []any { l, _ := Get(v, path...).([]any); return l 
 func Str(v any, path ...any) string { s, _ := Get(v, path...).(string); return s }
 
 // Configs are the configuration dumps of one Gateway ("namespace/name").
-func (o Output) Configs(gateway string) []any { return List(map[string]any(o), "xds", gateway, "configs") }
+func (o Output) Configs(gateway string) []any {
+	return List(map[string]any(o), "xds", gateway, "configs")
+}
 
 // Listener is the named listener of a Gateway's dumps, nil when there is none.
 func (o Output) Listener(gateway, name string) map[string]any {
