@@ -14,30 +14,6 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/egtranslate"
 )
 
-// egctlFixtures stand for what the cluster holds and the manifests assume: Envoy
-// Gateway's GatewayClass and the chart's enforcer Service (release "tollgate").
-const egctlFixtures = `apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata:
-  name: eg
-spec:
-  controllerName: gateway.envoyproxy.io/gatewayclass-controller
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: tollgate-enforcer
-  namespace: tollgate
-spec:
-  clusterIP: 10.96.0.10
-  ports:
-    - name: grpc
-      port: 9001
-      targetPort: grpc
-      protocol: TCP
-      appProtocol: grpc
-`
-
 func jget(v any, path ...any) any { return egtranslate.Get(v, path...) }
 
 func jlist(v any, path ...any) []any { return egtranslate.List(v, path...) }
@@ -69,7 +45,7 @@ func conditionsNotTrue(obj any) (bad []string, n int) {
 // Envoy Gateway's translator.
 func translateEnvoyGateway(t *testing.T) egtranslate.Output {
 	t.Helper()
-	in, err := egtranslate.Manifests(egctlFixtures, "envoy-gateway/example-route.yaml", "envoy-gateway/tollgate.yaml")
+	in, err := egtranslate.Manifests(egtranslate.DeployFixtures, "envoy-gateway/example-route.yaml", "envoy-gateway/tollgate.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

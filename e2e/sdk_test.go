@@ -147,7 +147,7 @@ func TestOfficialSDKsThroughEnvoyGateway(t *testing.T) {
 		}
 		t.Skipf("cannot build egctl (set CI=true to make this a failure): %v", err)
 	}
-	in, err := egtranslate.Manifests(envoyGatewayFixtures, "../deploy/envoy-gateway/example-route.yaml", "../deploy/envoy-gateway/tollgate.yaml")
+	in, err := egtranslate.Manifests(egtranslate.DeployFixtures, "../deploy/envoy-gateway/example-route.yaml", "../deploy/envoy-gateway/tollgate.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,26 +178,6 @@ func TestOfficialSDKsThroughEnvoyGateway(t *testing.T) {
 		return m
 	})
 }
-
-// envoyGatewayFixtures are what the cluster would hold besides deploy/envoy-gateway's
-// files: Envoy Gateway's GatewayClass and the chart's enforcer Service.
-const envoyGatewayFixtures = `apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata:
-  name: eg
-spec:
-  controllerName: gateway.envoyproxy.io/gatewayclass-controller
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: tollgate-enforcer
-  namespace: tollgate
-spec:
-  clusterIP: 10.96.0.10
-  ports:
-    - {name: grpc, port: 9001, targetPort: grpc, protocol: TCP, appProtocol: grpc}
-`
 
 // sdksThroughEnvoy runs the official SDKs' calls through the emulated Envoy of cfg, whose
 // cluster names clusters maps to the enforcer's gRPC address and the fake provider's URL.

@@ -21,6 +21,27 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 )
 
+// DeployFixtures are what a cluster holds besides deploy/envoy-gateway's files, as those
+// files assume it: Envoy Gateway's GatewayClass "eg" and the chart's enforcer Service
+// (release "tollgate" in namespace "tollgate", gRPC port 9001).
+const DeployFixtures = `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata:
+  name: eg
+spec:
+  controllerName: gateway.envoyproxy.io/gatewayclass-controller
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: tollgate-enforcer
+  namespace: tollgate
+spec:
+  clusterIP: 10.96.0.10
+  ports:
+    - {name: grpc, port: 9001, targetPort: grpc, protocol: TCP, appProtocol: grpc}
+`
+
 // Output is egctl's JSON: kinds ("gateways", "securityPolicies", ...) to objects, and
 // "xds" to each Gateway's configuration dumps.
 type Output map[string]any
