@@ -11,7 +11,7 @@ export TOLLGATE_TEST_REDIS_URL    ?= $(TOLLGATE_REDIS_URL)
 TEST_P ?= 4
 
 .DEFAULT_GOAL := help
-.PHONY: help build run run-fresh test test-topologies lint migrate services services-down generate fuzz bench chart-test clean
+.PHONY: help build run run-fresh test tools test-topologies lint migrate services services-down generate fuzz bench chart-test clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -37,10 +37,18 @@ migrate: build services ## apply database migrations to TOLLGATE_DATABASE_URL
 
 test: ## the whole test suite (what CI runs); needs Postgres and Redis (see `make services`)
 	@TOLLGATE_DATABASE_URL=$(TOLLGATE_TEST_DATABASE_URL) bash deploy/local/ensure-services.sh
+	@# Built first, one at a time, rather than by the tests that run them, all at once
+	@# beside the timing-sensitive ones (egctl alone takes minutes on a cold cache).
+	@$(MAKE) --no-print-directory tools || echo "some pinned tools did not build: their tests skip (or fail under CI=true)"
 	$(GO) vet ./...
 	@# Four test binaries at once (go test's default is one per CPU): most tests wait on
 	@# Postgres commits, Redis and sockets, not on the CPU. TEST_P overrides it.
 	$(GO) test -p $(TEST_P) -count=1 -timeout 20m ./...
+
+tools: ## build the pinned tools the tests run (helm, kubeconform, compose-go's check, Envoy Gateway's egctl) into the Go build cache
+	cd tools && $(GO) tool -n helm >/dev/null && $(GO) tool -n kubeconform >/dev/null
+	cd tools/composecheck && GOWORK=off $(GO) tool -n composecheck >/dev/null
+	cd tools/egctl && GOWORK=off $(GO) tool -n egctl >/dev/null
 
 # The suites on real Redis topologies (docs/redis.md): a Redis Cluster and a Sentinel group
 # started from redis-server, the failover under load and two of each program. They are
