@@ -1,14 +1,22 @@
 package deploy
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"reflect"
 	"slices"
 	"testing"
 
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate-dev/tollgate/internal/egtranslate"
@@ -222,4 +230,64 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestEnvoyGatewayChartAgrees: the chart's envoyGateway values render, for the route and
+// Gateway deploy/envoy-gateway/tollgate.yaml assumes, the same policies as that file
+// (kinds, names, namespaces and specs), so that what TestEnvoyGatewayPolicies and
+// TestOfficialSDKsThroughEnvoyGateway (e2e) check of the file holds for the chart too.
+func TestEnvoyGatewayChartAgrees(t *testing.T) {
+	helm := pinnedTool(t, "../tools", "helm")
+	home := t.TempDir()
+	cmd := exec.Command(helm, "template", "tollgate", "../charts/tollgate", "--namespace", "tollgate", "--kube-version", "1.37.0",
+		"--show-only", "templates/envoy-gateway.yaml", "--set", "secrets.existingSecret=creds", "--set", "envoyGateway.enabled=true",
+		"--set", "envoyGateway.routes[0].name=llm", "--set", "envoyGateway.routes[0].namespace=llm",
+		"--set", "envoyGateway.gateways[0].name=llm", "--set", "envoyGateway.gateways[0].namespace=llm")
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
+	rendered, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("helm template: %v\n%s", err, stderr)
+	}
+	file, err := os.ReadFile("envoy-gateway/tollgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := func(b []byte) map[string]any {
+		out := map[string]any{}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		for {
+			var o map[string]any
+			if err := dec.Decode(&o); err != nil {
+				if errors.Is(err, io.EOF) {
+					return out
+				}
+				t.Fatal(err)
+			}
+			if o == nil {
+				continue
+			}
+			key := jstr(o, "kind") + " " + jstr(o, "metadata", "namespace") + "/" + jstr(o, "metadata", "name")
+			out[key] = o["spec"]
+		}
+	}
+	fromChart, fromFile := objects(rendered), objects(file)
+	if len(fromFile) == 0 {
+		t.Fatal("no objects in envoy-gateway/tollgate.yaml")
+	}
+	for key, spec := range fromFile {
+		if got, ok := fromChart[key]; !ok {
+			t.Errorf("the chart renders no %s (it renders %v)", key, slices.Collect(maps.Keys(fromChart)))
+		} else if !reflect.DeepEqual(got, spec) {
+			t.Errorf("%s: the chart's spec\n%v\nthe file's\n%v", key, got, spec)
+		}
+	}
+	for key := range fromChart {
+		if _, ok := fromFile[key]; !ok {
+			t.Errorf("the chart renders %s, which envoy-gateway/tollgate.yaml lacks", key)
+		}
+	}
 }
