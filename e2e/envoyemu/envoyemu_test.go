@@ -528,12 +528,23 @@ func TestObservabilityStreamFollowsTheResponse(t *testing.T) {
 		t.Fatalf("after the last chunk: %q", rest)
 	}
 
-	obs := e.proc.waitStreams(t, 2)[1]
-	var kinds []string
-	var body strings.Builder
-	for i, m := range obs {
-		if !m.GetObservabilityMode() {
-			t.Fatalf("message %d not in observability mode", i)
+	kinds, body := messages(t, e.proc.waitStreams(t, 2)[1], true)
+	want := []string{"request_headers", "response_headers", "body(eos=false)", "body(eos=false)", "body(eos=false)", "body(eos=true)"}
+	if !slices.Equal(kinds, want) || body != strings.Join(up.answer, "") {
+		t.Fatalf("observer saw %v %q, want %v", kinds, body, want)
+	}
+}
+
+// messages sums up one ext_proc stream: each message's kind (a body's with its
+// end_of_stream) and the response body it carried. Every message must be in the given
+// observability mode, the request headers must carry the check's request id (req_1),
+// and the response headers the upstream's status and content type.
+func messages(t *testing.T, msgs []*extprocv3.ProcessingRequest, observability bool) (kinds []string, body string) {
+	t.Helper()
+	var b strings.Builder
+	for i, m := range msgs {
+		if m.GetObservabilityMode() != observability {
+			t.Fatalf("message %d: observability mode %v, want %v", i, m.GetObservabilityMode(), observability)
 		}
 		switch r := m.GetRequest().(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
@@ -541,6 +552,8 @@ func TestObservabilityStreamFollowsTheResponse(t *testing.T) {
 			if headerOf(r.RequestHeaders.GetHeaders(), "x-service-request-id") != "req_1" {
 				t.Fatalf("request headers %v", r.RequestHeaders)
 			}
+		case *extprocv3.ProcessingRequest_RequestBody:
+			kinds = append(kinds, fmt.Sprintf("request_body(eos=%v)", r.RequestBody.GetEndOfStream()))
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			kinds = append(kinds, "response_headers")
 			if headerOf(r.ResponseHeaders.GetHeaders(), ":status") != "200" ||
@@ -549,13 +562,10 @@ func TestObservabilityStreamFollowsTheResponse(t *testing.T) {
 			}
 		case *extprocv3.ProcessingRequest_ResponseBody:
 			kinds = append(kinds, fmt.Sprintf("body(eos=%v)", r.ResponseBody.GetEndOfStream()))
-			body.Write(r.ResponseBody.GetBody())
+			b.Write(r.ResponseBody.GetBody())
 		}
 	}
-	want := []string{"request_headers", "response_headers", "body(eos=false)", "body(eos=false)", "body(eos=false)", "body(eos=true)"}
-	if !slices.Equal(kinds, want) || body.String() != strings.Join(up.answer, "") {
-		t.Fatalf("observer saw %v %q, want %v", kinds, body.String(), want)
-	}
+	return kinds, b.String()
 }
 
 // oneProcChain is in the shape Envoy Gateway gives deploy/envoy-gateway's policies: the
@@ -634,32 +644,12 @@ func TestOneProcessorAnswersTheStreamedResponse(t *testing.T) {
 	if len(streams) != 1 {
 		t.Fatalf("%d ext_proc streams, want one", len(streams))
 	}
-	var kinds []string
-	var got strings.Builder
-	for i, m := range streams[0] {
-		if m.GetObservabilityMode() {
-			t.Fatalf("message %d in observability mode", i)
-		}
-		switch r := m.GetRequest().(type) {
-		case *extprocv3.ProcessingRequest_RequestHeaders:
-			kinds = append(kinds, "request_headers")
-			if headerOf(r.RequestHeaders.GetHeaders(), "x-service-request-id") != "req_1" {
-				t.Fatalf("request headers %v", r.RequestHeaders)
-			}
-		case *extprocv3.ProcessingRequest_RequestBody:
-			kinds = append(kinds, fmt.Sprintf("request_body(eos=%v)", r.RequestBody.GetEndOfStream()))
-		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			kinds = append(kinds, "response_headers")
-		case *extprocv3.ProcessingRequest_ResponseBody:
-			kinds = append(kinds, fmt.Sprintf("body(eos=%v)", r.ResponseBody.GetEndOfStream()))
-			got.Write(r.ResponseBody.GetBody())
-		}
-	}
+	kinds, got := messages(t, streams[0], false)
 	// The upstream's two writes may arrive as one read: one body message or two, then
 	// the end.
 	want := []string{"request_headers", "request_body(eos=true)", "response_headers", "body(eos=false)"}
-	if len(kinds) < 5 || !slices.Equal(kinds[:4], want) || kinds[len(kinds)-1] != "body(eos=true)" || got.String() != strings.Join(up.answer, "") {
-		t.Fatalf("the processor saw %v %q, want %v, maybe one more chunk, then the end", kinds, got.String(), want)
+	if len(kinds) < 5 || !slices.Equal(kinds[:4], want) || kinds[len(kinds)-1] != "body(eos=true)" || got != strings.Join(up.answer, "") {
+		t.Fatalf("the processor saw %v %q, want %v, maybe one more chunk, then the end", kinds, got, want)
 	}
 	up.mu.Lock()
 	r := up.got[len(up.got)-1]
