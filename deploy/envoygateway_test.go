@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
@@ -237,21 +238,9 @@ func mustJSON(t *testing.T, v any) []byte {
 // (kinds, names, namespaces and specs), so that what TestEnvoyGatewayPolicies and
 // TestOfficialSDKsThroughEnvoyGateway (e2e) check of the file holds for the chart too.
 func TestEnvoyGatewayChartAgrees(t *testing.T) {
-	helm := pinnedTool(t, "../tools", "helm")
-	home := t.TempDir()
-	cmd := exec.Command(helm, "template", "tollgate", "../charts/tollgate", "--namespace", "tollgate", "--kube-version", "1.37.0",
-		"--show-only", "templates/envoy-gateway.yaml", "--set", "secrets.existingSecret=creds", "--set", "envoyGateway.enabled=true",
+	rendered := renderEnvoyGatewayPolicies(t, "--set", "secrets.existingSecret=creds", "--set", "envoyGateway.enabled=true",
 		"--set", "envoyGateway.routes[0].name=llm", "--set", "envoyGateway.routes[0].namespace=llm",
 		"--set", "envoyGateway.gateways[0].name=llm", "--set", "envoyGateway.gateways[0].namespace=llm")
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
-	rendered, err := cmd.Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("helm template: %v\n%s", err, stderr)
-	}
 	file, err := os.ReadFile("envoy-gateway/tollgate.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -289,5 +278,116 @@ func TestEnvoyGatewayChartAgrees(t *testing.T) {
 		if _, ok := fromFile[key]; !ok {
 			t.Errorf("the chart renders %s, which envoy-gateway/tollgate.yaml lacks", key)
 		}
+	}
+}
+
+// renderEnvoyGatewayPolicies renders the chart's Envoy Gateway policies (release
+// "tollgate" in namespace "tollgate") with the given values.
+func renderEnvoyGatewayPolicies(t *testing.T, values ...string) []byte {
+	t.Helper()
+	helm := pinnedTool(t, "../tools", "helm")
+	home := t.TempDir()
+	cmd := exec.Command(helm, append([]string{"template", "tollgate", "../charts/tollgate", "--namespace", "tollgate",
+		"--kube-version", "1.37.0", "--show-only", "templates/envoy-gateway.yaml"}, values...)...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
+	rendered, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("helm template: %v\n%s", err, stderr)
+	}
+	return rendered
+}
+
+// chartRoutes are the routes and Gateway the chart's envoy-gateway test values name
+// (charts/tollgate/ci/envoy-gateway-values.yaml): two HTTPRoutes in namespace llm, one
+// in the release's, all on the Gateway llm/llm, each to a Service of its namespace.
+const chartRoutes = `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: llm, namespace: llm}
+spec:
+  gatewayClassName: eg
+  listeners:
+    - {name: http, protocol: HTTP, port: 80, allowedRoutes: {namespaces: {from: All}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: openai, namespace: llm}
+spec:
+  parentRefs: [{name: llm}]
+  rules: [{matches: [{path: {type: PathPrefix, value: /v1/chat}}], backendRefs: [{name: provider, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: anthropic, namespace: llm}
+spec:
+  parentRefs: [{name: llm}]
+  rules: [{matches: [{path: {type: PathPrefix, value: /v1/messages}}], backendRefs: [{name: provider, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: internal, namespace: tollgate}
+spec:
+  parentRefs: [{name: llm, namespace: llm}]
+  rules: [{matches: [{path: {type: PathPrefix, value: /v1/embeddings}}], backendRefs: [{name: provider, port: 80}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: provider, namespace: llm}
+spec: {clusterIP: 10.96.0.20, ports: [{name: http, port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: provider, namespace: tollgate}
+spec: {clusterIP: 10.96.0.21, ports: [{name: http, port: 80}]}
+`
+
+// TestEnvoyGatewayChartTranslates: the chart's policies for routes in two namespaces
+// (the chart's envoy-gateway test values) go through Envoy Gateway's translator as well:
+// every policy accepted (across namespaces through the ReferenceGrant), each route with
+// both the check and ext_proc turned on, the Gateway's listener buffering bufferLimit.
+func TestEnvoyGatewayChartTranslates(t *testing.T) {
+	rendered := renderEnvoyGatewayPolicies(t, "-f", "../charts/tollgate/ci/envoy-gateway-values.yaml")
+	in, err := egtranslate.Manifests(egtranslate.DeployFixtures + "---\n" + chartRoutes + "---\n" + string(rendered))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := egtranslate.Translate(pinnedTool(t, "../tools/egctl", "egctl"), t.TempDir(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]int{"httpRoutes": 3, "securityPolicies": 2, "envoyExtensionPolicies": 2, "clientTrafficPolicies": 1} {
+		objs := jlist(map[string]any(out), key)
+		if len(objs) != want {
+			t.Errorf("%s: %d translated, want %d", key, len(objs), want)
+		}
+		for _, o := range objs {
+			if bad, n := conditionsNotTrue(o); len(bad) > 0 || n == 0 {
+				t.Errorf("%s %s/%s: %d conditions, not true: %v", key, jstr(o, "metadata", "namespace"), jstr(o, "metadata", "name"), n, bad)
+			}
+		}
+	}
+	routes := 0
+	for _, vh := range jlist(out.RouteConfig("llm/llm", "llm/llm/http"), "virtualHosts") {
+		for _, r := range jlist(vh, "routes") {
+			routes++
+			var on []string
+			for name := range jget(r, "typedPerFilterConfig").(map[string]any) {
+				on = append(on, name)
+			}
+			slices.Sort(on)
+			if len(on) != 2 || !strings.HasPrefix(on[0], "envoy.filters.http.ext_authz/") || !strings.HasPrefix(on[1], "envoy.filters.http.ext_proc/") {
+				t.Errorf("route %s turns on %v, want the policies' ext_authz and ext_proc", jstr(r, "name"), on)
+			}
+		}
+	}
+	if routes != 3 {
+		t.Errorf("%d routes on the Gateway's listener, want 3", routes)
+	}
+	got, _ := jget(out.Listener("llm/llm", "llm/llm/http"), "perConnectionBufferLimitBytes").(float64)
+	if got != 4<<20 {
+		t.Errorf("listener buffer %v, want the chart's bufferLimit 4Mi", got)
 	}
 }
