@@ -23,27 +23,21 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/egtranslate"
 )
 
-func jget(v any, path ...any) any { return egtranslate.Get(v, path...) }
-
-func jlist(v any, path ...any) []any { return egtranslate.List(v, path...) }
-
-func jstr(v any, path ...any) string { return egtranslate.Str(v, path...) }
-
 // conditionsNotTrue lists the conditions of an object's status (its own, its
 // parents', its ancestors', its listeners') that are not True.
 func conditionsNotTrue(obj any) (bad []string, n int) {
 	var lists [][]any
-	lists = append(lists, jlist(obj, "status", "conditions"))
+	lists = append(lists, egtranslate.List(obj, "status", "conditions"))
 	for _, key := range []string{"parents", "ancestors", "listeners"} {
-		for _, p := range jlist(obj, "status", key) {
-			lists = append(lists, jlist(p, "conditions"))
+		for _, p := range egtranslate.List(obj, "status", key) {
+			lists = append(lists, egtranslate.List(p, "conditions"))
 		}
 	}
 	for _, l := range lists {
 		for _, c := range l {
 			n++
-			if jstr(c, "status") != "True" {
-				bad = append(bad, jstr(c, "type")+": "+jstr(c, "reason")+": "+jstr(c, "message"))
+			if egtranslate.Str(c, "status") != "True" {
+				bad = append(bad, egtranslate.Str(c, "type")+": "+egtranslate.Str(c, "reason")+": "+egtranslate.Str(c, "message"))
 			}
 		}
 	}
@@ -83,36 +77,36 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 	// Every object accepted, and every kind the policies use among them.
 	for key, want := range map[string]int{"gateways": 1, "httpRoutes": 1, "securityPolicies": 1, "envoyExtensionPolicies": 1,
 		"clientTrafficPolicies": 1, "backends": 1, "backendTLSPolicies": 1} {
-		objs := jlist(map[string]any(out), key)
+		objs := egtranslate.List(map[string]any(out), key)
 		if len(objs) != want {
 			t.Errorf("%s: %d translated, want %d", key, len(objs), want)
 		}
 		for _, o := range objs {
 			bad, n := conditionsNotTrue(o)
 			if len(bad) > 0 || n == 0 {
-				t.Errorf("%s %s: %d conditions, not true: %v", key, jstr(o, "metadata", "name"), n, bad)
+				t.Errorf("%s %s: %d conditions, not true: %v", key, egtranslate.Str(o, "metadata", "name"), n, bad)
 			}
 		}
 	}
 
 	listener := out.Listener("llm/llm", "llm/llm/http")
 	if listener == nil {
-		t.Fatalf("no listener llm/llm/http in the xDS of the Gateway llm/llm: %v", jget(map[string]any(out), "xds"))
+		t.Fatalf("no listener llm/llm/http in the xDS of the Gateway llm/llm: %v", egtranslate.Get(map[string]any(out), "xds"))
 	}
 	var route map[string]any
-	for _, vh := range jlist(out.RouteConfig("llm/llm", "llm/llm/http"), "virtualHosts") {
-		for _, r := range jlist(vh, "routes") {
+	for _, vh := range egtranslate.List(out.RouteConfig("llm/llm", "llm/llm/http"), "virtualHosts") {
+		for _, r := range egtranslate.List(vh, "routes") {
 			route, _ = r.(map[string]any)
 		}
 	}
 	endpoints := map[string][]string{}
 	for _, c := range out.Configs("llm/llm") {
-		for _, e := range jlist(c, "dynamicEndpointConfigs") {
-			for _, le := range jlist(e, "endpointConfig", "endpoints") {
-				for _, lb := range jlist(le, "lbEndpoints") {
-					a := jget(lb, "endpoint", "address", "socketAddress")
-					cluster := jstr(e, "endpointConfig", "clusterName")
-					endpoints[cluster] = append(endpoints[cluster], fmt.Sprintf("%s:%v", jstr(a, "address"), jget(a, "portValue")))
+		for _, e := range egtranslate.List(c, "dynamicEndpointConfigs") {
+			for _, le := range egtranslate.List(e, "endpointConfig", "endpoints") {
+				for _, lb := range egtranslate.List(le, "lbEndpoints") {
+					a := egtranslate.Get(lb, "endpoint", "address", "socketAddress")
+					cluster := egtranslate.Str(e, "endpointConfig", "clusterName")
+					endpoints[cluster] = append(endpoints[cluster], fmt.Sprintf("%s:%v", egtranslate.Str(a, "address"), egtranslate.Get(a, "portValue")))
 				}
 			}
 		}
@@ -122,7 +116,7 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 	}
 
 	// The listener buffers as much of a request body as envoy.yaml's.
-	got, _ := jget(listener, "perConnectionBufferLimitBytes").(float64)
+	got, _ := egtranslate.Get(listener, "perConnectionBufferLimitBytes").(float64)
 	if got, want := uint32(got), ref.listener.GetPerConnectionBufferLimitBytes().GetValue(); got != want {
 		t.Errorf("listener per_connection_buffer_limit_bytes %v, want envoy.yaml's %v (ClientTrafficPolicy connection.bufferLimit)", got, want)
 	}
@@ -131,9 +125,9 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 	var kinds, names []string
 	var authzName, procName string
 	var hf []any
-	for _, fc := range append(jlist(listener, "filterChains"), jget(listener, "defaultFilterChain")) {
-		for _, f := range jlist(fc, "filters") {
-			hf = append(hf, jlist(f, "typedConfig", "httpFilters")...)
+	for _, fc := range append(egtranslate.List(listener, "filterChains"), egtranslate.Get(listener, "defaultFilterChain")) {
+		for _, f := range egtranslate.List(fc, "filters") {
+			hf = append(hf, egtranslate.List(f, "typedConfig", "httpFilters")...)
 		}
 	}
 	var authz *extauthzv3.ExtAuthz
@@ -141,7 +135,7 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 	for _, raw := range hf {
 		var f hcmv3.HttpFilter
 		if err := protojson.Unmarshal(mustJSON(t, raw), &f); err != nil {
-			t.Fatalf("http filter %s: %v", jstr(raw, "name"), err)
+			t.Fatalf("http filter %s: %v", egtranslate.Str(raw, "name"), err)
 		}
 		kind, a, p := httpFilter(t, &f)
 		kinds, names = append(kinds, kind), append(names, f.GetName())
@@ -205,7 +199,7 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 			t.Errorf("cluster %s reaches %v, want the enforcer Service's 10.96.0.10:9001", c, got)
 		}
 	}
-	perRoute, _ := jget(route, "typedPerFilterConfig").(map[string]any)
+	perRoute, _ := egtranslate.Get(route, "typedPerFilterConfig").(map[string]any)
 	for _, name := range []string{authzName, procName} {
 		if _, ok := perRoute[name]; !ok {
 			t.Errorf("the route does not turn on %s (typed_per_filter_config has %v)", name, perRoute)
@@ -214,7 +208,7 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 
 	// The belt: the route removes the member-key headers envoy.yaml's routes remove.
 	var removed []string
-	for _, h := range jlist(route, "requestHeadersToRemove") {
+	for _, h := range egtranslate.List(route, "requestHeadersToRemove") {
 		removed = append(removed, h.(string))
 	}
 	for _, h := range ref.removed {
@@ -259,7 +253,7 @@ func TestEnvoyGatewayChartAgrees(t *testing.T) {
 			if o == nil {
 				continue
 			}
-			key := jstr(o, "kind") + " " + jstr(o, "metadata", "namespace") + "/" + jstr(o, "metadata", "name")
+			key := egtranslate.Str(o, "kind") + " " + egtranslate.Str(o, "metadata", "namespace") + "/" + egtranslate.Str(o, "metadata", "name")
 			out[key] = o["spec"]
 		}
 	}
@@ -359,34 +353,34 @@ func TestEnvoyGatewayChartTranslates(t *testing.T) {
 		t.Fatal(err)
 	}
 	for key, want := range map[string]int{"httpRoutes": 3, "securityPolicies": 2, "envoyExtensionPolicies": 2, "clientTrafficPolicies": 1} {
-		objs := jlist(map[string]any(out), key)
+		objs := egtranslate.List(map[string]any(out), key)
 		if len(objs) != want {
 			t.Errorf("%s: %d translated, want %d", key, len(objs), want)
 		}
 		for _, o := range objs {
 			if bad, n := conditionsNotTrue(o); len(bad) > 0 || n == 0 {
-				t.Errorf("%s %s/%s: %d conditions, not true: %v", key, jstr(o, "metadata", "namespace"), jstr(o, "metadata", "name"), n, bad)
+				t.Errorf("%s %s/%s: %d conditions, not true: %v", key, egtranslate.Str(o, "metadata", "namespace"), egtranslate.Str(o, "metadata", "name"), n, bad)
 			}
 		}
 	}
 	routes := 0
-	for _, vh := range jlist(out.RouteConfig("llm/llm", "llm/llm/http"), "virtualHosts") {
-		for _, r := range jlist(vh, "routes") {
+	for _, vh := range egtranslate.List(out.RouteConfig("llm/llm", "llm/llm/http"), "virtualHosts") {
+		for _, r := range egtranslate.List(vh, "routes") {
 			routes++
 			var on []string
-			for name := range jget(r, "typedPerFilterConfig").(map[string]any) {
+			for name := range egtranslate.Get(r, "typedPerFilterConfig").(map[string]any) {
 				on = append(on, name)
 			}
 			slices.Sort(on)
 			if len(on) != 2 || !strings.HasPrefix(on[0], "envoy.filters.http.ext_authz/") || !strings.HasPrefix(on[1], "envoy.filters.http.ext_proc/") {
-				t.Errorf("route %s turns on %v, want the policies' ext_authz and ext_proc", jstr(r, "name"), on)
+				t.Errorf("route %s turns on %v, want the policies' ext_authz and ext_proc", egtranslate.Str(r, "name"), on)
 			}
 		}
 	}
 	if routes != 3 {
 		t.Errorf("%d routes on the Gateway's listener, want 3", routes)
 	}
-	got, _ := jget(out.Listener("llm/llm", "llm/llm/http"), "perConnectionBufferLimitBytes").(float64)
+	got, _ := egtranslate.Get(out.Listener("llm/llm", "llm/llm/http"), "perConnectionBufferLimitBytes").(float64)
 	if got != 4<<20 {
 		t.Errorf("listener buffer %v, want the chart's bufferLimit 4Mi", got)
 	}

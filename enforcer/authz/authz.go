@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 )
 
@@ -54,6 +55,12 @@ func New(g *gate.Gate, up Upstream) *Server {
 // requestIDHeader is the lower-case form Envoy uses in header maps.
 var requestIDHeader = strings.ToLower(gate.HeaderRequestID)
 
+// Envoy sends header names lower-cased: Bedrock's tier headers as the check reads them.
+var (
+	bedrockServiceTierHeader = strings.ToLower(requestbody.HeaderBedrockServiceTier)
+	bedrockLatencyHeader     = strings.ToLower(requestbody.HeaderBedrockLatency)
+)
+
 // Check answers one ext_authz check.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	h := req.GetAttributes().GetRequest().GetHttp()
@@ -79,7 +86,7 @@ func hintOf(h *authv3.AttributeContext_HttpRequest) gate.Hint {
 	}
 	hdrs := h.GetHeaders()
 	return gate.BodyHint(b, h.GetPath(), h.GetHost()).
-		WithTierHeaders(hdrs["x-amzn-bedrock-service-tier"], hdrs["x-amzn-bedrock-performanceconfig-latency"])
+		WithTierHeaders(hdrs[bedrockServiceTierHeader], hdrs[bedrockLatencyHeader])
 }
 
 // RequestBody is the request body Envoy sent with the check: raw_body (pack_as_bytes),
