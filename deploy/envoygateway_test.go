@@ -279,10 +279,20 @@ func TestEnvoyGatewayChartAgrees(t *testing.T) {
 // "tollgate" in namespace "tollgate") with the given values.
 func renderEnvoyGatewayPolicies(t *testing.T, values ...string) []byte {
 	t.Helper()
+	return renderChart(t, []string{"envoy-gateway.yaml"}, values...)
+}
+
+// renderChart renders the chart's named templates (release "tollgate" in namespace
+// "tollgate") with the given values.
+func renderChart(t *testing.T, templates []string, values ...string) []byte {
+	t.Helper()
 	helm := pinnedTool(t, "../tools", "helm")
 	home := t.TempDir()
-	cmd := exec.Command(helm, append([]string{"template", "tollgate", "../charts/tollgate", "--namespace", "tollgate",
-		"--kube-version", "1.37.0", "--show-only", "templates/envoy-gateway.yaml"}, values...)...)
+	args := []string{"template", "tollgate", "../charts/tollgate", "--namespace", "tollgate", "--kube-version", "1.37.0"}
+	for _, name := range templates {
+		args = append(args, "--show-only", "templates/"+name)
+	}
+	cmd := exec.Command(helm, append(args, values...)...)
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
 	rendered, err := cmd.Output()
 	if err != nil {

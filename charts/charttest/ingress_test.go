@@ -1,33 +1,41 @@
 package charttest
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"testing"
 )
 
-// TestIngressesReachTheirPorts: in every render, each Ingress rule sends its
-// host to a Service of the same render, on a port that Service has: the
-// control plane's "rest", the enforcer's "gateway". The gateway values file
-// renders both, each with its host's TLS.
-func TestIngressesReachTheirPorts(t *testing.T) {
+// TestRoutesReachTheirPorts: in every render, each Ingress rule and each HTTPRoute
+// backend sends its hosts to a Service of the same render, on a port that Service
+// has: the control plane's "rest", the enforcer's "gateway" (an Ingress names the
+// port, an HTTPRoute gives its number). The gateway values file renders both
+// Ingresses, each with its host's TLS; the httproute values file both HTTPRoutes, the
+// gateway's with its own timeout off.
+func TestRoutesReachTheirPorts(t *testing.T) {
 	helm, _ := needTools(t)
 	cases := valueFiles(t)
-	seen := map[string]string{} // Service port name -> host, over every render
+	seen := map[string]string{} // "Ingress rest", "HTTPRoute gateway", ... -> the values file
 	for _, name := range sortedNames(cases) {
 		out, err := render(t, helm, "-f", cases[name])
 		if err != nil {
 			t.Fatal(err)
 		}
-		services := map[string][]string{}
-		var ingresses []obj
+		ports := map[string]string{} // "service:name" and "service:number" -> the port's name
+		var ingresses, routes []obj
 		for _, d := range decodeAll(t, out) {
 			switch str(d, "kind") {
 			case "Service":
 				for _, p := range list(d, "spec", "ports") {
-					services[str(d, "metadata", "name")] = append(services[str(d, "metadata", "name")], str(p, "name"))
+					svc := str(d, "metadata", "name")
+					ports[svc+":"+str(p, "name")] = str(p, "name")
+					ports[fmt.Sprintf("%s:%v", svc, get(p, "port"))] = str(p, "name")
 				}
 			case "Ingress":
 				ingresses = append(ingresses, d)
+			case "HTTPRoute":
+				routes = append(routes, d)
 			}
 		}
 		for _, in := range ingresses {
@@ -38,13 +46,13 @@ func TestIngressesReachTheirPorts(t *testing.T) {
 			for _, r := range rules {
 				host := str(r, "host")
 				for _, p := range list(r, "http", "paths") {
-					svc := str(p, "backend", "service", "name")
-					port := str(p, "backend", "service", "port", "name")
-					if !slices.Contains(services[svc], port) {
-						t.Errorf("%s: Ingress %s sends %s to %s:%s, which the render does not have (its Services: %v)",
-							name, str(in, "metadata", "name"), host, svc, port, services)
+					to := str(p, "backend", "service", "name") + ":" + str(p, "backend", "service", "port", "name")
+					port, ok := ports[to]
+					if !ok {
+						t.Errorf("%s: Ingress %s sends %s to %s, which the render does not have (its Service ports: %v)",
+							name, str(in, "metadata", "name"), host, to, ports)
 					}
-					seen[port] = host
+					seen["Ingress "+port] = name
 				}
 				tlsHosts := false
 				for _, tls := range list(in, "spec", "tls") {
@@ -57,10 +65,34 @@ func TestIngressesReachTheirPorts(t *testing.T) {
 				}
 			}
 		}
+		for _, r := range routes {
+			if len(list(r, "spec", "parentRefs")) == 0 {
+				t.Errorf("%s: HTTPRoute %s attaches to no Gateway", name, str(r, "metadata", "name"))
+			}
+			rules := list(r, "spec", "rules")
+			if len(rules) == 0 {
+				t.Errorf("%s: HTTPRoute %s has no rules", name, str(r, "metadata", "name"))
+			}
+			for _, rule := range rules {
+				for _, b := range list(rule, "backendRefs") {
+					to := fmt.Sprintf("%s:%v", str(b, "name"), get(b, "port"))
+					port, ok := ports[to]
+					if !ok {
+						t.Errorf("%s: HTTPRoute %s sends %v to %s, which the render does not have (its Service ports: %v)",
+							name, str(r, "metadata", "name"), list(r, "spec", "hostnames"), to, ports)
+					}
+					seen["HTTPRoute "+port] = name
+					if port == "gateway" && str(rule, "timeouts", "request") != "0s" {
+						t.Errorf("%s: HTTPRoute %s to the gateway has timeouts.request %q, want 0s (the chart's default): a route timeout cuts streams",
+							name, str(r, "metadata", "name"), str(rule, "timeouts", "request"))
+					}
+				}
+			}
+		}
 	}
-	for _, port := range []string{"rest", "gateway"} {
-		if seen[port] == "" {
-			t.Errorf("no render has an Ingress to a %q port: the values files test none", port)
+	for _, want := range []string{"Ingress rest", "Ingress gateway", "HTTPRoute rest", "HTTPRoute gateway"} {
+		if seen[want] == "" {
+			t.Errorf("no render has an %s port: the values files test none (seen: %v)", want, slices.Sorted(maps.Keys(seen)))
 		}
 	}
 }

@@ -4,10 +4,10 @@
 # module's go.mod (k8s.io/api vX.Y.Z = Kubernetes 1.Y) and from the
 # prometheus-operator ServiceMonitor, PodMonitor and PrometheusRule CRDs,
 # generated with controller-gen from the operator's Go types, and from the CRDs
-# of Envoy Gateway's policies and the Gateway API's ReferenceGrant. Needs only the
-# Go module proxy; run it after bumping k8s.io/api or the operator's apis
-# module, or after adding a kind to main.go. The tests never download
-# anything.
+# of Envoy Gateway's policies and the Gateway API's ReferenceGrant and
+# HTTPRoute. Needs only the Go module proxy; run it after bumping k8s.io/api or
+# the operator's apis module, or after adding a kind to main.go. The tests
+# never download anything.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 out=${1:-../../charts/charttest/testdata/schemas}
@@ -35,8 +35,9 @@ go tool controller-gen crd:crdVersions=v1,allowDangerousTypes=true \
 	output:crd:dir="$work/crds"
 
 # Envoy Gateway's policies and the Gateway API's ReferenceGrant (the chart's
-# envoyGateway values): the CRDs as those projects ship them, from the modules
-# tools/egctl pins (Envoy Gateway's are Helm templates: their {{ }} lines go).
+# envoyGateway values) and HTTPRoute (its httpRoute values): the CRDs as those
+# projects ship them, from the modules tools/egctl pins (Envoy Gateway's are
+# Helm templates: their {{ }} lines go).
 eg=$(cd ../egctl && GOWORK=off go mod download -json github.com/envoyproxy/gateway | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 gwapi=$(cd ../egctl && GOWORK=off go mod download -json sigs.k8s.io/gateway-api | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 for kind in securitypolicies envoyextensionpolicies clienttrafficpolicies; do
@@ -51,5 +52,6 @@ go run . -out "$out" -crd "$work/crds/monitoring.coreos.com_servicemonitors.yaml
 	-crd "$work/crds/gateway.envoyproxy.io_securitypolicies.yaml" \
 	-crd "$work/crds/gateway.envoyproxy.io_envoyextensionpolicies.yaml" \
 	-crd "$work/crds/gateway.envoyproxy.io_clienttrafficpolicies.yaml" \
-	-crd "$gwapi/config/crd/standard/gateway.networking.k8s.io_referencegrants.yaml"
+	-crd "$gwapi/config/crd/standard/gateway.networking.k8s.io_referencegrants.yaml" \
+	-crd "$gwapi/config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
 echo "wrote $(find "$out" -name '*.json' | wc -l) schemas to $out"
