@@ -45,9 +45,10 @@ test: ## the whole test suite (what CI runs); needs Postgres and Redis (see `mak
 	@# Postgres commits, Redis and sockets, not on the CPU. TEST_P overrides it.
 	$(GO) test -p $(TEST_P) -count=1 -timeout 20m ./...
 
-tools: ## build the pinned tools the tests run (helm, kubeconform, compose-go's check, Envoy Gateway's egctl) into the Go build cache
+tools: ## build the pinned tools the tests run (helm, kubeconform, compose-go's check, Cyclonus's NetworkPolicy check, Envoy Gateway's egctl) into the Go build cache
 	cd tools && $(GO) tool -n helm >/dev/null && $(GO) tool -n kubeconform >/dev/null
 	cd tools/composecheck && GOWORK=off $(GO) tool -n composecheck >/dev/null
+	cd tools/netpolcheck && GOWORK=off $(GO) tool -n netpolcheck >/dev/null
 	cd tools/egctl && GOWORK=off $(GO) tool -n egctl >/dev/null
 
 # The suites on real Redis topologies (docs/redis.md): a Redis Cluster and a Sentinel group
@@ -71,6 +72,7 @@ lint: ## gofmt, go vet, go.mod tidy (root and the tools' modules), staticcheck
 	$(GO) mod tidy -diff
 	cd tools && $(GO) mod tidy -diff
 	cd tools/composecheck && GOWORK=off $(GO) mod tidy -diff
+	cd tools/netpolcheck && GOWORK=off $(GO) mod tidy -diff
 	cd tools/egctl && GOWORK=off $(GO) mod tidy -diff
 	$(GO) run $(STATICCHECK) ./...
 

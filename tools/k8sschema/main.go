@@ -43,6 +43,7 @@ var kinds = []kind{
 	{"policy", "v1", "PodDisruptionBudget", "io.k8s.api.policy.v1.PodDisruptionBudget"},
 	{"autoscaling", "v2", "HorizontalPodAutoscaler", "io.k8s.api.autoscaling.v2.HorizontalPodAutoscaler"},
 	{"networking.k8s.io", "v1", "Ingress", "io.k8s.api.networking.v1.Ingress"},
+	{"networking.k8s.io", "v1", "NetworkPolicy", "io.k8s.api.networking.v1.NetworkPolicy"},
 }
 
 func main() {
