@@ -3,7 +3,10 @@ package charttest
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -94,5 +97,71 @@ func TestRoutesReachTheirPorts(t *testing.T) {
 		if seen[want] == "" {
 			t.Errorf("no render has an %s port: the values files test none (seen: %v)", want, slices.Sorted(maps.Keys(seen)))
 		}
+	}
+}
+
+// TestNotesNameTheRoutes renders NOTES.txt (which helm template leaves out and helm
+// install prints) for every values file, through a copy of the chart that holds it as a
+// ConfigMap's value (tpl over the file's own text): a template error in the notes fails
+// here rather than at an install, and the notes give the host of every Ingress and
+// HTTPRoute the values render.
+func TestNotesNameTheRoutes(t *testing.T) {
+	helm, _ := needTools(t)
+	chart := filepath.Join(t.TempDir(), "tollgate")
+	if err := os.CopyFS(chart, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	notes, err := os.ReadFile(filepath.Join(chartDir, "templates", "NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(chart, "notes.txt"), notes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const wrapper = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ tpl (.Files.Get \"notes.txt\") . | quote }}\n"
+	if err := os.WriteFile(filepath.Join(chart, "templates", "zz-notes.yaml"), []byte(wrapper), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := valueFiles(t)
+	named := 0
+	for _, name := range sortedNames(cases) {
+		out, err := run(helm, "template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion,
+			"-f", cases[name], "--show-only", "templates/zz-notes.yaml")
+		if err != nil {
+			t.Errorf("%s: the notes do not render: %v", name, err)
+			continue
+		}
+		docs := decodeAll(t, out)
+		if len(docs) != 1 {
+			t.Fatalf("%s: %d documents, want the notes' ConfigMap", name, len(docs))
+		}
+		text := str(docs[0], "data", "notes")
+		if !strings.Contains(text, "is installed as release") {
+			t.Errorf("%s: the notes do not say what was installed:\n%s", name, text)
+		}
+		all, err := render(t, helm, "-f", cases[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range decodeAll(t, all) {
+			var hosts []any
+			switch str(d, "kind") {
+			case "Ingress":
+				for _, r := range list(d, "spec", "rules") {
+					hosts = append(hosts, get(r, "host"))
+				}
+			case "HTTPRoute":
+				hosts = list(d, "spec", "hostnames")
+			}
+			for _, h := range hosts {
+				named++
+				if !strings.Contains(text, h.(string)) {
+					t.Errorf("%s: the notes do not give %s %s's host %s:\n%s", name, str(d, "kind"), str(d, "metadata", "name"), h, text)
+				}
+			}
+		}
+	}
+	if named == 0 {
+		t.Error("no values file renders an Ingress or an HTTPRoute with a host")
 	}
 }
