@@ -192,4 +192,3 @@ func netpolcheck(t *testing.T, check string, rendered []byte, traffic []any) []b
 	}
 	return allowed
 }
-
