@@ -40,6 +40,8 @@ const (
 	gwIdleStreams  = 1000 // streams held open at once in the memory case
 	gwInFlight     = 400  // most requests a paced run keeps in flight (an open loop needs room)
 	gwMembers      = 32   // the load is spread over this many members, as in BenchmarkFullStack
+	gwProbeRate    = 200.0 // requests per second of each probe beside the gateway's load (side-*)
+	gwProbes       = 1200  // per probe: as long as the gateway's run beside them
 )
 
 // BenchmarkGateway measures issue 19's inference gateway (enforcer/gateway) against
@@ -131,6 +133,15 @@ const (
 // the same rate, against the same direct run; nginx-cpu-us/req its workers' CPU. The
 // gateway's own hop is in its added-beyond-start-wait-* figures too, so their difference
 // is what the gateway adds beyond a hop any proxy pays. Without nginx these are left out.
+// That nginx run has the machine to itself, the gateway's shares it with the control
+// plane and Postgres; so the json case ends with a run side by side: the gateway's load
+// again (1,000/s), and beside it two probes of gwProbeRate each over the same seconds,
+// one straight to the upstream and one through nginx. side-nginx-added-p50/p99-ms is
+// what the plain hop adds while the stack works (the nginx probe's percentile minus the
+// direct probe's), side-added-beyond-start-wait-p50/p99-ms the gateway's requests less
+// their start waits against the same direct probe, and side-beyond-nginx-p99-ms the
+// difference of the two p99s: the gateway's tail beyond the tail any proxy hop has on
+// this machine at that moment.
 //
 // Processes: the timed cases (json, sse) run the control plane and the enforcer each in
 // a process of its own (this test binary again, as TestMain's children), as they are
@@ -400,6 +411,31 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(perReq(g.pg, gwRequests), "pg-cpu-us/req")
 		b.ReportMetric(perReq(g.pgDB, gwRequests), "pg-db-cpu-us/req")
 		b.ReportMetric(float64(max(d.late, g.late, chk.late))/gwRequests*100, "late-%")
+
+		// Side by side: the gateway's load again, with a probe straight to the upstream
+		// and one through nginx beside it, so that the plain hop and the gateway are
+		// measured on the same busy machine.
+		if viaNginx != "" {
+			var sg, sn, sd pacedResult
+			var wg sync.WaitGroup
+			wg.Go(func() { sg = runPaced(gwRequests, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(gw, i) }) })
+			wg.Go(func() { sn = runPaced(gwProbes, gwProbeRate, gwInFlight, func(i int) (sample, error) { return c.complete(viaNginx, i) }) })
+			wg.Go(func() { sd = runPaced(gwProbes, gwProbeRate, gwInFlight, func(i int) (sample, error) { return c.complete(direct, i) }) })
+			wg.Wait()
+			mustRun(b, "side by side, gateway", sg)
+			mustRun(b, "side by side, nginx", sn)
+			mustRun(b, "side by side, direct", sd)
+			mustTimeEveryStart(b, sg)
+			settled(b, ps)
+			b.Logf("side by side: gateway %v; nginx %v; direct %v", sg, sn, sd)
+			nginx99, gw99 := sn.pct(.99)-sd.pct(.99), quantile(sg.beyondStart, .99)-sd.pct(.99)
+			b.ReportMetric(msd(sd.pct(.99)), "side-direct-p99-ms")
+			b.ReportMetric(msd(sn.pct(.50)-sd.pct(.50)), "side-nginx-added-p50-ms")
+			b.ReportMetric(msd(nginx99), "side-nginx-added-p99-ms")
+			b.ReportMetric(msd(quantile(sg.beyondStart, .50)-sd.pct(.50)), "side-added-beyond-start-wait-p50-ms")
+			b.ReportMetric(msd(gw99), "side-added-beyond-start-wait-p99-ms")
+			b.ReportMetric(msd(gw99-nginx99), "side-beyond-nginx-p99-ms")
+		}
 		b.ReportMetric(0, "ns/op")
 	})
 
