@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/gotool"
 )
 
 // TestComposeSpec validates compose/compose.yaml as `docker compose config`
@@ -13,7 +15,7 @@ import (
 // Docker engine is needed, and none is available on CI. Like the chart tests,
 // it skips when the tool cannot be built, except under CI=true.
 func TestComposeSpec(t *testing.T) {
-	bin := pinnedTool(t, "../tools/composecheck", "composecheck")
+	bin := gotool.ForTest(t, "../tools/composecheck", "composecheck")
 	check := exec.Command(bin, "-f", "compose/compose.yaml")
 	// Only the file's own defaults: no .env or variables from the caller.
 	var env []string

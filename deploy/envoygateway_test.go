@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate-dev/tollgate/internal/egtranslate"
+	"github.com/tollgate-dev/tollgate/internal/gotool"
 )
 
 // conditionsNotTrue lists the conditions of an object's status (its own, its
@@ -44,6 +44,23 @@ func conditionsNotTrue(obj any) (bad []string, n int) {
 	return bad, n
 }
 
+// expectAccepted checks that the translation holds want[kind] objects of each kind
+// (egctl's keys: "gateways", "httpRoutes", ...), every one with all its conditions True.
+func expectAccepted(t *testing.T, out egtranslate.Output, want map[string]int) {
+	t.Helper()
+	for key, n := range want {
+		objs := egtranslate.List(map[string]any(out), key)
+		if len(objs) != n {
+			t.Errorf("%s: %d translated, want %d", key, len(objs), n)
+		}
+		for _, o := range objs {
+			if bad, conds := conditionsNotTrue(o); len(bad) > 0 || conds == 0 {
+				t.Errorf("%s %s/%s: %d conditions, not true: %v", key, egtranslate.Str(o, "metadata", "namespace"), egtranslate.Str(o, "metadata", "name"), conds, bad)
+			}
+		}
+	}
+}
+
 // translateEnvoyGateway runs deploy/envoy-gateway's files, with the fixtures, through
 // Envoy Gateway's translator.
 func translateEnvoyGateway(t *testing.T) egtranslate.Output {
@@ -52,7 +69,7 @@ func translateEnvoyGateway(t *testing.T) egtranslate.Output {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := egtranslate.Translate(pinnedTool(t, "../tools/egctl", "egctl"), t.TempDir(), in)
+	out, err := egtranslate.Translate(gotool.ForTest(t, "../tools/egctl", "egctl"), t.TempDir(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,19 +92,8 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 	out := translateEnvoyGateway(t)
 
 	// Every object accepted, and every kind the policies use among them.
-	for key, want := range map[string]int{"gateways": 1, "httpRoutes": 1, "securityPolicies": 1, "envoyExtensionPolicies": 1,
-		"clientTrafficPolicies": 1, "backends": 1, "backendTLSPolicies": 1} {
-		objs := egtranslate.List(map[string]any(out), key)
-		if len(objs) != want {
-			t.Errorf("%s: %d translated, want %d", key, len(objs), want)
-		}
-		for _, o := range objs {
-			bad, n := conditionsNotTrue(o)
-			if len(bad) > 0 || n == 0 {
-				t.Errorf("%s %s: %d conditions, not true: %v", key, egtranslate.Str(o, "metadata", "name"), n, bad)
-			}
-		}
-	}
+	expectAccepted(t, out, map[string]int{"gateways": 1, "httpRoutes": 1, "securityPolicies": 1, "envoyExtensionPolicies": 1,
+		"clientTrafficPolicies": 1, "backends": 1, "backendTLSPolicies": 1})
 
 	listener := out.Listener("llm/llm", "llm/llm/http")
 	if listener == nil {
@@ -99,18 +105,7 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 			route, _ = r.(map[string]any)
 		}
 	}
-	endpoints := map[string][]string{}
-	for _, c := range out.Configs("llm/llm") {
-		for _, e := range egtranslate.List(c, "dynamicEndpointConfigs") {
-			for _, le := range egtranslate.List(e, "endpointConfig", "endpoints") {
-				for _, lb := range egtranslate.List(le, "lbEndpoints") {
-					a := egtranslate.Get(lb, "endpoint", "address", "socketAddress")
-					cluster := egtranslate.Str(e, "endpointConfig", "clusterName")
-					endpoints[cluster] = append(endpoints[cluster], fmt.Sprintf("%s:%v", egtranslate.Str(a, "address"), egtranslate.Get(a, "portValue")))
-				}
-			}
-		}
-	}
+	endpoints := out.Endpoints("llm/llm")
 	if route == nil {
 		t.Fatal("no route in the route configuration llm/llm/http")
 	}
@@ -286,7 +281,7 @@ func renderEnvoyGatewayPolicies(t *testing.T, values ...string) []byte {
 // "tollgate") with the given values.
 func renderChart(t *testing.T, templates []string, values ...string) []byte {
 	t.Helper()
-	helm := pinnedTool(t, "../tools", "helm")
+	helm := gotool.ForTest(t, "../tools", "helm")
 	home := t.TempDir()
 	args := []string{"template", "tollgate", "../charts/tollgate", "--namespace", "tollgate", "--kube-version", "1.37.0"}
 	for _, name := range templates {
@@ -358,21 +353,11 @@ func TestEnvoyGatewayChartTranslates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := egtranslate.Translate(pinnedTool(t, "../tools/egctl", "egctl"), t.TempDir(), in)
+	out, err := egtranslate.Translate(gotool.ForTest(t, "../tools/egctl", "egctl"), t.TempDir(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for key, want := range map[string]int{"httpRoutes": 3, "securityPolicies": 2, "envoyExtensionPolicies": 2, "clientTrafficPolicies": 1} {
-		objs := egtranslate.List(map[string]any(out), key)
-		if len(objs) != want {
-			t.Errorf("%s: %d translated, want %d", key, len(objs), want)
-		}
-		for _, o := range objs {
-			if bad, n := conditionsNotTrue(o); len(bad) > 0 || n == 0 {
-				t.Errorf("%s %s/%s: %d conditions, not true: %v", key, egtranslate.Str(o, "metadata", "namespace"), egtranslate.Str(o, "metadata", "name"), n, bad)
-			}
-		}
-	}
+	expectAccepted(t, out, map[string]int{"httpRoutes": 3, "securityPolicies": 2, "envoyExtensionPolicies": 2, "clientTrafficPolicies": 1})
 	routes := 0
 	for _, vh := range egtranslate.List(out.RouteConfig("llm/llm", "llm/llm/http"), "virtualHosts") {
 		for _, r := range egtranslate.List(vh, "routes") {

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tollgate-dev/tollgate/internal/egtranslate"
+	"github.com/tollgate-dev/tollgate/internal/gotool"
 	"github.com/tollgate-dev/tollgate/internal/testtls"
 )
 
@@ -101,36 +102,13 @@ func TestChartHTTPRoutesTranslate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := egtranslate.Translate(pinnedTool(t, "../tools/egctl", "egctl"), t.TempDir(), in)
+	out, err := egtranslate.Translate(gotool.ForTest(t, "../tools/egctl", "egctl"), t.TempDir(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	for key, want := range map[string]int{"gateways": 1, "httpRoutes": 2} {
-		objs := egtranslate.List(map[string]any(out), key)
-		if len(objs) != want {
-			t.Errorf("%s: %d translated, want %d", key, len(objs), want)
-		}
-		for _, o := range objs {
-			if bad, n := conditionsNotTrue(o); len(bad) > 0 || n == 0 {
-				t.Errorf("%s %s/%s: %d conditions, not true: %v", key, egtranslate.Str(o, "metadata", "namespace"), egtranslate.Str(o, "metadata", "name"), n, bad)
-			}
-		}
-	}
-
-	// Where each cluster's endpoints are.
-	endpoints := map[string][]string{}
-	for _, c := range out.Configs("gateways/public") {
-		for _, e := range egtranslate.List(c, "dynamicEndpointConfigs") {
-			cluster := egtranslate.Str(e, "endpointConfig", "clusterName")
-			for _, le := range egtranslate.List(e, "endpointConfig", "endpoints") {
-				for _, lb := range egtranslate.List(le, "lbEndpoints") {
-					a := egtranslate.Get(lb, "endpoint", "address", "socketAddress")
-					endpoints[cluster] = append(endpoints[cluster], fmt.Sprintf("%s:%v", egtranslate.Str(a, "address"), egtranslate.Get(a, "portValue")))
-				}
-			}
-		}
-	}
+	expectAccepted(t, out, map[string]int{"gateways": 1, "httpRoutes": 2})
+	endpoints := out.Endpoints("gateways/public")
 
 	want := map[string]struct{ service, port string }{
 		"tollgate.example.com": {"tollgate-controlplane", "rest"},

@@ -7,9 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/gotool"
 )
@@ -28,13 +26,6 @@ const (
 // from which testdata/schemas was generated.
 const kubeVersion = "1.37.0"
 
-var tools struct {
-	once, logOnce     sync.Once
-	helm, kubeconform string
-	err               error
-	took              time.Duration
-}
-
 // needTools returns the paths of helm and kubeconform, built on first use
 // from the versions pinned in tools/go.mod. `go tool -n` builds a tool into
 // the Go build cache (or finds it there) and prints its path, so only the
@@ -43,24 +34,7 @@ var tools struct {
 // or fails when CI=true.
 func needTools(t *testing.T) (helm, kubeconform string) {
 	t.Helper()
-	tools.once.Do(func() {
-		start := time.Now()
-		tools.helm, tools.err = gotool.Path(toolsDir, "helm")
-		if tools.err == nil {
-			tools.kubeconform, tools.err = gotool.Path(toolsDir, "kubeconform")
-		}
-		tools.took = time.Since(start)
-	})
-	if tools.err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("cannot build the pinned chart tools (CI=true, so this fails instead of skipping): %v", tools.err)
-		}
-		t.Skipf("cannot build the pinned chart tools (set CI=true to make this a failure): %v", tools.err)
-	}
-	tools.logOnce.Do(func() {
-		t.Logf("helm and kubeconform from tools/go.mod ready in %s", tools.took.Round(time.Millisecond))
-	})
-	return tools.helm, tools.kubeconform
+	return gotool.ForTest(t, toolsDir, "helm"), gotool.ForTest(t, toolsDir, "kubeconform")
 }
 
 // run executes a tool and returns its standard output; standard error is

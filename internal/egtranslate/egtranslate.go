@@ -148,6 +148,24 @@ func (o Output) RouteConfig(gateway, name string) map[string]any {
 	return nil
 }
 
+// Endpoints are where each of a Gateway's clusters sends its traffic: cluster name to
+// "address:port" of each endpoint.
+func (o Output) Endpoints(gateway string) map[string][]string {
+	endpoints := map[string][]string{}
+	for _, c := range o.Configs(gateway) {
+		for _, e := range List(c, "dynamicEndpointConfigs") {
+			cluster := Str(e, "endpointConfig", "clusterName")
+			for _, le := range List(e, "endpointConfig", "endpoints") {
+				for _, lb := range List(le, "lbEndpoints") {
+					a := Get(lb, "endpoint", "address", "socketAddress")
+					endpoints[cluster] = append(endpoints[cluster], fmt.Sprintf("%s:%v", Str(a, "address"), Get(a, "portValue")))
+				}
+			}
+		}
+	}
+	return endpoints
+}
+
 // Clusters are the names of a Gateway's clusters.
 func (o Output) Clusters(gateway string) []string {
 	var names []string
