@@ -37,9 +37,9 @@ const (
 	gwStreams      = 1500   // per client of that case
 	gwStreamEvents = 5      // events after the first, each gwEventGap after the one before
 	gwEventGap     = 10 * time.Millisecond
-	gwIdleStreams  = 1000 // streams held open at once in the memory case
-	gwInFlight     = 400  // most requests a paced run keeps in flight (an open loop needs room)
-	gwMembers      = 32   // the load is spread over this many members, as in BenchmarkFullStack
+	gwIdleStreams  = 1000  // streams held open at once in the memory case
+	gwInFlight     = 400   // most requests a paced run keeps in flight (an open loop needs room)
+	gwMembers      = 32    // the load is spread over this many members, as in BenchmarkFullStack
 	gwProbeRate    = 200.0 // requests per second of each probe beside the gateway's load (side-*)
 	gwProbes       = 1200  // per probe: as long as the gateway's run beside them
 )
@@ -418,9 +418,15 @@ func BenchmarkGateway(b *testing.B) {
 		if viaNginx != "" {
 			var sg, sn, sd pacedResult
 			var wg sync.WaitGroup
-			wg.Go(func() { sg = runPaced(gwRequests, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(gw, i) }) })
-			wg.Go(func() { sn = runPaced(gwProbes, gwProbeRate, gwInFlight, func(i int) (sample, error) { return c.complete(viaNginx, i) }) })
-			wg.Go(func() { sd = runPaced(gwProbes, gwProbeRate, gwInFlight, func(i int) (sample, error) { return c.complete(direct, i) }) })
+			wg.Go(func() {
+				sg = runPaced(gwRequests, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(gw, i) })
+			})
+			wg.Go(func() {
+				sn = runPaced(gwProbes, gwProbeRate, gwInFlight, func(i int) (sample, error) { return c.complete(viaNginx, i) })
+			})
+			wg.Go(func() {
+				sd = runPaced(gwProbes, gwProbeRate, gwInFlight, func(i int) (sample, error) { return c.complete(direct, i) })
+			})
 			wg.Wait()
 			mustRun(b, "side by side, gateway", sg)
 			mustRun(b, "side by side, nginx", sn)
