@@ -612,8 +612,15 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		}
 	}
 
-	ctx, cancel := context.WithCancel(r.Context())
-	p.cancel = cancel
+	// The client's leaving cancels the upstream request a moment later
+	// (clientGoneGrace), not at once: a client that closes as soon as it has read the
+	// end of the answer (a JSON array's closing bracket) would otherwise cut the last
+	// bytes of the body the gateway has yet to read (its chunked terminator), and a
+	// whole answer would be settled as cut. A client that leaves mid-answer is seen
+	// sooner, by the next write to it.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	stopWatching := context.AfterFunc(r.Context(), func() { time.AfterFunc(clientGoneGrace, cancel) })
+	p.cancel = func() { stopWatching(); cancel() }
 	cred, err := p.route.credential(ctx)
 	if err != nil {
 		p.credentialFailed(w, r, err)
@@ -727,6 +734,11 @@ func (p *proxied) credentialFailed(w http.ResponseWriter, r *http.Request, err e
 	writeError(w, http.StatusBadGateway, "api_error", "service_gateway_upstream_credential",
 		"The gateway could not get its credential for the upstream; nothing was sent and nothing is charged.", nil)
 }
+
+// clientGoneGrace is how long after its client left an upstream request is cancelled
+// (forward): time for the gateway to read the end of a body whose last bytes were on
+// their way.
+const clientGoneGrace = 100 * time.Millisecond
 
 // statusClientClosed is the status of a request the client left before it was sent.
 const statusClientClosed = 499

@@ -768,6 +768,32 @@ func TestClientDisconnectCancelsTheUpstream(t *testing.T) {
 	}
 }
 
+// A client that closes as soon as it has read the end of the answer (Gemini's JSON
+// array, read up to its closing bracket by a JSON decoder) leaves before the last bytes
+// of the upstream's body (its chunked terminator) reach the gateway: the answer was
+// whole all the same, and is settled complete, with its reported usage.
+func TestClientLeavingAtTheAnswersEndLeavesItWhole(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `[{"candidates":[{"content":{"parts":[{"text":"hi"}]},"finishReason":"STOP"}],`+
+			`"usageMetadata":{"promptTokenCount":3,"candidatesTokenCount":1},"modelVersion":"gemini-2.5-flash"}]`)
+		w.(http.Flusher).Flush()
+		time.Sleep(30 * time.Millisecond) // the terminator comes after the client has gone
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	res := post(t, e.front.URL+"/v1beta/models/gemini-2.5-flash:streamGenerateContent", "", `{"contents":[{"parts":[{"text":"hello"}]}]}`,
+		"X-Goog-Api-Key", "tgk_good")
+	var chunks []json.RawMessage
+	if err := json.NewDecoder(res.Body).Decode(&chunks); err != nil || len(chunks) != 1 {
+		t.Fatalf("%d chunks: %v", len(chunks), err)
+	}
+	res.Body.Close() // at once: the decoder stopped at the closing bracket
+	if u := e.tracker.settled(t); u.InputTokens != 3 || u.OutputTokens != 1 || !u.Complete {
+		t.Fatalf("settled %+v: want the whole answer's usage, complete", u)
+	}
+}
+
 // Past MaxStreams requests in flight, the next is 503 busy before the gate.
 func TestConcurrencyBound(t *testing.T) {
 	release := make(chan struct{})
