@@ -3,6 +3,8 @@ package deploy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +28,26 @@ func readYAML(t *testing.T, path string, into any) {
 	dec.KnownFields(true)
 	if err := dec.Decode(into); err != nil {
 		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// yamlDocuments decodes every document of a multi-document YAML stream, leaving out
+// the empty ones (a render's templates that rendered nothing).
+func yamlDocuments(t *testing.T, b []byte) []map[string]any {
+	t.Helper()
+	var docs []map[string]any
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var o map[string]any
+		if err := dec.Decode(&o); err != nil {
+			if errors.Is(err, io.EOF) {
+				return docs
+			}
+			t.Fatal(err)
+		}
+		if o != nil {
+			docs = append(docs, o)
+		}
 	}
 }
 

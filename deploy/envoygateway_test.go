@@ -1,10 +1,7 @@
 package deploy
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -16,7 +13,6 @@ import (
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate-dev/tollgate/internal/egtranslate"
@@ -236,21 +232,11 @@ func TestEnvoyGatewayChartAgrees(t *testing.T) {
 	}
 	objects := func(b []byte) map[string]any {
 		out := map[string]any{}
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		for {
-			var o map[string]any
-			if err := dec.Decode(&o); err != nil {
-				if errors.Is(err, io.EOF) {
-					return out
-				}
-				t.Fatal(err)
-			}
-			if o == nil {
-				continue
-			}
+		for _, o := range yamlDocuments(t, b) {
 			key := egtranslate.Str(o, "kind") + " " + egtranslate.Str(o, "metadata", "namespace") + "/" + egtranslate.Str(o, "metadata", "name")
 			out[key] = o["spec"]
 		}
+		return out
 	}
 	fromChart, fromFile := objects(rendered), objects(file)
 	if len(fromFile) == 0 {

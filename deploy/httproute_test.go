@@ -1,11 +1,8 @@
 package deploy
 
 import (
-	"bytes"
 	"encoding/base64"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -63,18 +60,7 @@ func TestChartHTTPRoutesTranslate(t *testing.T) {
 	addresses := map[string]string{"tollgate-controlplane": "10.96.0.30", "tollgate-enforcer": "10.96.0.31"}
 	ports := map[string]map[string]int{} // Service -> port name -> number
 	var docs []string
-	dec := yaml.NewDecoder(bytes.NewReader(rendered))
-	for {
-		var o map[string]any
-		if err := dec.Decode(&o); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			t.Fatal(err)
-		}
-		if o == nil {
-			continue
-		}
+	for _, o := range yamlDocuments(t, rendered) {
 		if egtranslate.Str(o, "kind") == "Service" {
 			name := egtranslate.Str(o, "metadata", "name")
 			o["spec"].(map[string]any)["clusterIP"] = addresses[name]
