@@ -116,14 +116,14 @@ func List(v any, path ...any) []any { l, _ := Get(v, path...).([]any); return l 
 // Str is Get for a string.
 func Str(v any, path ...any) string { s, _ := Get(v, path...).(string); return s }
 
-// Configs are the configuration dumps of one Gateway ("namespace/name").
-func (o Output) Configs(gateway string) []any {
+// configs are the configuration dumps of one Gateway ("namespace/name").
+func (o Output) configs(gateway string) []any {
 	return List(map[string]any(o), "xds", gateway, "configs")
 }
 
 // Listener is the named listener of a Gateway's dumps, nil when there is none.
 func (o Output) Listener(gateway, name string) map[string]any {
-	for _, c := range o.Configs(gateway) {
+	for _, c := range o.configs(gateway) {
 		for _, l := range List(c, "dynamicListeners") {
 			if Str(l, "activeState", "listener", "name") == name {
 				m, _ := Get(l, "activeState", "listener").(map[string]any)
@@ -137,7 +137,7 @@ func (o Output) Listener(gateway, name string) map[string]any {
 // RouteConfig is the named route configuration of a Gateway's dumps, nil when there
 // is none.
 func (o Output) RouteConfig(gateway, name string) map[string]any {
-	for _, c := range o.Configs(gateway) {
+	for _, c := range o.configs(gateway) {
 		for _, rc := range List(c, "dynamicRouteConfigs") {
 			if Str(rc, "routeConfig", "name") == name {
 				m, _ := Get(rc, "routeConfig").(map[string]any)
@@ -152,7 +152,7 @@ func (o Output) RouteConfig(gateway, name string) map[string]any {
 // "address:port" of each endpoint.
 func (o Output) Endpoints(gateway string) map[string][]string {
 	endpoints := map[string][]string{}
-	for _, c := range o.Configs(gateway) {
+	for _, c := range o.configs(gateway) {
 		for _, e := range List(c, "dynamicEndpointConfigs") {
 			cluster := Str(e, "endpointConfig", "clusterName")
 			for _, le := range List(e, "endpointConfig", "endpoints") {
@@ -169,7 +169,7 @@ func (o Output) Endpoints(gateway string) map[string][]string {
 // Clusters are the names of a Gateway's clusters.
 func (o Output) Clusters(gateway string) []string {
 	var names []string
-	for _, c := range o.Configs(gateway) {
+	for _, c := range o.configs(gateway) {
 		for _, cl := range List(c, "dynamicActiveClusters") {
 			names = append(names, Str(cl, "cluster", "name"))
 		}
