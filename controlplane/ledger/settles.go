@@ -69,6 +69,9 @@ type settleJob struct {
 	// withoutModel: the database refused this item as it was; it is stored again
 	// without its model name (see runSettles).
 	withoutModel bool
+	// voided: the item voids its request's pending start (SettleItem.voided); it
+	// carries nothing else.
+	voided bool
 }
 
 var settleResultLabel = map[internalv1.SettleOutcome]string{
@@ -79,6 +82,7 @@ var settleResultLabel = map[internalv1.SettleOutcome]string{
 	internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT:   "no_snapshot",
 	internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID:       "invalid",
 	internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED: "epoch_changed",
+	internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED:        "voided",
 }
 
 // Settle prices and charges finished requests, each atomically and idempotently, and
@@ -134,6 +138,9 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 	case it.GetOrganizationId() != "" && !accounting.ValidEntityID(it.GetOrganizationId()),
 		it.GetMemberId() != "" && !accounting.ValidEntityID(it.GetMemberId()):
 		return nil, errors.New("organization_id and member_id are 1 to 64 letters, digits and . _ : - (or empty when the start is durable)")
+	}
+	if it.GetVoided() {
+		return validateVoid(it)
 	}
 	sj := &settleJob{in: it, unrecorded: it.GetAdmittedWithoutRecord()}
 	var changed bool
@@ -254,6 +261,19 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 }
 
 // catalogMatch is whether the shipped catalog prices the job's model at all.
+// validateVoid accepts a voided item that names its request (and who it was for) and
+// nothing else: a request that was never forwarded used nothing, so a void that reports
+// usage, a cost or a snapshot contradicts itself and is refused rather than half
+// applied.
+func validateVoid(it *internalv1.SettleItem) (*settleJob, error) {
+	rest := proto.CloneOf(it)
+	rest.RequestId, rest.OrganizationId, rest.MemberId, rest.FinishedAtUnixMs, rest.Voided = "", "", "", 0, false
+	if proto.Size(rest) != 0 {
+		return nil, errors.New("a voided settlement names its request only: no usage, cost, status or snapshot")
+	}
+	return &settleJob{in: it, voided: true, usage: accounting.Usage{}}, nil
+}
+
 func (sj *settleJob) catalogMatch() bool { return sj.catalogEntry() != nil }
 
 // catalogEntry is the shipped catalog's entry nearest the job's model (the first step
@@ -478,6 +498,12 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			continue
 		}
 		st, ok := read.Starts[id]
+		if j.item.voided {
+			if s.void(r, id, st, ok, receipts[id] != nil) {
+				delete(read.Starts, id) // as the batch leaves it, for any later item
+			}
+			continue
+		}
 		if !ok {
 			if j.item.snap != nil {
 				r.Outcome, r.Message = internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID, "member_id is not a member of organization_id"
@@ -569,6 +595,24 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 	writes := &pgx.Batch{}
 	versions := store.QueueSettlementWrites(writes, s.w, now)
 	return attempt[*settleJob, *internalv1.SettleResult]{results: results, versions: versions, writes: writes}, nil
+}
+
+// void answers a voided item: a pending start (found, it is st) is removed with its
+// reservation, uncharged; a start already closed keeps what it was charged (the void
+// came after a settlement or a recovery, and a charge is never taken back by one);
+// no start is nothing to do. Each is answered voided, the closed start with a message:
+// a void is final, and sending it again changes nothing. It reports whether it removes
+// the start.
+func (s *settlement) void(r *internalv1.SettleResult, id string, st store.StoredStart, found, charged bool) bool {
+	r.Outcome = internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED
+	switch {
+	case found && st.State == "pending" && !charged:
+		s.w.VoidStarts = append(s.w.VoidStarts, id)
+		return true
+	case found:
+		r.Message = "the start was already closed (" + st.State + "); its charge stands"
+	}
+	return false
 }
 
 // joinMessage appends the notes of what was cleaned or bounded to a decision's message.

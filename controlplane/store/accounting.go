@@ -652,6 +652,9 @@ type QuarantineWrite struct {
 type SettleWrites struct {
 	// DeleteStarts are events created in phase one that the fence refused.
 	DeleteStarts []string
+	// VoidStarts are pending starts whose requests were never forwarded
+	// (SettleItem.voided): removed, uncharged, with their reservations.
+	VoidStarts []string
 	// CloseStarts move pending starts to CloseState ("settled" or "recovered").
 	CloseStarts []string
 	CloseState  string
@@ -681,6 +684,9 @@ func WriteSettlements(ctx context.Context, tx pgx.Tx, w SettleWrites, now time.T
 func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[string]int64 {
 	if len(w.DeleteStarts) > 0 {
 		b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND NOT counted`, w.DeleteStarts)
+	}
+	if len(w.VoidStarts) > 0 {
+		b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND state = 'pending'`, w.VoidStarts)
 	}
 	if len(w.CloseStarts) > 0 {
 		b.Queue(`UPDATE usage_request_starts SET state = $2, closed_at = $3 WHERE request_id = ANY($1) AND state = 'pending'`,

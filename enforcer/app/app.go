@@ -231,7 +231,8 @@ func New(d Deps) *Enforcer {
 	e.Identity = identity.New(cp, identity.Config{TTL: cfg.IdentityTTL}, d.Clock, m, log)
 	e.Records = record.New(d.Redis, d.Layout, cp, record.Config{GenerationPoll: cfg.GenerationPoll, RedisTimeout: cfg.RedisCheckTimeout}, m, log)
 	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
-		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL})
+		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL,
+		Speculate: cfg.Speculate()})
 
 	// ext_authz requests are decoded only as far as the credentials, and refusals sent
 	// as encoded once (authz.Server.Codec). A stream's worker waits for its request

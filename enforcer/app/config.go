@@ -74,6 +74,10 @@ type Config struct {
 	// without reading their record; window resets and invalidations end it sooner
 	// (TOLLGATE_ENFORCER_BLOCKED_TTL). 0 reads the record on every check.
 	BlockedTTL time.Duration
+	// SpeculativeStarts is on (a check sends its durable start beside its record read,
+	// on the member's last-known record, and voids it if the fresh record disagrees) or
+	// off (TOLLGATE_ENFORCER_SPECULATIVE_STARTS; gate/speculate.go).
+	SpeculativeStarts string
 	// StartCapacity, StartPerMember and StartDeadline bound the write-ahead start queue
 	// (TOLLGATE_ENFORCER_START_CAPACITY, _START_PER_MEMBER, _START_DEADLINE).
 	StartCapacity  int
@@ -153,6 +157,9 @@ func (c Config) InflightLimit() int {
 	return max(min(c.SettleCapacity/2, c.SettleCapacity-c.StartCapacity), 1)
 }
 
+// Speculate reports whether checks send speculative starts.
+func (c Config) Speculate() bool { return c.SpeculativeStarts == "on" }
+
 // FailOpen reports whether infrastructure failures admit.
 func (c Config) FailOpen() bool { return c.FailureMode == "open" }
 
@@ -194,6 +201,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.IdentityTTL, "identity-ttl", durationEnv("TOLLGATE_ENFORCER_IDENTITY_TTL", 30*time.Second), "how long a credential's identity is cached; invalidations usually end it sooner (TOLLGATE_ENFORCER_IDENTITY_TTL)")
 	fs.DurationVar(&c.BlockedTTL, "blocked-ttl", durationEnv("TOLLGATE_ENFORCER_BLOCKED_TTL", time.Second), "longest a blocked member is refused from memory without reading their record; window resets and invalidations end it sooner; 0 turns it off (TOLLGATE_ENFORCER_BLOCKED_TTL)")
+	fs.StringVar(&c.SpeculativeStarts, "speculative-starts", env("TOLLGATE_ENFORCER_SPECULATIVE_STARTS", "on"), "on: a check sends its durable start beside its record read, on the member's last-known record, and voids it uncharged when the fresh record refuses or differs; off: after it (TOLLGATE_ENFORCER_SPECULATIVE_STARTS)")
 	fs.IntVar(&c.StartCapacity, "start-capacity", intEnv("TOLLGATE_ENFORCER_START_CAPACITY", 4096), "most write-ahead starts queued at once (TOLLGATE_ENFORCER_START_CAPACITY)")
 	fs.IntVar(&c.StartPerMember, "start-per-member", intEnv("TOLLGATE_ENFORCER_START_PER_MEMBER", 256), "most write-ahead starts of one member queued at once (TOLLGATE_ENFORCER_START_PER_MEMBER)")
 	fs.DurationVar(&c.StartDeadline, "start-deadline", durationEnv("TOLLGATE_ENFORCER_START_DEADLINE", 500*time.Millisecond), "longest wait for a durable start; keep it under the proxy's check timeout (TOLLGATE_ENFORCER_START_DEADLINE)")
@@ -288,6 +296,9 @@ func (c Config) validate() []string {
 	}
 	if c.FailureMode != "closed" && c.FailureMode != "open" {
 		p = append(p, "TOLLGATE_FAILURE_MODE: must be closed or open")
+	}
+	if c.SpeculativeStarts != "on" && c.SpeculativeStarts != "off" {
+		p = append(p, "TOLLGATE_ENFORCER_SPECULATIVE_STARTS: must be on or off")
 	}
 	if c.DeferredBilling != "refuse" && c.DeferredBilling != "allow" {
 		p = append(p, "TOLLGATE_DEFERRED_BILLING: must be refuse or allow")

@@ -132,3 +132,32 @@ func TestControlPlaneTLSConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestSpeculativeStartsConfig: on by default, off when asked, anything else a problem
+// named by its variable.
+func TestSpeculativeStartsConfig(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    bool
+		problem bool
+	}{{"", true, false}, {"on", true, false}, {"off", false, false}, {"yes", false, true}} {
+		c, err := parseConfig(nil, func(k string) string {
+			if k == "TOLLGATE_ENFORCER_SPECULATIVE_STARTS" {
+				return tc.value
+			}
+			return ""
+		}, io.Discard)
+		if tc.problem {
+			if err == nil || !strings.Contains(err.Error(), "TOLLGATE_ENFORCER_SPECULATIVE_STARTS: must be on or off") {
+				t.Errorf("%q: err %v, want the variable named", tc.value, err)
+			}
+			continue
+		}
+		if err != nil || c.Speculate() != tc.want {
+			t.Errorf("%q: speculate %v (err %v), want %v", tc.value, c.Speculate(), err, tc.want)
+		}
+	}
+	if c, err := parseConfig([]string{"--speculative-starts=off"}, func(string) string { return "" }, io.Discard); err != nil || c.Speculate() {
+		t.Errorf("--speculative-starts=off: speculate %v, err %v", c.Speculate(), err)
+	}
+}

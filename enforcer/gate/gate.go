@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/decision"
@@ -58,9 +59,11 @@ type Settlements interface {
 	Reserve() (*settleq.Reservation, bool)
 }
 
-// InFlight keeps admitted requests until their settlement is queued (inflight.Tracker).
+// InFlight keeps admitted requests until their settlement is queued, and voids the
+// durable starts of requests a check refused after all (inflight.Tracker).
 type InFlight interface {
 	Admitted(r *inflight.Request)
+	Void(item *internalv1.StartItem, res *settleq.Reservation, done func(settleq.Result))
 }
 
 // The parts the enforcer is made of implement the interfaces.
@@ -91,6 +94,9 @@ type Deps struct {
 	// BlockedTTL is the longest a blocked decision is kept and answered from memory
 	// (see BlockedMembers); 0 keeps none.
 	BlockedTTL time.Duration
+	// Speculate sends a check's durable start beside its record read, on the member's
+	// last-known record (speculate.go).
+	Speculate bool
 }
 
 // Gate answers checks.
@@ -103,6 +109,9 @@ type Gate struct {
 	// Redis unreachable) are logged once per interval with a count of those left out;
 	// tollgate_enforcer_decisions_total and the start queue's rejections count each one.
 	authFailed, recordFailed, startFailed, openUnidentified logging.Throttle
+	// recordFailedAt is when a record read last failed (Unix nanoseconds, the clock's):
+	// checks do not speculate for a while after.
+	recordFailedAt atomic.Int64
 }
 
 // New returns a gate.
@@ -299,11 +308,14 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 	}
 	keep := g.Blocks.before(gen, genOK)
 
+	spec := g.speculate(ctx, &id, h, g.Clock.Now(), gen, genOK)
+	defer func() { g.drop(spec, ctx.Err() == nil) }()
 	rec, err := g.readRecord(ctx, &id, recordWait)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Answer{}, ctx.Err()
 		}
+		g.recordFailedAt.Store(g.Clock.Now().UnixNano())
 		reason := ReasonControlPlane
 		if errors.Is(err, record.ErrRedis) {
 			reason = ReasonRedis
@@ -336,7 +348,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 			return g.failure(ReasonControlPlane, &id, nil), nil
 		}
 
-		a, retry, err := g.admit(ctx, &id, &d, now, h)
+		a, retry, err := g.admit(ctx, &id, &d, now, h, spec)
 		if err != nil || !retry {
 			return a, err
 		}
@@ -374,17 +386,33 @@ func (g *Gate) resolveRecord(ctx context.Context, id *identity.Identity, wait *t
 	return rec, err
 }
 
-// admit makes the start durable and answers 200. retry asks the caller to decide again
-// on a fresher record (the start was refused for an old tracking version).
-func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Decision, now time.Time, h Hint) (a Answer, retry bool, err error) {
-	reqID := typeid.New(RequestPrefix)
-	snap := d.Snapshot(id.OrganizationID, id.MemberID, now)
-	item := &internalv1.StartItem{RequestId: reqID, OrganizationId: id.OrganizationID, MemberId: id.MemberID, Snapshot: snap,
-		ReservationMicroUsd: g.reservation(d, h, now), MaxInFlight: d.MaxInFlight}
-	submitted := time.Now()
-	res, reservation, err := g.Starts.Submit(ctx, item)
-	waited := time.Since(submitted)
-	defer func() { a.StartWait = waited }()
+// startItem is the durable start of a request admitted on d at now, and the basis of its
+// reservation (a label of tollgate_enforcer_reservations_total, counted by the caller
+// once the start is sent as the request's).
+func (g *Gate) startItem(id *identity.Identity, d *decision.Decision, now time.Time, h Hint) (*internalv1.StartItem, string) {
+	reservation, basis := g.reservation(d, h, now)
+	return &internalv1.StartItem{RequestId: typeid.New(RequestPrefix), OrganizationId: id.OrganizationID, MemberId: id.MemberID,
+		Snapshot: d.Snapshot(id.OrganizationID, id.MemberID, now), ReservationMicroUsd: reservation, MaxInFlight: d.MaxInFlight}, basis
+}
+
+// admit makes the start durable and answers 200: spec's start when it is the one d makes
+// (speculate.go), else its own. retry asks the caller to decide again on a fresher
+// record (the start was refused for an old tracking version).
+func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Decision, now time.Time, h Hint, spec *speculation) (a Answer, retry bool, err error) {
+	item, basis := g.startItem(id, d, now, h)
+	out, used := g.take(spec, item)
+	if used {
+		item, basis, now = spec.item, spec.basis, spec.at
+	} else {
+		g.drop(spec, true) // gone before this start is made: it must not count against it
+		out = g.submit(ctx, item)
+	}
+	if basis != "" {
+		g.Metrics.Reservations.WithLabelValues(basis).Inc()
+	}
+	reqID, snap := item.GetRequestId(), item.GetSnapshot()
+	res, reservation, err := out.res, out.reservation, out.err
+	defer func() { a.StartWait = out.waited }()
 	if err != nil {
 		if ctx.Err() != nil {
 			return Answer{}, false, ctx.Err()
@@ -416,21 +444,20 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 // this request can cost), else the policy's amount. The organization's own price keys
 // come from the decision's record: a model it prices itself has no catalog worst case.
 // The catalog's prices are those in effect at now (pricecatalog.At).
-func (g *Gate) reservation(d *decision.Decision, h Hint, now time.Time) int64 {
+// The basis is the label of tollgate_enforcer_reservations_total ("" when nothing is
+// reserved).
+func (g *Gate) reservation(d *decision.Decision, h Hint, now time.Time) (int64, string) {
 	if d.Reservation <= 0 {
-		return 0
+		return 0, ""
 	}
 	if h.Body == nil {
-		g.Metrics.Reservations.WithLabelValues("no_body").Inc()
-		return d.Reservation
+		return d.Reservation, "no_body"
 	}
 	wc := worstcase.Of(pricecatalog.At(now), *h.Body, d.PricedModelKeys)
 	if !wc.Known() {
-		g.Metrics.Reservations.WithLabelValues(string(wc.Unknown)).Inc()
-		return d.Reservation
+		return d.Reservation, string(wc.Unknown)
 	}
-	g.Metrics.Reservations.WithLabelValues("worst_case").Inc()
-	return wc.MicroUSD
+	return wc.MicroUSD, "worst_case"
 }
 
 // failure answers an infrastructure failure before a decision could be made: 503 in

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,9 +54,14 @@ type fakeRecords struct {
 	genOK      bool
 
 	reads, resolves int
+	// beforeRead, when set, runs at the start of each Read.
+	beforeRead func()
 }
 
 func (f *fakeRecords) Read(context.Context, string, string) (record.Record, error) {
+	if f.beforeRead != nil {
+		f.beforeRead()
+	}
 	f.reads++
 	if f.readErr != nil {
 		return record.Record{}, f.readErr
@@ -78,26 +84,69 @@ type fakeStarts struct {
 	// outcomes answer the starts in turn, the last one repeated.
 	outcomes []internalv1.StartOutcome
 	err      error
-	items    []*internalv1.StartItem
 	// guard goes with a guard refusal's outcome.
 	guard *internalv1.GuardRefusal
+	// hold, when set, keeps each start unanswered until it is closed (speculative
+	// starts are sent from their own goroutine, hence the lock).
+	hold chan struct{}
+	// onSubmit, when set, runs as each start is submitted.
+	onSubmit func()
+	mu       sync.Mutex
+	items    []*internalv1.StartItem
 }
 
 func (f *fakeStarts) Submit(_ context.Context, item *internalv1.StartItem) (startq.Result, *settleq.Reservation, error) {
+	f.mu.Lock()
 	f.items = append(f.items, item)
-	if f.err != nil {
-		return startq.Result{}, nil, f.err
+	n, err := len(f.items), f.err
+	f.mu.Unlock()
+	if f.onSubmit != nil {
+		f.onSubmit()
 	}
-	return startq.Result{Outcome: f.outcomes[min(len(f.items), len(f.outcomes))-1], Guard: f.guard}, nil, nil
+	if f.hold != nil {
+		<-f.hold
+	}
+	if err != nil {
+		return startq.Result{}, nil, err
+	}
+	return startq.Result{Outcome: f.outcomes[min(n, len(f.outcomes))-1], Guard: f.guard}, nil, nil
+}
+
+// submitted are the starts submitted so far.
+func (f *fakeStarts) submitted() []*internalv1.StartItem {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.items)
 }
 
 type fakeSettlements struct{ reserved int }
 
 func (f *fakeSettlements) Reserve() (*settleq.Reservation, bool) { f.reserved++; return nil, true }
 
-type fakeInFlight struct{ admitted []*inflight.Request }
+type fakeInFlight struct {
+	admitted []*inflight.Request
+	mu       sync.Mutex
+	voided   []*internalv1.StartItem
+}
 
 func (f *fakeInFlight) Admitted(r *inflight.Request) { f.admitted = append(f.admitted, r) }
+
+// Void records the void and answers it at once.
+func (f *fakeInFlight) Void(item *internalv1.StartItem, _ *settleq.Reservation, done func(settleq.Result)) {
+	f.mu.Lock()
+	f.voided = append(f.voided, item)
+	f.mu.Unlock()
+	if done != nil {
+		done(settleq.Result{Outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED})
+	}
+}
+
+// voids are the starts voided so far.
+func (f *fakeInFlight) voids() []*internalv1.StartItem {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.voided)
+}
 
 type fakes struct {
 	ids     *fakeIdentities

@@ -233,9 +233,11 @@ type Seen struct {
 	GuardrailReported bool
 }
 
-// Queue is where settlements go (settleq.Queue).
+// Queue is where settlements go (settleq.Queue): Enqueue lets them gather into batches,
+// EnqueueNow sends one someone waits for at once.
 type Queue interface {
 	Enqueue(item *internalv1.SettleItem, res *settleq.Reservation, done func(settleq.Result)) error
+	EnqueueNow(item *internalv1.SettleItem, res *settleq.Reservation, done func(settleq.Result)) error
 }
 
 // Tracker is the table of admitted, unsettled requests.
@@ -799,6 +801,17 @@ func audioTokens(millis int64) int64 {
 func (t *Tracker) SettleOrphan(item *internalv1.StartItem, res *settleq.Reservation) {
 	_ = t.q.Enqueue(&internalv1.SettleItem{RequestId: item.GetRequestId(), OrganizationId: item.GetOrganizationId(),
 		MemberId: item.GetMemberId(), Snapshot: item.GetSnapshot(), FinishedAtUnixMs: t.clk.Now().UnixMilli()}, res, nil)
+}
+
+// Void undoes a durable start whose check then refused the request (a speculative start,
+// package gate): it was never forwarded, so the control plane removes the start,
+// uncharged (SettleItem.voided). It goes through the settlement queue at once
+// (EnqueueNow), with the reservation the start took, so it is spooled and retried as
+// settlements are; were it lost, the start would be closed by abandonment recovery at
+// no cost. done, if not nil, is called once with the queue's final result.
+func (t *Tracker) Void(item *internalv1.StartItem, res *settleq.Reservation, done func(settleq.Result)) {
+	_ = t.q.EnqueueNow(&internalv1.SettleItem{RequestId: item.GetRequestId(), OrganizationId: item.GetOrganizationId(),
+		MemberId: item.GetMemberId(), Voided: true}, res, done)
 }
 
 // Reap settles, as incomplete, every request admitted more than after ago that no

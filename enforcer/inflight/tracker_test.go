@@ -26,6 +26,7 @@ import (
 type queue struct {
 	mu    sync.Mutex
 	items []*internalv1.SettleItem
+	now   int // how many came through EnqueueNow
 }
 
 func (q *queue) Enqueue(item *internalv1.SettleItem, _ *settleq.Reservation, _ func(settleq.Result)) error {
@@ -33,6 +34,27 @@ func (q *queue) Enqueue(item *internalv1.SettleItem, _ *settleq.Reservation, _ f
 	defer q.mu.Unlock()
 	q.items = append(q.items, item)
 	return nil
+}
+
+func (q *queue) EnqueueNow(item *internalv1.SettleItem, res *settleq.Reservation, done func(settleq.Result)) error {
+	q.mu.Lock()
+	q.now++
+	q.mu.Unlock()
+	return q.Enqueue(item, res, done)
+}
+
+// TestVoidNamesTheRequestOnly: a void is sent at once and carries the start's request,
+// organization and member, marked voided, and nothing else (the control plane refuses a
+// void with more).
+func TestVoidNamesTheRequestOnly(t *testing.T) {
+	q := &queue{}
+	tr := New(q, clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)), metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tr.Void(&internalv1.StartItem{RequestId: "req_spec", OrganizationId: "org", MemberId: "om", ReservationMicroUsd: 5,
+		Snapshot: &internalv1.Snapshot{Version: 2, TrackingVersion: 1}}, nil, nil)
+	want := &internalv1.SettleItem{RequestId: "req_spec", OrganizationId: "org", MemberId: "om", Voided: true}
+	if len(q.items) != 1 || !proto.Equal(q.items[0], want) || q.now != 1 {
+		t.Fatalf("queued %v (%d at once), want %v at once", q.items, q.now, want)
+	}
 }
 
 func TestReapSettlesUnreportedRequestsAsIncomplete(t *testing.T) {

@@ -28,6 +28,9 @@ type Metrics struct {
 	// TrailingRequests counts requests opened without a check to charge what a session
 	// used after a check refused its member (gate.Gate.Trailing).
 	TrailingRequests prometheus.Counter
+	// SpeculativeStarts counts the durable starts a check made beside its record read,
+	// by what became of them (SpeculativeStartResults; gate.Gate).
+	SpeculativeStarts *prometheus.CounterVec
 
 	RedisDuration        *prometheus.HistogramVec
 	RedisErrors          prometheus.Counter
@@ -116,7 +119,7 @@ var (
 	identityResults      = []string{"hit", "miss", "negative_hit"}
 	recordSources        = []string{"redis", "resolve"}
 	startRejections      = []string{"full", "member_share", "deadline", "cancelled", "settle_capacity", "closed"}
-	settleOutcomes       = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "abandoned", "overflow"}
+	settleOutcomes       = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "abandoned", "overflow"}
 	costBases            = []string{"upstream_cost", "reported_usage", "estimate", "none", "unknown"}
 	extprocStreamResults = []string{"complete", "incomplete", "untracked"}
 	requestBodyResults   = []string{"estimated", "not_json", "include_usage_set", "not_buffered", "model_not_priced", "billing_deferred", "unbilled", "decoded", "undecodable", "guardrail_trace_set", "guardrail_check"}
@@ -131,6 +134,9 @@ var (
 // object), and worstcase.Unknown's reasons.
 var ReservationBases = []string{"worst_case", "no_body", "no_model", "not_in_catalog", "organization_priced", "no_cap", "duration_billed",
 	"page_billed", "searches_uncapped", "advisor_uncapped"}
+
+// SpeculativeStartResults are the label values of SpeculativeStarts.
+var SpeculativeStartResults = []string{"used", "voided", "unused"}
 
 // ContainerChargeResults are the label values of ContainerCharges (package inflight's
 // Container* constants; package inflight imports this one, so the list lives here).
@@ -172,6 +178,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_trailing_requests_total",
 			Help: "Requests opened without a check to charge what a session used after a check refused its member (a transcription that ended during a response, GPT-Live's last seconds).",
 		}),
+		SpeculativeStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_speculative_starts_total",
+			Help: "Durable starts a check made beside its read of the member's record, on the last record it knew, by result: used (the fresh record decided the same), voided (it did not: the start was recorded, so it is voided, never charged), unused (it did not, and the start was not recorded, nothing to undo).",
+		}, []string{"result"}),
 		RedisDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_enforcer_redis_duration_seconds",
 			Help:    "Duration of Redis calls, by operation.",
@@ -300,7 +310,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
 	}
-	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.IdentityRefreshes, m.RecordReads, m.BlockedCacheHits, m.TrailingRequests, m.RedisDuration, m.RedisErrors,
+	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.IdentityRefreshes, m.RecordReads, m.BlockedCacheHits, m.TrailingRequests, m.SpeculativeStarts, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
@@ -318,6 +328,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.Settlements: settleOutcomes, m.SettledCostBasis: costBases, m.ExtProcStreams: extprocStreamResults,
 		m.ExtProcRequestBodies: requestBodyResults, m.SettleSpoolDropped: spoolDropReasons, m.InvalidationsReceived: invalidationKinds,
 		m.GatewayRequests: gatewayOutcomes, m.Reservations: ReservationBases, m.ContainerCharges: ContainerChargeResults,
+		m.SpeculativeStarts: SpeculativeStartResults,
 	} {
 		for _, x := range values {
 			v.WithLabelValues(x)

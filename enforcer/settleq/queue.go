@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,6 +151,8 @@ type entry struct {
 	// solo entries are sent alone: their batch was refused as a whole, so one of its
 	// items is bad and the others must not share its fate.
 	solo bool
+	// urgent entries do not linger: a check waits for them (EnqueueNow).
+	urgent bool
 	// older and newer link the entries not yet finished (Queue.oldest).
 	older, newer *entry
 	// ref is the entry's record in the spool; replayed: it came from the spool at start.
@@ -231,8 +234,19 @@ func (q *Queue) lenLocked() int { return len(q.ready) + len(q.delayed) + q.infli
 // or fails with ErrFull, which is logged loudly and counted here. done, if not nil, is
 // called once with the final result, from a worker goroutine.
 func (q *Queue) Enqueue(item *internalv1.SettleItem, res *Reservation, done func(Result)) error {
+	return q.enqueue(item, res, done, false)
+}
+
+// EnqueueNow is Enqueue for a settlement someone waits for (a check voiding its
+// speculative start before it answers): it is sent at once, with whatever else is
+// ready, instead of lingering for a fuller batch.
+func (q *Queue) EnqueueNow(item *internalv1.SettleItem, res *Reservation, done func(Result)) error {
+	return q.enqueue(item, res, done, true)
+}
+
+func (q *Queue) enqueue(item *internalv1.SettleItem, res *Reservation, done func(Result), urgent bool) error {
 	now := time.Now()
-	e := &entry{item: item, done: done, queued: now, next: now}
+	e := &entry{item: item, done: done, queued: now, next: now, urgent: urgent}
 	// Written before it is queued: from here a crash cannot lose it (package spool).
 	// Outside the queue's lock: the write is a system call.
 	if q.spool != nil {
@@ -258,7 +272,7 @@ func (q *Queue) Enqueue(item *internalv1.SettleItem, res *Reservation, done func
 	// a batch, or nothing lingers. Otherwise they already sleep until the oldest ready
 	// entry's linger ends, and this one goes with it: waking them for each settlement
 	// cost a goroutine switch, often a thread's wake-up, per proxied request.
-	wake := len(q.ready) == 0 || len(q.ready)+1 >= q.cfg.MaxBatch || q.cfg.Linger <= 0
+	wake := len(q.ready) == 0 || len(q.ready)+1 >= q.cfg.MaxBatch || q.cfg.Linger <= 0 || urgent
 	q.ready = append(q.ready, e)
 	q.linkLocked(e)
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
@@ -354,7 +368,7 @@ func (q *Queue) take(force bool) ([]*entry, time.Duration) {
 	if len(q.ready) == 0 {
 		return nil, wait
 	}
-	if !force && len(q.ready) < q.cfg.MaxBatch {
+	if !force && len(q.ready) < q.cfg.MaxBatch && !slices.ContainsFunc(q.ready, func(e *entry) bool { return e.urgent }) {
 		if d := q.ready[0].queued.Add(q.cfg.Linger).Sub(now); d > 0 {
 			return nil, min(wait, d)
 		}
@@ -476,7 +490,7 @@ func (q *Queue) finish(e *entry, r Result, now time.Time) {
 	switch r.Outcome {
 	case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED:
 		q.m.SettledCostBasis.WithLabelValues(basisLabel(r.CostBasis)).Inc()
-	case internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE:
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE, internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED:
 	default:
 		// Final refusals are not retried (they would be refused again) but must be seen.
 		q.log.Warn("settlement refused by the control plane", "request_id", e.item.GetRequestId(),
@@ -679,6 +693,8 @@ func outcomeLabel(o internalv1.SettleOutcome) string {
 		return "invalid"
 	case internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED:
 		return "epoch_changed"
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED:
+		return "voided"
 	}
 	return "unknown"
 }

@@ -316,6 +316,39 @@ func TestLingeringSettlementsDoNotWakeTheWorker(t *testing.T) {
 	}
 }
 
+// A settlement someone waits for (EnqueueNow) does not linger: it goes at once, and
+// takes the lingering ones with it in the same call.
+func TestEnqueueNowDoesNotLinger(t *testing.T) {
+	s := &scripted{}
+	cfg := fastConfig()
+	cfg.Linger = time.Hour
+	q := settleq.New(s, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	done := make(chan settleq.Result, 4)
+	for _, id := range []string{"lingering_1", "lingering_2"} {
+		if err := q.Enqueue(&internalv1.SettleItem{RequestId: id}, nil, func(r settleq.Result) { done <- r }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.EnqueueNow(&internalv1.SettleItem{RequestId: "void", Voided: true}, nil, func(r settleq.Result) { done <- r }); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("an urgent settlement lingered (the linger is an hour)")
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.calls) != 1 || len(s.calls[0]) != 3 {
+		t.Fatalf("calls %v, want one of all three", s.calls)
+	}
+}
+
 // What the enforcer learned on the way goes to the control plane as it is, and the
 // receipt's cost basis and price source come back to the caller.
 func TestSettleCarriesEstimatesAndCostBasis(t *testing.T) {

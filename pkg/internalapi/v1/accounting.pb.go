@@ -227,6 +227,8 @@ const (
 	SettleOutcome_SETTLE_OUTCOME_INVALID SettleOutcome = 6
 	// The snapshot's tracking version is older than the member's.
 	SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED SettleOutcome = 7
+	// A voided item (SettleItem.voided): its pending start, if any, was removed.
+	SettleOutcome_SETTLE_OUTCOME_VOIDED SettleOutcome = 8
 )
 
 // Enum value maps for SettleOutcome.
@@ -240,6 +242,7 @@ var (
 		5: "SETTLE_OUTCOME_NO_SNAPSHOT",
 		6: "SETTLE_OUTCOME_INVALID",
 		7: "SETTLE_OUTCOME_EPOCH_CHANGED",
+		8: "SETTLE_OUTCOME_VOIDED",
 	}
 	SettleOutcome_value = map[string]int32{
 		"SETTLE_OUTCOME_UNSPECIFIED":   0,
@@ -250,6 +253,7 @@ var (
 		"SETTLE_OUTCOME_NO_SNAPSHOT":   5,
 		"SETTLE_OUTCOME_INVALID":       6,
 		"SETTLE_OUTCOME_EPOCH_CHANGED": 7,
+		"SETTLE_OUTCOME_VOIDED":        8,
 	}
 )
 
@@ -1561,8 +1565,16 @@ type SettleItem struct {
 	// not multiplied by the service tier or a regional premium. 0 when not reported.
 	ImageToolInputTokens       int64 `protobuf:"varint,42,opt,name=image_tool_input_tokens,json=imageToolInputTokens,proto3" json:"image_tool_input_tokens,omitempty"`
 	ImageToolCachedInputTokens int64 `protobuf:"varint,43,opt,name=image_tool_cached_input_tokens,json=imageToolCachedInputTokens,proto3" json:"image_tool_cached_input_tokens,omitempty"`
-	unknownFields              protoimpl.UnknownFields
-	sizeCache                  protoimpl.SizeCache
+	// voided: the request was never forwarded, because its check refused it after its
+	// start became durable (the gate's speculative start, docs/enforcer.md, "Speculative
+	// starts"). The control plane removes the pending start, with its reservation, and
+	// writes no receipt and charges nothing: to the member the request never began. A
+	// voided item carries no usage, no cost and no snapshot. A start already settled or
+	// recovered is left as it is; no start at all is nothing to do. A control plane older
+	// than this field reads the item as a settlement of nothing: a receipt of no cost.
+	Voided        bool `protobuf:"varint,44,opt,name=voided,proto3" json:"voided,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1894,6 +1906,13 @@ func (x *SettleItem) GetImageToolCachedInputTokens() int64 {
 		return x.ImageToolCachedInputTokens
 	}
 	return 0
+}
+
+func (x *SettleItem) GetVoided() bool {
+	if x != nil {
+		return x.Voided
+	}
+	return false
 }
 
 // GuardrailUnits counts what Amazon Bedrock's guardrails assessed: text units (up to
@@ -2376,7 +2395,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xe8\x11\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x80\x12\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2424,7 +2443,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x11container_minutes\x18( \x01(\x03R\x10containerMinutes\x12M\n" +
 	"\x0fguardrail_units\x18) \x01(\v2$.tollgate.internal.v1.GuardrailUnitsR\x0eguardrailUnits\x125\n" +
 	"\x17image_tool_input_tokens\x18* \x01(\x03R\x14imageToolInputTokens\x12B\n" +
-	"\x1eimage_tool_cached_input_tokens\x18+ \x01(\x03R\x1aimageToolCachedInputTokensB\x1a\n" +
+	"\x1eimage_tool_cached_input_tokens\x18+ \x01(\x03R\x1aimageToolCachedInputTokens\x12\x16\n" +
+	"\x06voided\x18, \x01(\bR\x06voidedB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
@@ -2482,7 +2502,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x18SERVICE_TIER_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11SERVICE_TIER_FAST\x10\x01\x12\x1a\n" +
 	"\x16SERVICE_TIER_ULTRAFAST\x10\x02\x12\"\n" +
-	"\x1eSERVICE_TIER_LATENCY_OPTIMIZED\x10\x03*\x86\x02\n" +
+	"\x1eSERVICE_TIER_LATENCY_OPTIMIZED\x10\x03*\xa1\x02\n" +
 	"\rSettleOutcome\x12\x1e\n" +
 	"\x1aSETTLE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SETTLE_OUTCOME_SETTLED\x10\x01\x12\x1c\n" +
@@ -2491,7 +2511,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x1cSETTLE_OUTCOME_COST_CONFLICT\x10\x04\x12\x1e\n" +
 	"\x1aSETTLE_OUTCOME_NO_SNAPSHOT\x10\x05\x12\x1a\n" +
 	"\x16SETTLE_OUTCOME_INVALID\x10\x06\x12 \n" +
-	"\x1cSETTLE_OUTCOME_EPOCH_CHANGED\x10\a2\xf2\x02\n" +
+	"\x1cSETTLE_OUTCOME_EPOCH_CHANGED\x10\a\x12\x19\n" +
+	"\x15SETTLE_OUTCOME_VOIDED\x10\b2\xf2\x02\n" +
 	"\n" +
 	"Accounting\x12e\n" +
 	"\fAuthenticate\x12).tollgate.internal.v1.AuthenticateRequest\x1a*.tollgate.internal.v1.AuthenticateResponse\x12V\n" +

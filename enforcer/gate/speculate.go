@@ -1,0 +1,198 @@
+package gate
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/decision"
+	"github.com/tollgate-dev/tollgate/enforcer/identity"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/startq"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// Speculative starts. An admitted check waits for two round trips, one after the other:
+// the member's record from Redis, then the durable start from the control plane. Both
+// are needed, but the start depends on the record only through what the record says of
+// the policy (the snapshot's windows, policies and limits, the reservation, the in-flight
+// cap), and that rarely changes between two requests of one member. So when the last
+// record read for the member admits, the check sends the start that record would make
+// at once, beside the record read, and when the fresh record comes:
+//
+//   - it admits and makes the very same start (sameStart): the speculative start is the
+//     request's, and the check waited for the longer of the two round trips instead of
+//     their sum;
+//   - anything else (it blocks, the policy changed, a window turned, the read failed,
+//     the caller left): the check goes on exactly as without speculation, and the
+//     speculative start, if the control plane recorded it, is voided through the
+//     settlement queue (inflight.Tracker.Void, SettleItem.voided): removed uncharged,
+//     as if it had never been made.
+//
+// The decision is always the fresh record's: speculation changes when the start is
+// written, never whether a request is admitted or what it is charged. Its cost is a
+// start and a void written for a request that is then refused, which happens only when
+// a member's last request was admitted and this one is not (the limit was just reached,
+// a policy changed): a blocked member's later requests are refused from its kept block
+// or on its last record, which blocks, with no start. The check speculates only while
+// the mirror is readable (a generation known, no record read failed in the last second),
+// so a Redis outage does not double the control plane's writes.
+//
+// docs/enforcer.md, "Speculative starts", says it for operators, and how to turn it off.
+
+// speculation is one speculative start: sent by its own goroutine, then taken by the
+// check (take) or dropped (drop). A check that goes on to answer drops it by waiting for
+// its answer and for its void, so that a refusal's caller, or the check's own next
+// start, never meets it in the member's pending starts (a status that shows it, an
+// in-flight cap it fills); one whose caller left leaves that to the goroutine.
+type speculation struct {
+	item  *internalv1.StartItem
+	basis string    // the reservation's basis, counted if the start is used
+	at    time.Time // the admission instant of its snapshot
+	done  chan struct{}
+	// state: specRunning until the start is answered (specDone) or a check that left
+	// drops it first (specLeft: the sender then voids it). Only the check's goroutine
+	// sets over, once it took or dropped it.
+	state atomic.Int32
+	over  bool
+	out   started
+}
+
+// started is a start's answer, as the start queue gave it, and how long it took.
+type started struct {
+	res         startq.Result
+	reservation *settleq.Reservation
+	err         error
+	waited      time.Duration
+}
+
+const (
+	specRunning int32 = iota
+	specDone
+	specLeft
+)
+
+// recordFailureQuiet is how long after a failed record read checks do not speculate.
+const recordFailureQuiet = time.Second
+
+// voidWait bounds a check's wait for the void of its speculative start: a control plane
+// that does not answer it (the void is then retried like any settlement) delays the
+// check's answer no longer than this.
+const voidWait = 250 * time.Millisecond
+
+// speculate sends the start the member's last-known record would make, when that
+// record admits at now; nil when the gate does not speculate.
+func (g *Gate) speculate(ctx context.Context, id *identity.Identity, h Hint, now time.Time, gen string, genOK bool) *speculation {
+	if !g.Speculate || !genOK || gen == "" || now.UnixNano()-g.recordFailedAt.Load() < int64(recordFailureQuiet) {
+		return nil
+	}
+	last := g.Records.LastKnown(id.MemberID)
+	if last == nil {
+		return nil
+	}
+	d := decision.Decide(last, now, false)
+	if d.Result != decision.Admit {
+		return nil
+	}
+	item, basis := g.startItem(id, &d, now, h)
+	s := &speculation{item: item, basis: basis, at: now, done: make(chan struct{})}
+	// The start is sent whatever becomes of the check: a caller that leaves would
+	// otherwise make a start already sent an orphan, settled as an incomplete request
+	// of no cost. Answered, it is voided instead, and leaves nothing.
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		s.out = g.submit(ctx, item)
+		if !s.state.CompareAndSwap(specRunning, specDone) {
+			g.undo(s, nil) // its check left while it was out
+		}
+		close(s.done)
+	}()
+	return s
+}
+
+// take returns the speculative start's answer when item is the start the check would
+// make now (the fresh decision's); false otherwise, and the caller makes item's start
+// itself.
+func (g *Gate) take(s *speculation, item *internalv1.StartItem) (started, bool) {
+	if s == nil || s.over || !sameStart(s.item, item) {
+		return started{}, false
+	}
+	s.over = true
+	<-s.done
+	g.Metrics.SpeculativeStarts.WithLabelValues("used").Inc()
+	return s.out, true
+}
+
+// submit makes item's start durable (or not) and says how long that took.
+func (g *Gate) submit(ctx context.Context, item *internalv1.StartItem) started {
+	t := time.Now()
+	res, reservation, err := g.Starts.Submit(ctx, item)
+	return started{res: res, reservation: reservation, err: err, waited: time.Since(t)}
+}
+
+// drop ends a speculation the check did not take. With wait (the check goes on to
+// answer), it waits for the start's answer and, when it was recorded, for its void
+// (at most voidWait); without (the caller left), the void is sent when the start is
+// answered, by its sender if it is still out. Safe on nil, and once taken or dropped.
+func (g *Gate) drop(s *speculation, wait bool) {
+	if s == nil || s.over {
+		return
+	}
+	s.over = true
+	if !wait {
+		if !s.state.CompareAndSwap(specRunning, specLeft) {
+			g.undo(s, nil)
+		}
+		return
+	}
+	<-s.done
+	voided := make(chan struct{})
+	if !g.undo(s, func(settleq.Result) { close(voided) }) {
+		return
+	}
+	t := time.NewTimer(voidWait)
+	defer t.Stop()
+	select {
+	case <-voided:
+	case <-t.C:
+	}
+}
+
+// undo voids a dropped speculation's start when the control plane recorded it, and
+// reports whether it did (done is then called once the void is answered). One the
+// control plane refused, or whose call failed, left nothing to undo (a start sent when
+// its call failed may be durable, as any start's; abandonment recovery closes those).
+func (g *Gate) undo(s *speculation, done func(settleq.Result)) bool {
+	if s.out.err != nil || !s.out.res.Admitted() {
+		g.Metrics.SpeculativeStarts.WithLabelValues("unused").Inc()
+		return false
+	}
+	g.Inflight.Void(s.item, s.out.reservation, done)
+	g.Metrics.SpeculativeStarts.WithLabelValues("voided").Inc()
+	return true
+}
+
+// sameStart reports whether two starts of one request's member make the same claim:
+// the same snapshot (but its admission instant, which is the check's either way), the
+// same reservation and in-flight cap.
+func sameStart(a, b *internalv1.StartItem) bool {
+	if a.GetOrganizationId() != b.GetOrganizationId() || a.GetMemberId() != b.GetMemberId() ||
+		a.GetReservationMicroUsd() != b.GetReservationMicroUsd() || a.GetMaxInFlight() != b.GetMaxInFlight() {
+		return false
+	}
+	sa, sb := a.GetSnapshot(), b.GetSnapshot()
+	if sa.GetVersion() != sb.GetVersion() || sa.GetTrackingVersion() != sb.GetTrackingVersion() || len(sa.GetBuckets()) != len(sb.GetBuckets()) {
+		return false
+	}
+	for i, x := range sa.GetBuckets() {
+		y := sb.GetBuckets()[i]
+		if x.GetTimeframe() != y.GetTimeframe() || x.GetWindowStartUnixMs() != y.GetWindowStartUnixMs() ||
+			x.GetWindowEndUnixMs() != y.GetWindowEndUnixMs() || x.GetBucketId() != y.GetBucketId() ||
+			x.GetPolicyId() != y.GetPolicyId() || x.GetPolicyRevision() != y.GetPolicyRevision() ||
+			x.GetBaseMicroUsd() != y.GetBaseMicroUsd() || x.GetHardLimit() != y.GetHardLimit() ||
+			x.GetReserveInFlight() != y.GetReserveInFlight() {
+			return false
+		}
+	}
+	return true
+}
