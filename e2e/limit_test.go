@@ -98,8 +98,11 @@ func (s *stack) waitSettled(t *testing.T, o org, n int, used int64) {
 		}
 		return s.status(t, o).Buckets[0].UsedMicroUsd == used
 	})
-	if got := s.metric(t, "tollgate_enforcer_settlements_total"); got != float64(n) {
-		t.Fatalf("%v settlements finished, want %d, all settled", got, n)
+	// Voids of speculative starts are settlements of no request (gate/speculate.go).
+	voided := s.metric(t, "tollgate_enforcer_settlements_total", `outcome="voided"`)
+	if got := s.metric(t, "tollgate_enforcer_settlements_total") - voided; got != float64(n) {
+		t.Fatalf("%v settlements of requests finished (%v settled), want %d, all settled", got,
+			s.metric(t, "tollgate_enforcer_settlements_total", `outcome="settled"`), n)
 	}
 }
 
@@ -166,11 +169,29 @@ func dayLimitBlocksAndExtensionAdmits(t *testing.T, s *stack) {
 	}
 
 	// Spent past the limit: the next check is the 429, and it says what the status read
-	// says. Nothing was started for it.
+	// says. Request 3 was admitted on the start sent beside its record read (the
+	// member's last record admitted, and so did the fresh one; request 2's last record
+	// was from before the member's tracking began, which its start changed); this check
+	// sent one too, and its record refused: the start was voided before the 429 was
+	// answered, so nothing is left of it (no start, no receipt, not pending, not
+	// incomplete).
 	refused := blocked(t, s.check(t, o.key))
 	st := s.expectStatus(t, o, "blocked", expected{state: "blocked", used: used, pending: 0, lastSettled: lastReq, canRequestReset: true})
 	if st.Buckets[0].ID != bucketID {
 		t.Fatalf("status bucket %s, want %s", st.Buckets[0].ID, bucketID)
+	}
+	for result, want := range map[string]float64{"used": 1, "voided": 1, "unused": 0} {
+		if got := s.metric(t, "tollgate_enforcer_speculative_starts_total", `result="`+result+`"`); got != want {
+			t.Fatalf("speculative starts %s: %v, want %v", result, got, want)
+		}
+	}
+	var starts, receipts int
+	if err := s.db.Pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM usage_request_starts WHERE member_id = $1),
+		(SELECT count(*) FROM usage_receipts WHERE member_id = $1)`, o.member.memberID).Scan(&starts, &receipts); err != nil {
+		t.Fatal(err)
+	}
+	if starts != 3 || receipts != 3 {
+		t.Fatalf("%d starts and %d receipts, want the three admitted requests' only", starts, receipts)
 	}
 	refused.agreesWith(t, st)
 	// The HTTP forward-auth door answers the same refusal.

@@ -91,7 +91,9 @@ func (g *Gate) speculate(ctx context.Context, id *identity.Identity, h Hint, now
 		return nil
 	}
 	d := decision.Decide(last, now, false)
-	if d.Result != decision.Admit {
+	if d.Result != decision.Admit || d.TrackingVersion == 0 {
+		// A record from before the member's tracking began is outdated by the first
+		// start itself, which begins it: its start would differ from the fresh one's.
 		return nil
 	}
 	item, basis := g.startItem(id, &d, now, h)
@@ -114,7 +116,11 @@ func (g *Gate) speculate(ctx context.Context, id *identity.Identity, h Hint, now
 // make now (the fresh decision's); false otherwise, and the caller makes item's start
 // itself.
 func (g *Gate) take(s *speculation, item *internalv1.StartItem) (started, bool) {
-	if s == nil || s.over || !sameStart(s.item, item) {
+	if s == nil || s.over {
+		return started{}, false
+	}
+	if diff := startDiff(s.item, item); diff != "" {
+		g.Log.Debug("speculative start differs from the fresh record's; voiding it", "member_id", item.GetMemberId(), "field", diff)
 		return started{}, false
 	}
 	s.over = true
@@ -175,24 +181,40 @@ func (g *Gate) undo(s *speculation, done func(settleq.Result)) bool {
 // sameStart reports whether two starts of one request's member make the same claim:
 // the same snapshot (but its admission instant, which is the check's either way), the
 // same reservation and in-flight cap.
-func sameStart(a, b *internalv1.StartItem) bool {
-	if a.GetOrganizationId() != b.GetOrganizationId() || a.GetMemberId() != b.GetMemberId() ||
-		a.GetReservationMicroUsd() != b.GetReservationMicroUsd() || a.GetMaxInFlight() != b.GetMaxInFlight() {
-		return false
+func sameStart(a, b *internalv1.StartItem) bool { return startDiff(a, b) == "" }
+
+// startDiff names the first field in which two starts differ for sameStart, "" when
+// none does (for the debug log of a dropped speculation).
+func startDiff(a, b *internalv1.StartItem) string {
+	switch {
+	case a.GetOrganizationId() != b.GetOrganizationId() || a.GetMemberId() != b.GetMemberId():
+		return "member"
+	case a.GetReservationMicroUsd() != b.GetReservationMicroUsd():
+		return "reservation_micro_usd"
+	case a.GetMaxInFlight() != b.GetMaxInFlight():
+		return "max_in_flight"
 	}
 	sa, sb := a.GetSnapshot(), b.GetSnapshot()
-	if sa.GetVersion() != sb.GetVersion() || sa.GetTrackingVersion() != sb.GetTrackingVersion() || len(sa.GetBuckets()) != len(sb.GetBuckets()) {
-		return false
+	switch {
+	case sa.GetVersion() != sb.GetVersion():
+		return "snapshot.version"
+	case sa.GetTrackingVersion() != sb.GetTrackingVersion():
+		return "snapshot.tracking_version"
+	case len(sa.GetBuckets()) != len(sb.GetBuckets()):
+		return "snapshot.buckets"
 	}
 	for i, x := range sa.GetBuckets() {
 		y := sb.GetBuckets()[i]
-		if x.GetTimeframe() != y.GetTimeframe() || x.GetWindowStartUnixMs() != y.GetWindowStartUnixMs() ||
-			x.GetWindowEndUnixMs() != y.GetWindowEndUnixMs() || x.GetBucketId() != y.GetBucketId() ||
-			x.GetPolicyId() != y.GetPolicyId() || x.GetPolicyRevision() != y.GetPolicyRevision() ||
-			x.GetBaseMicroUsd() != y.GetBaseMicroUsd() || x.GetHardLimit() != y.GetHardLimit() ||
-			x.GetReserveInFlight() != y.GetReserveInFlight() {
-			return false
+		switch {
+		case x.GetTimeframe() != y.GetTimeframe() || x.GetWindowStartUnixMs() != y.GetWindowStartUnixMs() ||
+			x.GetWindowEndUnixMs() != y.GetWindowEndUnixMs() || x.GetBucketId() != y.GetBucketId():
+			return "snapshot.buckets.window"
+		case x.GetPolicyId() != y.GetPolicyId() || x.GetPolicyRevision() != y.GetPolicyRevision():
+			return "snapshot.buckets.policy"
+		case x.GetBaseMicroUsd() != y.GetBaseMicroUsd() || x.GetHardLimit() != y.GetHardLimit() ||
+			x.GetReserveInFlight() != y.GetReserveInFlight():
+			return "snapshot.buckets.limit"
 		}
 	}
-	return true
+	return ""
 }

@@ -222,8 +222,9 @@ func TestSpeculativeStartNotRecordedIsNotVoided(t *testing.T) {
 	}
 }
 
-// TestNoSpeculationWithoutAnAdmittingRecord: no last-known record, one that blocks, a
-// mirror that lost its data, a record read that failed less than a second ago, or the
+// TestNoSpeculationWithoutAnAdmittingRecord: no last-known record, one that blocks, one
+// from before the member's tracking began (the first start changes it), a mirror that
+// lost its data, a record read that failed less than a second ago, or the
 // gate told not to: the start is sent after the read, as the decision's.
 func TestNoSpeculationWithoutAnAdmittingRecord(t *testing.T) {
 	for _, tc := range []struct {
@@ -232,6 +233,9 @@ func TestNoSpeculationWithoutAnAdmittingRecord(t *testing.T) {
 	}{
 		{"no last-known record", func(f *fakes, _ *gate.Gate) { f.records.last = nil }},
 		{"the last record blocks", func(f *fakes, _ *gate.Gate) { f.records.last = blockedRecord }},
+		{"the last record predates the member's tracking", func(f *fakes, _ *gate.Gate) {
+			f.records.last = memberRecord(day(100, true), allSpend(10), func(e *internalv1.Entitlement) { e.TrackingVersion = 0 })
+		}},
 		{"the mirror lost its data", func(f *fakes, _ *gate.Gate) { f.records.gen = "" }},
 		{"speculation off", func(_ *fakes, g *gate.Gate) { g.Speculate = false }},
 		{"a record read failed just now", func(f *fakes, g *gate.Gate) {

@@ -30,7 +30,8 @@ func TestNewCreatesTheKnownSeries(t *testing.T) {
 	for name, want := range map[string]int{
 		"tollgate_enforcer_decisions_total":           30, // every decision with each of its reasons
 		"tollgate_enforcer_check_duration_seconds":    5,  // one per decision
-		"tollgate_enforcer_settlements_total":         9,
+		"tollgate_enforcer_settlements_total":         10,
+		"tollgate_enforcer_speculative_starts_total":  3,
 		"tollgate_enforcer_settled_cost_basis_total":  5,
 		"tollgate_enforcer_invalidations_total":       4,
 		"tollgate_enforcer_controlplane_errors_total": 0, // method and code come with the errors
