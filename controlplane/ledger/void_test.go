@@ -3,6 +3,8 @@ package ledger_test
 import (
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -57,6 +59,9 @@ func TestVoidRemovesAPendingStartUncharged(t *testing.T) {
 	}
 	if _, pending, unpriced, incomplete, _ := e.Tracking(t, m); pending != 0 || unpriced != 0 || incomplete != 0 {
 		t.Fatalf("tracking pending %d unpriced %d incomplete %d", pending, unpriced, incomplete)
+	}
+	if n := testutil.ToFloat64(e.Metrics.Settlements.WithLabelValues("voided")); n != 4 {
+		t.Fatalf("settlements_total{result=\"voided\"} = %v, want the 4 voids", n)
 	}
 	at.Check(t, e.Store)
 }

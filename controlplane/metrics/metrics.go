@@ -30,7 +30,7 @@ type Metrics struct {
 	HTTPDuration *prometheus.HistogramVec
 
 	// Settlements counts settlement items by result (settled, duplicate, promoted,
-	// cost_conflict, no_snapshot, invalid, epoch_changed, error).
+	// cost_conflict, no_snapshot, invalid, epoch_changed, voided, error).
 	Settlements *prometheus.CounterVec
 	// Starts counts start items by result (recorded, duplicate, capture_suspended,
 	// epoch_changed, invalid, error).
@@ -83,7 +83,7 @@ type Metrics struct {
 
 // The label values known in advance, created at construction.
 var (
-	settleResults   = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "error"}
+	settleResults   = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "error"}
 	startResults    = []string{"recorded", "duplicate", "capture_suspended", "epoch_changed", "invalid", "error"}
 	batchKinds      = []string{"start", "settle"}
 	startBatchPaths = []string{"fenced", "read_first", "fence_moved"}

@@ -22,6 +22,11 @@
 // failure's reason, and its settlement carries the admission snapshot because no
 // durable start exists.
 //
+// An admitted check's start need not wait for its record read: when the member's last
+// record admits, the start that record makes is sent beside the read, taken when the
+// fresh record makes the same one and voided uncharged when it does not
+// (speculate.go). The decision is always the fresh record's.
+//
 // Blocked members' refusals are kept in memory for a short while (BlockedMembers, whose
 // comment says why that is safe and what ends an entry), so that a member refused on a
 // hard limit is refused again without reading the record; the credential is always
