@@ -49,9 +49,11 @@ type Records interface {
 
 // Starts make an admission's start durable, reserving its settlement slot
 // (startq.Queue). An error is the queue's refusal or the control plane's failure
-// (startq.Reason classifies it).
+// (startq.Reason classifies it). SubmitWithdrawable is for a speculative start: one
+// withdrawn while queued when ctx ends, and otherwise answered whatever becomes of ctx.
 type Starts interface {
 	Submit(ctx context.Context, item *internalv1.StartItem) (startq.Result, *settleq.Reservation, error)
+	SubmitWithdrawable(ctx context.Context, item *internalv1.StartItem) (startq.Result, *settleq.Reservation, error)
 }
 
 // Settlements reserve settlement slots (settleq.Queue).

@@ -91,6 +91,8 @@ type fakeStarts struct {
 	hold chan struct{}
 	// onSubmit, when set, runs as each start is submitted.
 	onSubmit func()
+	// withdrawn: a speculative start held is still queued (SubmitWithdrawable).
+	withdrawn bool
 	mu       sync.Mutex
 	items    []*internalv1.StartItem
 }
@@ -110,6 +112,25 @@ func (f *fakeStarts) Submit(_ context.Context, item *internalv1.StartItem) (star
 		return startq.Result{}, nil, err
 	}
 	return startq.Result{Outcome: f.outcomes[min(n, len(f.outcomes))-1], Guard: f.guard}, nil, nil
+}
+
+// SubmitWithdrawable is Submit for a speculative start; with withdrawn set, a start held
+// is the queue's (not yet sent): a caller that leaves meanwhile withdraws it unanswered.
+func (f *fakeStarts) SubmitWithdrawable(ctx context.Context, item *internalv1.StartItem) (startq.Result, *settleq.Reservation, error) {
+	if f.withdrawn && f.hold != nil {
+		f.mu.Lock()
+		f.items = append(f.items, item)
+		f.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return startq.Result{}, nil, ctx.Err()
+		case <-f.hold:
+		}
+		f.mu.Lock()
+		f.items = f.items[:len(f.items)-1]
+		f.mu.Unlock()
+	}
+	return f.Submit(ctx, item)
 }
 
 // submitted are the starts submitted so far.

@@ -50,6 +50,8 @@ type speculation struct {
 	basis string    // the reservation's basis, counted if the start is used
 	at    time.Time // the admission instant of its snapshot
 	done  chan struct{}
+	// leave withdraws the start while it is queued (its check's caller left).
+	leave context.CancelFunc
 	// state: specRunning until the start is answered (specDone) or a check that left
 	// drops it first (specLeft: the sender then voids it). Only the check's goroutine
 	// sets over, once it took or dropped it.
@@ -97,13 +99,17 @@ func (g *Gate) speculate(ctx context.Context, id *identity.Identity, h Hint, now
 		return nil
 	}
 	item, basis := g.startItem(id, &d, now, h)
-	s := &speculation{item: item, basis: basis, at: now, done: make(chan struct{})}
-	// The start is sent whatever becomes of the check: a caller that leaves would
-	// otherwise make a start already sent an orphan, settled as an incomplete request
-	// of no cost. Answered, it is voided instead, and leaves nothing.
-	ctx = context.WithoutCancel(ctx)
+	// The start's own context ends only when its check's caller leaves (drop): a start
+	// still queued is then withdrawn unsent, as any check's; one already sent is
+	// answered all the same (startq's SubmitWithdrawable), not made an orphan settled
+	// as an incomplete request of no cost, so that it can be voided and leave nothing.
+	ctx, leave := context.WithCancel(context.WithoutCancel(ctx))
+	s := &speculation{item: item, basis: basis, at: now, done: make(chan struct{}), leave: leave}
 	go func() {
-		s.out = g.submit(ctx, item)
+		defer leave()
+		t := time.Now()
+		res, reservation, err := g.Starts.SubmitWithdrawable(ctx, item)
+		s.out = started{res: res, reservation: reservation, err: err, waited: time.Since(t)}
 		if !s.state.CompareAndSwap(specRunning, specDone) {
 			g.undo(s, nil) // its check left while it was out
 		}
@@ -138,15 +144,18 @@ func (g *Gate) submit(ctx context.Context, item *internalv1.StartItem) started {
 
 // drop ends a speculation the check did not take. With wait (the check goes on to
 // answer), it waits for the start's answer and, when it was recorded, for its void
-// (at most voidWait); without (the caller left), the void is sent when the start is
-// answered, by its sender if it is still out. Safe on nil, and once taken or dropped.
+// (at most voidWait); without (the caller left), a start still queued is withdrawn, and
+// one sent is voided when it is answered, by its sender. Safe on nil, and once taken or
+// dropped.
 func (g *Gate) drop(s *speculation, wait bool) {
 	if s == nil || s.over {
 		return
 	}
 	s.over = true
 	if !wait {
-		if !s.state.CompareAndSwap(specRunning, specLeft) {
+		if s.state.CompareAndSwap(specRunning, specLeft) {
+			s.leave() // withdrawn if still queued; if sent, its sender voids it
+		} else {
 			g.undo(s, nil)
 		}
 		return

@@ -169,29 +169,47 @@ func TestRefusalVoidsTheSpeculativeStartFirst(t *testing.T) {
 	}
 }
 
-// TestCallerLeavingLeavesTheVoidToTheStart: a check whose caller left during the record
-// read returns at once; its speculative start, still out, is voided when it is answered.
-func TestCallerLeavingLeavesTheVoidToTheStart(t *testing.T) {
-	g, f, m, _ := speculating(t, withinRecord)
-	f.starts.hold = make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	f.records.beforeRead = func() {
-		for len(f.starts.submitted()) == 0 {
-			time.Sleep(time.Millisecond)
-		}
-		cancel()
-	}
-	f.records.readErr = context.Canceled
-	if _, err := g.Check(ctx, gate.Credentials{APIKey: "tgk_key"}); err == nil {
-		t.Fatal("a check whose caller left answered")
-	}
-	if n := len(f.tracker.voids()); n != 0 {
-		t.Fatalf("%d voided before the start was answered", n)
-	}
-	close(f.starts.hold)
-	waitVoids(t, f, 1)
-	if got := speculated(m); fmt.Sprint(got) != "map[voided:1]" {
-		t.Fatalf("speculative starts %v, want one voided", got)
+// TestCallerLeavingWithdrawsOrVoids: a check whose caller left during the record read
+// returns at once. Its speculative start, still queued, is withdrawn unsent (no
+// database work, as any check's); already sent, it is voided when it is answered.
+func TestCallerLeavingWithdrawsOrVoids(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		queued bool
+		result string
+	}{{"still queued: withdrawn", true, "unused"}, {"sent: voided once answered", false, "voided"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, f, m, _ := speculating(t, withinRecord)
+			f.starts.hold, f.starts.withdrawn = make(chan struct{}), tc.queued
+			ctx, cancel := context.WithCancel(context.Background())
+			f.records.beforeRead = func() {
+				for len(f.starts.submitted()) == 0 {
+					time.Sleep(time.Millisecond)
+				}
+				cancel()
+			}
+			f.records.readErr = context.Canceled
+			if _, err := g.Check(ctx, gate.Credentials{APIKey: "tgk_key"}); err == nil {
+				t.Fatal("a check whose caller left answered")
+			}
+			if n := len(f.tracker.voids()); n != 0 {
+				t.Fatalf("%d voided before the start was answered", n)
+			}
+			if !tc.queued {
+				close(f.starts.hold)
+			}
+			deadline := time.Now().Add(time.Second)
+			for len(speculated(m)) == 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if got := speculated(m); fmt.Sprint(got) != fmt.Sprintf("map[%s:1]", tc.result) {
+				t.Fatalf("speculative starts %v, want one %s", got, tc.result)
+			}
+			wantVoids := map[bool]int{true: 0, false: 1}[tc.queued]
+			if n := len(f.tracker.voids()); n != wantVoids {
+				t.Fatalf("%d voided, want %d", n, wantVoids)
+			}
+		})
 	}
 }
 

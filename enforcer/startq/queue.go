@@ -182,6 +182,21 @@ func New(client Starter, reserver Reserver, cfg Config, orphan OrphanFunc, m *me
 // recorded as far as the caller can know: a queue rejection (ErrFull, ErrMemberShare,
 // ErrDeadline, ErrSettleCapacity, ErrClosed), ctx's error, or the Start call's error.
 func (q *Queue) Submit(ctx context.Context, item *internalv1.StartItem) (Result, *settleq.Reservation, error) {
+	return q.submit(ctx, item, false)
+}
+
+// SubmitWithdrawable is Submit for a start its caller may give up and must then undo
+// itself (a speculative start, package gate). When ctx ends while the start is queued,
+// it is withdrawn unsent, as with Submit, before any database work. Once it is sent, it
+// is never handed to the orphans: its answer is waited for and returned as though ctx
+// had not ended, so that the caller can void what was recorded. Only the deadline ends
+// the wait for a start sent (an orphan then, as with Submit: it may be durable).
+func (q *Queue) SubmitWithdrawable(ctx context.Context, item *internalv1.StartItem) (Result, *settleq.Reservation, error) {
+	return q.submit(ctx, item, true)
+}
+
+// submit is Submit; withdrawable keeps a start sent for its caller when ctx ends.
+func (q *Queue) submit(ctx context.Context, item *internalv1.StartItem, withdrawable bool) (Result, *settleq.Reservation, error) {
 	if err := ctx.Err(); err != nil {
 		q.m.StartQueueRejections.WithLabelValues("cancelled").Inc()
 		return Result{}, nil, err
@@ -206,7 +221,7 @@ func (q *Queue) Submit(ctx context.Context, item *internalv1.StartItem) (Result,
 		w.state.Store(taken)
 		q.own.Add(1)
 		q.mu.Unlock()
-		return q.sendOwn(ctx, w)
+		return q.sendOwn(ctx, w, withdrawable)
 	default:
 		w.elem = q.queue.PushBack(w)
 		q.perMember[member]++
@@ -245,7 +260,11 @@ func (q *Queue) Submit(ctx context.Context, item *internalv1.StartItem) (Result,
 		q.m.StartQueueRejections.WithLabelValues(Reason(err)).Inc()
 		return Result{}, nil, err
 	}
-	// Already sent: hand it to the worker as an orphan, unless its answer just arrived.
+	// Already sent: hand it to the worker as an orphan, unless its answer just arrived
+	// or its caller waits for it all the same (withdrawable, and only ctx ended).
+	if withdrawable && err != ErrDeadline {
+		return q.deliver(w, <-w.done)
+	}
 	if w.state.CompareAndSwap(taken, orphaned) {
 		q.m.StartQueueRejections.WithLabelValues(Reason(err)).Inc()
 		return Result{}, nil, err
@@ -259,12 +278,15 @@ func (q *Queue) Submit(ctx context.Context, item *internalv1.StartItem) (Result,
 // leave while its own call is out; the call ends by the deadline, and if the caller's
 // context ended meanwhile, or the call failed past the deadline, the start is handled
 // as one whose caller left while it was sent (an orphan when it may be durable).
-func (q *Queue) sendOwn(ctx context.Context, w *waiter) (Result, *settleq.Reservation, error) {
+func (q *Queue) sendOwn(ctx context.Context, w *waiter, withdrawable bool) (Result, *settleq.Reservation, error) {
 	q.send(ctx, []*waiter{w})
 	q.release()
 	q.own.Done()
 	o := <-w.done
 	err := ctx.Err()
+	if withdrawable {
+		err = nil // sent: its caller takes its answer, whatever became of ctx
+	}
 	if err == nil && o.err != nil && time.Since(w.queued) >= q.cfg.Deadline {
 		// The call failed past the deadline (its own timeout, most likely): a caller
 		// waiting for a worker's call would have left at the deadline, and its start,

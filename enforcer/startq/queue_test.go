@@ -536,3 +536,72 @@ func TestRunWaitsForACallersOwnCall(t *testing.T) {
 		t.Fatalf("a start after Run returned: %v", err)
 	}
 }
+
+// A withdrawable start (a speculative one, package gate) leaves with its caller only
+// while it is queued, before any work; once sent, its caller gets its answer, and its
+// reservation, whatever became of ctx, and no orphan is made of it: the caller voids it.
+func TestWithdrawableStartLeavesOnlyWhileQueued(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		own  bool // the caller makes the call itself
+	}{{"sent by a worker", false}, {"sent by its caller", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+			f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
+			if !tc.own {
+				go f.q.Submit(context.Background(), item("blocker", "b"))
+				<-st.entered
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			type answer struct {
+				res Result
+				r   *settleq.Reservation
+				err error
+			}
+			got := make(chan answer, 1)
+			go func() {
+				res, r, err := f.q.SubmitWithdrawable(ctx, item("speculative", "m"))
+				got <- answer{res, r, err}
+			}()
+			if !tc.own {
+				waitDepth(t, f.q, 1)
+				st.gate <- struct{}{} // the blocker's call ends; the worker sends "speculative"
+			}
+			<-st.entered // on its way to the control plane
+			cancel()
+			select {
+			case a := <-got:
+				t.Fatalf("answered before the call ended: %+v", a)
+			case <-time.After(20 * time.Millisecond):
+			}
+			st.gate <- struct{}{}
+			a := <-got
+			if a.err != nil || !a.res.Admitted() || a.r == nil {
+				t.Fatalf("answer %+v, want the recorded start with its reservation", a)
+			}
+			time.Sleep(20 * time.Millisecond)
+			if n := f.orphans.Load(); n != 0 {
+				t.Fatalf("%d orphans, want none: the caller has the answer", n)
+			}
+		})
+	}
+	t.Run("still queued", func(t *testing.T) {
+		st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+		f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
+		go f.q.Submit(context.Background(), item("blocker", "b"))
+		<-st.entered
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { _, _, err := f.q.SubmitWithdrawable(ctx, item("speculative", "m")); errc <- err }()
+		waitDepth(t, f.q, 1)
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v, want the caller's", err)
+		}
+		close(st.gate)
+		time.Sleep(20 * time.Millisecond)
+		if st.sent()["speculative"] || f.orphans.Load() != 0 {
+			t.Fatalf("a withdrawn start was sent (%v) or orphaned (%d)", st.sent(), f.orphans.Load())
+		}
+	})
+}
