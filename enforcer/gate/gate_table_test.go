@@ -93,8 +93,8 @@ type fakeStarts struct {
 	onSubmit func()
 	// withdrawn: a speculative start held is still queued (SubmitWithdrawable).
 	withdrawn bool
-	mu       sync.Mutex
-	items    []*internalv1.StartItem
+	mu        sync.Mutex
+	items     []*internalv1.StartItem
 }
 
 func (f *fakeStarts) Submit(_ context.Context, item *internalv1.StartItem) (startq.Result, *settleq.Reservation, error) {
