@@ -223,16 +223,22 @@ func TestSettleGivesUpAfterMaxAge(t *testing.T) {
 	}
 }
 
+// running is a queue over s with cfg, its workers running until the test ends.
+func running(t *testing.T, s *scripted, cfg settleq.Config) *settleq.Queue {
+	q := settleq.New(s, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go q.Run(ctx)
+	return q
+}
+
 // Items arriving within the linger share one call; a full batch does not wait; a lone
 // item goes once its linger has passed.
 func TestLingerGathersItemsIntoOneCall(t *testing.T) {
 	s := &scripted{}
 	cfg := fastConfig()
 	cfg.Linger = 200 * time.Millisecond
-	q := settleq.New(s, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go q.Run(ctx)
+	q := running(t, s, cfg)
 	done := make(chan settleq.Result, 20)
 	enqueue := func(id string) {
 		if err := q.Enqueue(&internalv1.SettleItem{RequestId: id}, nil, func(r settleq.Result) { done <- r }); err != nil {
@@ -281,10 +287,7 @@ func TestLingeringSettlementsDoNotWakeTheWorker(t *testing.T) {
 	s := &scripted{}
 	cfg := fastConfig()
 	cfg.Linger = time.Hour
-	q := settleq.New(s, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go q.Run(ctx)
+	q := running(t, s, cfg)
 	done := make(chan settleq.Result, 20)
 	for i := range 7 {
 		if err := q.Enqueue(&internalv1.SettleItem{RequestId: fmt.Sprintf("r_%d", i)}, nil, func(r settleq.Result) { done <- r }); err != nil {
@@ -322,10 +325,7 @@ func TestEnqueueNowDoesNotLinger(t *testing.T) {
 	s := &scripted{}
 	cfg := fastConfig()
 	cfg.Linger = time.Hour
-	q := settleq.New(s, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go q.Run(ctx)
+	q := running(t, s, cfg)
 	done := make(chan settleq.Result, 4)
 	for _, id := range []string{"lingering_1", "lingering_2"} {
 		if err := q.Enqueue(&internalv1.SettleItem{RequestId: id}, nil, func(r settleq.Result) { done <- r }); err != nil {

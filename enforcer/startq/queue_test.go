@@ -279,28 +279,35 @@ func TestStartOverloadNeverTakesReservedSettlementCapacity(t *testing.T) {
 }
 
 func TestCancelledCheckLeavesBeforeAnyWork(t *testing.T) {
-	st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
-	f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
-	go f.q.Submit(context.Background(), item("blocker", "b"))
-	<-st.entered
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { _, _, err := f.q.Submit(ctx, item("cancelled", "m")); errc <- err }()
-	waitDepth(t, f.q, 1)
-	cancel() // Envoy gave up on the check
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("err %v", err)
-	}
-	if f.q.Depth() != 0 || f.reserved() != 1 { // only the blocker's reservation
-		t.Fatalf("depth %d reserved %d", f.q.Depth(), f.reserved())
-	}
-	close(st.gate)
-	time.Sleep(20 * time.Millisecond)
-	if st.sent()["cancelled"] {
-		t.Fatal("a cancelled start reached the control plane")
-	}
-	if f.m != nil && testCounter(f.m.StartQueueRejections.WithLabelValues("cancelled")) != 1 {
-		t.Fatal("cancellation not counted")
+	// Both ways in: a check's start, and a speculative one (withdrawable).
+	for name, submit := range map[string]func(*Queue, context.Context, *internalv1.StartItem) (Result, *settleq.Reservation, error){
+		"Submit": (*Queue).Submit, "SubmitWithdrawable": (*Queue).SubmitWithdrawable,
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+			f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
+			go f.q.Submit(context.Background(), item("blocker", "b"))
+			<-st.entered
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() { _, _, err := submit(f.q, ctx, item("cancelled", "m")); errc <- err }()
+			waitDepth(t, f.q, 1)
+			cancel() // Envoy gave up on the check
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Fatalf("err %v", err)
+			}
+			if f.q.Depth() != 0 || f.reserved() != 1 { // only the blocker's reservation
+				t.Fatalf("depth %d reserved %d", f.q.Depth(), f.reserved())
+			}
+			close(st.gate)
+			time.Sleep(20 * time.Millisecond)
+			if st.sent()["cancelled"] || f.orphans.Load() != 0 {
+				t.Fatalf("a cancelled start reached the control plane (%v) or the orphans (%d)", st.sent(), f.orphans.Load())
+			}
+			if f.m != nil && testCounter(f.m.StartQueueRejections.WithLabelValues("cancelled")) != 1 {
+				t.Fatal("cancellation not counted")
+			}
+		})
 	}
 }
 
@@ -538,8 +545,9 @@ func TestRunWaitsForACallersOwnCall(t *testing.T) {
 }
 
 // A withdrawable start (a speculative one, package gate) leaves with its caller only
-// while it is queued, before any work; once sent, its caller gets its answer, and its
-// reservation, whatever became of ctx, and no orphan is made of it: the caller voids it.
+// while it is queued, before any work (TestCancelledCheckLeavesBeforeAnyWork); once
+// sent, its caller gets its answer, and its reservation, whatever became of ctx, and no
+// orphan is made of it: the caller voids it.
 func TestWithdrawableStartLeavesOnlyWhileQueued(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -585,23 +593,4 @@ func TestWithdrawableStartLeavesOnlyWhileQueued(t *testing.T) {
 			}
 		})
 	}
-	t.Run("still queued", func(t *testing.T) {
-		st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
-		f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
-		go f.q.Submit(context.Background(), item("blocker", "b"))
-		<-st.entered
-		ctx, cancel := context.WithCancel(context.Background())
-		errc := make(chan error, 1)
-		go func() { _, _, err := f.q.SubmitWithdrawable(ctx, item("speculative", "m")); errc <- err }()
-		waitDepth(t, f.q, 1)
-		cancel()
-		if err := <-errc; !errors.Is(err, context.Canceled) {
-			t.Fatalf("err %v, want the caller's", err)
-		}
-		close(st.gate)
-		time.Sleep(20 * time.Millisecond)
-		if st.sent()["speculative"] || f.orphans.Load() != 0 {
-			t.Fatalf("a withdrawn start was sent (%v) or orphaned (%d)", st.sent(), f.orphans.Load())
-		}
-	})
 }
