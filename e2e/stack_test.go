@@ -774,7 +774,20 @@ func openAIJSON(id string, input, cached, output int64) string {
 // name="value" pair, read from its admin /metrics.
 func (s *stack) metric(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
-	res, err := http.Get(s.enfAdmin + "/metrics")
+	return metricAt(t, s.enfAdmin, name, labels...)
+}
+
+// metric is stack.metric of another enforcer of the stack.
+func (e *enforcer) metric(t testing.TB, name string, labels ...string) float64 {
+	t.Helper()
+	return metricAt(t, e.admin, name, labels...)
+}
+
+// metricAt sums the series of name whose labels contain each of labels, as the admin
+// listener at admin exports them.
+func metricAt(t testing.TB, admin, name string, labels ...string) float64 {
+	t.Helper()
+	res, err := http.Get(admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
