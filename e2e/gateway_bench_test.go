@@ -158,8 +158,8 @@ const (
 // told apart (enforcer-cpu-us/req is then not reported). TOLLGATE_BENCH_CHILD_GOMAXPROCS
 // sets GOMAXPROCS in the enforcer's and the control plane's own processes, and
 // TOLLGATE_BENCH_CHILD_GOGC their GOGC (experiments: docs/gateway-latency.md).
-// TOLLGATE_BENCH_SPECULATIVE_STARTS=off runs the enforcer's process without speculative
-// starts (TOLLGATE_ENFORCER_SPECULATIVE_STARTS), to compare the two side by side.
+// TOLLGATE_BENCH_SPECULATIVE_STARTS=off runs the enforcers (in their process and in this
+// one) without speculative starts (TOLLGATE_ENFORCER_SPECULATIVE_STARTS), to compare.
 //
 // CPU: each client's run is measured alone, from its first request to 200ms after its
 // last (so queued settlements are sent), with the same load. enforcer-cpu-us/req and
@@ -201,6 +201,9 @@ func BenchmarkGateway(b *testing.B) {
 	b.Cleanup(upSrv.Close)
 	gwEnv := map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": upSrv.URL,
 		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization, "TOLLGATE_GATEWAY_SERVER_TIMING": "true"}
+	if v := os.Getenv("TOLLGATE_BENCH_SPECULATIVE_STARTS"); v != "" {
+		gwEnv["TOLLGATE_ENFORCER_SPECULATIVE_STARTS"] = v
+	}
 	s := startStack(b, gwEnv)
 	o := s.setUpOrg(b)
 	s.must(b, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/archive", o.owner.token, o.id,
@@ -231,9 +234,6 @@ func BenchmarkGateway(b *testing.B) {
 		}
 		if n := os.Getenv("TOLLGATE_BENCH_CHILD_GOGC"); n != "" {
 			cpEnv["GOGC"], enfEnv["GOGC"] = n, n
-		}
-		if v := os.Getenv("TOLLGATE_BENCH_SPECULATIVE_STARTS"); v != "" {
-			enfEnv["TOLLGATE_ENFORCER_SPECULATIVE_STARTS"] = v
 		}
 		// The chart's enforcer writes each settlement to its spool (settleSpool.enabled).
 		enfEnv["TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR"] = b.TempDir()
