@@ -19,7 +19,10 @@
 //
 // A start that was already sent when its caller left may still become durable. Nobody
 // will forward that request, so the queue hands it to an orphan handler, which settles
-// it as incomplete; otherwise it would stay pending until abandonment recovery.
+// it as incomplete; otherwise it would stay pending until abandonment recovery. A
+// withdrawable start (SubmitWithdrawable: a check's speculative start, package gate)
+// leaves with its caller only while queued; once sent, its answer goes to its caller
+// all the same, who voids what was recorded, and only the deadline makes it an orphan.
 //
 // It decides nothing about limits and renders no answers.
 package startq
