@@ -260,7 +260,6 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 	return sj, nil
 }
 
-// catalogMatch is whether the shipped catalog prices the job's model at all.
 // validateVoid accepts a voided item that names its request (and who it was for) and
 // nothing else: a request that was never forwarded used nothing, so a void that reports
 // usage, a cost or a snapshot contradicts itself and is refused rather than half
@@ -271,9 +270,10 @@ func validateVoid(it *internalv1.SettleItem) (*settleJob, error) {
 	if proto.Size(rest) != 0 {
 		return nil, errors.New("a voided settlement names its request only: no usage, cost, status or snapshot")
 	}
-	return &settleJob{in: it, voided: true, usage: accounting.Usage{}}, nil
+	return &settleJob{in: it, voided: true}, nil
 }
 
+// catalogMatch is whether the shipped catalog prices the job's model at all.
 func (sj *settleJob) catalogMatch() bool { return sj.catalogEntry() != nil }
 
 // catalogEntry is the shipped catalog's entry nearest the job's model (the first step
@@ -498,6 +498,10 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			continue
 		}
 		st, ok := read.Starts[id]
+		if ok && ((it.GetOrganizationId() != "" && it.GetOrganizationId() != st.OrganizationID) || (it.GetMemberId() != "" && it.GetMemberId() != st.MemberID)) {
+			r.Outcome, r.Message = internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID, "request_id is recorded for another organization or member"
+			continue
+		}
 		if j.item.voided {
 			if s.void(r, id, st, ok, receipts[id] != nil) {
 				delete(read.Starts, id) // as the batch leaves it, for any later item
@@ -511,10 +515,6 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			}
 			r.Outcome, r.Message = internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT, "no durable start and no snapshot: recorded for review, not charged"
 			s.quarantine(j.item, "no_snapshot")
-			continue
-		}
-		if (it.GetOrganizationId() != "" && it.GetOrganizationId() != st.OrganizationID) || (it.GetMemberId() != "" && it.GetMemberId() != st.MemberID) {
-			r.Outcome, r.Message = internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID, "request_id is recorded for another organization or member"
 			continue
 		}
 		if read.Created[id] && receipts[id] == nil {

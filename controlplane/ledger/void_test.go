@@ -67,7 +67,8 @@ func TestVoidRemovesAPendingStartUncharged(t *testing.T) {
 }
 
 // TestVoidCarriesNothing: a void that reports usage, a cost, a status or a snapshot
-// contradicts itself; it is refused and its start stays pending for its settlement.
+// contradicts itself, and one naming someone else than its start's member is wrong;
+// each is refused and the start stays pending for its settlement.
 func TestVoidCarriesNothing(t *testing.T) {
 	t.Parallel() // its own database and Redis prefix
 	e := at.New(t, at.Options{})
@@ -87,6 +88,13 @@ func TestVoidCarriesNothing(t *testing.T) {
 		it.RequestId, it.OrganizationId, it.MemberId, it.Voided = id, org, m, true
 		if r := settle1(t, e, it); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID {
 			t.Errorf("void with %s: %v, want invalid", name, r)
+		}
+	}
+	// A void naming another member (or organization) than the start's is refused too.
+	org2, others := e.Org(t, 1)
+	for name, it := range map[string]*internalv1.SettleItem{"another member": void(id, org, others[0]), "another organization": void(id, org2, m)} {
+		if r := settle1(t, e, it); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID {
+			t.Errorf("void for %s: %v, want invalid", name, r)
 		}
 	}
 	if _, pending, _, _, _ := e.Tracking(t, m); pending != 1 {

@@ -478,8 +478,13 @@ func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*in
 		resp.Results = append(resp.Results, r)
 		start := s.starts[it.GetRequestId()]
 		if it.GetVoided() {
-			// As the ledger does: a pending start goes, uncharged; anything else stays.
+			// As the ledger does: a pending start goes, uncharged; anything else stays;
+			// a void naming another member is refused.
 			r.Outcome = internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED
+			if start != nil && it.GetMemberId() != "" && it.GetMemberId() != start.GetMemberId() {
+				r.Outcome = internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID
+				continue
+			}
 			if start != nil && s.receipts[it.GetRequestId()] == nil {
 				delete(s.starts, it.GetRequestId())
 				s.voided[it.GetRequestId()] = true
