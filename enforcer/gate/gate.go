@@ -388,12 +388,13 @@ func (g *Gate) resolveRecord(ctx context.Context, id *identity.Identity, wait *t
 	return rec, err
 }
 
-// startItem is the durable start of a request admitted on d at now, and the basis of its
-// reservation (a label of tollgate_enforcer_reservations_total, counted by the caller
-// once the start is sent as the request's).
+// startItem is the durable start of a request admitted on d at now, without its request
+// id (given when it is sent: a start built only to be compared needs none), and the
+// basis of its reservation (a label of tollgate_enforcer_reservations_total, counted by
+// the caller once the start is sent as the request's).
 func (g *Gate) startItem(id *identity.Identity, d *decision.Decision, now time.Time, h Hint) (*internalv1.StartItem, string) {
 	reservation, basis := g.reservation(d, h, now)
-	return &internalv1.StartItem{RequestId: typeid.New(RequestPrefix), OrganizationId: id.OrganizationID, MemberId: id.MemberID,
+	return &internalv1.StartItem{OrganizationId: id.OrganizationID, MemberId: id.MemberID,
 		Snapshot: d.Snapshot(id.OrganizationID, id.MemberID, now), ReservationMicroUsd: reservation, MaxInFlight: d.MaxInFlight}, basis
 }
 
@@ -407,7 +408,8 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 		item, basis, now = spec.item, spec.basis, spec.at
 	} else {
 		g.drop(spec, true) // gone before this start is made: it must not count against it
-		out = g.submit(ctx, item)
+		item.RequestId = typeid.New(RequestPrefix)
+		out = submit(ctx, item, g.Starts.Submit)
 	}
 	if basis != "" {
 		g.Metrics.Reservations.WithLabelValues(basis).Inc()

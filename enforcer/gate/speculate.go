@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/startq"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
 // Speculative starts. An admitted check waits for two round trips, one after the other:
@@ -20,7 +21,7 @@ import (
 // record read for the member admits, the check sends the start that record would make
 // at once, beside the record read, and when the fresh record comes:
 //
-//   - it admits and makes the very same start (sameStart): the speculative start is the
+//   - it admits and makes the very same start (startDiff): the speculative start is the
 //     request's, and the check waited for the longer of the two round trips instead of
 //     their sum;
 //   - anything else (it blocks, the policy changed, a window turned, the read failed,
@@ -99,6 +100,7 @@ func (g *Gate) speculate(ctx context.Context, id *identity.Identity, h Hint, now
 		return nil
 	}
 	item, basis := g.startItem(id, &d, now, h)
+	item.RequestId = typeid.New(RequestPrefix)
 	// The start's own context ends only when its check's caller leaves (drop): a start
 	// still queued is then withdrawn unsent, as any check's; one already sent is
 	// answered all the same (startq's SubmitWithdrawable), not made an orphan settled
@@ -107,9 +109,7 @@ func (g *Gate) speculate(ctx context.Context, id *identity.Identity, h Hint, now
 	s := &speculation{item: item, basis: basis, at: now, done: make(chan struct{}), leave: leave}
 	go func() {
 		defer leave()
-		t := time.Now()
-		res, reservation, err := g.Starts.SubmitWithdrawable(ctx, item)
-		s.out = started{res: res, reservation: reservation, err: err, waited: time.Since(t)}
+		s.out = submit(ctx, item, g.Starts.SubmitWithdrawable)
 		if !s.state.CompareAndSwap(specRunning, specDone) {
 			g.undo(s, nil) // its check left while it was out
 		}
@@ -135,10 +135,12 @@ func (g *Gate) take(s *speculation, item *internalv1.StartItem) (started, bool) 
 	return s.out, true
 }
 
-// submit makes item's start durable (or not) and says how long that took.
-func (g *Gate) submit(ctx context.Context, item *internalv1.StartItem) started {
+// submit makes item's start durable (or not) through send (Starts.Submit or
+// SubmitWithdrawable) and says how long that took.
+func submit(ctx context.Context, item *internalv1.StartItem,
+	send func(context.Context, *internalv1.StartItem) (startq.Result, *settleq.Reservation, error)) started {
 	t := time.Now()
-	res, reservation, err := g.Starts.Submit(ctx, item)
+	res, reservation, err := send(ctx, item)
 	return started{res: res, reservation: reservation, err: err, waited: time.Since(t)}
 }
 
@@ -187,13 +189,10 @@ func (g *Gate) undo(s *speculation, done func(settleq.Result)) bool {
 	return true
 }
 
-// sameStart reports whether two starts of one request's member make the same claim:
-// the same snapshot (but its admission instant, which is the check's either way), the
-// same reservation and in-flight cap.
-func sameStart(a, b *internalv1.StartItem) bool { return startDiff(a, b) == "" }
-
-// startDiff names the first field in which two starts differ for sameStart, "" when
-// none does (for the debug log of a dropped speculation).
+// startDiff names the first field in which two starts of one request's member make
+// different claims, "" when they make the same: the same snapshot (but its admission
+// instant, which is the check's either way), the same reservation and in-flight cap.
+// The request id is not compared.
 func startDiff(a, b *internalv1.StartItem) string {
 	switch {
 	case a.GetOrganizationId() != b.GetOrganizationId() || a.GetMemberId() != b.GetMemberId():

@@ -114,8 +114,6 @@ type Server struct {
 	members     map[string]*member
 	starts      map[string]*internalv1.StartItem
 	receipts    map[string]*Receipt
-	// voided: request ids whose pending start a void removed (Voided).
-	voided map[string]bool
 	// prices: model -> micro-USD per input token, per output token (SetPrice).
 	prices map[string][2]int64
 }
@@ -124,7 +122,7 @@ type Server struct {
 func New(t testing.TB, rdb redis.UniversalClient, layout mirror.Layout, clk clock.Clock) *Server {
 	t.Helper()
 	s := &Server{rdb: rdb, layout: layout, clk: clk, credentials: map[[32]byte]identity{}, members: map[string]*member{},
-		starts: map[string]*internalv1.StartItem{}, receipts: map[string]*Receipt{}, voided: map[string]bool{}, prices: map[string][2]int64{}}
+		starts: map[string]*internalv1.StartItem{}, receipts: map[string]*Receipt{}, prices: map[string][2]int64{}}
 	if err := s.Resync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -344,13 +342,6 @@ func (s *Server) Started(requestID string) bool {
 	return s.starts[requestID] != nil
 }
 
-// Voided reports whether a void removed the request's pending start (uncharged).
-func (s *Server) Voided(requestID string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.voided[requestID]
-}
-
 // Generation is the current mirror generation.
 func (s *Server) Generation() string {
 	s.mu.Lock()
@@ -487,7 +478,6 @@ func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*in
 			}
 			if start != nil && s.receipts[it.GetRequestId()] == nil {
 				delete(s.starts, it.GetRequestId())
-				s.voided[it.GetRequestId()] = true
 				if m := s.members[start.GetMemberId()]; m != nil {
 					m.pending--
 				}
