@@ -98,6 +98,31 @@ func TestSpeculativeStartIsTheRequestsWhenTheRecordAgrees(t *testing.T) {
 	}
 }
 
+// TestRecordIsReadWhileTheSpeculativeStartIsOut: the two round trips overlap; the
+// record read does not wait for the speculative start's answer.
+func TestRecordIsReadWhileTheSpeculativeStartIsOut(t *testing.T) {
+	g, f, _, _ := speculating(t, withinRecord)
+	f.starts.hold = make(chan struct{})
+	reading := make(chan struct{})
+	f.records.beforeRead = func() { close(reading) }
+	answered := make(chan gate.Answer, 1)
+	go func() {
+		a, _ := g.Check(context.Background(), gate.Credentials{APIKey: "tgk_key"})
+		answered <- a
+	}()
+	select {
+	case <-reading:
+	case <-time.After(time.Second):
+		t.Fatal("the record was not read while the speculative start was unanswered")
+	}
+	close(f.starts.hold)
+	a := <-answered
+	checkAnswer(t, &a, admitted("within_limit"))
+	if n := len(f.starts.submitted()); n != 1 {
+		t.Fatalf("%d starts, want the speculative one alone", n)
+	}
+}
+
 // TestSpeculativeStartIsVoidedWhenTheRecordDisagrees: whatever the fresh record says
 // that the last one did not, the fresh record decides, exactly as without speculation,
 // and a speculative start the control plane recorded is voided.
