@@ -74,6 +74,7 @@ lint: ## gofmt, go vet, go.mod tidy (root and the tools' modules), staticcheck
 	cd tools/composecheck && GOWORK=off $(GO) mod tidy -diff
 	cd tools/netpolcheck && GOWORK=off $(GO) mod tidy -diff
 	cd tools/egctl && GOWORK=off $(GO) mod tidy -diff
+	cd tools/benchstat && GOWORK=off $(GO) mod tidy -diff
 	$(GO) run $(STATICCHECK) ./...
 
 generate: ## regenerate committed code (protobuf of the internal API); needs protoc, protoc-gen-go, protoc-gen-go-grpc
@@ -102,6 +103,9 @@ chart-update: ## refresh the chart's golden renders after a template change
 
 bench: ## run the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+bench-pairs: ## BenchmarkGateway of BASE=<rev> against the working tree in interleaved pairs, compared with benchstat (PAIRS=6, BENCH, UNITS, OUT: e2e/bench-pairs.sh)
+	BASE='$(BASE)' PAIRS='$(PAIRS)' BENCH='$(BENCH)' UNITS='$(UNITS)' OUT='$(OUT)' GO='$(GO)' bash e2e/bench-pairs.sh
 
 clean: ## remove build output
 	rm -rf $(BIN)
