@@ -104,8 +104,8 @@ chart-update: ## refresh the chart's golden renders after a template change
 bench: ## run the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-bench-pairs: ## BenchmarkGateway of BASE=<rev> against the working tree in interleaved pairs, compared with benchstat (PAIRS=6, BENCH, UNITS, OUT: e2e/bench-pairs.sh)
-	BASE='$(BASE)' PAIRS='$(PAIRS)' BENCH='$(BENCH)' UNITS='$(UNITS)' OUT='$(OUT)' GO='$(GO)' bash e2e/bench-pairs.sh
+bench-pairs: ## BenchmarkGateway of BASE=<rev> against the working tree in interleaved pairs, compared with benchstat (PAIRS=6, BENCH, UNITS, OUT, BASE_ENV, NEW_ENV: e2e/bench-pairs.sh)
+	BASE='$(BASE)' PAIRS='$(PAIRS)' BENCH='$(BENCH)' UNITS='$(UNITS)' OUT='$(OUT)' BASE_ENV='$(BASE_ENV)' NEW_ENV='$(NEW_ENV)' GO='$(GO)' bash e2e/bench-pairs.sh
 
 clean: ## remove build output
 	rm -rf $(BIN)

@@ -3,6 +3,11 @@
 # working tree, run in interleaved pairs and compared with benchstat.
 #
 #   make bench-pairs BASE=<rev> [PAIRS=6] [BENCH='Gateway/(json|sse)'] [UNITS=<regexp>] [OUT=<dir>]
+#                    [BASE_ENV='NAME=value ...'] [NEW_ENV='NAME=value ...']
+#
+# BASE_ENV and NEW_ENV set environment variables for one side's runs alone, so that a
+# knob can be compared on one revision: BASE=HEAD BASE_ENV=TOLLGATE_BENCH_SPECULATIVE_STARTS=off
+# compares the working tree without speculative starts (base) and with them (new).
 #
 # The machine's speed moves by several times over a day (docs/gateway-latency.md), so
 # runs are only comparable side by side: each pair runs both binaries one after the
@@ -23,6 +28,14 @@ units=${UNITS:-^(added-beyond-start-wait-p(50|99)-ms|ttfb-added-beyond-start-wai
 root=$(git rev-parse --show-toplevel)
 out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/bench-pairs.XXXXXX")}
 go=${GO:-go}
+read -r -a base_env <<<"${BASE_ENV:-}"
+read -r -a new_env <<<"${NEW_ENV:-}"
+for kv in "${base_env[@]}" "${new_env[@]}"; do
+	if ! [[ $kv =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then
+		echo "bench-pairs: BASE_ENV and NEW_ENV are NAME=value words, got '$kv'" >&2
+		exit 2
+	fi
+done
 
 if ! [[ $pairs =~ ^[1-9][0-9]*$ ]]; then
 	echo "bench-pairs: PAIRS must be a positive number, got '$pairs'" >&2
@@ -49,9 +62,13 @@ log "building the test binaries: base ${rev:0:12} and the working tree"
 # run SIDE: one run of SIDE's binary from its own tree, its output appended to SIDE.txt.
 run() {
 	local side=$1 dir=$root
-	[[ $side == base ]] && dir=$tree
-	log "pair $i: $side"
-	if ! (cd "$dir/e2e" && "$out/$side.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x) >>"$out/$side.txt" 2>&1; then
+	local -a vars=("${new_env[@]}")
+	if [[ $side == base ]]; then
+		dir=$tree
+		vars=("${base_env[@]}")
+	fi
+	log "pair $i: $side ${vars[*]}"
+	if ! (cd "$dir/e2e" && env "${vars[@]}" "$out/$side.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x) >>"$out/$side.txt" 2>&1; then
 		echo "bench-pairs: the $side run of pair $i failed; its output is in $out/$side.txt" >&2
 		exit 1
 	fi
