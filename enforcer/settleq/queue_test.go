@@ -307,13 +307,7 @@ func TestLingeringSettlementsDoNotWakeTheWorker(t *testing.T) {
 	if err := q.Enqueue(&internalv1.SettleItem{RequestId: "r_7"}, nil, func(r settleq.Result) { done <- r }); err != nil {
 		t.Fatal(err)
 	}
-	for range 8 {
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatal("the full batch was not sent")
-		}
-	}
+	awaitResults(t, done, 8, "the full batch was not sent")
 	if n := q.Signalled(); n != 2 {
 		t.Fatalf("the worker was woken %d times, want 2", n)
 	}
@@ -335,13 +329,7 @@ func TestEnqueueNowDoesNotLinger(t *testing.T) {
 	if err := q.EnqueueNow(&internalv1.SettleItem{RequestId: "void", Voided: true}, nil, func(r settleq.Result) { done <- r }); err != nil {
 		t.Fatal(err)
 	}
-	for range 3 {
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatal("an urgent settlement lingered (the linger is an hour)")
-		}
-	}
+	awaitResults(t, done, 3, "an urgent settlement lingered (the linger is an hour)")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.calls) != 1 || len(s.calls[0]) != 3 {
@@ -479,5 +467,17 @@ func TestBacklogGaugesShowTheOldestUnsettled(t *testing.T) {
 	}
 	if age() != 0 || depth() != 0 {
 		t.Fatalf("all settled: age %v, depth %v", age(), depth())
+	}
+}
+
+// awaitResults waits (up to 5 seconds each) for n results on done, failing with why.
+func awaitResults(t *testing.T, done <-chan settleq.Result, n int, why string) {
+	t.Helper()
+	for range n {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal(why)
+		}
 	}
 }
