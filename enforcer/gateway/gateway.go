@@ -186,19 +186,20 @@ func New(cfg Config, g Checker, t Tracker, limits responseusage.Limits, m Metric
 		slots: make(chan struct{}, cfg.MaxStreams), m: m, log: log, sessions: map[*proxied]context.CancelFunc{}}
 	gw.up = cfg.Transport
 	if gw.up == nil {
-		gw.up = newTransport(cfg)
+		d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+		gw.up = newTransport(cfg, d.DialContext)
 	}
 	return gw, nil
 }
 
 // newTransport is the upstream client: bounded connect and header waits, bodies as the
 // upstream sent them (no transparent decompression: the client gets the same bytes,
-// and the extractor decodes them itself), HTTP/2 where the upstream offers it.
-func newTransport(cfg Config) *http.Transport {
-	d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+// and the extractor decodes them itself), HTTP/2 where the upstream offers it; its
+// connections (dialled by dial) can send a request in one write (upstreamconn.go).
+func newTransport(cfg Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           d.DialContext,
+		DialContext:           dialHeld(dial),
 		TLSHandshakeTimeout:   cfg.ConnectTimeout,
 		ResponseHeaderTimeout: cfg.HeaderTimeout,
 		DisableCompression:    true,
@@ -644,8 +645,19 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	if p.log != nil {
 		p.log.upstream = p.route.Upstream.Host
 	}
+	// A body in memory goes out with its headers in one write (upstreamconn.go); an
+	// upload streams, and a request that waits for "100 Continue" sends its headers first.
+	var held *heldRequest
+	if out.Body != nil && !p.upload && !strings.Contains(strings.ToLower(out.Header.Get("Expect")), "100-continue") {
+		held = &heldRequest{}
+		p.trace.GotConn, p.trace.WroteHeaders = held.gotConn, held.wroteHeaders
+	}
 	p.trace.WroteRequest = func(info httptrace.WroteRequestInfo) {
-		if info.Err == nil {
+		err := info.Err
+		if held != nil {
+			err = held.wroteRequest(err)
+		}
+		if err == nil {
 			p.wrote.Store(true)
 		}
 	}

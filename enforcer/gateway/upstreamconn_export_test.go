@@ -1,0 +1,16 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"net/http"
+)
+
+// NewTransport is the gateway's upstream transport over connections from dial (tests
+// count and break their writes), for Config.Transport.
+func NewTransport(cfg Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+	return newTransport(cfg.withDefaults(), dial)
+}
+
+// MaxHeldBytes is what an upstream connection holds of one request at most.
+const MaxHeldBytes = maxHeldBytes

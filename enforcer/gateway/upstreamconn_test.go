@@ -1,0 +1,185 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+)
+
+// upstreamDialer dials the upstream and counts the writes the gateway makes on its
+// connections; failing makes every write fail.
+type upstreamDialer struct {
+	mu      sync.Mutex
+	writes  int
+	failing bool
+}
+
+func (d *upstreamDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &dialedConn{Conn: c, d: d}, nil
+}
+
+// take returns the writes counted since the last take.
+func (d *upstreamDialer) take() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := d.writes
+	d.writes = 0
+	return n
+}
+
+type dialedConn struct {
+	net.Conn
+	d *upstreamDialer
+}
+
+func (c *dialedConn) Write(p []byte) (int, error) {
+	c.d.mu.Lock()
+	c.d.writes++
+	failing := c.d.failing
+	c.d.mu.Unlock()
+	if failing {
+		return 0, errors.New("the upstream connection broke")
+	}
+	return c.Conn.Write(p)
+}
+
+// bodyEcho is an upstream that answers a JSON completion naming the length of the body
+// it received and whether it was the one expected.
+func bodyEcho(t *testing.T, want *[]byte) *httptest.Server {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, err := io.ReadAll(r.Body)
+		if err != nil || !bytes.Equal(got, *want) {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"error":"the body changed on its way"}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"model":"gpt-4o-mini","usage":{"prompt_tokens":3,"completion_tokens":4}}`)
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+// chatOfSize is a chat completion body of n bytes.
+func chatOfSize(n int) []byte {
+	head, tail := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"`, `"}]}`
+	return []byte(head + strings.Repeat("x", n-len(head)-len(tail)) + tail)
+}
+
+// A request whose body is in memory reaches a plain-HTTP upstream in one write, headers
+// and body together, however much larger than the transport's write buffer (1 KiB) it
+// is, up to what a connection holds; past that it passes through, intact. Kept-alive
+// connections do the same for every request.
+func TestRequestGoesUpstreamInOneWrite(t *testing.T) {
+	var want []byte
+	up := bodyEcho(t, &want)
+	d := &upstreamDialer{}
+	e := newEnv(t, up.URL, gateway.Config{Transport: gateway.NewTransport(gateway.Config{}, d.dial)})
+
+	for _, c := range []struct {
+		name      string
+		size      int
+		maxWrites int
+	}{
+		{"smaller than the write buffer", 300, 1},
+		{"larger than the write buffer", 5 << 10, 1},
+		{"the same again, on the kept-alive connection", 5 << 10, 1},
+		{"near the most a connection holds", gateway.MaxHeldBytes - 2<<10, 1},
+		{"more than a connection holds", 3 * gateway.MaxHeldBytes, 1 << 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want = chatOfSize(c.size)
+			d.take()
+			res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", string(want))
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				t.Fatalf("%d %s", res.StatusCode, body)
+			}
+			if n := d.take(); n < 1 || n > c.maxWrites {
+				t.Fatalf("the request took %d writes to the upstream, want 1 to %d", n, c.maxWrites)
+			}
+			if u := e.tracker.settledOnce(t); u.InputTokens != 3 || u.OutputTokens != 4 {
+				t.Fatalf("settled %+v", u)
+			}
+		})
+	}
+}
+
+// An upload is not held: it streams to the upstream as it comes, so the upstream reads
+// its first part while the client has yet to send the rest.
+func TestUploadIsNotHeld(t *testing.T) {
+	firstPart := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(r.Body, buf); err != nil || string(buf) != "first" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		close(firstPart)
+		rest, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"text":"`+string(rest)+`"}`)
+	}))
+	defer up.Close()
+	d := &upstreamDialer{}
+	e := newEnv(t, up.URL, gateway.Config{Transport: gateway.NewTransport(gateway.Config{}, d.dial)})
+
+	pr, pw := io.Pipe()
+	done := make(chan *http.Response, 1)
+	go func() {
+		done <- send(t, "POST", e.front.URL+"/v1/audio/transcriptions", "tgk_good", pr, "Content-Type", "audio/mpeg")
+	}()
+	if _, err := pw.Write([]byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-firstPart:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream did not see the upload's first part before its end")
+	}
+	_, _ = pw.Write([]byte("rest"))
+	pw.Close()
+	res := <-done
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || string(body) != `{"text":"rest"}` {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+	e.tracker.settled(t)
+}
+
+// A held request whose one write fails is answered 502 and, never having reached the
+// upstream, is charged nothing: its settlement carries the status and nothing seen.
+func TestHeldWriteThatFailsIsNotCharged(t *testing.T) {
+	var want []byte
+	up := bodyEcho(t, &want)
+	d := &upstreamDialer{failing: true}
+	e := newEnv(t, up.URL, gateway.Config{Transport: gateway.NewTransport(gateway.Config{}, d.dial)})
+	want = chatOfSize(5 << 10)
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", string(want))
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "service_gateway_upstream_unavailable") {
+		t.Fatalf("%d %s, want 502", res.StatusCode, body)
+	}
+	u := e.tracker.settled(t)
+	if u.UpstreamStatus != http.StatusBadGateway || u.Seen == nil || !u.Complete {
+		t.Fatalf("settled %+v, want nothing received (502, complete, nothing seen)", u)
+	}
+}
