@@ -175,13 +175,13 @@ type env struct {
 	req     *prometheus.CounterVec
 }
 
-func newEnv(t *testing.T, upstream string, cfg gateway.Config) *env {
+func newEnv(t testing.TB, upstream string, cfg gateway.Config) *env {
 	t.Helper()
 	return newEnvLogging(t, upstream, cfg, slog.New(slog.DiscardHandler))
 }
 
 // newEnvLogging is newEnv with the gateway logging to log.
-func newEnvLogging(t *testing.T, upstream string, cfg gateway.Config, log *slog.Logger) *env {
+func newEnvLogging(t testing.TB, upstream string, cfg gateway.Config, log *slog.Logger) *env {
 	t.Helper()
 	rt, err := gateway.NewRoute("/", upstream, "", "Bearer sk-provider")
 	if err != nil {

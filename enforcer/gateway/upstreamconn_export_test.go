@@ -12,5 +12,13 @@ func NewTransport(cfg Config, dial func(ctx context.Context, network, addr strin
 	return newTransport(cfg.withDefaults(), dial)
 }
 
+// NewUnheldTransport is NewTransport with connections that cannot hold a request's
+// writes: as net/http's transport sends requests on its own (benchmarks compare).
+func NewUnheldTransport(cfg Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+	t := newTransport(cfg.withDefaults(), dial)
+	t.DialContext = dial
+	return t
+}
+
 // MaxHeldBytes is what an upstream connection holds of one request at most.
 const MaxHeldBytes = maxHeldBytes

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func (c *dialedConn) Write(p []byte) (int, error) {
 
 // bodyEcho is an upstream that answers a JSON completion naming the length of the body
 // it received and whether it was the one expected.
-func bodyEcho(t *testing.T, want *[]byte) *httptest.Server {
+func bodyEcho(t testing.TB, want *[]byte) *httptest.Server {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, err := io.ReadAll(r.Body)
@@ -182,4 +183,55 @@ func TestHeldWriteThatFailsIsNotCharged(t *testing.T) {
 	if u.UpstreamStatus != http.StatusBadGateway || u.Seen == nil || !u.Complete {
 		t.Fatalf("settled %+v, want nothing received (502, complete, nothing seen)", u)
 	}
+}
+
+// BenchmarkProxiedRequest is one admitted 2 KiB chat completion through the gateway to a
+// loopback upstream and back, one at a time, its request sent in one write (held) or as
+// net/http's transport sends it (unheld): the time and the writes to the upstream per
+// request, and the CPU of the whole process (client, gateway and upstream) per request.
+//
+//	go test -run '^$' -bench ProxiedRequest -count 6 ./enforcer/gateway
+func BenchmarkProxiedRequest(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		tr   func(gateway.Config, func(context.Context, string, string) (net.Conn, error)) *http.Transport
+	}{{"held", gateway.NewTransport}, {"unheld", gateway.NewUnheldTransport}} {
+		b.Run(c.name, func(b *testing.B) {
+			want := chatOfSize(2 << 10)
+			up := bodyEcho(b, &want)
+			d := &upstreamDialer{}
+			e := newEnv(b, up.URL, gateway.Config{Transport: c.tr(gateway.Config{}, d.dial)})
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			url := e.front.URL + "/v1/chat/completions"
+			d.take()
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				req, _ := http.NewRequest("POST", url, bytes.NewReader(want))
+				req.Header.Set("Authorization", "Bearer tgk_good")
+				res, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != 200 {
+					b.Fatalf("status %d", res.StatusCode)
+				}
+				<-e.tracker.done // settled
+				e.tracker.reset()
+			}
+			b.ReportMetric(float64(d.take())/float64(b.N), "upstream-writes/op")
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+		})
+	}
+}
+
+// processCPU is the CPU this process has used, user and system.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
