@@ -7,6 +7,7 @@ import (
 	"compress/zlib"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"maps"
@@ -1078,15 +1079,26 @@ func TestUpstreamCostHeaderIsSettled(t *testing.T) {
 	}
 }
 
-// writeCounter is a listener whose connections count their writes.
+// writeCounter counts the writes on the connections it wraps: those its listener
+// accepts (Accept), or those it dials (dial, for a transport); failing makes every
+// write fail.
 type writeCounter struct {
 	net.Listener
-	mu     sync.Mutex
-	writes int
+	mu      sync.Mutex
+	writes  int
+	failing bool
 }
 
 func (l *writeCounter) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+func (l *writeCounter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -1099,6 +1111,15 @@ func (l *writeCounter) count() int {
 	return l.writes
 }
 
+// take returns the writes counted since the last take.
+func (l *writeCounter) take() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.writes
+	l.writes = 0
+	return n
+}
+
 type countedConn struct {
 	net.Conn
 	l *writeCounter
@@ -1107,7 +1128,11 @@ type countedConn struct {
 func (c *countedConn) Write(p []byte) (int, error) {
 	c.l.mu.Lock()
 	c.l.writes++
+	failing := c.l.failing
 	c.l.mu.Unlock()
+	if failing {
+		return 0, errors.New("the connection broke")
+	}
 	return c.Conn.Write(p)
 }
 

@@ -3,60 +3,17 @@ package gateway_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 )
-
-// upstreamDialer dials the upstream and counts the writes the gateway makes on its
-// connections; failing makes every write fail.
-type upstreamDialer struct {
-	mu      sync.Mutex
-	writes  int
-	failing bool
-}
-
-func (d *upstreamDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &dialedConn{Conn: c, d: d}, nil
-}
-
-// take returns the writes counted since the last take.
-func (d *upstreamDialer) take() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n := d.writes
-	d.writes = 0
-	return n
-}
-
-type dialedConn struct {
-	net.Conn
-	d *upstreamDialer
-}
-
-func (c *dialedConn) Write(p []byte) (int, error) {
-	c.d.mu.Lock()
-	c.d.writes++
-	failing := c.d.failing
-	c.d.mu.Unlock()
-	if failing {
-		return 0, errors.New("the upstream connection broke")
-	}
-	return c.Conn.Write(p)
-}
 
 // bodyEcho is an upstream that answers a JSON completion naming the length of the body
 // it received and whether it was the one expected.
@@ -89,7 +46,7 @@ func chatOfSize(n int) []byte {
 func TestRequestGoesUpstreamInOneWrite(t *testing.T) {
 	var want []byte
 	up := bodyEcho(t, &want)
-	d := &upstreamDialer{}
+	d := &writeCounter{}
 	e := newEnv(t, up.URL, gateway.Config{Transport: gateway.NewTransport(gateway.Config{}, d.dial)})
 
 	for _, c := range []struct {
@@ -138,7 +95,7 @@ func TestUploadIsNotHeld(t *testing.T) {
 		_, _ = io.WriteString(w, `{"text":"`+string(rest)+`"}`)
 	}))
 	defer up.Close()
-	d := &upstreamDialer{}
+	d := &writeCounter{}
 	e := newEnv(t, up.URL, gateway.Config{Transport: gateway.NewTransport(gateway.Config{}, d.dial)})
 
 	pr, pw := io.Pipe()
@@ -170,7 +127,7 @@ func TestUploadIsNotHeld(t *testing.T) {
 func TestHeldWriteThatFailsIsNotCharged(t *testing.T) {
 	var want []byte
 	up := bodyEcho(t, &want)
-	d := &upstreamDialer{failing: true}
+	d := &writeCounter{failing: true}
 	e := newEnv(t, up.URL, gateway.Config{Transport: gateway.NewTransport(gateway.Config{}, d.dial)})
 	want = chatOfSize(5 << 10)
 	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", string(want))
@@ -199,7 +156,7 @@ func BenchmarkProxiedRequest(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			want := chatOfSize(2 << 10)
 			up := bodyEcho(b, &want)
-			d := &upstreamDialer{}
+			d := &writeCounter{}
 			e := newEnv(b, up.URL, gateway.Config{Transport: c.tr(gateway.Config{}, d.dial)})
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 			url := e.front.URL + "/v1/chat/completions"
