@@ -92,20 +92,20 @@ func (c *heldConn) ReadFrom(r io.Reader) (n int64, err error) {
 	}
 	for {
 		b := *c.held
-		if len(b) == cap(b) {
-			if cap(b) >= maxHeldBytes {
-				// As much as is held: it goes out, and the rest passes through.
-				if err := c.release(); err != nil {
-					return n, err
-				}
-				m, err := c.ReadFrom(r)
-				return n + m, err
+		if len(b) >= maxHeldBytes {
+			// As much as is held: it goes out, and the rest passes through.
+			if err := c.release(); err != nil {
+				return n, err
 			}
+			m, err := c.ReadFrom(r)
+			return n + m, err
+		}
+		if len(b) == cap(b) {
 			grown := make([]byte, len(b), min(2*cap(b)+1, maxHeldBytes))
 			copy(grown, b)
 			b = grown
 		}
-		m, err := r.Read(b[len(b):cap(b)])
+		m, err := r.Read(b[len(b):min(cap(b), maxHeldBytes)])
 		*c.held = b[:len(b)+m]
 		n += int64(m)
 		if err == io.EOF {
@@ -161,8 +161,9 @@ func (h *heldRequest) wroteHeaders() {
 }
 
 // wroteRequest sends what was held; the transport then flushes what is left in its
-// buffer (nothing when the body overflowed it, all of it when it did not). The error is
-// the request's write error, or the held write's.
+// buffer: nothing, since it passed the body on to the connection after flushing the
+// headers, or after filling once. The error is the request's write error, or the held
+// write's.
 func (h *heldRequest) wroteRequest(err error) error {
 	if h.conn == nil {
 		return err
