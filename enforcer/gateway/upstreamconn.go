@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http/httptrace"
@@ -115,6 +116,16 @@ func (c *heldConn) ReadFrom(r io.Reader) (n int64, err error) {
 			return n, err
 		}
 	}
+}
+
+// CloseWrite half-closes the dialled connection where it can: net/http hands an upgraded
+// connection (101 Switching Protocols) out as a response body whose CloseWrite asks the
+// connection for it.
+func (c *heldConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
 }
 
 // writerOnly hides a writer's ReadFrom from io.Copy.
