@@ -196,7 +196,7 @@ func New(cfg Config, g Checker, t Tracker, limits responseusage.Limits, m Metric
 // upstream sent them (no transparent decompression: the client gets the same bytes,
 // and the extractor decodes them itself), HTTP/2 where the upstream offers it; its
 // connections (dialled by dial) can send a request in one write (upstreamconn.go).
-func newTransport(cfg Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+func newTransport(cfg Config, dial dialFunc) *http.Transport {
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           dialHeld(dial),

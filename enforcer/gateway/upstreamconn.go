@@ -48,8 +48,11 @@ type heldConn struct {
 	held    *[]byte // from heldPool while holding; nil otherwise
 }
 
+// dialFunc dials an upstream connection (net.Dialer's DialContext).
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
 // dialHeld dials with dial and returns connections that can hold a request's writes.
-func dialHeld(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func dialHeld(dial dialFunc) dialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
@@ -61,13 +64,18 @@ func dialHeld(dial func(ctx context.Context, network, addr string) (net.Conn, er
 
 func (c *heldConn) hold() { c.holding.Store(true) }
 
+// buffer takes a buffer from the pool for what is held, once per request.
+func (c *heldConn) buffer() {
+	if c.held == nil {
+		c.held = heldPool.Get().(*[]byte)
+	}
+}
+
 func (c *heldConn) Write(p []byte) (int, error) {
 	if !c.holding.Load() {
 		return c.Conn.Write(p)
 	}
-	if c.held == nil {
-		c.held = heldPool.Get().(*[]byte)
-	}
+	c.buffer()
 	if len(*c.held)+len(p) > maxHeldBytes {
 		if err := c.release(); err != nil {
 			return 0, err
@@ -88,9 +96,7 @@ func (c *heldConn) ReadFrom(r io.Reader) (n int64, err error) {
 		}
 		return io.Copy(writerOnly{c.Conn}, r)
 	}
-	if c.held == nil {
-		c.held = heldPool.Get().(*[]byte)
-	}
+	c.buffer()
 	for {
 		b := *c.held
 		if len(b) >= maxHeldBytes {
