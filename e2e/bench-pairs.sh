@@ -24,7 +24,7 @@ set -euo pipefail
 base=${BASE:?BASE: the revision to compare against, e.g. BASE=HEAD or BASE=main~3}
 pairs=${PAIRS:-6}
 bench=${BENCH:-Gateway/(json|sse)}
-units=${UNITS:-^(added-beyond-start-wait-p(50|99)-ms|ttfb-added-beyond-start-wait-p(50|99)-ms|side-beyond-nginx-p99-ms|enforcer-cpu-us/req|rss-KiB/stream)$}
+units=${UNITS:-^(added-beyond-start-wait-p(50|99)-ms|ttfb-added-beyond-start-wait-p(50|99)-ms|side-beyond-(nginx|caddy)-p99-ms|enforcer-cpu-us/req|rss-KiB/stream)$}
 root=$(git rev-parse --show-toplevel)
 out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/bench-pairs.XXXXXX")}
 go=${GO:-go}

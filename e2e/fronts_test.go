@@ -183,6 +183,24 @@ func nginxCommand(t testing.TB, listen, upstream string) *exec.Cmd {
 	return exec.Command(nginx, "-p", work+"/", "-c", path, "-e", "stderr", "-g", "daemon off;")
 }
 
+// caddyCommand runs deploy/caddy/Caddyfile.gateway as written but for its addresses
+// (listen, and upstream in place of the gateway's) and its active health checks of the
+// enforcer's admin port, which a plain upstream does not have.
+func caddyCommand(t testing.TB, listen, upstream string) *exec.Cmd {
+	t.Helper()
+	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
+	conf := replaced(t, "../deploy/caddy/Caddyfile.gateway",
+		"health_uri /readyz", "", "health_port {$TOLLGATE_ENFORCER_ADMIN_PORT:9091}", "",
+		"health_interval 5s", "", "health_timeout 2s", "")
+	work := t.TempDir()
+	path := filepath.Join(work, "Caddyfile")
+	writeFile(t, path, conf)
+	cmd := exec.Command(caddy, "run", "--config", path, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+work, "XDG_DATA_HOME="+work, "XDG_CONFIG_HOME="+work,
+		"TOLLGATE_CADDY_ADDR="+listen, "TOLLGATE_GATEWAY_ADDR="+upstream)
+	return cmd
+}
+
 // startFront starts a reverse proxy's command, stops it when the test ends, and waits
 // until it accepts connections on listen. It returns the proxy's output.
 func startFront(t testing.TB, name string, cmd *exec.Cmd, listen string) *testio.SyncBuffer {
