@@ -271,7 +271,7 @@ func BenchmarkGateway(b *testing.B) {
 	caddy := startHop(b, "caddy", "apt-get install caddy", func(listen string) *exec.Cmd {
 		return caddyCommand(b, listen, upstreamHost)
 	})
-	viaNginx := nginx.base
+	viaNginx, hops := nginx.base, []*proxyHop{nginx, caddy}
 
 	settled := func(b *testing.B, on *stack) {
 		b.Helper()
@@ -292,7 +292,7 @@ func BenchmarkGateway(b *testing.B) {
 	mustRun(b, "warm-up, gateway", runPaced(2000, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(gw, i) }))
 	mustRun(b, "warm-up, /check", runPaced(500, gwRate, gwInFlight, func(i int) (sample, error) { return c.check(ps.enfHTTP, i) }))
 	mustRun(b, "warm-up, direct", runPaced(500, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(direct, i) }))
-	for _, h := range []*proxyHop{nginx, caddy} {
+	for _, h := range hops {
 		if h.base != "" {
 			mustRun(b, "warm-up, "+h.name, runPaced(500, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(h.base, i) }))
 		}
@@ -357,7 +357,7 @@ func BenchmarkGateway(b *testing.B) {
 
 	b.Run("json_at_1000_per_s", func(b *testing.B) {
 		d := measure(b, "direct", gwRequests, gwRate, func(i int) (sample, error) { return c.complete(direct, i) })
-		for _, h := range []*proxyHop{nginx, caddy} {
+		for _, h := range hops {
 			if h.base != "" {
 				hop, cpu := through(b, h, gwRequests, gwRate, c.complete)
 				b.ReportMetric(msd(hop.pct(.50)-d.pct(.50)), h.name+"-added-p50-ms")
@@ -437,7 +437,7 @@ func BenchmarkGateway(b *testing.B) {
 			wg.Go(func() {
 				sg = runPaced(gwRequests, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(gw, i) })
 			})
-			for _, h := range []*proxyHop{nginx, caddy} {
+			for _, h := range hops {
 				if h.base != "" {
 					r := &pacedResult{}
 					probes[h] = r
