@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
@@ -646,9 +647,10 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		p.log.upstream = p.route.Upstream.Host
 	}
 	// A body in memory goes out with its headers in one write (upstreamconn.go); an
-	// upload streams, and a request that waits for "100 Continue" sends its headers first.
+	// upload streams, and a request that waits for "100 Continue" sends its headers first
+	// (the transport's own test: the token in any Expect value).
 	var held *heldRequest
-	if out.Body != nil && !p.upload && !strings.Contains(strings.ToLower(out.Header.Get("Expect")), "100-continue") {
+	if out.Body != nil && !p.upload && !httpguts.HeaderValuesContainsToken(out.Header["Expect"], "100-continue") {
 		held = &heldRequest{}
 		p.trace.GotConn, p.trace.WroteHeaders = held.gotConn, held.wroteHeaders
 	}

@@ -192,3 +192,36 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// A request that expects "100 Continue" is not held: its headers go to the upstream on
+// their own, so that a transport that waits for the upstream's "100 Continue" before the
+// body (ExpectContinueTimeout, here 30 s) gets it at once. Held, the headers would wait
+// with the body for that timeout and go out with it in one write.
+func TestExpectContinueSendsHeadersFirst(t *testing.T) {
+	var want []byte
+	up := bodyEcho(t, &want)
+	d := &writeCounter{}
+	tr := gateway.NewTransport(gateway.Config{}, d.dial)
+	tr.ExpectContinueTimeout = 30 * time.Second
+	e := newEnv(t, up.URL, gateway.Config{Transport: tr})
+	want = chatOfSize(2 << 10)
+	d.take()
+	r, _ := http.NewRequest("POST", e.front.URL+"/v1/chat/completions", bytes.NewReader(want))
+	r.Header.Set("Authorization", "Bearer tgk_good")
+	r.Header.Set("Expect", "100-Continue") // a token, matched without regard to case
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := http.DefaultClient.Do(r.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("%v: the upstream never saw the headers alone", err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+	if n := d.take(); n < 2 {
+		t.Fatalf("the request took %d writes to the upstream, want its headers first, then its body", n)
+	}
+	e.tracker.settledOnce(t)
+}
