@@ -108,6 +108,13 @@ func FuzzExtractJSON(f *testing.F) {
 		// OpenAI's image generation tool's usage (tool_usage.image_gen), beside the response's.
 		`{"object":"response","usage":{"input_tokens":5,"output_tokens":6,"total_tokens":11},"tool_usage":{"image_gen":{"input_tokens":9,"cached_tokens":12,"input_tokens":"3","output_tokens":7},"image_gen":{"cached_tokens":4},"web_search":{"num_requests":2}},` +
 			`"message":{"usage":{"total_tokens":20,"prompt_tokens_details":{"audio_tokens":30}}},"response":{"tool_usage":{"image_gen":{"input_tokens":99}}},"tool_usage":null,"tool_usage":{"image_g\u0061n":{"input_tokens":10}}}`,
+		// An embedding's floats, whose digits the scanner passes over in runs
+		// (passesDigits), beside counts too long to read and malformed numbers.
+		`{"object":"list","data":[{"embedding":[-0.0123456789,0.5,1e-7,-12345678901234567890,3.14E+10,0,-0,12.5e-3]}],"usage":{"prompt_tokens":8,"total_tokens":12345678901234567890123,"prompt_tokens":9.5}}`,
+		`{"data":[{"embedding":[1.]}],"usage":{"prompt_tokens":1}}`,
+		`{"data":[{"embedding":[-01]}],"usage":{"prompt_tokens":1}}`,
+		`{"data":[{"embedding":[1.5e+]}],"usage":{"prompt_tokens":1}}`,
+		`{"data":[{"embedding":[-1.25e-12x]}],"usage":{"prompt_tokens":1}}`,
 	} {
 		f.Add([]byte(s), uint64(7))
 	}

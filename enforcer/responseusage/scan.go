@@ -1236,6 +1236,19 @@ func (s *scanner) feedTokens(p []byte) (int, bool) {
 			s.state = stEsc // c is the escape after the backslash
 
 		case stNumMinus, stNumZero, stNumInt, stNumDot, stNumFrac, stNumE, stNumESign, stNumExp:
+			if s.passesDigits() {
+				// A run of digits leaves this number's state as it is: passed over at
+				// once, not byte by byte (an embedding's floats are most of its
+				// answer's bytes).
+				j := i
+				for j < len(p) && '0' <= p[j] && p[j] <= '9' {
+					j++
+				}
+				if j > i {
+					i = j
+					continue
+				}
+			}
 			if s.numByte(c) {
 				if s.numTok.kind == tgCost {
 					s.keyCap.addByte(c)
@@ -1664,6 +1677,13 @@ func (s *scanner) numByte(c byte) bool {
 		s.state = stNumExp
 	}
 	return true
+}
+
+// passesDigits tells whether a digit would leave the number being read as it is: in its
+// integer part, fraction or exponent, once nothing of its value is read any more
+// (numOK false: not a count, or one past reading; a cost's text is kept whole).
+func (s *scanner) passesDigits() bool {
+	return !s.numOK && s.numTok.kind != tgCost && (s.state == stNumInt || s.state == stNumFrac || s.state == stNumExp)
 }
 
 func (s *scanner) numTerminal() bool {

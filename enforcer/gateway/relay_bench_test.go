@@ -1,0 +1,84 @@
+package gateway_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+)
+
+// BenchmarkAnswerToClient is the time a client waits for a non-streamed answer through
+// the gateway, from its request to the answer's last byte (client-p50-us), for a short
+// answer and a long one; ns/op also counts the settlement each iteration waits for. What
+// the gateway does with an answer once the client has it (reading its usage, settling)
+// is not in client-p50-us.
+//
+// Run: go test -run '^$' -bench AnswerToClient -benchtime 3000x -count 8 ./enforcer/gateway
+func BenchmarkAnswerToClient(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		answer []byte
+	}{{"chat-2KiB", completionOfSize(2 << 10)}, {"chat-64KiB", completionOfSize(64 << 10)}, {"embeddings-64KiB", embeddingsOfSize(64 << 10)}} {
+		b.Run(c.name, func(b *testing.B) {
+			answer := c.answer
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+				_, _ = w.Write(answer)
+			}))
+			b.Cleanup(up.Close)
+			e := newEnv(b, up.URL, gateway.Config{})
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			url, body := e.front.URL+"/v1/chat/completions", chatOfSize(1<<10)
+			waits := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer tgk_good")
+				t0 := time.Now()
+				res, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, _ := io.Copy(io.Discard, res.Body)
+				waits = append(waits, time.Since(t0))
+				res.Body.Close()
+				if res.StatusCode != 200 || n != int64(len(answer)) {
+					b.Fatalf("status %d, %d of %d bytes", res.StatusCode, n, len(answer))
+				}
+				<-e.tracker.done // settled
+				e.tracker.reset()
+			}
+			slices.Sort(waits)
+			b.ReportMetric(float64(waits[len(waits)/2].Nanoseconds())/1e3, "client-p50-us")
+		})
+	}
+}
+
+// completionOfSize is a chat completion answer of n bytes, its usage last.
+func completionOfSize(n int) []byte {
+	head := `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"`
+	tail := `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`
+	return []byte(head + strings.Repeat("token ", (n-len(head)-len(tail))/6) + strings.Repeat(" ", (n-len(head)-len(tail))%6) + tail)
+}
+
+// embeddingsOfSize is an embeddings answer of about n bytes, floats as OpenAI sends them.
+func embeddingsOfSize(n int) []byte {
+	var sb strings.Builder
+	sb.WriteString(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[`)
+	for i := 0; sb.Len() < n-120; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(strconv.FormatFloat(float64(i%997)/997-0.4987, 'f', 9, 64))
+	}
+	sb.WriteString(`]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":8,"total_tokens":8}}`)
+	return []byte(sb.String())
+}
