@@ -5,6 +5,8 @@ package responseusage
 // line goes straight to the JSON scanner, the other fields and comments are
 // skipped as they pass.
 
+import "bytes"
+
 const (
 	lnStart      uint8 = iota // at the start of a line
 	lnField                   // in a field name
@@ -100,10 +102,7 @@ func (r *sseReader) write(p []byte, e *Extractor) {
 			}
 
 		case lnData, lnSkip:
-			j := i
-			for j < len(p) && p[j] != '\n' && p[j] != '\r' {
-				j++
-			}
+			j := i + lineEnd(p[i:])
 			if r.state == lnData {
 				e.feedData(p[i:j])
 			}
@@ -114,6 +113,20 @@ func (r *sseReader) write(p []byte, e *Extractor) {
 			}
 		}
 	}
+}
+
+// lineEnd is the index of the first line break (CR or LF) in p, len(p) without one.
+// Found with bytes.IndexByte's vector search, once for each: an event's data line is
+// hundreds of bytes, and CR is rare.
+func lineEnd(p []byte) int {
+	n := bytes.IndexByte(p, '\n')
+	if n < 0 {
+		n = len(p)
+	}
+	if cr := bytes.IndexByte(p[:n], '\r'); cr >= 0 {
+		return cr
+	}
+	return n
 }
 
 func (r *sseReader) isData() bool { return r.fieldOK && r.fieldPos == 4 }
