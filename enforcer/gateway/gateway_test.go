@@ -137,7 +137,7 @@ func (f *fakeTracker) reset() {
 }
 
 // settled waits for the one settlement of a request.
-func (f *fakeTracker) settled(t *testing.T) inflight.Usage {
+func (f *fakeTracker) settled(t testing.TB) inflight.Usage {
 	t.Helper()
 	select {
 	case <-f.done:
@@ -153,7 +153,7 @@ func (f *fakeTracker) settled(t *testing.T) inflight.Usage {
 }
 
 // settledOnce is settled, then forgets the settlement, for the next request's.
-func (f *fakeTracker) settledOnce(t *testing.T) inflight.Usage {
+func (f *fakeTracker) settledOnce(t testing.TB) inflight.Usage {
 	t.Helper()
 	u := f.settled(t)
 	f.mu.Lock()

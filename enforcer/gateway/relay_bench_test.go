@@ -15,17 +15,22 @@ import (
 )
 
 // BenchmarkAnswerToClient is the time a client waits for a non-streamed answer through
-// the gateway, from its request to the answer's last byte (client-p50-us), for a short
-// answer and a long one; ns/op also counts the settlement each iteration waits for. What
-// the gateway does with an answer once the client has it (reading its usage, settling)
-// is not in client-p50-us.
+// the gateway, from its request to the answer's last byte (client-p50-us): a short and a
+// long chat completion, and an embeddings answer in floats (nearly all numbers for the
+// usage reader to pass over). ns/op also counts the settlement each iteration waits for,
+// whose usage must be the answer's.
 //
 // Run: go test -run '^$' -bench AnswerToClient -benchtime 3000x -count 8 ./enforcer/gateway
 func BenchmarkAnswerToClient(b *testing.B) {
 	for _, c := range []struct {
-		name   string
-		answer []byte
-	}{{"chat-2KiB", completionOfSize(2 << 10)}, {"chat-64KiB", completionOfSize(64 << 10)}, {"embeddings-64KiB", embeddingsOfSize(64 << 10)}} {
+		name        string
+		answer      []byte
+		inputTokens int64
+	}{
+		{"chat-2KiB", completionOfSize(2 << 10), 3},
+		{"chat-64KiB", completionOfSize(64 << 10), 3},
+		{"embeddings-64KiB", embeddingsOfSize(64 << 10), 8},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			answer := c.answer
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -53,8 +58,9 @@ func BenchmarkAnswerToClient(b *testing.B) {
 				if res.StatusCode != 200 || n != int64(len(answer)) {
 					b.Fatalf("status %d, %d of %d bytes", res.StatusCode, n, len(answer))
 				}
-				<-e.tracker.done // settled
-				e.tracker.reset()
+				if u := e.tracker.settledOnce(b); u.InputTokens != c.inputTokens {
+					b.Fatalf("settled %d input tokens, the answer said %d", u.InputTokens, c.inputTokens)
+				}
 			}
 			slices.Sort(waits)
 			b.ReportMetric(float64(waits[len(waits)/2].Nanoseconds())/1e3, "client-p50-us")
