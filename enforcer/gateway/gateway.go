@@ -499,13 +499,17 @@ type proxied struct {
 	rc     *http.ResponseController
 	small  []byte
 	large  *[]byte
-	// whole: the body's length was announced (not a stream): see respond.
-	whole bool
+	// held: a stream's headers, written but not yet flushed, waiting for its first
+	// chunk (nil once that chunk came, and for a body of announced length).
+	held *heldHeaders
 	// trace tells, through wrote, that the whole request was written to the upstream
 	// (httptrace's WroteRequest, called from the transport's write loop): one that
 	// then fails had reached the provider (upstreamFailed).
 	trace httptrace.ClientTrace
 	wrote atomic.Bool
+	// whole: the body's length was announced (not a stream): see respond. (Next to
+	// wrote, in its padding: the struct stays in the 384-byte size class.)
+	whole bool
 	// log is the request's access-log line, when the log is on.
 	log *access
 }
@@ -520,6 +524,9 @@ func (p *proxied) done() {
 	}
 	if p.idle != nil {
 		p.idle.Stop()
+	}
+	if p.held != nil {
+		p.held.release() // no flush of w once the handler has returned
 	}
 	if p.resp != nil {
 		_ = p.resp.Body.Close()
@@ -892,11 +899,11 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	// A body of announced length was complete when the upstream began answering (a
 	// non-streamed completion): it follows the headers at once, so they go out with it,
 	// in one write, and the client wakes once, not twice (pump flushes at its end). A
-	// body of unknown length is a stream: its headers go out now, whenever its first
-	// chunk comes.
+	// body of unknown length is a stream: its headers go out with its first chunk, which
+	// usually came with them, or alone after streamHeaderGrace (heldHeaders).
 	p.whole = resp.ContentLength >= 0
 	if !p.whole {
-		_ = p.rc.Flush()
+		p.held = holdHeaders(p.rc)
 	}
 
 	lower := make(map[string]string, len(resp.Header))
@@ -925,6 +932,10 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 		if n > 0 {
 			p.idle.Reset(p.gw.cfg.IdleTimeout)
 			_ = p.ext.Write(buf[:n])
+			if p.held != nil {
+				p.held.release() // the headers go out with this chunk, unless they went alone
+				p.held = nil
+			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return false // the client left: the upstream request is cancelled (done)
 			}
@@ -946,6 +957,50 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 			return err == io.EOF
 		}
 	}
+}
+
+// streamHeaderGrace is how long a stream's headers wait for its first chunk, to go out
+// with it: one write to the client and one wake-up of it fewer. A provider's first event
+// usually comes with its headers (Anthropic's message_start) or right after; a model
+// that thinks before its first token gets its headers to the client after this, alone.
+const streamHeaderGrace = 10 * time.Millisecond
+
+// heldHeaders are a stream's response headers, written to the ResponseWriter but not
+// flushed: the relay's first chunk takes them along (release, then its write and
+// flush), or a timer flushes them alone after streamHeaderGrace, so that the client
+// learns the status of a stream that is slow to begin. The timer's flush runs in its
+// own goroutine while the handler waits in its read; mu orders it with the handler's
+// next use of the writer, as httputil.ReverseProxy orders its periodic flushes.
+type heldHeaders struct {
+	mu    sync.Mutex
+	rc    *http.ResponseController
+	out   bool // flushed, or released: the timer must not touch the writer
+	timer *time.Timer
+}
+
+func holdHeaders(rc *http.ResponseController) *heldHeaders {
+	h := &heldHeaders{rc: rc}
+	h.timer = time.AfterFunc(streamHeaderGrace, h.flushAlone)
+	return h
+}
+
+// flushAlone sends the headers without a chunk, unless they were released.
+func (h *heldHeaders) flushAlone() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.out {
+		h.out = true
+		_ = h.rc.Flush() // a client gone is seen by the relay's next write
+	}
+}
+
+// release hands the writer back to the handler for good: after it, the timer does not
+// flush, and a flush it had begun is over.
+func (h *heldHeaders) release() {
+	h.timer.Stop()
+	h.mu.Lock()
+	h.out = true
+	h.mu.Unlock()
 }
 
 // finish settles the relayed response with what the extractor saw, and an upload's

@@ -1105,12 +1105,6 @@ func (l *writeCounter) dial(ctx context.Context, network, addr string) (net.Conn
 	return &countedConn{Conn: c, l: l}, nil
 }
 
-func (l *writeCounter) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.writes
-}
-
 // take returns the writes counted since the last take.
 func (l *writeCounter) take() int {
 	l.mu.Lock()
@@ -1136,24 +1130,42 @@ func (c *countedConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// A body of announced length (a non-streamed completion) reaches the client in one
-// write with its status and headers, so the client wakes once; the headers of a stream
-// reach it at once, before its first chunk exists.
-func TestAnnouncedBodyGoesOutWithItsHeadersStreamHeadersAtOnce(t *testing.T) {
+// An answer's headers go out with its first bytes, so the client wakes once for both:
+// a body of announced length (a non-streamed completion) in one write with its status
+// and headers; a stream's first chunk, come with its headers, in one write with them.
+// A stream whose first chunk is late (a model thinking) has its headers sent alone
+// meanwhile, so its client learns the status. Run under -race, it also checks that the
+// headers flushed from the grace timer's goroutine and the relay's writes are ordered.
+func TestAnswerHeadersGoOutWithTheFirstBytes(t *testing.T) {
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/json" {
+		switch r.URL.Path {
+		case "/v1/json":
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"model":"gpt-4o-mini","usage":{"prompt_tokens":3,"completion_tokens":4}}`)
 			return
+		case "/v1/chat/completions":
+			// The first event comes with the headers, as providers send it.
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: {\"id\":\"1\",\"choices\":[]}\n\n")
+			w.(http.Flusher).Flush()
+		default:
+			// Headers alone; the first event only once released.
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
 		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(200)
-		w.(http.Flusher).Flush()
 		<-release
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	}))
 	defer up.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
 	e := newEnv(t, up.URL, gateway.Config{})
 	e.front.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -1172,35 +1184,63 @@ func TestAnnouncedBodyGoesOutWithItsHeadersStreamHeadersAtOnce(t *testing.T) {
 	if res.StatusCode != 200 || res.ContentLength != int64(len(body)) || !strings.Contains(string(body), "prompt_tokens") {
 		t.Fatalf("%d, length %d, body %q", res.StatusCode, res.ContentLength, body)
 	}
-	if n := counted.count(); n != 1 {
+	if n := counted.take(); n != 1 {
 		t.Fatalf("the answer took %d writes, want 1 (headers and body together)", n)
 	}
 	if u := e.tracker.settled(t); u.InputTokens != 3 || u.OutputTokens != 4 {
 		t.Fatalf("settled %+v", u)
 	}
 
-	got := make(chan *http.Response, 1)
-	go func() {
-		r, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(chatBody))
-		r.Header.Set("Authorization", "Bearer tgk_good")
-		res, err := http.DefaultClient.Do(r)
-		if err != nil {
-			close(got)
-			return
+	// Both streams are read up to what the upstream sent before it waits for release.
+	streamed := make(chan *http.Response, 2)
+	open := func(path string) {
+		go func() {
+			r, _ := http.NewRequest("POST", base+path, strings.NewReader(chatBody))
+			r.Header.Set("Authorization", "Bearer tgk_good")
+			res, err := http.DefaultClient.Do(r)
+			if err != nil {
+				streamed <- nil
+				return
+			}
+			streamed <- res
+		}()
+	}
+	awaitHeaders := func() *http.Response {
+		select {
+		case res := <-streamed:
+			if res == nil || res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
+				t.Fatalf("stream answered %v", res)
+			}
+			return res
+		case <-time.After(5 * time.Second):
+			t.Fatal("a stream's headers waited for its first chunk")
 		}
-		got <- res
-	}()
-	select {
-	case res, ok := <-got:
-		if !ok || res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
-			t.Fatalf("stream answered %v", res)
+		return nil
+	}
+
+	open("/v1/chat/completions")
+	first := awaitHeaders()
+	defer first.Body.Close()
+	event, err := bufio.NewReader(first.Body).ReadString('\n')
+	if err != nil || !strings.HasPrefix(event, `data: {"id":"1"`) {
+		t.Fatalf("first event %q, %v", event, err)
+	}
+	if n := counted.take(); n != 1 {
+		t.Fatalf("the stream's headers and first chunk took %d writes, want 1", n)
+	}
+
+	open("/v1/late/chat/completions")
+	late := awaitHeaders()
+	defer late.Body.Close()
+	if n := counted.take(); n != 1 {
+		t.Fatalf("a late stream's headers took %d writes, want 1", n)
+	}
+
+	close(release)
+	for _, res := range []*http.Response{first, late} {
+		if b, err := io.ReadAll(res.Body); err != nil || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+			t.Fatalf("stream ended with %q, %v", b, err)
 		}
-		close(release)
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-	case <-time.After(5 * time.Second):
-		close(release)
-		t.Fatal("a stream's headers waited for its first chunk")
 	}
 }
 

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"net/http"
@@ -66,6 +67,59 @@ func BenchmarkAnswerToClient(b *testing.B) {
 			b.ReportMetric(float64(waits[len(waits)/2].Nanoseconds())/1e3, "client-p50-us")
 		})
 	}
+}
+
+// BenchmarkFirstChunkToClient is the time a client waits for a stream's first event
+// through the gateway, from its request to having read that event (first-chunk-p50-us),
+// the event having come with the upstream's headers as providers send it; the rest of
+// the stream (its usage last) follows at once. ns/op also counts reading the stream to
+// its end and the settlement each iteration waits for, whose usage must be the stream's.
+//
+// Run: go test -run '^$' -bench FirstChunkToClient -benchtime 3000x -count 8 ./enforcer/gateway
+func BenchmarkFirstChunkToClient(b *testing.B) {
+	first := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n")
+	var rest bytes.Buffer
+	for range 16 {
+		rest.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"token "}}]}` + "\n\n")
+	}
+	rest.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":16}}` + "\n\ndata: [DONE]\n\n")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write(first)
+		w.(http.Flusher).Flush()
+		_, _ = w.Write(rest.Bytes())
+	}))
+	b.Cleanup(up.Close)
+	e := newEnv(b, up.URL, gateway.Config{})
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	url := e.front.URL + "/v1/chat/completions"
+	waits := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(chatBody))
+		req.Header.Set("Authorization", "Bearer tgk_good")
+		t0 := time.Now()
+		res, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body := bufio.NewReader(res.Body)
+		line, err := body.ReadSlice('\n')
+		waits = append(waits, time.Since(t0))
+		if err != nil || !bytes.Equal(line, first[:len(first)-1]) {
+			b.Fatalf("first line %q, %v", line, err)
+		}
+		n, _ := io.Copy(io.Discard, body)
+		res.Body.Close()
+		if res.StatusCode != 200 || n != int64(len(first)-len(line)+rest.Len()) {
+			b.Fatalf("status %d, %d bytes after the first line", res.StatusCode, n)
+		}
+		if u := e.tracker.settledOnce(b); u.InputTokens != 3 || u.OutputTokens != 16 {
+			b.Fatalf("settled %d input and %d output tokens, the stream said 3 and 16", u.InputTokens, u.OutputTokens)
+		}
+	}
+	slices.Sort(waits)
+	b.ReportMetric(float64(waits[len(waits)/2].Nanoseconds())/1e3, "first-chunk-p50-us")
 }
 
 // completionOfSize is a chat completion answer of n bytes, its usage last.
