@@ -46,13 +46,7 @@ func BenchmarkAnswerToClient(b *testing.B) {
 			url, body := e.front.URL+"/v1/chat/completions", chatOfSize(1<<10)
 			waits := make([]time.Duration, 0, b.N)
 			for b.Loop() {
-				req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
-				req.Header.Set("Authorization", "Bearer tgk_good")
-				t0 := time.Now()
-				res, err := client.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
+				res, t0 := postTimed(b, client, url, bytes.NewReader(body))
 				n, _ := io.Copy(io.Discard, res.Body)
 				waits = append(waits, time.Since(t0))
 				res.Body.Close()
@@ -63,8 +57,7 @@ func BenchmarkAnswerToClient(b *testing.B) {
 					b.Fatalf("settled %d input tokens, the answer said %d", u.InputTokens, c.inputTokens)
 				}
 			}
-			slices.Sort(waits)
-			b.ReportMetric(float64(waits[len(waits)/2].Nanoseconds())/1e3, "client-p50-us")
+			reportMedianUS(b, waits, "client-p50-us")
 		})
 	}
 }
@@ -96,13 +89,7 @@ func BenchmarkFirstChunkToClient(b *testing.B) {
 	url := e.front.URL + "/v1/chat/completions"
 	waits := make([]time.Duration, 0, b.N)
 	for b.Loop() {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(chatBody))
-		req.Header.Set("Authorization", "Bearer tgk_good")
-		t0 := time.Now()
-		res, err := client.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
+		res, t0 := postTimed(b, client, url, strings.NewReader(chatBody))
 		body := bufio.NewReader(res.Body)
 		line, err := body.ReadSlice('\n')
 		waits = append(waits, time.Since(t0))
@@ -118,8 +105,26 @@ func BenchmarkFirstChunkToClient(b *testing.B) {
 			b.Fatalf("settled %d input and %d output tokens, the stream said 3 and 16", u.InputTokens, u.OutputTokens)
 		}
 	}
+	reportMedianUS(b, waits, "first-chunk-p50-us")
+}
+
+// postTimed posts body to url with a member's key and returns the response and when
+// the request was sent.
+func postTimed(b *testing.B, client *http.Client, url string, body io.Reader) (*http.Response, time.Time) {
+	req, _ := http.NewRequest("POST", url, body)
+	req.Header.Set("Authorization", "Bearer tgk_good")
+	t0 := time.Now()
+	res, err := client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return res, t0
+}
+
+// reportMedianUS reports the median of waits, in microseconds, as unit.
+func reportMedianUS(b *testing.B, waits []time.Duration, unit string) {
 	slices.Sort(waits)
-	b.ReportMetric(float64(waits[len(waits)/2].Nanoseconds())/1e3, "first-chunk-p50-us")
+	b.ReportMetric(float64(waits[len(waits)/2].Nanoseconds())/1e3, unit)
 }
 
 // completionOfSize is a chat completion answer of n bytes, its usage last.
