@@ -210,7 +210,7 @@ func post(t *testing.T, url, key, body string, hdr ...string) *http.Response {
 
 // send makes a request with the member's key as a bearer (none when key is "") and the
 // header pairs hdr; the caller reads and closes the body.
-func send(t *testing.T, method, url, key string, body io.Reader, hdr ...string) *http.Response {
+func send(t testing.TB, method, url, key string, body io.Reader, hdr ...string) *http.Response {
 	t.Helper()
 	r, _ := http.NewRequest(method, url, body)
 	if key != "" {

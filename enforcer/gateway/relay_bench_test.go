@@ -42,11 +42,10 @@ func BenchmarkAnswerToClient(b *testing.B) {
 			}))
 			b.Cleanup(up.Close)
 			e := newEnv(b, up.URL, gateway.Config{})
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 			url, body := e.front.URL+"/v1/chat/completions", chatOfSize(1<<10)
 			waits := make([]time.Duration, 0, b.N)
 			for b.Loop() {
-				res, t0 := postTimed(b, client, url, bytes.NewReader(body))
+				res, t0 := postTimed(b, url, bytes.NewReader(body))
 				n, _ := io.Copy(io.Discard, res.Body)
 				waits = append(waits, time.Since(t0))
 				res.Body.Close()
@@ -85,11 +84,10 @@ func BenchmarkFirstChunkToClient(b *testing.B) {
 	}))
 	b.Cleanup(up.Close)
 	e := newEnv(b, up.URL, gateway.Config{})
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	url := e.front.URL + "/v1/chat/completions"
 	waits := make([]time.Duration, 0, b.N)
 	for b.Loop() {
-		res, t0 := postTimed(b, client, url, strings.NewReader(chatBody))
+		res, t0 := postTimed(b, url, strings.NewReader(chatBody))
 		body := bufio.NewReader(res.Body)
 		line, err := body.ReadSlice('\n')
 		waits = append(waits, time.Since(t0))
@@ -108,17 +106,11 @@ func BenchmarkFirstChunkToClient(b *testing.B) {
 	reportMedianUS(b, waits, "first-chunk-p50-us")
 }
 
-// postTimed posts body to url with a member's key and returns the response and when
-// the request was sent.
-func postTimed(b *testing.B, client *http.Client, url string, body io.Reader) (*http.Response, time.Time) {
-	req, _ := http.NewRequest("POST", url, body)
-	req.Header.Set("Authorization", "Bearer tgk_good")
+// postTimed posts body to url with a member's key (send) and returns the response and
+// when the request was sent.
+func postTimed(b *testing.B, url string, body io.Reader) (*http.Response, time.Time) {
 	t0 := time.Now()
-	res, err := client.Do(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return res, t0
+	return send(b, "POST", url, "tgk_good", body), t0
 }
 
 // reportMedianUS reports the median of waits, in microseconds, as unit.
