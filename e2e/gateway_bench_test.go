@@ -156,8 +156,10 @@ const (
 // the fake upstream share this process, whose garbage collector the programs no longer
 // share: in one process, the control plane's allocations (most of them pgx's) made the
 // gateway's requests wait through three times as many collections. The memory case runs
-// against a second, in-process stack on the same database and Redis prefix, so that the
-// gateway's memory can be read from inside its process. With TOLLGATE_BENCH_IN_PROCESS=1
+// against a second enforcer, in this process so that the gateway's memory can be read
+// from inside it, on the child control plane (since 2026-12-01; before, on a control
+// plane in this process too, whose garbage left the streams' objects in partly empty
+// heap spans: 6.8 - 17.7 KiB a stream). With TOLLGATE_BENCH_IN_PROCESS=1
 // the timed cases run on that stack too, everything in this process (as before
 // 2026-11-25): in one process the programs' hand-offs to each other cost less (no
 // process switch) but their collections are shared, and each program's CPU cannot be
@@ -222,12 +224,12 @@ func BenchmarkGateway(b *testing.B) {
 
 	// The timed cases run a control plane and an enforcer in processes of their own, as
 	// deployed, with the Helm chart's Go runtime settings and the enforcer's settlement
-	// spool: they share the two cores with
-	// this process (the generator and the fake upstream) but not its garbage collector,
-	// nor each other's, and each one's CPU is its own. The stack above (in this process,
-	// on the same database and Redis prefix) set the organization up and serves the
-	// memory case, which reads the gateway's memory from inside its process.
+	// spool: they share the two cores with this process (the generator and the fake
+	// upstream) but not its garbage collector, nor each other's, and each one's CPU is
+	// its own. The stack above (in this process, on the same database and Redis prefix)
+	// set the organization up.
 	ps, procs := s, []*child(nil) // the stack the timed cases run on, and its processes
+	memStack := s                 // the stack the memory case runs on: its enforcer in this process
 	cpAdmin := "http://" + s.cp.addrs["admin"]
 	inProcess := os.Getenv("TOLLGATE_BENCH_IN_PROCESS") != ""
 	var enfProc *child
@@ -252,6 +254,13 @@ func BenchmarkGateway(b *testing.B) {
 		enfProc = startChildEnforcer(b, &onChildCP, enfEnv)
 		ps, procs = enfProc.view, []*child{enfProc, cpProc}
 		cpAdmin = "http://" + cpProc.addrs["admin"]
+		// The memory case's gateway stays in this process, but on the child control
+		// plane, as deployed: the control plane's garbage (pgx's, gRPC's) no longer
+		// shares this heap's spans with the streams' long-lived objects.
+		memEnf := onChildCP.startEnforcer(b, gwEnv)
+		mem := onChildCP
+		mem.enfGRPC, mem.enfHTTP, mem.enfAdmin, mem.gateway = memEnf.grpc, memEnf.http, memEnf.admin, memEnf.gateway
+		memStack = &mem
 	}
 
 	// One client for every run, as a service would have: keep-alive connections,
@@ -262,7 +271,7 @@ func BenchmarkGateway(b *testing.B) {
 		json:   chatBody(false),
 		stream: chatBody(true), // include_usage already set: the gateway sends it unchanged
 	}
-	direct, gw, inProcessGW := upSrv.URL, ps.gateway, s.gateway
+	direct, gw, inProcessGW := upSrv.URL, ps.gateway, memStack.gateway
 	// The plain proxy hops in front of the fake upstream, those installed here.
 	upstreamHost := strings.TrimPrefix(upSrv.URL, "http://")
 	nginx := startHop(b, "nginx", "apt-get install --no-install-recommends nginx", func(listen string) *exec.Cmd {
@@ -300,7 +309,7 @@ func BenchmarkGateway(b *testing.B) {
 	mustRun(b, "warm-up, streams", runPaced(200, gwStreamRate, gwInFlight, func(i int) (sample, error) { return c.firstChunk(gw, "sse", i, nil) }))
 	mustRun(b, "warm-up, in-process gateway", runPaced(500, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(inProcessGW, i) }))
 	settled(b, ps)
-	settled(b, s)
+	settled(b, memStack)
 	if _, err := s.db.Pool.Exec(context.Background(), "ANALYZE"); err != nil {
 		b.Fatal(err)
 	}
@@ -574,7 +583,7 @@ func BenchmarkGateway(b *testing.B) {
 			}
 			active := 0.0
 			if base == inProcessGW {
-				active = s.metric(b, "tollgate_enforcer_gateway_active_requests")
+				active = memStack.metric(b, "tollgate_enforcer_gateway_active_requests")
 			}
 			up.release()
 			wg.Wait()
@@ -584,7 +593,7 @@ func BenchmarkGateway(b *testing.B) {
 			}
 			delta := during.minus(before)
 			b.Logf("%-8s %d streams open: %s (before %s; gateway active %v)", what, gwIdleStreams, delta.perStream(gwIdleStreams), before, active)
-			settled(b, s)
+			settled(b, memStack)
 			return delta
 		}
 		d := hold(b, direct, "direct", "direct-idle")
