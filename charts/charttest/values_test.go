@@ -98,6 +98,13 @@ func TestValuesRejected(t *testing.T) {
 		{"gateway idle timeout in words", append(gw, "--set-string", "enforcer.gateway.idleTimeout=five minutes"), "/enforcer/gateway/idleTimeout"},
 		{"gateway body limit as text", append(gw, "--set-string", "enforcer.gateway.maxBodyBytes=16MiB"), "/enforcer/gateway/maxBodyBytes"},
 		{"gateway without streams", append(gw, "--set", "enforcer.gateway.maxStreams=0"), "/enforcer/gateway/maxStreams"},
+		// The stream bound against the enforcer's memory (32 MiB + 64 KiB a stream).
+		{"gateway streams beyond GOMEMLIMIT", append(gw, "--set", "enforcer.gateway.maxStreams=10000"),
+			"enforcer.gateway.maxStreams 10000 needs about 657 MiB of the enforcer's memory (32 MiB and 64 KiB a stream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 200MiB: lower maxStreams to 2688 or fewer"},
+		{"gateway streams beyond the container's memory", append(gw, "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.gateway.maxStreams=20000", "--set", "enforcer.resources.limits.memory=1Gi"),
+			"over 80% of enforcer.resources.limits.memory 1Gi: lower maxStreams to 12595 or fewer"},
+		{"gateway streams beyond a decimal container limit", append(gw, "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.gateway.maxStreams=3000", "--set", "enforcer.resources.limits.memory=200M"),
+			"over 80% of enforcer.resources.limits.memory 200M: lower maxStreams to 1929 or fewer"},
 		{"gateway server timing as text", append(gw, "--set-string", "enforcer.gateway.serverTiming=yes"), "/enforcer/gateway/serverTiming"},
 		{"gateway access log as text", append(gw, "--set-string", "enforcer.gateway.accessLog=on"), "/enforcer/gateway/accessLog"},
 		{"gateway without an upstream", append(ok, "--set", "enforcer.gateway.enabled=true"), "'/enforcer/gateway': 'anyOf' failed"},
@@ -232,6 +239,13 @@ func TestValuesAccepted(t *testing.T) {
 		{"gateway route to an OAuth-fronted upstream on loopback, with a header and no scopes", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.routes[0].prefix=/",
 			"--set", "enforcer.gateway.routes[0].upstream=http://llm.internal:8080", "--set", "enforcer.gateway.routes[0].header=x-access-token", "--set", "enforcer.gateway.routes[0].oauth2.tokenURL=http://127.0.0.1:4444/oauth2/token",
 			"--set", "enforcer.gateway.routes[0].oauth2.clientID=tollgate", "--set", "enforcer.gateway.routes[0].oauth2.clientSecretEnv=LLM_CLIENT_SECRET", "--set", "enforcer.extraEnvFrom[0].secretRef.name=llm-client"}},
+		// The stream bound and the memory it needs (values.yaml's maxStreams comment).
+		{"gateway with 10000 streams and the memory for them", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
+			"--set", "enforcer.gateway.maxStreams=10000", "--set", "enforcer.goRuntime.memoryLimit=800MiB", "--set", "enforcer.resources.limits.memory=1Gi"}},
+		{"gateway streams at the edge of GOMEMLIMIT", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
+			"--set", "enforcer.gateway.maxStreams=2688"}},
+		{"gateway streams without any memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
+			"--set", "enforcer.gateway.maxStreams=100000", "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.resources.limits=null"}},
 		{"gateway off with values set", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.mode=sidecar"}},
 	}
 	for _, tc := range tests {

@@ -321,6 +321,47 @@ routes file and the routes' credentials are mounted at fixed paths.
 {{- define "tollgate.gateway.routesDir" -}}/etc/tollgate/gateway{{- end -}}
 {{- define "tollgate.gateway.credentialsDir" -}}/etc/tollgate/gateway-credentials{{- end -}}
 
+{{/*
+Bytes of a memory quantity: GOMEMLIMIT's form (200MiB) or a Kubernetes quantity
+in whole units (256Mi, 1Gi, 512M); "" when it is neither (no check is made then).
+*/}}
+{{- define "tollgate.bytes" -}}
+{{- $s := toString . -}}
+{{- $units := dict "" 1 "B" 1 "KiB" 1024 "MiB" 1048576 "GiB" 1073741824 "TiB" 1099511627776 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "K" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- $n := regexFind "^[0-9]+" $s -}}
+{{- $unit := trimPrefix $n $s -}}
+{{- if and $n (hasKey $units $unit) -}}{{ mul (int64 $n) (get $units $unit) }}{{- end -}}
+{{- end -}}
+
+{{/*
+The gateway's stream bound must fit the enforcer's memory: a proxied request holds
+about 51 KiB while it waits (docs/gateway.md, "Memory per stream"), budgeted at 64
+KiB, over a base of 32 MiB. The bound is checked against GOMEMLIMIT
+(enforcer.goRuntime.memoryLimit), or 80% of the container's memory limit without
+one: past it the collector runs without end, then the container is killed with
+every stream it holds, where the bound would have answered 503 busy.
+*/}}
+{{- define "tollgate.gateway.checkMemory" -}}
+{{- $e := .Values.enforcer -}}
+{{- $limit := include "tollgate.bytes" ($e.goRuntime.memoryLimit | default "") -}}
+{{- $what := printf "enforcer.goRuntime.memoryLimit %s" ($e.goRuntime.memoryLimit | default "") -}}
+{{- if not $limit -}}
+{{- $container := include "tollgate.bytes" ((($e.resources).limits).memory | default "") -}}
+{{- if $container -}}
+{{- $limit = toString (div (mul (int64 $container) 4) 5) -}}
+{{- $what = printf "80%% of enforcer.resources.limits.memory %s" $e.resources.limits.memory -}}
+{{- end -}}
+{{- end -}}
+{{- if $limit -}}
+{{- $streams := int64 $e.gateway.maxStreams -}}
+{{- $need := add 33554432 (mul $streams 65536) -}}
+{{- if gt (int64 $need) (int64 $limit) -}}
+{{- $fits := div (sub (int64 $limit) 33554432) 65536 -}}
+{{- fail (printf "enforcer.gateway.maxStreams %d needs about %d MiB of the enforcer's memory (32 MiB and 64 KiB a stream: docs/gateway.md, \"Memory per stream\"), over %s: lower maxStreams to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $streams (div $need 1048576) $what (max $fits 0)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Its environment, empty when the gateway is off: (dict "ctx" $ "sidecar" true|false). */}}
 {{- define "tollgate.gateway.env" -}}
 {{- $root := .ctx -}}
@@ -336,6 +377,7 @@ routes file and the routes' credentials are mounted at fixed paths.
 {{- if and $auth.name (not $g.upstream) }}
 {{- fail "secrets.gatewayUpstreamAuthorization is the credential of enforcer.gateway.upstream, which is empty; give each of enforcer.gateway.routes its credentialSecret" }}
 {{- end }}
+{{- include "tollgate.gateway.checkMemory" $root }}
 - name: TOLLGATE_GATEWAY_ADDR
   value: "0.0.0.0:{{ $g.port }}"
 {{- if $g.upstream }}
