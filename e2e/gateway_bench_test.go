@@ -1121,14 +1121,7 @@ func sampleMemory() memSample {
 	v := func(i int) int64 { return int64(m[i].Value.Uint64()) }
 	out := memSample{heap: v(0), stacks: v(1), unused: v(2), free: v(3), meta: v(4) + v(5) + v(6) + v(7) + v(8),
 		allocs: v(9), allocBytes: v(10), goroutines: int64(runtime.NumGoroutine())}
-	if raw, err := os.ReadFile("/proc/self/status"); err == nil {
-		for _, line := range strings.Split(string(raw), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-				out.rss = kb << 10
-			}
-		}
-	}
+	out.rss = testio.ResidentBytes()
 	return out
 }
 

@@ -16,7 +16,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +27,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/internal/testtls"
 )
 
@@ -219,16 +219,7 @@ func liveMemory() heldMemory {
 	debug.FreeOSMemory()
 	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}}
 	metrics.Read(s)
-	out := heldMemory{heap: int64(s[0].Value.Uint64()), stacks: int64(s[1].Value.Uint64())}
-	if raw, err := os.ReadFile("/proc/self/status"); err == nil {
-		for line := range strings.Lines(string(raw)) {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-				out.rss = kb << 10
-			}
-		}
-	}
-	return out
+	return heldMemory{heap: int64(s[0].Value.Uint64()), stacks: int64(s[1].Value.Uint64()), rss: testio.ResidentBytes()}
 }
 
 // admitAll admits every request and keeps nothing of it.

@@ -1,7 +1,7 @@
 // Package testio holds the small I/O helpers several packages' tests share: a log
 // destination a test may read while a program writes it, a body cut into the arbitrary
-// pieces a stream arrives in, a free loopback address, and the path of a third-party
-// tool. Tests only; nothing in a program imports it.
+// pieces a stream arrives in, a free loopback address, the path of a third-party
+// tool, and the process's resident set. Tests only; nothing in a program imports it.
 package testio
 
 import (
@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -68,4 +70,20 @@ func LookTool(t testing.TB, name, install string) string {
 		t.Skipf("%s is not on PATH; %s", name, install)
 	}
 	return path
+}
+
+// ResidentBytes is this process's resident set (VmRSS of /proc/self/status), 0 where it
+// cannot be read.
+func ResidentBytes() int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(raw)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
