@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,15 +21,24 @@ import (
 
 // gatewayUpstream is fakellm, except for two models: "cut-model" streams some text and
 // breaks the connection off; "hang-model" streams some text and then waits for the
-// request to be cancelled (a client that disconnects), recording that it was.
+// request to be cancelled (a client that disconnects), recording that it was. With
+// gzipAnyway set it answers in gzip whatever the request offered, as a provider (or a
+// CDN in front of it) that disregards Accept-Encoding would; offered is then what the
+// request offered.
 type gatewayUpstream struct {
 	fake *fakellm.Server
 	// cut and cancelled receive the request ids of the cut stream and of the stream
 	// whose client disconnected.
 	cut, cancelled chan string
+	gzipAnyway     atomic.Bool
+	offered        atomic.Value // string
 }
 
 func (u *gatewayUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.offered.Store(r.Header.Get("Accept-Encoding"))
+	if u.gzipAnyway.Load() {
+		r.Header.Set("Accept-Encoding", "gzip")
+	}
 	body, _ := io.ReadAll(r.Body)
 	var req struct{ Model string }
 	_ = json.Unmarshal(body, &req)
@@ -105,8 +115,13 @@ func TestGatewayChargesEveryResponse(t *testing.T) {
 			if h := calls[0].Header; h.Get("Authorization") != providerAuthorization || strings.Contains(strings.Join(flatten(h), " "), key) {
 				t.Fatalf("the provider saw %v", h)
 			}
-			if gzipped != calls[0].Gzip {
-				t.Fatalf("gzip: asked %v, answered %v", gzipped, calls[0].Gzip)
+			// A stream is asked for no coding: the gateway would hold its decoder for
+			// as long as it lasts (responseusage.StreamAcceptEncoding).
+			if offered := up.offered.Load(); stream && offered != "identity" {
+				t.Fatalf("the stream's provider was offered %q, want identity", offered)
+			}
+			if want := gzipped && !stream || up.gzipAnyway.Load(); calls[0].Gzip != want {
+				t.Fatalf("gzip: asked %v (stream %v), answered %v", gzipped, stream, calls[0].Gzip)
 			}
 			if stream && !calls[0].IncludeUsage {
 				t.Fatalf("the stream reached the provider without include_usage: %s", calls[0].Body)
@@ -114,8 +129,8 @@ func TestGatewayChargesEveryResponse(t *testing.T) {
 		}
 		return out
 	}
-	text := func(r result, gzipped bool) string {
-		if !gzipped {
+	text := func(r result) string {
+		if r.header.Get("Content-Encoding") != "gzip" {
 			return r.body
 		}
 		zr, err := gzip.NewReader(strings.NewReader(r.body))
@@ -131,19 +146,25 @@ func TestGatewayChargesEveryResponse(t *testing.T) {
 	usageOf[model] = fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000}
 	want := catalogCost(100_000, 20_000, 10_000)
 	for _, tc := range []struct {
-		name                         string
-		stream, includeUsage, gzipIt bool
+		name                                     string
+		stream, includeUsage, gzipIt, gzipAnyway bool
 	}{
-		{"JSON", false, false, false},
-		{"JSON, gzip", false, false, true},
-		{"SSE with include_usage", true, true, false},
-		{"SSE without include_usage", true, false, false},
-		{"SSE, gzip", true, false, true},
+		{"JSON", false, false, false, false},
+		{"JSON, gzip", false, false, true, false},
+		{"SSE with include_usage", true, true, false, false},
+		{"SSE without include_usage", true, false, false, false},
+		{"SSE, gzip asked: streamed plain", true, false, true, false},
+		{"SSE, gzip whatever was asked", true, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			up.gzipAnyway.Store(tc.gzipAnyway)
+			defer up.gzipAnyway.Store(false)
 			r := call(t, o.key, model, tc.stream, tc.includeUsage, tc.gzipIt)
-			if r.status != 200 || !strings.Contains(text(r, tc.gzipIt), "paid") || r.header.Get("X-Service-Usage-State") != "within_limit" {
+			if r.status != 200 || !strings.Contains(text(r), "paid") || r.header.Get("X-Service-Usage-State") != "within_limit" {
 				t.Fatalf("%d %v %q", r.status, r.header, r.body)
+			}
+			if got := r.header.Get("Content-Encoding") == "gzip"; got != (tc.gzipIt && !tc.stream || tc.gzipAnyway) {
+				t.Fatalf("the client got Content-Encoding %q", r.header.Get("Content-Encoding"))
 			}
 			rec := waitReceipt(t, s, r.reqID)
 			settled++

@@ -248,6 +248,12 @@ func sdksThroughEnvoy(t *testing.T, cfg *envoyemu.Config, clusters func(enforcer
 				}
 				t.Logf("%s %s on node %s: %d chunks in %dms; accept-encoding %q, answer gzip %v", r.SDK, r.SDKVersion, r.Node, r.Chunks,
 					r.ElapsedMs, call.Header.Get("Accept-Encoding"), call.Gzip)
+				// The SDKs offer gzip; a stream is asked for no coding, so that the
+				// enforcer holds no decoder for its whole life (ext_proc's body answer).
+				if c.scenario == "stream" && (call.Header.Get("Accept-Encoding") != "identity" || call.Gzip) {
+					t.Errorf("the stream's provider was offered %q and answered gzip %v; want identity, uncompressed",
+						call.Header.Get("Accept-Encoding"), call.Gzip)
+				}
 
 				reqID := call.Header.Get("X-Service-Request-Id")
 				rec := waitReceipt(t, s, reqID)

@@ -65,14 +65,15 @@ var (
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	h := req.GetAttributes().GetRequest().GetHttp()
 	cred := Credentials(h)
-	a, err := s.gate.CheckRequest(ctx, cred, hintOf(h))
+	hint := hintOf(h)
+	a, err := s.gate.CheckRequest(ctx, cred, hint)
 	if err != nil {
 		return nil, status.Error(codes.Canceled, "check abandoned by the caller")
 	}
 	if !a.Allowed() {
 		return s.denied.response(&a), nil
 	}
-	return s.admitted(&a, cred, h.GetHeaders()["accept-encoding"]), nil
+	return s.admitted(&a, cred, h.GetHeaders()["accept-encoding"], requestbody.Streamed(h.GetPath(), hint.Body)), nil
 }
 
 // hintOf is what the check knows of the request beyond its credential: its body's
@@ -112,10 +113,13 @@ func RequestBody(h *authv3.AttributeContext_HttpRequest) []byte {
 // request (x-api-key, x-goog-api-key, api-key, and Authorization when it carried one) and the provider's set when
 // configured (overwriting); and the client's Accept-Encoding narrowed to the codings
 // ext_proc's extractor reads, when it offered others (responseusage.ReadableAcceptEncoding:
-// a zstd answer's usage could only be estimated).
-func (s *Server) admitted(a *gate.Answer, cred gate.Credentials, acceptEncoding string) *authv3.CheckResponse {
+// a zstd answer's usage could only be estimated), or, for a stream the check knows of
+// (streamed: its body was sent with the check, or Gemini's streaming path), set to
+// identity (responseusage.StreamAcceptEncoding: ext_proc would hold a coded stream's
+// decoder for the stream's whole life).
+func (s *Server) admitted(a *gate.Answer, cred gate.Credentials, acceptEncoding string, streamed bool) *authv3.CheckResponse {
 	ok := &authv3.OkHttpResponse{Headers: make([]*corev3.HeaderValueOption, 0, 4)}
-	if ae, changed := responseusage.ReadableAcceptEncoding(acceptEncoding); changed {
+	if ae, changed := responseusage.UpstreamAcceptEncoding(acceptEncoding, streamed); changed {
 		ok.Headers = append(ok.Headers, header("accept-encoding", ae))
 	}
 	if a.RequestID != "" {

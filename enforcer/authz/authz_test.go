@@ -107,7 +107,7 @@ func TestAdmissionSwapsCredentials(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(nil, tc.up)
 			a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1", UsageState: "within_limit"}
-			ok := s.admitted(&a, tc.cred, tc.acceptEncoding).GetOkResponse()
+			ok := s.admitted(&a, tc.cred, tc.acceptEncoding, false).GetOkResponse()
 			got := mutation{set: map[string]string{}, remove: ok.GetHeadersToRemove()}
 			for _, h := range ok.GetHeaders() {
 				if h.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {
@@ -133,6 +133,33 @@ func TestAdmissionSwapsCredentials(t *testing.T) {
 // An InvokeModel request asks for Bedrock's priority tier and its latency-optimized
 // inference by headers: the check's worst case is priced at the dearer, as the gateway's
 // is; a body without the headers, or no body, asks for nothing.
+// A stream the check knows of is asked for no content coding: ext_proc would hold its
+// decoder for as long as it lasts (responseusage.StreamAcceptEncoding).
+func TestAdmittedStreamIsAskedForNoCoding(t *testing.T) {
+	s := New(nil, Upstream{})
+	a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1", UsageState: "within_limit"}
+	for _, tc := range []struct {
+		offered string
+		want    string // "" when the header is left as it came
+	}{
+		{"gzip, deflate, br", "identity"},
+		{"", ""},
+		{"identity", ""},
+		{"gzip, zstd, identity;q=0", "gzip, identity;q=0"},
+		{"gzip, identity;q=0", ""},
+	} {
+		got := ""
+		for _, h := range s.admitted(&a, gate.Credentials{APIKey: "tgk_k"}, tc.offered, true).GetOkResponse().GetHeaders() {
+			if h.GetHeader().GetKey() == "accept-encoding" {
+				got = h.GetHeader().GetValue()
+			}
+		}
+		if got != tc.want {
+			t.Errorf("a stream offering %q: accept-encoding set to %q, want %q", tc.offered, got, tc.want)
+		}
+	}
+}
+
 func TestHintReadsBedrocksTierHeaders(t *testing.T) {
 	req := func(body string, headers map[string]string) *authv3.AttributeContext_HttpRequest {
 		return &authv3.AttributeContext_HttpRequest{Path: "/model/us.amazon.nova-pro-v1:0/invoke", Host: "bedrock-runtime.us-east-1.amazonaws.com",

@@ -80,6 +80,10 @@ type stream struct {
 	bodySeen  bool
 	// codings: the request's Content-Encoding (requestbody.Codings).
 	codings []string
+	// acceptEncoding is the request's Accept-Encoding as it came here ("": none);
+	// streamAcceptEncoding the one a stream's body answer sets, "" to leave it
+	// (responseusage.StreamAcceptEncoding).
+	acceptEncoding, streamAcceptEncoding string
 	// guardrailID and traceAsked are an InvokeModel request's guardrail and trace headers
 	// (X-Amzn-Bedrock-GuardrailIdentifier, X-Amzn-Bedrock-Trace); guardrailTrace the
 	// trace header its body's response sets, "" for none (requestbody.GuardrailTrace).
@@ -203,6 +207,11 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 			st.contentLength, _ = strconv.ParseInt(value(hv), 10, 64)
 		case "content-encoding":
 			st.codings = append(st.codings, requestbody.Codings([]string{value(hv)})...)
+		case "accept-encoding":
+			if st.acceptEncoding != "" {
+				st.acceptEncoding += ", "
+			}
+			st.acceptEncoding += value(hv)
 		case "upgrade":
 			st.webSocket = strings.EqualFold(strings.TrimSpace(value(hv)), "websocket")
 		case "x-amzn-bedrock-guardrailidentifier":
@@ -220,7 +229,7 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 // compressed one, records the request's input estimate and model for the settlement,
 // and asks an OpenAI chat-completions stream for its usage (stream_options.include_usage)
 // when the client did not; a decoded or rewritten body replaces the one that came
-// (replaceBody).
+// (bodyResponse).
 func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	m := st.s.m.ExtProcRequestBodies
 	if requestbody.GuardrailCheck(st.method, st.path) {
@@ -257,7 +266,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	// and whether the path is a regional endpoint, as the gateway reads them.
 	est := gate.BodyHint(body, st.path, st.host()).WithUpstreamHost(st.upstreamHost).Body
 	// InvokeModel's guardrail, named by a header: its trace asked for by another, set
-	// with the body's response (replaceBody), as the gateway sets it.
+	// with the body's response (bodyResponse), as the gateway sets it.
 	if st.guardrailID != "" {
 		var guarded bool
 		st.guardrailTrace, guarded = requestbody.GuardrailTrace(st.guardrailID, st.traceAsked)
@@ -296,13 +305,24 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		}
 	}
 	if st.guardrailTrace != "" {
-		replace = true // the body as it is, with the trace header (replaceBody)
+		replace = true // the body as it is, with the trace header (bodyResponse)
 		m.WithLabelValues("guardrail_trace_set").Inc()
 	}
+	// A stream is asked for no content coding: its decoder would be held here for the
+	// stream's whole life (responseusage.StreamAcceptEncoding). Envoy holds the request's
+	// headers until this answer (BUFFERED), so they can still change.
+	if requestbody.Streamed(st.path, est) {
+		if ae, changed := responseusage.StreamAcceptEncoding(st.acceptEncoding); changed {
+			st.streamAcceptEncoding = ae
+		}
+	}
 	if !replace {
+		if st.streamAcceptEncoding != "" {
+			return st.bodyResponse(nil, false)
+		}
 		return continueRequestBody
 	}
-	return st.replaceBody(body)
+	return st.bodyResponse(body, true)
 }
 
 // host is the host the request goes to as the host rules read it: the route's upstream
@@ -347,23 +367,33 @@ func upstreamHostOf(attrs map[string]*structpb.Struct) string {
 // bomb is not inflated further: 413).
 const maxDecodedBody = 32 << 20
 
-// replaceBody sends body upstream instead of the one that came: decoded (without its
-// content-encoding) or rewritten. Its content-length is set to the new length when the
-// request carried one (Envoy refuses a buffered body mutation whose content-length does
-// not match it); without one, Envoy frames the body itself.
-func (st *stream) replaceBody(body []byte) *extprocv3.ProcessingResponse {
-	cr := &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}}
-	hm := &extprocv3.HeaderMutation{}
-	if st.hasContentLength {
-		hm.SetHeaders = []*corev3.HeaderValueOption{{Header: st.headerValue("content-length", strconv.Itoa(len(body))),
-			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}
+// bodyResponse answers the request body: with replace, body goes upstream instead of
+// the one that came: decoded (without its content-encoding) or rewritten; its
+// content-length is set to the new length when the request carried one (Envoy refuses a
+// buffered body mutation whose content-length does not match it); without one, Envoy
+// frames the body itself. The headers the stream's state asks for are set either way
+// (a guardrail's trace, a stream's Accept-Encoding).
+func (st *stream) bodyResponse(body []byte, replace bool) *extprocv3.ProcessingResponse {
+	cr := &extprocv3.CommonResponse{}
+	if replace {
+		cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}
 	}
-	if len(st.codings) > 0 {
+	hm := &extprocv3.HeaderMutation{}
+	set := func(name, value string) {
+		hm.SetHeaders = append(hm.SetHeaders, &corev3.HeaderValueOption{Header: st.headerValue(name, value),
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+	}
+	if replace && st.hasContentLength {
+		set("content-length", strconv.Itoa(len(body)))
+	}
+	if replace && len(st.codings) > 0 {
 		hm.RemoveHeaders = []string{"content-encoding"}
 	}
 	if st.guardrailTrace != "" {
-		hm.SetHeaders = append(hm.SetHeaders, &corev3.HeaderValueOption{Header: st.headerValue(strings.ToLower(requestbody.HeaderBedrockTrace), st.guardrailTrace),
-			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+		set(strings.ToLower(requestbody.HeaderBedrockTrace), st.guardrailTrace)
+	}
+	if st.streamAcceptEncoding != "" {
+		set("accept-encoding", st.streamAcceptEncoding)
 	}
 	if len(hm.SetHeaders) > 0 || len(hm.RemoveHeaders) > 0 {
 		cr.HeaderMutation = hm

@@ -175,6 +175,59 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 
 // routeHost is the attribute deploy/envoy/envoy.yaml's request-body filter may ask Envoy
 // for: the route's metadata's upstream host, keyed by its expression, as Envoy sends it.
+// A stream is asked for no content coding when the client offered some: the enforcer
+// would hold a coded stream's decoder for the stream's whole life
+// (responseusage.StreamAcceptEncoding). Envoy holds the headers until the body's answer,
+// which sets accept-encoding, with or without a body mutation.
+func TestExtProcAsksStreamsForNoContentCoding(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	withUsage := `{"stream_options":{"include_usage":true},` + chatStreamBody[1:]
+	notStreamed := strings.Replace(chatStreamBody, `"stream":true`, `"stream":false`, 1)
+	for _, tc := range []struct {
+		name, path, body, offered string
+		wantBody                  string // "" = the body as it came
+		wantHeaders               map[string]string
+	}{
+		{"an Anthropic stream", "/v1/messages", chatStreamBody, "gzip, deflate, br", "",
+			map[string]string{"accept-encoding": "identity"}},
+		{"an OpenAI stream asked for its usage too", "/v1/chat/completions", chatStreamBody, "gzip, br", withUsage,
+			map[string]string{"accept-encoding": "identity", "content-length": strconv.Itoa(len(withUsage))}},
+		{"Gemini's stream", "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", `{"contents":[]}`, "gzip", "",
+			map[string]string{"accept-encoding": "identity"}},
+		{"a stream whose client refuses identity", "/v1/messages", chatStreamBody, "gzip, identity;q=0", "", nil},
+		{"a stream, nothing offered", "/v1/messages", chatStreamBody, "", "", nil},
+		{"not a stream", "/v1/chat/completions", notStreamed, "gzip, br", "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := bodySpec{path: tc.path, body: tc.body}
+			if tc.offered != "" {
+				spec.headers = []string{"accept-encoding", tc.offered}
+			}
+			spec.requestID, _ = e.Admit(t, w.Key)
+			cr := sendRequestBody(t, e, spec).GetResponse()
+			if got := string(cr.GetBodyMutation().GetBody()); got != tc.wantBody {
+				t.Fatalf("body mutated to %q, want %q", got, tc.wantBody)
+			}
+			got := map[string]string{}
+			for _, h := range cr.GetHeaderMutation().GetSetHeaders() {
+				got[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+			}
+			if len(tc.wantHeaders) == 0 && cr != nil {
+				t.Fatalf("answered %v, want the request as it came", cr)
+			}
+			if len(got) != len(tc.wantHeaders) {
+				t.Fatalf("headers set %v, want %v", got, tc.wantHeaders)
+			}
+			for k, v := range tc.wantHeaders {
+				if got[k] != v {
+					t.Fatalf("headers set %v, want %v", got, tc.wantHeaders)
+				}
+			}
+		})
+	}
+}
+
 func routeHost(host string) map[string]*structpb.Struct {
 	return map[string]*structpb.Struct{"envoy.filters.http.ext_proc": {Fields: map[string]*structpb.Value{
 		"xds.route_metadata.filter_metadata['tollgate']['upstream_host']": structpb.NewStringValue(host)}}}

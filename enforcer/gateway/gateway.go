@@ -635,7 +635,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		p.credentialFailed(w, r, err)
 		return false
 	}
-	out, err := p.upstreamRequest(ctx, r, body, cred)
+	out, err := p.upstreamRequest(ctx, r, body, cred, requestbody.Streamed(r.URL.Path, est))
 	if err != nil {
 		gw.answered(w, OutcomeUpstreamError)
 		writeError(w, http.StatusBadGateway, "api_error", "service_gateway_upstream_error", "The upstream request could not be built.", nil)
@@ -767,8 +767,8 @@ const statusClientClosed = 499
 // upstreamRequest builds the request to the upstream: its URL with the path and query
 // unchanged, the client's headers without hop-by-hop ones, without the member's
 // credential and any X-Service-* header, with the provider's credential (cred) and the
-// request id.
-func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []byte, cred string) (*http.Request, error) {
+// request id; a stream (streamed) asked for no content coding.
+func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []byte, cred string, streamed bool) (*http.Request, error) {
 	out, err := http.NewRequestWithContext(ctx, r.Method, p.upstreamURL(r), nil)
 	if err != nil {
 		return nil, err
@@ -788,8 +788,9 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 		out.Header.Del("Content-Encoding") // the body goes as the gateway decoded it
 	}
 	// Only codings the extractor reads may come back (a zstd answer could only be
-	// estimated); the client offered all of them, so it decodes what it gets.
-	if ae, changed := responseusage.ReadableAcceptEncoding(strings.Join(out.Header.Values("Accept-Encoding"), ", ")); changed {
+	// estimated); the client offered all of them, so it decodes what it gets. A stream
+	// is asked for none: its decoder would be held for the stream's whole life.
+	if ae, changed := responseusage.UpstreamAcceptEncoding(strings.Join(out.Header.Values("Accept-Encoding"), ", "), streamed); changed {
 		out.Header.Set("Accept-Encoding", ae)
 	}
 	return out, nil

@@ -261,7 +261,7 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 	}
 	if got.URL.Path != "/v1/chat/completions" || got.URL.RawQuery != "api-version=1" || got.Header.Get("Authorization") != "Bearer sk-provider" ||
 		got.Header.Get("X-Api-Key") != "" || got.Header.Get("X-Service-Request-Id") != "req_test" || got.Header.Get("X-Service-Whatever") != "" ||
-		got.Header.Get("Accept-Encoding") != "gzip" || got.Header.Get("X-Goog-FieldMask") != "" {
+		got.Header.Get("Accept-Encoding") != "identity" || got.Header.Get("X-Goog-FieldMask") != "" {
 		t.Fatalf("upstream got %s %v", got.URL, got.Header)
 	}
 	if !strings.Contains(gotBody, `"include_usage":true`) {
@@ -279,6 +279,60 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 	}
 	if testutil.ToFloat64(e.req.WithLabelValues(gateway.OutcomeProxied)) != 1 {
 		t.Fatal("not counted as proxied")
+	}
+}
+
+// The upstream is offered the codings the usage extractor reads, and a stream none:
+// the gateway would hold a coded stream's decoder for the stream's whole life
+// (responseusage.StreamAcceptEncoding), so a stream is asked for identity unless the
+// client refused identity.
+func TestStreamsAreAskedForNoContentCoding(t *testing.T) {
+	offered := make(chan string, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		offered <- r.Header.Get("Accept-Encoding")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"model":"gpt-4o-mini","usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	client := &http.Transport{DisableCompression: true} // sends Accept-Encoding as set, or none
+	defer client.CloseIdleConnections()
+	const (
+		stream    = `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+		notStream = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	)
+	for _, tc := range []struct {
+		name, path, body, acceptEncoding, want string
+	}{
+		{"a stream", "/v1/chat/completions", stream, "gzip, deflate, br", "identity"},
+		{"a stream, zstd offered", "/v1/chat/completions", stream, "gzip, zstd", "identity"},
+		{"a stream, nothing offered", "/v1/chat/completions", stream, "", ""},
+		{"a stream whose client refuses identity", "/v1/chat/completions", stream, "br, zstd, identity;q=0", "br, identity;q=0"},
+		{"Gemini's stream", "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", `{"contents":[]}`, "gzip", "identity"},
+		{"not a stream", "/v1/chat/completions", notStream, "gzip, deflate, br", "gzip, deflate, br"},
+		{"not a stream, zstd offered", "/v1/chat/completions", notStream, "gzip, zstd", "gzip"},
+		{"not a stream, nothing offered", "/v1/chat/completions", notStream, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", e.front.URL+tc.path, strings.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer tgk_good")
+			if tc.acceptEncoding != "" {
+				req.Header.Set("Accept-Encoding", tc.acceptEncoding)
+			}
+			res, err := client.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				t.Fatalf("status %d", res.StatusCode)
+			}
+			if got := <-offered; got != tc.want {
+				t.Fatalf("the upstream was offered %q, want %q", got, tc.want)
+			}
+			e.tracker.settledOnce(t)
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -21,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/andybalholm/brotli"
+
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
@@ -32,7 +35,9 @@ import (
 )
 
 // holdingUpstreamEnv, set, makes this test binary the holding upstream of
-// BenchmarkIdleStreamMemory instead of running tests: "http" or "https:<cert>:<key>".
+// BenchmarkIdleStreamMemory instead of running tests: "http", "http+gzip", "http+br"
+// (a stream in that content coding when the request offers it), "http+gzip-always" (in
+// gzip whatever it offers) or "https:<cert>:<key>".
 const holdingUpstreamEnv = "TOLLGATE_TEST_HOLDING_UPSTREAM"
 
 func TestMain(m *testing.M) {
@@ -52,11 +57,30 @@ func serveHoldingUpstream(mode string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	mode, coding, _ := strings.Cut(mode, "+")
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("X-Upstream-Proto", r.Proto)
-		_, _ = io.WriteString(w, `data: {"object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"hi"}}]}`+"\n\n")
+		// The event goes out whole, as a provider flushes it, in the stream's coding.
+		var body interface {
+			io.Writer
+			Flush() error
+		} = nopFlusher{w}
+		// As a provider does, in the coding when the request offers it; "-always",
+		// whatever the request offers.
+		name, always := strings.CutSuffix(coding, "-always")
+		if name != "" && (always || strings.Contains(r.Header.Get("Accept-Encoding"), name)) {
+			switch name {
+			case "gzip":
+				body = gzip.NewWriter(w)
+			case "br":
+				body = brotli.NewWriter(w)
+			}
+			w.Header().Set("Content-Encoding", name)
+		}
+		_, _ = io.WriteString(body, `data: {"object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"hi"}}]}`+"\n\n")
+		_ = body.Flush()
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	})}
@@ -72,6 +96,10 @@ func serveHoldingUpstream(mode string) {
 	fmt.Printf("%s://%s\n", scheme, ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
+
+type nopFlusher struct{ io.Writer }
+
+func (nopFlusher) Flush() error { return nil }
 
 // startHoldingUpstream runs this test binary as a holding upstream in a process of its
 // own, so that its side of the streams is not in the memory measured here.
@@ -108,7 +136,13 @@ func startHoldingUpstream(b *testing.B, mode string) string {
 // connection and the upstream's. The gate and the tracker are in-memory and keep
 // nothing per request. Two upstreams: plain HTTP/1.1 (a connection per stream, as in
 // e2e's BenchmarkGateway/idle_streams_1000, which adds the durable start's state) and
-// HTTPS over HTTP/2, as providers speak it (streams share a TLS connection).
+// HTTPS over HTTP/2, as providers speak it (streams share a TLS connection). And
+// clients that offer gzip and br, as the SDKs do, to an upstream that compresses a
+// stream in the coding offered (gzip, br), or in gzip whatever was offered
+// (gzip-always): the gateway asks a stream for no coding
+// (responseusage.StreamAcceptEncoding), and decodes one that comes coded anyway to read
+// its usage, holding the decoder until the stream ends. The direct streams get the
+// coded stream the client asked for, read as it comes.
 //
 // Run: go test -run '^$' -bench IdleStreamMemory -benchtime 1x -count 3 ./enforcer/gateway
 func BenchmarkIdleStreamMemory(b *testing.B) {
@@ -125,11 +159,17 @@ func BenchmarkIdleStreamMemory(b *testing.B) {
 	for _, tc := range []struct{ name, mode, proto string }{
 		{"http1", "http", "HTTP/1.1"},
 		{"https-h2", "https:" + server.CertFile + ":" + server.KeyFile, "HTTP/2.0"},
+		{"http1-gzip", "http+gzip", "HTTP/1.1"},
+		{"http1-br", "http+br", "HTTP/1.1"},
+		{"http1-gzip-always", "http+gzip-always", "HTTP/1.1"},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			up := plain
+			up, direct := plain, plain
 			if tc.mode != "http" {
 				up = startHoldingUpstream(b, tc.mode)
+			}
+			if strings.HasPrefix(tc.mode, "http+") {
+				direct = up // the same coded stream on both sides
 			}
 			cfg := gateway.Config{}
 			tr := gateway.NewTransport(cfg, (&net.Dialer{}).DialContext)
@@ -148,7 +188,7 @@ func BenchmarkIdleStreamMemory(b *testing.B) {
 			front := httptest.NewServer(gw)
 			defer front.Close()
 			for b.Loop() {
-				direct := holdStreams(b, plain, streams, "HTTP/1.1")
+				direct := holdStreams(b, direct, streams, "HTTP/1.1")
 				through := holdStreams(b, front.URL, streams, tc.proto)
 				kib := func(v int64) float64 { return float64(v) / 1024 / streams }
 				b.ReportMetric(kib(through.heap-direct.heap), "heap-KiB/stream")
@@ -179,6 +219,7 @@ func holdStreams(b *testing.B, base string, n int, proto string) heldMemory {
 			defer wg.Done()
 			req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", strings.NewReader(chatBody))
 			req.Header.Set("Authorization", "Bearer tgk_good")
+			req.Header.Set("Accept-Encoding", "gzip, br")
 			res, err := client.RoundTrip(req)
 			if err != nil {
 				opened <- err
@@ -189,7 +230,9 @@ func holdStreams(b *testing.B, base string, n int, proto string) heldMemory {
 				opened <- fmt.Errorf("status %d, the upstream spoke %q, want %s", res.StatusCode, got, proto)
 				return
 			}
-			if _, err := bufio.NewReader(res.Body).ReadString('\n'); err != nil {
+			// The first event, read as it came (in its coding, which the
+			// client here does not undo).
+			if _, err := res.Body.Read(make([]byte, 512)); err != nil {
 				opened <- err
 				return
 			}

@@ -32,6 +32,32 @@ func TestReadableAcceptEncoding(t *testing.T) {
 	}
 }
 
+func TestStreamAcceptEncoding(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		changed  bool
+	}{
+		{"", "", false},
+		{"identity", "identity", false},
+		{"gzip, deflate", "identity", true}, // Node's fetch, the OpenAI and Anthropic SDKs
+		{"gzip, deflate, br, zstd", "identity", true},
+		{"gzip, identity;q=0.5", "identity", true},
+		{"*", "identity", true},
+		{"*;q=0, gzip", "deflate;q=0, br;q=0, gzip", true}, // narrowed as ReadableAcceptEncoding does
+		{"*;q=0, identity, gzip", "identity", true},
+		{"gzip, identity;q=0", "gzip, identity;q=0", false},
+		{"gzip, Identity; Q=0.000", "gzip, Identity; Q=0.000", false},
+		{"br, zstd, identity;q=0", "br, identity;q=0", true},
+		{"gzip, identity;q=0.01", "identity", true},
+		{"gzip, identity;q=00.1", "identity", true},
+	} {
+		got, changed := responseusage.StreamAcceptEncoding(tc.in)
+		if got != tc.want || changed != tc.changed {
+			t.Errorf("StreamAcceptEncoding(%q) = %q, %v; want %q, %v", tc.in, got, changed, tc.want, tc.changed)
+		}
+	}
+}
+
 // Every coding ReadableAcceptEncoding keeps is one the extractor decodes, and every one
 // it drops is one the extractor reports as unsupported: the list and the decoders agree.
 func TestReadableAcceptEncodingKeepsOnlyDecodedCodings(t *testing.T) {
