@@ -100,7 +100,12 @@ func TestValuesRejected(t *testing.T) {
 		{"gateway without streams", append(gw, "--set", "enforcer.gateway.maxStreams=0"), "/enforcer/gateway/maxStreams"},
 		// The stream bound against the enforcer's memory (32 MiB + 64 KiB a stream).
 		{"gateway streams beyond GOMEMLIMIT", append(gw, "--set", "enforcer.gateway.maxStreams=10000"),
-			"enforcer.gateway.maxStreams 10000 needs about 657 MiB of the enforcer's memory (32 MiB and 64 KiB a stream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 200MiB: lower maxStreams to 2688 or fewer"},
+			"enforcer.gateway.maxStreams 10000 needs about 657 MiB of the enforcer's memory (32 MiB and 64 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 200MiB: lower maxStreams to 2688 or fewer"},
+		// The default bound does not fit at 96 KiB a stream (an HTTPS upstream that speaks
+		// only HTTP/1.1, or one that compresses its streams anyway).
+		{"gateway streams at a larger budget a stream", append(gw, "--set", "enforcer.gateway.memoryPerStream=96Ki"),
+			"enforcer.gateway.maxStreams 2000 needs about 219 MiB of the enforcer's memory (32 MiB and 96 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 200MiB: lower maxStreams to 1792 or fewer"},
+		{"gateway budget a stream in words", append(gw, "--set-string", "enforcer.gateway.memoryPerStream=a lot"), "/enforcer/gateway/memoryPerStream"},
 		{"gateway streams beyond the container's memory", append(gw, "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.gateway.maxStreams=20000", "--set", "enforcer.resources.limits.memory=1Gi"),
 			"over 80% of enforcer.resources.limits.memory 1Gi: lower maxStreams to 12595 or fewer"},
 		{"gateway streams beyond a decimal container limit", append(gw, "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.gateway.maxStreams=3000", "--set", "enforcer.resources.limits.memory=200M"),
@@ -244,6 +249,8 @@ func TestValuesAccepted(t *testing.T) {
 			"--set", "enforcer.gateway.maxStreams=10000", "--set", "enforcer.goRuntime.memoryLimit=800MiB", "--set", "enforcer.resources.limits.memory=1Gi"}},
 		{"gateway streams at the edge of GOMEMLIMIT", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
 			"--set", "enforcer.gateway.maxStreams=2688"}},
+		{"gateway streams at a larger budget, within GOMEMLIMIT", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://llm.internal",
+			"--set", "enforcer.gateway.memoryPerStream=96Ki", "--set", "enforcer.gateway.maxStreams=1792"}},
 		{"gateway streams without any memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
 			"--set", "enforcer.gateway.maxStreams=100000", "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.resources.limits=null"}},
 		{"gateway off with values set", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.mode=sidecar"}},

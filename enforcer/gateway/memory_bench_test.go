@@ -37,7 +37,8 @@ import (
 // holdingUpstreamEnv, set, makes this test binary the holding upstream of
 // BenchmarkIdleStreamMemory instead of running tests: "http", "http+gzip", "http+br"
 // (a stream in that content coding when the request offers it), "http+gzip-always" (in
-// gzip whatever it offers) or "https:<cert>:<key>".
+// gzip whatever it offers), "https:<cert>:<key>" (HTTP/2 or HTTP/1.1, as the client
+// prefers) or "https:<cert>:<key>+h1" (HTTP/1.1 only).
 const holdingUpstreamEnv = "TOLLGATE_TEST_HOLDING_UPSTREAM"
 
 func TestMain(m *testing.M) {
@@ -57,7 +58,7 @@ func serveHoldingUpstream(mode string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	mode, coding, _ := strings.Cut(mode, "+")
+	mode, variant, _ := strings.Cut(mode, "+") // a coding for "http", "h1" for "https"
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -69,8 +70,8 @@ func serveHoldingUpstream(mode string) {
 		} = nopFlusher{w}
 		// As a provider does, in the coding when the request offers it; "-always",
 		// whatever the request offers.
-		name, always := strings.CutSuffix(coding, "-always")
-		if name != "" && (always || strings.Contains(r.Header.Get("Accept-Encoding"), name)) {
+		name, always := strings.CutSuffix(variant, "-always")
+		if name != "" && name != "h1" && (always || strings.Contains(r.Header.Get("Accept-Encoding"), name)) {
 			switch name {
 			case "gzip":
 				body = gzip.NewWriter(w)
@@ -89,6 +90,10 @@ func serveHoldingUpstream(mode string) {
 		certFile, keyFile, _ := strings.Cut(cert, ":")
 		scheme = "https"
 		srv.TLSConfig = &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
+		if variant == "h1" {
+			srv.TLSConfig.NextProtos = []string{"http/1.1"}
+			srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){} // no HTTP/2
+		}
 		go func() { _ = srv.ServeTLS(ln, certFile, keyFile) }()
 	} else {
 		go func() { _ = srv.Serve(ln) }()
@@ -136,7 +141,9 @@ func startHoldingUpstream(b *testing.B, mode string) string {
 // connection and the upstream's. The gate and the tracker are in-memory and keep
 // nothing per request. Two upstreams: plain HTTP/1.1 (a connection per stream, as in
 // e2e's BenchmarkGateway/idle_streams_1000, which adds the durable start's state) and
-// HTTPS over HTTP/2, as providers speak it (streams share a TLS connection). And
+// HTTPS over HTTP/2, as providers speak it (streams share a TLS connection), and HTTPS
+// over HTTP/1.1 only (a TLS connection per stream, as behind a proxy that speaks no
+// HTTP/2). And
 // clients that offer gzip and br, as the SDKs do, to an upstream that compresses a
 // stream in the coding offered (gzip, br), or in gzip whatever was offered
 // (gzip-always): the gateway asks a stream for no coding
@@ -159,6 +166,7 @@ func BenchmarkIdleStreamMemory(b *testing.B) {
 	for _, tc := range []struct{ name, mode, proto string }{
 		{"http1", "http", "HTTP/1.1"},
 		{"https-h2", "https:" + server.CertFile + ":" + server.KeyFile, "HTTP/2.0"},
+		{"https-h1", "https:" + server.CertFile + ":" + server.KeyFile + "+h1", "HTTP/1.1"},
 		{"http1-gzip", "http+gzip", "HTTP/1.1"},
 		{"http1-br", "http+br", "HTTP/1.1"},
 		{"http1-gzip-always", "http+gzip-always", "HTTP/1.1"},

@@ -335,8 +335,10 @@ in whole units (256Mi, 1Gi, 512M); "" when it is neither (no check is made then)
 
 {{/*
 The gateway's stream bound must fit the enforcer's memory: a proxied request holds
-about 51 KiB while it waits (docs/gateway.md, "Memory per stream"), budgeted at 64
-KiB, over a base of 32 MiB. The bound is checked against GOMEMLIMIT
+about 51 KiB while it waits (docs/gateway.md, "Memory per stream"), budgeted at
+enforcer.gateway.memoryPerStream (64Ki by default; 96Ki behind an HTTPS upstream
+that speaks only HTTP/1.1, or one that compresses streams it was asked not to), over
+a base of 32 MiB. The bound is checked against GOMEMLIMIT
 (enforcer.goRuntime.memoryLimit), or 80% of the container's memory limit without
 one: past it the collector runs without end, then the container is killed with
 every stream it holds, where the bound would have answered 503 busy.
@@ -352,12 +354,16 @@ every stream it holds, where the bound would have answered 503 busy.
 {{- $what = printf "80%% of enforcer.resources.limits.memory %s" $e.resources.limits.memory -}}
 {{- end -}}
 {{- end -}}
+{{- $perStream := include "tollgate.bytes" ($e.gateway.memoryPerStream | default "64Ki") -}}
+{{- if not $perStream -}}
+{{- fail (printf "enforcer.gateway.memoryPerStream %q is no memory quantity (such as 64Ki or 96Ki)" (toString $e.gateway.memoryPerStream)) -}}
+{{- end -}}
 {{- if $limit -}}
 {{- $streams := int64 $e.gateway.maxStreams -}}
-{{- $need := add 33554432 (mul $streams 65536) -}}
+{{- $need := add 33554432 (mul $streams (int64 $perStream)) -}}
 {{- if gt (int64 $need) (int64 $limit) -}}
-{{- $fits := div (sub (int64 $limit) 33554432) 65536 -}}
-{{- fail (printf "enforcer.gateway.maxStreams %d needs about %d MiB of the enforcer's memory (32 MiB and 64 KiB a stream: docs/gateway.md, \"Memory per stream\"), over %s: lower maxStreams to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $streams (div $need 1048576) $what (max $fits 0)) -}}
+{{- $fits := div (sub (int64 $limit) 33554432) (int64 $perStream) -}}
+{{- fail (printf "enforcer.gateway.maxStreams %d needs about %d MiB of the enforcer's memory (32 MiB and %d KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over %s: lower maxStreams to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $streams (div $need 1048576) (div (int64 $perStream) 1024) $what (max $fits 0)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
