@@ -40,7 +40,6 @@ package estimate
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"math"
 	"strconv"
@@ -225,10 +224,10 @@ var skipTree = map[string]bool{
 // It allocates nothing but the model's name: it runs for every request the enforcer
 // admits, and garbage in proportion to the body (a copy of it and a string per JSON
 // string, as a json.Decoder makes) fragments the heap that the gateway's streams'
-// long-lived buffers sit in. json.Valid checks the body without allocating; a walk of
-// the well-formed document then reads it.
+// long-lived buffers sit in. jsonscan.WellFormed checks the body without allocating, as
+// json.Valid would; a walk of the well-formed document then reads it.
 func Input(body []byte) (Request, error) {
-	if !json.Valid(body) {
+	if !jsonscan.WellFormed(body) {
 		return Request{}, ErrNotObject
 	}
 	i := jsonscan.SkipSpace(body, 0)
@@ -370,7 +369,7 @@ func kindOf(key []byte) valueKind {
 	return text
 }
 
-// walker reads a well-formed JSON document (json.Valid), counting its text into r. bad
+// walker reads a well-formed JSON document (jsonscan.WellFormed), counting its text into r. bad
 // is set by a number encoding/json would refuse (beyond float64's range).
 type walker struct {
 	b   []byte
@@ -470,7 +469,7 @@ func (w *walker) value(i int, kind valueKind) int {
 	return i
 }
 
-// The helpers below read JSON already known to be well-formed (json.Valid).
+// The helpers below read JSON already known to be well-formed (jsonscan.WellFormed).
 
 // stringBytes is the length in UTF-8 of the string whose contents (between the quotes)
 // are s, once decoded as encoding/json decodes it: escapes resolved, a \u escape of

@@ -2,7 +2,6 @@ package requestbody
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"slices"
@@ -242,7 +241,7 @@ func NamesAgent(body []byte) bool {
 // string, quotes included) and its value (from its first byte to the body's end). A body
 // that is not a well-formed JSON object has none.
 func eachTopLevel(body []byte, fn func(key, value []byte)) {
-	if !json.Valid(body) {
+	if !jsonscan.WellFormed(body) {
 		return
 	}
 	i := jsonscan.SkipSpace(body, 0)

@@ -1,7 +1,6 @@
 package requestbody
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -36,7 +35,7 @@ var traceEnabledMember = []byte(`"trace":"enabled",`)
 // a body this understands). Every other byte stays as it was; of keys given twice the
 // last counts.
 func WithGuardrailTrace(body []byte) ([]byte, bool) {
-	if !json.Valid(body) {
+	if !jsonscan.WellFormed(body) {
 		return nil, false
 	}
 	open := jsonscan.SkipSpace(body, 0)

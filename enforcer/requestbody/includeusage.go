@@ -44,10 +44,10 @@ var includeUsageMember = []byte(`"stream_options":{"include_usage":true},`)
 // the gateway proxies, whose garbage would otherwise fragment the heap that its
 // streams' long-lived buffers sit in.
 func WithIncludeUsage(body []byte) ([]byte, bool) {
-	// json.Valid checks the whole body (one value, nothing after it) without
+	// jsonscan.WellFormed checks the whole body (one value, nothing after it) without
 	// allocating; what follows walks a document known to be well-formed, so it only
 	// has to find where each value ends.
-	if !json.Valid(body) {
+	if !jsonscan.WellFormed(body) {
 		return nil, false
 	}
 	open := jsonscan.SkipSpace(body, 0)
@@ -104,7 +104,7 @@ func WithIncludeUsage(body []byte) ([]byte, bool) {
 	return splice(body, optsStart, optsEnd, replacement), true
 }
 
-// The helpers below walk JSON already known to be well-formed (json.Valid).
+// The helpers below walk JSON already known to be well-formed (jsonscan.WellFormed).
 
 // eachMember calls fn with each member of the object whose opening brace is at b[i]:
 // its key as written (quotes and escapes included), and where its value starts and

@@ -1,4 +1,4 @@
-// Package jsonscan walks JSON already known to be well-formed (json.Valid) by index,
+// Package jsonscan walks JSON already known to be well-formed (WellFormed) by index,
 // without allocating: the request-body readers of the enforcer's hot path use it
 // (package estimate, package requestbody), where a json.Decoder would allocate a copy
 // of the body and a string per JSON string for every admitted request, garbage that
@@ -6,7 +6,7 @@
 // reference: each user's tests compare it with encoding/json byte for byte (fuzzed).
 //
 // Every function takes the document b and an index i into it, and returns an index.
-// On a malformed document they may panic or answer nonsense: check with json.Valid
+// On a malformed document they may panic or answer nonsense: check with WellFormed
 // first.
 package jsonscan
 
