@@ -101,12 +101,21 @@ func (c *Cache) Value(ctx context.Context) (string, error) {
 }
 
 // fetchOnce runs one fetch, on no caller's context (it serves them all), and stores
-// what it got.
+// what it got. A flight that ended between a caller's look at the cache and its call
+// here has left its answer, which is served instead of asking again: a credential not
+// yet due for renewal, or a failure still held.
 func (c *Cache) fetchOnce() (any, error) {
+	now := c.now()
+	if e := c.current.Load(); e != nil && now.Before(e.renewAt) {
+		return e.value, nil
+	}
+	if f := c.failed.Load(); f != nil && now.Before(f.until) {
+		return nil, f.err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	value, expiry, err := c.fetch(ctx)
-	now := c.now()
+	now = c.now()
 	if err != nil {
 		c.retryAt.Store(now.Add(c.timeout).UnixNano())
 		c.failed.Store(&failure{err: err, until: now.Add(FailureHold)})

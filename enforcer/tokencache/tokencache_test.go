@@ -209,6 +209,34 @@ func TestWaitersShareOneFetch(t *testing.T) {
 	}
 }
 
+// A flight that starts just after another ended (a request that found no credential,
+// then was delayed while the other flight stored one) serves what that one left
+// instead of asking again: the credential, or the failure while it is held.
+func TestFlightAfterAnotherServesWhatItLeft(t *testing.T) {
+	c, f, clk := setup(time.Hour)
+	if v := value(t, c); v != "Bearer t-1" {
+		t.Fatalf("first value %q", v)
+	}
+	if v, err := c.fetchOnce(); v != "Bearer t-1" || err != nil || f.fetches() != 1 {
+		t.Fatalf("a late flight answered %v, %v after %d fetches, want the stored token after one", v, err, f.fetches())
+	}
+	// Due for renewal: a flight fetches.
+	clk.advance(56 * time.Minute)
+	if v, err := c.fetchOnce(); v != "Bearer t-2" || err != nil || f.fetches() != 2 {
+		t.Fatalf("a flight due for renewal answered %v, %v after %d fetches", v, err, f.fetches())
+	}
+	// A failure is held for its second: a late flight answers it too.
+	clk.advance(2 * time.Hour)
+	f.fail = true
+	if _, err := c.Value(context.Background()); err == nil {
+		t.Fatal("the failing endpoint gave a token")
+	}
+	asked := f.fetches()
+	if _, err := c.fetchOnce(); err == nil || f.fetches() != asked {
+		t.Fatalf("a late flight within the failure's hold: err %v, %d more fetches", err, f.fetches()-asked)
+	}
+}
+
 // The hot path: a fresh token.
 func BenchmarkValue(b *testing.B) {
 	c, _, _ := setup(time.Hour)
