@@ -80,10 +80,8 @@ type stream struct {
 	bodySeen  bool
 	// codings: the request's Content-Encoding (requestbody.Codings).
 	codings []string
-	// acceptEncoding is the request's Accept-Encoding as it came here ("": none);
-	// streamAcceptEncoding the one a stream's body answer sets, "" to leave it
-	// (responseusage.StreamAcceptEncoding).
-	acceptEncoding, streamAcceptEncoding string
+	// acceptEncoding is the request's Accept-Encoding as it came here ("": none).
+	acceptEncoding string
 	// guardrailID and traceAsked are an InvokeModel request's guardrail and trace headers
 	// (X-Amzn-Bedrock-GuardrailIdentifier, X-Amzn-Bedrock-Trace); guardrailTrace the
 	// trace header its body's response sets, "" for none (requestbody.GuardrailTrace).
@@ -311,18 +309,16 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	// A stream is asked for no content coding: its decoder would be held here for the
 	// stream's whole life (responseusage.StreamAcceptEncoding). Envoy holds the request's
 	// headers until this answer (BUFFERED), so they can still change.
+	acceptEncoding := "" // left as it came
 	if requestbody.Streamed(st.path, est) {
 		if ae, changed := responseusage.StreamAcceptEncoding(st.acceptEncoding); changed {
-			st.streamAcceptEncoding = ae
+			acceptEncoding = ae
 		}
 	}
-	if !replace {
-		if st.streamAcceptEncoding != "" {
-			return st.bodyResponse(nil, false)
-		}
+	if !replace && acceptEncoding == "" {
 		return continueRequestBody
 	}
-	return st.bodyResponse(body, true)
+	return st.bodyResponse(body, replace, acceptEncoding)
 }
 
 // host is the host the request goes to as the host rules read it: the route's upstream
@@ -371,9 +367,9 @@ const maxDecodedBody = 32 << 20
 // the one that came: decoded (without its content-encoding) or rewritten; its
 // content-length is set to the new length when the request carried one (Envoy refuses a
 // buffered body mutation whose content-length does not match it); without one, Envoy
-// frames the body itself. The headers the stream's state asks for are set either way
-// (a guardrail's trace, a stream's Accept-Encoding).
-func (st *stream) bodyResponse(body []byte, replace bool) *extprocv3.ProcessingResponse {
+// frames the body itself. A guardrail's trace header and acceptEncoding (when not "")
+// are set either way.
+func (st *stream) bodyResponse(body []byte, replace bool, acceptEncoding string) *extprocv3.ProcessingResponse {
 	cr := &extprocv3.CommonResponse{}
 	if replace {
 		cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}
@@ -392,8 +388,8 @@ func (st *stream) bodyResponse(body []byte, replace bool) *extprocv3.ProcessingR
 	if st.guardrailTrace != "" {
 		set(strings.ToLower(requestbody.HeaderBedrockTrace), st.guardrailTrace)
 	}
-	if st.streamAcceptEncoding != "" {
-		set("accept-encoding", st.streamAcceptEncoding)
+	if acceptEncoding != "" {
+		set("accept-encoding", acceptEncoding)
 	}
 	if len(hm.SetHeaders) > 0 || len(hm.RemoveHeaders) > 0 {
 		cr.HeaderMutation = hm

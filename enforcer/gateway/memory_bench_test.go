@@ -71,7 +71,7 @@ func serveHoldingUpstream(mode string) {
 		// As a provider does, in the coding when the request offers it; "-always",
 		// whatever the request offers.
 		name, always := strings.CutSuffix(variant, "-always")
-		if name != "" && name != "h1" && (always || strings.Contains(r.Header.Get("Accept-Encoding"), name)) {
+		if mode == "http" && name != "" && (always || strings.Contains(r.Header.Get("Accept-Encoding"), name)) {
 			switch name {
 			case "gzip":
 				body = gzip.NewWriter(w)

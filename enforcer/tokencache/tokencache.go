@@ -86,8 +86,8 @@ func (c *Cache) Value(ctx context.Context) (string, error) {
 		}
 		return e.value, nil
 	}
-	if f := c.failed.Load(); f != nil && now.Before(f.until) {
-		return "", f.err
+	if err := c.heldFailure(now); err != nil {
+		return "", err
 	}
 	select {
 	case r := <-c.fetches.DoChan("", c.fetchOnce):
@@ -100,6 +100,14 @@ func (c *Cache) Value(ctx context.Context) (string, error) {
 	}
 }
 
+// heldFailure is the last fetch's failure while it is held (FailureHold), else nil.
+func (c *Cache) heldFailure(now time.Time) error {
+	if f := c.failed.Load(); f != nil && now.Before(f.until) {
+		return f.err
+	}
+	return nil
+}
+
 // fetchOnce runs one fetch, on no caller's context (it serves them all), and stores
 // what it got. A flight that ended between a caller's look at the cache and its call
 // here has left its answer, which is served instead of asking again: a credential not
@@ -109,8 +117,8 @@ func (c *Cache) fetchOnce() (any, error) {
 	if e := c.current.Load(); e != nil && now.Before(e.renewAt) {
 		return e.value, nil
 	}
-	if f := c.failed.Load(); f != nil && now.Before(f.until) {
-		return nil, f.err
+	if err := c.heldFailure(now); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
