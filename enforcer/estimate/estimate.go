@@ -99,8 +99,13 @@ type Request struct {
 	Background bool
 	// Stream is a top-level "stream": true (the last one counting, as encoding/json
 	// reads a repeated key): a front door asks only such an OpenAI chat stream for its
-	// usage (requestbody.WithIncludeUsage), without reading the body again.
+	// usage (requestbody.AskStreamUsage), without reading the body again.
 	Stream bool
+	// BodyBytes is the length of the body Input read, which was one well-formed JSON
+	// object (jsonscan.WellFormed): a front door that walks that body again need not
+	// check it again (requestbody.AskStreamUsage), and a body of another length is not
+	// the one read. 0 for a Request made otherwise.
+	BodyBytes int
 	// ServiceTier is the tier a top-level "service_tier" (or "serviceTier", Gemini's
 	// camel case, and Bedrock Converse's object {"type": ...}) asks for
 	// (pricecatalog.TierNames: OpenAI's "priority", "fast" or "ultrafast", Gemini's and
@@ -236,6 +241,7 @@ func Input(body []byte) (Request, error) {
 	}
 	w := walker{b: body}
 	r := &w.r
+	r.BodyBytes = len(body)
 	for i = jsonscan.SkipSpace(body, i+1); body[i] != '}'; {
 		end := jsonscan.SkipString(body, i)
 		key := body[i:end]

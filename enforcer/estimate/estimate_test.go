@@ -440,6 +440,7 @@ func decoderInput(body []byte) (Request, error) {
 	t := decoderSearchTools(body)
 	r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor, r.MapsGrounding = t.search, t.maxUses, t.fileSearch, t.images, t.advisor, t.maps
 	r.Container = t.containers
+	r.BodyBytes = len(body) // the body read, whole and well-formed
 	return r, nil
 }
 

@@ -287,10 +287,10 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	} else {
 		m.WithLabelValues("not_json").Inc()
 	}
-	// Only a stream is asked for its usage (est.Stream: the body is not read again for
-	// nothing).
-	if strings.HasSuffix(st.path, "/chat/completions") && !requestbody.UsageUnasked(st.host()) && (est == nil || est.Stream) {
-		if b, ok := requestbody.WithIncludeUsage(body); ok {
+	// Only a stream is asked for its usage (est.Stream: the body is neither read again
+	// for nothing nor checked again).
+	if strings.HasSuffix(st.path, "/chat/completions") && !requestbody.UsageUnasked(st.host()) {
+		if b, ok := requestbody.AskStreamUsage(body, est); ok {
 			body, replace = b, true
 			m.WithLabelValues("include_usage_set").Inc()
 		}

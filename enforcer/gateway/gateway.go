@@ -608,9 +608,9 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		gw.tracker.RecordGuardrailCheck(p.id, p.bodyBytes)
 	}
 	// Only a stream is asked for its usage; the estimate read the body (est.Stream), so
-	// a body it read is not read again for nothing.
-	if strings.HasSuffix(r.URL.Path, "/chat/completions") && p.route.AskStreamUsage && (est == nil || est.Stream) {
-		if b, ok := requestbody.WithIncludeUsage(body); ok {
+	// a body it read is neither read again for nothing nor checked again.
+	if strings.HasSuffix(r.URL.Path, "/chat/completions") && p.route.AskStreamUsage {
+		if b, ok := requestbody.AskStreamUsage(body, est); ok {
 			body = b
 		}
 	}

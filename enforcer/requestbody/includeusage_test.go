@@ -210,3 +210,76 @@ func TestUsageUnasked(t *testing.T) {
 		}
 	}
 }
+
+// estimateOf is what a front door's hint holds for body: estimate.Input's reading, or
+// nil when it read nothing.
+func estimateOf(body []byte) *estimate.Request {
+	est, err := estimate.Input(body)
+	if err != nil {
+		return nil
+	}
+	return &est
+}
+
+// AskStreamUsage answers as WithIncludeUsage does, checking the body only when its
+// estimate was not read from it.
+func TestAskStreamUsage(t *testing.T) {
+	stream := []byte(`{"model":"gpt-5","stream":true,"messages":[]}`)
+	for _, tc := range []struct {
+		name string
+		body string
+		est  *estimate.Request
+		want string // "" = unchanged
+	}{
+		{"a stream its estimate read", string(stream), estimateOf(stream),
+			`{"stream_options":{"include_usage":true},"model":"gpt-5","stream":true,"messages":[]}`},
+		{"no stream, by its estimate", `{"model":"gpt-5","stream":false}`, estimateOf([]byte(`{"model":"gpt-5","stream":false}`)), ""},
+		{"no estimate: checked, and asked", `{"stream":true,"max_tokens":-1}`, nil,
+			`{"stream_options":{"include_usage":true},"stream":true,"max_tokens":-1}`},
+		{"no estimate: checked, malformed", `{"stream":true,`, nil, ""},
+		{"another body's estimate: checked, malformed", `{"stream":true,"x":[`, estimateOf(stream), ""},
+		{"an estimate made otherwise: checked", `{"stream":true,"messages":[]}}`, &estimate.Request{Stream: true}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := AskStreamUsage([]byte(tc.body), tc.est)
+			if tc.want == "" {
+				if ok {
+					t.Fatalf("changed to %s", got)
+				}
+				return
+			}
+			if !ok || string(got) != tc.want {
+				t.Fatalf("got %s (%v)\nwant %s", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzAskStreamUsageAsWithIncludeUsage: whatever the body, AskStreamUsage with the
+// body's own estimate (or none), or with another body's of another length, rewrites it
+// exactly as WithIncludeUsage does; it never walks a malformed body (a walk of one may
+// panic).
+func FuzzAskStreamUsageAsWithIncludeUsage(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi \"x\" \\ {]"}]}`,
+		`{"stream":true,"stream_options":{"include_usage":false,"a":[1,2]}}`,
+		`{"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"stream":true,"stream_options":null}`,
+		`{"stream":false,"stream":true}`,
+		`{"stream":true,"max_tokens":1e400}`,
+		`{"stream":true,`, `[{"stream":true}]`, `{}`, ``,
+	} {
+		f.Add([]byte(s), []byte(`{"stream":true}`))
+	}
+	f.Fuzz(func(t *testing.T, body, other []byte) {
+		want, wantOK := WithIncludeUsage(body)
+		if got, ok := AskStreamUsage(body, estimateOf(body)); ok != wantOK || !bytes.Equal(got, want) {
+			t.Fatalf("%q with its estimate: got %q (%v), WithIncludeUsage %q (%v)", body, got, ok, want, wantOK)
+		}
+		if len(other) != len(body) {
+			if got, ok := AskStreamUsage(body, estimateOf(other)); ok != wantOK || !bytes.Equal(got, want) {
+				t.Fatalf("%q with %q's estimate: got %q (%v), WithIncludeUsage %q (%v)", body, other, got, ok, want, wantOK)
+			}
+		}
+	})
+}
