@@ -1,11 +1,10 @@
 package requestbody
 
 import (
-	"encoding/json"
-	"strings"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/agentbody"
 )
 
 // BenchmarkAskStreamUsageLargeBody asks an agent's OpenAI chat completions stream of
@@ -16,7 +15,7 @@ import (
 // Run: go test -run '^$' -bench AskStreamUsageLargeBody -count 8 ./enforcer/requestbody > ask.txt
 // and compare with: benchstat -col /check ask.txt
 func BenchmarkAskStreamUsageLargeBody(b *testing.B) {
-	body := openAIAgentBody(200 << 10)
+	body := agentbody.OpenAIChat(200 << 10)
 	est, err := estimate.Input(body)
 	if err != nil || !est.Stream {
 		b.Fatalf("the estimate reads no stream (%v)", err)
@@ -37,29 +36,4 @@ func BenchmarkAskStreamUsageLargeBody(b *testing.B) {
 			}
 		})
 	}
-}
-
-// openAIAgentBody is an OpenAI chat completions stream body of at least n bytes: turns
-// of text with quotes, escapes and code, and tool calls, "stream" last as the SDKs
-// write it.
-func openAIAgentBody(n int) []byte {
-	text := strings.Repeat(`The function reads "the file" and returns {err: nil}; then\n it loops for i := 0; i < n; i++ { sum += a[i] } `, 12)
-	var msgs []any
-	size := 0
-	for size < n {
-		msgs = append(msgs,
-			map[string]any{"role": "user", "content": text},
-			map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"id": "call_01", "type": "function",
-				"function": map[string]any{"name": "read_file", "arguments": `{"path":"/src/main.go","lines":[1,200]}`}}}})
-		size += len(text) + 200
-	}
-	b, err := json.Marshal(struct {
-		Model    string `json:"model"`
-		Messages []any  `json:"messages"`
-		Stream   bool   `json:"stream"`
-	}{"gpt-5", msgs, true})
-	if err != nil {
-		panic(err)
-	}
-	return b
 }
