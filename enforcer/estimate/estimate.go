@@ -102,10 +102,15 @@ type Request struct {
 	// usage (requestbody.AskStreamUsage), without reading the body again.
 	Stream bool
 	// BodyBytes is the length of the body Input read, which was one well-formed JSON
-	// object (jsonscan.WellFormed): a front door that walks that body again need not
-	// check it again (requestbody.AskStreamUsage), and a body of another length is not
-	// the one read. 0 for a Request made otherwise.
+	// object (jsonscan.WellFormed): a front door that rewrites that body need neither
+	// check nor walk it again (requestbody.AskStreamUsage), and a body of another length
+	// is not the one read. 0 for a Request made otherwise.
 	BodyBytes int
+	// StreamOptions is where the top-level "stream_options" value lies in the body read
+	// (the last one counting): body[StreamOptions[0]:StreamOptions[1]], {0, 0} when it
+	// has none. With Stream, it is all requestbody.AskStreamUsage needs to ask a stream
+	// for its usage.
+	StreamOptions [2]int
 	// ServiceTier is the tier a top-level "service_tier" (or "serviceTier", Gemini's
 	// camel case, and Bedrock Converse's object {"type": ...}) asks for
 	// (pricecatalog.TierNames: OpenAI's "priority", "fast" or "ultrafast", Gemini's and
@@ -300,6 +305,10 @@ func Input(body []byte) (Request, error) {
 			// The last one counts, as encoding/json reads a repeated key.
 			r.Stream = bytes.HasPrefix(body[i:], []byte("true"))
 			i = w.value(i, skipped)
+		case jsonscan.KeyIs(key, "stream_options"):
+			// The last one counts. Its text, if any, is counted as any other member's.
+			end := w.value(i, kindOf(key))
+			r.StreamOptions, i = [2]int{i, end}, end
 		case jsonscan.KeyIs(key, "service_tier"), jsonscan.KeyIs(key, "serviceTier"):
 			// serviceTier: the Gemini API's JSON name of it (its SDK sends that), and
 			// Bedrock Converse's, an object ({"type": "priority"}).

@@ -226,6 +226,9 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"m\u006fdel":"escaped key","r\u006fle":"user","t":true,"f":false,"n":null,"x":-0.5e-3}`,
 		`{"url":"a string under a payload's key is text","x":{"url":"so is this"}}`,
 		`{"background":true,"b\u0061ckground":"x","input":"y","background":[true]}`,
+		`{"stream":true,"stream_options":{"include_usage":false,"x":"text"}}`,
+		` { "stream_options" : null , "str\u0065am_options"	:	{"a":[1,"b"]} , "stream" : true } `,
+		`{"stream_options":"so","stream_options":[{"c":"d"}],"messages":[]}`,
 		`{"service_tier":"priority","service_tier":"pri\u006frity","messages":[],"service_tier":{"a":"priority"}}`,
 		`{"service_tier":"flex","service_tier":"pri\u006frity","messages":[{"content":"x"}]}`,
 		`{"service_tier":"fast","messages":[]}`, `{"service_tier":"ultr\u0061fast"}`, `{"service_tier":"fast","service_tier":"faster"}`,
@@ -426,8 +429,13 @@ func decoderInput(body []byte) (Request, error) {
 			}
 			continue
 		}
+		valueAt := int(dec.InputOffset()) // just after the key: white space and the colon follow
 		if err := w.value(key, false); err != nil {
 			return Request{}, ErrNotObject
+		}
+		if key == "stream_options" { // the last one counts
+			valueAt += len(body[valueAt:]) - len(bytes.TrimLeft(body[valueAt:], " \t\r\n:"))
+			r.StreamOptions = [2]int{valueAt, int(dec.InputOffset())}
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace

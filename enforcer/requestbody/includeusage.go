@@ -46,42 +46,18 @@ var includeUsageMember = []byte(`"stream_options":{"include_usage":true},`)
 // streams' long-lived buffers sit in.
 func WithIncludeUsage(body []byte) ([]byte, bool) {
 	// jsonscan.WellFormed checks the whole body (one value, nothing after it) without
-	// allocating; withIncludeUsage walks a document known to be well-formed, so it only
+	// allocating; what follows walks a document known to be well-formed, so it only
 	// has to find where each value ends.
 	if !jsonscan.WellFormed(body) {
 		return nil, false
 	}
-	return withIncludeUsage(body)
-}
-
-// AskStreamUsage is WithIncludeUsage for a front door that read the body's estimate
-// first (gate.BodyHint): est is what estimate.Input read from these very bytes, or nil
-// when it read nothing from them. Only a stream (est.Stream) is asked for its usage, and
-// its body, which Input found well-formed, is walked without being checked again: on an
-// agent's 200 KiB body the check is more than half of WithIncludeUsage's time
-// (BenchmarkAskStreamUsageLargeBody). A body with no estimate, or not of the length the
-// estimate read (est.BodyBytes: not the body it was read from), is checked as
-// WithIncludeUsage checks it, so that a malformed body is never walked.
-func AskStreamUsage(body []byte, est *estimate.Request) ([]byte, bool) {
-	switch {
-	case est == nil || est.BodyBytes != len(body) || est.BodyBytes == 0:
-		return WithIncludeUsage(body)
-	case !est.Stream:
-		return nil, false
-	}
-	return withIncludeUsage(body)
-}
-
-// withIncludeUsage is WithIncludeUsage on a body known to be well-formed.
-func withIncludeUsage(body []byte) ([]byte, bool) {
 	open := jsonscan.SkipSpace(body, 0)
 	if body[open] != '{' {
 		return nil, false
 	}
-	open++ // just after the brace
 	stream := false
 	optsStart, optsEnd := -1, -1
-	eachMember(body, open-1, func(key []byte, start, end int) {
+	eachMember(body, open, func(key []byte, start, end int) {
 		switch {
 		case jsonscan.KeyIs(key, "stream"):
 			stream = string(body[start:end]) == "true"
@@ -92,6 +68,36 @@ func withIncludeUsage(body []byte) ([]byte, bool) {
 	if !stream {
 		return nil, false
 	}
+	return includeUsage(body, open+1, optsStart, optsEnd)
+}
+
+// AskStreamUsage is WithIncludeUsage for a front door that read the body's estimate
+// first (gate.BodyHint): est is what estimate.Input read from these very bytes, or nil
+// when it read nothing from them. The estimate says all that is needed: whether the
+// body is a stream (est.Stream) and where its stream_options lie (est.StreamOptions),
+// in a body it found well-formed. So the body is neither checked nor walked again:
+// on an agent's 200 KiB body those were WithIncludeUsage's whole time
+// (BenchmarkAskStreamUsageLargeBody). A body with no estimate, or not of the length the
+// estimate read (est.BodyBytes: not the body it was read from), is checked and walked
+// as WithIncludeUsage does, so that a malformed body is never rewritten.
+func AskStreamUsage(body []byte, est *estimate.Request) ([]byte, bool) {
+	switch {
+	case est == nil || est.BodyBytes != len(body) || est.BodyBytes == 0:
+		return WithIncludeUsage(body)
+	case !est.Stream:
+		return nil, false
+	}
+	optsStart, optsEnd := -1, -1
+	if est.StreamOptions[1] > 0 {
+		optsStart, optsEnd = est.StreamOptions[0], est.StreamOptions[1]
+	}
+	return includeUsage(body, jsonscan.SkipSpace(body, 0)+1, optsStart, optsEnd)
+}
+
+// includeUsage rewrites a well-formed stream body to ask for its usage: open is just
+// after the body's opening brace, body[optsStart:optsEnd] its stream_options value
+// (-1, -1 when it has none).
+func includeUsage(body []byte, open, optsStart, optsEnd int) ([]byte, bool) {
 	if optsStart < 0 {
 		return splice(body, open, open, includeUsageMember), true
 	}

@@ -10,7 +10,8 @@ import (
 // BenchmarkAskStreamUsageLargeBody asks an agent's OpenAI chat completions stream of
 // about 200 KiB (long messages and tool calls, the size a coding agent sends on every
 // turn) for its usage: as the front doors did before AskStreamUsage, checking the body
-// again (WithIncludeUsage), and as they do now, trusting the estimate's check.
+// and walking it again (WithIncludeUsage), and as they do now, from what its estimate
+// read (AskStreamUsage).
 //
 // Run: go test -run '^$' -bench AskStreamUsageLargeBody -count 8 ./enforcer/requestbody > ask.txt
 // and compare with: benchstat -col /check ask.txt
