@@ -102,9 +102,9 @@ type Request struct {
 	// usage (requestbody.AskStreamUsage), without reading the body again.
 	Stream bool
 	// BodyBytes is the length of the body Input read, which was one well-formed JSON
-	// object (jsonscan.WellFormed): a front door that rewrites that body need neither
-	// check nor walk it again (requestbody.AskStreamUsage), and a body of another length
-	// is not the one read. 0 for a Request made otherwise.
+	// object (as jsonscan.WellFormed finds it): a front door that rewrites that body
+	// need neither check nor walk it again (requestbody.AskStreamUsage), and a body of
+	// another length is not the one read. 0 for a Request made otherwise.
 	BodyBytes int
 	// StreamOptions is where the top-level "stream_options" value lies in the body read
 	// (the last one counting): body[StreamOptions[0]:StreamOptions[1]], {0, 0} when it
@@ -234,120 +234,100 @@ var skipTree = map[string]bool{
 // It allocates nothing but the model's name: it runs for every request the enforcer
 // admits, and garbage in proportion to the body (a copy of it and a string per JSON
 // string, as a json.Decoder makes) fragments the heap that the gateway's streams'
-// long-lived buffers sit in. jsonscan.WellFormed checks the body without allocating, as
-// json.Valid would; a walk of the well-formed document then reads it.
+// long-lived buffers sit in. It reads the body once, checking it as it goes (the
+// walker: the grammar of encoding/json's Valid, its nesting bound included), where a
+// check of the whole body first (jsonscan.WellFormed) and a walk after it read an agent's
+// body twice: the check was about half of Input's time.
 func Input(body []byte) (Request, error) {
-	if !jsonscan.WellFormed(body) {
-		return Request{}, ErrNotObject
-	}
-	i := jsonscan.SkipSpace(body, 0)
-	if body[i] != '{' {
-		return Request{}, ErrNotObject
-	}
-	w := walker{b: body}
+	w := walker{b: body, depth: 1}
 	r := &w.r
-	r.BodyBytes = len(body)
-	for i = jsonscan.SkipSpace(body, i+1); body[i] != '}'; {
-		end := jsonscan.SkipString(body, i)
-		key := body[i:end]
-		i = jsonscan.SkipSpace(body, jsonscan.SkipSpace(body, end)+1) // past the colon
-		switch {
-		case jsonscan.KeyIs(key, "model"):
-			if body[i] == '"' {
-				end := jsonscan.SkipString(body, i)
-				r.Model = jsonscan.DecodeString(body[i:end])
-				i = end
-			} else {
-				i = w.value(i, skipped)
-			}
-		case jsonscan.KeyIs(key, "max_tokens"), jsonscan.KeyIs(key, "max_completion_tokens"), jsonscan.KeyIs(key, "max_output_tokens"):
-			if jsonscan.IsNumber(body[i]) {
-				end := jsonscan.SkipNumber(body, i)
-				n, err := positiveWhole(body[i:end])
-				if err != nil {
-					return Request{}, ErrNotObject
-				}
-				r.OutputCap = max(r.OutputCap, n)
-				i = end
-			} else {
-				i = w.value(i, skipped)
-			}
-		case jsonscan.KeyIs(key, "max_tool_calls"):
-			// The last one counts; anything but a positive whole number caps nothing.
-			r.MaxToolCalls = 0
-			if jsonscan.IsNumber(body[i]) {
-				end := jsonscan.SkipNumber(body, i)
-				if n, err := positiveWhole(body[i:end]); err == nil && n > 0 {
-					r.MaxToolCalls = n
-				}
-				i = end
-			} else {
-				i = w.value(i, skipped)
-			}
-		case jsonscan.KeyIs(key, "messages"), jsonscan.KeyIs(key, "input"):
-			i = w.value(i, messageList)
-		case jsonscan.KeyIs(key, "tools"):
-			// The tools' definitions are input text; their search tools are noted too.
-			// The last "tools" counts, as encoding/json reads a repeated key.
-			t := searchTools(body, i)
-			r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor = t.search, t.maxUses, t.fileSearch, t.images, t.advisor
-			r.MapsGrounding, r.Container = t.maps, t.containers
-			i = w.value(i, kindOf(key))
-		case jsonscan.KeyIs(key, "guardrailConfig"):
-			// The last one counts, as encoding/json reads a repeated key.
-			r.Guardrail = body[i] == '{'
-			i = w.value(i, skipped)
-		case jsonscan.KeyIs(key, "background"):
-			// The last one counts, as encoding/json reads a repeated key.
-			r.Background = bytes.HasPrefix(body[i:], []byte("true"))
-			i = w.value(i, skipped)
-		case jsonscan.KeyIs(key, "stream"):
-			// The last one counts, as encoding/json reads a repeated key.
-			r.Stream = bytes.HasPrefix(body[i:], []byte("true"))
-			i = w.value(i, skipped)
-		case jsonscan.KeyIs(key, "stream_options"):
-			// The last one counts. Its text, if any, is counted as any other member's.
-			end := w.value(i, kindOf(key))
-			r.StreamOptions, i = [2]int{i, end}, end
-		case jsonscan.KeyIs(key, "service_tier"), jsonscan.KeyIs(key, "serviceTier"):
-			// serviceTier: the Gemini API's JSON name of it (its SDK sends that), and
-			// Bedrock Converse's, an object ({"type": "priority"}).
-			r.ServiceTier, i = w.tier(i, pricecatalog.TierNames[:], "type")
-		case jsonscan.KeyIs(key, "speed"):
-			r.Speed, i = w.tier(i, pricecatalog.SpeedNames[:], "")
-		case jsonscan.KeyIs(key, "performanceConfig"):
-			// Bedrock Converse's {"latency": "optimized"}: its latency-optimized inference.
-			r.Latency, i = w.tier(i, pricecatalog.LatencyNames[:], "latency")
-		case jsonscan.KeyIs(key, "inference_geo"):
-			// Anthropic's: a string other than "global" pins the inference to a geography.
-			r.InferenceGeo = false
-			if body[i] == '"' {
-				end := jsonscan.SkipString(body, i)
-				r.InferenceGeo = !jsonscan.KeyIs(body[i:end], "global")
-				i = end
-			} else {
-				i = w.value(i, skipped)
-			}
-		default:
-			if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
-				r.Messages++
-			}
-			if capKeys := configCapKeys(key); capKeys != nil && body[i] == '{' {
-				// Gemini's generationConfig.maxOutputTokens, Bedrock Converse's
-				// inferenceConfig.maxTokens: the cap in the request's settings object.
-				r.OutputCap = max(r.OutputCap, configCap(body, i, capKeys))
-			}
-			i = w.value(i, kindOf(key))
-		}
-		if i = jsonscan.SkipSpace(body, i); body[i] == ',' {
-			i = jsonscan.SkipSpace(body, i+1)
-		}
-	}
-	if w.bad {
+	i := jsonscan.SkipSpace(body, 0)
+	if i == len(body) || body[i] != '{' {
 		return Request{}, ErrNotObject
 	}
+	i = w.members(jsonscan.SkipSpace(body, i+1), requestMembers)
+	if w.bad || jsonscan.SkipSpace(body, i) != len(body) { // nothing after the object
+		return Request{}, ErrNotObject
+	}
+	r.BodyBytes = len(body)
 	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
 	return *r, nil
+}
+
+// topLevelKind is what the request's own member named key makes of its value. The
+// members read for something other than their text count none of it.
+func topLevelKind(key []byte) valueKind {
+	switch {
+	case jsonscan.KeyIs(key, "messages"), jsonscan.KeyIs(key, "input"):
+		return messageList
+	case jsonscan.KeyIs(key, "model"), jsonscan.KeyIs(key, "max_tokens"), jsonscan.KeyIs(key, "max_completion_tokens"),
+		jsonscan.KeyIs(key, "max_output_tokens"), jsonscan.KeyIs(key, "max_tool_calls"), jsonscan.KeyIs(key, "guardrailConfig"),
+		jsonscan.KeyIs(key, "background"), jsonscan.KeyIs(key, "stream"), jsonscan.KeyIs(key, "service_tier"),
+		jsonscan.KeyIs(key, "serviceTier"), jsonscan.KeyIs(key, "speed"), jsonscan.KeyIs(key, "performanceConfig"),
+		jsonscan.KeyIs(key, "inference_geo"):
+		return skipped
+	}
+	return kindOf(key) // its text is input (tools' definitions, stream_options, system, ...)
+}
+
+// member reads what the request's member named key says besides its text (which the
+// walker counted): its value, body[start:end], is well-formed. Of a key given twice
+// the last one counts, as encoding/json reads a repeated key.
+func (w *walker) member(key []byte, start, end int) {
+	b, r := w.b, &w.r
+	switch {
+	case jsonscan.KeyIs(key, "model"):
+		if b[start] == '"' {
+			r.Model = jsonscan.DecodeString(b[start:end])
+		}
+	case jsonscan.KeyIs(key, "max_tokens"), jsonscan.KeyIs(key, "max_completion_tokens"), jsonscan.KeyIs(key, "max_output_tokens"):
+		if jsonscan.IsNumber(b[start]) {
+			n, _ := positiveWhole(b[start:end]) // in float64's range: the walker checked it
+			r.OutputCap = max(r.OutputCap, n)
+		}
+	case jsonscan.KeyIs(key, "max_tool_calls"):
+		// Anything but a positive whole number caps nothing.
+		r.MaxToolCalls = 0
+		if jsonscan.IsNumber(b[start]) {
+			if n, _ := positiveWhole(b[start:end]); n > 0 {
+				r.MaxToolCalls = n
+			}
+		}
+	case jsonscan.KeyIs(key, "tools"):
+		// The tools' definitions are input text (counted); their search tools are noted too.
+		t := searchTools(b, start)
+		r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor = t.search, t.maxUses, t.fileSearch, t.images, t.advisor
+		r.MapsGrounding, r.Container = t.maps, t.containers
+	case jsonscan.KeyIs(key, "guardrailConfig"):
+		r.Guardrail = b[start] == '{'
+	case jsonscan.KeyIs(key, "background"):
+		r.Background = bytes.HasPrefix(b[start:end], []byte("true"))
+	case jsonscan.KeyIs(key, "stream"):
+		r.Stream = bytes.HasPrefix(b[start:end], []byte("true"))
+	case jsonscan.KeyIs(key, "stream_options"):
+		r.StreamOptions = [2]int{start, end}
+	case jsonscan.KeyIs(key, "service_tier"), jsonscan.KeyIs(key, "serviceTier"):
+		// serviceTier: the Gemini API's JSON name of it (its SDK sends that), and
+		// Bedrock Converse's, an object ({"type": "priority"}).
+		r.ServiceTier = w.tier(start, pricecatalog.TierNames[:], "type")
+	case jsonscan.KeyIs(key, "speed"):
+		r.Speed = w.tier(start, pricecatalog.SpeedNames[:], "")
+	case jsonscan.KeyIs(key, "performanceConfig"):
+		// Bedrock Converse's {"latency": "optimized"}: its latency-optimized inference.
+		r.Latency = w.tier(start, pricecatalog.LatencyNames[:], "latency")
+	case jsonscan.KeyIs(key, "inference_geo"):
+		// Anthropic's: a string other than "global" pins the inference to a geography.
+		r.InferenceGeo = b[start] == '"' && !jsonscan.KeyIs(b[start:end], "global")
+	default:
+		if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
+			r.Messages++
+		}
+		if capKeys := configCapKeys(key); capKeys != nil && b[start] == '{' {
+			// Gemini's generationConfig.maxOutputTokens, Bedrock Converse's
+			// inferenceConfig.maxTokens: the cap in the request's settings object.
+			r.OutputCap = max(r.OutputCap, configCap(b, start, capKeys))
+		}
+	}
 }
 
 // What a value's key makes of it (walker.value).
@@ -384,20 +364,34 @@ func kindOf(key []byte) valueKind {
 	return text
 }
 
-// walker reads a well-formed JSON document (jsonscan.WellFormed), counting its text into r. bad
-// is set by a number encoding/json would refuse (beyond float64's range).
+// walker reads a JSON document once, checking it as encoding/json's Valid does and
+// counting its text into r. bad is set by anything Valid refuses, and by a number beyond
+// float64's range, which encoding/json's Decoder refuses; once it is set, the walk ends
+// (each method returns the end of the document) and the reading is discarded. Nothing
+// is read past the end of b, whatever b holds (FuzzInputAsTheDecoderReadsIt).
 type walker struct {
-	b   []byte
-	r   Request
-	bad bool
+	b     []byte
+	r     Request
+	bad   bool
+	depth int // the objects and arrays open around the current value
 }
 
-// tier reads the tier the value at b[i] names among names: a string (escaped or
-// not, as the API takes it), or, when member is not "", an object's member string of
-// that name (Bedrock Converse's serviceTier {"type": "priority"}, its performanceConfig
-// {"latency": "optimized"}), else Standard. Of a repeated key the last one counts, as
-// encoding/json reads it.
-func (w *walker) tier(i int, names []pricecatalog.TierName, member string) (pricecatalog.Tier, int) {
+// maxDepth is encoding/json's bound on nesting: a document with more arrays and objects
+// open at once is refused, and no reading of one recurses deeper.
+const maxDepth = 10000
+
+// fail marks the document refused and returns the index that ends every walk.
+func (w *walker) fail() int {
+	w.bad = true
+	return len(w.b)
+}
+
+// tier reads the tier the well-formed value at b[i] names among names: a string
+// (escaped or not, as the API takes it), or, when member is not "", an object's member
+// string of that name (Bedrock Converse's serviceTier {"type": "priority"}, its
+// performanceConfig {"latency": "optimized"}), else Standard. Of a repeated key the last
+// one counts, as encoding/json reads it.
+func (w *walker) tier(i int, names []pricecatalog.TierName, member string) pricecatalog.Tier {
 	named := func(s, end int) pricecatalog.Tier {
 		for _, n := range names {
 			if jsonscan.KeyIs(w.b[s:end], n.Name) {
@@ -408,8 +402,7 @@ func (w *walker) tier(i int, names []pricecatalog.TierName, member string) (pric
 	}
 	switch w.b[i] {
 	case '"':
-		end := jsonscan.SkipString(w.b, i)
-		return named(i, end), end
+		return named(i, jsonscan.SkipString(w.b, i))
 	case '{':
 		if member == "" {
 			break
@@ -429,63 +422,184 @@ func (w *walker) tier(i int, names []pricecatalog.TierName, member string) (pric
 				j = jsonscan.SkipSpace(w.b, j+1)
 			}
 		}
-		return tier, w.value(i, skipped)
+		return tier
 	}
-	return pricecatalog.Standard, w.value(i, skipped)
+	return pricecatalog.Standard
 }
 
 // value reads the value at b[i] and returns the index just after it.
 func (w *walker) value(i int, kind valueKind) int {
 	b := w.b
+	if i >= len(b) {
+		return w.fail()
+	}
 	switch c := b[i]; {
 	case c == '"':
 		if kind == name || kind == skipped {
-			return jsonscan.SkipString(b, i)
+			return w.skipString(i)
 		}
-		end, n := textString(b, i)
+		end, n := w.textString(i)
 		w.r.TextBytes += n
 		return end
-	case c == '[':
-		elem := text
-		if kind == payload || kind == skipped {
-			elem = skipped
+	case c == '{', c == '[':
+		if w.depth++; w.depth > maxDepth {
+			return w.fail()
 		}
-		for i = jsonscan.SkipSpace(b, i+1); b[i] != ']'; {
-			if kind == messageList {
-				w.r.Messages++
+		var end int
+		if c == '{' {
+			of := textMembers
+			if kind == payload || kind == skipped {
+				of = skippedMembers
 			}
-			if i = jsonscan.SkipSpace(b, w.value(i, elem)); b[i] == ',' {
-				i = jsonscan.SkipSpace(b, i+1)
-			}
+			end = w.members(jsonscan.SkipSpace(b, i+1), of)
+		} else {
+			end = w.elements(jsonscan.SkipSpace(b, i+1), kind)
 		}
-		return i + 1
-	case c == '{':
-		for i = jsonscan.SkipSpace(b, i+1); b[i] != '}'; {
-			end := jsonscan.SkipString(b, i)
-			member := skipped
-			if kind != payload && kind != skipped {
-				member = kindOf(b[i:end])
-			}
-			i = jsonscan.SkipSpace(b, jsonscan.SkipSpace(b, end)+1) // past the colon
-			if i = jsonscan.SkipSpace(b, w.value(i, member)); b[i] == ',' {
-				i = jsonscan.SkipSpace(b, i+1)
-			}
+		w.depth--
+		return end
+	case c == '-' || '0' <= c && c <= '9':
+		end := w.number(i)
+		if w.bad {
+			return end
 		}
-		return i + 1
-	case jsonscan.IsNumber(c):
-		end := jsonscan.SkipNumber(b, i)
 		if _, err := strconv.ParseFloat(string(b[i:end]), 64); err != nil {
-			w.bad = true
+			return w.fail()
 		}
 		return end
+	case c == 't':
+		return w.literal(i, "true")
+	case c == 'f':
+		return w.literal(i, "false")
+	case c == 'n':
+		return w.literal(i, "null")
 	}
-	for i < len(b) && 'a' <= b[i] && b[i] <= 'z' { // true, false, null
-		i++
-	}
-	return i
+	return w.fail()
 }
 
-// The helpers below read JSON already known to be well-formed (jsonscan.WellFormed).
+// What an object's keys make of its members' values (walker.members).
+type membersOf uint8
+
+const (
+	requestMembers membersOf = iota // the request's own: topLevelKind, then walker.member
+	textMembers                     // kindOf
+	skippedMembers                  // no text in any
+)
+
+// members reads an object's members from b[i] (past the opening brace and white space)
+// to its closing brace, and returns the index just after it.
+func (w *walker) members(i int, of membersOf) int {
+	b := w.b
+	if i < len(b) && b[i] == '}' {
+		return i + 1
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return w.fail()
+		}
+		end := w.skipString(i)
+		if w.bad {
+			return end
+		}
+		key := b[i:end]
+		if i = jsonscan.SkipSpace(b, end); i >= len(b) || b[i] != ':' {
+			return w.fail()
+		}
+		start, kind := jsonscan.SkipSpace(b, i+1), skipped
+		switch of {
+		case requestMembers:
+			kind = topLevelKind(key)
+		case textMembers:
+			kind = kindOf(key)
+		}
+		if end = w.value(start, kind); w.bad {
+			return end
+		}
+		if of == requestMembers {
+			w.member(key, start, end)
+		}
+		if i = jsonscan.SkipSpace(b, end); i >= len(b) {
+			return w.fail()
+		}
+		switch b[i] {
+		case ',':
+			i = jsonscan.SkipSpace(b, i+1)
+		case '}':
+			return i + 1
+		default:
+			return w.fail()
+		}
+	}
+}
+
+// elements reads an array's elements from b[i] (past the opening bracket and white
+// space) to its closing bracket, and returns the index just after it.
+func (w *walker) elements(i int, kind valueKind) int {
+	b := w.b
+	if i < len(b) && b[i] == ']' {
+		return i + 1
+	}
+	elem := text
+	if kind == payload || kind == skipped {
+		elem = skipped
+	}
+	for {
+		if kind == messageList {
+			w.r.Messages++
+		}
+		if i = jsonscan.SkipSpace(b, w.value(i, elem)); w.bad {
+			return i
+		}
+		if i >= len(b) {
+			return w.fail()
+		}
+		switch b[i] {
+		case ',':
+			i = jsonscan.SkipSpace(b, i+1)
+		case ']':
+			return i + 1
+		default:
+			return w.fail()
+		}
+	}
+}
+
+// skipString reads the string whose opening quote is at b[i] and returns the index just
+// after its closing quote.
+func (w *walker) skipString(i int) int {
+	b := w.b
+	for i++; i < len(b); {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1
+		case c == '\\':
+			if i = w.escape(i); w.bad {
+				return i
+			}
+		case c < ' ': // a control byte, which a string may hold only escaped
+			return w.fail()
+		default:
+			i++
+		}
+	}
+	return w.fail() // no closing quote
+}
+
+// escape reads the escape whose backslash is at b[i] and returns the index just after it.
+func (w *walker) escape(i int) int {
+	b := w.b
+	if i+1 >= len(b) {
+		return w.fail()
+	}
+	switch b[i+1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return i + 2
+	case 'u':
+		if i+6 <= len(b) && isHex4(b[i+2:i+6]) {
+			return i + 6
+		}
+	}
+	return w.fail()
+}
 
 // textString reads the string whose opening quote is at b[i] in one pass: the index
 // just after its closing quote, and the length in UTF-8 of its contents once decoded as
@@ -493,17 +607,26 @@ func (w *walker) value(i int, kind valueKind) int {
 // that has no other half and each byte of invalid UTF-8 replaced by U+FFFD. (Finding
 // the end first, then counting, read every byte of the request's text twice: a fifth
 // of Input's time on an agent's body.)
-func textString(b []byte, i int) (end int, n int64) {
-	for i++; ; {
+func (w *walker) textString(i int) (end int, n int64) {
+	b := w.b
+	for i++; i < len(b); {
 		switch c := b[i]; {
 		case c == '"':
 			return i + 1, n
-		case c == '\\' && b[i+1] == 'u':
+		case c == '\\':
+			next := w.escape(i)
+			if w.bad {
+				return next, n
+			}
+			if b[i+1] != 'u' {
+				n++ // one byte: \" \\ \/ \b \f \n \r \t
+				i = next
+				continue
+			}
 			r := hex4(b[i+2 : i+6])
-			i += 6
+			i = next
 			if utf16.IsSurrogate(r) {
-				// Another \u escape here is within the string: it ends only at a quote.
-				if b[i] == '\\' && b[i+1] == 'u' {
+				if i+6 <= len(b) && b[i] == '\\' && b[i+1] == 'u' && isHex4(b[i+2:i+6]) {
 					if utf16.DecodeRune(r, hex4(b[i+2:i+6])) != utf8.RuneError {
 						n += 4 // a pair: a rune beyond the basic plane
 						i += 6
@@ -513,9 +636,8 @@ func textString(b []byte, i int) (end int, n int64) {
 				r = utf8.RuneError
 			}
 			n += int64(utf8.RuneLen(r))
-		case c == '\\':
-			n++
-			i += 2
+		case c < ' ':
+			return w.fail(), n
 		case c < utf8.RuneSelf:
 			n++
 			i++
@@ -525,7 +647,68 @@ func textString(b []byte, i int) (end int, n int64) {
 			i += size
 		}
 	}
+	return w.fail(), n // no closing quote
 }
+
+// number reads the number that starts at b[i] ('-' or a digit), in JSON's grammar, and
+// returns the index just after it.
+func (w *walker) number(i int) int {
+	b := w.b
+	digits := func(i int) (int, bool) { // one or more
+		start := i
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+		return i, i > start
+	}
+	if b[i] == '-' {
+		i++
+	}
+	var ok bool
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++ // no digit may follow a leading zero
+	default:
+		if i, ok = digits(i); !ok {
+			return w.fail()
+		}
+	}
+	if i < len(b) && b[i] == '.' {
+		if i, ok = digits(i + 1); !ok {
+			return w.fail()
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		if i++; i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i, ok = digits(i); !ok {
+			return w.fail()
+		}
+	}
+	return i
+}
+
+// literal reads the literal lit (true, false or null) at b[i] and returns the index
+// just after it.
+func (w *walker) literal(i int, lit string) int {
+	if !bytes.HasPrefix(w.b[i:], []byte(lit)) {
+		return w.fail()
+	}
+	return i + len(lit)
+}
+
+// isHex4 tells whether h is four hexadecimal digits.
+func isHex4(h []byte) bool {
+	for _, c := range h {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return len(h) == 4
+}
+
+// The helpers below read values the walker found well-formed.
 
 // hex4 is the value of four hexadecimal digits.
 func hex4(h []byte) rune {

@@ -238,14 +238,27 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"tools":[{"type":"web_search_20250305","max_uses":3,"type":"x"},{"googleSearch":{}},{"type":"web_search","max_uses":1e2}],"t\u006fols":[1]}`,
 		`{"generationConfig":{"maxOutputTokens":8e2,"stopSequences":["end"],"max_output_tokens":9},"generati\u006fnConfig":{"maxOutputTokens":1.5},"inferenceConfig":{"maxTokens":70,"maxTokens":"90"},"generation_config":[1]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
+		// What encoding/json's Valid refuses, which the walk checks as it reads.
+		`{"a":"\u00zz"}`, "{\"a\":\"a tab\there\"}", "{\"model\":\"a\tb\"}", "{\"k\ney\":1}", `{"model":"\q"}`, `{"a":"\x"}`, `{"a":"unterminated}`, `{"a":01}`, `{"a":1.}`,
+		`{"a":-}`, `{"a":1e}`, `{"a":1e+}`, `{"a":-0.0e-0}`, `{"a":tru}`, `{"a":nul}`, `{"a":[1,]}`, `{"a":1,}`, `{"a" 1}`,
+		`{"a":1}}`, `{"a":[1 2]}`, `{"a":{"b"}}`, `{,}`, "\ufeff{}", " \t\r\n{ } \n", `{"a":"\ud800\u"}`,
+		`{"a":"\ud83d\ude0"}`, `{"model":"m","max_tokens":100,"messages":[{"content":"x"}],"stream":tru}`,
+		`{"a":` + strings.Repeat("[", maxDepth-1) + strings.Repeat("]", maxDepth-1) + `}`, // as deep as encoding/json reads
+		`{"a":` + strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth) + `}`,     // one deeper: refused
+		`{"a":` + strings.Repeat(`{"b":`, maxDepth) + `1` + strings.Repeat("}", maxDepth) + `}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		got, err := Input(body)
 		want, wantErr := decoderInput(body)
+		if wantErr == nil && !json.Valid(body) {
+			// The Decoder's tokens nest past the 10,000 levels Valid allows: Input refuses
+			// what Valid refuses.
+			want, wantErr = Request{}, ErrNotObject
+		}
 		if (err != nil) != (wantErr != nil) || got != want {
-			t.Fatalf("%q: got %+v (%v), the decoder's reading %+v (%v)", body, got, err, want, wantErr)
+			t.Fatalf("%.300q: got %+v (%v), the decoder's reading %+v (%v)", body, got, err, want, wantErr)
 		}
 	})
 }
@@ -798,5 +811,18 @@ func TestBytes(t *testing.T) {
 	}
 	if Bytes(math.MaxInt64)+Bytes(math.MaxInt64) < 0 {
 		t.Error("two amounts overflow")
+	}
+}
+
+// A body nested past encoding/json's bound is refused once the walk reaches the bound,
+// however deep it goes: the walk recurses once a level, so it must stop there.
+func TestInputRefusesDeepNesting(t *testing.T) {
+	body := []byte(`{"messages":` + strings.Repeat("[", 5_000_000) + strings.Repeat("]", 5_000_000) + `}`)
+	if _, err := Input(body); err == nil {
+		t.Fatal("read a body nested 5,000,001 levels deep")
+	}
+	ok := []byte(`{"messages":` + strings.Repeat(`[{"content":`, (maxDepth-1)/2) + `"x"` + strings.Repeat("}]", (maxDepth-1)/2) + `}`)
+	if r, err := Input(ok); err != nil || r.Messages == 0 {
+		t.Fatalf("%v reading a body nested %d levels deep, within the bound (%d messages)", err, 1+2*((maxDepth-1)/2), r.Messages)
 	}
 }
