@@ -517,18 +517,27 @@ func (w *walker) members(i int, of membersOf) int {
 		if of == requestMembers {
 			w.member(key, start, end)
 		}
-		if i = jsonscan.SkipSpace(b, end); i >= len(b) {
-			return w.fail()
-		}
-		switch b[i] {
-		case ',':
-			i = jsonscan.SkipSpace(b, i+1)
-		case '}':
-			return i + 1
-		default:
-			return w.fail()
+		var closed bool
+		if i, closed = w.next(end, '}'); closed {
+			return i
 		}
 	}
+}
+
+// next reads what follows a member or an element that ends at b[i]: past white space, a
+// comma, then the index of the next one and false, or the closing byte, then the index
+// just after it and true. Anything else fails the walk.
+func (w *walker) next(i int, closing byte) (int, bool) {
+	b := w.b
+	if i = jsonscan.SkipSpace(b, i); i < len(b) {
+		switch b[i] {
+		case ',':
+			return jsonscan.SkipSpace(b, i+1), false
+		case closing:
+			return i + 1, true
+		}
+	}
+	return w.fail(), true
 }
 
 // elements reads an array's elements from b[i] (past the opening bracket and white
@@ -546,19 +555,12 @@ func (w *walker) elements(i int, kind valueKind) int {
 		if kind == messageList {
 			w.r.Messages++
 		}
-		if i = jsonscan.SkipSpace(b, w.value(i, elem)); w.bad {
+		if i = w.value(i, elem); w.bad {
 			return i
 		}
-		if i >= len(b) {
-			return w.fail()
-		}
-		switch b[i] {
-		case ',':
-			i = jsonscan.SkipSpace(b, i+1)
-		case ']':
-			return i + 1
-		default:
-			return w.fail()
+		var closed bool
+		if i, closed = w.next(i, ']'); closed {
+			return i
 		}
 	}
 }
