@@ -44,6 +44,9 @@ test: ## the whole test suite (what CI runs); needs Postgres and Redis (see `mak
 	@# Four test binaries at once (go test's default is one per CPU): most tests wait on
 	@# Postgres commits, Redis and sockets, not on the CPU. TEST_P overrides it.
 	$(GO) test -p $(TEST_P) -count=1 -timeout 20m ./...
+	@# Every benchmark but the e2e ones (minutes each, on the whole stack) once: each checks
+	@# what it measures (a wrong answer fails it), and one never run would rot unseen.
+	$(GO) test -p $(TEST_P) -count=1 -timeout 10m -run '^$$' -bench . -benchtime 1x ./controlplane/... ./enforcer/... ./pkg/... ./internal/...
 
 tools: ## build the pinned tools the tests run (helm, kubeconform, compose-go's check, Cyclonus's NetworkPolicy check, Envoy Gateway's egctl) into the Go build cache
 	cd tools && $(GO) tool -n helm >/dev/null && $(GO) tool -n kubeconform >/dev/null
