@@ -254,79 +254,123 @@ func Input(body []byte) (Request, error) {
 	return *r, nil
 }
 
-// topLevelKind is what the request's own member named key makes of its value. The
-// members read for something other than their text count none of it.
-func topLevelKind(key []byte) valueKind {
-	switch {
-	case jsonscan.KeyIs(key, "messages"), jsonscan.KeyIs(key, "input"):
-		return messageList
-	case jsonscan.KeyIs(key, "model"), jsonscan.KeyIs(key, "max_tokens"), jsonscan.KeyIs(key, "max_completion_tokens"),
-		jsonscan.KeyIs(key, "max_output_tokens"), jsonscan.KeyIs(key, "max_tool_calls"), jsonscan.KeyIs(key, "guardrailConfig"),
-		jsonscan.KeyIs(key, "background"), jsonscan.KeyIs(key, "stream"), jsonscan.KeyIs(key, "service_tier"),
-		jsonscan.KeyIs(key, "serviceTier"), jsonscan.KeyIs(key, "speed"), jsonscan.KeyIs(key, "performanceConfig"),
-		jsonscan.KeyIs(key, "inference_geo"):
-		return skipped
-	}
-	return kindOf(key) // its text is input (tools' definitions, stream_options, system, ...)
+// requestKey is how the request's own members of one of names are read: kind is what
+// of their value's text counts (the members read for something else count none), and
+// reads what else the value says (walker.read), once the walk found it well-formed. A
+// member of any other name is text as kindOf says, read by readOther.
+type requestKey struct {
+	names []string
+	kind  valueKind
+	reads memberRead
 }
 
-// member reads what the request's member named key says besides its text (which the
-// walker counted): its value, body[start:end], is well-formed. Of a key given twice
-// the last one counts, as encoding/json reads a repeated key.
-func (w *walker) member(key []byte, start, end int) {
+// What walker.read takes from a request member's value. (An enumeration rather than a
+// function per entry: a call through a function value would move the walker, which it
+// takes, to the heap, an allocation on every request.)
+type memberRead uint8
+
+const (
+	readNothing memberRead = iota
+	readModel
+	readOutputCap
+	readMaxToolCalls
+	readTools
+	readGuardrail
+	readBackground
+	readStream
+	readStreamOptions
+	readServiceTier
+	readSpeed
+	readLatency
+	readInferenceGeo
+)
+
+var requestKeys = []requestKey{
+	{[]string{"messages", "input"}, messageList, readNothing},
+	{[]string{"model"}, skipped, readModel},
+	{[]string{"max_tokens", "max_completion_tokens", "max_output_tokens"}, skipped, readOutputCap},
+	{[]string{"max_tool_calls"}, skipped, readMaxToolCalls},
+	{[]string{"tools"}, text, readTools}, // the tools' definitions are input text
+	{[]string{"guardrailConfig"}, skipped, readGuardrail},
+	{[]string{"background"}, skipped, readBackground},
+	{[]string{"stream"}, skipped, readStream},
+	{[]string{"stream_options"}, text, readStreamOptions},
+	// serviceTier: the Gemini API's JSON name of it (its SDK sends that), and Bedrock
+	// Converse's, an object ({"type": "priority"}).
+	{[]string{"service_tier", "serviceTier"}, skipped, readServiceTier},
+	{[]string{"speed"}, skipped, readSpeed},
+	{[]string{"performanceConfig"}, skipped, readLatency},
+	{[]string{"inference_geo"}, skipped, readInferenceGeo},
+}
+
+// read takes what a request member's well-formed value, body[start:end], says besides
+// its text. Of a key given twice the last one counts, as encoding/json reads a repeated
+// key.
+func (w *walker) read(what memberRead, start, end int) {
 	b, r := w.b, &w.r
-	switch {
-	case jsonscan.KeyIs(key, "model"):
+	switch what {
+	case readModel:
 		if b[start] == '"' {
 			r.Model = jsonscan.DecodeString(b[start:end])
 		}
-	case jsonscan.KeyIs(key, "max_tokens"), jsonscan.KeyIs(key, "max_completion_tokens"), jsonscan.KeyIs(key, "max_output_tokens"):
+	case readOutputCap:
 		if jsonscan.IsNumber(b[start]) {
-			n, _ := positiveWhole(b[start:end]) // in float64's range: the walker checked it
+			n, _ := positiveWhole(b[start:end]) // in float64's range: the walk checked it
 			r.OutputCap = max(r.OutputCap, n)
 		}
-	case jsonscan.KeyIs(key, "max_tool_calls"):
-		// Anything but a positive whole number caps nothing.
-		r.MaxToolCalls = 0
+	case readMaxToolCalls:
+		r.MaxToolCalls = 0 // anything but a positive whole number caps nothing
 		if jsonscan.IsNumber(b[start]) {
 			if n, _ := positiveWhole(b[start:end]); n > 0 {
 				r.MaxToolCalls = n
 			}
 		}
-	case jsonscan.KeyIs(key, "tools"):
-		// The tools' definitions are input text (counted); their search tools are noted too.
+	case readTools: // the search tools, and the others billed apart
 		t := searchTools(b, start)
 		r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor = t.search, t.maxUses, t.fileSearch, t.images, t.advisor
 		r.MapsGrounding, r.Container = t.maps, t.containers
-	case jsonscan.KeyIs(key, "guardrailConfig"):
+	case readGuardrail:
 		r.Guardrail = b[start] == '{'
-	case jsonscan.KeyIs(key, "background"):
+	case readBackground:
 		r.Background = bytes.HasPrefix(b[start:end], []byte("true"))
-	case jsonscan.KeyIs(key, "stream"):
+	case readStream:
 		r.Stream = bytes.HasPrefix(b[start:end], []byte("true"))
-	case jsonscan.KeyIs(key, "stream_options"):
+	case readStreamOptions:
 		r.StreamOptions = [2]int{start, end}
-	case jsonscan.KeyIs(key, "service_tier"), jsonscan.KeyIs(key, "serviceTier"):
-		// serviceTier: the Gemini API's JSON name of it (its SDK sends that), and
-		// Bedrock Converse's, an object ({"type": "priority"}).
+	case readServiceTier:
 		r.ServiceTier = w.tier(start, pricecatalog.TierNames[:], "type")
-	case jsonscan.KeyIs(key, "speed"):
+	case readSpeed:
 		r.Speed = w.tier(start, pricecatalog.SpeedNames[:], "")
-	case jsonscan.KeyIs(key, "performanceConfig"):
-		// Bedrock Converse's {"latency": "optimized"}: its latency-optimized inference.
+	case readLatency: // Bedrock Converse's {"latency": "optimized"}
 		r.Latency = w.tier(start, pricecatalog.LatencyNames[:], "latency")
-	case jsonscan.KeyIs(key, "inference_geo"):
-		// Anthropic's: a string other than "global" pins the inference to a geography.
+	case readInferenceGeo: // Anthropic's: a string other than "global" pins the geography
 		r.InferenceGeo = b[start] == '"' && !jsonscan.KeyIs(b[start:end], "global")
-	default:
-		if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
-			r.Messages++
+	}
+}
+
+// requestKeyOf is the entry of requestKeys for a member's key (as written), nil for none.
+func requestKeyOf(key []byte) *requestKey {
+	for i := range requestKeys {
+		for _, name := range requestKeys[i].names {
+			if jsonscan.KeyIs(key, name) {
+				return &requestKeys[i]
+			}
 		}
-		if capKeys := configCapKeys(key); capKeys != nil && b[start] == '{' {
-			// Gemini's generationConfig.maxOutputTokens, Bedrock Converse's
-			// inferenceConfig.maxTokens: the cap in the request's settings object.
-			r.OutputCap = max(r.OutputCap, configCap(b, start, capKeys))
-		}
+	}
+	return nil
+}
+
+// readOther reads a request member that requestKeys does not name (its text counted as
+// kindOf says): a system prompt or instructions is a message, and a settings object may
+// cap the output.
+func (w *walker) readOther(key []byte, start int) {
+	if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
+		w.r.Messages++
+	}
+	if capKeys := configCapKeys(key); capKeys != nil && w.b[start] == '{' {
+		// Gemini's generationConfig.maxOutputTokens, Bedrock Converse's
+		// inferenceConfig.maxTokens: the cap in the request's settings object.
+		w.r.OutputCap = max(w.r.OutputCap, configCap(w.b, start, capKeys))
 	}
 }
 
@@ -375,10 +419,6 @@ type walker struct {
 	bad   bool
 	depth int // the objects and arrays open around the current value
 }
-
-// maxDepth is encoding/json's bound on nesting: a document with more arrays and objects
-// open at once is refused, and no reading of one recurses deeper.
-const maxDepth = 10000
 
 // fail marks the document refused and returns the index that ends every walk.
 func (w *walker) fail() int {
@@ -442,7 +482,7 @@ func (w *walker) value(i int, kind valueKind) int {
 		w.r.TextBytes += n
 		return end
 	case c == '{', c == '[':
-		if w.depth++; w.depth > maxDepth {
+		if w.depth++; w.depth > jsonscan.MaxNesting { // refused, as encoding/json refuses it
 			return w.fail()
 		}
 		var end int
@@ -480,7 +520,7 @@ func (w *walker) value(i int, kind valueKind) int {
 type membersOf uint8
 
 const (
-	requestMembers membersOf = iota // the request's own: topLevelKind, then walker.member
+	requestMembers membersOf = iota // the request's own: requestKeys, else kindOf and readOther
 	textMembers                     // kindOf
 	skippedMembers                  // no text in any
 )
@@ -505,17 +545,24 @@ func (w *walker) members(i int, of membersOf) int {
 			return w.fail()
 		}
 		start, kind := jsonscan.SkipSpace(b, i+1), skipped
-		switch of {
-		case requestMembers:
-			kind = topLevelKind(key)
-		case textMembers:
+		var rk *requestKey // the request's own member of a name it reads
+		if of == requestMembers {
+			rk = requestKeyOf(key)
+		}
+		switch {
+		case rk != nil:
+			kind = rk.kind
+		case of != skippedMembers:
 			kind = kindOf(key)
 		}
 		if end = w.value(start, kind); w.bad {
 			return end
 		}
-		if of == requestMembers {
-			w.member(key, start, end)
+		switch {
+		case rk != nil:
+			w.read(rk.reads, start, end)
+		case of == requestMembers:
+			w.readOther(key, start)
 		}
 		var closed bool
 		if i, closed = w.next(end, '}'); closed {

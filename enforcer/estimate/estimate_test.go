@@ -3,6 +3,7 @@ package estimate
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/jsonscan"
 	"io"
 	"math"
 	"os"
@@ -243,9 +244,9 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"a":-}`, `{"a":1e}`, `{"a":1e+}`, `{"a":-0.0e-0}`, `{"a":tru}`, `{"a":nul}`, `{"a":[1,]}`, `{"a":1,}`, `{"a" 1}`,
 		`{"a":1}}`, `{"a":[1 2]}`, `{"a":{"b"}}`, `{,}`, "\ufeff{}", " \t\r\n{ } \n", `{"a":"\ud800\u"}`,
 		`{"a":"\ud83d\ude0"}`, `{"model":"m","max_tokens":100,"messages":[{"content":"x"}],"stream":tru}`,
-		`{"a":` + strings.Repeat("[", maxDepth-1) + strings.Repeat("]", maxDepth-1) + `}`, // as deep as encoding/json reads
-		`{"a":` + strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth) + `}`,     // one deeper: refused
-		`{"a":` + strings.Repeat(`{"b":`, maxDepth) + `1` + strings.Repeat("}", maxDepth) + `}`,
+		`{"a":` + strings.Repeat("[", jsonscan.MaxNesting-1) + strings.Repeat("]", jsonscan.MaxNesting-1) + `}`, // as deep as encoding/json reads
+		`{"a":` + strings.Repeat("[", jsonscan.MaxNesting) + strings.Repeat("]", jsonscan.MaxNesting) + `}`,     // one deeper: refused
+		`{"a":` + strings.Repeat(`{"b":`, jsonscan.MaxNesting) + `1` + strings.Repeat("}", jsonscan.MaxNesting) + `}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -821,8 +822,8 @@ func TestInputRefusesDeepNesting(t *testing.T) {
 	if _, err := Input(body); err == nil {
 		t.Fatal("read a body nested 5,000,001 levels deep")
 	}
-	ok := []byte(`{"messages":` + strings.Repeat(`[{"content":`, (maxDepth-1)/2) + `"x"` + strings.Repeat("}]", (maxDepth-1)/2) + `}`)
+	ok := []byte(`{"messages":` + strings.Repeat(`[{"content":`, (jsonscan.MaxNesting-1)/2) + `"x"` + strings.Repeat("}]", (jsonscan.MaxNesting-1)/2) + `}`)
 	if r, err := Input(ok); err != nil || r.Messages == 0 {
-		t.Fatalf("%v reading a body nested %d levels deep, within the bound (%d messages)", err, 1+2*((maxDepth-1)/2), r.Messages)
+		t.Fatalf("%v reading a body nested %d levels deep, within the bound (%d messages)", err, 1+2*((jsonscan.MaxNesting-1)/2), r.Messages)
 	}
 }

@@ -17,9 +17,9 @@ func FuzzWellFormedAsEncodingJSON(f *testing.F) {
 		`"\u00e9"`, `"\u00g9"`, `"\x"`, `"\/"`, `"a` + "\t" + `b"`, `"` + "\x00" + `"`, "\"\xff\xfe\"", `"\ud83d"`,
 		`{"a":1,}`, `[1,]`, `{"a" 1}`, `{a:1}`, `{"a":1}}`, `{} {}`, `{}` + "\f", "\v{}", `tru`, `nul`, `true false`,
 		`{"a":[{"b":[{"c":"d"}]}]}`, "{\"a\":\n\r\t1}", `[[[[[[]]]]]]`,
-		strings.Repeat("[", maxNesting) + strings.Repeat("]", maxNesting),
-		strings.Repeat("[", maxNesting+1) + strings.Repeat("]", maxNesting+1),
-		`{"code":"` + strings.Repeat("{[", maxNesting) + `"}`,
+		strings.Repeat("[", MaxNesting) + strings.Repeat("]", MaxNesting),
+		strings.Repeat("[", MaxNesting+1) + strings.Repeat("]", MaxNesting+1),
+		`{"code":"` + strings.Repeat("{[", MaxNesting) + `"}`,
 	} {
 		f.Add([]byte(s))
 	}
