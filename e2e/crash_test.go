@@ -30,7 +30,8 @@ import (
 
 // childEnv, set in a child process's environment, makes TestMain run a program in it
 // instead of the tests (startChild): "enforcer" or "controlplane", a real process that a
-// test can SIGKILL, or a benchmark can measure on its own.
+// test can SIGKILL, or a benchmark can measure on its own; or "gohop", a plain Go reverse
+// proxy (runGoHop) whose cost a benchmark compares with the gateway's.
 const childEnv = "TOLLGATE_E2E_CHILD"
 
 func TestMain(m *testing.M) {
@@ -46,6 +47,8 @@ func TestMain(m *testing.M) {
 		err = enfapp.Run(ctx, []string{"serve"}, os.Getenv, enfapp.IO{Stdout: os.Stdout, Stderr: os.Stderr})
 	case "controlplane":
 		err = cpapp.Run(ctx, []string{"serve"}, os.Getenv, cpapp.IO{Stdin: strings.NewReader(""), Stdout: os.Stdout, Stderr: os.Stderr})
+	case "gohop":
+		err = runGoHop(ctx)
 	default:
 		err = errors.New("unknown " + childEnv + " " + role)
 	}

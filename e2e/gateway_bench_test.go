@@ -136,18 +136,23 @@ const (
 // With Caddy on PATH, the json case also runs through deploy/caddy/Caddyfile.gateway
 // (its health checks of the enforcer left out): caddy-added-p50/p99-ms and
 // caddy-cpu-us/req are one hop of a Go reverse proxy (net/http, as the gateway's), the
-// floor of a Go proxy on this machine. Not the sse case: Debian's Caddy (2.6) now and
-// then cuts a stream it proxies (caddyserver/caddy#5431).
+// floor of a full Go proxy on this machine. Not the sse case: Debian's Caddy (2.6) now
+// and then cuts a stream it proxies (caddyserver/caddy#5431). Always, the json case also
+// runs through a bare Go hop (since 2026-12-01): the standard library's
+// httputil.ReverseProxy in a process of its own with the enforcer's runtime settings
+// (runGoHop), gohop-added-p50/p99-ms and gohop-cpu-us/req: what net/http's server and
+// transport cost alone, below which no proxy on net/http goes (the gateway is one).
 // That nginx run has the machine to itself, the gateway's shares it with the control
 // plane and Postgres; so the json case ends with a run side by side: the gateway's load
 // again (1,000/s), and beside it probes of gwProbeRate each over the same seconds,
 // one straight to the upstream and one through nginx (and one through Caddy, when it
-// is here). side-nginx-added-p50/p99-ms is what the plain hop adds while the stack
+// is here, and one through the bare Go hop). side-nginx-added-p50/p99-ms is what the plain hop adds while the stack
 // works (the nginx probe's percentile minus the direct probe's), side-added-beyond-start-
 // wait-p50/p99-ms the gateway's requests less their start waits against the same direct
 // probe, and side-beyond-nginx-p99-ms the difference of the two p99s: the gateway's tail
 // beyond the tail any proxy hop has on this machine at that moment (side-caddy-* and
-// side-beyond-caddy-p99-ms the same against the Caddy probe).
+// side-beyond-caddy-p99-ms the same against the Caddy probe, side-gohop-* and
+// side-beyond-gohop-p99-ms against the bare Go hop's).
 //
 // Processes: the timed cases (json, sse) run the control plane and the enforcer each in
 // a process of its own (this test binary again, as TestMain's children), as they are
@@ -280,7 +285,7 @@ func BenchmarkGateway(b *testing.B) {
 	caddy := startHop(b, "caddy", "apt-get install caddy", func(listen string) *exec.Cmd {
 		return caddyCommand(b, listen, upstreamHost)
 	})
-	viaNginx, hops := nginx.base, []*proxyHop{nginx, caddy}
+	viaNginx, hops := nginx.base, []*proxyHop{nginx, caddy, startGoHop(b, upSrv.URL)}
 
 	settled := func(b *testing.B, on *stack) {
 		b.Helper()

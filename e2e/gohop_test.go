@@ -1,0 +1,61 @@
+package e2e_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+)
+
+// goHopUpstreamEnv, in the environment of a "gohop" child, is the base URL it proxies to.
+const goHopUpstreamEnv = "TOLLGATE_E2E_GOHOP_UPSTREAM"
+
+// runGoHop is the floor of a reverse proxy written in Go on net/http, as the gateway
+// is: the standard library's httputil.ReverseProxy, nothing else (no admission, no
+// logging), flushing as it copies. Caddy, the other Go hop BenchmarkGateway measures,
+// does more per request (its handler chain, its own logging and metrics), so this tells
+// apart what net/http's server and transport cost from what a full proxy adds.
+func runGoHop(ctx context.Context) error {
+	target, err := url.Parse(os.Getenv(goHopUpstreamEnv))
+	if err != nil || target.Host == "" {
+		return fmt.Errorf("%s: a base URL is required", goHopUpstreamEnv)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1 // every write flushed at once, as the gateway does
+	proxy.Transport = &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	// The line startChild waits for (listening).
+	fmt.Fprintf(os.Stderr, "msg=listening server=hop addr=%s\n", ln.Addr())
+	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// startGoHop runs runGoHop in a process of its own in front of upstream, with the
+// enforcer's Go runtime settings (the Helm chart's), so that the two Go hops compare.
+func startGoHop(b *testing.B, upstream string) *proxyHop {
+	b.Helper()
+	c := startChild(b, "gohop", map[string]string{goHopUpstreamEnv: upstream, "GOGC": "400", "GOMEMLIMIT": "200MiB"}, 1)
+	pid := c.cmd.Process.Pid
+	return &proxyHop{name: "gohop", base: "http://" + c.addrs["hop"], cpu: func() time.Duration { return pidCPU(pid) }}
+}
