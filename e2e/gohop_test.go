@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -53,9 +56,30 @@ func runGoHop(ctx context.Context) error {
 
 // startGoHop runs runGoHop in a process of its own in front of upstream, with the
 // enforcer's Go runtime settings (the Helm chart's), so that the two Go hops compare.
-func startGoHop(b *testing.B, upstream string) *proxyHop {
-	b.Helper()
-	c := startChild(b, "gohop", map[string]string{goHopUpstreamEnv: upstream, "GOGC": "400", "GOMEMLIMIT": "200MiB"}, 1)
+func startGoHop(tb testing.TB, upstream string) *proxyHop {
+	tb.Helper()
+	c := startChild(tb, "gohop", map[string]string{goHopUpstreamEnv: upstream, "GOGC": "400", "GOMEMLIMIT": "200MiB"}, 1)
 	pid := c.cmd.Process.Pid
 	return &proxyHop{name: "gohop", base: "http://" + c.addrs["hop"], cpu: func() time.Duration { return pidCPU(pid) }}
+}
+
+// The bare Go hop that BenchmarkGateway measures relays a request and its answer
+// unchanged, so that its figures are those of a working proxy.
+func TestGoHopRelays(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Seen-Path", r.URL.Path)
+		_, _ = w.Write(append([]byte("echo:"), body...))
+	}))
+	defer up.Close()
+	hop := startGoHop(t, up.URL)
+	res, err := http.Post(hop.base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || string(body) != `echo:{"model":"m"}` || res.Header.Get("X-Seen-Path") != "/v1/chat/completions" {
+		t.Fatalf("through the hop: %d %q, path %q", res.StatusCode, body, res.Header.Get("X-Seen-Path"))
+	}
 }
