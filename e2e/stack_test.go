@@ -221,6 +221,10 @@ func (s *stack) startEnforcer(t testing.TB, env ...map[string]string) *enforcer 
 		// suite shares two CPUs with its other packages, and a starved read must not turn
 		// a test's 429 into a 503.
 		"TOLLGATE_REDIS_CHECK_TIMEOUT": "2s",
+		// Likewise the durable start's deadline (default 500ms, tested in enforcer/startq
+		// and enforcer/app): on that shared machine one start batch once took 882ms, and
+		// its request was answered 503 where the test wanted it proxied.
+		"TOLLGATE_ENFORCER_START_DEADLINE": "2s",
 	}
 	maps.Copy(vars, s.redisEnv())
 	for _, m := range env {
