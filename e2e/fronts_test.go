@@ -101,8 +101,11 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 				// Debian's Caddy (2.6) now and then cuts a stream it proxies to an HTTP/1.1
 				// client before its first chunk ("reading from backend: use of closed
 				// network connection", caddyserver/caddy#5431, seen once on a loaded
-				// machine). The gateway settled that request as any other, and it is
-				// counted; the stream is asked once more.
+				// machine; most likely net/http's transport failing its look past the
+				// end of the request's body, which the server closed when the answer
+				// began: endAtLength, enforcer/gateway/upload.go). The gateway settled
+				// that request as any other, and it is counted; the stream is asked once
+				// more.
 				rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
 				t.Logf("Caddy cut the stream (caddyserver/caddy#5431), charged %d; once more\n%s", rec.cost(), logs.String())
 				extraSettled, extraUsed = extraSettled+1, extraUsed+rec.cost()

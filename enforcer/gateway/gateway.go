@@ -775,8 +775,9 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 	}
 	switch {
 	case p.upload && r.ContentLength != 0:
-		out.Body, out.ContentLength = r.Body, r.ContentLength // -1: sent chunked, as it came
-		if p.form = sniffForm(r.Header.Get("Content-Type"), r.Body); p.form != nil {
+		body := endAtLength(r.Body, r.ContentLength)
+		out.Body, out.ContentLength = body, r.ContentLength // -1: sent chunked, as it came
+		if p.form = sniffForm(r.Header.Get("Content-Type"), body); p.form != nil {
 			p.imageEdit = requestbody.IsImageEdit(r.URL.Path)
 			out.Body = p.form
 		}

@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// serverBody is a request body as an HTTP/1.x server hands it to a handler, read to its
+// announced length and then consumed and closed by the server because the handler's
+// response began: every later read fails as net/http's own does.
+type serverBody struct {
+	r      *strings.Reader
+	closed bool
+}
+
+func (b *serverBody) Read(p []byte) (int, error) {
+	if b.r.Len() == 0 {
+		b.closed = true // the response began: the server consumed and closed it
+	}
+	if b.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.r.Read(p)
+}
+
+func (b *serverBody) Close() error { b.closed = true; return nil }
+
+// An upload of announced length goes upstream whole even when the server has closed its
+// body by the time the transport looks past the body's end (endAtLength): the transport
+// then read the closed body, failed the request, and closed the connection under the
+// answer it was relaying. Request.Write is the transport's own writer, the one that
+// looks past the end.
+func TestUploadEndsAtItsLength(t *testing.T) {
+	const form = "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n--b--\r\n"
+	for _, c := range []struct{ name, contentType, body string }{
+		{"audio", "audio/mpeg", strings.Repeat("\xff\xfb", 3000)},
+		{"form", "multipart/form-data; boundary=b", form},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// The premise: net/http reads past the end of a body of known length.
+			bare, _ := http.NewRequest("POST", "http://upstream.test/v1/audio/transcriptions", nil)
+			bare.Body, bare.ContentLength = &serverBody{r: strings.NewReader(c.body)}, int64(len(c.body))
+			if err := bare.Write(io.Discard); err == nil || !strings.Contains(err.Error(), http.ErrBodyReadAfterClose.Error()) {
+				t.Fatalf("the server's body sent as it is: %v; net/http no longer reads past a body's length, and endAtLength may go", err)
+			}
+
+			r, _ := http.NewRequest("POST", "http://gateway.test/v1/audio/transcriptions", nil)
+			r.Header.Set("Content-Type", c.contentType)
+			r.Body, r.ContentLength = &serverBody{r: strings.NewReader(c.body)}, int64(len(c.body))
+			p := &proxied{upload: true, route: &Route{Upstream: &url.URL{Scheme: "http", Host: "upstream.test"}, Header: "Authorization"}}
+			out, err := p.upstreamRequest(context.Background(), r, nil, "Bearer provider", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sent bytes.Buffer
+			if err := out.Write(&sent); err != nil {
+				t.Fatalf("the upload through the gateway: %v", err)
+			}
+			if _, body, _ := strings.Cut(sent.String(), "\r\n\r\n"); body != c.body {
+				t.Fatalf("sent %d bytes of body, want the %d announced", len(body), len(c.body))
+			}
+			if p.form != nil {
+				if said := p.form.Said(); said.model != "whisper-1" {
+					t.Fatalf("the form's model read on the side: %q", said.model)
+				}
+			}
+		})
+	}
+}
