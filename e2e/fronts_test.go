@@ -50,19 +50,8 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 				"TOLLGATE_CADDY_ADDR="+listen, "TOLLGATE_GATEWAY_ADDR="+gw.Host, "TOLLGATE_ENFORCER_ADMIN_PORT="+admin.Port())
 			return cmd
 		},
-		"nginx": func(t *testing.T, listen string) *exec.Cmd { return nginxCommand(t, listen, gw.Host) },
-		"traefik": func(t *testing.T, listen string) *exec.Cmd {
-			traefik := testio.LookTool(t, "traefik", "bash deploy/traefik/build.sh (Traefik is not packaged for Debian: it builds Traefik from its Go module)")
-			work := t.TempDir()
-			dynamic := filepath.Join(work, "dynamic.yaml")
-			writeFile(t, filepath.Join(work, "traefik.yaml"), replaced(t, "../deploy/traefik/traefik.yaml",
-				`address: "127.0.0.1:8080"`, `address: "`+listen+`"`,
-				"filename: deploy/traefik/dynamic.yaml", "filename: "+dynamic))
-			writeFile(t, dynamic, replaced(t, "../deploy/traefik/dynamic.yaml",
-				`- url: "http://127.0.0.1:9003"`, `- url: "http://`+gw.Host+`"`,
-				"port: 9091", "port: "+admin.Port()))
-			return exec.Command(traefik, "--configFile="+filepath.Join(work, "traefik.yaml"))
-		},
+		"nginx":   func(t *testing.T, listen string) *exec.Cmd { return nginxCommand(t, listen, gw.Host) },
+		"traefik": func(t *testing.T, listen string) *exec.Cmd { return traefikCommand(t, listen, gw.Host, admin.Port()) },
 	}
 	ran := 0 // fronts whose run finished (a front not installed is skipped outside CI)
 	// Streams a front cut and the test asked again (Caddy's, below): settled and charged
@@ -164,6 +153,25 @@ func writeFile(t testing.TB, path, text string) {
 
 // nginxCommand runs deploy/nginx/nginx.conf as written but for its addresses (listen,
 // and upstream in place of the gateway's), its scratch paths and its access log (off).
+// traefikCommand runs deploy/traefik's example listening on listen, in front of
+// upstream (host:port), its health check on healthPort.
+func traefikCommand(t testing.TB, listen, upstream, healthPort string) *exec.Cmd {
+	t.Helper()
+	traefik := testio.LookTool(t, "traefik", traefikInstall)
+	work := t.TempDir()
+	dynamic := filepath.Join(work, "dynamic.yaml")
+	writeFile(t, filepath.Join(work, "traefik.yaml"), replaced(t, "../deploy/traefik/traefik.yaml",
+		`address: "127.0.0.1:8080"`, `address: "`+listen+`"`,
+		"filename: deploy/traefik/dynamic.yaml", "filename: "+dynamic))
+	writeFile(t, dynamic, replaced(t, "../deploy/traefik/dynamic.yaml",
+		`- url: "http://127.0.0.1:9003"`, `- url: "http://`+upstream+`"`,
+		"port: 9091", "port: "+healthPort))
+	return exec.Command(traefik, "--configFile="+filepath.Join(work, "traefik.yaml"))
+}
+
+// traefikInstall says how to get Traefik.
+const traefikInstall = "bash deploy/traefik/build.sh (Traefik is not packaged for Debian: it builds Traefik from its Go module)"
+
 func nginxCommand(t testing.TB, listen, upstream string) *exec.Cmd {
 	t.Helper()
 	nginx := testio.LookTool(t, "nginx", "apt-get install --no-install-recommends nginx")
