@@ -322,8 +322,15 @@ func (x *exchange) forward() {
 		defer cancel()
 	}
 	var body io.Reader = x.r.Body
-	if x.buffered {
+	switch {
+	case x.buffered:
 		body = bytes.NewReader(x.body)
+	case x.r.ContentLength > 0:
+		// Ended at its length, so that the transport's look past the end does not read
+		// the server's body, which the server closes once the answer begins: that read
+		// failing, the transport would close the connection under the answer (a cut
+		// stream; endAtLength in enforcer/gateway/upload.go). Envoy has no such race.
+		body = io.LimitReader(x.r.Body, x.r.ContentLength)
 	}
 	out, err := http.NewRequestWithContext(ctx, x.req.value(":method"), strings.TrimSuffix(base, "/")+x.req.value(":path"), body)
 	if err != nil {
