@@ -92,7 +92,7 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 				// network connection", caddyserver/caddy#5431, seen once on a loaded
 				// machine; most likely net/http's transport failing its look past the
 				// end of the request's body, which the server closed when the answer
-				// began: endAtLength, enforcer/gateway/upload.go). The gateway settled
+				// began: pkg/relaybody). The gateway settled
 				// that request as any other, and it is counted; the stream is asked once
 				// more.
 				rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))

@@ -500,9 +500,8 @@ func BenchmarkGateway(b *testing.B) {
 		// Through each plain hop. Caddy and Traefik (as net/http's own ReverseProxy did
 		// before the bare hop bounded its bodies: e2e/gohop_test.go) cut a stream now and
 		// then, when their transport's look past the request body's end comes after the
-		// answer began (caddyserver/caddy#5431; endAtLength in
-		// enforcer/gateway/upload.go): counted in <hop>-cut-%, the first chunk timed over
-		// the streams that were not cut.
+		// answer began (caddyserver/caddy#5431; pkg/relaybody): counted in <hop>-cut-%,
+		// the first chunk timed over the streams that were not cut.
 		for _, h := range hops {
 			if h.base != "" {
 				stopTracking := up.track(gwStreams)

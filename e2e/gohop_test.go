@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/pkg/relaybody"
 )
 
 // goHopUpstreamEnv, in the environment of a "gohop" child, is the base URL it proxies to.
@@ -29,19 +31,11 @@ func runGoHop(ctx context.Context) error {
 	if err != nil || target.Host == "" {
 		return fmt.Errorf("%s: a base URL is required", goHopUpstreamEnv)
 	}
-	// One change to the standard proxy: a body of announced length ends at its length,
-	// so that the transport's look past its end does not read the server's body, which
-	// the server may have closed once the answer began; as is, the proxy cut about one
-	// stream in 200 at 500 streams/s here ("use of closed network connection"; the
-	// gateway's uploads: endAtLength, enforcer/gateway/upload.go).
+	// One change to the standard proxy: a body of announced length ends at its length
+	// (relaybody); as is, the proxy cut 6 to 10 streams of 1,500 at 500 streams/s here.
 	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
 		r.SetURL(target)
-		if r.Out.Body != nil && r.Out.ContentLength > 0 {
-			r.Out.Body = struct {
-				io.Reader
-				io.Closer
-			}{io.LimitReader(r.Out.Body, r.Out.ContentLength), r.Out.Body}
-		}
+		r.Out.Body = relaybody.EndAtLength(r.Out.Body, r.Out.ContentLength)
 	}}
 	proxy.FlushInterval = -1 // every write flushed at once, as the gateway does
 	proxy.Transport = &http.Transport{

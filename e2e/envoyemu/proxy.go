@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/tollgate-dev/tollgate/pkg/relaybody"
 )
 
 // Options configure a Proxy.
@@ -321,16 +323,10 @@ func (x *exchange) forward() {
 		ctx, cancel = context.WithTimeout(ctx, x.route.Timeout)
 		defer cancel()
 	}
-	var body io.Reader = x.r.Body
-	switch {
-	case x.buffered:
+	// Ended at its length, as a Go proxy must (relaybody); Envoy has no such race.
+	var body io.Reader = relaybody.EndAtLength(x.r.Body, x.r.ContentLength)
+	if x.buffered {
 		body = bytes.NewReader(x.body)
-	case x.r.ContentLength > 0:
-		// Ended at its length, so that the transport's look past the end does not read
-		// the server's body, which the server closes once the answer begins: that read
-		// failing, the transport would close the connection under the answer (a cut
-		// stream; endAtLength in enforcer/gateway/upload.go). Envoy has no such race.
-		body = io.LimitReader(x.r.Body, x.r.ContentLength)
 	}
 	out, err := http.NewRequestWithContext(ctx, x.req.value(":method"), strings.TrimSuffix(base, "/")+x.req.value(":path"), body)
 	if err != nil {

@@ -51,6 +51,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
+	"github.com/tollgate-dev/tollgate/pkg/relaybody"
 )
 
 // Checker is the gate (gate.Gate).
@@ -775,7 +776,9 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 	}
 	switch {
 	case p.upload && r.ContentLength != 0:
-		body := endAtLength(r.Body, r.ContentLength)
+		// Ended at its length: the transport's look past the end must not read the
+		// server's body, which the server closes once the answer begins (relaybody).
+		body := relaybody.EndAtLength(r.Body, r.ContentLength)
 		out.Body, out.ContentLength = body, r.ContentLength // -1: sent chunked, as it came
 		if p.form = sniffForm(r.Header.Get("Content-Type"), body); p.form != nil {
 			p.imageEdit = requestbody.IsImageEdit(r.URL.Path)

@@ -57,34 +57,6 @@ type formSaid struct {
 	fields map[string]string
 }
 
-// endAtLength is an upload's body of announced length n (when n > 0) as the transport
-// is to read it: it ends after n bytes without reading the request's body again.
-//
-// net/http's transport reads a body of known length to its length, then once more to
-// make sure nothing follows. An HTTP/1.x server, for its part, consumes and closes a
-// request's body when its handler's response begins (unless the handler enables full
-// duplex). So when an upstream answers as soon as it has the body's last byte, and the
-// answer's first bytes reach the client before the transport's goroutine makes that
-// last read, the read finds the body closed ("invalid Read on closed Body"); the
-// transport takes that for a broken request and closes the upstream connection, cutting
-// the answer being relayed. httputil.ReverseProxy, which sends the server's body as it
-// is, cut about one stream in 200 so on a loaded machine (BenchmarkGateway's bare Go
-// hop before it bounded its bodies the same way, e2e/gohop_test.go): the likely cause
-// of the cut streams seen through Caddy, caddyserver/caddy#5431. A body the gateway
-// read into memory (every other one) never reaches the transport as the server's.
-func endAtLength(body io.ReadCloser, n int64) io.ReadCloser {
-	if n <= 0 {
-		return body // -1: chunked, which ends at its terminator, read before any answer
-	}
-	return lengthBoundBody{Reader: io.LimitReader(body, n), Closer: body}
-}
-
-// lengthBoundBody reads from a limited reader and closes the body under it.
-type lengthBoundBody struct {
-	io.Reader
-	io.Closer
-}
-
 // sniffForm wraps an upload's body when its content type is a multipart form with a
 // boundary; else it returns nil and the body goes as it is.
 func sniffForm(contentType string, body io.ReadCloser) *formSniffer {

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -31,10 +30,10 @@ func (b *serverBody) Read(p []byte) (int, error) {
 func (b *serverBody) Close() error { b.closed = true; return nil }
 
 // An upload of announced length goes upstream whole even when the server has closed its
-// body by the time the transport looks past the body's end (endAtLength): the transport
-// then read the closed body, failed the request, and closed the connection under the
-// answer it was relaying. Request.Write is the transport's own writer, the one that
-// looks past the end.
+// body by the time the transport looks past the body's end (relaybody.EndAtLength):
+// before, the transport read the closed body, failed the request, and closed the
+// connection under the answer it was relaying. Request.Write is the transport's own
+// writer, the one that looks past the end.
 func TestUploadEndsAtItsLength(t *testing.T) {
 	const form = "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n--b--\r\n"
 	for _, c := range []struct{ name, contentType, body string }{
@@ -42,13 +41,6 @@ func TestUploadEndsAtItsLength(t *testing.T) {
 		{"form", "multipart/form-data; boundary=b", form},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			// The premise: net/http reads past the end of a body of known length.
-			bare, _ := http.NewRequest("POST", "http://upstream.test/v1/audio/transcriptions", nil)
-			bare.Body, bare.ContentLength = &serverBody{r: strings.NewReader(c.body)}, int64(len(c.body))
-			if err := bare.Write(io.Discard); err == nil || !strings.Contains(err.Error(), http.ErrBodyReadAfterClose.Error()) {
-				t.Fatalf("the server's body sent as it is: %v; net/http no longer reads past a body's length, and endAtLength may go", err)
-			}
-
 			r, _ := http.NewRequest("POST", "http://gateway.test/v1/audio/transcriptions", nil)
 			r.Header.Set("Content-Type", c.contentType)
 			r.Body, r.ContentLength = &serverBody{r: strings.NewReader(c.body)}, int64(len(c.body))

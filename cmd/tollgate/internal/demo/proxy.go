@@ -7,6 +7,7 @@ import (
 	"net/url"
 
 	"github.com/tollgate-dev/tollgate/pkg/credential"
+	"github.com/tollgate-dev/tollgate/pkg/relaybody"
 )
 
 // Proxy is a minimal forward-auth proxy for machines without Caddy: it asks the
@@ -70,6 +71,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	}
+	r.Body = relaybody.EndAtLength(r.Body, r.ContentLength) // or a stream could be cut (relaybody)
 	rp.ServeHTTP(w, r)
 }
 
