@@ -7,27 +7,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/testio"
 )
-
-// serverBody is a request body as an HTTP/1.x server hands it to a handler, read to its
-// announced length and then consumed and closed by the server because the handler's
-// response began: every later read fails as net/http's own does.
-type serverBody struct {
-	r      *strings.Reader
-	closed bool
-}
-
-func (b *serverBody) Read(p []byte) (int, error) {
-	if b.r.Len() == 0 {
-		b.closed = true // the response began: the server consumed and closed it
-	}
-	if b.closed {
-		return 0, http.ErrBodyReadAfterClose
-	}
-	return b.r.Read(p)
-}
-
-func (b *serverBody) Close() error { b.closed = true; return nil }
 
 // An upload of announced length goes upstream whole even when the server has closed its
 // body by the time the transport looks past the body's end (relaybody.EndAtLength):
@@ -43,7 +25,7 @@ func TestUploadEndsAtItsLength(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r, _ := http.NewRequest("POST", "http://gateway.test/v1/audio/transcriptions", nil)
 			r.Header.Set("Content-Type", c.contentType)
-			r.Body, r.ContentLength = &serverBody{r: strings.NewReader(c.body)}, int64(len(c.body))
+			r.Body, r.ContentLength = testio.NewServerBody(c.body), int64(len(c.body))
 			p := &proxied{upload: true, route: &Route{Upstream: &url.URL{Scheme: "http", Host: "upstream.test"}, Header: "Authorization"}}
 			out, err := p.upstreamRequest(context.Background(), r, nil, "Bearer provider", false)
 			if err != nil {

@@ -1,12 +1,13 @@
 // Package testio holds the small I/O helpers several packages' tests share: a log
 // destination a test may read while a program writes it, a body cut into the arbitrary
-// pieces a stream arrives in, a free loopback address, the path of a third-party
-// tool, and the process's resident set. Tests only; nothing in a program imports it.
+// pieces a stream arrives in, a request body its server has closed, a free loopback
+// address, the path of a third-party tool, and the process's resident set. Tests only; nothing in a program imports it.
 package testio
 
 import (
 	"bytes"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -87,3 +88,28 @@ func ResidentBytes() int64 {
 	}
 	return 0
 }
+
+// ServerBody is a request body as an HTTP/1.x server hands it to a handler: its bytes,
+// and then, once they are read to their end, consumed and closed by the server (as when
+// the handler's answer begins), so that every later read fails as net/http's own body
+// does (http.ErrBodyReadAfterClose). Closed tells whether it was closed.
+type ServerBody struct {
+	r      *strings.Reader
+	Closed bool
+}
+
+// NewServerBody is a ServerBody of s.
+func NewServerBody(s string) *ServerBody { return &ServerBody{r: strings.NewReader(s)} }
+
+func (b *ServerBody) Read(p []byte) (int, error) {
+	if b.r.Len() == 0 {
+		b.Closed = true // read to its end: the server consumes and closes it
+	}
+	if b.Closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.r.Read(p)
+}
+
+// Close closes the body.
+func (b *ServerBody) Close() error { b.Closed = true; return nil }

@@ -6,28 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/relaybody"
 )
-
-// serverBody is a request body as an HTTP/1.x server hands it to a handler, read to its
-// announced length and then consumed and closed by the server because the handler's
-// response began: every later read fails as net/http's own body does.
-type serverBody struct {
-	r      *strings.Reader
-	closed bool
-}
-
-func (b *serverBody) Read(p []byte) (int, error) {
-	if b.r.Len() == 0 {
-		b.closed = true // the response began: the server consumed and closed it
-	}
-	if b.closed {
-		return 0, http.ErrBodyReadAfterClose
-	}
-	return b.r.Read(p)
-}
-
-func (b *serverBody) Close() error { b.closed = true; return nil }
 
 // Request.Write is the transport's own writer, the one that looks past a body's end.
 func TestARequestBodyEndsAtItsLength(t *testing.T) {
@@ -42,15 +23,15 @@ func TestARequestBodyEndsAtItsLength(t *testing.T) {
 	}
 	// The premise: net/http reads past the end of a body of known length.
 	// (Its error, net/http's requestBodyReadError, does not unwrap: compared by text.)
-	if _, err := send(&serverBody{r: strings.NewReader(body)}); err == nil || err.Error() != http.ErrBodyReadAfterClose.Error() {
+	if _, err := send(testio.NewServerBody(body)); err == nil || err.Error() != http.ErrBodyReadAfterClose.Error() {
 		t.Fatalf("the server's body sent as it is: %v; net/http no longer reads past a body's length, and EndAtLength may go", err)
 	}
-	under := &serverBody{r: strings.NewReader(body)}
+	under := testio.NewServerBody(body)
 	got, err := send(relaybody.EndAtLength(under, int64(len(body))))
 	if err != nil || got != body {
 		t.Fatalf("ended at its length: sent %q, %v", got, err)
 	}
-	if !under.closed {
+	if !under.Closed {
 		t.Fatal("the body under it was not closed when the transport was done with it")
 	}
 }
