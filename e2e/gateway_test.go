@@ -272,8 +272,8 @@ func flatten(h http.Header) []string {
 // TestOpenAISDKThroughTheGateway: the official openai npm package, with its default
 // options and retries, with its baseURL at the gateway: a call and a stream admitted and
 // charged exactly (the stream did not ask for usage: the gateway did), then, with the
-// limit spent, the call refused fast with the 429 and not retried, never reaching the
-// provider.
+// limit spent, the call, the stream and an upload refused fast with the 429 and not
+// retried, never reaching the provider.
 func TestOpenAISDKThroughTheGateway(t *testing.T) {
 	// Not parallel: it times the refused calls (under 2 s), which a loaded machine
 	// would blur; Go runs it before the parallel tests.
@@ -323,7 +323,11 @@ func TestOpenAISDKThroughTheGateway(t *testing.T) {
 		return s.metric(t, "tollgate_enforcer_settlements_total") >= float64(settled)
 	})
 	before := len(fake.Calls())
-	for _, scenario := range []string{"json", "stream"} {
+	// The upload too (1 MiB of audio): refused before the gateway reads it, it must still
+	// reach the SDK as the 429, not as a connection the server cut while the client was
+	// writing (net/http discards 256 KiB of an unread body, then closes, after the answer).
+	blocked := []string{"json", "stream", "transcribe"}
+	for _, scenario := range blocked {
 		t.Run("blocked "+scenario, func(t *testing.T) {
 			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model)
 			r.wasRefusedFast(t)
@@ -332,7 +336,7 @@ func TestOpenAISDKThroughTheGateway(t *testing.T) {
 	if n := len(fake.Calls()) - before; n != 0 {
 		t.Errorf("refused calls reached the provider: %d", n)
 	}
-	if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused"); n != 2 {
-		t.Errorf("the gateway refused %v requests, want 2 (one per call: the SDK did not retry)", n)
+	if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused"); n != float64(len(blocked)) {
+		t.Errorf("the gateway refused %v requests, want %d (one per call: the SDK did not retry)", n, len(blocked))
 	}
 }
