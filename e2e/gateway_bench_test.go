@@ -143,9 +143,9 @@ const (
 // gohop-ttfb-added-*: what net/http's server and transport cost alone, below which no
 // proxy on net/http goes (the gateway is one). With Traefik on PATH (deploy/traefik's
 // example), every case runs through it as well (traefik-*). The sse case runs every hop,
-// Caddy too (since 2026-12-01), and reports the streams each cut (<hop>-cut-%): Caddy
-// and Traefik cut some (caddyserver/caddy#5431), and their first-chunk figures are over
-// the others.
+// Caddy too (since 2026-12-01), and reports the streams each cut (<hop>-cut-%): Debian's
+// Caddy 2.6 and Traefik cut some (caddyserver/caddy#5431), and their first-chunk figures
+// are over the others.
 // That nginx run has the machine to itself, the gateway's shares it with the control
 // plane and Postgres; so the json case ends with a run side by side: the gateway's load
 // again (1,000/s), and beside it probes of gwProbeRate each over the same seconds,
