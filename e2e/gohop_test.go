@@ -2,9 +2,9 @@ package e2e_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/pkg/listen"
 	"github.com/tollgate-dev/tollgate/pkg/relaybody"
 )
 
@@ -44,21 +45,17 @@ func runGoHop(ctx context.Context) error {
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// Logged as the programs log theirs, the line startChild waits for.
+	lns, err := listen.Open(slog.New(slog.NewTextHandler(os.Stderr, nil)), listen.Addr{Server: "hop", Addr: "127.0.0.1:0"})
 	if err != nil {
 		return err
 	}
-	// The line startChild waits for (listening).
-	fmt.Fprintf(os.Stderr, "msg=listening server=hop addr=%s\n", ln.Addr())
 	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return listen.IgnoreClosed(srv.Serve(lns[0]))
 }
 
 // startGoHop runs runGoHop in a process of its own in front of upstream, with the
