@@ -92,9 +92,8 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 				// network connection", caddyserver/caddy#5431, seen once on a loaded
 				// machine; most likely net/http's transport failing its look past the
 				// end of the request's body, which the server closed when the answer
-				// began: pkg/relaybody). The gateway settled
-				// that request as any other, and it is counted; the stream is asked once
-				// more.
+				// began: pkg/relaybody). The gateway settled that request as any other,
+				// and it is counted; the stream is asked once more.
 				rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
 				t.Logf("Caddy cut the stream (caddyserver/caddy#5431), charged %d; once more\n%s", rec.cost(), logs.String())
 				extraSettled, extraUsed = extraSettled+1, extraUsed+rec.cost()
@@ -151,8 +150,6 @@ func writeFile(t testing.TB, path, text string) {
 	}
 }
 
-// nginxCommand runs deploy/nginx/nginx.conf as written but for its addresses (listen,
-// and upstream in place of the gateway's), its scratch paths and its access log (off).
 // traefikCommand runs deploy/traefik's example listening on listen, in front of
 // upstream (host:port), its health check on healthPort.
 func traefikCommand(t testing.TB, listen, upstream, healthPort string) *exec.Cmd {
@@ -172,6 +169,8 @@ func traefikCommand(t testing.TB, listen, upstream, healthPort string) *exec.Cmd
 // traefikInstall says how to get Traefik.
 const traefikInstall = "bash deploy/traefik/build.sh (Traefik is not packaged for Debian: it builds Traefik from its Go module)"
 
+// nginxCommand runs deploy/nginx/nginx.conf as written but for its addresses (listen,
+// and upstream in place of the gateway's), its scratch paths and its access log (off).
 func nginxCommand(t testing.TB, listen, upstream string) *exec.Cmd {
 	t.Helper()
 	nginx := testio.LookTool(t, "nginx", "apt-get install --no-install-recommends nginx")
