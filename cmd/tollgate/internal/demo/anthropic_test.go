@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -34,5 +35,24 @@ func TestAnthropicAnswersAreReadable(t *testing.T) {
 		if res.StatusCode != 200 || !u.Complete || u.InputTokens != AnthropicInputTokens || u.OutputTokens != AnthropicOutputTokens || u.Model != want {
 			t.Errorf("%s: %d, read %+v from %s", body, res.StatusCode, u, b)
 		}
+	}
+}
+
+// A path the demo upstream does not serve is a 404 in JSON, as a provider's is, so an
+// SDK pointed at the demo reports the message rather than a parse error.
+func TestUnservedPathIsJSON(t *testing.T) {
+	up := httptest.NewServer(&Upstream{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer up.Close()
+	res, err := http.Get(up.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var e struct {
+		Error struct{ Message string } `json:"error"`
+	}
+	err = json.NewDecoder(res.Body).Decode(&e)
+	if res.StatusCode != http.StatusNotFound || res.Header.Get("Content-Type") != "application/json" || err != nil || !strings.Contains(e.Error.Message, "/v1/messages") {
+		t.Errorf("%d %q: %+v, %v", res.StatusCode, res.Header.Get("Content-Type"), e, err)
 	}
 }

@@ -49,7 +49,10 @@ type Upstream struct {
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	anthropic := strings.HasSuffix(r.URL.Path, "/messages")
 	if r.Method != http.MethodPost || !anthropic && !strings.HasSuffix(r.URL.Path, "/chat/completions") {
-		http.Error(w, `{"error":{"message":"the demo upstream serves POST /v1/chat/completions and POST /v1/messages only"}}`, http.StatusNotFound)
+		// In the providers' own shape, so an SDK pointed at the demo shows the message.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"error":{"type":"not_found_error","message":"the demo upstream serves POST /v1/chat/completions and POST /v1/messages only"}}`)
 		return
 	}
 	var in struct {
