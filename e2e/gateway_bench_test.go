@@ -189,7 +189,11 @@ const (
 // load than the latencies do (only through how many starts and settlements share a
 // batch), so it tells a change that saves a message from noise. pg-cpu-us/req is all of
 // Postgres's CPU (other databases' too: the machine is shared), pg-db-cpu-us/req only the
-// backends of this benchmark's database.
+// backends of this benchmark's database. pg-wal-bytes/req (and /stream) is the
+// write-ahead log Postgres wrote from a run's first request until every request of it
+// was settled, per request: what the durable starts and settlements cost its disk,
+// replicas and backups (the share of checkpoints' full-page images moves it between
+// runs).
 //
 // Like BenchmarkFullStack it archives the member's policy (no limit refuses anything),
 // spreads the load over 32 members, and first warms the stack up (credentials, records,
@@ -336,6 +340,20 @@ func BenchmarkGateway(b *testing.B) {
 		cpu, enf, cp, pg, pgDB time.Duration
 		// writes: the three processes' write system calls.
 		writes int64
+		// wal: the bytes of write-ahead log Postgres wrote for the run's starts and
+		// settlements (read after every request settled).
+		wal int64
+	}
+	// walPosition is Postgres's write-ahead log position in bytes: the difference of two
+	// readings is what the server wrote between them (for every database, of which this
+	// benchmark's is the one at work).
+	walPosition := func(b *testing.B) int64 {
+		b.Helper()
+		var lsn int64
+		if err := s.db.Pool.QueryRow(context.Background(), "SELECT (pg_current_wal_lsn() - '0/0')::bigint").Scan(&lsn); err != nil {
+			b.Fatal(err)
+		}
+		return lsn
 	}
 	cpuAndWrites := func() (all, enf, cp time.Duration, writes int64) {
 		all, writes = processCPU(), processWrites()
@@ -351,6 +369,7 @@ func BenchmarkGateway(b *testing.B) {
 		b.Helper()
 		defer up.track(n)()
 		pg0, db0, gc0, enfGC0 := postgresCPU(), postgresDBCPU(dbName), gcCycles(), ps.metric(b, "go_gc_duration_seconds_count")
+		wal0 := walPosition(b)
 		cpu0, enf0, cp0, w0 := cpuAndWrites()
 		r := runPaced(n, rate, gwInFlight, do)
 		time.Sleep(200 * time.Millisecond) // the last settlements leave (settle linger 50ms)
@@ -359,8 +378,9 @@ func BenchmarkGateway(b *testing.B) {
 			pg: postgresCPU() - pg0, pgDB: postgresDBCPU(dbName) - db0, writes: w1 - w0}
 		gcs, enfGCs := gcCycles()-gc0, ps.metric(b, "go_gc_duration_seconds_count")-enfGC0
 		settled(b, ps)
-		b.Logf("%-8s %v; cpu %v (enforcer %v, control plane %v), postgres %v (this database %v), collections: %v in the enforcer, %d here; %.1f writes a request",
-			what, r, m.cpu, m.enf, m.cp, m.pg, m.pgDB, enfGCs, gcs, float64(m.writes)/float64(n))
+		m.wal = walPosition(b) - wal0
+		b.Logf("%-8s %v; cpu %v (enforcer %v, control plane %v), postgres %v (this database %v), collections: %v in the enforcer, %d here; %.1f writes a request; %.0f bytes of WAL a request",
+			what, r, m.cpu, m.enf, m.cp, m.pg, m.pgDB, enfGCs, gcs, float64(m.writes)/float64(n), float64(m.wal)/float64(n))
 		return m
 	}
 	perReq := func(d time.Duration, n int) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(n) }
@@ -452,6 +472,7 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(perReq(chk.cpu-d.cpu, gwRequests), "check-cpu-us/req")
 		b.ReportMetric(perReq(g.pg, gwRequests), "pg-cpu-us/req")
 		b.ReportMetric(perReq(g.pgDB, gwRequests), "pg-db-cpu-us/req")
+		b.ReportMetric(float64(g.wal)/gwRequests, "pg-wal-bytes/req")
 		b.ReportMetric(float64(max(d.late, g.late, chk.late))/gwRequests*100, "late-%")
 
 		// Side by side: the gateway's load again, with a probe straight to the upstream
@@ -553,6 +574,7 @@ func BenchmarkGateway(b *testing.B) {
 		}
 		b.ReportMetric(float64(g.writes-d.writes)/gwStreams, "writes/stream")
 		b.ReportMetric(perReq(g.pg, gwStreams), "pg-cpu-us/stream")
+		b.ReportMetric(float64(g.wal)/gwStreams, "pg-wal-bytes/stream")
 		b.ReportMetric(float64(max(d.late, g.late))/gwStreams*100, "late-%")
 		b.ReportMetric(0, "ns/op")
 	})
