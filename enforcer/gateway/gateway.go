@@ -778,9 +778,9 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 	case p.upload && r.ContentLength != 0:
 		// Ended at its length: the transport's look past the end must not read the
 		// server's body, which the server closes once the answer begins (relaybody).
-		body := relaybody.EndAtLength(r.Body, r.ContentLength)
-		out.Body, out.ContentLength = body, r.ContentLength // -1: sent chunked, as it came
-		if p.form = sniffForm(r.Header.Get("Content-Type"), body); p.form != nil {
+		unread := relaybody.EndAtLength(r.Body, r.ContentLength)
+		out.Body, out.ContentLength = unread, r.ContentLength // -1: sent chunked, as it came
+		if p.form = sniffForm(r.Header.Get("Content-Type"), unread); p.form != nil {
 			p.imageEdit = requestbody.IsImageEdit(r.URL.Path)
 			out.Body = p.form
 		}
