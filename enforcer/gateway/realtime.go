@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -263,6 +264,23 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	var refusal gate.Answer
 	var grace *time.Timer
 	var graceOver <-chan time.Time
+	// clientLeft notes how the client's side ended (err, from relayClient); true when it is
+	// the first sign the client left.
+	clientLeft := func(err error) bool {
+		if errors.Is(err, errClientRefused) && creates == nil {
+			p.settled = true // a session's setup: the tracker settled the request (setupInspector)
+		}
+		switch {
+		case left == nil:
+			left = err
+			return true
+		case websocket.CloseStatus(left) == -1 && websocket.CloseStatus(err) != -1:
+			// A write to the client failed first (it had begun to close): its own close
+			// says why, and is what the provider's side is closed with.
+			left = err
+		}
+		return false
+	}
 	// leaving ends the session once its client left (true), unless a response is in
 	// progress: then its response.done is waited for, realtimeLeftGrace at most.
 	leaving := func() bool {
@@ -282,19 +300,8 @@ relay:
 		select {
 		case m = <-fromUp:
 		case err := <-clientEnded:
-			if errors.Is(err, errClientRefused) && creates == nil {
-				p.settled = true // a session's setup: the tracker settled the request (setupInspector)
-			}
-			switch {
-			case left == nil:
-				left = err
-				if leaving() {
-					break relay
-				}
-			case websocket.CloseStatus(left) == -1 && websocket.CloseStatus(err) != -1:
-				// A write to the client failed first (it had begun to close): its own close
-				// says why, and is what the provider's side is closed with.
-				left = err
+			if clientLeft(err) && leaving() {
+				break relay
 			}
 			continue
 		case <-graceOver:
@@ -322,6 +329,13 @@ relay:
 				// The client is gone; what this event reported is charged all the same (the
 				// provider billed it), below.
 				left = err
+				if errors.Is(err, net.ErrClosed) {
+					// Its close is under way (the write found the handshake begun): the
+					// client's reader is about to report the close, whose code the
+					// provider's side is closed with, and which the session may be about
+					// to close now.
+					awaitClientEnd(ctx, clientEnded, clientLeft)
+				}
 			}
 		}
 		// A Responses session settles its responses itself (responsesSession).
@@ -388,6 +402,25 @@ relay:
 	}
 	p.settle(last)
 }
+
+// awaitClientEnd hands noted how the client's side ended, reported on ended, waiting
+// clientCloseWait at most: a write to the client found its close under way (net.ErrClosed),
+// so its reader (relayClient) is ending. It reports nothing when it ended the session
+// itself (ctx: the provider could not be written to, and the client was told why).
+func awaitClientEnd(ctx context.Context, ended <-chan error, noted func(error) bool) {
+	wait := time.NewTimer(clientCloseWait)
+	defer wait.Stop()
+	select {
+	case err := <-ended:
+		noted(err)
+	case <-ctx.Done():
+	case <-wait.C:
+	}
+}
+
+// clientCloseWait bounds awaitClientEnd: the reader of a client whose close is under way
+// reports it within microseconds, unless the machine is starved.
+const clientCloseWait = time.Second
 
 // upstreamMessage is a message the provider sent, or the error its side ended with.
 type upstreamMessage struct {
