@@ -1,0 +1,1 @@
+ALTER TABLE usage_request_starts RESET (fillfactor);

@@ -1,0 +1,11 @@
+-- Closing a start at settlement (state and closed_at set) writes a new version of its
+-- row, admission snapshot and all, and cannot be a HOT update: the partial indexes of
+-- pending starts name state. With every page filled by inserts, that version lands on
+-- another page and Postgres logs it whole, about a quarter of the write-ahead log a
+-- request writes (docs/accounting.md, "What a request writes to Postgres's log"). A
+-- start is closed once, within moments of its insert, so a page kept half free for its
+-- own rows' closes holds both versions: Postgres then logs only the bytes that changed
+-- (the row's head and its snapshot, before state, are the same). The table holds as
+-- many row versions either way, and vacuum frees the old ones as before. Pages already
+-- written keep their fill; only new ones are kept half free.
+ALTER TABLE usage_request_starts SET (fillfactor = 50);
