@@ -177,6 +177,11 @@ const (
 // TOLLGATE_BENCH_CHILD_GOGC their GOGC (experiments: docs/gateway-latency.md).
 // TOLLGATE_BENCH_SPECULATIVE_STARTS=off runs the enforcers (in their process and in this
 // one) without speculative starts (TOLLGATE_ENFORCER_SPECULATIVE_STARTS), to compare.
+// TOLLGATE_BENCH_HOP_BURST=<n> sends the plain hops' requests (nginx, Caddy, Traefik,
+// the bare Go hop; not the side-by-side probes) in bursts of n at once, at the same
+// average rate: the shape in which the gateway's requests leave their durable start,
+// each commit admitting the whole batch of starts it holds (the json case logs the
+// starts per call).
 //
 // CPU: each client's run is measured alone, from its first request to 200ms after its
 // last (so queued settlements are sent), with the same load. enforcer-cpu-us/req and
@@ -245,6 +250,14 @@ func BenchmarkGateway(b *testing.B) {
 	memStack := s                 // the stack the memory case runs on: its enforcer in this process
 	cpAdmin := "http://" + s.cp.addrs["admin"]
 	inProcess := os.Getenv("TOLLGATE_BENCH_IN_PROCESS") != ""
+	hopBurst := 1
+	if v := os.Getenv("TOLLGATE_BENCH_HOP_BURST"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("TOLLGATE_BENCH_HOP_BURST=%q: want a count of requests, 1 or more", v)
+		}
+		hopBurst = n
+	}
 	var enfProc *child
 	if !inProcess {
 		cpEnv := map[string]string{"GOGC": "400", "GOMEMLIMIT": "400MiB"}
@@ -393,7 +406,7 @@ func BenchmarkGateway(b *testing.B) {
 		b.Helper()
 		defer up.track(n)()
 		cpu0 := h.cpu()
-		r := runPaced(n, rate, gwInFlight, func(i int) (sample, error) { return do(h.base, i) })
+		r := runBursts(n, rate, hopBurst, gwInFlight, func(i int) (sample, error) { return do(h.base, i) })
 		cpu := h.cpu() - cpu0
 		if !mayCut || len(r.lat) == 0 {
 			mustRun(b, h.name, r)
@@ -447,6 +460,9 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(ms(gate.quantile(.99)), "gate-p99-ms")
 		b.ReportMetric(msd(added99)-ms(start.quantile(.99)), "added-beyond-start-p99-ms")
 		mustTimeEveryStart(b, g.pacedResult)
+		cut, short, long := g.beyondByWait(.90)
+		b.Logf("beyond the start's wait, p99 of the requests that waited up to its p90 (%v): %v; of those that waited longer: %v (the direct run's p99: %v)",
+			cut.Round(time.Microsecond), short.Round(time.Microsecond), long.Round(time.Microsecond), d.pct(.99).Round(time.Microsecond))
 		b.ReportMetric(msd(quantile(g.startWaits, .50)), "start-wait-p50-ms")
 		b.ReportMetric(msd(quantile(g.startWaits, .99)), "start-wait-p99-ms")
 		b.ReportMetric(msd(quantile(g.beyondStart, .50)-d.pct(.50)), "added-beyond-start-wait-p50-ms")
@@ -914,6 +930,9 @@ type pacedResult struct {
 	// whose answer said it (Server-Timing), sorted.
 	beyondStart []time.Duration
 	startWaits  []time.Duration // those parts themselves, sorted
+	// started pairs each such request's start wait with its latency beyond it, in no
+	// order: whether the requests that waited long are the ones that go on slowly.
+	started []startedRequest
 	// beyondGate are the latencies less both their durable start's and their record
 	// read's parts, recordWaits the record reads' parts, sorted.
 	beyondGate, recordWaits []time.Duration
@@ -925,6 +944,30 @@ type pacedResult struct {
 
 // pct is the latency at quantile q.
 func (r pacedResult) pct(q float64) time.Duration { return quantile(r.lat, q) }
+
+// startedRequest is a gateway request's wait for its durable start and its latency
+// beyond that wait.
+type startedRequest struct{ wait, beyond time.Duration }
+
+// beyondByWait splits the requests at their start wait's quantile q: the p99 of the
+// latency beyond the wait of those that waited at most that long, and of the others.
+// The requests of one Start call are admitted at once, when its commit returns, and a
+// slow commit holds more of them: if the tail beyond the wait is theirs (they leave
+// together, queueing for the cores), the second figure is the larger.
+func (r pacedResult) beyondByWait(q float64) (cut, short, long time.Duration) {
+	cut = quantile(r.startWaits, q)
+	var s, l []time.Duration
+	for _, x := range r.started {
+		if x.wait <= cut {
+			s = append(s, x.beyond)
+		} else {
+			l = append(l, x.beyond)
+		}
+	}
+	slices.Sort(s)
+	slices.Sort(l)
+	return cut, quantile(s, .99), quantile(l, .99)
+}
 
 // quantile is sorted's element at quantile q, 0 when empty.
 func quantile(sorted []time.Duration, q float64) time.Duration {
@@ -949,6 +992,12 @@ func (r pacedResult) String() string {
 // at start + i/rate and is made then, whatever is still in flight, by one of conc
 // workers; do returns the latency it measured.
 func runPaced(total int, rate float64, conc int, do func(i int) (sample, error)) pacedResult {
+	return runBursts(total, rate, 1, conc, do)
+}
+
+// runBursts is runPaced with the calls due in bursts of burst at once, at the same
+// average rate: call i is due at start + (i - i%burst)/rate.
+func runBursts(total int, rate float64, burst, conc int, do func(i int) (sample, error)) pacedResult {
 	var next atomic.Int64
 	var mu sync.Mutex
 	r := pacedResult{lat: make([]time.Duration, 0, total)}
@@ -959,6 +1008,7 @@ func runPaced(total int, rate float64, conc int, do func(i int) (sample, error))
 		go func() {
 			defer wg.Done()
 			var lat, toUp, fromUp, beyond, waits, beyondGate, recordWaits []time.Duration
+			var started []startedRequest
 			late, errs := 0, 0
 			var firstErr error
 			for {
@@ -966,7 +1016,7 @@ func runPaced(total int, rate float64, conc int, do func(i int) (sample, error))
 				if i >= total {
 					break
 				}
-				due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+				due := start.Add(time.Duration(float64(i-i%burst) / rate * float64(time.Second)))
 				if wait := time.Until(due); wait > 0 {
 					time.Sleep(wait)
 				} else if wait < -time.Millisecond {
@@ -986,6 +1036,7 @@ func runPaced(total int, rate float64, conc int, do func(i int) (sample, error))
 				}
 				if d.start > 0 {
 					beyond, waits = append(beyond, d.lat-d.start), append(waits, d.start)
+					started = append(started, startedRequest{wait: d.start, beyond: d.lat - d.start})
 					beyondGate, recordWaits = append(beyondGate, d.lat-d.start-d.record), append(recordWaits, d.record)
 				}
 			}
@@ -994,6 +1045,7 @@ func runPaced(total int, rate float64, conc int, do func(i int) (sample, error))
 			r.lat = append(r.lat, lat...)
 			r.toUp, r.fromUp = append(r.toUp, toUp...), append(r.fromUp, fromUp...)
 			r.beyondStart, r.startWaits = append(r.beyondStart, beyond...), append(r.startWaits, waits...)
+			r.started = append(r.started, started...)
 			r.beyondGate, r.recordWaits = append(r.beyondGate, beyondGate...), append(r.recordWaits, recordWaits...)
 			r.late += late
 			r.errs += errs
