@@ -331,9 +331,8 @@ relay:
 				left = err
 				if errors.Is(err, net.ErrClosed) {
 					// Its close is under way (the write found the handshake begun): the
-					// client's reader is about to report the close, whose code the
-					// provider's side is closed with, and which the session may be about
-					// to close now.
+					// client's reader is about to report it, and the provider's side is
+					// closed with its code, not as if the client went away.
 					awaitClientEnd(ctx, clientEnded, clientLeft)
 				}
 			}
@@ -403,10 +402,11 @@ relay:
 	p.settle(last)
 }
 
-// awaitClientEnd hands noted how the client's side ended, reported on ended, waiting
-// clientCloseWait at most: a write to the client found its close under way (net.ErrClosed),
-// so its reader (relayClient) is ending. It reports nothing when it ended the session
-// itself (ctx: the provider could not be written to, and the client was told why).
+// awaitClientEnd waits for the client's reader (relayClient) to report on ended how the
+// client's side ended, and hands that to noted: a write to the client found its close
+// under way (net.ErrClosed), so the reader is ending. It waits clientCloseWait at most,
+// and not once the session ended (ctx): relayClient ends it without a report when the
+// provider cannot be written to.
 func awaitClientEnd(ctx context.Context, ended <-chan error, noted func(error) bool) {
 	wait := time.NewTimer(clientCloseWait)
 	defer wait.Stop()
