@@ -1,1 +1,0 @@
-ALTER TABLE usage_request_starts RESET (fillfactor);
