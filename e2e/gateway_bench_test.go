@@ -239,6 +239,12 @@ func BenchmarkGateway(b *testing.B) {
 		keys = append(keys, s.apiKey(b, o, s.invite(b, o, fmt.Sprintf("member%d", i))))
 	}
 	dbName := s.db.Pool.Config().ConnConfig.Database
+	// The control planes check the mirror as deployed (every 5s, the default), not every
+	// 100ms as the e2e stack does for the tests that flush Redis: in this benchmark's two
+	// control planes together that check was about 5% of Postgres's time
+	// (docs/gateway-latency.md, 2026-12-01's sixth session).
+	delete(s.cpVars, "TOLLGATE_MIRROR_CHECK_INTERVAL")
+	s.restartControlPlane(b)
 
 	// The timed cases run a control plane and an enforcer in processes of their own, as
 	// deployed, with the Helm chart's Go runtime settings and the enforcer's settlement
