@@ -788,6 +788,29 @@ func TestRealtimeResponseDoneAfterTheClientLeftIsCharged(t *testing.T) {
 	onlyOne(t, tr)
 }
 
+// The client's close and the provider's next event may cross: the session's write of the
+// event then finds the client's close under way (net.ErrClosed) before the client's
+// reader has reported that close. However they cross, the provider's side is closed with
+// the client's own close (1000, "bye"). Before 2026-12-01 a write that came first had
+// the provider told 1001 (going away), about once in 300 runs of the test above under
+// load; here the two are sent at once, many times.
+func TestRealtimeClientCloseCrossingAnEvent(t *testing.T) {
+	for range 30 {
+		up := newLeavingUpstream(t, 1, 1)
+		_, url, conns, _ := newWatchedRealtimeEnv(t, up)
+		c, _ := openSession(t, url)
+		conns.next(t)
+		say(t, c, `{"type":"response.create"}`)
+		readUntil(t, c, "output_text.delta")
+		go up.let()
+		_ = c.Close(websocket.StatusNormalClosure, "bye")
+		var ce websocket.CloseError
+		if closed := up.closedBy(t); !errors.As(closed.err, &ce) || ce.Code != websocket.StatusNormalClosure || ce.Reason != "bye" {
+			t.Fatalf("the provider's side ended with %v, want the client's close (1000 bye)", closed.err)
+		}
+	}
+}
+
 // A response.done the client can no longer be given (the write to it fails) is charged all
 // the same: the provider billed it. Before 2026-11-28 the session ended on the failed
 // write before charging it and, the response no longer in progress, settled its request
