@@ -936,8 +936,9 @@ type pacedResult struct {
 	// whose answer said it (Server-Timing), sorted.
 	beyondStart []time.Duration
 	startWaits  []time.Duration // those parts themselves, sorted
-	// started pairs each such request's start wait with its latency beyond it, in no
-	// order: whether the requests that waited long are the ones that go on slowly.
+	// started holds each such request's parts, in no order (the slices above and below
+	// are sorted views of it): whether the requests that waited long for their start are
+	// the ones that go on slowly.
 	started []startedRequest
 	// beyondGate are the latencies less both their durable start's and their record
 	// read's parts, recordWaits the record reads' parts, sorted.
@@ -951,9 +952,9 @@ type pacedResult struct {
 // pct is the latency at quantile q.
 func (r pacedResult) pct(q float64) time.Duration { return quantile(r.lat, q) }
 
-// startedRequest is a gateway request's wait for its durable start and its latency
-// beyond that wait.
-type startedRequest struct{ wait, beyond time.Duration }
+// startedRequest is a gateway request's wait for its durable start, its record read's
+// part, and its latency beyond the start's wait.
+type startedRequest struct{ wait, record, beyond time.Duration }
 
 // beyondByWait splits the requests at their start wait's quantile q: the p99 of the
 // latency beyond the wait of those that waited at most that long, and of the others.
@@ -1013,7 +1014,7 @@ func runBursts(total int, rate float64, burst, conc int, do func(i int) (sample,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var lat, toUp, fromUp, beyond, waits, beyondGate, recordWaits []time.Duration
+			var lat, toUp, fromUp []time.Duration
 			var started []startedRequest
 			late, errs := 0, 0
 			var firstErr error
@@ -1041,18 +1042,14 @@ func runBursts(total int, rate float64, burst, conc int, do func(i int) (sample,
 					toUp, fromUp = append(toUp, d.toUp), append(fromUp, d.lat-d.toUp)
 				}
 				if d.start > 0 {
-					beyond, waits = append(beyond, d.lat-d.start), append(waits, d.start)
-					started = append(started, startedRequest{wait: d.start, beyond: d.lat - d.start})
-					beyondGate, recordWaits = append(beyondGate, d.lat-d.start-d.record), append(recordWaits, d.record)
+					started = append(started, startedRequest{wait: d.start, record: d.record, beyond: d.lat - d.start})
 				}
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			r.lat = append(r.lat, lat...)
 			r.toUp, r.fromUp = append(r.toUp, toUp...), append(r.fromUp, fromUp...)
-			r.beyondStart, r.startWaits = append(r.beyondStart, beyond...), append(r.startWaits, waits...)
 			r.started = append(r.started, started...)
-			r.beyondGate, r.recordWaits = append(r.beyondGate, beyondGate...), append(r.recordWaits, recordWaits...)
 			r.late += late
 			r.errs += errs
 			if r.firstErr == nil {
@@ -1064,6 +1061,10 @@ func runBursts(total int, rate float64, burst, conc int, do func(i int) (sample,
 	r.elapsed = time.Since(start)
 	slices.Sort(r.lat)
 	slices.Sort(r.toUp)
+	for _, x := range r.started {
+		r.beyondStart, r.startWaits = append(r.beyondStart, x.beyond), append(r.startWaits, x.wait)
+		r.beyondGate, r.recordWaits = append(r.beyondGate, x.beyond-x.record), append(r.recordWaits, x.record)
+	}
 	slices.Sort(r.beyondStart)
 	slices.Sort(r.startWaits)
 	slices.Sort(r.beyondGate)
