@@ -203,7 +203,10 @@ func decodeCursor(s string, want resetCursor) (*store.UsageRequestPosition, erro
 	if err := dec.Decode(&rc); err != nil {
 		return nil, bad
 	}
-	if rc.List != want.List || rc.View != want.View || rc.Org != want.Org || rc.Member != want.Member || rc.ID == "" {
+	// The id goes to Postgres as text: a forged one that is not storable (a NUL) is
+	// refused here, not by Postgres as an error answered 503.
+	if rc.List != want.List || rc.View != want.View || rc.Org != want.Org || rc.Member != want.Member ||
+		rc.ID == "" || !storableText(rc.ID) {
 		return nil, bad
 	}
 	t, err := time.Parse(time.RFC3339Nano, rc.CreatedAt)
