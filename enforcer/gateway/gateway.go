@@ -25,6 +25,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -337,9 +338,11 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	var err error
 	// A Responses call is read whatever its Content-Type: its "background" decides
 	// whether it may go at all (forward).
-	if p.upload = isUpload(r.Header.Get("Content-Type")) && !requestbody.AlwaysJSON(r.URL.Path); !p.upload {
+	codings := requestbody.Codings(r.Header.Values("Content-Encoding"))
+	if p.upload = isUpload(r.Header.Get("Content-Type")) && !requestbody.AlwaysJSON(r.URL.Path) &&
+		len(codings) == 0 && !opensAsJSON(r); !p.upload {
 		body, err = readBody(http.MaxBytesReader(unwrapped(w), r.Body, gw.cfg.MaxBodyBytes), r.ContentLength, gw.cfg.MaxBodyBytes)
-		if codings := requestbody.Codings(r.Header.Values("Content-Encoding")); err == nil && len(codings) > 0 {
+		if err == nil && len(codings) > 0 {
 			// Compressed: decoded here, sent decoded (requestcoding.go).
 			if body, err = requestbody.Decode(codings, body, gw.cfg.MaxBodyBytes); err == nil {
 				p.decoded = true
@@ -386,6 +389,40 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	p.id, p.state, p.body, p.est = a.RequestID, a.UsageState, body, hint.Body
 	return true
+}
+
+// opensAsJSON tells whether the body of a request sent with an upload's type opens as a
+// JSON object does ('{' after any whitespace), and puts what it peeked back in front of
+// the body. Such a body is a JSON request whatever its type says: a chat request sent as
+// application/octet-stream, which an upstream that parses every body as JSON (LiteLLM,
+// Ollama, llama.cpp's server) answers as any. Streamed past as an upload, its model,
+// output cap and text would go unread: no worst case reserved, no input estimate, no
+// usage asked of its stream, no refusal of an unpriced model or of a background call.
+// No upload opens so: a multipart body opens with its boundary's "--", audio, image and
+// video files with their formats' magic bytes. (A compressed body is never taken for an
+// upload: its bytes cannot be sniffed, so it is decoded and read as any; no SDK
+// compresses an upload.)
+func opensAsJSON(r *http.Request) bool {
+	const most = 512 // whitespace before a JSON object's '{', at most
+	peek := bufio.NewReaderSize(r.Body, most)
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{peek, r.Body}
+	for n := 1; n <= most; n++ {
+		b, _ := peek.Peek(n)
+		if len(b) < n {
+			return false // the body ended, or failed: the upload path sees the same
+		}
+		switch b[n-1] {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '{':
+			return true
+		}
+		return false
+	}
+	return false
 }
 
 // isUpload tells whether a request's body is an upload (a file, audio to transcribe, an

@@ -586,6 +586,82 @@ func TestUploadsStreamPastTheBodyCap(t *testing.T) {
 	}
 }
 
+// A JSON request sent with an upload's type (an upstream that parses every body as JSON
+// answers it as any) is read as JSON all the same: its stream is asked for its usage, the
+// check gets its estimate, its request is recorded, and an unpriced model is refused
+// before it goes. Streamed past unread, it was charged its output text alone.
+func TestJSONSentAsAnUploadIsReadAsJSON(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, string(b))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, `data: {"choices":[{"delta":{"content":"Hello"}}],"model":"gpt-4o-mini"}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer up.Close()
+	gzipped := func(s string) string {
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		zw.Write([]byte(s))
+		zw.Close()
+		return b.String()
+	}
+	for _, c := range []struct{ name, contentType, body string }{
+		{"octet-stream", "application/octet-stream", chatBody},
+		{"audio", "audio/wav", chatBody},
+		{"multipart", "multipart/form-data; boundary=x", chatBody},
+		{"after whitespace", "application/octet-stream", " \r\n\t " + chatBody},
+		{"gzipped octet-stream", "application/octet-stream", gzipped(chatBody)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mu.Lock()
+			got = nil
+			mu.Unlock()
+			e := newEnv(t, up.URL, gateway.Config{})
+			hdr := []string{"Content-Type", c.contentType}
+			if c.name == "gzipped octet-stream" {
+				hdr = append(hdr, "Content-Encoding", "gzip")
+			}
+			res := send(t, "POST", e.front.URL+"/v1/chat/completions", "tgk_good", strings.NewReader(c.body), hdr...)
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			e.tracker.settled(t)
+			mu.Lock()
+			defer mu.Unlock()
+			if res.StatusCode != 200 || len(got) != 1 || !strings.Contains(got[0], `"include_usage":true`) {
+				t.Fatalf("%d; the upstream got %q: the stream was not asked for its usage", res.StatusCode, got)
+			}
+			e.gate.mu.Lock()
+			hint := e.gate.hints[0].Body
+			e.gate.mu.Unlock()
+			e.tracker.mu.Lock()
+			recorded := e.tracker.recorded
+			e.tracker.mu.Unlock()
+			if hint == nil || hint.Model != "gpt-4o-mini" || len(recorded) != 1 || recorded[0] != "gpt-4o-mini" {
+				t.Fatalf("the check's hint %+v, the requests recorded %q: the body went unread", hint, recorded)
+			}
+		})
+	}
+
+	e := newEnv(t, up.URL, gateway.Config{})
+	e.tracker.refuse = "mystery-model"
+	mu.Lock()
+	got = nil
+	mu.Unlock()
+	res := send(t, "POST", e.front.URL+"/v1/chat/completions", "tgk_good", strings.NewReader(`{"model":"mystery-model","messages":[]}`),
+		"Content-Type", "application/octet-stream")
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if res.StatusCode != 403 || len(got) != 0 {
+		t.Fatalf("an unpriced model sent as octet-stream: %d, the upstream got %q", res.StatusCode, got)
+	}
+}
+
 // sendUpload posts body as contentType with key and reads the answer to its end.
 func sendUpload(t *testing.T, url, key, contentType string, body io.Reader) *http.Response {
 	t.Helper()
