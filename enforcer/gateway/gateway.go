@@ -325,9 +325,13 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	if requestbody.Bidirectional(r.URL.Path) {
 		// Its body ends only with its session: reading it first would hold the client
 		// until it gives up. Refused before anything is read or admitted, and over
-		// HTTP/1.1 with the connection closed: net/http would otherwise read what is left
-		// of the body before it answers.
-		w.Header().Set("Connection", "close")
+		// HTTP/1.x with the connection closed: net/http would otherwise read what is left
+		// of the body before it answers. Not over HTTP/2, where the server resets the
+		// stream's unread body and "Connection: close" would shut down the whole
+		// connection, every other caller a proxy multiplexes over it included.
+		if r.ProtoMajor < 2 {
+			w.Header().Set("Connection", "close")
+		}
 		gw.answered(w, OutcomeUnsupported)
 		writeError(w, http.StatusNotImplemented, "invalid_request_error", "service_gateway_unsupported",
 			"Amazon Bedrock's bidirectional streams (InvokeModelWithBidirectionalStream) are not proxied by the gateway: "+

@@ -490,6 +490,61 @@ func TestBidirectionalStreamIsUnsupported(t *testing.T) {
 	}
 }
 
+// Over HTTP/2 (a proxy or mesh that multiplexes many callers over one h2c connection)
+// the bidirectional stream's refusal resets its own stream only: it does not shut down
+// the connection the other callers share, as "Connection: close" would.
+func TestBidirectionalRefusalKeepsASharedH2CConnection(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"model":"gpt-4o-mini","usage":{"prompt_tokens":7,"completion_tokens":5}}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	var conns atomic.Int32
+	front := httptest.NewUnstartedServer(e.gw)
+	front.Config.Protocols = new(http.Protocols)
+	front.Config.Protocols.SetHTTP1(true)
+	front.Config.Protocols.SetUnencryptedHTTP2(true)
+	front.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	front.Start()
+	defer front.Close()
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	do := func(path string, body io.Reader) int {
+		req, _ := http.NewRequest("POST", front.URL+path, body)
+		req.Header.Set("Authorization", "Bearer tgk_good")
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if s := do("/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini"}`)); s != 200 {
+		t.Fatalf("%d", s)
+	}
+	e.tracker.settledOnce(t)
+	session, open := io.Pipe()
+	defer open.Close()
+	if s := do("/model/amazon.nova-sonic-v1:0/invoke-with-bidirectional-stream", session); s != http.StatusNotImplemented {
+		t.Fatalf("the bidirectional stream: %d", s)
+	}
+	if s := do("/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini"}`)); s != 200 {
+		t.Fatalf("%d", s)
+	}
+	e.tracker.settledOnce(t)
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections: one refusal shut down the connection the others share", n)
+	}
+}
+
 // A body over the cap is 413, before the check: nothing is admitted (so nothing is
 // settled), nothing sent. A body at the cap goes through.
 func TestBodyCap(t *testing.T) {
