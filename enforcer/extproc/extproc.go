@@ -152,7 +152,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 		h := r.ResponseHeaders.GetHeaders().GetHeaders()
 		all := make(map[string]string, len(h))
 		for _, hv := range h {
-			all[strings.ToLower(hv.GetKey())] = value(hv)
+			responseusage.AddHeader(all, hv.GetKey(), value(hv))
 		}
 		if code, err := strconv.ParseInt(all[":status"], 10, 32); err == nil {
 			st.status = int32(code)

@@ -1,6 +1,8 @@
 package extproc_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"strconv"
 	"strings"
@@ -137,6 +139,15 @@ func runStream(t *testing.T, e *enforcertest.Env, s streamSpec) (requestBody *ex
 	return requestBody
 }
 
+// gzipped compresses b as an upstream does.
+func gzipped(b []byte) []byte {
+	var out bytes.Buffer
+	zw := gzip.NewWriter(&out)
+	zw.Write(b)
+	zw.Close()
+	return out.Bytes()
+}
+
 func TestExtProcSettlesStreams(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -155,6 +166,9 @@ func TestExtProcSettlesStreams(t *testing.T) {
 		{name: "Anthropic SSE", spec: streamSpec{contentType: "text/event-stream; charset=utf-8", chunks: testio.Chunks(anthropicSSE, 5)},
 			complete: true, model: "claude-3-5-haiku-20241022", in: 550, out: 70, cached: 50, creation: 100, costSource: "catalog_estimate", cost: 550*2 + 70*8},
 		{name: "OpenAI JSON, buffered", spec: streamSpec{contentType: "application/json", chunks: [][]byte{[]byte(openAIJSON)}},
+			complete: true, model: "gpt-4o-mini", in: 10, out: 5, costSource: "catalog_estimate", cost: 10*2 + 5*8},
+		{name: "gzipped twice, on two Content-Encoding lines", spec: streamSpec{contentType: "application/json",
+			chunks: [][]byte{gzipped(gzipped([]byte(openAIJSON)))}, headers: []string{"content-encoding", "gzip", "content-encoding", "gzip"}},
 			complete: true, model: "gpt-4o-mini", in: 10, out: 5, costSource: "catalog_estimate", cost: 10*2 + 5*8},
 		{name: "upstream cost header wins", spec: streamSpec{contentType: "application/json", chunks: [][]byte{[]byte(openAIJSON)},
 			headers: []string{"x-upstream-cost-micro-usd", "777"}},

@@ -953,9 +953,9 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	}
 
 	lower := make(map[string]string, len(resp.Header))
-	for k, v := range resp.Header {
-		if len(v) > 0 {
-			lower[strings.ToLower(k)] = v[0]
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			responseusage.AddHeader(lower, k, v)
 		}
 	}
 	p.ext = responseusage.New(resp.Header.Get("Content-Type"), lower, gw.limits)

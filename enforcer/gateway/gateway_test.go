@@ -717,6 +717,39 @@ func TestJSONSentAsAnUploadIsReadAsJSON(t *testing.T) {
 	}
 }
 
+// An answer whose codings come on two Content-Encoding lines (gzip, then gzip: RFC 9110
+// combines them as "gzip, gzip") is decoded twice and its usage read; with the first
+// line alone, one layer was decoded and the usage lost.
+func TestContentEncodingOnTwoLines(t *testing.T) {
+	var twice bytes.Buffer
+	{
+		var once bytes.Buffer
+		zw := gzip.NewWriter(&once)
+		zw.Write([]byte(`{"model":"gpt-4o-mini","choices":[{"message":{"content":"hello"}}],"usage":{"prompt_tokens":7,"completion_tokens":5}}`))
+		zw.Close()
+		zw = gzip.NewWriter(&twice)
+		zw.Write(once.Bytes())
+		zw.Close()
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header()["Content-Encoding"] = []string{"gzip", "gzip"}
+		w.Write(twice.Bytes())
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", `{"model":"gpt-4o-mini"}`, "Accept-Encoding", "gzip")
+	got, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if !bytes.Equal(got, twice.Bytes()) || len(res.Header.Values("Content-Encoding")) != 2 {
+		t.Fatalf("the client got %d bytes with Content-Encoding %q, want the upstream's %d as they came", len(got),
+			res.Header.Values("Content-Encoding"), twice.Len())
+	}
+	if u := e.tracker.settled(t); u.InputTokens != 7 || u.OutputTokens != 5 || !u.Complete {
+		t.Fatalf("settled %+v, want 7 in, 5 out, complete", u)
+	}
+}
+
 // sendUpload posts body as contentType with key and reads the answer to its end.
 func sendUpload(t *testing.T, url, key, contentType string, body io.Reader) *http.Response {
 	t.Helper()

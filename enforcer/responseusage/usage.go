@@ -359,8 +359,23 @@ type Extractor struct {
 // is 41 bytes).
 const inlineModelBytes = 64
 
+// AddHeader adds one line of a response's header to headers, the map New reads: its
+// name lower-cased, and its value joined to an earlier line of the same name with ", ",
+// as RFC 9110 (5.3) combines a field sent on several lines. Two Content-Encoding lines,
+// "gzip" and "gzip", mean what one "gzip, gzip" does; keeping either line alone would
+// decode one layer of two and lose the usage. A field that must be single (a cost) sent
+// twice reads as the two joined, which does not parse: it is not trusted.
+func AddHeader(headers map[string]string, name, value string) {
+	name = strings.ToLower(name)
+	if earlier, ok := headers[name]; ok {
+		value = earlier + ", " + value
+	}
+	headers[name] = value
+}
+
 // New returns an Extractor for a response with the given Content-Type and
-// headers. Header names must be lower-case (as Envoy passes them); only the
+// headers. Header names must be lower-case (as Envoy passes them, and AddHeader
+// makes them); only the
 // content encoding, the cost headers, Bedrock's and the Gemini API's service tier
 // (HeaderGeminiServiceTier, HeaderBedrockServiceTier) and Bedrock's latency
 // (HeaderBedrockLatency) are read.
