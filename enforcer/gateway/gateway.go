@@ -936,6 +936,7 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	gw, resp := p.gw, p.resp
 	h := w.Header()
 	copyHeaders(h, resp.Header)
+	p.redirectThroughGateway(h, resp.Request)
 	if p.state != "" {
 		h.Set(gate.HeaderUsageState, p.state)
 	}
@@ -963,6 +964,67 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	// the pending read then fails and the stream is settled as cut.
 	p.idle = time.AfterFunc(gw.cfg.IdleTimeout, p.cancel)
 	p.small = make([]byte, smallReadBytes)
+}
+
+// redirectThroughGateway rewrites a redirect's Location that points into the route's
+// upstream (its scheme, host and base path) into the path the client calls on the
+// gateway, as nginx's "proxy_redirect default" does. Passed on as it came, it would send
+// the client to the upstream directly (FastAPI's redirect of a path's trailing slash, as
+// vLLM and LiteLLM answer it, is absolute): the request it repeats would go uncharged
+// wherever the client can reach the upstream, with the member's key (SDKs keep their
+// own headers on a redirect), and the upstream's address would be told to the client.
+// A redirect elsewhere (another host: a signed download, say) is the provider's to give
+// and passes unchanged.
+func (p *proxied) redirectThroughGateway(h http.Header, sent *http.Request) {
+	loc := h.Get("Location")
+	if loc == "" || sent == nil {
+		return
+	}
+	target, err := sent.URL.Parse(loc) // relative to what the upstream was asked
+	if err != nil {
+		return
+	}
+	up := p.route.Upstream
+	if !strings.EqualFold(target.Scheme, up.Scheme) || !sameHost(target, up) {
+		return
+	}
+	base := strings.TrimSuffix(up.EscapedPath(), "/")
+	path := target.EscapedPath()
+	if path != base && !strings.HasPrefix(path, base+"/") {
+		return // outside what the route maps
+	}
+	rest := path[len(base):]
+	if rest == "" {
+		rest = "/"
+	}
+	if strings.HasPrefix(rest, "//") {
+		// "//host/..." would name another host to the client: "/." keeps it a path
+		// on the gateway's (RFC 3986, 5.2.4 removes the dot).
+		rest = "/." + rest
+	}
+	loc = rest
+	if target.RawQuery != "" {
+		loc += "?" + target.RawQuery
+	}
+	if target.Fragment != "" {
+		loc += "#" + target.EscapedFragment()
+	}
+	h.Set("Location", loc)
+}
+
+// sameHost tells whether two URLs of one scheme name the same host and port, a port
+// left out meaning the scheme's own.
+func sameHost(a, b *url.URL) bool {
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if strings.EqualFold(u.Scheme, "https") {
+			return "443"
+		}
+		return "80"
+	}
+	return strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
 }
 
 // pump relays the response body to the client, flushing each chunk, until it ends

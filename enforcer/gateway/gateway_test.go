@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -747,6 +748,86 @@ func TestContentEncodingOnTwoLines(t *testing.T) {
 	}
 	if u := e.tracker.settled(t); u.InputTokens != 7 || u.OutputTokens != 5 || !u.Complete {
 		t.Fatalf("settled %+v, want 7 in, 5 out, complete", u)
+	}
+}
+
+// An upstream's redirect into itself (FastAPI's, for a path's trailing slash, is
+// absolute) is rewritten to the gateway's path, so a client that follows it comes back
+// through the gateway: charged, and its key never sent to the upstream. A redirect
+// elsewhere passes as it came.
+func TestRedirectsComeBackThroughTheGateway(t *testing.T) {
+	var mu sync.Mutex
+	var keys []string
+	var upURL string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("X-Api-Key")+r.Header.Get("Authorization"))
+		mu.Unlock()
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/"):
+			http.Redirect(w, r, upURL+strings.TrimSuffix(r.URL.Path, "/"), http.StatusTemporaryRedirect)
+		case r.URL.Query().Get("to") != "":
+			w.Header().Set("Location", r.URL.Query().Get("to"))
+			w.WriteHeader(http.StatusFound)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"model":"gpt-4o-mini","usage":{"prompt_tokens":7,"completion_tokens":5}}`)
+		}
+	}))
+	defer up.Close()
+	upURL = up.URL
+
+	e := newEnv(t, up.URL, gateway.Config{})
+	req, _ := http.NewRequest("POST", e.front.URL+"/v1/chat/completions/", strings.NewReader(`{"model":"gpt-4o-mini"}`))
+	req.Header.Set("X-Api-Key", "tgk_good")
+	res, err := http.DefaultClient.Do(req) // follows the redirect, with its own headers
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	mu.Lock()
+	for _, k := range keys {
+		if strings.Contains(k, "tgk_") {
+			t.Errorf("the upstream got the member's key: %q", k)
+		}
+	}
+	calls := len(keys)
+	mu.Unlock()
+	if res.StatusCode != 200 || res.Request.URL.String() != e.front.URL+"/v1/chat/completions" || calls != 2 {
+		t.Fatalf("%d at %s after %d upstream calls, want 200 at the gateway's /v1/chat/completions after 2", res.StatusCode, res.Request.URL, calls)
+	}
+	e.tracker.mu.Lock()
+	finished := e.tracker.finished
+	e.tracker.mu.Unlock()
+	if len(finished) != 2 || finished[0].UpstreamStatus != 307 || finished[1].InputTokens != 7 {
+		t.Fatalf("settled %+v, want the 307 and then the completion", finished)
+	}
+
+	// A route whose upstream has a base path: the Location loses it, as the path the
+	// client calls did not have it.
+	e = newEnv(t, up.URL+"/base", gateway.Config{})
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, c := range []struct{ to, want string }{
+		{up.URL + "/base/v1/models?after=x#top", "/v1/models?after=x#top"},
+		{"/base/v1/models", "/v1/models"},
+		{"models", "/v1/models"}, // relative to what the upstream was asked: /base/v1/files
+		{up.URL + "/base", "/"},
+		{up.URL + "/base//evil.test/x", "/.//evil.test/x"},
+		{up.URL + "/elsewhere", up.URL + "/elsewhere"}, // outside the route's base: as it came
+		{"https://files.example.test/download?sig=1", "https://files.example.test/download?sig=1"},
+	} {
+		req, _ := http.NewRequest("GET", e.front.URL+"/v1/files?to="+url.QueryEscape(c.to), nil)
+		req.Header.Set("X-Api-Key", "tgk_good")
+		res, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		e.tracker.settledOnce(t)
+		if got := res.Header.Get("Location"); res.StatusCode != http.StatusFound || got != c.want {
+			t.Errorf("the upstream's Location %q: %d with %q, want %q", c.to, res.StatusCode, got, c.want)
+		}
 	}
 }
 
