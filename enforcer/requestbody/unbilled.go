@@ -39,9 +39,12 @@ func Unbilled(method, path string) bool {
 	return false
 }
 
-// generates tells whether a request of method may generate: a POST, or a method not
-// known ("").
-func generates(method string) bool { return method == http.MethodPost || method == "" }
+// generates tells whether a request of method may generate: a POST, in any case ("post"
+// is another method to HTTP, but a server that matches methods loosely would run it as
+// a POST), or a method not known (""). PUT and PATCH do not: no provider generates on
+// them, and some answer an update with the usage of what it updated (Gemini's PATCH of a
+// cached content shows the content's usageMetadata), which must not be charged again.
+func generates(method string) bool { return strings.EqualFold(method, http.MethodPost) || method == "" }
 
 // UnbilledCost is the cost an unbilled request is settled at: the one the upstream
 // reported (its cost header), else 0, which is what the providers charge for it. A

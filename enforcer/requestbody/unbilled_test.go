@@ -15,8 +15,10 @@ func TestUnbilled(t *testing.T) {
 			t.Errorf("a %s is billed", m)
 		}
 	}
-	if requestbody.Unbilled("", "/v1/chat/completions") {
-		t.Error("a request of unknown method is not billed")
+	for _, m := range []string{"", "post", "Post"} {
+		if requestbody.Unbilled(m, "/v1/chat/completions") {
+			t.Errorf("a request of method %q is not billed", m)
+		}
 	}
 	for path, want := range map[string]bool{
 		"/v1/messages/count_tokens":                   true,
