@@ -231,16 +231,7 @@ func Credentials(h *authv3.AttributeContext_HttpRequest) gate.Credentials {
 		if v == "" {
 			v = string(hv.GetRawValue())
 		}
-		switch strings.ToLower(hv.GetKey()) {
-		case "x-api-key":
-			c.APIKey = v
-		case "authorization":
-			c.Authorization = v
-		case "x-goog-api-key":
-			c.GoogAPIKey = v
-		case "api-key":
-			c.AzureAPIKey = v
-		}
+		c.Add(hv.GetKey(), v)
 	}
 	return c
 }

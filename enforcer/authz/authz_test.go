@@ -31,6 +31,25 @@ func TestCredentialsFromBothHeaderShapes(t *testing.T) {
 	}
 }
 
+// A credential header on two lines of header_map (encode_raw_headers) reads as Envoy's
+// headers map joins them: two values, which no credential parses (gate.Credentials.Add);
+// the same value twice is that value.
+func TestCredentialsOnTwoLines(t *testing.T) {
+	lines := func(kv ...string) *authv3.AttributeContext_HttpRequest {
+		m := &corev3.HeaderMap{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+		}
+		return &authv3.AttributeContext_HttpRequest{HeaderMap: m}
+	}
+	if got := Credentials(lines("x-api-key", "tgk_a", "x-api-key", "tgk_b")); got.APIKey != "tgk_a, tgk_b" {
+		t.Fatalf("two keys read as %+v", got)
+	}
+	if got := Credentials(lines("authorization", "Bearer tgk_a", "authorization", "Bearer tgk_a")); got.Authorization != "Bearer tgk_a" {
+		t.Fatalf("one key twice read as %+v", got)
+	}
+}
+
 func TestDenialIsACheckResponseNotAnError(t *testing.T) {
 	a := gate.Refusal(gate.ReasonRedis)
 	r := Denied(&a)

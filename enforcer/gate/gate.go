@@ -141,8 +141,42 @@ type Credentials struct {
 // CredentialsFrom reads the credential headers of an HTTP request (the gateway's, /check's;
 // ext_authz reads Envoy's header maps: authz.Credentials).
 func CredentialsFrom(h http.Header) Credentials {
-	return Credentials{APIKey: h.Get("X-Api-Key"), Authorization: h.Get("Authorization"),
-		GoogAPIKey: h.Get("X-Goog-Api-Key"), AzureAPIKey: h.Get("Api-Key")}
+	var c Credentials
+	for _, name := range [...]string{"X-Api-Key", "Authorization", "X-Goog-Api-Key", "Api-Key"} {
+		for _, v := range h[name] {
+			c.Add(name, v)
+		}
+	}
+	return c
+}
+
+// Add reads one line of a request's header named name (in any case), when it is a
+// credential header. A credential header sent on several lines with different values
+// reads as the values joined with ", ", as Envoy joins a header's lines: no credential
+// parses so, and the request is refused 401 as one with a bad credential. Taking
+// either line would charge one key of two, where every Tollgate credential a request
+// presents must be the one charged (a bad one is a 401 even beside a good one). The
+// same value on two lines is that value.
+func (c *Credentials) Add(name, value string) {
+	var field *string
+	switch strings.ToLower(name) {
+	case "x-api-key":
+		field = &c.APIKey
+	case "authorization":
+		field = &c.Authorization
+	case "x-goog-api-key":
+		field = &c.GoogAPIKey
+	case "api-key":
+		field = &c.AzureAPIKey
+	default:
+		return
+	}
+	switch {
+	case *field == "":
+		*field = value
+	case *field != value:
+		*field += ", " + value
+	}
 }
 
 // TollgateAuthorization reports whether the Authorization header carries a Tollgate
@@ -265,11 +299,14 @@ func parseCredential(cred Credentials) (internalv1.CredentialKind, string, bool)
 		if tok, ok := credential.BearerFromHeader(cred.Authorization); ok && credential.IsTollgateToken(tok) && tok != key {
 			return 0, "", false
 		}
+		if joinedLines(key) {
+			return 0, "", false
+		}
 		return internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY, key, true
 	}
 	tok, ok := credential.BearerFromHeader(cred.Authorization)
 	switch {
-	case !ok:
+	case !ok || joinedLines(tok):
 		return 0, "", false
 	case strings.HasPrefix(tok, credential.APIKeyPrefix):
 		return internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY, tok, true
@@ -278,6 +315,11 @@ func parseCredential(cred Credentials) (internalv1.CredentialKind, string, bool)
 	}
 	return 0, "", false
 }
+
+// joinedLines tells whether a secret is a header's lines joined (Credentials.Add, and
+// Envoy's header map, join them with a comma): two credentials, never one, refused
+// without a network call. No Tollgate secret holds a comma (credential.New).
+func joinedLines(secret string) bool { return strings.Contains(secret, ",") }
 
 // check decides; it adds the time spent reading the member's record to recordWait.
 func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *time.Duration) (a Answer, err error) {

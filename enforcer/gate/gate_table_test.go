@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -407,6 +408,11 @@ func gateCases() []gateCase {
 		{name: "api-key (Azure OpenAI clients)", cred: &gate.Credentials{AzureAPIKey: "tgk_key"}, want: admitted("within_limit")},
 		{name: "the same key in x-api-key and api-key", cred: &gate.Credentials{APIKey: "tgk_key", AzureAPIKey: "tgk_key"}, want: admitted("within_limit")},
 		{name: "the same key in all three raw key headers", cred: &gate.Credentials{APIKey: "tgk_key", GoogAPIKey: "tgk_key", AzureAPIKey: "tgk_key"}, want: admitted("within_limit")},
+		{name: "two x-api-key lines, two keys", cred: credentialsFrom("X-Api-Key", "tgk_key", "X-Api-Key", "tgk_other"), want: unauthorized("no_credential")},
+		{name: "two x-api-key lines, one key", cred: credentialsFrom("X-Api-Key", "tgk_key", "X-Api-Key", "tgk_key"), want: admitted("within_limit")},
+		{name: "two Authorization lines, two keys", cred: credentialsFrom("Authorization", "Bearer tgk_key", "Authorization", "Bearer tgk_other"), want: unauthorized("no_credential")},
+		{name: "two x-goog-api-key lines, two keys", cred: credentialsFrom("X-Goog-Api-Key", "tgk_key", "x-goog-api-key", "tgk_other"), want: unauthorized("no_credential")},
+		{name: "x-api-key as Envoy joins two lines", cred: &gate.Credentials{APIKey: "tgk_key,tgk_other"}, want: unauthorized("no_credential")},
 		{name: "not a Tollgate key", cred: &gate.Credentials{APIKey: "sk-proj-abc"}, want: unauthorized("no_credential")},
 		{name: "Basic authorization", cred: &gate.Credentials{Authorization: "Basic dXNlcjpwYXNz"}, want: unauthorized("no_credential")},
 		{name: "unknown credential", setup: func(f *fakes, _ *gate.Gate) { f.ids.id.Found = false }, want: unauthorized("unknown_credential")},
@@ -951,4 +957,15 @@ func TestTrailingRequestIsOpenedWithoutACheck(t *testing.T) {
 	if id := g.Trailing(orgID, ""); id != "" {
 		t.Fatalf("nobody named: %q", id)
 	}
+}
+
+// credentialsFrom reads the credentials of a request whose header lines are the name and
+// value pairs kv, as the gateway and /check do.
+func credentialsFrom(kv ...string) *gate.Credentials {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	c := gate.CredentialsFrom(h)
+	return &c
 }
