@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -100,14 +98,11 @@ func (s *Server) submitResetRequest(c *Call) error {
 }
 
 // decodeOptionalJSON decodes a body that may be left out entirely (approve takes `{}`
-// or nothing); a body that is present is decoded strictly.
+// or nothing); a body that is present is decoded strictly (its Content-Type included).
 func (c *Call) decodeOptionalJSON(v any) error {
-	body, err := io.ReadAll(io.LimitReader(c.R.Body, jsonx.MaxBodyBytes+1))
+	body, err := jsonx.ReadBody(c.R)
 	if err != nil {
-		return fault.InvalidAt("could not read the request body")
-	}
-	if len(body) > jsonx.MaxBodyBytes {
-		return fault.InvalidAt(fmt.Sprintf("request body exceeds %d bytes", jsonx.MaxBodyBytes))
+		return err
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
