@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/metadata"
@@ -64,7 +65,12 @@ type stream struct {
 	s *Server
 	// requestOnly: the request-body filter's stream (RoleRequest).
 	requestOnly bool
-	requestID   string
+	// bodyBuffered: Envoy sends the request body BUFFERED (the request-body filter of
+	// deploy/envoy, whose role says it; any filter whose first message's protocol_config
+	// says so). Its first body message is then the whole body, whether or not it ends
+	// the stream (wholeBody).
+	bodyBuffered bool
+	requestID    string
 	// From the request headers: the path (without its query), whether the request
 	// carried a content-length, and whether Envoy sends header values as raw_value
 	// (then a mutation must use raw_value too: Envoy reads only that one).
@@ -101,7 +107,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	st := &stream{s: s}
 	if md, ok := metadata.FromIncomingContext(srv.Context()); ok {
 		if v := md.Get(RoleMetadata); len(v) > 0 && v[0] == RoleRequest {
-			st.requestOnly = true
+			st.requestOnly, st.bodyBuffered = true, true
 		}
 	}
 	for {
@@ -111,6 +117,9 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			// response that has not ended by now never will.
 			st.finish(false)
 			return nil
+		}
+		if pc := req.GetProtocolConfig(); pc != nil { // on the stream's first message only
+			st.bodyBuffered = st.bodyBuffered || pc.GetRequestBodyMode() == extprocfilterv3.ProcessingMode_BUFFERED
 		}
 		resp := st.handle(req)
 		if resp != nil && !req.GetObservabilityMode() {
@@ -131,7 +140,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 			// A WebSocket (the Realtime API) is relayed past ext_proc once upgraded: its
 			// messages, and the usage in them, are never seen here. Only the enforcer's
 			// gateway charges one (docs/gateway.md, "Realtime").
-			_ = st.s.tracker.Finish(st.requestID, inflight.Refused(http.StatusForbidden), nil) // never sent upstream
+			st.refused(http.StatusForbidden) // never sent upstream
 			st.s.m.ExtProcRequestBodies.WithLabelValues("billing_deferred").Inc()
 			return immediate(gate.BillingDeferredRefusal(requestbody.DeferredRealtime))
 		}
@@ -139,7 +148,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 	case *extprocv3.ProcessingRequest_RequestBody:
 		if st.requestID != "" && !st.bodySeen {
 			st.bodySeen = true
-			if r.RequestBody.GetEndOfStream() && !req.GetObservabilityMode() {
+			if st.wholeBody(r.RequestBody) && !req.GetObservabilityMode() {
 				// The whole body in one message (BUFFERED): it may be rewritten.
 				return st.requestBody(r.RequestBody.GetBody())
 			}
@@ -223,6 +232,24 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 	}
 }
 
+// wholeBody tells whether the first body message of a request holds its whole body:
+// one that ends the stream, or any when the body is sent BUFFERED. A request with
+// trailers (HTTP/2 lets any client send them) ends its buffered body with
+// end_of_stream false, the trailers after it (or, skipped, never): read by
+// end_of_stream alone, such a body went upstream unread, and with it a batch past its
+// refusal, a chat stream not asked for its usage, an input never estimated.
+func (st *stream) wholeBody(b *extprocv3.HttpBody) bool {
+	return b.GetEndOfStream() || st.bodyBuffered
+}
+
+// refused settles a request the stream answers itself (an ImmediateResponse: it never
+// goes upstream) at upstream status status, and marks the stream done: when Envoy then
+// closes it, finish must not settle the request a second time.
+func (st *stream) refused(status int) {
+	_ = st.s.tracker.Finish(st.requestID, inflight.Refused(status), nil)
+	st.done = true
+}
+
 // requestBody handles the whole request body of a tracked request: it decodes a
 // compressed one, records the request's input estimate and model for the settlement,
 // and asks an OpenAI chat-completions stream for its usage (stream_options.include_usage)
@@ -253,7 +280,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		b, err := requestbody.Decode(st.codings, body, maxDecodedBody)
 		if err != nil {
 			r := requestbody.DecodeRefusal(err, st.codings, maxDecodedBody)
-			_ = st.s.tracker.Finish(st.requestID, inflight.Refused(r.Status), nil) // never sent upstream
+			st.refused(r.Status) // never sent upstream
 			m.WithLabelValues("undecodable").Inc()
 			return refusal(r)
 		}
@@ -273,12 +300,13 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		}
 	}
 	if endpoint := requestbody.DeferredRequest(st.method, st.path, est, body); endpoint != "" && !st.s.AllowDeferred.Allows(endpoint) {
-		_ = st.s.tracker.Finish(st.requestID, inflight.Refused(http.StatusForbidden), nil) // never sent upstream
+		st.refused(http.StatusForbidden) // never sent upstream
 		m.WithLabelValues("billing_deferred").Inc()
 		return immediate(gate.BillingDeferredRefusal(endpoint))
 	}
 	if est != nil {
-		if st.s.tracker.RefuseUnpricedModel(st.requestID, est.Model) {
+		if st.s.tracker.RefuseUnpricedModel(st.requestID, est.Model) { // settled, refused
+			st.done = true
 			m.WithLabelValues("model_not_priced").Inc()
 			return immediate(gate.ModelNotPricedRefusal(est.Model))
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -40,6 +41,13 @@ type bodySpec struct {
 	attributes map[string]*structpb.Struct
 	// headers: more request headers, name/value pairs.
 	headers []string
+	// trailers: the request has trailers, so Envoy's buffered body ends with
+	// end_of_stream false (the trailers after it, or none at all when it skips them).
+	trailers bool
+	// singleFilter: the stream carries no role (one filter for the request and the
+	// response, as Envoy Gateway configures it); protocolBuffered: its first message's
+	// protocol_config says the request body is BUFFERED.
+	singleFilter, protocolBuffered bool
 }
 
 // sendRequestBody plays the request-body filter of deploy/envoy/envoy.yaml: a stream
@@ -59,7 +67,9 @@ func answerRequestBody(t *testing.T, e *enforcertest.Env, s bodySpec) *extprocv3
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, extproc.RoleMetadata, extproc.RoleRequest)
+	if !s.singleFilter {
+		ctx = metadata.AppendToOutgoingContext(ctx, extproc.RoleMetadata, extproc.RoleRequest)
+	}
 	st, err := e.ExtProc.Process(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -85,9 +95,15 @@ func answerRequestBody(t *testing.T, e *enforcertest.Env, s bodySpec) *extprocv3
 			h.Value, h.RawValue = string(h.GetRawValue()), nil
 		}
 	}
+	headers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hm}},
+		Attributes: s.attributes}
+	if s.protocolBuffered {
+		headers.ProtocolConfig = &extprocv3.ProtocolConfiguration{RequestBodyMode: extprocfilterv3.ProcessingMode_BUFFERED,
+			ResponseBodyMode: extprocfilterv3.ProcessingMode_STREAMED}
+	}
 	for _, req := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hm}}, Attributes: s.attributes},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(s.body), EndOfStream: true}}},
+		headers,
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(s.body), EndOfStream: !s.trailers}}},
 	} {
 		if err := st.Send(req); err != nil {
 			t.Fatal(err)
@@ -796,4 +812,83 @@ func deferredBillingEnv(t *testing.T, mode string) (*enforcertest.Env, enforcert
 		}
 	}})
 	return e, e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+}
+
+// A request with trailers (any HTTP/2 client may send them) ends its buffered body with
+// end_of_stream false. Where the body is known to be BUFFERED (deploy/envoy's request
+// filter, whose role says it, or a filter whose protocol_config says it) that first
+// message is the whole body all the same: a batch is refused and a chat stream asked for
+// its usage, as without trailers. Read by end_of_stream alone, both went upstream unread.
+// Where the mode is not known, a body that does not end the stream is not taken whole
+// (a streamed one's first chunk is not).
+func TestExtProcBodyBeforeTrailersIsReadWhole(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	const batch = `{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`
+	for _, c := range []struct {
+		name string
+		spec bodySpec
+	}{
+		{"the request filter's stream", bodySpec{trailers: true}},
+		{"one filter, BUFFERED by its protocol_config", bodySpec{trailers: true, singleFilter: true, protocolBuffered: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := c.spec
+			spec.requestID, _ = e.Admit(t, w.Key)
+			spec.path, spec.body = "/v1/batches", batch
+			if resp := answerRequestBody(t, e, spec); resp.GetImmediateResponse() == nil {
+				t.Fatalf("a batch with trailers went upstream: answered %v", resp)
+			}
+			spec.requestID, _ = e.Admit(t, w.Key)
+			spec.path, spec.body = "/v1/chat/completions", chatStreamBody
+			resp := answerRequestBody(t, e, spec)
+			if m := resp.GetRequestBody().GetResponse().GetBodyMutation(); m == nil || !strings.Contains(string(m.GetBody()), `"include_usage":true`) {
+				t.Fatalf("a chat stream with trailers was not asked for its usage: answered %v", resp)
+			}
+		})
+	}
+	t.Run("one filter, its body mode not said", func(t *testing.T) {
+		before := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "not_buffered")
+		id, _ := e.Admit(t, w.Key)
+		resp := answerRequestBody(t, e, bodySpec{requestID: id, path: "/v1/chat/completions", body: chatStreamBody, trailers: true, singleFilter: true})
+		if resp.GetRequestBody().GetResponse() != nil {
+			t.Fatalf("a body whose mode is unknown and whose stream goes on was taken whole: %v", resp)
+		}
+		if n := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "not_buffered"); n != before+1 {
+			t.Fatalf("not_buffered counted %v, want %v", n, before+1)
+		}
+	})
+}
+
+// With one filter for the request and the response (Envoy Gateway), a request the body
+// phase refuses is settled once: the stream settles the refusal, and Envoy's closing it
+// after the local reply does not settle it again, as an incomplete stream.
+func TestExtProcSingleFilterRefusalSettlesOnce(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	for _, c := range []struct{ name, path, body, coding string }{
+		{"billing deferred", "/v1/batches", `{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`, ""},
+		{"undecodable body", "/v1/chat/completions", "not gzip", "gzip"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id, _ := e.Admit(t, w.Key)
+			before := e.CP.SettleItems.Load()
+			incomplete := e.Metric("tollgate_enforcer_extproc_streams_total", "result", "incomplete")
+			resp := answerRequestBody(t, e, bodySpec{requestID: id, path: c.path, body: c.body, contentEncoding: c.coding, singleFilter: true,
+				protocolBuffered: true})
+			if resp.GetImmediateResponse() == nil {
+				t.Fatalf("not refused: %v", resp)
+			}
+			enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(id) != nil })
+			// The stream's end is handled after its close: give a second settlement time
+			// to show, as the old code sent one.
+			time.Sleep(300 * time.Millisecond)
+			if n := e.CP.SettleItems.Load() - before; n != 1 {
+				t.Fatalf("settled %d times, want once", n)
+			}
+			if n := e.Metric("tollgate_enforcer_extproc_streams_total", "result", "incomplete"); n != incomplete {
+				t.Fatalf("a refused request counted as an incomplete stream (%v, was %v)", n, incomplete)
+			}
+		})
+	}
 }
