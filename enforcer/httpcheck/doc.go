@@ -1,6 +1,8 @@
 // Package httpcheck owns the plain-HTTP front door, for proxies that are not Envoy's
-// gRPC ext_authz: Caddy forward_auth, Traefik forwardAuth, nginx auth_request and
-// Envoy's HTTP ext_authz mode.
+// gRPC ext_authz: Caddy forward_auth, Traefik forwardAuth and Envoy's HTTP ext_authz
+// mode. Not nginx's auth_request: it answers any refusal but 401 and 403 with its own
+// 500 and drops the refusal's headers and body, so nginx fronts the enforcer's gateway
+// instead (docs/enforcer.md, "Non-Envoy gateways").
 //
 //   - /check (any method) reads the client's x-api-key or Authorization header as the
 //     proxy forwards it and answers with the gate's decision: 200 with

@@ -45,7 +45,7 @@ func New(g *gate.Gate, t *inflight.Tracker, cfg Config, log *slog.Logger) *Handl
 	}
 	h := &Handler{gate: g, tracker: t, cfg: cfg, log: log, mux: http.NewServeMux()}
 	h.mux.HandleFunc("/check", h.check)
-	h.mux.HandleFunc("/check/", h.check) // nginx auth_request and Traefik may append the original path
+	h.mux.HandleFunc("/check/", h.check) // Traefik (and a proxy configured so) may append the original path
 	h.mux.HandleFunc("POST /settle", h.settle)
 	return h
 }
