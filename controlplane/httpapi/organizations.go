@@ -172,6 +172,10 @@ func (s *Server) createInvitation(c *Call) error {
 		Email: email, Role: inv.Role, CreatedAt: jsonx.Time(inv.CreatedAt), ExpiresAt: jsonx.Time(inv.ExpiresAt)}, "token": token})
 }
 
+func errAlreadyMember() error {
+	return fault.Conflictf("already_member", "You are already a member of this organization.")
+}
+
 func (s *Server) acceptInvitation(c *Call) error {
 	var in struct {
 		Token *string `json:"token"`
@@ -202,14 +206,18 @@ func (s *Server) acceptInvitation(c *Call) error {
 			return fault.Forbiddenf("This invitation was sent to another email address.")
 		}
 		if _, err := store.ActiveMember(c.Ctx, tx, inv.OrganizationID, user.ID); err == nil {
-			return fault.Conflictf("already_member", "You are already a member of this organization.")
+			return errAlreadyMember()
 		}
 		if org, err = store.OrganizationByID(c.Ctx, tx, inv.OrganizationID); err != nil {
 			return err
 		}
 		member = store.Member{ID: newID(typeid.Member), OrganizationID: org.ID, UserID: user.ID, Role: inv.Role,
 			CreatedAt: c.now, Name: user.Name, Email: user.Email}
-		if err := store.CreateMember(c.Ctx, tx, member); err != nil {
+		// A concurrent acceptance of another invitation of this user may have joined
+		// after the check above; the refusal rolls back, so this invitation stays unused.
+		if err := store.CreateMember(c.Ctx, tx, member); errors.Is(err, store.ErrAlreadyMember) {
+			return errAlreadyMember()
+		} else if err != nil {
 			return err
 		}
 		if err := store.AcceptInvitation(c.Ctx, tx, inv.ID, member.ID, c.now); err != nil {

@@ -14,6 +14,7 @@ var (
 	ErrEmailTaken    = errors.New("email already registered")
 	ErrSlugTaken     = errors.New("organization slug already taken")
 	ErrTeamNameTaken = errors.New("team name already taken")
+	ErrAlreadyMember = errors.New("already an active member of the organization")
 )
 
 // User is a person who can sign in.
@@ -154,10 +155,16 @@ func scanMember(row pgx.Row) (Member, error) {
 	return m, notFound(err)
 }
 
-// CreateMember inserts a membership.
+// CreateMember inserts a membership; ErrAlreadyMember when the user already has an
+// active one in the organization. Checking first is not enough: two acceptances of
+// different invitations of one user can both check before either inserts, and only the
+// unique index sees the second.
 func CreateMember(ctx context.Context, q Querier, m Member) error {
 	_, err := q.Exec(ctx, `INSERT INTO members (id, organization_id, user_id, role, created_at) VALUES ($1, $2, $3, $4, $5)`,
 		m.ID, m.OrganizationID, m.UserID, m.Role, m.CreatedAt)
+	if IsUniqueViolation(err, "members_one_active_per_user") {
+		return ErrAlreadyMember
+	}
 	return err
 }
 
