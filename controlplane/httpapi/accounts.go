@@ -216,12 +216,17 @@ func (s *Server) setActiveOrganization(c *Call) error {
 	if err := typeid.Check(*in.OrganizationID, typeid.Org); err != nil {
 		return fault.InvalidAt(err.Error(), "organizationId")
 	}
-	if _, err := store.ActiveMember(c.Ctx, c.DB(), *in.OrganizationID, c.Principal.User.ID); errors.Is(err, store.ErrNotFound) {
-		return errOrgNotFound()
-	} else if err != nil {
-		return err
-	}
-	if err := store.SetActiveOrganization(c.Ctx, c.DB(), c.Principal.User.ID, in.OrganizationID, c.now); err != nil {
+	err := c.Tx(func(tx pgx.Tx) error {
+		// FOR SHARE: a concurrent removal from the organization waits for this switch
+		// (and then clears it), or, when it committed first, the membership is not found.
+		if _, err := store.ActiveMember(c.Ctx, tx, *in.OrganizationID, c.Principal.User.ID, store.ForShare); errors.Is(err, store.ErrNotFound) {
+			return errOrgNotFound()
+		} else if err != nil {
+			return err
+		}
+		return store.SetActiveOrganization(c.Ctx, tx, c.Principal.User.ID, in.OrganizationID, c.now)
+	})
+	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"activeOrganizationId": *in.OrganizationID})

@@ -41,6 +41,10 @@ func (s *Server) createAPIKey(c *Call) error {
 		k.ExpiresAt = &exp
 	}
 	err := c.Tx(func(tx pgx.Tx) error {
+		// A concurrent removal of the caller then revokes the key, or refuses it.
+		if err := c.lockCaller(tx); err != nil {
+			return err
+		}
 		if err := store.CreateAPIKey(c.Ctx, tx, k); err != nil {
 			return err
 		}

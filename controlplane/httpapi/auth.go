@@ -109,7 +109,7 @@ func (c *Call) resolveMember(pathParam string) (*store.Member, error) {
 		return nil, fault.NotFoundf("organization_not_found",
 			"No organization selected: send the %s header or set an active organization.", orgHeader)
 	}
-	m, err := store.ActiveMember(c.Ctx, c.DB(), orgID, p.User.ID)
+	m, err := store.ActiveMember(c.Ctx, c.DB(), orgID, p.User.ID, store.NoLock)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errOrgNotFound()
 	}

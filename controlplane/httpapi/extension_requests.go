@@ -86,6 +86,12 @@ func (s *Server) submitResetRequest(c *Call) error {
 	}
 	var out store.UsageRequest
 	err := c.Tx(func(tx pgx.Tx) error {
+		// A removal's fence then expires the request, or the submit is refused. The
+		// member's row is locked before Submit takes the usage lock, the order in which
+		// a removal takes them.
+		if err := c.lockCaller(tx); err != nil {
+			return err
+		}
 		var err error
 		out, err = extension.Submit(c.Ctx, tx, c, extension.Submission{OrganizationID: c.OrgID(), MemberID: c.Member.ID,
 			BucketID: *in.BucketID, Reason: reason}, c.now)

@@ -1,11 +1,13 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/internal/apitest"
+	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 // concurrently runs the requests at the same moment and answers their responses in
@@ -81,6 +83,148 @@ func TestAcceptTwoInvitationsConcurrently(t *testing.T) {
 		// The refused acceptance changed nothing: its invitation is still unused.
 		if n := count(t, e, "invitations", "email_normalized = $1 AND accepted_at IS NULL", u.Email); n != 1 {
 			t.Fatalf("round %d: %d unused invitations, want 1", round, n)
+		}
+	}
+}
+
+// A member added to a team while being removed ends up out of the team: either the
+// add commits first and the removal empties their teams, or the removal commits first
+// and the add is 404 member_not_found.
+func TestAddTeamMemberWhileRemoved(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	var team struct{ ID string }
+	e.Do(t, "POST", "/v1/teams", map[string]string{"name": "Core"}, owner.As()...).Expect(t, http.StatusCreated).Decode(t, &team)
+	for round := range 30 {
+		m := e.AddMember(t, owner, fmt.Sprintf("m%d", round), "member")
+		rs := concurrently(
+			func() *apitest.Resp {
+				return e.Do(t, "POST", "/v1/teams/"+team.ID+"/members", map[string]string{"memberId": m.MemberID}, owner.As()...)
+			},
+			func() *apitest.Resp { return e.Do(t, "DELETE", "/v1/members/"+m.MemberID, nil, owner.As()...) },
+		)
+		noServerErrors(t, round, rs...)
+		if rs[0].Status != http.StatusOK {
+			expectStatus(t, round, rs[0], http.StatusNotFound, "member_not_found")
+		}
+		expectStatus(t, round, rs[1], http.StatusNoContent, "")
+		if n := count(t, e, "team_members tm JOIN members m ON m.id = tm.member_id", "m.removed_at IS NOT NULL"); n != 0 {
+			t.Fatalf("round %d: %d team memberships of removed members", round, n)
+		}
+	}
+}
+
+// An API key created while its member is removed ends up revoked: either the creation
+// commits first and the removal revokes it, or the removal commits first and the
+// creation is refused as from a removed member (404 organization_not_found).
+func TestCreateAPIKeyWhileRemoved(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	for round := range 30 {
+		m := e.AddMember(t, owner, fmt.Sprintf("m%d", round), "member")
+		rs := concurrently(
+			func() *apitest.Resp {
+				return e.Do(t, "POST", "/v1/api-keys", map[string]string{"name": "laptop"}, m.As()...)
+			},
+			func() *apitest.Resp { return e.Do(t, "DELETE", "/v1/members/"+m.MemberID, nil, owner.As()...) },
+		)
+		noServerErrors(t, round, rs...)
+		if rs[0].Status != http.StatusCreated {
+			expectStatus(t, round, rs[0], http.StatusNotFound, "organization_not_found")
+		}
+		expectStatus(t, round, rs[1], http.StatusNoContent, "")
+		if n := count(t, e, "api_keys k JOIN members m ON m.id = k.member_id", "m.removed_at IS NOT NULL AND k.revoked_at IS NULL"); n != 0 {
+			t.Fatalf("round %d: %d live API keys of removed members", round, n)
+		}
+	}
+}
+
+// A user who makes an organization their active one while being removed from it does
+// not keep it active: either the switch commits first and the removal clears it, or the
+// removal commits first and the switch is 404 organization_not_found.
+func TestSetActiveOrganizationWhileRemoved(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	for round := range 30 {
+		u := e.SignUp(t, fmt.Sprintf("m%d", round))
+		e.CreateOrg(t, u, fmt.Sprintf("Home %d", round)) // their active organization
+		m := e.Join(t, owner, u, "member")
+		rs := concurrently(
+			func() *apitest.Resp {
+				return e.Do(t, "PUT", "/v1/me/active-organization", map[string]string{"organizationId": owner.OrgID}, apitest.Session(u.Token))
+			},
+			func() *apitest.Resp { return e.Do(t, "DELETE", "/v1/members/"+m.MemberID, nil, owner.As()...) },
+		)
+		noServerErrors(t, round, rs...)
+		if rs[0].Status != http.StatusOK {
+			expectStatus(t, round, rs[0], http.StatusNotFound, "organization_not_found")
+		}
+		expectStatus(t, round, rs[1], http.StatusNoContent, "")
+		if n := count(t, e, "users u", `u.id = $1 AND u.active_organization_id IS NOT NULL AND NOT EXISTS (
+			SELECT 1 FROM members m WHERE m.user_id = u.id AND m.organization_id = u.active_organization_id AND m.removed_at IS NULL)`, u.ID); n != 0 {
+			t.Fatalf("round %d: the user's active organization is one they were removed from", round)
+		}
+	}
+}
+
+// Two owners demoting each other at the same moment leave one owner: the later
+// demotion sees the earlier and is 409 last_owner (or 403 when its caller was already
+// demoted when it signed in).
+func TestDemoteTwoOwnersConcurrently(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	for round := range 10 {
+		a := e.NewOrg(t, fmt.Sprintf("Acme %d", round))
+		b := e.AddMember(t, a, "bob", "admin")
+		e.Do(t, "PATCH", "/v1/members/"+b.MemberID, map[string]string{"role": "owner"}, a.As()...).Expect(t, http.StatusOK)
+		demote := func(by, target apitest.Member) func() *apitest.Resp {
+			return func() *apitest.Resp {
+				return e.Do(t, "PATCH", "/v1/members/"+target.MemberID, map[string]string{"role": "admin"}, by.As()...)
+			}
+		}
+		rs := concurrently(demote(a, b), demote(b, a))
+		noServerErrors(t, round, rs...)
+		loser := rs[1]
+		if rs[0].Status != http.StatusOK {
+			expectStatus(t, round, rs[1], http.StatusOK, "")
+			loser = rs[0]
+		}
+		if loser.Status != http.StatusForbidden {
+			expectStatus(t, round, loser, http.StatusConflict, "last_owner")
+		}
+		if n := count(t, e, "members", "organization_id = $1 AND role = 'owner' AND removed_at IS NULL", a.OrgID); n != 1 {
+			t.Fatalf("round %d: %d owners, want 1", round, n)
+		}
+	}
+}
+
+// An extension request submitted while its member is removed does not stay pending:
+// either the submit commits first and the removal's fence expires it, or the removal
+// commits first and the submit is refused as from a removed member (404
+// organization_not_found).
+func TestSubmitResetRequestWhileRemoved(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	p := dayPolicy(t, e, owner, "Daily", "0.00001", nil)
+	assign(t, e, owner, p.ID, map[string]any{"organization": true})
+	for round := range 30 {
+		m := e.AddMember(t, owner, fmt.Sprintf("m%d", round), "member")
+		setUsed(t, e, m, window.Day, 10)
+		rs := concurrently(
+			func() *apitest.Resp { return submit(t, e, m, bucketID(e, m, window.Day), "please") },
+			func() *apitest.Resp { return e.Do(t, "DELETE", "/v1/members/"+m.MemberID, nil, owner.As()...) },
+		)
+		noServerErrors(t, round, rs...)
+		if rs[0].Status != http.StatusOK {
+			expectStatus(t, round, rs[0], http.StatusNotFound, "organization_not_found")
+		}
+		expectStatus(t, round, rs[1], http.StatusNoContent, "")
+		if n := count(t, e, "usage_reset_requests r JOIN members m ON m.id = r.member_id", "m.removed_at IS NOT NULL AND r.status = 'pending'"); n != 0 {
+			t.Fatalf("round %d: %d pending extension requests of removed members", round, n)
 		}
 	}
 }

@@ -27,17 +27,35 @@ func (s *Server) listMembers(c *Call) error {
 	return c.JSON(http.StatusOK, map[string]any{"members": views})
 }
 
-// targetMember reads the member named in the path, locked for the transaction.
+// targetMember reads the member named in the path, locked for the transaction. The
+// organization is locked first: a change of an owner locks every owner (CountOwners),
+// and two changes each holding their own target could otherwise wait on each other's.
 func (c *Call) targetMember(tx pgx.Tx) (store.Member, error) {
 	id, err := c.pathID("memberId", typeid.Member)
 	if err != nil {
 		return store.Member{}, err
 	}
-	m, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), id)
+	if err := store.LockOrganization(c.Ctx, tx, c.OrgID()); err != nil {
+		return store.Member{}, err
+	}
+	m, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), id, store.ForNoKeyUpdate)
 	if errors.Is(err, store.ErrNotFound) {
 		return m, errMemberNotFound()
 	}
 	return m, err
+}
+
+// lockCaller reads the caller's membership again inside tx, FOR SHARE, for a handler
+// that stores a row naming the caller which a removal cleans up. Authentication found
+// the caller active outside any transaction; a removal may have committed since. Under
+// the lock, a removal still to come waits for this transaction and then cleans up its
+// row, and a removed caller is refused as at authentication.
+func (c *Call) lockCaller(tx pgx.Tx) error {
+	_, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), c.Member.ID, store.ForShare)
+	if errors.Is(err, store.ErrNotFound) {
+		return errOrgNotFound()
+	}
+	return err
 }
 
 // guardOwners refuses changes that only owners may make or that would leave the

@@ -156,7 +156,7 @@ func (s *Server) createInvitation(c *Call) error {
 		TokenHash: hash, InvitedByMemberID: c.Member.ID, CreatedAt: c.now, ExpiresAt: c.now.Add(invitationTTL)}
 	err := c.Tx(func(tx pgx.Tx) error {
 		if u, err := store.UserByEmail(c.Ctx, tx, email); err == nil {
-			if _, err := store.ActiveMember(c.Ctx, tx, inv.OrganizationID, u.ID); err == nil {
+			if _, err := store.ActiveMember(c.Ctx, tx, inv.OrganizationID, u.ID, store.NoLock); err == nil {
 				return fault.Conflictf("already_member", "This person is already a member of the organization.")
 			}
 		}
@@ -205,7 +205,7 @@ func (s *Server) acceptInvitation(c *Call) error {
 		case inv.EmailNormalized != user.EmailNormalized:
 			return fault.Forbiddenf("This invitation was sent to another email address.")
 		}
-		if _, err := store.ActiveMember(c.Ctx, tx, inv.OrganizationID, user.ID); err == nil {
+		if _, err := store.ActiveMember(c.Ctx, tx, inv.OrganizationID, user.ID, store.NoLock); err == nil {
 			return errAlreadyMember()
 		}
 		if org, err = store.OrganizationByID(c.Ctx, tx, inv.OrganizationID); err != nil {

@@ -87,7 +87,9 @@ func (s *Server) addTeamMember(c *Call) error {
 		if team, err = c.targetTeam(tx); err != nil {
 			return err
 		}
-		if _, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), *in.MemberID); errors.Is(err, store.ErrNotFound) {
+		// FOR SHARE: a concurrent removal of the member waits for this add (and then
+		// takes them out of the team), or, when it committed first, they are not found.
+		if _, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), *in.MemberID, store.ForShare); errors.Is(err, store.ErrNotFound) {
 			return errMemberNotFound()
 		} else if err != nil {
 			return err

@@ -168,16 +168,38 @@ func CreateMember(ctx context.Context, q Querier, m Member) error {
 	return err
 }
 
-// ActiveMember reads a user's active membership of an organization.
-func ActiveMember(ctx context.Context, q Querier, orgID, userID string) (Member, error) {
+// ActiveMember reads a user's active membership of an organization, with an optional
+// lock on the member's row (see MemberInOrg).
+func ActiveMember(ctx context.Context, q Querier, orgID, userID string, lock Lock) (Member, error) {
 	return scanMember(q.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m JOIN users u ON u.id = m.user_id
-		WHERE m.organization_id = $1 AND m.user_id = $2 AND m.removed_at IS NULL`, orgID, userID))
+		WHERE m.organization_id = $1 AND m.user_id = $2 AND m.removed_at IS NULL`+memberLock(lock), orgID, userID))
 }
 
-// MemberInOrg reads an active member of an organization by member id.
-func MemberInOrg(ctx context.Context, q Querier, orgID, memberID string) (Member, error) {
+// MemberInOrg reads an active member of an organization by member id, with an optional
+// lock on the member's row held until the caller's transaction ends:
+//
+//   - ForShare, before writing a row that names the member and that a removal cleans up
+//     (a team membership, an API key, the user's active organization, a pending
+//     extension request). Unlocked, the check passes while a removal is still
+//     uncommitted, the removal's cleanup cannot see the row written meanwhile, and both
+//     commit; the foreign key's own lock (KEY SHARE) does not conflict with the removal's
+//     UPDATE. Locked, the removal's UPDATE waits for the writer and its cleanup then sees
+//     the row; or the read waits for the removal and then finds no active member
+//     (ErrNotFound).
+//   - ForNoKeyUpdate, before changing the member's own row (role, removal): the lock
+//     those UPDATEs take, taken before the checks that lead to them.
+func MemberInOrg(ctx context.Context, q Querier, orgID, memberID string, lock Lock) (Member, error) {
 	return scanMember(q.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m JOIN users u ON u.id = m.user_id
-		WHERE m.organization_id = $1 AND m.id = $2 AND m.removed_at IS NULL`, orgID, memberID))
+		WHERE m.organization_id = $1 AND m.id = $2 AND m.removed_at IS NULL`+memberLock(lock), orgID, memberID))
+}
+
+// memberLock is the locking clause of the member reads: it locks the member's row only,
+// not the user's, which the caller may update (its active organization).
+func memberLock(lock Lock) string {
+	if lock == NoLock {
+		return ""
+	}
+	return string(lock) + " OF m"
 }
 
 // ListMembers lists an organization's active members, oldest first.
@@ -208,7 +230,8 @@ func SetMemberRole(ctx context.Context, q Querier, memberID, role string) error 
 }
 
 // RemoveMember ends a membership: the row stays, their API keys stop working, and they
-// leave every team.
+// leave every team. Writers of rows naming the member read it ForShare (MemberInOrg), so
+// the first UPDATE here waits for them and the cleanup that follows sees their rows.
 func RemoveMember(ctx context.Context, q Querier, memberID string, now time.Time) error {
 	if _, err := q.Exec(ctx, `UPDATE members SET removed_at = $2 WHERE id = $1 AND removed_at IS NULL`, memberID, now); err != nil {
 		return err

@@ -135,9 +135,9 @@ func AdminListOrganizations(ctx context.Context, q Querier, in AdminOrganization
 	return page, rows.Err()
 }
 
-// LockOrganization locks an organization's row against concurrent capability writes
-// (FOR NO KEY UPDATE, so inserts of members and other rows that reference it still
-// proceed); ErrNotFound when it does not exist.
+// LockOrganization locks an organization's row against concurrent capability writes and
+// changes of its members' roles or removals (FOR NO KEY UPDATE, so inserts of members and
+// other rows that reference it still proceed); ErrNotFound when it does not exist.
 func LockOrganization(ctx context.Context, q Querier, orgID string) error {
 	var id string
 	err := q.QueryRow(ctx, `SELECT id FROM organizations WHERE id = $1 FOR NO KEY UPDATE`, orgID).Scan(&id)

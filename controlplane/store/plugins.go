@@ -63,6 +63,9 @@ const (
 	NoLock    Lock = ""
 	ForShare  Lock = " FOR SHARE"
 	ForUpdate Lock = " FOR UPDATE"
+	// ForNoKeyUpdate is the lock an UPDATE that leaves the key columns alone takes: it
+	// does not hold off inserts of rows that reference the locked one.
+	ForNoKeyUpdate Lock = " FOR NO KEY UPDATE"
 )
 
 // Plugin is a plugin of an organization's catalogue.
