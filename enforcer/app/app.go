@@ -234,8 +234,9 @@ func New(d Deps) *Enforcer {
 		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL,
 		Speculate: cfg.Speculate()})
 
-	// ext_authz requests are decoded only as far as the credentials, and refusals sent
-	// as encoded once (authz.Server.Codec). A stream's worker waits for its request
+	// ext_authz requests are decoded only as far as Check reads them (credentials,
+	// Accept-Encoding, Bedrock's tier headers, path, host, body), and refusals sent as
+	// encoded once (authz.Server.Codec). A stream's worker waits for its request
 	// (and a check may wait on Redis or a durable start), so there are workers for many
 	// streams at once: past them gRPC starts a goroutine per stream, whose stack then
 	// grows (measured: about a tenth of the CPU of a cheap check).

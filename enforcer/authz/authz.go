@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"unicode/utf8"
 	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -55,39 +56,160 @@ func New(g *gate.Gate, up Upstream) *Server {
 // requestIDHeader is the lower-case form Envoy uses in header maps.
 var requestIDHeader = strings.ToLower(gate.HeaderRequestID)
 
-// Envoy sends header names lower-cased: Bedrock's tier headers as the check reads them.
-var (
-	bedrockServiceTierHeader = strings.ToLower(requestbody.HeaderBedrockServiceTier)
-	bedrockLatencyHeader     = strings.ToLower(requestbody.HeaderBedrockLatency)
+// checkHeader is a request header Check reads, an index of checkHeaderNames.
+type checkHeader uint8
+
+const (
+	hdrAPIKey checkHeader = iota
+	hdrAuthorization
+	hdrGoogAPIKey
+	hdrAzureAPIKey
+	hdrAcceptEncoding
+	hdrBedrockServiceTier
+	hdrBedrockLatency
+	numCheckHeaders
 )
+
+// checkHeaderNames are the request headers Check reads, as Envoy sends their names
+// (lower-cased): the credentials, Accept-Encoding (narrowed on admission) and Bedrock's
+// tier headers (requestbody.HeaderBedrockServiceTier, HeaderBedrockLatency). The
+// server's codec decodes these headers and no other, so Check reads headers only by
+// their index here (requestHeaders): a header it starts to read is added here, and the
+// codec keeps it.
+var checkHeaderNames = [numCheckHeaders]string{
+	hdrAPIKey:             "x-api-key",
+	hdrAuthorization:      "authorization",
+	hdrGoogAPIKey:         "x-goog-api-key",
+	hdrAzureAPIKey:        "api-key",
+	hdrAcceptEncoding:     "accept-encoding",
+	hdrBedrockServiceTier: strings.ToLower(requestbody.HeaderBedrockServiceTier),
+	hdrBedrockLatency:     strings.ToLower(requestbody.HeaderBedrockLatency),
+}
+
+// checkHeaderLengths has bit n set when a name of checkHeaderNames is n bytes long: most
+// of the headers a request sends are told apart by their length alone.
+var checkHeaderLengths = func() (m uint64) {
+	for _, n := range checkHeaderNames {
+		m |= 1 << len(n) // all shorter than 64
+	}
+	return m
+}()
+
+// checkHeaderKey is the header a headers map key names: map keys are compared as they
+// are (Envoy lower-cases them, and a map lookup would not fold case either).
+func checkHeaderKey[T string | []byte](key T) checkHeader {
+	if len(key) >= 64 || checkHeaderLengths&(1<<len(key)) == 0 {
+		return numCheckHeaders
+	}
+	for i := range checkHeaderNames {
+		if string(key) == checkHeaderNames[i] {
+			return checkHeader(i)
+		}
+	}
+	return numCheckHeaders
+}
+
+// checkHeaderNamed is the header a header_map entry's name names, in any case as
+// strings.ToLower folds it (gate.Credentials.Add's rule); numCheckHeaders for any other.
+// ASCII names, all of Envoy's, are folded in place: the codec reads every name of a
+// request's header_map and allocates for none.
+func checkHeaderNamed[T string | []byte](name T) checkHeader {
+	for i := 0; i < len(name); i++ {
+		if name[i] >= utf8.RuneSelf {
+			return checkHeaderKey(strings.ToLower(string(name)))
+		}
+	}
+	if len(name) >= 64 || checkHeaderLengths&(1<<len(name)) == 0 {
+		return numCheckHeaders
+	}
+next:
+	for i := range checkHeaderNames {
+		n := checkHeaderNames[i]
+		if len(n) != len(name) {
+			continue
+		}
+		for j := 0; j < len(n); j++ {
+			c := name[j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != n[j] {
+				continue next
+			}
+		}
+		return checkHeader(i)
+	}
+	return numCheckHeaders
+}
+
+// requestHeaders reads the headers Check reads: from the headers map when Envoy sent
+// one (header_map is then not read), else from header_map (encode_raw_headers), where a
+// value is value, else raw_value, and a header on several lines reads as Envoy's map
+// would join them (gate.JoinLine). "" for an absent header.
+func requestHeaders(h *authv3.AttributeContext_HttpRequest) (v [numCheckHeaders]string) {
+	if m := h.GetHeaders(); len(m) > 0 {
+		for i, n := range checkHeaderNames {
+			v[i] = m[n]
+		}
+		return v
+	}
+	for _, hv := range h.GetHeaderMap().GetHeaders() {
+		i := checkHeaderNamed(hv.GetKey())
+		if i == numCheckHeaders {
+			continue
+		}
+		line := hv.GetValue()
+		if line == "" {
+			line = string(hv.GetRawValue())
+		}
+		v[i] = gate.JoinLine(v[i], line)
+	}
+	return v
+}
+
+// checkInput is everything Check reads of a request before it answers; the codec
+// decodes what it needs (the headers of checkHeaderNames, path, host, body).
+type checkInput struct {
+	cred gate.Credentials
+	hint gate.Hint
+	// acceptEncoding is the client's, narrowed on admission.
+	acceptEncoding string
+	// streamed: the request asks for a stream by its body or its path.
+	streamed bool
+}
+
+func inputOf(h *authv3.AttributeContext_HttpRequest) checkInput {
+	hdrs := requestHeaders(h)
+	hint := hintOf(h, &hdrs)
+	return checkInput{cred: credentialsOf(&hdrs), hint: hint, acceptEncoding: hdrs[hdrAcceptEncoding],
+		streamed: requestbody.Streamed(h.GetPath(), hint.Body)}
+}
 
 // Check answers one ext_authz check.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	h := req.GetAttributes().GetRequest().GetHttp()
-	cred := Credentials(h)
-	hint := hintOf(h)
-	a, err := s.gate.CheckRequest(ctx, cred, hint)
+	in := inputOf(req.GetAttributes().GetRequest().GetHttp())
+	a, err := s.gate.CheckRequest(ctx, in.cred, in.hint)
 	if err != nil {
 		return nil, status.Error(codes.Canceled, "check abandoned by the caller")
 	}
 	if !a.Allowed() {
 		return s.denied.response(&a), nil
 	}
-	return s.admitted(&a, cred, h.GetHeaders()["accept-encoding"], requestbody.Streamed(h.GetPath(), hint.Body)), nil
+	return s.admitted(&a, in.cred, in.acceptEncoding, in.streamed), nil
 }
 
 // hintOf is what the check knows of the request beyond its credential: its body's
-// estimate, when Envoy sent the body, with the tiers an InvokeModel request asks for by
-// its headers (X-Amzn-Bedrock-Service-Tier, X-Amzn-Bedrock-PerformanceConfig-Latency),
-// as the gateway reads them.
-func hintOf(h *authv3.AttributeContext_HttpRequest) gate.Hint {
+// estimate, when Envoy sent the body, with the model and region its path names, the
+// regional host it was sent to, and the tiers an InvokeModel request asks for by its
+// headers (X-Amzn-Bedrock-Service-Tier, X-Amzn-Bedrock-PerformanceConfig-Latency), as
+// the gateway reads them.
+func hintOf(h *authv3.AttributeContext_HttpRequest, hdrs *[numCheckHeaders]string) gate.Hint {
 	b := RequestBody(h)
 	if len(b) == 0 {
 		return gate.Hint{}
 	}
-	hdrs := h.GetHeaders()
 	return gate.BodyHint(b, h.GetPath(), h.GetHost()).
-		WithTierHeaders(hdrs[bedrockServiceTierHeader], hdrs[bedrockLatencyHeader])
+		WithTierHeaders(hdrs[hdrBedrockServiceTier], hdrs[hdrBedrockLatency])
 }
 
 // RequestBody is the request body Envoy sent with the check: raw_body (pack_as_bytes),
@@ -217,23 +339,16 @@ func (c *deniedCache) encoded(resp *authv3.CheckResponse) []byte {
 }
 
 // Credentials reads x-api-key, authorization, x-goog-api-key and api-key from a check
-// request.
-// Envoy lower-cases header names in both representations; header_map values come as
-// raw_value bytes.
+// request (requestHeaders: the headers map, else header_map, whose lines of one header
+// are joined as gate.Credentials.Add joins them).
 func Credentials(h *authv3.AttributeContext_HttpRequest) gate.Credentials {
-	if m := h.GetHeaders(); len(m) > 0 {
-		return gate.Credentials{APIKey: m["x-api-key"], Authorization: m["authorization"], GoogAPIKey: m["x-goog-api-key"],
-			AzureAPIKey: m["api-key"]}
-	}
-	var c gate.Credentials
-	for _, hv := range h.GetHeaderMap().GetHeaders() {
-		v := hv.GetValue()
-		if v == "" {
-			v = string(hv.GetRawValue())
-		}
-		c.Add(hv.GetKey(), v)
-	}
-	return c
+	hdrs := requestHeaders(h)
+	return credentialsOf(&hdrs)
+}
+
+func credentialsOf(hdrs *[numCheckHeaders]string) gate.Credentials {
+	return gate.Credentials{APIKey: hdrs[hdrAPIKey], Authorization: hdrs[hdrAuthorization], GoogAPIKey: hdrs[hdrGoogAPIKey],
+		AzureAPIKey: hdrs[hdrAzureAPIKey]}
 }
 
 // Denied translates a refusal (an answer that is not Allowed): its status, headers

@@ -201,7 +201,7 @@ func TestHintReadsBedrocksTierHeaders(t *testing.T) {
 		{"no header", req(body, nil), pricecatalog.Standard, true},
 		{"no body", req("", latency), pricecatalog.Standard, false},
 	} {
-		h := hintOf(tc.req)
+		h := inputOf(tc.req).hint
 		if (h.Body != nil) != tc.body || h.Body != nil && h.Body.AskedTier() != tc.want {
 			t.Errorf("%s: %+v, want the tier %v", tc.name, h.Body, tc.want)
 		}

@@ -1,8 +1,7 @@
 package authz
 
 import (
-	"bytes"
-	"strings"
+	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -14,17 +13,19 @@ import (
 
 // Codec is the gRPC server codec of the enforcer: the proto codec, except that it sends
 // the refusals the server keeps (deniedCache) as encoded once, and decodes of a
-// CheckRequest only what Check reads: the credential headers (Credentials) and the body
-// (RequestBody, when Envoy is configured to send it). Envoy sends every attribute of a
-// request (peers, every header, path,
-// metadata); decoding all of it took about 70 allocations and most of the CPU of a
-// check refused from memory. So the CheckRequest handed to Check is partial: its
-// Attributes.Request.Http holds the credential headers and nothing else, and a field
-// Check starts to read must be decoded here too (FuzzCodecDecodesWhatCheckReads holds
-// the two to the same answer as a full decode).
+// CheckRequest only what Check reads (checkInput): the headers of checkHeaderNames
+// (credentials, Accept-Encoding, Bedrock's tier headers), the path, the host and the
+// body (when Envoy is configured to send it). Envoy sends every attribute of a request
+// (peers, every header, metadata); decoding all of it took about 70 allocations and
+// most of the CPU of a check refused from memory. So the CheckRequest handed to Check
+// is partial: its Attributes.Request.Http holds those fields and nothing else. A
+// header Check starts to read is kept once it is named in checkHeaderNames (Check
+// reads headers only through it); any other field Check starts to read must be
+// decoded here too. The tests hold the two to the same answer as a full decode
+// (checkSameReads: credentials, hint, the admission's header mutations).
 //
 // Fields it skips are not validated: a request whose ignored fields are malformed (bad
-// UTF-8 in a path, say) is answered instead of failing the call.
+// UTF-8 in a header it does not read, say) is answered instead of failing the call.
 func (s *Server) Codec() encoding.CodecV2 { return codec{encoding.GetCodecV2("proto"), &s.denied} }
 
 type codec struct {
@@ -53,12 +54,14 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return decodeCheckRequest(buf.ReadOnlyData(), req)
 }
 
-// The field numbers on the path to the credentials (envoy/service/auth/v3).
+// The field numbers on the path to what Check reads (envoy/service/auth/v3).
 const (
 	checkRequestAttributes = 1  // CheckRequest.attributes
 	attributesRequest      = 4  // AttributeContext.request
 	requestHTTP            = 2  // AttributeContext.Request.http
 	httpHeaders            = 3  // HttpRequest.headers (map<string, string>)
+	httpPath               = 4  // HttpRequest.path
+	httpHost               = 5  // HttpRequest.host
 	httpHeaderMap          = 13 // HttpRequest.header_map
 	headerMapHeaders       = 1  // HeaderMap.headers
 	entryKey, entryValue   = 1, 2
@@ -67,44 +70,52 @@ const (
 	httpRawBody            = 12 // HttpRequest.raw_body (with_request_body, pack_as_bytes)
 )
 
-// partialRequest is everything a decoded CheckRequest points to, in one allocation.
+// partialRequest is everything a decoded CheckRequest points to, in one allocation,
+// but for kept headers past keptValues.
 type partialRequest struct {
 	attrs   authv3.AttributeContext
 	request authv3.AttributeContext_Request
 	http    authv3.AttributeContext_HttpRequest
 	headers corev3.HeaderMap
-	values  [credentialHeaders]corev3.HeaderValue
-	ptrs    [credentialHeaders]*corev3.HeaderValue
+	values  [keptValues]corev3.HeaderValue
+	ptrs    [keptValues]*corev3.HeaderValue
 }
 
-// credentialHeaders is how many headers Credentials reads: x-api-key, authorization,
-// x-goog-api-key and api-key.
-const credentialHeaders = 4
+// keptValues is how many kept headers a decode has room for: a request sends a
+// credential or two, Accept-Encoding, and a Bedrock tier header or two at most. Less
+// than numCheckHeaders: every byte of it is cleared and collected on each check
+// (BenchmarkCodecDecode), and more are allocated aside when a request sends them.
+const keptValues = 4
 
-// credentials is what a decode keeps, with the merge rules of protobuf (a message field
-// seen twice is merged; a repeated scalar's last value wins; of map entries with the
-// same key the last wins; repeated fields append).
-type credentials struct {
-	// fromMap: the headers map had an entry (Credentials then ignores header_map).
-	fromMap                            bool
-	apiKey, authz, googKey, azureKey   []byte
-	hasKey, hasAuth, hasGoog, hasAzure bool
-	// headerMap: header_map's entries whose lower-cased key is a credential's, in
-	// order, each with the value Credentials reads (value, else raw_value).
-	headerMap []credential
-	// body and rawBody: the request body Envoy sent (the last occurrence of each; they
-	// alias the wire buffer until copied out).
-	body, rawBody []byte
+// reads is what a decode keeps, with the merge rules of protobuf (a message field seen
+// twice is merged; a scalar's last value wins; of map entries with the same key the
+// last wins; repeated fields append). Its slices alias the wire buffer until copied
+// out.
+type reads struct {
+	// fromMap: the headers map had an entry (requestHeaders then ignores header_map).
+	fromMap bool
+	// mapValue: the headers map's value of each header Check reads (mapHas: present).
+	mapValue [numCheckHeaders][]byte
+	mapHas   [numCheckHeaders]bool
+	// headerMap: header_map's entries that are headers Check reads, in order, each
+	// with the value requestHeaders reads (value, else raw_value).
+	headerMap []kept
+	// The last occurrence of each.
+	path, host, body, rawBody []byte
 }
 
-type credential struct{ key, value string }
+type kept struct {
+	header checkHeader
+	value  []byte
+}
 
 // decodeCheckRequest decodes what Check reads, into a request that gives it the same
-// answer: the credentials as header_map entries (lower-cased keys, the value
-// Credentials would take), whichever shape they came in, and the request body when
-// Envoy sent one (body or raw_body, copied out of the wire buffer).
+// answer: the headers of checkHeaderNames as header_map entries (lower-cased names,
+// the value requestHeaders would take), whichever shape they came in, the path, the
+// host, and the request body when Envoy sent one (body or raw_body). Everything kept
+// is copied out of the wire buffer, into one allocation.
 func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
-	var c credentials
+	var r reads
 	var attrs, request, http []byte
 	var err error
 	for len(b) > 0 {
@@ -120,43 +131,49 @@ func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 					return err
 				}
 				if http != nil {
-					if err := c.http(http); err != nil {
+					if err := r.http(http); err != nil {
 						return err
 					}
 				}
 			}
 		}
 	}
-	var fromMap [credentialHeaders]credential
+	var fromMap [numCheckHeaders]kept
 	found := fromMap[:0]
-	switch {
-	case c.fromMap:
-		// Neither credential in a non-empty map: none at all (header_map is not read).
-		if c.hasKey {
-			found = append(found, credential{"x-api-key", string(c.apiKey)})
+	if r.fromMap {
+		// None of them in a non-empty map: none at all (header_map is not read).
+		for i, ok := range r.mapHas {
+			if ok {
+				found = append(found, kept{checkHeader(i), r.mapValue[i]})
+			}
 		}
-		if c.hasAuth {
-			found = append(found, credential{"authorization", string(c.authz)})
+	} else {
+		found = r.headerMap
+	}
+
+	// One copy of all that is kept: strings point into it, and RawBody too (it is
+	// only read), so it stays whole while the request lives.
+	n := len(r.path) + len(r.host) + len(r.body) + len(r.rawBody)
+	for _, f := range found {
+		n += len(f.value)
+	}
+	arena := make([]byte, 0, n)
+	str := func(v []byte) string {
+		if len(v) == 0 {
+			return ""
 		}
-		if c.hasGoog {
-			found = append(found, credential{"x-goog-api-key", string(c.googKey)})
-		}
-		if c.hasAzure {
-			found = append(found, credential{"api-key", string(c.azureKey)})
-		}
-	default:
-		found = c.headerMap
+		arena = append(arena, v...)
+		return unsafe.String(&arena[len(arena)-len(v)], len(v))
 	}
 	p := &partialRequest{}
 	out.Reset()
 	out.Attributes = &p.attrs
 	p.attrs.Request = &p.request
 	p.request.Http = &p.http
-	if len(c.body) > 0 {
-		p.http.Body = string(c.body)
-	}
-	if len(c.rawBody) > 0 {
-		p.http.RawBody = bytes.Clone(c.rawBody)
+	p.http.Path, p.http.Host, p.http.Body = str(r.path), str(r.host), str(r.body)
+	if len(r.rawBody) > 0 {
+		arena = append(arena, r.rawBody...)
+		p.http.RawBody = arena[len(arena)-len(r.rawBody) : len(arena) : len(arena)]
 	}
 	if len(found) > 0 {
 		p.http.HeaderMap = &p.headers
@@ -168,7 +185,7 @@ func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 			} else {
 				hv = &corev3.HeaderValue{}
 			}
-			hv.Key, hv.Value = f.key, f.value
+			hv.Key, hv.Value = checkHeaderNames[f.header], str(f.value)
 			p.headers.Headers = append(p.headers.Headers, hv)
 		}
 	}
@@ -176,7 +193,7 @@ func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 }
 
 // http reads one occurrence of HttpRequest.
-func (c *credentials) http(b []byte) error {
+func (r *reads) http(b []byte) error {
 	for len(b) > 0 {
 		num, v, rest, err := nextBytes(b)
 		if err != nil {
@@ -184,25 +201,22 @@ func (c *credentials) http(b []byte) error {
 		}
 		b = rest
 		switch num {
+		case httpPath:
+			r.path = v
+		case httpHost:
+			r.host = v
 		case httpBody:
-			c.body = v
+			r.body = v
 		case httpRawBody:
-			c.rawBody = v
+			r.rawBody = v
 		case httpHeaders:
-			c.fromMap = true
+			r.fromMap = true
 			key, value, _, err := headerFields(v)
 			if err != nil {
 				return err
 			}
-			switch string(key) {
-			case "x-api-key":
-				c.apiKey, c.hasKey = value, true
-			case "authorization":
-				c.authz, c.hasAuth = value, true
-			case "x-goog-api-key":
-				c.googKey, c.hasGoog = value, true
-			case "api-key":
-				c.azureKey, c.hasAzure = value, true
+			if i := checkHeaderKey(key); i < numCheckHeaders {
+				r.mapValue[i], r.mapHas[i] = value, true
 			}
 		case httpHeaderMap:
 			for len(v) > 0 {
@@ -220,15 +234,12 @@ func (c *credentials) http(b []byte) error {
 				if len(value) == 0 {
 					value = raw
 				}
-				switch strings.ToLower(string(key)) {
-				case "x-api-key":
-					c.headerMap = append(c.headerMap, credential{"x-api-key", string(value)})
-				case "authorization":
-					c.headerMap = append(c.headerMap, credential{"authorization", string(value)})
-				case "x-goog-api-key":
-					c.headerMap = append(c.headerMap, credential{"x-goog-api-key", string(value)})
-				case "api-key":
-					c.headerMap = append(c.headerMap, credential{"api-key", string(value)})
+				if i := checkHeaderNamed(key); i < numCheckHeaders {
+					if r.headerMap == nil {
+						// One allocation for most requests (keptValues).
+						r.headerMap = make([]kept, 0, keptValues)
+					}
+					r.headerMap = append(r.headerMap, kept{i, value})
 				}
 			}
 		}

@@ -2,6 +2,8 @@ package authz
 
 import (
 	"bytes"
+	"reflect"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // checkRequest is a request as Envoy fills it, with the given headers map and
@@ -34,25 +37,52 @@ func encode(t testing.TB, m proto.Message) []byte {
 	return b
 }
 
-// checkSameCredentials decodes b fully and with the codec: whenever the full decode
-// succeeds, the codec's must too, and Check must read the same credentials from both.
-func checkSameCredentials(t *testing.T, b []byte) {
+// checkSameReads decodes b fully and with the codec: whenever the full decode succeeds,
+// the codec's must too, and Check must read the same of both (inputOf: credentials,
+// hint, Accept-Encoding, whether a stream) and answer an admission with the same
+// upstream header mutations. It returns the codec's request.
+func checkSameReads(t *testing.T, b []byte) *authv3.AttributeContext_HttpRequest {
 	t.Helper()
 	var full authv3.CheckRequest
 	if proto.Unmarshal(b, &full) != nil {
-		return
+		return nil
 	}
 	var partial authv3.CheckRequest
 	if err := New(nil, Upstream{}).Codec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &partial); err != nil {
 		t.Fatalf("codec refused what proto decodes: %v", err)
 	}
-	want, got := Credentials(full.GetAttributes().GetRequest().GetHttp()), Credentials(partial.GetAttributes().GetRequest().GetHttp())
-	if got != want {
-		t.Fatalf("codec read %+v, a full decode %+v", got, want)
+	fh, ph := full.GetAttributes().GetRequest().GetHttp(), partial.GetAttributes().GetRequest().GetHttp()
+	want, got := inputOf(fh), inputOf(ph)
+	if got.cred != want.cred {
+		t.Fatalf("codec read %+v, a full decode %+v", got.cred, want.cred)
 	}
-	if wb, gb := RequestBody(full.GetAttributes().GetRequest().GetHttp()), RequestBody(partial.GetAttributes().GetRequest().GetHttp()); !bytes.Equal(wb, gb) {
+	if wb, gb := RequestBody(fh), RequestBody(ph); !bytes.Equal(wb, gb) {
 		t.Fatalf("codec read the body %q, a full decode %q", gb, wb)
 	}
+	if !reflect.DeepEqual(got.hint, want.hint) {
+		t.Fatalf("codec's hint %+v, a full decode's %+v", got.hint.Body, want.hint.Body)
+	}
+	if got.acceptEncoding != want.acceptEncoding || got.streamed != want.streamed {
+		t.Fatalf("codec read accept-encoding %q streamed %v, a full decode %q %v", got.acceptEncoding, got.streamed,
+			want.acceptEncoding, want.streamed)
+	}
+	// What goes upstream: the same answer admitted from either decode.
+	s := New(nil, Upstream{})
+	a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1", UsageState: "within_limit"}
+	if wr, gr := s.admitted(&a, want.cred, want.acceptEncoding, want.streamed), s.admitted(&a, got.cred, got.acceptEncoding, got.streamed); !proto.Equal(wr, gr) {
+		t.Fatalf("admitted from the codec's decode %v, from a full decode %v", gr, wr)
+	}
+	return ph
+}
+
+// checkSameCredentials is checkSameReads for the cases that only check agreement.
+func checkSameCredentials(t *testing.T, b []byte) { checkSameReads(t, b) }
+
+// at is req sent to path on host.
+func at(req *authv3.CheckRequest, path, host string) *authv3.CheckRequest {
+	h := req.GetAttributes().GetRequest().GetHttp()
+	h.Path, h.Host = path, host
+	return req
 }
 
 // withBody is req with a body as Envoy sends it: body (a string), or raw_body with
@@ -120,15 +150,19 @@ func TestCodecDecodesWhatCheckReads(t *testing.T) {
 	b2 := encode(t, withBody(checkRequest(nil), `{"b":2}`, false))
 	checkSameCredentials(t, append(append([]byte{}, b1...), b2...))
 	checkSameCredentials(t, append(append([]byte{}, b1...), encode(t, withBody(checkRequest(nil), "", false))...))
-	// The body the codec keeps does not alias the wire buffer, which gRPC reuses.
-	wire := encode(t, withBody(checkRequest(nil), `{"model":"m"}`, true))
+	// What the codec keeps does not alias the wire buffer, which gRPC reuses.
+	wire := encode(t, withBody(at(checkRequest(map[string]string{"accept-encoding": "zstd"}), geminiPath, "h"), `{"model":"m"}`, true))
 	var kept authv3.CheckRequest
 	if err := New(nil, Upstream{}).Codec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, &kept); err != nil {
 		t.Fatal(err)
 	}
 	clear(wire)
-	if got := string(RequestBody(kept.GetAttributes().GetRequest().GetHttp())); got != `{"model":"m"}` {
+	kh := kept.GetAttributes().GetRequest().GetHttp()
+	if got := string(RequestBody(kh)); got != `{"model":"m"}` {
 		t.Fatalf("kept body %q after the buffer was reused", got)
+	}
+	if in := inputOf(kh); kh.GetPath() != geminiPath || kh.GetHost() != "h" || in.acceptEncoding != "zstd" {
+		t.Fatalf("kept path %q host %q accept-encoding %q after the buffer was reused", kh.GetPath(), kh.GetHost(), in.acceptEncoding)
 	}
 	// Unknown fields and other wire types on the way are skipped.
 	odd := protowire.AppendTag(nil, 99, protowire.VarintType)
@@ -143,11 +177,111 @@ func TestCodecDecodesWhatCheckReads(t *testing.T) {
 	}
 }
 
+// The bug the codec had: it decoded the credentials and the body only, so through the
+// gRPC server Check saw no path, host, Accept-Encoding or Bedrock tier header. Each
+// case says what Check must make of the codec's decode, besides agreeing with a full
+// decode.
+const (
+	chatPath    = "/v1/chat/completions"
+	geminiPath  = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+	bedrockPath = "/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke"
+	bedrockHost = "bedrock-runtime.us-east-1.amazonaws.com"
+	bedrockBody = `{"messages":[{"role":"user","content":[{"text":"hi"}]}],"inferenceConfig":{"maxTokens":50}}`
+)
+
+type hintWant struct {
+	model            string
+	regional         bool
+	tier, latency    pricecatalog.Tier
+	stream, wantBody bool
+}
+
+var checkReadCases = []struct {
+	name string
+	req  *authv3.CheckRequest
+	// acceptEncoding is the accept-encoding an admission sets upstream ("" none).
+	acceptEncoding string
+	hint           hintWant
+}{
+	{"gzip and zstd offered: narrowed to gzip", at(checkRequest(map[string]string{"x-api-key": "tgk_k", "accept-encoding": "gzip, zstd"}), chatPath, "llm"),
+		"gzip", hintWant{}},
+	{"only zstd offered: identity", at(checkRequest(map[string]string{"x-api-key": "tgk_k", "accept-encoding": "zstd"}), chatPath, "llm"),
+		"identity", hintWant{}},
+	{"readable codings: left alone", at(checkRequest(map[string]string{"x-api-key": "tgk_k", "accept-encoding": "gzip, br"}), chatPath, "llm"),
+		"", hintWant{}},
+	{"Gemini's stream path: identity", at(checkRequest(map[string]string{"x-goog-api-key": "tgk_g", "accept-encoding": "gzip, br"}), geminiPath,
+		"generativelanguage.googleapis.com"), "identity", hintWant{}},
+	{"Gemini's stream path with a query: identity", at(checkRequest(map[string]string{"x-goog-api-key": "tgk_g", "accept-encoding": "gzip"}),
+		geminiPath+"?alt=sse", "generativelanguage.googleapis.com"), "identity", hintWant{}},
+	{"a body asking for a stream: identity", withBody(at(checkRequest(map[string]string{"x-api-key": "tgk_k", "accept-encoding": "gzip, br"}), chatPath, "llm"),
+		`{"model":"gpt-4o","stream":true,"messages":[]}`, false), "identity", hintWant{model: "gpt-4o", stream: true, wantBody: true}},
+	{"Bedrock's latency header, the model and region in the path", withBody(at(checkRequest(map[string]string{"authorization": "Bearer tgk_k",
+		"x-amzn-bedrock-performanceconfig-latency": "optimized"}), bedrockPath, bedrockHost), bedrockBody, false),
+		"", hintWant{model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0", regional: true, latency: pricecatalog.LatencyOptimized, wantBody: true}},
+	{"Bedrock's service tier header, raw body", withBody(at(checkRequest(map[string]string{"authorization": "Bearer tgk_k",
+		"x-amzn-bedrock-service-tier": "priority"}), bedrockPath, bedrockHost), bedrockBody, true),
+		"", hintWant{model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0", regional: true, tier: pricecatalog.Fast, wantBody: true}},
+	{"OpenAI's regional host", withBody(at(checkRequest(map[string]string{"x-api-key": "tgk_k"}), chatPath, "us.api.openai.com"),
+		`{"model":"gpt-4o","messages":[]}`, false), "", hintWant{model: "gpt-4o", regional: true, wantBody: true}},
+	// encode_raw_headers: the same headers in header_map, names in any case, values raw.
+	{"header_map: zstd narrowed", at(checkRequest(nil, &corev3.HeaderValue{Key: "x-api-key", RawValue: []byte("tgk_k")},
+		&corev3.HeaderValue{Key: "Accept-Encoding", RawValue: []byte("gzip, zstd")}), chatPath, "llm"), "gzip", hintWant{}},
+	{"header_map: Accept-Encoding on two lines", at(checkRequest(nil, &corev3.HeaderValue{Key: "accept-encoding", RawValue: []byte("gzip")},
+		&corev3.HeaderValue{Key: "accept-encoding", Value: "zstd"}), chatPath, "llm"), "gzip", hintWant{}},
+	{"header_map: Gemini's stream", at(checkRequest(nil, &corev3.HeaderValue{Key: "accept-encoding", RawValue: []byte("gzip, br")}), geminiPath,
+		"generativelanguage.googleapis.com"), "identity", hintWant{}},
+	{"header_map: Bedrock's tier headers", withBody(at(checkRequest(nil, &corev3.HeaderValue{Key: "X-Amzn-Bedrock-Service-Tier", RawValue: []byte("priority")},
+		&corev3.HeaderValue{Key: "x-amzn-bedrock-performanceconfig-latency", Value: "optimized"}), bedrockPath, bedrockHost), bedrockBody, false),
+		"", hintWant{model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0", regional: true, tier: pricecatalog.Fast, latency: pricecatalog.LatencyOptimized, wantBody: true}},
+	// More kept headers than the decode has room for (keptValues).
+	{"every header Check reads", withBody(at(checkRequest(map[string]string{"x-api-key": "tgk_k", "authorization": "Bearer tgk_k",
+		"x-goog-api-key": "tgk_k", "api-key": "tgk_k", "accept-encoding": "zstd", "x-amzn-bedrock-service-tier": "priority",
+		"x-amzn-bedrock-performanceconfig-latency": "optimized"}), bedrockPath, bedrockHost), bedrockBody, false),
+		"identity", hintWant{model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0", regional: true, tier: pricecatalog.Fast, latency: pricecatalog.LatencyOptimized, wantBody: true}},
+	// A headers map hides header_map, whatever it holds.
+	{"the map's Accept-Encoding, not header_map's", at(checkRequest(map[string]string{"accept-encoding": "gzip"},
+		&corev3.HeaderValue{Key: "accept-encoding", RawValue: []byte("zstd")}), chatPath, "llm"), "", hintWant{}},
+	{"a map without Accept-Encoding hides header_map's", at(checkRequest(map[string]string{"user-agent": "sdk"},
+		&corev3.HeaderValue{Key: "accept-encoding", RawValue: []byte("zstd")}), chatPath, "llm"), "", hintWant{}},
+}
+
+func TestCodecKeepsWhatAdmissionReads(t *testing.T) {
+	for _, tc := range checkReadCases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := checkSameReads(t, encode(t, tc.req))
+			in := inputOf(h)
+			a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1"}
+			got := ""
+			for _, o := range New(nil, Upstream{}).admitted(&a, in.cred, in.acceptEncoding, in.streamed).GetOkResponse().GetHeaders() {
+				if o.GetHeader().GetKey() == "accept-encoding" {
+					got = o.GetHeader().GetValue()
+				}
+			}
+			if got != tc.acceptEncoding {
+				t.Errorf("accept-encoding set to %q, want %q", got, tc.acceptEncoding)
+			}
+			b := in.hint.Body
+			if (b != nil) != tc.hint.wantBody {
+				t.Fatalf("hint %+v, want one: %v", b, tc.hint.wantBody)
+			}
+			if b == nil {
+				return
+			}
+			if got := (hintWant{model: b.Model, regional: b.Regional, tier: b.ServiceTier, latency: b.Latency, stream: b.Stream, wantBody: true}); got != tc.hint {
+				t.Errorf("hint %+v, want %+v", got, tc.hint)
+			}
+		})
+	}
+}
+
 func FuzzCodecDecodesWhatCheckReads(f *testing.F) {
 	for _, tc := range codecCases {
 		f.Add(encode(f, tc.req))
 	}
-	f.Fuzz(checkSameCredentials)
+	for _, tc := range checkReadCases {
+		f.Add(encode(f, tc.req))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkSameReads(t, b) })
 }
 
 // A refusal the server keeps is sent as encoded when it was kept: the same message.
@@ -179,5 +313,79 @@ func TestCodecLeavesOtherMessagesToProto(t *testing.T) {
 	var back authv3.CheckResponse
 	if err := New(nil, Upstream{}).Codec().Unmarshal(data, &back); err != nil || !proto.Equal(&back, resp) {
 		t.Fatalf("%v %v", &back, err)
+	}
+}
+
+// FuzzCodecReadsAsAFullDecode builds CheckRequests from their parts, which finds more
+// than mutating encoded bytes: headers lines "name: value" (header_map's "name= value"
+// puts the value in raw_value).
+func FuzzCodecReadsAsAFullDecode(f *testing.F) {
+	f.Add(chatPath, "llm", "x-api-key: tgk_k\naccept-encoding: gzip, zstd", "", []byte(nil), false)
+	f.Add(chatPath, "llm", "", "X-Api-Key= tgk_k\nAccept-Encoding= zstd\naccept-encoding: br", []byte(nil), false)
+	f.Add(geminiPath, "generativelanguage.googleapis.com", "x-goog-api-key: tgk_g\naccept-encoding: gzip, br", "", []byte(nil), false)
+	f.Add(bedrockPath, bedrockHost, "authorization: Bearer tgk_k\nx-amzn-bedrock-performanceconfig-latency: optimized\nx-amzn-bedrock-service-tier: priority",
+		"", []byte(bedrockBody), false)
+	f.Add(bedrockPath, bedrockHost, "", "authorization= Bearer tgk_k\nX-Amzn-Bedrock-Service-Tier= priority\nx-amzn-bedrock-service-tier: flex",
+		[]byte(bedrockBody), true)
+	f.Add(chatPath, "us.api.openai.com", "api-key: tgk_z", "", []byte(`{"model":"gpt-4o","stream":true}`), true)
+	f.Fuzz(func(t *testing.T, path, host, mapLines, headerMapLines string, body []byte, raw bool) {
+		var m map[string]string
+		for line := range strings.SplitSeq(mapLines, "\n") {
+			if k, v, ok := strings.Cut(line, ": "); ok {
+				if m == nil {
+					m = map[string]string{}
+				}
+				m[k] = v
+			}
+		}
+		var hm []*corev3.HeaderValue
+		for line := range strings.SplitSeq(headerMapLines, "\n") {
+			if k, v, ok := strings.Cut(line, ": "); ok {
+				hm = append(hm, &corev3.HeaderValue{Key: k, Value: v})
+			} else if k, v, ok := strings.Cut(line, "= "); ok {
+				hm = append(hm, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
+			}
+		}
+		req := at(checkRequest(m, hm...), path, host)
+		withBody(req, string(body), raw)
+		b, err := proto.Marshal(req)
+		if err != nil {
+			return // not valid UTF-8 where proto wants it
+		}
+		checkSameReads(t, b)
+	})
+}
+
+// BenchmarkCodecDecode decodes a CheckRequest as Envoy sends it: a dozen headers besides
+// the credential, in the headers map or in header_map (encode_raw_headers), with and
+// without the body.
+func BenchmarkCodecDecode(b *testing.B) {
+	envoy := map[string]string{":authority": "llm.example.test", ":method": "POST", ":path": chatPath, ":scheme": "https",
+		"content-type": "application/json", "content-length": "35", "x-request-id": "5f0c7a4e-envoy", "user-agent": "openai-python/1.40",
+		"x-forwarded-proto": "https", "x-envoy-external-address": "10.0.0.7", "accept": "application/json", "accept-encoding": "gzip, deflate, zstd",
+		"x-stainless-lang": "python", "x-api-key": "tgk_0123456789abcdef0123456789abcdef"}
+	var raw []*corev3.HeaderValue
+	for k, v := range envoy {
+		raw = append(raw, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
+	}
+	for _, bc := range []struct {
+		name string
+		req  *authv3.CheckRequest
+	}{
+		{"headers map", checkRequest(envoy)},
+		{"header_map", checkRequest(nil, raw...)},
+		{"headers map and body", withBody(checkRequest(envoy), `{"model":"gpt-4o","max_tokens":9}`, false)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			wire := encode(b, bc.req)
+			c := New(nil, Upstream{}).Codec()
+			b.ReportAllocs()
+			for b.Loop() {
+				var req authv3.CheckRequest
+				if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, &req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -8,7 +8,8 @@
 // the enforcer's failure mode is the single open/closed switch. The only gRPC error is
 // Canceled, when Envoy has already given up on the check.
 //
-// Its Codec, the enforcer's gRPC server codec, decodes a CheckRequest only as far as
-// those credential headers (the rest of what Envoy sends is skipped unread), and sends
-// each kept refusal as encoded once.
+// Its Codec, the enforcer's gRPC server codec, decodes of a CheckRequest only what Check
+// reads (the headers it names in checkHeaderNames, the path, the host, the body; the
+// rest of what Envoy sends is skipped unread), and sends each kept refusal as encoded
+// once.
 package authz

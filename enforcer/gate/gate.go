@@ -171,12 +171,22 @@ func (c *Credentials) Add(name, value string) {
 	default:
 		return
 	}
+	*field = JoinLine(*field, value)
+}
+
+// JoinLine is a header's value read so far (old, "" when none) with one more line's
+// value, by Add's rule: a different value joined with ", ", as Envoy joins a header's
+// lines, the same value kept once. Front doors that read other headers line by line
+// (ext_authz's header_map) join them so too, so that a header reads the same from
+// Envoy's headers map and from its lines.
+func JoinLine(old, line string) string {
 	switch {
-	case *field == "":
-		*field = value
-	case *field != value:
-		*field += ", " + value
+	case old == "":
+		return line
+	case old != line:
+		return old + ", " + line
 	}
+	return old
 }
 
 // TollgateAuthorization reports whether the Authorization header carries a Tollgate
