@@ -48,6 +48,20 @@ func expectStatus(t *testing.T, round int, r *apitest.Resp, status int, code str
 	}
 }
 
+// writeWhileRemoved sends write (a request that stores a row naming member m) at the
+// same moment as m's removal by owner, and checks their answers: no 5xx, the removal
+// 204, and the write either its success (written) or refused as coming too late (404
+// with refusedCode).
+func writeWhileRemoved(t *testing.T, e *apitest.Env, round int, owner, m apitest.Member, write func() *apitest.Resp, written int, refusedCode string) {
+	t.Helper()
+	rs := concurrently(write, func() *apitest.Resp { return e.Do(t, "DELETE", "/v1/members/"+m.MemberID, nil, owner.As()...) })
+	noServerErrors(t, round, rs...)
+	if rs[0].Status != written {
+		expectStatus(t, round, rs[0], http.StatusNotFound, refusedCode)
+	}
+	expectStatus(t, round, rs[1], http.StatusNoContent, "")
+}
+
 // Two invitations of one user to one organization, accepted at the same moment: one
 // joins, the other is 409 already_member (as when accepted one after the other) and
 // stays unused.
@@ -98,17 +112,9 @@ func TestAddTeamMemberWhileRemoved(t *testing.T) {
 	e.Do(t, "POST", "/v1/teams", map[string]string{"name": "Core"}, owner.As()...).Expect(t, http.StatusCreated).Decode(t, &team)
 	for round := range 30 {
 		m := e.AddMember(t, owner, fmt.Sprintf("m%d", round), "member")
-		rs := concurrently(
-			func() *apitest.Resp {
-				return e.Do(t, "POST", "/v1/teams/"+team.ID+"/members", map[string]string{"memberId": m.MemberID}, owner.As()...)
-			},
-			func() *apitest.Resp { return e.Do(t, "DELETE", "/v1/members/"+m.MemberID, nil, owner.As()...) },
-		)
-		noServerErrors(t, round, rs...)
-		if rs[0].Status != http.StatusOK {
-			expectStatus(t, round, rs[0], http.StatusNotFound, "member_not_found")
-		}
-		expectStatus(t, round, rs[1], http.StatusNoContent, "")
+		writeWhileRemoved(t, e, round, owner, m, func() *apitest.Resp {
+			return e.Do(t, "POST", "/v1/teams/"+team.ID+"/members", map[string]string{"memberId": m.MemberID}, owner.As()...)
+		}, http.StatusOK, "member_not_found")
 		if n := count(t, e, "team_members tm JOIN members m ON m.id = tm.member_id", "m.removed_at IS NOT NULL"); n != 0 {
 			t.Fatalf("round %d: %d team memberships of removed members", round, n)
 		}
@@ -124,17 +130,9 @@ func TestCreateAPIKeyWhileRemoved(t *testing.T) {
 	owner := e.NewOrg(t, "Acme")
 	for round := range 30 {
 		m := e.AddMember(t, owner, fmt.Sprintf("m%d", round), "member")
-		rs := concurrently(
-			func() *apitest.Resp {
-				return e.Do(t, "POST", "/v1/api-keys", map[string]string{"name": "laptop"}, m.As()...)
-			},
-			func() *apitest.Resp { return e.Do(t, "DELETE", "/v1/members/"+m.MemberID, nil, owner.As()...) },
-		)
-		noServerErrors(t, round, rs...)
-		if rs[0].Status != http.StatusCreated {
-			expectStatus(t, round, rs[0], http.StatusNotFound, "organization_not_found")
-		}
-		expectStatus(t, round, rs[1], http.StatusNoContent, "")
+		writeWhileRemoved(t, e, round, owner, m, func() *apitest.Resp {
+			return e.Do(t, "POST", "/v1/api-keys", map[string]string{"name": "laptop"}, m.As()...)
+		}, http.StatusCreated, "organization_not_found")
 		if n := count(t, e, "api_keys k JOIN members m ON m.id = k.member_id", "m.removed_at IS NOT NULL AND k.revoked_at IS NULL"); n != 0 {
 			t.Fatalf("round %d: %d live API keys of removed members", round, n)
 		}
@@ -152,17 +150,9 @@ func TestSetActiveOrganizationWhileRemoved(t *testing.T) {
 		u := e.SignUp(t, fmt.Sprintf("m%d", round))
 		e.CreateOrg(t, u, fmt.Sprintf("Home %d", round)) // their active organization
 		m := e.Join(t, owner, u, "member")
-		rs := concurrently(
-			func() *apitest.Resp {
-				return e.Do(t, "PUT", "/v1/me/active-organization", map[string]string{"organizationId": owner.OrgID}, apitest.Session(u.Token))
-			},
-			func() *apitest.Resp { return e.Do(t, "DELETE", "/v1/members/"+m.MemberID, nil, owner.As()...) },
-		)
-		noServerErrors(t, round, rs...)
-		if rs[0].Status != http.StatusOK {
-			expectStatus(t, round, rs[0], http.StatusNotFound, "organization_not_found")
-		}
-		expectStatus(t, round, rs[1], http.StatusNoContent, "")
+		writeWhileRemoved(t, e, round, owner, m, func() *apitest.Resp {
+			return e.Do(t, "PUT", "/v1/me/active-organization", map[string]string{"organizationId": owner.OrgID}, apitest.Session(u.Token))
+		}, http.StatusOK, "organization_not_found")
 		if n := count(t, e, "users u", `u.id = $1 AND u.active_organization_id IS NOT NULL AND NOT EXISTS (
 			SELECT 1 FROM members m WHERE m.user_id = u.id AND m.organization_id = u.active_organization_id AND m.removed_at IS NULL)`, u.ID); n != 0 {
 			t.Fatalf("round %d: the user's active organization is one they were removed from", round)
@@ -214,15 +204,9 @@ func TestSubmitResetRequestWhileRemoved(t *testing.T) {
 	for round := range 30 {
 		m := e.AddMember(t, owner, fmt.Sprintf("m%d", round), "member")
 		setUsed(t, e, m, window.Day, 10)
-		rs := concurrently(
-			func() *apitest.Resp { return submit(t, e, m, bucketID(e, m, window.Day), "please") },
-			func() *apitest.Resp { return e.Do(t, "DELETE", "/v1/members/"+m.MemberID, nil, owner.As()...) },
-		)
-		noServerErrors(t, round, rs...)
-		if rs[0].Status != http.StatusOK {
-			expectStatus(t, round, rs[0], http.StatusNotFound, "organization_not_found")
-		}
-		expectStatus(t, round, rs[1], http.StatusNoContent, "")
+		writeWhileRemoved(t, e, round, owner, m, func() *apitest.Resp {
+			return submit(t, e, m, bucketID(e, m, window.Day), "please")
+		}, http.StatusOK, "organization_not_found")
 		if n := count(t, e, "usage_reset_requests r JOIN members m ON m.id = r.member_id", "m.removed_at IS NOT NULL AND r.status = 'pending'"); n != 0 {
 			t.Fatalf("round %d: %d pending extension requests of removed members", round, n)
 		}
