@@ -157,7 +157,7 @@ func (w *walker) at(extra ...any) []any {
 func (w *walker) value(t reflect.Type, root bool) error {
 	tok, err := w.dec.Token()
 	if err != nil {
-		return fault.InvalidAt("the body is not valid JSON")
+		return notJSON()
 	}
 	if s, ok := tok.(string); ok && w.nul && strings.Contains(s, "\x00") {
 		return fault.InvalidAt("must not contain a NUL character (\\u0000)", w.at()...)
@@ -182,7 +182,7 @@ func (w *walker) value(t reflect.Type, root bool) error {
 	case json.Delim:
 		w.depth++
 		if w.depth > maxDepth {
-			return fault.InvalidAt("the body is not valid JSON")
+			return notJSON()
 		}
 		if v == '{' {
 			err = w.object(t)
@@ -212,11 +212,11 @@ func (w *walker) object(t reflect.Type) error {
 	for w.dec.More() {
 		tok, err := w.dec.Token()
 		if err != nil {
-			return fault.InvalidAt("the body is not valid JSON")
+			return notJSON()
 		}
 		key, ok := tok.(string)
 		if !ok { // the decoder's grammar allows only a string here
-			return fault.InvalidAt("the body is not valid JSON")
+			return notJSON()
 		}
 		if w.nul && strings.Contains(key, "\x00") {
 			return fault.InvalidAt("must not contain a NUL character (\\u0000)", w.at(key)...)
@@ -247,11 +247,20 @@ func (w *walker) object(t reflect.Type) error {
 			return err
 		}
 	}
+	return w.end()
+}
+
+// end reads the closing brace or bracket of the object or array just read.
+func (w *walker) end() error {
 	if _, err := w.dec.Token(); err != nil {
-		return fault.InvalidAt("the body is not valid JSON")
+		return notJSON()
 	}
 	return nil
 }
+
+// notJSON is the error of a body the JSON grammar refuses, wherever the walk or the
+// decoder finds it.
+func notJSON() error { return fault.InvalidAt("the body is not valid JSON") }
 
 // array reads the elements of an array up to its closing bracket; t is a slice or an
 // array type, or nil.
@@ -268,10 +277,7 @@ func (w *walker) array(t reflect.Type) error {
 			return err
 		}
 	}
-	if _, err := w.dec.Token(); err != nil {
-		return fault.InvalidAt("the body is not valid JSON")
-	}
-	return nil
+	return w.end()
 }
 
 // optionalField is implemented by Optional[T] only: it lets the walk look inside an
@@ -483,7 +489,7 @@ func decodeProblem(err error) error {
 		}
 		return fault.InvalidAt("must be "+jsonNoun(typeErr.Type, false), path...)
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
-		return fault.InvalidAt("the body is not valid JSON")
+		return notJSON()
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return fault.InvalidAt("unknown field", splitPath(field)...)
