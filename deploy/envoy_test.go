@@ -104,6 +104,10 @@ func TestEnvoyConfig(t *testing.T) {
 	if pm.GetRequestBodyMode().String() != "NONE" {
 		t.Errorf("response filter must not receive the request body, got %v", pm.GetRequestBodyMode())
 	}
+	if pm.GetResponseTrailerMode().String() != "SEND" {
+		// An answer with trailers ends with them: skipped, its end is never seen.
+		t.Errorf("response filter must receive the response trailers, got %v", pm.GetResponseTrailerMode())
+	}
 
 	// The belt: the member's raw key headers are removed at the route too: x-api-key,
 	// x-goog-api-key (Google's Gen AI SDK) and api-key (Azure OpenAI clients).

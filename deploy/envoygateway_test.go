@@ -162,13 +162,20 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 	// ext_proc: envoy.yaml's two filters in one. The request-body filter's request
 	// modes and message timeout, the response filter's response modes, open on
 	// failure like both; it answers every message (observability off), since it may
-	// rewrite the body.
+	// rewrite the body. Response trailers are the one difference: Envoy Gateway sends
+	// them only in FULL_DUPLEX_STREAMED, which must fail closed, so an answer that ends
+	// with trailers is settled at its usage but marked incomplete there
+	// (docs/enforcer.md, "Response trailers").
 	body, resp := ref.procs[0], ref.procs[1]
 	pm, bm, rm := proc.GetProcessingMode(), body.GetProcessingMode(), resp.GetProcessingMode()
 	if pm.GetRequestHeaderMode() != bm.GetRequestHeaderMode() || pm.GetRequestBodyMode() != bm.GetRequestBodyMode() ||
 		pm.GetResponseHeaderMode() != rm.GetResponseHeaderMode() || pm.GetResponseBodyMode() != rm.GetResponseBodyMode() ||
-		pm.GetRequestTrailerMode() != bm.GetRequestTrailerMode() || pm.GetResponseTrailerMode() != rm.GetResponseTrailerMode() {
+		pm.GetRequestTrailerMode() != bm.GetRequestTrailerMode() {
 		t.Errorf("ext_proc processing mode %v; want envoy.yaml's request-body filter's request modes (%v) and its response filter's response modes (%v)", pm, bm, rm)
+	}
+	if pm.GetResponseTrailerMode() != extprocv3.ProcessingMode_SKIP || rm.GetResponseTrailerMode() != extprocv3.ProcessingMode_SEND {
+		t.Errorf("response trailers: Envoy Gateway's %v, envoy.yaml's %v; want SKIP (all Envoy Gateway can do in STREAMED) and SEND (docs to update if either changed)",
+			pm.GetResponseTrailerMode(), rm.GetResponseTrailerMode())
 	}
 	if proc.GetObservabilityMode() {
 		t.Error("ext_proc in observability mode (shadowMode): the request body's rewrite would be ignored")

@@ -256,8 +256,10 @@ func checkMode(m *extprocfv3.ProcessingMode, observability bool) error {
 	default:
 		problems = append(problems, fmt.Sprintf("response_body_mode %s (observability_mode %v)", m.GetResponseBodyMode(), observability))
 	}
-	if m.GetRequestTrailerMode() == extprocfv3.ProcessingMode_SEND || m.GetResponseTrailerMode() == extprocfv3.ProcessingMode_SEND {
-		problems = append(problems, "trailer mode SEND")
+	// Response trailers are played (an upstream's HTTP trailers, Go's resp.Trailer); a
+	// request's are not: the emulator's clients send none.
+	if m.GetRequestTrailerMode() == extprocfv3.ProcessingMode_SEND {
+		problems = append(problems, "request_trailer_mode SEND")
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%s not emulated", strings.Join(problems, ", "))

@@ -156,6 +156,8 @@ func (p *processor) Process(srv extprocv3.ExternalProcessor_ProcessServer) error
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 		case *extprocv3.ProcessingRequest_ResponseBody:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+		case *extprocv3.ProcessingRequest_ResponseTrailers:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 		default:
 			return fmt.Errorf("unexpected %T", r)
 		}
@@ -200,6 +202,8 @@ type upstream struct {
 	bodies []string
 	answer []string
 	gate   chan struct{}
+	// trailers are sent after the answer (undeclared, as an HTTP/2 server may).
+	trailers map[string]string
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -215,6 +219,9 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		io.WriteString(w, c)
 		w.(http.Flusher).Flush()
+	}
+	for k, v := range u.trailers {
+		w.Header().Set(http.TrailerPrefix+k, v)
 	}
 }
 
@@ -563,6 +570,11 @@ func messages(t *testing.T, msgs []*extprocv3.ProcessingRequest, observability b
 		case *extprocv3.ProcessingRequest_ResponseBody:
 			kinds = append(kinds, fmt.Sprintf("body(eos=%v)", r.ResponseBody.GetEndOfStream()))
 			b.Write(r.ResponseBody.GetBody())
+		case *extprocv3.ProcessingRequest_ResponseTrailers:
+			kinds = append(kinds, "response_trailers")
+			if headerOf(r.ResponseTrailers.GetTrailers(), "grpc-status") != "0" {
+				t.Fatalf("response trailers %v", r.ResponseTrailers)
+			}
 		}
 	}
 	return kinds, b.String()
@@ -702,5 +714,42 @@ func TestUpstreamBreakingOff(t *testing.T) {
 	}
 	if last := obs[len(obs)-1].GetResponseBody(); string(last.GetBody()) != "data: partial\n\n" {
 		t.Fatalf("observer's last message %v", obs[len(obs)-1])
+	}
+}
+
+// An upstream's trailers end its response, as Envoy's encodeTrailers does: the last body
+// chunk goes without end_of_stream, and only a filter whose response_trailer_mode is SEND
+// sees the end (the trailers), answered or observed. The client gets the trailers.
+func TestResponseTrailersEndTheResponse(t *testing.T) {
+	const sendTrailers = "response_body_mode: STREAMED\n"
+	for _, c := range []struct {
+		name, yaml string
+		streams    int
+		want       []string // the response filter's messages
+	}{
+		{"observed, trailers skipped", chain, 2,
+			[]string{"request_headers", "response_headers", "body(eos=false)"}},
+		{"observed, trailers sent", strings.Replace(chain, sendTrailers, sendTrailers+"                        response_trailer_mode: SEND\n", 1), 2,
+			[]string{"request_headers", "response_headers", "body(eos=false)", "response_trailers"}},
+		{"answered, trailers sent", strings.Replace(oneProcChain, sendTrailers, sendTrailers+"                      response_trailer_mode: SEND\n", 1), 1,
+			[]string{"request_headers", "request_body(eos=true)", "response_headers", "body(eos=false)", "response_trailers"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.yaml == chain && strings.Contains(c.name, "sent") || c.yaml == oneProcChain {
+				t.Fatal("the case's configuration did not change")
+			}
+			up := &upstream{answer: []string{"data: a\n\n"}, trailers: map[string]string{"Grpc-Status": "0"}}
+			e := setup(t, c.yaml, &processor{check: admit(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{
+				hv("x-service-request-id", "req_1", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD)}})}, up)
+			res, body := post(t, e.url+"/v1/chat/completions", `{}`, nil)
+			if res.StatusCode != 200 || body != "data: a\n\n" || res.Trailer.Get("Grpc-Status") != "0" {
+				t.Fatalf("%d %q, trailers %v: want the answer and its trailers", res.StatusCode, body, res.Trailer)
+			}
+			streams := e.proc.waitStreams(t, c.streams)
+			kinds, got := messages(t, streams[len(streams)-1], c.streams == 2)
+			if !slices.Equal(kinds, c.want) || got != "data: a\n\n" {
+				t.Fatalf("the response filter saw %v %q, want %v", kinds, got, c.want)
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ var errorf = fmt.Errorf
 // modes is an ext_proc filter's processing mode on one route, defaults applied.
 type modes struct {
 	reqHeaders, respHeaders bool // SEND (the default) rather than SKIP
+	respTrailers            bool // SEND rather than SKIP (the default)
 	reqBody, respBody       extprocfv3.ProcessingMode_BodySendMode
 }
 
@@ -29,8 +30,10 @@ func modeOf(base, override *extprocfv3.ProcessingMode) modes {
 	return modes{
 		reqHeaders:  m.GetRequestHeaderMode() != extprocfv3.ProcessingMode_SKIP,
 		respHeaders: m.GetResponseHeaderMode() != extprocfv3.ProcessingMode_SKIP,
-		reqBody:     m.GetRequestBodyMode(),
-		respBody:    m.GetResponseBodyMode(),
+		// Trailers default to SKIP, headers to SEND (ProcessingMode's comments).
+		respTrailers: m.GetResponseTrailerMode() == extprocfv3.ProcessingMode_SEND,
+		reqBody:      m.GetRequestBodyMode(),
+		respBody:     m.GetResponseBodyMode(),
 	}
 }
 
@@ -295,6 +298,49 @@ func (x *exchange) processResponseBody(chunk []byte, last bool) bool {
 			}
 		default:
 			if !x.failed(af, errorf("answered a response body chunk with %T", r)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// processResponseTrailers hands the upstream's trailers to the ext_proc filters whose
+// mode sends them (last filter first), as Envoy's encodeTrailers does: a response with
+// trailers ends with them, its last body chunk without end_of_stream, so a filter that
+// skips trailers never sees the response end. false when the exchange ended (a
+// processor answered the client, or failed closed).
+func (x *exchange) processResponseTrailers(tr headers) bool {
+	for i := len(x.active) - 1; i >= 0; i-- {
+		af := x.active[i]
+		if !af.mode.respTrailers {
+			continue
+		}
+		m := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+			ResponseTrailers: &extprocv3.HttpTrailers{Trailers: tr.proto()}}}
+		switch {
+		case af.obs != nil:
+			af.obs.send(m)
+			continue
+		case af.proc == nil || af.proc.dead:
+			continue
+		}
+		resp, err := af.proc.exchange(m)
+		if err != nil {
+			if !x.failed(af, err) {
+				return false
+			}
+			continue
+		}
+		switch r := resp.GetResponse().(type) {
+		case *extprocv3.ProcessingResponse_ImmediateResponse:
+			return x.immediate(r.ImmediateResponse)
+		case *extprocv3.ProcessingResponse_ResponseTrailers:
+			if r.ResponseTrailers.GetHeaderMutation() != nil {
+				return x.refuse(errorf("ext_proc %s: a trailer mutation is not emulated", af.f.Name))
+			}
+		default:
+			if !x.failed(af, errorf("answered the response trailers with %T", r)) {
 				return false
 			}
 		}

@@ -406,7 +406,8 @@ func (x *exchange) forward() {
 		if n > 0 {
 			chunk := append([]byte(nil), buf[:n]...)
 			seen += int64(n)
-			last := resp.ContentLength >= 0 && seen == resp.ContentLength
+			// With trailers declared, the trailers end the response, not its last byte.
+			last := resp.ContentLength >= 0 && seen == resp.ContentLength && len(resp.Trailer) == 0
 			if !x.processResponseBody(chunk, last) {
 				return
 			}
@@ -425,6 +426,16 @@ func (x *exchange) forward() {
 			}
 		}
 		if errors.Is(err, io.EOF) {
+			// Go fills resp.Trailer at the body's end. A response with trailers ends
+			// with them (Envoy's encodeTrailers), its body without end_of_stream.
+			if tr := trailersOf(resp.Trailer); len(tr) > 0 {
+				if x.processResponseTrailers(tr) {
+					for _, f := range tr {
+						x.w.Header().Add(http.TrailerPrefix+f.k, f.v)
+					}
+				}
+				return
+			}
 			if x.processResponseBody(nil, true) {
 				x.responseBody(nil, true)
 			}
@@ -436,6 +447,18 @@ func (x *exchange) forward() {
 			panic(http.ErrAbortHandler)
 		}
 	}
+}
+
+// trailersOf is an upstream's trailers as Envoy holds them: names lower-case, a name
+// declared (Trailer header) but never sent left out.
+func trailersOf(t http.Header) headers {
+	var h headers
+	for k, vs := range t {
+		for _, v := range vs {
+			h.add(k, v)
+		}
+	}
+	return h
 }
 
 // responseBody hands a chunk to the observers, last filter first.
