@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
@@ -330,6 +331,154 @@ func TestRedisStoppedAndRestarted(t *testing.T) {
 		}
 	}
 	at.Check(t, e.Store)
+}
+
+// hardDayLimit gives every member of the organization a hard day limit of limit micro-USD.
+func hardDayLimit(t *testing.T, e *at.Env, org string, limit int64) {
+	t.Helper()
+	for _, q := range []string{
+		`INSERT INTO usage_policies (id, organization_id, name, hard_limit, allow_request_reset, revision, created_at, updated_at) VALUES ('ulp_day', $1, 'Daily', true, true, 1, now(), now())`,
+		`INSERT INTO usage_policy_limits SELECT 'ulp_day', 'day', $2 WHERE $1 <> ''`,
+		`INSERT INTO usage_policy_assignments (id, organization_id, policy_id, organization, created_at) VALUES ('ula_1', $1, 'ulp_day', true, now())`,
+	} {
+		args := []any{org}
+		if strings.Contains(q, "$2") {
+			args = append(args, limit)
+		}
+		if _, err := e.Store.Pool.Exec(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// settleCost settles one request of member through the ledger (no gRPC server needed).
+func settleCost(t *testing.T, e *at.Env, org, member string, cost int64) {
+	t.Helper()
+	res, err := e.Ledger.Settle(ctx, []*internalv1.SettleItem{{RequestId: at.ReqID(), OrganizationId: org, MemberId: member,
+		Snapshot: at.Snapshot(org, member, e.Clock.Now(), 0), UpstreamCostMicroUsd: at.Cost(cost), Complete: true}})
+	if err != nil || res[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("settle: %v %v", res, err)
+	}
+}
+
+// Redis reaches maxmemory under its default policy (noeviction): writes are refused
+// (OOM), reads still answer. The record write of the settlement that blocks a member
+// fails; the older record, which admits, must not stay readable. Before the fix it
+// did, with no error (the enforcers had nothing to doubt), and the blocked member was
+// admitted on every check for as long as Redis refused writes. Now the record is
+// deleted (Redis runs DEL under OOM): the enforcers resolve through the control plane,
+// which answers from Postgres; and once Redis takes writes, maintenance rewrites it.
+func TestRedisRefusingWritesForgetsTheRecordsItCannotReplace(t *testing.T) {
+	srv := testredis.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	e := at.New(t, at.Options{Redis: rdb})
+	e.Serve(t)
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	hardDayLimit(t, e, org, 1000)
+	now := e.Clock.Now()
+	if _, err := e.Client.Resolve(ctx, &internalv1.ResolveRequest{OrganizationId: org, MemberId: m}); err != nil {
+		t.Fatal(err)
+	}
+	settleCost(t, e, org, m, 500)
+	if used, err := spendOf(t, e, rdb, m, now); err != nil || used != 500 {
+		t.Fatalf("before Redis is full: %d %v", used, err)
+	}
+
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := rdb.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.Set(ctx, e.Layout.Prefix+"probe", "x", 0).Err(); err == nil || !redis.IsOOMError(err) {
+		t.Fatalf("a write to a full Redis answered %v, want OOM", err)
+	}
+	settleCost(t, e, org, m, 600) // Postgres: 1100 of 1000, the member is blocked
+	if used, err := spendOf(t, e, rdb, m, now); !errors.Is(err, mirror.ErrUnknown) {
+		t.Fatalf("after a refused write the mirror reads day spend %d (%v) for a member blocked in Postgres; want unknown", used, err)
+	}
+	if got := testutil.ToFloat64(e.Metrics.MirrorWrites.WithLabelValues("deleted")); got < 1 {
+		t.Fatalf("deleted records counted %v", got)
+	}
+	// What an enforcer does on an unknown record: it resolves, and the answer blocks.
+	res, err := e.Client.Resolve(ctx, &internalv1.ResolveRequest{OrganizationId: org, MemberId: m})
+	if err != nil || res.GetSpend()[0].GetUsedMicroUsd() != 1100 {
+		t.Fatalf("resolve while Redis is full: %v %v", res, err)
+	}
+	// Maintenance cannot repair yet; the record stays unknown, the member marked.
+	if err := e.Mirror.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := spendOf(t, e, rdb, m, now); !errors.Is(err, mirror.ErrUnknown) {
+		t.Fatalf("after a refused repair: %v, want unknown", err)
+	}
+	if marks := e.Int64s(t, `SELECT member_id, version FROM usage_mirror_repairs`); len(marks) != 1 || marks[m] == 0 {
+		t.Fatalf("repair marks %v", marks)
+	}
+
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Mirror.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if used, err := spendOf(t, e, rdb, m, now); err != nil || used != 1100 {
+		t.Fatalf("repaired record: %d %v", used, err)
+	}
+	if marks := e.Int64s(t, `SELECT member_id, version FROM usage_mirror_repairs`); len(marks) != 0 {
+		t.Fatalf("repair marks left %v", marks)
+	}
+	at.Check(t, e.Store)
+}
+
+// The control plane is cut off from Redis while the enforcers still read it (a
+// partition), settles the request that blocks a member (the record write fails, and so
+// would a DEL), and is restarted before Redis is reachable again (a rolling deploy, a
+// crash loop). The repair must outlive the process: before the fix it was kept in memory
+// only, the new process's maintenance found the generation in place and nothing to
+// repair, and the old record, which admits, stayed trusted until the member's next
+// change or its 26-hour TTL. Now the failure is marked in Postgres and any control
+// plane's next maintenance round rewrites the record.
+func TestMirrorRepairOutlivesTheControlPlane(t *testing.T) {
+	srv := testredis.StartServer(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr}) // what the enforcers read
+	defer direct.Close()
+	proxy := testredis.NewProxy(t, srv.Addr)
+	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer viaProxy.Close()
+	e := at.New(t, at.Options{Redis: viaProxy})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	hardDayLimit(t, e, org, 1000)
+	now := e.Clock.Now()
+	if _, err := e.Mirror.Resolve(ctx, org, m); err != nil {
+		t.Fatal(err)
+	}
+	settleCost(t, e, org, m, 500)
+	proxy.Down()
+	settleCost(t, e, org, m, 600) // Postgres: 1100 of 1000; the record write fails
+	if used, err := spendOf(t, e, direct, m, now); err != nil || used != 500 {
+		t.Fatalf("the enforcers' view during the partition: %d %v (the control plane could not touch it)", used, err)
+	}
+	marks := e.Int64s(t, `SELECT member_id, version FROM usage_mirror_repairs`)
+	if len(marks) != 1 || marks[m] == 0 {
+		t.Fatalf("repair marks %v", marks)
+	}
+
+	// A new process, with nothing in memory, once Redis is reachable again.
+	proxy.Up(t)
+	restarted := mirrorsync.New(mirrorsync.Deps{Store: e.Store, Redis: viaProxy, Layout: e.Layout, Clock: e.Clock, Log: e.Log})
+	if err := restarted.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if used, err := spendOf(t, e, direct, m, now); err != nil || used != 1100 {
+		t.Fatalf("after the restarted control plane's maintenance the mirror reads day spend %d (%v); Postgres: %d, hard limit 1000",
+			used, err, e.Used(t, org, m, window.Day, now))
+	}
+	if left := e.Int64s(t, `SELECT member_id, version FROM usage_mirror_repairs`); len(left) != 0 {
+		t.Fatalf("repair marks left %v", left)
+	}
 }
 
 // Backends serving the ledger are killed while batches run: every call either succeeds

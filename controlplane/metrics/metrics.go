@@ -45,9 +45,12 @@ type Metrics struct {
 	// BatchDuration observes the time from a batch's cut to its commit, by kind.
 	BatchDuration *prometheus.HistogramVec
 	// StoreErrors counts failed database operations of the accounting path by operation
-	// (start, settle, resolve, mirror_load, mirror_version, resync).
+	// (start, settle, resolve, mirror_load, mirror_version, mirror_repair: the durable
+	// repair marks of failed record writes, resync).
 	StoreErrors *prometheus.CounterVec
-	// MirrorWrites counts Redis record writes by result (written, stale, error).
+	// MirrorWrites counts Redis record writes by result (written, stale, error), and the
+	// records deleted after their writes failed (deleted), so enforcers resolve instead
+	// of trusting them.
 	MirrorWrites *prometheus.CounterVec
 	// Resyncs counts mirror rebuilds by kind (generation: Redis lost its data; refresh:
 	// writes had failed; repair; forced: tollgate resync; failover: a Redis master was
@@ -87,8 +90,8 @@ var (
 	startResults    = []string{"recorded", "duplicate", "capture_suspended", "epoch_changed", "invalid", "error"}
 	batchKinds      = []string{"start", "settle"}
 	startBatchPaths = []string{"fenced", "read_first", "fence_moved"}
-	storeOps        = []string{"start", "settle", "resolve", "mirror_load", "mirror_version", "resync"}
-	mirrorResults   = []string{"written", "stale", "error"}
+	storeOps        = []string{"start", "settle", "resolve", "mirror_load", "mirror_version", "mirror_repair", "resync"}
+	mirrorResults   = []string{"written", "stale", "error", "deleted"}
 	resyncKinds     = []string{"generation", "refresh", "repair", "forced"}
 	costBases       = []string{"upstream_cost", "reported_usage", "estimate", "none"}
 	priceSources    = []string{"organization", "catalog", "fallback", "none"}

@@ -8,6 +8,9 @@
 //
 // Redis is never the truth and its failures never fail a database commit: they are
 // logged, counted (tollgate_controlplane_mirror_writes_total{result="error"}) and repaired by the
-// maintenance loop. The record format and key layout are pkg/mirror's, shared with the
-// enforcer; this package must not decide admissions.
+// maintenance loop. A record that could not be replaced is deleted where Redis answers
+// (so enforcers resolve instead of trusting it), and its member is marked for repair in
+// Postgres (usage_mirror_repairs), so the repair survives the process that failed. The
+// record format and key layout are pkg/mirror's, shared with the enforcer; this package
+// must not decide admissions.
 package mirrorsync

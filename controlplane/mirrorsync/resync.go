@@ -2,6 +2,7 @@ package mirrorsync
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/store"
@@ -16,7 +17,8 @@ const ResyncWorkers = 4
 
 // Check runs one round of maintenance: it makes sure Redis has a generation (claiming a
 // new one and rebuilding every record when it lost it), adopts another control plane's
-// newer generation, repairs the records whose writes failed, and refreshes the pending
+// newer generation, repairs the records whose writes failed (those this process
+// remembers, then those marked in Postgres by any process), and refreshes the pending
 // gauge. Run calls it periodically; serve calls it once at start.
 func (w *Writer) Check(ctx context.Context) error {
 	if n, err := store.CountPendingStarts(ctx, w.st.Pool); err == nil {
@@ -81,12 +83,50 @@ func (w *Writer) Check(ctx context.Context) error {
 	case overflow:
 		w.metrics.Resyncs.WithLabelValues("refresh").Inc()
 		w.log.Warn("mirror: too many failed writes to list; rewriting every record")
-		return w.rewriteAll(ctx, cur)
+		if err := w.rewriteAll(ctx, cur); err != nil {
+			return err
+		}
 	case len(failed) > 0:
 		w.metrics.Resyncs.WithLabelValues("repair").Inc()
-		return w.rewrite(ctx, failed, cur)
+		if err := w.rewrite(ctx, failed, cur); err != nil {
+			return err
+		}
 	}
-	return nil
+	return w.repairMarked(ctx, cur, failed)
+}
+
+// repairMarked rewrites the records marked in Postgres as not written (markForRepair),
+// by this process or any other, including one that is gone: a control plane restarted
+// while Redis refused its writes knows nothing in memory, and without this its first
+// round found the generation in place and nothing to repair, leaving the older record
+// trusted until the member's next change or the record's TTL. The members just
+// rewritten from memory (done) are skipped. One query a round when nothing is marked.
+func (w *Writer) repairMarked(ctx context.Context, gen string, done []string) error {
+	skip := make(map[string]bool, len(done))
+	for _, m := range done {
+		skip[m] = true
+	}
+	after := ""
+	for {
+		ids, err := store.MirrorRepairs(ctx, w.st.Pool, after, resyncChunk)
+		if err != nil {
+			w.metrics.StoreErrors.WithLabelValues("mirror_repair").Inc()
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		after = ids[len(ids)-1]
+		ids = slices.DeleteFunc(ids, func(m string) bool { return skip[m] })
+		if len(ids) == 0 {
+			continue
+		}
+		w.metrics.Resyncs.WithLabelValues("repair").Inc()
+		w.log.Info("mirror: repairing records whose writes failed", "members", len(ids))
+		if err := w.rewrite(ctx, ids, gen); err != nil {
+			return err
+		}
+	}
 }
 
 // takeFailed empties the repair list.
@@ -195,6 +235,21 @@ func (w *Writer) rewrite(ctx context.Context, members []string, gen string) erro
 			recs = append(recs, rec)
 		}
 	}
-	w.write(ctx, recs)
+	// Every record now in Redis at least as new as a repair mark's version satisfies
+	// it (a failed one was marked again, at its version). Rewrites are rare (repairs,
+	// rebuilds), so the clearing statement costs nothing on the settlement path.
+	done := w.write(ctx, recs)
+	if len(done) == 0 {
+		return nil
+	}
+	versions := make(map[string]int64, len(done))
+	for _, rec := range done {
+		versions[rec.GetEntitlement().GetMemberId()] = rec.GetVersion()
+	}
+	if err := store.ClearMirrorRepairs(ctx, w.st.Pool, versions); err != nil {
+		// The marks stay: the next round rewrites those records once more.
+		w.metrics.StoreErrors.WithLabelValues("mirror_repair").Inc()
+		return err
+	}
 	return nil
 }

@@ -133,32 +133,90 @@ func (w *Writer) Refresh(ctx context.Context, versions map[string]int64) {
 	w.write(ctx, recs)
 }
 
-// write writes records and accounts for the results.
-func (w *Writer) write(ctx context.Context, recs []*mirror.Record) {
+// write writes records and accounts for the results. It returns the records that are
+// in Redis now: written, or kept out by a newer record of their generation.
+//
+// A failed write leaves the member's older record in Redis, which the enforcers read with
+// no error and would keep trusting (a member whose settlement crossed a hard limit
+// admitted on every check, for as long as Redis refuses writes or is cut off from this
+// process). So the failed members' records are deleted at once where Redis answers
+// (forgetRecords), and the members are marked for repair in Postgres as well as in memory
+// (markForRepair), so the repair outlives this process.
+func (w *Writer) write(ctx context.Context, recs []*mirror.Record) []*mirror.Record {
 	if len(recs) == 0 {
-		return
+		return nil
 	}
 	written, errs := w.layout.WriteMany(ctx, w.rdb, recs, RecordTTL)
-	var failed []string
+	done := make([]*mirror.Record, 0, len(recs))
+	var failed []*mirror.Record
 	var firstErr error
+	answered := false
 	for i, rec := range recs {
 		switch {
 		case errs[i] != nil:
 			w.metrics.MirrorWrites.WithLabelValues("error").Inc()
-			failed = append(failed, rec.GetEntitlement().GetMemberId())
+			failed = append(failed, rec)
 			if firstErr == nil {
 				firstErr = errs[i]
 			}
+			// Redis answered with an error (OOM, READONLY, a script error), rather than
+			// not at all: it will answer a DEL too.
+			var reply redis.Error
+			answered = answered || errors.As(errs[i], &reply)
 		case written[i]:
 			w.metrics.MirrorWrites.WithLabelValues("written").Inc()
+			done = append(done, rec)
 		default:
 			// A newer record was already there: the monotonic write kept it.
 			w.metrics.MirrorWrites.WithLabelValues("stale").Inc()
+			done = append(done, rec)
 		}
 	}
 	if len(failed) > 0 {
 		w.log.Warn("mirror: Redis writes failed; the records will be repaired", "failed", len(failed), "err", firstErr)
-		w.remember(failed)
+		if answered {
+			w.forgetRecords(ctx, failed)
+		}
+		w.markForRepair(ctx, failed)
+	}
+	return done
+}
+
+// forgetRecords deletes the records whose writes Redis refused: readers then miss and
+// resolve through the control plane, which answers from Postgres, instead of trusting
+// the older record. Deleting is safe whatever is there now (a missing record is never
+// read as zero spend), and Redis runs DEL even at maxmemory under noeviction. It is not
+// tried when Redis did not answer the write (a partition, a dead server): the DEL would
+// wait out the same timeout; the durable mark covers that case.
+func (w *Writer) forgetRecords(ctx context.Context, recs []*mirror.Record) {
+	members := make([]string, len(recs))
+	for i, rec := range recs {
+		members[i] = rec.GetEntitlement().GetMemberId()
+	}
+	if err := w.layout.DeleteMany(ctx, w.rdb, members); err != nil {
+		w.log.Warn("mirror: cannot delete the records whose writes failed; the enforcers may read them until they are repaired",
+			"members", len(members), "err", err)
+		return
+	}
+	w.metrics.MirrorWrites.WithLabelValues("deleted").Add(float64(len(members)))
+}
+
+// markForRepair remembers members whose records could not be written, in memory and in
+// Postgres (usage_mirror_repairs): a control plane restarted before Redis takes writes
+// again (a rolling deploy, a crash loop), or another replica, still repairs them. Only a
+// failed write costs this Postgres write.
+func (w *Writer) markForRepair(ctx context.Context, recs []*mirror.Record) {
+	members := make([]string, len(recs))
+	versions := make(map[string]int64, len(recs))
+	for i, rec := range recs {
+		members[i] = rec.GetEntitlement().GetMemberId()
+		versions[members[i]] = max(versions[members[i]], rec.GetVersion())
+	}
+	w.remember(members)
+	if err := store.MarkMirrorRepairs(ctx, w.st.Pool, versions); err != nil {
+		w.metrics.StoreErrors.WithLabelValues("mirror_repair").Inc()
+		w.log.Warn("mirror: cannot mark the failed records for repair in Postgres; only this process will repair them",
+			"members", len(members), "err", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -236,4 +237,49 @@ func CountPendingStarts(ctx context.Context, q Querier) (int64, error) {
 	var n int64
 	err := q.QueryRow(ctx, `SELECT count(*) FROM usage_request_starts WHERE state = 'pending'`).Scan(&n)
 	return n, err
+}
+
+// MarkMirrorRepairs records, durably, that the Redis records of members could not be
+// written at the given versions (migration 0031): whichever control plane runs its
+// maintenance next rewrites them, even if the one that failed is gone. A member already
+// marked keeps the higher version. Called only after a failed write.
+func MarkMirrorRepairs(ctx context.Context, q Querier, versions map[string]int64) error {
+	members, vs := versionArrays(versions)
+	_, err := q.Exec(ctx, `INSERT INTO usage_mirror_repairs AS r (member_id, version)
+		SELECT * FROM unnest($1::text[], $2::bigint[]) ORDER BY 1
+		ON CONFLICT (member_id) DO UPDATE SET version = greatest(r.version, excluded.version)`, members, vs)
+	return err
+}
+
+// MirrorRepairs pages through the members marked by MarkMirrorRepairs: ids after
+// `after`, in id order, at most limit.
+func MirrorRepairs(ctx context.Context, q Querier, after string, limit int) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT member_id FROM usage_mirror_repairs WHERE member_id > $1 ORDER BY member_id LIMIT $2`,
+		after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// ClearMirrorRepairs removes the marks of members whose records are now in Redis at the
+// given versions. A mark of a higher version (a later write that failed meanwhile) stays.
+func ClearMirrorRepairs(ctx context.Context, q Querier, versions map[string]int64) error {
+	members, vs := versionArrays(versions)
+	_, err := q.Exec(ctx, `DELETE FROM usage_mirror_repairs r USING unnest($1::text[], $2::bigint[]) AS x(id, version)
+		WHERE r.member_id = x.id AND r.version <= x.version`, members, vs)
+	return err
+}
+
+func versionArrays(versions map[string]int64) ([]string, []int64) {
+	members := make([]string, 0, len(versions))
+	for m := range versions {
+		members = append(members, m)
+	}
+	slices.Sort(members)
+	vs := make([]int64, len(members))
+	for i, m := range members {
+		vs[i] = versions[m]
+	}
+	return members, vs
 }

@@ -99,3 +99,17 @@ func (l Layout) ReplaceGeneration(ctx context.Context, rdb redis.Scripter, seen,
 	}
 	return cur, cur == generation, nil
 }
+
+// DeleteMany removes members' records, in one pipeline of single-key DELs, and returns
+// the first error. A reader then finds no record and resolves through the control plane.
+// Redis runs DEL even when it refuses writes for want of memory (maxmemory under the
+// noeviction policy refuses only commands that may grow memory), so a writer whose
+// record write was refused can still take away the older record it failed to replace.
+func (l Layout) DeleteMany(ctx context.Context, rdb redis.Cmdable, memberIDs []string) error {
+	pipe := rdb.Pipeline()
+	for _, m := range memberIDs {
+		pipe.Del(ctx, l.MemberKey(m))
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
