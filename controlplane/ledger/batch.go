@@ -195,7 +195,7 @@ type batchKind[I comparable, R any] struct {
 	// waitMirror: answer only after the Redis records are written.
 	waitMirror bool
 	// refused answers an item the database refused on its own (a constraint, an
-	// overflow). It may commit the item again in another form, with commitBatch, and
+	// overflow: dataRefusal). It may commit the item again in another form, with commitBatch, and
 	// answer with that result (or that attempt's error).
 	refused func(ctx context.Context, item I, pgErr *pgconn.PgError) (R, error)
 	// failed counts an item that could not be committed for another reason.
@@ -227,8 +227,9 @@ type attempt[I comparable, R any] struct {
 const slowBatch = 250 * time.Millisecond
 
 // commitBatch commits jobs in one transaction and answers each. When the database refuses
-// the batch, it commits each item on its own to find the culprit, so the other items are
-// not refused with it; other failures answer every item unavailable.
+// the batch's data (dataRefusal), it commits each item on its own to find the culprit, so
+// the other items are not refused with it; other failures (a read-only or full database
+// among them) answer every item unavailable, to be retried.
 func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKind[I, R], jobs []*job[I, R]) {
 	began := time.Now()
 	now := l.clock.Now()
@@ -247,7 +248,7 @@ func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKin
 			"took", took.Round(time.Millisecond), "err", err)
 	}
 	if err != nil {
-		pgErr, refused := databaseRefusal(err)
+		pgErr, refused := dataRefusal(err)
 		if refused && len(jobs) > 1 {
 			l.log.Warn(k.name+" batch refused by the database; committing its items one by one", "items", len(jobs), "err", err)
 			for _, j := range jobs {

@@ -150,26 +150,57 @@ func (l *Ledger) inTx(ctx context.Context, op string, tx func() error) error {
 	return err
 }
 
-// connectionError tells a failure of the connection (retry the batch) from an answer of
-// the database (a constraint, an overflow: retrying changes nothing).
+// connectionError tells a failure of the connection (run the batch again at once) from
+// an answer of the database.
 func connectionError(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		// Class 08 is connection exceptions; 57P01..57P03 are the server shutting down
 		// or killing our backend (pg_terminate_backend).
-		return pgErr.Code[:2] == "08" || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+		return sqlClass(pgErr) == "08" || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
 	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// databaseRefusal tells whether the database refused the data itself (so the batch is
-// run again item by item, and only the offending item fails).
-func databaseRefusal(err error) (*pgconn.PgError, bool) {
+// dataRefusal tells whether the database refused the data itself, so that the batch is
+// committed again item by item and only the offending item is answered INVALID (a
+// settlement once more without its model name first). INVALID is final: the enforcer
+// drops it from its spool and never sends it again. So only the classes that describe
+// the values written are refusals, the ones that would refuse the same item again on
+// any healthy database:
+//   - 22, data exception (a counter's overflow, a NUL byte, a value out of range);
+//   - 23, integrity constraint violation;
+//   - 54, program limit exceeded (an index row or a jsonb value too large for what it
+//     holds): also decided by the value, so treating it as unavailable would make the
+//     one item fail every batch it rides in, for as long as the enforcer retries it.
+//
+// Everything else is unavailable (ErrUnavailable, answered Unavailable, retried by the
+// caller; every item is idempotent by request id): the database cannot take the write
+// now (08 connection, 25 read-only after a failover, 53 disk full, out of memory, too
+// many connections, 55 a lock timeout, 57 statement_timeout or shutdown, 58 an I/O
+// error, 40 serialization failures and deadlocks the store's retries did not get past),
+// or the deployment is wrong (42 a missing grant, or code running ahead of its
+// migration; XX an internal error or corruption). Those say nothing about the item, and
+// an operator's fix makes the retried item go through, while an INVALID would have lost
+// its accounting for good. An unknown class is unavailable for the same reason.
+func dataRefusal(err error) (*pgconn.PgError, bool) {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && !connectionError(err) {
+	if !errors.As(err, &pgErr) {
+		return nil, false
+	}
+	switch sqlClass(pgErr) {
+	case "22", "23", "54":
 		return pgErr, true
 	}
 	return nil, false
+}
+
+// sqlClass is the class of an SQLSTATE (its first two characters), "" when there is none.
+func sqlClass(pgErr *pgconn.PgError) string {
+	if len(pgErr.Code) < 2 {
+		return ""
+	}
+	return pgErr.Code[:2]
 }
 
 // afterCommit refreshes the mirror for the bumped members and answers the jobs, beside

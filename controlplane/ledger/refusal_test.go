@@ -1,11 +1,17 @@
 package ledger_test
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/money"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -232,5 +238,116 @@ func TestQuarantineKeepsGuardrailUnits(t *testing.T) {
 		&checksSensitive); err != nil || text != 3 || topics != -1 || images != 1 || checksContent != 2 || checksAttack != -4 || checksSensitive != 5 {
 		t.Fatalf("quarantined guardrail units %d %d %d, checks %d %d %d (%v)", text, topics, images, checksContent, checksAttack,
 			checksSensitive, err)
+	}
+}
+
+// A Postgres that is up but refuses every write (here 25006 read_only_sql_transaction, as
+// a failover's demoted primary answers) is unavailable, not a refusal of the data: a
+// start and a settlement fail retryably (ErrUnavailable, which the internal API answers
+// Unavailable and the enforcer's queues retry), never with a final INVALID, which the
+// enforcer's settle queue acks and drops. Once Postgres takes writes again, the same
+// settlement is charged.
+func TestReadOnlyDatabaseIsUnavailableNotARefusal(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	now := e.Clock.Now()
+	id := at.ReqID()
+	if r := start1(t, e, at.StartItem(id, org, m, now, 0)); r.Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("start: %v", r)
+	}
+	var db string
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	readOnly := func(on bool) {
+		t.Helper()
+		// BEGIN READ WRITE: once the database is read-only, so are its sessions' defaults.
+		tx, err := e.Store.Pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadWrite})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := `ALTER DATABASE "` + db + `" RESET default_transaction_read_only`
+		if on {
+			q = `ALTER DATABASE "` + db + `" SET default_transaction_read_only = on`
+		}
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.Store.Pool.Reset() // new connections take the database's new default
+	}
+	readOnly(true)
+	settle := &internalv1.SettleItem{RequestId: id, OrganizationId: org, MemberId: m, UpstreamCostMicroUsd: at.Cost(1500), Complete: true, Model: "m"}
+	other := at.ReqID()
+	// Two items, so the batch would have been committed item by item as a refusal.
+	res, err := e.Ledger.Settle(ctx, []*internalv1.SettleItem{settle,
+		{RequestId: other, OrganizationId: org, MemberId: m, Snapshot: at.Snapshot(org, m, now, 0), UpstreamCostMicroUsd: at.Cost(10), Complete: true}})
+	if !errors.Is(err, ledger.ErrUnavailable) {
+		t.Errorf("settlement on a read-only database: %v, %v; want ledger.ErrUnavailable", res, err)
+	}
+	sres, err := e.Ledger.Start(ctx, []*internalv1.StartItem{at.StartItem(at.ReqID(), org, m, now, 0)})
+	if !errors.Is(err, ledger.ErrUnavailable) {
+		t.Errorf("start on a read-only database: %v, %v; want ledger.ErrUnavailable", sres, err)
+	}
+	readOnly(false)
+	if r := settle1(t, e, settle); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("the settlement retried after Postgres took writes again: %v", r)
+	}
+	if used := e.Used(t, org, m, window.Day, now); used != 1500 {
+		t.Fatalf("day used %d, want 1500", used)
+	}
+	at.Check(t, e.Store)
+}
+
+// Only what Postgres says about the data is a refusal of the data (the item is answered
+// INVALID once committed alone and once more without its model name); every other
+// SQLSTATE says the database cannot take the write now, or that the deployment is
+// wrong, and is answered unavailable so the caller retries it.
+func TestOnlyDataErrorsAreRefusals(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		code    string
+		refusal bool
+	}{
+		{"22003", true},  // numeric_value_out_of_range: a counter would overflow
+		{"22021", true},  // character_not_in_repertoire: a NUL byte
+		{"22P05", true},  // untranslatable_character
+		{"23514", true},  // check_violation
+		{"23505", true},  // unique_violation
+		{"54000", true},  // program_limit_exceeded: an index row too large for this value
+		{"25006", false}, // read_only_sql_transaction: a demoted primary
+		{"53100", false}, // disk_full
+		{"53200", false}, // out_of_memory
+		{"53300", false}, // too_many_connections
+		{"57014", false}, // query_canceled: statement_timeout
+		{"57P01", false}, // admin_shutdown
+		{"55P03", false}, // lock_not_available: lock_timeout
+		{"55006", false}, // object_in_use
+		{"40001", false}, // serialization_failure, after the store's retries
+		{"40P01", false}, // deadlock_detected, after the store's retries
+		{"08006", false}, // connection_failure
+		{"42501", false}, // insufficient_privilege: a grant missing
+		{"42703", false}, // undefined_column: code ahead of its migration
+		{"XX000", false}, // internal_error
+		{"XX001", false}, // data_corrupted
+		{"58030", false}, // io_error
+		{"72000", false}, // snapshot_too_old
+		{"F0000", false}, // config_file_error
+		{"P0001", false}, // raise_exception
+		{"ZZ999", false}, // a class nobody knows yet
+		{"", false},
+	}
+	for _, c := range cases {
+		err := fmt.Errorf("commit: %w", &pgconn.PgError{Code: c.code})
+		if _, refusal := ledger.DataRefusal(err); refusal != c.refusal {
+			t.Errorf("SQLSTATE %q: refusal %v, want %v", c.code, refusal, c.refusal)
+		}
+	}
+	if _, refusal := ledger.DataRefusal(errors.New("conn closed")); refusal {
+		t.Error("an error that is no answer of Postgres is a refusal")
 	}
 }
