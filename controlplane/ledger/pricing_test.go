@@ -1122,6 +1122,93 @@ func TestFailOpenWithoutRecordIsCharged(t *testing.T) {
 	at.Check(t, e.Store)
 }
 
+// A fail-open admission (no durable start; its snapshot only in the admitting
+// enforcer's memory) reported first without its snapshot (another replica's POST
+// /settle, or a fresh report that overtook the admitting enforcer's settlement sitting
+// in its retry backoff) is quarantined NO_SNAPSHOT with its real cost. When the
+// admitting enforcer's own settlement then creates the event from the snapshot, the
+// quarantined report is applied to it as a later report, in the same transaction, by
+// the usual rules (a known or more complete cost promotes once; a lower one changes
+// nothing), and its record is marked resolved. Before, the event was charged the
+// snapshot settlement's cost alone (0 here), and reconciliation refused the record as
+// already recorded: the real cost was charged by no path.
+func TestQuarantinedReportIsAppliedWhenTheSnapshotCreatesTheEvent(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 2)
+	m, other := ms[0], ms[1]
+	admitted := e.Clock.Now()
+	cases := []struct {
+		name       string
+		quarantine *internalv1.SettleItem // by request id only: NO_SNAPSHOT
+		settle     *internalv1.SettleItem // with the snapshot: creates the event
+		want       int64                  // charged in the end
+		outcome    internalv1.SettleOutcome
+		resolved   bool // the quarantine record is marked
+	}{
+		{"the real cost promotes an incomplete settlement",
+			&internalv1.SettleItem{OrganizationId: org, MemberId: m, UpstreamCostMicroUsd: at.Cost(5000), Complete: true, Model: "m"},
+			&internalv1.SettleItem{}, 5000, internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, true},
+		{"the real cost promotes an input estimate",
+			&internalv1.SettleItem{OrganizationId: org, MemberId: m, UpstreamCostMicroUsd: at.Cost(5000), Complete: true, Model: "m"},
+			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1000, UsageEstimated: true}, 5000,
+			internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, true},
+		{"the same cost twice is charged once",
+			&internalv1.SettleItem{OrganizationId: org, MemberId: m, UpstreamCostMicroUsd: at.Cost(700), Complete: true, Model: "m"},
+			&internalv1.SettleItem{UpstreamCostMicroUsd: at.Cost(700), Complete: true, Model: "m"}, 700,
+			internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, true},
+		{"a lower quarantined cost changes nothing",
+			&internalv1.SettleItem{OrganizationId: org, MemberId: m, UpstreamCostMicroUsd: at.Cost(300), Model: "m"},
+			&internalv1.SettleItem{UpstreamCostMicroUsd: at.Cost(800), Complete: true, Model: "m"}, 800,
+			internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, true},
+		{"a record naming another member stays for review",
+			&internalv1.SettleItem{OrganizationId: org, MemberId: other, UpstreamCostMicroUsd: at.Cost(5000), Complete: true, Model: "m"},
+			&internalv1.SettleItem{}, 0, internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := e.Used(t, org, m, window.Day, admitted)
+			id := at.ReqID()
+			c.quarantine.RequestId = id
+			if r := settle1(t, e, c.quarantine); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+				t.Fatalf("the report without a snapshot: %v", r)
+			}
+			c.settle.RequestId, c.settle.OrganizationId, c.settle.MemberId = id, org, m
+			c.settle.Snapshot = at.Snapshot(org, m, admitted, 0)
+			r := settle1(t, e, c.settle)
+			if r.Outcome != c.outcome {
+				t.Fatalf("the settlement with the snapshot: %v", r)
+			}
+			var charged int64
+			var resolved bool
+			if err := e.Store.Pool.QueryRow(ctx, `SELECT r.cost_micro_usd, q.reconciled_at IS NOT NULL FROM usage_receipts r
+				JOIN usage_quarantined_settlements q USING (request_id) WHERE r.request_id = $1`, id).Scan(&charged, &resolved); err != nil {
+				t.Fatal(err)
+			}
+			if charged != c.want || resolved != c.resolved {
+				t.Fatalf("receipt charged %d, record resolved %v; want %d, %v (answer %v)", charged, resolved, c.want, c.resolved, r)
+			}
+			if c.resolved && !strings.Contains(r.Message, "quarantined") {
+				t.Errorf("the answer does not say the quarantined report was applied: %v", r)
+			}
+			if used := e.Used(t, org, m, window.Day, admitted); used != before+c.want {
+				t.Fatalf("day used %d, want %d", used, before+c.want)
+			}
+			// Either report sent again charges nothing more.
+			for _, again := range []*internalv1.SettleItem{c.quarantine, c.settle} {
+				if r := settle1(t, e, again); r.Outcome == internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED ||
+					r.Outcome == internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+					t.Fatalf("sent again: %v", r)
+				}
+			}
+			if used := e.Used(t, org, m, window.Day, admitted); used != before+c.want {
+				t.Fatalf("after the repeats: day used %d, want %d", used, before+c.want)
+			}
+		})
+	}
+	at.Check(t, e.Store)
+}
+
 // receiptTier is the service_tier a receipt of it should say: its service_tier's, a tier
 // unknown here as "ultrafast" (the dearest), else "fast" for an older enforcer's
 // priority_tier.

@@ -442,7 +442,10 @@ var settleOutcomes = map[accounting.Outcome]internalv1.SettleOutcome{
 
 // settleBatch is one attempt at a batch inside its transaction. Items are decided in
 // batch order against state that each decision updates, so two settlements of one
-// request in the same batch behave exactly as if they had come one after the other.
+// request in the same batch behave exactly as if they had come one after the other. A
+// settlement that creates its request's event from its snapshot is followed by the
+// report of the same request quarantined earlier without a snapshot, if any, decided as
+// a later report (lateReports).
 func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settleJob, *internalv1.SettleResult], now time.Time) (attempt[*settleJob, *internalv1.SettleResult], error) {
 	var none attempt[*settleJob, *internalv1.SettleResult]
 	var ids []string
@@ -462,6 +465,7 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 	if err != nil {
 		return none, err
 	}
+	late := lateReports(read)
 	var createTracking, members, receiptIDs []string
 	for id, st := range read.Starts {
 		members = append(members, st.MemberID)
@@ -471,7 +475,11 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 			receiptIDs = append(receiptIDs, id)
 		}
 	}
-	state, err := store.ReadSettleState(ctx, tx, createTracking, members, receiptIDs, priceLookup(jobs, read.Starts), now)
+	pricing := jobs
+	for _, q := range late {
+		pricing = append(slices.Clip(pricing), &job[*settleJob, *internalv1.SettleResult]{item: q.job})
+	}
+	state, err := store.ReadSettleState(ctx, tx, createTracking, members, receiptIDs, priceLookup(pricing, read.Starts), now)
 	if err != nil {
 		return none, err
 	}
@@ -486,6 +494,69 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 		s.bump[m] = true
 	}
 	receipts := state.Receipts
+	// settleOne decides the report sj of a request against its start st and the receipt
+	// as the batch left it, charges it and answers it in r.
+	settleOne := func(sj *settleJob, st store.StoredStart, r *internalv1.SettleResult) error {
+		it, id := sj.in, sj.in.GetRequestId()
+		var priced accounting.PricedAt
+		if sj.usage.NeedsPrice() {
+			priced = sj.price(tables[st.OrganizationID], state.Fallbacks, st.OrganizationID)
+		}
+		cost, err := accounting.CostOf(sj.usage, priced)
+		if err != nil {
+			// Bound and the price choice rule this out; answer rather than charge wrongly.
+			r.Outcome, r.Message = internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID, err.Error()
+			return nil
+		}
+		notes := sj.notes
+		if cost.Capped {
+			notes = append(slices.Clone(notes), costCappedNote)
+		}
+		prev := receipts[id]
+		var prevState *accounting.Receipt
+		if prev != nil {
+			prevState = &accounting.Receipt{Cost: prev.Cost, Source: prev.Source, Complete: prev.Complete, Promoted: prev.Promoted,
+				Basis: prev.Basis, PriceSource: prev.PriceSource}
+		}
+		d := accounting.Decide(prevState, accounting.Report{Cost: cost.MicroUSD, Source: cost.Source, Complete: sj.complete,
+			Basis: cost.Basis, PriceSource: cost.PriceSource})
+		r.Outcome, r.Message = settleOutcomes[d.Outcome], joinMessage(d.Message, notes)
+		r.CostMicroUsd, r.CostSource, r.CostBasis, r.PriceSource = d.Receipt.Cost, d.Receipt.Source, d.Receipt.Basis, d.Receipt.PriceSource
+		if d.Outcome != accounting.Settled && d.Outcome != accounting.Promoted {
+			return nil
+		}
+		rw := store.ReceiptWrite{RequestID: id, OrganizationID: st.OrganizationID, MemberID: st.MemberID, Cost: d.Receipt.Cost,
+			Source: d.Receipt.Source, Basis: d.Receipt.Basis, PriceSource: d.Receipt.PriceSource, Model: sj.model,
+			InputTokens: sj.usage.InputTokens, OutputTokens: sj.usage.OutputTokens, CachedInputTokens: sj.usage.CachedInputTokens,
+			CacheWriteTokens: sj.usage.CacheWriteTokens, AudioInputMillis: sj.usage.AudioInputMillis,
+			WebSearchRequests: sj.usage.WebSearchRequests, FileSearchCalls: sj.usage.FileSearchCalls,
+			MapsGroundedPrompts: sj.usage.MapsGroundedPrompts, OCRPages: sj.usage.OCRPages,
+			ContainerKind: sj.containerKind, ContainerMinutes: sj.usage.ContainerMinutes, Guardrails: sj.usage.GuardrailUnits,
+			ImageGenerationCalls: sj.usage.ImageGenerationCalls, ImageModel: sj.imageModel, ImageOutputTokens: sj.usage.ImageOutputTokens,
+			ImageToolInputTokens: sj.usage.ImageToolInputTokens, ImageToolCachedInputTokens: sj.usage.ImageToolCachedInputTokens,
+			AdvisorModel: sj.advisorModel, AdvisorInputTokens: sj.usage.AdvisorInputTokens, AdvisorOutputTokens: sj.usage.AdvisorOutputTokens,
+			AdvisorCachedInputTokens: sj.usage.AdvisorCachedInputTokens, AdvisorCacheWriteTokens: sj.usage.AdvisorCacheWriteTokens,
+			AudioInputTokens: sj.usage.AudioInputTokens, AudioOutputTokens: sj.usage.AudioOutputTokens,
+			CachedAudioInputTokens: sj.usage.CachedAudioInputTokens, ImageInputTokens: sj.usage.ImageInputTokens,
+			CachedImageInputTokens: sj.usage.CachedImageInputTokens, ServiceTier: sj.usage.Tier.String(), Regional: sj.usage.Regional,
+			UpstreamHost: sj.host, UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
+			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: sj.finishedAt}
+		if sj.withoutModel {
+			rw.Model, rw.ImageModel, rw.AdvisorModel = "", "", ""
+		}
+		if prev == nil && st.State == "recovered" {
+			// A recovered start always has its receipt; reaching here means the rows
+			// disagree, and charging would double count.
+			return fmt.Errorf("recovered start %s has no receipt", id)
+		}
+		closePending := prev == nil && st.State == "pending"
+		receipts[id] = s.charge(st, prev, d, rw, closePending)
+		if closePending {
+			st.State = "settled"
+			read.Starts[id] = st
+		}
+		return nil
+	}
 	refusedEvent := map[string]*internalv1.SettleResult{}
 	results := make(map[*settleJob]*internalv1.SettleResult, len(jobs))
 	for _, j := range jobs {
@@ -526,62 +597,24 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 				continue
 			}
 		}
-		var priced accounting.PricedAt
-		if j.item.usage.NeedsPrice() {
-			priced = j.item.price(tables[st.OrganizationID], state.Fallbacks, st.OrganizationID)
+		if err := settleOne(j.item, st, r); err != nil {
+			return none, err
 		}
-		cost, err := accounting.CostOf(j.item.usage, priced)
-		if err != nil {
-			// Bound and the price choice rule this out; answer rather than charge wrongly.
-			r.Outcome, r.Message = internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID, err.Error()
-			continue
-		}
-		notes := j.item.notes
-		if cost.Capped {
-			notes = append(slices.Clone(notes), costCappedNote)
-		}
-		prev := receipts[id]
-		var prevState *accounting.Receipt
-		if prev != nil {
-			prevState = &accounting.Receipt{Cost: prev.Cost, Source: prev.Source, Complete: prev.Complete, Promoted: prev.Promoted,
-				Basis: prev.Basis, PriceSource: prev.PriceSource}
-		}
-		d := accounting.Decide(prevState, accounting.Report{Cost: cost.MicroUSD, Source: cost.Source, Complete: j.item.complete,
-			Basis: cost.Basis, PriceSource: cost.PriceSource})
-		r.Outcome, r.Message = settleOutcomes[d.Outcome], joinMessage(d.Message, notes)
-		r.CostMicroUsd, r.CostSource, r.CostBasis, r.PriceSource = d.Receipt.Cost, d.Receipt.Source, d.Receipt.Basis, d.Receipt.PriceSource
-		if d.Outcome != accounting.Settled && d.Outcome != accounting.Promoted {
-			continue
-		}
-		rw := store.ReceiptWrite{RequestID: id, OrganizationID: st.OrganizationID, MemberID: st.MemberID, Cost: d.Receipt.Cost,
-			Source: d.Receipt.Source, Basis: d.Receipt.Basis, PriceSource: d.Receipt.PriceSource, Model: j.item.model,
-			InputTokens: j.item.usage.InputTokens, OutputTokens: j.item.usage.OutputTokens, CachedInputTokens: j.item.usage.CachedInputTokens,
-			CacheWriteTokens: j.item.usage.CacheWriteTokens, AudioInputMillis: j.item.usage.AudioInputMillis,
-			WebSearchRequests: j.item.usage.WebSearchRequests, FileSearchCalls: j.item.usage.FileSearchCalls,
-			MapsGroundedPrompts: j.item.usage.MapsGroundedPrompts, OCRPages: j.item.usage.OCRPages,
-			ContainerKind: j.item.containerKind, ContainerMinutes: j.item.usage.ContainerMinutes, Guardrails: j.item.usage.GuardrailUnits,
-			ImageGenerationCalls: j.item.usage.ImageGenerationCalls, ImageModel: j.item.imageModel, ImageOutputTokens: j.item.usage.ImageOutputTokens,
-			ImageToolInputTokens: j.item.usage.ImageToolInputTokens, ImageToolCachedInputTokens: j.item.usage.ImageToolCachedInputTokens,
-			AdvisorModel: j.item.advisorModel, AdvisorInputTokens: j.item.usage.AdvisorInputTokens, AdvisorOutputTokens: j.item.usage.AdvisorOutputTokens,
-			AdvisorCachedInputTokens: j.item.usage.AdvisorCachedInputTokens, AdvisorCacheWriteTokens: j.item.usage.AdvisorCacheWriteTokens,
-			AudioInputTokens: j.item.usage.AudioInputTokens, AudioOutputTokens: j.item.usage.AudioOutputTokens,
-			CachedAudioInputTokens: j.item.usage.CachedAudioInputTokens, ImageInputTokens: j.item.usage.ImageInputTokens,
-			CachedImageInputTokens: j.item.usage.CachedImageInputTokens, ServiceTier: j.item.usage.Tier.String(), Regional: j.item.usage.Regional,
-			UpstreamHost: j.item.host, UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
-			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: j.item.finishedAt}
-		if j.item.withoutModel {
-			rw.Model, rw.ImageModel, rw.AdvisorModel = "", "", ""
-		}
-		if prev == nil && st.State == "recovered" {
-			// A recovered start always has its receipt; reaching here means the rows
-			// disagree, and charging would double count.
-			return none, fmt.Errorf("recovered start %s has no receipt", id)
-		}
-		closePending := prev == nil && st.State == "pending"
-		receipts[id] = s.charge(st, prev, d, rw, closePending)
-		if closePending {
-			st.State = "settled"
-			read.Starts[id] = st
+		if q, ok := late[id]; ok && receipts[id] != nil {
+			// The event exists now, charged: the report that came first without a
+			// snapshot is decided as a later report of it, once.
+			delete(late, id)
+			q.job.withoutModel = j.item.withoutModel
+			lr := &internalv1.SettleResult{RequestId: id}
+			if err := settleOne(q.job, read.Starts[id], lr); err != nil {
+				return none, err
+			}
+			r.Message = strings.TrimPrefix(r.Message+"; "+q.applied(lr, receipts[id].Cost), "; ")
+			if lr.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID {
+				st := read.Starts[id]
+				s.w.Resolve = append(s.w.Resolve, store.QuarantineReview{RequestID: id, MemberID: st.MemberID, AdmittedAt: st.AdmittedAt,
+					Cost: receipts[id].Cost, ReviewReference: appliedReference + " (" + settleResultLabel[lr.Outcome] + ")"})
+			}
 		}
 	}
 	// An event created for a settlement that was then refused (its cost could not be
@@ -595,6 +628,72 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 	writes := &pgx.Batch{}
 	versions := store.QueueSettlementWrites(writes, s.w, now)
 	return attempt[*settleJob, *internalv1.SettleResult]{results: results, versions: versions, writes: writes}, nil
+}
+
+// appliedReference is the review reference of a quarantine record the ledger applied
+// itself (lateReports): no operator reviewed it; the request's own snapshot proved its
+// admission.
+const appliedReference = "applied when the request's settlement with its snapshot created its event"
+
+// lateReport is a report of a request quarantined without a snapshot (no_snapshot)
+// before a settlement with the snapshot created the request's event in this batch.
+type lateReport struct {
+	job       *settleJob
+	firstSeen time.Time
+}
+
+// lateReports are the open no_snapshot quarantine records of the events this batch
+// created, each to be decided as a later report of its event once the settlement that
+// created it is charged (settleBatch).
+//
+// A fail-open admission has no durable start: its snapshot lives in the admitting
+// enforcer's memory alone. Another path may report the request first by its id only
+// (another enforcer replica's POST /settle; a fresh report overtaking the admitting
+// enforcer's settlement in its retry backoff): NO_SNAPSHOT, quarantined with the real
+// cost. Then the admitting enforcer's own settlement, often incomplete (cost 0 or an
+// input estimate), creates the event. Had the two come the other way round, the report
+// by id would have found the event and been decided against its receipt (a known or
+// complete cost promotes it once; a lower one changes nothing): so it is decided here.
+// Without it the real cost was charged by no path (reconciliation refuses a request
+// that has a start).
+//
+// A record that names another organization or member than the snapshot, or whose
+// payload no longer reads as a settlement, is left open for an operator's review, as a
+// settlement naming them would have been refused.
+func lateReports(read store.SettleBatchRead) map[string]lateReport {
+	if len(read.Quarantined) == 0 {
+		return nil
+	}
+	out := make(map[string]lateReport, len(read.Quarantined))
+	for id, q := range read.Quarantined {
+		st := read.Starts[id]
+		var it internalv1.SettleItem
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(q.Payload, &it); err != nil ||
+			it.GetRequestId() != id || it.GetSnapshot() != nil || it.GetVoided() ||
+			(it.GetOrganizationId() != "" && it.GetOrganizationId() != st.OrganizationID) ||
+			(it.GetMemberId() != "" && it.GetMemberId() != st.MemberID) {
+			continue
+		}
+		// Priced as when it was reported (the catalog's version of that day, unless it
+		// names when the request finished).
+		sj, err := validateSettle(&it, q.FirstSeenAt)
+		if err != nil {
+			continue
+		}
+		out[id] = lateReport{job: sj, firstSeen: q.FirstSeenAt}
+	}
+	return out
+}
+
+// applied is the note of the answer of the settlement that created the event: what
+// deciding the quarantined report (r) did, and what the request is charged now.
+func (q lateReport) applied(r *internalv1.SettleResult, charged int64) string {
+	what := settleResultLabel[r.GetOutcome()]
+	if r.GetMessage() != "" {
+		what += ": " + r.GetMessage()
+	}
+	return fmt.Sprintf("a report of this request quarantined without its snapshot (first seen %s) was applied as a later report (%s); charged %d micro-USD",
+		q.firstSeen.UTC().Format(time.RFC3339Nano), what, charged)
 }
 
 // void answers a voided item: a pending start (found, it is st) is removed with its

@@ -279,3 +279,39 @@ func TestReconcileRefusesARequestTwice(t *testing.T) {
 		t.Fatalf("charged %d", got)
 	}
 }
+
+// A fail-open admission (no durable start; its snapshot only in the admitting
+// enforcer's memory) reported first through another path (another enforcer replica's
+// POST /settle, or a fresh report that overtook the admitting enforcer's settlement
+// sitting in retry backoff) is quarantined NO_SNAPSHOT with its real cost. The admitting
+// enforcer's own settlement, with the snapshot but nothing measured, then creates the
+// event: the quarantined report is applied to it in that transaction, so the real cost
+// is charged without an operator, and the record is marked resolved. A reconciliation
+// of it afterwards is refused and charges nothing more. Before, the event was charged 0,
+// reconciliation refused the record as already_recorded, and nothing re-sent it: the
+// member kept 5,000 micro-USD of spend nobody charged.
+func TestQuarantinedCostIsChargedWhenTheSnapshotCreatesTheEvent(t *testing.T) {
+	f := setup(t)
+	admitted := f.e.Clock.Now()
+	id := accountingtest.ReqID()
+	f.quarantine(t, id, 5000)
+	res, err := f.e.Ledger.Settle(f.e.Ctx, []*internalv1.SettleItem{{RequestId: id, OrganizationId: f.org, MemberId: f.member,
+		Snapshot: accountingtest.Snapshot(f.org, f.member, admitted, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.e.Used(t, f.org, f.member, window.Day, admitted); got != 5000 {
+		t.Fatalf("day used %d after the settlement with the snapshot (%v), want 5000: the quarantined real cost was not charged", got, res[0])
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id = $1 AND reconciled_at IS NULL`, id); n != 0 {
+		t.Fatal("the applied quarantine record is still open for review")
+	}
+	ans := f.reconcile(t, true, reconcile.Item{RequestID: id, MemberID: f.member, AdmittedAt: admitted, Cost: 5000})
+	if ans.Applied || ans.Results[0].Outcome != reconcile.AlreadyReconciled {
+		t.Fatalf("reconciliation of the applied record: %+v, want %s", ans.Results, reconcile.AlreadyReconciled)
+	}
+	if got := f.e.Used(t, f.org, f.member, window.Day, admitted); got != 5000 {
+		t.Fatalf("day used %d after the reconciliation, want 5000", got)
+	}
+	accountingtest.Check(t, f.e.Store)
+}

@@ -363,6 +363,12 @@ type SettleBatchRead struct {
 	Created map[string]bool
 	// Starts are the locked starts of the batch's request ids (created ones included).
 	Starts map[string]StoredStart
+	// Quarantined are the open no_snapshot quarantine records of the created events'
+	// request ids: reports of the same requests that came first, without a snapshot,
+	// which the ledger applies to the events now created. Read without a lock (the
+	// lock order takes quarantine rows last; QueueSettlementWrites marks them, after
+	// the counters): a reconciliation of the same request waits for the created start.
+	Quarantined map[string]QuarantinedSettlement
 }
 
 // ReadSettleStarts is phase one of a settlement batch, in one round trip: create the
@@ -370,7 +376,7 @@ type SettleBatchRead struct {
 // counted pending; only for a member of the claimed organization), then lock every
 // start of the batch in request id order.
 func ReadSettleStarts(ctx context.Context, tx BatchSender, ids []string, events []SettleEvent, now time.Time) (SettleBatchRead, error) {
-	out := SettleBatchRead{Created: map[string]bool{}, Starts: map[string]StoredStart{}}
+	out := SettleBatchRead{Created: map[string]bool{}, Starts: map[string]StoredStart{}, Quarantined: map[string]QuarantinedSettlement{}}
 	b := &pgx.Batch{}
 	if len(events) > 0 {
 		eids, orgs, members, versions, admitted, snaps, _ := startColumns(events)
@@ -386,6 +392,17 @@ func ReadSettleStarts(ctx context.Context, tx BatchSender, ids []string, events 
 			Query(func(r pgx.Rows) error {
 				var id string
 				_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.Created[id] = true; return nil })
+				return err
+			})
+		b.Queue(`SELECT `+quarantineColumns+` FROM usage_quarantined_settlements
+			WHERE request_id = ANY($1) AND reason = 'no_snapshot' AND reconciled_at IS NULL`, eids).
+			Query(func(r pgx.Rows) error {
+				list, err := pgx.CollectRows(r, scanQuarantined)
+				for _, q := range list {
+					if out.Created[q.RequestID] {
+						out.Quarantined[q.RequestID] = q
+					}
+				}
 				return err
 			})
 	}
@@ -662,6 +679,10 @@ type SettleWrites struct {
 	Buckets     []BucketDelta
 	Tracking    []TrackingDelta
 	Quarantine  []QuarantineWrite
+	// Resolve are open no_snapshot quarantine records that the batch applied to the
+	// events it created from their requests' snapshots: marked reconciled, with what was
+	// charged and a reference that says how (no operator reviewed them).
+	Resolve []QuarantineReview
 	// Bump are members whose mirror record changed.
 	Bump []string
 }
@@ -763,6 +784,19 @@ func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[stri
 			ORDER BY x.id, x.reason
 			ON CONFLICT (request_id, reason) DO UPDATE SET last_seen_at = EXCLUDED.last_seen_at, repeats = q.repeats + 1`,
 			ids, reasons, orgs, members, payloads, now)
+	}
+	if len(w.Resolve) > 0 {
+		n := len(w.Resolve)
+		ids, refs, members := make([]string, n), make([]string, n), make([]string, n)
+		admitted, costs := make([]time.Time, n), make([]int64, n)
+		for i, r := range w.Resolve {
+			ids[i], refs[i], members[i], admitted[i], costs[i] = r.RequestID, r.ReviewReference, r.MemberID, r.AdmittedAt, r.Cost
+		}
+		b.Queue(`UPDATE usage_quarantined_settlements q SET reconciled_at = $6, review_reference = x.ref,
+				proven_admitted_at = x.admitted, proven_member_id = x.member, proven_cost_micro_usd = x.cost
+			FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bigint[]) AS x(id, ref, admitted, member, cost)
+			WHERE q.request_id = x.id AND q.reason = 'no_snapshot' AND q.reconciled_at IS NULL`,
+			ids, refs, admitted, members, costs, now)
 	}
 	versions := map[string]int64{}
 	queueBumpVersions(b, w.Bump, versions)
