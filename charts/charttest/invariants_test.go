@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -45,7 +46,7 @@ var envContract = map[string][]string{
 		"TOLLGATE_REDIS_SENTINEL_MASTER", "TOLLGATE_REDIS_SENTINEL_PASSWORD",
 		"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR", "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES",
 		"TOLLGATE_CONTROLPLANE_TLS_CA", "TOLLGATE_CONTROLPLANE_TLS_CERT", "TOLLGATE_CONTROLPLANE_TLS_KEY",
-		"TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME", "TOLLGATE_REDIS_CHECK_TIMEOUT",
+		"TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME", "TOLLGATE_REDIS_CHECK_TIMEOUT", "TOLLGATE_SHUTDOWN_TIMEOUT",
 	},
 	"migrate": {"TOLLGATE_LOG_FORMAT", "TOLLGATE_LOG_LEVEL", "TOLLGATE_DATABASE_URL"},
 }
@@ -56,8 +57,8 @@ var secretEnv = []string{"TOLLGATE_DATABASE_URL", "TOLLGATE_REDIS_URL", "TOLLGAT
 
 // requiredEnv must be set for each program.
 var requiredEnv = map[string][]string{
-	"controlplane": {"TOLLGATE_HTTP_ADDR", "TOLLGATE_GRPC_ADDR", "TOLLGATE_ADMIN_ADDR", "TOLLGATE_DATABASE_URL", "TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_URL", "TOLLGATE_INTERNAL_TOKEN"},
-	"enforcer":     {"TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR", "TOLLGATE_CONTROLPLANE_ADDR", "TOLLGATE_FAILURE_MODE", "TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_URL", "TOLLGATE_INTERNAL_TOKEN"},
+	"controlplane": {"TOLLGATE_HTTP_ADDR", "TOLLGATE_GRPC_ADDR", "TOLLGATE_ADMIN_ADDR", "TOLLGATE_DATABASE_URL", "TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_URL", "TOLLGATE_INTERNAL_TOKEN", "TOLLGATE_SHUTDOWN_TIMEOUT"},
+	"enforcer":     {"TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR", "TOLLGATE_CONTROLPLANE_ADDR", "TOLLGATE_FAILURE_MODE", "TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_URL", "TOLLGATE_INTERNAL_TOKEN", "TOLLGATE_SHUTDOWN_TIMEOUT"},
 	"migrate":      {"TOLLGATE_DATABASE_URL"},
 }
 
@@ -277,6 +278,17 @@ func checkContainer(t *testing.T, c container, sidecar bool) {
 	for probe, path := range map[string]string{"startupProbe": "/healthz", "livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
 		if str(c.c, probe, "httpGet", "path") != path || str(c.c, probe, "httpGet", "port") != "admin" {
 			t.Errorf("%s: %s is not GET %s on the admin port: %v", where, probe, path, c.c[probe])
+		}
+	}
+	// The drain ends before the kubelet's SIGKILL: past it the pod is killed with the
+	// requests it serves (and the enforcer's undelivered settlements, in the spool's
+	// emptyDir, go with the pod). The snippet's pod is the user's.
+	if grace, ok := get(c.pod, "terminationGracePeriodSeconds").(int); ok {
+		timeout, err := time.ParseDuration(str(env["TOLLGATE_SHUTDOWN_TIMEOUT"], "value"))
+		if err != nil {
+			t.Errorf("%s: TOLLGATE_SHUTDOWN_TIMEOUT: %v", where, err)
+		} else if timeout >= time.Duration(grace)*time.Second {
+			t.Errorf("%s: drains for up to %s (TOLLGATE_SHUTDOWN_TIMEOUT) in a pod killed %ds after SIGTERM (terminationGracePeriodSeconds)", where, timeout, grace)
 		}
 	}
 }

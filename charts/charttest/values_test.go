@@ -78,6 +78,18 @@ func TestValuesRejected(t *testing.T) {
 		{"secret value instead of reference", append(ok, "--set", "secrets.databaseUrl=postgres://u:p@db/x"), "/secrets/databaseUrl"},
 		{"partial per-key secrets", []string{"--set", "secrets.databaseUrl.name=db", "--set", "secrets.redisUrl.name=redis"}, "/secrets/internalToken/name"},
 		{"redis check timeout without unit", append(ok, "--set-string", "enforcer.redisCheckTimeout=250"), "/enforcer/redisCheckTimeout"},
+		// Each program's drain (TOLLGATE_SHUTDOWN_TIMEOUT) ends before its pod's SIGKILL.
+		{"enforcer shutdown timeout without unit", append(ok, "--set-string", "enforcer.shutdownTimeout=20"), "/enforcer/shutdownTimeout"},
+		{"enforcer drains past its grace period", append(ok, "--set", "enforcer.terminationGracePeriodSeconds=15"),
+			"enforcer.shutdownTimeout 20s (TOLLGATE_SHUTDOWN_TIMEOUT) is not below enforcer.terminationGracePeriodSeconds 15: the kubelet kills the enforcer before its drain ends"},
+		{"sidecar enforcer drains for its whole grace period", append(ok, "--set", "enforcer.mode=sidecar", "--set", "enforcer.shutdownTimeout=0.5m"),
+			"enforcer.shutdownTimeout 0.5m (TOLLGATE_SHUTDOWN_TIMEOUT) is not below enforcer.terminationGracePeriodSeconds 30"},
+		{"control plane drains past its grace period", append(ok, "--set", "controlplane.shutdownTimeout=45s"),
+			"controlplane.shutdownTimeout 45s (TOLLGATE_SHUTDOWN_TIMEOUT) is not below controlplane.terminationGracePeriodSeconds 30: the kubelet kills the control plane before its drain ends"},
+		{"control plane drains for its whole grace period", append(ok, "--set", "controlplane.shutdownTimeout=1m", "--set", "controlplane.terminationGracePeriodSeconds=60"),
+			"controlplane.shutdownTimeout 1m (TOLLGATE_SHUTDOWN_TIMEOUT) is not below controlplane.terminationGracePeriodSeconds 60"},
+		{"control plane killed at once", append(ok, "--set", "controlplane.terminationGracePeriodSeconds=0"),
+			"controlplane.shutdownTimeout 20s (TOLLGATE_SHUTDOWN_TIMEOUT) is not below controlplane.terminationGracePeriodSeconds 0"},
 		{"internal TLS without its Secrets", append(ok, "--set", "internalTLS.enabled=true"), "/internalTLS/controlplaneSecret"},
 		{"internal TLS without the enforcer's Secret", append(ok, "--set", "internalTLS.enabled=true", "--set", "internalTLS.controlplaneSecret=cp-tls"), "/internalTLS/enforcerSecret"},
 		{"mTLS without TLS", append(ok, "--set", "internalTLS.mtls=true"), "/internalTLS/enabled"},
@@ -253,6 +265,9 @@ func TestValuesAccepted(t *testing.T) {
 			"--set", "enforcer.gateway.memoryPerStream=96Ki", "--set", "enforcer.gateway.maxStreams=1792"}},
 		{"gateway streams without any memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
 			"--set", "enforcer.gateway.maxStreams=100000", "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.resources.limits=null"}},
+		{"drains within longer grace periods", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.shutdownTimeout=1m30s", "--set", "enforcer.terminationGracePeriodSeconds=91",
+			"--set", "controlplane.shutdownTimeout=1.5m", "--set", "controlplane.terminationGracePeriodSeconds=120"}},
+		{"a sidecar's sub-second drain", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.mode=sidecar", "--set", "enforcer.shutdownTimeout=999ms", "--set", "enforcer.terminationGracePeriodSeconds=1"}},
 		{"gateway off with values set", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.mode=sidecar"}},
 	}
 	for _, tc := range tests {

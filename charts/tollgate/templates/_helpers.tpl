@@ -215,6 +215,52 @@ topologySpreadConstraints:
 {{- end }}
 {{- end -}}
 
+{{/*
+Nanoseconds of a Go duration as the schema takes it (250ms, 1m30s, 1.5h, 0s: whole or
+decimal numbers of ns, us, µs, ms, s, m or h, as Go's time.ParseDuration reads them);
+"" when it is none (empty, or not a duration).
+*/}}
+{{- define "tollgate.nanoseconds" -}}
+{{- $s := toString . -}}
+{{- $units := dict "ns" 1 "us" 1000 "µs" 1000 "ms" 1000000 "s" 1000000000 "m" 60000000000 "h" 3600000000000 -}}
+{{- $part := "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" -}}
+{{- if regexMatch (printf "^(%s)+$" $part) $s -}}
+{{- $total := int64 0 -}}
+{{- range regexFindAll $part $s -1 -}}
+{{- $number := regexFind "^[0-9.]+" . -}}
+{{- $unit := int64 (get $units (trimPrefix $number .)) -}}
+{{- $whole := regexFind "^[0-9]+" $number -}}
+{{- $total = add $total (mul (int64 (atoi $whole)) $unit) -}}
+{{- with trimPrefix $whole $number -}}
+{{- $total = add $total (int64 (mulf (float64 (printf "0%s" .)) $unit)) -}}
+{{- end -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A program's drain must end before the kubelet's SIGKILL: (dict "program" "enforcer"
+"values" "enforcer" "c" .Values.enforcer). TOLLGATE_SHUTDOWN_TIMEOUT bounds the whole
+stop on SIGTERM; past terminationGracePeriodSeconds the pod is killed mid-drain.
+*/}}
+{{- define "tollgate.checkShutdown" -}}
+{{- $timeout := toString .c.shutdownTimeout -}}
+{{- $ns := include "tollgate.nanoseconds" $timeout -}}
+{{- if not $ns -}}
+{{- fail (printf "%s.shutdownTimeout %q is no Go duration (such as 20s)" .values $timeout) -}}
+{{- end -}}
+{{- if le (int64 $ns) 0 -}}
+{{- fail (printf "%s.shutdownTimeout %s: the %s refuses it at start (TOLLGATE_SHUTDOWN_TIMEOUT: must be positive)" .values $timeout .program) -}}
+{{- end -}}
+{{- $grace := int64 .c.terminationGracePeriodSeconds -}}
+{{- if ge (int64 $ns) (mul $grace 1000000000) -}}
+{{- $lost := "the requests it serves are cut" -}}
+{{- if eq .program "enforcer" }}{{ $lost = "the settlements it has not delivered are lost with the pod's spool" }}{{ end -}}
+{{- fail (printf "%s.shutdownTimeout %s (TOLLGATE_SHUTDOWN_TIMEOUT) is not below %s.terminationGracePeriodSeconds %d: the kubelet kills the %s before its drain ends, and %s. Lower %s.shutdownTimeout, or raise %s.terminationGracePeriodSeconds above it" .values $timeout .values $grace .program $lost .values .values) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* PodDisruptionBudget spec fields: (dict "pdb" .Values.x.pdb). */}}
 {{- define "tollgate.pdbBudget" -}}
 {{- if ne (toString .pdb.minAvailable) "" }}
@@ -233,6 +279,7 @@ snippet, so that they cannot drift: (dict "ctx" $ "sidecar" true|false).
 {{- $e := $root.Values.enforcer -}}
 {{- $bind := "0.0.0.0" -}}
 {{- if and .sidecar $e.sidecar.bindLoopback }}{{ $bind = "127.0.0.1" }}{{ end -}}
+{{- include "tollgate.checkShutdown" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
 name: enforcer
 image: {{ include "tollgate.image" $root }}
 imagePullPolicy: {{ $root.Values.image.pullPolicy }}
@@ -272,6 +319,8 @@ env:
   {{- end }}
   - name: TOLLGATE_REDIS_CHECK_TIMEOUT
     value: {{ $e.redisCheckTimeout | quote }}
+  - name: TOLLGATE_SHUTDOWN_TIMEOUT
+    value: {{ $e.shutdownTimeout | quote }}
   {{- with include "tollgate.goRuntimeEnv" $e.goRuntime | trim }}{{ . | nindent 2 }}{{ end }}
   {{- include "tollgate.logEnv" $root | nindent 2 }}
   {{- include "tollgate.redisEnv" $root | nindent 2 }}

@@ -1,0 +1,149 @@
+package charttest
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
+	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
+)
+
+// renderContainer renders the chart with args (and secrets.existingSecret) and
+// returns the container of program: the control plane's, or the enforcer's (of its
+// Deployment, or in sidecar mode of the ConfigMap's snippet), with its pod spec
+// (nil for the snippet, whose pod is the user's).
+func renderContainer(t *testing.T, helm, program string, args ...string) (pod, c obj) {
+	t.Helper()
+	out, err := render(t, helm, append([]string{"--set", "secrets.existingSecret=creds"}, args...)...)
+	if err != nil {
+		t.Fatalf("helm template %v: %v", args, err)
+	}
+	for _, d := range decodeAll(t, out) {
+		switch {
+		case str(d, "kind") == "Deployment" && str(d, "metadata", "labels", "app.kubernetes.io/component") == program:
+			pod = get(d, "spec", "template", "spec").(obj)
+			for _, c := range list(pod, "containers") {
+				if str(c, "name") == program {
+					return pod, c.(obj)
+				}
+			}
+		case str(d, "kind") == "ConfigMap" && program == "enforcer" && str(d, "data", "container.yaml") != "":
+			var l []obj
+			if err := yaml.Unmarshal([]byte(str(d, "data", "container.yaml")), &l); err != nil || len(l) != 1 {
+				t.Fatalf("sidecar snippet is not a one-container list: %v", err)
+			}
+			return nil, l[0]
+		}
+	}
+	t.Fatalf("helm template %v renders no %s container", args, program)
+	return nil, nil
+}
+
+// envValue is the value of the container's last environment variable called name
+// (the one Kubernetes gives the program), and whether it is set.
+func envValue(c obj, name string) (string, bool) {
+	v, ok := "", false
+	for _, e := range list(c, "env") {
+		if str(e, "name") == name {
+			v, ok = str(e, "value"), true
+		}
+	}
+	return v, ok
+}
+
+// programEnv is a container's environment as a getenv: literal values as given,
+// Secret references replaced by stand-ins the program accepts, listeners on
+// loopback's ephemeral ports.
+func programEnv(c obj) map[string]string {
+	standIns := map[string]string{
+		"TOLLGATE_DATABASE_URL":   "postgres://stand-in@127.0.0.1:1/tollgate?sslmode=disable",
+		"TOLLGATE_REDIS_URL":      "redis://127.0.0.1:1/0",
+		"TOLLGATE_INTERNAL_TOKEN": strings.Repeat("ab", 32),
+	}
+	env := map[string]string{}
+	for _, e := range list(c, "env") {
+		n := str(e, "name")
+		if v, ok := standIns[n]; ok && get(e, "valueFrom") != nil {
+			env[n] = v
+			continue
+		}
+		env[n] = str(e, "value")
+	}
+	for _, n := range []string{"TOLLGATE_HTTP_ADDR", "TOLLGATE_GRPC_ADDR", "TOLLGATE_ADMIN_ADDR",
+		"TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR", "TOLLGATE_GATEWAY_ADDR"} {
+		if _, ok := env[n]; ok {
+			env[n] = "127.0.0.1:0"
+		}
+	}
+	return env
+}
+
+// programProblems runs the program's own configuration check on env and returns
+// the problems it reports about the variable name ("TOLLGATE_X: must be ..."), none
+// when it accepts it. The program never gets past the check: env gets a log format
+// it refuses besides, and the program reports every problem of its configuration
+// together, then stops before it opens anything.
+func programProblems(t *testing.T, program string, env map[string]string, name string) []string {
+	t.Helper()
+	poisoned := map[string]string{"TOLLGATE_LOG_FORMAT": "not-a-format"}
+	getenv := func(k string) string {
+		if v, ok := poisoned[k]; ok {
+			return v
+		}
+		return env[k]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var err error
+	switch program {
+	case "enforcer":
+		err = enfapp.Run(ctx, nil, getenv, enfapp.IO{Stdout: io.Discard, Stderr: io.Discard})
+	case "controlplane":
+		err = cpapp.Run(ctx, []string{"serve"}, getenv, cpapp.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard})
+	default:
+		t.Fatalf("unknown program %q", program)
+	}
+	if err == nil || !strings.Contains(err.Error(), "invalid configuration") || !strings.Contains(err.Error(), "TOLLGATE_LOG_FORMAT") {
+		t.Fatalf("the %s got past its configuration check with TOLLGATE_LOG_FORMAT=not-a-format: %v", program, err)
+	}
+	var problems []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, name+":") {
+			problems = append(problems, line)
+		}
+	}
+	return problems
+}
+
+// TestShutdownTimeoutReachesThePrograms: each program drains for the chart's
+// shutdownTimeout (TOLLGATE_SHUTDOWN_TIMEOUT), the enforcer in both modes (the
+// sidecar's snippet is the Deployment's container), and the program reads it as
+// given.
+func TestShutdownTimeoutReachesThePrograms(t *testing.T) {
+	helm, _ := needTools(t)
+	for _, tc := range []struct {
+		program string
+		args    []string
+		want    string
+	}{
+		{"enforcer", nil, "20s"},
+		{"enforcer", []string{"--set", "enforcer.shutdownTimeout=25s"}, "25s"},
+		{"enforcer", []string{"--set", "enforcer.mode=sidecar", "--set", "enforcer.shutdownTimeout=25s"}, "25s"},
+		{"controlplane", []string{"--set", "controlplane.shutdownTimeout=25s"}, "25s"},
+	} {
+		t.Run(tc.program+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+			_, c := renderContainer(t, helm, tc.program, tc.args...)
+			got, ok := envValue(c, "TOLLGATE_SHUTDOWN_TIMEOUT")
+			if !ok || got != tc.want {
+				t.Fatalf("TOLLGATE_SHUTDOWN_TIMEOUT = %q (set: %v), want %q", got, ok, tc.want)
+			}
+			if p := programProblems(t, tc.program, programEnv(c), "TOLLGATE_SHUTDOWN_TIMEOUT"); len(p) != 0 {
+				t.Errorf("the %s refuses it: %v", tc.program, p)
+			}
+		})
+	}
+}
