@@ -280,6 +280,20 @@ func checkContainer(t *testing.T, c container, sidecar bool) {
 			t.Errorf("%s: %s is not GET %s on the admin port: %v", where, probe, path, c.c[probe])
 		}
 	}
+	// GOMEMLIMIT (the last one: the one the program gets) below the container's
+	// memory limit: past the limit the kernel kills the program before its collector
+	// feels any pressure.
+	if limit := str(c.c, "resources", "limits", "memory"); limit != "" {
+		var gml string
+		for _, e := range list(c.c, "env") {
+			if str(e, "name") == "GOMEMLIMIT" {
+				gml = str(e, "value")
+			}
+		}
+		if gml != "" && memoryBytes(t, gml) >= memoryBytes(t, limit) {
+			t.Errorf("%s: GOMEMLIMIT=%s in a container limited to %s", where, gml, limit)
+		}
+	}
 	// The drain ends before the kubelet's SIGKILL: past it the pod is killed with the
 	// requests it serves (and the enforcer's undelivered settlements, in the spool's
 	// emptyDir, go with the pod). The snippet's pod is the user's.
@@ -291,6 +305,27 @@ func checkContainer(t *testing.T, c container, sidecar bool) {
 			t.Errorf("%s: drains for up to %s (TOLLGATE_SHUTDOWN_TIMEOUT) in a pod killed %ds after SIGTERM (terminationGracePeriodSeconds)", where, timeout, grace)
 		}
 	}
+}
+
+// memoryBytes is a GOMEMLIMIT value (200MiB) or a Kubernetes memory quantity in
+// whole units (256Mi, 1G) in bytes.
+func memoryBytes(t *testing.T, s string) int64 {
+	t.Helper()
+	units := []struct {
+		suffix string
+		mul    int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40},
+		{"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"B", 1}, {"", 1}}
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				t.Fatalf("memory %q: %v", s, err)
+			}
+			return v * u.mul
+		}
+	}
+	panic("unreachable: the empty suffix matches")
 }
 
 func checkJob(t *testing.T, jobs []obj) {

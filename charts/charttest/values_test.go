@@ -122,6 +122,23 @@ func TestValuesRejected(t *testing.T) {
 			"over 80% of enforcer.resources.limits.memory 1Gi: lower maxStreams to 12595 or fewer"},
 		{"gateway streams beyond a decimal container limit", append(gw, "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.gateway.maxStreams=3000", "--set", "enforcer.resources.limits.memory=200M"),
 			"over 80% of enforcer.resources.limits.memory 200M: lower maxStreams to 1929 or fewer"},
+		// The stream bound is checked against the lower of GOMEMLIMIT and 80% of the
+		// container's limit: 2200 streams need about 169 MiB, within a GOMEMLIMIT of
+		// 190MiB but past 80% of 200Mi (160 MiB).
+		{"gateway streams within GOMEMLIMIT, beyond 80% of the container's memory", append(gw, "--set", "enforcer.goRuntime.memoryLimit=190MiB", "--set", "enforcer.resources.limits.memory=200Mi", "--set", "enforcer.gateway.maxStreams=2200"),
+			"over 80% of enforcer.resources.limits.memory 200Mi: lower maxStreams to 2048 or fewer"},
+		// GOMEMLIMIT below the container's memory limit: past the limit the kernel kills
+		// the program before its collector feels any pressure.
+		{"enforcer GOMEMLIMIT above its memory limit", append(ok, "--set", "enforcer.resources.limits.memory=128Mi"),
+			"enforcer.goRuntime.memoryLimit 200MiB (GOMEMLIMIT) is not below enforcer.resources.limits.memory 128Mi: the kernel kills the enforcer before its garbage collector feels the limit. Set enforcer.goRuntime.memoryLimit to about 80% of the container's limit (102MiB)"},
+		{"control plane GOMEMLIMIT above its memory limit", append(ok, "--set", "controlplane.resources.limits.memory=256Mi"),
+			"controlplane.goRuntime.memoryLimit 400MiB (GOMEMLIMIT) is not below controlplane.resources.limits.memory 256Mi"},
+		{"sidecar GOMEMLIMIT at its memory limit", append(ok, "--set", "enforcer.mode=sidecar", "--set", "enforcer.goRuntime.memoryLimit=256MiB"),
+			"enforcer.goRuntime.memoryLimit 256MiB (GOMEMLIMIT) is not below enforcer.resources.limits.memory 256Mi"},
+		{"GOMEMLIMIT of extraEnv above the memory limit", append(ok, "--set", "controlplane.extraEnv[0].name=GOMEMLIMIT", "--set", "controlplane.extraEnv[0].value=600MiB"),
+			"GOMEMLIMIT=600MiB of controlplane.extraEnv is not below controlplane.resources.limits.memory 512Mi: the kernel kills the control plane before its garbage collector feels the limit. Set the GOMEMLIMIT of controlplane.extraEnv to about 80% of the container's limit (409MiB)"},
+		{"gateway with GOMEMLIMIT above its memory limit", append(gw, "--set", "enforcer.resources.limits.memory=128Mi"),
+			"enforcer.goRuntime.memoryLimit 200MiB (GOMEMLIMIT) is not below enforcer.resources.limits.memory 128Mi"},
 		{"gateway server timing as text", append(gw, "--set-string", "enforcer.gateway.serverTiming=yes"), "/enforcer/gateway/serverTiming"},
 		{"gateway access log as text", append(gw, "--set-string", "enforcer.gateway.accessLog=on"), "/enforcer/gateway/accessLog"},
 		{"gateway without an upstream", append(ok, "--set", "enforcer.gateway.enabled=true"), "'/enforcer/gateway': 'anyOf' failed"},
@@ -268,6 +285,11 @@ func TestValuesAccepted(t *testing.T) {
 		{"drains within longer grace periods", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.shutdownTimeout=1m30s", "--set", "enforcer.terminationGracePeriodSeconds=91",
 			"--set", "controlplane.shutdownTimeout=1.5m", "--set", "controlplane.terminationGracePeriodSeconds=120"}},
 		{"a sidecar's sub-second drain", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.mode=sidecar", "--set", "enforcer.shutdownTimeout=999ms", "--set", "enforcer.terminationGracePeriodSeconds=1"}},
+		{"GOMEMLIMIT lowered with the memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.limits.memory=128Mi", "--set", "enforcer.goRuntime.memoryLimit=100MiB",
+			"--set", "controlplane.resources.limits.memory=256Mi", "--set", "controlplane.goRuntime.memoryLimit=200MiB"}},
+		{"GOMEMLIMIT of extraEnv below a raised memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.resources.limits.memory=1Gi",
+			"--set", "controlplane.extraEnv[0].name=GOMEMLIMIT", "--set", "controlplane.extraEnv[0].value=800MiB"}},
+		{"GOMEMLIMIT without a memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.limits=null", "--set", "enforcer.goRuntime.memoryLimit=4GiB"}},
 		{"gateway off with values set", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.mode=sidecar"}},
 	}
 	for _, tc := range tests {

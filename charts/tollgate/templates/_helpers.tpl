@@ -280,6 +280,7 @@ snippet, so that they cannot drift: (dict "ctx" $ "sidecar" true|false).
 {{- $bind := "0.0.0.0" -}}
 {{- if and .sidecar $e.sidecar.bindLoopback }}{{ $bind = "127.0.0.1" }}{{ end -}}
 {{- include "tollgate.checkShutdown" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
+{{- include "tollgate.checkGoMemLimit" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
 name: enforcer
 image: {{ include "tollgate.image" $root }}
 imagePullPolicy: {{ $root.Values.image.pullPolicy }}
@@ -383,23 +384,64 @@ in whole units (256Mi, 1Gi, 512M); "" when it is neither (no check is made then)
 {{- end -}}
 
 {{/*
+The GOMEMLIMIT a program gets, as JSON: the last GOMEMLIMIT of its extraEnv with a
+value (Kubernetes gives the program the last one), else goRuntime.memoryLimit;
+value "" for none. what names it where a message says what it is over, label where
+it is the value at fault, setter what to change. (dict "c" .Values.x "values" "x").
+*/}}
+{{- define "tollgate.goMemLimit" -}}
+{{- $r := dict "value" (toString (.c.goRuntime.memoryLimit | default "")) -}}
+{{- $_ := set $r "what" (printf "%s.goRuntime.memoryLimit %s" .values $r.value) -}}
+{{- $_ = set $r "label" (printf "%s.goRuntime.memoryLimit %s (GOMEMLIMIT)" .values $r.value) -}}
+{{- $_ = set $r "setter" (printf "%s.goRuntime.memoryLimit" .values) -}}
+{{- range .c.extraEnv -}}
+{{- if and (kindIs "map" .) (eq (toString .name) "GOMEMLIMIT") .value -}}
+{{- $_ = set $r "value" (toString .value) -}}
+{{- $_ = set $r "what" (printf "GOMEMLIMIT=%s of %s.extraEnv" $r.value $.values) -}}
+{{- $_ = set $r "label" $r.what -}}
+{{- $_ = set $r "setter" (printf "the GOMEMLIMIT of %s.extraEnv" $.values) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $r -}}
+{{- end -}}
+
+{{/*
+GOMEMLIMIT must be below the container's memory limit (when both are set): the
+collector works to keep the heap under GOMEMLIMIT, and past the container's limit the
+kernel kills the program before the collector felt any pressure. (dict "c"
+.Values.x "values" "x" "program" "control plane").
+*/}}
+{{- define "tollgate.checkGoMemLimit" -}}
+{{- $g := include "tollgate.goMemLimit" . | fromJson -}}
+{{- $gml := include "tollgate.bytes" $g.value -}}
+{{- $limit := toString (((.c.resources).limits).memory | default "") -}}
+{{- $container := include "tollgate.bytes" $limit -}}
+{{- if and $gml $container (ge (int64 $gml) (int64 $container)) -}}
+{{- fail (printf "%s is not below %s.resources.limits.memory %s: the kernel kills the %s before its garbage collector feels the limit. Set %s to about 80%% of the container's limit (%dMiB), or raise %s.resources.limits.memory" $g.label .values $limit .program $g.setter (div (div (mul (int64 $container) 4) 5) 1048576) .values) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 The gateway's stream bound must fit the enforcer's memory: a proxied request holds
 about 51 KiB while it waits (docs/gateway.md, "Memory per stream"), budgeted at
 enforcer.gateway.memoryPerStream (64Ki by default; 96Ki behind an HTTPS upstream
 that speaks only HTTP/1.1, or one that compresses streams it was asked not to), over
-a base of 32 MiB. The bound is checked against GOMEMLIMIT
-(enforcer.goRuntime.memoryLimit), or 80% of the container's memory limit without
-one: past it the collector runs without end, then the container is killed with
-every stream it holds, where the bound would have answered 503 busy.
+a base of 32 MiB. The bound is checked against the lower of GOMEMLIMIT
+(enforcer.goRuntime.memoryLimit) and 80% of the container's memory limit, each when
+set: past GOMEMLIMIT the collector runs without end, past the container's limit the
+kernel kills it, either way with every stream it holds, where the bound would have
+answered 503 busy.
 */}}
 {{- define "tollgate.gateway.checkMemory" -}}
 {{- $e := .Values.enforcer -}}
-{{- $limit := include "tollgate.bytes" ($e.goRuntime.memoryLimit | default "") -}}
-{{- $what := printf "enforcer.goRuntime.memoryLimit %s" ($e.goRuntime.memoryLimit | default "") -}}
-{{- if not $limit -}}
+{{- $g := include "tollgate.goMemLimit" (dict "c" $e "values" "enforcer") | fromJson -}}
+{{- $limit := include "tollgate.bytes" $g.value -}}
+{{- $what := $g.what -}}
 {{- $container := include "tollgate.bytes" ((($e.resources).limits).memory | default "") -}}
 {{- if $container -}}
-{{- $limit = toString (div (mul (int64 $container) 4) 5) -}}
+{{- $cap := div (mul (int64 $container) 4) 5 -}}
+{{- if or (not $limit) (lt $cap (int64 $limit)) -}}
+{{- $limit = toString $cap -}}
 {{- $what = printf "80%% of enforcer.resources.limits.memory %s" $e.resources.limits.memory -}}
 {{- end -}}
 {{- end -}}
