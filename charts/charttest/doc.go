@@ -7,7 +7,10 @@
 // the renders against Kubernetes JSON schemas with kubeconform, strictly and
 // offline (the schemas are committed in testdata/schemas; tools/k8sschema
 // regenerates them), check that bad values fail at install through
-// values.schema.json, and check the security and wiring invariants every
+// values.schema.json and the templates' own checks, run the programs' own
+// configuration checks on rendered environments (what the chart renders, the
+// programs accept; what it refuses, they refuse), and check the security and
+// wiring invariants every
 // render must keep (non-root, read-only root file system, probes on the admin
 // ports, credentials only through Secret references).
 //

@@ -3,6 +3,7 @@ package charttest
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -145,5 +146,66 @@ func TestShutdownTimeoutReachesThePrograms(t *testing.T) {
 				t.Errorf("the %s refuses it: %v", tc.program, p)
 			}
 		})
+	}
+}
+
+// TestChartRefusesWhatTheProgramsRefuse: the chart's bounds on the programs'
+// durations are the programs' own. Each value is rendered: a value the chart renders
+// must pass the program's own configuration check on the rendered environment (or
+// helm install succeeds and the pods crash-loop, and with maxUnavailable 0 a helm
+// upgrade is left stuck); a value the chart refuses must be one the program refuses
+// too (put in an environment the chart renders), and the chart's message must name
+// the value and give the program's own words. The values sit on each side of each
+// bound, so that a bound moved in a program fails here until the chart follows.
+func TestChartRefusesWhatTheProgramsRefuse(t *testing.T) {
+	helm, _ := needTools(t)
+	retention := []string{"--set", "controlplane.retention.interval=24h"}
+	sidecar := []string{"--set", "enforcer.mode=sidecar"}
+	for _, tc := range []struct {
+		program, value, env string
+		args                []string // besides the value
+		values              []string
+	}{
+		{"enforcer", "enforcer.redisCheckTimeout", "TOLLGATE_REDIS_CHECK_TIMEOUT", nil,
+			[]string{"0s", "5ms", "9.999ms", "10ms", "0.01s", "250ms", "10s", "10000ms", "10.001s", "30s"}},
+		{"enforcer", "enforcer.redisCheckTimeout", "TOLLGATE_REDIS_CHECK_TIMEOUT", sidecar, []string{"5ms", "1m"}},
+		{"enforcer", "enforcer.shutdownTimeout", "TOLLGATE_SHUTDOWN_TIMEOUT", nil, []string{"0s", "0ms", "1ms", "29s"}},
+		{"controlplane", "controlplane.shutdownTimeout", "TOLLGATE_SHUTDOWN_TIMEOUT", nil, []string{"0s", "0.0s", "1ms", "29s"}},
+		{"controlplane", "controlplane.sessionTTL", "TOLLGATE_SESSION_TTL", nil, []string{"0s", "30s", "59.999s", "1m", "60s", "720h"}},
+		{"controlplane", "controlplane.retention.interval", "TOLLGATE_RETENTION_INTERVAL", nil, []string{"0s", "1s", "59s", "1m", "24h"}},
+		{"controlplane", "controlplane.retention.age", "TOLLGATE_RETENTION_AGE", retention, []string{"168h", "744h59m59s", "745h", "2160h"}},
+		// Without an interval serve runs no retention and reads no age.
+		{"controlplane", "controlplane.retention.age", "TOLLGATE_RETENTION_AGE", nil, []string{"168h"}},
+		{"controlplane", "controlplane.retention.age", "TOLLGATE_RETENTION_AGE", []string{"--set", "controlplane.retention.interval=0s"}, []string{"168h"}},
+	} {
+		for _, v := range tc.values {
+			args := append(slices.Clone(tc.args), "--set", tc.value+"="+v)
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				_, err := render(t, helm, append([]string{"--set", "secrets.existingSecret=creds"}, args...)...)
+				if err == nil {
+					_, c := renderContainer(t, helm, tc.program, args...)
+					if got, _ := envValue(c, tc.env); got != v {
+						t.Fatalf("%s=%q, want %q", tc.env, got, v)
+					}
+					if p := programProblems(t, tc.program, programEnv(c), tc.env); len(p) != 0 {
+						t.Errorf("helm template %v succeeds, but the %s refuses that environment at start:\n%s", args, tc.program, strings.Join(p, "\n"))
+					}
+					return
+				}
+				// The chart refuses it: so must the program, in an environment the chart renders.
+				_, c := renderContainer(t, helm, tc.program, tc.args...)
+				env := programEnv(c)
+				env[tc.env] = v
+				p := programProblems(t, tc.program, env, tc.env)
+				if len(p) == 0 {
+					t.Fatalf("helm template %v fails, but the %s accepts %s=%s:\n%v", args, tc.program, tc.env, v, err)
+				}
+				for _, want := range append([]string{tc.value + " " + v + ": "}, p...) {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("helm template %v fails without saying %q:\n%v", args, want, err)
+					}
+				}
+			})
+		}
 	}
 }

@@ -240,6 +240,30 @@ decimal numbers of ns, us, µs, ms, s, m or h, as Go's time.ParseDuration reads 
 {{- end -}}
 
 {{/*
+A duration a program bounds at start, checked here so that helm install fails
+instead of the pods crash-looping: (dict "value" X "values" "enforcer.redisCheckTimeout"
+"program" "enforcer" "min" "10ms" "max" "10s" "zero" false "problem" "TOLLGATE_...: must
+be ..."). Empty: not set, the program's default. Fails, with the program's own words
+(problem), when the value is below min or above max (each optional), unless it is 0
+and zero is true.
+*/}}
+{{- define "tollgate.checkDuration" -}}
+{{- $v := toString (.value | default "") -}}
+{{- if $v -}}
+{{- $ns := include "tollgate.nanoseconds" $v -}}
+{{- if not $ns -}}
+{{- fail (printf "%s %q is no Go duration (such as 250ms, 20s, 24h)" .values $v) -}}
+{{- end -}}
+{{- $n := int64 $ns -}}
+{{- if not (and .zero (eq $n 0)) -}}
+{{- if or (and .min (lt $n (int64 (include "tollgate.nanoseconds" .min)))) (and .max (gt $n (int64 (include "tollgate.nanoseconds" .max)))) -}}
+{{- fail (printf "%s %s: the %s refuses it at start (%s)" .values $v .program .problem) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 A program's drain must end before the kubelet's SIGKILL: (dict "program" "enforcer"
 "values" "enforcer" "c" .Values.enforcer). TOLLGATE_SHUTDOWN_TIMEOUT bounds the whole
 stop on SIGTERM; past terminationGracePeriodSeconds the pod is killed mid-drain.
@@ -281,6 +305,7 @@ snippet, so that they cannot drift: (dict "ctx" $ "sidecar" true|false).
 {{- if and .sidecar $e.sidecar.bindLoopback }}{{ $bind = "127.0.0.1" }}{{ end -}}
 {{- include "tollgate.checkShutdown" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
 {{- include "tollgate.checkGoMemLimit" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
+{{- include "tollgate.checkDuration" (dict "value" $e.redisCheckTimeout "values" "enforcer.redisCheckTimeout" "program" "enforcer" "min" "10ms" "max" "10s" "problem" "TOLLGATE_REDIS_CHECK_TIMEOUT: must be between 10ms and 10s") -}}
 name: enforcer
 image: {{ include "tollgate.image" $root }}
 imagePullPolicy: {{ $root.Values.image.pullPolicy }}
