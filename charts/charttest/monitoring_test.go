@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -237,5 +238,116 @@ func TestPodMonitorScrapesTheSidecars(t *testing.T) {
 	}
 	if !named {
 		t.Errorf("the PodMonitor does not name its job %q, which TollgateEnforcerDown selects: %v", job, list(eps[0], "relabelings"))
+	}
+}
+
+// readmeMetricsValues writes the values of the YAML blocks that follow the chart
+// README's "turn on all three" (the metrics of kube-prometheus-stack users, then what
+// sidecar mode adds) to files, and returns their paths.
+func readmeMetricsValues(t *testing.T) (three, sidecar string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "turn on all three")
+	if !ok {
+		t.Fatal(`charts/tollgate/README.md no longer says "turn on all three"`)
+	}
+	var paths []string
+	for len(paths) < 2 {
+		_, block, ok := strings.Cut(rest, "```yaml\n")
+		if !ok {
+			t.Fatalf(`charts/tollgate/README.md: %d YAML blocks after "turn on all three", want 2 (the three, then sidecar mode's PodMonitor)`, len(paths))
+		}
+		block, rest, _ = strings.Cut(block, "```")
+		var lines []string
+		for _, l := range strings.Split(block, "\n") {
+			lines = append(lines, strings.TrimPrefix(l, "  ")) // the block is indented in a list item
+		}
+		p := filepath.Join(t.TempDir(), "values.yaml")
+		if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	return paths[0], paths[1]
+}
+
+// TestUpAlertsSelectScrapedJobs: with the monitoring the chart README's "Operations,
+// Metrics" tells kube-prometheus-stack users to turn on, every `up{job="..."}` alert
+// of the rendered PrometheusRule selects a job a rendered ServiceMonitor or
+// PodMonitor scrapes; otherwise its `absent(up{job=...})` branch fires for ever from
+// the moment it loads (TollgateEnforcerDown is critical: it pages). In sidecar mode
+// the ServiceMonitor covers the control plane alone, so the chart refuses the rules
+// without the PodMonitor, unless disabledAlerts leaves TollgateEnforcerDown out.
+func TestUpAlertsSelectScrapedJobs(t *testing.T) {
+	helm, _ := needTools(t)
+	three, podMonitor := readmeMetricsValues(t)
+	sidecar := []string{"--set", "enforcer.mode=sidecar"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		fail string // the refusal, "" when it renders
+	}{
+		{"the README's three", []string{"-f", three}, ""},
+		{"the README's three in sidecar mode", append([]string{"-f", three}, sidecar...),
+			"Set metrics.podMonitor.enabled and metrics.podMonitor.podSelector (your Envoy pods' labels), or add TollgateEnforcerDown to metrics.prometheusRule.disabledAlerts"},
+		{"the README's three and its PodMonitor in sidecar mode", append([]string{"-f", three, "-f", podMonitor}, sidecar...), ""},
+		{"the README's three in sidecar mode, the enforcer's up alert left out",
+			append([]string{"-f", three, "--set", "metrics.prometheusRule.disabledAlerts={TollgateEnforcerDown}"}, sidecar...), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := render(t, helm, append([]string{"--set", "secrets.existingSecret=creds"}, tc.args...)...)
+			if tc.fail != "" {
+				if err == nil {
+					t.Errorf("helm template %v renders; want it refused", tc.args)
+				} else if !strings.Contains(err.Error(), tc.fail) {
+					t.Errorf("helm template %v fails without saying %q:\n%v", tc.args, tc.fail, err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			scraped := map[string]bool{}
+			var rules []any
+			for _, d := range decodeAll(t, out) {
+				switch str(d, "kind") {
+				case "ServiceMonitor":
+					// jobLabel app.kubernetes.io/component: the job is each selected Service's component.
+					if str(d, "spec", "jobLabel") != "app.kubernetes.io/component" {
+						t.Fatalf("the ServiceMonitor's jobLabel is %q, not the component", str(d, "spec", "jobLabel"))
+					}
+					for _, e := range list(d, "spec", "selector", "matchExpressions") {
+						for _, v := range list(e, "values") {
+							scraped[v.(string)] = true
+						}
+					}
+				case "PodMonitor":
+					for _, ep := range list(d, "spec", "podMetricsEndpoints") {
+						for _, r := range list(ep, "relabelings") {
+							if str(r, "targetLabel") == "job" {
+								scraped[str(r, "replacement")] = true
+							}
+						}
+					}
+				case "PrometheusRule":
+					for _, g := range list(d, "spec", "groups") {
+						rules = append(rules, list(g, "rules")...)
+					}
+				}
+			}
+			if err == nil && len(rules) == 0 {
+				t.Fatal("no alert rules rendered")
+			}
+			re := regexp.MustCompile(`absent\(up\{job="([^"]+)"\}\)`)
+			for _, r := range rules {
+				for _, m := range re.FindAllStringSubmatch(str(r, "expr"), -1) {
+					if !scraped[m[1]] {
+						t.Errorf("alert %s (severity %s) needs job %q, which no rendered ServiceMonitor or PodMonitor scrapes: it fires as soon as it is loaded",
+							str(r, "alert"), str(r, "labels", "severity"), m[1])
+					}
+				}
+			}
+		})
 	}
 }

@@ -49,6 +49,8 @@ func TestValuesRejected(t *testing.T) {
 		{"unknown disabled alert", append(ok, "--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.prometheusRule.disabledAlerts={TollgateNoSuchAlert}"), `"TollgateNoSuchAlert" is not one of the chart's alerts`},
 		{"disabled alert not a name", append(ok, "--set", "metrics.prometheusRule.disabledAlerts={settlements}"), "/metrics/prometheusRule/disabledAlerts/0"},
 		{"dashboard annotation not a string", append(ok, "--set", "metrics.grafanaDashboard.annotations.folder=1"), "/metrics/grafanaDashboard/annotations/folder"},
+		{"alert rules in sidecar mode without the pod monitor", append(ok, "--set", "enforcer.mode=sidecar", "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true"),
+			`metrics.prometheusRule in sidecar mode: the alert TollgateEnforcerDown selects up{job="enforcer"}, which only metrics.podMonitor scrapes there`},
 		{"pod monitor in deployment mode", append(ok, "--set", "metrics.podMonitor.enabled=true", "--set", "metrics.podMonitor.podSelector.app=envoy"), "metrics.podMonitor scrapes enforcer sidecars: it needs enforcer.mode sidecar"},
 		{"pod monitor selecting nothing", append(ok, "--set", "enforcer.mode=sidecar", "--set", "metrics.podMonitor.enabled=true"), "metrics.podMonitor.podSelector must select your Envoy pods"},
 		{"ingress without a host", append(ok, "--set", "ingress.controlplane.enabled=true"), "/ingress/controlplane/host"},
@@ -290,6 +292,8 @@ func TestValuesAccepted(t *testing.T) {
 		{"GOMEMLIMIT of extraEnv below a raised memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.resources.limits.memory=1Gi",
 			"--set", "controlplane.extraEnv[0].name=GOMEMLIMIT", "--set", "controlplane.extraEnv[0].value=800MiB"}},
 		{"GOMEMLIMIT without a memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.limits=null", "--set", "enforcer.goRuntime.memoryLimit=4GiB"}},
+		{"alert rules in sidecar mode without the enforcer's up alert", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.mode=sidecar", "--set", "metrics.prometheusRule.enabled=true",
+			"--set", "metrics.prometheusRule.disabledAlerts={TollgateEnforcerDown}"}},
 		{"gateway off with values set", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.mode=sidecar"}},
 	}
 	for _, tc := range tests {
