@@ -752,3 +752,26 @@ func TestFromGuardrailCheck(t *testing.T) {
 		t.Fatalf("reported 0: %+v", u)
 	}
 }
+
+// An OpenRouter answer through a "bring your own key" provider key, within OpenRouter's
+// free million such requests a month: its usage.cost is 0 (OpenRouter's fee) and the
+// provider billed the key usage.cost_details.upstream_inference_cost, 0.027 USD. Read
+// from the answer's bytes, the request settles at that upstream cost, not at 0 (an upstream
+// cost wins over pricing the tokens).
+func TestOpenRouterBYOKSettlesAtItsUpstreamCost(t *testing.T) {
+	body := `{"id":"gen-1","object":"chat.completion","model":"anthropic/claude-sonnet-4.5","choices":[{"index":0,"message":{"role":"assistant","content":"Tolls are paid."}}],` +
+		`"usage":{"prompt_tokens":4000,"completion_tokens":1000,"total_tokens":5000,"cost":0,"is_byok":true,"cost_details":{"upstream_inference_cost":0.027}}}`
+	x := responseusage.New("application/json", map[string]string{}, responseusage.Limits{})
+	if err := x.Write([]byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	tr, q := admittedReqA()
+	if !tr.RecordRequest("req_a", estimate.Request{InputTokens: 4000, Model: "anthropic/claude-sonnet-4.5"}) {
+		t.Fatal("not recorded")
+	}
+	_ = tr.Finish("req_a", FromResponse(x.Finish(true), true, 200, false), nil)
+	if it := q.items[0]; it.UpstreamCostMicroUsd == nil || it.GetUpstreamCostMicroUsd() != 27_000 {
+		t.Fatalf("settled at an upstream cost of %d micro-USD (set %v; tokens %d in, %d out), want the 27,000 the provider billed the key",
+			it.GetUpstreamCostMicroUsd(), it.UpstreamCostMicroUsd != nil, it.GetInputTokens(), it.GetOutputTokens())
+	}
+}

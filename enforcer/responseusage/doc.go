@@ -289,7 +289,10 @@
 // stream's last chunk) is the request's cost in USD, a JSON number read as the
 // USD header is (exactly, rounded up to the micro-USD; a number longer than 32
 // bytes or negative is ignored), the largest a stream's documents reported. A
-// header wins over it.
+// header wins over it. With OpenRouter's "bring your own key" (usage.is_byok true)
+// usage.cost is only OpenRouter's fee, and the provider billed the key
+// usage.cost_details.upstream_inference_cost (read alike): the cost is their sum.
+// Without, it is the larger of the two (OpenRouter reports them equal).
 //
 // # Content encodings
 //

@@ -408,10 +408,11 @@ func (a *accumulator) noteSearches(d *docFields) {
 	}
 }
 
-// noteCost keeps the cost a document's usage reported, the largest of a stream's.
+// noteCost keeps the cost a document's usage reported (docFields.billedCost), the
+// largest of a stream's.
 func (a *accumulator) noteCost(d *docFields) {
-	if d.hasCost && (!a.hasCost || d.cost > a.cost) {
-		a.cost, a.hasCost = d.cost, true
+	if c, ok := d.billedCost(); ok {
+		keepLargest(&a.cost, &a.hasCost, c)
 	}
 }
 

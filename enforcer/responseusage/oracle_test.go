@@ -315,12 +315,14 @@ func oracleUsage(obj []member) (usageFields, bool) {
 	return u, converse
 }
 
-// oracleCost is the largest cost of the usage objects of obj and of its message and
-// response roots: a "cost" member that is a JSON number, not negative, whose text fits
-// the key buffer (maxKeyBytes), in micro-USD rounded up (parseUSDCeil).
+// oracleCost is the cost the usage objects of obj and of its message and response roots
+// say was billed (docFields.billedCost): the largest "cost" member that is a JSON number,
+// not negative, whose text fits the key buffer (maxKeyBytes), in micro-USD rounded up
+// (parseUSDCeil); with the largest cost_details.upstream_inference_cost read alike, their
+// sum when a usage's is_byok is true, else the larger.
 func oracleCost(obj []member) (int64, bool) {
-	var best int64
-	found := false
+	var best, upstream int64
+	found, hasUpstream, byok := false, false, false
 	take := func(f member, key string) {
 		n, ok := f.val.(json.Number)
 		if f.key != key || !ok || len(n) > maxKeyBytes || strings.HasPrefix(string(n), "-") {
@@ -348,12 +350,32 @@ func oracleCost(obj []member) (int64, bool) {
 			best, found = v, true
 		}
 	}
+	// OpenRouter's is_byok and cost_details.upstream_inference_cost.
+	takeUpstream := func(us []member) {
+		for _, f := range us {
+			if f.key == "is_byok" && f.val == true {
+				byok = true
+			}
+		}
+		for _, cd := range all(us, "cost_details") {
+			for _, f := range cd {
+				n, ok := f.val.(json.Number)
+				if f.key != "upstream_inference_cost" || !ok || len(n) > maxKeyBytes || strings.HasPrefix(string(n), "-") {
+					continue
+				}
+				if v, ok := parseUSDCeil(string(n)); ok && (!hasUpstream || v > upstream) {
+					upstream, hasUpstream = v, true
+				}
+			}
+		}
+	}
 	consider := func(o []member) {
 		for _, us := range all(o, "usage") {
 			for _, f := range us {
 				take(f, "cost")
 				takeTicks(f)
 			}
+			takeUpstream(us)
 		}
 	}
 	consider(obj)
@@ -370,7 +392,13 @@ func oracleCost(obj []member) (int64, bool) {
 			consider(sub)
 		}
 	}
-	return best, found
+	switch {
+	case !hasUpstream:
+		return best, found
+	case byok:
+		return saturate.Add(best, upstream), true
+	}
+	return max(best, upstream), true
 }
 
 // oracleModalities reads Gemini's promptTokensDetails, candidatesTokensDetails and

@@ -114,6 +114,11 @@ const (
 	kItem         // OpenAI: an output item event's item
 	kContainer    // Anthropic: a message's (a message_delta's delta's) container
 	kID           // its id
+	// OpenRouter's "bring your own key": usage.is_byok says the provider billed the
+	// operator's own key, usage.cost_details.upstream_inference_cost what it billed (USD).
+	kIsByok
+	kCostDetails
+	kUpstreamCost
 	// OpenAI Responses: a Response's tool_usage.image_gen, its image generation tool's
 	// usage (imageToolTarget).
 	kToolUsage
@@ -358,6 +363,12 @@ func keyID(b []byte) uint8 {
 		return kTotalCost
 	case "cost_in_usd_ticks":
 		return kCostTicks
+	case "is_byok":
+		return kIsByok
+	case "cost_details":
+		return kCostDetails
+	case "upstream_inference_cost":
+		return kUpstreamCost
 	case "pages_processed":
 		return kPages
 	case "container_id":
@@ -557,6 +568,10 @@ type docFields struct {
 	// hasCost: a usage reported cost, the cost the upstream billed in USD (OpenRouter's
 	// usage.cost), the largest reported, in micro-USD rounded up.
 	hasCost bool
+	// hasUpstream: a usage reported OpenRouter's cost_details.upstream_inference_cost,
+	// the largest reported in upstream (as cost); byok: a usage's is_byok was true
+	// (billedCost). With the other flags, they take no word of their own.
+	hasUpstream, byok bool
 	// hasCachedAudio: see cachedAudio. With the other flags, it takes no word of its own.
 	hasCachedAudio bool
 	// tierSeen has bit 1<<root set once a service_tier of root began: a usage.speed
@@ -602,6 +617,7 @@ type docFields struct {
 	// the top level only; this field and the accumulator's take 16.
 	cachedAudio int64
 	cost        int64
+	upstream    int64
 	// container is the container id being read (tgContainer), containers the distinct
 	// ones the document named, at most maxContainers: the containers its code tools ran
 	// in, billed by the time each lives. container's buffer is allocated by the first id
@@ -702,6 +718,7 @@ func (d *docFields) reset() {
 	d.usage = [nRoot]usageFields{}
 	d.text, d.delta = 0, 0
 	d.finished, d.converse, d.hasCost, d.cost = false, false, false, 0
+	d.hasUpstream, d.upstream, d.byok = false, 0, false
 	d.searches, d.fileSearches, d.imageCalls, d.advisorResult = 0, 0, 0, false
 	d.hasCachedAudio, d.cachedAudio = false, 0
 	d.tierSeen, d.priorityTraffic, d.geoPinned, d.mapsGrounded = 0, false, false, false
@@ -734,6 +751,24 @@ func keepLargest(v *int64, has *bool, n int64) {
 	if !*has || n > *v {
 		*v, *has = n, true
 	}
+}
+
+// billedCost is the cost the document's usage says the request was billed, in
+// micro-USD, and whether it said one. OpenRouter's usage.cost is what it charged its own
+// credits; with "bring your own key" (usage.is_byok true) that is only its fee (0 for a
+// month's first million such requests, 5% of the provider's cost after), while the
+// provider billed the operator's key usage.cost_details.upstream_inference_cost: the two
+// together are what the request cost. Without is_byok, OpenRouter reports the upstream
+// cost equal to its cost (it passes the provider's price on), so the larger of the two is
+// the cost, never below either. docs/prices.md, "An upstream cost".
+func (d *docFields) billedCost() (int64, bool) {
+	switch {
+	case !d.hasUpstream:
+		return d.cost, d.hasCost
+	case d.byok:
+		return saturate.Add(d.cost, d.upstream), true
+	}
+	return max(d.cost, d.upstream), true
 }
 
 // countSearch counts one web search the document lists (searches).
@@ -928,10 +963,16 @@ const (
 	tgContainer           // a container's id (containerTarget)
 	tgGuard               // a billed count of a guardrail assessment's usage (tok: guard*; guardrailTarget)
 	tgGroundingType       // an Interactions API usage.grounding_tool_count[] entry's type
+	tgByok                // OpenRouter's usage.is_byok (a literal: true sets docFields.byok)
 )
 
-// costInTicks, as a tgCost target's tok: the cost is in xAI's ticks (1e-10 USD), not USD.
-const costInTicks = 1
+// A tgCost target's tok: costInTicks, the cost is in xAI's ticks (1e-10 USD), not USD;
+// costUpstream, the cost is OpenRouter's usage.cost_details.upstream_inference_cost (USD),
+// kept apart from usage.cost (docFields.billedCost).
+const (
+	costInTicks  = 1
+	costUpstream = 2
+)
 
 type target struct{ kind, root, tok uint8 }
 
@@ -1511,6 +1552,10 @@ func (s *scanner) valueStart(c byte, at int) {
 		d.latency = pricecatalog.Standard // the last one counts
 	case tgGeo:
 		d.geoPinned = false // the last one counts
+	case tgByok:
+		// Any true counts (the dearer reading: billedCost adds the upstream cost). The
+		// literal's grammar is checked as it is read; a malformed one ends the document.
+		d.byok = d.byok || c == 't'
 	case tgType:
 		d.typ.reset()
 	case tgObject:
@@ -1729,8 +1774,13 @@ func (s *scanner) endNumber() bool {
 		if t.tok == costInTicks {
 			read = ticksOf
 		}
-		if v, ok := read(&s.keyCap); ok && (!s.doc.hasCost || v > s.doc.cost) {
-			s.doc.cost, s.doc.hasCost = v, true
+		v, ok := read(&s.keyCap)
+		switch {
+		case !ok:
+		case t.tok == costUpstream:
+			keepLargest(&s.doc.upstream, &s.doc.hasUpstream, v)
+		default:
+			keepLargest(&s.doc.cost, &s.doc.hasCost, v)
 		}
 	} else if t.kind == tgConverseTok && s.numOK {
 		s.doc.usage[t.root].setMax(int(t.tok), s.num)
@@ -1849,6 +1899,9 @@ func (s *scanner) classify() target {
 				// request fee): its total_cost is the usage's cost, as OpenRouter's number is.
 				return target{kind: tgCost, root: rootTop}
 			}
+			if k[1] == kCostDetails && k[2] == kUpstreamCost {
+				return target{kind: tgCost, root: rootTop, tok: costUpstream}
+			}
 		} else if k[0] == kCandidates && k[1] == kArr && k[2] == kFinishReason {
 			return target{kind: tgFinish}
 		} else if k[0] == kOutput && k[1] == kArr && k[2] == kType {
@@ -1866,6 +1919,10 @@ func (s *scanner) classify() target {
 		if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
 			if t, ok := detailTok(k[2], k[3]); ok {
 				return target{kind: tgTok, root: r, tok: t}
+			}
+			if k[2] == kCostDetails && k[3] == kUpstreamCost {
+				// As usage.cost is read in a root's usage too (OpenRouter's Responses API).
+				return target{kind: tgCost, root: r, tok: costUpstream}
 			}
 		}
 		if k[0] == kResponse && k[1] == kToolUsage && k[2] == kImageGen && s.multi {
@@ -2056,6 +2113,9 @@ func usageMember(root, k uint8) target {
 	}
 	if k == kCostTicks {
 		return target{kind: tgCost, root: root, tok: costInTicks}
+	}
+	if k == kIsByok {
+		return target{kind: tgByok, root: root}
 	}
 	if k == kSpeed {
 		return target{kind: tgSpeed, root: root}

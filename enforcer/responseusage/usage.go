@@ -204,7 +204,8 @@ type Usage struct {
 	// to estimate.
 	GuardrailReported bool
 	// CostMicroUSD is the cost the upstream reported, if any: in a header, or in its
-	// usage (OpenRouter's usage.cost, Perplexity's usage.cost.total_cost).
+	// usage (OpenRouter's usage.cost, with its usage.cost_details.upstream_inference_cost
+	// added for a "bring your own key" request; Perplexity's usage.cost.total_cost).
 	CostMicroUSD *int64
 	// Format names the recognised shape (the Format constants), or "".
 	Format string

@@ -1874,7 +1874,9 @@ func TestAudioTokens(t *testing.T) {
 // OpenRouter reports what a request cost in its usage (usage.cost, USD): read exactly
 // (rounded up to the micro-USD, an exponent too), from a JSON body or a stream's last
 // chunk, in any chunking and as the reference reads it; a cost header wins; a negative or
-// malformed cost is none.
+// malformed cost is none. With "bring your own key" (usage.is_byok) its cost is only its
+// fee, and the provider billed the key usage.cost_details.upstream_inference_cost: the
+// request cost both; without, the larger of the two.
 func TestBodyCost(t *testing.T) {
 	chat := func(cost string) string {
 		return `{"id":"gen-1","object":"chat.completion","model":"anthropic/claude-sonnet-4.5","choices":[{"message":{"role":"assistant","content":"Paid."}}],` +
@@ -1888,6 +1890,14 @@ func TestBodyCost(t *testing.T) {
 		"data: [DONE]\n\n"
 	streamed := withCost(810)
 	streamed.Format = FormatOpenAIChatSSE
+	// byok is an OpenRouter answer whose usage reports cost, is_byok and the upstream cost.
+	byok := func(cost, isByok, upstream string) string {
+		return strings.Replace(chat(cost), `"is_byok":false,"cost_details":{"upstream_inference_cost":null}`,
+			`"is_byok":`+isByok+`,"cost_details":{"upstream_inference_cost":`+upstream+`,"upstream_inference_prompt_cost":0.012}`, 1)
+	}
+	byokStream := strings.Replace(stream, `"cost":0.00081}`, `"cost":0,"is_byok":true,"cost_details":{"upstream_inference_cost":0.027}}`, 1)
+	byokStreamed := withCost(27_000)
+	byokStreamed.Format = FormatOpenAIChatSSE
 	for _, tc := range []struct {
 		name, ct, body string
 		want           Usage
@@ -1900,6 +1910,18 @@ func TestBodyCost(t *testing.T) {
 		{"a string: none", ctJSON, chat(`"0.5"`), base},
 		{"longer than 32 bytes: none", ctJSON, chat("0.000810000000000000000000000000001"), base},
 		{"a stream's last chunk", ctSSE, stream, streamed},
+		{"BYOK, within the free million: the upstream cost", ctJSON, byok("0", "true", "0.027"), withCost(27_000)},
+		{"BYOK past the free million: the fee and the upstream cost", ctJSON, byok("0.00135", "true", "0.027"), withCost(28_350)},
+		{"BYOK, the upstream cost rounded up", ctJSON, byok("0", "true", "1.5e-7"), withCost(1)},
+		{"BYOK said after the costs", ctJSON, strings.Replace(chat("0.00135"), `"is_byok":false,"cost_details":{"upstream_inference_cost":null}}`,
+			`"cost_details":{"upstream_inference_cost":0.027},"is_byok":true}`, 1), withCost(28_350)},
+		{"not BYOK: the upstream cost equals the cost", ctJSON, byok("0.00081", "false", "0.00081"), withCost(810)},
+		{"not BYOK: the larger of the two", ctJSON, byok("0.00081", "false", "0.0009"), withCost(900)},
+		{"an upstream cost without a cost", ctJSON, strings.Replace(byok("0", "true", "0.027"), `"cost":0,`, "", 1), withCost(27_000)},
+		{"BYOK, a negative upstream cost: none", ctJSON, byok("0", "true", "-0.027"), withCost(0)},
+		{"BYOK, no upstream cost: the cost", ctJSON, byok("0.00135", "true", "null"), withCost(1_350)},
+		{"an upstream cost outside cost_details: none", ctJSON, strings.Replace(byok("0", "true", "null"), `"cost":0,`, `"cost":0,"upstream_inference_cost":0.027,`, 1), withCost(0)},
+		{"a BYOK stream's last chunk", ctSSE, byokStream, byokStreamed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkSplits(t, tc.ct, nil, []byte(tc.body), tc.want)
