@@ -190,7 +190,7 @@ var sdkUsageFields = map[string]string{
 	"openai-tools image_gen.cached_tokens":                             read, // the cache reads among image_gen.input_tokens
 	"openai-tools image_gen.cached_tokens_details.cached_image_tokens": "a part of image_gen.cached_tokens",
 	"openai-tools image_gen.cached_tokens_details.cached_text_tokens":  "a part of image_gen.cached_tokens",
-	"openai-tools web_search.num_requests": "not read: the answer's web_search_call items are counted, each a search charged " +
+	"openai-tools web_search.num_requests": "not read: the answer's web_search_call items of a search action are counted, each a search charged " +
 		"(docs/prices.md, \"Web searches\"); OpenAI's count leaves out discounted searches and page opens, so it is never above them",
 	// OpenAI's GPT-Live (package realtimeusage): the session's cumulative seconds.
 	"openai-live seconds": read,

@@ -77,6 +77,17 @@ type accumulator struct {
 	// mapsGrounded: a Gemini document's grounding cited a Google Maps source
 	// (docFields.mapsGrounded), which bills the prompt once.
 	mapsGrounded bool
+	// The web search calls of an OpenAI Responses stream (webSearches), each saturating
+	// at 65,535: searchEvents counts its response.web_search_call.completed events, one
+	// per web_search_call item whatever its action; doneSearches and donePages the
+	// web_search_call items of its response.output_item.done events, by action (a
+	// search, or none; another), and listedPages the most items of another action a
+	// document's response.output[] listed (the searches it listed are in u's
+	// tokWebSearches, noteSearches).
+	searchEvents uint16
+	doneSearches uint16
+	donePages    uint16
+	listedPages  uint16
 	// advisorResults counts an Anthropic stream's advisor_tool_result blocks (the advisor
 	// tool's consultations done), saturating at 65,535.
 	advisorResults uint16
@@ -119,6 +130,7 @@ func (a *accumulator) switchTo(f family) {
 		a.final = false
 		a.tier, a.regional = pricecatalog.Standard, false
 		a.fileSearches, a.imageCalls, a.mapsGrounded, a.advisorResults = 0, 0, false, 0
+		a.searchEvents, a.doneSearches, a.donePages, a.listedPages = 0, 0, 0, 0
 		a.hasCachedAudio, a.cachedAudio = false, 0
 		a.imageToolIn, a.imageToolCached = 0, 0
 		a.containers = a.containers[:0]
@@ -243,12 +255,16 @@ func (a *accumulator) applyEvent(d *docFields) {
 			a.final = a.final || (isResponseTerminal(d) && u.hasTok(tokInput) && u.hasTok(tokOutput))
 		}
 		// The web search tool's calls: each one's completion event, and the output
-		// items of the response an event carries (the terminal one lists them all),
-		// whichever counts more, so that a cut stream keeps the calls it saw.
+		// items (each item's done event, the response an event carries: the terminal
+		// one lists them all), whichever counts more (webSearches).
 		if d.typ.is("response.web_search_call.completed") {
-			n, _ := a.u.get(tokWebSearches)
-			a.u.setMax(tokWebSearches, n+1)
+			a.searchEvents = saturate16(a.searchEvents, 1)
 		}
+		if d.typ.is("response.output_item.done") {
+			a.doneSearches = saturate16(a.doneSearches, d.searches)
+			a.donePages = saturate16(a.donePages, d.pageActions)
+		}
+		a.listedPages = max(a.listedPages, d.pageActions)
 		if d.typ.is("response.file_search_call.completed") && a.fileSearches < math.MaxUint16 {
 			a.fileSearches++
 		}
@@ -406,6 +422,31 @@ func (a *accumulator) noteSearches(d *docFields) {
 	if a.fam == famGemini {
 		a.mapsGrounded = a.mapsGrounded || d.mapsGrounded
 	}
+}
+
+// saturate16 adds two counts of a stream's, saturating at 65,535.
+func saturate16(a, b uint16) uint16 {
+	if a > math.MaxUint16-b {
+		return math.MaxUint16
+	}
+	return a + b
+}
+
+// webSearches is the web search calls an OpenAI Responses stream is charged: OpenAI bills
+// the web_search_call items whose action is a search (or that have none, the older
+// shape), not a reasoning model's open_page and find_in_page items. The items, where
+// seen, say which each is: the searches are the most the response.output[] of a
+// document listed or the output_item.done events counted. The completion events
+// (response.web_search_call.completed) do not say the action: they count every item,
+// and those known to be of another action are taken off them. The charge is the larger
+// of the two, so that a stream cut before its items were listed is charged every call
+// whose completion it saw (never 0 for calls it saw complete), and one that listed them
+// its searches alone.
+func (a *accumulator) webSearches() int64 {
+	listed, _ := a.u.get(tokWebSearches)
+	searches := max(listed, int64(a.doneSearches))
+	unknown := int64(a.searchEvents) - int64(max(a.listedPages, a.donePages))
+	return max(searches, unknown)
 }
 
 // noteCost keeps the cost a document's usage reported (docFields.billedCost), the
@@ -569,6 +610,9 @@ func (a *accumulator) fill(u *Usage) {
 		// web_search_requests, OpenAI's web_search_call output items, Gemini's
 		// grounding search queries.
 		u.WebSearchRequests, _ = a.u.get(tokWebSearches)
+	}
+	if a.fam == famResponses {
+		u.WebSearchRequests = a.webSearches()
 	}
 	// OpenAI's file search tool's calls, billed apiece: file_search_call output items.
 	u.FileSearchCalls = int64(a.fileSearches)

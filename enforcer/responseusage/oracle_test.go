@@ -571,6 +571,51 @@ func oracleOutputItems(obj []member, typ string) uint16 {
 	return n
 }
 
+// oracleWebSearchCalls counts the web_search_call items of obj: the elements of every
+// array named "output" and, with item (the top level: an output item event's), every
+// object named "item" that have a "type" member
+// "web_search_call" (one call however many), as searches when no "action" object of
+// theirs has a "type" string other than "search" (OpenAI bills search actions alone),
+// else as page actions.
+func oracleWebSearchCalls(obj []member, item bool) (searches, pages uint16) {
+	take := func(it []member) {
+		web, page := false, false
+		for _, f := range it {
+			if f.key == "type" && f.val == "web_search_call" {
+				web = true
+			}
+		}
+		for _, a := range all(it, "action") {
+			for _, f := range a {
+				if s, ok := f.val.(string); ok && f.key == "type" && s != "search" {
+					page = true
+				}
+			}
+		}
+		switch {
+		case web && page:
+			pages++
+		case web:
+			searches++
+		}
+	}
+	for _, m := range obj {
+		if items, ok := m.val.([]any); ok && m.key == "output" {
+			for _, it := range items {
+				if it, ok := it.([]member); ok {
+					take(it)
+				}
+			}
+		}
+	}
+	if item {
+		for _, it := range all(obj, "item") {
+			take(it)
+		}
+	}
+	return searches, pages
+}
+
 // oracleContainers is the distinct container ids a document names at the paths
 // containerTarget reads, written out as key paths, in document order, at most
 // maxContainers.
@@ -881,7 +926,8 @@ func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 	oracleModalities(m, d, rootTop)
 	oracleGroundingTools(m, d, rootTop)
 	oracleCacheDetails(m, d)
-	d.searches = oracleOutputItems(m, "web_search_call") + oracleSearchQueries(m)
+	d.searches, d.pageActions = oracleWebSearchCalls(m, true)
+	d.searches += oracleSearchQueries(m)
 	d.fileSearches = oracleOutputItems(m, "file_search_call")
 	d.imageCalls = oracleOutputItems(m, "image_generation_call")
 	d.mapsGrounded = oracleMapsGrounded(m)
@@ -895,7 +941,8 @@ func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 		}
 	}
 	for _, sub := range all(m, "response") {
-		d.searches += oracleOutputItems(sub, "web_search_call")
+		searches, pages := oracleWebSearchCalls(sub, false)
+		d.searches, d.pageActions = d.searches+searches, d.pageActions+pages
 		d.fileSearches += oracleOutputItems(sub, "file_search_call")
 		d.imageCalls += oracleOutputItems(sub, "image_generation_call")
 	}

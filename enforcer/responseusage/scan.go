@@ -112,6 +112,7 @@ const (
 	kContainerID  // OpenAI: a code interpreter call's (a shell call's environment's) container_id
 	kEnvironment  // OpenAI: a shell call's environment
 	kItem         // OpenAI: an output item event's item
+	kAction       // OpenAI: a web_search_call item's action (its type: "search", "open_page", "find_in_page")
 	kContainer    // Anthropic: a message's (a message_delta's delta's) container
 	kID           // its id
 	// OpenRouter's "bring your own key": usage.is_byok says the provider billed the
@@ -377,6 +378,8 @@ func keyID(b []byte) uint8 {
 		return kEnvironment
 	case "item":
 		return kItem
+	case "action":
+		return kAction
 	case "container":
 		return kContainer
 	case "id":
@@ -597,13 +600,16 @@ type docFields struct {
 	// searches counts the web searches the document lists, which the provider bills
 	// and its usage does not count: OpenAI Responses output items of type
 	// "web_search_call" (output[] of a Responses object, response.output[] of an
-	// event), Gemini's search queries (candidates[].groundingMetadata.
-	// webSearchQueries[], each a string). fileSearches counts OpenAI's
+	// event, an output item event's item) whose action is a search or that have no
+	// action, Gemini's search queries (candidates[].groundingMetadata.
+	// webSearchQueries[], each a string). pageActions counts the web_search_call items
+	// whose action is another (a reasoning model's "open_page" and "find_in_page"),
+	// which OpenAI bills no call for (scanner.pageAction). fileSearches counts OpenAI's
 	// "file_search_call" output items alike (its file search tool, billed per call),
 	// and imageCalls its "image_generation_call" items (its image generation tool,
 	// billed per image). Each saturates at 65,535, more than any response makes;
 	// imageCalls fills the padding before cachedAudio (TestExtractorSize).
-	searches, fileSearches, imageCalls uint16
+	searches, pageActions, fileSearches, imageCalls uint16
 	// advisorResult: the document is a content_block_start event that begins
 	// an advisor_tool_result block (Anthropic's advisor tool: a consultation done), which
 	// a stream cut before its last message_delta reports no count of.
@@ -719,7 +725,7 @@ func (d *docFields) reset() {
 	d.text, d.delta = 0, 0
 	d.finished, d.converse, d.hasCost, d.cost = false, false, false, 0
 	d.hasUpstream, d.upstream, d.byok = false, 0, false
-	d.searches, d.fileSearches, d.imageCalls, d.advisorResult = 0, 0, 0, false
+	d.searches, d.pageActions, d.fileSearches, d.imageCalls, d.advisorResult = 0, 0, 0, 0, false
 	d.hasCachedAudio, d.cachedAudio = false, 0
 	d.tierSeen, d.priorityTraffic, d.geoPinned, d.mapsGrounded = 0, false, false, false
 	d.latency = pricecatalog.Standard
@@ -775,6 +781,14 @@ func (d *docFields) billedCost() (int64, bool) {
 func (d *docFields) countSearch() {
 	if d.searches < math.MaxUint16 {
 		d.searches++
+	}
+}
+
+// countPageAction counts one web_search_call item whose action is no search
+// (pageActions).
+func (d *docFields) countPageAction() {
+	if d.pageActions < math.MaxUint16 {
+		d.pageActions++
 	}
 }
 
@@ -905,6 +919,8 @@ const (
 	capIterType
 	capBlockType
 	capGroundingType
+	capEventItemType
+	capActionType
 )
 
 // keyCapFor is what a string of target kind read into keyCap is.
@@ -926,6 +942,10 @@ func keyCapFor(kind uint8) uint8 {
 		return capBlockType
 	case tgGroundingType:
 		return capGroundingType
+	case tgEventItemType:
+		return capEventItemType
+	case tgActionType:
+		return capActionType
 	}
 	return capItemType
 }
@@ -964,6 +984,9 @@ const (
 	tgGuard               // a billed count of a guardrail assessment's usage (tok: guard*; guardrailTarget)
 	tgGroundingType       // an Interactions API usage.grounding_tool_count[] entry's type
 	tgByok                // OpenRouter's usage.is_byok (a literal: true sets docFields.byok)
+	tgOutputItem          // an OpenAI Responses output item (an element of output[], response.output[]; an event's item)
+	tgEventItemType       // the type of an output item event's item (only a web_search_call is counted from it)
+	tgActionType          // the type of an output item's action (a web_search_call's: "search", "open_page"...)
 )
 
 // A tgCost target's tok: costInTicks, the cost is in xAI's ticks (1e-10 USD), not USD;
@@ -1012,6 +1035,11 @@ type scanner struct {
 	// entry's type (capIterType).
 	capFor     uint8
 	entryMatch bool // see entryCount
+	// itemWeb: the output item being read (tgOutputItem) is a web_search_call, counted
+	// in the document's searches or pageActions; itemPage: its action's type said
+	// something other than "search". An item's members come in any order (webItem,
+	// pageAction).
+	itemWeb, itemPage bool
 	// iterApart: the usage.iterations[] entry being read is billed apart from the
 	// top-level counts (its type is neither "message" nor "fallback_message", or not
 	// read yet: an entry whose counts come before its type is taken as apart, the
@@ -1515,8 +1543,12 @@ func (s *scanner) endString() bool {
 				if s.keyCap.is("advisor_tool_result") {
 					s.doc.advisorResult = true
 				}
+			case s.capFor == capActionType:
+				s.pageAction()
 			case s.keyCap.is("web_search_call"):
-				s.doc.countSearch()
+				s.webItem()
+			case s.capFor == capEventItemType:
+				// An output item event's other items are counted from their own events.
 			case s.keyCap.is("file_search_call"):
 				s.doc.countFileSearch()
 			case s.keyCap.is("image_generation_call"):
@@ -1527,6 +1559,37 @@ func (s *scanner) endString() bool {
 	}
 	s.txt = txNone
 	return s.endValue()
+}
+
+// webItem takes in an output item's type "web_search_call": the item is one call of
+// OpenAI's web search tool, counted once, as a search unless its action said otherwise.
+func (s *scanner) webItem() {
+	if s.itemWeb {
+		return
+	}
+	s.itemWeb = true
+	if s.itemPage {
+		s.doc.countPageAction()
+	} else {
+		s.doc.countSearch()
+	}
+}
+
+// pageAction takes in the type of an output item's action (in keyCap). OpenAI bills its
+// web search tool per search action ("Search actions incur a tool call cost", its web
+// search guide); a reasoning model's web_search_call items also record the pages it
+// opened ("open_page") and searched within ("find_in_page"), which are no billed call.
+// A web_search_call counted as a search before its action said otherwise moves to
+// pageActions. An item with no action (the older shape) stays a search.
+func (s *scanner) pageAction() {
+	if s.keyCap.is("search") || s.itemPage {
+		return
+	}
+	s.itemPage = true
+	if s.itemWeb && s.doc.searches > 0 {
+		s.doc.searches--
+		s.doc.countPageAction()
+	}
 }
 
 // valueStart begins the value whose first byte is c, at p[at] of the
@@ -1576,6 +1639,8 @@ func (s *scanner) valueStart(c byte, at int) {
 	case tgIterEntry:
 		// Billed apart until its type says it is not (see docFields.usage).
 		s.iterApart, s.iterAdvisor = true, false
+	case tgOutputItem:
+		s.itemWeb, s.itemPage = false, false
 	case tgMapsSource:
 		// A source is an object: its contents (uri, title, placeId) do not matter.
 		d.mapsGrounded = d.mapsGrounded || c == '{'
@@ -1613,7 +1678,7 @@ func (s *scanner) valueStart(c byte, at int) {
 		case tgContainer:
 			d.container.reset()
 			s.str = &d.container
-		case tgModality, tgTraffic, tgLatency, tgGeo, tgTTL, tgIterType, tgBlockType, tgGroundingType:
+		case tgModality, tgTraffic, tgLatency, tgGeo, tgTTL, tgIterType, tgBlockType, tgGroundingType, tgEventItemType, tgActionType:
 			// A short value compared on its end (endString), in the key buffer too.
 			s.keyCap.reset()
 			s.str, s.capFor = &s.keyCap, keyCapFor(t.kind)
@@ -1844,8 +1909,16 @@ func (s *scanner) classify() target {
 			return target{kind: tgRoot, root: rootMessage}
 		case kResponse:
 			return target{kind: tgRoot, root: rootResponse}
+		case kItem:
+			return target{kind: tgOutputItem}
 		}
 	case 2:
+		if k[0] == kOutput && k[1] == kArr {
+			return target{kind: tgOutputItem}
+		}
+		if k[0] == kItem && k[1] == kType {
+			return target{kind: tgEventItemType}
+		}
 		if k[0] == kUsage {
 			return usageMember(rootTop, k[1])
 		}
@@ -1906,6 +1979,10 @@ func (s *scanner) classify() target {
 			return target{kind: tgFinish}
 		} else if k[0] == kOutput && k[1] == kArr && k[2] == kType {
 			return target{kind: tgItemType}
+		} else if k[0] == kResponse && k[1] == kOutput && k[2] == kArr {
+			return target{kind: tgOutputItem}
+		} else if k[0] == kItem && k[1] == kAction && k[2] == kType {
+			return target{kind: tgActionType}
 		} else if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
 			return usageMember(r, k[2])
 		} else if k[0] == kToolUsage && k[1] == kImageGen && !s.multi {
@@ -1915,6 +1992,9 @@ func (s *scanner) classify() target {
 	case 4:
 		if k[0] == kResponse && k[1] == kOutput && k[2] == kArr && k[3] == kType {
 			return target{kind: tgItemType}
+		}
+		if k[0] == kOutput && k[1] == kArr && k[2] == kAction && k[3] == kType {
+			return target{kind: tgActionType}
 		}
 		if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
 			if t, ok := detailTok(k[2], k[3]); ok {
@@ -1955,6 +2035,9 @@ func (s *scanner) classify() target {
 	case 5:
 		if k[0] == kMessage && k[1] == kUsage && k[2] == kIterations && k[3] == kArr {
 			return iterationMember(k[4])
+		}
+		if k[0] == kResponse && k[1] == kOutput && k[2] == kArr && k[3] == kAction && k[4] == kType {
+			return target{kind: tgActionType}
 		}
 		if k[0] == kResponse && k[1] == kUsage && k[3] == kArr {
 			return listEntryMember(rootResponse, k[2], k[4])

@@ -120,7 +120,9 @@ type Usage struct {
 	CacheCreation1hInputTokens int64
 	// WebSearchRequests counts the web searches Anthropic's server tool made for the
 	// request (usage.server_tool_use.web_search_requests, the largest reported), which
-	// it bills apiece on top of the tokens; 0 elsewhere.
+	// it bills apiece on top of the tokens; OpenAI's web search tool's search actions
+	// (its web_search_call items but those that opened a page or searched within one);
+	// Gemini's grounding search queries; 0 elsewhere.
 	WebSearchRequests int64
 	// FileSearchCalls counts the calls of OpenAI's file search tool a Responses answer
 	// lists (output items of type file_search_call; a stream's
@@ -326,7 +328,11 @@ type Extractor struct {
 	// JSON mode: a top-level value was completed.
 	jsonDone bool
 	arr      uint8 // modeArray: where the array's reading is (arrFirst...); a byte cost's alignment left free
-	cost     int64
+	// sse and tierArr are made of bytes: beside the small fields above, the three share
+	// their words, where apart each took one more (TestExtractorSize).
+	sse     sseReader
+	tierArr [nRoot][maxTierBytes]byte
+	cost    int64
 	// result is what Finish returned, for a later call: a pointer, so that the Usage
 	// (about 250 bytes) is allocated once, at the end, not held by every stream the
 	// gateway keeps (TestExtractorSize).
@@ -338,7 +344,6 @@ type Extractor struct {
 	rawBytes int64         // body bytes of an unsupported encoding, or of a plain-text one
 
 	scan scanner
-	sse  sseReader
 	acc  accumulator
 
 	// Backing store for the captured strings, so that capturing does not
@@ -351,7 +356,6 @@ type Extractor struct {
 	typArr   [maxSmallBytes]byte
 	objArr   [maxObjectBytes]byte
 	modelArr [nRoot + 1][inlineModelBytes]byte
-	tierArr  [nRoot][maxTierBytes]byte
 	stackAr  [4]uint64
 }
 

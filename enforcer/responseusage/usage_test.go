@@ -1155,7 +1155,9 @@ func TestImages(t *testing.T) {
 
 // Anthropic bills its web search server tool apiece: usage.server_tool_use.
 // web_search_requests, in a message and in a stream's message_delta (cumulative, so the
-// largest wins). Another family's usage never carries it.
+// largest wins). Another family's usage never carries it. OpenAI bills its web search
+// tool per search action: the web_search_call items whose action is a search (or that
+// have none), not a reasoning model's open_page and find_in_page items.
 func TestWebSearchRequests(t *testing.T) {
 	const msg = `{"type":"message","model":"claude-sonnet-4-5","usage":{"input_tokens":10,"output_tokens":20,"server_tool_use":{"web_search_requests":3}}}`
 	stream := "data: " + `{"type":"message_start","message":{"model":"claude-sonnet-4-5","usage":{"input_tokens":10,"output_tokens":1}}}` + "\n\n" +
@@ -1177,6 +1179,19 @@ func TestWebSearchRequests(t *testing.T) {
 		{"responses stream", ctSSE, responsesStreamWithSearches, 2},
 		{"responses stream cut after a search", ctSSE, responsesStreamWithSearches[:strings.Index(responsesStreamWithSearches, `{"type":"response.completed"`)-len("data: ")], 2},
 		{"responses stream, the terminal lists more than its events", ctSSE, "data: " + `{"type":"response.web_search_call.completed","item_id":"ws_1"}` + "\n\n" + responsesStreamWithSearches[strings.Index(responsesStreamWithSearches, "data: "+`{"type":"response.completed"`):], 2},
+		// A reasoning model's web_search_call items also record the pages it opened and
+		// searched within (action open_page, find_in_page): OpenAI bills the search
+		// actions alone. An item's action may come before its type.
+		{"responses, page actions are no call", ctJSON, responsesWithPageActions, 1},
+		{"responses, the action before the type", ctJSON, `{"object":"response","output":[{"action":{"type":"open_page"},"type":"web_search_call"},{"action":{"type":"search"},"type":"web_search_call"}],"usage":{"input_tokens":1,"output_tokens":2}}`, 1},
+		{"responses stream, page actions are no call", ctSSE, responsesStreamWithPageActions, 1},
+		{"responses stream, completion events and the terminal's items alone", ctSSE, pageActionEvents + "data: " + `{"type":"response.completed","response":` + responsesWithPageActions + `}` + "\n\n", 1},
+		// Cut before the terminal response: each item's done event says its action; a
+		// completion event whose item was not seen is charged (it may be a search).
+		{"responses stream cut after its items", ctSSE, responsesStreamWithPageActions[:strings.Index(responsesStreamWithPageActions, `{"type":"response.completed"`)-len("data: ")], 1},
+		{"responses stream cut before its last item's done event", ctSSE, responsesStreamWithPageActions[:strings.LastIndex(responsesStreamWithPageActions, `{"type":"response.output_item.done"`)-len("data: ")], 2},
+		// Cut with completion events alone: every one is charged, never 0.
+		{"responses stream cut with completion events alone", ctSSE, pageActionEvents, 4},
 		{"a chat completion has no output items", ctJSON, `{"object":"chat.completion","output":[{"type":"web_search_call"}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`, 0},
 		// Gemini's Search grounding lists the queries it ran (billed per query on Gemini
 		// 3, per grounded prompt before); its usageMetadata does not count them.
@@ -1221,6 +1236,43 @@ var responsesStreamWithSearches = "data: " + `{"type":"response.created","respon
 	"data: " + `{"type":"response.web_search_call.completed","output_index":1,"item_id":"ws_2"}` + "\n\n" +
 	"data: " + `{"type":"response.output_text.delta","output_index":2,"delta":"Found it."}` + "\n\n" +
 	"data: " + `{"type":"response.completed","response":` + responsesWithSearches + `}` + "\n\n"
+
+// A reasoning model's Responses object whose web search tool searched once, opened two
+// pages and searched within one: four web_search_call items, one billed call.
+const responsesWithPageActions = `{"id":"resp_2","object":"response","model":"o3-2025-04-16","status":"completed","output":[` +
+	`{"type":"web_search_call","id":"ws_1","status":"completed","action":{"type":"search","query":"toll prices 2026"}},` +
+	`{"type":"web_search_call","id":"ws_2","status":"completed","action":{"type":"open_page","url":"https://example.com/a"}},` +
+	`{"type":"web_search_call","id":"ws_3","status":"completed","action":{"type":"open_page","url":"https://example.com/b"}},` +
+	`{"type":"web_search_call","id":"ws_4","status":"completed","action":{"type":"find_in_page","url":"https://example.com/b","pattern":"toll"}},` +
+	`{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Tolls rose.","annotations":[]}]}],` +
+	`"usage":{"input_tokens":9000,"input_tokens_details":{"cached_tokens":0},"output_tokens":700,"output_tokens_details":{"reasoning_tokens":500},"total_tokens":9700}}`
+
+// pageActionEvents are the completion events of responsesWithPageActions's four items,
+// which do not say their action.
+var pageActionEvents = func() string {
+	var b strings.Builder
+	for i := range 4 {
+		fmt.Fprintf(&b, "data: {\"type\":\"response.web_search_call.completed\",\"item_id\":\"ws_%d\",\"output_index\":%d}\n\n", i+1, i)
+	}
+	return b.String()
+}()
+
+// responsesWithPageActions streamed: each item added (without its action yet), its
+// completion event, its done event with the action; then the terminal response.
+var responsesStreamWithPageActions = func() string {
+	actions := []string{`{"type":"search","query":"toll prices 2026"}`, `{"type":"open_page","url":"https://example.com/a"}`,
+		`{"type":"open_page","url":"https://example.com/b"}`, `{"type":"find_in_page","url":"https://example.com/b","pattern":"toll"}`}
+	var b strings.Builder
+	b.WriteString("data: " + `{"type":"response.created","response":{"object":"response","model":"o3-2025-04-16","output":[]}}` + "\n\n")
+	for i, a := range actions {
+		fmt.Fprintf(&b, "data: {\"type\":\"response.output_item.added\",\"output_index\":%d,\"item\":{\"type\":\"web_search_call\",\"id\":\"ws_%d\",\"status\":\"in_progress\"}}\n\n", i, i+1)
+		fmt.Fprintf(&b, "data: {\"type\":\"response.web_search_call.completed\",\"output_index\":%d,\"item_id\":\"ws_%d\"}\n\n", i, i+1)
+		fmt.Fprintf(&b, "data: {\"type\":\"response.output_item.done\",\"output_index\":%d,\"item\":{\"type\":\"web_search_call\",\"id\":\"ws_%d\",\"status\":\"completed\",\"action\":%s}}\n\n", i, i+1, a)
+	}
+	b.WriteString("data: " + `{"type":"response.output_text.delta","output_index":4,"delta":"Tolls rose."}` + "\n\n")
+	b.WriteString("data: " + `{"type":"response.completed","response":` + responsesWithPageActions + `}` + "\n\n")
+	return b.String()
+}()
 
 // A Gemini answer grounded with Google Search: two queries in the candidate's
 // groundingMetadata (with the chunks and supports it cites, which are not searches).
