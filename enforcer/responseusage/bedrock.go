@@ -25,7 +25,12 @@ import (
 //     {"bytes": base64 of one of the model's own stream events} (a Claude model's
 //     Anthropic events); each of ConverseStream carries its event as JSON (its text in
 //     contentBlockDelta's delta.text, its usage in the metadata event). Each event is
-//     read as one event of a text/event-stream is.
+//     read as one event of a text/event-stream is. InvokeModelWithResponseStream's last
+//     chunk also carries, for every model, "amazon-bedrock-invocationMetrics": the
+//     counts InvokeModel sends in its headers (inputTokenCount, outputTokenCount,
+//     cacheReadInputTokenCount, cacheWriteInputTokenCount), read as those are (format
+//     bedrock-invoke-stream where the events are no shape the extractor knows: Llama's,
+//     Nova's, Mistral's, Titan's, Cohere's...).
 //
 // The frames are decoded by AWS's own event stream package once a whole frame has
 // arrived: a frame is small (one event), and its CRCs can only be checked whole.
@@ -39,8 +44,26 @@ type bedrockState struct {
 	dec    *eventstream.Decoder
 
 	// The token counts of InvokeModel's headers, and whether it sent them.
-	headers                                      bool
-	headerIn, headerOut, headerRead, headerWrite int64
+	headers bool
+	header  invokeCounts
+	// The token counts of InvokeModelWithResponseStream's invocation metrics (its last
+	// chunk's), and whether a chunk carried them.
+	metrics bool
+	metric  invokeCounts
+}
+
+// invokeCounts are the token counts Bedrock reports for an InvokeModel call of any model,
+// in its headers or its stream's invocation metrics: the input without the cache reads
+// and writes, the output, the cache reads and the cache writes.
+type invokeCounts struct{ in, out, read, write int64 }
+
+// fill reports the counts in u: the input made whole (its cache reads and writes
+// added back, as Usage.InputTokens counts them), as Converse's counts are.
+func (c invokeCounts) fill(u *Usage) {
+	u.InputTokens = addCounts(c.in, c.read, c.write)
+	u.CachedInputTokens, u.CacheCreationInputTokens = c.read, c.write
+	u.OutputTokens = c.out
+	u.InputReported, u.OutputReported = true, true
 }
 
 // maxBedrockFrame bounds one event stream frame: AWS's own limit is 16 MiB, and a
@@ -72,9 +95,9 @@ func newBedrock(mt string, headers map[string]string) *bedrockState {
 		b.dec = eventstream.NewDecoder()
 	}
 	if okIn && okOut {
-		b.headers, b.headerIn, b.headerOut = true, in, out
-		b.headerRead, _ = parseMicroUSD(headers[headerBedrockCacheRead])
-		b.headerWrite, _ = parseMicroUSD(headers[headerBedrockCacheWrite])
+		b.headers, b.header.in, b.header.out = true, in, out
+		b.header.read, _ = parseMicroUSD(headers[headerBedrockCacheRead])
+		b.header.write, _ = parseMicroUSD(headers[headerBedrockCacheWrite])
 	}
 	return b
 }
@@ -125,9 +148,46 @@ func (b *bedrockState) event(e *Extractor) {
 			return
 		}
 		payload = chunk.Bytes
+		b.readMetrics(payload)
 	}
 	e.feedData(payload)
 	e.endEvent()
+}
+
+// invocationMetrics is the key of the counts InvokeModelWithResponseStream's last chunk
+// carries, whatever the model.
+var invocationMetrics = []byte(`"amazon-bedrock-invocationMetrics"`)
+
+// readMetrics keeps the invocation metrics of an InvokeModelWithResponseStream chunk
+// (event, the model's own event): the usage of the whole answer, which Bedrock adds to
+// the last chunk of every model's stream. For a model whose events the extractor does
+// not read (Meta's Llama, Amazon's Nova, Mistral's, Titan, Cohere's, DeepSeek's), they
+// are the only usage the stream reports. Only the chunk that names them is decoded again:
+// one a stream.
+func (b *bedrockState) readMetrics(event []byte) {
+	if !bytes.Contains(event, invocationMetrics) {
+		return
+	}
+	var chunk struct {
+		Metrics *struct {
+			In    *int64 `json:"inputTokenCount"`
+			Out   *int64 `json:"outputTokenCount"`
+			Read  int64  `json:"cacheReadInputTokenCount"`
+			Write int64  `json:"cacheWriteInputTokenCount"`
+		} `json:"amazon-bedrock-invocationMetrics"`
+	}
+	if json.Unmarshal(event, &chunk) != nil || chunk.Metrics == nil {
+		return
+	}
+	m := chunk.Metrics
+	if m.In == nil || m.Out == nil || *m.In < 0 || *m.Out < 0 || m.Read < 0 || m.Write < 0 {
+		return // no usage: a count missing or not one
+	}
+	// A stream reports them once; were there more, the largest of each (as a stream's
+	// usage reports are merged).
+	b.metrics = true
+	b.metric = invokeCounts{in: max(b.metric.in, *m.In), out: max(b.metric.out, *m.Out),
+		read: max(b.metric.read, m.Read), write: max(b.metric.write, m.Write)}
 }
 
 // breakAt stops the reading at the frame being collected, whose bytes are unread.
@@ -152,12 +212,33 @@ func (b *bedrockState) fillFromHeaders(u *Usage, ended bool) {
 	if b == nil || !b.headers || u.Format != "" {
 		return
 	}
-	u.InputTokens = addCounts(b.headerIn, b.headerRead, b.headerWrite)
-	u.CachedInputTokens, u.CacheCreationInputTokens = b.headerRead, b.headerWrite
-	u.OutputTokens = b.headerOut
-	u.InputReported, u.OutputReported = true, true
+	b.header.fill(u)
 	u.Complete = ended
 	u.Format = FormatBedrockInvoke
+}
+
+// fillFromMetrics reports InvokeModelWithResponseStream's invocation metrics in u: the
+// usage of the whole answer, final (only the last chunk carries them). Where the events
+// were no shape the extractor knows, they are the usage (format bedrock-invoke-stream);
+// where they were (a Claude model's Anthropic events, whose message_stop carries the
+// metrics), each count keeps the larger of the events' and the metrics', which report
+// the same answer: a Claude stream is charged as its events say.
+func (b *bedrockState) fillFromMetrics(u *Usage, ended bool) {
+	if b == nil || !b.metrics {
+		return
+	}
+	if u.Format == "" {
+		b.metric.fill(u)
+		u.Format = FormatBedrockInvokeStream
+	} else {
+		var m Usage
+		b.metric.fill(&m)
+		u.InputTokens, u.OutputTokens = max(u.InputTokens, m.InputTokens), max(u.OutputTokens, m.OutputTokens)
+		u.CachedInputTokens = max(u.CachedInputTokens, m.CachedInputTokens)
+		u.CacheCreationInputTokens = max(u.CacheCreationInputTokens, m.CacheCreationInputTokens)
+		u.InputReported, u.OutputReported = true, true
+	}
+	u.Complete = ended
 }
 
 // addCounts adds counts, saturating at the largest int64.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,6 +59,102 @@ func TestBedrockInvokeStream(t *testing.T) {
 	got := run(ctEventStream, nil, Limits{}, [][]byte{cut}, false)
 	if got.Complete || got.OutputTokens != 1 || got.InputTokens != 3010 || got.TextBytes != want.TextBytes {
 		t.Fatalf("cut inside message_delta's frame: %s", show(got))
+	}
+}
+
+// InvokeModelWithResponseStream of a model whose events are not Anthropic's (Meta's
+// Llama, Amazon's Nova, Mistral's, Amazon's Titan, Cohere's): its usage is its last
+// chunk's amazon-bedrock-invocationMetrics, read as InvokeModel's headers are (the input
+// without the cache reads and writes, made whole), in any chunking; its text is counted
+// (Cohere's top-level "text" is not: text.go), so that a stream cut before its last chunk
+// is estimated from it. A Claude stream, whose message_stop carries the metrics too, is
+// charged as its events say: each count the larger of the two reports.
+func TestBedrockInvokeStreamInvocationMetrics(t *testing.T) {
+	const metrics = `"amazon-bedrock-invocationMetrics":{"inputTokenCount":42,"outputTokenCount":500,"invocationLatency":900,"firstByteLatency":300}`
+	const text = "Tolls are paid."
+	reported := Usage{InputTokens: 42, OutputTokens: 500, Complete: true, Format: FormatBedrockInvokeStream, InputReported: true, OutputReported: true,
+		TextBytes: int64(len(text))}
+	cached := reported
+	cached.InputTokens, cached.CachedInputTokens, cached.CacheCreationInputTokens = 42+2000+300, 2000, 300
+	for _, tc := range []struct {
+		name   string
+		events []string
+		want   Usage
+	}{
+		{"llama", []string{
+			`{"generation":"Tolls ","prompt_token_count":42,"generation_token_count":1,"stop_reason":null}`,
+			`{"generation":"are paid.","prompt_token_count":null,"generation_token_count":3,"stop_reason":null}`,
+			`{"generation":"","prompt_token_count":null,"generation_token_count":500,"stop_reason":"stop",` + metrics + `}`,
+		}, reported},
+		{"nova, with its cache", []string{
+			`{"messageStart":{"role":"assistant"}}`,
+			`{"contentBlockDelta":{"delta":{"text":"Tolls are "},"contentBlockIndex":0}}`,
+			`{"contentBlockDelta":{"delta":{"text":"paid."},"contentBlockIndex":0}}`,
+			`{"contentBlockStop":{"contentBlockIndex":0}}`,
+			`{"messageStop":{"stopReason":"end_turn"}}`,
+			`{"metadata":{"usage":{"inputTokens":42,"outputTokens":500,"cacheReadInputTokenCount":2000,"cacheWriteInputTokenCount":300},"metrics":{},"trace":{}},` +
+				`"amazon-bedrock-invocationMetrics":{"inputTokenCount":42,"outputTokenCount":500,"cacheReadInputTokenCount":2000,"cacheWriteInputTokenCount":300,"invocationLatency":900,"firstByteLatency":300}}`,
+		}, cached},
+		{"mistral", []string{
+			`{"outputs":[{"text":"Tolls are ","stop_reason":null}]}`,
+			`{"outputs":[{"text":"paid.","stop_reason":"stop"}],` + metrics + `}`,
+		}, reported},
+		{"titan", []string{
+			`{"outputText":"Tolls are paid.","index":0,"totalOutputTextTokenCount":500,"completionReason":"FINISH","inputTextTokenCount":42,` + metrics + `}`,
+		}, reported},
+		{"cohere: its text not counted", []string{
+			`{"is_finished":false,"event_type":"text-generation","text":"Tolls are paid."}`,
+			`{"is_finished":true,"event_type":"stream-end","finish_reason":"COMPLETE",` + metrics + `}`,
+		}, func() Usage { u := reported; u.TextBytes = 0; return u }()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body []byte
+			for _, ev := range tc.events {
+				body = append(body, invokeChunk(t, ev)...)
+			}
+			checkSplits(t, ctEventStream, nil, body, tc.want)
+			// Cut before its last chunk: no usage, its text seen.
+			cut := body[:len(body)-len(invokeChunk(t, tc.events[len(tc.events)-1]))]
+			got := run(ctEventStream, nil, Limits{}, [][]byte{cut}, false)
+			wantText := tc.want.TextBytes
+			if tc.name == "titan" || tc.name == "mistral" {
+				wantText = -1 // the last chunk holds (some of) the text
+			}
+			if got.Complete || got.InputReported || got.OutputReported || (wantText >= 0 && got.TextBytes != wantText) {
+				t.Fatalf("cut before the last chunk: %s", show(got))
+			}
+		})
+	}
+
+	// Claude: the metrics and Anthropic's counts report the same answer (the metrics
+	// with its cache counts too): charged as its events say, as TestBedrockInvokeStream.
+	claude := []string{
+		`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"usage":{"input_tokens":10,"cache_read_input_tokens":2000,"cache_creation_input_tokens":1000,"output_tokens":1}}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Tolls are paid."}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":50}}`,
+		`{"type":"message_stop","amazon-bedrock-invocationMetrics":{"inputTokenCount":10,"outputTokenCount":50,"cacheReadInputTokenCount":2000,"cacheWriteInputTokenCount":1000,"invocationLatency":900,"firstByteLatency":300}}`,
+	}
+	claudeWant := Usage{Model: "claude-sonnet-4-5-20250929", InputTokens: 3010, OutputTokens: 50, CachedInputTokens: 2000, CacheCreationInputTokens: 1000,
+		Complete: true, Format: FormatAnthropicSSE, InputReported: true, OutputReported: true, TextBytes: int64(len(text))}
+	var body []byte
+	for _, ev := range claude {
+		body = append(body, invokeChunk(t, ev)...)
+	}
+	checkSplits(t, ctEventStream, nil, body, claudeWant)
+	// Without message_delta's count, the metrics' output stands (the larger), final.
+	body = nil
+	for _, ev := range slices.Delete(slices.Clone(claude), 2, 3) {
+		body = append(body, invokeChunk(t, ev)...)
+	}
+	if got := run(ctEventStream, nil, Limits{}, [][]byte{body}, true); !reflect.DeepEqual(got, claudeWant) {
+		t.Fatalf("a Claude stream whose metrics alone report its output:\n got %s\nwant %s", show(got), show(claudeWant))
+	}
+	// Metrics missing a count, or not counts, are no report.
+	for _, m := range []string{`{"inputTokenCount":42}`, `{"inputTokenCount":42,"outputTokenCount":-1}`, `{"inputTokenCount":42,"outputTokenCount":"500"}`, `null`} {
+		got := run(ctEventStream, nil, Limits{}, [][]byte{invokeChunk(t, `{"generation":"Paid.","amazon-bedrock-invocationMetrics":`+m+`}`)}, true)
+		if got.InputReported || got.OutputReported || got.Format != "" || got.TextBytes != int64(len("Paid.")) {
+			t.Fatalf("metrics %s: %s", m, show(got))
+		}
 	}
 }
 
@@ -179,12 +276,13 @@ func TestBedrockNovaInvoke(t *testing.T) {
 }
 
 // InvokeModel answers every model's counts in headers: read when the body is no shape
-// the extractor knows (a Llama model's), the body's own usage when it is (a Claude
-// model's Anthropic message).
+// the extractor knows (a Llama model's, whose generation is its text), the body's own
+// usage when it is (a Claude model's Anthropic message).
 func TestBedrockInvokeHeaders(t *testing.T) {
 	h := map[string]string{headerBedrockInput: "42", headerBedrockOutput: "17", headerBedrockCacheRead: "8", "content-type": ctJSON}
 	llama := `{"generation":"Tolls are paid.","prompt_token_count":42,"generation_token_count":17,"stop_reason":"stop"}`
-	want := Usage{InputTokens: 50, OutputTokens: 17, CachedInputTokens: 8, Complete: true, Format: FormatBedrockInvoke, InputReported: true, OutputReported: true}
+	want := Usage{InputTokens: 50, OutputTokens: 17, CachedInputTokens: 8, Complete: true, Format: FormatBedrockInvoke, InputReported: true, OutputReported: true,
+		TextBytes: int64(len("Tolls are paid."))}
 	checkSplits(t, ctJSON, h, []byte(llama), want)
 	if got := run(ctJSON, h, Limits{}, [][]byte{[]byte(llama)}, false); got.Complete || got.InputTokens != 50 {
 		t.Fatalf("a cut body with its headers: %s", show(got))

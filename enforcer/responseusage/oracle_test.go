@@ -151,6 +151,10 @@ var textPaths, rawPaths = func() (map[string]bool, map[string]bool) {
 		"/content/[]/thinking":                 true,
 		"/candidates/[]/content/parts/[]/text": true,
 		"/output/message/content/[]/text":      true,
+		"/generation":                          true,
+		"/outputText":                          true,
+		"/contentBlockDelta/delta/text":        true,
+		"/outputs/[]/text":                     true,
 	}
 	for _, at := range []string{"delta", "message"} {
 		for _, k := range []string{"content", "refusal", "reasoning", "reasoning_content", "function_call/arguments", "tool_calls/[]/function/arguments"} {

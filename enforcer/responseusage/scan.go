@@ -120,6 +120,12 @@ const (
 	kIsByok
 	kCostDetails
 	kUpstreamCost
+	// The text of the models' own events in Amazon Bedrock's InvokeModelWithResponseStream
+	// (textTarget): Meta Llama's generation, Amazon Titan's outputText, Amazon Nova's
+	// contentBlockDelta.delta.text (Mistral's outputs[].text: kOutputs).
+	kGeneration
+	kOutputText
+	kContentBlockDelta
 	// OpenAI Responses: a Response's tool_usage.image_gen, its image generation tool's
 	// usage (imageToolTarget).
 	kToolUsage
@@ -370,6 +376,12 @@ func keyID(b []byte) uint8 {
 		return kCostDetails
 	case "upstream_inference_cost":
 		return kUpstreamCost
+	case "generation":
+		return kGeneration
+	case "outputText":
+		return kOutputText
+	case "contentBlockDelta":
+		return kContentBlockDelta
 	case "pages_processed":
 		return kPages
 	case "container_id":

@@ -29,6 +29,10 @@ import (
 //	candidates[].content.parts[].text                 Gemini, streamed or not
 //	output.message.content[].text                     Bedrock Converse, not streamed
 //	                                                  (ConverseStream: delta.text)
+//	generation                                        Bedrock InvokeModelWithResponseStream: Meta Llama
+//	contentBlockDelta.delta.text                      ... Amazon Nova
+//	outputs[].text                                    ... Mistral
+//	outputText                                        ... Amazon Titan
 //
 // A streamed response's text is read from its deltas only: the full text
 // that a terminal event repeats (response.completed's response.output,
@@ -41,7 +45,10 @@ import (
 // input audio, so its text, counted, would estimate output tokens that are
 // not billed when its body is cut before the usage. A gpt-4o-transcribe body
 // cut before its usage has no text to be estimated from, then; streamed, its
-// transcript.text.delta events count.
+// transcript.text.delta events count. So Cohere's events through Bedrock's
+// InvokeModelWithResponseStream, whose text is a top-level "text", are not counted: such
+// a stream cut before its last chunk (its invocation metrics) has no text to estimate
+// its output from. Complete, it is charged its metrics as every model's is.
 
 // textTarget names what the value about to start at the current path adds
 // to the output text.
@@ -49,21 +56,33 @@ func (s *scanner) textTarget() uint8 {
 	k := &s.keys
 	switch s.depth {
 	case 1:
-		if k[0] == kDelta {
+		switch k[0] {
+		case kDelta:
 			return txDelta
+		case kGeneration, kOutputText:
+			// Bedrock's InvokeModelWithResponseStream of Meta's Llama ({"generation": ...})
+			// and Amazon's Titan ({"outputText": ...}): counted so that a stream cut before
+			// its last chunk's invocation metrics is estimated from its text.
+			return txText
 		}
 	case 2:
 		if k[0] == kDelta && (k[1] == kText || k[1] == kPartialJSON || k[1] == kThinking) {
 			return txText
 		}
 	case 3:
+		if k[0] == kContentBlockDelta && k[1] == kDelta && k[2] == kText {
+			// Amazon Nova's, through Bedrock's InvokeModelWithResponseStream (its
+			// ConverseStream event, wrapped in the event's name).
+			return txText
+		}
 		if k[1] != kArr {
 			break
 		}
 		switch {
 		case k[0] == kChoices && k[2] == kText,
 			k[0] == kContent && (k[2] == kText || k[2] == kThinking),
-			k[0] == kOutput && k[2] == kArguments:
+			k[0] == kOutput && k[2] == kArguments,
+			k[0] == kOutputs && k[2] == kText: // Mistral's, through Bedrock's InvokeModelWithResponseStream
 			return txText
 		case k[0] == kContent && k[2] == kInput:
 			return txRaw

@@ -51,11 +51,13 @@ const (
 	FormatAudio = "audio"
 	// FormatBedrockConverse is Amazon Bedrock's Converse JSON, and
 	// FormatBedrockConverseStream its ConverseStream (AWS's binary event stream);
-	// FormatBedrockInvoke an InvokeModel answer read from its token count headers alone
-	// (bedrock.go).
+	// FormatBedrockInvoke an InvokeModel answer read from its token count headers alone,
+	// FormatBedrockInvokeStream an InvokeModelWithResponseStream answer read from its
+	// last chunk's amazon-bedrock-invocationMetrics alone (bedrock.go).
 	FormatBedrockConverse       = "bedrock-converse"
 	FormatBedrockConverseStream = "bedrock-converse-stream"
 	FormatBedrockInvoke         = "bedrock-invoke"
+	FormatBedrockInvokeStream   = "bedrock-invoke-stream"
 	// FormatMistralOCR is Mistral's OCR answer (POST /v1/ocr): the pages read, in
 	// usage_info.pages_processed (Usage.OCRPages), billed by the page. It is never
 	// streamed.
@@ -625,6 +627,7 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 	if e.mode == modeArray && e.arr != arrClosed {
 		u.Complete = false // a cut or malformed array
 	}
+	e.bedrock.fillFromMetrics(&u, endOfStream)
 	e.bedrock.fillFromHeaders(&u, endOfStream)
 	e.bedrock.unreadText(&u)
 	if e.plainType && u.Format == "" && u.TextBytes == 0 {
