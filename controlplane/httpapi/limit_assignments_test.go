@@ -134,11 +134,9 @@ func TestUsageAssignments(t *testing.T) {
 		t.Fatalf("%d unassign audit events for one removal", n)
 	}
 
-	// Archived: neither assign nor unassign (409 policy_archived).
-	var archived policy
-	e.Do(t, "POST", policiesPath+"/"+p.ID+"/archive", map[string]any{"revision": 1}, o.As()...).Expect(t, http.StatusOK).Decode(t, &archived)
+	// Archived: no new assignment (409 policy_archived); removal: TestUsageUnassignArchivedPolicy.
+	e.Do(t, "POST", policiesPath+"/"+p.ID+"/archive", map[string]any{"revision": 1}, o.As()...).Expect(t, http.StatusOK)
 	e.Do(t, "POST", base, map[string]any{"memberId": bob.MemberID}, o.As()...).ExpectError(t, http.StatusConflict, "policy_archived")
-	e.Do(t, "DELETE", base+"/"+archived.Assignments[0].ID, nil, o.As()...).ExpectError(t, http.StatusConflict, "policy_archived")
 
 	// A deleted team's assignment disappears from reads (it reaches nobody).
 	e.Do(t, "POST", policiesPath+"/"+p.ID+"/restore", map[string]any{"revision": 2}, o.As()...).Expect(t, http.StatusOK)
@@ -156,6 +154,46 @@ func TestUsageAssignments(t *testing.T) {
 
 // TestUsageWinnerSelection checks the tie-break order end to end, through the three kinds
 // of target, and that different timeframes may be won by different policies.
+// TestUsageUnassignArchivedPolicy: the specification's remove-assignment transition has no
+// exception for archived policies (only assigning one is refused), so an admin can take a
+// member off an archived policy without restoring it first. An archived policy reaches
+// nobody, so the removal changes no winner and notifies no enforcer.
+func TestUsageUnassignArchivedPolicy(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	e := apitest.NewWith(t, apitest.Options{Events: rec})
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	carol := e.AddMember(t, o, "carol", "member")
+	p := dayPolicy(t, e, o, "Daily", "1", nil)
+	a := assign(t, e, o, p.ID, map[string]any{"memberId": bob.MemberID}).Assignments[0]
+	assign(t, e, o, p.ID, map[string]any{"memberId": carol.MemberID})
+	e.Do(t, "POST", policiesPath+"/"+p.ID+"/archive", map[string]any{"revision": 1}, o.As()...).Expect(t, http.StatusOK)
+	notified := len(rec.calls())
+
+	var got policy
+	e.Do(t, "DELETE", policiesPath+"/"+p.ID+"/assignments/"+a.ID, nil, o.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if got.ID != p.ID || got.ArchivedAt == nil || got.Revision != 2 || len(got.Assignments) != 1 || *got.Assignments[0].MemberID != carol.MemberID {
+		t.Fatalf("after removing bob's assignment of the archived policy: %+v", got)
+	}
+	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_policy.unassign'`); n != 1 {
+		t.Fatalf("%d unassign audit events for one removal", n)
+	}
+	if calls := rec.calls()[notified:]; len(calls) != 0 {
+		t.Fatalf("removing an assignment of an archived policy changed no winner, yet notified %v", calls)
+	}
+	// Assigning it is still refused, and a restore brings back carol's assignment only.
+	e.Do(t, "POST", policiesPath+"/"+p.ID+"/assignments", map[string]any{"memberId": bob.MemberID}, o.As()...).
+		ExpectError(t, http.StatusConflict, "policy_archived")
+	e.Do(t, "POST", policiesPath+"/"+p.ID+"/restore", map[string]any{"revision": 2}, o.As()...).Expect(t, http.StatusOK)
+	if s := getStatus(t, e, bob); s.State != "unlimited" {
+		t.Fatalf("bob after the restore: %s, want unlimited (his assignment was removed)", s.State)
+	}
+	if s := getStatus(t, e, carol); s.State != "within_limit" {
+		t.Fatalf("carol after the restore: %s", s.State)
+	}
+}
+
 func TestUsageWinnerSelection(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
