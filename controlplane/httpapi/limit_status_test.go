@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	"github.com/tollgate-dev/tollgate/internal/apitest"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -186,5 +188,53 @@ func TestUsageWindowBoundary(t *testing.T) {
 	s = getStatus(t, e, o)
 	if m := s.Buckets[s.bucketOf(t, "month")]; m.WindowStart != "2026-09-01T05:00:00.000Z" || m.ResetAt != "2026-10-01T05:00:00.000Z" {
 		t.Fatalf("month %+v", m)
+	}
+}
+
+// TestUsageStatusCoverageCompleteInLaterPeriods: spec rule 13, "Later fully tracked periods
+// become complete only when no pending or incomplete receipts remain". An incomplete
+// receipt keeps the periods it was charged to incomplete, not every later one; the
+// incompleteRequests count still counts every tracked settled receipt (rule 18).
+func TestUsageStatusCoverageCompleteInLaterPeriods(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	alice := e.AddMember(t, owner, "alice", "member")
+	l := ledgerFor(t, e)
+	settle := func(complete bool) {
+		t.Helper()
+		id := at.ReqID()
+		if o := startAs(t, l, alice.OrgID, alice.MemberID, id, e.Clock.Now(), 0); o != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+			t.Fatalf("start %v", o)
+		}
+		res, err := l.Settle(context.Background(), []*internalv1.SettleItem{{RequestId: id, Model: "gpt-4o-mini",
+			InputTokens: 1000, OutputTokens: 1000, Complete: complete}})
+		if err != nil || res[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+			t.Fatalf("settle %v %v", res, err)
+		}
+	}
+	// September: a stream cut short, an incomplete receipt of September's periods.
+	settle(false)
+	if cov := getStatus(t, e, alice).Coverage; cov["complete"] != false || cov["incompleteRequests"] != float64(1) {
+		t.Fatalf("September: coverage %v", cov)
+	}
+	// November: every current period began after tracking did, and holds complete
+	// receipts only.
+	e.Clock.Set(time.Date(2026, 11, 18, 12, 0, 0, 0, time.UTC))
+	alice.User = e.SignIn(t, alice.User) // the September session expired
+	settle(true)
+	cov := getStatus(t, e, alice).Coverage
+	if cov["historicalCoverage"] != "tracked_since_epoch" || cov["historicalUnknownReason"] != nil ||
+		cov["settlementReady"] != true || cov["pendingRequests"] != float64(0) {
+		t.Fatalf("November: coverage %v", cov)
+	}
+	if cov["complete"] != true || cov["incompleteRequests"] != float64(1) {
+		t.Fatalf("November's periods are fully tracked, settled and hold no incomplete receipt: coverage %v, "+
+			"want complete true and incompleteRequests 1 (September's receipt, still counted)", cov)
+	}
+	// An incomplete receipt of November makes November's periods incomplete.
+	settle(false)
+	if cov := getStatus(t, e, alice).Coverage; cov["complete"] != false || cov["incompleteRequests"] != float64(2) {
+		t.Fatalf("after an incomplete receipt in November: coverage %v", cov)
 	}
 }

@@ -265,8 +265,13 @@ func TestCoverageOf(t *testing.T) {
 				t.Fatalf("%+v", c)
 			}
 		}},
-		{"incomplete receipts: ready but not complete", &Tracking{Version: 1, CaptureEnabled: true, StartedAt: before, Incomplete: 1}, [3]Counter{}, func(t *testing.T, c Coverage) {
+		{"incomplete receipt in a current period: ready but not complete", &Tracking{Version: 1, CaptureEnabled: true, StartedAt: before, Incomplete: 1}, [3]Counter{{}, {}, {Incomplete: 1}}, func(t *testing.T, c Coverage) {
 			if !c.SettlementReady || c.Complete || c.IncompleteRequests != 1 {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{"incomplete receipts of earlier periods only: complete, still counted", &Tracking{Version: 1, CaptureEnabled: true, StartedAt: before, Incomplete: 4}, [3]Counter{}, func(t *testing.T, c Coverage) {
+			if !c.SettlementReady || !c.Complete || c.IncompleteRequests != 4 {
 				t.Fatalf("%+v", c)
 			}
 		}},

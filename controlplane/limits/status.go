@@ -12,6 +12,9 @@ type Counter struct {
 	Used      int64
 	Extension int64
 	Legacy    bool
+	// Incomplete counts the incomplete receipts charged to this period. Coverage judges a
+	// period's completeness on it: the tracking row's count spans every period.
+	Incomplete int64
 }
 
 // Bucket is one limited timeframe of a member's status: the winner and the counter of
@@ -176,7 +179,15 @@ type Coverage struct {
 // has not started, when it began before the tracking epoch (its early part may hold
 // untracked spend), or when its counter came from a legacy writer; the reasons are
 // checked in that order. settlementReady means only that nothing is pending;
-// complete additionally needs known history and no incomplete receipts.
+// complete additionally needs known history and no incomplete receipt in the periods
+// shown (spec rule 13: "later fully tracked periods become complete only when no
+// pending or incomplete receipts remain"). So it reads the current counters' own
+// incomplete counts, not the tracking row's, which counts every tracked receipt since
+// the epoch (rule 18) and would keep every later period incomplete after one cut stream.
+// Pending stays the member's whole count (settlementReady, as ACCOUNTING.md defines
+// complete): a start pending since an earlier period would charge that period, but it is
+// an abandoned request that coverage keeps counting until recovery closes it, and that
+// ends, unlike a count of receipts.
 func CoverageOf(tr *Tracking, windows [3]window.Window, counters [3]Counter) Coverage {
 	c := Coverage{CaptureEnabled: true, HistoricalCoverage: CoverageTrackedSinceEpoch}
 	var reason string
@@ -215,6 +226,10 @@ func CoverageOf(tr *Tracking, windows [3]window.Window, counters [3]Counter) Cov
 		c.HistoricalCoverage = CoverageUnknown
 		c.HistoricalUnknownReason = &reason
 	}
-	c.Complete = reason == "" && c.IncompleteRequests == 0 && c.SettlementReady
+	incomplete := false
+	for _, k := range counters {
+		incomplete = incomplete || k.Incomplete > 0
+	}
+	c.Complete = reason == "" && !incomplete && c.SettlementReady
 	return c
 }

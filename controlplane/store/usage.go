@@ -393,14 +393,14 @@ func ActiveMemberExists(ctx context.Context, q Querier, orgID, memberID string) 
 // UsageCounters reads counters by bucket id; ids without a row are absent from the map
 // (a missing counter reads as zero). A plain read: no lock, no write.
 func UsageCounters(ctx context.Context, q Querier, ids []string) (map[string]limits.Counter, error) {
-	rows, err := q.Query(ctx, `SELECT id, used_micro_usd, extension_micro_usd, legacy FROM usage_buckets WHERE id = ANY($1)`, ids)
+	rows, err := q.Query(ctx, `SELECT id, used_micro_usd, extension_micro_usd, legacy, incomplete_requests FROM usage_buckets WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]limits.Counter{}
 	var id string
 	var c limits.Counter
-	_, err = pgx.ForEachRow(rows, []any{&id, &c.Used, &c.Extension, &c.Legacy}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &c.Used, &c.Extension, &c.Legacy, &c.Incomplete}, func() error {
 		out[id] = c
 		return nil
 	})
