@@ -161,7 +161,14 @@ func TestInFlightGuardBoundsOvershoot(t *testing.T) {
 					case code == 200:
 						ok.Add(1)
 					case code == 429 && h.Get("X-Service-Error-Code") == "service_gateway_usage_limit_exceeded":
+						refused.Add(1) // the limit spent by settlements
+					case code == 429 && h.Get("X-Service-Error-Code") == "service_gateway_in_flight_reserved":
 						refused.Add(1)
+						// Settled spend is below the limit (the status read says
+						// within_limit), so the refusal does not claim a block.
+						if h.Get("X-Service-Usage-State") != "within_limit" || h.Get("Retry-After") != "1" || h.Get("X-Should-Retry") != "true" {
+							t.Errorf("a reservation refusal's headers %v", h)
+						}
 						refusal.Store(string(body))
 					default:
 						t.Errorf("answer %d %v %s", code, h, body)
@@ -239,8 +246,9 @@ func TestInFlightGuardSurvivesRestarts(t *testing.T) {
 				case code == 429 && h.Get("X-Service-Error-Code") == "service_gateway_concurrency_limit_exceeded":
 					concurrency.Add(1)
 					time.Sleep(20 * time.Millisecond)
-				case code == 429 && h.Get("X-Service-Error-Code") == "service_gateway_usage_limit_exceeded":
-					spent.Add(1)
+				case code == 429 && (h.Get("X-Service-Error-Code") == "service_gateway_usage_limit_exceeded" ||
+					h.Get("X-Service-Error-Code") == "service_gateway_in_flight_reserved"):
+					spent.Add(1) // the limit, spent or reserved
 					time.Sleep(50 * time.Millisecond)
 				case code == 503:
 					unavailable.Add(1) // the control plane restarting (closed failure mode)

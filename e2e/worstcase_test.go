@@ -124,8 +124,9 @@ func checkWorstCaseBound(t *testing.T, used int64, reservedSeen []int64, limit, 
 	}
 }
 
-// burst makes n calls at once and counts their answers: admitted, refused with the
-// usage-limit 429, and what each in-flight refusal saw reserved. Anything else fails t.
+// burst makes n calls at once and counts their answers: admitted, refused (the
+// usage-limit 429 or the reservations' 429), and what each reservation refusal saw
+// reserved. Anything else fails t.
 func burst(t *testing.T, n int, call func(i int) (int, http.Header, []byte, error)) (ok, refused int64, reservedSeen []int64) {
 	t.Helper()
 	var wg sync.WaitGroup
@@ -141,6 +142,8 @@ func burst(t *testing.T, n int, call func(i int) (int, http.Header, []byte, erro
 			case code == 200:
 				ok++
 			case code == 429 && h.Get("X-Service-Error-Code") == "service_gateway_usage_limit_exceeded":
+				refused++ // the limit spent by settlements
+			case code == 429 && h.Get("X-Service-Error-Code") == "service_gateway_in_flight_reserved":
 				refused++
 				var e struct {
 					Error struct {
@@ -150,9 +153,9 @@ func burst(t *testing.T, n int, call func(i int) (int, http.Header, []byte, erro
 						}
 					}
 				}
-				if err := json.Unmarshal(body, &e); err != nil {
+				if err := json.Unmarshal(body, &e); err != nil || e.Error.Details.Reason != "in_flight_reserved" {
 					t.Errorf("refusal %s", body)
-				} else if e.Error.Details.Reason == "in_flight_reserved" { // else the spent limit itself
+				} else {
 					reservedSeen = append(reservedSeen, e.Error.Details.ReservedMicroUsd)
 				}
 			default:

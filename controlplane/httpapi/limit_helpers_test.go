@@ -53,6 +53,7 @@ type status struct {
 		ExtensionMicroUsd     int64   `json:"extensionMicroUsd"`
 		AllowanceMicroUsd     int64   `json:"allowanceMicroUsd"`
 		UsedMicroUsd          int64   `json:"usedMicroUsd"`
+		ReservedMicroUsd      int64   `json:"reservedMicroUsd"`
 		RemainingMicroUsd     int64   `json:"remainingMicroUsd"`
 		ResetAt               string  `json:"resetAt"`
 		WindowStart           string  `json:"windowStart"`

@@ -238,3 +238,43 @@ func TestUsageStatusCoverageCompleteInLaterPeriods(t *testing.T) {
 		t.Fatalf("after an incomplete receipt in November: coverage %v", cov)
 	}
 }
+
+// TestUsageStatusAfterGuardRefusal: when the in-flight guard refuses a start, the status
+// read for the same member at the same instant says within_limit (settled spend is below
+// the allowance) and shows the reservation. So the enforcer's refusal carries
+// service_gateway_in_flight_reserved and this state, never the specification's block
+// (service_gateway_usage_limit_exceeded with blocked), which a client corroborates with
+// this read and could never corroborate here (enforcer/gate/reason.go).
+func TestUsageStatusAfterGuardRefusal(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	alice := e.AddMember(t, owner, "alice", "member")
+	p := dayPolicy(t, e, owner, "Five cents", "0.05", map[string]any{"inFlight": map[string]any{"reserve": true, "reservationCostUsd": "0.01"}})
+	assign(t, e, owner, p.ID, map[string]any{"memberId": alice.MemberID})
+	setUsed(t, e, alice, window.Day, 40_000)
+	l := ledgerFor(t, e)
+	start := func() internalv1.StartOutcome {
+		t.Helper()
+		it := at.StartItem(at.ReqID(), alice.OrgID, alice.MemberID, e.Clock.Now(), 0)
+		day := it.Snapshot.Buckets[0]
+		day.PolicyId, day.PolicyRevision, day.BaseMicroUsd, day.HardLimit, day.ReserveInFlight = p.ID, p.Revision, 50_000, true, true
+		it.ReservationMicroUsd = 10_000
+		res, err := l.Start(context.Background(), []*internalv1.StartItem{it})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].Outcome
+	}
+	if o := start(); o != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("first start %v", o)
+	}
+	if o := start(); o != internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED {
+		t.Fatalf("second start %v, want limit_reserved", o)
+	}
+	s := getStatus(t, e, alice)
+	if s.State != "within_limit" || len(s.Buckets) != 1 || s.Buckets[0].UsedMicroUsd != 40_000 ||
+		s.Buckets[0].ReservedMicroUsd != 10_000 || s.Buckets[0].AllowanceMicroUsd != 50_000 {
+		t.Fatalf("status after the guard's refusal: %+v", s)
+	}
+}

@@ -36,6 +36,11 @@ const (
 	// CodeConcurrencyLimitExceeded refuses a request of a member who has the most
 	// requests in flight the winning policy allows (429, docs/usage-limits.md).
 	CodeConcurrencyLimitExceeded = "service_gateway_concurrency_limit_exceeded"
+	// CodeInFlightReserved refuses a request because settled spend plus the reservations
+	// of the member's requests in flight reach a hard limit (429, docs/usage-limits.md).
+	// It is not the usage-limit code: no limit is spent yet, so the status read cannot
+	// corroborate a block, and the refusal lifts when a request in flight finishes.
+	CodeInFlightReserved = "service_gateway_in_flight_reserved"
 )
 
 // Decision labels of metrics and answers.

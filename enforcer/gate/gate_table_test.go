@@ -255,8 +255,8 @@ var (
 		{Name: "X-Service-Error-Code", Value: "service_gateway_usage_limit_exceeded"},
 		{Name: "X-Service-Usage-State", Value: "blocked"}, {Name: "Retry-After", Value: "61200"}, {Name: "X-Should-Retry", Value: "false"}}
 	headersReserved = []gate.Header{{Name: "Content-Type", Value: "application/json"},
-		{Name: "X-Service-Error-Code", Value: "service_gateway_usage_limit_exceeded"},
-		{Name: "X-Service-Usage-State", Value: "blocked"}, {Name: "Retry-After", Value: "1"}, {Name: "X-Should-Retry", Value: "true"}}
+		{Name: "X-Service-Error-Code", Value: "service_gateway_in_flight_reserved"},
+		{Name: "X-Service-Usage-State", Value: "within_limit"}, {Name: "Retry-After", Value: "1"}, {Name: "X-Should-Retry", Value: "true"}}
 	headersConcurrency = []gate.Header{{Name: "Content-Type", Value: "application/json"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_concurrency_limit_exceeded"},
 		{Name: "X-Service-Usage-State", Value: "within_limit"}, {Name: "Retry-After", Value: "1"}, {Name: "X-Should-Retry", Value: "true"}}
@@ -460,12 +460,14 @@ func gateCases() []gateCase {
 		{name: "policy without reservations: the body changes nothing", body: worstCaseBody, want: admitted("within_limit")},
 
 		// 503 decisions: the same in both modes.
-		{name: "in-flight reservations reach the limit at the start: 429", setup: func(f *fakes, _ *gate.Gate) {
+		// Settled spend is below the limit, so the status read says within_limit: the
+		// refusal says so too, under its own code, and never claims the spent-limit block.
+		{name: "in-flight reservations reach the limit at the start: 429 keeping the usage state", setup: func(f *fakes, _ *gate.Gate) {
 			f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED}
 			f.starts.guard = &internalv1.GuardRefusal{Timeframe: "day", UsedMicroUsd: 30_000, ReservedMicroUsd: 20_000,
 				AllowanceMicroUsd: 50_000, InFlight: 2}
 		}, want: want{status: 429, decision: "blocked", reason: "usage_reserved", headers: headersReserved,
-			code: "service_gateway_usage_limit_exceeded", detail: "in_flight_reserved", starts: 1}},
+			code: "service_gateway_in_flight_reserved", detail: "in_flight_reserved", starts: 1}},
 		{name: "concurrency cap full at the start: 429 keeping the usage state", setup: func(f *fakes, _ *gate.Gate) {
 			f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED}
 			f.starts.guard = &internalv1.GuardRefusal{InFlight: 3, MaxInFlight: 3}
@@ -796,7 +798,7 @@ func TestReasonTable(t *testing.T) {
 		"unknown_credential":          {401, "unauthorized", false, ""},
 		"inactive_member":             {401, "unauthorized", false, ""},
 		"usage_limit":                 {429, "blocked", false, "service_gateway_usage_limit_exceeded"},
-		"usage_reserved":              {429, "blocked", false, "service_gateway_usage_limit_exceeded"},
+		"usage_reserved":              {429, "blocked", false, "service_gateway_in_flight_reserved"},
 		"concurrency_limit":           {429, "blocked", false, "service_gateway_concurrency_limit_exceeded"},
 		"model_not_priced":            {403, "unauthorized", false, "service_gateway_model_not_priced"},
 		"billing_deferred":            {403, "unauthorized", false, "service_gateway_billing_deferred"},

@@ -32,7 +32,8 @@ type concurrencyDetails struct {
 }
 
 // guardRefusal is the 429 of a start the control plane's in-flight guard refused, in
-// usage state state (the member's, from the decision that admitted it).
+// usage state state (the member's, from the decision that admitted it: never blocked,
+// since a spent limit is refused before any start).
 func guardRefusal(res startq.Result, state decision.State) Answer {
 	g := res.Guard
 	if res.Outcome == internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED {
@@ -45,13 +46,13 @@ func guardRefusal(res startq.Result, state decision.State) Answer {
 		return a
 	}
 	a := Refusal(ReasonUsageReserved)
-	a.UsageState, a.RetryAfter = string(decision.StateBlocked), GuardRetryAfter
+	a.UsageState, a.RetryAfter = string(state), GuardRetryAfter
 	det := reservedDetails{Reason: "in_flight_reserved", Timeframe: g.GetTimeframe(), UsedMicroUSD: g.GetUsedMicroUsd(),
 		ReservedMicroUSD: g.GetReservedMicroUsd(), AllowanceMicroUSD: g.GetAllowanceMicroUsd(), InFlightRequests: g.GetInFlight()}
 	if end := g.GetWindowEndUnixMs(); end > 0 {
 		det.ResetAt = timestamp(time.UnixMilli(end))
 	}
-	a.Body = mustJSON(errorBody{Error: errorObject{Type: "usage_limit_error", Code: CodeUsageLimitExceeded,
+	a.Body = mustJSON(errorBody{Error: errorObject{Type: "usage_limit_error", Code: CodeInFlightReserved,
 		Message: fmt.Sprintf("Usage limit reached counting requests in flight (%s): %s USD settled and %s USD reserved by %s in flight, of %s USD; retry when they finish.",
 			g.GetTimeframe(), money.FormatUSD(g.GetUsedMicroUsd()), money.FormatUSD(g.GetReservedMicroUsd()),
 			plural(g.GetInFlight(), "request"), money.FormatUSD(g.GetAllowanceMicroUsd())),

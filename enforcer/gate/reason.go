@@ -103,11 +103,14 @@ var reasons = [numReasons]reasonSpec{
 		{HeaderErrorCode, CodeUsageLimitExceeded}, {HeaderUsageState, "blocked"}, {HeaderRetryAfter, ""}, {HeaderShouldRetry, "false"}}},
 
 	// Both guard refusals lift when requests in flight finish: a short Retry-After and
-	// X-Should-Retry true let the SDKs wait and try again by themselves. A reserved limit
-	// is still the usage limit (same code, state blocked); a full concurrency cap says
-	// nothing about spend, so it carries the member's usage state (per answer).
+	// X-Should-Retry true let the SDKs wait and try again by themselves. Neither is the
+	// specification's usage-limit block: each has its own code and carries the member's
+	// usage state (per answer), which says blocked only for a spent limit. A reserved
+	// limit is not spent (settled spend is below it), and a client corroborates a block
+	// with a status read, which judges settled spend: claiming blocked here would be a
+	// block no read could ever confirm.
 	ReasonUsageReserved: {label: "usage_reserved", decision: Blocked, status: 429, headers: []Header{headerJSON,
-		{HeaderErrorCode, CodeUsageLimitExceeded}, {HeaderUsageState, "blocked"}, {HeaderRetryAfter, ""}, {HeaderShouldRetry, "true"}}},
+		{HeaderErrorCode, CodeInFlightReserved}, {HeaderUsageState, ""}, {HeaderRetryAfter, ""}, {HeaderShouldRetry, "true"}}},
 	ReasonConcurrencyLimit: {label: "concurrency_limit", decision: Blocked, status: 429, headers: []Header{headerJSON,
 		{HeaderErrorCode, CodeConcurrencyLimitExceeded}, {HeaderUsageState, ""}, {HeaderRetryAfter, ""}, {HeaderShouldRetry, "true"}}},
 

@@ -92,7 +92,7 @@ const (
 	// The item is malformed; message says why.
 	StartOutcome_START_OUTCOME_INVALID StartOutcome = 5
 	// Settled spend plus the reservations of the member's requests in flight reach a hard
-	// limit (answer 429 service_gateway_usage_limit_exceeded); guard says which.
+	// limit (answer 429 service_gateway_in_flight_reserved); guard says which.
 	StartOutcome_START_OUTCOME_LIMIT_RESERVED StartOutcome = 6
 	// The member has max_in_flight requests in flight (answer 429
 	// service_gateway_concurrency_limit_exceeded); guard says how many.
