@@ -23,7 +23,8 @@ import (
 type Config struct {
 	// DatabaseURL is the Postgres connection URL (TOLLGATE_DATABASE_URL).
 	DatabaseURL string
-	// Redis is the mirror's Redis: TOLLGATE_REDIS_URL, _MODE, _ADDRS, _SENTINEL_MASTER and
+	// Redis is the mirror's Redis: TOLLGATE_REDIS_URL, _MODE, _ADDRS, _SENTINEL_MASTER,
+	// _SENTINEL_USERNAME, _SENTINEL_PASSWORD and
 	// _PREFIX, shared with the enforcers (pkg/redisconf).
 	Redis redisconf.Config
 	// MirrorCheckInterval is how often the mirror's generation is checked and failed

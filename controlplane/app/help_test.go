@@ -24,7 +24,7 @@ func helpFlags(help string) []string {
 // Each subcommand's -h says what it does and lists the flags it reads, and only those:
 // migrate -h has no --http-addr, resync -h no --internal-token. serve -h lists every knob.
 func TestSubcommandHelpListsOnlyItsFlags(t *testing.T) {
-	redis := []string{"redis-addrs", "redis-mode", "redis-prefix", "redis-sentinel-master", "redis-url"}
+	redis := []string{"redis-addrs", "redis-mode", "redis-prefix", "redis-sentinel-master", "redis-sentinel-password", "redis-sentinel-username", "redis-url"}
 	for _, tc := range []struct {
 		cmd   string
 		flags []string // exactly these; nil: see has

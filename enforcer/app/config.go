@@ -25,7 +25,8 @@ import (
 // Config is every knob of the enforcer. Each field comes from a flag whose default is
 // read from the environment variable named in its help text.
 type Config struct {
-	// Redis is the mirror's Redis: TOLLGATE_REDIS_URL, _MODE, _ADDRS, _SENTINEL_MASTER and
+	// Redis is the mirror's Redis: TOLLGATE_REDIS_URL, _MODE, _ADDRS, _SENTINEL_MASTER,
+	// _SENTINEL_USERNAME, _SENTINEL_PASSWORD and
 	// _PREFIX, shared with the control plane (pkg/redisconf).
 	Redis redisconf.Config
 	// RedisCheckTimeout bounds the Redis work of one check (reading the member's record

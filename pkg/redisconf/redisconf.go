@@ -34,10 +34,19 @@ type Config struct {
 	Addrs []string
 	// SentinelMaster names the sentinel master set (TOLLGATE_REDIS_SENTINEL_MASTER).
 	SentinelMaster string
+	// SentinelUsername and SentinelPassword authenticate to the sentinels themselves
+	// (TOLLGATE_REDIS_SENTINEL_USERNAME, TOLLGATE_REDIS_SENTINEL_PASSWORD): a sentinel
+	// with requirepass (or an ACL user) answers NOAUTH to anyone else, and the master is
+	// never found. The URL's credentials are the master's and replicas', which need not
+	// be the sentinels'. Sentinel mode only.
+	SentinelUsername, SentinelPassword string
 	// Prefix starts every mirror key; both programs must agree (TOLLGATE_REDIS_PREFIX).
 	Prefix string
 
 	addrs string
+	// sentinelPasswordEnv is TOLLGATE_REDIS_SENTINEL_PASSWORD, read apart from the flag's
+	// default so that -h never prints it (Finish applies it).
+	sentinelPasswordEnv string
 }
 
 // Register adds the Redis flags, with their environment defaults, to fs. Call Finish
@@ -47,11 +56,21 @@ func (c *Config) Register(fs *flag.FlagSet, env *envflag.Env) {
 	fs.StringVar(&c.Mode, "redis-mode", env.String("TOLLGATE_REDIS_MODE", "single"), "Redis topology: single, sentinel or cluster (TOLLGATE_REDIS_MODE)")
 	fs.StringVar(&c.addrs, "redis-addrs", env.String("TOLLGATE_REDIS_ADDRS", ""), "comma-separated host:port of the sentinels or cluster seeds (TOLLGATE_REDIS_ADDRS)")
 	fs.StringVar(&c.SentinelMaster, "redis-sentinel-master", env.String("TOLLGATE_REDIS_SENTINEL_MASTER", ""), "sentinel master set name (TOLLGATE_REDIS_SENTINEL_MASTER)")
+	fs.StringVar(&c.SentinelUsername, "redis-sentinel-username", env.String("TOLLGATE_REDIS_SENTINEL_USERNAME", ""), "ACL user the sentinels are authenticated as (sentinel mode; with the password below) (TOLLGATE_REDIS_SENTINEL_USERNAME)")
+	// A secret: the variable is not the flag's default, which -h would print.
+	fs.StringVar(&c.SentinelPassword, "redis-sentinel-password", "", "password of the sentinels themselves (their requirepass; sentinel mode), not of the master, whose is TOLLGATE_REDIS_URL's (TOLLGATE_REDIS_SENTINEL_PASSWORD)")
+	c.sentinelPasswordEnv = env.String("TOLLGATE_REDIS_SENTINEL_PASSWORD", "")
 	fs.StringVar(&c.Prefix, "redis-prefix", env.String("TOLLGATE_REDIS_PREFIX", "tg:"), "prefix of every mirror key; the same in the control plane and the enforcers (TOLLGATE_REDIS_PREFIX)")
 }
 
-// Finish completes the config after the flags are parsed.
-func (c *Config) Finish() { c.Addrs = envflag.List(c.addrs) }
+// Finish completes the config after the flags are parsed: the flag's sentinel password
+// wins over the environment's.
+func (c *Config) Finish() {
+	c.Addrs = envflag.List(c.addrs)
+	if c.SentinelPassword == "" {
+		c.SentinelPassword = c.sentinelPasswordEnv
+	}
+}
 
 // Validate lists every problem of the config.
 func (c Config) Validate() []string {
@@ -74,6 +93,18 @@ func (c Config) Validate() []string {
 		}
 	default:
 		p = append(p, "TOLLGATE_REDIS_MODE: must be single, sentinel or cluster")
+	}
+	// Outside sentinel mode nobody would use them: refused rather than ignored, since an
+	// operator who sets them believes the sentinels are being authenticated to.
+	if c.Mode != "sentinel" {
+		if c.SentinelPassword != "" {
+			p = append(p, "TOLLGATE_REDIS_SENTINEL_PASSWORD: only in sentinel mode (the servers' own password is TOLLGATE_REDIS_URL's)")
+		}
+		if c.SentinelUsername != "" {
+			p = append(p, "TOLLGATE_REDIS_SENTINEL_USERNAME: only in sentinel mode (the servers' own user is TOLLGATE_REDIS_URL's)")
+		}
+	} else if c.SentinelUsername != "" && c.SentinelPassword == "" {
+		p = append(p, "TOLLGATE_REDIS_SENTINEL_USERNAME: needs TOLLGATE_REDIS_SENTINEL_PASSWORD")
 	}
 	for _, a := range c.Addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
@@ -146,6 +177,7 @@ func (c Config) NewClient(t Timeouts) (redis.UniversalClient, error) {
 	switch c.Mode {
 	case "sentinel":
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: c.SentinelMaster, SentinelAddrs: c.Addrs,
+			SentinelUsername: c.SentinelUsername, SentinelPassword: c.SentinelPassword,
 			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize,
 			DialTimeout: t.Dial, ReadTimeout: t.Read, WriteTimeout: t.Write, ContextTimeoutEnabled: t.ContextDeadlines}), nil
 	case "cluster":

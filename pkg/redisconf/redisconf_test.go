@@ -35,6 +35,12 @@ func TestModes(t *testing.T) {
 		{"sentinel", map[string]string{"TOLLGATE_REDIS_MODE": "sentinel", "TOLLGATE_REDIS_ADDRS": "a:26379, b:26379", "TOLLGATE_REDIS_SENTINEL_MASTER": "m"}, nil, "*redis.Client"},
 		{"cluster", map[string]string{"TOLLGATE_REDIS_MODE": "cluster", "TOLLGATE_REDIS_ADDRS": "a:7000"}, nil, "*redis.ClusterClient"},
 		{"sentinel without master or addresses", map[string]string{"TOLLGATE_REDIS_MODE": "sentinel"}, []string{"TOLLGATE_REDIS_ADDRS", "TOLLGATE_REDIS_SENTINEL_MASTER"}, ""},
+		{"sentinel credentials", map[string]string{"TOLLGATE_REDIS_MODE": "sentinel", "TOLLGATE_REDIS_ADDRS": "a:26379", "TOLLGATE_REDIS_SENTINEL_MASTER": "m",
+			"TOLLGATE_REDIS_SENTINEL_USERNAME": "u", "TOLLGATE_REDIS_SENTINEL_PASSWORD": "p"}, nil, "*redis.Client"},
+		{"sentinel user without a password", map[string]string{"TOLLGATE_REDIS_MODE": "sentinel", "TOLLGATE_REDIS_ADDRS": "a:26379", "TOLLGATE_REDIS_SENTINEL_MASTER": "m",
+			"TOLLGATE_REDIS_SENTINEL_USERNAME": "u"}, []string{"TOLLGATE_REDIS_SENTINEL_USERNAME: needs TOLLGATE_REDIS_SENTINEL_PASSWORD"}, ""},
+		{"sentinel credentials outside sentinel mode", map[string]string{"TOLLGATE_REDIS_SENTINEL_USERNAME": "u", "TOLLGATE_REDIS_SENTINEL_PASSWORD": "p"},
+			[]string{"TOLLGATE_REDIS_SENTINEL_PASSWORD: only in sentinel mode", "TOLLGATE_REDIS_SENTINEL_USERNAME: only in sentinel mode"}, ""},
 		{"bad everything", map[string]string{"TOLLGATE_REDIS_URL": "http://x", "TOLLGATE_REDIS_MODE": "ring", "TOLLGATE_REDIS_ADDRS": "nope"},
 			[]string{"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_MODE", `"nope" is not host:port`}, ""},
 	} {

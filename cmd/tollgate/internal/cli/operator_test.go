@@ -42,7 +42,7 @@ func TestCommandHelpListsOnlyItsFlags(t *testing.T) {
 	}{
 		{[]string{"migrate", "-h"}, []string{"database-url", "log-format", "log-level"}, "migrations"},
 		{[]string{"resync", "-h"}, []string{"database-url", "log-format", "log-level",
-			"redis-addrs", "redis-mode", "redis-prefix", "redis-sentinel-master", "redis-url"}, "mirror"},
+			"redis-addrs", "redis-mode", "redis-prefix", "redis-sentinel-master", "redis-sentinel-password", "redis-sentinel-username", "redis-url"}, "mirror"},
 		{[]string{"bootstrap", "-h"}, []string{"api", "database-url", "email", "organization"}, "platform administrator"},
 		{[]string{"recover", "-h"}, []string{"api", "apply", "before", "key", "org", "reference"}, "pending"},
 		{[]string{"capture", "suspend", "-h"}, []string{"api", "apply", "key", "member", "org", "reference"}, "capture"},
