@@ -25,7 +25,7 @@ func startEnforcer(t *testing.T, s *stack, cpAddr, token string, extra ...map[st
 		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": s.layout.Prefix,
 		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
 		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": cpAddr,
-		"TOLLGATE_INTERNAL_TOKEN": token, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
+		"TOLLGATE_INTERNAL_TOKEN": token, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s", "TOLLGATE_SHUTDOWN_DELAY": "0s",
 	}
 	for _, m := range extra {
 		maps.Copy(vars, m)

@@ -150,6 +150,8 @@ func startStackOn(t testing.TB, topo *topology, enforcerEnv ...map[string]string
 		"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_REDIS_PREFIX": layout.Prefix,
 		"TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0",
 		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
+		// Stopping waits for no load balancer (TOLLGATE_SHUTDOWN_DELAY): none is in front.
+		"TOLLGATE_SHUTDOWN_DELAY": "0s",
 		// Notice a flushed Redis quickly (the default is 5s).
 		"TOLLGATE_MIRROR_CHECK_INTERVAL": "100ms",
 	}
@@ -216,6 +218,8 @@ func (s *stack) startEnforcer(t testing.TB, env ...map[string]string) *enforcer 
 		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0",
 		"TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_CONTROLPLANE_ADDR": s.cpGRPC,
 		"TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
+		// Stopping waits for no load balancer (TOLLGATE_SHUTDOWN_DELAY): none is in front.
+		"TOLLGATE_SHUTDOWN_DELAY":           "0s",
 		"TOLLGATE_ENFORCER_GENERATION_POLL": "50ms",
 		// A check's Redis deadline (default 250ms) is tested in enforcer/app; here the
 		// suite shares two CPUs with its other packages, and a starved read must not turn

@@ -34,7 +34,7 @@ func TestEnforcerTalksToTheControlPlaneOverMTLS(t *testing.T) {
 	cpEnv := envOf(map[string]string{
 		"TOLLGATE_DATABASE_URL": storetest.URLFor(db.Pool.Config().ConnConfig.Database), "TOLLGATE_REDIS_URL": testredis.URL(),
 		"TOLLGATE_REDIS_PREFIX": layout.Prefix, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0",
-		"TOLLGATE_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
+		"TOLLGATE_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s", "TOLLGATE_SHUTDOWN_DELAY": "0s",
 		"TOLLGATE_GRPC_TLS_CERT": server.CertFile, "TOLLGATE_GRPC_TLS_KEY": server.KeyFile, "TOLLGATE_GRPC_CLIENT_CA": ca.CertFile,
 	})
 	cp := run(t, "control plane", 3, s.cpLogs, func(ctx context.Context) error {

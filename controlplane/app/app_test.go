@@ -32,11 +32,14 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_LOG_FORMAT":            "xml",
 		"TOLLGATE_SESSION_TTL":           "forever",
 		"TOLLGATE_PLATFORM_ADMIN_EMAILS": "root@example.test, not-an-email",
+		"TOLLGATE_SHUTDOWN_TIMEOUT":      "5s",
+		"TOLLGATE_SHUTDOWN_DELAY":        "5s",
 	}), app.IO{Stdout: io.Discard, Stderr: &stderr})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
 	}
-	for _, want := range []string{"TOLLGATE_DATABASE_URL", "TOLLGATE_HTTP_ADDR", "TOLLGATE_LOG_FORMAT", "TOLLGATE_SESSION_TTL", "not-an-email"} {
+	for _, want := range []string{"TOLLGATE_DATABASE_URL", "TOLLGATE_HTTP_ADDR", "TOLLGATE_LOG_FORMAT", "TOLLGATE_SESSION_TTL", "not-an-email",
+		"TOLLGATE_SHUTDOWN_DELAY: 5s must be below TOLLGATE_SHUTDOWN_TIMEOUT (5s)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}
@@ -80,7 +83,7 @@ func TestServeLifecycleAndBootstrapAdmin(t *testing.T) {
 	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0",
 		"TOLLGATE_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ADMIN_ADDR": "127.0.0.1:0",
 		"TOLLGATE_PLATFORM_ADMIN_EMAILS": "Ops@Example.test", "TOLLGATE_INTERNAL_TOKEN": testToken,
-		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix})
+		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix, "TOLLGATE_SHUTDOWN_DELAY": "0s"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	logs := &testio.SyncBuffer{}

@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/retention"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
 	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
+	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 	"github.com/tollgate-dev/tollgate/pkg/listen"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/redisconf"
@@ -60,6 +61,10 @@ type Config struct {
 	SessionTTL time.Duration
 	// ShutdownTimeout bounds the drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT).
 	ShutdownTimeout time.Duration
+	// ShutdownDelay is how long, within ShutdownTimeout, the servers go on serving after
+	// SIGTERM while reporting not-ready, before they stop taking connections
+	// (TOLLGATE_SHUTDOWN_DELAY).
+	ShutdownDelay time.Duration
 	// TrustForwardedFor keys sign-in throttling on X-Forwarded-For
 	// (TOLLGATE_TRUST_FORWARDED_FOR); enable only behind a proxy that sets it.
 	TrustForwardedFor bool
@@ -180,7 +185,8 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	}
 	if k&serveKnobs != 0 {
 		fs.DurationVar(&c.SessionTTL, "session-ttl", durationEnv("TOLLGATE_SESSION_TTL", 7*24*time.Hour), "lifetime of session tokens (TOLLGATE_SESSION_TTL)")
-		fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT)")
+		fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM, TOLLGATE_SHUTDOWN_DELAY included (TOLLGATE_SHUTDOWN_TIMEOUT)")
+		fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", durationEnv("TOLLGATE_SHUTDOWN_DELAY", lifecycle.DefaultShutdownDelay), lifecycle.ShutdownDelayHelp)
 		fs.BoolVar(&c.TrustForwardedFor, "trust-forwarded-for", boolEnv("TOLLGATE_TRUST_FORWARDED_FOR"), "throttle sign-ins by X-Forwarded-For; only behind a proxy that sets it (TOLLGATE_TRUST_FORWARDED_FOR)")
 	}
 	if k&retentionKnobs != 0 {
@@ -257,6 +263,9 @@ func (c Config) validate(k knobs) []string {
 	}
 	if c.ShutdownTimeout <= 0 {
 		p = append(p, "TOLLGATE_SHUTDOWN_TIMEOUT: must be positive")
+	}
+	if problem := lifecycle.ValidateShutdownDelay(c.ShutdownDelay, c.ShutdownTimeout); problem != "" {
+		p = append(p, problem)
 	}
 	if c.MirrorCheckInterval <= 0 {
 		p = append(p, "TOLLGATE_MIRROR_CHECK_INTERVAL: must be positive")

@@ -37,7 +37,7 @@ func TestSubcommandHelpListsOnlyItsFlags(t *testing.T) {
 		{cmd: "retention", flags: []string{"apply", "database-url", "log-format", "log-level", "retention-age", "retention-batch"}, says: "pending start is never touched"},
 		{cmd: "serve", has: append([]string{"accounting-lanes", "admin-addr", "auto-migrate", "database-url", "grpc-addr", "http-addr",
 			"internal-token", "log-level", "mirror-check-interval", "platform-admin-emails", "retention-age", "retention-batch", "retention-interval",
-			"session-ttl", "shutdown-timeout"}, redis...), says: "drains"},
+			"session-ttl", "shutdown-delay", "shutdown-timeout"}, redis...), says: "drains"},
 	} {
 		t.Run(tc.cmd, func(t *testing.T) {
 			var out bytes.Buffer

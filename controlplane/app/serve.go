@@ -189,8 +189,11 @@ const initialCheckTimeout = 30 * time.Second
 // repairs the mirror once it is back), runs the background loops and the servers until
 // ctx ends (or a server or loop fails), then shuts down in this order:
 //
-//  1. report not-ready (/readyz "draining", gRPC health NOT_SERVING);
-//  2. drain the REST and gRPC servers together within the shutdown deadline (the gRPC
+//  1. report not-ready (/readyz "draining", gRPC health NOT_SERVING), and go on serving
+//     for the shutdown delay (TOLLGATE_SHUTDOWN_DELAY), new connections included, while
+//     load balancers and enforcers' health checks notice;
+//  2. drain the REST and gRPC servers together within what is left of the shutdown
+//     deadline (the gRPC
 //     calls still running at the deadline are cut): settlements in flight commit;
 //  3. stop the ledger: its lanes stop, queued items are answered with an error (the
 //     callers retry them), and the mirror refreshes of committed batches finish;
@@ -225,9 +228,11 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	// 1.
 	c.Admin.Drain()
 	c.Health.Shutdown()
-	c.log.Info("shutting down", "timeout", c.cfg.ShutdownTimeout)
+	c.log.Info("shutting down", "timeout", c.cfg.ShutdownTimeout, "delay", c.cfg.ShutdownDelay)
+	// The delay is part of the deadline (see the enforcer's Serve).
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
 	defer cancel()
+	lifecycle.DelayShutdown(c.cfg.ShutdownDelay, c.log)
 	// 2.
 	restDone := make(chan struct{})
 	go func() { _ = restSrv.Shutdown(shutCtx); close(restDone) }()

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate-dev/tollgate/controlplane/app"
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
@@ -123,6 +124,78 @@ func TestShutdownDrainsBeforeTheLedgerStops(t *testing.T) {
 	defer cancelShort()
 	if _, err := cp.Ledger.Start(short, []*internalv1.StartItem{at.StartItem(at.ReqID(), org, ms[0], e.Clock.Now(), 0)}); err == nil {
 		t.Fatal("the ledger still commits after Serve returned")
+	}
+}
+
+// TestShutdownDelayKeepsServing: for TOLLGATE_SHUTDOWN_DELAY after SIGTERM the control
+// plane reports not-ready (/readyz "draining", gRPC health NOT_SERVING) yet still answers
+// new connections, on both ports: the enforcers' Envoy health checks and a Service's
+// endpoints take that long to move away, and a refused connection is a failed call.
+func TestShutdownDelayKeepsServing(t *testing.T) {
+	e := at.New(t, at.Options{})
+	const delay = time.Second
+	cfg := app.Config{Redis: redisconf.Config{Prefix: e.Layout.Prefix}, MirrorCheckInterval: time.Second,
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", InternalToken: at.Token,
+		LogFormat: "text", LogLevel: "info", SessionTTL: time.Hour, ShutdownTimeout: 5 * time.Second, ShutdownDelay: delay}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cp, err := app.New(app.Deps{Config: cfg, Store: e.Store, Redis: e.Redis, Clock: e.Clock, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lns, err := app.Listen(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- cp.Serve(ctx, lns) }()
+	waitFor(t, "readyz ok", func() bool {
+		res, err := http.Get("http://" + lns.Admin.Addr().String() + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == 200
+	})
+
+	cancel() // SIGTERM
+	stopping := time.Now()
+	waitFor(t, "readyz draining", func() bool {
+		res, err := http.Get("http://" + lns.Admin.Addr().String() + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == 503
+	})
+	cc, err := grpc.NewClient(lns.GRPC.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hctx, hcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer hcancel()
+	if h, err := healthpb.NewHealthClient(cc).Check(hctx, &healthpb.HealthCheckRequest{}); err != nil ||
+		h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("gRPC health on a new connection during the delay: %v %v, want NOT_SERVING", h.GetStatus(), err)
+	}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	if res, err := client.Get("http://" + lns.REST.Addr().String() + "/v1/gateway/usage-limit-policies"); err != nil {
+		t.Errorf("REST on a new connection during the delay: %v (want an answer)", err)
+	} else {
+		res.Body.Close()
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+		if took := time.Since(stopping); took < delay {
+			t.Fatalf("Serve returned %v after SIGTERM, before the %v delay", took, delay)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return")
 	}
 }
 

@@ -319,10 +319,12 @@ func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
 // Serve runs the servers and the background loops until ctx ends (or a server or loop
 // fails), then shuts down in this order:
 //
-//  1. report not-ready (/readyz "draining", gRPC health NOT_SERVING);
+//  1. report not-ready (/readyz "draining", gRPC health NOT_SERVING), and go on serving
+//     for the shutdown delay (TOLLGATE_SHUTDOWN_DELAY), new connections included, while
+//     load balancers notice: until their next health check they still send here;
 //  2. stop taking checks: the HTTP, gateway and gRPC servers drain in-flight checks,
-//     response streams and Realtime sessions within three quarters of the shutdown
-//     deadline, then cut what is left (its ext_proc and gateway handlers settle what they
+//     response streams and Realtime sessions within three quarters of what the delay
+//     left of the shutdown deadline, then cut what is left (its ext_proc and gateway handlers settle what they
 //     saw; a cut Realtime session's client gets 1001);
 //  3. stop the start queue (queued starts are refused);
 //  4. settle as incomplete every admitted request nobody will report any more (those
@@ -377,12 +379,15 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	// 1.
 	e.Admin.Drain()
 	e.Health.Shutdown() // every service NOT_SERVING: Envoy's health checks move traffic away
-	e.log.Info("shutting down", "timeout", e.cfg.ShutdownTimeout)
+	e.log.Info("shutting down", "timeout", e.cfg.ShutdownTimeout, "delay", e.cfg.ShutdownDelay)
+	// The delay is part of the deadline, so that TOLLGATE_SHUTDOWN_TIMEOUT stays the one
+	// figure to keep under the pod's grace period.
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ShutdownTimeout)
 	defer cancel()
-	// 2. Requests in flight get three quarters of the budget; the settle queue's drain
+	lifecycle.DelayShutdown(e.cfg.ShutdownDelay, e.log)
+	// 2. Requests in flight get three quarters of what is left; the settle queue's drain
 	// keeps at least the last quarter, so a slow stream cannot starve it.
-	serveCtx, cancelServe := context.WithTimeout(shutCtx, e.cfg.ShutdownTimeout*3/4)
+	serveCtx, cancelServe := context.WithTimeout(shutCtx, (e.cfg.ShutdownTimeout-e.cfg.ShutdownDelay)*3/4)
 	defer cancelServe()
 	httpDone := make(chan struct{})
 	go func() { _ = httpSrv.Shutdown(serveCtx); close(httpDone) }()

@@ -30,7 +30,7 @@ func envOf(m map[string]string) func(string) string { return func(k string) stri
 func TestDefaultConfig(t *testing.T) {
 	c := app.DefaultConfig()
 	if c.GRPCAddr != "127.0.0.1:9001" || c.HTTPAddr != "127.0.0.1:9002" || c.AdminAddr != "127.0.0.1:9091" || c.FailureMode != "closed" || c.Redis.Mode != "single" ||
-		c.SettleLinger != 50*time.Millisecond {
+		c.SettleLinger != 50*time.Millisecond || c.ShutdownDelay != 5*time.Second {
 		t.Fatalf("%+v", c)
 	}
 }
@@ -49,6 +49,7 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_ENFORCER_INFLIGHT_CAPACITY":      "-1",
 		"TOLLGATE_DEFERRED_BILLING":                "sometimes",
 		"TOLLGATE_DEFERRED_BILLING_ALLOW":          "videos, holidays",
+		"TOLLGATE_SHUTDOWN_DELAY":                  "-1s",
 	}), app.IO{Stdout: io.Discard, Stderr: io.Discard})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
@@ -56,7 +57,8 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 	for _, want := range []string{"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_ADDRS", "TOLLGATE_REDIS_SENTINEL_MASTER", "TOLLGATE_ENFORCER_GRPC_ADDR",
 		"TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_START_DEADLINE", "TOLLGATE_ENFORCER_START_CAPACITY", "TOLLGATE_ENFORCER_SETTLE_CAPACITY",
 		"TOLLGATE_ENFORCER_SETTLE_LINGER", "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "TOLLGATE_ENFORCER_INFLIGHT_CAPACITY",
-		"TOLLGATE_DEFERRED_BILLING", `TOLLGATE_DEFERRED_BILLING_ALLOW: "holidays" is not an endpoint billed later`} {
+		"TOLLGATE_DEFERRED_BILLING", `TOLLGATE_DEFERRED_BILLING_ALLOW: "holidays" is not an endpoint billed later`,
+		"TOLLGATE_SHUTDOWN_DELAY: must not be negative"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}
@@ -83,7 +85,8 @@ func TestHelpDocumentsEveryKnob(t *testing.T) {
 		"TOLLGATE_REDIS_SENTINEL_USERNAME", "TOLLGATE_REDIS_SENTINEL_PASSWORD", "TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR", "TOLLGATE_CONTROLPLANE_ADDR",
 		"TOLLGATE_INTERNAL_TOKEN", "-failure-mode", "TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_SETTLE_LINGER",
 		"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR", "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "TOLLGATE_ENFORCER_INFLIGHT_CAPACITY",
-		"-deferred-billing", "TOLLGATE_DEFERRED_BILLING", "-deferred-billing-allow", "TOLLGATE_DEFERRED_BILLING_ALLOW"} {
+		"-deferred-billing", "TOLLGATE_DEFERRED_BILLING", "-deferred-billing-allow", "TOLLGATE_DEFERRED_BILLING_ALLOW",
+		"-shutdown-delay", "TOLLGATE_SHUTDOWN_DELAY"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %s", want)
 		}
@@ -102,7 +105,7 @@ func TestRunServesAndDrains(t *testing.T) {
 	env := envOf(map[string]string{
 		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
 		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0",
-		"TOLLGATE_CONTROLPLANE_ADDR": cp.Addr, "TOLLGATE_INTERNAL_TOKEN": fakecp.Token,
+		"TOLLGATE_CONTROLPLANE_ADDR": cp.Addr, "TOLLGATE_INTERNAL_TOKEN": fakecp.Token, "TOLLGATE_SHUTDOWN_DELAY": "0s",
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
 	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
+	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 	"github.com/tollgate-dev/tollgate/pkg/listen"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/redisconf"
@@ -69,6 +70,10 @@ type Config struct {
 	LogLevel string
 	// ShutdownTimeout bounds the drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT).
 	ShutdownTimeout time.Duration
+	// ShutdownDelay is how long, within ShutdownTimeout, the servers go on serving after
+	// SIGTERM while reporting not-ready, before they stop taking connections
+	// (TOLLGATE_SHUTDOWN_DELAY).
+	ShutdownDelay time.Duration
 	// IdentityTTL is how long a credential's identity is cached (TOLLGATE_ENFORCER_IDENTITY_TTL).
 	IdentityTTL time.Duration
 	// BlockedTTL is the longest a member blocked by a hard limit is refused from memory
@@ -199,7 +204,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.DeferredBillingAllow, "deferred-billing-allow", env("TOLLGATE_DEFERRED_BILLING_ALLOW", ""), "with refuse, the endpoints billed later that are let through all the same, comma-separated (context_caches,batches; the names of docs/enforcer.md, \"Deferred billing\") (TOLLGATE_DEFERRED_BILLING_ALLOW)")
 	fs.StringVar(&c.LogFormat, "log-format", env("TOLLGATE_LOG_FORMAT", "text"), "log format: text or json (TOLLGATE_LOG_FORMAT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("TOLLGATE_LOG_LEVEL", "info"), "log level: debug, info, warn or error (TOLLGATE_LOG_LEVEL)")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM, TOLLGATE_SHUTDOWN_DELAY included (TOLLGATE_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", durationEnv("TOLLGATE_SHUTDOWN_DELAY", lifecycle.DefaultShutdownDelay), lifecycle.ShutdownDelayHelp)
 	fs.DurationVar(&c.IdentityTTL, "identity-ttl", durationEnv("TOLLGATE_ENFORCER_IDENTITY_TTL", 30*time.Second), "how long a credential's identity is cached; invalidations usually end it sooner (TOLLGATE_ENFORCER_IDENTITY_TTL)")
 	fs.DurationVar(&c.BlockedTTL, "blocked-ttl", durationEnv("TOLLGATE_ENFORCER_BLOCKED_TTL", time.Second), "longest a blocked member is refused from memory without reading their record; window resets and invalidations end it sooner; 0 turns it off (TOLLGATE_ENFORCER_BLOCKED_TTL)")
 	fs.StringVar(&c.SpeculativeStarts, "speculative-starts", env("TOLLGATE_ENFORCER_SPECULATIVE_STARTS", "on"), "on: a check sends its durable start beside its record read, on the member's last-known record, and voids it uncharged when the fresh record refuses or differs; off: after it (TOLLGATE_ENFORCER_SPECULATIVE_STARTS)")
@@ -310,6 +316,9 @@ func (c Config) validate() []string {
 		p = append(p, "TOLLGATE_DEFERRED_BILLING_ALLOW: only with TOLLGATE_DEFERRED_BILLING=refuse (allow lets every endpoint through)")
 	}
 	p = append(p, logging.Validate(c.LogFormat, c.LogLevel)...)
+	if problem := lifecycle.ValidateShutdownDelay(c.ShutdownDelay, c.ShutdownTimeout); problem != "" {
+		p = append(p, problem)
+	}
 	positive := []struct {
 		name string
 		ok   bool

@@ -3,10 +3,16 @@ package app_test
 import (
 	"context"
 	"io"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
@@ -23,7 +29,7 @@ func runEnforcer(t *testing.T, layoutPrefix string, vars map[string]string) (str
 	env := map[string]string{
 		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layoutPrefix,
 		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0",
-		"TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
+		"TOLLGATE_SHUTDOWN_TIMEOUT": "5s", "TOLLGATE_SHUTDOWN_DELAY": "0s",
 	}
 	for k, v := range vars {
 		env[k] = v
@@ -126,5 +132,100 @@ func TestReadinessFollowsTheControlPlane(t *testing.T) {
 				t.Fatal("the token was logged")
 			}
 		})
+	}
+}
+
+// TestDrainingEnforcerStillAnswersNewConnections: on SIGTERM the enforcer reports
+// not-ready (/readyz "draining", gRPC health NOT_SERVING) so that Envoy's health checks
+// (deploy/envoy/envoy.yaml), the endpoints controller and kube-proxy move traffic away.
+// Those signals take seconds to propagate (Envoy: a health check every 5s; Kubernetes: a
+// readiness probe, then the endpoint's removal), so for TOLLGATE_SHUTDOWN_DELAY a new
+// connection is still answered (a NOT_SERVING health status, a check), not refused.
+// An ext_proc stream left open keeps the process draining: without the delay its
+// listeners were already closed here.
+func TestDrainingEnforcerStillAnswersNewConnections(t *testing.T) {
+	rdb, layout := testredis.New(t)
+	cp := fakecp.New(t, rdb, layout, clock.NewManual(enforcertest.Start))
+	env := envOf(map[string]string{
+		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
+		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0",
+		"TOLLGATE_CONTROLPLANE_ADDR": cp.Addr, "TOLLGATE_INTERNAL_TOKEN": fakecp.Token,
+		"TOLLGATE_SHUTDOWN_TIMEOUT": "8s", "TOLLGATE_SHUTDOWN_DELAY": "2s",
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &testio.SyncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx, []string{"serve"}, env, app.IO{Stdout: io.Discard, Stderr: logs}) }()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("Run did not stop")
+		}
+		if t.Failed() {
+			t.Logf("enforcer logs:\n%s", logs.String())
+		}
+	}()
+	addrs := map[string]string{}
+	re := regexp.MustCompile(`msg=listening server=(\w+) addr=(\S+)`)
+	enforcertest.WaitFor(t, "listeners", func() bool {
+		for _, m := range re.FindAllStringSubmatch(logs.String(), -1) {
+			addrs[m[1]] = m[2]
+		}
+		return len(addrs) == 3
+	})
+	admin := "http://" + addrs["admin"]
+	waitReady(t, admin, 200, "ok\n")
+
+	// A response being streamed through ext_proc (Envoy's long-lived stream).
+	conn, err := grpc.NewClient(addrs["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	streamCtx, cancelStream := context.WithCancel(context.Background())
+	defer cancelStream()
+	if _, err := extprocv3.NewExternalProcessorClient(conn).Process(streamCtx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the stream reaches the server
+
+	cancel() // SIGTERM
+	waitReady(t, admin, 503, "draining\n")
+	time.Sleep(250 * time.Millisecond) // nobody's health check has run since
+
+	// Envoy's health checker (or a new HTTP/2 connection after the GOAWAY) calls now.
+	fresh, err := grpc.NewClient(addrs["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	hctx, hcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer hcancel()
+	h, herr := healthpb.NewHealthClient(fresh).Check(hctx, &healthpb.HealthCheckRequest{})
+	// A forward-auth proxy (Caddy, nginx, Traefik), or kube-proxy's last packets.
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	res, cerr := client.Get("http://" + addrs["http"] + "/check")
+	if res != nil {
+		res.Body.Close()
+	}
+	if herr != nil {
+		t.Errorf("gRPC health on a new connection while draining: %v (want an answer, NOT_SERVING)", herr)
+	} else if h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("gRPC health while draining: %v, want NOT_SERVING", h.GetStatus())
+	}
+	if cerr != nil {
+		t.Errorf("HTTP /check on a new connection while draining: %v (want an answer)", cerr)
+	} else if res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("HTTP /check without a credential while draining: %d, want 401", res.StatusCode)
+	}
+	cancelStream()
+	select {
+	case <-done:
+		done <- nil // for the deferred wait
+	case <-time.After(10 * time.Second):
+		t.Error("Run did not stop once the delay was over and the stream closed")
 	}
 }

@@ -146,6 +146,39 @@ func WaitForStop(ctx context.Context, servers <-chan error, loops *Group, log *s
 	return err
 }
 
+// DefaultShutdownDelay is TOLLGATE_SHUTDOWN_DELAY's default: long enough for a proxy's
+// active health checks (Envoy: every 5s in deploy/envoy) and the Kubernetes endpoints
+// controller to take a draining pod out of rotation before its listeners close.
+const DefaultShutdownDelay = 5 * time.Second
+
+// ShutdownDelayHelp is the help text of both programs' --shutdown-delay.
+const ShutdownDelayHelp = "on SIGTERM, how long to keep serving while reporting not-ready (/readyz draining, gRPC health NOT_SERVING), so that load balancers stop sending before the listeners close; part of TOLLGATE_SHUTDOWN_TIMEOUT, and below it; 0 closes at once (TOLLGATE_SHUTDOWN_DELAY)"
+
+// ValidateShutdownDelay is the problem of a TOLLGATE_SHUTDOWN_DELAY, "" when there is
+// none. The delay is spent within TOLLGATE_SHUTDOWN_TIMEOUT (so that the timeout stays
+// the one figure to keep under the pod's grace period), so it must leave time to drain.
+func ValidateShutdownDelay(delay, timeout time.Duration) string {
+	switch {
+	case delay < 0:
+		return "TOLLGATE_SHUTDOWN_DELAY: must not be negative (0 turns it off)"
+	case timeout > 0 && delay >= timeout:
+		return fmt.Sprintf("TOLLGATE_SHUTDOWN_DELAY: %s must be below TOLLGATE_SHUTDOWN_TIMEOUT (%s), which it is part of; lower it (0 turns it off) or raise the timeout", delay, timeout)
+	}
+	return ""
+}
+
+// DelayShutdown keeps the servers serving for delay after the program has reported
+// not-ready: a load balancer learns of it only at its next health check (a Kubernetes
+// Service at its next readiness probe), and until then sends new connections, which
+// must be answered, not refused.
+func DelayShutdown(delay time.Duration, log *slog.Logger) {
+	if delay <= 0 {
+		return
+	}
+	log.Info("draining: still serving until load balancers notice", "delay", delay)
+	time.Sleep(delay)
+}
+
 // Every calls do every interval (the first time one interval after it starts) until ctx
 // ends, then returns nil: the Run of a loop whose whole work is a periodic task.
 func Every(ctx context.Context, interval time.Duration, do func(context.Context)) error {

@@ -152,3 +152,24 @@ func TestEvery(t *testing.T) {
 		t.Fatal("Every did not return when its context ended")
 	}
 }
+
+func TestValidateShutdownDelay(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		delay, timeout time.Duration
+		problem        string // "" when valid
+	}{
+		{"the default", lifecycle.DefaultShutdownDelay, 20 * time.Second, ""},
+		{"off", 0, time.Second, ""},
+		{"negative", -time.Second, 20 * time.Second, "must not be negative"},
+		{"the whole timeout", 5 * time.Second, 5 * time.Second, "5s must be below TOLLGATE_SHUTDOWN_TIMEOUT (5s)"},
+		{"past the timeout", 5 * time.Second, 2 * time.Second, "5s must be below TOLLGATE_SHUTDOWN_TIMEOUT (2s)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := lifecycle.ValidateShutdownDelay(tc.delay, tc.timeout)
+			if (tc.problem == "") != (got == "") || !strings.Contains(got, tc.problem) {
+				t.Fatalf("%q, want %q", got, tc.problem)
+			}
+		})
+	}
+}

@@ -103,6 +103,7 @@ func New(t testing.TB, opts Options) *Env {
 	cfg.Redis.Prefix = layout.Prefix
 	cfg.GenerationPoll = 20 * time.Millisecond
 	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.ShutdownDelay = 0 // no load balancer in front to wait for
 	if opts.FailOpen {
 		cfg.FailureMode = "open"
 	}

@@ -106,6 +106,9 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 			return envOr(getenv, k, demoAdminEmail)
 		case "TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR":
 			return spoolDir
+		case "TOLLGATE_SHUTDOWN_DELAY":
+			// No load balancer to wait for: Ctrl-C stops at once.
+			return envOr(getenv, k, "0s")
 		}
 		if !c.ForwardAuth && !c.NoProxy {
 			// The enforcer's gateway is the demo's inference proxy, in front of the fake
