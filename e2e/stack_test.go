@@ -229,6 +229,9 @@ func (s *stack) startEnforcer(t testing.TB, env ...map[string]string) *enforcer 
 		// and enforcer/app): on that shared machine one start batch once took 882ms, and
 		// its request was answered 503 where the test wanted it proxied.
 		"TOLLGATE_ENFORCER_START_DEADLINE": "2s",
+		// And a check's whole wait when its caller sends no deadline (HTTP /check, the
+		// gateway; default 800ms, tested in enforcer/gate and enforcer/app).
+		"TOLLGATE_ENFORCER_CHECK_TIMEOUT": "5s",
 	}
 	maps.Copy(vars, s.redisEnv())
 	for _, m := range env {

@@ -228,11 +228,14 @@ func New(d Deps) *Enforcer {
 	e.Tracker.UseContainerSessions(containersession.New(d.Redis, d.Layout, cfg.RedisCheckTimeout))
 	e.Starts = startq.New(cp, e.Settle, startq.Config{Capacity: cfg.StartCapacity, PerMember: cfg.StartPerMember,
 		Deadline: cfg.StartDeadline, Workers: d.StartWorkers}, e.Tracker.SettleOrphan, m, log)
-	e.Identity = identity.New(cp, identity.Config{TTL: cfg.IdentityTTL}, d.Clock, m, log)
-	e.Records = record.New(d.Redis, d.Layout, cp, record.Config{GenerationPoll: cfg.GenerationPoll, RedisTimeout: cfg.RedisCheckTimeout}, m, log)
+	// An Authenticate or a Resolve call is shared by the checks that wait on it and
+	// outlives the one that started it, so it gets no longer than a check may wait at all.
+	e.Identity = identity.New(cp, identity.Config{TTL: cfg.IdentityTTL, CallTimeout: cfg.CheckTimeout}, d.Clock, m, log)
+	e.Records = record.New(d.Redis, d.Layout, cp, record.Config{GenerationPoll: cfg.GenerationPoll, RedisTimeout: cfg.RedisCheckTimeout,
+		ResolveTimeout: cfg.CheckTimeout}, m, log)
 	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
 		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL,
-		Speculate: cfg.Speculate()})
+		Speculate: cfg.Speculate(), CheckTimeout: cfg.CheckTimeout})
 
 	// ext_authz requests are decoded only as far as Check reads them (credentials,
 	// Accept-Encoding, Bedrock's tier headers, path, host, body), and refusals sent as

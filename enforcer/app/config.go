@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/cpclient"
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
@@ -68,6 +69,9 @@ type Config struct {
 	LogFormat string
 	// LogLevel is debug, info, warn or error (TOLLGATE_LOG_LEVEL).
 	LogLevel string
+	// CheckTimeout bounds a check's waits on Redis and the control plane altogether when
+	// its caller sends no deadline (TOLLGATE_ENFORCER_CHECK_TIMEOUT); gate.Deps.CheckTimeout.
+	CheckTimeout time.Duration
 	// ShutdownTimeout bounds the drain on SIGTERM (TOLLGATE_SHUTDOWN_TIMEOUT).
 	ShutdownTimeout time.Duration
 	// ShutdownDelay is how long, within ShutdownTimeout, the servers go on serving after
@@ -211,6 +215,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.SpeculativeStarts, "speculative-starts", env("TOLLGATE_ENFORCER_SPECULATIVE_STARTS", "on"), "on: a check sends its durable start beside its record read, on the member's last-known record, and voids it uncharged when the fresh record refuses or differs; off: after it (TOLLGATE_ENFORCER_SPECULATIVE_STARTS)")
 	fs.IntVar(&c.StartCapacity, "start-capacity", intEnv("TOLLGATE_ENFORCER_START_CAPACITY", 4096), "most write-ahead starts queued at once (TOLLGATE_ENFORCER_START_CAPACITY)")
 	fs.IntVar(&c.StartPerMember, "start-per-member", intEnv("TOLLGATE_ENFORCER_START_PER_MEMBER", 256), "most write-ahead starts of one member queued at once (TOLLGATE_ENFORCER_START_PER_MEMBER)")
+	fs.DurationVar(&c.CheckTimeout, "check-timeout", durationEnv("TOLLGATE_ENFORCER_CHECK_TIMEOUT", gate.DefaultCheckTimeout), "longest a check waits on Redis and the control plane altogether, when its caller sends no deadline (HTTP /check, the gateway; a gRPC check's deadline, Envoy's grpc-timeout, less a margin bounds it otherwise); past it the check is answered by the failure mode (503 in closed mode, admitted in open mode); keep it under the proxy's check timeout (TOLLGATE_ENFORCER_CHECK_TIMEOUT)")
 	fs.DurationVar(&c.StartDeadline, "start-deadline", durationEnv("TOLLGATE_ENFORCER_START_DEADLINE", 500*time.Millisecond), "longest wait for a durable start; keep it under the proxy's check timeout (TOLLGATE_ENFORCER_START_DEADLINE)")
 	fs.IntVar(&c.SettleCapacity, "settle-capacity", intEnv("TOLLGATE_ENFORCER_SETTLE_CAPACITY", 100_000), "most settlements queued plus reserved (TOLLGATE_ENFORCER_SETTLE_CAPACITY)")
 	fs.DurationVar(&c.SettleLinger, "settle-linger", durationEnv("TOLLGATE_ENFORCER_SETTLE_LINGER", settleq.DefaultConfig.Linger), "how long a settlement call waits to gather more settlements; later spend in the mirror for less control-plane CPU; 0 sends at once (TOLLGATE_ENFORCER_SETTLE_LINGER)")
@@ -330,6 +335,7 @@ func (c Config) validate() []string {
 		{"TOLLGATE_ENFORCER_START_CAPACITY: must be positive", c.StartCapacity > 0},
 		{"TOLLGATE_ENFORCER_START_PER_MEMBER: must be positive and at most the start capacity", c.StartPerMember > 0 && c.StartPerMember <= c.StartCapacity},
 		{"TOLLGATE_ENFORCER_START_DEADLINE: must be positive", c.StartDeadline > 0},
+		{"TOLLGATE_ENFORCER_CHECK_TIMEOUT: must be between 50ms and 1m", c.CheckTimeout >= 50*time.Millisecond && c.CheckTimeout <= time.Minute},
 		{"TOLLGATE_ENFORCER_SETTLE_CAPACITY: must be at least the start capacity (every queued start reserves a settlement)", c.SettleCapacity >= c.StartCapacity},
 		{"TOLLGATE_ENFORCER_ABANDON_AFTER: must be at least 1m", c.AbandonAfter >= time.Minute},
 		{"TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES: must be at least 1048576 (1 MiB)", c.SettleSpoolMaxBytes >= 1<<20},

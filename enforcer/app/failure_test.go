@@ -2,12 +2,24 @@ package app_test
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -288,4 +300,109 @@ func TestRedisStalledClosedModeAnswersWithinTheCheckTimeout(t *testing.T) {
 		r, err := e.Authz.Check(context.Background(), enforcertest.CheckRequest(map[string]string{"x-api-key": fresh.key}))
 		return err == nil && r.GetStatus().GetCode() == 0
 	})
+}
+
+// envoyExtAuthzTimeout is the ext_authz timeout of deploy/envoy/envoy.yaml
+// (grpc_service.timeout: 1s) and of the chart's Envoy Gateway SecurityPolicy
+// (extAuth.timeout: 1s), both with failure_mode_allow false: the enforcer's own failure
+// mode decides, provided it answers within that.
+const envoyExtAuthzTimeout = time.Second
+
+// TestControlPlaneSilentAnswersBeforeTheProxyGivesUp: a control plane that accepts
+// connections and never answers (a partition, a blackholed route, a control plane stuck
+// on Postgres) costs a check with an identity-cache miss less than the proxy's check
+// timeout: the check is answered by the failure mode (open: admitted; closed: the
+// documented 503), not given up on by Envoy, whose own 503 made open mode behave as
+// closed. Over gRPC the check's deadline is Envoy's grpc-timeout; over HTTP /check,
+// which carries none, TOLLGATE_ENFORCER_CHECK_TIMEOUT (default 800ms).
+func TestControlPlaneSilentAnswersBeforeTheProxyGivesUp(t *testing.T) {
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hole.Close()
+	var held sync.WaitGroup
+	defer held.Wait()
+	go func() {
+		for {
+			c, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			held.Go(func() { // read and never answer, until the test ends
+				_, _ = io.Copy(io.Discard, c)
+				c.Close()
+			})
+		}
+	}()
+	for _, mode := range []string{"open", "closed"} {
+		t.Run(mode, func(t *testing.T) {
+			_, layout := testredis.New(t)
+			env := envOf(map[string]string{
+				"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
+				"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0",
+				"TOLLGATE_CONTROLPLANE_ADDR": hole.Addr().String(), "TOLLGATE_INTERNAL_TOKEN": "test-internal-token-0123456789abcdef",
+				"TOLLGATE_FAILURE_MODE": mode, "TOLLGATE_SHUTDOWN_TIMEOUT": "3s", "TOLLGATE_SHUTDOWN_DELAY": "0s",
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			logs := &testio.SyncBuffer{}
+			done := make(chan error, 1)
+			go func() { done <- app.Run(ctx, []string{"serve"}, env, app.IO{Stdout: io.Discard, Stderr: logs}) }()
+			defer func() {
+				cancel()
+				select {
+				case <-done:
+				case <-time.After(20 * time.Second):
+					t.Error("Run did not stop")
+				}
+				if t.Failed() {
+					t.Logf("enforcer logs:\n%s", logs.String())
+				}
+			}()
+			addrs := map[string]string{}
+			re := regexp.MustCompile(`msg=listening server=(\w+) addr=(\S+)`)
+			enforcertest.WaitFor(t, "listeners", func() bool {
+				for _, m := range re.FindAllStringSubmatch(logs.String(), -1) {
+					addrs[m[1]] = m[2]
+				}
+				return len(addrs) == 3
+			})
+			conn, err := grpc.NewClient(addrs["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			key, _ := credential.New(credential.APIKeyPrefix)
+
+			// Envoy's call: its grpc-timeout is the ext_authz timeout.
+			cctx, ccancel := context.WithTimeout(context.Background(), envoyExtAuthzTimeout)
+			defer ccancel()
+			start := time.Now()
+			resp, err := authv3.NewAuthorizationClient(conn).Check(cctx, enforcertest.CheckRequest(map[string]string{"x-api-key": key}))
+			if err != nil {
+				t.Fatalf("the check was not answered within Envoy's ext_authz timeout (%s): %v after %s; Envoy answers 503 itself",
+					envoyExtAuthzTimeout, err, time.Since(start).Round(time.Millisecond))
+			}
+			if mode == "open" {
+				okResponse(t, resp)
+			} else if hs := headerMap(denied(t, resp, 503)); hs["X-Service-Error-Code"] != "service_gateway_accounting_unavailable" {
+				t.Fatalf("headers %v", hs)
+			}
+
+			// A forward-auth proxy's call carries no deadline.
+			req, _ := http.NewRequest(http.MethodGet, "http://"+addrs["http"]+"/check", nil)
+			req.Header.Set("x-api-key", key)
+			start = time.Now()
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			took := time.Since(start)
+			want := map[string]int{"open": 200, "closed": 503}[mode]
+			if res.StatusCode != want || took >= envoyExtAuthzTimeout {
+				t.Fatalf("HTTP /check answered %d after %s, want %d within %s", res.StatusCode, took.Round(time.Millisecond), want, envoyExtAuthzTimeout)
+			}
+		})
+	}
 }

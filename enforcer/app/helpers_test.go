@@ -3,9 +3,6 @@ package app_test
 import (
 	"net/http"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 )
@@ -20,5 +17,3 @@ var (
 	httpNewRequest = func(method, url string) (*http.Request, error) { return http.NewRequest(method, url, nil) }
 	httpDo         = http.DefaultClient.Do
 )
-
-func grpcCode(err error) codes.Code { return status.Code(err) }

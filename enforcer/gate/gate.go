@@ -99,6 +99,36 @@ type Deps struct {
 	// Speculate sends a check's durable start beside its record read, on the member's
 	// last-known record (speculate.go).
 	Speculate bool
+	// CheckTimeout bounds a check's waits on Redis and the control plane altogether when
+	// its caller set no deadline (HTTP /check, the gateway); 0: DefaultCheckTimeout. A
+	// caller's deadline (Envoy's grpc-timeout) bounds them otherwise (callsContext).
+	CheckTimeout time.Duration
+}
+
+// DefaultCheckTimeout is CheckTimeout's default: clearly under the 1s check timeout of
+// the proxies in deploy/ (Envoy's ext_authz, the chart's SecurityPolicy), so that a check
+// is answered by the enforcer (admitted in open mode, 503 with its error code in closed
+// mode), not given up on by the proxy, whose own 503 ignores the failure mode.
+const DefaultCheckTimeout = 800 * time.Millisecond
+
+// answerMargin is the most a check keeps of its caller's deadline for answering: its
+// waits end that much (or a tenth of the time left, when less) before the deadline.
+const answerMargin = 100 * time.Millisecond
+
+// callsContext is the context of a check's calls (identity, record, start): it ends
+// before the caller's deadline by the answer's margin, or after CheckTimeout when the
+// caller set none. Its end is a failure like the control plane's or Redis's, answered
+// by the failure mode; the caller's own end (ctx) still means nobody waits for an answer.
+func (g *Gate) callsContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		return context.WithDeadline(ctx, dl.Add(-min(left/10, answerMargin)))
+	}
+	timeout := g.CheckTimeout
+	if timeout <= 0 {
+		timeout = DefaultCheckTimeout
+	}
+	return context.WithTimeout(ctx, timeout)
 }
 
 // Gate answers checks.
@@ -337,7 +367,10 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 	if !ok {
 		return Refusal(ReasonNoCredential), nil
 	}
-	id, err := g.Identity.Lookup(ctx, kind, secret)
+	// Every wait below ends with calls; ctx.Err() still tells whether the caller left.
+	calls, cancel := g.callsContext(ctx)
+	defer cancel()
+	id, err := g.Identity.Lookup(calls, kind, secret)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Answer{}, ctx.Err()
@@ -363,8 +396,9 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 	keep := g.Blocks.before(gen, genOK)
 
 	spec := g.speculate(ctx, &id, h, g.Clock.Now(), gen, genOK)
-	defer func() { g.drop(spec, ctx.Err() == nil) }()
-	rec, err := g.readRecord(ctx, &id, recordWait)
+	// Past the check's deadline (calls), nothing more is waited for: not even the void.
+	defer func() { g.drop(spec, calls.Err() == nil) }()
+	rec, err := g.readRecord(calls, &id, recordWait)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Answer{}, ctx.Err()
@@ -382,7 +416,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 		d := decision.Decide(rec.Record, now, rec.Authoritative)
 		if d.Result == decision.Unknown && !rec.Authoritative {
 			// The mirror does not know a current window (written before it began).
-			if rec, err = g.resolveRecord(ctx, &id, recordWait); err != nil {
+			if rec, err = g.resolveRecord(calls, &id, recordWait); err != nil {
 				if ctx.Err() != nil {
 					return Answer{}, ctx.Err()
 				}
@@ -402,7 +436,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 			return g.failure(ReasonControlPlane, &id, nil), nil
 		}
 
-		a, retry, err := g.admit(ctx, &id, &d, now, h, spec)
+		a, retry, err := g.admit(ctx, calls, &id, &d, now, h, spec)
 		if err != nil || !retry {
 			return a, err
 		}
@@ -413,7 +447,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 		}
 		// The start was refused for an old tracking version: the mirror is behind the
 		// capture fence. Decide again on the control plane's current record.
-		if rec, err = g.resolveRecord(ctx, &id, recordWait); err != nil {
+		if rec, err = g.resolveRecord(calls, &id, recordWait); err != nil {
 			if ctx.Err() != nil {
 				return Answer{}, ctx.Err()
 			}
@@ -451,17 +485,18 @@ func (g *Gate) startItem(id *identity.Identity, d *decision.Decision, now time.T
 }
 
 // admit makes the start durable and answers 200: spec's start when it is the one d makes
-// (speculate.go), else its own. retry asks the caller to decide again on a fresher
-// record (the start was refused for an old tracking version).
-func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Decision, now time.Time, h Hint, spec *speculation) (a Answer, retry bool, err error) {
+// (speculate.go), else its own, waiting for it no longer than calls (ctx is the caller's).
+// retry asks the caller to decide again on a fresher record (the start was refused for
+// an old tracking version).
+func (g *Gate) admit(ctx, calls context.Context, id *identity.Identity, d *decision.Decision, now time.Time, h Hint, spec *speculation) (a Answer, retry bool, err error) {
 	item, basis := g.startItem(id, d, now, h)
-	out, used := g.take(spec, item)
+	out, used := g.take(calls, spec, item)
 	if used {
 		item, basis, now = spec.item, spec.basis, spec.at
 	} else {
 		g.drop(spec, true) // gone before this start is made: it must not count against it
 		item.RequestId = typeid.New(RequestPrefix)
-		out = submit(ctx, item, g.Starts.Submit)
+		out = submit(calls, item, g.Starts.Submit)
 	}
 	if basis != "" {
 		g.Metrics.Reservations.WithLabelValues(basis).Inc()
@@ -474,6 +509,9 @@ func (g *Gate) admit(ctx context.Context, id *identity.Identity, d *decision.Dec
 			return Answer{}, false, ctx.Err()
 		}
 		reason := startFailure(startq.Reason(err))
+		if calls.Err() != nil {
+			reason = ReasonStartQueueDeadline // the check's own deadline, not its caller's
+		}
 		g.startFailed.Log(g.Log, slog.LevelWarn, "write-ahead start failed", "reason", reason, "error", err)
 		return g.failOpenAdmit(reason, id, d, snap, reqID), false, nil
 	}

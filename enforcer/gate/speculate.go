@@ -120,8 +120,10 @@ func (g *Gate) speculate(ctx context.Context, id *identity.Identity, h Hint, now
 
 // take returns the speculative start's answer when item is the start the check would
 // make now (the fresh decision's); false otherwise, and the caller makes item's start
-// itself.
-func (g *Gate) take(s *speculation, item *internalv1.StartItem) (started, bool) {
+// itself. When calls ends first (the check's deadline), the start is left as by a caller
+// that left (drop), and false is returned: the caller's own start then fails at once,
+// under a request id of its own (this one's start may yet be recorded, then voided).
+func (g *Gate) take(calls context.Context, s *speculation, item *internalv1.StartItem) (started, bool) {
 	if s == nil || s.over {
 		return started{}, false
 	}
@@ -130,7 +132,13 @@ func (g *Gate) take(s *speculation, item *internalv1.StartItem) (started, bool) 
 		return started{}, false
 	}
 	s.over = true
-	<-s.done
+	select {
+	case <-s.done:
+	case <-calls.Done():
+		s.over = false
+		g.drop(s, false)
+		return started{}, false
+	}
 	g.Metrics.SpeculativeStarts.WithLabelValues("used").Inc()
 	return s.out, true
 }

@@ -2,6 +2,7 @@ package gate_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -83,5 +84,86 @@ func TestAnswerTimesTheRecordAndTheStart(t *testing.T) {
 	a, err := newGate(&slowRecords{fakeRecords: fakeRecords{rec: withinRecord}}).Check(context.Background(), gate.Credentials{})
 	if err != nil || a.Status != 401 || a.RecordWait != 0 || a.StartWait != 0 {
 		t.Fatalf("no credential: %+v %v", a, err)
+	}
+}
+
+// silentIdentities answers only when its caller's context ends: a control plane that
+// accepts the call and never answers (a partition, a control plane stuck on Postgres).
+type silentIdentities struct{}
+
+func (silentIdentities) Lookup(ctx context.Context, _ internalv1.CredentialKind, _ string) (identity.Identity, error) {
+	<-ctx.Done()
+	return identity.Identity{}, ctx.Err()
+}
+
+// silentStarts leaves a start unanswered until its caller's context ends (startq's
+// Submit leaves a queued start then); its speculative starts are fakeStarts'.
+type silentStarts struct{ fakeStarts }
+
+func (s *silentStarts) Submit(ctx context.Context, _ *internalv1.StartItem) (startq.Result, *settleq.Reservation, error) {
+	<-ctx.Done()
+	return startq.Result{}, nil, ctx.Err()
+}
+
+// A check waits on the control plane no longer than its caller's deadline (Envoy's
+// grpc-timeout) less a margin, or than CheckTimeout when its caller set none: it is then
+// answered by the failure mode (open: admitted; closed: 503), before the proxy gives up
+// on it and answers its own 503 whatever the failure mode. The identity, the own start
+// and the speculative start are each the wait that does not end.
+func TestCheckAnswersWithinItsDeadline(t *testing.T) {
+	const deadline, checkTimeout = 300 * time.Millisecond, 150 * time.Millisecond
+	found := &fakeIdentities{id: identity.Identity{Found: true, Active: true, OrganizationID: orgID, MemberID: memberID}}
+	cases := []struct {
+		name   string
+		deps   func(*gate.Deps, chan struct{})
+		caller bool // the caller sets a deadline
+		reason gate.Reason
+		bound  time.Duration // the answer comes before it
+	}{
+		{"identity, caller's deadline", func(d *gate.Deps, _ chan struct{}) { d.Identity = silentIdentities{} }, true, gate.ReasonControlPlane, deadline},
+		// CheckTimeout itself, and the answer (without a caller's deadline, no margin is kept).
+		{"identity, no deadline", func(d *gate.Deps, _ chan struct{}) { d.Identity = silentIdentities{} }, false, gate.ReasonControlPlane, checkTimeout + 100*time.Millisecond},
+		{"own start, caller's deadline", func(d *gate.Deps, _ chan struct{}) { d.Starts = &silentStarts{} }, true, gate.ReasonStartQueueDeadline, deadline},
+		{"speculative start, caller's deadline", func(d *gate.Deps, hold chan struct{}) {
+			d.Speculate = true
+			d.Records = &fakeRecords{rec: withinRecord, last: withinRecord, gen: "g1", genOK: true}
+			// The speculative start is held; the check's own is left when its deadline ends.
+			d.Starts = &silentStarts{fakeStarts{outcomes: []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_RECORDED}, hold: hold}}
+		}, true, gate.ReasonStartQueueDeadline, deadline},
+	}
+	for _, c := range cases {
+		for _, open := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, open %v", c.name, open), func(t *testing.T) {
+				hold := make(chan struct{})
+				defer close(hold)
+				d := gate.Deps{Identity: found, Records: &fakeRecords{rec: withinRecord},
+					Starts: &fakeStarts{outcomes: []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_RECORDED}},
+					Settle: &fakeSettlements{}, Inflight: &fakeInFlight{}, Clock: clock.NewManual(now), Metrics: metrics.New(prometheus.NewRegistry()),
+					Log: slog.New(slog.NewTextHandler(io.Discard, nil)), FailOpen: open, CheckTimeout: checkTimeout}
+				c.deps(&d, hold)
+				ctx := context.Background()
+				if c.caller {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, deadline)
+					defer cancel()
+				}
+				start := time.Now()
+				a, err := gate.New(d).Check(ctx, gate.Credentials{APIKey: "tgk_key"})
+				took := time.Since(start)
+				if err != nil {
+					t.Fatalf("not answered: %v after %s", err, took)
+				}
+				if took >= c.bound {
+					t.Fatalf("answered after %s, past %s", took, c.bound)
+				}
+				want := gate.Unavailable
+				if open {
+					want = gate.FailOpen
+				}
+				if a.Decision != want || a.Reason != c.reason {
+					t.Fatalf("answer %s %s, want %s %s", a.Decision, a.Reason, want, c.reason)
+				}
+			})
+		}
 	}
 }

@@ -53,7 +53,12 @@ type Config struct {
 }
 
 // DefaultConfig: a revoked key stops working within 30s even if its invalidation is lost.
-var DefaultConfig = Config{TTL: 30 * time.Second, NegativeTTL: 5 * time.Second, MaxEntries: 100_000, CallTimeout: 2 * time.Second}
+// A call gets 500ms: a check waits on it, and the proxies in deploy/ give a check 1s in
+// all (the check's own deadline, gate.DefaultCheckTimeout, bounds its whole wait); the
+// call is shared by the checks presenting the credential, so a control plane that does
+// not answer is asked again soon rather than waited on for longer than any check. The
+// enforcer sets it to TOLLGATE_ENFORCER_CHECK_TIMEOUT.
+var DefaultConfig = Config{TTL: 30 * time.Second, NegativeTTL: 5 * time.Second, MaxEntries: 100_000, CallTimeout: 500 * time.Millisecond}
 
 // Cache maps credential hashes to identities.
 type Cache struct {

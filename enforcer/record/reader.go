@@ -50,8 +50,9 @@ type Config struct {
 }
 
 // DefaultConfig: a flushed Redis is noticed within a second; until then a flushed
-// record is simply missing, which resolves as well.
-var DefaultConfig = Config{GenerationPoll: time.Second, ResolveTimeout: 2 * time.Second, RedisTimeout: 250 * time.Millisecond, LastKnown: 100_000,
+// record is simply missing, which resolves as well. A Resolve gets 500ms, as an
+// identity's Authenticate does (identity.DefaultConfig says why).
+var DefaultConfig = Config{GenerationPoll: time.Second, ResolveTimeout: 500 * time.Millisecond, RedisTimeout: 250 * time.Millisecond, LastKnown: 100_000,
 	PipelineWorkers: 4, PipelineMax: 64}
 
 // Reader reads member records.

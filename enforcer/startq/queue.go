@@ -275,11 +275,18 @@ func (q *Queue) submit(ctx context.Context, item *internalv1.StartItem, withdraw
 // sendOwn makes the Start call of a start that found nothing queued and a call free,
 // in its caller's goroutine: handing it to a worker and its answer back would add two
 // goroutine switches to the check's latency (BenchmarkGateway). The caller cannot
-// leave while its own call is out; the call ends by the deadline, and if the caller's
-// context ended meanwhile, or the call failed past the deadline, the start is handled
-// as one whose caller left while it was sent (an orphan when it may be durable).
+// leave while its own call is out; the call ends by the deadline, or by ctx's deadline
+// when sooner (a check's, which must be answered before its proxy gives up: a queued
+// start's caller leaves then too), and if the caller's context ended meanwhile, or the
+// call failed past either deadline, the start is handled as one whose caller left while
+// it was sent (an orphan when it may be durable).
 func (q *Queue) sendOwn(ctx context.Context, w *waiter, withdrawable bool) (Result, *settleq.Reservation, error) {
-	q.send(ctx, []*waiter{w})
+	timeout := q.cfg.Deadline
+	callerDeadline, bounded := ctx.Deadline()
+	if bounded {
+		timeout = min(timeout, time.Until(callerDeadline))
+	}
+	q.send(ctx, []*waiter{w}, timeout)
 	q.release()
 	q.own.Done()
 	o := <-w.done
@@ -287,7 +294,7 @@ func (q *Queue) sendOwn(ctx context.Context, w *waiter, withdrawable bool) (Resu
 	if withdrawable {
 		err = nil // sent: its caller takes its answer, whatever became of ctx
 	}
-	if err == nil && o.err != nil && time.Since(w.queued) >= q.cfg.Deadline {
+	if err == nil && o.err != nil && (time.Since(w.queued) >= q.cfg.Deadline || bounded && !time.Now().Before(callerDeadline)) {
 		// The call failed past the deadline (its own timeout, most likely): a caller
 		// waiting for a worker's call would have left at the deadline, and its start,
 		// which may be durable all the same, gone to the orphan handler. So does this one.
@@ -360,7 +367,7 @@ func (q *Queue) Run(ctx context.Context) error {
 				if q.acquire() {
 					batch := q.take()
 					if len(batch) > 0 {
-						q.send(ctx, batch)
+						q.send(ctx, batch, q.cfg.Deadline)
 						q.release()
 						continue
 					}
@@ -420,7 +427,7 @@ func (q *Queue) take() []*waiter {
 	return batch
 }
 
-func (q *Queue) send(ctx context.Context, batch []*waiter) {
+func (q *Queue) send(ctx context.Context, batch []*waiter, timeout time.Duration) {
 	q.m.StartBatchSize.Observe(float64(len(batch)))
 	req := &internalv1.StartRequest{Items: make([]*internalv1.StartItem, len(batch))}
 	for i, w := range batch {
@@ -428,7 +435,7 @@ func (q *Queue) send(ctx context.Context, batch []*waiter) {
 	}
 	// The call outlives any one caller (it carries many) and a stopping Run: an
 	// interrupted call leaves starts durable with nobody told.
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.cfg.Deadline)
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	resp, err := q.client.Start(callCtx, req)
 	cancel()
 	if err != nil {

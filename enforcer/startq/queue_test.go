@@ -27,6 +27,9 @@ type starter struct {
 	entered chan struct{}
 	err     error
 	outcome internalv1.StartOutcome
+	// silent: calls are answered only when their context ends (a control plane that
+	// accepts the call and never answers).
+	silent bool
 }
 
 func (s *starter) Start(ctx context.Context, in *internalv1.StartRequest, _ ...grpc.CallOption) (*internalv1.StartResponse, error) {
@@ -42,6 +45,10 @@ func (s *starter) Start(ctx context.Context, in *internalv1.StartRequest, _ ...g
 	}
 	if s.gate != nil {
 		<-s.gate
+	}
+	if s.silent {
+		<-ctx.Done()
+		return nil, ctx.Err()
 	}
 	if s.err != nil {
 		return nil, s.err
@@ -401,6 +408,28 @@ func TestOwnCallFailingPastTheDeadlineIsOrphaned(t *testing.T) {
 		if f.reserved() != 0 { // released: by the refusal, or by the orphan handler
 			t.Fatalf("late=%v: %d settlement slots still reserved", late, f.reserved())
 		}
+	}
+}
+
+// A caller's own call ends by the caller's deadline when it is sooner than the queue's:
+// a check must be answered before its proxy gives up on it (package gate). The start,
+// which may be durable, is orphaned as any start whose caller left while it was sent.
+func TestOwnCallEndsByTheCallersDeadline(t *testing.T) {
+	st := &starter{silent: true}
+	f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, _, err := f.q.Submit(ctx, item("silent", "m"))
+	if took := time.Since(start); err == nil || took > time.Second {
+		t.Fatalf("answered %v after %s; want an error at the caller's deadline (100ms), not the queue's (5s)", err, took)
+	}
+	waitFor := time.Now().Add(5 * time.Second)
+	for f.orphans.Load() != 1 || f.reserved() != 0 {
+		if time.Now().After(waitFor) {
+			t.Fatalf("%d orphans, %d settlement slots reserved; want 1 and 0", f.orphans.Load(), f.reserved())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
