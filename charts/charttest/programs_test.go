@@ -169,8 +169,12 @@ func TestChartRefusesWhatTheProgramsRefuse(t *testing.T) {
 		{"enforcer", "enforcer.redisCheckTimeout", "TOLLGATE_REDIS_CHECK_TIMEOUT", nil,
 			[]string{"0s", "5ms", "9.999ms", "10ms", "0.01s", "250ms", "10s", "10000ms", "10.001s", "30s"}},
 		{"enforcer", "enforcer.redisCheckTimeout", "TOLLGATE_REDIS_CHECK_TIMEOUT", sidecar, []string{"5ms", "1m"}},
-		{"enforcer", "enforcer.shutdownTimeout", "TOLLGATE_SHUTDOWN_TIMEOUT", nil, []string{"0s", "0ms", "1ms", "29s"}},
-		{"controlplane", "controlplane.shutdownTimeout", "TOLLGATE_SHUTDOWN_TIMEOUT", nil, []string{"0s", "0.0s", "1ms", "29s"}},
+		// Without the delay, which must be below the timeout (below).
+		{"enforcer", "enforcer.shutdownTimeout", "TOLLGATE_SHUTDOWN_TIMEOUT", []string{"--set", "enforcer.shutdownDelay=0s"}, []string{"0s", "0ms", "1ms", "29s"}},
+		{"controlplane", "controlplane.shutdownTimeout", "TOLLGATE_SHUTDOWN_TIMEOUT", []string{"--set", "controlplane.shutdownDelay=0s"}, []string{"0s", "0.0s", "1ms", "29s"}},
+		// The delay (serving, not ready, before the servers close) is part of the timeout.
+		{"enforcer", "enforcer.shutdownDelay", "TOLLGATE_SHUTDOWN_DELAY", nil, []string{"0s", "5s", "19.999s", "20s", "21s"}},
+		{"controlplane", "controlplane.shutdownDelay", "TOLLGATE_SHUTDOWN_DELAY", nil, []string{"0s", "5s", "20s"}},
 		{"controlplane", "controlplane.sessionTTL", "TOLLGATE_SESSION_TTL", nil, []string{"0s", "30s", "59.999s", "1m", "60s", "720h"}},
 		{"controlplane", "controlplane.retention.interval", "TOLLGATE_RETENTION_INTERVAL", nil, []string{"0s", "1s", "59s", "1m", "24h"}},
 		{"controlplane", "controlplane.retention.age", "TOLLGATE_RETENTION_AGE", retention, []string{"168h", "744h59m59s", "745h", "2160h"}},

@@ -286,7 +286,7 @@ func TestValuesAccepted(t *testing.T) {
 			"--set", "enforcer.gateway.maxStreams=100000", "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.resources.limits=null"}},
 		{"drains within longer grace periods", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.shutdownTimeout=1m30s", "--set", "enforcer.terminationGracePeriodSeconds=91",
 			"--set", "controlplane.shutdownTimeout=1.5m", "--set", "controlplane.terminationGracePeriodSeconds=120"}},
-		{"a sidecar's sub-second drain", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.mode=sidecar", "--set", "enforcer.shutdownTimeout=999ms", "--set", "enforcer.terminationGracePeriodSeconds=1"}},
+		{"a sidecar's sub-second drain", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.mode=sidecar", "--set", "enforcer.shutdownTimeout=999ms", "--set", "enforcer.shutdownDelay=0s", "--set", "enforcer.terminationGracePeriodSeconds=1"}},
 		{"GOMEMLIMIT lowered with the memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.limits.memory=128Mi", "--set", "enforcer.goRuntime.memoryLimit=100MiB",
 			"--set", "controlplane.resources.limits.memory=256Mi", "--set", "controlplane.goRuntime.memoryLimit=200MiB"}},
 		{"GOMEMLIMIT of extraEnv below a raised memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.resources.limits.memory=1Gi",
