@@ -161,6 +161,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	}
 	if k&databaseKnobs != 0 {
 		fs.StringVar(&c.DatabaseURL, "database-url", env("TOLLGATE_DATABASE_URL", DefaultDatabaseURL), "Postgres URL (TOLLGATE_DATABASE_URL)")
+		envflag.HideDefaults(fs, "database-url")
 	}
 	if k&redisKnobs != 0 {
 		c.Redis.Register(fs, e)
@@ -178,6 +179,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ADMIN_ADDR)")
 		fs.StringVar(&admins, "platform-admin-emails", getenv("TOLLGATE_PLATFORM_ADMIN_EMAILS"), "comma-separated emails added to the platform-admin allowlist at start (TOLLGATE_PLATFORM_ADMIN_EMAILS)")
 		fs.StringVar(&c.InternalToken, "internal-token", getenv("TOLLGATE_INTERNAL_TOKEN"), "shared secret enforcers present on the internal API (TOLLGATE_INTERNAL_TOKEN)")
+		envflag.HideDefaults(fs, "internal-token")
 	}
 	if k&logKnobs != 0 {
 		fs.StringVar(&c.LogFormat, "log-format", env("TOLLGATE_LOG_FORMAT", "text"), "log format: text or json (TOLLGATE_LOG_FORMAT)")

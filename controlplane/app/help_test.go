@@ -93,3 +93,22 @@ func TestSubcommandIgnoresOtherKnobs(t *testing.T) {
 		t.Fatalf("migrate with a bad database URL and bad serve knobs: %v, want only the database URL reported", err)
 	}
 }
+
+// Secrets read from the environment never reach -h (nor the usage a mistyped flag
+// writes to the logs): the internal token, the database's and Redis's passwords.
+func TestHelpNeverPrintsSecrets(t *testing.T) {
+	env := envOf(map[string]string{"TOLLGATE_INTERNAL_TOKEN": "tok-s3cret-0123456789abcdef",
+		"TOLLGATE_DATABASE_URL": "postgres://tollgate:pg-pa55@db:5432/tollgate", "TOLLGATE_REDIS_URL": "redis://:redis-pa55@r:6379/0"})
+	for _, args := range [][]string{{"serve", "-h"}, {"serve", "--no-such-flag"}, {"migrate", "-h"}, {"resync", "-h"}} {
+		var out bytes.Buffer
+		_ = app.Run(context.Background(), args, env, app.IO{Stdout: &out, Stderr: &out})
+		for _, secret := range []string{"tok-s3cret", "pg-pa55", "redis-pa55"} {
+			if strings.Contains(out.String(), secret) {
+				t.Errorf("%v prints %q:\n%s", args, secret, out.String())
+			}
+		}
+		if !strings.Contains(out.String(), "TOLLGATE_DATABASE_URL") {
+			t.Errorf("%v printed no help:\n%s", args, out.String())
+		}
+	}
+}

@@ -198,3 +198,21 @@ func TestRunRefusesASpoolDirectoryInUse(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// Secrets read from the environment never reach -h (nor the usage a mistyped flag
+// writes to the logs): the internal token, the Redis URL's password.
+func TestHelpNeverPrintsSecrets(t *testing.T) {
+	env := envOf(map[string]string{"TOLLGATE_INTERNAL_TOKEN": "tok-s3cret-0123456789abcdef", "TOLLGATE_REDIS_URL": "redis://:redis-pa55@r:6379/0"})
+	for _, args := range [][]string{{"-h"}, {"--no-such-flag"}} {
+		var out bytes.Buffer
+		_ = app.Run(context.Background(), args, env, app.IO{Stdout: &out, Stderr: &out})
+		for _, secret := range []string{"tok-s3cret", "redis-pa55"} {
+			if strings.Contains(out.String(), secret) {
+				t.Errorf("%v prints %q:\n%s", args, secret, out.String())
+			}
+		}
+		if !strings.Contains(out.String(), "TOLLGATE_INTERNAL_TOKEN") {
+			t.Errorf("%v printed no help:\n%s", args, out.String())
+		}
+	}
+}

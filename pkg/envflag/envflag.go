@@ -5,7 +5,9 @@
 package envflag
 
 import (
+	"flag"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -78,4 +80,23 @@ func List(v string) []string {
 		}
 	}
 	return out
+}
+
+// HideDefaults keeps secrets out of the flags' help: a flag's default comes from the
+// environment, and the flag package prints non-empty defaults in -h, and in the usage
+// it writes to stderr (the logs) after a mistyped flag. Each named flag's printed
+// default becomes its value's redacted form: a URL with its password as "xxxxx"
+// (url.URL.Redacted), anything else nothing at all. What the flag holds is unchanged.
+func HideDefaults(fs *flag.FlagSet, names ...string) {
+	for _, name := range names {
+		f := fs.Lookup(name)
+		if f == nil {
+			panic("envflag.HideDefaults: no flag " + name) // a programming error
+		}
+		if u, err := url.Parse(f.DefValue); err == nil && u.Scheme != "" && u.Host != "" {
+			f.DefValue = u.Redacted()
+			continue
+		}
+		f.DefValue = ""
+	}
 }

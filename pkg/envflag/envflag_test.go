@@ -1,7 +1,9 @@
 package envflag
 
 import (
+	"flag"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -29,5 +31,31 @@ func TestEnv(t *testing.T) {
 	}
 	if got := List(" a, ,b ,"); !reflect.DeepEqual(got, []string{"a", "b"}) {
 		t.Fatalf("List %v", got)
+	}
+}
+
+// A secret's default (read from the environment) is never printed: a URL's password
+// becomes "xxxxx", any other value disappears; the flags keep their values.
+func TestHideDefaults(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	var token, db, plain string
+	fs.StringVar(&token, "token", "s3cret-token", "a token")
+	fs.StringVar(&db, "db", "postgres://u:pa55word@db:5432/x", "a URL")
+	fs.StringVar(&plain, "plain", "shown", "not a secret")
+	HideDefaults(fs, "token", "db")
+	var out strings.Builder
+	fs.SetOutput(&out)
+	fs.PrintDefaults()
+	help := out.String()
+	for _, secret := range []string{"s3cret-token", "pa55word"} {
+		if strings.Contains(help, secret) {
+			t.Errorf("help prints %q:\n%s", secret, help)
+		}
+	}
+	if !strings.Contains(help, "postgres://u:xxxxx@db:5432/x") || !strings.Contains(help, `"shown"`) {
+		t.Errorf("help lost what is no secret:\n%s", help)
+	}
+	if token != "s3cret-token" || db != "postgres://u:pa55word@db:5432/x" {
+		t.Errorf("values changed: %q %q", token, db)
 	}
 }

@@ -53,6 +53,7 @@ type Config struct {
 // after parsing.
 func (c *Config) Register(fs *flag.FlagSet, env *envflag.Env) {
 	fs.StringVar(&c.URL, "redis-url", env.String("TOLLGATE_REDIS_URL", DefaultURL), "Redis URL of the mirror; in sentinel/cluster mode only its credentials, TLS and database are used (TOLLGATE_REDIS_URL)")
+	envflag.HideDefaults(fs, "redis-url")
 	fs.StringVar(&c.Mode, "redis-mode", env.String("TOLLGATE_REDIS_MODE", "single"), "Redis topology: single, sentinel or cluster (TOLLGATE_REDIS_MODE)")
 	fs.StringVar(&c.addrs, "redis-addrs", env.String("TOLLGATE_REDIS_ADDRS", ""), "comma-separated host:port of the sentinels or cluster seeds (TOLLGATE_REDIS_ADDRS)")
 	fs.StringVar(&c.SentinelMaster, "redis-sentinel-master", env.String("TOLLGATE_REDIS_SENTINEL_MASTER", ""), "sentinel master set name (TOLLGATE_REDIS_SENTINEL_MASTER)")

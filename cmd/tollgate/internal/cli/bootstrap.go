@@ -12,6 +12,7 @@ import (
 	"time"
 
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/pkg/envflag"
 )
 
 // bootstrap gives a fresh installation its first platform administrator, an organization
@@ -31,6 +32,7 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 	org := fs.String("organization", "", "name of the organization to create (required)")
 	api := fs.String("api", envOr(getenv, "TOLLGATE_API_URL", "http://"+envOr(getenv, "TOLLGATE_HTTP_ADDR", cpapp.DefaultHTTPAddr)), "the control plane's REST API (TOLLGATE_API_URL)")
 	dbURL := fs.String("database-url", envOr(getenv, "TOLLGATE_DATABASE_URL", cpapp.DefaultDatabaseURL), "Postgres (TOLLGATE_DATABASE_URL)")
+	envflag.HideDefaults(fs, "database-url")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

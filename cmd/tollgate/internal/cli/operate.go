@@ -16,6 +16,7 @@ import (
 	"time"
 
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/pkg/envflag"
 )
 
 // apiFlags are what every command that talks to a running control plane needs: where it
@@ -27,6 +28,7 @@ type apiFlags struct {
 func (a *apiFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&a.api, "api", envOr(getenv, "TOLLGATE_API_URL", "http://"+envOr(getenv, "TOLLGATE_HTTP_ADDR", cpapp.DefaultHTTPAddr)), "the control plane's REST API (TOLLGATE_API_URL)")
 	fs.StringVar(&a.key, "key", getenv("TOLLGATE_API_KEY"), "an owner's or admin's API key (TOLLGATE_API_KEY)")
+	envflag.HideDefaults(fs, "key")
 	fs.StringVar(&a.org, "org", getenv("TOLLGATE_ORG_ID"), "organization id, for session tokens (TOLLGATE_ORG_ID)")
 }
 

@@ -258,3 +258,21 @@ func TestAuditPrintsTheTrail(t *testing.T) {
 		t.Fatalf("--platform as an owner: %v\n%s", err, out)
 	}
 }
+
+// Secrets read from the environment never reach a command's -h: an admin's API key,
+// the database's password.
+func TestHelpNeverPrintsSecrets(t *testing.T) {
+	env := map[string]string{"TOLLGATE_API_KEY": "tgk_s3cret_key", "TOLLGATE_DATABASE_URL": "postgres://tollgate:pg-pa55@db:5432/tollgate"}
+	for _, args := range [][]string{{"recover", "-h"}, {"bootstrap", "-h"}, {"migrate", "-h"}} {
+		var out bytes.Buffer
+		_ = Run(context.Background(), args, func(k string) string { return env[k] }, IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out})
+		for _, secret := range []string{"tgk_s3cret", "pg-pa55"} {
+			if strings.Contains(out.String(), secret) {
+				t.Errorf("%v prints %q:\n%s", args, secret, out.String())
+			}
+		}
+		if !strings.Contains(out.String(), "Usage: ") {
+			t.Errorf("%v printed no help:\n%s", args, out.String())
+		}
+	}
+}
