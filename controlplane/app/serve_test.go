@@ -27,23 +27,10 @@ import (
 func TestShutdownDrainsBeforeTheLedgerStops(t *testing.T) {
 	e := at.New(t, at.Options{})
 	org, ms := e.Org(t, 1)
-	cfg := app.Config{Redis: redisconf.Config{Prefix: e.Layout.Prefix}, MirrorCheckInterval: time.Second,
-		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", InternalToken: at.Token,
-		LogFormat: "text", LogLevel: "info", SessionTTL: time.Hour, ShutdownTimeout: 20 * time.Second}
 	logs := &testio.SyncBuffer{}
-	log := slog.New(slog.NewTextHandler(logs, nil))
-	cp, err := app.New(app.Deps{Config: cfg, Store: e.Store, Redis: e.Redis, Clock: e.Clock, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lns, err := app.Listen(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- cp.Serve(ctx, lns) }()
+	sv := serveControlPlane(t, e, 20*time.Second, 0, logs)
+	cp, lns, served, cancel := sv.cp, sv.lns, sv.done, sv.stop
+	ctx := context.Background()
 	defer func() {
 		if t.Failed() {
 			t.Logf("logs:\n%s", logs.String())
@@ -134,22 +121,8 @@ func TestShutdownDrainsBeforeTheLedgerStops(t *testing.T) {
 func TestShutdownDelayKeepsServing(t *testing.T) {
 	e := at.New(t, at.Options{})
 	const delay = time.Second
-	cfg := app.Config{Redis: redisconf.Config{Prefix: e.Layout.Prefix}, MirrorCheckInterval: time.Second,
-		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", InternalToken: at.Token,
-		LogFormat: "text", LogLevel: "info", SessionTTL: time.Hour, ShutdownTimeout: 5 * time.Second, ShutdownDelay: delay}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cp, err := app.New(app.Deps{Config: cfg, Store: e.Store, Redis: e.Redis, Clock: e.Clock, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lns, err := app.Listen(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- cp.Serve(ctx, lns) }()
+	sv := serveControlPlane(t, e, 5*time.Second, delay, io.Discard)
+	lns, served, cancel := sv.lns, sv.done, sv.stop
 	waitFor(t, "readyz ok", func() bool {
 		res, err := http.Get("http://" + lns.Admin.Addr().String() + "/readyz")
 		if err != nil {
@@ -197,6 +170,37 @@ func TestShutdownDelayKeepsServing(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return")
 	}
+}
+
+// serving is a control plane built with New, Listen and Serve, as Run's serve builds it.
+type serving struct {
+	cp   *app.ControlPlane
+	lns  app.Listeners
+	stop context.CancelFunc // SIGTERM
+	done chan error         // Serve's return
+}
+
+// serveControlPlane serves e's control plane on loopback, logging to logs, with the
+// shutdown's timeout and delay; stopped by the test's end at the latest.
+func serveControlPlane(t *testing.T, e *at.Env, timeout, delay time.Duration, logs io.Writer) *serving {
+	t.Helper()
+	cfg := app.Config{Redis: redisconf.Config{Prefix: e.Layout.Prefix}, MirrorCheckInterval: time.Second,
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", InternalToken: at.Token,
+		LogFormat: "text", LogLevel: "info", SessionTTL: time.Hour, ShutdownTimeout: timeout, ShutdownDelay: delay}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	cp, err := app.New(app.Deps{Config: cfg, Store: e.Store, Redis: e.Redis, Clock: e.Clock, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lns, err := app.Listen(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sv := &serving{cp: cp, lns: lns, stop: cancel, done: make(chan error, 1)}
+	go func() { sv.done <- cp.Serve(ctx, lns) }()
+	return sv
 }
 
 // waitFor polls cond every 10ms until it holds, failing after 10s.

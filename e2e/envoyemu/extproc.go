@@ -281,26 +281,37 @@ func (x *exchange) processResponseBody(chunk []byte, last bool) bool {
 		if af.proc == nil || af.proc.dead || af.obs != nil || af.mode.respBody != extprocfv3.ProcessingMode_STREAMED {
 			continue
 		}
-		resp, err := af.proc.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
-			ResponseBody: &extprocv3.HttpBody{Body: chunk, EndOfStream: last}}})
-		if err != nil {
-			if !x.failed(af, err) {
-				return false
-			}
-			continue
+		m := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: chunk, EndOfStream: last}}}
+		if !x.encoderStep(af, m, "a response body chunk", func(r *extprocv3.ProcessingResponse) (bool, bool) {
+			b := r.GetResponseBody()
+			return b != nil, b.GetResponse().GetBodyMutation() != nil || b.GetResponse().GetHeaderMutation() != nil
+		}) {
+			return false
 		}
-		switch r := resp.GetResponse().(type) {
-		case *extprocv3.ProcessingResponse_ImmediateResponse:
-			return x.immediate(r.ImmediateResponse)
-		case *extprocv3.ProcessingResponse_ResponseBody:
-			if cr := r.ResponseBody.GetResponse(); cr.GetBodyMutation() != nil || cr.GetHeaderMutation() != nil {
-				return x.refuse(errorf("ext_proc %s: a response body mutation is not emulated", af.f.Name))
-			}
-		default:
-			if !x.failed(af, errorf("answered a response body chunk with %T", r)) {
-				return false
-			}
-		}
+	}
+	return true
+}
+
+// encoderStep sends m, a step of the response, to af's processor and applies its answer
+// as Envoy does: an ImmediateResponse answers the client; the step's own answer (known,
+// by answers) lets the response go on, unless it mutates it, which is not emulated; no
+// answer, or another kind, is the processor's failure (failure_mode_allow decides).
+// false when the exchange ended.
+func (x *exchange) encoderStep(af *activeFilter, m *extprocv3.ProcessingRequest, step string,
+	answers func(*extprocv3.ProcessingResponse) (known, mutates bool)) bool {
+	resp, err := af.proc.exchange(m)
+	if err != nil {
+		return x.failed(af, err)
+	}
+	if ir := resp.GetImmediateResponse(); ir != nil {
+		return x.immediate(ir)
+	}
+	switch known, mutates := answers(resp); {
+	case !known:
+		return x.failed(af, errorf("answered %s with %T", step, resp.GetResponse()))
+	case mutates:
+		return x.refuse(errorf("ext_proc %s: a mutation of %s is not emulated", af.f.Name, step))
 	}
 	return true
 }
@@ -325,24 +336,11 @@ func (x *exchange) processResponseTrailers(tr headers) bool {
 		case af.proc == nil || af.proc.dead:
 			continue
 		}
-		resp, err := af.proc.exchange(m)
-		if err != nil {
-			if !x.failed(af, err) {
-				return false
-			}
-			continue
-		}
-		switch r := resp.GetResponse().(type) {
-		case *extprocv3.ProcessingResponse_ImmediateResponse:
-			return x.immediate(r.ImmediateResponse)
-		case *extprocv3.ProcessingResponse_ResponseTrailers:
-			if r.ResponseTrailers.GetHeaderMutation() != nil {
-				return x.refuse(errorf("ext_proc %s: a trailer mutation is not emulated", af.f.Name))
-			}
-		default:
-			if !x.failed(af, errorf("answered the response trailers with %T", r)) {
-				return false
-			}
+		if !x.encoderStep(af, m, "the response trailers", func(r *extprocv3.ProcessingResponse) (bool, bool) {
+			tr := r.GetResponseTrailers()
+			return tr != nil, tr.GetHeaderMutation() != nil
+		}) {
+			return false
 		}
 	}
 	return true

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"regexp"
 	"slices"
 	"sync"
 	"testing"
@@ -15,9 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
-	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -338,35 +335,8 @@ func TestControlPlaneSilentAnswersBeforeTheProxyGivesUp(t *testing.T) {
 	for _, mode := range []string{"open", "closed"} {
 		t.Run(mode, func(t *testing.T) {
 			_, layout := testredis.New(t)
-			env := envOf(map[string]string{
-				"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
-				"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0",
-				"TOLLGATE_CONTROLPLANE_ADDR": hole.Addr().String(), "TOLLGATE_INTERNAL_TOKEN": "test-internal-token-0123456789abcdef",
-				"TOLLGATE_FAILURE_MODE": mode, "TOLLGATE_SHUTDOWN_TIMEOUT": "3s", "TOLLGATE_SHUTDOWN_DELAY": "0s",
-			})
-			ctx, cancel := context.WithCancel(context.Background())
-			logs := &testio.SyncBuffer{}
-			done := make(chan error, 1)
-			go func() { done <- app.Run(ctx, []string{"serve"}, env, app.IO{Stdout: io.Discard, Stderr: logs}) }()
-			defer func() {
-				cancel()
-				select {
-				case <-done:
-				case <-time.After(20 * time.Second):
-					t.Error("Run did not stop")
-				}
-				if t.Failed() {
-					t.Logf("enforcer logs:\n%s", logs.String())
-				}
-			}()
-			addrs := map[string]string{}
-			re := regexp.MustCompile(`msg=listening server=(\w+) addr=(\S+)`)
-			enforcertest.WaitFor(t, "listeners", func() bool {
-				for _, m := range re.FindAllStringSubmatch(logs.String(), -1) {
-					addrs[m[1]] = m[2]
-				}
-				return len(addrs) == 3
-			})
+			addrs := startEnforcer(t, layout.Prefix, map[string]string{"TOLLGATE_CONTROLPLANE_ADDR": hole.Addr().String(),
+				"TOLLGATE_INTERNAL_TOKEN": "test-internal-token-0123456789abcdef", "TOLLGATE_FAILURE_MODE": mode, "TOLLGATE_SHUTDOWN_TIMEOUT": "3s"}).addrs
 			conn, err := grpc.NewClient(addrs["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)

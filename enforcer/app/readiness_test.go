@@ -22,9 +22,18 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 )
 
-// runEnforcer starts the real program (Run) with extra environment and returns its
-// admin URL and logs; it must stop cleanly when the test ends.
-func runEnforcer(t *testing.T, layoutPrefix string, vars map[string]string) (string, *testio.SyncBuffer) {
+// running is the real program (Run) started by startEnforcer.
+type running struct {
+	addrs map[string]string // listener name (grpc, http, admin) -> address
+	logs  *testio.SyncBuffer
+	stop  context.CancelFunc // SIGTERM
+	done  chan error         // Run's return
+}
+
+// startEnforcer starts the real program (Run) with extra environment (after listeners
+// on loopback and no shutdown delay) and waits for its three listeners; it must stop
+// cleanly by the test's end (its logs are shown when the test failed).
+func startEnforcer(t *testing.T, layoutPrefix string, vars map[string]string) *running {
 	t.Helper()
 	env := map[string]string{
 		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layoutPrefix,
@@ -35,13 +44,14 @@ func runEnforcer(t *testing.T, layoutPrefix string, vars map[string]string) (str
 		env[k] = v
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &testio.SyncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx, []string{"serve"}, envOf(env), app.IO{Stdout: io.Discard, Stderr: logs}) }()
+	r := &running{addrs: map[string]string{}, logs: &testio.SyncBuffer{}, stop: cancel, done: make(chan error, 1)}
+	go func() {
+		r.done <- app.Run(ctx, []string{"serve"}, envOf(env), app.IO{Stdout: io.Discard, Stderr: r.logs})
+	}()
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case err := <-done:
+		case err := <-r.done:
 			if err != nil {
 				t.Errorf("Run returned %v", err)
 			}
@@ -49,18 +59,24 @@ func runEnforcer(t *testing.T, layoutPrefix string, vars map[string]string) (str
 			t.Error("Run did not stop")
 		}
 		if t.Failed() {
-			t.Logf("enforcer logs:\n%s", logs.String())
+			t.Logf("enforcer logs:\n%s", r.logs.String())
 		}
 	})
-	re := regexp.MustCompile(`msg=listening server=admin addr=(\S+)`)
-	var admin string
-	enforcertest.WaitFor(t, "the admin listener", func() bool {
-		if m := re.FindStringSubmatch(logs.String()); m != nil {
-			admin = "http://" + m[1]
+	re := regexp.MustCompile(`msg=listening server=(\w+) addr=(\S+)`)
+	enforcertest.WaitFor(t, "the listeners", func() bool {
+		for _, m := range re.FindAllStringSubmatch(r.logs.String(), -1) {
+			r.addrs[m[1]] = m[2]
 		}
-		return admin != ""
+		return len(r.addrs) == 3
 	})
-	return admin, logs
+	return r
+}
+
+// runEnforcer is startEnforcer for tests that need only the admin URL and the logs.
+func runEnforcer(t *testing.T, layoutPrefix string, vars map[string]string) (string, *testio.SyncBuffer) {
+	t.Helper()
+	r := startEnforcer(t, layoutPrefix, vars)
+	return "http://" + r.addrs["admin"], r.logs
 }
 
 // waitReady waits up to 10s until /readyz answers code with body.
@@ -146,36 +162,9 @@ func TestReadinessFollowsTheControlPlane(t *testing.T) {
 func TestDrainingEnforcerStillAnswersNewConnections(t *testing.T) {
 	rdb, layout := testredis.New(t)
 	cp := fakecp.New(t, rdb, layout, clock.NewManual(enforcertest.Start))
-	env := envOf(map[string]string{
-		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
-		"TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_ENFORCER_ADMIN_ADDR": "127.0.0.1:0",
-		"TOLLGATE_CONTROLPLANE_ADDR": cp.Addr, "TOLLGATE_INTERNAL_TOKEN": fakecp.Token,
-		"TOLLGATE_SHUTDOWN_TIMEOUT": "8s", "TOLLGATE_SHUTDOWN_DELAY": "2s",
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	logs := &testio.SyncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx, []string{"serve"}, env, app.IO{Stdout: io.Discard, Stderr: logs}) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("Run did not stop")
-		}
-		if t.Failed() {
-			t.Logf("enforcer logs:\n%s", logs.String())
-		}
-	}()
-	addrs := map[string]string{}
-	re := regexp.MustCompile(`msg=listening server=(\w+) addr=(\S+)`)
-	enforcertest.WaitFor(t, "listeners", func() bool {
-		for _, m := range re.FindAllStringSubmatch(logs.String(), -1) {
-			addrs[m[1]] = m[2]
-		}
-		return len(addrs) == 3
-	})
+	r := startEnforcer(t, layout.Prefix, map[string]string{"TOLLGATE_CONTROLPLANE_ADDR": cp.Addr, "TOLLGATE_INTERNAL_TOKEN": fakecp.Token,
+		"TOLLGATE_SHUTDOWN_TIMEOUT": "8s", "TOLLGATE_SHUTDOWN_DELAY": "2s"})
+	addrs, cancel, done := r.addrs, r.stop, r.done
 	admin := "http://" + addrs["admin"]
 	waitReady(t, admin, 200, "ok\n")
 
