@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/e2e/envoyemu"
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
 )
 
@@ -51,19 +50,9 @@ func TestRefusedUnpricedModelsNeverGoUpstream(t *testing.T) {
 	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: 1000, OutputTokens: 100} }}
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
-	cfg, err := envoyemu.LoadFile("../deploy/envoy/envoy.yaml", "inference")
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := envoyemu.New(envoyemu.Options{Config: cfg,
-		Clusters: map[string]string{"tollgate_enforcer": s.enfGRPC, "llm_upstream": up.URL}, Logf: t.Logf, TimeoutFloor: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(proxy)
-	t.Cleanup(func() { front.Close(); proxy.Close() })
+	_, front := s.deployedEnvoy(t, up.URL)
 	call := func(model string) (int, http.Header, string) {
-		req, _ := http.NewRequest("POST", front.URL+"/v1/chat/completions",
+		req, _ := http.NewRequest("POST", front+"/v1/chat/completions",
 			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hello"}]}`))
 		req.Header.Set("Authorization", "Bearer "+o.key)
 		req.Header.Set("Content-Type", "application/json")

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -27,6 +28,7 @@ import (
 
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/e2e/envoyemu"
 	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
@@ -824,4 +826,23 @@ line:
 		total += v
 	}
 	return total
+}
+
+// deployedEnvoy puts the Envoy emulator, playing deploy/envoy/envoy.yaml, in front of
+// the stack's enforcer and upstream; it returns the proxy and its URL, closed by the
+// test's end. The floor keeps a loaded machine's slow answer from becoming Envoy's 503.
+func (s *stack) deployedEnvoy(t *testing.T, upstream string) (*envoyemu.Proxy, string) {
+	t.Helper()
+	cfg, err := envoyemu.LoadFile("../deploy/envoy/envoy.yaml", "inference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := envoyemu.New(envoyemu.Options{Config: cfg,
+		Clusters: map[string]string{"tollgate_enforcer": s.enfGRPC, "llm_upstream": upstream}, Logf: t.Logf, TimeoutFloor: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(func() { front.Close(); proxy.Close() })
+	return proxy, front.URL
 }

@@ -6,9 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/tollgate-dev/tollgate/e2e/envoyemu"
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
 )
 
@@ -33,22 +31,12 @@ func TestResponseTrailersThroughEnvoy(t *testing.T) {
 		}
 	}))
 	t.Cleanup(up.Close)
-	cfg, err := envoyemu.LoadFile("../deploy/envoy/envoy.yaml", "inference")
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := envoyemu.New(envoyemu.Options{Config: cfg,
-		Clusters: map[string]string{"tollgate_enforcer": s.enfGRPC, "llm_upstream": up.URL}, Logf: t.Logf, TimeoutFloor: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(proxy)
-	t.Cleanup(func() { front.Close(); proxy.Close() })
+	proxy, front := s.deployedEnvoy(t, up.URL)
 
 	stream := func() (receipt, http.Header) {
 		t.Helper()
 		before := len(fake.Calls())
-		req, _ := http.NewRequest("POST", front.URL+"/v1/chat/completions",
+		req, _ := http.NewRequest("POST", front+"/v1/chat/completions",
 			strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hello"}]}`))
 		req.Header.Set("Authorization", "Bearer "+o.key)
 		req.Header.Set("Content-Type", "application/json")
