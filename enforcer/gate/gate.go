@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -130,6 +131,44 @@ func (g *Gate) callsContext(ctx context.Context) (context.Context, context.Cance
 	}
 	return context.WithTimeout(ctx, timeout)
 }
+
+// lazyCalls is a check's callsContext, made when a call first uses it: a check answered
+// from the caches (a known key, a kept refusal) waits on nothing, and its deadline's
+// timer would double the cost of such a check (four allocations). Every method makes
+// it, so a context derived from it (gRPC's) is tied to the deadline's, not the caller's.
+type lazyCalls struct {
+	g      *Gate
+	parent context.Context
+	once   sync.Once
+	ctx    context.Context
+	stop   context.CancelFunc
+}
+
+func (c *lazyCalls) made() context.Context {
+	c.once.Do(func() { c.ctx, c.stop = c.g.callsContext(c.parent) })
+	return c.ctx
+}
+
+func (c *lazyCalls) Deadline() (time.Time, bool) { return c.made().Deadline() }
+func (c *lazyCalls) Done() <-chan struct{}       { return c.made().Done() }
+func (c *lazyCalls) Err() error                  { return c.made().Err() }
+func (c *lazyCalls) Value(key any) any           { return c.made().Value(key) }
+
+// cancel releases the deadline's timer, if it was made; if not, one used after the
+// check (by a call that outlived it) is already over.
+func (c *lazyCalls) cancel() {
+	c.once.Do(func() { c.ctx = endedCalls })
+	if c.stop != nil {
+		c.stop()
+	}
+}
+
+// endedCalls is the calls context of a check that ended before making its own.
+var endedCalls = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // Gate answers checks.
 type Gate struct {
@@ -368,8 +407,8 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 		return Refusal(ReasonNoCredential), nil
 	}
 	// Every wait below ends with calls; ctx.Err() still tells whether the caller left.
-	calls, cancel := g.callsContext(ctx)
-	defer cancel()
+	calls := &lazyCalls{g: g, parent: ctx}
+	defer calls.cancel()
 	id, err := g.Identity.Lookup(calls, kind, secret)
 	if err != nil {
 		if ctx.Err() != nil {
