@@ -212,9 +212,10 @@ type attempt[I comparable, R any] struct {
 	versions map[string]int64
 	// writes are sent with the COMMIT.
 	writes *pgx.Batch
-	// complete, when set, fills in results after the commit from what writes read (a
-	// batch whose reads ride with its COMMIT). Items it leaves unanswered are committed
-	// again by the kind's again, in a transaction of their own.
+	// complete, when set, runs after the commit: it fills in results from what writes
+	// read (a batch whose reads ride with its COMMIT), and counts what the batch did
+	// besides answering its items. Items it leaves unanswered are committed again by the
+	// kind's again, in a transaction of their own.
 	complete func()
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
@@ -1175,9 +1176,13 @@ func TestQuarantinedReportIsAppliedWhenTheSnapshotCreatesTheEvent(t *testing.T) 
 			}
 			c.settle.RequestId, c.settle.OrganizationId, c.settle.MemberId = id, org, m
 			c.settle.Snapshot = at.Snapshot(org, m, admitted, 0)
+			applied := testutil.ToFloat64(e.Metrics.QuarantineApplied)
 			r := settle1(t, e, c.settle)
 			if r.Outcome != c.outcome {
 				t.Fatalf("the settlement with the snapshot: %v", r)
+			}
+			if got, want := testutil.ToFloat64(e.Metrics.QuarantineApplied)-applied, map[bool]float64{true: 1}[c.resolved]; got != want {
+				t.Errorf("tollgate_controlplane_accounting_quarantine_applied_total rose by %v, want %v", got, want)
 			}
 			var charged int64
 			var resolved bool

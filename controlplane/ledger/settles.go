@@ -303,7 +303,7 @@ func (l *Ledger) settleKind() batchKind[*settleJob, *internalv1.SettleResult] {
 	var k batchKind[*settleJob, *internalv1.SettleResult]
 	k = batchKind[*settleJob, *internalv1.SettleResult]{
 		name:       "settle",
-		write:      settleBatch,
+		write:      l.settleBatch,
 		waitMirror: true,
 		refused: func(ctx context.Context, j *settleJob, pgErr *pgconn.PgError) (*internalv1.SettleResult, error) {
 			l.log.Warn("settlement refused by the database", "request_id", j.in.GetRequestId(), "code", pgErr.Code,
@@ -446,7 +446,7 @@ var settleOutcomes = map[accounting.Outcome]internalv1.SettleOutcome{
 // settlement that creates its request's event from its snapshot is followed by the
 // report of the same request quarantined earlier without a snapshot, if any, decided as
 // a later report (lateReports).
-func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settleJob, *internalv1.SettleResult], now time.Time) (attempt[*settleJob, *internalv1.SettleResult], error) {
+func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settleJob, *internalv1.SettleResult], now time.Time) (attempt[*settleJob, *internalv1.SettleResult], error) {
 	var none attempt[*settleJob, *internalv1.SettleResult]
 	var ids []string
 	var events []store.SettleEvent
@@ -627,7 +627,12 @@ func settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settle
 	s.finish()
 	writes := &pgx.Batch{}
 	versions := store.QueueSettlementWrites(writes, s.w, now)
-	return attempt[*settleJob, *internalv1.SettleResult]{results: results, versions: versions, writes: writes}, nil
+	a := attempt[*settleJob, *internalv1.SettleResult]{results: results, versions: versions, writes: writes}
+	if n := len(s.w.Resolve); n > 0 {
+		// Answered to nobody (the report came long before): counted once committed.
+		a.complete = func() { l.metrics.QuarantineApplied.Add(float64(n)) }
+	}
+	return a, nil
 }
 
 // appliedReference is the review reference of a quarantine record the ledger applied

@@ -80,6 +80,10 @@ type Metrics struct {
 	RetentionRemoved *prometheus.CounterVec
 	// Reconciliations counts quarantined settlements charged by reviewed reconciliation.
 	Reconciliations prometheus.Counter
+	// QuarantineApplied counts reports quarantined without a snapshot that the ledger
+	// applied itself, when their request's settlement with its snapshot created the
+	// event (docs/accounting.md, "A report without a snapshot that came first").
+	QuarantineApplied prometheus.Counter
 
 	pending atomic.Int64
 }
@@ -141,13 +145,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Request-level data removed by applied retention runs, by kind."}, []string{"kind"}),
 		Reconciliations: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_reconciliations_total",
 			Help: "Quarantined settlements charged by reviewed reconciliation."}),
+		QuarantineApplied: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_quarantine_applied_total",
+			Help: "Settlements quarantined without a snapshot, applied by the ledger when their request's settlement with its snapshot created the event."}),
 	}
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_controlplane_accounting_pending_starts",
 		Help: "Durable starts not yet settled, across all members (refreshed periodically)."},
 		func() float64 { return float64(m.pending.Load()) })
 	reg.MustRegister(m.HTTPRequests, m.HTTPDuration, m.Settlements, m.Starts, m.StartBatches, m.BatchSize, m.BatchDuration,
 		m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, m.Receipts, m.Unpriced, m.Adjusted, pending,
-		m.RetentionRuns, m.RetentionRemoved, m.Reconciliations)
+		m.RetentionRuns, m.RetentionRemoved, m.Reconciliations, m.QuarantineApplied)
 
 	precreate(m.Settlements, settleResults)
 	precreate(m.Starts, startResults)
