@@ -172,6 +172,9 @@ func TestChartRefusesWhatTheProgramsRefuse(t *testing.T) {
 		// Without the delay, which must be below the timeout (below).
 		{"enforcer", "enforcer.shutdownTimeout", "TOLLGATE_SHUTDOWN_TIMEOUT", []string{"--set", "enforcer.shutdownDelay=0s"}, []string{"0s", "0ms", "1ms", "29s"}},
 		{"controlplane", "controlplane.shutdownTimeout", "TOLLGATE_SHUTDOWN_TIMEOUT", []string{"--set", "controlplane.shutdownDelay=0s"}, []string{"0s", "0.0s", "1ms", "29s"}},
+		// With the delay left to the program, which fits it to a short timeout.
+		{"enforcer", "enforcer.shutdownTimeout", "TOLLGATE_SHUTDOWN_TIMEOUT", nil, []string{"1s", "5s"}},
+		{"controlplane", "controlplane.shutdownTimeout", "TOLLGATE_SHUTDOWN_TIMEOUT", nil, []string{"1s", "5s"}},
 		// The delay (serving, not ready, before the servers close) is part of the timeout.
 		{"enforcer", "enforcer.shutdownDelay", "TOLLGATE_SHUTDOWN_DELAY", nil, []string{"0s", "5s", "19.999s", "20s", "21s"}},
 		{"controlplane", "controlplane.shutdownDelay", "TOLLGATE_SHUTDOWN_DELAY", nil, []string{"0s", "5s", "20s"}},

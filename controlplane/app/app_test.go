@@ -208,3 +208,20 @@ func TestResyncRebuildsTheMirror(t *testing.T) {
 		t.Fatalf("generation %q (%v) after resync printing %q", gen, err, out.String())
 	}
 }
+
+// A shutdown timeout of 5s or less alone, valid before TOLLGATE_SHUTDOWN_DELAY existed,
+// is still accepted (the delay nobody set fits it); a delay set is checked as given.
+func TestShortShutdownTimeoutAloneStillStarts(t *testing.T) {
+	for _, env := range []map[string]string{{"TOLLGATE_SHUTDOWN_TIMEOUT": "5s"}, {"TOLLGATE_SHUTDOWN_TIMEOUT": "3s"}} {
+		env["TOLLGATE_LOG_FORMAT"] = "xml" // stops Run at its configuration check
+		err := app.Run(context.Background(), []string{"serve"}, envOf(env), app.IO{Stdout: io.Discard, Stderr: io.Discard})
+		if err == nil || !strings.Contains(err.Error(), "TOLLGATE_LOG_FORMAT") || strings.Contains(err.Error(), "TOLLGATE_SHUTDOWN") {
+			t.Errorf("%v: %v; want only the log format refused", env, err)
+		}
+	}
+	err := app.Run(context.Background(), []string{"serve", "--shutdown-delay", "4s"}, envOf(map[string]string{"TOLLGATE_SHUTDOWN_TIMEOUT": "3s"}),
+		app.IO{Stdout: io.Discard, Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "TOLLGATE_SHUTDOWN_DELAY: 4s must be below TOLLGATE_SHUTDOWN_TIMEOUT (3s)") {
+		t.Errorf("a delay set by flag past the timeout: %v", err)
+	}
+}

@@ -219,6 +219,9 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	if k&redisKnobs != 0 {
 		c.Redis.Finish()
 	}
+	if k&serveKnobs != 0 {
+		c.ShutdownDelay = lifecycle.FitDefaultDelay(c.ShutdownDelay, c.ShutdownTimeout, lifecycle.ShutdownDelaySet(fs, getenv))
+	}
 	problems = append(problems, c.validate(k)...)
 	if len(problems) > 0 {
 		return c, errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))

@@ -216,3 +216,20 @@ func TestHelpNeverPrintsSecrets(t *testing.T) {
 		}
 	}
 }
+
+// A shutdown timeout of 5s or less alone, valid before TOLLGATE_SHUTDOWN_DELAY existed,
+// is still accepted (the delay nobody set fits it); a delay set is checked as given.
+func TestShortShutdownTimeoutAloneStillStarts(t *testing.T) {
+	for _, timeout := range []string{"5s", "3s"} {
+		env := map[string]string{"TOLLGATE_SHUTDOWN_TIMEOUT": timeout, "TOLLGATE_LOG_FORMAT": "xml"} // xml: stops Run at its check
+		err := app.Run(context.Background(), nil, envOf(env), app.IO{Stdout: io.Discard, Stderr: io.Discard})
+		if err == nil || !strings.Contains(err.Error(), "TOLLGATE_LOG_FORMAT") || strings.Contains(err.Error(), "TOLLGATE_SHUTDOWN") {
+			t.Errorf("TOLLGATE_SHUTDOWN_TIMEOUT=%s: %v; want only the log format refused", timeout, err)
+		}
+	}
+	err := app.Run(context.Background(), nil, envOf(map[string]string{"TOLLGATE_SHUTDOWN_TIMEOUT": "3s", "TOLLGATE_SHUTDOWN_DELAY": "4s"}),
+		app.IO{Stdout: io.Discard, Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "TOLLGATE_SHUTDOWN_DELAY: 4s must be below TOLLGATE_SHUTDOWN_TIMEOUT (3s)") {
+		t.Errorf("a delay set past the timeout: %v", err)
+	}
+}

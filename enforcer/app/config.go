@@ -246,6 +246,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 		problems = append(problems, fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
 	}
 	c.Redis.Finish()
+	c.ShutdownDelay = lifecycle.FitDefaultDelay(c.ShutdownDelay, c.ShutdownTimeout, lifecycle.ShutdownDelaySet(fs, getenv))
 	problems = append(problems, c.validate()...)
 	if len(problems) > 0 {
 		return c, errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))

@@ -12,6 +12,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -151,8 +152,28 @@ func WaitForStop(ctx context.Context, servers <-chan error, loops *Group, log *s
 // controller to take a draining pod out of rotation before its listeners close.
 const DefaultShutdownDelay = 5 * time.Second
 
+// FitDefaultDelay is the shutdown delay of a program whose TOLLGATE_SHUTDOWN_DELAY
+// nobody set (set: given by the variable or the flag): the default, or a quarter of a
+// shutdown timeout too short to hold it. A timeout of 5s or less was valid before the
+// delay existed, and an upgrade must not refuse it; a delay someone set is checked as
+// given (ValidateShutdownDelay).
+func FitDefaultDelay(delay, timeout time.Duration, set bool) time.Duration {
+	if set || timeout <= 0 || delay < timeout {
+		return delay
+	}
+	return timeout / 4
+}
+
+// ShutdownDelaySet tells whether TOLLGATE_SHUTDOWN_DELAY was given, by the variable or by
+// fs's --shutdown-delay flag (call after fs.Parse).
+func ShutdownDelaySet(fs *flag.FlagSet, getenv func(string) string) bool {
+	set := getenv("TOLLGATE_SHUTDOWN_DELAY") != ""
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "shutdown-delay" })
+	return set
+}
+
 // ShutdownDelayHelp is the help text of both programs' --shutdown-delay.
-const ShutdownDelayHelp = "on SIGTERM, how long to keep serving while reporting not-ready (/readyz draining, gRPC health NOT_SERVING), so that load balancers stop sending before the listeners close; part of TOLLGATE_SHUTDOWN_TIMEOUT, and below it; 0 closes at once (TOLLGATE_SHUTDOWN_DELAY)"
+const ShutdownDelayHelp = "on SIGTERM, how long to keep serving while reporting not-ready (/readyz draining, gRPC health NOT_SERVING), so that load balancers stop sending before the listeners close; part of TOLLGATE_SHUTDOWN_TIMEOUT, and below it (unset: 5s, or a quarter of a shorter timeout); 0 closes at once (TOLLGATE_SHUTDOWN_DELAY)"
 
 // ValidateShutdownDelay is the problem of a TOLLGATE_SHUTDOWN_DELAY, "" when there is
 // none. The delay is spent within TOLLGATE_SHUTDOWN_TIMEOUT (so that the timeout stays

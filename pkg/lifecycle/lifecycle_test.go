@@ -173,3 +173,31 @@ func TestValidateShutdownDelay(t *testing.T) {
 		})
 	}
 }
+
+// A delay nobody set fits a short timeout (a quarter of it): a TOLLGATE_SHUTDOWN_TIMEOUT
+// of 5s or less was valid before the delay existed. A delay someone set is kept, to be
+// checked as given.
+func TestFitDefaultDelay(t *testing.T) {
+	d := lifecycle.DefaultShutdownDelay
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		set     bool
+		want    time.Duration
+	}{
+		{"the default timeout", 20 * time.Second, false, d},
+		{"a timeout of the default delay", 5 * time.Second, false, 1250 * time.Millisecond},
+		{"a short timeout", 3 * time.Second, false, 750 * time.Millisecond},
+		{"set, kept to be refused", 3 * time.Second, true, d},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := lifecycle.FitDefaultDelay(d, tc.timeout, tc.set)
+			if got != tc.want {
+				t.Fatalf("%v, want %v", got, tc.want)
+			}
+			if !tc.set && lifecycle.ValidateShutdownDelay(got, tc.timeout) != "" {
+				t.Fatalf("the fitted delay %v is refused with a %v timeout", got, tc.timeout)
+			}
+		})
+	}
+}

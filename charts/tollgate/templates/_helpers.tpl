@@ -285,12 +285,14 @@ stop on SIGTERM; past terminationGracePeriodSeconds the pod is killed mid-drain.
 {{- end -}}
 {{- /* The delay (serving, not ready, before the servers close) is part of the timeout. */ -}}
 {{- $delay := toString .c.shutdownDelay -}}
+{{- if $delay -}}
 {{- $delayNs := include "tollgate.nanoseconds" $delay -}}
 {{- if not $delayNs -}}
 {{- fail (printf "%s.shutdownDelay %q is no Go duration (such as 5s, or 0s for none)" .values $delay) -}}
 {{- end -}}
 {{- if and (gt (int64 $delayNs) 0) (ge (int64 $delayNs) (int64 $ns)) -}}
 {{- fail (printf "%s.shutdownDelay %s: the %s refuses it at start (TOLLGATE_SHUTDOWN_DELAY: %s must be below TOLLGATE_SHUTDOWN_TIMEOUT (%s), which it is part of; lower it (0 turns it off) or raise the timeout): lower %s.shutdownDelay or raise %s.shutdownTimeout" .values $delay .program $delay $timeout .values .values) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -356,8 +358,10 @@ env:
     value: {{ $e.redisCheckTimeout | quote }}
   - name: TOLLGATE_SHUTDOWN_TIMEOUT
     value: {{ $e.shutdownTimeout | quote }}
+  {{- with $e.shutdownDelay }}
   - name: TOLLGATE_SHUTDOWN_DELAY
-    value: {{ $e.shutdownDelay | quote }}
+    value: {{ . | quote }}
+  {{- end }}
   {{- with include "tollgate.goRuntimeEnv" $e.goRuntime | trim }}{{ . | nindent 2 }}{{ end }}
   {{- include "tollgate.logEnv" $root | nindent 2 }}
   {{- include "tollgate.redisEnv" $root | nindent 2 }}
