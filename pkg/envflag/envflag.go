@@ -86,7 +86,8 @@ func List(v string) []string {
 // environment, and the flag package prints non-empty defaults in -h, and in the usage
 // it writes to stderr (the logs) after a mistyped flag. Each named flag's printed
 // default becomes its value's redacted form: a URL with its password as "xxxxx"
-// (url.URL.Redacted), anything else nothing at all. What the flag holds is unchanged.
+// (url.URL.Redacted, and a password in its query), anything else nothing at all. What
+// the flag holds is unchanged.
 func HideDefaults(fs *flag.FlagSet, names ...string) {
 	for _, name := range names {
 		f := fs.Lookup(name)
@@ -94,6 +95,14 @@ func HideDefaults(fs *flag.FlagSet, names ...string) {
 			panic("envflag.HideDefaults: no flag " + name) // a programming error
 		}
 		if u, err := url.Parse(f.DefValue); err == nil && u.Scheme != "" && u.Host != "" {
+			// Postgres (pgx, libpq) also takes a password in the query.
+			q := u.Query()
+			for k := range q {
+				if strings.EqualFold(k, "password") || strings.EqualFold(k, "sslpassword") {
+					q.Set(k, "xxxxx")
+				}
+			}
+			u.RawQuery = q.Encode()
 			f.DefValue = u.Redacted()
 			continue
 		}

@@ -42,12 +42,14 @@ func TestHideDefaults(t *testing.T) {
 	fs.StringVar(&token, "token", "s3cret-token", "a token")
 	fs.StringVar(&db, "db", "postgres://u:pa55word@db:5432/x", "a URL")
 	fs.StringVar(&plain, "plain", "shown", "not a secret")
-	HideDefaults(fs, "token", "db")
+	var dbq string
+	fs.StringVar(&dbq, "dbq", "postgres://u@db:5432/x?sslmode=require&password=qu3ry-pass", "a password in the query")
+	HideDefaults(fs, "token", "db", "dbq")
 	var out strings.Builder
 	fs.SetOutput(&out)
 	fs.PrintDefaults()
 	help := out.String()
-	for _, secret := range []string{"s3cret-token", "pa55word"} {
+	for _, secret := range []string{"s3cret-token", "pa55word", "qu3ry-pass"} {
 		if strings.Contains(help, secret) {
 			t.Errorf("help prints %q:\n%s", secret, help)
 		}
