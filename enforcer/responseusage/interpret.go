@@ -68,23 +68,26 @@ type accumulator struct {
 	// cacheTokensDetails), the largest of a stream's in cachedAudio: a field apart from
 	// u's counts, as docFields.cachedAudio is, for the Extractor's size class.
 	hasCachedAudio bool
+	// mapsGrounded: a Gemini document's grounding cited a Google Maps source
+	// (docFields.mapsGrounded), which bills the prompt once.
+	mapsGrounded bool
 	// fileSearches counts the calls of OpenAI's file search tool (see noteSearches),
 	// saturating at 65,535 as a document's count does; imageCalls the calls of its
 	// image generation tool alike.
 	// The small fields come first, together, in one word: the Extractor stays in its
 	// size class (TestExtractorSize).
 	fileSearches, imageCalls uint16
-	// mapsGrounded: a Gemini document's grounding cited a Google Maps source
-	// (docFields.mapsGrounded), which bills the prompt once.
-	mapsGrounded bool
 	// The web search calls of an OpenAI Responses stream (webSearches), each saturating
 	// at 65,535: searchEvents counts its response.web_search_call.completed events, one
 	// per web_search_call item whatever its action; doneSearches and donePages the
 	// web_search_call items of its response.output_item.done events, by action (a
 	// search, or none; another), and listedPages the most items of another action a
 	// document's response.output[] listed (the searches it listed are in u's
-	// tokWebSearches, noteSearches).
+	// tokWebSearches, noteSearches). addedItems counts the web_search_call items of its
+	// response.output_item.added events, which carry no action yet: like the completion
+	// events, they count every item whatever its action.
 	searchEvents uint16
+	addedItems   uint16
 	doneSearches uint16
 	donePages    uint16
 	listedPages  uint16
@@ -264,6 +267,9 @@ func (a *accumulator) applyEvent(d *docFields) {
 			a.doneSearches = saturate16(a.doneSearches, d.searches)
 			a.donePages = saturate16(a.donePages, d.pageActions)
 		}
+		if d.typ.is("response.output_item.added") {
+			a.addedItems = saturate16(a.addedItems, saturate16(d.searches, d.pageActions))
+		}
 		a.listedPages = max(a.listedPages, d.pageActions)
 		if d.typ.is("response.file_search_call.completed") && a.fileSearches < math.MaxUint16 {
 			a.fileSearches++
@@ -412,7 +418,9 @@ func (a *accumulator) noteCachedAudio(d *docFields) {
 // grounding per query (or per grounded prompt), on top of the tokens, and neither
 // usage counts them.
 func (a *accumulator) noteSearches(d *docFields) {
-	if (a.fam == famResponses || a.fam == famGemini) && d.searches > 0 {
+	// An item just added has no action yet: a search only perhaps (webSearches).
+	added := a.fam == famResponses && d.typ.is("response.output_item.added")
+	if (a.fam == famResponses || a.fam == famGemini) && d.searches > 0 && !added {
 		a.u.setMax(tokWebSearches, int64(d.searches))
 	}
 	if a.fam == famResponses {
@@ -437,15 +445,16 @@ func saturate16(a, b uint16) uint16 {
 // shape), not a reasoning model's open_page and find_in_page items. The items, where
 // seen, say which each is: the searches are the most the response.output[] of a
 // document listed or the output_item.done events counted. The completion events
-// (response.web_search_call.completed) do not say the action: they count every item,
-// and those known to be of another action are taken off them. The charge is the larger
-// of the two, so that a stream cut before its items were listed is charged every call
-// whose completion it saw (never 0 for calls it saw complete), and one that listed them
-// its searches alone.
+// (response.web_search_call.completed) and the items just added
+// (response.output_item.added, before their action) do not say the action: they count
+// every item, and those known to be of another action are taken off them. The charge is
+// the larger of the two, so that a stream cut before its items were listed is charged
+// every call it saw begin or complete (never 0 for a call it saw), and one that listed
+// them its searches alone.
 func (a *accumulator) webSearches() int64 {
 	listed, _ := a.u.get(tokWebSearches)
 	searches := max(listed, int64(a.doneSearches))
-	unknown := int64(a.searchEvents) - int64(max(a.listedPages, a.donePages))
+	unknown := int64(max(a.searchEvents, a.addedItems)) - int64(max(a.listedPages, a.donePages))
 	return max(searches, unknown)
 }
 
