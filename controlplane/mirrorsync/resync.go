@@ -242,10 +242,7 @@ func (w *Writer) rewrite(ctx context.Context, members []string, gen string) erro
 	if len(done) == 0 {
 		return nil
 	}
-	versions := make(map[string]int64, len(done))
-	for _, rec := range done {
-		versions[rec.GetEntitlement().GetMemberId()] = rec.GetVersion()
-	}
+	_, versions := memberVersions(done)
 	if err := store.ClearMirrorRepairs(ctx, w.st.Pool, versions); err != nil {
 		// The marks stay: the next round rewrites those records once more.
 		w.metrics.StoreErrors.WithLabelValues("mirror_repair").Inc()

@@ -174,10 +174,11 @@ func (w *Writer) write(ctx context.Context, recs []*mirror.Record) []*mirror.Rec
 	}
 	if len(failed) > 0 {
 		w.log.Warn("mirror: Redis writes failed; the records will be repaired", "failed", len(failed), "err", firstErr)
+		members, versions := memberVersions(failed)
 		if answered {
-			w.forgetRecords(ctx, failed)
+			w.forgetRecords(ctx, members)
 		}
-		w.markForRepair(ctx, failed)
+		w.markForRepair(ctx, members, versions)
 	}
 	return done
 }
@@ -188,11 +189,7 @@ func (w *Writer) write(ctx context.Context, recs []*mirror.Record) []*mirror.Rec
 // read as zero spend), and Redis runs DEL even at maxmemory under noeviction. It is not
 // tried when Redis did not answer the write (a partition, a dead server): the DEL would
 // wait out the same timeout; the durable mark covers that case.
-func (w *Writer) forgetRecords(ctx context.Context, recs []*mirror.Record) {
-	members := make([]string, len(recs))
-	for i, rec := range recs {
-		members[i] = rec.GetEntitlement().GetMemberId()
-	}
+func (w *Writer) forgetRecords(ctx context.Context, members []string) {
 	if err := w.layout.DeleteMany(ctx, w.rdb, members); err != nil {
 		w.log.Warn("mirror: cannot delete the records whose writes failed; the enforcers may read them until they are repaired",
 			"members", len(members), "err", err)
@@ -205,19 +202,24 @@ func (w *Writer) forgetRecords(ctx context.Context, recs []*mirror.Record) {
 // Postgres (usage_mirror_repairs): a control plane restarted before Redis takes writes
 // again (a rolling deploy, a crash loop), or another replica, still repairs them. Only a
 // failed write costs this Postgres write.
-func (w *Writer) markForRepair(ctx context.Context, recs []*mirror.Record) {
-	members := make([]string, len(recs))
-	versions := make(map[string]int64, len(recs))
-	for i, rec := range recs {
-		members[i] = rec.GetEntitlement().GetMemberId()
-		versions[members[i]] = max(versions[members[i]], rec.GetVersion())
-	}
+func (w *Writer) markForRepair(ctx context.Context, members []string, versions map[string]int64) {
 	w.remember(members)
 	if err := store.MarkMirrorRepairs(ctx, w.st.Pool, versions); err != nil {
 		w.metrics.StoreErrors.WithLabelValues("mirror_repair").Inc()
 		w.log.Warn("mirror: cannot mark the failed records for repair in Postgres; only this process will repair them",
 			"members", len(members), "err", err)
 	}
+}
+
+// memberVersions is the members of recs and each one's highest record version.
+func memberVersions(recs []*mirror.Record) ([]string, map[string]int64) {
+	members := make([]string, len(recs))
+	versions := make(map[string]int64, len(recs))
+	for i, rec := range recs {
+		members[i] = rec.GetEntitlement().GetMemberId()
+		versions[members[i]] = max(versions[members[i]], rec.GetVersion())
+	}
+	return members, versions
 }
 
 func (w *Writer) remember(members []string) {
