@@ -854,14 +854,25 @@ func (p *proxied) upstreamURL(r *http.Request) string {
 	return u.String()
 }
 
-// credentialsOf is the request's credentials: its headers' (gate.CredentialsFrom), else
+// credentialsOf is the request's credentials: its headers' (gate.CredentialsFrom) and
 // Google's key in the query (?key=: Google's SDKs open a Gemini Live session so, and
-// Google's REST API takes it). With a credential in a header, a key in the query is not
-// the member's (it may be the provider's own, left to pass).
+// Google's REST API takes it), read as x-goog-api-key is. Every key parameter counts,
+// so two different ones (or one beside another credential in a header) are a 401, as
+// two headers are: each Tollgate credential present must be the one charged, and
+// upstreamQuery strips them all. With a credential in a header, a key parameter that is
+// not a Tollgate credential is not the member's (it may be the provider's own, left to
+// pass); with none, it is read, and refused as no Tollgate credential.
 func credentialsOf(r *http.Request) gate.Credentials {
 	c := gate.CredentialsFrom(r.Header)
-	if c == (gate.Credentials{}) && strings.Contains(r.URL.RawQuery, "key=") {
-		c.GoogAPIKey = r.URL.Query().Get("key")
+	if !strings.Contains(r.URL.RawQuery, "key=") {
+		return c
+	}
+	inHeaders := c != (gate.Credentials{})
+	for _, v := range r.URL.Query()["key"] {
+		if inHeaders && !credential.IsTollgateToken(v) {
+			continue
+		}
+		c.Add("X-Goog-Api-Key", v)
 	}
 	return c
 }
