@@ -86,9 +86,15 @@ type Decision struct {
 	// Buckets are day, week, month.
 	Buckets [3]Bucket
 	// RetryAt is the latest reset among the exhausted hard buckets (Blocked only), and
-	// RetryAfter the whole seconds from now until then, at least 1.
+	// RetryAfter the whole seconds from now until then, at least 1 (counted on the
+	// caller's clock, as a kept block's are, even when the decision was made at a later
+	// record's instant: it is then longer by the skew, never shorter).
 	RetryAt    time.Time
 	RetryAfter int64
+	// At is the instant the decision was made at, and the admission instant its snapshot
+	// carries: the caller's now, or the record's as-of instant when the record was
+	// computed after a reset the caller's clock has not reached yet (Decide).
+	At time.Time
 	// TrackingVersion is the capture fence the snapshot will carry.
 	TrackingVersion int64
 	// RefuseUnpriced and PricedModelKeys are the organization's rule for models nobody
@@ -104,13 +110,29 @@ type Decision struct {
 	MaxInFlight int32
 }
 
+// MaxRecordAhead bounds how far past the caller's clock a record's as-of instant may move
+// a decision (Decide): the control plane's own bound on an admission instant in its
+// future (controlplane/accounting.MaxClockSkew). A record further ahead comes from a
+// clock that is wrong, here or there; it is not decided on.
+const MaxRecordAhead = 5 * time.Minute
+
 // Decide applies the admission rule to rec at now. When authoritative is true the record
 // comes straight from the control plane (Resolve), which read Postgres: a window it does
 // not list has no counter yet, and a missing counter reads as zero (rule 19). A mirror
 // record is never authoritative that way: not knowing a window means it was written
 // before the window began, and its spend since is unknown, so Decide answers Unknown.
+//
+// A record knows the windows of its own instant (as_of). When that instant is past a
+// reset that now has not reached (this clock runs behind the control plane's, around
+// 05:00 UTC), the record lists the new windows only, and the old ones it does not list
+// are not empty: they are spent. So Decide decides at the record's instant instead
+// (Decision.At, which the snapshot carries): the request is judged and charged in the
+// windows the record knows, which the control plane, whose clock wrote as_of, accepts.
+// Further ahead than MaxRecordAhead it answers Unknown. And whatever the instants say, a
+// window a record does not list is never read as zero, even from an authoritative
+// record, when the record lists a later window of the same timeframe: Unknown.
 func Decide(rec *mirror.Record, now time.Time, authoritative bool) Decision {
-	var d Decision
+	d := Decision{At: now}
 	ent := rec.GetEntitlement()
 	if ent == nil || ent.GetMemberId() == "" {
 		return d // Unknown
@@ -122,6 +144,15 @@ func Decide(rec *mirror.Record, now time.Time, authoritative bool) Decision {
 	d.TrackingVersion = ent.GetTrackingVersion()
 	d.RefuseUnpriced, d.PricedModelKeys = ent.GetRefuseUnpricedModels(), ent.GetPricedModelKeys()
 	windows := window.Current(now)
+	// Every reset is a day's (weeks and months begin at a day's 05:00), so a record
+	// computed at or after the end of now's day knows windows now has not reached.
+	if asOf := rec.GetAsOfUnixMs(); asOf >= windows[0].End.UnixMilli() {
+		at := time.UnixMilli(asOf).UTC()
+		if at.Sub(now) > MaxRecordAhead {
+			return d // Unknown
+		}
+		d.At, windows = at, window.Current(at)
+	}
 	anyLimited, blocked, over := false, false, false
 	for i := range windows {
 		b := &d.Buckets[i]
@@ -131,7 +162,7 @@ func Decide(rec *mirror.Record, now time.Time, authoritative bool) Decision {
 			continue
 		}
 		used, known := mirror.SpendOf(rec, string(windows[i].Timeframe), windows[i].Start)
-		if !known && !authoritative {
+		if !known && (!authoritative || listsLater(rec, windows[i])) {
 			d.Result = Unknown
 			return d
 		}
@@ -184,6 +215,19 @@ func Decide(rec *mirror.Record, now time.Time, authoritative bool) Decision {
 	return d
 }
 
+// listsLater reports whether rec lists a window of w's timeframe that starts after w: then
+// rec was computed after w ended, and w's spend, which it does not list, is not zero but
+// unknown.
+func listsLater(rec *mirror.Record, w window.Window) bool {
+	start := w.Start.UnixMilli()
+	for _, s := range rec.GetSpend() {
+		if s.GetTimeframe() == string(w.Timeframe) && s.GetWindowStartUnixMs() > start {
+			return true
+		}
+	}
+	return false
+}
+
 // limitOf finds the limit of a timeframe; entitlements carry three, so a scan is
 // cheaper than a map.
 func limitOf(ent *internalv1.Entitlement, tf window.Timeframe) *internalv1.Limit {
@@ -221,13 +265,14 @@ func satAdd(a, b int64) int64 {
 }
 
 // Snapshot builds the version-2 admission snapshot of an admitted decision: admission
-// time (now, the instant of the check), the tracking version, and all three windows,
-// unlimited ones with policy id "unlimited", revision 0 and base 0.
-func (d *Decision) Snapshot(orgID, memberID string, now time.Time) *internalv1.Snapshot {
+// time (d.At, the instant the decision was made at, so the admission instant and the
+// windows agree), the tracking version, and all three windows, unlimited ones with policy
+// id "unlimited", revision 0 and base 0.
+func (d *Decision) Snapshot(orgID, memberID string) *internalv1.Snapshot {
 	buckets := make([]internalv1.SnapshotBucket, 3)
 	s := &internalv1.Snapshot{
 		Version:          2,
-		AdmittedAtUnixMs: now.UnixMilli(),
+		AdmittedAtUnixMs: d.At.UnixMilli(),
 		TrackingVersion:  d.TrackingVersion,
 		Buckets:          []*internalv1.SnapshotBucket{&buckets[0], &buckets[1], &buckets[2]},
 	}

@@ -11,6 +11,15 @@ import (
 
 var noon = time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 
+// turn is a reset: the day of Sept 16 ends, that of Sept 17 begins.
+var turn = time.Date(2026, 9, 17, 5, 0, 0, 0, time.UTC)
+
+// asOf sets the instant r was computed at.
+func asOf(r *mirror.Record, t time.Time) *mirror.Record {
+	r.AsOfUnixMs = t.UnixMilli()
+	return r
+}
+
 type lim struct {
 	tf        window.Timeframe
 	base, ext int64
@@ -69,8 +78,21 @@ func TestDecide(t *testing.T) {
 			result: Blocked, state: StateBlocked, retryAfter: 1, exhausted: []window.Timeframe{window.Day}},
 		{name: "record from before the day began is unknown", now: noon.Add(24 * time.Hour),
 			rec: rec(noon, []lim{{window.Day, 100, 0, true}}, nil), result: Unknown},
+		// Written before the window began (a control plane whose clock had not reached
+		// it): no counter, so zero.
 		{name: "authoritative record without the window reads zero", now: noon.Add(24 * time.Hour),
-			rec: rec(noon, []lim{{window.Day, 100, 0, true}}, nil), auth: true, result: Admit, state: WithinLimit},
+			rec: asOf(rec(noon, []lim{{window.Day, 100, 0, true}}, nil), noon), auth: true, result: Admit, state: WithinLimit},
+		// A record that lists a later window than now's was computed after now's window
+		// ended: the window it does not list is spent, not empty.
+		{name: "authoritative record listing a later window is unknown", now: turn.Add(-time.Second),
+			rec: rec(turn, []lim{{window.Day, 100, 0, true}}, nil), auth: true, result: Unknown},
+		{name: "record computed after the reset decides in its windows", now: turn.Add(-3 * time.Second),
+			rec: asOf(rec(turn, []lim{{window.Day, 100, 0, true}}, nil), turn.Add(2*time.Second)), result: Admit, state: WithinLimit},
+		{name: "record computed after the reset blocks on its windows", now: turn.Add(-3 * time.Second),
+			rec:    asOf(rec(turn, []lim{{window.Day, 100, 0, true}}, map[window.Timeframe]int64{window.Day: 100}), turn.Add(2*time.Second)),
+			result: Blocked, state: StateBlocked, retryAfter: 24*3600 + 3, exhausted: []window.Timeframe{window.Day}},
+		{name: "record further ahead than MaxRecordAhead is unknown", now: turn.Add(-MaxRecordAhead - time.Second),
+			rec: asOf(rec(turn, []lim{{window.Day, 100, 0, true}}, nil), turn.Add(time.Millisecond)), auth: true, result: Unknown},
 		{name: "stale unlimited windows do not matter", now: noon.Add(24 * time.Hour),
 			rec: rec(noon, []lim{{window.Month, 100, 0, true}}, nil), result: Admit, state: WithinLimit},
 		{name: "no entitlement is unknown", now: noon, rec: &mirror.Record{}, result: Unknown},
@@ -88,6 +110,39 @@ func TestDecide(t *testing.T) {
 			}
 			if len(ex) != len(tc.exhausted) {
 				t.Fatalf("exhausted %v, want %v", ex, tc.exhausted)
+			}
+		})
+	}
+}
+
+// A decision is made at the instant of the windows it judges, and its snapshot carries
+// that instant: the caller's now, unless the record was computed past a reset now has not
+// reached (the caller's clock behind the control plane's); a record a little ahead within
+// the same windows changes nothing.
+func TestDecideAtTheRecordsInstant(t *testing.T) {
+	limits := []lim{{window.Day, 100, 0, true}}
+	for _, tc := range []struct {
+		name    string
+		now, at time.Time // the caller's clock, the record's instant
+		want    time.Time
+	}{
+		{"in step", noon, noon, noon},
+		{"record older", noon, noon.Add(-time.Hour), noon},
+		{"record ahead, same windows", noon, noon.Add(2 * time.Second), noon},
+		{"record ahead, past the reset", turn.Add(-3 * time.Second), turn.Add(2 * time.Second), turn.Add(2 * time.Second)},
+		{"record ahead, exactly at the reset", turn.Add(-time.Millisecond), turn, turn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(asOf(rec(tc.at, limits, nil), tc.at), tc.now, false)
+			if d.Result != Admit || !d.At.Equal(tc.want) {
+				t.Fatalf("%v at %s, want admit at %s", d.Result, d.At, tc.want)
+			}
+			if w := window.Of(window.Day, tc.want); d.Buckets[0].Window != w {
+				t.Fatalf("judged the day %v, want %v", d.Buckets[0].Window, w)
+			}
+			s := d.Snapshot("org", "om")
+			if s.GetAdmittedAtUnixMs() != tc.want.UnixMilli() || s.GetBuckets()[0].GetWindowStartUnixMs() != d.Buckets[0].Window.Start.UnixMilli() {
+				t.Fatalf("snapshot admitted at %d in the day from %d, want %d", s.GetAdmittedAtUnixMs(), s.GetBuckets()[0].GetWindowStartUnixMs(), tc.want.UnixMilli())
 			}
 		})
 	}
@@ -112,7 +167,7 @@ func TestDecideSuspendedAndInactive(t *testing.T) {
 
 func TestSnapshot(t *testing.T) {
 	d := Decide(rec(noon, []lim{{window.Week, 700, 0, false}}, nil), noon, false)
-	s := d.Snapshot("org", "om", noon)
+	s := d.Snapshot("org", "om")
 	if s.GetVersion() != 2 || s.GetAdmittedAtUnixMs() != noon.UnixMilli() || s.GetTrackingVersion() != 4 || len(s.GetBuckets()) != 3 {
 		t.Fatalf("%v", s)
 	}
@@ -158,13 +213,18 @@ func BenchmarkDecideAndSnapshot(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		d := Decide(r, noon, false)
-		_ = d.Snapshot("org_01h455vb4pex5vsknk084sn02q", "om_01h455vb4pex5vsknk084sn02q", noon)
+		_ = d.Snapshot("org_01h455vb4pex5vsknk084sn02q", "om_01h455vb4pex5vsknk084sn02q")
 	}
 }
 
 func TestDecideDoesNotAllocate(t *testing.T) {
-	r := rec(noon, []lim{{window.Day, 1e6, 0, true}, {window.Week, 5e6, 0, true}}, map[window.Timeframe]int64{window.Day: 10})
+	r := asOf(rec(noon, []lim{{window.Day, 1e6, 0, true}, {window.Week, 5e6, 0, true}}, map[window.Timeframe]int64{window.Day: 10}), noon)
 	if n := testing.AllocsPerRun(100, func() { _ = Decide(r, noon, false) }); n != 0 {
 		t.Fatalf("%v allocations per decision", n)
+	}
+	// Nor on a record computed past a reset this clock has not reached.
+	ahead := asOf(rec(turn, []lim{{window.Day, 1e6, 0, true}}, map[window.Timeframe]int64{window.Day: 10}), turn.Add(time.Second))
+	if n := testing.AllocsPerRun(100, func() { _ = Decide(ahead, turn.Add(-time.Second), true) }); n != 0 {
+		t.Fatalf("%v allocations per decision at the record's instant", n)
 	}
 }

@@ -513,14 +513,15 @@ func (g *Gate) resolveRecord(ctx context.Context, id *identity.Identity, wait *t
 	return rec, err
 }
 
-// startItem is the durable start of a request admitted on d at now, without its request
-// id (given when it is sent: a start built only to be compared needs none), and the
-// basis of its reservation (a label of tollgate_enforcer_reservations_total, counted by
-// the caller once the start is sent as the request's).
-func (g *Gate) startItem(id *identity.Identity, d *decision.Decision, now time.Time, h Hint) (*internalv1.StartItem, string) {
-	reservation, basis := g.reservation(d, h, now)
+// startItem is the durable start of a request admitted on d, at the instant d was made at
+// (d.At: the check's, or a later record's, decision.Decide), without its request id
+// (given when it is sent: a start built only to be compared needs none), and the basis
+// of its reservation (a label of tollgate_enforcer_reservations_total, counted by the
+// caller once the start is sent as the request's).
+func (g *Gate) startItem(id *identity.Identity, d *decision.Decision, h Hint) (*internalv1.StartItem, string) {
+	reservation, basis := g.reservation(d, h, d.At)
 	return &internalv1.StartItem{OrganizationId: id.OrganizationID, MemberId: id.MemberID,
-		Snapshot: d.Snapshot(id.OrganizationID, id.MemberID, now), ReservationMicroUsd: reservation, MaxInFlight: d.MaxInFlight}, basis
+		Snapshot: d.Snapshot(id.OrganizationID, id.MemberID), ReservationMicroUsd: reservation, MaxInFlight: d.MaxInFlight}, basis
 }
 
 // admit makes the start durable and answers 200: spec's start when it is the one d makes
@@ -528,7 +529,7 @@ func (g *Gate) startItem(id *identity.Identity, d *decision.Decision, now time.T
 // retry asks the caller to decide again on a fresher record (the start was refused for
 // an old tracking version).
 func (g *Gate) admit(ctx, calls context.Context, id *identity.Identity, d *decision.Decision, now time.Time, h Hint, spec *speculation) (a Answer, retry bool, err error) {
-	item, basis := g.startItem(id, d, now, h)
+	item, basis := g.startItem(id, d, h)
 	out, used := g.take(calls, spec, item)
 	if used {
 		item, basis, now = spec.item, spec.basis, spec.at
@@ -620,7 +621,7 @@ func (g *Gate) failure(reason Reason, id *identity.Identity, last *mirror.Record
 		case decision.Inactive:
 			return Refusal(ReasonInactiveMember)
 		case decision.Admit:
-			return g.failOpenAdmit(reason, id, &d, d.Snapshot(id.OrganizationID, id.MemberID, now), typeid.New(RequestPrefix))
+			return g.failOpenAdmit(reason, id, &d, d.Snapshot(id.OrganizationID, id.MemberID), typeid.New(RequestPrefix))
 		}
 	}
 	return g.failOpenAdmit(reason, id, nil, nil, typeid.New(RequestPrefix))
@@ -679,7 +680,7 @@ func (g *Gate) Trailing(orgID, memberID string) string {
 	if last := g.Records.LastKnown(memberID); last != nil {
 		d := decision.Decide(last, now, false)
 		if d.Result != decision.Unknown {
-			snap = d.Snapshot(orgID, memberID, now)
+			snap = d.Snapshot(orgID, memberID)
 		}
 	}
 	reqID := typeid.New(RequestPrefix)

@@ -48,9 +48,11 @@ import (
 // in-flight cap it fills); one whose caller left leaves that to the goroutine.
 type speculation struct {
 	item  *internalv1.StartItem
-	basis string    // the reservation's basis, counted if the start is used
-	at    time.Time // the admission instant of its snapshot
-	done  chan struct{}
+	basis string // the reservation's basis, counted if the start is used
+	// at is its check's instant, the tracker's admission time; its snapshot carries its
+	// decision's (decision.Decision.At: later when the record was computed past a reset).
+	at   time.Time
+	done chan struct{}
 	// leave withdraws the start while it is queued (its check's caller left).
 	leave context.CancelFunc
 	// state: specRunning until the start is answered (specDone) or a check that left
@@ -99,7 +101,7 @@ func (g *Gate) speculate(ctx context.Context, id *identity.Identity, h Hint, now
 		// start itself, which begins it: its start would differ from the fresh one's.
 		return nil
 	}
-	item, basis := g.startItem(id, &d, now, h)
+	item, basis := g.startItem(id, &d, h)
 	item.RequestId = typeid.New(RequestPrefix)
 	// The start's own context ends only when its check's caller leaves (drop): a start
 	// still queued is then withdrawn unsent, as any check's; one already sent is
