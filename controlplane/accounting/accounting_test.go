@@ -1096,6 +1096,38 @@ func TestAdmit(t *testing.T) {
 	}
 }
 
+// A fail-open admission without a mirror record has no version to compare: it is
+// admitted whatever its instant in the member's first capture epoch (no row, or a row
+// created by first use: its tracking_started_at is only when it was written), and
+// compared with the start of the current epoch once an operator moved the fence.
+func TestAdmitUnrecorded(t *testing.T) {
+	began := time.Date(2026, 9, 14, 12, 0, 0, 0, time.UTC)
+	before, after := began.Add(-time.Minute), began.Add(time.Minute)
+	cases := []struct {
+		name     string
+		hasRow   bool
+		capture  bool
+		row      int64
+		admitted time.Time
+		want     Admission
+	}{
+		{"no row yet", false, true, 0, before, Admitted},
+		{"row created by first use, admitted before it was written", true, true, FirstTrackingVersion, before, Admitted},
+		{"row created by first use, admitted after", true, true, FirstTrackingVersion, after, Admitted},
+		{"suspended", true, false, 2, after, CaptureSuspended},
+		{"suspended, admitted before", true, false, 2, before, CaptureSuspended},
+		{"resumed, admitted before the epoch began", true, true, 3, before, EpochChanged},
+		{"resumed, admitted at the epoch's first instant", true, true, 3, began, Admitted},
+		{"resumed, admitted in the epoch", true, true, 3, after, Admitted},
+		{"fenced from no row, admitted before", true, true, NextFenceVersion(0), before, EpochChanged},
+	}
+	for _, c := range cases {
+		if got := AdmitUnrecorded(c.hasRow, c.capture, c.row, began, c.admitted); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 func TestParseSnapshot(t *testing.T) {
 	now := time.Date(2026, 9, 15, 4, 59, 59, 999_000_000, time.UTC)
 	good := func() *internalv1.Snapshot {

@@ -45,16 +45,23 @@ func Admit(captureEnabled bool, rowVersion, snapshotVersion int64) Admission {
 }
 
 // AdmitUnrecorded applies the fence to a fail-open admission made without a mirror
-// record (its snapshot has no tracking version to compare): it is charged when the
-// admission instant is not before the member's current capture epoch began, or when the
-// member has no tracking row yet (hasRow false); a suspended capture or an admission
-// before the epoch began is refused, like a stale start.
-func AdmitUnrecorded(hasRow, captureEnabled bool, epochStartedAt, admittedAt time.Time) Admission {
+// record (its snapshot has no tracking version to compare). A suspended capture refuses
+// it, like a stale start. Otherwise it is charged while the member is still in its first
+// capture epoch (no tracking row yet, hasRow false, or a row created by first use,
+// rowVersion 1, never fenced) whatever its admission instant: that row's
+// tracking_started_at is only when the first start or settlement wrote it, and requests
+// admitted just before are of the same epoch (Epoch(0) == Epoch(1)), as Admit treats
+// snapshots at version 0. After an operator moved the fence (version 2 or more), the
+// admission instant is compared with when the member's current epoch began
+// (epochStartedAt): one before it is refused as stale.
+func AdmitUnrecorded(hasRow, captureEnabled bool, rowVersion int64, epochStartedAt, admittedAt time.Time) Admission {
 	switch {
 	case !hasRow:
 		return Admitted
 	case !captureEnabled:
 		return CaptureSuspended
+	case Epoch(rowVersion) == FirstTrackingVersion:
+		return Admitted
 	case admittedAt.Before(epochStartedAt):
 		return EpochChanged
 	}

@@ -1123,6 +1123,89 @@ func TestFailOpenWithoutRecordIsCharged(t *testing.T) {
 	at.Check(t, e.Store)
 }
 
+// Fail-open admissions without a mirror record, made before the member had a tracking
+// row, are all charged: the first to settle creates the row by first use (version 1,
+// tracking_started_at = that settlement's instant), which is the same capture epoch as
+// no row at all (accounting.Epoch), so the others, admitted before that instant, are
+// not stale. Only a real fence move (a suspend and a resume) ends that epoch: a request
+// admitted before the resume is then refused. Before 2026-12-02 every later settlement
+// of a request admitted before the row was written was quarantined epoch_changed and
+// not charged, though no operator had moved the fence.
+func TestFailOpenWithoutRecordBeforeFirstUseRowIsCharged(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	t0 := e.Clock.Now()
+	item := func(admitted time.Time) *internalv1.SettleItem {
+		return &internalv1.SettleItem{RequestId: at.ReqID(), OrganizationId: org, MemberId: m, AdmittedWithoutRecord: true,
+			Snapshot: unrecorded(org, m, admitted), Model: "gpt-4o-mini", OutputTokens: 1_000_000, Complete: true}
+	}
+	setCapture := func(version int64, enabled bool) {
+		t.Helper()
+		if err := e.Store.InTx(ctx, func(tx pgx.Tx) error {
+			return store.SetCapture(ctx, tx, org, m, version, enabled, e.Clock.Now())
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quarantined := func(id, reason string) int64 {
+		t.Helper()
+		var n int64
+		if err := e.Store.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id = $1 AND reason = $2`,
+			id, reason).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Three requests while Redis is down; the first one's settlement creates the row.
+	first, second, stale := item(t0), item(t0.Add(5*time.Second)), item(t0.Add(10*time.Second))
+	steps := []struct {
+		name   string
+		at     time.Duration // since t0, when the step happens
+		fence  func()        // an operator's move, instead of a settlement
+		item   *internalv1.SettleItem
+		want   internalv1.SettleOutcome
+		reason string // quarantine reason
+	}{
+		{name: "the first settlement creates the row", at: 30 * time.Second, item: first, want: internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED},
+		{name: "admitted before the row was written", at: 40 * time.Second, item: second, want: internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED},
+		{name: "suspend", at: 50 * time.Second, fence: func() { setCapture(2, false) }},
+		{name: "admitted before the row was written, capture suspended", at: 55 * time.Second, item: item(t0.Add(20 * time.Second)),
+			want: internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED, reason: "capture_suspended"},
+		{name: "resume", at: 60 * time.Second, fence: func() { setCapture(3, true) }},
+		{name: "admitted before the resume", at: 70 * time.Second, item: stale,
+			want: internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED, reason: "epoch_changed"},
+		{name: "admitted after the resume", at: 80 * time.Second, item: item(t0.Add(65 * time.Second)), want: internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED},
+	}
+	for _, s := range steps {
+		e.Clock.Set(t0.Add(s.at))
+		if s.fence != nil {
+			s.fence()
+			continue
+		}
+		r := settle1(t, e, s.item)
+		if r.Outcome != s.want {
+			t.Fatalf("%s (admitted %s, settled %s): outcome %v, charged %d: %s", s.name,
+				time.UnixMilli(s.item.Snapshot.AdmittedAtUnixMs).UTC().Format(time.RFC3339), e.Clock.Now().Format(time.RFC3339),
+				r.Outcome, r.CostMicroUsd, r.Message)
+		}
+		if s.reason == "" {
+			if r.CostMicroUsd != 600_000 {
+				t.Fatalf("%s: charged %d", s.name, r.CostMicroUsd)
+			}
+			continue
+		}
+		if n := quarantined(s.item.RequestId, s.reason); n != 1 || r.CostMicroUsd != 0 {
+			t.Fatalf("%s: quarantined %d (%s), charged %d", s.name, n, s.reason, r.CostMicroUsd)
+		}
+	}
+	if used := e.Used(t, org, m, window.Day, t0); used != 1_800_000 {
+		t.Fatalf("the member's day counter holds %d micro-USD; the three charged requests cost 1,800,000", used)
+	}
+	at.Check(t, e.Store)
+}
+
 // A fail-open admission (no durable start; its snapshot only in the admitting
 // enforcer's memory) reported first without its snapshot (another replica's POST
 // /settle, or a fresh report that overtook the admitting enforcer's settlement sitting

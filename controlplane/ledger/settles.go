@@ -740,8 +740,9 @@ type eventRefusal struct {
 
 // admitEvent passes a settlement that creates its event through the capture fence, like
 // a start; nil admits it. A fail-open admission without a mirror record has no tracking
-// version to compare, so its admission instant is compared with the start of the
-// member's current capture epoch instead (accounting.AdmitUnrecorded).
+// version to compare: it is admitted in the member's first capture epoch, and after a
+// fence move its admission instant is compared with the start of the member's current
+// capture epoch instead (accounting.AdmitUnrecorded).
 func admitEvent(sj *settleJob, st store.StoredStart, state store.SettleState) *eventRefusal {
 	tr, hasRow := state.Tracking[st.MemberID]
 	var verdict accounting.Admission
@@ -751,7 +752,7 @@ func admitEvent(sj *settleJob, st store.StoredStart, state store.SettleState) *e
 		verdict = accounting.Admitted
 	case sj.unrecorded:
 		started := time.UnixMicro(tr.StartedAtUnixMicro).UTC()
-		verdict = accounting.AdmitUnrecorded(hasRow, tr.CaptureEnabled, started, st.AdmittedAt)
+		verdict = accounting.AdmitUnrecorded(hasRow, tr.CaptureEnabled, tr.Version, started, st.AdmittedAt)
 		msg = fmt.Sprintf("admitted without a mirror record at %s, before the member's current capture epoch began at %s: recorded for review, not charged",
 			st.AdmittedAt.UTC().Format(time.RFC3339Nano), started.Format(time.RFC3339Nano))
 	default:
