@@ -23,6 +23,9 @@
 // withdrawable start (SubmitWithdrawable: a check's speculative start, package gate)
 // leaves with its caller only while queued; once sent, its answer goes to its caller
 // all the same, who voids what was recorded, and only the deadline makes it an orphan.
+// A start never sent is never an orphan: one still queued when the queue stops is
+// refused with ErrClosed, even to a caller leaving at that moment, and one whose
+// caller's deadline has passed before its own call leaves unsent.
 //
 // It decides nothing about limits and renders no answers.
 package startq

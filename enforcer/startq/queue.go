@@ -146,14 +146,18 @@ type Queue struct {
 	own sync.WaitGroup
 }
 
-// waiter states: a waiter is taken by a worker or abandoned by its caller, never both;
-// a taken waiter is then either delivered to its caller or orphaned (caller left).
+// waiter states: a waiter is taken by a worker, abandoned by its caller or refused by a
+// closing Run, only one of them; a taken waiter is then either delivered to its caller
+// or orphaned (caller left). A refused one was never sent: its caller gets ErrClosed,
+// even one leaving at that moment, and it never becomes an orphan (nothing of it can be
+// durable; an orphan's settlement would record a request never made).
 const (
 	queued int32 = iota
 	taken
 	abandoned
 	delivered
 	orphaned
+	refused
 )
 
 type waiter struct {
@@ -261,7 +265,8 @@ func (q *Queue) submit(ctx context.Context, item *internalv1.StartItem, withdraw
 		return Result{}, nil, err
 	}
 	// Already sent: hand it to the worker as an orphan, unless its answer just arrived
-	// or its caller waits for it all the same (withdrawable, and only ctx ended).
+	// or its caller waits for it all the same (withdrawable, and only ctx ended). A start
+	// refused at close (never sent) has its answer waiting: the CompareAndSwap fails.
 	if withdrawable && err != ErrDeadline {
 		return q.deliver(w, <-w.done)
 	}
@@ -285,6 +290,18 @@ func (q *Queue) sendOwn(ctx context.Context, w *waiter, withdrawable bool) (Resu
 	callerDeadline, bounded := ctx.Deadline()
 	if bounded {
 		timeout = min(timeout, time.Until(callerDeadline))
+	}
+	if timeout <= 0 {
+		// The caller's deadline passed since Submit looked at ctx: a call made now would
+		// end before it began, perhaps unsent, perhaps not, and a failed call goes to the
+		// orphans. The start is not sent at all, and leaves as one whose caller left
+		// while it was queued: its reservation released, never an orphan.
+		w.state.Store(abandoned)
+		q.release()
+		q.own.Done()
+		w.res.Release()
+		q.m.StartQueueRejections.WithLabelValues("cancelled").Inc()
+		return Result{}, nil, context.DeadlineExceeded
 	}
 	q.send(ctx, []*waiter{w}, timeout)
 	q.release()
@@ -382,19 +399,18 @@ func (q *Queue) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	// The starts still queued are refused, never sent: moved from queued to refused
+	// under the lock (never through taken, which a caller leaving would find and turn
+	// into an orphan), their answer in place before any caller can see the state.
 	q.mu.Lock()
 	q.closed, q.running = true, false
-	var left []*waiter
 	for q.queue.Len() > 0 {
 		w := q.queue.Front().Value.(*waiter)
-		w.state.Store(taken)
+		w.state.Store(refused)
+		w.done <- outcome{err: ErrClosed} // buffered: never blocks
 		q.removeLocked(w)
-		left = append(left, w)
 	}
 	q.mu.Unlock()
-	for _, w := range left {
-		q.complete(w, outcome{err: ErrClosed})
-	}
 	// Calls that callers made themselves end before Run returns, as the workers' did:
 	// what shuts down after the queue (the settlement of unreported requests) then sees
 	// every start it answered.

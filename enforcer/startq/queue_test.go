@@ -3,6 +3,7 @@ package startq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -433,6 +434,31 @@ func TestOwnCallEndsByTheCallersDeadline(t *testing.T) {
 	}
 }
 
+// expiring is a context whose deadline has passed before its Done channel says so (its
+// timer not yet fired): what a caller's context can be for a moment.
+type expiring struct{ context.Context }
+
+func (expiring) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// A start whose caller's deadline passes between Submit's look at ctx and its own call
+// is not sent: a call with no time left may or may not leave, and a failed call goes to
+// the orphans, which would settle a request never made. It leaves unsent, as from the
+// queue, its reservation released.
+func TestOwnCallWithNoTimeLeftIsNeverSent(t *testing.T) {
+	st := &starter{}
+	f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st)
+	_, res, err := f.q.Submit(expiring{context.Background()}, item("late", "m"))
+	if !errors.Is(err, context.DeadlineExceeded) || res != nil {
+		t.Fatalf("err %v reservation %v; want context.DeadlineExceeded and none", err, res)
+	}
+	if len(st.sent()) != 0 || f.orphans.Load() != 0 || f.reserved() != 0 {
+		t.Fatalf("sent %v, %d orphans, %d reserved; want nothing", st.sent(), f.orphans.Load(), f.reserved())
+	}
+	if _, _, err := f.q.Submit(context.Background(), item("next", "m")); err != nil {
+		t.Fatalf("the next start: %v (the call's place not given back?)", err)
+	}
+}
+
 // A start that finds nothing queued and a call free is sent by its caller; the starts
 // that arrive while that call is out wait for the worker, which sends them together
 // when it ends.
@@ -570,6 +596,56 @@ func TestRunWaitsForACallersOwnCall(t *testing.T) {
 	}
 	if _, _, err := q.Submit(context.Background(), item("after", "m")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("a start after Run returned: %v", err)
+	}
+}
+
+// A start still queued when Run stops is refused with ErrClosed: it was never sent, so
+// nothing of it can be durable. Its caller leaving at that moment (as every check does
+// while the enforcer stops: cancelled, or past its deadline) must not make an orphan of
+// it: the orphan handler settles with the snapshot, and the control plane would record a
+// request of no cost, never made, on the member's receipts and coverage. Thousands of
+// callers leave while Run refuses their starts, so some leave in the middle of it.
+func TestStartRefusedAtCloseIsNeverOrphaned(t *testing.T) {
+	const n = 4000
+	for trial := range 5 {
+		st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+		m := metrics.Discard()
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		var neverSent atomic.Int64
+		q := New(st, settleq.New(settler{}, settleq.Config{Capacity: 4 * n}, m, log),
+			Config{Capacity: 2 * n, PerMember: 2 * n, Deadline: time.Minute, Workers: 1},
+			func(it *internalv1.StartItem, res *settleq.Reservation) {
+				if !st.sent()[it.GetRequestId()] {
+					neverSent.Add(1)
+				}
+				res.Release()
+			}, m, log)
+		ctx, stop := context.WithCancel(context.Background())
+		ran := make(chan struct{})
+		go func() { q.Run(ctx); close(ran) }()
+		for !q.isRunning() {
+			time.Sleep(time.Millisecond)
+		}
+		go q.Submit(context.Background(), item("own", "m")) // holds the one call
+		<-st.entered
+		callers, leave := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() { defer wg.Done(); q.Submit(callers, item(fmt.Sprint("queued-", i), "m")) }()
+		}
+		waitDepth(t, q, n)
+		go stop() // Run refuses the queued starts ...
+		leave()   // ... while their callers leave
+		wg.Wait()
+		close(st.gate)
+		<-ran
+		if k := neverSent.Load(); k > 0 {
+			t.Fatalf("trial %d: %d starts never sent were handed to the orphan handler (settled as requests never made)", trial, k)
+		}
+		if r := testGauge(m.SettleReserved); r != 1 { // the own start's, admitted
+			t.Fatalf("trial %d: %v settlement slots reserved, want 1", trial, r)
+		}
 	}
 }
 
