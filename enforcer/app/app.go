@@ -334,9 +334,10 @@ func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
 //     without a durable start first), within half of what is left of the deadline;
 //     those left have durable starts, closed by the control plane's abandonment
 //     recovery;
-//  5. stop the settle queue's workers (after their current call), then flush what is
-//     queued within the deadline; what is left stays in the spool for the next start
-//     (without a spool it is given up, loudly);
+//  5. stop the settle queue's workers after their current call, cut when half of what
+//     is left of the deadline has passed (its items go back to the queue, still
+//     spooled), then flush what is queued within the deadline; what is left stays in
+//     the spool for the next start (without a spool it is given up, loudly);
 //  6. stop the other loops, newest first: the control plane probe, the reaper, the
 //     invalidation watcher, the record reader;
 //  7. stop the admin server (it answers "draining" until here).
@@ -434,8 +435,17 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 		e.log.Warn("settling unreported requests as incomplete at shutdown", "count", n, "left_pending", left,
 			"note", "left ones have durable starts: they stay pending at the control plane until its abandonment recovery closes them")
 	}
-	// 5.
+	// 5. A worker's call out now may last its CallTimeout (5s) against a slow or silent
+	// control plane, past the deadline: it is cut when half of what is left has passed,
+	// so the drain keeps the other half (it sends the cut call's items again, answered
+	// duplicate if that call was committed after all).
+	cutCtx, cancelCut := shutCtx, context.CancelFunc(func() {})
+	if dl, ok := shutCtx.Deadline(); ok {
+		cutCtx, cancelCut = context.WithTimeout(shutCtx, time.Until(dl)/2)
+	}
+	e.Settle.CutCalls(cutCtx)
 	stopErrs = append(stopErrs, settle.Stop())
+	cancelCut()
 	e.Settle.Drain(shutCtx)
 	// 6.
 	stopErrs = append(stopErrs, loops.StopAll())

@@ -93,3 +93,36 @@ func TestShutdownHonoursItsDeadlineWithManyUnreported(t *testing.T) {
 		t.Fatalf("shutdown took %v, timeout %v", took, timeout)
 	}
 }
+
+// docs/enforcer.md, "Shutdown": SIGTERM honours TOLLGATE_SHUTDOWN_TIMEOUT whatever is
+// queued. A control plane that has stopped answering (a partition, a Postgres failover
+// holding every batch) leaves each settle worker in a call lasting up to its
+// CallTimeout (5s): the stopping enforcer waited for it past the deadline, so the pod
+// could outlive terminationGracePeriodSeconds (the chart accepts any shutdown timeout
+// below it) and be killed mid-drain, its spool's emptyDir with it. The call is cut; its
+// settlement is not forgotten: answered, or given up loudly (no spool here).
+func TestShutdownHonoursItsDeadlineWithASettleCallOut(t *testing.T) {
+	timeout := 2 * time.Second
+	e := enforcertest.New(t, enforcertest.Options{Quiet: true, Config: func(c *appConfig) {
+		c.ShutdownTimeout = timeout
+	}})
+	e.CP.SettleDelay.Store(int64(4500 * time.Millisecond)) // answers within the 5s call timeout, late
+	w := newMember(e, dayLimit(1_000_000*usd, true))
+	id, _ := e.Admit(t, w.key)
+	if err := e.Enforcer.Tracker.Finish(id, inflightUsage(10, 10), nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // past the 50ms linger: the worker's Settle call is out
+	began := time.Now()
+	e.Stop()
+	took := time.Since(began)
+	t.Logf("stopped in %v (TOLLGATE_SHUTDOWN_TIMEOUT %v)", took.Round(time.Millisecond), timeout)
+	if took > timeout+500*time.Millisecond {
+		t.Fatalf("shutdown took %v, past its %v deadline: a settle worker's call in flight was waited for beyond it",
+			took.Round(time.Millisecond), timeout)
+	}
+	abandoned := enforcertest.Value(e.Registry, "tollgate_enforcer_settlements_total", "outcome", "abandoned")
+	if e.CP.Receipt(id) == nil && abandoned != 1 {
+		t.Fatalf("the settlement of the cut call was neither answered nor given up (%v abandoned): forgotten", abandoned)
+	}
+}

@@ -140,6 +140,9 @@ type Queue struct {
 	oldest, newest *entry
 	// spool, when set, holds every queued settlement until the control plane answers it.
 	spool *spool.Spool
+	// cut ends when the calls of Run's workers must end (CutCalls), cutCalls ends it.
+	cut      context.Context
+	cutCalls context.CancelFunc
 }
 
 type entry struct {
@@ -165,6 +168,7 @@ type entry struct {
 func New(client Settler, cfg Config, m *metrics.Metrics, log *slog.Logger) *Queue {
 	q := &Queue{cfg: cfg.withDefaults(), client: client, m: m, log: log,
 		signal: make(chan struct{}, 1), idle: make(chan struct{})}
+	q.cut, q.cutCalls = context.WithCancel(context.Background())
 	m.SettleCapacity.Set(float64(q.cfg.Capacity))
 	return q
 }
@@ -298,7 +302,7 @@ func (q *Queue) Depth() int {
 }
 
 // Run sends settlements until ctx is done, then returns nil once every call in flight
-// has been answered. Call Drain afterwards to flush what is left.
+// has been answered, or cut (CutCalls). Call Drain afterwards to flush what is left.
 func (q *Queue) Run(ctx context.Context) error {
 	for range q.cfg.Workers {
 		q.workers.Add(1)
@@ -323,9 +327,14 @@ func (q *Queue) work(ctx context.Context) {
 		}
 		batch, wait := q.take(false)
 		if len(batch) > 0 {
-			// A stopping Run must not cut a call short: its answer would be lost and the
-			// items sent again by the drain.
-			q.send(context.WithoutCancel(ctx), batch)
+			// A stopping Run does not cut its call short when ctx ends (its answer would
+			// be lost and the items sent again), only when the shutdown's deadline says
+			// so (CutCalls).
+			callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			stopCut := context.AfterFunc(q.cut, cancel)
+			q.send(callCtx, batch)
+			stopCut()
+			cancel()
 			continue
 		}
 		if !timer.Stop() {
@@ -343,6 +352,17 @@ func (q *Queue) work(ctx context.Context) {
 		case <-timer.C:
 		}
 	}
+}
+
+// CutCalls cuts the Settle calls of Run's workers still out when ctx ends: a stopping
+// Run waits for its calls, each up to CallTimeout, and a shutdown must end by its
+// deadline however slow the control plane is. A call cut fails as any failed call: its
+// items go back to the queue, unanswered and still spooled, and the drain sends them
+// again (the control plane answers duplicate if the cut call was committed after all)
+// or, out of time, leaves them in the spool, or gives them up loudly without one.
+// Call it before stopping Run, with what of the shutdown's deadline Run may take.
+func (q *Queue) CutCalls(ctx context.Context) {
+	context.AfterFunc(ctx, q.cutCalls)
 }
 
 // take removes the next batch of due entries. With force, entries waiting for a retry

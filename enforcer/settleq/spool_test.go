@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -136,5 +137,92 @@ func TestDrainGivesUpManyWithoutLoggingEachOne(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "not_logged=4000") {
 		t.Fatal("no summary line")
+	}
+}
+
+// silent is a control plane that takes Settle calls and never answers them: each ends
+// only when its context does.
+type silent struct{ entered chan string }
+
+func (s silent) Settle(ctx context.Context, in *internalv1.SettleRequest, _ ...grpc.CallOption) (*internalv1.SettleResponse, error) {
+	s.entered <- in.GetItems()[0].GetRequestId()
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// A stopping Run waits for its workers' calls, each up to CallTimeout, but no longer
+// than CutCalls allows: a shutdown ends by its deadline however slow the control plane.
+// The items of a call cut are not lost: spooled, they stay there for the next process
+// (the control plane answers duplicate if the cut call was committed); not spooled,
+// they reach the drain, which gives them up loudly when out of time.
+func TestStoppingRunsCallIsCutAtTheShutdownsDeadline(t *testing.T) {
+	for _, spooled := range []bool{true, false} {
+		t.Run(fmt.Sprintf("spooled=%v", spooled), func(t *testing.T) {
+			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+			logs := &logBuf{}
+			m := metrics.Discard()
+			cfg := fastConfig()
+			cfg.CallTimeout = time.Minute
+			cfg.Linger = -1
+			s := silent{entered: make(chan string, 1)}
+			q := settleq.New(s, cfg, m, slog.New(slog.NewTextHandler(logs, nil)))
+			dir := t.TempDir()
+			var sp *spool.Spool
+			if spooled {
+				var err error
+				if sp, _, err = spool.Open(spool.Config{Dir: dir}, m, quiet); err != nil {
+					t.Fatal(err)
+				}
+				q.UseSpool(sp, nil)
+			}
+			var got settleq.Result
+			if err := q.Enqueue(&internalv1.SettleItem{RequestId: "req_cut", MemberId: "om_a"}, nil, func(r settleq.Result) { got = r }); err != nil {
+				t.Fatal(err)
+			}
+			runCtx, stop := context.WithCancel(context.Background())
+			ran := make(chan struct{})
+			go func() { q.Run(runCtx); close(ran) }()
+			<-s.entered // the worker's call is out
+
+			shutCtx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			began := time.Now()
+			q.CutCalls(shutCtx)
+			stop()
+			select {
+			case <-ran:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the stopping Run waited for its call past the deadline CutCalls gave")
+			}
+			if took := time.Since(began); took > time.Second {
+				t.Fatalf("Run stopped after %v; its call should have been cut at 100ms", took)
+			}
+			if got.Err != nil || got.Outcome != 0 {
+				t.Fatalf("the cut settlement was finished: %+v", got)
+			}
+			if q.Depth() != 1 {
+				t.Fatalf("depth %d after the cut, want the settlement back in the queue", q.Depth())
+			}
+			q.Drain(shutCtx) // out of time already
+			if !spooled {
+				if !errors.Is(got.Err, settleq.ErrAbandoned) || !strings.Contains(logs.String(), "SETTLEMENT NOT DELIVERED") ||
+					!strings.Contains(logs.String(), "req_cut") {
+					t.Fatalf("an unspooled settlement cut was not given up loudly: %+v\n%s", got, logs.String())
+				}
+				return
+			}
+			if got.Err != nil || got.Outcome != 0 {
+				t.Fatalf("the spooled settlement cut was finished: %+v", got)
+			}
+			sp.Close()
+			sp2, pending, err := spool.Open(spool.Config{Dir: dir}, m, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sp2.Close()
+			if len(pending) != 1 || pending[0].Item.GetRequestId() != "req_cut" {
+				t.Fatalf("pending %v, want req_cut for the next process", pending)
+			}
+		})
 	}
 }
