@@ -343,9 +343,19 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	// A Responses call is read whatever its Content-Type: its "background" decides
 	// whether it may go at all (forward).
 	codings := requestbody.Codings(r.Header.Values("Content-Encoding"))
-	if p.upload = isUpload(r.Header.Get("Content-Type")) && !requestbody.AlwaysJSON(r.URL.Path) &&
-		len(codings) == 0 && !opensAsJSON(r); !p.upload {
-		body, err = readBody(http.MaxBytesReader(unwrapped(w), r.Body, gw.cfg.MaxBodyBytes), r.ContentLength, gw.cfg.MaxBodyBytes)
+	var skipped int64 // whitespace before a JSON object sent with an upload's type, dropped
+	if p.upload = isUpload(r.Header.Get("Content-Type")) && !requestbody.AlwaysJSON(r.URL.Path) && len(codings) == 0; p.upload {
+		var opensJSON bool
+		opensJSON, skipped = opensAsJSON(r, gw.cfg.MaxBodyBytes)
+		p.upload = !opensJSON
+	}
+	if !p.upload {
+		// The whitespace skipped counts against the cap (it came with the body).
+		limit, announced := gw.cfg.MaxBodyBytes-skipped, r.ContentLength
+		if announced > 0 {
+			announced -= skipped
+		}
+		body, err = readBody(http.MaxBytesReader(unwrapped(w), r.Body, limit), announced, limit)
 		if err == nil && len(codings) > 0 {
 			// Compressed: decoded here, sent decoded (requestcoding.go).
 			if body, err = requestbody.Decode(codings, body, gw.cfg.MaxBodyBytes); err == nil {
@@ -396,37 +406,103 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // opensAsJSON tells whether the body of a request sent with an upload's type opens as a
-// JSON object does ('{' after any whitespace), and puts what it peeked back in front of
-// the body. Such a body is a JSON request whatever its type says: a chat request sent as
-// application/octet-stream, which an upstream that parses every body as JSON (LiteLLM,
-// Ollama, llama.cpp's server) answers as any. Streamed past as an upload, its model,
-// output cap and text would go unread: no worst case reserved, no input estimate, no
-// usage asked of its stream, no refusal of an unpriced model or of a background call.
-// No upload opens so: a multipart body opens with its boundary's "--", audio, image and
-// video files with their formats' magic bytes. (A compressed body is never taken for an
+// JSON object does ('{' after any whitespace). Such a body is a JSON request whatever its
+// type says: a chat request sent as application/octet-stream, which an upstream that
+// parses every body as JSON (LiteLLM, Ollama, llama.cpp's server) answers as any.
+// Streamed past as an upload, its model, output cap and text would go unread: no worst
+// case reserved, no input estimate, no usage asked of its stream, no refusal of an
+// unpriced model or of a background call. No upload opens so: a multipart body opens
+// with its boundary's "--" (or a preamble, often a line break), audio, image and video
+// files with their formats' magic bytes. (A compressed body is never taken for an
 // upload: its bytes cannot be sniffed, so it is decoded and read as any; no SDK
 // compresses an upload.)
-func opensAsJSON(r *http.Request) bool {
-	const most = 512 // whitespace before a JSON object's '{', at most
-	peek := bufio.NewReaderSize(r.Body, most)
-	r.Body = struct {
-		io.Reader
-		io.Closer
-	}{peek, r.Body}
-	for n := 1; n <= most; n++ {
-		b, _ := peek.Peek(n)
-		if len(b) < n {
-			return false // the body ended, or failed: the upload path sees the same
+//
+// JSON allows any amount of whitespace before the '{', so any amount is skipped: a limit
+// would let a JSON request past unread behind that much whitespace. The whitespace is
+// not kept as it came but packed (leadingSpace, a quarter of its length). For a JSON
+// body it is dropped and skipped tells how much, which counts against limit (the body
+// cap): more than limit is a JSON body over the cap (the caller's read of the rest
+// fails at once, 413), never read further. For any other body it is put back in front
+// of the rest, the same bytes, and the body goes as an upload.
+func opensAsJSON(r *http.Request, limit int64) (json bool, skipped int64) {
+	peek := bufio.NewReaderSize(r.Body, 512)
+	var space leadingSpace
+	rest := func(front io.Reader) {
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{front, r.Body}
+	}
+	for {
+		b, _ := peek.Peek(1)
+		if len(b) == 0 {
+			// The body ended, or failed: the upload path sees the same.
+			rest(io.MultiReader(space.reader(), peek))
+			return false, 0
 		}
-		switch b[n-1] {
+		switch b[0] {
 		case ' ', '\t', '\r', '\n':
+			if space.n == limit {
+				// Over the cap: the byte is left for the caller's read to find.
+				rest(peek)
+				return true, space.n
+			}
+			space.add(b[0])
+			_, _ = peek.Discard(1)
 			continue
 		case '{':
-			return true
+			rest(peek)
+			return true, space.n
 		}
-		return false
+		rest(io.MultiReader(space.reader(), peek))
+		return false, 0
 	}
-	return false
+}
+
+// leadingSpace is JSON whitespace skipped before a body's first other byte, packed two
+// bits a byte (JSON has four whitespace bytes), to be replayed as it came.
+type leadingSpace struct {
+	packed []byte
+	n      int64
+}
+
+// jsonSpace is JSON's whitespace, in the order of its two-bit codes.
+const jsonSpace = " \t\r\n"
+
+func (s *leadingSpace) add(b byte) {
+	code := byte(strings.IndexByte(jsonSpace, b))
+	if s.n%4 == 0 {
+		s.packed = append(s.packed, 0)
+	}
+	s.packed[len(s.packed)-1] |= code << (2 * (s.n % 4))
+	s.n++
+}
+
+// reader replays the whitespace.
+func (s *leadingSpace) reader() io.Reader {
+	if s.n == 0 {
+		return strings.NewReader("")
+	}
+	return &spaceReader{s: s}
+}
+
+type spaceReader struct {
+	s    *leadingSpace
+	next int64
+}
+
+func (r *spaceReader) Read(p []byte) (int, error) {
+	n := 0
+	for ; n < len(p) && r.next < r.s.n; n++ {
+		code := r.s.packed[r.next/4] >> (2 * (r.next % 4)) & 3
+		p[n] = jsonSpace[code]
+		r.next++
+	}
+	if n == 0 {
+		r.s.packed = nil
+		return 0, io.EOF
+	}
+	return n, nil
 }
 
 // isUpload tells whether a request's body is an upload (a file, audio to transcribe, an

@@ -670,6 +670,7 @@ func TestJSONSentAsAnUploadIsReadAsJSON(t *testing.T) {
 		{"audio", "audio/wav", chatBody},
 		{"multipart", "multipart/form-data; boundary=x", chatBody},
 		{"after whitespace", "application/octet-stream", " \r\n\t " + chatBody},
+		{"after 4,000 bytes of whitespace", "application/octet-stream", strings.Repeat(" \r\n\t", 1000) + chatBody},
 		{"gzipped octet-stream", "application/octet-stream", gzipped(chatBody)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -715,6 +716,74 @@ func TestJSONSentAsAnUploadIsReadAsJSON(t *testing.T) {
 	defer mu.Unlock()
 	if res.StatusCode != 403 || len(got) != 0 {
 		t.Fatalf("an unpriced model sent as octet-stream: %d, the upstream got %q", res.StatusCode, got)
+	}
+}
+
+// Whitespace before a body sent with an upload's type is skipped whatever its length (a
+// limit let a JSON request past unread behind that much), and counted against the body
+// cap: before a JSON object it is part of the body, and more than the cap is refused
+// (413) whatever follows, as it is never read past the cap. Before anything else it
+// reaches the upstream as it came, with the upload, which may pass the cap.
+func TestLeadingWhitespaceOfAnUpload(t *testing.T) {
+	var mu sync.Mutex
+	var got [][]byte
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, b)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"model":"gpt-4o-mini","usage":{"prompt_tokens":3,"completion_tokens":2}}`)
+	}))
+	defer up.Close()
+	limit := int64(len(chatBody) + 100)
+	space := func(n int) string { return strings.Repeat(" \t\r\n", n/4+1)[:n] }
+	for _, c := range []struct {
+		name   string
+		body   string
+		status int
+		passes bool // the upstream gets the body as it came
+	}{
+		{"JSON within the cap, whitespace included", space(100) + chatBody, 200, false},
+		{"JSON over the cap by its whitespace", space(101) + chatBody, 413, false},
+		{"whitespace alone past the cap, then JSON", space(3*int(limit)) + chatBody, 413, false},
+		{"an upload after the cap's worth of whitespace", space(int(limit)) + "RIFF" + strings.Repeat("\x00wave", 1000), 200, true},
+		{"an upload after more whitespace than the cap", space(int(limit)+1) + "RIFF" + strings.Repeat("\x00wave", 1000), 413, false},
+		{"whitespace alone, past the cap", space(1100), 413, false},
+		{"an upload after a line break", "\r\n--x\r\n" + strings.Repeat("y", int(limit)), 200, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mu.Lock()
+			got = nil
+			mu.Unlock()
+			e := newEnv(t, up.URL, gateway.Config{MaxBodyBytes: limit})
+			res := send(t, "POST", e.front.URL+"/v1/chat/completions", "tgk_good", strings.NewReader(c.body),
+				"Content-Type", "application/octet-stream")
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if res.StatusCode != c.status {
+				t.Fatalf("%d, want %d", res.StatusCode, c.status)
+			}
+			switch {
+			case c.status != 200:
+				if len(got) != 0 {
+					t.Fatalf("a body over the cap reached the upstream")
+				}
+			case c.passes:
+				if len(got) != 1 || string(got[0]) != c.body {
+					t.Fatalf("the upload reached the upstream changed (%d bytes of %d)", len(got[0]), len(c.body))
+				}
+			default:
+				e.gate.mu.Lock()
+				hint := e.gate.hints[0].Body
+				e.gate.mu.Unlock()
+				if len(got) != 1 || strings.TrimLeft(string(got[0]), " \t\r\n") != string(got[0]) || hint == nil || hint.Model != "gpt-4o-mini" {
+					t.Fatalf("the check's hint %+v, the upstream got %q: not read as JSON", hint, got)
+				}
+			}
+		})
 	}
 }
 
