@@ -659,6 +659,11 @@ func (p *proxied) done() {
 	} else {
 		p.settle(inflight.Usage{Complete: true})
 	}
+	if p.form != nil {
+		// Ended, whatever the upload's request became (closeUnsent): its reader does not
+		// wait on for ever. After the settlement, which may read what it said.
+		_ = p.form.Close()
+	}
 	p.gw.m.Active.Dec()
 	<-p.gw.slots
 }
@@ -764,6 +769,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if p.route.Signer != nil {
 		if err := p.route.Signer.Sign(ctx, out, body, p.upload && r.ContentLength != 0); err != nil {
+			closeUnsent(out)
 			p.credentialFailed(w, r, err)
 			return false
 		}
@@ -803,6 +809,15 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	}
 	gw.answered(w, OutcomeProxied)
 	return true
+}
+
+// closeUnsent closes the body of an upstream request that is not sent: RoundTrip closes
+// a request's body, even when it fails, but an upload's form reader (sniffForm) waits
+// for its input to end, so a request given up before RoundTrip must end it itself.
+func closeUnsent(out *http.Request) {
+	if out.Body != nil {
+		_ = out.Body.Close()
+	}
 }
 
 // upstreamFailed answers an upstream that answered nothing: 504 on a timeout, else 502.

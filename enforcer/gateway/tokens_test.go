@@ -2,11 +2,13 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -274,5 +276,53 @@ func proxiedAndSettled(t *testing.T, res *http.Response, tr *fakeTracker, in, ou
 	}
 	if u := tr.settledOnce(t); !u.Complete || u.InputTokens != in || u.OutputTokens != out {
 		t.Fatalf("settled %+v", u)
+	}
+}
+
+// failingSigner is a route's signer without credentials (AWS's cannot be had).
+type failingSigner struct{}
+
+func (failingSigner) Sign(context.Context, *http.Request, []byte, bool) error {
+	return errors.New("no AWS credentials")
+}
+func (failingSigner) Warm(context.Context) error { return nil }
+
+// A multipart upload on a route that signs (Amazon Bedrock's SigV4) while its credentials
+// cannot be had is answered 502 and never sent; the form's reader, started with the
+// upstream request (sniffForm), ends with it. Nothing closed its input before, and its
+// goroutine waited for the form for ever, one per such request.
+func TestUnsignedUploadLeavesNoFormReader(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("an unsigned request reached the upstream")
+	}))
+	defer up.Close()
+	rt, err := gateway.NewRoute("/model/", up.URL, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Signer = failingSigner{}
+	e := newEnv(t, up.URL, gateway.Config{Routes: []gateway.Route{rt}})
+	const form = "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n" +
+		"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.mp3\"\r\n\r\nxxxx\r\n--b--\r\n"
+	for range 3 {
+		res := send(t, "POST", e.front.URL+"/model/x/invoke", "tgk_good", strings.NewReader(form),
+			"Content-Type", "multipart/form-data; boundary=b")
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "service_gateway_upstream_credential") {
+			t.Fatalf("%d %s, want 502 (no credential)", res.StatusCode, b)
+		}
+		if u := e.tracker.settledOnce(t); u.UpstreamStatus != http.StatusBadGateway {
+			t.Fatalf("settled %+v, want 502 at a known 0", u)
+		}
+	}
+	formReaders := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "gateway.(*formSniffer).parse")
+	}
+	for deadline := time.Now().Add(5 * time.Second); formReaders() > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("3 uploads refused before they were sent left %d form readers waiting", formReaders())
+		}
 	}
 }
