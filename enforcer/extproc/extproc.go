@@ -158,16 +158,16 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return continueRequestTrailers
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		h := r.ResponseHeaders.GetHeaders().GetHeaders()
-		all := make(map[string]string, len(h))
-		for _, hv := range h {
-			responseusage.AddHeader(all, hv.GetKey(), value(hv))
+		lines := r.ResponseHeaders.GetHeaders().GetHeaders()
+		h := make(http.Header, len(lines))
+		for _, hv := range lines {
+			h.Add(hv.GetKey(), value(hv)) // a name's lines joined once (responseusage.Headers)
 		}
-		if code, err := strconv.ParseInt(all[":status"], 10, 32); err == nil {
+		if code, err := strconv.ParseInt(h.Get(":status"), 10, 32); err == nil {
 			st.status = int32(code)
 		}
 		if st.requestID != "" && st.ext == nil && !st.requestOnly {
-			st.ext = responseusage.New(all["content-type"], all, st.s.limits)
+			st.ext = responseusage.New(h.Get("Content-Type"), responseusage.Headers(h), st.s.limits)
 		}
 		if r.ResponseHeaders.GetEndOfStream() {
 			st.finish(true)

@@ -222,8 +222,17 @@ func newTransport(cfg Config, dial dialFunc) *http.Transport {
 		// price is that a chunk-size line longer than 1 KiB (chunk extensions, which
 		// no provider sends) breaks the response, where net/http's own limit is 4 KiB.
 		ReadBufferSize: 1 << 10,
+		// An upstream's answer headers are bounded by MaxResponseHeaderBytes, not by
+		// net/http's 10 MB default.
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 	}
 }
+
+// MaxResponseHeaderBytes bounds the headers of an upstream's answer (1 MiB; Envoy's
+// default for an upstream's is 60 KiB, 80 KiB over HTTP/1, and providers send a few
+// KiB): past it the answer is a 502, as an upstream that broke off. net/http's default
+// is 10 MB, which a client never needs and the gateway would hold and copy per request.
+const MaxResponseHeaderBytes = 1 << 20
 
 // Response bytes are read into a small buffer of the stream's own, which is all an idle
 // stream holds while its read blocks (streamed events are small); a read that fills it
@@ -1055,13 +1064,7 @@ func (p *proxied) respond(w http.ResponseWriter) {
 		p.held = holdHeaders(p.rc)
 	}
 
-	lower := make(map[string]string, len(resp.Header))
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			responseusage.AddHeader(lower, k, v)
-		}
-	}
-	p.ext = responseusage.New(resp.Header.Get("Content-Type"), lower, gw.limits)
+	p.ext = responseusage.New(resp.Header.Get("Content-Type"), responseusage.Headers(resp.Header), gw.limits)
 	// The idle timer cancels the upstream request after IdleTimeout without a chunk;
 	// the pending read then fails and the stream is settled as cut.
 	p.idle = time.AfterFunc(gw.cfg.IdleTimeout, p.cancel)

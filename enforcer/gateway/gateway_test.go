@@ -820,6 +820,41 @@ func TestContentEncodingOnTwoLines(t *testing.T) {
 	}
 }
 
+// An answer with 60,000 lines of one header (about 500 KB) is relayed with all of them
+// and its usage read; the extractor reads only its own fields, each joined once
+// (responseusage.Headers: joined a line at a time, these took 13 s of CPU before the
+// answer's first byte). Headers past gateway.MaxResponseHeaderBytes (net/http's default
+// was 10 MB) are an upstream failure, 502.
+func TestManyRepeatedAnswerHeaders(t *testing.T) {
+	lines := 60_000
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h["X-Trace"] = slices.Repeat([]string{"ab"}, lines)
+		h.Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"model":"gpt-4o-mini","usage":{"prompt_tokens":7,"completion_tokens":5}}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", `{"model":"gpt-4o-mini","messages":[]}`)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || len(res.Header.Values("X-Trace")) != lines {
+		t.Fatalf("%d with %d X-Trace lines, want 200 with %d", res.StatusCode, len(res.Header.Values("X-Trace")), lines)
+	}
+	if u := e.tracker.settledOnce(t); u.InputTokens != 7 || u.OutputTokens != 5 {
+		t.Fatalf("settled %+v", u)
+	}
+
+	lines = gateway.MaxResponseHeaderBytes / len("X-Trace: ab\r\n")
+	res = post(t, e.front.URL+"/v1/chat/completions", "tgk_good", `{"model":"gpt-4o-mini","messages":[]}`)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("headers past %d bytes: %d, want 502", gateway.MaxResponseHeaderBytes, res.StatusCode)
+	}
+	e.tracker.settledOnce(t)
+}
+
 // An upstream's redirect into itself (FastAPI's, for a path's trailing slash, is
 // absolute) is rewritten to the gateway's path, so a client that follows it comes back
 // through the gateway: charged, and its key never sent to the upstream. A redirect
