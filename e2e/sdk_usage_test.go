@@ -36,6 +36,9 @@ var sdkUsageRoots = []sdkUsageRoot{
 	{"openai-realtime", "openai/resources/realtime/realtime.d.ts", "RealtimeResponseUsage"},
 	// A GPT-Live session's time (session.usage.updated, session.closed).
 	{"openai-live", "openai/resources/live/live.d.ts", "SessionUsage"},
+	// A GPT-Live session's Decision API evaluations (decision.event's Decision): handed
+	// whole by realtimeusage.GPTLive to the reader of POST /v1/decisions's answer.
+	{"openai-live-decision", "openai/resources/decisions.d.ts", "Decision.Usage"},
 	{"anthropic", "@anthropic-ai/sdk/resources/messages/messages.d.ts", "Usage"},
 	{"anthropic", "@anthropic-ai/sdk/resources/messages/messages.d.ts", "MessageDeltaUsage"},
 	{"anthropic", "@anthropic-ai/sdk/resources/beta/messages/messages.d.ts", "BetaUsage"},
@@ -134,6 +137,12 @@ func reads(field string) bool {
 		return realtimeusage.ReadsGeminiLiveField(path)
 	case "openai-live":
 		return realtimeusage.ReadsGPTLiveField(path)
+	case "openai-live-decision":
+		// The Decision a decision.event carries goes whole to responseusage (the
+		// gateway's liveSession), which reads it by its keys as below.
+		if !realtimeusage.HandsOverGPTLiveDecisions() {
+			return false
+		}
 	}
 	for _, key := range strings.Split(path, ".") {
 		if !responseusage.ReadsKey(key) {
@@ -193,7 +202,13 @@ var sdkUsageFields = map[string]string{
 	"openai-tools web_search.num_requests": "not read: the answer's web_search_call items of a search action are counted, each a search charged " +
 		"(docs/prices.md, \"Web searches\"); OpenAI's count leaves out discounted searches and page opens, so it is never above them",
 	// OpenAI's GPT-Live (package realtimeusage): the session's cumulative seconds.
-	"openai-live seconds": read,
+	"openai-live seconds":                                          read,
+	"openai-live-decision input_tokens":                            read,
+	"openai-live-decision output_tokens":                           read,
+	"openai-live-decision total_tokens":                            read,
+	"openai-live-decision input_tokens_details.cached_tokens":      read,
+	"openai-live-decision input_tokens_details.cache_write_tokens": read,
+	"openai-live-decision output_tokens_details.reasoning_tokens":  "a part of output_tokens, which is charged",
 	// OpenAI's Realtime API (package realtimeusage).
 	"openai-realtime input_tokens":                                           read,
 	"openai-realtime output_tokens":                                          read,

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -207,5 +208,70 @@ func TestGPTLiveCutAndRefused(t *testing.T) {
 	defer up2.mu.Unlock()
 	if up2.starts != 0 {
 		t.Fatalf("the provider got %d session.start", up2.starts)
+	}
+}
+
+// decidingLiveUpstream is a fake GPT-Live server (openai 7.59's LiveWS) whose session
+// answers each client decision.create with a Decision API evaluation: a decision.event
+// wrapping decision.completed, the native Decision with its model and token usage
+// (live.d.ts: DecisionEvent, "The native Decision API response, including its model,
+// ordered answers, and token usage"), then closes the session on session.close.
+type decidingLiveUpstream struct{}
+
+func (decidingLiveUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, send := fakeSession(w, r, websocket.MessageText)
+	if c == nil {
+		return
+	}
+	defer c.CloseNow()
+	ctx := r.Context()
+	for {
+		_, msg, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		switch m := string(msg); {
+		case strings.Contains(m, `"session.start"`):
+			_ = send(`{"type":"session.started","event_id":"ev_0","session":{"id":"live_1","model":"gpt-live-1-2026-11-01"}}`)
+		case strings.Contains(m, `"decision.create"`):
+			_ = send(`{"type":"decision.event","event_id":"ev_d","delegation_id":null,"source_event_id":null,"source_event_type":null,"trigger_id":null,` +
+				`"event":{"type":"decision.completed","decision":{"model":"gpt-5.5","answers":[{"type":"predicate","name":"angry","probability":0.1}],` +
+				`"usage":{"input_tokens":200000,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":5000,"output_tokens_details":{"reasoning_tokens":4000},"total_tokens":205000}}}}`)
+		case strings.Contains(m, `"session.close"`):
+			_ = send(`{"type":"session.closed","event_id":"ev_c","reason":"close_requested","session":{"model":"gpt-live-1-2026-11-01"},"usage":{"seconds":1}}`)
+		}
+	}
+}
+
+// A GPT-Live session's Decision API evaluations (the client's decision.create, a
+// delegation to Decisions, a transcript trigger) are billed by OpenAI at the decision's
+// model by its tokens, reported in decision.event: each is charged on a request of its
+// own, at its model, and the member is checked again after it, as after a backend
+// response.
+func TestGPTLiveChargesEachDecisionAtItsModel(t *testing.T) {
+	_, tr, url, _ := newRealtimeEnv(t, decidingLiveUpstream{}, 10)
+	c := startGPTLive(t, url)
+	for range 3 {
+		say(t, c, `{"type":"decision.create","event_id":"`+fmt.Sprint(time.Now().UnixNano())+`"}`)
+		readUntil(t, c, "decision.completed")
+	}
+	say(t, c, `{"type":"session.close"}`)
+	readUntil(t, c, "session.closed")
+	_ = c.Close(websocket.StatusNormalClosure, "bye")
+	time.Sleep(300 * time.Millisecond)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var in, out int64
+	decisions := 0
+	for _, u := range tr.finished {
+		in += u.InputTokens
+		out += u.OutputTokens
+		if u.Model == "gpt-5.5" && u.InputTokens == 200_000 && u.OutputTokens == 5_000 && u.Complete {
+			decisions++
+		}
+	}
+	t.Logf("settled %d requests: %d input and %d output tokens in all", len(tr.finished), in, out)
+	if decisions != 3 || in != 3*200_000 || out != 3*5_000 {
+		t.Fatalf("three decisions of 200,000 input and 5,000 output tokens (gpt-5.5) were charged %d input and %d output tokens", in, out)
 	}
 }

@@ -64,8 +64,9 @@ import (
 // So is OpenAI's GPT-Live over a WebSocket (GET /v1/live/sessions upgraded), billed by
 // the second of its session: its server's reports of the session's time settle it in
 // steps (realtimeusage.GPTLive), and each Responses call its backend makes (wrapped in
-// response.event) settles a request of its own kind, its tokens at the backend's model
-// (liveSession, session_events.go); its session.start names the model, refused there if
+// response.event) settles a request of its own kind, its tokens at the backend's model,
+// as does each Decision API evaluation (decision.event, its tokens at the decision's
+// model) (liveSession, session_events.go); its session.start names the model, refused there if
 // nobody priced it and the organization refuses those.
 //
 // Any other WebSocket upgrade is refused (400): nothing else a provider serves that way

@@ -102,15 +102,23 @@ func (s responsesSession) Unfinished() (inflight.Usage, bool) {
 }
 
 // liveSession settles an OpenAI GPT-Live session (realtimeusage.GPTLive): its time, in
-// steps, at the session's model (priced by the minute), and each Responses call its
-// backend makes as the same call streamed over HTTP is settled (its model, its tokens).
+// steps, at the session's model (priced by the minute), each Responses call its backend
+// makes as the same call streamed over HTTP is settled (its model, its tokens), and each
+// Decision API evaluation (decision.event) as the same decision over HTTP is (POST
+// /v1/decisions: its model, its tokens).
 type liveSession struct {
 	l       *realtimeusage.GPTLive
 	backend *responseusage.ResponsesSession
 }
 
 func (s liveSession) Event(msg []byte) (inflight.Usage, realtimeusage.Kind) {
-	ms, estimated, nested := s.l.Event(msg)
+	ms, estimated, nested, decision := s.l.Event(msg)
+	if decision != nil {
+		// A Decision API evaluation: its answer read as POST /v1/decisions's is.
+		x := responseusage.New("application/json", nil, responseusage.Limits{})
+		_ = x.Write(decision)
+		return inflight.FromResponse(x.Finish(true), true, http.StatusSwitchingProtocols, false), realtimeusage.Response
+	}
 	if nested != nil {
 		u, ev := s.backend.Event(nested)
 		if ev != responseusage.ResponseEnded {

@@ -17,7 +17,12 @@ import (
 // reasoning and tools a session delegates to a Responses backend are billed as those
 // Responses calls are, by their tokens: the server wraps the backend's Responses stream
 // events in response.event (event: the Responses event itself), which Event hands back
-// for a Responses reader (responseusage.ResponsesSession).
+// for a Responses reader (responseusage.ResponsesSession). So are its Decision API
+// evaluations (a client's decision.create, a delegation to Decisions, a transcript
+// trigger), by their tokens at the decision's model: each result comes in decision.event
+// (event: decision.completed, whose decision is the native Decision, its model and usage
+// as POST /v1/decisions answers them), which Event hands back whole for the reader of
+// that answer (responseusage, as the HTTP Decisions API's is read).
 //
 // The time is charged in steps of at least GPTLiveStep (and whatever is left at
 // session.closed): every report would be a settlement, and the server may report often.
@@ -76,6 +81,15 @@ type gptLiveUsage struct {
 // ReadsGPTLiveField is ReadsField for a GPT-Live session's usage field ("seconds").
 func ReadsGPTLiveField(path string) bool { return readsField(reflect.TypeFor[gptLiveUsage](), path) }
 
+// HandsOverGPTLiveDecisions tells whether Event hands each decision.event's Decision
+// back whole (for a reader of the Decisions API's answer), so that its usage's fields
+// are read as that reader reads them: e2e's TestEverySDKUsageFieldIsDecided asks.
+func HandsOverGPTLiveDecisions() bool {
+	l := NewGPTLive(time.Now)
+	_, _, _, d := l.Event([]byte(`{"type":"decision.event","event":{"type":"decision.completed","decision":{"usage":{}}}}`))
+	return string(d) == `{"usage":{}}`
+}
+
 // SetModel names the session's model before the server does: the client's session.start
 // (SessionStart).
 func (l *GPTLive) SetModel(model string) {
@@ -94,13 +108,22 @@ func SessionStart(msg []byte) string {
 	return e.Session.Model
 }
 
+// gptLiveDecision is the event a decision.event wraps: decision.completed, with the
+// native Decision (openai 7's live.d.ts DecisionEvent.Event).
+type gptLiveDecision struct {
+	Type     string          `json:"type"`
+	Decision json.RawMessage `json:"decision"`
+}
+
 // Event reads one server event: the session time to charge now, in milliseconds (0 but
 // at a step, the session's close or a silence), and whether that is an estimate from
-// the clock; for a response.event, the Responses event it wraps (nil otherwise).
-func (l *GPTLive) Event(msg []byte) (millis int64, estimated bool, nested []byte) {
+// the clock; for a response.event, the Responses event it wraps (nested, nil
+// otherwise); for a decision.event, the Decision it carries (decision: a Decision API
+// answer with its model and usage, nil otherwise).
+func (l *GPTLive) Event(msg []byte) (millis int64, estimated bool, nested, decision []byte) {
 	var e gptLiveEvent
 	if json.Unmarshal(msg, &e) != nil {
-		return 0, false, nil // not JSON, or not an event's shape: not ours
+		return 0, false, nil, nil // not JSON, or not an event's shape: not ours
 	}
 	if e.Session != nil && e.Session.Model != "" && (e.Type == "session.started" || e.Type == "session.updated" || e.Type == "session.closed") {
 		l.model.Store(&e.Session.Model)
@@ -108,7 +131,12 @@ func (l *GPTLive) Event(msg []byte) (millis int64, estimated bool, nested []byte
 	switch e.Type {
 	case "response.event":
 		if len(e.Event) > 0 && e.Event[0] == '{' {
-			return 0, false, e.Event // its own charge: the silence is counted at the next event
+			return 0, false, e.Event, nil // its own charge: the silence is counted at the next event
+		}
+	case "decision.event":
+		var d gptLiveDecision
+		if json.Unmarshal(e.Event, &d) == nil && d.Type == "decision.completed" && len(d.Decision) > 0 && d.Decision[0] == '{' {
+			return 0, false, nil, d.Decision // its own charge, as a backend response's
 		}
 	case "session.usage.updated", "session.closed":
 		if e.Usage != nil && e.Usage.Seconds != nil {
@@ -116,23 +144,23 @@ func (l *GPTLive) Event(msg []byte) (millis int64, estimated bool, nested []byte
 		}
 		if e.Type == "session.closed" {
 			l.closed = true
-			return l.take(), false, nil
+			return l.take(), false, nil, nil
 		}
 		if l.reported-l.charged >= GPTLiveStep.Milliseconds() {
-			return l.take(), false, nil
+			return l.take(), false, nil, nil
 		}
-		return 0, false, nil
+		return 0, false, nil, nil
 	}
 	if l.closed {
-		return 0, false, nil
+		return 0, false, nil, nil
 	}
 	if since := l.now().Sub(l.counted); since >= GPTLiveSilence {
 		l.counted = l.counted.Add(since)
 		ms := since.Milliseconds()
 		l.charged = saturate.Add(l.charged, ms)
-		return ms, true, nil
+		return ms, true, nil, nil
 	}
-	return 0, false, nil
+	return 0, false, nil, nil
 }
 
 // report notes the server's cumulative seconds: a total, so a smaller or broken one

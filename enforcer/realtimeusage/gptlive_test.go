@@ -33,14 +33,14 @@ func TestGPTLive(t *testing.T) {
 		{`{"type":"output_audio.delta","event_id":"e8","delta":"UklGR"}`, 0},
 	}
 	for _, s := range steps {
-		if ms, est, nested := l.Event([]byte(s.event)); ms != s.millis || est || nested != nil {
+		if ms, est, nested, _ := l.Event([]byte(s.event)); ms != s.millis || est || nested != nil {
 			t.Fatalf("%s: %d ms (nested %s), want %d", s.event, ms, nested, s.millis)
 		}
 	}
 	if l.Model() != "gpt-live-1-2026-11-01" {
 		t.Fatalf("model %q, want the server's", l.Model())
 	}
-	_, _, nested := l.Event([]byte(`{"type":"response.event","event_id":"e9","delegation_id":"dl_1","event":{"type":"response.completed","response":{"id":"resp_1","model":"gpt-5.5","usage":{"input_tokens":10,"output_tokens":2}}}}`))
+	_, _, nested, _ := l.Event([]byte(`{"type":"response.event","event_id":"e9","delegation_id":"dl_1","event":{"type":"response.completed","response":{"id":"resp_1","model":"gpt-5.5","usage":{"input_tokens":10,"output_tokens":2}}}}`))
 	if string(nested) != `{"type":"response.completed","response":{"id":"resp_1","model":"gpt-5.5","usage":{"input_tokens":10,"output_tokens":2}}}` {
 		t.Fatalf("response.event wrapped %s", nested)
 	}
@@ -55,7 +55,7 @@ func TestGPTLive(t *testing.T) {
 	if ms, est := l.Unreported(); ms != 4000+1500 || !est {
 		t.Fatalf("cut 1.5 s after its last report: %d ms (estimated %v), want the 4 s reported and the 1.5 s since", ms, est)
 	}
-	if ms, _, _ := l.Event([]byte(`{"type":"session.closed","reason":"close_requested","session":{"model":"gpt-live-1-2026-11-01"},"usage":{"seconds":26.5}}`)); ms != 5500 {
+	if ms, _, _, _ := l.Event([]byte(`{"type":"session.closed","reason":"close_requested","session":{"model":"gpt-live-1-2026-11-01"},"usage":{"seconds":26.5}}`)); ms != 5500 {
 		t.Fatalf("session.closed charged %d ms, want the 5.5 s left", ms)
 	}
 	at = at.Add(time.Minute)
@@ -72,25 +72,52 @@ func TestGPTLiveSilentServer(t *testing.T) {
 	l := NewGPTLive(func() time.Time { return at })
 	delta := []byte(`{"type":"output_audio.delta","event_id":"e1","delta":"UklGR"}`)
 	at = at.Add(GPTLiveSilence - time.Second)
-	if ms, est, _ := l.Event(delta); ms != 0 || est {
+	if ms, est, _, _ := l.Event(delta); ms != 0 || est {
 		t.Fatalf("before the silence: %d ms (estimated %v)", ms, est)
 	}
 	at = at.Add(2 * time.Second)
-	if ms, est, _ := l.Event(delta); ms != 61_000 || !est {
+	if ms, est, _, _ := l.Event(delta); ms != 61_000 || !est {
 		t.Fatalf("after a minute of silence: %d ms (estimated %v), want the 61 s since the start, estimated", ms, est)
 	}
-	if ms, _, _ := l.Event(delta); ms != 0 {
+	if ms, _, _, _ := l.Event(delta); ms != 0 {
 		t.Fatalf("right after: %d ms", ms)
 	}
 	// The server reports 65 s: 4 s beyond the estimate, under a step.
-	if ms, _, _ := l.Event([]byte(`{"type":"session.usage.updated","usage":{"seconds":65}}`)); ms != 0 {
+	if ms, _, _, _ := l.Event([]byte(`{"type":"session.usage.updated","usage":{"seconds":65}}`)); ms != 0 {
 		t.Fatalf("a report under the estimate plus a step: %d ms", ms)
 	}
-	if ms, _, _ := l.Event([]byte(`{"type":"session.usage.updated","usage":{"seconds":75}}`)); ms != 14_000 {
+	if ms, _, _, _ := l.Event([]byte(`{"type":"session.usage.updated","usage":{"seconds":75}}`)); ms != 14_000 {
 		t.Fatalf("a report 14 s beyond what was charged: %d ms", ms)
 	}
 	at = at.Add(3 * time.Second)
-	if ms, est, _ := l.Event([]byte(`{"type":"session.closed","usage":{"seconds":76}}`)); ms != 1_000 || est {
+	if ms, est, _, _ := l.Event([]byte(`{"type":"session.closed","usage":{"seconds":76}}`)); ms != 1_000 || est {
 		t.Fatalf("the close: %d ms (estimated %v), want the 1 s left, reported", ms, est)
+	}
+}
+
+// A decision.event (a Decision API evaluation the session ran: the client's
+// decision.create, a delegation, a transcript trigger) hands back the native Decision it
+// carries, whose model and usage are billed by their tokens; anything else wrapped the
+// same way hands back nothing.
+func TestGPTLiveHandsOverEachDecision(t *testing.T) {
+	decision := `{"model":"gpt-5.5","answers":[{"type":"predicate","name":"angry","probability":0.1}],` +
+		`"usage":{"input_tokens":200000,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":5000,"output_tokens_details":{"reasoning_tokens":4000},"total_tokens":205000}}`
+	cases := []struct {
+		name, event, want string
+	}{
+		{"a decision", `{"type":"decision.event","event_id":"ev_d","delegation_id":null,"trigger_id":null,"event":{"type":"decision.completed","decision":` + decision + `}}`, decision},
+		{"a trigger's decision", `{"type":"decision.event","event_id":"ev_t","delegation_id":null,"trigger_id":"tr_1","source_event_id":"ev_9","source_event_type":"session.input_transcript.delta","event":{"type":"decision.completed","decision":` + decision + `}}`, decision},
+		{"another event wrapped", `{"type":"decision.event","event":{"type":"decision.failed","decision":` + decision + `}}`, ""},
+		{"no decision", `{"type":"decision.event","event":{"type":"decision.completed","decision":null}}`, ""},
+		{"a decision outside decision.event", `{"type":"response.event","decision":` + decision + `}`, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l := NewGPTLive(time.Now)
+			ms, _, nested, got := l.Event([]byte(c.event))
+			if string(got) != c.want || ms != 0 || (c.name != "a decision outside decision.event" && nested != nil) {
+				t.Fatalf("decision %s, nested %s, %d ms; want decision %s", got, nested, ms, c.want)
+			}
+		})
 	}
 }
