@@ -771,7 +771,7 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 // connection through the gateway. Each response.create is checked as a request of its
 // own, and its response charged exactly as the same response streamed over HTTP (its
 // tokens, its cached input, the web search its output lists); the handshake's request is
-// settled at 0. Once two responses spent the 1 USD day limit, the third response.create
+// held while the session is open (it counts in flight) and settled at 0 at its end. Once two responses spent the 1 USD day limit, the third response.create
 // is refused before it reaches the provider: the session is closed with 1008 and the
 // refusal's code, and a new session's handshake is refused 429. In an organization that
 // refuses models nobody priced, a response.create naming one is refused the same way,
@@ -800,9 +800,9 @@ func TestResponsesWebSocketThroughTheGateway(t *testing.T) {
 	}
 	s.waitUsed(t, o, 3, 2*want)
 	got := receiptRows(t, s, o, `cost_micro_usd, complete, model, cost_basis, web_search_requests`)
-	if len(got) != 3 || got[0] != fmt.Sprint(0, true, "", "none", 0) ||
-		got[1] != fmt.Sprint(want, true, "gpt-5", "reported_usage", 1) || got[2] != got[1] {
-		t.Fatalf("receipts %q, want the handshake's at 0, then two of %d, complete, reported, with a web search", got, want)
+	if len(got) != 3 || got[2] != fmt.Sprint(0, true, "", "none", 0) ||
+		got[0] != fmt.Sprint(want, true, "gpt-5", "reported_usage", 1) || got[1] != got[0] {
+		t.Fatalf("receipts %q, want two of %d, complete, reported, with a web search, then the handshake's at 0 (settled at the session's end)", got, want)
 	}
 
 	sessionBlocked(t, s, dir, "openai.mjs", "responses-ws", o.key, "gpt-5", fake)

@@ -55,8 +55,10 @@ import (
 // settles a request (realtimeusage.GeminiLive). It has no transcriptions billed apart.
 //
 // So is the Responses API's WebSocket mode (GET /v1/responses upgraded), where every
-// response is asked for by the client: each response.create is checked as a request of
-// its own before it goes upstream, and its response's terminal event settles it as the
+// response is asked for by the client: each response.create (and each response.steer,
+// which makes the provider start a successor response) is checked as a request of its
+// own before it goes upstream, the handshake's request held until the session ends,
+// and its response's terminal event settles it as the
 // same response streamed over HTTP would be settled (responses_ws.go,
 // responseusage.ResponsesSession). The readers are behind one interface (sessionEvents,
 // session_events.go).
@@ -230,9 +232,10 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	creds := credentialsOf(r)
 	if creates != nil {
 		// The handshake's request let the session open and asked for no response; each
-		// response.create is a request of its own.
+		// response.create (and response.steer) is a request of its own. The handshake's
+		// stays open until the session ends (responses_ws.go): the session counts in
+		// the member's requests in flight while it is idle.
 		creates.ctx, creates.creds = ctx, creds
-		p.settle(inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols})
 	}
 	// The upstream's messages are read under their own cancellation, which a shutdown
 	// uses (DrainSessions): the client's side stays open for the close that says why.
@@ -338,7 +341,17 @@ relay:
 				}
 			}
 		}
-		// A Responses session settles its responses itself (responsesSession).
+		// A Responses session settles its responses itself (responsesSession); a response
+		// nobody asked for that found the member refused (charged all the same) ends it
+		// as a refused response.create does.
+		if creates != nil && left == nil {
+			if a, refused := creates.takeRefusal(); refused {
+				refusal = a
+				_ = client.Close(websocket.StatusPolicyViolation, closeReason(a))
+				_ = up.Close(websocket.StatusNormalClosure, "")
+				break
+			}
+		}
 		if kind != realtimeusage.None && creates == nil {
 			if _, inProgress := events.Unfinished(); kind == realtimeusage.Transcription && inProgress {
 				if !p.chargeAside(ctx, u, creds, events.Model()) {
@@ -384,7 +397,7 @@ relay:
 	}
 	last, inProgress := events.Unfinished()
 	if creates != nil {
-		creates.finish(last, inProgress)
+		p.settle(creates.finish(last, inProgress))
 		return
 	}
 	if p.id == "" && refusal.MemberID != "" && used(last) {
@@ -499,19 +512,27 @@ func (p *proxied) charge(ctx context.Context, u inflight.Usage, creds gate.Crede
 // (the member learns of the refusal at the session's next check). False when the check
 // could not finish: nothing was charged.
 func (p *proxied) chargeAside(ctx context.Context, u inflight.Usage, creds gate.Credentials, model string) bool {
+	_, _, ok := p.chargeAsideAnswer(ctx, u, creds, model)
+	return ok
+}
+
+// chargeAsideAnswer is chargeAside, which also tells whether the check refused the
+// member (refused, the refusal with the member it is about).
+func (p *proxied) chargeAsideAnswer(ctx context.Context, u inflight.Usage, creds gate.Credentials, model string) (refusal gate.Answer, refused, ok bool) {
 	a, err := p.gw.gate.CheckRequest(ctx, creds, gate.Hint{})
 	if err != nil {
-		return false
+		return gate.Answer{}, false, false
 	}
 	id := a.RequestID
 	if !a.Allowed() {
 		a = p.named(a)
 		id = p.gw.gate.Trailing(a.OrganizationID, a.MemberID)
+		refusal, refused = a, true
 	}
 	if id != "" {
 		p.chargeOn(id, u, model)
 	}
-	return true
+	return refusal, refused, true
 }
 
 // named is a mid-session refusal with the member it is about: the check's own, else the

@@ -21,15 +21,31 @@ import (
 // deferred billing) is refused, and so is a model nobody priced where the organization
 // refuses those. A refused response.create never reaches the provider: the client's
 // WebSocket is closed with 1008 and the refusal's error code, as a session at its limit
-// is. The handshake's own request, which let the session open, is settled at 0 once the
-// session is open: it asked for no response.
+// is.
+//
+// A response.steer is a request too (openai 7.59's ResponseSteerEvent): a steer ends the
+// response in progress or follows its completion, and the provider then starts a
+// successor response with the steer's input on its own, which no response.create asked
+// for. So a steer is checked as a response.create is, and its request waits with the
+// others for the successor it asks for; a steer that will start none
+// (response.steer.failed, or response.steer.pending: its input waits for an explicit
+// response.create, checked itself) is settled at 0.
+//
+// The handshake's own request, which let the session open, stays open until the session
+// ends, as a Realtime session's request does: the session counts in the member's
+// requests in flight (a policy's in-flight cap) while it is idle, and holds one of the
+// gateway's slots with a request to show for it. It is settled at the end, at 0 unless
+// a response nobody asked for was cut in progress then (estimated from its text).
 //
 // The provider makes a connection's responses one at a time, in the order they were
 // asked for, so the requests admitted wait in that order (pending) for the events that
 // concern them: response.created starts the first that has not started, a response's
 // terminal event settles the first (with that response's usage), and an "error" event,
 // which is how the provider refuses a response.create it will not run, settles the
-// last one not started at 0. What the session's end leaves: the response in progress is
+// last one not started at 0. A terminal event no request waits for (a successor several
+// steers folded into one, a lane's order the queue does not follow) is charged on a
+// request checked then (chargeAside; one opened without a check if the member is
+// refused, and the session is then closed with 1008). What the session's end leaves: the response in progress is
 // estimated from its text (as a cut stream is), one asked for and not yet begun is
 // charged its input estimate (the provider had it, as a request cut before its answer
 // began).
@@ -51,30 +67,40 @@ type responseCreates struct {
 	applied chan struct{}
 	// ended: the session ended (finish); a request admitted since is settled at once.
 	ended bool
+	// refused is the refusal a response nobody asked for met when it was charged
+	// (finished): the relay closes the session with it (takeRefusal).
+	refused *gate.Answer
 }
 
-// pendingResponse is a response.create admitted as request id ("" when the gate admitted
-// it without a request to track), waiting for its response to begin and end.
+// pendingResponse is a response.create (or a response.steer: steer) admitted as request
+// id ("" when the gate admitted it without a request to track), waiting for its response
+// (the steer's successor) to begin and end.
 type pendingResponse struct {
 	id      string
 	started bool
+	steer   bool
 }
 
-// isResponseCreate tells a client's response.create event.
-func isResponseCreate(msg []byte) bool {
+// requestEvent tells a client's event that asks for a response: "response.create",
+// "response.steer" (its successor), "" for any other.
+func requestEvent(msg []byte) string {
 	var ev struct {
 		Type string `json:"type"`
 	}
-	return json.Unmarshal(msg, &ev) == nil && ev.Type == "response.create"
+	if json.Unmarshal(msg, &ev) != nil || ev.Type != "response.create" && ev.Type != "response.steer" {
+		return ""
+	}
+	return ev.Type
 }
 
-// pass checks a message the client sent before it goes upstream: a response.create as
-// the request it is (see above). It returns the reason to close the client's side with
-// (1008) when the message must not go upstream: the refusal's error code, or "" when the
-// check could not finish (the session is ending). Any other message passes (a steer of
-// the response in progress, say): it asks for no response of its own.
+// pass checks a message the client sent before it goes upstream: a response.create or
+// a response.steer as the request it is (see above). It returns the reason to close the
+// client's side with (1008) when the message must not go upstream: the refusal's error
+// code, or "" when the check could not finish (the session is ending). Any other
+// message passes: it asks for no response.
 func (q *responseCreates) pass(msg []byte) (reason string, ok bool) {
-	if !isResponseCreate(msg) {
+	kind := requestEvent(msg)
+	if kind == "" {
 		return "", true
 	}
 	p := q.p
@@ -114,14 +140,14 @@ func (q *responseCreates) pass(msg []byte) (reason string, ok bool) {
 		q.settle(id, inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, nil)
 		return "", false
 	}
-	q.pending = append(q.pending, pendingResponse{id: id})
+	q.pending = append(q.pending, pendingResponse{id: id, steer: kind == "response.steer"})
 	return "", true
 }
 
 // lost settles a response.create admitted but not written upstream (the write failed)
 // at 0, unless the session's end settled it already.
 func (q *responseCreates) lost(msg []byte) {
-	if !isResponseCreate(msg) {
+	if requestEvent(msg) == "" {
 		return
 	}
 	q.mu.Lock()
@@ -177,14 +203,35 @@ func (q *responseCreates) rejected() {
 	}
 }
 
+// steerEnded notes a steer that will start no successor (response.steer.failed,
+// response.steer.pending): the first steer waiting whose successor has not begun is
+// settled at 0.
+func (q *responseCreates) steerEnded() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range q.pending {
+		if r := q.pending[i]; r.steer && !r.started {
+			q.settle(r.id, inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, nil)
+			q.pending = append(q.pending[:i], q.pending[i+1:]...)
+			return
+		}
+	}
+}
+
 // finished settles the first request waiting with the usage of the response that ended
-// (u). A response no response.create asked for (none waits) is charged on a request of
-// its own, checked now, and not charged if the member is refused then (chargeAside).
+// (u). A response nobody asked for (none waits) is charged on a request of its own,
+// checked now: admitted, or opened without a check for a refused member
+// (gate.Gate.Trailing), since the provider bills it either way; a refusal is kept for
+// the relay, which closes the session with 1008 (takeRefusal).
 func (q *responseCreates) finished(u inflight.Usage, model string) {
 	q.mu.Lock()
 	if len(q.pending) == 0 {
 		q.mu.Unlock()
-		q.p.chargeAside(q.ctx, u, q.creds, model)
+		if a, refused, _ := q.p.chargeAsideAnswer(q.ctx, u, q.creds, model); refused {
+			q.mu.Lock()
+			q.refused = &a
+			q.mu.Unlock()
+		}
 		return
 	}
 	head := q.pending[0]
@@ -195,14 +242,31 @@ func (q *responseCreates) finished(u inflight.Usage, model string) {
 	q.mu.Unlock()
 }
 
+// takeRefusal is the refusal a response nobody asked for met (finished), once.
+func (q *responseCreates) takeRefusal() (gate.Answer, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	a := q.refused
+	q.refused = nil
+	if a == nil {
+		return gate.Answer{}, false
+	}
+	return *a, true
+}
+
 // finish settles what the session's end left waiting (see above): cut, the usage of the
 // response in progress as its text showed it (when inProgress); else the input
 // estimate of a response asked for. Requests admitted afterwards are settled at once
-// (pass).
-func (q *responseCreates) finish(cut inflight.Usage, inProgress bool) {
+// (pass). It returns what the handshake's request is owed: cut when a response was in
+// progress that no request waiting had begun (nobody asked for it), else 0, complete.
+func (q *responseCreates) finish(cut inflight.Usage, inProgress bool) inflight.Usage {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.ended = true
+	owed := inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}
+	if inProgress && (len(q.pending) == 0 || !q.pending[0].started) {
+		owed = cut
+	}
 	for i, r := range q.pending {
 		if i == 0 && r.started && inProgress {
 			q.settle(r.id, cut, nil)
@@ -211,6 +275,7 @@ func (q *responseCreates) finish(cut inflight.Usage, inProgress bool) {
 		q.settle(r.id, inflight.Usage{Seen: &inflight.Seen{}, UpstreamStatus: http.StatusSwitchingProtocols}, nil)
 	}
 	q.pending = nil
+	return owed
 }
 
 // settle reports request id's end (nothing for ""), calling done once it was applied or

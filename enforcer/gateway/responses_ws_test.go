@@ -1,15 +1,22 @@
 package gateway_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 )
 
 // responsesUpstream is a fake of the Responses API's WebSocket mode: each response.create
@@ -84,8 +91,8 @@ func (f *fakeTracker) settledIDs() []string {
 }
 
 // The Responses API's WebSocket mode is proxied and charged response by response: the
-// handshake's request (req_1), which asked for no response, is settled at 0 once the
-// session is open; each response.create is checked as the request it is, with its body
+// handshake's request (req_1), which asked for no response, stays open while the session
+// does and is settled at 0 at its end; each response.create is checked as the request it is, with its body
 // (the gate reserves its worst case from its model and output cap), and its response's
 // terminal event settles it as the same response streamed over HTTP would be (its
 // model, usage, cached input, the web search its output lists); a response cut by the
@@ -109,13 +116,13 @@ func TestResponsesWebSocketIsChargedByResponse(t *testing.T) {
 			}
 			_ = c.Close(websocket.StatusNormalClosure, "bye")
 			s := tr.settlements(t, 3)
-			if ids := tr.settledIDs(); fmt.Sprint(ids) != "[req_1 req_2 req_3]" {
-				t.Fatalf("settled %v, want the handshake's request, then one per response.create", ids)
+			if ids := tr.settledIDs(); fmt.Sprint(ids) != "[req_2 req_3 req_1]" {
+				t.Fatalf("settled %v, want one per response.create, then the handshake's request at the end", ids)
 			}
-			if open := s[0]; !open.Complete || open.InputTokens != 0 || open.OutputTokens != 0 || open.Seen != nil {
+			if open := s[2]; !open.Complete || open.InputTokens != 0 || open.OutputTokens != 0 || open.Seen != nil {
 				t.Fatalf("the handshake's request: %+v, want complete at 0", open)
 			}
-			for i, u := range s[1:] {
+			for i, u := range s[:2] {
 				if hang && i == 1 {
 					if u.Complete || u.Seen == nil || u.Seen.TextBytes != int64(len("Tolls are paid in tokens.")) || u.InputTokens != 0 || u.Model != "gpt-5-2025-08-07" {
 						t.Fatalf("the cut response was settled %+v (seen %+v)", u, u.Seen)
@@ -187,13 +194,16 @@ func TestResponsesWebSocketRefusesACreateBeforeItRuns(t *testing.T) {
 			}
 			s := tr.settlements(t, want)
 			ids := tr.settledIDs()
-			if ids[1] != "req_2" || !s[1].Complete || s[1].InputTokens != 1000 {
-				t.Fatalf("the first response: %s %+v", ids[1], s[1])
+			if ids[0] != "req_2" || !s[0].Complete || s[0].InputTokens != 1000 {
+				t.Fatalf("the first response: %s %+v", ids[0], s[0])
 			}
 			if c.settled != "" {
-				if got := fmt.Sprint(ids[2], " ", s[2].UpstreamStatus); got != c.settled || !s[2].Complete || s[2].InputTokens != 0 {
-					t.Fatalf("the refused create was settled %s %+v, want %s, at 0", ids[2], s[2], c.settled)
+				if got := fmt.Sprint(ids[1], " ", s[1].UpstreamStatus); got != c.settled || !s[1].Complete || s[1].InputTokens != 0 {
+					t.Fatalf("the refused create was settled %s %+v, want %s, at 0", ids[1], s[1], c.settled)
 				}
+			}
+			if last := len(ids) - 1; ids[last] != "req_1" || !s[last].Complete || s[last].InputTokens != 0 {
+				t.Fatalf("the handshake's request, last: %s %+v, want req_1 at 0", ids[last], s[last])
 			}
 			if got := up.messages(); len(got) != 1 {
 				t.Fatalf("the provider got %d messages, want only the first create: %q", len(got), got)
@@ -223,16 +233,19 @@ func TestResponsesWebSocketErrorsAndUnansweredCreates(t *testing.T) {
 	_ = c.Close(websocket.StatusNormalClosure, "bye")
 	s := tr.settlements(t, 4)
 	ids := tr.settledIDs()
-	if fmt.Sprint(ids) != "[req_1 req_2 req_3 req_4]" {
+	if fmt.Sprint(ids) != "[req_2 req_3 req_4 req_1]" {
 		t.Fatalf("settled %v", ids)
 	}
-	if refused := s[1]; !refused.Complete || refused.InputTokens != 0 || refused.Seen != nil {
+	if open := s[3]; !open.Complete || open.InputTokens != 0 || open.Seen != nil {
+		t.Fatalf("the handshake's request, settled at the end: %+v, want complete at 0", open)
+	}
+	if refused := s[0]; !refused.Complete || refused.InputTokens != 0 || refused.Seen != nil {
 		t.Fatalf("the create the provider refused: %+v, want complete at 0", refused)
 	}
-	if ran := s[2]; !ran.Complete || ran.InputTokens != 1000 || ran.OutputTokens != 200 {
+	if ran := s[1]; !ran.Complete || ran.InputTokens != 1000 || ran.OutputTokens != 200 {
 		t.Fatalf("the response that ran: %+v", ran)
 	}
-	if unanswered := s[3]; unanswered.Complete || unanswered.Seen == nil || unanswered.Seen.TextBytes != 0 {
+	if unanswered := s[2]; unanswered.Complete || unanswered.Seen == nil || unanswered.Seen.TextBytes != 0 {
 		t.Fatalf("the create never answered: %+v (seen %+v), want incomplete, its input estimate", unanswered, unanswered.Seen)
 	}
 }
@@ -242,4 +255,291 @@ func (f *fakeTracker) recordedModels() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.recorded...)
+}
+
+// inFlightGate admits each key's requests while fewer than limit of them are in flight
+// (admitted and not yet settled with the tracker), as a policy's in-flight cap does, and
+// refuses the next with the concurrency limit.
+type inFlightGate struct {
+	tr    *fakeTracker
+	limit int
+
+	mu       sync.Mutex
+	admitted map[string][]string // key -> request ids
+	n        int
+}
+
+func (g *inFlightGate) Trailing(string, string) string { return "" }
+
+func (g *inFlightGate) CheckRequest(_ context.Context, c gate.Credentials, _ gate.Hint) (gate.Answer, error) {
+	key := strings.TrimPrefix(c.Authorization, "Bearer ")
+	g.tr.mu.Lock()
+	settled := map[string]bool{}
+	for _, id := range g.tr.finishedIDs {
+		settled[id] = true
+	}
+	g.tr.mu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	inFlight := 0
+	for _, id := range g.admitted[key] {
+		if !settled[id] {
+			inFlight++
+		}
+	}
+	if inFlight >= g.limit {
+		a := gate.Refusal(gate.ReasonConcurrencyLimit)
+		a.OrganizationID, a.MemberID = "org_1", key
+		return a, nil
+	}
+	g.n++
+	id := fmt.Sprintf("req_%d", g.n)
+	g.admitted[key] = append(g.admitted[key], id)
+	return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: id, UsageState: "within_limit",
+		OrganizationID: "org_1", MemberID: key}, nil
+}
+
+// An idle Responses WebSocket session holds the request its handshake was admitted as
+// until it ends, as a Realtime session holds its request: it counts in its member's
+// requests in flight, so a policy's in-flight cap bounds how many such sessions a member
+// holds open (and with them the gateway's slots); the third session of a member capped
+// at two is refused 429 at its handshake, the gateway still has a slot for everyone
+// else, and a session's end frees its place.
+func TestResponsesWebSocketIdleSessionCountsInFlight(t *testing.T) {
+	upstream := httptest.NewServer(&responsesUpstream{in: 1000, out: 200})
+	t.Cleanup(upstream.Close)
+	rt, err := gateway.NewRoute("/", upstream.URL, "", "Bearer sk-provider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := newMetrics()
+	tr := newTracker()
+	g := &inFlightGate{tr: tr, limit: 2, admitted: map[string][]string{}}
+	gw, err := gateway.New(gateway.Config{Routes: []gateway.Route{rt}, MaxStreams: 3}, g, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(gw)
+	t.Cleanup(front.Close)
+	url := "ws" + strings.TrimPrefix(front.URL, "http") + "/v1/responses"
+
+	var sessions []*websocket.Conn
+	for range 2 {
+		c, _, err := dialRealtime(t, url, "tgk_good")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		sessions = append(sessions, c)
+	}
+	tr.mu.Lock()
+	settled := len(tr.finishedIDs)
+	tr.mu.Unlock()
+	if settled != 0 {
+		t.Fatalf("%d requests settled while both sessions are open and idle, want none: each holds its handshake's", settled)
+	}
+	if _, res, err := dialRealtime(t, url, "tgk_good"); err == nil || res == nil || res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a third session of the member: %v %v, want 429 (its in-flight cap)", res, err)
+	}
+	res, err := http.Post(front.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode == http.StatusServiceUnavailable {
+		t.Fatalf("another request: %d %s: the member's idle sessions took every slot", res.StatusCode, res.Header.Get("X-Service-Error-Code"))
+	}
+	_ = sessions[0].Close(websocket.StatusNormalClosure, "bye")
+	s := tr.settlements(t, 2) // the chat request's, and the first session's handshake
+	var handshake *inflight.Usage
+	for i, id := range tr.settledIDs() {
+		if id == "req_1" {
+			handshake = &s[i]
+		}
+	}
+	if handshake == nil || !handshake.Complete || handshake.InputTokens != 0 || handshake.Seen != nil {
+		t.Fatalf("the first session's handshake: %+v (settled %v), want settled at 0 at its end", handshake, tr.settledIDs())
+	}
+	c, _, err := dialRealtime(t, url, "tgk_good")
+	if err != nil {
+		t.Fatalf("a session once one ended: %v", err)
+	}
+	c.CloseNow()
+}
+
+// steeringUpstream is a fake of the Responses API's WebSocket mode with steering
+// (openai 7.59's ResponseSteerEvent): a response.create is answered with one response
+// (100,000 input, 20,000 output tokens); a response.steer is accepted and, as OpenAI
+// documents it ("Normal completion can also be followed by an automatic successor"),
+// followed by a successor response that no response.create asked for, unless its input
+// says "fail" (response.steer.failed, no successor). With unasked, every response to a
+// response.create is followed by a second response nobody asked for.
+type steeringUpstream struct {
+	unasked bool
+
+	mu  sync.Mutex
+	got []string
+}
+
+func (u *steeringUpstream) messages() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.got...)
+}
+
+func (u *steeringUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, send := fakeSession(w, r, websocket.MessageText)
+	if c == nil {
+		return
+	}
+	defer c.CloseNow()
+	ctx := r.Context()
+	n := 0
+	respond := func() {
+		id := fmt.Sprintf("resp_%d", n)
+		n++
+		_ = send(`{"type":"response.created","sequence_number":1,"response":{"id":"` + id + `","object":"response","model":"gpt-5-2025-08-07","status":"in_progress","output":[]}}`)
+		_ = send(`{"type":"response.output_text.delta","sequence_number":2,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"More tolls."}`)
+		_ = send(fmt.Sprintf(`{"type":"response.completed","sequence_number":3,"response":{"id":%q,"object":"response","model":"gpt-5-2025-08-07","status":"completed",`+
+			`"output":[{"type":"message","id":"msg_1","content":[{"type":"output_text","text":"More tolls."}]}],`+
+			`"usage":{"input_tokens":100000,"output_tokens":20000,"total_tokens":120000}}}`, id))
+	}
+	for i := 0; ; i++ {
+		_, msg, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		u.mu.Lock()
+		u.got = append(u.got, string(msg))
+		u.mu.Unlock()
+		switch m := string(msg); {
+		case strings.Contains(m, `"response.steer"`) && strings.Contains(m, `"fail"`):
+			_ = send(fmt.Sprintf(`{"type":"response.steer.failed","sequence_number":0,"steer":{"id":"steer_%d"},"error":{"code":"response_not_active","message":"no"}}`, i))
+		case strings.Contains(m, `"response.steer"`):
+			_ = send(fmt.Sprintf(`{"type":"response.steer.accepted","sequence_number":0,"steer":{"id":"steer_%d","previous_response_id":"resp_%d"}}`, i, n-1))
+			respond()
+		default:
+			respond()
+			if u.unasked {
+				respond()
+			}
+		}
+	}
+}
+
+// steer sends a response.steer of the last response with input.
+func steer(t *testing.T, c *websocket.Conn, input string) {
+	t.Helper()
+	say(t, c, `{"type":"response.steer","previous_response_id":"resp_0","input":"`+input+`"}`)
+}
+
+// A response.steer makes the provider start a successor response on its own (openai
+// 7.59: a steer ends the active response or follows its completion), so it is a request:
+// checked before it goes upstream, its successor charged on its request, a steer that
+// starts none (response.steer.failed) settled at 0. A member refused at a steer's check
+// gets 1008 and the steer never reaches the provider. Before 2026-12-02 steers passed
+// unread: a member refused at every check got one full response per steer, each charged
+// on a trailing request past the limit, and the session was never closed.
+func TestResponsesWebSocketSteerIsARequest(t *testing.T) {
+	t.Run("admitted", func(t *testing.T) {
+		up := &steeringUpstream{}
+		g, tr, url, _ := newRealtimeEnv(t, up, 10)
+		c, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		say(t, c, responseCreate("How are tolls paid?"))
+		readUntil(t, c, "response.completed")
+		steer(t, c, "fail")
+		readUntil(t, c, "response.steer.failed")
+		steer(t, c, "and more")
+		readUntil(t, c, "response.completed")
+		_ = c.Close(websocket.StatusNormalClosure, "bye")
+		s := tr.settlements(t, 4)
+		if ids := fmt.Sprint(tr.settledIDs()); ids != "[req_2 req_3 req_4 req_1]" {
+			t.Fatalf("settled %s, want the create's, the failed steer's, the steer's successor's, then the handshake's", ids)
+		}
+		if s[0].InputTokens != 100_000 || s[2].InputTokens != 100_000 || s[2].OutputTokens != 20_000 || !s[2].Complete {
+			t.Fatalf("the responses were settled %+v and %+v", s[0], s[2])
+		}
+		if s[1].InputTokens != 0 || !s[1].Complete || s[3].InputTokens != 0 || !s[3].Complete {
+			t.Fatalf("the failed steer %+v and the handshake %+v, want both at 0", s[1], s[3])
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.checks != 4 || len(g.trailing) != 0 {
+			t.Fatalf("%d checks, trailing %v; want 4 (the handshake, the create, both steers), none trailing", g.checks, g.trailing)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		up := &steeringUpstream{}
+		// Two admissions: the handshake and the first response.create.
+		g, tr, url, _ := newRealtimeEnv(t, up, 2)
+		c, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		say(t, c, responseCreate("How are tolls paid?"))
+		readUntil(t, c, "response.completed")
+		steer(t, c, "and more")
+		if ce, err := closeOf(c); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "service_gateway_usage_limit_exceeded" {
+			t.Fatalf("after the refused steer: %v %v, want close 1008", ce, err)
+		}
+		tr.settlements(t, 2)
+		if got := up.messages(); len(got) != 1 {
+			t.Fatalf("the provider got %d messages, want only the create: %q", len(got), got)
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if len(g.trailing) != 0 {
+			t.Fatalf("trailing requests %v, want none", g.trailing)
+		}
+	})
+}
+
+// A response nobody asked for (no request waits for it) is charged on a request checked
+// then; when that check refuses the member it is charged all the same, on a trailing
+// request (the provider bills it), and the session is closed with 1008, as at a refused
+// response.create (before 2026-12-02 the session went on).
+func TestResponsesWebSocketUnaskedResponseRefusedClosesTheSession(t *testing.T) {
+	up := &steeringUpstream{unasked: true}
+	g, tr, url, _ := newRealtimeEnv(t, up, 2)
+	c, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	say(t, c, responseCreate("How are tolls paid?"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	completed := 0
+	var closeErr error
+	for {
+		_, msg, err := c.Read(ctx)
+		if err != nil {
+			closeErr = err
+			break
+		}
+		if strings.Contains(string(msg), "response.completed") {
+			completed++
+		}
+	}
+	if completed != 2 || websocket.CloseStatus(closeErr) != websocket.StatusPolicyViolation {
+		t.Fatalf("%d responses then %v, want both responses then close 1008", completed, closeErr)
+	}
+	s := tr.settlements(t, 3)
+	if ids := fmt.Sprint(tr.settledIDs()); ids != "[req_2 req_trailing_1 req_1]" {
+		t.Fatalf("settled %s, want the create's, the unasked response's on a trailing request, the handshake's", ids)
+	}
+	if s[1].InputTokens != 100_000 || s[1].OutputTokens != 20_000 {
+		t.Fatalf("the unasked response was settled %+v", s[1])
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.trailing) != 1 {
+		t.Fatalf("trailing %v", g.trailing)
+	}
 }

@@ -82,6 +82,8 @@ func (s responsesSession) Event(msg []byte) (inflight.Usage, realtimeusage.Kind)
 		s.q.started()
 	case responseusage.ErrorEvent:
 		s.q.rejected()
+	case responseusage.SteerEnded:
+		s.q.steerEnded()
 	case responseusage.ResponseEnded:
 		settled := inflight.FromResponse(u, true, http.StatusSwitchingProtocols, false)
 		s.q.finished(settled, s.r.Model())

@@ -62,6 +62,11 @@ const (
 	// it will not run (previous_response_not_found, response_already_in_flight, a bad
 	// parameter); a response that began and then failed ends with response.failed.
 	ErrorEvent
+	// SteerEnded: a response.steer will start no successor response of its own: it was
+	// refused or could not be committed (response.steer.failed), or its input waits for
+	// an explicit response.create (response.steer.pending, after a response stopped for
+	// the client's tool output).
+	SteerEnded
 )
 
 // Event reads one message the server sent: what it was, and the usage of the response
@@ -80,6 +85,8 @@ func (s *ResponsesSession) Event(msg []byte) (Usage, SessionEvent) {
 		return Usage{}, ResponseCreated
 	case e.Type == "error":
 		return Usage{}, ErrorEvent
+	case e.Type == "response.steer.failed" || e.Type == "response.steer.pending":
+		return Usage{}, SteerEnded
 	case e.Type == "response.completed" || e.Type == "response.incomplete" || e.Type == "response.failed":
 		if e.Response != nil {
 			delete(s.open, e.Response.ID)
