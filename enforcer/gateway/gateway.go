@@ -978,8 +978,9 @@ func credentialsOf(r *http.Request) gate.Credentials {
 }
 
 // upstreamQuery is the query the upstream gets: the client's, without the member's key
-// (a key parameter carrying a Tollgate credential, credentialsOf), which must never
-// reach the provider, and without Google's response field mask (the system parameter
+// (a key parameter carrying a Tollgate credential, credentialsOf; an api-key parameter
+// carrying one, which Azure OpenAI reads as its key, a Realtime URL's among others),
+// which must never reach the provider, and without Google's response field mask (the system parameter
 // fields, or $fields): a mask that leaves usageMetadata out would hide the usage the
 // request is charged by (its output and thinking tokens then estimated from the text at
 // best). The client gets the whole answer instead; the other parameters stay as sent,
@@ -995,7 +996,7 @@ func upstreamQuery(rawQuery string) string {
 		if err == nil && (name == "fields" || name == "$fields") {
 			continue
 		}
-		if value, verr := url.QueryUnescape(value); err == nil && verr == nil && name == "key" && credential.IsTollgateToken(value) {
+		if value, verr := url.QueryUnescape(value); err == nil && verr == nil && (name == "key" || name == "api-key") && credential.IsTollgateToken(value) {
 			continue
 		}
 		kept = append(kept, param)

@@ -1117,3 +1117,31 @@ func TestGeminiLiveUnpricedModelIsRefusedAtSetup(t *testing.T) {
 		t.Fatalf("the priced session's turn was settled %+v", s[0])
 	}
 }
+
+// A Tollgate key in a Realtime URL's api-key parameter (which Azure OpenAI reads as its
+// key) never reaches the provider, as one in ?key= does not; a provider's key there, and
+// the other parameters, stay as sent. Before 2026-12-02 ?api-key= passed whatever it
+// carried.
+func TestRealtimeAPIKeyInTheQueryIsStripped(t *testing.T) {
+	for _, tc := range []struct{ query, want string }{
+		{"api-version=2025-04-01-preview&deployment=gpt-realtime&api-key=tgk_good", "api-version=2025-04-01-preview&deployment=gpt-realtime"},
+		{"api-key=tgk_good&deployment=gpt-realtime", "deployment=gpt-realtime"},
+		{"deployment=gpt-realtime&api-key=azure-provider-key", "deployment=gpt-realtime&api-key=azure-provider-key"},
+		{"deployment=gpt-realtime&key=tgk_good", "deployment=gpt-realtime"},
+	} {
+		t.Run(tc.query, func(t *testing.T) {
+			up := &geminiLiveUpstream{in: 1, out: 1}
+			_, _, url, _ := newRealtimeEnv(t, up, 10)
+			c, _, err := dialRealtime(t, url+"/openai/realtime?"+tc.query, "tgk_good")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.CloseNow()
+			up.mu.Lock()
+			defer up.mu.Unlock()
+			if up.query != tc.want {
+				t.Fatalf("the provider got ?%s, want ?%s", up.query, tc.want)
+			}
+		})
+	}
+}
