@@ -110,6 +110,7 @@ func TestValuesRejected(t *testing.T) {
 		{"gateway port out of range", append(gw, "--set", "enforcer.gateway.port=70000"), "/enforcer/gateway/port"},
 		{"gateway duration without unit", append(gw, "--set-string", "enforcer.gateway.headerTimeout=600"), "/enforcer/gateway/headerTimeout"},
 		{"gateway idle timeout in words", append(gw, "--set-string", "enforcer.gateway.idleTimeout=five minutes"), "/enforcer/gateway/idleTimeout"},
+		{"gateway body timeout without unit", append(gw, "--set-string", "enforcer.gateway.bodyTimeout=60"), "/enforcer/gateway/bodyTimeout"},
 		{"gateway body limit as text", append(gw, "--set-string", "enforcer.gateway.maxBodyBytes=16MiB"), "/enforcer/gateway/maxBodyBytes"},
 		{"gateway without streams", append(gw, "--set", "enforcer.gateway.maxStreams=0"), "/enforcer/gateway/maxStreams"},
 		// The stream bound against the enforcer's memory (32 MiB + 64 KiB a stream).

@@ -28,6 +28,7 @@ func (g *gatewayFlags) register(fs *flag.FlagSet, e *envflag.Env) {
 	fs.DurationVar(&g.cfg.ConnectTimeout, "gateway-connect-timeout", e.Duration("TOLLGATE_GATEWAY_CONNECT_TIMEOUT", gateway.DefaultConnectTimeout), "longest upstream connection set-up, TLS included (TOLLGATE_GATEWAY_CONNECT_TIMEOUT)")
 	fs.DurationVar(&g.cfg.HeaderTimeout, "gateway-header-timeout", e.Duration("TOLLGATE_GATEWAY_HEADER_TIMEOUT", gateway.DefaultHeaderTimeout), "longest wait for the upstream's response headers; 504 after it (TOLLGATE_GATEWAY_HEADER_TIMEOUT)")
 	fs.DurationVar(&g.cfg.IdleTimeout, "gateway-idle-timeout", e.Duration("TOLLGATE_GATEWAY_IDLE_TIMEOUT", gateway.DefaultIdleTimeout), "longest silence between two chunks of a response, the stream cut after it; for a Realtime session, the longest its provider may take to answer a ping (TOLLGATE_GATEWAY_IDLE_TIMEOUT)")
+	fs.DurationVar(&g.cfg.BodyTimeout, "gateway-body-timeout", e.Duration("TOLLGATE_GATEWAY_BODY_TIMEOUT", gateway.DefaultBodyTimeout), "longest wait for a request's body, read before its check; 408 after it, the request's slot freed (an upload streams after its check without it) (TOLLGATE_GATEWAY_BODY_TIMEOUT)")
 	fs.BoolVar(&g.cfg.ServerTiming, "gateway-server-timing", e.Bool("TOLLGATE_GATEWAY_SERVER_TIMING"), "add a Server-Timing header (the admission check's, the usage record read's and the durable start's milliseconds) to the gateway's answers (TOLLGATE_GATEWAY_SERVER_TIMING)")
 	fs.BoolVar(&g.cfg.AccessLog, "gateway-access-log", e.Bool("TOLLGATE_GATEWAY_ACCESS_LOG"), "log a line, at level info, for every request the gateway answers: method, path, status, outcome, request id, member, timings and the usage the upstream reported; never a credential or a body (TOLLGATE_GATEWAY_ACCESS_LOG)")
 	fs.IntVar(&g.maxStreams, "gateway-max-streams", e.Int("TOLLGATE_GATEWAY_MAX_STREAMS", gateway.DefaultMaxStreams), "most requests the gateway proxies at once; more are 503 (TOLLGATE_GATEWAY_MAX_STREAMS)")
@@ -74,7 +75,7 @@ func (g *gatewayFlags) finish(c *Config, getenv func(string) string) []string {
 		name string
 	}{{g.maxBody > 0, "TOLLGATE_GATEWAY_MAX_BODY_BYTES"}, {g.maxStreams > 0, "TOLLGATE_GATEWAY_MAX_STREAMS"},
 		{cfg.ConnectTimeout > 0, "TOLLGATE_GATEWAY_CONNECT_TIMEOUT"}, {cfg.HeaderTimeout > 0, "TOLLGATE_GATEWAY_HEADER_TIMEOUT"},
-		{cfg.IdleTimeout > 0, "TOLLGATE_GATEWAY_IDLE_TIMEOUT"}} {
+		{cfg.IdleTimeout > 0, "TOLLGATE_GATEWAY_IDLE_TIMEOUT"}, {cfg.BodyTimeout > 0, "TOLLGATE_GATEWAY_BODY_TIMEOUT"}} {
 		if !x.ok {
 			p = append(p, x.name+": must be positive")
 		}

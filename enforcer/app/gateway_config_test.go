@@ -45,6 +45,8 @@ func TestGatewayConfig(t *testing.T) {
 			"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": "Bearer sk-a\r\nX-Evil: 1"}, problem: "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION: not a valid header value"},
 		{name: "zero streams", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x",
 			"TOLLGATE_GATEWAY_MAX_STREAMS": "0"}, problem: "TOLLGATE_GATEWAY_MAX_STREAMS: must be positive"},
+		{name: "no time for a body", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x",
+			"TOLLGATE_GATEWAY_BODY_TIMEOUT": "0s"}, problem: "TOLLGATE_GATEWAY_BODY_TIMEOUT: must be positive"},
 		{name: "a bad Server-Timing switch", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x",
 			"TOLLGATE_GATEWAY_SERVER_TIMING": "sometimes"}, problem: "TOLLGATE_GATEWAY_SERVER_TIMING"},
 		{name: "a bad access-log switch", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x",
@@ -76,16 +78,16 @@ func TestGatewayConfig(t *testing.T) {
 			}
 			if c.GatewayAddr != "" && (c.Gateway.MaxBodyBytes != gateway.DefaultMaxBodyBytes || c.Gateway.MaxStreams != gateway.DefaultMaxStreams ||
 				c.Gateway.IdleTimeout != gateway.DefaultIdleTimeout || c.Gateway.HeaderTimeout != gateway.DefaultHeaderTimeout ||
-				c.Gateway.ConnectTimeout != gateway.DefaultConnectTimeout || c.Gateway.ServerTiming || c.Gateway.AccessLog) {
+				c.Gateway.ConnectTimeout != gateway.DefaultConnectTimeout || c.Gateway.BodyTimeout != gateway.DefaultBodyTimeout || c.Gateway.ServerTiming || c.Gateway.AccessLog) {
 				t.Fatalf("defaults %+v", c.Gateway)
 			}
 		})
 	}
 	c, err := parseConfig([]string{"--gateway-addr", "127.0.0.1:0", "--gateway-upstream", "https://x", "--gateway-idle-timeout", "30s",
-		"--gateway-max-body-bytes", "1024", "--gateway-access-log"}, func(k string) string {
+		"--gateway-max-body-bytes", "1024", "--gateway-access-log", "--gateway-body-timeout", "5s"}, func(k string) string {
 		return map[string]string{"TOLLGATE_GATEWAY_SERVER_TIMING": "true"}[k]
 	}, io.Discard)
-	if err != nil || c.Gateway.IdleTimeout != 30*time.Second || c.Gateway.MaxBodyBytes != 1024 || !c.Gateway.ServerTiming || !c.Gateway.AccessLog {
+	if err != nil || c.Gateway.IdleTimeout != 30*time.Second || c.Gateway.BodyTimeout != 5*time.Second || c.Gateway.MaxBodyBytes != 1024 || !c.Gateway.ServerTiming || !c.Gateway.AccessLog {
 		t.Fatalf("flags: %+v %v", c.Gateway, err)
 	}
 	// -h lists the gateway's knobs and shows no secret from the environment.
@@ -93,7 +95,7 @@ func TestGatewayConfig(t *testing.T) {
 	_, _ = parseConfig([]string{"-h"}, func(k string) string {
 		return map[string]string{"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": "Bearer sk-hidden"}[k]
 	}, &help)
-	if !strings.Contains(help.String(), "TOLLGATE_GATEWAY_IDLE_TIMEOUT") || strings.Contains(help.String(), "sk-hidden") {
+	if !strings.Contains(help.String(), "TOLLGATE_GATEWAY_IDLE_TIMEOUT") || !strings.Contains(help.String(), "TOLLGATE_GATEWAY_BODY_TIMEOUT") || strings.Contains(help.String(), "sk-hidden") {
 		t.Fatalf("help:\n%s", help.String())
 	}
 }

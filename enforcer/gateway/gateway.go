@@ -35,6 +35,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,6 +115,11 @@ type Config struct {
 	HeaderTimeout time.Duration
 	// IdleTimeout is the longest silence between two chunks of a response (default 5m).
 	IdleTimeout time.Duration
+	// BodyTimeout bounds the read of a request's body before its check (default 1m):
+	// a client that announces a body and never sends it holds a slot until then, and
+	// is answered 408 service_gateway_body_timeout. An upload streams upstream after
+	// its check with no such bound.
+	BodyTimeout time.Duration
 	// MaxStreams bounds the requests proxied at once (default 10000).
 	MaxStreams int
 	// AllowDeferred lets the requests of these endpoints billed later through
@@ -135,6 +141,7 @@ const (
 	DefaultConnectTimeout = 10 * time.Second
 	DefaultHeaderTimeout  = 10 * time.Minute
 	DefaultIdleTimeout    = 5 * time.Minute
+	DefaultBodyTimeout    = time.Minute
 	DefaultMaxStreams     = 10_000
 )
 
@@ -150,6 +157,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = DefaultBodyTimeout
 	}
 	if c.MaxStreams <= 0 {
 		c.MaxStreams = DefaultMaxStreams
@@ -349,16 +359,24 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	var body []byte
 	var err error
+	// The body's read is bounded (BodyTimeout): the server has no read timeout, so that
+	// an upload may stream for as long as it takes, and a client that announced a body
+	// and sent none (or a trickle) held its slot for as long as it kept the connection.
+	// The deadline is lifted before the check: an upload streams upstream without it.
+	timed := r.Body != http.NoBody && r.Body != nil
+	if timed {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(gw.cfg.BodyTimeout))
+	}
 	// A Responses call is read whatever its Content-Type: its "background" decides
 	// whether it may go at all (forward).
 	codings := requestbody.Codings(r.Header.Values("Content-Encoding"))
 	var skipped int64 // whitespace before a JSON object sent with an upload's type, dropped
 	if p.upload = isUpload(r.Header.Get("Content-Type")) && !requestbody.AlwaysJSON(r.URL.Path) && len(codings) == 0; p.upload {
 		var opensJSON bool
-		opensJSON, skipped = opensAsJSON(r, gw.cfg.MaxBodyBytes)
+		opensJSON, skipped, err = opensAsJSON(r, gw.cfg.MaxBodyBytes)
 		p.upload = !opensJSON
 	}
-	if !p.upload {
+	if err == nil && !p.upload {
 		// The whitespace skipped counts against the cap (it came with the body).
 		limit, announced := gw.cfg.MaxBodyBytes-skipped, r.ContentLength
 		if announced > 0 {
@@ -375,15 +393,29 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 			}
 		}
 	}
+	if timed && err == nil {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		switch {
+		case errors.As(err, &tooLarge):
 			gw.answered(w, OutcomeBodyTooLarge)
 			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "service_gateway_body_too_large",
 				"The request body exceeds "+strconv.FormatInt(gw.cfg.MaxBodyBytes, 10)+" bytes.", nil)
-			return false
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// Counted with the clients that left: it never sent its body. Over HTTP/1.x
+			// the connection closes (net/http would otherwise wait for the rest of the
+			// body before it answers); over HTTP/2 the stream alone ends.
+			if r.ProtoMajor < 2 {
+				w.Header().Set("Connection", "close")
+			}
+			gw.answered(w, OutcomeClientGone)
+			writeError(w, http.StatusRequestTimeout, "invalid_request_error", "service_gateway_body_timeout",
+				"The request body did not arrive within "+gw.cfg.BodyTimeout.String()+".", nil)
+		default:
+			gw.answered(w, OutcomeClientGone)
 		}
-		gw.answered(w, OutcomeClientGone)
 		return false
 	}
 	hint := gate.BodyHint(body, r.URL.Path, p.route.Upstream.Host).WithUpstreamHost(p.route.Upstream.Host).
@@ -432,8 +464,10 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 // body it is dropped and skipped tells how much, which counts against limit (the body
 // cap): more than limit is a JSON body over the cap (the caller's read of the rest
 // fails at once, 413), never read further. For any other body it is put back in front
-// of the rest, the same bytes, and the body goes as an upload.
-func opensAsJSON(r *http.Request, limit int64) (json bool, skipped int64) {
+// of the rest, the same bytes, and the body goes as an upload. Its error is the body's
+// read deadline's (BodyTimeout), which the caller answers 408; another failure is the
+// upload path's to see.
+func opensAsJSON(r *http.Request, limit int64) (json bool, skipped int64, err error) {
 	peek := bufio.NewReaderSize(r.Body, 512)
 	var space leadingSpace
 	rest := func(front io.Reader) {
@@ -443,28 +477,31 @@ func opensAsJSON(r *http.Request, limit int64) (json bool, skipped int64) {
 		}{front, r.Body}
 	}
 	for {
-		b, _ := peek.Peek(1)
+		b, err := peek.Peek(1)
 		if len(b) == 0 {
 			// The body ended, or failed: the upload path sees the same.
 			rest(io.MultiReader(space.reader(), peek))
-			return false, 0
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return false, 0, err
+			}
+			return false, 0, nil
 		}
 		switch b[0] {
 		case ' ', '\t', '\r', '\n':
 			if space.n == limit {
 				// Over the cap: the byte is left for the caller's read to find.
 				rest(peek)
-				return true, space.n
+				return true, space.n, nil
 			}
 			space.add(b[0])
 			_, _ = peek.Discard(1)
 			continue
 		case '{':
 			rest(peek)
-			return true, space.n
+			return true, space.n, nil
 		}
 		rest(io.MultiReader(space.reader(), peek))
-		return false, 0
+		return false, 0, nil
 	}
 }
 
@@ -543,14 +580,18 @@ func serverTiming(a gate.Answer) string {
 }
 
 // readBody reads a request body whole. When its length is announced (and within the
-// cap) the buffer is allocated once, at that length: io.ReadAll grows it from 512
-// bytes, leaving each smaller buffer as garbage, which fragments the heap the streams'
-// long-lived buffers sit in.
+// cap) the buffer is allocated at that length, in one piece for a body of up to
+// firstBodyBytes: io.ReadAll grows it from 512 bytes, leaving each smaller buffer as
+// garbage, which fragments the heap the streams' long-lived buffers sit in. A larger
+// body's buffer grows as its bytes arrive (doubling, its last size the announced
+// length), not reserved whole before its first byte: a client that announces the cap
+// and sends nothing (until BodyTimeout) holds firstBodyBytes, not the cap.
 func readBody(r io.Reader, announced, limit int64) ([]byte, error) {
 	if announced <= 0 || announced > limit {
 		return io.ReadAll(r)
 	}
-	b := make([]byte, 0, announced+1) // the read that finds the end needs room too
+	want := announced + 1 // the read that finds the end needs room too
+	b := make([]byte, 0, min(want, firstBodyBytes))
 	for {
 		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
@@ -560,11 +601,19 @@ func readBody(r io.Reader, announced, limit int64) ([]byte, error) {
 		if err != nil {
 			return b, err
 		}
-		if len(b) == cap(b) {
+		switch {
+		case len(b) < cap(b):
+		case int64(cap(b)) < want:
+			b = append(make([]byte, 0, min(want, 2*int64(cap(b)))), b...) // toward the announced length
+		default:
 			b = append(b, 0)[:len(b)] // longer than announced: grow as io.ReadAll does
 		}
 	}
 }
+
+// firstBodyBytes is the most of a request body's announced length reserved before its
+// bytes arrive (readBody).
+const firstBodyBytes = 64 << 10
 
 // refuse answers the gate's refusal.
 func refuse(w http.ResponseWriter, a gate.Answer) {

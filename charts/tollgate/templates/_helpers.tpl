@@ -540,6 +540,8 @@ answered 503 busy.
   value: {{ $g.headerTimeout | quote }}
 - name: TOLLGATE_GATEWAY_IDLE_TIMEOUT
   value: {{ $g.idleTimeout | quote }}
+- name: TOLLGATE_GATEWAY_BODY_TIMEOUT
+  value: {{ $g.bodyTimeout | quote }}
 - name: TOLLGATE_GATEWAY_MAX_STREAMS
   value: {{ $g.maxStreams | int64 | quote }}
 {{- if $g.serverTiming }}
