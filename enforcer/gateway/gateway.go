@@ -15,9 +15,10 @@
 // the upstream reported nothing (inflight.Tracker.Finish).
 //
 // Bounds: a request body cap (413; an upload, a file or audio, streams to the upstream
-// unread and uncapped: isUpload), an upstream connect timeout and a response-header
-// timeout (504), an idle timeout between two chunks (the stream is cut and settled as
-// incomplete), and a bound on concurrent proxied requests (503 service_gateway_busy,
+// unread and uncapped: isUpload) and a deadline on its read before the check (408), an
+// upstream connect timeout and a response-header timeout (504), an idle timeout between
+// two chunks, which also ends a write blocked on a client that stopped reading (the
+// stream is cut and settled as incomplete), and a bound on concurrent proxied requests (503 service_gateway_busy,
 // before the gate, so nothing is admitted). An upstream that answers nothing (refused
 // connection, timeout before headers) is 502 or 504 in JSON and is not charged. A client
 // that disconnects cancels the upstream request; the request is settled as incomplete
@@ -113,7 +114,8 @@ type Config struct {
 	// HeaderTimeout bounds the wait for the upstream's response headers (default 10m:
 	// a long completion that is not streamed answers only at its end).
 	HeaderTimeout time.Duration
-	// IdleTimeout is the longest silence between two chunks of a response (default 5m).
+	// IdleTimeout is the longest silence between two chunks of a response (default 5m),
+	// and the longest a write to the client may block (a client that stopped reading).
 	IdleTimeout time.Duration
 	// BodyTimeout bounds the read of a request's body before its check (default 1m):
 	// a client that announces a body and never sends it holds a slot until then, and
@@ -655,7 +657,11 @@ type proxied struct {
 	// (requestbody.GuardrailCheck), billed its units and no token; bodyBytes its body's
 	// length, what a guardrail that said nothing is estimated from.
 	guardrailCheck bool
-	bodyBytes      int64
+	// writing is the relay's state towards the client (writeIdle, writeBusy,
+	// writeCut): the idle timer cuts a write blocked on a client that stopped reading
+	// (idleExpired). In the bools' padding: the struct stays in its size class.
+	writing   atomic.Int32
+	bodyBytes int64
 	// guardrailTrace is the X-Amzn-Bedrock-Trace value an InvokeModel request's guardrail
 	// needs to report its usage ("": none to set; requestbody.GuardrailTraceHeader).
 	guardrailTrace string
@@ -1116,8 +1122,9 @@ func (p *proxied) respond(w http.ResponseWriter) {
 
 	p.ext = responseusage.New(resp.Header.Get("Content-Type"), responseusage.Headers(resp.Header), gw.limits)
 	// The idle timer cancels the upstream request after IdleTimeout without a chunk;
-	// the pending read then fails and the stream is settled as cut.
-	p.idle = time.AfterFunc(gw.cfg.IdleTimeout, p.cancel)
+	// the pending read then fails and the stream is settled as cut. A write to the
+	// client blocked that long is cut too (idleExpired).
+	p.idle = time.AfterFunc(gw.cfg.IdleTimeout, p.idleExpired)
 	p.small = make([]byte, smallReadBytes)
 }
 
@@ -1199,14 +1206,22 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 				p.held.release() // the headers go out with this chunk, unless they went alone
 				p.held = nil
 			}
+			if !p.writeBegins() {
+				return false
+			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return false // the client left: the upstream request is cancelled (done)
 			}
 		}
 		// A stream's chunk is flushed as it arrives. A body of announced length goes
 		// out as the server's write buffer fills, and whole at its end.
-		if (!p.whole && n > 0 || p.whole && err != nil) && p.rc.Flush() != nil {
-			return false
+		if !p.whole && n > 0 || p.whole && err != nil {
+			if !p.writeBegins() || p.rc.Flush() != nil {
+				return false
+			}
+		}
+		if !p.writing.CompareAndSwap(writeBusy, writeIdle) && p.writing.Load() == writeCut {
+			return false // the idle timer cut the write, or would have
 		}
 		// Only now, with buf written out, may the large buffer go back to the pool.
 		switch {
@@ -1219,6 +1234,37 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 		if err != nil {
 			return err == io.EOF
 		}
+	}
+}
+
+// The relay's states towards the client (proxied.writing).
+const (
+	writeIdle int32 = iota // reading the upstream, or between steps
+	writeBusy              // in a write or a flush to the client
+	writeCut               // the idle timer expired: no more writes
+)
+
+// writeBegins marks a write to the client begun; false when the idle timer expired
+// first (the upstream request is cancelled: the stream is cut).
+func (p *proxied) writeBegins() bool {
+	return p.writing.Load() == writeBusy || p.writing.CompareAndSwap(writeIdle, writeBusy)
+}
+
+// idleExpired is the idle timer's: IdleTimeout passed without a chunk from the
+// upstream. It cancels the upstream request, which ends a read waiting for the next
+// chunk; a write to the client under way, blocked on a client that stopped reading
+// (the socket's buffers full), is ended too, by a write deadline already past. Before
+// 2026-12-02 it only cancelled the upstream side: such a write blocked for as long as
+// the client kept its connection, its slot held and its request, followed by the
+// tracker (so never reaped), never settled. The server has no write timeout, which
+// would cut long streams; this is one on the relay's writes alone, counted from the
+// last chunk read, so a client that reads slowly is not cut while it reads at all.
+// writing orders it with the relay: either the relay sees writeCut before it writes,
+// or this sees the write under way and cuts it.
+func (p *proxied) idleExpired() {
+	p.cancel()
+	if p.writing.Swap(writeCut) == writeBusy {
+		_ = p.rc.SetWriteDeadline(time.Unix(1, 0)) // long past: HTTP/2 resets the stream at once
 	}
 }
 

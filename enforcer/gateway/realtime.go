@@ -329,7 +329,14 @@ relay:
 		// any, are not JSON and report nothing.
 		u, kind := events.Event(m.msg)
 		if left == nil {
-			if err := client.Write(ctx, m.typ, m.msg); err != nil {
+			// A write is bounded by the idle timeout: a client that stopped reading (its
+			// socket's buffers full) blocked it, and with it the whole session, for as long
+			// as it kept its connection (before 2026-12-02). Cut, the connection is closed
+			// and the session ends as for a client that left.
+			wctx, wcancel := context.WithTimeout(ctx, p.gw.cfg.IdleTimeout)
+			err := client.Write(wctx, m.typ, m.msg)
+			wcancel()
+			if err != nil {
 				// The client is gone; what this event reported is charged all the same (the
 				// provider billed it), below.
 				left = err

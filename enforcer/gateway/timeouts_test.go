@@ -1,15 +1,73 @@
 package gateway_test
 
 import (
+	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 )
+
+// A member's client that reads an answer's headers and then stops reading, keeping its
+// connection open: once the socket buffers fill, the relay's write to it blocks. The
+// server has no write timeout (it would cut long streams), and before 2026-12-02 the
+// idle timer cancelled only the upstream side, so the write blocked for as long as the
+// client kept the connection: the slot held, and the request (followed by the tracker,
+// so never reaped) never settled, though the provider produced and billed the whole
+// answer. Now a write blocked for the idle timeout is cut and the request settled,
+// incomplete, with what was seen.
+func TestClientThatStopsReadingIsCut(t *testing.T) {
+	const total = 48 << 20
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := []byte("data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("x", 4000) + "\"}}]}\n\n")
+		for sent := 0; sent < total; sent += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(up.Close)
+	e := newEnv(t, up.URL, gateway.Config{IdleTimeout: 300 * time.Millisecond, MaxStreams: 1})
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.front.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4096)
+	}
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tgk_good\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	if _, err := c.Read(make([]byte, 512)); err != nil {
+		t.Fatal(err)
+	}
+	// ... and nothing more is read, the connection kept open.
+	select {
+	case <-e.tracker.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("10s after the client stopped reading (idle timeout 300ms) its request is not settled")
+	}
+	e.tracker.mu.Lock()
+	u := e.tracker.finished[0]
+	e.tracker.mu.Unlock()
+	if u.Complete || u.Seen == nil || u.Seen.TextBytes == 0 {
+		t.Fatalf("settled %+v (seen %+v), want incomplete with the text relayed", u, u.Seen)
+	}
+	// Its slot is free again.
+	res := post(t, e.front.URL+"/v1/chat/completions", "", chatBody)
+	res.Body.Close()
+	if res.StatusCode == http.StatusServiceUnavailable {
+		t.Fatalf("the next request got %d: the cut request's slot is still held", res.StatusCode)
+	}
+}
 
 // A client that announces a body and never sends it is answered 408
 // service_gateway_body_timeout after BodyTimeout and gives its slot back, over HTTP/1.1
@@ -67,5 +125,65 @@ func TestStalledBodyIsAnswered408(t *testing.T) {
 				got.Body.Close()
 			}
 		})
+	}
+}
+
+// A Realtime session's client that stops reading: the relay's write to it blocked,
+// and the whole session with it, for as long as the client kept its connection (before
+// 2026-12-02). Now a write blocked for the idle timeout closes the client's connection
+// and the session ends as for a client that left: the response in progress settled as
+// cut.
+func TestRealtimeClientThatStopsReadingIsCut(t *testing.T) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, send := fakeSession(w, r, websocket.MessageText)
+		if c == nil {
+			return
+		}
+		defer c.CloseNow()
+		if send(`{"type":"session.created","session":{"object":"realtime.session","model":"gpt-realtime"}}`) != nil {
+			return
+		}
+		if _, _, err := c.Read(r.Context()); err != nil {
+			return
+		}
+		_ = send(`{"type":"response.created","response":{"object":"realtime.response","id":"resp_0","status":"in_progress","usage":null}}`)
+		delta := `{"type":"response.output_text.delta","response_id":"resp_0","delta":"` + strings.Repeat("x", 60<<10) + `"}`
+		for range 32 << 20 / len(delta) {
+			if send(delta) != nil {
+				return
+			}
+		}
+		<-r.Context().Done()
+	})
+	_, tr, url, _ := newRealtimeEnv(t, up, 10, func(c *gateway.Config) { c.IdleTimeout = 300 * time.Millisecond })
+	dial := &net.Dialer{}
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial.DialContext(ctx, network, addr)
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(4096)
+		}
+		return c, err
+	}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h := http.Header{"Authorization": {"Bearer tgk_good"}}
+	c, _, err := websocket.Dial(ctx, url+"/v1/realtime?model=gpt-realtime", &websocket.DialOptions{HTTPHeader: h, HTTPClient: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	readUntil(t, c, "session.created")
+	say(t, c, `{"type":"response.create"}`)
+	// ... and nothing more is read.
+	select {
+	case <-tr.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("10s after the client stopped reading (idle timeout 300ms) its session's response is not settled")
+	}
+	tr.mu.Lock()
+	u := tr.finished[0]
+	tr.mu.Unlock()
+	if u.Complete || u.Seen == nil || u.Seen.TextBytes == 0 {
+		t.Fatalf("settled %+v (seen %+v), want the cut response, incomplete, with its text", u, u.Seen)
 	}
 }
