@@ -117,7 +117,7 @@ type Config struct {
 	// IdleTimeout is the longest silence between two chunks of a response (default 5m),
 	// and the longest a write to the client may block (a client that stopped reading).
 	IdleTimeout time.Duration
-	// BodyTimeout bounds the read of a request's body before its check (default 1m):
+	// BodyTimeout bounds the read of a request's body before its check (default 30s: 16 MiB at 4.5 Mbit/s):
 	// a client that announces a body and never sends it holds a slot until then, and
 	// is answered 408 service_gateway_body_timeout. An upload streams upstream after
 	// its check with no such bound.
@@ -143,7 +143,7 @@ const (
 	DefaultConnectTimeout = 10 * time.Second
 	DefaultHeaderTimeout  = 10 * time.Minute
 	DefaultIdleTimeout    = 5 * time.Minute
-	DefaultBodyTimeout    = time.Minute
+	DefaultBodyTimeout    = 30 * time.Second
 	DefaultMaxStreams     = 10_000
 )
 
