@@ -485,6 +485,49 @@ func TestGeminiLivePrices(t *testing.T) {
 	}
 }
 
+// TestRealtime2Prices: the Realtime models the pinned OpenAI SDK (7.59) names beside
+// gpt-realtime have entries of their own at OpenAI's model pages' prices (read
+// 2026-12-02), every class. gpt-realtime-2 and -2.1 are reasoning models whose text
+// output, reasoning included, costs 24 USD per million, not gpt-realtime's 16;
+// gpt-realtime-2.1-mini costs gpt-realtime-mini's prices; gpt-realtime-whisper, the
+// sessions' streaming transcription, 0.017 USD a minute. Before, the family rule priced
+// all four as gpt-realtime (the transcription's seconds at the catalog's highest minute
+// price, counted unpriced).
+func TestRealtime2Prices(t *testing.T) {
+	type prices struct {
+		in, cached, out, audioIn, cachedAudio, audioOut, imageIn, cachedImage, maxOutput int64
+	}
+	realtime2 := prices{4_000_000, 400_000, 24_000_000, 32_000_000, 0, 64_000_000, 5_000_000, 500_000, 32_000}
+	for _, c := range []struct {
+		model string
+		want  prices
+	}{
+		{"gpt-realtime-2", realtime2},
+		{"gpt-realtime-2.1", realtime2},
+		// Cached audio (0.30) has its own price above cached text (0.06).
+		{"gpt-realtime-2.1-mini", prices{600_000, 60_000, 2_400_000, 10_000_000, 300_000, 20_000_000, 800_000, 80_000, 32_000}},
+	} {
+		e, ok := Lookup(c.model)
+		got := prices{e.InputPerMillion, e.CachedInputPerMillion, e.OutputPerMillion, e.AudioInputPerMillion,
+			e.CachedAudioInputPerMillion, e.AudioOutputPerMillion, e.ImageInputPerMillion, e.CachedImageInputPerMillion, e.MaxOutputTokens}
+		if !ok || e.Model != c.model || e.Kind != Text || got != c.want {
+			t.Errorf("%s is priced as %q: %+v; OpenAI's model page says %+v", c.model, e.Model, got, c.want)
+		}
+	}
+	// Billed by the minute, its token prices the minute's for 200 tokens (85 USD per million).
+	const perMinute = 17_000
+	const perToken = perMinute * 1_000_000 / TranscriptTokensPerMinute
+	if e, ok := Lookup("gpt-realtime-whisper"); !ok || e.Model != "gpt-realtime-whisper" || e.Kind != AudioDuration ||
+		e.AudioPerMinute != perMinute || e.InputPerMillion != perToken || e.OutputPerMillion != perToken {
+		t.Errorf("gpt-realtime-whisper is priced as %q (%s), %d micro-USD a minute; OpenAI's model page says %d", e.Model, e.Kind,
+			e.AudioPerMinute, perMinute)
+	}
+	// gpt-live-1's minute stays the highest, which prices seconds nobody priced.
+	if h := Highest(); h.AudioPerMinute != 50_000 {
+		t.Errorf("Highest().AudioPerMinute = %d", h.AudioPerMinute)
+	}
+}
+
 // TestImageInputPrices: the Realtime API's models that take images price their image
 // input tokens apart, dearer than text (text input, image input, cached text, cached
 // image), as OpenAI's page lists them; the older realtime previews take no images and a
@@ -753,6 +796,16 @@ func TestLookup(t *testing.T) {
 		{"an image model's preview finds its image family", "gemini-2.5-flash-image-preview", "gemini-2.5-flash-image"},
 		{"a speech model's snapshot finds its speech family", "gpt-4o-mini-tts-2025-12-15", "gpt-4o-mini-tts"},
 		{"a Realtime model's snapshot finds its Realtime family", "gpt-realtime-mini-2025-12-15", "gpt-realtime-mini"},
+		// The Realtime models of 2026 (added 2026-12-02): a name finds its own version's
+		// entry, never a neighbour's (gpt-realtime-2.1-mini costs a sixth of gpt-realtime-2.1).
+		{"GPT-Realtime-2.1 mini, not GPT-Realtime-2.1", "gpt-realtime-2.1-mini", "gpt-realtime-2.1-mini"},
+		{"GPT-Realtime-2.1 mini dated, not GPT-Realtime-2.1", "openai/gpt-realtime-2.1-mini-2026-09-18", "gpt-realtime-2.1-mini"},
+		{"GPT-Realtime-2.1, not GPT-Realtime-2", "gpt-realtime-2.1", "gpt-realtime-2.1"},
+		{"GPT-Realtime-2 dated", "gpt-realtime-2-2026-05-07", "gpt-realtime-2"},
+		{"gpt-realtime's snapshot is not GPT-Realtime-2", "gpt-realtime-2025-08-28", "gpt-realtime"},
+		{"GPT-Realtime-1.5 is gpt-realtime's price, its own", "gpt-realtime-1.5", "gpt-realtime"},
+		{"GPT-Realtime mini is not GPT-Realtime-2.1 mini", "gpt-realtime-mini", "gpt-realtime-mini"},
+		{"GPT-Realtime-Whisper, billed by the minute, not gpt-realtime", "gpt-realtime-whisper", "gpt-realtime-whisper"},
 		{"a transcription model's variant finds its family", "gpt-4o-transcribe-diarize", "gpt-4o-transcribe"},
 		{"Gemini's image model's preview finds it", "gemini-3.1-flash-image-preview", "gemini-3.1-flash-image"},
 		{"Gemini's speech model's preview finds it", "models/gemini-3.1-flash-tts-preview", "gemini-3.1-flash-tts"},
