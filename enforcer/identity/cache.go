@@ -3,6 +3,7 @@ package identity
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -175,19 +176,30 @@ func (c *Cache) refreshAhead(h [32]byte, now time.Time) {
 	}
 	c.refreshes.Inc()
 	epoch := c.epoch.Load()
-	c.flight.DoChan(string(h[:]), func() (any, error) {
+	c.flight.DoChan(flightKey(&h, epoch), func() (any, error) {
 		return c.call(context.Background(), e.kind, h, epoch)
 	})
+}
+
+// flightKey is the singleflight key of a call about h made at epoch. The epoch is part
+// of it so that a lookup made after an invalidation was applied never joins a call that
+// started before it: that call may have read the credential before its revocation, and
+// its answer is not cached (store) but would still answer the joined lookup.
+func flightKey(h *[32]byte, epoch uint64) string {
+	var k [40]byte
+	copy(k[:32], h[:])
+	binary.LittleEndian.PutUint64(k[32:], epoch)
+	return string(k[:])
 }
 
 // ask asks the control plane on a miss (h is a copy: only a miss moves it to the heap).
 func (c *Cache) ask(ctx context.Context, kind internalv1.CredentialKind, h [32]byte) (Identity, error) {
 	c.miss.Inc()
 	epoch := c.epoch.Load()
-	// The call is shared by every caller presenting this credential right now, so it
-	// must not die with the first caller's context; each caller still stops waiting
-	// when its own context ends.
-	ch := c.flight.DoChan(string(h[:]), func() (any, error) {
+	// The call is shared by every caller presenting this credential right now (and since
+	// the same invalidation: flightKey), so it must not die with the first caller's
+	// context; each caller still stops waiting when its own context ends.
+	ch := c.flight.DoChan(flightKey(&h, epoch), func() (any, error) {
 		return c.call(context.WithoutCancel(ctx), kind, h, epoch)
 	})
 	select {

@@ -276,3 +276,49 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A lookup made after an invalidation was applied does not join an Authenticate call
+// that was in flight before it: that call may have read the key before its revocation
+// committed, and its answer would admit the revoked key.
+func TestLookupAfterAnInvalidationAsksAgain(t *testing.T) {
+	_, a, _ := setup(t)
+	release := make(chan struct{})
+	var first atomic.Bool
+	first.Store(true)
+	slow := &gatedAuthn{authn: a, gate: func() {
+		if first.CompareAndSwap(true, false) {
+			<-release // the first call read the key, then answers late
+		}
+	}}
+	c := identity.New(slow, identity.Config{TTL: 30 * time.Second, NegativeTTL: 5 * time.Second, CallTimeout: 5 * time.Second},
+		clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)), metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	before := make(chan identity.Identity, 1)
+	go func() { before <- lookup(t, c, "tgk_alice") }()
+	waitCalls(t, a, 1)
+	a.mu.Lock()
+	delete(a.known, hashHex("tgk_alice")) // revoked
+	a.mu.Unlock()
+	c.Invalidate(mirror.Invalidation{Kind: mirror.KindAPIKey, ID: "apk_alice"})
+	after := make(chan identity.Identity, 1)
+	go func() { after <- lookup(t, c, "tgk_alice") }()
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	if id := <-before; !id.Found {
+		t.Fatalf("the lookup made before the revocation: %+v", id)
+	}
+	if id := <-after; id.Found {
+		t.Fatalf("a lookup made after the revocation was applied found the revoked key: %+v", id)
+	}
+}
+
+// gatedAuthn reads the answer first, then runs gate before giving it.
+type gatedAuthn struct {
+	*authn
+	gate func()
+}
+
+func (g *gatedAuthn) Authenticate(ctx context.Context, in *internalv1.AuthenticateRequest, opts ...grpc.CallOption) (*internalv1.AuthenticateResponse, error) {
+	r, err := g.authn.Authenticate(ctx, in, opts...)
+	g.gate()
+	return r, err
+}
