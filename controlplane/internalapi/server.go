@@ -161,8 +161,14 @@ func (s *Server) Authenticate(ctx context.Context, req *internalv1.AuthenticateR
 	if err != nil {
 		return nil, s.unavailable("authenticate", err)
 	}
-	return &internalv1.AuthenticateResponse{Found: true, OrganizationId: id.OrganizationID, MemberId: id.MemberID, UserId: id.UserID,
-		ApiKeyId: id.APIKeyID, Active: id.Active}, nil
+	res := &internalv1.AuthenticateResponse{Found: true, OrganizationId: id.OrganizationID, MemberId: id.MemberID, UserId: id.UserID,
+		ApiKeyId: id.APIKeyID, Active: id.Active}
+	if id.ExpiresAt != nil {
+		// The enforcer caches the answer no longer than this (an expired credential is
+		// refused at its expiry, not up to the cache's TTL after it).
+		res.ExpiresAtUnixMs = max(id.ExpiresAt.UnixMilli(), 1)
+	}
+	return res, nil
 }
 
 // Resolve compiles a member's entitlement and current spend from Postgres and refreshes

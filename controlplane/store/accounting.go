@@ -939,16 +939,18 @@ type CredentialIdentity struct {
 	APIKeyID       string
 	// Active is false when the member was removed.
 	Active bool
+	// ExpiresAt is when the credential stops authenticating; nil when it never does.
+	ExpiresAt *time.Time
 }
 
 // IdentityByAPIKeyHash resolves a live API key (not revoked, not expired) to its
 // member, reporting whether the member is still active.
 func IdentityByAPIKeyHash(ctx context.Context, q Querier, hash []byte, now time.Time) (CredentialIdentity, error) {
 	var id CredentialIdentity
-	err := q.QueryRow(ctx, `SELECT k.organization_id, k.member_id, k.user_id, k.id, m.removed_at IS NULL
+	err := q.QueryRow(ctx, `SELECT k.organization_id, k.member_id, k.user_id, k.id, m.removed_at IS NULL, k.expires_at
 		FROM api_keys k JOIN members m ON m.id = k.member_id
 		WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > $2)`, hash, now).
-		Scan(&id.OrganizationID, &id.MemberID, &id.UserID, &id.APIKeyID, &id.Active)
+		Scan(&id.OrganizationID, &id.MemberID, &id.UserID, &id.APIKeyID, &id.Active, &id.ExpiresAt)
 	return id, notFound(err)
 }
 
@@ -957,12 +959,12 @@ func IdentityByAPIKeyHash(ctx context.Context, q Querier, hash []byte, now time.
 // never a member of it, resolves to nothing: there is nobody to charge.
 func IdentityBySessionHash(ctx context.Context, q Querier, hash []byte, now time.Time) (CredentialIdentity, error) {
 	var id CredentialIdentity
-	err := q.QueryRow(ctx, `SELECT m.organization_id, m.id, u.id, m.removed_at IS NULL
+	err := q.QueryRow(ctx, `SELECT m.organization_id, m.id, u.id, m.removed_at IS NULL, s.expires_at
 		FROM sessions s JOIN users u ON u.id = s.user_id
 		JOIN members m ON m.user_id = u.id AND m.organization_id = u.active_organization_id
 		WHERE s.token_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2
 		ORDER BY m.removed_at IS NULL DESC, m.created_at DESC LIMIT 1`, hash, now).
-		Scan(&id.OrganizationID, &id.MemberID, &id.UserID, &id.Active)
+		Scan(&id.OrganizationID, &id.MemberID, &id.UserID, &id.Active, &id.ExpiresAt)
 	return id, notFound(err)
 }
 

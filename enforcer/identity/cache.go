@@ -83,8 +83,9 @@ type shard struct {
 }
 
 type entry struct {
-	id      Identity
-	kind    internalv1.CredentialKind
+	id   Identity
+	kind internalv1.CredentialKind
+	// expires is the TTL's end, or the credential's own expiry when that comes first.
 	expires time.Time
 	// refresh is when a hit starts a background refresh; a hit that starts one moves it
 	// on by CallTimeout, so one refresh at a time is out per credential.
@@ -227,11 +228,19 @@ func (c *Cache) call(ctx context.Context, kind internalv1.CredentialKind, h [32]
 	if id.Found && (id.OrganizationID == "" || id.MemberID == "") {
 		return nil, errors.New("identity: control plane answered a found credential without organization or member")
 	}
-	c.store(h, kind, id, epoch)
+	var until time.Time
+	if ms := resp.GetExpiresAtUnixMs(); id.Found && ms > 0 {
+		until = time.UnixMilli(ms)
+	}
+	c.store(h, kind, id, until, epoch)
 	return id, nil
 }
 
-func (c *Cache) store(h [32]byte, kind internalv1.CredentialKind, id Identity, epoch uint64) {
+// store caches id for the TTL, or until the credential's own expiry (until, zero when
+// it has none or the control plane did not say) when that comes first: the next lookup
+// after it asks again and is refused. A credential already expired by the enforcer's
+// clock is not cached at all.
+func (c *Cache) store(h [32]byte, kind internalv1.CredentialKind, id Identity, until time.Time, epoch uint64) {
 	ttl := c.cfg.TTL
 	if !id.Found || !id.Active {
 		ttl = c.cfg.NegativeTTL
@@ -251,7 +260,20 @@ func (c *Cache) store(h [32]byte, kind internalv1.CredentialKind, id Identity, e
 		}
 	}
 	now := c.clk.Now()
-	s.m[h] = entry{id: id, kind: kind, expires: now.Add(ttl), refresh: now.Add(c.cfg.RefreshAfter)}
+	e := entry{id: id, kind: kind, expires: now.Add(ttl), refresh: now.Add(c.cfg.RefreshAfter)}
+	if !until.IsZero() {
+		if !now.Before(until) {
+			delete(s.m, h)
+			return
+		}
+		if until.Before(e.expires) {
+			e.expires = until
+		}
+		if until.Before(e.refresh) {
+			e.refresh = until
+		}
+	}
+	s.m[h] = e
 }
 
 // Invalidate forgets what an invalidation names.

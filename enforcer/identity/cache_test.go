@@ -322,3 +322,67 @@ func (g *gatedAuthn) Authenticate(ctx context.Context, in *internalv1.Authentica
 	g.gate()
 	return r, err
 }
+
+// A credential with an expiry is trusted no longer than it: the first lookup after it
+// asks the control plane again (which refuses it), whatever the TTL left. A control
+// plane that says nothing of expiry (0, before 2026-12-02) keeps the TTL.
+func TestCachedIdentityEndsAtTheCredentialsExpiry(t *testing.T) {
+	c, a, clk := setup(t)
+	a.mu.Lock()
+	a.known[hashHex("tgk_alice")].ExpiresAtUnixMs = clk.Now().Add(10 * time.Second).UnixMilli()
+	a.known[hashHex("tgk_carol")] = &internalv1.AuthenticateResponse{Found: true, Active: true, OrganizationId: "org_1", MemberId: "om_carol",
+		ExpiresAtUnixMs: clk.Now().Add(time.Hour).UnixMilli()}
+	a.mu.Unlock()
+	for _, s := range []string{"tgk_alice", "tgk_bob", "tgk_carol"} {
+		if !lookup(t, c, s).Found {
+			t.Fatalf("%s not found", s)
+		}
+	}
+	clk.Advance(9 * time.Second)
+	lookup(t, c, "tgk_alice")
+	if n := a.calls.Load(); n != 3 {
+		t.Fatalf("%d calls before the expiry, want 3", n)
+	}
+	clk.Advance(time.Second) // alice's key expires now
+	a.mu.Lock()
+	delete(a.known, hashHex("tgk_alice")) // the control plane refuses it from now on
+	a.mu.Unlock()
+	if id := lookup(t, c, "tgk_alice"); id.Found {
+		t.Fatalf("admitted at its expiry from the cache: %+v", id)
+	}
+	lookup(t, c, "tgk_bob")   // no expiry: cached for the TTL
+	lookup(t, c, "tgk_carol") // expires after the TTL: cached for the TTL
+	if n := a.calls.Load(); n != 4 {
+		t.Fatalf("%d calls, want 4 (only the expired key asked again)", n)
+	}
+	// An answer about a credential already expired by the enforcer's clock is not kept.
+	a.mu.Lock()
+	a.known[hashHex("tgk_dave")] = &internalv1.AuthenticateResponse{Found: true, Active: true, OrganizationId: "org_1", MemberId: "om_dave",
+		ExpiresAtUnixMs: clk.Now().Add(-time.Second).UnixMilli()}
+	a.mu.Unlock()
+	lookup(t, c, "tgk_dave")
+	lookup(t, c, "tgk_dave")
+	if n := a.calls.Load(); n != 6 {
+		t.Fatalf("%d calls, want 6 (an expired answer is not cached)", n)
+	}
+}
+
+// The refresh ahead of an entry never starts past the credential's expiry: the entry
+// ends there, and the next lookup waits for the control plane's answer.
+func TestRefreshAheadStopsAtTheCredentialsExpiry(t *testing.T) {
+	c, a, clk := setup(t) // RefreshAfter: 15s
+	a.mu.Lock()
+	a.known[hashHex("tgk_alice")].ExpiresAtUnixMs = clk.Now().Add(20 * time.Second).UnixMilli()
+	a.mu.Unlock()
+	lookup(t, c, "tgk_alice")
+	clk.Advance(16 * time.Second) // past RefreshAfter, before the expiry: refreshed in the background
+	lookup(t, c, "tgk_alice")
+	waitCalls(t, a, 2)
+	clk.Advance(4 * time.Second) // the key expired
+	a.mu.Lock()
+	delete(a.known, hashHex("tgk_alice"))
+	a.mu.Unlock()
+	if id := lookup(t, c, "tgk_alice"); id.Found {
+		t.Fatalf("admitted at its expiry after a refresh: %+v", id)
+	}
+}

@@ -347,9 +347,14 @@ type AuthenticateResponse struct {
 	// api_key_id is empty for sessions.
 	ApiKeyId string `protobuf:"bytes,5,opt,name=api_key_id,json=apiKeyId,proto3" json:"api_key_id,omitempty"`
 	// active is false when the member was removed.
-	Active        bool `protobuf:"varint,6,opt,name=active,proto3" json:"active,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Active bool `protobuf:"varint,6,opt,name=active,proto3" json:"active,omitempty"`
+	// expires_at_unix_ms is when the credential stops authenticating (its expires_at); 0
+	// when it never expires. An enforcer trusts a cached answer no longer than this, so an
+	// expired key or session is asked for again (and refused) at its expiry. A control
+	// plane from before 2026-12-02 sends 0, and the cache's TTL alone bounds the entry.
+	ExpiresAtUnixMs int64 `protobuf:"varint,7,opt,name=expires_at_unix_ms,json=expiresAtUnixMs,proto3" json:"expires_at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AuthenticateResponse) Reset() {
@@ -422,6 +427,13 @@ func (x *AuthenticateResponse) GetActive() bool {
 		return x.Active
 	}
 	return false
+}
+
+func (x *AuthenticateResponse) GetExpiresAtUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixMs
+	}
+	return 0
 }
 
 // Limit is the winning policy of one timeframe for one member.
@@ -2306,7 +2318,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x13v1/accounting.proto\x12\x14tollgate.internal.v1\"x\n" +
 	"\x13AuthenticateRequest\x12'\n" +
 	"\x0fcredential_hash\x18\x01 \x01(\fR\x0ecredentialHash\x128\n" +
-	"\x04kind\x18\x02 \x01(\x0e2$.tollgate.internal.v1.CredentialKindR\x04kind\"\xc1\x01\n" +
+	"\x04kind\x18\x02 \x01(\x0e2$.tollgate.internal.v1.CredentialKindR\x04kind\"\xee\x01\n" +
 	"\x14AuthenticateResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12'\n" +
 	"\x0forganization_id\x18\x02 \x01(\tR\x0eorganizationId\x12\x1b\n" +
@@ -2314,7 +2326,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\auser_id\x18\x04 \x01(\tR\x06userId\x12\x1c\n" +
 	"\n" +
 	"api_key_id\x18\x05 \x01(\tR\bapiKeyId\x12\x16\n" +
-	"\x06active\x18\x06 \x01(\bR\x06active\"\xd3\x03\n" +
+	"\x06active\x18\x06 \x01(\bR\x06active\x12+\n" +
+	"\x12expires_at_unix_ms\x18\a \x01(\x03R\x0fexpiresAtUnixMs\"\xd3\x03\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\ttimeframe\x18\x01 \x01(\tR\ttimeframe\x12\x1c\n" +
 	"\tunlimited\x18\x02 \x01(\bR\tunlimited\x12\x1b\n" +

@@ -1,0 +1,72 @@
+package internalapi_test
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/enforcer/identity"
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// Authenticate says when a credential expires (a key's expires_at, none for a key
+// without one, a session's expires_at), and the enforcer's identity cache, fed by it,
+// refuses an expired API key at its expiry rather than up to its TTL (30s) after it.
+func TestExpiredCredentialIsRefusedByTheEnforcerAtItsExpiry(t *testing.T) {
+	e := at.New(t, at.Options{})
+	e.Serve(t)
+	org, ms := e.Org(t, 1)
+	now := e.Clock.Now()
+	expires := now.Add(10 * time.Second)
+	key, keyHash := credential.New(credential.APIKeyPrefix)
+	_, forever := credential.New(credential.APIKeyPrefix)
+	_, sessHash := credential.New(credential.SessionPrefix)
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO api_keys (id, organization_id, member_id, user_id, name, key_hash, start, created_at, expires_at)
+			SELECT 'apk_expiring', organization_id, id, user_id, 'k', $2, 'tgk_', $3, $4 FROM members WHERE id = $1`, []any{ms[0], keyHash, now, expires}},
+		{`INSERT INTO api_keys (id, organization_id, member_id, user_id, name, key_hash, start, created_at)
+			SELECT 'apk_forever', organization_id, id, user_id, 'k', $2, 'tgk_', $3 FROM members WHERE id = $1`, []any{ms[0], forever, now}},
+		{`UPDATE users SET active_organization_id = $2 FROM members m WHERE m.id = $1 AND users.id = m.user_id`, []any{ms[0], org}},
+		{`INSERT INTO sessions (id, user_id, token_hash, authenticated_at, created_at, expires_at)
+			SELECT 'ses_expiring', user_id, $2, $3, $3, $4 FROM members WHERE id = $1`, []any{ms[0], sessHash, now, expires}},
+	} {
+		if _, err := e.Store.Pool.Exec(ctx, q.sql, q.args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		hash []byte
+		kind internalv1.CredentialKind
+		want int64
+	}{
+		{"key with an expiry", keyHash, internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY, expires.UnixMilli()},
+		{"key without one", forever, internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY, 0},
+		{"session", sessHash, internalv1.CredentialKind_CREDENTIAL_KIND_SESSION, expires.UnixMilli()},
+	} {
+		res, err := e.Client.Authenticate(ctx, &internalv1.AuthenticateRequest{CredentialHash: c.hash, Kind: c.kind})
+		if err != nil || !res.Found || res.ExpiresAtUnixMs != c.want {
+			t.Errorf("%s: %v %v, want expires_at_unix_ms %d", c.name, res, err, c.want)
+		}
+	}
+
+	cache := identity.New(e.Client, identity.DefaultConfig, e.Clock, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	id, err := cache.Lookup(ctx, internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY, key)
+	if err != nil || !id.Found || !id.Active {
+		t.Fatalf("before expiry: %+v %v", id, err)
+	}
+	e.Clock.Advance(11 * time.Second) // the key expired a second ago
+	if res, err := e.Client.Authenticate(ctx, &internalv1.AuthenticateRequest{CredentialHash: keyHash, Kind: internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY}); err != nil || res.Found {
+		t.Fatalf("control plane after expiry: %v %v", res, err)
+	}
+	if id, err := cache.Lookup(ctx, internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY, key); err != nil || id.Found {
+		t.Fatalf("the identity cache admits the key a second after its expiry (%s): %+v %v", expires, id, err)
+	}
+}
