@@ -7,6 +7,7 @@ package app
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
@@ -166,6 +168,7 @@ func bootstrapAdmin(ctx context.Context, args []string, getenv func(string) stri
 	}
 	now := clock.System{}.Now()
 	created := false
+	var revoked [][]byte
 	err = st.InTx(ctx, func(tx pgx.Tx) error {
 		u, err := store.UserByEmail(ctx, tx, email)
 		switch {
@@ -178,7 +181,7 @@ func bootstrapAdmin(ctx context.Context, args []string, getenv func(string) stri
 		case err != nil:
 			return err
 		default:
-			if err := store.SetPassword(ctx, tx, u.ID, hash, now); err != nil {
+			if revoked, err = store.SetPassword(ctx, tx, u.ID, hash, now); err != nil {
 				return err
 			}
 		}
@@ -191,12 +194,35 @@ func bootstrapAdmin(ctx context.Context, args []string, getenv func(string) stri
 	if err != nil {
 		return err
 	}
+	forgetSessions(ctx, cfg, revoked, stdio.Stderr)
 	verb := "reset the password of"
 	if created {
 		verb = "created"
 	}
 	fmt.Fprintf(stdio.Stdout, "%s platform administrator %s\n", verb, email)
 	return nil
+}
+
+// forgetSessions tells the enforcers (the mirror's invalidation channel) to forget the
+// sessions a password reset revoked, so they are refused at once. It is best effort: a
+// Redis that cannot be reached is reported, and the enforcers' identity caches drop the
+// sessions within their TTL (30s) anyway.
+func forgetSessions(ctx context.Context, cfg Config, hashes [][]byte, stderr io.Writer) {
+	if len(hashes) == 0 {
+		return
+	}
+	invs := make([]mirror.Invalidation, len(hashes))
+	for i, h := range hashes {
+		invs[i] = mirror.Invalidation{Kind: mirror.KindCredential, ID: hex.EncodeToString(h)}
+	}
+	rdb, err := newRedis(cfg)
+	if err == nil {
+		err = mirror.Layout{Prefix: cfg.Redis.Prefix}.PublishMany(ctx, rdb, invs)
+		_ = rdb.Close()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "warning: cannot tell the enforcers that the %d revoked sessions ended (%v); they stop working within 30s\n", len(hashes), err)
+	}
 }
 
 // runRetention runs retention once (package retention): a preview unless --apply, then

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -166,8 +167,14 @@ func (s *Server) clientAddress(r *http.Request) string {
 }
 
 func (s *Server) signOut(c *Call) error {
-	if err := store.RevokeSession(c.Ctx, c.DB(), c.Principal.Session.ID, c.now); err != nil {
+	hash, err := store.RevokeSession(c.Ctx, c.DB(), c.Principal.Session.ID, c.now)
+	if err != nil {
 		return err
+	}
+	if hash != nil {
+		// Enforcers refuse the session at once (not when their identity cache expires),
+		// even if the client hung up on this answer.
+		s.events.SessionsRevoked(context.WithoutCancel(c.Ctx), [][]byte{hash})
 	}
 	return c.NoContent()
 }
@@ -224,12 +231,24 @@ func (s *Server) setActiveOrganization(c *Call) error {
 		} else if err != nil {
 			return err
 		}
-		return store.SetActiveOrganization(c.Ctx, tx, c.Principal.User.ID, in.OrganizationID, c.now)
+		if err := store.SetActiveOrganization(c.Ctx, tx, c.Principal.User.ID, in.OrganizationID, c.now); err != nil {
+			return err
+		}
+		s.activeOrganizationChanged(c, c.Principal.User.ID)
+		return nil
 	})
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"activeOrganizationId": *in.OrganizationID})
+}
+
+// activeOrganizationChanged tells enforcers, once the transaction commits, to forget the
+// user's sessions: a session acts as the user's member in their active organization, and
+// an enforcer would go on charging the old one's member from its identity cache.
+func (s *Server) activeOrganizationChanged(c *Call, userID string) {
+	ctx := context.WithoutCancel(c.Ctx)
+	c.AfterCommit(func() { s.events.UserSessionsChanged(ctx, userID) })
 }
 
 func deref(s *string) string {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -96,6 +97,7 @@ func (s *Server) deleteAPIKey(c *Call) error {
 	if err != nil {
 		return err
 	}
-	s.events.CredentialsRevoked(c.Ctx, nil, []string{id})
+	// Not the request's context: a client that hangs up must not cancel the invalidation.
+	s.events.CredentialsRevoked(context.WithoutCancel(c.Ctx), nil, []string{id})
 	return c.NoContent()
 }

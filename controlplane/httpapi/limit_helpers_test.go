@@ -207,6 +207,8 @@ type recorder struct {
 }
 
 func (r *recorder) CredentialsRevoked(context.Context, []string, []string) {}
+func (r *recorder) SessionsRevoked(context.Context, [][]byte)              {}
+func (r *recorder) UserSessionsChanged(context.Context, string)            {}
 func (r *recorder) EntitlementChanged(_ context.Context, _ string, members []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

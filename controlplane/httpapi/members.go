@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -136,7 +137,8 @@ func (s *Server) removeMember(c *Call) error {
 	if err != nil {
 		return err
 	}
-	s.events.CredentialsRevoked(c.Ctx, []string{target.ID}, nil)
+	// Not the request's context: a client that hangs up must not cancel the invalidation.
+	s.events.CredentialsRevoked(context.WithoutCancel(c.Ctx), []string{target.ID}, nil)
 	return c.NoContent()
 }
 
@@ -152,6 +154,9 @@ func (s *Server) onMemberRemoved(c *Call, tx pgx.Tx, target store.Member) error 
 		if err := store.SetActiveOrganization(c.Ctx, tx, u.ID, nil, c.now); err != nil {
 			return err
 		}
+		// The member invalidation covers the sessions cached as this member; this one
+		// covers any cached otherwise (they now resolve to nobody).
+		s.activeOrganizationChanged(c, u.ID)
 	}
 	return s.fenceMemberRemoved(c, tx, target)
 }

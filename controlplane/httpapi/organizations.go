@@ -98,6 +98,7 @@ func (s *Server) createOrganization(c *Call) error {
 			if err := store.SetActiveOrganization(c.Ctx, tx, owner.UserID, &org.ID, c.now); err != nil {
 				return err
 			}
+			s.activeOrganizationChanged(c, owner.UserID)
 		}
 		c.Member = &owner
 		return c.Audit(tx, "organization.create", org.ID, map[string]any{"name": name, "slug": org.Slug})
@@ -227,6 +228,7 @@ func (s *Server) acceptInvitation(c *Call) error {
 			if err := store.SetActiveOrganization(c.Ctx, tx, user.ID, &org.ID, c.now); err != nil {
 				return err
 			}
+			s.activeOrganizationChanged(c, user.ID)
 		}
 		c.Member = &member
 		return c.Audit(tx, "invitation.accept", inv.ID, nil)

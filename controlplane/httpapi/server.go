@@ -42,12 +42,21 @@ type Events interface {
 	// members changed; enforcers must drop what they compiled for them. Called after the
 	// change committed.
 	EntitlementChanged(ctx context.Context, orgID string, memberIDs []string)
+	// SessionsRevoked: these sessions (SHA-256 of their tokens) ended and must no
+	// longer authenticate. Called after the change committed.
+	SessionsRevoked(ctx context.Context, tokenHashes [][]byte)
+	// UserSessionsChanged: the user's active organization changed, so their live
+	// sessions act as another member (or none); enforcers must forget what they cached
+	// of them. Called after the change committed.
+	UserSessionsChanged(ctx context.Context, userID string)
 }
 
 type noEvents struct{}
 
 func (noEvents) CredentialsRevoked(context.Context, []string, []string) {}
 func (noEvents) EntitlementChanged(context.Context, string, []string)   {}
+func (noEvents) SessionsRevoked(context.Context, [][]byte)              {}
+func (noEvents) UserSessionsChanged(context.Context, string)            {}
 
 // Server serves the REST API.
 type Server struct {

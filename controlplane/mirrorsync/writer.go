@@ -337,6 +337,36 @@ func (w *Writer) CredentialsRevoked(ctx context.Context, memberIDs []string, key
 	}
 }
 
+// SessionsRevoked implements httpapi.Events: these sessions (the SHA-256 of their
+// tokens) ended; enforcers drop their cached identities (mirror.KindCredential), so a
+// signed-out session is refused at once rather than for up to the identity cache's TTL.
+func (w *Writer) SessionsRevoked(ctx context.Context, tokenHashes [][]byte) {
+	if len(tokenHashes) == 0 {
+		return
+	}
+	invs := make([]mirror.Invalidation, len(tokenHashes))
+	for i, h := range tokenHashes {
+		invs[i] = mirror.Invalidation{Kind: mirror.KindCredential, ID: hex.EncodeToString(h)}
+	}
+	if err := w.layout.PublishMany(ctx, w.rdb, invs); err != nil {
+		w.publishFailed(mirror.KindCredential, err)
+	}
+}
+
+// UserSessionsChanged implements httpapi.Events: the member the user's sessions act as
+// changed (their active organization moved), so enforcers drop the cached identities of
+// every live session of theirs. The sessions are read after the change committed: a
+// session signed in meanwhile is either in the list or authenticated after the change.
+func (w *Writer) UserSessionsChanged(ctx context.Context, userID string) {
+	hashes, err := store.LiveSessionHashes(ctx, w.st.Pool, userID, w.clock.Now())
+	if err != nil {
+		w.metrics.StoreErrors.WithLabelValues("sessions").Inc()
+		w.publishFailed(mirror.KindCredential, err)
+		return
+	}
+	w.SessionsRevoked(ctx, hashes)
+}
+
 func (w *Writer) publish(ctx context.Context, inv mirror.Invalidation) {
 	if err := w.layout.Publish(ctx, w.rdb, inv); err != nil {
 		w.publishFailed(inv.Kind, err)

@@ -56,13 +56,17 @@ func UserByID(ctx context.Context, q Querier, id string) (User, error) {
 	return scanUser(q.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE id = $1`, id))
 }
 
-// SetPassword replaces a user's password hash and revokes every session of theirs.
-func SetPassword(ctx context.Context, q Querier, userID, hash string, now time.Time) error {
+// SetPassword replaces a user's password hash and revokes every session of theirs; it
+// returns the revoked sessions' token hashes, for the invalidation enforcers need.
+func SetPassword(ctx context.Context, q Querier, userID, hash string, now time.Time) ([][]byte, error) {
 	if _, err := q.Exec(ctx, `UPDATE users SET password_hash = $2, updated_at = $3 WHERE id = $1`, userID, hash, now); err != nil {
-		return err
+		return nil, err
 	}
-	_, err := q.Exec(ctx, `UPDATE sessions SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL`, userID, now)
-	return err
+	rows, err := q.Query(ctx, `UPDATE sessions SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL RETURNING token_hash`, userID, now)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[[]byte])
 }
 
 // SetActiveOrganization records the organization a user's sessions act in by default.
@@ -101,10 +105,26 @@ func SessionByTokenHash(ctx context.Context, q Querier, hash []byte, now time.Ti
 	return s, u, notFound(err)
 }
 
-// RevokeSession ends a session.
-func RevokeSession(ctx context.Context, q Querier, id string, now time.Time) error {
-	_, err := q.Exec(ctx, `UPDATE sessions SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, id, now)
-	return err
+// RevokeSession ends a session and returns its token's hash (nil when it had already
+// ended), for the invalidation enforcers need.
+func RevokeSession(ctx context.Context, q Querier, id string, now time.Time) ([]byte, error) {
+	var hash []byte
+	err := q.QueryRow(ctx, `UPDATE sessions SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING token_hash`, id, now).Scan(&hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return hash, err
+}
+
+// LiveSessionHashes returns the token hashes of a user's live sessions (not revoked, not
+// expired at now): what enforcers must forget when the identity they authenticate as
+// changes (the user's active organization).
+func LiveSessionHashes(ctx context.Context, q Querier, userID string, now time.Time) ([][]byte, error) {
+	rows, err := q.Query(ctx, `SELECT token_hash FROM sessions WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $2`, userID, now)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[[]byte])
 }
 
 // Organization is a tenant.

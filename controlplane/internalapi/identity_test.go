@@ -1,6 +1,7 @@
 package internalapi_test
 
 import (
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"testing"
@@ -68,5 +69,38 @@ func TestExpiredCredentialIsRefusedByTheEnforcerAtItsExpiry(t *testing.T) {
 	}
 	if id, err := cache.Lookup(ctx, internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY, key); err != nil || id.Found {
 		t.Fatalf("the identity cache admits the key a second after its expiry (%s): %+v %v", expires, id, err)
+	}
+}
+
+// The writer tells enforcers to forget sessions by their hashes (mirror.KindCredential,
+// which every enforcer applies): the one signed out, or every live one of a user whose
+// active organization changed (not a revoked or expired one).
+func TestSessionChangesPublishCredentialInvalidations(t *testing.T) {
+	e := at.New(t, at.Options{})
+	_, ms := e.Org(t, 1)
+	now := e.Clock.Now()
+	_, live := credential.New(credential.SessionPrefix)
+	_, revoked := credential.New(credential.SessionPrefix)
+	_, expired := credential.New(credential.SessionPrefix)
+	var user string
+	if err := e.Store.Pool.QueryRow(ctx, `INSERT INTO sessions (id, user_id, token_hash, authenticated_at, created_at, expires_at, revoked_at)
+		SELECT v.id, m.user_id, v.hash, $2, $2, v.expires, v.revoked FROM members m,
+			(VALUES ('ses_live', $3::bytea, $2::timestamptz + interval '1 day', NULL::timestamptz),
+				('ses_revoked', $4, $2 + interval '1 day', $2), ('ses_expired', $5, $2, NULL)) AS v(id, hash, expires, revoked)
+		WHERE m.id = $1 RETURNING user_id`, ms[0], now, live, revoked, expired).Scan(&user); err != nil {
+		t.Fatal(err)
+	}
+	sub := e.Redis.Subscribe(ctx, e.Layout.InvalidationChannel())
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.Mirror.UserSessionsChanged(ctx, user)
+	e.Mirror.SessionsRevoked(ctx, [][]byte{revoked})
+	for _, want := range []string{"credential:" + hex.EncodeToString(live), "credential:" + hex.EncodeToString(revoked)} {
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil || msg.Payload != want {
+			t.Fatalf("invalidation %v %v, want %s", msg, err, want)
+		}
 	}
 }
