@@ -8,9 +8,12 @@
 // unknown credentials are remembered for a shorter one,
 // so a flood of bad keys does not become a flood of control-plane calls. The control
 // plane publishes invalidations (credential, member, api_key) on the mirror's channel
-// when a key is revoked or a member removed; the cache applies them (package
+// when a key is revoked, a member removed, a session signed out or a user's active
+// organization changed; the cache applies them (package
 // invalidation follows the channel), and forgets everything whenever the subscription
 // (re)connects, because messages sent while disconnected are lost. The TTL bounds the damage of any invalidation that is missed anyway.
+// An entry never outlives its credential's expiry (Authenticate says it), and a lookup
+// made after an invalidation never shares a call started before it.
 //
 // It never logs or stores a raw credential: only its SHA-256.
 package identity

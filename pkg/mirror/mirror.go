@@ -195,6 +195,8 @@ func (l Layout) SetGeneration(ctx context.Context, rdb redis.Cmdable, generation
 // The kinds of invalidation.
 const (
 	// KindCredential: forget one credential's identity (ID is the hex SHA-256 of it).
+	// The control plane publishes it for sessions: signed out, revoked by a password
+	// reset, or of a user whose active organization changed.
 	KindCredential = "credential"
 	// KindMember: the member was removed; forget every identity of theirs (ID is the
 	// member id) and anything decided about them.
