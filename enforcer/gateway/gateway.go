@@ -402,6 +402,11 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
+			if r.ProtoMajor < 2 {
+				// Refused from its Content-Length, the body unread: net/http would read
+				// the rest before it answers (as for the 408 below).
+				w.Header().Set("Connection", "close")
+			}
 			gw.answered(w, OutcomeBodyTooLarge)
 			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "service_gateway_body_too_large",
 				"The request body exceeds "+strconv.FormatInt(gw.cfg.MaxBodyBytes, 10)+" bytes.", nil)
@@ -589,7 +594,13 @@ func serverTiming(a gate.Answer) string {
 // length), not reserved whole before its first byte: a client that announces the cap
 // and sends nothing (until BodyTimeout) holds firstBodyBytes, not the cap.
 func readBody(r io.Reader, announced, limit int64) ([]byte, error) {
-	if announced <= 0 || announced > limit {
+	if announced > limit {
+		// Refused from its Content-Length, unread: reading it up to the cap first held
+		// the request's slot (until the body's deadline, when it never came) for a body
+		// that could only be refused.
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	if announced <= 0 {
 		return io.ReadAll(r)
 	}
 	want := announced + 1 // the read that finds the end needs room too

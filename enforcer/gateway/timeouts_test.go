@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -61,11 +62,17 @@ func TestClientThatStopsReadingIsCut(t *testing.T) {
 	if u.Complete || u.Seen == nil || u.Seen.TextBytes == 0 {
 		t.Fatalf("settled %+v (seen %+v), want incomplete with the text relayed", u, u.Seen)
 	}
-	// Its slot is free again.
-	res := post(t, e.front.URL+"/v1/chat/completions", "", chatBody)
-	res.Body.Close()
-	if res.StatusCode == http.StatusServiceUnavailable {
-		t.Fatalf("the next request got %d: the cut request's slot is still held", res.StatusCode)
+	// Its slot is free again (the handler gives it back as it returns, just after the
+	// settlement the tracker saw: asked again for a while, not once).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		res := post(t, e.front.URL+"/v1/chat/completions", "", chatBody)
+		res.Body.Close()
+		if res.StatusCode != http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5s after the cut request settled, the next request still got %d: its slot is still held", res.StatusCode)
+		}
 	}
 }
 
@@ -185,5 +192,32 @@ func TestRealtimeClientThatStopsReadingIsCut(t *testing.T) {
 	tr.mu.Unlock()
 	if u.Complete || u.Seen == nil || u.Seen.TextBytes == 0 {
 		t.Fatalf("settled %+v (seen %+v), want the cut response, incomplete, with its text", u, u.Seen)
+	}
+}
+
+// A JSON body whose Content-Length is over the cap is refused 413 from that length, at
+// once: before 2026-12-02 its bytes were read up to the cap first, so a client that
+// announced more than the cap and sent nothing held its slot until the body's deadline,
+// for a body that could only be refused.
+func TestBodyAnnouncedOverTheCapIsRefusedAtOnce(t *testing.T) {
+	calls := 0
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls++ }))
+	t.Cleanup(up.Close)
+	e := newEnv(t, up.URL, gateway.Config{MaxBodyBytes: 1000, BodyTimeout: time.Minute})
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.front.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	// The headers, announcing 1,001 bytes, and none of them.
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tgk_good\r\nContent-Type: application/json\r\nContent-Length: 1001\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("a body announced over the cap was not answered (a minute's body deadline): %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestEntityTooLarge || res.Header.Get("X-Service-Error-Code") != "service_gateway_body_too_large" || calls != 0 {
+		t.Fatalf("answered %d %q, upstream calls %d; want 413 service_gateway_body_too_large and none", res.StatusCode, res.Header.Get("X-Service-Error-Code"), calls)
 	}
 }

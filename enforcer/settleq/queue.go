@@ -134,7 +134,9 @@ type Queue struct {
 	// full spool does not refuse starts for settle_capacity.
 	replayed int
 	stopping bool
-	idle     chan struct{} // closed and replaced when the queue becomes empty
+	// drained is set when Drain returns: nobody sends what is queued after it.
+	drained bool
+	idle    chan struct{} // closed and replaced when the queue becomes empty
 	// oldest and newest end the list of every entry not yet finished or abandoned, in
 	// queueing order: the oldest one's age is the backlog's (metrics.SetSettleOldest).
 	oldest, newest *entry
@@ -257,6 +259,10 @@ func (q *Queue) enqueue(item *internalv1.SettleItem, res *Reservation, done func
 		e.ref, _ = q.spool.Append(item)
 	}
 	q.mu.Lock()
+	if q.drained {
+		q.mu.Unlock()
+		return q.afterDrain(e)
+	}
 	if res != nil && res.q == q && res.used.CompareAndSwap(false, true) {
 		q.reserved--
 		q.m.SettleReserved.Set(float64(q.reserved))
@@ -641,6 +647,8 @@ func (q *Queue) Drain(ctx context.Context) {
 			}
 		}
 		q.signalIdleLocked()
+		// Emptied under the lock that enqueue takes: whatever comes after is afterDrain's.
+		q.drained = len(left) == 0
 		q.mu.Unlock()
 		if len(left) == 0 {
 			break
@@ -665,6 +673,27 @@ func (q *Queue) Drain(ctx context.Context) {
 		q.log.Error("SETTLEMENTS NOT DELIVERED: more were given up at shutdown than logged one by one",
 			"count", abandoned, "not_logged", abandoned-maxAbandonLogs)
 	}
+}
+
+// afterDrain answers a settlement enqueued after Drain returned (a speculative start's
+// late void, a gateway handler that unwound past the shutdown's wait for it): nobody is
+// left to send it, and a queue that dies with the process must not keep it without a
+// word. Spooled, it is the next start's to send; otherwise it is given up loudly, named
+// for reconciliation, as the drain's own are.
+func (q *Queue) afterDrain(e *entry) error {
+	id := e.item.GetRequestId()
+	if e.ref.Spooled() {
+		q.log.Warn("settlement queued after the shutdown's drain stays in the spool; the next start sends it", "request_id", id)
+		return nil
+	}
+	q.m.Settlements.WithLabelValues("abandoned").Inc()
+	q.log.Error("SETTLEMENT NOT DELIVERED: giving up; reconcile this request", "request_id", id,
+		"organization_id", e.item.GetOrganizationId(), "member_id", e.item.GetMemberId(),
+		"reason", "queued after the shutdown's drain")
+	if e.done != nil {
+		e.done(Result{Err: ErrAbandoned})
+	}
+	return ErrAbandoned
 }
 
 // maxAbandonLogs bounds the SETTLEMENT NOT DELIVERED lines of one drain.

@@ -481,3 +481,23 @@ func awaitResults(t *testing.T, done <-chan settleq.Result, n int, why string) {
 		}
 	}
 }
+
+// A settlement enqueued after the drain finished (a speculative start's late void, a
+// gateway handler that unwound past the shutdown's wait) has nobody left to send it:
+// it is given up loudly, named for reconciliation, as the drain's own are, never left
+// in a queue that dies with the process without a word.
+func TestEnqueueAfterTheDrainIsGivenUpLoudly(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	logs := &logBuf{}
+	q := settleq.New(&scripted{}, fastConfig(), metrics.New(reg), slog.New(slog.NewTextHandler(logs, nil)))
+	q.Drain(context.Background())
+	var res settleq.Result
+	err := q.Enqueue(&internalv1.SettleItem{RequestId: "req_late", MemberId: "om_x"}, nil, func(r settleq.Result) { res = r })
+	if !errors.Is(err, settleq.ErrAbandoned) || !errors.Is(res.Err, settleq.ErrAbandoned) || q.Depth() != 0 {
+		t.Fatalf("enqueue after the drain: err %v, result %+v, depth %d; want ErrAbandoned and nothing queued", err, res, q.Depth())
+	}
+	if !strings.Contains(logs.String(), "SETTLEMENT NOT DELIVERED") || !strings.Contains(logs.String(), "req_late") ||
+		enforcertest.Value(reg, "tollgate_enforcer_settlements_total", "outcome", "abandoned") != 1 {
+		t.Fatalf("a settlement enqueued after the drain was not given up loudly: %s", logs.String())
+	}
+}
