@@ -57,8 +57,8 @@ import (
 // So is the Responses API's WebSocket mode (GET /v1/responses upgraded), where every
 // response is asked for by the client: each response.create (and each response.steer,
 // which makes the provider start a successor response) is checked as a request of its
-// own before it goes upstream, the handshake's request held until the session ends,
-// and its response's terminal event settles it as the
+// own before it goes upstream, the session holding one idle request in flight between
+// responses as a Realtime session does, and its response's terminal event settles it as the
 // same response streamed over HTTP would be settled (responses_ws.go,
 // responseusage.ResponsesSession). The readers are behind one interface (sessionEvents,
 // session_events.go).
@@ -231,11 +231,16 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	client.SetReadLimit(gw.cfg.MaxBodyBytes)
 	creds := credentialsOf(r)
 	if creates != nil {
-		// The handshake's request let the session open and asked for no response; each
-		// response.create (and response.steer) is a request of its own. The handshake's
-		// stays open until the session ends (responses_ws.go): the session counts in
-		// the member's requests in flight while it is idle.
+		// The handshake's request let the session open and asked for no response: it is
+		// the session's idle request, held until the first response.create (or steer)
+		// settles it at 0 before its own check, or the session ends (responses_ws.go).
+		// The session counts in the member's requests in flight while it is idle.
 		creates.ctx, creates.creds = ctx, creds
+		creates.idle, creates.holding = p.id, true
+		p.settled = true // creates settles it
+		if p.log != nil {
+			p.log.usage, p.log.settled = inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, true
+		}
 	}
 	// The upstream's messages are read under their own cancellation, which a shutdown
 	// uses (DrainSessions): the client's side stays open for the close that says why.
@@ -350,9 +355,16 @@ relay:
 		}
 		// A Responses session settles its responses itself (responsesSession); a response
 		// nobody asked for that found the member refused (charged all the same) ends it
-		// as a refused response.create does.
+		// as a refused response.create does. Once nothing is open any more (a response
+		// ended, and no other waits), the next idle request is opened (hold), checked as
+		// a Realtime session's next request is; a refused member's session is closed the
+		// same way.
 		if creates != nil && left == nil {
-			if a, refused := creates.takeRefusal(); refused {
+			a, refused := creates.takeRefusal()
+			if !refused {
+				a, refused = creates.hold()
+			}
+			if refused {
 				refusal = a
 				_ = client.Close(websocket.StatusPolicyViolation, closeReason(a))
 				_ = up.Close(websocket.StatusNormalClosure, "")
@@ -404,7 +416,11 @@ relay:
 	}
 	last, inProgress := events.Unfinished()
 	if creates != nil {
-		p.settle(creates.finish(last, inProgress))
+		if unasked, ok := creates.finish(last, inProgress); ok && used(unasked) {
+			// A response nobody asked for, cut, with no idle request held to carry it
+			// (the member was refused the last one).
+			p.chargeAside(wctx, unasked, creds, events.Model())
+		}
 		return
 	}
 	if p.id == "" && refusal.MemberID != "" && used(last) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
@@ -31,11 +32,23 @@ import (
 // (response.steer.failed, or response.steer.pending: its input waits for an explicit
 // response.create, checked itself) is settled at 0.
 //
-// The handshake's own request, which let the session open, stays open until the session
-// ends, as a Realtime session's request does: the session counts in the member's
-// requests in flight (a policy's in-flight cap) while it is idle, and holds one of the
-// gateway's slots with a request to show for it. It is settled at the end, at 0 unless
-// a response nobody asked for was cut in progress then (estimated from its text).
+// The session holds its requests as a Realtime session does: one request in flight
+// while it is idle, the current one (hold), first the handshake's, which let the session
+// open. So an idle session counts in its member's requests in flight (a policy's
+// in-flight cap bounds how many a member holds open) and its slot among the gateway's
+// has a request to show. A response.create (or steer) that finds the idle request held
+// settles it at 0 first, the settlement applied (realtimeSettleWait at most), and only
+// then is checked, with its body, as the request of its own it is: a session whose
+// responses run one after another counts one request in flight, idle or busy, and each
+// response is still checked at its own time, its worst case reserved. Once nothing is
+// open any more (the last response waited for ended, was refused by the provider, or a
+// steer started none), the next idle request is opened, checked as a Realtime session's
+// next request is (after the last settlement was applied); a refusal then closes the
+// session with 1008 and the refusal's code (hold). Responses asked for while another is
+// in progress (stream_id lanes, a steer of the response in progress) find nothing idle
+// and are each a request more in flight, so the in-flight cap bounds them. The idle
+// request is settled at 0 at the session's end, or with a response nobody asked for
+// that ended (or was cut) while it was held.
 //
 // The provider makes a connection's responses one at a time, in the order they were
 // asked for, so the requests admitted wait in that order (pending) for the events that
@@ -70,6 +83,16 @@ type responseCreates struct {
 	// refused is the refusal a response nobody asked for met when it was charged
 	// (finished): the relay closes the session with it (takeRefusal).
 	refused *gate.Answer
+	// holding: the session holds an idle request, idle ("" when the gate admitted it
+	// without a request to track): the handshake's, then the one hold opened after the
+	// last response. Never while a request waits in pending.
+	holding bool
+	idle    string
+
+	// checking is held across a check of the member (pass, hold): the idle request is
+	// settled and the next one opened one at a time, so that two checks of one session
+	// never meet (a member capped at one request in flight would be refused the second).
+	checking sync.Mutex
 }
 
 // pendingResponse is a response.create (or a response.steer: steer) admitted as request
@@ -105,7 +128,18 @@ func (q *responseCreates) pass(msg []byte) (reason string, ok bool) {
 	}
 	p := q.p
 	gw := p.gw
+	q.checking.Lock()
+	defer q.checking.Unlock()
 	q.waitApplied()
+	// The idle request is this response's place: settled at 0 (applied) before the
+	// response's own check, so that the session has one request in flight, not two.
+	q.mu.Lock()
+	idle, held := q.idle, q.holding
+	q.idle, q.holding = "", false
+	q.mu.Unlock()
+	if held {
+		q.settleApplied(idle)
+	}
 	host := p.route.Upstream.Host
 	hint := gate.BodyHint(msg, q.path, host).WithUpstreamHost(host)
 	a, err := gw.gate.CheckRequest(q.ctx, q.creds, hint)
@@ -156,6 +190,66 @@ func (q *responseCreates) lost(msg []byte) {
 		q.settle(q.pending[n-1].id, inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, nil)
 		q.pending = q.pending[:n-1]
 	}
+}
+
+// settleApplied settles the idle request id at 0 and waits until that was applied (the
+// in-flight guard counts it until then), realtimeSettleWait at most, or the session's
+// context ended.
+func (q *responseCreates) settleApplied(id string) {
+	if id == "" {
+		return
+	}
+	applied := make(chan struct{})
+	q.settle(id, inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, func(settleq.Result) { close(applied) })
+	wait := time.NewTimer(realtimeSettleWait)
+	defer wait.Stop()
+	select {
+	case <-applied:
+	case <-wait.C:
+	case <-q.ctx.Done():
+	}
+}
+
+// hold opens the session's next idle request when nothing is open (no request waits,
+// none is held: the last response ended), once the last settlement was applied, as a
+// Realtime session admits its next request. It returns the refusal of a member the check
+// refused (named): the relay closes the session with 1008 and its code. A check that
+// could not finish (the session is ending) opens nothing.
+func (q *responseCreates) hold() (gate.Answer, bool) {
+	open := func() bool { return q.ended || q.holding || len(q.pending) > 0 }
+	q.mu.Lock()
+	busy := open()
+	q.mu.Unlock()
+	if busy {
+		return gate.Answer{}, false
+	}
+	q.checking.Lock()
+	defer q.checking.Unlock()
+	q.mu.Lock()
+	busy = open() // a response.create was checked meanwhile
+	q.mu.Unlock()
+	if busy {
+		return gate.Answer{}, false
+	}
+	q.waitApplied()
+	a, err := q.p.gw.gate.CheckRequest(q.ctx, q.creds, gate.Hint{})
+	if err != nil {
+		return gate.Answer{}, false
+	}
+	if !a.Allowed() {
+		return q.p.named(a), true
+	}
+	if a.RequestID != "" {
+		q.p.gw.tracker.Follow(a.RequestID)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ended {
+		q.settle(a.RequestID, inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, nil)
+		return gate.Answer{}, false
+	}
+	q.idle, q.holding = a.RequestID, true
+	return gate.Answer{}, false
 }
 
 // waitApplied waits until the last response's settlement was applied, the session's
@@ -219,12 +313,25 @@ func (q *responseCreates) steerEnded() {
 }
 
 // finished settles the first request waiting with the usage of the response that ended
-// (u). A response nobody asked for (none waits) is charged on a request of its own,
-// checked now: admitted, or opened without a check for a refused member
+// (u). A response nobody asked for (none waits) is charged on the idle request the
+// session holds (the relay then opens the next: hold); with none held, on a request of
+// its own, checked now: admitted, or opened without a check for a refused member
 // (gate.Gate.Trailing), since the provider bills it either way; a refusal is kept for
 // the relay, which closes the session with 1008 (takeRefusal).
 func (q *responseCreates) finished(u inflight.Usage, model string) {
 	q.mu.Lock()
+	if len(q.pending) == 0 && q.holding {
+		id := q.idle
+		q.idle, q.holding = "", false
+		applied := make(chan struct{})
+		q.applied = applied
+		if id != "" {
+			q.p.gw.tracker.RecordRequest(id, estimate.Request{Model: model})
+		}
+		q.settle(id, u, func(settleq.Result) { close(applied) })
+		q.mu.Unlock()
+		return
+	}
 	if len(q.pending) == 0 {
 		q.mu.Unlock()
 		if a, refused, _ := q.p.chargeAsideAnswer(q.ctx, u, q.creds, model); refused {
@@ -257,15 +364,23 @@ func (q *responseCreates) takeRefusal() (gate.Answer, bool) {
 // finish settles what the session's end left waiting (see above): cut, the usage of the
 // response in progress as its text showed it (when inProgress); else the input
 // estimate of a response asked for. Requests admitted afterwards are settled at once
-// (pass). It returns what the handshake's request is owed: cut when a response was in
-// progress that no request waiting had begun (nobody asked for it), else 0, complete.
-func (q *responseCreates) finish(cut inflight.Usage, inProgress bool) inflight.Usage {
+// (pass, hold). The idle request held is settled at 0, or with cut when a response was
+// in progress that no request waiting had begun (nobody asked for it); such a response
+// with no idle request held is returned (unasked): the caller charges it aside.
+func (q *responseCreates) finish(cut inflight.Usage, inProgress bool) (unasked inflight.Usage, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.ended = true
 	owed := inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}
 	if inProgress && (len(q.pending) == 0 || !q.pending[0].started) {
 		owed = cut
+		if !q.holding {
+			unasked, ok = cut, true
+		}
+	}
+	if q.holding {
+		q.settle(q.idle, owed, nil)
+		q.idle, q.holding = "", false
 	}
 	for i, r := range q.pending {
 		if i == 0 && r.started && inProgress {
@@ -275,7 +390,7 @@ func (q *responseCreates) finish(cut inflight.Usage, inProgress bool) inflight.U
 		q.settle(r.id, inflight.Usage{Seen: &inflight.Seen{}, UpstreamStatus: http.StatusSwitchingProtocols}, nil)
 	}
 	q.pending = nil
-	return owed
+	return unasked, ok
 }
 
 // settle reports request id's end (nothing for ""), calling done once it was applied or

@@ -90,13 +90,15 @@ func (f *fakeTracker) settledIDs() []string {
 	return append([]string(nil), f.finishedIDs...)
 }
 
-// The Responses API's WebSocket mode is proxied and charged response by response: the
-// handshake's request (req_1), which asked for no response, stays open while the session
-// does and is settled at 0 at its end; each response.create is checked as the request it is, with its body
+// The Responses API's WebSocket mode is proxied and charged response by response, the
+// session holding one request in flight between responses as a Realtime session does:
+// the handshake's request (req_1), which asked for no response, is settled at 0 when the
+// first response.create comes, which is then checked as the request it is, with its body
 // (the gate reserves its worst case from its model and output cap), and its response's
-// terminal event settles it as the same response streamed over HTTP would be (its
-// model, usage, cached input, the web search its output lists); a response cut by the
-// session's end is estimated from its text.
+// terminal event settles it as the same response streamed over HTTP would be (its model,
+// usage, cached input, the web search its output lists); then the next idle request is
+// opened (checked, without a body), settled at 0 by the next create or the session's
+// end. A response cut by the session's end is estimated from its text.
 func TestResponsesWebSocketIsChargedByResponse(t *testing.T) {
 	for _, hang := range []bool{false, true} {
 		t.Run(fmt.Sprint("hang ", hang), func(t *testing.T) {
@@ -108,21 +110,29 @@ func TestResponsesWebSocketIsChargedByResponse(t *testing.T) {
 			}
 			say(t, c, responseCreate("How are tolls paid?"))
 			readUntil(t, c, "response.completed")
+			waitFor(t, func() bool { return g.count() == 3 }) // the idle request after it
 			say(t, c, responseCreate("And tunnels?"))
 			if hang {
 				readUntil(t, c, "output_text.delta")
 			} else {
 				readUntil(t, c, "response.completed")
+				waitFor(t, func() bool { return g.count() == 5 })
 			}
 			_ = c.Close(websocket.StatusNormalClosure, "bye")
-			s := tr.settlements(t, 3)
-			if ids := tr.settledIDs(); fmt.Sprint(ids) != "[req_2 req_3 req_1]" {
-				t.Fatalf("settled %v, want one per response.create, then the handshake's request at the end", ids)
+			want, idle := "[req_1 req_2 req_3 req_4 req_5]", []int{0, 2, 4}
+			if hang {
+				want, idle = "[req_1 req_2 req_3 req_4]", []int{0, 2}
 			}
-			if open := s[2]; !open.Complete || open.InputTokens != 0 || open.OutputTokens != 0 || open.Seen != nil {
-				t.Fatalf("the handshake's request: %+v, want complete at 0", open)
+			s := tr.settlements(t, len(idle)+2)
+			if ids := tr.settledIDs(); fmt.Sprint(ids) != want {
+				t.Fatalf("settled %v, want %s: the idle requests at 0 (the handshake's first), each response.create's with its response", ids, want)
 			}
-			for i, u := range s[:2] {
+			for _, i := range idle {
+				if u := s[i]; !u.Complete || u.InputTokens != 0 || u.OutputTokens != 0 || u.Seen != nil {
+					t.Fatalf("idle request %d: %+v, want complete at 0", i, u)
+				}
+			}
+			for i, u := range []inflight.Usage{s[1], s[3]} {
 				if hang && i == 1 {
 					if u.Complete || u.Seen == nil || u.Seen.TextBytes != int64(len("Tolls are paid in tokens.")) || u.InputTokens != 0 || u.Model != "gpt-5-2025-08-07" {
 						t.Fatalf("the cut response was settled %+v (seen %+v)", u, u.Seen)
@@ -136,14 +146,15 @@ func TestResponsesWebSocketIsChargedByResponse(t *testing.T) {
 			}
 			g.mu.Lock()
 			defer g.mu.Unlock()
-			if g.checks != 3 {
-				t.Fatalf("%d checks, want the handshake's and one per response.create", g.checks)
+			if want := len(idle) + 2; g.checks != want {
+				t.Fatalf("%d checks, want %d: the handshake's, one per response.create, one per idle request after a response", g.checks, want)
 			}
-			if g.hints[0].Body != nil {
-				t.Fatalf("the handshake was checked with a body: %+v", g.hints[0].Body)
-			}
-			for _, h := range g.hints[1:] {
-				if h.Body == nil || h.Body.Model != "gpt-5" || h.Body.OutputCap != 500 || h.Body.TextBytes == 0 {
+			for i, h := range g.hints {
+				if i%2 == 0 {
+					if h.Body != nil {
+						t.Fatalf("idle request %d was checked with a body: %+v", i, h.Body)
+					}
+				} else if h.Body == nil || h.Body.Model != "gpt-5" || h.Body.OutputCap != 500 || h.Body.TextBytes == 0 {
 					t.Fatalf("a response.create was checked with %+v, want its model, output cap and input", h.Body)
 				}
 			}
@@ -158,7 +169,9 @@ func TestResponsesWebSocketIsChargedByResponse(t *testing.T) {
 // WebSocket is closed with 1008 and the refusal's code, the request it was admitted as
 // (if it was) settled uncharged. So are a member at the limit, a model nobody priced
 // where the organization refuses those, and a code tool naming a container created apart
-// (deferred billing, as over HTTP). The responses before it are charged.
+// (deferred billing, as over HTTP). The responses before it are charged; the idle
+// request the session held (opened after the first response) is settled at 0 before the
+// refused create's check.
 func TestResponsesWebSocketRefusesACreateBeforeItRuns(t *testing.T) {
 	for _, c := range []struct {
 		name, create, code string
@@ -167,16 +180,17 @@ func TestResponsesWebSocketRefusesACreateBeforeItRuns(t *testing.T) {
 		// settled is the refused create's own settlement, "" when it was not admitted.
 		settled string
 	}{
-		{name: "limit", create: responseCreate("More?"), code: "service_gateway_usage_limit_exceeded", admits: 2},
+		// Three admissions: the handshake, the first create, the idle request after it.
+		{name: "limit", create: responseCreate("More?"), code: "service_gateway_usage_limit_exceeded", admits: 3},
 		{name: "unpriced model", create: `{"type":"response.create","model":"gpt-unpriced","input":"More?"}`,
 			code: gate.CodeModelNotPriced, admits: 10, refuse: "gpt-unpriced"},
 		{name: "container created apart", create: `{"type":"response.create","model":"gpt-5","input":"Run it",` +
 			`"tools":[{"type":"code_interpreter","container":"cntr_0123"}]}`,
-			code: gate.CodeBillingDeferred, admits: 10, settled: "req_3 403"},
+			code: gate.CodeBillingDeferred, admits: 10, settled: "req_4 403"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			up := &responsesUpstream{in: 1000, out: 200}
-			_, tr, url, _ := newRealtimeEnv(t, up, c.admits)
+			g, tr, url, _ := newRealtimeEnv(t, up, c.admits)
 			tr.refuse = c.refuse
 			ws, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
 			if err != nil {
@@ -184,26 +198,29 @@ func TestResponsesWebSocketRefusesACreateBeforeItRuns(t *testing.T) {
 			}
 			say(t, ws, responseCreate("How are tolls paid?"))
 			readUntil(t, ws, "response.completed")
+			waitFor(t, func() bool { return g.count() == 3 })
 			say(t, ws, c.create)
 			if ce, err := closeOf(ws); ce.Code != websocket.StatusPolicyViolation || ce.Reason != c.code {
 				t.Fatalf("after the refused create: %v %v, want close 1008 %s", ce, err, c.code)
 			}
-			want := 2
+			want := 3
 			if c.settled != "" {
 				want++
 			}
 			s := tr.settlements(t, want)
 			ids := tr.settledIDs()
-			if ids[0] != "req_2" || !s[0].Complete || s[0].InputTokens != 1000 {
-				t.Fatalf("the first response: %s %+v", ids[0], s[0])
-			}
-			if c.settled != "" {
-				if got := fmt.Sprint(ids[1], " ", s[1].UpstreamStatus); got != c.settled || !s[1].Complete || s[1].InputTokens != 0 {
-					t.Fatalf("the refused create was settled %s %+v, want %s, at 0", ids[1], s[1], c.settled)
+			for _, i := range []int{0, 2} {
+				if id := fmt.Sprintf("req_%d", i+1); ids[i] != id || !s[i].Complete || s[i].InputTokens != 0 {
+					t.Fatalf("the idle request %s: %s %+v, want it at 0", id, ids[i], s[i])
 				}
 			}
-			if last := len(ids) - 1; ids[last] != "req_1" || !s[last].Complete || s[last].InputTokens != 0 {
-				t.Fatalf("the handshake's request, last: %s %+v, want req_1 at 0", ids[last], s[last])
+			if ids[1] != "req_2" || !s[1].Complete || s[1].InputTokens != 1000 {
+				t.Fatalf("the first response: %s %+v", ids[1], s[1])
+			}
+			if c.settled != "" {
+				if got := fmt.Sprint(ids[3], " ", s[3].UpstreamStatus); got != c.settled || !s[3].Complete || s[3].InputTokens != 0 {
+					t.Fatalf("the refused create was settled %s %+v, want %s, at 0", ids[3], s[3], c.settled)
+				}
 			}
 			if got := up.messages(); len(got) != 1 {
 				t.Fatalf("the provider got %d messages, want only the first create: %q", len(got), got)
@@ -214,38 +231,43 @@ func TestResponsesWebSocketRefusesACreateBeforeItRuns(t *testing.T) {
 
 // The provider's "error" event, its refusal of a response.create it does not run (a
 // previous_response_id it does not know), settles that create's request at 0; the next
-// response is charged on its own request, not one off. A create the provider had and
-// never began when the session ended is charged its input estimate (incomplete, nothing
-// seen), as an HTTP request cut before its answer began.
+// response is charged on its own request, not one off, and the session holds an idle
+// request again. A create the provider had and never began when the session ended is
+// charged its input estimate (incomplete, nothing seen), as an HTTP request cut before
+// its answer began.
 func TestResponsesWebSocketErrorsAndUnansweredCreates(t *testing.T) {
 	up := &responsesUpstream{in: 1000, out: 200}
-	_, tr, url, _ := newRealtimeEnv(t, up, 10)
+	g, tr, url, _ := newRealtimeEnv(t, up, 10)
 	c, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
 	if err != nil {
 		t.Fatal(err)
 	}
 	say(t, c, `{"type":"response.create","model":"gpt-5","previous_response_id":"resp_gone","input":"no_such_response"}`)
 	readUntil(t, c, "previous_response_not_found")
+	waitFor(t, func() bool { return g.count() == 3 }) // the idle request after the refusal
 	say(t, c, responseCreate("How are tolls paid?"))
 	readUntil(t, c, "response.completed")
+	waitFor(t, func() bool { return g.count() == 5 })
 	say(t, c, responseCreate("silent"))
 	waitFor(t, func() bool { return len(up.messages()) == 3 })
 	_ = c.Close(websocket.StatusNormalClosure, "bye")
-	s := tr.settlements(t, 4)
+	s := tr.settlements(t, 6)
 	ids := tr.settledIDs()
-	if fmt.Sprint(ids) != "[req_2 req_3 req_4 req_1]" {
+	if fmt.Sprint(ids) != "[req_1 req_2 req_3 req_4 req_5 req_6]" {
 		t.Fatalf("settled %v", ids)
 	}
-	if open := s[3]; !open.Complete || open.InputTokens != 0 || open.Seen != nil {
-		t.Fatalf("the handshake's request, settled at the end: %+v, want complete at 0", open)
+	for _, i := range []int{0, 2, 4} {
+		if idle := s[i]; !idle.Complete || idle.InputTokens != 0 || idle.Seen != nil {
+			t.Fatalf("the idle request %s, settled by the next create: %+v, want complete at 0", ids[i], idle)
+		}
 	}
-	if refused := s[0]; !refused.Complete || refused.InputTokens != 0 || refused.Seen != nil {
+	if refused := s[1]; !refused.Complete || refused.InputTokens != 0 || refused.Seen != nil {
 		t.Fatalf("the create the provider refused: %+v, want complete at 0", refused)
 	}
-	if ran := s[1]; !ran.Complete || ran.InputTokens != 1000 || ran.OutputTokens != 200 {
+	if ran := s[3]; !ran.Complete || ran.InputTokens != 1000 || ran.OutputTokens != 200 {
 		t.Fatalf("the response that ran: %+v", ran)
 	}
-	if unanswered := s[2]; unanswered.Complete || unanswered.Seen == nil || unanswered.Seen.TextBytes != 0 {
+	if unanswered := s[5]; unanswered.Complete || unanswered.Seen == nil || unanswered.Seen.TextBytes != 0 {
 		t.Fatalf("the create never answered: %+v (seen %+v), want incomplete, its input estimate", unanswered, unanswered.Seen)
 	}
 }
@@ -267,6 +289,9 @@ type inFlightGate struct {
 	mu       sync.Mutex
 	admitted map[string][]string // key -> request ids
 	n        int
+	// most is the most requests of one key in flight at once (the one admitted counted);
+	// refusals, the concurrency refusals answered.
+	most, refusals int
 }
 
 func (g *inFlightGate) Trailing(string, string) string { return "" }
@@ -288,11 +313,13 @@ func (g *inFlightGate) CheckRequest(_ context.Context, c gate.Credentials, _ gat
 		}
 	}
 	if inFlight >= g.limit {
+		g.refusals++
 		a := gate.Refusal(gate.ReasonConcurrencyLimit)
 		a.OrganizationID, a.MemberID = "org_1", key
 		return a, nil
 	}
 	g.n++
+	g.most = max(g.most, inFlight+1)
 	id := fmt.Sprintf("req_%d", g.n)
 	g.admitted[key] = append(g.admitted[key], id)
 	return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: id, UsageState: "within_limit",
@@ -366,6 +393,79 @@ func TestResponsesWebSocketIdleSessionCountsInFlight(t *testing.T) {
 		t.Fatalf("a session once one ended: %v", err)
 	}
 	c.CloseNow()
+}
+
+// A Responses WebSocket session holds one request in flight while its responses run one
+// after another, idle or busy, as a Realtime session does: a member whose in-flight cap
+// is 1 runs three responses in a row on one session, each charged its usage on its own
+// request, the session never refused (the idle request is settled at 0 before each
+// response.create's own check, and the next idle one opened after each response). A
+// second response.create while one is in progress is a second request in flight, refused
+// with the cap's code (1008), as before. Before 2026-12-02 the session held the
+// handshake's request besides each response's: the first create was refused.
+func TestResponsesWebSocketSequentialResponsesHoldOneRequest(t *testing.T) {
+	up := &responsesUpstream{in: 1000, out: 200}
+	upstream := httptest.NewServer(up)
+	t.Cleanup(upstream.Close)
+	rt, err := gateway.NewRoute("/", upstream.URL, "", "Bearer sk-provider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := newMetrics()
+	tr := newTracker()
+	g := &inFlightGate{tr: tr, limit: 1, admitted: map[string][]string{}}
+	gw, err := gateway.New(gateway.Config{Routes: []gateway.Route{rt}}, g, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(gw)
+	t.Cleanup(front.Close)
+	c, _, err := dialRealtime(t, "ws"+strings.TrimPrefix(front.URL, "http")+"/v1/responses", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	for _, q := range []string{"How are tolls paid?", "And tunnels?", "And bridges?"} {
+		say(t, c, responseCreate(q))
+		readUntil(t, c, "response.completed")
+	}
+	g.mu.Lock()
+	refusals, most := g.refusals, g.most
+	g.mu.Unlock()
+	if refusals != 0 || most != 1 {
+		t.Fatalf("%d refusals, at most %d requests in flight, over three responses in a row; want none refused, one in flight", refusals, most)
+	}
+	say(t, c, responseCreate("silent")) // in progress: the provider never answers it
+	waitFor(t, func() bool { return len(up.messages()) == 4 })
+	say(t, c, responseCreate("And ferries?"))
+	if ce, err := closeOf(c); ce.Code != websocket.StatusPolicyViolation || ce.Reason != gate.CodeConcurrencyLimitExceeded {
+		t.Fatalf("a second response.create while one is in progress: %v %v, want close 1008 %s", ce, err, gate.CodeConcurrencyLimitExceeded)
+	}
+	waitFor(t, func() bool { // the session's end settles the create in progress
+		g.mu.Lock()
+		admitted := len(g.admitted["tgk_good"])
+		g.mu.Unlock()
+		return len(tr.settledIDs()) == admitted
+	})
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var charged []string
+	for _, u := range tr.finished {
+		if u.InputTokens > 0 {
+			charged = append(charged, fmt.Sprint(u.InputTokens, "/", u.OutputTokens))
+		}
+	}
+	if fmt.Sprint(charged) != "[1000/200 1001/201 1002/202]" {
+		t.Fatalf("charged %v, want the three responses, each its usage (settled %v)", charged, tr.finishedIDs)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.most != 1 || g.refusals != 1 {
+		t.Fatalf("at most %d in flight, %d refused; want 1 and 1 (the concurrent create)", g.most, g.refusals)
+	}
+	if settled, admitted := len(tr.finishedIDs), len(g.admitted["tgk_good"]); settled != admitted {
+		t.Fatalf("%d requests settled of %d admitted: %v", settled, admitted, tr.finishedIDs)
+	}
 }
 
 // steeringUpstream is a fake of the Responses API's WebSocket mode with steering
@@ -452,31 +552,37 @@ func TestResponsesWebSocketSteerIsARequest(t *testing.T) {
 		defer c.CloseNow()
 		say(t, c, responseCreate("How are tolls paid?"))
 		readUntil(t, c, "response.completed")
+		waitFor(t, func() bool { return g.count() == 3 }) // the idle request after it
 		steer(t, c, "fail")
 		readUntil(t, c, "response.steer.failed")
+		waitFor(t, func() bool { return g.count() == 5 })
 		steer(t, c, "and more")
 		readUntil(t, c, "response.completed")
+		waitFor(t, func() bool { return g.count() == 7 })
 		_ = c.Close(websocket.StatusNormalClosure, "bye")
-		s := tr.settlements(t, 4)
-		if ids := fmt.Sprint(tr.settledIDs()); ids != "[req_2 req_3 req_4 req_1]" {
-			t.Fatalf("settled %s, want the create's, the failed steer's, the steer's successor's, then the handshake's", ids)
+		s := tr.settlements(t, 7)
+		if ids := fmt.Sprint(tr.settledIDs()); ids != "[req_1 req_2 req_3 req_4 req_5 req_6 req_7]" {
+			t.Fatalf("settled %s, want each idle request, then the create's, the failed steer's, the steer's successor's", ids)
 		}
-		if s[0].InputTokens != 100_000 || s[2].InputTokens != 100_000 || s[2].OutputTokens != 20_000 || !s[2].Complete {
-			t.Fatalf("the responses were settled %+v and %+v", s[0], s[2])
+		if s[1].InputTokens != 100_000 || s[5].InputTokens != 100_000 || s[5].OutputTokens != 20_000 || !s[5].Complete {
+			t.Fatalf("the responses were settled %+v and %+v", s[1], s[5])
 		}
-		if s[1].InputTokens != 0 || !s[1].Complete || s[3].InputTokens != 0 || !s[3].Complete {
-			t.Fatalf("the failed steer %+v and the handshake %+v, want both at 0", s[1], s[3])
+		for _, i := range []int{0, 2, 3, 4, 6} {
+			if s[i].InputTokens != 0 || !s[i].Complete {
+				t.Fatalf("%s (an idle request, or the failed steer's): %+v, want it at 0", tr.settledIDs()[i], s[i])
+			}
 		}
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if g.checks != 4 || len(g.trailing) != 0 {
-			t.Fatalf("%d checks, trailing %v; want 4 (the handshake, the create, both steers), none trailing", g.checks, g.trailing)
+		if g.checks != 7 || len(g.trailing) != 0 {
+			t.Fatalf("%d checks, trailing %v; want 7 (the handshake, the create, both steers, the idle request after each), none trailing", g.checks, g.trailing)
 		}
 	})
 	t.Run("refused", func(t *testing.T) {
 		up := &steeringUpstream{}
-		// Two admissions: the handshake and the first response.create.
-		g, tr, url, _ := newRealtimeEnv(t, up, 2)
+		// Three admissions: the handshake, the first response.create, the idle request
+		// after its response.
+		g, tr, url, _ := newRealtimeEnv(t, up, 3)
 		c, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
 		if err != nil {
 			t.Fatal(err)
@@ -484,11 +590,12 @@ func TestResponsesWebSocketSteerIsARequest(t *testing.T) {
 		defer c.CloseNow()
 		say(t, c, responseCreate("How are tolls paid?"))
 		readUntil(t, c, "response.completed")
+		waitFor(t, func() bool { return g.count() == 3 })
 		steer(t, c, "and more")
 		if ce, err := closeOf(c); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "service_gateway_usage_limit_exceeded" {
 			t.Fatalf("after the refused steer: %v %v, want close 1008", ce, err)
 		}
-		tr.settlements(t, 2)
+		tr.settlements(t, 3)
 		if got := up.messages(); len(got) != 1 {
 			t.Fatalf("the provider got %d messages, want only the create: %q", len(got), got)
 		}
@@ -500,13 +607,17 @@ func TestResponsesWebSocketSteerIsARequest(t *testing.T) {
 	})
 }
 
-// A response nobody asked for (no request waits for it) is charged on a request checked
-// then; when that check refuses the member it is charged all the same, on a trailing
-// request (the provider bills it), and the session is closed with 1008, as at a refused
-// response.create (before 2026-12-02 the session went on).
+// A response nobody asked for (no request waits for it) is charged on the idle request
+// the session holds (opened, checked, after the response before it), and the next idle
+// request is checked then; when that check refuses the member the session is closed
+// with 1008, as at a refused response.create (before 2026-12-02 the session went on).
+// With no idle request held, such a response is charged on a request checked then, a
+// trailing one (the provider bills it) if the member is refused.
 func TestResponsesWebSocketUnaskedResponseRefusedClosesTheSession(t *testing.T) {
 	up := &steeringUpstream{unasked: true}
-	g, tr, url, _ := newRealtimeEnv(t, up, 2)
+	// Three admissions: the handshake, the response.create, the idle request after its
+	// response, which carries the unasked one.
+	g, tr, url, _ := newRealtimeEnv(t, up, 3)
 	c, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
 	if err != nil {
 		t.Fatal(err)
@@ -531,15 +642,15 @@ func TestResponsesWebSocketUnaskedResponseRefusedClosesTheSession(t *testing.T) 
 		t.Fatalf("%d responses then %v, want both responses then close 1008", completed, closeErr)
 	}
 	s := tr.settlements(t, 3)
-	if ids := fmt.Sprint(tr.settledIDs()); ids != "[req_2 req_trailing_1 req_1]" {
-		t.Fatalf("settled %s, want the create's, the unasked response's on a trailing request, the handshake's", ids)
+	if ids := fmt.Sprint(tr.settledIDs()); ids != "[req_1 req_2 req_3]" {
+		t.Fatalf("settled %s, want the handshake's (at 0), the create's, the unasked response's on the idle request", ids)
 	}
-	if s[1].InputTokens != 100_000 || s[1].OutputTokens != 20_000 {
-		t.Fatalf("the unasked response was settled %+v", s[1])
+	if s[0].InputTokens != 0 || s[1].InputTokens != 100_000 || s[2].InputTokens != 100_000 || s[2].OutputTokens != 20_000 {
+		t.Fatalf("settled %+v", s)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.trailing) != 1 {
-		t.Fatalf("trailing %v", g.trailing)
+	if len(g.trailing) != 0 || g.checks != 4 {
+		t.Fatalf("%d checks, trailing %v; want 4 (the last refused), none trailing", g.checks, g.trailing)
 	}
 }
