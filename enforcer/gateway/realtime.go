@@ -78,6 +78,18 @@ import (
 // it checks the member again.
 const realtimeSettleWait = 2 * time.Second
 
+// awaitApplied waits until applied is closed (a session's settlement was applied, so the
+// next check or start sees it), realtimeSettleWait at most, or ctx ends.
+func awaitApplied(ctx context.Context, applied <-chan struct{}) {
+	wait := time.NewTimer(realtimeSettleWait)
+	defer wait.Stop()
+	select {
+	case <-applied:
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+}
+
 // realtimeLeftGrace is how long a session whose client left (closed, went away, or can no
 // longer be written to) while a response was in progress still reads the provider's
 // events for that response's response.done, which carries what the provider bills: the
@@ -493,13 +505,7 @@ func (p *proxied) charge(ctx context.Context, u inflight.Usage, creds gate.Crede
 	// control plane unreachable: it waits in the spool) does not hold the session up.
 	applied := make(chan struct{})
 	if p.settleThen(u, func(settleq.Result) { close(applied) }) {
-		wait := time.NewTimer(realtimeSettleWait)
-		select {
-		case <-applied:
-		case <-wait.C:
-		case <-ctx.Done():
-		}
-		wait.Stop()
+		awaitApplied(ctx, applied)
 	}
 	a, err := p.gw.gate.CheckRequest(ctx, creds, gate.Hint{})
 	if err != nil {

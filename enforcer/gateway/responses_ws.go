@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
@@ -201,13 +200,7 @@ func (q *responseCreates) settleApplied(id string) {
 	}
 	applied := make(chan struct{})
 	q.settle(id, inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, func(settleq.Result) { close(applied) })
-	wait := time.NewTimer(realtimeSettleWait)
-	defer wait.Stop()
-	select {
-	case <-applied:
-	case <-wait.C:
-	case <-q.ctx.Done():
-	}
+	awaitApplied(q.ctx, applied)
 }
 
 // hold opens the session's next idle request when nothing is open (no request waits,
@@ -262,13 +255,7 @@ func (q *responseCreates) waitApplied() {
 	if applied == nil {
 		return
 	}
-	wait := time.NewTimer(realtimeSettleWait)
-	defer wait.Stop()
-	select {
-	case <-applied:
-	case <-wait.C:
-	case <-q.ctx.Done():
-	}
+	awaitApplied(q.ctx, applied)
 }
 
 // started notes response.created: the first request not started has begun.

@@ -30,15 +30,25 @@ import (
 type responsesUpstream struct {
 	in, out int64
 	hang    bool
+	received
+}
 
+// received keeps every message a fake provider got.
+type received struct {
 	mu  sync.Mutex
 	got []string
 }
 
-func (u *responsesUpstream) messages() []string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]string(nil), u.got...)
+func (r *received) record(msg []byte) {
+	r.mu.Lock()
+	r.got = append(r.got, string(msg))
+	r.mu.Unlock()
+}
+
+func (r *received) messages() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.got...)
 }
 
 func (u *responsesUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -53,9 +63,7 @@ func (u *responsesUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
-		u.mu.Lock()
-		u.got = append(u.got, string(msg))
-		u.mu.Unlock()
+		u.record(msg)
 		switch {
 		case strings.Contains(string(msg), "no_such_response"):
 			_ = send(`{"type":"error","status":400,"error":{"type":"invalid_request_error","code":"previous_response_not_found","message":"Previous response not found."}}`)
@@ -477,15 +485,7 @@ func TestResponsesWebSocketSequentialResponsesHoldOneRequest(t *testing.T) {
 // response.create is followed by a second response nobody asked for.
 type steeringUpstream struct {
 	unasked bool
-
-	mu  sync.Mutex
-	got []string
-}
-
-func (u *steeringUpstream) messages() []string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]string(nil), u.got...)
+	received
 }
 
 func (u *steeringUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -510,9 +510,7 @@ func (u *steeringUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
-		u.mu.Lock()
-		u.got = append(u.got, string(msg))
-		u.mu.Unlock()
+		u.record(msg)
 		switch m := string(msg); {
 		case strings.Contains(m, `"response.steer"`) && strings.Contains(m, `"fail"`):
 			_ = send(fmt.Sprintf(`{"type":"response.steer.failed","sequence_number":0,"steer":{"id":"steer_%d"},"error":{"code":"response_not_active","message":"no"}}`, i))
