@@ -159,6 +159,14 @@ func newRealtimeEnv(t *testing.T, up http.Handler, admits int, configure ...func
 // newRealtimeGateway is a gateway with one route, to the fake Realtime server up.
 func newRealtimeGateway(t *testing.T, up http.Handler, admits int, configure ...func(*gateway.Config)) (*countingGate, *fakeTracker, *gateway.Gateway) {
 	t.Helper()
+	g, tr := &countingGate{n: admits}, newTracker()
+	return g, tr, realtimeGatewayOf(t, up, g, tr, configure...)
+}
+
+// realtimeGatewayOf is a gateway with one route, to the fake Realtime server up, deciding
+// with g and settling through tr.
+func realtimeGatewayOf(t *testing.T, up http.Handler, g gateway.Checker, tr *fakeTracker, configure ...func(*gateway.Config)) *gateway.Gateway {
+	t.Helper()
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
 	rt, err := gateway.NewRoute("/", upstream.URL, "", "Bearer sk-provider")
@@ -166,7 +174,6 @@ func newRealtimeGateway(t *testing.T, up http.Handler, admits int, configure ...
 		t.Fatal(err)
 	}
 	m, _ := newMetrics()
-	g, tr := &countingGate{n: admits}, newTracker()
 	cfg := gateway.Config{Routes: []gateway.Route{rt}}
 	for _, f := range configure {
 		f(&cfg)
@@ -175,7 +182,7 @@ func newRealtimeGateway(t *testing.T, up http.Handler, admits int, configure ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	return g, tr, gw
+	return gw
 }
 
 func dialRealtime(t *testing.T, url, key string) (*websocket.Conn, *http.Response, error) {

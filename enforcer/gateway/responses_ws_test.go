@@ -412,21 +412,9 @@ func TestResponsesWebSocketIdleSessionCountsInFlight(t *testing.T) {
 // with the cap's code (1008), as before. Before 2026-12-02 the session held the
 // handshake's request besides each response's: the first create was refused.
 func TestResponsesWebSocketSequentialResponsesHoldOneRequest(t *testing.T) {
-	up := &responsesUpstream{in: 1000, out: 200}
-	upstream := httptest.NewServer(up)
-	t.Cleanup(upstream.Close)
-	rt, err := gateway.NewRoute("/", upstream.URL, "", "Bearer sk-provider")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := newMetrics()
-	tr := newTracker()
+	up, tr := &responsesUpstream{in: 1000, out: 200}, newTracker()
 	g := &inFlightGate{tr: tr, limit: 1, admitted: map[string][]string{}}
-	gw, err := gateway.New(gateway.Config{Routes: []gateway.Route{rt}}, g, tr, responseusage.Limits{}, m, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(gw)
+	front := httptest.NewServer(realtimeGatewayOf(t, up, g, tr))
 	t.Cleanup(front.Close)
 	c, _, err := dialRealtime(t, "ws"+strings.TrimPrefix(front.URL, "http")+"/v1/responses", "tgk_good")
 	if err != nil {
