@@ -99,11 +99,17 @@ func TestStalledBodyIsAnswered408(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, up.URL, gateway.Config{BodyTimeout: 300 * time.Millisecond, MaxStreams: 1})
-			client := http.DefaultClient
+			client, frontURL := http.DefaultClient, e.front.URL
 			if tc.h2c {
-				e.front.Config.Protocols = new(http.Protocols)
-				e.front.Config.Protocols.SetHTTP1(true)
-				e.front.Config.Protocols.SetUnencryptedHTTP2(true)
+				// A server of its own, told h2c before it starts (a running one's
+				// Protocols may not change).
+				front := httptest.NewUnstartedServer(e.gw)
+				front.Config.Protocols = new(http.Protocols)
+				front.Config.Protocols.SetHTTP1(true)
+				front.Config.Protocols.SetUnencryptedHTTP2(true)
+				front.Start()
+				t.Cleanup(front.Close)
+				frontURL = front.URL
 				tr := &http.Transport{Protocols: new(http.Protocols)}
 				tr.Protocols.SetUnencryptedHTTP2(true)
 				t.Cleanup(tr.CloseIdleConnections)
@@ -111,7 +117,7 @@ func TestStalledBodyIsAnswered408(t *testing.T) {
 			}
 			stall, _ := io.Pipe() // a body that never comes
 			t.Cleanup(func() { stall.Close() })
-			r, _ := http.NewRequest("POST", e.front.URL+"/v1/chat/completions", stall)
+			r, _ := http.NewRequest("POST", frontURL+"/v1/chat/completions", stall)
 			r.ContentLength = 1000
 			r.Header.Set("Content-Type", tc.contentType)
 			start := time.Now()
