@@ -241,8 +241,8 @@ func (c *Cache) call(ctx context.Context, kind internalv1.CredentialKind, h [32]
 // after it asks again and is refused. A credential already expired by the enforcer's
 // clock is not cached at all.
 func (c *Cache) store(h [32]byte, kind internalv1.CredentialKind, id Identity, until time.Time, epoch uint64) {
-	ttl := c.cfg.TTL
-	if !id.Found || !id.Active {
+	ttl, negative := c.cfg.TTL, !id.Found || !id.Active
+	if negative {
 		ttl = c.cfg.NegativeTTL
 	}
 	s := c.shard(&h)
@@ -251,15 +251,10 @@ func (c *Cache) store(h [32]byte, kind internalv1.CredentialKind, id Identity, u
 	if c.epoch.Load() != epoch {
 		return
 	}
-	if len(s.m) >= c.cfg.MaxEntries/len(c.shards)+1 {
-		// Evict an arbitrary entry (map iteration order is random): cheap, and any
-		// evicted identity is simply asked for again.
-		for k := range s.m {
-			delete(s.m, k)
-			break
-		}
-	}
 	now := c.clk.Now()
+	if _, present := s.m[h]; !present && len(s.m) >= c.cfg.MaxEntries/len(c.shards)+1 && !s.evictFor(negative, now) {
+		return // an unknown credential is not worth a known one's place
+	}
 	e := entry{id: id, kind: kind, expires: now.Add(ttl), refresh: now.Add(c.cfg.RefreshAfter)}
 	if !until.IsZero() {
 		if !now.Before(until) {
@@ -274,6 +269,38 @@ func (c *Cache) store(h [32]byte, kind internalv1.CredentialKind, id Identity, u
 		}
 	}
 	s.m[h] = e
+}
+
+// evictSample is how many entries of a full shard are looked at for one to evict.
+const evictSample = 8
+
+// evictFor makes room in a full shard (its lock held) for an entry, negative when it is
+// an unknown or inactive credential's. It evicts, among a few entries (map iteration
+// order is random), an expired or negative one; failing that, for a known credential
+// any one of them, and for a negative entry none: it reports false, and the negative
+// entry is not kept. So a flood of unknown credentials (anyone can send tgk_<anything>,
+// each one a miss) never pushes a member's identity out, which would send the member's
+// checks back to the control plane; any evicted identity is simply asked for again.
+func (s *shard) evictFor(negative bool, now time.Time) bool {
+	var first [32]byte
+	seen := 0
+	for k, e := range s.m {
+		if !now.Before(e.expires) || !e.id.Found || !e.id.Active {
+			delete(s.m, k)
+			return true
+		}
+		if seen == 0 {
+			first = k
+		}
+		if seen++; seen == evictSample {
+			break
+		}
+	}
+	if negative || seen == 0 {
+		return seen == 0
+	}
+	delete(s.m, first)
+	return true
 }
 
 // Invalidate forgets what an invalidation names.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -384,5 +385,43 @@ func TestRefreshAheadStopsAtTheCredentialsExpiry(t *testing.T) {
 	a.mu.Unlock()
 	if id := lookup(t, c, "tgk_alice"); id.Found {
 		t.Fatalf("admitted at its expiry after a refresh: %+v", id)
+	}
+}
+
+// A flood of unknown credentials (anyone can send tgk_<anything>, each a miss) never
+// pushes a member's identity out of a full cache: a negative entry takes the place of
+// another negative or an expired entry only, and is not kept when there is none. Before
+// 2026-12-02 a full shard evicted an arbitrary entry, so an anonymous flood sent
+// members' checks back to the control plane.
+func TestUnknownCredentialsNeverEvictKnownOnes(t *testing.T) {
+	a := &authn{known: map[string]*internalv1.AuthenticateResponse{}}
+	var members []string
+	for i := range 64 {
+		key := fmt.Sprintf("tgk_member_%d", i)
+		members = append(members, key)
+		a.known[hashHex(key)] = &internalv1.AuthenticateResponse{Found: true, Active: true, OrganizationId: "org_1", MemberId: fmt.Sprintf("om_%d", i)}
+	}
+	clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+	// 16 shards of at most 160/16+1 = 11 entries: room for every member, little more.
+	c := identity.New(a, identity.Config{TTL: 30 * time.Second, NegativeTTL: 5 * time.Second, MaxEntries: 160}, clk, metrics.Discard(),
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	lookupAll := func() int64 {
+		before := a.calls.Load()
+		for _, k := range members {
+			if id := lookup(t, c, k); !id.Found {
+				t.Fatalf("%s not found", k)
+			}
+		}
+		return a.calls.Load() - before
+	}
+	lookupAll()
+	if asked := lookupAll(); asked != 0 {
+		t.Fatalf("the members do not all fit in the cache (%d asked again): the test's sizes are wrong", asked)
+	}
+	for i := range 10_000 {
+		lookup(t, c, fmt.Sprintf("tgk_flood_%d", i))
+	}
+	if asked := lookupAll(); asked != 0 {
+		t.Fatalf("after 10,000 unknown credentials, %d of the 64 members cached had to be asked for again", asked)
 	}
 }
