@@ -514,6 +514,23 @@ func (u *steeringUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// steeringSession opens a Responses WebSocket session to up through a gate admitting
+// admits checks, runs one response.create to its end and waits for the idle request
+// opened after it (the third check).
+func steeringSession(t *testing.T, up *steeringUpstream, admits int) (*countingGate, *fakeTracker, *websocket.Conn) {
+	t.Helper()
+	g, tr, url, _ := newRealtimeEnv(t, up, admits)
+	c, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	say(t, c, responseCreate("How are tolls paid?"))
+	readUntil(t, c, "response.completed")
+	waitFor(t, func() bool { return g.count() == 3 }) // the idle request after it
+	return g, tr, c
+}
+
 // steer sends a response.steer of the last response with input.
 func steer(t *testing.T, c *websocket.Conn, input string) {
 	t.Helper()
@@ -530,15 +547,7 @@ func steer(t *testing.T, c *websocket.Conn, input string) {
 func TestResponsesWebSocketSteerIsARequest(t *testing.T) {
 	t.Run("admitted", func(t *testing.T) {
 		up := &steeringUpstream{}
-		g, tr, url, _ := newRealtimeEnv(t, up, 10)
-		c, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.CloseNow()
-		say(t, c, responseCreate("How are tolls paid?"))
-		readUntil(t, c, "response.completed")
-		waitFor(t, func() bool { return g.count() == 3 }) // the idle request after it
+		g, tr, c := steeringSession(t, up, 10)
 		steer(t, c, "fail")
 		readUntil(t, c, "response.steer.failed")
 		waitFor(t, func() bool { return g.count() == 5 })
@@ -568,15 +577,7 @@ func TestResponsesWebSocketSteerIsARequest(t *testing.T) {
 		up := &steeringUpstream{}
 		// Three admissions: the handshake, the first response.create, the idle request
 		// after its response.
-		g, tr, url, _ := newRealtimeEnv(t, up, 3)
-		c, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.CloseNow()
-		say(t, c, responseCreate("How are tolls paid?"))
-		readUntil(t, c, "response.completed")
-		waitFor(t, func() bool { return g.count() == 3 })
+		g, tr, c := steeringSession(t, up, 3)
 		steer(t, c, "and more")
 		if ce, err := closeOf(c); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "service_gateway_usage_limit_exceeded" {
 			t.Fatalf("after the refused steer: %v %v, want close 1008", ce, err)
