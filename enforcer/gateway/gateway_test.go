@@ -901,11 +901,20 @@ func TestRedirectsComeBackThroughTheGateway(t *testing.T) {
 	if res.StatusCode != 200 || res.Request.URL.String() != e.front.URL+"/v1/chat/completions" || calls != 2 {
 		t.Fatalf("%d at %s after %d upstream calls, want 200 at the gateway's /v1/chat/completions after 2", res.StatusCode, res.Request.URL, calls)
 	}
-	e.tracker.mu.Lock()
-	finished := e.tracker.finished
-	e.tracker.mu.Unlock()
-	if len(finished) != 2 || finished[0].UpstreamStatus != 307 || finished[1].InputTokens != 7 {
-		t.Fatalf("settled %+v, want the 307 and then the completion", finished)
+	// Each is settled after its answer went out, so wait for both; the client's second
+	// call can even be settled before the first.
+	finished := e.tracker.settlements(t, 2)
+	var redirects, completions int
+	for _, u := range finished {
+		switch {
+		case u.UpstreamStatus == 307 && u.InputTokens == 0:
+			redirects++
+		case u.InputTokens == 7 && u.OutputTokens == 5:
+			completions++
+		}
+	}
+	if len(finished) != 2 || redirects != 1 || completions != 1 {
+		t.Fatalf("settled %+v, want the 307 and the completion", finished)
 	}
 
 	// A route whose upstream has a base path: the Location loses it, as the path the

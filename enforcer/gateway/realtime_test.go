@@ -267,7 +267,10 @@ func (f *fakeTracker) settlements(t *testing.T, n int) []inflight.Usage {
 		select {
 		case <-f.done:
 		case <-time.After(5 * time.Second):
-			t.Fatalf("%d settlements, want %d", len(f.finished), n)
+			f.mu.Lock()
+			got := len(f.finished)
+			f.mu.Unlock()
+			t.Fatalf("%d settlements, want %d", got, n)
 		}
 	}
 	f.mu.Lock()
