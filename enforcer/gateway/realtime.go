@@ -216,7 +216,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	header := http.Header{}
 	p.upstreamHeader(header, r.Header, cred, true)
 	up, resp, err := websocket.Dial(ctx, p.upstreamURL(r), &websocket.DialOptions{
-		HTTPClient:   &http.Client{Transport: gw.up},
+		HTTPClient:   &http.Client{Transport: gw.up, CheckRedirect: passRedirectOn},
 		HTTPHeader:   header,
 		Subprotocols: subprotocols(r.Header),
 	})
@@ -722,12 +722,19 @@ func (p *proxied) handshakeFailed(w http.ResponseWriter, r *http.Request, resp *
 	p.gw.answered(w, OutcomeProxied)
 	h := w.Header()
 	copyHeaders(h, resp.Header)
+	p.redirectThroughGateway(h, resp.Request)
 	p.nameRequest(h)
 	w.WriteHeader(resp.StatusCode)
 	if resp.Body != nil {
 		_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
 	}
 }
+
+// passRedirectOn keeps a handshake's redirect for the client, as a plain request's is
+// (redirectThroughGateway): followed by the dialer, it would carry the route's credential
+// to whatever host the provider named, since Go's client drops only Authorization and
+// cookies on a redirect to another host, not api-key or x-goog-api-key.
+func passRedirectOn(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // keepAlive pings the provider's side of a session every interval (the idle timeout,
 // 30s at most), each ping answered within the idle timeout, until ctx ends; a provider
