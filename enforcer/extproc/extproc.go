@@ -287,8 +287,10 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		body, replace = b, true
 		m.WithLabelValues("decoded").Inc()
 	}
-	// The body's estimate, with the model its path names (Gemini, Bedrock, Vertex AI)
-	// and whether the path is a regional endpoint, as the gateway reads them.
+	// The body's estimate, with the model its path names in place of the body's (Gemini,
+	// Bedrock, Vertex AI run the path's) and whether the path is a regional endpoint, as
+	// the gateway reads them; of a body that is no JSON object, the path's model alone
+	// (gate.BodyHint).
 	est := gate.BodyHint(body, st.path, st.host()).WithUpstreamHost(st.upstreamHost).Body
 	// InvokeModel's guardrail, named by a header: its trace asked for by another, set
 	// with the body's response (bodyResponse), as the gateway sets it.
@@ -311,9 +313,11 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 			return immediate(gate.ModelNotPricedRefusal(est.Model))
 		}
 		st.s.tracker.RecordRequest(st.requestID, *est)
+	}
+	if est != nil && est.BodyBytes > 0 {
 		m.WithLabelValues("estimated").Inc()
 	} else {
-		m.WithLabelValues("not_json").Inc()
+		m.WithLabelValues("not_json").Inc() // the path's model alone, if any, is checked
 	}
 	// Only a stream is asked for its usage (est.Stream: the body is neither read again
 	// for nothing nor checked again).

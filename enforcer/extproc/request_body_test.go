@@ -711,6 +711,56 @@ func TestExtProcRefusesUnpricedModels(t *testing.T) {
 	}
 }
 
+// The model a request's path names is the one checked, as the gateway checks it: Gemini,
+// Vertex AI and Amazon Bedrock run it, whatever model the body names, and a body that is
+// no JSON object (Google's binary protobuf) still has it checked. Here the organization
+// refuses models nobody priced: a path naming one is refused whatever the body says, and
+// a path naming a priced one is let through whatever the body says.
+func TestExtProcChecksThePathModel(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	e.CP.RefuseUnpriced(w.ID, true)
+	for _, tc := range []struct {
+		name, path, body string
+		refused          string // the model refused, "" when let through
+	}{
+		{"Gemini's unpriced path model over a priced body model", "/v1beta/models/mystery-model-9:generateContent",
+			`{"model":"models/gemini-2.5-flash-lite","contents":[{"parts":[{"text":"hi"}]}]}`, "mystery-model-9"},
+		{"Bedrock's unpriced path model over a priced body model", "/model/mystery.model-v1%3A0/converse",
+			`{"model":"amazon.nova-micro-v1:0","messages":[{"role":"user","content":[{"text":"hi"}]}]}`, "mystery.model-v1:0"},
+		{"a protobuf body to an unpriced path model", "/v1beta/models/mystery-model-9:generateContent?alt=proto",
+			"\x12\x0b\x0a\x09\x12\x07\x0a\x05hello", "mystery-model-9"},
+		{"a priced path model over an unpriced body model", "/v1beta/models/gemini-2.5-pro:generateContent",
+			`{"model":"mystery-model-9","contents":[{"parts":[{"text":"hi"}]}]}`, ""},
+		{"a protobuf body to a priced path model", "/v1beta/models/gemini-2.5-pro:generateContent?alt=proto",
+			"\x12\x0b\x0a\x09\x12\x07\x0a\x05hello", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, _ := e.Admit(t, w.Key)
+			resp := answerRequestBody(t, e, bodySpec{requestID: id, path: tc.path, body: tc.body})
+			if tc.refused == "" {
+				if resp.GetRequestBody() == nil {
+					t.Fatalf("not let through: %v", resp)
+				}
+				return
+			}
+			if ir := resp.GetImmediateResponse(); ir == nil || ir.GetStatus().GetCode() != 403 {
+				t.Fatalf("want a 403 immediate response, got %v", resp)
+			}
+			enforcertest.WaitFor(t, "the refused request settled", func() bool { return e.CP.Receipt(id) != nil })
+			if got := e.CP.Receipt(id).Item.GetModel(); got != tc.refused {
+				t.Fatalf("refused as %q, want the path's %q", got, tc.refused)
+			}
+		})
+	}
+	// The protobuf body let through was checked by its path's model alone: nothing was
+	// estimated from it.
+	if e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "not_json") != 1 ||
+		e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "model_not_priced") != 3 {
+		t.Fatal("request bodies not counted")
+	}
+}
+
 // A request whose cost the provider bills later is refused on its body with 403
 // service_gateway_billing_deferred and settled at a known 0; with
 // TOLLGATE_DEFERRED_BILLING=allow it goes on; with TOLLGATE_DEFERRED_BILLING_ALLOW, those

@@ -277,18 +277,25 @@ type Hint struct {
 
 // BodyHint is the hint of a request whose body and path the front door has, going to
 // host (the upstream's, or the request's authority where the front door does not know
-// the upstream): the body's estimate, with the model its path names where the body names
-// none (Gemini, Amazon Bedrock, Vertex AI), whether the path or the host is a regional
-// endpoint, the output an image generation is billed, what each call of an image
-// generation tool is billed, the model of an advisor tool and the container its code
-// tools run in. A body that is no JSON object
-// gives no hint. The hint names no upstream host (estimate.Request.Host): a front door
-// that knows it from its own configuration sets it (WithUpstreamHost), never from a
-// request's authority, which the client chooses.
+// the upstream): the body's estimate, with the model its path names in place of the
+// body's (Gemini, Amazon Bedrock and Vertex AI run the path's: requestbody.RequestModel),
+// whether the path or the host is a regional endpoint, the output an image generation
+// is billed, what each call of an image generation tool is billed, the model of an
+// advisor tool and the container its code tools run in. A body that is no JSON object
+// (Google takes binary protobuf too) is not read: its hint is the model its path names
+// and no input estimate (its bytes are no text: an inline image's would count as
+// thousands of tokens), so that model is still checked, its worst case reserved and the
+// unpriced-model rule applied; where the path names none, there is no hint. The hint
+// names no upstream host (estimate.Request.Host): a front door that knows it from its
+// own configuration sets it (WithUpstreamHost), never from a request's authority, which
+// the client chooses.
 func BodyHint(body []byte, path, host string) Hint {
 	est, err := estimate.Input(body)
 	if err != nil {
-		return Hint{}
+		if requestbody.ModelFromPath(path) == "" {
+			return Hint{}
+		}
+		est = estimate.Request{} // BodyBytes 0: nothing of the body was read
 	}
 	est.Model = requestbody.RequestModel(est.Model, path)
 	est.Regional = requestbody.RegionalEndpoint(path) || requestbody.RegionalHost(host)

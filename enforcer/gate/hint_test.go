@@ -6,9 +6,10 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 )
 
-// The hint of a body and its path: the body's model, else the path's (Gemini, Bedrock,
-// Vertex AI, the query ignored), whether the path or the host goes to a regional endpoint,
-// and an image generation's images; no hint for a body that is no JSON object.
+// The hint of a body and its path: the path's model where it names one (Gemini, Bedrock,
+// Vertex AI, the query ignored), else the body's, whether the path or the host goes to
+// a regional endpoint, and an image generation's images; no hint for a body that is no
+// JSON object on a path that names no model.
 func TestBodyHint(t *testing.T) {
 	for _, tc := range []struct {
 		name, body, path, host string
@@ -25,6 +26,11 @@ func TestBodyHint(t *testing.T) {
 			"/v1/projects/p/locations/global/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict", "aiplatform.googleapis.com", "claude-sonnet-4-5@20250929", false, 0},
 		{"Bedrock geographic inference", `{"max_tokens":5}`, "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke", "",
 			"us.anthropic.claude-sonnet-4-5-20250929-v1:0", true, 0},
+		// The path's model wins: the provider runs it, whatever the body names.
+		{"Bedrock's path over the body's model", `{"model":"amazon.nova-micro-v1:0","inferenceConfig":{"maxTokens":5}}`,
+			"/model/anthropic.claude-opus-4-1-20250805-v1:0/converse", "", "anthropic.claude-opus-4-1-20250805-v1:0", true, 0},
+		{"Gemini's path over the body's model", `{"model":"models/gemini-2.5-flash-lite","contents":[]}`,
+			"/v1beta/models/gemini-2.5-pro:generateContent", "", "gemini-2.5-pro", false, 0},
 		{"an image generation", `{"model":"gpt-image-1","prompt":"a gate","n":2,"size":"1024x1024","quality":"low"}`, "/v1/images/generations", "",
 			"gpt-image-1", false, 2 * 272},
 	} {
@@ -41,8 +47,31 @@ func TestBodyHint(t *testing.T) {
 		h.Body.AdvisorMaxUses != 3 || h.Body.AdvisorMaxTokens != 2048 {
 		t.Fatalf("the advisor's hint: %+v", h.Body)
 	}
-	if h := gate.BodyHint([]byte(`not json`), "/v1beta/models/gemini-2.5-flash:generateContent", ""); h.Body != nil {
-		t.Fatalf("a body that is no JSON object gave a hint: %+v", h.Body)
+	if h := gate.BodyHint([]byte(`not json`), "/v1/chat/completions", ""); h.Body != nil {
+		t.Fatalf("a body that is no JSON object, on a path that names no model, gave a hint: %+v", h.Body)
+	}
+}
+
+// A body that is no JSON object (Google's binary protobuf) is not read, but the model
+// its path names is still checked: the hint names it, with nothing read of the body (no
+// input estimate, BodyBytes 0), and the path's regional endpoint.
+func TestUnreadBodyHintNamesThePathModel(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, path, model string
+		regional                bool
+	}{
+		{"protobuf to Gemini", "\x12\x0b\x0a\x09\x12\x07\x0a\x05hello", "/v1beta/models/gemini-2.5-pro:generateContent?alt=proto", "gemini-2.5-pro", false},
+		{"protobuf to Vertex AI in a region", "\x12\x03\x0a\x01x",
+			"/v1/projects/p/locations/us-east5/publishers/google/models/gemini-2.5-pro:generateContent", "gemini-2.5-pro", true},
+		{"no body to Bedrock", "", "/model/anthropic.claude-opus-4-1-20250805-v1:0/invoke", "anthropic.claude-opus-4-1-20250805-v1:0", true},
+		{"JSON the estimate refuses", `{"model":"gemini-2.5-flash-lite","temperature":1e999}`, "/v1beta/models/gemini-2.5-pro:generateContent", "gemini-2.5-pro", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := gate.BodyHint([]byte(tc.body), tc.path, "")
+			if h.Body == nil || h.Body.Model != tc.model || h.Body.Regional != tc.regional || h.Body.InputTokens != 0 || h.Body.BodyBytes != 0 {
+				t.Fatalf("hint %+v, want model %q, regional %v, nothing read of the body", h.Body, tc.model, tc.regional)
+			}
+		})
 	}
 }
 

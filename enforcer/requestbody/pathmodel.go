@@ -7,13 +7,18 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
-// RequestModel is the model a request names: its body's (cleaned, CleanModel), else its
-// path's (ModelFromPath).
+// RequestModel is the model a request names: its path's where the path names one
+// (ModelFromPath), else its body's (cleaned, CleanModel). The path's wins: Gemini's API,
+// Vertex AI and Amazon Bedrock run the model their path names, whatever a "model" key in
+// the body says (none of them reads one), so a body naming a cheaper model must not be
+// what is checked and charged (a Converse answer names no model: the settlement prices
+// the request's). A path that names its model by a name CleanModel drops names none
+// here, and the body's is not taken in its stead.
 func RequestModel(bodyModel, path string) string {
-	if m := CleanModel(bodyModel); m != "" {
+	if m, named := pathModel(path); named {
 		return m
 	}
-	return ModelFromPath(path)
+	return CleanModel(bodyModel)
 }
 
 // ModelFromPath is the model a request names in its path rather than its body: Gemini's
@@ -24,20 +29,27 @@ func RequestModel(bodyModel, path string) string {
 // included). "" when the path names none. The name is cleaned as a body's is
 // (CleanModel); it is priced and its worst case reserved like one.
 func ModelFromPath(path string) string {
+	m, _ := pathModel(path)
+	return m
+}
+
+// pathModel is ModelFromPath's model, and whether the path is one that names its model
+// (even by a name CleanModel drops).
+func pathModel(path string) (string, bool) {
 	path, _, _ = strings.Cut(path, "?") // Envoy's :path carries the query
 	if m, ok := bedrockModel(path); ok {
-		return m
+		return m, true
 	}
 	i := strings.LastIndex(path, "/models/")
 	if i < 0 {
-		return ""
+		return "", false
 	}
 	rest := path[i+len("/models/"):]
 	colon := strings.IndexByte(rest, ':')
 	if colon <= 0 || strings.IndexByte(rest[:colon], '/') >= 0 {
-		return ""
+		return "", false
 	}
-	return CleanModel(rest[:colon])
+	return CleanModel(rest[:colon]), true
 }
 
 // bedrockActions are Bedrock Runtime's model invocations, after /model/{modelId}.

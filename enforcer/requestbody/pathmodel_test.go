@@ -1,6 +1,7 @@
 package requestbody_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
@@ -33,11 +34,22 @@ func TestModelFromPath(t *testing.T) {
 	}
 }
 
-func TestRequestModel(t *testing.T) {
+// The path's model wins over the body's where the path names one: Gemini, Vertex AI and
+// Amazon Bedrock run the path's, whatever the body says.
+func TestPathModelWinsOverBodyModel(t *testing.T) {
 	for _, c := range []struct{ body, path, want string }{
-		{"gpt-4o", "/v1beta/models/gemini-2.5-flash:generateContent", "gpt-4o"}, // the body's wins
+		{"gemini-2.5-flash-lite", "/v1beta/models/gemini-2.5-pro:generateContent", "gemini-2.5-pro"},
+		{"models/gemini-2.5-flash-lite", "/v1/projects/p/locations/global/publishers/google/models/gemini-2.5-pro:streamGenerateContent?alt=sse", "gemini-2.5-pro"},
+		{"amazon.nova-micro-v1:0", "/model/anthropic.claude-opus-4-1-20250805-v1%3A0/converse", "anthropic.claude-opus-4-1-20250805-v1:0"},
 		{"", "/v1beta/models/gemini-2.5-flash:generateContent", "gemini-2.5-flash"},
 		{"bad\x01", "/v1beta/models/gemini-2.5-flash:generateContent", "gemini-2.5-flash"},
+		// A path that names its model by a name too bad to keep names none: the body's
+		// is not taken in its stead.
+		{"gemini-2.5-flash-lite", "/v1beta/models/gem\x01ini:generateContent", ""},
+		{"amazon.nova-micro-v1:0", "/model/" + strings.Repeat("x", requestbody.MaxModelBytes+1) + "/converse", ""},
+		// A path that names none: the body's.
+		{"gpt-4o", "/v1/chat/completions", "gpt-4o"},
+		{"gpt-4o", "/v1beta/models/gemini-2.5-flash", "gpt-4o"}, // no invocation
 		{"", "/v1/chat/completions", ""},
 	} {
 		if got := requestbody.RequestModel(c.body, c.path); got != c.want {

@@ -16,12 +16,14 @@
 // (pricecatalog.OneHourCacheWrite), the dearest, because a request may write its whole
 // prompt to a cache for an hour; elsewhere it is the input price.
 //
-// It is unknown (the policy's amount applies) when the body is not a JSON object, names
-// no model, names one the catalog does not price, names one the organization prices
-// itself (its own price wins at settlement, and the enforcer knows only its keys),
-// states no cap for a model whose limit the catalog does not know, or gives the model a
-// web search tool whose searches it does not cap (they are billed apiece; a capped
-// tool's max_uses, or a grounded prompt billed once, adds its price to the worst case).
+// It is unknown (the policy's amount applies) when the body is not a JSON object on a
+// path that names no model (gate.BodyHint: on one that does, the request is that model's
+// with no input estimated), names no model, names one the catalog does not price, names
+// one the organization prices itself (its own price wins at settlement, and the
+// enforcer knows only its keys), states no cap for a model whose limit the catalog does
+// not know, or gives the model a web search tool whose searches it does not cap (they
+// are billed apiece; a capped tool's max_uses, or a grounded prompt billed once, adds
+// its price to the worst case).
 //
 // A request whose code tools run in a container billed by its time (OpenAI's code
 // interpreter and hosted shell, Anthropic's code execution: estimate.Request.
