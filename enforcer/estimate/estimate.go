@@ -106,6 +106,10 @@ type Request struct {
 	// need neither check nor walk it again (requestbody.AskStreamUsage), and a body of
 	// another length is not the one read. 0 for a Request made otherwise.
 	BodyBytes int
+	// Unread says the body was not read at all (no JSON object: Google's binary
+	// protobuf, an upload, a body Envoy cut): the request is known only by the model its
+	// path names (gate.BodyHint), so its worst case is unknown, its input being unknown.
+	Unread bool
 	// StreamOptions is where the top-level "stream_options" value lies in the body read
 	// (the last one counting): body[StreamOptions[0]:StreamOptions[1]], {0, 0} when it
 	// has none. With Stream, it is all requestbody.AskStreamUsage needs to ask a stream

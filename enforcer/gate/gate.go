@@ -295,7 +295,7 @@ func BodyHint(body []byte, path, host string) Hint {
 		if requestbody.ModelFromPath(path) == "" {
 			return Hint{}
 		}
-		est = estimate.Request{} // BodyBytes 0: nothing of the body was read
+		est = estimate.Request{Unread: true} // BodyBytes 0: nothing of the body was read
 	}
 	est.Model = requestbody.RequestModel(est.Model, path)
 	est.Regional = requestbody.RegionalEndpoint(path) || requestbody.RegionalHost(host)
@@ -591,7 +591,10 @@ func (g *Gate) reservation(d *decision.Decision, h Hint, now time.Time) (int64, 
 	if d.Reservation <= 0 {
 		return 0, ""
 	}
-	if h.Body == nil {
+	if h.Body == nil || h.Body.Unread {
+		// An unread body's input is unknown, and it may be large (a body Envoy cut at
+		// max_request_bytes is that long at least): the model's output alone would
+		// understate it, so the policy's amount is reserved, as for no body.
 		return d.Reservation, "no_body"
 	}
 	wc := worstcase.Of(pricecatalog.At(now), *h.Body, d.PricedModelKeys)

@@ -1,6 +1,7 @@
 package gate_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -310,9 +311,10 @@ type gateCase struct {
 	between func(f *fakes)
 	// answer replaces the check: answers made outside Check (the 403 of ext_proc).
 	answer func() gate.Answer
-	// body is the request body a front door read before the check (CheckRequest).
-	body string
-	want want
+	// body is the request body a front door read before the check (CheckRequest), sent
+	// to path (/v1/messages when empty).
+	body, path string
+	want       want
 }
 
 func admitted(reason string) want {
@@ -457,6 +459,10 @@ func gateCases() []gateCase {
 			// Opus's advice: 7 + 100 + 1,024 tokens read at 10 USD/M, 1,024 written at 25
 			// USD/M: 11,310 + 25,600.
 			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 514+36_910, "worst_case" })},
+		{name: "reserving policy, a body not read on a path naming its model: the policy's amount", setup: rec(reservingRecord),
+			body: "\x12\x03\x0a\x01x", path: "/v1beta/models/gemini-2.5-pro:generateContent?alt=proto",
+			// its input is unknown and may be large: the model's output alone would understate it
+			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "no_body" })},
 		{name: "policy without reservations: the body changes nothing", body: worstCaseBody, want: admitted("within_limit")},
 
 		// 503 decisions: the same in both modes.
@@ -560,7 +566,8 @@ func TestGateAnswers(t *testing.T) {
 				var h gate.Hint
 				if tc.body != "" {
 					// What a front door reads of the body (the gateway's, ext_proc's).
-					if h = gate.BodyHint([]byte(tc.body), "/v1/messages", ""); h.Body == nil {
+					path := cmp.Or(tc.path, "/v1/messages")
+					if h = gate.BodyHint([]byte(tc.body), path, ""); h.Body == nil {
 						t.Fatalf("no hint from %s", tc.body)
 					}
 				}

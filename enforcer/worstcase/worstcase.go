@@ -16,9 +16,10 @@
 // (pricecatalog.OneHourCacheWrite), the dearest, because a request may write its whole
 // prompt to a cache for an hour; elsewhere it is the input price.
 //
-// It is unknown (the policy's amount applies) when the body is not a JSON object on a
-// path that names no model (gate.BodyHint: on one that does, the request is that model's
-// with no input estimated), names no model, names one the catalog does not price, names
+// It is unknown (the policy's amount applies) when the body is not a JSON object (on a
+// path that names its model, gate.BodyHint still names that model, for the
+// unpriced-model rule and the settlement, and the gate reserves the policy's amount:
+// estimate.Request.Unread), names no model, names one the catalog does not price, names
 // one the organization prices itself (its own price wins at settlement, and the
 // enforcer knows only its keys), states no cap for a model whose limit the catalog does
 // not know, or gives the model a web search tool whose searches it does not cap (they
