@@ -243,6 +243,38 @@ func (c *Credentials) Add(name, value string) {
 	*field = JoinLine(*field, value)
 }
 
+// AddQuery reads the keys in a request's query (rawQuery, as it came), each
+// parameter's name decoded as the providers decode it (requestbody.QueryParams):
+// Google's key or $key (its SDKs open a Gemini Live session with ?key=, and its REST
+// API takes it) as x-goog-api-key, Azure OpenAI's api-key as api-key. Every one counts,
+// so two different keys (or one beside another credential in a header) are a 401, as
+// two headers are: each Tollgate credential present must be the one charged. With a
+// credential in a header, a key parameter that is not a Tollgate credential is not the
+// member's (it may be the provider's own, left to pass); with none, it is read, and
+// refused as no Tollgate credential. A front door that reads them strips every Tollgate
+// credential from the query it sends upstream.
+func (c *Credentials) AddQuery(rawQuery string) {
+	if rawQuery == "" {
+		return
+	}
+	inHeaders := *c != (Credentials{})
+	for p := range requestbody.QueryParams(rawQuery) {
+		var header string
+		switch p.Name {
+		case "key", "$key":
+			header = "x-goog-api-key"
+		case "api-key":
+			header = "api-key"
+		default:
+			continue
+		}
+		if inHeaders && !credential.IsTollgateToken(p.Value) {
+			continue
+		}
+		c.Add(header, p.Value)
+	}
+}
+
 // JoinLine is a header's value read so far (old, "" when none) with one more line's
 // value, by Add's rule: a different value joined with ", ", as Envoy joins a header's
 // lines, the same value kept once. Front doors that read other headers line by line

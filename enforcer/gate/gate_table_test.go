@@ -414,6 +414,14 @@ func gateCases() []gateCase {
 		{name: "two x-api-key lines, one key", cred: credentialsFrom("X-Api-Key", "tgk_key", "X-Api-Key", "tgk_key"), want: admitted("within_limit")},
 		{name: "two Authorization lines, two keys", cred: credentialsFrom("Authorization", "Bearer tgk_key", "Authorization", "Bearer tgk_other"), want: unauthorized("no_credential")},
 		{name: "two x-goog-api-key lines, two keys", cred: credentialsFrom("X-Goog-Api-Key", "tgk_key", "x-goog-api-key", "tgk_other"), want: unauthorized("no_credential")},
+		{name: "a second key in an encoded key parameter", cred: withQuery(credentialsFrom("X-Api-Key", "tgk_key"), "k%65y=tgk_other"), want: unauthorized("no_credential")},
+		{name: "a second key in $key", cred: withQuery(credentialsFrom("X-Goog-Api-Key", "tgk_key"), "%24key=tgk_other"), want: unauthorized("no_credential")},
+		{name: "a second key in an api-key parameter", cred: withQuery(credentialsFrom("Authorization", "Bearer tgk_key"), "api-key=tgk_other"), want: unauthorized("no_credential")},
+		{name: "two key parameters, two keys", cred: withQuery(&gate.Credentials{}, "key=tgk_key&$key=tgk_other"), want: unauthorized("no_credential")},
+		{name: "the header's key in $key too", cred: withQuery(credentialsFrom("X-Api-Key", "tgk_key"), "$key=tgk_key"), want: admitted("within_limit")},
+		{name: "a key in %24key alone", cred: withQuery(&gate.Credentials{}, "alt=sse&%24key=tgk_key"), want: admitted("within_limit")},
+		{name: "a provider's key parameter beside the header's key", cred: withQuery(credentialsFrom("X-Api-Key", "tgk_key"), "key=AIzaSyA-provider"), want: admitted("within_limit")},
+		{name: "a provider's key parameter alone", cred: withQuery(&gate.Credentials{}, "key=AIzaSyA-provider"), want: unauthorized("no_credential")},
 		{name: "x-api-key as Envoy joins two lines", cred: &gate.Credentials{APIKey: "tgk_key,tgk_other"}, want: unauthorized("no_credential")},
 		{name: "not a Tollgate key", cred: &gate.Credentials{APIKey: "sk-proj-abc"}, want: unauthorized("no_credential")},
 		{name: "Basic authorization", cred: &gate.Credentials{Authorization: "Basic dXNlcjpwYXNz"}, want: unauthorized("no_credential")},
@@ -977,4 +985,11 @@ func credentialsFrom(kv ...string) *gate.Credentials {
 	}
 	c := gate.CredentialsFrom(h)
 	return &c
+}
+
+// withQuery is c with the keys of a request's query (rawQuery, as it came), as the
+// gateway reads them.
+func withQuery(c *gate.Credentials, rawQuery string) *gate.Credentials {
+	c.AddQuery(rawQuery)
+	return c
 }

@@ -86,7 +86,7 @@ const (
 	OutcomeUpstreamTimeout = "upstream_timeout" // 504: no answer in time
 	OutcomeClientGone      = "client_gone"      // the client left before the upstream answered
 	OutcomeNoCredential    = "no_credential"    // 502: the route's token or signing credentials could not be had
-	OutcomeUnsupported     = "unsupported"      // 501: an API the gateway does not proxy (requestbody.Bidirectional)
+	OutcomeUnsupported     = "unsupported"      // 501: an API the gateway does not proxy (requestbody.Bidirectional); 400: an answer's format (requestbody.UnreadableAnswer)
 )
 
 // Outcomes lists every outcome (metrics pre-create their series).
@@ -357,6 +357,17 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		writeError(w, http.StatusNotImplemented, "invalid_request_error", "service_gateway_unsupported",
 			"Amazon Bedrock's bidirectional streams (InvokeModelWithBidirectionalStream) are not proxied by the gateway: "+
 				"it reads a request's body before admitting it, and a bidirectional session's body ends only with the session.", nil)
+		return false
+	}
+	if param := requestbody.UnreadableAnswer(r.Method, r.URL.Path, r.URL.RawQuery); param != "" {
+		// Its answer would come in a form whose usage cannot be read: refused before
+		// anything is read or admitted, as the gateway's other refusals of a request's
+		// form are, rather than sent without the parameter, in a form the client did
+		// not ask for.
+		gw.answered(w, OutcomeUnsupported)
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_response_format_unsupported",
+			"The query parameter "+param+" asks for an answer whose usage the gateway cannot read "+
+				"(alt is proxied as json or sse; callback, $callback and $ct are not proxied): remove it.", nil)
 		return false
 	}
 	var body []byte
@@ -1021,60 +1032,62 @@ func (p *proxied) upstreamURL(r *http.Request) string {
 }
 
 // credentialsOf is the request's credentials: its headers' (gate.CredentialsFrom) and
-// Google's key in the query (?key=: Google's SDKs open a Gemini Live session so, and
-// Google's REST API takes it), read as x-goog-api-key is. Every key parameter counts,
-// so two different ones (or one beside another credential in a header) are a 401, as
-// two headers are: each Tollgate credential present must be the one charged, and
-// upstreamQuery strips them all. With a credential in a header, a key parameter that is
-// not a Tollgate credential is not the member's (it may be the provider's own, left to
-// pass); with none, it is read, and refused as no Tollgate credential.
+// the keys in its query (gate.Credentials.AddQuery: Google's key or $key, Azure
+// OpenAI's api-key, however their names are encoded), which upstreamQuery strips.
 func credentialsOf(r *http.Request) gate.Credentials {
 	c := gate.CredentialsFrom(r.Header)
-	if !strings.Contains(r.URL.RawQuery, "key=") {
-		return c
-	}
-	inHeaders := c != (gate.Credentials{})
-	for _, v := range r.URL.Query()["key"] {
-		if inHeaders && !credential.IsTollgateToken(v) {
-			continue
-		}
-		c.Add("X-Goog-Api-Key", v)
-	}
+	c.AddQuery(r.URL.RawQuery)
 	return c
 }
 
-// upstreamQuery is the query the upstream gets: the client's, without the member's key
-// (a key parameter carrying a Tollgate credential, credentialsOf; an api-key parameter
-// carrying one, which Azure OpenAI reads as its key, a Realtime URL's among others),
-// which must never reach the provider, and without Google's response field mask (the system parameter
-// fields, or $fields): a mask that leaves usageMetadata out would hide the usage the
-// request is charged by (its output and thinking tokens then estimated from the text at
-// best). The client gets the whole answer instead; the other parameters stay as sent,
-// in their order. The X-Goog-FieldMask header goes the same way (upstreamHeader).
+// upstreamQuery is the query the upstream gets: the client's, without any parameter
+// carrying a Tollgate credential (credentialsOf read the key parameters among them),
+// which must never reach the provider, whatever its name, and without Google's response
+// field mask (requestbody.ResponseFieldMask: fields or $fields): a mask that leaves
+// usageMetadata out would hide the usage the request is charged by (its output and
+// thinking tokens then estimated from the text at best). Each name is judged decoded,
+// as the provider reads it (f%69elds is fields). The client gets the whole answer
+// instead; the other parameters stay as sent, in their order, and a query with nothing
+// to drop goes as it came. The X-Goog-FieldMask header goes the same way
+// (upstreamHeader).
 func upstreamQuery(rawQuery string) string {
-	if !strings.Contains(rawQuery, "fields") && !strings.Contains(rawQuery, "key=") {
+	if rawQuery == "" || !anyParam(rawQuery, notUpstream) {
 		return rawQuery
 	}
 	kept := make([]string, 0, strings.Count(rawQuery, "&")+1)
-	for _, param := range strings.Split(rawQuery, "&") {
-		name, value, _ := strings.Cut(param, "=")
-		name, err := url.QueryUnescape(name)
-		if err == nil && (name == "fields" || name == "$fields") {
-			continue
+	for p := range requestbody.QueryParams(rawQuery) {
+		if !notUpstream(p) {
+			kept = append(kept, p.Raw)
 		}
-		if value, verr := url.QueryUnescape(value); err == nil && verr == nil && (name == "key" || name == "api-key") && credential.IsTollgateToken(value) {
-			continue
-		}
-		kept = append(kept, param)
 	}
 	return strings.Join(kept, "&")
+}
+
+// anyParam tells whether a parameter of the query is one f tells.
+func anyParam(rawQuery string, f func(requestbody.QueryParam) bool) bool {
+	for p := range requestbody.QueryParams(rawQuery) {
+		if f(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// notUpstream tells whether a query parameter is left out of the upstream's query
+// (upstreamQuery).
+func notUpstream(p requestbody.QueryParam) bool {
+	return requestbody.ResponseFieldMask(p.Name) || credential.IsTollgateToken(p.Value)
 }
 
 // upstreamHeader fills out, the header the upstream gets: the client's (in), without
 // hop-by-hop headers, the member's credential and any X-Service-* header, with the
 // provider's credential (cred, in the route's header) and the admitted request's id. A
 // WebSocket handshake's own headers (Sec-WebSocket-*) are left out too: the upstream
-// handshake makes its own.
+// handshake makes its own. So are the method overrides (X-HTTP-Method-Override, which
+// every Google API reads as a system parameter, X-HTTP-Method, X-Method-Override): the
+// request is judged by its own method (requestbody.Unbilled and Deferred: a PUT is not
+// charged and never deferred), and must run as that method, not as a POST a header
+// names.
 func (p *proxied) upstreamHeader(out, in http.Header, cred string, webSocket bool) {
 	copyHeaders(out, in)
 	out.Del("Authorization")
@@ -1083,6 +1096,9 @@ func (p *proxied) upstreamHeader(out, in http.Header, cred string, webSocket boo
 	out.Del("Api-Key")
 	out.Del("Content-Length")
 	out.Del("X-Goog-Fieldmask") // upstreamQuery
+	out.Del("X-Http-Method-Override")
+	out.Del("X-Http-Method")
+	out.Del("X-Method-Override")
 	for k := range out {
 		if strings.HasPrefix(k, "X-Service-") || webSocket && strings.HasPrefix(k, "Sec-Websocket-") {
 			delete(out, k)

@@ -2,8 +2,10 @@
 // request body before it goes upstream, whichever front door saw it (the ext_proc
 // request-body filter, the gateway): asking an OpenAI chat-completions stream for its
 // usage (WithIncludeUsage) and keeping a model name only when it is safe to carry
-// (CleanModel), telling the endpoints the providers do not charge (Unbilled), and
-// decoding a compressed body (Decode).
+// (CleanModel), telling the endpoints the providers do not charge (Unbilled),
+// decoding a compressed body (Decode), and reading the request's query as the providers
+// read it (QueryParams; UnreadableAnswer, ResponseFieldMask: Google's system parameters
+// that would hide the usage).
 package requestbody
 
 import (
