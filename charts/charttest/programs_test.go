@@ -161,6 +161,7 @@ func TestChartRefusesWhatTheProgramsRefuse(t *testing.T) {
 	helm, _ := needTools(t)
 	retention := []string{"--set", "controlplane.retention.interval=24h"}
 	sidecar := []string{"--set", "enforcer.mode=sidecar"}
+	gateway := []string{"--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com"}
 	for _, tc := range []struct {
 		program, value, env string
 		args                []string // besides the value
@@ -184,6 +185,11 @@ func TestChartRefusesWhatTheProgramsRefuse(t *testing.T) {
 		// Without an interval serve runs no retention and reads no age.
 		{"controlplane", "controlplane.retention.age", "TOLLGATE_RETENTION_AGE", nil, []string{"168h"}},
 		{"controlplane", "controlplane.retention.age", "TOLLGATE_RETENTION_AGE", []string{"--set", "controlplane.retention.interval=0s"}, []string{"168h"}},
+		// The gateway's timeouts: positive (0s was rendered and refused at start).
+		{"enforcer", "enforcer.gateway.connectTimeout", "TOLLGATE_GATEWAY_CONNECT_TIMEOUT", gateway, []string{"0s", "0ms", "1ns", "10s"}},
+		{"enforcer", "enforcer.gateway.headerTimeout", "TOLLGATE_GATEWAY_HEADER_TIMEOUT", gateway, []string{"0s", "1ms", "10m"}},
+		{"enforcer", "enforcer.gateway.idleTimeout", "TOLLGATE_GATEWAY_IDLE_TIMEOUT", gateway, []string{"0s", "1ms", "5m"}},
+		{"enforcer", "enforcer.gateway.bodyTimeout", "TOLLGATE_GATEWAY_BODY_TIMEOUT", gateway, []string{"0s", "0.0s", "1ms", "30s"}},
 	} {
 		for _, v := range tc.values {
 			args := append(slices.Clone(tc.args), "--set", tc.value+"="+v)

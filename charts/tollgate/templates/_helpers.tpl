@@ -515,6 +515,10 @@ answered 503 busy.
 {{- fail "secrets.gatewayUpstreamAuthorization is the credential of enforcer.gateway.upstream, which is empty; give each of enforcer.gateway.routes its credentialSecret" }}
 {{- end }}
 {{- include "tollgate.gateway.checkMemory" $root }}
+{{- /* enforcer/app/gateway_config.go refuses a timeout that is not positive. */}}
+{{- range $key, $env := dict "connectTimeout" "CONNECT" "headerTimeout" "HEADER" "idleTimeout" "IDLE" "bodyTimeout" "BODY" }}
+{{- include "tollgate.checkDuration" (dict "value" (get $g $key) "values" (printf "enforcer.gateway.%s" $key) "program" "enforcer" "min" "1ns" "problem" (printf "TOLLGATE_GATEWAY_%s_TIMEOUT: must be positive" $env)) }}
+{{- end }}
 - name: TOLLGATE_GATEWAY_ADDR
   value: "0.0.0.0:{{ $g.port }}"
 {{- if $g.upstream }}
