@@ -81,6 +81,74 @@ func TestGatewayAlertsFire(t *testing.T) {
 	}
 }
 
+// TestPendingStartsAlertCountsEachStartOnce: tollgate_controlplane_accounting_pending_starts
+// is the count of durable starts not yet settled in the whole database
+// (store.CountPendingStarts, refreshed by every control plane's mirror maintenance), so
+// every control plane replica (2 by default in the chart) exports the same number.
+// TollgatePendingStartsGrowing summed it over the replicas: with 2 replicas it fired at
+// 5001 pending starts instead of 10001, and its description reported twice the real
+// number. Here two control planes each report the database's count: 6000 growing to
+// 6350 over 70 minutes must not fire; 10500 growing to 10850 fires once its `for` has
+// passed, one alert reporting 10850.
+func TestPendingStartsAlertCountsEachStartOnce(t *testing.T) {
+	tool := promtool(t)
+	var rf ruleFile
+	readYAML(t, "prometheus/alerts.yaml", &rf)
+	type rule struct {
+		Alert  string            `yaml:"alert"`
+		Expr   string            `yaml:"expr"`
+		For    string            `yaml:"for,omitempty"`
+		Labels map[string]string `yaml:"labels"`
+	}
+	var rules []rule
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "TollgatePendingStartsGrowing" {
+				rules = append(rules, rule{r.Alert, r.Expr, r.For, r.Labels})
+			}
+		}
+	}
+	if len(rules) != 1 {
+		t.Fatal("no TollgatePendingStartsGrowing")
+	}
+	pending := func(instance, values string) map[string]string {
+		return map[string]string{"series": `tollgate_controlplane_accounting_pending_starts{job="controlplane",instance="` + instance + `"}`,
+			"values": values}
+	}
+	for _, tc := range []struct {
+		name, values string
+		fires        bool
+	}{
+		{"6000 growing", "6000+5x70", false},
+		{"10500 growing", "10500+5x70", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeYAML(t, filepath.Join(dir, "rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "g", "rules": rules}}})
+			exp := []any{}
+			if tc.fires {
+				exp = append(exp, map[string]any{"exp_labels": rules[0].Labels})
+			}
+			writeYAML(t, filepath.Join(dir, "test.yaml"), map[string]any{
+				"rule_files":          []string{"rules.yaml"},
+				"evaluation_interval": "1m",
+				"tests": []any{map[string]any{
+					"interval":     "1m",
+					"input_series": []any{pending("cp-1:9090", tc.values), pending("cp-2:9090", tc.values)},
+					"alert_rule_test": []any{
+						map[string]any{"eval_time": "70m", "alertname": "TollgatePendingStartsGrowing", "exp_alerts": exp},
+					},
+				}},
+			})
+			cmd := exec.Command(tool, "test", "rules", "test.yaml")
+			cmd.Dir = dir
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("two control planes each report %s pending starts (the database's count); want TollgatePendingStartsGrowing (> 10000) firing: %v:\n%s", tc.values, tc.fires, out)
+			}
+		})
+	}
+}
+
 func writeYAML(t *testing.T, path string, v any) {
 	t.Helper()
 	b, err := yaml.Marshal(v)

@@ -292,6 +292,10 @@ func TestMetricsCheckerCatchesDrift(t *testing.T) {
 		// A value pinned on a series nobody pre-creates: No data until it happens.
 		{`sum(rate(tollgate_controlplane_http_requests_total{code="500"}[5m]))`, "has no series until it first happens"},
 		{`tollgate_enforcer_settlements_total{outcome=~"abandoned|lost"}`, "outcome is never lost"},
+		// A gauge of the whole database, exported alike by every control plane: summed
+		// over 2 replicas, TollgatePendingStartsGrowing fired at half its threshold.
+		{`sum(tollgate_controlplane_accounting_pending_starts) > 10000`, "sum() of tollgate_controlplane_accounting_pending_starts, a value of the whole database"},
+		{`max(tollgate_controlplane_accounting_pending_starts) > 10000`, ""},
 	}
 	for _, tc := range tests {
 		got := strings.Join(checkExpr(tc.expr), "; ")

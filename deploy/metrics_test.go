@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -51,7 +52,13 @@ type family struct {
 	series []map[string]string
 	// prometheus: a series Prometheus makes itself (up), not a program.
 	prometheus bool
+	// sameEverywhere: a value of the whole database, which every replica exports
+	// alike (its help says sameEverywhere); a sum over the replicas multiplies it.
+	sameEverywhere bool
 }
+
+// sameEverywhere, in a metric's help, marks a value every replica exports alike.
+const sameEverywhere = "the same on every control plane"
 
 // targetLabels are the labels Prometheus adds to every scraped series (static and
 // Kubernetes service discovery with the usual relabeling).
@@ -104,7 +111,7 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 }
 
 // reDesc reads a prometheus.Desc's String(): client_golang exports no accessors.
-var reDesc = regexp.MustCompile(`(?s)^Desc\{fqName: "((?:[^"\\]|\\.)*)", help: .*, variableLabels: \{([^{}]*)\}\}$`)
+var reDesc = regexp.MustCompile(`(?s)^Desc\{fqName: "((?:[^"\\]|\\.)*)", help: ("(?:[^"\\]|\\.)*"), .*variableLabels: \{([^{}]*)\}\}$`)
 
 // registered builds p's metrics on a fresh registry and reads them back.
 func registered(p program) ([]*family, error) {
@@ -130,8 +137,12 @@ func registered(p program) ([]*family, error) {
 			if sub == nil {
 				return nil, fmt.Errorf("cannot read %s (has client_golang changed Desc.String?)", d)
 			}
-			f := &family{name: sub[1], program: p.name}
-			for _, l := range strings.Split(sub[2], ",") {
+			help, err := strconv.Unquote(sub[2])
+			if err != nil {
+				return nil, fmt.Errorf("cannot read the help of %s: %v", sub[1], err)
+			}
+			f := &family{name: sub[1], program: p.name, sameEverywhere: strings.Contains(help, sameEverywhere)}
+			for _, l := range strings.Split(sub[3], ",") {
 				if l = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(l), "c("), ")"); l != "" {
 					f.labels = append(f.labels, l)
 				}
@@ -369,6 +380,15 @@ func (c *checker) walk(e metricsql.Expr, x context) []string {
 		var in []string
 		for _, a := range e.Args {
 			in = union(in, c.walk(a, x))
+		}
+		if strings.ToLower(e.Name) == "sum" {
+			for _, a := range e.Args {
+				for _, me := range selectors(a) {
+					if s, problem := resolve(c.cat, nameOf(me)); problem == "" && s.f.sameEverywhere {
+						c.add("sum() of %s, a value of the whole database that every replica of the %s exports alike: use max()", s.name, s.f.program)
+					}
+				}
+			}
 		}
 		mod := strings.ToLower(e.Modifier.Op)
 		for _, l := range e.Modifier.Args {

@@ -149,7 +149,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Settlements quarantined without a snapshot, applied by the ledger when their request's settlement with its snapshot created the event."}),
 	}
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_controlplane_accounting_pending_starts",
-		Help: "Durable starts not yet settled, across all members (refreshed periodically)."},
+		Help: "Durable starts not yet settled in the whole database, across all members: the same on every control plane (aggregate with max, not sum); refreshed by each one's mirror maintenance."},
 		func() float64 { return float64(m.pending.Load()) })
 	reg.MustRegister(m.HTTPRequests, m.HTTPDuration, m.Settlements, m.Starts, m.StartBatches, m.BatchSize, m.BatchDuration,
 		m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, m.Receipts, m.Unpriced, m.Adjusted, pending,
