@@ -9,6 +9,7 @@ import (
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate-dev/tollgate/enforcer/extproc"
+	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 )
 
 // TestEnvoyConfig loads deploy/envoy/envoy.yaml into Envoy's own Bootstrap
@@ -118,11 +120,36 @@ func TestEnvoyConfig(t *testing.T) {
 	}
 }
 
+// TestEnvoyEjectsADrainingEnforcerBeforeItCloses: on SIGTERM the enforcer answers gRPC
+// health NOT_SERVING and keeps its listeners open for TOLLGATE_SHUTDOWN_DELAY (5s by
+// default); Envoy ejects it at the first health check that gets that answer (the
+// unhealthy threshold counts only timeouts and refused connections), so the check's
+// interval plus its timeout must fit in the delay. With an interval of 5s and a timeout
+// of 0.5s Envoy took up to 5.5s, and sent new checks to listeners already closed.
+func TestEnvoyEjectsADrainingEnforcerBeforeItCloses(t *testing.T) {
+	ref := loadEnvoyConfig(t)
+	var grpcChecks int
+	for _, hc := range ref.enforcer.GetHealthChecks() {
+		if hc.GetGrpcHealthCheck() == nil {
+			continue
+		}
+		grpcChecks++
+		if took := hc.GetInterval().AsDuration() + hc.GetTimeout().AsDuration(); took >= lifecycle.DefaultShutdownDelay {
+			t.Errorf("the enforcer's gRPC health check every %v (timeout %v) learns of a drain up to %v after it began, not within the enforcer's default shutdown delay (%v)",
+				hc.GetInterval().AsDuration(), hc.GetTimeout().AsDuration(), took, lifecycle.DefaultShutdownDelay)
+		}
+	}
+	if grpcChecks != 1 {
+		t.Fatalf("the tollgate_enforcer cluster has %d gRPC health checks, want 1 (the drain is told by gRPC health)", grpcChecks)
+	}
+}
+
 // envoyConfig is what the tests read of deploy/envoy/envoy.yaml: its listener, its
 // ext_authz and ext_proc filters in their order (the filters' config types, by
-// their last name), and the headers its routes remove.
+// their last name), the headers its routes remove, and the enforcer's cluster.
 type envoyConfig struct {
 	listener *listenerv3.Listener
+	enforcer *clusterv3.Cluster
 	authz    *extauthzv3.ExtAuthz
 	procs    []*extprocv3.ExternalProcessor
 	order    []string
@@ -154,14 +181,17 @@ func loadEnvoyConfig(t *testing.T) envoyConfig {
 		t.Fatalf("envoy.yaml fails Envoy's validation rules: %v", err)
 	}
 
+	var ref envoyConfig
 	clusters := map[string]bool{}
 	for _, c := range bs.GetStaticResources().GetClusters() {
 		clusters[c.GetName()] = true
+		if c.GetName() == "tollgate_enforcer" {
+			ref.enforcer = c
+		}
 	}
 	if !clusters["tollgate_enforcer"] {
 		t.Fatal("no tollgate_enforcer cluster")
 	}
-	var ref envoyConfig
 	for _, l := range bs.GetStaticResources().GetListeners() {
 		ref.listener = l
 		for _, fc := range l.GetFilterChains() {

@@ -154,7 +154,7 @@ func TestReadinessFollowsTheControlPlane(t *testing.T) {
 // TestDrainingEnforcerStillAnswersNewConnections: on SIGTERM the enforcer reports
 // not-ready (/readyz "draining", gRPC health NOT_SERVING) so that Envoy's health checks
 // (deploy/envoy/envoy.yaml), the endpoints controller and kube-proxy move traffic away.
-// Those signals take seconds to propagate (Envoy: a health check every 5s; Kubernetes: a
+// Those signals take seconds to propagate (Envoy: a health check every 2s; Kubernetes: a
 // readiness probe, then the endpoint's removal), so for TOLLGATE_SHUTDOWN_DELAY a new
 // connection is still answered (a NOT_SERVING health status, a check), not refused.
 // An ext_proc stream left open keeps the process draining: without the delay its
