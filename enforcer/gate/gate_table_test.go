@@ -468,7 +468,7 @@ func gateCases() []gateCase {
 			// USD/M: 11,310 + 25,600.
 			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 514+36_910, "worst_case" })},
 		{name: "reserving policy, a body not read on a path naming its model: the policy's amount", setup: rec(reservingRecord),
-			body: "\x12\x03\x0a\x01x", path: "/v1beta/models/gemini-2.5-pro:generateContent?alt=proto",
+			body: "\x12\x03\x0a\x01x", path: "/v1beta/models/gemini-2.5-pro:generateContent",
 			// its input is unknown and may be large: the model's output alone would understate it
 			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "no_body" })},
 		{name: "policy without reservations: the body changes nothing", body: worstCaseBody, want: admitted("within_limit")},

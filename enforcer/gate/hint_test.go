@@ -60,7 +60,7 @@ func TestUnreadBodyHintNamesThePathModel(t *testing.T) {
 		name, body, path, model string
 		regional                bool
 	}{
-		{"protobuf to Gemini", "\x12\x0b\x0a\x09\x12\x07\x0a\x05hello", "/v1beta/models/gemini-2.5-pro:generateContent?alt=proto", "gemini-2.5-pro", false},
+		{"protobuf to Gemini", "\x12\x0b\x0a\x09\x12\x07\x0a\x05hello", "/v1beta/models/gemini-2.5-pro:generateContent", "gemini-2.5-pro", false},
 		{"protobuf to Vertex AI in a region", "\x12\x03\x0a\x01x",
 			"/v1/projects/p/locations/us-east5/publishers/google/models/gemini-2.5-pro:generateContent", "gemini-2.5-pro", true},
 		{"no body to Bedrock", "", "/model/anthropic.claude-opus-4-1-20250805-v1:0/invoke", "anthropic.claude-opus-4-1-20250805-v1:0", true},

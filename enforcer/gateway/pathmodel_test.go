@@ -62,18 +62,19 @@ func TestGeminiPathModelWinsOverBodyModel(t *testing.T) {
 // A request body Google takes in binary protobuf (Content-Type: application/x-protobuf)
 // is no JSON: nothing is estimated from it, but the model its path names is still the
 // one checked (its worst case reserved, the unpriced-model rule applied) and recorded
-// for the settlement.
+// for the settlement. (Its answer is asked in JSON: ?alt=proto is refused, the usage of
+// a protobuf answer being unreadable, TestAnswersTheUsageReaderCannotReadAreRefused.)
 func TestProtobufRequestStillNamesThePathModel(t *testing.T) {
 	var called atomic.Bool
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		called.Store(true)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write([]byte{0x1a, 0x06, 0x08, 0xe8, 0x07, 0x10, 0xac, 0x02})
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"usageMetadata":{"promptTokenCount":1000,"candidatesTokenCount":300}}`)
 	}))
 	defer up.Close()
 	e := newEnv(t, up.URL, gateway.Config{})
 	e.tracker.refuse = "gemini-2.5-pro" // stands for a model the organization refuses unpriced
-	res := post(t, e.front.URL+"/v1beta/models/gemini-2.5-pro:generateContent?alt=proto", "",
+	res := post(t, e.front.URL+"/v1beta/models/gemini-2.5-pro:generateContent", "",
 		"\x12\x0b\x0a\x09\x12\x07\x0a\x05hello", "X-Goog-Api-Key", "tgk_good", "Content-Type", "application/x-protobuf")
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
