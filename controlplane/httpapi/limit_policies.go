@@ -556,7 +556,7 @@ func (s *Server) createUsageAssignment(c *Call) error {
 				return errMemberNotFound()
 			}
 		case a.TeamID != nil:
-			if _, err := store.TeamInOrg(c.Ctx, tx, c.OrgID(), *a.TeamID); errors.Is(err, store.ErrNotFound) {
+			if _, err := store.TeamInOrg(c.Ctx, tx, c.OrgID(), *a.TeamID, store.NoLock); errors.Is(err, store.ErrNotFound) {
 				return errTeamNotFound()
 			} else if err != nil {
 				return err

@@ -55,13 +55,15 @@ func errTeamNotFound() error {
 	return fault.NotFoundf("team_not_found", "No team with this id in the organization.")
 }
 
-// targetTeam reads the team named in the path.
-func (c *Call) targetTeam(q store.Querier) (store.Team, error) {
+// targetTeam reads the team named in the path, locking its row (see store.TeamInOrg):
+// ForShare to change who is in it, ForNoKeyUpdate to delete it. The lock comes before
+// the member's row lock and the usage lock, as everywhere.
+func (c *Call) targetTeam(tx pgx.Tx, lock store.Lock) (store.Team, error) {
 	id, err := c.pathID("teamId", typeid.Team)
 	if err != nil {
 		return store.Team{}, err
 	}
-	t, err := store.TeamInOrg(c.Ctx, q, c.OrgID(), id)
+	t, err := store.TeamInOrg(c.Ctx, tx, c.OrgID(), id, lock)
 	if errors.Is(err, store.ErrNotFound) {
 		return t, errTeamNotFound()
 	}
@@ -84,7 +86,7 @@ func (s *Server) addTeamMember(c *Call) error {
 	var team store.Team
 	err := c.Tx(func(tx pgx.Tx) error {
 		var err error
-		if team, err = c.targetTeam(tx); err != nil {
+		if team, err = c.targetTeam(tx, store.ForShare); err != nil {
 			return err
 		}
 		// FOR SHARE: a concurrent removal of the member waits for this add (and then
@@ -104,7 +106,7 @@ func (s *Server) addTeamMember(c *Call) error {
 		if err := c.Audit(tx, "team.member.add", team.ID, map[string]any{"memberId": *in.MemberID}); err != nil {
 			return err
 		}
-		team, err = store.TeamInOrg(c.Ctx, tx, c.OrgID(), team.ID)
+		team, err = store.TeamInOrg(c.Ctx, tx, c.OrgID(), team.ID, store.NoLock)
 		return err
 	})
 	if err != nil {
@@ -115,7 +117,7 @@ func (s *Server) addTeamMember(c *Call) error {
 
 func (s *Server) removeTeamMember(c *Call) error {
 	err := c.Tx(func(tx pgx.Tx) error {
-		team, err := c.targetTeam(tx)
+		team, err := c.targetTeam(tx, store.ForShare)
 		if err != nil {
 			return err
 		}
@@ -143,14 +145,17 @@ func (s *Server) removeTeamMember(c *Call) error {
 
 func (s *Server) deleteTeam(c *Call) error {
 	err := c.Tx(func(tx pgx.Tx) error {
-		team, err := c.targetTeam(tx)
+		team, err := c.targetTeam(tx, store.ForNoKeyUpdate)
 		if err != nil {
 			return err
 		}
-		if err := store.DeleteTeam(c.Ctx, tx, team.ID, c.now); err != nil {
+		// Fence the members the delete took out of the team, not those read above: a
+		// member's removal from the organization does not wait for the team's lock.
+		left, err := store.DeleteTeam(c.Ctx, tx, team.ID, c.now)
+		if err != nil {
 			return err
 		}
-		for _, m := range team.MemberIDs {
+		for _, m := range left {
 			if err := s.onTeamChanged(c, tx, team.ID, m); err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -351,8 +352,27 @@ func scanTeam(row pgx.Row) (Team, error) {
 	return t, notFound(err)
 }
 
-// TeamInOrg reads a live team of an organization with its member ids.
-func TeamInOrg(ctx context.Context, q Querier, orgID, teamID string) (Team, error) {
+// TeamInOrg reads a live team of an organization with its member ids, with an optional
+// lock on the team's row held until the caller's transaction ends:
+//
+//   - ForShare, before adding or removing a member: a concurrent delete (which locks the
+//     row ForNoKeyUpdate) waits for the change and then empties the team of whoever is
+//     in it, or, when it committed first, the team is not found.
+//   - ForNoKeyUpdate, before deleting the team: the lock its UPDATE takes. It lets
+//     inserts of rows that reference the team through (a policy assignment, written
+//     under the usage lock that the delete's fence takes next); FOR UPDATE would hold
+//     them off, and the two would wait for each other.
+func TeamInOrg(ctx context.Context, q Querier, orgID, teamID string, lock Lock) (Team, error) {
+	if lock != NoLock {
+		// A locking read cannot aggregate; the read that follows sees what committed
+		// before the lock was granted.
+		var id string
+		err := q.QueryRow(ctx, `SELECT id FROM teams WHERE organization_id = $1 AND id = $2 AND deleted_at IS NULL`+string(lock),
+			orgID, teamID).Scan(&id)
+		if err != nil {
+			return Team{}, notFound(err)
+		}
+	}
 	return scanTeam(q.QueryRow(ctx, teamSelect+` WHERE t.organization_id = $1 AND t.id = $2 AND t.deleted_at IS NULL
 		GROUP BY t.id`, orgID, teamID))
 }
@@ -381,13 +401,19 @@ func RemoveTeamMember(ctx context.Context, q Querier, teamID, memberID string) (
 	return tag.RowsAffected() == 1, err
 }
 
-// DeleteTeam marks a team deleted and empties it.
-func DeleteTeam(ctx context.Context, q Querier, teamID string, now time.Time) error {
+// DeleteTeam marks a team deleted, empties it and returns the ids of the members it took
+// out (sorted): they, and no one else, left the team now.
+func DeleteTeam(ctx context.Context, q Querier, teamID string, now time.Time) ([]string, error) {
 	if _, err := q.Exec(ctx, `UPDATE teams SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL`, teamID, now); err != nil {
-		return err
+		return nil, err
 	}
-	_, err := q.Exec(ctx, `DELETE FROM team_members WHERE team_id = $1`, teamID)
-	return err
+	rows, err := q.Query(ctx, `DELETE FROM team_members WHERE team_id = $1 RETURNING member_id`, teamID)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	slices.Sort(ids)
+	return ids, err
 }
 
 // APIKey is a member's long-lived credential (stored as a hash).
