@@ -65,12 +65,17 @@ const (
 	GuardLimitReserved
 	// GuardConcurrencyLimited: the member has the most requests in flight allowed.
 	GuardConcurrencyLimited
+	// GuardLimitSpent: settled spend alone reached a hard limit. The enforcer decided on
+	// a record that did not hold the last settlements yet; this is the specification's
+	// block (used >= allowance), which a status read corroborates, not a reservation
+	// that lifts when a request in flight finishes.
+	GuardLimitSpent
 )
 
 // GuardRefusal says what the guard saw when it refused.
 type GuardRefusal struct {
 	Verdict GuardVerdict
-	// The window of a GuardLimitReserved refusal.
+	// The window of a GuardLimitSpent or GuardLimitReserved refusal.
 	Timeframe window.Timeframe
 	WindowEnd int64 // Unix ms
 	Used      int64
@@ -81,19 +86,36 @@ type GuardRefusal struct {
 	MaxInFlight int32
 }
 
-// CheckGuard decides one start of snapshot s, with the member's cap maxInFlight (0: none). A spent limit is reported before a full cap: it is
-// the answer a member can act on (ask for an extension). Unlimited and soft windows never
-// refuse.
+// CheckGuard decides one start of snapshot s, with the member's cap maxInFlight (0: none).
+// A spent limit (settled spend alone at the allowance) is reported first, the window of
+// the latest reset among the spent ones (the block lasts until then), then a limit
+// reached with reservations, then a full cap: the spent limit is the answer a member can
+// act on (ask for an extension), and the others lift when a request in flight finishes.
+// Unlimited and soft windows never refuse.
 func CheckGuard(s Snapshot, maxInFlight int32, st GuardState) (GuardVerdict, GuardRefusal) {
+	var spent, reserved GuardRefusal
 	for _, b := range s.Buckets {
 		if !b.ReserveInFlight || !b.HardLimit || b.PolicyID == UnlimitedPolicyID {
 			continue
 		}
 		w := st.Windows[b.BucketID]
 		allowance := b.BaseMicroUSD + w.Extension
-		if satAdd(w.Used, w.Reserved) >= allowance {
-			return GuardLimitReserved, GuardRefusal{Verdict: GuardLimitReserved, Timeframe: b.Timeframe, WindowEnd: b.WindowEndUnixMs,
-				Used: w.Used, Reserved: w.Reserved, Allowance: allowance, InFlight: st.InFlight, MaxInFlight: maxInFlight}
+		r := GuardRefusal{Timeframe: b.Timeframe, WindowEnd: b.WindowEndUnixMs,
+			Used: w.Used, Reserved: w.Reserved, Allowance: allowance, InFlight: st.InFlight, MaxInFlight: maxInFlight}
+		switch {
+		case w.Used >= allowance:
+			if spent.Verdict == GuardAdmits || r.WindowEnd > spent.WindowEnd {
+				r.Verdict = GuardLimitSpent
+				spent = r
+			}
+		case satAdd(w.Used, w.Reserved) >= allowance && reserved.Verdict == GuardAdmits:
+			r.Verdict = GuardLimitReserved
+			reserved = r
+		}
+	}
+	for _, r := range []GuardRefusal{spent, reserved} {
+		if r.Verdict != GuardAdmits {
+			return r.Verdict, r
 		}
 	}
 	if maxInFlight > 0 && st.InFlight >= int64(maxInFlight) {

@@ -88,6 +88,10 @@ func guardAnswer(r *internalv1.StartResult, g accounting.GuardRefusal) {
 		r.Outcome = internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED
 		r.Message = fmt.Sprintf("usage_limit_reserved: the %s limit of %s USD is reached by %s USD settled and %s USD reserved by %d requests in flight",
 			g.Timeframe, money.FormatUSD(g.Allowance), money.FormatUSD(g.Used), money.FormatUSD(g.Reserved), g.InFlight)
+	case accounting.GuardLimitSpent:
+		r.Outcome = internalv1.StartOutcome_START_OUTCOME_LIMIT_EXCEEDED
+		r.Message = fmt.Sprintf("usage_limit_exceeded: the %s limit of %s USD is spent: %s USD settled",
+			g.Timeframe, money.FormatUSD(g.Allowance), money.FormatUSD(g.Used))
 	case accounting.GuardConcurrencyLimited:
 		r.Outcome = internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED
 		r.Message = fmt.Sprintf("concurrency_limited: %d requests in flight, the most the member's policy allows", g.InFlight)

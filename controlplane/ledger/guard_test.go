@@ -102,6 +102,43 @@ func TestGuardReservesInFlightSpend(t *testing.T) {
 	at.Check(t, e.Store)
 }
 
+// TestGuardRefusesASpentLimitAsExceeded: a guarded start made on a record that does not
+// hold the last settlement yet (the enforcer admitted it), when settled spend alone has
+// reached the allowance, is refused LIMIT_EXCEEDED (the enforcer answers the usage-limit
+// block), not LIMIT_RESERVED (a 429 that says retry in a second, until the record catches
+// up); a start that only reservations refuse stays LIMIT_RESERVED.
+func TestGuardRefusesASpentLimitAsExceeded(t *testing.T) {
+	t.Parallel()
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	now := e.Clock.Now()
+	first, second := guardedStart(at.ReqID(), org, m, now, 30_000, 0), guardedStart(at.ReqID(), org, m, now, 30_000, 0)
+	for _, it := range []*internalv1.StartItem{first, second} {
+		if r := start1(t, e, it); r.GetOutcome() != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+			t.Fatalf("start %v", r)
+		}
+	}
+	// 90,000 settled + 30,000 reserved: the reservations refuse, settled spend alone does not.
+	if s := settle1(t, e, &internalv1.SettleItem{RequestId: first.GetRequestId(), UpstreamCostMicroUsd: at.Cost(90_000), Complete: true, Model: "m"}); s.GetOutcome() != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("settle %v", s)
+	}
+	if r := start1(t, e, guardedStart(at.ReqID(), org, m, now, 30_000, 0)); r.GetOutcome() != internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED {
+		t.Fatalf("at 90,000 settled and 30,000 reserved: %v", r)
+	}
+	// 100,000 settled: the limit is spent.
+	if s := settle1(t, e, &internalv1.SettleItem{RequestId: second.GetRequestId(), UpstreamCostMicroUsd: at.Cost(10_000), Complete: true, Model: "m"}); s.GetOutcome() != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("settle %v", s)
+	}
+	r := start1(t, e, guardedStart(at.ReqID(), org, m, now, 30_000, 0))
+	g := r.GetGuard()
+	if r.GetOutcome() != internalv1.StartOutcome_START_OUTCOME_LIMIT_EXCEEDED || g.GetTimeframe() != "day" || g.GetUsedMicroUsd() != 100_000 ||
+		g.GetAllowanceMicroUsd() != 100_000 || g.GetWindowEndUnixMs() == 0 {
+		t.Fatalf("at 100,000 settled: %v, want LIMIT_EXCEEDED for the day at 100,000 of 100,000", r)
+	}
+	at.Check(t, e.Store)
+}
+
 // TestGuardCapsRequestsInFlight: at most maxInFlight starts of a member pending at once,
 // whatever the concurrency; a settlement frees a place.
 func TestGuardCapsRequestsInFlight(t *testing.T) {

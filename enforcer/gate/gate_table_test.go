@@ -482,6 +482,15 @@ func gateCases() []gateCase {
 				AllowanceMicroUsd: 50_000, InFlight: 2}
 		}, want: want{status: 429, decision: "blocked", reason: "usage_reserved", headers: headersReserved,
 			code: "service_gateway_in_flight_reserved", detail: "in_flight_reserved", starts: 1}},
+		// Settled spend alone at the limit in Postgres, after a record that did not hold
+		// the last settlement yet admitted: the specification's block, as a fresh
+		// record's would be (blocked, Retry-After to the day's reset, X-Should-Retry
+		// false), never the retry-in-a-second 429 of reservations.
+		{name: "settled spend alone reaches the limit at the start (the record lagged): the usage-limit block", setup: func(f *fakes, _ *gate.Gate) {
+			f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_LIMIT_EXCEEDED}
+			f.starts.guard = &internalv1.GuardRefusal{Timeframe: "day", UsedMicroUsd: 100, ReservedMicroUsd: 20,
+				AllowanceMicroUsd: 100, InFlight: 1}
+		}, want: with(blocked, func(w *want) { w.starts = 1 })},
 		{name: "concurrency cap full at the start: 429 keeping the usage state", setup: func(f *fakes, _ *gate.Gate) {
 			f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED}
 			f.starts.guard = &internalv1.GuardRefusal{InFlight: 3, MaxInFlight: 3}
@@ -992,4 +1001,42 @@ func credentialsFrom(kv ...string) *gate.Credentials {
 func withQuery(c *gate.Credentials, rawQuery string) *gate.Credentials {
 	c.AddQuery(rawQuery)
 	return c
+}
+
+// TestSpentLimitAtTheStartListsTheWindow: the block answered for a start the guard
+// refused because settled spend alone reached the limit (the record the check decided
+// on lagged) lists that window as exhausted with the spend and allowance the control
+// plane read, as a fresh record's block would, and names its reset.
+func TestSpentLimitAtTheStartListsTheWindow(t *testing.T) {
+	f := newFakes()
+	g := gate.New(gate.Deps{Identity: f.ids, Records: f.records, Starts: f.starts, Settle: f.settle, Inflight: f.tracker,
+		Clock: clock.NewManual(now), Metrics: metrics.New(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_LIMIT_EXCEEDED}
+	f.starts.guard = &internalv1.GuardRefusal{Timeframe: "day", UsedMicroUsd: 130, AllowanceMicroUsd: 100}
+	a, err := g.CheckRequest(context.Background(), gate.Credentials{APIKey: "tgk_key"}, gate.Hint{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Error struct {
+			Code    string
+			Details struct {
+				ExhaustedBuckets []struct {
+					Timeframe                       string
+					UsedMicroUSD, AllowanceMicroUSD int64
+					ResetAt                         string
+				}
+				RetryAt string
+			}
+		}
+	}
+	if err := json.Unmarshal(a.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	d := body.Error.Details
+	if a.Reason != gate.ReasonUsageLimit || a.UsageState != "blocked" || body.Error.Code != "service_gateway_usage_limit_exceeded" ||
+		len(d.ExhaustedBuckets) != 1 || d.ExhaustedBuckets[0].Timeframe != "day" || d.ExhaustedBuckets[0].UsedMicroUSD != 130 ||
+		d.ExhaustedBuckets[0].AllowanceMicroUSD != 100 || d.ExhaustedBuckets[0].ResetAt != d.RetryAt || d.RetryAt != "2026-09-17T05:00:00Z" {
+		t.Fatalf("answered %s (%s): %s", a.Reason, a.UsageState, a.Body)
+	}
 }

@@ -33,7 +33,8 @@ type concurrencyDetails struct {
 
 // guardRefusal is the 429 of a start the control plane's in-flight guard refused, in
 // usage state state (the member's, from the decision that admitted it: never blocked,
-// since a spent limit is refused before any start).
+// since a limit spent in that record is refused before any start, and one spent in
+// Postgres only is spentRefusal's).
 func guardRefusal(res startq.Result, state decision.State) Answer {
 	g := res.Guard
 	if res.Outcome == internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED {
@@ -65,4 +66,29 @@ func plural(n int64, noun string) string {
 		return "1 " + noun
 	}
 	return strconv.FormatInt(n, 10) + " " + noun + "s"
+}
+
+// spentRefusal is the 429 of a start the guard refused because settled spend alone had
+// reached a hard limit (START_OUTCOME_LIMIT_EXCEEDED): d was decided on a record that did
+// not hold the last settlements yet. It is the specification's block, as d would have
+// been on a fresh record: the guard's window exhausted with the spend and allowance the
+// guard read, Retry-After until the latest reset among the exhausted hard windows, and
+// X-Should-Retry false. It is not kept (BlockedMembers): the record it corrects lags.
+func spentRefusal(res startq.Result, d *decision.Decision, orgID, memberID string, now time.Time) Answer {
+	g := res.Guard
+	fresh := *d
+	fresh.Result, fresh.State, fresh.RetryAt = decision.Blocked, decision.StateBlocked, time.Time{}
+	for i := range fresh.Buckets {
+		b := &fresh.Buckets[i]
+		if string(b.Window.Timeframe) == g.GetTimeframe() {
+			b.Used, b.Allowance, b.Exhausted = g.GetUsedMicroUsd(), g.GetAllowanceMicroUsd(), true
+		}
+		if b.Exhausted && b.HardLimit && b.Window.End.After(fresh.RetryAt) {
+			fresh.RetryAt = b.Window.End
+		}
+	}
+	if fresh.RetryAt.IsZero() {
+		fresh.RetryAt = time.UnixMilli(g.GetWindowEndUnixMs())
+	}
+	return blockedAnswer(decision.SecondsUntil(fresh.RetryAt, now), blockedBody(&fresh, orgID, memberID))
 }
