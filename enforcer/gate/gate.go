@@ -604,10 +604,13 @@ func (g *Gate) admit(ctx, calls context.Context, id *identity.Identity, d *decis
 		return Refusal(ReasonCaptureSuspended), false, nil
 	case internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED:
 		return Answer{}, true, nil
-	case internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED, internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED:
+	case internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED:
+		if g := res.Guard; g != nil && g.GetUsedMicroUsd() >= g.GetAllowanceMicroUsd() {
+			return spentRefusal(res, d, id.OrganizationID, id.MemberID, now), false, nil
+		}
 		return guardRefusal(res, d.State), false, nil
-	case internalv1.StartOutcome_START_OUTCOME_LIMIT_EXCEEDED:
-		return spentRefusal(res, d, id.OrganizationID, id.MemberID, now), false, nil
+	case internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED:
+		return guardRefusal(res, d.State), false, nil
 	}
 	g.Log.Error("control plane refused a write-ahead start", "request_id", reqID, "outcome", res.Outcome.String(), "message", res.Message)
 	return Refusal(ReasonStartRefused), false, nil

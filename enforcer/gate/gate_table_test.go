@@ -487,7 +487,7 @@ func gateCases() []gateCase {
 		// record's would be (blocked, Retry-After to the day's reset, X-Should-Retry
 		// false), never the retry-in-a-second 429 of reservations.
 		{name: "settled spend alone reaches the limit at the start (the record lagged): the usage-limit block", setup: func(f *fakes, _ *gate.Gate) {
-			f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_LIMIT_EXCEEDED}
+			f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED}
 			f.starts.guard = &internalv1.GuardRefusal{Timeframe: "day", UsedMicroUsd: 100, ReservedMicroUsd: 20,
 				AllowanceMicroUsd: 100, InFlight: 1}
 		}, want: with(blocked, func(w *want) { w.starts = 1 })},
@@ -1011,7 +1011,7 @@ func TestSpentLimitAtTheStartListsTheWindow(t *testing.T) {
 	f := newFakes()
 	g := gate.New(gate.Deps{Identity: f.ids, Records: f.records, Starts: f.starts, Settle: f.settle, Inflight: f.tracker,
 		Clock: clock.NewManual(now), Metrics: metrics.New(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_LIMIT_EXCEEDED}
+	f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED}
 	f.starts.guard = &internalv1.GuardRefusal{Timeframe: "day", UsedMicroUsd: 130, AllowanceMicroUsd: 100}
 	a, err := g.CheckRequest(context.Background(), gate.Credentials{APIKey: "tgk_key"}, gate.Hint{})
 	if err != nil {

@@ -69,7 +69,8 @@ func plural(n int64, noun string) string {
 }
 
 // spentRefusal is the 429 of a start the guard refused because settled spend alone had
-// reached a hard limit (START_OUTCOME_LIMIT_EXCEEDED): d was decided on a record that did
+// reached a hard limit (START_OUTCOME_LIMIT_RESERVED with the window's used_micro_usd at
+// its allowance_micro_usd, reserved aside): d was decided on a record that did
 // not hold the last settlements yet. It is the specification's block, as d would have
 // been on a fresh record: the guard's window exhausted with the spend and allowance the
 // guard read, Retry-After until the latest reset among the exhausted hard windows, and

@@ -97,10 +97,6 @@ const (
 	// The member has max_in_flight requests in flight (answer 429
 	// service_gateway_concurrency_limit_exceeded); guard says how many.
 	StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED StartOutcome = 7
-	// Settled spend alone reaches a hard limit the guard checks: the record the enforcer
-	// decided on did not hold the last settlements yet. Answer the usage-limit block (429
-	// service_gateway_usage_limit_exceeded, usage state blocked); guard says which window.
-	StartOutcome_START_OUTCOME_LIMIT_EXCEEDED StartOutcome = 8
 )
 
 // Enum value maps for StartOutcome.
@@ -114,7 +110,6 @@ var (
 		5: "START_OUTCOME_INVALID",
 		6: "START_OUTCOME_LIMIT_RESERVED",
 		7: "START_OUTCOME_CONCURRENCY_LIMITED",
-		8: "START_OUTCOME_LIMIT_EXCEEDED",
 	}
 	StartOutcome_value = map[string]int32{
 		"START_OUTCOME_UNSPECIFIED":         0,
@@ -125,7 +120,6 @@ var (
 		"START_OUTCOME_INVALID":             5,
 		"START_OUTCOME_LIMIT_RESERVED":      6,
 		"START_OUTCOME_CONCURRENCY_LIMITED": 7,
-		"START_OUTCOME_LIMIT_EXCEEDED":      8,
 	}
 )
 
@@ -1194,8 +1188,7 @@ func (x *StartRequest) GetItems() []*StartItem {
 // GuardRefusal is what an in-flight guard saw when it refused a start.
 type GuardRefusal struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The window whose limit the reservations reached (LIMIT_RESERVED), or settled spend
-	// alone (LIMIT_EXCEEDED).
+	// The window whose limit the reservations reached (LIMIT_RESERVED only).
 	Timeframe         string `protobuf:"bytes,1,opt,name=timeframe,proto3" json:"timeframe,omitempty"`
 	WindowEndUnixMs   int64  `protobuf:"varint,2,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
 	UsedMicroUsd      int64  `protobuf:"varint,3,opt,name=used_micro_usd,json=usedMicroUsd,proto3" json:"used_micro_usd,omitempty"`
@@ -1294,7 +1287,7 @@ type StartResult struct {
 	Message   string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	// The member's tracking version after the start.
 	TrackingVersion int64 `protobuf:"varint,4,opt,name=tracking_version,json=trackingVersion,proto3" json:"tracking_version,omitempty"`
-	// Set on LIMIT_RESERVED, LIMIT_EXCEEDED and CONCURRENCY_LIMITED.
+	// Set on LIMIT_RESERVED and CONCURRENCY_LIMITED.
 	Guard         *GuardRefusal `protobuf:"bytes,5,opt,name=guard,proto3" json:"guard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2508,7 +2501,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x0eCredentialKind\x12\x1f\n" +
 	"\x1bCREDENTIAL_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CREDENTIAL_KIND_API_KEY\x10\x01\x12\x1b\n" +
-	"\x17CREDENTIAL_KIND_SESSION\x10\x02*\xb2\x02\n" +
+	"\x17CREDENTIAL_KIND_SESSION\x10\x02*\x90\x02\n" +
 	"\fStartOutcome\x12\x1d\n" +
 	"\x19START_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16START_OUTCOME_RECORDED\x10\x01\x12\x1b\n" +
@@ -2517,8 +2510,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x1bSTART_OUTCOME_EPOCH_CHANGED\x10\x04\x12\x19\n" +
 	"\x15START_OUTCOME_INVALID\x10\x05\x12 \n" +
 	"\x1cSTART_OUTCOME_LIMIT_RESERVED\x10\x06\x12%\n" +
-	"!START_OUTCOME_CONCURRENCY_LIMITED\x10\a\x12 \n" +
-	"\x1cSTART_OUTCOME_LIMIT_EXCEEDED\x10\b*\x82\x01\n" +
+	"!START_OUTCOME_CONCURRENCY_LIMITED\x10\a*\x82\x01\n" +
 	"\vServiceTier\x12\x1c\n" +
 	"\x18SERVICE_TIER_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11SERVICE_TIER_FAST\x10\x01\x12\x1a\n" +
