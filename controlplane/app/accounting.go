@@ -70,7 +70,7 @@ func grpcCredentials(c Config) (credentials.TransportCredentials, error) {
 // resync rebuilds the Redis mirror once: a new generation, then every mirrored member's
 // record from Postgres.
 func resync(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
-	cfg, err := parseConfig("resync", args, getenv, stdio.Stderr, nil)
+	cfg, err := parseConfig("resync", args, getenv, stdio, nil)
 	if err != nil {
 		return err
 	}

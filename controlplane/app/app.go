@@ -47,6 +47,17 @@ type IO struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
+	// Program is the command a subcommand's -h names in its usage line ("Usage: tollgate
+	// migrate [flags]" when the tollgate CLI runs it); "controlplane" when empty.
+	Program string
+}
+
+// program is the command the usage lines name.
+func (stdio IO) program() string {
+	if stdio.Program == "" {
+		return "controlplane"
+	}
+	return stdio.Program
 }
 
 // Run runs the control plane with the given arguments (without the program name).
@@ -90,7 +101,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdio I
 func newLogger(c Config, w io.Writer) *slog.Logger { return logging.New(c.LogFormat, c.LogLevel, w) }
 
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
-	cfg, err := parseConfig("migrate", args, getenv, stdio.Stderr, nil)
+	cfg, err := parseConfig("migrate", args, getenv, stdio, nil)
 	if err != nil {
 		return err
 	}
@@ -135,7 +146,7 @@ func checkSchema(ctx context.Context, st *store.Store, log *slog.Logger, autoMig
 // it stays out of shell history and process listings.
 func bootstrapAdmin(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	var email, name string
-	cfg, err := parseConfig("bootstrap-admin", args, getenv, stdio.Stderr, func(fs *flag.FlagSet) {
+	cfg, err := parseConfig("bootstrap-admin", args, getenv, stdio, func(fs *flag.FlagSet) {
 		fs.StringVar(&email, "email", "", "the administrator's email (required)")
 		fs.StringVar(&name, "name", "Platform administrator", "display name when the user is created")
 	})
@@ -229,7 +240,7 @@ func forgetSessions(ctx context.Context, cfg Config, hashes [][]byte, stderr io.
 // the summary of what was removed and what was kept, by reason.
 func runRetention(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	var apply bool
-	cfg, err := parseConfig("retention", args, getenv, stdio.Stderr, func(fs *flag.FlagSet) {
+	cfg, err := parseConfig("retention", args, getenv, stdio, func(fs *flag.FlagSet) {
 		fs.BoolVar(&apply, "apply", false, "remove the data (default: preview only, nothing written)")
 	})
 	if err != nil {

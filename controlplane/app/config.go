@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/url"
 	"strings"
 	"time"
@@ -107,29 +106,29 @@ const (
 // subcommand is what a subcommand's -h says and which knobs it takes.
 type subcommand struct {
 	knobs knobs
-	usage string // the first lines of its -h, before its flags
+	usage string // the first lines of its -h, before its flags; %s is the program (IO.Program)
 }
 
 // subcommands are the control plane's subcommands (usage, in app.go, lists them).
 var subcommands = map[string]subcommand{
-	"serve": {allKnobs, `Usage: controlplane [serve] [flags]
+	"serve": {allKnobs, `Usage: %s [serve] [flags]
 
 Serves the REST API, the internal gRPC API for enforcers and the admin port (/healthz,
 /readyz, /metrics) until SIGTERM or SIGINT, then drains. Refuses a database whose schema
 lacks a migration of this build, unless --auto-migrate.`},
-	"migrate": {databaseKnobs | logKnobs, `Usage: controlplane migrate [flags]
+	"migrate": {databaseKnobs | logKnobs, `Usage: %s migrate [flags]
 
 Applies the embedded database migrations the database lacks, and exits.`},
-	"resync": {databaseKnobs | logKnobs | redisKnobs, `Usage: controlplane resync [flags]
+	"resync": {databaseKnobs | logKnobs | redisKnobs, `Usage: %s resync [flags]
 
 Rebuilds the enforcers' Redis mirror from Postgres under a new generation, and exits
 (a running control plane also does it by itself when Redis loses its data).`},
-	"bootstrap-admin": {databaseKnobs | logKnobs, `Usage: echo PASSWORD | controlplane bootstrap-admin --email E [flags]
+	"bootstrap-admin": {databaseKnobs | logKnobs, `Usage: echo PASSWORD | %s bootstrap-admin --email E [flags]
 
 Creates a platform administrator, or resets their password, so that a fresh install has
 its first one. The password is the first line of standard input, never a flag, so that
 it stays out of shell history and process listings.`},
-	"retention": {databaseKnobs | logKnobs | retentionKnobs, `Usage: controlplane retention [--apply] [flags]
+	"retention": {databaseKnobs | logKnobs | retentionKnobs, `Usage: %s retention [--apply] [flags]
 
 Removes request-level data older than --retention-age, in batches of --retention-batch
 rows, logging progress, and prints what it removed and what it kept and why: the raw
@@ -143,7 +142,8 @@ Without --apply it only previews. Serve can run it on a schedule
 // parseConfig builds the config of a subcommand from its flags and the environment, and
 // validates it, reporting every problem at once. Only the knobs the subcommand takes
 // (subcommands) are registered, read and validated; the others keep their zero values.
-func parseConfig(name string, args []string, getenv func(string) string, out io.Writer, extra func(*flag.FlagSet)) (Config, error) {
+// Its -h, and the usage a mistyped flag prints, go to stdio.Stderr.
+func parseConfig(name string, args []string, getenv func(string) string, stdio IO, extra func(*flag.FlagSet)) (Config, error) {
 	var c Config
 	var admins string
 	sub, ok := subcommands[name]
@@ -153,10 +153,11 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	k := sub.knobs
 	e := envflag.New(getenv)
 	env, durationEnv, intEnv, boolEnv := e.String, e.Duration, e.Int, e.Bool
-	fs := flag.NewFlagSet("controlplane "+name, flag.ContinueOnError)
+	out := stdio.Stderr
+	fs := flag.NewFlagSet(stdio.program()+" "+name, flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintf(out, "%s\n\nFlags (a variable named in a flag's help is its default):\n", sub.usage)
+		fmt.Fprintf(out, sub.usage+"\n\nFlags (a variable named in a flag's help is its default):\n", stdio.program())
 		fs.PrintDefaults()
 	}
 	if k&databaseKnobs != 0 {

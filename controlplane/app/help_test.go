@@ -45,6 +45,9 @@ func TestSubcommandHelpListsOnlyItsFlags(t *testing.T) {
 				t.Fatalf("%s -h: %v", tc.cmd, err)
 			}
 			help := out.String()
+			if usage, _, _ := strings.Cut(help, "\n"); !strings.Contains(usage, "controlplane "+strings.TrimPrefix(tc.cmd, "serve")) {
+				t.Errorf("%s -h does not name controlplane %s in its usage line:\n%s", tc.cmd, tc.cmd, help)
+			}
 			if !strings.HasPrefix(help, "Usage: ") || !strings.Contains(help, tc.says) {
 				t.Errorf("%s -h does not start with its usage and say what it does (%q):\n%s", tc.cmd, tc.says, help)
 			}
@@ -58,6 +61,20 @@ func TestSubcommandHelpListsOnlyItsFlags(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A subcommand's -h names the program that runs it (IO.Program): the tollgate CLI runs
+// migrate, resync and retention as its own commands.
+func TestSubcommandHelpNamesTheProgram(t *testing.T) {
+	for _, cmd := range []string{"migrate", "resync", "retention"} {
+		var out bytes.Buffer
+		if err := app.Run(context.Background(), []string{cmd, "-h"}, envOf(nil), app.IO{Stdout: &out, Stderr: &out, Program: "tollgate"}); err != nil {
+			t.Fatalf("%s -h: %v", cmd, err)
+		}
+		if !strings.HasPrefix(out.String(), "Usage: tollgate "+cmd+" [") || strings.Contains(out.String(), "controlplane") {
+			t.Errorf("%s -h run as tollgate:\n%s", cmd, out.String())
+		}
 	}
 }
 

@@ -36,7 +36,7 @@ import (
 // pool close last, once everything that uses them has stopped.
 func serve(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	var autoMigrate bool
-	cfg, err := parseConfig("serve", args, getenv, stdio.Stderr, func(fs *flag.FlagSet) {
+	cfg, err := parseConfig("serve", args, getenv, stdio, func(fs *flag.FlagSet) {
 		fs.BoolVar(&autoMigrate, "auto-migrate", false, "apply pending migrations at start instead of refusing to serve")
 	})
 	if err != nil {

@@ -40,6 +40,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 		return errors.New("a command is required")
 	}
 	cmd, rest := args[0], args[1:]
+	// The control plane's subcommands run here name this program in their -h.
+	cp := stdio
+	cp.Program = "tollgate"
 	var err error
 	switch cmd {
 	case "dev":
@@ -51,15 +54,15 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	case "reconcile":
 		err = reconcileCmd(ctx, rest, getenv, stdio)
 	case "retention":
-		err = app.Run(ctx, append([]string{"retention"}, rest...), getenv, stdio)
+		err = app.Run(ctx, append([]string{"retention"}, rest...), getenv, cp)
 	case "audit":
 		err = auditCmd(ctx, rest, getenv, stdio)
 	case "resync":
-		err = app.Run(ctx, append([]string{"resync"}, rest...), getenv, stdio)
+		err = app.Run(ctx, append([]string{"resync"}, rest...), getenv, cp)
 	case "bootstrap":
 		err = bootstrap(ctx, rest, getenv, stdio)
 	case "migrate":
-		err = app.Run(ctx, append([]string{"migrate"}, rest...), getenv, stdio)
+		err = app.Run(ctx, append([]string{"migrate"}, rest...), getenv, cp)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdio.Stdout, usage)
 		return nil

@@ -33,7 +33,9 @@ func flagNames(help string) []string {
 }
 
 // Each command's -h lists its own flags, and only those (migrate has no listen address,
-// resync no internal token), after a line or more saying what the command does.
+// resync no internal token), after a line or more saying what the command does. Its usage
+// line names the command as it is run here: "tollgate migrate", never "controlplane
+// migrate" (the control plane's subcommands run inside this program).
 func TestCommandHelpListsOnlyItsFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args  []string
@@ -61,6 +63,10 @@ func TestCommandHelpListsOnlyItsFlags(t *testing.T) {
 			help := out.String()
 			if !strings.HasPrefix(help, "Usage: ") || strings.Contains(help, "Usage of ") {
 				t.Errorf("tollgate %s does not start with its usage line:\n%s", name, help)
+			}
+			if usage, _, _ := strings.Cut(help, "\n"); !strings.Contains(usage, "tollgate "+strings.Join(tc.args[:len(tc.args)-1], " ")) ||
+				strings.Contains(help, "controlplane") {
+				t.Errorf("tollgate %s's usage does not name the command as it is run:\n%s", name, help)
 			}
 			if !strings.Contains(help, tc.says) {
 				t.Errorf("tollgate %s does not say what the command does (%q):\n%s", name, tc.says, help)
