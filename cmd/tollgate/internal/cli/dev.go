@@ -67,7 +67,7 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 		if err != nil {
 			return err
 		}
-		printDemo(stdio.Stdout, base, d, "", "")
+		printDemo(stdio.Stdout, base, d, "", "", false)
 		return nil
 	}
 
@@ -188,10 +188,8 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 			return stop(err)
 		}
 	}
-	printDemo(stdio.Stdout, base, d, proxyURL, token)
-	if blocked, err := (client{ctx: ctx, base: base}).memberBlocked(d); err == nil && blocked {
-		fmt.Fprintln(stdio.Stdout, "Note: the demo member already spent today's limit in an earlier run, so calls answer 429 at once.\n      `make run-fresh` starts over with an empty database.")
-	}
+	blocked, err := (client{ctx: ctx, base: base}).memberBlocked(d)
+	printDemo(stdio.Stdout, base, d, proxyURL, token, err == nil && blocked)
 	fmt.Fprintln(stdio.Stdout, "Press Ctrl-C to stop.")
 	select {
 	case <-ctx.Done():
@@ -279,7 +277,11 @@ func waitOK(ctx context.Context, url string, errc <-chan error) error {
 	return fmt.Errorf("%s did not answer 200 within 60s", url)
 }
 
-func printDemo(w io.Writer, base string, d demoOrg, proxyURL, token string) {
+// printDemo prints what runs and what to call: the addresses, the demo's users and
+// credentials, and curl commands. blocked says the member already spent today's limit
+// (an earlier run's calls): the inference calls are then not said to be admitted, and a
+// note after the banner says why they answer 429.
+func printDemo(w io.Writer, base string, d demoOrg, proxyURL, token string, blocked bool) {
 	line := strings.Repeat("-", 78)
 	fmt.Fprintf(w, "\n%s\nTollgate is running.\n\n", line)
 	fmt.Fprintf(w, "  REST API           %s   (docs: %s/docs)\n", base, base)
@@ -302,16 +304,23 @@ func printDemo(w io.Writer, base string, d demoOrg, proxyURL, token string) {
 	if proxyURL != "" {
 		call := fmt.Sprintf("curl -s -i %s/v1/chat/completions -H 'x-api-key: %s' -H 'content-type: application/json' -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'",
 			proxyURL, d.MemberKey, demo.Model)
-		fmt.Fprintf(w, "\nOne inference call through the proxy (admitted, 200):\n  %s\n", call)
+		admitted := " (admitted, 200)"
+		if blocked {
+			admitted = ""
+		}
+		fmt.Fprintf(w, "\nOne inference call through the proxy%s:\n  %s\n", admitted, call)
 		anthropic := fmt.Sprintf("curl -s %s/v1/messages -H 'x-api-key: %s' -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' -d '{\"model\":\"%s\",\"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'",
 			proxyURL, d.MemberKey, demo.AnthropicModel)
 		fmt.Fprintf(w, "\nThe same in Anthropic's Messages API (the official SDKs work too: base URL %s, the member's key as API key):\n  %s\n",
 			proxyURL, anthropic)
 		fmt.Fprintf(w, "\nKeep calling until the member's daily limit is spent (ends in 429 with X-Service-Error-Code):\n")
-		fmt.Fprintf(w, "  for i in $(seq 1 10); do curl -s -o /dev/null -D - %s/v1/chat/completions -H 'x-api-key: %s' -d '{\"model\":\"%s\"}' | grep -iE '^HTTP|^x-service'; sleep 0.2; done\n",
+		fmt.Fprintf(w, "  for i in $(seq 1 10); do curl -s -o /dev/null -D - %s/v1/chat/completions -H 'x-api-key: %s' -d '{\"model\":\"%s\"}' | grep -iE '^HTTP|^x-service|^retry-after'; sleep 0.2; done\n",
 			proxyURL, d.MemberKey, demo.Model)
 	}
 	fmt.Fprintf(w, "%s\n", line)
+	if blocked {
+		fmt.Fprintln(w, "Note: the demo member already spent today's limit in an earlier run, so calls answer 429 at once.\n      `make run-fresh` starts over with an empty database.")
+	}
 }
 
 // devSpoolDir is the demo enforcer's settlement spool (TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR
