@@ -7,9 +7,31 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
+
+// DelayHeader asks the fake upstream to wait that many milliseconds before it answers
+// (at most MaxDelay; a value that is no positive number of milliseconds answers at once),
+// so that requests stay in flight long enough to meet an in-flight guard's refusals. The
+// gateway passes it upstream like any header of the client's.
+const (
+	DelayHeader = "X-Demo-Delay-Ms"
+	MaxDelay    = 5 * time.Second
+)
+
+// delayOf is the wait a request asks for with DelayHeader, bounded by MaxDelay.
+func delayOf(r *http.Request) time.Duration {
+	ms, err := strconv.Atoi(strings.TrimSpace(r.Header.Get(DelayHeader)))
+	if err != nil || ms <= 0 {
+		return 0
+	}
+	if int64(ms) >= MaxDelay.Milliseconds() {
+		return MaxDelay
+	}
+	return time.Duration(ms) * time.Millisecond
+}
 
 // Model is the model the fake upstream answers as when a request names none. Its price
 // comes from the shipped price catalog (pkg/pricecatalog): `tollgate dev` sets no price.
@@ -36,6 +58,7 @@ const (
 // Upstream is a fake of OpenAI's chat completions (POST .../chat/completions) and
 // Anthropic's messages (POST .../messages), each as JSON or, with "stream": true, as
 // server-sent events, so both official SDKs can be tried through the demo's gateway.
+// It answers at once, or after the wait a request asks for (DelayHeader).
 // With SettleURL set (the forward-auth demo, whose proxy reads no usage) it reports
 // the usage of each answer to the enforcer's /settle under the request id the proxy
 // added.
@@ -54,6 +77,13 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotFound)
 		_, _ = io.WriteString(w, `{"error":{"type":"not_found_error","message":"the demo upstream serves POST /v1/chat/completions and POST /v1/messages only"}}`)
 		return
+	}
+	if d := delayOf(r); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			return
+		}
 	}
 	var in struct {
 		Model  string `json:"model"`
