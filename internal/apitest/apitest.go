@@ -56,6 +56,9 @@ var (
 	validatorOnce sync.Once
 	sharedDoc     libopenapi.Document
 	docErr        error
+	// validatorMu serializes validators' construction: NewValidator builds the shared
+	// document's model, which is not safe for two tests' Envs at once (-race saw it).
+	validatorMu sync.Mutex
 )
 
 // Options adjust the server of an Env.
@@ -85,7 +88,9 @@ func NewWith(t testing.TB, o Options) *Env {
 	if docErr != nil {
 		t.Fatalf("load OpenAPI document: %v", docErr)
 	}
+	validatorMu.Lock()
 	v, errs := validator.NewValidator(sharedDoc)
+	validatorMu.Unlock()
 	if len(errs) > 0 {
 		t.Fatalf("build OpenAPI validator: %v", errs)
 	}
