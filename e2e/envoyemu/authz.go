@@ -3,8 +3,10 @@ package envoyemu
 import (
 	"bytes"
 	"context"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,9 +70,6 @@ func (x *exchange) authz(f Filter) bool {
 	}
 
 	ok := resp.GetOkResponse()
-	if len(ok.GetQueryParametersToSet()) > 0 || len(ok.GetQueryParametersToRemove()) > 0 {
-		return x.refuse(errorf("ext_authz query parameter mutations are not emulated"))
-	}
 	// Envoy's order: the headers (with their append actions), then the removals.
 	for _, o := range ok.GetHeaders() {
 		v, err := authzValue(o)
@@ -93,7 +92,55 @@ func (x *exchange) authz(f Filter) bool {
 		}
 		x.respAdd = append(x.respAdd, respHeader{optionAction(o, false), o.GetHeader().GetKey(), v})
 	}
+	// The query last, as Envoy changes it after the headers.
+	if set, remove := ok.GetQueryParametersToSet(), ok.GetQueryParametersToRemove(); len(set) > 0 || len(remove) > 0 {
+		x.req.set(":path", mutateQuery(x.req.value(":path"), set, remove))
+	}
 	return true
+}
+
+// mutateQuery is path with an ext_authz answer's query_parameters_to_set and
+// query_parameters_to_remove applied as Envoy applies them (its ext_authz filter, with
+// Http::Utility::QueryParamsMulti): the query after the first "?" is read parameter by
+// parameter, split on "&" (an empty parameter between two "&" is one named "", a last
+// "&" ends it), each one's name and value as sent, never decoded (a parameter without
+// "=" has the value ""); each parameter to set replaces every parameter of its name (or
+// is added), then each name to remove removes every parameter of that name, compared as
+// sent (k%65y is not key). Once changed, the query is written again from a map sorted
+// by name: the names in byte order, each name's values in their order, "name=value"
+// joined with "&", and no "?" when none is left. Envoy writes it so whatever the answer
+// changed, even when it removed a name the query did not have.
+func mutateQuery(path string, set []*corev3.QueryParameter, remove []string) string {
+	base, query, _ := strings.Cut(path, "?")
+	params := map[string][]string{}
+	for start := 0; start < len(query); {
+		end := strings.IndexByte(query[start:], '&')
+		if end < 0 {
+			end = len(query)
+		} else {
+			end += start
+		}
+		name, value, _ := strings.Cut(query[start:end], "=")
+		params[name] = append(params[name], value)
+		start = end + 1
+	}
+	for _, p := range set {
+		params[p.GetKey()] = []string{p.GetValue()}
+	}
+	for _, name := range remove {
+		delete(params, name)
+	}
+	var b strings.Builder
+	b.WriteString(base)
+	sep := byte('?')
+	for _, name := range slices.Sorted(maps.Keys(params)) {
+		for _, v := range params[name] {
+			b.WriteByte(sep)
+			b.WriteString(name + "=" + v)
+			sep = '&'
+		}
+	}
+	return b.String()
 }
 
 // refuse answers 500 for an answer Envoy would have misapplied: the emulator's

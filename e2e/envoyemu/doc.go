@@ -16,8 +16,11 @@
 //     true). A denial goes back to the client
 //     as is: status (403 by default), headers, body. On OK the headers are applied with
 //     their append_action (or the deprecated append), then headers_to_remove (never a
-//     pseudo-header or host), in Envoy's order, and response_headers_to_add is kept for
-//     the client's response. A failed call follows failure_mode_allow / status_on_error.
+//     pseudo-header or host), in Envoy's order, response_headers_to_add is kept for
+//     the client's response, and last query_parameters_to_set and
+//     query_parameters_to_remove change the :path's query as Envoy's QueryParamsMulti
+//     does (names compared as sent, every parameter of a name replaced or removed, the
+//     query written again in its names' order: mutateQuery). A failed call follows failure_mode_allow / status_on_error.
 //   - ext_proc (envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor), not in
 //     observability mode: request headers, then (request_body_mode BUFFERED) the whole
 //     body in one message with end_of_stream, each answer awaited for message_timeout

@@ -390,6 +390,45 @@ func TestAuthzMutationsAsEnvoyAppliesThem(t *testing.T) {
 	}
 }
 
+// query_parameters_to_set and query_parameters_to_remove change the upstream's query as
+// Envoy's ext_authz filter does (Http::Utility::QueryParamsMulti): names compared as
+// sent, every parameter of a removed name gone, a set name's parameters replaced, and
+// the query written again in its names' byte order (a parameter without "=" gets one;
+// none left: no "?"). Before 2026-12-02 the emulator refused such answers.
+func TestAuthzQueryMutationsAsEnvoyAppliesThem(t *testing.T) {
+	for _, tc := range []struct {
+		name, query string
+		set         map[string]string
+		remove      []string
+		want        string // the upstream's request URI
+	}{
+		{"remove a key", "?z=1&key=tgk_a&alt=sse", nil, []string{"key"}, "/v1/x?alt=sse&z=1"},
+		{"names as sent", "?k%65y=tgk_a&key=AIza&%24fields=a", nil, []string{"k%65y", "%24fields"}, "/v1/x?key=AIza"},
+		{"every parameter of the name", "?key=tgk_a&b=2&key=AIza", nil, []string{"key"}, "/v1/x?b=2"},
+		{"a name the query lacks: the query still rewritten", "?b=2&flag&a=1&a=0", nil, []string{"key"}, "/v1/x?a=1&a=0&b=2&flag="},
+		{"nothing left", "?key=tgk_a", nil, []string{"key"}, "/v1/x"},
+		{"set, then remove", "?a=1&a=2&c=3", map[string]string{"a": "9", "b": "8", "c": "7"}, []string{"c"}, "/v1/x?a=9&b=8"},
+		{"no query", "", nil, []string{"key"}, "/v1/x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok := &authv3.OkHttpResponse{QueryParametersToRemove: tc.remove}
+			for k, v := range tc.set {
+				ok.QueryParametersToSet = append(ok.QueryParametersToSet, &corev3.QueryParameter{Key: k, Value: v})
+			}
+			e := setup(t, chain, &processor{check: admit(ok)}, &upstream{answer: []string{"ok"}})
+			if res, body := post(t, e.url+"/v1/x"+tc.query, `{}`, nil); res.StatusCode != 200 || body != "ok" {
+				t.Fatalf("%d %q %v", res.StatusCode, body, e.proxy.Problems())
+			}
+			if got := e.up.got[0].URL.RequestURI(); got != tc.want {
+				t.Fatalf("upstream got %s, want %s", got, tc.want)
+			}
+			if len(e.proxy.Problems()) != 0 {
+				t.Fatalf("problems %v", e.proxy.Problems())
+			}
+		})
+	}
+}
+
 func TestDenialGoesBackAsIs(t *testing.T) {
 	e := setup(t, chain, &processor{check: func(*authv3.CheckRequest) *authv3.CheckResponse {
 		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.ResourceExhausted)},
