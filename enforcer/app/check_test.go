@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -442,7 +443,8 @@ func TestAdmissionSwapsTheCredentialUpstream(t *testing.T) {
 	if got := enforcertest.MustHeader(t, ok.GetHeaders(), "authorization"); got != "Bearer sk-provider" {
 		t.Fatalf("authorization %q", got)
 	}
-	if rm := ok.GetHeadersToRemove(); len(rm) != 1 || rm[0] != "x-api-key" {
+	// The field mask and the method overrides are removed from every admission.
+	if rm := ok.GetHeadersToRemove(); !slices.Equal(rm, []string{"x-api-key", "x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override"}) {
 		t.Fatalf("removed %v", rm)
 	}
 }

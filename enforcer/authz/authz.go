@@ -2,6 +2,7 @@ package authz
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -168,26 +169,52 @@ func requestHeaders(h *authv3.AttributeContext_HttpRequest) (v [numCheckHeaders]
 }
 
 // checkInput is everything Check reads of a request before it answers; the codec
-// decodes what it needs (the headers of checkHeaderNames, path, host, body).
+// decodes what it needs (the headers of checkHeaderNames, method, path, host, body).
 type checkInput struct {
+	// cred: the credential headers' and the keys in the query's (gate.Credentials.AddQuery).
 	cred gate.Credentials
 	hint gate.Hint
 	// acceptEncoding is the client's, narrowed on admission.
 	acceptEncoding string
 	// streamed: the request asks for a stream by its body or its path.
 	streamed bool
+	// unreadable names the query parameter asking for an answer the usage reader cannot
+	// read (requestbody.UnreadableAnswer), "" when none: refused before the check.
+	unreadable string
+	// notUpstream are the names, as sent, of the query's parameters that never go
+	// upstream (requestbody.QueryParam.NotUpstream), each once, in the query's order.
+	notUpstream []string
 }
 
 func inputOf(h *authv3.AttributeContext_HttpRequest) checkInput {
 	hdrs := requestHeaders(h)
 	hint := hintOf(h, &hdrs)
-	return checkInput{cred: credentialsOf(&hdrs), hint: hint, acceptEncoding: hdrs[hdrAcceptEncoding],
+	in := checkInput{cred: credentialsOf(&hdrs), hint: hint, acceptEncoding: hdrs[hdrAcceptEncoding],
 		streamed: requestbody.Streamed(h.GetPath(), hint.Body)}
+	// Envoy's :path holds the query, undecoded (the request's query attribute is left
+	// empty): read as the gateway reads it.
+	path, rawQuery, _ := strings.Cut(h.GetPath(), "?")
+	if rawQuery == "" {
+		return in
+	}
+	in.cred.AddQuery(rawQuery)
+	in.unreadable = requestbody.UnreadableAnswer(h.GetMethod(), path, rawQuery)
+	for p := range requestbody.QueryParams(rawQuery) {
+		if name := p.RawName(); p.NotUpstream() && !slices.Contains(in.notUpstream, name) {
+			in.notUpstream = append(in.notUpstream, name)
+		}
+	}
+	return in
 }
 
-// Check answers one ext_authz check.
+// Check answers one ext_authz check. A request whose query asks for an answer the
+// usage reader cannot read is refused before it is checked, as the gateway refuses it
+// (gate.ResponseFormatRefusal).
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	in := inputOf(req.GetAttributes().GetRequest().GetHttp())
+	if in.unreadable != "" {
+		return FormDenied(gate.ResponseFormatRefusal(in.unreadable)), nil
+	}
 	a, err := s.gate.CheckRequest(ctx, in.cred, in.hint)
 	if err != nil {
 		return nil, status.Error(codes.Canceled, "check abandoned by the caller")
@@ -195,7 +222,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	if !a.Allowed() {
 		return s.denied.response(&a), nil
 	}
-	return s.admitted(&a, in.cred, in.acceptEncoding, in.streamed), nil
+	return s.admitted(&a, &in), nil
 }
 
 // hintOf is what the check knows of the request beyond its credential: its body's
@@ -228,20 +255,33 @@ func RequestBody(h *authv3.AttributeContext_HttpRequest) []byte {
 	return nil
 }
 
+// neverUpstream are the request headers every admission removes, whether the check saw
+// them or not (Envoy's allowed_headers may keep them from the check): Google's response
+// field mask (X-Goog-FieldMask, a mask that leaves usageMetadata out hides the usage),
+// and the method overrides (X-HTTP-Method-Override, a system parameter of every Google
+// API, X-HTTP-Method, X-Method-Override): a request is judged by its own method
+// (requestbody.Unbilled, Deferred) and must run as that method. The gateway drops the
+// same (docs/gateway.md, "Per request").
+var neverUpstream = []string{"x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override"}
+
 // admitted is the OkHttpResponse of an admission: the request id set on the upstream
 // request (overwriting whatever the client sent, so a client cannot have another
 // request's usage settled under its own), the usage state on the client's response, and
 // the credentials swapped: the member's Tollgate credential removed from the upstream
-// request (x-api-key, x-goog-api-key, api-key, and Authorization when it carried one) and the provider's set when
-// configured (overwriting); and the client's Accept-Encoding narrowed to the codings
+// request (x-api-key, x-goog-api-key, api-key, and Authorization when it carried one;
+// a key read in the query is removed from it, query_parameters_to_remove, with Google's
+// response field mask) and the provider's set when configured (overwriting); the headers
+// of neverUpstream removed; and the client's Accept-Encoding narrowed to the codings
 // ext_proc's extractor reads, when it offered others (responseusage.ReadableAcceptEncoding:
 // a zstd answer's usage could only be estimated), or, for a stream the check knows of
 // (streamed: its body was sent with the check, or Gemini's streaming path), set to
 // identity (responseusage.StreamAcceptEncoding: ext_proc would hold a coded stream's
 // decoder for the stream's whole life).
-func (s *Server) admitted(a *gate.Answer, cred gate.Credentials, acceptEncoding string, streamed bool) *authv3.CheckResponse {
-	ok := &authv3.OkHttpResponse{Headers: make([]*corev3.HeaderValueOption, 0, 4)}
-	if ae, changed := responseusage.UpstreamAcceptEncoding(acceptEncoding, streamed); changed {
+func (s *Server) admitted(a *gate.Answer, in *checkInput) *authv3.CheckResponse {
+	cred := in.cred
+	ok := &authv3.OkHttpResponse{Headers: make([]*corev3.HeaderValueOption, 0, 4),
+		HeadersToRemove: make([]string, 0, 3+len(neverUpstream))}
+	if ae, changed := responseusage.UpstreamAcceptEncoding(in.acceptEncoding, in.streamed); changed {
 		ok.Headers = append(ok.Headers, header("accept-encoding", ae))
 	}
 	if a.RequestID != "" {
@@ -264,13 +304,18 @@ func (s *Server) admitted(a *gate.Answer, cred gate.Credentials, acceptEncoding 
 		ok.HeadersToRemove = append(ok.HeadersToRemove, "authorization")
 	}
 	if cred.GoogAPIKey != "" {
-		// The key was the member's (an admitted x-goog-api-key is a Tollgate key).
+		// The key was the member's (an admitted x-goog-api-key is a Tollgate key), in
+		// the header or the query (removing an absent header does nothing).
 		ok.HeadersToRemove = append(ok.HeadersToRemove, "x-goog-api-key")
 	}
 	if cred.AzureAPIKey != "" {
 		// The key was the member's (an admitted api-key is a Tollgate key).
 		ok.HeadersToRemove = append(ok.HeadersToRemove, "api-key")
 	}
+	ok.HeadersToRemove = append(ok.HeadersToRemove, neverUpstream...)
+	// Envoy removes each by its name as sent, every parameter of that name, and then
+	// writes the query's parameters in their names' order.
+	ok.QueryParametersToRemove = in.notUpstream
 	if a.UsageState != "" {
 		ok.ResponseHeadersToAdd = []*corev3.HeaderValueOption{header(gate.HeaderUsageState, a.UsageState)}
 	}
@@ -369,6 +414,24 @@ func Denied(a *gate.Answer) *authv3.CheckResponse {
 	}
 }
 
+// FormDenied translates the refusal of a request's form (gate.FormRefusal), answered
+// before the check.
+func FormDenied(f gate.FormRefusal) *authv3.CheckResponse {
+	hs := f.Headers()
+	opts := make([]*corev3.HeaderValueOption, len(hs))
+	for i, h := range hs {
+		opts[i] = header(h.Name, h.Value)
+	}
+	return &authv3.CheckResponse{
+		Status: &rpcstatus.Status{Code: int32(grpcCode(f.Status)), Message: f.Code},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(f.Status)},
+			Headers: opts,
+			Body:    string(f.Body),
+		}},
+	}
+}
+
 func header(k, v string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, Value: v},
 		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}
@@ -378,6 +441,8 @@ func header(k, v string) *corev3.HeaderValueOption {
 // response; the code is for logs and access logs that show it).
 func grpcCode(httpStatus int) codes.Code {
 	switch httpStatus {
+	case 400:
+		return codes.InvalidArgument
 	case 401:
 		return codes.Unauthenticated
 	case 429:

@@ -1,8 +1,10 @@
 package authz
 
 import (
+	"context"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -79,6 +81,10 @@ func TestUsageLimitRefusalSaysDoNotRetry(t *testing.T) {
 	}
 }
 
+// alwaysRemoved are the headers every admission removes from the upstream request, after
+// the credentials (a contract: docs/enforcer.md, "Credentials stay home").
+var alwaysRemoved = []string{"x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override"}
+
 // On admit the member's Tollgate credential never goes upstream, and the provider's
 // credential, when configured, replaces it; an Accept-Encoding offering codings the
 // usage extractor cannot read is narrowed.
@@ -126,7 +132,7 @@ func TestAdmissionSwapsCredentials(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(nil, tc.up)
 			a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1", UsageState: "within_limit"}
-			ok := s.admitted(&a, tc.cred, tc.acceptEncoding, false).GetOkResponse()
+			ok := s.admitted(&a, &checkInput{cred: tc.cred, acceptEncoding: tc.acceptEncoding}).GetOkResponse()
 			got := mutation{set: map[string]string{}, remove: ok.GetHeadersToRemove()}
 			for _, h := range ok.GetHeaders() {
 				if h.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {
@@ -134,8 +140,10 @@ func TestAdmissionSwapsCredentials(t *testing.T) {
 				}
 				got.set[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
 			}
-			if !maps.Equal(got.set, tc.want.set) || !slices.Equal(got.remove, tc.want.remove) {
-				t.Fatalf("set %v remove %v, want set %v remove %v", got.set, got.remove, tc.want.set, tc.want.remove)
+			// Every admission removes the field mask and the method overrides, last.
+			want := append(tc.want.remove, alwaysRemoved...)
+			if !maps.Equal(got.set, tc.want.set) || !slices.Equal(got.remove, want) {
+				t.Fatalf("set %v remove %v, want set %v remove %v", got.set, got.remove, tc.want.set, want)
 			}
 			for k := range got.set {
 				if slices.Contains(got.remove, k) {
@@ -168,7 +176,7 @@ func TestAdmittedStreamIsAskedForNoCoding(t *testing.T) {
 		{"gzip, identity;q=0", ""},
 	} {
 		got := ""
-		for _, h := range s.admitted(&a, gate.Credentials{APIKey: "tgk_k"}, tc.offered, true).GetOkResponse().GetHeaders() {
+		for _, h := range s.admitted(&a, &checkInput{cred: gate.Credentials{APIKey: "tgk_k"}, acceptEncoding: tc.offered, streamed: true}).GetOkResponse().GetHeaders() {
 			if h.GetHeader().GetKey() == "accept-encoding" {
 				got = h.GetHeader().GetValue()
 			}
@@ -205,5 +213,86 @@ func TestHintReadsBedrocksTierHeaders(t *testing.T) {
 		if (h.Body != nil) != tc.body || h.Body != nil && h.Body.AskedTier() != tc.want {
 			t.Errorf("%s: %+v, want the tier %v", tc.name, h.Body, tc.want)
 		}
+	}
+}
+
+// Behind Envoy the query is read as the gateway reads it (docs/gateway.md, "Per request"
+// 3; before 2026-12-02 ext_authz read no query): the keys in key, $key and api-key, in
+// any encoding, are credentials (a key there alone is admitted, a second different key
+// is a 401), and every parameter that never goes upstream (a Tollgate key under any
+// name, Google's field mask in any spelling) is named in query_parameters_to_remove as
+// sent, once, for Envoy to remove; a provider's key beside a header's stays.
+func TestQueryKeysAndFieldMasksNeverGoUpstream(t *testing.T) {
+	const gen = "/v1beta/models/gemini-2.5-pro:generateContent"
+	for _, tc := range []struct {
+		name, path string
+		headers    map[string]string
+		cred       gate.Credentials
+		removed    []string
+	}{
+		{"a key in ?key= alone", gen + "?key=tgk_k", nil, gate.Credentials{GoogAPIKey: "tgk_k"}, []string{"key"}},
+		{"a key in an encoded name", gen + "?alt=sse&k%65y=tgk_k", nil, gate.Credentials{GoogAPIKey: "tgk_k"}, []string{"k%65y"}},
+		{"a key in $key beside the header's", gen + "?%24key=tgk_k", map[string]string{"x-goog-api-key": "tgk_k"},
+			gate.Credentials{GoogAPIKey: "tgk_k"}, []string{"%24key"}},
+		{"a second key in the query", gen + "?key=tgk_other", map[string]string{"x-api-key": "tgk_k"},
+			gate.Credentials{APIKey: "tgk_k", GoogAPIKey: "tgk_other"}, []string{"key"}},
+		{"two keys in the query", gen + "?key=tgk_k&$key=tgk_other", nil, gate.Credentials{GoogAPIKey: "tgk_k, tgk_other"}, []string{"key", "$key"}},
+		{"Azure's api-key", "/openai/realtime?api-key=tgk_k&deployment=gpt", nil, gate.Credentials{AzureAPIKey: "tgk_k"}, []string{"api-key"}},
+		{"a Tollgate key under any name", gen + "?token=tgk_k&token=tgk_k", map[string]string{"x-api-key": "tgk_k"},
+			gate.Credentials{APIKey: "tgk_k"}, []string{"token"}},
+		{"a provider's key beside the header's", gen + "?key=AIza-provider", map[string]string{"x-api-key": "tgk_k"},
+			gate.Credentials{APIKey: "tgk_k"}, nil},
+		{"the field mask in every spelling", gen + "?fields=a&f%69elds=b&%24fields=c&$fields=d&fieldsx=e", map[string]string{"x-api-key": "tgk_k"},
+			gate.Credentials{APIKey: "tgk_k"}, []string{"fields", "f%69elds", "%24fields", "$fields"}},
+		{"no query", gen, map[string]string{"x-api-key": "tgk_k"}, gate.Credentials{APIKey: "tgk_k"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := inputOf(&authv3.AttributeContext_HttpRequest{Method: "POST", Path: tc.path, Headers: tc.headers})
+			if in.cred != tc.cred || in.unreadable != "" {
+				t.Fatalf("read %+v (unreadable %q), want %+v", in.cred, in.unreadable, tc.cred)
+			}
+			a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1"}
+			if got := New(nil, Upstream{}).admitted(&a, &in).GetOkResponse().GetQueryParametersToRemove(); !slices.Equal(got, tc.removed) {
+				t.Fatalf("query_parameters_to_remove %q, want %q", got, tc.removed)
+			}
+		})
+	}
+}
+
+// A query asking for an answer the usage reader cannot read is refused as the gateway
+// refuses it, 400 service_gateway_response_format_unsupported, before the check (the
+// server's gate is nil here: a check would panic); the formats it reads pass to it.
+func TestUnreadableAnswersAreRefusedBeforeTheCheck(t *testing.T) {
+	s := New(nil, Upstream{})
+	for _, tc := range []struct{ method, path, param string }{
+		{"POST", "/v1beta/models/gemini-2.5-pro:generateContent?alt=proto", "alt"},
+		{"POST", "/v1beta/models/gemini-2.5-pro:generateContent?%24alt=proto", "$alt"},
+		{"POST", "/v1beta/models/gemini-2.5-pro:generateContent?alt=media", "alt"},
+		{"POST", "/v1beta/models/gemini-2.5-pro:generateContent?c%61llback=f", "callback"},
+		{"POST", "/v1beta/models/gemini-2.5-pro:generateContent?$ct=application%2Fx-protobuf", "$ct"},
+		{"GET", "/v1beta/files/abc?%24callback=f", "$callback"},
+	} {
+		req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+			Http: &authv3.AttributeContext_HttpRequest{Method: tc.method, Path: tc.path, Headers: map[string]string{"x-goog-api-key": "tgk_k"}}}}}
+		resp, err := s.Check(context.Background(), req)
+		d := resp.GetDeniedResponse()
+		if err != nil || d.GetStatus().GetCode() != 400 || !strings.Contains(d.GetBody(), `"parameter":"`+tc.param+`"`) {
+			t.Fatalf("%s %s: %v %v", tc.method, tc.path, resp, err)
+		}
+		headers := map[string]string{}
+		for _, h := range d.GetHeaders() {
+			headers[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
+		}
+		if headers["X-Service-Error-Code"] != gate.CodeResponseFormatUnsupported || headers["Content-Type"] != "application/json" {
+			t.Fatalf("%s %s: headers %v", tc.method, tc.path, headers)
+		}
+	}
+	for _, path := range []string{"/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", "/v1beta/models/gemini-2.5-pro:generateContent?$alt=json"} {
+		if in := inputOf(&authv3.AttributeContext_HttpRequest{Method: "POST", Path: path}); in.unreadable != "" {
+			t.Errorf("%s: refused for %q", path, in.unreadable)
+		}
+	}
+	if in := inputOf(&authv3.AttributeContext_HttpRequest{Method: "GET", Path: "/v1beta/files/abc:download?alt=media"}); in.unreadable != "" {
+		t.Errorf("a file's download refused for %q", in.unreadable)
 	}
 }

@@ -59,6 +59,7 @@ const (
 	checkRequestAttributes = 1  // CheckRequest.attributes
 	attributesRequest      = 4  // AttributeContext.request
 	requestHTTP            = 2  // AttributeContext.Request.http
+	httpMethod             = 2  // HttpRequest.method
 	httpHeaders            = 3  // HttpRequest.headers (map<string, string>)
 	httpPath               = 4  // HttpRequest.path
 	httpHost               = 5  // HttpRequest.host
@@ -101,7 +102,7 @@ type reads struct {
 	// with the value requestHeaders reads (value, else raw_value).
 	headerMap []kept
 	// The last occurrence of each.
-	path, host, body, rawBody []byte
+	method, path, host, body, rawBody []byte
 }
 
 type kept struct {
@@ -111,8 +112,8 @@ type kept struct {
 
 // decodeCheckRequest decodes what Check reads, into a request that gives it the same
 // answer: the headers of checkHeaderNames as header_map entries (lower-cased names,
-// the value requestHeaders would take), whichever shape they came in, the path, the
-// host, and the request body when Envoy sent one (body or raw_body). Everything kept
+// the value requestHeaders would take), whichever shape they came in, the method, the
+// path, the host, and the request body when Envoy sent one (body or raw_body). Everything kept
 // is copied out of the wire buffer, into one allocation.
 func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 	var r reads
@@ -153,7 +154,7 @@ func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 
 	// One copy of all that is kept: strings point into it, and RawBody too (it is
 	// only read), so it stays whole while the request lives.
-	n := len(r.path) + len(r.host) + len(r.body) + len(r.rawBody)
+	n := len(r.method) + len(r.path) + len(r.host) + len(r.body) + len(r.rawBody)
 	for _, f := range found {
 		n += len(f.value)
 	}
@@ -170,7 +171,7 @@ func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 	out.Attributes = &p.attrs
 	p.attrs.Request = &p.request
 	p.request.Http = &p.http
-	p.http.Path, p.http.Host, p.http.Body = str(r.path), str(r.host), str(r.body)
+	p.http.Method, p.http.Path, p.http.Host, p.http.Body = str(r.method), str(r.path), str(r.host), str(r.body)
 	if len(r.rawBody) > 0 {
 		arena = append(arena, r.rawBody...)
 		p.http.RawBody = arena[len(arena)-len(r.rawBody) : len(arena) : len(arena)]
@@ -201,6 +202,8 @@ func (r *reads) http(b []byte) error {
 		}
 		b = rest
 		switch num {
+		case httpMethod:
+			r.method = v
 		case httpPath:
 			r.path = v
 		case httpHost:

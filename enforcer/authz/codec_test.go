@@ -62,14 +62,14 @@ func checkSameReads(t *testing.T, b []byte) *authv3.AttributeContext_HttpRequest
 	if !reflect.DeepEqual(got.hint, want.hint) {
 		t.Fatalf("codec's hint %+v, a full decode's %+v", got.hint.Body, want.hint.Body)
 	}
-	if got.acceptEncoding != want.acceptEncoding || got.streamed != want.streamed {
-		t.Fatalf("codec read accept-encoding %q streamed %v, a full decode %q %v", got.acceptEncoding, got.streamed,
-			want.acceptEncoding, want.streamed)
+	if got.acceptEncoding != want.acceptEncoding || got.streamed != want.streamed || got.unreadable != want.unreadable {
+		t.Fatalf("codec read accept-encoding %q streamed %v unreadable %q, a full decode %q %v %q", got.acceptEncoding, got.streamed,
+			got.unreadable, want.acceptEncoding, want.streamed, want.unreadable)
 	}
 	// What goes upstream: the same answer admitted from either decode.
 	s := New(nil, Upstream{})
 	a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1", UsageState: "within_limit"}
-	if wr, gr := s.admitted(&a, want.cred, want.acceptEncoding, want.streamed), s.admitted(&a, got.cred, got.acceptEncoding, got.streamed); !proto.Equal(wr, gr) {
+	if wr, gr := s.admitted(&a, &want), s.admitted(&a, &got); !proto.Equal(wr, gr) {
 		t.Fatalf("admitted from the codec's decode %v, from a full decode %v", gr, wr)
 	}
 	return ph
@@ -128,6 +128,16 @@ var codecCases = []struct {
 	{"body", withBody(checkRequest(map[string]string{"x-api-key": "tgk_k"}), `{"model":"gpt-4o","max_tokens":9}`, false)},
 	{"raw body", withBody(checkRequest(map[string]string{"x-api-key": "tgk_k"}), `{"model":"gpt-4o","max_tokens":9}`, true)},
 	{"no attributes", &authv3.CheckRequest{}},
+	// The method and the query: keys and field masks removed, answers refused by them.
+	{"keys and a field mask in the query", at(checkRequest(map[string]string{"x-api-key": "tgk_k"}),
+		"/v1beta/models/gemini-2.5-pro:generateContent?k%65y=tgk_k&%24fields=a&key=AIza", "llm")},
+	{"alt=proto", at(checkRequest(nil, &corev3.HeaderValue{Key: "x-goog-api-key", RawValue: []byte("tgk_g")}),
+		"/v1beta/models/gemini-2.5-pro:generateContent?alt=proto", "llm")},
+	{"a GET's alt=media", func() *authv3.CheckRequest {
+		req := at(checkRequest(map[string]string{"x-goog-api-key": "tgk_g"}), "/v1beta/files/abc:download?alt=media", "llm")
+		req.GetAttributes().GetRequest().GetHttp().Method = "GET"
+		return req
+	}()},
 }
 
 func TestCodecDecodesWhatCheckReads(t *testing.T) {
@@ -252,7 +262,7 @@ func TestCodecKeepsWhatAdmissionReads(t *testing.T) {
 			in := inputOf(h)
 			a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1"}
 			got := ""
-			for _, o := range New(nil, Upstream{}).admitted(&a, in.cred, in.acceptEncoding, in.streamed).GetOkResponse().GetHeaders() {
+			for _, o := range New(nil, Upstream{}).admitted(&a, &in).GetOkResponse().GetHeaders() {
 				if o.GetHeader().GetKey() == "accept-encoding" {
 					got = o.GetHeader().GetValue()
 				}

@@ -26,7 +26,7 @@ func TestCheckReadsOnlyWhatTheCodecDecodes(t *testing.T) {
 		reflect.TypeFor[authv3.CheckRequest]():                 {checkRequestAttributes},
 		reflect.TypeFor[authv3.AttributeContext]():             {attributesRequest},
 		reflect.TypeFor[authv3.AttributeContext_Request]():     {requestHTTP},
-		reflect.TypeFor[authv3.AttributeContext_HttpRequest](): {httpHeaders, httpPath, httpHost, httpHeaderMap, httpBody, httpRawBody},
+		reflect.TypeFor[authv3.AttributeContext_HttpRequest](): {httpMethod, httpHeaders, httpPath, httpHost, httpHeaderMap, httpBody, httpRawBody},
 	}
 	skipped := map[string]bool{} // getters of fields the codec skips
 	for typ, nums := range decoded {
@@ -47,7 +47,7 @@ func TestCheckReadsOnlyWhatTheCodecDecodes(t *testing.T) {
 			}
 		}
 	}
-	if !skipped["GetMethod"] || !skipped["GetQuery"] || !skipped["GetSource"] {
+	if !skipped["GetScheme"] || !skipped["GetQuery"] || !skipped["GetSource"] {
 		t.Fatalf("no getters found: %v", skipped)
 	}
 	fset := token.NewFileSet()

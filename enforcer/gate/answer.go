@@ -41,6 +41,15 @@ const (
 	// It is not the usage-limit code: no limit is spent yet, so the status read cannot
 	// corroborate a block, and the refusal lifts when a request in flight finishes.
 	CodeInFlightReserved = "service_gateway_in_flight_reserved"
+	// CodeResponseFormatUnsupported refuses a request whose query asks for an answer
+	// the usage reader cannot read (400, requestbody.UnreadableAnswer: Google's alt
+	// other than json or sse, callback, $ct), or, at /check, a response field mask the
+	// proxy cannot drop (docs/gateway.md, docs/enforcer.md).
+	CodeResponseFormatUnsupported = "service_gateway_response_format_unsupported"
+	// CodeMethodOverrideUnsupported refuses, at /check, a request naming another method
+	// in a header (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override), which a
+	// forward-auth answer cannot remove (400, docs/enforcer.md).
+	CodeMethodOverrideUnsupported = "service_gateway_method_override_unsupported"
 )
 
 // Decision labels of metrics and answers.
@@ -185,6 +194,65 @@ func BillingDeferredRefusal(endpoint string) Answer {
 			"); it is refused so that usage limits hold. Send the requests one by one instead, or ask an operator to allow it.",
 		Details: map[string]string{"endpoint": endpoint}}})
 	return a
+}
+
+// FormRefusal is the refusal of a request's form, answered by a front door before the
+// request is checked: no decision is made and nothing is admitted or charged, so it is
+// no Reason of the table and counts no decision. Every front door answers the same
+// status, headers (FormRefusal.Headers) and body.
+type FormRefusal struct {
+	Status int
+	// Code is the X-Service-Error-Code.
+	Code string
+	Body []byte
+}
+
+// Headers are the refusal's response headers: Content-Type and X-Service-Error-Code.
+func (f FormRefusal) Headers() []Header {
+	return []Header{headerJSON, {HeaderErrorCode, f.Code}}
+}
+
+// unreadableParams are the names requestbody.UnreadableAnswer and ResponseFieldMask
+// return, each with its refusal built once.
+var unreadableParams = func() map[string]FormRefusal {
+	m := map[string]FormRefusal{}
+	for _, p := range []string{"alt", "$alt", "callback", "$callback", "$ct", "fields", "$fields", "X-Goog-FieldMask"} {
+		m[p] = responseFormatRefusal(p)
+	}
+	return m
+}()
+
+// ResponseFormatRefusal is the 400 refusing a request whose query parameter param (its
+// name decoded, as requestbody.UnreadableAnswer names it) asks for an answer the usage
+// reader cannot read, before the request is checked: the gateway's, ext_authz's and
+// /check's alike. /check refuses a response field mask the same way (fields, $fields,
+// the X-Goog-FieldMask header), since a forward-auth proxy cannot drop it as the others
+// do.
+func ResponseFormatRefusal(param string) FormRefusal {
+	if f, ok := unreadableParams[param]; ok {
+		return f
+	}
+	return responseFormatRefusal(param)
+}
+
+func responseFormatRefusal(param string) FormRefusal {
+	return FormRefusal{Status: 400, Code: CodeResponseFormatUnsupported, Body: mustJSON(errorBody{Error: errorObject{
+		Type: "invalid_request_error", Code: CodeResponseFormatUnsupported,
+		Message: "The query parameter " + param + " asks for an answer whose usage Tollgate cannot read " +
+			"(alt is proxied as json or sse; callback, $callback and $ct are not proxied, nor a response field mask where it cannot be dropped): remove it.",
+		Details: map[string]string{"parameter": param}}})}
+}
+
+// MethodOverrideRefusal is /check's 400 for a request naming another method in header
+// (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override): a request is judged by
+// its own method, and a forward-auth answer cannot remove the header, as the gateway and
+// ext_authz do.
+func MethodOverrideRefusal(header string) FormRefusal {
+	return FormRefusal{Status: 400, Code: CodeMethodOverrideUnsupported, Body: mustJSON(errorBody{Error: errorObject{
+		Type: "invalid_request_error", Code: CodeMethodOverrideUnsupported,
+		Message: "The header " + header + " asks the provider to run the request as another method, which Tollgate does not judge it by: " +
+			"send the request with its own method, without the header.",
+		Details: map[string]string{"header": header}}})}
 }
 
 // blockedBody renders the body of the 429. Only the hard buckets that are exhausted are

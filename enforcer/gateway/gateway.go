@@ -52,7 +52,6 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
-	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/relaybody"
 )
@@ -365,9 +364,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		// form are, rather than sent without the parameter, in a form the client did
 		// not ask for.
 		gw.answered(w, OutcomeUnsupported)
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_response_format_unsupported",
-			"The query parameter "+param+" asks for an answer whose usage the gateway cannot read "+
-				"(alt is proxied as json or sse; callback, $callback and $ct are not proxied): remove it.", nil)
+		refuseForm(w, gate.ResponseFormatRefusal(param)) // ext_authz's and /check's too
 		return false
 	}
 	var body []byte
@@ -648,6 +645,17 @@ func refuse(w http.ResponseWriter, a gate.Answer) {
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(a.Status)
 	_, _ = w.Write(a.Body)
+}
+
+// refuseForm answers a refusal of a request's form (gate.FormRefusal).
+func refuseForm(w http.ResponseWriter, f gate.FormRefusal) {
+	h := w.Header()
+	for _, x := range f.Headers() {
+		h.Set(x.Name, x.Value)
+	}
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(f.Status)
+	_, _ = w.Write(f.Body)
 }
 
 func (gw *Gateway) count(outcome string) { gw.m.Requests.WithLabelValues(outcome).Inc() }
@@ -1040,23 +1048,23 @@ func credentialsOf(r *http.Request) gate.Credentials {
 	return c
 }
 
-// upstreamQuery is the query the upstream gets: the client's, without any parameter
-// carrying a Tollgate credential (credentialsOf read the key parameters among them),
-// which must never reach the provider, whatever its name, and without Google's response
-// field mask (requestbody.ResponseFieldMask: fields or $fields): a mask that leaves
-// usageMetadata out would hide the usage the request is charged by (its output and
-// thinking tokens then estimated from the text at best). Each name is judged decoded,
-// as the provider reads it (f%69elds is fields). The client gets the whole answer
-// instead; the other parameters stay as sent, in their order, and a query with nothing
-// to drop goes as it came. The X-Goog-FieldMask header goes the same way
-// (upstreamHeader).
+// upstreamQuery is the query the upstream gets: the client's, without the parameters
+// that never go upstream (requestbody.QueryParam.NotUpstream: any carrying a Tollgate
+// credential, whatever its name, credentialsOf read the key parameters among them; and
+// Google's response field mask, fields or $fields: a mask that leaves usageMetadata out
+// would hide the usage the request is charged by, its output and thinking tokens then
+// estimated from the text at best). Each name is judged decoded, as the provider reads
+// it (f%69elds is fields). The client gets the whole answer instead; the other
+// parameters stay as sent, in their order, and a query with nothing to drop goes as it
+// came. The X-Goog-FieldMask header goes the same way (upstreamHeader). Behind Envoy,
+// ext_authz removes the same parameters (package authz).
 func upstreamQuery(rawQuery string) string {
-	if rawQuery == "" || !anyParam(rawQuery, notUpstream) {
+	if rawQuery == "" || !anyParam(rawQuery, requestbody.QueryParam.NotUpstream) {
 		return rawQuery
 	}
 	kept := make([]string, 0, strings.Count(rawQuery, "&")+1)
 	for p := range requestbody.QueryParams(rawQuery) {
-		if !notUpstream(p) {
+		if !p.NotUpstream() {
 			kept = append(kept, p.Raw)
 		}
 	}
@@ -1071,12 +1079,6 @@ func anyParam(rawQuery string, f func(requestbody.QueryParam) bool) bool {
 		}
 	}
 	return false
-}
-
-// notUpstream tells whether a query parameter is left out of the upstream's query
-// (upstreamQuery).
-func notUpstream(p requestbody.QueryParam) bool {
-	return requestbody.ResponseFieldMask(p.Name) || credential.IsTollgateToken(p.Value)
 }
 
 // upstreamHeader fills out, the header the upstream gets: the client's (in), without

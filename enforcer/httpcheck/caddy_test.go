@@ -129,8 +129,12 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	call := func() (*http.Response, string) {
-		req, _ := http.NewRequest("POST", "http://"+caddyAddr+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","messages":[]}`))
+	call := func(extra ...string) (*http.Response, string) {
+		query := ""
+		if len(extra)%2 == 1 {
+			query, extra = extra[0], extra[1:]
+		}
+		req, _ := http.NewRequest("POST", "http://"+caddyAddr+"/v1/chat/completions"+query, strings.NewReader(`{"model":"gpt-4o-mini","messages":[]}`))
 		req.Header.Set("Content-Type", "application/json")
 		switch via {
 		case "Authorization":
@@ -141,6 +145,9 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 			req.Header.Set(via, w.Key)
 		}
 		req.Header.Set("X-Service-Request-Id", "req_chosenbytheclient") // must not reach the upstream
+		for i := 0; i+1 < len(extra); i += 2 {
+			req.Header.Set(extra[i], extra[i+1])
+		}
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -170,6 +177,17 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 			t.Fatalf("429 through Caddy: %v %s", res.Header, body)
 		}
 		break
+	}
+	// What Caddy cannot take out of the request, /check refuses (forward_auth sends it
+	// the query in X-Forwarded-Uri, and the client's headers), before the check.
+	if res, body := call("?k%65y=" + w.Key); res.StatusCode != 401 || !strings.Contains(body, "Send it in a header") {
+		t.Fatalf("a key in the query through Caddy: %d %s", res.StatusCode, body)
+	}
+	if res, body := call("?alt=proto"); res.StatusCode != 400 || res.Header.Get("X-Service-Error-Code") != "service_gateway_response_format_unsupported" {
+		t.Fatalf("alt=proto through Caddy: %d %s", res.StatusCode, body)
+	}
+	if res, body := call("X-HTTP-Method-Override", "GET"); res.StatusCode != 400 || res.Header.Get("X-Service-Error-Code") != "service_gateway_method_override_unsupported" {
+		t.Fatalf("a method override through Caddy: %d %s", res.StatusCode, body)
 	}
 	if admitted != 5 || e.CP.Spend(w.ID, window.Day) != 5*240_000 {
 		t.Fatalf("admitted %d, spend %d", admitted, e.CP.Spend(w.ID, window.Day))

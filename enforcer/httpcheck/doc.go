@@ -12,6 +12,11 @@
 //     not carry the provider's credential: anyone who can reach /check with a valid
 //     Tollgate key could read it there. The proxy itself removes the member's
 //     credential headers and sets the provider's (deploy/caddy/Caddyfile shows how).
+//     What the gateway and ext_authz take out of a request and a forward-auth answer
+//     cannot (a Tollgate key in the query, Google's field mask, a method override) is
+//     refused before the check, as are the answers the usage reader cannot read; the
+//     original request is read from X-Forwarded-Method and X-Forwarded-Uri, else the
+//     check's own method and the path after /check.
 //   - POST /settle lets a gateway that cannot run ext_proc report a finished request:
 //     JSON {requestId, model, inputTokens, outputTokens, cachedInputTokens,
 //     cacheCreationInputTokens, upstreamCostMicroUsd, complete, estimated}, only

@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
@@ -53,12 +55,27 @@ func New(g *gate.Gate, t *inflight.Tracker, cfg Config, log *slog.Logger) *Handl
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
+	hdr := w.Header()
+	hdr.Set("Cache-Control", "no-store")
+	method, path, rawQuery := original(r)
+	if f, refused := formRefusal(r.Header, method, path, rawQuery); refused {
+		for _, x := range f.Headers() {
+			hdr.Set(x.Name, x.Value)
+		}
+		w.WriteHeader(f.Status)
+		_, _ = w.Write(f.Body)
+		return
+	}
+	if tollgateKeyInQuery(rawQuery) {
+		hdr.Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write(bodyKeyInQuery)
+		return
+	}
 	a, err := h.gate.Check(r.Context(), gate.CredentialsFrom(r.Header))
 	if err != nil {
 		return // the proxy hung up
 	}
-	hdr := w.Header()
-	hdr.Set("Cache-Control", "no-store")
 	if a.Allowed() {
 		if a.RequestID != "" {
 			hdr.Set(gate.HeaderRequestID, a.RequestID)
@@ -75,6 +92,78 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(a.Status)
 	_, _ = w.Write(a.Body)
 }
+
+// original is the method, path and query (as sent) of the request the proxy asks about:
+// X-Forwarded-Method and X-Forwarded-Uri, which Caddy's forward_auth, Traefik's
+// forwardAuth and tollgate dev's proxy set, else the check's own (Envoy's HTTP ext_authz
+// sends the request's method, and its path and query after its path_prefix:
+// /check/v1/...). A query in both is judged whole.
+func original(r *http.Request) (method, path, rawQuery string) {
+	method, path, rawQuery = r.Method, strings.TrimPrefix(r.URL.Path, "/check"), r.URL.RawQuery
+	if m := r.Header.Get("X-Forwarded-Method"); m != "" {
+		method = m
+	}
+	if uri := r.Header.Get("X-Forwarded-Uri"); uri != "" {
+		var q string
+		path, q, _ = strings.Cut(uri, "?")
+		switch {
+		case rawQuery == "":
+			rawQuery = q
+		case q != "":
+			rawQuery = q + "&" + rawQuery
+		}
+	}
+	return method, path, rawQuery
+}
+
+// methodOverrides are the headers naming another method than the request's own.
+var methodOverrides = []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"}
+
+// formRefusal is the refusal of a request whose form the gateway and ext_authz make
+// harmless and a forward-auth proxy cannot, since its answer cannot change the request:
+// a method override (the gateway and ext_authz remove it: the request is judged by its
+// own method, and a PUT that Google runs as a POST escaped the deferred-billing and
+// unbilled judgments), a query asking for an answer the usage reader cannot read
+// (requestbody.UnreadableAnswer, refused by all three), and Google's response field mask
+// (which the others drop: one that leaves usageMetadata out hides the usage the
+// reporter settles by). Each is judged as the gateway judges it, a parameter's name
+// decoded.
+func formRefusal(h http.Header, method, path, rawQuery string) (gate.FormRefusal, bool) {
+	for _, o := range methodOverrides {
+		if _, ok := h[http.CanonicalHeaderKey(o)]; ok {
+			return gate.MethodOverrideRefusal(o), true
+		}
+	}
+	if param := requestbody.UnreadableAnswer(method, path, rawQuery); param != "" {
+		return gate.ResponseFormatRefusal(param), true
+	}
+	for p := range requestbody.QueryParams(rawQuery) {
+		if requestbody.ResponseFieldMask(p.Name) {
+			return gate.ResponseFormatRefusal(p.Name), true
+		}
+	}
+	if _, ok := h["X-Goog-Fieldmask"]; ok {
+		return gate.ResponseFormatRefusal("X-Goog-FieldMask"), true
+	}
+	return gate.FormRefusal{}, false
+}
+
+// tollgateKeyInQuery tells whether a parameter of the query carries a Tollgate
+// credential, whatever its name: the proxy would send it upstream as it came (a
+// forward-auth answer cannot remove a query parameter), so the request is refused
+// (bodyKeyInQuery) whatever its headers hold.
+func tollgateKeyInQuery(rawQuery string) bool {
+	for p := range requestbody.QueryParams(rawQuery) {
+		if credential.IsTollgateToken(p.Value) {
+			return true
+		}
+	}
+	return false
+}
+
+// bodyKeyInQuery is the 401 of a request carrying a Tollgate key in its query.
+var bodyKeyInQuery = []byte(`{"error":"unauthorized","message":"A Tollgate key in the URL's query is refused here: ` +
+	`this proxy would pass it on to the provider. Send it in a header instead (x-api-key, Authorization: Bearer, x-goog-api-key or api-key)."}`)
 
 // settleGuardrailUnits is /settle's guardrailUnits (pricecatalog.GuardrailUnits).
 type settleGuardrailUnits struct {

@@ -329,8 +329,75 @@ func TestEveryKeyHeaderAtBothFrontDoors(t *testing.T) {
 				enforcertest.Denied(t, resp, tc.status)
 				return
 			}
-			if got := strings.Join(enforcertest.OK(t, resp).GetHeadersToRemove(), ","); got != tc.removed {
+			// Every admission removes the field mask and the method overrides too, last.
+			if got := strings.Join(enforcertest.OK(t, resp).GetHeadersToRemove(), ","); got != tc.removed+",x-goog-fieldmask,x-http-method-override,x-http-method,x-method-override" {
 				t.Fatalf("ext_authz removes %q, want %q", got, tc.removed)
+			}
+		})
+	}
+}
+
+// What the gateway and ext_authz take out of a request, a forward-auth answer cannot (it
+// changes nothing of the request): /check refuses it instead (docs/enforcer.md,
+// "Non-Envoy gateways"), judged as the gateway judges it, from X-Forwarded-Uri and
+// X-Forwarded-Method (Caddy, Traefik) or the check's own path after /check (Envoy's HTTP
+// ext_authz): a Tollgate key in the query under any name (the proxy would pass it to the
+// provider: 401 saying to send it in a header; before 2026-12-02 one beside a header's
+// key was admitted and went upstream), an answer the usage reader cannot read and
+// Google's response field mask (400 service_gateway_response_format_unsupported), a
+// method override (400 service_gateway_method_override_unsupported). None is checked.
+func TestCheckRefusesWhatTheProxyCannotRemove(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	const gen = "/v1beta/models/gemini-2.5-pro:generateContent"
+	for _, tc := range []struct {
+		name    string
+		path    string // after /check
+		headers map[string]string
+		status  int
+		code    string
+	}{
+		{"the key in ?key= beside the header's", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Uri": gen + "?key=" + w.Key}, 401, ""},
+		{"the key in %24key alone", "", map[string]string{"X-Forwarded-Uri": gen + "?alt=sse&%24key=" + w.Key}, 401, ""},
+		{"the key under another name", "", map[string]string{"X-Api-Key": w.Key, "X-Forwarded-Uri": "/v1/chat/completions?token=" + w.Key}, 401, ""},
+		{"the key in the query Envoy appends", gen + "?key=" + w.Key, map[string]string{"X-Goog-Api-Key": w.Key}, 401, ""},
+		{"alt=proto", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Uri": gen + "?%24alt=proto"}, 400, "service_gateway_response_format_unsupported"},
+		{"callback", gen + "?c%61llback=f", map[string]string{"X-Goog-Api-Key": w.Key}, 400, "service_gateway_response_format_unsupported"},
+		{"alt=media on a POST", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Method": "POST", "X-Forwarded-Uri": gen + "?alt=media"},
+			400, "service_gateway_response_format_unsupported"},
+		{"an encoded field mask", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Uri": gen + "?f%69elds=candidates"},
+			400, "service_gateway_response_format_unsupported"},
+		{"the field mask header", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Goog-FieldMask": "candidates", "X-Forwarded-Uri": gen},
+			400, "service_gateway_response_format_unsupported"},
+		{"X-HTTP-Method-Override", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-HTTP-Method-Override": "POST",
+			"X-Forwarded-Method": "PUT", "X-Forwarded-Uri": "/v1alpha/auth_tokens"}, 400, "service_gateway_method_override_unsupported"},
+		{"X-Method-Override", "", map[string]string{"X-Api-Key": w.Key, "X-Method-Override": "POST"}, 400, "service_gateway_method_override_unsupported"},
+		// What passes.
+		{"alt=sse", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Uri": gen + "?alt=sse"}, 200, ""},
+		{"a file's download", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/v1beta/files/a:download?alt=media"}, 200, ""},
+		{"a provider's key in the query", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Uri": gen + "?key=AIza-provider"}, 200, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", e.HTTPURL+"/check"+tc.path, nil)
+			for k, v := range tc.headers {
+				req.Header.Set(k, v)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.status || res.Header.Get("X-Service-Error-Code") != tc.code {
+				t.Fatalf("%d %s %s, want %d %q", res.StatusCode, res.Header.Get("X-Service-Error-Code"), b, tc.status, tc.code)
+			}
+			switch {
+			case tc.status == 401 && !strings.Contains(string(b), "Send it in a header"):
+				t.Fatalf("401 without saying where the key goes: %s", b)
+			case tc.status == 400 && !strings.Contains(string(b), `"code":"`+tc.code+`"`):
+				t.Fatalf("400 body %s", b)
+			case tc.status != 200 && res.Header.Get("X-Service-Request-Id") != "":
+				t.Fatal("a refused request was admitted")
 			}
 		})
 	}

@@ -4,6 +4,8 @@ import (
 	"iter"
 	"net/url"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 )
 
 // QueryParam is one parameter of a request's query: Raw as it came ("name=value"), Name
@@ -43,6 +45,21 @@ func unescaped(s string) string {
 		return u
 	}
 	return s
+}
+
+// RawName is the parameter's name as it came, undecoded: the name Envoy's ext_authz
+// query_parameters_to_remove takes (Envoy compares the names as sent).
+func (p QueryParam) RawName() string {
+	name, _, _ := strings.Cut(p.Raw, "=")
+	return name
+}
+
+// NotUpstream tells whether a query parameter never goes upstream, whichever front door
+// sent the request: Google's response field mask (ResponseFieldMask), and any parameter
+// carrying a Tollgate credential, whatever its name (the key parameters among them are
+// read as credentials: gate.Credentials.AddQuery), which must never reach the provider.
+func (p QueryParam) NotUpstream() bool {
+	return ResponseFieldMask(p.Name) || credential.IsTollgateToken(p.Value)
 }
 
 // ResponseFieldMask tells whether a query parameter (its decoded name) is Google's
