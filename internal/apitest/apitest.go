@@ -56,9 +56,9 @@ var (
 	validatorOnce sync.Once
 	sharedDoc     libopenapi.Document
 	docErr        error
-	// validatorMu serializes validators' construction: NewValidator builds the shared
-	// document's model, which is not safe for two tests' Envs at once (-race saw it).
-	validatorMu sync.Mutex
+	// buildMu serializes building validators: the first build writes the shared
+	// document's model (BuildV3Model), which parallel tests raced on.
+	buildMu sync.Mutex
 )
 
 // Options adjust the server of an Env.
@@ -88,9 +88,9 @@ func NewWith(t testing.TB, o Options) *Env {
 	if docErr != nil {
 		t.Fatalf("load OpenAPI document: %v", docErr)
 	}
-	validatorMu.Lock()
+	buildMu.Lock()
 	v, errs := validator.NewValidator(sharedDoc)
-	validatorMu.Unlock()
+	buildMu.Unlock()
 	if len(errs) > 0 {
 		t.Fatalf("build OpenAPI validator: %v", errs)
 	}
