@@ -1,12 +1,14 @@
 package httpapi_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/apitest"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
@@ -512,6 +514,55 @@ func TestAddPluginConcurrently(t *testing.T) {
 	}
 	if c := count(t, e, "marketplace_plugins", "marketplace_id = $1 AND plugin_id = $2", mkt, plg); c != 1 {
 		t.Fatalf("%d memberships, want exactly 1", c)
+	}
+}
+
+// TestPluginWritesWaitForAccessChange: an add or a removal of a plugin reads the caller's
+// rank under the marketplace's lock, so one sent while a replacement of the access list
+// that revokes the caller's grant is under way waits for it and is refused; it was
+// answered from the grant being revoked. The test holds the replacement open itself.
+func TestPluginWritesWaitForAccessChange(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	editor := e.AddMember(t, owner, "eve", "member")
+	mkt := newMarketplace(t, e, owner, "Engineering")
+	setGrants(t, e, owner, mkt, memberGrant(editor, "editor"))
+	plg := newPlugin(t, e, owner, "Search")
+	inside := newPlugin(t, e, owner, "Already in")
+	addPlugin(t, e, mkt, map[string]any{"pluginId": inside}, editor.As()...).Expect(t, http.StatusCreated)
+
+	ctx := context.Background()
+	tx, err := e.Store.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	// What marketplace.ReplaceAccess does: lock, then write the new list (empty).
+	if err := store.LockMarketplace(ctx, tx, owner.OrgID, mkt); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.ReplaceGrants(ctx, tx, mkt, nil); err != nil {
+		t.Fatal(err)
+	}
+	answers := make(chan *apitest.Resp, 2)
+	go func() { answers <- addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, editor.As()...) }()
+	go func() {
+		answers <- e.Do(t, "DELETE", "/v1/marketplaces/"+mkt+"/plugins/"+inside, nil, editor.As()...)
+	}()
+	select {
+	case r := <-answers:
+		t.Fatalf("a plugin write was answered while the revocation was under way: %d %s", r.Status, r.Body)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		(<-answers).ExpectError(t, http.StatusForbidden, "forbidden")
+	}
+	if n := count(t, e, "marketplace_plugins", "marketplace_id = $1 AND removed_at IS NULL", mkt); n != 1 {
+		t.Fatalf("%d plugins in the marketplace, want the one it had", n)
 	}
 }
 

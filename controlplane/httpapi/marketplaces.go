@@ -25,13 +25,14 @@ import (
 // to a marketplace of the caller's organization that their rank does not allow answer
 // 403, rank or none, as the specification's add-plugin operation requires.
 //
-// The membership writes (add and remove a plugin, set the grants) need, from owners and
-// admins signed in with a session, a sign-in from the last 15 minutes: their power comes
-// from their role alone, so a stolen, long-lived session must not be enough. API keys
-// are never asked (they cannot re-authenticate), nor members acting through a grant.
+// The membership writes (add and remove a plugin, set the grants) and the deletion of a
+// plugin (which takes it out of every marketplace) need, from owners and admins signed in
+// with a session, a sign-in from the last 15 minutes: their power comes from their role
+// alone, so a stolen, long-lived session must not be enough. API keys are never asked
+// (they cannot re-authenticate), nor members acting through a grant.
 
 // freshAuthWindow is how recent an owner's or admin's sign-in must be for marketplace
-// membership writes.
+// membership writes and plugin deletions.
 const freshAuthWindow = 15 * time.Minute
 
 // maxGrants bounds the access list of one marketplace.
@@ -49,13 +50,14 @@ func (c *Call) requireFreshAuth() error {
 		return nil
 	}
 	return &fault.Error{Kind: fault.Forbidden, Code: "reauth", Reason: "fresh_auth_required",
-		Message: "Sign in again: owners and admins must have signed in within the last 15 minutes to change a marketplace."}
+		Message: "Sign in again: owners and admins must have signed in within the last 15 minutes to change a marketplace or delete a plugin."}
 }
 
-// marketplaceForWrite reads a marketplace of the caller's organization and checks their
-// rank (403 below need, 404 only for ids the organization does not have).
-func (c *Call) marketplaceForWrite(q store.Querier, id string, need int, what string) (store.Marketplace, error) {
-	m, err := marketplace.ForWrite(c.Ctx, q, c.OrgID(), id, c.viewer(), need, what)
+// marketplaceForWrite reads a marketplace of the caller's organization for a change of
+// its plugins, under its shared lock, and checks their rank (403 below need, 404 only
+// for ids the organization does not have) and their sign-in's age.
+func (c *Call) marketplaceForWrite(tx pgx.Tx, id string, need int, what string) (store.Marketplace, error) {
+	m, err := marketplace.ForPluginWrite(c.Ctx, tx, c.OrgID(), id, c.viewer(), need, what)
 	if err != nil {
 		return m, err
 	}

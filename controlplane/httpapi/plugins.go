@@ -24,9 +24,12 @@ import (
 // them. Who may do what is written down in docs/plugins.md; in short:
 //   - every member of the organization may list and read its plugins (editors must be
 //     able to find a plugin to add it to their marketplace);
-//   - owners and admins create plugins and may change or delete any of them;
+//   - owners and admins create plugins and may change or delete any of them (a deletion
+//     needs a fresh sign-in from their sessions, as marketplace writes do);
 //   - other members may change a plugin when they are an editor, and delete it when
-//     they are a manager, of a marketplace the plugin is currently in.
+//     they are a manager, of every marketplace the plugin is currently in (their lowest
+//     rank counts: adding a plugin to their own marketplace gives them nothing over it
+//     where others distribute it); a plugin in no marketplace is owners' and admins'.
 
 // Plugin statuses a client may set; "deleted" is reached only through DELETE, so that
 // deletedAt and the removal from every marketplace always go with it.
@@ -247,7 +250,8 @@ func (s *Server) getPlugin(c *Call) error {
 }
 
 // pluginRank is the caller's rank on a plugin: manager for owners and admins, else the
-// best rank they hold on a marketplace the plugin is currently in.
+// lowest rank they hold on the marketplaces the plugin is currently in (none when it is
+// in none).
 func (c *Call) pluginRank(q store.Querier, pluginID string) (int, error) {
 	if IsManager(c.Member.Role) {
 		return store.RankManager, nil
@@ -269,7 +273,7 @@ func (s *Server) updatePlugin(c *Call) error {
 	var view pluginView
 	err = c.Tx(func(tx pgx.Tx) error {
 		pl, err := c.pluginForChange(tx, id, store.RankEditor,
-			"Changing a plugin needs an editor or manager grant on a marketplace that contains it.")
+			"Changing a plugin needs an editor or manager grant on every marketplace that contains it.")
 		if err != nil {
 			return err
 		}
@@ -302,8 +306,14 @@ func (s *Server) deletePlugin(c *Call) error {
 	var view pluginView
 	err = c.Tx(func(tx pgx.Tx) error {
 		pl, err := c.pluginForChange(tx, id, store.RankManager,
-			"Deleting a plugin needs a manager grant on a marketplace that contains it.")
+			"Deleting a plugin needs a manager grant on every marketplace that contains it.")
 		if err != nil {
+			return err
+		}
+		// A deletion takes the plugin out of every marketplace, which removing it from one
+		// refuses to a stale owner's or admin's session: always asked, even when it is in
+		// none, so that the rule does not depend on where the plugin is.
+		if err := c.requireFreshAuth(); err != nil {
 			return err
 		}
 		// Deleting twice answers the deleted plugin again, with its first deletedAt.
@@ -449,7 +459,8 @@ func extensionOf(p store.Plugin) (*extensionView, error) {
 }
 
 // pluginForChange reads and locks the plugin named by id for a write, and refuses callers
-// whose best grant on a marketplace containing it is below need.
+// whose rank on it (pluginRank) is below need. The lock holds off adds of the plugin to
+// other marketplaces (they read it FOR SHARE) until the change is done.
 func (c *Call) pluginForChange(tx pgx.Tx, id string, need int, refusal string) (store.Plugin, error) {
 	pl, err := store.PluginInOrg(c.Ctx, tx, c.OrgID(), id, store.ForUpdate)
 	if errors.Is(err, store.ErrNotFound) {

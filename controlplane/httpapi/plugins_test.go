@@ -302,3 +302,90 @@ func TestPluginPermissions(t *testing.T) {
 	e.Do(t, "DELETE", "/v1/plugins/"+id, nil, manager.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
 	e.Do(t, "DELETE", "/v1/plugins/"+id, nil, admin.As()...).Expect(t, http.StatusOK)
 }
+
+// TestPluginRankIsLowestOverItsMarketplaces: a member's rank on a plugin is their lowest
+// over the marketplaces it is in. An editor may add any plugin of the organization to a
+// marketplace they manage; that must not let them rewrite or delete a plugin that a
+// marketplace they hold no rank on distributes (the deletion would take it out of that
+// one too). Reading is unchanged: every member reads the catalogue.
+func TestPluginRankIsLowestOverItsMarketplaces(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, owner, "bob", "member")
+	official := newMarketplace(t, e, owner, "Official")
+	sandbox := newMarketplace(t, e, owner, "Bob's sandbox")
+	setGrants(t, e, owner, sandbox, memberGrant(bob, "manager"))
+	p := newPluginWith(t, e, owner, map[string]any{"name": "Vetted", "sourceRepositoryUrl": "https://github.com/acme/vetted"})["id"].(string)
+	addPlugin(t, e, official, map[string]any{"pluginId": p}, owner.As()...).Expect(t, http.StatusCreated)
+	mine := newPlugin(t, e, owner, "Bob's own")
+	addPlugin(t, e, sandbox, map[string]any{"pluginId": mine}, bob.As()...).Expect(t, http.StatusCreated)
+
+	patch := map[string]any{"sourceRepositoryUrl": "https://evil.example/x"}
+	e.Do(t, "PATCH", "/v1/plugins/"+p, patch, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	// Bob may add the vetted plugin to the marketplace he manages...
+	addPlugin(t, e, sandbox, map[string]any{"pluginId": p}, bob.As()...).Expect(t, http.StatusCreated)
+	// ...but that gives him no say over it: Official, where he has no rank, still has it.
+	before := digest(t, e)
+	e.Do(t, "PATCH", "/v1/plugins/"+p, patch, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "DELETE", "/v1/plugins/"+p, nil, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	expectNoWrites(t, e, before)
+	// Reading needs no rank; he sees the marketplace he may see, and the count of both.
+	item := e.Do(t, "GET", "/v1/plugins/"+p, nil, bob.As()...).Expect(t, http.StatusOK).JSON(t)["item"].(map[string]any)
+	if item["memberCount"] != float64(2) || len(item["marketplaces"].([]any)) != 1 {
+		t.Fatalf("bob reads %v", item)
+	}
+	// A viewer grant on Official is not enough either; manager there and in the sandbox is.
+	setGrants(t, e, owner, official, memberGrant(bob, "viewer"))
+	e.Do(t, "PATCH", "/v1/plugins/"+p, patch, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	setGrants(t, e, owner, official, memberGrant(bob, "editor"))
+	e.Do(t, "PATCH", "/v1/plugins/"+p, map[string]any{"name": "Vetted 2"}, bob.As()...).Expect(t, http.StatusOK)
+	e.Do(t, "DELETE", "/v1/plugins/"+p, nil, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	setGrants(t, e, owner, official, memberGrant(bob, "manager"))
+	e.Do(t, "DELETE", "/v1/plugins/"+p, nil, bob.As()...).Expect(t, http.StatusOK)
+	// A plugin only his marketplace distributes is his to change; owners keep every right.
+	e.Do(t, "PATCH", "/v1/plugins/"+mine, map[string]any{"name": "Bob's own 2"}, bob.As()...).Expect(t, http.StatusOK)
+	e.Do(t, "PATCH", "/v1/plugins/"+mine, map[string]any{"name": "Bob's own 3"}, owner.As()...).Expect(t, http.StatusOK)
+}
+
+// TestDeletePluginNeedsFreshSignIn: deleting a plugin takes it out of every marketplace,
+// so an owner or admin whose session is stale is refused (403 reauth, nothing written) as
+// on the removal from one marketplace. API keys and members acting through a grant are
+// never asked, and a new sign-in is enough.
+func TestDeletePluginNeedsFreshSignIn(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	admin := e.AddMember(t, owner, "ada", "admin")
+	manager := e.AddMember(t, owner, "max", "member")
+	m := newMarketplace(t, e, owner, "Official")
+	setGrants(t, e, owner, m, memberGrant(manager, "manager"))
+	ownerKey := e.APIKey(t, owner)
+	plugins := make([]string, 4)
+	for i := range plugins {
+		plugins[i] = newPlugin(t, e, owner, "P"+string(rune('a'+i)))
+		addPlugin(t, e, m, map[string]any{"pluginId": plugins[i]}, owner.As()...).Expect(t, http.StatusCreated)
+	}
+	loose := newPlugin(t, e, owner, "In no marketplace")
+	e.Clock.Advance(time.Hour) // the sessions are now stale
+
+	before := digest(t, e)
+	e.Do(t, "DELETE", "/v1/marketplaces/"+m+"/plugins/"+plugins[0], nil, owner.As()...).ExpectError(t, http.StatusForbidden, "reauth")
+	for _, who := range []apitest.Member{owner, admin} {
+		body := e.Do(t, "DELETE", "/v1/plugins/"+plugins[0], nil, who.As()...).ExpectError(t, http.StatusForbidden, "reauth")
+		if body["reason"] != "fresh_auth_required" {
+			t.Fatalf("reauth body: %v", body)
+		}
+	}
+	e.Do(t, "DELETE", "/v1/plugins/"+loose, nil, owner.As()...).ExpectError(t, http.StatusForbidden, "reauth")
+	expectNoWrites(t, e, before)
+	if n := count(t, e, "marketplace_plugins", "plugin_id = $1 AND removed_at IS NULL", plugins[0]); n != 1 {
+		t.Fatalf("a stale session took the plugin out of its marketplace")
+	}
+
+	e.Do(t, "DELETE", "/v1/plugins/"+plugins[1], nil, apitest.Key(ownerKey)).Expect(t, http.StatusOK)
+	e.Do(t, "DELETE", "/v1/plugins/"+plugins[2], nil, manager.As()...).Expect(t, http.StatusOK)
+	fresh := []apitest.Opt{apitest.Session(signIn(t, e, owner.User)), apitest.Org(owner.OrgID)}
+	e.Do(t, "DELETE", "/v1/plugins/"+plugins[3], nil, fresh...).Expect(t, http.StatusOK)
+	e.Do(t, "DELETE", "/v1/plugins/"+loose, nil, fresh...).Expect(t, http.StatusOK)
+}

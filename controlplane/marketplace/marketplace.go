@@ -43,6 +43,18 @@ func ForWrite(ctx context.Context, q store.Querier, orgID, id string, v store.Vi
 	return m, nil
 }
 
+// ForPluginWrite is ForWrite for a change of the marketplace's plugins (add, remove). It
+// first takes the marketplace's shared lock, which ReplaceAccess's lock excludes: a
+// replacement of the grants that began before waits to commit and the rank is read
+// after it, and one that begins later waits for this change. Without it an editor whose
+// grant was being revoked could still add a plugin after the revocation began.
+func ForPluginWrite(ctx context.Context, tx pgx.Tx, orgID, id string, v store.Viewer, need int, what string) (store.Marketplace, error) {
+	if err := store.ShareMarketplace(ctx, tx, orgID, id); err != nil {
+		return store.Marketplace{}, err
+	}
+	return ForWrite(ctx, tx, orgID, id, v, need, what)
+}
+
 // ReplaceAccess makes the marketplace's access list exactly grants, for a viewer who
 // manages it. allowed runs after the rank check (the caller's own conditions, such as a
 // fresh sign-in) and may refuse. Grants to members and teams that are not (or no longer)

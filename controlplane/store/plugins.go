@@ -152,13 +152,19 @@ func DeletePlugin(ctx context.Context, q Querier, id string, now time.Time) erro
 	return err
 }
 
-// PluginRank is a member's rank on a plugin: the highest rank they hold on a
-// marketplace the plugin is currently in.
+// PluginRank is a member's rank on a plugin: the lowest of their ranks on the
+// marketplaces the plugin is currently in, each the best grant reaching them there, so
+// RankNone when it is in no marketplace or in one they hold no rank on. The lowest, not
+// the highest: an editor may add any plugin of the organization to their own
+// marketplace, and that must not give them a say over a plugin that other marketplaces
+// distribute.
 func PluginRank(ctx context.Context, q Querier, pluginID, memberID string) (int, error) {
 	var rank int
-	err := q.QueryRow(ctx, `SELECT coalesce(max(`+grantRank+`), 0)
-		FROM marketplace_plugins mp JOIN marketplace_grants g ON g.marketplace_id = mp.marketplace_id
-		WHERE mp.plugin_id = $1 AND mp.removed_at IS NULL AND `+grantReaches("$2"), pluginID, memberID).Scan(&rank)
+	err := q.QueryRow(ctx, `SELECT coalesce(min(r.rank), 0)
+		FROM marketplace_plugins mp CROSS JOIN LATERAL (
+			SELECT coalesce(max(`+grantRank+`), 0) AS rank FROM marketplace_grants g
+			WHERE g.marketplace_id = mp.marketplace_id AND `+grantReaches("$2")+`) r
+		WHERE mp.plugin_id = $1 AND mp.removed_at IS NULL`, pluginID, memberID).Scan(&rank)
 	return rank, err
 }
 
@@ -275,9 +281,19 @@ func ListMarketplaces(ctx context.Context, q Querier, orgID string, v Viewer) ([
 
 // LockMarketplace takes the row lock of an organization's marketplace, so that writers
 // of its grants run one after another. NO KEY UPDATE does not conflict with the KEY SHARE
-// lock that adding a plugin takes through the foreign key, so adds are not held up.
+// lock that adding a plugin takes through the foreign key.
 func LockMarketplace(ctx context.Context, q Querier, orgID, id string) error {
 	_, err := q.Exec(ctx, `SELECT 1 FROM marketplaces WHERE organization_id = $1 AND id = $2 FOR NO KEY UPDATE`, orgID, id)
+	return err
+}
+
+// ShareMarketplace takes a shared row lock of an organization's marketplace: writers of
+// its plugins take it before they read their rank on it, so a replacement of its grants
+// (LockMarketplace) waits for them, and they for it, and a rank is never used after its
+// revocation began. Shared locks do not hold each other up, so adds and removals still
+// run side by side.
+func ShareMarketplace(ctx context.Context, q Querier, orgID, id string) error {
+	_, err := q.Exec(ctx, `SELECT 1 FROM marketplaces WHERE organization_id = $1 AND id = $2 FOR SHARE`, orgID, id)
 	return err
 }
 
