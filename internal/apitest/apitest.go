@@ -56,9 +56,10 @@ var (
 	validatorOnce sync.Once
 	sharedDoc     libopenapi.Document
 	docErr        error
-	// buildMu serializes building validators: the first build writes the shared
-	// document's model (BuildV3Model), which parallel tests raced on.
-	buildMu sync.Mutex
+	// docMu lets one validator at a time use the document they share: building one
+	// writes its model (BuildV3Model), and validating renders schemas into it; parallel
+	// tests raced on both under -race.
+	docMu sync.Mutex
 )
 
 // Options adjust the server of an Env.
@@ -88,9 +89,9 @@ func NewWith(t testing.TB, o Options) *Env {
 	if docErr != nil {
 		t.Fatalf("load OpenAPI document: %v", docErr)
 	}
-	buildMu.Lock()
+	docMu.Lock()
 	v, errs := validator.NewValidator(sharedDoc)
-	buildMu.Unlock()
+	docMu.Unlock()
 	if len(errs) > 0 {
 		t.Fatalf("build OpenAPI validator: %v", errs)
 	}
@@ -221,6 +222,8 @@ func (e *Env) Do(t testing.TB, method, path string, body any, opts ...Opt) *Resp
 // conform checks one exchange against the document.
 func (e *Env) conform(t testing.TB, req *http.Request, raw []byte, res *http.Response, r *Resp) {
 	t.Helper()
+	docMu.Lock()
+	defer docMu.Unlock()
 	check, _ := http.NewRequest(req.Method, req.URL.String(), bytes.NewReader(raw))
 	check.Header = req.Header.Clone()
 	if ok, errs := e.v.ValidateHttpRequestSync(check); !ok && r.Status < 400 {
