@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/controlplane/password"
+	"github.com/tollgate-dev/tollgate/controlplane/platform"
 	"github.com/tollgate-dev/tollgate/controlplane/retention"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
@@ -178,36 +179,21 @@ func bootstrapAdmin(ctx context.Context, args []string, getenv func(string) stri
 		return err
 	}
 	now := clock.System{}.Now()
-	created := false
-	var revoked [][]byte
+	var p platform.Provisioned
 	err = st.InTx(ctx, func(tx pgx.Tx) error {
-		u, err := store.UserByEmail(ctx, tx, email)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			created = true
-			u = store.User{ID: typeid.New(typeid.User), Email: email, EmailNormalized: email, Name: name, PasswordHash: hash, CreatedAt: now}
-			if err := store.CreateUser(ctx, tx, u); err != nil {
-				return err
-			}
-		case err != nil:
-			return err
-		default:
-			if revoked, err = store.SetPassword(ctx, tx, u.ID, hash, now); err != nil {
-				return err
-			}
-		}
-		if _, err := store.AddPlatformAdmin(ctx, tx, email, "bootstrap", now); err != nil {
+		var err error
+		if p, err = platform.ProvisionAdmin(ctx, tx, email, name, hash, typeid.New(typeid.User), now); err != nil {
 			return err
 		}
 		return store.RecordAudit(ctx, tx, store.AuditEvent{ID: typeid.New(typeid.AuditEvent), OccurredAt: now,
-			Action: "platform_admin.bootstrap", TargetID: u.ID, Details: map[string]any{"email": email, "created": created}})
+			Action: "platform_admin.bootstrap", TargetID: p.User.ID, Details: map[string]any{"email": email, "created": p.Created}})
 	})
 	if err != nil {
 		return err
 	}
-	forgetSessions(ctx, cfg, revoked, stdio.Stderr)
+	forgetSessions(ctx, cfg, p.Revoked, stdio.Stderr)
 	verb := "reset the password of"
-	if created {
+	if p.Created {
 		verb = "created"
 	}
 	fmt.Fprintf(stdio.Stdout, "%s platform administrator %s\n", verb, email)

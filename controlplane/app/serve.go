@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -22,6 +23,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
+	"github.com/tollgate-dev/tollgate/controlplane/platform"
 	"github.com/tollgate-dev/tollgate/controlplane/retention"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/admin"
@@ -57,10 +59,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdio
 		return err
 	}
 	clk := clock.System{}
-	for _, e := range cfg.PlatformAdminEmails {
-		if _, err := store.AddPlatformAdmin(ctx, st.Pool, e, "environment", clk.Now()); err != nil {
-			return fmt.Errorf("seed platform admins: %w", err)
-		}
+	if err := seedPlatformAdmins(ctx, st, cfg.PlatformAdminEmails, clk.Now(), log); err != nil {
+		return err
 	}
 	rdb, err := newRedis(cfg)
 	if err != nil {
@@ -250,4 +250,30 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	// 5.
 	_ = adminSrv.Shutdown(shutCtx)
 	return errors.Join(errs...)
+}
+
+// seedPlatformAdmins puts the environment's emails (TOLLGATE_PLATFORM_ADMIN_EMAILS) on the
+// platform-admin allowlist. An email that an account already uses is promoted, since the
+// operator controls the environment, but with a warning: emails are not verified, so the
+// account (and its password) is whoever's registered the address first, and
+// bootstrap-admin, which resets the password and ends its sessions, is the safe way.
+func seedPlatformAdmins(ctx context.Context, st *store.Store, emails []string, now time.Time, log *slog.Logger) error {
+	for _, e := range emails {
+		var promoted string
+		err := st.InTx(ctx, func(tx pgx.Tx) error {
+			var err error
+			promoted, err = platform.SeedAdmin(ctx, tx, e, now)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("seed platform admins: %w", err)
+		}
+		if promoted != "" {
+			log.WarnContext(ctx, "TOLLGATE_PLATFORM_ADMIN_EMAILS promoted an existing account to platform administrator: "+
+				"whoever registered this email chose its password (emails are not verified); unless that was you, run "+
+				"`controlplane bootstrap-admin --email "+e+"`, which resets the password and ends the account's sessions",
+				"email", e, "user_id", promoted)
+		}
+	}
+	return nil
 }

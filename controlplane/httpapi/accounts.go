@@ -57,12 +57,20 @@ func (s *Server) signUp(c *Call) error {
 			Message: "Too many refused sign-ups from this address; wait before trying again.", RetryAfter: wait}
 	}
 	// Administrators are provisioned by an operator (bootstrap-admin); nobody may claim an
-	// allowlisted email by signing up first.
-	if admin, err := store.IsPlatformAdmin(c.Ctx, c.DB(), email); err != nil {
-		return err
-	} else if admin {
+	// allowlisted email by signing up first. Checked before the password's hash (cheap
+	// refusal), and again under the email's lock with the account's insert, so that an
+	// allowlisting of this email either committed before (refused here) or waits for the
+	// account and refuses itself (409 user_exists).
+	reserved := func(q store.Querier) error {
+		admin, err := store.IsPlatformAdmin(c.Ctx, q, email)
+		if err != nil || !admin {
+			return err
+		}
 		s.signUps.Fail(addr...)
 		return fault.Forbiddenf("This email is reserved for a platform administrator; ask your operator for an account.")
+	}
+	if err := reserved(c.DB()); err != nil {
+		return err
 	}
 	hash, err := password.Hash(*in.Password)
 	if err != nil {
@@ -72,6 +80,12 @@ func (s *Server) signUp(c *Call) error {
 		PasswordHash: hash, CreatedAt: c.now}
 	var ans sessionAnswer
 	err = c.Tx(func(tx pgx.Tx) error {
+		if err := store.LockAccountEmail(c.Ctx, tx, email); err != nil {
+			return err
+		}
+		if err := reserved(tx); err != nil {
+			return err
+		}
 		if err := store.CreateUser(c.Ctx, tx, u); err != nil {
 			return err
 		}

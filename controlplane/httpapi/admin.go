@@ -372,8 +372,10 @@ func (s *Server) listPlatformAdmins(c *Call) error {
 }
 
 // addPlatformAdmin puts an email on the allowlist: 201 when it is new, 200 when it was
-// already there (nothing changes and nothing is audited). The user need not exist yet:
-// sign-up refuses allowlisted emails, so their account comes from bootstrap-admin.
+// already there (nothing changes and nothing is audited), 409 user_exists when an account
+// already uses it (platform.AddAdmin says why; bootstrap-admin provisions such an
+// account). The email is reserved until bootstrap-admin creates its account: sign-up
+// refuses allowlisted emails.
 func (s *Server) addPlatformAdmin(c *Call) error {
 	var in struct {
 		Email *string `json:"email"`
@@ -392,14 +394,8 @@ func (s *Server) addPlatformAdmin(c *Call) error {
 	var a store.PlatformAdmin
 	err := c.Tx(func(tx pgx.Tx) error {
 		var err error
-		if added, err = store.AddPlatformAdmin(c.Ctx, tx, email, c.Principal.User.ID, c.now); err != nil {
+		if a, added, err = platform.AddAdmin(c.Ctx, tx, email, c.Principal.User.ID, c.now); err != nil || !added {
 			return err
-		}
-		if a, err = store.PlatformAdminByEmail(c.Ctx, tx, email); err != nil {
-			return err
-		}
-		if !added {
-			return nil
 		}
 		return c.adminAudit(tx, "", "platform_admin.add", deref(a.UserID), map[string]any{"email": email})
 	})

@@ -13,20 +13,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tollgate-dev/tollgate/controlplane/openapi"
+	"github.com/tollgate-dev/tollgate/controlplane/password"
+	"github.com/tollgate-dev/tollgate/controlplane/platform"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/apitest"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
-// newAdmin signs up a user and puts them on the allowlist (after sign-up, which refuses
-// allowlisted emails).
+// newAdmin provisions a platform administrator as an operator does, with bootstrap-admin's
+// function (the account created with the fixtures' password, its email allowlisted), and
+// signs them in. Sign-up refuses allowlisted emails and the API refuses to allowlist an
+// existing account's, so neither is a way to make one.
 func newAdmin(t *testing.T, e *apitest.Env, name string) apitest.User {
 	t.Helper()
-	u := e.SignUp(t, name)
-	if _, err := store.AddPlatformAdmin(context.Background(), e.Store.Pool, strings.ToLower(u.Email), "test", e.Clock.Now()); err != nil {
+	ctx := context.Background()
+	hash, err := password.Hash(apitest.Password)
+	if err != nil {
 		t.Fatal(err)
 	}
+	email := fmt.Sprintf("%s.admin%d@example.test", name, slugSeq.Add(1))
+	var p platform.Provisioned
+	err = e.Store.InTx(ctx, func(tx pgx.Tx) error {
+		p, err = platform.ProvisionAdmin(ctx, tx, email, name, hash, typeid.New(typeid.User), e.Clock.Now())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := apitest.User{ID: p.User.ID, Email: email, Name: name}
+	u.Token = signIn(t, e, u)
 	return u
 }
 
@@ -714,33 +732,29 @@ func TestPlatformAdminAllowlist(t *testing.T) {
 	e := apitest.New(t)
 	root := newAdmin(t, e, "root")
 	as := apitest.Session(root.Token)
-	bob := e.SignUp(t, "bob")
 
-	// bob is nobody until added.
-	e.Do(t, "GET", "/v1/admin/organizations", nil, apitest.Session(bob.Token)).ExpectError(t, http.StatusForbidden, "forbidden")
-
-	// Adding normalizes the email; 201 the first time, 200 (no change) after.
+	// An email without an account is reserved: 201 the first time (trimmed and
+	// lower-cased), 200 (no change) after; it is listed with a null userId and sign-up
+	// refuses it.
 	var added struct{ PlatformAdmin map[string]any }
-	e.Do(t, "POST", "/v1/admin/platform-admins", map[string]string{"email": "  " + strings.ToUpper(bob.Email) + " "}, as).
+	e.Do(t, "POST", "/v1/admin/platform-admins", map[string]string{"email": "  FUTURE@example.test "}, as).
 		Expect(t, http.StatusCreated).Decode(t, &added)
-	if added.PlatformAdmin["email"] != bob.Email || added.PlatformAdmin["userId"] != bob.ID || added.PlatformAdmin["addedBy"] != root.ID {
+	if added.PlatformAdmin["email"] != "future@example.test" || added.PlatformAdmin["userId"] != nil || added.PlatformAdmin["addedBy"] != root.ID {
 		t.Fatalf("added %v", added)
 	}
-	e.Do(t, "POST", "/v1/admin/platform-admins", map[string]string{"email": bob.Email}, as).Expect(t, http.StatusOK)
-	// ...and takes effect at once, for bob's existing session.
-	e.Do(t, "GET", "/v1/admin/organizations", nil, apitest.Session(bob.Token)).Expect(t, http.StatusOK)
-
-	// An email without an account is reserved: it is listed with a null userId and
-	// sign-up refuses it.
-	e.Do(t, "POST", "/v1/admin/platform-admins", map[string]string{"email": "future@example.test"}, as).Expect(t, http.StatusCreated)
+	e.Do(t, "POST", "/v1/admin/platform-admins", map[string]string{"email": "future@example.test"}, as).Expect(t, http.StatusOK)
 	e.Do(t, "POST", "/v1/auth/sign-up", map[string]string{"email": "future@example.test", "password": apitest.Password, "name": "F"}).
 		ExpectError(t, http.StatusForbidden, "forbidden")
+	// An administrator provisioned by bootstrap-admin is on the list already: 200.
+	second := newAdmin(t, e, "second")
+	e.Do(t, "POST", "/v1/admin/platform-admins", map[string]string{"email": second.Email}, as).Expect(t, http.StatusOK)
+	e.Do(t, "GET", "/v1/admin/organizations", nil, apitest.Session(second.Token)).Expect(t, http.StatusOK)
 	expectBody(t, e.Do(t, "GET", "/v1/admin/platform-admins", nil, as).Expect(t, http.StatusOK), fmt.Sprintf(
 		`{"platformAdmins":[
-			{"email":%q,"userId":%q,"addedBy":%q,"createdAt":"2026-09-14T12:00:00.000Z"},
 			{"email":"future@example.test","userId":null,"addedBy":%q,"createdAt":"2026-09-14T12:00:00.000Z"},
-			{"email":%q,"userId":%q,"addedBy":"test","createdAt":"2026-09-14T12:00:00.000Z"}]}`,
-		bob.Email, bob.ID, root.ID, root.ID, root.Email, root.ID))
+			{"email":%q,"userId":%q,"addedBy":"bootstrap","createdAt":"2026-09-14T12:00:00.000Z"},
+			{"email":%q,"userId":%q,"addedBy":"bootstrap","createdAt":"2026-09-14T12:00:00.000Z"}]}`,
+		root.ID, root.Email, root.ID, second.Email, second.ID))
 
 	for _, body := range []any{`{}`, `{"email":"not-an-email"}`, `{"email":7}`, `{"email":"a@b.test","role":"x"}`} {
 		e.Do(t, "POST", "/v1/admin/platform-admins", body, as).ExpectError(t, http.StatusBadRequest, "invalid_request")
@@ -751,9 +765,9 @@ func TestPlatformAdminAllowlist(t *testing.T) {
 	e.Do(t, "DELETE", "/v1/admin/platform-admins/nobody@example.test", nil, as).ExpectError(t, http.StatusNotFound, "platform_admin_not_found")
 	e.Do(t, "DELETE", "/v1/admin/platform-admins/"+root.Email, nil, as).ExpectError(t, http.StatusConflict, "cannot_remove_self")
 	e.Do(t, "DELETE", "/v1/admin/platform-admins/FUTURE@example.test", nil, as).Expect(t, http.StatusNoContent)
-	e.Do(t, "DELETE", "/v1/admin/platform-admins/"+bob.Email, nil, as).Expect(t, http.StatusNoContent)
-	// bob loses access on his next request.
-	e.Do(t, "GET", "/v1/admin/organizations", nil, apitest.Session(bob.Token)).ExpectError(t, http.StatusForbidden, "forbidden")
+	e.Do(t, "DELETE", "/v1/admin/platform-admins/"+second.Email, nil, as).Expect(t, http.StatusNoContent)
+	// second loses access on their next request.
+	e.Do(t, "GET", "/v1/admin/organizations", nil, apitest.Session(second.Token)).ExpectError(t, http.StatusForbidden, "forbidden")
 	// root is now the last administrator.
 	e.Do(t, "DELETE", "/v1/admin/platform-admins/"+root.Email, nil, as).ExpectError(t, http.StatusConflict, "last_platform_admin")
 	e.Do(t, "GET", "/v1/admin/organizations", nil, as).Expect(t, http.StatusOK)
@@ -778,14 +792,89 @@ func TestPlatformAdminAllowlist(t *testing.T) {
 	rows.Close()
 	slices.Sort(got) // same instant: order by content
 	want := []string{
-		"platform_admin.add " + bob.Email + " " + bob.ID,
 		"platform_admin.add future@example.test ",
-		"platform_admin.remove " + bob.Email + " " + bob.ID,
+		"platform_admin.remove " + second.Email + " " + second.ID,
 		"platform_admin.remove future@example.test ",
 	}
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("audit %q, want %q", got, want)
+	}
+}
+
+// TestAllowlistingRefusesAnExistingAccount: emails are not verified, so an account is
+// whoever's registered its address first, and sign-up refuses allowlisted emails so that
+// nobody can claim an administrator's address first. Allowlisting through the API an
+// email that an account already uses would hand that account, and its sessions, platform
+// administration: it is refused (409 user_exists, naming bootstrap-admin) and changes
+// nothing; bootstrap-admin's reset of the password is the way, and it ends the
+// squatter's sessions.
+func TestAllowlistingRefusesAnExistingAccount(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	admin := newAdmin(t, e, "root")
+	squatter := e.SignUp(t, "newops") // signs up with the address the operators will allowlist
+	e.Do(t, "GET", "/v1/admin/organizations", nil, apitest.Session(squatter.Token)).ExpectError(t, http.StatusForbidden, "forbidden")
+
+	before := count(t, e, "platform_admins", "true")
+	audits := count(t, e, "audit_events", "true")
+	body := e.Do(t, "POST", "/v1/admin/platform-admins", map[string]any{"email": " " + strings.ToUpper(squatter.Email)},
+		apitest.Session(admin.Token)).ExpectError(t, http.StatusConflict, "user_exists")
+	if msg, _ := body["message"].(string); !strings.Contains(msg, "controlplane bootstrap-admin --email "+squatter.Email) ||
+		!strings.Contains(msg, "resets the account's password") {
+		t.Fatalf("message %q", body["message"])
+	}
+	if count(t, e, "platform_admins", "true") != before || count(t, e, "audit_events", "true") != audits {
+		t.Fatal("a refused allowlisting wrote")
+	}
+	e.Do(t, "GET", "/v1/admin/organizations", nil, apitest.Session(squatter.Token)).ExpectError(t, http.StatusForbidden, "forbidden")
+
+	// bootstrap-admin provisions the address: a new password, the squatter's session ended.
+	hash, err := password.Hash("the operator's own password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	err = e.Store.InTx(ctx, func(tx pgx.Tx) error {
+		p, err := platform.ProvisionAdmin(ctx, tx, strings.ToLower(squatter.Email), "ops", hash, typeid.New(typeid.User), e.Clock.Now())
+		if err == nil && (p.Created || p.User.ID != squatter.ID || len(p.Revoked) != 1) {
+			t.Errorf("provisioned %+v", p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Do(t, "GET", "/v1/admin/organizations", nil, apitest.Session(squatter.Token)).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+	e.Do(t, "POST", "/v1/auth/sign-in", map[string]any{"email": squatter.Email, "password": apitest.Password}).
+		ExpectError(t, http.StatusUnauthorized, "unauthorized")
+}
+
+// TestSignUpAndAllowlistingOneEmailConcurrently: a sign-up and an allowlisting of one
+// email at the same moment never both succeed (each checks for the other under the
+// email's lock): either the account came first and the allowlisting is 409 user_exists,
+// or the allowlisting came first and the sign-up is refused.
+func TestSignUpAndAllowlistingOneEmailConcurrently(t *testing.T) {
+	t.Parallel()
+	e := apitest.NewWith(t, apitest.Options{TrustForwardedFor: true}) // refused sign-ups are throttled per address
+	admin := newAdmin(t, e, "root")
+	for round := range 10 {
+		email := fmt.Sprintf("race%d.%d@example.test", round, slugSeq.Add(1))
+		rs := concurrently(
+			func() *apitest.Resp {
+				return e.Do(t, "POST", "/v1/auth/sign-up", map[string]string{"email": email, "password": apitest.Password, "name": "M"},
+					apitest.Header("X-Forwarded-For", fmt.Sprintf("192.0.2.%d", round+1)))
+			},
+			func() *apitest.Resp {
+				return e.Do(t, "POST", "/v1/admin/platform-admins", map[string]string{"email": email}, apitest.Session(admin.Token))
+			})
+		noServerErrors(t, round, rs...)
+		if rs[0].Status == http.StatusCreated {
+			expectStatus(t, round, rs[1], http.StatusConflict, "user_exists")
+		} else {
+			expectStatus(t, round, rs[0], http.StatusForbidden, "forbidden")
+			expectStatus(t, round, rs[1], http.StatusCreated, "")
+		}
 	}
 }
 

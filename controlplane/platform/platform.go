@@ -1,9 +1,11 @@
 // Package platform owns the writes of platform administration that need a lock: changing
 // an organization's capability overrides (serialized per organization, so that what
-// was before and after is exact) and taking an email off the platform-admin allowlist
-// (never the last administrator, never oneself). Functions take the transaction, their
-// inputs and the instant, and return typed errors (package fault); the caller records
-// the audit event from what they return.
+// was before and after is exact), putting an email on the platform-admin allowlist
+// (never one an account already uses, unless its password is reset: emails are not
+// verified, so the account is whoever's registered it first) and taking one off (never
+// the last administrator, never oneself). Functions take the transaction, their inputs
+// and the instant, and return typed errors (package fault); the caller records the
+// audit event from what they return.
 package platform
 
 import (
@@ -96,4 +98,94 @@ func RemoveAdmin(ctx context.Context, tx pgx.Tx, email, self string) (store.Plat
 	}
 	_, err = store.RemovePlatformAdmin(ctx, tx, email)
 	return a, err
+}
+
+// AddAdmin puts email on the allowlist at the request of the administrator byUserID and
+// answers its entry and whether it is new. An email already on the list is answered as
+// it is. An email an account already uses is refused (409 user_exists) and nothing
+// changes: nothing proves who registered it, and sign-up refuses allowlisted emails for
+// exactly this reason, so that nobody can claim an administrator's address first. The
+// operator provisions such an account with bootstrap-admin (ProvisionAdmin), which resets
+// its password. The email's lock makes a concurrent sign-up either commit first (and
+// this refuses) or wait and be refused itself.
+func AddAdmin(ctx context.Context, tx pgx.Tx, email, byUserID string, now time.Time) (store.PlatformAdmin, bool, error) {
+	if err := store.LockAccountEmail(ctx, tx, email); err != nil {
+		return store.PlatformAdmin{}, false, err
+	}
+	a, err := store.PlatformAdminByEmail(ctx, tx, email)
+	if err == nil || !errors.Is(err, store.ErrNotFound) {
+		return a, false, err
+	}
+	if _, err := store.UserByEmail(ctx, tx, email); err == nil {
+		return a, false, fault.Conflictf("user_exists", "An account with this email already exists, and nothing proves "+
+			"who registered it (emails are not verified), so allowlisting it would make whoever did an administrator. "+
+			"To make it an administrator, provision it with `controlplane bootstrap-admin --email %s`, which resets the "+
+			"account's password and ends its sessions before it adds the email to the allowlist.", email)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return a, false, err
+	}
+	if _, err := store.AddPlatformAdmin(ctx, tx, email, byUserID, now); err != nil {
+		return a, false, err
+	}
+	a, err = store.PlatformAdminByEmail(ctx, tx, email)
+	return a, err == nil, err
+}
+
+// Provisioned is what ProvisionAdmin did.
+type Provisioned struct {
+	User store.User
+	// Created is true when the account was created, false when its password was reset.
+	Created bool
+	// Revoked are the token hashes of the sessions a reset ended, for the enforcers'
+	// invalidation.
+	Revoked [][]byte
+}
+
+// ProvisionAdmin makes email a platform administrator whose password is passwordHash
+// (bootstrap-admin): it creates the account, named name, or resets the password of the
+// existing one and ends its sessions, so that whoever registered the address first is
+// shut out; then it puts the email on the allowlist (added by "bootstrap").
+func ProvisionAdmin(ctx context.Context, tx pgx.Tx, email, name, passwordHash string, newUserID string, now time.Time) (Provisioned, error) {
+	var p Provisioned
+	if err := store.LockAccountEmail(ctx, tx, email); err != nil {
+		return p, err
+	}
+	u, err := store.UserByEmail(ctx, tx, email)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		p.Created = true
+		u = store.User{ID: newUserID, Email: email, EmailNormalized: email, Name: name, PasswordHash: passwordHash, CreatedAt: now}
+		if err := store.CreateUser(ctx, tx, u); err != nil {
+			return p, err
+		}
+	case err != nil:
+		return p, err
+	default:
+		if p.Revoked, err = store.SetPassword(ctx, tx, u.ID, passwordHash, now); err != nil {
+			return p, err
+		}
+	}
+	p.User = u
+	_, err = store.AddPlatformAdmin(ctx, tx, email, "bootstrap", now)
+	return p, err
+}
+
+// SeedAdmin puts an email of the operator's environment (TOLLGATE_PLATFORM_ADMIN_EMAILS)
+// on the allowlist, added by "environment", and answers the id of the existing account it
+// promoted, if any ("" when the email was on the list already or has no account). It
+// promotes: the operator controls the environment. The caller warns about a promotion,
+// advising bootstrap-admin, since the account's password is whoever registered it's.
+func SeedAdmin(ctx context.Context, tx pgx.Tx, email string, now time.Time) (string, error) {
+	if err := store.LockAccountEmail(ctx, tx, email); err != nil {
+		return "", err
+	}
+	added, err := store.AddPlatformAdmin(ctx, tx, email, "environment", now)
+	if err != nil || !added {
+		return "", err
+	}
+	u, err := store.UserByEmail(ctx, tx, email)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	return u.ID, err
 }

@@ -497,6 +497,20 @@ func IsPlatformAdmin(ctx context.Context, q Querier, emailNormalized string) (bo
 	return ok, err
 }
 
+// accountEmailLockClass is the first key of the two-key advisory lock that serializes,
+// per email, the writes that decide whether an account and an allowlist entry may exist
+// together: sign-up, allowlisting, bootstrap-admin and the environment's seeding. The
+// second key is a hash of the normalized email; a collision only serializes two emails.
+const accountEmailLockClass = 7_311_006
+
+// LockAccountEmail takes the lock of a normalized email until the transaction ends. A
+// sign-up and an allowlisting of one email, each checking for the other, then run one
+// after the other, so neither can miss the other's commit.
+func LockAccountEmail(ctx context.Context, tx pgx.Tx, emailNormalized string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, accountEmailLockClass, emailNormalized)
+	return err
+}
+
 // AddPlatformAdmin puts a normalized email on the allowlist; it reports whether it was new.
 func AddPlatformAdmin(ctx context.Context, q Querier, emailNormalized, addedBy string, now time.Time) (bool, error) {
 	tag, err := q.Exec(ctx, `INSERT INTO platform_admins (email_normalized, created_at, added_by) VALUES ($1, $2, $3)
