@@ -19,23 +19,7 @@ import (
 // labels are the file's. CI installs promtool (.ci/run), so there it must run.
 func TestGatewayAlertsFire(t *testing.T) {
 	tool := promtool(t)
-	var rf ruleFile
-	readYAML(t, "prometheus/alerts.yaml", &rf)
-	type rule struct {
-		Alert  string            `yaml:"alert"`
-		Expr   string            `yaml:"expr"`
-		For    string            `yaml:"for,omitempty"`
-		Labels map[string]string `yaml:"labels"`
-	}
-	var rules []rule
-	for _, g := range rf.Groups {
-		if g.Name != "tollgate-gateway" {
-			continue
-		}
-		for _, r := range g.Rules {
-			rules = append(rules, rule{r.Alert, r.Expr, r.For, r.Labels})
-		}
-	}
+	rules := alertRules(t, func(group, _ string) bool { return group == "tollgate-gateway" })
 	if len(rules) != 3 {
 		t.Fatalf("the tollgate-gateway group has %d rules; this test knows TollgateGatewayBusy, TollgateGatewayUpstreamFailing and TollgateGatewayNoCredential", len(rules))
 	}
@@ -92,22 +76,7 @@ func TestGatewayAlertsFire(t *testing.T) {
 // passed, one alert reporting 10850.
 func TestPendingStartsAlertCountsEachStartOnce(t *testing.T) {
 	tool := promtool(t)
-	var rf ruleFile
-	readYAML(t, "prometheus/alerts.yaml", &rf)
-	type rule struct {
-		Alert  string            `yaml:"alert"`
-		Expr   string            `yaml:"expr"`
-		For    string            `yaml:"for,omitempty"`
-		Labels map[string]string `yaml:"labels"`
-	}
-	var rules []rule
-	for _, g := range rf.Groups {
-		for _, r := range g.Rules {
-			if r.Alert == "TollgatePendingStartsGrowing" {
-				rules = append(rules, rule{r.Alert, r.Expr, r.For, r.Labels})
-			}
-		}
-	}
+	rules := alertRules(t, func(_, alert string) bool { return alert == "TollgatePendingStartsGrowing" })
 	if len(rules) != 1 {
 		t.Fatal("no TollgatePendingStartsGrowing")
 	}
@@ -158,4 +127,29 @@ func writeYAML(t *testing.T, path string, v any) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testedRule is an alert rule as promtool is given it: without its annotations, which
+// promtool would otherwise compare word for word.
+type testedRule struct {
+	Alert  string            `yaml:"alert"`
+	Expr   string            `yaml:"expr"`
+	For    string            `yaml:"for,omitempty"`
+	Labels map[string]string `yaml:"labels"`
+}
+
+// alertRules are the rules of prometheus/alerts.yaml that keep takes, by group and alert.
+func alertRules(t *testing.T, keep func(group, alert string) bool) []testedRule {
+	t.Helper()
+	var rf ruleFile
+	readYAML(t, "prometheus/alerts.yaml", &rf)
+	var rules []testedRule
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if keep(g.Name, r.Alert) {
+				rules = append(rules, testedRule{r.Alert, r.Expr, r.For, r.Labels})
+			}
+		}
+	}
+	return rules
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
@@ -15,13 +16,7 @@ import (
 // good one. A second Tollgate key in ?key= is such a credential (the gateway reads
 // Tollgate keys there and strips them before the provider).
 func TestTwoTollgateKeysWithTheQueryAreRefused(t *testing.T) {
-	calls := 0
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls++
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"candidates":[],"usageMetadata":{"promptTokenCount":3,"candidatesTokenCount":2}}`)
-	}))
-	defer up.Close()
+	up, calls := countingGemini(t)
 	e := newEnv(t, up.URL, gateway.Config{})
 	const path = "/v1beta/models/gemini-2.5-flash:generateContent"
 	for _, tc := range []struct{ name, query, key string }{
@@ -35,8 +30,8 @@ func TestTwoTollgateKeysWithTheQueryAreRefused(t *testing.T) {
 			t.Errorf("%s (?%s, header %q): %d, want 401", tc.name, tc.query, tc.key, res.StatusCode)
 		}
 	}
-	if calls != 0 {
-		t.Errorf("the upstream got %d calls", calls)
+	if n := calls.Load(); n != 0 {
+		t.Errorf("the upstream got %d calls", n)
 	}
 }
 
@@ -77,13 +72,7 @@ func TestEncodedKeyParameterNeverReachesTheProvider(t *testing.T) {
 // different Tollgate key under an encoded name, $key or api-key is a 401, and a key there
 // alone is the member's.
 func TestEncodedKeyParametersAreCredentials(t *testing.T) {
-	calls := 0
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls++
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"candidates":[],"usageMetadata":{"promptTokenCount":3,"candidatesTokenCount":2}}`)
-	}))
-	defer up.Close()
+	up, calls := countingGemini(t)
 	e := newEnv(t, up.URL, gateway.Config{})
 	const path = "/v1beta/models/gemini-2.5-flash:generateContent"
 	for _, q := range []string{"k%65y=tgk_unknown", "%6Bey=tgk_unknown", "$key=tgk_unknown", "%24key=tgk_unknown", "api-key=tgk_unknown",
@@ -95,8 +84,8 @@ func TestEncodedKeyParametersAreCredentials(t *testing.T) {
 			t.Errorf("?%s beside the header's tgk_good: %d, want 401", q, res.StatusCode)
 		}
 	}
-	if calls != 0 {
-		t.Fatalf("the upstream got %d calls", calls)
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the upstream got %d calls", n)
 	}
 	for _, q := range []string{"%24key=tgk_good", "ap%69-key=tgk_good"} {
 		res := post(t, e.front.URL+path+"?"+q, "", `{"contents":[{"parts":[{"text":"hi"}]}]}`)
@@ -107,4 +96,17 @@ func TestEncodedKeyParametersAreCredentials(t *testing.T) {
 		}
 		e.tracker.settledOnce(t)
 	}
+}
+
+// countingGemini is a Gemini upstream that answers every call with a little usage, and
+// the count of the calls it got.
+func countingGemini(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	calls := new(atomic.Int32)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"candidates":[],"usageMetadata":{"promptTokenCount":3,"candidatesTokenCount":2}}`)
+	}))
+	t.Cleanup(up.Close)
+	return up, calls
 }
