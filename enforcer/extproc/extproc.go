@@ -314,7 +314,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		}
 		st.s.tracker.RecordRequest(st.requestID, *est)
 	}
-	if est != nil && est.BodyBytes > 0 {
+	if est != nil && !est.Unread {
 		m.WithLabelValues("estimated").Inc()
 	} else {
 		m.WithLabelValues("not_json").Inc() // the path's model alone, if any, is checked

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"time"
 
@@ -212,15 +213,16 @@ func (f FormRefusal) Headers() []Header {
 	return []Header{headerJSON, {HeaderErrorCode, f.Code}}
 }
 
-// unreadableParams are the names requestbody.UnreadableAnswer and ResponseFieldMask
-// return, each with its refusal built once.
-var unreadableParams = func() map[string]FormRefusal {
-	m := map[string]FormRefusal{}
-	for _, p := range []string{"alt", "$alt", "callback", "$callback", "$ct", "fields", "$fields", "X-Goog-FieldMask"} {
-		m[p] = responseFormatRefusal(p)
+// Write answers the refusal on an HTTP front door (the gateway, /check), never cached.
+func (f FormRefusal) Write(w http.ResponseWriter) {
+	h := w.Header()
+	for _, x := range f.Headers() {
+		h.Set(x.Name, x.Value)
 	}
-	return m
-}()
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(f.Status)
+	_, _ = w.Write(f.Body)
+}
 
 // ResponseFormatRefusal is the 400 refusing a request whose query parameter param (its
 // name decoded, as requestbody.UnreadableAnswer names it) asks for an answer the usage
@@ -229,13 +231,6 @@ var unreadableParams = func() map[string]FormRefusal {
 // the X-Goog-FieldMask header), since a forward-auth proxy cannot drop it as the others
 // do.
 func ResponseFormatRefusal(param string) FormRefusal {
-	if f, ok := unreadableParams[param]; ok {
-		return f
-	}
-	return responseFormatRefusal(param)
-}
-
-func responseFormatRefusal(param string) FormRefusal {
 	return FormRefusal{Status: 400, Code: CodeResponseFormatUnsupported, Body: mustJSON(errorBody{Error: errorObject{
 		Type: "invalid_request_error", Code: CodeResponseFormatUnsupported,
 		Message: "The query parameter " + param + " asks for an answer whose usage Tollgate cannot read " +

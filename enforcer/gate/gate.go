@@ -316,8 +316,10 @@ type Hint struct {
 // advisor tool and the container its code tools run in. A body that is no JSON object
 // (Google takes binary protobuf too) is not read: its hint is the model its path names
 // and no input estimate (its bytes are no text: an inline image's would count as
-// thousands of tokens), so that model is still checked, its worst case reserved and the
-// unpriced-model rule applied; where the path names none, there is no hint. The hint
+// thousands of tokens, estimate.Request.Unread), so that model is still checked against
+// the unpriced-model rule and noted for the settlement, while the policy's amount is
+// reserved (its input is unknown: Gate.reservation); where the path names none, there
+// is no hint. The hint
 // names no upstream host (estimate.Request.Host): a front door that knows it from its
 // own configuration sets it (WithUpstreamHost), never from a request's authority, which
 // the client chooses.
@@ -327,7 +329,7 @@ func BodyHint(body []byte, path, host string) Hint {
 		if requestbody.ModelFromPath(path) == "" {
 			return Hint{}
 		}
-		est = estimate.Request{Unread: true} // BodyBytes 0: nothing of the body was read
+		est = estimate.Request{Unread: true}
 	}
 	est.Model = requestbody.RequestModel(est.Model, path)
 	est.Regional = requestbody.RegionalEndpoint(path) || requestbody.RegionalHost(host)

@@ -364,7 +364,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		// form are, rather than sent without the parameter, in a form the client did
 		// not ask for.
 		gw.answered(w, OutcomeUnsupported)
-		refuseForm(w, gate.ResponseFormatRefusal(param)) // ext_authz's and /check's too
+		gate.ResponseFormatRefusal(param).Write(w) // ext_authz's and /check's too
 		return false
 	}
 	var body []byte
@@ -645,17 +645,6 @@ func refuse(w http.ResponseWriter, a gate.Answer) {
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(a.Status)
 	_, _ = w.Write(a.Body)
-}
-
-// refuseForm answers a refusal of a request's form (gate.FormRefusal).
-func refuseForm(w http.ResponseWriter, f gate.FormRefusal) {
-	h := w.Header()
-	for _, x := range f.Headers() {
-		h.Set(x.Name, x.Value)
-	}
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(f.Status)
-	_, _ = w.Write(f.Body)
 }
 
 func (gw *Gateway) count(outcome string) { gw.m.Requests.WithLabelValues(outcome).Inc() }

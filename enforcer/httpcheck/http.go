@@ -59,11 +59,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Cache-Control", "no-store")
 	method, path, rawQuery := original(r)
 	if f, refused := formRefusal(r.Header, method, path, rawQuery); refused {
-		for _, x := range f.Headers() {
-			hdr.Set(x.Name, x.Value)
-		}
-		w.WriteHeader(f.Status)
-		_, _ = w.Write(f.Body)
+		f.Write(w)
 		return
 	}
 	if tollgateKeyInQuery(rawQuery) {

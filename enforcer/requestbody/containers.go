@@ -115,9 +115,10 @@ func ContainerTool(body []byte) Container {
 }
 
 // DeferredRequest is Deferred for a request whose body the front door read (est nil
-// when the estimate could not, or BodyBytes 0: InBackground): a Responses call in the background, or one whose code
-// tool names a container created apart (Container.Explicit: DeferredContainers), is
-// deferred billing too, and so is an Interactions API call run by an agent (NamesAgent).
+// when the estimate could not; Unread when it read nothing: InBackground): a Responses
+// call in the background, or one whose code tool names a container created apart
+// (Container.Explicit: DeferredContainers), is deferred billing too, and so is an
+// Interactions API call run by an agent (NamesAgent).
 func DeferredRequest(method, path string, est *estimate.Request, body []byte) string {
 	if kind := Deferred(method, path, InBackground(est, body)); kind != "" || !generates(method) {
 		return kind
@@ -126,7 +127,7 @@ func DeferredRequest(method, path string, est *estimate.Request, body []byte) st
 		return DeferredInteractions
 	}
 	explicit := est != nil && est.ExplicitContainer
-	if (est == nil || est.BodyBytes == 0) && AlwaysJSON(path) {
+	if (est == nil || est.Unread) && AlwaysJSON(path) {
 		explicit = ContainerTool(body).Explicit // a body the estimate refused, read as the provider would
 	}
 	if explicit {

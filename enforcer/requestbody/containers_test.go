@@ -90,7 +90,7 @@ func TestDeferredRequest(t *testing.T) {
 	// A hint of the path's model alone (gate.BodyHint of a body the estimate refused, here
 	// for a number beyond float64's range) read nothing of the body: the body is read
 	// as the provider reads it, as without an estimate.
-	pathOnly := &estimate.Request{Model: "gemini-2.5-pro"}
+	pathOnly := &estimate.Request{Model: "gemini-2.5-pro", Unread: true}
 	for body, want := range map[string]string{
 		`{"model":"gpt-5","background":true,"input":"x","temperature":1e999}`:                    DeferredBackground,
 		`{"model":"gpt-5","tools":[{"type":"code_interpreter","container":"cntr_1"}],"n":1e999}`: DeferredContainers,

@@ -200,10 +200,10 @@ func comparable(path string) string {
 
 // InBackground is Deferred's background for a request body: the estimate's reading
 // (est, nil when the estimate could not read the body; a hint of the path's model alone,
-// BodyBytes 0, read none of it either), or, without one, the body's own top-level
+// Unread, read none of it either), or, without one, the body's own top-level
 // "background": true (AsksBackground).
 func InBackground(est *estimate.Request, body []byte) bool {
-	if est != nil && est.BodyBytes > 0 {
+	if est != nil && !est.Unread {
 		return est.Background
 	}
 	return AsksBackground(body)
