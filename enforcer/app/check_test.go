@@ -408,7 +408,9 @@ func TestCheckAbandonedByEnvoyLeavesItsStartUnsent(t *testing.T) {
 	// ...so this check's start waits in the queue until just before Envoy's ext_authz
 	// timeout, when the check leaves it and answers 503 itself (closed mode), rather than
 	// leaving Envoy to answer.
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	// 300ms: the check answers a tenth of it (30ms) before; at 100ms the 10ms left was
+	// taken by a busy machine's scheduler in make test. The first start (400ms) outlasts it.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	resp, err := e.Authz.Check(ctx, enforcertest.CheckRequest(map[string]string{"x-api-key": w.key}))
 	if err != nil {
