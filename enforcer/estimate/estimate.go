@@ -93,6 +93,13 @@ type Request struct {
 	// when none is given (or none is a positive whole number: the upstream refuses such a
 	// request). Not an estimate: what the request itself allows (enforcer/worstcase).
 	OutputCap int64
+	// Choices is the most choices the request asks for, each generated (and billed) up
+	// to OutputCap: the largest positive whole number among the top-level n (OpenAI chat
+	// and legacy completions), best_of (legacy completions, which generate best_of and
+	// return n of them) and Gemini's generationConfig.candidateCount; 0 when none is
+	// given (or none is a positive whole number: one choice). At most 2^53, as OutputCap:
+	// an absurd count is bounded by saturation where it is priced, not trusted.
+	Choices int64
 	// Background is a top-level "background": true (OpenAI Responses run in the
 	// background: the answer comes before the generation, without its usage;
 	// requestbody.Deferred).
@@ -277,6 +284,7 @@ const (
 	readNothing memberRead = iota
 	readModel
 	readOutputCap
+	readChoices
 	readMaxToolCalls
 	readTools
 	readGuardrail
@@ -293,6 +301,7 @@ var requestKeys = []requestKey{
 	{[]string{"messages", "input"}, messageList, readNothing},
 	{[]string{"model"}, skipped, readModel},
 	{[]string{"max_tokens", "max_completion_tokens", "max_output_tokens"}, skipped, readOutputCap},
+	{[]string{"n", "best_of"}, skipped, readChoices},
 	{[]string{"max_tool_calls"}, skipped, readMaxToolCalls},
 	{[]string{"tools"}, text, readTools}, // the tools' definitions are input text
 	{[]string{"guardrailConfig"}, skipped, readGuardrail},
@@ -321,6 +330,11 @@ func (w *walker) read(what memberRead, start, end int) {
 		if jsonscan.IsNumber(b[start]) {
 			n, _ := positiveWhole(b[start:end]) // in float64's range: the walk checked it
 			r.OutputCap = max(r.OutputCap, n)
+		}
+	case readChoices: // the largest, as of the caps
+		if jsonscan.IsNumber(b[start]) {
+			n, _ := positiveWhole(b[start:end])
+			r.Choices = max(r.Choices, n)
 		}
 	case readMaxToolCalls:
 		r.MaxToolCalls = 0 // anything but a positive whole number caps nothing
@@ -366,15 +380,17 @@ func requestKeyOf(key []byte) *requestKey {
 
 // readOther reads a request member that requestKeys does not name (its text counted as
 // kindOf says): a system prompt or instructions is a message, and a settings object may
-// cap the output.
+// cap the output and ask for several choices.
 func (w *walker) readOther(key []byte, start int) {
 	if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
 		w.r.Messages++
 	}
-	if capKeys := configCapKeys(key); capKeys != nil && w.b[start] == '{' {
+	if capKeys, choiceKeys := configKeys(key); capKeys != nil && w.b[start] == '{' {
 		// Gemini's generationConfig.maxOutputTokens, Bedrock Converse's
-		// inferenceConfig.maxTokens: the cap in the request's settings object.
+		// inferenceConfig.maxTokens: the cap in the request's settings object; Gemini's
+		// generationConfig.candidateCount: its choices.
 		w.r.OutputCap = max(w.r.OutputCap, configCap(w.b, start, capKeys))
+		w.r.Choices = max(w.r.Choices, configCap(w.b, start, choiceKeys))
 	}
 }
 
@@ -860,21 +876,30 @@ func searchTool(b []byte, i int) (t billedTools) {
 	return t
 }
 
-// configCapKeys are the keys of an output cap inside the settings object named key
-// (Gemini's generationConfig, as its REST API also takes it in snake case; Bedrock
-// Converse's inferenceConfig); nil for any other key.
-func configCapKeys(key []byte) []string {
+// configKeys are the keys of an output cap, and of a count of choices, inside the
+// settings object named key (Gemini's generationConfig, as its REST API also takes it
+// in snake case; Bedrock Converse's inferenceConfig, which has no choices); nil caps for
+// any other key.
+func configKeys(key []byte) (caps, choices []string) {
 	switch {
 	case jsonscan.KeyIs(key, "generationConfig"), jsonscan.KeyIs(key, "generation_config"):
-		return []string{"maxOutputTokens", "max_output_tokens"}
+		return generationCaps, generationChoices
 	case jsonscan.KeyIs(key, "inferenceConfig"):
-		return []string{"maxTokens"}
+		return inferenceCaps, nil
 	}
-	return nil
+	return nil, nil
 }
 
+// The keys configKeys names (package variables: a slice made per call is an allocation).
+var (
+	generationCaps    = []string{"maxOutputTokens", "max_output_tokens"}
+	generationChoices = []string{"candidateCount", "candidate_count"}
+	inferenceCaps     = []string{"maxTokens"}
+)
+
 // configCap is the largest positive whole number among the members of the object at
-// b[i] named one of keys (0 when none is): the output cap of a settings object.
+// b[i] named one of keys (0 when none is): the output cap of a settings object, or its
+// count of choices.
 func configCap(b []byte, i int, keys []string) int64 {
 	var most int64
 	for i = jsonscan.SkipSpace(b, i+1); b[i] != '}'; {

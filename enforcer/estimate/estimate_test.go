@@ -238,6 +238,7 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"performanceConfig":{"latency":"optimized","x":[{"latency":"standard"}]},"performanceConfig":{"latency":"optimiz\u0065d"}}`, `{"performanceConfig":["optimized"],"performanceConfig":{"latency":7}}`,
 		`{"tools":[{"type":"web_search_20250305","max_uses":3,"type":"x"},{"googleSearch":{}},{"type":"web_search","max_uses":1e2}],"t\u006fols":[1]}`,
 		`{"generationConfig":{"maxOutputTokens":8e2,"stopSequences":["end"],"max_output_tokens":9},"generati\u006fnConfig":{"maxOutputTokens":1.5},"inferenceConfig":{"maxTokens":70,"maxTokens":"90"},"generation_config":[1]}`,
+		`{"n":3,"best_of":"5","n":1e300,"generationConfig":{"candidateCount":4,"candidate_count":2.5},"generation_config":{"c\u0061ndidateCount":6},"inferenceConfig":{"candidateCount":9}}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
 		// What encoding/json's Valid refuses, which the walk checks as it reads.
 		`{"a":"\u00zz"}`, "{\"a\":\"a tab\there\"}", "{\"model\":\"a\tb\"}", "{\"k\ney\":1}", `{"model":"\q"}`, `{"a":"\x"}`, `{"a":"unterminated}`, `{"a":01}`, `{"a":1.}`,
@@ -302,15 +303,19 @@ func decoderInput(body []byte) (Request, error) {
 				}
 			}
 			continue
-		case "max_tokens", "max_completion_tokens", "max_output_tokens":
+		case "max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of":
 			v, err := dec.Token()
 			if err != nil {
 				return Request{}, ErrNotObject
 			}
+			most := &r.OutputCap
+			if key == "n" || key == "best_of" {
+				most = &r.Choices
+			}
 			switch n := v.(type) {
 			case float64:
 				if n >= 1 && n == math.Trunc(n) {
-					r.OutputCap = max(r.OutputCap, int64(min(n, maxCap)))
+					*most = max(*most, int64(min(n, maxCap)))
 				}
 			case json.Delim:
 				if err := w.skip(n); err != nil {
@@ -437,6 +442,7 @@ func decoderInput(body []byte) (Request, error) {
 				return Request{}, ErrNotObject
 			}
 			r.OutputCap = max(r.OutputCap, decoderConfigCap(raw, key))
+			r.Choices = max(r.Choices, decoderConfigChoices(raw, key))
 			sub := decoderWalker{dec: json.NewDecoder(bytes.NewReader(raw)), r: &r}
 			if err := sub.value(key, false); err != nil {
 				return Request{}, ErrNotObject
@@ -474,6 +480,21 @@ func decoderConfigCap(raw json.RawMessage, key string) int64 {
 	if key == "inferenceConfig" {
 		names = map[string]bool{"maxTokens": true}
 	}
+	return decoderMost(raw, names)
+}
+
+// decoderConfigChoices is the settings object's count of choices read with
+// encoding/json: Gemini's candidateCount (either spelling), none in Bedrock's.
+func decoderConfigChoices(raw json.RawMessage, key string) int64 {
+	if key == "inferenceConfig" {
+		return 0
+	}
+	return decoderMost(raw, map[string]bool{"candidateCount": true, "candidate_count": true})
+}
+
+// decoderMost is the largest positive whole number among the members of the object raw
+// named one of names, every repetition of them.
+func decoderMost(raw json.RawMessage, names map[string]bool) int64 {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if tok, _ := dec.Token(); tok != json.Delim('{') {
 		return 0
@@ -825,5 +846,54 @@ func TestInputRefusesDeepNesting(t *testing.T) {
 	ok := []byte(`{"messages":` + strings.Repeat(`[{"content":`, (jsonscan.MaxNesting-1)/2) + `"x"` + strings.Repeat("}]", (jsonscan.MaxNesting-1)/2) + `}`)
 	if r, err := Input(ok); err != nil || r.Messages == 0 {
 		t.Fatalf("%v reading a body nested %d levels deep, within the bound (%d messages)", err, 1+2*((jsonscan.MaxNesting-1)/2), r.Messages)
+	}
+}
+
+// TestChoices: the most choices a request asks for, each billed up to its cap: the
+// top-level n and best_of, Gemini's generationConfig.candidateCount (either spelling),
+// the largest of them and of a key given twice, as the output caps are read; what is no
+// positive whole number asks none (one choice); an absurd count is bounded as a cap is.
+// The counts carry no text. Read as the reference reads them.
+func TestChoices(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		body string
+		want int64
+	}{
+		{"OpenAI chat n", `{"model":"gpt-4o","n":4,"messages":[]}`, 4},
+		{"legacy best_of", `{"model":"gpt-3.5-turbo-instruct","prompt":"x","best_of":5,"n":2}`, 5},
+		{"n above best_of: the larger", `{"best_of":2,"n":3}`, 3},
+		{"a key given twice: the larger", `{"n":6,"n":2}`, 6},
+		{"an escaped key", `{"\u006e":3}`, 3},
+		{"Gemini candidateCount", `{"contents":[],"generationConfig":{"candidateCount":4,"maxOutputTokens":250}}`, 4},
+		{"Gemini candidate_count", `{"generation_config":{"candidate_count":2}}`, 2},
+		{"Gemini and a top-level n: the larger", `{"n":2,"generationConfig":{"candidateCount":7}}`, 7},
+		{"Bedrock's settings have none", `{"inferenceConfig":{"candidateCount":4}}`, 0},
+		{"none", `{"model":"gpt-4o","messages":[]}`, 0},
+		{"one", `{"n":1}`, 1},
+		{"zero", `{"n":0}`, 0},
+		{"negative", `{"best_of":-2}`, 0},
+		{"fraction", `{"n":2.5,"generationConfig":{"candidateCount":1.5}}`, 0},
+		{"string", `{"n":"4"}`, 0},
+		{"null", `{"n":null}`, 0},
+		{"array", `{"n":[4]}`, 0},
+		{"huge, bounded", `{"n":1e300}`, maxCap},
+		{"nested is not the request's", `{"metadata":{"n":9},"tools":[{"n":9}],"generationConfig":{"thinkingConfig":{"candidateCount":9}}}`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Input([]byte(tc.body))
+			if err != nil || r.Choices != tc.want {
+				t.Fatalf("Choices %d (%v), want %d", r.Choices, err, tc.want)
+			}
+			if ref, err := decoderInput([]byte(tc.body)); err != nil || ref != r {
+				t.Fatalf("the reference reads %+v (%v), Input %+v", ref, err, r)
+			}
+		})
+	}
+	// A count carries no text, whatever its value: the input estimate is the same.
+	a, _ := Input([]byte(`{"model":"m","n":"four","best_of":["five"],"messages":[{"role":"user","content":"hello"}]}`))
+	b, _ := Input([]byte(`{"model":"m","messages":[{"role":"user","content":"hello"}]}`))
+	if a.InputTokens != b.InputTokens {
+		t.Fatalf("with counts %+v, without %+v", a, b)
 	}
 }

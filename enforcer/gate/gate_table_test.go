@@ -461,6 +461,10 @@ func gateCases() []gateCase {
 		{name: "reserving policy, an advisor tool without max_uses: the policy's amount", setup: rec(reservingRecord),
 			body: `{"model":"claude-haiku-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"advisor_20260301","model":"claude-opus-4-7"}]}`,
 			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "advisor_uncapped" })},
+		{name: "reserving policy, several choices: each in the worst case", setup: rec(reservingRecord),
+			body: `{"model":"gpt-4o","n":3,"max_tokens":1000,"messages":[{"role":"user","content":"hello"}]}`,
+			// gpt-4o: 8 input tokens at 2.5 USD/M, 3 × 1,000 output at 10 USD/M: 20 + 30,000.
+			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 30_020, "worst_case" })},
 		{name: "reserving policy, an advisor tool with max_uses: the advice in the worst case", setup: rec(reservingRecord),
 			body: `{"model":"claude-haiku-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"advisor_20260301","model":"claude-opus-4-7","max_uses":1,"max_tokens":1024}]}`,
 			// Haiku: 7 input tokens at 2 USD/M (a one-hour cache write), 100 at 5 USD/M: 514.

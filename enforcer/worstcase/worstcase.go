@@ -4,12 +4,16 @@
 //
 // The worst case of a request whose body names its model is
 //
-//	ceil((input × input price' + cap × output price) / 10^6)
+//	ceil((input × input price' + cap × choices × output price) / 10^6)
 //
 // micro-USD, where input is the body's input-token estimate (package estimate), cap is
 // the request's output cap (max_tokens, max_completion_tokens or max_output_tokens)
 // clamped to the model's output limit from the price catalog (a missing cap is that
-// limit; none for an embedding model, which generates nothing), and the prices are
+// limit; none for an embedding model, which generates nothing), choices the most
+// choices it asks for (OpenAI's n, legacy completions' best_of, Gemini's
+// candidateCount; 1 when none is given: estimate.Request.Choices), each generated and
+// billed up to the cap (an image generation's n is in its images already,
+// estimate.Request.ImageOutputTokens), and the prices are
 // the catalog's entry for the model, matched the way
 // settlement matches names (pricecatalog.Steps). Where the entry prices cache writes
 // (Anthropic), input price' is that of a one-hour cache write
@@ -46,7 +50,8 @@
 //
 // Its error is the estimator's on the input part (docs/enforcer.md: within about 30%
 // either way for English text and code; images, audio and files not counted), none on
-// the output part: the provider never generates more than the cap. So the worst case
+// the output part: the provider never generates more than the cap for each choice the
+// request asks for. So the worst case
 // covers the real cost except when the input is underestimated and the output nearly
 // reaches the cap, or the provider's price is above the catalog's.
 //
@@ -62,6 +67,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/pkg/money"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+	"github.com/tollgate-dev/tollgate/pkg/saturate"
 )
 
 // Unknown says why a worst case is unknown ("" when it is known).
@@ -141,6 +147,11 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		out = lim
 	case out <= 0:
 		return Cost{Unknown: NoCap}
+	}
+	if req.ImageOutputTokens <= 0 {
+		// Every choice is generated and billed, each up to the cap (OpenAI's n and
+		// best_of, Gemini's candidateCount). An image generation's n is in its images.
+		out = saturate.Mul(out, max(req.Choices, 1))
 	}
 	in := max(req.InputTokens, 0)
 	// The dearest tier (a long prompt's, where the model has one: the estimate of the

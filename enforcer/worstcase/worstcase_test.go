@@ -488,3 +488,69 @@ func TestAdvisorToolShippedCatalog(t *testing.T) {
 		t.Fatalf("got %+v: want %d for Haiku and 404,320 for the advice", got, executor)
 	}
 }
+
+// TestWorstCaseCountsEveryChoice: a request asking for several choices is billed every
+// one of them, each up to the cap (OpenAI chat's n; legacy completions' best_of, of
+// which n ≤ best_of are returned; Gemini's generationConfig.candidateCount): the output
+// part is the capped output (or the model's limit, without a cap) times the most
+// choices asked. What is no positive whole number asks one; an absurd count saturates.
+func TestWorstCaseCountsEveryChoice(t *testing.T) {
+	cat := testCatalog(t) // small: input 1 USD/M, output 4 USD/M, maxOutput 1000
+	// 9 input tokens ("hello world!", 3 + one message's 3 + 3 priming); a Gemini body's
+	// contents and a legacy prompt are no messages: 6.
+	const msgs = `"messages":[{"role":"user","content":"hello world!"}]`
+	const contents = `"contents":[{"parts":[{"text":"hello world!"}]}]`
+	for _, tc := range []struct {
+		name string
+		body string
+		want Cost
+	}{
+		{"chat n=4 with max_completion_tokens", `{"model":"small","n":4,"max_completion_tokens":500,` + msgs + `}`,
+			Cost{MicroUSD: 9 + 4*500*4, Model: "small", InputTokens: 9, OutputTokens: 4 * 500}},
+		{"chat n=8 with max_tokens", `{"model":"small","n":8,"max_tokens":100,` + msgs + `}`,
+			Cost{MicroUSD: 9 + 8*100*4, Model: "small", InputTokens: 9, OutputTokens: 8 * 100}},
+		{"chat n=3 without a cap: the model's limit each", `{"model":"small","n":3,` + msgs + `}`,
+			Cost{MicroUSD: 9 + 3*1000*4, Model: "small", InputTokens: 9, OutputTokens: 3 * 1000}},
+		{"each choice clamped to the model's limit", `{"model":"small","n":2,"max_tokens":50000,` + msgs + `}`,
+			Cost{MicroUSD: 9 + 2*1000*4, Model: "small", InputTokens: 9, OutputTokens: 2 * 1000}},
+		{"Gemini candidateCount", `{"model":"small",` + contents + `,"generationConfig":{"candidateCount":4,"maxOutputTokens":250}}`,
+			Cost{MicroUSD: 6 + 4*250*4, Model: "small", InputTokens: 6, OutputTokens: 4 * 250}},
+		{"Gemini candidate_count in snake case", `{"model":"small",` + contents + `,"generation_config":{"candidate_count":2,"max_output_tokens":100}}`,
+			Cost{MicroUSD: 6 + 2*100*4, Model: "small", InputTokens: 6, OutputTokens: 2 * 100}},
+		{"legacy completions best_of", `{"model":"small","prompt":"hello world!","best_of":5,"n":1,"max_tokens":200}`,
+			Cost{MicroUSD: 6 + 5*200*4, Model: "small", InputTokens: 6, OutputTokens: 5 * 200}},
+		{"n and best_of: the larger", `{"model":"small","prompt":"hello world!","best_of":2,"n":3,"max_tokens":200}`,
+			Cost{MicroUSD: 6 + 3*200*4, Model: "small", InputTokens: 6, OutputTokens: 3 * 200}},
+		{"n given twice: the larger", `{"model":"small","n":6,"n":2,"max_tokens":100,` + msgs + `}`,
+			Cost{MicroUSD: 9 + 6*100*4, Model: "small", InputTokens: 9, OutputTokens: 6 * 100}},
+		{"n=1", `{"model":"small","n":1,"max_tokens":100,` + msgs + `}`,
+			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
+		{"no positive whole number asks one", `{"model":"small","n":0,"best_of":-3,"max_tokens":100,` + msgs + `,"generationConfig":{"candidateCount":2.5}}`,
+			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
+		{"a null, array or object asks one", `{"model":"small","n":[4],"best_of":null,"max_tokens":100,` + msgs + `,"generationConfig":{"candidateCount":{"n":4}}}`,
+			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
+		{"a nested n is not the request's", `{"model":"small","metadata":{"n":4},"max_tokens":100,` + msgs + `}`,
+			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
+		{"an absurd count saturates", `{"model":"small","n":1e300,"max_tokens":100,` + msgs + `}`,
+			Cost{MicroUSD: money.MaxAllowanceMicroUSD, Model: "small", InputTokens: 9, OutputTokens: 100 << 53}},
+		{"an absurd count of a huge limit saturates the tokens too", `{"model":"dear","n":1e300}`,
+			Cost{MicroUSD: money.MaxAllowanceMicroUSD, Model: "dear", InputTokens: 3, OutputTokens: math.MaxInt64}},
+		{"an embedding model generates nothing, whatever n", `{"model":"embedder","n":4,"input":"hello world!"}`,
+			Cost{MicroUSD: 18, Model: "embedder", InputTokens: 6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Of(cat, body(t, tc.body), nil); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	// An image generation's images already count its n (requestbody.ImageOutputTokens):
+	// not counted twice.
+	r := body(t, `{"model":"gpt-image-1","prompt":"a toll gate at dawn","n":4,"size":"1024x1024","quality":"high"}`)
+	r.ImageOutputTokens = 4 * 4_160
+	e, _ := pricecatalog.Lookup("gpt-image-1")
+	want := (r.InputTokens*e.InputPerMillion + 4*4_160*e.OutputPerMillion + 999_999) / 1_000_000
+	if got := Of(pricecatalog.Default(), r, nil); got.MicroUSD != want || got.OutputTokens != 4*4_160 {
+		t.Fatalf("four images: %+v, want %d micro-USD", got, want)
+	}
+}
