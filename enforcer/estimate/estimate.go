@@ -100,6 +100,14 @@ type Request struct {
 	// given (or none is a positive whole number: one choice). At most 2^53, as OutputCap:
 	// an absurd count is bounded by saturation where it is priced, not trusted.
 	Choices int64
+	// ServerContext: the request continues a context its provider stores, billed as its
+	// input though the body does not carry it (OpenAI Responses' previous_response_id,
+	// its conversation, an id or {"id": ...}, and its stored prompt, prompt {"id": ...};
+	// the Gemini Interactions API's previous_interaction_id; Gemini's cachedContent, an
+	// explicit cache's name, billed as cached input), so its input is unknown
+	// (enforcer/worstcase). A null or empty reference continues nothing; of a key given
+	// twice, any reference counts.
+	ServerContext bool
 	// Background is a top-level "background": true (OpenAI Responses run in the
 	// background: the answer comes before the generation, without its usage;
 	// requestbody.Deferred).
@@ -285,6 +293,8 @@ const (
 	readModel
 	readOutputCap
 	readChoices
+	readServerContext
+	readStoredPrompt
 	readMaxToolCalls
 	readTools
 	readGuardrail
@@ -302,6 +312,11 @@ var requestKeys = []requestKey{
 	{[]string{"model"}, skipped, readModel},
 	{[]string{"max_tokens", "max_completion_tokens", "max_output_tokens"}, skipped, readOutputCap},
 	{[]string{"n", "best_of"}, skipped, readChoices},
+	// A stored context's reference: an id (skipValue), or an object naming one; a
+	// legacy completion's prompt is text.
+	{[]string{"previous_response_id"}, name, readServerContext},
+	{[]string{"conversation", "previous_interaction_id", "cachedContent", "cached_content"}, text, readServerContext},
+	{[]string{"prompt"}, text, readStoredPrompt},
 	{[]string{"max_tool_calls"}, skipped, readMaxToolCalls},
 	{[]string{"tools"}, text, readTools}, // the tools' definitions are input text
 	{[]string{"guardrailConfig"}, skipped, readGuardrail},
@@ -336,6 +351,10 @@ func (w *walker) read(what memberRead, start, end int) {
 			n, _ := positiveWhole(b[start:end])
 			r.Choices = max(r.Choices, n)
 		}
+	case readServerContext: // an id, or an object naming one
+		r.ServerContext = r.ServerContext || storedReference(b, start, end)
+	case readStoredPrompt: // an object naming one; a string is a legacy completion's text
+		r.ServerContext = r.ServerContext || b[start] == '{' && storedReference(b, start, end)
 	case readMaxToolCalls:
 		r.MaxToolCalls = 0 // anything but a positive whole number caps nothing
 		if jsonscan.IsNumber(b[start]) {
@@ -392,6 +411,30 @@ func (w *walker) readOther(key []byte, start int) {
 		w.r.OutputCap = max(w.r.OutputCap, configCap(w.b, start, capKeys))
 		w.r.Choices = max(w.r.Choices, configCap(w.b, start, choiceKeys))
 	}
+}
+
+// storedReference reports whether the well-formed value b[start:end] refers to
+// something its provider stores: a string other than "" (an id), or an object whose
+// "id" member is one.
+func storedReference(b []byte, start, end int) bool {
+	switch b[start] {
+	case '"':
+		return end-start > 2 // an escape is never empty
+	case '{':
+		for i := jsonscan.SkipSpace(b, start+1); b[i] != '}'; {
+			keyEnd := jsonscan.SkipString(b, i)
+			key := b[i:keyEnd]
+			i = jsonscan.SkipSpace(b, jsonscan.SkipSpace(b, keyEnd)+1) // past the colon
+			next := jsonscan.SkipValue(b, i)
+			if jsonscan.KeyIs(key, "id") && b[i] == '"' && next-i > 2 {
+				return true
+			}
+			if i = jsonscan.SkipSpace(b, next); b[i] == ',' {
+				i = jsonscan.SkipSpace(b, i+1)
+			}
+		}
+	}
+	return false
 }
 
 // What a value's key makes of it (walker.value).

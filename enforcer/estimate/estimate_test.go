@@ -239,6 +239,8 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"tools":[{"type":"web_search_20250305","max_uses":3,"type":"x"},{"googleSearch":{}},{"type":"web_search","max_uses":1e2}],"t\u006fols":[1]}`,
 		`{"generationConfig":{"maxOutputTokens":8e2,"stopSequences":["end"],"max_output_tokens":9},"generati\u006fnConfig":{"maxOutputTokens":1.5},"inferenceConfig":{"maxTokens":70,"maxTokens":"90"},"generation_config":[1]}`,
 		`{"n":3,"best_of":"5","n":1e300,"generationConfig":{"candidateCount":4,"candidate_count":2.5},"generation_config":{"c\u0061ndidateCount":6},"inferenceConfig":{"candidateCount":9}}`,
+		`{"previous_response_id":"resp_1","conversation":{"id":"","id":"c"},"prompt":{"id":"p"},"prompt":"text","metadata":{"conversation":"c"}}`,
+		`{"previous_response_id":"","conversation":{"items":[{"id":"x"}]},"prompt":["a"],"pr\u006fmpt":{"\u0069d":"p"}}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
 		// What encoding/json's Valid refuses, which the walk checks as it reads.
 		`{"a":"\u00zz"}`, "{\"a\":\"a tab\there\"}", "{\"model\":\"a\tb\"}", "{\"k\ney\":1}", `{"model":"\q"}`, `{"a":"\x"}`, `{"a":"unterminated}`, `{"a":01}`, `{"a":1.}`,
@@ -468,6 +470,7 @@ func decoderInput(body []byte) (Request, error) {
 	t := decoderSearchTools(body)
 	r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor, r.MapsGrounding = t.search, t.maxUses, t.fileSearch, t.images, t.advisor, t.maps
 	r.Container = t.containers
+	r.ServerContext = decoderServerContext(body)
 	r.BodyBytes = len(body) // the body read, whole and well-formed
 	return r, nil
 }
@@ -490,6 +493,52 @@ func decoderConfigChoices(raw json.RawMessage, key string) int64 {
 		return 0
 	}
 	return decoderMost(raw, map[string]bool{"candidateCount": true, "candidate_count": true})
+}
+
+// decoderServerContext is Request.ServerContext read with encoding/json: any top-level
+// previous_response_id or conversation that is a non-empty string or an object with a
+// non-empty string "id" (every repetition of it), or a prompt that is such an object.
+func decoderServerContext(body []byte) bool {
+	refers := func(v json.RawMessage, object bool) bool {
+		var s string
+		if !object && json.Unmarshal(v, &s) == nil {
+			return s != ""
+		}
+		dec := json.NewDecoder(bytes.NewReader(v))
+		if tok, _ := dec.Token(); tok != json.Delim('{') {
+			return false
+		}
+		for dec.More() {
+			k, _ := dec.Token()
+			var v json.RawMessage
+			if dec.Decode(&v) != nil {
+				return false
+			}
+			if k == "id" && json.Unmarshal(v, &s) == nil && s != "" {
+				return true
+			}
+		}
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, _ := dec.Token(); tok != json.Delim('{') {
+		return false
+	}
+	stored := false
+	for dec.More() {
+		k, _ := dec.Token()
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			return false
+		}
+		switch k {
+		case "previous_response_id", "conversation", "previous_interaction_id", "cachedContent", "cached_content":
+			stored = stored || refers(v, false)
+		case "prompt":
+			stored = stored || refers(v, true)
+		}
+	}
+	return stored
 }
 
 // decoderMost is the largest positive whole number among the members of the object raw
@@ -895,5 +944,50 @@ func TestChoices(t *testing.T) {
 	b, _ := Input([]byte(`{"model":"m","messages":[{"role":"user","content":"hello"}]}`))
 	if a.InputTokens != b.InputTokens {
 		t.Fatalf("with counts %+v, without %+v", a, b)
+	}
+}
+
+// TestServerContext: a request that continues a context its provider stores
+// (previous_response_id, conversation as an id or {"id": ...}, a stored prompt
+// {"id": ...}) says so; a null or empty reference, a legacy completion's prompt text, or
+// a reference nested elsewhere does not. Of a key given twice, any reference counts.
+// Read as the reference reads it.
+func TestServerContext(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		body string
+		want bool
+	}{
+		{"previous_response_id", `{"model":"gpt-5","previous_response_id":"resp_68af","input":"and then?"}`, true},
+		{"conversation by its id", `{"conversation":"conv_68af","input":"x"}`, true},
+		{"conversation as an object", `{"conversation":{"id":"conv_68af"},"input":"x"}`, true},
+		{"a stored prompt", `{"prompt":{"id":"pmpt_68af","version":"3","variables":{"city":"Lyon"}}}`, true},
+		{"Gemini Interactions previous_interaction_id", `{"model":"gemini-3-flash-preview","previous_interaction_id":"v1_abc","input":"and then?"}`, true},
+		{"Gemini cachedContent", `{"cachedContent":"cachedContents/abc","contents":[{"parts":[{"text":"x"}]}]}`, true},
+		{"Gemini cached_content", `{"cached_content":"projects/p/locations/l/cachedContents/abc"}`, true},
+		{"an escaped key and id", `{"previous_response\u005fid":"\u0072"}`, true},
+		{"a reference then null", `{"previous_response_id":"resp_1","previous_response_id":null}`, true},
+		{"null then a reference", `{"conversation":null,"conversation":{"x":1,"id":"conv_1"}}`, true},
+		{"an object's id given twice", `{"prompt":{"id":"pmpt_1","id":""}}`, true},
+		{"none", `{"model":"gpt-5","input":"x"}`, false},
+		{"null", `{"previous_response_id":null,"conversation":null,"prompt":null,"previous_interaction_id":null,"cachedContent":null}`, false},
+		{"empty", `{"previous_response_id":"","conversation":""}`, false},
+		{"an object without an id", `{"conversation":{},"prompt":{"version":"3"}}`, false},
+		{"an object with an empty or null id", `{"conversation":{"id":""},"prompt":{"id":null}}`, false},
+		{"a legacy completion's prompt is text", `{"model":"gpt-3.5-turbo-instruct","prompt":"resp_1"}`, false},
+		{"a legacy completion's prompts", `{"prompt":["a","b"]}`, false},
+		{"a nested id is not the request's", `{"conversation":{"items":{"id":"x"}}}`, false},
+		{"a nested reference is not the request's", `{"metadata":{"previous_response_id":"resp_1"},"input":[{"conversation":"c"}]}`, false},
+		{"a number is no id", `{"previous_response_id":5}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Input([]byte(tc.body))
+			if err != nil || r.ServerContext != tc.want {
+				t.Fatalf("ServerContext %v (%v), want %v", r.ServerContext, err, tc.want)
+			}
+			if ref, err := decoderInput([]byte(tc.body)); err != nil || ref != r {
+				t.Fatalf("the reference reads %+v (%v), Input %+v", ref, err, r)
+			}
+		})
 	}
 }

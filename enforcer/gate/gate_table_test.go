@@ -461,6 +461,9 @@ func gateCases() []gateCase {
 		{name: "reserving policy, an advisor tool without max_uses: the policy's amount", setup: rec(reservingRecord),
 			body: `{"model":"claude-haiku-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"advisor_20260301","model":"claude-opus-4-7"}]}`,
 			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "advisor_uncapped" })},
+		{name: "reserving policy, a Responses request continuing a stored context: the policy's amount", setup: rec(reservingRecord),
+			body: `{"model":"gpt-4o","previous_response_id":"resp_68af","max_output_tokens":10,"input":"and then?"}`,
+			want: with(admitted("within_limit"), func(w *want) { w.reservation, w.basis = 5_000, "server_context" })},
 		{name: "reserving policy, several choices: each in the worst case", setup: rec(reservingRecord),
 			body: `{"model":"gpt-4o","n":3,"max_tokens":1000,"messages":[{"role":"user","content":"hello"}]}`,
 			// gpt-4o: 8 input tokens at 2.5 USD/M, 3 × 1,000 output at 10 USD/M: 20 + 30,000.

@@ -133,7 +133,7 @@ var (
 // door saw none: /check, ext_authz without with_request_body, a body that is no JSON
 // object), and worstcase.Unknown's reasons.
 var ReservationBases = []string{"worst_case", "no_body", "no_model", "not_in_catalog", "organization_priced", "no_cap", "duration_billed",
-	"page_billed", "searches_uncapped", "advisor_uncapped"}
+	"page_billed", "searches_uncapped", "advisor_uncapped", "server_context"}
 
 // SpeculativeStartResults are the label values of SpeculativeStarts.
 var SpeculativeStartResults = []string{"used", "voided", "unused"}
@@ -298,7 +298,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		Reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_reservations_total",
-			Help: "Starts that reserve in-flight cost, by basis: worst_case (the request's own worst case), else why the policy's amount was reserved (no_body, no_model, not_in_catalog, organization_priced, no_cap, duration_billed, page_billed, searches_uncapped, advisor_uncapped).",
+			Help: "Starts that reserve in-flight cost, by basis: worst_case (the request's own worst case), else why the policy's amount was reserved (no_body, no_model, not_in_catalog, organization_priced, no_cap, duration_billed, page_billed, searches_uncapped, advisor_uncapped, server_context).",
 		}, []string{"basis"}),
 		ContainerCharges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_container_charges_total",

@@ -26,9 +26,12 @@
 // estimate.Request.Unread), names no model, names one the catalog does not price, names
 // one the organization prices itself (its own price wins at settlement, and the
 // enforcer knows only its keys), states no cap for a model whose limit the catalog does
-// not know, or gives the model a web search tool whose searches it does not cap (they
+// not know, gives the model a web search tool whose searches it does not cap (they
 // are billed apiece; a capped tool's max_uses, or a grounded prompt billed once, adds
-// its price to the worst case).
+// its price to the worst case), or continues a context its provider stores (OpenAI
+// Responses' previous_response_id, conversation or stored prompt, Gemini Interactions'
+// previous_interaction_id, Gemini's cachedContent: billed as input, not in the body;
+// Anthropic's API has no such reference, each request carries its whole conversation).
 //
 // A request whose code tools run in a container billed by its time (OpenAI's code
 // interpreter and hosted shell, Anthropic's code execution: estimate.Request.
@@ -95,10 +98,16 @@ const (
 	// unlimited), or with an advisor model the catalog does not price or whose output
 	// nothing caps.
 	AdvisorUncapped Unknown = "advisor_uncapped"
+	// ServerContext: the request continues a context its provider stores (OpenAI
+	// Responses' previous_response_id, conversation, or a stored prompt; Gemini
+	// Interactions' previous_interaction_id; Gemini's explicit cache, cachedContent),
+	// billed as its input though its body carries only the new turn
+	// (estimate.Request.ServerContext).
+	ServerContext Unknown = "server_context"
 )
 
 // Unknowns lists every reason a worst case is unknown (the metric's labels).
-var Unknowns = []Unknown{NoModel, NotInCatalog, OrganizationPriced, NoCap, DurationBilled, PageBilled, SearchesUncapped, AdvisorUncapped}
+var Unknowns = []Unknown{NoModel, NotInCatalog, OrganizationPriced, NoCap, DurationBilled, PageBilled, SearchesUncapped, AdvisorUncapped, ServerContext}
 
 // Cost is a request's worst case.
 type Cost struct {
@@ -133,6 +142,10 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		return Cost{Unknown: DurationBilled}
 	case pricecatalog.OCR:
 		return Cost{Unknown: PageBilled}
+	}
+	if req.ServerContext {
+		// Billed the stored context as input: its size is not in the body.
+		return Cost{Unknown: ServerContext}
 	}
 	// An image generation's output is fixed by its parameters, not capped by a field.
 	out := max(req.OutputCap, req.ImageOutputTokens)

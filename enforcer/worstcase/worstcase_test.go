@@ -554,3 +554,45 @@ func TestWorstCaseCountsEveryChoice(t *testing.T) {
 		t.Fatalf("four images: %+v, want %d micro-USD", got, want)
 	}
 }
+
+// TestWorstCaseOfServerSideContextIsUnknown: a Responses request that continues a
+// context the provider stores (previous_response_id, conversation as an id or an
+// object) or runs a stored prompt (prompt {"id": ...}) is billed that context as input,
+// which its body does not carry: its worst case is unknown (ServerContext), and the
+// policy's amount is reserved. A null or empty reference, a legacy completion's prompt
+// text, or one nested elsewhere continues nothing.
+func TestWorstCaseOfServerSideContextIsUnknown(t *testing.T) {
+	cat := testCatalog(t)
+	for _, tc := range []struct {
+		name string
+		body string
+		want Cost
+	}{
+		{"previous_response_id", `{"model":"small","previous_response_id":"resp_68af","input":"and then?","max_output_tokens":100}`, Cost{Unknown: ServerContext}},
+		{"conversation by its id", `{"model":"small","conversation":"conv_68af","input":"and then?","max_output_tokens":100}`, Cost{Unknown: ServerContext}},
+		{"conversation as an object", `{"model":"small","conversation":{"id":"conv_68af"},"input":"and then?","max_output_tokens":100}`, Cost{Unknown: ServerContext}},
+		{"a stored prompt", `{"model":"small","prompt":{"id":"pmpt_68af","version":"3"},"input":"and then?","max_output_tokens":100}`, Cost{Unknown: ServerContext}},
+		{"Gemini Interactions previous_interaction_id", `{"model":"small","previous_interaction_id":"v1_abc","input":"and then?"}`, Cost{Unknown: ServerContext}},
+		{"Gemini's explicit cache", `{"model":"small","cachedContent":"cachedContents/abc","contents":[{"parts":[{"text":"and then?"}]}]}`, Cost{Unknown: ServerContext}},
+		{"a stored prompt without input", `{"model":"small","prompt":{"id":"pmpt_68af","variables":{"city":"Lyon"}}}`, Cost{Unknown: ServerContext}},
+		{"an escaped key", `{"model":"small","previous_response\u005fid":"resp_68af","input":"x","max_output_tokens":100}`, Cost{Unknown: ServerContext}},
+		{"a null reference after one", `{"model":"small","previous_response_id":"resp_68af","previous_response_id":null,"input":"x","max_output_tokens":100}`, Cost{Unknown: ServerContext}},
+		// input: "and then?" 9 bytes, 3 tokens + 3 priming = 6; 6 + 100 × 4
+		{"previous_response_id null", `{"model":"small","previous_response_id":null,"input":"and then?","max_output_tokens":100}`,
+			Cost{MicroUSD: 406, Model: "small", InputTokens: 6, OutputTokens: 100}},
+		{"previous_response_id empty", `{"model":"small","previous_response_id":"","input":"and then?","max_output_tokens":100}`,
+			Cost{MicroUSD: 406, Model: "small", InputTokens: 6, OutputTokens: 100}},
+		{"conversation null", `{"model":"small","conversation":null,"input":"and then?","max_output_tokens":100}`,
+			Cost{MicroUSD: 406, Model: "small", InputTokens: 6, OutputTokens: 100}},
+		{"a legacy completion's prompt is text", `{"model":"small","prompt":"and then?","max_tokens":100}`,
+			Cost{MicroUSD: 406, Model: "small", InputTokens: 6, OutputTokens: 100}},
+		{"a nested reference is not the request's", `{"model":"small","metadata":{"previous_response_id":"resp_1"},"input":"and then?","max_output_tokens":100}`,
+			Cost{MicroUSD: 406, Model: "small", InputTokens: 6, OutputTokens: 100}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Of(cat, body(t, tc.body), nil); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
