@@ -325,3 +325,27 @@ func TestExtProcRetrievalIsNotChargedAgain(t *testing.T) {
 		t.Fatalf("settled %v at %d micro-USD (%s), want a known 0", rc.Item, rc.Cost, rc.CostSource)
 	}
 }
+
+// A stored chat completion's metadata updated (POST /v1/chat/completions/{id}) through
+// Envoy answers the completion, usage and all: settled at a known 0, not charged
+// again, its body not estimated (requestbody.Unbilled, as the gateway reads it).
+func TestExtProcStoredChatCompletionUpdateIsNotChargedAgain(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	e.CP.SetPrice("gpt-4o", 2, 8)
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	reqID, _ := e.Admit(t, w.Key)
+	const path = "/v1/chat/completions/chatcmpl-abc123"
+	if r := sendRequestBody(t, e, bodySpec{requestID: reqID, path: path, body: `{"metadata":{"topic":"tolls"}}`}); r.GetResponse() != nil {
+		t.Fatalf("the body was changed: %v", r)
+	}
+	runStream(t, e, streamSpec{requestID: reqID, path: path, contentType: "application/json",
+		chunks: [][]byte{[]byte(`{"id":"chatcmpl-abc123","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"A long answer."}}],` +
+			`"usage":{"prompt_tokens":90000,"completion_tokens":9000,"total_tokens":99000}}`)}})
+	enforcertest.WaitFor(t, "receipt", func() bool { return e.CP.Receipt(reqID) != nil })
+	if rc := e.CP.Receipt(reqID); rc.Cost != 0 || rc.CostSource != "upstream" || !rc.Item.GetComplete() || rc.Item.GetInputTokens() != 0 {
+		t.Fatalf("settled %v at %d micro-USD (%s), want a known 0", rc.Item, rc.Cost, rc.CostSource)
+	}
+	if n := e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "unbilled"); n != 1 {
+		t.Fatalf("unbilled bodies %v, want 1", n)
+	}
+}

@@ -1686,6 +1686,63 @@ func TestTokenCountIsNotEstimated(t *testing.T) {
 	}
 }
 
+// The OpenAI SDK's chat.completions.update(id, {metadata}) is POST
+// /v1/chat/completions/{id}: it changes a stored completion's metadata, generates
+// nothing and is not billed, and OpenAI answers the stored chat.completion, usage and
+// all. Like a GET of it, it is settled at a known 0 (requestbody.Unbilled), not charged
+// the completion a second time (before 2026-12-02 each update was: 90,000 input and
+// 9,000 output tokens of gpt-4o here).
+func TestStoredChatCompletionUpdateIsNotChargedAgain(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"chatcmpl-abc123","object":"chat.completion","created":1738960610,"model":"gpt-4o-2024-08-06",`+
+			`"choices":[{"index":0,"message":{"role":"assistant","content":"A long answer."},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":90000,"completion_tokens":9000,"total_tokens":99000,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}},`+
+			`"metadata":{"topic":"tolls"},"service_tier":"default"}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	res := post(t, e.front.URL+"/v1/chat/completions/chatcmpl-abc123", "tgk_good", `{"metadata":{"topic":"tolls"}}`)
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	u := e.tracker.settled(t)
+	if u.UpstreamCostMicroUSD == nil || *u.UpstreamCostMicroUSD != 0 || !u.Complete || u.InputTokens != 0 || u.OutputTokens != 0 {
+		t.Fatalf("a metadata update of a stored completion settled with %d input and %d output tokens of %s (cost %v, complete %v): "+
+			"charged again for a completion charged when it was generated, want a known 0", u.InputTokens, u.OutputTokens, u.Model,
+			u.UpstreamCostMicroUSD, u.Complete)
+	}
+}
+
+// An upload the provider does not bill per request (the OpenAI SDK's files.create:
+// POST /v1/files, multipart) is settled as a token count is: a known 0, complete. It
+// was settled incomplete at an unknown cost, which every status read of the member's
+// window then reported (incompleteRequests, complete false).
+func TestFileUploadIsAKnownZero(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"file-abc123","object":"file","bytes":120000,"created_at":1677610602,"filename":"batch.jsonl","purpose":"batch"}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	const mp = "--XX\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--XX\r\nContent-Disposition: form-data; name=\"file\"; filename=\"batch.jsonl\"\r\n" +
+		"Content-Type: application/jsonl\r\n\r\n{\"custom_id\":\"1\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}}\r\n--XX--\r\n"
+	res := post(t, e.front.URL+"/v1/files", "tgk_good", mp, "Content-Type", "multipart/form-data; boundary=XX")
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	u := e.tracker.settled(t)
+	if !u.Complete || u.UpstreamCostMicroUSD == nil || *u.UpstreamCostMicroUSD != 0 || u.InputTokens != 0 || u.OutputTokens != 0 {
+		t.Fatalf("a file upload (POST /v1/files) settled complete=%v cost=%v (%+v): want a known 0, complete", u.Complete, u.UpstreamCostMicroUSD, u)
+	}
+}
+
 // A request whose cost the provider bills later (requestbody.Deferred) is refused with
 // 403 service_gateway_billing_deferred, never reaches the upstream, and is settled at a
 // known 0; with its endpoint in AllowDeferred it goes through, and the others are

@@ -2,6 +2,7 @@ package requestbody
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -20,11 +21,14 @@ var unbilledPaths = []string{"/messages/count_tokens", "/responses/input_tokens"
 // Unbilled reports whether a request is one the provider does not charge: any method
 // but POST (every provider's generation is a POST; a GET reads a stored object, such as
 // a stored response or chat completion, whose usage it shows again though it was
-// charged when it was generated, and DELETE removes one), or a POST to an endpoint that
-// generates nothing (unbilledPaths). Without this rule the usage a retrieval shows would
-// be charged a second time, and a token count's input estimate would be charged when its
-// answer reports no usage, at the fallback price when its model is priced nowhere. Such
-// a request is still admitted, and settled at the provider's price of it
+// charged when it was generated, and DELETE removes one), a POST to an endpoint that
+// generates nothing (unbilledPaths), or a POST that stores, updates or cancels
+// something and generates nothing (freePOST: an upload, a vector store, an assistant,
+// a stored chat completion's metadata). Without this rule the usage a retrieval or an
+// update shows would be charged a second time, a token count's input estimate would be
+// charged when its answer reports no usage, at the fallback price when its model is
+// priced nowhere, and an upload would be settled incomplete at an unknown cost. Such a
+// request is still admitted, and settled at the provider's price of it
 // (UnbilledCost). The path is the one the upstream gets, unchanged. An unknown method
 // ("", a proxy that did not say) counts as a POST: a request is never free by doubt.
 func Unbilled(method, path string) bool {
@@ -36,7 +40,106 @@ func Unbilled(method, path string) bool {
 			return true
 		}
 	}
+	return freePOST(path)
+}
+
+// freeTails are the ends of the paths, as segments, of the POSTs that store, update or
+// cancel something and generate nothing the provider charges per request ("*" is one
+// id, idSegment). OpenAI's, unless said: a file uploaded (Anthropic's, Gemini's and
+// Mistral's POST .../files too, a container's and an agent environment's files), a
+// multipart upload and its parts; a vector store, its files and file batches created or
+// updated (OpenAI bills a vector store's storage by the gigabyte-day, not per request);
+// an assistant, a thread (POST /v1/threads creates it, runs nothing), its messages, a
+// run's metadata; a conversation's items; an eval created or updated, an eval run
+// cancelled (POST /v1/evals/{id}/runs/{run}); a fine-tuning job paused; a grader
+// validated (not run); a stored chat completion's metadata updated (the OpenAI SDK's
+// chat.completions.update: POST /v1/chat/completions/{id}, whose answer is the stored
+// completion, usage and all). Left billed, in doubt: POST /v1/conversations and
+// /v1/conversations/{id} (OpenAI's create and update are free, but Mistral's same paths
+// start and continue a conversation, which generates), a vector store's search, and
+// every endpoint not listed.
+var freeTails = [][]string{
+	{"files"},
+	{"uploads"}, {"uploads", "*", "parts"}, {"uploads", "*", "complete"},
+	{"vector_stores"}, {"vector_stores", "*"}, {"vector_stores", "*", "files", "*"}, {"vector_stores", "*", "file_batches"},
+	{"assistants"}, {"assistants", "*"},
+	{"threads"}, {"threads", "*"}, {"threads", "*", "messages"}, {"threads", "*", "messages", "*"}, {"threads", "*", "runs", "*"},
+	{"conversations", "*", "items"},
+	{"evals"}, {"evals", "*"}, {"evals", "*", "runs", "*"},
+	{"fine_tuning", "jobs", "*", "pause"}, {"fine_tuning", "alpha", "graders", "validate"},
+	{"chat", "completions", "*"},
+}
+
+// freePOST reports whether a POST to path generates nothing the provider charges per
+// request, though its answer may show a usage: one of freeTails; a cancellation (a last
+// segment "cancel", Gemini's ":cancel": of a response, a batch, a run, a job, an
+// upload; POST /v1/responses/{id}/cancel answers the response with its usage, but a
+// response run in the background, the only one there is to cancel, is refused as billed
+// later, or was let through as such: its cost is not the front door's to see); or
+// OpenAI's and Anthropic's administration (POST /v1/organization/..., /v1/organizations/...).
+// Never a path Deferred names, whose refusal ext_proc would then skip. The path is
+// compared as Deferred compares it (comparable); one with a dot segment or a backslash,
+// which a server may resolve to another path, is not free.
+func freePOST(path string) bool {
+	if Deferred(http.MethodPost, path, false) != "" {
+		return false
+	}
+	p := comparable(path)
+	if strings.Contains(p, `\`) {
+		return false
+	}
+	segs := strings.Split(p, "/")
+	if slices.ContainsFunc(segs, func(s string) bool { return s == "." || s == ".." }) {
+		return false
+	}
+	last := segs[len(segs)-1]
+	if last == "cancel" || strings.HasSuffix(last, ":cancel") {
+		return true
+	}
+	for i := 1; i < len(segs)-1; i++ {
+		if segs[i-1] == "v1" && (segs[i] == "organization" || segs[i] == "organizations") && segs[i+1] != "" {
+			return true
+		}
+	}
+	for _, tail := range freeTails {
+		if endsWith(segs, tail) {
+			return true
+		}
+	}
 	return false
+}
+
+// endsWith reports whether segs ends with tail, each "*" of it an id (idSegment).
+func endsWith(segs, tail []string) bool {
+	if len(segs) <= len(tail) {
+		return false
+	}
+	segs = segs[len(segs)-len(tail):]
+	for i, t := range tail {
+		if t == "*" && !idSegment(segs[i]) || t != "*" && segs[i] != t {
+			return false
+		}
+	}
+	return true
+}
+
+// idSegment reports whether a path segment is an object's id as OpenAI writes them
+// (chatcmpl-abc123, file-abc123, vs_abc123, thread_abc123): letters, digits, '-' and
+// '_', with at least one digit, '-' or '_'. A word ("stream", "runs", "search") is no
+// id: a path that names another endpoint after a collection is not taken for an
+// update of one of its objects.
+func idSegment(s string) bool {
+	marked := false
+	for _, c := range s {
+		switch {
+		case c >= '0' && c <= '9', c == '-', c == '_':
+			marked = true
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		default:
+			return false
+		}
+	}
+	return marked
 }
 
 // generates tells whether a request of method may generate: a POST, in any case ("post"

@@ -45,6 +45,85 @@ func TestUnbilled(t *testing.T) {
 	}
 }
 
+// A POST that stores, updates or cancels something generates nothing billed per
+// request: unbilled, though its answer may show a usage (a stored chat completion's
+// metadata update answers the completion, usage and all). Its neighbours that generate,
+// or are billed later, are not; nor is a spelling a server may resolve to another path.
+func TestUnbilledStoresUpdatesAndCancels(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/v1/chat/completions/chatcmpl-abc123":                true, // chat.completions.update(id, {metadata})
+		"/v1/chat/completions/chatcmpl-AbC123/":               true,
+		"/openai/v1/chat/completions/chatcmpl-abc123":         true,  // behind a route prefix
+		"/v1/chat/completions/stream":                         false, // a word, not an id
+		"/v1/chat/completions/chatcmpl-1/messages":            false,
+		"/v1/chat/completions/.":                              false, // a server may read /v1/chat/completions
+		"/v1/chat/completions/%2e%2e/completions":             false,
+		"/v1/responses/resp_1/cancel":                         true, // answers the response, usage and all
+		"/v1/responses/resp_1":                                false,
+		"/v1/responses/compact":                               false,
+		"/v1/files":                                           true,
+		"/v1/files/":                                          true,
+		"/upload/v1beta/files":                                true, // Gemini's
+		"/v1/uploads":                                         true,
+		"/v1/uploads/upload_1/parts":                          true,
+		"/v1/uploads/upload_1/complete":                       true,
+		"/v1/uploads/upload_1/cancel":                         true,
+		"/v1/vector_stores":                                   true,
+		"/v1/vector_stores/vs_1":                              true,
+		"/v1/vector_stores/vs_1/files":                        true,
+		"/v1/vector_stores/vs_1/files/file-1":                 true,
+		"/v1/vector_stores/vs_1/file_batches":                 true,
+		"/v1/vector_stores/vs_1/file_batches/vsfb_1/cancel":   true,
+		"/v1/vector_stores/vs_1/search":                       false, // in doubt: a query may be rewritten by a model
+		"/v1/assistants":                                      true,
+		"/v1/assistants/asst_1":                               true,
+		"/v1/threads":                                         true,
+		"/v1/threads/thread_1":                                true,
+		"/v1/threads/thread_1/messages":                       true,
+		"/v1/threads/thread_1/messages/msg_1":                 true,
+		"/v1/threads/thread_1/runs/run_1":                     true, // a run's metadata
+		"/v1/threads/thread_1/runs/run_1/cancel":              true,
+		"/v1/threads/runs":                                    false, // billed later (Deferred)
+		"/v1/threads/thread_1/runs":                           false,
+		"/v1/threads/thread_1/runs/run_1/submit_tool_outputs": false,
+		"/v1/conversations":                                   false, // Mistral's starts a conversation
+		"/v1/conversations/conv_1":                            false, // Mistral's appends to one
+		"/v1/conversations/conv_1/items":                      true,
+		"/v1/conversations/conv_1/restart":                    false,
+		"/v1/evals":                                           true,
+		"/v1/evals/eval_1":                                    true,
+		"/v1/evals/eval_1/runs":                               false, // billed later (Deferred)
+		"/v1/evals/eval_1/runs/evalrun_1":                     true,  // its cancellation
+		"/v1/containers":                                      false, // billed later (Deferred)
+		"/v1/containers/cntr_1/files":                         true,
+		"/v1/batches":                                         false,
+		"/v1/batches/batch_1/cancel":                          true,
+		"/v1/messages/batches/msgbatch_1/cancel":              true,
+		"/v1beta/batches/b_1:cancel":                          true,
+		"/v1/fine_tuning/jobs/ftjob-1/pause":                  true,
+		"/v1/fine_tuning/jobs/ftjob-1/resume":                 false,
+		"/v1/fine_tuning/alpha/graders/validate":              true,
+		"/v1/fine_tuning/alpha/graders/run":                   false,
+		"/v1/organization/invites":                            true,
+		"/v1/organization/projects/proj_1/api_keys":           true,
+		"/v1/organizations/invites":                           true, // Anthropic's
+		"/v1/organization":                                    false,
+		"/v1/organization/../chat/completions":                false,
+		"/v1/files/..":                                        false,
+		`/v1/chat/completions\x/..\files`:                     false,
+		"/v1/agents":                                          false, // not listed: Mistral's /v1/agents/completions is its neighbour
+		"/v1/agents/completions":                              false,
+		"/v1/embeddings":                                      false,
+	} {
+		if got := requestbody.Unbilled("POST", path); got != want {
+			t.Errorf("Unbilled(POST %q) = %v, want %v", path, got, want)
+		}
+		if want && requestbody.Deferred("POST", path, false) != "" {
+			t.Errorf("%q is both unbilled and billed later: ext_proc would skip its refusal", path)
+		}
+	}
+}
+
 func TestDeferred(t *testing.T) {
 	for _, c := range []struct {
 		method, path string
