@@ -49,8 +49,34 @@ func TestEverySDKEndpointIsClassified(t *testing.T) {
 			continue
 		}
 		path := sdkRequestPath(e)
-		if got := requestbody.Deferred("POST", path, false); got != want {
-			t.Errorf("%s: Deferred(POST %s) = %q, want %q", e, path, got, want)
+		deferred, unbilled := want, false
+		switch want {
+		case sdkCharged:
+			deferred = ""
+		case sdkFree:
+			deferred, unbilled = "", true
+		}
+		if got := requestbody.Deferred("POST", path, false); got != deferred {
+			t.Errorf("%s (%s): Deferred(POST %s) = %q, want %q", e, want, path, got, deferred)
+		}
+		if got := requestbody.Unbilled("POST", path); got != unbilled {
+			t.Errorf("%s (%s): Unbilled(POST %s) = %v, want %v", e, want, path, got, unbilled)
+		}
+	}
+	// Administration is free, and never billed later; OpenAI's and Anthropic's
+	// organization APIs are Unbilled (their other administration paths, such as OpenAI's
+	// /v1/projects/..., are Vertex AI's generations' too, and stay charged).
+	for _, e := range found {
+		if !sdkAdministration(e) {
+			continue
+		}
+		path := sdkRequestPath(e)
+		if got := requestbody.Deferred("POST", path, false); got != "" {
+			t.Errorf("%s (administration): Deferred(POST %s) = %q, want none", e, path, got)
+		}
+		org := e.sdk == "openai" && strings.HasPrefix(e.template, "/organization/") || e.sdk == "anthropic" && strings.HasPrefix(e.template, "/v1/organizations/")
+		if org && !requestbody.Unbilled("POST", path) {
+			t.Errorf("%s (administration): Unbilled(POST %s) = false, want true", e, path)
 		}
 	}
 	sort.Strings(unclassified)
@@ -67,7 +93,7 @@ func TestEverySDKEndpointIsClassified(t *testing.T) {
 	}
 	// Each kind the classes name is one the enforcer lists (metrics, docs).
 	for _, want := range sdkEndpointClasses {
-		if want != "" && !slices.Contains(requestbody.DeferredEndpoints, want) {
+		if want != sdkCharged && want != sdkFree && !slices.Contains(requestbody.DeferredEndpoints, want) {
 			t.Errorf("%q is not in requestbody.DeferredEndpoints", want)
 		}
 	}
@@ -215,87 +241,109 @@ var sdkAdministrationPrefixes = map[string][]string{
 	"genai": {"/{api_version}/agents", "/{api_version}/credentials", "/{api_version}/environments", "/{api_version}/webhooks"},
 }
 
-// sdkEndpointClasses classifies every other POST the SDKs make: "" for one charged from
-// its answer's usage or free, else the requestbody.Deferred kind of one billed later.
+// The classes of sdkEndpointClasses besides the requestbody.Deferred kinds. Each is
+// checked against requestbody.Unbilled and Deferred, so an endpoint is either charged
+// from its answer, free, or billed later: none falls between. Before 2026-12-02 the two
+// were one class (""), and free POSTs (uploads, vector stores, assistants, threads,
+// cancellations) were billed: their answers carry no usage, so each settled incomplete
+// at an unknown cost, and a stored chat completion's metadata update was charged the
+// usage its answer shows again.
+const (
+	// sdkCharged: charged from what its answer reports (its usage, else an estimate of
+	// what it carried): it generates, or may, or its path is another provider's that
+	// does (OpenAI's free POST /v1/conversations is Mistral's start of a conversation).
+	// Never free by doubt.
+	sdkCharged = "charged"
+	// sdkFree: generates nothing billed per request (requestbody.Unbilled): settled at a
+	// known 0 (docs/enforcer.md, "Unbilled endpoints").
+	sdkFree = "free"
+)
+
+// sdkEndpointClasses classifies every other POST the SDKs make: sdkCharged, sdkFree, or
+// the requestbody.Deferred kind of one billed later.
 //
-// Free or charged from the answer, though not obviously: the Responses API's compaction
-// (its usage is read); Gemini's :predict (Imagen's images, billed apiece, would be
-// charged their prompt's estimate alone; Google shut Imagen down in 2026: docs/enforcer.md,
-// "Deferred billing"); OpenAI's vector
-// stores and files (billed by the gigabyte-day of storage, not by request); a Sora
-// character (no price published; Sora's API closed on 2026-09-24).
+// Charged or free, though not obviously: the Responses API's compaction (its usage is
+// read); Gemini's :predict (Imagen's images, billed apiece, would be charged their
+// prompt's estimate alone; Google shut Imagen down in 2026: docs/enforcer.md, "Deferred
+// billing"); OpenAI's vector stores and files (free: billed by the gigabyte-day of
+// storage, not by request), but not a vector store's search (charged, in doubt); a Sora
+// character (no price published; Sora's API closed on 2026-09-24). Charged though
+// probably free, because nothing tells them from a generation yet: OpenAI's voices,
+// voice consents, content provenance checks, agent definitions and Realtime call
+// controls, Anthropic's session and deployment updates, Gemini's file registrations and
+// file search stores, Mistral's agents, libraries and observability.
 var sdkEndpointClasses = map[sdkEndpoint]string{
 	// openai
-	{"openai", "/chat/completions"}:                                                "",
-	{"openai", "/completions"}:                                                     "",
-	{"openai", "/responses"}:                                                       "",
-	{"openai", "/responses?beta=true"}:                                             "",
-	{"openai", "/responses/compact"}:                                               "",
-	{"openai", "/responses/compact?beta=true"}:                                     "",
-	{"openai", "/embeddings"}:                                                      "",
-	{"openai", "/audio/speech"}:                                                    "",
-	{"openai", "/audio/transcriptions"}:                                            "",
-	{"openai", "/audio/translations"}:                                              "",
-	{"openai", "/images/generations"}:                                              "",
-	{"openai", "/images/edits"}:                                                    "",
-	{"openai", "/images/variations"}:                                               "",
-	{"openai", "/responses/input_tokens"}:                                          "",
-	{"openai", "/responses/input_tokens?beta=true"}:                                "",
-	{"openai", "/moderations"}:                                                     "",
-	{"openai", "/responses/${responseID}/cancel"}:                                  "",
-	{"openai", "/responses/${responseID}/cancel?beta=true"}:                        "",
-	{"openai", "/chat/completions/${completionID}"}:                                "",
-	{"openai", "/assistants"}:                                                      "",
-	{"openai", "/assistants/${assistantID}"}:                                       "",
-	{"openai", "/threads"}:                                                         "",
-	{"openai", "/threads/${threadID}"}:                                             "",
-	{"openai", "/threads/${threadID}/messages"}:                                    "",
-	{"openai", "/threads/${thread_id}/messages/${messageID}"}:                      "",
-	{"openai", "/threads/${thread_id}/runs/${runID}"}:                              "",
-	{"openai", "/threads/${thread_id}/runs/${runID}/cancel"}:                       "",
-	{"openai", "/conversations"}:                                                   "",
-	{"openai", "/conversations/${conversationID}"}:                                 "",
-	{"openai", "/conversations/${conversationID}/items"}:                           "",
-	{"openai", "/files"}:                                                           "",
-	{"openai", "/uploads"}:                                                         "",
-	{"openai", "/uploads/${uploadID}/cancel"}:                                      "",
-	{"openai", "/uploads/${uploadID}/complete"}:                                    "",
-	{"openai", "/uploads/${uploadID}/parts"}:                                       "",
-	{"openai", "/vector_stores"}:                                                   "",
-	{"openai", "/vector_stores/${vectorStoreID}"}:                                  "",
-	{"openai", "/vector_stores/${vectorStoreID}/file_batches"}:                     "",
-	{"openai", "/vector_stores/${vectorStoreID}/files"}:                            "",
-	{"openai", "/vector_stores/${vector_store_id}/file_batches/${batchID}/cancel"}: "",
-	{"openai", "/vector_stores/${vector_store_id}/files/${fileID}"}:                "",
-	{"openai", "/batches/${batchID}/cancel"}:                                       "",
-	{"openai", "/fine_tuning/jobs/${fineTuningJobID}/cancel"}:                      "",
-	{"openai", "/fine_tuning/jobs/${fineTuningJobID}/pause"}:                       "",
-	{"openai", "/fine_tuning/alpha/graders/validate"}:                              "",
-	{"openai", "/evals"}:                                                           "",
-	{"openai", "/evals/${evalID}"}:                                                 "",
-	{"openai", "/evals/${eval_id}/runs/${runID}/cancel"}:                           "",
-	{"openai", "/decisions"}:                                                       "", // a classification's usage, read as a Responses answer's
-	{"openai", "/audio/voices"}:                                                    "",
-	{"openai", "/audio/voice_consents"}:                                            "",
-	{"openai", "/audio/voice_consents/${consentID}"}:                               "",
-	{"openai", "/content_provenance_checks"}:                                       "",
-	{"openai", "/agents"}:                                                          "", // a reusable agent's definition
-	{"openai", "/agents/${agentID}"}:                                               "",
-	{"openai", "/agents/sessions/${sessionID}"}:                                    "", // its settings, for its next turns
-	{"openai", "/agents/automations/${automationID}"}:                              "",
-	{"openai", "/agents/automations/${automationID}/pause"}:                        "",
-	{"openai", "/agents/environments/${environmentID}/files"}:                      "",
-	{"openai", "/agents/environments/templates"}:                                   "",
-	{"openai", "/agents/environments/templates/${environmentTemplateID}"}:          "",
-	{"openai", "/live/sessions/${sessionID}/hangup"}:                               "",
-	{"openai", "/live/sessions/${sessionID}/refer"}:                                "",
-	{"openai", "/live/sessions/${sessionID}/reject"}:                               "",
-	{"openai", "/containers/${containerID}/files"}:                                 "",
-	{"openai", "/chatkit/sessions/${sessionID}/cancel"}:                            "",
-	{"openai", "/realtime/calls/${callID}/hangup"}:                                 "",
-	{"openai", "/realtime/calls/${callID}/refer"}:                                  "",
-	{"openai", "/realtime/calls/${callID}/reject"}:                                 "",
-	{"openai", "/videos/characters"}:                                               "",
+	{"openai", "/chat/completions"}:                                                sdkCharged,
+	{"openai", "/completions"}:                                                     sdkCharged,
+	{"openai", "/responses"}:                                                       sdkCharged,
+	{"openai", "/responses?beta=true"}:                                             sdkCharged,
+	{"openai", "/responses/compact"}:                                               sdkCharged,
+	{"openai", "/responses/compact?beta=true"}:                                     sdkCharged,
+	{"openai", "/embeddings"}:                                                      sdkCharged,
+	{"openai", "/audio/speech"}:                                                    sdkCharged,
+	{"openai", "/audio/transcriptions"}:                                            sdkCharged,
+	{"openai", "/audio/translations"}:                                              sdkCharged,
+	{"openai", "/images/generations"}:                                              sdkCharged,
+	{"openai", "/images/edits"}:                                                    sdkCharged,
+	{"openai", "/images/variations"}:                                               sdkCharged,
+	{"openai", "/responses/input_tokens"}:                                          sdkFree,
+	{"openai", "/responses/input_tokens?beta=true"}:                                sdkFree,
+	{"openai", "/moderations"}:                                                     sdkFree,
+	{"openai", "/responses/${responseID}/cancel"}:                                  sdkFree,
+	{"openai", "/responses/${responseID}/cancel?beta=true"}:                        sdkFree,
+	{"openai", "/chat/completions/${completionID}"}:                                sdkFree,
+	{"openai", "/assistants"}:                                                      sdkFree,
+	{"openai", "/assistants/${assistantID}"}:                                       sdkFree,
+	{"openai", "/threads"}:                                                         sdkFree,
+	{"openai", "/threads/${threadID}"}:                                             sdkFree,
+	{"openai", "/threads/${threadID}/messages"}:                                    sdkFree,
+	{"openai", "/threads/${thread_id}/messages/${messageID}"}:                      sdkFree,
+	{"openai", "/threads/${thread_id}/runs/${runID}"}:                              sdkFree,
+	{"openai", "/threads/${thread_id}/runs/${runID}/cancel"}:                       sdkFree,
+	{"openai", "/conversations"}:                                                   sdkCharged,
+	{"openai", "/conversations/${conversationID}"}:                                 sdkCharged,
+	{"openai", "/conversations/${conversationID}/items"}:                           sdkFree,
+	{"openai", "/files"}:                                                           sdkFree,
+	{"openai", "/uploads"}:                                                         sdkFree,
+	{"openai", "/uploads/${uploadID}/cancel"}:                                      sdkFree,
+	{"openai", "/uploads/${uploadID}/complete"}:                                    sdkFree,
+	{"openai", "/uploads/${uploadID}/parts"}:                                       sdkFree,
+	{"openai", "/vector_stores"}:                                                   sdkFree,
+	{"openai", "/vector_stores/${vectorStoreID}"}:                                  sdkFree,
+	{"openai", "/vector_stores/${vectorStoreID}/file_batches"}:                     sdkFree,
+	{"openai", "/vector_stores/${vectorStoreID}/files"}:                            sdkFree,
+	{"openai", "/vector_stores/${vector_store_id}/file_batches/${batchID}/cancel"}: sdkFree,
+	{"openai", "/vector_stores/${vector_store_id}/files/${fileID}"}:                sdkFree,
+	{"openai", "/batches/${batchID}/cancel"}:                                       sdkFree,
+	{"openai", "/fine_tuning/jobs/${fineTuningJobID}/cancel"}:                      sdkFree,
+	{"openai", "/fine_tuning/jobs/${fineTuningJobID}/pause"}:                       sdkFree,
+	{"openai", "/fine_tuning/alpha/graders/validate"}:                              sdkFree,
+	{"openai", "/evals"}:                                                           sdkFree,
+	{"openai", "/evals/${evalID}"}:                                                 sdkFree,
+	{"openai", "/evals/${eval_id}/runs/${runID}/cancel"}:                           sdkFree,
+	{"openai", "/decisions"}:                                                       sdkCharged, // a classification's usage, read as a Responses answer's
+	{"openai", "/audio/voices"}:                                                    sdkCharged,
+	{"openai", "/audio/voice_consents"}:                                            sdkCharged,
+	{"openai", "/audio/voice_consents/${consentID}"}:                               sdkCharged,
+	{"openai", "/content_provenance_checks"}:                                       sdkCharged,
+	{"openai", "/agents"}:                                                          sdkCharged, // a reusable agent's definition
+	{"openai", "/agents/${agentID}"}:                                               sdkCharged,
+	{"openai", "/agents/sessions/${sessionID}"}:                                    sdkCharged, // its settings, for its next turns
+	{"openai", "/agents/automations/${automationID}"}:                              sdkCharged,
+	{"openai", "/agents/automations/${automationID}/pause"}:                        sdkCharged,
+	{"openai", "/agents/environments/${environmentID}/files"}:                      sdkFree,
+	{"openai", "/agents/environments/templates"}:                                   sdkCharged,
+	{"openai", "/agents/environments/templates/${environmentTemplateID}"}:          sdkCharged,
+	{"openai", "/live/sessions/${sessionID}/hangup"}:                               sdkCharged,
+	{"openai", "/live/sessions/${sessionID}/refer"}:                                sdkCharged,
+	{"openai", "/live/sessions/${sessionID}/reject"}:                               sdkCharged,
+	{"openai", "/containers/${containerID}/files"}:                                 sdkFree,
+	{"openai", "/chatkit/sessions/${sessionID}/cancel"}:                            sdkFree,
+	{"openai", "/realtime/calls/${callID}/hangup"}:                                 sdkCharged,
+	{"openai", "/realtime/calls/${callID}/refer"}:                                  sdkCharged,
+	{"openai", "/realtime/calls/${callID}/reject"}:                                 sdkCharged,
+	{"openai", "/videos/characters"}:                                               sdkCharged,
 	{"openai", "/batches"}:                                                         requestbody.DeferredBatches,
 	{"openai", "/threads/runs"}:                                                    requestbody.DeferredAssistants,
 	{"openai", "/threads/${threadID}/runs"}:                                        requestbody.DeferredAssistants,
@@ -326,35 +374,35 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"openai", "/chatkit/sessions"}:                                                requestbody.DeferredChatKit,
 	{"openai", "/containers"}:                                                      requestbody.DeferredContainers,
 	// anthropic
-	{"anthropic", "/v1/messages"}:              "",
-	{"anthropic", "/v1/messages/count_tokens"}: "",
+	{"anthropic", "/v1/messages"}:              sdkCharged,
+	{"anthropic", "/v1/messages/count_tokens"}: sdkFree,
 	// bedrock (Amazon Bedrock Runtime)
-	{"bedrock", "/model/{modelId}/invoke"}:                      "",
-	{"bedrock", "/model/{modelId}/invoke-with-response-stream"}: "",
-	{"bedrock", "/model/{modelId}/converse"}:                    "",
-	{"bedrock", "/model/{modelId}/converse-stream"}:             "",
-	{"bedrock", "/model/{modelId}/count-tokens"}:                "", // free (requestbody.Unbilled)
+	{"bedrock", "/model/{modelId}/invoke"}:                      sdkCharged,
+	{"bedrock", "/model/{modelId}/invoke-with-response-stream"}: sdkCharged,
+	{"bedrock", "/model/{modelId}/converse"}:                    sdkCharged,
+	{"bedrock", "/model/{modelId}/converse-stream"}:             sdkCharged,
+	{"bedrock", "/model/{modelId}/count-tokens"}:                sdkFree, // free (requestbody.Unbilled)
 	// A guardrail called on its own: its units (requestbody.GuardrailCheck).
-	{"bedrock", "/guardrail/{guardrailIdentifier}/version/{guardrailVersion}/apply"}: "",
+	{"bedrock", "/guardrail/{guardrailIdentifier}/version/{guardrailVersion}/apply"}: sdkCharged,
 	// The detect-only guardrail checks: their units at their own prices (requestbody.GuardrailCheck).
-	{"bedrock", "/guardrail-checks/invoke"}: "",
+	{"bedrock", "/guardrail-checks/invoke"}: sdkCharged,
 	// Nova Sonic's speech to speech, a bidirectional HTTP/2 stream: the gateway answers
 	// it 501 (requestbody.Bidirectional: it reads a request's body before it admits it,
 	// and a bidirectional session's body ends only with the session).
-	{"bedrock", "/model/{modelId}/invoke-with-bidirectional-stream"}:        "",
+	{"bedrock", "/model/{modelId}/invoke-with-bidirectional-stream"}:        sdkCharged,
 	{"bedrock", "/async-invoke"}:                                            requestbody.DeferredBatches,
-	{"anthropic", "/v1/files"}:                                              "",
-	{"anthropic", "/v1/messages/batches/${messageBatchID}/cancel"}:          "",
-	{"anthropic", "/v1/sessions/${sessionID}"}:                              "",
-	{"anthropic", "/v1/sessions/${sessionID}/archive"}:                      "",
-	{"anthropic", "/v1/sessions/${sessionID}/resources"}:                    "",
-	{"anthropic", "/v1/sessions/${session_id}/resources/${resourceID}"}:     "",
-	{"anthropic", "/v1/sessions/${session_id}/threads/${threadID}/archive"}: "",
-	{"anthropic", "/v1/deployments/${deploymentID}"}:                        "",
-	{"anthropic", "/v1/deployments/${deploymentID}/archive"}:                "",
-	{"anthropic", "/v1/deployments/${deploymentID}/pause"}:                  "",
-	{"anthropic", "/v1/dreams/${dreamID}/archive"}:                          "",
-	{"anthropic", "/v1/dreams/${dreamID}/cancel"}:                           "",
+	{"anthropic", "/v1/files"}:                                              sdkFree,
+	{"anthropic", "/v1/messages/batches/${messageBatchID}/cancel"}:          sdkFree,
+	{"anthropic", "/v1/sessions/${sessionID}"}:                              sdkCharged,
+	{"anthropic", "/v1/sessions/${sessionID}/archive"}:                      sdkCharged,
+	{"anthropic", "/v1/sessions/${sessionID}/resources"}:                    sdkCharged,
+	{"anthropic", "/v1/sessions/${session_id}/resources/${resourceID}"}:     sdkCharged,
+	{"anthropic", "/v1/sessions/${session_id}/threads/${threadID}/archive"}: sdkCharged,
+	{"anthropic", "/v1/deployments/${deploymentID}"}:                        sdkCharged,
+	{"anthropic", "/v1/deployments/${deploymentID}/archive"}:                sdkCharged,
+	{"anthropic", "/v1/deployments/${deploymentID}/pause"}:                  sdkCharged,
+	{"anthropic", "/v1/dreams/${dreamID}/archive"}:                          sdkCharged,
+	{"anthropic", "/v1/dreams/${dreamID}/cancel"}:                           sdkFree,
 	{"anthropic", "/v1/messages/batches"}:                                   requestbody.DeferredBatches,
 	{"anthropic", "/v1/sessions"}:                                           requestbody.DeferredAgents,
 	{"anthropic", "/v1/sessions/${sessionID}/events"}:                       requestbody.DeferredAgents,
@@ -363,30 +411,30 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"anthropic", "/v1/deployments/${deploymentID}/unpause"}:                requestbody.DeferredAgents,
 	{"anthropic", "/v1/dreams"}:                                             requestbody.DeferredAgents,
 	// genai
-	{"genai", "{model}:generateContent"}:                                               "",
-	{"genai", "{model}:streamGenerateContent?alt=sse"}:                                 "",
-	{"genai", "{model}:countTokens"}:                                                   "",
-	{"genai", "{model}:computeTokens"}:                                                 "",
-	{"genai", "{model}:batchEmbedContents"}:                                            "",
-	{"genai", "{model}:predict"}:                                                       "",
-	{"genai", "{resourceName}:fetchPredictOperation"}:                                  "",
-	{"genai", "{name}:cancel"}:                                                         "",
-	{"genai", "batches/{name}:cancel"}:                                                 "",
-	{"genai", "batchPredictionJobs/{name}:cancel"}:                                     "",
-	{"genai", "files:register"}:                                                        "",
-	{"genai", "upload/{api_version}/files"}:                                            "",
-	{"genai", "/{api_version}/decisions"}:                                              "", // a classification's usage, read as an interaction's
-	{"genai", "fileSearchStores"}:                                                      "",
-	{"genai", "{parent}/tuningJobs:validateReinforcementTuningReward"}:                 "",
-	{"genai", "/{api_version}/interactions/{interactionsId}/cancel"}:                   "",
-	{"genai", "/{api_version}/voices"}:                                                 "",
+	{"genai", "{model}:generateContent"}:                                               sdkCharged,
+	{"genai", "{model}:streamGenerateContent?alt=sse"}:                                 sdkCharged,
+	{"genai", "{model}:countTokens"}:                                                   sdkFree,
+	{"genai", "{model}:computeTokens"}:                                                 sdkCharged,
+	{"genai", "{model}:batchEmbedContents"}:                                            sdkCharged,
+	{"genai", "{model}:predict"}:                                                       sdkCharged,
+	{"genai", "{resourceName}:fetchPredictOperation"}:                                  sdkCharged,
+	{"genai", "{name}:cancel"}:                                                         sdkFree,
+	{"genai", "batches/{name}:cancel"}:                                                 sdkFree,
+	{"genai", "batchPredictionJobs/{name}:cancel"}:                                     sdkFree,
+	{"genai", "files:register"}:                                                        sdkCharged,
+	{"genai", "upload/{api_version}/files"}:                                            sdkFree,
+	{"genai", "/{api_version}/decisions"}:                                              sdkCharged, // a classification's usage, read as an interaction's
+	{"genai", "fileSearchStores"}:                                                      sdkCharged,
+	{"genai", "{parent}/tuningJobs:validateReinforcementTuningReward"}:                 sdkCharged,
+	{"genai", "/{api_version}/interactions/{interactionsId}/cancel"}:                   sdkFree,
+	{"genai", "/{api_version}/voices"}:                                                 sdkCharged,
 	{"genai", "{model}:batchGenerateContent"}:                                          requestbody.DeferredBatches,
 	{"genai", "{model}:asyncBatchEmbedContent"}:                                        requestbody.DeferredBatches,
 	{"genai", "batchPredictionJobs"}:                                                   requestbody.DeferredBatches,
 	{"genai", "tunedModels"}:                                                           requestbody.DeferredFineTuning,
 	{"genai", "tuningJobs"}:                                                            requestbody.DeferredFineTuning,
 	{"genai", "{model}:predictLongRunning"}:                                            requestbody.DeferredVideos,
-	{"genai", "/{api_version}/interactions"}:                                           "", // charged from its answer; in the background or by an agent deferred (requestbody.DeferredRequest)
+	{"genai", "/{api_version}/interactions"}:                                           sdkCharged, // charged from its answer; in the background or by an agent deferred (requestbody.DeferredRequest)
 	{"genai", "auth_tokens"}:                                                           requestbody.DeferredRealtime,
 	{"genai", "cachedContents"}:                                                        requestbody.DeferredContextCaches,
 	{"genai", "{file_search_store_name}:importFile"}:                                   requestbody.DeferredFileIndexing,
@@ -396,69 +444,69 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	// mistral (its moderations are billed by the token and settled at 0
 	// as OpenAI's free moderations are: requestbody.Unbilled; its connectors' tool calls
 	// are charged nothing: docs/prices.md, "Billed items not charged yet")
-	{"mistral", "/v1/agents"}:                                                         "",
-	{"mistral", "/v1/agents/completions"}:                                             "",
-	{"mistral", "/v1/agents/completions#stream"}:                                      "",
-	{"mistral", "/v1/audio/speech"}:                                                   "",
-	{"mistral", "/v1/audio/transcriptions"}:                                           "",
-	{"mistral", "/v1/audio/transcriptions#stream"}:                                    "",
-	{"mistral", "/v1/audio/voices"}:                                                   "",
-	{"mistral", "/v1/batch/jobs/{job_id}/cancel"}:                                     "",
-	{"mistral", "/v1/chat/classifications"}:                                           "",
-	{"mistral", "/v1/chat/completions"}:                                               "",
-	{"mistral", "/v1/chat/completions#stream"}:                                        "",
-	{"mistral", "/v1/chat/moderations"}:                                               "",
-	{"mistral", "/v1/classifications"}:                                                "",
-	{"mistral", "/v1/connectors"}:                                                     "",
-	{"mistral", "/v1/connectors/{connector_id_or_name}/tools/{tool_name}/call"}:       "",
-	{"mistral", "/v1/connectors/{connector_id_or_name}/{consumer_scope}/credentials"}: "",
-	{"mistral", "/v1/connectors/{connector_id}/{consumer_scope}/activate"}:            "",
-	{"mistral", "/v1/connectors/{connector_id}/{consumer_scope}/deactivate"}:          "",
-	{"mistral", "/v1/conversations"}:                                                  "",
-	{"mistral", "/v1/conversations#stream"}:                                           "",
-	{"mistral", "/v1/conversations/{conversation_id}"}:                                "",
-	{"mistral", "/v1/conversations/{conversation_id}#stream"}:                         "",
-	{"mistral", "/v1/conversations/{conversation_id}/restart"}:                        "",
-	{"mistral", "/v1/conversations/{conversation_id}/restart#stream"}:                 "",
-	{"mistral", "/v1/embeddings"}:                                                     "",
-	{"mistral", "/v1/files"}:                                                          "",
-	{"mistral", "/v1/fim/completions"}:                                                "",
-	{"mistral", "/v1/fim/completions#stream"}:                                         "",
-	{"mistral", "/v1/fine_tuning/models/{model_id}/archive"}:                          "",
-	{"mistral", "/v1/libraries"}:                                                      "",
-	{"mistral", "/v1/moderations"}:                                                    "",
-	{"mistral", "/v1/observability/dataset-records/bulk-delete"}:                      "",
-	{"mistral", "/v1/observability/datasets"}:                                         "",
-	{"mistral", "/v1/observability/datasets/{dataset_id}/imports/from-dataset"}:       "",
-	{"mistral", "/v1/observability/datasets/{dataset_id}/imports/from-file"}:          "",
-	{"mistral", "/v1/observability/datasets/{dataset_id}/imports/from-playground"}:    "",
-	{"mistral", "/v1/observability/datasets/{dataset_id}/records"}:                    "",
-	{"mistral", "/v1/observability/judges"}:                                           "",
-	{"mistral", "/v1/observability/logs/search"}:                                      "",
-	{"mistral", "/v1/observability/pipeline-configs"}:                                 "",
-	{"mistral", "/v1/observability/spans/aggregate"}:                                  "",
-	{"mistral", "/v1/observability/spans/evaluations/search"}:                         "",
-	{"mistral", "/v1/observability/spans/evaluations/search/latest"}:                  "",
-	{"mistral", "/v1/observability/spans/search"}:                                     "",
-	{"mistral", "/v1/observability/traces/aggregate"}:                                 "",
-	{"mistral", "/v1/observability/traces/search"}:                                    "",
-	{"mistral", "/v1/ocr"}:                                                            "",
-	{"mistral", "/v1/service-accounts"}:                                               "",
-	{"mistral", "/v1/workflows/deployments"}:                                          "",
-	{"mistral", "/v1/workflows/deployments/{name}/stop"}:                              "",
-	{"mistral", "/v1/workflows/executions/cancel"}:                                    "",
-	{"mistral", "/v1/workflows/executions/terminate"}:                                 "",
-	{"mistral", "/v1/workflows/executions/{execution_id}/cancel"}:                     "",
-	{"mistral", "/v1/workflows/executions/{execution_id}/queries"}:                    "",
-	{"mistral", "/v1/workflows/executions/{execution_id}/reset"}:                      "",
-	{"mistral", "/v1/workflows/executions/{execution_id}/signals"}:                    "",
-	{"mistral", "/v1/workflows/executions/{execution_id}/terminate"}:                  "",
-	{"mistral", "/v1/workflows/executions/{execution_id}/updates"}:                    "",
-	{"mistral", "/v1/workflows/schedules/{schedule_id}/pause"}:                        "",
-	{"mistral", "/v2/prompts"}:                                                        "",
-	{"mistral", "/v2/prompts/{prompt_id}/versions"}:                                   "",
-	{"mistral", "/v2/skills"}:                                                         "",
-	{"mistral", "/v2/skills/{skill_id}/versions"}:                                     "",
+	{"mistral", "/v1/agents"}:                                                         sdkCharged,
+	{"mistral", "/v1/agents/completions"}:                                             sdkCharged,
+	{"mistral", "/v1/agents/completions#stream"}:                                      sdkCharged,
+	{"mistral", "/v1/audio/speech"}:                                                   sdkCharged,
+	{"mistral", "/v1/audio/transcriptions"}:                                           sdkCharged,
+	{"mistral", "/v1/audio/transcriptions#stream"}:                                    sdkCharged,
+	{"mistral", "/v1/audio/voices"}:                                                   sdkCharged,
+	{"mistral", "/v1/batch/jobs/{job_id}/cancel"}:                                     sdkFree,
+	{"mistral", "/v1/chat/classifications"}:                                           sdkCharged,
+	{"mistral", "/v1/chat/completions"}:                                               sdkCharged,
+	{"mistral", "/v1/chat/completions#stream"}:                                        sdkCharged,
+	{"mistral", "/v1/chat/moderations"}:                                               sdkFree,
+	{"mistral", "/v1/classifications"}:                                                sdkCharged,
+	{"mistral", "/v1/connectors"}:                                                     sdkCharged,
+	{"mistral", "/v1/connectors/{connector_id_or_name}/tools/{tool_name}/call"}:       sdkCharged,
+	{"mistral", "/v1/connectors/{connector_id_or_name}/{consumer_scope}/credentials"}: sdkCharged,
+	{"mistral", "/v1/connectors/{connector_id}/{consumer_scope}/activate"}:            sdkCharged,
+	{"mistral", "/v1/connectors/{connector_id}/{consumer_scope}/deactivate"}:          sdkCharged,
+	{"mistral", "/v1/conversations"}:                                                  sdkCharged,
+	{"mistral", "/v1/conversations#stream"}:                                           sdkCharged,
+	{"mistral", "/v1/conversations/{conversation_id}"}:                                sdkCharged,
+	{"mistral", "/v1/conversations/{conversation_id}#stream"}:                         sdkCharged,
+	{"mistral", "/v1/conversations/{conversation_id}/restart"}:                        sdkCharged,
+	{"mistral", "/v1/conversations/{conversation_id}/restart#stream"}:                 sdkCharged,
+	{"mistral", "/v1/embeddings"}:                                                     sdkCharged,
+	{"mistral", "/v1/files"}:                                                          sdkFree,
+	{"mistral", "/v1/fim/completions"}:                                                sdkCharged,
+	{"mistral", "/v1/fim/completions#stream"}:                                         sdkCharged,
+	{"mistral", "/v1/fine_tuning/models/{model_id}/archive"}:                          sdkCharged,
+	{"mistral", "/v1/libraries"}:                                                      sdkCharged,
+	{"mistral", "/v1/moderations"}:                                                    sdkFree,
+	{"mistral", "/v1/observability/dataset-records/bulk-delete"}:                      sdkCharged,
+	{"mistral", "/v1/observability/datasets"}:                                         sdkCharged,
+	{"mistral", "/v1/observability/datasets/{dataset_id}/imports/from-dataset"}:       sdkCharged,
+	{"mistral", "/v1/observability/datasets/{dataset_id}/imports/from-file"}:          sdkCharged,
+	{"mistral", "/v1/observability/datasets/{dataset_id}/imports/from-playground"}:    sdkCharged,
+	{"mistral", "/v1/observability/datasets/{dataset_id}/records"}:                    sdkCharged,
+	{"mistral", "/v1/observability/judges"}:                                           sdkCharged,
+	{"mistral", "/v1/observability/logs/search"}:                                      sdkCharged,
+	{"mistral", "/v1/observability/pipeline-configs"}:                                 sdkCharged,
+	{"mistral", "/v1/observability/spans/aggregate"}:                                  sdkCharged,
+	{"mistral", "/v1/observability/spans/evaluations/search"}:                         sdkCharged,
+	{"mistral", "/v1/observability/spans/evaluations/search/latest"}:                  sdkCharged,
+	{"mistral", "/v1/observability/spans/search"}:                                     sdkCharged,
+	{"mistral", "/v1/observability/traces/aggregate"}:                                 sdkCharged,
+	{"mistral", "/v1/observability/traces/search"}:                                    sdkCharged,
+	{"mistral", "/v1/ocr"}:                                                            sdkCharged,
+	{"mistral", "/v1/service-accounts"}:                                               sdkCharged,
+	{"mistral", "/v1/workflows/deployments"}:                                          sdkCharged,
+	{"mistral", "/v1/workflows/deployments/{name}/stop"}:                              sdkCharged,
+	{"mistral", "/v1/workflows/executions/cancel"}:                                    sdkFree,
+	{"mistral", "/v1/workflows/executions/terminate"}:                                 sdkCharged,
+	{"mistral", "/v1/workflows/executions/{execution_id}/cancel"}:                     sdkFree,
+	{"mistral", "/v1/workflows/executions/{execution_id}/queries"}:                    sdkCharged,
+	{"mistral", "/v1/workflows/executions/{execution_id}/reset"}:                      sdkCharged,
+	{"mistral", "/v1/workflows/executions/{execution_id}/signals"}:                    sdkCharged,
+	{"mistral", "/v1/workflows/executions/{execution_id}/terminate"}:                  sdkCharged,
+	{"mistral", "/v1/workflows/executions/{execution_id}/updates"}:                    sdkCharged,
+	{"mistral", "/v1/workflows/schedules/{schedule_id}/pause"}:                        sdkCharged,
+	{"mistral", "/v2/prompts"}:                                                        sdkCharged,
+	{"mistral", "/v2/prompts/{prompt_id}/versions"}:                                   sdkCharged,
+	{"mistral", "/v2/skills"}:                                                         sdkCharged,
+	{"mistral", "/v2/skills/{skill_id}/versions"}:                                     sdkCharged,
 	{"mistral", "/v1/batch/jobs"}:                                                     requestbody.DeferredBatches,
 	{"mistral", "/v1/libraries/{library_id}/documents"}:                               requestbody.DeferredFileIndexing,
 	{"mistral", "/v1/libraries/{library_id}/documents/{document_id}/reprocess"}:       requestbody.DeferredFileIndexing,
