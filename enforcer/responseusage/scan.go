@@ -126,6 +126,10 @@ const (
 	kGeneration
 	kOutputText
 	kContentBlockDelta
+	// OpenAI chat's answer in audio: choices[].delta.audio.transcript (streamed) and
+	// choices[].message.audio.transcript, the text of what it says.
+	kAudio
+	kTranscript
 	// OpenAI Responses: a Response's tool_usage.image_gen, its image generation tool's
 	// usage (imageToolTarget).
 	kToolUsage
@@ -382,6 +386,10 @@ func keyID(b []byte) uint8 {
 		return kOutputText
 	case "contentBlockDelta":
 		return kContentBlockDelta
+	case "audio":
+		return kAudio
+	case "transcript":
+		return kTranscript
 	case "pages_processed":
 		return kPages
 	case "container_id":

@@ -18,6 +18,7 @@ import (
 //	choices[].delta.reasoning / .reasoning_content    reasoning of OpenAI-compatible servers
 //	choices[].delta.tool_calls[].function.arguments   (and message.tool_calls[]...)
 //	choices[].delta.function_call.arguments           (and message.function_call...)
+//	choices[].delta.audio.transcript                  (and message.audio...): an answer in audio
 //	delta                                             Responses events response.*.delta but audio;
 //	                                                  transcriptions' transcript.text.delta
 //	output[].content[].text / .refusal                Responses, not streamed
@@ -97,6 +98,9 @@ func (s *scanner) textTarget() uint8 {
 	case 5:
 		switch {
 		case isChoice(k) && k[3] == kFunctionCall && k[4] == kArguments,
+			// An answer in audio (modalities ["audio"]): its content stays null, its
+			// transcript is the text the audio speaks.
+			isChoice(k) && k[3] == kAudio && k[4] == kTranscript,
 			k[0] == kOutput && k[1] == kArr && k[2] == kContent && k[3] == kArr && (k[4] == kText || k[4] == kRefusal),
 			k[0] == kOutput && k[1] == kArr && k[2] == kSummary && k[3] == kArr && k[4] == kText,
 			k[0] == kOutput && k[1] == kMessage && k[2] == kContent && k[3] == kArr && k[4] == kText:

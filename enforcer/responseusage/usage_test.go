@@ -1843,6 +1843,34 @@ var extractorSink *Extractor
 // are read where each shape reports them, in any chunking, and agree with the reference
 // reading; a usage without them leaves the split unknown (not 0). So is the audio part of
 // Gemini's cached count (cacheTokensDetails), which some models price above cached text.
+// An OpenAI chat answer in audio (gpt-4o-audio-preview, modalities ["audio"]) carries
+// its text as the audio's transcript, choices[].delta.audio.transcript streamed and
+// choices[].message.audio.transcript not, and leaves content null: the transcript is
+// its output text, so that an answer cut before its usage (a voice app's user
+// interrupts it) is estimated from it and not charged nothing (its audio's base64 data
+// is not text). Before 2026-12-02 such a stream counted 0 bytes.
+func TestChatAudioAnswerCountsItsTranscript(t *testing.T) {
+	const transcript = "toll roads are paid "
+	var b strings.Builder
+	b.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-audio-preview-2024-12-17","choices":[{"index":0,"delta":{"role":"assistant","content":null,"refusal":null},"finish_reason":null}],"usage":null}` + "\n\n")
+	for range 50 {
+		b.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-audio-preview-2024-12-17","choices":[{"index":0,"delta":{"audio":{"id":"audio_1","transcript":"` + transcript + `"}},"finish_reason":null}],"usage":null}` + "\n\n")
+		b.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-audio-preview-2024-12-17","choices":[{"index":0,"delta":{"audio":{"data":"` +
+			strings.Repeat("UklGRiQAAABXQVZFZm10IBAAAAABAAEAgD4AAAB9AAACABAAZGF0YQAAAAA", 40) + `"}},"finish_reason":null}],"usage":null}` + "\n\n")
+	}
+	u := run("text/event-stream", nil, Limits{}, [][]byte{[]byte(b.String())}, false) // cut: the client left
+	if want := int64(50 * len(transcript)); u.TextBytes != want || u.OutputReported || u.Complete {
+		t.Fatalf("a cut audio chat stream counted %d bytes of output text (format %s, output reported %v, complete %v), want its transcript's %d",
+			u.TextBytes, u.Format, u.OutputReported, u.Complete, want)
+	}
+	// Not streamed, cut before its usage.
+	body := `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-audio-preview-2024-12-17","choices":[{"index":0,"message":{"role":"assistant","content":null,` +
+		`"audio":{"id":"audio_1","data":"UklGRiQAAABXQVZFZm10IBAAAAABAAEAgD4AAAB9AAACABAAZGF0YQAAAAA","expires_at":1,"transcript":"` + transcript + `"}}}]`
+	if u := run(ctJSON, nil, Limits{}, [][]byte{[]byte(body)}, false); u.TextBytes != int64(len(transcript)) {
+		t.Fatalf("a cut audio chat answer counted %d bytes of output text, want its transcript's %d", u.TextBytes, len(transcript))
+	}
+}
+
 func TestAudioTokens(t *testing.T) {
 	gemini := func(details string) string {
 		return `{"candidates":[{"content":{"parts":[{"text":"Heard."}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":800,` +
