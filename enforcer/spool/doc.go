@@ -15,6 +15,8 @@
 // Bounded: the spool's files never exceed MaxBytes. A settlement that does not fit is
 // still queued in memory (the spool never blocks an admission or a settlement) and
 // counted as dropped; it is lost only if the process then crashes before it is sent.
+// An acknowledgement is written in the segment of the settlement it acknowledges, so
+// that deleting a segment never takes another segment's acknowledgements with it.
 // Segments whose settlements are all acknowledged are deleted; at start the live
 // settlements are rewritten into a fresh segment (compaction) and the old files removed.
 //

@@ -284,13 +284,7 @@ func (s *Spool) append(item *internalv1.SettleItem) (Ref, error) {
 
 // write appends one record to the current segment with a single write(2).
 func (s *Spool) write(kind byte, seq uint64, payload []byte) error {
-	rec := make([]byte, headerLen+len(payload))
-	binary.LittleEndian.PutUint32(rec, uint32(1+8+len(payload)))
-	rec[8] = kind
-	binary.LittleEndian.PutUint64(rec[9:], seq)
-	copy(rec[headerLen:], payload)
-	binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(rec[8:], castagnoli))
-	n, err := s.f.Write(rec)
+	n, err := s.f.Write(record(kind, seq, payload))
 	s.segs[s.cur].bytes += int64(n)
 	s.total += int64(n)
 	s.dirty = true
@@ -302,6 +296,17 @@ func (s *Spool) write(kind byte, seq uint64, payload []byte) error {
 	return err
 }
 
+// record is one record's bytes (the Record kinds above).
+func record(kind byte, seq uint64, payload []byte) []byte {
+	rec := make([]byte, headerLen+len(payload))
+	binary.LittleEndian.PutUint32(rec, uint32(1+8+len(payload)))
+	rec[8] = kind
+	binary.LittleEndian.PutUint64(rec[9:], seq)
+	copy(rec[headerLen:], payload)
+	binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(rec[8:], castagnoli))
+	return rec
+}
+
 func (s *Spool) maybeRotate() error {
 	if s.segs[s.cur].bytes < s.cfg.SegmentBytes {
 		return nil
@@ -309,8 +314,9 @@ func (s *Spool) maybeRotate() error {
 	return s.rotate()
 }
 
-// rotate closes the current segment (synced: it is never written again) and begins
-// the next; a closed segment with nothing live is deleted at once.
+// rotate closes the current segment (synced: no settlement is written to it again, only
+// the acknowledgements of its own, ackClosed) and begins the next; a closed segment with
+// nothing live is deleted at once.
 func (s *Spool) rotate() error {
 	old := s.cur
 	err := errors.Join(s.f.Sync(), s.f.Close())
@@ -349,20 +355,48 @@ func (s *Spool) Ack(ref Ref) {
 		return
 	}
 	sg.live--
-	if ref.seg != s.cur && sg.live == 0 {
+	switch {
+	case ref.seg == s.cur:
+		if err := s.write(kindAck, ref.seq, nil); err != nil {
+			// Only costs a duplicate after a crash.
+			s.log.Warn("spool: could not record an acknowledgement", "error", err)
+		}
+		if err := s.maybeRotate(); err != nil {
+			s.log.Warn("spool: could not begin a new segment", "error", err)
+		}
+	case sg.live == 0:
 		// The whole segment goes: no acknowledgement record needed.
 		s.dropIfDone(ref.seg)
-		s.setBytes()
-		return
-	}
-	if err := s.write(kindAck, ref.seq, nil); err != nil {
-		// Only costs a duplicate after a crash.
-		s.log.Warn("spool: could not record an acknowledgement", "error", err)
-	}
-	if err := s.maybeRotate(); err != nil {
-		s.log.Warn("spool: could not begin a new segment", "error", err)
+	default:
+		// A closed segment's settlement is acknowledged in that segment, never in the
+		// current one: each segment is deleted when its own settlements are all
+		// acknowledged, which may be before an older one's are, and an acknowledgement
+		// kept elsewhere would go with it (the settlement coming back at the next Open).
+		if err := s.ackClosed(ref); err != nil {
+			// Only costs a duplicate after a crash.
+			s.log.Warn("spool: could not record an acknowledgement", "file", s.path(ref.seg), "error", err)
+		}
 	}
 	s.setBytes()
+}
+
+// ackClosed appends the acknowledgement of ref, a settlement of a closed segment, to that
+// segment, with one write(2) as every record. It is not synced (the package comment:
+// losing an acknowledgement only costs a duplicate). A record only partly written is cut
+// off again, so that the segment's later acknowledgements stay readable.
+func (s *Spool) ackClosed(ref Ref) error {
+	sg := s.segs[ref.seg]
+	f, err := os.OpenFile(s.path(ref.seg), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	n, err := f.Write(record(kindAck, ref.seq, nil))
+	if err != nil && n > 0 && f.Truncate(sg.bytes) == nil {
+		n = 0
+	}
+	sg.bytes += int64(n)
+	s.total += int64(n)
+	return errors.Join(err, f.Close())
 }
 
 func (s *Spool) setBytes() { s.m.SettleSpoolBytes.Set(float64(s.total)) }

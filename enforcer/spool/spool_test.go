@@ -102,6 +102,36 @@ func TestOpenReturnsWhatWasNotAcknowledged(t *testing.T) {
 	}
 }
 
+// An acknowledgement stays with the settlement it acknowledges: a settlement of a closed
+// segment acknowledged while that segment still holds a live one is not sent again at
+// the next Open, even after every later segment (where its acknowledgement was written
+// before) was deleted, its own settlements all acknowledged.
+func TestAcknowledgedSettlementOfAnOlderSegmentStaysAcknowledged(t *testing.T) {
+	dir := t.TempDir()
+	cfg := spool.Config{Dir: dir, MaxBytes: 1 << 20, SegmentBytes: 100} // two settlements a segment
+	s, _, _ := open(t, cfg)
+	a, _ := s.Append(item("req_a"))
+	if _, ok := s.Append(item("req_b")); !ok { // the first segment is full: a second begins
+		t.Fatal("append req_b")
+	}
+	s.Ack(a) // the first segment still holds req_b
+	c, _ := s.Append(item("req_c"))
+	d, _ := s.Append(item("req_d")) // the second segment is full: a third begins
+	s.Ack(c)
+	s.Ack(d) // nothing live in the second segment: deleted
+	if n := len(segments(t, dir)); n != 2 {
+		t.Fatalf("segments %d, want 2 (the first, with req_b live, and the current one)", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, pending, _ := open(t, cfg)
+	defer s2.Close()
+	if got := ids(pending); !slices.Equal(got, []string{"req_b"}) {
+		t.Fatalf("pending after reopen %v, want [req_b] (req_a was acknowledged)", got)
+	}
+}
+
 // A record cut short (the machine lost what was not synced, or the process died in the
 // middle of a write) ends its segment; what came before it is kept.
 func TestTornTailIsSkipped(t *testing.T) {
