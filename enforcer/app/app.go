@@ -39,6 +39,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/invalidation"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/record"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/spool"
@@ -194,6 +195,9 @@ type Enforcer struct {
 	Admin  *admin.Handler
 	// Gateway is the inference gateway; nil when it is off (no TOLLGATE_GATEWAY_ADDR).
 	Gateway *gateway.Gateway
+	// Decoding bounds the compressed request bodies ext_proc and the gateway decode at
+	// once (requestbody.DecodeBudget, one for the process).
+	Decoding *requestbody.Decoding
 }
 
 // New wires an enforcer. Nothing runs until Serve.
@@ -253,6 +257,7 @@ func New(d Deps) *Enforcer {
 		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))), grpc.WaitForHandlers(true), grpc.ConnectionTimeout(handshakeTimeout))...)
 	authv3.RegisterAuthorizationServer(e.GRPC, az)
 	xp := extproc.New(e.Tracker, m, responseusage.Limits{})
+	e.Decoding = xp.Decoding
 	xp.AllowDeferred = cfg.AllowDeferred()
 	extprocv3.RegisterExternalProcessorServer(e.GRPC, xp)
 	e.Health = health.NewServer()
@@ -262,6 +267,7 @@ func New(d Deps) *Enforcer {
 	if cfg.GatewayAddr != "" {
 		gwCfg := cfg.Gateway
 		gwCfg.AllowDeferred = cfg.AllowDeferred()
+		gwCfg.Decoding = e.Decoding // one budget of decoded bodies for the process
 		gw, err := gateway.New(gwCfg, e.Gate, e.Tracker, responseusage.Limits{},
 			gateway.Metrics{Requests: m.GatewayRequests, Active: m.GatewayActive, FirstByte: m.GatewayFirstByte}, log)
 		if err != nil {

@@ -1,7 +1,9 @@
 package extproc
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -38,6 +40,9 @@ type Server struct {
 	tracker *inflight.Tracker
 	m       *metrics.Metrics
 	limits  responseusage.Limits
+	// Decoding bounds the compressed request bodies decoded at once; New sets one of
+	// requestbody.DecodeBudget, which the program shares with its gateway.
+	Decoding *requestbody.Decoding
 	// AllowDeferred lets the requests of these endpoints billed later through
 	// (requestbody.Deferred); the others are answered 403 service_gateway_billing_deferred.
 	AllowDeferred requestbody.DeferredAllowed
@@ -45,7 +50,8 @@ type Server struct {
 
 // New returns the ext_proc server.
 func New(t *inflight.Tracker, m *metrics.Metrics, limits responseusage.Limits) *Server {
-	return &Server{tracker: t, m: m, limits: limits}
+	return &Server{tracker: t, m: m, limits: limits,
+		Decoding: requestbody.NewDecoding(requestbody.DecodeBudget, requestbody.DecodeWait, m.RequestDecodes)}
 }
 
 var requestIDHeader = strings.ToLower(gate.HeaderRequestID)
@@ -100,11 +106,17 @@ type stream struct {
 	status int32
 	ext    *responseusage.Extractor
 	done   bool
+
+	// ctx is the stream's; release gives back the share of the decoding budget a
+	// compressed request body holds (requestbody.Decoding), nil when none is held.
+	ctx     context.Context
+	release func()
 }
 
 // Process follows one HTTP request.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
-	st := &stream{s: s}
+	st := &stream{s: s, ctx: srv.Context()}
+	defer st.releaseBody()
 	if md, ok := metadata.FromIncomingContext(srv.Context()); ok {
 		if v := md.Get(RoleMetadata); len(v) > 0 && v[0] == RoleRequest {
 			st.requestOnly, st.bodyBuffered = true, true
@@ -128,6 +140,15 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 				return nil
 			}
 		}
+		st.releaseBody() // the decoded body, if any, was sent
+	}
+}
+
+// releaseBody gives back the decoding budget's share of a decoded request body.
+func (st *stream) releaseBody() {
+	if st.release != nil {
+		st.release()
+		st.release = nil
 	}
 }
 
@@ -275,10 +296,21 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	// does not decode is refused, as the gateway refuses it, and settled at 0: unread, it
 	// could not be estimated nor a stream asked for its usage (an Envoy decompressor
 	// filter before ext_proc can decode more codings).
+	// At most requestbody.DecodeBudget of decoded bodies at once (the process's one
+	// bound, the gateway's decodes included), held until the answer carrying the body
+	// was sent (Process calls st.release); a body that cannot have its share within
+	// requestbody.DecodeWait is refused 503, retryable, and settled at 0 as the
+	// undecodable ones: passed on unread it could not be refused nor estimated.
 	replace := false // the body that goes upstream is not the one that came
 	if len(st.codings) > 0 {
-		b, err := requestbody.Decode(st.codings, body, maxDecodedBody)
-		if err != nil {
+		b, release, err := st.s.Decoding.Decode(st.ctx, st.codings, body, maxDecodedBody)
+		st.release = release
+		switch {
+		case errors.Is(err, requestbody.ErrDecodeBusy):
+			st.refused(http.StatusServiceUnavailable) // never sent upstream
+			m.WithLabelValues("decode_busy").Inc()
+			return refusal(requestbody.BusyRefusal())
+		case err != nil:
 			r := requestbody.DecodeRefusal(err, st.codings, maxDecodedBody)
 			st.refused(r.Status) // never sent upstream
 			m.WithLabelValues("undecodable").Inc()
@@ -441,10 +473,18 @@ func (st *stream) headerValue(key, v string) *corev3.HeaderValue {
 // refusal answers the client with a front door's own refusal of a body it cannot read,
 // in the shape of the gateway's errors.
 func refusal(r requestbody.Refusal) *extprocv3.ProcessingResponse {
-	body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": "invalid_request_error", "code": r.Code, "message": r.Message}})
+	typ := "invalid_request_error"
+	if r.Status >= 500 {
+		typ = "api_error" // busy (requestbody.BusyRefusal), as the gateway's
+	}
+	body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": typ, "code": r.Code, "message": r.Message}})
 	set := []*corev3.HeaderValueOption{
 		{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
 		{Header: &corev3.HeaderValue{Key: strings.ToLower(gate.HeaderErrorCode), RawValue: []byte(r.Code)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+	}
+	if r.Status == http.StatusServiceUnavailable {
+		set = append(set, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte("1")},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 		Status: &typev3.HttpStatus{Code: typev3.StatusCode(r.Status)}, Headers: &extprocv3.HeaderMutation{SetHeaders: set},

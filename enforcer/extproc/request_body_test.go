@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -941,4 +942,132 @@ func TestExtProcSingleFilterRefusalSettlesOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Compressed bodies are decoded a few at a time: a member's few kilobytes of gzip
+// decode to tens of megabytes each, and nothing bounded how many ext_proc decoded at
+// once (sixteen grew the heap by about 1 GiB). Each decode holds a share of one budget
+// (requestbody.DecodeBudget: two of ext_proc's 32 MiB) until its answer is sent; a body
+// that cannot have its share within requestbody.DecodeWait is refused 503
+// service_gateway_busy, retryable, and settled at 0 (passed on unread it could be
+// neither estimated nor refused). The decodes are counted, not timed: the first two hold
+// their shares until every other body has been answered.
+func TestExtProcDecodesFewCompressedBodiesAtOnce(t *testing.T) {
+	var active, most atomic.Int64
+	entered := make(chan struct{}, 16)
+	hold := make(chan struct{})
+	e := enforcertest.New(t, enforcertest.Options{})
+	dec := e.Enforcer.Decoding
+	dec.Held = func() {
+		n := active.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		entered <- struct{}{}
+		<-hold
+		active.Add(-1)
+	}
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	big := strings.Repeat("abcdefgh ijklmnop", 1<<16) // about 1 MiB decoded
+	body := string(gzipped([]byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + big + `"}]}`)))
+	const n = 16
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i], _ = e.Admit(t, w.Key)
+	}
+	answers := make(chan *extprocv3.ProcessingResponse, n)
+	for i := range n {
+		go func() {
+			answers <- answerBodyOffTheTest(e, ids[i], "/v1/chat/completions", body, "gzip")
+		}()
+	}
+	<-entered
+	<-entered
+	var busy []*extprocv3.ProcessingResponse
+	for range n - 2 { // every other body is answered while the two decodes hold the budget
+		busy = append(busy, <-answers)
+	}
+	if got := e.Metric("tollgate_enforcer_request_decodes_active"); got != 2 {
+		t.Errorf("decodes active while two hold the budget: %v", got)
+	}
+	close(hold)
+	var decoded int
+	for range 2 {
+		if cr := (<-answers).GetRequestBody().GetResponse(); cr.GetBodyMutation() != nil {
+			decoded++
+		}
+	}
+	if m := most.Load(); m != 2 || decoded != 2 {
+		t.Fatalf("%d decodes at once (want 2: the budget holds two of 32 MiB), %d bodies decoded", m, decoded)
+	}
+	for _, resp := range busy {
+		ir := resp.GetImmediateResponse()
+		headers := map[string]string{}
+		for _, h := range ir.GetHeaders().GetSetHeaders() {
+			headers[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+		}
+		if ir.GetStatus().GetCode() != 503 || headers["x-service-error-code"] != "service_gateway_busy" || headers["retry-after"] != "1" ||
+			!strings.Contains(string(ir.GetBody()), `"api_error"`) {
+			t.Fatalf("a body without its share answered %v", resp)
+		}
+	}
+	// The refused are settled by their streams (the decoded ones by the response's).
+	enforcertest.WaitFor(t, "refusals settled", func() bool {
+		settled := 0
+		for _, id := range ids {
+			if e.CP.Receipt(id) != nil {
+				settled++
+			}
+		}
+		return settled == n-2
+	})
+	refused := 0
+	for _, id := range ids {
+		if rc := e.CP.Receipt(id); rc != nil && rc.Item.GetUpstreamStatus() == 503 {
+			refused++
+			if rc.Cost != 0 || !rc.Item.GetComplete() {
+				t.Fatalf("a refused body settled %v at %d", rc.Item, rc.Cost)
+			}
+		}
+	}
+	if refused != n-2 || e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "decode_busy") != n-2 ||
+		e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "decoded") != 2 {
+		t.Fatalf("refused %d, counted decode_busy %v decoded %v", refused,
+			e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "decode_busy"),
+			e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "decoded"))
+	}
+	// Every share was given back with its answer.
+	enforcertest.WaitFor(t, "shares given back", func() bool { return e.Metric("tollgate_enforcer_request_decodes_active") == 0 })
+	dec.Held = nil
+	id, _ := e.Admit(t, w.Key)
+	if cr := sendRequestBody(t, e, bodySpec{requestID: id, path: "/v1/chat/completions", body: body, contentEncoding: "gzip"}).GetResponse(); cr.GetBodyMutation() == nil {
+		t.Fatal("a body after the others was not decoded")
+	}
+}
+
+// answerBodyOffTheTest plays the request-body filter's stream (headers, the whole body)
+// and returns the answer to the body, nil when the stream failed; it fails nothing, for
+// use off the test's goroutine.
+func answerBodyOffTheTest(e *enforcertest.Env, id, path, body, coding string) *extprocv3.ProcessingResponse {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := e.ExtProc.Process(metadata.AppendToOutgoingContext(ctx, extproc.RoleMetadata, extproc.RoleRequest))
+	if err != nil {
+		return nil
+	}
+	hm := enforcertest.HeaderMap(":method", "POST", ":path", path, ":authority", "llm.example.test", "content-type", "application/json",
+		"content-length", strconv.Itoa(len(body)), "x-service-request-id", id, "content-encoding", coding)
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hm}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
+	} {
+		if err := st.Send(req); err != nil {
+			return nil
+		}
+	}
+	if _, err := st.Recv(); err != nil {
+		return nil
+	}
+	resp, _ := st.Recv()
+	_ = st.CloseSend()
+	return resp
 }

@@ -86,11 +86,12 @@ const (
 	OutcomeClientGone      = "client_gone"      // the client left before the upstream answered
 	OutcomeNoCredential    = "no_credential"    // 502: the route's token or signing credentials could not be had
 	OutcomeUnsupported     = "unsupported"      // 501: an API the gateway does not proxy (requestbody.Bidirectional); 400: an answer's format (requestbody.UnreadableAnswer)
+	OutcomeDecodeBusy      = "decode_busy"      // 503: a compressed body's share of the decoding budget not had in time (requestbody.Decoding)
 )
 
 // Outcomes lists every outcome (metrics pre-create their series).
 var Outcomes = []string{OutcomeProxied, OutcomeRefused, OutcomeNoRoute, OutcomeBusy, OutcomeBodyTooLarge, OutcomeBadBody,
-	OutcomeUpstreamError, OutcomeUpstreamTimeout, OutcomeClientGone, OutcomeNoCredential, OutcomeUnsupported}
+	OutcomeUpstreamError, OutcomeUpstreamTimeout, OutcomeClientGone, OutcomeNoCredential, OutcomeUnsupported, OutcomeDecodeBusy}
 
 // Metrics the gateway updates (from the enforcer's catalogue, enforcer/metrics).
 type Metrics struct {
@@ -132,6 +133,9 @@ type Config struct {
 	// how long the check took, and how much of it the record read and the durable
 	// start (serverTiming).
 	ServerTiming bool
+	// Decoding bounds the compressed request bodies decoded at once (requestbody.Decoding:
+	// the program shares ext_proc's); nil: one of requestbody.DecodeBudget of its own.
+	Decoding *requestbody.Decoding
 	// Transport, when set, replaces the gateway's own (tests).
 	Transport http.RoundTripper
 }
@@ -164,6 +168,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxStreams <= 0 {
 		c.MaxStreams = DefaultMaxStreams
+	}
+	if c.Decoding == nil {
+		c.Decoding = requestbody.NewDecoding(requestbody.DecodeBudget, requestbody.DecodeWait, nil)
 	}
 	return c
 }
@@ -394,9 +401,20 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		}
 		body, err = readBody(http.MaxBytesReader(unwrapped(w), r.Body, limit), announced, limit)
 		if err == nil && len(codings) > 0 {
-			// Compressed: decoded here, sent decoded (requestcoding.go).
-			if body, err = requestbody.Decode(codings, body, gw.cfg.MaxBodyBytes); err == nil {
+			// Compressed: decoded here, sent decoded (requestcoding.go), holding a share
+			// of the decoding budget until the check is done; the slots do not bound
+			// what bodies of a few kilobytes decode to.
+			var release func()
+			body, release, err = gw.cfg.Decoding.Decode(r.Context(), codings, body, gw.cfg.MaxBodyBytes)
+			defer release()
+			if err == nil {
 				p.decoded = true
+			} else if errors.Is(err, requestbody.ErrDecodeBusy) {
+				gw.answered(w, OutcomeDecodeBusy)
+				b := requestbody.BusyRefusal()
+				w.Header().Set("Retry-After", "1")
+				writeError(w, b.Status, "api_error", b.Code, b.Message, nil)
+				return false
 			} else if answered := refuseBody(w, err, codings); answered {
 				gw.answered(w, OutcomeBadBody)
 				return false

@@ -2162,3 +2162,84 @@ func TestBedrockTierHeaders(t *testing.T) {
 		})
 	}
 }
+
+// Compressed bodies are decoded a few at a time: a few kilobytes of gzip decode to the
+// whole body cap, read before the check (even without a credential), and the stream
+// bound (thousands) did not bound how many at once. Each holds its cap's share of the
+// process's decoding budget (requestbody.DecodeBudget: four of the default 16 MiB) until
+// its check is done; one without a share within requestbody.DecodeWait is answered 503
+// service_gateway_busy, before anything is admitted. Counted, not timed: the first four
+// hold their shares until the others have been answered.
+func TestGatewayDecodesFewCompressedBodiesAtOnce(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"model":"gpt-4o-mini","usage":{"prompt_tokens":7,"completion_tokens":5}}`)
+	}))
+	defer up.Close()
+	var active, most atomic.Int64
+	entered := make(chan struct{}, 8)
+	hold := make(chan struct{})
+	dec := requestbody.NewDecoding(requestbody.DecodeBudget, requestbody.DecodeWait, nil)
+	dec.Held = func() {
+		n := active.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		entered <- struct{}{}
+		<-hold
+		active.Add(-1)
+	}
+	e := newEnv(t, up.URL, gateway.Config{Decoding: dec})
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write([]byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("abcdefgh ", 100_000) + `"}]}`))
+	zw.Close()
+	const n, fit = 7, requestbody.DecodeBudget / gateway.DefaultMaxBodyBytes
+	type answer struct {
+		status      int
+		code, retry string
+	}
+	answers := make(chan answer, n)
+	for range n {
+		go func() {
+			req, _ := http.NewRequest("POST", e.front.URL+"/v1/chat/completions", bytes.NewReader(b.Bytes()))
+			req.Header.Set("Authorization", "Bearer tgk_good")
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Content-Encoding", "gzip")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				answers <- answer{}
+				return
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			answers <- answer{res.StatusCode, res.Header.Get("X-Service-Error-Code"), res.Header.Get("Retry-After")}
+		}()
+	}
+	for range fit {
+		<-entered
+	}
+	for range n - fit { // answered while the others hold the budget
+		if a := <-answers; a.status != http.StatusServiceUnavailable || a.code != "service_gateway_busy" || a.retry != "1" {
+			t.Fatalf("a body without its share answered %+v", a)
+		}
+	}
+	close(hold)
+	for range fit {
+		if a := <-answers; a.status != 200 {
+			t.Fatalf("a decoded body answered %+v", a)
+		}
+	}
+	if m := most.Load(); m != fit {
+		t.Fatalf("%d decodes at once, want %d", m, fit)
+	}
+	if got := testutil.ToFloat64(e.req.WithLabelValues(gateway.OutcomeDecodeBusy)); got != n-fit {
+		t.Fatalf("decode_busy counted %v, want %d", got, n-fit)
+	}
+	e.gate.mu.Lock()
+	checked := len(e.gate.hints)
+	e.gate.mu.Unlock()
+	if checked != fit {
+		t.Fatalf("%d checks, want %d: a busy body is refused before its check", checked, fit)
+	}
+}

@@ -81,8 +81,11 @@ type Metrics struct {
 	// GatewayRequests counts the gateway's requests by outcome (gateway.Outcomes),
 	// GatewayActive the requests it is proxying, GatewayFirstByte the seconds from
 	// sending an upstream request to its response headers.
-	GatewayRequests  *prometheus.CounterVec
-	GatewayActive    prometheus.Gauge
+	GatewayRequests *prometheus.CounterVec
+	GatewayActive   prometheus.Gauge
+	// RequestDecodes is the compressed request bodies holding a share of the decoding
+	// budget now (requestbody.Decoding), both front doors.
+	RequestDecodes   prometheus.Gauge
 	GatewayFirstByte prometheus.Histogram
 	// Reservations counts the in-flight guard's reservations by basis: worst_case (the
 	// request's own, from its body), or why the policy's amount was used instead
@@ -97,7 +100,7 @@ type Metrics struct {
 
 // GatewayOutcomes are the outcome labels of GatewayRequests (package gateway's
 // Outcome constants; package gateway imports this one, so the list lives here).
-var GatewayOutcomes = []string{"proxied", "refused", "no_route", "busy", "body_too_large", "bad_body", "upstream_error", "upstream_timeout", "client_gone", "no_credential", "unsupported"}
+var GatewayOutcomes = []string{"proxied", "refused", "no_route", "busy", "body_too_large", "bad_body", "upstream_error", "upstream_timeout", "client_gone", "no_credential", "unsupported", "decode_busy"}
 
 // The label values known in advance, created at construction: a fresh enforcer already
 // exposes them at 0, so a dashboard panel shows 0, not No data, and increase() sees the
@@ -122,7 +125,7 @@ var (
 	settleOutcomes       = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "abandoned", "overflow"}
 	costBases            = []string{"upstream_cost", "reported_usage", "estimate", "none", "unknown"}
 	extprocStreamResults = []string{"complete", "incomplete", "untracked"}
-	requestBodyResults   = []string{"estimated", "not_json", "include_usage_set", "not_buffered", "model_not_priced", "billing_deferred", "unbilled", "decoded", "undecodable", "guardrail_trace_set", "guardrail_check"}
+	requestBodyResults   = []string{"estimated", "not_json", "include_usage_set", "not_buffered", "model_not_priced", "billing_deferred", "unbilled", "decoded", "undecodable", "decode_busy", "guardrail_trace_set", "guardrail_check"}
 	spoolDropReasons     = []string{"full", "error"}
 	invalidationKinds    = []string{"credential", "member", "api_key", "record"}
 	// gatewayOutcomes are gateway.Outcomes (a gateway test checks they agree).
@@ -282,7 +285,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		ExtProcRequestBodies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_extproc_request_bodies_total",
-			Help: "Request bodies of admitted requests read through ext_proc, by result: estimated (input tokens estimated from it), not_json (nothing estimated), include_usage_set (an OpenAI stream's body rewritten to ask for its usage), not_buffered (sent in pieces: neither estimated nor rewritten), model_not_priced (refused: the organization refuses models nobody priced), billing_deferred (refused: an endpoint billed later, out of the enforcer's sight, a batch or a background response), unbilled (an endpoint the provider does not charge, a token count or a moderation: nothing estimated, nothing charged), decoded (a compressed body, gzip, deflate or br, read and sent decoded), undecodable (refused 415, 400 or 413: a compressed body of another coding, corrupt, or past 32 MiB decoded, which unread could not be charged), guardrail_trace_set (an Amazon Bedrock request's guardrail asked for its trace, which reports what it billed: Converse's guardrailConfig.trace, InvokeModel's X-Amzn-Bedrock-Trace header), guardrail_check (Amazon Bedrock's ApplyGuardrail, a guardrail called on its own, or InvokeGuardrailChecks: nothing estimated, their units charged from their answer). A rewritten body also counts as estimated.",
+			Help: "Request bodies of admitted requests read through ext_proc, by result: estimated (input tokens estimated from it), not_json (nothing estimated), include_usage_set (an OpenAI stream's body rewritten to ask for its usage), not_buffered (sent in pieces: neither estimated nor rewritten), model_not_priced (refused: the organization refuses models nobody priced), billing_deferred (refused: an endpoint billed later, out of the enforcer's sight, a batch or a background response), unbilled (an endpoint the provider does not charge, a token count or a moderation: nothing estimated, nothing charged), decoded (a compressed body, gzip, deflate or br, read and sent decoded), undecodable (refused 415, 400 or 413: a compressed body of another coding, corrupt, or past 32 MiB decoded, which unread could not be charged), decode_busy (refused 503, retryable: a compressed body that did not get its share of the decoding budget within 200ms, request_decodes_active), guardrail_trace_set (an Amazon Bedrock request's guardrail asked for its trace, which reports what it billed: Converse's guardrailConfig.trace, InvokeModel's X-Amzn-Bedrock-Trace header), guardrail_check (Amazon Bedrock's ApplyGuardrail, a guardrail called on its own, or InvokeGuardrailChecks: nothing estimated, their units charged from their answer). A rewritten body also counts as estimated.",
 		}, []string{"result"}),
 		InvalidationsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_invalidations_total",
@@ -290,11 +293,15 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		GatewayRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_gateway_requests_total",
-			Help: "Requests of the inference gateway, by outcome: proxied (the upstream answered), refused (by the gate), no_route, busy, body_too_large, upstream_error (502), upstream_timeout (504), client_gone, no_credential (502: the route's token or signing credentials could not be had), unsupported (501: an API the gateway does not proxy, Amazon Bedrock's bidirectional streams).",
+			Help: "Requests of the inference gateway, by outcome: proxied (the upstream answered), refused (by the gate), no_route, busy, body_too_large, upstream_error (502), upstream_timeout (504), client_gone, no_credential (502: the route's token or signing credentials could not be had), unsupported (501: an API the gateway does not proxy, Amazon Bedrock's bidirectional streams), decode_busy (503: a compressed body that did not get its share of the decoding budget within 200ms, request_decodes_active).",
 		}, []string{"outcome"}),
 		GatewayActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_enforcer_gateway_active_requests",
 			Help: "Requests the inference gateway is proxying now (streams included).",
+		}),
+		RequestDecodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_request_decodes_active",
+			Help: "Compressed request bodies being decoded, or held decoded, now, by ext_proc and the gateway: they share a budget of 64 MiB of decoded bytes (each reserves its limit, 32 MiB for ext_proc, the body cap for the gateway), and a body that waits 200ms for its share is refused 503 (extproc_request_bodies_total{result=\"decode_busy\"}, gateway_requests_total{outcome=\"decode_busy\"}).",
 		}),
 		Reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_reservations_total",
@@ -315,7 +322,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
 		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayActive, m.GatewayFirstByte,
-		m.Reservations, m.ContainerCharges)
+		m.RequestDecodes, m.Reservations, m.ContainerCharges)
 
 	for decision, reasons := range decisionReasons {
 		m.CheckDuration.WithLabelValues(decision)
