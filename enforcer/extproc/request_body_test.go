@@ -947,7 +947,7 @@ func TestExtProcSingleFilterRefusalSettlesOnce(t *testing.T) {
 // Compressed bodies are decoded a few at a time: a member's few kilobytes of gzip
 // decode to tens of megabytes each, and nothing bounded how many ext_proc decoded at
 // once (sixteen grew the heap by about 1 GiB). Each decode holds a share of one budget
-// (requestbody.DecodeBudget: two of ext_proc's 32 MiB) until its answer is sent; a body
+// (requestbody.DecodeBudget; here two of this body) until its answer is sent; a body
 // that cannot have its share within requestbody.DecodeWait is refused 503
 // service_gateway_busy, retryable, and settled at 0 (passed on unread it could be
 // neither estimated nor refused). The decodes are counted, not timed: the first two hold
@@ -957,7 +957,13 @@ func TestExtProcDecodesFewCompressedBodiesAtOnce(t *testing.T) {
 	entered := make(chan struct{}, 16)
 	hold := make(chan struct{})
 	e := enforcertest.New(t, enforcertest.Options{})
+	big := strings.Repeat("abcdefgh ijklmnop", 1<<16) // about 1 MiB decoded
+	plain := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + big + `"}]}`)
+	body := string(gzipped(plain))
+	// A budget of two such bodies (each holds what its gzip trailer says it decodes
+	// to): the process's 64 MiB holds sixty of them.
 	dec := e.Enforcer.Decoding
+	*dec = *requestbody.NewDecoding(int64(2*len(plain)+len(plain)/2), requestbody.DecodeWait, dec.Active)
 	dec.Held = func() {
 		n := active.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
@@ -967,8 +973,6 @@ func TestExtProcDecodesFewCompressedBodiesAtOnce(t *testing.T) {
 		active.Add(-1)
 	}
 	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
-	big := strings.Repeat("abcdefgh ijklmnop", 1<<16) // about 1 MiB decoded
-	body := string(gzipped([]byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + big + `"}]}`)))
 	const n = 16
 	ids := make([]string, n)
 	for i := range ids {
@@ -997,7 +1001,7 @@ func TestExtProcDecodesFewCompressedBodiesAtOnce(t *testing.T) {
 		}
 	}
 	if m := most.Load(); m != 2 || decoded != 2 {
-		t.Fatalf("%d decodes at once (want 2: the budget holds two of 32 MiB), %d bodies decoded", m, decoded)
+		t.Fatalf("%d decodes at once (want 2: the budget holds two of these bodies), %d bodies decoded", m, decoded)
 	}
 	for _, resp := range busy {
 		ir := resp.GetImmediateResponse()

@@ -2192,9 +2192,11 @@ func TestGatewayDecodesFewCompressedBodiesAtOnce(t *testing.T) {
 	e := newEnv(t, up.URL, gateway.Config{Decoding: dec})
 	var b bytes.Buffer
 	zw := gzip.NewWriter(&b)
-	zw.Write([]byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("abcdefgh ", 100_000) + `"}]}`))
+	// Each decodes to 15 MiB, which its gzip trailer says: four fit in the budget.
+	const decoded = 15 << 20
+	zw.Write([]byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("abcdefgh ", decoded/9-10) + `"}]}`))
 	zw.Close()
-	const n, fit = 7, requestbody.DecodeBudget / gateway.DefaultMaxBodyBytes
+	const n, fit = 7, requestbody.DecodeBudget / decoded
 	type answer struct {
 		status      int
 		code, retry string

@@ -45,24 +45,53 @@ func Codings(values []string) []string {
 // codings at most, of gzip, deflate and br (ErrCodingUnsupported); a body that does not
 // decode is ErrCodingCorrupt.
 func Decode(codings []string, body []byte, limit int64) ([]byte, error) {
+	return decode(codings, body, limit, nil)
+}
+
+// decode is Decode calling grow (when set) with the bytes it has decoded in all, before
+// it holds more of them: an error of grow ends the decoding with that error.
+func decode(codings []string, body []byte, limit int64, grow func(total int64) error) ([]byte, error) {
 	if len(codings) > 2 {
 		return nil, ErrCodingUnsupported // as the response side: two codings at most
 	}
+	var total int64
 	for i := len(codings) - 1; i >= 0; i-- {
 		r, err := decoderOf(codings[i], body)
 		if err != nil {
 			return nil, err
 		}
-		out, err := io.ReadAll(io.LimitReader(r, limit+1))
+		out := &growingBuffer{before: total, grow: grow}
+		_, err = io.Copy(out, io.LimitReader(r, limit+1))
 		switch {
+		case err != nil && out.err != nil:
+			return nil, out.err
 		case err != nil:
 			return nil, ErrCodingCorrupt
-		case int64(len(out)) > limit:
+		case int64(out.buf.Len()) > limit:
 			return nil, &http.MaxBytesError{Limit: limit}
 		}
-		body = out
+		body, total = out.buf.Bytes(), total+int64(out.buf.Len())
 	}
 	return body, nil
+}
+
+// growingBuffer is a buffer that asks grow before it holds more bytes. (Not a
+// bytes.Buffer embedded: io.Copy would use its ReadFrom, past Write.)
+type growingBuffer struct {
+	buf    bytes.Buffer
+	before int64 // decoded by the codings undone before this one
+	grow   func(total int64) error
+	err    error // grow's
+}
+
+func (b *growingBuffer) Write(p []byte) (int, error) {
+	if b.grow != nil {
+		if err := b.grow(b.before + int64(b.buf.Len()+len(p))); err != nil {
+			b.err = err
+			return 0, err
+		}
+	}
+	return b.buf.Write(p)
 }
 
 func decoderOf(coding string, body []byte) (io.Reader, error) {

@@ -2,6 +2,7 @@ package requestbody
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net/http"
 	"time"
@@ -20,13 +21,15 @@ import (
 // process drawing on the same one.
 
 // DecodeBudget is the decoded bytes that may be held at once by the bodies being decoded
-// and used (Decoding): two of ext_proc's 32 MiB, four of the gateway's default 16 MiB.
-// A decode reserves its whole limit before it starts, since what a body decodes to is
-// known only once it is decoded; its transient heap is about twice that (the growing
-// buffer's last copies). Not a setting: a larger budget adds no throughput (decoding is
-// CPU work, a 32 MiB body takes tens of milliseconds) and only lets a member's compressed
-// requests take more of the memory that is sized for the streams ("Memory per stream" in
-// docs/gateway.md), and one body at the largest limit must always fit.
+// and used (Decoding): two bodies at ext_proc's 32 MiB limit, four at the gateway's
+// default 16 MiB, many more of the sizes prompts are. A decode reserves, before it
+// starts, what its body may decode to (share: a gzip body's stated size, a deflate
+// body's bound), and more as it goes should a body decode to more; its transient heap is
+// about twice that (the growing buffer's last copies). Not a setting: a larger budget
+// adds no throughput (decoding is CPU work, a 32 MiB body takes tens of milliseconds)
+// and only lets a member's compressed requests take more of the memory that is sized
+// for the streams ("Memory per stream" in docs/gateway.md), and one body at the largest
+// limit must always fit.
 const DecodeBudget = 64 << 20
 
 // DecodeWait is how long a body waits for its share of the budget before it is refused
@@ -46,7 +49,8 @@ type Decoding struct {
 	sem    *semaphore.Weighted
 	budget int64
 	wait   time.Duration
-	active prometheus.Gauge
+	// Active (nil for none) counts the bodies holding a share.
+	Active prometheus.Gauge
 	// Held, when set, is called with each decode's share taken, before it decodes (tests
 	// count the decodes at once with it).
 	Held func()
@@ -55,25 +59,30 @@ type Decoding struct {
 // NewDecoding returns a bound of budget decoded bytes at once, whose decodes wait up to
 // wait for their share; active (nil for none) counts the bodies holding one.
 func NewDecoding(budget int64, wait time.Duration, active prometheus.Gauge) *Decoding {
-	return &Decoding{sem: semaphore.NewWeighted(budget), budget: budget, wait: wait, active: active}
+	return &Decoding{sem: semaphore.NewWeighted(budget), budget: budget, wait: wait, Active: active}
 }
 
-// Decode is the package's Decode holding a share of the budget (limit bytes, at most the
-// whole budget) from before it starts until release is called: the caller calls it once
-// it no longer holds the decoded body (it is always set, and does nothing after an
-// error). ErrDecodeBusy when the share is not had within the wait, or ctx ends first.
+// Decode is the package's Decode holding a share of the budget from before it starts
+// until release is called: the caller calls it once it no longer holds the decoded body
+// (it is always set, and does nothing after an error). The share is what the body may
+// decode to (share), grown as it decodes should it decode to more. ErrDecodeBusy when a
+// share is not had within the wait, or ctx ends first.
 func (d *Decoding) Decode(ctx context.Context, codings []string, body []byte, limit int64) (out []byte, release func(), err error) {
-	w := min(limit, d.budget)
-	if !d.sem.TryAcquire(w) {
-		wctx, cancel := context.WithTimeout(ctx, d.wait)
-		err := d.sem.Acquire(wctx, w)
-		cancel()
-		if err != nil {
-			return nil, func() {}, ErrDecodeBusy
+	var held int64
+	wctx, cancel := context.WithTimeout(ctx, d.wait)
+	defer cancel()
+	// take holds at least n bytes of the budget (at most all of it), waiting for them
+	// until the wait is over.
+	take := func(n int64) error {
+		n = min(n, d.budget)
+		if n <= held {
+			return nil
 		}
-	}
-	if d.active != nil {
-		d.active.Inc()
+		if !d.sem.TryAcquire(n-held) && d.sem.Acquire(wctx, n-held) != nil {
+			return ErrDecodeBusy
+		}
+		held = n
+		return nil
 	}
 	done := false
 	release = func() {
@@ -81,19 +90,59 @@ func (d *Decoding) Decode(ctx context.Context, codings []string, body []byte, li
 			return
 		}
 		done = true
-		if d.active != nil {
-			d.active.Dec()
+		if d.Active != nil {
+			d.Active.Dec()
 		}
-		d.sem.Release(w)
+		d.sem.Release(held)
+	}
+	if err := take(share(codings, body, limit)); err != nil {
+		return nil, func() {}, err
+	}
+	if d.Active != nil {
+		d.Active.Inc()
 	}
 	if d.Held != nil {
 		d.Held()
 	}
-	out, err = Decode(codings, body, limit)
+	// A body that decodes past its share grows it a step at a time (a multi-member gzip
+	// body states only its last member's size).
+	out, err = decode(codings, body, limit, func(total int64) error {
+		if total <= held {
+			return nil
+		}
+		return take(max(total, held+growStep))
+	})
 	if err != nil {
 		release()
 	}
 	return out, release, err
+}
+
+// growStep is how much more of the budget a decode takes at a time past its share.
+const growStep = 1 << 20
+
+// minShare is the least share a decode takes: what a prompt's body decodes to.
+const minShare = 64 << 10
+
+// share is the decoded bytes a body of codings may be expected to hold, at most limit:
+// a gzip body's stated size (its last four bytes, which Go's reader checks against what
+// it decodes: a body stating less fails as corrupt, unless it has several members), a
+// deflate body's bound (deflate codes at most 258 bytes in one of its shortest codes:
+// 1032 times the body), and the limit for br, whose ratio has no such bound, and for two
+// codings.
+func share(codings []string, body []byte, limit int64) int64 {
+	n := limit
+	if len(codings) == 1 {
+		switch codings[0] {
+		case "gzip", "x-gzip":
+			if len(body) >= 18 { // a header and a trailer
+				n = int64(binary.LittleEndian.Uint32(body[len(body)-4:]))
+			}
+		case "deflate":
+			n = 1032*int64(len(body)) + 1024
+		}
+	}
+	return min(max(n, minShare), limit)
 }
 
 // BusyRefusal is how a front door answers ErrDecodeBusy: 503, to retry shortly.
