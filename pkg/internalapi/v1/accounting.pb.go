@@ -1584,7 +1584,19 @@ type SettleItem struct {
 	// voided item carries no usage, no cost and no snapshot. A start already settled or
 	// recovered is left as it is; no start at all is nothing to do. A control plane older
 	// than this field reads the item as a settlement of nothing: a receipt of no cost.
-	Voided        bool `protobuf:"varint,44,opt,name=voided,proto3" json:"voided,omitempty"`
+	Voided bool `protobuf:"varint,44,opt,name=voided,proto3" json:"voided,omitempty"`
+	// refused: the front door answered the request itself (ext_proc's immediate response:
+	// billing deferred, a model nobody priced, a body it cannot read, a WebSocket) and, as
+	// far as it knows, never sent it upstream; the item says what it settles then (complete,
+	// an upstream cost of 0, the refusal's status). A proxy may not apply the refusal:
+	// Envoy's request-body filter, failure_mode_allow with a message_timeout, sends the
+	// request upstream when the answer comes late or its side stream breaks. The receipt of
+	// a refusal is therefore promoted, once, by a later settlement of the request that is
+	// no refusal and knows a cost (the upstream's answer, read by the response filter),
+	// whatever its source; a refusal that comes after another settlement changes nothing
+	// (DUPLICATE). A control plane older than this field reads the item as it always did: a
+	// final receipt of a known 0, which the answer cannot promote.
+	Refused       bool `protobuf:"varint,45,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1923,6 +1935,13 @@ func (x *SettleItem) GetImageToolCachedInputTokens() int64 {
 func (x *SettleItem) GetVoided() bool {
 	if x != nil {
 		return x.Voided
+	}
+	return false
+}
+
+func (x *SettleItem) GetRefused() bool {
+	if x != nil {
+		return x.Refused
 	}
 	return false
 }
@@ -2408,7 +2427,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x80\x12\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x9a\x12\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2457,7 +2476,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x0fguardrail_units\x18) \x01(\v2$.tollgate.internal.v1.GuardrailUnitsR\x0eguardrailUnits\x125\n" +
 	"\x17image_tool_input_tokens\x18* \x01(\x03R\x14imageToolInputTokens\x12B\n" +
 	"\x1eimage_tool_cached_input_tokens\x18+ \x01(\x03R\x1aimageToolCachedInputTokens\x12\x16\n" +
-	"\x06voided\x18, \x01(\bR\x06voidedB\x1a\n" +
+	"\x06voided\x18, \x01(\bR\x06voided\x12\x18\n" +
+	"\arefused\x18- \x01(\bR\arefusedB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
