@@ -12,7 +12,9 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
@@ -88,8 +90,10 @@ type stream struct {
 	hasContentLength bool
 	// webSocket: the request asks to upgrade to a WebSocket (Upgrade: websocket).
 	webSocket bool
-	rawValues bool
-	bodySeen  bool
+	// headersSeen: the stream's request headers came (a second is refused: Process).
+	headersSeen bool
+	rawValues   bool
+	bodySeen    bool
 	// codings: the request's Content-Encoding (requestbody.Codings).
 	codings []string
 	// acceptEncoding is the request's Accept-Encoding as it came here ("": none).
@@ -129,6 +133,18 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			// response that has not ended by now never will.
 			st.finish(false)
 			return nil
+		}
+		if req.GetRequestHeaders() != nil {
+			if st.headersSeen {
+				// One stream follows one request: Envoy never sends a second
+				// request_headers, but any client of this port can. Taken, it would
+				// replace the request id the stream follows, and the first request would
+				// stay followed for ever (never settled, never reaped). The stream ends
+				// here, its request settled as cut off.
+				st.finish(false)
+				return status.Error(codes.InvalidArgument, "a second request_headers on one ext_proc stream")
+			}
+			st.headersSeen = true
 		}
 		if pc := req.GetProtocolConfig(); pc != nil { // on the stream's first message only
 			st.bodyBuffered = st.bodyBuffered || pc.GetRequestBodyMode() == extprocfilterv3.ProcessingMode_BUFFERED
