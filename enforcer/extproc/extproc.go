@@ -280,8 +280,11 @@ func (st *stream) wholeBody(b *extprocv3.HttpBody) bool {
 }
 
 // refused settles a request the stream answers itself (an ImmediateResponse: it never
-// goes upstream) at upstream status status, and marks the stream done: when Envoy then
-// closes it, finish must not settle the request a second time.
+// goes upstream) at upstream status status, as a refusal (inflight.Refused), and marks
+// the stream done: when Envoy then closes it, finish must not settle the request a second
+// time. Should Envoy not apply the refusal (the request-body filter's failure_mode_allow,
+// when the answer comes after its message_timeout), the response filter's settlement of
+// the upstream's answer promotes this one at the control plane (SettleItem.refused).
 func (st *stream) refused(status int) {
 	_ = st.s.tracker.Finish(st.requestID, inflight.Refused(status), nil)
 	st.done = true

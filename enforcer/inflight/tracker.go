@@ -145,6 +145,12 @@ type Usage struct {
 	// Host is the upstream's host (POST /settle's "upstreamHost"; the front doors'
 	// requests say it in RecordRequest, which wins).
 	Host string
+	// Refused: the front door answered the request itself and, as far as it knows, never
+	// sent it upstream (Refused). The settlement says so (SettleItem.refused), so that a
+	// later settlement of the request's answer promotes it: a proxy may not apply the
+	// refusal (Envoy's request-body filter, failure_mode_allow, when the answer comes
+	// after its message_timeout).
+	Refused bool
 }
 
 // FromResponse is the Usage of a response a front door relayed (the gateway, ext_proc):
@@ -205,9 +211,11 @@ func outputText(got responseusage.Usage, status int32) int64 {
 
 // Refused is the Usage of an admitted request the front door refused itself with status
 // (403 billing deferred, 415 a body it cannot read...) and never sent upstream:
-// complete, at a known cost of 0.
+// complete, at a known cost of 0, marked Refused: should the request reach the upstream
+// all the same (a proxy that ignored the refusal), the settlement of its answer promotes
+// this one (docs/accounting.md, "Refusals a proxy did not apply").
 func Refused(status int) Usage {
-	return Usage{Complete: true, UpstreamStatus: int32(status), UpstreamCostMicroUSD: requestbody.UnbilledCost(nil)}
+	return Usage{Complete: true, UpstreamStatus: int32(status), UpstreamCostMicroUSD: requestbody.UnbilledCost(nil), Refused: true}
 }
 
 // Seen is what a response stream saw besides the usage it reported.
@@ -441,7 +449,8 @@ func (t *Tracker) RecordGuardrailCheck(id string, bodyBytes int64) bool {
 }
 
 // RefuseUnpricedModel settles request id at no cost, complete, with upstream status
-// 403, when its organization refuses models nobody priced and model (named by the
+// 403, as a refusal (SettleItem.refused: the settlement of an answer promotes it, should
+// the request go upstream all the same), when its organization refuses models nobody priced and model (named by the
 // request body) is one: the caller answers the refusal, and the request never goes
 // upstream. It reports whether the request is refused. A request this process does not
 // know, or without a model name, is never refused here (it is charged the fallback
@@ -462,7 +471,7 @@ func (t *Tracker) RefuseUnpricedModel(id, model string) bool {
 		return false // settled meanwhile: too late to refuse
 	}
 	item := &internalv1.SettleItem{RequestId: r.ID, OrganizationId: r.OrganizationID, MemberId: r.MemberID, Model: model,
-		Complete: true, UpstreamStatus: 403, FinishedAtUnixMs: t.clk.Now().UnixMilli()}
+		Complete: true, UpstreamStatus: 403, FinishedAtUnixMs: t.clk.Now().UnixMilli(), Refused: true}
 	if !r.Durable {
 		item.Snapshot, item.AdmittedWithoutRecord = r.Snapshot, r.WithoutRecord
 	}
@@ -542,6 +551,7 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		RegionalEndpoint:                u.Regional,
 		UpstreamHost:                    u.Host,
 		GuardrailUnits:                  guardrailUnits(u.Guardrail),
+		Refused:                         u.Refused,
 	}
 	var res *settleq.Reservation
 	r := t.take(id)

@@ -512,7 +512,16 @@ func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*in
 			if start != nil {
 				m.pending--
 			}
-		case prev.CostSource == "unknown" && source != "unknown":
+		case it.GetRefused() && prev.CostSource != "unknown":
+			// As the ledger does (accounting.Decide): a refusal after another
+			// settlement says nothing new.
+			r.Outcome = internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE
+			r.CostMicroUsd, r.CostSource, r.CostBasis, r.PriceSource = prev.Cost, prev.CostSource, prev.CostBasis, prev.PriceSource
+			continue
+		case prev.CostSource == "unknown" && source != "unknown",
+			prev.Item.GetRefused() && source != "unknown" && cost >= prev.Cost:
+			// An unknown cost, or a refusal a proxy did not apply, promoted once (the
+			// promoting item, no refusal, replaces the receipt's).
 			r.Outcome = internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED
 			delta = cost - prev.Cost
 		case cost < prev.Cost:

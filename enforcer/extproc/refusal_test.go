@@ -1,0 +1,127 @@
+package extproc_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/tollgate-dev/tollgate/enforcer/extproc"
+	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// The request-body filter of deploy/envoy/envoy.yaml runs with failure_mode_allow and a
+// message_timeout of 0.5s: a refusal that reaches Envoy late (a large compressed body
+// takes long to decode), or a side stream that breaks before it arrives, is ignored, and
+// the request goes upstream. The refusal's settlement says it is one (SettleItem.refused):
+// the answer the response filter then reads promotes it, once, to the answer's cost. A
+// refusal Envoy applied stays at 0, settled at once. Before 2026-12-03 the refusal was a
+// final receipt of a known 0: the answer's settlement was a duplicate, and a request
+// served upstream was free.
+func TestRefusalEnvoyIgnoredIsChargedFromTheAnswer(t *testing.T) {
+	e, w := deferredBillingEnv(t, "refuse")
+	e.CP.SetPrice("gpt-5", 2, 8)
+	body := `{"model":"gpt-5","background":true,"input":"write a novel"}`
+
+	// Applied: refused, settled at once at 0, and nothing follows.
+	applied, _ := e.Admit(t, w.Key)
+	if resp := answerRequestBody(t, e, bodySpec{requestID: applied, path: "/v1/responses", body: body}); resp.GetImmediateResponse() == nil {
+		t.Fatalf("not refused: %v", resp)
+	}
+	enforcertest.WaitFor(t, "the applied refusal settled", func() bool { return e.CP.Receipt(applied) != nil })
+	if r := e.CP.Receipt(applied); r.Cost != 0 || !r.Item.GetRefused() || r.Item.GetUpstreamStatus() != 403 {
+		t.Fatalf("applied refusal: cost %d, refused %v, status %d; want 0, true, 403", r.Cost, r.Item.GetRefused(), r.Item.GetUpstreamStatus())
+	}
+
+	// Ignored: Envoy sends the headers and the buffered body, then resets the side
+	// stream (message_timeout) before the refusal comes.
+	id, _ := e.Admit(t, w.Key)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	st, err := e.ExtProc.Process(metadata.AppendToOutgoingContext(ctx, extproc.RoleMetadata, extproc.RoleRequest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hm := enforcertest.HeaderMap(":method", "POST", ":path", "/v1/responses", ":authority", "llm.example.test",
+		"content-type", "application/json", "content-length", strconv.Itoa(len(body)), "x-service-request-id", id)
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hm}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
+	} {
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enforcertest.WaitFor(t, "the refusal settled", func() bool { return e.CP.Receipt(id) != nil })
+	cancel()
+	before := e.CP.Spend(w.ID, window.Day)
+
+	// The request went upstream; its answer, with its usage, passes the response filter.
+	runStream(t, e, streamSpec{requestID: id, path: "/v1/responses", contentType: "application/json",
+		chunks: [][]byte{[]byte(`{"id":"resp_1","object":"response","model":"gpt-5","status":"completed","output":[],"usage":{"input_tokens":1000,"output_tokens":500,"total_tokens":1500}}`)}})
+	want := int64(2*1000 + 8*500)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && e.CP.Spend(w.ID, window.Day) < before+want {
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := e.CP.Receipt(id)
+	if r.Cost != want || r.Item.GetRefused() {
+		t.Fatalf("a request served upstream (1000 in / 500 out of gpt-5, %d micro-USD) is charged %d (source %s, refused %v)",
+			want, r.Cost, r.CostSource, r.Item.GetRefused())
+	}
+	// Charged once: the day's spend moved by the answer's cost alone, and stays there.
+	time.Sleep(300 * time.Millisecond)
+	if got := e.CP.Spend(w.ID, window.Day) - before; got != want {
+		t.Fatalf("the day's spend moved by %d, want %d", got, want)
+	}
+}
+
+// Every refusal of the body phase says it is one, whatever refused it: billing deferred,
+// a model nobody priced, a body that does not decode, a WebSocket.
+func TestEveryRefusalIsSettledAsRefused(t *testing.T) {
+	e, w := deferredBillingEnv(t, "refuse")
+	e.CP.RefuseUnpriced(w.ID, true)
+	for _, c := range []struct {
+		name string
+		spec bodySpec
+	}{
+		{"billing deferred", bodySpec{path: "/v1/batches", body: `{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`}},
+		{"model not priced", bodySpec{path: "/v1/chat/completions", body: `{"model":"acme-house-model","messages":[]}`}},
+		{"undecodable", bodySpec{path: "/v1/chat/completions", body: "not gzip", contentEncoding: "gzip"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := c.spec
+			spec.requestID, _ = e.Admit(t, w.Key)
+			if resp := answerRequestBody(t, e, spec); resp.GetImmediateResponse() == nil {
+				t.Fatalf("not refused: %v", resp)
+			}
+			enforcertest.WaitFor(t, "settled", func() bool { return e.CP.Receipt(spec.requestID) != nil })
+			if r := e.CP.Receipt(spec.requestID); !r.Item.GetRefused() || r.Cost != 0 {
+				t.Fatalf("settled with refused %v at %d", r.Item.GetRefused(), r.Cost)
+			}
+		})
+	}
+	t.Run("websocket", func(t *testing.T) {
+		id, _ := e.Admit(t, w.Key)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := e.ExtProc.Process(metadata.AppendToOutgoingContext(ctx, extproc.RoleMetadata, extproc.RoleRequest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: enforcertest.HeaderMap(":method", "GET", ":path", "/v1/realtime", "upgrade", "websocket", "x-service-request-id", id)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := st.Recv(); err != nil || resp.GetImmediateResponse() == nil {
+			t.Fatalf("not refused: %v %v", resp, err)
+		}
+		enforcertest.WaitFor(t, "settled", func() bool { return e.CP.Receipt(id) != nil })
+		if r := e.CP.Receipt(id); !r.Item.GetRefused() {
+			t.Fatal("a refused WebSocket settled without refused")
+		}
+	})
+}
