@@ -631,6 +631,10 @@ func TestDecide(t *testing.T) {
 		return Report{Cost: cost, Source: SourceFallback, Complete: complete, Basis: BasisReportedUsage, PriceSource: PriceFallback}
 	}
 	nothing := Report{Source: SourceUnknown, Basis: BasisNone}
+	// A front door's refusal (SettleItem.refused): a known 0, complete; and its receipt.
+	refusal := Report{Source: SourceUpstream, Complete: true, Basis: BasisUpstreamCost, Refused: true}
+	refused := &Receipt{Source: SourceUpstream, Complete: true, Basis: BasisUpstreamCost, Refused: true}
+	refusedUnpriced := &Receipt{Source: SourceFallback, Complete: true, Basis: BasisReportedUsage, PriceSource: PriceFallback, Refused: true}
 	cases := []struct {
 		name                                 string
 		prev                                 *Receipt
@@ -663,6 +667,20 @@ func TestDecide(t *testing.T) {
 		{"a lower real price than the fallback charge", fallbackDone, priced(100, true), CostConflict, 0, 0, 0, 0},
 		{"a fallback report after a known cost knows less", known, fb(0, false), Duplicate, 0, 0, 0, 0},
 		{"a higher fallback report after a known cost knows less", partial, fb(900, true), Duplicate, 0, 0, 0, 0},
+		// A refusal a proxy did not apply: the answer's settlement promotes it, once.
+		{"first refusal", nil, refusal, Settled, 0, 0, 0, 0},
+		{"repeat refusal", refused, refusal, Duplicate, 0, 0, 0, 0},
+		{"an answer promotes a refusal", refused, priced(6000, true), Promoted, 6000, 0, 0, 0},
+		{"an estimated answer promotes a refusal, incomplete", refused,
+			Report{Cost: 60, Source: SourceCatalogEstimate, Basis: BasisEstimate, PriceSource: PriceCatalog}, Promoted, 60, 0, 1, 1},
+		{"a fallback-priced answer promotes a refusal, unpriced", refused, fb(500, true), Promoted, 500, 1, 0, 0},
+		{"an upstream cost promotes a refusal", refused, up(70, true), Promoted, 70, 0, 0, 0},
+		{"an answer of 0 promotes a refusal", refused, priced(0, true), Promoted, 0, 0, 0, 0},
+		{"a real price promotes an unpriced model's refusal", refusedUnpriced, priced(80, true), Promoted, 80, -1, 0, 0},
+		{"an unknown cost leaves a refusal", refused, nothing, Duplicate, 0, 0, 0, 0},
+		{"a refusal after an answer says nothing", known, refusal, Duplicate, 0, 0, 0, 0},
+		{"a refusal after an estimate says nothing", partial, refusal, Duplicate, 0, 0, 0, 0},
+		{"a refusal resolves an unknown receipt", unknown, refusal, Promoted, 0, -1, -1, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -672,6 +690,14 @@ func TestDecide(t *testing.T) {
 			}
 			if (d.Outcome == Settled || d.Outcome == Promoted) && (d.Receipt.Basis != c.r.Basis || d.Receipt.PriceSource != c.r.PriceSource) {
 				t.Fatalf("receipt %+v does not carry the report's basis", d.Receipt)
+			}
+			if (d.Outcome == Settled || d.Outcome == Promoted) && d.Receipt.Refused != c.r.Refused {
+				t.Fatalf("receipt %+v: refused %v, want the report's %v", d.Receipt, d.Receipt.Refused, c.r.Refused)
+			}
+			if c.prev != nil && c.prev.Refused && d.Outcome == Promoted {
+				if again := Decide(&d.Receipt, priced(d.Receipt.Cost+1, true)); again.Outcome != CostConflict {
+					t.Fatalf("a promoted refusal promoted again: %+v", again)
+				}
 			}
 		})
 	}

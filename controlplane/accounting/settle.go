@@ -12,6 +12,9 @@ type Receipt struct {
 	// used (Price*).
 	Basis       string
 	PriceSource string
+	// Refused: the receipt records a front door's own refusal (SettleItem.refused), not
+	// an answer: a later answer promotes it (Decide).
+	Refused bool
 }
 
 // Unpriced tells whether the receipt counts in unpricedRequests: nothing was priced
@@ -30,6 +33,9 @@ type Report struct {
 	Complete    bool
 	Basis       string
 	PriceSource string
+	// Refused: the report is a front door's own refusal (SettleItem.refused), which it
+	// answered itself and, as far as it knows, never sent upstream.
+	Refused bool
 }
 
 // Outcome is what a settlement did.
@@ -100,13 +106,38 @@ func rank(source string) int {
 //   - Another cost for a receipt that is final (complete, or already promoted):
 //     CostConflict, since charging it would count a second, different answer for one
 //     request.
+//
+// A front door's refusal (Report.Refused: a known 0, complete) is no answer, and ranks
+// below any: a proxy may not apply it (Envoy's request-body filter, failure_mode_allow,
+// sends the request upstream when the refusal comes after its message_timeout), and the
+// answer then read by the response filter is the request's cost.
+//
+//   - A report that is no refusal and knows a cost (any source but unknown) promotes a
+//     refusal's receipt never promoted before, whatever the receipt's source and
+//     completeness: the receipt becomes the answer's (its cost, source, completeness,
+//     basis), the difference charged. At most once, as every promotion.
+//   - A refusal after another settlement says nothing new (Duplicate), except on an
+//     unknown receipt (abandonment recovery's), which it resolves as any known cost
+//     does.
 func Decide(prev *Receipt, r Report) Decision {
 	if prev == nil {
-		next := Receipt{Cost: r.Cost, Source: r.Source, Complete: r.Complete, Basis: r.Basis, PriceSource: r.PriceSource}
+		next := Receipt{Cost: r.Cost, Source: r.Source, Complete: r.Complete, Basis: r.Basis, PriceSource: r.PriceSource,
+			Refused: r.Refused}
 		return Decision{Outcome: Settled, Receipt: next, Delta: r.Cost, UnpricedDelta: b2i(next.Unpriced()),
 			IncompleteDelta: b2i(!next.Complete), EstimatedDelta: b2i(next.Estimated())}
 	}
 	same := Decision{Outcome: Duplicate, Receipt: *prev}
+	if r.Refused && prev.Source != SourceUnknown {
+		return same
+	}
+	if prev.Refused && !prev.Promoted && !r.Refused && r.Source != SourceUnknown {
+		if r.Cost < prev.Cost {
+			same.Outcome, same.Message = CostConflict, "the cost is lower than what was already charged"
+			return same
+		}
+		next := Receipt{Cost: r.Cost, Source: r.Source, Complete: r.Complete, Promoted: true, Basis: r.Basis, PriceSource: r.PriceSource}
+		return promotion(prev, next)
+	}
 	if r.Source == SourceUnknown || rank(r.Source) < rank(prev.Source) {
 		return same
 	}
@@ -116,16 +147,21 @@ func Decide(prev *Receipt, r Report) Decision {
 	}
 	improves := rank(r.Source) > rank(prev.Source) || (!prev.Complete && (r.Cost > prev.Cost || r.Complete))
 	if improves && !prev.Promoted {
-		next := Receipt{Cost: r.Cost, Source: r.Source, Complete: prev.Complete || r.Complete, Promoted: true,
-			Basis: r.Basis, PriceSource: r.PriceSource}
-		return Decision{Outcome: Promoted, Receipt: next, Delta: r.Cost - prev.Cost,
-			UnpricedDelta:   b2i(next.Unpriced()) - b2i(prev.Unpriced()),
-			IncompleteDelta: b2i(!next.Complete) - b2i(!prev.Complete),
-			EstimatedDelta:  b2i(next.Estimated()) - b2i(prev.Estimated())}
+		return promotion(prev, Receipt{Cost: r.Cost, Source: r.Source, Complete: prev.Complete || r.Complete, Promoted: true,
+			Basis: r.Basis, PriceSource: r.PriceSource, Refused: r.Refused})
 	}
 	if r.Cost == prev.Cost {
 		return same
 	}
 	same.Outcome, same.Message = CostConflict, "the receipt is final; a different cost cannot be charged"
 	return same
+}
+
+// promotion is the Decision that replaces receipt prev by next, charging the difference
+// and moving the counts by what changed.
+func promotion(prev *Receipt, next Receipt) Decision {
+	return Decision{Outcome: Promoted, Receipt: next, Delta: next.Cost - prev.Cost,
+		UnpricedDelta:   b2i(next.Unpriced()) - b2i(prev.Unpriced()),
+		IncompleteDelta: b2i(!next.Complete) - b2i(!prev.Complete),
+		EstimatedDelta:  b2i(next.Estimated()) - b2i(prev.Estimated())}
 }
