@@ -399,7 +399,8 @@ func (s *settlement) add(dst *int64, v int64) {
 func (s *settlement) charge(st store.StoredStart, prev *store.StoredReceipt, d accounting.Decision,
 	rw store.ReceiptWrite, closePending bool) *store.StoredReceipt {
 	next := &store.StoredReceipt{Cost: d.Receipt.Cost, Source: d.Receipt.Source, Complete: d.Receipt.Complete, Promoted: d.Receipt.Promoted,
-		Basis: d.Receipt.Basis, PriceSource: d.Receipt.PriceSource, Charges: map[string]int64{}}
+		Basis: d.Receipt.Basis, PriceSource: d.Receipt.PriceSource, Refused: d.Receipt.Refused, Charges: map[string]int64{}}
+	rw.Refused = d.Receipt.Refused
 	moved := false
 	for _, b := range accounting.AdmissionBuckets(st.OrganizationID, st.MemberID, st.AdmittedAt) {
 		var before int64
@@ -516,10 +517,10 @@ func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []
 		var prevState *accounting.Receipt
 		if prev != nil {
 			prevState = &accounting.Receipt{Cost: prev.Cost, Source: prev.Source, Complete: prev.Complete, Promoted: prev.Promoted,
-				Basis: prev.Basis, PriceSource: prev.PriceSource}
+				Basis: prev.Basis, PriceSource: prev.PriceSource, Refused: prev.Refused}
 		}
 		d := accounting.Decide(prevState, accounting.Report{Cost: cost.MicroUSD, Source: cost.Source, Complete: sj.complete,
-			Basis: cost.Basis, PriceSource: cost.PriceSource})
+			Basis: cost.Basis, PriceSource: cost.PriceSource, Refused: it.GetRefused()})
 		r.Outcome, r.Message = settleOutcomes[d.Outcome], joinMessage(d.Message, notes)
 		r.CostMicroUsd, r.CostSource, r.CostBasis, r.PriceSource = d.Receipt.Cost, d.Receipt.Source, d.Receipt.Basis, d.Receipt.PriceSource
 		if d.Outcome != accounting.Settled && d.Outcome != accounting.Promoted {

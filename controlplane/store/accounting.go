@@ -425,6 +425,9 @@ type StoredReceipt struct {
 	Promoted    bool
 	Basis       string
 	PriceSource string
+	// Refused: the receipt records a front door's own refusal (refused), which a later
+	// answer promotes (accounting.Decide).
+	Refused bool
 	// Charges are the absolute amounts charged per bucket id.
 	Charges map[string]int64
 }
@@ -482,7 +485,7 @@ func ReadSettleState(ctx context.Context, tx BatchSender, createTracking, member
 	queueLockTracking(b, sortedUnique(members), lockForSettlement, out.Tracking)
 	if len(receiptIDs) > 0 {
 		b.Queue(`SELECT request_id, cost_micro_usd, cost_source, complete, promoted_at IS NOT NULL, cost_basis, price_source,
-				charge_bucket_ids, charge_amounts_micro_usd
+				refused, charge_bucket_ids, charge_amounts_micro_usd
 			FROM usage_receipts WHERE request_id = ANY($1)`, receiptIDs).
 			Query(func(r pgx.Rows) error {
 				var id string
@@ -490,7 +493,7 @@ func ReadSettleState(ctx context.Context, tx BatchSender, createTracking, member
 				var buckets []string
 				var charged []int64
 				_, err := pgx.ForEachRow(r, []any{&id, &rc.Cost, &rc.Source, &rc.Complete, &rc.Promoted, &rc.Basis, &rc.PriceSource,
-					&buckets, &charged}, func() error {
+					&rc.Refused, &buckets, &charged}, func() error {
 					if len(buckets) != len(charged) {
 						return fmt.Errorf("receipt %s: %d charged buckets but %d amounts", id, len(buckets), len(charged))
 					}
@@ -621,8 +624,11 @@ type ReceiptWrite struct {
 	UpstreamStatus int32
 	Complete       bool
 	// Outcome is "settled" or "recovered".
-	Outcome         string
-	Promoted        bool
+	Outcome  string
+	Promoted bool
+	// Refused: the receipt records a front door's own refusal (SettleItem.refused); a
+	// promotion by the request's answer clears it.
+	Refused         bool
 	ReviewReference *string
 	FinishedAt      *time.Time
 	// ChargeBuckets and ChargeAmounts pair each bucket of the admission snapshot with the
@@ -821,7 +827,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 	tiers, regional := make([]string, n), make([]bool, n)
 	hosts := make([]*string, n) // nil: NULL, not known
 	statuses := make([]int32, n)
-	complete, promoted := make([]bool, n), make([]bool, n)
+	complete, promoted, refused := make([]bool, n), make([]bool, n), make([]bool, n)
 	refs := make([]*string, n)
 	finished := make([]*time.Time, n)
 	// The charges of all receipts travel as two flat arrays; receipt i owns the 1-based
@@ -850,6 +856,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 		}
 		bases[i], priceSources[i] = r.Basis, r.PriceSource
 		statuses[i], complete[i], promoted[i], refs[i], finished[i] = r.UpstreamStatus, r.Complete, r.Promoted, r.ReviewReference, r.FinishedAt
+		refused[i] = r.Refused
 		from[i] = int32(len(chargeIDs) + 1)
 		chargeIDs = append(chargeIDs, r.ChargeBuckets...)
 		chargeAmounts = append(chargeAmounts, r.ChargeAmounts...)
@@ -868,7 +875,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			guardrail_content_text_units, guardrail_denied_topic_units, guardrail_sensitive_information_units,
 			guardrail_contextual_grounding_units, guardrail_automated_reasoning_units, guardrail_content_images,
 			guardrail_checks_content_filter_units, guardrail_checks_prompt_attack_units, guardrail_checks_sensitive_information_units,
-			image_tool_input_tokens, image_tool_cached_input_tokens)
+			image_tool_input_tokens, image_tool_cached_input_tokens, refused)
 		SELECT x.id, x.org, x.member, x.cost, x.source, x.model, x.input, x.output, x.cached, x.status, x.complete, x.outcome,
 			CASE WHEN x.promoted THEN $16::timestamptz END, x.ref, x.finished, $16, $16,
 			coalesce(($17::text[])[x.c_from:x.c_to], '{}'), coalesce(($18::bigint[])[x.c_from:x.c_to], '{}'),
@@ -877,20 +884,20 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			x.advisor_out, x.advisor_cached, x.advisor_written, x.maps_grounded, x.image_in, x.cached_image, x.host, x.ocr_pages,
 			x.container_kind, x.container_minutes, x.guard_text, x.guard_topics, x.guard_sensitive, x.guard_grounding,
 			x.guard_reasoning, x.guard_images, x.checks_content, x.checks_attack, x.checks_sensitive, x.image_tool_in,
-			x.image_tool_cached
+			x.image_tool_cached, x.refused
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[],
 			$9::bigint[], $10::int[], $11::bool[], $12::text[], $13::bool[], $14::text[], $15::timestamptz[], $19::int[], $20::int[],
 			$21::text[], $22::text[], $23::bigint[], $24::bigint[], $25::bigint[], $26::bigint[], $27::bigint[], $28::bigint[],
 			$29::bigint[], $30::text[], $31::bool[], $32::bigint[], $33::text[], $34::bigint[], $35::text[], $36::bigint[],
 			$37::bigint[], $38::bigint[], $39::bigint[], $40::bigint[], $41::bigint[], $42::bigint[], $43::text[], $44::bigint[],
 			$45::text[], $46::bigint[], $47::bigint[], $48::bigint[], $49::bigint[], $50::bigint[], $51::bigint[], $52::bigint[],
-			$53::bigint[], $54::bigint[], $55::bigint[], $56::bigint[], $57::bigint[])
+			$53::bigint[], $54::bigint[], $55::bigint[], $56::bigint[], $57::bigint[], $58::bool[])
 			AS x(id, org, member, cost, source, model, input, output, cached, status, complete, outcome, promoted, ref, finished,
 				c_from, c_to, basis, price_source, written, audio, searches, file_searches, audio_in, audio_out, cached_audio,
 				tier, regional, image_calls, image_model, image_tokens, advisor_model, advisor_in, advisor_out, advisor_cached,
 				advisor_written, maps_grounded, image_in, cached_image, host, ocr_pages, container_kind, container_minutes,
 				guard_text, guard_topics, guard_sensitive, guard_grounding, guard_reasoning, guard_images, checks_content,
-				checks_attack, checks_sensitive, image_tool_in, image_tool_cached)
+				checks_attack, checks_sensitive, image_tool_in, image_tool_cached, refused)
 		ON CONFLICT (request_id) DO UPDATE SET cost_micro_usd = EXCLUDED.cost_micro_usd, cost_source = EXCLUDED.cost_source,
 			model = EXCLUDED.model, input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
 			cached_input_tokens = EXCLUDED.cached_input_tokens, upstream_status = EXCLUDED.upstream_status,
@@ -922,13 +929,13 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			guardrail_checks_prompt_attack_units = EXCLUDED.guardrail_checks_prompt_attack_units,
 			guardrail_checks_sensitive_information_units = EXCLUDED.guardrail_checks_sensitive_information_units,
 			image_tool_input_tokens = EXCLUDED.image_tool_input_tokens,
-			image_tool_cached_input_tokens = EXCLUDED.image_tool_cached_input_tokens`,
+			image_tool_cached_input_tokens = EXCLUDED.image_tool_cached_input_tokens, refused = EXCLUDED.refused`,
 		ids, orgs, members, costs, sources, models, in, out, cached, statuses, complete, outcomes, promoted, refs, finished, now,
 		chargeIDs, chargeAmounts, from, to, bases, priceSources, written, audio, searches, fileSearches, audioIn, audioOut,
 		cachedAudio, tiers, regional, imageCalls, imageModels, imageTokens, advisorModels, advisorIn, advisorOut, advisorCached,
 		advisorWritten, mapsGrounded, imageIn, cachedImage, hosts, ocrPages, containerKinds, containerMinutes, guardText, guardTopics,
 		guardSensitive, guardGrounding, guardReasoning, guardImages, checksContent, checksAttack, checksSensitive, imageToolIn,
-		imageToolCached)
+		imageToolCached, refused)
 }
 
 // CredentialIdentity is what a credential hash resolves to for the internal API.
