@@ -18,7 +18,13 @@
 //     extractor (package responseusage) chunk by chunk, and at the end of the stream reports
 //     what it found, and what it saw (which counts were reported, the bytes of output
 //     text), to the inflight tracker, which estimates what was not reported and queues
-//     the settlement.
+//     the settlement. An answer Envoy made itself after sending the request (its route
+//     timeout's 504, a 503 for a connection that broke under the request), which its
+//     response attributes response.flags and response.code_details tell
+//     (envoyreply.Reply.AfterSending), is settled as the gateway settles a request its
+//     upstream never answered: the input estimate, incomplete. Without those
+//     attributes (a configuration that does not ask for them) it is one more error
+//     answer without usage, and costs nothing.
 //
 // It never modifies or holds back a response: every response message is answered at
 // once with "continue" (and not at all in observability mode), and nothing of a response

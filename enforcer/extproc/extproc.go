@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/tollgate-dev/tollgate/enforcer/envoyreply"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
@@ -108,8 +109,11 @@ type stream struct {
 	contentLength int64
 
 	status int32
-	ext    *responseusage.Extractor
-	done   bool
+	// reply is what Envoy said of the answer with its headers (the response attributes
+	// response.flags and response.code_details, when the filter asks for them).
+	reply envoyreply.Reply
+	ext   *responseusage.Extractor
+	done  bool
 
 	// ctx is the stream's; release gives back the share of the decoding budget a
 	// compressed request body holds (requestbody.Decoding), nil when none is held.
@@ -203,6 +207,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 		if code, err := strconv.ParseInt(h.Get(":status"), 10, 32); err == nil {
 			st.status = int32(code)
 		}
+		st.reply = envoyreply.Read(req.GetAttributes())
 		if st.requestID != "" && st.ext == nil && !st.requestOnly {
 			st.ext = responseusage.New(h.Get("Content-Type"), responseusage.Headers(h), st.s.limits)
 		}
@@ -548,10 +553,24 @@ func (st *stream) finish(endOfStream bool) {
 		got = st.ext.Finish(endOfStream)
 	}
 	var u inflight.Usage
-	if requestbody.GuardrailCheck(st.method, st.path) {
+	unbilled := requestbody.Unbilled(st.method, st.path)
+	switch {
+	case st.reply.AfterSending() && !unbilled:
+		// Envoy answered itself (its 504 "upstream request timeout", a 503 for a
+		// connection that broke under the request) after sending the request: the
+		// provider had it and may bill it, as the gateway charges a request whose
+		// upstream timed out once sent (docs/gateway.md, "Failures and what they cost").
+		// Nothing of the upstream's came: the input estimate, incomplete, at status 0 as
+		// the gateway settles it; a guardrail called on its own its body's units.
+		if requestbody.GuardrailCheck(st.method, st.path) {
+			u = inflight.FromGuardrailCheck(responseusage.Usage{}, false, 0, st.contentLength)
+		} else {
+			u = inflight.Usage{Seen: &inflight.Seen{}}
+		}
+	case requestbody.GuardrailCheck(st.method, st.path):
 		u = inflight.FromGuardrailCheck(got, endOfStream, st.status, st.contentLength)
-	} else {
-		u = inflight.FromResponse(got, endOfStream, st.status, requestbody.Unbilled(st.method, st.path))
+	default:
+		u = inflight.FromResponse(got, endOfStream, st.status, unbilled)
 	}
 	if u.Complete {
 		st.s.m.ExtProcStreams.WithLabelValues("complete").Inc()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
@@ -62,6 +63,9 @@ type streamSpec struct {
 	// Gateway's EnvoyExtensionPolicy of deploy/envoy-gateway/tollgate.yaml configures
 	// it, where deploy/envoy/envoy.yaml has a filter of its own for the body.
 	requestBody string
+	// attributes go with the response headers, as Envoy sends a filter's
+	// response_attributes (ProcessingRequest.attributes).
+	attributes map[string]*structpb.Struct
 }
 
 // runStream plays one response through ext_proc the way Envoy does, checking that
@@ -120,7 +124,7 @@ func runStream(t *testing.T, e *enforcertest.Env, s streamSpec) (requestBody *ex
 	}
 	respHeaders := append([]string{":status", status, "content-type", s.contentType}, s.headers...)
 	exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-		Headers: enforcertest.HeaderMap(respHeaders...), EndOfStream: s.bodyless}}}, func(r *extprocv3.ProcessingResponse) bool {
+		Headers: enforcertest.HeaderMap(respHeaders...), EndOfStream: s.bodyless}}, Attributes: s.attributes}, func(r *extprocv3.ProcessingResponse) bool {
 		return r.GetResponseHeaders() != nil && r.GetResponseHeaders().GetResponse() == nil
 	})
 	for i, c := range s.chunks {
