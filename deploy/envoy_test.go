@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/tollgate-dev/tollgate/enforcer/envoyreply"
 	"github.com/tollgate-dev/tollgate/enforcer/extproc"
 	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 )
@@ -109,6 +110,15 @@ func TestEnvoyConfig(t *testing.T) {
 	if pm.GetResponseTrailerMode().String() != "SEND" {
 		// An answer with trailers ends with them: skipped, its end is never seen.
 		t.Errorf("response filter must receive the response trailers, got %v", pm.GetResponseTrailerMode())
+	}
+
+	// Envoy's own answers after sending the request (its route timeout's 504) are told
+	// by these two attributes, sent with the response headers: without them such a
+	// request is free.
+	for _, a := range []string{envoyreply.AttributeFlags, envoyreply.AttributeCodeDetails} {
+		if !slices.Contains(resp.GetResponseAttributes(), a) {
+			t.Errorf("response filter response_attributes %v: %s is missing (Envoy's own 504 after sending would be free)", resp.GetResponseAttributes(), a)
+		}
 	}
 
 	// The belt: the member's raw key headers are removed at the route too: x-api-key,

@@ -175,8 +175,13 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 			f.Proc = c
 			if extra := setFields(c, "grpc_service", "failure_mode_allow", "processing_mode", "message_timeout",
 				"stat_prefix", "observability_mode", "allow_mode_override", "deferred_close_timeout", "status_on_error",
-				"disable_clear_route_cache", "route_cache_action"); len(extra) > 0 {
+				"disable_clear_route_cache", "route_cache_action", "response_attributes"); len(extra) > 0 {
 				bad("ext_proc %s: %v are not emulated", f.Name, extra)
+			}
+			for _, a := range c.GetResponseAttributes() {
+				if !slices.Contains(emulatedResponseAttributes, a) {
+					bad("ext_proc %s: response attribute %q is not emulated (only %v)", f.Name, a, emulatedResponseAttributes)
+				}
 			}
 			if err := checkGrpcService(c.GetGrpcService()); err != nil {
 				bad("ext_proc %s: %v", f.Name, err)
@@ -227,6 +232,10 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 	}
 	return cfg, nil
 }
+
+// emulatedResponseAttributes are the response_attributes the emulator sends, as Envoy
+// evaluates them (responseAttributes).
+var emulatedResponseAttributes = []string{"response.code_details", "response.flags"}
 
 // checkGrpcService refuses gRPC service settings the emulator does not play.
 func checkGrpcService(gs *corev3.GrpcService) error {

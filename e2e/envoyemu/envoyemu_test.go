@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -788,6 +790,75 @@ func TestResponseTrailersEndTheResponse(t *testing.T) {
 			kinds, got := messages(t, streams[len(streams)-1], c.streams == 2)
 			if !slices.Equal(kinds, c.want) || got != "data: a\n\n" {
 				t.Fatalf("the response filter saw %v %q, want %v", kinds, got, c.want)
+			}
+		})
+	}
+}
+
+// The router's own answers (the route's timeout, no connection) pass through the response
+// filters as Envoy's local replies do, and a filter with response_attributes gets what
+// Envoy says of each answer with the response headers: its flags (a number) and code
+// details, via_upstream for the upstream's own (before, the emulator answered the client
+// without the filters, so no test could see an Envoy 504 reach the enforcer).
+func TestRouterRepliesPassThroughTheResponseFilters(t *testing.T) {
+	cfg := strings.Replace(strings.Replace(chain, "timeout: 60s", "timeout: 0.3s", 1),
+		"                      observability_mode: true\n",
+		"                      observability_mode: true\n                      response_attributes: [\"response.code_details\", \"response.flags\"]\n", 1)
+	for _, tc := range []struct {
+		name, path    string
+		status        int
+		body, details string
+		flags         float64
+		close         bool
+	}{
+		{"the upstream's answer", "/v1/chat/completions", 200, "data: a\n\n", "via_upstream", 0, false},
+		{"the route's timeout", "/v1/slow", 504, "upstream request timeout", "response_timeout", 1 << 2, false},
+		{"no connection", "/v1/chat/completions", 503, "upstream connect error or disconnect/reset before headers. reset reason: connection failure",
+			"upstream_reset_before_response_started{connection_failure}", 1 << 5, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proc := &processor{check: admit(&authv3.OkHttpResponse{})}
+			e := setup(t, cfg, proc, &upstream{answer: []string{"data: a\n\n"}})
+			e.upstream.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body) // read: the server then sees the proxy leave
+				if r.URL.Path == "/v1/slow" {
+					select { // no answer: the route's timeout cuts it
+					case <-r.Context().Done():
+					case <-time.After(10 * time.Second):
+					}
+					return
+				}
+				io.WriteString(w, "data: a\n\n")
+			})
+			if tc.close {
+				e.upstream.Close()
+			}
+			res, err := http.Post(e.url+tc.path, "application/json", strings.NewReader(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.status || string(got) != tc.body {
+				t.Fatalf("client got %d %q, want %d %q", res.StatusCode, got, tc.status, tc.body)
+			}
+			var attrs map[string]*structpb.Struct
+			var seen strings.Builder
+			for _, m := range proc.waitStreams(t, 2)[1] {
+				if h := m.GetResponseHeaders(); h != nil {
+					attrs = m.GetAttributes()
+					if s := headerOf(h.GetHeaders(), ":status"); s != strconv.Itoa(tc.status) {
+						t.Errorf("response headers :status %s, want %d", s, tc.status)
+					}
+				}
+				seen.Write(m.GetResponseBody().GetBody())
+			}
+			f := attrs["envoy.filters.http.ext_proc"].GetFields()
+			if f["response.code_details"].GetStringValue() != tc.details || f["response.flags"].GetNumberValue() != tc.flags {
+				t.Errorf("response attributes %v, want code details %q, flags %v", attrs, tc.details, tc.flags)
+			}
+			if seen.String() != tc.body {
+				t.Errorf("the response filter saw the body %q, want %q", seen.String(), tc.body)
 			}
 		})
 	}

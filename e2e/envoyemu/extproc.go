@@ -10,6 +10,7 @@ import (
 
 	extprocfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 var errorf = fmt.Errorf
@@ -250,7 +251,7 @@ func (x *exchange) processResponseHeaders(af *activeFilter, rh headers, endOfStr
 	}
 	ps := x.proc(af)
 	resp, err := ps.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HttpHeaders{Headers: rh.proto(), EndOfStream: endOfStream}}})
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: rh.proto(), EndOfStream: endOfStream}}, Attributes: x.responseAttributes(af.f)})
 	if err != nil {
 		return rh, x.failed(af, err)
 	}
@@ -478,10 +479,10 @@ func (o *observer) send(m *extprocv3.ProcessingRequest) {
 	o.ch <- m
 }
 
-func (o *observer) responseHeaders(rh headers, endOfStream bool) {
+func (o *observer) responseHeaders(rh headers, endOfStream bool, attrs map[string]*structpb.Struct) {
 	if o.mode.respHeaders {
 		o.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-			ResponseHeaders: &extprocv3.HttpHeaders{Headers: rh.proto(), EndOfStream: endOfStream}}})
+			ResponseHeaders: &extprocv3.HttpHeaders{Headers: rh.proto(), EndOfStream: endOfStream}}, Attributes: attrs})
 	}
 }
 

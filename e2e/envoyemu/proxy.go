@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate-dev/tollgate/pkg/relaybody"
 )
@@ -150,7 +152,24 @@ type exchange struct {
 
 	active  []*activeFilter // the filters the request passed, in order
 	respAdd []respHeader    // ext_authz response_headers_to_add
+	// reply is what Envoy says of the answer (responseAttributes): the upstream's own
+	// (the zero value) or the router's local reply (upstreamFailed).
+	reply envoyReply
 }
+
+// envoyReply is an answer's response flags (a bit vector: bit n is Envoy's
+// CoreResponseFlag n) and code details; no details: the upstream's own answer.
+type envoyReply struct {
+	flags   uint64
+	details string
+}
+
+// The response flags the emulated router sets.
+const (
+	flagUT = 1 << 2 // UpstreamRequestTimeout
+	flagUF = 1 << 5 // UpstreamConnectionFailure
+	flagUC = 1 << 6 // UpstreamConnectionTermination
+)
 
 type respHeader struct {
 	a    action
@@ -357,10 +376,13 @@ func (x *exchange) forward() {
 	default:
 		out.ContentLength = x.r.ContentLength
 	}
+	var wrote atomic.Bool // the whole request was written (the upstream has it)
+	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) { wrote.Store(i.Err == nil) }}))
 	resp, err := x.p.transport.RoundTrip(out)
 	if err != nil {
 		x.p.problem("upstream %s: %v", x.route.Cluster, err)
-		x.localReply(http.StatusServiceUnavailable, nil, "upstream connect error or disconnect/reset before headers")
+		x.upstreamFailed(ctx.Err() != nil, wrote.Load())
 		return
 	}
 	defer resp.Body.Close()
@@ -372,32 +394,10 @@ func (x *exchange) forward() {
 	}
 	rh = append(headers{{":status", strconv.Itoa(resp.StatusCode)}}, rh...)
 	endWithHeaders := resp.ContentLength == 0
-	for i := len(x.active) - 1; i >= 0; i-- {
-		af := x.active[i]
-		switch {
-		case af.obs != nil:
-			af.obs.responseHeaders(rh, endWithHeaders)
-		case af.f.Proc != nil:
-			var ok bool
-			if rh, ok = x.processResponseHeaders(af, rh, endWithHeaders); !ok {
-				return
-			}
-		case af.f.Authz != nil:
-			for _, a := range x.respAdd {
-				rh.apply(a.a, a.k, a.v)
-			}
-		}
-	}
-	status, _ := strconv.Atoi(rh.value(":status"))
-	rh.toHTTP(x.w.Header())
-	x.w.WriteHeader(status)
-	flusher, _ := x.w.(http.Flusher)
-	if flusher != nil {
-		flusher.Flush()
-	}
-	if endWithHeaders {
+	if !x.respondHeaders(rh, endWithHeaders) || endWithHeaders {
 		return
 	}
+	flusher, _ := x.w.(http.Flusher)
 
 	buf := make([]byte, 32<<10)
 	var seen int64
@@ -447,6 +447,92 @@ func (x *exchange) forward() {
 			panic(http.ErrAbortHandler)
 		}
 	}
+}
+
+// respondHeaders passes the response headers through the filters' encoder side, last
+// filter first, and sends them to the client; false when a filter ended the exchange.
+func (x *exchange) respondHeaders(rh headers, endWithHeaders bool) bool {
+	for i := len(x.active) - 1; i >= 0; i-- {
+		af := x.active[i]
+		switch {
+		case af.obs != nil:
+			af.obs.responseHeaders(rh, endWithHeaders, x.responseAttributes(af.f))
+		case af.f.Proc != nil:
+			var ok bool
+			if rh, ok = x.processResponseHeaders(af, rh, endWithHeaders); !ok {
+				return false
+			}
+		case af.f.Authz != nil:
+			for _, a := range x.respAdd {
+				rh.apply(a.a, a.k, a.v)
+			}
+		}
+	}
+	status, _ := strconv.Atoi(rh.value(":status"))
+	rh.toHTTP(x.w.Header())
+	x.w.WriteHeader(status)
+	if flusher, ok := x.w.(http.Flusher); ok {
+		flusher.Flush()
+	}
+	return true
+}
+
+// upstreamFailed answers a request whose upstream sent no response headers as Envoy's
+// router does: with a local reply that, unlike a filter's, passes through the response
+// filters (the router is the last filter: Envoy's sendLocalReply goes through all the
+// encoder filters), saying why in its response flags and code details: the route's
+// timeout, 504 "upstream request timeout" (UT, response_timeout); a connection that broke
+// once the whole request was written, 503 (UC, connection_termination); no connection,
+// 503 (UF, connection_failure). A client that went away gets nothing: Envoy resets the
+// upstream request, and the processors see the stream end.
+func (x *exchange) upstreamFailed(timedOut, wrote bool) {
+	if x.r.Context().Err() != nil {
+		return
+	}
+	const resetBody = "upstream connect error or disconnect/reset before headers. reset reason: "
+	status, body, reply := http.StatusServiceUnavailable, resetBody+"connection failure",
+		envoyReply{flagUF, "upstream_reset_before_response_started{connection_failure}"}
+	switch {
+	case timedOut:
+		status, body, reply = http.StatusGatewayTimeout, "upstream request timeout", envoyReply{flagUT, "response_timeout"}
+	case wrote:
+		body, reply = resetBody+"connection termination", envoyReply{flagUC, "upstream_reset_before_response_started{connection_termination}"}
+	}
+	x.reply = reply
+	rh := headers{{":status", strconv.Itoa(status)}, {"content-length", strconv.Itoa(len(body))}, {"content-type", "text/plain"}}
+	if !x.respondHeaders(rh, false) {
+		return
+	}
+	chunk := []byte(body)
+	if !x.processResponseBody(chunk, true) {
+		return
+	}
+	_, _ = x.w.Write(chunk)
+	x.responseBody(chunk, true)
+}
+
+// responseAttributes are the response_attributes of an ext_proc filter as Envoy sends
+// them with the response headers: each keyed by its expression, in one struct under the
+// filter's name, the flags a number; nil when the filter asks for none.
+func (x *exchange) responseAttributes(f Filter) map[string]*structpb.Struct {
+	names := f.Proc.GetResponseAttributes()
+	if len(names) == 0 {
+		return nil
+	}
+	details := x.reply.details
+	if details == "" {
+		details = "via_upstream"
+	}
+	fields := map[string]*structpb.Value{}
+	for _, a := range names {
+		switch a {
+		case "response.code_details":
+			fields[a] = structpb.NewStringValue(details)
+		case "response.flags":
+			fields[a] = structpb.NewNumberValue(float64(x.reply.flags))
+		}
+	}
+	return map[string]*structpb.Struct{"envoy.filters.http.ext_proc": {Fields: fields}}
 }
 
 // trailersOf is an upstream's trailers as Envoy holds them: names lower-case, a name
