@@ -112,24 +112,42 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer st.Close()
+	// A database migrated by a newer build (a rollback of the program, not of the
+	// schema): serve refuses it, so migrate must not report it ready. It exited 0 and
+	// printed this build's latest version as the schema's.
+	if err := refuseNewerSchema(ctx, st); err != nil {
+		return err
+	}
 	applied, err := st.Migrate(ctx, log)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdio.Stdout, "schema at version %d (%d migration(s) applied)\n", store.LatestVersion(), len(applied))
+	have, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdio.Stdout, "schema at version %d (%d migration(s) applied)\n", have, len(applied))
+	return nil
+}
+
+// refuseNewerSchema refuses a database whose schema is newer than this build's: one
+// with a migration this build does not know, which it can neither serve nor revert.
+func refuseNewerSchema(ctx context.Context, st *store.Store) error {
+	have, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if want := store.LatestVersion(); have > want {
+		return fmt.Errorf("database schema is at version %d, newer than this build's %d: deploy a newer control plane", have, want)
+	}
 	return nil
 }
 
 // checkSchema refuses to serve a database whose schema differs from this build's, unless
 // told to migrate it first.
 func checkSchema(ctx context.Context, st *store.Store, log *slog.Logger, autoMigrate bool) error {
-	have, err := st.SchemaVersion(ctx)
-	if err != nil {
+	if err := refuseNewerSchema(ctx, st); err != nil {
 		return err
-	}
-	want := store.LatestVersion()
-	if have > want {
-		return fmt.Errorf("database schema is at version %d, newer than this build's %d: deploy a newer control plane", have, want)
 	}
 	pending, err := st.Pending(ctx)
 	if err != nil || len(pending) == 0 {
@@ -139,7 +157,7 @@ func checkSchema(ctx context.Context, st *store.Store, log *slog.Logger, autoMig
 		_, err := st.Migrate(ctx, log)
 		return err
 	}
-	return fmt.Errorf("database schema is missing migration(s) %v of this build (latest %d): run `controlplane migrate` first (or start with --auto-migrate)", pending, want)
+	return fmt.Errorf("database schema is missing migration(s) %v of this build (latest %d): run `controlplane migrate` first (or start with --auto-migrate)", pending, store.LatestVersion())
 }
 
 // bootstrapAdmin creates or resets a platform administrator so a fresh install has its

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -11,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/internal/testredis"
@@ -75,6 +79,61 @@ func TestServeRefusesSchemaBehindThenMigrateFixesIt(t *testing.T) {
 	if !strings.Contains(out.String(), "schema at version") {
 		t.Fatalf("migrate printed %q", out.String())
 	}
+}
+
+// A rollback to an older build: the database already has a migration this build does
+// not know. migrate refuses it as serve does (it exited 0 printing this build's latest
+// version as the schema's), and changes nothing.
+func TestMigrateRefusesASchemaNewerThanTheBuild(t *testing.T) {
+	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL})
+	if err := app.Run(context.Background(), []string{"migrate"}, env, app.IO{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	latest := store.LatestVersion()
+	future := latest + 1
+	if _, err := conn.Exec(context.Background(), `INSERT INTO schema_migrations (version, name) VALUES ($1, 'future')`, future); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = app.Run(context.Background(), []string{"migrate"}, env, app.IO{Stdout: &out, Stderr: io.Discard})
+	want := fmt.Sprintf("database schema is at version %d, newer than this build's %d", future, latest)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("migrate on a database at version %d: err %v (want %q), printed %q", future, err, want, out.String())
+	}
+	if out.Len() != 0 {
+		t.Fatalf("migrate refused the database but printed %q", out.String())
+	}
+}
+
+// migrate prints the version the database reached, which is this build's latest once
+// every migration is applied.
+func TestMigratePrintsTheVersionReached(t *testing.T) {
+	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL})
+	for _, applied := range []int{len(mustMigrations(t)), 0} {
+		var out bytes.Buffer
+		if err := app.Run(context.Background(), []string{"migrate"}, env, app.IO{Stdout: &out, Stderr: io.Discard}); err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("schema at version %d (%d migration(s) applied)\n", store.LatestVersion(), applied); out.String() != want {
+			t.Fatalf("migrate printed %q, want %q", out.String(), want)
+		}
+	}
+}
+
+func mustMigrations(t *testing.T) []store.Migration {
+	t.Helper()
+	ms, err := store.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
 }
 
 func TestServeLifecycleAndBootstrapAdmin(t *testing.T) {
