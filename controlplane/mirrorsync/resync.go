@@ -1,9 +1,12 @@
 package mirrorsync
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
@@ -218,12 +221,55 @@ func (w *Writer) rewriteAll(ctx context.Context, gen string) error {
 	return first
 }
 
-// rewrite writes the current records of members under their current versions. The
-// versions are read before the rest, so each record holds at least what its version
-// promises, and a concurrent refresh with a newer version wins.
+// rewrite writes the current records of members (a rebuild, a repair) under new
+// versions: each member's version is moved past the one its record has in Redis,
+// whatever generation that record was written under (store.BumpMirrorVersionsPast),
+// and committed before the records are read, so each record holds at least what its
+// version promises.
+//
+// The monotonic write never lowers a version (pkg/mirror/write.lua), and a rebuild races
+// with control planes still writing under the old generation: a settlement committed
+// before the bump is in the record, which carries the higher version; one committed
+// after it carries a higher version than the record, and its own write wins. Either way
+// no record without the settlement replaces one with it. The bump past Redis's version
+// is what lets a rebuild replace a record Postgres no longer knows: restored from a
+// backup, its versions went back while Redis kept the higher ones (the case for which a
+// write under a new generation used to replace any version).
 func (w *Writer) rewrite(ctx context.Context, members []string, gen string) error {
+	vs, errs := w.layout.ReadVersions(ctx, w.rdb, members)
+	stored := make(map[string]int64, len(members))
+	var unread []string
+	var firstErr error
+	for i, m := range members {
+		if errs[i] != nil {
+			// Its master is down (a failover on Redis Cluster): the next round again.
+			unread = append(unread, m)
+			firstErr = cmp.Or(firstErr, errs[i])
+			continue
+		}
+		stored[m] = max(stored[m], vs[i])
+	}
+	if len(unread) > 0 {
+		w.metrics.MirrorWrites.WithLabelValues("error").Add(float64(len(unread)))
+		w.remember(unread)
+		if len(stored) == 0 {
+			return firstErr
+		}
+		members = slices.DeleteFunc(slices.Clone(members), func(m string) bool { _, ok := stored[m]; return !ok })
+	}
+	var bumped map[string]int64
+	err := w.st.InTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		bumped, err = store.BumpMirrorVersionsPast(ctx, tx, stored)
+		return err
+	})
+	if err != nil {
+		w.metrics.StoreErrors.WithLabelValues("mirror_version").Inc()
+		w.remember(members)
+		return err
+	}
 	now := w.clock.Now()
-	in, err := store.LoadMirrorInputs(ctx, w.st.Pool, members, window.Current(now), true)
+	in, err := store.LoadMirrorInputs(ctx, w.st.Pool, members, window.Current(now), false)
 	if err != nil {
 		w.metrics.StoreErrors.WithLabelValues("mirror_load").Inc()
 		w.remember(members)
@@ -231,8 +277,10 @@ func (w *Writer) rewrite(ctx context.Context, members []string, gen string) erro
 	}
 	recs := make([]*mirror.Record, 0, len(members))
 	for _, m := range members {
-		if rec := BuildRecord(in, m, in.Versions[m], gen, now); rec != nil {
-			recs = append(recs, rec)
+		if v, ok := bumped[m]; ok {
+			if rec := BuildRecord(in, m, v, gen, now); rec != nil {
+				recs = append(recs, rec)
+			}
 		}
 	}
 	// Every record now in Redis at least as new as a repair mark's version satisfies

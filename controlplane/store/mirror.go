@@ -232,6 +232,33 @@ func BumpMemberVersions(ctx context.Context, q Querier, refs []MemberRef) (map[s
 	return out, err
 }
 
+// BumpMirrorVersionsPast moves the mirror versions of members past floors (each
+// member's version becomes greatest(version, floor) + 1; a counter starts at floor + 1)
+// and returns the new versions by member id; a member id that names no member is left
+// out. A rebuild of the mirror calls it with the versions Redis holds, before it reads
+// the records: the rebuilt record then carries a version above anything stored (though
+// Postgres, restored from a backup, had gone back), and the row lock orders it against
+// every change's own bump, so a change committed before it is in the record and one
+// committed after it carries a higher version. Rows are locked in member id order, as
+// every other bump locks them.
+func BumpMirrorVersionsPast(ctx context.Context, q Querier, floors map[string]int64) (map[string]int64, error) {
+	members, vs := versionArrays(floors)
+	rows, err := q.Query(ctx, `INSERT INTO usage_mirror_versions AS v (member_id, version)
+		SELECT m.id, x.floor + 1 FROM unnest($1::text[], $2::bigint[]) AS x(id, floor)
+		CROSS JOIN LATERAL (SELECT id FROM members WHERE id = x.id LIMIT 1) m
+		ORDER BY m.id
+		ON CONFLICT (member_id) DO UPDATE SET version = greatest(v.version, excluded.version - 1) + 1
+		RETURNING member_id, version`, members, vs)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	var id string
+	var v int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &v}, func() error { out[id] = v; return nil })
+	return out, err
+}
+
 // CountPendingStarts counts durable starts not yet settled, across all members.
 func CountPendingStarts(ctx context.Context, q Querier) (int64, error) {
 	var n int64

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -112,4 +113,33 @@ func (l Layout) DeleteMany(ctx context.Context, rdb redis.Cmdable, memberIDs []s
 	}
 	_, err := pipe.Exec(ctx)
 	return err
+}
+
+// ReadVersions reads the versions of members' records as stored, whatever generation
+// they were written under, in one pipeline of single-key reads: versions[i] and errs[i]
+// answer memberIDs[i]; a member without a record, or whose version is not a number,
+// reads 0. A rebuild moves each member's version in Postgres past it before it reads the
+// record (controlplane/mirrorsync), so that the rebuilt record wins the monotonic write
+// even over one Postgres no longer knows (a database restored from a backup: its
+// versions went back). On Redis Cluster a master that is down fails only its own keys.
+func (l Layout) ReadVersions(ctx context.Context, rdb redis.Cmdable, memberIDs []string) (versions []int64, errs []error) {
+	versions, errs = make([]int64, len(memberIDs)), make([]error, len(memberIDs))
+	if len(memberIDs) == 0 {
+		return versions, errs
+	}
+	cmds := make([]*redis.StringCmd, len(memberIDs))
+	pipe := rdb.Pipeline()
+	for i, m := range memberIDs {
+		cmds[i] = pipe.HGet(ctx, l.MemberKey(m), "v")
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, c := range cmds {
+		s, err := c.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			errs[i] = err
+			continue
+		}
+		versions[i], _ = strconv.ParseInt(s, 10, 64)
+	}
+	return versions, errs
 }

@@ -3,6 +3,7 @@ package mirror_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,7 +11,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
 
-// TestOnACluster: every write, read and generation call of the layout works on a real
+// TestOnACluster: every write, read (ReadVersions too) and generation call of the layout works on a real
 // Redis Cluster (no CROSSSLOT: each script and each read touches one member key), and
 // while one master is down the members whose records live on the other masters are
 // still read: a batched read fails only the keys of the dead shard.
@@ -53,6 +54,20 @@ func TestOnACluster(t *testing.T) {
 		}
 		if errs2[i] != nil || got[i].GetSpend()[0].GetUsedMicroUsd() != want {
 			t.Fatalf("read %s: %v %v", members[i], got[i], errs2[i])
+		}
+	}
+
+	versions, verrs := l.ReadVersions(ctx, rdb, append(slices.Clone(members), "om_none"))
+	for i, m := range append(slices.Clone(members), "om_none") {
+		want := int64(1)
+		switch m {
+		case members[0]:
+			want = 2
+		case "om_none":
+			want = 0
+		}
+		if verrs[i] != nil || versions[i] != want {
+			t.Fatalf("version of %s: %d %v, want %d", m, versions[i], verrs[i], want)
 		}
 	}
 

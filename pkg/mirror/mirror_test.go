@@ -52,6 +52,29 @@ func TestWriteIsMonotonicPerGeneration(t *testing.T) {
 	}
 }
 
+// ReadVersions answers the stored version whatever the generation (a rebuild moves
+// Postgres past it), 0 for no record or a version that is not a number.
+func TestReadVersionsWhateverTheGeneration(t *testing.T) {
+	rdb, l := testredis.New(t)
+	ctx := context.Background()
+	for _, rec := range []*mirror.Record{record("om_a", 7, "g1", 1), record("om_b", 9, "g2", 1), record("om_c", 3, "", 1)} {
+		if ok, err := l.Write(ctx, rdb, rec, time.Hour); err != nil || !ok {
+			t.Fatalf("write: %v %v", ok, err)
+		}
+	}
+	rdb.HSet(ctx, l.MemberKey("om_d"), "v", "garbage")
+	ids := []string{"om_a", "om_b", "om_c", "om_d", "om_none"}
+	versions, errs := l.ReadVersions(ctx, rdb, ids)
+	for i, want := range []int64{7, 9, 3, 0, 0} {
+		if errs[i] != nil || versions[i] != want {
+			t.Errorf("%s: version %d (%v), want %d", ids[i], versions[i], errs[i], want)
+		}
+	}
+	if v, errs := l.ReadVersions(ctx, rdb, nil); len(v) != 0 || len(errs) != 0 {
+		t.Fatalf("no members: %v %v", v, errs)
+	}
+}
+
 func TestReadRefusesWhatItCannotTrust(t *testing.T) {
 	rdb, l := testredis.New(t)
 	ctx := context.Background()

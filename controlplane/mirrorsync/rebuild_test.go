@@ -1,0 +1,127 @@
+package mirrorsync_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// settleOne starts and settles one request of member m at cost micro-USD through the
+// env's ledger, whose writer (e.Mirror) is the serving control plane.
+func settleOne(t *testing.T, e *at.Env, org, m string, cost int64) {
+	t.Helper()
+	now := e.Clock.Now()
+	id := at.ReqID()
+	if res, err := e.Ledger.Start(e.Ctx, []*internalv1.StartItem{at.StartItem(id, org, m, now, 0)}); err != nil ||
+		res[0].GetOutcome() != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("start %s: %v %v", id, res, err)
+	}
+	res, err := e.Ledger.Settle(e.Ctx, []*internalv1.SettleItem{{RequestId: id, Model: "gpt-4o", UpstreamCostMicroUsd: at.Cost(cost), Complete: true}})
+	if err != nil || res[0].GetOutcome() != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("settle %s: %v %v", id, res, err)
+	}
+}
+
+// otherProcess is a second control plane (a `controlplane resync`, or another replica):
+// its own Redis client on the same server and prefix, its own writer.
+func otherProcess(t *testing.T, e *at.Env, hook redis.Hook) *mirrorsync.Writer {
+	t.Helper()
+	opts, err := redis.ParseURL(testredis.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	if hook != nil {
+		rdb.AddHook(hook)
+	}
+	return mirrorsync.New(mirrorsync.Deps{Store: e.Store, Redis: rdb, Layout: e.Layout, Clock: e.Clock, Log: e.Log})
+}
+
+// monthSpend reads the member's monthly spend from the record of the current generation:
+// ErrUnknown when the mirror has no record it can trust under it.
+func monthSpend(t *testing.T, e *at.Env, m string) (int64, *mirror.Record, error) {
+	t.Helper()
+	gen, err := e.Layout.Generation(e.Ctx, e.Redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := e.Layout.Read(e.Ctx, e.Redis, m, gen)
+	if err != nil {
+		return 0, nil, err
+	}
+	spend, ok := mirror.SpendOf(rec, string(window.Month), window.Current(e.Clock.Now())[2].Start)
+	if !ok {
+		t.Fatalf("record of version %d does not know the month", rec.GetVersion())
+	}
+	return spend, rec, nil
+}
+
+// Postgres restored from a backup: the mirror versions went back, and Redis holds
+// records of higher versions than Postgres now has (with spend and entitlements that
+// are no longer true). `controlplane resync` is what replaces them: the reason a write
+// under a new generation used to replace any version. Now the rebuild moves each
+// member's version past the one stored in Redis before it reads the record, so the
+// rebuilt record wins by version, and the settlements after it land as well.
+func TestResyncAfterPostgresRestoreReplacesNewerLookingRecords(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 2)
+	for _, m := range ms {
+		settleOne(t, e, org, m, 100)
+	}
+	// What Redis kept from before the restore: a version Postgres has not reached, spend
+	// it does not have. The second member's record is from an older generation.
+	ahead := map[string]int64{ms[0]: 1_000, ms[1]: 5_000}
+	for i, m := range ms {
+		_, rec, err := monthSpend(t, e, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Version = ahead[m]
+		for _, s := range rec.Spend {
+			s.UsedMicroUsd = 7_000_000
+		}
+		if i == 1 {
+			rec.Generation = "before-the-restore"
+		}
+		if err := e.Redis.Del(e.Ctx, e.Layout.MemberKey(m)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := e.Layout.Write(e.Ctx, e.Redis, rec, time.Hour); err != nil || !ok {
+			t.Fatalf("seeding %s: %v %v", m, ok, err)
+		}
+	}
+
+	if err := otherProcess(t, e, nil).Resync(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Mirror.Check(e.Ctx); err != nil { // adopts the generation
+		t.Fatal(err)
+	}
+	now := e.Clock.Now()
+	for _, m := range ms {
+		spend, rec, err := monthSpend(t, e, m)
+		if truth := e.Used(t, org, m, window.Month, now); err != nil || spend != truth {
+			t.Fatalf("%s after the resync: spend %d (%v), Postgres has %d", m, spend, err, truth)
+		}
+		if rec.GetVersion() <= ahead[m] {
+			t.Fatalf("%s rebuilt at version %d, not past the %d Redis held", m, rec.GetVersion(), ahead[m])
+		}
+	}
+	// The settlements that follow replace the rebuilt records.
+	for _, m := range ms {
+		settleOne(t, e, org, m, 50)
+		if spend, _, err := monthSpend(t, e, m); err != nil || spend != e.Used(t, org, m, window.Month, now) {
+			t.Fatalf("%s after a settlement: spend %d (%v), Postgres has %d", m, spend, err, e.Used(t, org, m, window.Month, now))
+		}
+	}
+	at.Check(t, e.Store)
+}
