@@ -1,6 +1,9 @@
 package mirrorsync_test
 
 import (
+	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +16,28 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
+
+// beforeFirstScript runs fn once, just before the client's first pipeline of script
+// calls (a rebuild's WriteMany) goes to Redis: after the rebuild read Postgres, before
+// it wrote.
+type beforeFirstScript struct {
+	once sync.Once
+	fn   func()
+}
+
+func (h *beforeFirstScript) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *beforeFirstScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *beforeFirstScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "evalsha" || c.Name() == "eval" {
+				h.once.Do(h.fn)
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
 
 // settleOne starts and settles one request of member m at cost micro-USD through the
 // env's ledger, whose writer (e.Mirror) is the serving control plane.
@@ -63,6 +88,80 @@ func monthSpend(t *testing.T, e *at.Env, m string) (int64, *mirror.Record, error
 		t.Fatalf("record of version %d does not know the month", rec.GetVersion())
 	}
 	return spend, rec, nil
+}
+
+// A rebuild under a new generation (`controlplane resync`, or a replica rebuilding after
+// Redis lost its data or a master was replaced) reads a member's record from Postgres;
+// before it writes it, the serving control plane, still on the old generation (it adopts
+// the new one at its next check), settles a request of that member and writes the newer
+// record under the old generation. The rebuild's write, older, must not replace it: it
+// did (a new generation replaced any version), and readers of the new generation trusted
+// a record without the settlement until the member's next change, admitting a member
+// whose last settlement crossed a hard limit. Now the member's record is either complete
+// or unknown under the new generation (readers resolve it), and a resolve makes it
+// complete.
+func TestRebuildDuringASettlementNeverTrustsARecordWithoutIt(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rebuild func(t *testing.T, e *at.Env, w *mirrorsync.Writer) error
+	}{
+		{"controlplane resync", func(t *testing.T, e *at.Env, w *mirrorsync.Writer) error { return w.Resync(e.Ctx) }},
+		{"a replica rebuilding after Redis lost its generation", func(t *testing.T, e *at.Env, w *mirrorsync.Writer) error {
+			if err := e.Redis.Del(e.Ctx, e.Layout.GenerationKey()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return w.Check(e.Ctx)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := at.New(t, at.Options{})
+			org, ms := e.Org(t, 1)
+			m := ms[0]
+			settleOne(t, e, org, m, 100)
+			old := e.Mirror.Generation()
+
+			other := otherProcess(t, e, &beforeFirstScript{fn: func() {
+				// Meanwhile, on the serving control plane: a settlement of 1,000,000 lands.
+				settleOne(t, e, org, m, 1_000_000)
+			}})
+			if err := tc.rebuild(t, e, other); err != nil {
+				t.Fatal(err)
+			}
+			if other.Generation() == old {
+				t.Fatal("no new generation")
+			}
+			truth := e.Used(t, org, m, window.Month, e.Clock.Now())
+			check := func(when string) {
+				t.Helper()
+				spend, rec, err := monthSpend(t, e, m)
+				switch {
+				case errors.Is(err, mirror.ErrUnknown):
+					// Readers resolve through the control plane: safe.
+				case err != nil:
+					t.Fatal(err)
+				case spend < truth:
+					t.Fatalf("%s: the mirror trusts %d micro-USD of monthly spend (version %d, generation %s); Postgres has %d",
+						when, spend, rec.GetVersion(), rec.GetGeneration(), truth)
+				}
+			}
+			check("after the rebuild")
+			// The serving control plane's next maintenance round adopts the new generation.
+			if err := e.Mirror.Check(e.Ctx); err != nil {
+				t.Fatal(err)
+			}
+			if e.Mirror.Generation() != other.Generation() {
+				t.Fatalf("serving generation %s, rebuilt %s", e.Mirror.Generation(), other.Generation())
+			}
+			check("after the serving control plane adopted the generation")
+			// A reader that found it unknown resolves it: the record is whole from then on.
+			if _, err := e.Mirror.Resolve(e.Ctx, org, m); err != nil {
+				t.Fatal(err)
+			}
+			if spend, rec, err := monthSpend(t, e, m); err != nil || spend != truth {
+				t.Fatalf("after a resolve: spend %d (%v, record %v), Postgres has %d", spend, err, rec, truth)
+			}
+		})
+	}
 }
 
 // Postgres restored from a backup: the mirror versions went back, and Redis holds

@@ -134,7 +134,7 @@ func (w *Writer) Refresh(ctx context.Context, versions map[string]int64) {
 }
 
 // write writes records and accounts for the results. It returns the records that are
-// in Redis now: written, or kept out by a newer record of their generation.
+// in Redis now: written, or kept out by a record as new or newer (of any generation).
 //
 // A failed write leaves the member's older record in Redis, which the enforcers read with
 // no error and would keep trusting (a member whose settlement crossed a hard limit

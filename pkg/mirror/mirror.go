@@ -56,8 +56,9 @@ var writeSource string
 
 var writeScript = redis.NewScript(writeSource)
 
-// Write stores rec under its member's key unless a record of the same generation with
-// an equal or higher version is already there. It reports whether it wrote.
+// Write stores rec under its member's key unless a record with an equal or higher
+// version is already there, whatever generation it was written under (write.lua says
+// why). It reports whether it wrote.
 func (l Layout) Write(ctx context.Context, rdb redis.Scripter, rec *Record, ttl time.Duration) (bool, error) {
 	if rec.GetEntitlement().GetMemberId() == "" {
 		return false, errors.New("mirror: record without member id")

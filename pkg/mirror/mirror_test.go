@@ -20,28 +20,39 @@ func record(member string, version int64, gen string, used int64) *mirror.Record
 	}
 }
 
-func TestWriteIsMonotonicPerGeneration(t *testing.T) {
+// Versions come from Postgres and only go up, so a lower version is an older record
+// whatever generation it is written under. A rebuild under a new generation that read
+// its record before a settlement committed must not replace the settlement's record,
+// written meanwhile under the old generation by a control plane that had not adopted
+// the new one yet (it did: readers then trusted a record without the settlement).
+func TestWriteNeverLowersTheVersion(t *testing.T) {
 	rdb, l := testredis.New(t)
 	ctx := context.Background()
 	for _, step := range []struct {
 		name    string
 		rec     *mirror.Record
 		written bool
-		used    int64
+		// gen and used: the record stored afterwards.
+		gen  string
+		used int64
 	}{
-		{"first write", record("om_a", 5, "g1", 100), true, 100},
-		{"older version ignored", record("om_a", 4, "g1", 50), false, 100},
-		{"same version ignored", record("om_a", 5, "g1", 70), false, 100},
-		{"newer version wins", record("om_a", 6, "g1", 120), true, 120},
-		{"new generation replaces regardless of version", record("om_a", 1, "g2", 10), true, 10},
+		{"first write", record("om_a", 5, "g1", 100), true, "g1", 100},
+		{"older version ignored", record("om_a", 4, "g1", 50), false, "g1", 100},
+		{"same version ignored", record("om_a", 5, "g1", 70), false, "g1", 100},
+		{"newer version wins", record("om_a", 6, "g1", 120), true, "g1", 120},
+		{"older version of a new generation ignored", record("om_a", 5, "g2", 10), false, "g1", 120},
+		{"same version of a new generation ignored", record("om_a", 6, "g2", 10), false, "g1", 120},
+		{"newer version of a new generation wins", record("om_a", 7, "g2", 130), true, "g2", 130},
+		{"newer version of the old generation wins", record("om_a", 8, "g1", 140), true, "g1", 140},
+		{"older version of the old generation ignored", record("om_a", 7, "g1", 10), false, "g1", 140},
 	} {
 		ok, err := l.Write(ctx, rdb, step.rec, time.Hour)
 		if err != nil || ok != step.written {
 			t.Fatalf("%s: written=%v err=%v", step.name, ok, err)
 		}
-		got, err := l.Read(ctx, rdb, "om_a", step.rec.Generation)
+		got, err := l.Read(ctx, rdb, "om_a", step.gen)
 		if err != nil {
-			t.Fatalf("%s: read %v", step.name, err)
+			t.Fatalf("%s: read under %s: %v", step.name, step.gen, err)
 		}
 		if used, _ := mirror.SpendOf(got, "day", time.UnixMilli(1000)); used != step.used {
 			t.Fatalf("%s: used %d, want %d", step.name, used, step.used)
