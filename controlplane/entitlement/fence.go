@@ -1,8 +1,10 @@
 // Package entitlement owns the entitlement fence: every change that can change who wins
 // a member's timeframe (policy edit, archive, restore, assign, unassign, team membership
 // change, member removal) runs in one transaction that, for each member and timeframe
-// whose winner changed, expires the member's pending extension requests for that
-// timeframe and removes the current bucket's extension (never its spend). All of it
+// whose winner changed or whose winning policy was edited, expires the member's pending
+// extension requests for that timeframe and removes the current bucket's extension
+// (never its spend), unless the same policy still wins with the same base
+// (limits.Change.KeepExtension). All of it
 // happens under the organization's usage lock (Lock), which extension submits and
 // reviews take too (package extension), so a review can never act on a winner that a
 // concurrent change is replacing.
@@ -95,17 +97,21 @@ func MemberRemoved(ctx context.Context, tx pgx.Tx, a Auditor, m store.Member, no
 // organization-wide change may touch thousands, and the count is always recorded.
 const maxAuditMembers = 100
 
-// apply expires pending requests and removes current-bucket extensions for the changed
-// (member, timeframe) pairs, records what it did, and returns the members touched
-// (sorted).
+// apply expires pending requests for the changed (member, timeframe) pairs and removes
+// their current-bucket extensions unless the change keeps them, records what it did,
+// and returns the members touched (sorted): all of them, since the enforcers' records
+// carry the winning policy's name, revision and flags, which changed even where the
+// extension stays.
 func apply(ctx context.Context, tx pgx.Tx, a Auditor, orgID, trigger string, changes []limits.Change, now time.Time) ([]string, error) {
 	if len(changes) == 0 {
 		return nil, nil
 	}
-	bucketIDs := make([]string, len(changes))
+	bucketIDs := make([]string, 0, len(changes))
 	members := make([]string, 0, len(changes))
-	for i, ch := range changes {
-		bucketIDs[i] = window.BucketID(orgID, ch.MemberID, ch.Timeframe, window.Of(ch.Timeframe, now).Start)
+	for _, ch := range changes {
+		if !ch.KeepExtension {
+			bucketIDs = append(bucketIDs, window.BucketID(orgID, ch.MemberID, ch.Timeframe, window.Of(ch.Timeframe, now).Start))
+		}
 		members = append(members, ch.MemberID)
 	}
 	members = slices.Compact(slices.Sorted(slices.Values(members)))
@@ -113,9 +119,11 @@ func apply(ctx context.Context, tx pgx.Tx, a Auditor, orgID, trigger string, cha
 	if err != nil {
 		return nil, err
 	}
-	cleared, err := store.ClearUsageExtensions(ctx, tx, bucketIDs, now)
-	if err != nil {
-		return nil, err
+	var cleared []string
+	if len(bucketIDs) > 0 {
+		if cleared, err = store.ClearUsageExtensions(ctx, tx, bucketIDs, now); err != nil {
+			return nil, err
+		}
 	}
 	listed := members
 	if len(listed) > maxAuditMembers {

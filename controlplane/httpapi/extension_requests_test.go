@@ -478,6 +478,101 @@ func TestUsageFence(t *testing.T) {
 	}
 }
 
+// TestUsageFenceKeepsTheExtensionOfAnUnchangedBase: ACCOUNTING.md removes a granted
+// extension on a change of the member's winner; an edit of the winning policy that keeps
+// its base (a rename, another timeframe's limit, allowRequestReset, hardLimit) leaves
+// ceil(base/4) of that base in place, and the member within their allowance. A new base
+// removes it (it was sized from the old one). A pending request still expires on any
+// new revision (rule 8).
+func TestUsageFenceKeepsTheExtensionOfAnUnchangedBase(t *testing.T) {
+	t.Parallel()
+	// setup: base 1 USD a day, bob's extension approved (allowance 1.25 USD), 1.10 spent.
+	setup := func(t *testing.T) (*apitest.Env, *recorder, apitest.Member, apitest.Member, policy) {
+		rec := &recorder{}
+		e := apitest.NewWith(t, apitest.Options{Events: rec})
+		o := e.NewOrg(t, "Acme")
+		bob := e.AddMember(t, o, "bob", "member")
+		p := dayPolicy(t, e, o, "Daily", "1", nil)
+		assign(t, e, o, p.ID, map[string]any{"memberId": bob.MemberID})
+		setUsed(t, e, bob, window.Day, 1_000_000)
+		approve(t, e, o, decodeReset(t, submit(t, e, bob, bucketID(e, bob, window.Day), "deadline").Expect(t, http.StatusOK)).ID)
+		setUsed(t, e, bob, window.Day, 1_100_000)
+		if s := getStatus(t, e, bob); s.State != "within_limit" {
+			t.Fatalf("before the edit: %s", s.State)
+		}
+		return e, rec, o, bob, p
+	}
+	edit := func(t *testing.T, e *apitest.Env, o apitest.Member, id string, body map[string]any) {
+		t.Helper()
+		e.Do(t, "PATCH", policiesPath+"/"+id, body, o.As()...).Expect(t, http.StatusOK)
+	}
+	t.Run("edits that keep the base", func(t *testing.T) {
+		e, rec, o, bob, p := setup(t)
+		day := map[string]any{"timeframe": "day", "costUsd": "1"}
+		for i, c := range []struct {
+			name string
+			body map[string]any
+		}{
+			{"rename", map[string]any{"name": "Daily (renamed)", "limits": []map[string]any{day}}},
+			{"another timeframe's limit", map[string]any{"name": "Daily (renamed)",
+				"limits": []map[string]any{day, {"timeframe": "month", "costUsd": "100"}}}},
+			{"allowRequestReset off", map[string]any{"name": "Daily (renamed)", "allowRequestReset": false,
+				"limits": []map[string]any{day, {"timeframe": "month", "costUsd": "100"}}}},
+			{"hardLimit off", map[string]any{"name": "Daily (renamed)", "hardLimit": false,
+				"limits": []map[string]any{day, {"timeframe": "month", "costUsd": "100"}}}},
+		} {
+			before := len(rec.calls())
+			c.body["revision"] = i + 1
+			edit(t, e, o, p.ID, c.body)
+			s := getStatus(t, e, bob)
+			b := s.Buckets[s.bucketOf(t, "day")]
+			if used, ext := counter(t, e, bob, window.Day); used != 1_100_000 || ext != 250_000 || b.AllowanceMicroUsd != 1_250_000 ||
+				s.State != "within_limit" || b.PolicyRevision != int64(i+2) {
+				t.Fatalf("after %s: used %d, extension %d, bucket %+v, state %s (want the 250000 extension kept, within_limit)",
+					c.name, used, ext, b, s.State)
+			}
+			// The enforcers' record names the policy's revision: bob is told.
+			if calls := rec.calls()[before:]; len(calls) != 1 || len(calls[0]) != 1 || calls[0][0] != bob.MemberID {
+				t.Fatalf("after %s: notifications %v, want bob", c.name, calls)
+			}
+		}
+	})
+	t.Run("base changed", func(t *testing.T) {
+		e, rec, o, bob, p := setup(t)
+		before := len(rec.calls())
+		edit(t, e, o, p.ID, map[string]any{"name": "Daily", "revision": 1, "limits": []map[string]any{{"costUsd": "1.05"}}})
+		if used, ext := counter(t, e, bob, window.Day); used != 1_100_000 || ext != 0 {
+			t.Fatalf("used %d extension %d: a new base removes the extension sized from the old one, spend stays", used, ext)
+		}
+		if s := getStatus(t, e, bob); s.State != "blocked" {
+			t.Fatalf("state %s, want blocked (1.10 spent of 1.05)", s.State)
+		}
+		if calls := rec.calls()[before:]; len(calls) != 1 || len(calls[0]) != 1 || calls[0][0] != bob.MemberID {
+			t.Fatalf("notifications %v, want bob", calls)
+		}
+	})
+	t.Run("a pending request expires on a rename", func(t *testing.T) {
+		e := apitest.New(t)
+		o := e.NewOrg(t, "Acme")
+		bob := e.AddMember(t, o, "bob", "member")
+		p := dayPolicy(t, e, o, "Daily", "1", nil)
+		assign(t, e, o, p.ID, map[string]any{"memberId": bob.MemberID})
+		setUsed(t, e, bob, window.Day, 1_000_000)
+		r := decodeReset(t, submit(t, e, bob, bucketID(e, bob, window.Day), "deadline").Expect(t, http.StatusOK))
+		edit(t, e, o, p.ID, map[string]any{"name": "Daily (renamed)", "revision": 1, "limits": []map[string]any{{"costUsd": "1"}}})
+		var got resetPage
+		e.Do(t, "GET", resetsPath+"/me?view=history", nil, bob.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+		if len(got.Requests) != 1 || got.Requests[0].ID != r.ID {
+			t.Fatalf("history %+v", got)
+		}
+		expectExpired(t, got.Requests[0], "policy_revision_changed")
+		expectExpired(t, approve(t, e, o, r.ID), "policy_revision_changed")
+		if _, ext := counter(t, e, bob, window.Day); ext != 0 {
+			t.Fatal("a stale approval granted an extension")
+		}
+	})
+}
+
 // TestUsageMemberRemovalFence: removing a member expires their pending requests and
 // removes their current extensions (spend stays), in the removal's transaction.
 func TestUsageMemberRemovalFence(t *testing.T) {

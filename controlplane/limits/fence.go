@@ -19,19 +19,30 @@ const (
 	PolicyRevisionChanged StaleReason = "policy_revision_changed"
 )
 
-// Change is one timeframe of one member whose winner changed: the entitlement fence
-// expires that member's pending requests for the timeframe and removes the current
-// bucket's extension (never its spend).
+// Change is one timeframe of one member whose entitlement changed: a different winner,
+// or a new revision of the same winning policy. The entitlement fence expires that
+// member's pending requests for the timeframe (an approval is stale once the revision
+// changed, ACCOUNTING.md) and, unless KeepExtension, removes the current bucket's
+// extension (never its spend).
 type Change struct {
 	MemberID  string
 	Timeframe window.Timeframe
 	Reason    StaleReason
+	// KeepExtension is set when the same policy still wins with the same base allowance
+	// (a rename, an edit of another timeframe's limit or of the policy's flags): the
+	// granted extension, ceil(base/4) of that unchanged base, stays. The zero value
+	// removes it, as every other change does.
+	KeepExtension bool
 }
 
 // Diff compares a member's winners before and after a change and returns the timeframes
-// whose winner changed. A changed revision of the same policy counts as a change: an
-// extension was granted against the policy as it was, and an approval against an older
-// revision is stale.
+// whose winner changed, or whose winning policy was edited (a new revision: pending
+// requests against the older one are stale). A granted extension survives only an edit
+// that keeps the winning policy and the timeframe's base: ACCOUNTING.md removes it on a
+// change of winner, and a new base would leave it sized from the old one. A switch of
+// hardLimit or allowRequestReset keeps it: the extension is an amount of allowance, and
+// neither flag changes its size (docs/usage-limits.md, "Decisions where the rules were
+// silent").
 func Diff(memberID string, before, after Winners) []Change {
 	var out []Change
 	for i, tf := range window.Timeframes {
@@ -39,11 +50,12 @@ func Diff(memberID string, before, after Winners) []Change {
 		if Same(b, a) {
 			continue
 		}
-		reason := WinnerChanged
+		ch := Change{MemberID: memberID, Timeframe: tf, Reason: WinnerChanged}
 		if b != nil && a != nil && b.Policy.ID == a.Policy.ID {
-			reason = PolicyRevisionChanged
+			ch.Reason = PolicyRevisionChanged
+			ch.KeepExtension = b.Base == a.Base
 		}
-		out = append(out, Change{MemberID: memberID, Timeframe: tf, Reason: reason})
+		out = append(out, ch)
 	}
 	return out
 }

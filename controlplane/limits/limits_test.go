@@ -102,9 +102,17 @@ func TestWinnersTieBreakChain(t *testing.T) {
 }
 
 func TestDiff(t *testing.T) {
-	a := &Winner{Timeframe: window.Day, Policy: Policy{ID: "ulp_a", Revision: 1}, Base: 5}
-	aRev := &Winner{Timeframe: window.Day, Policy: Policy{ID: "ulp_a", Revision: 2}, Base: 5}
+	a := &Winner{Timeframe: window.Day, Policy: Policy{ID: "ulp_a", Revision: 1, HardLimit: true}, Base: 5}
+	aRev := &Winner{Timeframe: window.Day, Policy: Policy{ID: "ulp_a", Name: "renamed", Revision: 2, HardLimit: true}, Base: 5}
+	aSoft := &Winner{Timeframe: window.Day, Policy: Policy{ID: "ulp_a", Revision: 2}, Base: 5}
+	aBase := &Winner{Timeframe: window.Day, Policy: Policy{ID: "ulp_a", Revision: 2, HardLimit: true}, Base: 6}
 	b := &Winner{Timeframe: window.Day, Policy: Policy{ID: "ulp_b", Revision: 1}, Base: 5}
+	revised := func(tf window.Timeframe, keep bool) []Change {
+		return []Change{{MemberID: "om", Timeframe: tf, Reason: PolicyRevisionChanged, KeepExtension: keep}}
+	}
+	replaced := func(tf window.Timeframe) []Change {
+		return []Change{{MemberID: "om", Timeframe: tf, Reason: WinnerChanged}}
+	}
 	cases := []struct {
 		name          string
 		before, after Winners
@@ -112,10 +120,16 @@ func TestDiff(t *testing.T) {
 	}{
 		{"unchanged", Winners{a}, Winners{a}, nil},
 		{"unlimited stays unlimited", Winners{}, Winners{}, nil},
-		{"revision bump", Winners{a}, Winners{aRev}, []Change{{"om", window.Day, PolicyRevisionChanged}}},
-		{"other policy wins", Winners{a}, Winners{b}, []Change{{"om", window.Day, WinnerChanged}}},
-		{"limit removed", Winners{a}, Winners{}, []Change{{"om", window.Day, WinnerChanged}}},
-		{"month winner removed", Winners{nil, nil, b}, Winners{nil, nil, nil}, []Change{{"om", window.Month, WinnerChanged}}},
+		// A new revision expires pending requests; with the same base the granted
+		// extension stays (a rename, another timeframe's limit, a flag).
+		{"revision bump, same base", Winners{a}, Winners{aRev}, revised(window.Day, true)},
+		{"hard limit switched off", Winners{a}, Winners{aSoft}, revised(window.Day, true)},
+		{"base changed", Winners{a}, Winners{aBase}, revised(window.Day, false)},
+		// Another policy with the same base is still a change of winner.
+		{"other policy wins", Winners{a}, Winners{b}, replaced(window.Day)},
+		{"limit removed", Winners{a}, Winners{}, replaced(window.Day)},
+		{"limit added", Winners{}, Winners{a}, replaced(window.Day)},
+		{"month winner removed", Winners{nil, nil, b}, Winners{nil, nil, nil}, replaced(window.Month)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

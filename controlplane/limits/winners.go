@@ -210,9 +210,10 @@ func (m Model) provenance(as []Assignment) []Source {
 	return out
 }
 
-// Same tells whether two winners grant the same entitlement: the same policy at the same
-// revision (a revision names the policy's limits and flags, so the base is the same too).
-// Nil equals nil: unlimited stays unlimited.
+// Same tells whether two winners are the same entitlement: the same policy at the same
+// revision (a revision names the policy's name, limits and flags, so the base is the
+// same too). Nil equals nil: unlimited stays unlimited. Two winners that are not Same
+// may still keep a granted extension (Diff: same policy, same base).
 func Same(a, b *Winner) bool {
 	if a == nil || b == nil {
 		return a == b
