@@ -202,11 +202,14 @@ func (s *Server) adminListOrganizations(c *Call) error {
 // errOrganizationMissing is the capability routes' 404, worded as the specification says.
 func errOrganizationMissing() error { return platform.ErrOrganizationMissing() }
 
-// capabilityOrgID reads the organization of a capability route. Its 400 uses the
-// {error, message} shape, like every 400 of these routes.
+// capabilityOrgID reads the organization of a capability route, after the text of the
+// path and query (the PUT checks it after its body: textAfterBody). Every 400 of these
+// routes is {error, message} (route flag invalidMessages).
 func (c *Call) capabilityOrgID() (string, error) {
-	id, err := c.pathID("organizationId", typeid.Org)
-	return id, fault.WithMessage(err)
+	if err := c.checkText(); err != nil {
+		return "", err
+	}
+	return c.pathID("organizationId", typeid.Org)
 }
 
 func (s *Server) adminGetCapabilities(c *Call) error {
@@ -282,17 +285,17 @@ func (s *Server) adminSetCapabilities(c *Call) error {
 		Capabilities jsonx.Optional[map[string]json.RawMessage] `json:"capabilities"`
 	}
 	if err := c.Decode(&in); err != nil {
-		return fault.WithMessage(err)
+		return err
 	}
 	switch {
 	case !in.Capabilities.Set:
-		return fault.WithMessage(fault.InvalidAt("is required", "capabilities"))
+		return fault.InvalidAt("is required", "capabilities")
 	case in.Capabilities.Null:
-		return fault.WithMessage(fault.InvalidAt("must be an object", "capabilities"))
+		return fault.InvalidAt("must be an object", "capabilities")
 	}
 	changes, sentDashboard, err := parseCapabilityChanges(in.Capabilities.Value)
 	if err != nil {
-		return fault.WithMessage(err)
+		return err
 	}
 	orgID, err := c.capabilityOrgID()
 	if err != nil {

@@ -511,6 +511,24 @@ func TestCapabilityRoutesErrors(t *testing.T) {
 			expectMessage(t, e.Do(t, "GET", capPath(id), nil, as), http.StatusBadRequest, "invalid_request", "organizationId")
 		})
 	}
+	// Path and query text that Postgres cannot store (not UTF-8, NUL) is a 400 of the
+	// same {error, message} shape, and on the PUT it comes after the body's.
+	t.Run("path and query text", func(t *testing.T) {
+		for _, c := range []struct{ name, path, contains string }{
+			{"path not UTF-8", "/v1/admin/organizations/%FF/capabilities", "organizationId: must be UTF-8 text"},
+			{"path with NUL", "/v1/admin/organizations/org%00/capabilities", "organizationId: must be UTF-8 text"},
+			{"query value with NUL", capPath(org) + "?x=%00", "x: must be UTF-8 text"},
+			{"query value not UTF-8", capPath(org) + "?x=%FF", "x: must be UTF-8 text"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				expectMessage(t, e.Do(t, "PUT", c.path, good, as), http.StatusBadRequest, "invalid_request", c.contains)
+				expectMessage(t, e.Do(t, "GET", c.path, nil, as), http.StatusBadRequest, "invalid_request", c.contains)
+				expectMessage(t, e.Do(t, "PUT", c.path, `{}`, as), http.StatusBadRequest, "invalid_request", "capabilities: is required")
+				expectMessage(t, e.Do(t, "PUT", c.path, `{"capabilities":{"teleport":true}}`, as), http.StatusBadRequest, "invalid_request",
+					"capabilities.teleport: is not a known capability")
+			})
+		}
+	})
 	t.Run("unknown organization", func(t *testing.T) {
 		expectBody(t, e.Do(t, "PUT", capPath(missing), good, as).Expect(t, http.StatusNotFound),
 			`{"error":"not_found","message":"Organization not found."}`)

@@ -30,6 +30,10 @@ type Call struct {
 	// afterCommit runs once the transaction of Tx has committed (notifications that must
 	// never announce a change that was rolled back).
 	afterCommit []func()
+	// textUnchecked: on a textAfterBody route, the path parameters (uncheckedText) and
+	// query values still await checkRequestText (c.checkText).
+	textUnchecked bool
+	uncheckedText []string
 }
 
 // Now is the request's instant, read once from the injected clock.

@@ -50,7 +50,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, rt *route, e
 		secs := int(fe.RetryAfter.Seconds() + 0.999)
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 	}
-	if rt != nil && rt.messages {
+	if rt != nil && (rt.messages || rt.invalidMessages && fe.Kind == fault.Invalid) {
 		fe = withMessage(fe)
 	}
 	body := errorBody{Error: fe.Code, Message: fe.Message, Reason: fe.Reason, Details: fe.Details}

@@ -33,7 +33,15 @@ type route struct {
 	// invalid-request details are joined into the message, and errors without one (401)
 	// get a default.
 	messages bool
-	handle   func(*Call) error
+	// invalidMessages: a 400 is {error: invalid_request, message}, its details joined
+	// into the message; other errors keep their shapes (401 {error}). The capability
+	// routes: the specification's Errors table gives their 400 that shape.
+	invalidMessages bool
+	// textAfterBody: wrap does not check the text of path parameters and query values
+	// (checkRequestText); the handler does (c.checkText), after its body and before it
+	// reads any of them, where the specification orders a bad body's 400 first.
+	textAfterBody bool
+	handle        func(*Call) error
 }
 
 // routeTable is every REST route of the control plane, in one place. Each handler lives in
@@ -132,8 +140,8 @@ func (s *Server) routeTable() []route {
 		// Platform administration (admin.go)
 		// (no-store: the answers carry every tenant's data, so nothing may cache them)
 		{method: "GET", pattern: "/v1/admin/organizations", access: platformAdmin, noStore: true, handle: s.adminListOrganizations},
-		{method: "GET", pattern: "/v1/admin/organizations/{organizationId}/capabilities", access: platformAdmin, noStore: true, handle: s.adminGetCapabilities},
-		{method: "PUT", pattern: "/v1/admin/organizations/{organizationId}/capabilities", access: platformAdmin, noStore: true, handle: s.adminSetCapabilities},
+		{method: "GET", pattern: "/v1/admin/organizations/{organizationId}/capabilities", access: platformAdmin, noStore: true, invalidMessages: true, handle: s.adminGetCapabilities},
+		{method: "PUT", pattern: "/v1/admin/organizations/{organizationId}/capabilities", access: platformAdmin, noStore: true, invalidMessages: true, textAfterBody: true, handle: s.adminSetCapabilities},
 		{method: "GET", pattern: "/v1/admin/platform-admins", access: platformAdmin, noStore: true, handle: s.listPlatformAdmins},
 		{method: "POST", pattern: "/v1/admin/platform-admins", access: platformAdmin, noStore: true, handle: s.addPlatformAdmin},
 		{method: "DELETE", pattern: "/v1/admin/platform-admins/{email}", access: platformAdmin, noStore: true, handle: s.removePlatformAdmin},

@@ -104,6 +104,16 @@ func (c *Call) checkRequestText(wildcards []string) error {
 	return p.Err()
 }
 
+// checkText runs, on a textAfterBody route, the text check that wrap left to the
+// handler (once); elsewhere wrap ran it before the handler and this does nothing.
+func (c *Call) checkText() error {
+	if !c.textUnchecked {
+		return nil
+	}
+	c.textUnchecked = false
+	return c.checkRequestText(c.uncheckedText)
+}
+
 // patternWildcards lists the names of a route pattern's wildcards ("{policyId}",
 // "{rest...}").
 func patternWildcards(pattern string) []string {

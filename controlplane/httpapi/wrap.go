@@ -21,8 +21,10 @@ func newID(prefix typeid.Prefix) string { return typeid.New(prefix) }
 
 // wrap runs the checks of a route's table entry, in a fixed order, before its handler:
 // authenticate, then session-only and platform-admin gates, then the organization, then
-// the role, then the text of path parameters and query values (checkRequestText). Handlers validate bodies only after all of these, so a member sending a bad
-// body to an admin route learns nothing but 403.
+// the role, then the text of path parameters and query values (checkRequestText; on a
+// textAfterBody route the handler runs it after its body). Handlers validate bodies only
+// after all of these, so a member sending a bad body to an admin route learns nothing
+// but 403.
 func (s *Server) wrap(rt route) http.Handler {
 	wildcards := patternWildcards(rt.pattern)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -43,8 +45,12 @@ func (s *Server) wrap(rt route) http.Handler {
 			return
 		}
 		// After admission, like every input check; before the handler, so that no
-		// handler ever passes Postgres text it cannot store (bodies: jsonx).
-		if err := c.checkRequestText(wildcards); err != nil {
+		// handler ever passes Postgres text it cannot store (bodies: jsonx). A
+		// textAfterBody handler runs it itself (c.checkText) after its body.
+		if rt.textAfterBody {
+			c.uncheckedText = wildcards
+			c.textUnchecked = true
+		} else if err := c.checkRequestText(wildcards); err != nil {
 			s.writeError(w, r, &rt, err)
 			return
 		}
