@@ -341,11 +341,12 @@ func TestAddPluginReaddAfterRemoval(t *testing.T) {
 		t.Fatalf("a removed plugin is listed: %v", list)
 	}
 
-	// Re-adding after removal reuses the membership; the source stays unless given.
+	// Re-adding after removal reuses the membership; without a source it is manual
+	// (API.md: membershipSource defaults to manual), not the removed membership's.
 	e.Clock.Advance(time.Minute)
 	back := addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, editor.As()...).Expect(t, http.StatusCreated).JSON(t)["item"].(map[string]any)
 	want := map[string]any{"id": first["id"], "createdAt": first["createdAt"], "removedAt": nil,
-		"membershipSource": "connector", "createdByOrgMembershipId": owner.MemberID}
+		"membershipSource": "manual", "createdByOrgMembershipId": owner.MemberID}
 	for k, v := range want {
 		if back[k] != v {
 			t.Errorf("after re-add %s = %v, want %v", k, back[k], v)
@@ -355,6 +356,18 @@ func TestAddPluginReaddAfterRemoval(t *testing.T) {
 		Expect(t, http.StatusCreated).JSON(t)["item"].(map[string]any)
 	if replaced["membershipSource"] != "api" || replaced["id"] != first["id"] {
 		t.Fatalf("a given source replaces the old one on the same membership: %v", replaced)
+	}
+	// A membership still present keeps its source when none is given.
+	kept := addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, editor.As()...).Expect(t, http.StatusCreated).JSON(t)["item"].(map[string]any)
+	if kept["membershipSource"] != "api" {
+		t.Fatalf("a re-add of a present membership without a source changed it: %v", kept)
+	}
+	// A removed one added again with a source takes it.
+	e.Do(t, "DELETE", "/v1/marketplaces/"+mkt+"/plugins/"+plg, nil, editor.As()...).Expect(t, http.StatusNoContent)
+	given := addPlugin(t, e, mkt, map[string]any{"pluginId": plg, "membershipSource": "system"}, editor.As()...).
+		Expect(t, http.StatusCreated).JSON(t)["item"].(map[string]any)
+	if given["membershipSource"] != "system" || given["removedAt"] != nil || given["id"] != first["id"] {
+		t.Fatalf("re-added with a source: %v", given)
 	}
 	if n := count(t, e, "marketplace_plugins", "marketplace_id = $1 AND plugin_id = $2", mkt, plg); n != 1 {
 		t.Fatalf("%d rows for one pair, want 1", n)

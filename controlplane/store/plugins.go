@@ -393,14 +393,16 @@ const membershipColumns = `id, marketplace_id, plugin_id, membership_source, cre
 
 // UpsertMarketplacePlugin adds a plugin to a marketplace in one statement: a new pair
 // gets m's id, creator and time (source defaulting to manual); an existing pair keeps
-// them, is active again, and takes the source only when one is given. Concurrent calls
-// for one pair all succeed on the one row.
+// them and is active again. Its source is the one given; without one, a membership still
+// present keeps its source, and a removed one, added anew, gets manual (membershipSource
+// defaults to manual, API.md). Concurrent calls for one pair all succeed on the one row.
 func UpsertMarketplacePlugin(ctx context.Context, q Querier, m MarketplacePlugin, source *string) (MarketplacePlugin, error) {
 	var out MarketplacePlugin
 	err := q.QueryRow(ctx, `INSERT INTO marketplace_plugins AS mp (id, marketplace_id, plugin_id, membership_source, created_by_member_id, created_at)
 		VALUES ($1, $2, $3, coalesce($4::text, 'manual'), $5, $6)
 		ON CONFLICT (marketplace_id, plugin_id) DO UPDATE
-			SET removed_at = NULL, membership_source = coalesce($4::text, mp.membership_source)
+			SET removed_at = NULL, membership_source = coalesce($4::text,
+				CASE WHEN mp.removed_at IS NULL THEN mp.membership_source ELSE 'manual' END)
 		RETURNING `+membershipColumns,
 		m.ID, m.MarketplaceID, m.PluginID, source, m.CreatedByMemberID, m.CreatedAt).
 		Scan(&out.ID, &out.MarketplaceID, &out.PluginID, &out.Source, &out.CreatedByMemberID, &out.CreatedAt, &out.RemovedAt)
