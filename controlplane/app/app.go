@@ -204,12 +204,13 @@ func bootstrapAdmin(ctx context.Context, args []string, getenv func(string) stri
 			return err
 		}
 		return store.RecordAudit(ctx, tx, store.AuditEvent{ID: typeid.New(typeid.AuditEvent), OccurredAt: now,
-			Action: "platform_admin.bootstrap", TargetID: p.User.ID, Details: map[string]any{"email": email, "created": p.Created}})
+			Action: "platform_admin.bootstrap", TargetID: p.User.ID,
+			Details: map[string]any{"email": email, "created": p.Created, "revokedApiKeys": p.RevokedKeys}})
 	})
 	if err != nil {
 		return err
 	}
-	forgetSessions(ctx, cfg, p.Revoked, stdio.Stderr)
+	forgetCredentials(ctx, cfg, p.Revoked, p.RevokedKeys, stdio.Stderr)
 	verb := "reset the password of"
 	if p.Created {
 		verb = "created"
@@ -218,17 +219,21 @@ func bootstrapAdmin(ctx context.Context, args []string, getenv func(string) stri
 	return nil
 }
 
-// forgetSessions tells the enforcers (the mirror's invalidation channel) to forget the
-// sessions a password reset revoked, so they are refused at once. It is best effort: a
-// Redis that cannot be reached is reported, and the enforcers' identity caches drop the
-// sessions within their TTL (30s) anyway.
-func forgetSessions(ctx context.Context, cfg Config, hashes [][]byte, stderr io.Writer) {
-	if len(hashes) == 0 {
+// forgetCredentials tells the enforcers (the mirror's invalidation channel) to forget
+// the sessions (token hashes) and API keys (ids) a password reset revoked, so they are
+// refused at once, as a sign-out or a key's deletion is. It is best effort: a Redis that
+// cannot be reached is reported, and the enforcers' identity caches drop them within
+// their TTL (30s) anyway.
+func forgetCredentials(ctx context.Context, cfg Config, hashes [][]byte, keyIDs []string, stderr io.Writer) {
+	if len(hashes)+len(keyIDs) == 0 {
 		return
 	}
-	invs := make([]mirror.Invalidation, len(hashes))
-	for i, h := range hashes {
-		invs[i] = mirror.Invalidation{Kind: mirror.KindCredential, ID: hex.EncodeToString(h)}
+	invs := make([]mirror.Invalidation, 0, len(hashes)+len(keyIDs))
+	for _, h := range hashes {
+		invs = append(invs, mirror.Invalidation{Kind: mirror.KindCredential, ID: hex.EncodeToString(h)})
+	}
+	for _, k := range keyIDs {
+		invs = append(invs, mirror.Invalidation{Kind: mirror.KindAPIKey, ID: k})
 	}
 	rdb, err := newRedis(cfg)
 	if err == nil {
@@ -236,7 +241,8 @@ func forgetSessions(ctx context.Context, cfg Config, hashes [][]byte, stderr io.
 		_ = rdb.Close()
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "warning: cannot tell the enforcers that the %d revoked sessions ended (%v); they stop working within 30s\n", len(hashes), err)
+		fmt.Fprintf(stderr, "warning: cannot tell the enforcers that %d revoked sessions and %d revoked API keys ended (%v); they stop working within 30s\n",
+			len(hashes), len(keyIDs), err)
 	}
 }
 

@@ -123,10 +123,11 @@ Applies the embedded database migrations the database lacks, and exits.`},
 
 Rebuilds the enforcers' Redis mirror from Postgres under a new generation, and exits
 (a running control plane also does it by itself when Redis loses its data).`},
-	"bootstrap-admin": {databaseKnobs | logKnobs, `Usage: echo PASSWORD | %s bootstrap-admin --email E [flags]
+	"bootstrap-admin": {databaseKnobs | logKnobs | redisKnobs, `Usage: echo PASSWORD | %s bootstrap-admin --email E [flags]
 
 Creates a platform administrator, or resets their password, so that a fresh install has
-its first one. The password is the first line of standard input, never a flag, so that
+its first one. A reset ends the account's sessions and revokes its API keys, and tells the
+enforcers, through the mirror's Redis, to forget them. The password is the first line of standard input, never a flag, so that
 it stays out of shell history and process listings.`},
 	"retention": {databaseKnobs | logKnobs | retentionKnobs, `Usage: %s retention [--apply] [flags]
 

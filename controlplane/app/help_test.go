@@ -33,7 +33,7 @@ func TestSubcommandHelpListsOnlyItsFlags(t *testing.T) {
 	}{
 		{cmd: "migrate", flags: []string{"database-url", "log-format", "log-level"}, says: "migrations"},
 		{cmd: "resync", flags: append([]string{"database-url", "log-format", "log-level"}, redis...), says: "mirror"},
-		{cmd: "bootstrap-admin", flags: []string{"database-url", "email", "log-format", "log-level", "name"}, says: "standard input"},
+		{cmd: "bootstrap-admin", flags: append([]string{"database-url", "email", "log-format", "log-level", "name"}, redis...), says: "standard input"},
 		{cmd: "retention", flags: []string{"apply", "database-url", "log-format", "log-level", "retention-age", "retention-batch"}, says: "pending start is never touched"},
 		{cmd: "serve", has: append([]string{"accounting-lanes", "admin-addr", "auto-migrate", "database-url", "grpc-addr", "http-addr",
 			"internal-token", "log-level", "mirror-check-interval", "platform-admin-emails", "retention-age", "retention-batch", "retention-interval",

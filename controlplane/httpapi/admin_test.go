@@ -868,6 +868,41 @@ func TestAllowlistingRefusesAnExistingAccount(t *testing.T) {
 		ExpectError(t, http.StatusUnauthorized, "unauthorized")
 }
 
+// TestBootstrapAdminRevokesTheSquattersAPIKeys: the platform-admin gate takes API keys
+// too, so a key the squatter minted before bootstrap-admin would become an
+// administrator's credential the moment the address is allowlisted. bootstrap-admin's
+// reset revokes every key of the account (in each of its organizations) with its
+// sessions, in the same transaction (TestBootstrapAdminTellsEnforcersToForgetTheSquatter:
+// and tells the enforcers).
+func TestBootstrapAdminRevokesTheSquattersAPIKeys(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	newAdmin(t, e, "root")
+	squatter := e.SignUp(t, "newops")
+	key := e.APIKey(t, e.CreateOrg(t, squatter, "Squat"))
+	other := e.APIKey(t, e.CreateOrg(t, squatter, "Second"))
+	e.Do(t, "GET", "/v1/admin/organizations", nil, apitest.Key(key)).ExpectError(t, http.StatusForbidden, "forbidden")
+
+	hash, err := password.Hash("the operator's own password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	err = e.Store.InTx(ctx, func(tx pgx.Tx) error {
+		_, err := platform.ProvisionAdmin(ctx, tx, strings.ToLower(squatter.Email), "ops", hash, typeid.New(typeid.User), e.Clock.Now())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{key, other} {
+		e.Do(t, "GET", "/v1/admin/organizations", nil, apitest.Key(k)).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+		e.Do(t, "POST", "/v1/admin/platform-admins", map[string]any{"email": "accomplice@example.test"}, apitest.Key(k)).
+			ExpectError(t, http.StatusUnauthorized, "unauthorized")
+		e.Do(t, "GET", "/v1/me", nil, apitest.Key(k)).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+	}
+}
+
 // TestSignUpAndAllowlistingOneEmailConcurrently: a sign-up and an allowlisting of one
 // email at the same moment never both succeed (each checks for the other under the
 // email's lock): either the account came first and the allowlisting is 409 user_exists,

@@ -120,7 +120,7 @@ func AddAdmin(ctx context.Context, tx pgx.Tx, email, byUserID string, now time.T
 		return a, false, fault.Conflictf("user_exists", "An account with this email already exists, and nothing proves "+
 			"who registered it (emails are not verified), so allowlisting it would make whoever did an administrator. "+
 			"To make it an administrator, provision it with `controlplane bootstrap-admin --email %s`, which resets the "+
-			"account's password and ends its sessions before it adds the email to the allowlist.", email)
+			"account's password, ends its sessions and revokes its API keys before it adds the email to the allowlist.", email)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return a, false, err
 	}
@@ -139,12 +139,18 @@ type Provisioned struct {
 	// Revoked are the token hashes of the sessions a reset ended, for the enforcers'
 	// invalidation.
 	Revoked [][]byte
+	// RevokedKeys are the ids of the API keys a reset revoked, for the enforcers'
+	// invalidation.
+	RevokedKeys []string
 }
 
 // ProvisionAdmin makes email a platform administrator whose password is passwordHash
 // (bootstrap-admin): it creates the account, named name, or resets the password of the
-// existing one and ends its sessions, so that whoever registered the address first is
-// shut out; then it puts the email on the allowlist (added by "bootstrap").
+// existing one, ends its sessions and revokes its API keys, so that whoever registered
+// the address first is shut out (the platform-admin gate takes API keys too: a key left
+// live would have become an administrator's); then it puts the email on the allowlist
+// (added by "bootstrap"). The caller tells the enforcers to forget p.Revoked and
+// p.RevokedKeys once the transaction committed.
 func ProvisionAdmin(ctx context.Context, tx pgx.Tx, email, name, passwordHash string, newUserID string, now time.Time) (Provisioned, error) {
 	var p Provisioned
 	if err := store.LockAccountEmail(ctx, tx, email); err != nil {
@@ -162,6 +168,9 @@ func ProvisionAdmin(ctx context.Context, tx pgx.Tx, email, name, passwordHash st
 		return p, err
 	default:
 		if p.Revoked, err = store.SetPassword(ctx, tx, u.ID, passwordHash, now); err != nil {
+			return p, err
+		}
+		if p.RevokedKeys, err = store.RevokeUserAPIKeys(ctx, tx, u.ID, now); err != nil {
 			return p, err
 		}
 	}

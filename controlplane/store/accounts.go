@@ -58,7 +58,9 @@ func UserByID(ctx context.Context, q Querier, id string) (User, error) {
 }
 
 // SetPassword replaces a user's password hash and revokes every session of theirs; it
-// returns the revoked sessions' token hashes, for the invalidation enforcers need.
+// returns the revoked sessions' token hashes, for the invalidation enforcers need. It
+// leaves their API keys alone: a reset that must shut the account's holder out
+// (bootstrap-admin's, platform.ProvisionAdmin) revokes them too, with RevokeUserAPIKeys.
 func SetPassword(ctx context.Context, q Querier, userID, hash string, now time.Time) ([][]byte, error) {
 	if _, err := q.Exec(ctx, `UPDATE users SET password_hash = $2, updated_at = $3 WHERE id = $1`, userID, hash, now); err != nil {
 		return nil, err
@@ -488,6 +490,18 @@ func APIKeyInOrg(ctx context.Context, q Querier, orgID, keyID string) (APIKey, e
 func RevokeAPIKey(ctx context.Context, q Querier, keyID string, now time.Time) error {
 	_, err := q.Exec(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, keyID, now)
 	return err
+}
+
+// RevokeUserAPIKeys stops every live key of a user, in all their organizations, and
+// returns the revoked keys' ids, for the invalidation enforcers need.
+func RevokeUserAPIKeys(ctx context.Context, q Querier, userID string, now time.Time) ([]string, error) {
+	rows, err := q.Query(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL RETURNING id`, userID, now)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	slices.Sort(ids)
+	return ids, err
 }
 
 // IsPlatformAdmin tells whether a normalized email is on the platform-admin allowlist.
