@@ -34,6 +34,12 @@ func (s *Server) createAPIKey(c *Call) error {
 	if err := p.Err(); err != nil {
 		return err
 	}
+	// A key is never asked for a fresh sign-in and outlives the session that made it
+	// (sign-out, expiry): minting one from a stale session, a stolen one say, would get
+	// around the fresh-sign-in rule and keep access after the session ends.
+	if err := c.requireFreshSession("Sign in again: an API key is created only from a session signed in within the last 15 minutes."); err != nil {
+		return err
+	}
 	key, hash := credential.New(credential.APIKeyPrefix)
 	k := store.APIKey{ID: newID(typeid.APIKey), OrganizationID: c.OrgID(), MemberID: c.Member.ID, UserID: c.Principal.User.ID,
 		Name: name, KeyHash: hash, Start: key[:keyStartLength], CreatedAt: c.now}

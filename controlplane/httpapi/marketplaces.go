@@ -45,12 +45,21 @@ func errMarketplaceNotFound() error { return marketplace.ErrNotFound() }
 // requireFreshAuth refuses owners and admins whose session proved the password more
 // than freshAuthWindow ago.
 func (c *Call) requireFreshAuth() error {
-	sess := c.Principal.Session
-	if !IsManager(c.Member.Role) || sess == nil || c.Now().Sub(sess.AuthenticatedAt) <= freshAuthWindow {
+	if !IsManager(c.Member.Role) {
 		return nil
 	}
-	return &fault.Error{Kind: fault.Forbidden, Code: "reauth", Reason: "fresh_auth_required",
-		Message: "Sign in again: owners and admins must have signed in within the last 15 minutes to change a marketplace or delete a plugin."}
+	return c.requireFreshSession("Sign in again: owners and admins must have signed in within the last 15 minutes to change a marketplace or delete a plugin.")
+}
+
+// requireFreshSession refuses a session, of any role, that proved the password more than
+// freshAuthWindow ago, with 403 reauth and message; API keys pass (they cannot
+// re-authenticate).
+func (c *Call) requireFreshSession(message string) error {
+	sess := c.Principal.Session
+	if sess == nil || c.Now().Sub(sess.AuthenticatedAt) <= freshAuthWindow {
+		return nil
+	}
+	return &fault.Error{Kind: fault.Forbidden, Code: "reauth", Reason: "fresh_auth_required", Message: message}
 }
 
 // marketplaceForWrite reads a marketplace of the caller's organization for a change of

@@ -229,3 +229,51 @@ func TestAPIKeys(t *testing.T) {
 	e.Clock.Advance(24 * time.Hour)
 	e.Do(t, "GET", "/v1/me", nil, apitest.Key(created.Key)).ExpectError(t, http.StatusUnauthorized, "unauthorized")
 }
+
+// TestCreateAPIKeyNeedsFreshSignIn: an API key is never asked for a fresh sign-in and
+// outlives the session that minted it, so minting one from a stale session (a stolen
+// one, say) got around the rule that guards marketplace writes and plugin deletions, and
+// kept access after the session was signed out or expired. Every session, whatever its
+// role, must have signed in within the last 15 minutes (exactly 15 is still fresh) to
+// create a key; otherwise 403 reauth, fresh_auth_required, and nothing is written. A new
+// sign-in is fresh.
+func TestCreateAPIKeyNeedsFreshSignIn(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	admin := e.AddMember(t, owner, "ada", "admin")
+	member := e.AddMember(t, owner, "bob", "member")
+	mkt := newMarketplace(t, e, owner, "Official")
+	plg := newPlugin(t, e, owner, "Search")
+	create := func(m apitest.Member) *apitest.Resp {
+		return e.Do(t, "POST", "/v1/api-keys", map[string]string{"name": "laptop"}, m.As()...)
+	}
+
+	// Sessions were signed in at Start. Exactly 15 minutes later is still fresh.
+	e.Clock.Advance(15 * time.Minute)
+	for _, m := range []apitest.Member{owner, admin, member} {
+		create(m).Expect(t, http.StatusCreated)
+	}
+	keys := count(t, e, "api_keys", "true")
+
+	// One second more: the owner's stale session may not add a plugin, nor mint a key
+	// that would; neither may any other stale session.
+	e.Clock.Advance(time.Second)
+	addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, owner.As()...).ExpectError(t, http.StatusForbidden, "reauth")
+	for _, m := range []apitest.Member{owner, admin, member} {
+		body := create(m).ExpectError(t, http.StatusForbidden, "reauth")
+		if body["reason"] != "fresh_auth_required" || body["message"] == "" {
+			t.Fatalf("%s: reauth body %v", m.Role, body)
+		}
+	}
+	if n := count(t, e, "api_keys", "true"); n != keys {
+		t.Fatalf("refused creations wrote keys: %d, want %d", n, keys)
+	}
+
+	// Signing in again gives a fresh session, which may.
+	fresh := owner
+	fresh.User = e.SignIn(t, owner.User)
+	var out struct{ Key string }
+	create(fresh).Expect(t, http.StatusCreated).Decode(t, &out)
+	addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, apitest.Key(out.Key)).Expect(t, http.StatusCreated)
+}
