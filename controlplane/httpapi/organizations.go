@@ -173,6 +173,34 @@ func (s *Server) createInvitation(c *Call) error {
 		Email: email, Role: inv.Role, CreatedAt: jsonx.Time(inv.CreatedAt), ExpiresAt: jsonx.Time(inv.ExpiresAt)}, "token": token})
 }
 
+func errInvitationExpired() error {
+	return fault.Conflictf("invitation_expired", "This invitation has expired; ask for a new one.")
+}
+
+// mayInvite tells whether a member of inviterRole may invite someone as role: owners
+// and admins invite admins and members (POST /v1/invitations); only an owner could make
+// an owner, and invitations never do.
+func mayInvite(inviterRole, role string) bool {
+	if role == RoleOwner {
+		return inviterRole == RoleOwner
+	}
+	return IsManager(inviterRole)
+}
+
+// inviterStillMayInvite refuses an invitation whose inviter is no longer an active
+// member whose role may invite its role (removed, or demoted below it): an invitation
+// carries its inviter's authority, which ends with it. The answer is the expired
+// invitation's, as for any invitation that can no longer be used. The inviter's row is
+// read FOR SHARE, so a removal or demotion under way waits for the acceptance (and the
+// new member is then theirs to remove), or commits first and is seen here.
+func (c *Call) inviterStillMayInvite(tx pgx.Tx, inv store.Invitation) error {
+	inviter, err := store.MemberInOrg(c.Ctx, tx, inv.OrganizationID, inv.InvitedByMemberID, store.ForShare)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !mayInvite(inviter.Role, inv.Role)) {
+		return errInvitationExpired()
+	}
+	return err
+}
+
 func errAlreadyMember() error {
 	return fault.Conflictf("already_member", "You are already a member of this organization.")
 }
@@ -202,8 +230,12 @@ func (s *Server) acceptInvitation(c *Call) error {
 		case inv.AcceptedAt != nil:
 			return fault.Conflictf("invitation_used", "This invitation was already accepted.")
 		case !c.now.Before(inv.ExpiresAt):
-			return fault.Conflictf("invitation_expired", "This invitation has expired; ask for a new one.")
-		case inv.EmailNormalized != user.EmailNormalized:
+			return errInvitationExpired()
+		}
+		if err := c.inviterStillMayInvite(tx, inv); err != nil {
+			return err
+		}
+		if inv.EmailNormalized != user.EmailNormalized {
 			return fault.Forbiddenf("This invitation was sent to another email address.")
 		}
 		if _, err := store.ActiveMember(c.Ctx, tx, inv.OrganizationID, user.ID, store.NoLock); err == nil {

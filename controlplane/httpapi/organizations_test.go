@@ -88,6 +88,67 @@ func TestInvitations(t *testing.T) {
 	}
 }
 
+// TestInvitationEndsWithItsInvitersAuthority: an invitation carries the authority of the
+// owner or admin who issued it. Once they are removed, or demoted to a role that may not
+// invite (member), accepting it answers what an expired invitation answers (409
+// invitation_expired) and writes nothing: a removed admin could otherwise come back, as
+// an admin, through an invitation they had sent to an address of their own. It is
+// checked at acceptance: an inviter promoted back may again, and a member promoted to
+// owner still may.
+func TestInvitationEndsWithItsInvitersAuthority(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	mallory := e.AddMember(t, owner, "mallory", "admin")
+	ada := e.AddMember(t, owner, "ada", "admin")
+	cat := e.AddMember(t, owner, "cat", "admin")
+	invite := func(by apitest.Member, role string) (apitest.User, string) {
+		u := e.SignUp(t, "guest")
+		var inv struct{ Token string }
+		e.Do(t, "POST", "/v1/invitations", map[string]string{"email": u.Email, "role": role}, by.As()...).
+			Expect(t, http.StatusCreated).Decode(t, &inv)
+		return u, inv.Token
+	}
+	accept := func(u apitest.User, token string) *apitest.Resp {
+		return e.Do(t, "POST", "/v1/invitations/accept", map[string]string{"token": token}, apitest.Session(u.Token))
+	}
+	expired := func(u apitest.User, token string) {
+		t.Helper()
+		body := accept(u, token).ExpectError(t, http.StatusConflict, "invitation_expired")
+		if body["message"] != "This invitation has expired; ask for a new one." {
+			t.Fatalf("message %q, want the expired invitation's", body["message"])
+		}
+	}
+
+	malloryAlt, asAdmin := invite(mallory, "admin")
+	guest, asMember := invite(mallory, "member")
+	dan, ofAda := invite(ada, "member")
+	eve, ofCat := invite(cat, "admin")
+	members := count(t, e, "members", "removed_at IS NULL")
+	accepted := count(t, e, "invitations", "accepted_at IS NOT NULL")
+
+	// Removed: neither of their invitations admits anyone.
+	e.Do(t, "DELETE", "/v1/members/"+mallory.MemberID, nil, owner.As()...).Expect(t, http.StatusNoContent)
+	members--
+	expired(malloryAlt, asAdmin)
+	expired(guest, asMember)
+	// Demoted to member: theirs neither.
+	e.Do(t, "PATCH", "/v1/members/"+ada.MemberID, map[string]string{"role": "member"}, owner.As()...).Expect(t, http.StatusOK)
+	expired(dan, ofAda)
+	if n := count(t, e, "members", "removed_at IS NULL"); n != members {
+		t.Fatalf("%d active members, want %d: a refused acceptance wrote", n, members)
+	}
+	if n := count(t, e, "invitations", "accepted_at IS NOT NULL"); n != accepted {
+		t.Fatalf("%d invitations accepted, want %d", n, accepted)
+	}
+
+	// Promoted back, the inviter's invitation admits again; an admin made owner keeps theirs.
+	e.Do(t, "PATCH", "/v1/members/"+ada.MemberID, map[string]string{"role": "admin"}, owner.As()...).Expect(t, http.StatusOK)
+	accept(dan, ofAda).Expect(t, http.StatusOK)
+	e.Do(t, "PATCH", "/v1/members/"+cat.MemberID, map[string]string{"role": "owner"}, owner.As()...).Expect(t, http.StatusOK)
+	accept(eve, ofCat).Expect(t, http.StatusOK)
+}
+
 func TestMembers(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
