@@ -152,7 +152,11 @@ func (s *Server) signIn(c *Call) error {
 		s.signIns.Fail(keys...)
 		return fault.ErrUnauthorized
 	}
-	s.signIns.Succeed(keys...)
+	// The email's count starts over: its owner proved the password. The address's does
+	// not: anyone may sign in to an account of their own, and between guesses at other
+	// emails that would clear the brake on the address; it decays after a quiet quarter
+	// of an hour, as sign-up's does.
+	s.signIns.Succeed(keys[0])
 	var ans sessionAnswer
 	err = c.Tx(func(tx pgx.Tx) error {
 		ans, err = s.openSession(c, tx, u)

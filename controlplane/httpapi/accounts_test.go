@@ -104,6 +104,38 @@ func TestSignInIsSlowedDownPerEmailAndAddress(t *testing.T) {
 	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": u.Email, "password": apitest.Password}).Expect(t, http.StatusOK)
 }
 
+// TestOwnSignInDoesNotResetTheAddressBrake: a successful sign-in starts its email's
+// count over, not its address's. Otherwise a prober who signs in to an account of their
+// own every few guesses sprays passwords over many emails from one address and is never
+// slowed down (the interleaving sign-up's brake refuses too). The address's count decays
+// after a quiet quarter of an hour instead.
+func TestOwnSignInDoesNotResetTheAddressBrake(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	own := e.SignUp(t, "prober")
+	guess := func(i int) *apitest.Resp {
+		return e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": fmt.Sprintf("victim%d@example.test", i), "password": "guess guess guess"})
+	}
+	signIn := func() *apitest.Resp {
+		return e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": own.Email, "password": apitest.Password})
+	}
+	for i := range 4 {
+		guess(i).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+	}
+	signIn().Expect(t, http.StatusOK)
+	guess(4).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+	guess(5).ExpectError(t, http.StatusUnauthorized, "unauthorized") // the address's sixth failure starts the wait
+	guess(6).ExpectError(t, http.StatusTooManyRequests, "too_many_attempts")
+	signIn().ExpectError(t, http.StatusTooManyRequests, "too_many_attempts")
+	e.Clock.Advance(time.Second)
+	signIn().Expect(t, http.StatusOK)
+	// A quiet quarter of an hour forgets the address: five free failures again.
+	e.Clock.Advance(16 * time.Minute)
+	for i := range 6 {
+		guess(10+i).ExpectError(t, http.StatusUnauthorized, "unauthorized")
+	}
+}
+
 // TestSignUpIsSlowedDownPerAddress: each sign-up refused because the email is taken
 // (which tells the caller it has an account) counts against the client's address: five
 // are free, the sixth starts a wait, and then every sign-up from the address, taken email

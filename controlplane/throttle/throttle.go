@@ -74,7 +74,9 @@ func (l *Limiter) Fail(keys ...string) {
 	}
 }
 
-// Succeed forgets the failures of the keys.
+// Succeed forgets the failures of the keys. Pass only the keys a success vouches for
+// (the account's, not the client address's: anyone can succeed on an account of their
+// own between failures on others').
 func (l *Limiter) Succeed(keys ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
