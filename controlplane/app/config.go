@@ -64,8 +64,9 @@ type Config struct {
 	// SIGTERM while reporting not-ready, before they stop taking connections
 	// (TOLLGATE_SHUTDOWN_DELAY).
 	ShutdownDelay time.Duration
-	// TrustForwardedFor keys sign-in throttling on X-Forwarded-For
-	// (TOLLGATE_TRUST_FORWARDED_FOR); enable only behind a proxy that sets it.
+	// TrustForwardedFor keys sign-in and sign-up throttling on X-Forwarded-For's
+	// right-most address (TOLLGATE_TRUST_FORWARDED_FOR); enable only behind a proxy
+	// that sets or appends it.
 	TrustForwardedFor bool
 	// AutoMigrate applies pending migrations at start instead of refusing to serve.
 	AutoMigrate bool
@@ -191,7 +192,7 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 		fs.DurationVar(&c.SessionTTL, "session-ttl", durationEnv("TOLLGATE_SESSION_TTL", 7*24*time.Hour), "lifetime of session tokens (TOLLGATE_SESSION_TTL)")
 		fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM, TOLLGATE_SHUTDOWN_DELAY included (TOLLGATE_SHUTDOWN_TIMEOUT)")
 		fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", durationEnv("TOLLGATE_SHUTDOWN_DELAY", lifecycle.DefaultShutdownDelay), lifecycle.ShutdownDelayHelp)
-		fs.BoolVar(&c.TrustForwardedFor, "trust-forwarded-for", boolEnv("TOLLGATE_TRUST_FORWARDED_FOR"), "throttle sign-ins by X-Forwarded-For; only behind a proxy that sets it (TOLLGATE_TRUST_FORWARDED_FOR)")
+		fs.BoolVar(&c.TrustForwardedFor, "trust-forwarded-for", boolEnv("TOLLGATE_TRUST_FORWARDED_FOR"), "throttle sign-ins and sign-ups by X-Forwarded-For's right-most address, the one the proxy appended; only behind a proxy that sets or appends it (TOLLGATE_TRUST_FORWARDED_FOR)")
 	}
 	if k&retentionKnobs != 0 {
 		fs.DurationVar(&c.RetentionAge, "retention-age", durationEnv("TOLLGATE_RETENTION_AGE", retention.DefaultAge), "request-level data older than this is removed by retention; at least 745h, the longest window (31 days) plus the abandonment period (TOLLGATE_RETENTION_AGE)")

@@ -168,13 +168,20 @@ func (s *Server) signIn(c *Call) error {
 	return c.JSON(http.StatusOK, ans)
 }
 
-// clientAddress is the address sign-in and sign-up throttling key on: the connection's peer, or the
-// first X-Forwarded-For hop when the deployment says a trusted proxy sets it.
+// clientAddress is the address sign-in and sign-up throttling key on: the connection's
+// peer, or, when the deployment says a trusted proxy sets X-Forwarded-For, its right-most
+// hop (of the last such header): the address that proxy itself saw. Proxies that append
+// (nginx's $proxy_add_x_forwarded_for, Envoy, AWS ALB) keep whatever the client sent on
+// the left, so the first hop is the client's to choose. Behind several proxies the
+// right-most is the nearest proxy's view (the one before it), one address for all the
+// clients behind it.
 func (s *Server) clientAddress(r *http.Request) string {
 	if s.deps.TrustForwardedFor {
-		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
-			first, _, _ := strings.Cut(xff, ",")
-			return strings.TrimSpace(first)
+		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+			hops := strings.Split(xff[len(xff)-1], ",")
+			if last := strings.TrimSpace(hops[len(hops)-1]); last != "" {
+				return last
+			}
 		}
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)

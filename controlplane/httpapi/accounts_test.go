@@ -173,6 +173,33 @@ func TestSignUpIsSlowedDownPerAddress(t *testing.T) {
 	e.Do(t, "POST", "/v1/auth/sign-up", fresh(100), from("192.0.2.7")).Expect(t, http.StatusCreated)
 }
 
+// TestThrottlingKeysOnTheRightMostForwardedHop: with TOLLGATE_TRUST_FORWARDED_FOR the
+// client address is X-Forwarded-For's right-most hop, the one the trusted proxy itself
+// appended. Proxies that append (nginx's $proxy_add_x_forwarded_for, Envoy, ALB) keep
+// what the client sent on the left: keyed on the first hop, one client forging a new
+// one each time was never slowed down, and could put another client's address there.
+func TestThrottlingKeysOnTheRightMostForwardedHop(t *testing.T) {
+	t.Parallel()
+	e := apitest.NewWith(t, apitest.Options{TrustForwardedFor: true})
+	taken := e.SignUp(t, "victim")
+	probe := map[string]string{"email": taken.Email, "password": apitest.Password, "name": "p"}
+	from := func(xff string) apitest.Opt { return apitest.Header("X-Forwarded-For", xff) }
+	for i := range 6 {
+		// A forged first hop each time; the proxy appends the real peer, 198.51.100.7.
+		e.Do(t, "POST", "/v1/auth/sign-up", probe, from(fmt.Sprintf("203.0.113.%d, 198.51.100.7", i+1))).
+			ExpectError(t, http.StatusConflict, "email_taken")
+	}
+	e.Do(t, "POST", "/v1/auth/sign-up", probe, from("203.0.113.99,198.51.100.7")).
+		ExpectError(t, http.StatusTooManyRequests, "too_many_attempts")
+	// The same real address alone, or last of the last header line, is the one slowed down.
+	e.Do(t, "POST", "/v1/auth/sign-up", probe, from("198.51.100.7")).ExpectError(t, http.StatusTooManyRequests, "too_many_attempts")
+	second := func(r *http.Request) { r.Header.Add("X-Forwarded-For", "192.0.2.1, 198.51.100.7") } // a second header line
+	e.Do(t, "POST", "/v1/auth/sign-up", probe, from("10.0.0.1"), second).
+		ExpectError(t, http.StatusTooManyRequests, "too_many_attempts")
+	// A client forging the slowed address on the left does not slow down another.
+	e.Do(t, "POST", "/v1/auth/sign-up", probe, from("198.51.100.7, 192.0.2.44")).ExpectError(t, http.StatusConflict, "email_taken")
+}
+
 func TestCredentials(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)

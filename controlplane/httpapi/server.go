@@ -28,8 +28,9 @@ type Deps struct {
 	SessionTTL time.Duration
 	// Events receives notifications of changes enforcers must learn about; nil discards.
 	Events Events
-	// TrustForwardedFor makes sign-in throttling key on X-Forwarded-For's first address,
-	// for deployments behind a proxy that sets it.
+	// TrustForwardedFor makes sign-in and sign-up throttling key on X-Forwarded-For's
+	// right-most address (what the trusted proxy saw), for deployments behind a proxy
+	// that sets or appends it.
 	TrustForwardedFor bool
 }
 
