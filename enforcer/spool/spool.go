@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -211,18 +212,47 @@ func (s *Spool) read() ([]uint64, []*internalv1.SettleItem, error) {
 			off += 8 + size
 		}
 	}
-	seqs := make([]uint64, 0, len(settled))
-	for seq := range settled {
-		if !acked[seq] {
-			seqs = append(seqs, seq)
+	return segs, live(settled, acked), nil
+}
+
+// live returns the settlements no record acknowledges, in sequence order, each once:
+// copies of one settlement (the same request id, equal in every field) are one, kept at
+// its first copy and done when any copy is acknowledged (the control plane answered it).
+// Copies come from a compaction cut short after its segment was in place, and from
+// spools that older versions duplicated. Distinct settlements of one request id (a
+// refusal, then the answer) are each kept.
+func live(settled map[uint64]*internalv1.SettleItem, acked map[uint64]bool) []*internalv1.SettleItem {
+	type one struct {
+		item *internalv1.SettleItem
+		done bool
+	}
+	seqs := slices.Sorted(maps.Keys(settled))
+	byID := map[string][]*one{}
+	var order []*one
+	for _, seq := range seqs {
+		it := settled[seq]
+		id := it.GetRequestId()
+		var o *one
+		for _, c := range byID[id] {
+			if proto.Equal(c.item, it) {
+				o = c
+				break
+			}
+		}
+		if o == nil {
+			o = &one{item: it}
+			byID[id] = append(byID[id], o)
+			order = append(order, o)
+		}
+		o.done = o.done || acked[seq]
+	}
+	var items []*internalv1.SettleItem
+	for _, o := range order {
+		if !o.done {
+			items = append(items, o.item)
 		}
 	}
-	slices.Sort(seqs)
-	items := make([]*internalv1.SettleItem, len(seqs))
-	for i, seq := range seqs {
-		items[i] = settled[seq]
-	}
-	return segs, items, nil
+	return items
 }
 
 func (s *Spool) openSegment(n uint64) error {

@@ -216,3 +216,62 @@ func BenchmarkAppendAck(b *testing.B) {
 		s.Ack(ref)
 	}
 }
+
+// snapshot keeps the segment files' bytes as they are; restore writes them back, as a
+// process killed before it removed them would have left them.
+func snapshot(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	saved := map[string][]byte{}
+	for _, p := range segments(t, dir) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved[p] = b
+	}
+	return saved
+}
+
+func restore(t *testing.T, saved map[string][]byte) {
+	t.Helper()
+	for p, b := range saved {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The spool holds each settlement twice, the second copy under a new sequence number (a
+// compaction killed after its segment was in place, before the old segments were
+// removed; older versions also left such spools behind): each is replayed once, and one
+// whose copy was acknowledged is not replayed at all. Two distinct settlements of one
+// request id (a refusal, then the answer) are both kept.
+func TestCopiesOfASettlementAreReplayedOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfg := spool.Config{Dir: dir, MaxBytes: 1 << 20}
+	s, _, _ := open(t, cfg)
+	for _, id := range []string{"req_a", "req_b", "req_c"} {
+		s.Append(item(id))
+	}
+	refusal := item("req_c")
+	refusal.Refused, refusal.OutputTokens = true, 0
+	s.Append(refusal)
+	s.Close()
+	saved := snapshot(t, dir)
+	s2, pending, _ := open(t, cfg) // compacted into a new segment
+	if got := ids(pending); !slices.Equal(got, []string{"req_a", "req_b", "req_c", "req_c"}) {
+		t.Fatalf("pending %v", got)
+	}
+	s2.Ack(pending[1].Ref) // req_b answered, in the new segment only
+	s2.Close()
+	restore(t, saved) // the old segments are back beside the new one
+
+	s3, pending, _ := open(t, cfg)
+	defer s3.Close()
+	if got := ids(pending); !slices.Equal(got, []string{"req_a", "req_c", "req_c"}) {
+		t.Fatalf("pending %v, want [req_a req_c req_c] (each once, req_b acknowledged, req_c's answer and refusal)", got)
+	}
+	if pending[1].Item.GetRefused() || !pending[2].Item.GetRefused() {
+		t.Fatalf("req_c's settlements out of order: %v, %v", pending[1].Item, pending[2].Item)
+	}
+}
