@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -130,30 +131,23 @@ func Open(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Spool, []Pending, 
 	if len(old) > 0 {
 		next = old[len(old)-1] + 1
 	}
-	if err := s.openSegment(next); err != nil {
+	pending, err := s.compact(next, items)
+	if err != nil {
 		lock.Close()
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("spool: compacting: %w", err)
 	}
-	pending := make([]Pending, 0, len(items))
-	for _, it := range items {
-		ref, err := s.append(it)
-		if err != nil {
-			s.Close()
-			return nil, nil, fmt.Errorf("spool: compacting: %w", err)
-		}
-		pending = append(pending, Pending{Ref: ref, Item: it})
-	}
-	if err := s.f.Sync(); err != nil {
-		s.Close()
-		return nil, nil, fmt.Errorf("spool: %w", err)
-	}
-	// The live settlements are safe in the new segment: the old ones can go.
+	// The live settlements are safe in the new segment: the old ones can go. A crash
+	// before they are all gone leaves copies, which the next Open replays once (live).
 	for _, n := range old {
 		if err := os.Remove(s.path(n)); err != nil {
 			log.Warn("spool: could not remove a compacted segment", "file", s.path(n), "error", err)
 		}
 	}
 	s.setBytes()
+	if s.total > cfg.MaxBytes {
+		log.Warn("spool: the settlements found at start exceed the bound; all are replayed, new ones are spooled once they are acknowledged below it",
+			"bytes", s.total, "max_bytes", cfg.MaxBytes, "settlements", len(pending))
+	}
 	m.SettleSpoolReplayed.Add(float64(len(pending)))
 	return s, pending, nil
 }
@@ -163,7 +157,8 @@ func (s *Spool) path(n uint64) string {
 }
 
 // read returns the existing segments' numbers in order and the settlements they hold
-// that no record acknowledges, in sequence order. It also sets s.seq past every
+// that no record acknowledges, in sequence order (live); it removes a compaction's
+// leftover temporary file. It also sets s.seq past every
 // sequence number seen. A torn record (the process died while writing it, or the
 // machine lost unsynced data) ends its segment's reading.
 func (s *Spool) read() ([]uint64, []*internalv1.SettleItem, error) {
@@ -174,7 +169,15 @@ func (s *Spool) read() ([]uint64, []*internalv1.SettleItem, error) {
 	var segs []uint64
 	for _, e := range entries {
 		var n uint64
-		if name := e.Name(); strings.HasPrefix(name, "settle-") && strings.HasSuffix(name, ".spool") {
+		name := e.Name()
+		if strings.HasPrefix(name, "settle-") && strings.HasSuffix(name, ".spool"+tmpSuffix) {
+			// A compaction that never completed: its settlements are all in the old segments.
+			if err := os.Remove(filepath.Join(s.cfg.Dir, name)); err != nil {
+				return nil, nil, fmt.Errorf("spool: %w", err)
+			}
+			continue
+		}
+		if strings.HasPrefix(name, "settle-") && strings.HasSuffix(name, ".spool") {
 			if _, err := fmt.Sscanf(name, "settle-%016x.spool", &n); err == nil && n > 0 {
 				segs = append(segs, n)
 			}
@@ -253,6 +256,62 @@ func live(settled map[uint64]*internalv1.SettleItem, acked map[uint64]bool) []*i
 		}
 	}
 	return items
+}
+
+// compact writes items into segment n, which becomes the current one, whatever their
+// size (MaxBytes bounds new settlements, never what is already spooled: a start must not
+// fail on it). They are written to a temporary file, fsync'd, and renamed into place
+// (the directory fsync'd too): a crash before the rename leaves only the old segments
+// and the temporary file, which the next Open removes.
+func (s *Spool) compact(n uint64, items []*internalv1.SettleItem) ([]Pending, error) {
+	tmp := s.path(n) + tmpSuffix
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	pending := make([]Pending, 0, len(items))
+	var size int64
+	for _, it := range items {
+		payload, err := proto.Marshal(it)
+		if err == nil {
+			s.seq++
+			_, err = w.Write(record(kindSettle, s.seq, payload))
+			size += int64(headerLen + len(payload))
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		pending = append(pending, Pending{Ref: Ref{seg: n, seq: s.seq}, Item: it})
+	}
+	if err := errors.Join(w.Flush(), f.Sync(), f.Close()); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, s.path(n)); err != nil {
+		return nil, err
+	}
+	if err := syncDir(s.cfg.Dir); err != nil {
+		return nil, err
+	}
+	if s.f, err = os.OpenFile(s.path(n), os.O_WRONLY|os.O_APPEND, 0); err != nil {
+		return nil, err
+	}
+	s.cur = n
+	s.segs[n] = &segment{bytes: size, live: len(pending)}
+	s.total = size
+	return pending, nil
+}
+
+// tmpSuffix names a compaction's file until it is complete.
+const tmpSuffix = ".tmp"
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
 }
 
 func (s *Spool) openSegment(n uint64) error {

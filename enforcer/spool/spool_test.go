@@ -1,11 +1,14 @@
 package spool_test
 
 import (
+	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -273,5 +276,117 @@ func TestCopiesOfASettlementAreReplayedOnce(t *testing.T) {
 	}
 	if pending[1].Item.GetRefused() || !pending[2].Item.GetRefused() {
 		t.Fatalf("req_c's settlements out of order: %v, %v", pending[1].Item, pending[2].Item)
+	}
+}
+
+// TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES lowered below the backlog the spool holds (the
+// control plane was down): the enforcer starts and replays all of it, the size shows
+// above the bound (metric, warning), and new settlements are refused until
+// acknowledgements bring it back under.
+func TestOpenReplaysABacklogOverTheBound(t *testing.T) {
+	dir := t.TempDir()
+	s, _, _ := open(t, spool.Config{Dir: dir, MaxBytes: 1 << 20})
+	for i := range 2000 {
+		if _, ok := s.Append(item(fmt.Sprintf("req_%04d", i))); !ok {
+			t.Fatal("append")
+		}
+	}
+	s.Close() // about 200 KB
+
+	var logged bytes.Buffer
+	m := metrics.Discard()
+	cfg := spool.Config{Dir: dir, MaxBytes: 128 << 10}
+	s2, pending, err := spool.Open(cfg, m, slog.New(slog.NewTextHandler(&logged, nil)))
+	if err != nil {
+		t.Fatalf("Open with a backlog over the bound: %v", err)
+	}
+	defer s2.Close()
+	if len(pending) != 2000 {
+		t.Fatalf("replayed %d of 2000", len(pending))
+	}
+	if s2.Bytes() <= cfg.MaxBytes || testutil.ToFloat64(m.SettleSpoolBytes) != float64(s2.Bytes()) {
+		t.Fatalf("size %d, metric %v, bound %d", s2.Bytes(), testutil.ToFloat64(m.SettleSpoolBytes), cfg.MaxBytes)
+	}
+	if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "exceed the bound") {
+		t.Fatalf("no warning: %q", logged.String())
+	}
+	if n := len(segments(t, dir)); n != 1 {
+		t.Fatalf("%d segment files after the compaction, want 1", n)
+	}
+	if _, ok := s2.Append(item("req_new")); ok {
+		t.Fatal("a new settlement was spooled past the bound")
+	}
+	for _, p := range pending {
+		s2.Ack(p.Ref)
+	}
+	if _, ok := s2.Append(item("req_new")); !ok {
+		t.Fatal("no room once the backlog was acknowledged")
+	}
+}
+
+// Killed during Open's compaction after its segment was in place, before the old
+// segments were removed, with a backlog of 60% of the bound: the next start comes up
+// and replays the backlog once.
+func TestKilledAfterTheCompactionsRenameStartsAgain(t *testing.T) {
+	dir := t.TempDir()
+	cfg := spool.Config{Dir: dir, MaxBytes: 512 << 10}
+	s, _, _ := open(t, cfg)
+	n := 0
+	for s.Bytes() < cfg.MaxBytes*6/10 {
+		if _, ok := s.Append(item(fmt.Sprintf("req_%05d", n))); !ok {
+			t.Fatal("append")
+		}
+		n++
+	}
+	s.Close()
+	saved := snapshot(t, dir)
+	s2, pending, _ := open(t, cfg)
+	if len(pending) != n {
+		t.Fatalf("replayed %d of %d", len(pending), n)
+	}
+	s2.Close()
+	restore(t, saved)
+
+	for start := range 2 {
+		s3, pending, err := spool.Open(cfg, metrics.Discard(), quiet)
+		if err != nil {
+			t.Fatalf("start %d after the kill fails: %v", start, err)
+		}
+		if len(pending) != n {
+			t.Fatalf("start %d replayed %d settlements for %d requests", start, len(pending), n)
+		}
+		if segs := segments(t, dir); len(segs) != 1 {
+			t.Fatalf("start %d left %d segment files", start, len(segs))
+		}
+		s3.Close()
+	}
+}
+
+// Killed during Open's compaction before its file was complete: the old segments are
+// whole and the compaction's temporary file is removed at the next start, its contents
+// not replayed.
+func TestKilledBeforeTheCompactionsRenameLeavesTheOldSegments(t *testing.T) {
+	dir := t.TempDir()
+	cfg := spool.Config{Dir: dir}
+	s, _, _ := open(t, cfg)
+	s.Append(item("req_a"))
+	s.Append(item("req_b"))
+	s.Close()
+	segs := segments(t, dir)
+	b, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "settle-0000000000000002.spool.tmp") // the next segment's, half written
+	if err := os.WriteFile(tmp, b[:len(b)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s2, pending, _ := open(t, cfg)
+	defer s2.Close()
+	if got := ids(pending); !slices.Equal(got, []string{"req_a", "req_b"}) {
+		t.Fatalf("pending %v, want [req_a req_b]", got)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(left) != 0 {
+		t.Fatalf("temporary files left: %v", left)
 	}
 }
