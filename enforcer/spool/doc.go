@@ -12,13 +12,24 @@
 // plane already has, which it answers as a duplicate (settlements are idempotent by
 // request id).
 //
-// Bounded: the spool's files never exceed MaxBytes. A settlement that does not fit is
-// still queued in memory (the spool never blocks an admission or a settlement) and
-// counted as dropped; it is lost only if the process then crashes before it is sent.
-// An acknowledgement is written in the segment of the settlement it acknowledges, so
-// that deleting a segment never takes another segment's acknowledgements with it.
-// Segments whose settlements are all acknowledged are deleted; at start the live
-// settlements are rewritten into a fresh segment (compaction) and the old files removed.
+// Bounded: a settlement is appended only while the spool's files stay within MaxBytes.
+// One that does not fit is still queued in memory (the spool never blocks an admission
+// or a settlement) and counted as dropped; it is lost only if the process then crashes
+// before it is sent. What is already spooled is never held to the bound: Open replays
+// all of it even when it exceeds MaxBytes (the bound was lowered), with a warning, the
+// size metric showing it, and new settlements refused until acknowledgements bring the
+// spool back under. An acknowledgement is written in the segment of the settlement it
+// acknowledges, so that deleting a segment never takes another segment's
+// acknowledgements with it. Segments whose settlements are all acknowledged are deleted.
+//
+// Compaction: at start the live settlements are rewritten into a fresh segment, written
+// as a temporary file, fsync'd and renamed into place (the directory fsync'd), and only
+// then are the old files removed. A crash before the rename leaves the old segments
+// whole (the next Open removes the temporary file); a crash after it leaves copies of
+// settlements, under new sequence numbers, in the old segments and the new one. Open
+// replays each settlement once whatever copies it finds (same request id, equal in every
+// field) and none whose copy was acknowledged, so a start never sends, nor spools, a
+// settlement twice because of an earlier start.
 //
 // One process per directory: Open takes an exclusive lock on it.
 //

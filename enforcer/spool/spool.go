@@ -30,7 +30,8 @@ import (
 type Config struct {
 	// Dir holds the segment files and the lock; created when missing.
 	Dir string
-	// MaxBytes bounds the files' total size.
+	// MaxBytes bounds the files' total size for new settlements; what Open finds is
+	// replayed whatever its size (the package comment).
 	MaxBytes int64
 	// SegmentBytes is the size past which the current segment is closed and a new one
 	// begun; only closed segments can be deleted. Default: MaxBytes/16, at least 64 KiB.
@@ -104,7 +105,9 @@ type segment struct {
 }
 
 // Open locks and reads the spool in cfg.Dir, compacts what was never acknowledged into a
-// fresh segment and returns it, oldest first, for the caller to send again.
+// fresh segment and returns it, oldest first and each settlement once, for the caller to
+// send again. It fails only when the directory is locked or cannot be read or written,
+// never because of MaxBytes.
 func Open(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Spool, []Pending, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Dir == "" {
