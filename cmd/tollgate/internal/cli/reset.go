@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/url"
+	"net"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -15,23 +15,40 @@ import (
 
 // resetLocal empties a local demo installation: it drops and recreates the database of
 // TOLLGATE_DATABASE_URL and deletes the mirror keys under TOLLGATE_REDIS_PREFIX. It is for
-// `tollgate dev --reset` only, and refuses any host that is not loopback.
+// `tollgate dev --reset` only, and refuses any host that is not loopback. Both targets are
+// checked before either is touched.
 func resetLocal(ctx context.Context, getenv func(string) string, out io.Writer) error {
-	dbURL := envOr(getenv, "TOLLGATE_DATABASE_URL", cpapp.DefaultDatabaseURL)
-	u, err := url.Parse(dbURL)
+	// pgx.ParseConfig reads the settings the connection will use: the host query
+	// parameter, PGHOST and the other PG* variables, a service file, and every
+	// fallback host. The URL's own host part is none of that.
+	cfg, err := pgx.ParseConfig(envOr(getenv, "TOLLGATE_DATABASE_URL", cpapp.DefaultDatabaseURL))
 	if err != nil {
 		return err
 	}
-	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" && h != "" {
-		return fmt.Errorf("--reset only touches local databases, not %s", h)
+	hosts := []string{cfg.Host}
+	for _, f := range cfg.Fallbacks {
+		hosts = append(hosts, f.Host)
 	}
-	name := strings.TrimPrefix(u.Path, "/")
+	for _, h := range hosts {
+		if !localHost(h) {
+			return fmt.Errorf("--reset only touches local databases, not %q (TOLLGATE_DATABASE_URL)", h)
+		}
+	}
+	name := cfg.Database
 	if name == "" || name == "postgres" || strings.ContainsAny(name, `"; `) {
 		return fmt.Errorf("--reset will not drop database %q", name)
 	}
-	admin := *u
-	admin.Path = "/postgres"
-	conn, err := pgx.Connect(ctx, admin.String())
+	opts, err := redis.ParseURL(envOr(getenv, "TOLLGATE_REDIS_URL", cpapp.DefaultRedisURL))
+	if err != nil {
+		return err
+	}
+	if err := localRedis(opts, getenv); err != nil {
+		return err
+	}
+
+	admin := cfg.Copy()
+	admin.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, admin)
 	if err != nil {
 		return err
 	}
@@ -45,10 +62,6 @@ func resetLocal(ctx context.Context, getenv func(string) string, out io.Writer) 
 	}
 	fmt.Fprintf(out, "==> recreated database %s\n", name)
 
-	opts, err := redis.ParseURL(envOr(getenv, "TOLLGATE_REDIS_URL", cpapp.DefaultRedisURL))
-	if err != nil {
-		return err
-	}
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	prefix := envOr(getenv, "TOLLGATE_REDIS_PREFIX", "tg:")
@@ -65,4 +78,36 @@ func resetLocal(ctx context.Context, getenv func(string) string, out io.Writer) 
 	}
 	fmt.Fprintf(out, "==> deleted %d Redis key(s) under %q\n", n, prefix)
 	return nil
+}
+
+// localRedis refuses a Redis that is not on this machine: the URL's server, and the
+// sentinels or cluster seeds of TOLLGATE_REDIS_ADDRS (package redisconf) when the stack
+// is configured with them.
+func localRedis(opts *redis.Options, getenv func(string) string) error {
+	var addrs []string
+	if opts.Network != "unix" { // a unix:// URL's address is its socket path
+		addrs = append(addrs, opts.Addr)
+	}
+	for _, a := range strings.Split(getenv("TOLLGATE_REDIS_ADDRS"), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	for _, a := range addrs {
+		h, _, err := net.SplitHostPort(a)
+		if err != nil || !localHost(h) {
+			return fmt.Errorf("--reset only touches local Redis servers, not %q (TOLLGATE_REDIS_URL, TOLLGATE_REDIS_ADDRS)", a)
+		}
+	}
+	return nil
+}
+
+// localHost says whether h is this machine: a loopback address (127.0.0.0/8, ::1),
+// localhost, or a Unix socket path.
+func localHost(h string) bool {
+	if strings.HasPrefix(h, "/") || strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }

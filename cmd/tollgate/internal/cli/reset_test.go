@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/internal/storetest"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
+)
+
+// resetEnv is the environment of one reset: TOLLGATE_* values, and nothing else.
+func resetEnv(env map[string]string) func(string) string {
+	return func(k string) string { return env[k] }
+}
+
+// `tollgate dev --reset` refuses, before connecting, any Postgres host that is not this
+// machine: the host pgx connects to, which a host query parameter (like libpq's) or a
+// fallback host list names in place of the URL's host part. 192.0.2.1 (TEST-NET-1)
+// stands for a production server. Should the check fail, the reset reaches at most a
+// database and a key prefix no one uses, and stops at the unreachable Redis.
+func TestResetRefusesARemoteDatabaseHost(t *testing.T) {
+	db := strings.TrimSuffix(strings.TrimPrefix(testredis.Prefix(), "tgtest:"), ":")
+	db = "tollgate_reset_refused_" + db
+	for _, tc := range []struct{ name, url string }{
+		{"url host", "postgres://192.0.2.1:5432/" + db + "?connect_timeout=1"},
+		{"host parameter over a loopback url host", "postgres://127.0.0.1:5432/" + db + "?host=192.0.2.1&connect_timeout=1"},
+		{"host parameter over an empty url host", "postgres:///" + db + "?host=192.0.2.1&connect_timeout=1"},
+		{"remote fallback host", "postgres://127.0.0.1:5432,192.0.2.1:5432/" + db + "?connect_timeout=1"},
+		{"remote fallback in the host parameter", "postgres:///" + db + "?host=/var/run/postgresql,192.0.2.1&connect_timeout=1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err := resetLocal(ctx, resetEnv(map[string]string{"TOLLGATE_DATABASE_URL": tc.url,
+				"TOLLGATE_REDIS_URL": "redis://192.0.2.1:6379/0?dial_timeout=1s", "TOLLGATE_REDIS_PREFIX": testredis.Prefix()}), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), `only touches local databases, not "192.0.2.1"`) {
+				t.Fatalf("reset of %s was not refused before connecting: %v", tc.url, err)
+			}
+		})
+	}
+}
+
+// The loopback check accepts this machine in all its spellings and refuses the rest.
+func TestLocalHost(t *testing.T) {
+	for h, want := range map[string]bool{
+		"127.0.0.1": true, "127.1.2.3": true, "::1": true, "localhost": true, "LocalHost": true,
+		"/var/run/postgresql": true, "/tmp": true,
+		"": false, "192.0.2.1": false, "prod-db": false, "localhost.example.com": false, "::ffff:192.0.2.1": false, "0.0.0.0": false,
+	} {
+		if got := localHost(h); got != want {
+			t.Errorf("localHost(%q) = %v, want %v", h, got, want)
+		}
+	}
+}
+
+// --reset refuses a Redis that is not this machine (the URL's, or the sentinels and
+// cluster seeds of TOLLGATE_REDIS_ADDRS) before it drops anything: the local database
+// is still there after the refusal.
+func TestResetRefusesARemoteRedisBeforeDroppingTheDatabase(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+	}{
+		{"url", map[string]string{"TOLLGATE_REDIS_URL": "redis://192.0.2.1:6379/0?dial_timeout=1s"}},
+		{"sentinels", map[string]string{"TOLLGATE_REDIS_URL": "redis://127.0.0.1:6379/0", "TOLLGATE_REDIS_MODE": "sentinel",
+			"TOLLGATE_REDIS_ADDRS": "127.0.0.1:26379, 192.0.2.1:26379", "TOLLGATE_REDIS_SENTINEL_MASTER": "m"}},
+		{"cluster seeds", map[string]string{"TOLLGATE_REDIS_URL": "redis://127.0.0.1:6379/0", "TOLLGATE_REDIS_MODE": "cluster",
+			"TOLLGATE_REDIS_ADDRS": "192.0.2.1:7000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := storetest.NewDatabase(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			markDatabase(ctx, t, name)
+			tc.env["TOLLGATE_DATABASE_URL"] = storetest.URLFor(name)
+			tc.env["TOLLGATE_REDIS_PREFIX"] = testredis.Prefix()
+			err := resetLocal(ctx, resetEnv(tc.env), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), `only touches local Redis servers, not "192.0.2.1:`) {
+				t.Errorf("reset with a remote Redis was not refused: %v", err)
+			}
+			if !marked(ctx, t, name) {
+				t.Errorf("the database was dropped before the remote Redis was refused")
+			}
+		})
+	}
+}
+
+// A local reset still does its job: the database is recreated empty and the mirror keys
+// under the prefix are gone, others kept.
+func TestResetEmptiesTheLocalDatabaseAndMirror(t *testing.T) {
+	name := storetest.NewDatabase(t)
+	rdb, layout := testredis.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	markDatabase(ctx, t, name)
+	other := testredis.Prefix()
+	t.Cleanup(func() { rdb.Del(context.Background(), other+"k") })
+	for _, k := range []string{layout.Prefix + "a", layout.Prefix + "b", other + "k"} {
+		if err := rdb.Set(ctx, k, "1", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := resetLocal(ctx, resetEnv(map[string]string{"TOLLGATE_DATABASE_URL": storetest.URLFor(name),
+		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix}), io.Discard)
+	if err != nil {
+		t.Fatalf("local reset: %v", err)
+	}
+	if marked(ctx, t, name) {
+		t.Errorf("the database was not recreated")
+	}
+	if n := rdb.Exists(ctx, layout.Prefix+"a", layout.Prefix+"b").Val(); n != 0 {
+		t.Errorf("%d mirror key(s) left under the prefix", n)
+	}
+	if n := rdb.Exists(ctx, other+"k").Val(); n != 1 {
+		t.Errorf("a key under another prefix was deleted")
+	}
+}
+
+// markDatabase creates a table in database name, which a reset drops with the database.
+func markDatabase(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	c, err := pgx.Connect(ctx, storetest.URLFor(name))
+	if err != nil {
+		storetest.Unavailable(t, "Postgres", err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `CREATE TABLE reset_marker (x int)`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func marked(ctx context.Context, t *testing.T, name string) bool {
+	t.Helper()
+	c, err := pgx.Connect(ctx, storetest.URLFor(name))
+	if err != nil {
+		t.Fatalf("the database is gone: %v", err)
+	}
+	defer c.Close(ctx)
+	var ok bool
+	if err := c.QueryRow(ctx, `SELECT to_regclass('reset_marker') IS NOT NULL`).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
