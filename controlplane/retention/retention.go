@@ -31,6 +31,7 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -117,8 +118,10 @@ func (k *Kind) keep(reason string) { k.Kept[reason]++ }
 
 // Report is the outcome of a run.
 type Report struct {
-	Cutoff                       time.Time
-	Applied                      bool
+	Cutoff  time.Time
+	Applied bool
+	// Interrupted: the run ended with an error; the counts are what it did before.
+	Interrupted                  bool
 	Starts, Receipts, Quarantine Kind
 }
 
@@ -129,7 +132,9 @@ func newReport(cutoff time.Time, apply bool) Report {
 
 // Run walks starts, receipts and quarantine records once, in batches of o.Batch rows
 // (one transaction each), logging progress per batch. An applied run is audited
-// (usage.retention.apply) with its summary. Running it again right after removes
+// (usage.retention.apply) with its summary; one that ends with an error after removing
+// anything is audited too, with what it removed, interrupted: true and the error, even
+// when ctx is cancelled, and the partial report is returned with the error. Running it again right after removes
 // nothing more: every kind it removes is marked or gone.
 func Run(ctx context.Context, d Deps, o Options) (Report, error) {
 	if p := o.Validate(); len(p) > 0 {
@@ -161,23 +166,23 @@ func run(ctx context.Context, d Deps, o Options) (Report, error) {
 	r := newReport(now.Add(-o.Age), o.Apply)
 	log := d.Log.With("apply", o.Apply, "cutoff", r.Cutoff.Format(time.RFC3339))
 	log.Info("retention started", "age", o.Age.String(), "batch", o.Batch)
-	if err := runStarts(ctx, d, o, &r, log); err != nil {
-		return r, fmt.Errorf("retention of starts: %w", err)
-	}
-	if err := runReceipts(ctx, d, o, &r, now, log); err != nil {
-		return r, fmt.Errorf("retention of receipts: %w", err)
-	}
-	if err := runQuarantine(ctx, d, o, &r, log); err != nil {
-		return r, fmt.Errorf("retention of quarantine records: %w", err)
+	err := walkAll(ctx, d, o, &r, now, log)
+	if err != nil {
+		r.Interrupted = true
+		if !o.Apply || r.Removed() == 0 {
+			return r, err
+		}
+		// The batches removed so far are committed: the run is audited all the same, as
+		// interrupted, even when its context is done (Ctrl-C, serve's SIGTERM).
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
+		defer cancel()
+		if aerr := audit(actx, d, o, r, now, err); aerr != nil {
+			return r, errors.Join(err, fmt.Errorf("audit of the interrupted run: %w", aerr))
+		}
+		return r, err
 	}
 	if o.Apply {
-		err := d.Store.InTx(ctx, func(tx pgx.Tx) error {
-			return store.RecordAudit(ctx, tx, store.AuditEvent{ID: typeid.New(typeid.AuditEvent), OccurredAt: now, Action: "usage.retention.apply",
-				Details: map[string]any{"cutoff": r.Cutoff.Format(time.RFC3339), "age": o.Age.String(),
-					"startsPruned": r.Starts.Removed, "receiptsPruned": r.Receipts.Removed, "quarantineDeleted": r.Quarantine.Removed,
-					"startsKept": r.Starts.Kept, "receiptsKept": r.Receipts.Kept, "quarantineKept": r.Quarantine.Kept}})
-		})
-		if err != nil {
+		if err := audit(ctx, d, o, r, now, nil); err != nil {
 			return r, err
 		}
 	}
@@ -185,6 +190,43 @@ func run(ctx context.Context, d Deps, o Options) (Report, error) {
 		"quarantine_removed", r.Quarantine.Removed, "starts_kept_pending", r.Starts.Kept[KeptPending])
 	return r, nil
 }
+
+// auditTimeout bounds the audit of an interrupted run, written on a context that is not
+// cancelled with the run's.
+const auditTimeout = 10 * time.Second
+
+// walkAll walks the three kinds in turn, stopping at the first error.
+func walkAll(ctx context.Context, d Deps, o Options, r *Report, now time.Time, log *slog.Logger) error {
+	if err := runStarts(ctx, d, o, r, log); err != nil {
+		return fmt.Errorf("retention of starts: %w", err)
+	}
+	if err := runReceipts(ctx, d, o, r, now, log); err != nil {
+		return fmt.Errorf("retention of receipts: %w", err)
+	}
+	if err := runQuarantine(ctx, d, o, r, log); err != nil {
+		return fmt.Errorf("retention of quarantine records: %w", err)
+	}
+	return nil
+}
+
+// audit records an applied run (usage.retention.apply) with its summary; a run that
+// ended with runErr after removing data is recorded as interrupted, with the error.
+func audit(ctx context.Context, d Deps, o Options, r Report, now time.Time, runErr error) error {
+	details := map[string]any{"cutoff": r.Cutoff.Format(time.RFC3339), "age": o.Age.String(),
+		"startsPruned": r.Starts.Removed, "receiptsPruned": r.Receipts.Removed, "quarantineDeleted": r.Quarantine.Removed,
+		"startsKept": r.Starts.Kept, "receiptsKept": r.Receipts.Kept, "quarantineKept": r.Quarantine.Kept}
+	if runErr != nil {
+		details["interrupted"] = true
+		details["error"] = runErr.Error()
+	}
+	return d.Store.InTx(ctx, func(tx pgx.Tx) error {
+		return store.RecordAudit(ctx, tx, store.AuditEvent{ID: typeid.New(typeid.AuditEvent), OccurredAt: now, Action: "usage.retention.apply",
+			Details: details})
+	})
+}
+
+// Removed is how many rows the run removed (or, in a preview, would remove), all kinds.
+func (r Report) Removed() int64 { return r.Starts.Removed + r.Receipts.Removed + r.Quarantine.Removed }
 
 // judgeStart says whether a start's raw snapshot may go, or why it stays. Pending comes
 // first: no age, no mark, nothing else lets a pending start be discarded.
@@ -368,13 +410,18 @@ func (r Report) Write(w io.Writer) {
 	if n := r.Quarantine.Kept[KeptAwaitingReview]; n > 0 {
 		fmt.Fprintf(w, "%d quarantine record(s) kept: they await reviewed reconciliation (tollgate reconcile)\n", n)
 	}
+	if r.Interrupted {
+		fmt.Fprintln(w, "Interrupted: the counts above are what this run did before it stopped (an applied run is audited as interrupted); run it again to finish.")
+	}
 	if !r.Applied {
 		fmt.Fprintf(w, "Preview only: run again with --apply to %s them.\n", verb[len("would "):])
 	}
 }
 
 // Schedule runs an applied retention every Interval until ctx ends (serve's
-// TOLLGATE_RETENTION_INTERVAL). A failed run is logged and tried again at the next tick.
+// TOLLGATE_RETENTION_INTERVAL). A failed run is logged and tried again at the next tick;
+// one cut short after removing data (serve stopping, too) is logged as interrupted, at
+// warn, with what it removed.
 type Schedule struct {
 	Deps     Deps
 	Options  Options
@@ -386,7 +433,15 @@ func (s Schedule) Run(ctx context.Context) error {
 	return lifecycle.Every(ctx, s.Interval, func(ctx context.Context) {
 		o := s.Options
 		o.Apply = true
-		if _, err := Run(ctx, s.Deps, o); err != nil && ctx.Err() == nil {
+		r, err := Run(ctx, s.Deps, o)
+		switch {
+		case err == nil:
+		case r.Removed() > 0:
+			// Cut short (serve stopping, or a failure) after removing data: what it
+			// removed is audited as interrupted; say so whatever the context's state.
+			s.Deps.Log.Warn("scheduled retention interrupted after removing data (audited as interrupted); the rest waits for the next run", "err", err,
+				"starts_removed", r.Starts.Removed, "receipts_removed", r.Receipts.Removed, "quarantine_removed", r.Quarantine.Removed)
+		case ctx.Err() == nil:
 			s.Deps.Log.Error("scheduled retention failed; trying again at the next interval", "err", err)
 		}
 	})
