@@ -266,9 +266,10 @@ func runRetention(ctx context.Context, args []string, getenv func(string) string
 		return err
 	}
 	report, err := retention.Run(ctx, retention.Deps{Store: st, Clock: clock.System{}, Log: log}, cfg.retentionOptions(apply))
-	if err != nil {
+	if err != nil && !report.Interrupted {
 		return err
 	}
+	// An interrupted run's summary too: what it removed before it stopped is gone.
 	report.Write(stdio.Stdout)
-	return nil
+	return err
 }

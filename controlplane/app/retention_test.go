@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tollgate-dev/tollgate/controlplane/app"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
 )
@@ -53,5 +55,33 @@ func TestServeRetentionInterval(t *testing.T) {
 	err = app.Run(context.Background(), []string{"serve"}, envOf(base), app.IO{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}})
 	if err == nil || strings.Contains(err.Error(), "TOLLGATE_RETENTION") {
 		t.Fatalf("serve without a retention schedule must not judge its age: %v", err)
+	}
+}
+
+// An applied `controlplane retention` that stops with an error still prints its summary,
+// marked interrupted, before the error: what it removed before it stopped is gone. The
+// receipts table renamed away makes the run fail after the starts.
+func TestRetentionCommandPrintsTheSummaryOfAnInterruptedRun(t *testing.T) {
+	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	ctx := context.Background()
+	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL})
+	if err := app.Run(ctx, []string{"migrate"}, env, app.IO{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `ALTER TABLE usage_receipts RENAME TO usage_receipts_away`); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = app.Run(ctx, []string{"retention", "--apply"}, env, app.IO{Stdout: &out, Stderr: &bytes.Buffer{}})
+	if err == nil || !strings.Contains(err.Error(), "retention of receipts") {
+		t.Fatalf("retention without its receipts table: %v, want its error", err)
+	}
+	if s := out.String(); !strings.Contains(s, "start snapshots") || !strings.Contains(s, "Interrupted") {
+		t.Fatalf("no summary of the interrupted run:\n%s", s)
 	}
 }
