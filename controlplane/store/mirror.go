@@ -222,14 +222,7 @@ func BumpMemberVersions(ctx context.Context, q Querier, refs []MemberRef) (map[s
 		ORDER BY m.id
 		ON CONFLICT (member_id) DO UPDATE SET version = v.version + 1
 		RETURNING member_id, version`, members, orgs)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int64{}
-	var id string
-	var v int64
-	_, err = pgx.ForEachRow(rows, []any{&id, &v}, func() error { out[id] = v; return nil })
-	return out, err
+	return collectVersions(rows, err)
 }
 
 // BumpMirrorVersionsPast moves the mirror versions of members past floors (each
@@ -249,6 +242,11 @@ func BumpMirrorVersionsPast(ctx context.Context, q Querier, floors map[string]in
 		ORDER BY m.id
 		ON CONFLICT (member_id) DO UPDATE SET version = greatest(v.version, excluded.version - 1) + 1
 		RETURNING member_id, version`, members, vs)
+	return collectVersions(rows, err)
+}
+
+// collectVersions reads the (member_id, version) rows of a version bump into a map.
+func collectVersions(rows pgx.Rows, err error) (map[string]int64, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -214,14 +214,18 @@ func (f FormRefusal) Headers() []Header {
 }
 
 // Write answers the refusal on an HTTP front door (the gateway, /check), never cached.
-func (f FormRefusal) Write(w http.ResponseWriter) {
+func (f FormRefusal) Write(w http.ResponseWriter) { WriteHTTP(w, f.Status, f.Headers(), f.Body) }
+
+// WriteHTTP answers status, headers and body on an HTTP front door (a refusal, the
+// gateway's or /check's), never cached.
+func WriteHTTP(w http.ResponseWriter, status int, headers []Header, body []byte) {
 	h := w.Header()
-	for _, x := range f.Headers() {
+	for _, x := range headers {
 		h.Set(x.Name, x.Value)
 	}
 	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(f.Status)
-	_, _ = w.Write(f.Body)
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
 
 // ResponseFormatRefusal is the 400 refusing a request whose query parameter param (its

@@ -656,13 +656,7 @@ const firstBodyBytes = 64 << 10
 
 // refuse answers the gate's refusal.
 func refuse(w http.ResponseWriter, a gate.Answer) {
-	h := w.Header()
-	for _, x := range a.DeniedHeaders() {
-		h.Set(x.Name, x.Value)
-	}
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(a.Status)
-	_, _ = w.Write(a.Body)
+	gate.WriteHTTP(w, a.Status, a.DeniedHeaders(), a.Body)
 }
 
 func (gw *Gateway) count(outcome string) { gw.m.Requests.WithLabelValues(outcome).Inc() }

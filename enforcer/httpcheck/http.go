@@ -82,11 +82,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	for _, x := range a.DeniedHeaders() {
-		hdr.Set(x.Name, x.Value)
-	}
-	w.WriteHeader(a.Status)
-	_, _ = w.Write(a.Body)
+	gate.WriteHTTP(w, a.Status, a.DeniedHeaders(), a.Body)
 }
 
 // original is the method, path and query (as sent) of the request the proxy asks about:
