@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -97,6 +98,9 @@ type stream struct {
 	bodySeen    bool
 	// codings: the request's Content-Encoding (requestbody.Codings).
 	codings []string
+	// contentType is the request's Content-Type: a multipart form's boundary
+	// (requestbody.FormBoundary).
+	contentType string
 	// acceptEncoding is the request's Accept-Encoding as it came here ("": none).
 	acceptEncoding string
 	// guardrailID and traceAsked are an InvokeModel request's guardrail and trace headers
@@ -254,6 +258,8 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 		case "content-length":
 			st.hasContentLength = true
 			st.contentLength, _ = strconv.ParseInt(value(hv), 10, 64)
+		case "content-type":
+			st.contentType = value(hv)
 		case "content-encoding":
 			st.codings = append(st.codings, requestbody.Codings([]string{value(hv)})...)
 		case "accept-encoding":
@@ -370,7 +376,9 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		}
 		st.s.tracker.RecordRequest(st.requestID, *est)
 	}
-	if est != nil && !est.Unread {
+	if est == nil && st.noteForm(body) {
+		m.WithLabelValues("form").Inc()
+	} else if est != nil && !est.Unread {
 		m.WithLabelValues("estimated").Inc()
 	} else {
 		m.WithLabelValues("not_json").Inc() // the path's model alone, if any, is checked
@@ -407,6 +415,25 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		return continueRequestBody
 	}
 	return st.bodyResponse(body, replace, acceptEncoding)
+}
+
+// noteForm notes for the settlement what a multipart form body said (an upload: a
+// transcription, an image edit, whose answers name no model): its model and an image
+// edit's images (requestbody.Form.Request), read and noted as the gateway reads and
+// notes the form it streams past, so that the upload is charged the same through either
+// front door. As on the gateway, the form's model is not checked against the
+// unpriced-model rule (the gateway knows it only once the upload has gone). It reports
+// whether the body was such a form.
+func (st *stream) noteForm(body []byte) bool {
+	boundary := requestbody.FormBoundary(st.contentType)
+	if boundary == "" {
+		return false
+	}
+	req := requestbody.ReadForm(bytes.NewReader(body), boundary).Request(st.path)
+	if req.Model != "" || req.ImageOutputTokens > 0 {
+		st.s.tracker.RecordRequest(st.requestID, req)
+	}
+	return true
 }
 
 // host is the host the request goes to as the host rules read it: the route's upstream

@@ -698,9 +698,11 @@ type proxied struct {
 	guardrailTrace string
 	// upload: the request body is an upload, streamed to the upstream unread (isUpload);
 	// form reads a multipart upload's model on the side (sniffForm), when it is one, and
-	// an image edit's (imageEdit) size, quality and counts.
-	upload, imageEdit bool
-	form              *formSniffer
+	// an image edit's size, quality and counts (formPath is the path it was sent on:
+	// requestbody.Form.Request).
+	upload   bool
+	form     *formSniffer
+	formPath string
 
 	// From the upstream's answer on: the response being relayed, the cancellation of
 	// the upstream request, the idle timer, the usage extractor and the read buffers
@@ -1008,7 +1010,7 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 		unread := relaybody.EndAtLength(r.Body, r.ContentLength)
 		out.Body, out.ContentLength = unread, r.ContentLength // -1: sent chunked, as it came
 		if p.form = sniffForm(r.Header.Get("Content-Type"), unread); p.form != nil {
-			p.imageEdit = requestbody.IsImageEdit(r.URL.Path)
+			p.formPath = r.URL.Path
 			out.Body = p.form
 		}
 	case len(body) > 0:
@@ -1357,24 +1359,20 @@ func (p *proxied) finish(ended bool) {
 }
 
 // formSaid completes an upload's settlement with what its form said once it passed
-// (formSniffer): its model, which the answers of these endpoints do not name, and, for
-// an image edit, the images it asked for, which it is billed when its answer is lost
-// (requestbody.ImageRequest.OutputTokens; the tracker charges them then).
+// (formSniffer, requestbody.Form.Request, as ext_proc notes a form Envoy buffered): its
+// model, which the answers of these endpoints do not name, and, for an image edit, the
+// images it asked for, which it is billed when its answer is lost (the tracker charges
+// them then).
 func (p *proxied) formSaid(u *inflight.Usage) {
 	if p.form == nil {
 		return
 	}
-	f := p.form.Said()
+	req := p.form.Said().Request(p.formPath)
 	if u.Model == "" {
-		u.Model = f.model
+		u.Model = req.Model
 	}
-	if !p.imageEdit || p.id == "" || f.fields == nil {
-		return
-	}
-	if req, ok := requestbody.FormImageRequest(f.fields); ok {
-		if n := req.OutputTokens(f.model); n > 0 {
-			p.gw.tracker.RecordRequest(p.id, estimate.Request{Model: f.model, ImageOutputTokens: n})
-		}
+	if p.id != "" && req.ImageOutputTokens > 0 {
+		p.gw.tracker.RecordRequest(p.id, req)
 	}
 }
 

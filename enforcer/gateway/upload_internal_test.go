@@ -39,8 +39,8 @@ func TestUploadEndsAtItsLength(t *testing.T) {
 				t.Fatalf("sent %d bytes of body, want the %d announced", len(body), len(c.body))
 			}
 			if p.form != nil {
-				if said := p.form.Said(); said.model != "whisper-1" {
-					t.Fatalf("the form's model read on the side: %q", said.model)
+				if said := p.form.Said(); said.Model != "whisper-1" {
+					t.Fatalf("the form's model read on the side: %q", said.Model)
 				}
 			}
 		})

@@ -73,7 +73,7 @@ func TestFormSnifferFindsTheModel(t *testing.T) {
 			if !bytes.Equal(got.Bytes(), body) {
 				t.Fatalf("the upload changed: %d bytes, want %d", got.Len(), len(body))
 			}
-			if m := s.Said().model; m != tc.want {
+			if m := s.Said().Model; m != tc.want {
 				t.Fatalf("model %q, want %q", m, tc.want)
 			}
 		})
@@ -81,7 +81,7 @@ func TestFormSnifferFindsTheModel(t *testing.T) {
 }
 
 // An image edit's fields (size, quality, n, partial_images) are read wherever they sit,
-// the last of a repeated one counting, and cut at maxSniffedField bytes; others are not
+// the last of a repeated one counting, and cut at 64 bytes; others are not
 // kept.
 func TestFormSnifferReadsAnImageEditsFields(t *testing.T) {
 	ct, body := form(t, bytes.Repeat([]byte{9}, 200_000), "model", "gpt-image-1", "n", "1", "file", "",
@@ -92,8 +92,8 @@ func TestFormSnifferReadsAnImageEditsFields(t *testing.T) {
 	}
 	s.Close()
 	f := s.Said()
-	want := map[string]string{"n": "2", "size": "1024x1024", "quality": "low", "partial_images": strings.Repeat("7", maxSniffedField)}
-	if f.model != "gpt-image-1" || !maps.Equal(f.fields, want) {
+	want := map[string]string{"n": "2", "size": "1024x1024", "quality": "low", "partial_images": strings.Repeat("7", 64)}
+	if f.Model != "gpt-image-1" || !maps.Equal(f.Fields, want) {
 		t.Fatalf("%+v, want the model and %v", f, want)
 	}
 }
@@ -113,7 +113,7 @@ func TestFormSnifferNeverHoldsTheUploadBack(t *testing.T) {
 	if err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("a malformed form: %d bytes, %v", len(got), err)
 	}
-	if f := s.Said(); f.model != "" || f.fields != nil {
+	if f := s.Said(); f.Model != "" || f.Fields != nil {
 		t.Fatalf("%+v from a malformed form", f)
 	}
 
@@ -126,7 +126,7 @@ func TestFormSnifferNeverHoldsTheUploadBack(t *testing.T) {
 	}
 	s.Close()
 	start := time.Now()
-	if m := s.Said().model; m != "" || time.Since(start) > sniffTimeout/2 {
+	if m := s.Said().Model; m != "" || time.Since(start) > sniffTimeout/2 {
 		t.Fatalf("an upload cut short: model %q after %v", m, time.Since(start))
 	}
 	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {
