@@ -61,7 +61,8 @@ func TestDenialIsACheckResponseNotAnError(t *testing.T) {
 }
 
 // The usage-limit 429 tells the SDKs not to retry (they would otherwise sleep for
-// Retry-After, hours), next to the specification's headers.
+// Retry-After, hours), next to the specification's headers, and is never cached, as
+// the gateway's is (Cache-Control: no-store; before 2026-12-03, ext_authz's had none).
 func TestUsageLimitRefusalSaysDoNotRetry(t *testing.T) {
 	a := gate.Refusal(gate.ReasonUsageLimit)
 	a.RetryAfter, a.Body = "61866", []byte(`{"error":{}}`)
@@ -70,7 +71,7 @@ func TestUsageLimitRefusalSaysDoNotRetry(t *testing.T) {
 		got[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
 	}
 	want := map[string]string{"Content-Type": "application/json", "X-Service-Error-Code": gate.CodeUsageLimitExceeded,
-		"X-Service-Usage-State": "blocked", "Retry-After": "61866", "X-Should-Retry": "false"}
+		"X-Service-Usage-State": "blocked", "Retry-After": "61866", "X-Should-Retry": "false", "Cache-Control": "no-store"}
 	if len(got) != len(want) {
 		t.Fatalf("headers %v, want %v", got, want)
 	}

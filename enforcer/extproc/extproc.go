@@ -522,7 +522,7 @@ func (st *stream) headerValue(key, v string) *corev3.HeaderValue {
 }
 
 // refusal answers the client with a front door's own refusal of a body it cannot read,
-// in the shape of the gateway's errors.
+// in the shape of the gateway's errors (writeError: never cached, as any refusal).
 func refusal(r requestbody.Refusal) *extprocv3.ProcessingResponse {
 	typ := "invalid_request_error"
 	if r.Status >= 500 {
@@ -531,6 +531,7 @@ func refusal(r requestbody.Refusal) *extprocv3.ProcessingResponse {
 	body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": typ, "code": r.Code, "message": r.Message}})
 	set := []*corev3.HeaderValueOption{
 		{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+		{Header: &corev3.HeaderValue{Key: "cache-control", RawValue: []byte("no-store")}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
 		{Header: &corev3.HeaderValue{Key: strings.ToLower(gate.HeaderErrorCode), RawValue: []byte(r.Code)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
 	}
 	if r.Status == http.StatusServiceUnavailable {

@@ -208,22 +208,24 @@ type FormRefusal struct {
 	Body []byte
 }
 
-// Headers are the refusal's response headers: Content-Type and X-Service-Error-Code.
+// Headers are the refusal's response headers: Content-Type, Cache-Control: no-store and
+// X-Service-Error-Code.
 func (f FormRefusal) Headers() []Header {
-	return []Header{headerJSON, {HeaderErrorCode, f.Code}}
+	return []Header{headerJSON, headerNoStore, {HeaderErrorCode, f.Code}}
 }
 
-// Write answers the refusal on an HTTP front door (the gateway, /check), never cached.
+// Write answers the refusal on an HTTP front door (the gateway, /check).
 func (f FormRefusal) Write(w http.ResponseWriter) { WriteHTTP(w, f.Status, f.Headers(), f.Body) }
 
 // WriteHTTP answers status, headers and body on an HTTP front door (a refusal, the
-// gateway's or /check's), never cached.
+// gateway's or /check's). A refusal's headers say it is never cached (Cache-Control:
+// no-store, in Answer.DeniedHeaders and FormRefusal.Headers), so ext_authz and ext_proc,
+// which send the same headers, say it too.
 func WriteHTTP(w http.ResponseWriter, status int, headers []Header, body []byte) {
 	h := w.Header()
 	for _, x := range headers {
 		h.Set(x.Name, x.Value)
 	}
-	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }

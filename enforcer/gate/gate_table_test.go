@@ -249,21 +249,21 @@ var (
 
 // The wire values, written out: the test pins them, not the gate's constants.
 var (
-	headersUnauthorized = []gate.Header{{Name: "Content-Type", Value: "application/json"}}
-	headersUnavailable  = []gate.Header{{Name: "Content-Type", Value: "application/json"},
+	headersUnauthorized = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"}}
+	headersUnavailable  = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_accounting_unavailable"}}
-	headersBlocked = []gate.Header{{Name: "Content-Type", Value: "application/json"},
+	headersBlocked = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_usage_limit_exceeded"},
 		{Name: "X-Service-Usage-State", Value: "blocked"}, {Name: "Retry-After", Value: "61200"}, {Name: "X-Should-Retry", Value: "false"}}
-	headersReserved = []gate.Header{{Name: "Content-Type", Value: "application/json"},
+	headersReserved = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_in_flight_reserved"},
 		{Name: "X-Service-Usage-State", Value: "within_limit"}, {Name: "Retry-After", Value: "1"}, {Name: "X-Should-Retry", Value: "true"}}
-	headersConcurrency = []gate.Header{{Name: "Content-Type", Value: "application/json"},
+	headersConcurrency = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_concurrency_limit_exceeded"},
 		{Name: "X-Service-Usage-State", Value: "within_limit"}, {Name: "Retry-After", Value: "1"}, {Name: "X-Should-Retry", Value: "true"}}
-	headersModelNotPriced = []gate.Header{{Name: "Content-Type", Value: "application/json"},
+	headersModelNotPriced = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_model_not_priced"}}
-	headersBillingDeferred = []gate.Header{{Name: "Content-Type", Value: "application/json"},
+	headersBillingDeferred = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_billing_deferred"}}
 )
 

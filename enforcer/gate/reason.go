@@ -81,10 +81,13 @@ type reasonSpec struct {
 
 var (
 	headerJSON = Header{"Content-Type", "application/json"}
+	// headerNoStore: a refusal is never cached, whichever front door answers it (the
+	// gateway, /check, ext_authz, ext_proc), since it holds for this request only.
+	headerNoStore = Header{"Cache-Control", "no-store"}
 	// Every 503 says accounting is unavailable; the body's details tell capture
 	// suspension from the rest.
-	unavailableHeaders = []Header{headerJSON, {HeaderErrorCode, CodeAccountingUnavailable}}
-	unauthorizedHeader = []Header{headerJSON}
+	unavailableHeaders = []Header{headerJSON, headerNoStore, {HeaderErrorCode, CodeAccountingUnavailable}}
+	unauthorizedHeader = []Header{headerJSON, headerNoStore}
 )
 
 // reasons is the table: every reason, its label, and its answer.
@@ -99,7 +102,7 @@ var reasons = [numReasons]reasonSpec{
 	ReasonUnknownCredential: {label: "unknown_credential", decision: Unauthorized, status: 401, headers: unauthorizedHeader, body: bodyUnauthorized},
 	ReasonInactiveMember:    {label: "inactive_member", decision: Unauthorized, status: 401, headers: unauthorizedHeader, body: bodyUnauthorized},
 
-	ReasonUsageLimit: {label: "usage_limit", decision: Blocked, status: 429, headers: []Header{headerJSON,
+	ReasonUsageLimit: {label: "usage_limit", decision: Blocked, status: 429, headers: []Header{headerJSON, headerNoStore,
 		{HeaderErrorCode, CodeUsageLimitExceeded}, {HeaderUsageState, "blocked"}, {HeaderRetryAfter, ""}, {HeaderShouldRetry, "false"}}},
 
 	// Both guard refusals lift when requests in flight finish: a short Retry-After and
@@ -109,15 +112,15 @@ var reasons = [numReasons]reasonSpec{
 	// limit is not spent (settled spend is below it), and a client corroborates a block
 	// with a status read, which judges settled spend: claiming blocked here would be a
 	// block no read could ever confirm.
-	ReasonUsageReserved: {label: "usage_reserved", decision: Blocked, status: 429, headers: []Header{headerJSON,
+	ReasonUsageReserved: {label: "usage_reserved", decision: Blocked, status: 429, headers: []Header{headerJSON, headerNoStore,
 		{HeaderErrorCode, CodeInFlightReserved}, {HeaderUsageState, ""}, {HeaderRetryAfter, ""}, {HeaderShouldRetry, "true"}}},
-	ReasonConcurrencyLimit: {label: "concurrency_limit", decision: Blocked, status: 429, headers: []Header{headerJSON,
+	ReasonConcurrencyLimit: {label: "concurrency_limit", decision: Blocked, status: 429, headers: []Header{headerJSON, headerNoStore,
 		{HeaderErrorCode, CodeConcurrencyLimitExceeded}, {HeaderUsageState, ""}, {HeaderRetryAfter, ""}, {HeaderShouldRetry, "true"}}},
 
 	ReasonModelNotPriced: {label: "model_not_priced", decision: Unauthorized, status: 403,
-		headers: []Header{headerJSON, {HeaderErrorCode, CodeModelNotPriced}}},
+		headers: []Header{headerJSON, headerNoStore, {HeaderErrorCode, CodeModelNotPriced}}},
 	ReasonBillingDeferred: {label: "billing_deferred", decision: Unauthorized, status: 403,
-		headers: []Header{headerJSON, {HeaderErrorCode, CodeBillingDeferred}}},
+		headers: []Header{headerJSON, headerNoStore, {HeaderErrorCode, CodeBillingDeferred}}},
 
 	ReasonCaptureSuspended: {label: "capture_suspended", decision: Unavailable, status: 503, headers: unavailableHeaders, body: bodyCaptureSuspended},
 	ReasonEpochChanged:     {label: "epoch_changed", decision: Unavailable, status: 503, headers: unavailableHeaders, body: bodyUnavailable},

@@ -1,0 +1,72 @@
+package e2e_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+)
+
+// TestRefusalsHaveTheSameHeadersThroughEnvoyAndTheGateway: the same refusal answers the
+// same headers, never cached (Cache-Control: no-store), through the gateway and through
+// deploy/envoy/envoy.yaml's filter chain: the usage-limit 429 (ext_authz's), and a body
+// of a coding nobody decodes (415, ext_proc's own). Before 2026-12-03, Envoy's had no
+// Cache-Control: only the gateway's HTTP writer added it.
+func TestRefusalsHaveTheSameHeadersThroughEnvoyAndTheGateway(t *testing.T) {
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000} }}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	spent, fresh := s.setUpOrg(t), s.setUpOrg(t)
+	s.guardPolicy(t, spent, "0.001", nil)
+	_, front := s.deployedEnvoy(t, up.URL)
+	chat := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}]}`
+	send := func(base, key, coding, body string) (int, http.Header) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", base+"/v1/chat/completions", bytes.NewReader([]byte(body)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		if coding != "" {
+			req.Header.Set("Content-Encoding", coding)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode, res.Header
+	}
+	send(s.gateway, spent.key, "", chat)
+	waitFor(t, 15*time.Second, "blocked", func() bool { return s.status(t, spent).State == "blocked" })
+	waitFor(t, 15*time.Second, "the enforcer refusing", func() bool { code, _ := send(front, spent.key, "", chat); return code == 429 })
+
+	for _, c := range []struct {
+		name, key, coding, body string
+		status                  int
+	}{
+		{"usage limit", spent.key, "", chat, 429},
+		{"unknown coding", fresh.key, "zstd", chat, 415},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gs, gh := send(s.gateway, c.key, c.coding, c.body)
+			es, eh := send(front, c.key, c.coding, c.body)
+			if gs != c.status || es != c.status {
+				t.Fatalf("status: gateway %d, Envoy %d, want %d", gs, es, c.status)
+			}
+			if gh.Get("Cache-Control") != "no-store" {
+				t.Errorf("the gateway's Cache-Control %q", gh.Get("Cache-Control"))
+			}
+			// (Envoy's 415 also carries the usage state its check, before the body, added.)
+			for _, h := range []string{"Cache-Control", "Content-Type", "X-Service-Error-Code", "Retry-After", "X-Should-Retry"} {
+				if gh.Get(h) != eh.Get(h) {
+					t.Errorf("%s: gateway %q, Envoy %q", h, gh.Get(h), eh.Get(h))
+				}
+			}
+		})
+	}
+}
