@@ -24,6 +24,42 @@ type Migration struct {
 	Name    string
 	Up      string
 	Down    string
+	// OldestReader is the oldest build that can still run on the schema this migration
+	// makes, named by that build's latest migration: 0 for an expand-only migration (any
+	// older build runs on it), its own Version (the default) when only builds that know
+	// it can. The up file says it in a header line, "-- oldest-reader: N"
+	// (docs/development.md, "Writing a migration"). It is recorded in schema_migrations,
+	// so that an older build, which does not know this migration, can tell whether it
+	// may serve the schema (a rollback of the program without one of the schema).
+	OldestReader int
+}
+
+// oldestReaderHeader is the comment line of an up file that sets its OldestReader.
+const oldestReaderHeader = "oldest-reader"
+
+// parseOldestReader reads the "-- oldest-reader: N" line of the up file of migration
+// version: N from 0 to version, at most one such line; without it, version.
+func parseOldestReader(version int, up string) (int, error) {
+	reader, found := version, false
+	for _, line := range strings.Split(up, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
+		if !ok {
+			continue
+		}
+		key, value, _ := strings.Cut(strings.TrimSpace(rest), ":")
+		if !strings.EqualFold(strings.TrimSpace(key), oldestReaderHeader) {
+			continue
+		}
+		if found {
+			return 0, fmt.Errorf("more than one %q line", "-- "+oldestReaderHeader)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(value))
+		if err != nil || n < 0 || n > version || key != oldestReaderHeader {
+			return 0, fmt.Errorf("%q: want \"-- %s: N\", N a build's latest migration from 0 to %d", strings.TrimSpace(line), oldestReaderHeader, version)
+		}
+		reader, found = n, true
+	}
+	return reader, nil
 }
 
 // migrationLock is the advisory lock key that serializes migrators (replicas, Helm hook
@@ -60,6 +96,9 @@ func Migrations() ([]Migration, error) {
 		}
 		if direction == "up" {
 			m.Up = string(body)
+			if m.OldestReader, err = parseOldestReader(version, m.Up); err != nil {
+				return nil, fmt.Errorf("migration %s: %w", name, err)
+			}
 		} else {
 			m.Down = string(body)
 		}
@@ -92,6 +131,9 @@ func MigrationsFingerprint() string {
 	for _, m := range ms {
 		fmt.Fprintf(h, "%d\x00%s\x00%s\x00", m.Version, m.Up, m.Down)
 	}
+	// The bookkeeping table's shape too: a template made before a change to it would
+	// lack what this build's Migrate adds.
+	fmt.Fprintf(h, "%s\x00%s\x00", createMigrationTable, addOldestReaderColumn)
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
@@ -100,6 +142,51 @@ const createMigrationTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
 	name       text NOT NULL,
 	applied_at timestamptz NOT NULL DEFAULT now()
 )`
+
+// addOldestReaderColumn records each applied migration's OldestReader, for the builds
+// that do not know the migration. NULL on a row written by a build from before the
+// column: that row counts as its own version (only builds that know it).
+const addOldestReaderColumn = `ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS oldest_reader integer`
+
+// AppliedMigration is a migration recorded in schema_migrations.
+type AppliedMigration struct {
+	Version int
+	Name    string
+	// OldestReader is the oldest build that can run on it, as recorded by the build that
+	// applied it; nil when none was recorded (a build from before the column).
+	OldestReader *int
+}
+
+// ReadableBy says whether a build whose latest migration is latest can run on the
+// schema this migration made. A migration without a recorded OldestReader needs a build
+// that knows it.
+func (m AppliedMigration) ReadableBy(latest int) bool {
+	if m.Version <= latest {
+		return true
+	}
+	return m.OldestReader != nil && *m.OldestReader <= latest
+}
+
+// AppliedBeyond lists, in version order, the applied migrations numbered above latest:
+// those of a newer build (none on an empty database).
+func (s *Store) AppliedBeyond(ctx context.Context, latest int) ([]AppliedMigration, error) {
+	var exists bool
+	if err := s.Pool.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return nil, err
+	}
+	// Through to_jsonb, so that the query also reads a table without the column (a
+	// database only a build from before it migrated): no row there has a reader.
+	rows, err := s.Pool.Query(ctx, `SELECT version, name, (to_jsonb(m) ->> 'oldest_reader')::integer
+		FROM schema_migrations m WHERE version > $1 ORDER BY version`, latest)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (AppliedMigration, error) {
+		var a AppliedMigration
+		err := row.Scan(&a.Version, &a.Name, &a.OldestReader)
+		return a, err
+	})
+}
 
 // SchemaVersion reads the highest applied schema version (0 for an empty database).
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
@@ -160,7 +247,9 @@ func (s *Store) Migrate(ctx context.Context, log *slog.Logger) ([]int, error) {
 	return s.MigrateTo(ctx, log, LatestVersion())
 }
 
-// MigrateTo moves the schema up or down to the target version.
+// MigrateTo moves the schema up or down to the target version, and returns the versions
+// it applied and, negated, those it reverted, in the order it did. Only this build's
+// migrations move: one it does not know, applied by a newer build, stays.
 func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, target int) ([]int, error) {
 	ms, err := Migrations()
 	if err != nil {
@@ -178,11 +267,24 @@ func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, target int) ([]
 		return nil, err
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLock) //nolint:errcheck
-	if _, err := conn.Exec(ctx, createMigrationTable); err != nil {
-		return nil, err
+	for _, stmt := range []string{createMigrationTable, addOldestReaderColumn} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return nil, err
+		}
 	}
 	done, err := s.applied(ctx, conn)
 	if err != nil {
+		return nil, err
+	}
+	// Every known migration's reader as this build's files say it, also on rows an
+	// older build wrote without it, or with a reader since corrected.
+	versions, readers := make([]int, len(ms)), make([]int, len(ms))
+	for i, m := range ms {
+		versions[i], readers[i] = m.Version, m.OldestReader
+	}
+	if _, err := conn.Exec(ctx, `UPDATE schema_migrations m SET oldest_reader = k.reader
+		FROM unnest($1::integer[], $2::integer[]) AS k (version, reader)
+		WHERE m.version = k.version AND m.oldest_reader IS DISTINCT FROM k.reader`, versions, readers); err != nil {
 		return nil, err
 	}
 	var applied []int
@@ -196,7 +298,7 @@ func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, target int) ([]
 				return fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
 			}
 			if up {
-				_, err = tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+				_, err = tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, oldest_reader) VALUES ($1, $2, $3)`, m.Version, m.Name, m.OldestReader)
 			} else {
 				_, err = tx.Exec(ctx, `DELETE FROM schema_migrations WHERE version = $1`, m.Version)
 			}

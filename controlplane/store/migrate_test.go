@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -129,5 +130,117 @@ func TestMigrateAppliesGapsBelowTheHighestVersion(t *testing.T) {
 	}
 	if pending, _ := st.Pending(ctx); len(pending) != 0 {
 		t.Fatalf("still pending %v", pending)
+	}
+}
+
+// TestEmbeddedMigrationsParse: every embedded migration has a down file with SQL in it
+// (`controlplane migrate --to` reverts with them) and an oldest reader from 0 to its own
+// version (a malformed "-- oldest-reader" header fails Migrations).
+func TestEmbeddedMigrationsParse(t *testing.T) {
+	ms, err := store.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if strings.TrimSpace(m.Down) == "" {
+			t.Errorf("migration %04d_%s: empty down file", m.Version, m.Name)
+		}
+		if m.OldestReader < 0 || m.OldestReader > m.Version {
+			t.Errorf("migration %04d_%s: oldest reader %d", m.Version, m.Name, m.OldestReader)
+		}
+	}
+	// 0032 adds a column with a constant default, which the build before it never
+	// names: that build runs on its schema.
+	for _, m := range ms {
+		if m.Version == 32 && m.OldestReader != 0 {
+			t.Errorf("migration 0032 is expand-only, oldest reader %d", m.OldestReader)
+		}
+	}
+}
+
+func oldestReaders(t *testing.T, st *store.Store) map[int]*int {
+	t.Helper()
+	rows, err := st.Pool.Query(context.Background(), `SELECT version, oldest_reader FROM schema_migrations`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]*int{}
+	for rows.Next() {
+		var v int
+		var r *int
+		if err := rows.Scan(&v, &r); err != nil {
+			t.Fatal(err)
+		}
+		out[v] = r
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestMigrateRecordsOldestReaders: schema_migrations records each migration's oldest
+// reader, for the older builds that do not know it; Migrate backfills it on the rows a
+// build from before the column wrote (the column itself missing, or NULL), and the
+// newer migrations it does not know keep theirs.
+func TestMigrateRecordsOldestReaders(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.URLFor(storetest.NewDatabase(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ms, _ := store.Migrations()
+	check := func(when string) {
+		t.Helper()
+		got := oldestReaders(t, st)
+		for _, m := range ms {
+			if r := got[m.Version]; r == nil || *r != m.OldestReader {
+				t.Errorf("%s: migration %d recorded oldest reader %v, want %d", when, m.Version, r, m.OldestReader)
+			}
+		}
+	}
+	if _, err := st.Migrate(ctx, quiet()); err != nil {
+		t.Fatal(err)
+	}
+	check("applied")
+
+	// A build from before the column: its table has none.
+	if _, err := st.Pool.Exec(ctx, `ALTER TABLE schema_migrations DROP COLUMN oldest_reader`); err != nil {
+		t.Fatal(err)
+	}
+	future := store.LatestVersion() + 1
+	if _, err := st.Pool.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, 'future')`, future); err != nil {
+		t.Fatal(err)
+	}
+	beyond, err := st.AppliedBeyond(ctx, store.LatestVersion())
+	if err != nil || len(beyond) != 1 || beyond[0].Version != future || beyond[0].OldestReader != nil {
+		t.Fatalf("beyond a table without the column: %+v, %v", beyond, err)
+	}
+	if beyond[0].ReadableBy(store.LatestVersion()) {
+		t.Fatal("a migration without a recorded reader is readable by a build that does not know it")
+	}
+	if applied, err := st.Migrate(ctx, quiet()); err != nil || len(applied) != 0 {
+		t.Fatalf("migrate applied %v, %v", applied, err)
+	}
+	check("backfilled")
+
+	// NULL readers (a build from before the column applied them) and a wrong one.
+	if _, err := st.Pool.Exec(ctx, `UPDATE schema_migrations SET oldest_reader = CASE WHEN version = $1 THEN version + 5 END WHERE version <> $2`, ms[0].Version, future); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pool.Exec(ctx, `UPDATE schema_migrations SET oldest_reader = $1 WHERE version = $2`, store.LatestVersion(), future); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Migrate(ctx, quiet()); err != nil {
+		t.Fatal(err)
+	}
+	check("backfilled again")
+	beyond, err = st.AppliedBeyond(ctx, store.LatestVersion())
+	if err != nil || len(beyond) != 1 || beyond[0].OldestReader == nil || *beyond[0].OldestReader != store.LatestVersion() {
+		t.Fatalf("the newer migration's reader: %+v, %v", beyond, err)
+	}
+	if !beyond[0].ReadableBy(store.LatestVersion()) || beyond[0].ReadableBy(store.LatestVersion()-1) {
+		t.Fatalf("ReadableBy of a reader at %d", store.LatestVersion())
 	}
 }

@@ -1,3 +1,4 @@
+-- oldest-reader: 0
 -- The calls of OpenAI's image generation tool made for a request (Responses API output
 -- items of type image_generation_call), each an image billed as its image model's output
 -- tokens apart from the response's usage: the calls, the image model they ran, and the

@@ -1,3 +1,4 @@
+-- oldest-reader: 0
 -- The sub-inferences of Anthropic's advisor tool made for a request (the response's
 -- usage.iterations[] entries of type advisor_message), left out of the response's
 -- top-level counts and billed at the advisor model's prices: the advisor model and the

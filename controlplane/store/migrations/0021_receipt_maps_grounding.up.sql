@@ -1,3 +1,4 @@
+-- oldest-reader: 0
 -- Prompts grounded with Google Maps made for a request (Gemini's googleMaps tool: 1 when
 -- a candidate's groundingMetadata.groundingChunks[] held a maps source, however many,
 -- else 0), billed apiece on top of the tokens and of any web searches, so that a receipt

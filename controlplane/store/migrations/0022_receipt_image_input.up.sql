@@ -1,3 +1,4 @@
+-- oldest-reader: 0
 -- The image parts of a receipt's input and cached input tokens, where the upstream
 -- reported them (the Realtime API's input_token_details.image_tokens and
 -- cached_tokens_details.image_tokens): a model whose catalog entry prices image input

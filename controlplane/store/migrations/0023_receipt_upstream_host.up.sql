@@ -1,3 +1,4 @@
+-- oldest-reader: 0
 -- The host a receipt's request went to (api.groq.com), where the enforcer knew it: a model
 -- several hosts serve at different prices is charged its host's own catalog price where
 -- the catalog has one (docs/prices.md, "Groq, Cerebras, Together and Fireworks"), so that

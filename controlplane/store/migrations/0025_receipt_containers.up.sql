@@ -1,3 +1,4 @@
+-- oldest-reader: 0
 -- The minutes of the containers a receipt's request's code tools ran in (OpenAI's code
 -- interpreter and hosted shell, Anthropic's code execution tool) that no earlier request
 -- was charged, and the kind of container they were priced as (openai-1g ... openai-64g,

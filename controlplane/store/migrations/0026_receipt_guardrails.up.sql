@@ -1,3 +1,4 @@
+-- oldest-reader: 0
 -- What a receipt's request's Amazon Bedrock guardrails assessed, by billed policy: the
 -- text units (up to 1,000 characters each) of its content filters, denied topics,
 -- sensitive-information filters, contextual grounding checks and automated reasoning

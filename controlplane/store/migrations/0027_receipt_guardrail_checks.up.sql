@@ -1,3 +1,4 @@
+-- oldest-reader: 0
 -- What a receipt's request's Amazon Bedrock detect-only guardrail checks assessed
 -- (InvokeGuardrailChecks: no guardrail and no model), by check: the text units (up to
 -- 1,000 characters each) of its content filter, prompt attack and sensitive-information

@@ -1,3 +1,4 @@
+-- oldest-reader: 0
 -- The input of the image model OpenAI's image generation tool ran for a receipt's request
 -- (the Responses API's tool_usage.image_gen: the prompt the response's model wrote for it
 -- and any image it edits, text and image tokens, its cache reads included) and the cached

@@ -1,3 +1,4 @@
+-- oldest-reader: 0
 -- A receipt that records a front door's own refusal (SettleItem.refused: the enforcer
 -- answered the request itself, settled at a known 0) and not an answer. A proxy may not
 -- apply the refusal (Envoy's request-body filter, failure_mode_allow, past its
