@@ -32,7 +32,8 @@ const usage = `Usage: controlplane [command] [flags]
 Commands:
   serve            serve the REST API, the internal gRPC API and the admin port
                    (the command when none is named: "controlplane --http-addr ..." serves)
-  migrate          apply the embedded database migrations and exit
+  migrate          apply the embedded database migrations (or --to N: revert or apply
+                   them up to version N) and exit
   resync           rebuild the Redis mirror from Postgres (new generation) and exit
   bootstrap-admin  create or reset a platform administrator; password on standard input
   retention        remove old request-level data (preview unless --apply) and exit
@@ -112,10 +113,15 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer st.Close()
+	if cfg.MigrateTo != nil {
+		return migrateTo(ctx, st, log, *cfg.MigrateTo, stdio.Stdout)
+	}
 	// A database migrated by a newer build (a rollback of the program, not of the
-	// schema): serve refuses it, so migrate must not report it ready. It exited 0 and
-	// printed this build's latest version as the schema's.
-	if err := refuseNewerSchema(ctx, st); err != nil {
+	// schema): served if every newer migration says this build can run on it, else
+	// refused, as serve refuses it, so that the rollback stops here (the chart runs this
+	// on pre-rollback too) and says how to revert the schema.
+	newer, err := refuseNewerSchema(ctx, st)
+	if err != nil {
 		return err
 	}
 	applied, err := st.Migrate(ctx, log)
@@ -127,27 +133,107 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	fmt.Fprintf(stdio.Stdout, "schema at version %d (%d migration(s) applied)\n", have, len(applied))
+	if len(newer) > 0 {
+		fmt.Fprintf(stdio.Stdout, "schema newer than this build's %d but readable by it: %s\n", store.LatestVersion(), describeMigrations(newer))
+	}
 	return nil
 }
 
-// refuseNewerSchema refuses a database whose schema is newer than this build's: one
-// with a migration this build does not know, which it can neither serve nor revert.
-func refuseNewerSchema(ctx context.Context, st *store.Store) error {
+// migrateTo moves the schema to the version target, reverting this build's migrations
+// above it with their down files or applying those up to it, and prints each step. It
+// refuses a schema with migrations this build does not know: it could not revert them,
+// and reverting its own under them could break them; the build that applied them (or a
+// newer one) reverts them.
+func migrateTo(ctx context.Context, st *store.Store, log *slog.Logger, target int, stdout io.Writer) error {
+	latest := store.LatestVersion()
+	newer, err := st.AppliedBeyond(ctx, latest)
+	if err != nil {
+		return err
+	}
+	if len(newer) > 0 {
+		return fmt.Errorf("database schema has migration(s) newer than this build's %d, which it cannot revert: %s; run `controlplane migrate --to %d` with the image of the build that applied them (or a newer one)",
+			latest, describeMigrations(newer), target)
+	}
+	ms, err := store.Migrations()
+	if err != nil {
+		return err
+	}
+	names := map[int]string{}
+	for _, m := range ms {
+		names[m.Version] = fmt.Sprintf("%04d_%s", m.Version, m.Name)
+	}
+	steps, err := st.MigrateTo(ctx, log, target)
+	// The steps taken before any failure too: each committed on its own.
+	for _, v := range steps {
+		if v < 0 {
+			fmt.Fprintf(stdout, "reverted %s\n", names[-v])
+		} else {
+			fmt.Fprintf(stdout, "applied %s\n", names[v])
+		}
+	}
+	if err != nil {
+		return err
+	}
 	have, err := st.SchemaVersion(ctx)
 	if err != nil {
 		return err
 	}
-	if want := store.LatestVersion(); have > want {
-		return fmt.Errorf("database schema is at version %d, newer than this build's %d: deploy a newer control plane", have, want)
-	}
+	fmt.Fprintf(stdout, "schema at version %d (%d migration(s) reverted or applied)\n", have, len(steps))
 	return nil
 }
 
+// refuseNewerSchema refuses a database whose schema is newer than this build's unless
+// the build can run on it: every applied migration it does not know must have recorded
+// an oldest reader at or below this build's latest migration (expand-only migrations
+// record 0). A migration without one (a build from before the column applied it)
+// counts as its own version. It returns the newer migrations of a schema it accepts.
+func refuseNewerSchema(ctx context.Context, st *store.Store) ([]store.AppliedMigration, error) {
+	latest := store.LatestVersion()
+	newer, err := st.AppliedBeyond(ctx, latest)
+	if err != nil || len(newer) == 0 {
+		return nil, err
+	}
+	var unreadable []store.AppliedMigration
+	for _, m := range newer {
+		if !m.ReadableBy(latest) {
+			unreadable = append(unreadable, m)
+		}
+	}
+	if len(unreadable) > 0 {
+		return nil, fmt.Errorf("database schema is at version %d, newer than this build's %d, and migration(s) %s need a newer build. "+
+			"To roll back to this build, first revert the schema with the newer build's image: `controlplane migrate --to %d`; then roll back (docs/admin.md, \"Rolling back\")",
+			newer[len(newer)-1].Version, latest, describeMigrations(unreadable), latest)
+	}
+	return newer, nil
+}
+
+// describeMigrations names migrations recorded in schema_migrations with their oldest
+// reader.
+func describeMigrations(ms []store.AppliedMigration) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		reader := "no oldest reader recorded: only builds that know it"
+		if m.OldestReader != nil {
+			reader = fmt.Sprintf("oldest reader %d", *m.OldestReader)
+		}
+		parts[i] = fmt.Sprintf("%04d_%s (%s)", m.Version, m.Name, reader)
+	}
+	return strings.Join(parts, ", ")
+}
+
 // checkSchema refuses to serve a database whose schema differs from this build's, unless
-// told to migrate it first.
+// told to migrate it first, or is newer than it in ways it cannot run on. A newer
+// schema it can run on (a rollback of the program after expand-only migrations) is
+// served, with a warning.
 func checkSchema(ctx context.Context, st *store.Store, log *slog.Logger, autoMigrate bool) error {
-	if err := refuseNewerSchema(ctx, st); err != nil {
+	newer, err := refuseNewerSchema(ctx, st)
+	if err != nil {
 		return err
+	}
+	if len(newer) > 0 {
+		log.Warn("database schema is newer than this build, which can run on it: serving it",
+			"schema_version", newer[len(newer)-1].Version, "build_version", store.LatestVersion(),
+			"newer_migrations", describeMigrations(newer))
 	}
 	pending, err := st.Pending(ctx)
 	if err != nil || len(pending) == 0 {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
@@ -82,32 +83,171 @@ func TestServeRefusesSchemaBehindThenMigrateFixesIt(t *testing.T) {
 }
 
 // A rollback to an older build: the database already has a migration this build does
-// not know. migrate refuses it as serve does (it exited 0 printing this build's latest
-// version as the schema's), and changes nothing.
-func TestMigrateRefusesASchemaNewerThanTheBuild(t *testing.T) {
+// not know, applied by a newer build that recorded the oldest build able to run on it.
+// An expand-only one (oldest reader at or below this build's latest) is served, and
+// migrate applies this build's own pending migrations and says so; one that needs a
+// newer build, or that recorded no reader (a build from before the column), is refused
+// by both, naming it and the way back, and migrate changes nothing.
+func TestNewerSchema(t *testing.T) {
+	latest := store.LatestVersion()
+	future := latest + 1
+	ms := mustMigrations(t)
+	last := ms[len(ms)-1]
+	for _, tc := range []struct {
+		name   string
+		reader any // oldest_reader of the newer migration; nil: NULL
+		refuse string
+	}{
+		{name: "expand only", reader: 0},
+		{name: "readable by this build", reader: latest},
+		{name: "needs a newer build", reader: future,
+			refuse: fmt.Sprintf("migration(s) %04d_future (oldest reader %d) need a newer build", future, future)},
+		{name: "no reader recorded", reader: nil,
+			refuse: fmt.Sprintf("migration(s) %04d_future (no oldest reader recorded: only builds that know it) need a newer build", future)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			dbURL := storetest.URLFor(storetest.NewDatabase(t))
+			env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL})
+			if err := app.Run(ctx, []string{"migrate"}, env, app.IO{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
+				t.Fatal(err)
+			}
+			st, err := store.Open(ctx, dbURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			// This build's latest migration pending under the newer build's, which
+			// recorded its oldest reader (the column is the newer build's too).
+			if _, err := st.MigrateTo(ctx, quietLog(), latest-1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Pool.Exec(ctx, `ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS oldest_reader integer`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Pool.Exec(ctx, `INSERT INTO schema_migrations (version, name, oldest_reader) VALUES ($1, 'future', $2)`, future, tc.reader); err != nil {
+				t.Fatal(err)
+			}
+
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			checkErr := app.CheckSchema(ctx, st, log, true)
+			var out bytes.Buffer
+			migrateErr := app.Run(ctx, []string{"migrate"}, env, app.IO{Stdout: &out, Stderr: io.Discard})
+
+			if tc.refuse != "" {
+				for what, err := range map[string]error{"serve": checkErr, "migrate": migrateErr} {
+					for _, want := range []string{
+						fmt.Sprintf("database schema is at version %d, newer than this build's %d", future, latest),
+						tc.refuse,
+						fmt.Sprintf("with the newer build's image: `controlplane migrate --to %d`; then roll back", latest),
+					} {
+						if err == nil || !strings.Contains(err.Error(), want) {
+							t.Errorf("%s on a schema at version %d: err %v, want %q", what, future, err, want)
+						}
+					}
+				}
+				if out.Len() != 0 {
+					t.Errorf("migrate refused the database but printed %q", out.String())
+				}
+				if pending, _ := st.Pending(ctx); len(pending) != 1 {
+					t.Errorf("a refused schema was migrated: pending %v", pending)
+				}
+				return
+			}
+			if checkErr != nil {
+				t.Fatalf("serve's check on a readable newer schema: %v", checkErr)
+			}
+			if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "newer than this build") {
+				t.Errorf("serve's check logged no warning: %s", logs.String())
+			}
+			if migrateErr != nil {
+				t.Fatalf("migrate on a readable newer schema: %v", migrateErr)
+			}
+			// serve's check (auto-migrate) applied the pending migration; once more
+			// with it pending, for migrate to apply.
+			if _, err := st.MigrateTo(ctx, quietLog(), latest-1); err != nil {
+				t.Fatal(err)
+			}
+			out.Reset()
+			if err := app.Run(ctx, []string{"migrate"}, env, app.IO{Stdout: &out, Stderr: io.Discard}); err != nil {
+				t.Fatal(err)
+			}
+			want := fmt.Sprintf("schema at version %d (1 migration(s) applied)\nschema newer than this build's %d but readable by it: %04d_future (oldest reader %v)\n",
+				future, latest, future, tc.reader)
+			if out.String() != want {
+				t.Fatalf("migrate printed %q, want %q", out.String(), want)
+			}
+			if pending, _ := st.Pending(ctx); len(pending) != 0 {
+				t.Fatalf("migrate left %v (%04d_%s) pending", pending, last.Version, last.Name)
+			}
+		})
+	}
+}
+
+// migrate --to N reverts this build's migrations above N with their down files and
+// applies them again, printing each step; N outside 0..latest is refused with the
+// other configuration problems, and so is a schema with migrations of a newer build
+// (this build cannot revert them).
+func TestMigrateTo(t *testing.T) {
+	ctx := context.Background()
 	dbURL := storetest.URLFor(storetest.NewDatabase(t))
 	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL})
-	if err := app.Run(context.Background(), []string{"migrate"}, env, app.IO{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
+	ms := mustMigrations(t)
+	latest := store.LatestVersion()
+	name := func(m store.Migration) string { return fmt.Sprintf("%04d_%s", m.Version, m.Name) }
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := app.Run(ctx, args, env, app.IO{Stdout: &out, Stderr: io.Discard})
+		return out.String(), err
+	}
+	if _, err := run("migrate"); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(context.Background(), dbURL)
+	a, b := ms[len(ms)-2], ms[len(ms)-1]
+	target := ms[len(ms)-3].Version
+	out, err := run("migrate", "--to", fmt.Sprint(target))
+	if want := fmt.Sprintf("reverted %s\nreverted %s\nschema at version %d (2 migration(s) reverted or applied)\n", name(b), name(a), target); err != nil || out != want {
+		t.Fatalf("migrate --to %d: %v, printed %q, want %q", target, err, out, want)
+	}
+	out, err = run("migrate", "--to", fmt.Sprint(latest))
+	if want := fmt.Sprintf("applied %s\napplied %s\nschema at version %d (2 migration(s) reverted or applied)\n", name(a), name(b), latest); err != nil || out != want {
+		t.Fatalf("migrate --to %d: %v, printed %q, want %q", latest, err, out, want)
+	}
+	out, err = run("migrate", "--to", "0")
+	if err != nil || !strings.HasSuffix(out, "schema at version 0 ("+fmt.Sprint(len(ms))+" migration(s) reverted or applied)\n") {
+		t.Fatalf("migrate --to 0: %v, printed %q", err, out)
+	}
+	if out, err = run("migrate"); err != nil || !strings.Contains(out, fmt.Sprintf("schema at version %d (%d migration(s) applied)", latest, len(ms))) {
+		t.Fatalf("migrate after --to 0: %v, printed %q", err, out)
+	}
+
+	for _, bad := range []string{"-1", fmt.Sprint(latest + 1)} {
+		err := app.Run(ctx, []string{"migrate", "--to", bad, "--log-format", "xml"}, env, app.IO{Stdout: io.Discard, Stderr: io.Discard})
+		for _, want := range []string{"--to: " + bad + " is not a schema version of this build: from 0 to " + fmt.Sprint(latest), "TOLLGATE_LOG_FORMAT"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("migrate --to %s: %v, want %q", bad, err, want)
+			}
+		}
+	}
+	if _, err := run("migrate", "--to", "latest"); err == nil || !strings.Contains(err.Error(), "not a whole number") {
+		t.Errorf("migrate --to latest: %v", err)
+	}
+
+	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
-	latest := store.LatestVersion()
-	future := latest + 1
-	if _, err := conn.Exec(context.Background(), `INSERT INTO schema_migrations (version, name) VALUES ($1, 'future')`, future); err != nil {
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO schema_migrations (version, name, oldest_reader) VALUES ($1, 'future', 0)`, latest+1); err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	err = app.Run(context.Background(), []string{"migrate"}, env, app.IO{Stdout: &out, Stderr: io.Discard})
-	want := fmt.Sprintf("database schema is at version %d, newer than this build's %d", future, latest)
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("migrate on a database at version %d: err %v (want %q), printed %q", future, err, want, out.String())
+	out, err = run("migrate", "--to", fmt.Sprint(latest-1))
+	if want := fmt.Sprintf("migration(s) newer than this build's %d, which it cannot revert: %04d_future (oldest reader 0)", latest, latest+1); err == nil || !strings.Contains(err.Error(), want) || out != "" {
+		t.Fatalf("migrate --to under a newer build's migration: %v, printed %q, want %q", err, out, want)
 	}
-	if out.Len() != 0 {
-		t.Fatalf("migrate refused the database but printed %q", out.String())
+	if v, _ := conn.Exec(ctx, `SELECT 1 FROM schema_migrations WHERE version = $1`, latest); v.RowsAffected() != 1 {
+		t.Fatal("migrate --to reverted this build's latest migration under a newer build's")
 	}
 }
 
@@ -126,6 +266,8 @@ func TestMigratePrintsTheVersionReached(t *testing.T) {
 		}
 	}
 }
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func mustMigrations(t *testing.T) []store.Migration {
 	t.Helper()

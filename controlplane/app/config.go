@@ -5,11 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	"github.com/tollgate-dev/tollgate/controlplane/retention"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
 	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
 	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
@@ -70,6 +72,10 @@ type Config struct {
 	TrustForwardedFor bool
 	// AutoMigrate applies pending migrations at start instead of refusing to serve.
 	AutoMigrate bool
+	// MigrateTo is migrate's --to: the schema version to revert (or apply) this build's
+	// migrations to; nil without the flag (apply them all). No environment variable:
+	// a lingering one would revert the schema at every run of the Helm hook.
+	MigrateTo *int
 	// RetentionAge is how old request-level data must be before retention removes it
 	// (TOLLGATE_RETENTION_AGE), and RetentionBatch how many rows one of its
 	// transactions examines (TOLLGATE_RETENTION_BATCH); package retention.
@@ -100,6 +106,7 @@ const (
 	redisKnobs                       // the mirror's Redis (pkg/redisconf)
 	serveKnobs                       // the rest: listen addresses, TLS, the internal token, accounting, sessions, drain
 	retentionKnobs                   // --retention-age, --retention-batch (serve adds --retention-interval)
+	migrateKnobs                     // --to
 
 	allKnobs = databaseKnobs | logKnobs | redisKnobs | serveKnobs | retentionKnobs
 )
@@ -117,9 +124,15 @@ var subcommands = map[string]subcommand{
 Serves the REST API, the internal gRPC API for enforcers and the admin port (/healthz,
 /readyz, /metrics) until SIGTERM or SIGINT, then drains. Refuses a database whose schema
 lacks a migration of this build, unless --auto-migrate.`},
-	"migrate": {databaseKnobs | logKnobs, `Usage: %s migrate [flags]
+	"migrate": {databaseKnobs | logKnobs | migrateKnobs, `Usage: %s migrate [--to N] [flags]
 
-Applies the embedded database migrations the database lacks, and exits.`},
+Applies the embedded database migrations the database lacks, and exits. A schema a
+newer build migrated is accepted when every migration this build does not know says
+this build can run on it (its oldest reader); otherwise it is refused, naming them.
+With --to N, moves the schema to version N instead, reverting this build's migrations
+above it with their down files (or applying those up to it), and prints each step: run
+it with the newer build's image before rolling back to a build whose latest migration
+is N (docs/admin.md, "Rolling back").`},
 	"resync": {databaseKnobs | logKnobs | redisKnobs, `Usage: %s resync [flags]
 
 Rebuilds the enforcers' Redis mirror from Postgres under a new generation, and exits
@@ -201,6 +214,16 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 			fs.DurationVar(&c.RetentionInterval, "retention-interval", durationEnv("TOLLGATE_RETENTION_INTERVAL", 0), "run an applied retention this often while serving; 0 never (TOLLGATE_RETENTION_INTERVAL)")
 		}
 	}
+	if k&migrateKnobs != 0 {
+		fs.Func("to", "revert (or apply) this build's migrations to schema version `N`, from 0 to this build's latest; run with the newest build that migrated the database (no environment variable)", func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return errors.New("not a whole number")
+			}
+			c.MigrateTo = &n
+			return nil
+		})
+	}
 	if extra != nil {
 		extra(fs)
 	}
@@ -251,6 +274,9 @@ func (c Config) validate(k knobs) []string {
 	}
 	if k&logKnobs != 0 {
 		p = append(p, logging.Validate(c.LogFormat, c.LogLevel)...)
+	}
+	if latest := store.LatestVersion(); k&migrateKnobs != 0 && c.MigrateTo != nil && (*c.MigrateTo < 0 || *c.MigrateTo > latest) {
+		p = append(p, fmt.Sprintf("--to: %d is not a schema version of this build: from 0 to %d (its latest migration)", *c.MigrateTo, latest))
 	}
 	if k&redisKnobs != 0 {
 		p = append(p, c.Redis.Validate()...)

@@ -31,7 +31,7 @@ func TestSubcommandHelpListsOnlyItsFlags(t *testing.T) {
 		has   []string // at least these
 		says  string   // part of the description
 	}{
-		{cmd: "migrate", flags: []string{"database-url", "log-format", "log-level"}, says: "migrations"},
+		{cmd: "migrate", flags: []string{"database-url", "log-format", "log-level", "to"}, says: "migrations"},
 		{cmd: "resync", flags: append([]string{"database-url", "log-format", "log-level"}, redis...), says: "mirror"},
 		{cmd: "bootstrap-admin", flags: append([]string{"database-url", "email", "log-format", "log-level", "name"}, redis...), says: "standard input"},
 		{cmd: "retention", flags: []string{"apply", "database-url", "log-format", "log-level", "retention-age", "retention-batch"}, says: "pending start is never touched"},
