@@ -334,8 +334,10 @@ func checkJob(t *testing.T, jobs []obj) {
 		t.Fatalf("%d Jobs rendered, want the migration Job", len(jobs))
 	}
 	ann := get(jobs[0], "metadata", "annotations")
-	if str(ann, "helm.sh/hook") != "pre-install,pre-upgrade" {
-		t.Errorf("migration Job hook %q, want pre-install,pre-upgrade", str(ann, "helm.sh/hook"))
+	// pre-rollback too: the release rolled back to checks the schema before its pods
+	// start (and fails fast, saying how to revert it, where it cannot run on it).
+	if str(ann, "helm.sh/hook") != "pre-install,pre-upgrade,pre-rollback" {
+		t.Errorf("migration Job hook %q, want pre-install,pre-upgrade,pre-rollback", str(ann, "helm.sh/hook"))
 	}
 	if p := str(ann, "helm.sh/hook-delete-policy"); !strings.Contains(p, "before-hook-creation") {
 		t.Errorf("migration Job hook-delete-policy %q lacks before-hook-creation (a second upgrade would collide with the old Job)", p)
