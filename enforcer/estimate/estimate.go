@@ -247,8 +247,12 @@ var skipTree = map[string]bool{
 }
 
 // Input reads a request body and estimates its input tokens. A body that is not a
-// well-formed JSON object is an error (nothing is estimated from it), and so is one
-// holding a number beyond float64's range, which encoding/json refuses too.
+// well-formed JSON object (RFC 8259; nested at most jsonscan.MaxNesting deep) is an
+// error: nothing is estimated from it. A number beyond float64's range is well-formed
+// (RFC 8259 bounds none, and Python's json, which vLLM or SGLang read requests with,
+// takes it as infinity): read, a count or cap of it as the dearest (positiveWhole). A
+// leading UTF-8 byte order mark is no JSON: the front doors drop it first
+// (requestbody.TrimBOM).
 //
 // It allocates nothing but the model's name: it runs for every request the enforcer
 // admits, and garbage in proportion to the body (a copy of it and a string per JSON
@@ -343,7 +347,7 @@ func (w *walker) read(what memberRead, start, end int) {
 		}
 	case readOutputCap:
 		if jsonscan.IsNumber(b[start]) {
-			n, _ := positiveWhole(b[start:end]) // in float64's range: the walk checked it
+			n, _ := positiveWhole(b[start:end]) // beyond float64's range: maxCap
 			r.OutputCap = max(r.OutputCap, n)
 		}
 	case readChoices: // the largest, as of the caps
@@ -404,12 +408,12 @@ func (w *walker) readOther(key []byte, start int) {
 	if jsonscan.KeyIs(key, "system") || jsonscan.KeyIs(key, "instructions") {
 		w.r.Messages++
 	}
-	if capKeys, choiceKeys := configKeys(key); capKeys != nil && w.b[start] == '{' {
+	if capKeys, choiceKeys, quoted := configKeys(key); capKeys != nil && w.b[start] == '{' {
 		// Gemini's generationConfig.maxOutputTokens, Bedrock Converse's
 		// inferenceConfig.maxTokens: the cap in the request's settings object; Gemini's
 		// generationConfig.candidateCount: its choices.
-		w.r.OutputCap = max(w.r.OutputCap, configCap(w.b, start, capKeys))
-		w.r.Choices = max(w.r.Choices, configCap(w.b, start, choiceKeys))
+		w.r.OutputCap = max(w.r.OutputCap, configCap(w.b, start, capKeys, quoted))
+		w.r.Choices = max(w.r.Choices, configCap(w.b, start, choiceKeys, quoted))
 	}
 }
 
@@ -472,8 +476,8 @@ func kindOf(key []byte) valueKind {
 }
 
 // walker reads a JSON document once, checking it as encoding/json's Valid does and
-// counting its text into r. bad is set by anything Valid refuses, and by a number beyond
-// float64's range, which encoding/json's Decoder refuses; once it is set, the walk ends
+// counting its text into r. bad is set by anything Valid refuses (a number beyond
+// float64's range is not: Valid takes it too); once it is set, the walk ends
 // (each method returns the end of the document) and the reading is discarded. Nothing
 // is read past the end of b, whatever b holds (FuzzInputAsTheDecoderReadsIt).
 type walker struct {
@@ -561,14 +565,9 @@ func (w *walker) value(i int, kind valueKind) int {
 		w.depth--
 		return end
 	case c == '-' || '0' <= c && c <= '9':
-		end := w.number(i)
-		if w.bad {
-			return end
-		}
-		if _, err := strconv.ParseFloat(string(b[i:end]), 64); err != nil {
-			return w.fail()
-		}
-		return end
+		// Any number of JSON's grammar, beyond float64's range too (RFC 8259 sets
+		// none): an upstream in Python reads 1e400 as infinity and runs the request.
+		return w.number(i)
 	case c == 't':
 		return w.literal(i, "true")
 	case c == 'f':
@@ -922,15 +921,17 @@ func searchTool(b []byte, i int) (t billedTools) {
 // configKeys are the keys of an output cap, and of a count of choices, inside the
 // settings object named key (Gemini's generationConfig, as its REST API also takes it
 // in snake case; Bedrock Converse's inferenceConfig, which has no choices); nil caps for
-// any other key.
-func configKeys(key []byte) (caps, choices []string) {
+// any other key. quoted says whether a string holding a decimal integer counts as that
+// number: Google reads a request as proto3 JSON, which takes an int32 written so
+// ("candidateCount": "8" generates, and bills, eight candidates); Bedrock does not.
+func configKeys(key []byte) (caps, choices []string, quoted bool) {
 	switch {
 	case jsonscan.KeyIs(key, "generationConfig"), jsonscan.KeyIs(key, "generation_config"):
-		return generationCaps, generationChoices
+		return generationCaps, generationChoices, true
 	case jsonscan.KeyIs(key, "inferenceConfig"):
-		return inferenceCaps, nil
+		return inferenceCaps, nil, false
 	}
-	return nil, nil
+	return nil, nil, false
 }
 
 // The keys configKeys names (package variables: a slice made per call is an allocation).
@@ -942,18 +943,22 @@ var (
 
 // configCap is the largest positive whole number among the members of the object at
 // b[i] named one of keys (0 when none is): the output cap of a settings object, or its
-// count of choices.
-func configCap(b []byte, i int, keys []string) int64 {
+// count of choices; with quoted, a string holding a decimal integer too (configKeys).
+func configCap(b []byte, i int, keys []string, quoted bool) int64 {
 	var most int64
 	for i = jsonscan.SkipSpace(b, i+1); b[i] != '}'; {
 		end := jsonscan.SkipString(b, i)
 		key := b[i:end]
 		i = jsonscan.SkipSpace(b, jsonscan.SkipSpace(b, end)+1) // past the colon
 		for _, k := range keys {
-			if jsonscan.KeyIs(key, k) && jsonscan.IsNumber(b[i]) {
+			switch {
+			case !jsonscan.KeyIs(key, k):
+			case jsonscan.IsNumber(b[i]):
 				if n, err := positiveWhole(b[i:jsonscan.SkipNumber(b, i)]); err == nil {
 					most = max(most, n)
 				}
+			case quoted && b[i] == '"':
+				most = max(most, quotedWhole(b[i:jsonscan.SkipString(b, i)]))
 			}
 		}
 		if i = jsonscan.SkipSpace(b, jsonscan.SkipValue(b, i)); b[i] == ',' {
@@ -961,6 +966,29 @@ func configCap(b []byte, i int, keys []string) int64 {
 		}
 	}
 	return most
+}
+
+// quotedWhole is the positive decimal integer a well-formed JSON string holds, as
+// proto3 JSON reads an integer written as a string (at most maxCap), else 0. It
+// decodes (allocating) only a string with an escape.
+func quotedWhole(quoted []byte) int64 {
+	s := quoted[1 : len(quoted)-1]
+	if bytes.IndexByte(s, '\\') >= 0 {
+		s = []byte(jsonscan.DecodeString(quoted))
+	}
+	if len(s) > 0 && s[0] == '-' {
+		return 0
+	}
+	var n int64
+	for j, c := range s {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		if n = min(n*10+int64(c-'0'), maxCap); j == len(s)-1 {
+			return n
+		}
+	}
+	return 0 // ""
 }
 
 // hasPrefixDecoded tells whether a quoted JSON string starts with prefix once decoded;
@@ -972,12 +1000,25 @@ func hasPrefixDecoded(quoted []byte, prefix string) bool {
 	return strings.HasPrefix(jsonscan.DecodeString(quoted), prefix)
 }
 
+// PositiveWhole is the count a JSON number num asks for, as the estimator reads every
+// count of a request (n, max_tokens, ...): its value when it is a positive whole number
+// however written (4, 4.0, 4e0; at most 2^53, a number beyond float64's range too), else
+// 0. Other readers of a request's counts use it, so that a count reads the same
+// everywhere (requestbody.ImageOutputTokens).
+func PositiveWhole(num string) int64 {
+	if num == "" || !jsonscan.IsNumber(num[0]) {
+		return 0
+	}
+	n, _ := positiveWhole([]byte(num))
+	return n
+}
+
 // positiveWhole is a JSON number's value when it is a positive whole number (at most
-// maxCap), else 0; an error for a number beyond float64's range, which encoding/json
-// refuses.
+// maxCap), else 0. A number beyond float64's range is infinity, as Python's json reads
+// it: maxCap when positive, the dearest count (an error only for what is no number).
 func positiveWhole(num []byte) (int64, error) {
 	n, err := strconv.ParseFloat(string(num), 64)
-	if err != nil {
+	if err != nil && !math.IsInf(n, 0) {
 		return 0, err
 	}
 	if n >= 1 && n == math.Trunc(n) {

@@ -241,6 +241,9 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"n":3,"best_of":"5","n":1e300,"generationConfig":{"candidateCount":4,"candidate_count":2.5},"generation_config":{"c\u0061ndidateCount":6},"inferenceConfig":{"candidateCount":9}}`,
 		`{"previous_response_id":"resp_1","conversation":{"id":"","id":"c"},"prompt":{"id":"p"},"prompt":"text","metadata":{"conversation":"c"}}`,
 		`{"previous_response_id":"","conversation":{"items":[{"id":"x"}]},"prompt":["a"],"pr\u006fmpt":{"\u0069d":"p"}}`,
+		`{"generationConfig":{"candidateCount":"8","maxOutputTokens":"2\u0035"},"generation_config":{"candidate_count":"-3","maxOutputTokens":"99999999999999999999"},"inferenceConfig":{"maxTokens":"7"}}`,
+		`{"generationConfig":{"candidateCount":"+8","maxOutputTokens":" 9"},"generation_config":{"candidate_count":"2.0","maxOutputTokens":""}}`,
+		`{"max_tokens":1e400,"n":-1e400,"max_tool_calls":1e999}`, `{"tools":[{"type":"web_search_20250305","max_uses":1e400}]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
 		// What encoding/json's Valid refuses, which the walk checks as it reads.
 		`{"a":"\u00zz"}`, "{\"a\":\"a tab\there\"}", "{\"model\":\"a\tb\"}", "{\"k\ney\":1}", `{"model":"\q"}`, `{"a":"\x"}`, `{"a":"unterminated}`, `{"a":01}`, `{"a":1.}`,
@@ -280,6 +283,7 @@ func TestInputAllocatesOnlyTheModel(t *testing.T) {
 func decoderInput(body []byte) (Request, error) {
 	var r Request
 	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // a number beyond float64's range is read too, as RFC 8259 allows
 	tok, err := dec.Token()
 	if err != nil || tok != json.Delim('{') {
 		return Request{}, ErrNotObject
@@ -315,10 +319,8 @@ func decoderInput(body []byte) (Request, error) {
 				most = &r.Choices
 			}
 			switch n := v.(type) {
-			case float64:
-				if n >= 1 && n == math.Trunc(n) {
-					*most = max(*most, int64(min(n, maxCap)))
-				}
+			case json.Number:
+				*most = max(*most, decoderWhole(n))
 			case json.Delim:
 				if err := w.skip(n); err != nil {
 					return Request{}, ErrNotObject
@@ -392,10 +394,8 @@ func decoderInput(body []byte) (Request, error) {
 			}
 			r.MaxToolCalls = 0
 			switch n := v.(type) {
-			case float64:
-				if n >= 1 && n == math.Trunc(n) {
-					r.MaxToolCalls = int64(min(n, maxCap))
-				}
+			case json.Number:
+				r.MaxToolCalls = decoderWhole(n)
 			case json.Delim:
 				if err := w.skip(n); err != nil {
 					return Request{}, ErrNotObject
@@ -446,6 +446,7 @@ func decoderInput(body []byte) (Request, error) {
 			r.OutputCap = max(r.OutputCap, decoderConfigCap(raw, key))
 			r.Choices = max(r.Choices, decoderConfigChoices(raw, key))
 			sub := decoderWalker{dec: json.NewDecoder(bytes.NewReader(raw)), r: &r}
+			sub.dec.UseNumber()
 			if err := sub.value(key, false); err != nil {
 				return Request{}, ErrNotObject
 			}
@@ -481,9 +482,9 @@ func decoderInput(body []byte) (Request, error) {
 func decoderConfigCap(raw json.RawMessage, key string) int64 {
 	names := map[string]bool{"maxOutputTokens": true, "max_output_tokens": true}
 	if key == "inferenceConfig" {
-		names = map[string]bool{"maxTokens": true}
+		return decoderMost(raw, map[string]bool{"maxTokens": true}, false)
 	}
-	return decoderMost(raw, names)
+	return decoderMost(raw, names, true)
 }
 
 // decoderConfigChoices is the settings object's count of choices read with
@@ -492,7 +493,7 @@ func decoderConfigChoices(raw json.RawMessage, key string) int64 {
 	if key == "inferenceConfig" {
 		return 0
 	}
-	return decoderMost(raw, map[string]bool{"candidateCount": true, "candidate_count": true})
+	return decoderMost(raw, map[string]bool{"candidateCount": true, "candidate_count": true}, true)
 }
 
 // decoderServerContext is Request.ServerContext read with encoding/json: any top-level
@@ -542,8 +543,9 @@ func decoderServerContext(body []byte) bool {
 }
 
 // decoderMost is the largest positive whole number among the members of the object raw
-// named one of names, every repetition of them.
-func decoderMost(raw json.RawMessage, names map[string]bool) int64 {
+// named one of names, every repetition of them; with quoted, of a string holding a
+// decimal integer too (proto3 JSON's int32, Google's).
+func decoderMost(raw json.RawMessage, names map[string]bool, quoted bool) int64 {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if tok, _ := dec.Token(); tok != json.Delim('{') {
 		return 0
@@ -555,12 +557,38 @@ func decoderMost(raw json.RawMessage, names map[string]bool) int64 {
 		if dec.Decode(&v) != nil {
 			return most
 		}
-		var n float64
-		if name, _ := k.(string); names[name] && json.Unmarshal(v, &n) == nil && n >= 1 && n == math.Trunc(n) {
-			most = max(most, int64(min(n, maxCap)))
+		name, _ := k.(string)
+		if !names[name] {
+			continue
 		}
+		var s string
+		if quoted && json.Unmarshal(v, &s) == nil {
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 1 && s[0] != '+' {
+				most = max(most, min(n, maxCap))
+			} else if err != nil && strings.Trim(s, "0123456789") == "" && s != "" {
+				most = max(most, maxCap) // more digits than int64 holds
+			}
+			continue
+		}
+		most = max(most, decoderWhole(json.Number(v)))
 	}
 	return most
+}
+
+// decoderWhole is positiveWhole read with strconv: a JSON number that is a positive
+// whole number (at most maxCap; beyond float64's range, infinity, maxCap), else 0.
+func decoderWhole(num json.Number) int64 {
+	if len(num) == 0 || num[0] != '-' && (num[0] < '0' || num[0] > '9') {
+		return 0 // not a number
+	}
+	n, err := strconv.ParseFloat(string(num), 64)
+	if err != nil && !math.IsInf(n, 1) {
+		return 0
+	}
+	if n >= 1 && n == math.Trunc(n) {
+		return int64(min(n, maxCap))
+	}
+	return 0
 }
 
 // decoderSearchTools is searchTools read with encoding/json: the last top-level "tools"
@@ -598,8 +626,8 @@ func decoderSearchTools(body []byte) (t billedTools) {
 			case "googleMaps", "google_maps":
 				t.maps = true
 			case "max_uses":
-				if n, err := strconv.ParseFloat(string(v), 64); err == nil && (v[0] == '-' || '0' <= v[0] && v[0] <= '9') && n >= 1 && n == math.Trunc(n) {
-					uses = int64(min(n, maxCap))
+				if n := decoderWhole(json.Number(v)); n > 0 {
+					uses = n
 				}
 			}
 		}
@@ -989,5 +1017,27 @@ func TestServerContext(t *testing.T) {
 				t.Fatalf("the reference reads %+v (%v), Input %+v", ref, err, r)
 			}
 		})
+	}
+}
+
+// TestNumberBeyondFloat64IsRead: RFC 8259 bounds no number, and an upstream in Python
+// (json.loads: vLLM, SGLang) reads 1e400 as infinity and runs the request, so a body
+// holding one is read like any other: its model, text and stream known, a count or a
+// cap of it the dearest (maxCap). Before, the body was refused as no JSON object and
+// went upstream unread: no input estimate, no model checked.
+func TestNumberBeyondFloat64IsRead(t *testing.T) {
+	for _, tc := range []struct {
+		body      string
+		cap, n    int64
+		textBytes int64
+	}{
+		{`{"model":"m","stream":true,"temperature":1e400,"messages":[{"role":"user","content":"hello"}]}`, 0, 0, 5},
+		{`{"model":"m","max_tokens":1e400,"n":-1e999,"messages":[{"role":"user","content":"hello"}]}`, maxCap, 0, 5},
+		{`{"model":"m","n":1E+999,"input":"hello","metadata":{"x":[1e-400,-1e400]}}`, 0, maxCap, 5},
+	} {
+		r, err := Input([]byte(tc.body))
+		if err != nil || r.Model != "m" || r.OutputCap != tc.cap || r.Choices != tc.n || r.TextBytes != tc.textBytes {
+			t.Errorf("%s: %+v (%v)", tc.body, r, err)
+		}
 	}
 }

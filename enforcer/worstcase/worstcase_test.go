@@ -596,3 +596,32 @@ func TestWorstCaseOfServerSideContextIsUnknown(t *testing.T) {
 		})
 	}
 }
+
+// TestGoogleCountsWrittenAsStrings: Google reads a request as proto3 JSON, which takes
+// an int32 written as a JSON string holding a decimal integer
+// (generationConfig.candidateCount "8" generates, and bills, eight candidates): the
+// worst case reads the count and the cap so in Google's settings object, as it reads
+// them written as numbers. Bedrock's inferenceConfig is no proto3 JSON: its string is
+// no cap. Before, "8" read as no count and one candidate was reserved.
+func TestGoogleCountsWrittenAsStrings(t *testing.T) {
+	cat := testCatalog(t) // small: input 1 USD/M, output 4 USD/M, maxOutput 1000
+	const contents = `"contents":[{"parts":[{"text":"hello world!"}]}]`
+	for _, tc := range []struct{ name, quoted, plain string }{
+		{"candidateCount", `"generationConfig":{"candidateCount":"8","maxOutputTokens":250}`, `"generationConfig":{"candidateCount":8,"maxOutputTokens":250}`},
+		{"maxOutputTokens", `"generationConfig":{"candidateCount":2,"maxOutputTokens":"250"}`, `"generationConfig":{"candidateCount":2,"maxOutputTokens":250}`},
+		{"both, in snake case", `"generation_config":{"candidate_count":"3","max_output_tokens":"100"}`, `"generation_config":{"candidate_count":3,"max_output_tokens":100}`},
+		{"escaped digits", `"generationConfig":{"candidateCount":"\u0034","maxOutputTokens":250}`, `"generationConfig":{"candidateCount":4,"maxOutputTokens":250}`},
+		{"no decimal integer asks one", `"generationConfig":{"candidateCount":"2.5","maxOutputTokens":250}`, `"generationConfig":{"maxOutputTokens":250}`},
+		{"a negative one asks one", `"generationConfig":{"candidateCount":"-4","maxOutputTokens":250}`, `"generationConfig":{"maxOutputTokens":250}`},
+		{"Bedrock's inferenceConfig takes no string", `"inferenceConfig":{"maxTokens":"90"}`, `"inferenceConfig":{}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			quoted := Of(cat, body(t, `{"model":"small",`+contents+`,`+tc.quoted+`}`), nil)
+			plain := Of(cat, body(t, `{"model":"small",`+contents+`,`+tc.plain+`}`), nil)
+			// The quoted string's bytes are text of the body (one or two tokens more).
+			if quoted.OutputTokens != plain.OutputTokens || quoted.MicroUSD-quoted.InputTokens != plain.MicroUSD-plain.InputTokens {
+				t.Fatalf("written as a string: %+v; as a number: %+v", quoted, plain)
+			}
+		})
+	}
+}
