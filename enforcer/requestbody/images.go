@@ -98,20 +98,54 @@ type ImageRequest struct {
 // the stream breaks before the usage comes. It is what such a request is charged for
 // output when the answer does not report its usage (inflight.Tracker), and its worst
 // case's output (enforcer/worstcase). It is 0 when the request is not a JSON image
-// generation (POST .../images/generations) or its body does not read (the provider
-// refuses what it cannot read, and bills nothing); see ImageRequest.OutputTokens for
-// the rest. An image edit is a multipart form, read as it streams (IsImageEdit,
+// generation (POST .../images/generations); see ImageRequest.OutputTokens for the rest.
+// Its counts (n, partial_images) are read as the estimator reads a count, whatever way
+// JSON writes the number (4, 4.0 and 4e0 are 4: estimate.PositiveWhole). A body whose
+// fields do not decode (a count or a size of another type) is the dearest request the
+// API takes (MaxImages images of the dearest size and quality, each with
+// MaxPartialImages partial images): whatever an upstream makes of it, it is not free by
+// accident. An image edit is a multipart form, read as it streams (IsImageEdit,
 // FormImageRequest).
 func ImageOutputTokens(path string, body []byte, model string) int64 {
 	// Every request's hint asks: a prefix comparison first spares the others the rest.
 	if !strings.HasPrefix(model, "gpt-image-") || !strings.HasSuffix(comparable(path), "/images/generations") {
 		return 0
 	}
-	var req ImageRequest
-	if json.Unmarshal(body, &req) != nil {
-		return 0
+	var fields struct {
+		N             json.Number `json:"n"`
+		Size          string      `json:"size"`
+		Quality       string      `json:"quality"`
+		PartialImages json.Number `json:"partial_images"`
+	}
+	if json.Unmarshal(body, &fields) != nil {
+		most := int64(MaxImages)
+		return ImageRequest{N: &most, PartialImages: MaxPartialImages}.OutputTokens(model)
+	}
+	req := ImageRequest{Size: fields.Size, Quality: fields.Quality}
+	if fields.N != "" {
+		n := estimate.PositiveWhole(fields.N.String()) // 0 (refused) for what is none
+		req.N = &n
+	}
+	if p := fields.PartialImages.String(); p != "" {
+		// 0 is a count here; any other value that is no positive whole number is refused.
+		if req.PartialImages = estimate.PositiveWhole(p); req.PartialImages == 0 && !isZero(p) {
+			req.PartialImages = -1
+		}
 	}
 	return req.OutputTokens(model)
+}
+
+// MaxImages and MaxPartialImages are the most images, and partial images of each, an
+// image generation request may ask for (n, partial_images).
+const (
+	MaxImages        = 10
+	MaxPartialImages = 3
+)
+
+// isZero tells whether the JSON number num is zero (0, -0, 0.0, 0e5).
+func isZero(num string) bool {
+	f, err := strconv.ParseFloat(num, 64)
+	return err == nil && f == 0
 }
 
 // IsImageEdit reports whether path is an image edit's (POST .../images/edits), whose
@@ -153,7 +187,7 @@ func (req ImageRequest) OutputTokens(model string) int64 {
 	if req.N != nil {
 		n = *req.N
 	}
-	if n < 1 || n > 10 || req.PartialImages < 0 || req.PartialImages > 3 {
+	if n < 1 || n > MaxImages || req.PartialImages < 0 || req.PartialImages > MaxPartialImages {
 		return 0
 	}
 	var tokens int64

@@ -39,8 +39,20 @@ func TestImageOutputTokens(t *testing.T) {
 		{"n of 0", gen, `{"n":0}`, "gpt-image-1", 0},
 		{"n beyond 10", gen, `{"n":11}`, "gpt-image-1", 0},
 		{"four partial images", gen, `{"partial_images":4}`, "gpt-image-1", 0},
-		{"n not a number", gen, `{"n":"2"}`, "gpt-image-1", 0},
-		{"not JSON", gen, `n=2`, "gpt-image-1", 0},
+		// Counts read as the estimator reads them (estimate.PositiveWhole): 4.0 and 4e0
+		// are 4, a fraction is refused. Before, 4.0 failed the body's decoding: 0.
+		{"n written with a fraction", gen, `{"n":4.0,"size":"1024x1024","quality":"high"}`, "gpt-image-1", 4 * 4_160},
+		{"n written with an exponent", gen, `{"n":4e0,"size":"1024x1024","quality":"high"}`, "gpt-image-1", 4 * 4_160},
+		{"partial images written with a fraction", gen, `{"size":"1024x1024","quality":"high","partial_images":2.0}`, "gpt-image-1", 4_160 + 200},
+		{"no partial images, as 0.0", gen, `{"size":"1024x1024","quality":"high","partial_images":0.0}`, "gpt-image-1", 4_160},
+		{"n of 2.5", gen, `{"n":2.5}`, "gpt-image-1", 0},
+		{"partial images of 1.5", gen, `{"partial_images":1.5}`, "gpt-image-1", 0},
+		{"n beyond float64", gen, `{"n":1e400}`, "gpt-image-1", 0},
+		{"n as a string holding a number", gen, `{"n":"2"}`, "gpt-image-1", 2 * 6_240},
+		// A body whose fields do not decode is the dearest request the API takes: ten
+		// images of the dearest kind, with three partial images each (before: 0).
+		{"n of another type", gen, `{"n":true,"size":"1024x1024","quality":"low"}`, "gpt-image-1", 10 * (6_240 + 3*requestbody.PartialImageTokens)},
+		{"not JSON", gen, `n=2`, "gpt-image-1", 10 * (6_240 + 3*requestbody.PartialImageTokens)},
 	} {
 		if got := requestbody.ImageOutputTokens(c.path, []byte(c.body), c.model); got != c.want {
 			t.Errorf("%s: ImageOutputTokens = %d, want %d", c.name, got, c.want)
