@@ -215,7 +215,11 @@
 // reported at all. Malformed input never fails a Write: a JSON body that is
 // malformed (or followed by anything but white space) is not Complete, and
 // keeps the counts read before the error; in an SSE event, the JSON values
-// before a syntax error count and the rest of the event is skipped.
+// before a syntax error count and the rest of the event is skipped. One
+// leading UTF-8 BOM of a JSON body, or of one whose type is unknown, is
+// dropped before it is read or sniffed, as fetch's json() and Python's
+// json.loads drop it (since 2026-12-02; before, such an answer read as
+// nothing and its output was charged as 0 tokens).
 //
 // The SSE reader follows the HTML event-stream rules (one leading BOM
 // dropped, LF, CRLF or CR line ends, comments, "data:" with one optional
