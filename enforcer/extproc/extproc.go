@@ -353,7 +353,21 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	// Bedrock, Vertex AI run the path's) and whether the path is a regional endpoint, as
 	// the gateway reads them; of a body that is no JSON object, the path's model alone
 	// (gate.BodyHint).
-	est := gate.BodyHint(body, st.path, st.host()).WithUpstreamHost(st.upstreamHost).Body
+	// A JSON body is read, and sent, without a leading BOM (the body replaced); one
+	// that opens as a JSON object and is not one is refused, as an undecodable one is,
+	// and settled at 0 (requestbody.TrimBOM, MalformedRefusal). An unbilled request and a
+	// guardrail check returned above: their bodies are not judged, as the gateway's.
+	if b := requestbody.TrimBOM(body); len(b) != len(body) {
+		body, replace = b, true
+		m.WithLabelValues("bom_dropped").Inc()
+	}
+	hint := gate.BodyHint(body, st.path, st.host())
+	if hint.Malformed {
+		st.refused(http.StatusBadRequest) // never sent upstream
+		m.WithLabelValues("malformed").Inc()
+		return refusal(requestbody.MalformedRefusal())
+	}
+	est := hint.WithUpstreamHost(st.upstreamHost).Body
 	// InvokeModel's guardrail, named by a header: its trace asked for by another, set
 	// with the body's response (bodyResponse), as the gateway sets it.
 	if st.guardrailID != "" {

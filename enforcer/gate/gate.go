@@ -305,6 +305,9 @@ func (c Credentials) TollgateAuthorization() bool {
 // is known, instead of the policy's amount.
 type Hint struct {
 	Body *estimate.Request
+	// Malformed says the body opens as a JSON object and is not one (BodyHint): Body
+	// then holds no estimate of it (at most the model its path names).
+	Malformed bool
 }
 
 // BodyHint is the hint of a request whose body and path the front door has, going to
@@ -319,15 +322,19 @@ type Hint struct {
 // thousands of tokens, estimate.Request.Unread), so that model is still checked against
 // the unpriced-model rule and noted for the settlement, while the policy's amount is
 // reserved (its input is unknown: Gate.reservation); where the path names none, there
-// is no hint. The hint
+// is no hint. A body that opens as a JSON object ('{' after white space) and is not one
+// well-formed JSON object is Malformed: the gateway and ext_proc refuse a billed
+// request's (requestbody.MalformedRefusal). A leading UTF-8 BOM is the front door's to
+// drop first (requestbody.TrimBOM), so that the body it sends is the one read. The hint
 // names no upstream host (estimate.Request.Host): a front door that knows it from its
 // own configuration sets it (WithUpstreamHost), never from a request's authority, which
 // the client chooses.
 func BodyHint(body []byte, path, host string) Hint {
 	est, err := estimate.Input(body)
+	malformed := err != nil && requestbody.OpensAsObject(body)
 	if err != nil {
 		if requestbody.ModelFromPath(path) == "" {
-			return Hint{}
+			return Hint{Malformed: malformed}
 		}
 		est = estimate.Request{Unread: true}
 	}
@@ -345,7 +352,7 @@ func BodyHint(body []byte, path, host string) Hint {
 		c := requestbody.ContainerTool(body)
 		est.ContainerKind, est.ExplicitContainer = c.Kind, c.Explicit
 	}
-	return Hint{Body: &est}
+	return Hint{Body: &est, Malformed: malformed}
 }
 
 // WithUpstreamHost is h naming host, the upstream the front door's configuration sends the

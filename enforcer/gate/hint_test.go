@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 )
 
 // The hint of a body and its path: the path's model where it names one (Gemini, Bedrock,
@@ -64,7 +65,7 @@ func TestUnreadBodyHintNamesThePathModel(t *testing.T) {
 		{"protobuf to Vertex AI in a region", "\x12\x03\x0a\x01x",
 			"/v1/projects/p/locations/us-east5/publishers/google/models/gemini-2.5-pro:generateContent", "gemini-2.5-pro", true},
 		{"no body to Bedrock", "", "/model/anthropic.claude-opus-4-1-20250805-v1:0/invoke", "anthropic.claude-opus-4-1-20250805-v1:0", true},
-		{"JSON the estimate refuses", `{"model":"gemini-2.5-flash-lite","temperature":1e999}`, "/v1beta/models/gemini-2.5-pro:generateContent", "gemini-2.5-pro", false},
+		{"JSON the estimate refuses", `{"model":"gemini-2.5-flash-lite","temperature":NaN}`, "/v1beta/models/gemini-2.5-pro:generateContent", "gemini-2.5-pro", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := gate.BodyHint([]byte(tc.body), tc.path, "")
@@ -89,5 +90,36 @@ func TestHintUpstreamHost(t *testing.T) {
 	}
 	if got := (gate.Hint{}).WithUpstreamHost("api.groq.com"); got.Body != nil {
 		t.Fatalf("a hint without a body: %+v", got)
+	}
+}
+
+// TestMalformedJSONBodyHint: a body that opens as a JSON object ('{' after white space)
+// and is not one well-formed JSON object is Malformed, which the gateway and ext_proc
+// refuse (requestbody.MalformedRefusal); a number beyond float64's range is well-formed
+// and read; a body that does not open so (protobuf, a form, a BOM the front door did
+// not drop) is no JSON and not Malformed.
+func TestMalformedJSONBodyHint(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, path string
+		malformed, read  bool
+	}{
+		{"NaN", `{"model":"gpt-4o","temperature":NaN,"messages":[]}`, "/v1/chat/completions", true, false},
+		{"Infinity, after white space", " \n{\"model\":\"gpt-4o\",\"temperature\":-Infinity}", "/v1/chat/completions", true, false},
+		{"cut off", `{"model":"gpt-4o","messages":[`, "/v1/chat/completions", true, false},
+		{"trailing data", `{"model":"gpt-4o"} {}`, "/v1/chat/completions", true, false},
+		{"malformed on a path naming its model", `{"contents":[],"x":NaN}`, "/v1beta/models/gemini-2.5-pro:generateContent", true, false},
+		{"beyond float64", `{"model":"gpt-4o","temperature":1e400,"messages":[]}`, "/v1/chat/completions", false, true},
+		{"well-formed", `{"model":"gpt-4o","messages":[]}`, "/v1/chat/completions", false, true},
+		{"protobuf", "\x12\x03\x0a\x01x", "/v1/chat/completions", false, false},
+		{"a BOM left in", "\ufeff{\"model\":\"gpt-4o\"}", "/v1/chat/completions", false, false},
+		{"the BOM dropped", string(requestbody.TrimBOM([]byte("\ufeff{\"model\":\"gpt-4o\"}"))), "/v1/chat/completions", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := gate.BodyHint([]byte(tc.body), tc.path, "")
+			read := h.Body != nil && !h.Body.Unread && h.Body.Model == "gpt-4o"
+			if h.Malformed != tc.malformed || read != tc.read {
+				t.Fatalf("hint %+v (body %+v): malformed %v, read %v; want %v, %v", h, h.Body, h.Malformed, read, tc.malformed, tc.read)
+			}
+		})
 	}
 }

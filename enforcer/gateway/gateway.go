@@ -80,7 +80,7 @@ const (
 	OutcomeNoRoute         = "no_route"         // 404: no route's prefix matches
 	OutcomeBusy            = "busy"             // 503: MaxStreams requests in flight
 	OutcomeBodyTooLarge    = "body_too_large"   // 413
-	OutcomeBadBody         = "bad_body"         // 400, 415: a compressed body that cannot be read
+	OutcomeBadBody         = "bad_body"         // 400, 415: a compressed body that cannot be read, a JSON body that is malformed
 	OutcomeUpstreamError   = "upstream_error"   // 502: no answer (refused, reset, bad URL)
 	OutcomeUpstreamTimeout = "upstream_timeout" // 504: no answer in time
 	OutcomeClientGone      = "client_gone"      // the client left before the upstream answered
@@ -451,8 +451,18 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		}
 		return false
 	}
+	// A JSON body is read, and sent, without a leading BOM; one that opens as a JSON
+	// object and is not one is refused before the check, as a corrupt compressed body
+	// is (requestbody.TrimBOM, MalformedRefusal).
+	body = requestbody.TrimBOM(body)
 	hint := gate.BodyHint(body, r.URL.Path, p.route.Upstream.Host).WithUpstreamHost(p.route.Upstream.Host).
 		WithTierHeaders(r.Header.Get(requestbody.HeaderBedrockServiceTier), r.Header.Get(requestbody.HeaderBedrockLatency))
+	if hint.Malformed && !requestbody.Unbilled(r.Method, r.URL.Path) && !requestbody.GuardrailCheck(r.Method, r.URL.Path) {
+		gw.answered(w, OutcomeBadBody)
+		m := requestbody.MalformedRefusal()
+		writeError(w, m.Status, "invalid_request_error", m.Code, m.Message, nil)
+		return false
+	}
 	var guarded bool
 	p.guardrailTrace, guarded = requestbody.GuardrailTraceHeader(r.Header)
 	if guarded && hint.Body != nil {
@@ -491,7 +501,9 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 // upload: its bytes cannot be sniffed, so it is decoded and read as any; no SDK
 // compresses an upload.)
 //
-// JSON allows any amount of whitespace before the '{', so any amount is skipped: a limit
+// One leading UTF-8 BOM before it is skipped too (the upstreams that parse any body as
+// JSON skip it: requestbody.TrimBOM) and, for a JSON body, dropped: it counts as
+// skipped. JSON allows any amount of whitespace before the '{', so any amount is skipped: a limit
 // would let a JSON request past unread behind that much whitespace. The whitespace is
 // not kept as it came but packed (leadingSpace, a quarter of its length). For a JSON
 // body it is dropped and skipped tells how much, which counts against limit (the body
@@ -509,11 +521,22 @@ func opensAsJSON(r *http.Request, limit int64) (json bool, skipped int64, err er
 			io.Closer
 		}{front, r.Body}
 	}
+	var bom int64 // the BOM's bytes skipped, put back in front of anything but JSON
+	if b, err := peek.Peek(len(requestbody.BOM)); string(b) == requestbody.BOM {
+		n, _ := peek.Discard(len(requestbody.BOM))
+		bom = int64(n)
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		rest(peek)
+		return false, 0, err
+	}
+	notJSON := func() io.Reader {
+		return io.MultiReader(strings.NewReader(requestbody.BOM[:bom]), space.reader(), peek)
+	}
 	for {
 		b, err := peek.Peek(1)
 		if len(b) == 0 {
 			// The body ended, or failed: the upload path sees the same.
-			rest(io.MultiReader(space.reader(), peek))
+			rest(notJSON())
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return false, 0, err
 			}
@@ -521,19 +544,19 @@ func opensAsJSON(r *http.Request, limit int64) (json bool, skipped int64, err er
 		}
 		switch b[0] {
 		case ' ', '\t', '\r', '\n':
-			if space.n == limit {
+			if bom+space.n >= limit {
 				// Over the cap: the byte is left for the caller's read to find.
 				rest(peek)
-				return true, space.n, nil
+				return true, bom + space.n, nil
 			}
 			space.add(b[0])
 			_, _ = peek.Discard(1)
 			continue
 		case '{':
 			rest(peek)
-			return true, space.n, nil
+			return true, bom + space.n, nil
 		}
-		rest(io.MultiReader(space.reader(), peek))
+		rest(notJSON())
 		return false, 0, nil
 	}
 }
