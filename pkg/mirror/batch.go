@@ -1,9 +1,11 @@
 package mirror
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -12,24 +14,85 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// WriteMany writes records like Write, in one pipeline (on Redis Cluster the client
-// splits it by slot; each record is still one key and one script call). It returns, per
-// record, whether it was written, and the error of each write (nil when it went
-// through). When Redis has forgotten the script (a restart), it loads it and writes
-// again.
+// PipelineSize bounds the commands of one pipeline of the batched calls (WriteMany,
+// DeleteMany, ReadVersions). A pipeline is written and answered under one read and one
+// write deadline of the client (the control plane's are 1 s), so a batch of any size is
+// sent as pipelines of at most this many commands, one after another, each with
+// deadlines of its own: one pipeline of an organization-wide change's 80,000 records
+// could not be written within a second, and every one of its writes failed. The rebuild
+// loads and writes members in chunks of this size too (controlplane/mirrorsync).
+const PipelineSize = 500
+
+// ErrNotSent marks the commands of a batch that were not sent: an earlier pipeline of
+// the batch got no answer at all from Redis (a timeout, a refused or broken
+// connection, after the client's own retries), so the later ones would only have waited
+// out the same deadlines. Their records are as they were.
+var ErrNotSent = errors.New("mirror: not sent: Redis did not answer an earlier pipeline of the batch")
+
+// errInvalidRecord: a record WriteMany cannot send (no member id, or not encodable).
+var errInvalidRecord = errors.New("mirror: invalid record")
+
+// unanswered reports whether no command of a pipeline got an answer from Redis: each
+// failed, none with an error reply of Redis's own (OOM, READONLY, NOSCRIPT, ...), and
+// each was sent (not an invalid record).
+// On Redis Cluster a pipeline that spans shards is unanswered only when every shard it
+// reached failed so; a dead shard alone fails its own keys and the batch goes on.
+func unanswered(errs []error) bool {
+	if len(errs) == 0 {
+		return false
+	}
+	for _, err := range errs {
+		var reply redis.Error
+		if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, errInvalidRecord) || errors.As(err, &reply) {
+			return false
+		}
+	}
+	return true
+}
+
+// notSent fills errs with ErrNotSent wrapping cause.
+func notSent(errs []error, cause error) {
+	for i := range errs {
+		errs[i] = fmt.Errorf("%w: %w", ErrNotSent, cause)
+	}
+}
+
+// WriteMany writes records like Write, in pipelines of at most PipelineSize records
+// (on Redis Cluster the client splits each by slot; each record is still one key and one
+// script call). It returns, per record, whether it was written, and the error of each
+// write (nil when it went through). When Redis has forgotten the script (a restart), it
+// loads it and writes again.
+//
+// A pipeline that Redis did not answer at all (its writes failed with no reply, after
+// the client's own retries: the write is idempotent, an equal version is refused) is an
+// unknown outcome for its records, each of which carries that error; the pipelines after
+// it are not sent (ErrNotSent).
 func (l Layout) WriteMany(ctx context.Context, rdb redis.UniversalClient, recs []*Record, ttl time.Duration) ([]bool, []error) {
 	written := make([]bool, len(recs))
 	errs := make([]error, len(recs))
+	for lo := 0; lo < len(recs); lo += PipelineSize {
+		hi := min(lo+PipelineSize, len(recs))
+		l.writePipeline(ctx, rdb, recs[lo:hi], ttl, written[lo:hi], errs[lo:hi])
+		if hi < len(recs) && unanswered(errs[lo:hi]) {
+			notSent(errs[hi:], errs[lo])
+			break
+		}
+	}
+	return written, errs
+}
+
+// writePipeline is WriteMany's one pipeline: written and errs answer recs.
+func (l Layout) writePipeline(ctx context.Context, rdb redis.UniversalClient, recs []*Record, ttl time.Duration, written []bool, errs []error) {
 	todo := make([]int, 0, len(recs))
 	blobs := make([][]byte, len(recs))
 	for i, rec := range recs {
 		if rec.GetEntitlement().GetMemberId() == "" {
-			errs[i] = errors.New("mirror: record without member id")
+			errs[i] = fmt.Errorf("%w: no member id", errInvalidRecord)
 			continue
 		}
 		blob, err := proto.Marshal(rec)
 		if err != nil {
-			errs[i] = err
+			errs[i] = fmt.Errorf("%w: %w", errInvalidRecord, err)
 			continue
 		}
 		blobs[i] = blob
@@ -58,12 +121,11 @@ func (l Layout) WriteMany(ctx context.Context, rdb redis.UniversalClient, recs [
 				for _, i := range retry {
 					errs[i] = err
 				}
-				return written, errs
+				return
 			}
 		}
 		todo = retry
 	}
-	return written, errs
 }
 
 // ClaimGeneration installs generation unless one is already set, and returns the
@@ -101,22 +163,38 @@ func (l Layout) ReplaceGeneration(ctx context.Context, rdb redis.Scripter, seen,
 	return cur, cur == generation, nil
 }
 
-// DeleteMany removes members' records, in one pipeline of single-key DELs, and returns
-// the first error. A reader then finds no record and resolves through the control plane.
-// Redis runs DEL even when it refuses writes for want of memory (maxmemory under the
-// noeviction policy refuses only commands that may grow memory), so a writer whose
-// record write was refused can still take away the older record it failed to replace.
+// DeleteMany removes members' records, in pipelines of at most PipelineSize single-key
+// DELs, and returns the first error; as WriteMany, it sends no more pipelines after one
+// Redis did not answer at all. A reader then finds no record and resolves through the
+// control plane. Redis runs DEL even when it refuses writes for want of memory
+// (maxmemory under the noeviction policy refuses only commands that may grow memory), so
+// a writer whose record write was refused can still take away the older record it
+// failed to replace.
 func (l Layout) DeleteMany(ctx context.Context, rdb redis.Cmdable, memberIDs []string) error {
-	pipe := rdb.Pipeline()
-	for _, m := range memberIDs {
-		pipe.Del(ctx, l.MemberKey(m))
+	var first error
+	for lo := 0; lo < len(memberIDs); lo += PipelineSize {
+		hi := min(lo+PipelineSize, len(memberIDs))
+		pipe := rdb.Pipeline()
+		cmds := make([]*redis.IntCmd, 0, hi-lo)
+		for _, m := range memberIDs[lo:hi] {
+			cmds = append(cmds, pipe.Del(ctx, l.MemberKey(m)))
+		}
+		_, err := pipe.Exec(ctx)
+		first = cmp.Or(first, err)
+		errs := make([]error, len(cmds))
+		for i, c := range cmds {
+			errs[i] = c.Err()
+		}
+		if hi < len(memberIDs) && unanswered(errs) {
+			return fmt.Errorf("%w (and %d more not sent)", first, len(memberIDs)-hi)
+		}
 	}
-	_, err := pipe.Exec(ctx)
-	return err
+	return first
 }
 
 // ReadVersions reads the versions of members' records as stored, whatever generation
-// they were written under, in one pipeline of single-key reads: versions[i] and errs[i]
+// they were written under, in pipelines of at most PipelineSize single-key reads (none
+// sent after one Redis did not answer at all: ErrNotSent): versions[i] and errs[i]
 // answer memberIDs[i]; a member without a record, or whose version is not a number,
 // reads 0. A rebuild moves each member's version in Postgres past it before it reads the
 // record (controlplane/mirrorsync), so that the rebuilt record wins the monotonic write
@@ -124,9 +202,19 @@ func (l Layout) DeleteMany(ctx context.Context, rdb redis.Cmdable, memberIDs []s
 // versions went back). On Redis Cluster a master that is down fails only its own keys.
 func (l Layout) ReadVersions(ctx context.Context, rdb redis.Cmdable, memberIDs []string) (versions []int64, errs []error) {
 	versions, errs = make([]int64, len(memberIDs)), make([]error, len(memberIDs))
-	if len(memberIDs) == 0 {
-		return versions, errs
+	for lo := 0; lo < len(memberIDs); lo += PipelineSize {
+		hi := min(lo+PipelineSize, len(memberIDs))
+		l.readVersions(ctx, rdb, memberIDs[lo:hi], versions[lo:hi], errs[lo:hi])
+		if hi < len(memberIDs) && unanswered(errs[lo:hi]) {
+			notSent(errs[hi:], errs[lo])
+			break
+		}
 	}
+	return versions, errs
+}
+
+// readVersions is ReadVersions' one pipeline.
+func (l Layout) readVersions(ctx context.Context, rdb redis.Cmdable, memberIDs []string, versions []int64, errs []error) {
 	cmds := make([]*redis.StringCmd, len(memberIDs))
 	pipe := rdb.Pipeline()
 	for i, m := range memberIDs {
@@ -141,5 +229,4 @@ func (l Layout) ReadVersions(ctx context.Context, rdb redis.Cmdable, memberIDs [
 		}
 		versions[i], _ = strconv.ParseInt(s, 10, 64)
 	}
-	return versions, errs
 }
