@@ -103,13 +103,15 @@ func TestWriteManyWritesAnOrganizationOfAnySize(t *testing.T) {
 		}
 	}
 	t.Logf("%d records: %d failed, %d pipelines, in %s (first error: %v)", n, failed, len(sizes.sizes), took, first)
-	if failed > 0 || notWritten > 0 {
-		t.Fatalf("%d of %d writes failed, %d kept out: %v", failed, n, notWritten, first)
-	}
 	for _, s := range sizes.sizes {
 		if s > mirror.PipelineSize {
-			t.Fatalf("a pipeline of %d script calls, more than %d", s, mirror.PipelineSize)
+			t.Errorf("a pipeline of %d script calls, more than %d", s, mirror.PipelineSize)
 		}
+	}
+	// A record kept out by an equal version was written by an attempt that timed out
+	// (the client sent the pipeline again): the deadlines did not hold.
+	if failed > 0 || notWritten > 0 {
+		t.Fatalf("%d of %d writes failed, %d kept out (written by an attempt that timed out): %v", failed, n, notWritten, first)
 	}
 	last := recs[n-1].GetEntitlement().GetMemberId()
 	got, err := l.Read(ctx, rdb, last, "g1")
