@@ -26,12 +26,12 @@ import (
 // and bounds the life of a record whose post-commit refresh was lost to a crash.
 const RecordTTL = 26 * time.Hour
 
-// maxFailed bounds the members remembered for repair; beyond it every mirrored member
-// is rewritten instead.
+// maxFailed bounds the members remembered for repair in memory (those that could not be
+// marked in Postgres either); beyond it every mirrored member is rewritten instead.
 const maxFailed = 10_000
 
-// resyncChunk is how many members one resync step loads and writes.
-const resyncChunk = 500
+// resyncChunk is how many members one resync step loads and writes: one pipeline.
+const resyncChunk = mirror.PipelineSize
 
 // Deps are what the writer needs.
 type Deps struct {
@@ -139,9 +139,15 @@ func (w *Writer) Refresh(ctx context.Context, versions map[string]int64) {
 // A failed write leaves the member's older record in Redis, which the enforcers read with
 // no error and would keep trusting (a member whose settlement crossed a hard limit
 // admitted on every check, for as long as Redis refuses writes or is cut off from this
-// process). So the failed members' records are deleted at once where Redis answers
+// process). So the failed members' records are deleted at once where Redis may answer
 // (forgetRecords), and the members are marked for repair in Postgres as well as in memory
 // (markForRepair), so the repair outlives this process.
+//
+// Records go to Redis in pipelines of mirror.PipelineSize, each under the client's
+// deadlines, so an organization-wide change of any size is written. A pipeline Redis did
+// not answer (after the client's retries) is an unknown outcome for its members only:
+// they are deleted and marked; the pipelines after it are not sent (mirror.ErrNotSent),
+// their members marked only, since Redis is not answering.
 func (w *Writer) write(ctx context.Context, recs []*mirror.Record) []*mirror.Record {
 	if len(recs) == 0 {
 		return nil
@@ -149,8 +155,8 @@ func (w *Writer) write(ctx context.Context, recs []*mirror.Record) []*mirror.Rec
 	written, errs := w.layout.WriteMany(ctx, w.rdb, recs, RecordTTL)
 	done := make([]*mirror.Record, 0, len(recs))
 	var failed []*mirror.Record
+	var forget []string
 	var firstErr error
-	answered := false
 	for i, rec := range recs {
 		switch {
 		case errs[i] != nil:
@@ -159,10 +165,13 @@ func (w *Writer) write(ctx context.Context, recs []*mirror.Record) []*mirror.Rec
 			if firstErr == nil {
 				firstErr = errs[i]
 			}
-			// Redis answered with an error (OOM, READONLY, a script error), rather than
-			// not at all: it will answer a DEL too.
-			var reply redis.Error
-			answered = answered || errors.As(errs[i], &reply)
+			// Redis answered with an error (OOM, READONLY, a script error), or did not
+			// answer this write's pipeline at all (its outcome is unknown): either way
+			// the older record may be there, and Redis may answer a DEL. A write never
+			// sent leaves the older record too, but Redis was not answering then.
+			if !errors.Is(errs[i], mirror.ErrNotSent) {
+				forget = append(forget, rec.GetEntitlement().GetMemberId())
+			}
 		case written[i]:
 			w.metrics.MirrorWrites.WithLabelValues("written").Inc()
 			done = append(done, rec)
@@ -173,22 +182,25 @@ func (w *Writer) write(ctx context.Context, recs []*mirror.Record) []*mirror.Rec
 		}
 	}
 	if len(failed) > 0 {
-		w.log.Warn("mirror: Redis writes failed; the records will be repaired", "failed", len(failed), "err", firstErr)
+		w.log.Warn("mirror: Redis writes failed; the records will be repaired", "failed", len(failed),
+			"not_sent", len(failed)-len(forget), "err", firstErr)
 		members, versions := memberVersions(failed)
-		if answered {
-			w.forgetRecords(ctx, members)
+		if len(forget) > 0 {
+			w.forgetRecords(ctx, forget)
 		}
 		w.markForRepair(ctx, members, versions)
 	}
 	return done
 }
 
-// forgetRecords deletes the records whose writes Redis refused: readers then miss and
-// resolve through the control plane, which answers from Postgres, instead of trusting
-// the older record. Deleting is safe whatever is there now (a missing record is never
-// read as zero spend), and Redis runs DEL even at maxmemory under noeviction. It is not
-// tried when Redis did not answer the write (a partition, a dead server): the DEL would
-// wait out the same timeout; the durable mark covers that case.
+// forgetRecords deletes the records whose writes failed: readers then miss and resolve
+// through the control plane, which answers from Postgres, instead of trusting the older
+// record. Deleting is safe whatever is there now (a missing record is never read as
+// zero spend), and Redis runs DEL even at maxmemory under noeviction. It is tried for
+// writes Redis refused, and for those of a pipeline it did not answer (the client had
+// retried it): at most one pipeline's members then, at the cost of one more wait when
+// Redis is still not answering; writes never sent are not deleted (the durable mark
+// covers them).
 func (w *Writer) forgetRecords(ctx context.Context, members []string) {
 	if err := w.layout.DeleteMany(ctx, w.rdb, members); err != nil {
 		w.log.Warn("mirror: cannot delete the records whose writes failed; the enforcers may read them until they are repaired",
@@ -198,16 +210,20 @@ func (w *Writer) forgetRecords(ctx context.Context, members []string) {
 	w.metrics.MirrorWrites.WithLabelValues("deleted").Add(float64(len(members)))
 }
 
-// markForRepair remembers members whose records could not be written, in memory and in
-// Postgres (usage_mirror_repairs): a control plane restarted before Redis takes writes
-// again (a rolling deploy, a crash loop), or another replica, still repairs them. Only a
-// failed write costs this Postgres write.
+// markForRepair marks members whose records could not be written in Postgres
+// (usage_mirror_repairs): every control plane's maintenance round rewrites them, a
+// control plane restarted before Redis takes writes again (a rolling deploy, a crash
+// loop) or another replica too. Only a mark Postgres did not take is remembered in
+// memory as well: the marked ones need no list of this process's, and a failure of
+// many members (an organization-wide change while Redis stalls) must not overflow it
+// into a rewrite of every record of the deployment. Only a failed write costs this
+// Postgres write.
 func (w *Writer) markForRepair(ctx context.Context, members []string, versions map[string]int64) {
-	w.remember(members)
 	if err := store.MarkMirrorRepairs(ctx, w.st.Pool, versions); err != nil {
 		w.metrics.StoreErrors.WithLabelValues("mirror_repair").Inc()
 		w.log.Warn("mirror: cannot mark the failed records for repair in Postgres; only this process will repair them",
 			"members", len(members), "err", err)
+		w.remember(members)
 	}
 }
 
