@@ -63,11 +63,26 @@ func (s *Server) createAPIKey(c *Call) error {
 	return c.JSON(http.StatusCreated, map[string]any{"apiKey": viewAPIKey(k), "key": key})
 }
 
-// listAPIKeys shows members their own keys and managers every key of the organization.
+// listAPIKeys shows members their own keys and managers every key of the organization,
+// oldest first: all of them, or one page when the call asks for one (orgListPage).
 func (s *Server) listAPIKeys(c *Call) error {
-	only := c.Member.ID
+	only, view := c.Member.ID, "own"
 	if IsManager(c.Member.Role) {
-		only = ""
+		only, view = "", "all"
+	}
+	// A page is bound to what the caller sees: a cursor of their own keys is not one of
+	// the organization's (after a change of role, they start again).
+	want := resetCursor{List: "api-keys", View: view, Org: c.OrgID(), Member: only}
+	page, err := orgListPage(c, want)
+	if err != nil {
+		return err
+	}
+	if page != nil {
+		keys, err := store.ListAPIKeysPage(c.Ctx, c.DB(), c.OrgID(), only, *page)
+		if err != nil {
+			return err
+		}
+		return answerPage(c, "apiKeys", keys, page, want, func(k store.APIKey) (time.Time, string) { return k.CreatedAt, k.ID }, viewAPIKey)
 	}
 	keys, err := store.ListAPIKeys(c.Ctx, c.DB(), c.OrgID(), only)
 	if err != nil {

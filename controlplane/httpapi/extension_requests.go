@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -293,11 +294,16 @@ func cutPage[T any](rows []T, limit int, want resetCursor, position func(T) (tim
 // previous page of the list want names), adding their problems to p; the cursor is read
 // only when nothing else is wrong.
 func readPage(q url.Values, p *fault.Problems, want resetCursor) (int, *store.UsageRequestPosition) {
-	limit := resetPageDefault
+	return readPageWithin(q, p, want, resetPageDefault, resetPageMax)
+}
+
+// readPageWithin is readPage with the list's own default and largest limit.
+func readPageWithin(q url.Values, p *fault.Problems, want resetCursor, def, most int) (int, *store.UsageRequestPosition) {
+	limit := def
 	if v := q["limit"]; len(v) > 0 {
 		n, err := strconv.Atoi(v[0])
-		if len(v) > 1 || !digitsOnly(v[0]) || err != nil || n < 1 || n > resetPageMax {
-			p.Add("must be an integer from 1 to 100, digits only", "limit")
+		if len(v) > 1 || !digitsOnly(v[0]) || err != nil || n < 1 || n > most {
+			p.Add(fmt.Sprintf("must be an integer from 1 to %d, digits only", most), "limit")
 		} else {
 			limit = n
 		}

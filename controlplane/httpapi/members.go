@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,7 +17,21 @@ func errMemberNotFound() error {
 	return fault.NotFoundf("member_not_found", "No active member with this id in the organization.")
 }
 
+// listMembers answers the organization's active members: all of them, oldest first, or
+// one page when the call asks for one (orgListPage).
 func (s *Server) listMembers(c *Call) error {
+	want := resetCursor{List: "members", Org: c.OrgID()}
+	page, err := orgListPage(c, want)
+	if err != nil {
+		return err
+	}
+	if page != nil {
+		ms, err := store.ListMembersPage(c.Ctx, c.DB(), c.OrgID(), *page)
+		if err != nil {
+			return err
+		}
+		return answerPage(c, "members", ms, page, want, func(m store.Member) (time.Time, string) { return m.CreatedAt, m.ID }, viewMember)
+	}
 	ms, err := store.ListMembers(c.Ctx, c.DB(), c.OrgID())
 	if err != nil {
 		return err

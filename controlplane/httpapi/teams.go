@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -39,7 +40,21 @@ func (s *Server) createTeam(c *Call) error {
 	return c.JSON(http.StatusCreated, viewTeam(t))
 }
 
+// listTeams answers the organization's live teams with their member ids: all of them,
+// by name, or one page, oldest first, when the call asks for one (orgListPage).
 func (s *Server) listTeams(c *Call) error {
+	want := resetCursor{List: "teams", Org: c.OrgID()}
+	page, err := orgListPage(c, want)
+	if err != nil {
+		return err
+	}
+	if page != nil {
+		ts, err := store.ListTeamsPage(c.Ctx, c.DB(), c.OrgID(), *page)
+		if err != nil {
+			return err
+		}
+		return answerPage(c, "teams", ts, page, want, func(t store.Team) (time.Time, string) { return t.CreatedAt, t.ID }, viewTeam)
+	}
 	ts, err := store.ListTeams(c.Ctx, c.DB(), c.OrgID())
 	if err != nil {
 		return err

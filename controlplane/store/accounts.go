@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -235,6 +236,38 @@ func ListMembers(ctx context.Context, q Querier, orgID string) ([]Member, error)
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Member, error) { return scanMember(r) })
 }
 
+// ListPage selects one page of a list read in (created_at, id) order: at most Limit+1
+// rows, so that the caller can tell whether more follow, after the position After when
+// it is set. A row added or removed meanwhile never moves another across pages.
+type ListPage struct {
+	Limit int
+	After *UsageRequestPosition
+}
+
+// sql is the page's condition (after the list's own WHERE), order and limit; alias
+// qualifies the columns ("m." or empty), and the arguments are appended to args.
+func (p ListPage) sql(args *[]any, alias string) string {
+	s := ""
+	if p.After != nil {
+		*args = append(*args, p.After.CreatedAt, p.After.ID)
+		s = fmt.Sprintf(` AND (%[1]screated_at, %[1]sid) > ($%[2]d, $%[3]d)`, alias, len(*args)-1, len(*args))
+	}
+	*args = append(*args, p.Limit+1)
+	return s + fmt.Sprintf(` ORDER BY %[1]screated_at, %[1]sid LIMIT $%[2]d`, alias, len(*args))
+}
+
+// ListMembersPage reads one page of an organization's active members, oldest first,
+// through members_org_live (migration 0033).
+func ListMembersPage(ctx context.Context, q Querier, orgID string, p ListPage) ([]Member, error) {
+	args := []any{orgID}
+	rows, err := q.Query(ctx, `SELECT `+memberColumns+` FROM members m JOIN users u ON u.id = m.user_id
+		WHERE m.organization_id = $1 AND m.removed_at IS NULL`+p.sql(&args, "m."), args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Member, error) { return scanMember(r) })
+}
+
 // CountOwners counts an organization's active owners, locking them so that two
 // concurrent demotions cannot both see a second owner.
 func CountOwners(ctx context.Context, q Querier, orgID string) (int, error) {
@@ -389,6 +422,24 @@ func ListTeams(ctx context.Context, q Querier, orgID string) ([]Team, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Team, error) { return scanTeam(r) })
 }
 
+// ListTeamsPage reads one page of an organization's live teams with their member ids,
+// oldest first (the whole list, ListTeams, is by name): the page's teams are chosen
+// through teams_org_live (migration 0033) before their members are joined.
+func ListTeamsPage(ctx context.Context, q Querier, orgID string, p ListPage) ([]Team, error) {
+	args := []any{orgID}
+	rows, err := q.Query(ctx, `WITH page AS (
+			SELECT t.id, t.organization_id, t.name, t.created_at FROM teams t
+			WHERE t.organization_id = $1 AND t.deleted_at IS NULL`+p.sql(&args, "t.")+`)
+		SELECT t.id, t.organization_id, t.name, t.created_at,
+			coalesce(array_agg(tm.member_id ORDER BY tm.member_id) FILTER (WHERE tm.member_id IS NOT NULL), '{}')
+		FROM page t LEFT JOIN team_members tm ON tm.team_id = t.id
+		GROUP BY t.id, t.organization_id, t.name, t.created_at ORDER BY t.created_at, t.id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Team, error) { return scanTeam(r) })
+}
+
 // AddTeamMember adds a member to a team; adding twice is a no-op. It reports whether a
 // row was added.
 func AddTeamMember(ctx context.Context, q Querier, teamID, memberID string, now time.Time) (bool, error) {
@@ -463,19 +514,34 @@ func APIKeyByHash(ctx context.Context, q Querier, hash []byte, now time.Time) (K
 }
 
 // ListAPIKeys lists an organization's live keys, of one member when memberID is set,
-// oldest first. The member's list and the organization's are two statements: one for
-// both, where an empty member id matched every member, has a generic plan (the one a
-// prepared statement settles on) that can use neither index, and scanned every key of
-// every organization, revoked ones included. The member's is served by
-// api_keys_member, the organization's by api_keys_org_live (migration 0033), in the
-// list's order.
+// oldest first.
 func ListAPIKeys(ctx context.Context, q Querier, orgID, memberID string) ([]APIKey, error) {
+	return listAPIKeys(ctx, q, orgID, memberID, nil)
+}
+
+// ListAPIKeysPage reads one page of ListAPIKeys's list.
+func ListAPIKeysPage(ctx context.Context, q Querier, orgID, memberID string, p ListPage) ([]APIKey, error) {
+	return listAPIKeys(ctx, q, orgID, memberID, &p)
+}
+
+// listAPIKeys reads the whole list (page nil) or one page of it. The member's list and
+// the organization's are two statements: one for both, where an empty member id
+// matched every member, has a generic plan (the one a prepared statement settles on)
+// that can use neither index, and scanned every key of every organization, revoked ones
+// included. The member's is served by api_keys_member, the organization's by
+// api_keys_org_live (migration 0033), in the list's order.
+func listAPIKeys(ctx context.Context, q Querier, orgID, memberID string, page *ListPage) ([]APIKey, error) {
 	where, args := `organization_id = $1 AND revoked_at IS NULL`, []any{orgID}
 	if memberID != "" {
 		where, args = `member_id = $2 AND `+where, append(args, memberID)
 	}
 	sql := `SELECT id, organization_id, member_id, user_id, name, start, created_at, expires_at, revoked_at
-		FROM api_keys WHERE ` + where + ` ORDER BY created_at, id`
+		FROM api_keys WHERE ` + where
+	if page == nil {
+		sql += ` ORDER BY created_at, id`
+	} else {
+		sql += page.sql(&args, "")
+	}
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err

@@ -137,3 +137,43 @@ func TestListAPIKeysUsesAnIndex(t *testing.T) {
 		})
 	}
 }
+
+// TestListPagesUseTheirIndex: a page of members, teams or API keys after a cursor reads
+// the organization's rows in the page's order through its index (migration 0033), so a
+// page costs its own rows whatever the organization's size.
+func TestListPagesUseTheirIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	seedKeys(t, st)
+	if _, err := st.Pool.Exec(ctx, `
+		INSERT INTO users (id, email, email_normalized, name, password_hash, created_at, updated_at)
+			SELECT 'usr_big' || i, 'b' || i || '@x.test', 'b' || i || '@x.test', 'B', 'x', now(), now() FROM generate_series(1, 5000) i;
+		INSERT INTO members (id, organization_id, user_id, role, created_at)
+			SELECT 'om_big' || i, 'org_' || lpad((i % 100)::text, 26, '0'), 'usr_big' || i, 'member', now() FROM generate_series(1, 5000) i;
+		INSERT INTO teams (id, organization_id, name, created_at)
+			SELECT 'tem_' || i, 'org_' || lpad((i % 100)::text, 26, '0'), 'T' || i, now() FROM generate_series(1, 5000) i;
+		ANALYZE members, teams`); err != nil {
+		t.Fatal(err)
+	}
+	org := "org_" + strings.Repeat("0", 26)
+	page := store.ListPage{Limit: 10, After: &store.UsageRequestPosition{CreatedAt: time.Now(), ID: "x"}}
+	for _, c := range []struct {
+		name, index string
+		list        func(store.Querier) error
+	}{
+		{"members", "members_org_live", func(q store.Querier) error { _, err := store.ListMembersPage(ctx, q, org, page); return err }},
+		{"teams", "teams_org_live", func(q store.Querier) error { _, err := store.ListTeamsPage(ctx, q, org, page); return err }},
+		{"api keys", "api_keys_org_live", func(q store.Querier) error { _, err := store.ListAPIKeysPage(ctx, q, org, "", page); return err }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &recorder{Querier: st.Pool}
+			if err := c.list(r); err != nil {
+				t.Fatal(err)
+			}
+			if plan := genericPlan(t, st, r); !strings.Contains(plan, c.index) {
+				t.Fatalf("a page's generic plan does not read %s:\n%s", c.index, plan)
+			}
+		})
+	}
+}
