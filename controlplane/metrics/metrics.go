@@ -96,7 +96,7 @@ var (
 	startBatchPaths = []string{"fenced", "read_first", "fence_moved"}
 	storeOps        = []string{"start", "settle", "resolve", "mirror_load", "mirror_version", "mirror_repair", "resync"}
 	mirrorResults   = []string{"written", "stale", "error", "deleted"}
-	resyncKinds     = []string{"generation", "refresh", "repair", "forced"}
+	resyncKinds     = []string{"generation", "failover", "refresh", "repair", "forced"}
 	costBases       = []string{"upstream_cost", "reported_usage", "estimate", "none"}
 	priceSources    = []string{"organization", "catalog", "fallback", "none"}
 	unpricedSources = []string{"fallback", "unknown"}
