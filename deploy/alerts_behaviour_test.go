@@ -10,24 +10,32 @@ import (
 )
 
 // TestGatewayAlertsFire runs the gateway's alerts, as alerts.yaml writes them, through
-// `promtool test rules` on made-up series of two enforcers: enf-1 answers 1 request a
+// `promtool test rules` on made-up series of three enforcers: enf-1 answers 1 request a
 // second busy and 1 in 12 with no answer from the provider, enf-2 is at its bound never
 // and misses 1% of its answers; enf-2 has a route without its credential from the
-// 10th minute on. Each alert must fire for enf-1 alone once its `for` has
-// passed, and for nobody before. The rules are copied without their annotations, which
+// 10th minute on, and from then on its provider rejects most of its requests' credential
+// (401); enf-3 refuses half a request a second for want of the decoding budget
+// (decode_busy) and 1 in 10 of its provider's answers are 529. Each alert must fire for
+// the enforcers named once its `for` has passed, and for nobody before. (The tests of
+// enforcer/gateway and controlplane/internalapi run the alerts on real registries'
+// series, internal/alerttest.) The rules are copied without their annotations, which
 // promtool would otherwise compare word for word; their expressions, durations and
 // labels are the file's. CI installs promtool (.ci/run), so there it must run.
 func TestGatewayAlertsFire(t *testing.T) {
 	tool := promtool(t)
 	rules := alertRules(t, func(group, _ string) bool { return group == "tollgate-gateway" })
-	if len(rules) != 3 {
-		t.Fatalf("the tollgate-gateway group has %d rules; this test knows TollgateGatewayBusy, TollgateGatewayUpstreamFailing and TollgateGatewayNoCredential", len(rules))
+	if len(rules) != 4 {
+		t.Fatalf("the tollgate-gateway group has %d rules; this test knows TollgateGatewayBusy, TollgateGatewayUpstreamFailing, TollgateGatewayCredentialRejected and TollgateGatewayNoCredential", len(rules))
 	}
 	dir := t.TempDir()
 	writeYAML(t, filepath.Join(dir, "rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "gateway", "rules": rules}}})
 
 	series := func(instance, outcome, values string) map[string]string {
 		return map[string]string{"series": `tollgate_enforcer_gateway_requests_total{instance="` + instance + `",outcome="` + outcome + `"}`,
+			"values": values}
+	}
+	answers := func(instance, code, values string) map[string]string {
+		return map[string]string{"series": `tollgate_enforcer_gateway_upstream_responses_total{instance="` + instance + `",code="` + code + `"}`,
 			"values": values}
 	}
 	fires := func(at, alert, severity string, instances ...string) map[string]any {
@@ -46,12 +54,20 @@ func TestGatewayAlertsFire(t *testing.T) {
 				series("enf-1", "busy", "0+60x30"), series("enf-1", "proxied", "0+600x30"), series("enf-1", "upstream_error", "0+60x30"),
 				series("enf-2", "busy", "0x30"), series("enf-2", "proxied", "0+600x30"), series("enf-2", "upstream_timeout", "0+6x30"),
 				series("enf-1", "no_credential", "0x30"), series("enf-2", "no_credential", "0x10 0+30x20"),
+				answers("enf-1", "2xx", "0+600x30"), answers("enf-1", "401", "0x30"), answers("enf-1", "529", "0x30"),
+				answers("enf-2", "2xx", "0+600x10 6000+100x20"), answers("enf-2", "401", "0x10 0+500x20"), answers("enf-2", "529", "0x30"),
+				series("enf-3", "busy", "0x30"), series("enf-3", "decode_busy", "0+30x30"), series("enf-3", "proxied", "0+600x30"),
+				series("enf-3", "no_credential", "0x30"), series("enf-3", "upstream_error", "0x30"), series("enf-3", "upstream_timeout", "0x30"),
+				answers("enf-3", "2xx", "0+540x30"), answers("enf-3", "401", "0x30"), answers("enf-3", "529", "0+60x30"),
 			},
 			"alert_rule_test": []any{
 				fires("3m", "TollgateGatewayBusy", "critical"), // pending: for 5m
-				fires("12m", "TollgateGatewayBusy", "critical", "enf-1"),
+				fires("12m", "TollgateGatewayBusy", "critical", "enf-1", "enf-3"),
 				fires("8m", "TollgateGatewayUpstreamFailing", "warning"), // pending: for 10m
-				fires("15m", "TollgateGatewayUpstreamFailing", "warning", "enf-1"),
+				fires("15m", "TollgateGatewayUpstreamFailing", "warning", "enf-1", "enf-3"),
+				fires("9m", "TollgateGatewayCredentialRejected", "critical"),
+				fires("17m", "TollgateGatewayCredentialRejected", "critical"), // above half from 14m, pending: for 5m
+				fires("20m", "TollgateGatewayCredentialRejected", "critical", "enf-2"),
 				fires("9m", "TollgateGatewayNoCredential", "critical"),
 				fires("13m", "TollgateGatewayNoCredential", "critical"), // pending: for 5m
 				fires("18m", "TollgateGatewayNoCredential", "critical", "enf-2"),

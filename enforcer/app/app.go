@@ -269,7 +269,8 @@ func New(d Deps) *Enforcer {
 		gwCfg.AllowDeferred = cfg.AllowDeferred()
 		gwCfg.Decoding = e.Decoding // one budget of decoded bodies for the process
 		gw, err := gateway.New(gwCfg, e.Gate, e.Tracker, responseusage.Limits{},
-			gateway.Metrics{Requests: m.GatewayRequests, Active: m.GatewayActive, FirstByte: m.GatewayFirstByte}, log)
+			gateway.Metrics{Requests: m.GatewayRequests, Active: m.GatewayActive, FirstByte: m.GatewayFirstByte,
+				Upstream: m.GatewayUpstreamResponses}, log)
 		if err != nil {
 			panic(err) // parseConfig refuses a gateway without routes
 		}

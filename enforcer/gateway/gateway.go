@@ -102,6 +102,9 @@ type Metrics struct {
 	// FirstByte observes the seconds from sending the upstream request to its response
 	// headers.
 	FirstByte prometheus.Observer
+	// Upstream counts the upstream's answers by status (metrics.GatewayUpstreamCode);
+	// nil counts nothing.
+	Upstream *prometheus.CounterVec
 }
 
 // Config of the gateway. Zero durations and sizes take the defaults.
@@ -190,6 +193,9 @@ type Gateway struct {
 	// fails every request, and Metrics.Requests counts each one (upstream_error,
 	// upstream_timeout).
 	upstreamFailures logging.Throttle
+	// credentialRejections throttles the line of an upstream answering 401 or 403
+	// (upstreamstatus.go).
+	credentialRejections logging.Throttle
 	// sessions are the Realtime sessions open now, each with the cancellation that ends
 	// it (realtime.go): net/http's Shutdown neither waits for nor closes a connection
 	// its handler took over, so DrainSessions does.
@@ -928,6 +934,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		p.log.firstByte = firstByte
 	}
 	gw.answered(w, OutcomeProxied)
+	p.upstreamAnswered(resp.StatusCode)
 	return true
 }
 

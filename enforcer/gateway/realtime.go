@@ -235,6 +235,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	// page cannot set, and no cookie is read.
 	accept.InsecureSkipVerify = true
 	gw.answered(w, OutcomeProxied)
+	p.upstreamAnswered(http.StatusSwitchingProtocols)
 	client, err := websocket.Accept(w, r, &accept)
 	if err != nil {
 		return // Accept answered the client; nothing reached the model
@@ -720,6 +721,7 @@ func (p *proxied) handshakeFailed(w http.ResponseWriter, r *http.Request, resp *
 	}
 	p.settle(inflight.Usage{Complete: true, UpstreamStatus: int32(resp.StatusCode)})
 	p.gw.answered(w, OutcomeProxied)
+	p.upstreamAnswered(resp.StatusCode)
 	h := w.Header()
 	copyHeaders(h, resp.Header)
 	p.redirectThroughGateway(h, resp.Request)

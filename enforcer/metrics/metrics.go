@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -83,6 +84,11 @@ type Metrics struct {
 	// sending an upstream request to its response headers.
 	GatewayRequests *prometheus.CounterVec
 	GatewayActive   prometheus.Gauge
+	// GatewayUpstreamResponses counts the answers the gateway's upstreams gave (every
+	// outcome="proxied" request, and a WebSocket handshake's answer), by status
+	// (GatewayUpstreamCode): a provider refusing the route's credential (401, 403) or
+	// failing (5xx, 529) answers, and the request is proxied all the same.
+	GatewayUpstreamResponses *prometheus.CounterVec
 	// RequestDecodes is the compressed request bodies holding a share of the decoding
 	// budget now (requestbody.Decoding), both front doors.
 	RequestDecodes   prometheus.Gauge
@@ -101,6 +107,28 @@ type Metrics struct {
 // GatewayOutcomes are the outcome labels of GatewayRequests (package gateway's
 // Outcome constants; package gateway imports this one, so the list lives here).
 var GatewayOutcomes = []string{"proxied", "refused", "no_route", "busy", "body_too_large", "bad_body", "upstream_error", "upstream_timeout", "client_gone", "no_credential", "unsupported", "decode_busy"}
+
+// GatewayUpstreamCodes are the code labels of GatewayUpstreamResponses: the statuses
+// an operator acts on, each on its own, the others by class; a bounded set, created at
+// construction.
+var GatewayUpstreamCodes = []string{"101", "2xx", "400", "401", "403", "404", "408", "429", "500", "502", "503", "504", "529",
+	"other_4xx", "other_5xx", "other"}
+
+// GatewayUpstreamCode is the code label of an upstream's status.
+func GatewayUpstreamCode(status int) string {
+	switch {
+	case status >= 200 && status <= 299:
+		return "2xx"
+	case status == 101 || status == 400 || status == 401 || status == 403 || status == 404 || status == 408 || status == 429 ||
+		status == 500 || status == 502 || status == 503 || status == 504 || status == 529:
+		return strconv.Itoa(status)
+	case status >= 400 && status <= 499:
+		return "other_4xx"
+	case status >= 500 && status <= 599:
+		return "other_5xx"
+	}
+	return "other"
+}
 
 // The label values known in advance, created at construction: a fresh enforcer already
 // exposes them at 0, so a dashboard panel shows 0, not No data, and increase() sees the
@@ -295,6 +323,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_gateway_requests_total",
 			Help: "Requests of the inference gateway, by outcome: proxied (the upstream answered), refused (by the gate), no_route, busy, body_too_large, upstream_error (502), upstream_timeout (504), client_gone, no_credential (502: the route's token or signing credentials could not be had), unsupported (501: an API the gateway does not proxy, Amazon Bedrock's bidirectional streams), decode_busy (503: a compressed body that did not get its share of the decoding budget within 200ms, request_decodes_active).",
 		}, []string{"outcome"}),
+		GatewayUpstreamResponses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_gateway_upstream_responses_total",
+			Help: "Answers of the inference gateway's upstreams (the requests counted outcome=\"proxied\", and WebSocket handshakes), by status: 101 (a WebSocket opened), 2xx, 400, 401 and 403 (the provider rejects the route's credential, logged \"gateway: upstream rejected the route's credential\"), 404, 408, 429, 500, 502, 503, 504, 529 (overloaded), other_4xx, other_5xx, other.",
+		}, []string{"code"}),
 		GatewayActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_enforcer_gateway_active_requests",
 			Help: "Requests the inference gateway is proxying now (streams included).",
@@ -321,7 +353,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
-		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayActive, m.GatewayFirstByte,
+		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte,
 		m.RequestDecodes, m.Reservations, m.ContainerCharges)
 
 	for decision, reasons := range decisionReasons {
@@ -335,7 +367,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.Settlements: settleOutcomes, m.SettledCostBasis: costBases, m.ExtProcStreams: extprocStreamResults,
 		m.ExtProcRequestBodies: requestBodyResults, m.SettleSpoolDropped: spoolDropReasons, m.InvalidationsReceived: invalidationKinds,
 		m.GatewayRequests: gatewayOutcomes, m.Reservations: ReservationBases, m.ContainerCharges: ContainerChargeResults,
-		m.SpeculativeStarts: SpeculativeStartResults,
+		m.SpeculativeStarts: SpeculativeStartResults, m.GatewayUpstreamResponses: GatewayUpstreamCodes,
 	} {
 		for _, x := range values {
 			v.WithLabelValues(x)

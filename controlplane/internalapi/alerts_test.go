@@ -1,0 +1,123 @@
+package internalapi_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/internal/alerttest"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// The alerts of deploy/prometheus/alerts.yaml on the control plane's failures: each test
+// induces one in real code, scrapes the control plane's real registry before and after,
+// and runs every alert through promtool on that change repeated each minute for 90
+// minutes (internal/alerttest).
+
+// TestMirrorDriftFiresTollgateMirrorWritesFailing: the control plane is cut off from
+// Redis while the enforcers still read it (docs/redis.md, "When Redis refuses writes"):
+// the records they read drift from Postgres, and a member past a hard limit is admitted
+// until a control plane that reaches Redis repairs it. The writes are counted
+// tollgate_controlplane_mirror_writes_total{result="error"}; until 2026-12-03 no alert
+// read it.
+func TestMirrorDriftFiresTollgateMirrorWritesFailing(t *testing.T) {
+	srv := testredis.StartServer(t)
+	proxy := testredis.NewProxy(t, srv.Addr)
+	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer viaProxy.Close()
+	e := at.New(t, at.Options{Redis: viaProxy})
+	org, ms := e.Org(t, 3)
+	hardDayLimit(t, e, org, 1000)
+	for _, m := range ms {
+		if _, err := e.Mirror.Resolve(ctx, org, m); err != nil {
+			t.Fatal(err)
+		}
+		settleCost(t, e, org, m, 500)
+	}
+	before := alerttest.Scrape(t, e.Registry, "controlplane")
+	if firing := alerttest.Firing(t, before, before); len(firing) != 0 {
+		t.Fatalf("a control plane that does nothing fires %v", firing)
+	}
+	proxy.Down()
+	for _, m := range ms {
+		settleCost(t, e, org, m, 600) // Postgres: 1100 of 1000; Redis still says 500
+	}
+	_ = e.Mirror.Check(ctx) // a maintenance round, which fails too
+	after := alerttest.Scrape(t, e.Registry, "controlplane")
+	if got := after[`tollgate_controlplane_mirror_writes_total{job="controlplane",instance="controlplane-1",result="error"}`].V; got == 0 {
+		t.Fatalf("no mirror write error counted:\n%s", strings.Join(alerttest.Moved(before, after), "\n"))
+	}
+	if firing := alerttest.Firing(t, before, after); !slices.Contains(firing, "TollgateMirrorWritesFailing") {
+		t.Fatalf("the control plane could not write Redis for 90 minutes; TollgateMirrorWritesFailing does not fire (firing: %v)\nmoved:\n%s",
+			firing, strings.Join(alerttest.Moved(before, after), "\n"))
+	}
+}
+
+// TestQuarantinedSettlementsFireTollgateSettlementsNotCharged: settlements the ledger may
+// not charge (no durable start and no snapshot: no_snapshot) are quarantined, never
+// charged until an owner reconciles them (docs/accounting.md, "Reviewed
+// reconciliation"); until 2026-12-03 TollgateSettlementsFailing read result="error"
+// only and nothing told anyone.
+func TestQuarantinedSettlementsFireTollgateSettlementsNotCharged(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	before := alerttest.Scrape(t, e.Registry, "controlplane")
+	for range 5 {
+		res, err := e.Ledger.Settle(ctx, []*internalv1.SettleItem{{RequestId: at.ReqID(), OrganizationId: org, MemberId: ms[0],
+			UpstreamCostMicroUsd: at.Cost(700), Complete: true}})
+		if err != nil || res[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+			t.Fatalf("settle: %v %v", res, err)
+		}
+	}
+	after := alerttest.Scrape(t, e.Registry, "controlplane")
+	if firing := alerttest.Firing(t, before, after); !slices.Contains(firing, "TollgateSettlementsNotCharged") {
+		t.Fatalf("every settlement for 90 minutes was quarantined (no_snapshot); TollgateSettlementsNotCharged does not fire (firing: %v)", firing)
+	}
+}
+
+// TestUnknownCostsFireTollgateCostsUnknown: when the enforcer no longer reads a
+// provider's usage (a changed format), settlements come with nothing to price (charged
+// 0, cost_source unknown) or with token counts it estimated from the bytes (cost basis
+// estimate). Until 2026-12-03 only the fallback price had an alert. Receipts of known
+// costs fire nothing.
+func TestUnknownCostsFireTollgateCostsUnknown(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		item  func() *internalv1.SettleItem
+		fires bool
+	}{
+		{"nothing to price", func() *internalv1.SettleItem { return &internalv1.SettleItem{Complete: true} }, true},
+		{"estimated", func() *internalv1.SettleItem {
+			return &internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1000, OutputTokens: 100, UsageEstimated: true}
+		}, true},
+		{"reported", func() *internalv1.SettleItem {
+			return &internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1000, OutputTokens: 100, Complete: true}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := at.New(t, at.Options{})
+			org, ms := e.Org(t, 1)
+			before := alerttest.Scrape(t, e.Registry, "controlplane")
+			for range 5 {
+				it := tc.item()
+				it.RequestId, it.OrganizationId, it.MemberId = at.ReqID(), org, ms[0]
+				it.Snapshot = at.Snapshot(org, ms[0], e.Clock.Now(), 0)
+				res, err := e.Ledger.Settle(ctx, []*internalv1.SettleItem{it})
+				if err != nil || res[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+					t.Fatalf("settle: %v %v", res, err)
+				}
+			}
+			after := alerttest.Scrape(t, e.Registry, "controlplane")
+			firing := alerttest.Firing(t, before, after)
+			if slices.Contains(firing, "TollgateCostsUnknown") != tc.fires {
+				t.Fatalf("every receipt for 90 minutes %s: TollgateCostsUnknown firing: %v, want %v (firing: %v)\nmoved:\n%s",
+					tc.name, !tc.fires, tc.fires, firing, strings.Join(alerttest.Moved(before, after), "\n"))
+			}
+		})
+	}
+}
