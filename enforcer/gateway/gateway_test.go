@@ -647,17 +647,7 @@ func TestUploadsStreamPastTheBodyCap(t *testing.T) {
 // check gets its estimate, its request is recorded, and an unpriced model is refused
 // before it goes. Streamed past unread, it was charged its output text alone.
 func TestJSONSentAsAnUploadIsReadAsJSON(t *testing.T) {
-	var mu sync.Mutex
-	var got []string
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		got = append(got, string(b))
-		mu.Unlock()
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, `data: {"choices":[{"delta":{"content":"Hello"}}],"model":"gpt-4o-mini"}`+"\n\ndata: [DONE]\n\n")
-	}))
-	defer up.Close()
+	up := newBodyKeeper(t, "text/event-stream", `data: {"choices":[{"delta":{"content":"Hello"}}],"model":"gpt-4o-mini"}`+"\n\ndata: [DONE]\n\n")
 	gzipped := func(s string) string {
 		var b bytes.Buffer
 		zw := gzip.NewWriter(&b)
@@ -674,9 +664,7 @@ func TestJSONSentAsAnUploadIsReadAsJSON(t *testing.T) {
 		{"gzipped octet-stream", "application/octet-stream", gzipped(chatBody)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			mu.Lock()
-			got = nil
-			mu.Unlock()
+			up.take()
 			e := newEnv(t, up.URL, gateway.Config{})
 			hdr := []string{"Content-Type", c.contentType}
 			if c.name == "gzipped octet-stream" {
@@ -686,8 +674,7 @@ func TestJSONSentAsAnUploadIsReadAsJSON(t *testing.T) {
 			io.Copy(io.Discard, res.Body)
 			res.Body.Close()
 			e.tracker.settled(t)
-			mu.Lock()
-			defer mu.Unlock()
+			got := up.take()
 			if res.StatusCode != 200 || len(got) != 1 || !strings.Contains(got[0], `"include_usage":true`) {
 				t.Fatalf("%d; the upstream got %q: the stream was not asked for its usage", res.StatusCode, got)
 			}
@@ -705,15 +692,12 @@ func TestJSONSentAsAnUploadIsReadAsJSON(t *testing.T) {
 
 	e := newEnv(t, up.URL, gateway.Config{})
 	e.tracker.refuse = "mystery-model"
-	mu.Lock()
-	got = nil
-	mu.Unlock()
+	up.take()
 	res := send(t, "POST", e.front.URL+"/v1/chat/completions", "tgk_good", strings.NewReader(`{"model":"mystery-model","messages":[]}`),
 		"Content-Type", "application/octet-stream")
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
-	mu.Lock()
-	defer mu.Unlock()
+	got := up.take()
 	if res.StatusCode != 403 || len(got) != 0 {
 		t.Fatalf("an unpriced model sent as octet-stream: %d, the upstream got %q", res.StatusCode, got)
 	}
@@ -2244,4 +2228,35 @@ func TestGatewayDecodesFewCompressedBodiesAtOnce(t *testing.T) {
 	if checked != fit {
 		t.Fatalf("%d checks, want %d: a busy body is refused before its check", checked, fit)
 	}
+}
+
+// bodyKeeper is a fake upstream that answers every request with one answer and keeps the
+// bodies it was sent, for tests of what the gateway sends on.
+type bodyKeeper struct {
+	*httptest.Server
+	mu     sync.Mutex
+	bodies []string
+}
+
+func newBodyKeeper(t testing.TB, contentType, answer string) *bodyKeeper {
+	k := &bodyKeeper{}
+	k.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		k.mu.Lock()
+		k.bodies = append(k.bodies, string(b))
+		k.mu.Unlock()
+		w.Header().Set("Content-Type", contentType)
+		_, _ = io.WriteString(w, answer)
+	}))
+	t.Cleanup(k.Close)
+	return k
+}
+
+// take returns the bodies sent since the last take and forgets them.
+func (k *bodyKeeper) take() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	b := k.bodies
+	k.bodies = nil
+	return b
 }

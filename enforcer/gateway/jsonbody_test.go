@@ -3,10 +3,7 @@ package gateway_test
 import (
 	"encoding/json"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
@@ -20,17 +17,7 @@ import (
 // whatever the body's type. Before, encoding/json's grammar refused it and it went
 // upstream unread, its input free, its model unchecked.
 func TestJSONBodiesAreReadAsTheUpstreamReadsThem(t *testing.T) {
-	var mu sync.Mutex
-	var got []string
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		got = append(got, string(b))
-		mu.Unlock()
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, `data: {"choices":[{"delta":{"content":"Hello"}}],"model":"gpt-4o-mini"}`+"\n\ndata: [DONE]\n\n")
-	}))
-	defer up.Close()
+	up := newBodyKeeper(t, "text/event-stream", `data: {"choices":[{"delta":{"content":"Hello"}}],"model":"gpt-4o-mini"}`+"\n\ndata: [DONE]\n\n")
 	for _, c := range []struct{ name, contentType, body string }{
 		{"plain", "application/json", chatBody},
 		{"a UTF-8 BOM", "application/json", "\ufeff" + chatBody},
@@ -40,16 +27,13 @@ func TestJSONBodiesAreReadAsTheUpstreamReadsThem(t *testing.T) {
 		{"a number beyond float64", "application/json", strings.Replace(chatBody, `"stream":true`, `"stream":true,"seed_note":1e400`, 1)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			mu.Lock()
-			got = nil
-			mu.Unlock()
+			up.take()
 			e := newEnv(t, up.URL, gateway.Config{})
 			res := send(t, "POST", e.front.URL+"/v1/chat/completions", "tgk_good", strings.NewReader(c.body), "Content-Type", c.contentType)
 			io.Copy(io.Discard, res.Body)
 			res.Body.Close()
 			e.tracker.settled(t)
-			mu.Lock()
-			defer mu.Unlock()
+			got := up.take()
 			if res.StatusCode != 200 || len(got) != 1 || !strings.Contains(got[0], `"include_usage":true`) {
 				t.Fatalf("%d; the upstream got %q: the stream was not asked for its usage", res.StatusCode, got)
 			}
@@ -72,17 +56,14 @@ func TestJSONBodiesAreReadAsTheUpstreamReadsThem(t *testing.T) {
 	for _, ct := range []string{"application/json", "application/octet-stream"} {
 		e := newEnv(t, up.URL, gateway.Config{})
 		e.tracker.refuse = "mystery-model"
-		mu.Lock()
-		got = nil
-		mu.Unlock()
+		up.take()
 		res := send(t, "POST", e.front.URL+"/v1/chat/completions", "tgk_good", strings.NewReader("\ufeff"+`{"model":"mystery-model","messages":[]}`), "Content-Type", ct)
 		io.Copy(io.Discard, res.Body)
 		res.Body.Close()
-		mu.Lock()
+		got := up.take()
 		if res.StatusCode != 403 || len(got) != 0 {
 			t.Errorf("an unpriced model behind a BOM, sent as %s: %d, the upstream got %q", ct, res.StatusCode, got)
 		}
-		mu.Unlock()
 	}
 }
 
@@ -92,17 +73,7 @@ func TestJSONBodiesAreReadAsTheUpstreamReadsThem(t *testing.T) {
 // is: never sent, never admitted, nothing recorded. What does not open as a JSON object
 // (Google's protobuf, an upload) and an unbilled request are not judged.
 func TestMalformedJSONBodiesAreRefused(t *testing.T) {
-	var mu sync.Mutex
-	var got []string
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		got = append(got, string(b))
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"object":"chat.completion","model":"gpt-4o-mini","choices":[{"message":{"content":"hi"}}]}`)
-	}))
-	defer up.Close()
+	up := newBodyKeeper(t, "application/json", `{"object":"chat.completion","model":"gpt-4o-mini","choices":[{"message":{"content":"hi"}}]}`)
 	for _, c := range []struct{ name, contentType, body string }{
 		{"NaN", "application/json", strings.Replace(chatBody, `"stream":true`, `"stream":true,"temperature":NaN`, 1)},
 		{"Infinity behind a BOM", "application/json", "\ufeff" + strings.Replace(chatBody, `"stream":true`, `"stream":true,"temperature":-Infinity`, 1)},
@@ -111,9 +82,7 @@ func TestMalformedJSONBodiesAreRefused(t *testing.T) {
 		{"data after the object", "application/json", chatBody + `{"model":"gpt-4o"}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			mu.Lock()
-			got = nil
-			mu.Unlock()
+			up.take()
 			e := newEnv(t, up.URL, gateway.Config{})
 			res := send(t, "POST", e.front.URL+"/v1/chat/completions", "tgk_good", strings.NewReader(c.body), "Content-Type", c.contentType)
 			var answer struct {
@@ -121,8 +90,7 @@ func TestMalformedJSONBodiesAreRefused(t *testing.T) {
 			}
 			err := json.NewDecoder(res.Body).Decode(&answer)
 			res.Body.Close()
-			mu.Lock()
-			defer mu.Unlock()
+			got := up.take()
 			if res.StatusCode != 400 || err != nil || answer.Error.Type != "invalid_request_error" || answer.Error.Code != "service_gateway_request_body_malformed" ||
 				res.Header.Get("X-Service-Error-Code") != "service_gateway_request_body_malformed" || len(got) != 0 {
 				t.Fatalf("%d %+v (%v); the upstream got %q", res.StatusCode, answer, err, got)
@@ -143,17 +111,14 @@ func TestMalformedJSONBodiesAreRefused(t *testing.T) {
 		{"protobuf to Gemini", "POST", "/v1beta/models/gemini-2.5-pro:generateContent", "application/x-protobuf", "\x12\x03\x0a\x01x"},
 		{"a token count", "POST", "/v1/messages/count_tokens", "application/json", `{"model":"claude-sonnet-4-5","x":NaN}`},
 	} {
-		mu.Lock()
-		got = nil
-		mu.Unlock()
+		up.take()
 		e := newEnv(t, up.URL, gateway.Config{})
 		res := send(t, c.method, e.front.URL+c.path, "tgk_good", strings.NewReader(c.body), "Content-Type", c.contentType)
 		io.Copy(io.Discard, res.Body)
 		res.Body.Close()
-		mu.Lock()
+		got := up.take()
 		if res.StatusCode != 200 || len(got) != 1 || got[0] != c.body {
 			t.Errorf("%s: %d, the upstream got %q", c.name, res.StatusCode, got)
 		}
-		mu.Unlock()
 	}
 }
