@@ -42,7 +42,7 @@ func TestCommandHelpListsOnlyItsFlags(t *testing.T) {
 		flags []string
 		says  string // part of the description
 	}{
-		{[]string{"migrate", "-h"}, []string{"database-url", "log-format", "log-level"}, "migrations"},
+		{[]string{"migrate", "-h"}, []string{"database-url", "log-format", "log-level", "to"}, "migrations"},
 		{[]string{"resync", "-h"}, []string{"database-url", "log-format", "log-level",
 			"redis-addrs", "redis-mode", "redis-prefix", "redis-sentinel-master", "redis-sentinel-password", "redis-sentinel-username", "redis-url"}, "mirror"},
 		{[]string{"bootstrap", "-h"}, []string{"api", "database-url", "email", "organization"}, "platform administrator"},
