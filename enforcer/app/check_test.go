@@ -156,7 +156,7 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 			d := denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
 			hs := headerMap(d)
 			want := map[string]string{"Content-Type": "application/json", "X-Service-Error-Code": "service_gateway_usage_limit_exceeded",
-				"X-Service-Usage-State": "blocked", "Retry-After": strconv.FormatInt(tc.retryAfter, 10), "X-Should-Retry": "false"}
+				"X-Service-Usage-State": "blocked", "Retry-After": strconv.FormatInt(tc.retryAfter, 10), "X-Should-Retry": "false", "Cache-Control": "no-store"}
 			if len(hs) != len(want) {
 				t.Errorf("headers %v", hs)
 			}
