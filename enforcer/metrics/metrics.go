@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -116,12 +117,13 @@ var GatewayUpstreamCodes = []string{"101", "2xx", "400", "401", "403", "404", "4
 
 // GatewayUpstreamCode is the code label of an upstream's status.
 func GatewayUpstreamCode(status int) string {
-	switch {
-	case status >= 200 && status <= 299:
+	if status >= 200 && status <= 299 {
 		return "2xx"
-	case status == 101 || status == 400 || status == 401 || status == 403 || status == 404 || status == 408 || status == 429 ||
-		status == 500 || status == 502 || status == 503 || status == 504 || status == 529:
-		return strconv.Itoa(status)
+	}
+	if code := strconv.Itoa(status); slices.Contains(GatewayUpstreamCodes, code) {
+		return code
+	}
+	switch {
 	case status >= 400 && status <= 499:
 		return "other_4xx"
 	case status >= 500 && status <= 599:

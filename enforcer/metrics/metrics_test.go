@@ -57,3 +57,14 @@ func TestSettleOldestAge(t *testing.T) {
 		t.Fatalf("none waits again: %v", got)
 	}
 }
+
+// Every status maps to one of the labels created at construction: the statuses named in
+// GatewayUpstreamCodes to themselves, the others to their class.
+func TestGatewayUpstreamCode(t *testing.T) {
+	for status, want := range map[int]string{101: "101", 200: "2xx", 204: "2xx", 302: "other", 401: "401", 403: "403",
+		418: "other_4xx", 429: "429", 503: "503", 529: "529", 599: "other_5xx", 700: "other"} {
+		if got := metrics.GatewayUpstreamCode(status); got != want {
+			t.Errorf("GatewayUpstreamCode(%d) = %q, want %q", status, got, want)
+		}
+	}
+}
