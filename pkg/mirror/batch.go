@@ -50,10 +50,19 @@ func unanswered(errs []error) bool {
 	return true
 }
 
-// notSent fills errs with ErrNotSent wrapping cause.
-func notSent(errs []error, cause error) {
-	for i := range errs {
-		errs[i] = fmt.Errorf("%w: %w", ErrNotSent, cause)
+// inPipelines calls send for each run [lo, hi) of at most PipelineSize of a batch whose
+// per-item errors are errs, in order, and sends no more after a run Redis did not answer
+// at all: the errors of the items not sent are ErrNotSent, wrapping that run's cause.
+func inPipelines(errs []error, send func(lo, hi int)) {
+	for lo := 0; lo < len(errs); lo += PipelineSize {
+		hi := min(lo+PipelineSize, len(errs))
+		send(lo, hi)
+		if hi < len(errs) && unanswered(errs[lo:hi]) {
+			for i := hi; i < len(errs); i++ {
+				errs[i] = fmt.Errorf("%w: %w", ErrNotSent, errs[lo])
+			}
+			return
+		}
 	}
 }
 
@@ -70,14 +79,9 @@ func notSent(errs []error, cause error) {
 func (l Layout) WriteMany(ctx context.Context, rdb redis.UniversalClient, recs []*Record, ttl time.Duration) ([]bool, []error) {
 	written := make([]bool, len(recs))
 	errs := make([]error, len(recs))
-	for lo := 0; lo < len(recs); lo += PipelineSize {
-		hi := min(lo+PipelineSize, len(recs))
+	inPipelines(errs, func(lo, hi int) {
 		l.writePipeline(ctx, rdb, recs[lo:hi], ttl, written[lo:hi], errs[lo:hi])
-		if hi < len(recs) && unanswered(errs[lo:hi]) {
-			notSent(errs[hi:], errs[lo])
-			break
-		}
-	}
+	})
 	return written, errs
 }
 
@@ -202,14 +206,9 @@ func (l Layout) DeleteMany(ctx context.Context, rdb redis.Cmdable, memberIDs []s
 // versions went back). On Redis Cluster a master that is down fails only its own keys.
 func (l Layout) ReadVersions(ctx context.Context, rdb redis.Cmdable, memberIDs []string) (versions []int64, errs []error) {
 	versions, errs = make([]int64, len(memberIDs)), make([]error, len(memberIDs))
-	for lo := 0; lo < len(memberIDs); lo += PipelineSize {
-		hi := min(lo+PipelineSize, len(memberIDs))
+	inPipelines(errs, func(lo, hi int) {
 		l.readVersions(ctx, rdb, memberIDs[lo:hi], versions[lo:hi], errs[lo:hi])
-		if hi < len(memberIDs) && unanswered(errs[lo:hi]) {
-			notSent(errs[hi:], errs[lo])
-			break
-		}
-	}
+	})
 	return versions, errs
 }
 
