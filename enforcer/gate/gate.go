@@ -601,7 +601,13 @@ func (g *Gate) admit(ctx, calls context.Context, id *identity.Identity, d *decis
 			reason = ReasonStartQueueDeadline // the check's own deadline, not its caller's
 		}
 		g.startFailed.Log(g.Log, slog.LevelWarn, "write-ahead start failed", "reason", reason, "error", err)
-		return g.failOpenAdmit(reason, id, d, snap, reqID), false, nil
+		a := g.failOpenAdmit(reason, id, d, snap, reqID)
+		if a.Decision != FailOpen {
+			// Refused: this request is never forwarded, and nobody will settle its start
+			// if the failed call recorded it all the same.
+			g.voidFailed(item, err, nil)
+		}
+		return a, false, nil
 	}
 	switch res.Outcome {
 	case internalv1.StartOutcome_START_OUTCOME_RECORDED, internalv1.StartOutcome_START_OUTCOME_DUPLICATE:

@@ -6,10 +6,37 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/decision"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/startq"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/money"
 )
+
+// voidFailed voids the start item of a request that will not be forwarded when the
+// control plane call that should have recorded it failed (err, startq.Reason
+// "controlplane"), and reports whether it did (done is then called once the void is
+// answered). Such a start may be durable all the same: the commit went through and its
+// answer was lost (a control plane that crashed, or gave up on a Postgres failover after
+// committing). Nobody will settle it, and under the in-flight guard it held its
+// reservation and its place under the member's cap until the guard's horizon
+// (accounting.GuardHorizon, 20 minutes): a capped member was refused "too many requests
+// in flight" with none in flight. A void removes it if it was recorded and is nothing to
+// do otherwise. Only guarded starts (a reservation or a cap) are voided: an unguarded
+// one holds nothing back, and voiding every failed start would fill the settle queue
+// with voids during a control plane outage. The void takes a settlement slot of its
+// own; with none free it is not sent, and the start is left to the horizon and to
+// abandonment recovery, as before (docs/usage-limits.md, "Bounded overshoot").
+func (g *Gate) voidFailed(item *internalv1.StartItem, err error, done func(settleq.Result)) bool {
+	if startq.Reason(err) != "controlplane" || item.GetReservationMicroUsd() <= 0 && item.GetMaxInFlight() <= 0 {
+		return false
+	}
+	res, ok := g.Settle.Reserve()
+	if !ok {
+		return false
+	}
+	g.Inflight.Void(item, res, done)
+	return true
+}
 
 // GuardRetryAfter is the Retry-After of the in-flight guard's refusals: they lift as soon
 // as a request in flight finishes.

@@ -187,12 +187,12 @@ func (g *Gate) drop(s *speculation, wait bool) {
 
 // undo voids a dropped speculation's start when the control plane recorded it, and
 // reports whether it did (done is then called once the void is answered). One the
-// control plane refused, or whose call failed, left nothing to undo (a start sent when
-// its call failed may be durable, as any start's; abandonment recovery closes those).
+// control plane refused left nothing to undo; one whose call failed may be durable, and
+// is voided when it is under the in-flight guard (voidFailed).
 func (g *Gate) undo(s *speculation, done func(settleq.Result)) bool {
 	if s.out.err != nil || !s.out.res.Admitted() {
 		g.Metrics.SpeculativeStarts.WithLabelValues("unused").Inc()
-		return false
+		return s.out.err != nil && g.voidFailed(s.item, s.out.err, done)
 	}
 	g.Inflight.Void(s.item, s.out.reservation, done)
 	g.Metrics.SpeculativeStarts.WithLabelValues("voided").Inc()
