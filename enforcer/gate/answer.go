@@ -78,6 +78,11 @@ type Answer struct {
 	// answer decided after that (admitted, blocked, suspended...); empty on a refused or
 	// unknown credential. The gateway's access log names them.
 	MemberID, OrganizationID string
+	// Guarded: admitted with a durable start under the in-flight guard (it reserves, or
+	// its member has a cap). Until its settlement commits the guard counts it in flight,
+	// so a front door settles it before the client sees its response end
+	// (docs/usage-limits.md, "Bounded overshoot").
+	Guarded bool
 	// UsageState is X-Service-Usage-State: sent to the client on admission; "blocked"
 	// on a 429, whose reason's headers carry it.
 	UsageState string

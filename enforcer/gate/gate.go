@@ -614,7 +614,8 @@ func (g *Gate) admit(ctx, calls context.Context, id *identity.Identity, d *decis
 		g.Inflight.Admitted(&inflight.Request{ID: reqID, OrganizationID: id.OrganizationID, MemberID: id.MemberID,
 			Snapshot: snap, Durable: true, Reservation: reservation, AdmittedAt: now,
 			RefuseUnpriced: d.RefuseUnpriced, PricedModelKeys: d.PricedModelKeys})
-		return Answer{Status: 200, Decision: Admitted, Reason: admissionReason(d.State), RequestID: reqID, UsageState: string(d.State)}, false, nil
+		return Answer{Status: 200, Decision: Admitted, Reason: admissionReason(d.State), RequestID: reqID, UsageState: string(d.State),
+			Guarded: item.GetReservationMicroUsd() > 0 || item.GetMaxInFlight() > 0}, false, nil
 	case internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED:
 		return Refusal(ReasonCaptureSuspended), false, nil
 	case internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED:

@@ -492,6 +492,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	p.id, p.state, p.body, p.est = a.RequestID, a.UsageState, body, hint.Body
+	p.guarded = a.Guarded
 	return true
 }
 
@@ -754,6 +755,11 @@ type proxied struct {
 	// whole: the body's length was announced (not a stream): see respond. (Next to
 	// wrote, in its padding: the struct stays in the 384-byte size class.)
 	whole bool
+	// guarded: admitted under the in-flight guard (gate.Answer.Guarded): settled before
+	// the client sees its response end (settleBeforeEnd); relayed counts the bytes of an
+	// announced body relayed so far, to know which write ends it.
+	guarded bool
+	relayed int64
 	// log is the request's access-log line, when the log is on.
 	log *access
 }
@@ -794,8 +800,15 @@ func (p *proxied) done() {
 	<-p.gw.slots
 }
 
-// settle reports the request's end once.
-func (p *proxied) settle(u inflight.Usage) { p.settleThen(u, nil) }
+// settle reports the request's end once; a guarded request's before its client sees
+// the answer end (settleBeforeEnd: every caller settles before it answers or returns).
+func (p *proxied) settle(u inflight.Usage) {
+	if p.guarded {
+		p.settleBeforeEnd(u)
+		return
+	}
+	p.settleThen(u, nil)
+}
 
 // settleThen is settle, calling done (when not nil) once the settlement was applied or
 // given up; false when there was nothing to settle (done is then never called).
@@ -1271,6 +1284,13 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 			if !p.writeBegins() {
 				return false
 			}
+			if p.guarded && p.whole {
+				// The write that completes an announced body ends the response for the
+				// client (it reads the announced length and goes on): settled first.
+				if p.relayed += int64(n); p.relayed >= p.resp.ContentLength {
+					p.finish(true)
+				}
+			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return false // the client left: the upstream request is cancelled (done)
 			}
@@ -1375,8 +1395,12 @@ func (h *heldHeaders) release() {
 }
 
 // finish settles the relayed response with what the extractor saw, and an upload's
-// form said (formSaid).
+// form said (formSaid). Once: pump settles a guarded announced body before its last
+// write, which ends the response for the client.
 func (p *proxied) finish(ended bool) {
+	if p.settled {
+		return
+	}
 	got, status := p.ext.Finish(ended), int32(p.resp.StatusCode)
 	var u inflight.Usage
 	if p.guardrailCheck {
@@ -1386,6 +1410,33 @@ func (p *proxied) finish(ended bool) {
 	}
 	p.formSaid(&u)
 	p.settle(u)
+}
+
+// guardedSettleWait bounds how long a guarded request's response end waits for its
+// settlement: a control plane that does not answer delays the end no longer than this
+// (the settlement is retried as any other).
+const guardedSettleWait = time.Second
+
+// settleBeforeEnd settles a request under the in-flight guard at once (no linger) and
+// waits until the control plane applied it, at most guardedSettleWait, before the
+// client sees its response end. The guard counts a request in flight until its
+// settlement commits: a client that sends its next request as soon as the last one
+// ended (an agent loop, at a cap of one request in flight) had it refused as over its
+// cap, or over the limit with the last one's reservation, while the finished request's
+// settlement lingered in the settle queue (50 ms by default) or was still on its way.
+// Through another replica as well: so the wait, and not a note kept by this enforcer.
+func (p *proxied) settleBeforeEnd(u inflight.Usage) {
+	u.Now = true
+	applied := make(chan struct{})
+	if !p.settleThen(u, func(settleq.Result) { close(applied) }) {
+		return
+	}
+	t := time.NewTimer(guardedSettleWait)
+	defer t.Stop()
+	select {
+	case <-applied:
+	case <-t.C:
+	}
 }
 
 // formSaid completes an upload's settlement with what its form said once it passed

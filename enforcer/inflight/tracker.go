@@ -151,6 +151,10 @@ type Usage struct {
 	// refusal (Envoy's request-body filter, failure_mode_allow, when the answer comes
 	// after its message_timeout).
 	Refused bool
+	// Now sends the settlement without the settle queue's linger (EnqueueNow): a front
+	// door waits for it before its client sees the response end (a request under the
+	// in-flight guard, gate.Answer.Guarded).
+	Now bool
 }
 
 // FromResponse is the Usage of a response a front door relayed (the gateway, ext_proc):
@@ -579,6 +583,9 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		}
 	}
 	advisorCounts(item, rd)
+	if u.Now {
+		return t.q.EnqueueNow(item, res, done)
+	}
 	return t.q.Enqueue(item, res, done)
 }
 
