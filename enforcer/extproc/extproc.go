@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -24,6 +25,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
@@ -619,8 +621,31 @@ func (st *stream) finish(endOfStream bool) {
 	} else {
 		st.s.m.ExtProcStreams.WithLabelValues("incomplete").Inc()
 	}
-	_ = st.s.tracker.Finish(st.requestID, u, nil)
+	if !st.s.tracker.Guarded(st.requestID) {
+		_ = st.s.tracker.Finish(st.requestID, u, nil)
+		return
+	}
+	// Under the in-flight guard the request counts in flight until its settlement
+	// commits: sent at once, and waited for (at most guardedSettleWait) before this step
+	// is answered, since Envoy holds the response's end until then. Otherwise a client's
+	// next request, sent as soon as this one ended, met it still in flight (refused over
+	// a cap of one, or over the limit with its reservation). docs/usage-limits.md.
+	u.Now = true
+	applied := make(chan struct{})
+	if st.s.tracker.Finish(st.requestID, u, func(settleq.Result) { close(applied) }) != nil {
+		return
+	}
+	t := time.NewTimer(guardedSettleWait)
+	defer t.Stop()
+	select {
+	case <-applied:
+	case <-t.C:
+	}
 }
+
+// guardedSettleWait bounds how long the end of a guarded request's response waits for
+// its settlement (the gateway's bound too).
+const guardedSettleWait = time.Second
 
 // value reads a header value; recent Envoy versions send raw_value bytes instead.
 func value(hv *corev3.HeaderValue) string {

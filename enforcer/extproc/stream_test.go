@@ -353,3 +353,25 @@ func TestExtProcStoredChatCompletionUpdateIsNotChargedAgain(t *testing.T) {
 		t.Fatalf("unbilled bodies %v, want 1", n)
 	}
 }
+
+// TestGuardedResponseEndWaitsForItsSettlement: a request under the in-flight guard
+// counts in flight until its settlement commits, so the end of its response (the last
+// chunk, which Envoy holds until ext_proc answers it when not in observability mode)
+// is answered only once the control plane applied the settlement. Before, the
+// settlement lingered in the settle queue after the answer, and a client's next
+// request met its own finished one still in flight (e2e
+// TestSequentialClientIsNotRefusedByItsOwnFinishedRequests, through the gateway).
+func TestGuardedResponseEndWaitsForItsSettlement(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	e.CP.SetPrice("gpt-4o-mini", 1, 1)
+	capped := enforcertest.DayLimit(1*enforcertest.USD, true)
+	capped.MaxInFlight = 1
+	w := e.NewMember(capped)
+	for range 3 {
+		reqID := enforcertest.OK(t, e.Check(t, map[string]string{"x-api-key": w.Key})).GetHeaders()[0].GetHeader().GetValue()
+		runStream(t, e, streamSpec{requestID: reqID, contentType: "application/json", chunks: [][]byte{[]byte(openAIJSON)}})
+		if e.CP.Receipt(reqID) == nil {
+			t.Fatal("the guarded response's end was answered before its settlement was applied")
+		}
+	}
+}

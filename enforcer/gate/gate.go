@@ -611,11 +611,12 @@ func (g *Gate) admit(ctx, calls context.Context, id *identity.Identity, d *decis
 	}
 	switch res.Outcome {
 	case internalv1.StartOutcome_START_OUTCOME_RECORDED, internalv1.StartOutcome_START_OUTCOME_DUPLICATE:
+		guarded := item.GetReservationMicroUsd() > 0 || item.GetMaxInFlight() > 0
 		g.Inflight.Admitted(&inflight.Request{ID: reqID, OrganizationID: id.OrganizationID, MemberID: id.MemberID,
-			Snapshot: snap, Durable: true, Reservation: reservation, AdmittedAt: now,
+			Snapshot: snap, Durable: true, Guarded: guarded, Reservation: reservation, AdmittedAt: now,
 			RefuseUnpriced: d.RefuseUnpriced, PricedModelKeys: d.PricedModelKeys})
 		return Answer{Status: 200, Decision: Admitted, Reason: admissionReason(d.State), RequestID: reqID, UsageState: string(d.State),
-			Guarded: item.GetReservationMicroUsd() > 0 || item.GetMaxInFlight() > 0}, false, nil
+			Guarded: guarded}, false, nil
 	case internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED:
 		return Refusal(ReasonCaptureSuspended), false, nil
 	case internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED:

@@ -35,6 +35,10 @@ type Request struct {
 	Snapshot *internalv1.Snapshot
 	// Durable: the control plane recorded the start.
 	Durable bool
+	// Guarded: the start is under the in-flight guard (gate.Answer.Guarded), which
+	// counts the request in flight until its settlement commits: a front door settles
+	// it before its client sees the response end (Guarded, Usage.Now).
+	Guarded bool
 	// WithoutRecord marks a fail-open admission made without any record of the member:
 	// Snapshot then holds only the admission windows (gate.NoRecordSnapshot) and the
 	// settlement says admitted_without_record.
@@ -481,6 +485,17 @@ func (t *Tracker) RefuseUnpricedModel(id, model string) bool {
 	}
 	_ = t.q.Enqueue(item, r.Reservation, nil)
 	return true
+}
+
+// Guarded tells whether the request id is followed and under the in-flight guard: its
+// front door then settles it with Usage.Now and waits for the settlement before it lets
+// the response end reach the client.
+func (t *Tracker) Guarded(id string) bool {
+	s := t.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.m[id]
+	return r != nil && r.Guarded
 }
 
 func (t *Tracker) take(id string) *Request {

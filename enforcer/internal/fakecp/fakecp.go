@@ -45,6 +45,8 @@ type Limit struct {
 	Hard              bool
 	AllowRequestReset bool
 	Revision          int64
+	// MaxInFlight is the policy's in-flight cap (0: none); the fake does not enforce it.
+	MaxInFlight int32
 }
 
 type member struct {
@@ -363,6 +365,7 @@ func (s *Server) recordLocked(memberID string) *mirror.Record {
 		if ok {
 			lim.PolicyId, lim.PolicyName, lim.PolicyRevision = l.PolicyID, "policy "+l.PolicyID, max(l.Revision, 1)
 			lim.BaseMicroUsd, lim.ExtensionMicroUsd, lim.HardLimit, lim.AllowRequestReset = l.BaseMicroUSD, l.ExtensionMicroUSD, l.Hard, l.AllowRequestReset
+			lim.MaxInFlight = l.MaxInFlight
 		}
 		ent.Limits = append(ent.Limits, lim)
 		spend = append(spend, &internalv1.WindowSpend{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(),
