@@ -118,7 +118,10 @@ func (f *fakeTracker) RefuseUnpricedModel(id, model string) bool {
 }
 
 func (f *fakeTracker) Finish(id string, u inflight.Usage, done func(settleq.Result)) error {
-	time.Sleep(f.slow)
+	f.mu.Lock()
+	slow := f.slow
+	f.mu.Unlock()
+	time.Sleep(slow)
 	f.mu.Lock()
 	f.finished = append(f.finished, u)
 	f.finishedIDs = append(f.finishedIDs, id)

@@ -339,7 +339,7 @@ relay:
 				if upCtx.Err() != nil && ctx.Err() == nil {
 					err = context.Cause(upCtx) // DrainSessions, or the provider stopped answering
 				}
-				closeWith(client, err)
+				closeWithin(client, err, cancel)
 			}
 			break
 		}
@@ -697,6 +697,21 @@ func closeWith(c *websocket.Conn, err error) {
 	_ = c.Close(status, reason)
 }
 
+// closeWithin is closeWith for the client's side of a session the provider's side
+// ended (a shutdown, the provider closed or went silent), while relayClient still reads
+// the client under the session's context (cancel): a client that does not answer the
+// close within clientCloseWait (it stopped reading, or its network vanished) has its
+// connection closed outright then, the reader's context ending it. Its close frame (1001
+// and the reason) was sent first. Waiting for its answer as long as the WebSocket
+// library does (5s, twice that when the frame cannot be written) held the session's
+// settlement, and at shutdown made DrainSessions give the session up, past what the
+// shutdown had left, its request settled at its input estimate by SettleAll.
+func closeWithin(client *websocket.Conn, err error, cancel context.CancelFunc) {
+	t := time.AfterFunc(clientCloseWait, cancel)
+	defer t.Stop()
+	closeWith(client, err)
+}
+
 // subprotocols are the client's offered subprotocols, for the upstream, without any that
 // would carry a key (a browser's "openai-insecure-api-key.<key>").
 func subprotocols(h http.Header) []string {
@@ -804,13 +819,15 @@ const sessionPoll = 50 * time.Millisecond
 
 // DrainSessions is the gateway's part of a shutdown, after its server's Shutdown: it
 // lets the open Realtime sessions go on until ctx ends, then ends those left (the client
-// gets 1001, going away) and returns once each has settled what it saw, or after
-// realtimeSettleWait more. A session ended this way is settled as any that ends: its
-// finished responses already were, a response in progress is estimated. It returns
-// once the streams its server cut have settled too (waitIdle), realtimeSettleWait at
-// most.
+// gets 1001, going away) and returns once every request the gateway took has ended,
+// each having settled what it saw (waitIdle: the sessions ended, the streams its server
+// cut), or after realtimeSettleWait more. A session ended this way is settled as any
+// that ends: its finished responses already were, a response in progress is estimated.
+// The one wait covers the sessions and the streams alike (a session holds a slot too):
+// before 2026-12-02 it waited realtimeSettleWait for the sessions, then as long again
+// for the slots, 4s past ctx's end, more than a shutdown keeps after it for the tracker
+// and the settle queue (TestDrainSessionsWaitsOnceAfterTheDeadline).
 func (gw *Gateway) DrainSessions(ctx context.Context) {
-	defer gw.waitIdle(realtimeSettleWait)
 	tick := time.NewTicker(sessionPoll)
 	defer tick.Stop()
 	for gw.openSessions() > 0 {
@@ -824,12 +841,9 @@ func (gw *Gateway) DrainSessions(ctx context.Context) {
 			cancel()
 		}
 		gw.sessionsMu.Unlock()
-		deadline := time.Now().Add(realtimeSettleWait)
-		for gw.openSessions() > 0 && time.Now().Before(deadline) {
-			<-tick.C
-		}
-		return
+		break
 	}
+	gw.waitIdle(realtimeSettleWait)
 }
 
 // waitIdle waits until every request the gateway took has ended, each having settled

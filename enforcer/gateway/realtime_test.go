@@ -1155,3 +1155,54 @@ func TestRealtimeAPIKeyInTheQueryIsStripped(t *testing.T) {
 		})
 	}
 }
+
+// A session ended at shutdown whose client does not answer the close (it stopped
+// reading: a frozen app, a network gone without a word) is settled, and its slot freed,
+// before DrainSessions returns, within realtimeSettleWait (2s) of the deadline. Before
+// 2026-12-02 the session waited for the client's close frame first (coder/websocket's
+// close handshake: 5s), so DrainSessions gave up on it after 4s (its own wait, then
+// waitIdle's), past what the shutdown had left, and the tracker's SettleAll settled the
+// session's request at its input estimate before the handler reported what it saw.
+func TestRealtimeShutdownDoesNotWaitForASilentClient(t *testing.T) {
+	up := &realtimeUpstream{in: 10, out: 20}
+	_, tr, url, gw := newRealtimeEnv(t, up, 10)
+	c := oneResponse(t, url) // read no more: the gateway's close is never answered
+	defer c.CloseNow()
+	tr.settlements(t, 1)
+	grace, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer stop()
+	began := time.Now()
+	gw.DrainSessions(grace)
+	took := time.Since(began)
+	tr.mu.Lock()
+	n := len(tr.finished)
+	tr.mu.Unlock()
+	if n != 2 || took > 300*time.Millisecond+2500*time.Millisecond {
+		t.Fatalf("DrainSessions returned after %v with %d settlements, want 2 within the deadline and 2s", took, n)
+	}
+}
+
+// DrainSessions waits realtimeSettleWait (2s) at most once it ended the sessions left,
+// for them and the streams its server cut alike: what the shutdown has left after it
+// is the tracker's and the settle queue's. Before 2026-12-02 it waited that long for
+// the sessions, then as long again for every request's slot (waitIdle), a session's
+// included: 4s past the deadline, more than the quarter of the shutdown (3.75s with the
+// defaults) kept for settling what is left and draining the settle queue.
+func TestDrainSessionsWaitsOnceAfterTheDeadline(t *testing.T) {
+	up := &realtimeUpstream{in: 10, out: 20}
+	_, tr, url, gw := newRealtimeEnv(t, up, 10)
+	c := oneResponse(t, url)
+	defer c.CloseNow()
+	go func() { _, _ = closeOf(c) }() // the client answers the close
+	tr.settlements(t, 1)
+	tr.mu.Lock()
+	tr.slow = 5 * time.Second // the session's handler unwinds slowly
+	tr.mu.Unlock()
+	grace, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer stop()
+	began := time.Now()
+	gw.DrainSessions(grace)
+	if took := time.Since(began); took > 300*time.Millisecond+2500*time.Millisecond {
+		t.Fatalf("DrainSessions returned after %v, want within its deadline and 2s", took)
+	}
+}
