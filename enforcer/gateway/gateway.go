@@ -37,6 +37,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -768,6 +769,7 @@ type proxied struct {
 // an admitted request is settled in any case, as having had nothing sent back (no
 // usage) unless a step settled it with what was seen.
 func (p *proxied) done() {
+	p.retire()
 	if p.large != nil {
 		bufPool.Put(p.large)
 		p.large = nil
@@ -1302,7 +1304,7 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 				return false
 			}
 		}
-		if !p.writing.CompareAndSwap(writeBusy, writeIdle) && p.writing.Load() == writeCut {
+		if !p.writing.CompareAndSwap(writeBusy, writeIdle) && p.writing.Load() >= writeCutting {
 			return false // the idle timer cut the write, or would have
 		}
 		// Only now, with buf written out, may the large buffer go back to the pool.
@@ -1321,9 +1323,10 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 
 // The relay's states towards the client (proxied.writing).
 const (
-	writeIdle int32 = iota // reading the upstream, or between steps
-	writeBusy              // in a write or a flush to the client
-	writeCut               // the idle timer expired: no more writes
+	writeIdle    int32 = iota // reading the upstream, or between steps
+	writeBusy                 // in a write or a flush to the client
+	writeCutting              // the idle timer is cutting the write under way (idleExpired)
+	writeCut                  // the idle timer expired, or the handler is done: no more writes
 )
 
 // writeBegins marks a write to the client begun; false when the idle timer expired
@@ -1343,10 +1346,48 @@ func (p *proxied) writeBegins() bool {
 // last chunk read, so a client that reads slowly is not cut while it reads at all.
 // writing orders it with the relay: either the relay sees writeCut before it writes,
 // or this sees the write under way and cuts it.
+//
+// The callback may run after the handler stopped the timer (Stop cannot stop a callback
+// begun) and returned, the state left writeBusy by a write that failed meanwhile: the
+// writer then belongs to net/http again, and over HTTP/2 SetWriteDeadline on it
+// dereferenced nil, a panic in the timer's goroutine that ended the process (before
+// 2026-12-02). So the deadline is set in writeCutting, which done (retire) waits out,
+// and never once done has marked the request writeCut.
 func (p *proxied) idleExpired() {
 	p.cancel()
-	if p.writing.Swap(writeCut) == writeBusy {
-		_ = p.rc.SetWriteDeadline(time.Unix(1, 0)) // long past: HTTP/2 resets the stream at once
+	for {
+		switch p.writing.Load() {
+		case writeIdle:
+			if p.writing.CompareAndSwap(writeIdle, writeCut) {
+				return
+			}
+		case writeBusy:
+			if p.writing.CompareAndSwap(writeBusy, writeCutting) {
+				_ = p.rc.SetWriteDeadline(time.Unix(1, 0)) // long past: HTTP/2 resets the stream at once
+				p.writing.Store(writeCut)
+				return
+			}
+		default:
+			return // cut already, or the handler is done
+		}
+	}
+}
+
+// retire marks the request done with the writer (done, before the handler returns): an
+// idle timer's callback still running leaves the writer alone from here, and one that is
+// cutting a write is waited for (a deadline set: microseconds).
+func (p *proxied) retire() {
+	for {
+		switch s := p.writing.Load(); s {
+		case writeCut:
+			return
+		case writeCutting:
+			runtime.Gosched()
+		default:
+			if p.writing.CompareAndSwap(s, writeCut) {
+				return
+			}
+		}
 	}
 }
 
