@@ -202,6 +202,8 @@ type Gateway struct {
 	// its handler took over, so DrainSessions does.
 	sessionsMu sync.Mutex
 	sessions   map[*proxied]context.CancelFunc
+	// sessionsCut: DrainSessions has cut the sessions; one opening since is cut at once.
+	sessionsCut bool
 }
 
 // New returns the gateway. Routes must have been validated (ParseRoutes, NewRoute).

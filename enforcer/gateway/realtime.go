@@ -796,10 +796,18 @@ var errProviderSilent = websocket.CloseError{Code: websocket.StatusGoingAway, Re
 // (going away).
 var errShuttingDown = websocket.CloseError{Code: websocket.StatusGoingAway, Reason: "the enforcer is shutting down"}
 
+// openSession registers a session, cut by DrainSessions at shutdown; one that opens
+// once DrainSessions has cut the others (its handshake was under way) is cut at once:
+// before 2026-12-02 it ran on past the shutdown, never cut
+// (TestRealtimeSessionOpenedDuringTheDrainIsEnded).
 func (gw *Gateway) openSession(p *proxied, cancel context.CancelFunc) {
 	gw.sessionsMu.Lock()
 	gw.sessions[p] = cancel
+	cut := gw.sessionsCut
 	gw.sessionsMu.Unlock()
+	if cut {
+		cancel()
+	}
 }
 
 func (gw *Gateway) closeSession(p *proxied) {
@@ -826,7 +834,8 @@ const sessionPoll = 50 * time.Millisecond
 // The one wait covers the sessions and the streams alike (a session holds a slot too):
 // before 2026-12-02 it waited realtimeSettleWait for the sessions, then as long again
 // for the slots, 4s past ctx's end, more than a shutdown keeps after it for the tracker
-// and the settle queue (TestDrainSessionsWaitsOnceAfterTheDeadline).
+// and the settle queue (TestDrainSessionsWaitsOnceAfterTheDeadline). A session whose
+// handshake was under way is cut as soon as it opens (openSession).
 func (gw *Gateway) DrainSessions(ctx context.Context) {
 	tick := time.NewTicker(sessionPoll)
 	defer tick.Stop()
@@ -836,13 +845,14 @@ func (gw *Gateway) DrainSessions(ctx context.Context) {
 			continue
 		case <-ctx.Done():
 		}
-		gw.sessionsMu.Lock()
-		for _, cancel := range gw.sessions {
-			cancel()
-		}
-		gw.sessionsMu.Unlock()
 		break
 	}
+	gw.sessionsMu.Lock()
+	gw.sessionsCut = true // a session still opening is cut as it opens (openSession)
+	for _, cancel := range gw.sessions {
+		cancel()
+	}
+	gw.sessionsMu.Unlock()
 	gw.waitIdle(realtimeSettleWait)
 }
 

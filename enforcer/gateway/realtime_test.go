@@ -1206,3 +1206,55 @@ func TestDrainSessionsWaitsOnceAfterTheDeadline(t *testing.T) {
 		t.Fatalf("DrainSessions returned after %v, want within its deadline and 2s", took)
 	}
 }
+
+// A session whose handshake was under way when the shutdown cut the sessions (its
+// upstream's handshake slow) is ended as soon as it opens, with 1001, and settled
+// before DrainSessions returns. Before 2026-12-02 it was not among the sessions cut (it
+// registered after), so it ran on past the shutdown: DrainSessions waited 2s for its slot
+// in vain, and the tracker's SettleAll settled its request at once.
+func TestRealtimeSessionOpenedDuringTheDrainIsEnded(t *testing.T) {
+	asked := make(chan struct{}, 1)
+	up := &realtimeUpstream{in: 10, out: 20}
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked <- struct{}{}
+		time.Sleep(300 * time.Millisecond)
+		up.ServeHTTP(w, r)
+	})
+	_, tr, url, gw := newRealtimeEnv(t, slow, 10)
+	closed := make(chan websocket.CloseError, 1)
+	go func() {
+		c, _, err := dialRealtime(t, url+"/v1/realtime?model=gpt-realtime", "tgk_good")
+		if err != nil {
+			closed <- websocket.CloseError{}
+			return
+		}
+		defer c.CloseNow()
+		for {
+			if _, _, err := c.Read(context.Background()); err != nil {
+				ce, _ := errors.AsType[websocket.CloseError](err)
+				closed <- ce
+				return
+			}
+		}
+	}()
+	<-asked
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	began := time.Now()
+	gw.DrainSessions(stopped)
+	took := time.Since(began)
+	tr.mu.Lock()
+	n := len(tr.finished)
+	tr.mu.Unlock()
+	if n != 1 || took > 1500*time.Millisecond {
+		t.Fatalf("DrainSessions returned after %v with %d settlements, want the session ended and settled", took, n)
+	}
+	select {
+	case ce := <-closed:
+		if ce.Code != websocket.StatusGoingAway {
+			t.Fatalf("the client saw %v, want 1001", ce)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session opened during the drain was never ended")
+	}
+}
