@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -1272,20 +1274,34 @@ routes:
 
 func TestParseRoutesRefuses(t *testing.T) {
 	env := func(k string) string { return map[string]string{"PADDED": " Bearer sk-x"}[k] }
+	dir := t.TempDir()
+	emptyFile, blankFile := filepath.Join(dir, "empty"), filepath.Join(dir, "blank")
+	if err := os.WriteFile(emptyFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blankFile, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for name, doc := range map[string]string{
-		"no routes":                  "routes: []",
-		"unknown field":              "routes:\n  - prefix: /\n    upstream: http://x\n    credential: y",
-		"relative prefix":            "routes:\n  - prefix: v1\n    upstream: http://x",
-		"no host":                    "routes:\n  - prefix: /\n    upstream: http://",
-		"ftp":                        "routes:\n  - prefix: /\n    upstream: ftp://x",
-		"repeated prefix":            "routes:\n  - prefix: /\n    upstream: http://x\n  - prefix: /\n    upstream: http://y",
-		"empty env":                  "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: NOPE",
-		"both credentials":           "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: A\n    credentialFile: /b",
-		"missing file":               "routes:\n  - prefix: /\n    upstream: http://x\n    credentialFile: /nonexistent/key",
-		"bad header":                 "routes:\n  - prefix: /\n    upstream: http://x\n    header: 'x y'",
-		"padded credential":          "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: PADDED",
-		"not a routes object":        "- a",
-		"includeUsage not a boolean": "routes:\n  - prefix: /\n    upstream: http://x\n    includeUsage: sometimes",
+		// An empty credential file (a Secret key mounted before it was filled) would send
+		// no credential, or an empty header, to the provider: every request 401.
+		"empty credential file":           "routes:\n  - prefix: /\n    upstream: http://x\n    credentialFile: " + emptyFile,
+		"credential file of a line break": "routes:\n  - prefix: /\n    upstream: http://x\n    credentialFile: " + blankFile,
+		// A header without a credential sends it empty in place of the member's key.
+		"header without a credential": "routes:\n  - prefix: /\n    upstream: http://x\n    header: x-api-key",
+		"no routes":                   "routes: []",
+		"unknown field":               "routes:\n  - prefix: /\n    upstream: http://x\n    credential: y",
+		"relative prefix":             "routes:\n  - prefix: v1\n    upstream: http://x",
+		"no host":                     "routes:\n  - prefix: /\n    upstream: http://",
+		"ftp":                         "routes:\n  - prefix: /\n    upstream: ftp://x",
+		"repeated prefix":             "routes:\n  - prefix: /\n    upstream: http://x\n  - prefix: /\n    upstream: http://y",
+		"empty env":                   "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: NOPE",
+		"both credentials":            "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: A\n    credentialFile: /b",
+		"missing file":                "routes:\n  - prefix: /\n    upstream: http://x\n    credentialFile: /nonexistent/key",
+		"bad header":                  "routes:\n  - prefix: /\n    upstream: http://x\n    header: 'x y'",
+		"padded credential":           "routes:\n  - prefix: /\n    upstream: http://x\n    credentialEnv: PADDED",
+		"not a routes object":         "- a",
+		"includeUsage not a boolean":  "routes:\n  - prefix: /\n    upstream: http://x\n    includeUsage: sometimes",
 	} {
 		if _, err := gateway.ParseRoutes([]byte(doc), env); err == nil {
 			t.Errorf("%s: accepted", name)

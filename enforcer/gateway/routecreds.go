@@ -62,7 +62,9 @@ func oauthTokens(tokenURL, clientID, secretFile, secretEnv, assertionFile string
 		if err != nil {
 			return nil, err
 		}
-		cfg.ClientSecret = strings.TrimRight(string(b), "\r\n")
+		if cfg.ClientSecret = strings.TrimRight(string(b), "\r\n"); cfg.ClientSecret == "" {
+			return nil, fmt.Errorf("clientSecretFile %s is empty", secretFile)
+		}
 	case secretEnv != "":
 		if cfg.ClientSecret = getenv(secretEnv); cfg.ClientSecret == "" {
 			return nil, fmt.Errorf("the environment variable %s is empty", secretEnv)

@@ -168,11 +168,20 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 			if err != nil {
 				return nil, fmt.Errorf("routes[%d]: %w", i, err)
 			}
-			cred = strings.TrimRight(string(b), "\r\n")
+			// Refused empty, as credentialEnv is and TOLLGATE_*_FILE are: a Secret key
+			// mounted before it was filled would otherwise send the provider no
+			// credential (or an empty header) and every request would fail with its 401.
+			if cred = strings.TrimRight(string(b), "\r\n"); cred == "" {
+				return nil, fmt.Errorf("routes[%d]: credentialFile %s is empty", i, r.CredentialFile)
+			}
 		case r.CredentialEnv != "":
 			if cred = getenv(r.CredentialEnv); cred == "" {
 				return nil, fmt.Errorf("routes[%d]: the environment variable %s is empty", i, r.CredentialEnv)
 			}
+		case r.Header != "":
+			// A header names where the credential goes; without one the gateway would
+			// send it empty in place of the member's key.
+			return nil, fmt.Errorf("routes[%d]: header %q without a credential (credentialFile, credentialEnv, google or oauth2)", i, r.Header)
 		}
 		rt, err := NewRoute(r.Prefix, r.Upstream, r.Header, cred)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -235,7 +236,12 @@ routes:
 func TestParseOAuthRoutesRefuses(t *testing.T) {
 	env := func(string) string { return "" }
 	const head = "routes:\n  - prefix: /\n    upstream: http://x\n"
+	empty := filepath.Join(t.TempDir(), "empty-secret")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for name, doc := range map[string]string{
+		"empty secret file": head + "    oauth2: {tokenURL: 'https://l/t', clientID: c, clientSecretFile: " + empty + "}",
 		"two secrets":       head + "    oauth2: {tokenURL: 'https://l/t', clientID: c, clientSecretEnv: A, clientAssertionFile: /f}",
 		"empty secret env":  head + "    oauth2: {tokenURL: 'https://l/t', clientID: c, clientSecretEnv: A}",
 		"no client id":      head + "    oauth2: {tokenURL: 'https://l/t', clientSecretFile: /etc/hostname}",
