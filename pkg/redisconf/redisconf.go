@@ -81,6 +81,11 @@ func (c Config) Validate() []string {
 	}
 	switch c.Mode {
 	case "single":
+		// Ignored here, and set only by someone who meant another mode (a forgotten
+		// TOLLGATE_REDIS_MODE would otherwise connect to the URL's one server).
+		if len(c.Addrs) > 0 {
+			p = append(p, "TOLLGATE_REDIS_ADDRS: only in sentinel or cluster mode (set TOLLGATE_REDIS_MODE; single mode connects to TOLLGATE_REDIS_URL)")
+		}
 	case "sentinel":
 		if len(c.Addrs) == 0 {
 			p = append(p, "TOLLGATE_REDIS_ADDRS: sentinel mode needs the sentinels' addresses")
@@ -98,6 +103,9 @@ func (c Config) Validate() []string {
 	// Outside sentinel mode nobody would use them: refused rather than ignored, since an
 	// operator who sets them believes the sentinels are being authenticated to.
 	if c.Mode != "sentinel" {
+		if c.SentinelMaster != "" {
+			p = append(p, "TOLLGATE_REDIS_SENTINEL_MASTER: only in sentinel mode")
+		}
 		if c.SentinelPassword != "" {
 			p = append(p, "TOLLGATE_REDIS_SENTINEL_PASSWORD: only in sentinel mode (the servers' own password is TOLLGATE_REDIS_URL's)")
 		}

@@ -41,6 +41,12 @@ func TestModes(t *testing.T) {
 			"TOLLGATE_REDIS_SENTINEL_USERNAME": "u"}, []string{"TOLLGATE_REDIS_SENTINEL_USERNAME: needs TOLLGATE_REDIS_SENTINEL_PASSWORD"}, ""},
 		{"sentinel credentials outside sentinel mode", map[string]string{"TOLLGATE_REDIS_SENTINEL_USERNAME": "u", "TOLLGATE_REDIS_SENTINEL_PASSWORD": "p"},
 			[]string{"TOLLGATE_REDIS_SENTINEL_PASSWORD: only in sentinel mode", "TOLLGATE_REDIS_SENTINEL_USERNAME: only in sentinel mode"}, ""},
+		// Set for a topology that is not the mode's, they would be ignored: refused, so
+		// that a forgotten TOLLGATE_REDIS_MODE is not a silent single server at the URL.
+		{"addresses in single mode", map[string]string{"TOLLGATE_REDIS_ADDRS": "a:26379"},
+			[]string{"TOLLGATE_REDIS_ADDRS: only in sentinel or cluster mode"}, ""},
+		{"sentinel master outside sentinel mode", map[string]string{"TOLLGATE_REDIS_MODE": "cluster", "TOLLGATE_REDIS_ADDRS": "a:7000", "TOLLGATE_REDIS_SENTINEL_MASTER": "m"},
+			[]string{"TOLLGATE_REDIS_SENTINEL_MASTER: only in sentinel mode"}, ""},
 		{"bad everything", map[string]string{"TOLLGATE_REDIS_URL": "http://x", "TOLLGATE_REDIS_MODE": "ring", "TOLLGATE_REDIS_ADDRS": "nope"},
 			[]string{"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_MODE", `"nope" is not host:port`}, ""},
 	} {
@@ -75,7 +81,7 @@ func TestModes(t *testing.T) {
 			}
 		})
 	}
-	if c := parse(t, nil, "-redis-addrs", "x:1,y:2"); len(c.Addrs) != 2 {
+	if c := parse(t, nil, "-redis-mode", "cluster", "-redis-addrs", "x:1,y:2"); len(c.Addrs) != 2 {
 		t.Fatalf("flag addrs %v", c.Addrs)
 	}
 }
