@@ -27,11 +27,21 @@ const MinLength = 16
 // MetadataKey is the gRPC metadata key the token travels in.
 const MetadataKey = "authorization"
 
-// Validate reports a configured token that is too short ("" when it is fine). An empty
-// token is not this function's problem: whether one is required depends on mTLS.
+// Validate reports a configured token that is too short, or that is no header value
+// ("" when it is fine). An empty token is not this function's problem: whether one is
+// required depends on mTLS.
 func Validate(token string) string {
 	if token != "" && len(token) < MinLength {
 		return fmt.Sprintf("%s: must be at least %d characters", Env, MinLength)
+	}
+	// A token with a line break (a Secret made from a file with its newline), a space or
+	// a non-ASCII letter would start both programs, and then gRPC would refuse to send
+	// it (metadata values are printable ASCII): every call of every enforcer failing.
+	// Never the value itself in the message: it is a secret.
+	for i := 0; i < len(token); i++ {
+		if token[i] <= ' ' || token[i] > '~' {
+			return fmt.Sprintf("%s: must be printable ASCII without spaces (a trailing line break of the file it came from?)", Env)
+		}
 	}
 	return ""
 }

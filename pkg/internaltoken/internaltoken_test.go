@@ -21,13 +21,21 @@ func TestValidate(t *testing.T) {
 		{"long enough", strings.Repeat("x", internaltoken.MinLength), true},
 		{"one short", strings.Repeat("x", internaltoken.MinLength-1), false},
 		{"short", "short", false},
+		// A token read from a file with its line break (kubectl create secret
+		// --from-file): gRPC refuses to send it, so every call of the enforcer would
+		// fail (Internal: "contains value with non-printable ASCII characters").
+		{"trailing line break", token + "\n", false},
+		{"leading space", " " + token, false},
+		{"inner space", "0123456789 abcdef", false},
+		{"not ascii", token + "é", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := internaltoken.Validate(tc.token)
 			if (p == "") != tc.ok {
 				t.Fatalf("problem %q", p)
 			}
-			if !tc.ok && (!strings.HasPrefix(p, "TOLLGATE_INTERNAL_TOKEN:") || !strings.Contains(p, "at least 16") || strings.Contains(p, tc.token)) {
+			if !tc.ok && (!strings.HasPrefix(p, "TOLLGATE_INTERNAL_TOKEN:") || strings.Contains(p, strings.TrimSpace(tc.token)) ||
+				len(tc.token) < internaltoken.MinLength && !strings.Contains(p, "at least 16")) {
 				t.Fatalf("problem %q", p)
 			}
 		})
