@@ -52,6 +52,11 @@ type IO struct {
 	// Program is the command a subcommand's -h names in its usage line ("Usage: tollgate
 	// migrate [flags]" when the tollgate CLI runs it); "controlplane" when empty.
 	Program string
+	// Environ lists the environment (os.Environ) so that a TOLLGATE_* variable the
+	// control plane does not read, a typo most likely, is named in a warning at start.
+	// Nil checks nothing: the tollgate CLI, which runs the control plane in its own
+	// process beside the enforcer (tollgate dev) or from a shell of the operator's.
+	Environ func() []string
 }
 
 // program is the command the usage lines name.

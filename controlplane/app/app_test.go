@@ -426,3 +426,44 @@ func TestShortShutdownTimeoutAloneStillStarts(t *testing.T) {
 		t.Errorf("a delay set by flag past the timeout: %v", err)
 	}
 }
+
+// A TOLLGATE_* variable no subcommand reads, a typo most likely, is named in a warning at
+// start (its value never); a variable of another subcommand (serve's, in migrate's
+// environment) and other prefixes are not. The known names come from the parsing itself
+// (app.KnownEnv).
+func TestUnknownVariablesAreWarnedOf(t *testing.T) {
+	vars := map[string]string{
+		// Nothing listens there: migrate stops at its connection, after the warnings.
+		"TOLLGATE_DATABASE_URL": "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2",
+		"TOLLGATE_SESSION_TTL":  "1h",
+		"TOLLGATE_SESION_TTL":   "s3cret-1h",
+		"TOLLGATE_RETENTON_AGE": "800h",
+		"HOME":                  "/root",
+	}
+	var environ []string
+	for k, v := range vars {
+		environ = append(environ, k+"="+v)
+	}
+	var logs bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := app.Run(ctx, []string{"migrate"}, envOf(vars), app.IO{Stdout: io.Discard, Stderr: &logs, Environ: func() []string { return environ }}); err == nil {
+		t.Fatal("migrate reached a database at port 1")
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`unknown environment variable[^\n]* name=(\S+)`).FindAllStringSubmatch(logs.String(), -1) {
+		names = append(names, m[1])
+	}
+	if strings.Join(names, " ") != "TOLLGATE_RETENTON_AGE TOLLGATE_SESION_TTL" {
+		t.Fatalf("warned of %v, want the two typos:\n%s", names, logs.String())
+	}
+	if strings.Contains(logs.String(), "s3cret") {
+		t.Fatalf("a value is logged:\n%s", logs.String())
+	}
+	known := strings.Join(app.KnownEnv(), " ")
+	for _, n := range []string{"TOLLGATE_SESSION_TTL", "TOLLGATE_DATABASE_URL", "TOLLGATE_RETENTION_INTERVAL", "TOLLGATE_REDIS_SENTINEL_PASSWORD", "TOLLGATE_GRPC_CLIENT_CA"} {
+		if !strings.Contains(" "+known+" ", " "+n+" ") {
+			t.Errorf("KnownEnv lacks %s", n)
+		}
+	}
+}

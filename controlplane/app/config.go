@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -166,6 +168,8 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 		return c, fmt.Errorf("parseConfig: unknown subcommand %q", name)
 	}
 	k := sub.knobs
+	read := envflag.NewRecorder(getenv)
+	getenv = read.Getenv
 	e := envflag.New(getenv)
 	env, durationEnv, intEnv, boolEnv := e.String, e.Duration, e.Int, e.Bool
 	out := stdio.Stderr
@@ -252,7 +256,33 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 	if len(problems) > 0 {
 		return c, errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))
 	}
+	if stdio.Environ != nil {
+		warnUnknownEnv(logging.New(c.LogFormat, c.LogLevel, stdio.Stderr), envflag.Unknown(stdio.Environ(), "TOLLGATE_", KnownEnv(), read.Names()))
+	}
 	return c, nil
+}
+
+// KnownEnv lists the environment variables the control plane reads, under any of its
+// subcommands: the names their configuration's parsing asks for, recorded over an empty
+// environment. A variable of serve's is no typo in migrate's environment (one set of
+// variables for both, as in deploy/compose).
+func KnownEnv() []string {
+	read := envflag.NewRecorder(nil)
+	for name := range subcommands {
+		_, _ = parseConfig(name, nil, read.Getenv, IO{Stderr: io.Discard}, nil) // the problems of no environment do not matter here
+	}
+	return read.Names()
+}
+
+// warnUnknownEnv names, at start, each TOLLGATE_* variable the control plane does not
+// read: a typo (TOLLGATE_SESION_TTL) would otherwise leave its setting at the default
+// without a word. A warning, not a refusal: an enforcer's variable in a shared
+// environment is no reason not to serve. The name only, never the value, which may be a
+// secret.
+func warnUnknownEnv(log *slog.Logger, names []string) {
+	for _, n := range names {
+		log.Warn("unknown environment variable, ignored: a typo? (controlplane help and SUBCOMMAND -h list the variables)", "name", n)
+	}
 }
 
 // listenAddrs are the control plane's sockets, in the order Listen opens them.

@@ -46,6 +46,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/startq"
 	"github.com/tollgate-dev/tollgate/pkg/admin"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/envflag"
 	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
@@ -58,6 +59,11 @@ import (
 type IO struct {
 	Stdout io.Writer
 	Stderr io.Writer
+	// Environ lists the environment (os.Environ) so that a TOLLGATE_* variable the
+	// enforcer does not read, a typo most likely, is named in a warning at start. Nil
+	// checks nothing: a harness that runs both programs in one process (tollgate dev)
+	// shares one environment between them.
+	Environ func() []string
 }
 
 // Run runs the enforcer with the given arguments (without the program name) until ctx
@@ -70,7 +76,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 			args = args[1:]
 		}
 	}
-	cfg, err := parseConfig(args, getenv, stdio.Stderr)
+	read := envflag.NewRecorder(getenv)
+	cfg, err := parseConfig(args, read.Getenv, stdio.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil // the flag package already printed the help
 	}
@@ -79,6 +86,10 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	}
 	log := logging.New(cfg.LogFormat, cfg.LogLevel, stdio.Stderr)
 	logging.RouteRedis(log)
+	if stdio.Environ != nil {
+		// What this start read too: the routes file's credentialEnv names.
+		warnUnknownEnv(log, envflag.Unknown(stdio.Environ(), "TOLLGATE_", KnownEnv(), read.Names()))
+	}
 	if cfg.InternalToken == "" {
 		log.Warn("TOLLGATE_INTERNAL_TOKEN is empty: the control plane will refuse this enforcer unless it uses mTLS, and /settle accepts loopback callers only")
 	}

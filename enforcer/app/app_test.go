@@ -5,7 +5,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -231,5 +234,56 @@ func TestShortShutdownTimeoutAloneStillStarts(t *testing.T) {
 		app.IO{Stdout: io.Discard, Stderr: io.Discard})
 	if err == nil || !strings.Contains(err.Error(), "TOLLGATE_SHUTDOWN_DELAY: 4s must be below TOLLGATE_SHUTDOWN_TIMEOUT (3s)") {
 		t.Errorf("a delay set past the timeout: %v", err)
+	}
+}
+
+// A TOLLGATE_* variable the enforcer does not read, a typo most likely, is named in a
+// warning at start (its value never: it may be a secret); the variables it reads, the
+// routes file's credentialEnv among them, and other programs' prefixes are not. The
+// known names come from the parsing itself (app.KnownEnv).
+func TestRunWarnsOfUnknownVariables(t *testing.T) {
+	dir := t.TempDir()
+	sp, _, err := spool.Open(spool.Config{Dir: dir}, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close() // stops Run right after its warnings, at the spool
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - prefix: /\n    upstream: http://127.0.0.1:1\n    credentialEnv: TOLLGATE_ROUTE_KEY\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{
+		"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": dir,
+		"TOLLGATE_GATEWAY_ADDR":              "127.0.0.1:0",
+		"TOLLGATE_GATEWAY_ROUTES":            routes,
+		"TOLLGATE_ROUTE_KEY":                 "Bearer sk-route",
+		"TOLLGATE_GATEWAY_UPSTREM":           "https://typo.example",
+		"TOLLGATE_FAILURE_MOD":               "open-s3cret",
+		"HOME":                               "/root",
+	}
+	var environ []string
+	for k, v := range vars {
+		environ = append(environ, k+"="+v)
+	}
+	logs := &testio.SyncBuffer{}
+	err = app.Run(context.Background(), nil, envOf(vars), app.IO{Stdout: io.Discard, Stderr: logs, Environ: func() []string { return environ }})
+	if err == nil || !strings.Contains(err.Error(), "used by another process") {
+		t.Fatalf("err %v", err)
+	}
+	got := regexp.MustCompile(`unknown environment variable[^\n]* name=(\S+)`).FindAllStringSubmatch(logs.String(), -1)
+	var names []string
+	for _, m := range got {
+		names = append(names, m[1])
+	}
+	if !slices.Equal(names, []string{"TOLLGATE_FAILURE_MOD", "TOLLGATE_GATEWAY_UPSTREM"}) {
+		t.Fatalf("warned of %v, want the two typos:\n%s", names, logs.String())
+	}
+	if strings.Contains(logs.String(), "s3cret") || strings.Contains(logs.String(), "typo.example") {
+		t.Fatalf("a value is logged:\n%s", logs.String())
+	}
+	for _, n := range []string{"TOLLGATE_GATEWAY_UPSTREAM", "TOLLGATE_FAILURE_MODE", "TOLLGATE_UPSTREAM_API_KEY_FILE", "TOLLGATE_REDIS_SENTINEL_PASSWORD", "TOLLGATE_SHUTDOWN_DELAY"} {
+		if !slices.Contains(app.KnownEnv(), n) {
+			t.Errorf("KnownEnv lacks %s", n)
+		}
 	}
 }

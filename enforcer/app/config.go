@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -156,6 +157,26 @@ func DefaultConfig() Config {
 		panic(err) // the defaults are valid; TestDefaultConfig guards it
 	}
 	return c
+}
+
+// KnownEnv lists the environment variables the enforcer reads: the names its
+// configuration's parsing asks for, recorded over an empty environment (the routes
+// file's credentialEnv names, which only a routes file gives, aside).
+func KnownEnv() []string {
+	read := envflag.NewRecorder(nil)
+	_, _ = parseConfig(nil, read.Getenv, io.Discard) // the problems of no environment do not matter here
+	return read.Names()
+}
+
+// warnUnknownEnv names, at start, each TOLLGATE_* variable the enforcer does not read:
+// a typo (TOLLGATE_GATEWAY_UPSTREM) would otherwise leave its setting at the default
+// without a word. A warning, not a refusal: a variable of another program (or of a
+// newer or older build) in a shared environment is no reason not to serve. The name
+// only, never the value, which may be a secret.
+func warnUnknownEnv(log *slog.Logger, names []string) {
+	for _, n := range names {
+		log.Warn("unknown environment variable, ignored: a typo? (enforcer -h lists the variables)", "name", n)
+	}
 }
 
 // InflightLimit is InflightCapacity with its default applied: half the settle capacity,

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -108,4 +109,59 @@ func HideDefaults(fs *flag.FlagSet, names ...string) {
 		}
 		f.DefValue = ""
 	}
+}
+
+// Recorder is a getenv that remembers every name it was asked. A program's variables
+// are the names its own parsing asks for (KnownEnv in each program's app package), so
+// that the list an unknown variable is checked against, and the one the documentation is
+// checked against, is the code itself, not a second, hand-kept list.
+type Recorder struct {
+	getenv func(string) string
+	names  map[string]bool
+}
+
+// NewRecorder records the names asked of getenv (nil: an empty environment).
+func NewRecorder(getenv func(string) string) *Recorder {
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	return &Recorder{getenv: getenv, names: map[string]bool{}}
+}
+
+// Getenv is getenv, recording key.
+func (r *Recorder) Getenv(key string) string {
+	r.names[key] = true
+	return r.getenv(key)
+}
+
+// Names are the names asked so far, sorted.
+func (r *Recorder) Names() []string {
+	out := make([]string, 0, len(r.names))
+	for k := range r.names {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Unknown lists, sorted, the variables of environ ("NAME=value", os.Environ's form)
+// whose name starts with prefix and is none of known: most likely a typo
+// (TOLLGATE_GATEWAY_UPSTREM), which would otherwise leave its setting at the default
+// without a word. Only names are returned, never a value: it may be a secret.
+func Unknown(environ []string, prefix string, known ...[]string) []string {
+	k := map[string]bool{}
+	for _, names := range known {
+		for _, n := range names {
+			k[n] = true
+		}
+	}
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, prefix) && !k[name] && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

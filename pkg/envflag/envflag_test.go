@@ -61,3 +61,19 @@ func TestHideDefaults(t *testing.T) {
 		t.Errorf("values changed: %q %q", token, db)
 	}
 }
+
+// The recorder knows what was asked; Unknown names, once and sorted, the variables of
+// the prefix nobody asked for.
+func TestUnknown(t *testing.T) {
+	r := NewRecorder(func(k string) string { return map[string]string{"T_A": "1"}[k] })
+	if r.Getenv("T_A") != "1" || r.Getenv("T_B") != "" {
+		t.Fatal("Getenv")
+	}
+	if got := r.Names(); !reflect.DeepEqual(got, []string{"T_A", "T_B"}) {
+		t.Fatalf("Names %v", got)
+	}
+	environ := []string{"T_Z=s3cret", "T_A=1", "PATH=/bin", "T_C=", "T_Z=again", "T_D=x=y"}
+	if got := Unknown(environ, "T_", r.Names(), []string{"T_D"}); !reflect.DeepEqual(got, []string{"T_C", "T_Z"}) {
+		t.Fatalf("Unknown %v", got)
+	}
+}
