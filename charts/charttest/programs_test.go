@@ -222,3 +222,18 @@ func TestChartRefusesWhatTheProgramsRefuse(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvContractIsRead: every variable the chart may set is one its program reads
+// (KnownEnv, the names the program's own parsing asks for): a variable renamed in the
+// code and not in a template would otherwise be set, warned of as unknown, and its
+// setting left at the default.
+func TestEnvContractIsRead(t *testing.T) {
+	known := map[string][]string{"enforcer": enfapp.KnownEnv(), "controlplane": cpapp.KnownEnv(), "migrate": cpapp.KnownEnv()}
+	for prog, names := range envContract {
+		for _, n := range names {
+			if !slices.Contains(known[prog], n) {
+				t.Errorf("the chart may set %s on the %s, which does not read it", n, prog)
+			}
+		}
+	}
+}
