@@ -1274,6 +1274,10 @@ routes:
 
 func TestParseRoutesRefuses(t *testing.T) {
 	env := func(k string) string { return map[string]string{"PADDED": " Bearer sk-x"}[k] }
+	// A trailing "---" is an empty document, no second list of routes.
+	if _, err := gateway.ParseRoutes([]byte("routes:\n  - prefix: /\n    upstream: http://x\n---\n"), env); err != nil {
+		t.Errorf("a trailing ---: %v", err)
+	}
 	dir := t.TempDir()
 	emptyFile, blankFile := filepath.Join(dir, "empty"), filepath.Join(dir, "blank")
 	if err := os.WriteFile(emptyFile, nil, 0o600); err != nil {
@@ -1288,6 +1292,8 @@ func TestParseRoutesRefuses(t *testing.T) {
 		"empty credential file":           "routes:\n  - prefix: /\n    upstream: http://x\n    credentialFile: " + emptyFile,
 		"credential file of a line break": "routes:\n  - prefix: /\n    upstream: http://x\n    credentialFile: " + blankFile,
 		// A header without a credential sends it empty in place of the member's key.
+		// A second YAML document (routes appended after a "---") would be ignored.
+		"two documents":               "routes:\n  - prefix: /\n    upstream: http://x\n---\nroutes:\n  - prefix: /v1/messages\n    upstream: http://y",
 		"header without a credential": "routes:\n  - prefix: /\n    upstream: http://x\n    header: x-api-key",
 		"no routes":                   "routes: []",
 		"unknown field":               "routes:\n  - prefix: /\n    upstream: http://x\n    credential: y",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -125,6 +126,18 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("routes file: %w", err)
 	}
+	// One document: the routes of a second one (after "---") would be ignored unread. An
+	// empty one (a trailing "---") says nothing and is let be.
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil || !emptyDocument(&more) {
+			return nil, errors.New("routes file: more than one YAML document; put every route under the first one's routes")
+		}
+	}
 	if len(f.Routes) == 0 {
 		return nil, errors.New("routes file: no routes")
 	}
@@ -200,6 +213,14 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 		out = append(out, rt)
 	}
 	return out, nil
+}
+
+// emptyDocument reports a YAML document with nothing in it, or only null.
+func emptyDocument(n *yaml.Node) bool {
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	return n.Kind == 0 || n.Kind == yaml.DocumentNode && len(n.Content) == 0 || n.Kind == yaml.ScalarNode && n.Tag == "!!null"
 }
 
 // sortRoutes orders routes longest prefix first, so the first match is the longest.
