@@ -99,3 +99,33 @@ func TestGatewayConfig(t *testing.T) {
 		t.Fatalf("help:\n%s", help.String())
 	}
 }
+
+// An upstream URL that carries a secret is refused (parseUpstream: no user, no query),
+// and the refusal names the variable without the secret: the problems are printed to
+// stderr, which is the log. Operators do write a provider's key into a URL
+// (https://user:key@host, Google's ?key=), or swap TOLLGATE_GATEWAY_UPSTREAM and its
+// _AUTHORIZATION. Before 2026-12-02 the message quoted the URL whole.
+func TestGatewayUpstreamSecretIsNotShown(t *testing.T) {
+	dir := t.TempDir()
+	for _, upstream := range []string{
+		"https://apikey:sk-userinfo@api.openai.com",                  // refused: a user
+		"https://generativelanguage.googleapis.com/?key=sk-querykey", // refused: a query
+		"https://u:sk-badport@api.openai.com:port",                   // does not parse
+		"Bearer sk-swapped",                     // the credential in the URL's variable
+		"https://api.openai.com/v1#sk-fragment", // refused: a fragment
+	} {
+		routes := writeFile(t, dir, "routes.yaml", "routes:\n  - prefix: /v1\n    upstream: \""+upstream+"\"\n")
+		for name, env := range map[string]map[string]string{
+			"TOLLGATE_GATEWAY_UPSTREAM": {"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": upstream},
+			"TOLLGATE_GATEWAY_ROUTES":   {"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": routes},
+		} {
+			_, err := parseConfig(nil, func(k string) string { return env[k] }, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), name+":") {
+				t.Fatalf("%s=%q: err %v, want a problem naming it", name, upstream, err)
+			}
+			if strings.Contains(err.Error(), "sk-") {
+				t.Errorf("%s=%q: the error shows the secret: %v", name, upstream, err)
+			}
+		}
+	}
+}

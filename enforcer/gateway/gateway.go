@@ -30,6 +30,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -1566,7 +1567,13 @@ func writeError(w http.ResponseWriter, status int, typ, code, msg string, detail
 func parseUpstream(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, err
+		// url.Error quotes raw whole, secrets and all; its cause names only the part
+		// that does not parse.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("not a URL: %w", err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return nil, errors.New("must be an http or https base URL with a host, without query, fragment or user")

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/awsauth"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 )
 
 // Route sends the requests whose path starts with Prefix to Upstream, with the
@@ -48,7 +49,12 @@ func NewRoute(prefix, upstream, header, cred string) (Route, error) {
 	}
 	u, err := parseUpstream(upstream)
 	if err != nil {
-		return Route{}, fmt.Errorf("upstream %q: %w", upstream, err)
+		// The URL as redact.URL shows it, or not at all: a refused one may be refused
+		// for the credential it carries (a user, ?key=), and this message is logged.
+		if shown := redact.URL(upstream); shown != "" {
+			return Route{}, fmt.Errorf("upstream %q: %w", shown, err)
+		}
+		return Route{}, fmt.Errorf("upstream: %w", err)
 	}
 	if !credential.ValidHeaderValue(cred) {
 		// Never the value itself in the message: it is a secret.

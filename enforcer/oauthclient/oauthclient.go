@@ -24,6 +24,7 @@ import (
 	"golang.org/x/oauth2/clientcredentials"
 
 	"github.com/tollgate-dev/tollgate/enforcer/tokencache"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 )
 
 // AssertionType is the client assertion's type: a JWT (RFC 7523), as Entra ID takes a
@@ -55,9 +56,9 @@ func New(cfg Config) (*Source, error) {
 	u, err := url.Parse(cfg.TokenURL)
 	switch {
 	case err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http"):
-		return nil, fmt.Errorf("tokenURL %q is not an http(s) URL", cfg.TokenURL)
+		return nil, errors.New("tokenURL is not an http(s) URL") // not quoted: it could be anything, a secret too
 	case u.Scheme == "http" && !loopback(u.Hostname()):
-		return nil, fmt.Errorf("tokenURL %q: the client's credential would travel in clear; use https", cfg.TokenURL)
+		return nil, fmt.Errorf("tokenURL %q: the client's credential would travel in clear; use https", redact.URL(cfg.TokenURL))
 	case cfg.ClientID == "":
 		return nil, errors.New("clientID is required")
 	case (cfg.ClientSecret == "") == (cfg.ClientAssertionFile == ""):
@@ -114,5 +115,5 @@ func (s *Source) fetch(ctx context.Context) (string, time.Time, error) {
 
 // String says which client the tokens are of (for logs; no secret).
 func (s *Source) String() string {
-	return fmt.Sprintf("the OAuth client %s at %s", s.cfg.ClientID, s.cfg.TokenURL)
+	return fmt.Sprintf("the OAuth client %s at %s", s.cfg.ClientID, redact.URL(s.cfg.TokenURL))
 }

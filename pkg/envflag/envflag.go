@@ -7,11 +7,12 @@ package envflag
 import (
 	"flag"
 	"fmt"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 )
 
 // Env reads variables through getenv and collects their problems.
@@ -86,28 +87,16 @@ func List(v string) []string {
 // HideDefaults keeps secrets out of the flags' help: a flag's default comes from the
 // environment, and the flag package prints non-empty defaults in -h, and in the usage
 // it writes to stderr (the logs) after a mistyped flag. Each named flag's printed
-// default becomes its value's redacted form: a URL with its password as "xxxxx"
-// (url.URL.Redacted, and a password in its query), anything else nothing at all. What
-// the flag holds is unchanged.
+// default becomes what redact.URL shows of it: a URL without its password and query
+// values (Postgres also takes a password in the query), anything else nothing at all.
+// What the flag holds is unchanged.
 func HideDefaults(fs *flag.FlagSet, names ...string) {
 	for _, name := range names {
 		f := fs.Lookup(name)
 		if f == nil {
 			panic("envflag.HideDefaults: no flag " + name) // a programming error
 		}
-		if u, err := url.Parse(f.DefValue); err == nil && u.Scheme != "" && u.Host != "" {
-			// Postgres (pgx, libpq) also takes a password in the query.
-			q := u.Query()
-			for k := range q {
-				if strings.EqualFold(k, "password") || strings.EqualFold(k, "sslpassword") {
-					q.Set(k, "xxxxx")
-				}
-			}
-			u.RawQuery = q.Encode()
-			f.DefValue = u.Redacted()
-			continue
-		}
-		f.DefValue = ""
+		f.DefValue = redact.URL(f.DefValue)
 	}
 }
 
