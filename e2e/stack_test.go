@@ -54,6 +54,7 @@ type stack struct {
 	layout   mirror.Layout
 	topo     *topology          // nil: the shared single test Redis
 	cpLogs   *testio.SyncBuffer // the control plane's log
+	enfLogs  *testio.SyncBuffer // the first enforcer's log
 	cp       *proc              // the running control plane
 	cpVars   map[string]string  // its environment
 	authz    authv3.AuthorizationClient
@@ -160,7 +161,7 @@ func startStackOn(t testing.TB, topo *topology, enforcerEnv ...map[string]string
 	maps.Copy(s.cpVars, s.redisEnv())
 	s.startControlPlane(t)
 	enf := s.startEnforcer(t, enforcerEnv...)
-	s.enfGRPC, s.enfHTTP, s.enfAdmin, s.gateway = enf.grpc, enf.http, enf.admin, enf.gateway
+	s.enfGRPC, s.enfHTTP, s.enfAdmin, s.gateway, s.enfLogs = enf.grpc, enf.http, enf.admin, enf.gateway, enf.logs
 
 	conn, err := grpc.NewClient(enf.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -208,6 +209,7 @@ func (s *stack) restartControlPlane(t testing.TB) {
 type enforcer struct {
 	grpc, http, admin, gateway string
 	stop                       func()
+	logs                       *testio.SyncBuffer
 }
 
 // startEnforcer starts an enforcer on the stack's control plane and Redis prefix and
@@ -247,7 +249,7 @@ func (s *stack) startEnforcer(t testing.TB, env ...map[string]string) *enforcer 
 	p := start(t, "enforcer", servers, logs, func(ctx context.Context) error {
 		return enfapp.Run(ctx, []string{"serve"}, envFn, enfapp.IO{Stdout: io.Discard, Stderr: logs})
 	})
-	e := &enforcer{grpc: p.addrs["grpc"], http: "http://" + p.addrs["http"], admin: "http://" + p.addrs["admin"], stop: p.stop}
+	e := &enforcer{grpc: p.addrs["grpc"], http: "http://" + p.addrs["http"], admin: "http://" + p.addrs["admin"], stop: p.stop, logs: logs}
 	if a, ok := p.addrs["gateway"]; ok {
 		e.gateway = "http://" + a
 	}

@@ -216,8 +216,9 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 		loops.Go(ctx, "retention", c.Retention.Run)
 	}
 
-	restSrv := &http.Server{Handler: c.API, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second}
-	adminSrv := admin.NewServer(c.Admin)
+	restSrv := &http.Server{Handler: c.API, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second,
+		ErrorLog: logging.ServerLog(c.log, "rest")}
+	adminSrv := admin.NewServer(c.Admin, c.log)
 	errc := make(chan error, 3)
 	go func() { errc <- listen.IgnoreClosed(restSrv.Serve(lns.REST)) }()
 	go func() { errc <- listen.IgnoreClosed(adminSrv.Serve(lns.Admin)) }()

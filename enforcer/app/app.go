@@ -373,8 +373,9 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 		loops.Go(ctx, "settle spool sync", e.spool.Run)
 	}
 
-	httpSrv := &http.Server{Handler: e.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
-	adminSrv := admin.NewServer(e.Admin)
+	httpSrv := &http.Server{Handler: e.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
+		ErrorLog: logging.ServerLog(e.log, "http")}
+	adminSrv := admin.NewServer(e.Admin, e.log)
 	errc := make(chan error, 4)
 	// The gateway's server has no write or read timeout: a response streams as long as
 	// the upstream sends (the gateway's idle timeout cuts silent ones). It speaks HTTP/1.1
@@ -383,7 +384,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	var gwSrv *http.Server
 	if e.Gateway != nil && lns.Gateway != nil {
 		gwSrv = &http.Server{Handler: e.Gateway, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-			Protocols: new(http.Protocols)}
+			Protocols: new(http.Protocols), ErrorLog: logging.ServerLog(e.log, "gateway")}
 		gwSrv.Protocols.SetHTTP1(true)
 		gwSrv.Protocols.SetUnencryptedHTTP2(true)
 		go func() { errc <- listen.IgnoreClosed(gwSrv.Serve(lns.Gateway)) }()

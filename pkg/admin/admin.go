@@ -8,12 +8,15 @@ package admin
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 )
 
 // CheckTimeout bounds each readiness check of one /readyz request.
@@ -75,7 +78,8 @@ func (r reason) Error() string { return string(r) }
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 // NewServer is the admin port's server: short header timeout, nothing else to bound
-// (the endpoints answer at once, /readyz within its checks' timeouts).
-func NewServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+// (the endpoints answer at once, /readyz within its checks' timeouts); net/http's own
+// lines go to log (logging.ServerLog).
+func NewServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: logging.ServerLog(log, "admin")}
 }
