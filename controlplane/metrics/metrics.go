@@ -33,7 +33,7 @@ type Metrics struct {
 	// cost_conflict, no_snapshot, invalid, epoch_changed, voided, error).
 	Settlements *prometheus.CounterVec
 	// Starts counts start items by result (recorded, duplicate, capture_suspended,
-	// epoch_changed, invalid, error).
+	// epoch_changed, limit_reserved, concurrency_limited, invalid, error).
 	Starts *prometheus.CounterVec
 	// BatchSize observes the items per committed batch, by kind (start, settle).
 	BatchSize *prometheus.HistogramVec
@@ -91,7 +91,7 @@ type Metrics struct {
 // The label values known in advance, created at construction.
 var (
 	settleResults   = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "error"}
-	startResults    = []string{"recorded", "duplicate", "capture_suspended", "epoch_changed", "invalid", "error"}
+	startResults    = []string{"recorded", "duplicate", "capture_suspended", "epoch_changed", "limit_reserved", "concurrency_limited", "invalid", "error"}
 	batchKinds      = []string{"start", "settle"}
 	startBatchPaths = []string{"fenced", "read_first", "fence_moved"}
 	storeOps        = []string{"start", "settle", "resolve", "mirror_load", "mirror_version", "mirror_repair", "resync"}

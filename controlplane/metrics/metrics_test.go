@@ -17,7 +17,7 @@ func TestNewCreatesTheKnownSeries(t *testing.T) {
 	m.Routes("GET /health", "POST /v1/teams")
 	for name, want := range map[string]int{
 		"tollgate_controlplane_accounting_settlements_total":          9,
-		"tollgate_controlplane_accounting_starts_total":               6,
+		"tollgate_controlplane_accounting_starts_total":               8,
 		"tollgate_controlplane_accounting_receipts_total":             16, // cost basis x price source
 		"tollgate_controlplane_accounting_unpriced_settlements_total": 2,
 		"tollgate_controlplane_accounting_batch_size":                 2,
