@@ -424,6 +424,14 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	u.Regional = in.RegionalEndpoint != nil && *in.RegionalEndpoint
 	u.Host = pricecatalog.HostName(in.UpstreamHost)
 
+	// Under the in-flight guard a request counts in flight until its settlement commits,
+	// and the reporter answers its client once this answers: sent at once, not after the
+	// settle queue's linger (which delayed every guarded request's end by it, and left a
+	// reporter that settles as its client sees the end a window in which the client's
+	// next request met the finished one, refused over a cap of one). A request this
+	// enforcer does not know was admitted by another replica, which alone knew whether
+	// it is guarded: at once too. docs/usage-limits.md.
+	u.Now = h.tracker.Guarded(in.RequestID) || !h.tracker.Known(in.RequestID)
 	done := make(chan settleq.Result, 1)
 	if err := h.tracker.Finish(in.RequestID, u, func(r settleq.Result) { done <- r }); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "settle_queue_full",

@@ -1,6 +1,7 @@
 package httpcheck_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,9 +11,11 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/app"
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -400,5 +403,61 @@ func TestCheckRefusesWhatTheProxyCannotRemove(t *testing.T) {
 				t.Fatal("a refused request was admitted")
 			}
 		})
+	}
+}
+
+// docs/usage-limits.md, "A request ends when its settlement commits": under the
+// in-flight guard a request counts in flight until its settlement commits, and a reporter
+// answers its client once /settle answered. /settle sent such a settlement after the
+// settle queue's linger, as a batch: each guarded request's end came that much later (50
+// ms by default), and a reporter that settles as its client sees the end left the
+// client's next request to meet the finished one still in flight, refused over a cap of
+// one. It now goes at once: for a request this enforcer admitted under the guard, and
+// for one it does not know (admitted by another replica, which alone knew whether it is
+// guarded). The linger is 1s here, so waiting for it cannot pass for going at once.
+func TestGuardedSettlementIsSentAtOnce(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) { c.SettleLinger = time.Second }})
+	e.CP.SetPrice("gpt-4o", 3, 10)
+	capped := enforcertest.DayLimit(1*enforcertest.USD, true)
+	capped.MaxInFlight = 1
+	w := e.NewMember(capped)
+	plain := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	h := e.Enforcer.HTTP
+	settle := func(id string) time.Duration {
+		t.Helper()
+		began := time.Now()
+		code, out := postSettle(t, h, "127.0.0.1:5555", "", `{"requestId":"`+id+`","model":"gpt-4o","inputTokens":10,"outputTokens":2}`)
+		if code != 200 || out["outcome"] != "settled" {
+			t.Fatalf("%d %v", code, out)
+		}
+		return time.Since(began)
+	}
+	for i := range 3 {
+		res, body := httpCheck(t, e, "POST", map[string]string{"X-Api-Key": w.Key})
+		if res.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, res.StatusCode, body)
+		}
+		if took := settle(res.Header.Get("X-Service-Request-Id")); took > 700*time.Millisecond {
+			t.Fatalf("request %d: /settle of a guarded request answered after %v: it waited for the settle queue's linger (1s)",
+				i, took.Round(time.Millisecond))
+		}
+	}
+	// Admitted by another replica: a durable start this enforcer never saw.
+	snap := gate.NoRecordSnapshot(w.Org, w.ID, e.Clock.Now())
+	snap.TrackingVersion = 1 << 40 // never older than the member's
+	id := typeid.New(gate.RequestPrefix)
+	resp, err := e.CP.Start(context.Background(), &internalv1.StartRequest{Items: []*internalv1.StartItem{{RequestId: id,
+		OrganizationId: w.Org, MemberId: w.ID, Snapshot: snap, MaxInFlight: 1}}})
+	if err != nil || resp.GetResults()[0].GetOutcome() != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("start: %v %v", err, resp.GetResults())
+	}
+	if took := settle(id); took > 700*time.Millisecond {
+		t.Fatalf("/settle of a request admitted elsewhere answered after %v: it waited for the settle queue's linger (1s)",
+			took.Round(time.Millisecond))
+	}
+	// A request outside the guard keeps the batching.
+	res, _ := httpCheck(t, e, "POST", map[string]string{"X-Api-Key": plain.Key})
+	if took := settle(res.Header.Get("X-Service-Request-Id")); took < 900*time.Millisecond {
+		t.Fatalf("/settle of an unguarded request answered after %v: it did not linger", took)
 	}
 }

@@ -498,6 +498,15 @@ func (t *Tracker) Guarded(id string) bool {
 	return r != nil && r.Guarded
 }
 
+// Known tells whether the request id is in the table: admitted by this process and not
+// settled yet.
+func (t *Tracker) Known(id string) bool {
+	s := t.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[id] != nil
+}
+
 func (t *Tracker) take(id string) *Request {
 	s := t.shard(id)
 	s.mu.Lock()
