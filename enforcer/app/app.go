@@ -202,7 +202,7 @@ type Enforcer struct {
 	// Admin serves /healthz, /readyz, /metrics.
 	GRPC   *grpc.Server
 	Health *health.Server
-	HTTP   http.Handler
+	HTTP   *httpcheck.Handler
 	Admin  *admin.Handler
 	// Gateway is the inference gateway; nil when it is off (no TOLLGATE_GATEWAY_ADDR).
 	Gateway *gateway.Gateway
@@ -346,7 +346,8 @@ func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
 //  2. stop taking checks: the HTTP, gateway and gRPC servers drain in-flight checks,
 //     response streams and Realtime sessions within three quarters of what the delay
 //     left of the shutdown deadline, then cut what is left (its ext_proc and gateway handlers settle what they
-//     saw; a cut Realtime session's client gets 1001);
+//     saw; a cut Realtime session's client gets 1001; a cut forward-auth check is waited
+//     for, so that what it admitted is settled in 4, and /check refuses from then on);
 //  3. stop the start queue (queued starts are refused);
 //  4. settle as incomplete every admitted request nobody will report any more (those
 //     without a durable start first), within half of what is left of the deadline;
@@ -413,7 +414,22 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	serveCtx, cancelServe := context.WithTimeout(shutCtx, (e.cfg.ShutdownTimeout-e.cfg.ShutdownDelay)*3/4)
 	defer cancelServe()
 	httpDone := make(chan struct{})
-	go func() { _ = httpSrv.Shutdown(serveCtx); close(httpDone) }()
+	go func() {
+		defer close(httpDone)
+		if httpSrv.Shutdown(serveCtx) != nil {
+			// A check still running is cut: its proxy sees the connection close, never
+			// an admission from an enforcer about to settle everything and exit.
+			_ = httpSrv.Close()
+		}
+		// Close neither waits for the handlers nor stops one that read its request: wait
+		// for them (a cut check ends once its start call is answered, within its
+		// deadline), so that what each admitted, or started and then left to the
+		// orphans, is tracked or queued before the settle-all below; a check arriving
+		// after that is refused.
+		if err := e.HTTP.Close(shutCtx); err != nil {
+			e.log.Warn("forward-auth handlers still running at the shutdown deadline", "error", err)
+		}
+	}()
 	gwDone := make(chan struct{})
 	go func() {
 		defer close(gwDone)

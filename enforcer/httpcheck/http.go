@@ -2,6 +2,7 @@ package httpcheck
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
@@ -38,6 +40,13 @@ type Handler struct {
 	cfg     Config
 	log     *slog.Logger
 	mux     *http.ServeMux
+
+	// mu guards the handlers running (active), whether Close was called (closed), and
+	// idle, closed when Close waits and the last running handler ends.
+	mu     sync.Mutex
+	active int
+	closed bool
+	idle   chan struct{}
 }
 
 // New returns the handler.
@@ -52,7 +61,57 @@ func New(g *gate.Gate, t *inflight.Tracker, cfg Config, log *slog.Logger) *Handl
 	return h
 }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		// After Close the tracker settles everything and the enforcer exits: a check
+		// admitted now would never be settled here.
+		w.Header().Set("Connection", "close")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "shutting_down",
+			"message": "this enforcer is shutting down; retry"})
+		return
+	}
+	h.active++
+	h.mu.Unlock()
+	defer h.leave()
+	h.mux.ServeHTTP(w, r)
+}
+
+// leave ends a handler, waking Close after the last one.
+func (h *Handler) leave() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.active--; h.active == 0 && h.idle != nil {
+		close(h.idle)
+		h.idle = nil
+	}
+}
+
+// Close refuses every request from now on (503 shutting_down) and waits, until ctx ends,
+// for the handlers running to end: at shutdown, before the tracker settles every request
+// admitted, so that a check the HTTP server could not drain in time (http.Server.Close
+// neither waits for its handler nor stops it) admits, or leaves its start to the
+// orphans, before that and never after. Its error is ctx's when handlers still run.
+func (h *Handler) Close(ctx context.Context) error {
+	h.mu.Lock()
+	h.closed = true
+	if h.active == 0 {
+		h.mu.Unlock()
+		return nil
+	}
+	if h.idle == nil {
+		h.idle = make(chan struct{})
+	}
+	idle := h.idle
+	h.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
