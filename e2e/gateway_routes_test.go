@@ -42,10 +42,9 @@ func TestBothSDKsThroughOneGatewayByRoute(t *testing.T) {
 	awayFromDayBoundary(t, 3*time.Minute)
 
 	const anthropicKey = "sk-ant-test-provider-key"
-	var next fakellm.Usage
-	usage := func(fakellm.Call) fakellm.Usage { return next }
-	openai := &fakellm.Server{Snapshots: map[string]string{model: model + "-2024-07-18"}, Usage: usage}
-	anthropic := &fakellm.Server{Usage: usage}
+	var next fakellm.NextUsage
+	openai := &fakellm.Server{Snapshots: map[string]string{model: model + "-2024-07-18"}, Usage: next.Of}
+	anthropic := &fakellm.Server{Usage: next.Of}
 	openaiUp, anthropicUp := httptest.NewServer(openai), httptest.NewServer(anthropic)
 	t.Cleanup(openaiUp.Close)
 	t.Cleanup(anthropicUp.Close)
@@ -80,7 +79,7 @@ func TestBothSDKsThroughOneGatewayByRoute(t *testing.T) {
 	// its body looks like a generation request's.
 	settled := 0
 	t.Run("anthropic count_tokens", func(t *testing.T) {
-		next = fakellm.Usage{InputTokens: 2095}
+		next.Set(fakellm.Usage{InputTokens: 2095})
 		before := len(anthropic.Calls())
 		r := runSDK(t, dir, "anthropic.mjs", "count", s.gateway, o.key, claudeModel)
 		if !r.OK || r.Status != 200 || !strings.Contains(string(r.Usage), `"input_tokens":2095`) {
@@ -101,7 +100,7 @@ func TestBothSDKsThroughOneGatewayByRoute(t *testing.T) {
 	var used int64
 	for _, c := range calls {
 		ok := t.Run(c.name, func(t *testing.T) {
-			next = c.usage
+			next.Set(c.usage)
 			own, other := upstreams[c.api], anthropic
 			if c.api == fakellm.AnthropicMessages {
 				other = openai

@@ -189,11 +189,12 @@ func sdksThroughEnvoy(t *testing.T, cfg *envoyemu.Config, clusters func(enforcer
 
 	// The provider answers each call with the usage of the call being made; extra
 	// spending calls (see below) report those of the first.
-	next := calls[0].usage
+	var next fakellm.NextUsage
+	next.Set(calls[0].usage)
 	fake := &fakellm.Server{
 		// OpenAI answers with the dated snapshot; the organization priced the family.
 		Snapshots: map[string]string{model: model + "-2024-07-18"},
-		Usage:     func(fakellm.Call) fakellm.Usage { return next },
+		Usage:     next.Of,
 	}
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
@@ -212,7 +213,7 @@ func sdksThroughEnvoy(t *testing.T, cfg *envoyemu.Config, clusters func(enforcer
 	// Anthropic's token counting (what Claude Code calls before many turns) is admitted
 	// through Envoy and settled at no cost: ext_proc records no estimate for it.
 	t.Run("anthropic count_tokens is not charged", func(t *testing.T) {
-		next = fakellm.Usage{InputTokens: 2095}
+		next.Set(fakellm.Usage{InputTokens: 2095})
 		before := len(fake.Calls())
 		r := runSDK(t, dir, "anthropic.mjs", "count", front.URL, o.key, claudeModel)
 		if !r.OK || r.Status != 200 || !strings.Contains(string(r.Usage), `"input_tokens":2095`) {
@@ -232,7 +233,7 @@ func sdksThroughEnvoy(t *testing.T, cfg *envoyemu.Config, clusters func(enforcer
 	t.Run("calls are settled at the organization's price", func(t *testing.T) {
 		for _, c := range calls {
 			ok := t.Run(c.name, func(t *testing.T) {
-				next = c.usage
+				next.Set(c.usage)
 				before := len(fake.Calls())
 				r := runSDK(t, dir, c.script, c.scenario, front.URL, o.key, c.model)
 				if !r.OK || r.Status != 200 || r.Text != fakellm.Text {
@@ -283,7 +284,7 @@ func sdksThroughEnvoy(t *testing.T, cfg *envoyemu.Config, clusters func(enforcer
 	t.Run("the blocked call fails fast with 429 and is not retried", func(t *testing.T) {
 		// When the calls above were charged differently, keep spending until the limit is
 		// (a few more calls at most), so that this part is checked anyway.
-		next = calls[0].usage
+		next.Set(calls[0].usage)
 		for i := 0; s.status(t, o).State != "blocked"; i++ {
 			if i == 6 {
 				t.Fatalf("the limit is not spent after %d more calls: %+v", i, s.status(t, o))

@@ -287,6 +287,33 @@ type Call struct {
 	Usage        Usage
 }
 
+// NextUsage is the usage a test changes between calls, for Server.Usage (Usage:
+// u.Of): the server's handlers read it on their own goroutines. When the calls come
+// from another process (an official SDK's script run by node), nothing orders the
+// test's write before the handler's read: go test -race orders a socket's write
+// before its read inside the test binary, but not a child process's. A plain variable
+// shared with a Usage func is then a data race (-race reported it in
+// TestOfficialSDKsThroughTheEnforcedPath and TestBothSDKsThroughOneGatewayByRoute);
+// this one is locked. The zero value answers zeros.
+type NextUsage struct {
+	mu sync.Mutex
+	u  Usage
+}
+
+// Set makes x the usage of the calls from now on.
+func (u *NextUsage) Set(x Usage) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.u = x
+}
+
+// Of is the usage of a call: the one last Set.
+func (u *NextUsage) Of(Call) Usage {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.u
+}
+
 // Server answers both APIs; use it as an http.Handler (httptest.NewServer(s)).
 type Server struct {
 	// Usage chooses the usage of an answer; nil answers zeros.

@@ -309,3 +309,33 @@ func TestAzureOpenAIChatCompletions(t *testing.T) {
 		t.Fatalf("%d %s", res.StatusCode, body)
 	}
 }
+
+// TestUsagesChangeBetweenCalls changes a NextUsage between calls to a running server, as the
+// e2e tests do: each answer carries the usage set last before its call.
+func TestUsagesChangeBetweenCalls(t *testing.T) {
+	var u NextUsage
+	srv := httptest.NewServer(&Server{Usage: u.Of})
+	defer srv.Close()
+	promptTokens := func() int64 {
+		t.Helper()
+		_, body := post(t, srv.URL, "/v1/chat/completions", "identity", `{"model":"gpt-4o-mini","messages":[]}`)
+		var a struct {
+			Usage struct {
+				PromptTokens int64 `json:"prompt_tokens"`
+			}
+		}
+		if err := json.Unmarshal([]byte(body), &a); err != nil {
+			t.Fatalf("%v: %s", err, body)
+		}
+		return a.Usage.PromptTokens
+	}
+	if got := promptTokens(); got != 0 {
+		t.Fatalf("the zero NextUsage answered %d prompt tokens", got)
+	}
+	for _, want := range []int64{11, 22, 22, 33} {
+		u.Set(Usage{InputTokens: want})
+		if got := promptTokens(); got != want {
+			t.Fatalf("after Set(%d): %d prompt tokens", want, got)
+		}
+	}
+}
