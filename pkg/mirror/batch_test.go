@@ -74,6 +74,9 @@ func records(n int, v int64) []*mirror.Record {
 // with an i/o timeout and the enforcers kept the old records. Sent as pipelines of at
 // most mirror.PipelineSize, each with deadlines of its own, every one is written.
 func TestWriteManyWritesAnOrganizationOfAnySize(t *testing.T) {
+	if raceEnabled {
+		t.Skip("-race: the pipelines' encoding is too slow for the deadlines this test is about")
+	}
 	srv := testredis.StartServer(t)
 	opts, err := redis.ParseURL(srv.URL())
 	if err != nil {
