@@ -10,8 +10,22 @@ export TOLLGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?ssl
 export TOLLGATE_TEST_REDIS_URL    ?= $(TOLLGATE_REDIS_URL)
 TEST_P ?= 4
 
+# The packages `make test` runs a second time under the race detector, after the normal
+# run: where goroutines share state (the enforcer's queues, caches, gate and front doors,
+# the control plane's ledger, mirror writer and internal API, the shared loops). Chosen
+# so that they add about two minutes on 2 cores (104 s; 183 s while other jobs loaded them);
+# `make test-race` runs them alone, `make test-race RACE_PKGS=./...` every package
+# (docs/development.md, Tests).
+RACE_PKGS ?= ./enforcer/inflight ./enforcer/gate ./enforcer/record ./enforcer/invalidation \
+	./enforcer/cpclient ./enforcer/startq ./enforcer/settleq ./enforcer/spool ./enforcer/tokencache \
+	./enforcer/extproc ./enforcer/httpcheck ./enforcer/gateway ./enforcer/app \
+	./controlplane/ledger ./controlplane/mirrorsync ./controlplane/internalapi \
+	./pkg/lifecycle ./pkg/admin ./pkg/listen
+# -race makes a test binary several times slower and larger: two at a time.
+RACE_P    ?= 2
+
 .DEFAULT_GOAL := help
-.PHONY: help build run run-fresh test tools test-topologies lint migrate services services-down generate fuzz bench chart-test clean
+.PHONY: help build run run-fresh test test-race race tools test-topologies lint migrate services services-down generate fuzz bench chart-test clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -44,9 +58,26 @@ test: ## the whole test suite (what CI runs); needs Postgres and Redis (see `mak
 	@# Four test binaries at once (go test's default is one per CPU): most tests wait on
 	@# Postgres commits, Redis and sockets, not on the CPU. TEST_P overrides it.
 	$(GO) test -p $(TEST_P) -count=1 -timeout 20m ./...
+	@# Then the packages where goroutines share state again, under the race detector.
+	@$(MAKE) --no-print-directory race
 	@# Every benchmark but the e2e ones (minutes each, on the whole stack) once: each checks
 	@# what it measures (a wrong answer fails it), and one never run would rot unseen.
 	$(GO) test -p $(TEST_P) -count=1 -timeout 10m -run '^$$' -bench . -benchtime 1x ./controlplane/... ./enforcer/... ./pkg/... ./internal/...
+
+test-race: ## only RACE_PKGS under the race detector (RACE_PKGS=./... for every package); needs Postgres, Redis and a C compiler
+	@TOLLGATE_DATABASE_URL=$(TOLLGATE_TEST_DATABASE_URL) bash deploy/local/ensure-services.sh
+	@$(MAKE) --no-print-directory race
+
+# The race detector needs cgo, so a C compiler (Debian: gcc libc6-dev; .ci/run installs
+# them): without one the subset is skipped, or fails under CI=true.
+race:
+	@if [ "$$($(GO) env CGO_ENABLED)" != 1 ]; then \
+		echo "go test -race needs cgo (a C compiler: gcc libc6-dev on Debian): the race subset did not run"; \
+		[ "$$CI" != true ]; \
+	else \
+		echo '$(GO) test -race -p $(RACE_P) -count=1 -timeout 20m $(RACE_PKGS)'; \
+		$(GO) test -race -p $(RACE_P) -count=1 -timeout 20m $(RACE_PKGS); \
+	fi
 
 tools: ## build the pinned tools the tests run (helm, kubeconform, compose-go's check, Cyclonus's NetworkPolicy check, Envoy Gateway's egctl) into the Go build cache
 	cd tools && $(GO) tool -n helm >/dev/null && $(GO) tool -n kubeconform >/dev/null
