@@ -149,9 +149,11 @@ it stays out of shell history and process listings.`},
 
 Removes request-level data older than --retention-age, in batches of --retention-batch
 rows, logging progress, and prints what it removed and what it kept and why: the raw
-snapshots of closed starts, the raw detail of receipts (model, tokens), and quarantine
-records reconciled before the cutoff. Counters, receipts' costs and charges, tracking
-rows, audit events and open quarantine records stay; a pending start is never touched.
+snapshots of closed starts, the raw detail of receipts (model, tokens), quarantine
+records reconciled before the cutoff, and login sessions and invitations that ended
+before it. Counters, receipts' costs and charges, tracking rows, audit events, open
+quarantine records, live sessions and open invitations stay;
+a pending start is never touched.
 Without --apply it only previews. Serve can run it on a schedule
 (TOLLGATE_RETENTION_INTERVAL).`},
 }

@@ -76,7 +76,7 @@ type Metrics struct {
 	// run; the serve schedule tries again at its next interval).
 	RetentionRuns *prometheus.CounterVec
 	// RetentionRemoved counts what applied retention runs removed, by kind:
-	// start_snapshot, receipt_detail, quarantine_record.
+	// start_snapshot, receipt_detail, quarantine_record, session, invitation.
 	RetentionRemoved *prometheus.CounterVec
 	// Reconciliations counts quarantined settlements charged by reviewed reconciliation.
 	Reconciliations prometheus.Counter
@@ -102,7 +102,7 @@ var (
 	unpricedSources = []string{"fallback", "unknown"}
 	adjustments     = []string{"model_cleaned", "usage_bounded", "cost_capped", "stored_without_model"}
 	retentionRuns   = []string{"applied", "preview", "error"}
-	retentionKinds  = []string{"start_snapshot", "receipt_detail", "quarantine_record"}
+	retentionKinds  = []string{"start_snapshot", "receipt_detail", "quarantine_record", "session", "invitation"}
 )
 
 // New registers the control plane's metrics on reg.
@@ -142,7 +142,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		RetentionRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_retention_runs_total",
 			Help: "Retention runs by result (applied, preview, error)."}, []string{"result"}),
 		RetentionRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_retention_removed_total",
-			Help: "Request-level data removed by applied retention runs, by kind."}, []string{"kind"}),
+			Help: "Rows (or their raw detail) removed by applied retention runs, by kind: request-level data, ended sessions and invitations."}, []string{"kind"}),
 		Reconciliations: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_reconciliations_total",
 			Help: "Quarantined settlements charged by reviewed reconciliation."}),
 		QuarantineApplied: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_quarantine_applied_total",

@@ -1,6 +1,7 @@
-// Package retention owns the retention job: it removes request-level data older than a
-// configured age, keeping what the counters, coverage and audit rest on (rule 15), in
-// bounded batches with progress, previewing unless applied.
+// Package retention owns the retention job: it removes request-level data, and ended
+// login sessions and invitations, older than a configured age, keeping what the
+// counters, coverage and audit rest on (rule 15), in bounded batches with progress,
+// previewing unless applied.
 //
 // What goes, per kind:
 //   - starts closed (settled or recovered) before the cutoff lose their raw admission
@@ -16,6 +17,13 @@
 //     sum, and a later settlement is judged against them).
 //   - quarantine records reconciled before the cutoff are deleted; open ones stay until
 //     an operator reviews them (rule 18: preserved and excluded from charging).
+//   - login sessions that ended (revoked, or expired) before the cutoff are deleted; a
+//     live one stays whatever its age. Nothing references a session row, and a deleted
+//     session's token is refused as an unknown one is (401), as it was once it ended.
+//   - invitations that ended (accepted, or expired) before the cutoff are deleted; an
+//     open one stays. Nothing references an invitation row (audit events keep its id as
+//     text); a deleted invitation's token answers what an unknown token answers (404
+//     invitation_not_found) instead of invitation_used or invitation_expired.
 //
 // The guard: a start still pending is never touched, whatever its age; it is reported
 // kept ("pending") until it has been durably closed by a settlement or by abandonment
@@ -71,6 +79,7 @@ const (
 	KeptRecent         = "recent"          // younger than the cutoff
 	KeptAlreadyPruned  = "already_pruned"  // an earlier run removed its raw detail
 	KeptAwaitingReview = "awaiting_review" // a quarantine record not reconciled yet
+	KeptLive           = "live"            // a session not ended, an invitation still open
 )
 
 // Options of one run.
@@ -123,14 +132,16 @@ type Report struct {
 	// Interrupted: the run ended with an error; the counts are what it did before.
 	Interrupted                  bool
 	Starts, Receipts, Quarantine Kind
+	// Sessions and Invitations: ended login sessions and invitations, deleted.
+	Sessions, Invitations Kind
 }
 
 func newReport(cutoff time.Time, apply bool) Report {
 	return Report{Cutoff: cutoff, Applied: apply, Starts: Kind{Kept: map[string]int64{}}, Receipts: Kind{Kept: map[string]int64{}},
-		Quarantine: Kind{Kept: map[string]int64{}}}
+		Quarantine: Kind{Kept: map[string]int64{}}, Sessions: Kind{Kept: map[string]int64{}}, Invitations: Kind{Kept: map[string]int64{}}}
 }
 
-// Run walks starts, receipts and quarantine records once, in batches of o.Batch rows
+// Run walks starts, receipts, quarantine records, sessions and invitations once, in batches of o.Batch rows
 // (one transaction each), logging progress per batch. An applied run is audited
 // (usage.retention.apply) with its summary; one that ends with an error after removing
 // anything is audited too, with what it removed, interrupted: true and the error, even
@@ -157,6 +168,8 @@ func Run(ctx context.Context, d Deps, o Options) (Report, error) {
 		d.Metrics.RetentionRemoved.WithLabelValues("start_snapshot").Add(float64(r.Starts.Removed))
 		d.Metrics.RetentionRemoved.WithLabelValues("receipt_detail").Add(float64(r.Receipts.Removed))
 		d.Metrics.RetentionRemoved.WithLabelValues("quarantine_record").Add(float64(r.Quarantine.Removed))
+		d.Metrics.RetentionRemoved.WithLabelValues("session").Add(float64(r.Sessions.Removed))
+		d.Metrics.RetentionRemoved.WithLabelValues("invitation").Add(float64(r.Invitations.Removed))
 	}
 	return r, err
 }
@@ -187,7 +200,8 @@ func run(ctx context.Context, d Deps, o Options) (Report, error) {
 		}
 	}
 	log.Info("retention finished", "starts_removed", r.Starts.Removed, "receipts_removed", r.Receipts.Removed,
-		"quarantine_removed", r.Quarantine.Removed, "starts_kept_pending", r.Starts.Kept[KeptPending])
+		"quarantine_removed", r.Quarantine.Removed, "sessions_removed", r.Sessions.Removed, "invitations_removed", r.Invitations.Removed,
+		"starts_kept_pending", r.Starts.Kept[KeptPending])
 	return r, nil
 }
 
@@ -195,7 +209,7 @@ func run(ctx context.Context, d Deps, o Options) (Report, error) {
 // cancelled with the run's.
 const auditTimeout = 10 * time.Second
 
-// walkAll walks the three kinds in turn, stopping at the first error.
+// walkAll walks the kinds in turn, stopping at the first error.
 func walkAll(ctx context.Context, d Deps, o Options, r *Report, now time.Time, log *slog.Logger) error {
 	if err := runStarts(ctx, d, o, r, log); err != nil {
 		return fmt.Errorf("retention of starts: %w", err)
@@ -206,6 +220,12 @@ func walkAll(ctx context.Context, d Deps, o Options, r *Report, now time.Time, l
 	if err := runQuarantine(ctx, d, o, r, log); err != nil {
 		return fmt.Errorf("retention of quarantine records: %w", err)
 	}
+	if err := runSessions(ctx, d, o, r, now, log); err != nil {
+		return fmt.Errorf("retention of sessions: %w", err)
+	}
+	if err := runInvitations(ctx, d, o, r, now, log); err != nil {
+		return fmt.Errorf("retention of invitations: %w", err)
+	}
 	return nil
 }
 
@@ -214,7 +234,9 @@ func walkAll(ctx context.Context, d Deps, o Options, r *Report, now time.Time, l
 func audit(ctx context.Context, d Deps, o Options, r Report, now time.Time, runErr error) error {
 	details := map[string]any{"cutoff": r.Cutoff.Format(time.RFC3339), "age": o.Age.String(),
 		"startsPruned": r.Starts.Removed, "receiptsPruned": r.Receipts.Removed, "quarantineDeleted": r.Quarantine.Removed,
-		"startsKept": r.Starts.Kept, "receiptsKept": r.Receipts.Kept, "quarantineKept": r.Quarantine.Kept}
+		"startsKept": r.Starts.Kept, "receiptsKept": r.Receipts.Kept, "quarantineKept": r.Quarantine.Kept,
+		"sessionsDeleted": r.Sessions.Removed, "invitationsDeleted": r.Invitations.Removed,
+		"sessionsKept": r.Sessions.Kept, "invitationsKept": r.Invitations.Kept}
 	if runErr != nil {
 		details["interrupted"] = true
 		details["error"] = runErr.Error()
@@ -226,7 +248,9 @@ func audit(ctx context.Context, d Deps, o Options, r Report, now time.Time, runE
 }
 
 // Removed is how many rows the run removed (or, in a preview, would remove), all kinds.
-func (r Report) Removed() int64 { return r.Starts.Removed + r.Receipts.Removed + r.Quarantine.Removed }
+func (r Report) Removed() int64 {
+	return r.Starts.Removed + r.Receipts.Removed + r.Quarantine.Removed + r.Sessions.Removed + r.Invitations.Removed
+}
 
 // judgeStart says whether a start's raw snapshot may go, or why it stays. Pending comes
 // first: no age, no mark, nothing else lets a pending start be discarded.
@@ -242,7 +266,25 @@ func judgeStart(s store.RetainedStart, cutoff time.Time) (remove bool, kept stri
 	return true, ""
 }
 
-// table is one kind of request-level data as retention walks it: rows read in key order
+// judgeEnded says whether a row that ends (a session, an invitation) may go: one not
+// ended at now stays (live), one that ended at or after the cutoff stays (recent).
+// ended is when it ended or will end: the earliest of its expiry and the instant it was
+// revoked or accepted (nil when it was not).
+func judgeEnded(expires time.Time, endedEarly *time.Time, now, cutoff time.Time) (remove bool, kept string) {
+	ended := expires
+	if endedEarly != nil && endedEarly.Before(ended) {
+		ended = *endedEarly
+	}
+	switch {
+	case endedEarly == nil && now.Before(expires):
+		return false, KeptLive
+	case !ended.Before(cutoff):
+		return false, KeptRecent
+	}
+	return true, ""
+}
+
+// table is one kind of data as retention walks it: rows read in key order
 // after a position, judged one by one, and the chosen ones pruned in the same transaction.
 type table[R any, K any] struct {
 	name string // the log's kind
@@ -377,6 +419,46 @@ func runQuarantine(ctx context.Context, d Deps, o Options, r *Report, log *slog.
 	}, &r.Quarantine, log)
 }
 
+func runSessions(ctx context.Context, d Deps, o Options, r *Report, now time.Time, log *slog.Logger) error {
+	return walk(ctx, d, o, table[store.RetainedSession, string]{
+		name: "sessions",
+		read: func(ctx context.Context, tx pgx.Tx, after string, limit int) ([]store.RetainedSession, error) {
+			return store.SessionsAfter(ctx, tx, after, limit)
+		},
+		judge: func(s store.RetainedSession) (bool, string) {
+			return judgeEnded(s.ExpiresAt, s.RevokedAt, now, r.Cutoff)
+		},
+		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedSession) (int64, error) {
+			ids := make([]string, len(rows))
+			for i, s := range rows {
+				ids[i] = s.ID
+			}
+			return store.DeleteEndedSessions(ctx, tx, ids, r.Cutoff)
+		},
+		key: func(s store.RetainedSession) string { return s.ID },
+	}, &r.Sessions, log)
+}
+
+func runInvitations(ctx context.Context, d Deps, o Options, r *Report, now time.Time, log *slog.Logger) error {
+	return walk(ctx, d, o, table[store.RetainedInvitation, string]{
+		name: "invitations",
+		read: func(ctx context.Context, tx pgx.Tx, after string, limit int) ([]store.RetainedInvitation, error) {
+			return store.InvitationsAfter(ctx, tx, after, limit)
+		},
+		judge: func(i store.RetainedInvitation) (bool, string) {
+			return judgeEnded(i.ExpiresAt, i.AcceptedAt, now, r.Cutoff)
+		},
+		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedInvitation) (int64, error) {
+			ids := make([]string, len(rows))
+			for i, s := range rows {
+				ids[i] = s.ID
+			}
+			return store.DeleteEndedInvitations(ctx, tx, ids, r.Cutoff)
+		},
+		key: func(i store.RetainedInvitation) string { return i.ID },
+	}, &r.Invitations, log)
+}
+
 // Write prints the summary: per kind, what was examined, removed (or would be) and kept
 // by reason.
 func (r Report) Write(w io.Writer) {
@@ -384,13 +466,14 @@ func (r Report) Write(w io.Writer) {
 	if r.Applied {
 		verb = "removed"
 	}
-	fmt.Fprintf(w, "retention of request-level data older than %s\n", r.Cutoff.Format(time.RFC3339))
+	fmt.Fprintf(w, "retention of request-level data, ended sessions and ended invitations older than %s\n", r.Cutoff.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "DATA\tEXAMINED\t%s\tKEPT (BY REASON)\n", map[bool]string{true: "REMOVED", false: "WOULD REMOVE"}[r.Applied])
 	for _, k := range []struct {
 		name string
 		kind Kind
-	}{{"start snapshots", r.Starts}, {"receipt detail", r.Receipts}, {"reviewed quarantine records", r.Quarantine}} {
+	}{{"start snapshots", r.Starts}, {"receipt detail", r.Receipts}, {"reviewed quarantine records", r.Quarantine},
+		{"ended sessions", r.Sessions}, {"ended invitations", r.Invitations}} {
 		kept := ""
 		for _, reason := range slices.Sorted(maps.Keys(k.kind.Kept)) {
 			if kept != "" {
@@ -440,7 +523,8 @@ func (s Schedule) Run(ctx context.Context) error {
 			// Cut short (serve stopping, or a failure) after removing data: what it
 			// removed is audited as interrupted; say so whatever the context's state.
 			s.Deps.Log.Warn("scheduled retention interrupted after removing data (audited as interrupted); the rest waits for the next run", "err", err,
-				"starts_removed", r.Starts.Removed, "receipts_removed", r.Receipts.Removed, "quarantine_removed", r.Quarantine.Removed)
+				"starts_removed", r.Starts.Removed, "receipts_removed", r.Receipts.Removed, "quarantine_removed", r.Quarantine.Removed,
+				"sessions_removed", r.Sessions.Removed, "invitations_removed", r.Invitations.Removed)
 		case ctx.Err() == nil:
 			s.Deps.Log.Error("scheduled retention failed; trying again at the next interval", "err", err)
 		}

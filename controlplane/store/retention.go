@@ -117,3 +117,61 @@ func DeleteReviewedQuarantine(ctx context.Context, q Querier, ids, reasons []str
 		WHERE q.request_id = x.id AND q.reason = x.reason AND q.reconciled_at < $3`, ids, reasons, cutoff)
 	return tag.RowsAffected(), err
 }
+
+// RetainedSession is a login session as retention judges it.
+type RetainedSession struct {
+	ID        string
+	ExpiresAt time.Time
+	RevokedAt *time.Time
+}
+
+// SessionsAfter reads up to limit sessions after id after, in id order.
+func SessionsAfter(ctx context.Context, q Querier, after string, limit int) ([]RetainedSession, error) {
+	rows, err := q.Query(ctx, `SELECT id, expires_at, revoked_at FROM sessions WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetainedSession, error) {
+		var s RetainedSession
+		err := r.Scan(&s.ID, &s.ExpiresAt, &s.RevokedAt)
+		return s, err
+	})
+}
+
+// DeleteEndedSessions deletes the sessions among ids that ended (were revoked, or
+// expired) before cutoff. A session still live, or ended since, is never deleted. Nothing
+// references a session: a deleted one's token is refused as any unknown token is.
+func DeleteEndedSessions(ctx context.Context, q Querier, ids []string, cutoff time.Time) (int64, error) {
+	// LEAST ignores a null revoked_at: a session never revoked ended when it expired.
+	tag, err := q.Exec(ctx, `DELETE FROM sessions WHERE id = ANY($1) AND LEAST(revoked_at, expires_at) < $2`, ids, cutoff)
+	return tag.RowsAffected(), err
+}
+
+// RetainedInvitation is an invitation as retention judges it.
+type RetainedInvitation struct {
+	ID         string
+	ExpiresAt  time.Time
+	AcceptedAt *time.Time
+}
+
+// InvitationsAfter reads up to limit invitations after id after, in id order.
+func InvitationsAfter(ctx context.Context, q Querier, after string, limit int) ([]RetainedInvitation, error) {
+	rows, err := q.Query(ctx, `SELECT id, expires_at, accepted_at FROM invitations WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetainedInvitation, error) {
+		var s RetainedInvitation
+		err := r.Scan(&s.ID, &s.ExpiresAt, &s.AcceptedAt)
+		return s, err
+	})
+}
+
+// DeleteEndedInvitations deletes the invitations among ids that ended (were accepted, or
+// expired) before cutoff. One still open, or ended since, is never deleted. Nothing
+// references an invitation row (audit events name its id as text, and keep it); its
+// token then answers as an unknown token does.
+func DeleteEndedInvitations(ctx context.Context, q Querier, ids []string, cutoff time.Time) (int64, error) {
+	tag, err := q.Exec(ctx, `DELETE FROM invitations WHERE id = ANY($1) AND LEAST(accepted_at, expires_at) < $2`, ids, cutoff)
+	return tag.RowsAffected(), err
+}
