@@ -47,7 +47,8 @@ type Config struct {
 	RefreshAfter time.Duration
 	// NegativeTTL is how long an unknown credential is remembered as unknown.
 	NegativeTTL time.Duration
-	// MaxEntries bounds the memory; past it, arbitrary entries are evicted.
+	// MaxEntries bounds the entries held, negative ones included (at least 16, one per
+	// shard); past it, an entry is evicted to make room (evictFor).
 	MaxEntries int
 	// CallTimeout bounds one Authenticate call.
 	CallTimeout time.Duration
@@ -72,14 +73,20 @@ type Cache struct {
 	// epoch moves on every invalidation: an answer that was in flight across one is
 	// not cached, since it may predate the revocation.
 	epoch  atomic.Uint64
-	shards [16]shard
+	shards [shardCount]shard
 
 	hit, negHit, miss, refreshes interface{ Inc() }
 }
 
+// shardCount is the number of shards, each with its own lock.
+const shardCount = 16
+
 type shard struct {
 	mu sync.RWMutex
 	m  map[[32]byte]entry
+	// max is the shard's share of MaxEntries: the shares add up to MaxEntries exactly,
+	// so no flood of distinct credentials fills the cache past it.
+	max int
 }
 
 type entry struct {
@@ -106,6 +113,7 @@ func New(cp Authenticator, cfg Config, clk clock.Clock, m *metrics.Metrics, log 
 	if cfg.MaxEntries <= 0 {
 		cfg.MaxEntries = DefaultConfig.MaxEntries
 	}
+	cfg.MaxEntries = max(cfg.MaxEntries, shardCount)
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultConfig.CallTimeout
 	}
@@ -114,6 +122,10 @@ func New(cp Authenticator, cfg Config, clk clock.Clock, m *metrics.Metrics, log 
 		miss: m.IdentityCache.WithLabelValues("miss"), refreshes: m.IdentityRefreshes}
 	for i := range c.shards {
 		c.shards[i].m = map[[32]byte]entry{}
+		c.shards[i].max = cfg.MaxEntries / shardCount
+		if i < cfg.MaxEntries%shardCount {
+			c.shards[i].max++
+		}
 	}
 	return c
 }
@@ -252,7 +264,7 @@ func (c *Cache) store(h [32]byte, kind internalv1.CredentialKind, id Identity, u
 		return
 	}
 	now := c.clk.Now()
-	if _, present := s.m[h]; !present && len(s.m) >= c.cfg.MaxEntries/len(c.shards)+1 && !s.evictFor(negative, now) {
+	if _, present := s.m[h]; !present && len(s.m) >= s.max && !s.evictFor(negative, now) {
 		return // an unknown credential is not worth a known one's place
 	}
 	e := entry{id: id, kind: kind, expires: now.Add(ttl), refresh: now.Add(c.cfg.RefreshAfter)}

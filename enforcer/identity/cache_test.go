@@ -402,7 +402,7 @@ func TestUnknownCredentialsNeverEvictKnownOnes(t *testing.T) {
 		a.known[hashHex(key)] = &internalv1.AuthenticateResponse{Found: true, Active: true, OrganizationId: "org_1", MemberId: fmt.Sprintf("om_%d", i)}
 	}
 	clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
-	// 16 shards of at most 160/16+1 = 11 entries: room for every member, little more.
+	// 16 shards of 160/16 = 10 entries: room for every member, little more.
 	c := identity.New(a, identity.Config{TTL: 30 * time.Second, NegativeTTL: 5 * time.Second, MaxEntries: 160}, clk, metrics.Discard(),
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	lookupAll := func() int64 {
@@ -423,5 +423,32 @@ func TestUnknownCredentialsNeverEvictKnownOnes(t *testing.T) {
 	}
 	if asked := lookupAll(); asked != 0 {
 		t.Fatalf("after 10,000 unknown credentials, %d of the 64 members cached had to be asked for again", asked)
+	}
+}
+
+// Unknown credentials are anyone's to make up (tgk_<anything>, tgs_<anything>), each a
+// miss remembered as negative: however many distinct ones arrive, and however the clock
+// moves, the cache never holds more than MaxEntries. Before 2026-12-03 each of the 16
+// shards held MaxEntries/16+1, up to 16 entries past the bound.
+func TestDistinctUnknownKeysNeverGrowTheCachePastItsBound(t *testing.T) {
+	for _, max := range []int{160, 1000, 1001} {
+		a := &authn{known: map[string]*internalv1.AuthenticateResponse{}}
+		clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+		c := identity.New(a, identity.Config{TTL: 30 * time.Second, NegativeTTL: 5 * time.Second, MaxEntries: max}, clk, metrics.Discard(),
+			slog.New(slog.NewTextHandler(io.Discard, nil)))
+		for i := range 20_000 {
+			if id := lookup(t, c, fmt.Sprintf("tgk_unknown_%d_%d", max, i)); id.Found {
+				t.Fatal("an unknown key was found")
+			}
+			if i%1000 == 999 {
+				clk.Advance(time.Second) // some negative entries expire on the way
+			}
+			if n := c.Len(); n > max {
+				t.Fatalf("MaxEntries %d: the cache holds %d entries after %d distinct unknown keys", max, n, i+1)
+			}
+		}
+		if calls := a.calls.Load(); calls != 20_000 {
+			t.Fatalf("%d calls for 20,000 distinct keys", calls)
+		}
 	}
 }
