@@ -1520,7 +1520,14 @@ func googleGateway(t *testing.T, u fakellm.Usage) (*fakellm.Server, *stack, org)
 // credentialEnv), and an organization on it.
 func routedGateway(t *testing.T, u fakellm.Usage, header, credential string) (*fakellm.Server, *stack, org) {
 	t.Helper()
-	fake, up := fixedUsageUpstream(t, u)
+	return routedGatewayWith(t, &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return u }}, header, credential)
+}
+
+// routedGatewayWith is routedGateway with a provider of the test's own.
+func routedGatewayWith(t *testing.T, fake *fakellm.Server, header, credential string) (*fakellm.Server, *stack, org) {
+	t.Helper()
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
 	routes := filepath.Join(t.TempDir(), "routes.yaml")
 	file := "routes:\n  - prefix: /\n    upstream: " + up.URL + "\n    header: " + header + "\n    credentialEnv: PROVIDER_CREDENTIAL\n"
 	if err := os.WriteFile(routes, []byte(file), 0o600); err != nil {

@@ -28,7 +28,6 @@ func (l Layout) MemberKey(memberID string) string {
 	return l.Prefix + "{" + memberID + "}:rec"
 }
 
-// GenerationKey holds the current generation id. Its absence means Redis lost its data.
 // ContainerKey is the key of a container's charged time (package
 // enforcer/containersession): until when, in Unix milliseconds, its minutes are charged.
 // The enforcer's own, not the control plane's. The container id inside braces is the
@@ -43,6 +42,7 @@ func (l Layout) ContainerRequestKey(containerID, requestID string) string {
 	return l.Prefix + "container:{" + containerID + "}:request:" + requestID
 }
 
+// GenerationKey holds the current generation id. Its absence means Redis lost its data.
 func (l Layout) GenerationKey() string { return l.Prefix + "generation" }
 
 // InvalidationChannel carries invalidations (see Invalidation).
