@@ -6,6 +6,7 @@
 package throttle
 
 import (
+	"crypto/sha256"
 	"sync"
 	"time"
 
@@ -19,9 +20,14 @@ type Limiter struct {
 	base, max  time.Duration // first wait, longest wait
 	forgetting time.Duration // a key with no failure for this long starts over
 
-	mu      sync.Mutex
-	entries map[string]*entry
+	mu sync.Mutex
+	// entries are kept by the SHA-256 of their key: keys are the client's to choose (an
+	// email as sent, up to the API's 1 MiB body), and each failure keeps its key for the
+	// forgetting period, so a stored key costs 32 bytes however long it was.
+	entries map[[32]byte]*entry
 }
+
+func keyOf(k string) [32]byte { return sha256.Sum256([]byte(k)) }
 
 type entry struct {
 	failures int
@@ -31,7 +37,7 @@ type entry struct {
 
 // New returns a limiter: free failures, then waits of base, 2*base, ... up to max.
 func New(c clock.Clock, free int, base, max time.Duration) *Limiter {
-	return &Limiter{clock: c, free: free, base: base, max: max, forgetting: 15 * time.Minute, entries: map[string]*entry{}}
+	return &Limiter{clock: c, free: free, base: base, max: max, forgetting: 15 * time.Minute, entries: map[[32]byte]*entry{}}
 }
 
 // Wait tells how long the keys must still wait before another attempt; zero when none.
@@ -41,7 +47,7 @@ func (l *Limiter) Wait(keys ...string) time.Duration {
 	defer l.mu.Unlock()
 	var longest time.Duration
 	for _, k := range keys {
-		if e := l.entries[k]; e != nil && e.until.After(now) {
+		if e := l.entries[keyOf(k)]; e != nil && e.until.After(now) {
 			longest = max(longest, e.until.Sub(now))
 		}
 	}
@@ -56,7 +62,8 @@ func (l *Limiter) Fail(keys ...string) {
 	if len(l.entries) > 100_000 {
 		l.sweep(now)
 	}
-	for _, k := range keys {
+	for _, s := range keys {
+		k := keyOf(s)
 		e := l.entries[k]
 		if e == nil || now.Sub(e.last) > l.forgetting {
 			e = &entry{}
@@ -81,7 +88,7 @@ func (l *Limiter) Succeed(keys ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, k := range keys {
-		delete(l.entries, k)
+		delete(l.entries, keyOf(k))
 	}
 }
 

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -37,5 +38,33 @@ func TestBackoffDoublesAndResets(t *testing.T) {
 	l.Fail("a")
 	if got := l.Wait("a"); got != 0 {
 		t.Fatalf("success did not reset: %v", got)
+	}
+}
+
+// A key is the client's to choose (sign-in keys on the email as sent, up to the API's
+// 1 MiB body): each failure keeps its key for the forgetting period, so a stored key must
+// cost a fixed size however long the key is, or a few thousand failed sign-ins with
+// megabyte "emails" hold gigabytes. Before 2026-12-03 the key was kept as sent.
+func TestAKeyCostsAFixedSizeHoweverLong(t *testing.T) {
+	c := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := New(c, 3, time.Second, 8*time.Second)
+	for i := range 3 {
+		l.Fail(strings.Repeat(string(rune('a'+i)), 1<<20), "addr:192.0.2.1")
+	}
+	if len(l.entries) != 4 {
+		t.Fatalf("%d entries, want 4", len(l.entries))
+	}
+	for k := range l.entries {
+		if len(k) > 64 {
+			t.Fatalf("a key of %d bytes is kept", len(k))
+		}
+	}
+	// Keys still name what they named.
+	long := strings.Repeat("a", 1<<20)
+	for range 3 {
+		l.Fail(long)
+	}
+	if l.Wait(long) == 0 || l.Wait(strings.Repeat("b", 1<<20)) != 0 {
+		t.Fatal("hashed keys do not keep their own counts")
 	}
 }
