@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 	"github.com/tollgate-dev/tollgate/controlplane/retention"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
@@ -140,4 +143,34 @@ func TestScheduleLogsAnInterruptedRun(t *testing.T) {
 		return
 	}
 	t.Fatalf("no warning of the interrupted scheduled run; logged: %v", h.records())
+}
+
+// A scheduled run that removed something is audited; the runs after it, which find
+// nothing more, are not.
+func TestScheduledRunIsAuditedWhenItRemoves(t *testing.T) {
+	f := oldSettledStarts(t, 1)
+	ctx, cancel := context.WithCancel(f.e.Ctx)
+	defer cancel()
+	m := metrics.Discard()
+	s := retention.Schedule{Deps: retention.Deps{Store: f.e.Store, Clock: f.e.Clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: m},
+		Options: retention.Options{Age: retention.DefaultAge, Batch: 10}, Interval: 10 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(m.RetentionRuns.WithLabelValues("applied")) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("fewer than 3 applied runs after 10 s with an interval of 10 ms")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("schedule stopped with %v", err)
+	}
+	if n := f.count(t, `SELECT count(*) FROM audit_events WHERE action = 'usage.retention.apply' AND (details->>'startsPruned')::int = 1`); n != 1 {
+		t.Fatalf("%d audit events of the run that pruned the start, want 1", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM audit_events WHERE action = 'usage.retention.apply'`); n != 1 {
+		t.Fatalf("%d retention audit events, want the one run that removed something", n)
+	}
 }

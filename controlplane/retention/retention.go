@@ -90,6 +90,11 @@ type Options struct {
 	Batch int
 	// Apply writes; otherwise the run only counts what it would remove.
 	Apply bool
+	// Scheduled: a run of serve's schedule, audited only when it removed something. An
+	// operator's run is always audited; a schedule's that found nothing would add an
+	// event per interval to the audit trail for as long as serve runs, saying nothing
+	// the runs metric does not.
+	Scheduled bool
 }
 
 // Validate lists the problems of o.
@@ -141,11 +146,12 @@ func newReport(cutoff time.Time, apply bool) Report {
 		Quarantine: Kind{Kept: map[string]int64{}}, Sessions: Kind{Kept: map[string]int64{}}, Invitations: Kind{Kept: map[string]int64{}}}
 }
 
-// Run walks starts, receipts, quarantine records, sessions and invitations once, in batches of o.Batch rows
-// (one transaction each), logging progress per batch. An applied run is audited
-// (usage.retention.apply) with its summary; one that ends with an error after removing
-// anything is audited too, with what it removed, interrupted: true and the error, even
-// when ctx is cancelled, and the partial report is returned with the error. Running it again right after removes
+// Run walks starts, receipts, quarantine records, sessions and invitations once, in
+// batches of o.Batch rows (one transaction each), logging progress per batch. An applied
+// run is audited (usage.retention.apply) with its summary, a scheduled one only when it
+// removed something; one that ends with an error after removing anything is audited too,
+// with what it removed, interrupted: true and the error, even when ctx is cancelled, and
+// the partial report is returned with the error. Running it again right after removes
 // nothing more: every kind it removes is marked or gone.
 func Run(ctx context.Context, d Deps, o Options) (Report, error) {
 	if p := o.Validate(); len(p) > 0 {
@@ -194,7 +200,7 @@ func run(ctx context.Context, d Deps, o Options) (Report, error) {
 		}
 		return r, err
 	}
-	if o.Apply {
+	if o.Apply && (r.Removed() > 0 || !o.Scheduled) {
 		if err := audit(ctx, d, o, r, now, nil); err != nil {
 			return r, err
 		}
@@ -502,7 +508,7 @@ func (r Report) Write(w io.Writer) {
 }
 
 // Schedule runs an applied retention every Interval until ctx ends (serve's
-// TOLLGATE_RETENTION_INTERVAL). A failed run is logged and tried again at the next tick;
+// TOLLGATE_RETENTION_INTERVAL), audited when it removed something. A failed run is logged and tried again at the next tick;
 // one cut short after removing data (serve stopping, too) is logged as interrupted, at
 // warn, with what it removed.
 type Schedule struct {
@@ -515,7 +521,7 @@ type Schedule struct {
 func (s Schedule) Run(ctx context.Context) error {
 	return lifecycle.Every(ctx, s.Interval, func(ctx context.Context) {
 		o := s.Options
-		o.Apply = true
+		o.Apply, o.Scheduled = true, true
 		r, err := Run(ctx, s.Deps, o)
 		switch {
 		case err == nil:
