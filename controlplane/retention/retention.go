@@ -16,7 +16,10 @@
 //     promotion, review reference and the per-bucket charges stay (the counters are their
 //     sum, and a later settlement is judged against them).
 //   - quarantine records reconciled before the cutoff are deleted; open ones stay until
-//     an operator reviews them (rule 18: preserved and excluded from charging).
+//     an operator reviews them (rule 18: preserved and excluded from charging). Those
+//     that claim no organization (a /settle of a request id no enforcer admitted) can
+//     be listed and reconciled by nobody: they are deleted once last seen before the
+//     cutoff.
 //   - login sessions that ended (revoked, or expired) before the cutoff are deleted; a
 //     live one stays whatever its age. Nothing references a session row, and a deleted
 //     session's token is refused as an unknown one is (401), as it was once it ended.
@@ -407,6 +410,13 @@ func runQuarantine(ctx context.Context, d Deps, o Options, r *Report, log *slog.
 		},
 		judge: func(q store.RetainedQuarantine) (bool, string) {
 			switch {
+			case q.ReconciledAt == nil && q.OrganizationID == "":
+				// Claimed no organization: no owner can list it, so none can ever
+				// reconcile it. It goes once nothing reported it within the age.
+				if !q.LastSeenAt.Before(r.Cutoff) {
+					return false, KeptRecent
+				}
+				return true, ""
 			case q.ReconciledAt == nil:
 				return false, KeptAwaitingReview
 			case !q.ReconciledAt.Before(r.Cutoff):

@@ -3,6 +3,7 @@ package retention_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -243,5 +244,43 @@ func TestScheduleRunsAppliedRetention(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatalf("%d audit events of scheduled runs that removed nothing", n)
+	}
+}
+
+// A settlement of a request nobody admitted that claims no organization (a forward-auth
+// reporter's /settle of a request id no enforcer knows) is quarantined under no
+// organization: no owner can list it, so none can reconcile it, and it stayed for good.
+// It is deleted once last seen before the cutoff; records an organization can review
+// stay until reviewed.
+func TestRetentionDeletesQuarantineRecordsNobodyCanReview(t *testing.T) {
+	e := accountingtest.New(t, accountingtest.Options{})
+	org, ms := e.Org(t, 1)
+	f := fixture{e: e, org: org, member: ms[0]}
+	old := e.Clock.Now()
+	for i := range 3 {
+		if o := f.settle(t, &internalv1.SettleItem{RequestId: fmt.Sprintf("req_nobody_%d", i), Model: "gpt-4o", InputTokens: 10}); o != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+			t.Fatalf("a settlement of no organization: %v", o)
+		}
+	}
+	if o := f.settle(t, &internalv1.SettleItem{RequestId: "req_q_open", OrganizationId: org, MemberId: f.member, UpstreamCostMicroUsd: accountingtest.Cost(5)}); o != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+		t.Fatalf("quarantine: %v", o)
+	}
+	e.Clock.Set(old.Add(100 * 24 * time.Hour))
+	// Seen again within the age: it stays.
+	if o := f.settle(t, &internalv1.SettleItem{RequestId: "req_nobody_2", Model: "gpt-4o", InputTokens: 10}); o != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+		t.Fatalf("the repeat: %v", o)
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_quarantined_settlements WHERE organization_id = ''`); n != 3 {
+		t.Fatalf("%d records of no organization, want 3", n)
+	}
+	r := f.run(t, true, 2)
+	if r.Quarantine.Removed != 2 || r.Quarantine.Kept[retention.KeptAwaitingReview] != 1 || r.Quarantine.Kept[retention.KeptRecent] != 1 {
+		t.Fatalf("quarantine %+v, want 2 removed, the organization's kept awaiting review, the one seen since kept as recent", r.Quarantine)
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id IN ('req_q_open', 'req_nobody_2')`); n != 2 {
+		t.Fatalf("%d of the kept records left, want 2", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_quarantined_settlements`); n != 2 {
+		t.Fatalf("%d quarantine records left, want 2", n)
 	}
 }

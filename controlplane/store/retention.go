@@ -93,28 +93,35 @@ type RetainedQuarantine struct {
 	RequestID    string
 	Reason       string
 	ReconciledAt *time.Time
+	// OrganizationID is the organization the enforcer claimed; "" when it claimed none
+	// (nobody can list the record, so nobody can reconcile it).
+	OrganizationID string
+	LastSeenAt     time.Time
 }
 
 // QuarantineAfter reads up to limit quarantine records after (request id, reason), in
 // that order.
 func QuarantineAfter(ctx context.Context, q Querier, afterID, afterReason string, limit int) ([]RetainedQuarantine, error) {
-	rows, err := q.Query(ctx, `SELECT request_id, reason, reconciled_at FROM usage_quarantined_settlements
+	rows, err := q.Query(ctx, `SELECT request_id, reason, reconciled_at, organization_id, last_seen_at FROM usage_quarantined_settlements
 		WHERE (request_id, reason) > ($1, $2) ORDER BY request_id, reason LIMIT $3`, afterID, afterReason, limit)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetainedQuarantine, error) {
 		var s RetainedQuarantine
-		err := r.Scan(&s.RequestID, &s.Reason, &s.ReconciledAt)
+		err := r.Scan(&s.RequestID, &s.Reason, &s.ReconciledAt, &s.OrganizationID, &s.LastSeenAt)
 		return s, err
 	})
 }
 
 // DeleteReviewedQuarantine deletes the quarantine records among (ids[i], reasons[i])
-// reconciled before cutoff. A record still open is never deleted.
+// reconciled before cutoff, and those of no organization last seen before it (nobody
+// can list or reconcile them). A record an organization can still review is never
+// deleted.
 func DeleteReviewedQuarantine(ctx context.Context, q Querier, ids, reasons []string, cutoff time.Time) (int64, error) {
 	tag, err := q.Exec(ctx, `DELETE FROM usage_quarantined_settlements q USING unnest($1::text[], $2::text[]) AS x(id, reason)
-		WHERE q.request_id = x.id AND q.reason = x.reason AND q.reconciled_at < $3`, ids, reasons, cutoff)
+		WHERE q.request_id = x.id AND q.reason = x.reason
+			AND (q.reconciled_at < $3 OR (q.reconciled_at IS NULL AND q.organization_id = '' AND q.last_seen_at < $3))`, ids, reasons, cutoff)
 	return tag.RowsAffected(), err
 }
 
