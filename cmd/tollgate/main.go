@@ -1,5 +1,6 @@
 // Command tollgate is the operator CLI: `tollgate dev` runs the whole stack locally with a
-// seeded demo organization. See `tollgate help`.
+// seeded demo organization. See `tollgate help`. It exits 0 when the command did what it
+// was asked, 1 when it failed, 2 when its command line was refused (cli.ExitCode).
 package main
 
 import (
@@ -17,6 +18,6 @@ func main() {
 	defer stop()
 	if err := cli.Run(ctx, os.Args[1:], os.Getenv, cli.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}); err != nil {
 		fmt.Fprintln(os.Stderr, "tollgate:", err)
-		os.Exit(1)
+		os.Exit(cli.ExitCode(err))
 	}
 }

@@ -2,11 +2,15 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strconv"
 	"text/tabwriter"
+
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
 // maxAuditEvents bounds what one run prints; narrow the filters to see further back.
@@ -16,7 +20,7 @@ const maxAuditEvents = 10_000
 // --platform, the platform's. It follows the API's pages until it has
 // --limit events or the trail ends.
 func auditCmd(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
-	fs := newFlagSet("audit", "Usage: tollgate audit [--platform] [--actor ID] [--action NAME] [--since RFC3339] [--until RFC3339] [--limit N]\n\n"+
+	fs := newFlagSet("audit", "Usage: tollgate audit [--platform] [--actor ID] [--action NAME] [--since RFC3339] [--until RFC3339] [--limit N] [--json]\n\n"+
 		"Prints the audit trail, newest first: the API key's organization's (an owner's or admin's key)\n"+
 		"or, with --platform, the platform's (a platform administrator's key).", stdio)
 	var a apiFlags
@@ -27,11 +31,26 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 	since := fs.String("since", "", "only events at or after this instant (RFC 3339)")
 	until := fs.String("until", "", "only events before this instant (RFC 3339)")
 	limit := fs.Int("limit", 50, "print at most this many events (1 to 10000)")
-	if err := fs.Parse(args); err != nil {
+	asJSON := fs.Bool("json", false, "print the events as one JSON array (the API's event objects), for scripts")
+	if err := parseFlags(fs, args, stdio); err != nil {
 		return err
 	}
 	if *limit < 1 || *limit > maxAuditEvents {
-		return fmt.Errorf("--limit must be 1 to %d", maxAuditEvents)
+		return usagef("--limit: %d is out of range; want 1 to %d", *limit, maxAuditEvents)
+	}
+	var actorCheck error
+	if *actor != "" {
+		if *platform {
+			actorCheck = checkID("actor", *actor, typeid.User)
+		} else {
+			actorCheck = checkID("actor", *actor, typeid.Member, typeid.User)
+		}
+	}
+	if err := checkAll(actorCheck, checkTime("since", *since), checkTime("until", *until), a.check()); err != nil {
+		return err
+	}
+	if *platform {
+		a.role = "a platform administrator's API key (TOLLGATE_API_KEY)"
 	}
 	path := "/v1/admin/audit-events"
 	if !*platform {
@@ -56,28 +75,38 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}
 	tw := tabwriter.NewWriter(stdio.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "OCCURRED AT\tACTION\tACTOR\tORGANIZATION\tTARGET")
+	if !*asJSON {
+		fmt.Fprintln(tw, "OCCURRED AT\tACTION\tACTOR\tORGANIZATION\tTARGET")
+	}
+	events := []json.RawMessage{}
 	printed := 0
 	for printed < *limit {
 		q.Set("limit", strconv.Itoa(min(100, *limit-printed)))
 		var page struct {
-			Events []struct {
-				OccurredAt                                           string
-				Action                                               string
-				OrganizationID, ActorUserID, ActorMemberID, TargetID *string
-			}
+			Events     []json.RawMessage
 			HasMore    bool
 			NextCursor *string
 		}
 		if err := a.do(ctx, "GET", path+"?"+q.Encode(), nil, &page); err != nil {
 			return err
 		}
-		for _, ev := range page.Events {
+		for _, raw := range page.Events {
+			var ev struct {
+				OccurredAt                                           string
+				Action                                               string
+				OrganizationID, ActorUserID, ActorMemberID, TargetID *string
+			}
+			if err := json.Unmarshal(raw, &ev); err != nil {
+				return fmt.Errorf("an audit event of %s is not the control plane's: %w", a.api, err)
+			}
+			events = append(events, raw)
 			who := orDash(ev.ActorMemberID)
 			if who == "-" {
 				who = orDash(ev.ActorUserID)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ev.OccurredAt, ev.Action, who, orDash(ev.OrganizationID), orDash(ev.TargetID))
+			if !*asJSON {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ev.OccurredAt, oneLine(ev.Action, 100), who, orDash(ev.OrganizationID), orDash(ev.TargetID))
+			}
 			printed++
 		}
 		if !page.HasMore || page.NextCursor == nil {
@@ -85,14 +114,24 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		q.Set("cursor", *page.NextCursor)
 	}
+	if *asJSON {
+		return printJSON(stdio.Stdout, events)
+	}
 	tw.Flush()
 	fmt.Fprintf(stdio.Stdout, "%d event(s)\n", printed)
 	return nil
+}
+
+// printJSON prints v as indented JSON, for scripts (--json).
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func orDash(s *string) string {
 	if s == nil || *s == "" {
 		return "-"
 	}
-	return *s
+	return oneLine(*s, 100)
 }

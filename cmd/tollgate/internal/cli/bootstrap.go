@@ -23,9 +23,8 @@ import (
 // be run again once the control plane is up.
 func bootstrap(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	fs := flag.NewFlagSet("tollgate bootstrap", flag.ContinueOnError)
-	fs.SetOutput(stdio.Stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stdio.Stderr, "Usage: echo PASSWORD | tollgate bootstrap --email E --organization NAME [flags]\n\nCreates (or resets) a platform administrator in TOLLGATE_DATABASE_URL, then, through the\nrunning control plane's REST API, an organization they own and an API key for them.\nThe password is read from standard input. Nothing is written when the API cannot be\nreached.\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "Usage: echo PASSWORD | tollgate bootstrap --email E --organization NAME [flags]\n\nCreates (or resets) a platform administrator in TOLLGATE_DATABASE_URL, then, through the\nrunning control plane's REST API, an organization they own and an API key for them.\nThe password is read from standard input. Nothing is written when the API cannot be\nreached.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	email := fs.String("email", "", "the administrator's email (required)")
@@ -33,12 +32,17 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 	api := fs.String("api", envOr(getenv, "TOLLGATE_API_URL", "http://"+envOr(getenv, "TOLLGATE_HTTP_ADDR", cpapp.DefaultHTTPAddr)), "the control plane's REST API (TOLLGATE_API_URL)")
 	dbURL := fs.String("database-url", envOr(getenv, "TOLLGATE_DATABASE_URL", cpapp.DefaultDatabaseURL), "Postgres (TOLLGATE_DATABASE_URL)")
 	envflag.HideDefaults(fs, "database-url")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdio); err != nil {
 		return err
 	}
 	if *email == "" || strings.TrimSpace(*org) == "" {
-		fs.Usage()
-		return errors.New("--email and --organization are required")
+		return usagef("--email and --organization are required (see tollgate bootstrap -h)")
+	}
+	if !strings.Contains(*email, "@") {
+		return usagef("--email: %q is not an email address", oneLine(*email, 80))
+	}
+	if err := checkAPI(*api); err != nil {
+		return err
 	}
 	line, err := bufio.NewReader(stdio.Stdin).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -50,7 +54,7 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 	// Before anything is written: an administrator without the organization and key
 	// the command promised is a half-done bootstrap.
 	if err := c.reachable(10 * time.Second); err != nil {
-		return fmt.Errorf("the control plane's REST API at %s cannot be reached (is it running? --api or TOLLGATE_API_URL); nothing was written: %w", c.base, err)
+		return fmt.Errorf("nothing was written: %w", err)
 	}
 	fmt.Fprintln(stdio.Stdout, "==> creating the platform administrator")
 	env := func(k string) string {
@@ -66,7 +70,7 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 	fmt.Fprintf(stdio.Stdout, "==> signing in at %s\n", c.base)
 	var session struct{ Token string }
 	if _, err := c.call("POST", "/v1/auth/sign-in", "", "", map[string]string{"email": *email, "password": pw}, http.StatusOK, &session); err != nil {
-		return fmt.Errorf("sign in (is the control plane running at %s?): %w", c.base, err)
+		return fmt.Errorf("sign in: %w", err)
 	}
 	fmt.Fprintf(stdio.Stdout, "==> creating organization %q\n", *org)
 	var created struct {

@@ -33,16 +33,22 @@ Commands:
 Run "tollgate <command> -h" for the flags of a command.
 `
 
-// Run runs one CLI command.
+// Run runs one CLI command. Its error is printed by the caller on one line; ExitCode
+// gives the exit code: 2 for a command line refused before anything ran (usageError),
+// 1 for a failure.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	if len(args) == 0 {
 		fmt.Fprint(stdio.Stderr, usage)
-		return errors.New("a command is required")
+		return usagef("a command is required (see tollgate help)")
 	}
 	cmd, rest := args[0], args[1:]
-	// The control plane's subcommands run here name this program in their -h.
+	// The control plane's subcommands run here name this program in their -h, which
+	// goes to standard output when it is asked for, as the CLI's own commands' does.
 	cp := stdio
 	cp.Program = "tollgate"
+	if wantsHelp(rest) {
+		cp.Stderr = stdio.Stdout
+	}
 	var err error
 	switch cmd {
 	case "dev":
@@ -63,12 +69,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 		err = bootstrap(ctx, rest, getenv, stdio)
 	case "migrate":
 		err = app.Run(ctx, append([]string{"migrate"}, rest...), getenv, cp)
-	case "help", "-h", "--help":
+	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdio.Stdout, usage)
 		return nil
 	default:
-		fmt.Fprint(stdio.Stderr, usage)
-		return fmt.Errorf("unknown command %q", cmd)
+		return usagef("unknown command %q (see tollgate help)", oneLine(cmd, 80))
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return nil

@@ -39,9 +39,8 @@ type devConfig struct {
 func dev(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	var c devConfig
 	fs := flag.NewFlagSet("tollgate dev", flag.ContinueOnError)
-	fs.SetOutput(stdio.Stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stdio.Stderr, "Usage: tollgate dev [flags]\n\nRuns the control plane, the enforcer with its inference gateway in front of a fake\nOpenAI-compatible upstream (or, with --forward-auth, a forward-auth proxy: Caddy when\ninstalled, else a built-in one) against TOLLGATE_DATABASE_URL and TOLLGATE_REDIS_URL,\nseeds a demo organization and prints what to call.\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "Usage: tollgate dev [flags]\n\nRuns the control plane, the enforcer with its inference gateway in front of a fake\nOpenAI-compatible upstream (or, with --forward-auth, a forward-auth proxy: Caddy when\ninstalled, else a built-in one) against TOLLGATE_DATABASE_URL and TOLLGATE_REDIS_URL,\nseeds a demo organization and prints what to call.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.HTTPAddr, "http-addr", envOr(getenv, "TOLLGATE_HTTP_ADDR", cpapp.DefaultHTTPAddr), "control plane REST address (TOLLGATE_HTTP_ADDR)")
@@ -58,7 +57,7 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	fs.BoolVar(&c.NoProxy, "no-proxy", false, "run only the control plane and the enforcer")
 	fs.BoolVar(&c.Reset, "reset", false, "start from an empty local database and Redis mirror (drops the database of TOLLGATE_DATABASE_URL)")
 	fs.BoolVar(&c.SeedOnly, "seed-only", false, "seed the demo organization against an already running control plane and exit")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdio); err != nil {
 		return err
 	}
 	base := "http://" + c.HTTPAddr

@@ -13,40 +13,59 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
 // apiFlags are what every command that talks to a running control plane needs: where it
 // is and an owner's or admin's API key (or session token).
 type apiFlags struct {
 	api, key, org string
+	// role is the credential the command needs, for the hint of a 403.
+	role string
 }
 
 func (a *apiFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&a.api, "api", envOr(getenv, "TOLLGATE_API_URL", "http://"+envOr(getenv, "TOLLGATE_HTTP_ADDR", cpapp.DefaultHTTPAddr)), "the control plane's REST API (TOLLGATE_API_URL)")
-	fs.StringVar(&a.key, "key", getenv("TOLLGATE_API_KEY"), "an owner's or admin's API key (TOLLGATE_API_KEY)")
+	fs.StringVar(&a.key, "key", getenv("TOLLGATE_API_KEY"), "an owner's or admin's API key (tgk_...) or session token (tgs_...) (TOLLGATE_API_KEY)")
 	envflag.HideDefaults(fs, "key")
-	fs.StringVar(&a.org, "org", getenv("TOLLGATE_ORG_ID"), "organization id, for session tokens (TOLLGATE_ORG_ID)")
+	fs.StringVar(&a.org, "org", getenv("TOLLGATE_ORG_ID"), "organization id (org_...) a session token acts in; an API key acts in its own (TOLLGATE_ORG_ID)")
+	a.role = "an owner's or admin's API key of the organization (TOLLGATE_API_KEY)"
+}
+
+// check refuses, before any call, a malformed --api or --org and a missing key.
+func (a *apiFlags) check() error {
+	if err := checkAPI(a.api); err != nil {
+		return err
+	}
+	if a.org != "" {
+		if err := checkID("org", a.org, typeid.Org); err != nil {
+			return err
+		}
+	}
+	if a.key == "" {
+		return errKeyRequired
+	}
+	return nil
 }
 
 // do calls the REST API with the key.
 func (a *apiFlags) do(ctx context.Context, method, path string, body, out any) error {
 	if a.key == "" {
-		return errors.New("an API key is required: --key or TOLLGATE_API_KEY")
+		return errKeyRequired
 	}
-	c := client{ctx: ctx, base: strings.TrimRight(a.api, "/"), apiKey: a.key}
+	c := client{ctx: ctx, base: strings.TrimRight(a.api, "/"), apiKey: a.key, role: a.role}
 	_, err := c.call(method, path, "", a.org, body, http.StatusOK, out)
 	return err
 }
 
 func newFlagSet(name, usage string, stdio IO) *flag.FlagSet {
 	fs := flag.NewFlagSet("tollgate "+name, flag.ContinueOnError)
-	fs.SetOutput(stdio.Stderr)
+	fs.SetOutput(stdio.Stdout)
 	fs.Usage = func() {
-		fmt.Fprintln(stdio.Stderr, usage+"\n\nFlags:")
+		fmt.Fprintln(fs.Output(), usage+"\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	return fs
@@ -60,8 +79,8 @@ func (m *memberVersions) String() string { return fmt.Sprint(len(*m)) }
 func (m *memberVersions) Set(v string) error {
 	id, ver, ok := strings.Cut(v, ":")
 	n, err := strconv.ParseInt(ver, 10, 64)
-	if !ok || id == "" || err != nil || n < 0 {
-		return errors.New("want MEMBER_ID:TRACKING_VERSION, e.g. om_01h...:3 (the version from the member's status coverage)")
+	if !ok || !typeid.Valid(id, typeid.Member) || err != nil || n < 0 {
+		return errors.New("want MEMBER_ID:TRACKING_VERSION, e.g. " + typeid.New(typeid.Member) + ":3 (the member's id, then the version from its status coverage)")
 	}
 	*m = append(*m, map[string]any{"memberId": id, "trackingVersion": n})
 	return nil
@@ -69,12 +88,16 @@ func (m *memberVersions) Set(v string) error {
 
 // capture suspends or resumes usage capture for members (the capture fence).
 func capture(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	const usage = "Usage: tollgate capture suspend|resume --member om_...:VERSION --reference TEXT [--apply]"
 	if len(args) == 0 || (args[0] != "suspend" && args[0] != "resume") {
-		fmt.Fprintln(stdio.Stderr, "Usage: tollgate capture suspend|resume --member om_...:VERSION --reference TEXT [--apply]")
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			fmt.Fprintln(stdio.Stdout, usage)
 			return nil
 		}
-		return errors.New("capture needs suspend or resume")
+		if len(args) == 0 {
+			return usagef("capture needs suspend or resume: %s", usage)
+		}
+		return usagef("capture needs suspend or resume, not %q: %s", oneLine(args[0], 80), usage)
 	}
 	action := args[0]
 	fs := newFlagSet("capture "+action, "Usage: tollgate capture "+action+" --member om_...:VERSION [--member ...] --reference TEXT [--apply]\n\n"+
@@ -86,12 +109,14 @@ func capture(ctx context.Context, args []string, getenv func(string) string, std
 	fs.Var(&members, "member", "MEMBER_ID:TRACKING_VERSION (repeatable)")
 	ref := fs.String("reference", "", "review reference recorded in the audit trail (1 to 200 characters)")
 	apply := fs.Bool("apply", false, "write the change (default: preview only)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:], stdio); err != nil {
 		return err
 	}
-	if len(members) == 0 || *ref == "" {
-		fs.Usage()
-		return errors.New("--member and --reference are required")
+	if len(members) == 0 {
+		return usagef("--member is required: MEMBER_ID:TRACKING_VERSION, once per member (see %s -h)", fs.Name())
+	}
+	if err := checkAll(checkReference(*ref), a.check()); err != nil {
+		return err
 	}
 	var out struct {
 		Applied bool
@@ -126,27 +151,23 @@ func onOff(b bool) string {
 }
 
 // recoverCmd closes pending starts admitted before a cutoff as unknown/incomplete, in
-// batches of 100, printing progress.
+// batches of 100, printing progress. Stopped part way (Ctrl-C, an error), it still prints
+// the table of what it did and says after how many it stopped.
 func recoverCmd(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	fs := newFlagSet("recover", "Usage: tollgate recover --reference TEXT [--before RFC3339] [--apply]\n\n"+
 		"Lists the durable starts still pending that were admitted before the cutoff and closes them\n"+
-		"as unknown/incomplete (abandonment recovery), 100 at a time. Without --apply it previews.", stdio)
+		"as unknown/incomplete (abandonment recovery), 100 at a time. Without --apply it previews.\n"+
+		"Interrupted (Ctrl-C), it prints what it did so far; run it again to go on.", stdio)
 	var a apiFlags
 	a.register(fs, getenv)
 	before := fs.String("before", "", "cutoff (RFC 3339); default: the control plane's (one hour ago)")
 	ref := fs.String("reference", "", "review reference recorded in the audit trail (1 to 200 characters)")
 	apply := fs.Bool("apply", false, "close them (default: preview only)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdio); err != nil {
 		return err
 	}
-	if *ref == "" {
-		fs.Usage()
-		return errors.New("--reference is required")
-	}
-	if *before != "" {
-		if _, err := time.Parse(time.RFC3339, *before); err != nil {
-			return fmt.Errorf("--before: %w", err)
-		}
+	if err := checkAll(checkReference(*ref), checkTime("before", *before), a.check()); err != nil {
+		return err
 	}
 	var ids []string
 	cursor := ""
@@ -164,7 +185,7 @@ func recoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 			NextCursor *string
 		}
 		if err := a.do(ctx, "GET", "/v1/gateway/usage-recovery/pending?"+q.Encode(), nil, &page); err != nil {
-			return err
+			return fmt.Errorf("stopped while listing the pending starts (%d listed), nothing was closed: %w", len(ids), err)
 		}
 		for _, p := range page.Pending {
 			ids = append(ids, p.RequestID)
@@ -175,24 +196,41 @@ func recoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 		}
 		cursor = *page.NextCursor
 	}
+	if len(ids) == 0 {
+		fmt.Fprintln(stdio.Stdout, "Nothing to recover: no start admitted before the cutoff is pending.")
+		return nil
+	}
+	verb := map[bool]string{true: "recovered", false: "previewed"}[*apply]
 	counts := map[string]int{}
-	for i := 0; i < len(ids); i += 100 {
-		chunk := ids[i:min(i+100, len(ids))]
+	done := 0
+	for done < len(ids) {
+		chunk := ids[done:min(done+100, len(ids))]
 		var out struct {
 			Results []struct{ Outcome string }
 		}
 		body := map[string]any{"requestIds": chunk, "reviewReference": *ref, "apply": *apply}
 		if err := a.do(ctx, "POST", "/v1/gateway/usage-recovery/recover", body, &out); err != nil {
-			return fmt.Errorf("after %d of %d: %w", i, len(ids), err)
+			fmt.Fprintln(stdio.Stdout)
+			if done > 0 {
+				outcomeTable(stdio.Stdout, counts)
+			}
+			inFlight := ""
+			if *apply && errors.Is(err, errInterrupted) {
+				// The batch sent may have been applied before the answer was cut.
+				inFlight = fmt.Sprintf("; the batch of %d sent when interrupted may or may not have been applied", len(chunk))
+			}
+			again := "Run the command again to go on: what was closed is no longer pending."
+			if !*apply {
+				again = "Nothing was closed (a preview)."
+			}
+			fmt.Fprintf(stdio.Stdout, "Stopped after %d of %d (%s so far%s). %s\n", done, len(ids), verb, inFlight, again)
+			return fmt.Errorf("stopped after %d of %d: %w", done, len(ids), err)
 		}
 		for _, r := range out.Results {
 			counts[r.Outcome]++
 		}
-		fmt.Fprintf(stdio.Stdout, "%s %d/%d\n", map[bool]string{true: "recovered", false: "previewed"}[*apply], i+len(chunk), len(ids))
-	}
-	if len(ids) == 0 {
-		fmt.Fprintln(stdio.Stdout, "Nothing to recover: no start admitted before the cutoff is pending.")
-		return nil
+		done += len(chunk)
+		fmt.Fprintf(stdio.Stdout, "%s %d/%d\n", verb, done, len(ids))
 	}
 	fmt.Fprintln(stdio.Stdout)
 	outcomeTable(stdio.Stdout, counts)

@@ -48,19 +48,28 @@ func TestCommandHelpListsOnlyItsFlags(t *testing.T) {
 		{[]string{"bootstrap", "-h"}, []string{"api", "database-url", "email", "organization"}, "platform administrator"},
 		{[]string{"recover", "-h"}, []string{"api", "apply", "before", "key", "org", "reference"}, "pending"},
 		{[]string{"capture", "suspend", "-h"}, []string{"api", "apply", "key", "member", "org", "reference"}, "capture"},
-		{[]string{"reconcile", "list", "-h"}, []string{"api", "key", "member", "org", "state"}, "quarantined"},
+		{[]string{"reconcile", "list", "-h"}, []string{"api", "json", "key", "member", "org", "state"}, "quarantined"},
 		{[]string{"reconcile", "charge", "-h"}, []string{"admitted-at", "api", "apply", "cost-micro-usd", "key", "member", "org", "reference", "request"}, "once"},
 		{[]string{"retention", "-h"}, []string{"apply", "database-url", "log-format", "log-level", "retention-age", "retention-batch"}, "pending start is never touched"},
-		{[]string{"audit", "-h"}, []string{"action", "actor", "api", "key", "limit", "org", "platform", "since", "until"}, "audit trail"},
+		{[]string{"audit", "-h"}, []string{"action", "actor", "api", "json", "key", "limit", "org", "platform", "since", "until"}, "audit trail"},
 		{[]string{"dev", "-h"}, nil, ""}, // its own business; only that -h works
 	} {
 		name := strings.Join(tc.args, " ")
 		t.Run(name, func(t *testing.T) {
-			var out bytes.Buffer
-			if err := Run(context.Background(), tc.args, func(string) string { return "" }, IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out}); err != nil {
-				t.Fatalf("tollgate %s: %v\n%s", name, err, out.String())
+			var out, errOut bytes.Buffer
+			if err := Run(context.Background(), tc.args, func(string) string { return "" }, IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut}); err != nil {
+				t.Fatalf("tollgate %s: %v\n%s%s", name, err, out.String(), errOut.String())
+			}
+			// Help asked for is the command's output: on standard output, so that
+			// `tollgate audit -h | less` pages it.
+			if errOut.Len() > 0 {
+				t.Errorf("tollgate %s wrote to standard error:\n%s", name, errOut.String())
 			}
 			help := out.String()
+			// A default shown is one the command uses: never a sentinel such as -1.
+			if strings.Contains(help, `(default -1)`) {
+				t.Errorf("tollgate %s shows a sentinel default:\n%s", name, help)
+			}
 			if !strings.HasPrefix(help, "Usage: ") || strings.Contains(help, "Usage of ") {
 				t.Errorf("tollgate %s does not start with its usage line:\n%s", name, help)
 			}
@@ -257,8 +266,8 @@ func TestAuditPrintsTheTrail(t *testing.T) {
 	if out, err := run("--org", rival.OrgID); err == nil || !strings.Contains(err.Error(), "organization_not_found") {
 		t.Fatalf("another organization: %v\n%s", err, out)
 	}
-	if out, err := run("--since", "yesterday"); err == nil || !strings.Contains(err.Error(), "invalid_request") {
-		t.Fatalf("a bad --since: %v\n%s", err, out)
+	if out, err := run("--since", "yesterday"); ExitCode(err) != ExitUsage || !strings.Contains(err.Error(), "--since") {
+		t.Fatalf("a bad --since: %v (exit %d), want refused before the call\n%s", err, ExitCode(err), out)
 	}
 	if out, err := run("--platform"); err == nil || !strings.Contains(err.Error(), "403") {
 		t.Fatalf("--platform as an owner: %v\n%s", err, out)

@@ -2,25 +2,35 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
+	"strings"
 	"text/tabwriter"
-	"time"
+
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
-const reconcileUsage = "Usage: tollgate reconcile list [--state open|reconciled|all] [--member om_...]\n" +
+// maxReconcileCost is the largest charge the API takes (docs/accounting.md).
+const maxReconcileCost = 1_000_000_000
+
+const reconcileUsage = "Usage: tollgate reconcile list [--state open|reconciled|all] [--member om_...] [--json]\n" +
 	"       tollgate reconcile charge --request ID --member om_... --admitted-at RFC3339 --cost-micro-usd N --reference TEXT [--apply]"
 
 // reconcileCmd lists quarantined settlements or charges one with reviewed proof
 // (GET /v1/gateway/usage-reconciliation/quarantined, POST .../reconcile).
 func reconcileCmd(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	if len(args) == 0 || (args[0] != "list" && args[0] != "charge") {
-		fmt.Fprintln(stdio.Stderr, reconcileUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			fmt.Fprintln(stdio.Stdout, reconcileUsage)
 			return nil
 		}
-		return errors.New("reconcile needs list or charge")
+		if len(args) == 0 {
+			return usagef("reconcile needs list or charge (see tollgate reconcile -h)")
+		}
+		return usagef("reconcile needs list or charge, not %q (see tollgate reconcile -h)", oneLine(args[0], 80))
 	}
 	if args[0] == "list" {
 		return reconcileList(ctx, args[1:], getenv, stdio)
@@ -29,18 +39,32 @@ func reconcileCmd(ctx context.Context, args []string, getenv func(string) string
 }
 
 func reconcileList(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
-	fs := newFlagSet("reconcile list", "Usage: tollgate reconcile list [--state open|reconciled|all] [--member om_...]\n\n"+
+	fs := newFlagSet("reconcile list", "Usage: tollgate reconcile list [--state open|reconciled|all] [--member om_...] [--json]\n\n"+
 		"Lists the organization's quarantined settlements (recorded, never charged: no snapshot, a stale\n"+
 		"capture epoch, a fail-open admission the fence refused), oldest first, with what each claimed.", stdio)
 	var a apiFlags
 	a.register(fs, getenv)
 	state := fs.String("state", "open", "open (not reconciled yet), reconciled or all")
-	member := fs.String("member", "", "only records that claim this member")
-	if err := fs.Parse(args); err != nil {
+	member := fs.String("member", "", "only records that claim this member (om_...)")
+	asJSON := fs.Bool("json", false, "print the records as one JSON array (the API's objects), for scripts")
+	if err := parseFlags(fs, args, stdio); err != nil {
+		return err
+	}
+	var stateCheck, memberCheck error
+	if *state != "open" && *state != "reconciled" && *state != "all" {
+		stateCheck = usagef("--state: %q; want open, reconciled or all", oneLine(*state, 80))
+	}
+	if *member != "" {
+		memberCheck = checkID("member", *member, typeid.Member)
+	}
+	if err := checkAll(stateCheck, memberCheck, a.check()); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(stdio.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REQUEST\tREASON\tMEMBER\tFIRST SEEN\tCLAIMED COST\tRECONCILED")
+	if !*asJSON {
+		fmt.Fprintln(tw, "REQUEST\tREASON\tMEMBER\tFIRST SEEN\tCLAIMED COST\tRECONCILED")
+	}
+	records := []json.RawMessage{}
 	cursor, n := "", 0
 	for {
 		q := url.Values{"limit": {"100"}, "state": {*state}}
@@ -51,7 +75,15 @@ func reconcileList(ctx context.Context, args []string, getenv func(string) strin
 			q.Set("cursor", cursor)
 		}
 		var page struct {
-			Quarantined []struct {
+			Quarantined []json.RawMessage
+			HasMore     bool
+			NextCursor  *string
+		}
+		if err := a.do(ctx, "GET", "/v1/gateway/usage-reconciliation/quarantined?"+q.Encode(), nil, &page); err != nil {
+			return err
+		}
+		for _, raw := range page.Quarantined {
+			var r struct {
 				RequestID      string
 				Reason         string
 				MemberID       *string
@@ -62,13 +94,14 @@ func reconcileList(ctx context.Context, args []string, getenv func(string) strin
 					CostMicroUsd    int64
 				}
 			}
-			HasMore    bool
-			NextCursor *string
-		}
-		if err := a.do(ctx, "GET", "/v1/gateway/usage-reconciliation/quarantined?"+q.Encode(), nil, &page); err != nil {
-			return err
-		}
-		for _, r := range page.Quarantined {
+			if err := json.Unmarshal(raw, &r); err != nil {
+				return fmt.Errorf("a quarantined settlement of %s is not the control plane's: %w", a.api, err)
+			}
+			records = append(records, raw)
+			n++
+			if *asJSON {
+				continue
+			}
 			m, claimed, done := "-", "-", "-"
 			if r.MemberID != nil {
 				m = *r.MemberID
@@ -79,13 +112,15 @@ func reconcileList(ctx context.Context, args []string, getenv func(string) strin
 			if r.Reconciliation != nil {
 				done = fmt.Sprintf("%d micro-USD (%s)", r.Reconciliation.CostMicroUsd, r.Reconciliation.ReviewReference)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RequestID, r.Reason, m, r.FirstSeenAt, claimed, done)
-			n++
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(r.RequestID, 100), r.Reason, m, r.FirstSeenAt, claimed, done)
 		}
 		if !page.HasMore || page.NextCursor == nil {
 			break
 		}
 		cursor = *page.NextCursor
+	}
+	if *asJSON {
+		return printJSON(stdio.Stdout, records)
 	}
 	tw.Flush()
 	fmt.Fprintf(stdio.Stdout, "%d record(s)\n", n)
@@ -101,20 +136,36 @@ func reconcileCharge(ctx context.Context, args []string, getenv func(string) str
 	var a apiFlags
 	a.register(fs, getenv)
 	request := fs.String("request", "", "the quarantined request id")
-	member := fs.String("member", "", "the member charged")
+	member := fs.String("member", "", "the member charged (om_...)")
 	admitted := fs.String("admitted-at", "", "the request's admission instant (RFC 3339)")
-	cost := fs.Int64("cost-micro-usd", -1, "the proven charge in micro-USD")
+	cost := int64(-1) // not given
+	fs.Func("cost-micro-usd", "the proven charge in micro-USD, 0 to 1000000000 (required)", func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > maxReconcileCost {
+			return fmt.Errorf("want a whole number of micro-USD from 0 to %d", maxReconcileCost)
+		}
+		cost = n
+		return nil
+	})
 	ref := fs.String("reference", "", "review reference recorded with the charge and in the audit trail (1 to 200 characters)")
 	apply := fs.Bool("apply", false, "charge it (default: preview only)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdio); err != nil {
 		return err
 	}
-	if *request == "" || *member == "" || *admitted == "" || *cost < 0 || *ref == "" {
-		fs.Usage()
-		return errors.New("--request, --member, --admitted-at, --cost-micro-usd and --reference are required")
+	var missing []string
+	for _, f := range []struct {
+		name  string
+		unset bool
+	}{{"--request", *request == ""}, {"--member", *member == ""}, {"--admitted-at", *admitted == ""}, {"--cost-micro-usd", cost < 0}, {"--reference", *ref == ""}} {
+		if f.unset {
+			missing = append(missing, f.name)
+		}
 	}
-	if _, err := time.Parse(time.RFC3339Nano, *admitted); err != nil {
-		return fmt.Errorf("--admitted-at: %w", err)
+	if len(missing) > 0 {
+		return usagef("%s required (see %s -h)", strings.Join(missing, ", ")+map[bool]string{true: " is", false: " are"}[len(missing) == 1], fs.Name())
+	}
+	if err := checkAll(checkID("member", *member, typeid.Member), checkTime("admitted-at", *admitted), checkReference(*ref), a.check()); err != nil {
+		return err
 	}
 	var out struct {
 		Applied bool
@@ -126,7 +177,7 @@ func reconcileCharge(ctx context.Context, args []string, getenv func(string) str
 		}
 	}
 	body := map[string]any{"items": []map[string]any{{"requestId": *request, "memberId": *member, "admittedAt": *admitted,
-		"costMicroUsd": *cost}}, "reviewReference": *ref, "apply": *apply}
+		"costMicroUsd": cost}}, "reviewReference": *ref, "apply": *apply}
 	if err := a.do(ctx, "POST", "/v1/gateway/usage-reconciliation/reconcile", body, &out); err != nil {
 		return err
 	}

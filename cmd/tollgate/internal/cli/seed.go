@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 )
 
 // The demo organization's fixed identities. The passwords are public by design: this is
@@ -38,8 +41,12 @@ type demoOrg struct {
 type client struct {
 	ctx  context.Context
 	base string
-	// apiKey, when set, authenticates every call (x-api-key) instead of a session token.
+	// apiKey, when set, authenticates every call instead of a session token: an API key
+	// (tgk_...) as x-api-key, a session token (tgs_...) as a bearer token.
 	apiKey string
+	// role is the credential the calls need ("an owner's or admin's API key"): what a
+	// 403 says to use.
+	role string
 }
 
 func (c client) call(method, path, token, org string, body any, want int, out any) (int, error) {
@@ -50,13 +57,15 @@ func (c client) call(method, path, token, org string, body any, want int, out an
 	}
 	req, err := http.NewRequestWithContext(c.ctx, method, c.base+path, rd)
 	if err != nil {
-		return 0, err
+		return 0, usagef("--api: %q is not a URL of the control plane's REST API, e.g. http://127.0.0.1:8080", c.base)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	if c.apiKey != "" {
+	if strings.HasPrefix(c.apiKey, credential.SessionPrefix) {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	} else if c.apiKey != "" {
 		req.Header.Set("x-api-key", c.apiKey)
 	}
 	if org != "" {
@@ -64,19 +73,73 @@ func (c client) call(method, path, token, org string, body any, want int, out an
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, transportError(c.ctx, c.base, err)
 	}
 	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
+	raw, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
+	if err != nil {
+		return res.StatusCode, transportError(c.ctx, c.base, err)
+	}
+	route, _, _ := strings.Cut(path, "?")
 	if want != 0 && res.StatusCode != want {
-		return res.StatusCode, fmt.Errorf("%s %s: %d %s", method, path, res.StatusCode, bytes.TrimSpace(raw))
+		return res.StatusCode, c.apiError(method, route, res.StatusCode, raw)
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return res.StatusCode, fmt.Errorf("%s %s: %w", method, path, err)
+			return res.StatusCode, fmt.Errorf("the answer to %s %s is not the control plane's (HTTP %d, %s): is %s its REST API? (--api or TOLLGATE_API_URL)",
+				method, route, res.StatusCode, oneLine(res.Header.Get("Content-Type"), 60), c.base)
 		}
 	}
 	return res.StatusCode, nil
+}
+
+// maxAnswer bounds what one answer may hold (a page of 100 records is far less).
+const maxAnswer = 32 << 20
+
+// apiError reads an error answer: the API's {"error", "message", "details"}, or the start
+// of a body that is not the API's (a proxy's page), and the hint of its status.
+func (c client) apiError(method, route string, status int, raw []byte) error {
+	e := &apiError{Method: method, Path: route, Status: status}
+	var body struct {
+		Error   string
+		Message string
+		Details []struct {
+			Message string
+			Path    []any
+		}
+	}
+	if json.Unmarshal(raw, &body) == nil && body.Error != "" {
+		e.Code = oneLine(body.Error, 80)
+		msgs := []string{}
+		if body.Message != "" {
+			msgs = append(msgs, body.Message)
+		}
+		for _, d := range body.Details {
+			p := make([]string, len(d.Path))
+			for i, x := range d.Path {
+				p[i] = fmt.Sprint(x)
+			}
+			if len(p) > 0 {
+				msgs = append(msgs, strings.Join(p, ".")+": "+d.Message)
+			} else {
+				msgs = append(msgs, d.Message)
+			}
+		}
+		e.Message = oneLine(strings.Join(msgs, "; "), 400)
+	} else {
+		e.Message = oneLine(string(raw), 200)
+	}
+	switch {
+	case status == http.StatusUnauthorized && route == "/v1/auth/sign-in":
+		e.Hint = "check the email and the password"
+	case status == http.StatusUnauthorized && c.apiKey != "":
+		e.Hint = "check TOLLGATE_API_KEY (--key): the API key or session token is unknown, revoked or expired"
+	case status == http.StatusUnauthorized:
+		e.Hint = "the session token was refused"
+	case status == http.StatusForbidden && c.role != "":
+		e.Hint = "this needs " + c.role
+	}
+	return e
 }
 
 // user signs up, or signs in when the account already exists, so seeding is idempotent.
