@@ -251,3 +251,15 @@ func TestRecoverInterruptedSaysWhatItDid(t *testing.T) {
 		t.Logf("%s\n%s", stdout, line)
 	}
 }
+
+// --key takes a session token (tgs_...) as its help says, with --org naming the
+// organization it acts in; it was sent as an API key and refused (401).
+func TestKeyTakesASessionToken(t *testing.T) {
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	env := map[string]string{"TOLLGATE_API_URL": e.URL}
+	stdout, _, line, code := runCLI(context.Background(), env, "", "audit", "--key", owner.Token, "--org", owner.OrgID)
+	if code != 0 || !strings.Contains(stdout, "organization.create") {
+		t.Fatalf("audit with a session token: exit %d, %s\n%s", code, line, stdout)
+	}
+}
