@@ -11,7 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/controlplane/password"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
 )
 
@@ -21,10 +25,17 @@ import (
 // go through the REST API of the running control plane, like any client. The API is
 // checked first: when it cannot be reached nothing is written, so the command can simply
 // be run again once the control plane is up.
+//
+// Run again, it changes nothing that exists: an administrator already on the allowlist
+// keeps their password (the reset would end their sessions and revoke the key printed
+// the first time), the organization they own of that name is kept, and its bootstrap key
+// is named, not minted again. It finishes what an interrupted run left undone, and
+// refuses, changing nothing, a password that does not sign in as that administrator or
+// another organization name once they own one.
 func bootstrap(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	fs := flag.NewFlagSet("tollgate bootstrap", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: echo PASSWORD | tollgate bootstrap --email E --organization NAME [flags]\n\nCreates (or resets) a platform administrator in TOLLGATE_DATABASE_URL, then, through the\nrunning control plane's REST API, an organization they own and an API key for them.\nThe password is read from standard input. Nothing is written when the API cannot be\nreached.\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "Usage: echo PASSWORD | tollgate bootstrap --email E --organization NAME [flags]\n\nCreates a platform administrator in TOLLGATE_DATABASE_URL, then, through the\nrunning control plane's REST API, an organization they own and an API key for them.\nThe password is read from standard input. Nothing is written when the API cannot be\nreached. Run again, it changes nothing that exists (the administrator keeps their\npassword, the key printed the first time keeps working) and finishes what an\ninterrupted run left undone.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	email := fs.String("email", "", "the administrator's email (required)")
@@ -35,10 +46,12 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 	if err := parseFlags(fs, args, stdio); err != nil {
 		return err
 	}
-	if *email == "" || strings.TrimSpace(*org) == "" {
+	orgName := strings.TrimSpace(*org)
+	if *email == "" || orgName == "" {
 		return usagef("--email and --organization are required (see tollgate bootstrap -h)")
 	}
-	if !strings.Contains(*email, "@") {
+	normalized := strings.ToLower(strings.TrimSpace(*email))
+	if !strings.Contains(normalized, "@") {
 		return usagef("--email: %q is not an email address", oneLine(*email, 80))
 	}
 	if err := checkAPI(*api); err != nil {
@@ -49,6 +62,9 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("read password from standard input: %w", err)
 	}
 	pw := strings.TrimRight(line, "\r\n")
+	if len([]rune(pw)) < password.MinLength {
+		return usagef("the password on standard input must be at least %d characters (echo PASSWORD | tollgate bootstrap ...)", password.MinLength)
+	}
 
 	c := client{ctx: ctx, base: strings.TrimRight(*api, "/")}
 	// Before anything is written: an administrator without the organization and key
@@ -56,37 +72,127 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 	if err := c.reachable(10 * time.Second); err != nil {
 		return fmt.Errorf("nothing was written: %w", err)
 	}
-	fmt.Fprintln(stdio.Stdout, "==> creating the platform administrator")
-	env := func(k string) string {
-		if k == "TOLLGATE_DATABASE_URL" {
-			return *dbURL
+	exists, err := adminExists(ctx, *dbURL, normalized)
+	if err != nil {
+		return fmt.Errorf("read the database (TOLLGATE_DATABASE_URL; nothing was written): %w", err)
+	}
+	signIn := func() (string, error) {
+		var session struct{ Token string }
+		_, err := c.call("POST", "/v1/auth/sign-in", "", "", map[string]string{"email": *email, "password": pw}, http.StatusOK, &session)
+		return session.Token, err
+	}
+	var token string
+	if exists {
+		// Resetting the password would end the administrator's sessions and revoke every
+		// key of theirs, the one the first run printed among them.
+		if token, err = signIn(); err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+				return fmt.Errorf("%s is a platform administrator already and this password does not sign in as them; nothing was changed "+
+					"(to reset it, which ends their sessions and revokes their API keys: controlplane bootstrap-admin --email %s)", normalized, normalized)
+			}
+			return err
 		}
-		return getenv(k)
+		fmt.Fprintf(stdio.Stdout, "==> platform administrator %s exists: kept, password unchanged\n", normalized)
+	} else {
+		fmt.Fprintln(stdio.Stdout, "==> creating the platform administrator")
+		env := func(k string) string {
+			if k == "TOLLGATE_DATABASE_URL" {
+				return *dbURL
+			}
+			return getenv(k)
+		}
+		if err := cpapp.Run(ctx, []string{"bootstrap-admin", "--email", *email}, env,
+			cpapp.IO{Stdin: strings.NewReader(pw + "\n"), Stdout: stdio.Stdout, Stderr: stdio.Stderr}); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdio.Stdout, "==> signing in at %s\n", c.base)
+		if token, err = signIn(); err != nil {
+			return fmt.Errorf("sign in: %w", err)
+		}
 	}
-	if err := cpapp.Run(ctx, []string{"bootstrap-admin", "--email", *email}, env,
-		cpapp.IO{Stdin: strings.NewReader(pw + "\n"), Stdout: stdio.Stdout, Stderr: stdio.Stderr}); err != nil {
+
+	var me struct {
+		Memberships []struct {
+			Organization struct{ ID, Name, Slug, CreatedAt string }
+			Member       struct{ ID, Role string }
+		}
+	}
+	if _, err := c.call("GET", "/v1/me", token, "", nil, http.StatusOK, &me); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdio.Stdout, "==> signing in at %s\n", c.base)
-	var session struct{ Token string }
-	if _, err := c.call("POST", "/v1/auth/sign-in", "", "", map[string]string{"email": *email, "password": pw}, http.StatusOK, &session); err != nil {
-		return fmt.Errorf("sign in: %w", err)
+	var orgID, orgSlug, memberID string
+	var owned []string
+	for _, m := range me.Memberships { // oldest first: the first bootstrap's when names repeat
+		if m.Member.Role != "owner" {
+			continue
+		}
+		owned = append(owned, fmt.Sprintf("%q (%s)", m.Organization.Name, m.Organization.ID))
+		if orgID == "" && m.Organization.Name == orgName {
+			orgID, orgSlug, memberID = m.Organization.ID, m.Organization.Slug, m.Member.ID
+		}
 	}
-	fmt.Fprintf(stdio.Stdout, "==> creating organization %q\n", *org)
-	var created struct {
-		Organization struct{ ID, Slug string }
+	created := false
+	switch {
+	case orgID != "":
+		fmt.Fprintf(stdio.Stdout, "==> organization %q exists: kept\n", orgName)
+	case len(owned) > 0:
+		return fmt.Errorf("%s owns organization(s) %s already; bootstrap makes the first one only and changed nothing "+
+			"(run it with that --organization to finish it; create more through the API: POST /v1/organizations)", normalized, strings.Join(owned, ", "))
+	default:
+		fmt.Fprintf(stdio.Stdout, "==> creating organization %q\n", orgName)
+		var out struct {
+			Organization struct{ ID, Slug string }
+			Member       struct{ ID string }
+		}
+		if _, err := c.call("POST", "/v1/organizations", token, "", map[string]string{"name": orgName}, http.StatusCreated, &out); err != nil {
+			return err
+		}
+		orgID, orgSlug, memberID, created = out.Organization.ID, out.Organization.Slug, out.Member.ID, true
 	}
-	if _, err := c.call("POST", "/v1/organizations", session.Token, "", map[string]string{"name": *org}, http.StatusCreated, &created); err != nil {
-		return err
+
+	var keys struct {
+		APIKeys []struct{ ID, Name, Start, MemberID, CreatedAt string }
+	}
+	if !created {
+		if _, err := c.call("GET", "/v1/api-keys", token, orgID, nil, http.StatusOK, &keys); err != nil {
+			return err
+		}
+	}
+	for _, k := range keys.APIKeys {
+		if k.Name == bootstrapKeyName && k.MemberID == memberID {
+			fmt.Fprintf(stdio.Stdout, "\nPlatform administrator  %s\nOrganization            %s (%s)\nAPI key                 %s... (%s, created %s): shown once, by the run that minted it; not minted again\n"+
+				"\nNothing was changed: this installation is bootstrapped already.\n", normalized, orgID, orgSlug, k.Start, k.ID, k.CreatedAt)
+			return nil
+		}
 	}
 	fmt.Fprintln(stdio.Stdout, "==> minting an API key")
 	var key struct{ Key string }
-	if _, err := c.call("POST", "/v1/api-keys", session.Token, created.Organization.ID, map[string]string{"name": "bootstrap"}, http.StatusCreated, &key); err != nil {
+	if _, err := c.call("POST", "/v1/api-keys", token, orgID, map[string]string{"name": bootstrapKeyName}, http.StatusCreated, &key); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdio.Stdout, "\nPlatform administrator  %s\nOrganization            %s (%s)\nAPI key (shown once)    %s\n",
-		*email, created.Organization.ID, created.Organization.Slug, key.Key)
+		normalized, orgID, orgSlug, key.Key)
 	return nil
+}
+
+// bootstrapKeyName names the key bootstrap mints, so that a second run finds it.
+const bootstrapKeyName = "bootstrap"
+
+// adminExists tells whether the email is a platform administrator's with an account
+// already: a run after the first, whose password bootstrap must not reset.
+func adminExists(ctx context.Context, dbURL, email string) (bool, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := store.UserByEmail(ctx, conn, email); errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return store.IsPlatformAdmin(ctx, conn, email)
 }
 
 // reachable checks that the REST API answers its health check within timeout.

@@ -43,3 +43,79 @@ func TestBootstrap(t *testing.T) {
 		t.Fatalf("missing flag: %v", err)
 	}
 }
+
+// bootstrap run a second time keeps what the first made: the administrator's password
+// (a reset would revoke the key the first run printed), the organization and the key,
+// which keeps working; it prints no other key and creates no other organization. With
+// a password that does not sign in, or another organization's name, it refuses and
+// changes nothing either.
+func TestBootstrapTwiceKeepsTheFirstKeyAndOrganization(t *testing.T) {
+	e := apitest.New(t)
+	var dbName string
+	if err := e.Store.Pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"TOLLGATE_DATABASE_URL": storetest.URLFor(dbName), "TOLLGATE_API_URL": e.URL}
+	const pw = "a long admin password\n"
+	args := []string{"bootstrap", "--email", "ops@example.test", "--organization", "Acme"}
+	keyRE := regexp.MustCompile(`tgk_[A-Za-z0-9_-]{20,}`)
+	stdout, _, line, code := runCLI(context.Background(), env, pw, args...)
+	if code != 0 {
+		t.Fatalf("first bootstrap: %s\n%s", line, stdout)
+	}
+	key := keyRE.FindString(stdout)
+	if key == "" {
+		t.Fatalf("the first bootstrap printed no key:\n%s", stdout)
+	}
+	count := func(table string) int {
+		var n int
+		if err := e.Store.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var hash string
+	if err := e.Store.Pool.QueryRow(context.Background(), `SELECT password_hash FROM users`).Scan(&hash); err != nil {
+		t.Fatal(err)
+	}
+	unchanged := func(t *testing.T, what string) {
+		t.Helper()
+		if orgs, keys := count("organizations"), count("api_keys WHERE revoked_at IS NULL"); orgs != 1 || keys != 1 {
+			t.Errorf("%s: %d organization(s) and %d live key(s), want the first run's 1 and 1", what, orgs, keys)
+		}
+		var now string
+		if err := e.Store.Pool.QueryRow(context.Background(), `SELECT password_hash FROM users`).Scan(&now); err != nil || now != hash {
+			t.Errorf("%s: the administrator's password was reset (%v)", what, err)
+		}
+		if r := e.Do(t, "GET", "/v1/me", nil, apitest.Key(key)); r.Status != 200 {
+			t.Errorf("%s: the first run's key no longer works: %d", what, r.Status)
+		}
+	}
+
+	stdout, _, line, code = runCLI(context.Background(), env, pw, args...)
+	if code != 0 {
+		t.Fatalf("second bootstrap: %s\n%s", line, stdout)
+	}
+	if k := keyRE.FindString(stdout); k != "" {
+		t.Errorf("the second bootstrap printed a key (%s):\n%s", k, stdout)
+	}
+	if !strings.Contains(stdout, "Nothing was changed") || !strings.Contains(stdout, key[:8]) {
+		t.Errorf("the second bootstrap does not say what exists (the key starting %s) and that nothing changed:\n%s", key[:8], stdout)
+	}
+	unchanged(t, "second run")
+
+	for _, tc := range []struct {
+		name, stdin string
+		args        []string
+		want        string
+	}{
+		{"another password", "another long password\n", args, "does not sign in"},
+		{"another organization", pw, []string{"bootstrap", "--email", "ops@example.test", "--organization", "Globex"}, `owns organization(s) "Acme"`},
+	} {
+		stdout, _, line, code := runCLI(context.Background(), env, tc.stdin, tc.args...)
+		if code != ExitFailure || !strings.Contains(line, tc.want) || !strings.Contains(line, "changed nothing") && !strings.Contains(line, "nothing was changed") {
+			t.Errorf("%s: exit %d, %q; want refused (%q), nothing changed\n%s", tc.name, code, line, tc.want, stdout)
+		}
+		unchanged(t, tc.name)
+	}
+}
