@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/tollgate-dev/tollgate/controlplane/app"
 )
@@ -60,15 +61,15 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	case "reconcile":
 		err = reconcileCmd(ctx, rest, getenv, stdio)
 	case "retention":
-		err = app.Run(ctx, append([]string{"retention"}, rest...), getenv, cp)
+		err = controlPlaneUsage(app.Run(ctx, append([]string{"retention"}, rest...), getenv, cp))
 	case "audit":
 		err = auditCmd(ctx, rest, getenv, stdio)
 	case "resync":
-		err = app.Run(ctx, append([]string{"resync"}, rest...), getenv, cp)
+		err = controlPlaneUsage(app.Run(ctx, append([]string{"resync"}, rest...), getenv, cp))
 	case "bootstrap":
 		err = bootstrap(ctx, rest, getenv, stdio)
 	case "migrate":
-		err = app.Run(ctx, append([]string{"migrate"}, rest...), getenv, cp)
+		err = controlPlaneUsage(app.Run(ctx, append([]string{"migrate"}, rest...), getenv, cp))
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdio.Stdout, usage)
 		return nil
@@ -77,6 +78,25 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
+	}
+	return err
+}
+
+// controlPlaneUsage makes a usage error (exit 2) of what the control plane's subcommands
+// refuse before doing anything: a flag they do not have or a value of the wrong type (the
+// flag package's errors) and a configuration their parseConfig refuses, stray arguments
+// included ("invalid configuration: ..."). Their errors are not typed; the messages are
+// held by TestControlPlaneCommandsExitLikeTheOthers.
+func controlPlaneUsage(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, prefix := range []string{"invalid configuration:", "flag provided but not defined:", "invalid value ", "invalid boolean ",
+		"bad flag syntax:", "flag needs an argument:"} {
+		if strings.HasPrefix(msg, prefix) {
+			return usageError{msg}
+		}
 	}
 	return err
 }

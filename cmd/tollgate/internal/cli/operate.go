@@ -185,6 +185,9 @@ func recoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 			NextCursor *string
 		}
 		if err := a.do(ctx, "GET", "/v1/gateway/usage-recovery/pending?"+q.Encode(), nil, &page); err != nil {
+			if len(ids) == 0 {
+				return err
+			}
 			return fmt.Errorf("stopped while listing the pending starts (%d listed), nothing was closed: %w", len(ids), err)
 		}
 		for _, p := range page.Pending {

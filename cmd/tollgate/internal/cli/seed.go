@@ -127,7 +127,9 @@ func (c client) apiError(method, route string, status int, raw []byte) error {
 		}
 		e.Message = oneLine(strings.Join(msgs, "; "), 400)
 	} else {
+		// Not the API's error shape: another server (a proxy, the admin port) answered.
 		e.Message = oneLine(string(raw), 200)
+		e.Hint = fmt.Sprintf("is %s the control plane's REST API? (--api or TOLLGATE_API_URL)", c.base)
 	}
 	switch {
 	case status == http.StatusUnauthorized && route == "/v1/auth/sign-in":

@@ -56,6 +56,9 @@ func TestAPIErrorsAreOneClearLine(t *testing.T) {
 	rival := e.NewOrg(t, "Rival")
 	ownerKey, memberKey := e.APIKey(t, owner), e.APIKey(t, member)
 	down := closedURL(t)
+	// Another server where the control plane was expected (its admin port, a proxy).
+	other := httptest.NewServer(http.NotFoundHandler())
+	defer other.Close()
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -74,6 +77,8 @@ func TestAPIErrorsAreOneClearLine(t *testing.T) {
 			[]string{"organization_not_found", "HTTP 404"}},
 		{"unreachable", map[string]string{"TOLLGATE_API_KEY": ownerKey, "TOLLGATE_API_URL": down}, []string{"recover", "--reference", "INC-1"},
 			[]string{"connection refused", "is the control plane running at " + down + "?"}},
+		{"another server", map[string]string{"TOLLGATE_API_KEY": ownerKey, "TOLLGATE_API_URL": other.URL}, []string{"audit"},
+			[]string{"HTTP 404", "404 page not found", "is " + other.URL + " the control plane's REST API?"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{"TOLLGATE_API_URL": e.URL}
@@ -261,5 +266,24 @@ func TestKeyTakesASessionToken(t *testing.T) {
 	stdout, _, line, code := runCLI(context.Background(), env, "", "audit", "--key", owner.Token, "--org", owner.OrgID)
 	if code != 0 || !strings.Contains(stdout, "organization.create") {
 		t.Fatalf("audit with a session token: exit %d, %s\n%s", code, line, stdout)
+	}
+}
+
+// migrate, resync and retention (the control plane's subcommands) exit like the CLI's
+// own commands: 2 for a command line or configuration refused before anything ran.
+func TestControlPlaneCommandsExitLikeTheOthers(t *testing.T) {
+	env := map[string]string{"TOLLGATE_DATABASE_URL": "postgres://nobody@127.0.0.1:1/none"}
+	for _, args := range [][]string{
+		{"migrate", "extra"}, {"migrate", "--bogus"}, {"migrate", "--to", "x"}, {"retention", "--apply=maybe"},
+		{"resync", "--redis-url", "bogus"}, {"retention", "--retention-age", "1h"},
+	} {
+		_, _, line, code := runCLI(context.Background(), env, "", args...)
+		if code != ExitUsage {
+			t.Errorf("%v: exit %d (%q), want %d", args, code, line, ExitUsage)
+		}
+	}
+	// A database that cannot be reached is a failure, not a usage error.
+	if _, _, line, code := runCLI(context.Background(), env, "", "migrate"); code != ExitFailure {
+		t.Errorf("migrate against no database: exit %d (%q), want %d", code, line, ExitFailure)
 	}
 }
