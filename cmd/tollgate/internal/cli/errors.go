@@ -75,21 +75,21 @@ func (e *apiError) Error() string {
 
 // unreachableError is a control plane that did not answer at all.
 type unreachableError struct {
-	base, reason string
+	base, reason, setting string
 }
 
 func (e *unreachableError) Error() string {
-	return fmt.Sprintf("cannot reach the control plane (%s): is the control plane running at %s? (--api or TOLLGATE_API_URL)", e.reason, e.base)
+	return fmt.Sprintf("cannot reach the control plane (%s): is the control plane running at %s? (%s)", e.reason, e.base, e.setting)
 }
 
 // transportError turns a failed http.Client.Do into what the operator acts on: an
 // interruption, or an unreachable control plane with the reason in a few words (not Go's
 // chain of `Get "...": dial tcp ...: connect: ...`).
-func transportError(ctx context.Context, base string, err error) error {
+func transportError(ctx context.Context, base, setting string, err error) error {
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return errInterrupted
 	}
-	return &unreachableError{base: base, reason: networkReason(err)}
+	return &unreachableError{base: base, reason: networkReason(err), setting: setting}
 }
 
 func networkReason(err error) string {

@@ -47,6 +47,16 @@ type client struct {
 	// role is the credential the calls need ("an owner's or admin's API key"): what a
 	// 403 says to use.
 	role string
+	// setting names where base comes from, for the hint of an unreachable control
+	// plane; "--api or TOLLGATE_API_URL" when empty.
+	setting string
+}
+
+func (c client) where() string {
+	if c.setting == "" {
+		return "--api or TOLLGATE_API_URL"
+	}
+	return c.setting
 }
 
 func (c client) call(method, path, token, org string, body any, want int, out any) (int, error) {
@@ -73,12 +83,12 @@ func (c client) call(method, path, token, org string, body any, want int, out an
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, transportError(c.ctx, c.base, err)
+		return 0, transportError(c.ctx, c.base, c.where(), err)
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
 	if err != nil {
-		return res.StatusCode, transportError(c.ctx, c.base, err)
+		return res.StatusCode, transportError(c.ctx, c.base, c.where(), err)
 	}
 	route, _, _ := strings.Cut(path, "?")
 	if want != 0 && res.StatusCode != want {
@@ -86,8 +96,8 @@ func (c client) call(method, path, token, org string, body any, want int, out an
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return res.StatusCode, fmt.Errorf("the answer to %s %s is not the control plane's (HTTP %d, %s): is %s its REST API? (--api or TOLLGATE_API_URL)",
-				method, route, res.StatusCode, oneLine(res.Header.Get("Content-Type"), 60), c.base)
+			return res.StatusCode, fmt.Errorf("the answer to %s %s is not the control plane's (HTTP %d, %s): is %s its REST API? (%s)",
+				method, route, res.StatusCode, oneLine(res.Header.Get("Content-Type"), 60), c.base, c.where())
 		}
 	}
 	return res.StatusCode, nil
@@ -129,7 +139,7 @@ func (c client) apiError(method, route string, status int, raw []byte) error {
 	} else {
 		// Not the API's error shape: another server (a proxy, the admin port) answered.
 		e.Message = oneLine(string(raw), 200)
-		e.Hint = fmt.Sprintf("is %s the control plane's REST API? (--api or TOLLGATE_API_URL)", c.base)
+		e.Hint = fmt.Sprintf("is %s the control plane's REST API? (%s)", c.base, c.where())
 	}
 	switch {
 	case status == http.StatusUnauthorized && route == "/v1/auth/sign-in":
@@ -162,7 +172,7 @@ func (c client) user(email, name string) (demoUser, error) {
 // seed creates (or finds) the demo organization, its owner and a member, and mints a
 // fresh API key for each.
 func seed(ctx context.Context, base string) (demoOrg, error) {
-	c := client{ctx: ctx, base: base}
+	c := client{ctx: ctx, base: base, setting: "--http-addr or TOLLGATE_HTTP_ADDR"}
 	d := demoOrg{OrgName: demoOrgName}
 	var err error
 	if d.Owner, err = c.user(demoOwnerEmail, "Demo Owner"); err != nil {

@@ -77,6 +77,8 @@ func TestAPIErrorsAreOneClearLine(t *testing.T) {
 			[]string{"organization_not_found", "HTTP 404"}},
 		{"unreachable", map[string]string{"TOLLGATE_API_KEY": ownerKey, "TOLLGATE_API_URL": down}, []string{"recover", "--reference", "INC-1"},
 			[]string{"connection refused", "is the control plane running at " + down + "?"}},
+		{"unreachable from dev --seed-only", nil, []string{"dev", "--seed-only", "--http-addr", strings.TrimPrefix(down, "http://")},
+			[]string{"connection refused", "is the control plane running at " + down + "? (--http-addr or TOLLGATE_HTTP_ADDR)"}},
 		{"another server", map[string]string{"TOLLGATE_API_KEY": ownerKey, "TOLLGATE_API_URL": other.URL}, []string{"audit"},
 			[]string{"HTTP 404", "404 page not found", "is " + other.URL + " the control plane's REST API?"}},
 	} {
