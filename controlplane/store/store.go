@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 )
 
 // Store is the control plane's handle on Postgres.
@@ -24,11 +26,20 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Open connects to Postgres and checks the connection once.
+// Open connects to Postgres and checks the connection once. Its errors (printed at
+// start, to stderr, which is the log) show the URL only as redact.URL shows it, and
+// pgx's reason only when redact.Quotable says it may be: pgx masks the password of a URL it reads as
+// one, but a password with an unencoded '@', '/', '?' or '#' reads to pgx (as to libpq)
+// as a shorter password and a host, port or database made of its rest, and pgx quotes
+// those ("failed to connect to `user=u database=W0rd@db/x`", "lookup ssW0rd@db").
 func Open(ctx context.Context, url string) (*Store, error) {
+	shown, quotable := redact.URL(url), redact.Quotable(url)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("parse database URL: %w", err)
+		if !quotable {
+			return nil, unquoted("parse database URL", shown)
+		}
+		return nil, fmt.Errorf("parse database URL %s: %s", shown, parseReason(err))
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		// pgxpool's default (the number of CPUs, at least 4) is too few for the
@@ -48,15 +59,46 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
+		if !quotable {
+			return nil, unquoted("open database", shown)
+		}
+		return nil, fmt.Errorf("open database %s: %w", shown, err)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to database %s: %w", cfg.ConnConfig.Host, err)
+		if !quotable {
+			return nil, unquoted("connect to database", shown)
+		}
+		return nil, fmt.Errorf("connect to database %s: %w", shown, err)
 	}
 	return &Store{Pool: pool}, nil
+}
+
+// unquoted is the error of a step that failed on a URL pgx's reason could quote part of
+// the password of: the URL as redact.URL shows it (or not at all), and a hint instead.
+func unquoted(step, shown string) error {
+	if shown == "" {
+		shown = "(not shown)"
+	}
+	return fmt.Errorf("%s %s: %s", step, shown, redact.Unquoted)
+}
+
+// parseReason is pgx's reason for refusing a URL redact.Quotable lets be quoted, without pgx's copy of
+// the URL (its own best-effort redaction), which the caller replaces by redact.URL's.
+func parseReason(err error) string {
+	text := err.Error()
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		if rest, ok := strings.CutPrefix(text, "cannot parse `"); ok {
+			if _, reason, ok := strings.Cut(rest, "`: "); ok {
+				return reason
+			}
+		}
+		return "pgx refuses it"
+	}
+	return text
 }
 
 // defaultMaxConns is the pool size unless the URL sets pool_max_conns.

@@ -10,7 +10,7 @@ import (
 func TestURL(t *testing.T) {
 	for _, tc := range []struct{ raw, want string }{
 		{"postgres://u:pa55word@db:5432/x", "postgres://u:xxxxx@db:5432/x"},
-		{"postgres://u@db/x?sslmode=require&password=qu3ry-pass", "postgres://u@db/x?sslmode=xxxxx&password=xxxxx"},
+		{"postgres://u@db/x?sslmode=require&password=qu3ry-pass", "postgres://u@db/x?xxxxx"},
 		{"redis://:s3cret@127.0.0.1:6379/0", "redis://:xxxxx@127.0.0.1:6379/0"},
 		{"https://generativelanguage.googleapis.com/v1?key=AIzaSECRET", "https://generativelanguage.googleapis.com/v1?key=xxxxx"},
 		{"https://x.blob.core.windows.net/c?sv=1&sig=SECRET%3D&&SECRET2", "https://x.blob.core.windows.net/c?sv=xxxxx&sig=xxxxx&&xxxxx"},
@@ -21,12 +21,29 @@ func TestURL(t *testing.T) {
 		{"SECRET", ""},
 		{"/path/SECRET", ""},
 		{"", ""},
+		{"postgres:///tollgate?host=/var/run/postgresql", "postgres:///tollgate?host=xxxxx"},
+		{"postgres://u:S3cr%40t@db/x", "postgres://u:xxxxx@db/x"},
+		// A password's unencoded '@' (and '/', '?', '#' before one): each reader cuts the
+		// URL elsewhere, and what is left of the password would show as host, path or query.
+		{"postgres://u:p@ssW0rd@db:5432/x", ""},
+		{"postgres://u:p@ss/W0rd@db/x", ""},
+		{"postgres://u:p@ss?W0rd@db/x", ""},
+		{"postgres://u:8/ssW0rd@db/x", ""},
+		{"postgres://u:8?ssW0rd@db/x", ""},
+		{"postgres://u:8#ssW0rd@db/x", ""},
+		{"redis://:8/ssW0rd@127.0.0.1:1/0", ""},
+		{"postgres://u@db/x?password=p@ss", ""},
+		// A query password with an unencoded '&': its rest is not a parameter's name.
+		{"postgres://u@db/x?password=p&ssW0rd=1", "postgres://u@db/x?xxxxx"},
+		{"postgres://u@db/x?sslpassword=p&ssW0rd", "postgres://u@db/x?xxxxx"},
+		{"https://", ""},
+		{"x:SECRET", ""},
 	} {
 		got := URL(tc.raw)
 		if got != tc.want {
 			t.Errorf("URL(%q) = %q, want %q", tc.raw, got, tc.want)
 		}
-		for _, s := range []string{"pa55word", "qu3ry-pass", "s3cret", "SECRET"} {
+		for _, s := range []string{"pa55word", "qu3ry-pass", "s3cret", "SECRET", "ss", "W0rd", "8", "S3cr", "@t"} {
 			if strings.Contains(got, s) {
 				t.Errorf("URL(%q) = %q shows %s", tc.raw, got, s)
 			}

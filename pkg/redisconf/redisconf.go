@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 )
 
 // DefaultURL is the local Redis.
@@ -181,7 +182,9 @@ func (h reloadOnNetworkError) check(ctx context.Context, err error) {
 func (c Config) NewClient(t Timeouts) (redis.UniversalClient, error) {
 	opts, err := redis.ParseURL(c.URL)
 	if err != nil {
-		return nil, fmt.Errorf("TOLLGATE_REDIS_URL: %w", err)
+		// go-redis quotes the part it refuses ("invalid URL path: /ssW0rd@host/0" of a
+		// password with an unencoded '/'), which can be part of the password.
+		return nil, fmt.Errorf("TOLLGATE_REDIS_URL: %s", redact.Reason(c.URL, err))
 	}
 	switch c.Mode {
 	case "sentinel":

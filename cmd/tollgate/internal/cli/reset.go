@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 )
 
 // resetLocal empties a local demo installation: it drops and recreates the database of
@@ -21,9 +23,17 @@ func resetLocal(ctx context.Context, getenv func(string) string, out io.Writer) 
 	// pgx.ParseConfig reads the settings the connection will use: the host query
 	// parameter, PGHOST and the other PG* variables, a service file, and every
 	// fallback host. The URL's own host part is none of that.
-	cfg, err := pgx.ParseConfig(envOr(getenv, "TOLLGATE_DATABASE_URL", cpapp.DefaultDatabaseURL))
+	dbURL := envOr(getenv, "TOLLGATE_DATABASE_URL", cpapp.DefaultDatabaseURL)
+	// pgx's errors, and the host and database it read, quote parts of a URL whose
+	// password does not read as one (an unencoded '@': host "ssW0rd@127.0.0.1"), so
+	// they are printed only when redact.Quotable says so.
+	quotable := redact.Quotable(dbURL)
+	dbErr := func(err error) error {
+		return fmt.Errorf("TOLLGATE_DATABASE_URL: %s", redact.Reason(dbURL, err))
+	}
+	cfg, err := pgx.ParseConfig(dbURL)
 	if err != nil {
-		return err
+		return dbErr(err)
 	}
 	hosts := []string{cfg.Host}
 	for _, f := range cfg.Fallbacks {
@@ -31,18 +41,25 @@ func resetLocal(ctx context.Context, getenv func(string) string, out io.Writer) 
 	}
 	for _, h := range hosts {
 		if !localHost(h) {
+			if !quotable {
+				return errors.New("--reset only touches local databases, and TOLLGATE_DATABASE_URL's host is not (" + redact.Unquoted + ")")
+			}
 			return fmt.Errorf("--reset only touches local databases, not %q (TOLLGATE_DATABASE_URL)", h)
 		}
 	}
 	name := cfg.Database
 	if name == "" || name == "postgres" || strings.ContainsAny(name, `"; `) {
+		if !quotable {
+			return errors.New("--reset will not drop TOLLGATE_DATABASE_URL's database (" + redact.Unquoted + ")")
+		}
 		return fmt.Errorf("--reset will not drop database %q", name)
 	}
-	opts, err := redis.ParseURL(envOr(getenv, "TOLLGATE_REDIS_URL", cpapp.DefaultRedisURL))
+	redisURL := envOr(getenv, "TOLLGATE_REDIS_URL", cpapp.DefaultRedisURL)
+	opts, err := redis.ParseURL(redisURL)
 	if err != nil {
-		return err
+		return fmt.Errorf("TOLLGATE_REDIS_URL: %s", redact.Reason(redisURL, err))
 	}
-	if err := localRedis(opts, getenv); err != nil {
+	if err := localRedis(opts, redact.Quotable(redisURL), getenv); err != nil {
 		return err
 	}
 
@@ -50,7 +67,7 @@ func resetLocal(ctx context.Context, getenv func(string) string, out io.Writer) 
 	admin.Database = "postgres"
 	conn, err := pgx.ConnectConfig(ctx, admin)
 	if err != nil {
-		return err
+		return dbErr(err)
 	}
 	defer conn.Close(ctx)
 	ident := pgx.Identifier{name}.Sanitize()
@@ -82,8 +99,9 @@ func resetLocal(ctx context.Context, getenv func(string) string, out io.Writer) 
 
 // localRedis refuses a Redis that is not on this machine: the URL's server, and the
 // sentinels or cluster seeds of TOLLGATE_REDIS_ADDRS (package redisconf) when the stack
-// is configured with them.
-func localRedis(opts *redis.Options, getenv func(string) string) error {
+// is configured with them. The URL's server is named only when the URL is quotable (see
+// redact.Quotable): read from a password with an unencoded '/', it is part of it.
+func localRedis(opts *redis.Options, quotable bool, getenv func(string) string) error {
 	var addrs []string
 	if opts.Network != "unix" { // a unix:// URL's address is its socket path
 		addrs = append(addrs, opts.Addr)
@@ -93,9 +111,12 @@ func localRedis(opts *redis.Options, getenv func(string) string) error {
 			addrs = append(addrs, a)
 		}
 	}
-	for _, a := range addrs {
+	for i, a := range addrs {
 		h, _, err := net.SplitHostPort(a)
 		if err != nil || !localHost(h) {
+			if i == 0 && opts.Network != "unix" && !quotable {
+				return errors.New("--reset only touches local Redis servers, and TOLLGATE_REDIS_URL's is not (" + redact.Unquoted + ")")
+			}
 			return fmt.Errorf("--reset only touches local Redis servers, not %q (TOLLGATE_REDIS_URL, TOLLGATE_REDIS_ADDRS)", a)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate-dev/tollgate/internal/secrettest"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/internal/testredis"
 )
@@ -43,6 +44,34 @@ func TestResetRefusesARemoteDatabaseHost(t *testing.T) {
 				t.Fatalf("reset of %s was not refused before connecting: %v", tc.url, err)
 			}
 		})
+	}
+}
+
+// No part of a password in TOLLGATE_DATABASE_URL or TOLLGATE_REDIS_URL reaches the error
+// --reset stops with, whatever the password holds. pgx reads a password's unencoded '@'
+// as its end, and the rest as the host it then refused by name: `not "Zk9~@192.0.2.1"`.
+// Nothing is reached: the hosts are remote, or port 1.
+func TestResetNeverPrintsURLPasswords(t *testing.T) {
+	for _, pw := range secrettest.Passwords {
+		for _, env := range []map[string]string{
+			{"TOLLGATE_DATABASE_URL": "postgres://tg~user:" + pw + "@192.0.2.1:5432/x?connect_timeout=1"},
+			{"TOLLGATE_DATABASE_URL": "postgres://tg~user:" + pw + "@127.0.0.1:1/x"},
+			{"TOLLGATE_DATABASE_URL": "postgres://tg~user@127.0.0.1:1/x?password=" + pw},
+			{"TOLLGATE_DATABASE_URL": "postgres://tg~user@127.0.0.1:1/x", "TOLLGATE_REDIS_URL": "redis://:" + pw + "@192.0.2.1:6379/0"},
+			{"TOLLGATE_DATABASE_URL": "postgres://tg~user@127.0.0.1:1/x", "TOLLGATE_REDIS_URL": "redis://tg~user:" + pw + "@127.0.0.1:1/0"},
+		} {
+			env["TOLLGATE_REDIS_PREFIX"] = testredis.Prefix()
+			if env["TOLLGATE_REDIS_URL"] == "" {
+				env["TOLLGATE_REDIS_URL"] = "redis://127.0.0.1:1/0"
+			}
+			err := resetLocal(context.Background(), resetEnv(env), io.Discard)
+			if err == nil {
+				t.Fatalf("%v: reset", env)
+			}
+			if leaks := secrettest.Leaks(err.Error(), pw); len(leaks) > 0 {
+				t.Errorf("password %q: %q printed: %v", pw, leaks, err)
+			}
+		}
 	}
 }
 
