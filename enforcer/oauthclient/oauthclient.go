@@ -11,6 +11,7 @@
 package oauthclient
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -98,19 +99,65 @@ func (s *Source) Authorization(ctx context.Context) (string, error) {
 // fetch runs the grant once.
 func (s *Source) fetch(ctx context.Context) (string, time.Time, error) {
 	cc := clientcredentials.Config{ClientID: s.cfg.ClientID, ClientSecret: s.cfg.ClientSecret, TokenURL: s.cfg.TokenURL, Scopes: s.cfg.Scopes}
+	secrets := []string{s.cfg.ClientSecret}
 	if s.cfg.ClientAssertionFile != "" {
 		b, err := os.ReadFile(s.cfg.ClientAssertionFile)
 		if err != nil {
 			return "", time.Time{}, err
 		}
+		assertion := strings.TrimSpace(string(b))
+		secrets = append(secrets, assertion)
 		cc.AuthStyle = oauth2.AuthStyleInParams // the client id in the form, no secret
-		cc.EndpointParams = url.Values{"client_assertion_type": {AssertionType}, "client_assertion": {strings.TrimSpace(string(b))}}
+		cc.EndpointParams = url.Values{"client_assertion_type": {AssertionType}, "client_assertion": {assertion}}
 	}
 	tok, err := cc.Token(ctx)
 	if err != nil {
-		return "", time.Time{}, err
+		return "", time.Time{}, s.fetchError(err, secrets)
 	}
 	return tok.Type() + " " + tok.AccessToken, tok.Expiry, nil
+}
+
+// Bounds of what a failed fetch's error (logged, and at every refused request) keeps of
+// the endpoint's answer.
+const (
+	maxErrorCode        = 64
+	maxErrorDescription = 300
+	maxErrorBody        = 200
+)
+
+// fetchError is the error of a failed grant as it may be logged. golang.org/x/oauth2's
+// error carries the token endpoint's answer: its error_description whole, or, without an
+// RFC 6749 error code, its whole body (up to 1 MB), either of which may echo the request
+// (a proxy's or a misconfigured endpoint's error page quoting the form, a description
+// quoting the secret it refused). Kept: the status, the error code and description, or
+// an excerpt of the body, each bounded and with anything like the client's secret or
+// assertion masked (redact.Excerpt).
+func (s *Source) fetchError(err error, secrets []string) error {
+	var re *oauth2.RetrieveError
+	if !errors.As(err, &re) {
+		// A transport error quotes the token URL (url.Error's "Post \"...\""), shown as
+		// redact.URL shows it.
+		text := err.Error()
+		if shown := redact.URL(s.cfg.TokenURL); shown != s.cfg.TokenURL {
+			text = strings.ReplaceAll(text, s.cfg.TokenURL, cmp.Or(shown, redact.Mask))
+		}
+		return errors.New(redact.Excerpt(text, maxErrorBody+200, secrets...))
+	}
+	msg := "the token endpoint refused the grant"
+	if re.Response != nil {
+		msg = "the token endpoint answered " + redact.Excerpt(re.Response.Status, 64)
+	}
+	if re.ErrorCode != "" {
+		msg += fmt.Sprintf(": error=%q", redact.Excerpt(re.ErrorCode, maxErrorCode, secrets...))
+		if re.ErrorDescription != "" {
+			msg += fmt.Sprintf(" error_description=%q", redact.Excerpt(re.ErrorDescription, maxErrorDescription, secrets...))
+		}
+		return errors.New(msg)
+	}
+	if body := redact.Excerpt(string(re.Body), maxErrorBody, secrets...); body != "" {
+		msg += fmt.Sprintf(", body (excerpt) %q", body)
+	}
+	return errors.New(msg)
 }
 
 // String says which client the tokens are of (for logs; no secret).

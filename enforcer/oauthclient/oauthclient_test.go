@@ -2,7 +2,12 @@ package oauthclient_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,5 +95,90 @@ func TestNewRefuses(t *testing.T) {
 		if _, err := oauthclient.New(cfg); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// A token endpoint that echoes what it was sent (a proxy's error page quoting the form, an
+// error_description quoting the secret it refused, a body without an RFC 6749 error code)
+// does not get the client's secret or assertion, or a part of either, into the error the
+// gateway logs: golang.org/x/oauth2 quoted the body whole (up to 1 MB) without an error
+// code, and the description whole with one. Kept: the status, the error code and
+// description, an excerpt of the body, each bounded.
+func TestRefusalNeverQuotesTheCredential(t *testing.T) {
+	const secret = "Zk9~s3cr3t+Qa7/Xm3=Lb8&Wv4"
+	assertion := "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjbGllbnQtNCJ9.c2lnbmF0dXJlLW9mLXRoZS10b2tlbg"
+	file := filepath.Join(t.TempDir(), "azure-identity-token")
+	if err := os.WriteFile(file, []byte(assertion+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// sent is what the client sent: its form, and its Basic credentials when it used them.
+	sent := func(r *http.Request) string {
+		_ = r.ParseForm()
+		return r.PostForm.Encode() + " " + r.Header.Get("Authorization")
+	}
+	filler := strings.Repeat("padding ", 2000)
+	for _, tc := range []struct {
+		name   string
+		answer func(w http.ResponseWriter, r *http.Request)
+		want   []string // in the error
+	}{
+		{"html page quoting the form", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprintf(w, "<html><body>upstream refused POST with %s\n%s</body></html>", sent(r), filler)
+		}, []string{"502 Bad Gateway", "upstream refused POST"}},
+		{"description quoting the secret", func(w http.ResponseWriter, r *http.Request) {
+			_ = r.ParseForm()
+			_, pw, _ := r.BasicAuth()
+			pw, _ = url.QueryUnescape(pw)
+			cred := pw + r.PostForm.Get("client_secret") + r.PostForm.Get("client_assertion")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": "invalid_client",
+				"error_description": "AADSTS7000215: Invalid client secret provided: " + cred + " (its first part: " + cred[:12] + ") " + filler})
+		}, []string{"401 Unauthorized", `error="invalid_client"`, "AADSTS7000215: Invalid client secret provided"}},
+		{"json without an error code", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, pw, _ := r.BasicAuth()
+			_ = r.ParseForm()
+			_ = json.NewEncoder(w).Encode(map[string]any{"message": "bad request", "received": map[string]string{
+				"client_secret": r.PostForm.Get("client_secret"), "password": pw, "client_assertion": r.PostForm.Get("client_assertion"),
+				"header": r.Header.Get("Authorization")}})
+		}, []string{"400 Bad Request", "bad request"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(tc.answer))
+			defer srv.Close()
+			for _, cfg := range []oauthclient.Config{
+				{TokenURL: srv.URL + "/token", ClientID: "client-4", ClientSecret: secret},
+				{TokenURL: srv.URL + "/token", ClientID: "client-4", ClientAssertionFile: file},
+			} {
+				src, err := oauthclient.New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = src.Authorization(context.Background())
+				if !errors.Is(err, oauthclient.ErrNoToken) {
+					t.Fatalf("err = %v", err)
+				}
+				text := err.Error()
+				for _, c := range []string{secret, assertion} {
+					for i := 0; i+8 <= len(c); i++ {
+						if strings.Contains(text, c[i:i+8]) || strings.Contains(text, url.QueryEscape(c[i:i+8])) {
+							t.Fatalf("the error quotes %q of the credential %q:\n%s", c[i:i+8], c, text)
+						}
+					}
+				}
+				if len(text) > 800 {
+					t.Errorf("the error is %d bytes long:\n%s", len(text), text)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(text, w) {
+						t.Errorf("the error lacks %q:\n%s", w, text)
+					}
+				}
+			}
+		})
 	}
 }

@@ -5,8 +5,12 @@
 package redact
 
 import (
+	"encoding/json"
 	"net/url"
+	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Mask stands for a secret left out.
@@ -95,3 +99,93 @@ func Reason(raw string, err error) string {
 	}
 	return Unquoted
 }
+
+// Excerpt is text a remote server sent (a token endpoint's error body) as a log line may
+// carry it: its first max bytes at most (cut at a character, "…" marking the cut), on one
+// line, with every run of at least 8 bytes of one of secrets (all of a shorter one), as
+// given, URL-encoded or JSON-escaped, replaced by Mask, and so the values of parameters
+// that carry credentials (client_secret=, "client_assertion": …, password, tokens, keys),
+// Bearer tokens and anything shaped like a JWT. A server may echo what it was sent, or a
+// part of it: its error's body is never logged whole.
+func Excerpt(text string, max int, secrets ...string) string {
+	// The scan is quadratic in a secret's length: only what can be kept is scanned, and
+	// a little more, so that a secret cut by the bound is still found.
+	if limit := max + 256; len(text) > limit {
+		text = text[:limit]
+	}
+	masked := make([]bool, len(text))
+	for _, s := range secrets {
+		if s == "" {
+			continue
+		}
+		js, _ := json.Marshal(s)
+		for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s), strings.Trim(string(js), `"`)} {
+			markRuns(text, form, masked)
+		}
+	}
+	for _, re := range []*regexp.Regexp{credentialParam, bearer, jwt} {
+		for _, m := range re.FindAllStringSubmatchIndex(text, -1) {
+			from := m[0]
+			if len(m) > 2 && m[len(m)-2] >= 0 { // the value group only
+				from = m[len(m)-2]
+			}
+			for i := from; i < m[1]; i++ {
+				masked[i] = true
+			}
+		}
+	}
+	var b strings.Builder
+	for i := 0; i < len(text); {
+		if masked[i] {
+			for i < len(text) && masked[i] {
+				i++
+			}
+			b.WriteString(Mask)
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(text[i:])
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			r = ' '
+		}
+		b.WriteRune(r)
+		i += n
+	}
+	out := strings.Join(strings.Fields(b.String()), " ")
+	if len(out) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(out[cut]) {
+			cut--
+		}
+		out = out[:cut] + "…"
+	}
+	return out
+}
+
+// markRuns marks in masked every run of text that is a part of secret at least 8 bytes
+// long (the whole of a shorter secret).
+func markRuns(text, secret string, masked []bool) {
+	need := min(8, len(secret))
+	for i := range len(text) {
+		longest := 0
+		for j := range len(secret) {
+			k := 0
+			for i+k < len(text) && j+k < len(secret) && text[i+k] == secret[j+k] {
+				k++
+			}
+			longest = max(longest, k)
+		}
+		if longest >= need {
+			for k := range longest {
+				masked[i+k] = true
+			}
+		}
+	}
+}
+
+var (
+	// credentialParam is a parameter that carries a credential, in a form, a query, JSON
+	// or a header-like line; its last group is the value.
+	credentialParam = regexp.MustCompile(`(?i)(?:client_secret|client_assertion|assertion|password|passwd|secret|access_token|refresh_token|id_token|api[_-]?key|authorization)\\?["']?\s*[:=]\s*\\?["']?((?:basic|bearer)\s+)?([^\s"'&,;}\\]+)`)
+	bearer          = regexp.MustCompile(`(?i)\b(?:bearer|basic)\s+([A-Za-z0-9._~+/=-]{8,})`)
+	jwt             = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*)?`)
+)

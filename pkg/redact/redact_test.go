@@ -50,3 +50,26 @@ func TestURL(t *testing.T) {
 		}
 	}
 }
+
+// Excerpt bounds a server's text and masks what could be a credential: a secret given,
+// whole, URL-encoded or in part (8 bytes or more), a credential parameter's value, a
+// Bearer token, a JWT; the rest, on one line, stays.
+func TestExcerpt(t *testing.T) {
+	const secret = "Zk9~s3cr3t+Qa7/Xm3"
+	for _, tc := range []struct{ text, want string }{
+		{"refused Zk9~s3cr3t+Qa7/Xm3 and Zk9~s3cr3t%2BQa7%2FXm3, a part s3cr3t+Qa", "refused xxxxx and xxxxx, a part xxxxx"},
+		{"form client_secret=abc&client_id=c&password=p", "form client_secret=xxxxx&client_id=c&password=xxxxx"},
+		{`{"access_token": "t0k", "ok": 1}`, `{"access_token": "xxxxx", "ok": 1}`},
+		{"Authorization: Bearer abcdefghijkl", "Authorization: Bearer xxxxx"},
+		{"sent Basic YWxhZGRpbjpvcGVu", "sent Basic xxxxx"},
+		{"got eyJhbGciOi.eyJzdWIi.c2ln there", "got xxxxx there"},
+		{"line one\nline\ttwo\x00", "line one line two"},
+	} {
+		if got := Excerpt(tc.text, 200, secret); got != tc.want {
+			t.Errorf("Excerpt(%q) = %q, want %q", tc.text, got, tc.want)
+		}
+	}
+	if got := Excerpt(strings.Repeat("é", 20), 11); got != strings.Repeat("é", 5)+"…" {
+		t.Errorf("cut: %q", got)
+	}
+}
