@@ -23,6 +23,7 @@ import (
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
 	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 )
 
 // devConfig is where each piece of the local stack listens.
@@ -157,7 +158,8 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	}
 	if !c.ForwardAuth && !c.NoProxy {
 		progress("starting the fake upstream")
-		if err := serveHTTP(runCtx, "fake upstream", c.UpstreamAddr, &demo.Upstream{Log: slog.New(slog.NewTextHandler(stdio.Stderr, nil))}, run); err != nil {
+		log := slog.New(slog.NewTextHandler(stdio.Stderr, nil))
+		if err := serveHTTP(runCtx, log, "fake upstream", c.UpstreamAddr, &demo.Upstream{Log: log}, run); err != nil {
 			return stop(err)
 		}
 		progress("starting the enforcer with its inference gateway on " + c.ProxyAddr)
@@ -208,7 +210,7 @@ const demoProviderAuthorization = "Bearer sk-demo-provider"
 func startDemoProxy(ctx context.Context, c devConfig, stdio IO, run func(string, func() error)) (string, error) {
 	log := slog.New(slog.NewTextHandler(stdio.Stderr, nil))
 	up := &demo.Upstream{SettleURL: "http://" + c.EnforcerHTTP + "/settle", Log: log}
-	if err := serveHTTP(ctx, "fake upstream", c.UpstreamAddr, up, run); err != nil {
+	if err := serveHTTP(ctx, log, "fake upstream", c.UpstreamAddr, up, run); err != nil {
 		return "", err
 	}
 	if bin, err := exec.LookPath(c.CaddyBinary); err == nil {
@@ -224,19 +226,22 @@ func startDemoProxy(ctx context.Context, c devConfig, stdio IO, run func(string,
 	}
 	upstream, _ := url.Parse("http://" + c.UpstreamAddr)
 	px := &demo.Proxy{CheckURL: "http://" + c.EnforcerHTTP + "/check", Upstream: upstream, Client: &http.Client{Timeout: 30 * time.Second}}
-	if err := serveHTTP(ctx, "demo proxy", c.ProxyAddr, px, run); err != nil {
+	if err := serveHTTP(ctx, log, "demo proxy", c.ProxyAddr, px, run); err != nil {
 		return "", err
 	}
 	fmt.Fprintln(stdio.Stdout, "    Caddy is not installed: using the built-in forward-auth proxy (apt-get install caddy for the real one)")
 	return "http://" + c.ProxyAddr, nil
 }
 
-func serveHTTP(ctx context.Context, name, addr string, h http.Handler, run func(string, func() error)) error {
+// serveHTTP serves h on addr until ctx ends. net/http's own lines (a handler's panic, a
+// client's malformed request) go to log, throttled (logging.ServerLog), as every
+// server of the programs does, not one plain line each to the standard log's stderr.
+func serveHTTP(ctx context.Context, log *slog.Logger, name, addr string, h http.Handler, run func(string, func() error)) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s: listen on %s: %w", name, addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logging.ServerLog(log, name)}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	run(name, func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

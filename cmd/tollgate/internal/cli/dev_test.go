@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	stdlog "log"
+	"log/slog"
 	"net/http"
 	"os"
 	"regexp"
@@ -204,5 +206,39 @@ func TestDevStackReachesThe429(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("tollgate dev did not stop")
+	}
+}
+
+// The demo's servers (the built-in forward-auth proxy, the fake upstream) log net/http's
+// own lines through the program's logger, naming the server, as every other server
+// does (logging.ServerLog); before, a handler's panic went to the standard log's stderr
+// as a plain line outside the log's format.
+func TestDemoServersLogThroughTheLogger(t *testing.T) {
+	var std, logs testio.SyncBuffer
+	stdlog.SetOutput(&std)
+	t.Cleanup(func() { stdlog.SetOutput(os.Stderr) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	addr := testio.FreeAddr(t)
+	panics := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("demo-handler-panicked") })
+	if err := serveHTTP(ctx, slog.New(slog.NewTextHandler(&logs, nil)), "demo proxy", addr, panics,
+		func(_ string, f func() error) { go func() { done <- f() }() }); err != nil {
+		t.Fatal(err)
+	}
+	// The server logs the panic before it closes the connection, which ends the call.
+	if res, err := http.Get("http://" + addr + "/"); err == nil {
+		res.Body.Close()
+		t.Fatal("a panicking handler answered")
+	}
+	if strings.Contains(std.String(), "demo-handler-panicked") {
+		t.Fatalf("the panic went to the standard log:\n%s", std.String())
+	}
+	if l := logs.String(); !strings.Contains(l, "demo-handler-panicked") || !strings.Contains(l, `server="demo proxy"`) {
+		t.Fatalf("the panic is not in the program's log, naming its server:\n%s", l)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
