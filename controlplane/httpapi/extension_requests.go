@@ -105,14 +105,12 @@ func (s *Server) submitResetRequest(c *Call) error {
 }
 
 // decodeOptionalJSON decodes a body that may be left out entirely (approve takes `{}`
-// or nothing); a body that is present is decoded strictly (its Content-Type included).
+// or nothing: no Content-Type and no content); a body that is present, which a named
+// Content-Type says there is, is decoded strictly (jsonx.ReadOptionalBody).
 func (c *Call) decodeOptionalJSON(v any) error {
-	body, err := jsonx.ReadBody(c.R)
-	if err != nil {
+	body, err := jsonx.ReadOptionalBody(c.R)
+	if err != nil || body == nil {
 		return err
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil
 	}
 	return jsonx.DecodeBytes(body, v)
 }

@@ -257,6 +257,54 @@ func TestUsageDeny(t *testing.T) {
 	e.Do(t, "POST", path+"/deny", nil, other.As()...).ExpectError(t, http.StatusNotFound, "reset_request_not_found")
 }
 
+// Approve and deny take `{}` ({note?}) or no body at all: no Content-Type and no
+// content, as the OpenAPI document's optional request body means it (its validator,
+// which apitest runs on every exchange, reads it so). A request that names a media type
+// sends a body of it, a JSON object: empty or blank content sent as application/json is
+// 400, as is any other media type. Before, the server took an empty body of any type as
+// left out and answered 200 to requests the document calls invalid.
+func TestUsageDecisionBodies(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	p := dayPolicy(t, e, o, "Daily", "0.00001", nil)
+	assign(t, e, o, p.ID, map[string]any{"memberId": bob.MemberID})
+	setUsed(t, e, bob, window.Day, 10)
+	typed := func(ct string) apitest.Opt { return apitest.Header("Content-Type", ct) }
+	r := decodeReset(t, submit(t, e, bob, bucketID(e, bob, window.Day), "please").Expect(t, http.StatusOK))
+	for _, op := range []string{"/deny", "/approve"} {
+		path := resetsPath + "/" + r.ID + op
+		for _, refused := range []struct {
+			what string
+			body string
+			ct   string
+		}{
+			{"empty, as JSON", "", "application/json"},
+			{"blank, as JSON", " \n", "application/json"},
+			{"empty, as text", "", "text/plain"},
+			{"an object, as text", "{}", "text/plain"},
+			{"null", "null", "application/json"},
+		} {
+			res := e.Do(t, "POST", path, []byte(refused.body), append(o.As(), typed(refused.ct))...)
+			if res.Status != http.StatusBadRequest {
+				t.Errorf("%s with a body %s: %d %s, want 400 invalid_request", op, refused.what, res.Status, res.Body)
+			}
+		}
+	}
+	// Left out, or {}: decided (the refusals left the request pending).
+	if d := decodeReset(t, e.Do(t, "POST", resetsPath+"/"+r.ID+"/deny", nil, o.As()...).Expect(t, http.StatusOK)); d.Status != "denied" {
+		t.Fatalf("denied with no body: %+v", d)
+	}
+	r2 := decodeReset(t, submit(t, e, bob, bucketID(e, bob, window.Day), "please, really").Expect(t, http.StatusOK))
+	if a := decodeReset(t, e.Do(t, "POST", resetsPath+"/"+r2.ID+"/approve", nil, o.As()...).Expect(t, http.StatusOK)); a.Status != "approved" {
+		t.Fatalf("approved with no body: %+v", a)
+	}
+	if a := decodeReset(t, e.Do(t, "POST", resetsPath+"/"+r2.ID+"/approve", []byte("{}"), o.As()...).Expect(t, http.StatusOK)); a.Status != "approved" {
+		t.Fatalf("approved again with {}: %+v", a)
+	}
+}
+
 // staleSetup makes bob over his day limit under policy p (reaching him as the caller
 // arranges) and files a pending request.
 func staleSetup(t *testing.T, e *apitest.Env, bob apitest.Member) resetRequest {
