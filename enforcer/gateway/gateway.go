@@ -27,6 +27,7 @@ package gateway
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,6 +56,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 	"github.com/tollgate-dev/tollgate/pkg/relaybody"
 )
 
@@ -991,7 +993,7 @@ func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	}
 	gw.answered(w, outcome)
 	gw.upstreamFailures.Log(gw.log, slog.LevelWarn, "gateway: upstream failed", "request_id", p.id, "upstream", p.route.Upstream.Host,
-		"status", status, "err", err)
+		"status", status, "err", urlRedacted(err))
 	if received {
 		p.settleReceived()
 	} else {
@@ -1032,6 +1034,22 @@ func (p *proxied) credentialFailed(w http.ResponseWriter, r *http.Request, err e
 	p.nameRequest(w.Header())
 	writeError(w, http.StatusBadGateway, "api_error", "service_gateway_upstream_credential",
 		"The gateway could not get its credential for the upstream; nothing was sent and nothing is charged.", nil)
+}
+
+// urlRedacted is err's text for the log with the URL of a url.Error in it (a Realtime
+// handshake's: the WebSocket client goes through http.Client, which quotes the whole
+// upstream URL) as redact.URL shows it: the client's query goes on to the provider, and
+// may carry secrets of its own (an ephemeral token, a signed parameter), but not into
+// the enforcer's log.
+func urlRedacted(err error) string {
+	text := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.URL != "" {
+		shown := cmp.Or(redact.URL(ue.URL), "(URL not shown)")
+		text = strings.ReplaceAll(text, strconv.Quote(ue.URL), strconv.Quote(shown))
+		text = strings.ReplaceAll(text, ue.URL, shown)
+	}
+	return text
 }
 
 // clientGoneGrace is how long after its client left an upstream request is cancelled

@@ -1,0 +1,52 @@
+package gateway_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+	"github.com/tollgate-dev/tollgate/internal/testio"
+)
+
+// A Realtime handshake that cannot reach the upstream is logged without the query the
+// client sent upstream: the WebSocket client's error quotes the request's URL whole
+// (url.Error: `Get "http://host/v1/realtime?model=...&token=...": dial tcp ...`), and a
+// client may carry its own secrets there (a provider's ephemeral token, a signed
+// parameter), which go on to the provider but not into the enforcer's log.
+func TestUpstreamFailureLogsNoQuery(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	logs := &testio.SyncBuffer{}
+	e := newEnvLogging(t, dead, gateway.Config{}, slog.New(slog.NewTextHandler(logs, nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, res, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.front.URL, "http")+"/v1/realtime?model=gpt-realtime&client_token=Zk9-member-secret",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer tgk_good"}}})
+	if err == nil {
+		c.CloseNow()
+		t.Fatal("the handshake to a dead upstream succeeded")
+	}
+	if res == nil || res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("answer %v, want 502", res)
+	}
+	select {
+	case <-e.tracker.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request was never settled")
+	}
+	l := logs.String()
+	if !strings.Contains(l, `msg="gateway: upstream failed"`) {
+		t.Fatalf("the failure is not logged:\n%s", l)
+	}
+	if strings.Contains(l, "Zk9-member-secret") {
+		t.Fatalf("the log quotes the client's query:\n%s", l)
+	}
+}
