@@ -23,12 +23,14 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/auth"
 	"cloud.google.com/go/auth/credentials"
 
 	"github.com/tollgate-dev/tollgate/enforcer/tokencache"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 )
 
 // Scope is the OAuth scope of the tokens: Vertex AI's (all of Google Cloud's APIs; the
@@ -133,13 +135,34 @@ func (s *Source) Authorization(ctx context.Context) (string, error) {
 func (s *Source) fetch(ctx context.Context) (string, time.Time, error) {
 	tok, err := s.creds.Token(ctx)
 	if err != nil {
-		return "", time.Time{}, err
+		return "", time.Time{}, fetchError(err)
 	}
 	typ := tok.Type
 	if typ == "" {
 		typ = "Bearer"
 	}
 	return typ + " " + tok.Value, tok.Expiry, nil
+}
+
+// maxErrorText bounds what a failed fetch's error (logged, and at every refused
+// request) keeps of the token endpoint's answer.
+const maxErrorText = 300
+
+// fetchError is the error of a failed fetch as it may be logged. The library's error
+// carries the endpoint's answer: its error_description whole, or without an error code
+// its whole body, which may echo the request (the signed JWT assertion a service
+// account's key made, a proxy's error page quoting the form). Kept: the status and a
+// bounded excerpt, with anything like a credential masked (redact.Excerpt).
+func fetchError(err error) error {
+	var ae *auth.Error
+	if !errors.As(err, &ae) || ae.Response == nil {
+		return redact.Wrapped(redact.Excerpt(err.Error(), maxErrorText), err)
+	}
+	text := ae.Error() // `auth: "code" "description"` when the answer had an error code
+	if !strings.HasPrefix(text, `auth: "`) {
+		text = string(ae.Body)
+	}
+	return redact.Wrapped(fmt.Sprintf("the token endpoint answered %d: %q", ae.Response.StatusCode, redact.Excerpt(text, maxErrorText)), err)
 }
 
 // String says where the tokens come from (for logs; no secret).

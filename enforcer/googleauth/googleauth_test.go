@@ -2,7 +2,11 @@ package googleauth_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -274,5 +278,71 @@ func BenchmarkAuthorization(b *testing.B) {
 		if _, err := src.Authorization(ctx); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A token endpoint that echoes the grant it was sent (the JWT assertion the service
+// account's key signed) does not get it into the error the gateway logs: Google's library
+// quoted the body whole without an error code, and the description whole with one.
+func TestRefusalNeverQuotesTheAssertion(t *testing.T) {
+	isolate(t)
+	g := googlefake.Start(t)
+	for _, tc := range []struct {
+		name   string
+		answer func(w http.ResponseWriter, assertion string)
+	}{
+		{"text page quoting the form", func(w http.ResponseWriter, assertion string) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, "refused grant_type=jwt-bearer&assertion=%s %s", assertion, strings.Repeat("padding ", 500))
+		}},
+		{"description quoting the assertion", func(w http.ResponseWriter, assertion string) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": "invalid_grant", "error_description": "Invalid JWT Signature: " + assertion})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sent string
+			echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_ = r.ParseForm()
+				sent = r.PostForm.Get("assertion")
+				tc.answer(w, sent)
+			}))
+			defer echo.Close()
+			b, err := os.ReadFile(g.ServiceAccountFile(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var file map[string]string
+			if err := json.Unmarshal(b, &file); err != nil {
+				t.Fatal(err)
+			}
+			file["token_uri"] = echo.URL + "/token"
+			b, _ = json.Marshal(file)
+			path := filepath.Join(t.TempDir(), "sa.json")
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			src, err := googleauth.FromFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = src.Authorization(context.Background())
+			if !errors.Is(err, googleauth.ErrNoToken) || sent == "" {
+				t.Fatalf("err = %v, assertion sent %q", err, sent)
+			}
+			text := err.Error()
+			// The signed claims and the signature (the header is the same for every key).
+			_, rest, _ := strings.Cut(sent, ".")
+			for i := 0; i+8 <= len(rest); i++ {
+				if strings.Contains(text, rest[i:i+8]) {
+					t.Fatalf("the error quotes %q of the assertion:\n%s", rest[i:i+8], text)
+				}
+			}
+			if len(text) > 600 || !strings.Contains(text, "400") {
+				t.Errorf("the error (%d bytes) is not a bounded summary with the status:\n%s", len(text), text)
+			}
+		})
 	}
 }

@@ -141,7 +141,7 @@ func (s *Source) fetchError(err error, secrets []string) error {
 		if shown := redact.URL(s.cfg.TokenURL); shown != s.cfg.TokenURL {
 			text = strings.ReplaceAll(text, s.cfg.TokenURL, cmp.Or(shown, redact.Mask))
 		}
-		return errors.New(redact.Excerpt(text, maxErrorBody+200, secrets...))
+		return redact.Wrapped(redact.Excerpt(text, maxErrorBody+200, secrets...), err)
 	}
 	msg := "the token endpoint refused the grant"
 	if re.Response != nil {
@@ -152,12 +152,12 @@ func (s *Source) fetchError(err error, secrets []string) error {
 		if re.ErrorDescription != "" {
 			msg += fmt.Sprintf(" error_description=%q", redact.Excerpt(re.ErrorDescription, maxErrorDescription, secrets...))
 		}
-		return errors.New(msg)
+		return redact.Wrapped(msg, err)
 	}
 	if body := redact.Excerpt(string(re.Body), maxErrorBody, secrets...); body != "" {
 		msg += fmt.Sprintf(", body (excerpt) %q", body)
 	}
-	return errors.New(msg)
+	return redact.Wrapped(msg, err)
 }
 
 // String says which client the tokens are of (for logs; no secret).

@@ -189,3 +189,16 @@ var (
 	bearer          = regexp.MustCompile(`(?i)\b(?:bearer|basic)\s+([A-Za-z0-9._~+/=-]{8,})`)
 	jwt             = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*)?`)
 )
+
+// Wrapped is err under the text that may be printed in place of its own (see Excerpt):
+// errors.Is and errors.As still see err's chain (a fetch's context.DeadlineExceeded), a
+// log line only text.
+func Wrapped(text string, err error) error { return &wrapped{text, err} }
+
+type wrapped struct {
+	text string
+	err  error
+}
+
+func (w *wrapped) Error() string { return w.text }
+func (w *wrapped) Unwrap() error { return w.err }
