@@ -179,6 +179,14 @@ func TestExtProcSettlesStreams(t *testing.T) {
 			complete: true, model: "gpt-4o-mini", in: 10, out: 5, costSource: "upstream", cost: 777},
 		{name: "broken off mid-stream is incomplete", spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(openAISSE, 7)[:3], breakOff: true},
 			complete: false, model: "gpt-4o-mini-2024-07-18", costSource: "unknown"},
+		// openai-go closes the response as soon as it reads "data: [DONE]", before the
+		// body's end reaches Envoy, which then resets the stream: no end_of_stream
+		// comes, yet nothing was cut. Before 2026-12-03 it was settled incomplete.
+		{name: "the client left after [DONE]: complete", spec: streamSpec{contentType: "text/event-stream", chunks: testio.Chunks(openAISSE, 7), breakOff: true},
+			complete: true, model: "gpt-4o-mini-2024-07-18", in: 1200, out: 300, cached: 200, costSource: "catalog_estimate", cost: 1200*2 + 300*8},
+		{name: "broken off after the usage, before [DONE]: incomplete", spec: streamSpec{contentType: "text/event-stream",
+			chunks: testio.Chunks(strings.TrimSuffix(openAISSE, "data: [DONE]\n\n"), 7), breakOff: true},
+			complete: false, model: "gpt-4o-mini-2024-07-18", in: 1200, out: 300, cached: 200, costSource: "catalog_estimate", cost: 1200*2 + 300*8},
 		{name: "stream without usage is incomplete", spec: streamSpec{contentType: "text/event-stream",
 			chunks: testio.Chunks(strings.Split(openAISSE, "\n\ndata: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[],")[0]+"\n\ndata: [DONE]\n\n", 3)},
 			complete: false, model: "gpt-4o-mini-2024-07-18", out: 2, estimated: true, costSource: "catalog_estimate", cost: 2 * 8},

@@ -191,8 +191,8 @@
 //     input count, the output being 0; openai-audio-duration: its seconds);
 //   - openai-chat-sse: a chunk whose usage object has prompt_tokens and
 //     completion_tokens. By the protocol that chunk is the last data chunk,
-//     so "data: [DONE]" is not required on top of it: the end of stream is
-//     what proves nothing was cut;
+//     so "data: [DONE]" is not required on top of it: the end of stream, or
+//     the "[DONE]" after it (below), is what proves nothing was cut;
 //   - openai-responses-sse: a response.completed, response.incomplete or
 //     response.failed event whose response.usage has both counts (an
 //     incomplete response, say one cut by max_output_tokens, is still fully
@@ -210,8 +210,16 @@
 //     nothing and is not required. A stream that sends an error event instead
 //     is not Complete, and reports the counts of message_start.
 //
-// A stream that breaks off (Finish(false)) is never Complete and reports
-// whatever usage it had seen; a count or a model cut in the middle is not
+// A stream that breaks off (Finish(false)) is not Complete and reports
+// whatever usage it had seen, unless it ended by its protocol first: an event
+// whose data is "[DONE]" (OpenAI's sentinel, which Mistral's and the
+// Interactions API's streams copy), closed by its blank line, after the final
+// report of its shape. Nothing the answer bills follows it, and a client may
+// close as soon as it reads it: the official Go SDK (openai-go) does, before
+// the body's end (a chunked terminator, HTTP/2's END_STREAM) arrives, and
+// Envoy then resets the stream before ext_proc sees its end_of_stream (since
+// 2026-12-03; TestStreamEndedByDone). A compressed body is not excused so:
+// its coding must end properly. A count or a model cut in the middle is not
 // reported at all. Malformed input never fails a Write: a JSON body that is
 // malformed (or followed by anything but white space) is not Complete, and
 // keeps the counts read before the error; in an SSE event, the JSON values

@@ -1149,14 +1149,31 @@ func oracleJSON(body []byte, lim Limits) Usage {
 
 // oracleSSE is the usage of an event stream, ended normally.
 func oracleSSE(body []byte, lim Limits) Usage {
+	u, _ := oracleSSEReading(body, lim)
+	return u
+}
+
+// endedByDone tells whether body, read as an event stream, ended by its protocol: an
+// event whose data is "[DONE]", closed by its blank line, came after the final usage
+// report of the family then read. Such a stream broken off after it is complete
+// (sseReader.endEvent); any other broken off is not.
+func endedByDone(body []byte) bool {
+	_, ended := oracleSSEReading(body, Limits{})
+	return ended
+}
+
+// oracleSSEReading is oracleSSE's usage, and endedByDone's answer.
+func oracleSSEReading(body []byte, lim Limits) (Usage, bool) {
 	lim = lim.withDefaults()
 	a := newAccumulator(lim.MaxModelBytes)
 	a.shape = shapeSSE
 	var data []byte
-	hasData := false
-	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
-	event := func() {
+	hasData, ended := false, false
+	event := func(closed bool) {
 		if hasData {
+			if closed && string(data) == "[DONE]" && a.final {
+				ended = true
+			}
 			dec := json.NewDecoder(bytes.NewReader(data))
 			dec.UseNumber()
 			for {
@@ -1164,11 +1181,16 @@ func oracleSSE(body []byte, lim Limits) Usage {
 				if dec.Decode(&v) != nil {
 					break // the end, or a malformed rest: the values before it count
 				}
+				fam := a.fam
 				a.applySSE(oracleDoc(parseTree(v), lim.MaxModelBytes, true))
+				if a.fam != fam {
+					ended = false
+				}
 			}
 		}
 		data, hasData = data[:0], false
 	}
+	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
 	for len(body) > 0 {
 		end := bytes.IndexAny(body, "\r\n")
 		line, rest := body, []byte(nil)
@@ -1180,8 +1202,9 @@ func oracleSSE(body []byte, lim Limits) Usage {
 		}
 		body = rest
 		switch {
+		case len(line) == 0 && end >= 0:
+			event(true)
 		case len(line) == 0:
-			event()
 		case line[0] == ':':
 		default:
 			name, value, _ := bytes.Cut(line, []byte(":"))
@@ -1195,8 +1218,8 @@ func oracleSSE(body []byte, lim Limits) Usage {
 			}
 		}
 	}
-	event()
+	event(false)
 	var u Usage
 	a.fill(&u)
-	return u
+	return u, ended
 }

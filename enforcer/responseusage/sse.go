@@ -25,11 +25,27 @@ const (
 type sseReader struct {
 	bomPos   uint8 // bytes of a leading UTF-8 BOM matched; bomDone after the first byte that is not one
 	state    uint8
-	fieldPos uint8 // bytes of "data" matched so far
-	fieldOK  bool  // the field name is still a prefix of "data"
+	fieldPos uint8 // bytes of "data" matched so far; fieldNot once the name is no prefix of it
 	sawCR    bool  // the last byte ended a line with CR: a LF right after it belongs to it
 	hasData  bool  // the current event has a data line
+	// done: in its low bits, the bytes of "[DONE]" the current event's data matched so
+	// far (doneNot once it holds anything else: a second data line, another byte); in
+	// doneEnded, whether an event whose data is "[DONE]" came after the final usage
+	// report of the stream's family (endEvent; a document of another family clears it,
+	// onDoc). One byte for both, and fieldPos telling a name that is not "data": the
+	// Extractor stays in its size class (TestExtractorSize).
+	done uint8
 }
+
+const (
+	fieldNot     = 0xff
+	sentinelDone = "[DONE]"
+	doneNot      = 0x7f
+	doneEnded    = 0x80
+)
+
+// ended tells whether the stream ended by its protocol: a "[DONE]" after its final report.
+func (r *sseReader) ended() bool { return r.done&doneEnded != 0 }
 
 func (r *sseReader) write(p []byte, e *Extractor) {
 	for i := 0; i < len(p); {
@@ -46,7 +62,7 @@ func (r *sseReader) write(p []byte, e *Extractor) {
 				continue
 			}
 			if r.bomPos > 0 {
-				r.state, r.fieldOK = lnField, false
+				r.state, r.fieldPos = lnField, fieldNot
 			}
 			r.bomPos = bomDone
 		}
@@ -69,7 +85,7 @@ func (r *sseReader) write(p []byte, e *Extractor) {
 				r.state = lnSkip
 				i++
 			default:
-				r.state, r.fieldPos, r.fieldOK = lnField, 0, true
+				r.state, r.fieldPos = lnField, 0
 			}
 
 		case lnField:
@@ -88,10 +104,10 @@ func (r *sseReader) write(p []byte, e *Extractor) {
 				}
 				r.endLine(c)
 			default:
-				if r.fieldOK && r.fieldPos < 4 && c == "data"[r.fieldPos] {
+				if r.fieldPos < 4 && c == "data"[r.fieldPos] {
 					r.fieldPos++
 				} else {
-					r.fieldOK = false
+					r.fieldPos = fieldNot
 				}
 			}
 
@@ -104,6 +120,7 @@ func (r *sseReader) write(p []byte, e *Extractor) {
 		case lnData, lnSkip:
 			j := i + lineEnd(p[i:])
 			if r.state == lnData {
+				r.matchDone(p[i:j])
 				e.feedData(p[i:j])
 			}
 			i = j
@@ -129,7 +146,7 @@ func lineEnd(p []byte) int {
 	return n
 }
 
-func (r *sseReader) isData() bool { return r.fieldOK && r.fieldPos == 4 }
+func (r *sseReader) isData() bool { return r.fieldPos == 4 }
 
 func (r *sseReader) endLine(c byte) {
 	r.state = lnStart
@@ -139,14 +156,42 @@ func (r *sseReader) endLine(c byte) {
 // startData begins a data line; the lines of one event are joined by a
 // newline.
 func (r *sseReader) startData(e *Extractor) {
+	pos := uint8(0)
 	if r.hasData {
 		e.feedData(newline)
+		pos = doneNot
 	}
+	r.done = r.done&doneEnded | pos
 	r.hasData = true
 }
 
+// matchDone follows the current data line's bytes p against "[DONE]".
+func (r *sseReader) matchDone(p []byte) {
+	pos := int(r.done &^ doneEnded)
+	if pos == doneNot {
+		return
+	}
+	if pos+len(p) > len(sentinelDone) || string(p) != sentinelDone[pos:pos+len(p)] {
+		pos = doneNot
+	} else {
+		pos += len(p)
+	}
+	r.done = r.done&doneEnded | uint8(pos)
+}
+
+// endEvent ends an event. One whose data is "[DONE]", the sentinel that ends an OpenAI
+// chat completions stream (and the streams that copy it: Mistral's, the Interactions
+// API's) after its usage chunk, ends the stream by its protocol when it comes after the
+// final report: nothing the answer bills can follow, and the stream is complete even if
+// its transport's end never comes (Finish). The official Go SDK (openai-go) closes the
+// response as soon as it reads it, before the chunked encoding's terminator (or HTTP/2's
+// END_STREAM) that follows; Envoy then resets the upstream stream, and ext_proc never
+// sees end_of_stream.
 func (r *sseReader) endEvent(e *Extractor) {
 	e.endEvent()
+	if r.hasData && int(r.done&^doneEnded) == len(sentinelDone) && e.acc.final {
+		r.done |= doneEnded
+	}
 	r.hasData = false
 }
 

@@ -662,7 +662,8 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		return u
 	}
 	var undecoded int64
-	if e.dec != nil {
+	encoded := e.dec != nil
+	if encoded {
 		var clean bool
 		clean, undecoded = e.dec.finish(endOfStream)
 		endOfStream = endOfStream && clean
@@ -696,7 +697,11 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		// byte (sniffed, a stream or a JSON body sent as text/plain is read as one).
 		u.TextBytes, u.PlainText = e.rawBytes, true
 	}
-	u.Complete = u.Complete && endOfStream
+	// A stream whose "data: [DONE]" came after its final report ended by its protocol
+	// (sseReader.endEvent): a client that closed as soon as it read it (openai-go does)
+	// cut nothing. Not a compressed one, whose Complete also asks that its coding ended
+	// properly (its checksum), which only the end of the body tells.
+	u.Complete = u.Complete && (endOfStream || !encoded && e.sse.ended())
 	if undecoded > 0 {
 		u.TextBytes += undecoded
 		u.TextBytesFromRaw = true
@@ -707,7 +712,11 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 
 // onDoc is called for every complete top-level JSON value of an SSE stream.
 func (e *Extractor) onDoc() {
+	fam := e.acc.fam
 	e.acc.applySSE(&e.scan.doc)
+	if e.acc.fam != fam {
+		e.sse.done &^= doneEnded // the new family's final report, and its [DONE], are to come
+	}
 }
 
 // ReadsKey tells whether the reader looks for JSON object key name in an answer (a

@@ -307,7 +307,9 @@ func TestBrokenOff(t *testing.T) {
 			for n := 0; n <= len(body); n++ {
 				prefix := body[:n]
 				got := run(tc.ct, tc.headers, Limits{}, [][]byte{prefix}, false)
-				if got.Complete {
+				// Only a stream that ended by its protocol, a "[DONE]" after its final
+				// report, is complete though broken off (TestStreamEndedByDone).
+				if got.Complete && !endedByDone(prefix) {
 					t.Fatalf("prefix of %d bytes: Complete after a broken-off stream", n)
 				}
 				if again := run(tc.ct, tc.headers, Limits{}, splitAt(prefix, n/3, 2*n/3), false); !reflect.DeepEqual(got, again) {
@@ -315,7 +317,7 @@ func TestBrokenOff(t *testing.T) {
 				}
 				if n == len(body) {
 					want := tc.want
-					want.Complete = false
+					want.Complete = want.Complete && endedByDone(body)
 					if !reflect.DeepEqual(got, want) {
 						t.Fatalf("whole body broken off at the end:\n got %s\nwant %s", show(got), show(want))
 					}
@@ -2268,5 +2270,61 @@ func TestMistralOCRPages(t *testing.T) {
 		{"nor pages outside the usage", `{"model":"mistral-ocr-latest","pages_processed":12,"usage_info":{"doc_size_bytes":1}}`, Usage{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkWholeAndBytewise(t, ctJSON, tc.body, true, tc.want) })
+	}
+}
+
+// TestStreamEndedByDone: a chat completions stream whose "data: [DONE]" came after its
+// usage chunk ended by its protocol, and is complete though its body was broken off:
+// openai-go (the official Go SDK) closes the response as soon as it reads "[DONE]",
+// before the chunked terminator that follows it, and Envoy then resets the stream, so
+// ext_proc saw no end_of_stream and settled a whole answer as incomplete (before
+// 2026-12-03). Nothing else that looks like it counts: a "[DONE]" before the usage, one
+// whose event is not closed, data that is more than "[DONE]", a compressed body (its
+// coding must end properly).
+func TestStreamEndedByDone(t *testing.T) {
+	const (
+		role  = `data: {"id":"c","object":"chat.completion.chunk","model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"delta":{"content":"Hi"}}],"usage":null}` + "\n\n"
+		usage = `data: {"id":"c","object":"chat.completion.chunk","model":"gpt-4o-mini-2024-07-18","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3}}` + "\n\n"
+		done  = "data: [DONE]\n\n"
+		// Mistral reports its usage in the finish chunk, then [DONE], as OpenAI does.
+		mistral = `data: {"id":"m","object":"chat.completion.chunk","model":"mistral-small-latest","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3}}` + "\n\n"
+	)
+	for _, tc := range []struct {
+		name     string
+		body     string
+		encoding string
+		complete bool
+	}{
+		{"usage, then [DONE]", role + usage + done, "", true},
+		{"usage, then [DONE] with CRLF", strings.ReplaceAll(role+usage+done, "\n", "\r\n"), "", true},
+		{"usage, then [DONE] without the space", role + usage + "data:[DONE]\n\n", "", true},
+		{"usage, then [DONE] and a comment", role + usage + done + ": bye\n", "", true},
+		{"mistral: usage in the finish chunk, then [DONE]", mistral + done, "", true},
+		{"usage, no [DONE]", role + usage, "", false},
+		{"[DONE] not closed by its blank line", role + usage + "data: [DONE]\n", "", false},
+		{"[DONE] before the usage", role + done + usage, "", false},
+		{"[DONE] and more data in one event", role + usage + "data: [DONE]\ndata: x\n\n", "", false},
+		{"[DONE] with trailing bytes", role + usage + "data: [DONE] \n\n", "", false},
+		{"[DONE] in another field", role + usage + "event: [DONE]\n\n", "", false},
+		{"no usage, then [DONE]", role + done, "", false},
+		{"gzip: usage, then [DONE]", role + usage + done, "gzip", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(tc.body)
+			var h map[string]string
+			if tc.encoding != "" {
+				body, h = compress(tc.encoding, body, nil), map[string]string{"content-encoding": tc.encoding}
+			}
+			whole := run(ctSSE, h, Limits{}, [][]byte{body}, false)
+			if whole.Complete != tc.complete {
+				t.Fatalf("broken off: %s, want complete %v", show(whole), tc.complete)
+			}
+			if got := run(ctSSE, h, Limits{}, bytewise(body), false); !reflect.DeepEqual(got, whole) {
+				t.Fatalf("byte by byte: %s, whole: %s", show(got), show(whole))
+			}
+			if tc.encoding == "" && endedByDone(body) != tc.complete {
+				t.Fatalf("the reference reading says ended %v", endedByDone(body))
+			}
+		})
 	}
 }
