@@ -130,7 +130,14 @@ func Refusal(r Reason) Answer {
 }
 
 var (
-	bodyUnauthorized = []byte(`{"error":"unauthorized"}`)
+	// bodyUnauthorized is the 401 of every front door (the gateway, ext_authz, /check):
+	// the error object the OpenAI and Anthropic APIs answer, which their SDKs decode
+	// into their error types. Before 2026-12-03 it was {"error":"unauthorized"}, whose
+	// string error the official OpenAI Go SDK (openai-go) cannot decode: a bad key
+	// was a *json.UnmarshalTypeError in its program, with no status to read, not an
+	// *openai.Error 401. error.code keeps the old word.
+	bodyUnauthorized = mustJSON(errorBody{Error: errorObject{Type: "authentication_error", Code: "unauthorized",
+		Message: "A valid Tollgate API key is required: give the member's key to the client as its API key (Authorization: Bearer or x-api-key)."}})
 
 	bodyCaptureSuspended = mustJSON(errorBody{Error: errorObject{Type: "api_error", Code: CodeAccountingUnavailable,
 		Message: "Usage capture is suspended for this member; requests are refused until an operator resumes it.",

@@ -280,7 +280,8 @@ type want struct {
 	status           int
 	decision, reason string
 	// A refusal's headers, exactly and in order; its body's error.code ("" for the
-	// 401's {"error":"unauthorized"}) and details.reason (503) or details.model (403).
+	// 401's, whose error.code "unauthorized" is no X-Service-Error-Code) and
+	// details.reason (503) or details.model (403).
 	headers      []gate.Header
 	code, detail string
 	// An admission's usage state, and whether it carries a request id.
@@ -694,8 +695,13 @@ func checkAnswer(t *testing.T, a *gate.Answer, w want) {
 		t.Errorf("error code %q, want %q", a.Reason.ErrorCode(), w.code)
 	}
 	if w.code == "" {
-		if string(a.Body) != `{"error":"unauthorized"}` {
-			t.Errorf("body %s", a.Body)
+		// The error object the OpenAI and Anthropic SDKs decode (a string error
+		// fails openai-go's decoding).
+		var b struct {
+			Error struct{ Type, Code, Message string }
+		}
+		if err := json.Unmarshal(a.Body, &b); err != nil || b.Error.Type != "authentication_error" || b.Error.Code != "unauthorized" || b.Error.Message == "" {
+			t.Errorf("body %s (%v), want the 401's error object", a.Body, err)
 		}
 		return
 	}

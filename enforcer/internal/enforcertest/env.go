@@ -12,6 +12,7 @@ package enforcertest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -290,6 +291,16 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// UnauthorizedBody tells whether body is the enforcer's 401: the error object the OpenAI
+// and Anthropic SDKs decode, {"error":{"type":"authentication_error","code":"unauthorized",
+// "message":...}} (a string error fails openai-go's decoding).
+func UnauthorizedBody(body string) bool {
+	var b struct {
+		Error struct{ Type, Code, Message string }
+	}
+	return json.Unmarshal([]byte(body), &b) == nil && b.Error.Type == "authentication_error" && b.Error.Code == "unauthorized" && b.Error.Message != ""
 }
 
 // Get fetches a URL and returns the status and body.
