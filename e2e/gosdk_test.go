@@ -247,7 +247,7 @@ func anthropicMessage(ctx context.Context, c goClients) (string, error) {
 func anthropicBetaMessage(ctx context.Context, c goClients) (string, error) {
 	res, err := c.anthropic.Beta.Messages.New(ctx, anthropic.BetaMessageNewParams{Model: claudeModel, MaxTokens: 1024,
 		Messages: []anthropic.BetaMessageParam{anthropic.NewBetaUserMessage(anthropic.NewBetaTextBlock("What are tolls paid in?"))},
-		Betas:    []anthropic.AnthropicBeta{anthropic.AnthropicBetaTokenEfficientTools2025_02_19}})
+		Betas:    []anthropic.AnthropicBeta{anthropic.AnthropicBetaInterleavedThinking2025_05_14}})
 	if err != nil {
 		return "", err
 	}
@@ -330,7 +330,7 @@ func (g *goSDKRun) run(t *testing.T, base string, requests func(*testing.T) floa
 				if c.api == fakellm.OpenAIChat && c.stream && !got[0].IncludeUsage {
 					t.Errorf("the stream reached the provider without stream_options.include_usage: %s", got[0].Body)
 				}
-				if b := got[0].Header.Get("Anthropic-Beta"); c.name == "anthropic beta messages" && b != anthropic.AnthropicBetaTokenEfficientTools2025_02_19 {
+				if b := got[0].Header.Get("Anthropic-Beta"); c.name == "anthropic beta messages" && b != anthropic.AnthropicBetaInterleavedThinking2025_05_14 {
 					t.Errorf("the beta call reached the provider with anthropic-beta %q", b)
 				}
 				if c.name == "openai chat with tools" && !strings.Contains(string(got[0].Body), `"tools":[{`) {
