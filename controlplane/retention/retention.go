@@ -229,10 +229,10 @@ func walkAll(ctx context.Context, d Deps, o Options, r *Report, now time.Time, l
 	if err := runQuarantine(ctx, d, o, r, log); err != nil {
 		return fmt.Errorf("retention of quarantine records: %w", err)
 	}
-	if err := runSessions(ctx, d, o, r, now, log); err != nil {
+	if err := runEnded(ctx, d, o, store.SessionsTable, "sessions", &r.Sessions, now, r.Cutoff, log); err != nil {
 		return fmt.Errorf("retention of sessions: %w", err)
 	}
-	if err := runInvitations(ctx, d, o, r, now, log); err != nil {
+	if err := runEnded(ctx, d, o, store.InvitationsTable, "invitations", &r.Invitations, now, r.Cutoff, log); err != nil {
 		return fmt.Errorf("retention of invitations: %w", err)
 	}
 	return nil
@@ -435,44 +435,26 @@ func runQuarantine(ctx context.Context, d Deps, o Options, r *Report, log *slog.
 	}, &r.Quarantine, log)
 }
 
-func runSessions(ctx context.Context, d Deps, o Options, r *Report, now time.Time, log *slog.Logger) error {
-	return walk(ctx, d, o, table[store.RetainedSession, string]{
-		name: "sessions",
-		read: func(ctx context.Context, tx pgx.Tx, after string, limit int) ([]store.RetainedSession, error) {
-			return store.SessionsAfter(ctx, tx, after, limit)
+// runEnded deletes the rows of t (login sessions, invitations) that ended before the
+// cutoff; live ones and those ended since are kept.
+func runEnded(ctx context.Context, d Deps, o Options, t store.EndingTable, name string, k *Kind, now, cutoff time.Time, log *slog.Logger) error {
+	return walk(ctx, d, o, table[store.RetainedEnding, string]{
+		name: name,
+		read: func(ctx context.Context, tx pgx.Tx, after string, limit int) ([]store.RetainedEnding, error) {
+			return store.EndingAfter(ctx, tx, t, after, limit)
 		},
-		judge: func(s store.RetainedSession) (bool, string) {
-			return judgeEnded(s.ExpiresAt, s.RevokedAt, now, r.Cutoff)
+		judge: func(e store.RetainedEnding) (bool, string) {
+			return judgeEnded(e.ExpiresAt, e.EndedEarly, now, cutoff)
 		},
-		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedSession) (int64, error) {
+		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedEnding) (int64, error) {
 			ids := make([]string, len(rows))
-			for i, s := range rows {
-				ids[i] = s.ID
+			for i, e := range rows {
+				ids[i] = e.ID
 			}
-			return store.DeleteEndedSessions(ctx, tx, ids, r.Cutoff)
+			return store.DeleteEnded(ctx, tx, t, ids, cutoff)
 		},
-		key: func(s store.RetainedSession) string { return s.ID },
-	}, &r.Sessions, log)
-}
-
-func runInvitations(ctx context.Context, d Deps, o Options, r *Report, now time.Time, log *slog.Logger) error {
-	return walk(ctx, d, o, table[store.RetainedInvitation, string]{
-		name: "invitations",
-		read: func(ctx context.Context, tx pgx.Tx, after string, limit int) ([]store.RetainedInvitation, error) {
-			return store.InvitationsAfter(ctx, tx, after, limit)
-		},
-		judge: func(i store.RetainedInvitation) (bool, string) {
-			return judgeEnded(i.ExpiresAt, i.AcceptedAt, now, r.Cutoff)
-		},
-		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedInvitation) (int64, error) {
-			ids := make([]string, len(rows))
-			for i, s := range rows {
-				ids[i] = s.ID
-			}
-			return store.DeleteEndedInvitations(ctx, tx, ids, r.Cutoff)
-		},
-		key: func(i store.RetainedInvitation) string { return i.ID },
-	}, &r.Invitations, log)
+		key: func(e store.RetainedEnding) string { return e.ID },
+	}, k, log)
 }
 
 // Write prints the summary: per kind, what was examined, removed (or would be) and kept

@@ -125,60 +125,43 @@ func DeleteReviewedQuarantine(ctx context.Context, q Querier, ids, reasons []str
 	return tag.RowsAffected(), err
 }
 
-// RetainedSession is a login session as retention judges it.
-type RetainedSession struct {
-	ID        string
-	ExpiresAt time.Time
-	RevokedAt *time.Time
-}
+// EndingTable is a table whose rows end (login sessions, invitations): each row has an
+// id, an expiry, and the instant it ended early (revoked, accepted) if it did. Nothing
+// references such a row: a deleted one's token is refused as an unknown one is (a
+// session's 401; an invitation's 404 invitation_not_found, audit events naming its id as
+// text and keeping it).
+type EndingTable struct{ name, endedEarly string }
 
-// SessionsAfter reads up to limit sessions after id after, in id order.
-func SessionsAfter(ctx context.Context, q Querier, after string, limit int) ([]RetainedSession, error) {
-	rows, err := q.Query(ctx, `SELECT id, expires_at, revoked_at FROM sessions WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetainedSession, error) {
-		var s RetainedSession
-		err := r.Scan(&s.ID, &s.ExpiresAt, &s.RevokedAt)
-		return s, err
-	})
-}
+// The tables of rows that end, with the column saying when one ended early.
+var (
+	SessionsTable    = EndingTable{name: "sessions", endedEarly: "revoked_at"}
+	InvitationsTable = EndingTable{name: "invitations", endedEarly: "accepted_at"}
+)
 
-// DeleteEndedSessions deletes the sessions among ids that ended (were revoked, or
-// expired) before cutoff. A session still live, or ended since, is never deleted. Nothing
-// references a session: a deleted one's token is refused as any unknown token is.
-func DeleteEndedSessions(ctx context.Context, q Querier, ids []string, cutoff time.Time) (int64, error) {
-	// LEAST ignores a null revoked_at: a session never revoked ended when it expired.
-	tag, err := q.Exec(ctx, `DELETE FROM sessions WHERE id = ANY($1) AND LEAST(revoked_at, expires_at) < $2`, ids, cutoff)
-	return tag.RowsAffected(), err
-}
-
-// RetainedInvitation is an invitation as retention judges it.
-type RetainedInvitation struct {
+// RetainedEnding is a row of an EndingTable as retention judges it.
+type RetainedEnding struct {
 	ID         string
 	ExpiresAt  time.Time
-	AcceptedAt *time.Time
+	EndedEarly *time.Time
 }
 
-// InvitationsAfter reads up to limit invitations after id after, in id order.
-func InvitationsAfter(ctx context.Context, q Querier, after string, limit int) ([]RetainedInvitation, error) {
-	rows, err := q.Query(ctx, `SELECT id, expires_at, accepted_at FROM invitations WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+// EndingAfter reads up to limit rows of t after id after, in id order.
+func EndingAfter(ctx context.Context, q Querier, t EndingTable, after string, limit int) ([]RetainedEnding, error) {
+	rows, err := q.Query(ctx, `SELECT id, expires_at, `+t.endedEarly+` FROM `+t.name+` WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetainedInvitation, error) {
-		var s RetainedInvitation
-		err := r.Scan(&s.ID, &s.ExpiresAt, &s.AcceptedAt)
-		return s, err
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetainedEnding, error) {
+		var e RetainedEnding
+		err := r.Scan(&e.ID, &e.ExpiresAt, &e.EndedEarly)
+		return e, err
 	})
 }
 
-// DeleteEndedInvitations deletes the invitations among ids that ended (were accepted, or
-// expired) before cutoff. One still open, or ended since, is never deleted. Nothing
-// references an invitation row (audit events name its id as text, and keep it); its
-// token then answers as an unknown token does.
-func DeleteEndedInvitations(ctx context.Context, q Querier, ids []string, cutoff time.Time) (int64, error) {
-	tag, err := q.Exec(ctx, `DELETE FROM invitations WHERE id = ANY($1) AND LEAST(accepted_at, expires_at) < $2`, ids, cutoff)
+// DeleteEnded deletes the rows of t among ids that ended (early, or at their expiry)
+// before cutoff. A row still live, or ended since, is never deleted.
+func DeleteEnded(ctx context.Context, q Querier, t EndingTable, ids []string, cutoff time.Time) (int64, error) {
+	// LEAST ignores a null: a row that never ended early ended when it expired.
+	tag, err := q.Exec(ctx, `DELETE FROM `+t.name+` WHERE id = ANY($1) AND LEAST(`+t.endedEarly+`, expires_at) < $2`, ids, cutoff)
 	return tag.RowsAffected(), err
 }
