@@ -324,23 +324,9 @@ func sdksThroughEnvoy(t *testing.T, cfg *envoyemu.Config, clusters func(enforcer
 		if len(got) < len(calls) {
 			t.Fatalf("the provider got %d calls", len(got))
 		}
-		for i, c := range got {
-			for k, vs := range c.Header {
-				for _, v := range vs {
-					if strings.Contains(v, o.key) || strings.Contains(v, "tgk_") {
-						t.Errorf("call %d (%s): header %s carries the member's Tollgate key", i, c.API, k)
-					}
-				}
-			}
-			if a := c.Header.Values("Authorization"); len(a) != 1 || a[0] != providerAuthorization {
-				t.Errorf("call %d (%s): Authorization %q, want the provider's (TOLLGATE_UPSTREAM_AUTHORIZATION)", i, c.API, a)
-			}
-			// The Anthropic SDK sent the member's key in x-api-key: the enforcer removes it,
-			// and envoy.yaml's route removes any x-api-key (its belt).
-			if k := c.Header.Values("X-Api-Key"); len(k) != 0 {
-				t.Errorf("call %d (%s): x-api-key reached the provider (%d values)", i, c.API, len(k))
-			}
-		}
+		// The Anthropic SDK sent the member's key in x-api-key: the enforcer removes it,
+		// and envoy.yaml's route removes any x-api-key (its belt).
+		checkOnlyTheProviderCredential(t, got, o.key)
 	})
 	if t.Failed() {
 		t.Logf("envoyemu problems: %v", proxy.Problems())
@@ -504,4 +490,26 @@ func (s *stack) waitUsed(t *testing.T, o org, n int, used int64) {
 		got = s.status(t, o).Buckets[0].UsedMicroUsd
 		return got == used
 	})
+}
+
+// checkOnlyTheProviderCredential fails the test when a call the provider got carries the
+// member's Tollgate key (or any tgk_ key) in a header, an x-api-key, or an Authorization
+// other than the provider's own (TOLLGATE_UPSTREAM_AUTHORIZATION).
+func checkOnlyTheProviderCredential(t *testing.T, got []fakellm.Call, memberKey string) {
+	t.Helper()
+	for i, c := range got {
+		for k, vs := range c.Header {
+			for _, v := range vs {
+				if strings.Contains(v, memberKey) || strings.Contains(v, "tgk_") {
+					t.Errorf("call %d (%s): header %s carries the member's Tollgate key", i, c.API, k)
+				}
+			}
+		}
+		if a := c.Header.Values("Authorization"); len(a) != 1 || a[0] != providerAuthorization {
+			t.Errorf("call %d (%s): Authorization %q, want the provider's", i, c.API, a)
+		}
+		if k := c.Header.Values("X-Api-Key"); len(k) != 0 {
+			t.Errorf("call %d (%s): x-api-key reached the provider (%d values)", i, c.API, len(k))
+		}
+	}
 }
