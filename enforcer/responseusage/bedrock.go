@@ -151,7 +151,9 @@ func (b *bedrockState) event(e *Extractor) {
 		b.readMetrics(payload)
 	}
 	e.feedData(payload)
-	e.endEvent()
+	// A whole frame, its CRC checked, is a closed event: ConverseStream's metadata event,
+	// the last, ends the stream by its protocol (sseReader.endEvent).
+	e.sse.endEvent(e)
 }
 
 // invocationMetrics is the key of the counts InvokeModelWithResponseStream's last chunk
@@ -189,6 +191,11 @@ func (b *bedrockState) readMetrics(event []byte) {
 	b.metric = invokeCounts{in: max(b.metric.in, *m.In), out: max(b.metric.out, *m.Out),
 		read: max(b.metric.read, m.Read), write: max(b.metric.write, m.Write)}
 }
+
+// ended tells whether the stream ended by Bedrock's protocol: InvokeModelWithResponseStream's
+// invocation metrics come in its last chunk, whatever the model, and report the whole
+// answer's usage.
+func (b *bedrockState) ended() bool { return b != nil && b.metrics }
 
 // breakAt stops the reading at the frame being collected, whose bytes are unread.
 func (b *bedrockState) breakAt() {

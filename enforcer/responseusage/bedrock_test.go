@@ -3,6 +3,7 @@ package responseusage
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"reflect"
 	"slices"
 	"strings"
@@ -307,4 +308,103 @@ func FuzzExtractEventStream(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, seed uint64) {
 		checkInvariants(t, ctEventStream, body, seed)
 	})
+}
+
+// eventStreamEnded tells whether body, AWS's event stream, ended by its protocol, read
+// apart from bedrockState: its frames decoded one after another by AWS's package until
+// one fails or is cut, the payload of each event frame (a chunk's "bytes" unwrapped)
+// written as one event of a text/event-stream, its lines as data lines, read by the
+// reference (endedByProtocol: ConverseStream's metadata, an Anthropic message_stop after
+// message_delta); or an InvokeModelWithResponseStream chunk carried the invocation
+// metrics, which come in its last chunk.
+func eventStreamEnded(body []byte) bool {
+	var sse bytes.Buffer
+	metrics := false
+	r := bytes.NewReader(body)
+	for r.Len() >= 4 {
+		n := int(uint32(body[len(body)-r.Len()])<<24 | uint32(body[len(body)-r.Len()+1])<<16 |
+			uint32(body[len(body)-r.Len()+2])<<8 | uint32(body[len(body)-r.Len()+3]))
+		if n < 16 || n > maxBedrockFrame || n > r.Len() {
+			break
+		}
+		msg, err := eventstream.NewDecoder().Decode(r, nil)
+		if err != nil {
+			break
+		}
+		if t := msg.Headers.Get(":message-type"); t == nil || t.String() != "event" {
+			continue
+		}
+		payload := msg.Payload
+		if bytes.HasPrefix(bytes.TrimLeft(payload, " \t\r\n"), []byte(`{"bytes"`)) {
+			var chunk struct{ Bytes []byte }
+			if json.Unmarshal(payload, &chunk) != nil {
+				continue
+			}
+			payload = chunk.Bytes
+			var counts struct {
+				M *struct {
+					In    *int64 `json:"inputTokenCount"`
+					Out   *int64 `json:"outputTokenCount"`
+					Read  int64  `json:"cacheReadInputTokenCount"`
+					Write int64  `json:"cacheWriteInputTokenCount"`
+				} `json:"amazon-bedrock-invocationMetrics"`
+			}
+			if json.Unmarshal(payload, &counts) == nil && counts.M != nil && counts.M.In != nil && counts.M.Out != nil &&
+				*counts.M.In >= 0 && *counts.M.Out >= 0 && counts.M.Read >= 0 && counts.M.Write >= 0 {
+				metrics = true
+			}
+		}
+		for _, line := range strings.Split(strings.NewReplacer("\r\n", "\n", "\r", "\n").Replace(string(payload)), "\n") {
+			sse.WriteString("data: " + line + "\n")
+		}
+		sse.WriteString("\n")
+	}
+	return metrics || endedByProtocol(sse.Bytes())
+}
+
+// TestBedrockStreamEndedByItsLastEvent: AWS's event stream ends by Bedrock's protocol
+// with ConverseStream's metadata event (after messageStop; it carries the usage) and
+// InvokeModelWithResponseStream's chunk with the invocation metrics (the last of every
+// model's stream; a Claude model's is its message_stop). Broken off right after that
+// frame, whole and its CRC checked, the stream is complete: the AWS SDKs' users may break
+// out of their loop there (the SDK then aborts the request), before the body's end, and
+// behind Envoy ext_proc saw no end_of_stream (before 2026-12-03 a whole answer was
+// settled incomplete). Cut inside that frame, or before it, it is not.
+func TestBedrockStreamEndedByItsLastEvent(t *testing.T) {
+	converse := [][]byte{
+		frame(t, "event", "messageStart", `{"role":"assistant"}`),
+		frame(t, "event", "contentBlockDelta", `{"contentBlockIndex":0,"delta":{"text":"Tolls are paid."}}`),
+		frame(t, "event", "messageStop", `{"stopReason":"end_turn"}`),
+		frame(t, "event", "metadata", `{"metrics":{"latencyMs":412},"usage":{"inputTokens":12,"outputTokens":200,"totalTokens":212}}`),
+	}
+	llama := [][]byte{
+		invokeChunk(t, `{"generation":"Tolls are paid.","prompt_token_count":42,"generation_token_count":1,"stop_reason":null}`),
+		invokeChunk(t, `{"generation":"","stop_reason":"stop","amazon-bedrock-invocationMetrics":{"inputTokenCount":42,"outputTokenCount":500}}`),
+	}
+	claude := [][]byte{
+		invokeChunk(t, `{"type":"message_start","message":{"model":"claude-sonnet-4-5","usage":{"input_tokens":10,"output_tokens":1}}}`),
+		invokeChunk(t, `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":50}}`),
+		invokeChunk(t, `{"type":"message_stop","amazon-bedrock-invocationMetrics":{"inputTokenCount":10,"outputTokenCount":50}}`),
+	}
+	for _, tc := range []struct {
+		name   string
+		frames [][]byte
+	}{{"converse stream", converse}, {"invoke stream, llama", llama}, {"invoke stream, claude", claude}} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := bytes.Join(tc.frames, nil)
+			ended := run(ctEventStream, nil, Limits{}, [][]byte{body}, true)
+			if !ended.Complete {
+				t.Fatalf("ended: %s", show(ended))
+			}
+			if got := run(ctEventStream, nil, Limits{}, bytewise(body), false); !reflect.DeepEqual(got, ended) || !eventStreamEnded(body) {
+				t.Fatalf("broken off after its last event: %s, ended: %s (the reference says %v)", show(got), show(ended), eventStreamEnded(body))
+			}
+			last := tc.frames[len(tc.frames)-1]
+			for _, cut := range [][]byte{body[:len(body)-1], body[:len(body)-len(last)]} {
+				if got := run(ctEventStream, nil, Limits{}, [][]byte{cut}, false); got.Complete || eventStreamEnded(cut) {
+					t.Fatalf("cut %d bytes before its end: %s", len(body)-len(cut), show(got))
+				}
+			}
+		})
+	}
 }

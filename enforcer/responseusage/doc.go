@@ -212,13 +212,39 @@
 //
 // A stream that breaks off (Finish(false)) is not Complete and reports
 // whatever usage it had seen, unless it ended by its protocol first: an event
-// whose data is "[DONE]" (OpenAI's sentinel, which Mistral's and the
-// Interactions API's streams copy), closed by its blank line, after the final
-// report of its shape. Nothing the answer bills follows it, and a client may
-// close as soon as it reads it: the official Go SDK (openai-go) does, before
-// the body's end (a chunked terminator, HTTP/2's END_STREAM) arrives, and
-// Envoy then resets the stream before ext_proc sees its end_of_stream (since
-// 2026-12-03; TestStreamEndedByDone). A compressed body is not excused so:
+// closed by its blank line, after the final report of its shape (or being it),
+// that is the shape's terminal event:
+//
+//   - openai-chat-sse: an event whose data is "[DONE]" (OpenAI's sentinel,
+//     which Mistral's, DeepSeek's, xAI's... streams copy);
+//   - openai-responses-sse: response.completed, response.incomplete or
+//     response.failed (with its usage: it is the final report too);
+//   - anthropic-sse: message_stop, after message_delta (Anthropic's on Bedrock
+//     and Vertex AI too);
+//   - openai-transcription-sse, openai-speech-sse, openai-image-sse:
+//     transcript.text.done, speech.audio.done, image_generation.completed
+//     (image_edit.completed), each with its usage;
+//   - gemini-sse read from the Interactions API: interaction.completed (or the
+//     "[DONE]" after it);
+//   - bedrock-converse-stream: the metadata event (after messageStop), a whole
+//     frame whose CRC matched; bedrock-invoke-stream (and a Claude model's
+//     events through InvokeModelWithResponseStream): the chunk carrying
+//     amazon-bedrock-invocationMetrics, which Bedrock sends in the last chunk
+//     of every model's stream (Llama's, Nova's, Mistral's, Cohere's...).
+//
+// Nothing the answer bills follows it, and a client may close as soon as it
+// reads it: the official Go SDK (openai-go) does at "[DONE]", and a program
+// that breaks out of its loop at message_stop or response.completed makes the
+// Node, Python and AWS SDKs abort the request, before the body's end (a chunked
+// terminator, HTTP/2's END_STREAM) arrives; Envoy then resets the stream before
+// ext_proc sees its end_of_stream (since 2026-12-03; TestStreamEndedByDone,
+// TestStreamEndedByItsTerminalEvent, TestBedrockStreamEndedByItsLastEvent).
+// Gemini's own streams (streamGenerateContent with alt=sse, and
+// gemini-json-stream) have no terminal event: the chunk with finishReason and
+// the final usageMetadata is the last, but nothing in it says so, so such a
+// stream broken off after it stays incomplete (it still reports that usage,
+// whole: a client that leaves there is charged what it was answered, its
+// receipt marked incomplete). A compressed body is not excused so:
 // its coding must end properly. A count or a model cut in the middle is not
 // reported at all. Malformed input never fails a Write: a JSON body that is
 // malformed (or followed by anything but white space) is not Complete, and

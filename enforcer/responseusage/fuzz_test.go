@@ -30,11 +30,16 @@ func checkInvariants(t *testing.T, ct string, body []byte, seed uint64) Usage {
 			t.Fatalf("byte by byte:\n got %s\nwhole %s", show(got), show(whole))
 		}
 	}
-	// Broken off, a stream is complete only when it ended by its protocol: a "[DONE]"
-	// after its final report (a body read as JSON, complete, holds no such event).
+	// Broken off, a stream is complete only when it ended by its protocol: a "[DONE]" or
+	// its terminal event after its final report (a body read as JSON, complete, holds no
+	// such event; AWS's event stream is read as its frames, eventStreamEnded).
 	broken := run(ct, nil, fuzzLimits, [][]byte{body}, false)
 	want := whole
-	want.Complete = whole.Complete && endedByDone(body)
+	ended := endedByProtocol(body)
+	if ct == ctEventStream {
+		ended = eventStreamEnded(body)
+	}
+	want.Complete = whole.Complete && ended
 	if !reflect.DeepEqual(broken, want) {
 		t.Fatalf("broken off:\n got %s\nwant %s", show(broken), show(want))
 	}
@@ -161,6 +166,11 @@ func FuzzExtractSSE(f *testing.F) {
 		"data: {\"type\":\"response.in_progress\",\"response\":{\"tool_usage\":{\"image_gen\":{\"input_tokens\":50,\"cached_tokens\":60}}}}\n\n" +
 			"data: {\"type\":\"response.completed\",\"tool_usage\":{\"image_gen\":{\"input_tokens\":70}},\"response\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":2},\"tool_usage\":{\"image_gen\":{\"input_tokens\":40,\"cached_tokens\":\"9\"}}}}\n\n" +
 			"data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}},\"response\":{\"tool_usage\":{\"image_gen\":{\"input_tokens\":8}}}}\n\n",
+		// Terminal events after the final report (endsStream), one of another family after it.
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":3,\"output_tokens\":9}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n" +
+			"data: {\"type\":\"response.failed\",\"response\":{\"usage\":{\"input_tokens\":1}}}\n\n",
+		"data: {\"event_type\":\"interaction.completed\",\"interaction\":{\"usage\":{\"total_input_tokens\":1,\"total_output_tokens\":2}}}\r\n\r\n",
+		"data: {\"metadata\":{},\"usage\":{\"inputTokens\":1,\"outputTokens\":2}}\n\ndata: {\"type\":\"message_stop\"}{\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}\n\n",
 	} {
 		f.Add([]byte(s), uint64(11))
 	}

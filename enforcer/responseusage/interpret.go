@@ -208,6 +208,37 @@ func isResponseTerminal(d *docFields) bool {
 	return d.typ.is("response.completed") || d.typ.is("response.incomplete") || d.typ.is("response.failed")
 }
 
+// endsStream tells whether d is the terminal event of its family's stream, after which
+// its protocol sends nothing the answer bills (sseReader.endEvent): the Responses API's
+// response.completed, response.incomplete and response.failed; Anthropic's
+// message_stop (after message_delta, the final report); a streamed transcription's
+// transcript.text.done, speech's speech.audio.done, an image's
+// image_generation.completed (image_edit.completed); the Interactions API's
+// interaction.completed; ConverseStream's metadata event, the one with its usage, which
+// comes after messageStop. A chat completions stream ends with "[DONE]" (sseReader), and
+// a Gemini stream has no terminal event: the chunk with its finishReason is the last,
+// but nothing says so until the body ends.
+func endsStream(d *docFields) bool {
+	switch fam, _ := sseFamily(d); fam {
+	case famResponses:
+		return isResponseTerminal(d)
+	case famAnthropic:
+		return d.typ.is("message_stop")
+	case famTranscription:
+		return d.typ.is("transcript.text.done")
+	case famSpeech:
+		return d.typ.is("speech.audio.done")
+	case famImage:
+		return d.typ.is("image_generation.completed") || d.typ.is("image_edit.completed")
+	case famGemini:
+		return d.typ.is("interaction.completed")
+	case famConverse:
+		u := &d.usage[rootTop]
+		return u.obj && u.hasTok(tokInput) && u.hasTok(tokOutput)
+	}
+	return false
+}
+
 // applySSE takes in one complete JSON value of an event stream. Every usage
 // report of the stream's shape is merged: each count keeps the largest value
 // reported (an OpenAI chunk's "usage": null reports nothing; Anthropic's

@@ -1153,16 +1153,39 @@ func oracleSSE(body []byte, lim Limits) Usage {
 	return u
 }
 
-// endedByDone tells whether body, read as an event stream, ended by its protocol: an
-// event whose data is "[DONE]", closed by its blank line, came after the final usage
-// report of the family then read. Such a stream broken off after it is complete
-// (sseReader.endEvent); any other broken off is not.
-func endedByDone(body []byte) bool {
+// endedByProtocol tells whether body, read as an event stream, ended by its protocol:
+// an event closed by its blank line, whose data is "[DONE]" or held its family's
+// terminal event (oracleTerminal), came after the final usage report of the family then
+// read. Such a stream broken off after it is complete (sseReader.endEvent); any other
+// broken off is not.
+func endedByProtocol(body []byte) bool {
 	_, ended := oracleSSEReading(body, Limits{})
 	return ended
 }
 
-// oracleSSEReading is oracleSSE's usage, and endedByDone's answer.
+// oracleTerminal tells whether a document, read as one of family fam, is the event its
+// protocol ends the stream with, after which nothing is billed (written apart from
+// endsStream, from the providers' documentation).
+func oracleTerminal(fam family, d *docFields) bool {
+	names := map[family][]string{
+		famResponses:     {"response.completed", "response.incomplete", "response.failed"},
+		famAnthropic:     {"message_stop"},
+		famTranscription: {"transcript.text.done"},
+		famSpeech:        {"speech.audio.done"},
+		famImage:         {"image_generation.completed", "image_edit.completed"},
+		famGemini:        {"interaction.completed"},
+	}[fam]
+	for _, n := range names {
+		if d.typ.is(n) {
+			return true
+		}
+	}
+	// ConverseStream's metadata event, the one that reports its usage, comes last.
+	u := &d.usage[rootTop]
+	return fam == famConverse && u.obj && u.hasTok(tokInput) && u.hasTok(tokOutput)
+}
+
+// oracleSSEReading is oracleSSE's usage, and endedByProtocol's answer.
 func oracleSSEReading(body []byte, lim Limits) (Usage, bool) {
 	lim = lim.withDefaults()
 	a := newAccumulator(lim.MaxModelBytes)
@@ -1174,6 +1197,7 @@ func oracleSSEReading(body []byte, lim Limits) (Usage, bool) {
 			if closed && string(data) == "[DONE]" && a.final {
 				ended = true
 			}
+			terminal := false
 			dec := json.NewDecoder(bytes.NewReader(data))
 			dec.UseNumber()
 			for {
@@ -1182,10 +1206,16 @@ func oracleSSEReading(body []byte, lim Limits) (Usage, bool) {
 					break // the end, or a malformed rest: the values before it count
 				}
 				fam := a.fam
-				a.applySSE(oracleDoc(parseTree(v), lim.MaxModelBytes, true))
+				d := oracleDoc(parseTree(v), lim.MaxModelBytes, true)
+				a.applySSE(d)
 				if a.fam != fam {
-					ended = false
+					ended, terminal = false, false
 				}
+				docFam, _ := sseFamily(d) // famNone for a document of no family's
+				terminal = terminal || oracleTerminal(docFam, d)
+			}
+			if closed && terminal && a.final {
+				ended = true
 			}
 		}
 		data, hasData = data[:0], false

@@ -28,23 +28,28 @@ type sseReader struct {
 	fieldPos uint8 // bytes of "data" matched so far; fieldNot once the name is no prefix of it
 	sawCR    bool  // the last byte ended a line with CR: a LF right after it belongs to it
 	hasData  bool  // the current event has a data line
-	// done: in its low bits, the bytes of "[DONE]" the current event's data matched so
-	// far (doneNot once it holds anything else: a second data line, another byte); in
-	// doneEnded, whether an event whose data is "[DONE]" came after the final usage
-	// report of the stream's family (endEvent; a document of another family clears it,
-	// onDoc). One byte for both, and fieldPos telling a name that is not "data": the
-	// Extractor stays in its size class (TestExtractorSize).
+	// done: in its low bits (doneMatch), the bytes of "[DONE]" the current event's data
+	// matched so far (doneNot once it holds anything else: a second data line, another
+	// byte); in doneTerminal, whether the current event held its family's terminal
+	// document (endsStream: response.completed, message_stop...); in doneEnded, whether
+	// an event whose data is "[DONE]", or one holding a terminal document, came after
+	// the final usage report of the stream's family (endEvent; a document of another
+	// family clears it, onDoc). One byte for all three, and fieldPos telling a name that
+	// is not "data": the Extractor stays in its size class (TestExtractorSize).
 	done uint8
 }
 
 const (
 	fieldNot     = 0xff
 	sentinelDone = "[DONE]"
-	doneNot      = 0x7f
+	doneMatch    = 0x3f
+	doneNot      = doneMatch
+	doneTerminal = 0x40
 	doneEnded    = 0x80
 )
 
-// ended tells whether the stream ended by its protocol: a "[DONE]" after its final report.
+// ended tells whether the stream ended by its protocol: a "[DONE]", or its family's
+// terminal event, closed after its final report.
 func (r *sseReader) ended() bool { return r.done&doneEnded != 0 }
 
 func (r *sseReader) write(p []byte, e *Extractor) {
@@ -161,13 +166,13 @@ func (r *sseReader) startData(e *Extractor) {
 		e.feedData(newline)
 		pos = doneNot
 	}
-	r.done = r.done&doneEnded | pos
+	r.done = r.done&^doneMatch | pos
 	r.hasData = true
 }
 
 // matchDone follows the current data line's bytes p against "[DONE]".
 func (r *sseReader) matchDone(p []byte) {
-	pos := int(r.done &^ doneEnded)
+	pos := int(r.done & doneMatch)
 	if pos == doneNot {
 		return
 	}
@@ -176,22 +181,28 @@ func (r *sseReader) matchDone(p []byte) {
 	} else {
 		pos += len(p)
 	}
-	r.done = r.done&doneEnded | uint8(pos)
+	r.done = r.done&^doneMatch | uint8(pos)
 }
 
-// endEvent ends an event. One whose data is "[DONE]", the sentinel that ends an OpenAI
+// endEvent ends an event. The stream ends by its protocol, and is complete even if its
+// transport's end never comes (Finish), when the event closed here came after the final
+// report (or was it) and either its data is "[DONE]", the sentinel that ends an OpenAI
 // chat completions stream (and the streams that copy it: Mistral's, the Interactions
-// API's) after its usage chunk, ends the stream by its protocol when it comes after the
-// final report: nothing the answer bills can follow, and the stream is complete even if
-// its transport's end never comes (Finish). The official Go SDK (openai-go) closes the
-// response as soon as it reads it, before the chunked encoding's terminator (or HTTP/2's
-// END_STREAM) that follows; Envoy then resets the upstream stream, and ext_proc never
-// sees end_of_stream.
+// API's) after its usage chunk, or it held its family's terminal event (endsStream:
+// response.completed, message_stop, ConverseStream's metadata...): nothing the answer
+// bills can follow. A client may close as soon as it reads it: the official Go SDK
+// (openai-go) does at [DONE], and an agent that breaks out of its loop at
+// message_stop or response.completed does, before the chunked encoding's terminator
+// (or HTTP/2's END_STREAM) that follows; Envoy then resets the upstream stream, and
+// ext_proc never sees end_of_stream. Amazon Bedrock's event stream ends each of its
+// frames here too (bedrockState.event), its CRC checked: a whole frame is a closed event.
 func (r *sseReader) endEvent(e *Extractor) {
 	e.endEvent()
-	if r.hasData && int(r.done&^doneEnded) == len(sentinelDone) && e.acc.final {
+	sentinel := r.hasData && int(r.done&doneMatch) == len(sentinelDone)
+	if (sentinel || r.done&doneTerminal != 0) && e.acc.final {
 		r.done |= doneEnded
 	}
+	r.done &^= doneTerminal
 	r.hasData = false
 }
 

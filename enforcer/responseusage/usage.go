@@ -689,7 +689,14 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 	if e.mode == modeArray && e.arr != arrClosed {
 		u.Complete = false // a cut or malformed array
 	}
-	e.bedrock.fillFromMetrics(&u, endOfStream)
+	// A stream whose terminal event came after its final report ended by its protocol
+	// (sseReader.endEvent: "data: [DONE]", response.completed, message_stop,
+	// ConverseStream's metadata; InvokeModelWithResponseStream's invocation metrics): a
+	// client that closed as soon as it read it (openai-go does at [DONE]) cut nothing.
+	// Not a compressed one, whose Complete also asks that its coding ended properly (its
+	// checksum), which only the end of the body tells.
+	protocolEnded := !encoded && (e.sse.ended() || e.bedrock.ended())
+	e.bedrock.fillFromMetrics(&u, endOfStream || protocolEnded)
 	e.bedrock.fillFromHeaders(&u, endOfStream)
 	e.bedrock.unreadText(&u)
 	if e.plainType && u.Format == "" && u.TextBytes == 0 {
@@ -697,11 +704,7 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		// byte (sniffed, a stream or a JSON body sent as text/plain is read as one).
 		u.TextBytes, u.PlainText = e.rawBytes, true
 	}
-	// A stream whose "data: [DONE]" came after its final report ended by its protocol
-	// (sseReader.endEvent): a client that closed as soon as it read it (openai-go does)
-	// cut nothing. Not a compressed one, whose Complete also asks that its coding ended
-	// properly (its checksum), which only the end of the body tells.
-	u.Complete = u.Complete && (endOfStream || !encoded && e.sse.ended())
+	u.Complete = u.Complete && (endOfStream || protocolEnded)
 	if undecoded > 0 {
 		u.TextBytes += undecoded
 		u.TextBytesFromRaw = true
@@ -715,7 +718,12 @@ func (e *Extractor) onDoc() {
 	fam := e.acc.fam
 	e.acc.applySSE(&e.scan.doc)
 	if e.acc.fam != fam {
-		e.sse.done &^= doneEnded // the new family's final report, and its [DONE], are to come
+		// The new family's final report, and its end, are to come: an end seen in this
+		// event so far was the other family's.
+		e.sse.done &^= doneEnded | doneTerminal
+	}
+	if endsStream(&e.scan.doc) {
+		e.sse.done |= doneTerminal // the stream ends with this event, once it is closed
 	}
 }
 

@@ -309,7 +309,7 @@ func TestBrokenOff(t *testing.T) {
 				got := run(tc.ct, tc.headers, Limits{}, [][]byte{prefix}, false)
 				// Only a stream that ended by its protocol, a "[DONE]" after its final
 				// report, is complete though broken off (TestStreamEndedByDone).
-				if got.Complete && !endedByDone(prefix) {
+				if got.Complete && !endedByProtocol(prefix) {
 					t.Fatalf("prefix of %d bytes: Complete after a broken-off stream", n)
 				}
 				if again := run(tc.ct, tc.headers, Limits{}, splitAt(prefix, n/3, 2*n/3), false); !reflect.DeepEqual(got, again) {
@@ -317,7 +317,7 @@ func TestBrokenOff(t *testing.T) {
 				}
 				if n == len(body) {
 					want := tc.want
-					want.Complete = want.Complete && endedByDone(body)
+					want.Complete = want.Complete && endedByProtocol(body)
 					if !reflect.DeepEqual(got, want) {
 						t.Fatalf("whole body broken off at the end:\n got %s\nwant %s", show(got), show(want))
 					}
@@ -991,7 +991,10 @@ func TestAudioTranscription(t *testing.T) {
 		{"transcript stream cut before done", ctSSE, nil, delta1 + delta2, false, deltasOnly},
 		{"transcript stream ended before done", ctSSE, nil, delta1 + delta2, true, deltasOnly},
 		{"transcript stream cut inside done", ctSSE, nil, delta1 + delta2 + done[:len(done)-10], false, deltasOnly},
-		{"transcript stream cut after done", ctSSE, nil, delta1 + delta2 + done, false, incomplete(streamed)},
+		// transcript.text.done ends the stream by its protocol (TestStreamEndedByItsTerminalEvent):
+		// before 2026-12-03, a client that left on it made the whole answer incomplete.
+		{"transcript stream cut after done", ctSSE, nil, delta1 + delta2 + done, false, streamed},
+		{"transcript stream cut before done's blank line", ctSSE, nil, delta1 + delta2 + strings.TrimSuffix(done, "\n"), false, incomplete(streamed)},
 		{"done without usage", ctSSE, nil, delta1 + `data: {"type":"transcript.text.done","text":"Hel"}` + "\n\n", true,
 			Usage{Format: FormatOpenAITranscriptionSSE, TextBytes: 3}},
 		{"done with the input count alone", ctSSE, nil, delta1 + `data: {"type":"transcript.text.done","usage":{"input_tokens":14}}` + "\n\n", true,
@@ -1149,7 +1152,8 @@ func TestSpeechSSE(t *testing.T) {
 	}{
 		{"complete", delta + delta + done, true, full},
 		{"cut before done: nothing reported, no text", delta + delta, false, Usage{Format: FormatOpenAISpeechSSE}},
-		{"cut after done", delta + done, false, func() Usage { u := full; u.Complete = false; return u }()},
+		{"cut after done: its protocol ended it", delta + done, false, full},
+		{"cut before done's blank line", delta + strings.TrimSuffix(done, "\n"), false, func() Usage { u := full; u.Complete = false; return u }()},
 		{"done without counts", delta + `data: {"type":"speech.audio.done"}` + "\n\n", true, Usage{Format: FormatOpenAISpeechSSE}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkWholeAndBytewise(t, ctSSE, tc.body, tc.eos, tc.want) })
@@ -2322,8 +2326,90 @@ func TestStreamEndedByDone(t *testing.T) {
 			if got := run(ctSSE, h, Limits{}, bytewise(body), false); !reflect.DeepEqual(got, whole) {
 				t.Fatalf("byte by byte: %s, whole: %s", show(got), show(whole))
 			}
-			if tc.encoding == "" && endedByDone(body) != tc.complete {
-				t.Fatalf("the reference reading says ended %v", endedByDone(body))
+			if tc.encoding == "" && endedByProtocol(body) != tc.complete {
+				t.Fatalf("the reference reading says ended %v", endedByProtocol(body))
+			}
+		})
+	}
+}
+
+// TestStreamEndedByItsTerminalEvent: a stream whose protocol ends it with a terminal
+// event is complete though its body was broken off right after that event, when it
+// came after the final usage report (or was it): the Responses API's
+// response.completed, response.incomplete and response.failed, Anthropic's message_stop
+// after message_delta, a transcription's transcript.text.done, speech's
+// speech.audio.done, an image's image_generation.completed, the Interactions API's
+// interaction.completed. A client may close as soon as it reads it (an agent that
+// breaks out of its loop there; the SDKs abort the request when it does), before the
+// body's end; behind Envoy, ext_proc then saw no end_of_stream, and before 2026-12-03 a
+// whole answer was settled incomplete. A Gemini stream has no terminal event (its last
+// chunk, with finishReason and the usage, is not said to be the last): broken off, it
+// stays incomplete. Nothing else counts: a terminal event not closed by its blank line,
+// one before the final report, a compressed body (its coding must end properly).
+func TestStreamEndedByItsTerminalEvent(t *testing.T) {
+	ev := func(name, data string) string { return "event: " + name + "\ndata: " + data + "\n\n" }
+	const (
+		respCreated   = `{"type":"response.created","response":{"id":"r","object":"response","model":"gpt-5","status":"in_progress","usage":null}}`
+		respDelta     = `{"type":"response.output_text.delta","delta":"Hi"}`
+		respCompleted = `{"type":"response.completed","response":{"id":"r","object":"response","model":"gpt-5","status":"completed","usage":{"input_tokens":12,"output_tokens":3}}}`
+		msgStart      = `{"type":"message_start","message":{"id":"m","type":"message","model":"claude-sonnet-4-5","usage":{"input_tokens":12,"output_tokens":1}}}`
+		msgDelta      = `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`
+		msgUsage      = `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}`
+		msgStop       = `{"type":"message_stop"}`
+		geminiLast    = `{"candidates":[{"content":{"parts":[{"text":"Hi"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":12,"candidatesTokenCount":3},"modelVersion":"gemini-2.5-flash"}`
+	)
+	responses := ev("response.created", respCreated) + ev("response.output_text.delta", respDelta)
+	anthropic := ev("message_start", msgStart) + ev("content_block_delta", msgDelta)
+	for _, tc := range []struct {
+		name     string
+		body     string
+		encoding string
+		complete bool
+	}{
+		{"responses: completed", responses + ev("response.completed", respCompleted), "", true},
+		{"responses: incomplete", responses + ev("response.incomplete", strings.ReplaceAll(respCompleted, "completed", "incomplete")), "", true},
+		{"responses: failed with its usage", responses + ev("response.failed", strings.ReplaceAll(respCompleted, "completed", "failed")), "", true},
+		{"responses: failed without usage", responses + ev("response.failed", strings.ReplaceAll(respCompleted, `{"input_tokens":12,"output_tokens":3}`, "null")), "", false},
+		{"responses: completed with CRLF", strings.ReplaceAll(responses+ev("response.completed", respCompleted), "\n", "\r\n"), "", true},
+		{"responses: completed, its blank line not come", responses + strings.TrimSuffix(ev("response.completed", respCompleted), "\n"), "", false},
+		{"responses: cut before completed", responses, "", false},
+		{"anthropic: message_stop after message_delta", anthropic + ev("message_delta", msgUsage) + ev("message_stop", msgStop), "", true},
+		{"anthropic: message_delta alone", anthropic + ev("message_delta", msgUsage), "", false},
+		{"anthropic: message_delta, a ping", anthropic + ev("message_delta", msgUsage) + ev("ping", `{"type":"ping"}`), "", false},
+		{"anthropic: message_stop not closed", anthropic + ev("message_delta", msgUsage) + "event: message_stop\ndata: " + msgStop + "\n", "", false},
+		{"anthropic: message_stop before message_delta", anthropic + ev("message_stop", msgStop) + ev("message_delta", msgUsage), "", false},
+		{"anthropic: message_stop without message_delta", anthropic + ev("message_stop", msgStop), "", false},
+		{"anthropic: gzip", anthropic + ev("message_delta", msgUsage) + ev("message_stop", msgStop), "gzip", false},
+		{"anthropic, then a responses stream without its end", anthropic + ev("message_delta", msgUsage) + ev("message_stop", msgStop) + responses, "", false},
+		{"transcription: transcript.text.done", "data: " + `{"type":"transcript.text.delta","delta":"Hi"}` + "\n\ndata: " +
+			`{"type":"transcript.text.done","text":"Hi","usage":{"type":"tokens","input_tokens":12,"output_tokens":3}}` + "\n\n", "", true},
+		{"speech: speech.audio.done", "data: " + `{"type":"speech.audio.delta","audio":"AAAA"}` + "\n\ndata: " +
+			`{"type":"speech.audio.done","usage":{"input_tokens":12,"output_tokens":3,"total_tokens":15}}` + "\n\n", "", true},
+		{"image: image_generation.completed", "event: image_generation.completed\ndata: " +
+			`{"type":"image_generation.completed","b64_json":"AAAA","usage":{"input_tokens":12,"output_tokens":3}}` + "\n\n", "", true},
+		{"interactions: interaction.completed", ev("interaction.completed", `{"event_type":"interaction.completed","interaction":{"id":"i","model":"gemini-3-flash-preview","status":"completed","usage":{"total_input_tokens":12,"total_output_tokens":3}}}`), "", true},
+		// Gemini's last chunk is no terminal event: nothing says no chunk follows.
+		{"gemini: the finishReason chunk", "data: " + geminiLast + "\r\n\r\n", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(tc.body)
+			var h map[string]string
+			if tc.encoding != "" {
+				body, h = compress(tc.encoding, body, nil), map[string]string{"content-encoding": tc.encoding}
+			}
+			ended := run(ctSSE, h, Limits{}, [][]byte{body}, true)
+			broken := run(ctSSE, h, Limits{}, [][]byte{body}, false)
+			if broken.Complete != tc.complete {
+				t.Fatalf("broken off: %s, want complete %v", show(broken), tc.complete)
+			}
+			if want := ended; tc.complete && (!reflect.DeepEqual(broken, want)) {
+				t.Fatalf("broken off after its end: %s, ended: %s", show(broken), show(want))
+			}
+			if got := run(ctSSE, h, Limits{}, bytewise(body), false); !reflect.DeepEqual(got, broken) {
+				t.Fatalf("byte by byte: %s, whole: %s", show(got), show(broken))
+			}
+			if tc.encoding == "" && endedByProtocol(body) != tc.complete {
+				t.Fatalf("the reference reading says ended %v", endedByProtocol(body))
 			}
 		})
 	}
