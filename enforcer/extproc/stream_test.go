@@ -44,6 +44,17 @@ data: {"type":"message_stop"}
 
 `
 
+const responsesSSE = `event: response.created
+data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_1","object":"response","model":"gpt-4o-mini-2024-07-18","status":"in_progress","usage":null}}
+
+event: response.output_text.delta
+data: {"type":"response.output_text.delta","sequence_number":1,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hello"}
+
+event: response.completed
+data: {"type":"response.completed","sequence_number":2,"response":{"id":"resp_1","object":"response","model":"gpt-4o-mini-2024-07-18","status":"completed","usage":{"input_tokens":1200,"input_tokens_details":{"cached_tokens":200},"output_tokens":300,"total_tokens":1500}}}
+
+`
+
 const openAIJSON = `{"id":"chatcmpl-2","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`
 
 type streamSpec struct {
@@ -187,6 +198,19 @@ func TestExtProcSettlesStreams(t *testing.T) {
 		{name: "broken off after the usage, before [DONE]: incomplete", spec: streamSpec{contentType: "text/event-stream",
 			chunks: testio.Chunks(strings.TrimSuffix(openAISSE, "data: [DONE]\n\n"), 7), breakOff: true},
 			complete: false, model: "gpt-4o-mini-2024-07-18", in: 1200, out: 300, cached: 200, costSource: "catalog_estimate", cost: 1200*2 + 300*8},
+		// A client may leave as soon as it reads its stream's terminal event (an agent
+		// breaking out of its SDK's loop aborts the request), before the body's end
+		// reaches Envoy: Anthropic's message_stop after message_delta, the Responses API's
+		// response.completed. Before 2026-12-03 it was settled incomplete.
+		{name: "the client left after message_stop: complete", spec: streamSpec{contentType: "text/event-stream; charset=utf-8",
+			chunks: testio.Chunks(anthropicSSE, 5), breakOff: true},
+			complete: true, model: "claude-3-5-haiku-20241022", in: 550, out: 70, cached: 50, creation: 100, costSource: "catalog_estimate", cost: 550*2 + 70*8},
+		{name: "broken off after message_delta, before message_stop: incomplete", spec: streamSpec{contentType: "text/event-stream; charset=utf-8",
+			chunks: testio.Chunks(strings.Split(anthropicSSE, "event: message_stop")[0], 5), breakOff: true},
+			complete: false, model: "claude-3-5-haiku-20241022", in: 550, out: 70, cached: 50, creation: 100, costSource: "catalog_estimate", cost: 550*2 + 70*8},
+		{name: "the client left after response.completed: complete", spec: streamSpec{path: "/v1/responses", contentType: "text/event-stream",
+			chunks: testio.Chunks(responsesSSE, 6), breakOff: true},
+			complete: true, model: "gpt-4o-mini-2024-07-18", in: 1200, out: 300, cached: 200, costSource: "catalog_estimate", cost: 1200*2 + 300*8},
 		{name: "stream without usage is incomplete", spec: streamSpec{contentType: "text/event-stream",
 			chunks: testio.Chunks(strings.Split(openAISSE, "\n\ndata: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[],")[0]+"\n\ndata: [DONE]\n\n", 3)},
 			complete: false, model: "gpt-4o-mini-2024-07-18", out: 2, estimated: true, costSource: "catalog_estimate", cost: 2 * 8},
