@@ -15,7 +15,9 @@ const client = new Anthropic({ baseURL: s.baseURL, apiKey: s.apiKey });
 // 'agent-events' sends a Managed Agents session a user message (beta.sessions.events);
 // 'code' and 'code-stream' give the model the code execution tool, 'code-search' beside
 // web search of 2026-02-09 (with which it is free), and report the container the answer
-// names (containers).
+// names (containers); 'stream-stop' streams and leaves as soon as it reads message_stop,
+// the stream's terminal event (an agent's loop that breaks there: the SDK aborts the
+// request before the body's end).
 const code = s.scenario.startsWith('code');
 const fast = s.scenario === 'fast' || s.scenario === 'fast-stream';
 const us = s.scenario === 'us' || s.scenario === 'us-stream';
@@ -71,6 +73,8 @@ await run('@anthropic-ai/sdk', s.scenario, async () => {
     } else if (event.type === 'message_delta') {
       Object.assign(usage, event.usage);
       if (event.delta.container) containers.push(event.delta.container.id);
+    } else if (event.type === 'message_stop' && s.scenario === 'stream-stop') {
+      break; // aborts the request: the body's end is not waited for
     } else if (abort && event.type === 'content_block_start' && event.content_block.type === 'advisor_tool_result') {
       // Breaking out of the loop aborts the request: the rest of the answer is not read.
       return { text: event.content_block.content?.text ?? '', model, usage, chunks };

@@ -1,6 +1,7 @@
 // One chat completion through the official OpenAI SDK, with its defaults (two retries,
 // its own backoff, whatever headers it sends), or, by scenario:
-// - "responses", "responses-stream": one Responses API call; "responses-search" and
+// - "responses", "responses-stream": one Responses API call; "responses-stream-stop"
+//   streamed, the client leaving at response.completed; "responses-search" and
 //   "responses-search-stream" with the web search tool; "responses-file-search" and
 //   "responses-file-search-stream" with the file search tool; "responses-image" and
 //   "responses-image-stream" with the image generation tool;
@@ -174,7 +175,9 @@ await run('openai', s.scenario, async () => {
     // the code interpreter in a container of 4 GB it opens, "responses-code-explicit" in
     // one created apart (cntr_stored0001), and its code_interpreter_call items, with the
     // containers they name (containers); "responses-shell" the hosted shell in a 16 GB
-    // container, and its shell_call items.
+    // container, and its shell_call items. "responses-stream-stop" streams and leaves as
+    // soon as it reads response.completed, the stream's terminal event (an agent's loop
+    // that breaks there: the SDK aborts the request before the body's end).
     const params = { model: s.model, input: 'How are tolls paid?' };
     const fileSearch = s.scenario.includes('-file-search');
     const image = s.scenario.includes('-image');
@@ -195,7 +198,8 @@ await run('openai', s.scenario, async () => {
     const searchesIn = (output) => output.filter((item) => item.type === callType).length;
     const containerOf = (item) => item.container_id ?? item.environment?.container_id;
     const containersIn = (output) => [...new Set(output.map(containerOf).filter(Boolean))];
-    if (!s.scenario.endsWith('-stream')) {
+    const stop = s.scenario === 'responses-stream-stop';
+    if (!s.scenario.endsWith('-stream') && !stop) {
       const res = await client.responses.create(params);
       return {
         text: res.output_text, model: res.model, usage: res.usage ?? null, chunks: 1, searches: searchesIn(res.output),
@@ -217,6 +221,7 @@ await run('openai', s.scenario, async () => {
         usage = event.response.usage;
         searches = searchesIn(event.response.output);
         containers = containersIn(event.response.output);
+        if (stop) break; // aborts the request: the body's end is not waited for
       }
     }
     return { text, model, usage, chunks, searches, containers };

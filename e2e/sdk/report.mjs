@@ -13,7 +13,9 @@
 // "retrieve" (a stored response read again) or "transcribe" (an audio upload), or
 // "invoke" / "invoke-stream" / "converse" / "converse-stream" (Amazon Bedrock Runtime,
 // bedrock.mjs), or "vertex" / "vertex-stream" / "vertex-count" (Claude on Google Vertex AI, vertex.mjs),
-// or "ocr" (Mistral's OCR, mistral.mjs).
+// or "ocr" (Mistral's OCR, mistral.mjs), or "stream-stop" / "responses-stream-stop" (a
+// stream left at its terminal event: anthropic.mjs's message_stop, openai.mjs's
+// response.completed).
 // The SDK client is built with its defaults: retries, timeout, headers, fetch
 // (bedrock.mjs and vertex.mjs say where they depart from them).
 //
@@ -29,7 +31,8 @@ export function settings() {
     'transcribe-verbose', 'transcribe-text', 'transcribe-stream', 'translate', 'speech', 'speech-sse',
     'speech-mp3', 'speech-opus', 'speech-aac', 'speech-flac', 'speech-wav', 'speech-pcm',
     'invoke', 'invoke-stream', 'converse', 'converse-stream', 'vertex', 'vertex-stream', 'vertex-count', 'fast', 'fast-stream', 'priority', 'priority-stream', 'converse-priority', 'converse-stream-priority', 'converse-latency', 'converse-stream-latency', 'invoke-latency', 'invoke-priority', 'invoke-guardrail', 'invoke-stream-guardrail', 'converse-guardrail', 'converse-stream-guardrail', 'converse-guardrail-blocked', 'apply-guardrail', 'count-tokens', 'guardrail-checks', 'us', 'us-stream', 'advisor', 'advisor-stream', 'advisor-stream-abort', 'ocr',
-    'responses-image2', 'responses-code', 'responses-code-stream', 'responses-code-explicit', 'responses-shell', 'code', 'code-stream', 'code-search'];
+    'responses-image2', 'responses-code', 'responses-code-stream', 'responses-code-explicit', 'responses-shell', 'code', 'code-stream', 'code-search',
+    'stream-stop', 'responses-stream-stop'];
   if (!scenarios.includes(scenario)) {
     throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);
   }

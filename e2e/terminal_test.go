@@ -1,0 +1,100 @@
+package e2e_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+)
+
+// lingeringUpstream is fakellm, except that a streamed answer's body ends only when its
+// request is cancelled (or after streamLinger), after its last event: as a provider's
+// body may end a moment after its terminal event (its chunked terminator, HTTP/2's
+// END_STREAM). A client that leaves at the terminal event then surely leaves before the
+// body's end; cancelled counts the streams whose client did.
+type lingeringUpstream struct {
+	fake      *fakellm.Server
+	cancelled atomic.Int64
+}
+
+// streamLinger bounds the wait of a stream's end (lingeringUpstream).
+const streamLinger = 10 * time.Second
+
+func (u *lingeringUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	u.fake.ServeHTTP(w, r)
+	var req struct{ Stream bool }
+	if json.Unmarshal(body, &req) != nil || !req.Stream {
+		return
+	}
+	select {
+	case <-r.Context().Done():
+		u.cancelled.Add(1)
+	case <-time.After(streamLinger):
+	}
+}
+
+// TestClientsLeavingAtTheTerminalEvent: the official Node SDKs stream an answer and the
+// program leaves as soon as it reads the stream's terminal event, after its final usage
+// (an agent's loop that breaks there; the SDK then aborts the request): Anthropic's
+// message_stop (@anthropic-ai/sdk), the Responses API's response.completed (openai). The
+// provider's body has not ended yet (lingeringUpstream). Through the enforcer's gateway
+// (which cancels the provider's request 100 ms after its client left) and through the
+// Envoy emulator playing deploy/envoy/envoy.yaml (which resets ext_proc's stream without
+// end_of_stream), the answer was whole and is charged exactly, complete. Before
+// 2026-12-03 both were settled incomplete.
+func TestClientsLeavingAtTheTerminalEvent(t *testing.T) {
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	var next fakellm.NextUsage
+	fake := &fakellm.Server{Snapshots: map[string]string{model: model + "-2024-07-18"}, Usage: next.Of}
+	up := &lingeringUpstream{fake: fake}
+	upSrv := httptest.NewServer(up)
+	t.Cleanup(upSrv.Close)
+	env := gatewayEnv(upSrv.URL)
+	env["TOLLGATE_UPSTREAM_AUTHORIZATION"] = providerAuthorization // Envoy's route (envoy.yaml)
+	s := startStack(t, env)
+	_, envoyURL := s.deployedEnvoy(t, upSrv.URL)
+
+	oa, an := sdkPrices[model], sdkPrices[claudeModel]
+	calls := []sdkCall{
+		{"anthropic, left at message_stop", "anthropic.mjs", "stream-stop", claudeModel, fakellm.AnthropicMessages,
+			fakellm.Usage{InputTokens: 30_000, OutputTokens: 25_000}, priceOf(an, 30_000, 0, 25_000)},
+		{"openai responses, left at response.completed", "openai.mjs", "responses-stream-stop", model, fakellm.OpenAIResponses,
+			fakellm.Usage{InputTokens: 500_000, OutputTokens: 250_000}, priceOf(oa, 500_000, 0, 250_000)},
+	}
+	for _, front := range []struct{ name, url string }{{"gateway", s.gateway}, {"envoy", envoyURL}} {
+		t.Run(front.name, func(t *testing.T) {
+			o := s.setUpOrg(t)
+			s.putSDKPrices(t, o)
+			for _, c := range calls {
+				t.Run(c.name, func(t *testing.T) {
+					next.Set(c.usage)
+					before, left := len(fake.Calls()), up.cancelled.Load()
+					r := runSDK(t, dir, c.script, c.scenario, front.url, o.key, c.model)
+					if !r.OK || r.Status != 200 || r.Text != fakellm.Text {
+						t.Fatalf("the call failed or lost text: %+v", r)
+					}
+					got := fake.Calls()[before:]
+					if len(got) != 1 || got[0].API != c.api || !got[0].Stream {
+						t.Fatalf("the provider got %+v, want one streamed %s call", got, c.api)
+					}
+					rec := waitReceipt(t, s, got[0].Header.Get("X-Service-Request-Id"))
+					if up.cancelled.Load() == left {
+						t.Fatal("the provider's request was not cancelled: the client did not leave before the body's end")
+					}
+					if rec.cost() != c.cost || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
+						t.Errorf("receipt %s, want %d micro-USD, complete, from the reported usage", rec, c.cost)
+					}
+				})
+			}
+		})
+	}
+}
