@@ -230,7 +230,9 @@
 //     frame whose CRC matched; bedrock-invoke-stream (and a Claude model's
 //     events through InvokeModelWithResponseStream): the chunk carrying
 //     amazon-bedrock-invocationMetrics, which Bedrock sends in the last chunk
-//     of every model's stream (Llama's, Nova's, Mistral's, Cohere's...).
+//     of every model's stream (Llama's, Nova's, Mistral's, Cohere's...);
+//   - gemini-json-stream: the array's closing ']' (its syntax ends it: a
+//     client's JSON decoder may stop there and close).
 //
 // Nothing the answer bills follows it, and a client may close as soon as it
 // reads it: the official Go SDK (openai-go) does at "[DONE]", and a program
@@ -238,11 +240,11 @@
 // Node, Python and AWS SDKs abort the request, before the body's end (a chunked
 // terminator, HTTP/2's END_STREAM) arrives; Envoy then resets the stream before
 // ext_proc sees its end_of_stream (since 2026-12-03; TestStreamEndedByDone,
-// TestStreamEndedByItsTerminalEvent, TestBedrockStreamEndedByItsLastEvent).
-// Gemini's own streams (streamGenerateContent with alt=sse, and
-// gemini-json-stream) have no terminal event: the chunk with finishReason and
-// the final usageMetadata is the last, but nothing in it says so, so such a
-// stream broken off after it stays incomplete (it still reports that usage,
+// TestStreamEndedByItsTerminalEvent, TestBedrockStreamEndedByItsLastEvent,
+// TestGeminiJSONArray). Gemini's event stream (streamGenerateContent with
+// alt=sse) has no terminal event: the chunk with finishReason and the final
+// usageMetadata is the last, but nothing in it says so, so such a stream
+// broken off after it stays incomplete (it still reports that usage,
 // whole: a client that leaves there is charged what it was answered, its
 // receipt marked incomplete). A compressed body is not excused so:
 // its coding must end properly. A count or a model cut in the middle is not

@@ -31,11 +31,12 @@ func checkInvariants(t *testing.T, ct string, body []byte, seed uint64) Usage {
 		}
 	}
 	// Broken off, a stream is complete only when it ended by its protocol: a "[DONE]" or
-	// its terminal event after its final report (a body read as JSON, complete, holds no
-	// such event; AWS's event stream is read as its frames, eventStreamEnded).
+	// its terminal event after its final report, a top-level array closed (a JSON object,
+	// complete, holds no such end; AWS's event stream is read as its frames,
+	// eventStreamEnded).
 	broken := run(ct, nil, fuzzLimits, [][]byte{body}, false)
 	want := whole
-	ended := endedByProtocol(body)
+	ended := endedAt(ct, body)
 	if ct == ctEventStream {
 		ended = eventStreamEnded(body)
 	}

@@ -1163,6 +1163,20 @@ func endedByProtocol(body []byte) bool {
 	return ended
 }
 
+// endedAt is endedByProtocol for a body of content type ct: a body read as a top-level
+// JSON array (a JSON type, or another sniffed: its first byte past a BOM and white space
+// is '[') ends at its closing bracket, when it is one well-formed array; any other, as an
+// event stream does (a JSON object holds no terminal event).
+func endedAt(ct string, body []byte) bool {
+	if mt := mediaType(ct); mt != "text/event-stream" && mt != ctEventStream && !strings.HasPrefix(mt, "audio/") {
+		b := bytes.TrimLeft(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")), " \t\r\n")
+		if len(b) > 0 && b[0] == '[' {
+			return json.Valid(b)
+		}
+	}
+	return endedByProtocol(body)
+}
+
 // oracleTerminal tells whether a document, read as one of family fam, is the event its
 // protocol ends the stream with, after which nothing is billed (written apart from
 // endsStream, from the providers' documentation).

@@ -691,11 +691,14 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 	}
 	// A stream whose terminal event came after its final report ended by its protocol
 	// (sseReader.endEvent: "data: [DONE]", response.completed, message_stop,
-	// ConverseStream's metadata; InvokeModelWithResponseStream's invocation metrics): a
+	// ConverseStream's metadata; InvokeModelWithResponseStream's invocation metrics; a
+	// JSON array's closing bracket): a
 	// client that closed as soon as it read it (openai-go does at [DONE]) cut nothing.
 	// Not a compressed one, whose Complete also asks that its coding ended properly (its
 	// checksum), which only the end of the body tells.
-	protocolEnded := !encoded && (e.sse.ended() || e.bedrock.ended())
+	// A top-level JSON array (gemini-json-stream) ends by its syntax at its closing ']':
+	// nothing but white space may follow.
+	protocolEnded := !encoded && (e.sse.ended() || e.bedrock.ended() || e.mode == modeArray && e.arr == arrClosed)
 	e.bedrock.fillFromMetrics(&u, endOfStream || protocolEnded)
 	e.bedrock.fillFromHeaders(&u, endOfStream)
 	e.bedrock.unreadText(&u)

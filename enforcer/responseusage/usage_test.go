@@ -309,7 +309,7 @@ func TestBrokenOff(t *testing.T) {
 				got := run(tc.ct, tc.headers, Limits{}, [][]byte{prefix}, false)
 				// Only a stream that ended by its protocol, a "[DONE]" after its final
 				// report, is complete though broken off (TestStreamEndedByDone).
-				if got.Complete && !endedByProtocol(prefix) {
+				if got.Complete && !endedAt(tc.ct, prefix) {
 					t.Fatalf("prefix of %d bytes: Complete after a broken-off stream", n)
 				}
 				if again := run(tc.ct, tc.headers, Limits{}, splitAt(prefix, n/3, 2*n/3), false); !reflect.DeepEqual(got, again) {
@@ -317,7 +317,7 @@ func TestBrokenOff(t *testing.T) {
 				}
 				if n == len(body) {
 					want := tc.want
-					want.Complete = want.Complete && endedByProtocol(body)
+					want.Complete = want.Complete && endedAt(tc.ct, body)
 					if !reflect.DeepEqual(got, want) {
 						t.Fatalf("whole body broken off at the end:\n got %s\nwant %s", show(got), show(want))
 					}
