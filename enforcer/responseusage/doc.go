@@ -221,9 +221,11 @@
 //     response.failed (with its usage: it is the final report too);
 //   - anthropic-sse: message_stop, after message_delta (Anthropic's on Bedrock
 //     and Vertex AI too);
-//   - openai-transcription-sse, openai-speech-sse, openai-image-sse:
-//     transcript.text.done, speech.audio.done, image_generation.completed
-//     (image_edit.completed), each with its usage;
+//   - openai-transcription-sse, openai-speech-sse: transcript.text.done,
+//     speech.audio.done, each with its usage (an image stream's
+//     image_generation.completed is not one: whether a stream of n images sends
+//     one each is not documented, and ending at the first would settle the rest
+//     complete at its usage; broken off, an image stream stays incomplete);
 //   - gemini-sse read from the Interactions API: interaction.completed (or the
 //     "[DONE]" after it);
 //   - bedrock-converse-stream: the metadata event (after messageStop), a whole

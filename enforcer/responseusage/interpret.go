@@ -229,7 +229,11 @@ func endsStream(d *docFields) bool {
 	case famSpeech:
 		return d.typ.is("speech.audio.done")
 	case famImage:
-		return d.typ.is("image_generation.completed") || d.typ.is("image_edit.completed")
+		// Not image_generation.completed (image_edit.completed): whether a stream of n
+		// images sends one per image is not documented, and ending at the first would
+		// settle the rest complete at the first's usage. Such a stream broken off stays
+		// incomplete, its output estimated from its n (never below).
+		return false
 	case famGemini:
 		return d.typ.is("interaction.completed")
 	case famConverse:

@@ -1186,7 +1186,6 @@ func oracleTerminal(fam family, d *docFields) bool {
 		famAnthropic:     {"message_stop"},
 		famTranscription: {"transcript.text.done"},
 		famSpeech:        {"speech.audio.done"},
-		famImage:         {"image_generation.completed", "image_edit.completed"},
 		famGemini:        {"interaction.completed"},
 	}[fam]
 	for _, n := range names {

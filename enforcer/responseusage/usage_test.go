@@ -2338,8 +2338,9 @@ func TestStreamEndedByDone(t *testing.T) {
 // came after the final usage report (or was it): the Responses API's
 // response.completed, response.incomplete and response.failed, Anthropic's message_stop
 // after message_delta, a transcription's transcript.text.done, speech's
-// speech.audio.done, an image's image_generation.completed, the Interactions API's
-// interaction.completed. A client may close as soon as it reads it (an agent that
+// speech.audio.done, the Interactions API's interaction.completed. An image stream's
+// image_generation.completed is not an end: whether n images send one each is not
+// documented. A client may close as soon as it reads it (an agent that
 // breaks out of its loop there; the SDKs abort the request when it does), before the
 // body's end; behind Envoy, ext_proc then saw no end_of_stream, and before 2026-12-03 a
 // whole answer was settled incomplete. A Gemini stream has no terminal event (its last
@@ -2386,7 +2387,7 @@ func TestStreamEndedByItsTerminalEvent(t *testing.T) {
 		{"speech: speech.audio.done", "data: " + `{"type":"speech.audio.delta","audio":"AAAA"}` + "\n\ndata: " +
 			`{"type":"speech.audio.done","usage":{"input_tokens":12,"output_tokens":3,"total_tokens":15}}` + "\n\n", "", true},
 		{"image: image_generation.completed", "event: image_generation.completed\ndata: " +
-			`{"type":"image_generation.completed","b64_json":"AAAA","usage":{"input_tokens":12,"output_tokens":3}}` + "\n\n", "", true},
+			`{"type":"image_generation.completed","b64_json":"AAAA","usage":{"input_tokens":12,"output_tokens":3}}` + "\n\n", "", false}, // one per image of n? undocumented: not an end
 		{"interactions: interaction.completed", ev("interaction.completed", `{"event_type":"interaction.completed","interaction":{"id":"i","model":"gemini-3-flash-preview","status":"completed","usage":{"total_input_tokens":12,"total_output_tokens":3}}}`), "", true},
 		// Gemini's last chunk is no terminal event: nothing says no chunk follows.
 		{"gemini: the finishReason chunk", "data: " + geminiLast + "\r\n\r\n", "", false},
