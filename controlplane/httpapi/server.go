@@ -32,7 +32,18 @@ type Deps struct {
 	// right-most address (what the trusted proxy saw), for deployments behind a proxy
 	// that sets or appends it.
 	TrustForwardedFor bool
+	// RequestTimeout bounds each request (DefaultRequestTimeout when 0): a request still
+	// waiting for Postgres then (a lock another session holds, a pool whose connections
+	// are all taken, a server that stopped answering) is answered 503 and its statement
+	// cancelled, so that it neither waits forever nor keeps its connection from others.
+	RequestTimeout time.Duration
 }
+
+// DefaultRequestTimeout is the bound of a request unless Deps says otherwise: far above
+// what any route takes on a healthy database (milliseconds; the largest lists well under
+// a second), and below the REST server's write timeout, so that the 503 still reaches
+// the client.
+const DefaultRequestTimeout = 15 * time.Second
 
 // Events is how the API tells the rest of the system that something an enforcer caches
 // changed. The accounting layer implements it; until then it may be a no-op.
@@ -80,6 +91,9 @@ type Server struct {
 func New(d Deps) *Server {
 	if d.SessionTTL == 0 {
 		d.SessionTTL = 7 * 24 * time.Hour
+	}
+	if d.RequestTimeout <= 0 {
+		d.RequestTimeout = DefaultRequestTimeout
 	}
 	if d.Events == nil {
 		d.Events = noEvents{}

@@ -28,7 +28,14 @@ func newID(prefix typeid.Prefix) string { return typeid.New(prefix) }
 func (s *Server) wrap(rt route) http.Handler {
 	wildcards := patternWildcards(rt.pattern)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := &Call{W: w, R: r, Ctx: r.Context(), s: s, now: s.clock.Now()}
+		// Every route's work ends by the deadline: pgx gives up acquiring a connection
+		// or cancels the statement then, and the error is answered 503 (writeError).
+		// Without it a request blocked on Postgres waited as long as its client did,
+		// holding its connection (and with 16 of them the whole pool, accounting's too).
+		ctx, cancel := context.WithTimeout(r.Context(), s.deps.RequestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+		c := &Call{W: w, R: r, Ctx: ctx, s: s, now: s.clock.Now()}
 		defer func() {
 			if p := recover(); p != nil {
 				s.log.ErrorContext(r.Context(), "handler panic", "request_id", requestID(r), "route", r.Pattern, "panic", fmt.Sprint(p))

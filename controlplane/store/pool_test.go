@@ -41,3 +41,55 @@ func TestPoolSize(t *testing.T) {
 		st.Close()
 	}
 }
+
+// TestCancelledStatementEndsInPostgres: a statement whose context ends while it waits
+// for a lock another session holds ends in Postgres too, not only in the client: its
+// backend stops waiting while the lock is still held (pgx sends a cancel request when it
+// drops the connection; Postgres does not notice a closed socket while a statement
+// waits), its connection leaves the pool, and a lone write never runs later, once the
+// lock comes free. The REST API's request deadline relies on it (docs/admin.md).
+func TestCancelledStatementEndsInPostgres(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	ctx := context.Background()
+	if _, err := st.Pool.Exec(ctx, `CREATE TABLE scratch (n int)`); err != nil {
+		t.Fatal(err)
+	}
+	observer := storetest.Conn(t, st)
+	release := storetest.LockTable(t, st, "scratch", "ACCESS EXCLUSIVE")
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := st.Pool.Exec(wctx, `INSERT INTO scratch VALUES (1)`); done <- err }()
+	storetest.WaitForLockWaiters(t, observer, 1)
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the cancelled insert succeeded")
+	}
+	storetest.WaitForNoLockWaiters(t, observer)
+	storetest.WaitForReleasedConns(t, st)
+	release()
+	// Once the lock is free a backend still holding the insert runs it: wait until no
+	// other backend of the database is busy, then count.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var busy int
+		if err := observer.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND pid <> pg_backend_pid() AND state <> 'idle'`).Scan(&busy); err != nil {
+			t.Fatal(err)
+		}
+		if busy == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d backends still busy after 30s", busy)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var rows int
+	if err := observer.QueryRow(ctx, `SELECT count(*) FROM scratch`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Errorf("the cancelled insert ran after all: %d rows", rows)
+	}
+}

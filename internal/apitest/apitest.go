@@ -68,6 +68,9 @@ type Options struct {
 	// TrustForwardedFor takes the client address from X-Forwarded-For, so that a test
 	// can speak from several addresses.
 	TrustForwardedFor bool
+	// RequestTimeout is the server's bound of a request (httpapi.Deps.RequestTimeout);
+	// 0: the server's default.
+	RequestTimeout time.Duration
 }
 
 // New starts the API on a fresh database.
@@ -79,7 +82,7 @@ func NewWith(t testing.TB, o Options) *Env {
 	st := storetest.New(t)
 	e := &Env{Store: st, Clock: clock.NewManual(Start), Registry: prometheus.NewRegistry(), Logs: &bytes.Buffer{}}
 	e.Server = httpapi.New(httpapi.Deps{Store: st, Clock: e.Clock, Log: slog.New(slog.NewTextHandler(&lockedWriter{w: e.Logs}, nil)),
-		Registry: e.Registry, Events: o.Events, TrustForwardedFor: o.TrustForwardedFor})
+		Registry: e.Registry, Events: o.Events, TrustForwardedFor: o.TrustForwardedFor, RequestTimeout: o.RequestTimeout})
 	srv := httptest.NewServer(e.Server)
 	t.Cleanup(srv.Close)
 	e.URL = srv.URL

@@ -1,0 +1,164 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+)
+
+// Postgres trouble, made real on a test's own database: another session holding a lock,
+// a backend killed by pg_terminate_backend, the database turned read-only (as a standby
+// is during a failover: SQLSTATE 25006), every pooled connection taken.
+
+// Conn opens a connection of its own (outside st's pool) to st's database, closed when
+// the test ends: the other session of a fault.
+func Conn(t testing.TB, st *store.Store) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, URLFor(Database(st)))
+	if err != nil {
+		t.Fatalf("open a second connection: %v", err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// Database is the name of st's database.
+func Database(st *store.Store) string { return st.Pool.Config().ConnConfig.Database }
+
+// LockTable takes table's lock in mode (e.g. "ACCESS EXCLUSIVE") in a transaction of
+// another session and holds it until release (or the test's end) rolls it back.
+func LockTable(t testing.TB, st *store.Store, table, mode string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	c := Conn(t, st)
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+pgx.Identifier{table}.Sanitize()+` IN `+mode+` MODE`); err != nil {
+		t.Fatalf("lock %s: %v", table, err)
+	}
+	done := false
+	release = func() {
+		if !done {
+			done = true
+			_ = tx.Rollback(ctx)
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// LockWaiters counts the backends of st's database waiting for a lock.
+func LockWaiters(t testing.TB, c *pgx.Conn) int {
+	t.Helper()
+	var n int
+	if err := c.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// WaitForLockWaiters polls (every 10 ms, failing after 30 s) until n backends of c's
+// database wait for a lock.
+func WaitForLockWaiters(t testing.TB, c *pgx.Conn, n int) {
+	t.Helper()
+	waitFor(t, func() bool { return LockWaiters(t, c) >= n }, "%d backends waiting for a lock", n)
+}
+
+// WaitForNoLockWaiters polls (every 10 ms, failing after 30 s) until no backend of c's
+// database waits for a lock: a cancelled statement has ended in Postgres too.
+func WaitForNoLockWaiters(t testing.TB, c *pgx.Conn) {
+	t.Helper()
+	waitFor(t, func() bool { return LockWaiters(t, c) == 0 }, "no backend waiting for a lock")
+}
+
+// WaitForReleasedConns polls (every 10 ms, failing after 30 s) until no connection of
+// st's pool is acquired: a connection whose statement was cut is destroyed in the
+// background, and counts as acquired until it is closed.
+func WaitForReleasedConns(t testing.TB, st *store.Store) {
+	t.Helper()
+	waitFor(t, func() bool { return st.Pool.Stat().AcquiredConns() == 0 }, "no connection of the pool acquired")
+}
+
+func waitFor(t testing.TB, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30s, still not: "+format, args...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TerminateLockWaiters kills (pg_terminate_backend) every backend of c's database that
+// waits for a lock, as an operator, a failover or a crashed Postgres backend would end
+// it mid-transaction, and answers how many it killed.
+func TerminateLockWaiters(t testing.TB, c *pgx.Conn) int {
+	t.Helper()
+	var n int
+	if err := c.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// ReadOnly makes st's database refuse writes, as a standby does (ALTER DATABASE ... SET
+// default_transaction_read_only = on), and drops the pool's connections so that every
+// new one is read-only; undo (or the test's end) turns it back and drops them again.
+func ReadOnly(t testing.TB, st *store.Store) (undo func()) {
+	t.Helper()
+	c := Conn(t, st)
+	set := func(on string) {
+		t.Helper()
+		if _, err := c.Exec(context.Background(), `ALTER DATABASE `+pgx.Identifier{Database(st)}.Sanitize()+
+			` SET default_transaction_read_only = `+on); err != nil {
+			t.Fatalf("set default_transaction_read_only: %v", err)
+		}
+		st.Pool.Reset()
+	}
+	set("on")
+	done := false
+	undo = func() {
+		if !done {
+			done = true
+			set("off")
+		}
+	}
+	t.Cleanup(undo)
+	return undo
+}
+
+// Exhaust takes every connection of st's pool, as slow requests would, and holds them
+// until release (or the test's end).
+func Exhaust(t testing.TB, st *store.Store) (release func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var held []*pgxpool.Conn
+	for range st.Pool.Config().MaxConns {
+		c, err := st.Pool.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("take the pool's connections: %v", err)
+		}
+		held = append(held, c)
+	}
+	release = func() {
+		for _, c := range held {
+			c.Release()
+		}
+		held = nil
+	}
+	t.Cleanup(release)
+	return release
+}
