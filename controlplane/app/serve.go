@@ -157,13 +157,24 @@ func New(d Deps) (*ControlPlane, error) {
 			Options: cfg.retentionOptions(true), Interval: cfg.RetentionInterval}
 	}
 
-	c.Admin = admin.New(d.Registry, func(ctx context.Context) error {
-		if err := st.Pool.Ping(ctx); err != nil {
-			return errors.New("database unreachable")
-		}
-		return nil
-	})
+	c.Admin = admin.New(d.Registry, func(ctx context.Context) error { return databaseReady(ctx, st) })
 	return c, nil
+}
+
+// databaseReady is /readyz's check of Postgres: a ping on a pooled connection within
+// the check's timeout. When it fails with every connection of the pool taken (slow
+// requests, a lock they all wait for), the reason says so: Postgres answers, and an
+// operator told "database unreachable" looked for the fault in the wrong place. A
+// database that refuses writes (a standby during a failover) is still ready: reads are
+// served, and writes are answered 503 (docs/admin.md, "When Postgres is in trouble").
+func databaseReady(ctx context.Context, st *store.Store) error {
+	if err := st.Pool.Ping(ctx); err != nil {
+		if s := st.Pool.Stat(); s.AcquiredConns() >= s.MaxConns() {
+			return errors.New("database connections all in use")
+		}
+		return errors.New("database unreachable")
+	}
+	return nil
 }
 
 // handshakeTimeout bounds a gRPC connection's handshake (TLS included).
