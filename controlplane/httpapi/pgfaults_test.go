@@ -149,19 +149,21 @@ func TestLockWaitEndsAtTheRequestDeadline(t *testing.T) {
 	o := e.NewOrg(t, "Acme")
 	p := dayPolicy(t, e, o, "Daily", "1", nil)
 	observer := storetest.Conn(t, e.Store)
+	table := func(name string) string { return `LOCK TABLE ` + name + ` IN ACCESS EXCLUSIVE MODE` }
 	for _, tc := range []struct {
-		name, table, method, path string
-		body                      any
-		code                      string
-		ok                        int
+		name, hold, method, path string
+		body                     any
+		code                     string
+		ok                       int
 	}{
-		{"create a team", "teams", "POST", "/v1/teams", map[string]string{"name": "Platform"}, "service_unavailable", http.StatusCreated},
-		{"read the teams", "teams", "GET", "/v1/teams", nil, "service_unavailable", http.StatusOK},
-		{"update a policy", "usage_policies", "PATCH", policiesPath + "/" + p.ID, map[string]any{"revision": 1, "name": "Daily 2", "limits": []map[string]any{{"timeframe": "day", "costUsd": "2"}}}, "gateway_usage_unavailable", http.StatusOK},
+		{"create a team", table("teams"), "POST", "/v1/teams", map[string]string{"name": "Platform"}, "service_unavailable", http.StatusCreated},
+		{"read the teams", table("teams"), "GET", "/v1/teams", nil, "service_unavailable", http.StatusOK},
+		{"update a policy whose row is locked", `SELECT 1 FROM usage_policies WHERE id = '` + p.ID + `' FOR UPDATE`, "PATCH", policiesPath + "/" + p.ID,
+			map[string]any{"revision": 1, "name": "Daily 2", "limits": []map[string]any{{"timeframe": "day", "costUsd": "2"}}}, "gateway_usage_unavailable", http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := snapshot(t, e)
-			release := storetest.LockTable(t, e.Store, tc.table, "ACCESS EXCLUSIVE")
+			release := storetest.HoldInTx(t, e.Store, tc.hold)
 			r := await(t, inBackground(func() *apitest.Resp { return e.Do(t, tc.method, tc.path, tc.body, o.As()...) }), release)
 			storetest.WaitForNoLockWaiters(t, observer)
 			storetest.WaitForReleasedConns(t, e.Store)
@@ -233,4 +235,28 @@ func TestReadOnlyDatabase(t *testing.T) {
 	undo()
 	sameSnapshot(t, before, snapshot(t, e))
 	e.Do(t, "POST", "/v1/teams", map[string]string{"name": "Platform"}, o.As()...).Expect(t, http.StatusCreated)
+}
+
+// TestServerTimeoutsAnswer503: Postgres's own bounds, set by an operator on the database
+// (lock_timeout, statement_timeout), end a request before its deadline; the refusal
+// (SQLSTATE 55P03 or 57014) is the route's 503 like any other failure of the database,
+// not a 500 and not a 4xx, and nothing is written.
+func TestServerTimeoutsAnswer503(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	for _, param := range []string{"lock_timeout", "statement_timeout"} {
+		t.Run(param, func(t *testing.T) {
+			before := snapshot(t, e)
+			undo := storetest.SetDatabase(t, e.Store, param, "100ms")
+			release := storetest.LockTable(t, e.Store, "teams", "ACCESS EXCLUSIVE")
+			r := await(t, inBackground(func() *apitest.Resp {
+				return e.Do(t, "POST", "/v1/teams", map[string]string{"name": "Platform"}, o.As()...)
+			}), release)
+			release()
+			undo()
+			expectUnavailable(t, r, "service_unavailable")
+			sameSnapshot(t, before, snapshot(t, e))
+		})
+	}
 }

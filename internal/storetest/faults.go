@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,14 +37,22 @@ func Database(st *store.Store) string { return st.Pool.Config().ConnConfig.Datab
 // another session and holds it until release (or the test's end) rolls it back.
 func LockTable(t testing.TB, st *store.Store, table, mode string) (release func()) {
 	t.Helper()
+	return HoldInTx(t, st, `LOCK TABLE `+pgx.Identifier{table}.Sanitize()+` IN `+mode+` MODE`)
+}
+
+// HoldInTx runs sql (say, SELECT ... FOR UPDATE: row locks) in a transaction of another
+// session and holds the transaction, with its locks, until release (or the test's end)
+// rolls it back.
+func HoldInTx(t testing.TB, st *store.Store, sql string, args ...any) (release func()) {
+	t.Helper()
 	ctx := context.Background()
 	c := Conn(t, st)
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `LOCK TABLE `+pgx.Identifier{table}.Sanitize()+` IN `+mode+` MODE`); err != nil {
-		t.Fatalf("lock %s: %v", table, err)
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
 	}
 	done := false
 	release = func() {
@@ -118,21 +127,30 @@ func TerminateLockWaiters(t testing.TB, c *pgx.Conn) int {
 // new one is read-only; undo (or the test's end) turns it back and drops them again.
 func ReadOnly(t testing.TB, st *store.Store) (undo func()) {
 	t.Helper()
+	return SetDatabase(t, st, "default_transaction_read_only", "on")
+}
+
+// SetDatabase sets a parameter of st's database for every new session (ALTER DATABASE
+// ... SET: statement_timeout, lock_timeout, default_transaction_read_only) and drops the
+// pool's connections, so that the ones that follow have it; undo (or the test's end)
+// resets it and drops them again.
+func SetDatabase(t testing.TB, st *store.Store, param, value string) (undo func()) {
+	t.Helper()
 	c := Conn(t, st)
-	set := func(on string) {
+	db := pgx.Identifier{Database(st)}.Sanitize()
+	alter := func(stmt string) {
 		t.Helper()
-		if _, err := c.Exec(context.Background(), `ALTER DATABASE `+pgx.Identifier{Database(st)}.Sanitize()+
-			` SET default_transaction_read_only = `+on); err != nil {
-			t.Fatalf("set default_transaction_read_only: %v", err)
+		if _, err := c.Exec(context.Background(), stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
 		}
 		st.Pool.Reset()
 	}
-	set("on")
+	alter(`ALTER DATABASE ` + db + ` SET ` + pgx.Identifier{param}.Sanitize() + ` = '` + strings.ReplaceAll(value, "'", "''") + `'`)
 	done := false
 	undo = func() {
 		if !done {
 			done = true
-			set("off")
+			alter(`ALTER DATABASE ` + db + ` RESET ` + pgx.Identifier{param}.Sanitize())
 		}
 	}
 	t.Cleanup(undo)
