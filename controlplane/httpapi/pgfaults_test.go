@@ -1,12 +1,9 @@
 package httpapi_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/internal/apitest"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
@@ -55,26 +52,7 @@ func expectUnavailable(t *testing.T, r *apitest.Resp, code string) {
 // changed nothing.
 func snapshot(t *testing.T, e *apitest.Env) map[string]string {
 	t.Helper()
-	ctx := context.Background()
-	rows, err := e.Store.Pool.Query(ctx, `SELECT table_name FROM information_schema.tables
-		WHERE table_schema = 'public' AND table_type = 'BASE TABLE'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, tb := range tables {
-		var digest string
-		q := `SELECT coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM ` + pgx.Identifier{tb}.Sanitize() + ` t`
-		if err := e.Store.Pool.QueryRow(ctx, q).Scan(&digest); err != nil {
-			t.Fatal(err)
-		}
-		out[tb] = digest
-	}
-	return out
+	return snapshotter(t, e)()
 }
 
 func sameSnapshot(t *testing.T, before, after map[string]string) {
