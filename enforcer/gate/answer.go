@@ -136,8 +136,7 @@ var (
 	// string error the official OpenAI Go SDK (openai-go) cannot decode: a bad key
 	// was a *json.UnmarshalTypeError in its program, with no status to read, not an
 	// *openai.Error 401. error.code keeps the old word.
-	bodyUnauthorized = mustJSON(errorBody{Error: errorObject{Type: "authentication_error", Code: "unauthorized",
-		Message: "A valid Tollgate API key is required: give the member's key to the client as its API key (Authorization: Bearer or x-api-key)."}})
+	bodyUnauthorized = UnauthorizedBody("A valid Tollgate API key is required: give the member's key to the client as its API key (Authorization: Bearer or x-api-key).")
 
 	bodyCaptureSuspended = mustJSON(errorBody{Error: errorObject{Type: "api_error", Code: CodeAccountingUnavailable,
 		Message: "Usage capture is suspended for this member; requests are refused until an operator resumes it.",
@@ -146,6 +145,12 @@ var (
 		Message: "Usage accounting is temporarily unavailable; retry shortly.",
 		Details: map[string]string{"reason": "accounting_unavailable"}}})
 )
+
+// UnauthorizedBody is a 401's body saying message: the error object of every 401 of the
+// front doors (bodyUnauthorized), for a front door's own reason to refuse a key.
+func UnauthorizedBody(message string) []byte {
+	return mustJSON(errorBody{Error: errorObject{Type: "authentication_error", Code: "unauthorized", Message: message}})
+}
 
 type errorBody struct {
 	Error errorObject `json:"error"`

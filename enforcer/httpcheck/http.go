@@ -214,8 +214,8 @@ func tollgateKeyInQuery(rawQuery string) bool {
 
 // bodyKeyInQuery is the 401 of a request carrying a Tollgate key in its query: the
 // error object of the other 401s (gate's), which the SDKs decode.
-var bodyKeyInQuery = []byte(`{"error":{"type":"authentication_error","code":"unauthorized","message":"A Tollgate key in the URL's query is refused here: ` +
-	`this proxy would pass it on to the provider. Send it in a header instead (x-api-key, Authorization: Bearer, x-goog-api-key or api-key)."}}`)
+var bodyKeyInQuery = gate.UnauthorizedBody("A Tollgate key in the URL's query is refused here: " +
+	"this proxy would pass it on to the provider. Send it in a header instead (x-api-key, Authorization: Bearer, x-goog-api-key or api-key).")
 
 // settleGuardrailUnits is /settle's guardrailUnits (pricecatalog.GuardrailUnits).
 type settleGuardrailUnits struct {
