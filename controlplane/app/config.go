@@ -234,7 +234,7 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 		extra(fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		return c, ConfigError{err}
 	}
 	problems := e.Problems
 	if fs.NArg() > 0 {
@@ -256,7 +256,7 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 	}
 	problems = append(problems, c.validate(k)...)
 	if len(problems) > 0 {
-		return c, errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))
+		return c, ConfigError{errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))}
 	}
 	if stdio.Environ != nil {
 		warnUnknownEnv(logging.New(c.LogFormat, c.LogLevel, stdio.Stderr), envflag.Unknown(stdio.Environ(), "TOLLGATE_", KnownEnv(), read.Names()))
@@ -361,3 +361,11 @@ func (c Config) validate(k knobs) []string {
 func (c Config) retentionOptions(apply bool) retention.Options {
 	return retention.Options{Age: c.RetentionAge, Batch: c.RetentionBatch, Apply: apply}
 }
+
+// ConfigError is a command line or configuration a command refused before anything ran
+// (a flag it does not have, a value of the wrong type, a setting its validation
+// refuses): the tollgate CLI answers it with its usage exit code.
+type ConfigError struct{ Err error }
+
+func (e ConfigError) Error() string { return e.Err.Error() }
+func (e ConfigError) Unwrap() error { return e.Err }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strings"
 
 	"github.com/tollgate-dev/tollgate/controlplane/app"
 )
@@ -83,20 +82,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 }
 
 // controlPlaneUsage makes a usage error (exit 2) of what the control plane's subcommands
-// refuse before doing anything: a flag they do not have or a value of the wrong type (the
-// flag package's errors) and a configuration their parseConfig refuses, stray arguments
-// included ("invalid configuration: ..."). Their errors are not typed; the messages are
-// held by TestControlPlaneCommandsExitLikeTheOthers.
+// refuse before doing anything (app.ConfigError: a flag they do not have, a value of the
+// wrong type, a configuration their validation refuses, stray arguments included).
 func controlPlaneUsage(err error) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	for _, prefix := range []string{"invalid configuration:", "flag provided but not defined:", "invalid value ", "invalid boolean ",
-		"bad flag syntax:", "flag needs an argument:"} {
-		if strings.HasPrefix(msg, prefix) {
-			return usageError{msg}
-		}
+	if ce := (app.ConfigError{}); errors.As(err, &ce) {
+		return usageError{err.Error()}
 	}
 	return err
 }
