@@ -52,7 +52,11 @@ func (s *Server) createAPIKey(c *Call) error {
 		if err := c.lockCaller(tx); err != nil {
 			return err
 		}
-		if err := store.CreateAPIKey(c.Ctx, tx, k); err != nil {
+		err := store.CreateAPIKeyWithinLimit(c.Ctx, tx, k)
+		if errors.Is(err, store.ErrAPIKeyLimit) {
+			return fault.Conflictf("api_key_limit", "You already hold %d live API keys, the most a member may; revoke one you no longer use (DELETE /v1/api-keys/{apiKeyId}) and try again.", store.MaxLiveAPIKeysPerMember)
+		}
+		if err != nil {
 			return err
 		}
 		return c.Audit(tx, "api_key.create", k.ID, map[string]any{"name": name})

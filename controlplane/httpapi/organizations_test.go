@@ -1,10 +1,15 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/apitest"
 )
 
@@ -337,4 +342,99 @@ func TestCreateAPIKeyNeedsFreshSignIn(t *testing.T) {
 	var out struct{ Key string }
 	create(fresh).Expect(t, http.StatusCreated).Decode(t, &out)
 	addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, apitest.Key(out.Key)).Expect(t, http.StatusCreated)
+}
+
+// TestAPIKeysPerMemberAreCapped: a member holds at most store.MaxLiveAPIKeysPerMember
+// live keys. Before, a script could mint keys without end: every one a credential the
+// enforcers resolve and cache, and a row nothing removes. The next one is 409
+// api_key_limit and writes nothing; a revoked or expired key frees its place; concurrent
+// creations cannot both take the last place; other members are unaffected.
+func TestAPIKeysPerMemberAreCapped(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	limit := store.MaxLiveAPIKeysPerMember
+
+	create := func(m apitest.Member, name string, body map[string]any) *apitest.Resp {
+		if body == nil {
+			body = map[string]any{}
+		}
+		body["name"] = name
+		return e.Do(t, "POST", "/v1/api-keys", body, m.As()...)
+	}
+	// The list shows expired keys too (with their expiresAt); only bob's first key has one.
+	type listed struct {
+		ID        string
+		ExpiresAt *string
+	}
+	unexpired := func(m apitest.Member) []listed {
+		var list struct{ APIKeys []listed }
+		e.Do(t, "GET", "/v1/api-keys", nil, m.As()...).Expect(t, 200).Decode(t, &list)
+		var out []listed
+		for _, k := range list.APIKeys {
+			if k.ExpiresAt == nil {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	liveKeys := func(m apitest.Member) int { return len(unexpired(m)) }
+	// One of bob's keys expires in a day; the rest do not.
+	create(bob, "short-lived", map[string]any{"expiresInDays": 1}).Expect(t, http.StatusCreated)
+	var firstID string
+	for i := 1; i < limit; i++ {
+		var out struct{ APIKey struct{ ID string } }
+		create(bob, fmt.Sprintf("key %d", i), nil).Expect(t, http.StatusCreated).Decode(t, &out)
+		if i == 1 {
+			firstID = out.APIKey.ID
+		}
+	}
+	body := create(bob, "one too many", nil).ExpectError(t, http.StatusConflict, "api_key_limit")
+	if msg, _ := body["message"].(string); !strings.Contains(msg, "revoke") {
+		t.Errorf("the refusal does not say what to do: %q", msg)
+	}
+	if n := liveKeys(bob); n != limit-1 {
+		t.Fatalf("bob holds %d keys without an expiry after the refusal, want %d", n, limit-1)
+	}
+	// The owner, another member, is not affected by bob's keys.
+	create(o, "owner's", nil).Expect(t, http.StatusCreated)
+
+	// A revoked key frees its place, for one key.
+	e.Do(t, "DELETE", "/v1/api-keys/"+firstID, nil, bob.As()...).Expect(t, http.StatusNoContent)
+	create(bob, "in the freed place", nil).Expect(t, http.StatusCreated)
+	create(bob, "over again", nil).ExpectError(t, http.StatusConflict, "api_key_limit")
+
+	// An expired key frees its place (a fresh sign-in: creating a key needs one).
+	e.Clock.Advance(24 * time.Hour)
+	bob.User = e.SignIn(t, bob.User)
+	create(bob, "after the expiry", nil).Expect(t, http.StatusCreated)
+	create(bob, "over once more", nil).ExpectError(t, http.StatusConflict, "api_key_limit")
+
+	// Five places left and ten creations at once: exactly five are created.
+	for _, k := range unexpired(bob)[:5] {
+		e.Do(t, "DELETE", "/v1/api-keys/"+k.ID, nil, bob.As()...).Expect(t, http.StatusNoContent)
+	}
+	var wg sync.WaitGroup
+	var created, refused atomic.Int32
+	for i := range 10 {
+		wg.Go(func() {
+			r := e.Do(t, "POST", "/v1/api-keys", map[string]any{"name": fmt.Sprintf("race %d", i)}, bob.As()...)
+			switch r.Status {
+			case http.StatusCreated:
+				created.Add(1)
+			case http.StatusConflict:
+				refused.Add(1)
+			default:
+				t.Errorf("concurrent creation answered %d: %s", r.Status, r.Body)
+			}
+		})
+	}
+	wg.Wait()
+	if created.Load() != 5 || refused.Load() != 5 {
+		t.Errorf("ten creations at once with five places: %d created, %d refused; want 5 and 5", created.Load(), refused.Load())
+	}
+	if n := liveKeys(bob); n != limit {
+		t.Errorf("bob holds %d live keys, want %d", n, limit)
+	}
 }

@@ -490,6 +490,38 @@ func CreateAPIKey(ctx context.Context, q Querier, k APIKey) error {
 	return err
 }
 
+// ErrAPIKeyLimit: the member already holds MaxLiveAPIKeysPerMember live keys.
+var ErrAPIKeyLimit = errors.New("api key limit reached")
+
+// MaxLiveAPIKeysPerMember bounds a member's live keys (neither revoked nor expired).
+// Every live key is a credential the enforcers resolve and cache, and a row no retention
+// removes; a script minting keys in a loop would otherwise grow both without end. A
+// hundred is far beyond one key per tool and machine; revoking one frees its place.
+const MaxLiveAPIKeysPerMember = 100
+
+// apiKeyLockClass is the first key of the two-key advisory lock that serializes a
+// member's key creations, so two at once cannot both see room for one. The second key is
+// a hash of the member id; a collision only serializes two members.
+const apiKeyLockClass = 7_311_007
+
+// CreateAPIKeyWithinLimit creates k unless its member already holds
+// MaxLiveAPIKeysPerMember live keys at k.CreatedAt: then ErrAPIKeyLimit, and nothing is
+// written.
+func CreateAPIKeyWithinLimit(ctx context.Context, tx pgx.Tx, k APIKey) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, apiKeyLockClass, k.MemberID); err != nil {
+		return err
+	}
+	var live int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM api_keys
+		WHERE member_id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)`, k.MemberID, k.CreatedAt).Scan(&live); err != nil {
+		return err
+	}
+	if live >= MaxLiveAPIKeysPerMember {
+		return ErrAPIKeyLimit
+	}
+	return CreateAPIKey(ctx, tx, k)
+}
+
 // KeyIdentity is what a live API key resolves to.
 type KeyIdentity struct {
 	Key    APIKey
