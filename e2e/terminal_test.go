@@ -18,9 +18,14 @@ import (
 // body may end a moment after its terminal event (its chunked terminator, HTTP/2's
 // END_STREAM). A client that leaves at the terminal event then surely leaves before the
 // body's end; cancelled counts the streams whose client did.
+// With gzip set, every answer is gzip-compressed, each event flushed through the
+// compressor, whatever the request's Accept-Encoding (the enforcer asks a stream for
+// identity; a provider may compress anyway): the compressor's end (its last block and
+// CRC-32) goes with the body's end, after the client left.
 type lingeringUpstream struct {
 	fake      *fakellm.Server
 	cancelled atomic.Int64
+	gzip      atomic.Bool
 }
 
 // streamLinger bounds the wait of a stream's end (lingeringUpstream).
@@ -29,6 +34,9 @@ const streamLinger = 10 * time.Second
 func (u *lingeringUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	if u.gzip.Load() {
+		r.Header.Set("Accept-Encoding", "gzip") // fakellm then compresses
+	}
 	u.fake.ServeHTTP(w, r)
 	var req struct{ Stream bool }
 	if json.Unmarshal(body, &req) != nil || !req.Stream {
@@ -49,7 +57,9 @@ func (u *lingeringUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (which cancels the provider's request 100 ms after its client left) and through the
 // Envoy emulator playing deploy/envoy/envoy.yaml (which resets ext_proc's stream without
 // end_of_stream), the answer was whole and is charged exactly, complete. Before
-// 2026-12-03 both were settled incomplete.
+// 2026-12-03 both were settled incomplete. So is one the provider gzip-compressed (each
+// event flushed through the compressor), whose client left before the compressor's end
+// (its CRC-32): before the end of 2026-12-03, settled incomplete.
 func TestClientsLeavingAtTheTerminalEvent(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -71,29 +81,44 @@ func TestClientsLeavingAtTheTerminalEvent(t *testing.T) {
 			fakellm.Usage{InputTokens: 500_000, OutputTokens: 250_000}, priceOf(oa, 500_000, 0, 250_000)},
 	}
 	for _, front := range []struct{ name, url string }{{"gateway", s.gateway}, {"envoy", envoyURL}} {
-		t.Run(front.name, func(t *testing.T) {
-			o := s.setUpOrg(t)
-			s.putSDKPrices(t, o)
-			for _, c := range calls {
-				t.Run(c.name, func(t *testing.T) {
-					next.Set(c.usage)
-					before, left := len(fake.Calls()), up.cancelled.Load()
-					r := runSDK(t, dir, c.script, c.scenario, front.url, o.key, c.model)
-					if !r.OK || r.Status != 200 || r.Text != fakellm.Text {
-						t.Fatalf("the call failed or lost text: %+v", r)
-					}
-					got := fake.Calls()[before:]
-					if len(got) != 1 || got[0].API != c.api || !got[0].Stream {
-						t.Fatalf("the provider got %+v, want one streamed %s call", got, c.api)
-					}
-					rec := waitReceipt(t, s, got[0].Header.Get("X-Service-Request-Id"))
-					if up.cancelled.Load() == left {
-						t.Fatal("the provider's request was not cancelled: the client did not leave before the body's end")
-					}
-					if rec.cost() != c.cost || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
-						t.Errorf("receipt %s, want %d micro-USD, complete, from the reported usage", rec, c.cost)
-					}
-				})
+		for _, compressed := range []bool{false, true} {
+			name := front.name
+			if compressed {
+				name += ", gzip"
+			}
+			t.Run(name, func(t *testing.T) {
+				o := s.setUpOrg(t)
+				s.putSDKPrices(t, o)
+				up.gzip.Store(compressed)
+				t.Cleanup(func() { up.gzip.Store(false) })
+				leaveAtTheTerminalEvent(t, s, dir, fake, up, &next, front.url, o, calls, compressed)
+			})
+		}
+	}
+}
+
+// leaveAtTheTerminalEvent runs each call through the front at url, its stream left at its
+// terminal event before the body's end, and checks it was charged exactly, complete.
+func leaveAtTheTerminalEvent(t *testing.T, s *stack, dir string, fake *fakellm.Server, up *lingeringUpstream, next *fakellm.NextUsage, url string, o org, calls []sdkCall, compressed bool) {
+	t.Helper()
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			next.Set(c.usage)
+			before, left := len(fake.Calls()), up.cancelled.Load()
+			r := runSDK(t, dir, c.script, c.scenario, url, o.key, c.model)
+			if !r.OK || r.Status != 200 || r.Text != fakellm.Text {
+				t.Fatalf("the call failed or lost text: %+v", r)
+			}
+			got := fake.Calls()[before:]
+			if len(got) != 1 || got[0].API != c.api || !got[0].Stream || got[0].Gzip != compressed {
+				t.Fatalf("the provider got %+v, want one streamed %s call (gzip %v)", got, c.api, compressed)
+			}
+			rec := waitReceipt(t, s, got[0].Header.Get("X-Service-Request-Id"))
+			if up.cancelled.Load() == left {
+				t.Fatal("the provider's request was not cancelled: the client did not leave before the body's end")
+			}
+			if rec.cost() != c.cost || rec["complete"] != true || rec["cost_basis"] != "reported_usage" {
+				t.Errorf("receipt %s, want %d micro-USD, complete, from the reported usage", rec, c.cost)
 			}
 		})
 	}

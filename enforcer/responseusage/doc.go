@@ -248,8 +248,10 @@
 // usageMetadata is the last, but nothing in it says so, so such a stream
 // broken off after it stays incomplete (it still reports that usage,
 // whole: a client that leaves there is charged what it was answered, its
-// receipt marked incomplete). A compressed body is not excused so:
-// its coding must end properly. A count or a model cut in the middle is not
+// receipt marked incomplete). A compressed stream ends so too, since the end of
+// 2026-12-03: its terminal event once decoded, its coding's end (a checksum)
+// not waited for, unless the coding failed on its content (see below). A
+// count or a model cut in the middle is not
 // reported at all. Malformed input never fails a Write: a JSON body that is
 // malformed (or followed by anything but white space) is not Complete, and
 // keeps the counts read before the error; in an SSE event, the JSON values
@@ -345,7 +347,10 @@
 // whose first two bytes are a valid zlib header is read as zlib, any other as
 // raw deflate. Complete then also needs the compressed stream to have ended
 // properly (gzip's trailer and CRC, zlib's checksum, deflate's final block,
-// brotli's last meta-block); bytes after that end are ignored.
+// brotli's last meta-block), or, for a stream, its terminal event decoded
+// with no failure of the coding before it (its end carries no byte of the
+// answer; a checksum that came and did not match leaves it incomplete);
+// bytes after that end are ignored.
 //
 // The decompressors (compress/gzip, compress/flate, compress/zlib and
 // github.com/andybalholm/brotli) pull their input from a reader and cannot

@@ -662,9 +662,10 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		return u
 	}
 	var undecoded int64
-	encoded := e.dec != nil
-	if encoded {
+	corrupt := false // the coding failed on the body's content (not a body cut short)
+	if e.dec != nil {
 		var clean bool
+		corrupt = e.dec.corrupt
 		clean, undecoded = e.dec.finish(endOfStream)
 		endOfStream = endOfStream && clean
 		e.dec = nil
@@ -694,11 +695,14 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 	// ConverseStream's metadata; InvokeModelWithResponseStream's invocation metrics; a
 	// JSON array's closing bracket): a
 	// client that closed as soon as it read it (openai-go does at [DONE]) cut nothing.
-	// Not a compressed one, whose Complete also asks that its coding ended properly (its
-	// checksum), which only the end of the body tells.
+	// A compressed one too, since 2026-12-03, once the event decoded: what its coding
+	// still owed (its last block, gzip's CRC-32 and length, zlib's Adler-32) carries no
+	// byte of the answer, and a plain body has no checksum at all. Not one whose coding
+	// failed on its content (corrupt data, a checksum that did not match): what it
+	// decoded is not to be trusted whole.
 	// A top-level JSON array (gemini-json-stream) ends by its syntax at its closing ']':
 	// nothing but white space may follow.
-	protocolEnded := !encoded && (e.sse.ended() || e.bedrock.ended() || e.mode == modeArray && e.arr == arrClosed)
+	protocolEnded := !corrupt && (e.sse.ended() || e.bedrock.ended() || e.mode == modeArray && e.arr == arrClosed)
 	e.bedrock.fillFromMetrics(&u, endOfStream || protocolEnded)
 	e.bedrock.fillFromHeaders(&u, endOfStream)
 	e.bedrock.unreadText(&u)

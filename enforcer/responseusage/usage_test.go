@@ -2311,13 +2311,24 @@ func TestStreamEndedByDone(t *testing.T) {
 		{"[DONE] with trailing bytes", role + usage + "data: [DONE] \n\n", "", false},
 		{"[DONE] in another field", role + usage + "event: [DONE]\n\n", "", false},
 		{"no usage, then [DONE]", role + done, "", false},
-		{"gzip: usage, then [DONE]", role + usage + done, "gzip", false},
+		{"gzip: usage, then [DONE]", role + usage + done, "gzip", true}, // since 2026-12-03
+		{"gzip: usage, no [DONE]", role + usage, "gzip", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := []byte(tc.body)
 			var h map[string]string
 			if tc.encoding != "" {
-				body, h = compress(tc.encoding, body, nil), map[string]string{"content-encoding": tc.encoding}
+				coding, how, _ := strings.Cut(tc.encoding, "-")
+				switch how {
+				case "open": // each event flushed, as a streaming server does; the coding not ended
+					body = compressOpen(coding, body)
+				case "badsum": // gzip's CRC-32 changed
+					body = compress(coding, body, nil)
+					body[len(body)-8] ^= 0xff
+				default:
+					body = compress(coding, body, nil)
+				}
+				h = map[string]string{"content-encoding": coding}
 			}
 			whole := run(ctSSE, h, Limits{}, [][]byte{body}, false)
 			if whole.Complete != tc.complete {
@@ -2380,7 +2391,18 @@ func TestStreamEndedByItsTerminalEvent(t *testing.T) {
 		{"anthropic: message_stop not closed", anthropic + ev("message_delta", msgUsage) + "event: message_stop\ndata: " + msgStop + "\n", "", false},
 		{"anthropic: message_stop before message_delta", anthropic + ev("message_stop", msgStop) + ev("message_delta", msgUsage), "", false},
 		{"anthropic: message_stop without message_delta", anthropic + ev("message_stop", msgStop), "", false},
-		{"anthropic: gzip", anthropic + ev("message_delta", msgUsage) + ev("message_stop", msgStop), "gzip", false},
+		// Compressed, the event decoded is the end: what the coding still owes (its last
+		// block, its checksum) holds no byte of the answer (since 2026-12-03).
+		{"anthropic: gzip", anthropic + ev("message_delta", msgUsage) + ev("message_stop", msgStop), "gzip", true},
+		{"anthropic: gzip, its end not come", anthropic + ev("message_delta", msgUsage) + ev("message_stop", msgStop), "gzip-open", true},
+		{"anthropic: br, its end not come", anthropic + ev("message_delta", msgUsage) + ev("message_stop", msgStop), "br-open", true},
+		{"anthropic: deflate, its end not come", anthropic + ev("message_delta", msgUsage) + ev("message_stop", msgStop), "deflate-open", true},
+		{"responses: gzip, its end not come", responses + ev("response.completed", respCompleted), "gzip-open", true},
+		{"chat: gzip, its end not come", "data: " + `{"object":"chat.completion.chunk","model":"m","choices":[{"delta":{"content":"Hi"}}]}` + "\n\ndata: " +
+			`{"object":"chat.completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3}}` + "\n\ndata: [DONE]\n\n", "gzip-open", true},
+		{"anthropic: gzip, cut before message_stop", anthropic + ev("message_delta", msgUsage), "gzip-open", false},
+		// A checksum that does not match: what was decoded is not to be trusted whole.
+		{"anthropic: gzip, its checksum wrong", anthropic + ev("message_delta", msgUsage) + ev("message_stop", msgStop), "gzip-badsum", false},
 		{"anthropic, then a responses stream without its end", anthropic + ev("message_delta", msgUsage) + ev("message_stop", msgStop) + responses, "", false},
 		{"transcription: transcript.text.done", "data: " + `{"type":"transcript.text.delta","delta":"Hi"}` + "\n\ndata: " +
 			`{"type":"transcript.text.done","text":"Hi","usage":{"type":"tokens","input_tokens":12,"output_tokens":3}}` + "\n\n", "", true},
@@ -2396,7 +2418,17 @@ func TestStreamEndedByItsTerminalEvent(t *testing.T) {
 			body := []byte(tc.body)
 			var h map[string]string
 			if tc.encoding != "" {
-				body, h = compress(tc.encoding, body, nil), map[string]string{"content-encoding": tc.encoding}
+				coding, how, _ := strings.Cut(tc.encoding, "-")
+				switch how {
+				case "open": // each event flushed, as a streaming server does; the coding not ended
+					body = compressOpen(coding, body)
+				case "badsum": // gzip's CRC-32 changed
+					body = compress(coding, body, nil)
+					body[len(body)-8] ^= 0xff
+				default:
+					body = compress(coding, body, nil)
+				}
+				h = map[string]string{"content-encoding": coding}
 			}
 			ended := run(ctSSE, h, Limits{}, [][]byte{body}, true)
 			broken := run(ctSSE, h, Limits{}, [][]byte{body}, false)
