@@ -98,6 +98,8 @@ type sdkResult struct {
 	// Searches: the web_search_call output items the SDK saw (openai.mjs's
 	// responses-search scenarios).
 	Searches int
+	// Left: how a stream was left (report.mjs's consume): "end", "stop", "break", "abort".
+	Left string
 	// Containers: the containers the answer's code tools ran in, as the SDK saw them
 	// (openai.mjs's responses-code scenarios, anthropic.mjs's code scenarios).
 	Containers []string

@@ -844,7 +844,14 @@ func (s *stack) deployedEnvoy(t *testing.T, upstream string) (*envoyemu.Proxy, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(proxy)
+	// HTTP/2 over plain TCP too (h2c, with prior knowledge), as Envoy's listener takes it
+	// (codec_type AUTO, envoy.yaml's default): AWS's SDK streams Bedrock's event streams
+	// over HTTP/2 only.
+	front := httptest.NewUnstartedServer(proxy)
+	front.Config.Protocols = new(http.Protocols)
+	front.Config.Protocols.SetHTTP1(true)
+	front.Config.Protocols.SetUnencryptedHTTP2(true)
+	front.Start()
 	t.Cleanup(func() { front.Close(); proxy.Close() })
 	return proxy, front.URL
 }

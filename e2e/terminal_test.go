@@ -2,7 +2,7 @@ package e2e_test
 
 import (
 	"bytes"
-	"encoding/json"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,10 +22,51 @@ import (
 // compressor, whatever the request's Accept-Encoding (the enforcer asks a stream for
 // identity; a provider may compress anyway): the compressor's end (its last block and
 // CRC-32) goes with the body's end, after the client left.
+//
+// With pauseAfter set (n > 0), a stream instead stops after its n-th flushed write until
+// its request is cancelled (or after streamLinger), and the rest is dropped: a client
+// that leaves after the first events leaves mid-stream, its terminal event never sent.
+// With noLinger set, a stream ends as fakellm ends it. With mistralChat set, a chat
+// completion that does not ask for stream_options is answered as Mistral's API answers
+// it (fakellm.MistralHost: the usage in the last chunk, unasked).
 type lingeringUpstream struct {
-	fake      *fakellm.Server
-	cancelled atomic.Int64
-	gzip      atomic.Bool
+	fake        *fakellm.Server
+	cancelled   atomic.Int64
+	gzip        atomic.Bool
+	pauseAfter  atomic.Int64
+	noLinger    atomic.Bool
+	mistralChat bool
+}
+
+// holdingWriter is a ResponseWriter that, at its after-th Flush, waits for ctx's end (or
+// streamLinger) and drops every write after it.
+type holdingWriter struct {
+	http.ResponseWriter
+	ctx            context.Context
+	flushes, after int64
+	held, left     bool
+}
+
+func (h *holdingWriter) Write(p []byte) (int, error) {
+	if h.held {
+		return len(p), nil
+	}
+	return h.ResponseWriter.Write(p)
+}
+
+func (h *holdingWriter) Flush() {
+	if h.held {
+		return
+	}
+	h.ResponseWriter.(http.Flusher).Flush()
+	if h.flushes++; h.flushes == h.after {
+		select {
+		case <-h.ctx.Done():
+			h.left = true
+		case <-time.After(streamLinger):
+		}
+		h.held = true
+	}
 }
 
 // streamLinger bounds the wait of a stream's end (lingeringUpstream).
@@ -37,9 +78,22 @@ func (u *lingeringUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if u.gzip.Load() {
 		r.Header.Set("Accept-Encoding", "gzip") // fakellm then compresses
 	}
+	if u.mistralChat && r.URL.Path == "/v1/chat/completions" && !bytes.Contains(body, []byte(`"stream_options"`)) {
+		r.Host = fakellm.MistralHost
+	}
+	if n := u.pauseAfter.Load(); n > 0 {
+		h := &holdingWriter{ResponseWriter: w, ctx: r.Context(), after: n}
+		u.fake.ServeHTTP(h, r)
+		if h.left {
+			u.cancelled.Add(1)
+		}
+		return
+	}
+	before := len(u.fake.Calls())
 	u.fake.ServeHTTP(w, r)
-	var req struct{ Stream bool }
-	if json.Unmarshal(body, &req) != nil || !req.Stream {
+	// A stream: "stream": true, or its path's (Gemini's, Bedrock's), as fakellm read it.
+	calls := u.fake.Calls()
+	if len(calls) == before || !calls[len(calls)-1].Stream || u.noLinger.Load() {
 		return
 	}
 	select {

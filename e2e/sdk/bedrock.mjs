@@ -18,7 +18,11 @@
 // answer gave (guardrailTrace). "apply-guardrail" calls the guardrail gr-tolls on its own
 // (ApplyGuardrail, no model; TOLLGATE_MODEL unused): its usage is the guardrail's.
 // "count-tokens" counts a Converse request's input (CountTokens, free). "guardrail-checks"
-// runs the detect-only content filter and prompt attack checks (InvokeGuardrailChecks). See report.mjs for the settings and the output.
+// runs the detect-only content filter and prompt attack checks (InvokeGuardrailChecks).
+// "invoke-stream" and "converse-stream" with "-stop", "-break" or "-abort" after them
+// leave their stream at its terminal event (the metrics chunk, the metadata event), after
+// the first text, or abort the request there (client.send's abortSignal). See report.mjs
+// for the settings and the output.
 import {
   ApplyGuardrailCommand,
   BedrockRuntimeClient,
@@ -29,7 +33,7 @@ import {
   InvokeModelCommand,
   InvokeModelWithResponseStreamCommand,
 } from '@aws-sdk/client-bedrock-runtime';
-import { run, settings } from './report.mjs';
+import { consume, leaveOf, run, settings } from './report.mjs';
 
 const s = settings();
 const client = new BedrockRuntimeClient({
@@ -56,7 +60,9 @@ const client = new BedrockRuntimeClient({
 const prompt = 'How are tolls paid?';
 // The scenario's name without its guardrail suffix, and the guardrail ('' for none).
 const guardrail = s.scenario === 'apply-guardrail' ? '' : s.scenario.endsWith('-guardrail-blocked') ? 'gr-blocks-all' : s.scenario.endsWith('-guardrail') ? 'gr-tolls' : '';
-const scenario = s.scenario.replace(/-guardrail(-blocked)?$/, '');
+// How a stream is left ("-stop", "-break", "-abort": report.mjs's leaveOf), taken off too.
+const { base: scenario, leave } = leaveOf(s.scenario.replace(/-guardrail(-blocked)?$/, ''));
+const controller = new AbortController();
 // invokeGuardrail is InvokeModel's guardrail parameters (headers on the wire).
 const invokeGuardrail = guardrail ? { guardrailIdentifier: guardrail, guardrailVersion: '1' } : {};
 const utf8 = new TextDecoder();
@@ -92,13 +98,14 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
         accept: 'application/json',
         body: JSON.stringify(anthropicRequest()),
         ...invokeGuardrail,
-      }));
+      }), { abortSignal: controller.signal });
       let text = '';
       let model = null;
       const usage = {};
       let chunks = 0;
-      for await (const event of res.body) {
-        if (!event.chunk?.bytes) continue;
+      // The last chunk (message_stop with the invocation metrics) is the terminal event.
+      const left = await consume(res.body, leave, controller, (event) => {
+        if (!event.chunk?.bytes) return '';
         chunks++;
         const e = JSON.parse(utf8.decode(event.chunk.bytes));
         if (e.type === 'message_start') {
@@ -106,14 +113,17 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
           Object.assign(usage, e.message?.usage);
         } else if (e.type === 'content_block_delta' && e.delta?.type === 'text_delta') {
           text += e.delta.text;
+          return 'text';
         } else if (e.type === 'message_delta') {
           Object.assign(usage, e.usage);
         } else if (e.type === 'message_stop' && e['amazon-bedrock-invocationMetrics']) {
           usage['amazon-bedrock-invocationMetrics'] = e['amazon-bedrock-invocationMetrics'];
           usage.guardrailTrace = e['amazon-bedrock-trace'] ?? null;
+          return 'end';
         }
-      }
-      return { text, model, usage, chunks };
+        return '';
+      });
+      return { text, model, usage, chunks, left };
     }
     case 'converse':
     case 'converse-priority':
@@ -132,21 +142,27 @@ await run('@aws-sdk/client-bedrock-runtime', s.scenario, async () => {
     case 'converse-stream':
     case 'converse-stream-priority':
     case 'converse-stream-latency': {
-      const res = await client.send(new ConverseStreamCommand({ modelId: s.model, ...converseRequest() }));
+      const res = await client.send(new ConverseStreamCommand({ modelId: s.model, ...converseRequest() }), { abortSignal: controller.signal });
       let text = '';
       let usage = null;
       let chunks = 0;
-      for await (const event of res.stream) {
+      // The metadata event, with the usage, is the terminal event.
+      const left = await consume(res.stream, leave, controller, (event) => {
         chunks++;
-        if (event.contentBlockDelta) text += event.contentBlockDelta.delta?.text ?? '';
+        if (event.contentBlockDelta) {
+          text += event.contentBlockDelta.delta?.text ?? '';
+          return 'text';
+        }
         if (event.metadata) {
           usage = {
             ...event.metadata.usage, serviceTier: event.metadata.serviceTier, performanceConfig: event.metadata.performanceConfig ?? null,
             guardrailTrace: event.metadata.trace?.guardrail ?? null,
           };
+          return 'end';
         }
-      }
-      return { text, model: null, usage, chunks };
+        return '';
+      });
+      return { text, model: null, usage, chunks, left };
     }
     case 'count-tokens': {
       const res = await client.send(new CountTokensCommand({ modelId: s.model, input: { converse: { messages: converseRequest().messages } } }));

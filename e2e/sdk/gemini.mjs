@@ -15,7 +15,7 @@
 // "interactions-background" (the same run in the background, stored: billed later, the
 // gateway refuses it). See report.mjs for the settings.
 import { GoogleGenAI, Modality } from '@google/genai';
-import { handshakeRefused, run, settings } from './report.mjs';
+import { consume, handshakeRefused, leaveOf, run, settings } from './report.mjs';
 
 const s = settings();
 const ai = new GoogleGenAI({ apiKey: s.apiKey, httpOptions: { baseUrl: s.baseURL } });
@@ -41,22 +41,28 @@ await run('@google/genai', s.scenario, async () => {
     const res = await ai.models.generateContent({ model: s.model, contents, config });
     return { text: res.text ?? '', model: res.modelVersion ?? null, usage: res.usageMetadata ?? null, chunks: 1, searches: searchesIn(res), places: placesIn(res) };
   }
-  if (!['stream', 'search-stream', 'maps-stream', 'priority-stream'].includes(s.scenario)) throw new Error(`"${s.scenario}" is not a Gemini scenario`);
+  const { base, leave } = leaveOf(s.scenario);
+  if (!['stream', 'search-stream', 'maps-stream', 'priority-stream'].includes(base)) throw new Error(`"${s.scenario}" is not a Gemini scenario`);
   let text = '';
   let model = null;
   let usage = null;
   let chunks = 0;
   let searches = 0;
   let places = 0;
-  for await (const chunk of await ai.models.generateContentStream({ model: s.model, contents, config })) {
+  // "stream-stop" leaves at the chunk with a finishReason (the last, though nothing in
+  // the event stream says so), "stream-break" after the first text, "stream-abort" aborts
+  // the request there (config.abortSignal).
+  const controller = new AbortController();
+  const left = await consume(await ai.models.generateContentStream({ model: s.model, contents, config: { ...config, abortSignal: controller.signal } }), leave, controller, (chunk) => {
     chunks++;
     text += chunk.text ?? '';
     model = chunk.modelVersion ?? model;
     if (chunk.usageMetadata) usage = chunk.usageMetadata;
     searches = Math.max(searches, searchesIn(chunk));
     places = Math.max(places, placesIn(chunk));
-  }
-  return { text, model, usage, chunks, searches, places };
+    return chunk.candidates?.[0]?.finishReason ? 'end' : chunk.text ? 'text' : '';
+  });
+  return { text, model, usage, chunks, searches, places, left };
 });
 
 async function liveSession() {

@@ -15,7 +15,10 @@
 // bedrock.mjs), or "vertex" / "vertex-stream" / "vertex-count" (Claude on Google Vertex AI, vertex.mjs),
 // or "ocr" (Mistral's OCR, mistral.mjs), or "stream-stop" / "responses-stream-stop" (a
 // stream left at its terminal event: anthropic.mjs's message_stop, openai.mjs's
-// response.completed).
+// response.completed), or a stream left another way: "...-break" (the program breaks out
+// of its loop after the first text), "...-abort" (it aborts the request with an
+// AbortController after the first text), "...-stop" (at the stream's terminal event) of
+// bedrock.mjs's, vertex.mjs's, gemini.mjs's and mistral.mjs's streams (leaveOf, consume).
 // The SDK client is built with its defaults: retries, timeout, headers, fetch
 // (bedrock.mjs and vertex.mjs say where they depart from them).
 //
@@ -32,7 +35,9 @@ export function settings() {
     'speech-mp3', 'speech-opus', 'speech-aac', 'speech-flac', 'speech-wav', 'speech-pcm',
     'invoke', 'invoke-stream', 'converse', 'converse-stream', 'vertex', 'vertex-stream', 'vertex-count', 'fast', 'fast-stream', 'priority', 'priority-stream', 'converse-priority', 'converse-stream-priority', 'converse-latency', 'converse-stream-latency', 'invoke-latency', 'invoke-priority', 'invoke-guardrail', 'invoke-stream-guardrail', 'converse-guardrail', 'converse-stream-guardrail', 'converse-guardrail-blocked', 'apply-guardrail', 'count-tokens', 'guardrail-checks', 'us', 'us-stream', 'advisor', 'advisor-stream', 'advisor-stream-abort', 'ocr',
     'responses-image2', 'responses-code', 'responses-code-stream', 'responses-code-explicit', 'responses-shell', 'code', 'code-stream', 'code-search',
-    'stream-stop', 'responses-stream-stop'];
+    'stream-stop', 'responses-stream-stop', 'stream-break', 'stream-abort',
+    'converse-stream-stop', 'converse-stream-break', 'converse-stream-abort', 'invoke-stream-stop', 'invoke-stream-break', 'invoke-stream-abort',
+    'vertex-stream-stop', 'vertex-stream-break', 'vertex-stream-abort'];
   if (!scenarios.includes(scenario)) {
     throw new Error(`scenario must be one of ${scenarios.join(', ')}, not ${JSON.stringify(scenario)}`);
   }
@@ -116,4 +121,33 @@ export async function chatStream(stream) {
     if (chunk.usage) usage = chunk.usage;
   }
   return { text, model, usage, chunks };
+}
+
+// leaveOf splits how a stream scenario leaves its stream off its name: "stop" (break out
+// of the loop at the stream's terminal event), "break" (break out after the first text),
+// "abort" (abort the request with an AbortController after the first text), "" (read it
+// to its end).
+export function leaveOf(scenario) {
+  const m = /^(.*)-(stop|break|abort)$/.exec(scenario);
+  return m ? { base: m[1], leave: m[2] } : { base: scenario, leave: '' };
+}
+
+// consume reads stream, an SDK's async iterable, giving each event to onEvent, which
+// says what it was: 'text' (it carried text), 'end' (the stream's terminal event), or
+// anything else. It leaves as leave says (leaveOf), controller being the request's
+// AbortController; the abort's own error ends the loop quietly. It returns how the stream
+// was left: 'end' (read to its end), 'stop', 'break', 'abort'.
+export async function consume(stream, leave, controller, onEvent) {
+  try {
+    for await (const event of stream) {
+      const kind = onEvent(event);
+      if (leave === 'stop' && kind === 'end') return 'stop';
+      if (leave === 'break' && kind === 'text') return 'break';
+      if (leave === 'abort' && kind === 'text' && !controller.signal.aborted) controller.abort();
+    }
+  } catch (e) {
+    if (leave === 'abort' && controller.signal.aborted) return 'abort';
+    throw e;
+  }
+  return 'end';
 }

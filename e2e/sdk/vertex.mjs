@@ -7,7 +7,9 @@
 // it (the base SDK's anthropic-version, moved from the header). TOLLGATE_MODEL is the Vertex model id
 // ("claude-sonnet-4-5@20250929"). Scenarios: "vertex" (messages.create) and
 // "vertex-stream" (messages.stream: the text as it comes, the final message's usage) and
-// "vertex-count" (messages.countTokens: .../models/count-tokens:rawPredict).
+// "vertex-count" (messages.countTokens: .../models/count-tokens:rawPredict), and
+// "vertex-stream-stop", "-break", "-abort" (messages.create's stream left at message_stop,
+// after the first text, or aborted there: report.mjs's leaveOf).
 // Otherwise the client's defaults (two retries, its backoff, its headers). See
 // report.mjs for the settings and the output.
 //
@@ -19,7 +21,7 @@
 // the key is given as that client: an authClient whose request headers are the key.
 // No Google credentials are looked for.
 import { AnthropicVertex } from '@anthropic-ai/vertex-sdk';
-import { run, settings } from './report.mjs';
+import { consume, leaveOf, run, settings } from './report.mjs';
 
 const s = settings();
 const client = new AnthropicVertex({
@@ -35,7 +37,35 @@ const client = new AnthropicVertex({
 });
 const request = { model: s.model, max_tokens: 256, messages: [{ role: 'user', content: 'How are tolls paid?' }] };
 
+const { base, leave } = leaveOf(s.scenario);
+
 await run('@anthropic-ai/vertex-sdk', s.scenario, async () => {
+  if (base === 'vertex-stream' && leave) {
+    // messages.create with stream: true, read as events and left as leave says
+    // (report.mjs's leaveOf): at message_stop, after the first text, or aborted there.
+    const controller = new AbortController();
+    const stream = await client.messages.create({ ...request, stream: true }, { signal: controller.signal });
+    let text = '';
+    let model = null;
+    const usage = {};
+    let chunks = 0;
+    const left = await consume(stream, leave, controller, (event) => {
+      chunks++;
+      if (event.type === 'message_start') {
+        model = event.message.model;
+        Object.assign(usage, event.message.usage);
+      } else if (event.type === 'content_block_delta' && event.delta.type === 'text_delta') {
+        text += event.delta.text;
+        return 'text';
+      } else if (event.type === 'message_delta') {
+        Object.assign(usage, event.usage);
+      } else if (event.type === 'message_stop') {
+        return 'end';
+      }
+      return '';
+    });
+    return { text, model, usage, chunks, left };
+  }
   switch (s.scenario) {
     case 'vertex': {
       const res = await client.messages.create(request);
@@ -52,7 +82,7 @@ await run('@anthropic-ai/vertex-sdk', s.scenario, async () => {
       });
       // The final message: message_start's usage with message_delta's output tokens.
       const msg = await stream.finalMessage();
-      return { text, model: msg.model, usage: msg.usage ?? null, chunks };
+      return { text, model: msg.model, usage: msg.usage ?? null, chunks, left: 'end' };
     }
     case 'vertex-count': {
       // messages.countTokens: Vertex's count-tokens:rawPredict, the model in the body.

@@ -239,7 +239,7 @@
 // Nothing the answer bills follows it, and a client may close as soon as it
 // reads it: the official Go SDK (openai-go) does at "[DONE]", and a program
 // that breaks out of its loop at message_stop or response.completed makes the
-// Node, Python and AWS SDKs abort the request, before the body's end (a chunked
+// OpenAI and Anthropic SDKs abort the request, before the body's end (a chunked
 // terminator, HTTP/2's END_STREAM) arrives; Envoy then resets the stream before
 // ext_proc sees its end_of_stream (since 2026-12-03; TestStreamEndedByDone,
 // TestStreamEndedByItsTerminalEvent, TestBedrockStreamEndedByItsLastEvent,
