@@ -100,6 +100,10 @@ type sdkResult struct {
 	Searches int
 	// Left: how a stream was left (report.mjs's consume): "end", "stop", "break", "abort".
 	Left string
+	// UsageState: an error's X-Service-Usage-State; HeadersReadable: the SDK's error gave
+	// the response's headers.
+	UsageState      *string
+	HeadersReadable bool
 	// Containers: the containers the answer's code tools ran in, as the SDK saw them
 	// (openai.mjs's responses-code scenarios, anthropic.mjs's code scenarios).
 	Containers []string

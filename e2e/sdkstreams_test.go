@@ -62,6 +62,10 @@ func TestOtherSDKsLeavingTheirStreams(t *testing.T) {
     header: authorization
     credentialEnv: MISTRAL_CREDENTIAL
     includeUsage: false
+  - prefix: /v1/ocr
+    upstream: %[1]s
+    header: authorization
+    credentialEnv: MISTRAL_CREDENTIAL
   - prefix: /v1/projects/
     upstream: %[1]s
     google:
@@ -118,6 +122,7 @@ func TestOtherSDKsLeavingTheirStreams(t *testing.T) {
 	for _, front := range []struct{ name, url string }{{"gateway", s.gateway}, {"envoy", envoyURL}} {
 		t.Run(front.name, func(t *testing.T) {
 			o := s.setUpOrg(t)
+
 			for _, st := range streams {
 				if front.name == "envoy" && !st.envoy {
 					continue
@@ -176,6 +181,51 @@ func TestOtherSDKsLeavingTheirStreams(t *testing.T) {
 						}
 					})
 				}
+			}
+			if front.name == "gateway" {
+				blockedThroughTheOtherSDKs(t, s, dir, fake, o)
+			}
+		})
+	}
+}
+
+// blockedThroughTheOtherSDKs: member o, over a limit of 0.01 USD, calls through the
+// gateway with each SDK (Google Gen AI, Mistral, Anthropic's Vertex client, AWS's Bedrock
+// Runtime), streamed and not: each gets the usage-limit 429 at once, sent once (the
+// gateway counts one refusal a call: no SDK retried it; bedrock.mjs is set to one
+// attempt, the AWS SDK retrying a 429 otherwise), the code readable from the SDK's error
+// (its body's error.code), and the headers X-Service-Error-Code and X-Service-Usage-State
+// from the error of every SDK but Google's, whose ApiError keeps the status and the body
+// only (docs/gateway.md, "Usage-limit refusals in the other SDKs").
+func blockedThroughTheOtherSDKs(t *testing.T, s *stack, dir string, fake *fakellm.Server, o org) {
+	s.guardPolicy(t, o, "0.01", nil)
+	waitFor(t, 15*time.Second, "the member blocked", func() bool { return s.status(t, o).State == "blocked" })
+	for _, c := range []struct{ script, scenario, model string }{
+		{"gemini.mjs", "json", "gemini-2.5-flash"},
+		{"gemini.mjs", "stream", "gemini-2.5-flash"},
+		{"mistral.mjs", "stream", "mistral-large-latest"},
+		{"mistral.mjs", "ocr", "mistral-ocr-latest"},
+		{"vertex.mjs", "vertex", "claude-sonnet-4-5@20250929"},
+		{"vertex.mjs", "vertex-stream", "claude-sonnet-4-5@20250929"},
+		{"bedrock.mjs", "converse-stream", "global.anthropic.claude-sonnet-4-5-20250929-v1:0"},
+		{"bedrock.mjs", "invoke-stream", "global.anthropic.claude-sonnet-4-5-20250929-v1:0"},
+	} {
+		t.Run("blocked "+c.script+" "+c.scenario, func(t *testing.T) {
+			refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+			before := len(fake.Calls())
+			r := runSDK(t, dir, c.script, c.scenario, s.gateway, o.key, c.model)
+			const code = "service_gateway_usage_limit_exceeded"
+			if r.OK || r.Status != 429 || deref(r.Code) != code || r.ElapsedMs >= 2000 {
+				t.Errorf("want the usage-limit 429 at once, its code readable; got %+v", r)
+			}
+			if c.script != "gemini.mjs" && (!r.HeadersReadable || deref(r.HeaderCode) != code || deref(r.UsageState) != "blocked" || deref(r.ShouldRetry) != "false") {
+				t.Errorf("the SDK's error does not give Tollgate's headers: %+v (usage state %s)", r, deref(r.UsageState))
+			}
+			if got := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; got != 1 {
+				t.Errorf("the gateway refused %v requests, want 1 (the SDK retried the 429)", got)
+			}
+			if got := len(fake.Calls()) - before; got != 0 {
+				t.Errorf("refused calls reached the provider (%d calls)", got)
 			}
 		})
 	}

@@ -23,7 +23,8 @@
 // (bedrock.mjs and vertex.mjs say where they depart from them).
 //
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
-// headerCode, shouldRetry, retryAfter, elapsedMs, text, model, usage, chunks, searches,
+// headerCode, usageState, headersReadable (the error gave the response's headers),
+// shouldRetry, retryAfter, elapsedMs, text, model, usage, chunks, searches,
 // places, containers, seconds, closeCode, closeReason, error}.
 // The exit status is 0 when a line was printed.
 import { readFileSync } from 'node:fs';
@@ -86,7 +87,8 @@ export async function run(sdk, scenario, call) {
     if (typeof status === 'number') {
       out.status = status;
       // OpenAI: e.code is the body's error.code. Anthropic: e.error is the whole body.
-      out.code = e.code ?? e.error?.error?.code ?? e.error?.code ?? null;
+      // Mistral: the body is e.body (a string); Google: e.message is the body.
+      out.code = e.code ?? e.error?.error?.code ?? e.error?.code ?? bodyCode(e.body) ?? bodyCode(e.message) ?? null;
       const h = e.headers ?? e.$response?.headers;
       const get = (k) => {
         if (!h) return null;
@@ -95,12 +97,25 @@ export async function run(sdk, scenario, call) {
         return name === undefined ? null : h[name];
       };
       out.headerCode = get('x-service-error-code');
+      out.usageState = get('x-service-usage-state');
+      out.headersReadable = !!h;
       out.shouldRetry = get('x-should-retry');
       out.retryAfter = get('retry-after');
     }
   }
   out.elapsedMs = Math.round(performance.now() - start);
   process.stdout.write(JSON.stringify(out) + '\n');
+}
+
+// bodyCode is the error code of an error body's JSON text ({"error": {"code": ...}}), or
+// undefined.
+function bodyCode(text) {
+  if (typeof text !== 'string') return undefined;
+  try {
+    return JSON.parse(text)?.error?.code ?? undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 // chatCompletion and chatStream are one OpenAI chat completion's result, not streamed
