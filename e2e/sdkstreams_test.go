@@ -23,21 +23,22 @@ import (
 // deploy/envoy/envoy.yaml, and the program leaves its stream four ways:
 //
 //   - "end": it reads the stream to its end. Complete, charged exactly.
-//   - "stop": it breaks out of its loop at the stream's terminal event, the provider's
-//     body not yet ended (lingeringUpstream); AWS's and Google's SDKs do not end the
-//     request when their loop is left (it stays open until the body's end, read whole): Bedrock's metrics chunk and metadata event,
-//     Anthropic's message_stop, Mistral's chunk with the usage (the [DONE] after it was
-//     sent with it; the SDK itself stops reading at [DONE], before the body's end).
-//     Complete, charged exactly. Gemini's event stream has no terminal event: one left at
-//     its finishReason chunk is charged that chunk's usage, exactly, incomplete
-//     (docs/enforcer.md, "Complete, whoever closes first").
-//   - "break" and "abort": it breaks out of its loop (AWS's and Google's: the request stays
-//     open, the answer read whole, complete), or aborts the request with an
-//     AbortController (the SDK may then end its loop quietly), after the first text, the provider having sent three events
-//     (pauseAfter). Incomplete; charged at least the input the stream reported
-//     before (Anthropic's message_start, Gemini's chunks carry it), or the estimate from
-//     the request and the text read when it reported none (ConverseStream and Mistral
-//     report their usage only at the end): never nothing, never the whole answer.
+//   - "stop": it breaks out of its loop at the stream's terminal event (Bedrock's metrics
+//     chunk and metadata event, Anthropic's message_stop on Vertex AI, Mistral's chunk
+//     with the usage, the [DONE] sent with it; Gemini's chunk with a finishReason), the
+//     provider's body not yet ended (lingeringUpstream). Complete, charged exactly. The
+//     Anthropic and Mistral SDKs end the request there; AWS's and Google's do not (the
+//     request stays open until the body's end, the answer read whole), so Gemini's event
+//     stream, which has no terminal event, is not cut there either.
+//   - "break": it breaks out of its loop after the first text, the provider pausing
+//     there (pauseAfter) until the client leaves: incomplete, charged at least the input
+//     the stream reported before (Anthropic's message_start, Gemini's chunks carry it), or
+//     the estimate from the request and the text read when it reported none (Mistral's
+//     usage comes at the end): never nothing, never the whole answer. AWS's and Google's
+//     SDKs stay: the answer is read whole, complete.
+//   - "abort": it aborts the request with an AbortController after the first text (the
+//     SDK may then end its loop quietly): as "break" with a client that leaves, for every
+//     SDK but Mistral's (its fetchOptions.signal did not end the request here).
 func TestOtherSDKsLeavingTheirStreams(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
