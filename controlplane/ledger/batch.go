@@ -38,16 +38,22 @@ type batcher[I, R any] struct {
 	lanes    []chan *job[I, R]
 	maxBatch int
 	maxDelay time.Duration
-	// dropCancelled: items whose caller went away while queued are answered with the
-	// context's error before any database work (starts; settlements always run).
-	dropCancelled bool
-	run           func(ctx context.Context, jobs []*job[I, R])
-	onBatch       func(n int)
+	run      func(ctx context.Context, jobs []*job[I, R])
+	onBatch  func(n int)
 }
 
-func newBatcher[I, R any](lanes, maxBatch int, maxDelay time.Duration, dropCancelled bool,
+// Items whose caller went away while they were queued (the call's deadline passed, or
+// its connection ended) are answered with the context's error before any database
+// work, starts and settlements alike: the caller has no answer for them and sends them
+// again if it still wants them (the enforcer's settle queue and spool keep every
+// settlement until it is answered). Committed all the same, as settlements were until
+// 2026-12-03, they doubled the work of an overloaded control plane: the retry of a
+// call that outlived the enforcer's timeout queued behind the items it repeated, to be
+// answered as duplicates. An item already in a batch's transaction is committed (a
+// transaction is not cut short for one caller), and its retry is a duplicate.
+func newBatcher[I, R any](lanes, maxBatch int, maxDelay time.Duration,
 	run func(context.Context, []*job[I, R]), onBatch func(int)) *batcher[I, R] {
-	b := &batcher[I, R]{maxBatch: maxBatch, maxDelay: maxDelay, dropCancelled: dropCancelled, run: run, onBatch: onBatch}
+	b := &batcher[I, R]{maxBatch: maxBatch, maxDelay: maxDelay, run: run, onBatch: onBatch}
 	for range lanes {
 		b.lanes = append(b.lanes, make(chan *job[I, R], 4*maxBatch))
 	}
@@ -130,7 +136,7 @@ func (b *batcher[I, R]) loop(ctx context.Context, ch chan *job[I, R]) {
 		}
 		live := batch[:0:0]
 		for _, j := range batch {
-			if b.dropCancelled && j.ctx.Err() != nil {
+			if j.ctx.Err() != nil {
 				var zero R
 				j.finish(zero, j.ctx.Err())
 				continue
@@ -170,8 +176,8 @@ func wait[I, R any](ctx context.Context, jobs []*job[I, R]) ([]R, error) {
 		select {
 		case <-j.done:
 		case <-ctx.Done():
-			// The items go on (a settlement is never abandoned half-way); only the
-			// caller stops waiting.
+			// Items in a batch's transaction go on (never abandoned half-way); those
+			// still queued leave before any database work (newBatcher).
 			return nil, ctx.Err()
 		}
 		out[i] = j.res

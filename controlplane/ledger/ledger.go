@@ -96,9 +96,9 @@ func New(d Deps) *Ledger {
 	}
 	l.startsKind = l.startKind(true)
 	c := d.Config
-	l.starts = newBatcher(c.Lanes, c.MaxBatch, c.MaxDelay, true, l.runStarts,
+	l.starts = newBatcher(c.Lanes, c.MaxBatch, c.MaxDelay, l.runStarts,
 		func(n int) { l.metrics.BatchSize.WithLabelValues("start").Observe(float64(n)) })
-	l.settles = newBatcher(c.Lanes, c.MaxBatch, c.MaxDelay, false, l.runSettles,
+	l.settles = newBatcher(c.Lanes, c.MaxBatch, c.MaxDelay, l.runSettles,
 		func(n int) { l.metrics.BatchSize.WithLabelValues("settle").Observe(float64(n)) })
 	return l
 }
