@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	promodel "github.com/prometheus/common/model"
 
+	"github.com/tollgate-dev/tollgate/e2e/envoyemu"
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
 	"github.com/tollgate-dev/tollgate/internal/alerttest"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
@@ -65,11 +66,6 @@ func burstTheControlPlane(t *testing.T, mode string) {
 		keys = append(keys, s.apiKey(t, o, s.invite(t, o, "burst")))
 	}
 
-	type answer struct {
-		status int
-		header http.Header
-		body   []byte
-	}
 	gateway := first.gateway
 	call := func(key string) (answer, error) {
 		body := `{"model":"` + model + `","messages":[{"role":"user","content":"burst"}]}`
@@ -167,6 +163,10 @@ burst:
 		t.Fatalf("a burst refused for overload every minute fires %v\nmoved:\n%s", firing, strings.Join(alerttest.Moved(before, after), "\n"))
 	}
 
+	if mode == "closed" {
+		sameRefusalAtEveryDoor(t, s, first, upSrv.URL, keys[1], call)
+	}
+
 	// Settlements stop (their table is locked; starts go on), requests are admitted
 	// whose settlements cannot be sent, and the enforcer stops: what it could not send
 	// stays in its spool, and the next one sends it.
@@ -227,6 +227,13 @@ burst:
 	}
 }
 
+// answer is a front door's HTTP answer.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
 // overloadRefusal checks a refusal for overload: the documented 503.
 func overloadRefusal(t *testing.T, h http.Header, body []byte) {
 	t.Helper()
@@ -265,4 +272,61 @@ func scrapeEnforcer(t *testing.T, admin string) alerttest.Sample {
 		}
 		return out, nil
 	}), "enforcer")
+}
+
+// sameRefusalAtEveryDoor: with the starts table locked, a check whose durable start
+// passes its deadline is refused the same at the gateway, at /check and through
+// deploy/envoy/envoy.yaml's ext_authz: status, headers and body.
+func sameRefusalAtEveryDoor(t *testing.T, s *stack, e *enforcer, upstream, key string, gateway func(string) (answer, error)) {
+	t.Helper()
+	cfg, err := envoyemu.LoadFile("../deploy/envoy/envoy.yaml", "inference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := envoyemu.New(envoyemu.Options{Config: cfg,
+		Clusters: map[string]string{"tollgate_enforcer": e.grpc, "llm_upstream": upstream}, Logf: t.Logf, TimeoutFloor: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(proxy)
+	defer func() { front.Close(); proxy.Close() }()
+	post := func(url string, header map[string]string, body string) answer {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return answer{status: res.StatusCode, header: res.Header, body: b}
+	}
+	release := storetest.LockTable(t, s.db, "usage_request_starts", "ACCESS EXCLUSIVE")
+	defer release()
+	gw, err := gateway(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doors := map[string]answer{
+		"gateway": gw,
+		"/check":  post(e.http+"/check", map[string]string{"x-api-key": key}, ""),
+		"Envoy": post(front.URL+"/v1/chat/completions", map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"},
+			`{"model":"`+model+`","messages":[{"role":"user","content":"burst"}]}`),
+	}
+	for door, a := range doors {
+		if a.status != 503 {
+			t.Fatalf("%s answered %d %v %s with the starts table locked", door, a.status, a.header, a.body)
+		}
+		overloadRefusal(t, a.header, a.body)
+		for _, h := range []string{"Content-Type", "Cache-Control", "X-Service-Error-Code", "X-Service-Usage-State", "Retry-After", "X-Should-Retry"} {
+			if a.header.Get(h) != gw.header.Get(h) {
+				t.Errorf("%s: %s %q, the gateway's %q", h, door, a.header.Get(h), gw.header.Get(h))
+			}
+		}
+		if !bytes.Equal(a.body, gw.body) {
+			t.Errorf("%s's body %s, the gateway's %s", door, a.body, gw.body)
+		}
+	}
 }
