@@ -58,6 +58,10 @@ func burstTheControlPlane(t *testing.T, mode string) {
 	env["TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR"] = spoolDir
 	env["TOLLGATE_SHUTDOWN_TIMEOUT"] = "2s"
 	env["TOLLGATE_FAILURE_MODE"] = mode
+	// Settlement slots for fewer than the burst: open mode then admits requests that
+	// could reserve none (their settlements overflow the queue, into the spool).
+	env["TOLLGATE_ENFORCER_SETTLE_CAPACITY"] = "48"
+	env["TOLLGATE_ENFORCER_INFLIGHT_CAPACITY"] = "24"
 	s := startStack(t)
 	first := s.startEnforcer(t, env) // stopped below, and restarted on its spool
 	o := s.setUpOrg(t)
@@ -145,6 +149,9 @@ burst:
 		first.metric(t, "tollgate_enforcer_start_queue_rejections_total"))
 	if mode == "closed" && (admitted == 0 || refused == 0) || mode == "open" && (refused != 0 || first.metric(t, "tollgate_enforcer_decisions_total", `decision="fail_open"`) == 0) {
 		t.Fatalf("the burst was not a burst: %d admitted, %d refused", admitted, refused)
+	}
+	if mode == "open" && first.metric(t, "tollgate_enforcer_start_queue_rejections_total", `reason="settle_capacity"`) == 0 {
+		t.Fatal("no start found the settle capacity used up: nothing was admitted without a settlement slot")
 	}
 	if maxDepth > startCapacity {
 		t.Fatalf("the start queue held %v starts, capacity %d", maxDepth, startCapacity)

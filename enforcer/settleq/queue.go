@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/spool"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 )
 
 // Settler is the part of the internal API this package calls.
@@ -129,11 +130,14 @@ type Queue struct {
 	delayed  []*entry // entries waiting for their retry time
 	inflight int      // entries taken by workers
 	reserved int
-	// replayed counts the entries replayed from the spool and not finished: they are
-	// outside the capacity (the spool's size bounds them), so that a restart with a
-	// full spool does not refuse starts for settle_capacity.
+	// replayed counts the entries outside the capacity and not finished: those replayed
+	// from the spool (so that a restart with a full spool does not refuse starts for
+	// settle_capacity), and those without a reservation that the spool took when the
+	// capacity was used up (enqueue). The spool's size bounds them.
 	replayed int
-	stopping bool
+	// overSpooled throttles the warning about the second kind.
+	overSpooled logging.Throttle
+	stopping    bool
 	// drained is set when Drain returns: nobody sends what is queued after it.
 	drained bool
 	idle    chan struct{} // closed and replaced when the queue becomes empty
@@ -160,7 +164,8 @@ type entry struct {
 	urgent bool
 	// older and newer link the entries not yet finished (Queue.oldest).
 	older, newer *entry
-	// ref is the entry's record in the spool; replayed: it came from the spool at start.
+	// ref is the entry's record in the spool; replayed: it is outside the capacity
+	// (it came from the spool at start, or overflowed into it).
 	ref      spool.Ref
 	replayed bool
 }
@@ -266,6 +271,15 @@ func (q *Queue) enqueue(item *internalv1.SettleItem, res *Reservation, done func
 	if res != nil && res.q == q && res.used.CompareAndSwap(false, true) {
 		q.reserved--
 		q.m.SettleReserved.Set(float64(q.reserved))
+	} else if q.usedLocked() >= q.cfg.Capacity && e.ref.Spooled() {
+		// No reservation (an open-mode admission made while the queue was full) and no
+		// capacity left, but on disk: kept outside the capacity, as the settlements the
+		// spool replays at start are, since the spool's size bounds them. Until
+		// 2026-12-03 it was given up here (SETTLEMENT LOST) while the disk had room.
+		e.replayed = true
+		q.replayed++
+		q.overSpooled.Log(q.log, slog.LevelWarn, "settle queue full: a settlement without a reservation is kept in the spool, outside the capacity",
+			"request_id", item.GetRequestId(), "capacity", q.cfg.Capacity)
 	} else if q.usedLocked() >= q.cfg.Capacity {
 		q.mu.Unlock()
 		q.spool.Ack(e.ref)

@@ -226,3 +226,64 @@ func TestStoppingRunsCallIsCutAtTheShutdownsDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestOverflowIntoTheSpoolIsKept: a settlement without a reservation (an open-mode
+// admission made while the settle queue was full, docs/enforcer.md "Overload") that
+// finds the queue at its capacity is not lost when the spool took it: like the
+// settlements the spool replays at start, it is queued outside the capacity (the
+// spool's size bounds those), and sent. Until 2026-12-03 it was acknowledged in the
+// spool and given up (SETTLEMENT LOST): open mode admitted requests whose accounting was
+// certain to be lost while the disk had room for it.
+func TestOverflowIntoTheSpoolIsKept(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m := metrics.Discard()
+	sp, _, err := spool.Open(spool.Config{Dir: t.TempDir()}, m, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	up := &scripted{}
+	cfg := fastConfig()
+	cfg.Capacity = 2
+	q := settleq.New(up, cfg, m, quiet)
+	q.UseSpool(sp, nil)
+	r1, _ := q.Reserve()
+	r2, _ := q.Reserve()
+	done := make(chan settleq.Result, 1)
+	if err := q.Enqueue(&internalv1.SettleItem{RequestId: "req_unreserved", MemberId: "om_a"}, nil, func(r settleq.Result) { done <- r }); err != nil {
+		t.Fatalf("a spooled settlement past the capacity was refused: %v", err)
+	}
+	if got := testutil.ToFloat64(m.Settlements.WithLabelValues("overflow")); got != 0 {
+		t.Fatalf("overflow counted %v", got)
+	}
+	// It takes no capacity: the reservations still turn into settlements, and once
+	// answered, their slots are free again.
+	for _, r := range []*settleq.Reservation{r1, r2} {
+		if err := q.Enqueue(&internalv1.SettleItem{RequestId: "req_reserved", MemberId: "om_a"}, r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	select {
+	case r := <-done:
+		if r.Err != nil || r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+			t.Fatalf("settlement answered %+v", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the settlement kept in the spool was never sent")
+	}
+	waitCtx, cancelWait := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelWait()
+	if err := q.WaitIdle(waitCtx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r, ok := q.Reserve(); !ok {
+			t.Fatal("capacity not given back")
+		} else {
+			defer r.Release()
+		}
+	}
+}
