@@ -147,7 +147,9 @@ burst:
 	}
 	t.Logf("burst: %d admitted, %d refused; start queue depth at most %v; rejections %v", admitted, refused, maxDepth,
 		first.metric(t, "tollgate_enforcer_start_queue_rejections_total"))
-	if mode == "closed" && (admitted == 0 || refused == 0) || mode == "open" && (refused != 0 || first.metric(t, "tollgate_enforcer_decisions_total", `decision="fail_open"`) == 0) {
+	// (In closed mode the lock's free moments usually admit a few; a machine slow
+	// enough may admit none, which the rest of the test allows.)
+	if mode == "closed" && refused == 0 || mode == "open" && (refused != 0 || first.metric(t, "tollgate_enforcer_decisions_total", `decision="fail_open"`) == 0) {
 		t.Fatalf("the burst was not a burst: %d admitted, %d refused", admitted, refused)
 	}
 	if mode == "open" && first.metric(t, "tollgate_enforcer_start_queue_rejections_total", `reason="settle_capacity"`) == 0 {
@@ -173,6 +175,11 @@ burst:
 	if mode == "closed" {
 		sameRefusalAtEveryDoor(t, s, first, upSrv.URL, keys[1], call)
 	}
+
+	// The backlog drains once Postgres keeps up again.
+	waitFor(t, 30*time.Second, "the settle queue drained after the burst", func() bool {
+		return first.metric(t, "tollgate_enforcer_settle_queue_depth") == 0 && first.metric(t, "tollgate_enforcer_settle_reserved") == 0
+	})
 
 	// Settlements stop (their table is locked; starts go on), requests are admitted
 	// whose settlements cannot be sent, and the enforcer stops: what it could not send
