@@ -45,7 +45,7 @@ func (w *Writer) Check(ctx context.Context) error {
 		// The masters now are the ones this rebuild writes to (a restarted master has a
 		// new replication id: no second rebuild for it).
 		if ids, err := mirror.ReadMasters(ctx, w.rdb); err == nil {
-			w.noteMasters(ids)
+			w.noteMasters(ctx, gen, ids)
 		}
 		w.log.Warn("mirror: Redis has no generation (it lost its data, or was never synced); rebuilding every record", "generation", gen)
 		w.metrics.Resyncs.WithLabelValues("generation").Inc()
@@ -57,20 +57,19 @@ func (w *Writer) Check(ctx context.Context) error {
 		w.log.Info("mirror: adopting the current generation", "generation", cur)
 		w.setGeneration(cur)
 	}
-	masters, changed, err := w.mastersReplaced(ctx)
+	masters, changed, err := w.mastersReplaced(ctx, cur, adopted)
 	if err != nil {
 		return err
 	}
-	if changed && !adopted {
+	if changed {
 		// A master the mirror lived on was replaced (pkg/mirror/masters.go): what it
-		// acknowledged last may be lost. Unless another control plane already moved the generation
-		// (then it rebuilds, and this one just adopted its generation above).
+		// acknowledged last may be lost.
 		gen, replaced, err := w.layout.ReplaceGeneration(ctx, w.rdb, cur, newGeneration())
 		if err != nil {
 			return err
 		}
 		w.setGeneration(gen)
-		w.noteMasters(masters)
+		w.noteMasters(ctx, gen, masters)
 		if !replaced {
 			return nil
 		}
@@ -80,7 +79,7 @@ func (w *Writer) Check(ctx context.Context) error {
 		w.takeFailed() // everything is rewritten
 		return w.rewriteAll(ctx, gen)
 	}
-	w.noteMasters(masters)
+	w.noteMasters(ctx, cur, masters)
 	failed, overflow := w.takeFailed()
 	switch {
 	case overflow:

@@ -69,6 +69,8 @@ type Writer struct {
 	// mastersUnreadable: INFO failed once (logged once).
 	masters           mirror.Masters
 	mastersUnreadable bool
+	// notedGen is the generation masters were last noted in Redis under ("" before).
+	notedGen string
 	// resyncing serializes resyncs of this process.
 	resyncing sync.Mutex
 	resolves  resolver

@@ -44,6 +44,24 @@ func (r *Reader) watchMasters(ctx context.Context, g string) {
 		r.doubt.Store(false)
 		return
 	}
+	if r.masters == nil {
+		// The first look: compare with the ids the control plane noted in Redis, and the
+		// generation it noted them under (pkg/mirror/masters.go). An enforcer started
+		// after Redis came back from an older snapshot, or after a failover it did not
+		// see, doubts until the control plane's rebuild moves the generation; before, it
+		// took the first ids it saw for the ones that wrote the records
+		// (TestFirstLookComparesWithTheNotedMasters).
+		gen, noted, err := r.layout.NotedMasters(ctx, r.rdb)
+		switch {
+		case err != nil && !mirror.Refused(err):
+			if !r.doubt.Swap(true) {
+				r.log.Warn("cannot read the Redis masters noted by the control plane; records are resolved through the control plane until it answers", "error", err)
+			}
+			return
+		case err == nil && noted != nil:
+			r.masters, r.mastersGen = noted, gen
+		}
+	}
 	switch {
 	case r.masters == nil || !r.masters.Replaced(ids):
 		// Same masters (or the first look): nothing was lost.

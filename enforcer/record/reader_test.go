@@ -228,3 +228,63 @@ func TestDoubtEndingDuringTheReadKeepsItsRecordOut(t *testing.T) {
 		t.Fatalf("a record read across a generation change was used: %v %v", got.Record, err)
 	}
 }
+
+// An enforcer started after Redis came back from an older snapshot (or after a failover
+// it did not see) has no ids of its own to compare with: it compares with those the
+// control plane noted in Redis under the generation in place. Another master serving
+// them under that generation may serve records older than they look: the reader doubts
+// until the generation moves (the control plane's rebuild), and not after. Before, the
+// first look took the ids it saw for the ones that wrote the records.
+func TestFirstLookComparesWithTheNotedMasters(t *testing.T) {
+	srv := testredis.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	l := mirror.Layout{Prefix: "tg:"}
+	ctx := context.Background()
+	newReader := func() *Reader {
+		return New(rdb, l, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	ids, err := mirror.ReadMasters(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetGeneration(ctx, rdb, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.NoteMasters(ctx, rdb, "g1", ids); err != nil {
+		t.Fatal(err)
+	}
+	r := newReader()
+	r.watchMasters(ctx, "g1")
+	if r.doubt.Load() {
+		t.Fatal("doubt with the noted master serving")
+	}
+
+	// The master noted is not the one serving (it was restarted from its snapshot, or
+	// replaced), and the generation is still the one noted: doubt.
+	if err := l.NoteMasters(ctx, rdb, "g1", mirror.Masters{"a-master-gone": true}); err != nil {
+		t.Fatal(err)
+	}
+	r = newReader()
+	r.watchMasters(ctx, "g1")
+	if !r.doubt.Load() {
+		t.Fatal("a fresh reader trusted records served by another master than the one noted under their generation")
+	}
+	r.watchMasters(ctx, "g1")
+	if !r.doubt.Load() {
+		t.Fatal("the doubt ended before the generation moved")
+	}
+	if err := l.SetGeneration(ctx, rdb, "g2"); err != nil {
+		t.Fatal(err)
+	}
+	r.watchMasters(ctx, "g2")
+	if r.doubt.Load() {
+		t.Fatal("the doubt outlived the rebuild's new generation")
+	}
+	// Noted under a generation that moved since: the rebuild began, no doubt.
+	r = newReader()
+	r.watchMasters(ctx, "g2")
+	if r.doubt.Load() {
+		t.Fatal("doubt though the generation moved past the note")
+	}
+}

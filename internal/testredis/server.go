@@ -154,3 +154,7 @@ func (s *Server) Port() int {
 	n, _ := strconv.Atoi(p)
 	return n
 }
+
+// Dir is the server's working directory: where SAVE and BGSAVE write dump.rdb, and
+// where a start loads it from (a test restores an older snapshot there).
+func (s *Server) Dir() string { return s.dir }

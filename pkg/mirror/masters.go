@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -79,3 +80,43 @@ func (m Masters) Replaced(now Masters) bool {
 
 // Clone copies m.
 func (m Masters) Clone() Masters { return maps.Clone(m) }
+
+// A process remembers the masters' ids in memory only while it runs: one started after
+// Redis came back from an older RDB snapshot (or after a failover it did not see) has
+// nothing to compare with, and the snapshot's generation makes its older records look
+// current. So the control plane also keeps the ids in Redis, with the generation they
+// were checked under (NoteMasters): a master serving that key under that generation with
+// another id than the one noted is not the one that wrote it (a restart, even from its
+// own snapshot, and a promotion both take a new replication id), and what it serves may
+// be older than what was acknowledged.
+
+// MastersKey holds the masters' replication ids and the generation they were noted under
+// (NoteMasters). No TTL: one key.
+func (l Layout) MastersKey() string { return l.Prefix + "masters" }
+
+// NoteMasters stores the masters' ids m, checked under generation.
+func (l Layout) NoteMasters(ctx context.Context, rdb redis.Cmdable, generation string, m Masters) error {
+	ids := slices.Sorted(maps.Keys(m))
+	return rdb.Set(ctx, l.MastersKey(), strings.Join(append([]string{generation}, ids...), " "), 0).Err()
+}
+
+// NotedMasters reads what NoteMasters stored; nil masters when nothing was (or what is
+// there is not a note).
+func (l Layout) NotedMasters(ctx context.Context, rdb redis.Cmdable) (string, Masters, error) {
+	v, err := rdb.Get(ctx, l.MastersKey()).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	f := strings.Fields(v)
+	if len(f) < 2 {
+		return "", nil, nil
+	}
+	m := Masters{}
+	for _, id := range f[1:] {
+		m[id] = true
+	}
+	return f[0], m, nil
+}

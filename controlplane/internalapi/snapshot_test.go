@@ -1,0 +1,89 @@
+package internalapi_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// Redis restarted from an older RDB snapshot (the default configuration saves one every
+// few minutes, and loads it at start) comes back with the generation it had then and the
+// records of then: the one written by the settlement that blocked a member is gone, and
+// the older one, which admits, carries the current generation. A control plane that ran
+// through the restart sees the master's new replication id and rebuilds; a control plane
+// started with it (the node rebooted, the whole deployment restarted) had nothing to
+// compare with, and trusted the snapshot: the blocked member was admitted on every check
+// until its record's next rewrite (at worst its 26 h TTL). The masters' ids are now kept
+// in Redis with the generation they were checked under (mirror.Layout.MastersKey), so a
+// process with no memory of them still sees that the master serving the snapshot is not
+// the one that wrote it.
+func TestRedisRestoredFromAnOldSnapshotIsRebuilt(t *testing.T) {
+	for _, fresh := range []bool{false, true} {
+		name := map[bool]string{false: "control plane running through the restart", true: "control plane started after it"}[fresh]
+		t.Run(name, func(t *testing.T) {
+			srv := testredis.StartServer(t)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer rdb.Close()
+			e := at.New(t, at.Options{Redis: rdb})
+			if err := e.Mirror.Check(ctx); err != nil {
+				t.Fatal(err)
+			}
+			org, ms := e.Org(t, 1)
+			m := ms[0]
+			hardDayLimit(t, e, org, 1000)
+			now := e.Clock.Now()
+			if _, err := e.Mirror.Resolve(ctx, org, m); err != nil {
+				t.Fatal(err)
+			}
+			settleCost(t, e, org, m, 500)
+			if err := e.Mirror.Check(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.Save(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			snapshot, err := os.ReadFile(filepath.Join(srv.Dir(), "dump.rdb"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			settleCost(t, e, org, m, 600) // Postgres: 1100 of 1000, the member is blocked
+			if used, err := spendOf(t, e, rdb, m, now); err != nil || used != 1100 {
+				t.Fatalf("before the restart: %d %v", used, err)
+			}
+
+			srv.Stop()
+			if err := os.WriteFile(filepath.Join(srv.Dir(), "dump.rdb"), snapshot, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			srv.Start(t)
+			if used, err := spendOf(t, e, rdb, m, now); err != nil || used != 500 {
+				t.Fatalf("the restored snapshot: %d %v (want the older record, trusted by its generation)", used, err)
+			}
+
+			cp := e.Mirror
+			if fresh {
+				cp = mirrorsync.New(mirrorsync.Deps{Store: e.Store, Redis: rdb, Layout: e.Layout, Clock: e.Clock, Log: e.Log})
+			}
+			if err := cp.Check(ctx); err != nil {
+				t.Fatal(err)
+			}
+			used, err := spendOf(t, e, rdb, m, now)
+			if err == nil && used < 1000 {
+				t.Fatalf("after the control plane's maintenance the mirror reads day spend %d under the current generation for a member at %d of a hard 1000 in Postgres",
+					used, e.Used(t, org, m, window.Day, now))
+			}
+			if err != nil && !errors.Is(err, mirror.ErrUnknown) {
+				t.Fatal(err)
+			}
+		})
+	}
+}
