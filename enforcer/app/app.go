@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/pkg/redisconf"
@@ -183,7 +184,9 @@ type Enforcer struct {
 	reg    *prometheus.Registry
 	rdb    redis.UniversalClient
 	layout mirror.Layout
-	spool  *spool.Spool
+	// redisRefused: the last readiness probe met NOPERM (logged once per transition).
+	redisRefused atomic.Bool
+	spool        *spool.Spool
 
 	Metrics *metrics.Metrics
 	// ControlPlane is the client every part calls the control plane through; it follows
@@ -309,9 +312,35 @@ func (e *Enforcer) controlPlaneReady(context.Context) error {
 }
 
 // redisReady: not ready while Redis is unreachable in closed mode (every check would be
-// a 503; a load balancer should prefer another enforcer).
+// a 503; a load balancer should prefer another enforcer), and in either mode while Redis
+// refuses the commands of a check's read (an ACL without them, or for another key
+// prefix: NOPERM), which no retry fixes, as a refused internal token. The probe is what
+// a check reads (the generation, a record key's fields), not a PING, which any ACL user
+// may send (TestReadinessSaysWhenTheRedisACLRefusesTheMirror). The refusal is logged once
+// per transition.
 func (e *Enforcer) redisReady(ctx context.Context) error {
-	if err := e.rdb.Ping(ctx).Err(); err != nil && !e.cfg.FailOpen() {
+	pipe := e.rdb.Pipeline()
+	gen := pipe.Get(ctx, e.layout.GenerationKey())
+	rec := pipe.HMGet(ctx, e.layout.MemberKey("readyz"), "g", "r")
+	_, _ = pipe.Exec(ctx)
+	err := gen.Err()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	if err == nil {
+		err = rec.Err()
+	}
+	if redis.IsPermissionError(err) {
+		if !e.redisRefused.Swap(true) {
+			e.log.Error("redis refuses the mirror's commands", "error", err,
+				"hint", "the ACL user of TOLLGATE_REDIS_URL needs the commands and key pattern of docs/redis.md for TOLLGATE_REDIS_PREFIX "+e.layout.Prefix)
+		}
+		return errors.New("redis refuses the mirror's commands")
+	}
+	if e.redisRefused.Swap(false) {
+		e.log.Info("redis accepts the mirror's commands again")
+	}
+	if err != nil && !e.cfg.FailOpen() {
 		return errors.New("redis unreachable")
 	}
 	return nil
