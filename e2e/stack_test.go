@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -145,7 +146,7 @@ func startStackOn(t testing.TB, topo *topology, enforcerEnv ...map[string]string
 	if topo == nil {
 		rdb, layout = testredis.New(t) // the same for Redis; its keys are removed at the end
 	} else {
-		rdb, layout = topo.rdb, mirror.Layout{Prefix: testredis.Prefix()}
+		rdb, layout = topo.rdb, mirror.Layout{Prefix: cmp.Or(topo.prefix, testredis.Prefix())}
 	}
 	s := &stack{db: db, rdb: rdb, layout: layout, topo: topo}
 

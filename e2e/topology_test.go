@@ -26,6 +26,9 @@ type topology struct {
 	rdb      redis.UniversalClient
 	cluster  *testredis.Cluster  // set for a cluster
 	sentinel *testredis.Sentinel // set for a sentinel group
+	// prefix is the stack's key prefix when set (an ACL user's key pattern names it
+	// before the stack starts); else the stack takes a fresh one.
+	prefix string
 }
 
 func clusterTopology(t testing.TB) *topology {

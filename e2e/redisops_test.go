@@ -1,0 +1,187 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/internal/testio"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
+)
+
+// documentedACL is the ACL line of docs/redis.md ("An ACL user"), as ACL SETUSER
+// arguments for a user of the given prefix and password.
+func documentedACL(t *testing.T, prefix, password string) []any {
+	t.Helper()
+	docs, err := os.ReadFile("../docs/redis.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for l := range strings.Lines(string(docs)) {
+		if strings.HasPrefix(l, "user tollgate on ") {
+			line = strings.TrimSpace(l)
+		}
+	}
+	if line == "" {
+		t.Fatal("docs/redis.md has no `user tollgate on ...` line")
+	}
+	args := []any{"ACL", "SETUSER", "tollgate"}
+	for _, f := range strings.Fields(line)[2:] {
+		switch {
+		case f == ">CHANGE-ME":
+			f = ">" + password
+		case strings.HasPrefix(f, "~tg:"), strings.HasPrefix(f, "&tg:"):
+			f = f[:1] + prefix + f[len("~tg:"):]
+		}
+		args = append(args, f)
+	}
+	return args
+}
+
+// blockOneMember sets up an organization whose member (o.key) is blocked by one
+// settled response, and returns it with its status.
+func blockOneMember(t *testing.T, s *stack) (org, status, expected) {
+	t.Helper()
+	o := s.setUpOrg(t)
+	reqID := admitted(t, s.check(t, o.key), "within_limit")
+	s.respond(t, reqID, "application/json", testio.Chunks(openAIJSON("chatcmpl-big", 8_000_000, 0, 0), 3))
+	s.waitSettled(t, o, 1, 1_200_000)
+	want := expected{state: "blocked", used: 1_200_000, pending: 0, lastSettled: reqID, canRequestReset: true}
+	st := s.expectStatus(t, o, "blocked", want)
+	blocked(t, s.check(t, o.key)).agreesWith(t, st)
+	return o, st, want
+}
+
+// TestBothProgramsWorkThroughTheDocumentedACL: both programs run as the ACL user of
+// docs/redis.md (the line read from the page), on database 3: admission, settlement,
+// the record writes, the generation, the masters' note, invalidations, a refusal. Redis
+// logs every command or key it refuses a user in ACL LOG; it must be empty. And nothing
+// of theirs lands in database 0.
+func TestBothProgramsWorkThroughTheDocumentedACL(t *testing.T) {
+	t.Parallel() // its own redis-server, database and prefix
+	awayFromDayBoundary(t, time.Minute)
+	srv := testredis.StartServer(t)
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 3})
+	defer admin.Close()
+	prefix := testredis.Prefix()
+	if err := admin.Do(ctx, documentedACL(t, prefix, "acl-password-0123456789")...).Err(); err != nil {
+		t.Fatalf("the documented ACL line: %v", err)
+	}
+	s := startStackOn(t, &topology{name: "acl", rdb: admin, prefix: prefix, env: map[string]string{
+		"TOLLGATE_REDIS_URL": fmt.Sprintf("redis://tollgate:acl-password-0123456789@%s/3", srv.Addr)}})
+	o, _, _ := blockOneMember(t, s)
+	if n := s.metric(t, "tollgate_enforcer_decisions_total", `decision="admitted"`); n != 1 {
+		t.Fatalf("%v admissions, want 1", n)
+	}
+	log, err := admin.Do(ctx, "ACL", "LOG").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(log) != 0 {
+		t.Fatalf("Redis refused the documented user %d times: %v", len(log), log)
+	}
+	if n, err := admin.Exists(ctx, s.layout.GenerationKey(), s.layout.MastersKey(), s.layout.MemberKey(o.member.memberID)).Result(); err != nil || n != 3 {
+		t.Fatalf("database 3 holds %d of the generation, the masters' note and the record (%v)", n, err)
+	}
+	db0 := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer db0.Close()
+	if keys, err := db0.Keys(ctx, prefix+"*").Result(); err != nil || len(keys) != 0 {
+		t.Fatalf("database 0 holds %v (%v)", keys, err)
+	}
+	for _, l := range []string{s.cpLogs.String(), s.enfLogs.String()} {
+		if strings.Contains(l, "NOPERM") || strings.Contains(l, "acl-password") {
+			t.Fatalf("a log says NOPERM or the password:\n%s", l)
+		}
+	}
+}
+
+// TestEvictedMirrorKeysNeverAdmitASpentMember: Redis under an evicting policy
+// (allkeys-lru) at a maxmemory other data fills: every key of the installation is
+// evicted, then each family alone (deleted as eviction would: the generation, the
+// masters' note, the record). Every check of the blocked member meanwhile is the 429
+// with the real spend, and the mirror comes back.
+func TestEvictedMirrorKeysNeverAdmitASpentMember(t *testing.T) {
+	t.Parallel() // its own redis-server, database and prefix
+	awayFromDayBoundary(t, time.Minute)
+	srv := testredis.StartServer(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	s := startStackOn(t, &topology{name: "evicting", rdb: rdb, env: map[string]string{"TOLLGATE_REDIS_URL": srv.URL()}})
+	o, st, want := blockOneMember(t, s)
+	mine := func() int {
+		keys, err := rdb.Keys(ctx, s.layout.Prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(keys)
+	}
+	if mine() < 3 {
+		t.Fatalf("%d keys before the eviction", mine())
+	}
+
+	// Real eviction: a maxmemory just above what Redis uses, and other data written
+	// until nothing of the installation is left.
+	info, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var usedMemory int64
+	for l := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+			fmt.Sscan(v, &usedMemory)
+		}
+	}
+	for _, kv := range [][2]string{{"maxmemory-policy", "allkeys-lru"}, {"maxmemory", fmt.Sprint(usedMemory + 2<<20)}} {
+		if err := rdb.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	filler := strings.Repeat("x", 16<<10)
+	for i := 0; mine() > 0; i++ {
+		if i == 5000 {
+			t.Fatalf("%d keys of the installation left after 80 MB of other data", mine())
+		}
+		if err := rdb.Set(ctx, fmt.Sprintf("other:%d", i), filler, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			blocked(t, s.check(t, o.key)).agreesWith(t, st)
+		}
+	}
+	evicted, _ := rdb.Info(ctx, "stats").Result()
+	if !strings.Contains(evicted, "evicted_keys:") || strings.Contains(evicted, "evicted_keys:0\r") {
+		t.Fatalf("nothing was evicted:\n%s", evicted)
+	}
+	// Room again (the other data gone), and the mirror comes back.
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitMirrorBack := func(what string) {
+		t.Helper()
+		waitFor(t, 15*time.Second, what, func() bool {
+			blocked(t, s.check(t, o.key)).agreesWith(t, st)
+			n, err := rdb.Exists(ctx, s.layout.GenerationKey(), s.layout.MemberKey(o.member.memberID)).Result()
+			return err == nil && n == 2
+		})
+	}
+	waitMirrorBack("the mirror rebuilt after the eviction")
+
+	for _, key := range []string{s.layout.GenerationKey(), s.layout.MastersKey(), s.layout.MemberKey(o.member.memberID)} {
+		if err := rdb.Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for range 20 {
+			blocked(t, s.check(t, o.key)).agreesWith(t, st)
+		}
+		waitMirrorBack("the mirror back after " + key + " was evicted")
+	}
+	s.expectStatus(t, o, "after the evictions", want)
+}
