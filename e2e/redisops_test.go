@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -184,4 +186,131 @@ func TestEvictedMirrorKeysNeverAdmitASpentMember(t *testing.T) {
 		waitMirrorBack("the mirror back after " + key + " was evicted")
 	}
 	s.expectStatus(t, o, "after the evictions", want)
+}
+
+// TestPausedRedisMeetsTheDeadlinesAndLosesNothing: Redis paused by an operator (CLIENT
+// PAUSE, as a manual failover or the FAILOVER command does). Paused for everything, a
+// check waits out TOLLGATE_REDIS_CHECK_TIMEOUT, not the pause, and answers 503 in closed
+// mode (tollgate_enforcer_redis_errors_total counts it); admission resumes after. Paused
+// for writes only, the settlement that blocks the member is committed and accounted at
+// once; its record write times out (counted as an error, marked for repair), and once
+// the pause ends the maintenance round writes it: the member is refused from then on.
+func TestPausedRedisMeetsTheDeadlinesAndLosesNothing(t *testing.T) {
+	t.Parallel() // its own redis-server, database and prefix
+	awayFromDayBoundary(t, time.Minute)
+	srv := testredis.StartServer(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	s := startStackOn(t, &topology{name: "paused", rdb: rdb, env: map[string]string{"TOLLGATE_REDIS_URL": srv.URL()}},
+		map[string]string{"TOLLGATE_REDIS_CHECK_TIMEOUT": "300ms"})
+	o := s.setUpOrg(t)
+	first := admitted(t, s.check(t, o.key), "within_limit")
+
+	// Paused for everything.
+	errs := s.metric(t, "tollgate_enforcer_redis_errors_total")
+	if err := rdb.Do(ctx, "CLIENT", "PAUSE", "2500", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	resp := s.check(t, o.key)
+	took := time.Since(began)
+	if code := resp.GetDeniedResponse().GetStatus().GetCode(); code != 503 {
+		t.Fatalf("a check while Redis is paused: %v, want the 503 of closed mode", resp)
+	}
+	if took >= 2*time.Second {
+		t.Fatalf("a check while Redis is paused took %s: it waited for the pause (2.5s), not its 300ms Redis deadline", took)
+	}
+	if got := s.metric(t, "tollgate_enforcer_redis_errors_total"); got <= errs {
+		t.Fatalf("redis errors %v, want more than %v", got, errs)
+	}
+	waitFor(t, 10*time.Second, "admission after the pause", func() bool {
+		return s.check(t, o.key).GetOkResponse() != nil
+	})
+
+	// Paused for writes: the settlement that crosses the hard limit.
+	if err := rdb.Do(ctx, "CLIENT", "PAUSE", "2500", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.respond(t, first, "application/json", testio.Chunks(openAIJSON("chatcmpl-big", 8_000_000, 0, 0), 3))
+	s.waitSettled(t, o, 1, 1_200_000) // accounted in Postgres while Redis takes no write
+	waitFor(t, 15*time.Second, "the member refused once the pause ended", func() bool {
+		return s.check(t, o.key).GetDeniedResponse().GetStatus().GetCode() == 429
+	})
+	for range 20 {
+		if code := s.check(t, o.key).GetDeniedResponse().GetStatus().GetCode(); code != 429 {
+			t.Fatalf("a check after the repair answered %d, want 429", code)
+		}
+	}
+	if n := metricAt(t, "http://"+s.cp.addrs["admin"], "tollgate_controlplane_mirror_writes_total", `result="error"`); n < 1 {
+		t.Fatalf("the record write the pause timed out was not counted: %v", n)
+	}
+}
+
+// TestRedisAtMaxclientsMeetsTheDeadlinesAndLosesNothing: Redis at maxclients refuses
+// every new connection ("ERR max number of clients reached"); the programs' connections
+// are killed (a Redis restart's reconnection storm, a proxy's idle timeout) and must
+// reconnect. A check answers 503 in closed mode within its deadline, /readyz says
+// "redis unreachable", a settlement meanwhile is accounted in Postgres, and once Redis
+// takes connections again the member it blocked is refused and the enforcer is ready.
+func TestRedisAtMaxclientsMeetsTheDeadlinesAndLosesNothing(t *testing.T) {
+	t.Parallel() // its own redis-server, database and prefix
+	awayFromDayBoundary(t, time.Minute)
+	srv := testredis.StartServer(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1, MinIdleConns: 1})
+	defer rdb.Close()
+	s := startStackOn(t, &topology{name: "maxclients", rdb: rdb, env: map[string]string{"TOLLGATE_REDIS_URL": srv.URL()}},
+		map[string]string{"TOLLGATE_REDIS_CHECK_TIMEOUT": "300ms"})
+	o := s.setUpOrg(t)
+	first := admitted(t, s.check(t, o.key), "within_limit")
+
+	if err := rdb.ConfigSet(ctx, "maxclients", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	resp := s.check(t, o.key)
+	if code := resp.GetDeniedResponse().GetStatus().GetCode(); code != 503 {
+		t.Fatalf("a check while Redis refuses connections: %v, want the 503 of closed mode", resp)
+	}
+	if took := time.Since(began); took >= 2*time.Second {
+		t.Fatalf("a check while Redis refuses connections took %s (Redis deadline 300ms)", took)
+	}
+	waitFor(t, 10*time.Second, "/readyz saying redis unreachable", func() bool {
+		res, err := http.Get(s.enfAdmin + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode == 503 && string(b) == "redis unreachable\n"
+	})
+	s.respond(t, first, "application/json", testio.Chunks(openAIJSON("chatcmpl-big", 8_000_000, 0, 0), 3))
+	s.waitSettled(t, o, 1, 1_200_000) // accounted in Postgres while Redis takes no connection
+
+	if err := rdb.ConfigSet(ctx, "maxclients", "10000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "the member refused once Redis takes connections", func() bool {
+		return s.check(t, o.key).GetDeniedResponse().GetStatus().GetCode() == 429
+	})
+	waitFor(t, 10*time.Second, "ready again", func() bool {
+		res, err := http.Get(s.enfAdmin + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == 200
+	})
+	for range 20 {
+		if code := s.check(t, o.key).GetDeniedResponse().GetStatus().GetCode(); code != 429 {
+			t.Fatalf("a check after Redis took connections again answered %d, want 429", code)
+		}
+	}
 }

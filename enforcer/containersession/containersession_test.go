@@ -76,3 +76,33 @@ func TestChargeOnACluster(t *testing.T) {
 		t.Fatalf("used again: %d minutes (%v), want 8", got, err)
 	}
 }
+
+// TestChargeAfterEviction: Redis under an evicting policy may drop either key of a
+// container (docs/redis.md, "maxmemory-policy"). Its charged time gone, the next request
+// is charged as the container's first: more than the bill, never less. A request's own
+// charge gone, asking for that request again charges only what is not charged yet (0
+// here): the one case eviction lowers a charge, harmless when the first answer was
+// settled (settlements are idempotent by request id, the first wins).
+func TestChargeAfterEviction(t *testing.T) {
+	rdb, layout := testredis.New(t)
+	l := containersession.New(rdb, layout, 0)
+	ctx := context.Background()
+	openai, _ := pricecatalog.Default().Container("openai-1g") // idle 20, minimum 5
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	if got, err := l.Charge(ctx, "r1", openai, []string{"cntr_a"}, t0, t0.Add(10*time.Second)); got != 21 || err != nil {
+		t.Fatalf("first use: %d (%v)", got, err)
+	}
+	if err := rdb.Del(ctx, layout.ContainerKey("cntr_a")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// With the key, 5 minutes (the idle window moved); without it, a first use's 21.
+	if got, err := l.Charge(ctx, "r2", openai, []string{"cntr_a"}, t0.Add(5*time.Minute), t0.Add(5*time.Minute+10*time.Second)); got != 21 || err != nil {
+		t.Fatalf("after the container's key was evicted: %d (%v), want 21 (charged as first seen)", got, err)
+	}
+	if err := rdb.Del(ctx, layout.ContainerRequestKey("cntr_a", "r2")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.Charge(ctx, "r2", openai, []string{"cntr_a"}, t0.Add(5*time.Minute), t0.Add(5*time.Minute+10*time.Second)); got != 0 || err != nil {
+		t.Fatalf("r2 asked again after its own key was evicted: %d (%v), want 0 (its time is charged already)", got, err)
+	}
+}
