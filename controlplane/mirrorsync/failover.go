@@ -60,11 +60,16 @@ func (w *Writer) noteMasters(ctx context.Context, gen string, ids mirror.Masters
 	if same {
 		return
 	}
-	if err := w.layout.NoteMasters(ctx, w.rdb, gen, ids); err != nil {
-		w.log.Warn("mirror: cannot note the Redis masters' replication ids; trying again next round", "err", err)
-		return
-	}
+	err := w.layout.NoteMasters(ctx, w.rdb, gen, ids)
 	w.mu.Lock()
-	w.notedGen = gen
+	first := err != nil && !w.noteFailing
+	w.noteFailing = err != nil
+	if err == nil {
+		w.notedGen = gen
+	}
 	w.mu.Unlock()
+	if first {
+		// Once per streak: a Redis refusing writes (maxmemory) refuses this every round.
+		w.log.Warn("mirror: cannot note the Redis masters' replication ids; trying again every round", "err", err)
+	}
 }

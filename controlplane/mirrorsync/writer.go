@@ -69,8 +69,10 @@ type Writer struct {
 	// mastersUnreadable: INFO failed once (logged once).
 	masters           mirror.Masters
 	mastersUnreadable bool
-	// notedGen is the generation masters were last noted in Redis under ("" before).
-	notedGen string
+	// notedGen is the generation masters were last noted in Redis under ("" before);
+	// noteFailing: the last note failed (logged once per streak).
+	notedGen    string
+	noteFailing bool
 	// resyncing serializes resyncs of this process.
 	resyncing sync.Mutex
 	resolves  resolver
