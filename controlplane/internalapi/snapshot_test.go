@@ -1,9 +1,11 @@
 package internalapi_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -85,5 +87,63 @@ func TestRedisRestoredFromAnOldSnapshotIsRebuilt(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// claimFirst is a go-redis hook: before the client's first SET ... NX of key, another
+// control plane's claim (SET key value) lands.
+type claimFirst struct {
+	other      *redis.Client
+	key, value string
+	done       bool
+}
+
+func (h *claimFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *claimFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(c context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); !h.done && strings.EqualFold(cmd.Name(), "set") && len(a) > 1 && a[1] == h.key {
+			h.done = true
+			if err := h.other.Set(c, h.key, h.value, 0).Err(); err != nil {
+				return err
+			}
+		}
+		return next(c, cmd)
+	}
+}
+func (h *claimFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Redis restarted empty, and two control planes claim a generation at the same moment:
+// one wins and rebuilds; the other adopts its generation. The loser kept the replication
+// id of the master from before the restart, and its next round took the restarted
+// master for a replaced one: it installed yet another generation and rebuilt every
+// record a second time (every record of the first rebuild unknown to the enforcers
+// until then). It now notes the masters it lost the claim under.
+func TestLosingTheGenerationClaimRebuildsNothing(t *testing.T) {
+	srv := testredis.StartServer(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer direct.Close()
+	e := at.New(t, at.Options{Redis: direct})
+	hooked := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer hooked.Close()
+	loser := mirrorsync.New(mirrorsync.Deps{Store: e.Store, Redis: hooked, Layout: e.Layout, Clock: e.Clock, Log: e.Log})
+	if err := loser.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	srv.Start(t) // empty: no persistence
+	hooked.AddHook(&claimFirst{other: direct, key: e.Layout.GenerationKey(), value: "won-by-the-other"})
+	if err := loser.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g := loser.Generation(); g != "won-by-the-other" {
+		t.Fatalf("the loser writes under %q", g)
+	}
+	if err := loser.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := e.Layout.Generation(ctx, direct); err != nil || g != "won-by-the-other" {
+		t.Fatalf("after the loser's next round the generation is %q (%v): it rebuilt a second time", g, err)
 	}
 }

@@ -38,14 +38,15 @@ func (w *Writer) Check(ctx context.Context) error {
 			return err
 		}
 		w.setGeneration(gen)
+		// The masters now are the ones this rebuild writes to (a restarted master has a
+		// new replication id: no second rebuild for it), whichever control plane claimed
+		// the generation (TestLosingTheGenerationClaimRebuildsNothing).
+		if ids, err := mirror.ReadMasters(ctx, w.rdb); err == nil {
+			w.noteMasters(ctx, gen, ids)
+		}
 		if !claimed {
 			// Another control plane claimed it at the same moment and rebuilds.
 			return nil
-		}
-		// The masters now are the ones this rebuild writes to (a restarted master has a
-		// new replication id: no second rebuild for it).
-		if ids, err := mirror.ReadMasters(ctx, w.rdb); err == nil {
-			w.noteMasters(ctx, gen, ids)
 		}
 		w.log.Warn("mirror: Redis has no generation (it lost its data, or was never synced); rebuilding every record", "generation", gen)
 		w.metrics.Resyncs.WithLabelValues("generation").Inc()
