@@ -26,7 +26,8 @@ type Metrics struct {
 	// HTTPRequests counts REST requests answered, by route pattern (the ServeMux
 	// pattern, "unmatched" for none: paths carry ids) and status code.
 	HTTPRequests *prometheus.CounterVec
-	// HTTPDuration times REST requests by route pattern. Routes pre-creates its series.
+	// HTTPDuration times REST requests by route pattern, 1 ms to the request deadline
+	// (50 s). Routes pre-creates its series.
 	HTTPDuration *prometheus.HistogramVec
 
 	// Settlements counts settlement items by result (settled, duplicate, promoted,
@@ -111,8 +112,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_http_requests_total",
 			Help: "REST requests answered, by route pattern and status code."}, []string{"route", "code"}),
 		HTTPDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tollgate_controlplane_http_request_duration_seconds",
-			Help:    "Time to answer a REST request, by route pattern.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"route"}),
+			Help: "Time to answer a REST request, by route pattern.",
+			// Up to the request deadline (httpapi.DefaultRequestTimeout, 50 s: an
+			// organization-wide change in a very large organization takes 16 s) and the
+			// server's write timeout (60 s), so a slow route's p99 is a duration, not the
+			// last bucket's bound.
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 25, 50, 60}}, []string{"route"}),
 		Settlements: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_settlements_total",
 			Help: "Settlement items by result."}, []string{"result"}),
 		Starts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_starts_total",

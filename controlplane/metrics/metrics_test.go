@@ -2,10 +2,13 @@ package metrics_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
 	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 )
 
@@ -62,4 +65,44 @@ func gauge(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	}
 	t.Fatalf("no %s", name)
 	return 0
+}
+
+// The REST latency histogram resolves every duration a request can last: a request ends
+// by httpapi.DefaultRequestTimeout (an organization-wide change in a very large
+// organization takes 16 s), so each duration up to it falls in a finite bucket at most
+// 2.5 times its size; above the last bucket, histogram_quantile could only answer that
+// bucket's bound, whatever the requests took.
+func TestHTTPDurationBucketsCoverTheRequestDeadline(t *testing.T) {
+	m := metrics.Discard()
+	bounds := histogramBounds(t, m.HTTPDuration.WithLabelValues(metrics.Unmatched).(prometheus.Histogram))
+	for _, d := range []time.Duration{time.Millisecond, 100 * time.Millisecond, 3 * time.Second, 16 * time.Second,
+		httpapi.DefaultRequestTimeout - time.Second, httpapi.DefaultRequestTimeout} {
+		if !resolved(bounds, d.Seconds()) {
+			t.Errorf("a request of %v has no bucket between it and 2.5 times it (buckets %v)", d, bounds)
+		}
+	}
+}
+
+// histogramBounds are the finite upper bounds of h's buckets.
+func histogramBounds(t *testing.T, h prometheus.Histogram) []float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := h.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	var b []float64
+	for _, bk := range out.GetHistogram().GetBucket() {
+		b = append(b, bk.GetUpperBound())
+	}
+	return b
+}
+
+// resolved reports whether some bound lies in [d, 2.5d].
+func resolved(bounds []float64, d float64) bool {
+	for _, b := range bounds {
+		if b >= d && b <= 2.5*d {
+			return true
+		}
+	}
+	return false
 }
