@@ -178,6 +178,11 @@ var ContainerChargeResults = []string{"charged", "unknown_request", "ledger_unav
 // latency buckets for calls that should take about a millisecond.
 var fast = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
 
+// calls are fast's buckets up to the longest internal API call: a Settle call's
+// timeout, 5 s (settleq.Config.CallTimeout), which a batch waiting for its group
+// commit on a loaded database can reach.
+var calls = append(slices.Clone(fast), 2.5, 5, 10)
+
 // New registers the enforcer's metrics on reg.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{}
@@ -231,7 +236,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		ControlPlaneDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_enforcer_controlplane_duration_seconds",
 			Help:    "Duration of internal API calls to the control plane, by method.",
-			Buckets: fast,
+			Buckets: calls,
 		}, []string{"method"}),
 		ControlPlaneErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_controlplane_errors_total",

@@ -6,8 +6,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 )
 
 // A fresh enforcer exposes, at 0, every series whose label values are known in advance
@@ -65,6 +68,33 @@ func TestGatewayUpstreamCode(t *testing.T) {
 		418: "other_4xx", 429: "429", 503: "503", 529: "529", 599: "other_5xx", 700: "other"} {
 		if got := metrics.GatewayUpstreamCode(status); got != want {
 			t.Errorf("GatewayUpstreamCode(%d) = %q, want %q", status, got, want)
+		}
+	}
+}
+
+// The control plane's call latency resolves every duration a call can last: a Settle
+// call may take up to settleq.DefaultConfig.CallTimeout (5 s, a batch of 256
+// settlements waiting for its group commit), an Authenticate or Resolve up to the
+// check's timeout; each falls in a finite bucket at most 2.5 times its size, where
+// above the last bucket histogram_quantile could only answer that bucket's bound.
+func TestControlPlaneDurationBucketsCoverTheCallTimeouts(t *testing.T) {
+	m := metrics.Discard()
+	var out dto.Metric
+	if err := m.ControlPlaneDuration.WithLabelValues("Settle").(prometheus.Histogram).Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	var bounds []float64
+	for _, b := range out.GetHistogram().GetBucket() {
+		bounds = append(bounds, b.GetUpperBound())
+	}
+	for _, d := range []time.Duration{200 * time.Microsecond, time.Millisecond, gate.DefaultCheckTimeout, 2 * time.Second,
+		settleq.DefaultConfig.CallTimeout} {
+		ok := false
+		for _, b := range bounds {
+			ok = ok || b >= d.Seconds() && b <= 2.5*d.Seconds()
+		}
+		if !ok {
+			t.Errorf("a call of %v has no bucket between it and 2.5 times it (buckets %v)", d, bounds)
 		}
 	}
 }
