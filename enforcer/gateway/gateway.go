@@ -1040,17 +1040,29 @@ func (p *proxied) credentialFailed(w http.ResponseWriter, r *http.Request, err e
 // handshake's: the WebSocket client goes through http.Client, which quotes the whole
 // upstream URL) as redact.URL shows it: the client's query goes on to the provider, and
 // may carry secrets of its own (an ephemeral token, a signed parameter), but not into
-// the enforcer's log.
+// the enforcer's log. The URL shown is cut at maxLoggedURL bytes and the whole text at
+// maxLoggedError (redact.Excerpt): a client's URL may be as long as the server's header
+// limit, 1 MiB, and the line must not be (the cause, after the URL, is kept).
 func urlRedacted(err error) string {
 	text := err.Error()
 	var ue *url.Error
 	if errors.As(err, &ue) && ue.URL != "" {
 		shown := cmp.Or(redact.URL(ue.URL), "(URL not shown)")
+		if len(shown) > maxLoggedURL {
+			shown = strings.ToValidUTF8(shown[:maxLoggedURL], "") + "…"
+		}
 		text = strings.ReplaceAll(text, strconv.Quote(ue.URL), strconv.Quote(shown))
 		text = strings.ReplaceAll(text, ue.URL, shown)
 	}
-	return text
+	return redact.Excerpt(text, maxLoggedError)
 }
+
+// maxLoggedURL and maxLoggedError bound what a log line quotes of an upstream's URL and
+// of an upstream call's error.
+const (
+	maxLoggedURL   = 256
+	maxLoggedError = 1024
+)
 
 // clientGoneGrace is how long after its client left an upstream request is cancelled
 // (forward): time for the gateway to read the end of a body whose last bytes were on

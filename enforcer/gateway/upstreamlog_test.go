@@ -50,3 +50,41 @@ func TestUpstreamFailureLogsNoQuery(t *testing.T) {
 		t.Fatalf("the log quotes the client's query:\n%s", l)
 	}
 }
+
+// A failed upstream's line is bounded whatever the client sent: a Realtime handshake's
+// query may be as long as the server's header limit (1 MiB), and the WebSocket client's
+// error quotes its URL; the line carries an excerpt of the error, not a megabyte a
+// request (the line is throttled, but a megabyte each interval still fills a disk).
+func TestUpstreamFailureLogLineIsBounded(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	logs := &testio.SyncBuffer{}
+	e := newEnvLogging(t, dead, gateway.Config{}, slog.New(slog.NewTextHandler(logs, nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	huge := strings.Repeat("q", 900<<10)
+	c, res, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.front.URL, "http")+"/v1/realtime?model=gpt-realtime&"+huge+"=1",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer tgk_good"}}})
+	if err == nil {
+		c.CloseNow()
+		t.Fatal("the handshake to a dead upstream succeeded")
+	}
+	if res == nil || res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("answer %v, want 502", res)
+	}
+	select {
+	case <-e.tracker.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request was never settled")
+	}
+	l := logs.String()
+	if !strings.Contains(l, `msg="gateway: upstream failed"`) {
+		t.Fatalf("the failure is not logged:\n%.2000s", l)
+	}
+	for line := range strings.Lines(l) {
+		if len(line) > 4<<10 {
+			t.Fatalf("a line of %d bytes: %.300s...", len(line), line)
+		}
+	}
+}
