@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
@@ -76,7 +77,7 @@ func (gw *Gateway) logAccess(a *access, r *http.Request) {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 	h := a.Header()
 	attrs := make([]slog.Attr, 0, 20)
-	attrs = append(attrs, slog.String("method", r.Method), slog.String("path", r.URL.Path),
+	attrs = append(attrs, slog.String("method", clip(r.Method)), slog.String("path", clip(r.URL.Path)),
 		slog.Int("status", a.status), slog.String("outcome", a.outcome), slog.Int64("bytes", a.bytes),
 		slog.Float64("duration_ms", ms(time.Since(a.start))))
 	if id := h.Get(gate.HeaderRequestID); id != "" {
@@ -98,8 +99,25 @@ func (gw *Gateway) logAccess(a *access, r *http.Request) {
 		attrs = append(attrs, slog.Float64("upstream_first_byte_ms", ms(a.firstByte)))
 	}
 	if u := &a.usage; a.settled {
-		attrs = append(attrs, slog.String("model", u.Model), slog.Int64("input_tokens", u.InputTokens),
+		attrs = append(attrs, slog.String("model", clip(u.Model)), slog.Int64("input_tokens", u.InputTokens),
 			slog.Int64("output_tokens", u.OutputTokens), slog.Bool("usage_complete", u.Complete))
 	}
 	gw.log.LogAttrs(r.Context(), slog.LevelInfo, "gateway request", attrs...)
+}
+
+// maxAccessField is the most an access-log line quotes of a value the client chose (its
+// method, its path, the model the response named): the server takes a request line up
+// to its 1 MiB header limit, and one line per request must not be a megabyte.
+const maxAccessField = 256
+
+// clip is v cut at maxAccessField bytes (at a character), "…" marking the cut.
+func clip(v string) string {
+	if len(v) <= maxAccessField {
+		return v
+	}
+	cut := maxAccessField
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return v[:cut] + "…"
 }
