@@ -351,9 +351,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Responses whose code tools' containers were charged their minutes, by result: charged (at the request's container price, by the container ledger in Redis), unknown_request (the request's tools not known here: at its provider's dearest container price, an estimate), ledger_unavailable (Redis did not answer: each container charged as one seen for the first time, an estimate).",
 		}, []string{"result"}),
 		GatewayFirstByte: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "tollgate_enforcer_gateway_upstream_header_seconds",
-			Help:    "Time from sending a request upstream to its response headers (a streamed completion's time to first token, roughly).",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+			Name: "tollgate_enforcer_gateway_upstream_header_seconds",
+			Help: "Time from sending a request upstream to its response headers (a streamed completion's time to first token, roughly).",
+			// Up to the header timeout, TOLLGATE_GATEWAY_HEADER_TIMEOUT (10 minutes by
+			// default: a completion that is not streamed answers only at its end).
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900},
 		}),
 	}
 	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.IdentityRefreshes, m.RecordReads, m.BlockedCacheHits, m.TrailingRequests, m.SpeculativeStarts, m.RedisDuration, m.RedisErrors,

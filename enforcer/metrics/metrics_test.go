@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 )
@@ -95,6 +96,25 @@ func TestControlPlaneDurationBucketsCoverTheCallTimeouts(t *testing.T) {
 		}
 		if !ok {
 			t.Errorf("a call of %v has no bucket between it and 2.5 times it (buckets %v)", d, bounds)
+		}
+	}
+}
+
+// The upstream's time to headers resolves every wait the gateway allows: a completion
+// that is not streamed answers only at its end, up to gateway.DefaultHeaderTimeout (10
+// minutes); each falls in a finite bucket at most 2.5 times its size.
+func TestGatewayFirstByteBucketsCoverTheHeaderTimeout(t *testing.T) {
+	var out dto.Metric
+	if err := metrics.Discard().GatewayFirstByte.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []time.Duration{10 * time.Millisecond, 2 * time.Second, 4 * time.Minute, 7 * time.Minute, gateway.DefaultHeaderTimeout} {
+		ok := false
+		for _, b := range out.GetHistogram().GetBucket() {
+			ok = ok || b.GetUpperBound() >= d.Seconds() && b.GetUpperBound() <= 2.5*d.Seconds()
+		}
+		if !ok {
+			t.Errorf("a wait of %v has no bucket between it and 2.5 times it", d)
 		}
 	}
 }
