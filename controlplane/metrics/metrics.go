@@ -47,7 +47,8 @@ type Metrics struct {
 	BatchDuration *prometheus.HistogramVec
 	// StoreErrors counts failed database operations of the accounting path by operation
 	// (start, settle, resolve, mirror_load, mirror_version, mirror_repair: the durable
-	// repair marks of failed record writes, resync).
+	// repair marks of failed record writes, resync, sessions: a user's live sessions read
+	// to invalidate their cached identities).
 	StoreErrors *prometheus.CounterVec
 	// MirrorWrites counts Redis record writes by result (written, stale, error), and the
 	// records deleted after their writes failed (deleted), so enforcers resolve instead
@@ -95,7 +96,7 @@ var (
 	startResults    = []string{"recorded", "duplicate", "capture_suspended", "epoch_changed", "limit_reserved", "concurrency_limited", "invalid", "error"}
 	batchKinds      = []string{"start", "settle"}
 	startBatchPaths = []string{"fenced", "read_first", "fence_moved"}
-	storeOps        = []string{"start", "settle", "resolve", "mirror_load", "mirror_version", "mirror_repair", "resync"}
+	storeOps        = []string{"start", "settle", "resolve", "mirror_load", "mirror_version", "mirror_repair", "resync", "sessions"}
 	mirrorResults   = []string{"written", "stale", "error", "deleted"}
 	resyncKinds     = []string{"generation", "failover", "refresh", "repair", "forced"}
 	costBases       = []string{"upstream_cost", "reported_usage", "estimate", "none"}

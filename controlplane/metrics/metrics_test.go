@@ -24,7 +24,7 @@ func TestNewCreatesTheKnownSeries(t *testing.T) {
 		"tollgate_controlplane_accounting_receipts_total":             16, // cost basis x price source
 		"tollgate_controlplane_accounting_unpriced_settlements_total": 2,
 		"tollgate_controlplane_accounting_batch_size":                 2,
-		"tollgate_controlplane_store_errors_total":                    7,
+		"tollgate_controlplane_store_errors_total":                    8, // every op the code counts, sessions included
 		"tollgate_controlplane_mirror_writes_total":                   4,
 		"tollgate_controlplane_http_request_duration_seconds":         3, // the routes and unmatched
 		"tollgate_controlplane_accounting_pending_starts":             1,

@@ -151,7 +151,7 @@ var (
 		"start_queue_settle_capacity", "start_queue_closed", "start_queue_cancelled"}
 	identityResults      = []string{"hit", "miss", "negative_hit"}
 	recordSources        = []string{"redis", "resolve"}
-	startRejections      = []string{"full", "member_share", "deadline", "cancelled", "settle_capacity", "closed"}
+	startRejections      = []string{"full", "member_share", "deadline", "cancelled", "settle_capacity", "closed", "controlplane"}
 	settleOutcomes       = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "abandoned", "overflow"}
 	costBases            = []string{"upstream_cost", "reported_usage", "estimate", "none", "unknown"}
 	extprocStreamResults = []string{"complete", "incomplete", "untracked"}
@@ -248,7 +248,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		StartQueueRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_start_queue_rejections_total",
-			Help: "Starts refused or abandoned before being recorded, by reason (full, member_share, deadline, cancelled, settle_capacity, closed).",
+			Help: "Starts refused or abandoned before being recorded, by reason (full, member_share, deadline, cancelled, settle_capacity, closed, controlplane: the Start call failed).",
 		}, []string{"reason"}),
 		StartWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "tollgate_enforcer_start_wait_seconds",

@@ -32,13 +32,15 @@ func TestNewCreatesTheKnownSeries(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]int{
-		"tollgate_enforcer_decisions_total":           30, // every decision with each of its reasons
-		"tollgate_enforcer_check_duration_seconds":    5,  // one per decision
-		"tollgate_enforcer_settlements_total":         10,
-		"tollgate_enforcer_speculative_starts_total":  3,
-		"tollgate_enforcer_settled_cost_basis_total":  5,
-		"tollgate_enforcer_invalidations_total":       4,
-		"tollgate_enforcer_controlplane_errors_total": 0, // method and code come with the errors
+		"tollgate_enforcer_decisions_total":          30, // every decision with each of its reasons
+		"tollgate_enforcer_check_duration_seconds":   5,  // one per decision
+		"tollgate_enforcer_settlements_total":        10,
+		"tollgate_enforcer_speculative_starts_total": 3,
+		"tollgate_enforcer_settled_cost_basis_total": 5,
+		"tollgate_enforcer_invalidations_total":      4,
+		// every startq.Reason, controlplane (the Start call failed) included
+		"tollgate_enforcer_start_queue_rejections_total": 7,
+		"tollgate_enforcer_controlplane_errors_total":    0, // method and code come with the errors
 	} {
 		if got := testutil.CollectAndCount(reg, name); got != want {
 			t.Errorf("%s: %d series, want %d", name, got, want)
