@@ -66,8 +66,10 @@ func sameSnapshot(t *testing.T, before, after map[string]string) {
 
 // TestWriteKilledMidTransaction: a multi-statement write whose Postgres backend is
 // killed (pg_terminate_backend) after its first statements, while it waits to write
-// its audit event: nothing of it stays, the answer is the route's 503 (never 200, never
-// a 500 or Go's text), and the same write succeeds once sent again.
+// its audit event, committed nothing, so the request runs it once more on another
+// connection (store.InTx). Killed on that attempt too, nothing of it stays and the
+// answer is the route's 503 (never 200, never a 500 or Go's text); killed once, the
+// request succeeds and the write is done once. Before the retry, one kill was a 503.
 func TestWriteKilledMidTransaction(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
@@ -98,19 +100,28 @@ func TestWriteKilledMidTransaction(t *testing.T) {
 		{"approve an extension", "POST", resetsPath + "/" + reset.ID + "/approve", map[string]any{}, o.As(), "gateway_usage_unavailable", http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := snapshot(t, e)
-			release := storetest.LockTable(t, e.Store, "audit_events", "EXCLUSIVE")
-			killer := storetest.Conn(t, e.Store)
-			done := inBackground(func() *apitest.Resp { return e.Do(t, tc.method, tc.path, tc.body, tc.as...) })
-			storetest.WaitForLockWaiters(t, killer, 1)
-			if n := storetest.TerminateLockWaiters(t, killer); n != 1 {
-				t.Fatalf("killed %d backends", n)
+			// kills sends the write while the audit table is locked, kills its backend
+			// n times (each attempt waits for the lock), then lets the lock go.
+			kills := func(n int) *apitest.Resp {
+				release := storetest.LockTable(t, e.Store, "audit_events", "EXCLUSIVE")
+				killer := storetest.Conn(t, e.Store)
+				done := inBackground(func() *apitest.Resp { return e.Do(t, tc.method, tc.path, tc.body, tc.as...) })
+				for range n {
+					storetest.WaitForLockWaiters(t, killer, 1)
+					if k := storetest.TerminateLockWaiters(t, killer); k != 1 {
+						t.Fatalf("killed %d backends", k)
+					}
+				}
+				if n == 1 {
+					storetest.WaitForLockWaiters(t, killer, 1) // the request's second attempt
+				}
+				release()
+				return await(t, done, release)
 			}
-			r := await(t, done, release)
-			release()
-			expectUnavailable(t, r, tc.code)
+			before := snapshot(t, e)
+			expectUnavailable(t, kills(2), tc.code)
 			sameSnapshot(t, before, snapshot(t, e))
-			e.Do(t, tc.method, tc.path, tc.body, tc.as...).Expect(t, tc.ok)
+			kills(1).Expect(t, tc.ok)
 		})
 	}
 }

@@ -2,8 +2,11 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
@@ -91,5 +94,72 @@ func TestCancelledStatementEndsInPostgres(t *testing.T) {
 	}
 	if rows != 0 {
 		t.Errorf("the cancelled insert ran after all: %d rows", rows)
+	}
+}
+
+// TestInTxRunsAgainAfterItsConnectionWasKilled: a transaction whose Postgres backend is
+// killed (pg_terminate_backend, as a failover or an operator would) before its COMMIT
+// was sent committed nothing, so InTx runs it once more, on another connection, inside
+// the same call: the caller sees it succeed, and only the second attempt's row stays.
+// A transaction killed again on its second attempt fails: once, not a loop.
+func TestInTxRunsAgainAfterItsConnectionWasKilled(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	ctx := context.Background()
+	if _, err := st.Pool.Exec(ctx, `CREATE TABLE scratch (attempt int)`); err != nil {
+		t.Fatal(err)
+	}
+	killer := storetest.Conn(t, st)
+	for _, tc := range []struct {
+		name     string
+		kills    int // attempts whose backend is killed
+		wantErr  bool
+		wantRuns int
+	}{
+		{"killed once: run again, committed", 1, false, 2},
+		{"killed on both attempts: failed", 2, true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := st.Pool.Exec(ctx, `TRUNCATE scratch`); err != nil {
+				t.Fatal(err)
+			}
+			runs := 0
+			err := st.InTx(ctx, func(tx pgx.Tx) error {
+				runs++
+				if _, err := tx.Exec(ctx, `INSERT INTO scratch VALUES ($1)`, runs); err != nil {
+					return err
+				}
+				if runs <= tc.kills {
+					var pid int
+					if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+						return err
+					}
+					if _, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, err := tx.Exec(ctx, `INSERT INTO scratch VALUES ($1)`, runs)
+				return err
+			})
+			if (err != nil) != tc.wantErr || runs != tc.wantRuns {
+				t.Fatalf("InTx ran %d times and answered %v; want %d runs, error %v", runs, err, tc.wantRuns, tc.wantErr)
+			}
+			var rows []int
+			r, err := killer.Query(ctx, `SELECT attempt FROM scratch ORDER BY attempt`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err = pgx.CollectRows(r, pgx.RowTo[int])
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []int{2, 2}
+			if tc.wantErr {
+				want = nil
+			}
+			if !slices.Equal(rows, want) {
+				t.Errorf("rows %v, want %v (only the committed attempt's)", rows, want)
+			}
+		})
 	}
 }

@@ -115,18 +115,29 @@ func (s *Store) Close() { s.Pool.Close() }
 const maxTxAttempts = 5
 
 // InTx runs fn in a transaction and commits it, retrying the whole function on
-// serialization failures and deadlocks. fn must be safe to run more than once.
+// serialization failures and deadlocks, and once when the connection broke before the
+// COMMIT was sent (lostBeforeCommit). fn must be safe to run more than once.
 func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return retryTx(ctx, func() error { return s.inTxOnce(ctx, fn) })
 }
 
 // retryTx runs one attempt at a transaction again, with a growing pause, while Postgres
-// answers it with a serialization failure or a deadlock.
+// answers it with a serialization failure or a deadlock, and once, at once, when the
+// attempt lost its connection before its COMMIT was sent.
 func retryTx(ctx context.Context, attempt func() error) error {
 	var err error
+	lost := false
 	for n := 1; n <= maxTxAttempts; n++ {
 		err = attempt()
-		if err == nil || !retryable(err) {
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, errLostBeforeCommit) && !lost && ctx.Err() == nil {
+			lost = true
+			n-- // not a lost race: it does not count against them
+			continue
+		}
+		if !retryable(err) {
 			return err
 		}
 		select {
@@ -138,13 +149,41 @@ func retryTx(ctx context.Context, attempt func() error) error {
 	return err
 }
 
+// errLostBeforeCommit marks the failure of a transaction whose connection broke before
+// its COMMIT was sent (lostBeforeCommit): nothing of it was committed, so running it
+// again is as safe as after a serialization failure.
+var errLostBeforeCommit = errors.New("store: the connection broke before the commit was sent")
+
+// lostBeforeCommit tells whether err, the failure of a transaction on conn before its
+// COMMIT was sent, means the connection broke: pgx says the statement never reached the
+// server (pgconn.SafeToRetry: a connection already closed), or the connection is closed
+// now (Postgres ended the backend: pg_terminate_backend, a crash, a failover), and not
+// because the caller's context ended (pgx closes the connection of a statement it
+// cancels, and the caller is gone). A transaction is committed only by its COMMIT, and
+// Postgres rolls back the open transaction of a backend that ends, so nothing of it
+// stays. A failure of the COMMIT itself is never such a loss: it may have been applied.
+func lostBeforeCommit(ctx context.Context, conn *pgx.Conn, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	return pgconn.SafeToRetry(err) || (conn != nil && conn.IsClosed())
+}
+
 func (s *Store) inTxOnce(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	tx, err := s.Pool.Begin(ctx)
 	if err != nil {
+		// Nothing of fn ran: a failed BEGIN (a connection the pool handed out alive that
+		// Postgres had ended) or a failed acquisition is safe to run again.
+		if ctx.Err() == nil {
+			return fmt.Errorf("%w: %w", errLostBeforeCommit, err)
+		}
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	if err := fn(tx); err != nil {
+		if lostBeforeCommit(ctx, tx.Conn(), err) {
+			return fmt.Errorf("%w: %w", errLostBeforeCommit, err)
+		}
 		return err
 	}
 	return tx.Commit(ctx)

@@ -111,11 +111,12 @@ func waitFor(t testing.TB, cond func() bool, format string, args ...any) {
 
 // TerminateLockWaiters kills (pg_terminate_backend) every backend of c's database that
 // waits for a lock, as an operator, a failover or a crashed Postgres backend would end
-// it mid-transaction, and answers how many it killed.
+// it mid-transaction, and answers how many it killed, once they have ended (a killed
+// backend is no longer a lock waiter when it returns).
 func TerminateLockWaiters(t testing.TB, c *pgx.Conn) int {
 	t.Helper()
 	var n int
-	if err := c.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+	if err := c.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid, 30000)) FROM pg_stat_activity
 		WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
