@@ -45,6 +45,11 @@ type Config struct {
 	AccountingLanes    int
 	AccountingMaxBatch int
 	AccountingMaxDelay time.Duration
+	// RESTDatabaseConns is the REST API's share of the database pool: the most of its
+	// connections REST requests hold at once (TOLLGATE_REST_DATABASE_CONNS); 0, the
+	// default, is half of pool_max_conns (store.DefaultShare). The rest of the pool
+	// stays accounting's whatever the REST API does.
+	RESTDatabaseConns int
 	// HTTPAddr serves the REST API (TOLLGATE_HTTP_ADDR).
 	HTTPAddr string
 	// GRPCAddr serves the internal API for enforcers (TOLLGATE_GRPC_ADDR).
@@ -196,6 +201,7 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 		fs.IntVar(&c.AccountingLanes, "accounting-lanes", intEnv("TOLLGATE_ACCOUNTING_LANES", ledger.DefaultConfig.Lanes), "transactions committing starts (and, separately, settlements) at once (TOLLGATE_ACCOUNTING_LANES)")
 		fs.IntVar(&c.AccountingMaxBatch, "accounting-max-batch", intEnv("TOLLGATE_ACCOUNTING_MAX_BATCH", ledger.DefaultConfig.MaxBatch), "most starts or settlements in one transaction (TOLLGATE_ACCOUNTING_MAX_BATCH)")
 		fs.DurationVar(&c.AccountingMaxDelay, "accounting-max-delay", durationEnv("TOLLGATE_ACCOUNTING_MAX_DELAY", ledger.DefaultConfig.MaxDelay), "how long a batch waits for more items when traffic is thin (TOLLGATE_ACCOUNTING_MAX_DELAY)")
+		fs.IntVar(&c.RESTDatabaseConns, "rest-database-conns", intEnv("TOLLGATE_REST_DATABASE_CONNS", 0), "most database connections REST requests hold at once, out of the pool's pool_max_conns (16 unless the URL says); the rest stays the enforcers' accounting's; 0: half the pool (TOLLGATE_REST_DATABASE_CONNS)")
 		fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_HTTP_ADDR", DefaultHTTPAddr), "REST API listen address (TOLLGATE_HTTP_ADDR)")
 		fs.StringVar(&c.GRPCAddr, "grpc-addr", env("TOLLGATE_GRPC_ADDR", DefaultGRPCAddr), "internal gRPC API listen address for enforcers (TOLLGATE_GRPC_ADDR)")
 		fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ADMIN_ADDR)")
@@ -350,6 +356,9 @@ func (c Config) validate(k knobs) []string {
 	}
 	if c.AccountingMaxDelay < 0 || c.AccountingMaxDelay > time.Second {
 		p = append(p, "TOLLGATE_ACCOUNTING_MAX_DELAY: must be 0 to 1s")
+	}
+	if c.RESTDatabaseConns < 0 {
+		p = append(p, "TOLLGATE_REST_DATABASE_CONNS: must be 0 (half the pool) or a number of connections up to the pool's pool_max_conns")
 	}
 	if c.RetentionInterval != 0 && c.RetentionInterval < time.Minute {
 		p = append(p, "TOLLGATE_RETENTION_INTERVAL: must be 0 (never) or at least 1m")

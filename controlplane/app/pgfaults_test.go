@@ -1,14 +1,23 @@
 package app_test
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
+	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 // TestReadyzUnderPostgresTrouble: /readyz on the admin port under real Postgres faults.
@@ -51,4 +60,86 @@ func TestReadyzUnderPostgresTrouble(t *testing.T) {
 	expect("every connection taken", http.StatusServiceUnavailable, "database connections all in use\n")
 	release()
 	expect("connections free again", http.StatusOK, "ok\n")
+}
+
+// TestAccountingKeepsItsShareOfThePool: REST requests that wait for a lock (sign-ins
+// while another session holds the users table) hold every connection of the REST API's
+// share (TOLLGATE_REST_DATABASE_CONNS, half the pool by default) and more wait for one
+// (tollgate_controlplane_rest_database_waiting); meanwhile the enforcers' durable starts
+// and settlements still get connections and commit, while REST is still held. Before the
+// share, those sign-ins took the whole pool and the start waited until its deadline.
+func TestAccountingKeepsItsShareOfThePool(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	logs := &testio.SyncBuffer{}
+	sv := serveControlPlane(t, e, 5*time.Second, 0, logs)
+	defer func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	}()
+	share := sv.cp.RESTDatabase.Stat().Size
+	if pool := int64(e.Store.Pool.Config().MaxConns); share != pool/2 {
+		t.Fatalf("the REST API's share is %d of the pool's %d connections, want half", share, pool)
+	}
+	observer := storetest.Conn(t, e.Store)
+	release := storetest.LockTable(t, e.Store, "users", "ACCESS EXCLUSIVE")
+	signIns := int(share) + 2
+	answered := make(chan int, signIns)
+	for i := range signIns {
+		go func() {
+			body := strings.NewReader(fmt.Sprintf(`{"email":"nobody%d@example.test","password":"not the password"}`, i))
+			res, err := http.Post("http://"+sv.lns.REST.Addr().String()+"/v1/auth/sign-in", "application/json", body)
+			if err != nil {
+				answered <- 0
+				return
+			}
+			res.Body.Close()
+			answered <- res.StatusCode
+		}()
+	}
+	// REST holds its whole share, waiting for the lock, and two more wait for a slot.
+	storetest.WaitForLockWaiters(t, observer, int(share))
+	waitFor(t, "two sign-ins waiting for a connection of the REST API's share", func() bool {
+		return sv.cp.RESTDatabase.Stat().Waiting == 2
+	})
+
+	client := grpcClient(t, sv.lns.GRPC.Addr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 3 {
+		id := at.ReqID()
+		if _, err := client.Start(ctx, &internalv1.StartRequest{Items: []*internalv1.StartItem{at.StartItem(id, org, ms[0], e.Clock.Now(), 0)}}); err != nil {
+			t.Fatalf("start %d while REST holds its share: %v", i, err)
+		}
+		res, err := client.Settle(ctx, &internalv1.SettleRequest{Items: []*internalv1.SettleItem{
+			{RequestId: id, UpstreamCostMicroUsd: at.Cost(700), Complete: true, Model: "m"}}})
+		if err != nil || res.GetResults()[0].GetOutcome() != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+			t.Fatalf("settlement %d while REST holds its share: %v %v", i, res, err)
+		}
+	}
+	if st := sv.cp.RESTDatabase.Stat(); storetest.LockWaiters(t, observer) != int(share) || st.InUse != share || st.Waiting != 2 {
+		t.Fatalf("REST no longer held while accounting committed: %d lock waiters, %+v", storetest.LockWaiters(t, observer), st)
+	}
+	if used := e.Used(t, org, ms[0], window.Day, e.Clock.Now()); used != 3*700 {
+		t.Errorf("charged %d micro-USD, want %d", used, 3*700)
+	}
+	release()
+	for range signIns {
+		if code := <-answered; code != http.StatusUnauthorized {
+			t.Errorf("a sign-in held by the lock answered %d once it was released, want 401", code)
+		}
+	}
+}
+
+// grpcClient is an accounting client of the internal API at addr, with the token.
+func grpcClient(t *testing.T, addr string) internalv1.AccountingClient {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(internaltoken.PerRPC(at.Token, false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return internalv1.NewAccountingClient(cc)
 }

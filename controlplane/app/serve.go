@@ -109,6 +109,9 @@ type ControlPlane struct {
 	Internal *internalapi.Server
 	GRPC     *grpc.Server
 	Health   *health.Server
+	// RESTDatabase is the REST API's share of the store's pool
+	// (TOLLGATE_REST_DATABASE_CONNS): the rest of the pool is accounting's.
+	RESTDatabase *store.Share
 	// API is the REST API; Admin serves /healthz, /readyz and /metrics.
 	API   http.Handler
 	Admin *admin.Handler
@@ -137,7 +140,11 @@ func New(d Deps) (*ControlPlane, error) {
 		Config: ledger.Config{Lanes: cfg.AccountingLanes, MaxBatch: cfg.AccountingMaxBatch, MaxDelay: cfg.AccountingMaxDelay}})
 	c.Internal = internalapi.New(internalapi.Deps{Store: st, Ledger: c.Ledger, Mirror: c.Mirror, Clock: d.Clock, Log: log, Metrics: c.Metrics,
 		Token: cfg.InternalToken, RequireClientCert: cfg.GRPCClientCA != ""})
-	c.API = httpapi.New(httpapi.Deps{Store: st, Clock: d.Clock, Log: log, Metrics: c.Metrics, SessionTTL: cfg.SessionTTL,
+	if c.RESTDatabase, err = st.Share(cfg.RESTDatabaseConns); err != nil {
+		return nil, ConfigError{fmt.Errorf("TOLLGATE_REST_DATABASE_CONNS: %w", err)}
+	}
+	c.Metrics.ObserveRESTDatabase(func() metrics.PoolShare { return metrics.PoolShare(c.RESTDatabase.Stat()) })
+	c.API = httpapi.New(httpapi.Deps{Store: st, DB: c.RESTDatabase, Clock: d.Clock, Log: log, Metrics: c.Metrics, SessionTTL: cfg.SessionTTL,
 		TrustForwardedFor: cfg.TrustForwardedFor, Events: c.Mirror})
 
 	// A connection that never completes its handshake is dropped after

@@ -181,12 +181,16 @@ type serving struct {
 }
 
 // serveControlPlane serves e's control plane on loopback, logging to logs, with the
-// shutdown's timeout and delay; stopped by the test's end at the latest.
-func serveControlPlane(t *testing.T, e *at.Env, timeout, delay time.Duration, logs io.Writer) *serving {
+// shutdown's timeout and delay (and tweaks of the rest of its configuration); stopped by
+// the test's end at the latest.
+func serveControlPlane(t *testing.T, e *at.Env, timeout, delay time.Duration, logs io.Writer, tweaks ...func(*app.Config)) *serving {
 	t.Helper()
 	cfg := app.Config{Redis: redisconf.Config{Prefix: e.Layout.Prefix}, MirrorCheckInterval: time.Second,
 		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", InternalToken: at.Token,
 		LogFormat: "text", LogLevel: "info", SessionTTL: time.Hour, ShutdownTimeout: timeout, ShutdownDelay: delay}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
+	}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	cp, err := app.New(app.Deps{Config: cfg, Store: e.Store, Redis: e.Redis, Clock: e.Clock, Log: log})
 	if err != nil {

@@ -62,11 +62,11 @@ func (c *Call) NoContent() error {
 	return nil
 }
 
-// Tx runs fn in a database transaction, then the functions registered with AfterCommit
+// Tx runs fn in a database transaction on the REST API's share of the pool, then the functions registered with AfterCommit
 // if it committed. InTx may run fn more than once (serialization retries), so each
 // attempt starts with no registered functions.
 func (c *Call) Tx(fn func(tx pgx.Tx) error) error {
-	err := c.s.store.InTx(c.Ctx, func(tx pgx.Tx) error {
+	err := c.s.db.InTx(c.Ctx, func(tx pgx.Tx) error {
 		c.afterCommit = nil
 		return fn(tx)
 	})
@@ -85,8 +85,9 @@ func (c *Call) Tx(fn func(tx pgx.Tx) error) error {
 // transaction rolls back.
 func (c *Call) AfterCommit(f func()) { c.afterCommit = append(c.afterCommit, f) }
 
-// DB is the pool, for reads outside a transaction.
-func (c *Call) DB() store.Querier { return c.s.store.Pool }
+// DB is the REST API's share of the pool (Deps.DB), for reads outside a transaction;
+// never inside one of Tx (a second connection at once: see store.Share).
+func (c *Call) DB() store.Querier { return c.s.db }
 
 // Audit records an audit event in the transaction, attributed to the caller.
 func (c *Call) Audit(tx pgx.Tx, action, targetID string, details any) error {

@@ -15,7 +15,7 @@ func (s *Server) health(c *Call) error {
 func (s *Server) ready(c *Call) error {
 	ctx, cancel := context.WithTimeout(c.Ctx, 2*time.Second)
 	defer cancel()
-	if err := s.store.Pool.Ping(ctx); err != nil {
+	if err := s.db.Ping(ctx); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]bool{"ok": true})

@@ -16,7 +16,12 @@ import (
 
 // Deps are what the API needs from the program.
 type Deps struct {
-	Store    *store.Store
+	Store *store.Store
+	// DB is the REST API's share of Store's pool (store.Share): every statement and
+	// transaction of a request takes one of its connections, so that requests never
+	// hold more than its size, and the rest of the pool stays accounting's. Nil: a
+	// share of the default size (store.DefaultShare).
+	DB       *store.Share
 	Clock    clock.Clock
 	Log      *slog.Logger
 	Registry prometheus.Registerer
@@ -74,7 +79,7 @@ func (noEvents) UserSessionsChanged(context.Context, string)            {}
 
 // Server serves the REST API.
 type Server struct {
-	store   *store.Store
+	db      *store.Share
 	clock   clock.Clock
 	log     *slog.Logger
 	metrics *metrics.Metrics
@@ -100,13 +105,20 @@ func New(d Deps) *Server {
 	if d.Events == nil {
 		d.Events = noEvents{}
 	}
+	if d.DB == nil && d.Store != nil {
+		db, err := d.Store.Share(0)
+		if err != nil {
+			panic(err) // the default share fits every pool
+		}
+		d.DB = db
+	}
 	if d.Metrics == nil && d.Registry == nil {
 		d.Metrics = metrics.Discard()
 	} else if d.Metrics == nil {
 		d.Metrics = metrics.New(d.Registry)
 	}
 	s := &Server{
-		store:   d.Store,
+		db:      d.DB,
 		clock:   d.Clock,
 		log:     d.Log,
 		metrics: d.Metrics,

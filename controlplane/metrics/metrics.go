@@ -17,6 +17,7 @@ package metrics
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -88,6 +89,17 @@ type Metrics struct {
 	QuarantineApplied prometheus.Counter
 
 	pending atomic.Int64
+	// restDB reads the REST API's share of the database pool (ObserveRESTDatabase).
+	restDB atomic.Pointer[func() PoolShare]
+}
+
+// PoolShare is the state of the REST API's share of the database pool
+// (store.ShareStat): its size, the connections its requests hold and the statements
+// waiting for one, and the waits so far and their total length.
+type PoolShare struct {
+	Size, InUse, Waiting int64
+	Waits                int64
+	Waited               time.Duration
 }
 
 // The label values known in advance, created at construction.
@@ -157,6 +169,31 @@ func New(reg prometheus.Registerer) *Metrics {
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_controlplane_accounting_pending_starts",
 		Help: "Durable starts not yet settled in the whole database, across all members: the same on every control plane (aggregate with max, not sum); refreshed by each one's mirror maintenance."},
 		func() float64 { return float64(m.pending.Load()) })
+	restDB := func(f func(PoolShare) float64) func() float64 {
+		return func() float64 {
+			if read := m.restDB.Load(); read != nil {
+				return f((*read)())
+			}
+			return 0
+		}
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_controlplane_rest_database_connections_max",
+			Help: "The REST API's share of the database pool: the most connections its requests hold at once (TOLLGATE_REST_DATABASE_CONNS); the rest is accounting's."},
+			restDB(func(s PoolShare) float64 { return float64(s.Size) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_controlplane_rest_database_connections_in_use",
+			Help: "Database connections the REST API's requests hold now."},
+			restDB(func(s PoolShare) float64 { return float64(s.InUse) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_controlplane_rest_database_waiting",
+			Help: "REST statements and transactions waiting now for a connection of the REST API's share (all of it in use)."},
+			restDB(func(s PoolShare) float64 { return float64(s.Waiting) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_controlplane_rest_database_waits_total",
+			Help: "REST statements and transactions that had to wait for a connection of the REST API's share."},
+			restDB(func(s PoolShare) float64 { return float64(s.Waits) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_controlplane_rest_database_wait_seconds_total",
+			Help: "Total time REST statements and transactions waited for a connection of the REST API's share."},
+			restDB(func(s PoolShare) float64 { return s.Waited.Seconds() })),
+	)
 	reg.MustRegister(m.HTTPRequests, m.HTTPDuration, m.Settlements, m.Starts, m.StartBatches, m.BatchSize, m.BatchDuration,
 		m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, m.Receipts, m.Unpriced, m.Adjusted, pending,
 		m.RetentionRuns, m.RetentionRemoved, m.Reconciliations, m.QuarantineApplied)
@@ -198,6 +235,10 @@ func (m *Metrics) Routes(patterns ...string) {
 
 // Unmatched is the route label of requests no route matched.
 const Unmatched = "unmatched"
+
+// ObserveRESTDatabase makes the tollgate_controlplane_rest_database_* series read the
+// REST API's share of the pool through read, at each scrape (they are 0 until then).
+func (m *Metrics) ObserveRESTDatabase(read func() PoolShare) { m.restDB.Store(&read) }
 
 // SetPending records the latest count of pending starts.
 func (m *Metrics) SetPending(n int64) { m.pending.Store(n) }
