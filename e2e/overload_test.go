@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
 	"github.com/tollgate-dev/tollgate/internal/alerttest"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
 // TestBurstTheControlPlaneCannotCommit is a burst the control plane cannot keep up
@@ -305,16 +306,7 @@ func sameRefusalAtEveryDoor(t *testing.T, s *stack, e *enforcer, upstream, key s
 	front := httptest.NewServer(proxy)
 	defer func() { front.Close(); proxy.Close() }()
 	post := func(url string, header map[string]string, body string) answer {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-		for k, v := range header {
-			req.Header.Set(k, v)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
+		res, b := testio.Send(t, "POST", url, header, body)
 		return answer{status: res.StatusCode, header: res.Header, body: b}
 	}
 	release := storetest.LockTable(t, s.db, "usage_request_starts", "ACCESS EXCLUSIVE")

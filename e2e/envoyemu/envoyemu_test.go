@@ -26,6 +26,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
 // chain is an Envoy configuration in the shape of deploy/envoy/envoy.yaml: ext_authz,
@@ -281,16 +283,7 @@ func admit(ok *authv3.OkHttpResponse) func(*authv3.CheckRequest) *authv3.CheckRe
 
 func post(t *testing.T, url, body string, h map[string]string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-	for k, v := range h {
-		req.Header.Set(k, v)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
+	res, b := testio.Send(t, "POST", url, h, body)
 	return res, string(b)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -21,16 +22,7 @@ import (
 
 func httpCheck(t *testing.T, e *enforcertest.Env, method string, headers map[string]string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, e.HTTPURL+"/check", nil)
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
+	res, b := testio.Send(t, method, e.HTTPURL+"/check", headers, "")
 	return res, string(b)
 }
 

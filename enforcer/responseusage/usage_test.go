@@ -2315,21 +2315,7 @@ func TestStreamEndedByDone(t *testing.T) {
 		{"gzip: usage, no [DONE]", role + usage, "gzip", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			body := []byte(tc.body)
-			var h map[string]string
-			if tc.encoding != "" {
-				coding, how, _ := strings.Cut(tc.encoding, "-")
-				switch how {
-				case "open": // each event flushed, as a streaming server does; the coding not ended
-					body = compressOpen(coding, body)
-				case "badsum": // gzip's CRC-32 changed
-					body = compress(coding, body, nil)
-					body[len(body)-8] ^= 0xff
-				default:
-					body = compress(coding, body, nil)
-				}
-				h = map[string]string{"content-encoding": coding}
-			}
+			body, h := encodedFixture(tc.body, tc.encoding)
 			whole := run(ctSSE, h, Limits{}, [][]byte{body}, false)
 			if whole.Complete != tc.complete {
 				t.Fatalf("broken off: %s, want complete %v", show(whole), tc.complete)
@@ -2415,21 +2401,7 @@ func TestStreamEndedByItsTerminalEvent(t *testing.T) {
 		{"gemini: the finishReason chunk", "data: " + geminiLast + "\r\n\r\n", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			body := []byte(tc.body)
-			var h map[string]string
-			if tc.encoding != "" {
-				coding, how, _ := strings.Cut(tc.encoding, "-")
-				switch how {
-				case "open": // each event flushed, as a streaming server does; the coding not ended
-					body = compressOpen(coding, body)
-				case "badsum": // gzip's CRC-32 changed
-					body = compress(coding, body, nil)
-					body[len(body)-8] ^= 0xff
-				default:
-					body = compress(coding, body, nil)
-				}
-				h = map[string]string{"content-encoding": coding}
-			}
+			body, h := encodedFixture(tc.body, tc.encoding)
 			ended := run(ctSSE, h, Limits{}, [][]byte{body}, true)
 			broken := run(ctSSE, h, Limits{}, [][]byte{body}, false)
 			if broken.Complete != tc.complete {
@@ -2446,4 +2418,25 @@ func TestStreamEndedByItsTerminalEvent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// encodedFixture is body in encoding ("" for none; "gzip", "br", "deflate"; with
+// "-open" each event flushed and the coding not ended, as a streaming server leaves it
+// when its client goes; "gzip-badsum" with gzip's CRC-32 changed) and its headers.
+func encodedFixture(body, encoding string) ([]byte, map[string]string) {
+	b := []byte(body)
+	if encoding == "" {
+		return b, nil
+	}
+	coding, how, _ := strings.Cut(encoding, "-")
+	switch how {
+	case "open":
+		b = compressOpen(coding, b)
+	case "badsum":
+		b = compress(coding, b, nil)
+		b[len(b)-8] ^= 0xff
+	default:
+		b = compress(coding, b, nil)
+	}
+	return b, map[string]string{"content-encoding": coding}
 }

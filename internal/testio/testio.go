@@ -1,12 +1,13 @@
 // Package testio holds the small I/O helpers several packages' tests share: a log
 // destination a test may read while a program writes it, a body cut into the arbitrary
-// pieces a stream arrives in, a request body its server has closed, a free loopback
-// address, the path of a third-party tool, and the process's resident set. Tests only;
+// pieces a stream arrives in, a request body its server has closed, one request sent and
+// its answer read whole, a free loopback address, the path of a third-party tool, and the process's resident set. Tests only;
 // nothing in a program imports it.
 package testio
 
 import (
 	"bytes"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -114,3 +115,27 @@ func (b *ServerBody) Read(p []byte) (int, error) {
 
 // Close closes the body.
 func (b *ServerBody) Close() error { b.Closed = true; return nil }
+
+// Send sends one request with the given headers and body (none when empty) through
+// http.DefaultClient and returns the answer with its body read whole; a failure to send
+// or read ends the test.
+func Send(t testing.TB, method, url string, header map[string]string, body string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, b
+}
