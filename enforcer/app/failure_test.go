@@ -318,10 +318,13 @@ func TestControlPlaneSilentAnswersBeforeTheProxyGivesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer hole.Close()
+	// The accept loop is in the group itself, so every Add of a connection happens while
+	// the group is not empty: a Wait racing an Add at zero is what the race detector
+	// reported when the loop ran outside it and Wait ran before the listener closed.
 	var held sync.WaitGroup
 	defer held.Wait()
-	go func() {
+	defer hole.Close()
+	held.Go(func() {
 		for {
 			c, err := hole.Accept()
 			if err != nil {
@@ -332,7 +335,7 @@ func TestControlPlaneSilentAnswersBeforeTheProxyGivesUp(t *testing.T) {
 				c.Close()
 			})
 		}
-	}()
+	})
 	for _, mode := range []string{"open", "closed"} {
 		t.Run(mode, func(t *testing.T) {
 			_, layout := testredis.New(t)
