@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
 	"github.com/tollgate-dev/tollgate/enforcer/googleauth"
 	"github.com/tollgate-dev/tollgate/internal/googlefake"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
@@ -293,27 +293,15 @@ func TestVertexAIThroughTheGateway(t *testing.T) {
 // and body.
 func postJSON(t *testing.T, gateway, path, keyHeader, key, body string, extra ...string) (int, http.Header, string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", gateway+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
+	h := map[string]string{"Content-Type": "application/json"}
 	for i := 0; i+1 < len(extra); i += 2 {
-		req.Header.Set(extra[i], extra[i+1])
+		h[extra[i]] = extra[i+1]
 	}
 	if keyHeader == "Authorization" {
 		key = "Bearer " + key
 	}
-	req.Header.Set(keyHeader, key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h[keyHeader] = key
+	res, b := testio.Send(t, "POST", gateway+path, h, body)
 	return res.StatusCode, res.Header, string(b)
 }
 

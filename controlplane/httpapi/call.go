@@ -62,9 +62,10 @@ func (c *Call) NoContent() error {
 	return nil
 }
 
-// Tx runs fn in a database transaction on the REST API's share of the pool, then the functions registered with AfterCommit
-// if it committed. InTx may run fn more than once (serialization retries), so each
-// attempt starts with no registered functions.
+// Tx runs fn in a database transaction on the REST API's share of the pool, then the
+// functions registered with AfterCommit if it committed. InTx may run fn more than once
+// (serialization retries, a connection lost before the commit), so each attempt starts
+// with no registered functions.
 func (c *Call) Tx(fn func(tx pgx.Tx) error) error {
 	err := c.s.db.InTx(c.Ctx, func(tx pgx.Tx) error {
 		c.afterCommit = nil

@@ -4,10 +4,10 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 )
 
 // access is one request's access-log line (Config.AccessLog), filled in as the request
@@ -110,14 +110,5 @@ func (gw *Gateway) logAccess(a *access, r *http.Request) {
 // to its 1 MiB header limit, and one line per request must not be a megabyte.
 const maxAccessField = 256
 
-// clip is v cut at maxAccessField bytes (at a character), "…" marking the cut.
-func clip(v string) string {
-	if len(v) <= maxAccessField {
-		return v
-	}
-	cut := maxAccessField
-	for cut > 0 && !utf8.RuneStart(v[cut]) {
-		cut--
-	}
-	return v[:cut] + "…"
-}
+// clip is v as the access log quotes it (redact.Clip at maxAccessField).
+func clip(v string) string { return redact.Clip(v, maxAccessField) }

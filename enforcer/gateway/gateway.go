@@ -1047,10 +1047,7 @@ func urlRedacted(err error) string {
 	text := err.Error()
 	var ue *url.Error
 	if errors.As(err, &ue) && ue.URL != "" {
-		shown := cmp.Or(redact.URL(ue.URL), "(URL not shown)")
-		if len(shown) > maxLoggedURL {
-			shown = strings.ToValidUTF8(shown[:maxLoggedURL], "") + "…"
-		}
+		shown := redact.Clip(cmp.Or(redact.URL(ue.URL), "(URL not shown)"), maxLoggedURL)
 		text = strings.ReplaceAll(text, strconv.Quote(ue.URL), strconv.Quote(shown))
 		text = strings.ReplaceAll(text, ue.URL, shown)
 	}

@@ -150,15 +150,20 @@ func Excerpt(text string, max int, secrets ...string) string {
 		b.WriteRune(r)
 		i += n
 	}
-	out := strings.Join(strings.Fields(b.String()), " ")
-	if len(out) > max {
-		cut := max
-		for cut > 0 && !utf8.RuneStart(out[cut]) {
-			cut--
-		}
-		out = out[:cut] + "…"
+	return Clip(strings.Join(strings.Fields(b.String()), " "), max)
+}
+
+// Clip is s cut to its first max bytes at most, at a character, "…" marking the cut:
+// what a log line quotes of a value that may be as long as a client or a server chose.
+func Clip(s string, max int) string {
+	if len(s) <= max {
+		return s
 	}
-	return out
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // markRuns marks in masked every run of text that is a part of secret at least 8 bytes
