@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
@@ -38,7 +40,11 @@ func (s *Server) wrap(rt route) http.Handler {
 		c := &Call{W: w, R: r, Ctx: ctx, s: s, now: s.clock.Now()}
 		defer func() {
 			if p := recover(); p != nil {
-				s.log.ErrorContext(r.Context(), "handler panic", "request_id", requestID(r), "route", r.Pattern, "panic", fmt.Sprint(p))
+				// A bug, so the line says where (the stack), and both are bounded: a
+				// panic's value may quote a body or path of the client's choosing, and
+				// the top frames are the ones that find the bug.
+				s.log.ErrorContext(r.Context(), "handler panic", "request_id", requestID(r), "route", r.Pattern,
+					"panic", redact.Excerpt(fmt.Sprint(p), 1024), "stack", redact.Clip(string(debug.Stack()), 4096))
 				if !c.wrote {
 					jsonx.Write(w, http.StatusInternalServerError, errorBody{Error: "internal_error", Message: "Unexpected error."})
 				}

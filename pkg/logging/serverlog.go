@@ -4,6 +4,8 @@ import (
 	"log"
 	"log/slog"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 )
 
 // ServerLog is the ErrorLog of an http.Server named server (rest, gateway, http,
@@ -25,7 +27,9 @@ type serverLog struct {
 }
 
 func (s *serverLog) Write(p []byte) (int, error) {
-	line := strings.TrimRight(string(p), "\n")
+	// A panic's line carries its value (which may quote what a client sent) and the
+	// whole stack: the first 4 KiB hold the value and the frames that find the bug.
+	line := redact.Clip(strings.TrimRight(string(p), "\n"), 4096)
 	if strings.HasPrefix(line, "http: panic serving") || strings.HasPrefix(line, "http2: panic serving") {
 		s.panics.Log(s.log, slog.LevelError, "http server: a handler panicked", "server", s.server, "detail", line)
 	} else {
