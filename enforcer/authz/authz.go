@@ -211,7 +211,11 @@ func inputOf(h *authv3.AttributeContext_HttpRequest) checkInput {
 // usage reader cannot read is refused before it is checked, as the gateway refuses it
 // (gate.ResponseFormatRefusal).
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	in := inputOf(req.GetAttributes().GetRequest().GetHttp())
+	h := req.GetAttributes().GetRequest().GetHttp()
+	if f, refused := gate.MethodRefusal(h.GetMethod()); refused {
+		return FormDenied(f), nil
+	}
+	in := inputOf(h)
 	if in.unreadable != "" {
 		return FormDenied(gate.ResponseFormatRefusal(in.unreadable)), nil
 	}

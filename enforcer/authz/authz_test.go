@@ -297,3 +297,26 @@ func TestUnreadableAnswersAreRefusedBeforeTheCheck(t *testing.T) {
 		t.Errorf("a file's download refused for %q", in.unreadable)
 	}
 }
+
+// TRACE and TRACK have the upstream echo the request, which carries the provider's
+// credential ext_authz sets: refused 405 as the gateway refuses them, before the check
+// (the server's gate is nil here: a check would panic).
+func TestEchoingMethodsAreRefusedBeforeTheCheck(t *testing.T) {
+	s := New(nil, Upstream{})
+	for _, method := range []string{"TRACE", "trace", "TRACK"} {
+		req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+			Http: &authv3.AttributeContext_HttpRequest{Method: method, Path: "/v1/chat/completions", Headers: map[string]string{"x-api-key": "tgk_k"}}}}}
+		resp, err := s.Check(context.Background(), req)
+		d := resp.GetDeniedResponse()
+		if err != nil || d.GetStatus().GetCode() != 405 {
+			t.Fatalf("%s: %v %v", method, resp, err)
+		}
+		headers := map[string]string{}
+		for _, h := range d.GetHeaders() {
+			headers[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
+		}
+		if headers["X-Service-Error-Code"] != gate.CodeMethodUnsupported || headers["Allow"] == "" {
+			t.Fatalf("%s: headers %v", method, headers)
+		}
+	}
+}

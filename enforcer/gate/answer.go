@@ -51,6 +51,10 @@ const (
 	// in a header (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override), which a
 	// forward-auth answer cannot remove (400, docs/enforcer.md).
 	CodeMethodOverrideUnsupported = "service_gateway_method_override_unsupported"
+	// CodeMethodUnsupported refuses, at every front door, a request whose method has
+	// the upstream echo the request, the provider's credential in it (TRACE, TRACK; 405,
+	// MethodRefusal).
+	CodeMethodUnsupported = "service_gateway_method_unsupported"
 )
 
 // Decision labels of metrics and answers.
@@ -223,11 +227,16 @@ type FormRefusal struct {
 	// Code is the X-Service-Error-Code.
 	Code string
 	Body []byte
+	// Allow, when set, is the Allow header of a 405 (MethodRefusal).
+	Allow string
 }
 
 // Headers are the refusal's response headers: Content-Type, Cache-Control: no-store and
-// X-Service-Error-Code.
+// X-Service-Error-Code, and Allow when it is set.
 func (f FormRefusal) Headers() []Header {
+	if f.Allow != "" {
+		return []Header{headerJSON, headerNoStore, {HeaderErrorCode, f.Code}, {"Allow", f.Allow}}
+	}
 	return []Header{headerJSON, headerNoStore, {HeaderErrorCode, f.Code}}
 }
 
@@ -271,6 +280,24 @@ func MethodOverrideRefusal(header string) FormRefusal {
 		Message: "The header " + header + " asks the provider to run the request as another method, which Tollgate does not judge it by: " +
 			"send the request with its own method, without the header.",
 		Details: map[string]string{"header": header}}})}
+}
+
+// MethodRefusal is the 405 of a request whose method no front door lets through, in
+// any case (a server that matches methods loosely runs "trace" as TRACE): TRACE and
+// TRACK (IIS's), which ask the upstream to echo the request it received (RFC 9110,
+// 9.3.8; Apache answers them by default). Proxied, that request carries the provider's
+// credential the front door set (the gateway's route credential, ext_authz's
+// TOLLGATE_UPSTREAM_AUTHORIZATION, a forward-auth proxy's own header), and the echo
+// handed it to the member. No provider's API takes them. Refused before the check:
+// nothing is admitted or charged. false for any other method.
+func MethodRefusal(method string) (FormRefusal, bool) {
+	if !strings.EqualFold(method, "TRACE") && !strings.EqualFold(method, "TRACK") {
+		return FormRefusal{}, false
+	}
+	return FormRefusal{Status: http.StatusMethodNotAllowed, Code: CodeMethodUnsupported, Allow: "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
+		Body: mustJSON(errorBody{Error: errorObject{Type: "invalid_request_error", Code: CodeMethodUnsupported,
+			Message: "The method " + method + " is not proxied: the upstream would echo the request, the provider's credential in it.",
+			Details: map[string]string{"method": method}}})}, true
 }
 
 // blockedBody renders the body of the 429. Only the hard buckets that are exhausted are

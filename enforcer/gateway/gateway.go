@@ -89,7 +89,7 @@ const (
 	OutcomeUpstreamTimeout = "upstream_timeout" // 504: no answer in time
 	OutcomeClientGone      = "client_gone"      // the client left before the upstream answered
 	OutcomeNoCredential    = "no_credential"    // 502: the route's token or signing credentials could not be had
-	OutcomeUnsupported     = "unsupported"      // 501: an API the gateway does not proxy (requestbody.Bidirectional); 400: an answer's format (requestbody.UnreadableAnswer)
+	OutcomeUnsupported     = "unsupported"      // 501: an API the gateway does not proxy (requestbody.Bidirectional); 400: an answer's format (requestbody.UnreadableAnswer); 405: TRACE (gate.MethodRefusal)
 	OutcomeDecodeBusy      = "decode_busy"      // 503: a compressed body's share of the decoding budget not had in time (requestbody.Decoding)
 )
 
@@ -375,6 +375,12 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		writeError(w, http.StatusNotImplemented, "invalid_request_error", "service_gateway_unsupported",
 			"Amazon Bedrock's bidirectional streams (InvokeModelWithBidirectionalStream) are not proxied by the gateway: "+
 				"it reads a request's body before admitting it, and a bidirectional session's body ends only with the session.", nil)
+		return false
+	}
+	if f, refused := gate.MethodRefusal(r.Method); refused {
+		// TRACE would have the upstream echo the request, the route's credential in it.
+		gw.answered(w, OutcomeUnsupported)
+		f.Write(w) // ext_authz's and /check's too
 		return false
 	}
 	if param := requestbody.UnreadableAnswer(r.Method, r.URL.Path, r.URL.RawQuery); param != "" {

@@ -180,6 +180,9 @@ var methodOverrides = []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Met
 // reporter settles by). Each is judged as the gateway judges it, a parameter's name
 // decoded.
 func formRefusal(h http.Header, method, path, rawQuery string) (gate.FormRefusal, bool) {
+	if f, refused := gate.MethodRefusal(method); refused {
+		return f, true
+	}
 	for _, o := range methodOverrides {
 		if _, ok := h[http.CanonicalHeaderKey(o)]; ok {
 			return gate.MethodOverrideRefusal(o), true

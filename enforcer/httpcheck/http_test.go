@@ -367,6 +367,10 @@ func TestCheckRefusesWhatTheProxyCannotRemove(t *testing.T) {
 		{"X-HTTP-Method-Override", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-HTTP-Method-Override": "POST",
 			"X-Forwarded-Method": "PUT", "X-Forwarded-Uri": "/v1alpha/auth_tokens"}, 400, "service_gateway_method_override_unsupported"},
 		{"X-Method-Override", "", map[string]string{"X-Api-Key": w.Key, "X-Method-Override": "POST"}, 400, "service_gateway_method_override_unsupported"},
+		// TRACE has the upstream echo the request, the provider's credential the proxy set
+		// in it (gate.MethodRefusal).
+		{"TRACE", "", map[string]string{"X-Api-Key": w.Key, "X-Forwarded-Method": "TRACE", "X-Forwarded-Uri": "/v1/chat/completions"}, 405, "service_gateway_method_unsupported"},
+		{"trace in lower case", "", map[string]string{"X-Api-Key": w.Key, "X-Forwarded-Method": "trace"}, 405, "service_gateway_method_unsupported"},
 		// What passes.
 		{"alt=sse", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Uri": gen + "?alt=sse"}, 200, ""},
 		{"a file's download", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/v1beta/files/a:download?alt=media"}, 200, ""},
@@ -389,8 +393,10 @@ func TestCheckRefusesWhatTheProxyCannotRemove(t *testing.T) {
 			switch {
 			case tc.status == 401 && (!strings.Contains(string(b), "Send it in a header") || !enforcertest.UnauthorizedBody(string(b))):
 				t.Fatalf("401 without saying where the key goes: %s", b)
-			case tc.status == 400 && !strings.Contains(string(b), `"code":"`+tc.code+`"`):
-				t.Fatalf("400 body %s", b)
+			case (tc.status == 400 || tc.status == 405) && !strings.Contains(string(b), `"code":"`+tc.code+`"`):
+				t.Fatalf("%d body %s", tc.status, b)
+			case tc.status == 405 && res.Header.Get("Allow") == "":
+				t.Fatal("405 without Allow")
 			case tc.status != 200 && res.Header.Get("X-Service-Request-Id") != "":
 				t.Fatal("a refused request was admitted")
 			}
