@@ -91,11 +91,13 @@ const (
 	OutcomeNoCredential    = "no_credential"    // 502: the route's token or signing credentials could not be had
 	OutcomeUnsupported     = "unsupported"      // 501: an API the gateway does not proxy (requestbody.Bidirectional); 400: an answer's format (requestbody.UnreadableAnswer); 405: TRACE (gate.MethodRefusal)
 	OutcomeDecodeBusy      = "decode_busy"      // 503: a compressed body's share of the decoding budget not had in time (requestbody.Decoding)
+	OutcomePreflight       = "preflight"        // 204: a browser's CORS preflight, answered by the gateway (cors.go)
 )
 
 // Outcomes lists every outcome (metrics pre-create their series).
 var Outcomes = []string{OutcomeProxied, OutcomeRefused, OutcomeNoRoute, OutcomeBusy, OutcomeBodyTooLarge, OutcomeBadBody,
-	OutcomeUpstreamError, OutcomeUpstreamTimeout, OutcomeClientGone, OutcomeNoCredential, OutcomeUnsupported, OutcomeDecodeBusy}
+	OutcomeUpstreamError, OutcomeUpstreamTimeout, OutcomeClientGone, OutcomeNoCredential, OutcomeUnsupported, OutcomeDecodeBusy,
+	OutcomePreflight}
 
 // Metrics the gateway updates (from the enforcer's catalogue, enforcer/metrics).
 type Metrics struct {
@@ -307,6 +309,14 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer gw.logAccess(a, r)
 		w = a
 	}
+	if r.Header.Get("Origin") != "" {
+		allowOrigin(w.Header())
+		if isPreflight(r) && gw.route(r.URL.Path) != nil {
+			gw.answered(w, OutcomePreflight)
+			preflight(w, r)
+			return
+		}
+	}
 	p := gw.take(w, r)
 	if p == nil {
 		return
@@ -346,7 +356,7 @@ func (gw *Gateway) take(w http.ResponseWriter, r *http.Request) *proxied {
 		return nil
 	}
 	gw.m.Active.Inc()
-	p := &proxied{gw: gw, route: rt}
+	p := &proxied{gw: gw, route: rt, cors: r.Header.Get("Origin") != ""}
 	if a, ok := w.(*access); ok {
 		p.log, a.req = a, p
 	}
@@ -771,6 +781,9 @@ type proxied struct {
 	// the client sees its response end (settleBeforeEnd); relayed counts the bytes of an
 	// announced body relayed so far, to know which write ends it.
 	guarded bool
+	// cors: the request came from a browser's page (an Origin): the answer carries the
+	// gateway's CORS headers (cors.go).
+	cors    bool
 	relayed int64
 	// log is the request's access-log line, when the log is on.
 	log *access
@@ -1216,6 +1229,9 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	gw, resp := p.gw, p.resp
 	h := w.Header()
 	copyHeaders(h, resp.Header)
+	if p.cors {
+		allowOrigin(h) // the gateway's policy, not the upstream's (cors.go)
+	}
 	p.redirectThroughGateway(h, resp.Request)
 	if p.state != "" {
 		h.Set(gate.HeaderUsageState, p.state)

@@ -107,7 +107,7 @@ type Metrics struct {
 
 // GatewayOutcomes are the outcome labels of GatewayRequests (package gateway's
 // Outcome constants; package gateway imports this one, so the list lives here).
-var GatewayOutcomes = []string{"proxied", "refused", "no_route", "busy", "body_too_large", "bad_body", "upstream_error", "upstream_timeout", "client_gone", "no_credential", "unsupported", "decode_busy"}
+var GatewayOutcomes = []string{"proxied", "refused", "no_route", "busy", "body_too_large", "bad_body", "upstream_error", "upstream_timeout", "client_gone", "no_credential", "unsupported", "decode_busy", "preflight"}
 
 // GatewayUpstreamCodes are the code labels of GatewayUpstreamResponses: the statuses
 // an operator acts on, each on its own, the others by class; a bounded set, created at
