@@ -6,6 +6,8 @@ import (
 	"net/http/httputil"
 	"net/url"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/relaybody"
 )
@@ -32,6 +34,7 @@ type Proxy struct {
 var forwarded = []string{"X-Service-Request-Id", "X-Service-Usage-State"}
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	dropConnection(r.Header)
 	check, err := http.NewRequestWithContext(r.Context(), r.Method, p.CheckURL, nil)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -89,5 +92,19 @@ func (p *Proxy) swapCredentials(h http.Header) {
 	}
 	if p.UpstreamAPIKey != "" {
 		h.Set("X-Api-Key", p.UpstreamAPIKey)
+	}
+}
+
+// dropConnection drops the client's Connection header, keeping only its "upgrade" (the
+// reverse proxy needs it for a WebSocket), as deploy/caddy/Caddyfile does: the reverse
+// proxy drops the headers a Connection header names after this proxy set its own, so
+// "Connection: X-Service-Request-Id" took the request id away from the upstream and
+// "Connection: Authorization" the provider's credential. The standard hop-by-hop
+// headers (Keep-Alive, TE...) the reverse proxy drops whatever Connection says.
+func dropConnection(h http.Header) {
+	upgrade := httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade")
+	h.Del("Connection")
+	if upgrade {
+		h.Set("Connection", "Upgrade")
 	}
 }

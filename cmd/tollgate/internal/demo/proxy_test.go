@@ -73,3 +73,39 @@ func TestProxySwapsCredentials(t *testing.T) {
 		})
 	}
 }
+
+// A proxy drops the headers its client names in Connection, and httputil.ReverseProxy
+// drops them after the proxy set its own: "Connection: X-Service-Request-Id" took the
+// request id away from the upstream (nobody could report the request's usage), and
+// "Connection: Authorization" the provider's credential. The client's Connection header
+// is dropped first, as the Caddyfile drops it; /check still gets X-Forwarded-Uri.
+func TestProxyKeepsItsHeadersWhateverConnectionSays(t *testing.T) {
+	var forwardedURI string
+	enf := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		forwardedURI = r.Header.Get("X-Forwarded-Uri")
+		w.Header().Set("X-Service-Request-Id", "req_1")
+	}))
+	defer enf.Close()
+	var got http.Header
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = r.Header.Clone() }))
+	defer up.Close()
+	px := Proxy{CheckURL: enf.URL + "/check", Client: http.DefaultClient, UpstreamAuthorization: "Bearer sk-provider"}
+	px.Upstream, _ = url.Parse(up.URL)
+	srv := httptest.NewServer(&px)
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions?alt=sse", nil)
+	req.Header.Set("X-Api-Key", "tgk_k")
+	req.Header.Set("Connection", "X-Service-Request-Id, Authorization, X-Forwarded-Uri")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if got == nil || got.Get("X-Service-Request-Id") != "req_1" || got.Get("Authorization") != "Bearer sk-provider" {
+		t.Fatalf("upstream got %v", got)
+	}
+	if forwardedURI != "/v1/chat/completions?alt=sse" {
+		t.Fatalf("/check got X-Forwarded-Uri %q", forwardedURI)
+	}
+}
