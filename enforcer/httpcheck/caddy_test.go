@@ -2,6 +2,7 @@ package httpcheck_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -99,35 +100,7 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 	}))
 	defer upstream.Close()
 
-	caddyAddr := testio.FreeAddr(t)
-	caddyfile, err := filepath.Abs("../../deploy/caddy/Caddyfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	var caddyLog bytes.Buffer
-	cmd := exec.Command(caddy, "run", "--config", caddyfile, "--adapter", "caddyfile")
-	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home,
-		"TOLLGATE_CADDY_ADDR="+caddyAddr, "TOLLGATE_ENFORCER_HTTP_ADDR="+enforcerAddr,
-		"TOLLGATE_UPSTREAM="+strings.TrimPrefix(upstream.URL, "http://"), "TOLLGATE_UPSTREAM_AUTHORIZATION=", "TOLLGATE_UPSTREAM_API_KEY=")
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Stdout, cmd.Stderr = &caddyLog, &caddyLog
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", caddyAddr, 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("caddy did not start:\n%s", caddyLog.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	caddyAddr, caddyLog := startCaddyForwardAuth(t, caddy, enforcerAddr, strings.TrimPrefix(upstream.URL, "http://"), env)
 
 	call := func(extra ...string) (*http.Response, string) {
 		query := ""
@@ -176,7 +149,7 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 			continue
 		}
 		if res.StatusCode != 429 {
-			t.Fatalf("status %d: %s\n%s", res.StatusCode, body, caddyLog.String())
+			t.Fatalf("status %d: %s\n%s", res.StatusCode, body, caddyLog)
 		}
 		if res.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" || res.Header.Get("X-Service-Usage-State") != "blocked" ||
 			res.Header.Get("Retry-After") != "61200" || res.Header.Get("X-Should-Retry") != "false" || !strings.Contains(body, `"type":"usage_limit_error"`) {
@@ -207,5 +180,107 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 		if !strings.HasPrefix(id, "req_") || id == "req_chosenbytheclient" {
 			t.Fatalf("upstream saw request id %q", id)
 		}
+	}
+}
+
+// startCaddyForwardAuth runs the shipped deploy/caddy/Caddyfile with a real Caddy (its
+// path caddy) in front of upstream (host:port), asking the enforcer at enforcerAddr,
+// with the environment env added; it returns the address Caddy listens on and its log.
+func startCaddyForwardAuth(t *testing.T, caddy, enforcerAddr, upstream string, env []string) (string, *testio.SyncBuffer) {
+	t.Helper()
+	caddyAddr := testio.FreeAddr(t)
+	caddyfile, err := filepath.Abs("../../deploy/caddy/Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	caddyLog := &testio.SyncBuffer{}
+	cmd := exec.Command(caddy, "run", "--config", caddyfile, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home,
+		"TOLLGATE_CADDY_ADDR="+caddyAddr, "TOLLGATE_ENFORCER_HTTP_ADDR="+enforcerAddr,
+		"TOLLGATE_UPSTREAM="+upstream, "TOLLGATE_UPSTREAM_AUTHORIZATION=", "TOLLGATE_UPSTREAM_API_KEY=")
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stdout, cmd.Stderr = caddyLog, caddyLog
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", caddyAddr, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return caddyAddr, caddyLog
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("caddy did not start:\n%s", caddyLog.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A browser app calls the Caddy forward-auth example from its own origin, as it calls
+// the gateway (docs/gateway.md, "Browser apps (CORS)"): the real Chromium runs the page.
+// The preflight (an OPTIONS without any key) is answered by Caddy, before /check, which
+// would refuse it 401; the admitted call reads its answer and X-Service-Usage-State, the
+// refused one its 429 and X-Service-Error-Code. The upstream's own CORS policy (for
+// another origin) is replaced. Before 2026-12-03 both calls failed in the browser as
+// "Failed to fetch".
+func TestBrowserAppThroughCaddyForwardAuth(t *testing.T) {
+	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
+	chromium := testio.LookTool(t, "chromium", "apt-get install chromium")
+	e := enforcertest.New(t, enforcertest.Options{})
+	e.CP.SetPrice("gpt-4o-mini", 2_000, 8_000)
+	admitted := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	blocked := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	e.CP.SetSpend(blocked.ID, window.Day, 1*enforcertest.USD)
+	var mu sync.Mutex
+	var methods []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		methods = append(methods, r.Method)
+		mu.Unlock()
+		rw.Header().Set("Access-Control-Allow-Origin", "https://console.example")
+		rw.Header().Set("Access-Control-Allow-Credentials", "true")
+		rw.Header().Set("Content-Type", "application/json")
+		io.WriteString(rw, `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"message":{"content":"hello"}}]}`)
+	}))
+	defer upstream.Close()
+	caddyAddr, caddyLog := startCaddyForwardAuth(t, caddy, strings.TrimPrefix(e.HTTPURL, "http://"), strings.TrimPrefix(upstream.URL, "http://"), nil)
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, `<html><body><script>
+async function call(key) {
+  try {
+    const r = await fetch("http://`+caddyAddr+`/v1/chat/completions", {method: "POST",
+      headers: {"Authorization": "Bearer " + key, "Content-Type": "application/json"},
+      body: JSON.stringify({model: "gpt-4o-mini", messages: [{role: "user", content: "hi"}]})});
+    const body = await r.text();
+    return r.status + " " + (r.headers.get("X-Service-Usage-State") || "-") + " " + (r.headers.get("X-Service-Error-Code") || "-") +
+      " " + (body.includes("hello") ? "answer" : body.includes("usage_limit") ? "refusal" : "other");
+  } catch (err) {
+    return "error " + err;
+  }
+}
+(async () => { const a = await call("`+admitted.Key+`"); const b = await call("`+blocked.Key+`"); document.body.textContent = "[" + a + "|" + b + "]"; })();
+</script></body></html>`)
+	}))
+	defer page.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=10000", "--dump-dom", page.URL).Output()
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	_, got, _ := strings.Cut(string(out), "[")
+	got, _, _ = strings.Cut(got, "]")
+	if want := "200 within_limit - answer|429 blocked service_gateway_usage_limit_exceeded refusal"; got != want {
+		t.Fatalf("the browser app saw %q, want %q\n%s", got, want, caddyLog)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(methods) != 1 || methods[0] != "POST" {
+		t.Fatalf("the upstream got %v: want the admitted call alone, no preflight", methods)
 	}
 }
