@@ -35,6 +35,20 @@ var forwarded = []string{"X-Service-Request-Id", "X-Service-Usage-State"}
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	dropConnection(r.Header)
+	page := r.Header.Get("Origin") != ""
+	if page {
+		// Browser apps, as the Caddyfile lets them (docs/gateway.md, "Browser apps"):
+		// any origin; a preflight, which carries no key, answered here, never checked.
+		allowOrigin(w.Header())
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			h := w.Header()
+			h.Set("Access-Control-Allow-Methods", r.Header.Get("Access-Control-Request-Method"))
+			h.Set("Access-Control-Allow-Headers", r.Header.Get("Access-Control-Request-Headers"))
+			h.Set("Access-Control-Max-Age", "7200")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
 	check, err := http.NewRequestWithContext(r.Context(), r.Method, p.CheckURL, nil)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -72,7 +86,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if state != "" {
 			up.Header.Set("X-Service-Usage-State", state)
 		}
+		if page {
+			allowOrigin(up.Header) // the upstream's own CORS headers replaced
+		}
 		return nil
+	}
+	if page {
+		// The upstream's answer gets them (ModifyResponse); the reverse proxy adds its
+		// headers to these, which would make two values.
+		w.Header().Del("Access-Control-Allow-Origin")
+		w.Header().Del("Access-Control-Expose-Headers")
 	}
 	r.Body = relaybody.EndAtLength(r.Body, r.ContentLength) // or a stream could be cut (relaybody)
 	rp.ServeHTTP(w, r)
@@ -107,4 +130,13 @@ func dropConnection(h http.Header) {
 	if upgrade {
 		h.Set("Connection", "Upgrade")
 	}
+}
+
+// allowOrigin sets the CORS headers of an answer to a page: any origin reads it and all
+// its headers; a credentialed Access-Control-Allow-Credentials, which would fail the
+// wildcard, goes.
+func allowOrigin(h http.Header) {
+	h.Set("Access-Control-Allow-Origin", "*")
+	h.Set("Access-Control-Expose-Headers", "*")
+	h.Del("Access-Control-Allow-Credentials")
 }

@@ -109,3 +109,60 @@ func TestProxyKeepsItsHeadersWhateverConnectionSays(t *testing.T) {
 		t.Fatalf("/check got X-Forwarded-Uri %q", forwardedURI)
 	}
 }
+
+// A browser app calls through the proxy as through the Caddyfile: the preflight (no key)
+// is answered here, never checked nor sent upstream; the refusal and the answer carry
+// Access-Control-Allow-Origin: *, the upstream's own CORS policy replaced.
+func TestProxyLetsBrowserAppsCall(t *testing.T) {
+	var checks, calls int
+	enf := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		checks++
+		if r.Header.Get("X-Api-Key") != "tgk_k" {
+			w.Header().Set("X-Service-Error-Code", "unauthorized")
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("X-Service-Request-Id", "req_1")
+	}))
+	defer enf.Close()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		w.Header().Set("Access-Control-Allow-Origin", "https://console.example")
+		w.Header().Set("Access-Control-Allow-Credentials", "true")
+	}))
+	defer up.Close()
+	px := Proxy{CheckURL: enf.URL + "/check", Client: http.DefaultClient}
+	px.Upstream, _ = url.Parse(up.URL)
+	srv := httptest.NewServer(&px)
+	defer srv.Close()
+	do := func(method, key string, hdr ...string) *http.Response {
+		req, _ := http.NewRequest(method, srv.URL+"/v1/chat/completions", nil)
+		req.Header.Set("Origin", "http://app.example")
+		if key != "" {
+			req.Header.Set("X-Api-Key", key)
+		}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res
+	}
+	res := do("OPTIONS", "", "Access-Control-Request-Method", "POST", "Access-Control-Request-Headers", "x-api-key,content-type")
+	if res.StatusCode != 204 || res.Header.Get("Access-Control-Allow-Origin") != "*" || res.Header.Get("Access-Control-Allow-Headers") != "x-api-key,content-type" ||
+		checks != 0 || calls != 0 {
+		t.Fatalf("preflight: %d %v, %d checks, %d upstream calls", res.StatusCode, res.Header, checks, calls)
+	}
+	if res := do("POST", "tgk_bad"); res.StatusCode != 401 || res.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Fatalf("refusal: %d %v", res.StatusCode, res.Header)
+	}
+	res = do("POST", "tgk_k")
+	if res.StatusCode != 200 || res.Header.Values("Access-Control-Allow-Origin")[0] != "*" || len(res.Header.Values("Access-Control-Allow-Origin")) != 1 ||
+		res.Header.Get("Access-Control-Allow-Credentials") != "" || calls != 1 {
+		t.Fatalf("answer: %d %v, %d upstream calls", res.StatusCode, res.Header, calls)
+	}
+}
