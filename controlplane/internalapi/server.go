@@ -159,7 +159,7 @@ func (s *Server) Authenticate(ctx context.Context, req *internalv1.AuthenticateR
 		return &internalv1.AuthenticateResponse{}, nil
 	}
 	if err != nil {
-		return nil, s.unavailable("authenticate", err)
+		return nil, s.callError("authenticate", err)
 	}
 	res := &internalv1.AuthenticateResponse{Found: true, OrganizationId: id.OrganizationID, MemberId: id.MemberID, UserId: id.UserID,
 		ApiKeyId: id.APIKeyID, Active: id.Active}
@@ -182,7 +182,7 @@ func (s *Server) Resolve(ctx context.Context, req *internalv1.ResolveRequest) (*
 		return nil, status.Error(codes.NotFound, "no such member in the organization")
 	}
 	if err != nil {
-		return nil, s.unavailable("resolve", err)
+		return nil, s.callError("resolve", err)
 	}
 	return &internalv1.ResolveResponse{Entitlement: rec.GetEntitlement(), Spend: rec.GetSpend(), AsOfUnixMs: rec.GetAsOfUnixMs(),
 		RecordVersion: rec.GetVersion()}, nil
@@ -212,6 +212,10 @@ func (s *Server) Settle(ctx context.Context, req *internalv1.SettleRequest) (*in
 	return &internalv1.SettleResponse{Results: res}, nil
 }
 
+// callError answers a failed call: the caller's own deadline or cancellation (its
+// context's code: the caller gave up, which says nothing about the storage; when an
+// enforcer restarts under traffic, thousands of its first checks' Authenticate calls
+// may wait past their short deadlines for a pooled connection), else Unavailable.
 func (s *Server) callError(op string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return status.FromContextError(err).Err()
