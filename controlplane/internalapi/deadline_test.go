@@ -2,16 +2,19 @@ package internalapi_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate-dev/tollgate/controlplane/internalapi"
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/internalapi"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
@@ -70,4 +73,82 @@ func TestCallerDeadlineIsNotAStorageFailure(t *testing.T) {
 	if n := testutil.ToFloat64(e.Metrics.StoreErrors.WithLabelValues("resolve")); n != 0 {
 		t.Errorf("%v store errors counted for callers' deadlines", n)
 	}
+}
+
+// An enforcer restarted under traffic asks for the identity of every distinct key its
+// first checks present, all at once (thousands: one Authenticate call each, as its
+// cache is empty). Each of those calls took a pooled connection for its own one-row
+// query, so the herd held the whole pool (accounting is not bounded by the REST
+// share) and queued on it: durable starts and REST requests waited behind it, and
+// the late calls missed their checks' deadlines. Concurrent API-key look-ups now share
+// one query per batch, as concurrent Resolve calls do: the herd takes a few
+// connections, not one per key, and every call gets its own identity.
+func TestConcurrentAuthenticateCallsShareTheirQueries(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	srv := internalapi.New(internalapi.Deps{Store: e.Store, Ledger: e.Ledger, Mirror: e.Mirror, Clock: e.Clock, Log: e.Log,
+		Metrics: e.Metrics, Token: at.Token})
+	org, ms := e.Org(t, 2)
+	const n = 300
+	hashes := make([][]byte, n)
+	for i := range hashes {
+		_, hashes[i] = credential.New(credential.APIKeyPrefix)
+		if i == n-1 {
+			break // the last one has no key: unknown
+		}
+		if _, err := e.Store.Pool.Exec(context.Background(), `INSERT INTO api_keys (id, organization_id, member_id, user_id, name, key_hash, start, created_at)
+			SELECT $3, organization_id, id, user_id, 'k', $2, 'tgk_', now() FROM members WHERE id = $1`,
+			ms[i%2], hashes[i], fmt.Sprintf("apk_herd%03d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The pool held whole while the herd arrives, as a herd finds it busy; then let go.
+	held := make([]*pgxpool.Conn, e.Store.Pool.Config().MaxConns)
+	for i := range held {
+		c, err := e.Store.Pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[i] = c
+	}
+	before := e.Store.Pool.Stat().AcquireCount()
+	var entered sync.WaitGroup
+	entered.Add(n)
+	answers := make([]*internalv1.AuthenticateResponse, n)
+	errs := make([]error, n)
+	var done sync.WaitGroup
+	for i := range n {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			entered.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			answers[i], errs[i] = srv.Authenticate(ctx, &internalv1.AuthenticateRequest{CredentialHash: hashes[i],
+				Kind: internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY})
+		}()
+	}
+	entered.Wait()
+	time.Sleep(200 * time.Millisecond) // they reach the pool (or the batch) meanwhile
+	for _, c := range held {
+		c.Release()
+	}
+	done.Wait()
+	acquires := e.Store.Pool.Stat().AcquireCount() - before
+	for i := range n {
+		a, err := answers[i], errs[i]
+		switch {
+		case err != nil:
+			t.Fatalf("authenticate %d: %v", i, err)
+		case i == n-1 && a.GetFound():
+			t.Fatalf("an unknown hash was found: %v", a)
+		case i < n-1 && (!a.GetFound() || a.GetApiKeyId() != fmt.Sprintf("apk_herd%03d", i) || a.GetMemberId() != ms[i%2] ||
+			a.GetOrganizationId() != org || !a.GetActive()):
+			t.Fatalf("authenticate %d answered %v", i, a)
+		}
+	}
+	if acquires > n/10 {
+		t.Errorf("%d concurrent Authenticate calls took %d pooled connections, want them to share a few queries", n, acquires)
+	}
+	t.Logf("%d concurrent Authenticate calls, %d pool acquisitions", n, acquires)
 }

@@ -53,6 +53,8 @@ type Server struct {
 	// failures throttles the "internal API call failed" line: with Postgres down every
 	// call fails, and tollgate_controlplane_store_errors_total counts each.
 	failures logging.Throttle
+	// keys batches concurrent API-key look-ups (keys.go).
+	keys *keyLookups
 }
 
 // New builds the server.
@@ -63,7 +65,8 @@ func New(d Deps) *Server {
 	if d.Clock == nil {
 		d.Clock = clock.System{}
 	}
-	return &Server{d: d, refusals: refusalLog{log: d.Log, clock: d.Clock}, failures: logging.Throttle{Clock: d.Clock}}
+	return &Server{d: d, refusals: refusalLog{log: d.Log, clock: d.Clock}, failures: logging.Throttle{Clock: d.Clock},
+		keys: &keyLookups{st: d.Store, clock: d.Clock}}
 }
 
 // Register adds the service and its authentication to a gRPC server built with
@@ -140,19 +143,18 @@ func (s *Server) Authenticate(ctx context.Context, req *internalv1.AuthenticateR
 	if len(req.GetCredentialHash()) != 32 {
 		return nil, status.Error(codes.InvalidArgument, "credential_hash must be the 32-byte SHA-256 of the credential")
 	}
-	now := s.d.Clock.Now()
 	var id store.CredentialIdentity
 	var err error
 	switch req.GetKind() {
 	case internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY:
-		id, err = store.IdentityByAPIKeyHash(ctx, s.d.Store.Pool, req.GetCredentialHash(), now)
+		id, err = s.keys.lookup(ctx, req.GetCredentialHash())
 	case internalv1.CredentialKind_CREDENTIAL_KIND_SESSION:
-		id, err = store.IdentityBySessionHash(ctx, s.d.Store.Pool, req.GetCredentialHash(), now)
+		id, err = store.IdentityBySessionHash(ctx, s.d.Store.Pool, req.GetCredentialHash(), s.d.Clock.Now())
 	default:
 		// Unspecified: an API key first, as the REST API tries it first.
-		id, err = store.IdentityByAPIKeyHash(ctx, s.d.Store.Pool, req.GetCredentialHash(), now)
+		id, err = s.keys.lookup(ctx, req.GetCredentialHash())
 		if errors.Is(err, store.ErrNotFound) {
-			id, err = store.IdentityBySessionHash(ctx, s.d.Store.Pool, req.GetCredentialHash(), now)
+			id, err = store.IdentityBySessionHash(ctx, s.d.Store.Pool, req.GetCredentialHash(), s.d.Clock.Now())
 		}
 	}
 	if errors.Is(err, store.ErrNotFound) {

@@ -950,15 +950,27 @@ type CredentialIdentity struct {
 	ExpiresAt *time.Time
 }
 
-// IdentityByAPIKeyHash resolves a live API key (not revoked, not expired) to its
-// member, reporting whether the member is still active.
-func IdentityByAPIKeyHash(ctx context.Context, q Querier, hash []byte, now time.Time) (CredentialIdentity, error) {
-	var id CredentialIdentity
-	err := q.QueryRow(ctx, `SELECT k.organization_id, k.member_id, k.user_id, k.id, m.removed_at IS NULL, k.expires_at
+// IdentitiesByAPIKeyHashes resolves the live API keys (not revoked, not expired) among
+// hashes to their members, reporting whether each member is still active, in one query:
+// by string(hash); the others are absent.
+func IdentitiesByAPIKeyHashes(ctx context.Context, q Querier, hashes [][]byte, now time.Time) (map[string]CredentialIdentity, error) {
+	rows, err := q.Query(ctx, `SELECT k.key_hash, k.organization_id, k.member_id, k.user_id, k.id, m.removed_at IS NULL, k.expires_at
 		FROM api_keys k JOIN members m ON m.id = k.member_id
-		WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > $2)`, hash, now).
-		Scan(&id.OrganizationID, &id.MemberID, &id.UserID, &id.APIKeyID, &id.Active, &id.ExpiresAt)
-	return id, notFound(err)
+		WHERE k.key_hash = ANY($1) AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > $2)`, hashes, now)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]CredentialIdentity, len(hashes))
+	var hash []byte
+	var id CredentialIdentity
+	_, err = pgx.ForEachRow(rows, []any{&hash, &id.OrganizationID, &id.MemberID, &id.UserID, &id.APIKeyID, &id.Active, &id.ExpiresAt}, func() error {
+		out[string(hash)] = id
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // IdentityBySessionHash resolves a live session to its user's membership of the user's
