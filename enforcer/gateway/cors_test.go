@@ -1,15 +1,11 @@
 package gateway_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/internal/testio"
@@ -26,7 +22,6 @@ import (
 // replaces. Before 2026-12-03 the preflight was answered 401 (no key), and both calls
 // failed in the browser as "Failed to fetch", the 429 unreadable.
 func TestBrowserAppThroughTheGateway(t *testing.T) {
-	chromium := testio.LookTool(t, "chromium", "apt-get install chromium")
 	var mu sync.Mutex
 	var methods []string
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -40,34 +35,7 @@ func TestBrowserAppThroughTheGateway(t *testing.T) {
 	}))
 	defer up.Close()
 	e := newEnv(t, up.URL, gateway.Config{})
-	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html")
-		_, _ = io.WriteString(w, `<html><body><script>
-async function call(key) {
-  try {
-    const r = await fetch("`+e.front.URL+`/v1/chat/completions", {method: "POST",
-      headers: {"Authorization": "Bearer " + key, "Content-Type": "application/json", "X-Stainless-Lang": "js"},
-      body: JSON.stringify({model: "gpt-4o-mini", messages: [{role: "user", content: "hi"}]})});
-    const body = await r.text();
-    return r.status + " " + (r.headers.get("X-Service-Usage-State") || "-") + " " + (r.headers.get("X-Service-Error-Code") || "-") +
-      " " + (body.includes("hello") ? "answer" : body.includes("usage_limit") ? "refusal" : "other");
-  } catch (err) {
-    return "error " + err;
-  }
-}
-(async () => { const a = await call("tgk_good"); const b = await call("tgk_blocked"); document.body.textContent = "[" + a + "|" + b + "]"; })();
-</script></body></html>`)
-	}))
-	defer page.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=10000", "--dump-dom", page.URL).Output()
-	if err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	_, got, _ := strings.Cut(string(out), "[")
-	got, _, _ = strings.Cut(got, "]")
+	got := testio.BrowserCalls(t, e.front.URL+"/v1/chat/completions", "tgk_good", "tgk_blocked")
 	if want := "200 within_limit - answer|429 blocked service_gateway_usage_limit_exceeded refusal"; got != want {
 		t.Fatalf("the browser app saw %q, want %q", got, want)
 	}

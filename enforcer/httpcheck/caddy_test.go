@@ -2,7 +2,6 @@ package httpcheck_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -228,7 +227,6 @@ func startCaddyForwardAuth(t *testing.T, caddy, enforcerAddr, upstream string, e
 // "Failed to fetch".
 func TestBrowserAppThroughCaddyForwardAuth(t *testing.T) {
 	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
-	chromium := testio.LookTool(t, "chromium", "apt-get install chromium")
 	e := enforcertest.New(t, enforcertest.Options{})
 	e.CP.SetPrice("gpt-4o-mini", 2_000, 8_000)
 	admitted := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
@@ -247,34 +245,7 @@ func TestBrowserAppThroughCaddyForwardAuth(t *testing.T) {
 	}))
 	defer upstream.Close()
 	caddyAddr, caddyLog := startCaddyForwardAuth(t, caddy, strings.TrimPrefix(e.HTTPURL, "http://"), strings.TrimPrefix(upstream.URL, "http://"), nil)
-	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html")
-		io.WriteString(w, `<html><body><script>
-async function call(key) {
-  try {
-    const r = await fetch("http://`+caddyAddr+`/v1/chat/completions", {method: "POST",
-      headers: {"Authorization": "Bearer " + key, "Content-Type": "application/json"},
-      body: JSON.stringify({model: "gpt-4o-mini", messages: [{role: "user", content: "hi"}]})});
-    const body = await r.text();
-    return r.status + " " + (r.headers.get("X-Service-Usage-State") || "-") + " " + (r.headers.get("X-Service-Error-Code") || "-") +
-      " " + (body.includes("hello") ? "answer" : body.includes("usage_limit") ? "refusal" : "other");
-  } catch (err) {
-    return "error " + err;
-  }
-}
-(async () => { const a = await call("`+admitted.Key+`"); const b = await call("`+blocked.Key+`"); document.body.textContent = "[" + a + "|" + b + "]"; })();
-</script></body></html>`)
-	}))
-	defer page.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=10000", "--dump-dom", page.URL).Output()
-	if err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	_, got, _ := strings.Cut(string(out), "[")
-	got, _, _ = strings.Cut(got, "]")
+	got := testio.BrowserCalls(t, "http://"+caddyAddr+"/v1/chat/completions", admitted.Key, blocked.Key)
 	if want := "200 within_limit - answer|429 blocked service_gateway_usage_limit_exceeded refusal"; got != want {
 		t.Fatalf("the browser app saw %q, want %q\n%s", got, want, caddyLog)
 	}

@@ -1,7 +1,8 @@
 // Package testio holds the small I/O helpers several packages' tests share: a log
 // destination a test may read while a program writes it, a body cut into the arbitrary
 // pieces a stream arrives in, a request body its server has closed, one request sent and
-// its answer read whole, a free loopback address, the path of a third-party tool, and the process's resident set. Tests only;
+// its answer read whole, a free loopback address, the path of a third-party tool, a
+// browser app's calls in the real Chromium, and the process's resident set. Tests only;
 // nothing in a program imports it.
 package testio
 
