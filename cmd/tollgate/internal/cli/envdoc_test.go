@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
 	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
@@ -79,4 +82,186 @@ func TestEveryVariableIsDocumentedAndExists(t *testing.T) {
 			t.Errorf("%s is read but documented nowhere (README.md's configuration tables, docs/*.md)", n)
 		}
 	}
+}
+
+// flagDefault is what a program's -h says of the flag a variable is the default of.
+type flagDefault struct {
+	typ   string // the flag's type word: string, int, duration; "" for a bool
+	value string // its default; "" when -h shows none (the type's zero value)
+	where string // the flag and the command whose -h lists it
+}
+
+// helpDefaults reads the variables' defaults from the programs' own -h: the enforcer's
+// and each control plane subcommand's. A flag's help names its variable last, in
+// parentheses ("(TOLLGATE_X)" or "(TOLLGATE_X; docs/...)"), and the flag package appends
+// "(default V)" unless V is the type's zero value.
+func helpDefaults(t *testing.T) map[string]flagDefault {
+	t.Helper()
+	helps := map[string]string{}
+	var b strings.Builder
+	if err := enfapp.Run(context.Background(), []string{"-h"}, func(string) string { return "" }, enfapp.IO{Stdout: &b, Stderr: &b}); err != nil {
+		t.Fatal(err)
+	}
+	helps["enforcer"] = b.String()
+	for _, sub := range []string{"serve", "migrate", "resync", "bootstrap-admin", "retention"} {
+		var b strings.Builder
+		if err := cpapp.Run(context.Background(), []string{sub, "-h"}, func(string) string { return "" }, cpapp.IO{Stdout: &b, Stderr: &b}); err != nil {
+			t.Fatal(err)
+		}
+		helps["controlplane "+sub] = b.String()
+	}
+	flagLine := regexp.MustCompile(`^  -([a-z0-9-]+)(?: (\w+))?$`)
+	variable := regexp.MustCompile(`\((TOLLGATE_[A-Z0-9_]+)[;)]`)
+	def := regexp.MustCompile(`\(default "?(.*?)"?\)$`)
+	out := map[string]flagDefault{}
+	for cmd, h := range helps {
+		lines := strings.Split(h, "\n")
+		for i := 0; i < len(lines); i++ {
+			m := flagLine.FindStringSubmatch(lines[i])
+			if m == nil {
+				continue
+			}
+			var text []string
+			for i+1 < len(lines) && strings.HasPrefix(lines[i+1], "    \t") {
+				i++
+				text = append(text, strings.TrimSpace(lines[i]))
+			}
+			help := strings.Join(text, " ")
+			vs := variable.FindAllStringSubmatch(help, -1)
+			if len(vs) == 0 {
+				continue
+			}
+			d := flagDefault{typ: m[2], where: cmd + " -" + m[1]}
+			if dm := def.FindStringSubmatch(help); dm != nil {
+				d.value = dm[1]
+			}
+			out[vs[len(vs)-1][1]] = d
+		}
+	}
+	if len(out) < 60 {
+		t.Fatalf("only %d variables found in the programs' -h: is the pattern still right?", len(out))
+	}
+	return out
+}
+
+// TestDocumentedDefaultsAreTheFlags holds the Default column of the configuration tables
+// (README.md's, docs/enforcer.md's, docs/gateway.md's and deploy/README.md's) to the
+// defaults the programs' -h prints: an operator who reads that a knob defaults to 10m
+// and leaves it unset must get 10m. A cell lists one default per variable of its row
+// (comma-separated), or one for them all; "(none...)", "(off)", "-", "empty..." or
+// nothing is the type's zero value; "16 MiB" is bytes; "see ..." or a description
+// ("host of the address") is not checked; a parenthetical after a value explains it.
+func TestDocumentedDefaultsAreTheFlags(t *testing.T) {
+	root := filepath.Join("..", "..", "..", "..")
+	flags := helpDefaults(t)
+	variable := regexp.MustCompile(`TOLLGATE_[A-Z0-9_]+`)
+	mib := regexp.MustCompile(`^(\d+) MiB$`)
+	checked := 0
+	for _, doc := range []string{"README.md", "docs/enforcer.md", "docs/gateway.md", "deploy/README.md"} {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inTable := false
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(line, "|") {
+				inTable = false
+				continue
+			}
+			cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+			for i := range cells {
+				cells[i] = strings.TrimSpace(strings.ReplaceAll(cells[i], "`", ""))
+			}
+			if len(cells) > 1 && strings.EqualFold(cells[1], "default") {
+				inTable = true
+				continue
+			}
+			names := variable.FindAllString(cells[0], -1)
+			if !inTable || len(names) == 0 {
+				continue
+			}
+			values := []string{cells[1]}
+			if len(names) > 1 {
+				values = strings.Split(cells[1], ",")
+			}
+			if len(values) == 1 {
+				values = slices.Repeat(values, len(names))
+			}
+			if len(values) != len(names) {
+				t.Errorf("%s: the row of %s gives %d defaults for %d variables", doc, strings.Join(names, ", "), len(values), len(names))
+				continue
+			}
+			for i, n := range names {
+				f, ok := flags[n]
+				if !ok {
+					t.Errorf("%s: %s is in a table of defaults, but no flag's -h names it", doc, n)
+					continue
+				}
+				v := strings.TrimSpace(values[i])
+				empty := v == "" || v == "-" || strings.HasPrefix(v, "(none") || strings.HasPrefix(v, "(off") || strings.HasPrefix(v, "empty")
+				if !empty && strings.HasPrefix(v, "(") || strings.HasPrefix(v, "see ") {
+					continue // described, not a value
+				}
+				if j := strings.Index(v, " ("); j > 0 {
+					v = v[:j]
+				}
+				if m := mib.FindStringSubmatch(v); m != nil {
+					n, _ := strconv.Atoi(m[1])
+					v = strconv.Itoa(n << 20)
+				}
+				if !empty && strings.Contains(v, " ") {
+					continue // described, not a value
+				}
+				checked++
+				if empty {
+					v = ""
+				}
+				if !sameDefault(f, v) {
+					shown := f.value
+					if shown == "" {
+						shown = "its type's zero value"
+					}
+					t.Errorf("%s: %s defaults to %q, says its table; %s defaults to %s", doc, n, values[i], f.where, shown)
+				}
+			}
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("only %d defaults checked: are the tables still found?", checked)
+	}
+}
+
+// sameDefault reports whether a documented default v ("" for none) is the flag's.
+func sameDefault(f flagDefault, v string) bool {
+	got := f.value
+	if strings.Contains(got, "xxxxx") {
+		return true // -h hides a URL's query values; the table shows them
+	}
+	switch f.typ {
+	case "duration":
+		if v == "" {
+			v = "0s"
+		}
+		if got == "" {
+			got = "0s"
+		}
+		a, err1 := time.ParseDuration(v)
+		b, err2 := time.ParseDuration(got)
+		return err1 == nil && err2 == nil && a == b
+	case "int":
+		if v == "" {
+			v = "0"
+		}
+		if got == "" {
+			got = "0"
+		}
+	case "":
+		if v == "" {
+			v = "false"
+		}
+		if got == "" {
+			got = "false"
+		}
+	}
+	return v == got
 }
