@@ -19,14 +19,14 @@ import (
 // (TOLLGATE_REDIS_*), not a variable.
 var envName = regexp.MustCompile(`TOLLGATE_[A-Z0-9_]+`)
 
-// TestEveryVariableIsDocumentedAndExists holds the documentation (README.md, docs/*.md
-// and the chart's README) and the code to one list of environment variables, the code's:
+// TestEveryVariableIsDocumentedAndExists holds the documentation (README.md, docs/*.md,
+// deploy/README.md and the chart's README) and the code to one list of environment variables, the code's:
 // every TOLLGATE_* name the documentation gives is one a program reads (a renamed or
 // removed variable left in a table would send an operator to set something ignored),
 // and every variable the enforcer and the control plane read is documented. The
 // programs' variables are those their own parsing asks for (KnownEnv, the same list the
 // unknown-variable warning uses); the tollgate CLI's and the tests' are the names their
-// source gives.
+// source gives; the example Caddyfiles' those they take from the environment.
 func TestEveryVariableIsDocumentedAndExists(t *testing.T) {
 	root := filepath.Join("..", "..", "..", "..")
 	programs := append(enfapp.KnownEnv(), cpapp.KnownEnv()...)
@@ -54,12 +54,27 @@ func TestEveryVariableIsDocumentedAndExists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The example Caddyfiles read theirs through Caddy's {$NAME} placeholders.
+	caddy := regexp.MustCompile(`\{\$(TOLLGATE_[A-Z0-9_]+)`)
+	caddyfiles, err := filepath.Glob(filepath.Join(root, "deploy", "caddy", "Caddyfile*"))
+	if err != nil || len(caddyfiles) == 0 {
+		t.Fatalf("no Caddyfiles: %v", err)
+	}
+	for _, path := range caddyfiles {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range caddy.FindAllStringSubmatch(string(b), -1) {
+			known[n[1]] = true
+		}
+	}
 	var docs []string
 	docs, err = filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil || len(docs) == 0 {
 		t.Fatalf("no docs: %v", err)
 	}
-	docs = append(docs, filepath.Join(root, "README.md"), filepath.Join(root, "charts", "tollgate", "README.md"))
+	docs = append(docs, filepath.Join(root, "README.md"), filepath.Join(root, "charts", "tollgate", "README.md"), filepath.Join(root, "deploy", "README.md"))
 	documented := map[string]bool{}
 	for _, path := range docs {
 		b, err := os.ReadFile(path)
