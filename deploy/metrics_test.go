@@ -782,3 +782,49 @@ func TestDocumentedMetricsExist(t *testing.T) {
 		t.Fatalf("only %d metrics found in the documentation: is the pattern still right?", found)
 	}
 }
+
+// docAlert finds an alert the documentation names, with the severity it may give right
+// after it: "`TollgateGatewayBusy` (critical: ...".
+var docAlert = regexp.MustCompile("`?\\b(Tollgate[A-Z][A-Za-z]+)\\b`?(?: \\((critical|warning)\\b)?")
+
+// TestDocumentedAlertsExist holds every alert the documentation names (README.md,
+// docs/*.md, deploy/README.md, the chart's README and values) to the rules of
+// prometheus/alerts.yaml, and a severity it gives to the rule's: an on-call reading
+// "TollgateX (critical)" pages by it.
+func TestDocumentedAlertsExist(t *testing.T) {
+	var rf ruleFile
+	readYAML(t, "prometheus/alerts.yaml", &rf)
+	severity := map[string]string{}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				severity[r.Alert] = r.Labels["severity"]
+			}
+		}
+	}
+	files, err := filepath.Glob("../docs/*.md")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no docs: %v", err)
+	}
+	files = append(files, "../README.md", "README.md", "../charts/tollgate/README.md", "../charts/tollgate/values.yaml")
+	found := 0
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range docAlert.FindAllStringSubmatch(string(b), -1) {
+			found++
+			sev, ok := severity[m[1]]
+			switch {
+			case !ok:
+				t.Errorf("%s names the alert %s, which prometheus/alerts.yaml does not have", path, m[1])
+			case m[2] != "" && m[2] != sev:
+				t.Errorf("%s calls %s %s; its rule's severity is %s", path, m[1], m[2], sev)
+			}
+		}
+	}
+	if found < 20 {
+		t.Fatalf("only %d alerts found in the documentation: is the pattern still right?", found)
+	}
+}
