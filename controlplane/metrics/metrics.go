@@ -57,7 +57,8 @@ type Metrics struct {
 	MirrorWrites *prometheus.CounterVec
 	// Resyncs counts mirror rebuilds by kind (generation: Redis lost its data; refresh:
 	// writes had failed; repair; forced: tollgate resync; failover: a Redis master was
-	// replaced, and what it acknowledged last may be lost).
+	// replaced, and what it acknowledged last may be lost; restore: Postgres was replaced
+	// by a backup, a promoted replica or a snapshot, and lost commits Redis mirrors).
 	Resyncs *prometheus.CounterVec
 	// RPCs counts internal API calls by method and gRPC code.
 	RPCs *prometheus.CounterVec
@@ -110,7 +111,7 @@ var (
 	startBatchPaths = []string{"fenced", "read_first", "fence_moved"}
 	storeOps        = []string{"start", "settle", "resolve", "mirror_load", "mirror_version", "mirror_repair", "resync", "sessions"}
 	mirrorResults   = []string{"written", "stale", "error", "deleted"}
-	resyncKinds     = []string{"generation", "failover", "refresh", "repair", "forced"}
+	resyncKinds     = []string{"generation", "failover", "refresh", "repair", "forced", "restore"}
 	costBases       = []string{"upstream_cost", "reported_usage", "estimate", "none"}
 	priceSources    = []string{"organization", "catalog", "fallback", "none"}
 	unpricedSources = []string{"fallback", "unknown"}

@@ -58,6 +58,31 @@ func (w *Writer) Check(ctx context.Context) error {
 		w.log.Info("mirror: adopting the current generation", "generation", cur)
 		w.setGeneration(cur)
 	}
+	pg, pgReplaced, err := w.postgresReplaced(ctx, cur)
+	if err != nil {
+		return err
+	}
+	if pgReplaced {
+		// Postgres lost commits Redis mirrors (postgres.go): records of versions it has
+		// not reached, which refuse its writes. What `controlplane resync` does, once,
+		// by whichever control plane replaces the generation.
+		gen, replaced, err := w.layout.ReplaceGeneration(ctx, w.rdb, cur, newGeneration())
+		if err != nil {
+			return err
+		}
+		w.setGeneration(gen)
+		if replaced {
+			w.log.Warn("mirror: Postgres was replaced (restored from a backup, a replica promoted, or started from a snapshot); Redis holds records it no longer has, so every record is rebuilt under a new generation",
+				"generation", gen)
+			w.metrics.Resyncs.WithLabelValues("restore").Inc()
+			w.takeFailed() // everything is rewritten
+			if err := w.rewriteAll(ctx, gen); err != nil {
+				return err
+			}
+		}
+		cur, adopted = gen, true
+	}
+	w.notePostgres(ctx, cur, pg)
 	masters, changed, err := w.mastersReplaced(ctx, cur, adopted)
 	if err != nil {
 		return err

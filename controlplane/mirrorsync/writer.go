@@ -73,6 +73,10 @@ type Writer struct {
 	// noteFailing: the last note failed (logged once per streak).
 	notedGen    string
 	noteFailing bool
+	// postgresPartial: the last read of Postgres's identity lacked the system identifier
+	// or the WAL position (logged once per streak); postgresNoteFailing: the last note of
+	// it in Redis failed (logged once per streak). postgres.go.
+	postgresPartial, postgresNoteFailing bool
 	// resyncing serializes resyncs of this process.
 	resyncing sync.Mutex
 	resolves  resolver

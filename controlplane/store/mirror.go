@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/controlplane/limits"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -315,4 +316,27 @@ func versionArrays(versions map[string]int64) ([]string, []int64) {
 		vs[i] = versions[m]
 	}
 	return members, vs
+}
+
+// PostgresIdentity reads which database this is and how far into its history
+// (mirror.PostgresIdentity): the cluster's system identifier and WAL timeline, the OIDs
+// of the database and of usage_mirror_versions, and the current WAL position. A server
+// that refuses pg_control_system() or the WAL functions (some managed services, a
+// standby) is answered with the OIDs alone and the refusal as partial, so a restore
+// into a new database is still noticed.
+func PostgresIdentity(ctx context.Context, q Querier) (id mirror.PostgresIdentity, partial, err error) {
+	err = q.QueryRow(ctx, `SELECT (SELECT oid FROM pg_database WHERE datname = current_database())::text,
+		'usage_mirror_versions'::regclass::oid::text, (SELECT system_identifier FROM pg_control_system())::text,
+		substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8), (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint`).
+		Scan(&id.Database, &id.Table, &id.System, &id.Timeline, &id.LSN)
+	if err == nil {
+		return id, nil, nil
+	}
+	partial = err
+	id = mirror.PostgresIdentity{LSN: -1}
+	if err := q.QueryRow(ctx, `SELECT (SELECT oid FROM pg_database WHERE datname = current_database())::text,
+		'usage_mirror_versions'::regclass::oid::text`).Scan(&id.Database, &id.Table); err != nil {
+		return mirror.PostgresIdentity{}, nil, err
+	}
+	return id, partial, nil
 }

@@ -1,0 +1,116 @@
+package mirrorsync_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// The maintenance round notes in Redis which Postgres the mirror is written from, and
+// rebuilds the mirror when it finds another one, or the same one gone back in its
+// write-ahead log (a server started from a file-system snapshot of itself: same
+// identifiers, an older position). Two control planes running rounds on one database
+// rebuild nothing. The e2e test TestRestoredPostgresIsNoticedWithoutAResync restores a
+// real pg_dump under a running stack.
+func TestReplacedPostgresRebuildsTheMirror(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	settleOne(t, e, org, m, 100)
+	other := otherProcess(t, e, nil)
+	for range 3 {
+		if err := e.Mirror.Check(e.Ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Check(e.Ctx); err != nil {
+			t.Fatal(err)
+		}
+		settleOne(t, e, org, m, 10) // the log moves on between rounds
+	}
+	gen0, err := e.Layout.Generation(e.Ctx, e.Redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(e.Metrics.Resyncs.WithLabelValues("restore")); got != 0 {
+		t.Fatalf("%v rebuilds for a restore of a database nobody restored", got)
+	}
+	noted, id, ok, err := e.Layout.NotedPostgres(e.Ctx, e.Redis)
+	if err != nil || !ok || noted != gen0 {
+		t.Fatalf("noted %q %+v %v %v; generation %q", noted, id, ok, err, gen0)
+	}
+	now, partial, err := store.PostgresIdentity(e.Ctx, e.Store.Pool)
+	if err != nil || partial != nil || now.System == "" || now.Timeline == "" || now.LSN <= 0 {
+		t.Fatalf("identity %+v (partial %v): %v", now, partial, err)
+	}
+	if id.System != now.System || id.Timeline != now.Timeline || id.Database != now.Database || id.Table != now.Table || id.LSN > now.LSN {
+		t.Fatalf("noted %+v, now %+v", id, now)
+	}
+
+	// What Redis kept from a history this database no longer has: a note further along
+	// its log, and a record of a version and spend it never reached.
+	ahead := id
+	ahead.LSN = now.LSN + 1<<30
+	if err := e.Layout.NotePostgres(e.Ctx, e.Redis, gen0, ahead); err != nil {
+		t.Fatal(err)
+	}
+	_, rec, err := monthSpend(t, e, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Version += 1_000
+	for _, s := range rec.Spend {
+		s.UsedMicroUsd = 9_000_000
+	}
+	if err := e.Redis.Del(e.Ctx, e.Layout.MemberKey(m)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.Layout.Write(e.Ctx, e.Redis, rec, time.Hour); err != nil || !ok {
+		t.Fatalf("seeding: %v %v", ok, err)
+	}
+
+	if err := other.Check(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	gen1, err := e.Layout.Generation(e.Ctx, e.Redis)
+	if err != nil || gen1 == gen0 {
+		t.Fatalf("generation %q after the round (before %q): %v; want a new one", gen1, gen0, err)
+	}
+	if err := e.Mirror.Check(e.Ctx); err != nil { // adopts it, and rebuilds nothing more
+		t.Fatal(err)
+	}
+	if g, _ := e.Layout.Generation(e.Ctx, e.Redis); g != gen1 {
+		t.Fatalf("a second rebuild: generation %q, want %q", g, gen1)
+	}
+	spend, got, err := monthSpend(t, e, m)
+	truth := e.Used(t, org, m, window.Month, e.Clock.Now())
+	if err != nil || spend != truth || got.GetVersion() <= rec.GetVersion() {
+		t.Fatalf("after the rebuild: spend %d (%v) at version %d, Postgres has %d; Redis held version %d", spend, err, got.GetVersion(), truth, rec.GetVersion())
+	}
+	_, id2, _, _ := e.Layout.NotedPostgres(e.Ctx, e.Redis)
+	if id2.LSN >= ahead.LSN {
+		t.Fatalf("the note was not replaced: %+v", id2)
+	}
+
+	// Another database under the same Redis prefix: a pg_dump restored into a new one.
+	other2 := id2
+	other2.Database = "1"
+	if err := e.Layout.NotePostgres(e.Ctx, e.Redis, gen1, other2); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Mirror.Check(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := e.Layout.Generation(e.Ctx, e.Redis); g == gen1 {
+		t.Fatal("a note of another database rebuilt nothing")
+	}
+	if got := testutil.ToFloat64(e.Metrics.Resyncs.WithLabelValues("restore")); got != 1 {
+		// e.Mirror counted only the second: the first was the other process's.
+		t.Fatalf("%v rebuilds counted by the serving control plane, want 1", got)
+	}
+	at.Check(t, e.Store)
+}

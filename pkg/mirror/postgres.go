@@ -1,0 +1,96 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Postgres restored from a backup, or a streaming replica promoted with some lag, has
+// lost commits that Redis still mirrors: records of mirror versions the database has not
+// reached, with spend and entitlements it no longer has. Every write of the database's
+// lower versions is then refused by the monotonic write (write.lua), so the spend after
+// the restore never reaches the mirror. The control plane therefore notes in Redis which
+// Postgres the mirror was written from (PostgresIdentity) and rebuilds the mirror when it
+// finds another one (controlplane/mirrorsync).
+
+// PostgresIdentity says which database, and how far into its history, a mirror was
+// written from. Empty fields are unknown (a managed Postgres that refuses
+// pg_control_system(), or a WAL position that cannot be read) and compare with nothing;
+// LSN is -1 when unknown.
+type PostgresIdentity struct {
+	// System is the cluster's system identifier: new for a cluster made by initdb (a
+	// pg_dump restored into a new server, a major-version upgrade).
+	System string
+	// Timeline is the cluster's WAL timeline: a promoted replica, and a point-in-time
+	// recovery, start a new one.
+	Timeline string
+	// Database and Table are the OIDs of the database and of a table of the schema: a
+	// database dropped and created again (pg_restore into a new database, CREATE
+	// DATABASE ... TEMPLATE), and tables recreated by pg_restore --clean, take new ones.
+	Database, Table string
+	// LSN is the write-ahead log position read (bytes): on one timeline of one cluster it
+	// only grows, so a lower one means the server came back from a file-system snapshot
+	// of itself.
+	LSN int64
+}
+
+// Replaced reports whether now is another database than i, or the same one gone back
+// in its history. Fields unknown on either side are not compared.
+func (i PostgresIdentity) Replaced(now PostgresIdentity) bool {
+	differ := func(a, b string) bool { return a != "" && b != "" && a != b }
+	if differ(i.System, now.System) || differ(i.Timeline, now.Timeline) || differ(i.Database, now.Database) || differ(i.Table, now.Table) {
+		return true
+	}
+	return i.LSN >= 0 && now.LSN >= 0 && now.LSN < i.LSN
+}
+
+// PostgresKey holds the Postgres identity the mirror was last written from and the
+// generation it was checked under (NotePostgres). No TTL: one key.
+func (l Layout) PostgresKey() string { return l.Prefix + "postgres" }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func undash(s string) string {
+	if s == "-" {
+		return ""
+	}
+	return s
+}
+
+// NotePostgres stores id, read under generation (after reading the note it replaces:
+// NotedPostgres, then the database, then this).
+func (l Layout) NotePostgres(ctx context.Context, rdb redis.Cmdable, generation string, id PostgresIdentity) error {
+	v := strings.Join([]string{generation, orDash(id.System), orDash(id.Timeline), orDash(id.Database), orDash(id.Table),
+		strconv.FormatInt(id.LSN, 10)}, " ")
+	return rdb.Set(ctx, l.PostgresKey(), v, 0).Err()
+}
+
+// NotedPostgres reads what NotePostgres stored; ok is false when nothing was (or what is
+// there is not a note).
+func (l Layout) NotedPostgres(ctx context.Context, rdb redis.Cmdable) (generation string, id PostgresIdentity, ok bool, err error) {
+	v, err := rdb.Get(ctx, l.PostgresKey()).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", PostgresIdentity{}, false, nil
+	}
+	if err != nil {
+		return "", PostgresIdentity{}, false, err
+	}
+	f := strings.Fields(v)
+	if len(f) != 6 {
+		return "", PostgresIdentity{}, false, nil
+	}
+	lsn, perr := strconv.ParseInt(f[5], 10, 64)
+	if perr != nil {
+		return "", PostgresIdentity{}, false, nil
+	}
+	return f[0], PostgresIdentity{System: undash(f[1]), Timeline: undash(f[2]), Database: undash(f[3]), Table: undash(f[4]), LSN: lsn}, true, nil
+}
