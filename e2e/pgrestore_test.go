@@ -74,12 +74,22 @@ func TestRestoredPostgresIsNoticedWithoutAResync(t *testing.T) {
 	s.respond(t, r1, "application/json", testio.Chunks(openAIJSON("chatcmpl-1", 2_000_000, 0, 0), 2)) // 300,000
 	s.waitSettled(t, o, 1, 300_000)
 
+	// A second member, in the backup with no request yet: their first request (and
+	// tracking row, which the ledger's start batches remember) comes after the backup.
+	other := s.invite(t, o, "other")
+	otherKey := s.apiKey(t, o, other)
+
 	dump := s.pgDump(t)
 
 	// After the backup: 450,000 more, in Postgres and in the mirror, then lost.
 	r2 := admitted(t, s.check(t, o.key), "within_limit")
 	s.respond(t, r2, "application/json", testio.Chunks(openAIJSON("chatcmpl-2", 3_000_000, 0, 0), 2))
 	s.waitSettled(t, o, 2, 750_000)
+	first := admitted(t, s.check(t, otherKey), "unlimited")
+	s.respond(t, first, "application/json", testio.Chunks(openAIJSON("chatcmpl-o1", 1_000_000, 0, 0), 2))
+	waitFor(t, 10*time.Second, "the second member's first settlement", func() bool {
+		return s.metric(t, "tollgate_enforcer_settlements_total", `outcome="settled"`) == 3
+	})
 
 	s.pgRestore(t, dump)
 	waitFor(t, 20*time.Second, "the status read from the restored database", func() bool {
@@ -95,6 +105,17 @@ func TestRestoredPostgresIsNoticedWithoutAResync(t *testing.T) {
 		return s.status(t, o).Windows[0].UsedMicroUsd == 1_200_000
 	})
 	st := s.expectStatus(t, o, "after the restore", expected{state: "blocked", used: 1_200_000, pending: 0, lastSettled: r3, canRequestReset: true})
+
+	// The second member's tracking row is gone with the backup: their next request is
+	// started and charged again from nothing.
+	again := admitted(t, s.check(t, otherKey), "unlimited")
+	s.respond(t, again, "application/json", testio.Chunks(openAIJSON("chatcmpl-o2", 2_000_000, 0, 0), 2)) // 300,000
+	waitFor(t, 10*time.Second, "the second member's settlement after the restore", func() bool {
+		var st status
+		_, err := s.call("GET", "/v1/gateway/usage-limits/me", other.token, o.id, nil, &st)
+		return err == nil && st.Windows[0].UsedMicroUsd == 300_000 && st.Coverage.LastSettlementRequestID != nil &&
+			*st.Coverage.LastSettlementRequestID == again
+	})
 
 	// No operator ran anything: the enforcer must refuse as the database says.
 	var admittedAfter int
