@@ -4,7 +4,9 @@
 // version, publishes invalidations (revoked credentials and members; rewritten records
 // after an entitlement change, so enforcers drop cached blocks), keeps the generation marker (a missing
 // one means Redis lost its data: a new generation is claimed and every mirrored member
-// rewritten), and repairs records whose writes failed.
+// rewritten; a replaced Redis master or a replaced Postgres, noticed from the masters'
+// replication ids and the database's identity noted in Redis, rebuilds them the same
+// way), and repairs records whose writes failed.
 //
 // Redis is never the truth and its failures never fail a database commit: they are
 // logged, counted (tollgate_controlplane_mirror_writes_total{result="error"}) and repaired by the
