@@ -129,6 +129,10 @@ Redis environment, the same for both programs (README: "Environment contract").
   value: {{ join "," $r.sentinel.addresses | quote }}
 - name: TOLLGATE_REDIS_SENTINEL_MASTER
   value: {{ $r.sentinel.masterName | quote }}
+{{- with $r.sentinel.username }}
+- name: TOLLGATE_REDIS_SENTINEL_USERNAME
+  value: {{ . | quote }}
+{{- end }}
 {{- with .Values.secrets.sentinelPassword }}
 {{- if .name }}
 - name: TOLLGATE_REDIS_SENTINEL_PASSWORD
