@@ -1127,6 +1127,53 @@ func (w *walk) compare() {
 	if !slices.Equal(got, want) || page.PendingCount != int64(len(want)) {
 		w.fail("pending queue %v (count %d), the model %v", got, page.PendingCount, want)
 	}
+	// The history, newest first: every request that is no longer in the pending queue,
+	// a pending one whose window ended shown as expired (window_ended) without being
+	// rewritten. (The model's first reading put every request in the history; ACCOUNTING
+	// says "history (newest first, including pending requests whose window ended)": the
+	// live queue is the pending view's, and the code agrees with that reading.)
+	shown := map[string]string{}
+	var last string
+	for cursor := ""; ; {
+		var hp resetPage
+		path := resetsPath + "?view=history&limit=100"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		w.do("GET", path, nil).Expect(w.t, http.StatusOK).Decode(w.t, &hp)
+		for _, r := range hp.Requests {
+			reason := ""
+			if r.ExpiredReason != nil {
+				reason = *r.ExpiredReason
+			}
+			shown[r.ID] = r.Status + "/" + reason
+			if last != "" && r.CreatedAt > last {
+				w.fail("history is not newest first: %s after %s", r.CreatedAt, last)
+			}
+			last = r.CreatedAt
+		}
+		if !hp.HasMore || hp.NextCursor == nil {
+			break
+		}
+		cursor = *hp.NextCursor
+	}
+	inHistory := 0
+	for _, r := range m.requests {
+		want := r.status + "/" + r.expiredReason
+		if r.status == "pending" {
+			if m.now.Before(r.windowEnd) {
+				continue
+			}
+			want = "expired/window_ended"
+		}
+		inHistory++
+		if shown[r.id] != want {
+			w.fail("history shows %s as %s, the model %s", r.id, shown[r.id], want)
+		}
+	}
+	if len(shown) != inHistory {
+		w.fail("history lists %d requests, the model %d", len(shown), inHistory)
+	}
 	// Every counter is the sum of its receipts.
 	at.Check(w.t, w.e.Store)
 }
