@@ -331,8 +331,10 @@ func TestUsageStaleApprovals(t *testing.T) {
 		p := dayPolicy(t, e, o, "Daily", "0.00001", nil)
 		assign(t, e, o, p.ID, map[string]any{"memberId": bob.MemberID})
 		r := staleSetup(t, e, bob)
-		// An edit that changes nothing but the revision still expires the request.
-		e.Do(t, "PATCH", policiesPath+"/"+p.ID, map[string]any{"name": "Daily", "revision": 1, "limits": []map[string]any{{"costUsd": "0.00001"}}},
+		// An edit that changes nothing the approval depends on (a rename) still moves
+		// the revision, and expires the request. (A PATCH that changes nothing at all
+		// keeps the revision: TestUsagePatchWithoutChangeKeepsRevision.)
+		e.Do(t, "PATCH", policiesPath+"/"+p.ID, map[string]any{"name": "Daily (renamed)", "revision": 1, "limits": []map[string]any{{"costUsd": "0.00001"}}},
 			o.As()...).Expect(t, http.StatusOK)
 		expectExpired(t, approve(t, e, o, r.ID), "policy_revision_changed")
 		if _, ext := counter(t, e, bob, window.Day); ext != 0 {

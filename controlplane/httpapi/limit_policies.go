@@ -391,6 +391,11 @@ func (s *Server) updateUsagePolicy(c *Call) error {
 		case cur.Revision != revision:
 			return fault.Conflictf("policy_revision_conflict",
 				"The policy changed since revision %d (it is at revision %d); reload it and edit again.", revision, cur.Revision)
+		case next.SameTerms(cur):
+			// No change: the policy is answered as it is, at its revision, and nothing
+			// is fenced, audited or told to the enforcers.
+			out = cur
+			return nil
 		case cur.Revision >= maxRevision:
 			return errRevisionOverflow()
 		}

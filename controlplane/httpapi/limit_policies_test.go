@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/apitest"
+	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 func TestUsagePolicyCreateAndList(t *testing.T) {
@@ -106,9 +107,9 @@ func TestUsagePolicyBodyValidation(t *testing.T) {
 			}
 		})
 	}
-	// Nothing changed.
+	// Nothing changed: revision 1 is still current, and a real edit moves it to 2.
 	var after policy
-	e.Do(t, "PATCH", policiesPath+"/"+p.ID, map[string]any{"name": "Daily", "revision": 1, "limits": lim(map[string]any{"costUsd": "1"})},
+	e.Do(t, "PATCH", policiesPath+"/"+p.ID, map[string]any{"name": "Daily 2", "revision": 1, "limits": lim(map[string]any{"costUsd": "1"})},
 		o.As()...).Expect(t, http.StatusOK).Decode(t, &after)
 	if after.Revision != 2 {
 		t.Fatalf("revision %d after one valid edit", after.Revision)
@@ -330,5 +331,57 @@ func TestUsageRoleCheckBeforeBody(t *testing.T) {
 	// Nothing was written by the refused requests.
 	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action LIKE 'usage%'`); n != 1 {
 		t.Fatalf("%d usage audit events, want only the create", n)
+	}
+}
+
+// TestUsagePatchWithoutChangeKeepsRevision: a PATCH whose body describes the policy as it
+// already is (an editor saved without editing, a tool applied the same state again) is no
+// change, so the revision stays (ACCOUNTING.md: "+1 per change"). It used to move the
+// revision, which expired every pending extension request asked against the policy
+// (policy_revision_changed), told the enforcers and audited an update from and to the same
+// policy.
+func TestUsagePatchWithoutChangeKeepsRevision(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	alice := e.AddMember(t, o, "alice", "member")
+	p := createPolicy(t, e, o, map[string]any{"name": "Budget", "limits": []map[string]any{
+		{"timeframe": "week", "costUsd": "5"}, {"timeframe": "day", "costUsd": "1"}}, "inFlight": map[string]any{"maxRequests": 3}})
+	assign(t, e, o, p.ID, map[string]any{"memberId": alice.MemberID})
+	setUsed(t, e, alice, window.Day, 1_000_000)
+	req := decodeReset(t, submit(t, e, alice, bucketID(e, alice, window.Day), "more please").Expect(t, http.StatusOK))
+	path := policiesPath + "/" + p.ID
+
+	// The same terms, written differently: limits in another order, a spelled-out
+	// amount, the flags left to their defaults (true, as they are).
+	var got policy
+	e.Do(t, "PATCH", path, map[string]any{"name": " Budget ", "revision": 1, "limits": []map[string]any{
+		{"timeframe": "day", "costUsd": "1.000000"}, {"timeframe": "week", "costUsd": "5"}}, "inFlight": map[string]any{"maxRequests": 3}},
+		o.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if got.Revision != 1 {
+		t.Fatalf("a PATCH that changes nothing moved the revision to %d", got.Revision)
+	}
+	var mine resetPage
+	e.Do(t, "GET", resetsPath+"/me", nil, alice.As()...).Expect(t, http.StatusOK).Decode(t, &mine)
+	if len(mine.Requests) != 1 || mine.Requests[0].ID != req.ID || mine.Requests[0].Status != "pending" {
+		t.Fatalf("the pending request after a PATCH that changed nothing: %+v", mine.Requests)
+	}
+	if n := usageCount(t, e, `SELECT count(*) FROM audit_events WHERE action = 'usage_policy.update'`); n != 0 {
+		t.Fatalf("%d update audit events for no change", n)
+	}
+	// At a stale revision it is still a conflict: the caller did not see the policy.
+	e.Do(t, "PATCH", path, map[string]any{"name": "Budget", "revision": 2, "limits": []map[string]any{
+		{"timeframe": "day", "costUsd": "1"}, {"timeframe": "week", "costUsd": "5"}}, "inFlight": map[string]any{"maxRequests": 3}},
+		o.As()...).ExpectError(t, http.StatusConflict, "policy_revision_conflict")
+
+	// Any real change moves it, and expires the request: here only the guard changes.
+	e.Do(t, "PATCH", path, map[string]any{"name": "Budget", "revision": 1, "limits": []map[string]any{
+		{"timeframe": "day", "costUsd": "1"}, {"timeframe": "week", "costUsd": "5"}}}, o.As()...).Expect(t, http.StatusOK).Decode(t, &got)
+	if got.Revision != 2 {
+		t.Fatalf("dropping the guard answered revision %d, want 2", got.Revision)
+	}
+	e.Do(t, "GET", resetsPath+"/me?view=history", nil, alice.As()...).Expect(t, http.StatusOK).Decode(t, &mine)
+	if len(mine.Requests) != 1 || mine.Requests[0].Status != "expired" || *mine.Requests[0].ExpiredReason != "policy_revision_changed" {
+		t.Fatalf("after a real edit: %+v", mine.Requests[0])
 	}
 }

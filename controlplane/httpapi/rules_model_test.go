@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -609,13 +610,19 @@ func (w *walk) patchPolicy() {
 	mp := w.m.policies[ids[w.rng.IntN(len(ids))]]
 	limits, body := w.randomLimits()
 	hard, allow := mp.hard, mp.allowReset
-	switch w.rng.IntN(4) {
+	name := mp.name + "'"
+	same := false
+	switch w.rng.IntN(5) {
 	case 0:
 		hard = !hard
 	case 1:
 		allow = !allow
-	case 2:
-		limits = mp.limits // a rename, or flags only
+	case 2, 3:
+		limits = mp.limits // a rename, flags only, or (3) the policy as it is
+		same = w.rng.IntN(2) == 0
+		if same {
+			name = mp.name
+		}
 		body = nil
 		for _, tf := range modelTimeframes {
 			if v, ok := mp.limits[tf]; ok {
@@ -623,11 +630,21 @@ func (w *walk) patchPolicy() {
 			}
 		}
 	}
-	name := mp.name + "'"
 	in := map[string]any{"name": name, "limits": body, "revision": mp.revision, "hardLimit": hard, "allowRequestReset": allow}
 	hard, allow = w.flags(in, hard, allow)
 	next := *mp
-	w.randomGuard(in, &next)
+	if same && (next.reserve || next.maxRequests > 0) {
+		g := map[string]any{}
+		if next.reserve {
+			g["reserve"], g["reservationCostUsd"] = true, usdString(next.reservation)
+		}
+		if next.maxRequests > 0 {
+			g["maxRequests"] = next.maxRequests
+		}
+		in["inFlight"] = g
+	} else if !same {
+		w.randomGuard(in, &next)
+	}
 	r := w.do("PATCH", policiesPath+"/"+mp.id, in)
 	w.note("patch %s rev %d -> %v hard=%v reset=%v (archived %v)", mp.id, mp.revision, limits, hard, allow, mp.archived)
 	if mp.archived { // ACCOUNTING: an archived policy is 409 policy_revision_conflict
@@ -636,9 +653,16 @@ func (w *walk) patchPolicy() {
 	}
 	var p policy
 	r.Expect(w.t, http.StatusOK).Decode(w.t, &p)
+	// ACCOUNTING.md: the revision moves "+1 per change"; a body that describes the policy
+	// as it is changes nothing. (The model said so from the start; the code moved the
+	// revision on every PATCH, which expired pending requests for nothing: fixed.)
+	changed := name != mp.name || !maps.Equal(limits, mp.limits) || hard != mp.hard || allow != mp.allowReset ||
+		next.reserve != mp.reserve || next.reservation != mp.reservation || next.maxRequests != mp.maxRequests
 	mp.name, mp.limits, mp.hard, mp.allowReset = name, limits, hard, allow
 	mp.reserve, mp.reservation, mp.maxRequests = next.reserve, next.reservation, next.maxRequests
-	mp.revision++
+	if changed {
+		mp.revision++
+	}
 	if p.Revision != mp.revision {
 		w.fail("patch answered revision %d, want %d", p.Revision, mp.revision)
 	}

@@ -43,6 +43,23 @@ type UsagePolicy struct {
 	ArchivedAt        *time.Time
 }
 
+// SameTerms tells whether two policies say the same thing: name, flags, in-flight guard
+// and limits (in any order). A write that would change none of these is no change: the
+// revision counts changes (ACCOUNTING.md, "+1 per change"), and a new revision expires
+// every pending extension request asked against the policy.
+func (p UsagePolicy) SameTerms(q UsagePolicy) bool {
+	if p.Name != q.Name || p.HardLimit != q.HardLimit || p.AllowRequestReset != q.AllowRequestReset || p.Guard != q.Guard ||
+		len(p.Limits) != len(q.Limits) {
+		return false
+	}
+	for _, l := range p.Limits {
+		if !slices.Contains(q.Limits, l) {
+			return false
+		}
+	}
+	return true
+}
+
 // UsageLimit is one timeframe's base allowance of a policy.
 type UsageLimit struct {
 	Timeframe window.Timeframe
