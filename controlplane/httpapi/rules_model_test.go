@@ -938,6 +938,14 @@ func (w *walk) submit() {
 	}
 	mid := p.member.MemberID
 	b := w.m.bucket(mid, tf)
+	// Spec rule 6: members request extensions only for themselves; another member's
+	// bucket is none of the caller's (404 bucket_not_found), eligible or not.
+	if other := ppl[w.rng.IntN(len(ppl))]; other != p && w.rng.IntN(4) == 0 {
+		w.note("submit by %s for %s's %s bucket", other.user.Name, p.user.Name, tf)
+		w.e.Do(w.t, "POST", resetsPath, map[string]any{"bucketId": b, "reason": "not mine"}, apitest.Key(other.key)).
+			ExpectError(w.t, http.StatusNotFound, "bucket_not_found")
+		return
+	}
 	r := w.e.Do(w.t, "POST", resetsPath, map[string]any{"bucketId": b, "reason": "model walk"}, apitest.Key(p.key))
 	w.note("submit %s %s", p.user.Name, tf)
 	if pend := w.m.pendingFor(b); pend != nil { // a duplicate answers the pending request
