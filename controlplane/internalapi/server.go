@@ -66,7 +66,7 @@ func New(d Deps) *Server {
 		d.Clock = clock.System{}
 	}
 	return &Server{d: d, refusals: refusalLog{log: d.Log, clock: d.Clock}, failures: logging.Throttle{Clock: d.Clock},
-		keys: &keyLookups{st: d.Store, clock: d.Clock}}
+		keys: newKeyLookups(d.Store, d.Clock)}
 }
 
 // Register adds the service and its authentication to a gRPC server built with

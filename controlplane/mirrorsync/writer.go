@@ -94,7 +94,7 @@ func New(d Deps) *Writer {
 	}
 	w := &Writer{st: d.Store, rdb: d.Redis, layout: d.Layout, clock: d.Clock, log: d.Log, metrics: d.Metrics, failed: map[string]bool{},
 		checkInterval: d.CheckInterval}
-	w.resolves.batch = w.ResolveMany
+	w.resolves.Do, w.resolves.Max, w.resolves.Timeout = w.ResolveMany, maxResolveBatch, resolveTimeout
 	return w
 }
 
@@ -266,7 +266,11 @@ var ErrMemberNotFound = errors.New("mirrorsync: no such member in the organizati
 // decides from the answer and finds the record in Redis next time. Concurrent calls are
 // answered together (see resolver.go).
 func (w *Writer) Resolve(ctx context.Context, orgID, memberID string) (*mirror.Record, error) {
-	return w.resolves.resolve(ctx, store.MemberRef{OrganizationID: orgID, MemberID: memberID})
+	rec, err := w.resolves.Call(ctx, store.MemberRef{OrganizationID: orgID, MemberID: memberID})
+	if err == nil && rec == nil {
+		return nil, ErrMemberNotFound
+	}
+	return rec, err
 }
 
 // ResolveMany is Resolve for several members at once: one transaction bumps every
