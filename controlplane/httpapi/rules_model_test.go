@@ -1304,12 +1304,12 @@ func sameInstant(s string, t time.Time) bool {
 }
 
 // TestRulesModelRandomWalk drives the control plane with random operations and compares
-// it with the model after every step. TOLLGATE_RULES_SEED replays one walk; the seed is
+// it with the model after every step. TOLLGATE_TEST_RULES_SEED replays one walk; the seed is
 // printed on failure.
 func TestRulesModelRandomWalk(t *testing.T) {
 	t.Parallel()
 	seeds := []uint64{1, 2, 3}
-	if s := os.Getenv("TOLLGATE_RULES_SEED"); s != "" {
+	if s := os.Getenv("TOLLGATE_TEST_RULES_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			t.Fatal(err)
@@ -1319,7 +1319,7 @@ func TestRulesModelRandomWalk(t *testing.T) {
 		seeds = append(seeds, uint64(time.Now().UnixNano()))
 	}
 	steps := 150
-	if s := os.Getenv("TOLLGATE_RULES_STEPS"); s != "" {
+	if s := os.Getenv("TOLLGATE_TEST_RULES_STEPS"); s != "" {
 		steps, _ = strconv.Atoi(s)
 	}
 	for _, seed := range seeds {
@@ -1331,7 +1331,7 @@ func TestRulesModelRandomWalk(t *testing.T) {
 }
 
 func runWalk(t *testing.T, seed uint64, steps int) {
-	t.Logf("seed %d (replay with TOLLGATE_RULES_SEED=%d)", seed, seed)
+	t.Logf("seed %d (replay with TOLLGATE_TEST_RULES_SEED=%d)", seed, seed)
 	ev := &lateEvents{}
 	e := apitest.NewWith(t, apitest.Options{Events: ev})
 	rdb, layout := testredis.New(t)
@@ -1371,7 +1371,7 @@ func runWalk(t *testing.T, seed uint64, steps int) {
 		w.step()
 		w.compare()
 	}
-	if os.Getenv("TOLLGATE_RULES_TRACE") != "" {
+	if os.Getenv("TOLLGATE_TEST_RULES_TRACE") != "" {
 		t.Logf("steps:\n  %s", strings.Join(w.log, "\n  "))
 	}
 }
