@@ -375,19 +375,31 @@ func TestCheckStaleWindowResolvesInsteadOfReadingZero(t *testing.T) {
 
 func TestCheckEpochChangedResolvesAndRetriesOnce(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{})
-	w := newMember(e, dayLimit(1*usd, true))
-	e.CP.BumpTrackingVersion(w.member) // the mirror still says version 1
-	ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key}))
-	reqID := ok.GetHeaders()[0].GetHeader().GetValue()
-	if !e.CP.Started(reqID) {
-		t.Fatal("retried start not durable")
-	}
-	if e.CP.StartItems.Load() != 2 {
-		// Seen once in a full make test on a loaded machine and not reproduced since: the
-		// Resolve count and the log say whether the first start already had the new
-		// version (a record resolved, not read from the mirror) next time.
-		t.Fatalf("%d start items, want the refused one and the retry (%d Resolve calls); log:\n%s",
-			e.CP.StartItems.Load(), e.CP.CallCount("Resolve"), e.Logs.String())
+	// The premise is a record read from the mirror. On a loaded machine the reader's first
+	// look at the Redis masters may time out, and the reader then doubts the mirror and
+	// resolves every record through the control plane until its next poll (a few ms;
+	// enforcer/record/masters.go): the record is then current, its first start goes
+	// through, and there is nothing to retry. Such a try is taken again with a new member
+	// once the doubt has ended; any other single start fails the test.
+	for try := 1; ; try++ {
+		w := newMember(e, dayLimit(1*usd, true))
+		e.CP.BumpTrackingVersion(w.member) // the mirror still says version 1
+		items, resolves := e.CP.StartItems.Load(), e.CP.CallCount("Resolve")
+		ok := okResponse(t, e.Check(t, map[string]string{"x-api-key": w.key}))
+		reqID := ok.GetHeaders()[0].GetHeader().GetValue()
+		if !e.CP.Started(reqID) {
+			t.Fatal("retried start not durable")
+		}
+		got, resolved := e.CP.StartItems.Load()-items, e.CP.CallCount("Resolve")-resolves
+		if got == 2 && resolved == 1 {
+			return // the refused start, one Resolve, the retry
+		}
+		doubted := strings.Contains(e.Logs.String(), "records are resolved through the control plane")
+		if got != 1 || resolved != 1 || !doubted || try == 5 {
+			t.Fatalf("try %d: %d start items and %d Resolve calls, want the refused one and the retry after one Resolve; log:\n%s",
+				try, got, resolved, e.Logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
