@@ -729,18 +729,10 @@ func TestDocumentedMetricsExist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := filepath.Glob("../docs/*.md")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no docs: %v", err)
-	}
-	files = append(files, "../README.md", "README.md", "../charts/tollgate/README.md", "../charts/tollgate/values.yaml")
 	found := 0
-	for _, path := range files {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range docMetric.FindAllStringSubmatch(string(b), -1) {
+	for _, doc := range readDocs(t) {
+		path, b := doc.path, doc.text
+		for _, m := range docMetric.FindAllStringSubmatch(b, -1) {
 			if m[2] != "" {
 				continue // a family of names (tollgate_controlplane_http_*)
 			}
@@ -802,18 +794,10 @@ func TestDocumentedAlertsExist(t *testing.T) {
 			}
 		}
 	}
-	files, err := filepath.Glob("../docs/*.md")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no docs: %v", err)
-	}
-	files = append(files, "../README.md", "README.md", "../charts/tollgate/README.md", "../charts/tollgate/values.yaml")
 	found := 0
-	for _, path := range files {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range docAlert.FindAllStringSubmatch(string(b), -1) {
+	for _, doc := range readDocs(t) {
+		path, b := doc.path, doc.text
+		for _, m := range docAlert.FindAllStringSubmatch(b, -1) {
 			found++
 			sev, ok := severity[m[1]]
 			switch {
@@ -827,4 +811,27 @@ func TestDocumentedAlertsExist(t *testing.T) {
 	if found < 20 {
 		t.Fatalf("only %d alerts found in the documentation: is the pattern still right?", found)
 	}
+}
+
+// docFile is one page an operator reads, with its text.
+type docFile struct{ path, text string }
+
+// readDocs reads the pages that name metrics and alerts: docs/, the READMEs of the
+// project, of deploy/ and of the chart, and the chart's values.
+func readDocs(t *testing.T) []docFile {
+	t.Helper()
+	files, err := filepath.Glob("../docs/*.md")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no docs: %v", err)
+	}
+	files = append(files, "../README.md", "README.md", "../charts/tollgate/README.md", "../charts/tollgate/values.yaml")
+	docs := make([]docFile, 0, len(files))
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, docFile{path, string(b)})
+	}
+	return docs
 }
