@@ -236,7 +236,6 @@ func sortRoutes(rs []Route) []Route {
 	return out
 }
 
-// route finds the route of a path: the longest prefix that matches.
 // dotSegment tells whether a request's path (decoded: "%2e%2e" is "..", and "%2F" a
 // slash) has a dot segment, "." or "..", between slashes or backslashes (which some
 // servers read as slashes). The path is joined to the route's upstream base path
@@ -253,6 +252,7 @@ func dotSegment(path string) bool {
 	return false
 }
 
+// route finds the route of a path: the longest prefix that matches.
 func (gw *Gateway) route(path string) *Route {
 	// Google's SDKs join a base URL ending in "/" to a path beginning with one (a Gemini
 	// Live session's "//ws/..."): routed as the path it means.
