@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/sourcetext"
 )
 
 // TestAuditActionsAreListed holds docs/admin.md's list of audit actions (the `action`
@@ -34,19 +36,11 @@ func TestAuditActionsAreListed(t *testing.T) {
 	recorded := regexp.MustCompile(`(?:Audit\(\s*tx,\s*(?:"",\s*|orgID,\s*)?|Action:\s*)"([a-z_]+(?:\.[a-z_]+)+)"`)
 	var source strings.Builder
 	actions := map[string]string{}
-	err = filepath.WalkDir(filepath.Join(root, "controlplane"), func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return err
+	for _, f := range sourcetext.GoFiles(t, root, false, "controlplane") {
+		source.WriteString(f.Text)
+		for _, m := range recorded.FindAllStringSubmatch(f.Text, -1) {
+			actions[m[1]] = f.Path
 		}
-		b, err := os.ReadFile(path)
-		source.Write(b)
-		for _, m := range recorded.FindAllStringSubmatch(string(b), -1) {
-			actions[m[1]] = path
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	if len(actions) < 25 || len(listed) < 25 {
 		t.Fatalf("%d actions recorded by name, %d listed: are the patterns still right?", len(actions), len(listed))

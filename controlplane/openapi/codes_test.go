@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/sourcetext"
 )
 
 // TestEveryErrorCodeIsDocumented: every error code the control plane answers with (the
@@ -23,21 +25,11 @@ func TestEveryErrorCodeIsDocumented(t *testing.T) {
 		regexp.MustCompile(`Code:\s*"([a-z_]+)"`),
 	}
 	codes := map[string]string{}
-	for _, dir := range []string{"controlplane", "pkg"} {
-		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return err
+	for _, f := range sourcetext.GoFiles(t, root, false, "controlplane", "pkg") {
+		for _, re := range constructors {
+			for _, m := range re.FindAllStringSubmatch(f.Text, -1) {
+				codes[m[1]] = f.Path
 			}
-			b, err := os.ReadFile(path)
-			for _, re := range constructors {
-				for _, m := range re.FindAllStringSubmatch(string(b), -1) {
-					codes[m[1]] = path
-				}
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
 	}
 	if len(codes) < 30 {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/sourcetext"
 )
 
 // serviceCode is an error code the enforcer answers with (X-Service-Error-Code, the
@@ -24,20 +26,12 @@ func TestEveryServiceErrorCodeIsDocumented(t *testing.T) {
 	root := filepath.Join("..", "..", "..", "..")
 	literal := regexp.MustCompile(`"(service_[a-z]+(?:_[a-z]+)*)"`)
 	code := map[string]string{}
-	for _, dir := range []string{"enforcer", "controlplane", "pkg"} {
-		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") ||
-				strings.Contains(filepath.ToSlash(path), "/internal/enforcertest/") {
-				return err
-			}
-			b, err := os.ReadFile(path)
-			for _, m := range literal.FindAllStringSubmatch(string(b), -1) {
-				code[m[1]] = path
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
+	for _, f := range sourcetext.GoFiles(t, root, false, "enforcer", "controlplane", "pkg") {
+		if strings.Contains(filepath.ToSlash(f.Path), "/internal/enforcertest/") {
+			continue
+		}
+		for _, m := range literal.FindAllStringSubmatch(f.Text, -1) {
+			code[m[1]] = f.Path
 		}
 	}
 	if len(code) < 10 {

@@ -13,6 +13,7 @@ import (
 
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
 	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
+	"github.com/tollgate-dev/tollgate/internal/sourcetext"
 )
 
 // envName finds the names the documentation gives; one that ends in "_" is a family
@@ -38,21 +39,13 @@ func TestEveryVariableIsDocumentedAndExists(t *testing.T) {
 	// literal names; the tests and benchmarks theirs (TOLLGATE_TEST_*, TOLLGATE_BENCH_*)
 	// through os.Getenv, anywhere in the repository.
 	literal := regexp.MustCompile(`"(TOLLGATE_[A-Z0-9_]+)"`)
-	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
-			return err
-		}
-		cli := strings.HasPrefix(filepath.ToSlash(path), filepath.ToSlash(filepath.Join(root, "cmd", "tollgate"))+"/") && !strings.HasSuffix(path, "_test.go")
-		b, err := os.ReadFile(path)
-		for _, n := range literal.FindAllStringSubmatch(string(b), -1) {
+	for _, f := range sourcetext.GoFiles(t, root, true, ".") {
+		cli := strings.HasPrefix(filepath.ToSlash(f.Path), filepath.ToSlash(filepath.Join(root, "cmd", "tollgate"))+"/") && !strings.HasSuffix(f.Path, "_test.go")
+		for _, n := range literal.FindAllStringSubmatch(f.Text, -1) {
 			if cli || strings.HasPrefix(n[1], "TOLLGATE_TEST_") || strings.HasPrefix(n[1], "TOLLGATE_BENCH_") {
 				known[n[1]] = true
 			}
 		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	// The example Caddyfiles read theirs through Caddy's {$NAME} placeholders.
 	caddy := regexp.MustCompile(`\{\$(TOLLGATE_[A-Z0-9_]+)`)
