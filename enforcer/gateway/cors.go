@@ -5,7 +5,8 @@ import (
 	"strings"
 )
 
-// The gateway's CORS policy (the Fetch standard's): any origin may call it, as the
+// The gateway's CORS policy (the Fetch standard's; tollgate dev's forward-auth proxy applies it
+// too, and deploy/caddy/Caddyfile spells it in Caddy's terms): any origin may call it, as the
 // providers let a browser app call them (OpenAI's API, Anthropic's with
 // anthropic-dangerous-direct-browser-access, Gemini's). A key in a header is what admits
 // a request, never a cookie or the page it came from, so the policy opens nothing that
@@ -26,25 +27,25 @@ import (
 // at most 2 hours, Firefox 1 day).
 const preflightMaxAge = "7200"
 
-// isPreflight tells a CORS preflight: OPTIONS with Access-Control-Request-Method (and an
+// IsPreflight tells a CORS preflight: OPTIONS with Access-Control-Request-Method (and an
 // Origin, which the caller saw).
-func isPreflight(r *http.Request) bool {
+func IsPreflight(r *http.Request) bool {
 	return r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != ""
 }
 
-// allowOrigin sets the CORS headers of an answer to a request from a page, replacing
+// AllowOrigin sets the CORS headers of an answer to a request from a page, replacing
 // any the upstream sent (a credentialed Access-Control-Allow-Credentials would make the
 // wildcard fail).
-func allowOrigin(h http.Header) {
+func AllowOrigin(h http.Header) {
 	h.Set("Access-Control-Allow-Origin", "*")
 	h.Set("Access-Control-Expose-Headers", "*")
 	h.Del("Access-Control-Allow-Credentials")
 }
 
-// preflight answers a CORS preflight: 204, the method and the headers it asks for
+// AnswerPreflight answers a CORS preflight: 204, the method and the headers it asks for
 // allowed. The wildcard "*" does not cover Authorization in Access-Control-Allow-Headers
 // (Fetch standard), so the headers asked for are named back.
-func preflight(w http.ResponseWriter, r *http.Request) {
+func AnswerPreflight(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Access-Control-Allow-Methods", r.Header.Get("Access-Control-Request-Method"))
 	if asked := strings.Join(r.Header.Values("Access-Control-Request-Headers"), ", "); asked != "" {

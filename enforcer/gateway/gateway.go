@@ -310,10 +310,10 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w = a
 	}
 	if r.Header.Get("Origin") != "" {
-		allowOrigin(w.Header())
-		if isPreflight(r) && gw.route(r.URL.Path) != nil {
+		AllowOrigin(w.Header())
+		if IsPreflight(r) && gw.route(r.URL.Path) != nil {
 			gw.answered(w, OutcomePreflight)
-			preflight(w, r)
+			AnswerPreflight(w, r)
 			return
 		}
 	}
@@ -1236,7 +1236,7 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	h := w.Header()
 	copyHeaders(h, resp.Header)
 	if p.cors {
-		allowOrigin(h) // the gateway's policy, not the upstream's (cors.go)
+		AllowOrigin(h) // the gateway's policy, not the upstream's (cors.go)
 	}
 	p.redirectThroughGateway(h, resp.Request)
 	if p.state != "" {

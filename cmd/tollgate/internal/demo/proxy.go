@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/relaybody"
 )
@@ -39,13 +40,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if page {
 		// Browser apps, as the Caddyfile lets them (docs/gateway.md, "Browser apps"):
 		// any origin; a preflight, which carries no key, answered here, never checked.
-		allowOrigin(w.Header())
-		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-			h := w.Header()
-			h.Set("Access-Control-Allow-Methods", r.Header.Get("Access-Control-Request-Method"))
-			h.Set("Access-Control-Allow-Headers", r.Header.Get("Access-Control-Request-Headers"))
-			h.Set("Access-Control-Max-Age", "7200")
-			w.WriteHeader(http.StatusNoContent)
+		gateway.AllowOrigin(w.Header())
+		if gateway.IsPreflight(r) {
+			gateway.AnswerPreflight(w, r)
 			return
 		}
 	}
@@ -87,7 +84,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			up.Header.Set("X-Service-Usage-State", state)
 		}
 		if page {
-			allowOrigin(up.Header) // the upstream's own CORS headers replaced
+			gateway.AllowOrigin(up.Header) // the upstream's own CORS headers replaced
 		}
 		return nil
 	}
@@ -130,13 +127,4 @@ func dropConnection(h http.Header) {
 	if upgrade {
 		h.Set("Connection", "Upgrade")
 	}
-}
-
-// allowOrigin sets the CORS headers of an answer to a page: any origin reads it and all
-// its headers; a credentialed Access-Control-Allow-Credentials, which would fail the
-// wildcard, goes.
-func allowOrigin(h http.Header) {
-	h.Set("Access-Control-Allow-Origin", "*")
-	h.Set("Access-Control-Expose-Headers", "*")
-	h.Del("Access-Control-Allow-Credentials")
 }
