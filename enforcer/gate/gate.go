@@ -450,14 +450,10 @@ func joinedLines(secret string) bool { return strings.Contains(secret, ",") }
 
 // check decides; it adds the time spent reading the member's record to recordWait.
 func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *time.Duration) (a Answer, err error) {
-	kind, secret, ok := parseCredential(cred)
-	if !ok {
-		return Refusal(ReasonNoCredential), nil
-	}
 	// Every wait below ends with calls; ctx.Err() still tells whether the caller left.
 	calls := &lazyCalls{g: g, parent: ctx}
 	defer calls.cancel()
-	id, err := g.Identity.Lookup(calls, kind, secret)
+	s, a, answered, err := g.screen(calls, cred)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Answer{}, ctx.Err()
@@ -465,22 +461,12 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 		g.authFailed.Log(g.Log, slog.LevelWarn, "authenticate failed", "error", err)
 		return g.failure(ReasonControlPlane, nil, nil), nil
 	}
-	if !id.Found {
-		return Refusal(ReasonUnknownCredential), nil
+	if answered {
+		return a, nil
 	}
+	id, gen, genOK, keep := s.id, s.gen, s.genOK, s.keep
 	// Every answer from here on is about this member.
 	defer func() { a.MemberID, a.OrganizationID = id.MemberID, id.OrganizationID }()
-	if !id.Active {
-		return Refusal(ReasonInactiveMember), nil
-	}
-	// The identity came first: a revoked key is a 401, never a kept 429.
-	gen, genOK := g.Records.Generation()
-	if genOK {
-		if a, ok := g.Blocks.refusal(id.MemberID, g.Clock.Now(), gen); ok {
-			return a, nil
-		}
-	}
-	keep := g.Blocks.before(gen, genOK)
 
 	spec := g.speculate(ctx, &id, h, g.Clock.Now(), gen, genOK)
 	// Past the check's deadline (calls), nothing more is waited for: not even the void.
@@ -541,6 +527,46 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 			return g.failure(ReasonControlPlane, &id, nil), nil
 		}
 	}
+}
+
+// screened is what a check knows of its caller before it reads the member's record.
+type screened struct {
+	id    identity.Identity
+	gen   string // the mirror's generation, when genOK
+	genOK bool
+	keep  keep
+}
+
+// screen runs a check's first steps, the same for every check: the credential parsed,
+// its identity looked up, and a kept 429 of a blocked member answered (the identity
+// first: a revoked key is a 401, never a kept 429). answered is true with the answer
+// when one of them refused; err is the identity look-up's failure.
+func (g *Gate) screen(calls context.Context, cred Credentials) (s screened, a Answer, answered bool, err error) {
+	kind, secret, ok := parseCredential(cred)
+	if !ok {
+		return s, Refusal(ReasonNoCredential), true, nil
+	}
+	if s.id, err = g.Identity.Lookup(calls, kind, secret); err != nil {
+		return s, Answer{}, false, err
+	}
+	if !s.id.Found {
+		return s, Refusal(ReasonUnknownCredential), true, nil
+	}
+	defer func() {
+		if answered {
+			a.MemberID, a.OrganizationID = s.id.MemberID, s.id.OrganizationID
+		}
+	}()
+	if !s.id.Active {
+		return s, Refusal(ReasonInactiveMember), true, nil
+	}
+	if s.gen, s.genOK = g.Records.Generation(); s.genOK {
+		if a, ok := g.Blocks.refusal(s.id.MemberID, g.Clock.Now(), s.gen); ok {
+			return s, a, true, nil
+		}
+	}
+	s.keep = g.Blocks.before(s.gen, s.genOK)
+	return s, Answer{}, false, nil
 }
 
 // readRecord reads the member's record from the mirror, adding the time it took to

@@ -63,6 +63,9 @@ import (
 // Checker is the gate (gate.Gate).
 type Checker interface {
 	CheckRequest(ctx context.Context, cred gate.Credentials, h gate.Hint) (gate.Answer, error)
+	// RefusalBeforeBody answers a request that waits for a 100 before its body, when
+	// the check would refuse it whatever its body says (gate.Gate.RefusalBeforeBody).
+	RefusalBeforeBody(ctx context.Context, cred gate.Credentials) (gate.Answer, bool)
 	// Trailing opens a request without a check, for what a session used after a check
 	// refused its member (gate.Gate.Trailing).
 	Trailing(orgID, memberID string) string
@@ -408,6 +411,21 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		gate.ResponseFormatRefusal(param).Write(w) // ext_authz's and /check's too
 		return false
 	}
+	if expectsContinue(r) {
+		// The client waits for a 100 before it sends its body, and the body's first read
+		// sends it: a refusal the body cannot change is answered first, so a blocked
+		// member's upload is never sent only to be refused (net/http then closes the
+		// connection, the body unsent).
+		if a, refused := gw.gate.RefusalBeforeBody(r.Context(), credentialsOf(r)); refused {
+			if p.log != nil {
+				p.log.check = a.Took
+			}
+			p.org, p.member = a.OrganizationID, a.MemberID
+			gw.answered(w, OutcomeRefused)
+			refuse(w, a)
+			return false
+		}
+	}
 	var body []byte
 	var err error
 	// The body's read is bounded (BodyTimeout): the server has no read timeout, so that
@@ -522,6 +540,14 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	p.id, p.state, p.body, p.est = a.RequestID, a.UsageState, body, hint.Body
 	p.guarded = a.Guarded
 	return true
+}
+
+// expectsContinue tells whether the client waits for a 100 (Continue) before it sends
+// the request's body (RFC 9110, 10.1.1), as curl does for a body over 1 MB. net/http
+// keeps the header and sends the 100 at the body's first read.
+func expectsContinue(r *http.Request) bool {
+	return r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody &&
+		httpguts.HeaderValuesContainsToken(r.Header["Expect"], "100-continue")
 }
 
 // opensAsJSON tells whether the body of a request sent with an upload's type opens as a

@@ -56,17 +56,7 @@ func (f *fakeGate) CheckRequest(_ context.Context, c gate.Credentials, h gate.Hi
 	f.mu.Lock()
 	f.hints = append(f.hints, h)
 	f.mu.Unlock()
-	key := c.APIKey
-	if key == "" {
-		key = c.GoogAPIKey
-	}
-	if key == "" {
-		key = c.AzureAPIKey
-	}
-	if key == "" {
-		key = strings.TrimPrefix(c.Authorization, "Bearer ")
-	}
-	switch key {
+	switch key := fakeKey(c); key {
 	case "tgk_good":
 		return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: "req_test", UsageState: "within_limit",
 			MemberID: "om_test", OrganizationID: "org_test", Took: 1234 * time.Microsecond, RecordWait: 212 * time.Microsecond, StartWait: 845 * time.Microsecond}, nil
@@ -74,6 +64,33 @@ func (f *fakeGate) CheckRequest(_ context.Context, c gate.Credentials, h gate.Hi
 		return f.blocked, nil
 	}
 	return gate.Refusal(gate.ReasonUnknownCredential), nil
+}
+
+// RefusalBeforeBody refuses what CheckRequest refuses: these refusals never depend on
+// the body.
+func (f *fakeGate) RefusalBeforeBody(ctx context.Context, c gate.Credentials) (gate.Answer, bool) {
+	if fakeKey(c) == "tgk_good" {
+		return gate.Answer{}, false
+	}
+	a, _ := f.CheckRequest(ctx, c, gate.Hint{})
+	return a, true
+}
+
+// wholeCheckOnly is embedded by the fake gates that refuse only in the whole check (a
+// concurrency cap, a count of checks): none is refused before its body is read.
+type wholeCheckOnly struct{}
+
+func (wholeCheckOnly) RefusalBeforeBody(context.Context, gate.Credentials) (gate.Answer, bool) {
+	return gate.Answer{}, false
+}
+
+func fakeKey(c gate.Credentials) string {
+	for _, key := range []string{c.APIKey, c.GoogAPIKey, c.AzureAPIKey} {
+		if key != "" {
+			return key
+		}
+	}
+	return strings.TrimPrefix(c.Authorization, "Bearer ")
 }
 
 // fakeTracker records what the gateway reports.

@@ -274,7 +274,7 @@ func liveMemory() heldMemory {
 }
 
 // admitAll admits every request and keeps nothing of it.
-type admitAll struct{}
+type admitAll struct{ wholeCheckOnly }
 
 func (admitAll) Trailing(string, string) string { return "" }
 

@@ -107,6 +107,7 @@ func fakeSession(w http.ResponseWriter, r *http.Request, typ websocket.MessageTy
 // refuses a key revoked since: 401 naming nobody. It opens trailing requests
 // (req_trailing_1, ...) for whoever is named.
 type countingGate struct {
+	wholeCheckOnly
 	n        int
 	revoked  bool
 	mu       sync.Mutex

@@ -291,6 +291,7 @@ func (f *fakeTracker) recordedModels() []string {
 // (admitted and not yet settled with the tracker), as a policy's in-flight cap does, and
 // refuses the next with the concurrency limit.
 type inFlightGate struct {
+	wholeCheckOnly
 	tr    *fakeTracker
 	limit int
 
