@@ -401,7 +401,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	}
 	// Only a stream is asked for its usage (est.Stream: the body is neither read again
 	// for nothing nor checked again).
-	if strings.HasSuffix(st.path, "/chat/completions") && !requestbody.UsageUnasked(st.host()) {
+	if requestbody.AsksStreamUsage(st.path) && !requestbody.UsageUnasked(st.host()) {
 		if b, ok := requestbody.AskStreamUsage(body, est); ok {
 			body, replace = b, true
 			m.WithLabelValues("include_usage_set").Inc()

@@ -122,12 +122,16 @@ func answerRequestBody(t *testing.T, e *enforcertest.Env, s bodySpec) *extprocv3
 	return resp
 }
 
+// legacyStreamBody is a legacy completion streamed (OpenAI's /v1/completions).
+const legacyStreamBody = `{"model":"gpt-3.5-turbo-instruct","stream":true,"max_tokens":64,"prompt":"package main\n\n// add returns the sum\n"}`
+
 const chatStreamBody = `{"model":"gpt-4o-mini","stream":true,"temperature":0.7,"messages":[{"role":"user","content":"Write a haiku about the sea."}]}`
 
 func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 	e := enforcertest.New(t, enforcertest.Options{})
 	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
 	withUsage := `{"stream_options":{"include_usage":true},` + chatStreamBody[1:]
+	legacyWithUsage := `{"stream_options":{"include_usage":true},` + legacyStreamBody[1:]
 	for _, tc := range []struct {
 		name    string
 		spec    bodySpec
@@ -139,6 +143,12 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 		{"include_usage already set", bodySpec{path: "/v1/chat/completions", body: withUsage}, ""},
 		{"not streamed", bodySpec{path: "/v1/chat/completions", body: strings.Replace(chatStreamBody, `"stream":true`, `"stream":false`, 1)}, ""},
 		{"another API", bodySpec{path: "/v1/messages", body: chatStreamBody}, ""},
+		// A legacy completion's stream reports its usage only when asked too.
+		{"a legacy completion stream", bodySpec{path: "/v1/completions", body: legacyStreamBody}, legacyWithUsage},
+		{"Azure OpenAI's legacy completion stream", bodySpec{path: "/openai/deployments/instruct/completions?api-version=2024-10-21",
+			body: legacyStreamBody}, legacyWithUsage},
+		// Mistral's fill-in-the-middle sends its usage unasked, on any of its hosts.
+		{"Mistral's fill-in-the-middle", bodySpec{path: "/v1/fim/completions", body: legacyStreamBody, authority: "codestral.mistral.ai"}, ""},
 		{"not JSON", bodySpec{path: "/v1/chat/completions", body: "stream=true"}, ""},
 		// Mistral's API refuses stream_options (422) and sends the usage unasked.
 		{"a stream to Mistral's API", bodySpec{path: "/v1/chat/completions", body: chatStreamBody, authority: "api.mistral.ai"}, ""},
@@ -180,12 +190,12 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 			}
 		})
 	}
-	if e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "include_usage_set") != 4 ||
+	if e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "include_usage_set") != 6 ||
 		e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "not_json") != 1 {
 		t.Fatal("request bodies not counted")
 	}
 	// A request-body stream never settles: the response's stream does.
-	if e.CP.SettleItems.Load() != 0 || e.Enforcer.Tracker.Len() != 10 {
+	if e.CP.SettleItems.Load() != 0 || e.Enforcer.Tracker.Len() != 13 {
 		t.Fatalf("settled %d, tracked %d", e.CP.SettleItems.Load(), e.Enforcer.Tracker.Len())
 	}
 }

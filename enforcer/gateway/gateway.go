@@ -8,7 +8,7 @@
 // credential and any client-sent X-Service-* headers removed and the provider's
 // credential set: a fixed header value, a token the gateway gets and renews (Google's
 // for Vertex AI, an OAuth client's for Azure OpenAI), or a SigV4 signature for Amazon
-// Bedrock (routecreds.go); an OpenAI chat-completions stream is asked for its usage
+// Bedrock (routecreds.go); an OpenAI chat-completions (or legacy completions) stream is asked for its usage
 // (stream_options.include_usage). The response streams back chunk by chunk, each flushed
 // as it arrives, while the usage extractor (package responseusage) reads it; at the end the
 // request is settled through the in-flight tracker with what was seen, estimated where
@@ -929,7 +929,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	}
 	// Only a stream is asked for its usage; the estimate read the body (est.Stream), so
 	// a body it read is neither read again for nothing nor checked again.
-	if strings.HasSuffix(r.URL.Path, "/chat/completions") && p.route.AskStreamUsage {
+	if requestbody.AsksStreamUsage(r.URL.Path) && p.route.AskStreamUsage {
 		if b, ok := requestbody.AskStreamUsage(body, est); ok {
 			body = b
 		}

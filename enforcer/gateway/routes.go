@@ -34,9 +34,10 @@ type Route struct {
 	// Signer, when set, signs each request in place of a credential header (AWS's
 	// SigV4 for Amazon Bedrock: routecreds.go).
 	Signer Signer
-	// AskStreamUsage: an OpenAI chat-completions stream sent on this route is asked for
-	// its usage (stream_options.include_usage, requestbody.WithIncludeUsage). True but
-	// for an upstream known to refuse the member and send the usage unasked
+	// AskStreamUsage: an OpenAI chat-completions (or legacy completions) stream sent on
+	// this route (requestbody.AsksStreamUsage) is asked for its usage
+	// (stream_options.include_usage, requestbody.WithIncludeUsage). True but for an
+	// upstream known to refuse the member and send the usage unasked
 	// (requestbody.UsageUnasked: Mistral's API); the routes file's includeUsage says it
 	// for any other upstream that refuses it.
 	AskStreamUsage bool
@@ -88,7 +89,7 @@ type routesFile struct {
 		Header         string `yaml:"header"`
 		CredentialFile string `yaml:"credentialFile"`
 		CredentialEnv  string `yaml:"credentialEnv"`
-		// IncludeUsage, when set, says whether the route's chat-completions streams are
+		// IncludeUsage, when set, says whether the route's (legacy) chat-completions streams are
 		// asked for their usage (Route.AskStreamUsage): false for an OpenAI-compatible
 		// upstream that refuses stream_options.
 		IncludeUsage *bool `yaml:"includeUsage"`

@@ -11,6 +11,7 @@ package requestbody
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -27,6 +28,19 @@ import (
 // stream through the front door would fail.
 func UsageUnasked(host string) bool {
 	return pricecatalog.HostName(host) == "api.mistral.ai"
+}
+
+// AsksStreamUsage tells whether a request to path is an OpenAI-shaped completion whose
+// stream reports its usage only when asked (stream_options.include_usage): a chat
+// completion (.../chat/completions) or a legacy completion (.../completions: OpenAI's
+// /v1/completions, Azure OpenAI's /openai/deployments/{deployment}/completions, the
+// OpenAI-compatible servers' own), whose stream otherwise ends with no usage and is
+// settled at an estimate from its prompt and text (since 2026-12-03; before, a legacy
+// completion's stream was never asked). Not Mistral's fill-in-the-middle
+// (.../fim/completions), which sends its usage unasked and refuses the member, on
+// whichever of Mistral's hosts it is served.
+func AsksStreamUsage(path string) bool {
+	return strings.HasSuffix(path, "/completions") && !strings.HasSuffix(path, "/fim/completions")
 }
 
 // includeUsageMember is spliced in when a streaming request has no stream_options.
