@@ -14,7 +14,8 @@ import (
 //     model's is an Anthropic message, read as such) and, for every model, its token
 //     counts in headers (x-amzn-bedrock-input-token-count, -output-token-count,
 //     -cache-read-input-token-count, -cache-write-input-token-count): read when the
-//     body is no shape the extractor knows (format bedrock-invoke).
+//     body is no shape the extractor knows (format bedrock-invoke), or did not report
+//     both counts (a Claude answer cut before its usage: fillFromHeaders).
 //   - Converse (POST /model/{id}/converse) answers one JSON shape for every model, its
 //     usage in camelCase (inputTokens, outputTokens, cacheReadInputTokens,
 //     cacheWriteInputTokens: the input without the cache reads and writes, as Anthropic
@@ -212,16 +213,27 @@ func (b *bedrockState) unreadText(u *Usage) {
 	}
 }
 
-// fillFromHeaders reports InvokeModel's header counts in u when its body told nothing
-// (a model whose body shape the extractor does not know): the input without the cache
-// reads and writes, as Converse counts it, made whole.
+// fillFromHeaders reports InvokeModel's header counts in u when its body did not report
+// both counts: a model whose body shape the extractor does not know (format
+// bedrock-invoke), or a body of a known shape whose usage did not come (a Claude
+// model's Anthropic message cut before its usage, its last member: the connection broke,
+// or the client left and the upstream request was cancelled). The headers came before
+// the body, with Bedrock's counts of the whole answer, which it bills: they are charged,
+// not an estimate from the text that came (since 2026-12-03; before, a body of a known
+// shape kept the headers unread, and such an answer was charged its input estimate and
+// the text it showed). The input is the one without the cache reads and writes, as
+// Converse counts it, made whole. A body that reported both counts is read as it said.
 func (b *bedrockState) fillFromHeaders(u *Usage, ended bool) {
-	if b == nil || !b.headers || u.Format != "" {
+	if b == nil || !b.headers || u.InputReported && u.OutputReported {
 		return
 	}
 	b.header.fill(u)
+	// The part of the writes a body said was for an hour, never more than the writes.
+	u.CacheCreation1hInputTokens = min(u.CacheCreation1hInputTokens, u.CacheCreationInputTokens)
 	u.Complete = ended
-	u.Format = FormatBedrockInvoke
+	if u.Format == "" {
+		u.Format = FormatBedrockInvoke
+	}
 }
 
 // fillFromMetrics reports InvokeModelWithResponseStream's invocation metrics in u: the

@@ -299,6 +299,28 @@ func TestBedrockInvokeHeaders(t *testing.T) {
 	}
 }
 
+// A Claude model's InvokeModel answer is an Anthropic message, its usage its last member:
+// cut before it (the connection broke, the client left and the upstream request was
+// cancelled), the body reported no count, yet the headers, sent before it, did: Bedrock's
+// counts of the whole answer, which it bills. They are charged, not an estimate from the
+// text that came (a few bytes of a long answer), and the answer stays incomplete.
+func TestBedrockInvokeHeadersOfABodyCutBeforeItsUsage(t *testing.T) {
+	h := map[string]string{headerBedrockInput: "1200", headerBedrockOutput: "3000", headerBedrockCacheRead: "800", headerBedrockCacheWrite: "100"}
+	claude := `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"Paid. And then some more text"}],` +
+		`"stop_reason":"end_turn","usage":{"input_tokens":1200,"output_tokens":3000,"cache_read_input_tokens":800,"cache_creation_input_tokens":100}}`
+	cut := claude[:strings.Index(claude, `"stop_reason"`)]
+	got := run(ctJSON, h, Limits{}, [][]byte{[]byte(cut)}, false)
+	if !got.InputReported || !got.OutputReported || got.InputTokens != 2100 || got.OutputTokens != 3000 ||
+		got.CachedInputTokens != 800 || got.CacheCreationInputTokens != 100 || got.Complete {
+		t.Fatalf("a body cut before its usage, its headers whole: %s", show(got))
+	}
+	// Whole, the body's usage is read (the same counts), and complete.
+	if got := run(ctJSON, h, Limits{}, [][]byte{[]byte(claude)}, true); got.Format != FormatAnthropicMessages || got.InputTokens != 2100 ||
+		got.OutputTokens != 3000 || !got.Complete {
+		t.Fatalf("the whole body: %s", show(got))
+	}
+}
+
 // Any bytes in event stream mode, cut anywhere: the same answer, no panic.
 func FuzzExtractEventStream(f *testing.F) {
 	f.Add(bytes.Join([][]byte{frame(f, "event", "contentBlockDelta", `{"delta":{"text":"a"}}`),
