@@ -430,3 +430,41 @@ func TestBedrockStreamEndedByItsLastEvent(t *testing.T) {
 		})
 	}
 }
+
+// A reasoning model's thinking through Converse (Claude's extended thinking, DeepSeek's
+// R1...) comes in reasoningContent blocks, and a tool call's arguments in toolUse blocks:
+// output the model generated and Bedrock bills, like the text. A ConverseStream cut before
+// its metadata event (its usage) is estimated from the output it carried: its thinking
+// and its tool calls' arguments count, as an Anthropic stream's thinking and partial_json
+// do; a Converse answer's too (its usage is its last member but one).
+func TestBedrockConverseReasoningAndToolUseAreOutput(t *testing.T) {
+	const thinking, answer, args = "Let me think about the tolls first.", "Paid.", `{"city":"Paris"}`
+	stream := bytes.Join([][]byte{
+		frame(t, "event", "messageStart", `{"role":"assistant"}`),
+		frame(t, "event", "contentBlockDelta", `{"contentBlockIndex":0,"delta":{"reasoningContent":{"text":"Let me think "}}}`),
+		frame(t, "event", "contentBlockDelta", `{"contentBlockIndex":0,"delta":{"reasoningContent":{"text":"about the tolls first."}}}`),
+		frame(t, "event", "contentBlockDelta", `{"contentBlockIndex":0,"delta":{"reasoningContent":{"signature":"c2lnbmF0dXJl"}}}`),
+		frame(t, "event", "contentBlockStop", `{"contentBlockIndex":0}`),
+		frame(t, "event", "contentBlockDelta", `{"contentBlockIndex":1,"delta":{"text":"Paid."}}`),
+		frame(t, "event", "contentBlockStart", `{"contentBlockIndex":2,"start":{"toolUse":{"toolUseId":"tooluse_1","name":"weather"}}}`),
+		frame(t, "event", "contentBlockDelta", `{"contentBlockIndex":2,"delta":{"toolUse":{"input":"{\"city\":"}}}`),
+		frame(t, "event", "contentBlockDelta", `{"contentBlockIndex":2,"delta":{"toolUse":{"input":"\"Paris\"}"}}}`),
+		frame(t, "event", "contentBlockStop", `{"contentBlockIndex":2}`),
+		frame(t, "event", "messageStop", `{"stopReason":"tool_use"}`),
+	}, nil)
+	want := int64(len(thinking) + len(answer) + len(args))
+	if got := run(ctEventStream, nil, Limits{}, [][]byte{stream}, false); got.Complete || got.InputReported || got.TextBytes != want {
+		t.Fatalf("a ConverseStream cut before its metadata: text %d, want %d (%s)", got.TextBytes, want, show(got))
+	}
+	body := `{"output":{"message":{"role":"assistant","content":[{"reasoningContent":{"reasoningText":{"text":"` + thinking + `","signature":"c2ln"}}},` +
+		`{"text":"` + answer + `"},{"toolUse":{"toolUseId":"tooluse_1","name":"weather","input":` + args + `}}]}},"stopReason":"tool_use",` +
+		`"usage":{"inputTokens":30,"outputTokens":80,"totalTokens":110},"metrics":{"latencyMs":900}}`
+	cut := body[:strings.Index(body, `"usage"`)]
+	if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(cut)}, false); got.InputReported || got.TextBytes != want {
+		t.Fatalf("a Converse answer cut before its usage: text %d, want %d (%s)", got.TextBytes, want, show(got))
+	}
+	if got, ref := run(ctJSON, nil, Limits{}, [][]byte{[]byte(body)}, true), oracleJSON([]byte(body), Limits{}); !reflect.DeepEqual(got, ref) ||
+		got.TextBytes != want {
+		t.Fatalf("the whole answer, against the reference:\n got %s\n ref %s", show(got), show(ref))
+	}
+}

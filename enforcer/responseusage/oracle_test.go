@@ -151,17 +151,20 @@ var textPaths, rawPaths = func() (map[string]bool, map[string]bool) {
 		"/content/[]/thinking":                 true,
 		"/candidates/[]/content/parts/[]/text": true,
 		"/output/message/content/[]/text":      true,
-		"/generation":                          true,
-		"/outputText":                          true,
-		"/contentBlockDelta/delta/text":        true,
-		"/outputs/[]/text":                     true,
+		"/output/message/content/[]/reasoningContent/reasoningText/text": true,
+		"/delta/reasoningContent/text":                                   true,
+		"/delta/toolUse/input":                                           true,
+		"/generation":                                                    true,
+		"/outputText":                                                    true,
+		"/contentBlockDelta/delta/text":                                  true,
+		"/outputs/[]/text":                                               true,
 	}
 	for _, at := range []string{"delta", "message"} {
 		for _, k := range []string{"content", "refusal", "reasoning", "reasoning_content", "function_call/arguments", "tool_calls/[]/function/arguments"} {
 			t["/choices/[]/"+at+"/"+k] = true
 		}
 	}
-	return t, map[string]bool{"/content/[]/input": true}
+	return t, map[string]bool{"/content/[]/input": true, "/output/message/content/[]/toolUse/input": true}
 }()
 
 // treeText adds up the text of a tree: strings at text paths, raw values.

@@ -126,6 +126,13 @@ const (
 	kGeneration
 	kOutputText
 	kContentBlockDelta
+	// Amazon Bedrock Converse's reasoning and tool calls (textTarget): ConverseStream's
+	// delta.reasoningContent.text and delta.toolUse.input, Converse's
+	// output.message.content[].reasoningContent.reasoningText.text and
+	// output.message.content[].toolUse.input.
+	kReasoningContentCamel
+	kReasoningText
+	kToolUse
 	// OpenAI chat's answer in audio: choices[].delta.audio.transcript (streamed) and
 	// choices[].message.audio.transcript, the text of what it says.
 	kAudio
@@ -386,6 +393,12 @@ func keyID(b []byte) uint8 {
 		return kOutputText
 	case "contentBlockDelta":
 		return kContentBlockDelta
+	case "reasoningContent":
+		return kReasoningContentCamel
+	case "reasoningText":
+		return kReasoningText
+	case "toolUse":
+		return kToolUse
 	case "audio":
 		return kAudio
 	case "transcript":

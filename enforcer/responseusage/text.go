@@ -30,6 +30,11 @@ import (
 //	candidates[].content.parts[].text                 Gemini, streamed or not
 //	output.message.content[].text                     Bedrock Converse, not streamed
 //	                                                  (ConverseStream: delta.text)
+//	output.message.content[].reasoningContent.reasoningText.text
+//	                                                  its thinking (ConverseStream:
+//	                                                  delta.reasoningContent.text)
+//	output.message.content[].toolUse.input (raw)      its tool calls' arguments
+//	                                                  (ConverseStream: delta.toolUse.input)
 //	generation                                        Bedrock InvokeModelWithResponseStream: Meta Llama
 //	contentBlockDelta.delta.text                      ... Amazon Nova
 //	outputs[].text                                    ... Mistral
@@ -76,6 +81,12 @@ func (s *scanner) textTarget() uint8 {
 			// ConverseStream event, wrapped in the event's name).
 			return txText
 		}
+		if k[0] == kDelta && (k[1] == kReasoningContentCamel && k[2] == kText || k[1] == kToolUse && k[2] == kInput) {
+			// ConverseStream's thinking and tool call arguments: output it bills, as
+			// Anthropic's thinking and partial_json are (since 2026-12-03; before, a
+			// stream cut before its metadata was estimated from its answer's text alone).
+			return txText
+		}
 		if k[1] != kArr {
 			break
 		}
@@ -110,9 +121,16 @@ func (s *scanner) textTarget() uint8 {
 		if k[0] == kCandidates && k[1] == kArr && k[2] == kContent && k[3] == kParts && k[4] == kArr && k[5] == kText {
 			return txText
 		}
+		if k[0] == kOutput && k[1] == kMessage && k[2] == kContent && k[3] == kArr && k[4] == kToolUse && k[5] == kInput {
+			return txRaw // a Converse tool call's arguments, an object
+		}
 	case 7:
 		if isChoice(k) && k[3] == kToolCalls && k[4] == kArr && k[5] == kFunction && k[6] == kArguments {
 			return txText
+		}
+		if k[0] == kOutput && k[1] == kMessage && k[2] == kContent && k[3] == kArr && k[4] == kReasoningContentCamel &&
+			k[5] == kReasoningText && k[6] == kText {
+			return txText // a Converse answer's thinking
 		}
 	}
 	return txNone
