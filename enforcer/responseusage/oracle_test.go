@@ -158,6 +158,10 @@ var textPaths, rawPaths = func() (map[string]bool, map[string]bool) {
 		"/outputText":                                                    true,
 		"/contentBlockDelta/delta/text":                                  true,
 		"/outputs/[]/text":                                               true,
+		"/outputs/[]/content":                                            true,
+		"/outputs/[]/arguments":                                          true,
+		"/outputs/[]/content/[]/text":                                    true,
+		"/outputs/[]/content/[]/thinking/[]/text":                        true,
 	}
 	for _, at := range []string{"delta", "message"} {
 		for _, k := range []string{"content", "refusal", "reasoning", "reasoning_content", "function_call/arguments", "tool_calls/[]/function/arguments"} {
@@ -954,8 +958,31 @@ func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 		d.imageCalls += oracleOutputItems(sub, "image_generation_call")
 	}
 	for _, mm := range m {
-		if s, ok := mm.val.(string); ok && mm.key == "delta" {
+		if s, ok := mm.val.(string); ok && (mm.key == "delta" || mm.key == "content" || mm.key == "arguments") {
 			d.delta += int64(len(s))
+		}
+		// Mistral's Conversations stream: a content chunk's text, or its thinking's.
+		if c, ok := mm.val.([]member); ok && mm.key == "content" {
+			for _, f := range c {
+				switch v := f.val.(type) {
+				case string:
+					if f.key == "text" {
+						d.delta += int64(len(v))
+					}
+				case []any:
+					if f.key == "thinking" {
+						for _, e := range v {
+							if e, ok := e.([]member); ok {
+								for _, g := range e {
+									if s, ok := g.val.(string); ok && g.key == "text" {
+										d.delta += int64(len(s))
+									}
+								}
+							}
+						}
+					}
+				}
+			}
 		}
 	}
 	for _, root := range [...]struct {

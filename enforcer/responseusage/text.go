@@ -39,6 +39,12 @@ import (
 //	contentBlockDelta.delta.text                      ... Amazon Nova
 //	outputs[].text                                    ... Mistral
 //	outputText                                        ... Amazon Titan
+//	content / content.text / content.thinking[].text  Mistral's Conversations stream:
+//	arguments                                         message.output.delta and
+//	                                                  function.call.delta (isTextDelta)
+//	outputs[].content / .content[].text               Mistral's Conversations answer, not
+//	outputs[].content[].thinking[].text               streamed
+//	outputs[].arguments
 //
 // A streamed response's text is read from its deltas only: the full text
 // that a terminal event repeats (response.completed's response.output,
@@ -65,6 +71,10 @@ func (s *scanner) textTarget() uint8 {
 		switch k[0] {
 		case kDelta:
 			return txDelta
+		case kContent, kArguments:
+			// Mistral's Conversations stream: a message.output.delta's content, a
+			// function.call.delta's arguments (isTextDelta: not another event's).
+			return txDelta
 		case kGeneration, kOutputText:
 			// Bedrock's InvokeModelWithResponseStream of Meta's Llama ({"generation": ...})
 			// and Amazon's Titan ({"outputText": ...}): counted so that a stream cut before
@@ -74,6 +84,9 @@ func (s *scanner) textTarget() uint8 {
 	case 2:
 		if k[0] == kDelta && (k[1] == kText || k[1] == kPartialJSON || k[1] == kThinking) {
 			return txText
+		}
+		if k[0] == kContent && k[1] == kText {
+			return txDelta // a message.output.delta's text chunk
 		}
 	case 3:
 		if k[0] == kContentBlockDelta && k[1] == kDelta && k[2] == kText {
@@ -94,12 +107,18 @@ func (s *scanner) textTarget() uint8 {
 		case k[0] == kChoices && k[2] == kText,
 			k[0] == kContent && (k[2] == kText || k[2] == kThinking),
 			k[0] == kOutput && k[2] == kArguments,
-			k[0] == kOutputs && k[2] == kText: // Mistral's, through Bedrock's InvokeModelWithResponseStream
+			k[0] == kOutputs && k[2] == kText, // Mistral's, through Bedrock's InvokeModelWithResponseStream
+			// Mistral's Conversations answer, not streamed: a message's content, a
+			// function call's arguments.
+			k[0] == kOutputs && (k[2] == kContent || k[2] == kArguments):
 			return txText
 		case k[0] == kContent && k[2] == kInput:
 			return txRaw
 		}
 	case 4:
+		if k[0] == kContent && k[1] == kThinking && k[2] == kArr && k[3] == kText {
+			return txDelta // a message.output.delta's thinking chunk
+		}
 		if isChoice(k) {
 			switch k[3] {
 			case kContent, kRefusal, kReasoning, kReasoningContent:
@@ -114,7 +133,9 @@ func (s *scanner) textTarget() uint8 {
 			isChoice(k) && k[3] == kAudio && k[4] == kTranscript,
 			k[0] == kOutput && k[1] == kArr && k[2] == kContent && k[3] == kArr && (k[4] == kText || k[4] == kRefusal),
 			k[0] == kOutput && k[1] == kArr && k[2] == kSummary && k[3] == kArr && k[4] == kText,
-			k[0] == kOutput && k[1] == kMessage && k[2] == kContent && k[3] == kArr && k[4] == kText:
+			k[0] == kOutput && k[1] == kMessage && k[2] == kContent && k[3] == kArr && k[4] == kText,
+			// Mistral's Conversations answer, not streamed: a message's text chunk.
+			k[0] == kOutputs && k[1] == kArr && k[2] == kContent && k[3] == kArr && k[4] == kText:
 			return txText
 		}
 	case 6:
@@ -129,7 +150,9 @@ func (s *scanner) textTarget() uint8 {
 			return txText
 		}
 		if k[0] == kOutput && k[1] == kMessage && k[2] == kContent && k[3] == kArr && k[4] == kReasoningContentCamel &&
-			k[5] == kReasoningText && k[6] == kText {
+			k[5] == kReasoningText && k[6] == kText ||
+			// Mistral's Conversations answer, not streamed: a message's thinking chunk.
+			k[0] == kOutputs && k[1] == kArr && k[2] == kContent && k[3] == kArr && k[4] == kThinking && k[5] == kArr && k[6] == kText {
 			return txText // a Converse answer's thinking
 		}
 	}
@@ -145,12 +168,16 @@ func isChoice(k *[maxPath]uint8) bool {
 // text: an OpenAI Responses event response.*.delta (output text, refusal,
 // reasoning, function-call arguments...) other than response.audio.delta,
 // whose delta is base64 audio, or a streamed transcription's
-// transcript.text.delta.
+// transcript.text.delta. Or whether its top-level content (a string, a text
+// chunk's text, a thinking chunk's texts) or arguments are: Mistral's Conversations
+// stream's message.output.delta and function.call.delta (since 2026-12-03; before,
+// such a stream cut before its conversation.response.done was charged no output).
+// An event has one or the other, so they share the count (docFields.delta).
 func isTextDelta(typ *capture) bool {
 	switch {
 	case !typ.ok:
 		return false
-	case string(typ.b) == "transcript.text.delta":
+	case string(typ.b) == "transcript.text.delta", string(typ.b) == "message.output.delta", string(typ.b) == "function.call.delta":
 		return true
 	}
 	return bytes.HasPrefix(typ.b, []byte("response.")) && bytes.HasSuffix(typ.b, []byte(".delta")) &&
