@@ -139,18 +139,19 @@ func parseTree(body []byte) any {
 // The text paths (see text.go), "[]" for any element of an array.
 var textPaths, rawPaths = func() (map[string]bool, map[string]bool) {
 	t := map[string]bool{
-		"/choices/[]/text":                     true,
-		"/output/[]/arguments":                 true,
-		"/output/[]/content/[]/text":           true,
-		"/output/[]/content/[]/refusal":        true,
-		"/output/[]/summary/[]/text":           true,
-		"/delta/text":                          true,
-		"/delta/partial_json":                  true,
-		"/delta/thinking":                      true,
-		"/content/[]/text":                     true,
-		"/content/[]/thinking":                 true,
-		"/candidates/[]/content/parts/[]/text": true,
-		"/output/message/content/[]/text":      true,
+		"/choices/[]/text":                                    true,
+		"/output/[]/arguments":                                true,
+		"/output/[]/content/[]/text":                          true,
+		"/output/[]/content/[]/refusal":                       true,
+		"/output/[]/summary/[]/text":                          true,
+		"/delta/text":                                         true,
+		"/delta/partial_json":                                 true,
+		"/delta/thinking":                                     true,
+		"/content/[]/text":                                    true,
+		"/content/[]/thinking":                                true,
+		"/candidates/[]/content/parts/[]/text":                true,
+		"/candidates/[]/content/parts/[]/executableCode/code": true,
+		"/output/message/content/[]/text":                     true,
 		"/output/message/content/[]/reasoningContent/reasoningText/text": true,
 		"/delta/reasoningContent/text":                                   true,
 		"/delta/toolUse/input":                                           true,
@@ -168,7 +169,8 @@ var textPaths, rawPaths = func() (map[string]bool, map[string]bool) {
 			t["/choices/[]/"+at+"/"+k] = true
 		}
 	}
-	return t, map[string]bool{"/content/[]/input": true, "/output/message/content/[]/toolUse/input": true}
+	return t, map[string]bool{"/content/[]/input": true, "/output/message/content/[]/toolUse/input": true,
+		"/candidates/[]/content/parts/[]/functionCall/args": true}
 }()
 
 // treeText adds up the text of a tree: strings at text paths, raw values.

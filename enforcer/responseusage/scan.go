@@ -133,6 +133,11 @@ const (
 	kReasoningContentCamel
 	kReasoningText
 	kToolUse
+	// Gemini's function calls and code (textTarget): a part's functionCall.args (its
+	// functionCall shares kFunctionCall, OpenAI's function_call) and executableCode.code.
+	kArgs
+	kExecutableCode
+	kCode
 	// OpenAI chat's answer in audio: choices[].delta.audio.transcript (streamed) and
 	// choices[].message.audio.transcript, the text of what it says.
 	kAudio
@@ -269,8 +274,14 @@ func keyID(b []byte) uint8 {
 		return kToolCalls
 	case "function":
 		return kFunction
-	case "function_call":
+	case "function_call", "functionCall": // functionCall: a Gemini part's
 		return kFunctionCall
+	case "args":
+		return kArgs
+	case "executableCode":
+		return kExecutableCode
+	case "code":
+		return kCode
 	case "arguments":
 		return kArguments
 	case "output":

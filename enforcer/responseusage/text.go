@@ -28,6 +28,8 @@ import (
 //	content[].text / .thinking                        Anthropic, not streamed
 //	content[].input (raw)                             Anthropic tool_use, not streamed
 //	candidates[].content.parts[].text                 Gemini, streamed or not
+//	candidates[].content.parts[].functionCall.args (raw)  its function calls
+//	candidates[].content.parts[].executableCode.code  the code its code execution ran
 //	output.message.content[].text                     Bedrock Converse, not streamed
 //	                                                  (ConverseStream: delta.text)
 //	output.message.content[].reasoningContent.reasoningText.text
@@ -148,6 +150,14 @@ func (s *scanner) textTarget() uint8 {
 	case 7:
 		if isChoice(k) && k[3] == kToolCalls && k[4] == kArr && k[5] == kFunction && k[6] == kArguments {
 			return txText
+		}
+		if k[0] == kCandidates && k[1] == kArr && k[2] == kContent && k[3] == kParts && k[4] == kArr {
+			switch {
+			case k[5] == kFunctionCall && k[6] == kArgs:
+				return txRaw // a Gemini function call's arguments, an object
+			case k[5] == kExecutableCode && k[6] == kCode:
+				return txText // the code Gemini's code execution tool ran
+			}
 		}
 		if k[0] == kOutput && k[1] == kMessage && k[2] == kContent && k[3] == kArr && k[4] == kReasoningContentCamel &&
 			k[5] == kReasoningText && k[6] == kText ||
