@@ -184,6 +184,11 @@ func sseFamily(d *docFields) (family, int) {
 		return famImage, rootTop
 	case d.object.is("chat.completion.chunk"), d.object.is("text_completion"):
 		return famChat, rootTop
+	case d.typ.is("message.output.delta"), d.typ.is("function.call.delta"):
+		// Mistral's Conversations stream: the events that name the model (a
+		// continuation's or an agent's request names none), its usage to come in
+		// conversation.response.done, read by its counts as a chat usage.
+		return famChat, rootTop
 	case d.typ.is("interaction.created") || d.typ.is("interaction.completed"):
 		// The Gemini API's Interactions API: its lifecycle events carry the interaction
 		// (its model; at the end, its usage). Its other events (step.*,

@@ -51,6 +51,24 @@ func TestMistralConversationStreamText(t *testing.T) {
 	if got, ref := run(ctJSON, nil, Limits{}, [][]byte{[]byte(body)}, true), oracleJSON([]byte(body), Limits{}); !reflect.DeepEqual(got, ref) {
 		t.Fatalf("differs from the reference:\n got %s\n ref %s", show(got), show(ref))
 	}
-	checkSplits(t, ctSSE, nil, []byte(stream), Usage{InputTokens: 40, OutputTokens: 90, Complete: true, Format: FormatOpenAIChatSSE,
+	checkSplits(t, ctSSE, nil, []byte(stream), Usage{Model: "magistral-medium-2509", InputTokens: 40, OutputTokens: 90, Complete: true, Format: FormatOpenAIChatSSE,
 		InputReported: true, OutputReported: true, TextBytes: want})
+}
+
+// A Mistral conversation names its model only in its output: a continuation
+// (POST /v1/conversations/{id}) or an agent's conversation (agent_id) names none in its
+// request, and the answer names it in its entries (outputs[].model) or, streamed, in its
+// message.output.delta and function.call.delta events. It is read there, so that the
+// request is priced at its model's price, not at the fallback price of a model nobody
+// named (the catalog's highest).
+func TestMistralConversationModel(t *testing.T) {
+	stream := "event: conversation.response.started\ndata: {\"type\":\"conversation.response.started\",\"conversation_id\":\"conv_1\"}\n\n" +
+		"event: message.output.delta\ndata: {\"type\":\"message.output.delta\",\"output_index\":0,\"id\":\"msg_1\",\"content_index\":0,\"model\":\"mistral-medium-2508\",\"agent_id\":\"ag_1\",\"role\":\"assistant\",\"content\":\"Paid.\"}\n\n" +
+		"event: conversation.response.done\ndata: {\"type\":\"conversation.response.done\",\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":3,\"total_tokens\":43}}\n\n"
+	checkSplits(t, ctSSE, nil, []byte(stream), Usage{Model: "mistral-medium-2508", InputTokens: 40, OutputTokens: 3, Complete: true,
+		Format: FormatOpenAIChatSSE, InputReported: true, OutputReported: true, TextBytes: 5})
+	body := `{"object":"conversation.response","conversation_id":"conv_1","outputs":[{"object":"entry","type":"message.output","id":"msg_1",` +
+		`"agent_id":"ag_1","model":"mistral-medium-2508","role":"assistant","content":"Paid."}],"usage":{"prompt_tokens":40,"completion_tokens":3,"total_tokens":43}}`
+	checkSplits(t, ctJSON, nil, []byte(body), Usage{Model: "mistral-medium-2508", InputTokens: 40, OutputTokens: 3, Complete: true,
+		Format: FormatOpenAIChat, InputReported: true, OutputReported: true, TextBytes: 5})
 }

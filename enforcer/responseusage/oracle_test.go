@@ -915,7 +915,30 @@ func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 			}
 		}
 	}
-	str(&d.model[rootTop], m, "model")
+	// The model: the last value, in the document's order, of its top-level "model" and of
+	// its outputs[] entries' (Mistral's Conversations answer names it there alone).
+	var model any
+	for _, mm := range m {
+		switch mm.key {
+		case "model":
+			model = mm.val
+		case "outputs":
+			if es, ok := mm.val.([]any); ok {
+				for _, e := range es {
+					if e, ok := e.([]member); ok {
+						for _, f := range e {
+							if f.key == "model" {
+								model = f.val
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if s, ok := model.(string); ok {
+		d.model[rootTop].set(s)
+	}
 	oracleSpeed(&d.tier[rootTop], [][]member{m})
 	d.priorityTraffic = oracleTraffic(m)
 	d.latency = oracleLatency(m)

@@ -1990,6 +1990,11 @@ func (s *scanner) classify() target {
 			}
 		}
 	case 3:
+		if k[0] == kOutputs && k[1] == kArr && k[2] == kModel {
+			// Mistral's Conversations answer names its model in its entries alone
+			// (outputs[].model): a continuation's or an agent's request names none.
+			return target{kind: tgModel, root: rootTop}
+		}
 		if k[0] == kUsage && k[2] == kTextUnits {
 			// InvokeGuardrailChecks' usage: each check's text units.
 			switch k[1] {
