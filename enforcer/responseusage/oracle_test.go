@@ -141,6 +141,8 @@ var textPaths, rawPaths = func() (map[string]bool, map[string]bool) {
 	t := map[string]bool{
 		"/choices/[]/text":                                    true,
 		"/output/[]/arguments":                                true,
+		"/output/[]/input":                                    true,
+		"/output/[]/code":                                     true,
 		"/output/[]/content/[]/text":                          true,
 		"/output/[]/content/[]/refusal":                       true,
 		"/output/[]/summary/[]/text":                          true,

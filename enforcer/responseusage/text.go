@@ -23,6 +23,7 @@ import (
 //	                                                  transcriptions' transcript.text.delta
 //	output[].content[].text / .refusal                Responses, not streamed
 //	output[].arguments                                Responses function_call, not streamed
+//	output[].input / output[].code                    ... custom_tool_call, code_interpreter_call
 //	output[].summary[].text                           Responses reasoning summary, not streamed
 //	delta.text / .partial_json / .thinking            Anthropic content_block_delta
 //	content[].text / .thinking                        Anthropic, not streamed
@@ -109,6 +110,9 @@ func (s *scanner) textTarget() uint8 {
 		case k[0] == kChoices && k[2] == kText,
 			k[0] == kContent && (k[2] == kText || k[2] == kThinking),
 			k[0] == kOutput && k[2] == kArguments,
+			// A Responses answer's custom tool call's input and code interpreter call's
+			// code (not streamed; streamed, their deltas count).
+			k[0] == kOutput && (k[2] == kInput || k[2] == kCode),
 			k[0] == kOutputs && k[2] == kText, // Mistral's, through Bedrock's InvokeModelWithResponseStream
 			// Mistral's Conversations answer, not streamed: a message's content, a
 			// function call's arguments.
