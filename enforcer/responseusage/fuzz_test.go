@@ -65,6 +65,12 @@ func addFixtureSeeds(f *testing.F, suffix string) {
 func FuzzExtractJSON(f *testing.F) {
 	addFixtureSeeds(f, ".json")
 	for _, s := range []string{
+		// Output carried by tool calls and thinking (2026-12-03): Bedrock Converse's,
+		// Gemini's, a Responses answer's, Mistral's Conversations answer (and its model).
+		`{"output":{"message":{"content":[{"reasoningContent":{"reasoningText":{"text":"t"}}},{"toolUse":{"input":{"a":[1]}}}]}},"usage":{"inputTokens":1,"outputTokens":2}}`,
+		`{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":{"a":"b"}}},{"executableCode":{"code":"x=1"}}]}}],"usageMetadata":{"promptTokenCount":3}}`,
+		`{"object":"response","output":[{"type":"custom_tool_call","input":"p"},{"type":"code_interpreter_call","code":"c","input":7}]}`,
+		`{"model":"m0","object":"conversation.response","outputs":[{"model":"m1","content":[{"type":"thinking","thinking":[{"text":"t"}]},{"text":"a"}]},{"arguments":"{}","model":null}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`,
 		`{"usage":{"prompt_tokens":1,"completion_tokens":2}}`,
 		`{"type":"message","model":"c","usage":{"input_tokens":1,"cache_read_input_tokens":2,"cache_creation_input_tokens":3,"output_tokens":4}}`,
 		`{"object":"response","model":"r","usage":{"input_tokens":5,"input_tokens_details":{"cached_tokens":1},"output_tokens":6}}`,
@@ -143,6 +149,11 @@ func FuzzExtractJSON(f *testing.F) {
 func FuzzExtractSSE(f *testing.F) {
 	addFixtureSeeds(f, ".sse")
 	for _, s := range []string{
+		// Mistral's Conversations stream (2026-12-03): its output's text and its model.
+		"data: {\"type\":\"message.output.delta\",\"model\":\"m\",\"content\":{\"type\":\"thinking\",\"thinking\":[{\"text\":\"t\"}]}}\n\n" +
+			"data: {\"content\":\"a\",\"type\":\"message.output.delta\"}\n\ndata: {\"type\":\"function.call.delta\",\"arguments\":\"{}\",\"content\":\"x\"}\n\n" +
+			"data: {\"type\":\"conversation.response.done\",\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\n",
+		"data: {\"contentBlockIndex\":0,\"delta\":{\"reasoningContent\":{\"text\":\"r\"},\"toolUse\":{\"input\":\"{\\\"a\\\":1}\"}}}\n\n",
 		"data: {\"object\":\"chat.completion.chunk\",\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n",
 		"event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"c\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\r\n\r\n" +
 			"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\r\r",
