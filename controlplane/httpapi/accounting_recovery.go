@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -49,6 +50,13 @@ func (s *Server) listPendingStarts(c *Call) error {
 		} else {
 			before = t.UTC()
 		}
+	} else if c := q.Get("cursor"); c != "" {
+		// Without before, the cutoff is the one the list began with (its cursor names
+		// it), not an hour before this call: a client following nextCursor as it came
+		// would otherwise have every later page refused, its default cutoff having moved.
+		if t, ok := cursorCutoff(c); ok {
+			before = t
+		}
 	}
 	memberID := ""
 	if v := q["memberId"]; len(v) > 0 {
@@ -87,6 +95,24 @@ func (s *Server) listPendingStarts(c *Call) error {
 		out = append(out, v)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"pending": out, "before": jsonx.Time(before), "hasMore": hasMore, "nextCursor": next})
+}
+
+// cursorCutoff is the cutoff a recovery list's cursor was made for (its view), if s is
+// a cursor that names one; decodeCursor still checks the whole cursor.
+func cursorCutoff(s string) (time.Time, bool) {
+	if len(s) > maxResetCursorLen {
+		return time.Time{}, false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return time.Time{}, false
+	}
+	var rc resetCursor
+	if json.Unmarshal(raw, &rc) != nil || rc.List != "recovery" {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, rc.View)
+	return t.UTC(), err == nil
 }
 
 type recoveryResultView struct {
