@@ -694,6 +694,12 @@ func TestDecide(t *testing.T) {
 			if (d.Outcome == Settled || d.Outcome == Promoted) && d.Receipt.Refused != c.r.Refused {
 				t.Fatalf("receipt %+v: refused %v, want the report's %v", d.Receipt, d.Receipt.Refused, c.r.Refused)
 			}
+			if c.r.Refused && d.Outcome == Promoted {
+				// A refusal is no answer: the answer that may follow still promotes it.
+				if again := Decide(&d.Receipt, priced(700, true)); again.Outcome != Promoted || again.Delta != 700 {
+					t.Fatalf("the answer after a refusal that resolved %+v: %+v, want promoted by 700", c.prev, again)
+				}
+			}
 			if c.prev != nil && c.prev.Refused && d.Outcome == Promoted {
 				if again := Decide(&d.Receipt, priced(d.Receipt.Cost+1, true)); again.Outcome != CostConflict {
 					t.Fatalf("a promoted refusal promoted again: %+v", again)

@@ -118,7 +118,7 @@ func rank(source string) int {
 //     basis), the difference charged. At most once, as every promotion.
 //   - A refusal after another settlement says nothing new (Duplicate), except on an
 //     unknown receipt (abandonment recovery's), which it resolves as any known cost
-//     does.
+//     does, leaving the receipt's one promotion to the answer that may follow.
 func Decide(prev *Receipt, r Report) Decision {
 	if prev == nil {
 		next := Receipt{Cost: r.Cost, Source: r.Source, Complete: r.Complete, Basis: r.Basis, PriceSource: r.PriceSource,
@@ -147,7 +147,10 @@ func Decide(prev *Receipt, r Report) Decision {
 	}
 	improves := rank(r.Source) > rank(prev.Source) || (!prev.Complete && (r.Cost > prev.Cost || r.Complete))
 	if improves && !prev.Promoted {
-		return promotion(prev, Receipt{Cost: r.Cost, Source: r.Source, Complete: prev.Complete || r.Complete, Promoted: true,
+		// A refusal resolving an unknown receipt (abandonment recovery's, a reaper's) is
+		// no answer either: it leaves the receipt's one promotion to the answer that may
+		// follow it, as a refusal settled first does.
+		return promotion(prev, Receipt{Cost: r.Cost, Source: r.Source, Complete: prev.Complete || r.Complete, Promoted: !r.Refused,
 			Basis: r.Basis, PriceSource: r.PriceSource, Refused: r.Refused})
 	}
 	if r.Cost == prev.Cost {

@@ -541,7 +541,7 @@ func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []
 			CachedAudioInputTokens: sj.usage.CachedAudioInputTokens, ImageInputTokens: sj.usage.ImageInputTokens,
 			CachedImageInputTokens: sj.usage.CachedImageInputTokens, ServiceTier: sj.usage.Tier.String(), Regional: sj.usage.Regional,
 			UpstreamHost: sj.host, UpstreamStatus: it.GetUpstreamStatus(), Complete: d.Receipt.Complete,
-			Outcome: "settled", Promoted: d.Outcome == accounting.Promoted, FinishedAt: sj.finishedAt}
+			Outcome: "settled", Promoted: d.Receipt.Promoted, FinishedAt: sj.finishedAt}
 		if sj.withoutModel {
 			rw.Model, rw.ImageModel, rw.AdvisorModel = "", "", ""
 		}
