@@ -42,7 +42,10 @@ const (
 	MaxCostMicroUSD int64 = 1_000_000_000
 	// MaxAdmissionLead bounds how long before its settlement was first seen a request
 	// may have been admitted: a request runs and its settlement is retried for far less.
-	// It may not have been admitted after its settlement was first seen.
+	// It may not have been admitted after its settlement was first seen, but for the
+	// clock skew the ledger takes in a snapshot (accounting.MaxClockSkew: an enforcer's
+	// clock ahead of the control plane's), or a record whose snapshot says so could
+	// never be reconciled (its own admission instant is the only proof accepted).
 	MaxAdmissionLead = 7 * 24 * time.Hour
 )
 
@@ -61,7 +64,7 @@ const (
 	AlreadyRecorded      = "already_recorded"       // it has a start: charged, recovered or still pending
 	UnknownMember        = "unknown_member"         // the member is not a member of the organization
 	MemberMismatch       = "member_mismatch"        // the record names another member
-	AdmissionOutOfBounds = "admission_out_of_range" // after the settlement was first seen, or too long before
+	AdmissionOutOfBounds = "admission_out_of_range" // after the settlement was first seen (beyond the clock skew), or too long before
 	AdmissionMismatch    = "admission_mismatch"     // the record's snapshot names another admission instant
 	CounterOverlap       = "counter_overlap"        // a counter holds spend its receipts do not explain
 )
@@ -299,9 +302,9 @@ func check(ctx context.Context, tx pgx.Tx, r Request, now time.Time) (Answer, []
 			if q.MemberID != "" && q.MemberID != it.MemberID {
 				refuse(i, MemberMismatch, "the quarantined settlement names member %s", q.MemberID)
 			}
-			if it.AdmittedAt.After(q.FirstSeenAt) || it.AdmittedAt.Before(q.FirstSeenAt.Add(-MaxAdmissionLead)) {
-				refuse(i, AdmissionOutOfBounds, "the admission must lie within %s before the settlement was first seen (%s)",
-					MaxAdmissionLead, q.FirstSeenAt.UTC().Format(time.RFC3339Nano))
+			if it.AdmittedAt.After(q.FirstSeenAt.Add(accounting.MaxClockSkew)) || it.AdmittedAt.Before(q.FirstSeenAt.Add(-MaxAdmissionLead)) {
+				refuse(i, AdmissionOutOfBounds, "the admission must lie within %s before the settlement was first seen (%s), and at most %s after it",
+					MaxAdmissionLead, q.FirstSeenAt.UTC().Format(time.RFC3339Nano), accounting.MaxClockSkew)
 			}
 			if at, ok := snapshotAdmission(q.Payload); ok && !at.Equal(it.AdmittedAt) {
 				refuse(i, AdmissionMismatch, "the quarantined settlement's snapshot was admitted at %s", at.Format(time.RFC3339Nano))

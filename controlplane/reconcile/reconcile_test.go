@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate-dev/tollgate/controlplane/accounting"
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	"github.com/tollgate-dev/tollgate/controlplane/reconcile"
@@ -216,7 +217,7 @@ func TestReconcileRefusals(t *testing.T) {
 		{"not quarantined", reconcile.Item{RequestID: "nobody-quarantined-this", MemberID: f.member, AdmittedAt: now.Add(-time.Hour), Cost: 1}, reconcile.NotQuarantined},
 		{"another member than the record's", reconcile.Item{RequestID: bad, MemberID: f.other, AdmittedAt: now.Add(-time.Hour), Cost: 1}, reconcile.MemberMismatch},
 		{"a member of no organization of ours", reconcile.Item{RequestID: bad, MemberID: "om_nobody", AdmittedAt: now.Add(-time.Hour), Cost: 1}, reconcile.UnknownMember},
-		{"admitted after the settlement was seen", reconcile.Item{RequestID: bad, MemberID: f.member, AdmittedAt: now.Add(time.Second), Cost: 1}, reconcile.AdmissionOutOfBounds},
+		{"admitted after the settlement was seen", reconcile.Item{RequestID: bad, MemberID: f.member, AdmittedAt: now.Add(accounting.MaxClockSkew + time.Second), Cost: 1}, reconcile.AdmissionOutOfBounds},
 		{"admitted too long before", reconcile.Item{RequestID: bad, MemberID: f.member, AdmittedAt: now.Add(-reconcile.MaxAdmissionLead - time.Second), Cost: 1}, reconcile.AdmissionOutOfBounds},
 		{"contradicts the record's snapshot", reconcile.Item{RequestID: snapID, MemberID: f.member, AdmittedAt: snapAt.Add(time.Second), Cost: 1}, reconcile.AdmissionMismatch},
 		{"the request has a pending start", reconcile.Item{RequestID: pendingID, MemberID: f.member, AdmittedAt: now.Add(-time.Minute), Cost: 1}, reconcile.AlreadyRecorded},

@@ -1,0 +1,44 @@
+package reconcile_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/controlplane/accounting"
+	"github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/reconcile"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// The ledger takes a snapshot admitted up to accounting.MaxClockSkew after its own clock
+// (an enforcer's clock a little ahead). A settlement of such a snapshot that the fence
+// quarantined (epoch_changed, capture_suspended) carries an admission instant after the
+// record was first seen; reconciliation demands exactly that instant as proof, and
+// refused it as "admitted after the settlement was seen": the record could never be
+// reconciled, whatever proof the operator gave.
+func TestReconcileAcceptsASnapshotAdmittedWithinTheClockSkew(t *testing.T) {
+	f := setup(t)
+	now := f.e.Clock.Now()
+	id := accountingtest.ReqID()
+	snapAt := now.Add(2 * time.Minute).Truncate(time.Millisecond) // the enforcer's clock, 2 minutes ahead
+	if _, err := f.e.Store.Pool.Exec(f.e.Ctx, `INSERT INTO usage_quarantined_settlements (request_id, reason, organization_id, member_id, payload,
+		first_seen_at, last_seen_at) VALUES ($1, 'epoch_changed', $2, $3, jsonb_build_object('snapshot', jsonb_build_object('admittedAtUnixMs', $5::bigint::text)), $4, $4)`,
+		id, f.org, f.member, now, snapAt.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	ans := f.reconcile(t, true, reconcile.Item{RequestID: id, MemberID: f.member, AdmittedAt: snapAt, Cost: 40})
+	if !ans.Applied || ans.Results[0].Outcome != reconcile.Reconciled {
+		t.Fatalf("the snapshot's own admission instant, %v after the record was first seen: %+v", snapAt.Sub(now), ans.Results)
+	}
+	if got := f.e.Used(t, f.org, f.member, window.Day, snapAt); got != 40 {
+		t.Fatalf("charged %d, want 40", got)
+	}
+	// Beyond the skew the ledger accepts, it is still refused.
+	far := accountingtest.ReqID()
+	f.quarantine(t, far, 10)
+	ans = f.reconcile(t, false, reconcile.Item{RequestID: far, MemberID: f.member, AdmittedAt: now.Add(accounting.MaxClockSkew + time.Second), Cost: 1})
+	if ans.Results[0].Outcome != reconcile.AdmissionOutOfBounds {
+		t.Fatalf("admitted past the clock skew after the settlement was seen: %+v", ans.Results)
+	}
+	accountingtest.Check(t, f.e.Store)
+}
