@@ -62,3 +62,56 @@ func TestAnswerAfterARefusalOfARecoveredStartIsCharged(t *testing.T) {
 	}
 	at.Check(t, e.Store)
 }
+
+// Guard (ACCOUNTING.md, "Recovery and retention"): a start admitted at 04:59:59.9 and
+// recovered after the 05:00 reset counts its unknown, incomplete request on the old
+// day, and its late real settlement charges the old day, not the day it arrived in.
+func TestRecoveryAndLateSettlementKeepTheAdmissionDay(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	alice := e.AddMember(t, owner, "alice", "member")
+	org := owner.OrgID
+	l := ledgerFor(t, e)
+	today := window.Of(window.Day, e.Clock.Now())
+	if e.Clock.Now().Sub(today.Start) < time.Hour {
+		e.Clock.Advance(time.Hour)
+	}
+	admitted := today.Start.Add(-100 * time.Millisecond) // 04:59:59.900, the day before
+	startAs(t, l, org, alice.MemberID, "req_edge", admitted, 0)
+	var page struct{ Pending []struct{ RequestID string } }
+	e.Do(t, "GET", pendingPath, nil, owner.As()...).Expect(t, http.StatusOK).Decode(t, &page)
+	if len(page.Pending) != 1 || page.Pending[0].RequestID != "req_edge" {
+		t.Fatalf("pending %+v", page)
+	}
+	e.Do(t, "POST", recoverPath, map[string]any{"requestIds": []string{"req_edge"}, "reviewReference": "INC-9", "apply": true},
+		owner.As()...).Expect(t, http.StatusOK)
+	bucket := func(start time.Time) (used, unpriced, incomplete int64) {
+		t.Helper()
+		err := e.Store.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(used_micro_usd), 0), coalesce(sum(unpriced_requests), 0),
+			coalesce(sum(incomplete_requests), 0) FROM usage_buckets WHERE id = $1`, window.BucketID(org, alice.MemberID, window.Day, start)).
+			Scan(&used, &unpriced, &incomplete)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return used, unpriced, incomplete
+	}
+	oldDay := window.Of(window.Day, admitted).Start
+	if u, up, inc := bucket(oldDay); u != 0 || up != 1 || inc != 1 {
+		t.Fatalf("old day after recovery: used %d, unpriced %d, incomplete %d; want 0, 1, 1", u, up, inc)
+	}
+	if u, up, inc := bucket(today.Start); u != 0 || up != 0 || inc != 0 {
+		t.Fatalf("the day of the recovery: used %d, unpriced %d, incomplete %d; want nothing", u, up, inc)
+	}
+	r, err := l.Settle(context.Background(), []*internalv1.SettleItem{{RequestId: "req_edge", UpstreamCostMicroUsd: at.Cost(500), Complete: true}})
+	if err != nil || r[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED {
+		t.Fatalf("late settlement %v %v", r, err)
+	}
+	if u, up, inc := bucket(oldDay); u != 500 || up != 0 || inc != 0 {
+		t.Fatalf("old day after the late settlement: used %d, unpriced %d, incomplete %d; want 500, 0, 0", u, up, inc)
+	}
+	if u, _, _ := bucket(today.Start); u != 0 {
+		t.Fatalf("the day the settlement arrived was charged %d", u)
+	}
+	at.Check(t, e.Store)
+}
