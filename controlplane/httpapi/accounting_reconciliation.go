@@ -135,8 +135,8 @@ func (s *Server) reconcileQuarantined(c *Call) error {
 		}
 		if it.AdmittedAt == nil {
 			p.Add("is required: the request's admission instant (RFC 3339 with an offset)", "items", i, "admittedAt")
-		} else if t, err := time.Parse(time.RFC3339Nano, *it.AdmittedAt); err != nil {
-			p.Add("must be an RFC 3339 date-time with an offset", "items", i, "admittedAt")
+		} else if t, err := time.Parse(time.RFC3339Nano, *it.AdmittedAt); err != nil || !inInstantRange(t) {
+			p.Add("must be an RFC 3339 date-time with an offset, from the year 2000 to 9998", "items", i, "admittedAt")
 		} else {
 			item.AdmittedAt = t
 		}

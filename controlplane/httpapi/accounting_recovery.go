@@ -45,8 +45,8 @@ func (s *Server) listPendingStarts(c *Call) error {
 	before := c.now.Add(-defaultRecoveryAge)
 	if v := q["before"]; len(v) > 0 {
 		t, err := time.Parse(time.RFC3339Nano, v[0])
-		if len(v) > 1 || err != nil {
-			p.Add("must be an RFC 3339 date-time with an offset", "before")
+		if len(v) > 1 || err != nil || !inInstantRange(t) {
+			p.Add("must be an RFC 3339 date-time with an offset, from the year 2000 to 9998", "before")
 		} else {
 			before = t.UTC()
 		}
@@ -97,6 +97,14 @@ func (s *Server) listPendingStarts(c *Call) error {
 	return c.JSON(http.StatusOK, map[string]any{"pending": out, "before": jsonx.Time(before), "hasMore": hasMore, "nextCursor": next})
 }
 
+// The instants the accounting routes take (a cutoff, an admission instant): the answer
+// renders them and their windows back with a four-digit year, as the OpenAPI document's
+// timestamps have; 9999-12-31 (any offset) would name windows of the year 10000, and
+// 0001-01-01 one of the year 0000. No request was admitted outside this range.
+var minInstant, maxInstant = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func inInstantRange(t time.Time) bool { return !t.Before(minInstant) && t.Before(maxInstant) }
+
 // cursorCutoff is the cutoff a recovery list's cursor was made for (its view), if s is
 // a cursor that names one; decodeCursor still checks the whole cursor.
 func cursorCutoff(s string) (time.Time, bool) {
@@ -112,7 +120,7 @@ func cursorCutoff(s string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	t, err := time.Parse(time.RFC3339Nano, rc.View)
-	return t.UTC(), err == nil
+	return t.UTC(), err == nil && inInstantRange(t)
 }
 
 type recoveryResultView struct {
