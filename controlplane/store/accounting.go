@@ -903,6 +903,8 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			cached_input_tokens = EXCLUDED.cached_input_tokens, upstream_status = EXCLUDED.upstream_status,
 			complete = EXCLUDED.complete, promoted_at = coalesce(r.promoted_at, EXCLUDED.promoted_at),
 			finished_at = EXCLUDED.finished_at, updated_at = EXCLUDED.updated_at,
+			-- the detail just written is new (a promotion): retention prunes it in its turn
+			detail_pruned_at = NULL,
 			charge_bucket_ids = EXCLUDED.charge_bucket_ids, charge_amounts_micro_usd = EXCLUDED.charge_amounts_micro_usd,
 			cost_basis = EXCLUDED.cost_basis, price_source = EXCLUDED.price_source,
 			cache_creation_input_tokens = EXCLUDED.cache_creation_input_tokens, audio_input_millis = EXCLUDED.audio_input_millis,
