@@ -1,0 +1,96 @@
+package recovery_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/recovery"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+type noAudit struct{}
+
+func (noAudit) Audit(pgx.Tx, string, string, any) error { return nil }
+
+// Guard (rule 15): two recoveries of the same pending starts at once (two operators, two
+// control planes) and their real settlements arriving meanwhile close each start once
+// and charge its known cost once: the pending count drops by exactly the number of
+// starts, every request ends charged its cost on its admission day, and the counters
+// and counts agree with the receipts (accountingtest.Check).
+func TestConcurrentRecoveriesAndSettlementsCloseEachStartOnce(t *testing.T) {
+	e := accountingtest.New(t, accountingtest.Options{})
+	org, ms := e.Org(t, 1)
+	member := ms[0]
+	admitted := e.Clock.Now().Add(-2 * time.Hour)
+	const n = 40
+	ids := make([]string, n)
+	var starts []*internalv1.StartItem
+	for i := range ids {
+		ids[i] = fmt.Sprintf("req_%02d", i)
+		starts = append(starts, accountingtest.StartItem(ids[i], org, member, admitted, 0))
+	}
+	if _, err := e.Ledger.Start(e.Ctx, starts); err != nil {
+		t.Fatal(err)
+	}
+	if _, pending, _, _, _ := e.Tracking(t, member); pending != n {
+		t.Fatalf("%d pending, want %d", pending, n)
+	}
+	recovered := make([]int, 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for k := range 2 {
+		wg.Go(func() {
+			err := e.Store.InTx(context.Background(), func(tx pgx.Tx) error {
+				rs, err := recovery.Recover(context.Background(), tx, noAudit{}, recovery.Request{OrganizationID: org, RequestIDs: ids,
+					ReviewReference: fmt.Sprintf("INC-%d", k), Apply: true}, e.Clock.Now())
+				recovered[k] = 0
+				for _, r := range rs {
+					if r.Outcome == recovery.Recovered {
+						recovered[k]++
+					}
+				}
+				return err
+			})
+			errs <- err
+		})
+	}
+	for half := range 2 {
+		wg.Go(func() {
+			var items []*internalv1.SettleItem
+			for i := half; i < n; i += 2 {
+				items = append(items, &internalv1.SettleItem{RequestId: ids[i], UpstreamCostMicroUsd: accountingtest.Cost(100), Complete: true})
+			}
+			res, err := e.Ledger.Settle(context.Background(), items)
+			for _, r := range res {
+				if o := r.GetOutcome(); o != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED && o != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED {
+					err = fmt.Errorf("%s: %v", r.GetRequestId(), o)
+				}
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, pending, unpriced, incomplete, _ := e.Tracking(t, member); pending != 0 || unpriced != 0 || incomplete != 0 {
+		t.Fatalf("pending %d, unpriced %d, incomplete %d; want 0, 0, 0", pending, unpriced, incomplete)
+	}
+	if recovered[0]+recovered[1] > n {
+		t.Fatalf("recovered %d + %d of %d starts", recovered[0], recovered[1], n)
+	}
+	if got := e.Used(t, org, member, window.Day, admitted); got != 100*n {
+		t.Fatalf("admission day used %d, want %d", got, 100*n)
+	}
+	accountingtest.Check(t, e.Store)
+}
