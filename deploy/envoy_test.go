@@ -3,7 +3,9 @@ package deploy
 import (
 	"encoding/json"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,12 +13,15 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -32,9 +37,10 @@ import (
 func TestEnvoyConfig(t *testing.T) {
 	ref := loadEnvoyConfig(t)
 	authz, procs, order, listener, removed := ref.authz, ref.procs, ref.order, ref.listener, ref.removed
-	// ext_authz first: both ext_proc filters need the request id it adds. The
-	// request-body filter before the response one, the router last.
-	want := []string{"ExtAuthz", "ExternalProcessor", "ExternalProcessor", "Router"}
+	// CORS first (TestEnvoyConfigLetsBrowserAppsCall), then ext_authz: both ext_proc
+	// filters need the request id it adds. The request-body filter before the response
+	// one, the router last.
+	want := []string{"Cors", "ExtAuthz", "ExternalProcessor", "ExternalProcessor", "Router"}
 	if !slices.Equal(order, want) {
 		t.Errorf("http filters %v, want %v", order, want)
 	}
@@ -164,6 +170,9 @@ type envoyConfig struct {
 	procs    []*extprocv3.ExternalProcessor
 	order    []string
 	removed  []string
+	// corsFilter is the CORS filter's name; routes are the listener's routes.
+	corsFilter string
+	routes     []*routev3.Route
 }
 
 // loadEnvoyConfig loads deploy/envoy/envoy.yaml into Envoy's own Bootstrap proto
@@ -216,11 +225,15 @@ func loadEnvoyConfig(t *testing.T) envoyConfig {
 							t.Errorf("route to unknown cluster %s", c)
 						}
 						ref.removed = append(ref.removed, r.GetRequestHeadersToRemove()...)
+						ref.routes = append(ref.routes, r)
 					}
 				}
 				for _, hf := range hcm.GetHttpFilters() {
 					kind, authz, proc := httpFilter(t, hf)
 					ref.order = append(ref.order, kind)
+					if kind == "Cors" {
+						ref.corsFilter = hf.GetName()
+					}
 					if authz != nil {
 						ref.authz = authz
 					}
@@ -253,4 +266,120 @@ func httpFilter(t *testing.T, hf *hcmv3.HttpFilter) (kind string, authz *extauth
 		}
 	}
 	return kind, authz, proc
+}
+
+// TestEnvoyConfigLetsBrowserAppsCall: a browser app calls through Envoy as it calls the
+// gateway (docs/gateway.md, "Browser apps (CORS)"). Its preflight, an OPTIONS without any
+// key, is answered by Envoy's CORS filter, which must run before ext_authz (checked, the
+// preflight is a 401 and the browser never sends the call), by a policy on every route
+// that is the gateway's own (enforcer/gateway/cors.go): any origin, the methods and the
+// headers the providers' SDKs send allowed (Authorization named: the Fetch standard's
+// wildcard does not cover it), every response header exposed so that the page reads
+// X-Service-Error-Code and X-Service-Usage-State, and no credentials. Before 2026-12-03
+// envoy.yaml had no CORS filter.
+func TestEnvoyConfigLetsBrowserAppsCall(t *testing.T) {
+	ref := loadEnvoyConfig(t)
+	authzAt := slices.Index(ref.order, "ExtAuthz")
+	if corsAt := slices.Index(ref.order, "Cors"); corsAt < 0 || corsAt > authzAt {
+		t.Fatalf("http filters %v: envoy.filters.http.cors must come before ext_authz (a preflight carries no key: 401)", ref.order)
+	}
+	if len(ref.routes) == 0 {
+		t.Fatal("no routes")
+	}
+	for _, r := range ref.routes {
+		cfg := r.GetTypedPerFilterConfig()[ref.corsFilter]
+		var p corsv3.CorsPolicy
+		if cfg == nil || cfg.UnmarshalTo(&p) != nil {
+			// Without a policy Envoy's CORS filter does nothing.
+			t.Errorf("route %v: no CorsPolicy under typed_per_filter_config[%q]", r.GetMatch(), ref.corsFilter)
+			continue
+		}
+		if p.GetFilterEnabled() != nil || p.GetShadowEnabled() != nil {
+			t.Errorf("route %v: the CORS policy is enabled for a share of requests only (filter_enabled / shadow_enabled)", r.GetMatch())
+		}
+		for _, origin := range []string{"https://app.example", "http://localhost:5173", "null"} {
+			if !corsOriginAllowed(t, p.GetAllowOriginStringMatch(), origin) {
+				t.Errorf("route %v: origin %q is not allowed (the gateway allows any)", r.GetMatch(), origin)
+			}
+		}
+		for _, m := range []string{"POST", "GET", "DELETE"} {
+			if !corsListAllows(p.GetAllowMethods(), m, false) {
+				t.Errorf("route %v: allow_methods %q does not allow %s", r.GetMatch(), p.GetAllowMethods(), m)
+			}
+		}
+		// The headers the providers' browser SDKs send (OpenAI's, Anthropic's, Google's,
+		// Azure OpenAI's): a header the answer does not allow fails the call.
+		for _, h := range []string{"authorization", "x-api-key", "content-type", "x-goog-api-key", "api-key",
+			"anthropic-version", "anthropic-dangerous-direct-browser-access", "x-stainless-lang", "openai-beta"} {
+			if !corsListAllows(p.GetAllowHeaders(), h, h == "authorization") {
+				t.Errorf("route %v: allow_headers %q does not allow %s", r.GetMatch(), p.GetAllowHeaders(), h)
+			}
+		}
+		for _, h := range []string{"x-service-error-code", "x-service-usage-state", "retry-after", "x-should-retry"} {
+			if !corsListAllows(p.GetExposeHeaders(), h, false) {
+				t.Errorf("route %v: expose_headers %q hides %s from the page", r.GetMatch(), p.GetExposeHeaders(), h)
+			}
+		}
+		if p.GetAllowCredentials().GetValue() {
+			// The wildcards do not hold for a credentialed request, and a key, never a
+			// cookie, admits a request.
+			t.Errorf("route %v: allow_credentials is true", r.GetMatch())
+		}
+		if age, err := strconv.Atoi(p.GetMaxAge()); err != nil || age <= 0 {
+			t.Errorf("route %v: max_age %q: every call would be preceded by a preflight", r.GetMatch(), p.GetMaxAge())
+		}
+	}
+}
+
+// corsOriginAllowed is Envoy's CORS filter's test of an origin: any matcher that matches
+// it, or matches "*" (cors_filter.cc, isOriginAllowed). Regular expressions are RE2, as
+// Go's, matched whole.
+func corsOriginAllowed(t *testing.T, ms []*matcherv3.StringMatcher, origin string) bool {
+	t.Helper()
+	match := func(m *matcherv3.StringMatcher, v string) bool {
+		if m.GetIgnoreCase() {
+			v = strings.ToLower(v)
+		}
+		low := func(s string) string {
+			if m.GetIgnoreCase() {
+				return strings.ToLower(s)
+			}
+			return s
+		}
+		switch {
+		case m.GetSafeRegex() != nil:
+			re, err := regexp.Compile(`^(?:` + m.GetSafeRegex().GetRegex() + `)$`)
+			if err != nil {
+				t.Fatalf("origin regex %q: %v", m.GetSafeRegex().GetRegex(), err)
+			}
+			return re.MatchString(v)
+		case m.GetPrefix() != "":
+			return strings.HasPrefix(v, low(m.GetPrefix()))
+		case m.GetSuffix() != "":
+			return strings.HasSuffix(v, low(m.GetSuffix()))
+		case m.GetContains() != "":
+			return strings.Contains(v, low(m.GetContains()))
+		}
+		return v == low(m.GetExact())
+	}
+	for _, m := range ms {
+		if match(m, "*") || match(m, origin) {
+			return true
+		}
+	}
+	return false
+}
+
+// corsListAllows is the Fetch standard's test of a method or header name against an
+// Access-Control-Allow-Methods / -Headers / Expose-Headers value for a request without
+// credentials: named (case-insensitively), or covered by "*", which does not cover
+// Authorization (nonWildcard).
+func corsListAllows(list, name string, nonWildcard bool) bool {
+	for _, v := range strings.Split(list, ",") {
+		v = strings.TrimSpace(v)
+		if strings.EqualFold(v, name) || (v == "*" && !nonWildcard) {
+			return true
+		}
+	}
+	return false
 }

@@ -13,6 +13,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	bufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/buffer/v3"
+	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -47,6 +48,8 @@ type Filter struct {
 	Authz    *extauthzv3.ExtAuthz
 	Proc     *extprocfv3.ExternalProcessor
 	Buffer   *bufferv3.Buffer
+	// Cors is the CORS filter, which acts by its routes' policies (PerFilter.Cors).
+	Cors *corsv3.Cors
 }
 
 // Route is one route of the listener's virtual hosts.
@@ -72,6 +75,8 @@ type PerFilter struct {
 	Disabled, Enabled bool
 	// ProcessingMode overrides an ext_proc filter's mode on this route.
 	ProcessingMode *extprocfv3.ProcessingMode
+	// Cors is the CORS filter's policy on this route.
+	Cors *corsPolicy
 }
 
 // LoadFile reads an Envoy bootstrap file (YAML or JSON); see Load.
@@ -191,6 +196,8 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 			}
 		case *bufferv3.Buffer:
 			f.Buffer = c
+		case *corsv3.Cors:
+			f.Cors = c
 		default:
 			bad("http filter %s: %s is not emulated", hf.GetName(), hf.GetTypedConfig().GetTypeUrl())
 			continue
@@ -369,6 +376,15 @@ func perFilter(f Filter, a *anypb.Any) (PerFilter, error) {
 			return PerFilter{}, errors.New("only disabled, or empty check_settings, is emulated")
 		}
 		return PerFilter{Enabled: true}, nil
+	case *corsv3.CorsPolicy:
+		if f.Cors == nil {
+			return PerFilter{}, errors.New("a CORS policy for another kind of filter")
+		}
+		cp, err := compileCorsPolicy(c)
+		if err != nil {
+			return PerFilter{}, err
+		}
+		return PerFilter{Cors: cp}, nil
 	case *bufferv3.BufferPerRoute:
 		if f.Buffer == nil {
 			return PerFilter{}, errors.New("a buffer per-route config for another kind of filter")

@@ -41,6 +41,15 @@
 //     after the last one.
 //   - buffer (envoy.extensions.filters.http.buffer.v3.Buffer): the body is read whole
 //     before it goes on, and a body over max_request_bytes is refused with 413.
+//   - cors (envoy.extensions.filters.http.cors.v3.Cors), by the route's CorsPolicy (its
+//     origin matchers, allow_methods, allow_headers, expose_headers, max_age,
+//     allow_credentials): a request whose Origin the policy allows is a CORS request; a
+//     preflight among them (OPTIONS with Access-Control-Request-Method) is answered 200
+//     with the policy's headers and goes no further; every other CORS request's answer,
+//     a later filter's local reply too, gets Access-Control-Allow-Origin (the page's
+//     origin) and the policy's expose and credentials headers. Another origin's
+//     preflight goes on down the chain, as with Envoy's default
+//     forward_not_matching_preflights.
 //
 // Between the filters and the upstream it does what the connection manager and the
 // router do that matters here: hop-by-hop headers dropped, :authority sent as Host,

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3" // a filter not emulated
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -293,12 +294,13 @@ func TestLoadsTheDeployedConfiguration(t *testing.T) {
 		t.Fatalf("envoyemu cannot play deploy/envoy/envoy.yaml: %v", err)
 	}
 	var authz, observers int
-	for _, f := range cfg.Filters {
+	for i, f := range cfg.Filters {
 		switch {
 		case f.Authz != nil:
 			authz++
-			if len(cfg.Filters) > 0 && cfg.Filters[0].Authz == nil {
-				t.Errorf("ext_authz is not the first filter")
+			// After the CORS filter alone, which answers a browser's preflight.
+			if i != 1 || cfg.Filters[0].Cors == nil {
+				t.Errorf("ext_authz is not the first filter after the CORS filter")
 			}
 		case f.Proc != nil && f.Proc.GetObservabilityMode():
 			observers++
@@ -315,7 +317,7 @@ func TestLoadRefusesWhatItDoesNotEmulate(t *testing.T) {
 		{"ext_authz with_request_body without a size", "failure_mode_allow: false\n", "failure_mode_allow: false\n                      with_request_body: {allow_partial_message: true}\n", "max_request_bytes"},
 		{"streamed request body", "request_body_mode: BUFFERED", "request_body_mode: STREAMED", "request_body_mode STREAMED"},
 		{"buffered response body", "response_header_mode: SKIP", "response_header_mode: SKIP\n                        response_body_mode: BUFFERED", "response_body_mode BUFFERED"},
-		{"another filter", "envoy.extensions.filters.http.router.v3.Router", "envoy.extensions.filters.http.cors.v3.Cors", "Cors"},
+		{"another filter", "envoy.extensions.filters.http.router.v3.Router", "envoy.extensions.filters.http.lua.v3.Lua", "Lua"},
 		{"a direct response", "route: {cluster: upstream, timeout: 60s}", "direct_response: {status: 200}", "direct_response"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -854,5 +856,95 @@ func TestRouterRepliesPassThroughTheResponseFilters(t *testing.T) {
 				t.Errorf("the response filter saw the body %q, want %q", seen.String(), tc.body)
 			}
 		})
+	}
+}
+
+// The CORS filter (envoy.filters.http.cors, before ext_authz) as Envoy plays it, by the
+// route's CorsPolicy: a preflight from an allowed origin is answered 200 with the
+// policy's headers and never checked; one from another origin goes on down the chain (here
+// ext_authz's 401); every answer to an allowed origin, ext_authz's refusal too, gets the
+// page's origin and the exposed headers, the upstream's own Access-Control-Allow-Origin
+// replaced; a request without Origin gets none.
+func TestCorsFilterAsEnvoyPlaysIt(t *testing.T) {
+	withCors := strings.Replace(chain, `                        - match: {prefix: "/"}
+                          route: {cluster: upstream, timeout: 60s}
+`, `                        - match: {prefix: "/"}
+                          route: {cluster: upstream, timeout: 60s}
+                          typed_per_filter_config:
+                            cors:
+                              "@type": type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy
+                              allow_origin_string_match: [{exact: "https://app.example"}]
+                              allow_methods: "POST"
+                              allow_headers: "authorization, *"
+                              expose_headers: "*"
+                              max_age: "7200"
+`, 1)
+	withCors = strings.Replace(withCors, `                http_filters:
+`, `                http_filters:
+                  - name: cors
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors
+`, 1)
+	if !strings.Contains(withCors, "CorsPolicy") || !strings.Contains(withCors, "- name: cors") {
+		t.Fatal("the chain changed shape")
+	}
+	e := setup(t, withCors, &processor{check: func(req *authv3.CheckRequest) *authv3.CheckResponse {
+		h := req.GetAttributes().GetRequest().GetHttp().GetHeaders()
+		code, status := typev3.StatusCode_Unauthorized, codes.Unauthenticated
+		if h["authorization"] == "Bearer blocked" {
+			code, status = typev3.StatusCode_TooManyRequests, codes.ResourceExhausted
+		}
+		if h["authorization"] == "Bearer ok" {
+			return admit(&authv3.OkHttpResponse{})(req)
+		}
+		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(status)},
+			HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+				Status: &typev3.HttpStatus{Code: code}, Headers: []*corev3.HeaderValueOption{hv("x-service-error-code", "refused", 0)}}}}
+	}}, &upstream{answer: []string{"hello"}})
+	send := func(method, origin, auth string) *http.Response {
+		t.Helper()
+		h := map[string]string{}
+		if origin != "" {
+			h["Origin"] = origin
+		}
+		if auth != "" {
+			h["Authorization"] = auth
+		}
+		if method == "OPTIONS" {
+			h["Access-Control-Request-Method"] = "POST"
+			h["Access-Control-Request-Headers"] = "authorization,content-type"
+		}
+		res, _ := testio.Send(t, method, e.url+"/v1/chat/completions", h, "")
+		return res
+	}
+
+	res := send("OPTIONS", "https://app.example", "")
+	if res.StatusCode != 200 || res.Header.Get("Access-Control-Allow-Origin") != "https://app.example" ||
+		res.Header.Get("Access-Control-Allow-Methods") != "POST" || res.Header.Get("Access-Control-Allow-Headers") != "authorization, *" ||
+		res.Header.Get("Access-Control-Max-Age") != "7200" || res.Header.Get("Access-Control-Expose-Headers") != "" {
+		t.Errorf("preflight: %d %v", res.StatusCode, res.Header)
+	}
+	checks := func() int { e.proc.mu.Lock(); defer e.proc.mu.Unlock(); return len(e.proc.checks) }
+	if n := checks(); n != 0 {
+		t.Fatalf("the answered preflight was checked (%d checks)", n)
+	}
+	if res := send("OPTIONS", "https://other.example", ""); res.StatusCode != 401 || res.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("another origin's preflight: %d %v, want ext_authz's 401 without CORS headers", res.StatusCode, res.Header)
+	}
+	res = send("POST", "https://app.example", "Bearer blocked")
+	if res.StatusCode != 429 || res.Header.Get("Access-Control-Allow-Origin") != "https://app.example" ||
+		res.Header.Get("Access-Control-Expose-Headers") != "*" || res.Header.Get("X-Service-Error-Code") != "refused" {
+		t.Errorf("refusal: %d %v", res.StatusCode, res.Header)
+	}
+	e.up.answer = []string{"hello"}
+	res = send("POST", "https://app.example", "Bearer ok")
+	if res.StatusCode != 200 || res.Header.Get("Access-Control-Allow-Origin") != "https://app.example" || res.Header.Get("Access-Control-Expose-Headers") != "*" {
+		t.Errorf("admitted: %d %v", res.StatusCode, res.Header)
+	}
+	if res := send("POST", "", "Bearer ok"); res.StatusCode != 200 || res.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("without Origin: %d %v", res.StatusCode, res.Header)
+	}
+	if n := checks(); n != 4 {
+		t.Errorf("%d checks, want 4: the other origin's preflight, the refusal, the two admissions", n)
 	}
 }

@@ -155,6 +155,10 @@ type exchange struct {
 	// reply is what Envoy says of the answer (responseAttributes): the upstream's own
 	// (the zero value) or the router's local reply (upstreamFailed).
 	reply envoyReply
+	// corsPolicy and corsOrigin: a CORS request (its origin allowed by the route's
+	// policy), whose answer gets the policy's headers (corsResponse).
+	corsPolicy *corsPolicy
+	corsOrigin string
 }
 
 // envoyReply is an answer's response flags (a bit vector: bit n is Envoy's
@@ -269,6 +273,8 @@ func (x *exchange) run() {
 			ok = x.authz(f)
 		case f.Buffer != nil:
 			ok = x.readBody(int(f.Buffer.GetMaxRequestBytes().GetValue()))
+		case f.Cors != nil:
+			ok = x.cors(pf.Cors)
 		case f.Proc != nil:
 			af.mode = modeOf(f.Proc.GetProcessingMode(), pf.ProcessingMode)
 			if f.Proc.GetObservabilityMode() {
@@ -322,6 +328,9 @@ func (x *exchange) localReply(status int, hs headers, body string) {
 	for _, a := range x.respAdd {
 		h.apply(a.a, a.k, a.v)
 	}
+	// The CORS filter's encoder side sees a local reply of a filter after it (Envoy
+	// encodes a local reply from the first encoder filter): a refusal gets its headers.
+	x.corsResponse(&h)
 	h.set("content-length", strconv.Itoa(len(body)))
 	h.toHTTP(x.w.Header())
 	x.w.WriteHeader(status)
@@ -466,6 +475,8 @@ func (x *exchange) respondHeaders(rh headers, endWithHeaders bool) bool {
 			for _, a := range x.respAdd {
 				rh.apply(a.a, a.k, a.v)
 			}
+		case af.f.Cors != nil:
+			x.corsResponse(&rh)
 		}
 	}
 	status, _ := strconv.Atoi(rh.value(":status"))
