@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 // Through the enforcer's own gRPC server, whose codec decodes a CheckRequest only in
@@ -43,5 +44,36 @@ func TestCheckThroughGRPCNarrowsAcceptEncoding(t *testing.T) {
 				t.Fatalf("accept-encoding set to %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A browser's CORS preflight (OPTIONS with Origin and Access-Control-Request-Method,
+// never a key) that reaches ext_authz, in an Envoy configuration without the CORS filter
+// before it (deploy/envoy/envoy.yaml has one), is refused 401 for want of a key: no call
+// to the control plane, no start, nothing charged; the page's real call is not sent
+// (docs/gateway.md, "Browser apps (CORS)").
+func TestPreflightReachingExtAuthzIsNeitherStartedNorCharged(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{Quiet: true})
+	m := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	req := enforcertest.CheckRequest(map[string]string{":method": "OPTIONS", "origin": "https://app.example",
+		"access-control-request-method": "POST", "access-control-request-headers": "authorization,content-type"})
+	delete(req.GetAttributes().GetRequest().GetHttp().GetHeaders(), "content-type")
+	req.GetAttributes().GetRequest().GetHttp().Method = "OPTIONS"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := e.Authz.Check(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.GetDeniedResponse().GetStatus().GetCode(); code != 401 {
+		t.Fatalf("preflight answered %v, want ext_authz's 401", resp)
+	}
+	for _, method := range []string{"Authenticate", "Resolve", "Start"} {
+		if n := e.CP.CallCount(method); n != 0 {
+			t.Errorf("the preflight made %d %s calls", n, method)
+		}
+	}
+	if spent := e.CP.Spend(m.ID, window.Day); spent != 0 {
+		t.Errorf("the preflight was charged %d micro-USD", spent)
 	}
 }
