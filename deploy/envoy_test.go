@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -294,41 +295,53 @@ func TestEnvoyConfigLetsBrowserAppsCall(t *testing.T) {
 			t.Errorf("route %v: no CorsPolicy under typed_per_filter_config[%q]", r.GetMatch(), ref.corsFilter)
 			continue
 		}
-		if p.GetFilterEnabled() != nil || p.GetShadowEnabled() != nil {
-			t.Errorf("route %v: the CORS policy is enabled for a share of requests only (filter_enabled / shadow_enabled)", r.GetMatch())
-		}
-		for _, origin := range []string{"https://app.example", "http://localhost:5173", "null"} {
-			if !corsOriginAllowed(t, p.GetAllowOriginStringMatch(), origin) {
-				t.Errorf("route %v: origin %q is not allowed (the gateway allows any)", r.GetMatch(), origin)
-			}
-		}
-		for _, m := range []string{"POST", "GET", "DELETE"} {
-			if !corsListAllows(p.GetAllowMethods(), m, false) {
-				t.Errorf("route %v: allow_methods %q does not allow %s", r.GetMatch(), p.GetAllowMethods(), m)
-			}
-		}
-		// The headers the providers' browser SDKs send (OpenAI's, Anthropic's, Google's,
-		// Azure OpenAI's): a header the answer does not allow fails the call.
-		for _, h := range []string{"authorization", "x-api-key", "content-type", "x-goog-api-key", "api-key",
-			"anthropic-version", "anthropic-dangerous-direct-browser-access", "x-stainless-lang", "openai-beta"} {
-			if !corsListAllows(p.GetAllowHeaders(), h, h == "authorization") {
-				t.Errorf("route %v: allow_headers %q does not allow %s", r.GetMatch(), p.GetAllowHeaders(), h)
-			}
-		}
-		for _, h := range []string{"x-service-error-code", "x-service-usage-state", "retry-after", "x-should-retry"} {
-			if !corsListAllows(p.GetExposeHeaders(), h, false) {
-				t.Errorf("route %v: expose_headers %q hides %s from the page", r.GetMatch(), p.GetExposeHeaders(), h)
-			}
-		}
-		if p.GetAllowCredentials().GetValue() {
-			// The wildcards do not hold for a credentialed request, and a key, never a
-			// cookie, admits a request.
-			t.Errorf("route %v: allow_credentials is true", r.GetMatch())
-		}
-		if age, err := strconv.Atoi(p.GetMaxAge()); err != nil || age <= 0 {
-			t.Errorf("route %v: max_age %q: every call would be preceded by a preflight", r.GetMatch(), p.GetMaxAge())
+		for _, problem := range corsPolicyProblems(t, &p) {
+			t.Errorf("route %v: %s", r.GetMatch(), problem)
 		}
 	}
+}
+
+// corsPolicyProblems judges a route's CORS policy against the gateway's
+// (enforcer/gateway/cors.go) by Envoy's and the Fetch standard's rules.
+func corsPolicyProblems(t *testing.T, p *corsv3.CorsPolicy) []string {
+	t.Helper()
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if p.GetFilterEnabled() != nil || p.GetShadowEnabled() != nil {
+		bad("the CORS policy is enabled for a share of requests only (filter_enabled / shadow_enabled)")
+	}
+	for _, origin := range []string{"https://app.example", "http://localhost:5173", "null"} {
+		if !corsOriginAllowed(t, p.GetAllowOriginStringMatch(), origin) {
+			bad("origin %q is not allowed (the gateway allows any)", origin)
+		}
+	}
+	for _, m := range []string{"POST", "GET", "DELETE"} {
+		if !corsPreflightAllows(p.GetAllowMethods(), m, false) {
+			bad("allow_methods %q does not allow %s", p.GetAllowMethods(), m)
+		}
+	}
+	// The headers the providers' browser SDKs send (OpenAI's, Anthropic's, Google's,
+	// Azure OpenAI's): a header the answer does not allow fails the call.
+	for _, h := range []string{"authorization", "x-api-key", "content-type", "x-goog-api-key", "api-key",
+		"anthropic-version", "anthropic-dangerous-direct-browser-access", "x-stainless-lang", "openai-beta"} {
+		if !corsPreflightAllows(p.GetAllowHeaders(), h, h == "authorization") {
+			bad("allow_headers %q does not allow %s", p.GetAllowHeaders(), h)
+		}
+	}
+	for _, h := range []string{"x-service-error-code", "x-service-usage-state", "retry-after", "x-should-retry"} {
+		if !corsListAllows(p.GetExposeHeaders(), h, false) {
+			bad("expose_headers %q hides %s from the page", p.GetExposeHeaders(), h)
+		}
+	}
+	if p.GetAllowCredentials().GetValue() {
+		// The wildcards do not hold for a credentialed request, and a key, never a
+		// cookie, admits a request.
+		bad("allow_credentials is true")
+	}
+	if age, err := strconv.Atoi(p.GetMaxAge()); err != nil || age <= 0 {
+		bad("max_age %q: every call would be preceded by a preflight", p.GetMaxAge())
+	}
+	return problems
 }
 
 // corsOriginAllowed is Envoy's CORS filter's test of an origin: any matcher that matches
@@ -368,6 +381,14 @@ func corsOriginAllowed(t *testing.T, ms []*matcherv3.StringMatcher, origin strin
 		}
 	}
 	return false
+}
+
+// corsPreflightAllows is corsListAllows for the preflight's answer as Envoy's CORS
+// filter gives it: an allow_methods or allow_headers of "*" alone is not sent but
+// replaced by what the preflight asked for (cors_filter.cc), which allows it; Envoy
+// Gateway's translator writes a list holding "*" so.
+func corsPreflightAllows(list, name string, nonWildcard bool) bool {
+	return list == "*" || corsListAllows(list, name, nonWildcard)
 }
 
 // corsListAllows is the Fetch standard's test of a method or header name against an

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"encoding/json"
+	"errors"
 	"maps"
 	"os"
 	"os/exec"
@@ -10,10 +11,12 @@ import (
 	"strings"
 	"testing"
 
+	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/tollgate-dev/tollgate/internal/egtranslate"
 	"github.com/tollgate-dev/tollgate/internal/gotool"
@@ -114,7 +117,7 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 
 	// The HTTP filters, decoded into Envoy's protos as envoy.yaml's are.
 	var kinds, names []string
-	var authzName, procName string
+	var authzName, procName, corsName string
 	var hf []any
 	for _, fc := range append(egtranslate.List(listener, "filterChains"), egtranslate.Get(listener, "defaultFilterChain")) {
 		for _, f := range egtranslate.List(fc, "filters") {
@@ -130,6 +133,9 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 		}
 		kind, a, p := httpFilter(t, &f)
 		kinds, names = append(kinds, kind), append(names, f.GetName())
+		if kind == "Cors" {
+			corsName = f.GetName()
+		}
 		switch {
 		case a != nil:
 			if authz != nil {
@@ -143,8 +149,8 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 			proc, procName = p, f.GetName()
 		}
 	}
-	if want := []string{"ExtAuthz", "ExternalProcessor", "Router"}; !slices.Equal(kinds, want) {
-		t.Fatalf("http filters %v (%v), want %v: ext_authz first (ext_proc follows the request id it sets), the router last", kinds, names, want)
+	if want := []string{"Cors", "ExtAuthz", "ExternalProcessor", "Router"}; !slices.Equal(kinds, want) {
+		t.Fatalf("http filters %v (%v), want %v: CORS first (a browser's preflight carries no key), then ext_authz (ext_proc follows the request id it sets), the router last", kinds, names, want)
 	}
 
 	// ext_authz: as envoy.yaml's.
@@ -201,6 +207,20 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 	for _, name := range []string{authzName, procName} {
 		if _, ok := perRoute[name]; !ok {
 			t.Errorf("the route does not turn on %s (typed_per_filter_config has %v)", name, perRoute)
+		}
+	}
+
+	// CORS: the route's policy (the SecurityPolicy's cors) lets a browser app call, as
+	// envoy.yaml's does (TestEnvoyConfigLetsBrowserAppsCall).
+	var cors corsv3.CorsPolicy
+	var corsAny anypb.Any
+	if raw, ok := perRoute[corsName]; !ok || corsName == "" {
+		t.Errorf("the route has no CORS policy (typed_per_filter_config has %v)", perRoute)
+	} else if err := errors.Join(protojson.Unmarshal(mustJSON(t, raw), &corsAny), corsAny.UnmarshalTo(&cors)); err != nil {
+		t.Errorf("the route's CORS policy: %v", err)
+	} else {
+		for _, problem := range corsPolicyProblems(t, &cors) {
+			t.Errorf("the route's CORS policy: %s", problem)
 		}
 	}
 
@@ -339,7 +359,7 @@ spec: {clusterIP: 10.96.0.21, ports: [{name: http, port: 80}]}
 // TestEnvoyGatewayChartTranslates: the chart's policies for routes in two namespaces
 // (the chart's envoy-gateway test values) go through Envoy Gateway's translator as well:
 // every policy accepted (across namespaces through the ReferenceGrant), each route with
-// both the check and ext_proc turned on, the Gateway's listener buffering bufferLimit.
+// CORS, the check and ext_proc turned on, the Gateway's listener buffering bufferLimit.
 func TestEnvoyGatewayChartTranslates(t *testing.T) {
 	rendered := renderEnvoyGatewayPolicies(t, "-f", "../charts/tollgate/ci/envoy-gateway-values.yaml")
 	in, err := egtranslate.Manifests(egtranslate.DeployFixtures + "---\n" + chartRoutes + "---\n" + string(rendered))
@@ -360,8 +380,8 @@ func TestEnvoyGatewayChartTranslates(t *testing.T) {
 				on = append(on, name)
 			}
 			slices.Sort(on)
-			if len(on) != 2 || !strings.HasPrefix(on[0], "envoy.filters.http.ext_authz/") || !strings.HasPrefix(on[1], "envoy.filters.http.ext_proc/") {
-				t.Errorf("route %s turns on %v, want the policies' ext_authz and ext_proc", egtranslate.Str(r, "name"), on)
+			if len(on) != 3 || on[0] != "envoy.filters.http.cors" || !strings.HasPrefix(on[1], "envoy.filters.http.ext_authz/") || !strings.HasPrefix(on[2], "envoy.filters.http.ext_proc/") {
+				t.Errorf("route %s turns on %v, want the policies' CORS, ext_authz and ext_proc", egtranslate.Str(r, "name"), on)
 			}
 		}
 	}

@@ -22,7 +22,7 @@ type corsPolicy struct {
 // its origin matchers.
 func compileCorsPolicy(p *corsv3.CorsPolicy) (*corsPolicy, error) {
 	if extra := setFields(p, "allow_origin_string_match", "allow_methods", "allow_headers", "expose_headers",
-		"max_age", "allow_credentials"); len(extra) > 0 {
+		"max_age", "allow_credentials", "forward_not_matching_preflights"); len(extra) > 0 {
 		return nil, fmt.Errorf("cors policy %v are not emulated", extra)
 	}
 	c := &corsPolicy{p: p}
@@ -75,35 +75,53 @@ func (c *corsPolicy) originAllowed(origin string) bool {
 	return false
 }
 
-// cors is the CORS filter's decoder side (envoy.filters.http.cors): with no policy on the
-// route, no Origin, or an origin the policy does not allow, nothing (a preflight goes on
-// down the chain); else the request is a CORS request, its answer gets the policy's
-// headers (corsResponse), and a preflight (OPTIONS with a non-empty
-// Access-Control-Request-Method) is answered here, 200 with the policy's headers, and
-// goes no further. false when the filter answered.
+// cors is the CORS filter's decoder side (envoy.filters.http.cors, cors_filter.cc): with
+// no policy on the route or no Origin, nothing. A request whose origin the policy allows
+// is a CORS request, whose answer gets the policy's headers (corsResponse). A preflight
+// (OPTIONS with a non-empty Access-Control-Request-Method) is answered here, 200 with the
+// policy's headers (an allow_methods or allow_headers of "*" alone replaced by what the
+// preflight asks for), and goes no further; one from an origin the policy does not allow
+// goes on down the chain, unless forward_not_matching_preflights is false: then it is
+// answered 200 without Access-Control-Allow-Origin, which the browser fails. false when
+// the filter answered.
 func (x *exchange) cors(policy *corsPolicy) bool {
 	origin := x.req.value("origin")
-	if policy == nil || origin == "" || !policy.originAllowed(origin) {
+	if policy == nil || origin == "" {
 		return true
 	}
-	x.corsPolicy, x.corsOrigin = policy, origin
-	if x.req.value(":method") != http.MethodOptions || x.req.value("access-control-request-method") == "" {
+	allowed := policy.originAllowed(origin)
+	if allowed {
+		x.corsPolicy, x.corsOrigin = policy, origin
+	}
+	asked := x.req.value("access-control-request-method")
+	if x.req.value(":method") != http.MethodOptions || asked == "" {
 		return true
 	}
 	p := policy.p
-	h := headers{{":status", "200"}}
-	h.set("access-control-allow-origin", origin)
+	if !allowed && (p.GetForwardNotMatchingPreflights() == nil || p.GetForwardNotMatchingPreflights().GetValue()) {
+		return true
+	}
+	h := headers{}
+	if allowed {
+		h.set("access-control-allow-origin", origin)
+	}
 	if p.GetAllowCredentials().GetValue() {
 		h.set("access-control-allow-credentials", "true")
 	}
-	for _, kv := range [][2]string{{"access-control-allow-methods", p.GetAllowMethods()},
-		{"access-control-allow-headers", p.GetAllowHeaders()}, {"access-control-max-age", p.GetMaxAge()}} {
+	echo := func(v, request string) string {
+		if v == "*" {
+			return request
+		}
+		return v
+	}
+	for _, kv := range [][3]string{{"access-control-allow-methods", p.GetAllowMethods(), asked},
+		{"access-control-allow-headers", p.GetAllowHeaders(), x.req.value("access-control-request-headers")},
+		{"access-control-max-age", p.GetMaxAge(), p.GetMaxAge()}} {
 		if kv[1] != "" {
-			h.set(kv[0], kv[1])
+			h.set(kv[0], echo(kv[1], kv[2]))
 		}
 	}
 	// The filter's own answer starts the encoding after itself: no filter sees it.
-	h.del(":status")
 	h.toHTTP(x.w.Header())
 	x.w.WriteHeader(http.StatusOK)
 	return false

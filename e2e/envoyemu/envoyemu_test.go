@@ -866,28 +866,8 @@ func TestRouterRepliesPassThroughTheResponseFilters(t *testing.T) {
 // page's origin and the exposed headers, the upstream's own Access-Control-Allow-Origin
 // replaced; a request without Origin gets none.
 func TestCorsFilterAsEnvoyPlaysIt(t *testing.T) {
-	withCors := strings.Replace(chain, `                        - match: {prefix: "/"}
-                          route: {cluster: upstream, timeout: 60s}
-`, `                        - match: {prefix: "/"}
-                          route: {cluster: upstream, timeout: 60s}
-                          typed_per_filter_config:
-                            cors:
-                              "@type": type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy
-                              allow_origin_string_match: [{exact: "https://app.example"}]
-                              allow_methods: "POST"
-                              allow_headers: "authorization, *"
-                              expose_headers: "*"
-                              max_age: "7200"
-`, 1)
-	withCors = strings.Replace(withCors, `                http_filters:
-`, `                http_filters:
-                  - name: cors
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors
-`, 1)
-	if !strings.Contains(withCors, "CorsPolicy") || !strings.Contains(withCors, "- name: cors") {
-		t.Fatal("the chain changed shape")
-	}
+	withCors := corsChain(t, `allow_methods: "POST"
+                              allow_headers: "authorization, *"`)
 	e := setup(t, withCors, &processor{check: func(req *authv3.CheckRequest) *authv3.CheckResponse {
 		h := req.GetAttributes().GetRequest().GetHttp().GetHeaders()
 		code, status := typev3.StatusCode_Unauthorized, codes.Unauthenticated
@@ -946,5 +926,65 @@ func TestCorsFilterAsEnvoyPlaysIt(t *testing.T) {
 	}
 	if n := checks(); n != 4 {
 		t.Errorf("%d checks, want 4: the other origin's preflight, the refusal, the two admissions", n)
+	}
+}
+
+// corsChain is chain with the CORS filter first and, on the route "/", a CorsPolicy for
+// the origin https://app.example with the given further settings (YAML lines at the
+// policy's indentation), exposing every header, max age 7200.
+func corsChain(t *testing.T, settings string) string {
+	t.Helper()
+	withCors := strings.Replace(chain, `                        - match: {prefix: "/"}
+                          route: {cluster: upstream, timeout: 60s}
+`, `                        - match: {prefix: "/"}
+                          route: {cluster: upstream, timeout: 60s}
+                          typed_per_filter_config:
+                            cors:
+                              "@type": type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy
+                              allow_origin_string_match: [{exact: "https://app.example"}]
+                              expose_headers: "*"
+                              max_age: "7200"
+                              `+settings+`
+`, 1)
+	withCors = strings.Replace(withCors, `                http_filters:
+`, `                http_filters:
+                  - name: cors
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors
+`, 1)
+	if !strings.Contains(withCors, "CorsPolicy") || !strings.Contains(withCors, "- name: cors") {
+		t.Fatal("the chain changed shape")
+	}
+	return withCors
+}
+
+// As Envoy Gateway writes a policy: allow_methods and allow_headers of "*" alone are
+// answered with what the preflight asks for (cors_filter.cc), and with
+// forward_not_matching_preflights false another origin's preflight is answered 200
+// without Access-Control-Allow-Origin (the browser fails it), never checked.
+func TestCorsWildcardsEchoThePreflight(t *testing.T) {
+	e := setup(t, corsChain(t, `allow_methods: "*"
+                              allow_headers: "*"
+                              forward_not_matching_preflights: false`), &processor{check: func(req *authv3.CheckRequest) *authv3.CheckResponse {
+		return admit(&authv3.OkHttpResponse{})(req)
+	}}, &upstream{})
+	preflight := func(origin string) *http.Response {
+		res, _ := testio.Send(t, "OPTIONS", e.url+"/v1/messages", map[string]string{"Origin": origin,
+			"Access-Control-Request-Method": "PUT", "Access-Control-Request-Headers": "authorization,x-api-key"}, "")
+		return res
+	}
+	res := preflight("https://app.example")
+	if res.StatusCode != 200 || res.Header.Get("Access-Control-Allow-Methods") != "PUT" ||
+		res.Header.Get("Access-Control-Allow-Headers") != "authorization,x-api-key" || res.Header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Errorf("preflight: %d %v", res.StatusCode, res.Header)
+	}
+	res = preflight("https://other.example")
+	if res.StatusCode != 200 || res.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("another origin's preflight: %d %v", res.StatusCode, res.Header)
+	}
+	e.proc.mu.Lock()
+	defer e.proc.mu.Unlock()
+	if len(e.proc.checks) != 0 {
+		t.Errorf("%d preflights checked", len(e.proc.checks))
 	}
 }
