@@ -25,9 +25,11 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate-dev/tollgate/enforcer/envoyreply"
 	"github.com/tollgate-dev/tollgate/enforcer/extproc"
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 )
 
@@ -137,6 +139,41 @@ func TestEnvoyConfig(t *testing.T) {
 	}
 }
 
+// TestEnvoyConfigLetsLongAnswersRun: Envoy's route timeout spans from the end of the
+// request to the end of the response (route_components.proto: "until the upstream
+// response has been completely processed"), so any timeout on the route cuts a stream
+// that lasts longer, however steadily its tokens flow: a 64k-token Claude answer
+// streams for well over 10 minutes. The gateway never caps a flowing answer; it bounds
+// silence: the wait for the response headers (TOLLGATE_GATEWAY_HEADER_TIMEOUT, 10m; a
+// completion that is not streamed answers only at its end) and between two chunks. So
+// the route's timeout is off and its silence bound (the route's idle_timeout, else the
+// connection manager's stream_idle_timeout, Envoy's default 5m) is set and holds at
+// least the gateway's wait for the headers. Before 2026-12-03 the route's 600s cut every
+// longer stream, and the 300s stream idle timeout cut a completion the gateway waits
+// 10m for (charged its input estimate, its answer lost).
+func TestEnvoyConfigLetsLongAnswersRun(t *testing.T) {
+	ref := loadEnvoyConfig(t)
+	for _, r := range ref.routes {
+		a := r.GetRoute()
+		if a.GetTimeout() == nil || a.GetTimeout().AsDuration() != 0 {
+			// Unset is Envoy's default, 15s.
+			t.Errorf("route %v: timeout %v cuts every answer that lasts longer, a flowing stream too; want 0s (off)", r.GetMatch(), a.GetTimeout().AsDuration())
+		}
+		idle, from := ref.streamIdle, "the connection manager's stream_idle_timeout"
+		if a.GetIdleTimeout() != nil {
+			idle, from = a.GetIdleTimeout(), "the route's idle_timeout"
+		}
+		d := 5 * time.Minute // Envoy's default stream_idle_timeout
+		if idle != nil {
+			d = idle.AsDuration()
+		}
+		if d == 0 || d < gateway.DefaultHeaderTimeout {
+			t.Errorf("route %v: %s is %v; want a bound on silence of at least the gateway's wait for the response headers (%v): a completion that answers only at its end is cut before",
+				r.GetMatch(), from, d, gateway.DefaultHeaderTimeout)
+		}
+	}
+}
+
 // TestEnvoyEjectsADrainingEnforcerBeforeItCloses: on SIGTERM the enforcer answers gRPC
 // health NOT_SERVING and keeps its listeners open for TOLLGATE_SHUTDOWN_DELAY (5s by
 // default); Envoy ejects it at the first health check that gets that answer (the
@@ -174,6 +211,8 @@ type envoyConfig struct {
 	// corsFilter is the CORS filter's name; routes are the listener's routes.
 	corsFilter string
 	routes     []*routev3.Route
+	// streamIdle is the connection manager's stream_idle_timeout (nil: Envoy's 5m).
+	streamIdle *durationpb.Duration
 }
 
 // loadEnvoyConfig loads deploy/envoy/envoy.yaml into Envoy's own Bootstrap proto
@@ -220,6 +259,7 @@ func loadEnvoyConfig(t *testing.T) envoyConfig {
 				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
 					t.Fatalf("filter %s: %v", f.GetName(), err)
 				}
+				ref.streamIdle = hcm.GetStreamIdleTimeout()
 				for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
 					for _, r := range vh.GetRoutes() {
 						if c := r.GetRoute().GetCluster(); c != "" && !clusters[c] {
