@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/internal/egtranslate"
 	"github.com/tollgate-dev/tollgate/internal/gotool"
 )
@@ -208,6 +211,26 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 		if _, ok := perRoute[name]; !ok {
 			t.Errorf("the route does not turn on %s (typed_per_filter_config has %v)", name, perRoute)
 		}
+	}
+
+	// Long answers run as through envoy.yaml (TestEnvoyConfigLetsLongAnswersRun): no
+	// route timeout (Envoy's runs until the response has ended, cutting any longer
+	// stream), and silence bounded by at least the gateway's wait for the headers.
+	if rt := egtranslate.Str(route, "route", "timeout"); rt != "0s" {
+		t.Errorf("the route's timeout %q cuts every answer that lasts longer, a flowing stream too; want 0s (the HTTPRoute's timeouts.request)", rt)
+	}
+	idle := egtranslate.Str(route, "route", "idleTimeout")
+	if idle == "" {
+		for _, fc := range append(egtranslate.List(listener, "filterChains"), egtranslate.Get(listener, "defaultFilterChain")) {
+			for _, f := range egtranslate.List(fc, "filters") {
+				if v := egtranslate.Str(f, "typedConfig", "streamIdleTimeout"); v != "" {
+					idle = v
+				}
+			}
+		}
+	}
+	if d, err := time.ParseDuration(cmp.Or(idle, "300s")); err != nil || d < gateway.DefaultHeaderTimeout {
+		t.Errorf("the route's silence bound %q (Envoy's default 5m when unset): want at least the gateway's wait for the response headers, %v (ClientTrafficPolicy timeout.http.streamIdleTimeout)", idle, gateway.DefaultHeaderTimeout)
 	}
 
 	// CORS: the route's policy (the SecurityPolicy's cors) lets a browser app call, as
