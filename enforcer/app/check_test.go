@@ -458,7 +458,8 @@ func TestAdmissionSwapsTheCredentialUpstream(t *testing.T) {
 		t.Fatalf("authorization %q", got)
 	}
 	// The field mask and the method overrides are removed from every admission.
-	if rm := ok.GetHeadersToRemove(); !slices.Equal(rm, []string{"x-api-key", "x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override"}) {
+	if rm := ok.GetHeadersToRemove(); !slices.Equal(rm, []string{"x-api-key", "x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override",
+		"x-envoy-retry-on", "x-envoy-retry-grpc-on", "x-envoy-max-retries", "x-envoy-retriable-status-codes", "x-envoy-retriable-header-names", "x-envoy-upstream-rq-timeout-ms", "x-envoy-upstream-rq-per-try-timeout-ms", "x-envoy-hedge-on-per-try-timeout", "x-envoy-upstream-stream-duration-ms"}) {
 		t.Fatalf("removed %v", rm)
 	}
 }

@@ -187,7 +187,8 @@ func TestControlPlaneDownOnIdentityMiss(t *testing.T) {
 			// Unattributable: no request id goes upstream (and a client's is removed);
 			// the member's key does not go upstream either.
 			if rm := ok.GetHeadersToRemove(); len(ok.GetHeaders()) != 0 || !slices.Equal(rm, []string{"x-service-request-id", "x-api-key",
-				"x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override"}) {
+				"x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override",
+				"x-envoy-retry-on", "x-envoy-retry-grpc-on", "x-envoy-max-retries", "x-envoy-retriable-status-codes", "x-envoy-retriable-header-names", "x-envoy-upstream-rq-timeout-ms", "x-envoy-upstream-rq-per-try-timeout-ms", "x-envoy-hedge-on-per-try-timeout", "x-envoy-upstream-stream-duration-ms"}) {
 				t.Fatalf("ok %v", ok)
 			}
 			if enforcertest.MustHeader(t, ok.GetResponseHeadersToAdd(), "X-Service-Usage-State") != "unknown" {

@@ -265,8 +265,16 @@ func RequestBody(h *authv3.AttributeContext_HttpRequest) []byte {
 // and the method overrides (X-HTTP-Method-Override, a system parameter of every Google
 // API, X-HTTP-Method, X-Method-Override): a request is judged by its own method
 // (requestbody.Unbilled, Deferred) and must run as that method. The gateway drops the
-// same (docs/gateway.md, "Per request").
-var neverUpstream = []string{"x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override"}
+// same (docs/gateway.md, "Per request"). Then the headers by which a client steers
+// Envoy's router (its retries, hedging and timeouts), which Envoy obeys from any client
+// it deems internal (an RFC 1918 address by default, so every pod and container):
+// retried or hedged, one admitted request ran upstream several times, each try billed
+// by the provider and the request charged once. The router reads them after this
+// filter, so removed here they are never obeyed.
+var neverUpstream = []string{"x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override",
+	"x-envoy-retry-on", "x-envoy-retry-grpc-on", "x-envoy-max-retries", "x-envoy-retriable-status-codes",
+	"x-envoy-retriable-header-names", "x-envoy-upstream-rq-timeout-ms", "x-envoy-upstream-rq-per-try-timeout-ms",
+	"x-envoy-hedge-on-per-try-timeout", "x-envoy-upstream-stream-duration-ms"}
 
 // admitted is the OkHttpResponse of an admission: the request id set on the upstream
 // request (overwriting whatever the client sent, so a client cannot have another

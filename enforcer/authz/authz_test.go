@@ -84,7 +84,8 @@ func TestUsageLimitRefusalSaysDoNotRetry(t *testing.T) {
 
 // alwaysRemoved are the headers every admission removes from the upstream request, after
 // the credentials (a contract: docs/enforcer.md, "Credentials stay home").
-var alwaysRemoved = []string{"x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override"}
+var alwaysRemoved = []string{"x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override",
+	"x-envoy-retry-on", "x-envoy-retry-grpc-on", "x-envoy-max-retries", "x-envoy-retriable-status-codes", "x-envoy-retriable-header-names", "x-envoy-upstream-rq-timeout-ms", "x-envoy-upstream-rq-per-try-timeout-ms", "x-envoy-hedge-on-per-try-timeout", "x-envoy-upstream-stream-duration-ms"}
 
 // On admit the member's Tollgate credential never goes upstream, and the provider's
 // credential, when configured, replaces it; an Accept-Encoding offering codings the
@@ -317,6 +318,28 @@ func TestEchoingMethodsAreRefusedBeforeTheCheck(t *testing.T) {
 		}
 		if headers["X-Service-Error-Code"] != gate.CodeMethodUnsupported || headers["Allow"] == "" {
 			t.Fatalf("%s: headers %v", method, headers)
+		}
+	}
+}
+
+// Envoy's router obeys retry and timeout headers from a client it deems internal (any
+// RFC 1918 address by default: every pod and compose container): x-envoy-retry-on with
+// x-envoy-upstream-rq-per-try-timeout-ms and x-envoy-max-retries had Envoy send one
+// admitted request upstream again and again, each try abandoned after the per-try
+// timeout but run (and billed) by the provider, and x-envoy-hedge-on-per-try-timeout
+// sent the tries at once; the enforcer saw one request and charged it once. Every
+// admission removes them, so the router never sees them.
+func TestEnvoyRouterControlHeadersNeverReachTheRouter(t *testing.T) {
+	in := inputOf(&authv3.AttributeContext_HttpRequest{Method: "POST", Path: "/v1/chat/completions",
+		Headers: map[string]string{"x-api-key": "tgk_k", "x-envoy-retry-on": "5xx,reset", "x-envoy-max-retries": "10",
+			"x-envoy-upstream-rq-per-try-timeout-ms": "1000", "x-envoy-hedge-on-per-try-timeout": "true"}})
+	a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1"}
+	removed := New(nil, Upstream{}).admitted(&a, &in).GetOkResponse().GetHeadersToRemove()
+	for _, h := range []string{"x-envoy-retry-on", "x-envoy-retry-grpc-on", "x-envoy-max-retries", "x-envoy-retriable-status-codes",
+		"x-envoy-retriable-header-names", "x-envoy-upstream-rq-timeout-ms", "x-envoy-upstream-rq-per-try-timeout-ms",
+		"x-envoy-hedge-on-per-try-timeout", "x-envoy-upstream-stream-duration-ms"} {
+		if !slices.Contains(removed, h) {
+			t.Errorf("headers_to_remove %v: %s reaches Envoy's router", removed, h)
 		}
 	}
 }

@@ -325,7 +325,9 @@ func TestEveryKeyHeaderAtBothFrontDoors(t *testing.T) {
 				return
 			}
 			// Every admission removes the field mask and the method overrides too, last.
-			if got := strings.Join(enforcertest.OK(t, resp).GetHeadersToRemove(), ","); got != tc.removed+",x-goog-fieldmask,x-http-method-override,x-http-method,x-method-override" {
+			if got := strings.Join(enforcertest.OK(t, resp).GetHeadersToRemove(), ","); got != tc.removed+",x-goog-fieldmask,x-http-method-override,x-http-method,x-method-override,"+
+				"x-envoy-retry-on,x-envoy-retry-grpc-on,x-envoy-max-retries,x-envoy-retriable-status-codes,x-envoy-retriable-header-names,"+
+				"x-envoy-upstream-rq-timeout-ms,x-envoy-upstream-rq-per-try-timeout-ms,x-envoy-hedge-on-per-try-timeout,x-envoy-upstream-stream-duration-ms" {
 				t.Fatalf("ext_authz removes %q, want %q", got, tc.removed)
 			}
 		})
