@@ -130,6 +130,18 @@ func TestEnvoyConfig(t *testing.T) {
 		}
 	}
 
+	// No retries: a request Envoy retried would run upstream twice, billed twice by the
+	// provider, and be seen (and charged) once; hedged, all at once. (A client's own
+	// x-envoy-retry-on is removed by every admission.)
+	for _, r := range ref.routes {
+		if rp, hp := r.GetRoute().GetRetryPolicy(), r.GetRoute().GetHedgePolicy(); rp != nil || hp != nil {
+			t.Errorf("route %v: retry policy %v, hedge policy %v", r.GetMatch(), rp, hp)
+		}
+	}
+	if ref.vhostRetries {
+		t.Error("a virtual host has a retry or hedge policy")
+	}
+
 	// The belt: the member's raw key headers are removed at the route too: x-api-key,
 	// x-goog-api-key (Google's Gen AI SDK) and api-key (Azure OpenAI clients).
 	for _, h := range []string{"x-api-key", "x-goog-api-key", "api-key"} {
@@ -213,6 +225,8 @@ type envoyConfig struct {
 	routes     []*routev3.Route
 	// streamIdle is the connection manager's stream_idle_timeout (nil: Envoy's 5m).
 	streamIdle *durationpb.Duration
+	// vhostRetries: a virtual host has a retry or hedge policy.
+	vhostRetries bool
 }
 
 // loadEnvoyConfig loads deploy/envoy/envoy.yaml into Envoy's own Bootstrap proto
@@ -261,6 +275,7 @@ func loadEnvoyConfig(t *testing.T) envoyConfig {
 				}
 				ref.streamIdle = hcm.GetStreamIdleTimeout()
 				for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+					ref.vhostRetries = ref.vhostRetries || vh.GetRetryPolicy() != nil || vh.GetHedgePolicy() != nil
 					for _, r := range vh.GetRoutes() {
 						if c := r.GetRoute().GetCluster(); c != "" && !clusters[c] {
 							t.Errorf("route to unknown cluster %s", c)
