@@ -4,10 +4,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/e2e/envoyemu"
+	"github.com/tollgate-dev/tollgate/internal/egtranslate"
+	"github.com/tollgate-dev/tollgate/internal/gotool"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
@@ -20,6 +24,58 @@ import (
 // Before 2026-12-03 envoy.yaml had no CORS filter and both calls failed in the browser
 // as "Failed to fetch".
 func TestBrowserAppThroughEnvoy(t *testing.T) {
+	browserThroughEnvoy(t, func(s *stack, upstream string) string {
+		_, front := s.deployedEnvoy(t, upstream)
+		return front
+	})
+}
+
+// TestBrowserAppThroughEnvoyGateway is TestBrowserAppThroughEnvoy with the Envoy
+// configuration Envoy Gateway makes of deploy/envoy-gateway's policies (the
+// SecurityPolicy's cors): its CORS filter answers the preflight by echoing the headers
+// asked for (its translator writes allow_headers "*"). Before 2026-12-03 the policy had no
+// cors and the calls failed the same way.
+func TestBrowserAppThroughEnvoyGateway(t *testing.T) {
+	egctl := gotool.ForTest(t, "../tools/egctl", "egctl")
+	in, err := egtranslate.Manifests(egtranslate.DeployFixtures, "../deploy/envoy-gateway/example-route.yaml", "../deploy/envoy-gateway/tollgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := egtranslate.Translate(egctl, t.TempDir(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootstrap, err := out.Bootstrap("llm/llm", "llm/llm/http")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := envoyemu.Load(bootstrap, "llm/llm/http")
+	if err != nil {
+		t.Fatalf("the Envoy emulator cannot play Envoy Gateway's translation: %v", err)
+	}
+	browserThroughEnvoy(t, func(s *stack, upstream string) string {
+		clusters := map[string]string{}
+		for _, c := range out.Clusters("llm/llm") {
+			switch {
+			case strings.HasPrefix(c, "securitypolicy/"), strings.HasPrefix(c, "envoyextensionpolicy/"):
+				clusters[c] = s.enfGRPC
+			case strings.HasPrefix(c, "httproute/"):
+				clusters[c] = upstream
+			}
+		}
+		proxy, err := envoyemu.New(envoyemu.Options{Config: cfg, Clusters: clusters, Logf: t.Logf, TimeoutFloor: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		front := httptest.NewServer(proxy)
+		t.Cleanup(func() { front.Close(); proxy.Close() })
+		return front.URL
+	})
+}
+
+// browserThroughEnvoy runs a page's two calls, one admitted and one refused, through the
+// Envoy front envoyFront puts before the stack's enforcer and a fake upstream.
+func browserThroughEnvoy(t *testing.T, envoyFront func(s *stack, upstream string) string) {
 	var mu sync.Mutex
 	var methods []string
 	up := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -35,7 +91,7 @@ func TestBrowserAppThroughEnvoy(t *testing.T) {
 	s := startStack(t, gatewayEnv(up.URL))
 	admitted, spent := s.setUpOrg(t), s.setUpOrg(t)
 	s.guardPolicy(t, spent, "0.000001", nil)
-	_, front := s.deployedEnvoy(t, up.URL)
+	front := envoyFront(s, up.URL)
 	chat := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}]}`
 	send := func(key string) int {
 		res, _ := testio.Send(t, "POST", front+"/v1/chat/completions",
