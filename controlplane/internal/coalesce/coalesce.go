@@ -7,7 +7,11 @@
 // everything waiting (up to Max) at once; a lone call is worked at once. Batches run one
 // at a time. A batch serves many callers, so it runs on a context of its own (Timeout)
 // rather than on any one caller's: a caller that leaves stops waiting with its context's
-// error, and the others still get their answers.
+// error, and the others still get their answers. A call whose caller left before its
+// batch was cut is dropped then, not worked: nobody waits for its answer, and under a
+// stalled database, where every caller leaves at its deadline and calls again, working
+// the calls of those who left would make a backlog growing with the number of calls,
+// which every fresh call waits behind.
 package coalesce
 
 import (
@@ -32,7 +36,8 @@ type Batcher[In, Out any] struct {
 }
 
 type call[In, Out any] struct {
-	in In
+	ctx context.Context // the caller's: ended, the call is dropped at the batch's cut
+	in  In
 	// done is buffered: a batch never waits for a caller that went away.
 	done chan answer[Out]
 }
@@ -48,7 +53,7 @@ func (b *Batcher[In, Out]) Call(ctx context.Context, in In) (Out, error) {
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	c := &call[In, Out]{in: in, done: make(chan answer[Out], 1)}
+	c := &call[In, Out]{ctx: ctx, in: in, done: make(chan answer[Out], 1)}
 	b.mu.Lock()
 	b.waiting = append(b.waiting, c)
 	if !b.running {
@@ -68,15 +73,23 @@ func (b *Batcher[In, Out]) Call(ctx context.Context, in In) (Out, error) {
 func (b *Batcher[In, Out]) run() {
 	for {
 		b.mu.Lock()
-		n := min(len(b.waiting), b.Max)
-		if n == 0 {
+		// The batch takes up to Max calls whose callers still wait, dropping those
+		// who left on the way.
+		var calls []*call[In, Out]
+		i := 0
+		for ; i < len(b.waiting) && len(calls) < b.Max; i++ {
+			if c := b.waiting[i]; c.ctx.Err() == nil {
+				calls = append(calls, c)
+			}
+		}
+		clear(b.waiting[:i])
+		b.waiting = b.waiting[i:]
+		if len(calls) == 0 { // nobody left waiting (i reached the end)
 			b.running = false
 			b.waiting = nil
 			b.mu.Unlock()
 			return
 		}
-		calls := b.waiting[:n:n]
-		b.waiting = b.waiting[n:]
 		b.mu.Unlock()
 
 		ins := make([]In, len(calls))

@@ -103,3 +103,76 @@ func TestCallerThatLeavesStopsWaiting(t *testing.T) {
 		t.Fatalf("a call with an ended context: %v", err)
 	}
 }
+
+// Calls whose callers left while a batch was being worked are not worked by the next:
+// nobody waits for their answers, and under a stalled database (every caller leaving
+// at its deadline and calling again) working them anyway makes a backlog that grows with
+// the number of calls, which each fresh call waits behind.
+func TestCallsOfCallersThatLeftAreNotWorked(t *testing.T) {
+	for _, n := range []int{50, 100} {
+		release := make(chan struct{})
+		var mu sync.Mutex
+		var worked []int
+		b := &Batcher[int, int]{Max: 8, Timeout: time.Second, Do: func(ctx context.Context, ins []int) ([]int, error) {
+			mu.Lock()
+			first := len(worked) == 0
+			worked = append(worked, ins...)
+			mu.Unlock()
+			if first {
+				<-release
+			}
+			return ins, nil
+		}}
+		held := make(chan int, 1)
+		go func() { v, _ := b.Call(context.Background(), 0); held <- v }()
+		for { // the first batch is running
+			mu.Lock()
+			k := len(worked)
+			mu.Unlock()
+			if k == 1 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		var wg sync.WaitGroup
+		for i := range n {
+			ctx, cancel := context.WithCancel(context.Background())
+			wg.Go(func() { _, _ = b.Call(ctx, 1000+i) })
+			for { // queued, then the caller leaves
+				b.mu.Lock()
+				k := len(b.waiting)
+				b.mu.Unlock()
+				if k == i+1 {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+		}
+		wg.Wait()
+		stayed := make(chan int, 1)
+		go func() { v, _ := b.Call(context.Background(), 7); stayed <- v }()
+		for {
+			b.mu.Lock()
+			k := len(b.waiting)
+			b.mu.Unlock()
+			if k == n+1 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		close(release)
+		if v := <-held; v != 0 {
+			t.Fatalf("the first call got %d", v)
+		}
+		if v := <-stayed; v != 7 {
+			t.Fatalf("the call that stayed got %d, want 7", v)
+		}
+		mu.Lock()
+		got := slices.Clone(worked)
+		mu.Unlock()
+		if want := []int{0, 7}; !slices.Equal(got, want) {
+			t.Errorf("%d callers left: %d calls worked (%v...), want %v", n, len(got), got[:min(len(got), 4)], want)
+		}
+	}
+}
