@@ -57,6 +57,7 @@ type stack struct {
 	cpLogs   *testio.SyncBuffer // the control plane's log
 	enfLogs  *testio.SyncBuffer // the first enforcer's log
 	cp       *proc              // the running control plane
+	enfStop  func()             // stops the first enforcer (the test's end does too)
 	cpVars   map[string]string  // its environment
 	authz    authv3.AuthorizationClient
 	extproc  extprocv3.ExternalProcessorClient
@@ -163,6 +164,7 @@ func startStackOn(t testing.TB, topo *topology, enforcerEnv ...map[string]string
 	s.startControlPlane(t)
 	enf := s.startEnforcer(t, enforcerEnv...)
 	s.enfGRPC, s.enfHTTP, s.enfAdmin, s.gateway, s.enfLogs = enf.grpc, enf.http, enf.admin, enf.gateway, enf.logs
+	s.enfStop = enf.stop
 
 	conn, err := grpc.NewClient(enf.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
