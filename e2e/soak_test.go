@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/redis/go-redis/v9"
 
@@ -298,6 +299,57 @@ func soakRound(t *testing.T, s *stack, key string, n int) {
 			_, _ = st.Recv()
 			cancel()
 		},
+		// Realtime sessions the client drops: after session.created, and right after
+		// asking for a response.
+		func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, _, err := websocket.Dial(ctx, strings.Replace(s.gateway, "http", "ws", 1)+"/v1/realtime?model=gpt-realtime",
+				&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
+			if err != nil {
+				return
+			}
+			_, _, _ = c.Read(ctx)
+			_ = c.CloseNow()
+		},
+		func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, _, err := websocket.Dial(ctx, strings.Replace(s.gateway, "http", "ws", 1)+"/v1/realtime?model=gpt-realtime",
+				&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
+			if err != nil {
+				return
+			}
+			_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create"}`))
+			_ = c.CloseNow()
+		},
+		// An upload (a transcription's audio) the client gives up in its middle, over
+		// HTTP/1.1 and HTTP/2.
+		func() {
+			raw("POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key +
+				"\r\nContent-Type: multipart/form-data; boundary=XyZ\r\nContent-Length: 100000\r\n\r\n--XyZ\r\n" +
+				"Content-Disposition: form-data; name=\"model\"\r\n\r\ngpt-4o-transcribe\r\n--XyZ\r\n" +
+				"Content-Disposition: form-data; name=\"file\"; filename=\"a.mp3\"\r\nContent-Type: audio/mpeg\r\n\r\n" + strings.Repeat("\x00", 5000))
+		},
+		func() {
+			pr, pw := io.Pipe()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", s.gateway+"/v1/audio/transcriptions", pr)
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "multipart/form-data; boundary=XyZ")
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				drain(client2.Do(req))
+			}()
+			_, _ = io.WriteString(pw, "--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-4o-transcribe\r\n--XyZ\r\n"+
+				"Content-Disposition: form-data; name=\"file\"; filename=\"a.mp3\"\r\nContent-Type: audio/mpeg\r\n\r\n")
+			_, _ = pw.Write(make([]byte, 64<<10))
+			cancel()
+			_ = pw.CloseWithError(context.Canceled)
+			<-done
+		},
 		// A normal request, so that settlements flow.
 		func() { drain(post(context.Background(), client, chat(model, false), key)) },
 	}
@@ -440,6 +492,18 @@ func TestHostileTrafficLeavesNothingBehind(t *testing.T) {
 		t.Errorf("redis clients grew by %d after %d rounds", g, 3*n)
 	}
 
+	if t.Failed() || testing.Verbose() {
+		res, err := http.Get(s.enfAdmin + "/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			for l := range strings.Lines(string(b)) {
+				if strings.HasPrefix(l, "tollgate_enforcer_gateway_requests_total") || strings.HasPrefix(l, "tollgate_enforcer_checks_total") {
+					t.Logf("%s", strings.TrimSpace(l))
+				}
+			}
+		}
+	}
 	// Stopped in the middle of such traffic, neither program leaves a goroutine behind.
 	traffic := make(chan struct{})
 	go func() { defer close(traffic); soakRound(t, s, o.key, n) }()
