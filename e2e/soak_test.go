@@ -390,7 +390,9 @@ func TestHostileTrafficLeavesNothingBehind(t *testing.T) {
 	}
 	// The enforcer reaches Redis through a proxy the test cuts and restores.
 	proxy := testredis.NewProxy(t, ropts.Addr)
-	s := startStack(t, gatewayEnv(up.URL), map[string]string{"TOLLGATE_REDIS_URL": fmt.Sprintf("redis://%s/%d", proxy.Addr(), ropts.DB)})
+	spoolDir := t.TempDir()
+	s := startStack(t, gatewayEnv(up.URL), map[string]string{"TOLLGATE_REDIS_URL": fmt.Sprintf("redis://%s/%d", proxy.Addr(), ropts.DB),
+		"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": spoolDir, "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES": "1048576"})
 	o := s.setUpOrg(t)
 	ctx := context.Background()
 
@@ -419,10 +421,21 @@ func TestHostileTrafficLeavesNothingBehind(t *testing.T) {
 		s.enfGRPC: "enforcer grpc", strings.TrimPrefix(s.enfAdmin, "http://"): "enforcer admin", strings.TrimPrefix(s.rest, "http://"): "cp rest",
 		s.cpGRPC: "cp grpc", s.cp.addrs["admin"]: "cp admin", strings.TrimPrefix(up.URL, "http://"): "upstream", proxy.Addr(): "redis proxy",
 		ropts.Addr: "redis", "127.0.0.1:5432": "postgres"}
+	spoolFiles := func() []string {
+		ents, _ := os.ReadDir(spoolDir)
+		var out []string
+		for _, e := range ents {
+			if i, err := e.Info(); err == nil {
+				out = append(out, fmt.Sprintf("%s:%d", e.Name(), i.Size()))
+			}
+		}
+		return out
+	}
 	type snapshot struct {
 		g, socks      map[string]int
 		fds, pg, rcli int
 		pending       int
+		spool         []string // the spool's files and their sizes
 		heap          uint64
 	}
 	// settle waits for every start to be settled and the programs' goroutines to go
@@ -440,7 +453,7 @@ func TestHostileTrafficLeavesNothingBehind(t *testing.T) {
 		runtime.GC() // the second empties sync.Pools (net's splice pipes among them)
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		return snapshot{g: ourGoroutines(), fds: openFDs(t), socks: openSockets(t, names), pg: pgConns(), rcli: redisClients(), pending: pending(), heap: ms.HeapAlloc}
+		return snapshot{g: ourGoroutines(), fds: openFDs(t), socks: openSockets(t, names), pg: pgConns(), rcli: redisClients(), pending: pending(), spool: spoolFiles(), heap: ms.HeapAlloc}
 	}
 	// disrupted runs a round while Redis (the enforcer's) and Postgres (every
 	// connection of the database's but the test's own) are cut and restored, over and over.
@@ -484,6 +497,12 @@ func TestHostileTrafficLeavesNothingBehind(t *testing.T) {
 	if g := (three.fds - three.socks["file pipe"]) - (base.fds - base.socks["file pipe"]); g > 20 {
 		t.Errorf("open files grew by %d after %d rounds (%d after %d); sockets:\n%s", g, 3*n, one.fds-base.fds, n,
 			strings.Join(growth(base.socks, three.socks), "\n"))
+	}
+	t.Logf("spool %v -> %v -> %v", base.spool, one.spool, three.spool)
+	// Every settlement was acknowledged: the segments closed on the way are deleted, the
+	// current one (and its lock) is left.
+	if len(three.spool) > 2 {
+		t.Errorf("the spool kept %v after every settlement was answered", three.spool)
 	}
 	if g := three.pg - base.pg; g > 5 {
 		t.Errorf("postgres connections grew by %d after %d rounds", g, 3*n)
