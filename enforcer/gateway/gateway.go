@@ -474,7 +474,11 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		}
 	}
 	if timed && err == nil {
-		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Time{})
+		if p.upload {
+			p.stall = &uploadStall{rc: rc, timeout: gw.cfg.BodyTimeout} // its body set as it is sent (upstreamRequest)
+		}
 	}
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -787,6 +791,8 @@ type proxied struct {
 	upload   bool
 	form     *formSniffer
 	formPath string
+	// stall bounds the silences of an upload's body as it streams upstream (uploadStall).
+	stall *uploadStall
 
 	// From the upstream's answer on: the response being relayed, the cancellation of
 	// the upstream request, the idle timer, the usage extractor and the read buffers
@@ -826,6 +832,9 @@ type proxied struct {
 // usage) unless a step settled it with what was seen.
 func (p *proxied) done() {
 	p.retire()
+	if p.stall != nil {
+		p.stall.lift() // before the handler returns: the connection is net/http's after
+	}
 	if p.large != nil {
 		bufPool.Put(p.large)
 		p.large = nil
@@ -1032,6 +1041,20 @@ func closeUnsent(out *http.Request) {
 func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	gw := p.gw
 	received := p.wrote.Load() && !p.unbilled // a request the provider does not bill costs nothing however it ends
+	if p.stall != nil && p.stall.stalled.Load() {
+		// The client's upload stalled (uploadStall): answered as a body that did not
+		// arrive before the check is. The upstream had part of it, which it cannot
+		// bill as a request: nothing is charged.
+		if r.ProtoMajor < 2 {
+			w.Header().Set("Connection", "close")
+		}
+		gw.answered(w, OutcomeClientGone)
+		p.settle(inflight.Usage{Complete: true, UpstreamStatus: http.StatusRequestTimeout, Seen: &inflight.Seen{}})
+		p.nameRequest(w.Header())
+		writeError(w, http.StatusRequestTimeout, "invalid_request_error", "service_gateway_body_timeout",
+			"The request body stopped arriving for "+gw.cfg.BodyTimeout.String()+".", nil)
+		return
+	}
 	if r.Context().Err() != nil {
 		gw.answered(w, OutcomeClientGone)
 		p.settleReceived()
@@ -1134,6 +1157,9 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 		// Ended at its length: the transport's look past the end must not read the
 		// server's body, which the server closes once the answer begins (relaybody).
 		unread := relaybody.EndAtLength(r.Body, r.ContentLength)
+		if p.stall != nil { // outside EndAtLength, so that it sees the body end at its length
+			p.stall.body, unread = unread, p.stall
+		}
 		out.Body, out.ContentLength = unread, r.ContentLength // -1: sent chunked, as it came
 		if p.form = sniffForm(r.Header.Get("Content-Type"), unread); p.form != nil {
 			p.formPath = r.URL.Path

@@ -3,6 +3,9 @@ package gateway
 import (
 	"errors"
 	"io"
+	"net/http"
+	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -87,5 +90,58 @@ func (s *formSniffer) Said() requestbody.Form {
 		return f
 	case <-time.After(sniffTimeout):
 		return requestbody.Form{}
+	}
+}
+
+// uploadStall bounds the silences of an upload's body once it streams upstream. The
+// read before the check has its deadline (BodyTimeout); an upload is admitted on its
+// first bytes and then streamed with none, since it may take long. Until 2026-12-03 a
+// member's client that sent an upload's first bytes and then nothing, its connection
+// kept open, held its slot and its admitted request for as long as it liked (the
+// upstream waits for the rest, and the idle timer only starts with the answer): a
+// handful of them answered every member 503 busy. Now every read of the body must
+// bring something within BodyTimeout, the deadline renewed on each read (a slow upload
+// that keeps coming is never cut); a stalled one fails the upstream request, and the
+// client is answered 408 service_gateway_body_timeout (stalled).
+//
+// The deadline is lifted when the body ends and when the handler is done (off), and
+// never touched after that: the connection belongs to net/http again once the handler
+// returns, while the transport may still be in a read of the body. Left set after the
+// body's end, it would end the connection under a long answer.
+type uploadStall struct {
+	body    io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+	stalled atomic.Bool // a read ended at the deadline
+
+	mu  sync.Mutex
+	off bool
+}
+
+func (u *uploadStall) Read(p []byte) (int, error) {
+	u.mu.Lock()
+	if !u.off {
+		_ = u.rc.SetReadDeadline(time.Now().Add(u.timeout))
+	}
+	u.mu.Unlock()
+	n, err := u.body.Read(p)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			u.stalled.Store(true)
+		}
+		u.lift()
+	}
+	return n, err
+}
+
+func (u *uploadStall) Close() error { return u.body.Close() }
+
+// lift takes the deadline off and leaves the connection alone from then on.
+func (u *uploadStall) lift() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.off {
+		u.off = true
+		_ = u.rc.SetReadDeadline(time.Time{})
 	}
 }
