@@ -155,6 +155,28 @@ func TestGatewayStalledUploadsFreeTheirSlots(t *testing.T) {
 		t.Fatalf("once the stalled uploads timed out a request got %d, want 200", got)
 	}
 
+	// Over h2c the stream alone is answered 408.
+	h2 := &http.Transport{Protocols: new(http.Protocols)}
+	h2.Protocols.SetUnencryptedHTTP2(true)
+	t.Cleanup(h2.CloseIdleConnections)
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	req, _ := http.NewRequest("POST", s.gateway+"/v1/audio/transcriptions", pr)
+	req.Header.Set("Authorization", "Bearer "+o.key)
+	req.Header.Set("Content-Type", "multipart/form-data; boundary=XyZ")
+	go func() {
+		_, _ = io.WriteString(pw, "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.mp3\"\r\nContent-Type: audio/mpeg\r\n\r\n")
+		_, _ = pw.Write(make([]byte, 4096)) // and then nothing, the stream kept open
+	}()
+	h2res, err := (&http.Client{Transport: h2, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("a stalled upload over h2c: %v", err)
+	}
+	h2res.Body.Close()
+	if h2res.StatusCode != http.StatusRequestTimeout || h2res.ProtoMajor != 2 {
+		t.Fatalf("a stalled upload over h2c: HTTP/%d %d %q, want HTTP/2 408", h2res.ProtoMajor, h2res.StatusCode, h2res.Header.Get("X-Service-Error-Code"))
+	}
+
 	// An upload that keeps coming, however slowly, is not cut: pauses shorter than the
 	// timeout, for three times as long in all.
 	c, err := net.Dial("tcp", addr)
