@@ -519,7 +519,12 @@ func TestHostileTrafficLeavesNothingBehind(t *testing.T) {
 		t.Errorf("goroutines of ours grew by %d after %d rounds (%d after %d):\n%s", g, 3*n, sumCounts(one.g)-sumCounts(base.g), n,
 			strings.Join(growth(base.g, three.g), "\n"))
 	}
-	if g := (three.fds - three.socks["file pipe"]) - (base.fds - base.socks["file pipe"]); g > 40 {
+	// Redis connections come and go with the cuts: each program's go-redis pool holds up
+	// to 10 a CPU (its default PoolSize), refilled as needed, and each counts three
+	// times here (the program's, and the test proxy's two). A leak of one a request
+	// would be hundreds.
+	redisPools := 2 * 10 * runtime.GOMAXPROCS(0)
+	if g := (three.fds - three.socks["file pipe"]) - (base.fds - base.socks["file pipe"]); g > 40+3*redisPools {
 		t.Errorf("open files grew by %d after %d rounds (%d after %d); sockets:\n%s", g, 3*n, one.fds-base.fds, n,
 			strings.Join(growth(base.socks, three.socks), "\n"))
 	}
@@ -536,7 +541,7 @@ func TestHostileTrafficLeavesNothingBehind(t *testing.T) {
 	if g := three.pg - base.pg; g > 5 {
 		t.Errorf("postgres connections grew by %d after %d rounds", g, 3*n)
 	}
-	if g := three.rcli - base.rcli; g > 5 {
+	if g := three.rcli - base.rcli; g > redisPools {
 		t.Errorf("redis clients grew by %d after %d rounds", g, 3*n)
 	}
 
