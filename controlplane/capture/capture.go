@@ -107,8 +107,19 @@ func Move(ctx context.Context, tx pgx.Tx, a Auditor, r Request, now time.Time) (
 		if r.Apply {
 			started := now
 			m.StartedAt = &started
-			if err := store.SetCapture(ctx, tx, r.OrganizationID, id, m.NextVersion, r.Enable, now); err != nil {
+			moved, err := store.SetCapture(ctx, tx, r.OrganizationID, id, cur, m.NextVersion, r.Enable, now)
+			if err != nil {
 				return nil, err
+			}
+			if !moved {
+				// The member had no tracking row when locked, and one was created since
+				// (another move of version 0, or a first start): the expected version is
+				// no longer the member's.
+				again, err := store.LockTracking(ctx, tx, []string{id})
+				if err != nil {
+					return nil, err
+				}
+				return nil, fault.Conflictf("capture_version_conflict", "Member %s is at tracking version %d, not %d; read their status and try again.", id, again[id].Version, expected[id])
 			}
 		}
 		out = append(out, m)

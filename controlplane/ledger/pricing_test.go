@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -1038,7 +1039,8 @@ func TestFailOpenWithoutRecordIsCharged(t *testing.T) {
 	setCapture := func(member string, version int64, enabled bool) {
 		t.Helper()
 		if err := e.Store.InTx(ctx, func(tx pgx.Tx) error {
-			return store.SetCapture(ctx, tx, org, member, version, enabled, e.Clock.Now())
+			_, err := store.SetCapture(ctx, tx, org, member, 0, version, enabled, e.Clock.Now())
+			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -1141,10 +1143,14 @@ func TestFailOpenWithoutRecordBeforeFirstUseRowIsCharged(t *testing.T) {
 		return &internalv1.SettleItem{RequestId: at.ReqID(), OrganizationId: org, MemberId: m, AdmittedWithoutRecord: true,
 			Snapshot: unrecorded(org, m, admitted), Model: "gpt-4o-mini", OutputTokens: 1_000_000, Complete: true}
 	}
-	setCapture := func(version int64, enabled bool) {
+	setCapture := func(from, version int64, enabled bool) {
 		t.Helper()
 		if err := e.Store.InTx(ctx, func(tx pgx.Tx) error {
-			return store.SetCapture(ctx, tx, org, m, version, enabled, e.Clock.Now())
+			moved, err := store.SetCapture(ctx, tx, org, m, from, version, enabled, e.Clock.Now())
+			if err == nil && !moved {
+				err = fmt.Errorf("the tracking row is not at version %d", from)
+			}
+			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -1170,10 +1176,10 @@ func TestFailOpenWithoutRecordBeforeFirstUseRowIsCharged(t *testing.T) {
 	}{
 		{name: "the first settlement creates the row", at: 30 * time.Second, item: first, want: internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED},
 		{name: "admitted before the row was written", at: 40 * time.Second, item: second, want: internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED},
-		{name: "suspend", at: 50 * time.Second, fence: func() { setCapture(2, false) }},
+		{name: "suspend", at: 50 * time.Second, fence: func() { setCapture(1, 2, false) }},
 		{name: "admitted before the row was written, capture suspended", at: 55 * time.Second, item: item(t0.Add(20 * time.Second)),
 			want: internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED, reason: "capture_suspended"},
-		{name: "resume", at: 60 * time.Second, fence: func() { setCapture(3, true) }},
+		{name: "resume", at: 60 * time.Second, fence: func() { setCapture(2, 3, true) }},
 		{name: "admitted before the resume", at: 70 * time.Second, item: stale,
 			want: internalv1.SettleOutcome_SETTLE_OUTCOME_EPOCH_CHANGED, reason: "epoch_changed"},
 		{name: "admitted after the resume", at: 80 * time.Second, item: item(t0.Add(65 * time.Second)), want: internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED},

@@ -1006,17 +1006,21 @@ type CaptureRow struct {
 	StartedAt      time.Time
 }
 
-// SetCapture moves a member's capture fence: the version, capture on or off, and a new
-// tracking epoch starting now (spend and counts stay). It creates the tracking row
-// when the member has none.
-func SetCapture(ctx context.Context, tx pgx.Tx, orgID, memberID string, version int64, enabled bool, now time.Time) error {
-	_, err := tx.Exec(ctx, `INSERT INTO usage_member_tracking AS t (member_id, organization_id, tracking_version, capture_enabled,
+// SetCapture moves a member's capture fence from version from: the version, capture on
+// or off, and a new tracking epoch starting now (spend and counts stay). It creates the
+// tracking row when the member has none (from is then 0). It reports false, writing
+// nothing, when the row is no longer at from: a row locked by the caller cannot move,
+// but one the caller found missing can be created meanwhile (a concurrent move, or a
+// first start), and overwriting it would let two moves of the same version both succeed.
+func SetCapture(ctx context.Context, tx pgx.Tx, orgID, memberID string, from, version int64, enabled bool, now time.Time) (bool, error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO usage_member_tracking AS t (member_id, organization_id, tracking_version, capture_enabled,
 			tracking_started_at, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $5, $5)
 		ON CONFLICT (member_id) DO UPDATE SET tracking_version = EXCLUDED.tracking_version, capture_enabled = EXCLUDED.capture_enabled,
-			tracking_started_at = EXCLUDED.tracking_started_at, updated_at = EXCLUDED.updated_at`,
-		memberID, orgID, version, enabled, now)
-	return err
+			tracking_started_at = EXCLUDED.tracking_started_at, updated_at = EXCLUDED.updated_at
+		WHERE t.tracking_version = $6`,
+		memberID, orgID, version, enabled, now, from)
+	return tag.RowsAffected() == 1, err
 }
 
 // LockStartsInOrg locks the starts of an organization among ids (request id order).
