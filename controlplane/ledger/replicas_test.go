@@ -1,0 +1,177 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/ledger"
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// TestTwoLedgersDuplicateEverythingAcrossTheDayReset: two control planes' ledgers on one
+// database, every request's start and settlement sent to both at once (as two enforcers
+// retrying on each other's control plane do), from 16 goroutines, for requests admitted
+// in the 40 seconds around the 05:00 UTC reset while the clock crosses it. At the end
+// every request has one receipt at its cost, nothing is pending, every counter equals
+// its receipts, and each request was charged to the day of its admission, not of its
+// settlement.
+func TestTwoLedgersDuplicateEverythingAcrossTheDayReset(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	requests, workers := 3_000, 8
+	if testing.Short() {
+		requests = 600
+	}
+	e := at.New(t, at.Options{})
+	reset := time.Date(2026, 9, 15, 5, 0, 0, 0, time.UTC)
+	e.Clock.Set(reset.Add(-5 * time.Second))
+	// The second control plane's ledger: the same database, clock and mirror.
+	ctx2, cancel := context.WithCancel(context.Background())
+	l2 := ledger.New(ledger.Deps{Store: e.Store, Clock: e.Clock, Log: e.Log, Metrics: metrics.New(prometheus.NewRegistry()), Mirror: e.Mirror})
+	stopped := make(chan error, 1)
+	go func() { stopped <- l2.Run(ctx2) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("second ledger: %v", err)
+		}
+	})
+	ledgers := []*ledger.Ledger{e.Ledger, l2}
+
+	org, members := e.Org(t, 12)
+	rng := rand.New(rand.NewPCG(7, 11))
+	want := map[string]int64{}
+	type key struct {
+		member string
+		before bool
+	}
+	perDay := map[key]int64{}
+	plans := make([][][]op, 2)
+	for i := range plans {
+		plans[i] = make([][]op, workers)
+	}
+	for range requests {
+		id, m := at.ReqID(), members[rng.IntN(len(members))]
+		// Admitted from 20 s before the reset to 20 s after (at most 25 s ahead of the
+		// clock when sent: within accounting.MaxClockSkew).
+		admitted := reset.Add(time.Duration(rng.IntN(40_000)-20_000) * time.Millisecond)
+		snap := at.Snapshot(org, m, admitted, 0)
+		cost := int64(1 + rng.IntN(10_000))
+		want[id] = cost
+		perDay[key{m, admitted.Before(reset)}] += cost
+		start := &internalv1.StartItem{RequestId: id, OrganizationId: org, MemberId: m, Snapshot: snap}
+		settle := &internalv1.SettleItem{RequestId: id, OrganizationId: org, MemberId: m, Snapshot: snap,
+			UpstreamCostMicroUsd: at.Cost(cost), Complete: true}
+		for l := range ledgers {
+			w := rng.IntN(workers)
+			if rng.IntN(4) == 0 {
+				// This copy's settlement overtakes its start.
+				plans[l][w] = append(plans[l][w], op{settle: settle}, op{start: start})
+			} else {
+				plans[l][w] = append(plans[l][w], op{start: start}, op{settle: settle})
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*workers)
+	for l, ld := range ledgers {
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := runOn(ctx, ld, plans[l][w]); err != nil {
+					errs <- err
+				}
+			}()
+		}
+	}
+	// The clock crosses the reset while the requests are in flight.
+	for range 50 {
+		time.Sleep(2 * time.Millisecond)
+		e.Clock.Advance(500 * time.Millisecond)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	at.Check(t, e.Store)
+	var pending int64
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_request_starts WHERE state = 'pending'`).Scan(&pending); err != nil || pending != 0 {
+		t.Fatalf("pending %d (%v)", pending, err)
+	}
+	got := e.Int64s(t, `SELECT request_id, cost_micro_usd FROM usage_receipts`)
+	if len(got) != len(want) {
+		t.Fatalf("%d receipts for %d requests", len(got), len(want))
+	}
+	for id, c := range want {
+		if got[id] != c {
+			t.Fatalf("request %s charged %d, want %d", id, got[id], c)
+		}
+	}
+	for _, m := range members {
+		for _, before := range []bool{true, false} {
+			day := reset
+			if before {
+				day = reset.Add(-time.Hour)
+			}
+			if used := e.Used(t, org, m, window.Day, day); used != perDay[key{m, before}] {
+				t.Errorf("member %s, day of %s: used %d, admitted there %d", m, window.Of(window.Day, day).Start, used, perDay[key{m, before}])
+			}
+		}
+	}
+	for _, m := range members {
+		if _, p, _, _, _ := e.Tracking(t, m); p != 0 {
+			t.Errorf("member %s: pending %d", m, p)
+		}
+	}
+}
+
+// runOn is run on a given ledger: consecutive operations of one kind go in calls of up
+// to 8 items.
+func runOn(ctx context.Context, l *ledger.Ledger, plan []op) error {
+	for i := 0; i < len(plan); {
+		j := i
+		if plan[i].start != nil {
+			var items []*internalv1.StartItem
+			for ; j < len(plan) && j-i < 8 && plan[j].start != nil; j++ {
+				items = append(items, plan[j].start)
+			}
+			res, err := l.Start(ctx, items)
+			if err != nil {
+				return err
+			}
+			for _, r := range res {
+				if r.Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED && r.Outcome != internalv1.StartOutcome_START_OUTCOME_DUPLICATE {
+					return fmt.Errorf("start %s: %v %s", r.RequestId, r.Outcome, r.Message)
+				}
+			}
+		} else {
+			var items []*internalv1.SettleItem
+			for ; j < len(plan) && j-i < 8 && plan[j].settle != nil; j++ {
+				items = append(items, plan[j].settle)
+			}
+			res, err := l.Settle(ctx, items)
+			if err != nil {
+				return err
+			}
+			for _, r := range res {
+				switch r.Outcome {
+				case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE:
+				default:
+					return fmt.Errorf("settle %s: %v %s", r.RequestId, r.Outcome, r.Message)
+				}
+			}
+		}
+		i = j
+	}
+	return nil
+}
