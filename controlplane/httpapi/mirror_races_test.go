@@ -73,7 +73,7 @@ func TestEnforcerRecordsConvergeUnderConcurrentChanges(t *testing.T) {
 	assign(t, e, owner, teamPol.ID, map[string]any{"teamId": team})
 
 	const rounds = 60
-	var patched, approved, settled atomic.Int64
+	var patched, approved, settled, moved atomic.Int64
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	goroutine := func(seed uint64, f func(rng *rand.Rand, i int)) {
@@ -130,6 +130,24 @@ func TestEnforcerRecordsConvergeUnderConcurrentChanges(t *testing.T) {
 			}
 		}
 	})
+	// An operator suspends and resumes capture at the version the status read gives (a
+	// version that moved meanwhile is 409: read again).
+	goroutine(4, func(rng *rand.Rand, i int) {
+		m := members[rng.IntN(len(members))]
+		var st status
+		e.Do(t, "GET", "/v1/gateway/usage-limits/members/"+m.MemberID, nil, owner.As()...).Expect(t, http.StatusOK).Decode(t, &st)
+		version, _ := st.Coverage["trackingVersion"].(float64)
+		path := suspendPath
+		if st.Coverage["captureEnabled"] == false {
+			path = resumePath
+		}
+		r := e.Do(t, "POST", path, captureBody(m.MemberID, int64(version), true), owner.As()...)
+		if r.Status == http.StatusOK {
+			moved.Add(1)
+		} else if r.Status != http.StatusConflict {
+			t.Errorf("capture move: %d %s", r.Status, r.Body)
+		}
+	})
 	// Members spend through both control planes.
 	var seq sync.Mutex
 	n := 0
@@ -153,8 +171,16 @@ func TestEnforcerRecordsConvergeUnderConcurrentChanges(t *testing.T) {
 			seq.Unlock()
 			res, err := ledgers[rng.IntN(2)].Start(ctx, []*internalv1.StartItem{{RequestId: id, OrganizationId: owner.OrgID,
 				MemberId: m.MemberID, Snapshot: d.Snapshot(owner.OrgID, m.MemberID)}})
-			if err != nil || res[0].Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
-				t.Errorf("start %s: %v %v", id, res, err)
+			if err != nil {
+				t.Errorf("start %s: %v", id, err)
+				return
+			}
+			switch res[0].Outcome {
+			case internalv1.StartOutcome_START_OUTCOME_RECORDED:
+			case internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED, internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED:
+				return // the fence moved after the record was read
+			default:
+				t.Errorf("start %s: %v", id, res)
 				return
 			}
 			sres, err := ledgers[rng.IntN(2)].Settle(ctx, []*internalv1.SettleItem{{RequestId: id, OrganizationId: owner.OrgID,
@@ -170,7 +196,7 @@ func TestEnforcerRecordsConvergeUnderConcurrentChanges(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	t.Logf("%d edits, %d extensions approved, %d requests settled", patched.Load(), approved.Load(), settled.Load())
+	t.Logf("%d edits, %d extensions approved, %d capture moves, %d requests settled", patched.Load(), approved.Load(), moved.Load(), settled.Load())
 
 	for _, m := range members {
 		var st status
@@ -180,6 +206,11 @@ func TestEnforcerRecordsConvergeUnderConcurrentChanges(t *testing.T) {
 			t.Fatalf("%s: no current record (%v)", m.MemberID, err)
 		}
 		d := decision.Decide(rec, e.Clock.Now(), false)
+		if v, _ := st.Coverage["trackingVersion"].(float64); int64(v) != d.TrackingVersion ||
+			st.Coverage["captureEnabled"] != rec.GetEntitlement().GetCaptureEnabled() {
+			t.Errorf("%s: Postgres says tracking version %v, capture %v; the record %d, %v", m.MemberID, st.Coverage["trackingVersion"],
+				st.Coverage["captureEnabled"], d.TrackingVersion, rec.GetEntitlement().GetCaptureEnabled())
+		}
 		if st.Windows[0].UsedMicroUsd != d.Buckets[0].Used || len(st.Buckets) != 1 {
 			t.Errorf("%s: day spend %d in Postgres, %d in the record (%d limited buckets)", m.MemberID, st.Windows[0].UsedMicroUsd,
 				d.Buckets[0].Used, len(st.Buckets))
@@ -192,7 +223,7 @@ func TestEnforcerRecordsConvergeUnderConcurrentChanges(t *testing.T) {
 				m.MemberID, b.PolicyID, b.PolicyRevision, b.BaseAllowanceMicroUsd, b.ExtensionMicroUsd, b.HardLimit,
 				rb.PolicyID, rb.PolicyRevision, rb.Base, rb.Extension, rb.HardLimit)
 		}
-		if want := map[bool]string{true: "blocked", false: st.State}[d.Result == decision.Blocked]; st.State != want {
+		if (st.State == "blocked") != (d.Result == decision.Blocked) {
 			t.Errorf("%s: Postgres says %s, the enforcer decides %s %s", m.MemberID, st.State, d.Result, d.State)
 		}
 	}
