@@ -93,14 +93,19 @@ func TestEnforcerRecordsConvergeUnderConcurrentChanges(t *testing.T) {
 		var page struct {
 			Policies []policy `json:"policies"`
 		}
-		e.Do(t, "GET", policiesPath, nil, owner.As()...).Expect(t, http.StatusOK).Decode(t, &page)
+		r := e.Do(t, "GET", policiesPath, nil, owner.As()...)
+		if r.Status != http.StatusOK {
+			t.Errorf("policies: %d %s", r.Status, r.Body)
+			return
+		}
+		r.Decode(t, &page)
 		for _, q := range page.Policies {
 			if q.ID == orgWide.ID {
 				p = q
 			}
 		}
 		cost := fmt.Sprintf("0.000%d", 2+rng.IntN(7)) // 200 to 800 micro-USD
-		r := e.Do(t, "PATCH", policiesPath+"/"+orgWide.ID, map[string]any{"name": "Everyone", "revision": p.Revision,
+		r = e.Do(t, "PATCH", policiesPath+"/"+orgWide.ID, map[string]any{"name": "Everyone", "revision": p.Revision,
 			"limits": []map[string]any{{"timeframe": "day", "costUsd": cost}}}, owner.As()...)
 		if r.Status == http.StatusOK {
 			patched.Add(1)
@@ -133,19 +138,33 @@ func TestEnforcerRecordsConvergeUnderConcurrentChanges(t *testing.T) {
 	// An operator suspends and resumes capture at the version the status read gives (a
 	// version that moved meanwhile is 409: read again).
 	goroutine(4, func(rng *rand.Rand, i int) {
-		m := members[rng.IntN(len(members))]
+		m := members[rng.IntN(len(members)-1)] // not the member removed below
 		var st status
-		e.Do(t, "GET", "/v1/gateway/usage-limits/members/"+m.MemberID, nil, owner.As()...).Expect(t, http.StatusOK).Decode(t, &st)
+		r := e.Do(t, "GET", "/v1/gateway/usage-limits/members/"+m.MemberID, nil, owner.As()...)
+		if r.Status != http.StatusOK {
+			t.Errorf("status read: %d %s", r.Status, r.Body)
+			return
+		}
+		r.Decode(t, &st)
 		version, _ := st.Coverage["trackingVersion"].(float64)
 		path := suspendPath
 		if st.Coverage["captureEnabled"] == false {
 			path = resumePath
 		}
-		r := e.Do(t, "POST", path, captureBody(m.MemberID, int64(version), true), owner.As()...)
+		r = e.Do(t, "POST", path, captureBody(m.MemberID, int64(version), true), owner.As()...)
 		if r.Status == http.StatusOK {
 			moved.Add(1)
 		} else if r.Status != http.StatusConflict {
 			t.Errorf("capture move: %d %s", r.Status, r.Body)
+		}
+	})
+	// Halfway through, the last member is removed from the organization.
+	gone := members[len(members)-1]
+	goroutine(5, func(rng *rand.Rand, i int) {
+		if i == rounds/2 {
+			if r := e.Do(t, "DELETE", "/v1/members/"+gone.MemberID, nil, owner.As()...); r.Status != http.StatusNoContent {
+				t.Errorf("removal: %d %s", r.Status, r.Body)
+			}
 		}
 	})
 	// Members spend through both control planes.
@@ -177,6 +196,11 @@ func TestEnforcerRecordsConvergeUnderConcurrentChanges(t *testing.T) {
 			}
 			switch res[0].Outcome {
 			case internalv1.StartOutcome_START_OUTCOME_RECORDED:
+			case internalv1.StartOutcome_START_OUTCOME_INVALID:
+				if m.MemberID != gone.MemberID {
+					t.Errorf("start %s: %v", id, res)
+				}
+				return // removed after the record was read
 			case internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED, internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED:
 				return // the fence moved after the record was read
 			default:
@@ -198,7 +222,11 @@ func TestEnforcerRecordsConvergeUnderConcurrentChanges(t *testing.T) {
 	}
 	t.Logf("%d edits, %d extensions approved, %d capture moves, %d requests settled", patched.Load(), approved.Load(), moved.Load(), settled.Load())
 
-	for _, m := range members {
+	// The removed member's record, if any, admits nobody.
+	if rec, err := layout.Read(ctx, rdb, gone.MemberID, writers[0].Generation()); err != nil || rec != nil && rec.GetEntitlement().GetMemberActive() {
+		t.Errorf("the removed member's record: %v (%v)", rec, err)
+	}
+	for _, m := range members[:len(members)-1] {
 		var st status
 		e.Do(t, "GET", "/v1/gateway/usage-limits/members/"+m.MemberID, nil, owner.As()...).Expect(t, http.StatusOK).Decode(t, &st)
 		rec, err := layout.Read(ctx, rdb, m.MemberID, writers[0].Generation())
