@@ -175,3 +175,61 @@ func runOn(ctx context.Context, l *ledger.Ledger, plan []op) error {
 	}
 	return nil
 }
+
+// TestGuardHoldsAcrossTwoLedgers: the in-flight guard decides in Postgres, so two
+// control planes' ledgers share it. Fresh members (no tracking row yet: the first starts
+// race to create it), 24 guarded starts each released together and sent to either
+// ledger: reserving 0.03 USD at a 0.10 USD hard limit, exactly four are recorded; at a
+// cap of three requests in flight, exactly three.
+func TestGuardHoldsAcrossTwoLedgers(t *testing.T) {
+	t.Parallel()
+	e := at.New(t, at.Options{})
+	ctx2, cancel := context.WithCancel(context.Background())
+	l2 := ledger.New(ledger.Deps{Store: e.Store, Clock: e.Clock, Log: e.Log, Metrics: metrics.New(prometheus.NewRegistry()), Mirror: e.Mirror})
+	stopped := make(chan error, 1)
+	go func() { stopped <- l2.Run(ctx2) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("second ledger: %v", err)
+		}
+	})
+	ledgers := []*ledger.Ledger{e.Ledger, l2}
+	for round := range 6 {
+		org, ms := e.Org(t, 2)
+		now := e.Clock.Now()
+		for k, c := range []struct {
+			reservation int64
+			max         int32
+			want        int
+		}{{30_000, 0, 4}, {0, 3, 3}} {
+			m := ms[k]
+			release := make(chan struct{})
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			recorded := 0
+			for i := range 24 {
+				wg.Go(func() {
+					it := guardedStart(at.ReqID(), org, m, now, c.reservation, c.max)
+					<-release
+					res, err := ledgers[i%2].Start(ctx, []*internalv1.StartItem{it})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res[0].GetOutcome() == internalv1.StartOutcome_START_OUTCOME_RECORDED {
+						mu.Lock()
+						recorded++
+						mu.Unlock()
+					}
+				})
+			}
+			close(release)
+			wg.Wait()
+			if recorded != c.want {
+				t.Fatalf("round %d, reservation %d, cap %d: %d of 24 recorded, want %d", round, c.reservation, c.max, recorded, c.want)
+			}
+		}
+	}
+	at.Check(t, e.Store)
+}
