@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	"github.com/tollgate-dev/tollgate/controlplane/metrics"
+	"github.com/tollgate-dev/tollgate/controlplane/recovery"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
@@ -233,3 +235,83 @@ func TestGuardHoldsAcrossTwoLedgers(t *testing.T) {
 	}
 	at.Check(t, e.Store)
 }
+
+// TestRecoveryRacingSettlements: an operator's abandonment recovery and the requests'
+// real settlements (on two ledgers) reach the same pending starts at once. Whichever
+// comes first, each request ends with one receipt at its real cost (a settlement after
+// the recovery promotes the unknown cost once), nothing is pending, and every counter
+// equals its receipts.
+func TestRecoveryRacingSettlements(t *testing.T) {
+	t.Parallel()
+	e := at.New(t, at.Options{})
+	ctx2, cancel := context.WithCancel(context.Background())
+	l2 := ledger.New(ledger.Deps{Store: e.Store, Clock: e.Clock, Log: e.Log, Metrics: metrics.New(prometheus.NewRegistry()), Mirror: e.Mirror})
+	stopped := make(chan error, 1)
+	go func() { stopped <- l2.Run(ctx2) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("second ledger: %v", err)
+		}
+	})
+	ledgers := []*ledger.Ledger{e.Ledger, l2}
+	org, ms := e.Org(t, 3)
+	now := e.Clock.Now()
+	want := map[string]int64{}
+	var ids []string
+	for i := range 120 {
+		id := at.ReqID()
+		if r := start1(t, e, at.StartItem(id, org, ms[i%3], now, 0)); r.GetOutcome() != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+			t.Fatalf("start: %v", r)
+		}
+		ids = append(ids, id)
+		want[id] = int64(100 + i)
+	}
+	e.Clock.Advance(2 * time.Hour)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for k := range 4 { // recoveries of 30 ids each
+		wg.Go(func() {
+			<-release
+			err := e.Store.InTx(ctx, func(tx pgx.Tx) error {
+				_, err := recovery.Recover(ctx, tx, noAudit{}, recovery.Request{OrganizationID: org, RequestIDs: ids[k*30 : (k+1)*30],
+					ReviewReference: "INC-1", Apply: true}, e.Clock.Now())
+				return err
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for i, id := range ids {
+		wg.Go(func() {
+			<-release
+			res, err := ledgers[i%2].Settle(ctx, []*internalv1.SettleItem{{RequestId: id, UpstreamCostMicroUsd: at.Cost(want[id]), Complete: true}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if o := res[0].GetOutcome(); o != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED && o != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED {
+				t.Errorf("settle %s: %v", id, res[0])
+			}
+		})
+	}
+	close(release)
+	wg.Wait()
+	at.Check(t, e.Store)
+	got := e.Int64s(t, `SELECT request_id, cost_micro_usd FROM usage_receipts`)
+	for id, c := range want {
+		if got[id] != c {
+			t.Fatalf("request %s charged %d, want %d", id, got[id], c)
+		}
+	}
+	for _, m := range ms {
+		if _, p, _, _, _ := e.Tracking(t, m); p != 0 {
+			t.Fatalf("member %s: %d pending", m, p)
+		}
+	}
+}
+
+type noAudit struct{}
+
+func (noAudit) Audit(pgx.Tx, string, string, any) error { return nil }
