@@ -462,7 +462,13 @@ func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []
 				Snapshot: j.item.snapJSON})
 		}
 	}
-	read, err := store.ReadSettleStarts(ctx, tx, ids, events, now)
+	var voids []string
+	for _, j := range jobs {
+		if j.item.voided {
+			voids = append(voids, j.item.in.GetRequestId())
+		}
+	}
+	read, err := store.ReadSettleStarts(ctx, tx, ids, events, voids, now)
 	if err != nil {
 		return none, err
 	}

@@ -375,9 +375,24 @@ type SettleBatchRead struct {
 // events of settlements that brought a snapshot and have no start (state settled, never
 // counted pending; only for a member of the claimed organization), then lock every
 // start of the batch in request id order.
-func ReadSettleStarts(ctx context.Context, tx BatchSender, ids []string, events []SettleEvent, now time.Time) (SettleBatchRead, error) {
+func ReadSettleStarts(ctx context.Context, tx BatchSender, ids []string, events []SettleEvent, voids []string, now time.Time) (SettleBatchRead, error) {
 	out := SettleBatchRead{Created: map[string]bool{}, Starts: map[string]StoredStart{}, Quarantined: map[string]QuarantinedSettlement{}}
 	b := &pgx.Batch{}
+	if len(voids) > 0 {
+		// A void may overtake the start it undoes: the enforcer voids a guarded start
+		// whose call failed (gate.voidFailed), and that start's batch may still be open,
+		// its row inserted but not committed, so invisible to the read below, which would
+		// find nothing to void; the start would then commit pending, holding its
+		// reservation and its place under the cap. Inserting the same ids waits for any
+		// transaction that inserted them to end, so the read below sees its start. The
+		// probe rows (organization_id '', which no start has) are deleted at once.
+		b.Queue(`INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at, state,
+				counted, created_at, closed_at)
+			SELECT x.id, '', '', 0, $2, 'settled', false, $2, $2 FROM unnest($1::text[]) AS x(id)
+			ORDER BY x.id
+			ON CONFLICT (request_id) DO NOTHING`, sortedUnique(voids), now)
+		b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND organization_id = ''`, voids)
+	}
 	if len(events) > 0 {
 		eids, orgs, members, versions, admitted, snaps, _ := startColumns(events)
 		b.Queue(`INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at, snapshot,
