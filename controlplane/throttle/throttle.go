@@ -6,6 +6,7 @@
 package throttle
 
 import (
+	"container/list"
 	"crypto/sha256"
 	"sync"
 	"time"
@@ -24,20 +25,31 @@ type Limiter struct {
 	// entries are kept by the SHA-256 of their key: keys are the client's to choose (an
 	// email as sent, up to the API's 1 MiB body), and each failure keeps its key for the
 	// forgetting period, so a stored key costs 32 bytes however long it was.
-	entries map[[32]byte]*entry
+	entries map[[32]byte]*list.Element
+	// order holds the entries least recently failed first: a failure moves its key to
+	// the back, so what has expired, or must go past MaxEntries, is at the front.
+	order list.List
 }
 
 func keyOf(k string) [32]byte { return sha256.Sum256([]byte(k)) }
 
 type entry struct {
+	key      [32]byte
 	failures int
 	last     time.Time
 	until    time.Time
 }
 
+// MaxEntries is the most keys a limiter keeps (about 20 MB). Failures of distinct keys
+// within the forgetting period are all live (a spray of emails, or of client addresses
+// over IPv6): before 2026-12-03 every one was kept, without a bound, and past 100,000
+// each failure walked them all under the lock. Past it the least recently failed key is
+// forgotten: a brake, not a lockout, and a key that keeps failing is never the oldest.
+const MaxEntries = 100_000
+
 // New returns a limiter: free failures, then waits of base, 2*base, ... up to max.
 func New(c clock.Clock, free int, base, max time.Duration) *Limiter {
-	return &Limiter{clock: c, free: free, base: base, max: max, forgetting: 15 * time.Minute, entries: map[[32]byte]*entry{}}
+	return &Limiter{clock: c, free: free, base: base, max: max, forgetting: 15 * time.Minute, entries: map[[32]byte]*list.Element{}}
 }
 
 // Wait tells how long the keys must still wait before another attempt; zero when none.
@@ -47,8 +59,10 @@ func (l *Limiter) Wait(keys ...string) time.Duration {
 	defer l.mu.Unlock()
 	var longest time.Duration
 	for _, k := range keys {
-		if e := l.entries[keyOf(k)]; e != nil && e.until.After(now) {
-			longest = max(longest, e.until.Sub(now))
+		if el := l.entries[keyOf(k)]; el != nil {
+			if e := el.Value.(*entry); e.until.After(now) {
+				longest = max(longest, e.until.Sub(now))
+			}
 		}
 	}
 	return longest
@@ -59,15 +73,22 @@ func (l *Limiter) Fail(keys ...string) {
 	now := l.clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.entries) > 100_000 {
-		l.sweep(now)
-	}
+	l.forgetExpired(now)
 	for _, s := range keys {
 		k := keyOf(s)
-		e := l.entries[k]
-		if e == nil || now.Sub(e.last) > l.forgetting {
-			e = &entry{}
-			l.entries[k] = e
+		var e *entry
+		if el := l.entries[k]; el != nil {
+			l.order.MoveToBack(el)
+			e = el.Value.(*entry)
+		} else {
+			e = &entry{key: k}
+			l.entries[k] = l.order.PushBack(e)
+			if len(l.entries) > MaxEntries {
+				l.remove(l.order.Front())
+			}
+		}
+		if now.Sub(e.last) > l.forgetting {
+			e.failures = 0
 		}
 		e.failures++
 		e.last = now
@@ -88,15 +109,25 @@ func (l *Limiter) Succeed(keys ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, k := range keys {
-		delete(l.entries, keyOf(k))
+		if el := l.entries[keyOf(k)]; el != nil {
+			l.remove(el)
+		}
 	}
 }
 
-// sweep drops entries that no longer matter, bounding memory under a spray of keys.
-func (l *Limiter) sweep(now time.Time) {
-	for k, e := range l.entries {
-		if now.Sub(e.last) > l.forgetting && !e.until.After(now) {
-			delete(l.entries, k)
+// forgetExpired drops, from the front, the keys that no longer matter: no failure for
+// the forgetting period and no wait left. It stops at the first that still matters,
+// so a failure costs what it drops, not what the limiter holds.
+func (l *Limiter) forgetExpired(now time.Time) {
+	for el := l.order.Front(); el != nil; el = l.order.Front() {
+		if e := el.Value.(*entry); now.Sub(e.last) <= l.forgetting || e.until.After(now) {
+			return
 		}
+		l.remove(el)
 	}
+}
+
+func (l *Limiter) remove(el *list.Element) {
+	delete(l.entries, el.Value.(*entry).key)
+	l.order.Remove(el)
 }

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +67,54 @@ func TestAKeyCostsAFixedSizeHoweverLong(t *testing.T) {
 	}
 	if l.Wait(long) == 0 || l.Wait(strings.Repeat("b", 1<<20)) != 0 {
 		t.Fatal("hashed keys do not keep their own counts")
+	}
+}
+
+// Failures of distinct keys within the forgetting period (a spray of emails, or of
+// client addresses over IPv6) are all live, so a sweep frees none of them: before
+// 2026-12-03 the limiter kept every one (memory without a bound) and, past 100,000,
+// walked them all under its lock on every failure. It keeps at most MaxEntries, the
+// least recently failed forgotten first, and a key failing again is kept.
+func TestLiveKeysAreBounded(t *testing.T) {
+	c := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := New(c, 3, time.Second, 8*time.Second)
+	for range 4 {
+		l.Fail("victim@example.com") // over its free failures: it waits
+	}
+	for i := range MaxEntries + MaxEntries/2 {
+		if i%1000 == 0 {
+			l.Fail("victim@example.com") // still failing, so still kept
+			c.Advance(time.Millisecond)
+		}
+		l.Fail("spray-" + strconv.Itoa(i))
+	}
+	if n := len(l.entries); n > MaxEntries {
+		t.Fatalf("%d entries kept, want at most %d", n, MaxEntries)
+	}
+	if l.Wait("victim@example.com") == 0 {
+		t.Fatal("the key that kept failing was forgotten")
+	}
+	if l.Wait("spray-0") != 0 || len(l.entries) < MaxEntries/2 {
+		t.Fatalf("the oldest key is kept (or too few: %d)", len(l.entries))
+	}
+	// Expired entries go first, whatever the bound.
+	c.Advance(time.Hour)
+	l.Fail("late")
+	if n := len(l.entries); n != 1 {
+		t.Fatalf("%d entries after every other key expired, want 1", n)
+	}
+}
+
+// BenchmarkFailAmongManyLiveKeys is a failure's cost when the limiter is full of live
+// keys (go test -bench FailAmong ./controlplane/throttle).
+func BenchmarkFailAmongManyLiveKeys(b *testing.B) {
+	c := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := New(c, 3, time.Second, 8*time.Second)
+	for i := range 150_000 {
+		l.Fail("spray-" + strconv.Itoa(i))
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		l.Fail("more-" + strconv.Itoa(i))
 	}
 }
