@@ -1,0 +1,150 @@
+package e2e_test
+
+import (
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// alertRunbook returns the runbook annotation of an alert of deploy/prometheus/alerts.yaml,
+// as the on-call engineer reads it.
+func alertRunbook(t *testing.T, alert string) string {
+	t.Helper()
+	raw, err := os.ReadFile("../deploy/prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string
+				Annotations map[string]string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == alert {
+				if r.Annotations["runbook"] == "" {
+					t.Fatalf("%s has no runbook", alert)
+				}
+				return r.Annotations["runbook"]
+			}
+		}
+	}
+	t.Fatalf("no alert %s in deploy/prometheus/alerts.yaml", alert)
+	return ""
+}
+
+// loseASettlement makes an enforcer give up a measured settlement, as the alert
+// TollgateSettlementsLost fires for it: a second enforcer without a spool admits a request
+// of o's member (its durable start recorded), the control plane goes away, the usage is
+// reported to that enforcer, and the enforcer stops before it could deliver it. The
+// control plane comes back. It returns the request id, which the enforcer's log line
+// names as the runbook says.
+func loseASettlement(t *testing.T, s *stack, o org) string {
+	t.Helper()
+	enf := s.startEnforcer(t, map[string]string{"TOLLGATE_SHUTDOWN_TIMEOUT": "1s", "TOLLGATE_ENFORCER_SETTLE_WAIT": "100ms"})
+	req, _ := http.NewRequest("POST", enf.http+"/check", nil)
+	req.Header.Set("x-api-key", o.key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	id := res.Header.Get("X-Service-Request-Id")
+	if res.StatusCode != http.StatusOK || id == "" {
+		t.Fatalf("/check answered %d, request id %q", res.StatusCode, id)
+	}
+
+	s.cp.stop()
+	res, err = http.Post(enf.http+"/settle", "application/json",
+		strings.NewReader(`{"requestId":"`+id+`","model":"`+model+`","inputTokens":1000000,"outputTokens":0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusAccepted {
+		t.Fatalf("/settle with the control plane away answered %d, want 202 (queued)", res.StatusCode)
+	}
+	enf.stop()
+	if !regexp.MustCompile(`SETTLEMENT NOT DELIVERED.*request_id=` + id).MatchString(enf.logs.String()) {
+		t.Fatalf("the enforcer did not give the settlement up:\n%s", enf.logs.String())
+	}
+	s.cpVars["TOLLGATE_HTTP_ADDR"], s.cpVars["TOLLGATE_GRPC_ADDR"] = s.cp.addrs["rest"], s.cp.addrs["grpc"]
+	s.cpVars["TOLLGATE_ADMIN_ADDR"] = s.cp.addrs["admin"]
+	s.startControlPlane(t)
+	return id
+}
+
+// TestSettlementsLostByTheRunbook follows TollgateSettlementsLost's runbook as written,
+// for two settlements an enforcer gave up: the request id from the log line, the command
+// the runbook gives (read from deploy/prometheus/alerts.yaml) with the request's cost,
+// once while its start is pending and once after abandonment recovery closed it. Each
+// is charged once, and a repeat charges nothing. The runbook used to say "reconcile
+// it", and the reviewed reconciliation refuses a settlement the control plane never
+// received (not_quarantined): the spend stayed uncharged.
+func TestSettlementsLostByTheRunbook(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	runbook := alertRunbook(t, "TollgateSettlementsLost")
+	var command string
+	for _, m := range regexp.MustCompile("`([^`]*)`").FindAllStringSubmatch(runbook, -1) {
+		if strings.Contains(m[1], "/settle") {
+			command = m[1]
+		}
+	}
+	for _, p := range []string{"http://ENFORCER:9002", "REQUEST_ID", "COST_MICRO_USD"} {
+		if !strings.Contains(command, p) {
+			t.Fatalf("TollgateSettlementsLost's runbook gives no command naming %s to charge a lost settlement:\n%s", p, runbook)
+		}
+	}
+	bin := buildCommands(t, "tollgate")
+	s := startStack(t)
+	o := s.setUpOrg(t)
+	ownerKey := s.apiKey(t, o, o.owner)
+	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"TOLLGATE_API_URL="+s.rest, "TOLLGATE_API_KEY="+ownerKey, "TOLLGATE_INTERNAL_TOKEN="+internalToken)
+	work := t.TempDir()
+	// The first one closed by abandonment recovery, uncharged, before the second is lost.
+	recovered := loseASettlement(t, s, o)
+	out := runShell(t, work, env, "tollgate recover --reference lost --before "+time.Now().UTC().Add(time.Second).Format(time.RFC3339)+" --apply")
+	if !strings.Contains(out, "recovered 1/1") {
+		t.Fatalf("tollgate recover:\n%s", out)
+	}
+	pending := loseASettlement(t, s, o)
+	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 0 {
+		t.Fatalf("used %d before the runbook, want 0", used)
+	}
+
+	charge := func(id string) string {
+		cmd := strings.NewReplacer("http://ENFORCER:9002", s.enfHTTP, "REQUEST_ID", id, "COST_MICRO_USD", "150000").Replace(command)
+		return runShell(t, work, env, cmd)
+	}
+	if out := charge(pending); !strings.Contains(out, `"outcome":"settled"`) {
+		t.Errorf("the runbook's command for the pending one: %s", out)
+	}
+	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 150_000 {
+		t.Fatalf("used %d after the runbook's command for the pending one, want 150,000", used)
+	}
+	if out := charge(recovered); !strings.Contains(out, `"outcome":"promoted"`) {
+		t.Errorf("the runbook's command for the recovered one: %s", out)
+	}
+	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 300_000 {
+		t.Fatalf("used %d after the runbook's command for the recovered one, want 300,000", used)
+	}
+	if out := charge(pending); !strings.Contains(out, `"outcome":"duplicate"`) {
+		t.Errorf("the runbook's command run again: %s", out)
+	}
+	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 300_000 {
+		t.Fatalf("used %d after the runbook's command run twice, want 300,000", used)
+	}
+}
