@@ -1,14 +1,18 @@
 package e2e_test
 
 import (
+	"io"
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
 // alertRunbook returns the runbook annotation of an alert of deploy/prometheus/alerts.yaml,
@@ -147,4 +151,72 @@ func TestSettlementsLostByTheRunbook(t *testing.T) {
 	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 300_000 {
 		t.Fatalf("used %d after the runbook's command run twice, want 300,000", used)
 	}
+}
+
+// TestSettlementsNotChargedRunbookFindsTheConflict follows TollgateSettlementsNotCharged's
+// runbook for a cost_conflict (a second, lower report of a request already charged): the
+// log it names (the control plane's or the enforcers') must have a line naming the request
+// id, the outcome and the settlement's message, and the log message the runbook quotes,
+// when it quotes one. The runbook named the control plane's log, which has no such line:
+// the enforcer that sent the settlement is the one that logs its refusal.
+func TestSettlementsNotChargedRunbookFindsTheConflict(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	runbook := alertRunbook(t, "TollgateSettlementsNotCharged")
+	var sentence string
+	for s := range strings.SplitSeq(runbook, ". ") {
+		if strings.Contains(s, "cost_conflict") && strings.Contains(s, "log") {
+			sentence = s
+		}
+	}
+	s := startStack(t)
+	var logs func() string
+	switch {
+	case strings.Contains(sentence, "control plane's log"):
+		logs = s.cpLogs.String
+	case strings.Contains(sentence, "enforcers' log"), strings.Contains(sentence, "enforcer's log"):
+		logs = s.enfLogs.String
+	default:
+		t.Fatalf("TollgateSettlementsNotCharged's runbook names no log for cost_conflict:\n%s", runbook)
+	}
+	var quoted string
+	if m := regexp.MustCompile(`"([^"]+)"`).FindStringSubmatch(sentence); m != nil {
+		quoted = m[1]
+	}
+
+	o := s.setUpOrg(t)
+	id := admitted(t, s.check(t, o.key), "within_limit")
+	s.respond(t, id, "application/json", testio.Chunks(openAIJSON("chatcmpl-1", 2_000_000, 0, 0), 2)) // 300,000
+	s.waitSettled(t, o, 1, 300_000)
+	res, err := http.Post(s.enfHTTP+"/settle", "application/json", strings.NewReader(`{"requestId":"`+id+`","upstreamCostMicroUsd":1000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusConflict {
+		t.Fatalf("a second, lower report answered %d, want 409 (cost_conflict)", res.StatusCode)
+	}
+	waitFor(t, 10*time.Second, "the conflict counted by the control plane", func() bool {
+		return strings.Contains(scrape(t, s.cp.addrs["admin"]), `tollgate_controlplane_accounting_settlements_total{result="cost_conflict"} 1`)
+	})
+	line := regexp.MustCompile(`(?m)^.*request_id=` + id + `.*cost_conflict.*message=.*$`).FindString(logs())
+	if line == "" || !strings.Contains(line, quoted) {
+		t.Fatalf("the log the runbook names (%q) has no line naming %s, cost_conflict and the message%s:\n%s",
+			sentence, id, map[bool]string{true: "", false: " under " + strconv.Quote(quoted)}[quoted == ""], logs())
+	}
+}
+
+// scrape reads a program's /metrics on its admin address.
+func scrape(t *testing.T, admin string) string {
+	t.Helper()
+	res, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
