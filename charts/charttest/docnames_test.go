@@ -1,0 +1,63 @@
+package charttest
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// documentedName is a resource name the docs give with a placeholder for the
+// release's resource-name prefix, as kubectl commands, IAM trust subjects and
+// addresses name them (`kubectl logs job/<fullname>-migrate`).
+var documentedName = regexp.MustCompile(`<release>-tollgate[-a-z]*|<fullname>[-a-z]*`)
+
+// TestDocumentedResourceNamesExist: every resource name the chart's README and
+// docs/admin.md give through a placeholder names an object the chart renders, for
+// the README's own install (`helm install tollgate ...`) and for a release named
+// otherwise. They wrote `<release>-tollgate-enforcer`, which for the README's
+// release `tollgate` is `tollgate-tollgate-enforcer`: the chart names it
+// `tollgate-enforcer` (the release name alone when it contains "tollgate"), so the
+// commands typed as written answered NotFound and an IAM trust written for that
+// ServiceAccount trusted nothing.
+func TestDocumentedResourceNamesExist(t *testing.T) {
+	helm, _ := needTools(t)
+	readme, err := os.ReadFile(chartDir + "/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := os.ReadFile("../../docs/admin.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	install := regexp.MustCompile(`helm install (\S+) charts/tollgate`).FindSubmatch(readme)
+	if install == nil {
+		t.Fatal("the chart's README has no `helm install RELEASE charts/tollgate`")
+	}
+	docs := map[string]string{"charts/tollgate/README.md": string(readme), "docs/admin.md": string(admin)}
+	for _, release := range []string{string(install[1]), "prod"} {
+		rendered := map[string]bool{}
+		for _, file := range valueFiles(t) {
+			out, err := run(helm, "template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion, "-f", file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range decodeAll(t, out) {
+				rendered[str(d, "metadata", "name")] = true
+			}
+		}
+		// The prefix as values.yaml's fullnameOverride describes it.
+		fullname := release + "-tollgate"
+		if strings.Contains(release, "tollgate") {
+			fullname = release
+		}
+		for doc, text := range docs {
+			for _, placeholder := range documentedName.FindAllString(text, -1) {
+				name := strings.NewReplacer("<release>", release, "<fullname>", fullname).Replace(placeholder)
+				if !rendered[name] {
+					t.Errorf("%s names %s: for release %q that is %s, which the chart does not render", doc, placeholder, release, name)
+				}
+			}
+		}
+	}
+}
