@@ -1,9 +1,11 @@
 package e2e_test
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
@@ -219,4 +222,87 @@ func scrape(t *testing.T, admin string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestRestoreIsNeverSeenHalfDone runs docs/admin.md's restore block with a pg_restore
+// that takes its time, as a real database's does (minutes to hours): a stand-in on
+// PATH runs the real one with the documented arguments, and pauses where a long restore
+// is for a long time (after the schema, before the data; or, for a restore in one
+// transaction, before it commits anything). There, the section promises what "the
+// database is away" looks like: the REST API answers 503 and the enforcer refuses in
+// closed mode (503). A restore that commits table by table showed the running programs
+// an empty database instead: every session and API key unknown (401, which clients
+// take for a revoked credential and do not retry), and, as tables filled, members,
+// keys and policies of the backup apart from each other.
+func TestRestoreIsNeverSeenHalfDone(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	blocks := docBlocks(t, "../docs/admin.md", "## Restoring Postgres")
+	if len(blocks) != 2 {
+		t.Fatalf("%d sh blocks in docs/admin.md's Restoring Postgres, want 2 (the backup, the restore)", len(blocks))
+	}
+	real, err := exec.LookPath("pg_restore")
+	if err != nil {
+		t.Skip("no pg_restore")
+	}
+	bin := buildCommands(t, "controlplane", "tollgate")
+	work := t.TempDir()
+	shim := `#!/bin/bash
+for a in "$@"; do
+  if [ "$a" = --single-transaction ]; then
+    touch "$WORK/paused"; while [ ! -e "$WORK/go" ]; do sleep 0.05; done
+    exec "$REAL" "$@"
+  fi
+done
+"$REAL" --section=pre-data "$@" || exit
+touch "$WORK/paused"; while [ ! -e "$WORK/go" ]; do sleep 0.05; done
+exec "$REAL" --section=data --section=post-data "$@"
+`
+	if err := os.WriteFile(bin+"/pg_restore", []byte(shim), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, map[string]string{"TOLLGATE_ENFORCER_IDENTITY_TTL": "1s"})
+	o := s.setUpOrg(t)
+	ownerKey := s.apiKey(t, o, o.owner)
+	db := s.db.Pool.Config().ConnConfig.Database
+	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "DB="+db,
+		"TOLLGATE_DATABASE_URL="+storetest.URLFor(db), "POSTGRES_ADMIN_URL="+storetest.URLFor("postgres"),
+		"TOLLGATE_API_URL="+s.rest, "TOLLGATE_API_KEY="+ownerKey, "REAL="+real, "WORK="+work)
+	admitted(t, s.check(t, o.key), "within_limit")
+	runShell(t, work, env, blocks[0])
+
+	restore := exec.Command("bash", "-e", "-o", "pipefail", "-c", blocks[1])
+	restore.Dir, restore.Env = work, env
+	var out bytes.Buffer
+	restore.Stdout, restore.Stderr = &out, &out
+	if err := restore.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- restore.Wait() }()
+	waitFor(t, 30*time.Second, "the restore to reach its long part", func() bool {
+		_, err := os.Stat(work + "/paused")
+		return err == nil
+	})
+	// Past the enforcer's identity cache (1s), the check asks the control plane.
+	var check int32
+	waitFor(t, 10*time.Second, "a check answered from the database under restore", func() bool {
+		check = int32(s.check(t, o.key).GetDeniedResponse().GetStatus().GetCode())
+		return check != 0
+	})
+	rest, _ := s.call("GET", "/v1/me", o.owner.token, o.id, nil, nil)
+	if err := os.WriteFile(work+"/go", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the documented restore failed: %v\n%s", err, out.String())
+	}
+	if check != 503 || rest != 503 {
+		t.Fatalf("during the restore: the member's check answered %d and the owner's GET /v1/me %d, want 503 and 503 (the database away)", check, rest)
+	}
+	// And once it is done, the backup serves.
+	waitFor(t, 15*time.Second, "the member admitted again", func() bool {
+		out, _ := classify(s.check(t, o.key), nil)
+		return out == outAdmitted
+	})
 }
