@@ -306,3 +306,46 @@ exec "$REAL" --section=data --section=post-data "$@"
 		return out == outAdmitted
 	})
 }
+
+// TestUnpricedModelsRunbookKeepsTheOtherPrices follows TollgateUnpricedModels' runbook
+// as written: the command it gives (read from deploy/prometheus/alerts.yaml) prices a
+// model nobody priced, run with an owner's API key in an organization that already has a
+// price of its own for another model. The model is priced by the organization after it,
+// and the other price is still the organization's. PUT /v1/gateway/model-prices replaces
+// the whole table: the runbook said "Set the model's price with PUT
+// /v1/gateway/model-prices", and a PUT of that model alone removed every other price the
+// organization had set (a fine-tune's, charged at the fallback price from then on).
+func TestUnpricedModelsRunbookKeepsTheOtherPrices(t *testing.T) {
+	t.Parallel()
+	runbook := alertRunbook(t, "TollgateUnpricedModels")
+	var command string
+	for _, m := range regexp.MustCompile("`([^`]*)`").FindAllStringSubmatch(runbook, -1) {
+		if strings.Contains(m[1], "PUT") && strings.Contains(m[1], "/v1/gateway/model-prices") {
+			command = m[1]
+		}
+	}
+	for _, p := range []string{"MODEL", "INPUT", "OUTPUT", "CACHED"} {
+		if !strings.Contains(command, p) {
+			t.Fatalf("TollgateUnpricedModels' runbook gives no command naming %s to price a model:\n%s", p, runbook)
+		}
+	}
+	s := startStack(t)
+	o := s.setUpOrg(t) // the organization's own price of `model`
+	env := append(os.Environ(), "TOLLGATE_API_URL="+s.rest, "TOLLGATE_API_KEY="+s.apiKey(t, o, o.owner))
+	runShell(t, t.TempDir(), env, strings.NewReplacer("MODEL", "my-finetune", "INPUT", "300000", "OUTPUT", "1200000",
+		"CACHED", "150000").Replace(command))
+	var got struct {
+		Prices []struct {
+			Model                   string
+			InputMicroUsdPerMillion int64
+		}
+	}
+	s.must(t, 200, "GET", "/v1/gateway/model-prices?source=organization", o.owner.token, o.id, nil, &got)
+	prices := map[string]int64{}
+	for _, p := range got.Prices {
+		prices[p.Model] = p.InputMicroUsdPerMillion
+	}
+	if prices["my-finetune"] != 300_000 || prices[model] != inputPrice || len(prices) != 2 {
+		t.Fatalf("the organization's prices after the runbook: %v, want my-finetune at 300,000 and %s still at %d", prices, model, inputPrice)
+	}
+}
