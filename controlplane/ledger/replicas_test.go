@@ -35,18 +35,7 @@ func TestTwoLedgersDuplicateEverythingAcrossTheDayReset(t *testing.T) {
 	e := at.New(t, at.Options{})
 	reset := time.Date(2026, 9, 15, 5, 0, 0, 0, time.UTC)
 	e.Clock.Set(reset.Add(-5 * time.Second))
-	// The second control plane's ledger: the same database, clock and mirror.
-	ctx2, cancel := context.WithCancel(context.Background())
-	l2 := ledger.New(ledger.Deps{Store: e.Store, Clock: e.Clock, Log: e.Log, Metrics: metrics.New(prometheus.NewRegistry()), Mirror: e.Mirror})
-	stopped := make(chan error, 1)
-	go func() { stopped <- l2.Run(ctx2) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Errorf("second ledger: %v", err)
-		}
-	})
-	ledgers := []*ledger.Ledger{e.Ledger, l2}
+	ledgers := []*ledger.Ledger{e.Ledger, secondLedger(t, e)}
 
 	org, members := e.Org(t, 12)
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -186,17 +175,7 @@ func runOn(ctx context.Context, l *ledger.Ledger, plan []op) error {
 func TestGuardHoldsAcrossTwoLedgers(t *testing.T) {
 	t.Parallel()
 	e := at.New(t, at.Options{})
-	ctx2, cancel := context.WithCancel(context.Background())
-	l2 := ledger.New(ledger.Deps{Store: e.Store, Clock: e.Clock, Log: e.Log, Metrics: metrics.New(prometheus.NewRegistry()), Mirror: e.Mirror})
-	stopped := make(chan error, 1)
-	go func() { stopped <- l2.Run(ctx2) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Errorf("second ledger: %v", err)
-		}
-	})
-	ledgers := []*ledger.Ledger{e.Ledger, l2}
+	ledgers := []*ledger.Ledger{e.Ledger, secondLedger(t, e)}
 	for round := range 6 {
 		org, ms := e.Org(t, 2)
 		now := e.Clock.Now()
@@ -244,17 +223,7 @@ func TestGuardHoldsAcrossTwoLedgers(t *testing.T) {
 func TestRecoveryRacingSettlements(t *testing.T) {
 	t.Parallel()
 	e := at.New(t, at.Options{})
-	ctx2, cancel := context.WithCancel(context.Background())
-	l2 := ledger.New(ledger.Deps{Store: e.Store, Clock: e.Clock, Log: e.Log, Metrics: metrics.New(prometheus.NewRegistry()), Mirror: e.Mirror})
-	stopped := make(chan error, 1)
-	go func() { stopped <- l2.Run(ctx2) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Errorf("second ledger: %v", err)
-		}
-	})
-	ledgers := []*ledger.Ledger{e.Ledger, l2}
+	ledgers := []*ledger.Ledger{e.Ledger, secondLedger(t, e)}
 	org, ms := e.Org(t, 3)
 	now := e.Clock.Now()
 	want := map[string]int64{}
@@ -315,3 +284,20 @@ func TestRecoveryRacingSettlements(t *testing.T) {
 type noAudit struct{}
 
 func (noAudit) Audit(pgx.Tx, string, string, any) error { return nil }
+
+// secondLedger runs a second control plane's ledger on e's database, clock and mirror,
+// stopped when the test ends.
+func secondLedger(t *testing.T, e *at.Env) *ledger.Ledger {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := ledger.New(ledger.Deps{Store: e.Store, Clock: e.Clock, Log: e.Log, Metrics: metrics.New(prometheus.NewRegistry()), Mirror: e.Mirror})
+	stopped := make(chan error, 1)
+	go func() { stopped <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("second ledger: %v", err)
+		}
+	})
+	return l
+}
