@@ -4,14 +4,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/e2e/envoyemu"
-	"github.com/tollgate-dev/tollgate/internal/egtranslate"
-	"github.com/tollgate-dev/tollgate/internal/gotool"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
@@ -36,34 +33,9 @@ func TestBrowserAppThroughEnvoy(t *testing.T) {
 // asked for (its translator writes allow_headers "*"). Before 2026-12-03 the policy had no
 // cors and the calls failed the same way.
 func TestBrowserAppThroughEnvoyGateway(t *testing.T) {
-	egctl := gotool.ForTest(t, "../tools/egctl", "egctl")
-	in, err := egtranslate.Manifests(egtranslate.DeployFixtures, "../deploy/envoy-gateway/example-route.yaml", "../deploy/envoy-gateway/tollgate.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := egtranslate.Translate(egctl, t.TempDir(), in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bootstrap, err := out.Bootstrap("llm/llm", "llm/llm/http")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := envoyemu.Load(bootstrap, "llm/llm/http")
-	if err != nil {
-		t.Fatalf("the Envoy emulator cannot play Envoy Gateway's translation: %v", err)
-	}
+	cfg, clusters := envoyGatewayTranslation(t)
 	browserThroughEnvoy(t, func(s *stack, upstream string) string {
-		clusters := map[string]string{}
-		for _, c := range out.Clusters("llm/llm") {
-			switch {
-			case strings.HasPrefix(c, "securitypolicy/"), strings.HasPrefix(c, "envoyextensionpolicy/"):
-				clusters[c] = s.enfGRPC
-			case strings.HasPrefix(c, "httproute/"):
-				clusters[c] = upstream
-			}
-		}
-		proxy, err := envoyemu.New(envoyemu.Options{Config: cfg, Clusters: clusters, Logf: t.Logf, TimeoutFloor: 5 * time.Second})
+		proxy, err := envoyemu.New(envoyemu.Options{Config: cfg, Clusters: clusters(s.enfGRPC, upstream), Logf: t.Logf, TimeoutFloor: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -146,6 +146,17 @@ func TestOfficialSDKsThroughTheEnforcedPath(t *testing.T) {
 // body and the response, answered, where envoy.yaml has two. The same calls, charged
 // the same, refused the same.
 func TestOfficialSDKsThroughEnvoyGateway(t *testing.T) {
+	cfg, clusters := envoyGatewayTranslation(t)
+	sdksThroughEnvoy(t, cfg, clusters)
+}
+
+// envoyGatewayTranslation is the Envoy configuration Envoy Gateway makes of
+// deploy/envoy-gateway's policies and example route (egctl x translate, tools/egctl),
+// loaded in the emulator, and its clusters given the enforcer's gRPC address and the
+// upstream's URL: Envoy Gateway names a policy's cluster after the policy, a route's
+// after the route.
+func envoyGatewayTranslation(t *testing.T) (*envoyemu.Config, func(enforcer, upstream string) map[string]string) {
+	t.Helper()
 	egctl := gotool.ForTest(t, "../tools/egctl", "egctl")
 	in, err := egtranslate.Manifests(egtranslate.DeployFixtures, "../deploy/envoy-gateway/example-route.yaml", "../deploy/envoy-gateway/tollgate.yaml")
 	if err != nil {
@@ -163,11 +174,10 @@ func TestOfficialSDKsThroughEnvoyGateway(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the Envoy emulator cannot play Envoy Gateway's translation: %v", err)
 	}
-	clusters := out.Clusters("llm/llm")
-	sdksThroughEnvoy(t, cfg, func(enforcer, upstream string) map[string]string {
-		// Envoy Gateway names a policy's cluster after the policy, a route's after the route.
+	names := out.Clusters("llm/llm")
+	return cfg, func(enforcer, upstream string) map[string]string {
 		m := map[string]string{}
-		for _, c := range clusters {
+		for _, c := range names {
 			switch {
 			case strings.HasPrefix(c, "securitypolicy/"), strings.HasPrefix(c, "envoyextensionpolicy/"):
 				m[c] = enforcer
@@ -176,7 +186,7 @@ func TestOfficialSDKsThroughEnvoyGateway(t *testing.T) {
 			}
 		}
 		return m
-	})
+	}
 }
 
 // sdksThroughEnvoy runs the official SDKs' calls through the emulated Envoy of cfg, whose
