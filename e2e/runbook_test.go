@@ -55,11 +55,12 @@ func alertRunbook(t *testing.T, alert string) string {
 // TollgateSettlementsLost fires for it: a second enforcer without a spool admits a request
 // of o's member (its durable start recorded), the control plane goes away, the usage is
 // reported to that enforcer, and the enforcer stops before it could deliver it. The
-// control plane comes back. It returns the request id, which the enforcer's log line
-// names as the runbook says.
-func loseASettlement(t *testing.T, s *stack, o org) string {
+// control plane comes back. The enforcer logs in JSON, saved to logFile. It returns the
+// request id, which the enforcer's log line names as the runbook says.
+func loseASettlement(t *testing.T, s *stack, o org, logFile string) string {
 	t.Helper()
-	enf := s.startEnforcer(t, map[string]string{"TOLLGATE_SHUTDOWN_TIMEOUT": "1s", "TOLLGATE_ENFORCER_SETTLE_WAIT": "100ms"})
+	enf := s.startEnforcer(t, map[string]string{"TOLLGATE_SHUTDOWN_TIMEOUT": "1s", "TOLLGATE_ENFORCER_SETTLE_WAIT": "100ms",
+		"TOLLGATE_LOG_FORMAT": "json"})
 	req, _ := http.NewRequest("POST", enf.http+"/check", nil)
 	req.Header.Set("x-api-key", o.key)
 	res, err := http.DefaultClient.Do(req)
@@ -74,7 +75,7 @@ func loseASettlement(t *testing.T, s *stack, o org) string {
 
 	s.cp.stop()
 	res, err = http.Post(enf.http+"/settle", "application/json",
-		strings.NewReader(`{"requestId":"`+id+`","model":"`+model+`","inputTokens":1000000,"outputTokens":0}`))
+		strings.NewReader(`{"requestId":"`+id+`","model":"`+model+`","inputTokens":1000000,"outputTokens":100000}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +84,11 @@ func loseASettlement(t *testing.T, s *stack, o org) string {
 		t.Fatalf("/settle with the control plane away answered %d, want 202 (queued)", res.StatusCode)
 	}
 	enf.stop()
-	if !regexp.MustCompile(`SETTLEMENT NOT DELIVERED.*request_id=` + id).MatchString(enf.logs.String()) {
+	if !regexp.MustCompile(`SETTLEMENT NOT DELIVERED.*"request_id":"` + id + `"`).MatchString(enf.logs.String()) {
 		t.Fatalf("the enforcer did not give the settlement up:\n%s", enf.logs.String())
+	}
+	if err := os.WriteFile(logFile, []byte(enf.logs.String()), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	s.cpVars["TOLLGATE_HTTP_ADDR"], s.cpVars["TOLLGATE_GRPC_ADDR"] = s.cp.addrs["rest"], s.cp.addrs["grpc"]
 	s.cpVars["TOLLGATE_ADMIN_ADDR"] = s.cp.addrs["admin"]
@@ -94,11 +98,14 @@ func loseASettlement(t *testing.T, s *stack, o org) string {
 
 // TestSettlementsLostByTheRunbook follows TollgateSettlementsLost's runbook as written,
 // for two settlements an enforcer gave up: the request id from the log line, the command
-// the runbook gives (read from deploy/prometheus/alerts.yaml) with the request's cost,
-// once while its start is pending and once after abandonment recovery closed it. Each
-// is charged once, and a repeat charges nothing. The runbook used to say "reconcile
-// it", and the reviewed reconciliation refuses a settlement the control plane never
-// received (not_quarantined): the spend stayed uncharged.
+// the runbook gives (read from deploy/prometheus/alerts.yaml), which takes what to charge
+// from the real log line the enforcer wrote, once while its start is pending and once
+// after abandonment recovery closed it. Each is charged exactly what the lost settlement
+// would have been (its tokens at the organization's prices), once, and a repeat charges
+// nothing. The runbook used to say "reconcile it", and the reviewed reconciliation
+// refuses a settlement the control plane never received (not_quarantined): the spend
+// stayed uncharged. Then it had the operator type a cost from the provider's records,
+// as the log line named the request id alone.
 func TestSettlementsLostByTheRunbook(t *testing.T) {
 	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -109,10 +116,13 @@ func TestSettlementsLostByTheRunbook(t *testing.T) {
 			command = m[1]
 		}
 	}
-	for _, p := range []string{"http://ENFORCER:9002", "REQUEST_ID", "COST_MICRO_USD"} {
+	for _, p := range []string{"http://ENFORCER:9002", "REQUEST_ID", "ENFORCER_LOG"} {
 		if !strings.Contains(command, p) {
-			t.Fatalf("TollgateSettlementsLost's runbook gives no command naming %s to charge a lost settlement:\n%s", p, runbook)
+			t.Fatalf("TollgateSettlementsLost's runbook gives no command naming %s to charge a lost settlement from its log line:\n%s", p, runbook)
 		}
+	}
+	if _, err := exec.LookPath("jq"); err != nil && strings.Contains(command, "jq ") {
+		t.Skip("no jq")
 	}
 	bin := buildCommands(t, "tollgate")
 	s := startStack(t)
@@ -121,38 +131,46 @@ func TestSettlementsLostByTheRunbook(t *testing.T) {
 	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"TOLLGATE_API_URL="+s.rest, "TOLLGATE_API_KEY="+ownerKey, "TOLLGATE_INTERNAL_TOKEN="+internalToken)
 	work := t.TempDir()
+	logs := map[string]string{}
+	lose := func(name string) string {
+		logs[name] = work + "/" + name + ".log"
+		return loseASettlement(t, s, o, logs[name])
+	}
 	// The first one closed by abandonment recovery, uncharged, before the second is lost.
-	recovered := loseASettlement(t, s, o)
+	recovered := lose("recovered")
 	out := runShell(t, work, env, "tollgate recover --reference lost --before "+time.Now().UTC().Add(time.Second).Format(time.RFC3339)+" --apply")
 	if !strings.Contains(out, "recovered 1/1") {
 		t.Fatalf("tollgate recover:\n%s", out)
 	}
-	pending := loseASettlement(t, s, o)
+	pending := lose("pending")
 	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 0 {
 		t.Fatalf("used %d before the runbook, want 0", used)
 	}
 
-	charge := func(id string) string {
-		cmd := strings.NewReplacer("http://ENFORCER:9002", s.enfHTTP, "REQUEST_ID", id, "COST_MICRO_USD", "150000").Replace(command)
+	// What the lost settlement (1,000,000 input and 100,000 output tokens) would have
+	// charged: 210,000.
+	cost := catalogCost(1_000_000, 0, 100_000)
+	charge := func(id, log string) string {
+		cmd := strings.NewReplacer("http://ENFORCER:9002", s.enfHTTP, "REQUEST_ID", id, "ENFORCER_LOG", log).Replace(command)
 		return runShell(t, work, env, cmd)
 	}
-	if out := charge(pending); !strings.Contains(out, `"outcome":"settled"`) {
+	if out := charge(pending, logs["pending"]); !strings.Contains(out, `"outcome":"settled"`) {
 		t.Errorf("the runbook's command for the pending one: %s", out)
 	}
-	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 150_000 {
-		t.Fatalf("used %d after the runbook's command for the pending one, want 150,000", used)
+	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != cost {
+		t.Fatalf("used %d after the runbook's command for the pending one, want %d", used, cost)
 	}
-	if out := charge(recovered); !strings.Contains(out, `"outcome":"promoted"`) {
+	if out := charge(recovered, logs["recovered"]); !strings.Contains(out, `"outcome":"promoted"`) {
 		t.Errorf("the runbook's command for the recovered one: %s", out)
 	}
-	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 300_000 {
-		t.Fatalf("used %d after the runbook's command for the recovered one, want 300,000", used)
+	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 2*cost {
+		t.Fatalf("used %d after the runbook's command for the recovered one, want %d", used, 2*cost)
 	}
-	if out := charge(pending); !strings.Contains(out, `"outcome":"duplicate"`) {
+	if out := charge(pending, logs["pending"]); !strings.Contains(out, `"outcome":"duplicate"`) {
 		t.Errorf("the runbook's command run again: %s", out)
 	}
-	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 300_000 {
-		t.Fatalf("used %d after the runbook's command run twice, want 300,000", used)
+	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 2*cost {
+		t.Fatalf("used %d after the runbook's command run twice, want %d", used, 2*cost)
 	}
 }
 

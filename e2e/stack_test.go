@@ -65,7 +65,9 @@ type stack struct {
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-var listening = regexp.MustCompile(`msg=listening server=(\w+) addr=(\S+)`)
+// listening finds a server's address in a text log line or, for a program started with
+// TOLLGATE_LOG_FORMAT=json, a JSON one.
+var listening = regexp.MustCompile(`msg=listening server=(\w+) addr=(\S+)|"msg":"listening","server":"(\w+)","addr":"([^"]+)"`)
 
 // proc is a program started by start: the addresses it logged, by server name, and a
 // stop that cancels its Run and waits for it to return cleanly.
@@ -122,6 +124,9 @@ func start(t testing.TB, name string, servers int, logs *testio.SyncBuffer, runF
 		}
 		time.Sleep(10 * time.Millisecond)
 		for _, m := range listening.FindAllStringSubmatch(logs.String(), -1) {
+			if m[1] == "" {
+				m = m[2:] // the JSON form
+			}
 			addrs[m[1]] = m[2]
 		}
 	}

@@ -285,7 +285,7 @@ func (q *Queue) enqueue(item *internalv1.SettleItem, res *Reservation, done func
 		q.spool.Ack(e.ref)
 		q.m.Settlements.WithLabelValues("overflow").Inc()
 		q.log.Error("SETTLEMENT LOST: settle queue full and no reservation; reconcile this request",
-			"request_id", item.GetRequestId(), "capacity", q.cfg.Capacity)
+			"request_id", item.GetRequestId(), "capacity", q.cfg.Capacity, resendAttr(item))
 		if done != nil {
 			done(Result{Err: ErrFull})
 		}
@@ -563,7 +563,7 @@ func (q *Queue) abandonQuietly(e *entry, now time.Time, log bool, why string) {
 	}
 	q.log.Error("SETTLEMENT NOT DELIVERED: giving up; reconcile this request", "request_id", e.item.GetRequestId(),
 		"organization_id", e.item.GetOrganizationId(), "member_id", e.item.GetMemberId(), "attempts", e.attempts,
-		"queued_for", now.Sub(e.queued).String(), "reason", why)
+		"queued_for", now.Sub(e.queued).String(), "reason", why, resendAttr(e.item))
 	if e.done != nil {
 		e.done(Result{Err: ErrAbandoned})
 	}
@@ -703,7 +703,7 @@ func (q *Queue) afterDrain(e *entry) error {
 	q.m.Settlements.WithLabelValues("abandoned").Inc()
 	q.log.Error("SETTLEMENT NOT DELIVERED: giving up; reconcile this request", "request_id", id,
 		"organization_id", e.item.GetOrganizationId(), "member_id", e.item.GetMemberId(),
-		"reason", "queued after the shutdown's drain")
+		"reason", "queued after the shutdown's drain", resendAttr(e.item))
 	if e.done != nil {
 		e.done(Result{Err: ErrAbandoned})
 	}
