@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,5 +96,28 @@ func TestAGivenUpSettlementCarriesItsResendBody(t *testing.T) {
 		if got := resendOf(t, logs.String(), c.msg, c.id); !sameJSON(t, got, wantResend(c.id)) {
 			t.Errorf("%s line of %s carries settle=%s\nwant %s", c.msg, c.id, got, wantResend(c.id))
 		}
+	}
+}
+
+// In a text log the body is the same JSON as a quoted string; a voided settlement has
+// none to re-send (recovery closes its start uncharged, as the void asked).
+func TestAGivenUpSettlementsResendBodyInTextAndWhenVoided(t *testing.T) {
+	logs := &logBuf{}
+	q := settleq.New(&scripted{}, fastConfig(), metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(logs, nil)))
+	q.Drain(context.Background())
+	_ = q.Enqueue(measured("req_text"), nil, nil)
+	_ = q.Enqueue(&internalv1.SettleItem{RequestId: "req_void", Voided: true}, nil, nil)
+	var quoted string
+	for line := range strings.SplitSeq(logs.String(), "\n") {
+		if _, v, ok := strings.Cut(line, " settle="); ok && strings.Contains(line, "request_id=req_text") {
+			quoted = v
+		}
+	}
+	body, err := strconv.Unquote(quoted)
+	if err != nil || !sameJSON(t, body, wantResend("req_text")) {
+		t.Errorf("text line's settle=%s (%v)\nwant the quoted %s\n%s", quoted, err, wantResend("req_text"), logs.String())
+	}
+	if !strings.Contains(logs.String(), `request_id=req_void`) || !strings.Contains(logs.String(), `settle="none (voided`) {
+		t.Errorf("a voided settlement's line should say there is nothing to re-send:\n%s", logs.String())
 	}
 }
