@@ -30,7 +30,6 @@ import (
 // open-mode answers given on a last-known record.
 type BlockedMembers struct {
 	seed maphash.Seed
-	max  int // entries per shard
 	ttl  time.Duration
 	// live: the invalidation subscription is confirmed. Decisions are kept and used
 	// only then, since a message missed while it is down could have lifted a block.
@@ -46,6 +45,9 @@ type BlockedMembers struct {
 type blockedShard struct {
 	mu sync.RWMutex
 	m  map[string]*blockedEntry
+	// max is the shard's share of the entries: the shares add up to the cache's bound
+	// exactly, so no number of distinct blocked members holds more.
+	max int
 }
 
 // blockedEntry is never modified once stored; a change replaces it whole.
@@ -73,11 +75,17 @@ type blockedBucketKey struct {
 	allowReset      bool
 }
 
-// newBlockedMembers keeps at most maxEntries members, and decisions for ttl (0: none).
+// newBlockedMembers keeps at most maxEntries members (at least one per shard), and
+// decisions for ttl (0: none).
 func newBlockedMembers(maxEntries int, ttl time.Duration, hits interface{ Inc() }) *BlockedMembers {
-	c := &BlockedMembers{seed: maphash.MakeSeed(), max: maxEntries/16 + 1, ttl: ttl, hits: hits}
+	c := &BlockedMembers{seed: maphash.MakeSeed(), ttl: ttl, hits: hits}
+	maxEntries = max(maxEntries, len(c.shards))
 	for i := range c.shards {
 		c.shards[i].m = map[string]*blockedEntry{}
+		c.shards[i].max = maxEntries / len(c.shards)
+		if i < maxEntries%len(c.shards) {
+			c.shards[i].max++
+		}
 	}
 	return c
 }
@@ -165,7 +173,7 @@ func (c *BlockedMembers) body(d *decision.Decision, orgID, memberID string, now 
 		// An invalidation came while the record was read: keep the body only.
 		next.until, next.gen = time.Time{}, ""
 	}
-	if _, ok := s.m[memberID]; !ok && len(s.m) >= c.max {
+	if _, ok := s.m[memberID]; !ok && len(s.m) >= s.max {
 		for m := range s.m {
 			delete(s.m, m)
 			break
