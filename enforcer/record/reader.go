@@ -41,7 +41,8 @@ type Config struct {
 	// Redis down within a known time, whatever the client's own timeouts and retries
 	// (TOLLGATE_REDIS_CHECK_TIMEOUT).
 	RedisTimeout time.Duration
-	// LastKnown bounds the per-member records kept for fail-open admission.
+	// LastKnown bounds the per-member records kept for fail-open admission (at least 32,
+	// one per shard).
 	LastKnown int
 	// PipelineWorkers and PipelineMax shape the read batching: concurrent checks' reads
 	// are sent together, up to PipelineMax per round trip, with at most PipelineWorkers
@@ -100,6 +101,9 @@ type Reader struct {
 type lastShard struct {
 	mu sync.Mutex
 	m  map[string]*known
+	// max is the shard's share of Config.LastKnown: the shares add up to it exactly, so
+	// no number of distinct members holds more.
+	max int
 }
 
 // known is immutable once stored; a newer read replaces it whole.
@@ -124,6 +128,7 @@ func New(rdb redis.UniversalClient, layout mirror.Layout, cp Resolver, cfg Confi
 	if cfg.LastKnown <= 0 {
 		cfg.LastKnown = DefaultConfig.LastKnown
 	}
+	cfg.LastKnown = max(cfg.LastKnown, 32) // one per shard
 	if cfg.PipelineWorkers == 0 {
 		cfg.PipelineWorkers = DefaultConfig.PipelineWorkers
 	}
@@ -137,6 +142,10 @@ func New(rdb redis.UniversalClient, layout mirror.Layout, cp Resolver, cfg Confi
 		readTime: m.RedisDuration.WithLabelValues("read_record")}
 	for i := range r.shards {
 		r.shards[i].m = map[string]*known{}
+		r.shards[i].max = cfg.LastKnown / len(r.shards)
+		if i < cfg.LastKnown%len(r.shards) {
+			r.shards[i].max++
+		}
 	}
 	return r
 }
@@ -266,7 +275,7 @@ func (r *Reader) shard(memberID string) *lastShard {
 func (r *Reader) store(memberID string, k *known) {
 	s := r.shard(memberID)
 	s.mu.Lock()
-	if _, ok := s.m[memberID]; !ok && len(s.m) >= r.cfg.LastKnown/len(r.shards)+1 {
+	if _, ok := s.m[memberID]; !ok && len(s.m) >= s.max {
 		for m := range s.m {
 			delete(s.m, m)
 			break
