@@ -268,8 +268,8 @@ type Tracker struct {
 	log             *slog.Logger
 	seed            maphash.Seed
 	count           atomic.Int64
-	// perShard bounds each shard's requests (SetCapacity); 0: unbounded.
-	perShard int
+	// capacity bounds the requests kept, over all shards (SetCapacity); 0: unbounded.
+	capacity int64
 	// lastEvictLog rate-limits the eviction warning (unix nanoseconds).
 	lastEvictLog atomic.Int64
 	// shards spread the lock: every admitted check writes here.
@@ -319,14 +319,19 @@ func New(q Queue, clk clock.Clock, m *metrics.Metrics, log *slog.Logger) *Tracke
 	return t
 }
 
-func (t *Tracker) shard(id string) *shard {
-	return &t.shards[maphash.String(t.seed, id)%uint64(len(t.shards))]
+func (t *Tracker) shard(id string) *shard { return &t.shards[t.shardIndex(id)] }
+
+func (t *Tracker) shardIndex(id string) int {
+	return int(maphash.String(t.seed, id) % uint64(len(t.shards)))
 }
 
-// SetCapacity bounds the requests kept (about n, spread over the shards): past it,
-// Admitted settles the oldest one that no response stream follows as incomplete at
-// once, as the reaper would after the abandonment timeout. Call it before use; 0 (the
-// default) is unbounded.
+// SetCapacity bounds the requests kept (n over the whole table): past it, Admitted
+// settles the oldest one that no response stream follows, of the new request's shard
+// (of the next shards when it has none), as incomplete at once, as the reaper would
+// after the abandonment timeout. Call it before use; 0 (the default) is unbounded. The
+// bound is the table's, not a share per shard: the shards' shares rounded up held up to
+// 31 more (32 for a capacity of 10), and every kept request holds a settlement
+// reservation that the configuration counted on the starts having.
 //
 // Why settle and not refuse: every kept request holds a settlement reservation, and a
 // table that only grows (requests nobody reports, such as every forward-auth request
@@ -336,10 +341,7 @@ func (t *Tracker) shard(id string) *shard {
 // pending. A report arriving after the eviction is settled by request id and promotes
 // the known cost once.
 func (t *Tracker) SetCapacity(n int) {
-	t.perShard = 0
-	if n > 0 {
-		t.perShard = max((n+len(t.shards)-1)/len(t.shards), 1)
-	}
+	t.capacity = int64(max(n, 0))
 }
 
 // Admitted records an admitted request.
@@ -347,28 +349,52 @@ func (t *Tracker) Admitted(r *Request) {
 	if r.Durable {
 		r.Snapshot = nil
 	}
-	s := t.shard(r.ID)
-	var evicted *Request
+	i := t.shardIndex(r.ID)
+	s := &t.shards[i]
 	s.mu.Lock()
 	s.m[r.ID] = r
 	s.link(r)
-	if t.perShard > 0 && len(s.m) > t.perShard && s.oldest != nil && s.oldest != r {
-		evicted = s.oldest
-		s.unlink(evicted)
-		delete(s.m, evicted.ID)
-	}
 	s.mu.Unlock()
+	n := t.count.Add(1)
+	var evicted *Request
+	if t.capacity > 0 && n > t.capacity {
+		evicted = t.evictOldest(i, r)
+	}
 	if evicted == nil {
-		t.m.InflightRequests.Set(float64(t.count.Add(1)))
+		t.m.InflightRequests.Set(float64(n))
 		return
 	}
+	t.m.InflightRequests.Set(float64(t.count.Add(-1)))
 	t.m.InflightEvicted.Inc()
 	t.settleIncomplete(evicted)
 	now := time.Now().UnixNano()
 	if last := t.lastEvictLog.Load(); now-last > int64(time.Minute) && t.lastEvictLog.CompareAndSwap(last, now) {
 		t.log.Warn("the table of unreported requests is full: settling the oldest as incomplete before the abandonment timeout (tollgate_enforcer_inflight_evicted_total counts them)",
-			"per_shard", t.perShard, "request_id", evicted.ID)
+			"capacity", t.capacity, "request_id", evicted.ID)
 	}
+}
+
+// evictOldest removes the oldest request no response stream follows, other than the
+// one just admitted (keep), from shard i or, when it has none, from the next shards in
+// turn; nil when no shard has one (every kept request is followed).
+func (t *Tracker) evictOldest(i int, keep *Request) *Request {
+	for j := range len(t.shards) {
+		s := &t.shards[(i+j)%len(t.shards)]
+		s.mu.Lock()
+		r := s.oldest
+		if r == keep {
+			r = nil // the shard's only one (admissions racing it go elsewhere too)
+		}
+		if r != nil {
+			s.unlink(r)
+			delete(s.m, r.ID)
+		}
+		s.mu.Unlock()
+		if r != nil {
+			return r
+		}
+	}
+	return nil
 }
 
 // Follow marks a request as followed by a response stream (it will be reported by

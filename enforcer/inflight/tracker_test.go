@@ -522,7 +522,7 @@ func TestCapacityEvictsTheOldestUnfollowed(t *testing.T) {
 	clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
 	m := metrics.Discard()
 	tr := New(q, clk, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	tr.SetCapacity(1) // one per shard
+	tr.SetCapacity(1) // a followed request is never evicted: two are kept
 	// Requests of one shard, in admission order.
 	var ids []string
 	for i := 0; len(ids) < 4; i++ {
