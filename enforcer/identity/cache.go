@@ -70,9 +70,14 @@ type Cache struct {
 	m      *metrics.Metrics
 	log    *slog.Logger
 	flight singleflight.Group
-	// epoch moves on every invalidation: an answer that was in flight across one is
-	// not cached, since it may predate the revocation.
-	epoch  atomic.Uint64
+	// epoch moves on every invalidation: an answer that was in flight across one about
+	// its credential, member or key (or a flush) is not cached, since it may predate the
+	// revocation. Invalidations about others do not keep it out (invalidatedSince).
+	epoch atomic.Uint64
+	// invMu guards invs and orders epoch's moves with their entries: the invalidation
+	// that moved the epoch to e is invs[e%invLog].
+	invMu  sync.Mutex
+	invs   [invLog]invalidated
 	shards [shardCount]shard
 
 	hit, negHit, miss, refreshes interface{ Inc() }
@@ -80,6 +85,60 @@ type Cache struct {
 
 // shardCount is the number of shards, each with its own lock.
 const shardCount = 16
+
+// invLog is how many of the latest invalidations are remembered for the answers in
+// flight across them; an answer that saw more come is not cached.
+const invLog = 1024
+
+// invalidated is one move of the epoch: an invalidation, or all (a flush).
+type invalidated struct {
+	all  bool
+	kind string
+	id   string   // a member's or an API key's id
+	hash [32]byte // a credential's hash
+}
+
+// matches reports whether the invalidation is about the identity of credential h.
+func (x *invalidated) matches(h *[32]byte, id *Identity) bool {
+	switch {
+	case x.all:
+		return true
+	case x.kind == mirror.KindCredential:
+		return x.hash == *h
+	case x.kind == mirror.KindMember:
+		return id.MemberID != "" && x.id == id.MemberID
+	case x.kind == mirror.KindAPIKey:
+		return id.APIKeyID != "" && x.id == id.APIKeyID
+	}
+	return true
+}
+
+// invalidated moves the epoch on, remembering why.
+func (c *Cache) invalidated(x invalidated) {
+	c.invMu.Lock()
+	c.invs[c.epoch.Add(1)%invLog] = x
+	c.invMu.Unlock()
+}
+
+// invalidatedSince reports whether an invalidation since epoch may be about the
+// identity answered for credential h: one about it, or more than invLog of any. Before
+// 2026-12-03 any invalidation did, so at scale, where sign-outs, key deletions and
+// removals come from every organization, answers in flight across someone else's were
+// dropped and their keys asked for again at the next check.
+func (c *Cache) invalidatedSince(epoch uint64, h *[32]byte, id *Identity) bool {
+	c.invMu.Lock()
+	defer c.invMu.Unlock()
+	cur := c.epoch.Load()
+	if cur-epoch > invLog {
+		return true
+	}
+	for e := epoch + 1; e <= cur; e++ {
+		if c.invs[e%invLog].matches(h, id) {
+			return true
+		}
+	}
+	return false
+}
 
 type shard struct {
 	mu sync.RWMutex
@@ -260,7 +319,9 @@ func (c *Cache) store(h [32]byte, kind internalv1.CredentialKind, id Identity, u
 	s := c.shard(&h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c.epoch.Load() != epoch {
+	// Under the shard's lock: an invalidation that comes after this look deletes the
+	// entry afterwards (it moves the epoch before it deletes).
+	if c.epoch.Load() != epoch && c.invalidatedSince(epoch, &h, &id) {
 		return
 	}
 	now := c.clk.Now()
@@ -318,22 +379,22 @@ func (s *shard) evictFor(negative bool, now time.Time) bool {
 // Invalidate forgets what an invalidation names.
 func (c *Cache) Invalidate(inv mirror.Invalidation) {
 	switch inv.Kind {
-	case mirror.KindCredential, mirror.KindMember, mirror.KindAPIKey:
-		c.epoch.Add(1)
-	default:
-		return // not about identities (mirror.KindRecord)
-	}
-	switch inv.Kind {
 	case mirror.KindCredential:
 		var h [32]byte
-		if b, err := hex.DecodeString(inv.ID); err == nil && len(b) == len(h) {
+		b, err := hex.DecodeString(inv.ID)
+		ok := err == nil && len(b) == len(h)
+		if ok {
 			copy(h[:], b)
+		}
+		c.invalidated(invalidated{kind: inv.Kind, hash: h})
+		if ok {
 			s := c.shard(&h)
 			s.mu.Lock()
 			delete(s.m, h)
 			s.mu.Unlock()
 		}
 	case mirror.KindMember, mirror.KindAPIKey:
+		c.invalidated(invalidated{kind: inv.Kind, id: inv.ID})
 		// Rare events: a scan of the cache is cheaper than keeping reverse indexes up
 		// to date on every check.
 		for i := range c.shards {
@@ -351,7 +412,7 @@ func (c *Cache) Invalidate(inv mirror.Invalidation) {
 
 // Flush forgets everything.
 func (c *Cache) Flush() {
-	c.epoch.Add(1)
+	c.invalidated(invalidated{all: true})
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
