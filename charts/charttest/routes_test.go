@@ -107,21 +107,7 @@ func TestRoutesReachTheirPorts(t *testing.T) {
 // HTTPRoute the values render.
 func TestNotesNameTheRoutes(t *testing.T) {
 	helm, _ := needTools(t)
-	chart := filepath.Join(t.TempDir(), "tollgate")
-	if err := os.CopyFS(chart, os.DirFS(chartDir)); err != nil {
-		t.Fatal(err)
-	}
-	notes, err := os.ReadFile(filepath.Join(chartDir, "templates", "NOTES.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(chart, "notes.txt"), notes, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	const wrapper = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ tpl (.Files.Get \"notes.txt\") . | quote }}\n"
-	if err := os.WriteFile(filepath.Join(chart, "templates", "zz-notes.yaml"), []byte(wrapper), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	chart := notesChart(t)
 	cases := valueFiles(t)
 	named := 0
 	for _, name := range sortedNames(cases) {
@@ -163,5 +149,71 @@ func TestNotesNameTheRoutes(t *testing.T) {
 	}
 	if named == 0 {
 		t.Error("no values file renders an Ingress or an HTTPRoute with a host")
+	}
+}
+
+// notesChart is a copy of the chart holding NOTES.txt as a ConfigMap's value (tpl over
+// the file's own text), so that helm template renders what helm install prints.
+func notesChart(t *testing.T) string {
+	t.Helper()
+	chart := filepath.Join(t.TempDir(), "tollgate")
+	if err := os.CopyFS(chart, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	notes, err := os.ReadFile(filepath.Join(chartDir, "templates", "NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(chart, "notes.txt"), notes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const wrapper = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ tpl (.Files.Get \"notes.txt\") . | quote }}\n"
+	if err := os.WriteFile(filepath.Join(chart, "templates", "zz-notes.yaml"), []byte(wrapper), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return chart
+}
+
+// TestNotesNameEverySidecarPiece: in sidecar mode the notes are all an operator has to
+// build the Envoy pod from, and the sidecar ConfigMap holds the container (container.yaml)
+// and the volumes it mounts (volumes.yaml). A pod built from the container alone does not
+// start (its volumeMounts name volumes the pod does not have), so the notes must give
+// the command for every key of the ConfigMap.
+func TestNotesNameEverySidecarPiece(t *testing.T) {
+	helm, _ := needTools(t)
+	chart := notesChart(t)
+	cases := valueFiles(t)
+	sidecars := 0
+	for _, name := range sortedNames(cases) {
+		all, err := render(t, helm, "-f", cases[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, d := range decodeAll(t, all) {
+			if str(d, "kind") == "ConfigMap" && strings.HasSuffix(str(d, "metadata", "name"), "-sidecar") {
+				for k := range get(d, "data").(obj) {
+					keys = append(keys, k)
+				}
+			}
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		sidecars++
+		out, err := run(helm, "template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion,
+			"-f", cases[name], "--show-only", "templates/zz-notes.yaml")
+		if err != nil {
+			t.Fatalf("%s: the notes do not render: %v", name, err)
+		}
+		text := str(decodeAll(t, out)[0], "data", "notes")
+		for _, k := range keys {
+			if !strings.Contains(text, strings.ReplaceAll(k, ".", `\.`)) {
+				t.Errorf("%s: the sidecar ConfigMap has %s, the notes do not say to get it:\n%s", name, k, text)
+			}
+		}
+	}
+	if sidecars == 0 {
+		t.Error("no values file renders the sidecar ConfigMap")
 	}
 }
