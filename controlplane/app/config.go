@@ -61,6 +61,9 @@ type Config struct {
 	PlatformAdminEmails []string
 	// InternalToken is the shared secret enforcers present (TOLLGATE_INTERNAL_TOKEN).
 	InternalToken string
+	// InternalTokenPrevious is accepted as well during a rotation
+	// (TOLLGATE_INTERNAL_TOKEN_PREVIOUS).
+	InternalTokenPrevious string
 	// LogFormat is text or json (TOLLGATE_LOG_FORMAT).
 	LogFormat string
 	// LogLevel is debug, info, warn or error (TOLLGATE_LOG_LEVEL).
@@ -207,7 +210,8 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 		fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ADMIN_ADDR)")
 		fs.StringVar(&admins, "platform-admin-emails", getenv("TOLLGATE_PLATFORM_ADMIN_EMAILS"), "comma-separated emails added to the platform-admin allowlist at start (TOLLGATE_PLATFORM_ADMIN_EMAILS)")
 		fs.StringVar(&c.InternalToken, "internal-token", getenv("TOLLGATE_INTERNAL_TOKEN"), "shared secret enforcers present on the internal API (TOLLGATE_INTERNAL_TOKEN)")
-		envflag.HideDefaults(fs, "internal-token")
+		fs.StringVar(&c.InternalTokenPrevious, "internal-token-previous", getenv("TOLLGATE_INTERNAL_TOKEN_PREVIOUS"), "while rotating the internal token, the previous one, accepted as well until every enforcer has the new one (TOLLGATE_INTERNAL_TOKEN_PREVIOUS)")
+		envflag.HideDefaults(fs, "internal-token", "internal-token-previous")
 	}
 	if k&logKnobs != 0 {
 		fs.StringVar(&c.LogFormat, "log-format", env("TOLLGATE_LOG_FORMAT", "text"), "log format: text or json (TOLLGATE_LOG_FORMAT)")
@@ -329,6 +333,14 @@ func (c Config) validate(k knobs) []string {
 	p = append(p, listen.Validate(c.listenAddrs()...)...)
 	if problem := internaltoken.Validate(c.InternalToken); problem != "" {
 		p = append(p, problem)
+	}
+	if problem := internaltoken.ValidateVar(internaltoken.PreviousEnv, c.InternalTokenPrevious); problem != "" {
+		p = append(p, problem)
+	}
+	// A previous token alone would be the only token accepted, under a name that says
+	// it is on its way out: a rotation half done.
+	if c.InternalTokenPrevious != "" && c.InternalToken == "" {
+		p = append(p, fmt.Sprintf("%s is set but %s is empty: set the new token in %s", internaltoken.PreviousEnv, internaltoken.Env, internaltoken.Env))
 	}
 	if c.SessionTTL < time.Minute {
 		p = append(p, "TOLLGATE_SESSION_TTL: must be at least 1m")

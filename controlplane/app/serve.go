@@ -139,7 +139,7 @@ func New(d Deps) (*ControlPlane, error) {
 	c.Ledger = ledger.New(ledger.Deps{Store: st, Clock: d.Clock, Log: log, Metrics: c.Metrics, Mirror: c.Mirror,
 		Config: ledger.Config{Lanes: cfg.AccountingLanes, MaxBatch: cfg.AccountingMaxBatch, MaxDelay: cfg.AccountingMaxDelay}})
 	c.Internal = internalapi.New(internalapi.Deps{Store: st, Ledger: c.Ledger, Mirror: c.Mirror, Clock: d.Clock, Log: log, Metrics: c.Metrics,
-		Token: cfg.InternalToken, RequireClientCert: cfg.GRPCClientCA != ""})
+		Token: cfg.InternalToken, PreviousToken: cfg.InternalTokenPrevious, RequireClientCert: cfg.GRPCClientCA != ""})
 	if c.RESTDatabase, err = st.Share(cfg.RESTDatabaseConns); err != nil {
 		return nil, ConfigError{fmt.Errorf("TOLLGATE_REST_DATABASE_CONNS: %w", err)}
 	}

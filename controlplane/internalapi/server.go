@@ -40,6 +40,9 @@ type Deps struct {
 	// Empty means no token is accepted: callers must then present a verified client
 	// certificate (RequireClientCert).
 	Token string
+	// PreviousToken is accepted as well as Token while the token rotates
+	// (TOLLGATE_INTERNAL_TOKEN_PREVIOUS); empty: Token alone. Only with a Token.
+	PreviousToken string
 	// RequireClientCert accepts callers whose TLS client certificate the server verified
 	// (mTLS); with a Token as well, both are required.
 	RequireClientCert bool
@@ -126,7 +129,7 @@ func (s *Server) refusal(ctx context.Context) string {
 	if s.d.Token == "" {
 		return ""
 	}
-	return string(internaltoken.Check(ctx, s.d.Token))
+	return string(internaltoken.Check(ctx, s.d.Token, s.d.PreviousToken))
 }
 
 func verifiedClientCert(ctx context.Context) bool {

@@ -20,6 +20,11 @@ import (
 // Env is the variable both programs read the token from.
 const Env = "TOLLGATE_INTERNAL_TOKEN"
 
+// PreviousEnv is the variable the control plane also accepts a token from while the
+// token rotates (docs/admin.md, "Rotating the internal token"): enforcers still sending
+// the old one are not refused while they roll to the new one. Enforcers send Env only.
+const PreviousEnv = "TOLLGATE_INTERNAL_TOKEN_PREVIOUS"
+
 // MinLength is the shortest token either program accepts: the token is the only thing
 // between the network and every member's spend.
 const MinLength = 16
@@ -30,9 +35,13 @@ const MetadataKey = "authorization"
 // Validate reports a configured token that is too short, or that is no header value
 // ("" when it is fine). An empty token is not this function's problem: whether one is
 // required depends on mTLS.
-func Validate(token string) string {
+func Validate(token string) string { return ValidateVar(Env, token) }
+
+// ValidateVar is Validate for the token read from the variable name (Env or
+// PreviousEnv), which the problem names.
+func ValidateVar(name, token string) string {
 	if token != "" && len(token) < MinLength {
-		return fmt.Sprintf("%s: must be at least %d characters", Env, MinLength)
+		return fmt.Sprintf("%s: must be at least %d characters", name, MinLength)
 	}
 	// A token with a line break (a Secret made from a file with its newline), a space or
 	// a non-ASCII letter would start both programs, and then gRPC would refuse to send
@@ -40,7 +49,7 @@ func Validate(token string) string {
 	// Never the value itself in the message: it is a secret.
 	for i := 0; i < len(token); i++ {
 		if token[i] <= ' ' || token[i] > '~' {
-			return fmt.Sprintf("%s: must be printable ASCII without spaces (a trailing line break of the file it came from?)", Env)
+			return fmt.Sprintf("%s: must be printable ASCII without spaces (a trailing line break of the file it came from?)", name)
 		}
 	}
 	return ""
@@ -63,9 +72,10 @@ const (
 	Mismatch  Refusal = "wrong internal token"
 )
 
-// Check compares the token presented in ctx's incoming metadata with want (not empty),
-// in constant time; the Refusal is "" when it matches.
-func Check(ctx context.Context, want string) Refusal {
+// Check compares the token presented in ctx's incoming metadata with each of want (the
+// first not empty; an empty one matches nothing), in constant time; the Refusal is ""
+// when it matches one of them.
+func Check(ctx context.Context, want ...string) Refusal {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get(MetadataKey)
 	if len(vals) == 0 {
@@ -78,7 +88,12 @@ func Check(ctx context.Context, want string) Refusal {
 	if !ok {
 		return Malformed
 	}
-	if !Matches(presented, want) {
+	// Every one compared, so that the time says nothing of which one matched.
+	matched := false
+	for _, w := range want {
+		matched = Matches(presented, w) || matched
+	}
+	if !matched {
 		return Mismatch
 	}
 	return ""

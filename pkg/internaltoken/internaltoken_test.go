@@ -79,3 +79,26 @@ func TestCheck(t *testing.T) {
 		t.Fatal("RequireTransportSecurity")
 	}
 }
+
+// TestCheckAcceptsEitherOfTwo: during a rotation the control plane accepts the token and
+// the previous one (an empty previous one matches nothing); anything else is refused.
+func TestCheckAcceptsEitherOfTwo(t *testing.T) {
+	const previous = "fedcba9876543210-previous"
+	in := func(tok string) context.Context {
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+tok))
+	}
+	for _, tok := range []string{token, previous} {
+		if got := internaltoken.Check(in(tok), token, previous); got != "" {
+			t.Errorf("%s refused: %q", tok, got)
+		}
+	}
+	if got := internaltoken.Check(in("neither-one-of-them-000"), token, previous); got != internaltoken.Mismatch {
+		t.Errorf("another token: %q", got)
+	}
+	if got := internaltoken.Check(in(previous), token, ""); got != internaltoken.Mismatch {
+		t.Errorf("no previous token configured, the old one: %q", got)
+	}
+	if p := internaltoken.ValidateVar(internaltoken.PreviousEnv, previous+"\n"); !strings.HasPrefix(p, "TOLLGATE_INTERNAL_TOKEN_PREVIOUS:") || strings.Contains(p, previous) {
+		t.Errorf("problem %q", p)
+	}
+}
