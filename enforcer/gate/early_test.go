@@ -2,17 +2,12 @@ package gate_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
-	"github.com/tollgate-dev/tollgate/pkg/clock"
 )
 
 // TestRefusalBeforeBodyAgreesWithTheCheck runs every case of the gate's table twice:
@@ -29,37 +24,7 @@ func TestRefusalBeforeBodyAgreesWithTheCheck(t *testing.T) {
 			continue // made outside the check
 		}
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakes()
-			g := gate.New(gate.Deps{Identity: f.ids, Records: f.records, Starts: f.starts, Settle: f.settle, Inflight: f.tracker,
-				Clock: clock.NewManual(now), Metrics: metrics.New(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				FailOpen: tc.open, BlockedTTL: time.Minute})
-			if tc.setup != nil {
-				tc.setup(f, g)
-			}
-			cred := gate.Credentials{APIKey: "tgk_key"}
-			if tc.cred != nil {
-				cred = *tc.cred
-			}
-			var h gate.Hint
-			if tc.body != "" {
-				h = gate.BodyHint([]byte(tc.body), "/v1/messages", "")
-				if tc.path != "" {
-					h = gate.BodyHint([]byte(tc.body), tc.path, "")
-				}
-			}
-			check := func() gate.Answer {
-				a, err := g.CheckRequest(context.Background(), cred, h)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return a
-			}
-			for range tc.prime {
-				check()
-			}
-			if tc.between != nil {
-				tc.between(f)
-			}
+			g, f, cred, check := tableGate(t, tc, metrics.New(prometheus.NewRegistry()))
 			starts := len(f.starts.items)
 			ea, refused := g.RefusalBeforeBody(context.Background(), cred)
 			if n := len(f.starts.items) - starts; n != 0 {

@@ -574,40 +574,8 @@ func TestGateAnswers(t *testing.T) {
 	for _, tc := range gateCases() {
 		covered[tc.want.reason] = true
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakes()
 			m := metrics.New(prometheus.NewRegistry())
-			g := gate.New(gate.Deps{Identity: f.ids, Records: f.records, Starts: f.starts, Settle: f.settle, Inflight: f.tracker,
-				Clock: clock.NewManual(now), Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				FailOpen: tc.open, BlockedTTL: time.Minute})
-			if tc.setup != nil {
-				tc.setup(f, g)
-			}
-			cred := gate.Credentials{APIKey: "tgk_key"}
-			if tc.cred != nil {
-				cred = *tc.cred
-			}
-			check := func() gate.Answer {
-				t.Helper()
-				var h gate.Hint
-				if tc.body != "" {
-					// What a front door reads of the body (the gateway's, ext_proc's).
-					path := cmp.Or(tc.path, "/v1/messages")
-					if h = gate.BodyHint([]byte(tc.body), path, ""); h.Body == nil {
-						t.Fatalf("no hint from %s", tc.body)
-					}
-				}
-				a, err := g.CheckRequest(context.Background(), cred, h)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return a
-			}
-			for range tc.prime {
-				check()
-			}
-			if tc.between != nil {
-				tc.between(f)
-			}
+			_, f, _, check := tableGate(t, tc, m)
 			startsBefore, admittedBefore := len(f.starts.items), len(f.tracker.admitted)
 			var a gate.Answer
 			if tc.answer != nil {
@@ -652,6 +620,47 @@ func TestGateAnswers(t *testing.T) {
 			t.Errorf("no case answers %s", r)
 		}
 	}
+}
+
+// tableGate is a table case's gate on fresh fakes, its setup applied, and the case's
+// check: its credential and what a front door read of its body, checked once more after
+// the case's priming checks and its change between them and this one.
+func tableGate(t *testing.T, tc gateCase, m *metrics.Metrics) (*gate.Gate, *fakes, gate.Credentials, func() gate.Answer) {
+	t.Helper()
+	f := newFakes()
+	g := gate.New(gate.Deps{Identity: f.ids, Records: f.records, Starts: f.starts, Settle: f.settle, Inflight: f.tracker,
+		Clock: clock.NewManual(now), Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		FailOpen: tc.open, BlockedTTL: time.Minute})
+	if tc.setup != nil {
+		tc.setup(f, g)
+	}
+	cred := gate.Credentials{APIKey: "tgk_key"}
+	if tc.cred != nil {
+		cred = *tc.cred
+	}
+	check := func() gate.Answer {
+		t.Helper()
+		var h gate.Hint
+		if tc.body != "" {
+			// What a front door reads of the body (the gateway's, ext_proc's).
+			path := cmp.Or(tc.path, "/v1/messages")
+			if h = gate.BodyHint([]byte(tc.body), path, ""); h.Body == nil {
+				t.Fatalf("no hint from %s", tc.body)
+			}
+		}
+		a, err := g.CheckRequest(context.Background(), cred, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	for range tc.prime {
+		check()
+	}
+	if tc.between != nil {
+		tc.between(f)
+	}
+	return g, f, cred, check
 }
 
 // sumOf adds up every series of a counter vector.
