@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -108,15 +107,8 @@ func inInstantRange(t time.Time) bool { return !t.Before(minInstant) && t.Before
 // cursorCutoff is the cutoff a recovery list's cursor was made for (its view), if s is
 // a cursor that names one; decodeCursor still checks the whole cursor.
 func cursorCutoff(s string) (time.Time, bool) {
-	if len(s) > maxResetCursorLen {
-		return time.Time{}, false
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return time.Time{}, false
-	}
-	var rc resetCursor
-	if json.Unmarshal(raw, &rc) != nil || rc.List != "recovery" {
+	rc, ok := parseCursor(s)
+	if !ok || rc.List != "recovery" {
 		return time.Time{}, false
 	}
 	t, err := time.Parse(time.RFC3339Nano, rc.View)

@@ -188,19 +188,26 @@ func (rc resetCursor) encode() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeCursor(s string, want resetCursor) (*store.UsageRequestPosition, error) {
-	bad := fault.InvalidAt("is not a cursor of this list; start again without a cursor", "cursor")
+// parseCursor reads a cursor's fields, whatever list it names; decodeCursor holds them
+// to the list asked for.
+func parseCursor(s string) (resetCursor, bool) {
+	var rc resetCursor
 	if len(s) > maxResetCursorLen {
-		return nil, bad
+		return rc, false
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return nil, bad
+		return rc, false
 	}
-	var rc resetCursor
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rc); err != nil {
+	return rc, dec.Decode(&rc) == nil
+}
+
+func decodeCursor(s string, want resetCursor) (*store.UsageRequestPosition, error) {
+	bad := fault.InvalidAt("is not a cursor of this list; start again without a cursor", "cursor")
+	rc, ok := parseCursor(s)
+	if !ok {
 		return nil, bad
 	}
 	// The id goes to Postgres as text: a forged one that is not storable (a NUL) is
