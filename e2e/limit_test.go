@@ -106,6 +106,24 @@ func (s *stack) waitSettled(t *testing.T, o org, n int, used int64) {
 	}
 }
 
+// waitSettledOrDuplicate is waitSettled for settlements that may each have been answered
+// duplicate rather than settled: the enforcer's call timed out after the control plane
+// committed it, and its retry found it settled.
+func (s *stack) waitSettledOrDuplicate(t *testing.T, o org, n int, used int64) {
+	t.Helper()
+	finished := func() float64 {
+		return s.metric(t, "tollgate_enforcer_settlements_total", `outcome="settled"`) +
+			s.metric(t, "tollgate_enforcer_settlements_total", `outcome="duplicate"`)
+	}
+	waitFor(t, 20*time.Second, fmt.Sprintf("settlement %d settled or duplicate (used %d)", n, used), func() bool {
+		return finished() >= float64(n) && s.status(t, o).Buckets[0].UsedMicroUsd == used
+	})
+	voided := s.metric(t, "tollgate_enforcer_settlements_total", `outcome="voided"`)
+	if got := s.metric(t, "tollgate_enforcer_settlements_total") - voided; got != float64(n) || finished() != float64(n) {
+		t.Fatalf("%v settlements of requests finished (%v settled or duplicate), want %d", got, finished(), n)
+	}
+}
+
 // resetRequest is an extension request as the REST API answers it.
 type resetRequest struct {
 	ID, BucketID, Timeframe, PolicyID, Status string
