@@ -17,7 +17,7 @@ import (
 // open. Each takes one of TOLLGATE_GATEWAY_MAX_STREAMS' slots while its body is read,
 // before its check; until 2026-12-02 nothing bounded that read, and two such
 // connections answered every member 503 busy for as long as they stayed. Now the body
-// must arrive within TOLLGATE_GATEWAY_BODY_TIMEOUT (1s here): the stalled clients are
+// must arrive within TOLLGATE_GATEWAY_BODY_TIMEOUT (2s here): the stalled clients are
 // answered 408 service_gateway_body_timeout and their slots are free again.
 func TestGatewayStalledBodiesFreeTheirSlots(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -27,7 +27,9 @@ func TestGatewayStalledBodiesFreeTheirSlots(t *testing.T) {
 	t.Cleanup(up.Close)
 	env := gatewayEnv(up.URL)
 	env["TOLLGATE_GATEWAY_MAX_STREAMS"] = "2"
-	env["TOLLGATE_GATEWAY_BODY_TIMEOUT"] = "1s"
+	// The window in which the slots are held, between the stalled clients' headers and
+	// their timeout: wide, for the test's request to land in it on a loaded machine.
+	env["TOLLGATE_GATEWAY_BODY_TIMEOUT"] = "2s"
 	s := startStack(t, env)
 	addr := strings.TrimPrefix(s.gateway, "http://")
 	post := func() int {
@@ -52,16 +54,18 @@ func TestGatewayStalledBodiesFreeTheirSlots(t *testing.T) {
 		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nContent-Length: 1000\r\n\r\n", ct)
 		stalled[i] = c
 	}
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, 10*time.Second, "both slots taken by the stalled bodies", func() bool {
+		return s.metric(t, "tollgate_enforcer_gateway_active_requests") == 2
+	})
 	if got := post(); got != http.StatusServiceUnavailable {
 		t.Fatalf("with both slots held by stalled bodies a request got %d, want 503 busy", got)
 	}
 
 	for i, c := range stalled {
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		res, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
-			t.Fatalf("stalled client %d: no answer within 5s: %v", i, err)
+			t.Fatalf("stalled client %d: no answer within 10s: %v", i, err)
 		}
 		res.Body.Close()
 		if res.StatusCode != http.StatusRequestTimeout || res.Header.Get("X-Service-Error-Code") != "service_gateway_body_timeout" || !res.Close {
@@ -83,12 +87,13 @@ func TestGatewayStalledUploadsFreeTheirSlots(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body) // as a provider does: the whole upload first
 		if r.Header.Get("X-Test-Slow") != "" {
-			// An answer that streams for three times the body's timeout.
+			// An answer that streams for longer than the body's timeout, its pauses far
+			// shorter than the idle timeout (a loaded machine can stretch a pause).
 			w.Header().Set("Content-Type", "text/event-stream")
-			for range 6 {
+			for range 12 {
 				_, _ = io.WriteString(w, `data: {"type":"transcript.text.delta","delta":"word "}`+"\n\n")
 				w.(http.Flusher).Flush()
-				time.Sleep(500 * time.Millisecond) // the pace of the stream is the point
+				time.Sleep(250 * time.Millisecond) // the pace of the stream is the point
 			}
 			_, _ = io.WriteString(w, `data: {"type":"transcript.text.done","text":"word","usage":{"type":"tokens","input_tokens":10,"output_tokens":5,"total_tokens":15}}`+"\n\n")
 			return
@@ -99,8 +104,10 @@ func TestGatewayStalledUploadsFreeTheirSlots(t *testing.T) {
 	t.Cleanup(up.Close)
 	env := gatewayEnv(up.URL)
 	env["TOLLGATE_GATEWAY_MAX_STREAMS"] = "2"
-	env["TOLLGATE_GATEWAY_BODY_TIMEOUT"] = "1s"
-	env["TOLLGATE_GATEWAY_IDLE_TIMEOUT"] = "1s"
+	// 2s, eight times the slow upload's and answer's pauses below (250ms): with 1s and
+	// 500ms pauses a loaded machine stretched a pause past the timeout.
+	env["TOLLGATE_GATEWAY_BODY_TIMEOUT"] = "2s"
+	env["TOLLGATE_GATEWAY_IDLE_TIMEOUT"] = "2s"
 	s := startStack(t, env)
 	o := s.setUpOrg(t)
 	addr := strings.TrimPrefix(s.gateway, "http://")
@@ -178,7 +185,7 @@ func TestGatewayStalledUploadsFreeTheirSlots(t *testing.T) {
 	}
 
 	// An upload that keeps coming, however slowly, is not cut: pauses shorter than the
-	// timeout, for three times as long in all.
+	// timeout, for longer than it in all.
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -186,9 +193,9 @@ func TestGatewayStalledUploadsFreeTheirSlots(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	tail := "\r\n--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-4o-transcribe\r\n--XyZ--\r\n"
 	head := len("--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.mp3\"\r\nContent-Type: audio/mpeg\r\n\r\n") + 4096
-	upload(c, head+6*1000+len(tail), "X-Test-Slow: 1\r\n")
-	for range 6 {
-		time.Sleep(500 * time.Millisecond) // the pause between the client's writes is the point
+	upload(c, head+12*1000+len(tail), "X-Test-Slow: 1\r\n")
+	for range 12 {
+		time.Sleep(250 * time.Millisecond) // the pause between the client's writes is the point
 		_, _ = c.Write(make([]byte, 1000))
 	}
 	_, _ = io.WriteString(c, tail)
