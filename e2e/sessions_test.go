@@ -7,6 +7,8 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/codes"
+
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
 
 // checkSession asks the enforcer to admit a request presenting a session token.
@@ -21,10 +23,23 @@ func (s *stack) checkSession(t testing.TB, token string) *authv3.CheckResponse {
 	return resp
 }
 
-// invalidationDelay is what a test gives an invalidation to reach the enforcer: far less
+// invalidationsApplied waits until the enforcer has applied every invalidation published
+// before the call: the test publishes one of its own after them (an API key nobody has)
+// and waits for the enforcer to count it, as the channel delivers in order. That is no
+// fixed delay (500ms was, once, which a loaded machine can exceed), and it is far less
 // than the identity cache's TTL (30s), which is all that dropped a session before
 // 2026-12-02.
-const invalidationDelay = 500 * time.Millisecond
+func (s *stack) invalidationsApplied(t testing.TB) {
+	t.Helper()
+	applied := func() float64 {
+		return s.metric(t, "tollgate_enforcer_invalidations_total", `kind="api_key"`)
+	}
+	before := applied()
+	if err := s.layout.Publish(context.Background(), s.rdb, mirror.Invalidation{Kind: mirror.KindAPIKey, ID: "apk_e2e_marker"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the enforcer to apply the invalidations published", func() bool { return applied() > before })
+}
 
 // A signed-out session is refused by the enforcer at once (401), as a revoked API key
 // is: it stayed admitted, and charged, from the identity cache for up to 30s.
@@ -35,7 +50,7 @@ func TestSignedOutSessionIsRefusedByTheEnforcer(t *testing.T) {
 	admitted(t, s.checkSession(t, o.member.token), "within_limit")
 
 	s.must(t, 204, "POST", "/v1/auth/sign-out", o.member.token, "", nil, nil)
-	time.Sleep(invalidationDelay)
+	s.invalidationsApplied(t)
 	resp := s.checkSession(t, o.member.token)
 	if resp.GetStatus().GetCode() == int32(codes.OK) || resp.GetDeniedResponse().GetStatus().GetCode() != 401 {
 		t.Fatalf("the signed-out session: want 401, got %v", resp)
@@ -56,7 +71,7 @@ func TestSessionSwitchingOrganizationIsChargedToTheNewOne(t *testing.T) {
 	other := created.Organization.ID
 
 	s.must(t, 200, "PUT", "/v1/me/active-organization", tok, "", map[string]string{"organizationId": other}, nil)
-	time.Sleep(invalidationDelay)
+	s.invalidationsApplied(t)
 	// In the new organization the user is its owner, under no policy.
 	admitted(t, s.checkSession(t, tok), "unlimited")
 	for _, c := range []struct {
