@@ -331,7 +331,10 @@ func TestRedisAtMaxclientsMeetsTheDeadlinesAndLosesNothing(t *testing.T) {
 		return res.StatusCode == 503 && string(b) == "redis unreachable\n"
 	})
 	s.respond(t, first, "application/json", testio.Chunks(openAIJSON("chatcmpl-big", 8_000_000, 0, 0), 3))
-	s.waitSettled(t, o, 1, 1_200_000) // accounted in Postgres while Redis takes no connection
+	// Accounted in Postgres while Redis takes no connection; settled or, when the
+	// enforcer's call outlasted the control plane's failing record writes (a loaded
+	// machine), duplicate on its retry.
+	s.waitSettledOrDuplicate(t, o, 1, 1_200_000)
 
 	if err := rdb.ConfigSet(ctx, "maxclients", "10000").Err(); err != nil {
 		t.Fatal(err)
