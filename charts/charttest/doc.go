@@ -12,7 +12,10 @@
 // programs accept; what it refuses, they refuse), and check the security and
 // wiring invariants every
 // render must keep (non-root, read-only root file system, probes on the admin
-// ports, credentials only through Secret references).
+// ports, credentials only through Secret references). Each value file is also
+// rendered over the last release's values.yaml (testdata/released, replaced when
+// a release is cut), as `helm upgrade --reuse-values` renders it: a value added
+// since must not be required by a template.
 //
 // helm and kubeconform are built once per test run from the versions pinned
 // in tools/go.mod. Without them the tests skip, except under CI=true, where
