@@ -31,6 +31,11 @@
 // field) and none whose copy was acknowledged, so a start never sends, nor spools, a
 // settlement twice because of an earlier start.
 //
+// Versions: a rolling upgrade or a rollback hands a spool to the other version (the
+// emptyDir of a pod whose container restarts with another image), so the record format
+// is kept across releases. A segment the last release wrote is in testdata, with the
+// tests that this build replays it and writes the same records.
+//
 // One process per directory: Open takes an exclusive lock on it.
 //
 // It does not send settlements (package settleq does) and does not decide what they say.
