@@ -2,7 +2,8 @@
 // destination a test may read while a program writes it, a body cut into the arbitrary
 // pieces a stream arrives in, a request body its server has closed, one request sent and
 // its answer read whole, a free loopback address, the path of a third-party tool, a
-// browser app's calls in the real Chromium, and the process's resident set. Tests only;
+// browser app's calls in the real Chromium, the process's resident set, and an upstream that
+// switches protocols (h2c, WebSocket) with a client that upgrades to h2c. Tests only;
 // nothing in a program imports it.
 package testio
 

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
+	"strings"
 
 	"golang.org/x/net/http/httpguts"
 
@@ -115,16 +117,22 @@ func (p *Proxy) swapCredentials(h http.Header) {
 	}
 }
 
-// dropConnection drops the client's Connection header, keeping only its "upgrade" (the
-// reverse proxy needs it for a WebSocket), as deploy/caddy/Caddyfile does: the reverse
+// dropConnection drops the client's Connection header, keeping only a WebSocket's
+// "upgrade" (the reverse proxy needs it), as deploy/caddy/Caddyfile does: the reverse
 // proxy drops the headers a Connection header names after this proxy set its own, so
 // "Connection: X-Service-Request-Id" took the request id away from the upstream and
 // "Connection: Authorization" the provider's credential. The standard hop-by-hop
-// headers (Keep-Alive, TE...) the reverse proxy drops whatever Connection says.
+// headers (Keep-Alive, TE...) the reverse proxy drops whatever Connection says. An
+// Upgrade to anything but a WebSocket is dropped too: the reverse proxy tunnels any
+// protocol the upstream switches to, and over an h2c tunnel (Hypercorn accepts "Upgrade:
+// h2c") every request after the first reached the upstream unchecked.
 func dropConnection(h http.Header) {
-	upgrade := httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade")
+	webSocket := httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade") &&
+		slices.ContainsFunc(h.Values("Upgrade"), func(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "websocket") })
 	h.Del("Connection")
-	if upgrade {
+	h.Del("Upgrade")
+	if webSocket {
 		h.Set("Connection", "Upgrade")
+		h.Set("Upgrade", "websocket")
 	}
 }

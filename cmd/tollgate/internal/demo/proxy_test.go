@@ -1,12 +1,19 @@
 package demo
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
 // The built-in proxy swaps credentials as the Caddyfile does: the member's Tollgate key
@@ -164,5 +171,43 @@ func TestProxyLetsBrowserAppsCall(t *testing.T) {
 	if res.StatusCode != 200 || res.Header.Values("Access-Control-Allow-Origin")[0] != "*" || len(res.Header.Values("Access-Control-Allow-Origin")) != 1 ||
 		res.Header.Get("Access-Control-Allow-Credentials") != "" || calls != 1 {
 		t.Fatalf("answer: %d %v, %d upstream calls", res.StatusCode, res.Header, calls)
+	}
+}
+
+// Only a WebSocket's upgrade goes upstream, as through the Caddyfile: a client's
+// "Upgrade: h2c", which an upstream such as Hypercorn accepts with a 101, made the
+// reverse proxy tunnel the connection, and every request the client then sent over it
+// as an HTTP/2 stream reached the upstream unchecked. The WebSocket still goes through.
+func TestProxyTunnelsOnlyWebSockets(t *testing.T) {
+	checks := 0
+	enf := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		checks++
+		w.Header().Set("X-Service-Request-Id", "req_"+strconv.Itoa(checks))
+	}))
+	defer enf.Close()
+	up := testio.NewUpgradingUpstream(t)
+	px := Proxy{CheckURL: enf.URL + "/check", Client: http.DefaultClient}
+	px.Upstream, _ = url.Parse("http://" + up.Addr)
+	srv := httptest.NewServer(&px)
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	for _, upgrade := range []string{"h2c", "websocket, h2c", "h2c\r\nUpgrade: websocket"} {
+		served := testio.H2CThrough(t, addr, "tgk_k", upgrade, 3)
+		if got := up.Calls(); served != 0 || len(got) != 1 || got[0] != "req_"+strconv.Itoa(checks) {
+			t.Fatalf("Upgrade: %q: %d requests served over a tunnel; the upstream saw request ids %q (%d checked)", upgrade, served, got, checks)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://"+addr+"/v1/realtime", &websocket.DialOptions{HTTPHeader: http.Header{"X-Api-Key": {"tgk_k"}}})
+	if err != nil {
+		t.Fatalf("a WebSocket through the proxy: %v", err)
+	}
+	defer c.CloseNow()
+	if err := c.Write(ctx, websocket.MessageText, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if _, msg, err := c.Read(ctx); err != nil || string(msg) != "hello" {
+		t.Fatalf("echo %q, %v", msg, err)
 	}
 }
