@@ -148,7 +148,10 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 // X-Forwarded-Method and X-Forwarded-Uri, which Caddy's forward_auth, Traefik's
 // forwardAuth and tollgate dev's proxy set, else the check's own (Envoy's HTTP ext_authz
 // sends the request's method, and its path and query after its path_prefix:
-// /check/v1/...). A query in both is judged whole.
+// /check/v1/...). A query in both is judged whole, and with each ";" read as "&":
+// Traefik sends the query upstream so (its forwardAuth sends /check the query as it
+// came), and "?x=1;alt=proto" passed /check as one parameter x and reached the provider
+// as alt=proto. Read so, what any proxy sends on is judged at least as strictly.
 func original(r *http.Request) (method, path, rawQuery string) {
 	method, path, rawQuery = r.Method, strings.TrimPrefix(r.URL.Path, "/check"), r.URL.RawQuery
 	if m := r.Header.Get("X-Forwarded-Method"); m != "" {
@@ -164,7 +167,7 @@ func original(r *http.Request) (method, path, rawQuery string) {
 			rawQuery = q + "&" + rawQuery
 		}
 	}
-	return method, path, rawQuery
+	return method, path, strings.ReplaceAll(rawQuery, ";", "&")
 }
 
 // methodOverrides are the headers naming another method than the request's own.

@@ -373,6 +373,13 @@ func TestCheckRefusesWhatTheProxyCannotRemove(t *testing.T) {
 		// in it (gate.MethodRefusal).
 		{"TRACE", "", map[string]string{"X-Api-Key": w.Key, "X-Forwarded-Method": "TRACE", "X-Forwarded-Uri": "/v1/chat/completions"}, 405, "service_gateway_method_unsupported"},
 		{"trace in lower case", "", map[string]string{"X-Api-Key": w.Key, "X-Forwarded-Method": "trace"}, 405, "service_gateway_method_unsupported"},
+		// Traefik sends the query on with each ";" turned into "&" (its forwardAuth sends
+		// /check the query as it came): judged as the upstream gets it.
+		{"alt=proto after a semicolon", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Uri": gen + "?x=1;alt=proto"},
+			400, "service_gateway_response_format_unsupported"},
+		{"a field mask after a semicolon", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Uri": gen + "?x=1;fields=candidates"},
+			400, "service_gateway_response_format_unsupported"},
+		{"the key after a semicolon", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Uri": gen + "?key=AIza-provider;token=" + w.Key}, 401, ""},
 		// What passes.
 		{"alt=sse", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Uri": gen + "?alt=sse"}, 200, ""},
 		{"a file's download", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/v1beta/files/a:download?alt=media"}, 200, ""},
