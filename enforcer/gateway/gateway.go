@@ -440,9 +440,10 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	// whether it may go at all (forward).
 	codings := requestbody.Codings(r.Header.Values("Content-Encoding"))
 	var skipped int64 // whitespace before a JSON object sent with an upload's type, dropped
+	p.in = r.Body
 	if p.upload = isUpload(r.Header.Get("Content-Type")) && !requestbody.AlwaysJSON(r.URL.Path) && len(codings) == 0; p.upload {
 		var opensJSON bool
-		opensJSON, skipped, err = opensAsJSON(r, gw.cfg.MaxBodyBytes)
+		p.in, opensJSON, skipped, err = opensAsJSON(r.Body, gw.cfg.MaxBodyBytes)
 		p.upload = !opensJSON
 	}
 	if err == nil && !p.upload {
@@ -451,7 +452,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		if announced > 0 {
 			announced -= skipped
 		}
-		body, err = readBody(http.MaxBytesReader(unwrapped(w), r.Body, limit), announced, limit)
+		body, err = readBody(http.MaxBytesReader(unwrapped(w), p.in, limit), announced, limit)
 		if err == nil && len(codings) > 0 {
 			// Compressed: decoded here, sent decoded (requestcoding.go), holding a share
 			// of the decoding budget until the check is done; the slots do not bound
@@ -502,6 +503,14 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 			gw.answered(w, OutcomeClientGone)
 			writeError(w, http.StatusRequestTimeout, "invalid_request_error", "service_gateway_body_timeout",
 				"The request body did not arrive within "+gw.cfg.BodyTimeout.String()+".", nil)
+		case brokenFraming(err) && r.Context().Err() == nil:
+			// The client is there and sent a body that cannot be read (a broken chunk):
+			// answered, the connection closed (net/http closes it: what follows is no
+			// request). Before 2026-12-03 nothing was written, and net/http answered an
+			// empty 200, which a client took for success.
+			gw.answered(w, OutcomeBadBody)
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_request_body_malformed",
+				"The request body's framing is broken (its chunked encoding): it cannot be read.", nil)
 		default:
 			gw.answered(w, OutcomeClientGone)
 		}
@@ -546,6 +555,15 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// brokenFraming tells a body read's error that is the body's own framing (net/http's
+// chunked reader: a size that is no hex number, a chunk longer than its size, a bad line
+// ending), not the client gone (the connection cut: an unexpected EOF, a network error).
+func brokenFraming(err error) bool {
+	var ne net.Error
+	return !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) && !errors.As(err, &ne) &&
+		!errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrBodyReadAfterClose)
+}
+
 // expectsContinue tells whether the client waits for a 100 (Continue) before it sends
 // the request's body (RFC 9110, 10.1.1), as curl does for a body over 1 MB. net/http
 // keeps the header and sends the 100 at the body's first read.
@@ -574,25 +592,25 @@ func expectsContinue(r *http.Request) bool {
 // body it is dropped and skipped tells how much, which counts against limit (the body
 // cap): more than limit is a JSON body over the cap (the caller's read of the rest
 // fails at once, 413), never read further. For any other body it is put back in front
-// of the rest, the same bytes, and the body goes as an upload. Its error is the body's
+// of the rest, the same bytes, and the body goes as an upload. in is the body to read
+// from then on: what was looked at, put back in front of body. Its error is the body's
 // read deadline's (BodyTimeout), which the caller answers 408; another failure is the
 // upload path's to see.
-func opensAsJSON(r *http.Request, limit int64) (json bool, skipped int64, err error) {
-	peek := bufio.NewReaderSize(r.Body, 512)
+func opensAsJSON(body io.ReadCloser, limit int64) (in io.ReadCloser, json bool, skipped int64, err error) {
+	peek := bufio.NewReaderSize(body, 512)
 	var space leadingSpace
-	rest := func(front io.Reader) {
-		r.Body = struct {
+	rest := func(front io.Reader) io.ReadCloser {
+		return struct {
 			io.Reader
 			io.Closer
-		}{front, r.Body}
+		}{front, body}
 	}
 	var bom int64 // the BOM's bytes skipped, put back in front of anything but JSON
 	if b, err := peek.Peek(len(requestbody.BOM)); string(b) == requestbody.BOM {
 		n, _ := peek.Discard(len(requestbody.BOM))
 		bom = int64(n)
 	} else if errors.Is(err, os.ErrDeadlineExceeded) {
-		rest(peek)
-		return false, 0, err
+		return rest(peek), false, 0, err
 	}
 	notJSON := func() io.Reader {
 		return io.MultiReader(strings.NewReader(requestbody.BOM[:bom]), space.reader(), peek)
@@ -601,28 +619,24 @@ func opensAsJSON(r *http.Request, limit int64) (json bool, skipped int64, err er
 		b, err := peek.Peek(1)
 		if len(b) == 0 {
 			// The body ended, or failed: the upload path sees the same.
-			rest(notJSON())
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return false, 0, err
+				return rest(notJSON()), false, 0, err
 			}
-			return false, 0, nil
+			return rest(notJSON()), false, 0, nil
 		}
 		switch b[0] {
 		case ' ', '\t', '\r', '\n':
 			if bom+space.n >= limit {
 				// Over the cap: the byte is left for the caller's read to find.
-				rest(peek)
-				return true, bom + space.n, nil
+				return rest(peek), true, bom + space.n, nil
 			}
 			space.add(b[0])
 			_, _ = peek.Discard(1)
 			continue
 		case '{':
-			rest(peek)
-			return true, bom + space.n, nil
+			return rest(peek), true, bom + space.n, nil
 		}
-		rest(notJSON())
-		return false, 0, nil
+		return rest(notJSON()), false, 0, nil
 	}
 }
 
@@ -765,6 +779,12 @@ type proxied struct {
 	// object), from admission until the upstream request carries the body.
 	body []byte
 	est  *estimate.Request
+	// in is what is read of the client's body: r.Body, or the bytes opensAsJSON looked
+	// at put back in front of it. r.Body itself is never replaced: net/http judges by it
+	// whether the body was read to its end, and closes the connection when it was not
+	// (otherwise what follows a body cut short, a broken chunk's rest, would be read as
+	// the next request).
+	in io.ReadCloser
 	// decoded: the body came compressed and body is what it decoded to.
 	decoded bool
 	// settled: the request was reported to the tracker.
@@ -1055,6 +1075,17 @@ func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 			"The request body stopped arriving for "+gw.cfg.BodyTimeout.String()+".", nil)
 		return
 	}
+	if p.stall != nil && p.stall.broken.Load() && r.Context().Err() == nil {
+		// The client's upload broke off in a broken chunk: answered as such a body before
+		// the check is (400), not as the upstream's failure. The upstream had part of it,
+		// which it cannot bill as a request: nothing is charged.
+		gw.answered(w, OutcomeBadBody)
+		p.settle(inflight.Usage{Complete: true, UpstreamStatus: http.StatusBadRequest, Seen: &inflight.Seen{}})
+		p.nameRequest(w.Header())
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_request_body_malformed",
+			"The request body's framing is broken (its chunked encoding): it cannot be read.", nil)
+		return
+	}
 	if r.Context().Err() != nil {
 		gw.answered(w, OutcomeClientGone)
 		p.settleReceived()
@@ -1156,7 +1187,7 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 	case p.upload && r.ContentLength != 0:
 		// Ended at its length: the transport's look past the end must not read the
 		// server's body, which the server closes once the answer begins (relaybody).
-		unread := relaybody.EndAtLength(r.Body, r.ContentLength)
+		unread := relaybody.EndAtLength(p.in, r.ContentLength)
 		if p.stall != nil { // outside EndAtLength, so that it sees the body end at its length
 			p.stall.body, unread = unread, p.stall
 		}

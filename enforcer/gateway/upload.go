@@ -113,6 +113,7 @@ type uploadStall struct {
 	rc      *http.ResponseController
 	timeout time.Duration
 	stalled atomic.Bool // a read ended at the deadline
+	broken  atomic.Bool // a read found the body's framing broken (brokenFraming)
 
 	mu  sync.Mutex
 	off bool
@@ -128,6 +129,8 @@ func (u *uploadStall) Read(p []byte) (int, error) {
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			u.stalled.Store(true)
+		} else if err != io.EOF && brokenFraming(err) {
+			u.broken.Store(true)
 		}
 		u.lift()
 	}

@@ -26,7 +26,7 @@ func TestUploadEndsAtItsLength(t *testing.T) {
 			r, _ := http.NewRequest("POST", "http://gateway.test/v1/audio/transcriptions", nil)
 			r.Header.Set("Content-Type", c.contentType)
 			r.Body, r.ContentLength = testio.NewServerBody(c.body), int64(len(c.body))
-			p := &proxied{upload: true, route: &Route{Upstream: &url.URL{Scheme: "http", Host: "upstream.test"}, Header: "Authorization"}}
+			p := &proxied{upload: true, in: r.Body, route: &Route{Upstream: &url.URL{Scheme: "http", Host: "upstream.test"}, Header: "Authorization"}}
 			out, err := p.upstreamRequest(context.Background(), r, nil, "Bearer provider", false)
 			if err != nil {
 				t.Fatal(err)
