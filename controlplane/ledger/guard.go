@@ -24,7 +24,7 @@ import (
 func (l *Ledger) guardStarts(ctx context.Context, tx *store.PipelinedTx, first map[string]*startJob, read store.StartBatchRead) (map[string]accounting.GuardRefusal, error) {
 	var guarded []*startJob
 	for id, sj := range first {
-		if sj.guarded && read.Inserted[id] {
+		if sj.guarded && read.Inserted[id] && !read.Voided[id] {
 			guarded = append(guarded, sj)
 		}
 	}

@@ -462,15 +462,22 @@ func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []
 				Snapshot: j.item.snapJSON})
 		}
 	}
-	var voids []string
+	var voids []store.Void
 	for _, j := range jobs {
 		if j.item.voided {
-			voids = append(voids, j.item.in.GetRequestId())
+			voids = append(voids, store.Void{RequestID: j.item.in.GetRequestId(), OrganizationID: j.item.in.GetOrganizationId(),
+				MemberID: j.item.in.GetMemberId()})
 		}
 	}
 	read, err := store.ReadSettleStarts(ctx, tx, ids, events, voids, now)
 	if err != nil {
 		return none, err
+	}
+	var foundVoids []string
+	for _, v := range voids {
+		if _, ok := read.Starts[v.RequestID]; ok {
+			foundVoids = append(foundVoids, v.RequestID)
+		}
 	}
 	late := lateReports(read)
 	var createTracking, members, receiptIDs []string
@@ -495,7 +502,7 @@ func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []
 		tables[org] = newOrgPrices(ps)
 	}
 
-	s := &settlement{now: now, w: store.SettleWrites{CloseState: "settled"}, buckets: map[string]*store.BucketDelta{},
+	s := &settlement{now: now, w: store.SettleWrites{CloseState: "settled", FoundVoids: foundVoids}, buckets: map[string]*store.BucketDelta{},
 		members: map[string]*store.TrackingDelta{}, bump: map[string]bool{}}
 	for m := range state.CreatedTracking {
 		s.bump[m] = true

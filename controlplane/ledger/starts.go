@@ -180,6 +180,8 @@ func (l *Ledger) startBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*
 		r := &internalv1.StartResult{RequestId: id}
 		results[id] = r
 		switch {
+		case read.Voided[id]:
+			voidedAnswer(r)
 		case read.Inserted[id]:
 			tr := read.Tracking[member]
 			r.TrackingVersion = tr.Version
@@ -234,6 +236,8 @@ func (l *Ledger) fencedStarts(jobs []*job[*startJob, *internalv1.StartResult], f
 			r := &internalv1.StartResult{RequestId: id}
 			verdict := accounting.Admit(tr.CaptureEnabled, tr.Version, sj.snap.TrackingVersion)
 			switch {
+			case read.Voided[id]:
+				voidedAnswer(r)
 			case read.Inserted[id]:
 				r.Outcome, r.TrackingVersion = internalv1.StartOutcome_START_OUTCOME_RECORDED, tr.Version
 			case read.Existing[id] != "":
@@ -260,6 +264,15 @@ func (l *Ledger) fencedStarts(jobs []*job[*startJob, *internalv1.StartResult], f
 }
 
 const notAMember = "member_id is not an active member of organization_id"
+
+// voidedAnswer answers a start written after its request's void had committed
+// (store.StartBatchRead.Voided): it was removed as it was written, and is refused. Its
+// enforcer voided it because the call that made it failed, so nobody waits for this
+// answer; the request is never forwarded under this id.
+func voidedAnswer(r *internalv1.StartResult) {
+	r.Outcome, r.Message = internalv1.StartOutcome_START_OUTCOME_INVALID,
+		"request_id was voided before its start was recorded: the start is not recorded"
+}
 
 // fenceAnswer sets r to the fence's verdict on a start and tells whether it refused it.
 func fenceAnswer(r *internalv1.StartResult, verdict accounting.Admission, sj *startJob, tr store.TrackingState) (refused bool) {

@@ -2,6 +2,8 @@ package ledger_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,6 +85,93 @@ func TestVoidOfAStartStillBeingWritten(t *testing.T) {
 	err := e.Store.Pool.QueryRow(ctx, `SELECT state FROM usage_request_starts WHERE request_id = $1`, id).Scan(&state)
 	if err == nil {
 		t.Fatalf("the voided start is %s after its batch committed: it holds its reservation and its place under the cap", state)
+	}
+	at.Check(t, e.Store)
+}
+
+// TestStartRecordedAfterItsVoid: the void of a failed guarded start can commit before
+// that start's batch has written its row at all (the batch waited for a connection, ran
+// again after losing one, or runs on another control plane). The start recorded after
+// its void must not stay pending, holding its reservation and its place under the
+// member's cap until abandonment recovery; a void naming another member voids nothing.
+func TestStartRecordedAfterItsVoid(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 2)
+	m, other := ms[0], ms[1]
+	now := e.Clock.Now()
+	id := at.ReqID()
+	if r := settle1(t, e, void(id, org, m)); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED {
+		t.Fatalf("void: %v", r)
+	}
+	if r := start1(t, e, guardedStart(id, org, m, now, 90_000, 1)); r.Outcome == internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Errorf("the start written after its void: %v, want it refused (voided)", r)
+	}
+	if _, pending, _, _, _ := e.Tracking(t, m); pending != 0 {
+		t.Fatalf("pending %d after a start written after its void, want 0: it holds its reservation and its place under the cap", pending)
+	}
+	if r := start1(t, e, guardedStart(at.ReqID(), org, m, now, 90_000, 1)); r.Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("the member's next request: %v, want recorded (nothing in flight)", r)
+	}
+	// A void that names another member than the start's leaves that start alone.
+	real := at.ReqID()
+	if r := settle1(t, e, void(real, org, other)); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED {
+		t.Fatalf("void for another member: %v", r)
+	}
+	if r := start1(t, e, at.StartItem(real, org, m, now, 0)); r.Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("a start another member's void named: %v, want recorded", r)
+	}
+	if r := settle1(t, e, &internalv1.SettleItem{RequestId: real, UpstreamCostMicroUsd: at.Cost(700), Complete: true}); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("its settlement: %v", r)
+	}
+	at.Check(t, e.Store)
+}
+
+// TestStartsAndTheirVoidsRacingOnTwoLedgers: each request's start goes to one control
+// plane and its void to the other at the same moment. Whatever the order in which their
+// transactions write, nothing is left pending, nothing is charged, and every answer is
+// consistent: a start answered recorded was removed by its void.
+func TestStartsAndTheirVoidsRacingOnTwoLedgers(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	other := secondLedger(t, e)
+	org, ms := e.Org(t, 4)
+	now := e.Clock.Now()
+	n := 200
+	if testing.Short() {
+		n = 60
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		id, m := at.ReqID(), ms[i%len(ms)]
+		starter, voider := e.Ledger, other
+		if i%2 == 1 {
+			starter, voider = other, e.Ledger
+		}
+		wg.Go(func() {
+			if _, err := starter.Start(ctx, []*internalv1.StartItem{guardedStart(id, org, m, now, 1_000, 1_000)}); err != nil {
+				errs <- err
+			}
+		})
+		wg.Go(func() {
+			res, err := voider.Settle(ctx, []*internalv1.SettleItem{void(id, org, m)})
+			if err == nil && res[0].GetOutcome() != internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED {
+				err = fmt.Errorf("void of %s: %v", id, res[0])
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var pending int64
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_request_starts`).Scan(&pending); err != nil || pending != 0 {
+		t.Fatalf("%d starts left after their voids (%v), want none", pending, err)
 	}
 	at.Check(t, e.Store)
 }

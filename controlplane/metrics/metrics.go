@@ -80,7 +80,7 @@ type Metrics struct {
 	// run; the serve schedule tries again at its next interval).
 	RetentionRuns *prometheus.CounterVec
 	// RetentionRemoved counts what applied retention runs removed, by kind:
-	// start_snapshot, receipt_detail, quarantine_record, session, invitation.
+	// start_snapshot, receipt_detail, quarantine_record, void_record, session, invitation.
 	RetentionRemoved *prometheus.CounterVec
 	// Reconciliations counts quarantined settlements charged by reviewed reconciliation.
 	Reconciliations prometheus.Counter
@@ -117,7 +117,7 @@ var (
 	unpricedSources = []string{"fallback", "unknown"}
 	adjustments     = []string{"model_cleaned", "usage_bounded", "cost_capped", "stored_without_model"}
 	retentionRuns   = []string{"applied", "preview", "error"}
-	retentionKinds  = []string{"start_snapshot", "receipt_detail", "quarantine_record", "session", "invitation"}
+	retentionKinds  = []string{"start_snapshot", "receipt_detail", "quarantine_record", "void_record", "session", "invitation"}
 )
 
 // New registers the control plane's metrics on reg.

@@ -20,6 +20,9 @@
 //     that claim no organization (a /settle of a request id no enforcer admitted) can
 //     be listed and reconciled by nobody: they are deleted once last seen before the
 //     cutoff.
+//   - void records (a void that found no start leaves one, so that a start written after
+//     it is removed as it is written) voided before the cutoff are deleted: a start comes
+//     within seconds of its void, if at all.
 //   - login sessions that ended (revoked, or expired) before the cutoff are deleted; a
 //     live one stays whatever its age. Nothing references a session row, and a deleted
 //     session's token is refused as an unknown one is (401), as it was once it ended.
@@ -142,14 +145,17 @@ type Report struct {
 	Starts, Receipts, Quarantine Kind
 	// Sessions and Invitations: ended login sessions and invitations, deleted.
 	Sessions, Invitations Kind
+	// Voids: void records (usage_voided_requests) voided before the cutoff, deleted.
+	Voids Kind
 }
 
 func newReport(cutoff time.Time, apply bool) Report {
 	return Report{Cutoff: cutoff, Applied: apply, Starts: Kind{Kept: map[string]int64{}}, Receipts: Kind{Kept: map[string]int64{}},
-		Quarantine: Kind{Kept: map[string]int64{}}, Sessions: Kind{Kept: map[string]int64{}}, Invitations: Kind{Kept: map[string]int64{}}}
+		Quarantine: Kind{Kept: map[string]int64{}}, Sessions: Kind{Kept: map[string]int64{}}, Invitations: Kind{Kept: map[string]int64{}},
+		Voids: Kind{Kept: map[string]int64{}}}
 }
 
-// Run walks starts, receipts, quarantine records, sessions and invitations once, in
+// Run walks starts, receipts, quarantine records, void records, sessions and invitations once, in
 // batches of o.Batch rows (one transaction each), logging progress per batch. An applied
 // run is audited (usage.retention.apply) with its summary, a scheduled one only when it
 // removed something; one that ends with an error after removing anything is audited too,
@@ -177,6 +183,7 @@ func Run(ctx context.Context, d Deps, o Options) (Report, error) {
 		d.Metrics.RetentionRemoved.WithLabelValues("start_snapshot").Add(float64(r.Starts.Removed))
 		d.Metrics.RetentionRemoved.WithLabelValues("receipt_detail").Add(float64(r.Receipts.Removed))
 		d.Metrics.RetentionRemoved.WithLabelValues("quarantine_record").Add(float64(r.Quarantine.Removed))
+		d.Metrics.RetentionRemoved.WithLabelValues("void_record").Add(float64(r.Voids.Removed))
 		d.Metrics.RetentionRemoved.WithLabelValues("session").Add(float64(r.Sessions.Removed))
 		d.Metrics.RetentionRemoved.WithLabelValues("invitation").Add(float64(r.Invitations.Removed))
 	}
@@ -209,8 +216,8 @@ func run(ctx context.Context, d Deps, o Options) (Report, error) {
 		}
 	}
 	log.Info("retention finished", "starts_removed", r.Starts.Removed, "receipts_removed", r.Receipts.Removed,
-		"quarantine_removed", r.Quarantine.Removed, "sessions_removed", r.Sessions.Removed, "invitations_removed", r.Invitations.Removed,
-		"starts_kept_pending", r.Starts.Kept[KeptPending])
+		"quarantine_removed", r.Quarantine.Removed, "voids_removed", r.Voids.Removed, "sessions_removed", r.Sessions.Removed,
+		"invitations_removed", r.Invitations.Removed, "starts_kept_pending", r.Starts.Kept[KeptPending])
 	return r, nil
 }
 
@@ -229,6 +236,9 @@ func walkAll(ctx context.Context, d Deps, o Options, r *Report, now time.Time, l
 	if err := runQuarantine(ctx, d, o, r, log); err != nil {
 		return fmt.Errorf("retention of quarantine records: %w", err)
 	}
+	if err := runVoids(ctx, d, o, r, log); err != nil {
+		return fmt.Errorf("retention of void records: %w", err)
+	}
 	if err := runEnded(ctx, d, o, store.SessionsTable, "sessions", &r.Sessions, now, r.Cutoff, log); err != nil {
 		return fmt.Errorf("retention of sessions: %w", err)
 	}
@@ -244,6 +254,7 @@ func audit(ctx context.Context, d Deps, o Options, r Report, now time.Time, runE
 	details := map[string]any{"cutoff": r.Cutoff.Format(time.RFC3339), "age": o.Age.String(),
 		"startsPruned": r.Starts.Removed, "receiptsPruned": r.Receipts.Removed, "quarantineDeleted": r.Quarantine.Removed,
 		"startsKept": r.Starts.Kept, "receiptsKept": r.Receipts.Kept, "quarantineKept": r.Quarantine.Kept,
+		"voidsDeleted": r.Voids.Removed, "voidsKept": r.Voids.Kept,
 		"sessionsDeleted": r.Sessions.Removed, "invitationsDeleted": r.Invitations.Removed,
 		"sessionsKept": r.Sessions.Kept, "invitationsKept": r.Invitations.Kept}
 	if runErr != nil {
@@ -258,7 +269,7 @@ func audit(ctx context.Context, d Deps, o Options, r Report, now time.Time, runE
 
 // Removed is how many rows the run removed (or, in a preview, would remove), all kinds.
 func (r Report) Removed() int64 {
-	return r.Starts.Removed + r.Receipts.Removed + r.Quarantine.Removed + r.Sessions.Removed + r.Invitations.Removed
+	return r.Starts.Removed + r.Receipts.Removed + r.Quarantine.Removed + r.Voids.Removed + r.Sessions.Removed + r.Invitations.Removed
 }
 
 // judgeStart says whether a start's raw snapshot may go, or why it stays. Pending comes
@@ -435,6 +446,32 @@ func runQuarantine(ctx context.Context, d Deps, o Options, r *Report, log *slog.
 	}, &r.Quarantine, log)
 }
 
+// runVoids deletes the void records voided before the cutoff. A void's record waits for a
+// start of its request written after it (store.ReadSettleStarts), which comes within
+// seconds if at all: the cutoff, at least MinAge ago, is far past any.
+func runVoids(ctx context.Context, d Deps, o Options, r *Report, log *slog.Logger) error {
+	return walk(ctx, d, o, table[store.RetainedVoid, string]{
+		name: "voids",
+		read: func(ctx context.Context, tx pgx.Tx, after string, limit int) ([]store.RetainedVoid, error) {
+			return store.VoidsAfter(ctx, tx, after, limit)
+		},
+		judge: func(v store.RetainedVoid) (bool, string) {
+			if !v.VoidedAt.Before(r.Cutoff) {
+				return false, KeptRecent
+			}
+			return true, ""
+		},
+		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedVoid) (int64, error) {
+			ids := make([]string, len(rows))
+			for i, v := range rows {
+				ids[i] = v.RequestID
+			}
+			return store.DeleteVoids(ctx, tx, ids, r.Cutoff)
+		},
+		key: func(v store.RetainedVoid) string { return v.RequestID },
+	}, &r.Voids, log)
+}
+
 // runEnded deletes the rows of t (login sessions, invitations) that ended before the
 // cutoff; live ones and those ended since are kept.
 func runEnded(ctx context.Context, d Deps, o Options, t store.EndingTable, name string, k *Kind, now, cutoff time.Time, log *slog.Logger) error {
@@ -471,7 +508,7 @@ func (r Report) Write(w io.Writer) {
 		name string
 		kind Kind
 	}{{"start snapshots", r.Starts}, {"receipt detail", r.Receipts}, {"reviewed quarantine records", r.Quarantine},
-		{"ended sessions", r.Sessions}, {"ended invitations", r.Invitations}} {
+		{"void records", r.Voids}, {"ended sessions", r.Sessions}, {"ended invitations", r.Invitations}} {
 		kept := ""
 		for _, reason := range slices.Sorted(maps.Keys(k.kind.Kept)) {
 			if kept != "" {
@@ -522,6 +559,7 @@ func (s Schedule) Run(ctx context.Context) error {
 			// removed is audited as interrupted; say so whatever the context's state.
 			s.Deps.Log.Warn("scheduled retention interrupted after removing data (audited as interrupted); the rest waits for the next run", "err", err,
 				"starts_removed", r.Starts.Removed, "receipts_removed", r.Receipts.Removed, "quarantine_removed", r.Quarantine.Removed,
+				"voids_removed", r.Voids.Removed,
 				"sessions_removed", r.Sessions.Removed, "invitations_removed", r.Invitations.Removed)
 		case ctx.Err() == nil:
 			s.Deps.Log.Error("scheduled retention failed; trying again at the next interval", "err", err)

@@ -284,3 +284,35 @@ func TestRetentionDeletesQuarantineRecordsNobodyCanReview(t *testing.T) {
 		t.Fatalf("%d quarantine records left, want 2", n)
 	}
 }
+
+// TestRetentionDeletesOldVoidRecords: a void that found no start leaves a record for a
+// start written after it (usage_voided_requests); such a record is needed only while
+// that start may still arrive, so retention deletes those voided before its cutoff,
+// as it does the other request-level rows.
+func TestRetentionDeletesOldVoidRecords(t *testing.T) {
+	e := accountingtest.New(t, accountingtest.Options{})
+	org, ms := e.Org(t, 1)
+	f := fixture{e: e, org: org, member: ms[0]}
+	old := e.Clock.Now()
+	void := func(id string) {
+		t.Helper()
+		if o := f.settle(t, &internalv1.SettleItem{RequestId: id, OrganizationId: org, MemberId: f.member, Voided: true}); o != internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED {
+			t.Fatalf("void %s: %v", id, o)
+		}
+	}
+	void("req_void_old_1")
+	void("req_void_old_2")
+	e.Clock.Set(old.Add(95 * 24 * time.Hour))
+	void("req_void_recent")
+	e.Clock.Set(old.Add(100 * 24 * time.Hour))
+	if n := f.count(t, `SELECT count(*) FROM usage_voided_requests`); n != 3 {
+		t.Fatalf("%d void records, want 3", n)
+	}
+	f.run(t, true, 2)
+	if n := f.count(t, `SELECT count(*) FROM usage_voided_requests WHERE request_id = 'req_void_recent'`); n != 1 {
+		t.Fatal("the recent void record was deleted")
+	}
+	if n := f.count(t, `SELECT count(*) FROM usage_voided_requests`); n != 1 {
+		t.Fatalf("%d void records left after retention, want the recent one only", n)
+	}
+}

@@ -58,11 +58,15 @@ type StartBatchRead struct {
 	CreatedTracking map[string]bool
 	// Tracking is the locked fence state of every member of the batch that has a row.
 	Tracking map[string]TrackingState
+	// Voided are request ids this transaction recorded whose void had already committed
+	// (usage_voided_requests): their starts are deleted again in the same statement
+	// sequence (queueHonourVoids), so they are never pending.
+	Voided map[string]bool
 }
 
 func newStartBatchRead() *StartBatchRead {
 	return &StartBatchRead{Inserted: map[string]bool{}, Existing: map[string]string{}, CreatedTracking: map[string]bool{},
-		Tracking: map[string]TrackingState{}}
+		Tracking: map[string]TrackingState{}, Voided: map[string]bool{}}
 }
 
 func startColumns(rows []StartInsert) (ids, orgs, members []string, versions []int64, admitted []time.Time, snaps [][]byte, reserved []int64) {
@@ -113,6 +117,7 @@ func ReadStartBatch(ctx context.Context, tx BatchSender, rows []StartInsert, now
 	b := &pgx.Batch{}
 	queueInsertStarts(b, rows, nil, now, &out)
 	queueExistingStarts(b, ids, &out)
+	queueHonourVoids(b, ids, &out)
 	plain, guarded := splitGuarded(rows, memberSet)
 	queueLockTracking(b, plain, lockForStart, out.Tracking)
 	queueLockTracking(b, guarded, lockForGuard, out.Tracking)
@@ -174,7 +179,35 @@ func QueueFencedStarts(b *pgx.Batch, record []StartInsert, expect map[string]int
 		queueInsertStarts(b, record, expect, now, out)
 	}
 	queueExistingStarts(b, allIDs, out)
+	if len(record) > 0 {
+		queueHonourVoids(b, allIDs, out)
+	}
 	return out
+}
+
+// queueHonourVoids queues the removal of the pending starts among ids whose request a
+// void has already voided (a row of usage_voided_requests naming the start's
+// organization and member, or none), into out.Voided. Such a start was recorded after
+// its void committed: the void found nothing to remove and left the row for it (the
+// enforcer voids a guarded start whose call failed, and the batch writing that start may
+// run after the void: it waited for a connection, ran again after losing one, or runs on
+// another control plane). Queued after the insert, this statement sees every void that
+// committed before the insert went through; a void still writing when the insert was made
+// waits for this transaction (its probe, ReadSettleStarts) and removes the start itself.
+// A void row is left in place (retention deletes it): the request id is never started
+// again, and a batch run again after a commit whose answer was lost meets it too. No
+// pending start other than one written after its void can have a matching row: a void
+// that finds its start leaves none.
+func queueHonourVoids(b *pgx.Batch, ids []string, out *StartBatchRead) {
+	b.Queue(`DELETE FROM usage_request_starts s USING usage_voided_requests v
+		WHERE s.request_id = ANY($1) AND v.request_id = s.request_id AND s.state = 'pending'
+			AND v.organization_id IN ('', s.organization_id) AND v.member_id IN ('', s.member_id)
+		RETURNING s.request_id`, ids).
+		Query(func(r pgx.Rows) error {
+			var id string
+			_, err := pgx.ForEachRow(r, []any{&id}, func() error { out.Voided[id] = true; return nil })
+			return err
+		})
 }
 
 // queueInsertStarts queues the insert of rows as pending, counted starts, each only if
@@ -371,14 +404,33 @@ type SettleBatchRead struct {
 	Quarantined map[string]QuarantinedSettlement
 }
 
-// ReadSettleStarts is phase one of a settlement batch, in one round trip: create the
-// events of settlements that brought a snapshot and have no start (state settled, never
-// counted pending; only for a member of the claimed organization), then lock every
-// start of the batch in request id order.
-func ReadSettleStarts(ctx context.Context, tx BatchSender, ids []string, events []SettleEvent, voids []string, now time.Time) (SettleBatchRead, error) {
+// Void is a voided settlement as phase one records it: its request and whom it names.
+type Void struct{ RequestID, OrganizationID, MemberID string }
+
+// ReadSettleStarts is phase one of a settlement batch, in one round trip: record the
+// voids (usage_voided_requests) and wait for any start of theirs being written, create
+// the events of settlements that brought a snapshot and have no start (state settled,
+// never counted pending; only for a member of the claimed organization), then lock every
+// start of the batch in request id order. The batch's writes delete the void rows of the
+// voids that found a start (SettleWrites.FoundVoids).
+func ReadSettleStarts(ctx context.Context, tx BatchSender, ids []string, events []SettleEvent, voids []Void, now time.Time) (SettleBatchRead, error) {
 	out := SettleBatchRead{Created: map[string]bool{}, Starts: map[string]StoredStart{}, Quarantined: map[string]QuarantinedSettlement{}}
 	b := &pgx.Batch{}
 	if len(voids) > 0 {
+		vs := slices.Clone(voids)
+		slices.SortFunc(vs, func(a, b Void) int { return compareStrings(a.RequestID, b.RequestID) })
+		vids, vorgs, vmembers := make([]string, len(vs)), make([]string, len(vs)), make([]string, len(vs))
+		for i, v := range vs {
+			vids[i], vorgs[i], vmembers[i] = v.RequestID, v.OrganizationID, v.MemberID
+		}
+		// The void's row comes first, before the probe below: a start whose insert comes
+		// after the probe (which it then waits for) reads it once this transaction has
+		// committed (queueHonourVoids); one whose insert came before is found by the
+		// read below and removed. Either way the start is never left pending.
+		b.Queue(`INSERT INTO usage_voided_requests (request_id, organization_id, member_id, voided_at)
+			SELECT x.id, x.org, x.member, $4 FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS x(id, org, member, n)
+			ORDER BY x.n
+			ON CONFLICT (request_id) DO NOTHING`, vids, vorgs, vmembers, now)
 		// A void may overtake the start it undoes: the enforcer voids a guarded start
 		// whose call failed (gate.voidFailed), and that start's batch may still be open,
 		// its row inserted but not committed, so invisible to the read below, which would
@@ -390,8 +442,8 @@ func ReadSettleStarts(ctx context.Context, tx BatchSender, ids []string, events 
 				counted, created_at, closed_at)
 			SELECT x.id, '', '', 0, $2, 'settled', false, $2, $2 FROM unnest($1::text[]) AS x(id)
 			ORDER BY x.id
-			ON CONFLICT (request_id) DO NOTHING`, sortedUnique(voids), now)
-		b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND organization_id = ''`, voids)
+			ON CONFLICT (request_id) DO NOTHING`, sortedUnique(vids), now)
+		b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND organization_id = ''`, vids)
 	}
 	if len(events) > 0 {
 		eids, orgs, members, versions, admitted, snaps, _ := startColumns(events)
@@ -693,6 +745,10 @@ type SettleWrites struct {
 	// VoidStarts are pending starts whose requests were never forwarded
 	// (SettleItem.voided): removed, uncharged, with their reservations.
 	VoidStarts []string
+	// FoundVoids are voided request ids whose start the batch found (pending, closed,
+	// or another member's): their usage_voided_requests rows, written in phase one, are
+	// deleted (only a void that found nothing leaves one, for a start written after it).
+	FoundVoids []string
 	// CloseStarts move pending starts to CloseState ("settled" or "recovered").
 	CloseStarts []string
 	CloseState  string
@@ -729,6 +785,9 @@ func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[stri
 	}
 	if len(w.VoidStarts) > 0 {
 		b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND state = 'pending'`, w.VoidStarts)
+	}
+	if len(w.FoundVoids) > 0 {
+		b.Queue(`DELETE FROM usage_voided_requests WHERE request_id = ANY($1)`, sortedUnique(w.FoundVoids))
 	}
 	if len(w.CloseStarts) > 0 {
 		b.Queue(`UPDATE usage_request_starts SET state = $2, closed_at = $3 WHERE request_id = ANY($1) AND state = 'pending'`,

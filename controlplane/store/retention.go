@@ -125,6 +125,32 @@ func DeleteReviewedQuarantine(ctx context.Context, q Querier, ids, reasons []str
 	return tag.RowsAffected(), err
 }
 
+// RetainedVoid is a void's record (usage_voided_requests) as retention judges it.
+type RetainedVoid struct {
+	RequestID string
+	VoidedAt  time.Time
+}
+
+// VoidsAfter reads up to limit void records after request id after, in request id order.
+func VoidsAfter(ctx context.Context, q Querier, after string, limit int) ([]RetainedVoid, error) {
+	rows, err := q.Query(ctx, `SELECT request_id, voided_at FROM usage_voided_requests
+		WHERE request_id > $1 ORDER BY request_id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetainedVoid, error) {
+		var v RetainedVoid
+		err := r.Scan(&v.RequestID, &v.VoidedAt)
+		return v, err
+	})
+}
+
+// DeleteVoids deletes the void records among ids voided before cutoff.
+func DeleteVoids(ctx context.Context, q Querier, ids []string, cutoff time.Time) (int64, error) {
+	tag, err := q.Exec(ctx, `DELETE FROM usage_voided_requests WHERE request_id = ANY($1) AND voided_at < $2`, ids, cutoff)
+	return tag.RowsAffected(), err
+}
+
 // EndingTable is a table whose rows end (login sessions, invitations): each row has an
 // id, an expiry, and the instant it ended early (revoked, accepted) if it did. Nothing
 // references such a row: a deleted one's token is refused as an unknown one is (a
