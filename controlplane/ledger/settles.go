@@ -473,6 +473,23 @@ func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []
 	if err != nil {
 		return none, err
 	}
+	// A settlement with neither a start nor a snapshot is quarantined (no_snapshot);
+	// look again, waiting for a start or event of its request being written meanwhile
+	// (store.ReadUnfoundStarts): until 2026-12-03 a report without a snapshot committed
+	// concurrently with the settlement creating its event stayed quarantined, its cost
+	// never charged, and reconciliation refused it (already_recorded).
+	var unfound []string
+	for _, j := range jobs {
+		id := j.item.in.GetRequestId()
+		if _, ok := read.Starts[id]; !ok && !j.item.voided && j.item.snap == nil {
+			unfound = append(unfound, id)
+		}
+	}
+	if len(unfound) > 0 {
+		if err := store.ReadUnfoundStarts(ctx, tx, unfound, read, now); err != nil {
+			return none, err
+		}
+	}
 	var foundVoids []string
 	for _, v := range voids {
 		if _, ok := read.Starts[v.RequestID]; ok {

@@ -484,6 +484,36 @@ func ReadSettleStarts(ctx context.Context, tx BatchSender, ids []string, events 
 	return out, tx.SendBatch(ctx, b).Close()
 }
 
+// ReadUnfoundStarts is the second look of a settlement batch at request ids that
+// phase one (ReadSettleStarts) found no start for and that brought no snapshot: such a
+// settlement is quarantined (no_snapshot), unless another transaction is writing the
+// request's start or event at that moment. That one's row was invisible to phase one;
+// inserting a probe row of each id (deleted at once) waits for it to end, and the read
+// then locks what it committed into out.Starts. A transaction that inserts one of these
+// ids after the probe waits for this one instead, and reads its quarantine record (the
+// event's settlement applies it: SettleBatchRead.Quarantined). So a report without a
+// snapshot and the settlement creating its event are never both blind to each other.
+// One more round trip, taken only by a batch with such a settlement.
+func ReadUnfoundStarts(ctx context.Context, tx BatchSender, ids []string, out SettleBatchRead, now time.Time) error {
+	ids = sortedUnique(ids)
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO usage_request_starts (request_id, organization_id, member_id, tracking_version, admitted_at, state,
+			counted, created_at, closed_at)
+		SELECT x.id, '', '', 0, $2, 'settled', false, $2, $2 FROM unnest($1::text[]) AS x(id)
+		ORDER BY x.id
+		ON CONFLICT (request_id) DO NOTHING`, ids, now)
+	b.Queue(`DELETE FROM usage_request_starts WHERE request_id = ANY($1) AND organization_id = ''`, ids)
+	b.Queue(`SELECT request_id, organization_id, member_id, tracking_version, admitted_at, state, counted
+		FROM usage_request_starts WHERE request_id = ANY($1) ORDER BY request_id FOR UPDATE`, ids).
+		Query(func(r pgx.Rows) error {
+			var s StoredStart
+			_, err := pgx.ForEachRow(r, []any{&s.RequestID, &s.OrganizationID, &s.MemberID, &s.TrackingVersion, &s.AdmittedAt, &s.State, &s.Counted},
+				func() error { out.Starts[s.RequestID] = s; return nil })
+			return err
+		})
+	return tx.SendBatch(ctx, b).Close()
+}
+
 // StoredReceipt is a receipt as settlement decisions need it.
 type StoredReceipt struct {
 	Cost        int64
