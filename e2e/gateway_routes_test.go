@@ -2033,3 +2033,31 @@ func gatewayWithFixedUsage(t *testing.T) (*fakellm.Server, *stack, org, int64) {
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000})
 	return fake, s, o, catalogCost(100_000, 20_000, 10_000)
 }
+
+// TestOpenAIConversationsAreFree: the official OpenAI SDK creates a conversation with a
+// long first item (conversations.create) and updates its metadata (conversations.update)
+// through the gateway. OpenAI stores the items and generates nothing, and its answer is
+// the conversation object, without usage: each is settled complete at a known 0 (the
+// paths are Mistral's start and continuation of a conversation too, which generate and
+// are charged from their answers: decided by the answer, docs/enforcer.md, "Unbilled
+// endpoints"). Before, each was charged its body's input estimate at the fallback price
+// (no model is named), counted unpriced.
+func TestOpenAIConversationsAreFree(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 1_000, OutputTokens: 100})
+	r := runSDK(t, dir, "openai.mjs", "conversation", s.gateway, o.key, model)
+	if !r.OK || !strings.HasPrefix(r.Text, "conv_") {
+		t.Fatalf("conversation: %+v", r)
+	}
+	calls := fake.Calls()
+	if len(calls) != 2 || calls[0].API != fakellm.OpenAIConversations || calls[1].Path != "/v1/conversations/"+strings.Split(r.Text, ",")[0] {
+		t.Fatalf("the provider got %+v, want the create and the update", calls)
+	}
+	for _, c := range calls {
+		rec := waitReceipt(t, s, c.Header.Get("X-Service-Request-Id"))
+		if rec.cost() != 0 || rec["complete"] != true || rec["cost_source"] != "upstream" {
+			t.Errorf("%s %s: receipt %s, want complete at a known cost of 0 (cost_source upstream)", c.Method, c.Path, rec)
+		}
+	}
+	s.waitUsed(t, o, 2, 0)
+}

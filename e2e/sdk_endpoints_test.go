@@ -301,7 +301,7 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"openai", "/threads/${thread_id}/messages/${messageID}"}:                      sdkFree,
 	{"openai", "/threads/${thread_id}/runs/${runID}"}:                              sdkFree,
 	{"openai", "/threads/${thread_id}/runs/${runID}/cancel"}:                       sdkFree,
-	{"openai", "/conversations"}:                                                   sdkCharged,
+	{"openai", "/conversations"}:                                                   sdkCharged, // Mistral's path too: OpenAI's answer settles it at 0 (TestOpenAIConversationsAreFree)
 	{"openai", "/conversations/${conversationID}"}:                                 sdkCharged,
 	{"openai", "/conversations/${conversationID}/items"}:                           sdkFree,
 	{"openai", "/files"}:                                                           sdkFree,

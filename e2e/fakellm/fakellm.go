@@ -261,6 +261,9 @@ const (
 	AnthropicMessages    = "anthropic.messages"
 	AnthropicCountTokens = "anthropic.messages.count_tokens"
 	MistralOCR           = "mistral.ocr"
+	// OpenAIConversations: POST /v1/conversations (create) and /v1/conversations/{id}
+	// (update), answered with OpenAI's conversation object, which reports no usage.
+	OpenAIConversations = "openai.conversations"
 )
 
 // SpeechBytes is the length of the audio of every speech answer in events (POST
@@ -403,6 +406,10 @@ type request struct {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && (r.URL.Path == "/v1/audio/transcriptions" || r.URL.Path == "/v1/audio/translations") {
 		s.transcribe(w, r)
+		return
+	}
+	if r.Method == http.MethodPost && (r.URL.Path == "/v1/conversations" || strings.HasPrefix(r.URL.Path, "/v1/conversations/conv_")) {
+		s.conversation(w, r)
 		return
 	}
 	if r.Method == http.MethodGet && r.URL.Path == "/v1/realtime" {
@@ -839,6 +846,36 @@ func mistralStream(ew *eventWriter, id, model string, u Usage) {
 // vtt) there is no usage at all, only the transcript. The gpt-4o transcribe models report
 // tokens, and with stream=true answer transcript.text.delta events (one per word) and a
 // transcript.text.done with the text and the usage.
+// conversation answers OpenAI's conversation create and update as OpenAI does: the
+// conversation object (its id, created_at and metadata), which stores items, generates
+// nothing and reports no usage.
+func (s *Server) conversation(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c := Call{API: OpenAIConversations, Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
+	n := s.record(&c, r, false)
+	id := strings.TrimPrefix(r.URL.Path, "/v1/conversations/")
+	if r.URL.Path == "/v1/conversations" {
+		id = fmt.Sprintf("conv_fake%06d", n)
+	}
+	var req struct {
+		Metadata map[string]string `json:"metadata"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		writeError(w, http.StatusBadRequest, c.API, "the body must be JSON")
+		return
+	}
+	if req.Metadata == nil {
+		req.Metadata = map[string]string{}
+	}
+	meta, _ := json.Marshal(req.Metadata)
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"id":%q,"object":"conversation","created_at":1764720000,"metadata":%s}`, id, meta)
+}
+
 func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 	c := Call{API: OpenAITranscription, Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()}
 	if r.URL.Path == "/v1/audio/translations" {

@@ -12,6 +12,8 @@
 // - "embeddings": one embeddings call, whose vectors the SDK asks as base64 and decodes;
 // - "batch", "background", "video-extend": a batch, a background response or a video
 //   extension, which a Tollgate gateway refuses; "retrieve": a stored response read again;
+// - "conversation": a conversation created with a long first item (conversations.create),
+//   then its metadata updated (conversations.update): text is the two ids, comma-separated;
 // - "transcribe": an audio upload to transcribe, "transcribe-verbose" and
 //   "transcribe-text" in those response formats, "transcribe-stream" streamed,
 //   "translate" a translation;
@@ -107,6 +109,17 @@ await run('openai', s.scenario, async () => {
   if (s.scenario === 'background') {
     const res = await client.responses.create({ model: s.model, input: 'How are tolls paid?', background: true });
     return { text: res.id, model: res.model, usage: res.usage ?? null, chunks: 1 };
+  }
+  if (s.scenario === 'conversation') {
+    // OpenAI stores the items and generates nothing: its answer is the conversation
+    // object, without usage. The item is long, as a document a conversation starts from.
+    const text = 'Tolls are paid in tokens, by the member, at the gateway. '.repeat(2000);
+    const created = await client.conversations.create({
+      items: [{ type: 'message', role: 'user', content: text }],
+      metadata: { topic: 'tolls' },
+    });
+    const updated = await client.conversations.update(created.id, { metadata: { topic: 'tolls, paid' } });
+    return { text: `${created.id},${updated.id}`, model: null, usage: null, chunks: 2 };
   }
   if (s.scenario === 'retrieve') {
     // A stored response shown again, with the usage it was charged when generated.

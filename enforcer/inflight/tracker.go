@@ -171,8 +171,11 @@ type Usage struct {
 // its known cost (requestbody.UnbilledCost), complete when its body ended. The text of a
 // plain-text error answer (a proxy's error page, status 400 or more) is no output: only a
 // successful plain-text answer (a transcript in a text format) is estimated from its text.
+// An answer that says nothing was generated is unbilled too, whatever its path: OpenAI's
+// conversation object (responseusage.FormatOpenAIConversation, whole), the answer of a
+// conversation created or updated, at paths where Mistral's generate.
 func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bool) Usage {
-	if unbilled {
+	if unbilled || got.Format == responseusage.FormatOpenAIConversation && got.Complete {
 		return Usage{Model: got.Model, UpstreamCostMicroUSD: requestbody.UnbilledCost(got.CostMicroUSD), Complete: ended,
 			UpstreamStatus: status}
 	}

@@ -54,10 +54,11 @@ func Unbilled(method, path string) bool {
 // cancelled (POST /v1/evals/{id}/runs/{run}); a fine-tuning job paused; a grader
 // validated (not run); a stored chat completion's metadata updated (the OpenAI SDK's
 // chat.completions.update: POST /v1/chat/completions/{id}, whose answer is the stored
-// completion, usage and all). Left billed, in doubt: POST /v1/conversations and
+// completion, usage and all). Left billed by their path: POST /v1/conversations and
 // /v1/conversations/{id} (OpenAI's create and update are free, but Mistral's same paths
-// start and continue a conversation, which generates), a vector store's search, and
-// every endpoint not listed.
+// start and continue a conversation, which generates: OpenAI's answer, the conversation
+// object, settles them at 0 instead, inflight.FromResponse); in doubt, a vector store's
+// search, and every endpoint not listed.
 var freeTails = [][]string{
 	{"files"},
 	{"uploads"}, {"uploads", "*", "parts"}, {"uploads", "*", "complete"},

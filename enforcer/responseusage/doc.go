@@ -85,6 +85,12 @@
 //     also counts tokens is read by its tokens (gpt-4o-transcribe's JSON,
 //     {"type": "tokens", input_tokens, output_tokens, ...}, is openai-responses,
 //     its input_tokens counting the audio tokens too). Never streamed.
+//   - openai-conversation: OpenAI's conversation object (object "conversation",
+//     no usage), the answer of its conversations' create and update, which store
+//     items and generate nothing: no count, Complete when the body was one
+//     well-formed JSON value, and settled as an unbilled request's answer
+//     (inflight.FromResponse). Mistral's conversations, at the same paths, answer
+//     "conversation.response" with a usage (openai-chat).
 //   - gemini-sse: streamGenerateContent?alt=sse: every chunk carries the usage
 //     so far; the chunk whose candidate gives its finishReason is the last. The
 //     Interactions API's stream too: its events' event_type is read as a type,

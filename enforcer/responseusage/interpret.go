@@ -42,6 +42,10 @@ const (
 	// famOCR: Mistral's OCR answer (POST /v1/ocr), one JSON document whose usage is the
 	// pages its model read (usage_info.pages_processed), billed apiece; never streamed.
 	famOCR
+	// famConversation: OpenAI's conversation object (object "conversation"), the answer
+	// of its conversations' create and update (POST /v1/conversations, /v1/conversations/{id}),
+	// which store items and generate nothing: no usage, nothing billed. Never streamed.
+	famConversation
 	nFam
 )
 
@@ -375,6 +379,8 @@ func jsonFamily(d *docFields) family {
 		return famResponses
 	case d.typ.is("message"):
 		return famAnthropic
+	case d.object.is("conversation") && !d.usage[rootTop].obj:
+		return famConversation
 	}
 	u := &d.usage[rootTop]
 	switch {
@@ -571,7 +577,7 @@ func (a *accumulator) noteTier(d *docFields, root int) {
 // openai-responses (its usage has the Responses API's names).
 var formats = [nShape][nFam]string{
 	shapeJSON: {"", FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropicMessages, FormatOpenAIEmbeddings, FormatGemini, FormatOpenAIAudioDuration, "", "", "",
-		FormatBedrockConverse, FormatMistralOCR},
+		FormatBedrockConverse, FormatMistralOCR, FormatOpenAIConversation},
 	shapeSSE: {"", FormatOpenAIChatSSE, FormatOpenAIResponsesSSE, FormatAnthropicSSE, "", FormatGeminiSSE, "", FormatOpenAITranscriptionSSE, FormatOpenAISpeechSSE, FormatOpenAIImageSSE,
 		FormatBedrockConverseStream},
 	shapeArray: {famGemini: FormatGeminiJSONStream},
@@ -596,6 +602,11 @@ func (a *accumulator) fill(u *Usage) {
 	u.Format = formats[a.shape][a.fam]
 	if a.model.ok {
 		u.Model = string(a.model.b)
+	}
+	if a.fam == famConversation {
+		// Nothing generated: no count to report, and the whole answer is its report.
+		u.Complete = a.final
+		return
 	}
 	if a.fam == famAudioDuration || a.fam == famOCR {
 		// A model billed by a unit of its own (the duration of its input audio, the

@@ -28,6 +28,15 @@ const (
 	// {"type":"duration","seconds":N}, read into Usage.AudioInputMillis. It is
 	// never streamed.
 	FormatOpenAIAudioDuration = "openai-audio-duration"
+	// FormatOpenAIConversation is OpenAI's conversation object (object
+	// "conversation", without usage), the answer of its conversations' create and
+	// update (POST /v1/conversations, /v1/conversations/{id}): they store items and
+	// generate nothing, and OpenAI bills nothing for them. It reports no count and is
+	// Complete when the body was one well-formed JSON value; the settlement takes it
+	// for an unbilled request's answer (inflight.FromResponse). Mistral's start and
+	// continuation of a conversation, at the same paths, answer
+	// "conversation.response" with their usage, read as openai-chat.
+	FormatOpenAIConversation = "openai-conversation"
 	// FormatOpenAITranscriptionSSE is OpenAI's streamed transcription
 	// (gpt-4o-transcribe and the like with stream=true): transcript.text.delta
 	// events, then transcript.text.done with the token usage.

@@ -2277,6 +2277,31 @@ func TestMistralOCRPages(t *testing.T) {
 	}
 }
 
+// OpenAI's conversation object, the answer of a conversation created or updated (POST
+// /v1/conversations, /v1/conversations/{id}), says nothing was generated: it is read as
+// such (FormatOpenAIConversation, complete when whole), which the settlement takes for
+// an unbilled answer. Not a Mistral conversation's answer at the same paths
+// ("conversation.response", with its usage), nor an object "conversation" that reports
+// a usage, nor a cut one.
+func TestOpenAIConversationObject(t *testing.T) {
+	conv := Usage{Complete: true, Format: FormatOpenAIConversation}
+	for _, tc := range []struct {
+		name, body string
+		eos        bool
+		want       Usage
+	}{
+		{"created", `{"id":"conv_689667905b048191b4740501625afd940c7533ace33a2dab","object":"conversation","created_at":1741900000,"metadata":{"topic":"demo"}}`, true, conv},
+		{"the object last", `{"id":"conv_1","created_at":1741900000,"metadata":{},"object":"conversation"}`, true, conv},
+		{"cut", `{"id":"conv_1","object":"conversation","created_at":17419`, false, Usage{Format: FormatOpenAIConversation}},
+		{"Mistral's", `{"object":"conversation.response","conversation_id":"conv_1","outputs":[{"object":"entry","type":"message.output","model":"mistral-medium-2505","content":"Hi"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`, true,
+			Usage{Model: "mistral-medium-2505", InputTokens: 10, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true, TextBytes: 2}},
+		{"with a usage", `{"object":"conversation","usage":{"prompt_tokens":10,"completion_tokens":2}}`, true,
+			Usage{InputTokens: 10, OutputTokens: 2, Complete: true, Format: FormatOpenAIChat, InputReported: true, OutputReported: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkWholeAndBytewise(t, ctJSON, tc.body, tc.eos, tc.want) })
+	}
+}
+
 // TestStreamEndedByDone: a chat completions stream whose "data: [DONE]" came after its
 // usage chunk ended by its protocol, and is complete though its body was broken off:
 // openai-go (the official Go SDK) closes the response as soon as it reads "[DONE]",
