@@ -2061,3 +2061,33 @@ func TestOpenAIConversationsAreFree(t *testing.T) {
 	}
 	s.waitUsed(t, o, 2, 0)
 }
+
+// TestAdministrationIsFree: the official Anthropic SDK creates a memory store, writes a
+// long memory in it, uploads a skill (a multipart form) and creates a vault through the
+// gateway. They store things and generate nothing, and their answers report no usage:
+// each is settled complete at a known 0 (docs/enforcer.md, "Unbilled endpoints").
+// Before, each was billed by default: the JSON ones charged their body's input estimate
+// at the fallback price (they name no model), counted unpriced, the upload settled at an
+// unknown cost.
+func TestAdministrationIsFree(t *testing.T) {
+	dir := sdkDir(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 1_000, OutputTokens: 100})
+	r := runSDK(t, dir, "anthropic.mjs", "administration", s.gateway, o.key, "claude-sonnet-4-5")
+	if !r.OK || len(strings.Split(r.Text, ",")) != 4 {
+		t.Fatalf("administration: %+v", r)
+	}
+	calls := fake.Calls()
+	if len(calls) != 4 {
+		t.Fatalf("the provider got %+v, want the four calls", calls)
+	}
+	for _, c := range calls {
+		if c.API != fakellm.Administration {
+			t.Fatalf("the provider got %s %s, want administration", c.Method, c.Path)
+		}
+		rec := waitReceipt(t, s, c.Header.Get("X-Service-Request-Id"))
+		if rec.cost() != 0 || rec["complete"] != true || rec["cost_source"] != "upstream" {
+			t.Errorf("%s %s: receipt %s, want complete at a known cost of 0 (cost_source upstream)", c.Method, c.Path, rec)
+		}
+	}
+	s.waitUsed(t, o, 4, 0)
+}

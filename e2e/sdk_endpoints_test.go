@@ -63,9 +63,11 @@ func TestEverySDKEndpointIsClassified(t *testing.T) {
 			t.Errorf("%s (%s): Unbilled(POST %s) = %v, want %v", e, want, path, got, unbilled)
 		}
 	}
-	// Administration is free, and never billed later; OpenAI's and Anthropic's
-	// organization APIs are Unbilled (their other administration paths, such as OpenAI's
-	// /v1/projects/..., are Vertex AI's generations' too, and stay charged).
+	// Administration is never billed later; OpenAI's and Anthropic's organization APIs,
+	// and the collections no other provider generates at (sdkFreeAdministration), are
+	// Unbilled (their other administration paths, such as OpenAI's /v1/projects/..., are
+	// Vertex AI's generations' too, and Anthropic's /v1/agents/... Mistral's, and stay
+	// charged).
 	for _, e := range found {
 		if !sdkAdministration(e) {
 			continue
@@ -74,8 +76,7 @@ func TestEverySDKEndpointIsClassified(t *testing.T) {
 		if got := requestbody.Deferred("POST", path, false); got != "" {
 			t.Errorf("%s (administration): Deferred(POST %s) = %q, want none", e, path, got)
 		}
-		org := e.sdk == "openai" && strings.HasPrefix(e.template, "/organization/") || e.sdk == "anthropic" && strings.HasPrefix(e.template, "/v1/organizations/")
-		if org && !requestbody.Unbilled("POST", path) {
+		if sdkFreeAdministration(e) && !requestbody.Unbilled("POST", path) {
 			t.Errorf("%s (administration): Unbilled(POST %s) = false, want true", e, path)
 		}
 	}
@@ -239,6 +240,26 @@ var sdkAdministrationPrefixes = map[string][]string{
 	"anthropic": {"/v1/organizations/", "/v1/user_profiles", "/v1/vaults", "/v1/tunnels", "/v1/compliance/", "/v1/environments",
 		"/v1/memory_stores", "/v1/skills", "/v1/agents"},
 	"genai": {"/{api_version}/agents", "/{api_version}/credentials", "/{api_version}/environments", "/{api_version}/webhooks"},
+}
+
+// sdkFreeAdministration tells the administration endpoints (sdkAdministration) that are
+// free (requestbody.Unbilled): the organization APIs, and the collections that store
+// what no model works on (memory stores, skills, vaults, webhook endpoints, environments,
+// tunnels, user profiles, compliance reviews); before 2026-12-03 all but the organization
+// APIs were charged their body's estimate at the fallback price (TestAdministrationIsFree).
+func sdkFreeAdministration(e sdkEndpoint) bool {
+	for _, prefix := range sdkFreeAdministrationPrefixes[e.sdk] {
+		if strings.HasPrefix(e.template, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+var sdkFreeAdministrationPrefixes = map[string][]string{
+	"openai": {"/organization/", "/skills", "/vaults", "/webhook_endpoints"},
+	"anthropic": {"/v1/organizations/", "/v1/user_profiles", "/v1/vaults", "/v1/tunnels", "/v1/compliance/", "/v1/environments",
+		"/v1/memory_stores", "/v1/skills"},
 }
 
 // The classes of sdkEndpointClasses besides the requestbody.Deferred kinds. Each is

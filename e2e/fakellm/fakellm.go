@@ -264,7 +264,15 @@ const (
 	// OpenAIConversations: POST /v1/conversations (create) and /v1/conversations/{id}
 	// (update), answered with OpenAI's conversation object, which reports no usage.
 	OpenAIConversations = "openai.conversations"
+	// Administration: a POST that stores, updates or removes something and generates
+	// nothing (Anthropic's memory stores and memories, skills and vaults; storedObjects),
+	// answered with the object, without usage.
+	Administration = "administration"
 )
+
+// storedObjects are the collections whose POSTs the fake answers as Administration, by
+// the type of object it answers with.
+var storedObjects = map[string]string{"/v1/memory_stores": "memory", "/v1/skills": "skill", "/v1/vaults": "vault"}
 
 // SpeechBytes is the length of the audio of every speech answer in events (POST
 // /v1/audio/speech with stream_format "sse").
@@ -407,6 +415,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && (r.URL.Path == "/v1/audio/transcriptions" || r.URL.Path == "/v1/audio/translations") {
 		s.transcribe(w, r)
 		return
+	}
+	for prefix, object := range storedObjects {
+		if r.Method == http.MethodPost && (r.URL.Path == prefix || strings.HasPrefix(r.URL.Path, prefix+"/")) {
+			s.stored(w, r, object)
+			return
+		}
 	}
 	if r.Method == http.MethodPost && (r.URL.Path == "/v1/conversations" || strings.HasPrefix(r.URL.Path, "/v1/conversations/conv_")) {
 		s.conversation(w, r)
@@ -874,6 +888,21 @@ func (s *Server) conversation(w http.ResponseWriter, r *http.Request) {
 	meta, _ := json.Marshal(req.Metadata)
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"id":%q,"object":"conversation","created_at":1764720000,"metadata":%s}`, id, meta)
+}
+
+// stored answers a POST of administration (storedObjects) with an object of its type,
+// an id and nothing else: no usage, no model, no text. Its body (JSON, or a multipart
+// upload) is read whole and kept as the Call's.
+func (s *Server) stored(w http.ResponseWriter, r *http.Request, object string) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c := Call{API: Administration, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
+	n := s.record(&c, r, false)
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"id":"%s_fake%06d","type":%q,"created_at":"2026-12-03T00:00:00Z"}`, object, n, object)
 }
 
 func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {

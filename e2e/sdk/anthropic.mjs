@@ -1,7 +1,7 @@
 // One message through the official Anthropic SDK, with its defaults (two retries, its own
 // backoff, whatever headers it sends). The key is a Tollgate key, sent as x-api-key.
 // See report.mjs for the settings.
-import Anthropic from '@anthropic-ai/sdk';
+import Anthropic, { toFile } from '@anthropic-ai/sdk';
 import { run, settings } from './report.mjs';
 
 const s = settings();
@@ -13,6 +13,9 @@ const client = new Anthropic({ baseURL: s.baseURL, apiKey: s.apiKey });
 // 'advisor-stream-abort' streams with the tool capped (max_uses 3, max_tokens 2048) and
 // leaves once the first advice came (an advisor_tool_result block; text: its advice);
 // 'agent-events' sends a Managed Agents session a user message (beta.sessions.events);
+// 'administration' creates a memory store, writes a long memory in it, uploads a skill
+// and creates a vault (beta.memoryStores, .memories, .skills, .vaults), which store and
+// generate nothing (text: the four ids, comma-separated);
 // 'code' and 'code-stream' give the model the code execution tool, 'code-search' beside
 // web search of 2026-02-09 (with which it is free), and report the container the answer
 // names (containers); 'stream-stop' streams and leaves as soon as it reads message_stop,
@@ -43,6 +46,19 @@ await run('@anthropic-ai/sdk', s.scenario, async () => {
     // What Claude Code calls before many turns: it counts, it generates nothing.
     const res = await client.messages.countTokens({ model: s.model, messages: request.messages });
     return { text: '', model: null, usage: res, chunks: 1 };
+  }
+  if (s.scenario === 'administration') {
+    const store = await client.beta.memoryStores.create({ name: 'tolls' });
+    const memory = await client.beta.memoryStores.memories.create(store.id, {
+      path: '/tolls/how-they-are-paid.md',
+      content: 'Tolls are paid in tokens, by the member, at the gateway. '.repeat(2000),
+    });
+    const skill = await client.beta.skills.create({
+      display_name: 'tolls',
+      files: [await toFile(Buffer.from('---\nname: tolls\ndescription: pays tolls\n---\nPay them in tokens.\n'), 'tolls/SKILL.md')],
+    });
+    const vault = await client.beta.vaults.create({ display_name: 'tolls' });
+    return { text: [store.id, memory.id, skill.id, vault.id].join(','), model: null, usage: null, chunks: 4 };
   }
   if (s.scenario === 'agent-events') {
     // A Managed Agents session told to work: the agent runs in Anthropic's environment,

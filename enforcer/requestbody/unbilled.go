@@ -71,13 +71,27 @@ var freeTails = [][]string{
 	{"chat", "completions", "*"},
 }
 
+// freeCollections are the collections of administration, /v1/{collection} and every
+// path under it, that store, update or remove something no model works on, each a name
+// only its provider uses: Anthropic's memory stores and their memories (a memory's
+// content is text, up to a document's length), OpenAI's and Anthropic's skills (a
+// multipart upload of their files) and vaults (credentials), OpenAI's webhook endpoints,
+// Anthropic's self-hosted environments (and their work items' acknowledgements and
+// heartbeats), tunnels, user profiles and compliance reviews. Not /v1/agents (Mistral's
+// /v1/agents/completions generates), nor another version's (Mistral's /v2/skills, the
+// Gemini API's /v1beta/environments): billed, in doubt. Before 2026-12-03 these were
+// billed: charged their body's input estimate at the fallback price (they name no
+// model), counted unpriced, an upload settled at an unknown cost.
+var freeCollections = []string{"memory_stores", "skills", "vaults", "webhook_endpoints", "environments", "tunnels", "user_profiles", "compliance"}
+
 // freePOST reports whether a POST to path generates nothing the provider charges per
 // request, though its answer may show a usage: one of freeTails; a cancellation (a last
 // segment "cancel", Gemini's ":cancel": of a response, a batch, a run, a job, an
 // upload; POST /v1/responses/{id}/cancel answers the response with its usage, but a
 // response run in the background, the only one there is to cancel, is refused as billed
 // later, or was let through as such: its cost is not the front door's to see); or
-// OpenAI's and Anthropic's administration (POST /v1/organization/..., /v1/organizations/...).
+// OpenAI's and Anthropic's administration (POST /v1/organization/..., /v1/organizations/...,
+// and freeCollections).
 // Never a path Deferred names, whose refusal ext_proc would then skip. The path is
 // compared as Deferred compares it (comparable); one with a dot segment or a backslash,
 // which a server may resolve to another path, is not free.
@@ -99,6 +113,11 @@ func freePOST(path string) bool {
 	}
 	for i := 1; i < len(segs)-1; i++ {
 		if segs[i-1] == "v1" && (segs[i] == "organization" || segs[i] == "organizations") && segs[i+1] != "" {
+			return true
+		}
+	}
+	for i := 1; i < len(segs); i++ {
+		if segs[i-1] == "v1" && slices.Contains(freeCollections, segs[i]) {
 			return true
 		}
 	}
