@@ -109,10 +109,13 @@ func TestEverySDKEndpointIsClassified(t *testing.T) {
 //     with the request's httpMethod after it;
 //   - its generated ones: pathToFunc("/{api_version}/interactions"), method after it.
 var (
-	clientPost  = regexp.MustCompile("\\b_?client\\s*\\.post\\(\\s*(?:\\(0, path_1\\.path\\)\\s*)?[`']([^`']+)[`']")
-	genaiFormat = regexp.MustCompile(`formatMap\('([^']+)'`)
-	genaiPathFn = regexp.MustCompile(`pathToFunc\("([^"]+)"\)`)
-	genaiMethod = regexp.MustCompile(`(?:httpMethod|method): ['"]([A-Z]+)['"]`)
+	clientPost = regexp.MustCompile("\\b_?client\\s*\\.post\\(\\s*(?:\\(0, path_1\\.path\\)\\s*)?[`']([^`']+)[`']")
+	// A list fetched by a POST (a vector store's search, a checkpoint's permissions):
+	// this._client.getAPIList(path, Page, {body, method: 'post', ...}).
+	clientListPost = regexp.MustCompile("\\b_?client\\s*\\.getAPIList\\(\\s*(?:\\(0, path_1\\.path\\)\\s*)?[`']([^`']+)[`'][^;]{0,400}?method: 'post'")
+	genaiFormat    = regexp.MustCompile(`formatMap\('([^']+)'`)
+	genaiPathFn    = regexp.MustCompile(`pathToFunc\("([^"]+)"\)`)
+	genaiMethod    = regexp.MustCompile(`(?:httpMethod|method): ['"]([A-Z]+)['"]`)
 	// AWS's SDKs: an operation's HTTP binding, ["POST", "/path", 200].
 	awsOperation = regexp.MustCompile(`\["POST", "([^"]+)", \d+\]`)
 )
@@ -131,8 +134,10 @@ func sdkPOSTs(t *testing.T, modules string) []sdkEndpoint {
 			if err != nil {
 				return err
 			}
-			for _, m := range clientPost.FindAllSubmatch(b, -1) {
-				set[sdkEndpoint{sdk, string(m[1])}] = true
+			for _, re := range []*regexp.Regexp{clientPost, clientListPost} {
+				for _, m := range re.FindAllSubmatch(b, -1) {
+					set[sdkEndpoint{sdk, string(m[1])}] = true
+				}
 			}
 			return nil
 		})
@@ -340,6 +345,8 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"openai", "/fine_tuning/jobs/${fineTuningJobID}/cancel"}:                      sdkFree,
 	{"openai", "/fine_tuning/jobs/${fineTuningJobID}/pause"}:                       sdkFree,
 	{"openai", "/fine_tuning/alpha/graders/validate"}:                              sdkFree,
+	{"openai", "/fine_tuning/checkpoints/${fineTunedModelCheckpoint}/permissions"}: sdkFree,
+	{"openai", "/vector_stores/${vectorStoreID}/search"}:                           sdkCharged, // in doubt (above)
 	{"openai", "/evals"}:                                                           sdkFree,
 	{"openai", "/evals/${evalID}"}:                                                 sdkFree,
 	{"openai", "/evals/${eval_id}/runs/${runID}/cancel"}:                           sdkFree,

@@ -52,7 +52,8 @@ func Unbilled(method, path string) bool {
 // an assistant, a thread (POST /v1/threads creates it, runs nothing), its messages, a
 // run's metadata; a conversation's items; an eval created or updated, an eval run
 // cancelled (POST /v1/evals/{id}/runs/{run}); a fine-tuning job paused; a grader
-// validated (not run); a stored chat completion's metadata updated (the OpenAI SDK's
+// validated (not run); a fine-tuned checkpoint shared with projects (its permissions);
+// a stored chat completion's metadata updated (the OpenAI SDK's
 // chat.completions.update: POST /v1/chat/completions/{id}, whose answer is the stored
 // completion, usage and all). Left billed by their path: POST /v1/conversations and
 // /v1/conversations/{id} (OpenAI's create and update are free, but Mistral's same paths
@@ -68,6 +69,7 @@ var freeTails = [][]string{
 	{"conversations", "*", "items"},
 	{"evals"}, {"evals", "*"}, {"evals", "*", "runs", "*"},
 	{"fine_tuning", "jobs", "*", "pause"}, {"fine_tuning", "alpha", "graders", "validate"},
+	{"fine_tuning", "checkpoints", "?", "permissions"},
 	{"chat", "completions", "*"},
 }
 
@@ -129,15 +131,28 @@ func freePOST(path string) bool {
 	return false
 }
 
-// endsWith reports whether segs ends with tail, each "*" of it an id (idSegment).
+// endsWith reports whether segs ends with tail, each "*" of it an id (idSegment), each
+// "?" any segment but an empty one (a fine-tuned checkpoint's name, "ft:gpt-4o-mini:org::id",
+// is no id of letters and digits).
 func endsWith(segs, tail []string) bool {
 	if len(segs) <= len(tail) {
 		return false
 	}
 	segs = segs[len(segs)-len(tail):]
 	for i, t := range tail {
-		if t == "*" && !idSegment(segs[i]) || t != "*" && segs[i] != t {
-			return false
+		switch t {
+		case "*":
+			if !idSegment(segs[i]) {
+				return false
+			}
+		case "?":
+			if segs[i] == "" {
+				return false
+			}
+		default:
+			if segs[i] != t {
+				return false
+			}
 		}
 	}
 	return true

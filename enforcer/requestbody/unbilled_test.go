@@ -108,26 +108,28 @@ func TestUnbilledStoresUpdatesAndCancels(t *testing.T) {
 		"/v1/organization/projects/proj_1/api_keys":           true,
 		"/v1/organizations/invites":                           true, // Anthropic's
 		"/v1/organization":                                    false,
-		"/v1/memory_stores":                                   true, // Anthropic's memory stores, memories
-		"/v1/memory_stores/memstore_1/memories":               true,
-		"/v1/memory_stores/memstore_1/memories/mem_1":         true,
-		"/anthropic/v1/memory_stores/memstore_1/memories":     true, // behind a route prefix
-		"/v1/skills":                                          true, // OpenAI's and Anthropic's skills
-		"/v1/skills/skill_1/versions":                         true,
-		"/v1/vaults/vlt_1/credentials":                        true,
-		"/v1/webhook_endpoints/we_1/test":                     true,
-		"/v1/environments/env_1/work/work_1/heartbeat":        true,
-		"/v1/user_profiles":                                   true,
-		"/v2/skills":                                          false, // Mistral's, in doubt
-		"/v1beta/environments":                                false, // Gemini's, in doubt
-		"/v1/agents/environments":                             false, // OpenAI's, billed later
-		"/v1/memory_stores/../messages":                       false,
-		"/v1/organization/../chat/completions":                false,
-		"/v1/files/..":                                        false,
-		`/v1/chat/completions\x/..\files`:                     false,
-		"/v1/agents":                                          false, // not listed: Mistral's /v1/agents/completions is its neighbour
-		"/v1/agents/completions":                              false,
-		"/v1/embeddings":                                      false,
+		"/v1/fine_tuning/checkpoints/ft:gpt-4o-mini-2024-07-18:org:custom:abc123/permissions": true, // shared with projects
+		"/v1/fine_tuning/checkpoints/permissions":                                             false,
+		"/v1/memory_stores":                               true, // Anthropic's memory stores, memories
+		"/v1/memory_stores/memstore_1/memories":           true,
+		"/v1/memory_stores/memstore_1/memories/mem_1":     true,
+		"/anthropic/v1/memory_stores/memstore_1/memories": true, // behind a route prefix
+		"/v1/skills":                                   true, // OpenAI's and Anthropic's skills
+		"/v1/skills/skill_1/versions":                  true,
+		"/v1/vaults/vlt_1/credentials":                 true,
+		"/v1/webhook_endpoints/we_1/test":              true,
+		"/v1/environments/env_1/work/work_1/heartbeat": true,
+		"/v1/user_profiles":                            true,
+		"/v2/skills":                                   false, // Mistral's, in doubt
+		"/v1beta/environments":                         false, // Gemini's, in doubt
+		"/v1/agents/environments":                      false, // OpenAI's, billed later
+		"/v1/memory_stores/../messages":                false,
+		"/v1/organization/../chat/completions":         false,
+		"/v1/files/..":                                 false,
+		`/v1/chat/completions\x/..\files`:              false,
+		"/v1/agents":                                   false, // not listed: Mistral's /v1/agents/completions is its neighbour
+		"/v1/agents/completions":                       false,
+		"/v1/embeddings":                               false,
 	} {
 		if got := requestbody.Unbilled("POST", path); got != want {
 			t.Errorf("Unbilled(POST %q) = %v, want %v", path, got, want)
