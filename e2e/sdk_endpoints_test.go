@@ -296,7 +296,7 @@ const (
 // character (no price published; Sora's API closed on 2026-09-24). Charged though
 // probably free, because nothing tells them from a generation yet: OpenAI's voices,
 // voice consents, content provenance checks, agent definitions and Realtime call
-// controls, Anthropic's session and deployment updates, Gemini's file registrations and
+// controls, Anthropic's session and deployment updates (not their archival or pause: free), Gemini's file registrations and
 // file search stores, Mistral's agents, libraries and observability.
 var sdkEndpointClasses = map[sdkEndpoint]string{
 	// openai
@@ -359,7 +359,7 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"openai", "/agents/${agentID}"}:                                               sdkCharged,
 	{"openai", "/agents/sessions/${sessionID}"}:                                    sdkCharged, // its settings, for its next turns
 	{"openai", "/agents/automations/${automationID}"}:                              sdkCharged,
-	{"openai", "/agents/automations/${automationID}/pause"}:                        sdkCharged,
+	{"openai", "/agents/automations/${automationID}/pause"}:                        sdkFree,
 	{"openai", "/agents/environments/${environmentID}/files"}:                      sdkFree,
 	{"openai", "/agents/environments/templates"}:                                   sdkCharged,
 	{"openai", "/agents/environments/templates/${environmentTemplateID}"}:          sdkCharged,
@@ -422,14 +422,14 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"anthropic", "/v1/files"}:                                              sdkFree,
 	{"anthropic", "/v1/messages/batches/${messageBatchID}/cancel"}:          sdkFree,
 	{"anthropic", "/v1/sessions/${sessionID}"}:                              sdkCharged,
-	{"anthropic", "/v1/sessions/${sessionID}/archive"}:                      sdkCharged,
+	{"anthropic", "/v1/sessions/${sessionID}/archive"}:                      sdkFree,
 	{"anthropic", "/v1/sessions/${sessionID}/resources"}:                    sdkCharged,
 	{"anthropic", "/v1/sessions/${session_id}/resources/${resourceID}"}:     sdkCharged,
-	{"anthropic", "/v1/sessions/${session_id}/threads/${threadID}/archive"}: sdkCharged,
+	{"anthropic", "/v1/sessions/${session_id}/threads/${threadID}/archive"}: sdkFree,
 	{"anthropic", "/v1/deployments/${deploymentID}"}:                        sdkCharged,
-	{"anthropic", "/v1/deployments/${deploymentID}/archive"}:                sdkCharged,
-	{"anthropic", "/v1/deployments/${deploymentID}/pause"}:                  sdkCharged,
-	{"anthropic", "/v1/dreams/${dreamID}/archive"}:                          sdkCharged,
+	{"anthropic", "/v1/deployments/${deploymentID}/archive"}:                sdkFree,
+	{"anthropic", "/v1/deployments/${deploymentID}/pause"}:                  sdkFree,
+	{"anthropic", "/v1/dreams/${dreamID}/archive"}:                          sdkFree,
 	{"anthropic", "/v1/dreams/${dreamID}/cancel"}:                           sdkFree,
 	{"anthropic", "/v1/messages/batches"}:                                   requestbody.DeferredBatches,
 	{"anthropic", "/v1/sessions"}:                                           requestbody.DeferredAgents,
@@ -500,7 +500,7 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"mistral", "/v1/files"}:                                                          sdkFree,
 	{"mistral", "/v1/fim/completions"}:                                                sdkCharged,
 	{"mistral", "/v1/fim/completions#stream"}:                                         sdkCharged,
-	{"mistral", "/v1/fine_tuning/models/{model_id}/archive"}:                          sdkCharged,
+	{"mistral", "/v1/fine_tuning/models/{model_id}/archive"}:                          sdkFree,
 	{"mistral", "/v1/libraries"}:                                                      sdkCharged,
 	{"mistral", "/v1/moderations"}:                                                    sdkFree,
 	{"mistral", "/v1/observability/dataset-records/bulk-delete"}:                      sdkCharged,
@@ -530,7 +530,7 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"mistral", "/v1/workflows/executions/{execution_id}/signals"}:                    sdkCharged,
 	{"mistral", "/v1/workflows/executions/{execution_id}/terminate"}:                  sdkCharged,
 	{"mistral", "/v1/workflows/executions/{execution_id}/updates"}:                    sdkCharged,
-	{"mistral", "/v1/workflows/schedules/{schedule_id}/pause"}:                        sdkCharged,
+	{"mistral", "/v1/workflows/schedules/{schedule_id}/pause"}:                        sdkFree,
 	{"mistral", "/v2/prompts"}:                                                        sdkCharged,
 	{"mistral", "/v2/prompts/{prompt_id}/versions"}:                                   sdkCharged,
 	{"mistral", "/v2/skills"}:                                                         sdkCharged,

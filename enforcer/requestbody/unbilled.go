@@ -91,7 +91,13 @@ var freeCollections = []string{"memory_stores", "skills", "vaults", "webhook_end
 // segment "cancel", Gemini's ":cancel": of a response, a batch, a run, a job, an
 // upload; POST /v1/responses/{id}/cancel answers the response with its usage, but a
 // response run in the background, the only one there is to cancel, is refused as billed
-// later, or was let through as such: its cost is not the front door's to see); or
+// later, or was let through as such: its cost is not the front door's to see); an
+// archival or a pause (a last segment "archive" or "pause": Anthropic's sessions, their
+// threads, deployments and dreams archived, a deployment paused, OpenAI's automations
+// and Mistral's schedules paused, Mistral's fine-tuned models archived; they stop or
+// hide something and start nothing, and were charged their body's estimate at the
+// fallback price before 2026-12-03; an unpause or a resume starts work again, and is
+// billed later: Deferred); or
 // OpenAI's and Anthropic's administration (POST /v1/organization/..., /v1/organizations/...,
 // and freeCollections).
 // Never a path Deferred names, whose refusal ext_proc would then skip. The path is
@@ -110,7 +116,7 @@ func freePOST(path string) bool {
 		return false
 	}
 	last := segs[len(segs)-1]
-	if last == "cancel" || strings.HasSuffix(last, ":cancel") {
+	if last == "cancel" || strings.HasSuffix(last, ":cancel") || last == "archive" || last == "pause" {
 		return true
 	}
 	for i := 1; i < len(segs)-1; i++ {

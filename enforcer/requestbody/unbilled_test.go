@@ -110,10 +110,14 @@ func TestUnbilledStoresUpdatesAndCancels(t *testing.T) {
 		"/v1/organization":                                    false,
 		"/v1/fine_tuning/checkpoints/ft:gpt-4o-mini-2024-07-18:org:custom:abc123/permissions": true, // shared with projects
 		"/v1/fine_tuning/checkpoints/permissions":                                             false,
-		"/v1/memory_stores":                               true, // Anthropic's memory stores, memories
-		"/v1/memory_stores/memstore_1/memories":           true,
-		"/v1/memory_stores/memstore_1/memories/mem_1":     true,
-		"/anthropic/v1/memory_stores/memstore_1/memories": true, // behind a route prefix
+		"/v1/sessions/sesn_1/archive":                                                         true,
+		"/v1/deployments/dep_1/pause":                                                         true,
+		"/v1/deployments/dep_1/unpause":                                                       false, // billed later
+		"/v1/agents/automations/auto_1/resume":                                                false, // billed later
+		"/v1/memory_stores":                                                                   true,  // Anthropic's memory stores, memories
+		"/v1/memory_stores/memstore_1/memories":                                               true,
+		"/v1/memory_stores/memstore_1/memories/mem_1":                                         true,
+		"/anthropic/v1/memory_stores/memstore_1/memories":                                     true, // behind a route prefix
 		"/v1/skills":                                   true, // OpenAI's and Anthropic's skills
 		"/v1/skills/skill_1/versions":                  true,
 		"/v1/vaults/vlt_1/credentials":                 true,
