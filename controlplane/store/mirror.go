@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate-dev/tollgate/controlplane/limits"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
@@ -323,7 +325,10 @@ func versionArrays(versions map[string]int64) ([]string, []int64) {
 // of the database and of usage_mirror_versions, and the current WAL position. A server
 // that refuses pg_control_system() or the WAL functions (some managed services, a
 // standby) is answered with the OIDs alone and the refusal as partial, so a restore
-// into a new database is still noticed.
+// into a new database is still noticed. Any other failure (a connection lost or
+// refused, a server shutting down) is an error: during a failover the first query
+// failed that way and a second one reached the promoted replica, and the identity
+// without its timeline and log position, noted and compared, hid the promotion.
 func PostgresIdentity(ctx context.Context, q Querier) (id mirror.PostgresIdentity, partial, err error) {
 	err = q.QueryRow(ctx, `SELECT (SELECT oid FROM pg_database WHERE datname = current_database())::text,
 		'usage_mirror_versions'::regclass::oid::text, (SELECT system_identifier FROM pg_control_system())::text,
@@ -332,6 +337,9 @@ func PostgresIdentity(ctx context.Context, q Querier) (id mirror.PostgresIdentit
 	if err == nil {
 		return id, nil, nil
 	}
+	if !refusedFunction(err) {
+		return mirror.PostgresIdentity{}, nil, err
+	}
 	partial = err
 	id = mirror.PostgresIdentity{LSN: -1}
 	if err := q.QueryRow(ctx, `SELECT (SELECT oid FROM pg_database WHERE datname = current_database())::text,
@@ -339,4 +347,21 @@ func PostgresIdentity(ctx context.Context, q Querier) (id mirror.PostgresIdentit
 		return mirror.PostgresIdentity{}, nil, err
 	}
 	return id, partial, nil
+}
+
+// refusedFunction reports whether Postgres refused a query for what it calls: class 42
+// (a missing grant, a function a managed service removed), 0A (not supported) or 55
+// (not in the required state: a standby's "recovery is in progress"); never a failure
+// to connect.
+func refusedFunction(err error) bool {
+	var ce *pgconn.ConnectError
+	var pe *pgconn.PgError
+	if errors.As(err, &ce) || !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.Code[:min(2, len(pe.Code))] {
+	case "42", "0A", "55":
+		return true
+	}
+	return false
 }
