@@ -57,6 +57,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		// URL keeps more.
 		cfg.MinConns = min(defaultMinConns, cfg.MaxConns)
 	}
+	// A connection refused a write as read-only is replaced (readonly.go).
+	cfg.ConnConfig.Tracer = readOnlyTracer{}
+	cfg.PrepareConn = notRefusedReadOnly
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		if !quotable {

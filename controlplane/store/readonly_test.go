@@ -1,0 +1,82 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
+)
+
+// A pooled connection whose write Postgres refused as read-only (SQLSTATE 25006) is not
+// handed out again: it is to a primary fenced read-only in place during a failover,
+// whose connections stay open while the replica is promoted, and the pool kept them
+// for their whole lifetime (an hour): every start and settlement on them failed while a
+// new connection (target_session_attrs=read-write, or the DNS name moved) would reach
+// the new primary. The e2e TestPostgresFailoverToAPromotedReplica fences one for real.
+// Here the one connection of a pool is made read-only by a session setting, which a new
+// connection does not have.
+func TestReadOnlyConnectionIsNotReused(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDatabase(t)
+	st, err := store.Open(ctx, storetest.URLWith(db, "pool_max_conns=1&pool_min_conns=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Pool.Exec(ctx, `CREATE TABLE fenced (x int)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		write func() error
+	}{
+		{"exec", func() error {
+			_, err := st.Pool.Exec(ctx, `INSERT INTO fenced VALUES (1)`)
+			return err
+		}},
+		{"batch", func() error {
+			b := &pgx.Batch{}
+			b.Queue(`SELECT 1`)
+			b.Queue(`INSERT INTO fenced VALUES (2)`)
+			return st.Pool.SendBatch(ctx, b).Close()
+		}},
+		{"transaction", func() error {
+			return st.InTx(ctx, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `INSERT INTO fenced VALUES (3)`)
+				return err
+			})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := st.Pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid := conn.Conn().PgConn().PID()
+			if _, err := conn.Exec(ctx, `SET SESSION default_transaction_read_only = on`); err != nil {
+				t.Fatal(err)
+			}
+			conn.Release()
+			var pe *pgconn.PgError
+			if err := c.write(); !errors.As(err, &pe) || pe.Code != "25006" {
+				t.Fatalf("the write on the read-only connection: %v, want SQLSTATE 25006", err)
+			}
+			if err := c.write(); err != nil {
+				t.Fatalf("the write after the refusal: %v; want it on a new connection", err)
+			}
+			conn, err = st.Pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			if conn.Conn().PgConn().PID() == pid {
+				t.Fatal("the read-only connection is still in the pool")
+			}
+		})
+	}
+}
