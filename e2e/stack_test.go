@@ -146,7 +146,13 @@ func startStack(t testing.TB, enforcerEnv ...map[string]string) *stack {
 func startStackOn(t testing.TB, topo *topology, enforcerEnv ...map[string]string) *stack {
 	t.Helper()
 	db := storetest.New(t) // skips (or fails under CI=true) without Postgres
-	dbURL := storetest.URLFor(db.Pool.Config().ConnConfig.Database)
+	return startStackWith(t, topo, db, storetest.URLFor(db.Pool.Config().ConnConfig.Database), enforcerEnv...)
+}
+
+// startStackWith is startStackOn on a migrated database of the test's own, db, which
+// the control plane reaches at dbURL (a Postgres the test runs itself).
+func startStackWith(t testing.TB, topo *topology, db *store.Store, dbURL string, enforcerEnv ...map[string]string) *stack {
+	t.Helper()
 	var rdb redis.UniversalClient
 	var layout mirror.Layout
 	if topo == nil {
