@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -122,24 +121,32 @@ func (l *pgLoad) checkChargedOnce(t *testing.T, o org) int {
 		return true
 	})
 	slices.Sort(ids)
-	var n, pending int
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		err := l.s.db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM usage_receipts WHERE request_id = ANY($1)),
-			(SELECT count(*) FROM usage_request_starts WHERE state = 'pending')`, ids).Scan(&n, &pending)
-		if err == nil && n == len(ids) && pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 60s: %d receipts of the %d requests admitted, %d starts pending (%v)", n, len(ids), pending, err)
-		}
-	}
-	// Starts no client saw admitted (a check that started its request and then answered
-	// 503) are closed incomplete by the enforcer, at no cost: anything else is a receipt
-	// lost, doubled or invented.
 	var memberIDs []string
 	for _, m := range l.members {
 		memberIDs = append(memberIDs, m.memberID)
 	}
+	// A start committed while its answer was lost with the connection (the switch) was
+	// answered 503: no client saw it admitted, and it is left to abandonment recovery
+	// (docs/accounting.md), since these members are under no in-flight guard. Only a
+	// pending start of a request a client saw admitted is a settlement lost.
+	var n, pending, unseenPending int
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := l.s.db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM usage_receipts WHERE request_id = ANY($1)),
+			(SELECT count(*) FROM usage_request_starts WHERE state = 'pending' AND request_id = ANY($1)),
+			(SELECT count(*) FROM usage_request_starts WHERE state = 'pending' AND NOT request_id = ANY($1) AND member_id = ANY($2))`,
+			ids, memberIDs).Scan(&n, &pending, &unseenPending)
+		if err == nil && n == len(ids) && pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60s: %d receipts of the %d requests admitted, %d of their starts pending (%v)", n, len(ids), pending, err)
+		}
+	}
+	if unseenPending > 0 {
+		t.Logf("%d starts of requests no client saw admitted (answered 503 across the switch) left to abandonment recovery", unseenPending)
+	}
+	// Starts no client saw admitted are closed incomplete at no cost (by the enforcer, or
+	// later by recovery): anything else is a receipt lost, doubled or invented.
 	var receipts, unseenCharged int
 	if err := l.s.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE request_id = ANY($1)),
 		count(*) FILTER (WHERE NOT request_id = ANY($1) AND (complete OR cost_micro_usd <> 0)) FROM usage_receipts
@@ -183,14 +190,10 @@ func (s *stack) ready() bool {
 // with a lost tail. Every admitted request is charged once, the control plane is ready
 // again by itself, and the mirror is rebuilt from the promoted database.
 //
-// It takes 80 to 100 s on the shared 2-core machine (a cluster made, four failovers,
-// traffic in each), so it runs only with TOLLGATE_TEST_PG_FAILOVER=1
-// (docs/development.md); the unit tests of its two fixes run always
-// (TestPostgresIdentityIsPartialOnlyWhenTheServerRefuses, TestReadOnlyConnectionIsNotReused).
+// It takes 9 to 13 s on a quiet 2-core machine (a cluster made, four failovers, traffic
+// in each), 80 to 100 s on one loaded with other test runs; it runs in parallel with
+// the package's other tests.
 func TestPostgresFailoverToAPromotedReplica(t *testing.T) {
-	if os.Getenv("TOLLGATE_TEST_PG_FAILOVER") != "1" {
-		t.Skip("a slow test (80 to 100 s): set TOLLGATE_TEST_PG_FAILOVER=1 to run it")
-	}
 	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
 	const dbName = "tollgate_failover"
@@ -275,10 +278,12 @@ func TestPostgresFailoverToAPromotedReplica(t *testing.T) {
 	waitFor(t, 30*time.Second, "the in-flight request's settlement to be quarantined", func() bool {
 		return s.metric(t, "tollgate_enforcer_settlements_total", `outcome="no_snapshot"`) == 1
 	})
+	// The test's own pool may still hold a connection to the crashed primary: the first
+	// use of one ends "unexpected EOF", and the pool drops it.
 	var quarantined int
-	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id = $1`, inFlight).Scan(&quarantined); err != nil {
-		t.Fatal(err)
-	}
+	waitFor(t, 10*time.Second, "a read of the quarantine", func() bool {
+		return s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id = $1`, inFlight).Scan(&quarantined) == nil
+	})
 	if quarantined != 1 {
 		t.Errorf("the in-flight request has %d quarantined settlements, want 1", quarantined)
 	}
@@ -299,6 +304,10 @@ func TestPostgresFailoverToAPromotedReplica(t *testing.T) {
 	c.waitStreaming(pg1) // a switchover: the replica has every commit before it is promoted
 	c.promote(pg2)
 	promotedAt = time.Now()
+	// The test's own pool only reads, so no refused write leaves the fenced old primary
+	// for it (as the control plane's pool does): its reads there would see the spend of
+	// before the promotion. New connections reach the promoted node.
+	s.db.Pool.Reset()
 	waitFor(t, 60*time.Second, "admissions after the fencing and the promotion", func() bool { return l4.admissionsAfter(promotedAt) >= 20 })
 	l4.end(t)
 	l4.checkChargedOnce(t, o)

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -78,5 +79,64 @@ func TestReadOnlyConnectionIsNotReused(t *testing.T) {
 				t.Fatal("the read-only connection is still in the pool")
 			}
 		})
+	}
+}
+
+// TestReadOnlyServerIsLeft: a refused write leaves the server, not only its connection:
+// a sibling connection open to it at the refusal is not handed out again either (it
+// would serve reads of a fenced old primary, which no longer moves), while a connection
+// opened after the refusal is kept.
+func TestReadOnlyServerIsLeft(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDatabase(t)
+	st, err := store.Open(ctx, storetest.URLWith(db, "pool_max_conns=2&pool_min_conns=0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Pool.Exec(ctx, `CREATE TABLE fenced (x int)`); err != nil {
+		t.Fatal(err)
+	}
+	refused, err := st.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sibling, err := st.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := map[uint32]bool{refused.Conn().PgConn().PID(): true, sibling.Conn().PgConn().PID(): true}
+	if _, err := refused.Exec(ctx, `SET SESSION default_transaction_read_only = on`); err != nil {
+		t.Fatal(err)
+	}
+	var pe *pgconn.PgError
+	if _, err := refused.Exec(ctx, `INSERT INTO fenced VALUES (1)`); !errors.As(err, &pe) || pe.Code != "25006" {
+		t.Fatalf("the write on the read-only connection: %v, want SQLSTATE 25006", err)
+	}
+	refused.Release()
+	sibling.Release()
+	acquireTwo := func() map[uint32]bool {
+		a, err := st.Pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := st.Pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids := map[uint32]bool{a.Conn().PgConn().PID(): true, b.Conn().PgConn().PID(): true}
+		a.Release()
+		b.Release()
+		return pids
+	}
+	fresh := acquireTwo()
+	for pid := range fresh {
+		if old[pid] {
+			t.Fatalf("connection %d, open to the server when it refused a write, was handed out again", pid)
+		}
+	}
+	// Connections opened after the refusal stay.
+	if again := acquireTwo(); !maps.Equal(again, fresh) {
+		t.Fatalf("connections %v after the refusal, then %v: those opened after it were dropped too", fresh, again)
 	}
 }

@@ -57,9 +57,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		// URL keeps more.
 		cfg.MinConns = min(defaultMinConns, cfg.MaxConns)
 	}
-	// A connection refused a write as read-only is replaced (readonly.go).
-	cfg.ConnConfig.Tracer = readOnlyTracer{}
-	cfg.PrepareConn = notRefusedReadOnly
+	// A server that refused a write as read-only is left (readonly.go).
+	fence := newReadOnlyFence()
+	cfg.ConnConfig.Tracer, cfg.AfterConnect, cfg.PrepareConn = fence, fence.afterConnect, fence.prepareConn
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		if !quotable {
