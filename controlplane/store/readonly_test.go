@@ -23,15 +23,7 @@ import (
 // connection does not have.
 func TestReadOnlyConnectionIsNotReused(t *testing.T) {
 	ctx := context.Background()
-	db := storetest.NewDatabase(t)
-	st, err := store.Open(ctx, storetest.URLWith(db, "pool_max_conns=1&pool_min_conns=1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if _, err := st.Pool.Exec(ctx, `CREATE TABLE fenced (x int)`); err != nil {
-		t.Fatal(err)
-	}
+	st := fencedStore(t, "pool_max_conns=1&pool_min_conns=1")
 	for _, c := range []struct {
 		name  string
 		write func() error
@@ -88,15 +80,7 @@ func TestReadOnlyConnectionIsNotReused(t *testing.T) {
 // opened after the refusal is kept.
 func TestReadOnlyServerIsLeft(t *testing.T) {
 	ctx := context.Background()
-	db := storetest.NewDatabase(t)
-	st, err := store.Open(ctx, storetest.URLWith(db, "pool_max_conns=2&pool_min_conns=0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if _, err := st.Pool.Exec(ctx, `CREATE TABLE fenced (x int)`); err != nil {
-		t.Fatal(err)
-	}
+	st := fencedStore(t, "pool_max_conns=2&pool_min_conns=0")
 	refused, err := st.Pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -139,4 +123,19 @@ func TestReadOnlyServerIsLeft(t *testing.T) {
 	if again := acquireTwo(); !maps.Equal(again, fresh) {
 		t.Fatalf("connections %v after the refusal, then %v: those opened after it were dropped too", fresh, again)
 	}
+}
+
+// fencedStore opens a store with the pool parameters given on a new database holding a
+// table "fenced" to write to.
+func fencedStore(t *testing.T, poolParams string) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), storetest.URLWith(storetest.NewDatabase(t), poolParams))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	if _, err := st.Pool.Exec(context.Background(), `CREATE TABLE fenced (x int)`); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
