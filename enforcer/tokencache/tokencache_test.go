@@ -107,6 +107,7 @@ func TestRenewsAheadInTheBackground(t *testing.T) {
 		t.Fatalf("the renewing request got %q, want the valid token at once", v)
 	}
 	waitFetches(t, f, 2)
+	waitSettled(c) // the renewal stores its token after the fetch returns
 	if v := value(t, c); v != "Bearer t-2" {
 		t.Fatalf("after the renewal: %q", v)
 	}
