@@ -88,6 +88,8 @@ type Reader struct {
 	reading atomic.Int32
 	// batched counts the reads the workers served (tests).
 	batched atomic.Int64
+	// redisWaits is told each Read's Redis deadline (tests: ObserveRedisWaits).
+	redisWaits atomic.Pointer[func(memberID string, deadline time.Time)]
 
 	seed   maphash.Seed
 	shards [32]lastShard
@@ -150,6 +152,19 @@ func New(rdb redis.UniversalClient, layout mirror.Layout, cp Resolver, cfg Confi
 	return r
 }
 
+// ObserveRedisWaits has f told, as each Read begins, the member and the deadline of the
+// Read's Redis work (RedisTimeout from then, or the caller's deadline if sooner). Tests
+// only (nil stops it): the bound a check's Redis wait was given is asserted on that
+// deadline, which a loaded machine's scheduling cannot make late, not by timing the
+// check, whose answer a descheduled process sends late whatever its deadline was.
+func (r *Reader) ObserveRedisWaits(f func(memberID string, deadline time.Time)) {
+	if f == nil {
+		r.redisWaits.Store(nil)
+		return
+	}
+	r.redisWaits.Store(&f)
+}
+
 // Record is a member's record and where it came from.
 type Record struct {
 	*mirror.Record
@@ -164,6 +179,10 @@ func (r *Reader) Read(ctx context.Context, orgID, memberID string) (Record, erro
 	// its own ResolveTimeout).
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.RedisTimeout)
 	defer cancel()
+	if f := r.redisWaits.Load(); f != nil {
+		dl, _ := rctx.Deadline()
+		(*f)(memberID, dl)
+	}
 	gen := r.gen.Load()
 	if gen == nil {
 		// Not polled successfully yet (start-up, or Redis has been down since).
