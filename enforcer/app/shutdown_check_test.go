@@ -16,17 +16,21 @@ import (
 // answered its proxy 200 (the request forwarded by an enforcer that had settled
 // everything and was exiting), and its admission could land in the tracker after the
 // settle-all, never settled: a durable start pending until recovery, holding its place
-// under an in-flight cap for the guard's 20 minutes. Here the start takes 1.8s, past the
-// server's 1.5s share of a 2s shutdown.
+// under an in-flight cap for the guard's 20 minutes. Here the start is answered once the
+// server's share of the shutdown (3s of 4s) has cut the check, and the second left must
+// settle it. (The start took 1.8s, past the server's 1.5s share of a 2s shutdown: with the
+// test binary stopped 300ms of every 500ms, the 200ms left for settling it were taken,
+// and 3 runs of 3 failed "1 starts left pending at the control plane".)
 func TestShutdownCutsACheckStillRunningAndSettlesItsStart(t *testing.T) {
-	timeout := 2 * time.Second
+	timeout := 4 * time.Second
 	e := enforcertest.New(t, enforcertest.Options{Quiet: true, Config: func(c *appConfig) {
-		c.ShutdownTimeout, c.CheckTimeout, c.StartDeadline = timeout, 3*time.Second, 3*time.Second
+		c.ShutdownTimeout, c.CheckTimeout, c.StartDeadline = timeout, 10*time.Second, 10*time.Second
 	}})
 	capped := dayLimit(1*usd, true)
 	capped.MaxInFlight = 1
 	w := newMember(e, capped)
-	e.CP.StartDelay.Store(int64(1800 * time.Millisecond))
+	hold := make(chan struct{})
+	e.CP.StartHold.Store(&hold)
 	type answer struct {
 		status int
 		err    error
@@ -46,13 +50,20 @@ func TestShutdownCutsACheckStillRunningAndSettlesItsStart(t *testing.T) {
 	}()
 	enforcertest.WaitFor(t, "the check's start sent", func() bool { return e.CP.CallCount("Start") == 1 })
 	began := time.Now()
-	e.Stop()
-	took := time.Since(began)
+	stopped := make(chan time.Duration, 1)
+	go func() { e.Stop(); stopped <- time.Since(began) }()
 	var a answer
 	select {
 	case a = <-answered:
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("the check was never answered nor cut")
+	}
+	close(hold) // the start is answered after the check was cut
+	var took time.Duration
+	select {
+	case took = <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the enforcer never stopped")
 	}
 	t.Logf("stopped in %v; the check: status %d, error %v", took.Round(time.Millisecond), a.status, a.err)
 	if a.err == nil && a.status == 200 {

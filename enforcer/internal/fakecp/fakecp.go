@@ -97,6 +97,9 @@ type Server struct {
 	fail sync.Map
 	// StartDelay (nanoseconds) makes every Start call wait this long first.
 	StartDelay atomic.Int64
+	// StartHold, while set, makes every Start call wait until the channel is closed
+	// first (a test answers a start when something else has happened, not after a time).
+	StartHold atomic.Pointer[chan struct{}]
 	// SettleDelay (nanoseconds) makes every Settle call wait this long first, as a
 	// control plane committing each batch to Postgres does.
 	SettleDelay atomic.Int64
@@ -416,6 +419,13 @@ func (s *Server) Start(ctx context.Context, req *internalv1.StartRequest) (*inte
 	if d := time.Duration(s.StartDelay.Load()); d > 0 {
 		select {
 		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	if hold := s.StartHold.Load(); hold != nil {
+		select {
+		case <-*hold:
 		case <-ctx.Done():
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
