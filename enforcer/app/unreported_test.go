@@ -109,10 +109,14 @@ func TestShutdownHonoursItsDeadlineWithASettleCallOut(t *testing.T) {
 	e.CP.SettleDelay.Store(int64(4500 * time.Millisecond)) // answers within the 5s call timeout, late
 	w := newMember(e, dayLimit(1_000_000*usd, true))
 	id, _ := e.Admit(t, w.key)
+	settles := e.CP.CallCount("Settle")
 	if err := e.Enforcer.Tracker.Finish(id, inflightUsage(10, 10), nil); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // past the 50ms linger: the worker's Settle call is out
+	// After the 50ms linger the worker's Settle call is out (the fake counts it as it
+	// comes, then holds it). Waited for, not slept on: a fixed 200ms on a loaded machine
+	// could end before the call was sent, and the stop would then test no call in flight.
+	enforcertest.WaitFor(t, "the worker's Settle call out", func() bool { return e.CP.CallCount("Settle") > settles })
 	began := time.Now()
 	e.Stop()
 	took := time.Since(began)
