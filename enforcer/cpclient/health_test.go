@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,7 @@ type answering struct {
 	mu     sync.Mutex
 	err    error
 	probes atomic.Int64
+	probed []time.Time // when each probe came (under mu)
 }
 
 func (a *answering) answer() error {
@@ -46,6 +48,9 @@ func (a *answering) set(err error) {
 
 func (a *answering) Authenticate(_ context.Context, in *internalv1.AuthenticateRequest, _ ...grpc.CallOption) (*internalv1.AuthenticateResponse, error) {
 	if cpclient.IsProbe(in) {
+		a.mu.Lock()
+		a.probed = append(a.probed, time.Now())
+		a.mu.Unlock()
 		a.probes.Add(1)
 	}
 	if err := a.answer(); err != nil {
@@ -107,9 +112,16 @@ func TestHealthFollowsCallOutcomes(t *testing.T) {
 	}
 }
 
+// An accepted, idle enforcer probes every Idle, a busy one never: asserted on when the
+// probes came (at least Idle apart) and, for the busy one, with an Idle far above a
+// loaded machine's descheduling. With both at Idle 50ms and counted in 200ms sleeps, the
+// test binary stopped 300ms of every 500ms failed 4 runs of 10 ("1 probes while calls
+// were answered": the busy loop had not run for longer than Idle, so the probe was due;
+// "0 idle probes in 200ms": the sleep ended before the prober ran).
 func TestHealthProbesAndRunReturnsOnCancel(t *testing.T) {
+	const idle = 50 * time.Millisecond
 	cp := &answering{err: status.Error(codes.Unauthenticated, "unauthenticated")}
-	h := cpclient.NewHealth(cp, "cp:8081", cpclient.HealthConfig{Idle: 50 * time.Millisecond, Retry: 10 * time.Millisecond},
+	h := cpclient.NewHealth(cp, "cp:8081", cpclient.HealthConfig{Idle: idle, Retry: 10 * time.Millisecond},
 		slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -129,13 +141,37 @@ func TestHealthProbesAndRunReturnsOnCancel(t *testing.T) {
 	waitFor("retries", func() bool { return cp.probes.Load() >= 3 })
 	cp.set(nil)
 	waitFor("ready", func() bool { return h.Ready() == nil })
-	// Accepted and idle: a probe every Idle, not every Retry.
-	before := cp.probes.Load()
-	time.Sleep(200 * time.Millisecond)
-	if n := cp.probes.Load() - before; n < 1 || n > 6 {
-		t.Fatalf("%d idle probes in 200ms at Idle 50ms", n)
+	// Accepted and idle: a probe every Idle, not every Retry (10ms).
+	before := cp.probes.Load() // the last, the probe that found it accepted
+	waitFor("idle probes", func() bool { return cp.probes.Load() >= before+3 })
+	cp.mu.Lock()
+	probed := slices.Clone(cp.probed[before-1:])
+	cp.mu.Unlock()
+	for i := 1; i < len(probed); i++ {
+		if gap := probed[i].Sub(probed[i-1]); gap < idle*9/10 {
+			t.Fatalf("idle probes %v apart, want Idle (%v) at least", gap, idle)
+		}
 	}
-	// Busy: calls answered keep it from probing.
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return on cancel")
+	}
+
+	// Busy: calls answered keep it from probing. Idle is 1s here, so that the busy
+	// loop, descheduled for a few hundred ms, still calls within it; the 1.5s watched
+	// would see a probe without the calls.
+	cp = &answering{}
+	h = cpclient.NewHealth(cp, "cp:8081", cpclient.HealthConfig{Idle: time.Second, Retry: 10 * time.Millisecond},
+		slog.New(slog.DiscardHandler))
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() { done <- h.Run(ctx) }()
+	waitFor("ready", func() bool { return h.Ready() == nil })
 	busy, stopBusy := context.WithCancel(context.Background())
 	go func() {
 		for busy.Err() == nil {
@@ -144,10 +180,10 @@ func TestHealthProbesAndRunReturnsOnCancel(t *testing.T) {
 		}
 	}()
 	time.Sleep(60 * time.Millisecond)
-	before = cp.probes.Load()
-	time.Sleep(200 * time.Millisecond)
+	n0 := cp.probes.Load()
+	time.Sleep(1500 * time.Millisecond)
 	stopBusy()
-	if n := cp.probes.Load() - before; n != 0 {
+	if n := cp.probes.Load() - n0; n != 0 {
 		t.Fatalf("%d probes while calls were answered", n)
 	}
 	cancel()
