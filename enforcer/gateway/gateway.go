@@ -212,6 +212,10 @@ type Gateway struct {
 	sessions   map[*proxied]context.CancelFunc
 	// sessionsCut: DrainSessions has cut the sessions; one opening since is cut at once.
 	sessionsCut bool
+	// idleWaits, when set (tests only, before DrainSessions), is told the deadline of
+	// each waitIdle as it begins: a test asserts that deadline, which a descheduled
+	// process cannot make late, rather than timing DrainSessions.
+	idleWaits func(deadline time.Time)
 }
 
 // New returns the gateway. Routes must have been validated (ParseRoutes, NewRoute).

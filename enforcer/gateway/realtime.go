@@ -863,6 +863,9 @@ func (gw *Gateway) DrainSessions(ctx context.Context) {
 // alone, before the handler reports what the stream had shown.
 func (gw *Gateway) waitIdle(limit time.Duration) {
 	deadline := time.Now().Add(limit)
+	if gw.idleWaits != nil {
+		gw.idleWaits(deadline)
+	}
 	for len(gw.slots) > 0 && time.Now().Before(deadline) {
 		time.Sleep(sessionPoll / 10)
 	}

@@ -12,3 +12,10 @@ func RealtimeLeftGrace() time.Duration { return realtimeLeftGrace }
 
 // IsGeminiLivePath is isGeminiLivePath, for its table test.
 var IsGeminiLivePath = isGeminiLivePath
+
+// ObserveIdleWaits has f told the deadline of each of gw's waits for its requests to end
+// (waitIdle), as it begins. Call it before DrainSessions.
+func ObserveIdleWaits(gw *Gateway, f func(deadline time.Time)) { gw.idleWaits = f }
+
+// RealtimeSettleWait is realtimeSettleWait.
+const RealtimeSettleWait = realtimeSettleWait
